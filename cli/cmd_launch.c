@@ -405,14 +405,24 @@ static void launch_sleep(double deadline, const sigset_t *open)
 	(void)ppoll(NULL, 0, tp, open); /* EINTR: a signal, the point */
 }
 
+/* A rank's exit that says why better than another's: a config or data
+ * error (exit 2 or 3: the cause, deterministic) over a plain failure
+ * (exit 1, the usual end of a rank whose peer went away first) or a
+ * signal. */
+static int exit_rank(int ws)
+{
+	return WIFEXITED(ws) && (WEXITSTATUS(ws) == 2 || WEXITSTATUS(ws) == 3) ? 2 : 1;
+}
+
 /* Wait for every rank (pids[], 0 once reaped), passing on signals; when
  * one fails, SIGTERM the others and SIGKILL them after the grace period.
  * Asleep between events (launch_sleep), not polling.  Returns the exit
- * code: the first failed rank's status, else 0. */
+ * code: the failed rank's status that says most (exit_rank; the first of
+ * those), else 0. */
 static int launch_wait(const struct launch_opts *o, pid_t *pids)
 {
 	const int nproc = o->nproc;
-	int alive = nproc, failed = -1, fail_status = 0;
+	int alive = nproc, failed = -1, fail_status = 0, first = -1;
 	double kill_at = 0, fwd_at = 0;
 	sigset_t block, open;
 	sigemptyset(&block);
@@ -447,6 +457,17 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 		pids[l] = 0;
 		alive--;
 		int ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+		if (!ok && failed >= 0 && exit_rank(ws) > exit_rank(fail_status)) {
+			/* a later rank's config or data error is the cause the
+			 * first failure (its peer gone) followed from */
+			char why[96];
+			describe_status(ws, why, sizeof why);
+			fprintf(stderr, "kiln launch: rank %d (pid %d) failed with %s\n",
+				o->node_rank * nproc + l, (int)p, why);
+			first = failed;
+			failed = o->node_rank * nproc + l;
+			fail_status = ws;
+		}
 		if (!ok && failed < 0) {
 			char why[96];
 			describe_status(ws, why, sizeof why);
@@ -465,7 +486,11 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 		return 0;
 	char why[96];
 	describe_status(fail_status, why, sizeof why);
-	fprintf(stderr, "kiln launch: error: rank %d failed (%s)\n", failed, why);
+	if (first >= 0)
+		fprintf(stderr, "kiln launch: error: rank %d failed (%s); rank %d, which ended first, followed from it\n",
+			failed, why, first);
+	else
+		fprintf(stderr, "kiln launch: error: rank %d failed (%s)\n", failed, why);
 	return WIFEXITED(fail_status) ? WEXITSTATUS(fail_status) : 1;
 }
 

@@ -7,6 +7,8 @@
 #     voluntary context switches in 2 s (the 20 ms poll made ~100);
 #  2. a rank exiting 3 while the other sleeps: the other is stopped at
 #     once, the launcher exits 3 naming rank 1, in seconds (not --grace);
+#  2b. rank 1 exiting 1 before rank 0 exits 3: rank 0 and exit 3 reported
+#     (a config or data error is the cause a peer's plain failure follows);
 #  3. a rank ignoring SIGTERM after the other failed: killed when --grace 1
 #     runs out (the deadline wakes the launcher), exit 5 naming rank 0;
 #  4. SIGTERM to the launcher reaches both ranks (each writes a mark and
@@ -39,6 +41,18 @@ grep -q 'kiln launch: error: rank 1 failed (exit status 3)' "$tmp/2.log" ||
 	{ cat "$tmp/2.log"; fail "2: rank 1 not named"; }
 [ "$dt" -lt 8 ] || fail "2: the launcher took $dt s to stop after rank 1 failed (--grace 10)"
 echo "ok 2: rank 1's exit 3 ended the job in $dt s, named"
+
+# ---- 2b. the cause named, not the rank that ended first ----------------------
+# rank 1 exits 1 at once (as a rank does whose peer went away), rank 0 a
+# moment later with a data error (exit 3): the launcher names rank 0 and
+# exits 3 (session 29; it named rank 1 and exited 1)
+"$kiln" launch -n 2 --bind none -- \
+	sh -c 'trap "" TERM; [ "$KILN_RANK" = 1 ] && exit 1; sleep 0.6; exit 3' >"$tmp/2b.log" 2>&1
+rc=$?
+[ $rc = 3 ] || { cat "$tmp/2b.log"; fail "2b: kiln launch exited $rc, want 3 (rank 0's data error)"; }
+grep -q 'kiln launch: error: rank 0 failed (exit status 3); rank 1, which ended first, followed from it' "$tmp/2b.log" ||
+	{ cat "$tmp/2b.log"; fail "2b: rank 0's data error is not the one named"; }
+echo "ok 2b: rank 0's exit 3 named, though rank 1's exit 1 came first"
 
 # ---- 3. the grace deadline ---------------------------------------------------
 t0=$(date +%s)
