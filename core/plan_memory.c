@@ -325,14 +325,18 @@ static void plan_output_lifetimes(struct kiln_plan *p)
 	}
 }
 
-/* Layer L reads input k's producer at another of its inputs too (`inputs
- * = a, b, a`): its output over that input would change what the later
- * read sees (the add's third input is added after the first two), and
- * that input's gradient gets a second share in the same backward. */
-static int input_repeats(const struct model_layer *L, int k)
+/* Layer i reads input k's bytes at another of its inputs too (`inputs =
+ * a, b, a`, or a view of a: a flatten of it): its output over that input
+ * would change what the later read sees (the add's third input is added
+ * after the first two), and that input's gradient gets a second share in
+ * the same backward.  Compared by the storage that owns the bytes (views
+ * followed down). */
+static int input_repeats(const struct kiln_plan *p, int i, int k)
 {
+	const struct model_layer *L = &p->m->layers[i];
+	const int a = kiln_plan_root_y(p->nodes, p->m, L->in[k]);
 	for (int q = 0; q < L->n_in; q++)
-		if (q != k && L->in[q] == L->in[k])
+		if (q != k && kiln_plan_root_y(p->nodes, p->m, L->in[q]) == a)
 			return 1;
 	return 0;
 }
@@ -354,7 +358,7 @@ static void plan_in_place(struct kiln_plan *p)
 		for (int k = 0; k < m->layers[i].n_in; k++) {
 			int src = m->layers[i].in[k];
 			if (src < 0 || !(N[i].l.inplace_ok >> k & 1) || !kiln_pipe_same_stage(p, src, i) ||
-			    input_repeats(&m->layers[i], k))
+			    input_repeats(p, i, k))
 				continue;
 			if (!fwd &&
 			    (fwd = merge_in_place(p, N[i].ystore, kiln_plan_fwd_store(p, src), i)))
@@ -466,7 +470,7 @@ static void plan_grad_alias(struct kiln_plan *p)
 			const int src = L->in[k];
 			const int gs = src >= 0 ? N[src].gstore : -2;
 			if (!(N[j].l.dx_is_dy >> k & 1) || !N[j].dx_on[k] || N[j].dx_accum[k] ||
-			    N[j].xfer1[k] || input_repeats(L, k) || gs < 0 || gs == go || gs == p->data_gstore ||
+			    N[j].xfer1[k] || input_repeats(p, j, k) || gs < 0 || gs == go || gs == p->data_gstore ||
 			    S[gs].bytes != S[go].bytes || accum_after(p, go, at) <= S[gs].end ||
 			    accum_after(p, gs, at) <= S[go].end)
 				continue;
