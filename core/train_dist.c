@@ -65,6 +65,10 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		kiln_error(st, "%s", msg->error); /* rank 0's own message, kept */
 	else if (t->rank && msg->found) {
 		t->pos = msg->tr;
+		/* the step rank 0's checkpoint is of, as rank 0 has it: the
+		 * stop and early-stop checkpoints' "written already" tests
+		 * must answer alike on every rank (their writes are collective) */
+		t->ckpt_step = msg->tr.step;
 		t->ep0_sums = msg->sums;
 		t->stopper = msg->stopper;
 		memcpy(t->resume_file, msg->file, sizeof t->resume_file);

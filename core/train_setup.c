@@ -446,9 +446,16 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *first
 	/* the loss layer's own `classes` (a padded vocabulary: fewer than
 	 * the logits) is what a label must be below */
 	const char *lsec = t->m->layers[t->m->loss_layer].section;
-	int64_t lc = 0;
+	int64_t lc = 0, ign = -1;
 	if (kiln_config_get(t->cfg, lsec, "classes"))
 		kiln_config_get_int(t->cfg, lsec, "classes", &lc);
+	if (kiln_config_get(t->cfg, lsec, "ignore_index"))
+		kiln_config_get_int(t->cfg, lsec, "ignore_index", &ign);
+	/* the largest label is the ignore_index (a padding class past the
+	 * real ones): what the others reach is not known here; the loss op
+	 * names any outside [0, classes) */
+	if (ign >= 0 && ign == first->ds.classes - 1)
+		return KILN_OK;
 	if (lc > 0 && lc < outs && lc < first->ds.classes)
 		return kiln_error(KILN_ECONFIG, "%s: the loss layer '%s' counts %lld classes but the data [%s] has %lld: set classes = %lld (or 0: every logit a class)",
 				  kiln_config_where(t->cfg, lsec, "classes"),
@@ -478,7 +485,11 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *first
  * position in the batch, where the data's vocabulary says so now. */
 static kiln_status check_token_vocab(struct trainer *t, const struct train_set *first)
 {
-	if (first->ds.sample.dtype != KILN_I32 || first->ds.classes <= 0)
+	/* (token windows: their labels are the next tokens, so the labels'
+	 * classes are the ids' vocabulary; class labels of i32 samples say
+	 * nothing of the ids) */
+	if (first->ds.sample.dtype != KILN_I32 || first->ds.classes <= 0 ||
+	    first->ds.label_elems <= 1)
 		return KILN_OK;
 	for (int i = 0; i < t->m->n_layers; i++) {
 		const struct model_layer *L = &t->m->layers[i];

@@ -170,6 +170,9 @@ kiln 2 train "$tmp/vocab.ini" run.out_dir= layer.emb.vocab=40
 stderr_has "command line 'layer.emb.vocab=40': layer 'emb' (embedding) has vocab = 40 but the data [data] has token ids up to 63 (a vocabulary of 64): set vocab = 64"
 kiln 2 train "$ini" "$d" run.out_dir= layer.loss.classes=3
 stderr_has "command line 'layer.loss.classes=3': the loss layer 'loss' counts 3 classes but the data [data] has 5: set classes = 5 (or 0: every logit a class)"
+# ... but a largest label that is the ignore_index is no class: accepted
+# (review of session 29: the new check refused it)
+kiln 0 train "$ini" "$d" run.out_dir= layer.loss.classes=4 layer.loss.ignore_index=4 train.max_steps=2
 # a shape typed wrong: the parameters' allocation fails in the model's
 # terms, naming the largest tensor (before: "cpu: alloc of N bytes failed")
 kiln 1 train "$ini" "$d" run.out_dir= layer.conv1.out=1000000000
