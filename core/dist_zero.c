@@ -19,15 +19,19 @@
  * owns piece r of every bucket: the c = (hi - lo) / world floats from
  * lo + r*c (lo and c multiples of 16: 64-byte aligned), kept at zoff in
  * its compact shard, zc floats in all.  During
- * backward each bucket's gradients are reduce-scattered (average) into
- * zgrad as soon as they are final (the same hook and comm stream as DDP's
+ * backward each bucket's gradients are reduce-scattered (average) in
+ * place, into this rank's piece of the gradients (comm ops version 9's
+ * reduce_scatter_in_place; zgrad, a buffer of their own, with an older
+ * communicator or a pipeline) as soon as they are final (the same hook and comm stream as DDP's
  * allreduces); the tail is allreduced after backward.  Each rank updates
  * its pieces of the parameters (and the tail, identically on every rank)
  * with the fused optimizer op over each piece and its own slice of the
  * state, then every bucket's pieces are allgathered in place.  The
  * optimizer state held is (zc + zt) floats a slot instead of n.
- * Checkpoints gather the state whole first (kiln_dist_zero_gather), so
- * their files do not depend on the world size.  When a clip op runs
+ * Checkpoints hold the state whole, so their files do not depend on
+ * the world size: rank 0 writes each slot as it is allgathered through
+ * the gradient buffer (kiln_dist_zero_save; with a pipeline the state is
+ * gathered whole first, kiln_dist_zero_gather).  When a clip op runs
  * (GRAD_CLIP or UNSCALE: [train] clip_norm, clip_value, skip_nonfinite,
  * loss scaling) the averaged pieces are allgathered back into the
  * gradient buffer first, so the norm and the finite flag are the global

@@ -73,6 +73,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -885,6 +886,7 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 				std::shared_ptr<gloo::rendezvous::Context> *out, const char *what)
 {
 	std::string why;
+	const int outcome_ms = timeout_ms > (INT_MAX - 10000) / 6 ? INT_MAX : 6 * timeout_ms + 10000;
 	for (int k = 0; k < MESH_TRIES; k++) {
 		char p[96], key[128];
 		std::snprintf(p, sizeof p, "%stry%d/", prefix, k);
@@ -908,7 +910,10 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 			void *v = nullptr;
 			size_t n = 0;
 			std::snprintf(key, sizeof key, "%sok%d", p, r);
-			if (H->store_get(store, key, timeout_ms, &v, &n))
+			/* (a peer may be in a pair's connect, which this Gloo
+			 * bounds by 5 timeouts, waiting for a rank that failed
+			 * fast: its outcome comes after that) */
+			if (H->store_get(store, key, outcome_ms, &v, &n))
 				return H->error(KILN_EIO, "gloo: rank %d of %d: %s: waiting for rank %d's outcome: %s",
 						rank, world, what, r, H->last_error());
 			if (n != 1 || *(const char *)v != '1') {
@@ -1060,8 +1065,8 @@ kiln_status hier_open(Comm *c, std::shared_ptr<gloo::transport::Device> device,
 	c->lead->timeout_ms = c->timeout_ms;
 	char what[96];
 	std::snprintf(prefix, sizeof prefix, "gloo/hier/%s/lead/", space);
-	std::snprintf(what, sizeof what, "connecting the nodes' first ranks (node %d of %d)",
-		      c->nd.node, c->nd.nodes);
+	std::snprintf(what, sizeof what, "connecting the nodes' first ranks (rank %d of %d, node %d of %d)",
+		      c->rank, c->world, c->nd.node, c->nd.nodes);
 	return connect_mesh(store, prefix, c->nd.node, c->nd.nodes, c->timeout_ms, device,
 			    &c->lead->ctx, what);
 }
