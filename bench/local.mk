@@ -144,3 +144,4 @@ bench_clip_ops_LDADD = libkiln.la
 endif
 # bench/stage_bytes.sh: [model] stages_flops_per_byte (session 20)
 EXTRA_DIST += bench/stage_bytes.sh bench/stage_cut_ab.sh
+EXTRA_DIST += bench/ab_session.sh
