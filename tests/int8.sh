@@ -26,7 +26,7 @@ cnn="$srcdir/examples/fashion_mnist_cnn.ini"
 run="run.out_dir=$tmp/cnn data.path=$FM"
 ev="data.eval.limit=2000"
 kiln 0 train "$cnn" $run data.limit=6000 data.eval.limit=500 train.epochs=2
-ck=$(ls "$tmp"/cnn/checkpoints/ckpt-*.kiln | tail -1)
+ck=$(ls "$tmp"/cnn/checkpoints/ckpt-*.kiln | sort -V | tail -1) # (the newest step, not the last name)
 tl=$(field test_loss "$out") ta=$(field test_acc "$out")
 
 kiln 0 eval "$cnn" $run $ev --checkpoint "$ck"

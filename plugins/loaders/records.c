@@ -214,9 +214,13 @@ static kiln_status rec_shard_open(const struct kiln_host *host, const char *path
 	s->size = (size_t)sb.st_size;
 	void *m = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
 	close(fd); /* the mapping keeps the file */
-	if (m == MAP_FAILED)
-		return host->error(errno == ENOMEM ? KILN_ENOMEM : KILN_EIO, "%s: cannot map the shard: %s",
+	if (m == MAP_FAILED && errno == ENOMEM)
+		/* each shard is one mapping: the process's count is bounded
+		 * (vm.max_map_count, 65530 by default) */
+		return host->error(KILN_ENOMEM, "%s: cannot map the shard: %s (out of memory, or of the process's mappings: each shard takes one, vm.max_map_count bounds them; pack with a larger --shard-size)",
 				   path, strerror(errno));
+	if (m == MAP_FAILED)
+		return host->error(KILN_EIO, "%s: cannot map the shard: %s", path, strerror(errno));
 	s->map = m;
 	if ((st = rec_shard_check(host, s)))
 		rec_shard_unmap(s);
