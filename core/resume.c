@@ -35,6 +35,11 @@ static const struct {
 	{ "dist", "timing" },
 	{ "log", "tensorboard" },    { "log", "csv" },
 	{ "log", "histograms" },
+	/* what the forward keeps or replays, and where the decoded samples
+	 * wait: the same bits (session 29: a run out of memory resumes with
+	 * recompute on) */
+	{ "train", "recompute" },    { "layer.*", "recompute" },
+	{ "data", "cache" },         { "data.eval", "cache" },
 	/* the pipeline's cut and schedule (docs/pipeline.md): the weights and
 	 * the optimizer state are laid out the same; "layer.*": every layer */
 	{ "pipeline", "micro_batches" }, { "pipeline", "schedule" },
@@ -171,11 +176,15 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
 		return kiln_error(KILN_ECONFIG,
 				  "%s holds another model: [%s] %s is %s in its config but %s here (the keys that shape the stored tensors must be equal; docs/checkpoints.md)",
 				  path, d.section, d.key, d.a, d.b);
-	char safe[600];
-	int k = 0;
-	for (size_t j = 0; j < KILN_ARRAY_LEN(safe_keys); j++)
-		k += snprintf(safe + k, sizeof safe - (size_t)k, "%s[%s] %s", j ? ", " : "",
-			      safe_keys[j].section, safe_keys[j].key);
+	/* (sized for the list with room; never written past: a list that
+	 * outgrew 600 bytes wrote over the stack, session 29) */
+	char safe[1536];
+	size_t k = 0;
+	for (size_t j = 0; j < KILN_ARRAY_LEN(safe_keys) && k < sizeof safe; j++) {
+		int w = snprintf(safe + k, sizeof safe - k, "%s[%s] %s", j ? ", " : "",
+				 safe_keys[j].section, safe_keys[j].key);
+		k += w > 0 ? (size_t)w : 0;
+	}
 	return kiln_error(KILN_ECONFIG,
 			  "cannot resume from %s with a changed config: [%s] %s is %s in the checkpoint but %s here. Restore it, or start a new run in another [run] out_dir; only these keys may change on resume: %s (docs/checkpoints.md)",
 			  path, d.section, d.key, d.a, d.b, safe);

@@ -599,6 +599,7 @@ START_TEST(test_config_check)
 		{ "train.eval=0", NULL },          { "train.resume=1", NULL },
 		{ "run.threads=1", NULL },
 		{ "model.stages_flops_per_byte=5", NULL },
+		{ "train.recompute=2", NULL },     { "data.cache=ram", NULL },
 		{ "train.lr=0.2", "[train] lr is '0.1' in the checkpoint but '0.2' here" },
 		{ "run.seed=4", "[run] seed" },
 		{ "data.flip=1", "[data] flip" },
