@@ -46,8 +46,12 @@ echo "ok 2: rank 1's exit 3 ended the job in $dt s, named"
 # rank 1 exits 1 at once (as a rank does whose peer went away), rank 0 a
 # moment later with a data error (exit 3): the launcher names rank 0 and
 # exits 3 (session 29; it named rank 1 and exited 1)
+# (rank 1 ends once rank 0 ignores SIGTERM: the launcher's SIGTERM must
+# not reach rank 0 before its trap is set)
 "$kiln" launch -n 2 --bind none -- \
-	sh -c 'trap "" TERM; [ "$KILN_RANK" = 1 ] && exit 1; sleep 0.6; exit 3' >"$tmp/2b.log" 2>&1
+	sh -c "trap '' TERM; if [ \"\$KILN_RANK\" = 1 ]; then
+		i=0; until [ -e $tmp/2b.armed ] || [ \$i -ge 300 ]; do sleep 0.1; i=\$((i + 1)); done; exit 1
+	fi; echo > $tmp/2b.armed; sleep 0.6; exit 3" >"$tmp/2b.log" 2>&1
 rc=$?
 [ $rc = 3 ] || { cat "$tmp/2b.log"; fail "2b: kiln launch exited $rc, want 3 (rank 0's data error)"; }
 grep -q 'kiln launch: error: rank 0 failed (exit status 3); rank 1, which ended first, followed from it' "$tmp/2b.log" ||
