@@ -22,12 +22,14 @@
  * (kiln_dist_finish_grads), without overlap.
  */
 #include "dist_impl.h"
+#include "store.h" /* STORE_LINGER_MS */
 
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void (*fatal_fn)(const char *msg);
 
@@ -111,6 +113,24 @@ void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_regis
 			ops->alloc_shared && shm && zero_copy;
 }
 
+/* kiln launch --max-restarts started this rank again (KILN_RESTART > 0):
+ * rank 0 of the failed run serves its last clients for up to
+ * STORE_LINGER_MS before it exits, and a rank restarted at once (its
+ * launcher saw it die first) would join that store, whose keys say the
+ * rendezvous is done (it hung in Gloo's connect, then failed, spending the
+ * restart).  So a restarted rank other than 0 waits that long first. */
+static void restart_wait(const struct kiln_dist_env *env)
+{
+	const char *v = getenv("KILN_RESTART");
+	if (!env->rank || !v || atoi(v) <= 0)
+		return;
+	const int ms = STORE_LINGER_MS + 1000;
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d, restart %d: waiting %.1f s for the previous run's store to close",
+		 env->rank, atoi(v), ms / 1000.0);
+	for (int t = 0; t < ms && !kiln_stop_pending(); t += 50)
+		usleep(50000);
+}
+
 kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			   struct kiln_device *dev, struct kiln_dist **out)
 {
@@ -167,6 +187,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 				comm);
 		goto fail;
 	}
+	restart_wait(&env);
 	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
 				  env.world, d->timeout_ms, &d->store)) ||
 	    (st = kiln_heartbeat_post_host(d->store, env.rank)))

@@ -344,17 +344,29 @@ kiln_status kiln_store_wait(struct kiln_store *s, const char *const *keys, int n
  * (SIGTERM, SIGINT: `kiln launch` stopping the ranks after one failed at
  * start-up) ends the wait at once instead of after [dist] timeout.
  * KILN_OK, KILN_ETIMEOUT, or the stop's KILN_EIO. */
-static kiln_status rendezvous_wait(struct kiln_store *s, int timeout_ms)
+/* Wait for `want` (its value into *val when val is set), or for a rank to
+ * find the rendezvous broken (a rank twice, another world size:
+ * rendezvous_refuse), in slices that see a stop request. */
+static kiln_status rendezvous_wait(struct kiln_store *s, const char *want, int timeout_ms,
+				   void **val)
 {
-	static const char *const key[] = { "kiln/all_joined" };
+	const char *const key[] = { want, "kiln/rendezvous_failed" };
 	const int64_t end = now_ms() + timeout_ms;
 	for (;;) {
 		int which;
 		void *v = NULL;
 		int64_t left = end - now_ms();
 		int slice = left < 200 ? (int)(left > 0 ? left : 0) : 200;
-		kiln_status st = kiln_store_poll(s, key, 1, slice, &which, &v);
-		free(v);
+		kiln_status st = kiln_store_poll(s, key, 2, slice, &which, &v);
+		if (!st && which == 1) {
+			st = kiln_error(KILN_ECONFIG, "the rendezvous failed: %s", (const char *)v);
+			free(v);
+			return st;
+		}
+		if (!st && val)
+			*val = v;
+		else
+			free(v);
 		if (st != KILN_ETIMEOUT)
 			return st;
 		if (kiln_stop_pending())
@@ -364,18 +376,68 @@ static kiln_status rendezvous_wait(struct kiln_store *s, int timeout_ms)
 	}
 }
 
+/* The rendezvous cannot complete as asked: said to the ranks waiting in
+ * it (rendezvous_wait polls the key) and returned as this rank's error. */
+static kiln_status rendezvous_refuse(struct kiln_store *s, const char *msg)
+{
+	(void)kiln_store_set(s, "kiln/rendezvous_failed", msg, strlen(msg) + 1);
+	return kiln_error(KILN_ECONFIG, "%s", msg);
+}
+
+/* Rank 0 posts its world size; every other rank's must be the same (two
+ * nodes launched with another --nnodes or -n joined one count and hung
+ * until the timeout, naming neither). */
+static kiln_status rendezvous_world(struct kiln_store *s, int rank, int world, int timeout_ms)
+{
+	char w[32], msg[256];
+	int n = snprintf(w, sizeof w, "%d", world);
+	if (!rank)
+		return kiln_store_set(s, "kiln/world", w, (size_t)n + 1);
+	void *v = NULL;
+	kiln_status st = rendezvous_wait(s, "kiln/world", timeout_ms, &v);
+	if (st)
+		return st; /* (KILN_ETIMEOUT: the caller names who never came) */
+	const int w0 = atoi((const char *)v);
+	free(v);
+	if (w0 == world)
+		return KILN_OK;
+	snprintf(msg, sizeof msg, "rank %d's world size is %d but rank 0's is %d: start every node with the same --nnodes and -n (every rank with the same WORLD_SIZE)",
+		 rank, world, w0);
+	return rendezvous_refuse(s, msg);
+}
+
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms)
 {
-	char key[64];
-	int64_t n;
+	char key[64], who[320], msg[640];
+	int64_t n, claims;
 	kiln_status st;
+	/* one process a rank: the first to claim it joins; a second (two
+	 * launches with the same --node-rank, or a restarted rank that
+	 * reached the previous run's store) is refused at once */
+	snprintf(key, sizeof key, "kiln/claim/%d", rank);
+	if ((st = kiln_store_add(s, key, 1, &claims)))
+		return st;
+	char host[256] = "?";
+	if (gethostname(host, sizeof host - 1))
+		snprintf(host, sizeof host, "?");
+	int wn = snprintf(who, sizeof who, "host %s, pid %ld", host, (long)getpid());
 	snprintf(key, sizeof key, "kiln/joined/%d", rank);
-	if ((st = kiln_store_set(s, key, "1", 1)) || (st = kiln_store_add(s, "kiln/joined", 1, &n)))
+	if (claims > 1) {
+		void *v = NULL;
+		(void)kiln_store_get(s, key, 1000, &v, NULL);
+		snprintf(msg, sizeof msg, "rank %d joined twice: this process (%s) and one before it (%s): two launches with the same --node-rank, or a rank restarted while the previous run's store still answered",
+			 rank, who, v ? (const char *)v : "?");
+		free(v);
+		return rendezvous_refuse(s, msg);
+	}
+	if ((st = kiln_store_set(s, key, who, (size_t)wn + 1)))
 		return st;
-	if (n == world && (st = kiln_store_set(s, "kiln/all_joined", "1", 1)))
-		return st;
+	st = rendezvous_world(s, rank, world, timeout_ms);
+	if (!st && !(st = kiln_store_add(s, "kiln/joined", 1, &n)) && n == world)
+		st = kiln_store_set(s, "kiln/all_joined", "1", 1);
 	void *v;
-	st = rendezvous_wait(s, timeout_ms);
+	if (!st)
+		st = rendezvous_wait(s, "kiln/all_joined", timeout_ms, NULL);
 	if (st && st != KILN_ETIMEOUT)
 		return kiln_error_wrap(st, "rank %d of %d", rank, world);
 	if (!st)

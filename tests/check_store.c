@@ -227,6 +227,77 @@ START_TEST(test_rendezvous_ok)
 }
 END_TEST
 
+/* Rank 0 of `world` at the rendezvous, in a thread: its status and how
+ * long it took. */
+struct r0 {
+	struct kiln_store *s;
+	int world, timeout_ms;
+	kiln_status st;
+	double dt;
+	char msg[512];
+};
+
+static void *rank0_rendezvous(void *arg)
+{
+	struct r0 *a = arg;
+	double t0 = now();
+	a->st = kiln_store_rendezvous(a->s, 0, a->world, a->timeout_ms);
+	a->dt = now() - t0;
+	snprintf(a->msg, sizeof a->msg, "%s", a->st ? kiln_last_error() : "");
+	return NULL;
+}
+
+/* A rank twice, and another world size (session 29, multi-node runs on one
+ * host): a second process claiming rank 1 after the rendezvous is refused
+ * at once naming both processes (it went on with the finished run's keys:
+ * hung in Gloo's connect or, when it died, failed the real rank 1);
+ * a rank of world 2 joining rank 0's world 3 is refused at once naming
+ * both sizes, and rank 0 hears of it then, not at its timeout (the join
+ * counter reached 2 and the ranks waited out [dist] timeout for keys
+ * named after neither). */
+START_TEST(test_rendezvous_refusals)
+{
+	struct kiln_store *s0, *s1, *s2;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	struct r0 a = { .s = s0, .world = 2, .timeout_ms = 5000 };
+	pthread_t th;
+	pthread_create(&th, NULL, rank0_rendezvous, &a);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_OK);
+	ck_assert_int_eq(kiln_store_rendezvous(s1, 1, 2, 5000), KILN_OK);
+	pthread_join(th, NULL);
+	ck_assert_msg(a.st == KILN_OK, "%s", a.msg);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s2), KILN_OK);
+	double t0 = now();
+	ck_assert_int_eq(kiln_store_rendezvous(s2, 1, 2, 5000), KILN_ECONFIG);
+	ck_assert_double_le(now() - t0, 2.0);
+	const char *msg = kiln_last_error();
+	ck_assert_msg(strstr(msg, "rank 1 joined twice: this process (host ") &&
+			      strstr(msg, ") and one before it (host "),
+		      "message: %s", msg);
+	kiln_store_close(s2);
+	kiln_store_close(s1);
+	kiln_store_close(s0);
+
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 5000, &s0), KILN_OK);
+	port = kiln_store_port(s0);
+	struct r0 b = { .s = s0, .world = 3, .timeout_ms = 8000 };
+	pthread_create(&th, NULL, rank0_rendezvous, &b);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_OK);
+	ck_assert_int_eq(kiln_store_rendezvous(s1, 1, 2, 8000), KILN_ECONFIG);
+	msg = kiln_last_error();
+	ck_assert_msg(strstr(msg, "rank 1's world size is 2 but rank 0's is 3: start every node with the same --nnodes and -n"),
+		      "message: %s", msg);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(b.st, KILN_ECONFIG);
+	ck_assert_msg(strstr(b.msg, "the rendezvous failed: rank 1's world size is 2 but rank 0's is 3"),
+		      "rank 0: %s", b.msg);
+	ck_assert_double_le(b.dt, 4.0);
+	kiln_store_close(s1);
+	kiln_store_close(s0);
+}
+END_TEST
+
 /* Rank 3 of 4 joins s0's store on port, says it is ready, and is killed
  * (no goodbye): the store records it lost. */
 static void kill_rank3(struct kiln_store *s0, int port)
@@ -623,7 +694,7 @@ static Suite *make_store_suite(void)
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
-		test_rendezvous_ok, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env,
+		test_rendezvous_ok, test_rendezvous_refusals, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env,
 		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, NULL });
 	return s;
 }
