@@ -307,9 +307,13 @@ int cmd_train(int argc, char **argv)
 		/* not evaluated (test_loss < 0): null */
 		print_metric("test_loss", r.test_loss);
 		print_metric("test_acc", r.test_acc);
-		printf("\"test_samples\": %lld, \"train_samples_per_s\": %.1f, "
-		       "\"eval_samples_per_s\": %.1f, \"wall_s\": %.2f",
-		       (long long)r.test_samples, r.train_samples_per_s, r.eval_samples_per_s, r.wall_s);
+		printf("\"test_samples\": %lld, ", (long long)r.test_samples);
+		/* timed over closed epochs: none closed (a stop in the first), null */
+		if (r.epochs > 0)
+			printf("\"train_samples_per_s\": %.1f, ", r.train_samples_per_s);
+		else
+			printf("\"train_samples_per_s\": null, ");
+		printf("\"eval_samples_per_s\": %.1f, \"wall_s\": %.2f", r.eval_samples_per_s, r.wall_s);
 		if (r.resumed_step >= 0)
 			printf(", \"resumed_step\": %lld", (long long)r.resumed_step);
 		if (r.checkpoint[0]) {
