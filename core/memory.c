@@ -258,33 +258,21 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 	return st;
 }
 
-/* The prediction for batch B (plans laid out, nothing allocated for
- * them), printed to f when f is not NULL. */
-static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_memory *out)
+/* What the report says of the model's state beyond its totals. */
+struct mem_parts {
+	size_t pf32;    /* the f32 parameters (params less the compute copy) */
+	size_t pcopy;   /* [run] precision's compute copy of them (bf16, f16) */
+	size_t zpieces; /* ZeRO-1: the gradient pieces reduce-scattered here */
+	size_t shared;  /* gradients in the communicator's shared memory */
+	int second;     /* accumulate: a second gradient buffer */
+};
+
+/* The model's buffers: parameters (and their compute copy), gradients,
+ * optimizer state (ZeRO-1: this rank's shard), batchnorm buffers. */
+static void model_state_bytes(const struct mem_setup *s, struct kiln_memory *out,
+			      struct mem_parts *pt)
 {
 	struct kiln_model *m = s->m;
-	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
-	int64_t EB = s->tc.eval_batch ? s->tc.eval_batch : B, acc = s->tc.accumulate;
-	const int do_eval = s->tc.eval;
-	const struct kiln_dataset *ds = &s->ds, *es = &s->es;
-	kiln_status st;
-	struct kiln_plan_opts train = { .training = 1, .dry = 1 }, eval = { .dry = 1 };
-
-	memset(out, 0, sizeof *out);
-	/* evaluation: the trainer's plan of eval_batch (at most the data) and
-	 * the remainder's */
-	if (do_eval && EB > es->len)
-		EB = es->len;
-	size_t rss0, rss1;
-	kiln_rss(&rss0, NULL, 0);
-	if ((st = kiln_model_plan_ex(m, B, &train, &ptrain)) ||
-	    (do_eval && (st = kiln_model_plan_ex(m, EB, &eval, &peval))) ||
-	    (do_eval && es->len % EB && (st = kiln_model_plan_ex(m, es->len % EB, &eval, &prem))))
-		goto out;
-	kiln_rss(&rss1, NULL, 0);
-	out->library = rss1 > rss0 ? rss1 - rss0 : 0;
-
-	/* the model's buffers */
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
 	int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
 	for (int i = 0; i < nb; i++) {
@@ -295,29 +283,33 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		else if (!strncmp(sb[i].name, "optim.", 6) && strcmp(sb[i].name, "optim.step"))
 			out->optim_state += sb[i].bytes;
 	}
-	/* [run] precision's compute copy of the parameters (bf16, f16) */
-	const size_t pcopy = m->cdtype != KILN_F32 && m->params_c ? m->n_elems * kiln_dtype_size(m->cdtype) : 0;
-	const size_t pf32 = out->params;
-	out->params += pcopy;
+	pt->pcopy = m->cdtype != KILN_F32 && m->params_c ? m->n_elems * kiln_dtype_size(m->cdtype) : 0;
+	pt->pf32 = out->params;
+	out->params += pt->pcopy;
 	/* ZeRO-1: a rank's shard of the state, and the pieces of the
 	 * gradients reduce-scattered to it, unless they stay in the
 	 * gradients (core/dist_zero.c) */
-	size_t zpieces = 0;
 	if (s->zero_world) {
 		const size_t W = (size_t)s->zero_world, zt = kiln_dist_zero_tail(m->n_trainable, W);
 		out->optim_state = (size_t)m->state_slots * ((m->n_trainable - zt) / W + zt) *
 				   sizeof(float);
-		zpieces = s->in_place ? 0 : (m->n_trainable - zt) / W;
+		pt->zpieces = s->in_place ? 0 : (m->n_trainable - zt) / W;
 	}
 	/* (and the tied weights' other users' gradients, core/tie.c) */
 	/* (a second buffer only where a layer cannot add in its own ops) */
 	/* (in the communicator's shared memory: host memory, not the
 	 * device's, kiln_dist_share_grads) */
-	const int second = acc > 1 && !kiln_model_grad_accum_ok(m);
-	const size_t shared = s->grads_shared ? m->n_elems * sizeof(float) : 0;
-	out->grads = (m->n_elems * (second ? 2 : 1) + m->n_tie_elems + zpieces) * sizeof(float) -
-		     shared;
-	out->batch = B;
+	pt->second = s->tc.accumulate > 1 && !kiln_model_grad_accum_ok(m);
+	pt->shared = s->grads_shared ? m->n_elems * sizeof(float) : 0;
+	out->grads = (m->n_elems * (pt->second ? 2 : 1) + m->n_tie_elems + pt->zpieces) *
+			     sizeof(float) - pt->shared;
+}
+
+/* The plans' arenas and workspaces, and where the training plan's
+ * activations peak. */
+static void plan_bytes(const struct kiln_plan *ptrain, const struct kiln_plan *peval,
+		       const struct kiln_plan *prem, struct kiln_memory *out)
+{
 	out->activations = ptrain->arena_bytes;
 	out->recompute_segments = ptrain->n_segments;
 	out->recomputed = ptrain->n_recomputed;
@@ -326,6 +318,25 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 	out->eval = peval ? peval->arena_bytes + peval->ws_bytes : 0;
 	if (prem)
 		out->eval += prem->arena_bytes + prem->ws_bytes;
+	for (int pos = 0; pos < ptrain->n_pos; pos++) {
+		size_t live = live_at(ptrain, pos);
+		if (live > out->peak_live) {
+			out->peak_live = live;
+			out->peak_layer = ptrain->sched[pos].layer;
+			out->peak_pass = ptrain->sched[pos].kind;
+		}
+	}
+}
+
+/* The optimizer's extras, the device input slots, and the host side:
+ * the loaders' staging rings and the trainer's host slots and orders
+ * (and the shared gradients). */
+static void io_bytes(const struct mem_setup *s, int64_t B, int64_t EB, size_t shared,
+		     struct kiln_memory *out)
+{
+	const struct kiln_model *m = s->m;
+	const struct kiln_dataset *ds = &s->ds, *es = &s->es;
+	const int do_eval = s->tc.eval;
 	/* the optimizer's extras (no_decay multiplier, LAMB's offsets and
 	 * workspace) and the small device scalars (step counters, lr, metrics,
 	 * the clip state: 64 bytes each) */
@@ -350,76 +361,106 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 			    ((size_t)B * (ds->sample_bytes + ds->label_bytes) +
 			     (do_eval ? (size_t)EB * (es->sample_bytes + es->label_bytes) : 0));
 	out->host += trainer_host_bytes(ds, es, rows, do_eval && workers > 0) + shared;
+}
+
+/* The report of out to f: the totals, then each layer's tensors (and each
+ * pipeline stage's, when the model has stages). */
+static kiln_status print_report(const struct mem_setup *s, const struct kiln_plan *ptrain,
+				int64_t B, int64_t EB, const struct mem_parts *pt,
+				const struct kiln_memory *out, FILE *f)
+{
+	static const char *const pass_name[] = { "forward", "recomputation", "backward" };
+	struct kiln_model *m = s->m;
+	fprintf(f, "memory of a training run, batch %lld%s (device %s), before any step:\n",
+		(long long)B, s->tc.accumulate > 1 ? " per micro-step" : "", s->run.device);
+	fprintf(f, "  %-22s %10.2f MiB  %zu floats", "parameters", mib(out->params), pt->pf32 / 4);
+	if (pt->pcopy)
+		fprintf(f, " (and their %s compute copy, %.2f MiB)", kiln_dtype_name(m->cdtype),
+			mib(pt->pcopy));
+	fputc('\n', f);
+	fprintf(f, "  %-22s %10.2f MiB%s%s%s", "gradients", mib(out->grads),
+		pt->second ? "  (and the accumulation buffer)" : "",
+		m->n_tie_elems ? "  (and the tied weights' other users')" : "",
+		pt->zpieces ? "  (ZeRO-1: the pieces reduce-scattered to this rank)" : "");
+	if (pt->shared)
+		fprintf(f, "  (%.2f MiB in the communicator's shared memory: host staging)",
+			mib(pt->shared));
+	fprintf(f, "\n  %-22s %10.2f MiB  [train] optimizer = %s", "optimizer state",
+		mib(out->optim_state), s->tc.optimizer);
+	if (s->zero_world)
+		fprintf(f, "  (ZeRO-1: this rank's shard of %lld ranks')", (long long)s->zero_world);
+	fprintf(f, "\n");
+	fprintf(f, "  %-22s %10.2f MiB\n", "buffers (batchnorm)", mib(out->buffers));
+	fprintf(f, "  %-22s %10.2f MiB  packed by lifetime (%.2f MiB without packing)\n",
+		"activations", mib(out->activations), mib(out->activations_unpacked));
+	if (out->recompute_segments || out->recomputed)
+		fprintf(f, "  %-22s %10s      %d segments, %d layers' outputs recomputed in the backward\n",
+			"  recompute", "", out->recompute_segments, out->recomputed);
+	fprintf(f, "  %-22s %10.2f MiB\n", "workspace", mib(out->workspace));
+	fprintf(f, "  %-22s %10.2f MiB  batch %lld, no backward\n", "evaluation plan",
+		mib(out->eval), (long long)EB);
+	fprintf(f, "  %-22s %10.2f MiB  2 slots of samples and labels\n", "input buffers",
+		mib(out->inputs));
+	fprintf(f, "  %-22s %10.2f MiB  optimizer extras, counters, lr, metrics\n", "other",
+		mib(out->other));
+	fprintf(f, "  %-22s %10.2f MiB\n", "total", mib(out->total));
+	fprintf(f, "  %-22s %10.2f MiB  the loaders' pinned staging, the trainer's host slots and sample orders%s (host memory)\n",
+		"host staging", mib(out->host), pt->shared ? ", the shared gradients" : "");
+	fprintf(f, "  %-22s %10.2f MiB  library objects (host memory; measured while planning)\n",
+		"device library", mib(out->library));
+	fprintf(f, "  activations peak at the %s of layer '%s': %.2f MiB live\n",
+		pass_name[out->peak_pass], m->layers[out->peak_layer].name, mib(out->peak_live));
+	fprintf(f, "\n  %-16s %-14s %12s %12s %12s\n", "layer", "type", "output MiB", "saved MiB",
+		"grad MiB");
+	for (int i = 0; i < m->n_layers; i++) {
+		const struct plan_node *nd = &ptrain->nodes[i];
+		size_t y = nd->l.is_view ? 0 : store_bytes(ptrain, nd->ystore);
+		fprintf(f, "  %-16s %-14s %12.3f %12.3f %12.3f%s%s\n", m->layers[i].name,
+			m->layers[i].type->name, mib(y), mib(store_bytes(ptrain, nd->sstore)),
+			mib(store_bytes(ptrain, nd->gstore)), nd->l.is_view ? "  (view)" : "",
+			nd->trig >= 0 ? "  recomputed" : "");
+	}
+	int pipe = 0;
+	kiln_status st = kiln_pipe_wanted(m->cfg, m, &pipe);
+	if (!st && m->n_stages > 1)
+		st = kiln_pipe_memory_print(m, B, f);
+	return st;
+}
+
+/* The prediction for batch B (plans laid out, nothing allocated for
+ * them), printed to f when f is not NULL. */
+static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_memory *out)
+{
+	struct kiln_model *m = s->m;
+	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
+	int64_t EB = s->tc.eval_batch ? s->tc.eval_batch : B;
+	const int do_eval = s->tc.eval;
+	const struct kiln_dataset *es = &s->es;
+	struct mem_parts pt = { 0 };
+	kiln_status st;
+	struct kiln_plan_opts train = { .training = 1, .dry = 1 }, eval = { .dry = 1 };
+
+	memset(out, 0, sizeof *out);
+	/* evaluation: the trainer's plan of eval_batch (at most the data) and
+	 * the remainder's */
+	if (do_eval && EB > es->len)
+		EB = es->len;
+	size_t rss0, rss1;
+	kiln_rss(&rss0, NULL, 0);
+	if ((st = kiln_model_plan_ex(m, B, &train, &ptrain)) ||
+	    (do_eval && (st = kiln_model_plan_ex(m, EB, &eval, &peval))) ||
+	    (do_eval && es->len % EB && (st = kiln_model_plan_ex(m, es->len % EB, &eval, &prem))))
+		goto out;
+	kiln_rss(&rss1, NULL, 0);
+	out->library = rss1 > rss0 ? rss1 - rss0 : 0;
+	out->batch = B;
+	model_state_bytes(s, out, &pt);
+	plan_bytes(ptrain, peval, prem, out);
+	io_bytes(s, B, EB, pt.shared, out);
 	out->total = out->params + out->grads + out->optim_state + out->buffers + out->activations +
 		     out->workspace + out->eval + out->inputs + out->other;
-
-	/* where the activations peak */
-	for (int pos = 0; pos < ptrain->n_pos; pos++) {
-		size_t live = live_at(ptrain, pos);
-		if (live > out->peak_live) {
-			out->peak_live = live;
-			out->peak_layer = ptrain->sched[pos].layer;
-			out->peak_pass = ptrain->sched[pos].kind;
-		}
-	}
-
-	if (f) {
-		static const char *const pass_name[] = { "forward", "recomputation", "backward" };
-		const int n = m->n_layers;
-		fprintf(f, "memory of a training run, batch %lld%s (device %s), before any step:\n",
-			(long long)B, acc > 1 ? " per micro-step" : "", s->run.device);
-		fprintf(f, "  %-22s %10.2f MiB  %zu floats", "parameters", mib(out->params), pf32 / 4);
-		if (pcopy)
-			fprintf(f, " (and their %s compute copy, %.2f MiB)", kiln_dtype_name(m->cdtype),
-				mib(pcopy));
-		fputc('\n', f);
-		fprintf(f, "  %-22s %10.2f MiB%s%s%s", "gradients", mib(out->grads),
-			second ? "  (and the accumulation buffer)" : "",
-			m->n_tie_elems ? "  (and the tied weights' other users')" : "",
-			zpieces ? "  (ZeRO-1: the pieces reduce-scattered to this rank)" : "");
-		if (shared)
-			fprintf(f, "  (%.2f MiB in the communicator's shared memory: host staging)",
-				mib(shared));
-		fprintf(f, "\n  %-22s %10.2f MiB  [train] optimizer = %s", "optimizer state",
-			mib(out->optim_state), s->tc.optimizer);
-		if (s->zero_world)
-			fprintf(f, "  (ZeRO-1: this rank's shard of %lld ranks')", (long long)s->zero_world);
-		fprintf(f, "\n");
-		fprintf(f, "  %-22s %10.2f MiB\n", "buffers (batchnorm)", mib(out->buffers));
-		fprintf(f, "  %-22s %10.2f MiB  packed by lifetime (%.2f MiB without packing)\n",
-			"activations", mib(out->activations), mib(out->activations_unpacked));
-		if (out->recompute_segments || out->recomputed)
-			fprintf(f, "  %-22s %10s      %d segments, %d layers' outputs recomputed in the backward\n",
-				"  recompute", "", out->recompute_segments, out->recomputed);
-		fprintf(f, "  %-22s %10.2f MiB\n", "workspace", mib(out->workspace));
-		fprintf(f, "  %-22s %10.2f MiB  batch %lld, no backward\n", "evaluation plan",
-			mib(out->eval), (long long)EB);
-		fprintf(f, "  %-22s %10.2f MiB  2 slots of samples and labels\n", "input buffers",
-			mib(out->inputs));
-		fprintf(f, "  %-22s %10.2f MiB  optimizer extras, counters, lr, metrics\n", "other",
-			mib(out->other));
-		fprintf(f, "  %-22s %10.2f MiB\n", "total", mib(out->total));
-		fprintf(f, "  %-22s %10.2f MiB  the loaders' pinned staging, the trainer's host slots and sample orders%s (host memory)\n",
-			"host staging", mib(out->host), shared ? ", the shared gradients" : "");
-		fprintf(f, "  %-22s %10.2f MiB  library objects (host memory; measured while planning)\n",
-			"device library", mib(out->library));
-		fprintf(f, "  activations peak at the %s of layer '%s': %.2f MiB live\n",
-			pass_name[out->peak_pass], m->layers[out->peak_layer].name,
-			mib(out->peak_live));
-		fprintf(f, "\n  %-16s %-14s %12s %12s %12s\n", "layer", "type", "output MiB",
-			"saved MiB", "grad MiB");
-		for (int i = 0; i < n; i++) {
-			const struct plan_node *nd = &ptrain->nodes[i];
-			size_t y = nd->l.is_view ? 0 : store_bytes(ptrain, nd->ystore);
-			fprintf(f, "  %-16s %-14s %12.3f %12.3f %12.3f%s%s\n", m->layers[i].name,
-				m->layers[i].type->name, mib(y), mib(store_bytes(ptrain, nd->sstore)),
-				mib(store_bytes(ptrain, nd->gstore)), nd->l.is_view ? "  (view)" : "",
-				nd->trig >= 0 ? "  recomputed" : "");
-		}
-		int pipe = 0;
-		if (!(st = kiln_pipe_wanted(m->cfg, m, &pipe)) && m->n_stages > 1)
-			st = kiln_pipe_memory_print(m, B, f);
-	}
+	if (f)
+		st = print_report(s, ptrain, B, EB, &pt, out, f);
 out:
 	kiln_plan_free(ptrain);
 	kiln_plan_free(peval);
