@@ -581,6 +581,20 @@ START_TEST(test_not_checkpoints)
 }
 END_TEST
 
+/* The resolved config text of `base` with one override (validated); the
+ * caller frees it. */
+static char *text_with(const char *base, const char *override)
+{
+	struct kiln_config *c;
+	ck_assert(kiln_config_load_string(base, "test.ini", &c) == 0);
+	ck_assert(kiln_config_override(c, override) == 0);
+	ck_assert_msg(kiln_config_validate(c, reg) == 0, "%s: %s", override, kiln_last_error());
+	char *t = kiln_ckpt_config_text(c, reg);
+	ck_assert(t);
+	kiln_config_free(c);
+	return t;
+}
+
 /* Resuming compares the resolved configs key by key. */
 START_TEST(test_config_check)
 {
@@ -608,11 +622,7 @@ START_TEST(test_config_check)
 		{ "layer.x.type=relu", "[layer.x] type is absent in the checkpoint" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		struct kiln_config *c;
-		ck_assert(kiln_config_load_string(base, "test.ini", &c) == 0);
-		ck_assert(kiln_config_override(c, cases[i].override) == 0);
-		ck_assert_msg(kiln_config_validate(c, reg) == 0, "%s", kiln_last_error());
-		char *t = kiln_ckpt_config_text(c, reg);
+		char *t = text_with(base, cases[i].override);
 		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, NULL, NULL);
 		if (!cases[i].names) {
 			ck_assert_msg(st == 0, "%s: %s", cases[i].override, kiln_last_error());
@@ -623,7 +633,6 @@ START_TEST(test_config_check)
 				      "%s: %s", cases[i].override, kiln_last_error());
 		}
 		free(t);
-		kiln_config_free(c);
 	}
 	/* the weights alone (eval, export): only what shapes the stored
 	 * tensors, plus what the checkpoint lists */
@@ -641,16 +650,11 @@ START_TEST(test_config_check)
 		{ "run.seed=4", "run seed\n", 1 },
 	};
 	for (size_t i = 0; i < sizeof wcases / sizeof *wcases; i++) {
-		struct kiln_config *c;
-		ck_assert(kiln_config_load_string(base, "test.ini", &c) == 0);
-		ck_assert(kiln_config_override(c, wcases[i].override) == 0);
-		ck_assert_msg(kiln_config_validate(c, reg) == 0, "%s", kiln_last_error());
-		char *t = kiln_ckpt_config_text(c, reg);
+		char *t = text_with(base, wcases[i].override);
 		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, wcases[i].listed, NULL);
 		ck_assert_msg(st == (wcases[i].refused ? KILN_ECONFIG : KILN_OK), "%s: %s",
 			      wcases[i].override, kiln_last_error());
 		free(t);
-		kiln_config_free(c);
 	}
 	/* a removed layer: named from the checkpoint's side */
 	struct kiln_config *c1 = test_config(reg, "[run]\nout_dir = /tmp/a\n[train]\nlr = 0.1\n"
@@ -700,12 +704,8 @@ START_TEST(test_config_check)
 		{ "plugin.cpu.conv_algo=direct", "[plugin.cpu] conv_algo is 'direct' in the checkpoint but absent here" },
 	};
 	for (size_t i = 0; i < sizeof pcases / sizeof *pcases; i++) {
-		struct kiln_config *c3;
-		ck_assert(kiln_config_load_string(base, "test.ini", &c3) == 0);
-		ck_assert(kiln_config_override(c3, pcases[i].set) == 0);
-		ck_assert_msg(kiln_config_validate(c3, reg) == 0, "%s", kiln_last_error());
-		char *t3 = kiln_ckpt_config_text(c3, reg);
-		ck_assert(t3 && strstr(t3, "[plugin.cpu]\n"));
+		char *t3 = text_with(base, pcases[i].set);
+		ck_assert(strstr(t3, "[plugin.cpu]\n"));
 		kiln_status st = kiln_ckpt_config_check("ck.kiln", t3, t0, NULL, d0);
 		if (!pcases[i].names)
 			ck_assert_msg(st == KILN_OK, "%s: %s", pcases[i].set, kiln_last_error());
@@ -713,7 +713,6 @@ START_TEST(test_config_check)
 			ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), pcases[i].names),
 				      "%s: %s", pcases[i].set, st ? kiln_last_error() : "accepted");
 		free(t3);
-		kiln_config_free(c3);
 	}
 	free(d0);
 	free(old);
