@@ -36,16 +36,18 @@ type = softmax_xent
 batch = 8
 INI
 # (not a rate comparison: timings are bench/'s, never a test's) each of 3
-# runs of one timed batch counts that batch's reads and transforms, and
-# its wait: the loader is idle when the clock starts, so the consumer
-# waits for the batch (before, most runs timed a batch read ahead during
-# the warm-up: read_us 0.00, xform_us 0.00, wait_frac 0, and 10x-100x the
-# steady samples/s)
+# runs of one timed batch counts that batch's reads and transforms: the
+# loader is idle when the clock starts (before, most runs timed a batch
+# read ahead during the warm-up: read_us 0.00, xform_us 0.00 and 10x-100x
+# the steady samples/s).  The consumer's wait is not asserted above 0: on
+# a busy machine the consumer can be descheduled between starting the
+# epoch and asking for its batch for longer than the batch takes to read
+# (CI, session 29: wait_frac 0.0000 with the batch read in the window).
 for run in 1 2 3; do
 	kiln 0 bench data "$tmp/bd.ini" --batches 1
 	stdout_has '"batches": 1,'
 	awk -v r="$(field read_us "$out")" -v x="$(field xform_us "$out")" -v w="$(field wait_frac "$out")" \
-		'BEGIN { exit !(r > 0 && x > 0 && w > 0) }' ||
+		'BEGIN { exit !(r > 0 && x > 0 && w >= 0 && w <= 1) }' ||
 		fail "run $run, --batches 1: read_us $(field read_us "$out"), xform_us $(field xform_us "$out"), wait_frac $(field wait_frac "$out"): a batch read before the clock started"
 done
 echo "ok: bench data --batches 1 times the batch it reads"
