@@ -32,7 +32,7 @@
 #include <string.h>   /* strerror, strcmp, strlen, memcpy */
 #include <sys/mman.h> /* mmap, munmap */
 #include <sys/stat.h> /* stat, fstat */
-#include <unistd.h>   /* close, access */
+#include <unistd.h>   /* close */
 
 #define REC_WHO "records"
 #define REC_MAX_PIXELS ((uint64_t)1 << 28) /* as IMG_MAX_PIXELS */
@@ -240,21 +240,6 @@ static void rec_close(void *vctx)
 	free(c);
 }
 
-/* Shard "<dir>/<split>-<n>.krec" with no "<dir>/<split>.krec-partial"
- * beside it (REC_PARTIAL): a kiln pack that did not finish placing its
- * shards may have left some of an earlier pack among them. */
-static kiln_status rec_not_partial(const struct kiln_host *host, const char *shard)
-{
-	const char *dash = strrchr(shard, '-'), *slash = strrchr(shard, '/');
-	char m[PATH_MAX];
-	if (!dash || (slash && dash < slash) ||
-	    snprintf(m, sizeof m, "%.*s%s", (int)(dash - shard), shard, REC_PARTIAL) >= (int)sizeof m ||
-	    access(m, F_OK))
-		return KILN_OK;
-	return host->error(KILN_EDATA, "%s: the kiln pack that wrote this split did not finish (%s exists), so its shards may mix two packs: run the pack again with --force",
-			   shard, m);
-}
-
 static kiln_status rec_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    const char *section, const char *split, void **out)
 {
@@ -278,7 +263,7 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 	int sized = 0; /* c->h, w, c hold a shard's size */
 	for (size_t i = 0; i < names.n; i++) {
 		struct rec_shard *s = &c->shards[i];
-		if ((st = rec_not_partial(host, names.v[i])) ||
+		if ((st = loaders_not_partial(host, names.v[i], REC_PARTIAL)) ||
 		    (st = rec_shard_open(host, names.v[i], s)))
 			goto fail;
 		c->nshards++;
