@@ -57,7 +57,7 @@ for m in $MODELS; do
 		# shellcheck disable=SC2086
 		"$KILN" train "$(ex "$m")" $o $ep data.limit="$LIMIT" train.eval=0 >/dev/null 2>"$DIR/$m.train.err"
 	fi
-	ck=$(ls "$DIR/$m"/checkpoints/ckpt-*.kiln | tail -1)
+	ck=$(ls "$DIR/$m"/checkpoints/ckpt-*.kiln | sort -V | tail -1) # the newest step
 	# shellcheck disable=SC2086
 	"$KILN" quantize "$(ex "$m")" $o --checkpoint "$ck" --calibrate 8 --out "$DIR/$m.int8" \
 		data.eval.split=train >/dev/null 2>"$DIR/$m.quantize.err"

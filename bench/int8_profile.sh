@@ -33,7 +33,7 @@ export OMP_NUM_THREADS=1
 
 # variant arguments of model $1 and variant $2
 args() {
-	ck=$(ls "$DIR/$1"/checkpoints/ckpt-*.kiln | tail -1)
+	ck=$(ls "$DIR/$1"/checkpoints/ckpt-*.kiln | sort -V | tail -1) # the newest step
 	nochain=$(KILN_LOG_LEVEL=info "$KILN" eval "$(ex "$1")" run.out_dir="$DIR/$1" data.eval.limit=1 \
 		--quantized "$DIR/$1.int8" 2>&1 >/dev/null |
 		sed -n "s/.*layer '\([^']*\)' writes u8.*/layer.\1.int8_out_scale=0/p" | tr '\n' ' ')
@@ -72,7 +72,7 @@ echo "|---|---|---|---:|"
 for m in $MODELS; do
 	for v in fp32 fold int8-f32 int8; do
 		if [ "$v" = fp32 ]; then
-			a="--checkpoint $(ls "$DIR/$m"/checkpoints/ckpt-*.kiln | tail -1)"
+			a="--checkpoint $(ls "$DIR/$m"/checkpoints/ckpt-*.kiln | sort -V | tail -1)"
 		else
 			a=$(args "$m" "$v")
 		fi

@@ -24,6 +24,18 @@ int cmd_memory(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 /* kiln pack --format tokens: text files into token shards (pack_tokens.c) */
 int cmd_pack_tokens(int argc, char **argv);
+/* kiln pack's steps that both formats take (cmd_pack.c).  fsync DIR. */
+kiln_status pack_sync_dir(const char *dir);
+/* Create DIR/<split><partial> (".krec-partial", ".bin-partial"), then sync
+ * DIR: while it exists, readers refuse the split (its shards are being
+ * written or placed).  pack_unmark_partial syncs DIR (the shards' names),
+ * removes it and syncs DIR again. */
+kiln_status pack_mark_partial(const char *dir, const char *split, const char *partial);
+kiln_status pack_unmark_partial(const char *dir, const char *split, const char *partial);
+/* Remove DIR/<split>-*<suffix>.tmp, what a pack of the split killed while
+ * writing left (SIGTERM, SIGKILL), saying how many on stderr; returns how
+ * many. */
+int pack_remove_stale_tmp(const char *dir, const char *split, const char *suffix);
 int cmd_export(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);

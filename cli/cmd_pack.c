@@ -13,8 +13,12 @@
 #include "build-config.h"
 #include "cli.h"
 
+#include <dirent.h>   /* opendir, readdir */
+#include <errno.h>    /* errno */
+#include <fcntl.h>    /* open */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>   /* fsync, unlink */
 
 #ifdef KILN_WITH_PACK
 #include <kiln/image.h> /* kiln_xform_resize_box, its scratch */
@@ -22,14 +26,11 @@
 #include "image.h"   /* plugins/loaders: img_encode_jpeg, img_encode_png */
 #include "records.h" /* plugins/loaders: the shard writer rec_writer_* */
 
-#include <dirent.h>   /* opendir, readdir */
-#include <errno.h>    /* errno */
-#include <fcntl.h>    /* open */
 #include <pthread.h>  /* pthread_create, pthread_join */
 #include <stdlib.h>   /* strtoll, calloc, free */
 #include <sys/stat.h> /* mkdir, stat */
 #include <time.h>     /* clock_gettime */
-#include <unistd.h>   /* fsync, sysconf, isatty, unlink */
+#include <unistd.h>   /* sysconf, isatty */
 #endif
 
 const char cmd_pack_usage[] =
@@ -59,15 +60,18 @@ const char cmd_pack_about[] =
 	"                     scaled and truncated as torchvision's Resize(N))\n"
 	"  --workers N        threads that read, resize and encode (default: the cores, at\n"
 	"                     most 16); the shards are the same for any number\n"
-	"  --force            replace the split's shards already in DIR (and remove its\n"
-	"                     stale *.tmp), or with --format folder the images an earlier\n"
-	"                     pack wrote into DIR/<split> (other files stay)\n"
+	"  --force            replace the split's shards already in DIR, or with --format\n"
+	"                     folder the images an earlier pack wrote into DIR/<split>\n"
+	"                     (other files stay)\n"
 	"  --format F         records (default), or folder: an ImageFolder tree\n"
 	"                     DIR/<split>/<class>/<index>.png|jpg (needs --store png or\n"
 	"                     jpeg) that `source = folder` and torchvision read\n\n"
 	"Arguments with '=' override config keys, as for kiln train (data.limit=1000).\n"
 	"Shards are written as *.tmp, fsynced, and renamed into place when all are\n"
-	"complete.  The last line on stdout sums up: samples, shards, bytes, samples/s.\n"
+	"complete; the split's *.tmp that a killed pack left are removed first (said on\n"
+	"stderr), and DIR/<split>.krec-partial exists while shards are placed (a reader\n"
+	"refuses the split beside it).  The last line on stdout sums up: samples, shards,\n"
+	"bytes, samples/s.\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error (naming the\n"
 	"sample).\n\n"
 	"--format tokens encodes text files (no CONFIG) into token shards in llm.c's format\n"
@@ -80,7 +84,11 @@ const char cmd_pack_about[] =
 	"                      the held-out shards (default 0)\n"
 	"  --split, --val-split  the shards' name prefixes (default train and val)\n"
 	"  --shard-tokens N    tokens per shard at most (default 100000000)\n"
-	"  --force             replace the shards already in DIR\n";
+	"  --force             replace the shards already in DIR\n"
+	"Each shard is written as .tmp, fsynced and renamed when full.  DIR/<split>.bin-partial\n"
+	"(and the val split's) exists until every shard is in place, and the `tokens`\n"
+	"source refuses a split beside one (a killed pack); the splits' *.bin.tmp that a\n"
+	"killed pack left are removed first.\n";
 
 /* `--format tokens` (or --format=tokens) among the arguments. */
 static int wants_tokens(int argc, char **argv)
@@ -90,6 +98,69 @@ static int wants_tokens(int argc, char **argv)
 		    (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "tokens")))
 			return 1;
 	return 0;
+}
+
+/* ---- shared with --format tokens (pack_tokens.c) ------------------------- */
+
+kiln_status pack_sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd)) {
+		kiln_status st = kiln_error(KILN_EIO, "%s: cannot sync the directory: %s", dir,
+					    strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return st;
+	}
+	close(fd);
+	return KILN_OK;
+}
+
+kiln_status pack_mark_partial(const char *dir, const char *split, const char *partial)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s%s", dir, split, partial);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
+	close(fd);
+	return pack_sync_dir(dir);
+}
+
+kiln_status pack_unmark_partial(const char *dir, const char *split, const char *partial)
+{
+	char path[4200];
+	kiln_status st = pack_sync_dir(dir); /* the shards' names first */
+	snprintf(path, sizeof path, "%s/%s%s", dir, split, partial);
+	if (!st && unlink(path))
+		st = kiln_error(KILN_EIO, "%s: cannot remove: %s", path, strerror(errno));
+	return st ? st : pack_sync_dir(dir);
+}
+
+int pack_remove_stale_tmp(const char *dir, const char *split, const char *suffix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	char tmp_suffix[64], path[4200];
+	size_t sl = strlen(split);
+	int n = 0;
+	snprintf(tmp_suffix, sizeof tmp_suffix, "%s.tmp", suffix);
+	size_t xl = strlen(tmp_suffix);
+	while (d && (de = readdir(d))) {
+		const char *name = de->d_name;
+		size_t l = strlen(name);
+		if (strncmp(name, split, sl) || name[sl] != '-' || l < sl + 1 + xl ||
+		    strcmp(name + l - xl, tmp_suffix))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, name);
+		n += !unlink(path);
+	}
+	if (d)
+		closedir(d);
+	if (n)
+		fprintf(stderr, "kiln pack: removed %d stale %s/%s-*%s file(s) of an interrupted pack\n",
+			n, dir, split, tmp_suffix);
+	return n;
 }
 
 #ifndef KILN_WITH_PACK
@@ -441,20 +512,6 @@ static void shards_discard(struct shards *sh)
 		unlink(sh->tmp[k]);
 }
 
-static kiln_status fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd)) {
-		kiln_status st = kiln_error(KILN_EIO, "%s: cannot sync the directory: %s", dir,
-					    strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return st;
-	}
-	close(fd);
-	return KILN_OK;
-}
-
 /* The names of DIR/<split>-*<suffix> that exist now (for --force and the
  * refusal to mix with an earlier pack).  Returns how many; *first gets one.
  * remove_from >= 0: remove them instead, all but kiln's names of shards
@@ -644,15 +701,7 @@ static int64_t round_per_worker(const struct pack_opts *o, const struct kiln_sou
 static kiln_status shards_place(const struct pack_opts *o, const struct shards *sh, char *old,
 				size_t old_size)
 {
-	char partial[4200];
-	snprintf(partial, sizeof partial, "%s/%s%s", o->out, o->split, REC_PARTIAL);
-	int fd = open(partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	kiln_status st = fd < 0 ? kiln_error(KILN_EIO, "%s: cannot create: %s", partial, strerror(errno))
-				: KILN_OK;
-	if (fd >= 0)
-		close(fd);
-	if (!st)
-		st = fsync_dir(o->out);
+	kiln_status st = pack_mark_partial(o->out, o->split, REC_PARTIAL);
 	for (int k = 0; k < sh->n && !st; k++) {
 		char final[4200];
 		shard_name(o, k, 0, final, sizeof final);
@@ -664,22 +713,7 @@ static kiln_status shards_place(const struct pack_opts *o, const struct shards *
 		return st;
 	if (o->force)
 		existing_shards(o, REC_SUFFIX, old, old_size, sh->n);
-	if ((st = fsync_dir(o->out)))
-		return st;
-	if (unlink(partial))
-		return kiln_error(KILN_EIO, "%s: cannot remove: %s", partial, strerror(errno));
-	return fsync_dir(o->out);
-}
-
-/* --force: remove DIR/<split>-*.tmp, the shards of an interrupted pack
- * (SIGTERM, SIGKILL) of this split, saying so. */
-static void remove_stale_tmp(const struct pack_opts *o)
-{
-	char any[512];
-	int n = existing_shards(o, ".tmp", any, sizeof any, 0);
-	if (n)
-		fprintf(stderr, "kiln pack: removed %d stale %s/%s-*.tmp file(s) of an interrupted pack\n",
-			n, o->out, o->split);
+	return pack_unmark_partial(o->out, o->split, REC_PARTIAL);
 }
 
 /* Pack src per o; t0: when the source began to open (the rate counts it). */
@@ -714,8 +748,8 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 				  o->out, nold, o->split, old);
 	if (!o->folder && (st = shard_count_check(o, &info)))
 		return st;
-	if (!o->folder && o->force)
-		remove_stale_tmp(o);
+	if (!o->folder) /* the split is this run's now: an interrupted pack's *.tmp go */
+		pack_remove_stale_tmp(o->out, o->split, REC_SUFFIX);
 
 	int T = o->workers;
 	const int64_t per = round_per_worker(o, &info), round = per * T;

@@ -7,17 +7,21 @@
  * vocabulary it precedes each file as llm.c's data scripts put it before
  * each document); with --val-fraction f the last f of each file's tokens go
  * to the held-out split.  The tokens stream into DIR/<split>-000000.bin,
- * -000001.bin, ... of at most --shard-tokens tokens, each written as .tmp
- * and renamed when complete.
+ * -000001.bin, ... of at most --shard-tokens tokens, each written as .tmp,
+ * fsynced and renamed when complete, all while DIR/<split>.bin-partial
+ * exists (TOK_PARTIAL), so that a pack killed midway leaves splits the
+ * source refuses rather than reads short.
  */
 #include "cli.h"
 #include "tokenizer.h"
+#include "../plugins/loaders/tokens.h" /* TOK_SUFFIX, TOK_PARTIAL */
 
 #include <errno.h>    /* errno */
 #include <stdio.h>    /* FILE, fopen, fwrite, rename */
 #include <stdlib.h>   /* malloc, free, strtod, strtoll */
 #include <string.h>   /* strcmp, strncmp, strerror */
 #include <sys/stat.h> /* mkdir, stat */
+#include <unistd.h>   /* fsync */
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
@@ -52,7 +56,7 @@ struct shard_out {
 
 static void shard_path(const struct shard_out *s, int k, int tmp, char *out, size_t n)
 {
-	snprintf(out, n, "%s/%s-%06d.bin%s", s->o->out, s->split, k, tmp ? ".tmp" : "");
+	snprintf(out, n, "%s/%s-%06d%s%s", s->o->out, s->split, k, TOK_SUFFIX, tmp ? ".tmp" : "");
 }
 
 /* The header of a shard of n tokens. */
@@ -75,6 +79,8 @@ static kiln_status shard_close(struct shard_out *s)
 	if (!s->f)
 		return KILN_OK;
 	kiln_status st = shard_header(s, s->n);
+	if (!st && (fflush(s->f) || fsync(fileno(s->f))))
+		st = kiln_error(KILN_EIO, "%s: cannot write: %s", s->tmp, strerror(errno));
 	if (fclose(s->f) && !st)
 		st = kiln_error(KILN_EIO, "%s: cannot write: %s", s->tmp, strerror(errno));
 	s->f = NULL;
@@ -220,21 +226,48 @@ static kiln_status read_text(const char *path, char **buf, size_t *n)
 	return KILN_OK;
 }
 
-/* An existing shard of `split` in DIR (without --force: an error). */
+/* An existing shard of `split` in DIR: without --force an error. */
 static kiln_status check_existing(const struct tok_opts *o, const char *split)
 {
 	char p[4096];
 	struct stat sb;
-	snprintf(p, sizeof p, "%s/%s-%06d.bin", o->out, split, 0);
+	snprintf(p, sizeof p, "%s/%s-%06d%s", o->out, split, 0, TOK_SUFFIX);
 	if (!o->force && stat(p, &sb) == 0)
 		return kiln_error(KILN_EUSAGE, "%s exists: pass --force to replace the shards, or choose another --out",
 				  p);
-	for (int k = 0; o->force; k++) { /* remove the earlier pack's shards */
-		snprintf(p, sizeof p, "%s/%s-%06d.bin", o->out, split, k);
+	return KILN_OK;
+}
+
+/* Make `split` this run's: mark it partial, then (--force) remove the
+ * earlier pack's shards and any *.tmp a killed pack left. */
+static kiln_status split_begin(const struct tok_opts *o, const char *split)
+{
+	char p[4096];
+	kiln_status st = pack_mark_partial(o->out, split, TOK_PARTIAL);
+	for (int k = 0; !st && o->force; k++) {
+		snprintf(p, sizeof p, "%s/%s-%06d%s", o->out, split, k, TOK_SUFFIX);
 		if (remove(p))
 			break;
 	}
-	return KILN_OK;
+	if (!st)
+		pack_remove_stale_tmp(o->out, split, TOK_SUFFIX);
+	return st;
+}
+
+/* After a failure: remove the shards this run wrote of s's split (the open
+ * .tmp and those renamed), so that the marker can go too. */
+static void split_discard(struct shard_out *s)
+{
+	char p[4096];
+	if (s->f)
+		fclose(s->f);
+	s->f = NULL;
+	if (s->tmp[0])
+		remove(s->tmp);
+	for (int k = 0; k < s->k; k++) {
+		shard_path(s, k, 0, p, sizeof p);
+		remove(p);
+	}
 }
 
 static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
@@ -244,7 +277,8 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 	kiln_status st = KILN_OK;
 	if (mkdir(o->out, 0777) && errno != EEXIST)
 		return kiln_error(KILN_EIO, "--out %s: cannot create: %s", o->out, strerror(errno));
-	if ((st = check_existing(o, o->split)) || (st = check_existing(o, o->val_split)))
+	if ((st = check_existing(o, o->split)) || (st = check_existing(o, o->val_split)) ||
+	    (st = split_begin(o, o->split)) || (st = split_begin(o, o->val_split)))
 		return st;
 	for (int i = 0; i < o->n_in && !st; i++) {
 		char *text;
@@ -268,12 +302,17 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 	if (!st)
 		st = shard_close(&va);
 	if (st) {
-		if (tr.f)
-			fclose(tr.f), remove(tr.tmp);
-		if (va.f)
-			fclose(va.f), remove(va.tmp);
+		split_discard(&tr);
+		split_discard(&va);
 	}
 	free(ids.v);
+	/* a failed pack removed what it wrote: its markers go too (the first
+	 * error is the one reported) */
+	kiln_status un = pack_unmark_partial(o->out, o->split, TOK_PARTIAL);
+	if (!un)
+		un = pack_unmark_partial(o->out, o->val_split, TOK_PARTIAL);
+	if (!st)
+		st = un;
 	if (!st)
 		printf("packed %d file(s): %lld tokens in %d %s shard(s), %lld in %d %s shard(s), vocab %d\n",
 		       o->n_in, tr.total, tr.k, o->split, va.total, va.k, o->val_split,

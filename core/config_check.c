@@ -544,6 +544,16 @@ kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registr
 	for (int i = 0; i < cfg->n; i++)
 		if (is_prefixed(cfg->s[i].name, "plugin."))
 			write_section(f, cfg, reg, cfg->s[i].name);
+	/* [run] precision = fp16, fp16_static: the loss scaler's keys are in
+	 * effect, so [plugin.amp] is written (its defaults) though the config
+	 * has none (before session 30 it was not: kiln config hid them).  A
+	 * checkpoint without it resumes: the comparison reads an absent key
+	 * as its default (kiln_config_write_defaults). */
+	const char *prec = kiln_config_get(cfg, "run", "precision");
+	const struct kiln_key *amp = NULL;
+	if (prec && !strncmp(prec, "fp16", 4) && !kiln_cfg_find_section(cfg, "plugin.amp") && reg &&
+	    kiln_config_ext_schema(cfg, reg, "plugin.amp", &amp) == KILN_OK)
+		write_section(f, cfg, reg, "plugin.amp");
 	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
 }
 

@@ -58,6 +58,7 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 
 	memset(d, 0, sizeof *d);
 	d->section = section;
+	d->rank = -1;
 	if ((st = kiln_source_open(cfg, reg, section, split, &d->src)))
 		return st;
 	d->ops = d->src->ops;
@@ -294,9 +295,12 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 			int64_t k = (int64_t)kiln_rng_below(d->seed ^ ((uint64_t)t << 56), KILN_RNG_SKIP,
 							    (uint64_t)epoch << 40 | (uint64_t)j,
 							    (uint64_t)d->len);
+			char rank[24] = "";
+			if (d->rank >= 0)
+				snprintf(rank, sizeof rank, "rank %d: ", d->rank);
 			if (n <= 10)
-				kiln_log(KILN_LOG_WARN, "data", "[%s] sample %lld skipped (%s); replaced by sample %lld%s",
-					 d->section, (long long)j, kiln_last_error(), (long long)k,
+				kiln_log(KILN_LOG_WARN, "data", "%s[%s] sample %lld skipped (%s); replaced by sample %lld%s",
+					 rank, d->section, (long long)j, kiln_last_error(), (long long)k,
 					 n == 10 ? " (further skips are counted, not logged)" : "");
 			j = k;
 			st = read_one(d, epoch, j, out, yi, s, ns);

@@ -61,6 +61,9 @@ struct kiln_dataset {
 	_Atomic(struct kiln_cached *) *cached;
 	atomic_llong cached_bytes;
 	atomic_llong skipped;      /* bad samples replaced (on_error = skip) */
+	int rank;                  /* this process's rank, named in the skip
+				    * warnings when it is one of several;
+				    * -1 (kiln_dataset_open's): one process */
 	/* timed = 1 (kiln bench data): worker time in the source and in the
 	 * transforms, added once per batch; the clock is not read otherwise */
 	int timed;

@@ -750,6 +750,36 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
 	return KILN_OK;
 }
 
+void kiln_count_limbs(const int64_t *v, int n, double *limbs)
+{
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < KILN_COUNT_LIMBS; k++)
+			limbs[i * KILN_COUNT_LIMBS + k] = (double)(((uint64_t)v[i] >> (8 * k)) & 0xff);
+}
+
+void kiln_count_join(const double *limbs, int n, int64_t *v)
+{
+	for (int i = 0; i < n; i++) {
+		v[i] = 0;
+		for (int k = 0; k < KILN_COUNT_LIMBS; k++)
+			v[i] += (int64_t)limbs[i * KILN_COUNT_LIMBS + k] << (8 * k);
+	}
+}
+
+kiln_status kiln_dist_sum_counts(struct kiln_dist *d, int64_t *v, int n, void *compute)
+{
+	double limbs[64];
+	if (!d)
+		return KILN_OK;
+	if (n * KILN_COUNT_LIMBS > 64)
+		return kiln_error(KILN_EINTERNAL, "kiln_dist_sum_counts: %d values", n);
+	kiln_count_limbs(v, n, limbs);
+	kiln_status st = kiln_dist_sum_host(d, limbs, n * KILN_COUNT_LIMBS, compute);
+	if (!st)
+		kiln_count_join(limbs, n, v);
+	return st;
+}
+
 kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m)
 {
 	void *mem = NULL;

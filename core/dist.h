@@ -133,8 +133,17 @@ void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, in
 /* Copy rank 0's host bytes buf[0..bytes) to every rank's buf (through a
  * temporary device buffer; a sync point: start-up only). */
 kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute);
-/* Sum v[0..n) over the ranks (host values; a sync point: log only). */
+/* Sum v[0..n) over the ranks (host values; a sync point: log only).  The
+ * sum is an f32 allreduce: exact for integers only up to 2^24. */
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute);
+/* Counts: v[0..n) (n <= 10, each in [0, 2^48)) summed over the ranks
+ * exactly, whatever the total (kiln_dist_sum_host of their 8-bit limbs,
+ * exact in f32 for up to 65793 ranks).  The limbs of v into
+ * limbs[0..n * KILN_COUNT_LIMBS) and back, apart for the tests. */
+#define KILN_COUNT_LIMBS 6
+kiln_status kiln_dist_sum_counts(struct kiln_dist *d, int64_t *v, int n, void *compute);
+void kiln_count_limbs(const int64_t *v, int n, double *limbs);
+void kiln_count_join(const double *limbs, int n, int64_t *v);
 /* A failed step: when the failure looks like a lost peer, say which rank
  * was lost (asking the store), keeping st. */
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st);

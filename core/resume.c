@@ -40,6 +40,11 @@ static const struct {
 	 * recompute on) */
 	{ "train", "recompute" },    { "layer.*", "recompute" },
 	{ "data", "cache" },         { "data.eval", "cache" },
+	/* how the step runs and where the samples are normalised: the same
+	 * bits (session 30: resumed runs with each changed equal the
+	 * uninterrupted run byte for byte, tests/resume_knobs.sh) */
+	{ "plugin.cpu", "async" },   { "plugin.cpu", "graph" },
+	{ "data", "transform_on" },  { "data.eval", "transform_on" },
 	/* the pipeline's cut and schedule (docs/pipeline.md): the weights and
 	 * the optimizer state are laid out the same; "layer.*": every layer */
 	{ "pipeline", "micro_batches" }, { "pipeline", "schedule" },

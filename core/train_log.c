@@ -337,13 +337,13 @@ static void memory_line(struct trainer *t)
  * set).  Every rank's call (a collective). */
 static kiln_status data_skipped(struct trainer *t, int64_t *out)
 {
-	double n = (double)atomic_load(&t->train.ds.skipped);
-	kiln_status st = kiln_dist_sum_host(t->dist, &n, 1, t->compute);
+	int64_t n = atomic_load(&t->train.ds.skipped);
+	kiln_status st = kiln_dist_sum_counts(t->dist, &n, 1, t->compute); /* exact */
 	/* [dist] pipeline = P: a pipe's P ranks read the same samples
 	 * (one data-parallel rank, drank), so each skip was counted P times */
 	if (t->pipe_P > 1)
 		n /= t->pipe_P;
-	*out = (int64_t)(n + 0.5) + atomic_load(&t->test.ds.skipped) +
+	*out = n + atomic_load(&t->test.ds.skipped) +
 	       (t->have_val ? atomic_load(&t->val.ds.skipped) : 0);
 	return st;
 }

@@ -20,6 +20,7 @@ static kiln_status open_set(struct trainer *t, const char *section, const char *
 	if (st)
 		return st;
 	d->len = d->ds.len;
+	d->ds.rank = t->dist ? t->rank : -1; /* (the skip warnings name it) */
 	kiln_dataset_input_desc(&d->ds, &d->input);
 	return KILN_OK;
 }

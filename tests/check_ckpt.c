@@ -614,6 +614,7 @@ START_TEST(test_config_check)
 		{ "run.threads=1", NULL },
 		{ "model.stages_flops_per_byte=5", NULL },
 		{ "train.recompute=2", NULL },     { "data.cache=ram", NULL },
+		{ "data.transform_on=device", NULL },
 		{ "train.lr=0.2", "[train] lr is '0.1' in the checkpoint but '0.2' here" },
 		{ "run.seed=4", "[run] seed" },
 		{ "data.flip=1", "[data] flip" },
@@ -634,6 +635,14 @@ START_TEST(test_config_check)
 		}
 		free(t);
 	}
+	/* the CPU's speed switches (a [plugin.cpu] section resolves whole, so
+	 * by name here; tests/resume_knobs.sh resumes with them); the GPU's
+	 * graph was not checked on one */
+	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cpu", "async"), 1);
+	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cpu", "graph"), 1);
+	ck_assert_int_eq(kiln_ckpt_safe_key("data.eval", "transform_on"), 1);
+	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cuda", "graph"), 0);
+	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cpu", "bf16_conv"), 0);
 	/* the weights alone (eval, export): only what shapes the stored
 	 * tensors, plus what the checkpoint lists */
 	static const struct {

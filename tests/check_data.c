@@ -11,6 +11,7 @@
 #include <kiln/plugin.h>
 
 #include "data.h"
+#include "dist.h" /* kiln_count_limbs, kiln_count_join */
 #include "loader.h"
 
 #include <check.h>
@@ -322,6 +323,66 @@ START_TEST(test_on_error)
 		rig_close(&r);
 	}
 	ck_assert(!memcmp(xs[0], xs[1], sizeof xs[0]) && !memcmp(xs[0], xs[2], sizeof xs[0]));
+}
+END_TEST
+
+/* The skip warnings of a data-parallel rank name it (before session 30
+ * they did not, so `kiln launch -n 2` printed warnings no one could place);
+ * one process's do not. */
+static char skip_log[4096];
+static void skip_capture(void *user, int level, const char *who, const char *msg)
+{
+	(void)user;
+	if (level == KILN_LOG_WARN && !strcmp(who, "data") && !strstr(skip_log, "\n"))
+		snprintf(skip_log, sizeof skip_log, "%s\n", msg); /* the first */
+}
+
+START_TEST(test_skip_warning_names_rank)
+{
+	struct rig r;
+	float x[40 * 3];
+	int32_t y[40];
+	for (int rank = -1; rank <= 1; rank += 2) {
+		ck_assert(rig_open(&r, "[data]\nsource = tsrc\ncount = 40\nbad_every = 7\non_error = skip\n") == 0);
+		ck_assert_int_eq(r.d.rank, -1); /* kiln_dataset_open's */
+		r.d.rank = rank;
+		skip_log[0] = 0;
+		kiln_log_set_sink(skip_capture, NULL);
+		kiln_status st = read_epochs(&r, 0, 1, 8, (uint8_t *)x, y);
+		kiln_log_set_sink(NULL, NULL);
+		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+		const char *want = rank < 0 ? "[data] sample " : "rank 1: [data] sample ";
+		ck_assert_msg(!strncmp(skip_log, want, strlen(want)), "rank %d: the first warning: %s",
+			      rank, skip_log);
+		rig_close(&r);
+	}
+}
+END_TEST
+
+/* The skip totals over the ranks are exact (kiln_dist_sum_counts): each
+ * count's 8-bit limbs summed in f32, as the communicator's allreduce sums
+ * them, give the exact total beyond 2^24 (before session 30 the counts
+ * themselves went through f32: 16777217 on each of 2 ranks summed to
+ * 33554432). */
+START_TEST(test_count_sum_exact)
+{
+	const int64_t v[3] = { 16777217, 3, ((int64_t)1 << 40) + 5 };
+	ck_assert((double)((float)16777217.0 + (float)16777217.0) != 33554434.0); /* the old way */
+	for (int world = 1; world <= 4; world++) {
+		float acc[3 * KILN_COUNT_LIMBS] = { 0 };
+		double limbs[3 * KILN_COUNT_LIMBS];
+		for (int r = 0; r < world; r++) {
+			kiln_count_limbs(v, 3, limbs);
+			for (int k = 0; k < 3 * KILN_COUNT_LIMBS; k++)
+				acc[k] += (float)limbs[k];
+		}
+		for (int k = 0; k < 3 * KILN_COUNT_LIMBS; k++)
+			limbs[k] = acc[k];
+		int64_t sum[3];
+		kiln_count_join(limbs, 3, sum);
+		for (int i = 0; i < 3; i++)
+			ck_assert_int_eq(sum[i], v[i] * world);
+	}
 }
 END_TEST
 
@@ -691,7 +752,8 @@ static Suite *make_suite(void)
 		test_shard_cover_disjoint, test_shard_resume_any_world, test_workers_key,
 		test_u8_planes, test_uniform_run_equals_scalar, NULL });
 	check_add_case(s, "loader", 120, NULL, NULL, (const TTest *[]){
-		test_workers_identical, test_cache_ram, test_on_error, test_normalize_on_device, test_normalize_rule,
+		test_workers_identical, test_cache_ram, test_on_error, test_skip_warning_names_rank,
+		test_count_sum_exact, test_normalize_on_device, test_normalize_rule,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
 		test_resume_position, test_prefetch_hints, NULL });
 	return s;

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h> /* setrlimit */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -697,6 +698,48 @@ START_TEST(test_wrong_magic)
 }
 END_TEST
 
+/* mmap() failing with ENOMEM (forced here with an address-space limit below
+ * a sparse 8 GiB shard; with many shards it is vm.max_map_count that runs
+ * out) says what to raise: vm.max_map_count, with its value now, and the
+ * split's shard count (before session 30 the message only named it). */
+START_TEST(test_map_enomem_names_max_map_count)
+{
+	char p[1100], want[128];
+	snprintf(p, sizeof p, "%s", tpath("big.krec"));
+	FILE *f = fopen(p, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(ftruncate(fileno(f), (off_t)8 << 30), 0);
+	fclose(f);
+	long vm_kib = 0, max = 0;
+	char line[256];
+	FILE *st = fopen("/proc/self/status", "r");
+	ck_assert_ptr_nonnull(st);
+	while (fgets(line, sizeof line, st))
+		sscanf(line, "VmSize: %ld kB", &vm_kib);
+	fclose(st);
+	FILE *mm = fopen("/proc/sys/vm/max_map_count", "r");
+	ck_assert_ptr_nonnull(mm);
+	ck_assert_int_eq(fscanf(mm, "%ld", &max), 1);
+	fclose(mm);
+	ck_assert_int_gt(vm_kib, 0);
+	struct rlimit old, lim;
+	ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
+	lim = old;
+	lim.rlim_cur = ((rlim_t)vm_kib << 10) + ((rlim_t)1 << 30); /* 1 GiB of room */
+	ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+	kiln_status s_ = open_file("big.krec");
+	setrlimit(RLIMIT_AS, &old);
+	ck_assert_ptr_null(ctx);
+	snprintf(want, sizeof want, "raise vm.max_map_count (now %ld)", max);
+	ck_assert_msg(s_ == KILN_ENOMEM, "%s: %s", kiln_status_name(s_), kiln_last_error());
+	ck_assert_msg(strstr(kiln_last_error(), tpath("big.krec")), "%s", kiln_last_error());
+	ck_assert_msg(strstr(kiln_last_error(), "Each of the split's 1 shard(s) is one memory mapping"),
+		      "%s", kiln_last_error());
+	ck_assert_msg(strstr(kiln_last_error(), want), "no '%s' in: %s", want, kiln_last_error());
+	ck_assert_msg(strstr(kiln_last_error(), "sysctl -w vm.max_map_count="), "%s", kiln_last_error());
+}
+END_TEST
+
 /* Corrupt but CRC-consistent files: what a buggy writer could produce. */
 static void refresh_crcs(uint8_t *b, size_t n);
 
@@ -962,7 +1005,7 @@ static Suite *make_records_suite(void)
 
 	check_add_case(s, "corrupt", 60, setup, teardown, (const TTest *[]){
 		test_header_and_index_flips, test_record_flips, test_truncation, test_wrong_magic,
-		test_consistent_but_invalid, NULL });
+		test_consistent_but_invalid, test_map_enomem_names_max_map_count, NULL });
 
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 

@@ -20,6 +20,8 @@
 #include "../cli/tokenizer.h"
 
 #include <check.h>
+#include <dirent.h>
+#include <signal.h>
 #include "check_main.h"
 #include "source_fixture.h"
 #include <jansson.h>
@@ -642,6 +644,90 @@ START_TEST(test_pack_bytes)
 }
 END_TEST
 
+/* A pack killed midway (SIGKILL while it waits to open its second input, a
+ * FIFO, with the first file's full shard renamed into place and the next
+ * one open as .tmp) leaves DIR/train.bin-partial, and the source refuses
+ * the short split naming it (before session 30: no marker, the source read
+ * the 250 tokens as the whole split).  A rerun without --force is refused
+ * (exit 2); with --force it removes the stale *.bin.tmp of its splits
+ * (another split's stay), saying so, and ends with no marker. */
+START_TEST(test_pack_killed)
+{
+	char a[300], cmd[4096];
+	for (size_t i = 0; i < sizeof a; i++)
+		a[i] = (char)('a' + i % 26);
+	write_tmp("a.txt", a, sizeof a);
+	ck_assert_int_eq(mkfifo(tpath("fifo"), 0600), 0);
+	mkdir(tpath("out"), 0700);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl(KILN_BIN, KILN_BIN, "pack", "--format", "tokens", tpath("a.txt"),
+		      tpath("fifo"), "--out", tpath("out"), "--shard-tokens", "250", (char *)NULL);
+		_exit(127);
+	}
+	struct stat sb;
+	for (int i = 0; i < 1000 && stat(tpath("out/train-000000.bin"), &sb); i++)
+		usleep(10000);
+	ck_assert_int_eq(stat(tpath("out/train-000000.bin"), &sb), 0);
+	usleep(100000); /* it blocks opening the FIFO: the second shard is open */
+	kill(pid, SIGKILL);
+	int ws;
+	ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+	ck_assert(WIFSIGNALED(ws));
+	ck_assert_int_eq(stat(tpath("out/train.bin-partial"), &sb), 0);
+	ck_assert_int_eq(stat(tpath("out/train-000001.bin.tmp"), &sb), 0);
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", "out"), "data.context=1", NULL),
+		     KILN_EDATA, tpath("out/train.bin-partial"), "did not finish");
+
+	write_tmp("out/train-000007.bin.tmp", "x", 1);
+	write_tmp("out/test-000000.bin.tmp", "x", 1);
+	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s --out %s --shard-tokens 250 >/dev/null 2>%s",
+		 KILN_BIN, tpath("a.txt"), tpath("out"), tpath("err"));
+	int rc = system(cmd);
+	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s --out %s --shard-tokens 250 --force >/dev/null 2>%s",
+		 KILN_BIN, tpath("a.txt"), tpath("out"), tpath("err"));
+	ck_assert_int_eq(system(cmd), 0);
+	size_t n;
+	char *err = (char *)read_whole("err", &n), want[1200];
+	err[n] = 0;
+	/* train-000001.bin.tmp of the killed pack, and 000007 */
+	snprintf(want, sizeof want, "kiln pack: removed 2 stale %s/train-*.bin.tmp file(s) of an interrupted pack",
+		 tpath("out"));
+	ck_assert_msg(strstr(err, want), "stderr: %s", err);
+	free(err);
+	ck_assert_int_ne(stat(tpath("out/train-000007.bin.tmp"), &sb), 0);
+	ck_assert_int_eq(stat(tpath("out/test-000000.bin.tmp"), &sb), 0);
+	ck_assert_int_ne(stat(tpath("out/train.bin-partial"), &sb), 0);
+	ck_assert_int_ne(stat(tpath("out/val.bin-partial"), &sb), 0);
+	OPEN_OK("data", "train", kv("data.path", "out"), "data.context=1");
+	struct kiln_source_info info;
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 249 + 49);
+}
+END_TEST
+
+/* A pack that fails (an unreadable second input) removes what it wrote,
+ * the shards of its first input included, and its markers. */
+START_TEST(test_pack_failed_leaves_nothing)
+{
+	char a[300], cmd[4096];
+	memset(a, 'q', sizeof a);
+	write_tmp("a.txt", a, sizeof a);
+	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s %s --out %s --shard-tokens 100 2>/dev/null",
+		 KILN_BIN, tpath("a.txt"), tpath("none.txt"), tpath("out"));
+	int rc = system(cmd);
+	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 3);
+	DIR *d = opendir(tpath("out"));
+	ck_assert_ptr_nonnull(d);
+	struct dirent *e;
+	while ((e = readdir(d)))
+		ck_assert_msg(e->d_name[0] == '.', "a failed pack left %s", e->d_name);
+	closedir(d);
+}
+END_TEST
+
 /* With the reference BPE: <|endoftext|> then the file's ids. */
 START_TEST(test_pack_bpe)
 {
@@ -683,7 +769,8 @@ static Suite *make_tokens_suite(void)
 	check_add_case(s, "tokenizer", 0, setup, teardown, (const TTest *[]){
 		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, NULL });
 	check_add_case(s, "pack", 60, setup, teardown, (const TTest *[]){
-		test_pack_bytes, test_pack_bpe, NULL });
+		test_pack_bytes, test_pack_bpe, test_pack_killed, test_pack_failed_leaves_nothing,
+		NULL });
 	return s;
 }
 

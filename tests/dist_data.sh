@@ -8,7 +8,8 @@
 #     said which one failed);
 #  2. on_error = skip: rank 0 reports the bad samples of every rank, the
 #     same count as one process over the same data, and rank 1 reports
-#     none (before, each rank reported its own share).
+#     none (before, each rank reported its own share); each rank's
+#     per-sample warnings name it (before session 30 they did not).
 # Fashion-MNIST's first 2048 training images packed as records, 3 of them
 # corrupted (a payload byte flipped: a CRC32C mismatch); the MLP of
 # tests/dist.sh, one epoch of 32 steps of a global batch of 64.
@@ -63,5 +64,13 @@ echo "bad samples skipped: one process $n1, 2 ranks $n2 ($lines report line(s))"
 [ -n "$n1" ] && [ "$n1" -ge 3 ] || bad "one process reported '$n1' skips, expected at least the 3 corrupt records"
 [ "$n2" = "$n1" ] || bad "2 ranks reported '$n2' skips over every rank, one process $n1"
 [ "$lines" = 1 ] || bad "2 ranks: $lines report lines, expected rank 0's alone"
+# each per-sample warning names the rank that skipped it (before session 30
+# none did); one process's name none
+r0=$(grep -c "warning: rank 0: \[data\] sample [0-9]* skipped (" "$tmp/two.log")
+r1=$(grep -c "warning: rank 1: \[data\] sample [0-9]* skipped (" "$tmp/two.log")
+all=$(grep -c "\] sample [0-9]* skipped (" "$tmp/two.log")
+echo "per-sample skip warnings under 2 ranks: rank 0 $r0, rank 1 $r1, of $all"
+[ "$all" -ge 3 ] && [ "$((r0 + r1))" = "$all" ] || bad "2 ranks: $((r0 + r1)) of $all skip warnings name their rank"
+grep -q "rank [0-9]*: \[data\] sample" "$tmp/one.log" && bad "one process's skip warnings name a rank"
 [ $fail = 0 ] && echo "PASS"
 exit $fail

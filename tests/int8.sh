@@ -25,8 +25,13 @@ need_fashion_mnist
 cnn="$srcdir/examples/fashion_mnist_cnn.ini"
 run="run.out_dir=$tmp/cnn data.path=$FM"
 ev="data.eval.limit=2000"
+# newest_ck picks by step number (ckpt-10 after ckpt-9; before session 30 a
+# name-ordered `ls | tail -1` took ckpt-9)
+mkdir -p "$tmp/order/checkpoints" && : > "$tmp/order/checkpoints/ckpt-9.kiln" &&
+	: > "$tmp/order/checkpoints/ckpt-10.kiln"
+[ "$(newest_ck order)" = "$tmp/order/checkpoints/ckpt-10.kiln" ] || fail "newest_ck: $(newest_ck order)"
 kiln 0 train "$cnn" $run data.limit=6000 data.eval.limit=500 train.epochs=2
-ck=$(ls "$tmp"/cnn/checkpoints/ckpt-*.kiln | sort -V | tail -1) # (the newest step, not the last name)
+ck=$(newest_ck cnn)
 tl=$(field test_loss "$out") ta=$(field test_acc "$out")
 
 kiln 0 eval "$cnn" $run $ev --checkpoint "$ck"
@@ -71,7 +76,7 @@ kiln 2 eval "$mlp" $mrun $ev --quantized "$tmp/mlp.int8" layer.fc2.bias=0
 stderr_has "mlp.int8: the quantized file holds another model: [layer.fc2] bias is '1' in its config but '0' here"
 kiln 2 predict "$mlp" $mrun --eval-set data.eval.limit=8 --quantized "$tmp/mlp.int8" layer.relu1.type=gelu
 stderr_has "mlp.int8: the quantized file holds another model: [layer.relu1] type is 'relu' in its config but 'gelu' here"
-mck=$(ls "$tmp"/mlp/checkpoints/ckpt-*.kiln | tail -1)
+mck=$(newest_ck mlp)
 kiln 2 eval "$mlp" $mrun $ev --quantized "$tmp/mlp.int8" --checkpoint "$mck"
 stderr_has "mlp.int8: a quantized model carries its weights: no checkpoint or weights file with it (got $mck)"
 # a file without the config (an older kiln's): a warning, and a tensor the

@@ -123,6 +123,11 @@ stdout_matches() { grep -qE -- "$1" "$out" || fail "stdout does not match: $1"; 
 
 # ck NAME STEP: the checkpoint at STEP of the run whose out_dir is $tmp/NAME
 ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
+# newest_ck NAME: that run's checkpoint of the highest step, by number (name
+# order, `ls | tail -1`, puts ckpt-9 after ckpt-10)
+newest_ck() {
+	ck "$1" "$(ls "$tmp/$1/checkpoints" | sed -n 's/^ckpt-\([0-9]*\)\.kiln$/\1/p' | sort -n | tail -1)"
+}
 # near A B TOL SECTIONS...: checkpoints A and B agree within TOL in
 # SECTIONS (tests/ckpt_tool close), else the test fails naming both runs
 near() {

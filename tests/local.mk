@@ -348,8 +348,9 @@ EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py test
 	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors \
 	tests/profile.sh tests/memory.sh tests/resume_kill.sh
 # trained weights kept, exported, fine-tuned: against PyTorch's (issue 24)
-TESTS += tests/trained_export.sh tests/rough_edges.sh
-EXTRA_DIST += tests/trained_export.sh tests/rough_edges.sh tests/data/gen_trained_refs.py tests/data/tr_cnn.ini \
+TESTS += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh tests/config_amp.sh
+EXTRA_DIST += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh tests/config_amp.sh \
+	tests/data/tr_cnn_fp16_s29.kiln tests/data/gen_trained_refs.py tests/data/tr_cnn.ini \
 	tests/data/tr_cnn_images.idx tests/data/tr_cnn_labels.idx tests/data/tr_cnn_init.safetensors \
 	tests/data/tr_cnn_trained.safetensors tests/data/tr_cnn_finetuned.safetensors
 

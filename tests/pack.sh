@@ -94,10 +94,20 @@ cmp "$tmp/b/train-00001.krec" "$tmp/c/train-00001.krec" || fail "worker count ch
 : > "$tmp/c/val-00000.krec.tmp"
 kiln 0 pack "$tmp/pack.ini" --out "$tmp/c" --force
 [ ! -e "$tmp/c/train-00001.krec" ] || fail "--force left a surplus shard of the earlier pack"
-stderr_has "kiln pack: removed 1 stale $tmp/c/train-*.tmp file(s) of an interrupted pack"
+stderr_has "kiln pack: removed 1 stale $tmp/c/train-*.krec.tmp file(s) of an interrupted pack"
 [ ! -e "$tmp/c/train-00007.krec.tmp" ] || fail "--force left a stale train-00007.krec.tmp"
 [ -e "$tmp/c/val-00000.krec.tmp" ] || fail "--force of split train removed val-00000.krec.tmp"
 [ ! -e "$tmp/c/train.krec-partial" ] || fail "a finished pack left train.krec-partial"
+# so does a pack without --force into a directory that holds no shards of
+# the split, only a killed pack's *.tmp: the split is the run's (before
+# session 30 only --force removed them, so they stayed)
+mkdir "$tmp/k"
+: > "$tmp/k/train-00003.krec.tmp"
+: > "$tmp/k/train-00000.bin.tmp"
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/k"
+stderr_has "kiln pack: removed 1 stale $tmp/k/train-*.krec.tmp file(s) of an interrupted pack"
+[ ! -e "$tmp/k/train-00003.krec.tmp" ] || fail "a pack left a stale train-00003.krec.tmp"
+[ -e "$tmp/k/train-00000.bin.tmp" ] || fail "a records pack removed a token shard's .tmp"
 
 # records -> records: the same bytes
 cat > "$tmp/rec.ini" <<EOF

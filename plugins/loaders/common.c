@@ -13,7 +13,7 @@
 #include <stdlib.h>   /* malloc, realloc, free, qsort */
 #include <string.h>   /* memcpy, memset, strcmp, strerror, strlen */
 #include <sys/stat.h> /* stat */
-#include <unistd.h>   /* pread */
+#include <unistd.h>   /* pread, access */
 
 ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
@@ -428,4 +428,17 @@ kiln_status loaders_find_shards(const struct kiln_host *host, const struct kiln_
 		return host->error(KILN_EIO, "%s: no shards for split '%s': neither %s/ nor %s-*%s exists; set [%s] path or shards, or split",
 				   path, sp, sub, sub, suffix, section);
 	return KILN_OK;
+}
+
+kiln_status loaders_not_partial(const struct kiln_host *host, const char *shard,
+				const char *partial)
+{
+	const char *dash = strrchr(shard, '-'), *slash = strrchr(shard, '/');
+	char m[PATH_MAX];
+	if (!dash || (slash && dash < slash) ||
+	    snprintf(m, sizeof m, "%.*s%s", (int)(dash - shard), shard, partial) >= (int)sizeof m ||
+	    access(m, F_OK))
+		return KILN_OK;
+	return host->error(KILN_EDATA, "%s: the kiln pack that wrote this split did not finish (%s exists), so its shards may be incomplete or mix two packs: run the pack again with --force",
+			   shard, m);
 }

@@ -143,6 +143,13 @@ kiln_status loaders_find_shards(const struct kiln_host *host, const struct kiln_
 				const char *section, const char *who, const char *split,
 				const char *suffix, struct loaders_names *out);
 
+/* Shard "<dir>/<split>-<n><suffix>" with no "<dir>/<split><partial>" beside
+ * it (REC_PARTIAL, TOK_PARTIAL): a kiln pack that did not finish writing or
+ * placing its shards leaves that file, and its split may be incomplete or
+ * mix two packs.  KILN_EDATA naming both files when it is there. */
+kiln_status loaders_not_partial(const struct kiln_host *host, const char *shard,
+				const char *partial);
+
 /* A source's ops table (every member written, NULL where it has none)
  * and its descriptor
  * loaders_<var>_plugin, the row loaders.c lists. */

@@ -17,6 +17,7 @@ plugins_kiln_loaders_la_SOURCES = plugins/loaders/loaders.c plugins/loaders/load
 	plugins/loaders/idx_cache.c plugins/loaders/idx_cache.h plugins/loaders/folder.c \
 	plugins/loaders/tar.c plugins/loaders/lmdb.c plugins/loaders/synthetic.c \
 	plugins/loaders/records.c plugins/loaders/records.h plugins/loaders/tokens.c \
+	plugins/loaders/tokens.h \
 	plugins/loaders/seq2seq.c
 plugins_kiln_loaders_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(ZLIB_CFLAGS)
 plugins_kiln_loaders_la_LDFLAGS = $(PLUGIN_LDFLAGS)

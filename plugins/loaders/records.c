@@ -32,7 +32,7 @@
 #include <string.h>   /* strerror, strcmp, strlen, memcpy */
 #include <sys/mman.h> /* mmap, munmap */
 #include <sys/stat.h> /* stat, fstat */
-#include <unistd.h>   /* close, access */
+#include <unistd.h>   /* close */
 
 #define REC_WHO "records"
 #define REC_MAX_PIXELS ((uint64_t)1 << 28) /* as IMG_MAX_PIXELS */
@@ -187,9 +187,28 @@ static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shar
 	return KILN_OK;
 }
 
-/* Map and check the shard `path` into s. */
+/* The error of an mmap() that failed with ENOMEM for shard `path`, one of
+ * `nshards`: each shard is one mapping, and Linux bounds a process's
+ * mappings by vm.max_map_count (65530 by default), so what to raise. */
+static kiln_status rec_map_enomem(const struct kiln_host *host, const char *path, size_t nshards)
+{
+	long max = -1;
+	FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+	if (f) {
+		if (fscanf(f, "%ld", &max) != 1)
+			max = -1;
+		fclose(f);
+	}
+	char now[32] = "unknown";
+	if (max >= 0)
+		snprintf(now, sizeof now, "%ld", max);
+	return host->error(KILN_ENOMEM, "%s: cannot map the shard: %s. Each of the split's %zu shard(s) is one memory mapping of the process: when they are many, raise vm.max_map_count (now %s) well above that count (as root: sysctl -w vm.max_map_count=262144), or pack with a larger --shard-size; else the process is out of address space (ulimit -v) or memory",
+			   path, strerror(ENOMEM), nshards, now);
+}
+
+/* Map and check the shard `path`, one of the split's nshards, into s. */
 static kiln_status rec_shard_open(const struct kiln_host *host, const char *path,
-				  struct rec_shard *s)
+				  size_t nshards, struct rec_shard *s)
 {
 	struct stat sb;
 	kiln_status st;
@@ -215,10 +234,7 @@ static kiln_status rec_shard_open(const struct kiln_host *host, const char *path
 	void *m = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
 	close(fd); /* the mapping keeps the file */
 	if (m == MAP_FAILED && errno == ENOMEM)
-		/* each shard is one mapping: the process's count is bounded
-		 * (vm.max_map_count, 65530 by default) */
-		return host->error(KILN_ENOMEM, "%s: cannot map the shard: %s (out of memory, or of the process's mappings: each shard takes one, vm.max_map_count bounds them; pack with a larger --shard-size)",
-				   path, strerror(errno));
+		return rec_map_enomem(host, path, nshards);
 	if (m == MAP_FAILED)
 		return host->error(KILN_EIO, "%s: cannot map the shard: %s", path, strerror(errno));
 	s->map = m;
@@ -238,21 +254,6 @@ static void rec_close(void *vctx)
 		rec_shard_unmap(&c->shards[i]);
 	free(c->shards);
 	free(c);
-}
-
-/* Shard "<dir>/<split>-<n>.krec" with no "<dir>/<split>.krec-partial"
- * beside it (REC_PARTIAL): a kiln pack that did not finish placing its
- * shards may have left some of an earlier pack among them. */
-static kiln_status rec_not_partial(const struct kiln_host *host, const char *shard)
-{
-	const char *dash = strrchr(shard, '-'), *slash = strrchr(shard, '/');
-	char m[PATH_MAX];
-	if (!dash || (slash && dash < slash) ||
-	    snprintf(m, sizeof m, "%.*s%s", (int)(dash - shard), shard, REC_PARTIAL) >= (int)sizeof m ||
-	    access(m, F_OK))
-		return KILN_OK;
-	return host->error(KILN_EDATA, "%s: the kiln pack that wrote this split did not finish (%s exists), so its shards may mix two packs: run the pack again with --force",
-			   shard, m);
 }
 
 static kiln_status rec_open(const struct kiln_host *host, const struct kiln_config *cfg,
@@ -278,8 +279,8 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 	int sized = 0; /* c->h, w, c hold a shard's size */
 	for (size_t i = 0; i < names.n; i++) {
 		struct rec_shard *s = &c->shards[i];
-		if ((st = rec_not_partial(host, names.v[i])) ||
-		    (st = rec_shard_open(host, names.v[i], s)))
+		if ((st = loaders_not_partial(host, names.v[i], REC_PARTIAL)) ||
+		    (st = rec_shard_open(host, names.v[i], names.n, s)))
 			goto fail;
 		c->nshards++;
 		s->first = c->src.n;

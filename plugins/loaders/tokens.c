@@ -26,6 +26,7 @@
  * Thread-safe after open().
  */
 #include "loaders.h"
+#include "tokens.h" /* TOK_SUFFIX, TOK_PARTIAL */
 #include "../common/open_file.h" /* common_open_file */
 
 #include <errno.h>    /* errno */
@@ -208,12 +209,12 @@ static kiln_status tok_find(const struct kiln_host *host, const struct kiln_conf
 	if (frac > 0 && !(list && *list) && path && stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
 		return loaders_names_add(names, NULL, path)
 			       ? host->error(KILN_ENOMEM, "out of memory") : KILN_OK;
-	kiln_status st = loaders_find_shards(host, cfg, section, TOK_WHO, key ? key : split, ".bin",
+	kiln_status st = loaders_find_shards(host, cfg, section, TOK_WHO, key ? key : split, TOK_SUFFIX,
 					     names);
 	if (st != KILN_EIO || key || !split || strcmp(split, "test"))
 		return st;
 	loaders_names_free(names);
-	return loaders_find_shards(host, cfg, section, TOK_WHO, "val", ".bin", names);
+	return loaders_find_shards(host, cfg, section, TOK_WHO, "val", TOK_SUFFIX, names);
 }
 
 /* The keys context, vocab and val_fraction into c (vocab in *vocab). */
@@ -284,7 +285,8 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 	}
 	for (size_t i = 0; i < names.n; i++) {
 		struct tok_shard *s = &c->shards[c->nshards++];
-		if ((st = tok_shard_open(host, names.v[i], s)) ||
+		if ((st = loaders_not_partial(host, names.v[i], TOK_PARTIAL)) ||
+		    (st = tok_shard_open(host, names.v[i], s)) ||
 		    (st = tok_shard_scan(host, s, vocab, &max)))
 			goto fail;
 		s->first = total;

@@ -175,7 +175,7 @@ with open(sys.argv[1], "wb") as f:
 	# split, the only one the bundle carries) and its cpu accuracy, which
 	# the GPU's `kiln eval --quantized` must reach
 	echo "quantizing the cpu CNN and evaluating it in INT8 on the cpu device..."
-	ck=$(ls "$here/_build/gpu/cpu_cnn_fp32/checkpoints/ckpt-"*.kiln | tail -1)
+	ck=$(ls "$here/_build/gpu/cpu_cnn_fp32/checkpoints/ckpt-"*.kiln | sort -V | tail -1) # the newest step
 	# (and the fp32 checkpoint itself: the GPU's fp32 evaluation beside
 	# the INT8 one, 170 KB)
 	cp "$ck" "$bundle/cnn_fp32.kiln"
