@@ -613,6 +613,7 @@ kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out)
 	ck->size = (uint64_t)size;
 	if ((st = verify(ck)))
 		goto fail;
+	kiln_log(KILN_LOG_DEBUG, "ckpt", "checkpoint %s: verified, %d sections", path, ck->n);
 	*out = ck;
 	return KILN_OK;
 fail:

@@ -69,18 +69,21 @@ void kiln_dist_overlap_next(struct kiln_dist *d, int on);
  * start the buckets that have not started, and make `compute` wait for all
  * of them before the optimizer. */
 kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute);
+struct kiln_ckpt; /* checkpoint.h */
 /* ZeRO-1 ([dist] zero = 1; core/dist_zero.c explains the layout).  After
  * kiln_dist_broadcast_state: allocate this rank's shard of the optimizer
  * state and prepare the optimizer over it.  The shard's values: this
  * rank's pieces of the model's whole state where it has one (freed then:
  * [dist] pipeline's model), else (kiln_model_create_sharded) zeros, or,
  * when `file` (rank 0's checkpoint, broadcast by trainer_resume) is not
- * empty, its slots read by rank 0 and broadcast one at a time through the
+ * empty, its slots read by rank 0 (from `ck`, its open checkpoint of
+ * `file`, when not NULL) and broadcast one at a time through the
  * gradient buffer, so that no rank holds the whole state.  `clip`: a clip
  * or unscale op reads the whole averaged gradient before the optimizer
  * (it is then gathered back).  KILN_ECONFIG for LAMB.  No-op without
  * ZeRO. */
-kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file);
+kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file,
+				 struct kiln_ckpt *ck);
 int kiln_dist_zero(const struct kiln_dist *d); /* 0 for NULL */
 /* The optimizer step under ZeRO-1, in place of kiln_model_optim_step:
  * advance the step counter (gated by the finite flag like
@@ -335,11 +338,13 @@ kiln_status kiln_dist_zero_prepare(struct kiln_dist *d);
  * stage's parameters alone since start-up (kiln_dist_pipe_hold). */
 int kiln_dist_pipe_resumes(const struct kiln_dist *d);
 /* Every rank, after kiln_dist_pipe_shard: open and verify `file` (rank 0
- * chose it) and load this rank's stage from it (kiln_ckpt_load_stage:
+ * chose it; `ck`, when not NULL, is it open and verified already: rank
+ * 0's) and load this rank's stage from it (kiln_ckpt_load_stage:
  * its parameters' and optimizer slots' slice, the buffers, the counters);
  * the ranks agree on the outcome, so a rank that cannot read it names the
  * file and every other rank fails too. */
-kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, void *compute);
+kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, struct kiln_ckpt *ck,
+				   void *compute);
 /* 1 when this rank holds its stage's parameters and gradients alone (and
  * they are not whole now): [*lo, *hi) of the flat buffers. */
 int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi);

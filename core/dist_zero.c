@@ -174,14 +174,16 @@ static kiln_status zero_keep_pieces(struct kiln_dist *d, const float *whole, flo
 
 /* The shard of a model made without its whole state
  * (kiln_model_create_sharded): zeros, or, resuming from `file` (rank 0's
- * newest checkpoint), each slot read whole by rank 0 into the gradient
+ * newest checkpoint; `given`: rank 0's open one, else opened here), each
+ * slot read whole by rank 0 into the gradient
  * buffer (zero before the first step, and as long as a slot), broadcast,
  * every rank keeping its pieces; the gradients zeroed again after. */
-static kiln_status zero_state_read(struct kiln_dist *d, const char *file, void *compute)
+static kiln_status zero_state_read(struct kiln_dist *d, const char *file, struct kiln_ckpt *given,
+				   void *compute)
 {
 	struct kiln_model *m = d->m;
 	const size_t n = m->n_trainable, L = d->zc + d->zt;
-	struct kiln_ckpt *ck = NULL;
+	struct kiln_ckpt *ck = given;
 	kiln_status st = KILN_OK;
 	if (!file || !*file)
 		return kiln_dist_pipe_zero(d, d->zstate, (size_t)m->state_slots * L, compute);
@@ -208,13 +210,15 @@ static kiln_status zero_state_read(struct kiln_dist *d, const char *file, void *
 		    (st = kiln_device_stream_sync(d->dev, compute)))
 			st = kiln_dist_explain(d, st);
 	}
-	kiln_ckpt_close(ck);
+	if (ck != given)
+		kiln_ckpt_close(ck);
 	if (st)
 		return kiln_error_wrap(st, "ZeRO-1: resuming the optimizer state from %s", file);
 	return kiln_dist_pipe_zero(d, m->grads_d, n, compute);
 }
 
-kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file)
+kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file,
+				 struct kiln_ckpt *ck)
 {
 	kiln_status st;
 	if (!d || !d->zero)
@@ -245,7 +249,7 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, co
 	for (size_t s = 0; s < slots && m->state_d && L; s++)
 		if ((st = zero_keep_pieces(d, m->state_d + s * n, d->zstate + s * L, compute)))
 			return st;
-	if (slots && L && !m->state_d && (st = zero_state_read(d, file, compute)))
+	if (slots && L && !m->state_d && (st = zero_state_read(d, file, ck, compute)))
 		return st;
 	if ((st = dist_drop_whole_state(d, compute)))
 		return st;

@@ -719,12 +719,15 @@ static kiln_status open_run(struct trainer *t)
 	if (t->dist && ((st = kiln_dist_attach(t->dist, t->m, t->compute)) ||
 			(st = kiln_dist_broadcast_state(t->dist, t->compute)) ||
 			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL,
-						  t->resume_file)) ||
+						  t->resume_file, t->resume_ck)) ||
 			(st = kiln_dist_pipe_shard(t->dist, t->compute)) ||
 			(*t->resume_file && kiln_dist_pipe_resumes(t->dist) &&
-			 (st = kiln_dist_pipe_resume(t->dist, t->resume_file, t->compute))) ||
+			 (st = kiln_dist_pipe_resume(t->dist, t->resume_file, t->resume_ck,
+						     t->compute))) ||
 			(st = trainer_pipe_overlap(t))))
 		return st;
+	kiln_ckpt_close(t->resume_ck);
+	t->resume_ck = NULL;
 	return open_out_dir(t);
 }
 
@@ -891,6 +894,8 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	/* draining and freeing may report the same failure again in other
 	 * words (a stream's sticky error): the message that counts is this */
 	char *keep = st ? kiln_strdup(kiln_last_error()) : NULL;
+	kiln_ckpt_close(t->resume_ck);
+	t->resume_ck = NULL;
 	if (t->dev)
 		free_device(t);
 	kiln_plan_free(t->pvrem);

@@ -121,7 +121,13 @@ echo "ZeRO-1, overlap: ${1:-?} of ${2:-?} and ${3:-?} of ${4:-?} bucket reduce-s
 	bad "ZeRO-1 checkpoints every 24 steps changed the run"
 mkdir -p "$tmp/res2/checkpoints"
 cp "$(ck ck24 24)" "$tmp/res2/checkpoints/" || bad "no checkpoint at step 24"
+# (rank 0 alone reads and verifies it, once: before session 30 twice,
+# choosing it and again reading the optimizer state's slots)
+export KILN_LOG_LEVEL=debug
 run res2 2 32 $sgd dist.zero=1 train.resume=1
+unset KILN_LOG_LEVEL
+n=$(grep -c "checkpoint .*/res2/checkpoints/ckpt-24.kiln: verified, [0-9]* sections" "$tmp/res2.log")
+[ "$n" = 1 ] || bad "res2: the ZeRO-1 checkpoint was verified $n times on resuming, expected 1"
 "$tool" same "$(ck sgd_zero 64)" "$(ck res2 64)" params optim.momentum ||
 	bad "ZeRO-1 checkpoint of step 24 resumed on 2 ranks differs from the uninterrupted run"
 

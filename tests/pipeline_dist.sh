@@ -822,8 +822,15 @@ grep -q "resuming from .*sv4/checkpoints/ckpt-2.kiln" "$tmp/sv4.log" || bad "sv4
 	bad "sv4: 2 stages on 2 ranks to step 2, then 4 stages on 4 ranks: differs from the uninterrupted run"
 # ... and on 2 stages on 2 ranks, each rank reading its stage's slice
 # alone: rank 0 peaks below the whole model's parameters (before session
-# 12 it read the checkpoint whole into a whole model: 3.9 MB)
+# 12 it read the checkpoint whole into a whole model: 3.9 MB); each rank
+# (each its data-parallel group's rank 0: D = 1) verifies the file once
+# (KILN_LOG_LEVEL=debug; before session 30 twice: choosing it, and again
+# loading its stage)
+export KILN_LOG_LEVEL=debug
 run sv2 2 32 dist.pipeline=2 $nb train.resume=1
+unset KILN_LOG_LEVEL
+n=$(grep -c "checkpoint .*/sv2/checkpoints/ckpt-2.kiln: verified, [0-9]* sections" "$tmp/sv2.log")
+[ "$n" = 2 ] || bad "sv2: 2 ranks verified the checkpoint $n times, expected 2 (once each)"
 [ "$(grep -c "resumed the stage's slice \[[0-9]*, [0-9]*) alone from .*sv2/checkpoints/ckpt-2.kiln" "$tmp/sv2.log")" = 2 ] ||
 	{ bad "sv2: not every rank resumed its stage alone"; grep "resum" "$tmp/sv2.log"; }
 grep -q "rank 0 (pipeline stage 0): resumed the stage's slice \[0, 2080) alone" "$tmp/sv2.log" ||
