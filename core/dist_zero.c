@@ -239,7 +239,7 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, co
 	const size_t L = d->zc + d->zt, slots = (size_t)m->state_slots;
 	/* (the averaged pieces in place in the gradients where the
 	 * communicator can: dist_zero_piece) */
-	const int in_place = d->ops->version >= 9 && d->ops->reduce_scatter_in_place;
+	const int in_place = dist_rs_in_place(d->ops);
 	if ((slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate))) ||
 	    (d->zc && !in_place &&
 	     (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
