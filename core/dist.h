@@ -44,8 +44,9 @@ kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m);
  * kiln_dist_share_grads will give a run without [dist] pipeline shared
  * memory for its gradients (more than one rank, all on one node, a
  * communicator with alloc_shared, its [plugin.NAME] shm and zero_copy not
- * 0: gloo's and mpi's keys; not checked: the room in /dev/shm, the run
- * logs where the gradients went); *in_place, whether ZeRO-1's
+ * 0: gloo's and mpi's keys; the room in /dev/shm is kiln memory's to
+ * check, core/memory.c; the run logs where the gradients went);
+ * *in_place, whether ZeRO-1's
  * reduce-scatters leave their pieces in the gradients (comm ops
  * reduce_scatter_in_place).  Both 0 for one rank. */
 void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_registry *reg,
