@@ -879,8 +879,6 @@ static void free_device(struct trainer *t)
 	kiln_device_host_free(t->dev, t->scaler_host);
 	for (int k = 0; k < NORM_PLANS; k++)
 		kiln_device_plan_free(t->dev, t->norm_plan[k]);
-	kiln_dist_close(t->dist);
-	t->dist = NULL;
 }
 
 kiln_status trainer_close(struct trainer *t, kiln_status st)
@@ -903,6 +901,12 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 		kiln_pipe_free(t->pipe);
 	else
 		kiln_plan_free(t->ptrain);
+	/* the communicator once the pipeline's streams have drained (their
+	 * destruction waits for them, and for the rank transport's sends),
+	 * since their sends and receives run on it and their passes on the
+	 * stage's buffers it may own (before session 30 it closed first) */
+	kiln_dist_close(t->dist);
+	t->dist = NULL;
 	if (t->m)
 		kiln_pipe_devices_close(t->m);
 	kiln_plan_free(t->peval);

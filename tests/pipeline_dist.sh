@@ -305,6 +305,19 @@ for r in 0 1 2 3; do
 	grep -q "rank $r (pipeline stage $((r % 2))): 6 of 6 bucket allreduces started during the stage's last micro-batch's backward" "$tmp/g22.log" ||
 		{ bad "g22: rank $r's buckets did not start during the backward"; grep "bucket" "$tmp/g22.log"; }
 done
+# at the end a rank frees its pipeline (its streams drained, the rank
+# transport's sends and its line "stage S (this rank): N crossing tensors
+# sent ...") before it closes the communicator they run on (the line
+# above, "rank R (pipeline stage S): ... bucket allreduces started ...");
+# before session 30 it closed the communicator first, so of a stage's 4
+# such lines the first was always a communicator's
+for s in 0 1; do
+	first=$(grep -m 1 -o "stage $s (this rank): [0-9]* crossing tensors sent\|(pipeline stage $s): 6 of 6 bucket allreduces started" "$tmp/g22.log")
+	case $first in
+	"stage $s (this rank):"*) ;;
+	*) bad "g22: a rank of stage $s closed its communicator before freeing its pipeline ('$first' first)" ;;
+	esac
+done
 [ "$(grep -c "rank [01] of 2: 6 allreduces of the shared gradients, copy-free" "$tmp/g22.log")" = 4 ] ||
 	{ bad "g22: the stages' allreduces are not copy-free"; grep "copy-free" "$tmp/g22.log"; }
 # ... the mean (over 2 micro-batches x accumulate 2) in the loss seed (since
