@@ -178,6 +178,12 @@ kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *f
  * whose pieces get a buffer of their own (zgrad). */
 int dist_rs_in_place(const struct kiln_comm_ops *ops);
 
+/* core/dist_zero.c: slot k of this rank's ZeRO-1 group's optimizer state
+ * whole into `full` (the whole model's layout; with [dist] pipeline the
+ * stage's slice of it) on `compute`: the pieces allgathered (every rank
+ * of the group takes part), the tail copied. */
+kiln_status dist_zero_gather_slot(struct kiln_dist *d, int k, float *full, void *compute);
+
 /* core/dist_zero.c: where bucket b's reduce-scatter leaves this rank's
  * averaged piece: zgrad + zoff, or in place in the gradients (lo + rank x
  * c) where the communicator says reduce_scatter_in_place */

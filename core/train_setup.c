@@ -522,9 +522,15 @@ static kiln_status build_model(struct trainer *t)
 		   : t->pipe_P > 1	   ? kiln_model_create_bare
 		   : kiln_dist_zero(t->dist) ? kiln_model_create_sharded
 					     : kiln_model_create)(t->cfg, t->reg, t->dev,
-								  &first->input, &t->m)) ||
-	    /* ([dist] pipeline: the stage's, kiln_dist_pipe_cut_grads) */
-	    (t->world > 1 && t->pipe_P <= 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
+								  &first->input, &t->m)))
+		return st;
+	/* (and with stages: each rank makes its shard of its stage's state,
+	 * kiln_dist_zero_init; before session 30 the whole model's state was
+	 * made at start-up, the shard cut from it) */
+	if (t->training && t->pipe_P > 1 && kiln_dist_zero(t->dist))
+		t->m->state_sharded = 1;
+	/* ([dist] pipeline: the stage's, kiln_dist_pipe_cut_grads) */
+	if ((t->world > 1 && t->pipe_P <= 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
 	    (st = open_streams(t)))
 		return st;
 	if (t->training) {

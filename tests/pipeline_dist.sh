@@ -58,6 +58,9 @@
 #     checkpoints resume in one process and on 2 stages on 2 ranks, and
 #     one process's resumes on it (before session 8: refused), each rank
 #     holding its stage's parameters and gradients alone (session 9);
+#     (session 30, in section 12) a rank never holds the whole optimizer
+#     state, at start-up nor for a checkpoint (rank 0, which writes, then
+#     alone), measured by its device peak;
 # 11. a rank holds its stage's parameters and gradients alone (session 9):
 #     each rank's log says its stage's floats (section 1's runs), and on an
 #     MLP whose stage 1 holds 99% of the weights, stage 0's rank has less
@@ -795,6 +798,33 @@ run wres 2 32 dist.pipeline=2 train.resume=1
 	bad "wres: [train] resume does not hold each stage alone from start-up"
 "$tool" same "$(ck wo 4)" "$(ck wres 4)" params optim.momentum ||
 	bad "2 stages on 2 ranks resumed per stage differ from one process"
+# ZeRO-1 within each stage's ranks (session 30): a rank makes its shard of
+# its stage's optimizer state alone at start-up, and gathers the state a
+# slot at a time through its gradients for a checkpoint (rank 0, which
+# writes, into the whole state's buffer); before, every rank made the
+# whole model's state at start-up and gathered it whole for each
+# checkpoint.  P = 2 x D = 2, AdamW (2 slots: the whole state 2318720
+# bytes), a checkpoint after the last step: equal to zero = 0 within 1e-5;
+# stage 0's ranks peak below the whole parameters, gradients and state
+# (4637440 bytes, all made at start-up before), stage 1's (nearly the
+# whole model) above their end by less than the whole state (by the
+# whole parameters the checkpoint gathers: 1159360)
+zw="dist.pipeline=2 pipeline.micro_batches=2 train.optimizer=adamw train.lr=0.01 train.keep_best=0 train.eval=0 train.checkpoint_every=0"
+run zw0 4 16 $zw
+run zw1 4 16 $zw dist.zero=1
+"$tool" close "$(ck zw0 4)" "$(ck zw1 4)" 1e-5 params optim.exp_avg optim.exp_avg_sq ||
+	bad "zw1: ZeRO-1 within the stages' ranks differs from zero = 0"
+for r in 0 1 2 3; do
+	set -- $(sed -n "s/.*rank $r (pipeline stage $((r % 2))): memory at the end of training: device peak \([0-9]*\) bytes over the run (live \([0-9]*\)).*/\1 \2/p" "$tmp/zw1.log")
+	echo "zw1: rank $r peaks at ${1:-?} device bytes, ${2:-?} live at the end"
+	if [ $((r % 2)) = 0 ]; then
+		[ -n "${1:-}" ] && [ "$1" -lt 4637440 ] ||
+			{ bad "zw1: rank $r peaks at '${1:-}' device bytes, not below the whole parameters, gradients and state (4637440)"; grep "memory at the end" "$tmp/zw1.log"; }
+	else
+		[ -n "${2:-}" ] && [ $(($1 - $2)) -lt 2318720 ] ||
+			{ bad "zw1: rank $r peaks at '${1:-}' device bytes, its end '${2:-}' and the whole state (2318720) or more above"; grep "memory at the end" "$tmp/zw1.log"; }
+	fi
+done
 echo "ok: stage 0's rank peaks below the whole model's parameters: its stage's alone from start-up"
 # ---- 13. per-stage checkpoints (session 12) ------------------------------------------
 # (section 11's MLP; wo: one process, 4 steps, a checkpoint every 2)
