@@ -613,6 +613,7 @@ kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out)
 	ck->size = (uint64_t)size;
 	if ((st = verify(ck)))
 		goto fail;
+	kiln_log(KILN_LOG_DEBUG, "ckpt", "checkpoint %s: verified, %d sections", path, ck->n);
 	*out = ck;
 	return KILN_OK;
 fail:
@@ -1055,15 +1056,16 @@ static kiln_status load_counters(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	return st;
 }
 
-kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int k, float *dst,
-				void *stream)
+kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int k, size_t lo,
+				size_t hi, float *dst, void *stream)
 {
 	const size_t bytes = m->n_trainable * sizeof(float);
 	const struct rsec *r;
 	void *host = NULL;
 	kiln_status st = section_of(ck, m->optim_info.slot_names[k], bytes, &r);
-	if (!st && !(st = kiln_device_host_alloc(m->dev, PIECE, &host)))
-		st = range_to_device(ck, r, 0, bytes, dst, host, m, stream);
+	if (!st && hi > lo && !(st = kiln_device_host_alloc(m->dev, PIECE, &host)))
+		st = range_to_device(ck, r, lo * sizeof(float), (hi - lo) * sizeof(float), dst, host,
+				     m, stream);
 	kiln_device_host_free(m->dev, host);
 	return st;
 }

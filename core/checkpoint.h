@@ -206,13 +206,14 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
  * fails. */
 kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
 				 size_t lo, size_t hi, float *state, int what);
-/* Optimizer slot k (m->optim_info.slot_names[k], n_trainable floats),
- * whole, to dst (device memory), piece by piece as kiln_ckpt_load_stage
- * reads: ZeRO-1's resume, whose ranks hold no whole state
- * (core/dist_zero.c).  KILN_EDATA naming the file when the section is
- * missing or of another length. */
-kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int k, float *dst,
-				void *stream);
+/* Floats [lo, hi) of optimizer slot k (m->optim_info.slot_names[k],
+ * n_trainable floats) to dst (device memory, float lo's place), piece by
+ * piece as kiln_ckpt_load_stage reads: ZeRO-1's resume, whose ranks hold
+ * no whole state (core/dist_zero.c; [0, n_trainable): the whole slot,
+ * with [dist] pipeline a stage's slice).  KILN_EDATA naming the file when
+ * the section is missing or of another length. */
+kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int k, size_t lo,
+				size_t hi, float *dst, void *stream);
 
 /* Compare the checkpoint's resolved config text with `current` (both
  * kiln_config_write output), key by key in file order.  KILN_ECONFIG naming

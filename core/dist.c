@@ -89,6 +89,12 @@ static kiln_status comm_choose(const struct kiln_config *cfg, const struct kiln_
 	return KILN_OK;
 }
 
+int dist_rs_in_place(const struct kiln_comm_ops *ops)
+{
+	const char *v = getenv("KILN_TEST_RS_SEPARATE");
+	return ops->version >= 9 && ops->reduce_scatter_in_place && !(v && *v && strcmp(v, "0"));
+}
+
 void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  struct kiln_device *dev, const struct kiln_dist_env *env,
 			  int *grads_shared, int *in_place)
@@ -104,7 +110,7 @@ void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_regis
 	    kiln_registry_find(reg, KILN_PLUGIN_COMM, comm, &p))
 		return;
 	ops = p->ops;
-	*in_place = ops->version >= 9 && ops->reduce_scatter_in_place;
+	*in_place = dist_rs_in_place(ops);
 	kiln_config_get_int(cfg, "dist", "pipeline", &P);
 	snprintf(section, sizeof section, "plugin.%s", comm);
 	kiln_config_get_bool(cfg, section, "shm", &shm);

@@ -44,8 +44,9 @@ kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m);
  * kiln_dist_share_grads will give a run without [dist] pipeline shared
  * memory for its gradients (more than one rank, all on one node, a
  * communicator with alloc_shared, its [plugin.NAME] shm and zero_copy not
- * 0: gloo's and mpi's keys; not checked: the room in /dev/shm, the run
- * logs where the gradients went); *in_place, whether ZeRO-1's
+ * 0: gloo's and mpi's keys; the room in /dev/shm is kiln memory's to
+ * check, core/memory.c; the run logs where the gradients went);
+ * *in_place, whether ZeRO-1's
  * reduce-scatters leave their pieces in the gradients (comm ops
  * reduce_scatter_in_place).  Both 0 for one rank. */
 void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_registry *reg,
@@ -69,18 +70,21 @@ void kiln_dist_overlap_next(struct kiln_dist *d, int on);
  * start the buckets that have not started, and make `compute` wait for all
  * of them before the optimizer. */
 kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute);
+struct kiln_ckpt; /* checkpoint.h */
 /* ZeRO-1 ([dist] zero = 1; core/dist_zero.c explains the layout).  After
  * kiln_dist_broadcast_state: allocate this rank's shard of the optimizer
  * state and prepare the optimizer over it.  The shard's values: this
  * rank's pieces of the model's whole state where it has one (freed then:
  * [dist] pipeline's model), else (kiln_model_create_sharded) zeros, or,
  * when `file` (rank 0's checkpoint, broadcast by trainer_resume) is not
- * empty, its slots read by rank 0 and broadcast one at a time through the
+ * empty, its slots read by rank 0 (from `ck`, its open checkpoint of
+ * `file`, when not NULL) and broadcast one at a time through the
  * gradient buffer, so that no rank holds the whole state.  `clip`: a clip
  * or unscale op reads the whole averaged gradient before the optimizer
  * (it is then gathered back).  KILN_ECONFIG for LAMB.  No-op without
  * ZeRO. */
-kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file);
+kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file,
+				 struct kiln_ckpt *ck);
 int kiln_dist_zero(const struct kiln_dist *d); /* 0 for NULL */
 /* The optimizer step under ZeRO-1, in place of kiln_model_optim_step:
  * advance the step counter (gated by the finite flag like
@@ -344,11 +348,13 @@ kiln_status kiln_dist_zero_prepare(struct kiln_dist *d);
  * stage's parameters alone since start-up (kiln_dist_pipe_hold). */
 int kiln_dist_pipe_resumes(const struct kiln_dist *d);
 /* Every rank, after kiln_dist_pipe_shard: open and verify `file` (rank 0
- * chose it) and load this rank's stage from it (kiln_ckpt_load_stage:
+ * chose it; `ck`, when not NULL, is it open and verified already: rank
+ * 0's) and load this rank's stage from it (kiln_ckpt_load_stage:
  * its parameters' and optimizer slots' slice, the buffers, the counters);
  * the ranks agree on the outcome, so a rank that cannot read it names the
  * file and every other rank fails too. */
-kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, void *compute);
+kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, struct kiln_ckpt *ck,
+				   void *compute);
 /* 1 when this rank holds its stage's parameters and gradients alone (and
  * they are not whole now): [*lo, *hi) of the flat buffers. */
 int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi);

@@ -171,6 +171,19 @@ kiln_status dist_stamp_bucket(void *arg);
 kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
 				int params);
 
+/* core/dist.c: whether ZeRO-1's reduce-scatters leave their pieces in
+ * place in the gradients: the communicator says reduce_scatter_in_place
+ * (comm ops version 9), and the environment's KILN_TEST_RS_SEPARATE
+ * (test-only, tests/dist_zero.sh) does not take it for an older one,
+ * whose pieces get a buffer of their own (zgrad). */
+int dist_rs_in_place(const struct kiln_comm_ops *ops);
+
+/* core/dist_zero.c: slot k of this rank's ZeRO-1 group's optimizer state
+ * whole into `full` (the whole model's layout; with [dist] pipeline the
+ * stage's slice of it) on `compute`: the pieces allgathered (every rank
+ * of the group takes part), the tail copied. */
+kiln_status dist_zero_gather_slot(struct kiln_dist *d, int k, float *full, void *compute);
+
 /* core/dist_zero.c: where bucket b's reduce-scatter leaves this rank's
  * averaged piece: zgrad + zoff, or in place in the gradients (lo + rank x
  * c) where the communicator says reduce_scatter_in_place */

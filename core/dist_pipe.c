@@ -156,31 +156,29 @@ kiln_status kiln_dist_pipe_step(struct kiln_dist *d, const float *lr, void *comp
 				    lr, compute);
 }
 
-/* Stage s's optimizer state, slot by slot, from world rank s (its rank in
- * pipe 0) to rank 0's whole buffer d->zfull (rank 0's own: a copy). */
-static kiln_status state_to_rank0(struct kiln_dist *d, int s, void *compute)
+/* Slot k of stage s's optimizer state from world rank s (its rank in
+ * pipe 0) to rank 0's whole buffer d->zfull (rank 0's own: a copy); the
+ * stage's rank sends its slice held per stage, or under ZeRO-1 the
+ * slot's slice gathered into z (the whole model's layout). */
+static kiln_status state_to_rank0(struct kiln_dist *d, int s, int k, const float *z,
+				  void *compute)
 {
 	struct kiln_model *m = d->m;
 	const int r = d->env.rank;
 	const size_t N = m->n_trainable, lo = d->pipe_lo[s];
 	const size_t n = d->pipe_hi[s] > lo ? d->pipe_hi[s] - lo : 0;
+	float *whole = r ? NULL : d->zfull + (size_t)k * N + lo;
+	const float *mine = r != s ? NULL : d->zero ? z + lo : d->pipe_state + (size_t)k * n;
 	kiln_status st = KILN_OK;
-	for (int k = 0; n && !st && k < m->state_slots; k++) {
-		float *whole = r ? NULL : d->zfull + (size_t)k * N + lo;
-		/* (ZeRO-1: the stage's slice, gathered whole in zfull) */
-		float *mine = r != s ? NULL
-				     : d->zero ? d->zfull + (size_t)k * N + lo
-					       : d->pipe_state + (size_t)k * n;
-		if (whole && whole == mine)
-			continue;
-		if (whole && mine)
-			st = kiln_device_copy_async(d->dev, whole, mine, n * sizeof(float),
-						    KILN_COPY_D2D, compute);
-		else if (whole)
-			st = d->ops->recv(d->ctx, whole, n * sizeof(float), KILN_U8, s, compute, NULL);
-		else if (mine)
-			st = d->ops->send(d->ctx, mine, n * sizeof(float), KILN_U8, 0, compute, NULL);
-	}
+	if (!n || (whole && whole == mine))
+		return KILN_OK;
+	if (whole && mine)
+		st = kiln_device_copy_async(d->dev, whole, mine, n * sizeof(float), KILN_COPY_D2D,
+					    compute);
+	else if (whole)
+		st = d->ops->recv(d->ctx, whole, n * sizeof(float), KILN_U8, s, compute, NULL);
+	else if (mine)
+		st = d->ops->send(d->ctx, mine, n * sizeof(float), KILN_U8, 0, compute, NULL);
 	return st ? kiln_error_wrap(st, "gathering stage %d's optimizer state on rank 0", s) : st;
 }
 
@@ -188,19 +186,38 @@ kiln_status kiln_dist_pipe_gather_state(struct kiln_dist *d, void *compute)
 {
 	struct kiln_model *m = d->m;
 	const size_t N = m->n_trainable;
+	const int r = d->env.rank;
 	kiln_status st;
 	/* only rank 0 writes the checkpoint: it alone holds the whole state,
-	 * each stage's slice sent by that stage's rank in pipe 0 */
-	const int held = d->pipe_own || (d->zero && d->zfull);
-	if (held && m->state_slots && N && d->env.rank < d->pipe_P) {
-		if (!d->env.rank && !d->zfull &&
+	 * each stage's slice sent by that stage's rank in pipe 0; under
+	 * ZeRO-1 every rank first allgathers the slot's pieces within its
+	 * stage's group, rank 0 into its whole buffer, the others into their
+	 * gradients (dead between steps, zeroed again after; before session
+	 * 30 every rank gathered the whole state into a buffer of its own) */
+	if ((d->pipe_own || d->zero) && m->state_slots && N && (d->zero || r < d->pipe_P)) {
+		if (!r && !d->zfull &&
 		    (st = kiln_device_alloc(d->dev, (size_t)m->state_slots * N * sizeof(float),
 					    (void **)&d->zfull)))
 			return st;
-		for (int s = 0; s < d->pipe_P; s++)
-			if ((st = state_to_rank0(d, s, compute)))
+		for (int k = 0; k < m->state_slots; k++) {
+			float *z = !d->zero ? NULL : r ? m->grads_d : d->zfull + (size_t)k * N;
+			if (z && (st = dist_zero_gather_slot(d, k, z, compute)))
+				return kiln_dist_explain(d, kiln_error_wrap(st, "ZeRO-1: allgathering the optimizer state's '%s' for a checkpoint",
+									    m->optim_info.slot_names[k]));
+			for (int s = 0; s < d->pipe_P && r < d->pipe_P; s++)
+				if ((st = state_to_rank0(d, s, k, z, compute)))
+					return kiln_dist_explain(d, st);
+			/* (the next slot's allgather writes over what was sent) */
+			if (z == m->grads_d && (st = kiln_device_stream_sync(d->dev, compute)))
 				return kiln_dist_explain(d, st);
-		if (!d->env.rank)
+		}
+		const int me = d->pipe_stage;
+		if (d->zero && r &&
+		    (st = kiln_dist_pipe_zero(d, m->grads_d + d->pipe_lo[me],
+					      d->pipe_hi[me] > d->pipe_lo[me] ? d->pipe_hi[me] - d->pipe_lo[me] : 0,
+					      compute)))
+			return st;
+		if (!r)
 			m->state_d = d->zfull;
 	}
 	/* (held since start-up: the parameters at rank 0 alone, dist_pipe_mem.c) */

@@ -440,23 +440,26 @@ int kiln_dist_pipe_resumes(const struct kiln_dist *d)
 
 /* This rank's stage from `file`: its parameters and optimizer slots'
  * slice, the buffers and counters. */
-static kiln_status load_own(struct kiln_dist *d, const char *file, void *compute)
+static kiln_status load_own(struct kiln_dist *d, const char *file, struct kiln_ckpt *given,
+			    void *compute)
 {
 	const int s = d->pipe_stage;
-	struct kiln_ckpt *ck = NULL;
-	kiln_status st = kiln_ckpt_open(file, &ck);
+	struct kiln_ckpt *ck = given;
+	kiln_status st = ck ? KILN_OK : kiln_ckpt_open(file, &ck);
 	if (!st)
 		st = kiln_ckpt_load_stage(ck, d->m, compute, d->pipe_lo[s], d->pipe_hi[s],
 					  d->pipe_own ? d->pipe_state : NULL, KILN_CKPT_LOAD_ALL);
-	kiln_ckpt_close(ck);
+	if (ck != given)
+		kiln_ckpt_close(ck);
 	return st;
 }
 
-kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, void *compute)
+kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, struct kiln_ckpt *ck,
+				  void *compute)
 {
 	const int r = d->env.rank, s = d->pipe_stage;
 	size_t live = 0, peak = 0;
-	kiln_status st = load_own(d, file, compute), st2;
+	kiln_status st = load_own(d, file, ck, compute), st2;
 	char mine[1024];
 	double failed = st != KILN_OK;
 	if (st)

@@ -145,7 +145,7 @@ static const char *hold_why(struct kiln_dist *d, struct kiln_model *m, const cha
 	if (m->n_stages != d->pipe_P)
 		return "the model's stages are not [dist] pipeline's (an error when the pipeline opens)";
 	if (d->zero)
-		return "ZeRO-1 shards the optimizer state from the whole model's";
+		return "ZeRO-1 makes its shards of the optimizer state (or reads them, resuming, through the whole gradients) before the cut";
 	if ((why = grads_why(d, m)) || (why = params_why(m)))
 		return *why ? why : "nothing to train";
 	return NULL;

@@ -174,47 +174,55 @@ static kiln_status zero_keep_pieces(struct kiln_dist *d, const float *whole, flo
 
 /* The shard of a model made without its whole state
  * (kiln_model_create_sharded): zeros, or, resuming from `file` (rank 0's
- * newest checkpoint), each slot read whole by rank 0 into the gradient
- * buffer (zero before the first step, and as long as a slot), broadcast,
- * every rank keeping its pieces; the gradients zeroed again after. */
-static kiln_status zero_state_read(struct kiln_dist *d, const char *file, void *compute)
+ * newest checkpoint; `given`: this rank's open one, else opened here),
+ * each slot read whole by rank 0 into the gradient buffer (zero before
+ * the first step, and as long as a slot), broadcast, every rank keeping
+ * its pieces; with [dist] pipeline every rank reads its stage's slice of
+ * the slot itself (as kiln_dist_pipe_resume: its gradients may be the
+ * stage's alone); the gradients zeroed again after. */
+static kiln_status zero_state_read(struct kiln_dist *d, const char *file, struct kiln_ckpt *given,
+				   void *compute)
 {
 	struct kiln_model *m = d->m;
 	const size_t n = m->n_trainable, L = d->zc + d->zt;
-	struct kiln_ckpt *ck = NULL;
+	struct kiln_ckpt *ck = given;
 	kiln_status st = KILN_OK;
+	size_t lo, hi;
+	zero_span(d, &lo, &hi);
 	if (!file || !*file)
 		return kiln_dist_pipe_zero(d, d->zstate, (size_t)m->state_slots * L, compute);
 	for (int s = 0; s < m->state_slots && !st; s++) {
 		double failed = 0;
-		if (!d->env.rank) {
+		if (d->pipe_P || !d->env.rank) {
 			st = ck ? KILN_OK : kiln_ckpt_open(file, &ck);
 			if (!st)
-				st = kiln_ckpt_load_slot(ck, m, s, m->grads_d, compute);
+				st = kiln_ckpt_load_slot(ck, m, s, lo, hi, m->grads_d + lo, compute);
 			failed = st != KILN_OK;
 		}
-		/* every rank learns whether rank 0 read it: none waits in a
-		 * broadcast rank 0 never starts */
+		/* every rank learns whether the readers read it: none waits in
+		 * a broadcast rank 0 never starts */
 		kiln_status st2 = kiln_dist_sum_host(d, &failed, 1, compute);
 		if (st || (st = st2))
 			break;
 		if (failed > 0) {
-			st = kiln_error(KILN_EDATA, "rank %d of %d: rank 0 could not read the optimizer state of %s (its message says why)",
-					d->env.rank, d->env.world, file);
+			st = kiln_error(KILN_EDATA, "rank %d of %d: %s could not read the optimizer state of %s (its message says why)",
+					d->env.rank, d->env.world, d->pipe_P ? "another rank" : "rank 0", file);
 			break;
 		}
-		if ((st = d->ops->broadcast(d->ctx, m->grads_d, n, KILN_F32, 0, compute, NULL)) ||
+		if ((!d->pipe_P && (st = d->ops->broadcast(d->ctx, m->grads_d, n, KILN_F32, 0, compute, NULL))) ||
 		    (st = zero_keep_pieces(d, m->grads_d, d->zstate + (size_t)s * L, compute)) ||
 		    (st = kiln_device_stream_sync(d->dev, compute)))
 			st = kiln_dist_explain(d, st);
 	}
-	kiln_ckpt_close(ck);
+	if (ck != given)
+		kiln_ckpt_close(ck);
 	if (st)
 		return kiln_error_wrap(st, "ZeRO-1: resuming the optimizer state from %s", file);
-	return kiln_dist_pipe_zero(d, m->grads_d, n, compute);
+	return kiln_dist_pipe_zero(d, m->grads_d + lo, hi - lo, compute);
 }
 
-kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file)
+kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file,
+				 struct kiln_ckpt *ck)
 {
 	kiln_status st;
 	if (!d || !d->zero)
@@ -235,7 +243,7 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, co
 	const size_t L = d->zc + d->zt, slots = (size_t)m->state_slots;
 	/* (the averaged pieces in place in the gradients where the
 	 * communicator can: dist_zero_piece) */
-	const int in_place = d->ops->version >= 9 && d->ops->reduce_scatter_in_place;
+	const int in_place = dist_rs_in_place(d->ops);
 	if ((slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate))) ||
 	    (d->zc && !in_place &&
 	     (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
@@ -245,7 +253,7 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, co
 	for (size_t s = 0; s < slots && m->state_d && L; s++)
 		if ((st = zero_keep_pieces(d, m->state_d + s * n, d->zstate + s * L, compute)))
 			return st;
-	if (slots && L && !m->state_d && (st = zero_state_read(d, file, compute)))
+	if (slots && L && !m->state_d && (st = zero_state_read(d, file, ck, compute)))
 		return st;
 	if ((st = dist_drop_whole_state(d, compute)))
 		return st;
@@ -414,39 +422,28 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
 	return dist_zero_allgather(d, NULL, m->params_d, s, 1);
 }
 
-/* This rank's ZeRO-1 group's state whole, into d->zfull (the whole
- * model's layout; with [dist] pipeline only this stage's slice of it is
- * written). */
-static kiln_status zero_gather_whole(struct kiln_dist *d, void *compute)
+/* Slot k of this rank's ZeRO-1 group's state whole into `full` (the
+ * whole model's layout: with [dist] pipeline only this stage's slice of
+ * it is written), on `compute`: every piece allgathered, the replicated
+ * tail copied. */
+kiln_status dist_zero_gather_slot(struct kiln_dist *d, int k, float *full, void *compute)
 {
-	struct kiln_model *m = d->m;
-	kiln_status st;
-	/* the checkpoint reads the parameters whole, and no collective runs
-	 * on the compute stream while the comm stream's do */
-	if ((st = zero_wait_params(d, INT_MAX, compute)) || !d->zstate)
-		return st;
-	const size_t n = m->n_trainable, L = d->zc + d->zt;
-	const int slots = m->state_slots;
-	if (!d->zfull &&
-	    (st = kiln_device_alloc(d->dev, (size_t)slots * n * sizeof(float), (void **)&d->zfull)))
-		return st;
-	for (int s = 0; s < slots; s++) {
-		float *full = d->zfull + (size_t)s * n, *mine = d->zstate + (size_t)s * L;
-		if ((st = dist_zero_allgather(d, mine, full, compute, 0)) ||
-		    (d->zt && (st = kiln_device_copy_async(d->dev, full + d->zwc, mine + d->zc,
-							   d->zt * sizeof(float), KILN_COPY_D2D,
-							   compute))))
-			return st;
-	}
-	if ((st = kiln_device_stream_sync(d->dev, compute)))
-		return kiln_dist_explain(d, st);
-	return KILN_OK;
+	const size_t L = d->zc + d->zt;
+	const float *mine = d->zstate + (size_t)k * L;
+	kiln_status st = dist_zero_allgather(d, mine, full, compute, 0);
+	if (!st && d->zt)
+		st = kiln_device_copy_async(d->dev, full + d->zwc, mine + d->zc, d->zt * sizeof(float),
+					    KILN_COPY_D2D, compute);
+	return st;
 }
 
 kiln_status kiln_dist_zero_prepare(struct kiln_dist *d)
 {
 	kiln_status st;
-	if (!d || !d->zero || !d->zstate || d->zfull || kiln_dist_zero_streams(d))
+	/* (with [dist] pipeline rank 0 alone, which writes the file: the
+	 * other ranks gather their stage's state a slot at a time through
+	 * their gradients, kiln_dist_pipe_gather_state) */
+	if (!d || !d->zero || !d->zstate || d->zfull || kiln_dist_zero_streams(d) || d->env.rank)
 		return KILN_OK;
 	const size_t bytes = (size_t)d->m->state_slots * d->m->n_trainable * sizeof(float);
 	if (dist_ckpt_fault(d, "gather"))
@@ -463,15 +460,13 @@ kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
 	kiln_status st;
 	if (!d || (!d->zero && !d->pipe_P))
 		return KILN_OK;
-	if (kiln_dist_zero_streams(d)) /* (kiln_dist_zero_save gathers a slot at a time) */
-		return zero_wait_params(d, INT_MAX, compute);
-	if (d->zero && (st = zero_gather_whole(d, compute)))
+	/* the checkpoint reads the parameters whole, and no collective runs
+	 * on the compute stream while the comm stream's do */
+	if (d->zero && (st = zero_wait_params(d, INT_MAX, compute)))
 		return st;
-	if (d->pipe_P) /* [dist] pipeline: every stage's state (dist_pipe.c) */
-		return kiln_dist_pipe_gather_state(d, compute);
-	if (d->zfull)
-		d->m->state_d = d->zfull;
-	return KILN_OK;
+	/* [dist] pipeline: every stage's state to rank 0 (dist_pipe.c); else
+	 * kiln_dist_zero_save gathers a slot at a time */
+	return d->pipe_P ? kiln_dist_pipe_gather_state(d, compute) : KILN_OK;
 }
 
 void kiln_dist_zero_release(struct kiln_dist *d)
@@ -505,7 +500,7 @@ struct zero_src {
 
 int kiln_dist_zero_streams(const struct kiln_dist *d)
 {
-	return d && d->zero && d->m && d->m->state_sharded;
+	return d && d->zero && d->m && d->m->state_sharded && !d->pipe_P;
 }
 
 /* Slots [z->next, k] allgathered whole into the gradient buffer, in order
@@ -515,13 +510,8 @@ static kiln_status zero_gather_slots(struct zero_src *z, int k)
 {
 	struct kiln_dist *d = z->d;
 	struct kiln_model *m = d->m;
-	const size_t L = d->zc + d->zt;
 	for (; z->next <= k && d->zstate; z->next++) {
-		const float *mine = d->zstate + (size_t)z->next * L;
-		kiln_status st = dist_zero_allgather(d, mine, m->grads_d, z->compute, 0);
-		if (!st && d->zt)
-			st = kiln_device_copy_async(d->dev, m->grads_d + d->zwc, mine + d->zc,
-						    d->zt * sizeof(float), KILN_COPY_D2D, z->compute);
+		kiln_status st = dist_zero_gather_slot(d, z->next, m->grads_d, z->compute);
 		if (!st && (st = kiln_device_stream_sync(d->dev, z->compute)))
 			st = kiln_dist_explain(d, st);
 		if (!st && dist_ckpt_fault(d, "gather"))

@@ -8,6 +8,7 @@
 #include "pipeline.h"
 #include "run_config.h"
 #include "dist.h" /* kiln_dist_env_read: the ranks share the training set */
+#include "../plugins/common/shm_room.h" /* the communicators' rule */
 
 #include <ctype.h>
 #include <stdio.h>
@@ -52,6 +53,10 @@ struct mem_setup {
 	 * (kiln_dist_comm_guess) */
 	int64_t world, zero_world;
 	int grads_shared, in_place;
+	/* shared gradients /dev/shm has no room for (shm_no_room): the run
+	 * keeps them in device memory; what it has and what they want */
+	int shm_short;
+	unsigned long long shm_have, shm_need;
 };
 
 static void setup_close(struct mem_setup *s)
@@ -78,6 +83,22 @@ static kiln_status precision_open(struct mem_setup *s, const struct kiln_registr
 	return st;
 }
 
+/* The gradients in the communicator's shared memory need room in
+ * /dev/shm for every rank's segment (kiln-gloo's and kiln-mpi's rule,
+ * shm_room); without it the run keeps them in device memory (and logs
+ * why), so the prediction does too, with a warning (before session 30
+ * it counted them as shared, the total short by them). */
+static void shm_no_room(struct mem_setup *s)
+{
+	const size_t seg = shm_segment_bytes(s->m->n_elems * sizeof(float));
+	if (!s->grads_shared || shm_room(seg * (size_t)s->world, &s->shm_have, &s->shm_need))
+		return;
+	s->grads_shared = 0;
+	s->shm_short = 1;
+	kiln_log(KILN_LOG_WARN, "memory", "/dev/shm has %llu MiB free, %llu MiB wanted for the gradients in the communicator's shared memory (%lld ranks' and 64 MiB to spare): the run will keep them in device memory, and they are counted there",
+		 s->shm_have >> 20, s->shm_need >> 20, (long long)s->world);
+}
+
 static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      struct mem_setup *s)
 {
@@ -101,6 +122,7 @@ static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_r
 		env.world = 1;
 	s->world = env.world;
 	kiln_dist_comm_guess(cfg, reg, s->dev, &env, &s->grads_shared, &s->in_place);
+	shm_no_room(s);
 	kiln_config_get_int(cfg, "dist", "zero", &zero);
 	kiln_config_get_int(cfg, "dist", "pipeline", &P);
 	s->zero_world = s->world > 1 && zero == 1 && P <= 1 ? s->world : 0;
@@ -385,6 +407,9 @@ static kiln_status print_report(const struct mem_setup *s, const struct kiln_pla
 	if (pt->shared)
 		fprintf(f, "  (%.2f MiB in the communicator's shared memory: host staging)",
 			mib(pt->shared));
+	if (s->shm_short)
+		fprintf(f, "  (not in the communicator's shared memory: /dev/shm has %llu MiB free, %llu MiB wanted)",
+			s->shm_have >> 20, s->shm_need >> 20);
 	fprintf(f, "\n  %-22s %10.2f MiB  [train] optimizer = %s", "optimizer state",
 		mib(out->optim_state), s->tc.optimizer);
 	if (s->zero_world)

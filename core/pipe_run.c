@@ -856,6 +856,15 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 	return pp->rk ? kiln_pipe_rank_flush(pp->rk, pp->stream) : KILN_OK;
 }
 
+kiln_status kiln_pipe_sync_stages(struct kiln_pipe *pp)
+{
+	kiln_status st = KILN_OK;
+	for (int s = 0; s < pp->P && !st; s++)
+		if (pp->mine < 0 || s == pp->mine)
+			st = kiln_device_stream_sync(sdev(pp, s), pp->sst[s]);
+	return st;
+}
+
 /* Stages on ranks: every rank's kept passes to stage 0's rank, which
  * replays the whole pipe from them (kiln_pipe_timing_report_passes) */
 static kiln_status report_rank_passes(struct kiln_pipe *pp)

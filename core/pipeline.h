@@ -424,6 +424,10 @@ size_t kiln_pipe_arena_bytes(const struct kiln_pipe *pp);
  * (ready for the optimizer); the micro-step counter advanced by M. */
 kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
 			   void *metrics);
+/* Each stage's stream (this rank's) synchronized: after a sync of the
+ * compute stream, which waited for them, their work is done already (the
+ * trainer's log point; see trainer_read_metrics). */
+kiln_status kiln_pipe_sync_stages(struct kiln_pipe *pp);
 /* The measured busy times and bubble, logged (and given to the profiler):
  * before the profiler's report, once the streams are drained. */
 kiln_status kiln_pipe_report(struct kiln_pipe *pp);

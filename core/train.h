@@ -151,6 +151,10 @@ struct trainer {
 	 * the checkpoint rank 0 chose, each rank's stage loaded from it after
 	 * the optimizer is sharded (open_run); "": loaded whole by rank 0 */
 	char resume_file[1024];
+	/* rank 0's open checkpoint of resume_file, verified by
+	 * trainer_resume_read, for those loads (read once: before session 30
+	 * rank 0 opened and verified the file again there); closed after */
+	struct kiln_ckpt *resume_ck;
 	int64_t ckpt_step;         /* step of the last checkpoint written; -1: none */
 	struct kiln_ckpt_epoch ep0_sums; /* the resumed epoch's sums before the checkpoint */
 	/* keep_best: the K best evaluations' checkpoints in ckdir/best */

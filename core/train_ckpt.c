@@ -341,6 +341,10 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	*found = 1;
 	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
 		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);
+	if (*t->resume_file) { /* (kept for the per-stage or sharded load) */
+		t->resume_ck = ck;
+		ck = NULL;
+	}
 out:
 	free(saved);
 	free(defaults);

@@ -36,6 +36,15 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 	trainer_label(t, NULL, 0);
 	if (st || (st = kiln_device_stream_sync(t->dev, t->compute)))
 		return st;
+	/* the streams the compute stream waits for, done with it: their sync
+	 * restarts the count of tasks enqueued since, by which the CPU device
+	 * sizes a stream's queue (plugins/cpu/stream.c, cpu_push); never
+	 * synced, the copy stream's (4 tasks a step) and a pipeline stage's
+	 * grew to the most, 4096 tasks of 168 bytes, over the first thousand
+	 * steps or so, the process's memory 0.7 KB a step (session 30) */
+	if ((st = kiln_device_stream_sync(t->dev, t->copy)) ||
+	    (t->pipe && (st = kiln_pipe_sync_stages(t->pipe))))
+		return st;
 	*loss_sum = t->metrics_host[0];
 	*correct = t->metrics_host[1];
 	if (correct5)

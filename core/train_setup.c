@@ -523,9 +523,15 @@ static kiln_status build_model(struct trainer *t)
 		   : t->pipe_P > 1	   ? kiln_model_create_bare
 		   : kiln_dist_zero(t->dist) ? kiln_model_create_sharded
 					     : kiln_model_create)(t->cfg, t->reg, t->dev,
-								  &first->input, &t->m)) ||
-	    /* ([dist] pipeline: the stage's, kiln_dist_pipe_cut_grads) */
-	    (t->world > 1 && t->pipe_P <= 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
+								  &first->input, &t->m)))
+		return st;
+	/* (and with stages: each rank makes its shard of its stage's state,
+	 * kiln_dist_zero_init; before session 30 the whole model's state was
+	 * made at start-up, the shard cut from it) */
+	if (t->training && t->pipe_P > 1 && kiln_dist_zero(t->dist))
+		t->m->state_sharded = 1;
+	/* ([dist] pipeline: the stage's, kiln_dist_pipe_cut_grads) */
+	if ((t->world > 1 && t->pipe_P <= 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
 	    (st = open_streams(t)))
 		return st;
 	if (t->training) {
@@ -720,12 +726,15 @@ static kiln_status open_run(struct trainer *t)
 	if (t->dist && ((st = kiln_dist_attach(t->dist, t->m, t->compute)) ||
 			(st = kiln_dist_broadcast_state(t->dist, t->compute)) ||
 			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL,
-						  t->resume_file)) ||
+						  t->resume_file, t->resume_ck)) ||
 			(st = kiln_dist_pipe_shard(t->dist, t->compute)) ||
 			(*t->resume_file && kiln_dist_pipe_resumes(t->dist) &&
-			 (st = kiln_dist_pipe_resume(t->dist, t->resume_file, t->compute))) ||
+			 (st = kiln_dist_pipe_resume(t->dist, t->resume_file, t->resume_ck,
+						     t->compute))) ||
 			(st = trainer_pipe_overlap(t))))
 		return st;
+	kiln_ckpt_close(t->resume_ck);
+	t->resume_ck = NULL;
 	return open_out_dir(t);
 }
 
@@ -877,8 +886,6 @@ static void free_device(struct trainer *t)
 	kiln_device_host_free(t->dev, t->scaler_host);
 	for (int k = 0; k < NORM_PLANS; k++)
 		kiln_device_plan_free(t->dev, t->norm_plan[k]);
-	kiln_dist_close(t->dist);
-	t->dist = NULL;
 }
 
 kiln_status trainer_close(struct trainer *t, kiln_status st)
@@ -892,6 +899,8 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	/* draining and freeing may report the same failure again in other
 	 * words (a stream's sticky error): the message that counts is this */
 	char *keep = st ? kiln_strdup(kiln_last_error()) : NULL;
+	kiln_ckpt_close(t->resume_ck);
+	t->resume_ck = NULL;
 	if (t->dev)
 		free_device(t);
 	kiln_plan_free(t->pvrem);
@@ -899,6 +908,12 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 		kiln_pipe_free(t->pipe);
 	else
 		kiln_plan_free(t->ptrain);
+	/* the communicator once the pipeline's streams have drained (their
+	 * destruction waits for them, and for the rank transport's sends),
+	 * since their sends and receives run on it and their passes on the
+	 * stage's buffers it may own (before session 30 it closed first) */
+	kiln_dist_close(t->dist);
+	t->dist = NULL;
 	if (t->m)
 		kiln_pipe_devices_close(t->m);
 	kiln_plan_free(t->peval);

@@ -307,3 +307,23 @@ for r in rc1 rc2 rc3 rc4; do
 		fail "$r: recomputation in stages differs from none"
 done
 echo "ok: recompute with stages equals none"
+
+# ---- 8. the streams' queues stop growing (session 30) -------------------------
+# stages on device instances of their own run with [plugin.cpu] async = 1,
+# whose stream queue grows with the tasks enqueued since the stream's last
+# sync (plugins/cpu/stream.c).  The trainer's copy stream (4 tasks a step)
+# and the stages' streams were never synced: their queues grew to 4096
+# tasks over the first thousand steps or so, a run's memory 0.7 KB a step
+# (RssAnon over 1,350 steps of examples/gpt_char_split.ini).  Synced at
+# each log point now, they grow in the first 5 steps and never after: 80
+# steps grow them as often as 10 do (before: the copy stream's at 16, 32
+# and 64 steps, and the stages' on).
+set -- run.devices=cpu:0,cpu:1 run.threads=2 pipeline.micro_batches=4 layer.fc2.stage=1 \
+	train.log_every=5 train.epochs=20 train.checkpoint_every=0
+KILN_LOG_LEVEL=debug kiln 0 train "$m" run.out_dir="$tmp/q10" train.max_steps=10 "$@"
+g10=$(grep -c "queue grows to" "$err")
+KILN_LOG_LEVEL=debug kiln 0 train "$m" run.out_dir="$tmp/q80" train.max_steps=80 "$@"
+g80=$(grep -c "queue grows to" "$err")
+[ "$g10" -gt 0 ] || fail "no stream queue grew in 10 steps (no debug line: is [plugin.cpu] async on?)"
+[ "$g80" -eq "$g10" ] || fail "stream queues grew $g80 times in 80 steps, $g10 in 10: they grow on"
+echo "ok: the streams' queues grow in the first steps only ($g10 times)"

@@ -58,6 +58,9 @@
 #     checkpoints resume in one process and on 2 stages on 2 ranks, and
 #     one process's resumes on it (before session 8: refused), each rank
 #     holding its stage's parameters and gradients alone (session 9);
+#     (session 30, in section 12) a rank never holds the whole optimizer
+#     state, at start-up nor for a checkpoint (rank 0, which writes, then
+#     alone), measured by its device peak;
 # 11. a rank holds its stage's parameters and gradients alone (session 9):
 #     each rank's log says its stage's floats (section 1's runs), and on an
 #     MLP whose stage 1 holds 99% of the weights, stage 0's rank has less
@@ -304,6 +307,19 @@ grep -q "gradient bucket(s) of up to .* MiB over 1200 floats \[2080, 3280)" "$tm
 for r in 0 1 2 3; do
 	grep -q "rank $r (pipeline stage $((r % 2))): 6 of 6 bucket allreduces started during the stage's last micro-batch's backward" "$tmp/g22.log" ||
 		{ bad "g22: rank $r's buckets did not start during the backward"; grep "bucket" "$tmp/g22.log"; }
+done
+# at the end a rank frees its pipeline (its streams drained, the rank
+# transport's sends and its line "stage S (this rank): N crossing tensors
+# sent ...") before it closes the communicator they run on (the line
+# above, "rank R (pipeline stage S): ... bucket allreduces started ...");
+# before session 30 it closed the communicator first, so of a stage's 4
+# such lines the first was always a communicator's
+for s in 0 1; do
+	first=$(grep -m 1 -o "stage $s (this rank): [0-9]* crossing tensors sent\|(pipeline stage $s): 6 of 6 bucket allreduces started" "$tmp/g22.log")
+	case $first in
+	"stage $s (this rank):"*) ;;
+	*) bad "g22: a rank of stage $s closed its communicator before freeing its pipeline ('$first' first)" ;;
+	esac
 done
 [ "$(grep -c "rank [01] of 2: 6 allreduces of the shared gradients, copy-free" "$tmp/g22.log")" = 4 ] ||
 	{ bad "g22: the stages' allreduces are not copy-free"; grep "copy-free" "$tmp/g22.log"; }
@@ -782,6 +798,33 @@ run wres 2 32 dist.pipeline=2 train.resume=1
 	bad "wres: [train] resume does not hold each stage alone from start-up"
 "$tool" same "$(ck wo 4)" "$(ck wres 4)" params optim.momentum ||
 	bad "2 stages on 2 ranks resumed per stage differ from one process"
+# ZeRO-1 within each stage's ranks (session 30): a rank makes its shard of
+# its stage's optimizer state alone at start-up, and gathers the state a
+# slot at a time through its gradients for a checkpoint (rank 0, which
+# writes, into the whole state's buffer); before, every rank made the
+# whole model's state at start-up and gathered it whole for each
+# checkpoint.  P = 2 x D = 2, AdamW (2 slots: the whole state 2318720
+# bytes), a checkpoint after the last step: equal to zero = 0 within 1e-5;
+# stage 0's ranks peak below the whole parameters, gradients and state
+# (4637440 bytes, all made at start-up before), stage 1's (nearly the
+# whole model) above their end by less than the whole state (by the
+# whole parameters the checkpoint gathers: 1159360)
+zw="dist.pipeline=2 pipeline.micro_batches=2 train.optimizer=adamw train.lr=0.01 train.keep_best=0 train.eval=0 train.checkpoint_every=0"
+run zw0 4 16 $zw
+run zw1 4 16 $zw dist.zero=1
+"$tool" close "$(ck zw0 4)" "$(ck zw1 4)" 1e-5 params optim.exp_avg optim.exp_avg_sq ||
+	bad "zw1: ZeRO-1 within the stages' ranks differs from zero = 0"
+for r in 0 1 2 3; do
+	set -- $(sed -n "s/.*rank $r (pipeline stage $((r % 2))): memory at the end of training: device peak \([0-9]*\) bytes over the run (live \([0-9]*\)).*/\1 \2/p" "$tmp/zw1.log")
+	echo "zw1: rank $r peaks at ${1:-?} device bytes, ${2:-?} live at the end"
+	if [ $((r % 2)) = 0 ]; then
+		[ -n "${1:-}" ] && [ "$1" -lt 4637440 ] ||
+			{ bad "zw1: rank $r peaks at '${1:-}' device bytes, not below the whole parameters, gradients and state (4637440)"; grep "memory at the end" "$tmp/zw1.log"; }
+	else
+		[ -n "${2:-}" ] && [ $(($1 - $2)) -lt 2318720 ] ||
+			{ bad "zw1: rank $r peaks at '${1:-}' device bytes, its end '${2:-}' and the whole state (2318720) or more above"; grep "memory at the end" "$tmp/zw1.log"; }
+	fi
+done
 echo "ok: stage 0's rank peaks below the whole model's parameters: its stage's alone from start-up"
 # ---- 13. per-stage checkpoints (session 12) ------------------------------------------
 # (section 11's MLP; wo: one process, 4 steps, a checkpoint every 2)
@@ -822,8 +865,15 @@ grep -q "resuming from .*sv4/checkpoints/ckpt-2.kiln" "$tmp/sv4.log" || bad "sv4
 	bad "sv4: 2 stages on 2 ranks to step 2, then 4 stages on 4 ranks: differs from the uninterrupted run"
 # ... and on 2 stages on 2 ranks, each rank reading its stage's slice
 # alone: rank 0 peaks below the whole model's parameters (before session
-# 12 it read the checkpoint whole into a whole model: 3.9 MB)
+# 12 it read the checkpoint whole into a whole model: 3.9 MB); each rank
+# (each its data-parallel group's rank 0: D = 1) verifies the file once
+# (KILN_LOG_LEVEL=debug; before session 30 twice: choosing it, and again
+# loading its stage)
+export KILN_LOG_LEVEL=debug
 run sv2 2 32 dist.pipeline=2 $nb train.resume=1
+unset KILN_LOG_LEVEL
+n=$(grep -c "checkpoint .*/sv2/checkpoints/ckpt-2.kiln: verified, [0-9]* sections" "$tmp/sv2.log")
+[ "$n" = 2 ] || bad "sv2: 2 ranks verified the checkpoint $n times, expected 2 (once each)"
 [ "$(grep -c "resumed the stage's slice \[[0-9]*, [0-9]*) alone from .*sv2/checkpoints/ckpt-2.kiln" "$tmp/sv2.log")" = 2 ] ||
 	{ bad "sv2: not every rank resumed its stage alone"; grep "resum" "$tmp/sv2.log"; }
 grep -q "rank 0 (pipeline stage 0): resumed the stage's slice \[0, 2080) alone" "$tmp/sv2.log" ||

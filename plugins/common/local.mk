@@ -10,7 +10,7 @@ PLUGIN_COMMON_H = plugins/common/describe.h plugins/common/device.h plugins/comm
 # only kiln_plugin_init is exported): the collective watchdog and the
 # /dev/shm rounds of kiln-mpi and kiln-gloo, kiln_plugin_init (comm_init.h).
 PLUGIN_COMM_COMMON = plugins/common/watchdog.c plugins/common/watchdog.h plugins/common/comm_init.h \
-	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/half.h \
+	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/shm_room.h plugins/common/half.h \
 	plugins/common/rank_name.h
 # open_file.h: opening a file to read, refusing FIFOs and devices before
 # open() can block (the core and kiln-loaders.so; issue 25)

@@ -9,7 +9,6 @@
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <sys/statvfs.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -439,12 +438,4 @@ kiln_status shmcoll_allgather(struct shmcoll *s, int how, const void *send, void
 				memcpy(out + (size_t)r * bytes + off, s->buf[r] + b, n);
 	}
 	return KILN_OK;
-}
-
-int shmcoll_room(size_t total, unsigned long long *have, unsigned long long *need)
-{
-	struct statvfs fs;
-	*need = (unsigned long long)total + (64ull << 20);
-	*have = statvfs("/dev/shm", &fs) == 0 ? (unsigned long long)fs.f_bavail * fs.f_frsize : *need;
-	return *have >= *need;
 }

@@ -39,6 +39,7 @@
 
 #include <kiln/plugin.h>
 #include "rank_name.h"
+#include "shm_room.h" /* shm_room: before the plugins map */
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -256,12 +257,6 @@ void shmcoll_inherit(struct shmcoll *s, struct shmcoll *parent);
  * parent's, outnumber their CPUs) rather than spin. */
 int shmcoll_yields(struct shmcoll *s);
 
-/* Whether /dev/shm has room for `total` more bytes (64 MiB to spare):
- * the shared objects live there, and a tmpfs that runs out raises SIGBUS
- * at the first touch, so the plugins ask (and agree) before they map.
- * *have and *need in bytes for the message; a /dev/shm that cannot be
- * asked counts as room. */
-int shmcoll_room(size_t total, unsigned long long *have, unsigned long long *need);
 
 /* buf[0..count) of dtype (KILN_F32, KILN_BF16, KILN_F16) summed over the
  * ranks and multiplied by scale, in place (without staging when buf lies

@@ -246,6 +246,8 @@ static kiln_status cpu_push(struct cpu_stream *s, const struct cpu_task *t)
 			s->q = nq;
 			s->cap = ncap;
 			s->head = 0;
+			s->c->host->log(KILN_LOG_DEBUG, "cpu", "%s's queue grows to %zu tasks (%zu enqueued since its last sync, %zu not yet run)",
+					s->name, ncap, s->pushed, s->count);
 		}
 	}
 	s->q[(s->head + s->count) % s->cap] = *t;

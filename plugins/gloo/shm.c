@@ -486,12 +486,12 @@ static kiln_status region_open(struct gloo_shm *g, size_t bytes, int want, const
 	if (g->rtried)
 		return g->h->error(KILN_ENOTSUP, "gloo: the shared buffer was asked for already");
 	g->rtried = 1; /* its store keys are used up, whatever the outcome */
-	const size_t per = (bytes + 4095) / 4096 * 4096;
+	const size_t per = shm_segment_bytes(bytes);
 	g->rsize = per * (size_t)g->world;
 	/* a tmpfs without room would end the process with SIGBUS at the
 	 * first touch: ask first (every rank, and agree) */
 	unsigned long long have, need;
-	const int room = shmcoll_room(g->rsize, &have, &need);
+	const int room = shm_room(g->rsize, &have, &need);
 	if (!want)
 		snprintf(why, sizeof why, "%s", off);
 	else if (!room)

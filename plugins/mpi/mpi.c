@@ -391,12 +391,12 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, int keyed, co
 	if (keyed && !every_rank(c, c->zero_copy))
 		return H->error(KILN_ENOTSUP, "mpi: [plugin.mpi] zero_copy = 0%s",
 				c->zero_copy ? " on another rank" : "");
-	const size_t size = (bytes + 4095) / 4096 * 4096;
+	const size_t size = shm_segment_bytes(bytes);
 	/* Open MPI backs the window with a file in /dev/shm: a tmpfs without
 	 * room for every rank's segment would end the process with SIGBUS at
 	 * the first touch, so ask for room first (and agree on the answer) */
 	unsigned long long have, need;
-	const int room = shmcoll_room(size * (size_t)c->world, &have, &need);
+	const int room = shm_room(size * (size_t)c->world, &have, &need);
 	if (!every_rank(c, room))
 		return room ? H->error(KILN_ENOTSUP, "mpi: another rank's /dev/shm lacks the %llu MiB wanted for %s",
 				       need >> 20, what)
