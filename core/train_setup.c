@@ -791,6 +791,7 @@ static kiln_status open_loop(struct trainer *t)
 	t->ep0 = t->pos.epoch;
 	t->off0 = t->pos.offset;
 	t->step = t->step0 = t->interval_start = t->pos.step;
+	t->finite_step = -1;
 	t->iv_t0 = kiln_now_s(); /* the first log interval starts */
 	return KILN_OK;
 }
@@ -873,6 +874,9 @@ static void free_device(struct trainer *t)
 	kiln_device_plan_free(t->dev, t->clip);
 	kiln_device_free(t->dev, t->clip_d);
 	kiln_device_host_free(t->dev, t->clip_host);
+	kiln_device_plan_free(t->dev, t->finite);
+	kiln_device_free(t->dev, t->finite_d);
+	kiln_device_host_free(t->dev, t->finite_host);
 	kiln_device_host_free(t->dev, t->scaler_host);
 	for (int k = 0; k < NORM_PLANS; k++)
 		kiln_device_plan_free(t->dev, t->norm_plan[k]);
