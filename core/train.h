@@ -238,9 +238,11 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 kiln_status trainer_close(struct trainer *t, kiln_status st);
 /* A fresh run's out_dir (core/out_dir.c): KILN_EUSAGE, naming a file,
  * when it holds an earlier run's files (metrics, logs, checkpoints in
- * ckdir) and overwrite is 0; with overwrite, or in the default out_dir
- * (runs/latest), rank 0 deletes them. */
-kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite, int rank);
+ * ckdir) and overwrite is 0, nothing changed.  With overwrite, or in the
+ * default out_dir (runs/latest), _clear deletes them (rank 0, logged)
+ * once every check that can refuse the run has passed. */
+kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite);
+kiln_status trainer_out_dir_clear(const char *out_dir, const char *ckdir, int overwrite);
 /* A training run's out_dir, created, and locked for this process
  * (out_dir/.kiln.lock, flock, held until *fd is closed) before it is
  * looked at: KILN_EIO naming it when another kiln holds it.  A file
