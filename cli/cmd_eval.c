@@ -23,7 +23,7 @@ const char cmd_eval_about[] =
 	"stdout gets one JSON line: checkpoint, step, test_loss, test_acc, test_samples,\n"
 	"eval_samples_per_s.\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error (or another model),\n"
-	"3 data error (a corrupt checkpoint).\n"
+	"3 data error (a corrupt checkpoint, or one holding NaN or inf weights).\n"
 	"--fold evaluates the inference graph (docs/inference.md, Folding): each\n"
 	"batchnorm folded into the conv or linear before it, dropout removed, bias and\n"
 	"activation in the layer's epilogue ([run] fuse = 1).\n"

@@ -930,6 +930,21 @@ kiln_status kiln_ckpt_check_sample(struct kiln_ckpt *ck, const struct kiln_model
 			  ck->path, sample, a, b);
 }
 
+/* Section `tag`'s bytes [off, off + bytes) read into v: refused when it is
+ * the parameters or the buffers and a tensor's values there are not
+ * finite (kiln_model_finite_check). */
+static kiln_status weights_finite(const struct kiln_ckpt *ck, const struct kiln_model *m,
+				  const char *tag, size_t off, const void *v, size_t bytes)
+{
+	char what[4200];
+	const int region = !strcmp(tag, "params") ? 0 : !strcmp(tag, "buffers") ? 1 : -1;
+	if (region < 0)
+		return KILN_OK;
+	snprintf(what, sizeof what, "checkpoint %s", ck->path);
+	return kiln_model_finite_check(m, what, region, off / sizeof(float), v,
+				       bytes / sizeof(float));
+}
+
 kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream, int what)
 {
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
@@ -968,7 +983,8 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 		    strcmp(sb[i].name, "buffers"))
 			continue;
 		if ((st = kiln_ckpt_read(ck, sb[i].name, (char *)host + off, sb[i].bytes)) ||
-		    (st = check_counters(ck, sb[i].name, (char *)host + off, sb[i].bytes)))
+		    (st = check_counters(ck, sb[i].name, (char *)host + off, sb[i].bytes)) ||
+		    (st = weights_finite(ck, m, sb[i].name, 0, (char *)host + off, sb[i].bytes)))
 			goto out;
 		off += sb[i].bytes;
 	}
@@ -998,7 +1014,8 @@ out:
 /* ---- a stage's slice (core/dist_pipe_ckpt.c) ------------------------------- */
 
 /* Bytes [off, off + n) of section r, piece by piece through host, to the
- * device at dst (the file's checksums were verified when it was opened). */
+ * device at dst (the file's checksums were verified when it was opened;
+ * the parameters' and buffers' values are checked finite). */
 static kiln_status range_to_device(struct kiln_ckpt *ck, const struct rsec *r, uint64_t off,
 				   size_t n, void *dst, void *host, struct kiln_model *m,
 				   void *stream)
@@ -1008,6 +1025,8 @@ static kiln_status range_to_device(struct kiln_ckpt *ck, const struct rsec *r, u
 		const size_t k = n - at < PIECE ? n - at : PIECE;
 		if (kiln_pread_all(ck->fd, host, k, r->off + off + at))
 			return read_error(ck->path, r->tag);
+		if ((st = weights_finite(ck, m, r->tag, off + at, host, k)))
+			return st;
 		if (!(st = kiln_device_copy_async(m->dev, (char *)dst + at, host, k, KILN_COPY_H2D,
 						  stream)))
 			st = kiln_device_stream_sync(m->dev, stream);

@@ -863,6 +863,39 @@ kiln_status kiln_model_init_loaded(struct kiln_model *m, void *stream)
 	return init_step(m, (float *)host, stream);
 }
 
+int kiln_model_nonfinite(const struct kiln_model *m, int region, size_t off, const float *v,
+			 size_t n, int64_t *at)
+{
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *p = &m->params[i];
+		const size_t lo = p->off > off ? p->off : off;
+		const size_t hi = p->off + (size_t)p->numel < off + n ? p->off + (size_t)p->numel
+								      : off + n;
+		if (!p->buffer != !region)
+			continue;
+		for (size_t e = lo; e < hi; e++)
+			if (!isfinite(v[e - off])) {
+				*at = (int64_t)(e - p->off);
+				return i;
+			}
+	}
+	return -1;
+}
+
+kiln_status kiln_model_finite_check(const struct kiln_model *m, const char *file, int region,
+				    size_t off, const float *v, size_t n)
+{
+	int64_t at;
+	const int i = kiln_model_nonfinite(m, region, off, v, n, &at);
+	char shape[100];
+	if (i < 0)
+		return KILN_OK;
+	kiln_tensor_desc_str(&m->params[i].desc, shape, sizeof shape);
+	return kiln_error(KILN_EDATA, "%s: tensor '%s' %s holds a non-finite value (%g at element %lld): refused (NaN or inf weights compute NaN, or finite but wrong outputs where a fused ReLU hides them)",
+			  file, m->params[i].name, shape, (double)v[(size_t)at + m->params[i].off - off],
+			  (long long)at);
+}
+
 kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream)
 {
 	struct kiln_op_args a = { .out = { m->step_d } };

@@ -318,6 +318,19 @@ int kiln_model_state_buffers(struct kiln_model *m, struct kiln_state_buf *out, i
  * written, so the regions hold undefined values until that load. */
 kiln_status kiln_model_init_loaded(struct kiln_model *m, void *stream);
 
+/* The first non-finite value (NaN or inf) of v[0..n), a host copy of the
+ * model's parameters (region 0) or buffers (1) from element `off` on: the
+ * index into m->params of the tensor holding it, *at its element in that
+ * tensor; -1 when every tensor's values there are finite (the padding
+ * between tensors is not read). */
+int kiln_model_nonfinite(const struct kiln_model *m, int region, size_t off, const float *v,
+			 size_t n, int64_t *at);
+/* Weights loaded from `file` (a checkpoint, a weights file) refused when
+ * kiln_model_nonfinite finds a value: KILN_EDATA naming the file and the
+ * tensor (a fused ReLU would turn a NaN model's outputs finite). */
+kiln_status kiln_model_finite_check(const struct kiln_model *m, const char *file, int region,
+				    size_t off, const float *v, size_t n);
+
 struct plan_node {
 	struct kiln_layer l;
 	const struct kiln_layer_ops *ops;

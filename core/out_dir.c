@@ -105,7 +105,7 @@ static int default_out_dir(const char *dir)
 	return 0;
 }
 
-kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite, int rank)
+kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite)
 {
 	char what[4400];
 	int n = visit_run(out_dir, ckdir, 0, what, sizeof what);
@@ -116,10 +116,17 @@ kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int ov
 	if (!overwrite && !default_out_dir(out_dir))
 		return kiln_error(KILN_EUSAGE, "[run] out_dir '%s' holds an earlier run (%d file(s), e.g. %s): pass --resume to continue it, --overwrite (train.overwrite=1) to delete its files and start afresh, or choose another out_dir; nothing was changed",
 				  out_dir, n, what);
-	if (rank)
-		return KILN_OK; /* rank 0 deletes */
-	if (visit_run(out_dir, ckdir, 1, what, sizeof what) < 0)
+	return KILN_OK;
+}
+
+kiln_status trainer_out_dir_clear(const char *out_dir, const char *ckdir, int overwrite)
+{
+	char what[4400];
+	int n = visit_run(out_dir, ckdir, 1, what, sizeof what);
+	if (n < 0)
 		return kiln_error(KILN_EIO, "--overwrite: cannot delete %s", what);
+	if (!n)
+		return KILN_OK;
 	kiln_log(KILN_LOG_WARN, "train", "%s: deleted the earlier run's %d file(s) in %s (metrics, logs, config.ini, checkpoints)",
 		 overwrite ? "--overwrite" : "[run] out_dir is the default, the latest run", n,
 		 out_dir);

@@ -123,7 +123,7 @@ static const struct kiln_key train_keys[] = {
 	  "The optimizer, by name: `sgd` (`momentum`, `nesterov`, `weight_decay`, `weight_decay_mode`), `adamw` (torch.optim.AdamW: `beta1`, `beta2`, `eps`, decoupled `weight_decay`), `lamb` (LAMB, You et al. 2019: AdamW's update scaled per parameter tensor by the trust ratio norm(p) / norm(update)), or an optim plugin's (`kiln plugins`; docs/plugins.md). Each built-in is one fused device op over every trainable parameter per step. The selected optimizer adds its own keys to [train]: they are listed under `[train] optimizer = NAME` below (the keys of the other built-in optimizers stay valid and unused, so a config may keep `momentum` beside `optimizer = adamw`)." },
 	{ "lr", KILN_KEY_FLOAT, "0.01", 0, 1e6, NULL, "Learning rate (the base of the schedule)." },
 	{ "schedule", KILN_KEY_ENUM, "constant", NOLIM, "constant|cosine|step|multistep|onecycle",
-	  "Learning-rate schedule over the run's optimizer steps, after `warmup`: `constant`; `cosine` annealing to `lr_min` (CosineAnnealingLR); `step` (StepLR: times `gamma` every `step_size` steps); `multistep` (MultiStepLR: times `gamma` at each of `milestones`); `onecycle` (OneCycleLR with max_lr = lr, `pct_start`, `div_factor`, `final_div_factor`, cosine). Computed on the device from its step counter." },
+	  "Learning-rate schedule over the run's optimizer steps, after `warmup`: `constant`; `cosine` annealing to `lr_min` (CosineAnnealingLR); `step` (StepLR: times `gamma` every `step_size` steps); `multistep` (MultiStepLR: times `gamma` at each of `milestones`); `onecycle` (OneCycleLR with max_lr = lr, `pct_start`, `div_factor`, `final_div_factor`, cosine; the rate alone: momentum and Adam's beta1 are not cycled, as OneCycleLR(cycle_momentum=False)). Computed on the device from its step counter." },
 	{ "step_size", KILN_KEY_INT, "1000", 1, 1e15, NULL,
 	  "`schedule = step`: steps (after the warmup) between decays by `gamma`." },
 	{ "gamma", KILN_KEY_FLOAT, "0.1", 0, 1, NULL,
@@ -140,7 +140,7 @@ static const struct kiln_key train_keys[] = {
 	  "Scale `lr` by the global batch (batch x ranks x accumulate) over `base_batch`: `linear` (Goyal et al.) or `sqrt`; `none` keeps `lr` as written. The scaled rate is logged." },
 	{ "base_batch", KILN_KEY_INT, "256", 1, 1e12, NULL,
 	  "The batch `lr` was tuned for, for `lr_scale`." },
-	{ "lr_min", KILN_KEY_FLOAT, "0", 0, 1e6, NULL, "Final learning rate of the cosine schedule." },
+	{ "lr_min", KILN_KEY_FLOAT, "0", 0, 1e6, NULL, "Final learning rate of the cosine schedule, as written: `lr_scale` scales `lr` but not `lr_min`." },
 	{ "warmup", KILN_KEY_INT, "0", 0, 1e12, NULL,
 	  "Steps of linear warmup from lr/warmup to lr before the schedule." },
 	{ "weight_decay", KILN_KEY_FLOAT, "0", 0, 1, NULL,
@@ -179,7 +179,7 @@ static const struct kiln_key train_keys[] = {
 	{ "resume", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Continue from the newest usable checkpoint in out_dir/checkpoints (`kiln train --resume`); a fresh start when there is none. Only the keys listed in docs/checkpoints.md may differ from the checkpoint's config." },
 	{ "overwrite", KILN_KEY_BOOL, "0", NOLIM, NULL,
-	  "Start afresh in an out_dir that holds an earlier run (`kiln train --overwrite`): that run's files (metrics.jsonl, train.csv, eval.csv, events.out.tfevents.*, config.ini, profile.txt, trace.json, report.html and every checkpoint in out_dir/checkpoints) are deleted first (logged); other files are left alone. Not with `resume` (an error). Without it (or `resume`) a used out_dir is refused and left as it is (Hugging Face's `overwrite_output_dir`), except the default out_dir `runs/latest`, which by its name holds the latest run: a fresh run there replaces the earlier one (logged)." },
+	  "Start afresh in an out_dir that holds an earlier run (`kiln train --overwrite`): that run's files (metrics.jsonl, train.csv, eval.csv, events.out.tfevents.*, config.ini, profile.txt, trace.json, report.html and every checkpoint in out_dir/checkpoints) are deleted once every check that can refuse the run has passed (logged; a refused run deletes nothing); other files are left alone. Not with `resume` (an error). Without it (or `resume`) a used out_dir is refused and left as it is (Hugging Face's `overwrite_output_dir`), except the default out_dir `runs/latest`, which by its name holds the latest run: a fresh run there replaces the earlier one (logged)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -135,6 +135,13 @@ struct trainer {
 	float *clip_d;             /* its state f32[4]: norm, finite, skipped, clipped */
 	float *clip_host;
 	float *scaler_host;        /* the loss scaler's state, read at log points */
+	/* the parameters' non-finite check (core/train_log.c): GRAD_CLIP
+	 * clipping nothing over this rank's finite_n parameters, its state
+	 * f32[4] ([1] the finite flag), the step it last passed */
+	void *finite;
+	size_t finite_n;
+	float *finite_d, *finite_host;
+	int64_t finite_step;
 	size_t norm_bytes;
 	int64_t norm_rows[NORM_PLANS];
 	const struct train_set *norm_of[NORM_PLANS]; /* each data set has its mean/std */
@@ -235,9 +242,11 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 kiln_status trainer_close(struct trainer *t, kiln_status st);
 /* A fresh run's out_dir (core/out_dir.c): KILN_EUSAGE, naming a file,
  * when it holds an earlier run's files (metrics, logs, checkpoints in
- * ckdir) and overwrite is 0; with overwrite, or in the default out_dir
- * (runs/latest), rank 0 deletes them. */
-kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite, int rank);
+ * ckdir) and overwrite is 0, nothing changed.  With overwrite, or in the
+ * default out_dir (runs/latest), _clear deletes them (rank 0, logged)
+ * once every check that can refuse the run has passed. */
+kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite);
+kiln_status trainer_out_dir_clear(const char *out_dir, const char *ckdir, int overwrite);
 /* A training run's out_dir, created, and locked for this process
  * (out_dir/.kiln.lock, flock, held until *fd is closed) before it is
  * looked at: KILN_EIO naming it when another kiln holds it.  A file
@@ -265,6 +274,10 @@ void trainer_jsonl(struct trainer *t, json_t *obj);
 void trainer_counters_mark(struct trainer *t);
 void trainer_counters_take(struct trainer *t);
 kiln_status trainer_log_point(struct trainer *t);
+/* Before a checkpoint of the state after step t->pos.step (every rank):
+ * KILN_EDATA naming the first parameter that holds non-finite values,
+ * unless that step's log point checked them. */
+kiln_status trainer_params_finite(struct trainer *t);
 void trainer_eval_record(struct trainer *t, const struct eval_target *e, int64_t epoch);
 int trainer_epoch_summary(struct trainer *t, char *msg, size_t n);
 void trainer_epoch_report(struct trainer *t, const char *msg);
@@ -295,7 +308,7 @@ kiln_status trainer_clip_over(struct trainer *t, size_t n);
 /* ... and once the buckets are laid: a stage's buckets start during its
  * last micro-batch's backward where its gradients are final there */
 kiln_status trainer_pipe_overlap(struct trainer *t);
-kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct);
+kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct, double *bad);
 void trainer_dist_comm_event(struct trainer *t);
 void trainer_dist_summary(const struct trainer *t);
 

@@ -69,6 +69,10 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 			      const struct kiln_ckpt_meta *meta, char *path, size_t n)
 {
 	kiln_status st, st2;
+	/* a diverged state is not written: the last good checkpoint stays
+	 * the newest */
+	if ((st = trainer_params_finite(t)))
+		return st;
 	if (kiln_dist_pipe_ckpt_streams(t->dist))
 		return kiln_dist_pipe_ckpt_save(t->dist, dir, meta, t->compute, path, n);
 	/* every failure ends in the agreement: the local step first, agreed on

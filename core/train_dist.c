@@ -83,15 +83,18 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 }
 
 /* At a log point: the interval's loss and correct sums as every rank's
- * mean (the log shows every rank's samples), and the stop requests: one
- * on any rank stops all of them after this same step (t->dist_stop). */
-kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct)
+ * mean (the log shows every rank's samples), the ranks whose parameters
+ * hold non-finite values (*bad: this rank's 0 or 1, then every rank's
+ * count), and the stop requests: one on any rank stops all of them after
+ * this same step (t->dist_stop). */
+kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct, double *bad)
 {
-	double v[3] = { *loss, *correct, trainer_take_stop() };
-	kiln_status st = kiln_dist_sum_host(t->dist, v, 3, t->compute);
+	double v[4] = { *loss, *correct, trainer_take_stop(), *bad };
+	kiln_status st = kiln_dist_sum_host(t->dist, v, 4, t->compute);
 	*loss = v[0] / t->world;
 	*correct = v[1] / t->world;
 	t->dist_stop |= v[2] > 0;
+	*bad = v[3];
 	return st;
 }
 

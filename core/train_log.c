@@ -80,20 +80,146 @@ void trainer_counters_take(struct trainer *t)
 	acc->replays += b->replays - a->replays;
 }
 
+/* ---- the parameters' non-finite check ------------------------------------
+ * A NaN weight need not make the loss NaN: a fused linear + ReLU (oneDNN's
+ * eltwise_relu post-op) computes max(NaN, 0) = 0.  So at each log point
+ * and before each checkpoint the parameters themselves are checked:
+ * GRAD_CLIP clipping nothing (f[0] = f[1] = 0) over them in place writes
+ * nothing while they are finite, and its state's flag [1] says whether
+ * their norm is. */
+
+/* Enqueue the check of this rank's parameters (a stage's rank holding its
+ * slice alone: that slice; ZeRO-1's allgathers settled first) on
+ * t->compute: the flag reaches t->finite_host[1] at the stream's next
+ * sync. */
+static kiln_status params_check_enqueue(struct trainer *t)
+{
+	const struct kiln_model *m = t->m;
+	size_t lo = 0, hi = m->n_elems;
+	kiln_status st;
+	kiln_dist_pipe_held(t->dist, &lo, &hi);
+	if (hi <= lo) {
+		if (t->finite_host)
+			t->finite_host[1] = 1.0f;
+		return KILN_OK;
+	}
+	if (!t->finite_d) { /* the state zeroed once (its counters are not read) */
+		if ((st = kiln_device_alloc(t->dev, 64, (void **)&t->finite_d)) ||
+		    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->finite_host)))
+			return st;
+		memset(t->finite_host, 0, 4 * sizeof(float));
+		if ((st = kiln_device_copy_async(t->dev, t->finite_d, t->finite_host,
+						 4 * sizeof(float), KILN_COPY_H2D, t->compute)))
+			return st;
+	}
+	if (!t->finite || t->finite_n != hi - lo) {
+		struct kiln_op op;
+		void *plan = NULL;
+		kiln_op_grad_clip(&op, (int64_t)(hi - lo));
+		if ((st = kiln_device_prepare(t->dev, &op, &plan, NULL)))
+			return st;
+		kiln_device_plan_free(t->dev, t->finite);
+		t->finite = plan, t->finite_n = hi - lo;
+	}
+	struct kiln_op_args a = { .in = { m->params_d + lo },
+				  .out = { m->params_d + lo, t->finite_d } };
+	if ((st = kiln_dist_zero_settle(t->dist, t->compute)) ||
+	    (st = kiln_device_run(t->dev, t->finite, &a, t->compute)))
+		return st;
+	return kiln_device_copy_async(t->dev, t->finite_host, t->finite_d, 4 * sizeof(float),
+				      KILN_COPY_D2H, t->compute);
+}
+
+/* After that sync: when the flag says the norm is not finite, a host copy
+ * of the parameters (the failure path alone) names the first tensor
+ * holding a NaN or inf: *bad its index into m->params, *count its
+ * non-finite values; *bad = -1 when there is none (a norm that overflowed
+ * on finite values is no failure). */
+static kiln_status params_check_take(struct trainer *t, int *bad, int64_t *count)
+{
+	const struct kiln_model *m = t->m;
+	size_t lo = 0, hi = m->n_elems;
+	int64_t at;
+	kiln_status st;
+	*bad = -1, *count = 0;
+	if (!t->finite_host || t->finite_host[1] != 0.0f)
+		return KILN_OK;
+	kiln_dist_pipe_held(t->dist, &lo, &hi);
+	float *h = malloc(sizeof(float) * (hi - lo + 1));
+	if (!h)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	st = kiln_device_copy_async(t->dev, h, m->params_d + lo, (hi - lo) * sizeof(float),
+				    KILN_COPY_D2H, t->compute);
+	if (!st)
+		st = kiln_device_stream_sync(t->dev, t->compute);
+	if (!st && (*bad = kiln_model_nonfinite(m, 0, lo, h, hi - lo, &at)) >= 0) {
+		const struct model_param *p = &m->params[*bad];
+		for (int64_t e = at; e < p->numel; e++)
+			*count += !isfinite(h[p->off - lo + (size_t)e]);
+	}
+	free(h);
+	return st;
+}
+
+/* Parameters holding non-finite values after step `step` of epoch `ep`
+ * (0-based) on `ranks` rank(s): this rank's tensor `bad` (-1: another
+ * rank's) ends the run as diverged. */
+static kiln_status params_diverged(const struct trainer *t, int64_t step, int64_t ep, int bad,
+				   int64_t count, double ranks)
+{
+	if (bad >= 0)
+		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): parameter '%s' holds %lld non-finite value(s) (NaN or inf): training diverged; lower [train] lr",
+				  (long long)step, (long long)ep + 1, t->m->params[bad].name,
+				  (long long)count);
+	if (ranks > 0)
+		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): the parameters of %g other rank(s) hold non-finite values (NaN or inf): training diverged; lower [train] lr",
+				  (long long)step, (long long)ep + 1, ranks);
+	return KILN_OK;
+}
+
+kiln_status trainer_params_finite(struct trainer *t)
+{
+	int bad;
+	int64_t count;
+	double ranks;
+	kiln_status st;
+	if (t->finite_step == t->pos.step)
+		return KILN_OK;
+	if ((st = params_check_enqueue(t)) ||
+	    (st = kiln_device_stream_sync(t->dev, t->compute)) ||
+	    (st = params_check_take(t, &bad, &count)))
+		return st;
+	ranks = bad >= 0;
+	if ((st = kiln_dist_sum_host(t->dist, &ranks, 1, t->compute)))
+		return st;
+	if ((st = params_diverged(t, t->pos.step, t->pos.epoch, bad, count, ranks)))
+		return st;
+	t->finite_step = t->pos.step;
+	return KILN_OK;
+}
+
 /* The metric sums of the interval since the last log point, every rank's
- * (a stop requested on any rank stops all of them after this same step). */
-static kiln_status interval_sums(struct trainer *t, double *ls, double *c)
+ * (a stop requested on any rank stops all of them after this same step),
+ * and the parameters' check read back by the same sync: *bad the first
+ * tensor holding non-finite values (-1: none) and *count its non-finite
+ * values, *ranks the ranks whose parameters hold any. */
+static kiln_status interval_sums(struct trainer *t, double *ls, double *c, int *bad,
+				 int64_t *count, double *ranks)
 {
 	kiln_status st;
 	trainer_counters_take(t);
 	trainer_phase(t, KILN_PROF_LOG, 1);
-	st = trainer_read_metrics(t, ls, c, NULL);
-	if (!st) { /* what an evaluation read since the last log point */
+	st = params_check_enqueue(t);
+	if (!st)
+		st = trainer_read_metrics(t, ls, c, NULL);
+	if (!st && !(st = params_check_take(t, bad, count))) {
+		/* what an evaluation read since the last log point */
 		*ls += t->carry_loss, *c += t->carry_correct;
 		t->carry_loss = t->carry_correct = 0;
+		*ranks = *bad >= 0;
 	}
 	if (!st && t->dist)
-		st = trainer_dist_sums(t, ls, c);
+		st = trainer_dist_sums(t, ls, c, ranks);
 	trainer_phase(t, KILN_PROF_LOG, 0);
 	if (st)
 		return st;
@@ -254,7 +380,9 @@ kiln_status trainer_log_point(struct trainer *t)
 {
 	const int64_t ep = t->ep, k = t->k, spe = t->steps_per_epoch, max_steps = t->tc.max_steps;
 	int last = k + 1 == spe || (max_steps && t->step == max_steps);
-	double ls, c;
+	double ls, c, ranks;
+	int bad;
+	int64_t count;
 	kiln_status st;
 	if (kiln_loggers_hist_due(t->log, t->step) && (st = histograms(t)))
 		return st;
@@ -263,8 +391,11 @@ kiln_status trainer_log_point(struct trainer *t)
 			t->progress(t->user, (int)ep + 1, k + 1, spe, NULL);
 		return KILN_OK;
 	}
-	if ((st = interval_sums(t, &ls, &c)) || (st = check_interval(t, ls)))
+	if ((st = interval_sums(t, &ls, &c, &bad, &count, &ranks)) ||
+	    (st = params_diverged(t, t->step, t->ep, bad, count, ranks)) ||
+	    (st = check_interval(t, ls)))
 		return st;
+	t->finite_step = t->step;
 	t->interval_start = t->step;
 	t->since_loss += ls, t->since_correct += c;
 	t->ep_loss += ls, t->ep_correct += c, t->ep_samples += t->since;

@@ -656,10 +656,12 @@ static kiln_status alloc_buffers(struct trainer *t)
 	return kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
 }
 
-/* out_dir (rank 0, created and locked by open_run): its checkpoint
- * directory tried (a run that will write checkpoints), the resolved
- * config beside the metrics, and the loggers:
- * metrics.jsonl (continued by a resumed run) and [log]'s. */
+/* out_dir (rank 0, created and locked by open_run), once every check
+ * that can refuse the run has passed: a fresh run's --overwrite deletes
+ * the earlier run's files, its checkpoint directory is tried (a run that
+ * will write checkpoints), the resolved config goes beside the metrics,
+ * and the loggers open: metrics.jsonl (continued by a resumed run) and
+ * [log]'s. */
 static kiln_status open_out_dir(struct trainer *t)
 {
 	const char *out_dir = t->run.out_dir;
@@ -667,6 +669,8 @@ static kiln_status open_out_dir(struct trainer *t)
 	kiln_status st;
 	if (!*out_dir || t->rank)
 		return KILN_OK;
+	if (!t->tc.resume && (st = trainer_out_dir_clear(out_dir, t->ckdir, t->tc.overwrite)))
+		return st;
 	if ((t->tc.checkpoint_every || t->tc.checkpoint_last || t->tc.keep_best) &&
 	    (st = trainer_ckdir_check(t->ckdir)))
 		return st;
@@ -687,7 +691,7 @@ static kiln_status open_out_dir(struct trainer *t)
 }
 
 /* Where the run starts: the beginning, or the newest checkpoint (every
- * rank from rank 0's state); out_dir's files. */
+ * rank from rank 0's state); out_dir checked (open_out_dir writes it). */
 static kiln_status open_run(struct trainer *t)
 {
 	kiln_status st;
@@ -715,8 +719,7 @@ static kiln_status open_run(struct trainer *t)
 		if (t->resumed)
 			t->res->resumed_step = t->pos.step;
 		else if (t->training && !t->tc.resume &&
-			 (st = trainer_out_dir_check(t->run.out_dir, t->ckdir, t->tc.overwrite,
-						     t->rank)))
+			 (st = trainer_out_dir_check(t->run.out_dir, t->ckdir, t->tc.overwrite)))
 			return st;
 		t->pos.world = t->world;
 		t->pos.batch = t->B;
@@ -735,7 +738,7 @@ static kiln_status open_run(struct trainer *t)
 		return st;
 	kiln_ckpt_close(t->resume_ck);
 	t->resume_ck = NULL;
-	return open_out_dir(t);
+	return KILN_OK;
 }
 
 /* Loader worker threads: [data] workers (0 = read on this thread). */
@@ -786,8 +789,14 @@ static kiln_status open_loop(struct trainer *t)
 	t->G = t->B * t->acc * t->world;
 	t->steps_per_epoch = t->train.len / t->G;
 	if (t->steps_per_epoch < 1)
-		return kiln_error(KILN_ECONFIG, "[train] batch %lld x accumulate %lld x %d rank(s) needs more than the %lld training samples",
-				  (long long)t->B, (long long)t->acc, t->world, (long long)t->train.len);
+		return kiln_error(KILN_ECONFIG, "[train] batch %lld x accumulate %lld x %d rank(s) needs %lld training samples a step, more than the %lld there are",
+				  (long long)t->B, (long long)t->acc, t->world, (long long)t->G,
+				  (long long)t->train.len);
+	const int64_t left_out = t->train.len - t->steps_per_epoch * t->G;
+	if (left_out && !t->rank)
+		kiln_log(KILN_LOG_INFO, "train", "an epoch is %lld step(s) of %lld samples (batch %lld x accumulate %lld x %d rank(s)): %lld of the %lld training samples are left out of each epoch (drop_last)",
+			 (long long)t->steps_per_epoch, (long long)t->G, (long long)t->B,
+			 (long long)t->acc, t->world, (long long)left_out, (long long)t->train.len);
 	/* the evaluations during training: [data.val] when there is one,
 	 * else [data.eval] */
 	if (t->have_val)
@@ -801,6 +810,7 @@ static kiln_status open_loop(struct trainer *t)
 	t->ep0 = t->pos.epoch;
 	t->off0 = t->pos.offset;
 	t->step = t->step0 = t->interval_start = t->pos.step;
+	t->finite_step = -1;
 	t->iv_t0 = kiln_now_s(); /* the first log interval starts */
 	return KILN_OK;
 }
@@ -839,7 +849,7 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 	    (st = open_sets(t)) || stamp(&at[2]) || (st = build_model(t)) || stamp(&at[3]) ||
 	    (st = alloc_buffers(t)) || stamp(&at[4]) || (training && (st = open_run(t))) ||
 	    stamp(&at[5]) || (st = open_loaders(t)) || stamp(&at[6]) ||
-	    (training && (st = open_loop(t))) || stamp(&at[7]))
+	    (training && ((st = open_loop(t)) || (st = open_out_dir(t)))) || stamp(&at[7]))
 		return st;
 	t->t_fit0 = at[7];
 	log_setup_times(t->t_start, at);
@@ -883,6 +893,9 @@ static void free_device(struct trainer *t)
 	kiln_device_plan_free(t->dev, t->clip);
 	kiln_device_free(t->dev, t->clip_d);
 	kiln_device_host_free(t->dev, t->clip_host);
+	kiln_device_plan_free(t->dev, t->finite);
+	kiln_device_free(t->dev, t->finite_d);
+	kiln_device_host_free(t->dev, t->finite_host);
 	kiln_device_host_free(t->dev, t->scaler_host);
 	for (int k = 0; k < NORM_PLANS; k++)
 		kiln_device_plan_free(t->dev, t->norm_plan[k]);

@@ -394,6 +394,9 @@ static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *i
 			continue;
 		}
 		arrange(m, in, i, &in->t[which[i]], tmp, host);
+		if ((st = kiln_model_finite_check(m, in->path, p->buffer, p->off, host,
+						  (size_t)p->numel)))
+			break;
 		float *dst = (p->buffer ? m->buffers_d : m->params_d) + p->off;
 		kiln_model_weights_written(m);
 		/* one staging buffer: wait for each copy before the next */

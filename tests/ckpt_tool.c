@@ -12,6 +12,9 @@
  *                                 weight (section tensors) from A0 to A1 and
  *                                 from B0 to B1 agree: |u - v| <= TOL |u|
  *                                 (2-norms); prints each relative difference
+ *   ckpt_tool nan FILE TAG INDEX  f32 element INDEX of section TAG set to
+ *                                 NaN in place, its CRCs redone (a diverged
+ *                                 run's checkpoint)
  */
 #include <math.h>
 #include <kiln/kiln.h>
@@ -102,6 +105,57 @@ static int step_cmd(int argc, char **argv)
 	return rc;
 }
 
+static uint64_t le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* ckpt_tool nan: the file's layout is docs/checkpoints.md's (a 64-byte
+ * header whose u32 at 24 counts the sections; each section a 48-byte
+ * header: tag[32], u64 bytes, u32 payload CRC32C, u32 CRC32C of the 44
+ * bytes before it; then the payload). */
+static int nan_cmd(const char *path, const char *tag, uint64_t index)
+{
+	FILE *f = fopen(path, "r+b");
+	uint8_t *b = NULL;
+	long n = -1;
+	if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 64 && (b = malloc((size_t)n)))
+		rewind(f);
+	if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
+		fprintf(stderr, "ckpt_tool: %s: cannot read\n", path);
+		return 1;
+	}
+	const uint32_t sections = (uint32_t)le64(b + 24) & 0xffffffffu;
+	uint64_t pos = 64;
+	for (uint32_t i = 0; i < sections && pos + 48 <= (uint64_t)n; i++) {
+		uint8_t *sh = b + pos, *data = sh + 48;
+		const uint64_t bytes = le64(sh + 32);
+		pos += 48 + bytes;
+		if (strncmp((const char *)sh, tag, 32) || (index + 1) * 4 > bytes)
+			continue;
+		const float v = NAN;
+		memcpy(data + 4 * index, &v, 4);
+		put_le32(sh + 40, kiln_crc32c(0, data, bytes));
+		put_le32(sh + 44, kiln_crc32c(0, sh, 44));
+		rewind(f);
+		const int bad = fwrite(b, 1, (size_t)n, f) != (size_t)n || fclose(f);
+		free(b);
+		return bad;
+	}
+	fprintf(stderr, "ckpt_tool: %s: no f32 element %llu in a section '%s'\n", path,
+		(unsigned long long)index, tag);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "check")) {
@@ -172,9 +226,11 @@ int main(int argc, char **argv)
 		kiln_ckpt_close(b);
 		return rc;
 	}
+	if (argc == 5 && !strcmp(argv[1], "nan"))
+		return nan_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10));
 	if (argc >= 8 && !strcmp(argv[1], "step"))
 		return step_cmd(argc, argv);
 	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG... | close A B TOL TAG... | "
-		"step A0 A1 B0 B1 TOL NAME...\n");
+		"step A0 A1 B0 B1 TOL NAME... | nan FILE TAG INDEX\n");
 	return 2;
 }

@@ -7,7 +7,9 @@
 #     the layer, before any byte count can wrap;
 #  2. a fresh run into an out_dir holding an earlier run is refused and
 #     changes nothing; --overwrite deletes that run's files (only those)
-#     and starts afresh; --resume continues it; a checkpoint directory
+#     and starts afresh, but not when a later check refuses the run (a
+#     step larger than the data; before session 30 the files went first);
+#     --resume continues it; a checkpoint directory
 #     that cannot be created fails the run at its start, and so does an
 #     out_dir another kiln holds (its lock out_dir/.kiln.lock);
 #  6. a log write that fails (metrics.jsonl on /dev/full; a full tmpfs) ends
@@ -88,6 +90,14 @@ stderr_has "$tmp/only_metrics/metrics.jsonl"
 kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --resume --overwrite
 stderr_has "command line 'train.overwrite=1': [train] resume and overwrite are both set (--resume continues the run in out_dir, --overwrite deletes it): choose one"
 cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused run changed metrics.jsonl"
+# --overwrite of a run that a later check refuses (a step of 64 samples,
+# 48 in the set): nothing deleted
+kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite train.accumulate=8
+stderr_has "[train] batch 8 x accumulate 8 x 1 rank(s) needs 64 training samples a step, more than the 48 there are"
+! grep -q "deleted the earlier run" "$err" || fail "the refused --overwrite run deleted files"
+ls "$run/checkpoints" | cmp -s - "$tmp/ck.before" || fail "the refused --overwrite run changed checkpoints/"
+cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused --overwrite run changed metrics.jsonl"
+cmp -s "$run/config.ini" "$tmp/config.before" || fail "the refused --overwrite run changed config.ini"
 # --overwrite: the old run's files go (its report too), a user's file stays
 kiln 0 report "$run"
 echo keep >"$run/notes.txt"

@@ -353,6 +353,9 @@ EXTRA_DIST += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh
 	tests/data/tr_cnn_fp16_s29.kiln tests/data/gen_trained_refs.py tests/data/tr_cnn.ini \
 	tests/data/tr_cnn_images.idx tests/data/tr_cnn_labels.idx tests/data/tr_cnn_init.safetensors \
 	tests/data/tr_cnn_trained.safetensors tests/data/tr_cnn_finetuned.safetensors
+# non-finite weights: not trained on, checkpointed or evaluated (session 30)
+TESTS += tests/nonfinite_weights.sh
+EXTRA_DIST += tests/nonfinite_weights.sh
 
 # ---- CLI and docs: the commands, the examples, the documents' claims -----
 TESTS += tests/cli.sh tests/docs.sh

@@ -38,6 +38,9 @@
 # 13. early stopping's state is in the checkpoint: a run stopped at step 4
 #     and resumed stops early at step 6, as the uninterrupted run (before
 #     session 28 the resumed run started its patience afresh: step 10).
+# 14. the samples an epoch leaves out (whole optimizer steps: batch x
+#     accumulate, the leftover micro-batches too) are logged at the start,
+#     and a step larger than the set names the samples it needs.
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -206,4 +209,11 @@ stderr_has "early stop at step 6:"
 # eval = 0 beside keep_best and early stopping: said, not silently ignored
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.eval=0 train.keep_best=2 train.early_stop_patience=1
 stderr_has "[train] eval = 0 runs no evaluation, which keep_best and early_stop_patience need: ignored"
+# 14: 48 samples, steps of 5 x 2: 4 steps, 8 samples left out each epoch
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.batch=5 train.accumulate=2 train.max_steps=1
+stderr_has "an epoch is 4 step(s) of 10 samples (batch 5 x accumulate 2 x 1 rank(s)): 8 of the 48 training samples are left out of each epoch (drop_last)"
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1
+! grep -q "left out of each epoch" "$err" || fail "batch 8 leaves nothing out of 48, yet a line says so"
+kiln 2 train "$ini" data.path="$data" run.out_dir= train.accumulate=7
+stderr_has "[train] batch 8 x accumulate 7 x 1 rank(s) needs 56 training samples a step, more than the 48 there are"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"

@@ -5,7 +5,7 @@
 
 static const struct kiln_key sgd_keys[] = {
 	{ "momentum", KILN_KEY_FLOAT, "0.9", 0, 1, NULL,
-	  "SGD momentum (dampening 0); 0 = plain SGD, which keeps no optimizer state." },
+	  "SGD momentum (dampening 0); 0 = plain SGD, which keeps no optimizer state. The default 0.9 is not torch.optim.SGD's (0): set 0 to port a PyTorch SGD without momentum." },
 	{ "nesterov", KILN_KEY_BOOL, "0", 0, 0, NULL, "SGD: Nesterov momentum." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };

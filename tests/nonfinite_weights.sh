@@ -1,0 +1,113 @@
+#!/bin/sh
+# tests/nonfinite_weights.sh - NaN or inf weights are never trained on,
+# checkpointed or evaluated silently (session 30).  A linear + ReLU runs
+# fused ([run] fuse = auto: oneDNN's eltwise_relu post-op), whose
+# max(NaN, 0) is 0, so a NaN weight need not make the loss NaN; before
+# session 30 such runs exited 0 and evaluations reported an accuracy.
+#  1. AdamW with eps = 0 computes 0/0 for the weights of an input pixel
+#     that is 0 in every sample of the first batch: the log point after
+#     step 1 names the tensor and how many of its values are not finite,
+#     exit 3 (before: exit 0, the NaN in every checkpoint);
+#  2. a run whose parameters overflow at step 2 (lr 1e6 on inputs scaled
+#     by 1e10, skip_nonfinite = 0) between log points: the checkpoint of
+#     step 2 is refused and step 1's stays the newest (before: checkpoints
+#     of steps 3-5 holding NaN, the run failing at step 6 on the loss);
+#  3. a checkpoint holding a NaN (ckpt_tool nan): eval, eval --fold,
+#     export and --resume refuse it naming the file and the tensor, exit 3
+#     (before: eval gave the clean checkpoint's accuracy);
+#  4. a safetensors file holding a NaN: eval and [model] init_from
+#     refuse it the same way (before: init_from trained, exit 0).
+name=nonfinite
+. "$(dirname "$0")/lib.sh"
+data="$srcdir/tests/data"
+need_source idx
+
+# tr_cnn's images with pixel 0 of every sample set to 0 (for 1)
+python3 - "$data/tr_cnn_images.idx" "$tmp/zero0.idx" <<'EOF' || fail "python3 could not write the file"
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+for i in range(48):
+    b[16 + 64 * i] = 0
+open(sys.argv[2], "wb").write(b)
+EOF
+ini="$tmp/mlp.ini"
+cat >"$ini" <<EOF
+[run]
+threads = 1
+[data]
+source = idx
+path = $data
+images = tr_cnn_images.idx
+labels = tr_cnn_labels.idx
+shuffle = 0
+workers = 0
+[data.eval]
+images = tr_cnn_images.idx
+labels = tr_cnn_labels.idx
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 8
+[layer.relu1]
+type = relu
+[layer.fc2]
+type = linear
+out = 5
+[layer.loss]
+type = softmax_xent
+[train]
+batch = 8
+epochs = 1
+max_steps = 5
+log_every = 5
+checkpoint_every = 1
+EOF
+
+# 1
+kiln 3 train "$ini" "data.images=$tmp/zero0.idx" train.optimizer=adamw train.lr=0.01 \
+	train.eps=0 run.fuse=auto "run.out_dir=$tmp/adam"
+stderr_has "error: step 1 (epoch 1): parameter 'fc1.weight' holds 71 non-finite value(s) (NaN or inf): training diverged; lower [train] lr"
+[ -z "$(ls "$tmp/adam/checkpoints" 2>/dev/null)" ] || fail "a checkpoint was written: $(ls "$tmp/adam/checkpoints")"
+
+# 2
+kiln 3 train "$ini" train.optimizer=sgd train.momentum=0 train.lr=1e6 data.std=1e-10 \
+	train.skip_nonfinite=0 "run.out_dir=$tmp/big"
+grep -qE "error: step 2 \(epoch 1\): parameter 'fc1.weight' holds [0-9]+ non-finite value\(s\) \(NaN or inf\): training diverged" "$err" ||
+	fail "the run did not fail at step 2 naming fc1.weight"
+[ "$(ls "$tmp/big/checkpoints")" = ckpt-1.kiln ] ||
+	fail "checkpoints $(ls "$tmp/big/checkpoints" | tr '\n' ' '), expected ckpt-1.kiln alone"
+kiln 0 eval "$ini" --checkpoint "$(ck big 1)"
+
+# 3
+cp "$(ck big 1)" "$tmp/nan.kiln"
+"$top_builddir/tests/ckpt_tool" nan "$tmp/nan.kiln" params 3 || fail "ckpt_tool nan failed"
+refused="$tmp/nan.kiln: tensor 'fc1.weight' f32[8, 64] holds a non-finite value (nan at element 3): refused"
+kiln 3 eval "$ini" --checkpoint "$tmp/nan.kiln"
+stderr_has "checkpoint $refused"
+kiln 3 eval "$ini" --checkpoint "$tmp/nan.kiln" --fold
+stderr_has "checkpoint $refused"
+kiln 3 export "$ini" --checkpoint "$tmp/nan.kiln" --safetensors "$tmp/nan-export.st"
+stderr_has "checkpoint $refused"
+mkdir -p "$tmp/res/checkpoints"
+cp "$tmp/nan.kiln" "$tmp/res/checkpoints/ckpt-1.kiln"
+kiln 3 train "$ini" train.optimizer=sgd train.momentum=0 train.lr=1e6 data.std=1e-10 \
+	train.skip_nonfinite=0 "run.out_dir=$tmp/res" --resume
+stderr_has "checkpoint $tmp/res/checkpoints/ckpt-1.kiln: tensor 'fc1.weight' f32[8, 64] holds a non-finite value (nan at element 3): refused"
+
+# 4: the clean checkpoint's weights as safetensors, fc1.weight[0, 0] NaN
+kiln 0 export "$ini" --checkpoint "$(ck big 1)" --safetensors "$tmp/w.st"
+python3 - "$tmp/w.st" <<'EOF' || fail "python3 could not rewrite the file"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+at = 8 + n + json.loads(b[8:8 + n])["fc1.weight"]["data_offsets"][0]
+b[at:at + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[1], "wb").write(b)
+EOF
+refused="$tmp/w.st: tensor 'fc1.weight' f32[8, 64] holds a non-finite value (nan at element 0): refused"
+kiln 3 eval "$ini" --checkpoint "$tmp/w.st"
+stderr_has "$refused"
+kiln 3 train "$ini" "model.init_from=$tmp/w.st" run.fuse=auto "run.out_dir=$tmp/init"
+stderr_has "$refused"
+echo "PASS: $checks runs"
