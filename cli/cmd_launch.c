@@ -7,7 +7,8 @@
  * KILN_WORLD_SIZE, KILN_LOCAL_RANK, KILN_LOCAL_WORLD_SIZE, KILN_MASTER_ADDR
  * and KILN_MASTER_PORT set: ranks K*N .. K*N+N-1 of N*M.  Each child runs
  * in its own process group (so a terminal's Ctrl-C reaches it once, through
- * us) and dies with us (PR_SET_PDEATHSIG).  SIGINT, SIGTERM and SIGUSR1 are
+ * us) and stops with us (PR_SET_PDEATHSIG: SIGHUP, which `kiln train` takes
+ * as a stop it names).  SIGINT, SIGTERM, SIGUSR1 and SIGHUP are
  * forwarded to every rank, once per --grace seconds (launch_forward).  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
  * exits with that rank's status, naming it; with --max-restarts R it
@@ -79,8 +80,10 @@ static void launch_usage(FILE *f)
 		"\n"
 		"SIGINT, SIGTERM and SIGUSR1 are passed to every rank, once: a repeat within\n"
 		"--grace seconds is dropped.  After a stop every rank writes its checkpoint\n"
-		"and `kiln launch` exits 0.  When a rank fails, the others are stopped and\n"
-		"`kiln launch` exits non-zero naming it.\n");
+		"and `kiln launch` exits 0.  SIGHUP is passed on too: the same stop, but the\n"
+		"ranks name it and exit 1, as when a node's launcher is killed (its ranks'\n"
+		"parent-death signal is SIGHUP).  When a rank fails, the others are stopped\n"
+		"and `kiln launch` exits non-zero naming it.\n");
 }
 
 /* A TCP port that was free a moment ago (the store binds it next). */
@@ -328,12 +331,15 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 	char v[32];
 	const int rank = o->node_rank * o->nproc + l;
 	setpgid(0, 0);
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	/* SIGHUP: `kiln train` stops as for SIGTERM, checkpoint included,
+	 * but exits 1 naming the cause (its parent gone) */
+	prctl(PR_SET_PDEATHSIG, SIGHUP);
 	if (getppid() != launcher)
 		_exit(1); /* the launcher is already gone */
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGUSR1, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
 	snprintf(v, sizeof v, "%d", rank);
 	setenv("KILN_RANK", v, 1);
 	snprintf(v, sizeof v, "%d", o->nproc * o->nnodes);
@@ -430,6 +436,7 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGUSR1);
+	sigaddset(&block, SIGHUP);
 	sigprocmask(SIG_BLOCK, &block, &open);
 	while (alive) {
 		if (got_signal)
@@ -545,6 +552,9 @@ int cmd_launch(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
+	struct sigaction hup;
+	if (sigaction(SIGHUP, NULL, &hup) || hup.sa_handler != SIG_IGN) /* (nohup: ignored) */
+		sigaction(SIGHUP, &sa, NULL);
 	sa.sa_handler = on_child; /* wakes launch_wait when a rank exits */
 	sa.sa_flags = SA_NOCLDSTOP;
 	sigaction(SIGCHLD, &sa, NULL);

@@ -750,6 +750,31 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
 	return KILN_OK;
 }
 
+#define DIST_STOP_CAUSE_KEY "kiln/stop_cause"
+
+kiln_status kiln_dist_stop_cause_post(struct kiln_dist *d, const char *cause)
+{
+	char host[64] = "", msg[600];
+	if (gethostname(host, sizeof host - 1))
+		snprintf(host, sizeof host, "?");
+	/* (kiln launch numbers a node's ranks node x nproc + local rank) */
+	const int node = d->env.local_world > 0 ? d->env.rank / d->env.local_world : 0;
+	int k = snprintf(msg, sizeof msg, "rank %d of %d (node %d, host %s): %s", d->env.rank,
+			 d->env.world, node, host, cause);
+	return kiln_store_set(d->store, DIST_STOP_CAUSE_KEY, msg,
+			      k < (int)sizeof msg ? (size_t)k : sizeof msg - 1);
+}
+
+kiln_status kiln_dist_stop_cause_read(struct kiln_dist *d, char *out, size_t n)
+{
+	void *v = NULL;
+	kiln_status st = kiln_store_check(d->store, DIST_STOP_CAUSE_KEY, &v, NULL);
+	if (!st && v)
+		snprintf(out, n, "%s", (const char *)v);
+	free(v);
+	return st;
+}
+
 kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m)
 {
 	void *mem = NULL;

@@ -135,6 +135,12 @@ void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, in
 kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute);
 /* Sum v[0..n) over the ranks (host values; a sync point: log only). */
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute);
+/* A stop not the user's on this rank (kiln_train_request_stop_cause):
+ * "rank R of W (node N, host H): cause" in the store, where every rank
+ * reads it into out[0..n) after the stop's agreement (..._read; the last
+ * posted when several ranks posted one; out unchanged when none). */
+kiln_status kiln_dist_stop_cause_post(struct kiln_dist *d, const char *cause);
+kiln_status kiln_dist_stop_cause_read(struct kiln_dist *d, char *out, size_t n);
 /* A failed step: when the failure looks like a lost peer, say which rank
  * was lost (asking the store), keeping st. */
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st);
