@@ -550,6 +550,28 @@ START_TEST(test_token_refused)
 }
 END_TEST
 
+/* A rank started with another token never joins; rank 0's rendezvous
+ * timeout names the refused connection, its address and why (before
+ * session 30 it said only "rank 1 never arrived"). */
+START_TEST(test_rendezvous_wrong_token)
+{
+	struct kiln_store *s0, *s1;
+	setenv("KILN_STORE_TOKEN", TOKEN_A, 1);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	setenv("KILN_STORE_TOKEN", "kiln-tests-a-wrong-token", 1);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_EIO);
+	setenv("KILN_STORE_TOKEN", TOKEN_A, 1);
+	ck_assert_int_eq(kiln_store_rendezvous(s0, 0, 2, 800), KILN_ETIMEOUT);
+	const char *msg = kiln_last_error();
+	ck_assert_msg(strstr(msg, "rank 1 never arrived") &&
+			      strstr(msg, "; the store refused 1 connection(s), the last from 127.0.0.1:") &&
+			      strstr(msg, ": a wrong token (every rank needs the same KILN_STORE_TOKEN)"),
+		      "message: %s", msg);
+	kiln_store_close(s0);
+}
+END_TEST
+
 START_TEST(test_limits)
 {
 	struct kiln_store *s0;
@@ -695,7 +717,7 @@ static Suite *make_store_suite(void)
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_rendezvous_refusals, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env,
-		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, NULL });
+		test_token_refused, test_rendezvous_wrong_token, test_limits, test_timeout_honoured, test_parse, test_store_gone, NULL });
 	return s;
 }
 
