@@ -460,6 +460,26 @@ START_TEST(test_env)
 	setenv("KILN_RANK", "x", 1);
 	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_EUSAGE);
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "KILN_RANK='x'"));
+	/* a local rank beyond the node's ranks (before session 30: taken) */
+	clear_env();
+	setenv("RANK", "3", 1);
+	setenv("WORLD_SIZE", "4", 1);
+	setenv("LOCAL_RANK", "2", 1);
+	setenv("LOCAL_WORLD_SIZE", "2", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_EUSAGE);
+	ck_assert_msg(strstr(kiln_last_error(), "LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2: the local rank must be below the local world size"),
+		      "%s", kiln_last_error());
+	setenv("LOCAL_WORLD_SIZE", "0", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_EUSAGE);
+	unsetenv("LOCAL_WORLD_SIZE");
+	setenv("LOCAL_RANK", "4", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_EUSAGE);
+	ck_assert_msg(strstr(kiln_last_error(), "LOCAL_RANK=4 with LOCAL_WORLD_SIZE unset (taken as WORLD_SIZE=4)"),
+		      "%s", kiln_last_error());
+	setenv("LOCAL_RANK", "1", 1);
+	setenv("LOCAL_WORLD_SIZE", "2", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_OK);
+	ck_assert_int_eq(e.local_world, 2);
 	clear_env();
 	setenv("RANK", "0", 1);
 	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_EUSAGE);

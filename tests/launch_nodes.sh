@@ -12,7 +12,9 @@
 #  2. SIGHUP to node 1's launcher (its terminal closed): the same graceful
 #     stop, named as a hangup of rank 1 (node 1), both launchers non-zero;
 #  3. SIGTERM to node 1's launcher (the user's stop): a clean stop, both
-#     launchers exit 0.
+#     launchers exit 0;
+#  4. a torchrun-style rank of LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2 is
+#     refused, exit 2, naming both (before session 30 it was taken).
 name=launch_nodes
 needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -103,5 +105,12 @@ if nodes term 3; then
 	tail -1 "$tmp/term0/metrics.jsonl" | grep -q '"cause"' && bad "term: the user's stop has a cause"
 	grep -q "not at the user's request" "$tmp/term0.log" "$tmp/term1.log" && bad "term: a rank called it not the user's"
 fi
+# ---- 4. a local rank beyond the node's ranks -------------------------------
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=2 LOCAL_WORLD_SIZE=2 MASTER_PORT=$(free_port 4) timeout 60 "$kiln" train \
+	"$tmp/mlp.ini" run.out_dir="$tmp/local" > "$tmp/local.log" 2>&1
+rc=$?
+[ "$rc" = 2 ] || bad "LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2: exit $rc, expected 2"
+grep -q "^kiln: error: LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2: the local rank must be below the local world size" "$tmp/local.log" ||
+	bad "LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2: the error does not name both: $(tail -1 "$tmp/local.log")"
 [ "$fail" = 0 ] || { for f in "$tmp"/*.log; do echo "== $f"; tail -8 "$f"; done; }
 exit $fail
