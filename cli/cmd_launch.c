@@ -68,7 +68,7 @@ static void launch_usage(FILE *f)
 		"  --node-rank K     this machine's index, 0..M-1 (node 0 hosts rank 0)\n"
 		"  --master H:P      where rank 0's rendezvous store listens (default on\n"
 		"                    one machine: 127.0.0.1 and a free port; required with\n"
-		"                    --nnodes > 1)\n"
+		"                    --nnodes > 1); an IPv6 address in brackets: [::1]:P\n"
 		"  --grace S         seconds the other ranks get to exit after one failed\n"
 		"                    before they are killed (default 10)\n"
 		"  --bind core|none  core (default): pin each rank to its own share of the\n"
@@ -199,19 +199,23 @@ static int launch_args(int argc, char **argv, struct launch_opts *o, const char 
 	return -1;
 }
 
-/* The store's address: --master HOST:PORT, else (one machine) 127.0.0.1
- * and a free port.  Returns -1 to go on, else the exit code. */
+/* The store's address: --master HOST:PORT (an IPv6 address in brackets,
+ * [::1]:PORT, passed on without them), else (one machine) 127.0.0.1 and a
+ * free port.  Returns -1 to go on, else the exit code. */
 static int launch_master(struct launch_opts *o, const char *master)
 {
 	if (master) {
-		const char *colon = strrchr(master, ':');
-		if (!colon || colon == master || (size_t)(colon - master) >= sizeof o->host ||
-		    parse_int(colon + 1, 1, 65535, &o->port)) {
-			fprintf(stderr, "kiln launch: error: --master '%s': expected HOST:PORT\n", master);
+		const int v6 = *master == '[';
+		const char *host = master + v6, *colon = strrchr(master, ':');
+		const char *end = v6 ? strchr(host, ']') : colon; /* the host's end */
+		if (!colon || !end || end == host || (v6 && end + 1 != colon) ||
+		    (size_t)(end - host) >= sizeof o->host || parse_int(colon + 1, 1, 65535, &o->port)) {
+			fprintf(stderr, "kiln launch: error: --master '%s': expected HOST:PORT (an IPv6 address in brackets: [::1]:29500)\n",
+				master);
 			return 2;
 		}
-		memcpy(o->host, master, (size_t)(colon - master));
-		o->host[colon - master] = 0;
+		memcpy(o->host, host, (size_t)(end - host));
+		o->host[end - host] = 0;
 	} else if (o->nnodes > 1) {
 		fprintf(stderr, "kiln launch: error: --nnodes %d needs --master HOST:PORT (node 0's address, the same on every node)\n",
 			o->nnodes);
@@ -567,9 +571,10 @@ int cmd_launch(int argc, char **argv)
 		snprintf(how, sizeof how, "each rank bound to %d of %d CPUs", per, ncpu);
 	else
 		snprintf(how, sizeof how, "ranks not bound (%s)", why);
-	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s:%d, %s: %s ...\n",
-		o.node_rank * o.nproc, o.node_rank * o.nproc + o.nproc - 1, o.nproc * o.nnodes, o.host,
-		o.port, how, argv[o.cmd]);
+	const int v6 = strchr(o.host, ':') != NULL;
+	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s%s%s:%d, %s: %s ...\n",
+		o.node_rank * o.nproc, o.node_rank * o.nproc + o.nproc - 1, o.nproc * o.nnodes,
+		v6 ? "[" : "", o.host, v6 ? "]" : "", o.port, how, argv[o.cmd]);
 	for (;;) {
 		if (launch_spawn(&o, argv, pids, cpus, per, me)) {
 			rc = 1;

@@ -14,7 +14,10 @@
 #  3. SIGTERM to node 1's launcher (the user's stop): a clean stop, both
 #     launchers exit 0;
 #  4. a torchrun-style rank of LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2 is
-#     refused, exit 2, naming both (before session 30 it was taken).
+#     refused, exit 2, naming both (before session 30 it was taken);
+#  5. --master [::1]:PORT (IPv6 in brackets; where this machine has ::1):
+#     the run trains (before session 30 the store could not resolve
+#     '[::1]'); a bracket left open is refused, exit 2.
 name=launch_nodes
 needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -112,5 +115,21 @@ rc=$?
 [ "$rc" = 2 ] || bad "LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2: exit $rc, expected 2"
 grep -q "^kiln: error: LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2: the local rank must be below the local world size" "$tmp/local.log" ||
 	bad "LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2: the error does not name both: $(tail -1 "$tmp/local.log")"
+# ---- 5. an IPv6 master address ---------------------------------------------
+"$kiln" launch -n 1 --master '[::1:29500' -- true > "$tmp/v6bad.log" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q "expected HOST:PORT (an IPv6 address in brackets" "$tmp/v6bad.log" ||
+	bad "--master '[::1:29500': exit $rc: $(cat "$tmp/v6bad.log")"
+if /usr/bin/python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2> /dev/null; then
+	port=$(free_port 5)
+	timeout 120 "$kiln" launch -n 2 --master "[::1]:$port" -- "$kiln" train "$tmp/mlp.ini" \
+		run.out_dir="$tmp/v6" train.max_steps=4 > "$tmp/v6.log" 2>&1
+	rc=$?
+	[ "$rc" = 0 ] || { bad "--master [::1]:$port: exit $rc"; grep error "$tmp/v6.log"; }
+	grep -q "kiln launch: ranks 0..1 of 2, store \[::1\]:$port," "$tmp/v6.log" ||
+		bad "--master [::1]:$port: the launch line does not name the store"
+else
+	echo "no IPv6 loopback (::1): --master [::1]:PORT not tested"
+fi
 [ "$fail" = 0 ] || { for f in "$tmp"/*.log; do echo "== $f"; tail -8 "$f"; done; }
 exit $fail
