@@ -119,14 +119,19 @@ void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_regis
  * launcher saw it die first) would join that store, whose keys say the
  * rendezvous is done (it hung in Gloo's connect, then failed, spending the
  * restart).  So a restarted rank other than 0 waits that long first. */
-static void restart_wait(const struct kiln_dist_env *env)
+int kiln_dist_restart_wait_ms(const struct kiln_dist_env *env)
 {
 	const char *v = getenv("KILN_RESTART");
-	if (!env->rank || !v || atoi(v) <= 0)
+	return env->rank && v && atoi(v) > 0 ? STORE_LINGER_MS + 1000 : 0;
+}
+
+static void restart_wait(const struct kiln_dist_env *env)
+{
+	const int ms = kiln_dist_restart_wait_ms(env);
+	if (!ms)
 		return;
-	const int ms = STORE_LINGER_MS + 1000;
 	kiln_log(KILN_LOG_INFO, "dist", "rank %d, restart %d: waiting %.1f s for the previous run's store to close",
-		 env->rank, atoi(v), ms / 1000.0);
+		 env->rank, atoi(getenv("KILN_RESTART")), ms / 1000.0);
 	for (int t = 0; t < ms && !kiln_stop_pending(); t += 50)
 		usleep(50000);
 }

@@ -23,6 +23,11 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
  * in the last collective (Gloo fails that peer's wait with "Connection
  * closed by peer" even when its data arrived).  NULL, world 1: KILN_OK. */
 kiln_status kiln_dist_finish(struct kiln_dist *d);
+/* How long kiln_dist_open waits before it connects (restart_wait): for
+ * a rank other than 0 that `kiln launch --max-restarts` started again
+ * (KILN_RESTART > 0), STORE_LINGER_MS + 1 s, so the failed run's store,
+ * which serves its last clients up to STORE_LINGER_MS, is closed; else 0. */
+int kiln_dist_restart_wait_ms(const struct kiln_dist_env *env);
 /* Wait for every rank (store barrier), leave the group, free. NULL: no-op. */
 void kiln_dist_close(struct kiln_dist *d);
 int kiln_dist_rank(const struct kiln_dist *d);  /* 0 for NULL */
