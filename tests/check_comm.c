@@ -1605,22 +1605,33 @@ out:
 	return NULL;
 }
 
-START_TEST(test_gloo_mesh_intruder)
+/* Rounds of W ranks (2 or 3) running fn with rank 1 the mesh intruder,
+ * every rank succeeding, until the last rank says a round exercised the
+ * case (intruded, released) or max rounds ran; returns the rounds, *hit. */
+static int intruder_rounds(void *(*fn)(void *), int W, int max, int *hit)
 {
-	struct rank_ctx rc[2];
-	int status[2], hit = 0, rounds = 0;
+	struct rank_ctx rc[3];
+	int status[3], rounds = 0;
+	*hit = 0;
 	intruder = 1;
-	while (!hit && rounds < 12) {
+	while (!*hit && rounds < max) {
 		rounds++;
-		if (run_ranks(intruder_main, 0, 0, rc, status))
+		if (run_ranks_n(fn, W, 0, 0, rc, status))
 			break;
-		for (int i = 0; i < 2; i++) {
+		for (int i = 0; i < W; i++) {
 			ck_assert_msg(!*rc[i].err, "round %d: %s", rounds, rc[i].err);
 			ck_assert_int_eq(status[i], 0);
 		}
-		hit = rc[1].intruded;
+		*hit = rc[W - 1].intruded || rc[W - 1].released;
 	}
 	intruder = 0;
+	return rounds;
+}
+
+START_TEST(test_gloo_mesh_intruder)
+{
+	int hit;
+	const int rounds = intruder_rounds(intruder_main, 2, 12, &hit);
 	printf("gloo mesh intruder: %d round(s); %s\n", rounds,
 	       hit ? "rank 0 took it, and the mesh connected again" : "rank 0 never listened: not exercised");
 }
@@ -1704,20 +1715,8 @@ out:
  * (about 1 in 4). */
 START_TEST(test_gloo_mesh_released)
 {
-	struct rank_ctx rc[3];
-	int status[3], hit = 0, rounds = 0;
-	intruder = 1;
-	while (!hit && rounds < 16) {
-		rounds++;
-		if (run_ranks_n(released_main, 3, 0, 0, rc, status))
-			break;
-		for (int i = 0; i < 3; i++) {
-			ck_assert_msg(!*rc[i].err, "round %d: %s", rounds, rc[i].err);
-			ck_assert_int_eq(status[i], 0);
-		}
-		hit = rc[2].released;
-	}
-	intruder = 0;
+	int hit;
+	const int rounds = intruder_rounds(released_main, 3, 16, &hit);
 	printf("gloo mesh released: %d round(s); %s\n", rounds,
 	       hit ? "rank 2 was left listening for rank 1, which released it" : "not exercised");
 }
