@@ -1581,40 +1581,47 @@ END_TEST
  * attempt failed, and the mesh connects again with new pairs: the open
  * succeeds and an allreduce sums.  Up to 12 rounds, until one has
  * exercised it. */
-static void *intruder_main(void *arg)
+/* The mesh tests' end: an allreduce of { 1, 2, 3, rank } over the ranks
+ * gives their count times the first three and the ranks' sum (r->err). */
+static void mesh_sum_check(struct rank_ctx *r, struct rank_env *e)
 {
-	struct rank_ctx *r = arg;
-	struct rank_env e;
-	float *x = NULL;
-	if (rank_open(r, &e, 10000))
-		goto out;
+	const int W = r->world ? r->world : 2;
 	const float h[4] = { 1, 2, 3, (float)r->rank };
-	float got[4];
-	TRY(kiln_device_alloc(e.dev, sizeof h, (void **)&x));
-	TRY(kiln_device_copy_async(e.dev, x, h, sizeof h, KILN_COPY_H2D, e.s));
-	TRY(e.ops->allreduce(e.comm, x, 4, KILN_F32, KILN_REDUCE_SUM, e.s, e.done));
-	TRY(kiln_device_copy_async(e.dev, got, x, sizeof got, KILN_COPY_D2H, e.s));
-	TRY(kiln_device_stream_sync(e.dev, e.s));
-	if (got[0] != 2 || got[1] != 4 || got[2] != 6 || got[3] != 1)
+	float got[4], *x = NULL;
+	TRY(kiln_device_alloc(e->dev, sizeof h, (void **)&x));
+	TRY(kiln_device_copy_async(e->dev, x, h, sizeof h, KILN_COPY_H2D, e->s));
+	TRY(e->ops->allreduce(e->comm, x, 4, KILN_F32, KILN_REDUCE_SUM, e->s, e->done));
+	TRY(kiln_device_copy_async(e->dev, got, x, sizeof got, KILN_COPY_D2H, e->s));
+	TRY(kiln_device_stream_sync(e->dev, e->s));
+	if (got[0] != W || got[1] != 2 * W || got[2] != 3 * W || got[3] != W * (W - 1) / 2)
 		snprintf(r->err, sizeof r->err, "rank %d: allreduce gave %g %g %g %g", r->rank, got[0],
 			 got[1], got[2], got[3]);
 out:
 	if (x)
-		kiln_device_free(e.dev, x);
+		kiln_device_free(e->dev, x);
+}
+
+static void *intruder_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	if (!rank_open(r, &e, 10000))
+		mesh_sum_check(r, &e);
 	rank_close(&e);
 	return NULL;
 }
 
 /* Rounds of W ranks (2 or 3) running fn with rank 1 the mesh intruder,
  * every rank succeeding, until the last rank says a round exercised the
- * case (intruded, released) or max rounds ran; returns the rounds, *hit. */
-static int intruder_rounds(void *(*fn)(void *), int W, int max, int *hit)
+ * case (intruded, released) or max rounds ran; prints "NAME: N round(s);
+ * HIT" (or that none exercised it). */
+static void intruder_rounds(void *(*fn)(void *), int W, int max, const char *name,
+			    const char *hit_says)
 {
 	struct rank_ctx rc[3];
-	int status[3], rounds = 0;
-	*hit = 0;
+	int status[3], rounds = 0, hit = 0;
 	intruder = 1;
-	while (!*hit && rounds < max) {
+	while (!hit && rounds < max) {
 		rounds++;
 		if (run_ranks_n(fn, W, 0, 0, rc, status))
 			break;
@@ -1622,18 +1629,16 @@ static int intruder_rounds(void *(*fn)(void *), int W, int max, int *hit)
 			ck_assert_msg(!*rc[i].err, "round %d: %s", rounds, rc[i].err);
 			ck_assert_int_eq(status[i], 0);
 		}
-		*hit = rc[W - 1].intruded || rc[W - 1].released;
+		hit = rc[W - 1].intruded || rc[W - 1].released;
 	}
 	intruder = 0;
-	return rounds;
+	printf("%s: %d round(s); %s\n", name, rounds, hit ? hit_says : "not exercised");
 }
 
 START_TEST(test_gloo_mesh_intruder)
 {
-	int hit;
-	const int rounds = intruder_rounds(intruder_main, 2, 12, &hit);
-	printf("gloo mesh intruder: %d round(s); %s\n", rounds,
-	       hit ? "rank 0 took it, and the mesh connected again" : "rank 0 never listened: not exercised");
+	intruder_rounds(intruder_main, 2, 12, "gloo mesh intruder",
+			"rank 0 took it, and the mesh connected again");
 }
 END_TEST
 
@@ -1668,7 +1673,6 @@ static void *released_main(void *arg)
 {
 	struct rank_ctx *r = arg;
 	struct rank_env e;
-	float *x = NULL;
 	kiln_log_set_sink(connect_timeout_sink, r);
 	/* [dist] timeout 3 s: the old wait, 5 timeouts, was 15 s */
 	if (rank_open(r, &e, 3000))
@@ -1687,19 +1691,8 @@ static void *released_main(void *arg)
 		/* (the lower port in network order listens: Gloo's rule) */
 		r->released = failed1 && mine < its;
 	}
-	const float h[4] = { 1, 2, 3, (float)r->rank };
-	float got[4];
-	TRY(kiln_device_alloc(e.dev, sizeof h, (void **)&x));
-	TRY(kiln_device_copy_async(e.dev, x, h, sizeof h, KILN_COPY_H2D, e.s));
-	TRY(e.ops->allreduce(e.comm, x, 4, KILN_F32, KILN_REDUCE_SUM, e.s, e.done));
-	TRY(kiln_device_copy_async(e.dev, got, x, sizeof got, KILN_COPY_D2H, e.s));
-	TRY(kiln_device_stream_sync(e.dev, e.s));
-	if (got[0] != 3 || got[1] != 6 || got[2] != 9 || got[3] != 3)
-		snprintf(r->err, sizeof r->err, "rank %d: allreduce gave %g %g %g %g", r->rank, got[0],
-			 got[1], got[2], got[3]);
+	mesh_sum_check(r, &e);
 out:
-	if (x)
-		kiln_device_free(e.dev, x);
 	rank_close(&e);
 	kiln_log_set_sink(NULL, NULL);
 	return NULL;
@@ -1715,10 +1708,8 @@ out:
  * (about 1 in 4). */
 START_TEST(test_gloo_mesh_released)
 {
-	int hit;
-	const int rounds = intruder_rounds(released_main, 3, 16, &hit);
-	printf("gloo mesh released: %d round(s); %s\n", rounds,
-	       hit ? "rank 2 was left listening for rank 1, which released it" : "not exercised");
+	intruder_rounds(released_main, 3, 16, "gloo mesh released",
+			"rank 2 was left listening for rank 1, which released it");
 }
 END_TEST
 
