@@ -11,7 +11,8 @@
  * as a stop it names).  SIGINT, SIGTERM, SIGUSR1 and SIGHUP are
  * forwarded to every rank, once per --grace seconds (launch_forward).  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
- * exits with that rank's status, naming it; with --max-restarts R it
+ * exits with that rank's status, naming it (and the cause of a stop not
+ * the user's a rank wrote to KILN_LAUNCH_WHY_FD); with --max-restarts R it
  * starts them all again instead, up to R times, with KILN_RESTART set
  * (`kiln train` then resumes from the newest checkpoint).
  *
@@ -31,6 +32,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -135,6 +137,11 @@ struct launch_opts {
 	int cmd;        /* argv index of the command */
 	char host[256]; /* the rendezvous store's address ... */
 	int port;       /* ... and port */
+	/* a pipe the ranks write the cause of a stop not the user's to
+	 * (KILN_LAUNCH_WHY_FD, cli/cmd_train.c): read and write end, -1 none;
+	 * the first line a rank wrote */
+	int why_fd[2];
+	char why[640];
 };
 
 /* Read the options into *o; returns -1 to go on, else the exit code. */
@@ -356,6 +363,11 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 	snprintf(v, sizeof v, "%d", o->port);
 	setenv("KILN_MASTER_PORT", v, 1);
 	launch_restart_env(o);
+	unsetenv("KILN_LAUNCH_WHY_FD");
+	const int wfd = o->why_fd[1] >= 0 ? fcntl(o->why_fd[1], F_DUPFD, 3) : -1; /* (not CLOEXEC) */
+	snprintf(v, sizeof v, "%d", wfd);
+	if (wfd >= 0)
+		setenv("KILN_LAUNCH_WHY_FD", v, 1);
 	if (per) {
 		cpu_set_t mine;
 		CPU_ZERO(&mine);
@@ -415,6 +427,17 @@ static void launch_sleep(double deadline, const sigset_t *open)
 	(void)ppoll(NULL, 0, tp, open); /* EINTR: a signal, the point */
 }
 
+/* The first line a rank wrote to the launcher's pipe before it exited
+ * (kiln train: the cause of a stop not the user's), into o->why once. */
+static void launch_read_why(struct launch_opts *o)
+{
+	if (o->why[0] || o->why_fd[0] < 0)
+		return;
+	const ssize_t k = read(o->why_fd[0], o->why, sizeof o->why - 1);
+	o->why[k > 0 ? k : 0] = 0;
+	o->why[strcspn(o->why, "\n")] = 0;
+}
+
 /* A rank's exit that says why better than another's: a config or data
  * error (exit 2 or 3: the cause, deterministic) over a plain failure
  * (exit 1, the usual end of a rank whose peer went away first) or a
@@ -429,7 +452,7 @@ static int exit_rank(int ws)
  * Asleep between events (launch_sleep), not polling.  Returns the exit
  * code: the failed rank's status that says most (exit_rank; the first of
  * those), else 0. */
-static int launch_wait(const struct launch_opts *o, pid_t *pids)
+static int launch_wait(struct launch_opts *o, pid_t *pids)
 {
 	const int nproc = o->nproc;
 	int alive = nproc, failed = -1, fail_status = 0, first = -1;
@@ -497,7 +520,11 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 		return 0;
 	char why[96];
 	describe_status(fail_status, why, sizeof why);
-	if (first >= 0)
+	launch_read_why(o);
+	if (first < 0 && o->why[0])
+		fprintf(stderr, "kiln launch: error: rank %d stopped (%s), not at the user's request: %s\n",
+			failed, why, o->why);
+	else if (first >= 0)
 		fprintf(stderr, "kiln launch: error: rank %d failed (%s); rank %d, which ended first, followed from it\n",
 			failed, why, first);
 	else
@@ -575,7 +602,12 @@ int cmd_launch(int argc, char **argv)
 	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s%s%s:%d, %s: %s ...\n",
 		o.node_rank * o.nproc, o.node_rank * o.nproc + o.nproc - 1, o.nproc * o.nnodes,
 		v6 ? "[" : "", o.host, v6 ? "]" : "", o.port, how, argv[o.cmd]);
+	if (pipe2(o.why_fd, O_CLOEXEC | O_NONBLOCK))
+		o.why_fd[0] = o.why_fd[1] = -1;
 	for (;;) {
+		while (o.why_fd[0] >= 0 && read(o.why_fd[0], o.why, sizeof o.why) > 0)
+			; /* (an earlier start's) */
+		o.why[0] = 0;
 		if (launch_spawn(&o, argv, pids, cpus, per, me)) {
 			rc = 1;
 			break;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h> /* fstat: tell_launcher */
 #include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 #include <time.h>
 #include <unistd.h>
@@ -151,6 +152,22 @@ static void install_stop_handlers(void)
 		pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
 	}
 	kiln_set_fatal_handler(on_fatal);
+}
+
+/* Under kiln launch: the cause of a stop not the user's, one line to the
+ * launcher's pipe (KILN_LAUNCH_WHY_FD), which names it in its own last
+ * line; nothing when that fd is not a pipe. */
+static void tell_launcher(const char *cause)
+{
+	const char *v = getenv("KILN_LAUNCH_WHY_FD");
+	const int fd = v && *v ? atoi(v) : -1;
+	struct stat sb;
+	char line[700];
+	if (fd < 3 || fstat(fd, &sb) || !S_ISFIFO(sb.st_mode))
+		return;
+	const int n = snprintf(line, sizeof line, "%s\n", cause);
+	if (write(fd, line, n < (int)sizeof line ? (size_t)n : sizeof line - 1) < 0)
+		return; /* (a full pipe: the rank's own line says it) */
 }
 
 struct bar {
@@ -377,6 +394,7 @@ int cmd_train(int argc, char **argv)
 				: stop_rank() > 0 ? "rank 0 writes the checkpoint"
 						  : "no checkpoint written ([run] out_dir is empty)",
 				r.checkpoint[0] ? "; resume with --resume" : "");
+			tell_launcher(r.stop_cause);
 			rc = 1;
 		} else if (r.stopped && r.checkpoint[0])
 			fprintf(stderr, "kiln: stopped at step %lld: checkpoint written to %s; resume with --resume\n",

@@ -7,7 +7,7 @@
 #     lost): its rank stops through its parent-death signal, the run stops
 #     with rank 0's checkpoint, but not as a user's stop: node 0's launcher
 #     and both ranks exit non-zero naming rank 1 (node 1) and its vanished
-#     launcher (before session 30 the stop was a clean one: node 0 exited 0
+#     launcher, the launcher in its own last line (before session 30 the stop was a clean one: node 0 exited 0
 #     with "stopped": true, naming nobody);
 #  2. SIGHUP to node 1's launcher (its terminal closed): the same graceful
 #     stop, named as a hangup of rank 1 (node 1), both launchers non-zero;
@@ -67,8 +67,8 @@ named() {
 			{ bad "$1: rank $k does not name rank 1 (node 1) and $2"; tail -5 "$tmp/$1$k.log"; }
 	done
 	grep -q '"stop_cause": "rank 1 of 2 (node 1, ' "$tmp/${1}0.log" || bad "$1: rank 0's result has no stop_cause"
-	grep -q "kiln launch: error: rank 0 failed (exit status 1)" "$tmp/${1}0.log" ||
-		bad "$1: node 0's launcher does not report rank 0's exit"
+	grep -q "^kiln launch: error: rank 0 stopped (exit status 1), not at the user's request: rank 1 of 2 (node 1, host [^)]*): $2" "$tmp/${1}0.log" ||
+		bad "$1: node 0's launcher does not name rank 1 (node 1) and $2"
 }
 
 # ---- 1. node 1's launcher killed ---------------------------------------
@@ -90,6 +90,8 @@ if nodes hup 2; then
 	rc0=$?
 	echo "hup: node 0's launcher exited $rc0, node 1's $rc1"
 	[ "$rc1" != 0 ] || bad "hup: node 1's launcher exited 0 after a hangup"
+	grep -q "^kiln launch: error: rank 1 stopped (exit status 1), not at the user's request: rank 1 of 2 (node 1, host [^)]*): a hangup (SIGHUP" "$tmp/hup1.log" ||
+		bad "hup: node 1's launcher does not name the hangup of rank 1"
 	grep -q "kiln launch: passing Hangup to every rank" "$tmp/hup1.log" ||
 		bad "hup: node 1's launcher did not pass the hangup on"
 	named hup "a hangup (SIGHUP"
