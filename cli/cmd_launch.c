@@ -7,10 +7,12 @@
  * KILN_WORLD_SIZE, KILN_LOCAL_RANK, KILN_LOCAL_WORLD_SIZE, KILN_MASTER_ADDR
  * and KILN_MASTER_PORT set: ranks K*N .. K*N+N-1 of N*M.  Each child runs
  * in its own process group (so a terminal's Ctrl-C reaches it once, through
- * us) and dies with us (PR_SET_PDEATHSIG).  SIGINT, SIGTERM and SIGUSR1 are
+ * us) and stops with us (PR_SET_PDEATHSIG: SIGHUP, which `kiln train` takes
+ * as a stop it names).  SIGINT, SIGTERM, SIGUSR1 and SIGHUP are
  * forwarded to every rank, once per --grace seconds (launch_forward).  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
- * exits with that rank's status, naming it; with --max-restarts R it
+ * exits with that rank's status, naming it (and the cause of a stop not
+ * the user's a rank wrote to KILN_LAUNCH_WHY_FD); with --max-restarts R it
  * starts them all again instead, up to R times, with KILN_RESTART set
  * (`kiln train` then resumes from the newest checkpoint).
  *
@@ -30,6 +32,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -67,7 +70,7 @@ static void launch_usage(FILE *f)
 		"  --node-rank K     this machine's index, 0..M-1 (node 0 hosts rank 0)\n"
 		"  --master H:P      where rank 0's rendezvous store listens (default on\n"
 		"                    one machine: 127.0.0.1 and a free port; required with\n"
-		"                    --nnodes > 1)\n"
+		"                    --nnodes > 1); an IPv6 address in brackets: [::1]:P\n"
 		"  --grace S         seconds the other ranks get to exit after one failed\n"
 		"                    before they are killed (default 10)\n"
 		"  --bind core|none  core (default): pin each rank to its own share of the\n"
@@ -79,8 +82,10 @@ static void launch_usage(FILE *f)
 		"\n"
 		"SIGINT, SIGTERM and SIGUSR1 are passed to every rank, once: a repeat within\n"
 		"--grace seconds is dropped.  After a stop every rank writes its checkpoint\n"
-		"and `kiln launch` exits 0.  When a rank fails, the others are stopped and\n"
-		"`kiln launch` exits non-zero naming it.\n");
+		"and `kiln launch` exits 0.  SIGHUP is passed on too: the same stop, but the\n"
+		"ranks name it and exit 1, as when a node's launcher is killed (its ranks'\n"
+		"parent-death signal is SIGHUP).  When a rank fails, the others are stopped\n"
+		"and `kiln launch` exits non-zero naming it.\n");
 }
 
 /* A TCP port that was free a moment ago (the store binds it next). */
@@ -132,6 +137,11 @@ struct launch_opts {
 	int cmd;        /* argv index of the command */
 	char host[256]; /* the rendezvous store's address ... */
 	int port;       /* ... and port */
+	/* a pipe the ranks write the cause of a stop not the user's to
+	 * (KILN_LAUNCH_WHY_FD, cli/cmd_train.c): read and write end, -1 none;
+	 * the first line a rank wrote */
+	int why_fd[2];
+	char why[640];
 };
 
 /* Read the options into *o; returns -1 to go on, else the exit code. */
@@ -196,19 +206,23 @@ static int launch_args(int argc, char **argv, struct launch_opts *o, const char 
 	return -1;
 }
 
-/* The store's address: --master HOST:PORT, else (one machine) 127.0.0.1
- * and a free port.  Returns -1 to go on, else the exit code. */
+/* The store's address: --master HOST:PORT (an IPv6 address in brackets,
+ * [::1]:PORT, passed on without them), else (one machine) 127.0.0.1 and a
+ * free port.  Returns -1 to go on, else the exit code. */
 static int launch_master(struct launch_opts *o, const char *master)
 {
 	if (master) {
-		const char *colon = strrchr(master, ':');
-		if (!colon || colon == master || (size_t)(colon - master) >= sizeof o->host ||
-		    parse_int(colon + 1, 1, 65535, &o->port)) {
-			fprintf(stderr, "kiln launch: error: --master '%s': expected HOST:PORT\n", master);
+		const int v6 = *master == '[';
+		const char *host = master + v6, *colon = strrchr(master, ':');
+		const char *end = v6 ? strchr(host, ']') : colon; /* the host's end */
+		if (!colon || !end || end == host || (v6 && end + 1 != colon) ||
+		    (size_t)(end - host) >= sizeof o->host || parse_int(colon + 1, 1, 65535, &o->port)) {
+			fprintf(stderr, "kiln launch: error: --master '%s': expected HOST:PORT (an IPv6 address in brackets: [::1]:29500)\n",
+				master);
 			return 2;
 		}
-		memcpy(o->host, master, (size_t)(colon - master));
-		o->host[colon - master] = 0;
+		memcpy(o->host, host, (size_t)(end - host));
+		o->host[end - host] = 0;
 	} else if (o->nnodes > 1) {
 		fprintf(stderr, "kiln launch: error: --nnodes %d needs --master HOST:PORT (node 0's address, the same on every node)\n",
 			o->nnodes);
@@ -328,12 +342,15 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 	char v[32];
 	const int rank = o->node_rank * o->nproc + l;
 	setpgid(0, 0);
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	/* SIGHUP: `kiln train` stops as for SIGTERM, checkpoint included,
+	 * but exits 1 naming the cause (its parent gone) */
+	prctl(PR_SET_PDEATHSIG, SIGHUP);
 	if (getppid() != launcher)
 		_exit(1); /* the launcher is already gone */
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGUSR1, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
 	snprintf(v, sizeof v, "%d", rank);
 	setenv("KILN_RANK", v, 1);
 	snprintf(v, sizeof v, "%d", o->nproc * o->nnodes);
@@ -346,6 +363,11 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 	snprintf(v, sizeof v, "%d", o->port);
 	setenv("KILN_MASTER_PORT", v, 1);
 	launch_restart_env(o);
+	unsetenv("KILN_LAUNCH_WHY_FD");
+	const int wfd = o->why_fd[1] >= 0 ? fcntl(o->why_fd[1], F_DUPFD, 3) : -1; /* (not CLOEXEC) */
+	snprintf(v, sizeof v, "%d", wfd);
+	if (wfd >= 0)
+		setenv("KILN_LAUNCH_WHY_FD", v, 1);
 	if (per) {
 		cpu_set_t mine;
 		CPU_ZERO(&mine);
@@ -405,6 +427,17 @@ static void launch_sleep(double deadline, const sigset_t *open)
 	(void)ppoll(NULL, 0, tp, open); /* EINTR: a signal, the point */
 }
 
+/* The first line a rank wrote to the launcher's pipe before it exited
+ * (kiln train: the cause of a stop not the user's), into o->why once. */
+static void launch_read_why(struct launch_opts *o)
+{
+	if (o->why[0] || o->why_fd[0] < 0)
+		return;
+	const ssize_t k = read(o->why_fd[0], o->why, sizeof o->why - 1);
+	o->why[k > 0 ? k : 0] = 0;
+	o->why[strcspn(o->why, "\n")] = 0;
+}
+
 /* A rank's exit that says why better than another's: a config or data
  * error (exit 2 or 3: the cause, deterministic) over a plain failure
  * (exit 1, the usual end of a rank whose peer went away first) or a
@@ -419,7 +452,7 @@ static int exit_rank(int ws)
  * Asleep between events (launch_sleep), not polling.  Returns the exit
  * code: the failed rank's status that says most (exit_rank; the first of
  * those), else 0. */
-static int launch_wait(const struct launch_opts *o, pid_t *pids)
+static int launch_wait(struct launch_opts *o, pid_t *pids)
 {
 	const int nproc = o->nproc;
 	int alive = nproc, failed = -1, fail_status = 0, first = -1;
@@ -430,6 +463,7 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGUSR1);
+	sigaddset(&block, SIGHUP);
 	sigprocmask(SIG_BLOCK, &block, &open);
 	while (alive) {
 		if (got_signal)
@@ -486,7 +520,11 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 		return 0;
 	char why[96];
 	describe_status(fail_status, why, sizeof why);
-	if (first >= 0)
+	launch_read_why(o);
+	if (first < 0 && o->why[0])
+		fprintf(stderr, "kiln launch: error: rank %d stopped (%s), not at the user's request: %s\n",
+			failed, why, o->why);
+	else if (first >= 0)
 		fprintf(stderr, "kiln launch: error: rank %d failed (%s); rank %d, which ended first, followed from it\n",
 			failed, why, first);
 	else
@@ -545,6 +583,9 @@ int cmd_launch(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
+	struct sigaction hup;
+	if (sigaction(SIGHUP, NULL, &hup) || hup.sa_handler != SIG_IGN) /* (nohup: ignored) */
+		sigaction(SIGHUP, &sa, NULL);
 	sa.sa_handler = on_child; /* wakes launch_wait when a rank exits */
 	sa.sa_flags = SA_NOCLDSTOP;
 	sigaction(SIGCHLD, &sa, NULL);
@@ -557,10 +598,16 @@ int cmd_launch(int argc, char **argv)
 		snprintf(how, sizeof how, "each rank bound to %d of %d CPUs", per, ncpu);
 	else
 		snprintf(how, sizeof how, "ranks not bound (%s)", why);
-	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s:%d, %s: %s ...\n",
-		o.node_rank * o.nproc, o.node_rank * o.nproc + o.nproc - 1, o.nproc * o.nnodes, o.host,
-		o.port, how, argv[o.cmd]);
+	const int v6 = strchr(o.host, ':') != NULL;
+	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s%s%s:%d, %s: %s ...\n",
+		o.node_rank * o.nproc, o.node_rank * o.nproc + o.nproc - 1, o.nproc * o.nnodes,
+		v6 ? "[" : "", o.host, v6 ? "]" : "", o.port, how, argv[o.cmd]);
+	if (pipe2(o.why_fd, O_CLOEXEC | O_NONBLOCK))
+		o.why_fd[0] = o.why_fd[1] = -1;
 	for (;;) {
+		while (o.why_fd[0] >= 0 && read(o.why_fd[0], o.why, sizeof o.why) > 0)
+			; /* (an earlier start's) */
+		o.why[0] = 0;
 		if (launch_spawn(&o, argv, pids, cpus, per, me)) {
 			rc = 1;
 			break;

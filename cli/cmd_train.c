@@ -2,7 +2,8 @@
  * progress bar on a terminal (plain lines otherwise) and a final JSON line
  * of metrics on stdout.  SIGTERM, SIGUSR1 and SIGINT (Ctrl-C) stop the run
  * after its current step with a checkpoint (exit 0); a repeat within 5 s is ignored (the same
- * stop delivered twice), a later one ends it at once. */
+ * stop delivered twice), a later one ends it at once.  SIGHUP stops it the
+ * same way, as a stop not the user's (stop_cause): exit 1, naming it. */
 #include "build-config.h"
 #include "cli.h"
 #include <kiln/dist.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h> /* fstat: tell_launcher */
 #include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 #include <time.h>
 #include <unistd.h>
@@ -32,7 +34,23 @@
  * arguments" from the next oneDNN call, about 1 SIGTERM in 20 under load. */
 #define KILN_STOP_GRACE_S 5
 static volatile sig_atomic_t stop_at_s; /* CLOCK_MONOTONIC s of the first, 0: none */
-static sigset_t stop_sigs; /* SIGTERM, SIGUSR1, SIGINT (unless ignored) */
+static sigset_t stop_sigs; /* SIGTERM, SIGUSR1, SIGINT, SIGHUP (unless ignored) */
+static pid_t parent_pid;   /* the parent (kiln launch) at start-up */
+static char parent_gone[96]; /* the stop's cause once it is gone */
+
+/* A stop signal that is not the user's request: SIGHUP, a hangup (a
+ * terminal or ssh session closed; `kiln launch` passes its own on), or
+ * the parent-death signal `kiln launch` sets (PR_SET_PDEATHSIG), told
+ * apart by the parent being gone (the kernel reparents this process
+ * before it sends that); NULL for any other (the user's stop). */
+static const char *stop_cause(int sig)
+{
+	if (sig != SIGHUP)
+		return NULL;
+	if (parent_pid > 1 && getppid() != parent_pid)
+		return parent_gone;
+	return "a hangup (SIGHUP: its terminal or ssh session closed, or its launcher's, passed on)";
+}
 
 static void on_stop_signal(int sig)
 {
@@ -58,8 +76,12 @@ static void on_stop_signal(int sig)
 		msg = again;
 		len = sizeof again - 1;
 	} else {
+		const char *cause = stop_cause(sig);
 		stop_at_s = now;
-		kiln_train_request_stop();
+		if (cause)
+			kiln_train_request_stop_cause(cause);
+		else
+			kiln_train_request_stop();
 	}
 	/* its result does not matter here */
 	if (write(2, msg, len) < 0)
@@ -101,11 +123,17 @@ static void install_stop_handlers(void)
 	pthread_t th;
 	struct sigaction old;
 	const int intr = !sigaction(SIGINT, NULL, &old) && old.sa_handler != SIG_IGN;
+	const int hup = !sigaction(SIGHUP, NULL, &old) && old.sa_handler != SIG_IGN; /* (nohup) */
+	parent_pid = getppid();
+	snprintf(parent_gone, sizeof parent_gone, "its launcher (parent process %d) went away",
+		 (int)parent_pid);
 	sigemptyset(&stop_sigs);
 	sigaddset(&stop_sigs, SIGTERM);
 	sigaddset(&stop_sigs, SIGUSR1);
 	if (intr)
 		sigaddset(&stop_sigs, SIGINT);
+	if (hup)
+		sigaddset(&stop_sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 	if (!pthread_create(&th, NULL, stop_thread, NULL)) {
 		pthread_detach(th);
@@ -119,9 +147,27 @@ static void install_stop_handlers(void)
 		sigaction(SIGUSR1, &sa, NULL);
 		if (intr)
 			sigaction(SIGINT, &sa, NULL);
+		if (hup)
+			sigaction(SIGHUP, &sa, NULL);
 		pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
 	}
 	kiln_set_fatal_handler(on_fatal);
+}
+
+/* Under kiln launch: the cause of a stop not the user's, one line to the
+ * launcher's pipe (KILN_LAUNCH_WHY_FD), which names it in its own last
+ * line; nothing when that fd is not a pipe. */
+static void tell_launcher(const char *cause)
+{
+	const char *v = getenv("KILN_LAUNCH_WHY_FD");
+	const int fd = v && *v ? atoi(v) : -1;
+	struct stat sb;
+	char line[700];
+	if (fd < 3 || fstat(fd, &sb) || !S_ISFIFO(sb.st_mode))
+		return;
+	const int n = snprintf(line, sizeof line, "%s\n", cause);
+	if (write(fd, line, n < (int)sizeof line ? (size_t)n : sizeof line - 1) < 0)
+		return; /* (a full pipe: the rank's own line says it) */
 }
 
 struct bar {
@@ -210,7 +256,9 @@ const char cmd_train_about[] =
 	"error.  One run at a time: a second run in a busy out_dir fails at once.\n"
 	"SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) finishes the current step (or batch of\n"
 	"an evaluation), writes a checkpoint and exits 0;\n"
-	"a repeat within 5 s is ignored, a later one ends the process at once.\n\n"
+	"a repeat within 5 s is ignored, a later one ends the process at once.\n"
+	"SIGHUP (a hangup, or its launcher gone) stops the same way but exits 1,\n"
+	"naming the cause (\"stop_cause\" in the JSON line).\n\n"
 	"--profile (= run.profile=1): time every device op, print a table of self time\n"
 	"per layer and op at the end, write out_dir/profile.txt and a Chrome trace\n"
 	"out_dir/trace.json (docs/profiler.md).  The device runs serialised meanwhile.\n\n"
@@ -329,11 +377,27 @@ int cmd_train(int argc, char **argv)
 			printf(", \"early_stopped\": true");
 		if (r.stopped)
 			printf(", \"stopped\": true");
+		if (r.stopped && r.stop_cause[0]) {
+			printf(", \"stop_cause\": ");
+			cli_json_str(stdout, r.stop_cause);
+		}
 		printf(", \"device_peak_bytes\": %zu, \"rss_growth_bytes\": %zu}\n", r.device_peak_bytes,
 		       r.rss_growth_bytes);
 		if (b.tty && r.stopped)
 			fprintf(stderr, "\n");
-		if (r.stopped && r.checkpoint[0])
+		if (r.stopped && r.stop_cause[0]) {
+			/* not the user's stop: the checkpoint is there, but the
+			 * run did not end as asked (kiln launch exits non-zero) */
+			fprintf(stderr, "kiln: error: stopped at step %lld, not at the user's request: %s; %s%s%s\n",
+				(long long)r.steps, r.stop_cause,
+				r.checkpoint[0] ? "checkpoint written to " : "",
+				r.checkpoint[0]     ? r.checkpoint
+				: stop_rank() > 0 ? "rank 0 writes the checkpoint"
+						  : "no checkpoint written ([run] out_dir is empty)",
+				r.checkpoint[0] ? "; resume with --resume" : "");
+			tell_launcher(r.stop_cause);
+			rc = 1;
+		} else if (r.stopped && r.checkpoint[0])
 			fprintf(stderr, "kiln: stopped at step %lld: checkpoint written to %s; resume with --resume\n",
 				(long long)r.steps, r.checkpoint);
 		else if (r.stopped && stop_rank() > 0)

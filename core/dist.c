@@ -125,14 +125,19 @@ void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_regis
  * launcher saw it die first) would join that store, whose keys say the
  * rendezvous is done (it hung in Gloo's connect, then failed, spending the
  * restart).  So a restarted rank other than 0 waits that long first. */
-static void restart_wait(const struct kiln_dist_env *env)
+int kiln_dist_restart_wait_ms(const struct kiln_dist_env *env)
 {
 	const char *v = getenv("KILN_RESTART");
-	if (!env->rank || !v || atoi(v) <= 0)
+	return env->rank && v && atoi(v) > 0 ? STORE_LINGER_MS + 1000 : 0;
+}
+
+static void restart_wait(const struct kiln_dist_env *env)
+{
+	const int ms = kiln_dist_restart_wait_ms(env);
+	if (!ms)
 		return;
-	const int ms = STORE_LINGER_MS + 1000;
 	kiln_log(KILN_LOG_INFO, "dist", "rank %d, restart %d: waiting %.1f s for the previous run's store to close",
-		 env->rank, atoi(v), ms / 1000.0);
+		 env->rank, atoi(getenv("KILN_RESTART")), ms / 1000.0);
 	for (int t = 0; t < ms && !kiln_stop_pending(); t += 50)
 		usleep(50000);
 }
@@ -783,6 +788,31 @@ kiln_status kiln_dist_sum_counts(struct kiln_dist *d, int64_t *v, int n, void *c
 	kiln_status st = kiln_dist_sum_host(d, limbs, n * KILN_COUNT_LIMBS, compute);
 	if (!st)
 		kiln_count_join(limbs, n, v);
+	return st;
+}
+
+#define DIST_STOP_CAUSE_KEY "kiln/stop_cause"
+
+kiln_status kiln_dist_stop_cause_post(struct kiln_dist *d, const char *cause)
+{
+	char host[64] = "", msg[600];
+	if (gethostname(host, sizeof host - 1))
+		snprintf(host, sizeof host, "?");
+	/* (kiln launch numbers a node's ranks node x nproc + local rank) */
+	const int node = d->env.local_world > 0 ? d->env.rank / d->env.local_world : 0;
+	int k = snprintf(msg, sizeof msg, "rank %d of %d (node %d, host %s): %s", d->env.rank,
+			 d->env.world, node, host, cause);
+	return kiln_store_set(d->store, DIST_STOP_CAUSE_KEY, msg,
+			      k < (int)sizeof msg ? (size_t)k : sizeof msg - 1);
+}
+
+kiln_status kiln_dist_stop_cause_read(struct kiln_dist *d, char *out, size_t n)
+{
+	void *v = NULL;
+	kiln_status st = kiln_store_check(d->store, DIST_STOP_CAUSE_KEY, &v, NULL);
+	if (!st && v)
+		snprintf(out, n, "%s", (const char *)v);
+	free(v);
 	return st;
 }
 

@@ -23,6 +23,11 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
  * in the last collective (Gloo fails that peer's wait with "Connection
  * closed by peer" even when its data arrived).  NULL, world 1: KILN_OK. */
 kiln_status kiln_dist_finish(struct kiln_dist *d);
+/* How long kiln_dist_open waits before it connects (restart_wait): for
+ * a rank other than 0 that `kiln launch --max-restarts` started again
+ * (KILN_RESTART > 0), STORE_LINGER_MS + 1 s, so the failed run's store,
+ * which serves its last clients up to STORE_LINGER_MS, is closed; else 0. */
+int kiln_dist_restart_wait_ms(const struct kiln_dist_env *env);
 /* Wait for every rank (store barrier), leave the group, free. NULL: no-op. */
 void kiln_dist_close(struct kiln_dist *d);
 int kiln_dist_rank(const struct kiln_dist *d);  /* 0 for NULL */
@@ -148,6 +153,12 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
 kiln_status kiln_dist_sum_counts(struct kiln_dist *d, int64_t *v, int n, void *compute);
 void kiln_count_limbs(const int64_t *v, int n, double *limbs);
 void kiln_count_join(const double *limbs, int n, int64_t *v);
+/* A stop not the user's on this rank (kiln_train_request_stop_cause):
+ * "rank R of W (node N, host H): cause" in the store, where every rank
+ * reads it into out[0..n) after the stop's agreement (..._read; the last
+ * posted when several ranks posted one; out unchanged when none). */
+kiln_status kiln_dist_stop_cause_post(struct kiln_dist *d, const char *cause);
+kiln_status kiln_dist_stop_cause_read(struct kiln_dist *d, char *out, size_t n);
 /* A failed step: when the failure looks like a lost peer, say which rank
  * was lost (asking the store), keeping st. */
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st);

@@ -63,8 +63,19 @@ kiln_status kiln_dist_env_read(struct kiln_dist_env *e)
 					  s->local_rank, getenv(s->local_rank));
 		/* Slurm's SLURM_NTASKS_PER_NODE may read "2(x3)": keep what parses */
 		int lw;
-		if (env_int(s->local_world, &lw) > 0)
+		const int hlw = env_int(s->local_world, &lw) > 0;
+		if (hlw)
 			e->local_world = lw;
+		if (e->local_rank >= e->local_world) {
+			char size[96];
+			if (hlw)
+				snprintf(size, sizeof size, "%s=%d", s->local_world, lw);
+			else
+				snprintf(size, sizeof size, "%s unset (taken as %s=%d)", s->local_world,
+					 s->world, w);
+			return kiln_error(KILN_EUSAGE, "%s=%d with %s: the local rank must be below the local world size (the ranks on this node; %s sets both)",
+					  s->local_rank, e->local_rank, size, s->source);
+		}
 		e->source = s->source;
 		break;
 	}

@@ -444,7 +444,7 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 		return KILN_OK;
 	/* which ranks never came?  (a fresh connection: this one timed out) */
 	struct kiln_store *q = NULL;
-	char missing[512] = "";
+	char missing[512] = "", refused[320] = "";
 	size_t m = 0;
 	int count = 0;
 	if (!kiln_store_open(s->host, s->port, 0, -1, world, 2000, &q)) {
@@ -456,12 +456,16 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 			}
 			free(v);
 		}
+		/* a node started with another token is refused at the door */
+		if (!kiln_store_check(q, STORE_REFUSED_KEY, &v, NULL) && v)
+			snprintf(refused, sizeof refused, "; the store %s (every rank needs the same KILN_STORE_TOKEN)",
+				 (const char *)v);
+		free(v);
 		kiln_store_close(q);
 	}
-	return kiln_error(KILN_ETIMEOUT, "rendezvous timed out after %.1f s: rank %d of %d waited at %s:%d but %s%s%s never arrived ([dist] timeout; check that every rank was started with the same world size and master address)",
+	return kiln_error(KILN_ETIMEOUT, "rendezvous timed out after %.1f s: rank %d of %d waited at %s:%d but %s%s never arrived ([dist] timeout; check that every rank was started with the same world size and master address)%s",
 			  timeout_ms / 1000.0, rank, world, s->host, s->port,
-			  count ? (count > 1 ? "ranks " : "rank ") : "some ranks", missing,
-			  count ? "" : "");
+			  count ? (count > 1 ? "ranks " : "rank ") : "some ranks", missing, refused);
 }
 
 kiln_status kiln_store_poll(struct kiln_store *s, const char *const *keys, int n, int timeout_ms,

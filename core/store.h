@@ -45,6 +45,9 @@ enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
 #define STORE_LINGER_MS 3000          /* rank 0 serves peers still connected at its close */
 #define STORE_TOKEN_MIN 16            /* characters */
 #define STORE_TOKEN_MAX 1024
+/* the server's record of the connections that failed AUTH (a wrong
+ * token, none): "refused N connection(s), the last from ADDR:PORT: WHY" */
+#define STORE_REFUSED_KEY "kiln/refused"
 
 /* One request as kiln_store_msg_parse finds it in a buffer: pointers into
  * that buffer (key is not NUL-terminated). */

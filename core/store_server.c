@@ -47,6 +47,7 @@ struct client {
 	int rank;            /* from HELLO, -1 before */
 	int bye, authed;
 	int64_t auth_by;     /* ms: dropped when not authenticated by then */
+	char peer[80];       /* its address, "ADDR:PORT" */
 	unsigned char nonce[STORE_NONCE_LEN];
 	unsigned char *buf;  /* the request being received */
 	size_t have, cap;
@@ -63,6 +64,7 @@ struct store_server {
 	size_t n_kv, cap_kv, bytes;
 	struct client *cl;
 	size_t n_cl, cap_cl;
+	long long n_refused; /* connections that failed AUTH */
 };
 
 static int64_t now_ms(void) { return kiln_now_ns() / 1000000; }
@@ -199,13 +201,33 @@ static void client_drop(struct store_server *s, size_t i)
 	}
 }
 
+/* A connection that failed AUTH: counted under STORE_REFUSED_KEY (the
+ * count, the last one's address and why), which the rendezvous' timeout
+ * names (a node started with another KILN_STORE_TOKEN otherwise only
+ * "never arrived"); the first is logged at once. */
+static void auth_refused(struct store_server *s, const struct client *c, const char *why)
+{
+	char v[256];
+	int n = snprintf(v, sizeof v, "refused %lld connection(s), the last from %s: %s",
+			 ++s->n_refused, c->peer, why);
+	kv_set(s, STORE_REFUSED_KEY, v, (uint32_t)(n < (int)sizeof v ? n : (int)sizeof v - 1), 1);
+	if (s->n_refused == 1)
+		kiln_log(KILN_LOG_WARN, "store", "refused a connection from %s: %s (every rank needs the same KILN_STORE_TOKEN; further refusals are counted, not logged)",
+			 c->peer, why);
+}
+
 /* AUTH: the token's MAC of this client's nonce, else it is dropped. */
 static int handle_auth(struct store_server *s, struct client *c, const struct kiln_store_msg *m)
 {
 	unsigned char mac[STORE_MAC_LEN];
-	if (m->op != STORE_OP_AUTH || m->vlen != STORE_MAC_LEN || store_mac(s->token, c->nonce, mac) ||
-	    CRYPTO_memcmp(mac, m->val, STORE_MAC_LEN))
+	if (m->op != STORE_OP_AUTH || m->vlen != STORE_MAC_LEN) {
+		auth_refused(s, c, "it sent no token (not a kiln store client of this version)");
 		return -1;
+	}
+	if (store_mac(s->token, c->nonce, mac) || CRYPTO_memcmp(mac, m->val, STORE_MAC_LEN)) {
+		auth_refused(s, c, "a wrong token");
+		return -1;
+	}
 	c->authed = 1;
 	return reply(c, STORE_OK, NULL, 0);
 }
@@ -316,9 +338,14 @@ static int client_read(struct store_server *s, struct client *c)
 
 static void accept_client(struct store_server *s)
 {
-	int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof sa;
+	char host[64] = "?", serv[16] = "?";
+	int fd = accept4(s->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0)
 		return;
+	getnameinfo((struct sockaddr *)&sa, sl, host, sizeof host, serv, sizeof serv,
+		    NI_NUMERICHOST | NI_NUMERICSERV);
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	struct client *ncl = s->cl;
@@ -333,6 +360,7 @@ static void accept_client(struct store_server *s)
 	s->cl = ncl;
 	struct client *c = &s->cl[s->n_cl];
 	*c = (struct client){ .fd = fd, .rank = -1, .auth_by = now_ms() + STORE_AUTH_MS };
+	snprintf(c->peer, sizeof c->peer, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, serv);
 	if (store_random(c->nonce, sizeof c->nonce) || queue(c, STORE_MAGIC, STORE_MAGIC_LEN) ||
 	    queue(c, c->nonce, sizeof c->nonce) || flush_out(c)) {
 		client_free(c);
@@ -347,6 +375,8 @@ static void client_turn(struct store_server *s, size_t i, short rev, int64_t now
 {
 	struct client *c = &s->cl[i];
 	int bad = (!c->authed && now >= c->auth_by) || ((rev & (POLLERR | POLLNVAL)) != 0);
+	if (!c->authed && now >= c->auth_by)
+		auth_refused(s, c, "it presented no token within 10 s");
 	if (!bad && (rev & (POLLOUT | POLLHUP)) && c->out_len)
 		bad = flush_out(c) || (!c->out_len && client_work(s, c));
 	if (!bad && (rev & (POLLIN | POLLHUP)) && !c->out_len)

@@ -175,6 +175,7 @@ struct trainer {
 	 * otherwise drank = rank */
 	int drank, pipe_P;
 	int dist_stop;             /* every rank agreed to stop */
+	int stop_cause_posted;     /* this rank's stop cause is in the store */
 	/* [dist] timing: the sums at the previous log point */
 	double comm_exposed0, comm_total0;
 	int64_t comm_steps0;
@@ -309,11 +310,15 @@ kiln_status trainer_clip_over(struct trainer *t, size_t n);
  * last micro-batch's backward where its gradients are final there */
 kiln_status trainer_pipe_overlap(struct trainer *t);
 kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct, double *bad);
+kiln_status trainer_dist_stop_cause_post(struct trainer *t, int pending, double *share);
+kiln_status trainer_dist_stop_cause_read(struct trainer *t, double posted);
 void trainer_dist_comm_event(struct trainer *t);
 void trainer_dist_summary(const struct trainer *t);
 
 /* trainer.c: the stop request (consumed), the test hook on the gradients */
 int trainer_take_stop(void);
+/* the cause of a stop not the user's (kiln_train_request_stop_cause), NULL */
+const char *trainer_stop_cause(void);
 extern kiln_grad_hook_fn trainer_grad_fn;
 extern void *trainer_grad_user;
 

@@ -82,19 +82,46 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 	return st;
 }
 
+/* Before a stop's agreement, with this rank's request `pending`: its
+ * share, 1 when it posted the cause of a stop not the user's (the first
+ * time), else 0.  Summed over the ranks and nonzero, every rank reads
+ * that cause into its result (trainer_dist_stop_cause_read). */
+kiln_status trainer_dist_stop_cause_post(struct trainer *t, int pending, double *share)
+{
+	const char *cause = trainer_stop_cause();
+	*share = 0;
+	if (!pending || !cause || t->stop_cause_posted)
+		return KILN_OK;
+	t->stop_cause_posted = 1;
+	*share = 1;
+	return kiln_dist_stop_cause_post(t->dist, cause);
+}
+
+kiln_status trainer_dist_stop_cause_read(struct trainer *t, double posted)
+{
+	if (posted <= 0 || t->res->stop_cause[0])
+		return KILN_OK;
+	return kiln_dist_stop_cause_read(t->dist, t->res->stop_cause, sizeof t->res->stop_cause);
+}
+
 /* At a log point: the interval's loss and correct sums as every rank's
  * mean (the log shows every rank's samples), the ranks whose parameters
  * hold non-finite values (*bad: this rank's 0 or 1, then every rank's
  * count), and the stop requests: one on any rank stops all of them after
- * this same step (t->dist_stop). */
+ * this same step (t->dist_stop), with its cause when it was not the
+ * user's. */
 kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct, double *bad)
 {
-	double v[4] = { *loss, *correct, trainer_take_stop(), *bad };
-	kiln_status st = kiln_dist_sum_host(t->dist, v, 4, t->compute);
+	double v[5] = { *loss, *correct, trainer_take_stop(), *bad, 0 };
+	kiln_status st = trainer_dist_stop_cause_post(t, v[2] > 0, &v[4]);
+	if (!st)
+		st = kiln_dist_sum_host(t->dist, v, 5, t->compute);
 	*loss = v[0] / t->world;
 	*correct = v[1] / t->world;
 	t->dist_stop |= v[2] > 0;
 	*bad = v[3];
+	if (!st)
+		st = trainer_dist_stop_cause_read(t, v[4]);
 	return st;
 }
 

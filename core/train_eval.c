@@ -47,12 +47,16 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 		return KILN_OK;
 	/* (agreed at the log point before this evaluation: every rank's) */
 	if (!t->dist_stop && b % EVAL_STOP_EVERY == 0) {
-		double any = kiln_stop_pending();
-		kiln_status st = kiln_dist_sum_host(t->dist, &any, 1, t->compute);
+		double any[2] = { kiln_stop_pending(), 0 };
+		kiln_status st = trainer_dist_stop_cause_post(t, any[0] > 0, &any[1]);
+		if (!st)
+			st = kiln_dist_sum_host(t->dist, any, 2, t->compute);
+		if (!st)
+			st = trainer_dist_stop_cause_read(t, any[1]);
 		if (st)
 			return kiln_error_wrap(st, "rank %d of %d: agreeing on a stop during the evaluation",
 					       t->rank, t->world);
-		t->dist_stop = any > 0;
+		t->dist_stop = any[0] > 0;
 	}
 	*stop = t->dist_stop;
 	return KILN_OK;

@@ -505,6 +505,8 @@ kiln_status trainer_finish(struct trainer *t)
 	for (int s = 0; s < SLOTS; s++)
 		res->graphs_captured += t->graph[s] != NULL;
 	res->stopped = t->stopping;
+	if (t->stopping && !res->stop_cause[0] && trainer_stop_cause()) /* (one process) */
+		snprintf(res->stop_cause, sizeof res->stop_cause, "%s", trainer_stop_cause());
 	if ((st = data_skipped(t, &res->data_skipped)))
 		return st;
 	res->data_wait_s = kiln_loader_wait_s(t->train.loader);
@@ -521,7 +523,11 @@ kiln_status trainer_finish(struct trainer *t)
 	res->wall_s = kiln_now_s() - t->t_start;
 	if (t->dist)
 		trainer_dist_summary(t);
-	if (t->stopping)
+	if (t->stopping && res->stop_cause[0])
+		trainer_jsonl(t, json_pack("{s:s, s:I, s:s, s:s}", "event", "stopped", "step",
+					   (json_int_t)t->step, "checkpoint", res->checkpoint,
+					   "cause", res->stop_cause));
+	else if (t->stopping)
 		trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "stopped", "step",
 					   (json_int_t)t->step, "checkpoint", res->checkpoint));
 	else

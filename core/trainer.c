@@ -8,11 +8,25 @@
 
 /* Set from signal handlers: a lock-free atomic is async-signal-safe. */
 static atomic_int stop_flag;
+static const char *_Atomic stop_cause; /* the last request's cause (NULL: the user's) */
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "kiln_train_request_stop needs a lock-free int");
+_Static_assert(ATOMIC_POINTER_LOCK_FREE == 2, "kiln_train_request_stop_cause needs a lock-free pointer");
 
 void kiln_train_request_stop(void)
 {
+	atomic_store(&stop_cause, NULL); /* (an earlier run's cause is not this stop's) */
 	atomic_store(&stop_flag, 1);
+}
+
+void kiln_train_request_stop_cause(const char *cause)
+{
+	atomic_store(&stop_cause, cause);
+	atomic_store(&stop_flag, 1);
+}
+
+const char *trainer_stop_cause(void)
+{
+	return atomic_load(&stop_cause);
 }
 
 int trainer_take_stop(void)

@@ -191,6 +191,7 @@ struct rank_ctx {
 	long allocs;
 	long cpu_us, wall_us; /* wait_main: rank 0's allreduce */
 	int intruded; /* rank 1 of test_gloo_mesh_intruder: rank 0 accepted it */
+	int released; /* rank 2 of test_gloo_mesh_released: left listening for rank 1 */
 	char err[512];
 };
 
@@ -1580,48 +1581,135 @@ END_TEST
  * attempt failed, and the mesh connects again with new pairs: the open
  * succeeds and an allreduce sums.  Up to 12 rounds, until one has
  * exercised it. */
-static void *intruder_main(void *arg)
+/* The mesh tests' end: an allreduce of { 1, 2, 3, rank } over the ranks
+ * gives their count times the first three and the ranks' sum (r->err). */
+static void mesh_sum_check(struct rank_ctx *r, struct rank_env *e)
 {
-	struct rank_ctx *r = arg;
-	struct rank_env e;
-	float *x = NULL;
-	if (rank_open(r, &e, 10000))
-		goto out;
+	const int W = r->world ? r->world : 2;
 	const float h[4] = { 1, 2, 3, (float)r->rank };
-	float got[4];
-	TRY(kiln_device_alloc(e.dev, sizeof h, (void **)&x));
-	TRY(kiln_device_copy_async(e.dev, x, h, sizeof h, KILN_COPY_H2D, e.s));
-	TRY(e.ops->allreduce(e.comm, x, 4, KILN_F32, KILN_REDUCE_SUM, e.s, e.done));
-	TRY(kiln_device_copy_async(e.dev, got, x, sizeof got, KILN_COPY_D2H, e.s));
-	TRY(kiln_device_stream_sync(e.dev, e.s));
-	if (got[0] != 2 || got[1] != 4 || got[2] != 6 || got[3] != 1)
+	float got[4], *x = NULL;
+	TRY(kiln_device_alloc(e->dev, sizeof h, (void **)&x));
+	TRY(kiln_device_copy_async(e->dev, x, h, sizeof h, KILN_COPY_H2D, e->s));
+	TRY(e->ops->allreduce(e->comm, x, 4, KILN_F32, KILN_REDUCE_SUM, e->s, e->done));
+	TRY(kiln_device_copy_async(e->dev, got, x, sizeof got, KILN_COPY_D2H, e->s));
+	TRY(kiln_device_stream_sync(e->dev, e->s));
+	if (got[0] != W || got[1] != 2 * W || got[2] != 3 * W || got[3] != W * (W - 1) / 2)
 		snprintf(r->err, sizeof r->err, "rank %d: allreduce gave %g %g %g %g", r->rank, got[0],
 			 got[1], got[2], got[3]);
 out:
 	if (x)
-		kiln_device_free(e.dev, x);
+		kiln_device_free(e->dev, x);
+}
+
+static void *intruder_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	if (!rank_open(r, &e, 10000))
+		mesh_sum_check(r, &e);
 	rank_close(&e);
 	return NULL;
 }
 
-START_TEST(test_gloo_mesh_intruder)
+/* Rounds of W ranks (2 or 3) running fn with rank 1 the mesh intruder,
+ * every rank succeeding, until the last rank says a round exercised the
+ * case (intruded, released) or max rounds ran; prints "NAME: N round(s);
+ * HIT" (or that none exercised it). */
+static void intruder_rounds(void *(*fn)(void *), int W, int max, const char *name,
+			    const char *hit_says)
 {
-	struct rank_ctx rc[2];
-	int status[2], hit = 0, rounds = 0;
+	struct rank_ctx rc[3];
+	int status[3], rounds = 0, hit = 0;
 	intruder = 1;
-	while (!hit && rounds < 12) {
+	while (!hit && rounds < max) {
 		rounds++;
-		if (run_ranks(intruder_main, 0, 0, rc, status))
+		if (run_ranks_n(fn, W, 0, 0, rc, status))
 			break;
-		for (int i = 0; i < 2; i++) {
+		for (int i = 0; i < W; i++) {
 			ck_assert_msg(!*rc[i].err, "round %d: %s", rounds, rc[i].err);
 			ck_assert_int_eq(status[i], 0);
 		}
-		hit = rc[1].intruded;
+		hit = rc[W - 1].intruded || rc[W - 1].released;
 	}
 	intruder = 0;
-	printf("gloo mesh intruder: %d round(s); %s\n", rounds,
-	       hit ? "rank 0 took it, and the mesh connected again" : "rank 0 never listened: not exercised");
+	printf("%s: %d round(s); %s\n", name, rounds, hit ? hit_says : "not exercised");
+}
+
+START_TEST(test_gloo_mesh_intruder)
+{
+	intruder_rounds(intruder_main, 2, 12, "gloo mesh intruder",
+			"rank 0 took it, and the mesh connected again");
+}
+END_TEST
+
+/* test_gloo_mesh_released's log sink: a rank that waited out this Gloo's
+ * connect (5 timeouts) says "Connect timeout" in its retry's warning */
+static void connect_timeout_sink(void *user, int level, const char *who, const char *msg)
+{
+	struct rank_ctx *r = user;
+	(void)level, (void)who;
+	if (strstr(msg, "Connect timeout") && !*r->err)
+		snprintf(r->err, sizeof r->err, "rank %d waited out Gloo's connect: %s", r->rank, msg);
+}
+
+/* port (network order) of rank's pair with peer in attempt 0 of the world's mesh */
+static int pair_port(struct kiln_store *store, int rank, int peer, int world, unsigned *port)
+{
+	char key[64];
+	void *v = NULL;
+	size_t n = 0;
+	snprintf(key, sizeof key, "gloo/0/try0/%d", rank);
+	if (kiln_store_get(store, key, 1000, &v, &n))
+		return -1;
+	const size_t per = n / (size_t)(world - 1), at = (size_t)(peer < rank ? peer : peer - 1) * per;
+	struct sockaddr_in a;
+	memcpy(&a, (char *)v + at, sizeof a);
+	free(v);
+	*port = a.sin_port;
+	return 0;
+}
+
+static void *released_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	kiln_log_set_sink(connect_timeout_sink, r);
+	/* [dist] timeout 3 s: the old wait, 5 timeouts, was 15 s */
+	if (rank_open(r, &e, 3000))
+		goto out;
+	if (r->rank == 2) {
+		void *v = NULL;
+		size_t n = 0;
+		unsigned mine, its;
+		TRY(kiln_store_get(e.store, "gloo/0/try0/ok1", 1000, &v, &n));
+		const int failed1 = n == 1 && *(char *)v == '0';
+		free(v);
+		if (pair_port(e.store, 2, 1, 3, &mine) || pair_port(e.store, 1, 2, 3, &its)) {
+			snprintf(r->err, sizeof r->err, "rank 2: no pair addresses: %s", kiln_last_error());
+			goto out;
+		}
+		/* (the lower port in network order listens: Gloo's rule) */
+		r->released = failed1 && mine < its;
+	}
+	mesh_sum_check(r, &e);
+out:
+	rank_close(&e);
+	kiln_log_set_sink(NULL, NULL);
+	return NULL;
+}
+
+/* 3 ranks, rank 1 the intruder of rank 0's pair with it: when rank 0
+ * listens it takes the intruder, rank 1's connect to it is refused and
+ * rank 1 gives up its attempt before its pair with rank 2.  Rank 2, when
+ * it is the listening side of that pair, waited for rank 1 until this
+ * Gloo's connect gave up (5 timeouts) before the attempt's retry (before
+ * session 30); now rank 1 releases it (gloo.cc release_peers) and no rank
+ * says "Connect timeout".  Up to 16 rounds, until one has exercised it
+ * (about 1 in 4). */
+START_TEST(test_gloo_mesh_released)
+{
+	intruder_rounds(released_main, 3, 16, "gloo mesh released",
+			"rank 2 was left listening for rank 1, which released it");
 }
 END_TEST
 
@@ -1778,6 +1866,7 @@ static Suite *make_comm_suite(void)
 	tcase_add_loop_test(tc, test_gloo_sendrecv, 0, 3);
 	tcase_add_loop_test(tc, test_gloo_map_shared, 0, 3);
 	tcase_add_test(tc, test_gloo_mesh_intruder);
+	tcase_add_test(tc, test_gloo_mesh_released);
 	tcase_add_test(tc, test_stream_queue_no_alloc);
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("args"); /* CK_RUN_CASE=args: no ranks */

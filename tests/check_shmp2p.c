@@ -21,10 +21,15 @@
  * test_laps: a message that finds the ring empty starts at the next lap's
  * start (shmp2p.h, "Laps"), by shmp2p_send and shmp2p_try_send, both
  * positions there; one that finds the ring busy follows the last; with
- * restart = 0 every message follows the last; every byte checked. */
+ * restart = 0 every message follows the last; every byte checked.
+ * test_node_names: a node's group of the shared-memory collectives
+ * (shmcoll_name_node, kiln-gloo's hierarchical allreduce) waiting for a
+ * peer whose process is gone names both by world rank, node and local
+ * rank. */
 #include "check_main.h"
 
 #include "../plugins/common/shmp2p.h"
+#include "../plugins/common/shmcoll.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -265,6 +270,37 @@ START_TEST(test_laps)
 }
 END_TEST
 
+/* shmcoll's liveness check: local rank 1's process is gone */
+static int local_one_gone(void *arg)
+{
+	(void)arg;
+	return 1;
+}
+
+/* Before session 30 the message read "test: rank 0 of 2: rank 1 is gone
+ * ...": the node's local ranks, unlabelled, beside messages naming world
+ * ranks. */
+START_TEST(test_node_names)
+{
+	static const int world_of[2] = { 2, 3 }; /* node 1: world ranks 2 and 3 */
+	char *mem = aligned_alloc(64, 2 * SHMCOLL_SEGMENT);
+	ck_assert_ptr_nonnull(mem);
+	memset(mem, 0, 2 * SHMCOLL_SEGMENT);
+	void *seg[2] = { mem, mem + SHMCOLL_SEGMENT };
+	struct shmcoll s;
+	float x[4] = { 1, 2, 3, 4 };
+	ck_assert_int_eq(shmcoll_init(&s, kiln_host_table(), "test", 0, 2, seg, TIMEOUT_MS, 0, 0),
+			 KILN_OK);
+	shmcoll_watch(&s, local_one_gone, NULL);
+	shmcoll_name_node(&s, world_of, 1);
+	ck_assert_int_eq(shmcoll_allreduce(&s, SHMCOLL_SLEEP, x, 4, KILN_F32, 1.0f), KILN_EIO);
+	const char *msg = kiln_host_table()->last_error();
+	ck_assert_msg(strstr(msg, "test: rank 2 (node 1's local rank 0 of 2): rank 3 (node 1's local rank 1) is gone (its process ended) while this rank waited for rank 3 (node 1's local rank 1) in the shared-memory "),
+		      "%s", msg);
+	free(mem);
+}
+END_TEST
+
 static Suite *make_shmp2p_suite(void)
 {
 	Suite *s = suite_create("shmp2p");
@@ -274,6 +310,7 @@ static Suite *make_shmp2p_suite(void)
 	tcase_add_test(tc, test_sleepers);
 	tcase_add_test(tc, test_size_mismatch);
 	tcase_add_test(tc, test_laps);
+	tcase_add_test(tc, test_node_names);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -38,3 +38,26 @@ if [ "$code" != "$table" ]; then
 	exit 1
 fi
 echo "PASS: docs/checkpoints.md lists core/resume.c's $(echo "$code" | wc -l) keys safe to change on resume"
+
+# docs/distributed.md's multi-process examples must work as written: a run
+# of several processes needs the store's token (KILN_STORE_TOKEN, the same
+# for every rank; without it each rank stops at once, exit 2), so every
+# fenced example that runs srun, mpirun or `kiln launch --nnodes M` sets it
+# first (on each node for a `nodeK$` prompt) and every mpirun passes it on
+# (-x KILN_STORE_TOKEN); before session 30 the Slurm and mpirun ones did not
+bad=$(awk '
+	/^```/ { inb = !inb; split("", set); any = 0; next }
+	!inb { next }
+	{ node = $0 ~ /^[a-z0-9]+\$ / ? $1 : "" }
+	/export KILN_STORE_TOKEN/ { set[node] = 1; any = 1 }
+	/(^|[ $])(srun|mpirun) / || /kiln launch .*--nnodes [0-9]/ {
+		if (!(node != "" ? set[node] : any)) print FILENAME ":" NR ": runs without KILN_STORE_TOKEN set: " $0
+	}
+	/(^|[ $])mpirun / && !/-x KILN_STORE_TOKEN/ { print FILENAME ":" NR ": mpirun without -x KILN_STORE_TOKEN: " $0 }
+' "$srcdir/docs/distributed.md")
+if [ -n "$bad" ]; then
+	echo "FAIL: docs/distributed.md's multi-process examples lack the store's token:"
+	echo "$bad"
+	exit 1
+fi
+echo "PASS: docs/distributed.md's srun, mpirun and multi-node kiln launch examples set KILN_STORE_TOKEN"

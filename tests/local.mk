@@ -794,3 +794,5 @@ EXTRA_DIST += tests/bench_common.sh
 # kiln launch asleep between events (no polling), its failure, grace and signal rules
 TESTS += tests/launch_wait.sh
 EXTRA_DIST += tests/launch_wait.sh
+TESTS += tests/launch_nodes.sh
+EXTRA_DIST += tests/launch_nodes.sh

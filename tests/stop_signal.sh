@@ -14,7 +14,9 @@
 # every thread of the process but exactly one must block all three (read
 # from /proc/PID/task/*/status), the main thread among them; then SIGINT
 # (Ctrl-C) stops the run with a checkpoint and exit 0, as SIGTERM does.  And
-# SIGPIPE ends no run.
+# SIGPIPE ends no run.  SIGHUP (blocked the same way) stops it with a
+# checkpoint too, but as a stop not the user's: exit 1, the cause named
+# (before session 30 SIGHUP killed the process, no checkpoint).
 name=stopsig
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -41,14 +43,14 @@ o="$tmp/run"
 	> "$tmp/train.log" 2>&1 &
 pid=$!
 wait_line "$pid" "$o/metrics.jsonl" '"event":"train"' "training did not start" "$tmp/train.log"
-# SigBlk: the blocked set in hex; SIGINT (2) is bit 1, SIGUSR1 (10) bit 9,
-# SIGTERM (15) bit 14
+# SigBlk: the blocked set in hex; SIGHUP (1) is bit 0, SIGINT (2) bit 1,
+# SIGUSR1 (10) bit 9, SIGTERM (15) bit 14
 open=0 threads=0 main=
 for st in /proc/"$pid"/task/*/status; do
 	blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$st" 2>/dev/null)
 	[ -n "$blk" ] || continue
 	threads=$((threads + 1))
-	if [ $(( 0x$blk & 0x4202 )) -ne $((0x4202)) ]; then
+	if [ $(( 0x$blk & 0x4203 )) -ne $((0x4203)) ]; then
 		open=$((open + 1))
 		[ "$st" = "/proc/$pid/task/$pid/status" ] && main=1
 	fi
@@ -56,14 +58,30 @@ done
 kill -INT "$pid"
 wait "$pid"
 rc=$?
-[ -z "$main" ] || fail "the training (main) thread takes SIGTERM/SIGUSR1/SIGINT ($threads threads, $open take them)"
+[ -z "$main" ] || fail "the training (main) thread takes SIGTERM/SIGUSR1/SIGINT/SIGHUP ($threads threads, $open take them)"
 [ $threads -ge 3 ] || fail "only $threads thread(s) seen in /proc/$pid/task"
-[ $open -eq 1 ] || fail "$open of $threads threads take SIGTERM/SIGUSR1/SIGINT; expected exactly one (the stop thread)"
+[ $open -eq 1 ] || fail "$open of $threads threads take SIGTERM/SIGUSR1/SIGINT/SIGHUP; expected exactly one (the stop thread)"
 [ $rc -eq 0 ] || fail "SIGINT: exit $rc, expected 0 (130: killed by it): $(tail -3 "$tmp/train.log")"
 grep -q 'stop requested' "$tmp/train.log" || fail "SIGINT: no 'stop requested'"
 grep -q 'checkpoint written to' "$tmp/train.log" || fail "SIGINT: no checkpoint written"
 grep -q '"stopped": true' "$tmp/train.log" || fail "SIGINT: no \"stopped\" in the JSON line"
 echo "$threads threads, one takes the stop signals; SIGINT stopped the run with a checkpoint"
+
+# SIGHUP (a closed terminal): the same stop, but named, exit 1
+o="$tmp/hup"
+"$kiln" train "$tmp/run.ini" data.path=/usr/share/datasets/fashion-mnist run.out_dir="$o" \
+	> "$tmp/hup.log" 2>&1 &
+pid=$!
+wait_line "$pid" "$o/metrics.jsonl" '"event":"train"' "training did not start" "$tmp/hup.log"
+kill -HUP "$pid"
+wait "$pid"
+rc=$?
+[ $rc -eq 1 ] || fail "SIGHUP: exit $rc, expected 1 (129: killed by it): $(tail -3 "$tmp/hup.log")"
+grep -q "^kiln: error: stopped at step [0-9]*, not at the user's request: a hangup (SIGHUP: .*; checkpoint written to $o/checkpoints/ckpt-[0-9]*.kiln" "$tmp/hup.log" ||
+	fail "SIGHUP: the stop is not named, or no checkpoint: $(tail -3 "$tmp/hup.log")"
+grep -q '"stopped": true, "stop_cause": "a hangup (SIGHUP' "$tmp/hup.log" || fail "SIGHUP: no stop_cause in the JSON line"
+tail -1 "$o/metrics.jsonl" | grep -q '"event": *"stopped".*"cause": *"a hangup' || fail "SIGHUP: the stopped event names no cause"
+echo "SIGHUP stopped the run with a checkpoint, exit 1, naming the hangup"
 
 # A reader of kiln's output that goes away (`kiln train 2>&1 | head`) does
 # not end the run: SIGPIPE is ignored (cli/kiln.c), the writes fail, the

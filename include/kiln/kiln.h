@@ -373,6 +373,9 @@ struct kiln_train_result {
 	double data_wait_s;         /* training thread's wait for loader workers */
 	/* checkpoints (docs/checkpoints.md) */
 	int stopped;                /* 1: kiln_train_request_stop() ended the run early */
+	char stop_cause[600];       /* a stop not the user's (kiln_train_request_stop_cause):
+				     * "rank R of W (node N, host H): CAUSE" with
+				     * data-parallel ranks, CAUSE alone without; "" else */
 	int64_t resumed_step;       /* the step the run resumed at, -1 when it started fresh */
 	char checkpoint[4200];      /* the last checkpoint written ("" if none) */
 	/* mixed precision ([run] precision; docs/precision.md) */
@@ -622,6 +625,12 @@ kiln_status kiln_export_onnx_quantized(const struct kiln_config *cfg,
  * its current step and write a checkpoint.  Async-signal-safe: call it from
  * a SIGTERM handler.  The request is consumed when honoured. */
 void kiln_train_request_stop(void);
+/* The same stop for a reason other than the user's (cause, a static
+ * string: "its launcher (parent process 42) went away", a hangup): the
+ * run stops as for kiln_train_request_stop, checkpoint included, and its
+ * result's stop_cause names it (on every data-parallel rank, with the
+ * rank that took it).  Async-signal-safe. */
+void kiln_train_request_stop_cause(const char *cause);
 
 /* `kiln eval --checkpoint`: evaluate the parameters and buffers of
  * checkpoint file `checkpoint` (NULL: the newest usable one in [run]

@@ -44,6 +44,33 @@ void shmcoll_name_world(struct shmcoll *s, const int *world_of)
 	s->world_of = world_of;
 }
 
+void shmcoll_name_node(struct shmcoll *s, const int *world_of, int node)
+{
+	s->world_of = world_of;
+	s->node = node + 1;
+}
+
+/* This rank for messages: "WHO: " and shm_name_me's, or in a node's
+ * group (shmcoll_name_node) "WHO: rank W (node N's local rank R of L)" */
+static const char *name_me(const struct shmcoll *s, char *buf, size_t n)
+{
+	if (!s->node)
+		return shm_name_me(buf, n, s->who, s->world_of, s->rank, s->world);
+	snprintf(buf, n, "%s: rank %d (node %d's local rank %d of %d)", s->who, s->world_of[s->rank],
+		 s->node - 1, s->rank, s->world);
+	return buf;
+}
+
+/* Peer r for messages: shm_name_peer's, or in a node's group "rank W
+ * (node N's local rank R)" */
+static const char *name_peer(const struct shmcoll *s, char *buf, size_t n, int r)
+{
+	if (!s->node)
+		return shm_name_peer(buf, n, s->world_of, r);
+	snprintf(buf, n, "rank %d (node %d's local rank %d)", s->world_of[r], s->node - 1, r);
+	return buf;
+}
+
 void shmcoll_watch(struct shmcoll *s, int (*lost)(void *arg), void *arg)
 {
 	s->lost = lost;
@@ -191,20 +218,18 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 			ask = *t0 + SHMCOLL_LOST_NS;
 		if (s->lost && t >= ask) {
 			const int gone = s->lost(s->lost_arg);
-			char me[96], g[32], pn[32];
+			char me[96], g[64], pn[64];
 			if (gone >= 0)
 				return s->host->error(KILN_EIO, "%s: %s is gone (its process ended) while this rank waited for %s in the shared-memory %s",
-						      shm_name_me(me, sizeof me, s->who, s->world_of, s->rank, s->world),
-						      shm_name_peer(g, sizeof g, s->world_of, gone),
-						      shm_name_peer(pn, sizeof pn, s->world_of, peer), what);
+						      name_me(s, me, sizeof me), name_peer(s, g, sizeof g, gone),
+						      name_peer(s, pn, sizeof pn, peer), what);
 			ask = t + SHMCOLL_LOST_NS;
 		}
 		if (t - *t0 > (long long)s->timeout_ms * 1000000ll +
 				       shmcoll_grace_ns((long long)s->timeout_ms * 1000000ll)) {
-			char me[96], pn[32];
+			char me[96], pn[64];
 			return s->host->error(KILN_ETIMEOUT, "%s: %s did not reach the shared-memory %s within [dist] timeout = %.1f s",
-					      shm_name_me(me, sizeof me, s->who, s->world_of, s->rank, s->world),
-					      shm_name_peer(pn, sizeof pn, s->world_of, peer), what,
+					      name_me(s, me, sizeof me), name_peer(s, pn, sizeof pn, peer), what,
 					      s->timeout_ms / 1000.0);
 		}
 		if (shmcoll_pace_next(&p, t, t - *t0) == SHMCOLL_STEP_SLEEP)

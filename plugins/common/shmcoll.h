@@ -201,7 +201,8 @@ struct shmcoll {
 	long long spin_ns;
 	struct timespec nap;
 	long seq;                      /* the last round this rank started */
-	const int *world_of;           /* shmcoll_name_world's, or NULL */
+	const int *world_of;           /* shmcoll_name_world's or _node's, or NULL */
+	int node;                      /* shmcoll_name_node's node + 1; 0: none */
 	int (*lost)(void *arg);        /* shmcoll_watch's check, or NULL */
 	void *lost_arg;
 	struct shmcoll_hdr *hdr[SHMCOLL_MAXW];
@@ -233,6 +234,11 @@ void shmcoll_region(struct shmcoll *s, void *const *base, size_t bytes);
  * as the group's ranks mean nothing to the user.  NULL: the ranks are
  * the world's. */
 void shmcoll_name_world(struct shmcoll *s, const int *world_of);
+/* s serves node `node`'s ranks (kiln-gloo's hierarchical allreduce),
+ * whose local rank r is world rank world_of[r] (borrowed for s's life):
+ * its messages name "rank W (node N's local rank R of L)" and "rank W
+ * (node N's local rank R)", as the node's setup does. */
+void shmcoll_name_node(struct shmcoll *s, const int *world_of, int node);
 
 /* For messages: shm_name_me and shm_name_peer (rank_name.h, included above). */
 

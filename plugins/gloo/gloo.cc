@@ -84,6 +84,9 @@
 #include <thread>
 #include <vector>
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace {
@@ -877,9 +880,55 @@ std::shared_ptr<gloo::transport::Device> shared_device(const std::string &iface,
  * "Connection refused" on another.  So each attempt's outcome goes through
  * the store, and when any rank's failed, every rank tries again with fresh
  * pairs (new ports, new keys: prefix tryK/), up to MESH_TRIES times; the
- * message of the last failure otherwise.  A rank that waits for a peer
- * that never connects waits up to the timeout, as before. */
+ * message of the last failure otherwise.  A rank whose attempt failed
+ * releases the peers left listening for it (release_peers) instead of
+ * letting them wait 5 timeouts. */
 enum { MESH_TRIES = 4 };
+
+/* Connect to addr and close at once (at most 1 s to connect). */
+static void poke(const struct sockaddr_storage &addr)
+{
+	const socklen_t len = addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							  : sizeof(struct sockaddr_in);
+	int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (connect(fd, reinterpret_cast<const struct sockaddr *>(&addr), len) && errno == EINPROGRESS) {
+		struct pollfd pf = { fd, POLLOUT, 0 };
+		(void)poll(&pf, 1, 1000);
+	}
+	close(fd);
+}
+
+/* After this rank's connect of an attempt failed (prefix p): a peer on the
+ * listening side of its pair with this rank, which this rank never
+ * reached, would wait 5 timeouts in this Gloo's connect before it posts
+ * its outcome (3 ranks or more: the first failure leaves the later pairs
+ * unconnected), and every rank with it.  So this rank connects to each
+ * peer's pair for it and closes at once: such a pair takes the
+ * connection (no handshake), sees it close and fails now; a pair already
+ * connected, or on the connecting side, is not listening (refused). */
+static void release_peers(struct kiln_store *store, const char *p, int rank, int world,
+			  int timeout_ms)
+{
+	for (int r = 0; r < world; r++) {
+		char key[128];
+		void *v = nullptr;
+		size_t n = 0;
+		std::snprintf(key, sizeof key, "%s%d", p, r);
+		if (r == rank || H->store_get(store, key, timeout_ms, &v, &n))
+			continue;
+		/* (Gloo's value: the addresses of r's pairs, peers in rank
+		 * order without r, each a tcp::Address: a sockaddr_storage first) */
+		const size_t per = n / (size_t)(world - 1), at = (size_t)(rank < r ? rank : rank - 1) * per;
+		struct sockaddr_storage addr;
+		if (per >= sizeof addr && at + per <= n) {
+			std::memcpy(&addr, static_cast<char *>(v) + at, sizeof addr);
+			poke(addr);
+		}
+		H->free(v);
+	}
+}
 
 static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, int rank, int world,
 				int timeout_ms, std::shared_ptr<gloo::transport::Device> &device,
@@ -900,6 +949,7 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 		} catch (const std::exception &e) {
 			ok = 0;
 			why = e.what();
+			release_peers(store, p, rank, world, timeout_ms);
 		}
 		std::snprintf(key, sizeof key, "%sok%d", p, rank);
 		if (H->store_set(store, key, ok ? "1" : "0", 1))

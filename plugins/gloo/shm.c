@@ -40,6 +40,7 @@ struct gloo_shm {
 	long long spin_ns; /* [plugin.gloo] p2p_spin_us (gloo_shm_p2p_spin) */
 	struct shmp2p *out, *in;
 	pthread_mutex_t *out_lock, *in_lock;
+	int world_of[SHMCOLL_MAXW]; /* a node's group: its ranks' world ranks (shmcoll_name_node) */
 };
 
 /* Ring bytes of the point-to-point channels of `world` ranks:
@@ -403,6 +404,10 @@ static int start(const struct setup *s, struct gloo_shm *g, char *why, size_t n)
 		return -1;
 	}
 	shmcoll_watch(&g->coll, lost, g);
+	if (s->world_of) { /* a node's group: its messages name world and local ranks */
+		memcpy(g->world_of, s->world_of, (size_t)s->world * sizeof *g->world_of);
+		shmcoll_name_node(&g->coll, g->world_of, s->node);
+	}
 	if (g->ring && p2p_start(s, g, why, n))
 		return -1;
 	return 0;
