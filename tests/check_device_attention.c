@@ -267,6 +267,36 @@ START_TEST(test_attn_loops)
 }
 END_TEST
 
+/* Scores far apart (session 30: the CPU's vectorised e^x took x below
+ * about -8.7e6 to garbage and below -1e30 to NaN, so a scale of 1e6 and
+ * over gave NaN where the softmax is one-hot): the forward's y and lse
+ * against the loop.  (The backward is left out: there dS = P (dP - Di)
+ * scale multiplies the f32 rounding of dP - Di by the scale.) */
+START_TEST(test_attn_far_scores)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ATTENTION);
+	static const double scales[] = { 3e5, 1e7, 1e12, 1e35 };
+	for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++)
+		for (int causal = 0; causal < 2; causal++) {
+			const struct attn_case c = { .B = 1, .T = 37, .C = 32, .H = 2, .causal = causal,
+						     .scale = scales[k] };
+			const size_t nq = attn_nq(&c), ny = attn_ny(&c), nl = attn_nl(&c);
+			float *qkv = frandv(nq), *dy = frandv(ny), *y = malloc(ny * 4), *lse = malloc(nl * 4);
+			double *yr = malloc(ny * 8), *lr = malloc(nl * 8), *dr = malloc(nq * 8);
+			char tag[96];
+			attn_loop(&c, qkv, dy, NULL, yr, lr, dr);
+			attn_fwd_dev(&f, &c, KILN_F32, 4, qkv, y, lse);
+			snprintf(tag, sizeof tag, "scale %g causal %d", scales[k], causal);
+			attn_close(tag, "y", y, yr, NULL, NULL, ny);
+			attn_close(tag, "lse", lse, lr, NULL, NULL, nl);
+			free(qkv), free(dy), free(y), free(lse), free(yr), free(lr), free(dr);
+		}
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- against PyTorch ---------------------------------------------------- */
 
 static const float *st_f32(struct kiln_safetensors *st, const char *cs, const char *key, size_t n)
@@ -586,6 +616,6 @@ START_TEST(test_attn_threads)
 }
 END_TEST
 
-DEVICE_SUITE(attention, DFX_CASE(attn_loops), DFX_CASE(attn_torch), DFX_CASE(attn_dropout),
+DEVICE_SUITE(attention, DFX_CASE(attn_loops), DFX_CASE(attn_far_scores), DFX_CASE(attn_torch), DFX_CASE(attn_dropout),
 	     DFX_CASE(attn_lowp), DFX_CASE(attn_refused), DFX_ONCE(attn_threads, 60),
 	     DFX_CASE(attn_lowp_shapes));

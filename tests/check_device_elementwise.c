@@ -312,6 +312,54 @@ START_TEST(test_act)
 }
 END_TEST
 
+/* Activations of inputs far out (session 30: the CPU's vectorised e^x
+ * took x below about -8.7e6 to garbage and below -1e30 to NaN, so the tanh
+ * GELU gave -282 at x = -500, 218 at 500 and NaN at 1e12).  Forward for
+ * every input, backward (dy = 1) where the derivative is finite in f32
+ * (|x| < 1e19: x*x is, as in PyTorch's formula). */
+START_TEST(test_act_extremes)
+{
+	static const float xs[] = { -1e30f, -1e12f, -1.5e7f, -1e7f, -1e4f, -580.0f, -500.0f, -88.5f,
+				    88.5f,  500.0f, 580.0f,  1e4f,  1e7f,  1e12f, 1e30f };
+	const int n = (int)(sizeof xs / sizeof xs[0]);
+	const size_t b = sizeof xs;
+	float ones[sizeof xs / sizeof xs[0]], y[sizeof xs / sizeof xs[0]], dx[sizeof xs / sizeof xs[0]];
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ACT);
+	for (int i = 0; i < n; i++)
+		ones[i] = 1.0f;
+	for (int kind = KILN_ACT_RELU; kind <= KILN_ACT_GELU_TANH; kind++) {
+		void *dX = dput(&f, xs, b), *dY = dput(&f, NULL, b), *dDY = dput(&f, ones, b);
+		void *dDX = dput(&f, NULL, b);
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ACT;
+		op.n_in = op.n_out = 1;
+		op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+		op.i[0] = kind, op.f[0] = 0.01f;
+		OK(run_op(&f, &op, (const void *const[]){ dX }, (void *const[]){ dY }));
+		dget(&f, y, dY, b);
+		op.type = KILN_OP_ACT_BWD;
+		op.n_in = 3;
+		op.in[1] = op.in[2] = op.in[0];
+		OK(run_op(&f, &op, (const void *const[]){ dX, dDY, dY }, (void *const[]){ dDX }));
+		dget(&f, dx, dDX, b);
+		for (int i = 0; i < n; i++) {
+			double d, want;
+			act_ref(kind, xs[i], 0.01, &d, &want);
+			NEAR(y[i], want, fabs(want), 1e-5, "ACT %d: y(%g) = %.7g, want %.7g", kind,
+			     (double)xs[i], (double)y[i], want);
+			if (fabsf(xs[i]) < 1e19f)
+				NEAR(dx[i], d, fabs(d), 1e-5, "ACT_BWD %d: dx(%g) = %.7g, want %.7g", kind,
+				     (double)xs[i], (double)dx[i], d);
+		}
+		DFREE(&f, dX, dY, dDY, dDX);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- dropout ---------------------------------------------------------- */
 
 /* The mask plugin.h's DROPOUT defines (see plugins/cpu/act.c), computed here
@@ -496,5 +544,5 @@ START_TEST(test_dropout_threads)
 END_TEST
 
 DEVICE_SUITE(elementwise, DFX_CASE(fill), DFX_CASE(reduce_scale_add), DFX_CASE(small_ops),
-	     DFX_CASE(act), DFX_CASE(dropout),
+	     DFX_CASE(act), DFX_CASE(act_extremes), DFX_CASE(dropout),
 	     DFX_CASE(dropout_bf16), DFX_ONCE(dropout_threads, 60));

@@ -90,9 +90,13 @@ static int64_t attn_thread_floats(int64_t T, int64_t D)
  * warns at the end of the file: ignored for all of it). */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-/* cpu_exp (vexp.h) of each lane, the same arithmetic */
+/* cpu_exp (vexp.h) of each lane, the same arithmetic (x first raised to
+ * CPU_EXP_MIN, NaN kept) */
 static inline __attribute__((always_inline)) attn_vec attn_vexp(attn_vec x)
 {
+	const attn_vec lo = (attn_vec){ 0 } + CPU_EXP_MIN;
+	const attn_ivec below = x < lo;
+	x = (attn_vec)(((attn_ivec)lo & below) | ((attn_ivec)x & ~below));
 	const attn_vec m = x * 1.44269504089f + 12582912.0f;
 	const attn_vec n = m - 12582912.0f;
 	const attn_vec r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
