@@ -63,7 +63,8 @@ static kiln_status list_dir(const char *dir, struct pred_names *out)
 			return kiln_error(KILN_ENOMEM, "out of memory listing %s", dir);
 		}
 	closedir(d);
-	qsort(out->v, out->n, sizeof *out->v, by_strcmp);
+	if (out->n > 1) /* (qsort of a NULL array is undefined, even of 0 elements) */
+		qsort(out->v, out->n, sizeof *out->v, by_strcmp);
 	return KILN_OK;
 }
 

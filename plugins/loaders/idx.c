@@ -498,7 +498,7 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 	    (st = idx_key_channel(host, cfg, section, "std", 1.0, &sd)))
 		return st;
 	if (!isfinite(mean) || !isfinite(sd) || !(sd >= 1e-12))
-		return host->error(KILN_ECONFIG, "%s: [%s] mean = %g, std = %g: both must be finite and std > 0",
+		return host->error(KILN_ECONFIG, "%s: [%s] mean = %g, std = %g: both must be finite and std at least 1e-12",
 				   host->config_where(cfg, section, "std"), section, mean, sd);
 
 	int train = split && !strcmp(split, "train"), test = split && !strcmp(split, "test");

@@ -305,8 +305,12 @@ static void mpi_shm_setup(struct mpi_comm *c, char *why, size_t n)
 		return;
 	}
 	void *mem = NULL;
-	const int ok = MPI_Win_allocate_shared((MPI_Aint)SHMCOLL_SEGMENT, 64, MPI_INFO_NULL, node,
-					       &mem, &c->shm_win) == MPI_SUCCESS;
+	/* disp_unit is no alignment: Open MPI packs the segments 8-byte
+	 * aligned, so each is 64 bytes longer and its start rounded up to the
+	 * 64 shmcoll_hdr needs (found by UBSan in session 30: the ranks'
+	 * flags shared cache lines) */
+	const int ok = MPI_Win_allocate_shared((MPI_Aint)SHMCOLL_SEGMENT + 64, 64, MPI_INFO_NULL,
+					       node, &mem, &c->shm_win) == MPI_SUCCESS;
 	MPI_Comm_free(&node);
 	if (!every_rank(c, ok)) {
 		if (ok)
@@ -320,6 +324,7 @@ static void mpi_shm_setup(struct mpi_comm *c, char *why, size_t n)
 		MPI_Aint sz = 0;
 		int unit = 0;
 		MPI_Win_shared_query(c->shm_win, r, &sz, &unit, &seg[r]);
+		seg[r] = (void *)(((uintptr_t)seg[r] + 63) & ~(uintptr_t)63);
 	}
 	kiln_status st = shmcoll_init(&c->shm, H, "mpi", c->rank, c->world, seg, c->timeout_ms,
 				      c->spin_ns, c->nap.tv_sec * 1000000000ll + c->nap.tv_nsec);
