@@ -5,6 +5,13 @@
 #     --logits X.safetensors) writes through a symlink (its target replaced,
 #     the link kept) and straight to a FIFO or device, as --onnx does; the old
 #     code replaced the link or the device node with a regular file;
+#  2. a write past `ulimit -f` (SIGXFSZ, ignored now) fails naming the file,
+#     "File too large", exit 1, its .tmp removed; it killed kiln silently;
+#  3. standard output that cannot be written (/dev/full; a reader gone)
+#     is exit 1 with "kiln: error: writing standard output: ..." (quietly
+#     for a reader gone); it was exit 0 with the output lost;
+#  4. a closed stderr or stdout (`2>&-`) is reopened on /dev/null: the log
+#     text went into the first files opened (.kiln.lock, metrics.jsonl).
 name=hostile_io
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -42,5 +49,70 @@ kiln 0 export "$ini" "$d" run.out_dir= --safetensors "$tmp/dangling.safetensors"
 mkdir "$tmp/adir"
 kiln 1 export "$ini" "$d" run.out_dir= --safetensors "$tmp/adir"
 stderr_has "$tmp/adir: cannot write: Is a directory"
+
+# ---- 2: a file size limit (ulimit -f; the log held to errors, as the
+# limit binds stderr's file too) ----
+run="$tmp/fsz"
+(ulimit -f 8 && KILN_LOG_LEVEL=error exec "$kiln" train "$ini" "$d" train.max_steps=2 train.checkpoint_every=2 \
+	"run.out_dir=$run" >/dev/null 2>"$err")
+rc=$?
+[ "$rc" -eq 1 ] || fail "train under ulimit -f 8: exit $rc, expected 1 ($(cat "$err"))"
+stderr_has "$run/checkpoints/ckpt-2.kiln.tmp: write failed: File too large"
+[ -z "$(ls "$run/checkpoints")" ] || fail "train under ulimit -f left $(ls "$run/checkpoints")"
+(ulimit -f 1 && KILN_LOG_LEVEL=error exec "$kiln" export "$ini" "$d" run.out_dir= \
+	--safetensors "$tmp/fsz.safetensors" 2>"$err")
+rc=$?
+[ "$rc" -eq 1 ] || fail "export under ulimit -f 1: exit $rc, expected 1 ($(cat "$err"))"
+stderr_has "$tmp/fsz.safetensors: cannot write: File too large"
+[ -z "$(ls "$tmp" | grep fsz.safetensors)" ] || fail "export under ulimit -f left $(ls "$tmp" | grep fsz)"
+
+# ---- 3: standard output that cannot be written ----
+kiln 0 train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/run"
+ck="$tmp/run/checkpoints/ckpt-2.kiln"
+for args in "config $ini $d" "config --doc" "summary $ini $d" "eval $ini $d --checkpoint $ck" \
+	"predict $ini $d --checkpoint $ck --eval-set" "train $ini $d train.max_steps=1 run.out_dir=" \
+	"--version"; do
+	# shellcheck disable=SC2086 # the words of $args are its arguments
+	"$kiln" $args >/dev/full 2>"$err"
+	rc=$?
+	[ "$rc" -eq 1 ] || fail "kiln $args >/dev/full: exit $rc, expected 1"
+	grep -q "^kiln: error: writing standard output: No space left on device\$" "$err" ||
+		fail "kiln $args >/dev/full: no error naming standard output: $(tail -2 "$err")"
+	echo "ok: kiln $args >/dev/full (exit 1)"
+done
+# a reader gone (a pipe whose read end is closed: EPIPE at once): exit 1,
+# no message
+if /usr/bin/python3 -c 'import os' 2>/dev/null; then
+	/usr/bin/python3 - "$kiln" "$ini" "$d" "$err" <<'PY' || fail "kiln config into a closed pipe"
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)
+with open(sys.argv[4], "w") as err:
+    rc = subprocess.call([sys.argv[1], "config", sys.argv[2], sys.argv[3]], stdout=w, stderr=err)
+msg = open(sys.argv[4]).read()
+print("kiln config into a closed pipe: exit %d, stderr %r" % (rc, msg))
+sys.exit(rc != 1 or "standard output" in msg)
+PY
+else
+	echo "note: no /usr/bin/python3: the closed pipe case is skipped"
+fi
+
+# ---- 4: closed standard streams (with both closed the old code fails
+# here even under libtool's wrapper script, which bash opens on the lowest
+# free fd, so that a lone 2>&- reaches kiln as fd 2 open on the script) ----
+for close in "2>&-" ">&- 2>&-"; do
+	run="$tmp/closed$checks"
+	# a cache of its own: the old code's first file opened, the one that got
+	# fd 2, was the plugin probe's cache when one was there to read
+	eval "XDG_CACHE_HOME=\$run.cache \"\$kiln\" train \"\$ini\" \"\$d\" train.max_steps=4 train.log_every=1 \"run.out_dir=\$run\" >/dev/null $close"
+	rc=$?
+	[ "$rc" -eq 0 ] || fail "train $close: exit $rc"
+	[ ! -s "$run/.kiln.lock" ] || fail "train $close wrote into .kiln.lock: $(head -c 200 "$run/.kiln.lock")"
+	! grep -v '^{"event":' "$run/metrics.jsonl" >/dev/null ||
+		fail "train $close wrote log text into metrics.jsonl: $(grep -v '^{"event":' "$run/metrics.jsonl" | head -2)"
+	[ "$(grep -c '"event":"train"' "$run/metrics.jsonl")" -eq 4 ] || fail "train $close: metrics.jsonl lacks its 4 train lines"
+	echo "ok: kiln train $close"
+	checks=$((checks + 1))
+done
 
 echo "$checks checks passed"
