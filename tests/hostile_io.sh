@@ -11,7 +11,9 @@
 #     is exit 1 with "kiln: error: writing standard output: ..." (quietly
 #     for a reader gone); it was exit 0 with the output lost;
 #  4. a closed stderr or stdout (`2>&-`) is reopened on /dev/null: the log
-#     text went into the first files opened (.kiln.lock, metrics.jsonl).
+#     text went into the first files opened (.kiln.lock, metrics.jsonl);
+#  5. predict --logits X.npy and report -o name the errno of a failed write
+#     and leave no partial file (the old code: no reason, an 8 KB stub).
 name=hostile_io
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -114,5 +116,26 @@ for close in "2>&-" ">&- 2>&-"; do
 	echo "ok: kiln train $close"
 	checks=$((checks + 1))
 done
+
+# ---- 5: predict's .npy and report's html on a failed write ----
+ln -s /dev/full "$tmp/full.npy"
+kiln 1 predict "$ini" "$d" --checkpoint "$ck" --eval-set --logits "$tmp/full.npy"
+stderr_has "$tmp/full.npy: cannot write the logits: No space left on device"
+kiln 1 predict "$ini" "$d" --checkpoint "$ck" --eval-set --logits "$tmp/nodir/l.npy"
+stderr_has "$tmp/nodir/l.npy: cannot create the file: No such file or directory"
+# a regular file cut short (ulimit -f: EFBIG) is removed
+(ulimit -f 1 && KILN_LOG_LEVEL=error exec "$kiln" predict "$ini" "$d" --checkpoint "$ck" --eval-set \
+	--logits "$tmp/cut.npy" >/dev/null 2>"$err")
+rc=$?
+[ "$rc" -eq 1 ] || fail "predict --logits under ulimit -f 1: exit $rc, expected 1 ($(cat "$err"))"
+stderr_has "$tmp/cut.npy: cannot write the logits: File too large"
+[ ! -e "$tmp/cut.npy" ] || fail "predict left a partial $tmp/cut.npy"
+kiln 1 report "$tmp/run" -o /dev/full
+stderr_has "kiln: error: /dev/full: cannot write the report: No space left on device"
+(ulimit -f 1 && KILN_LOG_LEVEL=error exec "$kiln" report "$tmp/run" -o "$tmp/cut.html" 2>"$err")
+rc=$?
+[ "$rc" -eq 1 ] || fail "report under ulimit -f 1: exit $rc, expected 1 ($(cat "$err"))"
+stderr_has "$tmp/cut.html: cannot write the report: File too large"
+[ ! -e "$tmp/cut.html" ] || fail "report left a partial $tmp/cut.html"
 
 echo "$checks checks passed"
