@@ -13,7 +13,9 @@
 #  4. a closed stderr or stdout (`2>&-`) is reopened on /dev/null: the log
 #     text went into the first files opened (.kiln.lock, metrics.jsonl);
 #  5. predict --logits X.npy and report -o name the errno of a failed write
-#     and leave no partial file (the old code: no reason, an 8 KB stub).
+#     and leave no partial file (the old code: no reason, an 8 KB stub);
+#  6. an out_dir of 4075 characters: the run fails at its start (not after
+#     training), and the message keeps its cause (it was cut at 1024).
 name=hostile_io
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -137,5 +139,16 @@ rc=$?
 [ "$rc" -eq 1 ] || fail "report under ulimit -f 1: exit $rc, expected 1 ($(cat "$err"))"
 stderr_has "$tmp/cut.html: cannot write the report: File too large"
 [ ! -e "$tmp/cut.html" ] || fail "report left a partial $tmp/cut.html"
+
+# ---- 6: a long out_dir ----
+long="$tmp/long"
+c200=$(printf '%200s' '' | tr ' ' c)
+while [ ${#long} -lt 3870 ]; do long="$long/$c200"; done
+long="$long/$(printf "%$((4075 - ${#long} - 1))s" '' | tr ' ' e)"
+[ ${#long} -eq 4075 ] || fail "the long out_dir has ${#long} characters"
+kiln 1 train "$ini" "$d" train.max_steps=4 train.checkpoint_every=2 "run.out_dir=$long"
+tail -1 "$err" | grep -q "^kiln: error: $long/checkpoints: cannot write checkpoints into it: File name too long (a checkpoint's path would be up to 4121 characters, PATH_MAX is 4096)\$" ||
+	fail "the long out_dir's error lacks its cause: ...$(tail -1 "$err" | tail -c 200)"
+! grep -q '"event":"train"' "$long/metrics.jsonl" 2>/dev/null || fail "the run trained before failing"
 
 echo "$checks checks passed"
