@@ -15,7 +15,10 @@
 #  5. predict --logits X.npy and report -o name the errno of a failed write
 #     and leave no partial file (the old code: no reason, an 8 KB stub);
 #  6. an out_dir of 4075 characters: the run fails at its start (not after
-#     training), and the message keeps its cause (it was cut at 1024).
+#     training), and the message keeps its cause (it was cut at 1024);
+#  7. a control character in a string value (a newline in run.out_dir) is
+#     refused at config read, exit 2 naming the key; it was written raw
+#     into config.ini, which `kiln config` then refused.
 name=hostile_io
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -150,5 +153,15 @@ kiln 1 train "$ini" "$d" train.max_steps=4 train.checkpoint_every=2 "run.out_dir
 tail -1 "$err" | grep -q "^kiln: error: $long/checkpoints: cannot write checkpoints into it: File name too long (a checkpoint's path would be up to 4121 characters, PATH_MAX is 4096)\$" ||
 	fail "the long out_dir's error lacks its cause: ...$(tail -1 "$err" | tail -c 200)"
 ! grep -q '"event":"train"' "$long/metrics.jsonl" 2>/dev/null || fail "the run trained before failing"
+
+# ---- 7: control characters in string values ----
+nl="$tmp/a
+b"
+kiln 2 train "$ini" "$d" train.max_steps=1 "run.out_dir=$nl"
+stderr_has "': in [run]: 'out_dir': its value holds a control character (byte 0x0a at offset $((${#tmp} + 2)))"
+[ ! -e "$tmp/a" ] && [ ! -e "$nl" ] || fail "the refused run created its out_dir"
+printf '[run]\nout_dir = a\033b\n' >"$tmp/esc.ini"
+kiln 2 config "$tmp/esc.ini"
+stderr_has "esc.ini:2: in [run]: 'out_dir': its value holds a control character (byte 0x1b at offset 1); a value is one line of text"
 
 echo "$checks checks passed"
