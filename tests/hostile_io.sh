@@ -72,6 +72,11 @@ rc=$?
 [ "$rc" -eq 1 ] || fail "export under ulimit -f 1: exit $rc, expected 1 ($(cat "$err"))"
 stderr_has "$tmp/fsz.safetensors: cannot write: File too large"
 [ -z "$(ls "$tmp" | grep fsz.safetensors)" ] || fail "export under ulimit -f left $(ls "$tmp" | grep fsz)"
+(ulimit -f 4 && KILN_LOG_LEVEL=error exec "$kiln" pack "$ini" "$d" --out "$tmp/fsz_pack" 2>"$err")
+rc=$?
+[ "$rc" -eq 1 ] || fail "pack under ulimit -f 4: exit $rc, expected 1 ($(cat "$err"))"
+stderr_has "$tmp/fsz_pack/train-00000.krec.tmp: cannot write: File too large"
+[ -z "$(ls "$tmp/fsz_pack")" ] || fail "pack under ulimit -f left $(ls "$tmp/fsz_pack")"
 
 # ---- 3: standard output that cannot be written ----
 kiln 0 train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/run"
