@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "predict.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,7 +124,7 @@ static kiln_status write_npy(const char *path, const float *v, int ndim, const i
 	int total = (10 + h + 1 + 63) / 64 * 64; /* magic, version, length; padded, '\n' */
 	FILE *f = fopen(path, "wb");
 	if (!f)
-		return kiln_error(KILN_EIO, "%s: cannot create the file", path);
+		return kiln_error(KILN_EIO, "%s: cannot create the file: %s", path, strerror(errno));
 	const unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
 					(unsigned char)((total - 10) & 0xff),
 					(unsigned char)((total - 10) >> 8) };
@@ -132,9 +133,10 @@ static kiln_status write_npy(const char *path, const float *v, int ndim, const i
 	for (int i = 10 + h; i < total - 1; i++)
 		fputc(' ', f);
 	fputc('\n', f);
-	size_t put = fwrite(v, sizeof *v, n, f);
-	if (fclose(f) || put != n)
-		return kiln_error(KILN_EIO, "%s: cannot write the logits", path);
+	fwrite(v, sizeof *v, n, f);
+	int err = cli_close_output(f, path);
+	if (err)
+		return kiln_error(KILN_EIO, "%s: cannot write the logits: %s", path, strerror(err));
 	return KILN_OK;
 }
 

@@ -224,8 +224,9 @@ static int write_report(const char *dir, const char *out, const struct report_me
 	snprintf(path, sizeof path, "%s/profile.txt", dir);
 	write_profile(f, path);
 	fputs("</body></html>\n", f);
-	if (fclose(f)) {
-		fprintf(stderr, "kiln: error: %s: %s\n", out, strerror(errno));
+	int err = cli_close_output(f, out);
+	if (err) {
+		fprintf(stderr, "kiln: error: %s: cannot write the report: %s\n", out, strerror(err));
 		return 1;
 	}
 	return 0;

@@ -6,11 +6,14 @@
 #include "../plugins/common/spin_rule.h" /* common_omp_env_defaults */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -112,6 +115,21 @@ void cli_csv_str(FILE *f, const char *s)
 		fputc(*s, f);
 	}
 	fputc('"', f);
+}
+
+int cli_close_output(FILE *f, const char *path)
+{
+	struct stat sb;
+	int regular = !fstat(fileno(f), &sb) && S_ISREG(sb.st_mode);
+	int err = ferror(f) ? EIO : 0; /* a write that failed earlier */
+	errno = 0;
+	if (fflush(f))
+		err = errno ? errno : EIO; /* the reason, where the data still waits */
+	if (fclose(f) && !err)
+		err = errno ? errno : EIO;
+	if (err && regular)
+		unlink(path);
+	return err;
 }
 
 void cli_bad_arg(const char *a)
@@ -271,23 +289,40 @@ static int log_level_from_env(void)
 	return -1;
 }
 
-int main(int argc, char **argv)
+/* Fds 0-2 that the caller closed (`kiln train 2>&-`) reopened on
+ * /dev/null, before anything opens a file: else the first files kiln opens
+ * (its lock, metrics.jsonl) would take those numbers and receive the log
+ * text and the output meant for stderr and stdout. */
+static void reopen_closed_std_fds(void)
 {
-	/* OpenMP waiters: spin briefly, then sleep, unless the user chose
-	 * (common/spin_rule.h).  Must happen before any plugin loads the
-	 * OpenMP runtime. */
-	common_omp_env_defaults();
-	/* A write to a closed socket or pipe is an error to report, not a
-	 * signal that kills the run: Gloo's TCP pairs write with writev()
-	 * (a thawed rank whose peer exited died of SIGPIPE instead of naming
-	 * it), and a `kiln train | head` would lose the run with its reader.
-	 * Python ignores SIGPIPE the same way, so PyTorch's Gloo does too. */
-	signal(SIGPIPE, SIG_IGN);
-	if (log_level_from_env())
-		return 2;
-	kiln_log(KILN_LOG_DEBUG, "cli", "OpenMP: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s",
-		 getenv("OMP_WAIT_POLICY"), getenv("GOMP_SPINCOUNT"));
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+			int got = open("/dev/null", O_RDWR); /* the lowest free: fd */
+			if (got > 2)
+				close(got);
+		}
+}
 
+/* The command's exit code rc, or 1 when its standard output could not all
+ * be written (a full disk, /dev/full): a cut-off output is a failure, named
+ * here once for every command.  A reader that went away (`kiln predict |
+ * head`: EPIPE, SIGPIPE being ignored) ends it quietly with 1. */
+static int check_stdout(int rc)
+{
+	int bad = ferror(stdout), err = 0;
+	errno = 0;
+	if (fflush(stdout))
+		bad = 1, err = errno;
+	if (!bad)
+		return rc;
+	if (err != EPIPE)
+		fprintf(stderr, "kiln: error: writing standard output: %s\n",
+			err ? strerror(err) : "an earlier write failed");
+	return rc ? rc : 1;
+}
+
+static int dispatch(int argc, char **argv)
+{
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
@@ -307,4 +342,27 @@ int main(int argc, char **argv)
 	fprintf(stderr, "kiln: error: unknown command '%s'\n\n", cmd);
 	usage(stderr);
 	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	reopen_closed_std_fds();
+	/* OpenMP waiters: spin briefly, then sleep, unless the user chose
+	 * (common/spin_rule.h).  Must happen before any plugin loads the
+	 * OpenMP runtime. */
+	common_omp_env_defaults();
+	/* A write to a closed socket or pipe is an error to report, not a
+	 * signal that kills the run: Gloo's TCP pairs write with writev()
+	 * (a thawed rank whose peer exited died of SIGPIPE instead of naming
+	 * it), and a `kiln train | head` would lose the run with its reader.
+	 * Python ignores SIGPIPE the same way, so PyTorch's Gloo does too. */
+	signal(SIGPIPE, SIG_IGN);
+	/* Likewise a write past `ulimit -f`: EFBIG, which the writers report
+	 * naming the file (and remove their .tmp), not a silent death. */
+	signal(SIGXFSZ, SIG_IGN);
+	if (log_level_from_env())
+		return 2;
+	kiln_log(KILN_LOG_DEBUG, "cli", "OpenMP: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s",
+		 getenv("OMP_WAIT_POLICY"), getenv("GOMP_SPINCOUNT"));
+	return check_stdout(dispatch(argc, argv));
 }

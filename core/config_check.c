@@ -220,6 +220,11 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 	switch (k->type) {
 	case KILN_KEY_STR:
 	case KILN_KEY_LIST:
+		/* a value is one line of config.ini, which is written from it */
+		for (const char *c = v; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				return kiln_error(KILN_ECONFIG, "'%s': its value holds a control character (byte 0x%02x at offset %d); a value is one line of text",
+						  k->name, (unsigned char)*c, (int)(c - v));
 		return KILN_OK;
 	case KILN_KEY_INT:
 		if (k->choices && in_choices(k->choices, v))

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <limits.h> /* PATH_MAX */
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -171,6 +172,11 @@ kiln_status trainer_ckdir_check(const char *ckdir)
 	if (access(ckdir, W_OK | X_OK))
 		return kiln_error(KILN_EIO, "%s: cannot write checkpoints into it: %s", ckdir,
 				  strerror(errno));
+	/* the longest name a checkpoint is written under, its step's largest */
+	size_t longest = strlen(ckdir) + strlen("/ckpt-9223372036854775807.kiln.tmp");
+	if (longest >= PATH_MAX)
+		return kiln_error(KILN_EIO, "%s: cannot write checkpoints into it: %s (a checkpoint's path would be up to %zu characters, PATH_MAX is %d)",
+				  ckdir, strerror(ENAMETOOLONG), longest, PATH_MAX);
 	return KILN_OK;
 }
 

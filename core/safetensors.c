@@ -491,6 +491,46 @@ static kiln_status build_header(struct kiln_safetensors_writer *w, char **hdr, s
 	return KILN_OK;
 }
 
+/* Write the file's bytes (the header's length, the header, the tensors) to
+ * fp and close it, fsynced first when `sync` (a regular file about to be
+ * renamed into place); 0, or the errno of the first failure. */
+static int write_stream(const struct kiln_safetensors_writer *w, const char *hdr, size_t hlen,
+			FILE *fp, int sync)
+{
+	unsigned char len8[8];
+	for (int i = 0; i < 8; i++)
+		len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+	int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
+	for (int i = 0; ok && i < w->n; i++)
+		ok = !w->t[i].bytes || fwrite(w->t[i].data, 1, w->t[i].bytes, fp) == w->t[i].bytes;
+	if (ok && sync)
+		ok = !fflush(fp) && !fsync(fileno(fp));
+	int err = ok ? 0 : errno ? errno : EIO;
+	if (fclose(fp) && !err)
+		err = errno ? errno : EIO;
+	return err;
+}
+
+/* Write to `target` (a regular file, or none yet) through target.tmp<pid>,
+ * fsynced and renamed over it; 0 or an errno (the temporary removed). */
+static int write_replacing(const struct kiln_safetensors_writer *w, const char *hdr, size_t hlen,
+			   const char *target)
+{
+	size_t tn = strlen(target) + 32;
+	char *tmp = malloc(tn);
+	if (!tmp)
+		return ENOMEM;
+	snprintf(tmp, tn, "%s.tmp%ld", target, (long)getpid());
+	FILE *fp = fopen(tmp, "wb");
+	int err = fp ? write_stream(w, hdr, hlen, fp, 1) : errno;
+	if (!err && rename(tmp, target))
+		err = errno;
+	if (err && fp)
+		unlink(tmp);
+	free(tmp);
+	return err;
+}
+
 kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, const char *path)
 {
 	if (w->n > 1)
@@ -500,40 +540,23 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
 	kiln_status st = build_header(w, &hdr, &hlen);
 	if (st)
 		return st;
-	size_t tn = strlen(path) + 32;
-	char *tmp = malloc(tn);
-	if (!tmp) {
-		free(hdr);
-		return kiln_error(KILN_ENOMEM, "out of memory");
+	/* what `path` names decides how, as `--onnx` writes through it: a
+	 * symlink's target is replaced, not the link; a device or FIFO
+	 * (/dev/stdout), or a dangling link, is written straight to */
+	struct stat sb, lsb;
+	char *real = NULL;
+	int link = !lstat(path, &lsb) && S_ISLNK(lsb.st_mode), exists = !stat(path, &sb), err;
+	if (link && exists && S_ISREG(sb.st_mode))
+		real = realpath(path, NULL);
+	if (exists ? S_ISREG(sb.st_mode) && (!link || real) : !link) {
+		err = write_replacing(w, hdr, hlen, real ? real : path);
+	} else {
+		FILE *fp = fopen(path, "wb");
+		err = fp ? write_stream(w, hdr, hlen, fp, 0) : errno;
 	}
-	snprintf(tmp, tn, "%s.tmp%ld", path, (long)getpid());
-	FILE *fp = fopen(tmp, "wb");
-	if (!fp) {
-		st = kiln_error(KILN_EIO, "%s: cannot write: %s", tmp, strerror(errno));
-		free(hdr);
-		free(tmp);
-		return st;
-	}
-	unsigned char len8[8];
-	for (int i = 0; i < 8; i++)
-		len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-	int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
-	for (int i = 0; ok && i < w->n; i++)
-		ok = !w->t[i].bytes || fwrite(w->t[i].data, 1, w->t[i].bytes, fp) == w->t[i].bytes;
-	int err = ok ? 0 : errno;
-	if (fclose(fp) && ok) {
-		ok = 0;
-		err = errno;
-	}
-	if (ok && rename(tmp, path)) {
-		ok = 0;
-		err = errno;
-	}
-	if (!ok) {
-		unlink(tmp);
-		st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err ? err : EIO));
-	}
+	if (err)
+		st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err));
+	free(real);
 	free(hdr);
-	free(tmp);
 	return st;
 }

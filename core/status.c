@@ -13,20 +13,49 @@
 
 /* ---- errors ----------------------------------------------------------- */
 
-#define KILN_ERR_MAX 1024
+/* Room for a message naming two paths of PATH_MAX (a rename's); a longer
+ * one keeps its start and its end, the cause, around "..." (set_message). */
+#define KILN_ERR_MAX 10240
 static _Thread_local char err_msg[KILN_ERR_MAX];
 
 const char *kiln_last_error(void) { return err_msg; }
 
 void kiln_clear_error(void) { err_msg[0] = 0; }
 
+/* err_msg = s, its middle replaced by "..." when s does not fit. */
+static void set_message(const char *s)
+{
+	size_t n = strlen(s);
+	if (n < KILN_ERR_MAX) {
+		memmove(err_msg, s, n + 1);
+		return;
+	}
+	size_t head = KILN_ERR_MAX / 4, tail = KILN_ERR_MAX - 1 - head - 3;
+	memmove(err_msg, s, head);
+	memcpy(err_msg + head, "...", 3);
+	memmove(err_msg + head + 3, s + n - tail, tail + 1);
+}
+
+/* fmt formatted into a malloc()ed string, NULL when out of memory. */
+static char *format_message(const char *fmt, va_list ap)
+{
+	va_list aq;
+	va_copy(aq, ap);
+	int n = vsnprintf(NULL, 0, fmt, aq);
+	va_end(aq);
+	char *s = n < 0 ? NULL : malloc((size_t)n + 1);
+	if (s)
+		vsnprintf(s, (size_t)n + 1, fmt, ap);
+	return s;
+}
+
 kiln_status kiln_verror(kiln_status st, const char *fmt, va_list ap)
 {
 	/* The message may be built from the previous one (kiln_error_wrap),
 	 * so format into a temporary first. */
-	char tmp[KILN_ERR_MAX];
-	vsnprintf(tmp, sizeof tmp, fmt, ap);
-	memcpy(err_msg, tmp, sizeof tmp);
+	char *s = format_message(fmt, ap);
+	set_message(s ? s : "out of memory (formatting an error message)");
+	free(s);
 	return st;
 }
 
@@ -41,20 +70,25 @@ kiln_status kiln_error(kiln_status st, const char *fmt, ...)
 
 kiln_status kiln_error_wrap(kiln_status st, const char *fmt, ...)
 {
-	char head[KILN_ERR_MAX], tmp[2 * KILN_ERR_MAX + 4];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(head, sizeof head, fmt, ap);
+	char *head = format_message(fmt, ap);
 	va_end(ap);
+	if (!head)
+		return st; /* out of memory: the cause alone */
 	/* a message that already starts with the same context ("layer 'x'"
 	 * before "layer 'x' (conv): ...") keeps it once */
 	size_t n = strlen(head);
-	if (n && !strncmp(err_msg, head, n) &&
-	    (!err_msg[n] || err_msg[n] == ':' || err_msg[n] == ' '))
-		return st;
-	snprintf(tmp, sizeof tmp, "%s: %s", head, err_msg);
-	memcpy(err_msg, tmp, KILN_ERR_MAX - 1);
-	err_msg[KILN_ERR_MAX - 1] = 0;
+	if (!(n && !strncmp(err_msg, head, n) &&
+	      (!err_msg[n] || err_msg[n] == ':' || err_msg[n] == ' '))) {
+		char *s = malloc(n + 2 + strlen(err_msg) + 1);
+		if (s) {
+			sprintf(s, "%s: %s", head, err_msg);
+			set_message(s);
+			free(s);
+		}
+	}
+	free(head);
 	return st;
 }
 

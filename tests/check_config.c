@@ -511,6 +511,33 @@ START_TEST(err_wrap_once)
 }
 END_TEST
 
+/* A long message keeps its cause: a PATH_MAX path and its reason whole
+ * (it was cut at 1024 characters), and one past the buffer loses its
+ * middle, not its end, to "...". */
+START_TEST(err_long_keeps_cause)
+{
+	static char path[4096], big[30000];
+	memset(path, 'a', sizeof path - 1);
+	path[0] = '/';
+	kiln_error(KILN_EIO, "%s: cannot create: %s", path, "File name too long");
+	kiln_error_wrap(KILN_EIO, "checkpoint %s", path);
+	size_t n = strlen(kiln_last_error());
+	ck_assert_uint_eq(n, 11 + 4095 + 2 + 4095 + 35);
+	ck_assert_str_eq(kiln_last_error() + n - 20, ": File name too long");
+	memset(big, 'b', sizeof big - 1);
+	kiln_error(KILN_EIO, "start %s: the cause", big);
+	n = strlen(kiln_last_error());
+	ck_assert_uint_lt(n, sizeof big);
+	ck_assert(!strncmp(kiln_last_error(), "start bbb", 9));
+	ck_assert_str_eq(kiln_last_error() + n - 15, "bbbb: the cause");
+	assert_has(kiln_last_error(), "bbb...bbb");
+	/* wrapping it again keeps both ends */
+	kiln_error_wrap(KILN_EIO, "outer");
+	ck_assert(!strncmp(kiln_last_error(), "outer: start bbb", 16));
+	ck_assert_str_eq(kiln_last_error() + strlen(kiln_last_error()) - 11, ": the cause");
+}
+END_TEST
+
 /* `section.key=` unsets the key (its default applies), but a text key with
  * a default takes the empty string (run.out_dir=: no out_dir). */
 START_TEST(override_unset)
@@ -1075,7 +1102,7 @@ Suite *make_config_suite(void)
 		err_syntax, err_first_error_wins, err_key_outside_section, err_duplicate_section,
 		err_duplicate_key, err_bad_section_name, err_empty_key, err_unknown_section,
 		err_unknown_key, err_unknown_key_suggests_prefix, err_wrong_types, err_out_of_range,
-		err_file, err_typo_files, err_wrap_once, NULL });
+		err_file, err_typo_files, err_wrap_once, err_long_keeps_cause, NULL });
 
 	check_add_case(s, "override", 0, NULL, NULL, (const TTest *[]){
 		override_valid, override_unset, override_invalid, override_bad_value, NULL });

@@ -491,6 +491,9 @@ EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/d
 # Hostile input and a reused run directory (issue 25: findings 1, 2, 6, 7).
 TESTS += tests/hostile.sh
 EXTRA_DIST += tests/hostile.sh
+# Output files and standard streams in a hostile environment (session 30).
+TESTS += tests/hostile_io.sh
+EXTRA_DIST += tests/hostile_io.sh
 # Multi-process tests start ranks themselves (torchrun-style variables,
 # mpirun): the store's shared secret they all present (core/store.h).
 AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KILN_STORE_TOKEN;

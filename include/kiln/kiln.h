@@ -528,8 +528,10 @@ kiln_status kiln_safetensors_writer_add(struct kiln_safetensors_writer *w, const
 /* Set "__metadata__" key to value (both copied; a second call replaces). */
 kiln_status kiln_safetensors_writer_meta(struct kiln_safetensors_writer *w, const char *key,
 					 const char *value);
-/* Write the file: to a temporary name next to `path`, renamed over `path`
- * once complete (a failed write leaves no partial file).  KILN_EIO. */
+/* Write the file: to a temporary name next to `path`, fsynced and renamed
+ * over `path` once complete (a failed write leaves no partial file); when
+ * `path` is a symlink, next to and over its target; a device or FIFO
+ * (/dev/stdout) is written straight to.  KILN_EIO. */
 kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, const char *path);
 
 /* ---- model weights in safetensors ---------------------------------------
