@@ -73,7 +73,8 @@ void cli_csv_str(FILE *f, const char *s);
 
 /* Close f, the output file path written through it: 0, or the errno of a
  * write or the close that failed, with path removed then when it is a
- * regular file (no partial file is left; a device or FIFO is kept). */
+ * regular file (no partial file is left; a device or FIFO is kept, and so
+ * is a symbolic link, whose target is then left cut short). */
 int cli_close_output(FILE *f, const char *path);
 
 int cli_wants_help(int argc, char **argv);

@@ -351,6 +351,11 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGUSR1, SIG_DFL);
 	signal(SIGHUP, SIG_DFL);
+	/* the launcher's own (cli/kiln.c) ignored SIGPIPE and SIGXFSZ are not
+	 * the command's: a kiln rank ignores them itself, another command
+	 * gets the defaults it would get without kiln launch */
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGXFSZ, SIG_DFL);
 	snprintf(v, sizeof v, "%d", rank);
 	setenv("KILN_RANK", v, 1);
 	snprintf(v, sizeof v, "%d", o->nproc * o->nnodes);

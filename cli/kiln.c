@@ -120,7 +120,10 @@ void cli_csv_str(FILE *f, const char *s)
 int cli_close_output(FILE *f, const char *path)
 {
 	struct stat sb;
-	int regular = !fstat(fileno(f), &sb) && S_ISREG(sb.st_mode);
+	/* the path itself (lstat): a link's target, file or device, is not
+	 * what the user named to be written (unlinking the path would remove
+	 * the link and keep the cut target) */
+	int regular = !lstat(path, &sb) && S_ISREG(sb.st_mode);
 	int err = ferror(f) ? EIO : 0; /* a write that failed earlier */
 	errno = 0;
 	if (fflush(f))

@@ -505,7 +505,11 @@ kiln_status trainer_finish(struct trainer *t)
 	for (int s = 0; s < SLOTS; s++)
 		res->graphs_captured += t->graph[s] != NULL;
 	res->stopped = t->stopping;
-	if (t->stopping && !res->stop_cause[0] && trainer_stop_cause()) /* (one process) */
+	/* one process: its own request's cause.  Under [dist] only the cause
+	 * the ranks agreed on (trainer_dist_stop_cause_read): a rank whose
+	 * SIGHUP came after the agreement stops as its peers do, with their
+	 * cause or none (review, session 30: it exited 1 where they exited 0) */
+	if (t->stopping && !t->dist && !res->stop_cause[0] && trainer_stop_cause())
 		snprintf(res->stop_cause, sizeof res->stop_cause, "%s", trainer_stop_cause());
 	if ((st = data_skipped(t, &res->data_skipped)))
 		return st;

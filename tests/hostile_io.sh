@@ -147,6 +147,11 @@ rc=$?
 [ "$rc" -eq 1 ] || fail "report under ulimit -f 1: exit $rc, expected 1 ($(cat "$err"))"
 stderr_has "$tmp/cut.html: cannot write the report: File too large"
 [ ! -e "$tmp/cut.html" ] || fail "report left a partial $tmp/cut.html"
+# a link to a regular file cut short keeps the link (its target is what
+# it is; before the review fix the link was removed, the cut target kept)
+echo old > "$tmp/target.html" && ln -s target.html "$tmp/link.html"
+(ulimit -f 1 && KILN_LOG_LEVEL=error exec "$kiln" report "$tmp/run" -o "$tmp/link.html" 2>"$err")
+[ -L "$tmp/link.html" ] || fail "report under ulimit -f 1 removed the link it was given"
 
 # ---- 6: a long out_dir ----
 long="$tmp/long"

@@ -20,7 +20,9 @@
 #  6. a rank waiting before training (rank 1 for a store no rank 0 serves;
 #     rank 0 for a rank 1 that never comes) stops on SIGTERM within a
 #     second or so, naming the wait, not after [dist] timeout (60 s here:
-#     before session 28 the stop was only taken after a step).
+#     before session 28 the stop was only taken after a step);
+#  7. a command that is not kiln runs with SIGPIPE and SIGXFSZ at their
+#     defaults, not the launcher's ignored ones.
 name=launch_signal
 needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -148,4 +150,15 @@ for r in 1 0; do
 	grep -q "rank $r of 2: a stop was requested (a signal) while" "$tmp/wait$r.log" ||
 		{ bad "wait$r: the error does not name the wait"; tail -3 "$tmp/wait$r.log"; }
 done
+
+# ---- 7. a non-kiln command gets the default SIGPIPE and SIGXFSZ ---------
+# (the launcher ignores both itself, since session 30 SIGXFSZ too; its
+# ranks inherited that: `kiln launch -- sh -c 'yes | head'` had a `yes`
+# that never died of its broken pipe)
+ign=$("$kiln" launch -n 1 -- sh -c 'sed -n "s/^SigIgn:[[:space:]]*//p" /proc/self/status' 2>/dev/null)
+echo "a launched sh: SigIgn $ign"
+case $ign in
+"") bad "no SigIgn line from the launched command" ;;
+*) [ $(( 0x$ign & 0x1001000 )) -eq 0 ] || bad "the launched command ignores SIGPIPE or SIGXFSZ (SigIgn $ign)" ;;
+esac
 exit $fail
