@@ -271,10 +271,14 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 			*fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 			if (*fd < 0)
 				snprintf(why, n, "shm_open(%s): %s", name, strerror(errno));
-			else if ((errno = posix_fallocate(*fd, 0, (off_t)size)))
+			else if ((errno = posix_fallocate(*fd, 0, (off_t)size))) {
 				/* the pages reserved now: a full tmpfs fails here
 				 * (ENOSPC), not with SIGBUS at a first touch later */
 				snprintf(why, n, "posix_fallocate(%s, %zu): %s", name, size, strerror(errno));
+				/* its name is dropped below: no one else could
+				 * unlink it (one empty object left per run) */
+				(void)shm_unlink(name);
+			}
 		}
 		/* an empty name tells the others rank 0 has none */
 		if (*why)
