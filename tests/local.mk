@@ -495,8 +495,8 @@ AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KIL
 # clients (tests/store_client.py speaks its wire format); plugins loaded
 # lazily, a config's plugin_path only with an opt-in; kiln train's stop
 # signals taken by a thread of their own, never by a computing thread.
-TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh
-EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh tests/stop_setup.sh \
+TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh
+EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh \
 	tests/plugin_lazy.sh
 # GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
 # A stop during an evaluation ends it within a batch, with the stop's
