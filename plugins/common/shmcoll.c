@@ -23,6 +23,7 @@ kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const 
 				   who, world, SHMCOLL_MAXW);
 	s->host = host, s->who = who, s->rank = rank, s->world = world;
 	s->timeout_ms = timeout_ms;
+	s->grace_ns = shmcoll_grace_ns((long long)timeout_ms * 1000000ll);
 	s->spin_ns = spin_ns;
 	s->nap = (struct timespec){ .tv_sec = nap_ns / 1000000000ll, .tv_nsec = nap_ns % 1000000000ll };
 	s->oversubscribed = -1; /* every rank's CPUs are known after the barrier */
@@ -200,8 +201,7 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 						      shm_name_peer(pn, sizeof pn, s->world_of, peer), what);
 			ask = t + SHMCOLL_LOST_NS;
 		}
-		if (t - *t0 > (long long)s->timeout_ms * 1000000ll +
-				       shmcoll_grace_ns((long long)s->timeout_ms * 1000000ll)) {
+		if (t - *t0 > (long long)s->timeout_ms * 1000000ll + s->grace_ns) {
 			char me[96], pn[32];
 			return s->host->error(KILN_ETIMEOUT, "%s: %s did not reach the shared-memory %s within [dist] timeout = %.1f s",
 					      shm_name_me(me, sizeof me, s->who, s->world_of, s->rank, s->world),

@@ -406,6 +406,7 @@ static int start(const struct setup *s, struct gloo_shm *g, char *why, size_t n)
 		snprintf(why, n, "%s", s->h->last_error());
 		return -1;
 	}
+	g->coll.grace_ns = 0; /* no watchdog to report first: fail at [dist] timeout */
 	shmcoll_watch(&g->coll, lost, g);
 	if (g->ring && p2p_start(s, g, why, n))
 		return -1;
