@@ -493,7 +493,7 @@ kiln_status kiln_config_load(const char *path, struct kiln_config **out)
 {
 	*out = NULL;
 	FILE *f;
-	kiln_status st = kiln_fopen_regular(path, "r", 1, "open config", &f);
+	kiln_status st = kiln_fopen_regular(path, "r", "open config", &f);
 	if (st)
 		return st;
 	struct stat sb;

@@ -32,12 +32,12 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 char *kiln_strdup(const char *s);
 
 /* fopen(path, mode) ("r", "w" or "a+") of a file kiln reads or writes
- * whole (the config, a run's logs and config.ini), refusing one that exists
- * but is not a regular file (pipe_ok: a pipe is read, as `kiln train
- * <(...)` gives), and never blocking in open: a FIFO waits there for its
- * other end otherwise, for ever.  Errors: "PATH: cannot VERB: ...". */
-kiln_status kiln_fopen_regular(const char *path, const char *mode, int pipe_ok, const char *verb,
-			       FILE **out);
+ * whole (the config, a run's logs, config.ini, profile.txt), never
+ * blocking in open (a FIFO waits there for its other end otherwise, for
+ * ever) and refusing what is not a regular file, but for a pipe to read
+ * (`kiln train <(...)`) and a character device to write (/dev/null,
+ * /dev/full).  Errors: "PATH: cannot VERB: ...". */
+kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *verb, FILE **out);
 
 /* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
  * by the trainer: what a wait before training (the rendezvous) checks. */

@@ -71,7 +71,7 @@ static kiln_status table_open(struct csv *c, struct csv_table *t)
 		read_header(t);
 		return KILN_OK;
 	}
-	return kiln_fopen_regular(t->path, "w", 0, "write", &t->f);
+	return kiln_fopen_regular(t->path, "w", "write", &t->f);
 }
 
 /* The columns of the table's first record: its set (evaluations), then

@@ -23,7 +23,7 @@ static kiln_status jsonl_open(const char *dir, int resumed, int64_t step, void *
 	if (resumed)
 		st = kiln_log_open_append(j->path, &j->f);
 	else
-		st = kiln_fopen_regular(j->path, "w", 0, "write", &j->f);
+		st = kiln_fopen_regular(j->path, "w", "write", &j->f);
 	if (st) {
 		free(j);
 		return st;

@@ -89,7 +89,7 @@ kiln_status kiln_log_open_append(const char *path, FILE **out)
 {
 	FILE *f;
 	off_t end, keep;
-	kiln_status st = kiln_fopen_regular(path, "a+", 0, "write", &f);
+	kiln_status st = kiln_fopen_regular(path, "a+", "write", &f);
 	*out = NULL;
 	if (st)
 		return st;

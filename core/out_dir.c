@@ -172,7 +172,7 @@ kiln_status trainer_write_file(const char *path, const char *text, size_t n)
 	char tmp[4400];
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	FILE *f;
-	kiln_status st = kiln_fopen_regular(tmp, "w", 0, "write", &f);
+	kiln_status st = kiln_fopen_regular(tmp, "w", "write", &f);
 	if (st)
 		return st;
 	int bad = fwrite(text, 1, n, f) != n;

@@ -209,8 +209,7 @@ static const char *file_kind(mode_t m)
 	       S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
 }
 
-kiln_status kiln_fopen_regular(const char *path, const char *mode, int pipe_ok, const char *verb,
-			       FILE **out)
+kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *verb, FILE **out)
 {
 	const int flags = mode[0] == 'r' ? O_RDONLY : mode[0] == 'w' ? O_WRONLY | O_CREAT | O_TRUNC :
 			  O_RDWR | O_CREAT | O_APPEND;
@@ -223,7 +222,10 @@ kiln_status kiln_fopen_regular(const char *path, const char *mode, int pipe_ok, 
 				  file_kind(sb.st_mode));
 	if (fd < 0)
 		return kiln_error(KILN_EIO, "%s: cannot %s: %s", path, verb, strerror(errno));
-	if (fstat(fd, &sb) || !(S_ISREG(sb.st_mode) || (pipe_ok && S_ISFIFO(sb.st_mode)))) {
+	/* read: a pipe too (`kiln train <(...)`); written: a character
+	 * device too (/dev/null, /dev/full) */
+	if (fstat(fd, &sb) ||
+	    !(S_ISREG(sb.st_mode) || (mode[0] == 'r' ? S_ISFIFO(sb.st_mode) : S_ISCHR(sb.st_mode)))) {
 		close(fd);
 		return kiln_error(KILN_EIO, "%s: cannot %s: it is %s, not a regular file", path, verb,
 				  file_kind(sb.st_mode));
