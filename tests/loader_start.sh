@@ -12,13 +12,15 @@ name=loaderstart
 	{ echo "SKIP: Fashion-MNIST missing (scripts/install-deps)"; exit 77; }
 [ "$(cat /proc/sys/vm/overcommit_memory 2>/dev/null)" = 0 ] ||
 	{ echo "SKIP: vm.overcommit_memory is not 0 (a 1 TB stack may be granted)"; exit 77; }
+(ulimit -S -s 1000000000) 2>/dev/null ||
+	{ echo "SKIP: the stack limit cannot be raised to 1 TB here (its hard limit)"; exit 77; }
 {
 	ini run seed=1 threads=1
 	ini_fmnist path=/usr/share/datasets/fashion-mnist limit=64 workers=1
 	ini_layers f:flatten fc:linear:out=10 loss:softmax_xent
 	ini train epochs=1 batch=32 max_steps=2
 } > "$tmp/run.ini"
-(ulimit -s 1000000000 && exec timeout 60 "$kiln" train "$tmp/run.ini" run.out_dir="$tmp/o") \
+(ulimit -S -s 1000000000 && exec timeout 60 "$kiln" train "$tmp/run.ini" run.out_dir="$tmp/o") \
 	> "$tmp/log" 2>&1
 rc=$?
 [ "$rc" = 1 ] || { tail -3 "$tmp/log"; fail "exit $rc, expected 1"; }
