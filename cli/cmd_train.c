@@ -2,12 +2,14 @@
  * progress bar on a terminal (plain lines otherwise) and a final JSON line
  * of metrics on stdout.  SIGTERM, SIGUSR1 and SIGINT (Ctrl-C) stop the run
  * after its current step with a checkpoint (exit 0); a repeat within 5 s is ignored (the same
- * stop delivered twice), a later one ends it at once.  SIGHUP stops it the
+ * stop delivered twice), a later one ends it at once; before the first step
+ * is done the process ends by the signal within 5 s.  SIGHUP stops it the
  * same way, as a stop not the user's (stop_cause): exit 1, naming it. */
 #include "build-config.h"
 #include "cli.h"
 #include <kiln/dist.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,9 +33,18 @@
  * (oneDNN issue #4845, fixed in 3.11), so a handler that ran on the
  * training thread (or an OpenMP worker) inside one wrote its signal frame
  * into the heap: "corrupted size vs. prev_size", a segfault or "invalid
- * arguments" from the next oneDNN call, about 1 SIGTERM in 20 under load. */
+ * arguments" from the next oneDNN call, about 1 SIGTERM in 20 under load.
+ *
+ * Before the first step is done there is nothing a checkpoint would keep,
+ * and setup may be blocked where no stop is looked for (a FIFO, dlopen, a
+ * slow file system): a stop then ends the process by its signal within
+ * KILN_STOP_GRACE_S unless setup ends first (a wait at the rendezvous ends
+ * at once, exit 1, naming it: core/store.c) or the first step ends (the
+ * stop is then taken with a checkpoint). */
 #define KILN_STOP_GRACE_S 5
 static volatile sig_atomic_t stop_at_s; /* CLOCK_MONOTONIC s of the first, 0: none */
+static volatile sig_atomic_t stop_sig;  /* the first stop's signal */
+static volatile sig_atomic_t stepped;   /* 1 once the first step is done (progress) */
 static sigset_t stop_sigs; /* SIGTERM, SIGUSR1, SIGINT, SIGHUP (unless ignored) */
 static pid_t parent_pid;   /* the parent (kiln launch) at start-up */
 static char parent_gone[96]; /* the stop's cause once it is gone */
@@ -52,24 +63,35 @@ static const char *stop_cause(int sig)
 	return "a hangup (SIGHUP: its terminal or ssh session closed, or its launcher's, passed on)";
 }
 
+static long mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long)ts.tv_sec + 1; /* never 0 */
+}
+
+/* The default action, on this thread, the only one that takes the signal:
+ * the process ends by it. */
+static void end_by_signal(int sig)
+{
+	sigset_t one;
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	signal(sig, SIG_DFL);
+	pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+	raise(sig);
+}
+
 static void on_stop_signal(int sig)
 {
 	static const char first[] = "\nkiln: stop requested: finishing the current step and writing a checkpoint (a signal again after 5 s ends the process at once)\n";
+	static const char early[] = "\nkiln: stop requested before the first step: nothing to checkpoint; the process ends within 5 s\n";
 	static const char again[] = "kiln: stop already requested (a repeat within 5 s is ignored)\n";
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	long now = (long)ts.tv_sec + 1;       /* never 0 */
-	const char *msg = first;
-	size_t len = sizeof first - 1;
+	long now = mono_s();
+	const char *msg = stepped ? first : early;
+	size_t len = stepped ? sizeof first - 1 : sizeof early - 1;
 	if (stop_at_s && now - stop_at_s >= KILN_STOP_GRACE_S) {
-		/* the default action, on this thread, the only one that
-		 * takes the signal: the process ends by it */
-		sigset_t one;
-		sigemptyset(&one);
-		sigaddset(&one, sig);
-		signal(sig, SIG_DFL);
-		pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-		raise(sig);
+		end_by_signal(sig);
 		return;
 	}
 	if (stop_at_s) {
@@ -82,19 +104,32 @@ static void on_stop_signal(int sig)
 			kiln_train_request_stop_cause(cause);
 		else
 			kiln_train_request_stop();
+		stop_sig = sig;
 	}
 	/* its result does not matter here */
 	if (write(2, msg, len) < 0)
 		return;
 }
 
-/* The stop signals' thread: nothing else takes them. */
+/* The stop signals' thread: nothing else takes them.  A stop before the
+ * first step ends the process KILN_STOP_GRACE_S after it unless that step
+ * was done meanwhile. */
 static void *stop_thread(void *arg)
 {
 	(void)arg;
 	prctl(PR_SET_NAME, "kiln-signals");
 	for (;;) {
 		int sig;
+		if (stop_at_s && !stepped) {
+			long left = stop_at_s + KILN_STOP_GRACE_S - mono_s();
+			struct timespec ts = { .tv_sec = left > 0 ? left : 0 };
+			sig = sigtimedwait(&stop_sigs, NULL, &ts);
+			if (sig < 0 && errno == EAGAIN && !stepped)
+				end_by_signal(stop_sig);
+			if (sig > 0)
+				on_stop_signal(sig);
+			continue;
+		}
 		if (!sigwait(&stop_sigs, &sig))
 			on_stop_signal(sig);
 	}
@@ -190,6 +225,7 @@ static double mono_now(void)
 static void progress(void *user, int epoch, int64_t step, int64_t steps, const char *status)
 {
 	struct bar *b = user;
+	stepped = 1; /* a step is done: a stop now writes a checkpoint */
 	if (step < 0) { /* epoch summary */
 		if (b->tty)
 			fprintf(stderr, "\r\033[K");
@@ -257,6 +293,8 @@ const char cmd_train_about[] =
 	"SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) finishes the current step (or batch of\n"
 	"an evaluation), writes a checkpoint and exits 0;\n"
 	"a repeat within 5 s is ignored, a later one ends the process at once.\n"
+	"Before the first step is done (nothing to checkpoint) the process ends by\n"
+	"the signal 5 s after it, unless setup or that step ends first.\n"
 	"SIGHUP (a hangup, or its launcher gone) stops the same way but exits 1,\n"
 	"naming the cause (\"stop_cause\" in the JSON line).\n\n"
 	"--profile (= run.profile=1): time every device op, print a table of self time\n"

@@ -492,20 +492,21 @@ static kiln_status read_all(FILE *f, const char *path, char **text, size_t *len)
 kiln_status kiln_config_load(const char *path, struct kiln_config **out)
 {
 	*out = NULL;
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return kiln_error(KILN_EIO, "%s: cannot open config: %s", path, strerror(errno));
+	FILE *f;
+	kiln_status st = kiln_fopen_regular(path, "r", "open config", &f);
+	if (st)
+		return st;
 	struct stat sb;
-	if (fstat(fileno(f), &sb) || S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) ||
-	    S_ISBLK(sb.st_mode)) {
-		fclose(f);
-		return kiln_error(KILN_EIO, "%s: not a config file (a directory or device)",
-				  path);
-	}
+	const int pipe = !fstat(fileno(f), &sb) && S_ISFIFO(sb.st_mode);
 	struct parse p = { 0 };
 	char *text = NULL;
-	kiln_status st = read_all(f, path, &text, &p.len);
+	st = read_all(f, path, &text, &p.len);
 	fclose(f);
+	if (!st && pipe && !p.len) {
+		free(text);
+		return kiln_error(KILN_EIO, "%s: cannot open config: it is a FIFO with nothing to read (no writer)",
+				  path);
+	}
 	if (st)
 		return st;
 	p.text = text;

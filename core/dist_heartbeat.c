@@ -16,6 +16,7 @@
  * its peers stop watching it.
  */
 #include "dist_impl.h"
+#include "store.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -152,7 +153,8 @@ kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *ma
 	h->period_ms = h->limit_ms / 4 > 0 ? h->limit_ms / 4 : 1;
 	h->port = port;
 	snprintf(h->master, sizeof h->master, "%s", master);
-	if ((st = kiln_store_open(master, port, 0, -1, env->world, h->limit_ms, &h->q))) {
+	if ((st = kiln_store_open_for(master, port, 0, -1, env->world, h->limit_ms,
+				      "[dist] heartbeat", &h->q))) {
 		kiln_heartbeat_stop(h, 0);
 		return kiln_error_wrap(st, "rank %d of %d: the heartbeat's store connection", env->rank,
 				       env->world);

@@ -6,6 +6,7 @@
 #include "build-config.h"
 #include <kiln/kiln.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,14 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 				   const struct kiln_key **ext);
 
 char *kiln_strdup(const char *s);
+
+/* fopen(path, mode) ("r", "w" or "a+") of a file kiln reads or writes
+ * whole (the config, a run's logs, config.ini, profile.txt), never
+ * blocking in open (a FIFO waits there for its other end otherwise, for
+ * ever) and refusing what is not a regular file, but for a pipe to read
+ * (`kiln train <(...)`) and a character device to write (/dev/null,
+ * /dev/full).  Errors: "PATH: cannot VERB: ...". */
+kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *verb, FILE **out);
 
 /* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
  * by the trainer: what a wait before training (the rendezvous) checks. */

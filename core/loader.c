@@ -1,6 +1,7 @@
 /* core/loader.c - worker threads and the staging ring; see loader.h. */
 #include "loader.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -129,8 +130,12 @@ kiln_status kiln_loader_open(struct kiln_device *dev, struct kiln_dataset *d, in
 			goto fail;
 	}
 	for (int i = 0; i < L->n_workers; i++) {
-		if (pthread_create(&L->threads[i], NULL, worker, L)) {
-			st = kiln_error(KILN_EINTERNAL, "cannot start loader worker %d", i);
+		int rc = pthread_create(&L->threads[i], NULL, worker, L);
+		if (rc) {
+			/* EAGAIN: ulimit -u (threads count as processes) */
+			st = kiln_error(KILN_EINTERNAL, "cannot start loader worker %d of %d: %s%s", i,
+					L->n_workers, strerror(rc),
+					rc == EAGAIN ? " (the limit on processes and threads, ulimit -u, or on memory)" : "");
 			goto fail;
 		}
 		L->started++;

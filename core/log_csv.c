@@ -71,9 +71,7 @@ static kiln_status table_open(struct csv *c, struct csv_table *t)
 		read_header(t);
 		return KILN_OK;
 	}
-	if (!(t->f = fopen(t->path, "w")))
-		return kiln_error(KILN_EIO, "%s: cannot write: %s", t->path, strerror(errno));
-	return KILN_OK;
+	return kiln_fopen_regular(t->path, "w", "write", &t->f);
 }
 
 /* The columns of the table's first record: its set (evaluations), then

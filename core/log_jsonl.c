@@ -22,8 +22,8 @@ static kiln_status jsonl_open(const char *dir, int resumed, int64_t step, void *
 	kiln_status st = KILN_OK;
 	if (resumed)
 		st = kiln_log_open_append(j->path, &j->f);
-	else if (!(j->f = fopen(j->path, "w")))
-		st = kiln_error(KILN_EIO, "%s: cannot write: %s", j->path, strerror(errno));
+	else
+		st = kiln_fopen_regular(j->path, "w", "write", &j->f);
 	if (st) {
 		free(j);
 		return st;

@@ -87,12 +87,12 @@ static kiln_status last_line_end(FILE *f, const char *path, off_t end, off_t *ke
 
 kiln_status kiln_log_open_append(const char *path, FILE **out)
 {
-	FILE *f = fopen(path, "a+");
+	FILE *f;
 	off_t end, keep;
-	kiln_status st = KILN_OK;
+	kiln_status st = kiln_fopen_regular(path, "a+", "write", &f);
 	*out = NULL;
-	if (!f)
-		return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+	if (st)
+		return st;
 	if (fseeko(f, 0, SEEK_END) || (end = ftello(f)) < 0)
 		st = kiln_error(KILN_EIO, "%s: cannot read: %s", path, strerror(errno));
 	else if (!(st = last_line_end(f, path, end, &keep)) && keep < end) {

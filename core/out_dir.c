@@ -184,16 +184,18 @@ kiln_status trainer_write_file(const char *path, const char *text, size_t n)
 {
 	char tmp[4400];
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	int bad = !f || fwrite(text, 1, n, f) != n;
+	FILE *f;
+	kiln_status st = kiln_fopen_regular(tmp, "w", "write", &f);
+	if (st)
+		return st;
+	int bad = fwrite(text, 1, n, f) != n;
 	int err = errno;
-	if (f && fclose(f) && !bad)
+	if (fclose(f) && !bad)
 		bad = 1, err = errno;
 	if (!bad && rename(tmp, path))
 		bad = 1, err = errno;
 	if (!bad)
 		return KILN_OK;
-	if (f)
-		unlink(tmp);
+	unlink(tmp);
 	return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err));
 }

@@ -701,17 +701,14 @@ kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir)
 		snprintf(rank, sizeof rank, ".rank%d", p->rank);
 	if (out_dir && *out_dir) {
 		snprintf(path, sizeof path, "%s/profile%s.txt", out_dir, rank);
-		if (!(f = fopen(path, "w")))
-			st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+		st = kiln_fopen_regular(path, "w", "write", &f);
 	}
 	write_table(p, f);
 	if (f && fclose(f) && !st)
 		st = kiln_error(KILN_EIO, "%s: write failed: %s", path, strerror(errno));
 	if (!st && out_dir && *out_dir && p->trace_steps > 0) {
 		snprintf(path, sizeof path, "%s/trace%s.json", out_dir, rank);
-		if (!(f = fopen(path, "w"))) {
-			st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
-		} else {
+		if (!(st = kiln_fopen_regular(path, "w", "write", &f))) {
 			write_trace(p, f);
 			if (fclose(f))
 				st = kiln_error(KILN_EIO, "%s: write failed: %s", path,

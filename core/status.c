@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -232,6 +234,42 @@ int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off)
 		off += (uint64_t)k;
 	}
 	return 0;
+}
+
+/* What a file that is not a regular one is, for an error. */
+static const char *file_kind(mode_t m)
+{
+	return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" :
+	       S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *verb, FILE **out)
+{
+	const int flags = mode[0] == 'r' ? O_RDONLY : mode[0] == 'w' ? O_WRONLY | O_CREAT | O_TRUNC :
+			  O_RDWR | O_CREAT | O_APPEND;
+	struct stat sb;
+	*out = NULL;
+	/* O_NONBLOCK: opening a FIFO waits for its other end otherwise */
+	int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, 0666);
+	if (fd < 0 && errno == ENXIO && !stat(path, &sb)) /* a FIFO no one reads */
+		return kiln_error(KILN_EIO, "%s: cannot %s: it is %s, not a regular file", path, verb,
+				  file_kind(sb.st_mode));
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "%s: cannot %s: %s", path, verb, strerror(errno));
+	/* read: a pipe too (`kiln train <(...)`); written: a character
+	 * device too (/dev/null, /dev/full) */
+	if (fstat(fd, &sb) ||
+	    !(S_ISREG(sb.st_mode) || (mode[0] == 'r' ? S_ISFIFO(sb.st_mode) : S_ISCHR(sb.st_mode)))) {
+		close(fd);
+		return kiln_error(KILN_EIO, "%s: cannot %s: it is %s, not a regular file", path, verb,
+				  file_kind(sb.st_mode));
+	}
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) || !(*out = fdopen(fd, mode))) {
+		int err = errno;
+		close(fd);
+		return kiln_error(KILN_EIO, "%s: cannot %s: %s", path, verb, strerror(err));
+	}
+	return KILN_OK;
 }
 
 void *kiln_grow(void *arr, int n, int *cap, size_t size, int first)

@@ -23,6 +23,7 @@ struct kiln_store {
 	int fd;
 	int port;
 	int timeout_ms;    /* of every call that takes none */
+	char setting[40];  /* the setting timeout_ms comes from, for errors */
 	char host[256];
 	char token[STORE_TOKEN_MAX + 1];
 	int broken;        /* a request failed midway: the stream is out of step */
@@ -99,9 +100,12 @@ static int send_request(struct kiln_store *s, int op, const char *key, size_t kl
 /* The error of a request that failed on the wire (xfer's r). */
 static kiln_status wire_error(const struct kiln_store *s, int r, const char *key, int timeout_ms)
 {
+	/* no greeting: the server took no connection (rank 0's log says
+	 * why when accept failed: too many open files) */
 	if (r == -2)
-		return kiln_error(KILN_ETIMEOUT, "store %s:%d: no answer for '%s' within %d ms ([dist] timeout)",
-				  s->host, s->port, key, timeout_ms);
+		return kiln_error(KILN_ETIMEOUT, "store %s:%d: no answer for '%s' within %d ms (%s)%s",
+				  s->host, s->port, key, timeout_ms, s->setting,
+				  strcmp(key, "(greeting)") ? "" : ": the store did not take the connection (rank 0's log says why if it could not)");
 	return kiln_error(KILN_EIO, "store %s:%d: connection lost (rank 0, which hosts the store, may have died; or it refused this client's token)",
 			  s->host, s->port);
 }
@@ -215,6 +219,13 @@ static kiln_status authenticate(struct kiln_store *s, int64_t deadline, int time
 kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, int world,
 			    int timeout_ms, struct kiln_store **out)
 {
+	return kiln_store_open_for(host, port, host_it, rank, world, timeout_ms, "[dist] timeout",
+				   out);
+}
+
+kiln_status kiln_store_open_for(const char *host, int port, int host_it, int rank, int world,
+				int timeout_ms, const char *setting, struct kiln_store **out)
+{
 	struct kiln_store *s = calloc(1, sizeof *s);
 	kiln_status st;
 	char why[512];
@@ -223,6 +234,7 @@ kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, i
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	s->fd = -1;
 	s->timeout_ms = timeout_ms;
+	snprintf(s->setting, sizeof s->setting, "%s", setting);
 	pthread_mutex_init(&s->lock, NULL);
 	snprintf(s->host, sizeof s->host, "%s", host);
 	s->port = port;
@@ -447,7 +459,7 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 	char missing[512] = "", refused[320] = "";
 	size_t m = 0;
 	int count = 0;
-	if (!kiln_store_open(s->host, s->port, 0, -1, world, 2000, &q)) {
+	if (!kiln_store_open_for(s->host, s->port, 0, -1, world, 2000, "a 2 s probe", &q)) {
 		for (int r = 0; r < world && m + 16 < sizeof missing; r++) {
 			snprintf(key, sizeof key, "kiln/joined/%d", r);
 			if (!kiln_store_check(q, key, &v, NULL) && !v) {

@@ -66,6 +66,13 @@ struct kiln_store_msg {
 long kiln_store_msg_parse(const void *buf, size_t have, uint32_t max_val,
 			  struct kiln_store_msg *m);
 
+/* kiln_store_open whose timeout_ms is that of setting ("[dist]
+ * heartbeat"), which its timeouts name (kiln_store_open's: "[dist]
+ * timeout"). */
+struct kiln_store;
+kiln_status kiln_store_open_for(const char *host, int port, int host_it, int rank, int world,
+				int timeout_ms, const char *setting, struct kiln_store **out);
+
 /* The store's shared secret, for every rank of a run: $KILN_STORE_TOKEN,
  * else the first line of the file $KILN_STORE_TOKEN_FILE (owned by this
  * user, no access for group or others).  KILN_EUSAGE saying how to set

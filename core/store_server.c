@@ -33,6 +33,7 @@
 #include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/resource.h> /* getrlimit: the ulimit -n an EMFILE hit */
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -65,6 +66,8 @@ struct store_server {
 	struct client *cl;
 	size_t n_cl, cap_cl;
 	long long n_refused; /* connections that failed AUTH */
+	int accept_err;           /* the errno accept4 last failed with, told once */
+	int64_t accept_again_at;  /* after EMFILE/ENFILE: when to try again (ms) */
 };
 
 static int64_t now_ms(void) { return kiln_now_ns() / 1000000; }
@@ -336,14 +339,38 @@ static int client_read(struct store_server *s, struct client *c)
 	return client_work(s, c);
 }
 
+/* A failed accept, said once per cause: the client that waits gets no
+ * greeting and times out, without knowing why.  Out of descriptors, the
+ * listener rests STORE_ACCEPT_REST_MS (the pending connection stays
+ * queued; polling it again at once would spin). */
+#define STORE_ACCEPT_REST_MS 100
+static void accept_failed(struct store_server *s, int err)
+{
+	if (err == EMFILE || err == ENFILE)
+		s->accept_again_at = now_ms() + STORE_ACCEPT_REST_MS;
+	if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED ||
+	    err == s->accept_err)
+		return;
+	s->accept_err = err;
+	struct rlimit rl;
+	char lim[64] = "";
+	if (err == EMFILE && !getrlimit(RLIMIT_NOFILE, &rl))
+		snprintf(lim, sizeof lim, " (ulimit -n %llu)", (unsigned long long)rl.rlim_cur);
+	kiln_log(KILN_LOG_ERROR, "dist", "the rendezvous store cannot take a connection: %s%s: the rank waiting on it gets no answer",
+		 strerror(err), lim);
+}
+
 static void accept_client(struct store_server *s)
 {
 	struct sockaddr_storage sa;
 	socklen_t sl = sizeof sa;
 	char host[64] = "?", serv[16] = "?";
 	int fd = accept4(s->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0) {
+		accept_failed(s, errno);
 		return;
+	}
+	s->accept_err = 0;
 	getnameinfo((struct sockaddr *)&sa, sl, host, sizeof host, serv, sizeof serv,
 		    NI_NUMERICHOST | NI_NUMERICSERV);
 	int one = 1;
@@ -402,11 +429,12 @@ static void *server_main(void *arg)
 			cap = n * 2;
 		}
 		pf[0] = (struct pollfd){ .fd = linger_until < 0 ? s->wake[0] : -1, .events = POLLIN };
-		pf[1] = (struct pollfd){ .fd = s->lfd, .events = POLLIN };
+		const int64_t rest = s->accept_again_at - now_ms();
+		pf[1] = (struct pollfd){ .fd = rest > 0 ? -1 : s->lfd, .events = POLLIN };
 		for (size_t i = 0; i < s->n_cl; i++)
 			pf[2 + i] = (struct pollfd){ .fd = s->cl[i].fd,
 						     .events = s->cl[i].out_len ? POLLOUT : POLLIN };
-		int wait = 1000;
+		int wait = rest > 0 ? (int)rest : 1000;
 		if (linger_until >= 0) {
 			const int64_t left = linger_until - now_ms();
 			if (s->n_cl == 0 || left <= 0)

@@ -14,6 +14,7 @@
 #include <stdio.h>   /* open_memstream, FILE */
 #include <stdlib.h>  /* getenv, malloc */
 #include <string.h>  /* strstr, memset */
+#include <sys/stat.h> /* mkfifo */
 #include <unistd.h>  /* unlink */
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -972,7 +973,35 @@ START_TEST(hostile_device)
 	struct kiln_config *cfg = (struct kiln_config *)1;
 	ck_assert_int_eq(kiln_config_load("/dev/zero", &cfg), KILN_EIO);
 	ck_assert_ptr_null(cfg);
-	assert_has(kiln_last_error(), "/dev/zero: not a config file");
+	assert_has(kiln_last_error(), "/dev/zero: cannot open config: it is a character device, not a regular file");
+}
+END_TEST
+
+/* A FIFO no one writes is refused at once: opening it waited for a writer
+ * for ever (session 30).  A pipe that has one is read, as `kiln train
+ * <(...)` gives. */
+START_TEST(hostile_fifo)
+{
+	char path[64];
+	snprintf(path, sizeof path, "fifo-%d.ini", (int)getpid());
+	unlink(path);
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	struct kiln_config *cfg = (struct kiln_config *)1;
+	ck_assert_int_eq(kiln_config_load(path, &cfg), KILN_EIO);
+	ck_assert_ptr_null(cfg);
+	assert_has(kiln_last_error(), "cannot open config: it is a FIFO with nothing to read (no writer)");
+	assert_has(kiln_last_error(), path);
+	unlink(path);
+	int fds[2];
+	char dev[64];
+	ck_assert_int_eq(pipe(fds), 0);
+	ck_assert_int_eq(write(fds[1], "[train]\nlr = 0.5\n", 17), 17);
+	close(fds[1]);
+	snprintf(dev, sizeof dev, "/dev/fd/%d", fds[0]);
+	ck_assert_int_eq(kiln_config_load(dev, &cfg), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.5");
+	kiln_config_free(cfg);
+	close(fds[0]);
 }
 END_TEST
 
@@ -1121,7 +1150,7 @@ Suite *make_config_suite(void)
 		size_accepted, size_refused, NULL });
 
 	check_add_case(s, "hostile", 30, NULL, NULL, (const TTest *[]){
-		hostile_nul_byte, hostile_late_bracket, hostile_device, hostile_header_text, hostile_numbers,
+		hostile_nul_byte, hostile_late_bracket, hostile_device, hostile_fifo, hostile_header_text, hostile_numbers,
 		hostile_many_sections, NULL });
 	return s;
 }

@@ -29,13 +29,16 @@
 #include "check_main.h"
 #include "test_util.h"
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -752,13 +755,91 @@ START_TEST(test_parse)
 }
 END_TEST
 
+/* The store out of descriptors (session 30): its accept fails with
+ * EMFILE, which it said nowhere; the rank waiting for its greeting timed
+ * out naming [dist] timeout even for the heartbeat's connection.  Now the
+ * store logs the cause with the limit once and serves the connection when
+ * descriptors are back; a greeting that does not come names the setting
+ * whose time ran out. */
+static pthread_mutex_t emfile_lock = PTHREAD_MUTEX_INITIALIZER;
+static char emfile_log[1024];
+
+static void emfile_capture(void *user, int level, const char *who, const char *msg)
+{
+	(void)user;
+	pthread_mutex_lock(&emfile_lock);
+	if (level <= KILN_LOG_WARN)
+		snprintf(emfile_log + strlen(emfile_log), sizeof emfile_log - strlen(emfile_log),
+			 "[%s] %s\n", who, msg);
+	pthread_mutex_unlock(&emfile_lock);
+}
+
+START_TEST(test_accept_emfile)
+{
+	struct kiln_store *s0;
+	kiln_log_set_sink(emfile_capture, NULL);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)kiln_store_port(s0)) };
+	/* the lowest free descriptor is the last one allowed: the store's
+	 * accept finds none */
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct rlimit old, rl;
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+	rl = old;
+	rl.rlim_cur = (rlim_t)fd + 1;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+	char want[128];
+	snprintf(want, sizeof want, "[dist] the rendezvous store cannot take a connection: %s (ulimit -n %d)",
+		 strerror(EMFILE), fd + 1);
+	int seen = 0;
+	for (int i = 0; i < 300 && !seen; i++) {
+		usleep(10000);
+		pthread_mutex_lock(&emfile_lock);
+		seen = strstr(emfile_log, want) != NULL;
+		pthread_mutex_unlock(&emfile_lock);
+	}
+	ck_assert_msg(seen, "'%s' not logged: '%s'", want, emfile_log);
+	/* descriptors back: the queued connection gets its greeting */
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+	unsigned char g[8];
+	struct timeval tv = { .tv_sec = 5 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	ck_assert_int_eq(read(fd, g, sizeof g), (ssize_t)sizeof g);
+	ck_assert_int_eq(memcmp(g, "KILNST1\n", 8), 0);
+	close(fd);
+	kiln_store_close(s0);
+	kiln_log_set_sink(NULL, NULL);
+	pthread_mutex_lock(&emfile_lock);
+	ck_assert_ptr_eq(strstr(strstr(emfile_log, want) + strlen(want), "cannot take"), NULL); /* said once */
+	pthread_mutex_unlock(&emfile_lock);
+
+	/* a listener that never accepts: the heartbeat's connection names
+	 * [dist] heartbeat */
+	socklen_t al = sizeof a;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	a.sin_port = 0;
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(lfd, 4), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	struct kiln_store *s;
+	ck_assert_int_eq(kiln_store_open_for("127.0.0.1", ntohs(a.sin_port), 0, -1, 2, 300,
+					     "[dist] heartbeat", &s), KILN_ETIMEOUT);
+	ck_assert_msg(strstr(kiln_last_error(), "no answer for '(greeting)' within 300 ms ([dist] heartbeat): the store did not take the connection"),
+		      "%s", kiln_last_error());
+	close(lfd);
+}
+END_TEST
+
 static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_rendezvous_refusals, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
-		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, NULL });
+		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, test_accept_emfile, NULL });
 	return s;
 }
 

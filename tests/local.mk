@@ -391,8 +391,8 @@ endif
 # multi-process: kiln launch, gloo, equivalence, resume on other world
 # sizes, a dead rank, a rendezvous timeout (needs kiln-gloo.so: skips
 # without it)
-TESTS += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh
-EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh tests/dist_common.sh
+TESTS += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh tests/gloo_shm_leak.sh
+EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh tests/dist_common.sh tests/gloo_shm_leak.sh
 # bad training data under 2 ranks: the failing rank named, the skips summed
 TESTS += tests/dist_data.sh
 EXTRA_DIST += tests/dist_data.sh
@@ -502,8 +502,8 @@ AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KIL
 # clients (tests/store_client.py speaks its wire format); plugins loaded
 # lazily, a config's plugin_path only with an opt-in; kiln train's stop
 # signals taken by a thread of their own, never by a computing thread.
-TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh
-EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh \
+TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh
+EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh \
 	tests/plugin_lazy.sh
 # GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
 # A stop during an evaluation ends it within a batch, with the stop's

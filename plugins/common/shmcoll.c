@@ -22,6 +22,7 @@ kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const 
 				   who, world, SHMCOLL_MAXW);
 	s->host = host, s->who = who, s->rank = rank, s->world = world;
 	s->timeout_ms = timeout_ms;
+	s->grace_ns = shmcoll_grace_ns((long long)timeout_ms * 1000000ll);
 	s->spin_ns = spin_ns;
 	s->nap = (struct timespec){ .tv_sec = nap_ns / 1000000000ll, .tv_nsec = nap_ns % 1000000000ll };
 	s->oversubscribed = -1; /* every rank's CPUs are known after the barrier */
@@ -225,8 +226,7 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 						      name_peer(s, pn, sizeof pn, peer), what);
 			ask = t + SHMCOLL_LOST_NS;
 		}
-		if (t - *t0 > (long long)s->timeout_ms * 1000000ll +
-				       shmcoll_grace_ns((long long)s->timeout_ms * 1000000ll)) {
+		if (t - *t0 > (long long)s->timeout_ms * 1000000ll + s->grace_ns) {
 			char me[96], pn[64];
 			return s->host->error(KILN_ETIMEOUT, "%s: %s did not reach the shared-memory %s within [dist] timeout = %.1f s",
 					      name_me(s, me, sizeof me), name_peer(s, pn, sizeof pn, peer), what,

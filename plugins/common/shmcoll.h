@@ -76,15 +76,14 @@ static inline void shm_futex_wake(void *w)
 #define SHMCOLL_CHUNK ((size_t)256 << 10) /* bytes per round and rank (PERFORMANCE.md part 7) */
 #define SHMCOLL_WHOLE ((size_t)16 << 10)  /* rounds up to this size: one flag */
 #define SHMCOLL_MAXW 64                   /* ranks the engine serves */
-/* How long past [dist] timeout a wait goes on before it fails itself:
- * kiln-mpi's watchdog (which looks ten times a second) reports a stuck
- * collective first, at the timeout, in its words; kiln-gloo has no
- * watchdog, so there this is what a stuck peer costs beyond the timeout.
- * Half the timeout, between 1 s (ten of the watchdog's looks, on a loaded
- * machine) and 5 s: with a 3 s timeout 1.5 s (tests/dist_blame.sh 2: rank 0
- * ends 5 s after its peer stops, 8-9 s before session 15).  A
- * dead peer is not waited for: shmcoll.lost names it within
- * SHMCOLL_LOST_NS. */
+/* How long past [dist] timeout a wait goes on before it fails itself
+ * (shmcoll.grace_ns, shmcoll_init's default): kiln-mpi's watchdog (which
+ * looks ten times a second) reports a stuck collective first, at the
+ * timeout, in its words.  Half the timeout, between 1 s (ten of the
+ * watchdog's looks, on a loaded machine) and 5 s.  kiln-gloo has no
+ * watchdog and sets no grace (since session 30; before, a stuck peer cost
+ * it 1.5x the timeout: 4.8 s for 3 s).  A dead peer is not waited for:
+ * shmcoll.lost names it within SHMCOLL_LOST_NS. */
 #define SHMCOLL_GRACE_MIN_NS 1000000000ll
 #define SHMCOLL_GRACE_MAX_NS 5000000000ll
 static inline long long shmcoll_grace_ns(long long timeout_ns)
@@ -197,6 +196,7 @@ struct shmcoll {
 	const struct kiln_host *host;
 	const char *who;               /* the plugin's name, for messages */
 	int rank, world, timeout_ms;
+	long long grace_ns;            /* a wait fails timeout_ms + this after it began */
 	int oversubscribed;            /* more ranks than the CPUs they may run on; -1: not known yet */
 	long long spin_ns;
 	struct timespec nap;

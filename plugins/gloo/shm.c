@@ -272,10 +272,14 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 			*fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 			if (*fd < 0)
 				snprintf(why, n, "shm_open(%s): %s", name, strerror(errno));
-			else if ((errno = posix_fallocate(*fd, 0, (off_t)size)))
+			else if ((errno = posix_fallocate(*fd, 0, (off_t)size))) {
 				/* the pages reserved now: a full tmpfs fails here
 				 * (ENOSPC), not with SIGBUS at a first touch later */
 				snprintf(why, n, "posix_fallocate(%s, %zu): %s", name, size, strerror(errno));
+				/* its name is dropped below: no one else could
+				 * unlink it (one empty object left per run) */
+				(void)shm_unlink(name);
+			}
 		}
 		/* an empty name tells the others rank 0 has none */
 		if (*why)
@@ -403,6 +407,7 @@ static int start(const struct setup *s, struct gloo_shm *g, char *why, size_t n)
 		snprintf(why, n, "%s", s->h->last_error());
 		return -1;
 	}
+	g->coll.grace_ns = 0; /* no watchdog to report first: fail at [dist] timeout */
 	shmcoll_watch(&g->coll, lost, g);
 	if (s->world_of) { /* a node's group: its messages name world and local ranks */
 		memcpy(g->world_of, s->world_of, (size_t)s->world * sizeof *g->world_of);
