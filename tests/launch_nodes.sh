@@ -28,19 +28,14 @@ mlp_ini "$tmp/mlp.ini" 3 60
 long="train.epochs=100000 train.log_every=1000 train.checkpoint_every=0 data.limit=8192 layer.fc1.out=512"
 export KILN_STORE_TOKEN=kiln-test-token-0123456789abcdef
 
-# hup_default CMD...: CMD with SIGHUP at its default, as under a terminal
-# (a shell cannot undo an ignored SIGHUP: under nohup, as CI may run, the
-# launchers would ignore case 2's hangup); exec: $! stays the launcher
-hup_default() {
-	exec /usr/bin/python3 -c 'import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' "$@"
-}
-
 # nodes NAME K: start node 0 and node 1 (launchers $l0, $l1; logs
 # $tmp/NAME0.log, NAME1.log) and wait (up to 60 s) until rank 0 trains
 nodes() {
 	port=$(free_port "$2")
 	for k in 0 1; do
-		hup_default "$kiln" launch -n 1 --nnodes 2 --node-rank $k --master 127.0.0.1:$port -- "$kiln" train \
+		# (SIGHUP at its default: under nohup, as CI may run, the
+		# launchers would ignore case 2's hangup)
+		sig_default SIGHUP "$kiln" launch -n 1 --nnodes 2 --node-rank $k --master 127.0.0.1:$port -- "$kiln" train \
 			"$tmp/mlp.ini" run.out_dir="$tmp/$1$k" $long > "$tmp/$1$k.log" 2>&1 &
 		eval l$k=\$!
 	done

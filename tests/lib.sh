@@ -137,6 +137,17 @@ near() {
 		fail "$(basename "$(dirname "$(dirname "$_a")")") and $(basename "$(dirname "$(dirname "$_b")")") differ"
 }
 
+# sig_default SIG CMD...: exec CMD with signal SIG (a number, or a name
+# like SIGHUP) at its default action, as a terminal's child has it: a
+# shell cannot undo a signal ignored on its entry (nohup ignores SIGHUP;
+# some CI runners SIGINT).  Run it in the background (CMD &: $! is then
+# CMD's pid) or in a subshell: it replaces the shell it runs in.
+sig_default() {
+	_sig=$1
+	shift
+	exec /usr/bin/python3 -c 'import os, signal, sys; s = sys.argv[1]; signal.signal(int(s) if s.isdigit() else getattr(signal, s), signal.SIG_DFL); os.execv(sys.argv[2], sys.argv[2:])' "$_sig" "$@"
+}
+
 # need_fashion_mnist: $FM, the dataset scripts/install-deps puts in place
 # (a test that needs it fails without it)
 FM=/usr/share/datasets/fashion-mnist

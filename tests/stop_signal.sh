@@ -38,8 +38,7 @@ fi
 	ini train epochs=50 batch=16 optimizer=adamw lr=0.003 log_every=2
 } > "$tmp/run.ini"
 o="$tmp/run"
-/usr/bin/python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
-	"$kiln" train "$tmp/run.ini" data.path=/usr/share/datasets/fashion-mnist run.out_dir="$o" \
+sig_default SIGINT "$kiln" train "$tmp/run.ini" data.path=/usr/share/datasets/fashion-mnist run.out_dir="$o" \
 	> "$tmp/train.log" 2>&1 &
 pid=$!
 wait_line "$pid" "$o/metrics.jsonl" '"event":"train"' "training did not start" "$tmp/train.log"
@@ -76,8 +75,7 @@ echo "$threads threads, one takes the stop signals; SIGINT stopped the run with 
 o="$tmp/hup"
 # (SIGHUP at its default, as a terminal's child has it: not ignored as
 # under nohup)
-/usr/bin/python3 -c 'import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
-	"$kiln" train "$tmp/run.ini" data.path=/usr/share/datasets/fashion-mnist run.out_dir="$o" \
+sig_default SIGHUP "$kiln" train "$tmp/run.ini" data.path=/usr/share/datasets/fashion-mnist run.out_dir="$o" \
 	> "$tmp/hup.log" 2>&1 &
 pid=$!
 wait_line "$pid" "$o/metrics.jsonl" '"event":"train"' "training did not start" "$tmp/hup.log"
