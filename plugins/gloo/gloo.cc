@@ -100,9 +100,15 @@ public:
 	KilnStore(struct kiln_store *s, std::string prefix, int timeout_ms)
 		: s_(s), prefix_(std::move(prefix)), timeout_ms_(timeout_ms) {}
 
+	/* (and KEY/set counts it: the host's store has no get that does not
+	 * wait, and a get that times out leaves the connection broken; a
+	 * failed attempt reads what exists through the count,
+	 * release_peers) */
 	void set(const std::string &key, const std::vector<char> &data) override
 	{
-		if (H->store_set(s_, (prefix_ + key).c_str(), data.data(), data.size()))
+		int64_t n;
+		if (H->store_set(s_, (prefix_ + key).c_str(), data.data(), data.size()) ||
+		    H->store_add(s_, (prefix_ + key + "/set").c_str(), 1, &n))
 			throw std::runtime_error(H->last_error());
 	}
 	std::vector<char> get(const std::string &key) override
@@ -905,9 +911,19 @@ static void poke(const struct sockaddr_storage &addr)
  * reached, would wait 5 timeouts in this Gloo's connect before it posts
  * its outcome (3 ranks or more: the first failure leaves the later pairs
  * unconnected), and every rank with it.  So this rank connects to each
- * peer's pair for it and closes at once: such a pair takes the
- * connection (no handshake), sees it close and fails now; a pair already
- * connected, or on the connecting side, is not listening (refused). */
+ * peer's pair for it and closes at once.  This Gloo (Debian's
+ * 0.0~git20220518, a listening socket per pair, tcp/pair.cc) has no
+ * handshake: the pair's accept alone connects it, so its connect returns
+ * at once (or throws "Connection closed by peer" when the close was read
+ * first), and the close fails the pair at its first use, which the
+ * attempt's retry never makes; either way the peer posts its outcome now.
+ * A pair already connected, or on the connecting side, is not listening
+ * (refused).  (A later Gloo, one listener per device reading a sequence
+ * number first, drops such a connection: the peer waits as before.)  Only
+ * the addresses in the store now: a peer that has not posted its own is
+ * not yet in its connect loop, and waiting for it here would hold back
+ * this rank's outcome (a get that times out also breaks the connection
+ * the outcome goes through). */
 static void release_peers(struct kiln_store *store, const char *p, int rank, int world,
 			  int timeout_ms)
 {
@@ -915,8 +931,12 @@ static void release_peers(struct kiln_store *store, const char *p, int rank, int
 		char key[128];
 		void *v = nullptr;
 		size_t n = 0;
+		int64_t set = 0;
+		std::snprintf(key, sizeof key, "%s%d/set", p, r);
+		if (r == rank || H->store_add(store, key, 0, &set) || set <= 0)
+			continue;
 		std::snprintf(key, sizeof key, "%s%d", p, r);
-		if (r == rank || H->store_get(store, key, timeout_ms, &v, &n))
+		if (H->store_get(store, key, timeout_ms, &v, &n))
 			continue;
 		/* (Gloo's value: the addresses of r's pairs, peers in rank
 		 * order without r, each a tcp::Address: a sockaddr_storage first) */
