@@ -77,12 +77,7 @@ other() {
 	cp -r "$tmp/$_of" "$tmp/$_on"
 	cp "$tmp/$_on/checkpoints/ckpt-2.kiln" "$tmp/$_on.copy"
 	KILN_TEST_CKPT_FAIL=$_os stamped "$_on" "*step 4/*" gloo "$_on" "$@"
-	_rc=$?
-	_ms=$(stamp_ms "$_on" " step 4/")
-	echo "$_on: rank 1's preparation failed: exit $_rc, $_ms ms after step 4's log point"
-	[ "$_rc" != 0 ] && [ "$_rc" != 124 ] || bad "$_on: exit $_rc"
-	[ "$_ms" -ge 0 ] && [ "$_ms" -le 30000 ] ||
-		bad "$_on: the ranks ended $_ms ms after step 4's log point ([dist] timeout and heartbeat 60 s)"
+	ended_soon "$_on" $? " step 4/" "step 4's log point" "rank 1's preparation failed"
 	_f=$tmp/$_on/checkpoints/ckpt-4.kiln
 	grep -q "^kiln: error: $_o1: checkpoint $_f: $_ow" "$tmp/$_on.log" ||
 		{ bad "$_on: rank 1 does not name the file and its cause (once)"; grep -i "error" "$tmp/$_on.log"; }
@@ -175,12 +170,8 @@ params() { # params NAME LOG_EVERY RANK WHERE
 	KILN_TEST_CKPT_FAIL=params@$3 stamped "$1" "*training state broadcast*" \
 		timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$mlp" \
 		run.out_dir="$tmp/$1" train.batch=32 train.log_every="$2"
-	_rc=$?
-	_ms=$(stamp_ms "$1" "training state broadcast")
-	echo "$1: the parameters' check failed on rank $3: exit $_rc, $_ms ms after the broadcast"
-	[ "$_rc" != 0 ] && [ "$_rc" != 124 ] || bad "$1: exit $_rc"
-	[ "$_ms" -ge 0 ] && [ "$_ms" -le 30000 ] ||
-		bad "$1: the ranks ended $_ms ms after the broadcast ([dist] timeout and heartbeat 60 s)"
+	ended_soon "$1" $? "training state broadcast" "the state's broadcast" \
+		"the parameters' check failed on rank $3"
 	_o=$((1 - $3))
 	grep -q "^kiln: error: rank $3 of 2: step 2's $4: the parameters' check: $inj=params@$3)" "$tmp/$1.log" ||
 		{ bad "$1: rank $3 does not name its cause"; grep -i "error" "$tmp/$1.log"; }
