@@ -278,8 +278,14 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 	if (mkdir(o->out, 0777) && errno != EEXIST)
 		return kiln_error(KILN_EIO, "--out %s: cannot create: %s", o->out, strerror(errno));
 	if ((st = check_existing(o, o->split)) || (st = check_existing(o, o->val_split)) ||
-	    (st = split_begin(o, o->split)) || (st = split_begin(o, o->val_split)))
+	    (st = split_begin(o, o->split)))
 		return st;
+	/* (the train split begun: its marker goes with the failure; val's
+	 * stays, its shards may be a killed pack's mix) */
+	if ((st = split_begin(o, o->val_split))) {
+		(void)pack_unmark_partial(o->out, o->split, TOK_PARTIAL);
+		return st;
+	}
 	for (int i = 0; i < o->n_in && !st; i++) {
 		char *text;
 		size_t n;

@@ -761,6 +761,48 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
 	return KILN_OK;
 }
 
+kiln_status kiln_dist_sum_agreed(struct kiln_dist *d, kiln_status st, double *v, int n,
+				 const char *what, void *compute)
+{
+	double w[64];
+	if (!d)
+		return st;
+	if (n > 62)
+		return kiln_error(KILN_EINTERNAL, "kiln_dist_sum_agreed: %d values", n);
+	/* (this rank's message, kept whole past the sums' own) */
+	char *mine = st ? kiln_strdup(kiln_last_error()) : NULL;
+	memcpy(w, v, (size_t)n * sizeof *w);
+	w[n] = st != KILN_OK;                   /* the failed ranks */
+	w[n + 1] = st ? d->env.rank + 1.0 : 0; /* their numbers + 1: one's, alone */
+	kiln_status st2 = kiln_dist_sum_host(d, w, n + 2, compute);
+	if (!st2)
+		memcpy(v, w, (size_t)n * sizeof *w);
+	if (!st2 && w[n] > 0) {
+		/* every rank holds the sum before a failed one can leave (its
+		 * connections close as it exits): a trailing sum, its own
+		 * failure no matter to a rank that has the flag
+		 * (kiln_dist_ckpt_agree's ack) */
+		double ack = 0;
+		(void)kiln_dist_sum_host(d, &ack, 1, compute);
+		d->agreed = 1;
+	}
+	const char *m = mine ? mine : "out of memory";
+	if (st && dist_names_rank(d, m))
+		st = kiln_error(st, "%s", m);
+	else if (st)
+		st = kiln_error(st, "rank %d of %d: %s: %s", d->env.rank, d->env.world, what, m);
+	else if (st2)
+		st = st2;
+	else if (w[n] == 1)
+		st = kiln_error(KILN_EIO, "rank %d of %d: %s: rank %d failed (its message says why)",
+				d->env.rank, d->env.world, what, (int)w[n + 1] - 1);
+	else if (w[n] > 0)
+		st = kiln_error(KILN_EIO, "rank %d of %d: %s: %g ranks failed (their messages say why)",
+				d->env.rank, d->env.world, what, w[n]);
+	free(mine);
+	return st;
+}
+
 void kiln_count_limbs(const int64_t *v, int n, double *limbs)
 {
 	for (int i = 0; i < n; i++)

@@ -142,9 +142,29 @@ void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, in
 /* Copy rank 0's host bytes buf[0..bytes) to every rank's buf (through a
  * temporary device buffer; a sync point: start-up only). */
 kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute);
+/* The tests' fault injection, test-only (core/dist_pipe_ckpt.c): 1 on
+ * rank 0 (rank R for "STEP@R") when the environment's KILN_TEST_CKPT_FAIL
+ * names `step`, a step of a checkpoint's write or of the checks around it
+ * that then fails as if the device or the communicator had: "event" (the
+ * comm stream's event before a pipeline's streamed write), "buffers"
+ * (rank 0's receives of the stages' layer buffers), "alloc" (rank 0's
+ * receive buffer of a piece), "gather" (ZeRO-1: rank 0's buffer of the
+ * whole optimizer state), "params" (the parameters' non-finite check, at
+ * a log point and before a checkpoint: core/train_log.c).  Unset in any
+ * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh). */
+int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step);
 /* Sum v[0..n) over the ranks (host values; a sync point: log only).  The
  * sum is an f32 allreduce: exact for integers only up to 2^24. */
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute);
+/* kiln_dist_sum_host of v[0..n) (n <= 62) after this rank's own step `what`
+ * ended in st: a rank whose step failed still takes part in the sum (its
+ * peers would wait in it), with a flag that fails every rank together: st
+ * here ("rank R of W: WHAT: " and its message), "rank R of W: WHAT: rank F
+ * failed (its message says why)" on the others (the count of failed ranks when several); an
+ * agreed failure, final (kiln_dist_explain).  v holds the sums in any
+ * case the sum itself succeeded.  st itself without a communicator. */
+kiln_status kiln_dist_sum_agreed(struct kiln_dist *d, kiln_status st, double *v, int n,
+				 const char *what, void *compute);
 /* Counts: v[0..n) (n <= 10, each in [0, 2^48)) summed over the ranks
  * exactly, whatever the total (kiln_dist_sum_host of their 8-bit limbs,
  * exact in f32 for up to 65793 ranks).  The limbs of v into

@@ -93,9 +93,10 @@ struct kiln_dist {
 	 * allocation (core/dist_pipe_ckpt.c) */
 	void *tok_d, *tok_h;
 	int failed;       /* a collective failed: do not wait for peers */
-	int agreed;       /* every rank agreed on a checkpoint's failure: its
-			   * message final (kiln_dist_explain), rank 0
-			   * still leaves last (kiln_dist_close) */
+	int agreed;       /* every rank agreed on a checkpoint's failure
+			   * (or kiln_dist_sum_agreed's): its message
+			   * final (kiln_dist_explain), rank 0 still
+			   * leaves last (kiln_dist_close) */
 	int finished;     /* kiln_dist_finish met every rank */
 	/* ZeRO-1 ([dist] zero = 1): this rank owns the optimizer state of
 	 * 1/world of every bucket (zc floats in all), and the tail
@@ -140,16 +141,6 @@ enum { DIST_TOKEN_BYTES = 1024 };
  * with it again. */
 int dist_names_rank(const struct kiln_dist *d, const char *msg);
 
-/* core/dist_pipe_ckpt.c: the tests' fault injection, test-only.  1 on
- * rank 0 (rank R for "STEP@R") when the environment's
- * KILN_TEST_CKPT_FAIL names `step`, a step
- * of a checkpoint's write that then fails as if the device or the
- * communicator had: "event" (the comm stream's event before a pipeline's
- * streamed write), "buffers" (rank 0's receives of the stages' layer
- * buffers), "alloc" (rank 0's receive buffer of a piece), "gather"
- * (ZeRO-1: rank 0's buffer of the whole optimizer state).  Unset in any
- * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh). */
-int dist_ckpt_fault(const struct kiln_dist *d, const char *step);
 
 /* core/dist.c: after this rank copied its share of the whole optimizer
  * state on `compute`, wait for the copies and free the whole state and

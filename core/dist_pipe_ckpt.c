@@ -64,7 +64,7 @@ struct pipe_src {
 	const char *fail; /* the stage whose piece failed (messages) */
 };
 
-int dist_ckpt_fault(const struct kiln_dist *d, const char *step)
+int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step)
 {
 	const char *v = getenv("KILN_TEST_CKPT_FAIL");
 	const size_t n = strlen(step);
@@ -73,7 +73,7 @@ int dist_ckpt_fault(const struct kiln_dist *d, const char *step)
 	return d->env.rank == (v[n] ? atoi(v + n + 1) : 0);
 }
 
-/* The fault KILN_TEST_CKPT_FAIL injects (dist_ckpt_fault): a device
+/* The fault KILN_TEST_CKPT_FAIL injects (kiln_dist_ckpt_fault): a device
  * error of `what`. */
 static kiln_status fault(const char *what)
 {
@@ -224,7 +224,7 @@ static kiln_status buffers_to_rank0(struct pipe_src *ps)
 	struct kiln_dist *d = ps->d;
 	struct kiln_model *m = d->m;
 	kiln_status st = KILN_OK;
-	if (dist_ckpt_fault(d, "buffers"))
+	if (kiln_dist_ckpt_fault(d, "buffers"))
 		return fault("checkpoint: receiving the stages' layer buffers");
 	for (int i = 0; i < m->n_params && !st; i++) {
 		const struct model_param *q = &m->params[i];
@@ -284,7 +284,7 @@ static kiln_status write_file(struct kiln_dist *d, const char *dir,
 	if ((st = kiln_device_copy_async(d->dev, ps.go, go, TOKEN_BYTES, KILN_COPY_H2D, compute)) ||
 	    (st = buffers_to_rank0(&ps)))
 		;
-	else if (dist_ckpt_fault(d, "alloc"))
+	else if (kiln_dist_ckpt_fault(d, "alloc"))
 		st = fault("a receive buffer of a piece");
 	else if ((st = kiln_device_alloc(d->dev, PIECE, (void **)&ps.recv)))
 		st = kiln_error_wrap(st, "a receive buffer of %zu KiB", (size_t)PIECE / 1024);
@@ -397,7 +397,7 @@ kiln_status kiln_dist_ckpt_agree(struct kiln_dist *d, kiln_status st, const char
 static kiln_status pipe_prepare(struct kiln_dist *d, void *compute)
 {
 	kiln_status st = KILN_OK;
-	if (dist_ckpt_fault(d, "event"))
+	if (kiln_dist_ckpt_fault(d, "event"))
 		st = fault("the comm stream's event");
 	else if (d->comm_stream &&
 		 !(st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)))

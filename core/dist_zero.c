@@ -446,7 +446,7 @@ kiln_status kiln_dist_zero_prepare(struct kiln_dist *d)
 	if (!d || !d->zero || !d->zstate || d->zfull || kiln_dist_zero_streams(d) || d->env.rank)
 		return KILN_OK;
 	const size_t bytes = (size_t)d->m->state_slots * d->m->n_trainable * sizeof(float);
-	if (dist_ckpt_fault(d, "gather"))
+	if (kiln_dist_ckpt_fault(d, "gather"))
 		st = kiln_error(KILN_ENOMEM, "out of device memory (the tests' fault: KILN_TEST_CKPT_FAIL=gather)");
 	else
 		st = kiln_device_alloc(d->dev, bytes, (void **)&d->zfull);
@@ -514,7 +514,7 @@ static kiln_status zero_gather_slots(struct zero_src *z, int k)
 		kiln_status st = dist_zero_gather_slot(d, z->next, m->grads_d, z->compute);
 		if (!st && (st = kiln_device_stream_sync(d->dev, z->compute)))
 			st = kiln_dist_explain(d, st);
-		if (!st && dist_ckpt_fault(d, "gather"))
+		if (!st && kiln_dist_ckpt_fault(d, "gather"))
 			st = kiln_error(KILN_EDEVICE, "failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
 					getenv("KILN_TEST_CKPT_FAIL"));
 		if (st && !z->st)

@@ -500,6 +500,7 @@ static int write_stream(const struct kiln_safetensors_writer *w, const char *hdr
 	unsigned char len8[8];
 	for (int i = 0; i < 8; i++)
 		len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+	errno = 0; /* (not an earlier call's: the caller's stat of a new file) */
 	int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
 	for (int i = 0; ok && i < w->n; i++)
 		ok = !w->t[i].bytes || fwrite(w->t[i].data, 1, w->t[i].bytes, fp) == w->t[i].bytes;
@@ -541,18 +542,23 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
 	if (st)
 		return st;
 	/* what `path` names decides how, as `--onnx` writes through it: a
-	 * symlink's target is replaced, not the link; a device or FIFO
-	 * (/dev/stdout), or a dangling link, is written straight to */
+	 * symlink's target is replaced, not the link (one that cannot be
+	 * resolved is an error: written straight to, a failure would leave
+	 * the target cut short); a device or FIFO (/dev/stdout), or a
+	 * dangling link, is written straight to, and the target a failed
+	 * write through a dangling link made is removed */
 	struct stat sb, lsb;
 	char *real = NULL;
 	int link = !lstat(path, &lsb) && S_ISLNK(lsb.st_mode), exists = !stat(path, &sb), err;
-	if (link && exists && S_ISREG(sb.st_mode))
-		real = realpath(path, NULL);
-	if (exists ? S_ISREG(sb.st_mode) && (!link || real) : !link) {
+	if (link && exists && S_ISREG(sb.st_mode) && !(real = realpath(path, NULL))) {
+		err = errno;
+	} else if (exists ? S_ISREG(sb.st_mode) : !link) {
 		err = write_replacing(w, hdr, hlen, real ? real : path);
 	} else {
 		FILE *fp = fopen(path, "wb");
 		err = fp ? write_stream(w, hdr, hlen, fp, 0) : errno;
+		if (err && fp && !exists && (real = realpath(path, NULL)))
+			unlink(real);
 	}
 	if (err)
 		st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err));

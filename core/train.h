@@ -277,7 +277,8 @@ void trainer_counters_take(struct trainer *t);
 kiln_status trainer_log_point(struct trainer *t);
 /* Before a checkpoint of the state after step t->pos.step (every rank):
  * KILN_EDATA naming the first parameter that holds non-finite values,
- * unless that step's log point checked them. */
+ * unless that step's log point checked them; a rank's failure to check
+ * fails every rank (kiln_dist_sum_agreed). */
 kiln_status trainer_params_finite(struct trainer *t);
 void trainer_eval_record(struct trainer *t, const struct eval_target *e, int64_t epoch);
 int trainer_epoch_summary(struct trainer *t, char *msg, size_t n);
@@ -309,7 +310,8 @@ kiln_status trainer_clip_over(struct trainer *t, size_t n);
 /* ... and once the buckets are laid: a stage's buckets start during its
  * last micro-batch's backward where its gradients are final there */
 kiln_status trainer_pipe_overlap(struct trainer *t);
-kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct, double *bad);
+kiln_status trainer_dist_sums(struct trainer *t, kiln_status st, double *loss, double *correct,
+			      double *bad);
 kiln_status trainer_dist_stop_cause_post(struct trainer *t, int pending, double *share);
 kiln_status trainer_dist_stop_cause_read(struct trainer *t, double posted);
 void trainer_dist_comm_event(struct trainer *t);

@@ -109,13 +109,17 @@ kiln_status trainer_dist_stop_cause_read(struct trainer *t, double posted)
  * hold non-finite values (*bad: this rank's 0 or 1, then every rank's
  * count), and the stop requests: one on any rank stops all of them after
  * this same step (t->dist_stop), with its cause when it was not the
- * user's. */
-kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct, double *bad)
+ * user's.  st: this rank's reading of them; failed, it still takes part
+ * in the sums, and every rank fails (kiln_dist_sum_agreed). */
+kiln_status trainer_dist_sums(struct trainer *t, kiln_status st, double *loss, double *correct,
+			      double *bad)
 {
 	double v[5] = { *loss, *correct, trainer_take_stop(), *bad, 0 };
-	kiln_status st = trainer_dist_stop_cause_post(t, v[2] > 0, &v[4]);
+	char what[48];
 	if (!st)
-		st = kiln_dist_sum_host(t->dist, v, 5, t->compute);
+		st = trainer_dist_stop_cause_post(t, v[2] > 0, &v[4]);
+	snprintf(what, sizeof what, "step %lld's log point", (long long)t->step);
+	st = kiln_dist_sum_agreed(t->dist, st, v, 5, what, t->compute);
 	*loss = v[0] / t->world;
 	*correct = v[1] / t->world;
 	t->dist_stop |= v[2] > 0;

@@ -49,8 +49,8 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 	if (!t->dist_stop && b % EVAL_STOP_EVERY == 0) {
 		double any[2] = { kiln_stop_pending(), 0 };
 		kiln_status st = trainer_dist_stop_cause_post(t, any[0] > 0, &any[1]);
-		if (!st)
-			st = kiln_dist_sum_host(t->dist, any, 2, t->compute);
+		st = kiln_dist_sum_agreed(t->dist, st, any, 2, "agreeing on a stop during the evaluation",
+					  t->compute);
 		if (!st)
 			st = trainer_dist_stop_cause_read(t, any[1]);
 		if (st)

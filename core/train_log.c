@@ -97,6 +97,9 @@ static kiln_status params_check_enqueue(struct trainer *t)
 	const struct kiln_model *m = t->m;
 	size_t lo = 0, hi = m->n_elems;
 	kiln_status st;
+	if (kiln_dist_ckpt_fault(t->dist, "params"))
+		return kiln_error(KILN_EDEVICE, "the parameters' check: failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
+				  getenv("KILN_TEST_CKPT_FAIL"));
 	kiln_dist_pipe_held(t->dist, &lo, &hi);
 	if (hi <= lo) {
 		if (t->finite_host)
@@ -179,18 +182,19 @@ static kiln_status params_diverged(const struct trainer *t, int64_t step, int64_
 
 kiln_status trainer_params_finite(struct trainer *t)
 {
-	int bad;
-	int64_t count;
+	int bad = -1;
+	int64_t count = 0;
 	double ranks;
+	char what[64];
 	kiln_status st;
 	if (t->finite_step == t->pos.step)
 		return KILN_OK;
-	if ((st = params_check_enqueue(t)) ||
-	    (st = kiln_device_stream_sync(t->dev, t->compute)) ||
-	    (st = params_check_take(t, &bad, &count)))
-		return st;
+	if (!(st = params_check_enqueue(t)) && !(st = kiln_device_stream_sync(t->dev, t->compute)))
+		st = params_check_take(t, &bad, &count);
+	/* a failure here still takes part in the ranks' sum */
 	ranks = bad >= 0;
-	if ((st = kiln_dist_sum_host(t->dist, &ranks, 1, t->compute)))
+	snprintf(what, sizeof what, "step %lld's checkpoint", (long long)t->pos.step);
+	if ((st = kiln_dist_sum_agreed(t->dist, st, &ranks, 1, what, t->compute)))
 		return st;
 	if ((st = params_diverged(t, t->pos.step, t->pos.epoch, bad, count, ranks)))
 		return st;
@@ -207,6 +211,7 @@ static kiln_status interval_sums(struct trainer *t, double *ls, double *c, int *
 				 int64_t *count, double *ranks)
 {
 	kiln_status st;
+	*ls = *c = *ranks = 0, *bad = -1, *count = 0;
 	trainer_counters_take(t);
 	trainer_phase(t, KILN_PROF_LOG, 1);
 	st = params_check_enqueue(t);
@@ -218,8 +223,9 @@ static kiln_status interval_sums(struct trainer *t, double *ls, double *c, int *
 		t->carry_loss = t->carry_correct = 0;
 		*ranks = *bad >= 0;
 	}
-	if (!st && t->dist)
-		st = trainer_dist_sums(t, ls, c, ranks);
+	/* (a failure here still takes part in the ranks' sums) */
+	if (t->dist)
+		st = trainer_dist_sums(t, st, ls, c, ranks);
 	trainer_phase(t, KILN_PROF_LOG, 0);
 	if (st)
 		return st;

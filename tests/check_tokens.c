@@ -728,6 +728,33 @@ START_TEST(test_pack_failed_leaves_nothing)
 }
 END_TEST
 
+/* A pack whose val split cannot be begun (its marker's path a directory)
+ * fails (exit 1) naming it, and takes back the train split's marker it
+ * had made (before session 30: train.bin-partial stayed, and the source
+ * refused the split until the next pack). */
+START_TEST(test_pack_val_begin_fails)
+{
+	char a[300], cmd[4096];
+	memset(a, 'q', sizeof a);
+	write_tmp("a.txt", a, sizeof a);
+	ck_assert_int_eq(mkdir(tpath("out"), 0700), 0);
+	ck_assert_int_eq(mkdir(tpath("out/val.bin-partial"), 0700), 0);
+	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s --out %s --shard-tokens 100 >/dev/null 2>%s",
+		 KILN_BIN, tpath("a.txt"), tpath("out"), tpath("err"));
+	int rc = system(cmd);
+	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
+	size_t n;
+	char *err = (char *)read_whole("err", &n), want[1200];
+	err[n] = 0;
+	snprintf(want, sizeof want, "%s/val.bin-partial: cannot create", tpath("out"));
+	ck_assert_msg(strstr(err, want), "stderr: %s", err);
+	free(err);
+	struct stat sb;
+	ck_assert_int_ne(stat(tpath("out/train.bin-partial"), &sb), 0);
+	ck_assert_int_ne(stat(tpath("out/train-000000.bin"), &sb), 0);
+}
+END_TEST
+
 /* With the reference BPE: <|endoftext|> then the file's ids. */
 START_TEST(test_pack_bpe)
 {
@@ -770,7 +797,7 @@ static Suite *make_tokens_suite(void)
 		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, NULL });
 	check_add_case(s, "pack", 60, setup, teardown, (const TTest *[]){
 		test_pack_bytes, test_pack_bpe, test_pack_killed, test_pack_failed_leaves_nothing,
-		NULL });
+		test_pack_val_begin_fails, NULL });
 	return s;
 }
 

@@ -29,6 +29,9 @@
 #                              to $tmp/NAME.stamps; CMD's status
 #   stamp_ms NAME PATTERN      milliseconds from the first stamped line
 #                              matching PATTERN to CMD's exit (-1: missing)
+#   ended_soon NAME RC PATTERN WHEN WHAT
+#                              NAME's exit RC non-zero, within 30 s of its
+#                              first stamped line matching PATTERN
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
 kiln="$abs_top_builddir/kiln"
@@ -107,6 +110,18 @@ stamp_ms() {
 	awk -v a="$_a" -v b="$_b" 'BEGIN { if (a == "" || b == "") print -1; else printf "%d", (b - a) * 1000 }'
 }
 
+# ended_soon NAME RC PATTERN WHEN WHAT: the stamped run NAME (WHAT, for
+# its line) exited RC, non-zero and not timeout's 124, within 30 s of its
+# first stamped line matching the grep PATTERN (WHEN, in words): [dist]
+# timeout and heartbeat 60 s, so ranks left waiting fail it
+ended_soon() {
+	_es=$(stamp_ms "$1" "$3")
+	echo "$1: $5: exit $2, $_es ms after $4"
+	[ "$2" != 0 ] && [ "$2" != 124 ] || bad "$1: exit $2"
+	[ "$_es" -ge 0 ] && [ "$_es" -le 30000 ] ||
+		bad "$1: the ranks ended $_es ms after $4 ([dist] timeout and heartbeat 60 s)"
+}
+
 # ckpt_fault_run NAME FROM WHO0 WHO1 LINK WHY CMD...: copy FROM's out_dir
 # (a checkpoint at step 2) to NAME's, make the temporary file of ckpt-4.kiln
 # a link to LINK ("-": none) and run CMD (which resumes in $tmp/NAME and
@@ -133,12 +148,7 @@ ckpt_fault_run() {
 	cp "$tmp/$_n/checkpoints/ckpt-2.kiln" "$tmp/$_n.copy"
 	[ "$_link" = - ] || ln -s "$_link" "$tmp/$_n/checkpoints/ckpt-4.kiln.tmp"
 	stamped "$_n" "*step 4/*" "$@"
-	_rc=$?
-	_ms=$(stamp_ms "$_n" " step 4/")
-	echo "$_n: rank 0's write failed: exit $_rc, $_ms ms after step 4's log point"
-	[ "$_rc" != 0 ] && [ "$_rc" != 124 ] || bad "$_n: exit $_rc"
-	[ "$_ms" -ge 0 ] && [ "$_ms" -le 30000 ] ||
-		bad "$_n: the ranks ended $_ms ms after step 4's log point ([dist] timeout and heartbeat 60 s)"
+	ended_soon "$_n" $? " step 4/" "step 4's log point" "rank 0's write failed"
 	_f=$tmp/$_n/checkpoints/ckpt-4.kiln
 	grep -q "^kiln: error: $_w0: checkpoint $_f: $_why" "$tmp/$_n.log" ||
 		{ bad "$_n: rank 0 does not name the file and the cause (once)"; grep -i "error" "$tmp/$_n.log"; }

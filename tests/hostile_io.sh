@@ -6,7 +6,8 @@
 #     the link kept) and straight to a FIFO or device, as --onnx does; the old
 #     code replaced the link or the device node with a regular file;
 #  2. a write past `ulimit -f` (SIGXFSZ, ignored now) fails naming the file,
-#     "File too large", exit 1, its .tmp removed; it killed kiln silently;
+#     "File too large", exit 1, its .tmp removed (through a dangling link:
+#     the target it made); it killed kiln silently;
 #  3. standard output that cannot be written (/dev/full; a reader gone)
 #     is exit 1 with "kiln: error: writing standard output: ..." (quietly
 #     for a reader gone); it was exit 0 with the output lost;
@@ -72,6 +73,17 @@ rc=$?
 [ "$rc" -eq 1 ] || fail "export under ulimit -f 1: exit $rc, expected 1 ($(cat "$err"))"
 stderr_has "$tmp/fsz.safetensors: cannot write: File too large"
 [ -z "$(ls "$tmp" | grep fsz.safetensors)" ] || fail "export under ulimit -f left $(ls "$tmp" | grep fsz)"
+# through a dangling link: the target the write made removed, the link
+# kept (session 30; the old code left the target cut short at the limit)
+ln -s fsz_made.safetensors "$tmp/fsz_link.safetensors"
+(ulimit -f 1 && KILN_LOG_LEVEL=error exec "$kiln" export "$ini" "$d" run.out_dir= \
+	--safetensors "$tmp/fsz_link.safetensors" 2>"$err")
+rc=$?
+[ "$rc" -eq 1 ] || fail "export under ulimit -f 1 through a dangling link: exit $rc, expected 1 ($(cat "$err"))"
+stderr_has "$tmp/fsz_link.safetensors: cannot write: File too large"
+[ ! -e "$tmp/fsz_made.safetensors" ] ||
+	fail "export under ulimit -f through a dangling link left its target ($(wc -c <"$tmp/fsz_made.safetensors") bytes)"
+[ -L "$tmp/fsz_link.safetensors" ] || fail "export under ulimit -f replaced the dangling link"
 (ulimit -f 4 && KILN_LOG_LEVEL=error exec "$kiln" pack "$ini" "$d" --out "$tmp/fsz_pack" 2>"$err")
 rc=$?
 [ "$rc" -eq 1 ] || fail "pack under ulimit -f 4: exit $rc, expected 1 ($(cat "$err"))"
