@@ -191,7 +191,6 @@ struct rank_ctx {
 	long allocs;
 	long cpu_us, wall_us; /* wait_main: rank 0's allreduce */
 	int intruded; /* rank 1 of test_gloo_mesh_intruder: rank 0 accepted it */
-	int released; /* rank 2 of test_gloo_mesh_released: left listening for rank 1 */
 	char err[512];
 };
 
@@ -1613,7 +1612,7 @@ static void *intruder_main(void *arg)
 
 /* Rounds of W ranks (2 or 3) running fn with rank 1 the mesh intruder,
  * every rank succeeding, until the last rank says a round exercised the
- * case (intruded, released) or max rounds ran; prints "NAME: N round(s);
+ * case (intruded) or max rounds ran; prints "NAME: N round(s);
  * HIT" (or that none exercised it). */
 static void intruder_rounds(void *(*fn)(void *), int W, int max, const char *name,
 			    const char *hit_says)
@@ -1629,7 +1628,7 @@ static void intruder_rounds(void *(*fn)(void *), int W, int max, const char *nam
 			ck_assert_msg(!*rc[i].err, "round %d: %s", rounds, rc[i].err);
 			ck_assert_int_eq(status[i], 0);
 		}
-		hit = rc[W - 1].intruded || rc[W - 1].released;
+		hit = rc[W - 1].intruded;
 	}
 	intruder = 0;
 	printf("%s: %d round(s); %s\n", name, rounds, hit ? hit_says : "not exercised");
@@ -1639,172 +1638,6 @@ START_TEST(test_gloo_mesh_intruder)
 {
 	intruder_rounds(intruder_main, 2, 12, "gloo mesh intruder",
 			"rank 0 took it, and the mesh connected again");
-}
-END_TEST
-
-/* test_gloo_mesh_released's log sink: a rank that waited out this Gloo's
- * connect (5 timeouts) says "Connect timeout" in its retry's warning */
-static void connect_timeout_sink(void *user, int level, const char *who, const char *msg)
-{
-	struct rank_ctx *r = user;
-	(void)level, (void)who;
-	if (strstr(msg, "Connect timeout") && !*r->err)
-		snprintf(r->err, sizeof r->err, "rank %d waited out Gloo's connect: %s", r->rank, msg);
-}
-
-/* port (network order) of rank's pair with peer in attempt 0 of the world's mesh */
-static int pair_port(struct kiln_store *store, int rank, int peer, int world, unsigned *port)
-{
-	char key[64];
-	void *v = NULL;
-	size_t n = 0;
-	snprintf(key, sizeof key, "gloo/0/try0/%d", rank);
-	if (kiln_store_get(store, key, 1000, &v, &n))
-		return -1;
-	const size_t per = n / (size_t)(world - 1), at = (size_t)(peer < rank ? peer : peer - 1) * per;
-	struct sockaddr_in a;
-	memcpy(&a, (char *)v + at, sizeof a);
-	free(v);
-	*port = a.sin_port;
-	return 0;
-}
-
-static void *released_main(void *arg)
-{
-	struct rank_ctx *r = arg;
-	struct rank_env e;
-	kiln_log_set_sink(connect_timeout_sink, r);
-	/* [dist] timeout 3 s: the old wait, 5 timeouts, was 15 s */
-	if (rank_open(r, &e, 3000))
-		goto out;
-	if (r->rank == 2) {
-		void *v = NULL;
-		size_t n = 0;
-		unsigned mine, its;
-		TRY(kiln_store_get(e.store, "gloo/0/try0/ok1", 1000, &v, &n));
-		const int failed1 = n == 1 && *(char *)v == '0';
-		free(v);
-		if (pair_port(e.store, 2, 1, 3, &mine) || pair_port(e.store, 1, 2, 3, &its)) {
-			snprintf(r->err, sizeof r->err, "rank 2: no pair addresses: %s", kiln_last_error());
-			goto out;
-		}
-		/* (the lower port in network order listens: Gloo's rule) */
-		r->released = failed1 && mine < its;
-	}
-	mesh_sum_check(r, &e);
-out:
-	rank_close(&e);
-	kiln_log_set_sink(NULL, NULL);
-	return NULL;
-}
-
-/* 3 ranks, rank 1 the intruder of rank 0's pair with it: when rank 0
- * listens it takes the intruder, rank 1's connect to it is refused and
- * rank 1 gives up its attempt before its pair with rank 2.  Rank 2, when
- * it is the listening side of that pair, waited for rank 1 until this
- * Gloo's connect gave up (5 timeouts) before the attempt's retry (before
- * session 30); now rank 1 releases it (gloo.cc release_peers) and no rank
- * says "Connect timeout".  Up to 16 rounds, until one has exercised it
- * (about 1 in 4). */
-START_TEST(test_gloo_mesh_released)
-{
-	intruder_rounds(released_main, 3, 16, "gloo mesh released",
-			"rank 2 was left listening for rank 1, which released it");
-}
-END_TEST
-
-/* test_gloo_release_missing_peer's rank 1 of 3: a store client of the
- * test's store (port), gloo opened with a [dist] timeout of 2 s; its
- * status in st */
-struct nowait_rank {
-	int port;
-	kiln_status st;
-	char err[512];
-};
-
-static void *nowait_main(void *arg)
-{
-	struct nowait_rank *n = arg;
-	struct rank_ctx rc = { .rank = 1 }, *r = &rc;
-	struct rank_env e;
-	const struct kiln_plugin *p;
-	memset(&e, 0, sizeof e);
-	n->st = KILN_EINTERNAL;
-	TRY(kiln_registry_open(NULL, &e.reg));
-	TRY(kiln_config_new(&e.cfg));
-	TRY(kiln_config_override(e.cfg, "run.threads=1"));
-	TRY(kiln_config_override(e.cfg, "plugin.gloo.shm=0"));
-	TRY(kiln_config_validate(e.cfg, e.reg));
-	TRY(kiln_device_open(e.reg, e.cfg, "cpu", 0, &e.dev));
-	TRY(kiln_store_open("127.0.0.1", n->port, 0, 1, 3, 10000, &e.store));
-	TRY(kiln_registry_find(e.reg, KILN_PLUGIN_COMM, "gloo", &p));
-	e.ops = p->ops;
-	n->st = e.ops->open(kiln_host_table(), e.cfg, e.store, e.dev, 1, 3, 2000, &e.comm);
-out:
-	snprintf(n->err, sizeof n->err, "%s", rc.err);
-	rank_close(&e);
-	return NULL;
-}
-
-/* A failed mesh attempt posts its outcome when a peer never posts its
- * pair addresses.  Rank 1 of 3 against fake ranks 0 and 2 (this test,
- * through the store): rank 0's address for rank 1 is 127.0.0.1:0, which
- * rank 1 connects to (the higher address connects: Gloo's rule) and is
- * refused; rank 2 never posts.  Rank 1 releases rank 0's pair, waits for
- * rank 2's addresses one timeout (2 s) and posts "0"; before (session
- * 30) its release's get of them timed out, which broke its store
- * connection: no outcome came at all, and every peer waited for it
- * (6 timeouts + 10 s) before failing. */
-START_TEST(test_gloo_release_missing_peer)
-{
-	struct kiln_store *srv = NULL;
-	struct nowait_rank n = { 0 };
-	pthread_t th;
-	void *v = NULL;
-	size_t len = 0;
-	int which = -1;
-	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 10000, &srv), KILN_OK);
-	n.port = kiln_store_port(srv);
-	ck_assert_int_eq(pthread_create(&th, NULL, nowait_main, &n), 0);
-	ck_assert_int_eq(kiln_store_set(srv, "gloo/0/try0/rank_0", "fake", 4), KILN_OK);
-	/* rank 1's addresses: their size is Gloo's (two tcp::Address) */
-	const char *k1 = "gloo/0/try0/1";
-	ck_assert_msg(kiln_store_poll(srv, &k1, 1, 10000, &which, &v) == KILN_OK, "%s",
-		      kiln_last_error());
-	free(v);
-	v = NULL;
-	ck_assert_int_eq(kiln_store_get(srv, k1, 1000, &v, &len), KILN_OK);
-	free(v);
-	v = NULL;
-	const size_t per = len / 2;
-	ck_assert_uint_ge(per, sizeof(struct sockaddr_storage));
-	char *mine = calloc(1, len);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	for (int i = 0; i < 2; i++) {
-		memset(mine + i * per, 0xff, per); /* (the sequence number: unset, -1) */
-		memset(mine + i * per, 0, sizeof(struct sockaddr_storage));
-		memcpy(mine + i * per, &a, sizeof a);
-	}
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	ck_assert_int_eq(kiln_store_set(srv, "gloo/0/try0/0", mine, len), KILN_OK);
-	free(mine);
-	const char *ok1 = "gloo/0/try0/ok1";
-	kiln_status st = kiln_store_poll(srv, &ok1, 1, 8000, &which, &v);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	const double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
-	const int posted = st == KILN_OK && v && *(char *)v == '0';
-	free(v);
-	/* (rank 1 then waits for the others' outcomes: closing the store
-	 * ends its open) */
-	kiln_store_close(srv);
-	pthread_join(th, NULL);
-	printf("gloo release, a peer missing: rank 1's outcome %s after %.0f ms\n",
-	       posted ? "posted" : "not posted", ms);
-	ck_assert_msg(posted, "rank 1 posted no failed outcome within 8 s (its [dist] timeout 2 s): %s",
-		      st ? kiln_last_error() : "a value not 0");
-	ck_assert_msg(n.st != KILN_OK, "rank 1's open succeeded without its peers");
 }
 END_TEST
 
@@ -1961,13 +1794,8 @@ static Suite *make_comm_suite(void)
 	tcase_add_loop_test(tc, test_gloo_sendrecv, 0, 3);
 	tcase_add_loop_test(tc, test_gloo_map_shared, 0, 3);
 	tcase_add_test(tc, test_gloo_mesh_intruder);
-	tcase_add_test(tc, test_gloo_mesh_released);
 	tcase_add_test(tc, test_stream_queue_no_alloc);
 	suite_add_tcase(s, tc);
-	TCase *tn = tcase_create("mesh"); /* CK_RUN_CASE=mesh: rank 1 of 3 alone */
-	tcase_set_timeout(tn, 60);
-	tcase_add_test(tn, test_gloo_release_missing_peer);
-	suite_add_tcase(s, tn);
 	TCase *ta = tcase_create("args"); /* CK_RUN_CASE=args: no ranks */
 	tcase_add_test(ta, test_sendrecv_args);
 	suite_add_tcase(s, ta);

@@ -84,9 +84,6 @@
 #include <thread>
 #include <vector>
 
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 namespace {
@@ -100,15 +97,9 @@ public:
 	KilnStore(struct kiln_store *s, std::string prefix, int timeout_ms)
 		: s_(s), prefix_(std::move(prefix)), timeout_ms_(timeout_ms) {}
 
-	/* (and KEY/set counts it: the host's store has no get that does not
-	 * wait, and a get that times out leaves the connection broken; a
-	 * failed attempt polls for its peers' addresses through the count,
-	 * release_peers) */
 	void set(const std::string &key, const std::vector<char> &data) override
 	{
-		int64_t n;
-		if (H->store_set(s_, (prefix_ + key).c_str(), data.data(), data.size()) ||
-		    H->store_add(s_, (prefix_ + key + "/set").c_str(), 1, &n))
+		if (H->store_set(s_, (prefix_ + key).c_str(), data.data(), data.size()))
 			throw std::runtime_error(H->last_error());
 	}
 	std::vector<char> get(const std::string &key) override
@@ -886,86 +877,9 @@ std::shared_ptr<gloo::transport::Device> shared_device(const std::string &iface,
  * "Connection refused" on another.  So each attempt's outcome goes through
  * the store, and when any rank's failed, every rank tries again with fresh
  * pairs (new ports, new keys: prefix tryK/), up to MESH_TRIES times; the
- * message of the last failure otherwise.  A rank whose attempt failed
- * releases the peers left listening for it (release_peers) instead of
- * letting them wait 5 timeouts. */
+ * message of the last failure otherwise.  A rank that waits for a peer
+ * that never connects waits up to the timeout, as before. */
 enum { MESH_TRIES = 4 };
-
-/* Connect to addr and close at once (at most 1 s to connect). */
-static void poke(const struct sockaddr_storage &addr)
-{
-	const socklen_t len = addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-							  : sizeof(struct sockaddr_in);
-	int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return;
-	if (connect(fd, reinterpret_cast<const struct sockaddr *>(&addr), len) && errno == EINPROGRESS) {
-		struct pollfd pf = { fd, POLLOUT, 0 };
-		(void)poll(&pf, 1, 1000);
-	}
-	close(fd);
-}
-
-/* After this rank's connect of an attempt failed (prefix p): a peer on the
- * listening side of its pair with this rank, which this rank never
- * reached, would wait 5 timeouts in this Gloo's connect before it posts
- * its outcome (3 ranks or more: the first failure leaves the later pairs
- * unconnected), and every rank with it.  So this rank connects to each
- * peer's pair for it and closes at once.  This Gloo (Debian's
- * 0.0~git20220518, a listening socket per pair, tcp/pair.cc) has no
- * handshake: the pair's accept alone connects it, so its connect returns
- * at once (or throws "Connection closed by peer" when the close was read
- * first), and the close fails the pair at its first use, which the
- * attempt's retry never makes; either way the peer posts its outcome now.
- * A pair already connected, or on the connecting side, is not listening
- * (refused).  (A later Gloo, one listener per device reading a sequence
- * number first, drops such a connection: the peer waits as before.)
- * A peer that has not posted its addresses yet (a late start) is waited
- * for, all of them one timeout in all, polled through their KEY/set
- * counts (KilnStore::set): a get that times out would break the store's
- * connection, and this rank's outcome goes through it next. */
-static void release_peers(struct kiln_store *store, const char *p, int rank, int world,
-			  int timeout_ms)
-{
-	std::vector<char> done((size_t)world, 0);
-	const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-	int left = world - 1, pause_ms = 1;
-	done[(size_t)rank] = 1;
-	for (;;) {
-		for (int r = 0; r < world; r++) {
-			char key[128];
-			void *v = nullptr;
-			size_t n = 0;
-			int64_t set = 0;
-			std::snprintf(key, sizeof key, "%s%d/set", p, r);
-			if (done[(size_t)r])
-				continue;
-			if (H->store_add(store, key, 0, &set))
-				return; /* (the store failed: so will the outcome) */
-			if (set <= 0)
-				continue;
-			done[(size_t)r] = 1, left--;
-			std::snprintf(key, sizeof key, "%s%d", p, r);
-			if (H->store_get(store, key, timeout_ms, &v, &n))
-				return;
-			/* (Gloo's value: the addresses of r's pairs, peers in
-			 * rank order without r, each a tcp::Address: a
-			 * sockaddr_storage first) */
-			const size_t per = n / (size_t)(world - 1),
-				     at = (size_t)(rank < r ? rank : rank - 1) * per;
-			struct sockaddr_storage addr;
-			if (per >= sizeof addr && at + per <= n) {
-				std::memcpy(&addr, static_cast<char *>(v) + at, sizeof addr);
-				poke(addr);
-			}
-			H->free(v);
-		}
-		if (!left || std::chrono::steady_clock::now() >= end)
-			return;
-		std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-		pause_ms = std::min(2 * pause_ms, 50);
-	}
-}
 
 static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, int rank, int world,
 				int timeout_ms, std::shared_ptr<gloo::transport::Device> &device,
@@ -986,7 +900,6 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 		} catch (const std::exception &e) {
 			ok = 0;
 			why = e.what();
-			release_peers(store, p, rank, world, timeout_ms);
 		}
 		std::snprintf(key, sizeof key, "%sok%d", p, rank);
 		if (H->store_set(store, key, ok ? "1" : "0", 1))
