@@ -787,12 +787,19 @@ kiln_status kiln_dist_sum_agreed(struct kiln_dist *d, kiln_status st, double *v,
 		d->agreed = 1;
 	}
 	const char *m = mine ? mine : "out of memory";
+	if (st2) {
+		/* the sum itself failed: no agreement was possible, the peers are
+		 * gone or stuck, and kiln_dist_sum_host's message says which
+		 * (kiln_dist_explain; a local failure that was the collective's,
+		 * surfaced by a stream sync, is the same failure).  CI round 6:
+		 * wrapping this rank's own message lost that explanation */
+		free(mine);
+		return st2;
+	}
 	if (st && dist_names_rank(d, m))
 		st = kiln_error(st, "%s", m);
 	else if (st)
 		st = kiln_error(st, "rank %d of %d: %s: %s", d->env.rank, d->env.world, what, m);
-	else if (st2)
-		st = st2;
 	else if (w[n] == 1)
 		st = kiln_error(KILN_EIO, "rank %d of %d: %s: rank %d failed (its message says why)",
 				d->env.rank, d->env.world, what, (int)w[n + 1] - 1);
