@@ -14,7 +14,7 @@
 #  4. a closed stderr or stdout (`2>&-`) is reopened on /dev/null: the log
 #     text went into the first files opened (.kiln.lock, metrics.jsonl);
 #  5. predict --logits X.npy and report -o name the errno of a failed write
-#     and leave no partial file (the old code: no reason, an 8 KB stub);
+#     and leave no partial file (the old code: no reason, an 8 KB partial file left);
 #  6. an out_dir of 4075 characters: the run fails at its start (not after
 #     training), and the message keeps its cause (it was cut at 1024);
 #  7. a control character in a string value (a newline in run.out_dir) is
