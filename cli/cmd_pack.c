@@ -348,7 +348,7 @@ struct job {
 	struct kiln_xform_scratch xs;
 	kiln_status st;
 	int64_t failed;        /* the sample that failed */
-	char msg[1200];
+	char msg[KILN_ERROR_MAX];
 };
 
 static int grow(uint8_t **p, size_t *cap, size_t n)

@@ -219,7 +219,7 @@ struct load_share {
 	char *x;
 	kiln_status st;
 	int64_t bad;       /* the failing row */
-	char msg[1024];    /* its message (errors are per thread) */
+	char msg[KILN_ERROR_MAX]; /* its message (errors are per thread) */
 };
 
 static void *load_share_run(void *arg)

@@ -40,7 +40,7 @@ void kiln_set_fatal_handler(void (*fn)(const char *msg))
 
 void kiln_host_fatal(const char *who, const char *fmt, ...)
 {
-	char msg[1024];
+	char msg[KILN_ERROR_MAX];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);

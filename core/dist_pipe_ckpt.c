@@ -460,7 +460,7 @@ kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, struct 
 	const int r = d->env.rank, s = d->pipe_stage;
 	size_t live = 0, peak = 0;
 	kiln_status st = load_own(d, file, ck, compute), st2;
-	char mine[1024];
+	char mine[KILN_ERROR_MAX];
 	double failed = st != KILN_OK;
 	if (st)
 		snprintf(mine, sizeof mine, "%s", kiln_last_error());

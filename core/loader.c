@@ -20,7 +20,7 @@ struct slot {
 	void *copied;           /* event: the device copy out of it is done */
 	int copy_pending;       /* a copy was enqueued since the last fill */
 	kiln_status st;         /* a worker's failure */
-	char msg[512];
+	char msg[KILN_ERROR_MAX]; /* its message (errors are per thread) */
 };
 
 struct kiln_loader {

@@ -163,7 +163,7 @@ static kiln_status probe_ok(void *arg)
  * The calling thread's message is kept: the probe's is dropped. */
 static int stream_failed(struct kiln_pipe_rank *R, void *stream)
 {
-	char keep[1024];
+	char keep[KILN_ERROR_MAX];
 	snprintf(keep, sizeof keep, "%s", kiln_last_error());
 	const kiln_status st = kiln_device_host_fn(R->dev, stream, probe_ok, NULL);
 	if (st)

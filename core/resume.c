@@ -277,7 +277,7 @@ kiln_status kiln_ckpt_newest(const char *dir, struct kiln_ckpt **out)
 {
 	int64_t *steps;
 	int n;
-	char path[4200], first[1200] = "";
+	char path[4200], first[KILN_ERROR_MAX] = "";
 	kiln_status st = list_steps(dir, 0, KILN_LOG_WARN, &steps, &n);
 	*out = NULL;
 	if (st)

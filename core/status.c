@@ -17,8 +17,7 @@
 
 /* Room for a message naming two paths of PATH_MAX (a rename's); a longer
  * one keeps its start and its end, the cause, around "..." (set_message). */
-#define KILN_ERR_MAX 10240
-static _Thread_local char err_msg[KILN_ERR_MAX];
+static _Thread_local char err_msg[KILN_ERROR_MAX];
 
 const char *kiln_last_error(void) { return err_msg; }
 
@@ -28,11 +27,11 @@ void kiln_clear_error(void) { err_msg[0] = 0; }
 static void set_message(const char *s)
 {
 	size_t n = strlen(s);
-	if (n < KILN_ERR_MAX) {
+	if (n < KILN_ERROR_MAX) {
 		memmove(err_msg, s, n + 1);
 		return;
 	}
-	size_t head = KILN_ERR_MAX / 4, tail = KILN_ERR_MAX - 1 - head - 3;
+	size_t head = KILN_ERROR_MAX / 4, tail = KILN_ERROR_MAX - 1 - head - 3;
 	memmove(err_msg, s, head);
 	memcpy(err_msg + head, "...", 3);
 	memmove(err_msg + head + 3, s + n - tail, tail + 1);

@@ -17,7 +17,7 @@ struct resume_msg {
 	struct kiln_ckpt_trainer tr;
 	struct kiln_ckpt_epoch sums; /* the resumed epoch's training sums */
 	struct stopper stopper;      /* early stopping's state */
-	char error[1024]; /* rank 0's message when status != 0 */
+	char error[KILN_ERROR_MAX]; /* rank 0's message when status != 0 */
 	char path[1024];
 	char file[1024]; /* per stage, or ZeRO-1's shards: the checkpoint (t->resume_file) */
 };

@@ -180,6 +180,36 @@ kiln 3 pack "$tmp/rec.ini" --out "$tmp/g" --shard-size 4K data.path="$tmp" data.
 stderr_has "sample 5"
 stderr_has "bad-00001.krec: record 1 (sample 5): CRC32C mismatch"
 [ -z "$(ls "$tmp/g")" ] || fail "a failed pack left files: $(ls "$tmp/g")"
+# the same shards under a path of ~1,400 bytes: a worker thread's message
+# reaches the user whole, in pack and in training's loader (both once cut
+# at 1,200 and 512 bytes, losing the record and the cause)
+long=$tmp
+for i in 1 2 3 4 5 6 7; do
+	long=$long/$(printf "%0200d" $i)
+done
+mkdir -p "$long"
+cp "$tmp/bad-00000.krec" "$tmp/bad-00001.krec" "$long/"
+kiln 3 pack "$tmp/rec.ini" --out "$tmp/g" --shard-size 4K data.path="$long" data.split=bad
+stderr_has "$long/bad-00001.krec: record 1 (sample 5): CRC32C mismatch"
+cat > "$tmp/long.ini" <<EOF
+[data]
+source = records
+path = $long
+split = bad
+[layer.flat]
+type = flatten
+[layer.fc]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 1
+batch = 2
+eval = 0
+EOF
+kiln 3 train "$tmp/long.ini" run.out_dir=
+stderr_has "$long/bad-00001.krec: record 1 (sample 5): CRC32C mismatch"
 head -c 3000 "$tmp/img.idx" > "$tmp/short.idx"
 kiln 3 pack "$tmp/pack.ini" --out "$tmp/h" data.images=short.idx
 stderr_has "truncated"

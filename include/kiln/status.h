@@ -44,9 +44,14 @@ enum {
  * is owned by kiln and valid until the next kiln call on this thread. */
 const char *kiln_last_error(void);
 
+/* The size of the buffer that holds any message kiln_last_error() returns,
+ * its NUL included: a copy into a char[KILN_ERROR_MAX] is never cut. */
+#define KILN_ERROR_MAX 10240
+
 /* Set the calling thread's message (printf-style) and return `st`, so that
  * `return kiln_error(KILN_EDATA, "%s: truncated", path);` reads naturally.
- * Messages longer than 1 KiB are truncated. */
+ * A message longer than KILN_ERROR_MAX - 1 bytes keeps its first quarter and
+ * its end, joined by "...". */
 kiln_status kiln_error(kiln_status st, const char *fmt, ...) KILN_PRINTF(2, 3);
 kiln_status kiln_verror(kiln_status st, const char *fmt, va_list ap);
 
