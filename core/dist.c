@@ -228,9 +228,9 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		goto fail;
 	{
 		const char *desc = d->ops->version >= 2 && d->ops->describe ? d->ops->describe(d->ctx) : NULL;
-		kiln_log(KILN_LOG_INFO, "dist", "rank %d of %d (local %d; from %s), comm %s%s%s, store %s:%d",
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d of %d (local %d; from %s), comm %s%s%s, store " KILN_AT_FMT,
 			 env.rank, env.world, env.local_rank, env.source, comm, desc ? ": " : "",
-			 desc ? desc : "", env.master_addr, kiln_store_port(d->store));
+			 desc ? desc : "", KILN_AT_ARG(env.master_addr, kiln_store_port(d->store)));
 	}
 	*out = d;
 	return KILN_OK;
@@ -945,7 +945,7 @@ static kiln_status store_failed(const struct kiln_dist *d, kiln_status st, int l
 				const char *msg)
 {
 	char at[300], stage[48] = "", zero[48] = "";
-	snprintf(at, sizeof at, "%s:%d", d->env.master_addr, kiln_store_port(d->store));
+	snprintf(at, sizeof at, KILN_AT_FMT, KILN_AT_ARG(d->env.master_addr, kiln_store_port(d->store)));
 	if (d->pipe_P) {
 		snprintf(stage, sizeof stage, " (pipeline stage %d)", d->env.rank % d->pipe_P);
 		snprintf(zero, sizeof zero, " (stage 0 of pipe 0)");

@@ -82,7 +82,18 @@ kiln_status kiln_dist_env_read(struct kiln_dist_env *e)
 	const char *addr = getenv("KILN_MASTER_ADDR");
 	if (!addr || !*addr)
 		addr = getenv("MASTER_ADDR");
-	snprintf(e->master_addr, sizeof e->master_addr, "%s", addr && *addr ? addr : "127.0.0.1");
+	const char *from = getenv("KILN_MASTER_ADDR") && *getenv("KILN_MASTER_ADDR") ? "KILN_MASTER_ADDR" : "MASTER_ADDR";
+	if (!addr || !*addr)
+		addr = "127.0.0.1";
+	size_t n = strlen(addr);
+	/* an IPv6 address may come in brackets ("[::1]", as in a URL) */
+	if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']')
+		addr++, n -= 2;
+	if (!n || n >= sizeof e->master_addr || memchr(addr, '[', n) || memchr(addr, ']', n))
+		return kiln_error(KILN_EUSAGE, "%s='%s' is not a host name or address (an IPv6 address alone or in brackets: ::1 or [::1])",
+				  from, getenv(from));
+	memcpy(e->master_addr, addr, n);
+	e->master_addr[n] = 0;
 	e->master_port = 29500;
 	const char *pv = "KILN_MASTER_PORT";
 	int h = env_int(pv, &e->master_port);

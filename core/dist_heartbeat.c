@@ -98,8 +98,8 @@ static int beat(struct kiln_heartbeat *h)
 		}
 	}
 	if (st) {
-		kiln_host_fatal("dist", "rank %d of %d: watchdog: the store on rank 0 (host %s, %s:%d) is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
-				h->rank, h->world, h->host[0], h->master, h->port, lim, kiln_last_error());
+		kiln_host_fatal("dist", "rank %d of %d: watchdog: the store on rank 0 (host %s, " KILN_AT_FMT ") is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
+				h->rank, h->world, h->host[0], KILN_AT_ARG(h->master, h->port), lim, kiln_last_error());
 		return 1;
 	}
 	return 0;

@@ -12,6 +12,13 @@
 
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* A host and port in messages: "host:port", an IPv6 address in brackets
+ * ("[::1]:29500", as MASTER_ADDR or --master take it back):
+ *   printf("store " KILN_AT_FMT, KILN_AT_ARG(host, port)); */
+#define KILN_AT_FMT "%s%s%s:%d"
+#define KILN_AT_ARG(host, port)                                          \
+	(strchr((host), ':') ? "[" : ""), (host), (strchr((host), ':') ? "]" : ""), (int)(port)
+
 /* Levenshtein distance, for "did you mean" suggestions. */
 int kiln_edit_distance(const char *a, const char *b);
 

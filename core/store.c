@@ -103,11 +103,11 @@ static kiln_status wire_error(const struct kiln_store *s, int r, const char *key
 	/* no greeting: the server took no connection (rank 0's log says
 	 * why when accept failed: too many open files) */
 	if (r == -2)
-		return kiln_error(KILN_ETIMEOUT, "store %s:%d: no answer for '%s' within %d ms (%s)%s",
-				  s->host, s->port, key, timeout_ms, s->setting,
+		return kiln_error(KILN_ETIMEOUT, "store " KILN_AT_FMT ": no answer for '%s' within %d ms (%s)%s",
+				  KILN_AT_ARG(s->host, s->port), key, timeout_ms, s->setting,
 				  strcmp(key, "(greeting)") ? "" : ": the store did not take the connection (rank 0's log says why if it could not)");
-	return kiln_error(KILN_EIO, "store %s:%d: connection lost (rank 0, which hosts the store, may have died; or it refused this client's token)",
-			  s->host, s->port);
+	return kiln_error(KILN_EIO, "store " KILN_AT_FMT ": connection lost (rank 0, which hosts the store, may have died; or it refused this client's token)",
+			  KILN_AT_ARG(s->host, s->port));
 }
 
 /* One request/response.  *val malloc'd (NUL-terminated) when wanted.
@@ -125,8 +125,7 @@ static kiln_status request(struct kiln_store *s, int op, const char *key, const 
 	pthread_mutex_lock(&s->lock);
 	if (s->broken) {
 		pthread_mutex_unlock(&s->lock);
-		return kiln_error(KILN_EIO, "store %s:%d: the connection failed earlier", s->host,
-				  s->port);
+		return kiln_error(KILN_EIO, "store " KILN_AT_FMT ": the connection failed earlier", KILN_AT_ARG(s->host, s->port));
 	}
 	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 	int r = send_request(s, op, key, klen, val, vlen, deadline);
@@ -149,7 +148,7 @@ static kiln_status request(struct kiln_store *s, int op, const char *key, const 
 	rv[rlen] = 0;
 	*status = rh[0];
 	if (*status == STORE_REFUSED) {
-		st = kiln_error(KILN_EIO, "store %s:%d refused to set '%s': %s", s->host, s->port, key,
+		st = kiln_error(KILN_EIO, "store " KILN_AT_FMT " refused to set '%s': %s", KILN_AT_ARG(s->host, s->port), key,
 				rv);
 		free(rv);
 	} else if (out) {
@@ -204,15 +203,15 @@ static kiln_status authenticate(struct kiln_store *s, int64_t deadline, int time
 	if (r)
 		return wire_error(s, r, "(greeting)", timeout_ms);
 	if (memcmp(g, STORE_MAGIC, STORE_MAGIC_LEN))
-		return kiln_error(KILN_EIO, "store %s:%d: what answers there is not a kiln store (of this version)",
-				  s->host, s->port);
+		return kiln_error(KILN_EIO, "store " KILN_AT_FMT ": what answers there is not a kiln store (of this version)",
+				  KILN_AT_ARG(s->host, s->port));
 	if (store_mac(s->token, g + STORE_MAGIC_LEN, mac))
 		return kiln_error(KILN_EIO, "store: HMAC-SHA256 failed (OpenSSL)");
 	kiln_status st = request(s, STORE_OP_AUTH, "", mac, STORE_MAC_LEN, timeout_ms, &status,
 				 NULL, NULL);
 	if (st == KILN_EIO)
-		return kiln_error(KILN_EIO, "store %s:%d refused this process's token: every rank needs the same KILN_STORE_TOKEN (or KILN_STORE_TOKEN_FILE)",
-				  s->host, s->port);
+		return kiln_error(KILN_EIO, "store " KILN_AT_FMT " refused this process's token: every rank needs the same KILN_STORE_TOKEN (or KILN_STORE_TOKEN_FILE)",
+				  KILN_AT_ARG(s->host, s->port));
 	return st;
 }
 
@@ -246,14 +245,14 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 	const int64_t deadline = now_ms() + timeout_ms;
 	s->fd = connect_to(s->host, s->port, deadline, why, sizeof why);
 	if (s->fd < 0 && kiln_stop_pending()) {
-		st = kiln_error(KILN_EIO, "rank %d of %d: a stop was requested (a signal) while connecting to the rendezvous store at %s:%d (%s)",
-				rank, world, host, port, why);
+		st = kiln_error(KILN_EIO, "rank %d of %d: a stop was requested (a signal) while connecting to the rendezvous store at " KILN_AT_FMT " (%s)",
+				rank, world, KILN_AT_ARG(host, port), why);
 		kiln_store_close(s);
 		return st;
 	}
 	if (s->fd < 0) {
-		st = kiln_error(KILN_ETIMEOUT, "rank %d of %d: cannot reach the rendezvous store at %s:%d within %.1f s (%s): is rank 0 running, and are the master address and port right?",
-				rank, world, host, port, timeout_ms / 1000.0, why);
+		st = kiln_error(KILN_ETIMEOUT, "rank %d of %d: cannot reach the rendezvous store at " KILN_AT_FMT " within %.1f s (%s): is rank 0 running, and are the master address and port right?",
+				rank, world, KILN_AT_ARG(host, port), timeout_ms / 1000.0, why);
 		kiln_store_close(s);
 		return st;
 	}
@@ -475,8 +474,8 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 		free(v);
 		kiln_store_close(q);
 	}
-	return kiln_error(KILN_ETIMEOUT, "rendezvous timed out after %.1f s: rank %d of %d waited at %s:%d but %s%s never arrived ([dist] timeout; check that every rank was started with the same world size and master address)%s",
-			  timeout_ms / 1000.0, rank, world, s->host, s->port,
+	return kiln_error(KILN_ETIMEOUT, "rendezvous timed out after %.1f s: rank %d of %d waited at " KILN_AT_FMT " but %s%s never arrived ([dist] timeout; check that every rank was started with the same world size and master address)%s",
+			  timeout_ms / 1000.0, rank, world, KILN_AT_ARG(s->host, s->port),
 			  count ? (count > 1 ? "ranks " : "rank ") : "some ranks", missing, refused);
 }
 

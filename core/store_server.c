@@ -509,8 +509,8 @@ static kiln_status server_listen(struct store_server *s, const char *host, int p
 	if (bind(s->lfd, ai->ai_addr, ai->ai_addrlen) || listen(s->lfd, 256) ||
 	    getsockname(s->lfd, (struct sockaddr *)&a, &al)) {
 		freeaddrinfo(ai);
-		return kiln_error(KILN_EIO, "store: cannot listen on %s:%d: %s (another run on this port? set KILN_MASTER_PORT / MASTER_PORT; is %s an address of this machine?)",
-				  host, port, strerror(errno), host);
+		return kiln_error(KILN_EIO, "store: cannot listen on " KILN_AT_FMT ": %s (another run on this port? set KILN_MASTER_PORT / MASTER_PORT; is %s an address of this machine?)",
+				  KILN_AT_ARG(host, port), strerror(errno), host);
 	}
 	freeaddrinfo(ai);
 	*bound = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port

@@ -132,6 +132,19 @@ if /usr/bin/python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1
 	[ "$rc" = 0 ] || { bad "--master [::1]:$port: exit $rc"; grep error "$tmp/v6.log"; }
 	grep -q "kiln launch: ranks 0..1 of 2, store \[::1\]:$port," "$tmp/v6.log" ||
 		bad "--master [::1]:$port: the launch line does not name the store"
+	# torchrun's way: MASTER_ADDR in brackets (once passed to getaddrinfo
+	# as it was: no rank could reach the store)
+	port=$(free_port 6)
+	for r in 1 0; do
+		RANK=$r WORLD_SIZE=2 MASTER_ADDR='[::1]' MASTER_PORT=$port KILN_STORE_TOKEN=0123456789abcdef0123456789abcdef \
+			timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/v6env" train.max_steps=2 > "$tmp/v6env$r.log" 2>&1 &
+	done
+	wait
+	for r in 0 1; do
+		grep -q "^\[dist\] rank $r of 2 .*store \[::1\]:$port$" "$tmp/v6env$r.log" ||
+			bad "MASTER_ADDR='[::1]': rank $r: no 'store [::1]:$port' line"
+	done
+	tail -1 "$tmp/v6env0.log" | grep -q '"steps": 2,' || bad "MASTER_ADDR='[::1]': rank 0 did not finish its 2 steps"
 else
 	echo "no IPv6 loopback (::1): --master [::1]:PORT not tested"
 fi
