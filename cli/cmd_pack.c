@@ -16,6 +16,7 @@
 #include <dirent.h>   /* opendir, readdir */
 #include <errno.h>    /* errno */
 #include <fcntl.h>    /* open */
+#include <sys/file.h> /* flock */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>   /* fsync, unlink */
@@ -161,6 +162,24 @@ int pack_remove_stale_tmp(const char *dir, const char *split, const char *suffix
 		fprintf(stderr, "kiln pack: removed %d stale %s/%s-*%s file(s) of an interrupted pack\n",
 			n, dir, split, tmp_suffix);
 	return n;
+}
+
+kiln_status pack_lock_out(const char *dir)
+{
+	/* O_RDONLY on a directory: flock needs no write access.  The fd is
+	 * kept until exit (the lock with it), CLOEXEC for the children. */
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "--out %s: cannot open: %s", dir, strerror(errno));
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		const int e = errno;
+		close(fd);
+		if (e == EWOULDBLOCK)
+			return kiln_error(KILN_EUSAGE, "--out %s: another kiln pack is writing there (it holds the directory's lock): wait for it to end, or choose another --out",
+					  dir);
+		return kiln_error(KILN_EIO, "--out %s: cannot lock: %s", dir, strerror(e));
+	}
+	return KILN_OK;
 }
 
 #ifndef KILN_WITH_PACK
@@ -661,7 +680,8 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* mkdir -p --out; an error when it is there but not a directory */
+/* mkdir -p --out, and hold its lock; an error when it is there but not a
+ * directory, or another pack holds it */
 static kiln_status make_out_dir(const struct pack_opts *o)
 {
 	char dir[4096];
@@ -678,7 +698,7 @@ static kiln_status make_out_dir(const struct pack_opts *o)
 	struct stat sb;
 	if (stat(o->out, &sb) || !S_ISDIR(sb.st_mode))
 		return kiln_error(KILN_EUSAGE, "--out %s is not a directory", o->out);
-	return KILN_OK;
+	return pack_lock_out(o->out);
 }
 
 /* Samples a worker handles per round: about ROUND_BYTES of pixels. */

@@ -277,7 +277,7 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 	kiln_status st = KILN_OK;
 	if (mkdir(o->out, 0777) && errno != EEXIST)
 		return kiln_error(KILN_EIO, "--out %s: cannot create: %s", o->out, strerror(errno));
-	if ((st = check_existing(o, o->split)) || (st = check_existing(o, o->val_split)) ||
+	if ((st = pack_lock_out(o->out)) || (st = check_existing(o, o->split)) || (st = check_existing(o, o->val_split)) ||
 	    (st = split_begin(o, o->split)))
 		return st;
 	/* (the train split begun: its marker goes with the failure; val's

@@ -215,4 +215,26 @@ kiln 3 pack "$tmp/pack.ini" --out "$tmp/h" data.images=short.idx
 stderr_has "truncated"
 stderr_has "short.idx"
 
+# ---- a second pack into an --out another pack is writing: refused, exit 2 ----
+# (it once removed the first one's *.tmp as stale, or mixed their shards).
+# The first pack is stood in for by flock(1) holding the directory's lock
+# (-o: its sleep does not inherit it; the kill below releases it).
+if command -v flock > /dev/null; then
+	mkdir "$tmp/busy"
+	flock -o "$tmp/busy" sleep 60 > /dev/null 2>&1 &
+	holder=$!
+	n=0
+	while flock -n "$tmp/busy" true && [ $n -lt 100 ]; do sleep 0.05; n=$((n + 1)); done
+	kiln 2 pack "$tmp/pack.ini" --out "$tmp/busy"
+	stderr_has "kiln: error: --out $tmp/busy: another kiln pack is writing there (it holds the directory's lock)"
+	printf 'some text to pack\n' > "$tmp/t.txt"
+	kiln 2 pack --format tokens "$tmp/t.txt" --out "$tmp/busy"
+	stderr_has "another kiln pack is writing there"
+	[ -z "$(ls "$tmp/busy")" ] || fail "a refused pack wrote into --out: $(ls "$tmp/busy")"
+	pkill -P "$holder" sleep
+	kill "$holder"
+	wait "$holder" 2> /dev/null
+	kiln 0 pack "$tmp/pack.ini" --out "$tmp/busy"
+fi
+
 echo "PASS: kiln pack"
