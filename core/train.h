@@ -140,6 +140,10 @@ struct trainer {
 	 * f32[4] ([1] the finite flag), the step it last passed */
 	void *finite;
 	size_t finite_n;
+	/* the same over the batchnorm running statistics (the buffers
+	 * region; a rank holding its pipeline stage alone skips them), its
+	 * state f32[4] at finite_d + 4 */
+	void *finite_buf;
 	float *finite_d, *finite_host;
 	int64_t finite_step;
 	size_t norm_bytes;

@@ -88,6 +88,33 @@ void trainer_counters_take(struct trainer *t)
  * nothing while they are finite, and its state's flag [1] says whether
  * their norm is. */
 
+/* The batchnorm running statistics: a NaN there (a forward of a batch
+ * that overflowed, whose step skip_nonfinite or the loss scaler then
+ * skipped) spoils every evaluation after it while the parameters stay
+ * finite.  Checked like them, into the state at finite_d + 4, where this
+ * rank holds the whole model (a pipeline stage's rank holds its stage's
+ * statistics alone: not checked). */
+static int buffers_checked(const struct trainer *t)
+{
+	return !t->m->held && t->m->n_buf_elems > 0;
+}
+
+static kiln_status buffers_check_enqueue(struct trainer *t)
+{
+	const struct kiln_model *m = t->m;
+	kiln_status st;
+	if (!buffers_checked(t))
+		return KILN_OK;
+	if (!t->finite_buf) {
+		struct kiln_op op;
+		kiln_op_grad_clip(&op, (int64_t)m->n_buf_elems);
+		if ((st = kiln_device_prepare(t->dev, &op, &t->finite_buf, NULL)))
+			return st;
+	}
+	struct kiln_op_args a = { .in = { m->buffers_d }, .out = { m->buffers_d, t->finite_d + 4 } };
+	return kiln_device_run(t->dev, t->finite_buf, &a, t->compute);
+}
+
 /* Enqueue the check of this rank's parameters (a stage's rank holding its
  * slice alone: that slice; ZeRO-1's allgathers settled first) on
  * t->compute: the flag reaches t->finite_host[1] at the stream's next
@@ -110,9 +137,9 @@ static kiln_status params_check_enqueue(struct trainer *t)
 		if ((st = kiln_device_alloc(t->dev, 64, (void **)&t->finite_d)) ||
 		    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->finite_host)))
 			return st;
-		memset(t->finite_host, 0, 4 * sizeof(float));
+		memset(t->finite_host, 0, 8 * sizeof(float));
 		if ((st = kiln_device_copy_async(t->dev, t->finite_d, t->finite_host,
-						 4 * sizeof(float), KILN_COPY_H2D, t->compute)))
+						 8 * sizeof(float), KILN_COPY_H2D, t->compute)))
 			return st;
 	}
 	if (!t->finite || t->finite_n != hi - lo) {
@@ -127,40 +154,56 @@ static kiln_status params_check_enqueue(struct trainer *t)
 	struct kiln_op_args a = { .in = { m->params_d + lo },
 				  .out = { m->params_d + lo, t->finite_d } };
 	if ((st = kiln_dist_zero_settle(t->dist, t->compute)) ||
-	    (st = kiln_device_run(t->dev, t->finite, &a, t->compute)))
+	    (st = kiln_device_run(t->dev, t->finite, &a, t->compute)) ||
+	    (st = buffers_check_enqueue(t)))
 		return st;
-	return kiln_device_copy_async(t->dev, t->finite_host, t->finite_d, 4 * sizeof(float),
+	return kiln_device_copy_async(t->dev, t->finite_host, t->finite_d, 8 * sizeof(float),
 				      KILN_COPY_D2H, t->compute);
 }
 
-/* After that sync: when the flag says the norm is not finite, a host copy
- * of the parameters (the failure path alone) names the first tensor
- * holding a NaN or inf: *bad its index into m->params, *count its
- * non-finite values; *bad = -1 when there is none (a norm that overflowed
- * on finite values is no failure). */
-static kiln_status params_check_take(struct trainer *t, int *bad, int64_t *count)
+/* The first tensor of `region` (0 parameters [lo, hi), 1 the buffers)
+ * holding a NaN or inf, from a host copy (the failure path alone): *bad
+ * its index into m->params (-1: none, a norm that overflowed on finite
+ * values is no failure), *count its non-finite values. */
+static kiln_status nonfinite_find(struct trainer *t, int region, size_t lo, size_t hi, int *bad,
+				  int64_t *count)
 {
 	const struct kiln_model *m = t->m;
-	size_t lo = 0, hi = m->n_elems;
+	const float *src = (region ? m->buffers_d : m->params_d) + lo;
 	int64_t at;
-	kiln_status st;
-	*bad = -1, *count = 0;
-	if (!t->finite_host || t->finite_host[1] != 0.0f)
-		return KILN_OK;
-	kiln_dist_pipe_held(t->dist, &lo, &hi);
 	float *h = malloc(sizeof(float) * (hi - lo + 1));
 	if (!h)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	st = kiln_device_copy_async(t->dev, h, m->params_d + lo, (hi - lo) * sizeof(float),
-				    KILN_COPY_D2H, t->compute);
+	kiln_status st = kiln_device_copy_async(t->dev, h, src, (hi - lo) * sizeof(float),
+						KILN_COPY_D2H, t->compute);
 	if (!st)
 		st = kiln_device_stream_sync(t->dev, t->compute);
-	if (!st && (*bad = kiln_model_nonfinite(m, 0, lo, h, hi - lo, &at)) >= 0) {
+	if (!st && (*bad = kiln_model_nonfinite(m, region, lo, h, hi - lo, &at)) >= 0) {
 		const struct model_param *p = &m->params[*bad];
 		for (int64_t e = at; e < p->numel; e++)
 			*count += !isfinite(h[p->off - lo + (size_t)e]);
 	}
 	free(h);
+	return st;
+}
+
+/* After that sync: when a flag says a norm is not finite, the first
+ * tensor holding a NaN or inf, parameters before running statistics:
+ * *bad its index into m->params, *count its non-finite values; *bad = -1
+ * when there is none. */
+static kiln_status params_check_take(struct trainer *t, int *bad, int64_t *count)
+{
+	size_t lo = 0, hi = t->m->n_elems;
+	kiln_status st = KILN_OK;
+	*bad = -1, *count = 0;
+	if (!t->finite_host)
+		return KILN_OK;
+	if (t->finite_host[1] == 0.0f) {
+		kiln_dist_pipe_held(t->dist, &lo, &hi);
+		st = nonfinite_find(t, 0, lo, hi, bad, count);
+	}
+	if (!st && *bad < 0 && buffers_checked(t) && t->finite_host[5] == 0.0f)
+		st = nonfinite_find(t, 1, 0, t->m->n_buf_elems, bad, count);
 	return st;
 }
 
@@ -170,6 +213,10 @@ static kiln_status params_check_take(struct trainer *t, int *bad, int64_t *count
 static kiln_status params_diverged(const struct trainer *t, int64_t step, int64_t ep, int bad,
 				   int64_t count, double ranks)
 {
+	if (bad >= 0 && t->m->params[bad].buffer)
+		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): running statistic '%s' holds %lld non-finite value(s) (NaN or inf): a forward pass overflowed (its step may have been skipped, the statistics were updated); lower [train] lr, or use bf16 rather than fp16",
+				  (long long)step, (long long)ep + 1, t->m->params[bad].name,
+				  (long long)count);
 	if (bad >= 0)
 		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): parameter '%s' holds %lld non-finite value(s) (NaN or inf): training diverged; lower [train] lr",
 				  (long long)step, (long long)ep + 1, t->m->params[bad].name,

@@ -16,7 +16,9 @@
 #     export and --resume refuse it naming the file and the tensor, exit 3
 #     (before: eval gave the clean checkpoint's accuracy);
 #  4. a safetensors file holding a NaN: eval and [model] init_from
-#     refuse it the same way (before: init_from trained, exit 0).
+#     refuse it the same way (before: init_from trained, exit 0);
+#  5. a forward that overflows on one batch: batchnorm's running
+#     statistics are checked too (session 31).
 name=nonfinite
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -110,4 +112,26 @@ kiln 3 eval "$ini" --checkpoint "$tmp/w.st"
 stderr_has "$refused"
 kiln 3 train "$ini" "model.init_from=$tmp/w.st" run.fuse=auto "run.out_dir=$tmp/init"
 stderr_has "$refused"
+# 5: a batch whose forward overflows (sample 20 bright, fc1's weights 1e37:
+# its rows are inf) leaves the parameters finite (skip_nonfinite skips the
+# step) but bn1's running statistics not: the check before step 3's
+# checkpoint names them, exit 3 (before: the run went on, its checkpoints
+# and every evaluation after step 3 holding inf and NaN statistics)
+python3 - "$data/tr_cnn_images.idx" "$tmp/bright.idx" "$tmp/big.st" <<'EOF' || fail "python3 could not write the files"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+for i in range(48):
+    b[16 + 64 * i:16 + 64 * (i + 1)] = bytes([255 if i == 20 else 0]) * 64
+open(sys.argv[2], "wb").write(b)
+h = json.dumps({"fc1.weight": {"dtype": "F32", "shape": [8, 64], "data_offsets": [0, 2048]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[3], "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<f", 1e37) * 512)
+EOF
+sed 's/^\[layer.relu1\]$/[layer.bn1]\ntype = batchnorm\n&/' "$ini" > "$tmp/bn.ini"
+grep -q '^type = batchnorm$' "$tmp/bn.ini" || fail "no batchnorm in $tmp/bn.ini"
+kiln 3 train "$tmp/bn.ini" "data.images=$tmp/bright.idx" data.mean=0 data.std=1 \
+	"model.init_from=$tmp/big.st" model.init_strict=0 "run.out_dir=$tmp/bn"
+stderr_has "error: step 3 (epoch 1): running statistic 'bn1.running_mean' holds 8 non-finite value(s) (NaN or inf): a forward pass overflowed"
+[ "$(ls "$tmp/bn/checkpoints" | tr '\n' ' ')" = "ckpt-1.kiln ckpt-2.kiln " ] ||
+	fail "checkpoints $(ls "$tmp/bn/checkpoints" | tr '\n' ' '), expected those of steps 1 and 2"
 echo "PASS: $checks runs"
