@@ -95,6 +95,6 @@ static kiln_status embedding_backward(const struct kiln_host *h, struct kiln_lay
 	return run_op(h, r, s->bwd[r->dw_accum ? 1 : 0], &a);
 }
 
-LAYER(embedding, "embedding", "token embedding: y = weight[ids] (nn.Embedding)", embedding_keys,
+LAYER(embedding, "embedding", "token embedding: y = weight[ids] (nn.Embedding); weight initialised N(0, 0.02^2), GPT-2's, not nn.Embedding's N(0, 1) (`init_from` loads any other)", embedding_keys,
       1, 1, embedding_configure, embedding_infer, embedding_plan, embedding_forward,
       embedding_backward, layer_destroy);

@@ -144,6 +144,6 @@ static kiln_status pos_backward(const struct kiln_host *h, struct kiln_layer *l,
 }
 
 LAYER(pos_embedding, "pos_embedding",
-      "learned positional embedding: y[b, t] = x[b, t] + weight[t] (GPT-2's wpe)",
+      "learned positional embedding: y[b, t] = x[b, t] + weight[t] (GPT-2's wpe); weight initialised N(0, 0.02^2)",
       pos_embedding_keys, 1, 1, pos_configure, pos_infer, pos_plan, pos_forward, pos_backward,
       layer_destroy);
