@@ -532,6 +532,12 @@ kiln_status kiln_quant_load(struct kiln_model *m, const struct kiln_safetensors 
 	}
 	if (!st)
 		st = no_extra(m, f);
+	/* its F32 tensors (biases, batchnorm statistics) finite too: the
+	 * scales are checked above */
+	if (!st)
+		st = kiln_model_finite_check(m, "the quantized file", 0, 0, pp, m->n_elems);
+	if (!st)
+		st = kiln_model_finite_check(m, "the quantized file", 1, 0, bp, m->n_buf_elems);
 	if (!st)
 		st = kiln_model_regions_copy(m, pp, bp, 1, stream);
 	kiln_model_weights_written(m);

@@ -23,7 +23,8 @@
 #  8. a quantized model (kiln quantize) with a NaN or zero input scale, a
 #     negative weight scale, an input kind other than u8/s8, or a tensor of
 #     the right size in another shape is refused naming the file and the
-#     tensor (those scales used to leave a layer f32, or NaN, silently);
+#     tensor (those scales used to leave a layer f32, or NaN, silently),
+#     and so is a bias that is not finite (session 31);
 #  9. a checkpoint whose "sample" section (valid CRCs) declares another
 #     input shape is refused by `kiln export` naming the file and the
 #     section, before the model it shapes is allocated: 1,100000,100000
@@ -241,6 +242,7 @@ elif what == "zero": put("fc1.input_scale", 0.0)
 elif what == "neg": put("fc1.weight_scale", -1.0)
 elif what == "kind": h["__metadata__"]["fc1.input"] = "x8"
 elif what == "shape": h["conv1.bias"]["shape"] = [4, 1]
+elif what == "bias": put("conv1.bias", float("inf"))
 j = json.dumps(h).encode()
 j += b" " * (-len(j) % 8)
 open(dst, "wb").write(struct.pack("<Q", len(j)) + j + bytes(data))
@@ -253,6 +255,9 @@ qmut zero "fc1.input_scale: 0 is no scale"
 qmut neg "'fc1.weight_scale'[0]: -1 is no scale"
 qmut kind "metadata fc1.input is 'x8', want u8 or s8"
 qmut shape "'conv1.bias': F32 of 4 elements in 2 dims, the model wants 4 f32 in 1"
+# an F32 tensor (a bias) not finite: refused too (before session 31 it
+# evaluated, its accuracy a chance's)
+qmut bias "the quantized file: tensor 'conv1.bias' f32[4] holds a non-finite value (inf at element 0): refused"
 
 # ---- 9: a checkpoint's "sample" section with another shape ----
 ck="$tmp/q/checkpoints/ckpt-2.kiln"
