@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,7 @@
 #define KILN_STOP_GRACE_S 5
 static volatile sig_atomic_t stop_at_s; /* CLOCK_MONOTONIC s of the first, 0: none */
 static volatile sig_atomic_t stop_sig;  /* the first stop's signal */
-static volatile sig_atomic_t stepped;   /* 1 once the first step is done (progress) */
+static atomic_int stepped;   /* 1 once the first step is done (progress) */
 static sigset_t stop_sigs; /* SIGTERM, SIGUSR1, SIGINT, SIGHUP (unless ignored) */
 static pid_t parent_pid;   /* the parent (kiln launch) at start-up */
 static char parent_gone[96]; /* the stop's cause once it is gone */
@@ -88,8 +89,11 @@ static void on_stop_signal(int sig)
 	static const char early[] = "\nkiln: stop requested before the first step: nothing to checkpoint; the process ends within 5 s\n";
 	static const char again[] = "kiln: stop already requested (a repeat within 5 s is ignored)\n";
 	long now = mono_s();
-	const char *msg = stepped ? first : early;
-	size_t len = stepped ? sizeof first - 1 : sizeof early - 1;
+	/* one read: the training thread may set it between two (the message
+	 * of one and the length of the other printed bytes past its end) */
+	const int done = atomic_load(&stepped);
+	const char *msg = done ? first : early;
+	size_t len = done ? sizeof first - 1 : sizeof early - 1;
 	if (stop_at_s && now - stop_at_s >= KILN_STOP_GRACE_S) {
 		end_by_signal(sig);
 		return;

@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -285,7 +286,14 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 		return KILN_OK;
 	}
 	kiln_clear_error();
+	/* one init at a time in the process: registries opened on several
+	 * threads (kiln/infer.h) load the same file, whose init stores the
+	 * host table in its globals (a second store of the same value skipped,
+	 * after the first under this lock) */
+	static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_lock(&init_lock);
 	const struct kiln_plugin *const *list = init(&host);
+	pthread_mutex_unlock(&init_lock);
 	if (!list) {
 		f->error = dupf("%s() failed: %s", KILN_PLUGIN_INIT_SYMBOL,
 				*kiln_last_error() ? kiln_last_error() : "no reason given");

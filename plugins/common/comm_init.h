@@ -26,7 +26,8 @@ comm_plugin_init(const struct kiln_host *host, const struct kiln_host **keep,
 			    list[0]->name, host->version);
 		return NULL;
 	}
-	*keep = host;
+	if (*keep != host) /* a second load: the same table, not rewritten */
+		*keep = host;
 	return list;
 }
 

@@ -185,7 +185,8 @@ static inline kiln_status common_capture_check(const struct kiln_host *host, con
 	const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)   \
 	{                                                                                 \
 		static const struct kiln_plugin *const list[] = { &var, NULL };           \
-		host_var = host;                                                          \
+		if (host_var != host) /* a second load: the same table, not rewritten */ \
+			host_var = host;                                                  \
 		return list;                                                              \
 	}
 

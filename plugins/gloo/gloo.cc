@@ -1033,7 +1033,8 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 		      struct kiln_store *store, struct kiln_device *dev, int rank, int world,
 		      int timeout_ms, void **out)
 {
-	H = host;
+	if (H != host) // ranks as threads: the same table, not rewritten
+		H = host;
 	*out = nullptr;
 	if (std::strcmp(host->device_name(dev), "cpu"))
 		return host->error(KILN_ENOTSUP, "gloo: collectives on host memory only, and [run] device = %s keeps its tensors elsewhere: use [run] comm = nccl",
