@@ -38,7 +38,8 @@ kiln_status pack_unmark_partial(const char *dir, const char *split, const char *
 int pack_remove_stale_tmp(const char *dir, const char *split, const char *suffix);
 /* Hold DIR's lock (flock on the directory, exclusive) until the process
  * ends: a second kiln pack into the same --out is refused (KILN_EUSAGE)
- * rather than removing the first one's *.tmp or mixing their shards. */
+ * rather than removing the first one's *.tmp or mixing their shards.  A
+ * file system that cannot lock: a warning, KILN_OK. */
 kiln_status pack_lock_out(const char *dir);
 int cmd_export(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -177,7 +177,10 @@ kiln_status pack_lock_out(const char *dir)
 		if (e == EWOULDBLOCK)
 			return kiln_error(KILN_EUSAGE, "--out %s: another kiln pack is writing there (it holds the directory's lock): wait for it to end, or choose another --out",
 					  dir);
-		return kiln_error(KILN_EIO, "--out %s: cannot lock: %s", dir, strerror(e));
+		/* a file system without flock (some FUSE ones): packed as
+		 * before the lock existed */
+		fprintf(stderr, "kiln pack: warning: --out %s: cannot lock (%s): a second pack into it meanwhile would not be refused\n",
+			dir, strerror(e));
 	}
 	return KILN_OK;
 }

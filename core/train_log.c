@@ -222,7 +222,7 @@ static kiln_status params_diverged(const struct trainer *t, int64_t step, int64_
 				  (long long)step, (long long)ep + 1, t->m->params[bad].name,
 				  (long long)count);
 	if (ranks > 0)
-		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): the parameters of %g other rank(s) hold non-finite values (NaN or inf): training diverged; lower [train] lr",
+		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): the parameters or batchnorm running statistics of %g other rank(s) hold non-finite values (NaN or inf; that rank's error names the tensor): training diverged, or a forward pass overflowed; lower [train] lr",
 				  (long long)step, (long long)ep + 1, ranks);
 	return KILN_OK;
 }

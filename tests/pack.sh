@@ -224,7 +224,11 @@ if command -v flock > /dev/null; then
 	flock -o "$tmp/busy" sleep 60 > /dev/null 2>&1 &
 	holder=$!
 	n=0
-	while flock -n "$tmp/busy" true && [ $n -lt 100 ]; do sleep 0.05; n=$((n + 1)); done
+	while flock -n "$tmp/busy" true; do
+		[ $n -lt 3000 ] || { kill "$holder"; fail "flock(1) did not take the lock within 300 s"; }
+		sleep 0.1
+		n=$((n + 1))
+	done
 	kiln 2 pack "$tmp/pack.ini" --out "$tmp/busy"
 	stderr_has "kiln: error: --out $tmp/busy: another kiln pack is writing there (it holds the directory's lock)"
 	printf 'some text to pack\n' > "$tmp/t.txt"
@@ -232,7 +236,7 @@ if command -v flock > /dev/null; then
 	stderr_has "another kiln pack is writing there"
 	[ -z "$(ls "$tmp/busy")" ] || fail "a refused pack wrote into --out: $(ls "$tmp/busy")"
 	pkill -P "$holder" sleep
-	kill "$holder"
+	kill "$holder" 2> /dev/null
 	wait "$holder" 2> /dev/null
 	kiln 0 pack "$tmp/pack.ini" --out "$tmp/busy"
 fi

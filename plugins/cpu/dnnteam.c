@@ -175,12 +175,15 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
 		const kiln_status st = busy ? cpu_gemm_prepare_busy(c, q) : prepare_family(c, q);
 		if (st == KILN_OK && q->workspace <= p->workspace && q->aux == p->aux &&
 		    q->n_in == p->n_in && q->n_out == p->n_out) {
-			/* p itself, without the versions; its refs (which the
-			 * issuing thread counts up meanwhile, cpu_push) not read */
+			/* p itself, without the versions; its list links and
+			 * refs (which the issuing thread writes meanwhile under
+			 * the device's lock: prepares, frees, cpu_push) not read */
 			struct cpu_plan base;
+			const size_t from = offsetof(struct cpu_plan, op);
 			const size_t at = offsetof(struct cpu_plan, refs), past = at + sizeof p->refs;
-			memcpy(&base, p, at);
+			memcpy((char *)&base + from, (const char *)p + from, at - from);
 			memcpy((char *)&base + past, (const char *)p + past, sizeof base - past);
+			base.prev = base.next = NULL;
 			base.refs = 1;
 			base.variants = NULL;
 			same = probe_run(c, &base, p->workspace, v->max, &ref, &nref) &&
