@@ -164,7 +164,10 @@ struct trainer {
 	struct kiln_ckpt *resume_ck;
 	int64_t ckpt_step;         /* step of the last checkpoint written; -1: none */
 	struct kiln_ckpt_epoch ep0_sums; /* the resumed epoch's sums before the checkpoint */
-	/* keep_best: the K best evaluations' checkpoints in ckdir/best */
+	/* keep_best: the K best evaluations' checkpoints in ckdir/best, in
+	 * every checkpoint's "best" section; rank 0's alone is read (it
+	 * chooses for every rank, trainer_keep_best), so a resume restores it
+	 * on rank 0 only (train_ckpt.c best_restore) */
 	int n_best;
 	struct best *best;
 	/* data-parallel training (core/dist.c): NULL for one process */
