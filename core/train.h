@@ -299,6 +299,7 @@ kiln_status trainer_checkpoint_last(struct trainer *t);
 kiln_status trainer_checkpoint_stop(struct trainer *t);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
+void trainer_resume_finished(struct trainer *t);
 
 /* train_dist.c */
 kiln_status trainer_resume(struct trainer *t, int *found);

@@ -549,3 +549,19 @@ out:
 	kiln_ckpt_close(ck);
 	return st;
 }
+
+/* Every rank, after a resume (the stopper is rank 0's, trainer_resume): a
+ * checkpoint of a run that early stopping ended (its count at
+ * early_stop_patience: checkpoint_last's after the stop) finishes the run
+ * as a resume past its last epoch does: the resumed epoch's line and the
+ * early stop's, no step, no checkpoint (before session 31 nothing set
+ * t->stop_early, and each --resume trained on to the next evaluation,
+ * which stopped it again with one more checkpoint). */
+void trainer_resume_finished(struct trainer *t)
+{
+	const int64_t patience = t->tc.early_stop_patience;
+	t->stop_early = patience && t->stopper.bad >= patience;
+	if (t->stop_early && !t->rank)
+		kiln_log(KILN_LOG_INFO, "train", "resume: the run stopped early at step %lld (%lld evaluations without improvement, early_stop_patience %lld): no step is left",
+			 (long long)t->pos.step, (long long)t->stopper.bad, (long long)patience);
+}

@@ -50,13 +50,14 @@ void kiln_set_grad_hook(kiln_grad_hook_fn fn, void *user)
 
 /* Another epoch: within [train] epochs and max_steps, no early stop.  A
  * resumed epoch always runs: with its steps done, or past epochs or
- * max_steps (both may be lowered on resume), it still has its line and
- * evaluation left, the checkpoint's numbers. */
+ * max_steps (both may be lowered on resume), or the run stopped early
+ * already (trainer_resume_finished), it still has its line and evaluation
+ * left, the checkpoint's numbers. */
 static int epoch_runs(const struct trainer *t)
 {
 	const int64_t max_steps = t->tc.max_steps;
 	if (t->ep == t->ep0 && t->off0 > 0)
-		return !t->stop_early;
+		return 1;
 	return t->ep < t->tc.epochs && !t->stop_early && (!max_steps || t->step < max_steps);
 }
 
@@ -129,7 +130,7 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 	kiln_status st = trainer_open(t, cfg, reg, tc, 1, res);
 	for (t->ep = t->ep0; !st && epoch_runs(t); t->ep++) {
 		st = epoch_begin(t);
-		for (t->k = t->k0; !st && step_runs(t); t->k++) {
+		for (t->k = t->k0; !st && !t->stop_early && step_runs(t); t->k++) {
 			if ((st = trainer_step(t)) || (st = trainer_log_point(t)))
 				break;
 			if (t->prof)

@@ -194,11 +194,51 @@ START_TEST(test_keep_best)
 }
 END_TEST
 
+/* Early stopping ends the run at its third evaluation: min_delta 100 of
+ * a loss near 2 makes every evaluation after the first one without
+ * improvement, and patience is 2 (evaluations at 5 10 15). */
+static const char *const early[] = { "train.eval_every=5", "train.early_stop_patience=2",
+				     "train.early_stop_metric=loss",
+				     "train.early_stop_min_delta=100", NULL };
+static const char *const early_resume[] = { "train.eval_every=5", "train.early_stop_patience=2",
+					    "train.early_stop_metric=loss",
+					    "train.early_stop_min_delta=100", "train.resume=1", NULL };
+
+/* A finished early-stopped run resumed (what a job script passing
+ * --resume every time does): no step, no checkpoint, the run's numbers
+ * and "early_stopped" again (before session 31 it trained steps 16..20,
+ * stopped again at 20 and wrote ckpt-20, on every --resume). */
+START_TEST(test_early_stop_finished)
+{
+	char a[64], ck[300], l[400];
+	struct kiln_train_result ra, r2;
+	scratch_dir(a, sizeof a);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, early, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 15);
+	ck_assert_int_eq(ra.early_stopped, 1);
+	ck_assert_msg(train_run(a, early_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 15);
+	ck_assert_int_eq(r2.steps, 15);
+	ck_assert_int_eq(r2.early_stopped, 1);
+	ck_assert_int_eq(r2.stopped, 0);
+	ck_assert_int_eq(r2.epochs, ra.epochs);
+	ck_assert(r2.train_loss == ra.train_loss && r2.train_acc == ra.train_acc);
+	snprintf(ck, sizeof ck, "%s/checkpoints", a);
+	ckpt_files(ck, l, sizeof l);
+	ck_assert_str_eq(l, "15");
+	event_steps(a, "train", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+	event_steps(a, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+}
+END_TEST
+
 static Suite *make_resume_evals_suite(void)
 {
 	Suite *s = suite_create("resume_evals");
 	check_add_case(s, "resume", 120, scratch_setup, scratch_teardown,
-		       (const TTest *[]){ test_keep_best, NULL });
+		       (const TTest *[]){ test_keep_best, test_early_stop_finished, NULL });
 	return s;
 }
 
