@@ -196,6 +196,10 @@ struct trainer {
 	int64_t step, step0, interval_start; /* optimizer steps done: now, at the start, at the last log */
 	int stopping, stop_early;
 	int eval_cut;              /* a stop cut the last evaluation short (eval_stop) */
+	/* the eval_every evaluation after step t->step is owed: a stop cut it
+	 * short; the stop's checkpoint says so ("eval_owed") and the resumed
+	 * run runs it before its first step (trainer.c eval_owed_run) */
+	int eval_owed;
 	int res_slot;
 	void *res_x;               /* resident = 1: the one batch's device input */
 	double timed_s;

@@ -132,7 +132,8 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 	const struct kiln_ckpt_stopper sp = { t->stopper.best, t->stopper.bad, t->stopper.have };
 	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
 				       .trainer = t->pos, .epoch = &sums,
-				       .stopper = t->tc.early_stop_patience ? &sp : NULL };
+				       .stopper = t->tc.early_stop_patience ? &sp : NULL,
+				       .eval_owed = t->eval_owed };
 	/* every rank: the sums are a collective, and so is the write */
 	if ((st = epoch_sums(t, &sums)) || (st = best_meta(t, -1, 0, &meta, &best)))
 		return st;
@@ -413,7 +414,9 @@ static kiln_status best_restore(struct trainer *t, struct kiln_ckpt *ck)
 	int unknown = 0;
 	char path[4200];
 	t->n_best = 0;
-	if (!t->tc.keep_best || !*t->ckdir)
+	/* (rank 0 chooses for every rank; stages on ranks with one pipe read
+	 * the checkpoint on each rank, and only rank 0 touches best/) */
+	if (!t->tc.keep_best || !*t->ckdir || t->rank)
 		return KILN_OK;
 	const int64_t upto = kiln_ckpt_step(ck);
 	kiln_status st = kiln_ckpt_best_get(ck, &e, &n);
@@ -443,12 +446,16 @@ static kiln_status best_restore(struct trainer *t, struct kiln_ckpt *ck)
 /* The state around the evaluations as the checkpoint left it: early
  * stopping's best and patience (before session 28 a resumed run started
  * them afresh and stopped elsewhere), keep_best's list (rank 0's; no
- * other rank reads it). */
+ * other rank reads it), an eval_every evaluation a stop cut short (owed:
+ * the other ranks have it from rank 0, trainer_resume). */
 static kiln_status evals_restore(struct trainer *t, struct kiln_ckpt *ck)
 {
 	struct kiln_ckpt_stopper sp;
 	memset(&t->stopper, 0, sizeof t->stopper);
-	kiln_status st = kiln_ckpt_stopper_get(ck, &sp);
+	kiln_status st = kiln_ckpt_eval_owed_get(ck, &t->eval_owed);
+	if (st)
+		return st;
+	st = kiln_ckpt_stopper_get(ck, &sp);
 	if (!st) {
 		t->stopper.best = sp.best;
 		t->stopper.bad = sp.bad;

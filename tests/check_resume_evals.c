@@ -114,7 +114,7 @@ static const char *const state_tags[] = { "params", "buffers", "optim.exp_avg",
 					  "optim.exp_avg_sq", "step", "optim.step", NULL };
 
 /* The state sections of two checkpoint files are byte-identical. */
-static void __attribute__((unused)) same_state(const char *a, const char *b)
+static void same_state(const char *a, const char *b)
 {
 	struct kiln_ckpt *ca, *cb;
 	ck_assert_msg(kiln_ckpt_open(a, &ca) == 0, "%s", kiln_last_error());
@@ -234,11 +234,46 @@ START_TEST(test_early_stop_finished)
 }
 END_TEST
 
+/* A stop during the eval_every evaluation after step 10 (asked for at
+ * its log point, so the evaluation is cut at its first batch): the stop's
+ * checkpoint owes it, the resumed run evaluates step 10 first and stops
+ * early at 15 with the uninterrupted run's bytes (before session 31 it
+ * evaluated at 15 and 20 and stopped at 20). */
+START_TEST(test_eval_owed)
+{
+	char a[64], b[64], fa[300], fb[300], l[400];
+	struct kiln_train_result ra, r1, r2;
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, early, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 15);
+	stop_at = 10;
+	ck_assert_msg(train_run(b, early, &r1) == 0, "%s", kiln_last_error());
+	stop_at = 0;
+	ck_assert_int_eq(r1.stopped, 1);
+	ck_assert_int_eq(r1.steps, 10);
+	event_steps(b, "eval", 0, l, sizeof l);
+	ck_assert_str_eq(l, "5");
+	ck_assert_msg(train_run(b, early_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 10);
+	ck_assert_int_eq(r2.steps, 15);
+	ck_assert_int_eq(r2.early_stopped, 1);
+	event_steps(b, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "10 15");
+	ck_assert(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc);
+	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-15.kiln", a);
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-15.kiln", b);
+	same_state(fa, fb);
+}
+END_TEST
+
 static Suite *make_resume_evals_suite(void)
 {
 	Suite *s = suite_create("resume_evals");
 	check_add_case(s, "resume", 120, scratch_setup, scratch_teardown,
-		       (const TTest *[]){ test_keep_best, test_early_stop_finished, NULL });
+		       (const TTest *[]){ test_keep_best, test_early_stop_finished,
+					   test_eval_owed, NULL });
 	return s;
 }
 
