@@ -5,7 +5,9 @@
  *   keep_best     the K best (their checkpoints in best/, their "best"
  *                 events) equal the uninterrupted run's after a cut; a
  *                 file of best/ written after the resumed checkpoint is
- *                 deleted (its evaluation runs again)
+ *                 deleted (its evaluation runs again); a checkpoint
+ *                 without the list (an older kiln's) rebuilds it from the
+ *                 values the best/ files hold
  *   early stop    a finished early-stopped run resumed trains no further
  *                 and writes no checkpoint
  *   eval owed     a stop during an eval_every evaluation: the resumed run
@@ -194,6 +196,68 @@ START_TEST(test_keep_best)
 }
 END_TEST
 
+uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n); /* core/internal.h */
+
+/* Checkpoint `path` rewritten without its section `tag`, as an older kiln
+ * wrote it (docs/checkpoints.md: the header's file size, section count
+ * and CRC change; each section keeps its own CRCs). */
+static void strip_section(const char *path, const char *tag)
+{
+	size_t n;
+	uint8_t *d = (uint8_t *)test_read_file(path, &n), *o = malloc(n);
+	uint32_t count, kept = 0, crc;
+	uint64_t off = 64, len, size = 64;
+	memcpy(&count, d + 24, 4);
+	memcpy(o, d, 64);
+	for (uint32_t i = 0; i < count; i++, off += 48 + len) {
+		memcpy(&len, d + off + 32, 8);
+		if (!strcmp((const char *)d + off, tag))
+			continue;
+		memcpy(o + size, d + off, 48 + len);
+		size += 48 + len, kept++;
+	}
+	memcpy(o + 16, &size, 8);
+	memcpy(o + 24, &kept, 4);
+	crc = kiln_crc32c(0, o, 60);
+	memcpy(o + 60, &crc, 4);
+	ck_assert_uint_eq(kept, count - 1);
+	FILE *f = fopen(path, "wb");
+	ck_assert(f && fwrite(o, 1, size, f) == size && fclose(f) == 0);
+	free(d);
+	free(o);
+}
+
+/* A checkpoint without the list (an older kiln's, here the cut run's with
+ * its "best" section taken out): the list is rebuilt from the values the
+ * best/ files hold of themselves, and the run keeps the uninterrupted
+ * run's files. */
+START_TEST(test_keep_best_old_checkpoint)
+{
+	char a[64], b[64], d[300], la[400], lb[400];
+	struct kiln_train_result ra, r1, r2;
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
+	const char *const full[] = { "train.keep_best=2", "train.best_metric=loss",
+				     "train.eval_every=7", NULL };
+	const char *const cut[] = { "train.keep_best=2", "train.best_metric=loss",
+				    "train.eval_every=7", "train.max_steps=30", NULL };
+	const char *const rest[] = { "train.keep_best=2", "train.best_metric=loss",
+				     "train.eval_every=7", "train.resume=1", NULL };
+	stop_at = 0;
+	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train_run(b, cut, &r1) == 0, "%s", kiln_last_error());
+	snprintf(d, sizeof d, "%s/checkpoints/ckpt-30.kiln", b);
+	strip_section(d, "best");
+	ck_assert_msg(train_run(b, rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 30);
+	snprintf(d, sizeof d, "%s/checkpoints/best", a);
+	ckpt_files(d, la, sizeof la);
+	snprintf(d, sizeof d, "%s/checkpoints/best", b);
+	ckpt_files(d, lb, sizeof lb);
+	ck_assert_str_eq(lb, la);
+}
+END_TEST
+
 /* Early stopping ends the run at its third evaluation: min_delta 100 of
  * a loss near 2 makes every evaluation after the first one without
  * improvement, and patience is 2 (evaluations at 5 10 15). */
@@ -272,7 +336,8 @@ static Suite *make_resume_evals_suite(void)
 {
 	Suite *s = suite_create("resume_evals");
 	check_add_case(s, "resume", 120, scratch_setup, scratch_teardown,
-		       (const TTest *[]){ test_keep_best, test_early_stop_finished,
+		       (const TTest *[]){ test_keep_best, test_keep_best_old_checkpoint,
+					   test_early_stop_finished,
 					   test_eval_owed, NULL });
 	return s;
 }
