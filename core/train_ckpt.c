@@ -102,8 +102,8 @@ static kiln_status checkpoint_done(struct trainer *t, const char *path);
 /* keep_best's list as the "best" section holds it (meta->best, n_best;
  * malloc'd into *out, the caller frees), with entry i (-1: none) taken
  * by value v of step t->pos.step: a best/ checkpoint holds its own entry
- * (trainer_best_restore reads it from there when a resume's checkpoint
- * has no list).  Without keep_best: none. */
+ * (best_restore reads it from there when a resume's checkpoint has no
+ * list).  Without keep_best: none. */
 static kiln_status best_meta(const struct trainer *t, int i, double v,
 			     struct kiln_ckpt_meta *meta, struct kiln_ckpt_best **out)
 {
@@ -429,7 +429,8 @@ static kiln_status best_restore(struct trainer *t, struct kiln_ckpt *ck)
 		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no keep_best list (an older kiln wrote it): rebuilt from %lld file(s) of %s/best that hold their value%s",
 			 kiln_ckpt_path(ck), (long long)n, t->ckdir,
 			 unknown ? "; the others (an older kiln's) are kept, not counted" : "");
-	qsort(e, (size_t)n, sizeof *e, best_by_step);
+	if (n > 1)
+		qsort(e, (size_t)n, sizeof *e, best_by_step);
 	for (int64_t i = 0; i < n; i++) {
 		best_path(t, e[i].step, path, sizeof path);
 		if (access(path, F_OK))
