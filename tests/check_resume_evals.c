@@ -302,7 +302,8 @@ END_TEST
  * its log point, so the evaluation is cut at its first batch): the stop's
  * checkpoint owes it, the resumed run evaluates step 10 first and stops
  * early at 15 with the uninterrupted run's bytes (before session 31 it
- * evaluated at 15 and 20 and stopped at 20). */
+ * evaluated at 15 and 20 and stopped at 20); cut again by a stop as the
+ * resumed run starts, it stays owed. */
 START_TEST(test_eval_owed)
 {
 	char a[64], b[64], fa[300], fb[300], l[400];
@@ -319,6 +320,14 @@ START_TEST(test_eval_owed)
 	ck_assert_int_eq(r1.steps, 10);
 	event_steps(b, "eval", 0, l, sizeof l);
 	ck_assert_str_eq(l, "5");
+	/* a stop pending as the resumed run starts cuts the owed evaluation
+	 * again: the stop's checkpoint, of step 10, owes it still */
+	kiln_train_request_stop();
+	ck_assert_msg(train_run(b, early_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.stopped, 1);
+	ck_assert_int_eq(r2.steps, 10);
+	event_steps(b, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
 	ck_assert_msg(train_run(b, early_resume, &r2) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(r2.resumed_step, 10);
 	ck_assert_int_eq(r2.steps, 15);
