@@ -99,11 +99,20 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 
 static kiln_status checkpoint_done(struct trainer *t, const char *path);
 
+static int best_by_step(const void *a, const void *b)
+{
+	const struct kiln_ckpt_best *x = a, *y = b;
+	return (x->step > y->step) - (x->step < y->step);
+}
+
 /* keep_best's list as the "best" section holds it (meta->best, n_best;
  * malloc'd into *out, the caller frees), with entry i (-1: none) taken
  * by value v of step t->pos.step: a best/ checkpoint holds its own entry
  * (best_restore reads it from there when a resume's checkpoint has no
- * list).  Without keep_best: none. */
+ * list).  In step order, not t->best's: a resumed run's slots hold the
+ * entries in another order (best_restore takes them by step), and its
+ * checkpoints must be the uninterrupted run's byte for byte.  Without
+ * keep_best: none. */
 static kiln_status best_meta(const struct trainer *t, int i, double v,
 			     struct kiln_ckpt_meta *meta, struct kiln_ckpt_best **out)
 {
@@ -117,6 +126,8 @@ static kiln_status best_meta(const struct trainer *t, int i, double v,
 		(*out)[j] = (struct kiln_ckpt_best){ t->best[j].v, t->best[j].step };
 	if (i >= 0)
 		(*out)[i] = (struct kiln_ckpt_best){ v, t->pos.step };
+	if (n > 1)
+		qsort(*out, (size_t)n, sizeof **out, best_by_step);
 	meta->best = *out;
 	meta->n_best = n;
 	return KILN_OK;
@@ -304,12 +315,6 @@ static int64_t best_name_step(const char *name)
 	if (sscanf(name, "ckpt-%lld.kiln%n", &step, &end) != 1 || name[end] || step < 0)
 		return -1;
 	return step;
-}
-
-static int best_by_step(const void *a, const void *b)
-{
-	const struct kiln_ckpt_best *x = a, *y = b;
-	return (x->step > y->step) - (x->step < y->step);
 }
 
 /* A resume's keep_best entry (v, step) into t->best as its evaluation put

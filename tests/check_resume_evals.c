@@ -115,22 +115,23 @@ static void ckpt_files(const char *dir, char *out, size_t n)
 static const char *const state_tags[] = { "params", "buffers", "optim.exp_avg",
 					  "optim.exp_avg_sq", "step", "optim.step", NULL };
 
-/* The state sections of two checkpoint files are byte-identical. */
-static void same_state(const char *a, const char *b)
+/* The sections `tags` (NULL-terminated) of two checkpoint files are
+ * byte-identical. */
+static void same_sections(const char *a, const char *b, const char *const *tags)
 {
 	struct kiln_ckpt *ca, *cb;
 	ck_assert_msg(kiln_ckpt_open(a, &ca) == 0, "%s", kiln_last_error());
 	ck_assert_msg(kiln_ckpt_open(b, &cb) == 0, "%s", kiln_last_error());
-	for (int i = 0; state_tags[i]; i++) {
+	for (int i = 0; tags[i]; i++) {
 		uint64_t na, nb;
-		ck_assert(kiln_ckpt_find(ca, state_tags[i], &na) == 0);
-		ck_assert(kiln_ckpt_find(cb, state_tags[i], &nb) == 0);
+		ck_assert_msg(kiln_ckpt_find(ca, tags[i], &na) == 0, "%s", kiln_last_error());
+		ck_assert_msg(kiln_ckpt_find(cb, tags[i], &nb) == 0, "%s", kiln_last_error());
 		ck_assert_uint_eq(na, nb);
 		char *x = malloc(na), *y = malloc(nb);
-		ck_assert(kiln_ckpt_read(ca, state_tags[i], x, na) == 0);
-		ck_assert(kiln_ckpt_read(cb, state_tags[i], y, nb) == 0);
+		ck_assert(kiln_ckpt_read(ca, tags[i], x, na) == 0);
+		ck_assert(kiln_ckpt_read(cb, tags[i], y, nb) == 0);
 		ck_assert_msg(memcmp(x, y, na) == 0, "section '%s' differs between %s and %s",
-			      state_tags[i], a, b);
+			      tags[i], a, b);
 		free(x);
 		free(y);
 	}
@@ -138,11 +139,17 @@ static void same_state(const char *a, const char *b)
 	kiln_ckpt_close(cb);
 }
 
+static void same_state(const char *a, const char *b)
+{
+	same_sections(a, b, state_tags);
+}
+
 /* keep_best = 2 by loss, an evaluation every 7 steps (8 in 60 steps),
- * cut by max_steps = 30 and resumed: best/ and the "best" events after
- * the resume are the uninterrupted run's (before session 31 the list
- * started empty: 4 files, ckpt-21 28 42 56 where the run keeps 28 56, and
- * steps 35 49 logged as "best"). */
+ * cut by max_steps = 25 and resumed: best/ and the "best" events after
+ * the resume are the uninterrupted run's, and so is the last checkpoint's
+ * "best" section, byte for byte (before session 31 the list started
+ * empty: the resumed run kept 2 more files, 5 in all with the stray one
+ * below, and logged evaluations worse than the kept ones as "best"). */
 START_TEST(test_keep_best)
 {
 	char a[64], b[64], da[300], db[300], la[400], lb[400];
@@ -152,24 +159,24 @@ START_TEST(test_keep_best)
 	const char *const full[] = { "train.keep_best=2", "train.best_metric=loss",
 				     "train.eval_every=7", NULL };
 	const char *const cut[] = { "train.keep_best=2", "train.best_metric=loss",
-				    "train.eval_every=7", "train.max_steps=30", NULL };
+				    "train.eval_every=7", "train.max_steps=25", NULL };
 	const char *const rest[] = { "train.keep_best=2", "train.best_metric=loss",
 				     "train.eval_every=7", "train.resume=1", NULL };
 	stop_at = 0;
 	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
 	ck_assert_msg(train_run(b, cut, &r1) == 0, "%s", kiln_last_error());
-	ck_assert_int_eq(r1.steps, 30);
+	ck_assert_int_eq(r1.steps, 25);
 	/* a best/ file of a step after the checkpoint (as a run killed after
 	 * a keep_best write leaves; 50, no evaluation point, so not written
 	 * again): it goes */
 	snprintf(db, sizeof db, "%s/checkpoints/best", b);
 	ckpt_files(db, lb, sizeof lb);
-	ck_assert_str_eq(lb, "21 28");
+	ck_assert_str_eq(lb, "14 21");
 	snprintf(la, sizeof la, "%.290s/ckpt-21.kiln", db);
 	snprintf(da, sizeof da, "%.280s/ckpt-50.kiln", db);
 	ck_assert(link(la, da) == 0);
 	ck_assert_msg(train_run(b, rest, &r2) == 0, "%s", kiln_last_error());
-	ck_assert_int_eq(r2.resumed_step, 30);
+	ck_assert_int_eq(r2.resumed_step, 25);
 	ck_assert_int_eq(r2.steps, 60);
 	snprintf(da, sizeof da, "%s/checkpoints/best", a);
 	ckpt_files(da, la, sizeof la);
@@ -177,11 +184,18 @@ START_TEST(test_keep_best)
 	ck_assert_str_eq(la, "49 56");
 	ck_assert_str_eq(lb, la);
 	/* the "best" events after the resume: the uninterrupted run's after
-	 * step 30 */
+	 * step 25 */
 	event_steps(a, "best", 0, la, sizeof la);
 	event_steps(b, "best", 1, lb, sizeof lb);
 	ck_assert_str_eq(la, "7 14 21 28 35 42 49 56");
-	ck_assert_str_eq(lb, "35 42 49 56");
+	ck_assert_str_eq(lb, "28 35 42 49 56");
+	/* the last checkpoint's list: the same bytes (entries in step order:
+	 * the uninterrupted run holds 21 in the slot before 14's at step 25,
+	 * the resumed one takes them in step order) */
+	static const char *const best_tag[] = { "best", NULL };
+	snprintf(la, sizeof la, "%s/checkpoints/ckpt-60.kiln", a);
+	snprintf(lb, sizeof lb, "%s/checkpoints/ckpt-60.kiln", b);
+	same_sections(la, lb, best_tag);
 	/* each kept file holds the list with its own entry */
 	struct kiln_ckpt *ck;
 	struct kiln_ckpt_best *e;
