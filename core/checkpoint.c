@@ -316,6 +316,22 @@ static int state_sections(struct kiln_model *m, const struct kiln_ckpt_src *src,
 	return n;
 }
 
+/* The "best" section's payload for n entries (malloc'd; NULL when out of
+ * memory). */
+static uint8_t *best_bytes(const struct kiln_ckpt_best *e, int64_t n)
+{
+	uint8_t *b = malloc(8 + KILN_CKPT_BEST_ENTRY_BYTES * (size_t)n);
+	if (!b)
+		return NULL;
+	put_u64(b, (uint64_t)n);
+	for (int64_t i = 0; i < n; i++) {
+		uint8_t *p = b + 8 + KILN_CKPT_BEST_ENTRY_BYTES * i;
+		memcpy(p, &e[i].v, 8);
+		put_u64(p + 8, (uint64_t)e[i].step);
+	}
+	return b;
+}
+
 kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 			   struct kiln_model *m, void *stream, char *path, size_t path_len)
 {
@@ -326,18 +342,20 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
 			       char *path, size_t path_len)
 {
-	struct wsec s[9 + 2 * KILN_MAX_STATE_BUFS];
+	struct wsec s[11 + 2 * KILN_MAX_STATE_BUFS];
 	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES],
-		sp[KILN_CKPT_STOPPER_BYTES];
+		sp[KILN_CKPT_STOPPER_BYTES], owed[8];
 	char final[4200], tmp[4210], sample[160];
 	kiln_status st;
 	int n = 0;
 	const char *config = meta->config ? meta->config : "";
 	const char *versions = meta->versions ? meta->versions : "";
 	char *tensors = tensors_text(m), *wkeys = kiln_ckpt_weights_keys(config);
-	if (!tensors || !wkeys) {
+	uint8_t *best = meta->best ? best_bytes(meta->best, meta->n_best) : NULL;
+	if (!tensors || !wkeys || (meta->best && !best)) {
 		free(tensors);
 		free(wkeys);
+		free(best);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
 	const struct kiln_ckpt_trainer *t = &meta->trainer;
@@ -366,6 +384,12 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 		put_u64(sp + 16, (uint64_t)meta->stopper->have);
 		host_section(&s[n++], "stopper", sp, sizeof sp);
 	}
+	if (best)
+		host_section(&s[n++], "best", best, 8 + KILN_CKPT_BEST_ENTRY_BYTES * (size_t)meta->n_best);
+	if (meta->eval_owed) {
+		put_u64(owed, (uint64_t)t->step);
+		host_section(&s[n++], "eval_owed", owed, sizeof owed);
+	}
 	n = state_sections(m, src, s, n);
 	snprintf(final, sizeof final, "%s/ckpt-%lld.kiln", dir, (long long)t->step);
 	snprintf(tmp, sizeof tmp, "%s.tmp", final);
@@ -373,11 +397,13 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 	if (fd < 0) {
 		free(tensors);
 		free(wkeys);
+		free(best);
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", tmp, strerror(errno));
 	}
 	st = write_file(tmp, fd, s, n, t->step, src, m->dev, stream);
 	free(tensors);
 	free(wkeys);
+	free(best);
 	if (!st && fsync(fd))
 		st = kiln_error(KILN_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
 	if (close(fd) && !st)
@@ -763,6 +789,71 @@ kiln_status kiln_ckpt_stopper_get(struct kiln_ckpt *ck, struct kiln_ckpt_stopper
 				  ck->path, out->best, (unsigned long long)bad, (unsigned long long)have);
 	out->bad = (int64_t)bad;
 	out->have = (int64_t)have;
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_best_get(struct kiln_ckpt *ck, struct kiln_ckpt_best **out, int64_t *n)
+{
+	const struct rsec *r = find(ck, "best");
+	uint8_t *b;
+	kiln_status st = KILN_OK;
+	*out = NULL;
+	*n = 0;
+	if (!r)
+		return KILN_ENOTFOUND;
+	/* (bounded by the file's size, which open checked) */
+	if (r->bytes < 8 || (r->bytes - 8) % KILN_CKPT_BEST_ENTRY_BYTES)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'best' has %llu bytes, not 8 + 16 a entry",
+				  ck->path, (unsigned long long)r->bytes);
+	if (!(b = malloc(r->bytes)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	const uint64_t count = (r->bytes - 8) / KILN_CKPT_BEST_ENTRY_BYTES;
+	if ((st = kiln_ckpt_read(ck, "best", b, r->bytes)))
+		goto out;
+	if (get_u64(b) != count) {
+		st = kiln_error(KILN_EDATA, "checkpoint %s: section 'best' says %llu entries in room for %llu",
+				ck->path, (unsigned long long)get_u64(b), (unsigned long long)count);
+		goto out;
+	}
+	if (count && !(*out = malloc(sizeof **out * count))) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (uint64_t i = 0; i < count; i++) {
+		const uint8_t *p = b + 8 + KILN_CKPT_BEST_ENTRY_BYTES * i;
+		const uint64_t step = get_u64(p + 8);
+		memcpy(&(*out)[i].v, p, 8);
+		(*out)[i].step = (int64_t)step;
+		if (!isfinite((*out)[i].v) || step > (uint64_t)ck->step) {
+			st = kiln_error(KILN_EDATA, "checkpoint %s: section 'best': entry %llu out of range (value %g, step %llu of a checkpoint at step %lld)",
+					ck->path, (unsigned long long)i, (*out)[i].v,
+					(unsigned long long)step, (long long)ck->step);
+			goto out;
+		}
+	}
+	*n = (int64_t)count;
+out:
+	free(b);
+	if (st) {
+		free(*out);
+		*out = NULL;
+	}
+	return st;
+}
+
+kiln_status kiln_ckpt_eval_owed_get(struct kiln_ckpt *ck, int *owed)
+{
+	uint8_t b[8];
+	kiln_status st;
+	*owed = 0;
+	if (!find(ck, "eval_owed"))
+		return KILN_OK;
+	if ((st = kiln_ckpt_read(ck, "eval_owed", b, sizeof b)))
+		return st;
+	if (get_u64(b) != (uint64_t)ck->step)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'eval_owed' names step %llu, the checkpoint is of step %lld",
+				  ck->path, (unsigned long long)get_u64(b), (long long)ck->step);
+	*owed = 1;
 	return KILN_OK;
 }
 

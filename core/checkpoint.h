@@ -16,6 +16,10 @@
  *               weights (kiln_model's tracked_base), before the "step" count
  *   "epoch"     the epoch's partial training sums (struct kiln_ckpt_epoch),
  *               so a resumed epoch's summary averages the whole epoch
+ *   "stopper"   early stopping's state (struct kiln_ckpt_stopper)
+ *   "best"      keep_best's K best evaluations so far (struct kiln_ckpt_best)
+ *   "eval_owed" a stop cut this step's eval_every evaluation short: the
+ *               resumed run evaluates it first
  *   one section per model state buffer (kiln_model_state_buffers: "params",
  *   "buffers", "momentum", "step"), the device bytes as they are.
  *
@@ -72,6 +76,18 @@ struct kiln_ckpt_stopper {
 };
 #define KILN_CKPT_STOPPER_BYTES 24
 
+/* One of keep_best's K best evaluations (the "best" section: i64 count,
+ * then per entry f64 value, i64 step): the value of best_metric (higher is
+ * better: a loss negated) at the evaluation after `step`, whose checkpoint
+ * is best/ckpt-<step>.kiln.  In a best/ checkpoint the list holds that
+ * checkpoint's own entry too (a resume from a checkpoint without the
+ * section reads each best/ file's value from it). */
+struct kiln_ckpt_best {
+	double v;
+	int64_t step;
+};
+#define KILN_CKPT_BEST_ENTRY_BYTES 16
+
 /* What a checkpoint holds besides the model's state buffers.  Strings are
  * borrowed for the call. */
 struct kiln_ckpt_meta {
@@ -80,6 +96,9 @@ struct kiln_ckpt_meta {
 	struct kiln_ckpt_trainer trainer;
 	const struct kiln_ckpt_epoch *epoch; /* NULL: no "epoch" section */
 	const struct kiln_ckpt_stopper *stopper; /* NULL: no "stopper" section */
+	const struct kiln_ckpt_best *best; /* n_best entries; NULL: no "best" section */
+	int64_t n_best;
+	int eval_owed; /* nonzero: an "eval_owed" section (i64: the trainer step) */
 };
 
 /* Write dir/ckpt-<trainer.step>.kiln: the state buffers of `m` are copied
@@ -173,6 +192,16 @@ kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *ou
  * run without early stopping, or an older kiln's), KILN_EDATA when its
  * values are out of range. */
 kiln_status kiln_ckpt_stopper_get(struct kiln_ckpt *ck, struct kiln_ckpt_stopper *out);
+/* The "best" section: *out (malloc'd, the caller frees; NULL when *n is 0)
+ * and its *n entries.  KILN_ENOTFOUND when the checkpoint has none (no
+ * keep_best, or an older kiln's), KILN_EDATA when it is malformed or a value
+ * out of range (not finite, a step past the checkpoint's). */
+kiln_status kiln_ckpt_best_get(struct kiln_ckpt *ck, struct kiln_ckpt_best **out, int64_t *n);
+/* *owed = 1 when the checkpoint owes its step's eval_every evaluation (an
+ * "eval_owed" section naming its step), 0 when it has none (none owed, or
+ * an older kiln's); KILN_EDATA naming the file when the section is
+ * malformed or names another step. */
+kiln_status kiln_ckpt_eval_owed_get(struct kiln_ckpt *ck, int *owed);
 
 /* 1 when `path` starts with a checkpoint's magic (KILNCKPT), else 0 (also
  * when it cannot be read: opening it will say why). */

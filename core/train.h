@@ -168,7 +168,10 @@ struct trainer {
 	struct kiln_ckpt *resume_ck;
 	int64_t ckpt_step;         /* step of the last checkpoint written; -1: none */
 	struct kiln_ckpt_epoch ep0_sums; /* the resumed epoch's sums before the checkpoint */
-	/* keep_best: the K best evaluations' checkpoints in ckdir/best */
+	/* keep_best: the K best evaluations' checkpoints in ckdir/best, in
+	 * every checkpoint's "best" section; rank 0's alone is read (it
+	 * chooses for every rank, trainer_keep_best), so a resume restores it
+	 * on rank 0 only (train_ckpt.c best_restore) */
 	int n_best;
 	struct best *best;
 	/* data-parallel training (core/dist.c): NULL for one process */
@@ -197,6 +200,10 @@ struct trainer {
 	int64_t step, step0, interval_start; /* optimizer steps done: now, at the start, at the last log */
 	int stopping, stop_early;
 	int eval_cut;              /* a stop cut the last evaluation short (eval_stop) */
+	/* the eval_every evaluation after step t->step is owed: a stop cut it
+	 * short; the stop's checkpoint says so ("eval_owed") and the resumed
+	 * run runs it before its first step (trainer.c eval_owed_run) */
+	int eval_owed;
 	int res_slot;
 	void *res_x;               /* resident = 1: the one batch's device input */
 	double timed_s;
@@ -300,6 +307,7 @@ kiln_status trainer_checkpoint_last(struct trainer *t);
 kiln_status trainer_checkpoint_stop(struct trainer *t);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
+void trainer_resume_finished(struct trainer *t);
 
 /* train_dist.c */
 kiln_status trainer_resume(struct trainer *t, int *found);

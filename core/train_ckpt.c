@@ -5,6 +5,7 @@
  * reaches the other ranks through train_dist.c.  See train.h. */
 #include "train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -98,20 +99,59 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 
 static kiln_status checkpoint_done(struct trainer *t, const char *path);
 
+static int best_by_step(const void *a, const void *b)
+{
+	const struct kiln_ckpt_best *x = a, *y = b;
+	return (x->step > y->step) - (x->step < y->step);
+}
+
+/* keep_best's list as the "best" section holds it (meta->best, n_best;
+ * malloc'd into *out, the caller frees), with entry i (-1: none) taken
+ * by value v of step t->pos.step: a best/ checkpoint holds its own entry
+ * (best_restore reads it from there when a resume's checkpoint has no
+ * list).  In step order, not t->best's: a resumed run's slots hold the
+ * entries in another order (best_restore takes them by step), and its
+ * checkpoints must be the uninterrupted run's byte for byte.  Without
+ * keep_best: none. */
+static kiln_status best_meta(const struct trainer *t, int i, double v,
+			     struct kiln_ckpt_meta *meta, struct kiln_ckpt_best **out)
+{
+	const int n = i == t->n_best ? t->n_best + 1 : t->n_best;
+	*out = NULL;
+	if (!t->tc.keep_best)
+		return KILN_OK;
+	if (!(*out = calloc((size_t)t->tc.keep_best, sizeof **out)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int j = 0; j < t->n_best; j++)
+		(*out)[j] = (struct kiln_ckpt_best){ t->best[j].v, t->best[j].step };
+	if (i >= 0)
+		(*out)[i] = (struct kiln_ckpt_best){ v, t->pos.step };
+	if (n > 1)
+		qsort(*out, (size_t)n, sizeof **out, best_by_step);
+	meta->best = *out;
+	meta->n_best = n;
+	return KILN_OK;
+}
+
 /* Write a checkpoint of the state after the step that ended t->pos (a host
  * sync point), then delete all but the keep_last newest. */
 static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 {
 	kiln_status st;
 	struct kiln_ckpt_epoch sums;
+	struct kiln_ckpt_best *best;
 	const struct kiln_ckpt_stopper sp = { t->stopper.best, t->stopper.bad, t->stopper.have };
-	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, &sums,
-				       t->tc.early_stop_patience ? &sp : NULL };
+	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
+				       .trainer = t->pos, .epoch = &sums,
+				       .stopper = t->tc.early_stop_patience ? &sp : NULL,
+				       .eval_owed = t->eval_owed };
 	/* every rank: the sums are a collective, and so is the write */
-	if ((st = epoch_sums(t, &sums)))
+	if ((st = epoch_sums(t, &sums)) || (st = best_meta(t, -1, 0, &meta, &best)))
 		return st;
 	t->ckpt_step = t->pos.step;
-	if ((st = ckpt_write(t, t->ckdir, &meta, path, n)) || t->rank)
+	st = ckpt_write(t, t->ckdir, &meta, path, n);
+	free(best);
+	if (st || t->rank)
 		return st;
 	return checkpoint_done(t, path);
 }
@@ -237,7 +277,9 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 		return KILN_OK;
 	const double v = t->tc.best_on_loss ? -loss : acc;
 	char dir[4300], path[4200] = "";
-	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, NULL, NULL };
+	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
+				       .trainer = t->pos };
+	struct kiln_ckpt_best *best;
 	kiln_status st;
 	/* rank 0's choice on every rank, as the write is a collective (the
 	 * values agree, but a last bit of difference must not split them) */
@@ -248,10 +290,186 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	if (i < 0)
 		return KILN_OK;
 	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	if ((st = ckpt_write(t, dir, &meta, path, sizeof path)))
+	if ((st = best_meta(t, i, v, &meta, &best)))
+		return st;
+	st = ckpt_write(t, dir, &meta, path, sizeof path);
+	free(best);
+	if (st)
 		return st;
 	best_done(t, i, v, path);
 	return KILN_OK;
+}
+
+/* ckdir/best/ckpt-<step>.kiln into path. */
+static void best_path(const struct trainer *t, int64_t step, char *path, size_t n)
+{
+	/* (ckdir leaves room for a checkpoint's name: trainer_ckdir_check) */
+	snprintf(path, n, "%.4150s/best/ckpt-%lld.kiln", t->ckdir, (long long)step);
+}
+
+/* The step of a best/ file name ckpt-<step>.kiln; -1 for any other name. */
+static int64_t best_name_step(const char *name)
+{
+	long long step;
+	int end = 0;
+	if (sscanf(name, "ckpt-%lld.kiln%n", &step, &end) != 1 || name[end] || step < 0)
+		return -1;
+	return step;
+}
+
+/* A resume's keep_best entry (v, step) into t->best as its evaluation put
+ * it there (entries taken in step order, best_entry's ties alike); the
+ * file of the entry it displaces, or its own when it is not among the K
+ * best, deleted. */
+static void best_take(struct trainer *t, double v, int64_t step)
+{
+	char path[4200];
+	const int i = best_entry(t, v);
+	best_path(t, step, path, sizeof path);
+	if (i < 0) {
+		kiln_log(KILN_LOG_INFO, "train", "resume: %s is not among keep_best's %lld: deleted",
+			 path, (long long)t->tc.keep_best);
+		unlink(path);
+		return;
+	}
+	if (i < t->n_best)
+		unlink(t->best[i].path);
+	else
+		t->n_best++;
+	t->best[i].v = v;
+	t->best[i].step = step;
+	snprintf(t->best[i].path, sizeof t->best[i].path, "%s", path);
+}
+
+/* A checkpoint without a keep_best list (an older kiln's): the values the
+ * files of ckdir/best up to step `upto` hold of themselves (*e, *n:
+ * malloc'd), *unknown the files that hold none (an older kiln's). */
+static void best_scan(struct trainer *t, int64_t upto, struct kiln_ckpt_best **e, int64_t *n,
+		      int *unknown)
+{
+	char dir[4300], path[4600];
+	struct dirent *d;
+	int64_t cap = 0;
+	*e = NULL, *n = 0, *unknown = 0;
+	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
+	DIR *dp = opendir(dir);
+	while (dp && (d = readdir(dp))) {
+		const int64_t step = best_name_step(d->d_name);
+		struct kiln_ckpt *ck = NULL;
+		struct kiln_ckpt_best *own = NULL, *grown;
+		int64_t m = 0, j = 0;
+		if (step < 0 || step > upto)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, d->d_name);
+		if (kiln_ckpt_open(path, &ck) || kiln_ckpt_best_get(ck, &own, &m))
+			m = 0;
+		kiln_ckpt_close(ck);
+		while (j < m && own[j].step != step)
+			j++;
+		if (j < m && *n == cap &&
+		    (grown = realloc(*e, sizeof **e * (size_t)(2 * cap + 4)))) {
+			*e = grown;
+			cap = 2 * cap + 4;
+		}
+		if (j < m && *n < cap)
+			(*e)[(*n)++] = own[j];
+		else
+			++*unknown; /* (or out of memory: not counted) */
+		free(own);
+	}
+	if (dp)
+		closedir(dp);
+}
+
+/* Files of ckdir/best not in t->best deleted: every one when the
+ * checkpoint had the list (written after it, its evaluation run again;
+ * or left by a kiln before session 31, which did not resume the list),
+ * else (listed 0) those after step `upto` alone. */
+static void best_prune(struct trainer *t, int listed, int64_t upto)
+{
+	char dir[4300], path[4600];
+	struct dirent *d;
+	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
+	DIR *dp = opendir(dir);
+	while (dp && (d = readdir(dp))) {
+		const int64_t step = best_name_step(d->d_name);
+		int kept = 0;
+		for (int i = 0; i < t->n_best; i++)
+			kept |= t->best[i].step == step;
+		if (step < 0 || kept || (!listed && step <= upto))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, d->d_name);
+		kiln_log(KILN_LOG_INFO, "train", "resume: %s is not among keep_best's %lld of the checkpoint: deleted",
+			 path, (long long)t->tc.keep_best);
+		unlink(path);
+	}
+	if (dp)
+		closedir(dp);
+}
+
+/* keep_best's list as the resumed checkpoint left it (its "best"
+ * section; before session 31 it was not saved: a resumed run started it
+ * empty and kept up to K more files, logging worse evaluations as
+ * "best").  A checkpoint without one: the list rebuilt from the values
+ * ckdir/best's files hold of themselves, or started empty, logged. */
+static kiln_status best_restore(struct trainer *t, struct kiln_ckpt *ck)
+{
+	struct kiln_ckpt_best *e = NULL;
+	int64_t n = 0;
+	int unknown = 0;
+	char path[4200];
+	t->n_best = 0;
+	/* (rank 0 chooses for every rank; stages on ranks with one pipe read
+	 * the checkpoint on each rank, and only rank 0 touches best/) */
+	if (!t->tc.keep_best || !*t->ckdir || t->rank)
+		return KILN_OK;
+	const int64_t upto = kiln_ckpt_step(ck);
+	kiln_status st = kiln_ckpt_best_get(ck, &e, &n);
+	const int listed = st != KILN_ENOTFOUND;
+	if (listed && st)
+		return st;
+	if (!listed)
+		best_scan(t, upto, &e, &n, &unknown);
+	if (!listed)
+		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no keep_best list (an older kiln wrote it): rebuilt from %lld file(s) of %s/best that hold their value%s",
+			 kiln_ckpt_path(ck), (long long)n, t->ckdir,
+			 unknown ? "; the others (an older kiln's) are kept, not counted" : "");
+	if (n > 1)
+		qsort(e, (size_t)n, sizeof *e, best_by_step);
+	for (int64_t i = 0; i < n; i++) {
+		best_path(t, e[i].step, path, sizeof path);
+		if (access(path, F_OK))
+			kiln_log(KILN_LOG_WARN, "train", "resume: keep_best's %s is gone: not counted",
+				 path);
+		else
+			best_take(t, e[i].v, e[i].step);
+	}
+	free(e);
+	best_prune(t, listed, upto);
+	return KILN_OK;
+}
+
+/* The state around the evaluations as the checkpoint left it: early
+ * stopping's best and patience (before session 28 a resumed run started
+ * them afresh and stopped elsewhere), keep_best's list (rank 0's; no
+ * other rank reads it), an eval_every evaluation a stop cut short (owed:
+ * the other ranks have it from rank 0, trainer_resume). */
+static kiln_status evals_restore(struct trainer *t, struct kiln_ckpt *ck)
+{
+	struct kiln_ckpt_stopper sp;
+	memset(&t->stopper, 0, sizeof t->stopper);
+	kiln_status st = kiln_ckpt_eval_owed_get(ck, &t->eval_owed);
+	if (st)
+		return st;
+	st = kiln_ckpt_stopper_get(ck, &sp);
+	if (!st) {
+		t->stopper.best = sp.best;
+		t->stopper.bad = sp.bad;
+		t->stopper.have = (int)sp.have;
+	} else if (st != KILN_ENOTFOUND) {
+		return st;
+	}
+	return best_restore(t, ck);
 }
 
 /* Rank 0 (or the only process): find, verify and load the newest
@@ -329,19 +547,8 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 			 path, (long long)tr.epoch + 1);
 	}
 	epoch_sums_rescale(t, &tr);
-	/* early stopping's best and patience so far (before session 28 a
-	 * resumed run started them afresh and stopped elsewhere) */
-	struct kiln_ckpt_stopper sp;
-	memset(&t->stopper, 0, sizeof t->stopper);
-	if (!(st = kiln_ckpt_stopper_get(ck, &sp))) {
-		t->stopper.best = sp.best;
-		t->stopper.bad = sp.bad;
-		t->stopper.have = (int)sp.have;
-	} else if (st == KILN_ENOTFOUND) {
-		st = KILN_OK;
-	} else {
+	if ((st = evals_restore(t, ck)))
 		goto out;
-	}
 	*found = 1;
 	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
 		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);
@@ -354,4 +561,20 @@ out:
 	free(defaults);
 	kiln_ckpt_close(ck);
 	return st;
+}
+
+/* Every rank, after a resume (the stopper is rank 0's, trainer_resume): a
+ * checkpoint of a run that early stopping ended (its count at
+ * early_stop_patience: checkpoint_last's after the stop) finishes the run
+ * as a resume past its last epoch does: the resumed epoch's line and the
+ * early stop's, no step, no checkpoint (before session 31 nothing set
+ * t->stop_early, and each --resume trained on to the next evaluation,
+ * which stopped it again with one more checkpoint). */
+void trainer_resume_finished(struct trainer *t)
+{
+	const int64_t patience = t->tc.early_stop_patience;
+	t->stop_early = patience && t->stopper.bad >= patience;
+	if (t->stop_early && !t->rank)
+		kiln_log(KILN_LOG_INFO, "train", "resume: the run stopped early at step %lld (%lld evaluations without improvement, early_stop_patience %lld): no step is left",
+			 (long long)t->pos.step, (long long)t->stopper.bad, (long long)patience);
 }

@@ -17,6 +17,7 @@ struct resume_msg {
 	struct kiln_ckpt_trainer tr;
 	struct kiln_ckpt_epoch sums; /* the resumed epoch's training sums */
 	struct stopper stopper;      /* early stopping's state */
+	int32_t eval_owed;           /* the checkpoint's step's evaluation is owed */
 	char error[KILN_ERROR_MAX]; /* rank 0's message when status != 0 */
 	char path[1024];
 	char file[1024]; /* per stage, or ZeRO-1's shards: the checkpoint (t->resume_file) */
@@ -40,6 +41,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		msg->tr = t->pos;
 		msg->sums = t->ep0_sums;
 		msg->stopper = t->stopper;
+		msg->eval_owed = t->eval_owed;
 		if (msg->status)
 			snprintf(msg->error, sizeof msg->error, "%s", kiln_last_error());
 		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
@@ -71,6 +73,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		t->ckpt_step = msg->tr.step;
 		t->ep0_sums = msg->sums;
 		t->stopper = msg->stopper;
+		t->eval_owed = msg->eval_owed;
 		memcpy(t->resume_file, msg->file, sizeof t->resume_file);
 		t->resume_file[sizeof t->resume_file - 1] = 0;
 		*found = 1;

@@ -716,9 +716,10 @@ static kiln_status open_run(struct trainer *t)
 			return kiln_error(KILN_ENOMEM, "out of memory");
 		if (t->tc.resume && (st = trainer_resume(t, &t->resumed)))
 			return st;
-		if (t->resumed)
+		if (t->resumed) {
 			t->res->resumed_step = t->pos.step;
-		else if (t->training && !t->tc.resume &&
+			trainer_resume_finished(t);
+		} else if (t->training && !t->tc.resume &&
 			 (st = trainer_out_dir_check(t->run.out_dir, t->ckdir, t->tc.overwrite)))
 			return st;
 		t->pos.world = t->world;

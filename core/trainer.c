@@ -50,13 +50,14 @@ void kiln_set_grad_hook(kiln_grad_hook_fn fn, void *user)
 
 /* Another epoch: within [train] epochs and max_steps, no early stop.  A
  * resumed epoch always runs: with its steps done, or past epochs or
- * max_steps (both may be lowered on resume), it still has its line and
- * evaluation left, the checkpoint's numbers. */
+ * max_steps (both may be lowered on resume), or the run stopped early
+ * already (trainer_resume_finished), it still has its line and evaluation
+ * left, the checkpoint's numbers. */
 static int epoch_runs(const struct trainer *t)
 {
 	const int64_t max_steps = t->tc.max_steps;
 	if (t->ep == t->ep0 && t->off0 > 0)
-		return !t->stop_early;
+		return 1;
 	return t->ep < t->tc.epochs && !t->stop_early && (!max_steps || t->step < max_steps);
 }
 
@@ -121,6 +122,46 @@ static int eval_point(const struct trainer *t)
 	return t->tc.eval && t->tc.eval_every && t->step % t->tc.eval_every == 0;
 }
 
+/* The eval_every evaluation after step t->step (an evaluation point).
+ * Cut short by a stop, it is owed: the stop's checkpoint says so, and the
+ * resumed run runs it first (eval_owed_run). */
+static kiln_status eval_at_point(struct trainer *t)
+{
+	kiln_status st = trainer_evaluate(t, (t->k + 1) * t->G, 1, 1);
+	t->eval_owed = !st && t->eval_cut;
+	return st;
+}
+
+/* A resumed run's first act when its checkpoint owes the eval_every
+ * evaluation of its step (t->eval_owed, the checkpoint's "eval_owed"):
+ * that evaluation, recorded, so early stopping and keep_best see every
+ * evaluation the uninterrupted run did (before session 31 it was dropped
+ * for good: a resumed run stopped early 7 steps after the uninterrupted
+ * one, with other weights), as epoch_end runs a cut closing one again.
+ * Cut again, the stop's checkpoint (of the same step) owes it again.
+ * Done, the checkpoint of this step is out of date (it owes it, its
+ * stopper is older): an early stop now writes checkpoint_last's again. */
+static kiln_status eval_owed_run(struct trainer *t)
+{
+	kiln_status st;
+	t->k = t->k0; /* (the stop's checkpoint is at the epoch's offset k0 x G) */
+	if (!t->tc.eval) {
+		kiln_log(KILN_LOG_WARN, "train", "resume: the checkpoint owes the evaluation after step %lld, which [train] eval = 0 does not run",
+			 (long long)t->step);
+		t->eval_owed = 0;
+		return KILN_OK;
+	}
+	kiln_log(KILN_LOG_INFO, "train", "resume: the evaluation after step %lld, which a stop cut short, first",
+		 (long long)t->step);
+	if ((st = trainer_evaluate(t, t->off0, 1, 1)))
+		return st;
+	if (t->eval_cut)
+		return trainer_checkpoint_stop(t);
+	t->eval_owed = 0;
+	t->ckpt_step = -1;
+	return KILN_OK;
+}
+
 kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			   const struct kiln_train_cfg *tc, kiln_progress_fn progress, void *user,
 			   struct kiln_train_result *res)
@@ -129,12 +170,14 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 	kiln_status st = trainer_open(t, cfg, reg, tc, 1, res);
 	for (t->ep = t->ep0; !st && epoch_runs(t); t->ep++) {
 		st = epoch_begin(t);
-		for (t->k = t->k0; !st && step_runs(t); t->k++) {
+		if (!st && t->eval_owed)
+			st = eval_owed_run(t);
+		for (t->k = t->k0; !st && !t->stop_early && !t->stopping && step_runs(t); t->k++) {
 			if ((st = trainer_step(t)) || (st = trainer_log_point(t)))
 				break;
 			if (t->prof)
 				kiln_profile_step(t->prof, 0);
-			if (eval_point(t) && (st = trainer_evaluate(t, (t->k + 1) * t->G, 1, 1)))
+			if (eval_point(t) && (st = eval_at_point(t)))
 				break;
 			if (t->stop_early || (st = trainer_checkpoint_point(t)) || t->stopping)
 				break;

@@ -138,7 +138,7 @@ static void save(struct rig *r, const char *dir, int64_t step, char *path, size_
 	char *config = kiln_ckpt_config_text(r->cfg, reg);
 	char *versions = kiln_ckpt_versions(reg, r->dev);
 	ck_assert(config && versions);
-	struct kiln_ckpt_meta meta = { config, versions, { 1, step, 8, 7, 1, RB, 40 }, NULL, NULL };
+	struct kiln_ckpt_meta meta = { config, versions, { 1, step, 8, 7, 1, RB, 40 }, NULL, NULL, NULL, 0, 0 };
 	ck_assert_msg(kiln_ckpt_save(dir, &meta, r->m, r->stream, path, n) == 0, "%s",
 		      kiln_last_error());
 	free(config);
@@ -381,7 +381,7 @@ START_TEST(test_trainer_range)
 	rig_train(&a, 2);
 	char *config = kiln_ckpt_config_text(a.cfg, reg), *versions = kiln_ckpt_versions(reg, a.dev);
 	ck_assert(config && versions);
-	struct kiln_ckpt_meta meta = { config, versions, { 1, 2, 8, 7, (int64_t)1 << 62, RB, 40 }, NULL, NULL };
+	struct kiln_ckpt_meta meta = { config, versions, { 1, 2, 8, 7, (int64_t)1 << 62, RB, 40 }, NULL, NULL, NULL, 0, 0 };
 	ck_assert_msg(kiln_ckpt_save(dir, &meta, a.m, a.stream, path, sizeof path) == 0, "%s",
 		      kiln_last_error());
 	struct kiln_ckpt *ck = NULL;

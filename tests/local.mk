@@ -333,6 +333,12 @@ tests_check_safetensors_LDADD = libkiln.la $(CHECK_LIBS) -lm
 tests_check_ckpt_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_ckpt_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_ckpt_LDADD = libkiln.la $(CHECK_LIBS)
+# keep_best's list, early stopping and a cut evaluation across a resume
+check_PROGRAMS += tests/check_resume_evals
+TESTS += tests/check_resume_evals
+tests_check_resume_evals_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_resume_evals_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_resume_evals_LDADD = libkiln.la $(CHECK_LIBS)
 endif
 EXTRA_DIST += tests/data/mlp_ref.safetensors tests/data/gen_mlp_ref.py tests/data/README.md \
 	tests/data/safetensors_io.py tests/data/gen_sched_refs.py tests/data/sched_refs.txt \

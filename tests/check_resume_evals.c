@@ -1,0 +1,378 @@
+/* tests/check_resume_evals.c - the state around the evaluations across a
+ * resume (session 31): a run cut and resumed keeps keep_best's list and
+ * early stopping's count as the uninterrupted run has them.
+ *
+ *   keep_best     the K best (their checkpoints in best/, their "best"
+ *                 events) equal the uninterrupted run's after a cut; a
+ *                 file of best/ written after the resumed checkpoint is
+ *                 deleted (its evaluation runs again); a checkpoint
+ *                 without the list (an older kiln's) rebuilds it from the
+ *                 values the best/ files hold
+ *   early stop    a finished early-stopped run resumed trains no further
+ *                 and writes no checkpoint
+ *   eval owed     a stop during an eval_every evaluation: the resumed run
+ *                 evaluates that step first, so it stops where the
+ *                 uninterrupted run did, with the same bytes
+ *
+ * Fashion-MNIST (scripts/install-deps), 640 samples of [data] limit,
+ * batch 16 x accumulate 2: 20 steps an epoch, 3 epochs, about a second a
+ * run.
+ */
+#include <kiln/kiln.h>
+
+#include "checkpoint.h"
+
+#include <check.h>
+#include "check_main.h"
+#include "test_util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct kiln_registry *reg;
+
+/* run directories: kiln-resev-* in $TMPDIR, removed after a passing test */
+#define SCRATCH_TAG "resev"
+#include "test_scratch.h"
+
+static const char *cnn_ini =
+	"[run]\nseed = 5\nthreads = 1\nout_dir = %s\n"
+	"[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\nshuffle = 1\n"
+	"crop = random\npad = 2\nflip = 1\nworkers = 2\n"
+	"[data.eval]\nlimit = 200\n"
+	"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n"
+	"[layer.bn]\ntype = batchnorm\n[layer.r]\ntype = relu\n"
+	"[layer.p]\ntype = maxpool\nkernel = 2\n"
+	"[layer.d]\ntype = dropout\np = 0.3\n"
+	"[layer.f]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
+	"[layer.loss]\ntype = softmax_xent\n"
+	"[train]\nepochs = 3\nbatch = 16\naccumulate = 2\noptimizer = adamw\nlr = 0.003\n"
+	"weight_decay = 0.01\nlog_every = 1\neval_batch = 64\nschedule = constant\n"
+	"checkpoint_every = 0\n";
+
+static int stop_at; /* the step whose log point asks for a stop; 0: none */
+
+static void stop_progress(void *user, int epoch, int64_t step, int64_t steps, const char *status)
+{
+	(void)user, (void)status;
+	if (step >= 0 && (epoch - 1) * steps + step == stop_at)
+		kiln_train_request_stop();
+}
+
+/* kiln_train in dir with the overrides ov (NULL-terminated), a stop asked
+ * for at the log point of step stop_at. */
+static kiln_status train_run(const char *dir, const char *const *ov, struct kiln_train_result *res)
+{
+	char ini[4096];
+	struct kiln_config *cfg;
+	snprintf(ini, sizeof ini, cnn_ini, dir);
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == 0);
+	for (; ov && *ov; ov++)
+		ck_assert_msg(kiln_config_override(cfg, *ov) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_config_validate(cfg, reg) == 0, "%s", kiln_last_error());
+	kiln_status st = kiln_train(cfg, reg, stop_progress, NULL, res);
+	kiln_config_free(cfg);
+	return st;
+}
+
+/* The steps of dir/metrics.jsonl's events `event` after its last resume
+ * line (whole file: from_resume 0), space-separated into out. */
+static void event_steps(const char *dir, const char *event, int from_resume, char *out, size_t n)
+{
+	char path[300], line[2048], want[64];
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	snprintf(want, sizeof want, "{\"event\":\"%s\",", event);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s", path);
+	*out = 0;
+	while (fgets(line, sizeof line, f)) {
+		const char *sp = strstr(line, "\"step\":");
+		if (from_resume && !strncmp(line, "{\"event\":\"resume\",", 18))
+			*out = 0;
+		if (strncmp(line, want, strlen(want)) || !sp)
+			continue;
+		size_t len = strlen(out);
+		snprintf(out + len, n - len, "%s%lld", len ? " " : "", atoll(sp + 7));
+	}
+	fclose(f);
+}
+
+/* The ckpt-<step>.kiln files of dir, by step, space-separated into out. */
+static void ckpt_files(const char *dir, char *out, size_t n)
+{
+	char path[400];
+	*out = 0;
+	for (int s = 0; s <= 100; s++) {
+		snprintf(path, sizeof path, "%s/ckpt-%d.kiln", dir, s);
+		if (access(path, F_OK))
+			continue;
+		size_t len = strlen(out);
+		snprintf(out + len, n - len, "%s%d", len ? " " : "", s);
+	}
+}
+
+static const char *const state_tags[] = { "params", "buffers", "optim.exp_avg",
+					  "optim.exp_avg_sq", "step", "optim.step", NULL };
+
+/* The sections `tags` (NULL-terminated) of two checkpoint files are
+ * byte-identical. */
+static void same_sections(const char *a, const char *b, const char *const *tags)
+{
+	struct kiln_ckpt *ca, *cb;
+	ck_assert_msg(kiln_ckpt_open(a, &ca) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_open(b, &cb) == 0, "%s", kiln_last_error());
+	for (int i = 0; tags[i]; i++) {
+		uint64_t na, nb;
+		ck_assert_msg(kiln_ckpt_find(ca, tags[i], &na) == 0, "%s", kiln_last_error());
+		ck_assert_msg(kiln_ckpt_find(cb, tags[i], &nb) == 0, "%s", kiln_last_error());
+		ck_assert_uint_eq(na, nb);
+		char *x = malloc(na), *y = malloc(nb);
+		ck_assert(kiln_ckpt_read(ca, tags[i], x, na) == 0);
+		ck_assert(kiln_ckpt_read(cb, tags[i], y, nb) == 0);
+		ck_assert_msg(memcmp(x, y, na) == 0, "section '%s' differs between %s and %s",
+			      tags[i], a, b);
+		free(x);
+		free(y);
+	}
+	kiln_ckpt_close(ca);
+	kiln_ckpt_close(cb);
+}
+
+static void same_state(const char *a, const char *b)
+{
+	same_sections(a, b, state_tags);
+}
+
+/* keep_best = 2 by loss, an evaluation every 7 steps (8 in 60 steps),
+ * cut by max_steps = 25 and resumed: best/ and the "best" events after
+ * the resume are the uninterrupted run's, and so is the last checkpoint's
+ * "best" section, byte for byte (before session 31 the list started
+ * empty: the resumed run kept 2 more files, 5 in all with the stray one
+ * below, and logged evaluations worse than the kept ones as "best"). */
+START_TEST(test_keep_best)
+{
+	char a[64], b[64], da[300], db[300], la[400], lb[400];
+	struct kiln_train_result ra, r1, r2;
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
+	const char *const full[] = { "train.keep_best=2", "train.best_metric=loss",
+				     "train.eval_every=7", NULL };
+	const char *const cut[] = { "train.keep_best=2", "train.best_metric=loss",
+				    "train.eval_every=7", "train.max_steps=25", NULL };
+	const char *const rest[] = { "train.keep_best=2", "train.best_metric=loss",
+				     "train.eval_every=7", "train.resume=1", NULL };
+	stop_at = 0;
+	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train_run(b, cut, &r1) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r1.steps, 25);
+	/* a best/ file of a step after the checkpoint (as a run killed after
+	 * a keep_best write leaves; 50, no evaluation point, so not written
+	 * again): it goes */
+	snprintf(db, sizeof db, "%s/checkpoints/best", b);
+	ckpt_files(db, lb, sizeof lb);
+	ck_assert_str_eq(lb, "14 21");
+	snprintf(la, sizeof la, "%.290s/ckpt-21.kiln", db);
+	snprintf(da, sizeof da, "%.280s/ckpt-50.kiln", db);
+	ck_assert(link(la, da) == 0);
+	ck_assert_msg(train_run(b, rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 25);
+	ck_assert_int_eq(r2.steps, 60);
+	snprintf(da, sizeof da, "%s/checkpoints/best", a);
+	ckpt_files(da, la, sizeof la);
+	ckpt_files(db, lb, sizeof lb);
+	ck_assert_str_eq(la, "49 56");
+	ck_assert_str_eq(lb, la);
+	/* the "best" events after the resume: the uninterrupted run's after
+	 * step 25 */
+	event_steps(a, "best", 0, la, sizeof la);
+	event_steps(b, "best", 1, lb, sizeof lb);
+	ck_assert_str_eq(la, "7 14 21 28 35 42 49 56");
+	ck_assert_str_eq(lb, "28 35 42 49 56");
+	/* the last checkpoint's list: the same bytes (entries in step order:
+	 * the uninterrupted run holds 21 in the slot before 14's at step 25,
+	 * the resumed one takes them in step order) */
+	static const char *const best_tag[] = { "best", NULL };
+	snprintf(la, sizeof la, "%s/checkpoints/ckpt-60.kiln", a);
+	snprintf(lb, sizeof lb, "%s/checkpoints/ckpt-60.kiln", b);
+	same_sections(la, lb, best_tag);
+	/* each kept file holds the list with its own entry */
+	struct kiln_ckpt *ck;
+	struct kiln_ckpt_best *e;
+	int64_t n;
+	snprintf(la, sizeof la, "%s/ckpt-56.kiln", db);
+	ck_assert_msg(kiln_ckpt_open(la, &ck) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_best_get(ck, &e, &n) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(n, 2);
+	ck_assert(e[0].step == 56 || e[1].step == 56);
+	free(e);
+	kiln_ckpt_close(ck);
+}
+END_TEST
+
+uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n); /* core/internal.h */
+
+/* Checkpoint `path` rewritten without its section `tag`, as an older kiln
+ * wrote it (docs/checkpoints.md: the header's file size, section count
+ * and CRC change; each section keeps its own CRCs). */
+static void strip_section(const char *path, const char *tag)
+{
+	size_t n;
+	uint8_t *d = (uint8_t *)test_read_file(path, &n), *o = malloc(n);
+	uint32_t count, kept = 0, crc;
+	uint64_t off = 64, len, size = 64;
+	memcpy(&count, d + 24, 4);
+	memcpy(o, d, 64);
+	for (uint32_t i = 0; i < count; i++, off += 48 + len) {
+		memcpy(&len, d + off + 32, 8);
+		if (!strcmp((const char *)d + off, tag))
+			continue;
+		memcpy(o + size, d + off, 48 + len);
+		size += 48 + len, kept++;
+	}
+	memcpy(o + 16, &size, 8);
+	memcpy(o + 24, &kept, 4);
+	crc = kiln_crc32c(0, o, 60);
+	memcpy(o + 60, &crc, 4);
+	ck_assert_uint_eq(kept, count - 1);
+	FILE *f = fopen(path, "wb");
+	ck_assert(f && fwrite(o, 1, size, f) == size && fclose(f) == 0);
+	free(d);
+	free(o);
+}
+
+/* A checkpoint without the list (an older kiln's, here the cut run's with
+ * its "best" section taken out): the list is rebuilt from the values the
+ * best/ files hold of themselves, and the run keeps the uninterrupted
+ * run's files. */
+START_TEST(test_keep_best_old_checkpoint)
+{
+	char a[64], b[64], d[300], la[400], lb[400];
+	struct kiln_train_result ra, r1, r2;
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
+	const char *const full[] = { "train.keep_best=2", "train.best_metric=loss",
+				     "train.eval_every=7", NULL };
+	const char *const cut[] = { "train.keep_best=2", "train.best_metric=loss",
+				    "train.eval_every=7", "train.max_steps=30", NULL };
+	const char *const rest[] = { "train.keep_best=2", "train.best_metric=loss",
+				     "train.eval_every=7", "train.resume=1", NULL };
+	stop_at = 0;
+	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train_run(b, cut, &r1) == 0, "%s", kiln_last_error());
+	snprintf(d, sizeof d, "%s/checkpoints/ckpt-30.kiln", b);
+	strip_section(d, "best");
+	ck_assert_msg(train_run(b, rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 30);
+	snprintf(d, sizeof d, "%s/checkpoints/best", a);
+	ckpt_files(d, la, sizeof la);
+	snprintf(d, sizeof d, "%s/checkpoints/best", b);
+	ckpt_files(d, lb, sizeof lb);
+	ck_assert_str_eq(lb, la);
+}
+END_TEST
+
+/* Early stopping ends the run at its third evaluation: min_delta 100 of
+ * a loss near 2 makes every evaluation after the first one without
+ * improvement, and patience is 2 (evaluations at 5 10 15). */
+static const char *const early[] = { "train.eval_every=5", "train.early_stop_patience=2",
+				     "train.early_stop_metric=loss",
+				     "train.early_stop_min_delta=100", NULL };
+static const char *const early_resume[] = { "train.eval_every=5", "train.early_stop_patience=2",
+					    "train.early_stop_metric=loss",
+					    "train.early_stop_min_delta=100", "train.resume=1", NULL };
+
+/* A finished early-stopped run resumed (what a job script passing
+ * --resume every time does): no step, no checkpoint, the run's numbers
+ * and "early_stopped" again (before session 31 it trained steps 16..20,
+ * stopped again at 20 and wrote ckpt-20, on every --resume). */
+START_TEST(test_early_stop_finished)
+{
+	char a[64], ck[300], l[400];
+	struct kiln_train_result ra, r2;
+	scratch_dir(a, sizeof a);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, early, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 15);
+	ck_assert_int_eq(ra.early_stopped, 1);
+	ck_assert_msg(train_run(a, early_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 15);
+	ck_assert_int_eq(r2.steps, 15);
+	ck_assert_int_eq(r2.early_stopped, 1);
+	ck_assert_int_eq(r2.stopped, 0);
+	ck_assert_int_eq(r2.epochs, ra.epochs);
+	ck_assert(r2.train_loss == ra.train_loss && r2.train_acc == ra.train_acc);
+	snprintf(ck, sizeof ck, "%s/checkpoints", a);
+	ckpt_files(ck, l, sizeof l);
+	ck_assert_str_eq(l, "15");
+	event_steps(a, "train", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+	event_steps(a, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+}
+END_TEST
+
+/* A stop during the eval_every evaluation after step 10 (asked for at
+ * its log point, so the evaluation is cut at its first batch): the stop's
+ * checkpoint owes it, the resumed run evaluates step 10 first and stops
+ * early at 15 with the uninterrupted run's bytes (before session 31 it
+ * evaluated at 15 and 20 and stopped at 20); cut again by a stop as the
+ * resumed run starts, it stays owed. */
+START_TEST(test_eval_owed)
+{
+	char a[64], b[64], fa[300], fb[300], l[400];
+	struct kiln_train_result ra, r1, r2;
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, early, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 15);
+	stop_at = 10;
+	ck_assert_msg(train_run(b, early, &r1) == 0, "%s", kiln_last_error());
+	stop_at = 0;
+	ck_assert_int_eq(r1.stopped, 1);
+	ck_assert_int_eq(r1.steps, 10);
+	event_steps(b, "eval", 0, l, sizeof l);
+	ck_assert_str_eq(l, "5");
+	/* a stop pending as the resumed run starts cuts the owed evaluation
+	 * again: the stop's checkpoint, of step 10, owes it still */
+	kiln_train_request_stop();
+	ck_assert_msg(train_run(b, early_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.stopped, 1);
+	ck_assert_int_eq(r2.steps, 10);
+	event_steps(b, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+	ck_assert_msg(train_run(b, early_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 10);
+	ck_assert_int_eq(r2.steps, 15);
+	ck_assert_int_eq(r2.early_stopped, 1);
+	event_steps(b, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "10 15");
+	ck_assert(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc);
+	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-15.kiln", a);
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-15.kiln", b);
+	same_state(fa, fb);
+}
+END_TEST
+
+static Suite *make_resume_evals_suite(void)
+{
+	Suite *s = suite_create("resume_evals");
+	check_add_case(s, "resume", 120, scratch_setup, scratch_teardown,
+		       (const TTest *[]){ test_keep_best, test_keep_best_old_checkpoint,
+					   test_early_stop_finished,
+					   test_eval_owed, NULL });
+	return s;
+}
+
+static int need_fashion(void)
+{
+	if (test_have_fashion())
+		return 0;
+	fprintf(stderr, "Fashion-MNIST missing: run scripts/install-deps\n");
+	return 77;
+}
+
+static const struct check_main check_suite = { .suite = make_resume_evals_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1,
+					       .setup = need_fashion };
