@@ -140,7 +140,8 @@ static kiln_status infer_fold(struct kiln_infer *m)
 	/* the residual adds into the convs' epilogues in f32 (the INT8 path
 	 * quantizes the adds themselves) */
 	if (!(st = kiln_infer_fold_config_ex(m->t.m, (struct kiln_registry *)m->reg,
-					     qf || m->no_residual ? 0 : KILN_FOLD_RESIDUAL, &m->fcfg, &n)) &&
+					     qf ? KILN_FOLD_INT8 : m->no_residual ? 0 : KILN_FOLD_RESIDUAL,
+					     &m->fcfg, &n)) &&
 	    !(st = qf ? kiln_quant_config_check(qf, m->cfg, m->reg) : KILN_OK) &&
 	    !(st = qf ? kiln_quant_config(m->fcfg, qf) : KILN_OK) &&
 	    !(st = kiln_model_create(m->fcfg, m->reg, m->t.dev, &m->t.sample, &fm)) &&

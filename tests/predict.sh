@@ -23,6 +23,8 @@
 #  3b. folding (the default) against --no-fold: logits within 2e-5 of
 #     the largest, the same argmax; `kiln quantize`, then `predict
 #     --quantized` gives `eval --quantized`'s loss and accuracy;
+#  3b2. a model whose layernorm refuses nhwc, trained nchw: predict, eval
+#     --fold and quantize keep nchw (the log says why), folded = --no-fold;
 #  3c. [run] precision = bf16: eval and predict run bf16 (logits and loss
 #     off fp32's by a bf16-sized amount; predict --no-fold's loss = eval's);
 #  4. tests/infer_threads: the C API from threads (one shared model, and
@@ -321,6 +323,66 @@ EOF
 kiln 2 predict "$ini" --quantized "$tmp/q.safetensors" --checkpoint "$ck" --eval-set "data.path=$data"
 stderr_has "a quantized model carries its weights"
 echo "ok: folded = unfolded to 2e-5; predict --quantized = eval --quantized"
+
+# ---- 3b2. a layer that refuses the device's layout ------------------------
+# conv, batchnorm, then a layernorm of the 4-d tensor (nn.LayerNorm(W): the
+# width in nchw; channels-last would normalise the channels instead), trained
+# with [model] layout = nchw.  The folded model keeps nchw, saying why (before
+# session 31 it was `auto`, nhwc on the CPU, and predict, eval --fold and
+# quantize failed: "layer 'ln' (layernorm) needs ... nhwc" for a user who
+# asked for nchw); its logits are --no-fold's within 2e-5
+awk '/^\[/ { lay = /^\[layer\./ } !lay' "$ini" >"$tmp/ln4.ini"
+cat >>"$tmp/ln4.ini" <<'EOF'
+[layer.c1]
+type = conv
+out = 4
+kernel = 3
+padding = 1
+[layer.b1]
+type = batchnorm
+[layer.ln]
+type = layernorm
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 5
+[layer.loss]
+type = softmax_xent
+EOF
+ln4="data.path=$data model.layout=nchw run.out_dir=$tmp/ln4run"
+kiln 0 train "$tmp/ln4.ini" $ln4
+kiln 0 predict "$tmp/ln4.ini" --eval-set --logits "$tmp/ln4_fold.npy" $ln4
+stderr_has "the folded model keeps [model] layout = nchw (the trained model's): nhwc (the device's) refused: layer 'ln' (layernorm) normalises the last dimension"
+stderr_has "folded: 1 layers removed"
+kiln 0 predict "$tmp/ln4.ini" --eval-set --logits "$tmp/ln4_nofold.npy" --no-fold $ln4
+kiln 0 eval "$tmp/ln4.ini" $ln4
+cp "$out" "$tmp/ln4_eval.json"
+kiln 0 eval "$tmp/ln4.ini" --fold $ln4
+cp "$out" "$tmp/ln4_evalf.json"
+"$py" - "$tmp/ln4_fold.npy" "$tmp/ln4_nofold.npy" "$tmp/ln4_eval.json" "$tmp/ln4_evalf.json" <<'EOF' || fail "the nchw layernorm model folded"
+import json, struct, sys
+def npy(p):
+    raw = open(p, "rb").read(); hl = struct.unpack("<H", raw[8:10])[0]
+    return struct.unpack("<240f", raw[10 + hl:])
+a, b = npy(sys.argv[1]), npy(sys.argv[2])
+assert a != b, "folding changed nothing: is the batchnorm folded?"
+big = max(abs(v) for v in b)
+d = max(abs(x - y) for x, y in zip(a, b))
+e, f = json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
+print("layernorm nchw: folded vs unfolded max |diff| %.3g (max |logit| %.3g); eval loss %.6f, --fold %.6f" % (d, big, e["test_loss"], f["test_loss"]))
+assert d <= 2e-5 * max(1, big), d
+assert abs(e["test_loss"] - f["test_loss"]) <= 1e-5 * max(1, e["test_loss"])
+EOF
+# INT8: nhwc is asked for (oneDNN's direct int8 kernels), refused, nchw kept
+kiln 0 quantize "$tmp/ln4.ini" --calibrate 2 --out "$tmp/ln4_q.safetensors" $ln4
+kiln 0 eval "$tmp/ln4.ini" --quantized "$tmp/ln4_q.safetensors" $ln4
+stderr_has "keeps [model] layout = nchw (the trained model's): nhwc (where oneDNN's INT8 convolutions have direct kernels) refused"
+kiln 0 predict "$tmp/ln4.ini" --quantized "$tmp/ln4_q.safetensors" --eval-set $ln4
+# the unfolded model in `auto` (nhwc on the CPU) says where nhwc came from
+kiln 2 eval "$tmp/ln4.ini" "data.path=$data" "run.out_dir=$tmp/ln4run"
+stderr_has "layer 'ln' (layernorm) normalises the last dimension, the width of an nchw tensor, but got f32[1, 4, 8, 8] nhwc: channels-last ([model] layout = nhwc, which \`auto\` is on the CPU), whose last dimension is the channels; set [model] layout = nchw"
+echo "ok: a layernorm model trained nchw folds, evaluates and quantizes in nchw"
 
 # ---- 3c. [run] precision = bf16 in eval and predict (as training has it) --
 if "$kiln" plugins 2>/dev/null | grep -qw amp; then
