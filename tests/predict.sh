@@ -27,6 +27,8 @@
 #     --fold and quantize keep nchw (the log says why), folded = --no-fold;
 #  3c. [run] precision = bf16: eval and predict run bf16 (logits and loss
 #     off fp32's by a bf16-sized amount; predict --no-fold's loss = eval's);
+#  3d. [data.eval] dtype = bf16: predict --eval-set and predict of image
+#     files give eval's loss (their samples rounded to bf16 as the loader's);
 #  4. tests/infer_threads: the C API from threads (one shared model, and
 #     a model per thread) gives the single-threaded logits bit for bit.
 # The checks need only python3's standard library.
@@ -416,6 +418,42 @@ EOF
 else
 	echo "skip 3c: no amp plugin"
 fi
+
+# ---- 3d. [data.eval] dtype = bf16: predict sees eval's samples -----------
+# the loader rounds the transforms' f32 to bf16 (nearest even) and the device
+# widens them; predict rounds its f32 samples alike, for --eval-set and for
+# image files (before session 31 it skipped the rounding: --eval-set's loss
+# was the f32 one, 1.587318 where eval said 1.587265).  --no-fold: eval's graph
+kiln 0 eval "$ini" --checkpoint "$ck" "data.path=$data" data.eval.dtype=bf16
+cp "$out" "$tmp/eval_dt.json"
+kiln 0 predict "$ini" --checkpoint "$ck" --eval-set --logits "$tmp/dt.npy" --no-fold "data.path=$data" data.eval.dtype=bf16
+kiln 0 eval "$tmp/f.ini" --checkpoint "$ck" "data.path=$data" data.eval.dtype=bf16
+cp "$out" "$tmp/eval_dtf.json"
+kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$pngs" --logits "$tmp/dtf.npy" --no-fold "data.path=$data" data.eval.dtype=bf16
+"$py" - "$tmp/eval_dt.json" "$tmp/dt.npy" "$tmp/nofold.npy" "$data/tr_cnn_labels.idx" \
+	"$tmp/eval_dtf.json" "$tmp/dtf.npy" "$tmp/pred.jsonl" <<'EOF' || fail "dtype = bf16: predict's samples are not eval's"
+import json, math, os, struct, sys
+def npy(p):
+    raw = open(p, "rb").read(); hl = struct.unpack("<H", raw[8:10])[0]
+    return struct.unpack("<240f", raw[10 + hl:])
+def loss(lg, labels):
+    s = 0.0
+    for i, y in enumerate(labels):
+        l = lg[5 * i:5 * i + 5]; m = max(l)
+        s += m + math.log(sum(math.exp(v - m) for v in l)) - l[y]
+    return s / len(labels)
+# --eval-set: the idx labels; the images: their folders' names, in predict's order
+labels = list(open(sys.argv[4], "rb").read()[8:])
+rows = [json.loads(l) for l in open(sys.argv[7])]
+names = sorted(os.listdir(os.path.dirname(os.path.dirname(rows[0]["file"]))))
+flabels = [names.index(os.path.basename(os.path.dirname(r["file"]))) for r in rows]
+for what, ev, lg, lab in (("--eval-set", sys.argv[1], sys.argv[2], labels), ("images", sys.argv[5], sys.argv[6], flabels)):
+    e, got = json.load(open(ev))["test_loss"], loss(npy(lg), lab)
+    print("dtype = bf16, %s: eval loss %.6f, predict's logits' loss %.6f" % (what, e, got))
+    assert abs(got - e) <= 2e-6, what
+assert npy(sys.argv[2]) != npy(sys.argv[3]), "bf16 samples gave the f32 logits"
+EOF
+echo "ok: [data.eval] dtype = bf16: predict's loss is eval's"
 
 # ---- 4. the C API from threads ---------------------------------------------
 # (with no OpenMP variables set: the library sets kiln's rule itself)
