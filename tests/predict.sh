@@ -17,7 +17,8 @@
 #     bad one's message names the file, not init_from);
 #  3. corrupt, truncated, empty, wrong-size, wrong-channel-count and
 #     non-image files, a FIFO, a device and a file larger than any image
-#     fail with exit 3 and a message naming the file (none blocks); a
+#     fail with exit 3 and a message naming the file (none blocks; an RGBA
+#     file's says so, a resize past the limit on a side names it); a
 #     missing path or an image-less folder exit 2; a folder's links back
 #     to itself are skipped with a warning;
 #  3b. folding (the default) against --no-fold: logits within 2e-5 of
@@ -207,6 +208,28 @@ kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/big.png" "data.path=$tmp/noda
 stderr_has "16x16 pixels, the model reads 8x8 images"
 kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/rgb.png" "data.path=$tmp/nodata"
 stderr_has "3 channels, the model reads 1-channel images"
+# the channels the file had, where the decoder changed them (an RGBA PNG
+# was "3 channels" alone), and a resize past the transforms' limit on a
+# side: named, with the sizes width x height as above (it was "a 1x30000
+# image resized to 8x240000 (shorter side 8)")
+"$py" - "$tmp/odd" <<'EOF' || exit 99
+import os, struct, sys, zlib
+d = sys.argv[1]; os.mkdir(d)
+def png(path, w, h, c):
+    raw = b"".join(b"\0" + bytes((x * 7 + y) % 256 for x in range(w * c)) for y in range(h))
+    chunk = lambda t, b: struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b))
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, {1: 0, 2: 4, 3: 2, 4: 6}[c], 0, 0, 0))
+                           + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+png(d + "/rgba.png", 8, 8, 4)
+png(d + "/la.png", 8, 8, 2)
+png(d + "/thin.png", 30000, 1, 1)
+EOF
+kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/odd/rgba.png" "data.path=$data"
+stderr_has "$tmp/odd/rgba.png: 3 channels, the model reads 1-channel images ([data.eval] sets no channels to convert them); the file is RGBA (4 channels), decoded to RGB (3) with its alpha composited onto black"
+# gray with alpha decodes to the model's one channel: no complaint
+kiln 0 predict "$ini" --checkpoint "$ck" "$tmp/odd/la.png" "data.path=$data"
+kiln 3 predict "$tmp/f.ini" --checkpoint "$ck" "$tmp/odd/thin.png" "data.path=$data" data.eval.resize=8
+stderr_has "$tmp/odd/thin.png: sample 0: a 30000x1 image (width x height) with its shorter side resized to 8 would be 240000x8, outside the transforms' 1 to 65536 pixels a side (MAX_SIDE, core/transform.c): too long and thin for \`resize = 8\`"
 # a folder config resizes and converts, as eval would
 kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$tmp/bad/big.png" "$tmp/bad/rgb.png" "data.path=$data"
 kiln 2 predict "$ini" --checkpoint "$ck" "$tmp/nothing.png" "data.path=$data"
