@@ -229,8 +229,17 @@ static kiln_status out_open(struct pred_out *po, const struct pred_opts *o,
 	po->C = kiln_infer_output_elems(m);
 	if (o->logits)
 		return KILN_OK;
-	if (kiln_infer_output_shape(m, dims) != 1)
-		return kiln_error(KILN_ENOTSUP, "the model's output per sample is not a vector of classes: use --logits");
+	const int nd = kiln_infer_output_shape(m, dims);
+	if (nd != 1) {
+		int64_t in[KILN_MAX_DIMS];
+		int dtype = KILN_F32;
+		kiln_infer_input_shape(m, in, &dtype);
+		char shape[96] = "";
+		for (int i = 0, k = 0; i < nd && k < (int)sizeof shape; i++)
+			k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%lld", i ? ", " : "", (long long)dims[i]);
+		return kiln_error(KILN_EUSAGE, "the model's output per sample is f32[%s]%s, not a vector of classes: use --logits OUT (.npy or .safetensors) for the logits",
+				  shape, dtype == KILN_I32 ? " (a token model's [T, V])" : "");
+	}
 	if (!(po->order = malloc(sizeof(int64_t) * po->C)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	if (o->csv) {
@@ -305,6 +314,19 @@ static int decode_threads(const struct kiln_config *cfg)
 	return threads > workers ? (int)threads : workers;
 }
 
+/* Image files for a model that reads token ids: refused, naming what
+ * reads tokens instead (before session 31 the message spoke of the
+ * output's shape, or, with --logits, of images alone). */
+static kiln_status images_for_tokens(const struct kiln_infer *m, const char *first)
+{
+	int64_t dims[KILN_MAX_DIMS];
+	int dtype = KILN_F32;
+	if (kiln_infer_input_shape(m, dims, &dtype) != 1 || dtype != KILN_I32)
+		return KILN_OK;
+	return kiln_error(KILN_EUSAGE, "%s: this model reads token ids (i32[%lld] a sample), not images: `kiln generate` writes text from a prompt, `kiln predict --eval-set --logits OUT` the logits of [data.eval]'s token windows, and the C API's kiln_infer takes token ids (docs/inference.md)",
+			  first, (long long)dims[0]);
+}
+
 /* The files (or, files NULL, [data.eval]) through the model, batch by
  * batch, each batch's images decoded on decode_threads; the rate on
  * stderr. */
@@ -321,7 +343,9 @@ static kiln_status predict(struct kiln_infer *m, const struct kiln_config *cfg,
 		x = NULL;
 	float *logits = files ? malloc(sizeof(float) * kiln_infer_output_elems(m) * (size_t)batch) : NULL;
 	kiln_status st = files && (!x || !logits) ? kiln_error(KILN_ENOMEM, "out of memory")
-						  : out_open(&po, o, cfg, m, !files);
+			 : files ? images_for_tokens(m, files->v[0]) : KILN_OK;
+	if (!st)
+		st = out_open(&po, o, cfg, m, !files);
 	const double t0 = now_s();
 	if (!st && !files)
 		st = kiln_infer_eval_set(m, eval_rows, &po);

@@ -197,6 +197,15 @@ kiln_status pred_load_image(struct kiln_infer *m, const char *path, int64_t max_
 				img);
 	if (!st)
 		st = kiln_infer_image(m, img, path, x);
+	/* a channel count refused: the decoded one, said with the file's
+	 * (an RGBA PNG is decoded to 3 channels, which alone misleads) */
+	int64_t dims[KILN_MAX_DIMS];
+	const char *note = st == KILN_EDATA ? img_channels_note(buf, n) : NULL;
+	if (note && kiln_infer_input_shape(m, dims, NULL) == 3 && dims[0] != img->c) {
+		char msg[1024];
+		snprintf(msg, sizeof msg, "%s", kiln_last_error());
+		st = kiln_error(st, "%s; %s", msg, note);
+	}
 	free(buf);
 	return st;
 }

@@ -7,9 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-/* f32 to bf16, round to nearest even (NaN stays a quiet NaN): the same
- * rounding as the devices' KILN_OP_CAST. */
-static uint16_t to_bf16(float f)
+uint16_t kiln_bf16_from_f32(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, sizeof u);
@@ -17,6 +15,14 @@ static uint16_t to_bf16(float f)
 		return (uint16_t)((u >> 16) | 0x40);
 	u += 0x7fffu + ((u >> 16) & 1);
 	return (uint16_t)(u >> 16);
+}
+
+void kiln_f32_round_bf16(float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const uint32_t u = (uint32_t)kiln_bf16_from_f32(x[i]) << 16;
+		memcpy(&x[i], &u, sizeof u);
+	}
 }
 
 void kiln_data_scratch_free(struct kiln_data_scratch *s)
@@ -218,7 +224,7 @@ static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, vo
 				return st;
 			uint16_t *o = out;
 			for (size_t i = 0; i < n; i++)
-				o[i] = to_bf16(s->f32[i]);
+				o[i] = kiln_bf16_from_f32(s->f32[i]);
 		} else if ((st = kiln_xform_apply(&d->xf, img, d->seed, epoch, j, out, &s->xs))) {
 			return st;
 		}

@@ -126,6 +126,14 @@ kiln_status kiln_data_workers(const struct kiln_config *cfg, int *workers);
  * go to the model as they are. */
 int kiln_dataset_widened(const struct kiln_dataset *d);
 
+/* f32 to bf16, round to nearest even (NaN stays a quiet NaN): the
+ * devices' KILN_OP_CAST rounding, and the loader's for [data] dtype = bf16. */
+uint16_t kiln_bf16_from_f32(float f);
+/* x[n] rounded to bf16 values in place, kept f32: what a bf16 sample is
+ * once the device widens it (the inference API's dtype = bf16, which
+ * hands the model f32 samples). */
+void kiln_f32_round_bf16(float *x, size_t n);
+
 /* The model's input sample as the device hands it over: the staged sample,
  * f32 when widened. */
 void kiln_dataset_input_desc(const struct kiln_dataset *d, struct kiln_tensor_desc *out);

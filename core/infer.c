@@ -47,6 +47,7 @@ struct kiln_infer {
 	int have_xf;
 	struct kiln_xform xf;
 	int32_t src_h, src_w, src_c;     /* the images the model was fed (0: any) */
+	int bf16;                        /* [data.eval] dtype = bf16: samples rounded to it */
 	struct kiln_xform_scratch xs;
 };
 
@@ -140,7 +141,8 @@ static kiln_status infer_fold(struct kiln_infer *m)
 	/* the residual adds into the convs' epilogues in f32 (the INT8 path
 	 * quantizes the adds themselves) */
 	if (!(st = kiln_infer_fold_config_ex(m->t.m, (struct kiln_registry *)m->reg,
-					     qf || m->no_residual ? 0 : KILN_FOLD_RESIDUAL, &m->fcfg, &n)) &&
+					     qf ? KILN_FOLD_INT8 : m->no_residual ? 0 : KILN_FOLD_RESIDUAL,
+					     &m->fcfg, &n)) &&
 	    !(st = qf ? kiln_quant_config_check(qf, m->cfg, m->reg) : KILN_OK) &&
 	    !(st = qf ? kiln_quant_config(m->fcfg, qf) : KILN_OK) &&
 	    !(st = kiln_model_create(m->fcfg, m->reg, m->t.dev, &m->t.sample, &fm)) &&
@@ -385,9 +387,12 @@ kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *ou
 static void image_xform_keys(struct kiln_infer *m, int32_t h, int32_t w, int32_t c,
 			     const struct kiln_xform *xf)
 {
+	const char *dt = kiln_config_get(m->cfg, "data.eval", "dtype");
 	m->xf = *xf;
 	m->xf.out_dtype = KILN_F32;
 	m->xf.nhwc = 0; /* samples are CHW, as the loader stages them */
+	/* the loader's bf16 samples, widened on the device: the f32 rounded */
+	m->bf16 = dt && !strcmp(dt, "bf16");
 	const int sized = strcmp(kiln_config_where(m->cfg, "data.eval", "size"), "default") ||
 			  strcmp(kiln_config_where(m->cfg, "data.eval", "resize"), "default");
 	m->src_h = sized ? 0 : h;
@@ -477,6 +482,8 @@ kiln_status kiln_infer_image(struct kiln_infer *m, const struct kiln_image *img,
 				kiln_xform_out_bytes(&m->xf), m->in_bytes);
 	else if ((st = kiln_xform_apply(&m->xf, img, 0, 0, 0, x, &m->xs)))
 		st = kiln_error_wrap(st, "%s", what);
+	else if (m->bf16)
+		kiln_f32_round_bf16(x, m->in_bytes / sizeof(float));
 out:
 	pthread_mutex_unlock(&m->lock);
 	return st;
@@ -484,14 +491,18 @@ out:
 
 /* [data.eval] opened for a pass: samples staged as the model takes them
  * (u8 pixels or bf16 widened on the host, the values transform_on =
- * device and dtype = bf16 give on the device). */
-static kiln_status eval_set_open(struct kiln_infer *m, struct kiln_dataset *ds)
+ * device and dtype = bf16 give on the device: *bf16, the caller rounds
+ * the f32 samples to bf16 values, as the loader's cast and the device's
+ * widening make them). */
+static kiln_status eval_set_open(struct kiln_infer *m, struct kiln_dataset *ds, int *bf16)
 {
 	kiln_status st = kiln_dataset_open(m->cfg, m->reg, "data.eval", "test", 0, ds);
+	*bf16 = 0;
 	if (st)
 		return st;
 	if (ds->use_image && kiln_dataset_widened(ds)) {
 		ds->xf.out_dtype = KILN_F32;
+		*bf16 = ds->bf16;
 		ds->bf16 = 0;
 		ds->sample.dtype = KILN_F32;
 		ds->sample_bytes = kiln_tensor_bytes(&ds->sample);
@@ -513,7 +524,8 @@ kiln_status kiln_infer_eval_set(struct kiln_infer *m, kiln_infer_rows_fn fn, voi
 	void *x = NULL; /* 64-byte aligned: read in place (rows_input) */
 	int32_t *y = NULL;
 	float *out = malloc(sizeof(float) * m->out_elems * (size_t)B);
-	kiln_status st = idx && out ? eval_set_open(m, &ds) : kiln_error(KILN_ENOMEM, "out of memory");
+	int bf16 = 0;
+	kiln_status st = idx && out ? eval_set_open(m, &ds, &bf16) : kiln_error(KILN_ENOMEM, "out of memory");
 	if (!st && (posix_memalign(&x, 64, m->in_bytes * (size_t)B) ||
 		    !(y = malloc(ds.label_bytes * (size_t)B))))
 		st = kiln_error(KILN_ENOMEM, "out of memory");
@@ -521,8 +533,9 @@ kiln_status kiln_infer_eval_set(struct kiln_infer *m, kiln_infer_rows_fn fn, voi
 		const int64_t rows = ds.len - off < B ? ds.len - off : B;
 		for (int64_t i = 0; i < rows; i++)
 			idx[i] = off + i;
-		if (!(st = kiln_dataset_read_rows(&ds, 0, idx, rows, x, y, &scratch)) &&
-		    !(st = kiln_infer(m, x, rows, out)))
+		if (!(st = kiln_dataset_read_rows(&ds, 0, idx, rows, x, y, &scratch)) && bf16)
+			kiln_f32_round_bf16(x, m->in_bytes / sizeof(float) * (size_t)rows);
+		if (!st && !(st = kiln_infer(m, x, rows, out)))
 			st = fn(user, off, rows, out, y, ds.label_elems);
 	}
 	kiln_dataset_close(&ds);

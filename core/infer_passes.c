@@ -1,7 +1,8 @@
 /* core/infer_passes.c - inference graph passes: batchnorm folded into the
  * conv or linear before it, dropout removed, bias + activation left to the
  * layer's epilogue ([run] fuse), the device's layout ([model] layout =
- * auto: nhwc on the CPU).  The math and the rules are in
+ * auto: nhwc on the CPU) unless a layer refuses it (then the trained
+ * one's).  The math and the rules are in
  * infer_passes.h; docs/inference.md ("Folding") is the user's view. */
 #include "infer_passes.h"
 #include "config_impl.h"
@@ -132,12 +133,13 @@ static void write_layer(FILE *f, const struct kiln_model *m, const struct sectio
 }
 
 /* The keys the inference graph sets whatever the model trained with:
- * the epilogue fusion, and the device's own layout (`auto`: nhwc on the
+ * the epilogue fusion, and the layout (value NULL: write_folded's
+ * `layout`, chosen by fold_layout: the device's own, `auto`, nhwc on the
  * CPU, whose oneDNN convolutions run channels-last without the reorders
  * around every nchw one; the weights are the same in either layout). */
 static const struct {
 	const char *section, *key, *value;
-} infer_keys[] = { { "run", "fuse", "1" }, { "model", "layout", "auto" } };
+} infer_keys[] = { { "run", "fuse", "1" }, { "model", "layout", NULL } };
 #define N_INFER_KEYS (int)(sizeof infer_keys / sizeof infer_keys[0])
 
 static int infer_key(const char *section, const char *key)
@@ -149,8 +151,8 @@ static int infer_key(const char *section, const char *key)
 }
 
 /* The whole folded config as INI text into f. */
-static void write_folded(FILE *f, const struct kiln_model *m, const int *removed, const int *host,
-			 const int *into, const int *resid)
+static void write_folded(FILE *f, const struct kiln_model *m, const char *layout,
+			 const int *removed, const int *host, const int *into, const int *resid)
 {
 	const struct kiln_config *cfg = m->cfg;
 	for (int si = 0; si < cfg->n; si++) {
@@ -167,13 +169,14 @@ static void write_folded(FILE *f, const struct kiln_model *m, const int *removed
 				fprintf(f, "%s = %s\n", s->e[e].key, s->e[e].value);
 		for (int k = 0; k < N_INFER_KEYS; k++)
 			if (!strcmp(s->name, infer_keys[k].section))
-				fprintf(f, "%s = %s\n", infer_keys[k].key, infer_keys[k].value);
+				fprintf(f, "%s = %s\n", infer_keys[k].key,
+					infer_keys[k].value ? infer_keys[k].value : layout);
 		fprintf(f, "\n");
 	}
 	for (int k = 0; k < N_INFER_KEYS; k++)
 		if (!kiln_cfg_find_section(cfg, infer_keys[k].section))
 			fprintf(f, "[%s]\n%s = %s\n\n", infer_keys[k].section, infer_keys[k].key,
-				infer_keys[k].value);
+				infer_keys[k].value ? infer_keys[k].value : layout);
 }
 
 kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_registry *reg,
@@ -182,18 +185,82 @@ kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_regis
 	return kiln_infer_fold_config_ex(m, reg, 0, out, n_folded);
 }
 
+/* The folded config of m with [model] layout = `layout` (the plan in
+ * removed, host, into, resid), loaded and validated against reg into
+ * *out (new; NULL on failure). */
+static kiln_status fold_load(const struct kiln_model *m, struct kiln_registry *reg,
+			     const char *layout, const int *removed, const int *host,
+			     const int *into, const int *resid, struct kiln_config **out)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	kiln_status st;
+	*out = NULL;
+	if (!f)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	write_folded(f, m, layout, removed, host, into, resid);
+	if (fclose(f)) {
+		free(text);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	if ((st = kiln_config_load_string(text, m->cfg->file ? m->cfg->file : "folded", out)) ||
+	    (st = kiln_config_validate(*out, reg))) {
+		st = kiln_error_wrap(st, "the folded config");
+		kiln_config_free(*out);
+		*out = NULL;
+	}
+	free(text);
+	return st;
+}
+
+/* kiln_model_create_checked's precheck: every layer took its input's
+ * shape (*(int *)arg = 1); it stops the creation before any allocation. */
+static kiln_status shapes_taken(void *arg, const struct kiln_model *m)
+{
+	(void)m;
+	*(int *)arg = 1;
+	return KILN_ENOTFOUND; /* no message: the caller knows why */
+}
+
+/* *refused: a layer of cfg (a folded config of m) refuses the layout cfg
+ * gives on m's device (a layernorm on a 4-d tensor refuses nhwc, where it
+ * would normalise over the channels rather than the width), its message
+ * into why[n].  The layout m itself runs in needs no check. */
+static kiln_status layout_refused(const struct kiln_model *m, const struct kiln_registry *reg,
+				  const struct kiln_config *cfg, char *why, size_t n, int *refused)
+{
+	struct kiln_model *t = NULL;
+	int taken = 0;
+	const struct kiln_model_precheck pre = { shapes_taken, &taken };
+	*refused = 0;
+	if (kiln_model_layout(cfg, m->dev) == m->layout)
+		return KILN_OK;
+	kiln_status st = kiln_model_create_checked(cfg, reg, m->dev, &m->sample, &pre, &t);
+	kiln_model_free(t);
+	if (taken || !st)
+		return KILN_OK;
+	if (st != KILN_ECONFIG && st != KILN_ENOTSUP) /* a layer's shape check says these */
+		return st;
+	snprintf(why, n, "%s", kiln_last_error());
+	*refused = 1;
+	return KILN_OK;
+}
+
 kiln_status kiln_infer_fold_config_ex(const struct kiln_model *m, struct kiln_registry *reg,
 				      int flags, struct kiln_config **out, int *n_folded)
 {
 	const size_t nl = (size_t)m->n_layers + 1;
 	int *removed = calloc(nl, sizeof *removed), *host = calloc(nl, sizeof *host);
 	int *into = calloc(nl, sizeof *into), *resid = calloc(nl, sizeof *resid);
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f = NULL;
+	/* INT8: oneDNN's int8 convolutions have direct (jit) kernels for
+	 * channels-last only; nchw gets a reference loop */
+	const char *want = flags & KILN_FOLD_INT8 ? "nhwc" : "auto";
+	char why[1024];
+	int refused = 0;
 	kiln_status st;
 	*out = NULL;
-	if (!removed || !host || !into || !resid || !(f = open_memstream(&text, &len))) {
+	if (!removed || !host || !into || !resid) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -205,23 +272,23 @@ kiln_status kiln_infer_fold_config_ex(const struct kiln_model *m, struct kiln_re
 			into[j] = -1, resid[j] = -2;
 	if (n_folded)
 		*n_folded = n;
-	write_folded(f, m, removed, host, into, resid);
-	if (fclose(f)) {
-		f = NULL;
-		st = kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = fold_load(m, reg, want, removed, host, into, resid, out)) ||
+	    (st = layout_refused(m, reg, *out, why, sizeof why, &refused)) || !refused)
 		goto out;
-	}
-	f = NULL;
-	if ((st = kiln_config_load_string(text, m->cfg->file ? m->cfg->file : "folded", out)) ||
-	    (st = kiln_config_validate(*out, reg))) {
-		st = kiln_error_wrap(st, "the folded config");
+	/* the layout every layer took in training, and the reason, since
+	 * a later message may name the other one */
+	const char *trained = m->layout == KILN_NHWC ? "nhwc" : "nchw";
+	kiln_log(KILN_LOG_INFO, "infer", "the folded model keeps [model] layout = %s (the trained model's): %s%s refused: %s",
+		 trained, kiln_model_layout(*out, m->dev) == KILN_NHWC ? "nhwc" : "nchw",
+		 flags & KILN_FOLD_INT8 ? " (where oneDNN's INT8 convolutions have direct kernels)"
+					: " (the device's)", why);
+	kiln_config_free(*out);
+	st = fold_load(m, reg, trained, removed, host, into, resid, out);
+out:
+	if (st) {
 		kiln_config_free(*out);
 		*out = NULL;
 	}
-out:
-	if (f)
-		fclose(f);
-	free(text);
 	free(removed);
 	free(host);
 	free(into);

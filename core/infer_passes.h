@@ -27,8 +27,11 @@
  * same order, without the folded batchnorms and the dropouts, every
  * remaining layer's input named explicitly, bias = 1 on the layers that
  * took a batchnorm, [run] fuse = 1, [model] layout = auto (the device's:
- * nhwc on the CPU).  *out is new (kiln_config_free),
- * validated against reg.  *n_folded (may be NULL): layers removed. */
+ * nhwc on the CPU) unless a layer refuses that layout's shapes (a
+ * layernorm on a 4-d tensor refuses nhwc): then m's own layout, which
+ * every layer took, logged with the refusal.  *out is new
+ * (kiln_config_free), validated against reg.  *n_folded (may be NULL):
+ * layers removed. */
 kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_registry *reg,
 				   struct kiln_config **out, int *n_folded);
 /* The same with flags: KILN_FOLD_RESIDUAL also moves each two-input add
@@ -36,6 +39,10 @@ kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_regis
  * that conv (its second input, the residual; evaluation only), and counts
  * the adds in *n_folded.  Not for the INT8 path, which quantizes the adds. */
 #define KILN_FOLD_RESIDUAL 1
+/* KILN_FOLD_INT8: the layout asked for is nhwc, not auto (for
+ * kiln_quant_config: oneDNN's int8 convolutions have direct kernels for
+ * channels-last only), with the same retreat to m's layout. */
+#define KILN_FOLD_INT8 2
 kiln_status kiln_infer_fold_config_ex(const struct kiln_model *m, struct kiln_registry *reg,
 				      int flags, struct kiln_config **out, int *n_folded);
 

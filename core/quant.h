@@ -93,7 +93,8 @@ kiln_status kiln_quant_config_check(const struct kiln_safetensors *f, const stru
 				    const struct kiln_registry *reg);
 
 /* `kiln eval --quantized`: the int8 keys of every layer the file
- * quantized, set on the folded config cfg ([layer.X] int8_scale,
+ * quantized, set on the folded config cfg (kiln_infer_fold_config_ex
+ * with KILN_FOLD_INT8, which chose its layout; [layer.X] int8_scale,
  * int8_unsigned, and on the CPU int8_out_scale where the layer's u8
  * output can go straight to the INT8 layers after it: core/quantize.c,
  * "chaining"), and the file's weights into m (built from that config:

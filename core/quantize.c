@@ -414,12 +414,8 @@ kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safeten
 {
 	kiln_status st = need_format(f);
 	char arg[400];
-	/* the layout for inference: oneDNN's int8 convolutions have direct
-	 * (jit) kernels for channels-last only; NCHW gets its reference loop */
-	if (!st && strcmp(kiln_config_get(cfg, "model", "layout") ? kiln_config_get(cfg, "model", "layout") : "", "nhwc")) {
-		kiln_log(KILN_LOG_INFO, "quantize", "[model] layout = nhwc for the INT8 convolutions (the weights are the same)");
-		st = kiln_config_override(cfg, "model.layout=nhwc");
-	}
+	/* (the layout: the fold's, KILN_FOLD_INT8: nhwc unless a layer
+	 * refuses it) */
 	for (int i = 0; !st && kiln_config_section(cfg, i); i++) {
 		const char *sec = kiln_config_section(cfg, i);
 		struct kiln_safetensors_tensor t;

@@ -85,7 +85,7 @@ static const struct kiln_key data_keys[] = {
 	{ "std", KILN_KEY_STR, "1", NOLIM, NULL,
 	  "Normalisation divisor (> 0): one value or one per output channel; see `mean`." },
 	{ "dtype", KILN_KEY_ENUM, "f32", NOLIM, "f32|bf16",
-	  "The samples' element type between the workers and the device: `f32`, or `bf16` (the transforms' f32 rounded to nearest even: half the copy traffic, widened to f32 on the device by one op). With `transform_on = device` the workers ship u8 instead." },
+	  "The samples' element type between the workers and the device: `f32`, or `bf16` (the transforms' f32 rounded to nearest even: half the copy traffic, widened to f32 on the device by one op; `kiln predict` and the inference API round their f32 samples to the same values). With `transform_on = device` the workers ship u8 instead." },
 	{ "transform_on", KILN_KEY_ENUM, "host", NOLIM, "host|device",
 	  "Where the normalisation runs: `host` (loader workers hand f32 samples to the step) or `device` (workers hand u8 pixels, a quarter of the bytes, and the device normalises). Both compute torchvision's rule in f32, (u/255 - mean) / std, so the samples are bit-equal either way." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }

@@ -288,7 +288,7 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 	if (!st)
 		st = kiln_quant_config_check(*qf, cfg, reg);
 	if (!st)
-		st = fold_open(cfg, reg, NULL, -1, 0, &tr, fcfg);
+		st = fold_open(cfg, reg, NULL, -1, KILN_FOLD_INT8, &tr, fcfg);
 	kiln_trained_close(&tr);
 	if (!st && (st = kiln_quant_config(*fcfg, *qf)))
 		st = kiln_error_wrap(st, "%s", path);

@@ -787,9 +787,10 @@ kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image
 	if (x->resize > 0) {
 		int nh, nw;
 		kiln_xform_resize_shorter(v.h, v.w, x->resize, &nh, &nw);
+		/* width x height, as kiln predict's other size messages */
 		if (nh < 1 || nw < 1 || nh > MAX_SIDE || nw > MAX_SIDE)
-			return kiln_error(KILN_EDATA, "sample %lld: a %dx%d image resized to %dx%d (shorter side %d)",
-					  (long long)index, v.h, v.w, nh, nw, x->resize);
+			return kiln_error(KILN_EDATA, "sample %lld: a %dx%d image (width x height) with its shorter side resized to %d would be %dx%d, outside the transforms' 1 to %d pixels a side (MAX_SIDE, core/transform.c): too long and thin for `resize = %d`",
+					  (long long)index, v.w, v.h, x->resize, nw, nh, MAX_SIDE, x->resize);
 		int box[4] = { 0, 0, v.w, v.h };
 		if ((nh != v.h || nw != v.w) &&
 		    (st = resize_view(&v, box, nh, nw, &s->a, &s->a_cap, s)))

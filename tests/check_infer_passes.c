@@ -12,6 +12,8 @@
  * one op, KILN_OPF_RESIDUAL): no add is left, and the logits still equal
  * the unfolded ones, in NHWC (the op's epilogue on the CPU) and NCHW
  * (where the CPU refuses it: the CONV, ADD and ACT of the fallback).
+ * A layer that refuses the device's layout (a layernorm on a 4-d tensor,
+ * nhwc) keeps the folded model in the layout it trained in.
  * And the C API's refusals of NULL arguments and of an image without its
  * pixels (KILN_EINVAL with a message, not a crash). */
 #include <check.h>
@@ -329,6 +331,43 @@ START_TEST(shared_conv_keeps_bn)
 }
 END_TEST
 
+/* A layernorm on a 4-d tensor (conv -> bn -> layernorm -> flatten ->
+ * linear) refuses nhwc, where it would normalise the channels rather than
+ * the width: a model trained nchw folds to nchw (before session 31 the
+ * folded config said `auto`, nhwc on the CPU, and the model could not be
+ * built: "layer 'ln' (layernorm) needs ... nhwc"); one without it still
+ * folds to the device's layout, and KILN_FOLD_INT8 asks for nhwc. */
+static const char cnn_ln[] =
+	"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n[layer.b1]\ntype = batchnorm\n"
+	"[layer.ln]\ntype = layernorm\n[layer.flat]\ntype = flatten\n"
+	"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+
+/* [model] layout of the folded config of `layers` trained in `layout`. */
+static void check_fold_layout(const char *layers, const char *layout, int flags, const char *want)
+{
+	char ini[8192];
+	struct rig a;
+	struct kiln_config *fcfg = NULL;
+	snprintf(ini, sizeof ini, head, layout);
+	strncat(ini, layers, sizeof ini - strlen(ini) - 1);
+	rig_open(&a, test_config(reg, ini));
+	ck_assert_msg(kiln_infer_fold_config_ex(a.m, reg, flags, &fcfg, NULL) == 0, "%s",
+		      kiln_last_error());
+	ck_assert_str_eq(kiln_config_get(fcfg, "model", "layout"), want);
+	kiln_config_free(fcfg);
+	rig_close(&a);
+}
+
+START_TEST(layernorm_keeps_nchw)
+{
+	check_fold(cnn_ln, "nchw", 1, 0, "c1.weight", 4 * 9);
+	check_fold_layout(cnn_ln, "nchw", 0, "nchw");
+	check_fold_layout(cnn_ln, "nchw", KILN_FOLD_INT8, "nchw");
+	check_fold_layout(cnn, "nchw", 0, "auto");
+	check_fold_layout(cnn, "nchw", KILN_FOLD_INT8, "nhwc");
+}
+END_TEST
+
 /* Batch blocking for cache (kiln_infer_block_rows, [run] infer_block):
  * the rule on the example models' figures, then through the inference
  * API. */
@@ -548,6 +587,7 @@ static Suite *make_infer_passes_suite(void)
 	tcase_add_test(tc, resnet_folds);
 	tcase_add_test(tc, resnet_residual_folds);
 	tcase_add_test(tc, act_chains_fuse_once);
+	tcase_add_test(tc, layernorm_keeps_nchw);
 	suite_add_tcase(s, tc);
 	TCase *keep = tcase_create("keep");
 	tcase_add_test(keep, shared_conv_keeps_bn);

@@ -6,7 +6,8 @@
 #     the same text, other seeds other text; greedy (--temperature 0) is
 #     --top-k 1 at any temperature (both the argmax of the logits); the
 #     checkpoint's context over another data.context; not a checkpoint:
-#     exit 3; an lstm model refused;
+#     exit 3; an lstm model refused; kiln predict of image files refused
+#     naming what reads tokens;
 #  3. the prompt and the new tokens must fit the context (no sliding
 #     window), --vocab goes with --merges, bad numbers: exit 2;
 #  4. BPE: with a vocab.json + merges.txt written here, packing, training
@@ -89,6 +90,18 @@ kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 0
 cp "$out" "$tmp/greedy.txt"
 kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 5 --top-k 1 --seed 3
 cmp -s "$out" "$tmp/greedy.txt" || fail "--top-k 1 differs from greedy"
+
+# kiln predict of image files on a token model: refused naming what reads
+# tokens (it said "not a vector of classes: use --logits", then with
+# --logits "this model reads no images"); --eval-set wants --logits, and
+# says the output's shape
+printf 'not decoded' >"$tmp/x.png"
+for lg in "" "--logits $tmp/x.npy"; do
+	kiln 2 predict "$ini" $lg "$tmp/x.png"
+	stderr_has "$tmp/x.png: this model reads token ids (i32[24] a sample), not images: \`kiln generate\` writes text from a prompt, \`kiln predict --eval-set --logits OUT\` the logits of [data.eval]'s token windows, and the C API's kiln_infer takes token ids (docs/inference.md)"
+done
+kiln 2 predict "$ini" --eval-set
+stderr_has "the model's output per sample is f32[24, 256] (a token model's [T, V]), not a vector of classes: use --logits OUT (.npy or .safetensors) for the logits"
 
 # the checkpoint's context, not a different data.context (with the
 # warning kiln eval, export and predict give for another sample shape);

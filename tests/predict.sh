@@ -17,14 +17,19 @@
 #     bad one's message names the file, not init_from);
 #  3. corrupt, truncated, empty, wrong-size, wrong-channel-count and
 #     non-image files, a FIFO, a device and a file larger than any image
-#     fail with exit 3 and a message naming the file (none blocks); a
+#     fail with exit 3 and a message naming the file (none blocks; an RGBA
+#     file's says so, a resize past the limit on a side names it); a
 #     missing path or an image-less folder exit 2; a folder's links back
 #     to itself are skipped with a warning;
 #  3b. folding (the default) against --no-fold: logits within 2e-5 of
 #     the largest, the same argmax; `kiln quantize`, then `predict
 #     --quantized` gives `eval --quantized`'s loss and accuracy;
+#  3b2. a model whose layernorm refuses nhwc, trained nchw: predict, eval
+#     --fold and quantize keep nchw (the log says why), folded = --no-fold;
 #  3c. [run] precision = bf16: eval and predict run bf16 (logits and loss
 #     off fp32's by a bf16-sized amount; predict --no-fold's loss = eval's);
+#  3d. [data.eval] dtype = bf16: predict --eval-set and predict of image
+#     files give eval's loss (their samples rounded to bf16 as the loader's);
 #  4. tests/infer_threads: the C API from threads (one shared model, and
 #     a model per thread) gives the single-threaded logits bit for bit.
 # The checks need only python3's standard library.
@@ -203,6 +208,28 @@ kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/big.png" "data.path=$tmp/noda
 stderr_has "16x16 pixels, the model reads 8x8 images"
 kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/rgb.png" "data.path=$tmp/nodata"
 stderr_has "3 channels, the model reads 1-channel images"
+# the channels the file had, where the decoder changed them (an RGBA PNG
+# was "3 channels" alone), and a resize past the transforms' limit on a
+# side: named, with the sizes width x height as above (it was "a 1x30000
+# image resized to 8x240000 (shorter side 8)")
+"$py" - "$tmp/odd" <<'EOF' || exit 99
+import os, struct, sys, zlib
+d = sys.argv[1]; os.mkdir(d)
+def png(path, w, h, c):
+    raw = b"".join(b"\0" + bytes((x * 7 + y) % 256 for x in range(w * c)) for y in range(h))
+    chunk = lambda t, b: struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b))
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, {1: 0, 2: 4, 3: 2, 4: 6}[c], 0, 0, 0))
+                           + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+png(d + "/rgba.png", 8, 8, 4)
+png(d + "/la.png", 8, 8, 2)
+png(d + "/thin.png", 30000, 1, 1)
+EOF
+kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/odd/rgba.png" "data.path=$data"
+stderr_has "$tmp/odd/rgba.png: 3 channels, the model reads 1-channel images ([data.eval] sets no channels to convert them); the file is RGBA (4 channels), decoded to RGB (3) with its alpha composited onto black"
+# gray with alpha decodes to the model's one channel: no complaint
+kiln 0 predict "$ini" --checkpoint "$ck" "$tmp/odd/la.png" "data.path=$data"
+kiln 3 predict "$tmp/f.ini" --checkpoint "$ck" "$tmp/odd/thin.png" "data.path=$data" data.eval.resize=8
+stderr_has "$tmp/odd/thin.png: sample 0: a 30000x1 image (width x height) with its shorter side resized to 8 would be 240000x8, outside the transforms' 1 to 65536 pixels a side (MAX_SIDE, core/transform.c): too long and thin for \`resize = 8\`"
 # a folder config resizes and converts, as eval would
 kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$tmp/bad/big.png" "$tmp/bad/rgb.png" "data.path=$data"
 kiln 2 predict "$ini" --checkpoint "$ck" "$tmp/nothing.png" "data.path=$data"
@@ -322,6 +349,66 @@ kiln 2 predict "$ini" --quantized "$tmp/q.safetensors" --checkpoint "$ck" --eval
 stderr_has "a quantized model carries its weights"
 echo "ok: folded = unfolded to 2e-5; predict --quantized = eval --quantized"
 
+# ---- 3b2. a layer that refuses the device's layout ------------------------
+# conv, batchnorm, then a layernorm of the 4-d tensor (nn.LayerNorm(W): the
+# width in nchw; channels-last would normalise the channels instead), trained
+# with [model] layout = nchw.  The folded model keeps nchw, saying why (before
+# session 31 it was `auto`, nhwc on the CPU, and predict, eval --fold and
+# quantize failed: "layer 'ln' (layernorm) needs ... nhwc" for a user who
+# asked for nchw); its logits are --no-fold's within 2e-5
+awk '/^\[/ { lay = /^\[layer\./ } !lay' "$ini" >"$tmp/ln4.ini"
+cat >>"$tmp/ln4.ini" <<'EOF'
+[layer.c1]
+type = conv
+out = 4
+kernel = 3
+padding = 1
+[layer.b1]
+type = batchnorm
+[layer.ln]
+type = layernorm
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 5
+[layer.loss]
+type = softmax_xent
+EOF
+ln4="data.path=$data model.layout=nchw run.out_dir=$tmp/ln4run"
+kiln 0 train "$tmp/ln4.ini" $ln4
+kiln 0 predict "$tmp/ln4.ini" --eval-set --logits "$tmp/ln4_fold.npy" $ln4
+stderr_has "the folded model keeps [model] layout = nchw (the trained model's): nhwc (the device's) refused: layer 'ln' (layernorm) normalises the last dimension"
+stderr_has "folded: 1 layers removed"
+kiln 0 predict "$tmp/ln4.ini" --eval-set --logits "$tmp/ln4_nofold.npy" --no-fold $ln4
+kiln 0 eval "$tmp/ln4.ini" $ln4
+cp "$out" "$tmp/ln4_eval.json"
+kiln 0 eval "$tmp/ln4.ini" --fold $ln4
+cp "$out" "$tmp/ln4_evalf.json"
+"$py" - "$tmp/ln4_fold.npy" "$tmp/ln4_nofold.npy" "$tmp/ln4_eval.json" "$tmp/ln4_evalf.json" <<'EOF' || fail "the nchw layernorm model folded"
+import json, struct, sys
+def npy(p):
+    raw = open(p, "rb").read(); hl = struct.unpack("<H", raw[8:10])[0]
+    return struct.unpack("<240f", raw[10 + hl:])
+a, b = npy(sys.argv[1]), npy(sys.argv[2])
+assert a != b, "folding changed nothing: is the batchnorm folded?"
+big = max(abs(v) for v in b)
+d = max(abs(x - y) for x, y in zip(a, b))
+e, f = json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
+print("layernorm nchw: folded vs unfolded max |diff| %.3g (max |logit| %.3g); eval loss %.6f, --fold %.6f" % (d, big, e["test_loss"], f["test_loss"]))
+assert d <= 2e-5 * max(1, big), d
+assert abs(e["test_loss"] - f["test_loss"]) <= 1e-5 * max(1, e["test_loss"])
+EOF
+# INT8: nhwc is asked for (oneDNN's direct int8 kernels), refused, nchw kept
+kiln 0 quantize "$tmp/ln4.ini" --calibrate 2 --out "$tmp/ln4_q.safetensors" $ln4
+kiln 0 eval "$tmp/ln4.ini" --quantized "$tmp/ln4_q.safetensors" $ln4
+stderr_has "keeps [model] layout = nchw (the trained model's): nhwc (where oneDNN's INT8 convolutions have direct kernels) refused"
+kiln 0 predict "$tmp/ln4.ini" --quantized "$tmp/ln4_q.safetensors" --eval-set $ln4
+# the unfolded model in `auto` (nhwc on the CPU) says where nhwc came from
+kiln 2 eval "$tmp/ln4.ini" "data.path=$data" "run.out_dir=$tmp/ln4run"
+stderr_has "layer 'ln' (layernorm) normalises the last dimension, the width of an nchw tensor, but got f32[1, 4, 8, 8] nhwc: channels-last ([model] layout = nhwc, which \`auto\` is on the CPU), whose last dimension is the channels; set [model] layout = nchw"
+echo "ok: a layernorm model trained nchw folds, evaluates and quantizes in nchw"
+
 # ---- 3c. [run] precision = bf16 in eval and predict (as training has it) --
 if "$kiln" plugins 2>/dev/null | grep -qw amp; then
 	kiln 0 eval "$ini" --checkpoint "$ck" "data.path=$data" run.precision=bf16
@@ -354,6 +441,42 @@ EOF
 else
 	echo "skip 3c: no amp plugin"
 fi
+
+# ---- 3d. [data.eval] dtype = bf16: predict sees eval's samples -----------
+# the loader rounds the transforms' f32 to bf16 (nearest even) and the device
+# widens them; predict rounds its f32 samples alike, for --eval-set and for
+# image files (before session 31 it skipped the rounding: --eval-set's loss
+# was the f32 one, 1.587318 where eval said 1.587265).  --no-fold: eval's graph
+kiln 0 eval "$ini" --checkpoint "$ck" "data.path=$data" data.eval.dtype=bf16
+cp "$out" "$tmp/eval_dt.json"
+kiln 0 predict "$ini" --checkpoint "$ck" --eval-set --logits "$tmp/dt.npy" --no-fold "data.path=$data" data.eval.dtype=bf16
+kiln 0 eval "$tmp/f.ini" --checkpoint "$ck" "data.path=$data" data.eval.dtype=bf16
+cp "$out" "$tmp/eval_dtf.json"
+kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$pngs" --logits "$tmp/dtf.npy" --no-fold "data.path=$data" data.eval.dtype=bf16
+"$py" - "$tmp/eval_dt.json" "$tmp/dt.npy" "$tmp/nofold.npy" "$data/tr_cnn_labels.idx" \
+	"$tmp/eval_dtf.json" "$tmp/dtf.npy" "$tmp/pred.jsonl" <<'EOF' || fail "dtype = bf16: predict's samples are not eval's"
+import json, math, os, struct, sys
+def npy(p):
+    raw = open(p, "rb").read(); hl = struct.unpack("<H", raw[8:10])[0]
+    return struct.unpack("<240f", raw[10 + hl:])
+def loss(lg, labels):
+    s = 0.0
+    for i, y in enumerate(labels):
+        l = lg[5 * i:5 * i + 5]; m = max(l)
+        s += m + math.log(sum(math.exp(v - m) for v in l)) - l[y]
+    return s / len(labels)
+# --eval-set: the idx labels; the images: their folders' names, in predict's order
+labels = list(open(sys.argv[4], "rb").read()[8:])
+rows = [json.loads(l) for l in open(sys.argv[7])]
+names = sorted(os.listdir(os.path.dirname(os.path.dirname(rows[0]["file"]))))
+flabels = [names.index(os.path.basename(os.path.dirname(r["file"]))) for r in rows]
+for what, ev, lg, lab in (("--eval-set", sys.argv[1], sys.argv[2], labels), ("images", sys.argv[5], sys.argv[6], flabels)):
+    e, got = json.load(open(ev))["test_loss"], loss(npy(lg), lab)
+    print("dtype = bf16, %s: eval loss %.6f, predict's logits' loss %.6f" % (what, e, got))
+    assert abs(got - e) <= 2e-6, what
+assert npy(sys.argv[2]) != npy(sys.argv[3]), "bf16 samples gave the f32 logits"
+EOF
+echo "ok: [data.eval] dtype = bf16: predict's loss is eval's"
 
 # ---- 4. the C API from threads ---------------------------------------------
 # (with no OpenMP variables set: the library sets kiln's rule itself)

@@ -46,11 +46,15 @@ static kiln_status ln_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
 	struct layernorm *s = l->priv;
 	const struct kiln_tensor_desc *x = &l->in[0];
-	if (x->ndim < 2 || is_nhwc(x)) {
-		char d[96];
-		return h->error(KILN_ECONFIG, "layer '%s' (layernorm) needs [batch, ..., channels] (not channels-last 4-d), got %s",
+	char d[96];
+	if (x->ndim < 2)
+		return h->error(KILN_ECONFIG, "layer '%s' (layernorm) needs [batch, ..., channels], got %s",
 				l->name, kiln_tensor_desc_str(x, d, sizeof d));
-	}
+	/* nn.LayerNorm(W) of an NCHW tensor normalises the width; the
+	 * channels-last tensor's last dimension is C, another normalisation */
+	if (is_nhwc(x))
+		return h->error(KILN_ECONFIG, "layer '%s' (layernorm) normalises the last dimension, the width of an nchw tensor, but got %s: channels-last ([model] layout = nhwc, which `auto` is on the CPU), whose last dimension is the channels; set [model] layout = nchw",
+				l->name, kiln_tensor_desc_str(x, d, sizeof d));
 	l->out = *x;
 	s->C = x->dims[x->ndim - 1];
 	s->R = kiln_tensor_numel(x) / s->C;

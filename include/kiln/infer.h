@@ -126,7 +126,8 @@ kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *ou
 /* One decoded image (8-bit HWC, 1 or 3 channels) into one input sample
  * (kiln_infer_input_bytes at x), transformed as the config's [data.eval]
  * says (resize, centre crop, channels, mean/std: core/transform.h), the
- * pixels `kiln eval` would feed.  When [data.eval]'s source has one image
+ * pixels `kiln eval` would feed (f32; with [data.eval] dtype = bf16,
+ * rounded to bf16 values, as the loader's bf16 samples are).  When [data.eval]'s source has one image
  * size and the config sets none of size/resize (nor channels), an image
  * of another size (channel count) is refused: KILN_EDATA naming `what`
  * (the file).  When that source cannot be opened (its files absent), its

@@ -140,6 +140,28 @@ static kiln_status decode_png(const struct kiln_host *host, const uint8_t *buf, 
 	return KILN_OK;
 }
 
+const char *img_channels_note(const void *buf, size_t n)
+{
+	png_image pi;
+	if (img_sniff(buf, n) != IMG_PNG)
+		return NULL; /* (a JPEG is decoded with its own channels; CMYK is refused) */
+	memset(&pi, 0, sizeof pi);
+	pi.version = PNG_IMAGE_VERSION;
+	if (!png_image_begin_read_from_memory(&pi, buf, n))
+		return NULL;
+	const png_uint_32 f = pi.format;
+	png_image_free(&pi);
+	if (f & PNG_FORMAT_FLAG_COLORMAP)
+		return f & PNG_FORMAT_FLAG_ALPHA
+			       ? "the file is a palette PNG with transparency, decoded to RGB (3 channels) with its alpha composited onto black"
+			       : "the file is a palette PNG, decoded to RGB (3 channels)";
+	if ((f & PNG_FORMAT_FLAG_ALPHA) && (f & PNG_FORMAT_FLAG_COLOR))
+		return "the file is RGBA (4 channels), decoded to RGB (3) with its alpha composited onto black";
+	if (f & PNG_FORMAT_FLAG_ALPHA)
+		return "the file is gray with alpha (2 channels), decoded to gray (1) with its alpha composited onto black";
+	return NULL;
+}
+
 kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
 		       const char *what, int64_t max_pixels, struct kiln_image *img)
 {

@@ -42,6 +42,13 @@ int img_format_of_name(const char *name);
 kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
 		       const char *what, int64_t max_pixels, struct kiln_image *img);
 
+/* What img_decode does to the channels of the image in buf[0..n), for
+ * messages that count the decoded ones: a static sentence ("the file is
+ * RGBA (4 channels), decoded to RGB (3) with its alpha composited onto
+ * black"; also gray with alpha, palette PNGs), NULL when the decoded
+ * channels are the file's (gray, RGB) or buf is no readable PNG. */
+const char *img_channels_note(const void *buf, size_t n);
+
 /* Encode h x w x c (c = 1 or 3) 8-bit pixels as a baseline JPEG of the
  * given quality (1..100, 4:2:0 for colour).  *out is malloc()ed; the
  * caller frees it. */
