@@ -616,7 +616,7 @@ tests_onnx_tool_LDADD = libkiln.la $(PROTOBUF_C_LIBS)
 TESTS += tests/onnx_export.sh tests/onnx_ort.sh
 endif
 EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py tests/data/onnx_bad_layer.ini
-EXTRA_DIST += tests/data/onnx_residual_conv.ini
+EXTRA_DIST += tests/data/onnx_residual_conv.ini tests/data/onnx_concat_last.ini tests/data/onnx_concat_seq.ini
 # ---- inference graph passes: folded logits against the unfolded ---------
 if HAVE_CHECK
 check_PROGRAMS += tests/check_infer_passes
