@@ -587,6 +587,12 @@ if BUILD_LOADERS
 TESTS += tests/predict.sh tests/embed.sh tests/png16.sh
 endif
 EXTRA_DIST += tests/predict.sh tests/embed.sh tests/png16.sh
+# no output written over an input or a checkpoint, an export written whole
+# or not at all (session 31): export, predict --logits, quantize --out
+if BUILD_LOADERS
+TESTS += tests/output_guard.sh
+endif
+EXTRA_DIST += tests/output_guard.sh
 # the CPU's kept convolution weights: reordered once per inference call,
 # the same logits, training's evaluations unchanged ([plugin.cpu] keep_weights)
 if BUILD_LOADERS
