@@ -46,7 +46,8 @@ const char cmd_predict_about[] =
 	"  --batch N     images per run (default [train] eval_batch, at most 256)\n"
 	"  --no-fold     run the model as trained (default: the inference graph,\n"
 	"                batchnorm folded into its conv/linear, dropout removed)\n"
-	"  --quantized Q run the INT8 model Q of `kiln quantize` (no --checkpoint)\n"
+	"  --quantized Q run the INT8 model Q of `kiln quantize` (no --checkpoint; no\n"
+	"                --no-fold: Q is the folded model)\n"
 	"Any error (an unreadable, corrupt or wrong-size image) names the file and\n"
 	"fails the command.  Exit codes: 0 ok, 1 failure, 2 usage or config error,\n"
 	"3 data error.\n";
@@ -97,6 +98,11 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 	if (!*n_in == !o->eval_set) {
 		fprintf(stderr, "kiln: error: %s\n", o->eval_set ? "--eval-set reads [data.eval]: no INPUT with it"
 								: "no INPUT: give image files or folders (or --eval-set)");
+		return -1;
+	}
+	if (o->no_fold && o->quantized) { /* run folded silently before session 31 */
+		fprintf(stderr, "kiln: error: --no-fold with --quantized %s: an INT8 model is the folded model (kiln quantize folds it before quantizing) and has no unfolded form; drop --no-fold\n",
+			o->quantized);
 		return -1;
 	}
 	if (o->logits) {

@@ -283,7 +283,7 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 			      struct kiln_safetensors **qf)
 {
 	struct kiln_trained tr = { 0 };
-	kiln_status st = kiln_safetensors_open(path, qf);
+	kiln_status st = kiln_quant_open(path, qf);
 	if (!st)
 		st = kiln_quant_config_check(*qf, cfg, reg);
 	if (!st)
