@@ -41,6 +41,8 @@ static void export_usage(FILE *f)
 		   "checkpoint in [run] out_dir/checkpoints (verified whole first; its layer keys\n"
 		   "must be CONFIG's; [model] init_from is not read), else, with a warning, the\n"
 		   "initial ones `kiln train` starts from ([run] seed, then [model] init_from).\n"
+		   "FILE must not be CONFIG, CKPT, Q, [model] init_from or any kiln checkpoint\n"
+		   "(exit 2, nothing written); it is written whole or not at all.\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
 }
 
@@ -93,10 +95,16 @@ int cmd_export(int argc, char **argv)
 		free(over);
 		return 2;
 	}
-	struct kiln_config *cfg;
-	struct kiln_registry *reg;
+	struct kiln_config *cfg = NULL;
+	struct kiln_registry *reg = NULL;
+	/* no input overwritten: CONFIG here, the checkpoint (or weights, or Q)
+	 * again in kiln_export_*, with [model] init_from (before session 31
+	 * `--checkpoint C --safetensors C` replaced C and exited 0) */
+	const char *in[3] = { argv[1], ckpt, quantized };
+	kiln_status st = kiln_output_check(onnx ? onnx : out, in, 3);
 	/* option values may contain '=': pass only the overrides */
-	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
+	if (!st)
+		st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
 	if (!st && onnx && quantized)
 		st = kiln_export_onnx_quantized(cfg, reg, quantized, onnx);
 	else if (!st && onnx)

@@ -41,11 +41,13 @@ const char cmd_predict_about[] =
 	"                csv: file,index1,class1,prob1,...  Class names are the class\n"
 	"                folders of a [data.eval] source = folder, else the indices\n"
 	"  --logits OUT  write the logits [N, classes] (f32) to OUT (.npy or .safetensors)\n"
-	"                instead of printing\n"
+	"                instead of printing; not a file read (CONFIG, F, Q, an INPUT) nor a\n"
+	"                kiln checkpoint (exit 2)\n"
 	"  --batch N     images per run (default [train] eval_batch, at most 256)\n"
 	"  --no-fold     run the model as trained (default: the inference graph,\n"
 	"                batchnorm folded into its conv/linear, dropout removed)\n"
-	"  --quantized Q run the INT8 model Q of `kiln quantize` (no --checkpoint)\n"
+	"  --quantized Q run the INT8 model Q of `kiln quantize` (no --checkpoint; no\n"
+	"                --no-fold: Q is the folded model)\n"
 	"Any error (an unreadable, corrupt or wrong-size image) names the file and\n"
 	"fails the command.  Exit codes: 0 ok, 1 failure, 2 usage or config error,\n"
 	"3 data error.\n";
@@ -98,6 +100,11 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 								: "no INPUT: give image files or folders (or --eval-set)");
 		return -1;
 	}
+	if (o->no_fold && o->quantized) { /* run folded silently before session 31 */
+		fprintf(stderr, "kiln: error: --no-fold with --quantized %s: an INT8 model is the folded model (kiln quantize folds it before quantizing) and has no unfolded form; drop --no-fold\n",
+			o->quantized);
+		return -1;
+	}
 	if (o->logits) {
 		size_t n = strlen(o->logits);
 		if (!(n > 4 && !strcmp(o->logits + n - 4, ".npy")) &&
@@ -107,6 +114,25 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 		}
 	}
 	return 0;
+}
+
+/* --logits OUT is none of the files read: CONFIG, the weights (--checkpoint,
+ * --quantized, [model] init_from), an INPUT named, nor a kiln checkpoint
+ * (the newest in out_dir, read when no --checkpoint is given): before
+ * session 31 `--checkpoint W --logits W` replaced W and exited 0. */
+static kiln_status logits_not_input(const struct pred_opts *o, const char *config,
+				    const struct kiln_config *cfg, char **inputs, int n_in)
+{
+	const char **in = malloc(sizeof *in * (size_t)(n_in + 4));
+	if (!in)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	in[0] = config, in[1] = o->ckpt, in[2] = o->quantized;
+	in[3] = kiln_config_get(cfg, "model", "init_from");
+	for (int i = 0; i < n_in; i++)
+		in[4 + i] = inputs[i];
+	kiln_status st = kiln_output_check(o->logits, in, n_in + 4);
+	free(in);
+	return st;
 }
 
 /* The logits as NumPy's .npy (format 1.0, little-endian f32, C order). */
@@ -397,6 +423,8 @@ int cmd_predict(int argc, char **argv)
 	struct pred_names files = { 0 };
 	int64_t eb = 256;
 	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
+	if (!st && o.logits)
+		st = logits_not_input(&o, argv[1], cfg, inputs, n_in);
 	if (!st && n_in)
 		st = pred_list_inputs(inputs, n_in, &files);
 	if (!st && !o.batch) {

@@ -98,9 +98,13 @@ int cmd_quantize(int argc, char **argv)
 		free(args);
 		return 2;
 	}
-	struct kiln_config *cfg;
-	struct kiln_registry *reg;
-	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
+	struct kiln_config *cfg = NULL;
+	struct kiln_registry *reg = NULL;
+	/* Q is not FILE nor CKPT (kiln_quantize checks the checkpoint it
+	 * picks, and refuses any other checkpoint) */
+	kiln_status st = kiln_output_check(o.out, (const char *[]){ args[1], ckpt }, 2);
+	if (!st)
+		st = cli_load(args[1], n, args, 2, &cfg, &reg);
 	if (!st)
 		st = kiln_quantize(cfg, reg, ckpt, &o);
 	int rc = st ? cli_fail(st) : 0;

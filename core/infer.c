@@ -72,6 +72,11 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	m->no_fold = opts && opts->no_fold;
 	m->no_residual = opts && opts->no_residual;
 	st = kiln_quant_no_weights(opts ? opts->quantized : NULL, weights);
+	/* an INT8 model is the folded model: there is no unfolded one to run
+	 * (before session 31 no_fold was ignored silently) */
+	if (!st && m->no_fold && opts->quantized)
+		st = kiln_error(KILN_EUSAGE, "%s: kiln_infer_opts.no_fold with a quantized model: an INT8 model is the folded model (kiln quantize folds it before quantizing) and has no unfolded form; leave no_fold 0",
+				opts->quantized);
 	if (!st && opts && opts->quantized && !(m->quantized = strdup(opts->quantized)))
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 	/* the CPU's fastest convolution kernels, timed once per shape when the
@@ -136,7 +141,7 @@ static kiln_status infer_fold(struct kiln_infer *m)
 	struct kiln_model *fm = NULL;
 	int n = 0;
 	kiln_status st = KILN_OK;
-	if (m->quantized && (st = kiln_safetensors_open(m->quantized, &qf)))
+	if (m->quantized && (st = kiln_quant_open(m->quantized, &qf)))
 		return st;
 	/* the residual adds into the convs' epilogues in f32 (the INT8 path
 	 * quantizes the adds themselves) */
@@ -233,7 +238,7 @@ kiln_status kiln_infer_prepare(struct kiln_infer *m)
 	m->in_bytes = kiln_tensor_bytes(&m->t.sample);
 	/* [run] precision's compute dtype, as `kiln eval` runs it (the
 	 * weights are cast before the first forward) */
-	if (((!m->no_fold || m->quantized) && (st = infer_fold(m))) ||
+	if ((!m->no_fold && (st = infer_fold(m))) ||
 	    (st = kiln_model_precision_open(m->t.m, m->reg, m->t.stream)))
 		return st;
 	/* the block's rows decided first: only the plan that runs is

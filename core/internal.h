@@ -137,6 +137,18 @@ static inline int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
 	return kiln_io_all(fd, KILN_IO_PREAD, buf, n, off);
 }
 
+/* ---- an output file written whole or not at all (core/out_file.c) ---- */
+/* Write the output's bytes to fp (not closing it): 0, or the errno of the
+ * write that failed (EIO when it set none). */
+typedef int (*kiln_file_fill)(FILE *fp, void *ctx);
+/* Write path with fill: a regular file (or none yet) through
+ * path.tmp<pid> in its directory, fsynced and renamed over it, so an
+ * earlier file at path stays whole when the write fails (full disk); a
+ * symbolic link's target is replaced, the link kept; a device or FIFO
+ * (/dev/stdout) is written straight to.  0 or an errno; the caller says
+ * which file (kiln_error). */
+int kiln_file_write(const char *path, kiln_file_fill fill, void *ctx);
+
 /* core/device.c: kiln_device_open with [run] threads replaced by
  * `threads` (>= 0; -1 keeps the config's) and the options' peers set:
  * one of `peers` instances that run at once in this process ([run]

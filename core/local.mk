@@ -45,6 +45,8 @@ core/proto/event.pb-c.c: $(srcdir)/core/proto/summary.proto
 
 # A fresh run's out_dir: refused when used, --overwrite (issue 25).
 libkiln_la_SOURCES += core/out_dir.c
+# An output that is no input, written whole or not at all (session 31).
+libkiln_la_SOURCES += core/out_file.c
 # The rendezvous store's server, wire format and token challenge
 # (core/store.h); HMAC and random nonces from OpenSSL's libcrypto.
 libkiln_la_SOURCES += core/store.h core/store_server.c core/store_msg.c

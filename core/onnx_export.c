@@ -383,6 +383,18 @@ static kiln_status host_weights(struct onnx_graph *g, struct kiln_model *m, void
 	return KILN_OK;
 }
 
+/* The packed model's bytes, for kiln_file_write. */
+struct packed {
+	const uint8_t *buf;
+	size_t n;
+};
+
+static int fill_packed(FILE *fp, void *ctx)
+{
+	const struct packed *p = ctx;
+	return fwrite(p->buf, 1, p->n, fp) == p->n ? 0 : errno ? errno : EIO;
+}
+
 /* Pack the model and write it to path. */
 static kiln_status write_model(struct onnx_graph *g, const char *path)
 {
@@ -404,16 +416,15 @@ static kiln_status write_model(struct onnx_graph *g, const char *path)
 	if (!buf)
 		return kiln_error(KILN_ENOMEM, "%s: out of memory packing %zu bytes", path, n);
 	onnx__model_proto__pack(&model, buf);
-	FILE *f = fopen(path, "wb");
-	kiln_status st = KILN_OK;
-	if (!f || fwrite(buf, 1, n, f) != n)
-		st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
-	if (f && fclose(f) && !st)
-		st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
-	if (st && f)
-		remove(path); /* no partial model left behind */
+	/* through path.tmp<pid>, fsynced, renamed over path: a failed write
+	 * leaves no partial model and keeps an earlier export whole (before
+	 * session 31 it was truncated, then removed) */
+	struct packed p = { buf, n };
+	const int err = kiln_file_write(path, fill_packed, &p);
 	free(buf);
-	return st;
+	if (err)
+		return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err));
+	return KILN_OK;
 }
 
 static void graph_free(struct onnx_graph *g)
@@ -460,8 +471,9 @@ kiln_status kiln_export_onnx(const struct kiln_config *cfg, const struct kiln_re
 			     const char *checkpoint, const char *path)
 {
 	struct kiln_trained t;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t);
-	if (st)
+	const char *in[2] = { checkpoint, kiln_config_get(cfg, "model", "init_from") };
+	kiln_status st = kiln_output_check(path, in, 2);
+	if (st || (st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t)))
 		return st;
 	if (!(st = export_model(t.m, t.stream, path)))
 		kiln_log(KILN_LOG_DEBUG, "core", "wrote %s: ONNX IR %d, opset %d",
@@ -478,8 +490,8 @@ kiln_status kiln_export_onnx_quantized(const struct kiln_config *cfg,
 	struct kiln_infer *im;
 	void *stream;
 	/* with no weights file, kiln_infer_open leaves the config as it is */
-	kiln_status st = kiln_infer_open((struct kiln_config *)cfg, reg, NULL, &o, &im);
-	if (st)
+	kiln_status st = kiln_output_check(path, &quantized, 1);
+	if (st || (st = kiln_infer_open((struct kiln_config *)cfg, reg, NULL, &o, &im)))
 		return st;
 	struct kiln_model *m = kiln_infer_model(im, &stream);
 	if (!(st = export_model(m, stream, path)))

@@ -11,7 +11,8 @@
  *   gelu            as its formula: 0.5 x (1 + Erf(x / sqrt 2)), or the tanh
  *                   approximation (Gelu is opset 20)
  *   maxpool, avgpool, global_avgpool  MaxPool, AveragePool, GlobalAveragePool
- *   flatten         Flatten (axis 1);  add  Add;  concat  Concat (axis 1)
+ *   flatten         Flatten (axis 1);  add  Add
+ *   concat          Concat, axis 1 (dim = 1) or the last (dim = -1)
  *   dropout         nothing (the identity in evaluation)
  *   embedding       Gather;  pos_embedding  Add of Slice(weight, 0, T)
  *   layernorm       LayerNormalization (axis -1)
@@ -347,7 +348,11 @@ static kiln_status emit_concat(struct onnx_graph *g, int i)
 	const char *in[KILN_LAYER_MAX_INPUTS];
 	for (int k = 0; k < n; k++)
 		in[k] = in_value(g, i, k);
-	onnx_attr_int(g, onnx_node(g, "Concat", g->m->layers[i].name, n, in), "axis", 1);
+	/* dim = -1 is the last of kiln's dims, which list N, C, H, W whatever
+	 * [model] layout, as the exported graph's NCHW does: axis ndim - 1 (3
+	 * of [N, C, H, W], 2 of [B, T, H]); dim = 1 is the channels */
+	const int64_t axis = key_num(g, i, "dim", 1) < 0 ? in_desc(g, i, 0)->ndim - 1 : 1;
+	onnx_attr_int(g, onnx_node(g, "Concat", g->m->layers[i].name, n, in), "axis", axis);
 	return KILN_OK;
 }
 

@@ -261,6 +261,15 @@ kiln_status kiln_quant_no_weights(const char *quantized, const char *weights)
 	return KILN_OK;
 }
 
+kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out)
+{
+	*out = NULL;
+	if (kiln_ckpt_is_checkpoint(path))
+		return kiln_error(KILN_EUSAGE, "%s: this is a kiln checkpoint, not an INT8 model of `kiln quantize`: pass it with --checkpoint (the C API: as the weights), or quantize it first (kiln quantize --checkpoint %s --out Q)",
+				  path, path);
+	return kiln_safetensors_open(path, out);
+}
+
 kiln_status kiln_quant_config_check(const struct kiln_safetensors *f, const struct kiln_config *cfg,
 				    const struct kiln_registry *reg)
 {

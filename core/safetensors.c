@@ -491,45 +491,24 @@ static kiln_status build_header(struct kiln_safetensors_writer *w, char **hdr, s
 	return KILN_OK;
 }
 
-/* Write the file's bytes (the header's length, the header, the tensors) to
- * fp and close it, fsynced first when `sync` (a regular file about to be
- * renamed into place); 0, or the errno of the first failure. */
-static int write_stream(const struct kiln_safetensors_writer *w, const char *hdr, size_t hlen,
-			FILE *fp, int sync)
+/* The file's bytes: the header's length, the header, the tensors. */
+struct st_bytes {
+	const struct kiln_safetensors_writer *w;
+	const char *hdr;
+	size_t hlen;
+};
+
+static int fill_file(FILE *fp, void *ctx)
 {
+	const struct st_bytes *b = ctx;
 	unsigned char len8[8];
 	for (int i = 0; i < 8; i++)
-		len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-	errno = 0; /* (not an earlier call's: the caller's stat of a new file) */
-	int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
-	for (int i = 0; ok && i < w->n; i++)
-		ok = !w->t[i].bytes || fwrite(w->t[i].data, 1, w->t[i].bytes, fp) == w->t[i].bytes;
-	if (ok && sync)
-		ok = !fflush(fp) && !fsync(fileno(fp));
-	int err = ok ? 0 : errno ? errno : EIO;
-	if (fclose(fp) && !err)
-		err = errno ? errno : EIO;
-	return err;
-}
-
-/* Write to `target` (a regular file, or none yet) through target.tmp<pid>,
- * fsynced and renamed over it; 0 or an errno (the temporary removed). */
-static int write_replacing(const struct kiln_safetensors_writer *w, const char *hdr, size_t hlen,
-			   const char *target)
-{
-	size_t tn = strlen(target) + 32;
-	char *tmp = malloc(tn);
-	if (!tmp)
-		return ENOMEM;
-	snprintf(tmp, tn, "%s.tmp%ld", target, (long)getpid());
-	FILE *fp = fopen(tmp, "wb");
-	int err = fp ? write_stream(w, hdr, hlen, fp, 1) : errno;
-	if (!err && rename(tmp, target))
-		err = errno;
-	if (err && fp)
-		unlink(tmp);
-	free(tmp);
-	return err;
+		len8[i] = (unsigned char)((uint64_t)b->hlen >> (8 * i));
+	int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(b->hdr, 1, b->hlen, fp) == b->hlen;
+	for (int i = 0; ok && i < b->w->n; i++)
+		ok = !b->w->t[i].bytes ||
+		     fwrite(b->w->t[i].data, 1, b->w->t[i].bytes, fp) == b->w->t[i].bytes;
+	return ok ? 0 : errno ? errno : EIO;
 }
 
 kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, const char *path)
@@ -541,28 +520,11 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
 	kiln_status st = build_header(w, &hdr, &hlen);
 	if (st)
 		return st;
-	/* what `path` names decides how, as `--onnx` writes through it: a
-	 * symlink's target is replaced, not the link (one that cannot be
-	 * resolved is an error: written straight to, a failure would leave
-	 * the target cut short); a device or FIFO (/dev/stdout), or a
-	 * dangling link, is written straight to, and the target a failed
-	 * write through a dangling link made is removed */
-	struct stat sb, lsb;
-	char *real = NULL;
-	int link = !lstat(path, &lsb) && S_ISLNK(lsb.st_mode), exists = !stat(path, &sb), err;
-	if (link && exists && S_ISREG(sb.st_mode) && !(real = realpath(path, NULL))) {
-		err = errno;
-	} else if (exists ? S_ISREG(sb.st_mode) : !link) {
-		err = write_replacing(w, hdr, hlen, real ? real : path);
-	} else {
-		FILE *fp = fopen(path, "wb");
-		err = fp ? write_stream(w, hdr, hlen, fp, 0) : errno;
-		if (err && fp && !exists && (real = realpath(path, NULL)))
-			unlink(real);
-	}
+	/* through path.tmp<pid>, renamed over path (core/out_file.c) */
+	struct st_bytes b = { w, hdr, hlen };
+	int err = kiln_file_write(path, fill_file, &b);
 	if (err)
 		st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err));
-	free(real);
 	free(hdr);
 	return st;
 }

@@ -9,7 +9,6 @@
 #include "quant.h"
 
 #include <stdio.h>
-#include <sys/stat.h> /* stat */
 
 /* Calibration (kiln_quantize): the plan of the full batches, the rows to
  * cover, and a call after each batch's forward. */
@@ -284,7 +283,7 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 			      struct kiln_safetensors **qf)
 {
 	struct kiln_trained tr = { 0 };
-	kiln_status st = kiln_safetensors_open(path, qf);
+	kiln_status st = kiln_quant_open(path, qf);
 	if (!st)
 		st = kiln_quant_config_check(*qf, cfg, reg);
 	if (!st)
@@ -425,20 +424,6 @@ static kiln_status calibrate(struct trainer *t, const struct kiln_quantize_opts 
 	return st;
 }
 
-/* The output is no checkpoint: neither `ckpt`, the one quantized, nor
- * another (before session 29 either was overwritten silently). */
-static kiln_status out_not_checkpoint(const char *out, const char *ckpt)
-{
-	struct stat a, b;
-	if (!stat(out, &a) && !stat(ckpt, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-		return kiln_error(KILN_EUSAGE, "the output %s is the checkpoint being quantized (%s): choose another file",
-				  out, ckpt);
-	if (kiln_ckpt_is_checkpoint(out))
-		return kiln_error(KILN_EUSAGE, "the output %s is a kiln checkpoint, which quantize would overwrite: choose another file",
-				  out);
-	return KILN_OK;
-}
-
 kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, const struct kiln_quantize_opts *o)
 {
@@ -461,7 +446,9 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 		return kiln_error(KILN_EUSAGE, "quantize: method minmax|percentile|entropy (got %s), batches >= 1 (got %lld), percentile in (0, 100] (got %g), an output file",
 				  mname, (long long)o->batches, o->percentile);
 	if ((st = eval_open(t, cfg, reg, checkpoint, &fold, &res, &ck, &step, &fcfg)) ||
-	    (st = out_not_checkpoint(o->out, res.checkpoint)) ||
+	    /* neither the checkpoint quantized nor another (before session
+	     * 29 either was overwritten silently) */
+	    (st = kiln_output_check(o->out, (const char *[]){ res.checkpoint }, 1)) ||
 	    (st = kiln_quant_calib_new(t->m, &q)) || (st = calibrate(t, o, q)) ||
 	    (st = (config = kiln_ckpt_config_text(cfg, reg)) ? KILN_OK : KILN_ENOMEM) ||
 	    (st = kiln_quant_write(q, t->m, t->compute, method, o->percentile, step, config,

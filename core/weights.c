@@ -722,8 +722,9 @@ kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
 				       const char *path, int format)
 {
 	struct kiln_trained t;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t);
-	if (st)
+	const char *in[2] = { checkpoint, kiln_config_get(cfg, "model", "init_from") };
+	kiln_status st = kiln_output_check(path, in, 2);
+	if (st || (st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t)))
 		return st;
 	if (!(st = kiln_model_save_safetensors_as(t.m, path, format, t.stream)))
 		kiln_log(KILN_LOG_DEBUG, "core", "wrote %d parameters and buffers to %s",

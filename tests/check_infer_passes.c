@@ -521,8 +521,8 @@ static void refused(kiln_status st, kiln_status want, const char *msg)
 
 /* The C API (include/kiln/infer.h) refuses NULL arguments and an image
  * whose pixels are not there with KILN_EINVAL and a message (each of
- * these crashed or blamed the transform before), and the model still
- * works after. */
+ * these crashed or blamed the transform before), no_fold with a quantized
+ * model with KILN_EUSAGE, and the model still works after. */
 START_TEST(api_refuses_bad_arguments)
 {
 	static const char ini[] = "[run]\ndevice = cpu\nseed = 3\nthreads = 1\n"
@@ -536,6 +536,14 @@ START_TEST(api_refuses_bad_arguments)
 	int64_t dims[KILN_MAX_DIMS];
 	refused(kiln_model_load(ini, NULL, &o, NULL, &err), KILN_EINVAL, "kiln_model_load: out is NULL");
 	ck_assert_msg(err && strstr(err, "out is NULL"), "*err: %s", err ? err : "(none)");
+	free(err);
+	/* an INT8 model is the folded model: no_fold with one is refused
+	 * before the file is read (it ran folded silently before session 31) */
+	const struct kiln_infer_opts qo = { .config_is_text = 1, .no_fold = 1,
+					    .quantized = "/nonexistent/q.safetensors" };
+	refused(kiln_model_load(ini, NULL, &qo, &m, &err), KILN_EUSAGE,
+		"/nonexistent/q.safetensors: kiln_infer_opts.no_fold with a quantized model: an INT8 model is the folded model");
+	ck_assert_ptr_null(m);
 	free(err);
 	ck_assert_msg(kiln_model_load(ini, NULL, &o, &m, &err) == 0, "%s", err);
 	ck_assert_int_eq(kiln_infer_input_bytes(m), 8 * 8 * sizeof(float));

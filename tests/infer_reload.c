@@ -35,7 +35,10 @@ static size_t out_elems;
 
 static struct kiln_infer *load(const char *weights)
 {
-	struct kiln_infer_opts o = { .batch = 4, .no_fold = 1, .quantized = quantized ? weights : NULL };
+	/* fp32: unfolded, so B's weights fit the model's parameters; an INT8
+	 * model is folded (no_fold with it is refused) */
+	struct kiln_infer_opts o = { .batch = 4, .no_fold = !quantized,
+				     .quantized = quantized ? weights : NULL };
 	struct kiln_infer *m;
 	char *err;
 	if (kiln_model_load(config, quantized ? NULL : weights, &o, &m, &err)) {

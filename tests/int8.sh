@@ -100,11 +100,11 @@ echo "ok: a quantized file with a changed config, or a checkpoint beside it, is 
 # --out never overwrites a checkpoint (the one read, or another: before
 # session 29 either was replaced, and eval then found no checkpoint)
 kiln 2 quantize "$mlp" $mrun --checkpoint "$mck" --calibrate 1 --out "$mck" data.eval.split=train
-stderr_has "the output $mck is the checkpoint being quantized"
+stderr_has "the output $mck is the file $mck, which this command reads: choose another file"
 [ "$(head -c 8 "$mck")" = KILNCKPT ] || fail "quantize --out overwrote the checkpoint it read"
 cp "$mck" "$tmp/other.kiln"
 kiln 2 quantize "$mlp" $mrun --calibrate 1 --out "$tmp/other.kiln" data.eval.split=train
-stderr_has "the output $tmp/other.kiln is a kiln checkpoint, which quantize would overwrite"
+stderr_has "the output $tmp/other.kiln is a kiln checkpoint, which would be overwritten: choose another file"
 # the JSON line's calibrate_batches is the count that ran (3 of 1000 rows
 # here), not the 100000 asked for; --percentile with minmax is refused
 kiln 0 quantize "$mlp" $mrun --calibrate 100000 --out "$tmp/mlp3.int8" data.eval.split=train \

@@ -593,6 +593,12 @@ if BUILD_LOADERS
 TESTS += tests/predict.sh tests/embed.sh tests/png16.sh
 endif
 EXTRA_DIST += tests/predict.sh tests/embed.sh tests/png16.sh
+# no output written over an input or a checkpoint, an export written whole
+# or not at all (session 31): export, predict --logits, quantize --out
+if BUILD_LOADERS
+TESTS += tests/output_guard.sh
+endif
+EXTRA_DIST += tests/output_guard.sh
 # the CPU's kept convolution weights: reordered once per inference call,
 # the same logits, training's evaluations unchanged ([plugin.cpu] keep_weights)
 if BUILD_LOADERS
@@ -622,7 +628,7 @@ tests_onnx_tool_LDADD = libkiln.la $(PROTOBUF_C_LIBS)
 TESTS += tests/onnx_export.sh tests/onnx_ort.sh
 endif
 EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py tests/data/onnx_bad_layer.ini
-EXTRA_DIST += tests/data/onnx_residual_conv.ini
+EXTRA_DIST += tests/data/onnx_residual_conv.ini tests/data/onnx_concat_last.ini tests/data/onnx_concat_seq.ini
 # ---- inference graph passes: folded logits against the unfolded ---------
 if HAVE_CHECK
 check_PROGRAMS += tests/check_infer_passes

@@ -9,6 +9,8 @@
 #  2. tests/data/gpt_tiny.ini (embedding, positions, layernorm, causal
 #     attention, GELU, tied head): token input i32 [N, T], logits
 #     [N, T, V], its ops, the tied weight once;
+#     2b. tests/data/onnx_concat_last.ini and onnx_concat_seq.ini: concat
+#     dim = -1 exported as Concat on the last axis (3 of NCHW, 2 of [B, T, H]);
 #  3. a layer with no ONNX mapping (the example swish layer plugin, the
 #     seq2seq example's lstm) fails
 #     with exit 2 naming the layer, its type and its config line, and
@@ -80,6 +82,21 @@ has gpt "init transformer.wte.weight f32 64,32"
 has gpt "init transformer.h.0.attn.sdpa/causal_mask bool 13,13"
 ! grep -q "^init lm_head.weight" "$tmp/gpt.dump" || fail "the tied head is written twice"
 echo "ok: transformer graph: Gather, Slice, LayerNormalization, causal attention, GELU, tied head"
+
+# ---- 2b. concat along the last dimension (dim = -1) ---------------------------
+# Concat's axis is the last of the exported NCHW tensor's (3) in both
+# layouts, and of [B, T, H] (2); not 1, what the export wrote for every
+# concat before session 31 (ONNX Runtime then concatenated the channels of
+# the 4-d model and refused the 3-d one)
+for lay in nchw nhwc; do
+	export_both cat_$lay "$srcdir/tests/data/onnx_concat_last.ini" model.layout=$lay
+	has cat_$lay "ops Conv Conv Tanh Concat MaxPool Flatten Gemm Identity"
+	has cat_$lay "attr cat Concat axis 3"
+done
+export_both cat_seq "$srcdir/tests/data/onnx_concat_seq.ini" data.path="$srcdir/tests/data/gpt_tokens.bin"
+has cat_seq "output logits f32 N,13,64"
+has cat_seq "attr cat Concat axis 2"
+echo "ok: concat dim = -1: Concat on the last axis of [N, C, H, W] (both layouts) and [B, T, H]"
 
 # ---- 3. no mapping, bad command lines ----------------------------------------
 mkdir -p "$tmp/plugins"

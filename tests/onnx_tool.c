@@ -4,7 +4,8 @@
  *   onnx_tool dump MODEL.onnx [WEIGHTS.safetensors]
  *       parse MODEL back with protobuf-c (libonnx-dev's schema) and print
  *       its IR version and opset, input and output (name, type, shape), the
- *       node ops in order and its initializers; with WEIGHTS (`kiln export
+ *       node ops in order, each integer attribute ("attr NODE OP NAME
+ *       VALUE": "attr cat Concat axis 3") and its initializers; with WEIGHTS (`kiln export
  *       --safetensors` of the same model), every initializer named like a
  *       weight must hold its exact bytes and every weight must be there:
  *       exit 1 otherwise.
@@ -156,6 +157,13 @@ static int cmd_dump(int argc, char **argv)
 	for (size_t k = 0; k < g->n_node; k++)
 		printf(" %s", g->node[k]->op_type);
 	printf("\n");
+	for (size_t k = 0; k < g->n_node; k++) /* the integer attributes */
+		for (size_t a = 0; a < g->node[k]->n_attribute; a++) {
+			const Onnx__AttributeProto *at = g->node[k]->attribute[a];
+			if (at->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT)
+				printf("attr %s %s %s %lld\n", g->node[k]->name, g->node[k]->op_type,
+				       at->name, (long long)at->i);
+		}
 	for (size_t k = 0; k < g->n_initializer; k++) {
 		const Onnx__TensorProto *t = g->initializer[k];
 		printf("init %s %s", t->name, elem_name(t->data_type));

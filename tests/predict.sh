@@ -23,7 +23,9 @@
 #     to itself are skipped with a warning;
 #  3b. folding (the default) against --no-fold: logits within 2e-5 of
 #     the largest, the same argmax; `kiln quantize`, then `predict
-#     --quantized` gives `eval --quantized`'s loss and accuracy;
+#     --quantized` gives `eval --quantized`'s loss and accuracy, and
+#     --no-fold with it is refused (exit 2: an INT8 model is folded), and
+#     so is a checkpoint passed as the INT8 model, named as one;
 #  3b2. a model whose layernorm refuses nhwc, trained nchw: predict, eval
 #     --fold and quantize keep nchw (the log says why), folded = --no-fold;
 #  3c. [run] precision = bf16: eval and predict run bf16 (logits and loss
@@ -334,8 +336,17 @@ kiln 0 eval "$ini" --quantized "$tmp/q.safetensors" "data.path=$data"
 cp "$out" "$tmp/eval_q.json"
 kiln 0 predict "$ini" --quantized "$tmp/q.safetensors" --eval-set --top-k 5 "data.path=$data"
 cp "$out" "$tmp/pred_q.jsonl"
-kiln 0 predict "$ini" --quantized "$tmp/q.safetensors" --eval-set --top-k 5 --no-fold "data.path=$data"
-cmp -s "$out" "$tmp/pred_q.jsonl" || fail "--no-fold changed a quantized model's predictions"
+# an INT8 model is the folded one: --no-fold with it is refused (before
+# session 31 it was ignored silently)
+kiln 2 predict "$ini" --quantized "$tmp/q.safetensors" --eval-set --top-k 5 --no-fold "data.path=$data"
+stderr_has "kiln: error: --no-fold with --quantized $tmp/q.safetensors: an INT8 model is the folded model (kiln quantize folds it before quantizing) and has no unfolded form; drop --no-fold"
+[ ! -s "$out" ] || fail "predict --quantized --no-fold printed predictions"
+# a checkpoint given as the INT8 model is named as one (before session 31:
+# "header length ... exceeds ...", exit 3)
+for cmd in eval predict; do
+	kiln 2 $cmd "$ini" --quantized "$ck" "data.path=$data" $([ $cmd = eval ] || echo --eval-set)
+	stderr_has "kiln: error: $ck: this is a kiln checkpoint, not an INT8 model of \`kiln quantize\`: pass it with --checkpoint"
+done
 "$py" - "$tmp/eval_q.json" "$tmp/pred_q.jsonl" <<'EOF' || fail "predict --quantized disagrees with eval --quantized"
 import json, math, sys
 ev = json.load(open(sys.argv[1]))

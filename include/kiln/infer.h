@@ -56,7 +56,9 @@ struct kiln_infer_opts {
 	int no_fold;          /* 1: run the model as trained; 0 (default): the
 			       * inference graph of kiln_infer_prepare (batchnorm
 			       * folded into its conv/linear, dropout removed,
-			       * bias + activation as the epilogue) */
+			       * bias + activation as the epilogue).  Not with
+			       * quantized (KILN_EUSAGE): an INT8 model is the
+			       * folded one */
 	const char *quantized; /* an INT8 model written by `kiln quantize`
 			       * (docs/inference.md, "INT8"): the config's model
 			       * folded, its conv/linear layers on the INT8 ops,

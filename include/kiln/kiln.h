@@ -591,6 +591,16 @@ kiln_status kiln_model_load_safetensors_as(struct kiln_model *m, const char *pat
  * model's; llm.c's file GPT-2's parameters, under GPT-2's names. */
 kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
 
+/* Whether `out`, a file about to be written, may be: KILN_OK, or
+ * KILN_EUSAGE naming it when it is the same file (device and inode,
+ * symbolic links followed) as one of inputs[0..n) (the files the caller
+ * reads: config, checkpoint, weights, INT8 model; NULL or "" entries
+ * skipped), or when it is a kiln checkpoint, which only training writes.
+ * A missing `out` passes.  kiln export, kiln predict --logits and kiln
+ * quantize --out check theirs; kiln_export_* and kiln_quantize check their
+ * own arguments. */
+kiln_status kiln_output_check(const char *out, const char *const *inputs, int n);
+
 /* `kiln export`: open [run] device, read the sample shape from [data] as
  * training would, build the model, load the weights of `checkpoint` (NULL:
  * the newest usable one in [run] out_dir/checkpoints; [model] init_from is
@@ -598,7 +608,8 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
  * [model] init_from, logging a warning), and write it with
  * kiln_model_save_safetensors.  A checkpoint must hold this model: the
  * config keys that shape its tensors (checkpoint.h's weights keys) equal
- * cfg's. */
+ * cfg's.  KILN_EUSAGE, nothing written, when path is checkpoint, [model]
+ * init_from or any kiln checkpoint (kiln_output_check). */
 kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 				    const struct kiln_registry *reg, const char *checkpoint,
 				    const char *path);
@@ -612,14 +623,17 @@ kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
  * 17, weights as initializers under their kiln/PyTorch names, images NCHW
  * (docs/inference.md).  KILN_ECONFIG naming the layer and its config line
  * for a layer with no ONNX mapping; KILN_ENOTSUP when kiln was built without
- * libonnx-dev's onnx.proto. */
+ * libonnx-dev's onnx.proto; KILN_EUSAGE as kiln_export_safetensors's.  The
+ * file is written whole or not at all (an earlier one at path is kept when
+ * the write fails). */
 kiln_status kiln_export_onnx(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			     const char *checkpoint, const char *path);
 /* `kiln export --onnx --quantized Q`: the INT8 model Q (`kiln quantize`'s
  * file; cfg's model, folded) in ONNX's QDQ format: each INT8 conv/linear
  * reads its input through QuantizeLinear/DequantizeLinear (the calibrated
  * scale, u8 or i8, zero point 0) and its int8 weight through
- * DequantizeLinear (per-output-channel scales, axis 0); opset 17. */
+ * DequantizeLinear (per-output-channel scales, axis 0); opset 17.
+ * KILN_EUSAGE when path is `quantized` or a kiln checkpoint. */
 kiln_status kiln_export_onnx_quantized(const struct kiln_config *cfg,
 				       const struct kiln_registry *reg, const char *quantized,
 				       const char *path);

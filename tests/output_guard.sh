@@ -1,0 +1,113 @@
+#!/bin/sh
+# tests/output_guard.sh - no command writes over a file it reads, and a
+# failed export keeps the previous one (session 31; before it, `kiln export
+# --checkpoint C --safetensors C` and `kiln predict --checkpoint W --logits
+# W` replaced their input and exited 0, and a failed ONNX write removed the
+# file it was replacing).  tests/data/tr_cnn.ini trained 5 steps (checkpoint
+# C), its weights exported (W), its INT8 model (Q), then:
+#  1. export --safetensors / --onnx onto C, W, Q, CONFIG, a link to C,
+#     [model] init_from, or the newest checkpoint picked without
+#     --checkpoint; predict --logits onto W, CONFIG, or a hard link to C;
+#     quantize --out onto CONFIG: each exits 2 naming the file and the
+#     input is byte-identical afterwards;
+#  2. an ONNX (and a safetensors) export that cannot be written (a file
+#     size limit, EFBIG) exits 1 and leaves the earlier export byte-identical,
+#     with no temporary file beside it.
+name=output_guard
+. "$(dirname "$0")/lib.sh"
+need_source idx
+data="$srcdir/tests/data"
+cp "$data/tr_cnn.ini" "$tmp/net.ini"
+ini="$tmp/net.ini"
+common="data.path=$data model.init_from=$data/tr_cnn_init.safetensors run.out_dir=$tmp/run"
+
+kiln 0 train "$ini" $common
+ck="$tmp/run/checkpoints/ckpt-5.kiln"
+[ -f "$ck" ] || fail "no $ck"
+kiln 0 export "$ini" $common --safetensors "$tmp/w.safetensors"
+kiln 0 quantize "$ini" $common --calibrate 1 --out "$tmp/q.safetensors"
+for f in "$ck" "$tmp/w.safetensors" "$tmp/q.safetensors" "$ini"; do
+	cp "$f" "$f.orig"
+done
+# same FILE: FILE is byte-identical to its copy taken before
+same() { cmp -s "$1" "$1.orig" || fail "$1 was changed"; }
+
+# ---- 1. an output that is an input --------------------------------------------
+kiln 2 export "$ini" $common --checkpoint "$ck" --safetensors "$ck"
+stderr_has "the output $ck is the file $ck, which this command reads: choose another file"
+same "$ck"
+kiln 2 export "$ini" $common --checkpoint "$ck" --onnx "$ck"
+stderr_has "the output $ck is the file $ck, which this command reads"
+same "$ck"
+kiln 2 export "$ini" $common --checkpoint "$tmp/w.safetensors" --safetensors "$tmp/w.safetensors"
+stderr_has "the output $tmp/w.safetensors is the file $tmp/w.safetensors, which this command reads"
+same "$tmp/w.safetensors"
+kiln 2 export "$ini" $common --quantized "$tmp/q.safetensors" --onnx "$tmp/q.safetensors"
+stderr_has "the output $tmp/q.safetensors is the file $tmp/q.safetensors, which this command reads"
+same "$tmp/q.safetensors"
+kiln 2 export "$ini" $common --safetensors "$ini"
+stderr_has "the output $ini is the file $ini, which this command reads"
+same "$ini"
+# a symbolic link to the checkpoint is the checkpoint
+ln -s "$ck" "$tmp/link.safetensors"
+kiln 2 export "$ini" $common --checkpoint "$ck" --safetensors "$tmp/link.safetensors"
+stderr_has "the output $tmp/link.safetensors is the file $ck, which this command reads"
+same "$ck"
+# no --checkpoint: the newest one in out_dir is read, and any checkpoint refused
+kiln 2 export "$ini" $common --onnx "$ck"
+stderr_has "the output $ck is a kiln checkpoint, which would be overwritten: choose another file"
+same "$ck"
+# no checkpoint at all: the initial weights, read from [model] init_from
+kiln 2 export "$ini" "data.path=$data" "model.init_from=$tmp/w.safetensors" \
+	"run.out_dir=$tmp/empty" --safetensors "$tmp/w.safetensors"
+stderr_has "the output $tmp/w.safetensors is the file $tmp/w.safetensors, which this command reads"
+same "$tmp/w.safetensors"
+# predict --logits
+kiln 2 predict "$ini" $common --eval-set --checkpoint "$tmp/w.safetensors" --logits "$tmp/w.safetensors"
+stderr_has "the output $tmp/w.safetensors is the file $tmp/w.safetensors, which this command reads"
+same "$tmp/w.safetensors"
+ln "$ck" "$tmp/hard.safetensors"
+kiln 2 predict "$ini" $common --eval-set --checkpoint "$ck" --logits "$tmp/hard.safetensors"
+stderr_has "the output $tmp/hard.safetensors is the file $ck, which this command reads"
+same "$ck"
+kiln 2 predict "$ini" $common --eval-set --logits "$tmp/hard.safetensors"
+stderr_has "the output $tmp/hard.safetensors is a kiln checkpoint, which would be overwritten"
+same "$ck"
+kiln 2 predict "$ini" $common --eval-set --quantized "$tmp/q.safetensors" --logits "$tmp/q.safetensors"
+stderr_has "the output $tmp/q.safetensors is the file $tmp/q.safetensors, which this command reads"
+same "$tmp/q.safetensors"
+# quantize --out (the checkpoints were refused since session 29: tests/int8.sh)
+kiln 2 quantize "$ini" $common --calibrate 1 --out "$ini"
+stderr_has "the output $ini is the file $ini, which this command reads"
+same "$ini"
+# and an output that is nobody's input is written
+kiln 0 predict "$ini" $common --eval-set --checkpoint "$ck" --logits "$tmp/l.safetensors"
+[ -s "$tmp/l.safetensors" ] || fail "predict --logits wrote nothing"
+echo "ok: an output that is an input or a checkpoint: exit 2, the input unchanged"
+
+# ---- 2. a failed write keeps the earlier export --------------------------------
+# limited: run kiln with files limited to 4 KiB and SIGXFSZ ignored, so a
+# write past it fails with EFBIG (the exports here are 16 KiB)
+limited() {
+	want=$1
+	shift
+	(trap '' XFSZ && ulimit -f 4 && exec "$kiln" "$@") >"$out" 2>"$err"
+	rc=$?
+	[ "$rc" -eq "$want" ] || { cat "$err"; fail "exit $rc, expected $want: kiln $*"; }
+	echo "ok: (files <= 4 KiB) kiln $* (exit $rc)"
+}
+for kind in onnx safetensors; do
+	if [ $kind = onnx ] && ! "$kiln" export "$ini" $common --checkpoint "$ck" --onnx "$tmp/good.onnx" 2>"$err" &&
+		grep -q "built without ONNX export" "$err"; then
+		echo "skip: this kiln was built without ONNX export"
+		continue
+	fi
+	kiln 0 export "$ini" $common --checkpoint "$ck" --$kind "$tmp/good.$kind"
+	cp "$tmp/good.$kind" "$tmp/good.$kind.orig"
+	limited 1 export "$ini" $common --checkpoint "$ck" --$kind "$tmp/good.$kind"
+	stderr_has "$tmp/good.$kind: cannot write: File too large"
+	same "$tmp/good.$kind"
+	! ls "$tmp" | grep -q "^good\.$kind\.tmp" || fail "a temporary file was left: $(ls "$tmp")"
+done
+echo "ok: an export that cannot be written keeps the earlier file whole"
+echo "PASS"
