@@ -553,6 +553,35 @@ START_TEST(test_workers_auto_probe)
 END_TEST
 
 
+/* workers = auto with cache = ram: each count the probe times reads
+ * samples of its own (the earlier ones are cached, decoded: timing them
+ * against cold ones measured the cache).  600 samples in batches of 10,
+ * prefetch 2: 1 worker reads 13 batches, 2 workers 16 more, so at least
+ * 290 samples are cached on 2 or more cores (the probe always times 1
+ * and 2 there); before, the 2 workers re-read the 130 the 1 had read: 160
+ * cached. */
+START_TEST(test_workers_auto_cold)
+{
+	char ini[1024];
+	struct rig r;
+	int best = 0;
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	snprintf(ini, sizeof ini, aug_ini, "workers = auto\ncache = ram");
+	ck_assert_msg(rig_open(&r, ini) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_loader_probe(r.dev, &r.d, 10, 2, r.copy, &best) == 0, "%s",
+		      kiln_last_error());
+	int64_t cached = 0;
+	for (int64_t i = 0; i < r.d.len; i++)
+		cached += atomic_load(&r.d.cached[i]) != NULL;
+	if (sysconf(_SC_NPROCESSORS_ONLN) >= 2)
+		ck_assert_msg(cached >= 290, "%lld samples cached after the probe, want >= 290 (each count reads its own)",
+			      (long long)cached);
+	else
+		ck_assert_int_eq(cached, 130);
+	rig_close(&r);
+}
+END_TEST
+
 /* Resume: an epoch read from global offset g (any world size, any rank)
  * gives exactly the samples, augmented alike, that the uninterrupted
  * one-process epoch has at those global positions. */
@@ -755,6 +784,7 @@ static Suite *make_suite(void)
 		test_workers_identical, test_cache_ram, test_on_error, test_skip_warning_names_rank,
 		test_count_sum_exact, test_normalize_on_device, test_normalize_rule,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
+		test_workers_auto_cold,
 		test_resume_position, test_prefetch_hints, NULL });
 	return s;
 }
