@@ -20,6 +20,7 @@
 
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,13 +152,13 @@ START_TEST(test_auto_follows_workload)
 }
 END_TEST
 
-static volatile int spin_stop;
+static atomic_int spin_stop; /* atomic: a TSan build runs this test clean */
 
 static void *spin_main(void *arg)
 {
 	const cpu_set_t *one = arg;
 	pthread_setaffinity_np(pthread_self(), sizeof *one, one);
-	while (!spin_stop)
+	while (!atomic_load(&spin_stop))
 		;
 	return NULL;
 }
@@ -182,11 +183,11 @@ START_TEST(test_probe_sees_busy_thread)
 	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
 	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
 	pthread_t spinner;
-	spin_stop = 0;
+	atomic_store(&spin_stop, 0);
 	ck_assert_int_eq(pthread_create(&spinner, NULL, spin_main, &one), 0);
 	usleep(20000);
 	kiln_status st = kiln_device_workload(dev, &mlp);
-	spin_stop = 1;
+	atomic_store(&spin_stop, 1);
 	pthread_join(spinner, NULL);
 	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
 	ck_assert_int_eq(st, KILN_OK);
