@@ -206,4 +206,29 @@ kiln 3 pack "$tmp/pack.ini" --out "$tmp/h" data.images=short.idx
 stderr_has "truncated"
 stderr_has "short.idx"
 
+# ---- --format tokens: a pipe is read to its end; no text at all is an error ---
+# (before session 31 the st_size bytes of an input were read: a pipe,
+# /dev/stdin or <(zcat f.gz) packed 0 tokens with exit 0, as did an empty file)
+printf 'hello world\n' | kiln 0 pack --format tokens /dev/stdin --out "$tmp/tp"
+stdout_has "packed 1 file(s): 12 tokens in 1 train shard(s)"
+[ "$(u32 "$tmp/tp/train-000000.bin" 8)" = 12 ] || fail "tokens from a pipe: header says $(u32 "$tmp/tp/train-000000.bin" 8) tokens"
+: > "$tmp/empty.txt"
+kiln 3 pack --format tokens "$tmp/empty.txt" --out "$tmp/te"
+stderr_has "$tmp/empty.txt: empty: no text to encode"
+stderr_has "no text to encode: the 1 input file(s) ($tmp/empty.txt) are empty"
+[ ! -e "$tmp/te/train-000000.bin" ] || fail "an empty input left a shard"
+# a file and the same bytes through a pipe, larger than a read: one shard
+awk 'BEGIN { for (i = 0; i < 20000; i++) printf "line %d of the corpus\n", i }' > "$tmp/corpus.txt"
+kiln 0 pack --format tokens "$tmp/corpus.txt" --out "$tmp/tc1"
+n=$(wc -c < "$tmp/corpus.txt" | tr -d ' ')
+stdout_has "packed 1 file(s): $n tokens in 1 train shard(s)"
+cat "$tmp/corpus.txt" | kiln 0 pack --format tokens /dev/stdin --out "$tmp/tc2"
+cmp -s "$tmp/tc1/train-000000.bin" "$tmp/tc2/train-000000.bin" || fail "a pipe packs other tokens than the file"
+# a FIFO is read when its writer comes (as cat reads one), to its end
+mkfifo "$tmp/fifo.txt"
+{ sleep 1; printf 'abc' > "$tmp/fifo.txt"; } &
+kiln 0 pack --format tokens "$tmp/fifo.txt" "$tmp/empty.txt" --out "$tmp/tf"
+stdout_has "packed 2 file(s): 3 tokens in 1 train shard(s)"
+wait
+
 echo "PASS: kiln pack"
