@@ -97,6 +97,21 @@ stderr_has "usage: kiln config"
 kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.source=nosuchsource
 stderr_has "nosuchsource"
 stderr_has "tsrc"
+# a device that is not there: exit 2 at its line, the nearest name suggested
+# (before session 31 `kiln config` said OK and train failed with exit 1 and
+# "no device plugin named 'cpuu'", no file:line)
+sed '/^\[run\]/a device = cpuu' "$cfgdir/cli.ini" > "$tmp/dev.ini"
+kiln 2 config "$tmp/dev.ini" "run.plugin_path=$plugdir"
+stderr_has "$tmp/dev.ini:4: [run] device = 'cpuu': no device plugin of that name; did you mean 'cpu'? (devices: auto, cpu"
+kiln 2 train "$tmp/dev.ini" "run.plugin_path=$plugdir" "run.out_dir=$tmp/devrun"
+stderr_has "$tmp/dev.ini:4: [run] device = 'cpuu'"
+kiln 0 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=auto
+kiln 0 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=cpu
+# kiln's own GPU device where it is not built says so, not "a typo"
+if ! "$kiln" plugins 2>/dev/null | grep -q "^cuda "; then
+	kiln 2 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=cuda
+	stderr_has "[run] device = cuda: this kiln has no cuda device plugin (kiln-cuda.so is not in the plugin path: not built"
+fi
 
 # ---- kiln plugins -------------------------------------------------------------
 kiln 0 plugins
