@@ -264,6 +264,8 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 			known |= !strcmp(name, with_value[k]);
 		if (!known)
 			return usage_error("unknown option '%s'", a);
+		if (cli_opt_seen(argv, i, name))
+			return usage_error("%s given twice: give it once", name);
 		if (eq)
 			val = eq + 1;
 		else if (i + 1 < argc)

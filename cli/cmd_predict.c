@@ -63,6 +63,7 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 		     char **inputs, int *n_in)
 {
 	struct stat sb;
+	int printing = 0; /* --format or --top-k given: they shape what is printed */
 	o->top_k = 5;
 	for (int i = 2; i < argc; i++) {
 		const char *a = argv[i], *fmt = NULL;
@@ -75,6 +76,7 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 		    (r = cli_opt_int(argc, argv, &i, "--batch", 1, 65536, &o->batch))) {
 			if (r < 0)
 				return -1;
+			printing |= fmt || !strncmp(a, "--top-k", 7);
 			if (fmt && strcmp(fmt, "csv") && strcmp(fmt, "jsonl")) {
 				fprintf(stderr, "kiln: error: --format '%s': choose jsonl or csv\n", fmt);
 				return -1;
@@ -97,6 +99,10 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 	if (!*n_in == !o->eval_set) {
 		fprintf(stderr, "kiln: error: %s\n", o->eval_set ? "--eval-set reads [data.eval]: no INPUT with it"
 								: "no INPUT: give image files or folders (or --eval-set)");
+		return -1;
+	}
+	if (o->logits && printing) { /* ignored before session 31 */
+		fprintf(stderr, "kiln: error: --logits writes the logits and prints nothing: --format and --top-k have no effect with it\n");
 		return -1;
 	}
 	if (o->logits) {

@@ -178,6 +178,8 @@ static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
 		char name[64];
 		const char *eq = strchr(a, '='), *val;
 		snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+		if (cli_opt_seen(argv, i, name)) /* (the last won before session 31) */
+			return tok_usage_error("%s given twice: give it once", name);
 		if (eq)
 			val = eq + 1;
 		else if (i + 1 < argc)

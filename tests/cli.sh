@@ -113,6 +113,27 @@ if ! "$kiln" plugins 2>/dev/null | grep -q "^cuda "; then
 	stderr_has "[run] device = cuda: this kiln has no cuda device plugin (kiln-cuda.so is not in the plugin path: not built"
 fi
 
+# options that would be ignored: refused (before session 31 the last of a
+# value option given twice won, and these combinations did nothing)
+c="$cfgdir/cli.ini"
+kiln 2 predict "$c" --checkpoint a.kiln --checkpoint=b.kiln --eval-set
+stderr_has "kiln: error: --checkpoint given twice: give it once"
+kiln 2 generate "$c" --prompt a --tokens 2 --prompt b
+stderr_has "kiln: error: --prompt given twice: give it once"
+kiln 2 export "$c" --safetensors a.st --safetensors b.st
+stderr_has "kiln: error: --safetensors given twice: give it once"
+kiln 2 pack "$c" --out "$tmp/p2" --split a --split=b
+stderr_has "--split given twice: give it once"
+kiln 2 pack --format tokens "$c" --out "$tmp/p3" --out "$tmp/p4"
+stderr_has "--out given twice: give it once"
+kiln 2 export "$c" --format gpt2 --onnx "$tmp/m.onnx"
+stderr_has "kiln: error: --format names the tensors of --safetensors FILE: --onnx ignores it"
+kiln 2 predict "$c" --logits "$tmp/l.npy" --format csv --eval-set
+stderr_has "kiln: error: --logits writes the logits and prints nothing: --format and --top-k have no effect with it"
+kiln 2 predict "$c" --logits "$tmp/l.npy" --top-k=2 --eval-set
+stderr_has "--format and --top-k have no effect with it"
+[ ! -e "$tmp/m.onnx" ] && [ ! -e "$tmp/l.npy" ] && [ ! -e "$tmp/p2" ] || fail "a refused command wrote a file"
+
 # ---- kiln plugins -------------------------------------------------------------
 kiln 0 plugins
 stdout_has "search path:"
