@@ -134,6 +134,16 @@ kiln 2 predict "$c" --logits "$tmp/l.npy" --top-k=2 --eval-set
 stderr_has "--format and --top-k have no effect with it"
 [ ! -e "$tmp/m.onnx" ] && [ ! -e "$tmp/l.npy" ] && [ ! -e "$tmp/p2" ] || fail "a refused command wrote a file"
 
+# kiln launch takes --opt=value as the other commands do (refused before
+# session 31), and an option once
+kiln 0 launch --nproc=2 --bind=none --grace=5 -- true
+stderr_has "ranks 0..1 of 2"
+stderr_has "ranks not bound (--bind none)"
+kiln 0 launch -n=1 -- true
+stderr_has "ranks 0..0 of 1"
+kiln 2 launch -n 2 --nproc=3 -- true
+stderr_has "kiln launch: error: --nproc given twice: give it once"
+
 # ---- kiln plugins -------------------------------------------------------------
 kiln 0 plugins
 stdout_has "search path:"
