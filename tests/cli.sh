@@ -113,6 +113,16 @@ if ! "$kiln" plugins 2>/dev/null | grep -q "^cuda "; then
 	stderr_has "[run] device = cuda: this kiln has no cuda device plugin (kiln-cuda.so is not in the plugin path: not built"
 fi
 
+# values train or predict would refuse, refused by kiln config too with their
+# place (said OK before session 31; train even ran with infer_block = x)
+for kv in "data.workers=autoo:'workers' = 'autoo' is not an integer or one of auto" \
+	"train.recompute=-1:'recompute' = -1 is out of range [1, 1024]" \
+	"run.infer_block=x:'infer_block' = 'x' is not an integer or one of auto"; do
+	kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" "${kv%%:*}"
+	stderr_has "command line '${kv%%:*}': in [${kv%%.*}]: ${kv#*:}"
+done
+kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.workers=auto train.recompute=none run.infer_block=0
+
 # options that would be ignored: refused (before session 31 the last of a
 # value option given twice won, and these combinations did nothing)
 c="$cfgdir/cli.ini"
