@@ -2,6 +2,7 @@
  * file:line and "did you mean", typed getters with range checks, [data.eval]
  * inheritance, and the resolved dump (`kiln config FILE`). */
 #include "config_impl.h"
+#include "transform.h" /* kiln_xform_parse_size */
 
 #include <ctype.h>
 #include <errno.h>
@@ -285,6 +286,26 @@ static int unset_override(struct section *s, int j, const struct kiln_key *k)
 	return 1;
 }
 
+/* Values of a form the schema's types cannot say, checked by the parser
+ * their reader uses, so `kiln config` refuses what training would
+ * (it said OK to size = 8x8 and milestones = 6000, 3000 before session 31). */
+static kiln_status check_parsed(const char *section, const struct entry *e)
+{
+	int32_t h, w;
+	int64_t m[KILN_MAX_MILESTONES];
+	if (!*e->value)
+		return KILN_OK;
+	if (!strncmp(section, "data", 4) && !strcmp(e->key, "size") &&
+	    kiln_xform_parse_size(e->value, &h, &w))
+		return kiln_error(KILN_ECONFIG, "'size' = '%s' is not H W or N (pixels, 1 to 65536)",
+				  e->value);
+	if (!strcmp(section, "train") && !strcmp(e->key, "milestones") &&
+	    kiln_parse_milestones(e->value, m) < 0)
+		return kiln_error(KILN_ECONFIG, "'milestones' = '%s' is not up to %d ascending step counts, e.g. `3000, 6000`",
+				  e->value, KILN_MAX_MILESTONES);
+	return KILN_OK;
+}
+
 /* [run] device names a device plugin (or `auto`), checked here as [data]
  * source is, so a typo is exit 2 at its line (and `kiln config` says so)
  * rather than exit 1 from the device's open with no location.  A plugin
@@ -383,7 +404,7 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 				j--;
 				continue;
 			}
-			if (check_value(k, e->value))
+			if (check_value(k, e->value) || check_parsed(s->name, e))
 				return kiln_error_wrap(KILN_ECONFIG, "%s: in [%s]", e->where, s->name);
 		}
 	}

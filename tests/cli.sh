@@ -117,11 +117,14 @@ fi
 # place (said OK before session 31; train even ran with infer_block = x)
 for kv in "data.workers=autoo:'workers' = 'autoo' is not an integer or one of auto" \
 	"train.recompute=-1:'recompute' = -1 is out of range [1, 1024]" \
-	"run.infer_block=x:'infer_block' = 'x' is not an integer or one of auto"; do
+	"run.infer_block=x:'infer_block' = 'x' is not an integer or one of auto" \
+	"data.size=8x8:'size' = '8x8' is not H W or N (pixels, 1 to 65536)" \
+	"train.milestones=6000, 3000:'milestones' = '6000, 3000' is not up to 12 ascending step counts"; do
 	kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" "${kv%%:*}"
 	stderr_has "command line '${kv%%:*}': in [${kv%%.*}]: ${kv#*:}"
 done
-kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.workers=auto train.recompute=none run.infer_block=0
+kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.workers=auto train.recompute=none run.infer_block=0 \
+	"data.size=8 9" "train.milestones=3000, 6000"
 
 # options that would be ignored: refused (before session 31 the last of a
 # value option given twice won, and these combinations did nothing)
