@@ -91,8 +91,13 @@ int cli_args_ok(int argc, char **argv, const char *usage);
 /* The commands' options: `--name VALUE` or `--name=VALUE`.
  * 1 when argv[*i] is option `name` with a value: *val is the value and *i
  * is advanced past it; 0 when argv[*i] is not `name`; -1, after
- * "kiln: error: NAME needs a value", when nothing follows it. */
+ * "kiln: error: NAME needs a value", when nothing follows it, or after
+ * "kiln: error: NAME given twice" when an earlier argument was `name`. */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **val);
+/* The index of an earlier argv[1..i) that is option `name` (`name` or
+ * `name=...`), else 0.  cli_opt refuses a value option given twice with it
+ * ("kiln: error: NAME given twice", -1): the second replaced the first. */
+int cli_opt_seen(char **argv, int i, const char *name);
 /* As cli_opt for an integer option: -1 also, after "kiln: error: NAME
  * 'VALUE': expected an integer in [lo, hi]", when the value is not a whole
  * decimal integer in [lo, hi]. */

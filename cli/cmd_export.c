@@ -59,7 +59,7 @@ int cmd_export(int argc, char **argv)
 		return 2;
 	}
 	const char *out = NULL, *onnx = NULL, *ckpt = NULL, *quantized = NULL;
-	int format = KILN_WEIGHTS_PYTORCH;
+	int format = KILN_WEIGHTS_PYTORCH, format_given = 0;
 	char **over = calloc((size_t)argc, sizeof *over); /* the overrides alone */
 	int n_over = 0;
 	if (!over)
@@ -72,6 +72,7 @@ int cmd_export(int argc, char **argv)
 		    (r = cli_opt(argc, argv, &i, "--checkpoint", &ckpt)) ||
 		    (r = cli_opt(argc, argv, &i, "--quantized", &quantized)) ||
 		    (r = cli_opt(argc, argv, &i, "--format", &fmt))) {
+			format_given |= fmt != NULL;
 			if (fmt && (format = kiln_weights_format(fmt)) < 0)
 				fprintf(stderr, "kiln: error: --format '%s': expected pytorch or gpt2\n", fmt);
 			if (r < 0 || format < 0) {
@@ -92,6 +93,11 @@ int cmd_export(int argc, char **argv)
 			!out == !onnx ? "give one of --safetensors FILE and --onnx FILE"
 				      : "--quantized Q goes with --onnx FILE and no --checkpoint (Q carries the weights)");
 		export_usage(stderr);
+		free(over);
+		return 2;
+	}
+	if (onnx && format_given) { /* ignored before session 31 */
+		fprintf(stderr, "kiln: error: --format names the tensors of --safetensors FILE: --onnx ignores it (drop --format)\n");
 		free(over);
 		return 2;
 	}

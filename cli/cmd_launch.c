@@ -147,9 +147,31 @@ struct launch_opts {
 /* Read the options into *o; returns -1 to go on, else the exit code. */
 static int launch_args(int argc, char **argv, struct launch_opts *o, const char **master)
 {
+	unsigned seen = 0; /* the options given, by bit: one given twice is refused */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		/* --nproc=2 and -n=2 as --opt=value elsewhere (refused before
+		 * session 31): the value after '=' instead of the next argument */
+		char name[32];
+		const char *eq = a[0] == '-' ? strchr(a, '=') : NULL;
+		int next = 1; /* the value is the next argument: skip it */
+		if (eq && (size_t)(eq - a) < sizeof name) {
+			snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
+			a = name;
+			v = eq + 1;
+			next = 0;
+		}
+		static const char *const opts[] = { "--nproc", "--nnodes", "--node-rank", "--grace",
+						    "--max-restarts", "--bind", "--master" };
+		for (unsigned k = 0; k < sizeof opts / sizeof *opts; k++)
+			if (!strcmp(a, opts[k]) || (k == 0 && !strcmp(a, "-n"))) {
+				if (seen & 1u << k) {
+					fprintf(stderr, "kiln launch: error: %s given twice: give it once\n", opts[k]);
+					return 2;
+				}
+				seen |= 1u << k;
+			}
 		if (!strcmp(a, "--")) {
 			o->cmd = i + 1;
 			break;
@@ -171,21 +193,21 @@ static int launch_args(int argc, char **argv, struct launch_opts *o, const char 
 					zero_ok ? "non-negative" : "positive");
 				return 2;
 			}
-			i++;
+			i += next;
 		} else if (!strcmp(a, "--bind")) {
 			if (!v || (strcmp(v, "core") && strcmp(v, "none"))) {
 				fprintf(stderr, "kiln launch: error: --bind needs core or none\n");
 				return 2;
 			}
 			o->bind = !strcmp(v, "core");
-			i++;
+			i += next;
 		} else if (!strcmp(a, "--master")) {
 			if (!v) {
 				fprintf(stderr, "kiln launch: error: --master needs HOST:PORT\n");
 				return 2;
 			}
 			*master = v;
-			i++;
+			i += next;
 		} else {
 			fprintf(stderr, "kiln launch: error: unknown option '%s' (the command follows `--`)\n", a);
 			launch_usage(stderr);

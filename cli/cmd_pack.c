@@ -50,7 +50,8 @@ const char cmd_pack_about[] =
 	"  --out DIR          output directory (created if missing)\n"
 	"  --section S        data (default) or data.eval: which section's source to read\n"
 	"  --split NAME       the split passed to the source and the shards' name prefix\n"
-	"                     (default: train for data, test for data.eval)\n"
+	"                     (default: train for data, test for data.eval; another\n"
+	"                     must exist as path/NAME with folder, tar and lmdb)\n"
 	"  --shard-size SIZE  start a new shard past about SIZE bytes (default 64M;\n"
 	"                     K, M, G are powers of 1024; a split has at most 50000\n"
 	"                     shards, which a reader maps at once)\n"
@@ -285,6 +286,8 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 			known |= !strcmp(name, with_value[k]);
 		if (!known)
 			return usage_error("unknown option '%s'", a);
+		if (cli_opt_seen(argv, i, name))
+			return usage_error("%s given twice: give it once", name);
 		if (eq)
 			val = eq + 1;
 		else if (i + 1 < argc)

@@ -39,7 +39,8 @@ const char cmd_predict_about[] =
 	"                (prob null where the logits are not finite; a name's bytes that\n"
 	"                are not UTF-8 as \\ufffd);\n"
 	"                csv: file,index1,class1,prob1,...  Class names are the class\n"
-	"                folders of a [data.eval] source = folder, else the indices\n"
+	"                folders of the training split ([data] source = folder),\n"
+	"                else the indices\n"
 	"  --logits OUT  write the logits [N, classes] (f32) to OUT (.npy or .safetensors)\n"
 	"                instead of printing; not a file read (CONFIG, F, Q, an INPUT) nor a\n"
 	"                kiln checkpoint (exit 2)\n"
@@ -64,6 +65,7 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 		     char **inputs, int *n_in)
 {
 	struct stat sb;
+	int printing = 0; /* --format or --top-k given: they shape what is printed */
 	o->top_k = 5;
 	for (int i = 2; i < argc; i++) {
 		const char *a = argv[i], *fmt = NULL;
@@ -76,6 +78,7 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 		    (r = cli_opt_int(argc, argv, &i, "--batch", 1, 65536, &o->batch))) {
 			if (r < 0)
 				return -1;
+			printing |= fmt || !strncmp(a, "--top-k", 7);
 			if (fmt && strcmp(fmt, "csv") && strcmp(fmt, "jsonl")) {
 				fprintf(stderr, "kiln: error: --format '%s': choose jsonl or csv\n", fmt);
 				return -1;
@@ -103,6 +106,10 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 	if (o->no_fold && o->quantized) { /* run folded silently before session 31 */
 		fprintf(stderr, "kiln: error: --no-fold with --quantized %s: an INT8 model is the folded model (kiln quantize folds it before quantizing) and has no unfolded form; drop --no-fold\n",
 			o->quantized);
+		return -1;
+	}
+	if (o->logits && printing) { /* ignored before session 31 */
+		fprintf(stderr, "kiln: error: --logits writes the logits and prints nothing: --format and --top-k have no effect with it\n");
 		return -1;
 	}
 	if (o->logits) {

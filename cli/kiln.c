@@ -158,11 +158,25 @@ int cli_args_ok(int argc, char **argv, const char *usage)
 	return 1;
 }
 
+int cli_opt_seen(char **argv, int i, const char *name)
+{
+	const size_t n = strlen(name);
+	for (int j = 1; j < i; j++)
+		if (!strncmp(argv[j], name, n) && (!argv[j][n] || argv[j][n] == '='))
+			return j;
+	return 0;
+}
+
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
 {
 	const size_t n = strlen(name);
 	if (strncmp(argv[*i], name, n) || (argv[*i][n] && argv[*i][n] != '='))
 		return 0;
+	/* the last one silently won before session 31 (two --checkpoint) */
+	if (cli_opt_seen(argv, *i, name)) {
+		fprintf(stderr, "kiln: error: %s given twice: give it once\n", name);
+		return -1;
+	}
 	if (argv[*i][n] == '=') {
 		*val = argv[*i] + n + 1;
 		return 1;

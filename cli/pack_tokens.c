@@ -2,14 +2,15 @@
  * files into token shards in llm.c's format (docs/formats.md), which the
  * `tokens` source reads with `path = DIR`.
  *
- * Each input file is read whole and encoded (cli/tokenizer.h: byte level,
- * or GPT-2 BPE with --vocab and --merges, when <|endoftext|> is in the
- * vocabulary it precedes each file as llm.c's data scripts put it before
- * each document); with --val-fraction f the last f of each file's tokens go
- * to the held-out split.  The tokens stream into DIR/<split>-000000.bin,
- * -000001.bin, ... of at most --shard-tokens tokens, each written as .tmp,
- * fsynced and renamed when complete, all while DIR/<split>.bin-partial
- * exists (TOK_PARTIAL), so that a pack killed midway leaves splits the
+ * Each input file is read whole (to its end: pipes too) and encoded
+ * (cli/tokenizer.h: byte level, or GPT-2 BPE with --vocab and --merges,
+ * when <|endoftext|> is in the vocabulary it precedes each file as
+ * llm.c's data scripts put it before each document); with --val-fraction
+ * f the last f of each file's tokens go to the held-out split.  The
+ * tokens stream into DIR/<split>-000000.bin, -000001.bin, ... of at most
+ * --shard-tokens tokens, each written as .tmp, fsynced and renamed when
+ * complete, all while DIR/<split>.bin-partial exists (TOK_PARTIAL), so
+ * that a pack killed midway leaves splits the
  * source refuses rather than reads short.
  */
 #include "cli.h"
@@ -177,6 +178,8 @@ static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
 		char name[64];
 		const char *eq = strchr(a, '='), *val;
 		snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+		if (cli_opt_seen(argv, i, name)) /* (the last won before session 31) */
+			return tok_usage_error("%s given twice: give it once", name);
 		if (eq)
 			val = eq + 1;
 		else if (i + 1 < argc)
@@ -200,27 +203,46 @@ static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
 
 /* ---- packing ---------------------------------------------------------- */
 
-/* The whole file into a new buffer (*n bytes). */
+/* The whole input into a new buffer (*n bytes), read until end of file:
+ * st_size is 0 for a pipe, /dev/stdin or <(zcat f.gz), which were read as
+ * empty (session 31).  A FIFO blocks in fopen until it has a writer, as
+ * `cat` does: that is how <(...) reaches us. */
 static kiln_status read_text(const char *path, char **buf, size_t *n)
 {
 	struct stat sb;
+	size_t cap = 0;
 	*buf = NULL;
 	*n = 0;
 	FILE *f = fopen(path, "rb");
 	if (!f) /* an input that cannot be read: a data error (exit 3) */
 		return kiln_error(KILN_EDATA, "%s: cannot read: %s", path, strerror(errno));
 	int err = fstat(fileno(f), &sb) ? errno : S_ISDIR(sb.st_mode) ? EISDIR : 0;
-	if (!err && !(*buf = malloc((size_t)sb.st_size + 1)))
-		err = ENOMEM;
-	if (!err) {
-		*n = fread(*buf, 1, (size_t)sb.st_size, f);
+	/* a file's size and a byte: one read, which sees its end; a pipe's
+	 * size is 0, so its buffer grows */
+	size_t want = !err && S_ISREG(sb.st_mode) ? (size_t)sb.st_size + 1 : 65536;
+	while (!err) {
+		if (*n == cap) {
+			size_t nc = !cap ? want : cap + cap / 2;
+			char *nb = nc > cap ? realloc(*buf, nc) : NULL;
+			if (!nb) {
+				err = ENOMEM;
+				break;
+			}
+			*buf = nb;
+			cap = nc;
+		}
+		size_t got = fread(*buf + *n, 1, cap - *n, f);
+		*n += got;
 		if (ferror(f))
 			err = errno ? errno : EIO;
+		else if (feof(f) || !got)
+			break;
 	}
 	fclose(f);
 	if (err) {
 		free(*buf);
 		*buf = NULL;
+		*n = 0;
 		return kiln_error(KILN_EDATA, "%s: cannot read: %s", path, strerror(err));
 	}
 	return KILN_OK;
@@ -286,12 +308,16 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 		(void)pack_unmark_partial(o->out, o->split, TOK_PARTIAL);
 		return st;
 	}
+	size_t bytes = 0;
 	for (int i = 0; i < o->n_in && !st; i++) {
 		char *text;
 		size_t n;
 		ids.n = 0;
 		if ((st = read_text(o->in[i], &text, &n)))
 			break;
+		if (!n)
+			kiln_log(KILN_LOG_WARN, "pack", "%s: empty: no text to encode", o->in[i]);
+		bytes += n;
 		if (tokenizer_eot(tk) >= 0)
 			st = token_ids_push(&ids, tokenizer_eot(tk));
 		if (!st)
@@ -303,6 +329,11 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 		if (!st)
 			st = shard_write(&va, ids.v + ids.n - held, held);
 	}
+	/* nothing read: exit 0 with "0 tokens" hid a mistake (an empty
+	 * file, a pipe read as empty before session 31) */
+	if (!st && !bytes)
+		st = kiln_error(KILN_EDATA, "no text to encode: the %d input file(s) (%s%s) are empty",
+				o->n_in, o->in[0], o->n_in > 1 ? ", ..." : "");
 	if (!st)
 		st = shard_close(&tr);
 	if (!st)

@@ -131,14 +131,17 @@ kiln_status pred_list_inputs(char **inputs, int n, struct pred_names *files)
 
 kiln_status pred_class_names(const struct kiln_config *cfg, struct pred_names *names)
 {
-	const char *src = kiln_config_get(cfg, "data.eval", "source");
-	const char *path = kiln_config_get(cfg, "data.eval", "path");
-	const char *split = kiln_config_get(cfg, "data.eval", "split");
+	/* The classes the model learnt: the training split's ([data]), not
+	 * [data.eval]'s, whose folders may differ (the folder source refuses
+	 * an evaluation split whose classes differ, but predict reads none). */
+	const char *src = kiln_config_get(cfg, "data", "source");
+	const char *path = kiln_config_get(cfg, "data", "path");
+	const char *split = kiln_config_get(cfg, "data", "split");
 	char root[4200];
 	if (!src || strcmp(src, "folder") || !path)
 		return KILN_OK; /* indices */
 	/* the folder source's split rule (plugins/loaders/folder.c) */
-	snprintf(root, sizeof root, "%s/%s", path, split ? split : "test");
+	snprintf(root, sizeof root, "%s/%s", path, split ? split : "train");
 	if (!split && !is_dir(root))
 		snprintf(root, sizeof root, "%s", path);
 	struct pred_names ents = { 0 };

@@ -2,6 +2,7 @@
  * file:line and "did you mean", typed getters with range checks, [data.eval]
  * inheritance, and the resolved dump (`kiln config FILE`). */
 #include "config_impl.h"
+#include "transform.h" /* kiln_xform_parse_size */
 
 #include <ctype.h>
 #include <errno.h>
@@ -285,6 +286,70 @@ static int unset_override(struct section *s, int j, const struct kiln_key *k)
 	return 1;
 }
 
+/* Values of a form the schema's types cannot say, checked by the parser
+ * their reader uses, so `kiln config` refuses what training would
+ * (it said OK to size = 8x8 and milestones = 6000, 3000 before session 31). */
+static kiln_status check_parsed(const char *section, const struct entry *e)
+{
+	int32_t h, w;
+	int64_t m[KILN_MAX_MILESTONES];
+	if (!*e->value)
+		return KILN_OK;
+	if (!strncmp(section, "data", 4) && !strcmp(e->key, "size") &&
+	    kiln_xform_parse_size(e->value, &h, &w))
+		return kiln_error(KILN_ECONFIG, "'size' = '%s' is not H W or N (pixels, 1 to 65536)",
+				  e->value);
+	if (!strcmp(section, "train") && !strcmp(e->key, "milestones") &&
+	    kiln_parse_milestones(e->value, m) < 0)
+		return kiln_error(KILN_ECONFIG, "'milestones' = '%s' is not up to %d ascending step counts, e.g. `3000, 6000`",
+				  e->value, KILN_MAX_MILESTONES);
+	return KILN_OK;
+}
+
+/* [run] device names a device plugin (or `auto`), checked here as [data]
+ * source is, so a typo is exit 2 at its line (and `kiln config` says so)
+ * rather than exit 1 from the device's open with no location.  A plugin
+ * that exists but cannot run here (a GPU plugin without a GPU) is left to
+ * the open, which says why: `kiln config` of it on a login node is fine. */
+static kiln_status check_run_device(const struct kiln_config *cfg, const struct kiln_registry *reg)
+{
+	static const char *const kiln_devices[] = { "cpu", "cuda" }; /* kiln's own */
+	const char *name = kiln_config_get(cfg, "run", "device");
+	const struct kiln_plugin *p;
+	if (!name || !strcmp(name, "auto"))
+		return KILN_OK;
+	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p);
+	if (st != KILN_ENOTFOUND)
+		return KILN_OK;
+	const char *where = kiln_config_where(cfg, "run", "device");
+	for (size_t i = 0; i < KILN_ARRAY_LEN(kiln_devices); i++)
+		if (!strcmp(name, kiln_devices[i]))
+			return kiln_error(KILN_ECONFIG, "%s: [run] device = %s: this kiln has no %s device plugin (kiln-%s.so is not in the plugin path: not built%s, or not installed; `kiln plugins` lists the devices there are)",
+					  where, name, name, name,
+					  !strcmp(name, "cuda") ? ": configure found no CUDA toolkit, or --without-cuda" : "");
+	/* a typo: the nearest device plugin's name, or auto */
+	const char *best = "auto";
+	int bd = kiln_edit_distance(name, best);
+	struct kiln_plugin_info pi;
+	char names[512] = "auto";
+	size_t off = strlen(names);
+	for (int i = 0; i < kiln_registry_loaded_count(reg); i++) {
+		kiln_registry_plugin_get(reg, i, &pi);
+		if (pi.kind != KILN_PLUGIN_DEVICE)
+			continue;
+		int d = kiln_edit_distance(name, pi.name);
+		if (d < bd)
+			bd = d, best = pi.name;
+		if (off < sizeof names)
+			off += (size_t)snprintf(names + off, sizeof names - off, ", %s", pi.name);
+	}
+	char hint[160] = "";
+	if (bd <= 3)
+		snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
+	return kiln_error(KILN_ECONFIG, "%s: [run] device = '%s': no device plugin of that name%s (devices: %s)",
+			  where, name, hint, names);
+}
+
 kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *reg)
 {
 	char sug[200], list[2000];
@@ -339,11 +404,11 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 				j--;
 				continue;
 			}
-			if (check_value(k, e->value))
+			if (check_value(k, e->value) || check_parsed(s->name, e))
 				return kiln_error_wrap(KILN_ECONFIG, "%s: in [%s]", e->where, s->name);
 		}
 	}
-	return KILN_OK;
+	return reg ? check_run_device(cfg, reg) : KILN_OK;
 }
 
 /* ---- getters ---------------------------------------------------------- */

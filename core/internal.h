@@ -253,4 +253,11 @@ int kiln_layer_out_layout(const struct kiln_layer *l);
  * plan made again where the device refused it (core/plan.c). */
 void kiln_model_mixed_stem(int on);
 
+/* [train] milestones, "3000, 6000": up to KILN_MAX_MILESTONES ascending
+ * step counts separated by commas or blanks, into out; the count, or -1
+ * when v is not such a list.  The reader (core/train_setup.c) and the
+ * config check (core/config_check.c) share it. */
+#define KILN_MAX_MILESTONES 12
+int kiln_parse_milestones(const char *v, int64_t out[KILN_MAX_MILESTONES]);
+
 #endif /* KILN_INTERNAL_H */

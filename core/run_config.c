@@ -200,3 +200,23 @@ char *kiln_run_config_text(const struct kiln_config *cfg, const struct kiln_regi
 	free(text);
 	return out;
 }
+
+int kiln_parse_milestones(const char *v, int64_t out[KILN_MAX_MILESTONES])
+{
+	int n = 0;
+	int64_t prev = -1;
+	while (v && *v) {
+		char *end;
+		while (*v == ' ' || *v == '\t' || *v == ',')
+			v++;
+		if (!*v)
+			break;
+		long long m = strtoll(v, &end, 10);
+		if (end == v || m <= prev || n == KILN_MAX_MILESTONES ||
+		    (*end && *end != ' ' && *end != '\t' && *end != ','))
+			return -1;
+		out[n++] = prev = m;
+		v = end;
+	}
+	return n;
+}

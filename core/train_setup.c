@@ -47,22 +47,14 @@ static kiln_status prep_fill(struct kiln_device *dev, int64_t n, double v, void 
  * warmup, their number in op.i[3]. */
 static kiln_status parse_milestones(const struct trainer *t, struct kiln_op *op)
 {
-	const char *v = t->tc.milestones;
-	int64_t prev = -1;
-	op->i[3] = 0;
-	while (v && *v) {
-		char *end;
-		while (*v == ' ' || *v == ',')
-			v++;
-		if (!*v)
-			break;
-		long long m = strtoll(v, &end, 10);
-		if (end == v || m <= prev || op->i[3] == 12)
-			return kiln_error(KILN_ECONFIG, "%s: [train] milestones: up to 12 ascending step counts, e.g. `3000, 6000`",
-					  kiln_config_where(t->cfg, "train", "milestones"));
-		op->i[4 + op->i[3]++] = prev = m;
-		v = end;
-	}
+	int64_t m[KILN_MAX_MILESTONES];
+	int n = kiln_parse_milestones(t->tc.milestones, m);
+	if (n < 0)
+		return kiln_error(KILN_ECONFIG, "%s: [train] milestones: up to 12 ascending step counts, e.g. `3000, 6000`",
+				  kiln_config_where(t->cfg, "train", "milestones"));
+	op->i[3] = n;
+	for (int k = 0; k < n; k++)
+		op->i[4 + k] = m[k];
 	return KILN_OK;
 }
 

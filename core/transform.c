@@ -774,8 +774,8 @@ kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image
 {
 	kiln_status st;
 	if (!in->data || in->h < 1 || in->w < 1 || (in->c != 1 && in->c != 3))
-		return kiln_error(KILN_EDATA, "sample %lld: image of %dx%dx%d (expected 1 or 3 channels)",
-				  (long long)index, in->h, in->w, in->c);
+		return kiln_error(KILN_EDATA, "an image of %dx%dx%d (expected 1 or 3 channels)",
+				  in->h, in->w, in->c);
 	if ((x->out_c != 1 && x->out_c != 3) || x->out_h < 1 || x->out_w < 1 ||
 	    x->out_h > MAX_SIDE || x->out_w > MAX_SIDE || x->resize < 0 || x->pad < 0)
 		return kiln_error(KILN_EINVAL, "transform: output %dx%dx%d, resize %d, pad %d",
@@ -789,8 +789,8 @@ kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image
 		kiln_xform_resize_shorter(v.h, v.w, x->resize, &nh, &nw);
 		/* width x height, as kiln predict's other size messages */
 		if (nh < 1 || nw < 1 || nh > MAX_SIDE || nw > MAX_SIDE)
-			return kiln_error(KILN_EDATA, "sample %lld: a %dx%d image (width x height) with its shorter side resized to %d would be %dx%d, outside the transforms' 1 to %d pixels a side (MAX_SIDE, core/transform.c): too long and thin for `resize = %d`",
-					  (long long)index, v.w, v.h, x->resize, nw, nh, MAX_SIDE, x->resize);
+			return kiln_error(KILN_EDATA, "a %dx%d image (width x height) with its shorter side resized to %d would be %dx%d, outside the transforms' 1 to %d pixels a side (MAX_SIDE, core/transform.c): too long and thin for `resize = %d`",
+					  v.w, v.h, x->resize, nw, nh, MAX_SIDE, x->resize);
 		int box[4] = { 0, 0, v.w, v.h };
 		if ((nh != v.h || nw != v.w) &&
 		    (st = resize_view(&v, box, nh, nw, &s->a, &s->a_cap, s)))
@@ -813,8 +813,8 @@ kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image
 	case KILN_CROP_RANDOM: {
 		int ph = v.h + 2 * x->pad, pw = v.w + 2 * x->pad;
 		if (ph < oh || pw < ow)
-			return kiln_error(KILN_EDATA, "sample %lld: a %dx%d image (padded by %d) is smaller than the random crop %dx%d",
-					  (long long)index, v.h, v.w, x->pad, oh, ow);
+			return kiln_error(KILN_EDATA, "a %dx%d image (padded by %d) is smaller than the random crop %dx%d",
+					  v.h, v.w, x->pad, oh, ow);
 		float u[4];
 		kiln_rng_uniform4(seed, KILN_RNG_AUGMENT, (uint64_t)index, counter(epoch, DRAW_CROP), u);
 		top = draw_upto(u[0], ph - oh) - x->pad;

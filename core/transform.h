@@ -69,7 +69,15 @@ kiln_status kiln_xform_from_config(const struct kiln_config *cfg, const char *se
 				   int train, int src_h, int src_w, int src_c,
 				   struct kiln_xform *x);
 
-/* Transform `in` into out (kiln_xform_out_bytes bytes). */
+/* [data] size: "H W" or "N" (N x N), each 1..65536, separated by blanks
+ * or a comma: 0 with *h, *w set, or -1.  The reader
+ * (kiln_xform_from_config) and the config check share it. */
+int kiln_xform_parse_size(const char *v, int32_t *h, int32_t *w);
+
+/* Transform `in` into out (kiln_xform_out_bytes bytes).  `index` seeds
+ * the random draws only: a KILN_EDATA message describes the image and the
+ * caller says which sample or file it is (core/data.c, core/infer.c),
+ * once ("[data] sample 2: sample 2: ..." before session 31). */
 kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image *in,
 			     uint64_t seed, int64_t epoch, int64_t index, void *out,
 			     struct kiln_xform_scratch *s);

@@ -43,6 +43,18 @@ static int parse_numbers(const char *v, double *out, int max)
 	}
 }
 
+int kiln_xform_parse_size(const char *v, int32_t *h, int32_t *w)
+{
+	double d[2];
+	int n = parse_numbers(v, d, 2);
+	if (n < 1 || d[0] != (int)d[0] || d[n - 1] != (int)d[n - 1] || d[0] < 1 ||
+	    d[n - 1] < 1 || d[0] > MAX_SIDE || d[n - 1] > MAX_SIDE)
+		return -1;
+	*h = (int32_t)d[0];
+	*w = (int32_t)d[n - 1];
+	return 0;
+}
+
 static kiln_status cfg_int(const struct kiln_config *cfg, const char *sec, const char *key,
 			   int64_t def, int64_t lo, int64_t hi, const char *expected, int64_t *out)
 {
@@ -152,13 +164,8 @@ kiln_status kiln_xform_from_config(const struct kiln_config *cfg, const char *se
 	/* output size: `size`, else the source's (after `resize`) */
 	v = kiln_config_get(cfg, sec, "size");
 	if (v && *v) {
-		double d[2];
-		int n = parse_numbers(v, d, 2);
-		if (n < 1 || d[0] != (int)d[0] || d[n - 1] != (int)d[n - 1] || d[0] < 1 ||
-		    d[n - 1] < 1 || d[0] > MAX_SIDE || d[n - 1] > MAX_SIDE)
+		if (kiln_xform_parse_size(v, &x->out_h, &x->out_w))
 			return cfg_bad(cfg, sec, "size", v, "H W or N (pixels, 1 to 65536)");
-		x->out_h = (int32_t)d[0];
-		x->out_w = (int32_t)d[n - 1];
 	} else if (src_h > 0 && src_w > 0) {
 		int h = src_h, w = src_w;
 		if (x->resize > 0)

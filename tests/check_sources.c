@@ -388,20 +388,33 @@ END_TEST
 START_TEST(test_folder_splits)
 {
 	make_folder("ds/train");
-	write_image("ds/test/b/t.png", FMT_PNG, 3, 3, 1, 7);
-	write_image("ds/test/a/u.png", FMT_PNG, 4, 3, 3, 8);
-	write_image("ds/val/only/v.png", FMT_PNG, 2, 2, 1, 9);
+	/* the evaluation splits have the training split's classes (cat dog
+	 * empty zebra), some of them empty */
+	write_image("ds/test/dog/t.png", FMT_PNG, 3, 3, 1, 7);
+	write_image("ds/test/cat/u.png", FMT_PNG, 4, 3, 3, 8);
+	mkdirs("ds/test/empty", 1);
+	mkdirs("ds/test/zebra", 1);
+	write_image("ds/val/cat/v.png", FMT_PNG, 2, 2, 1, 9);
+	mkdirs("ds/val/dog", 1);
+	mkdirs("ds/val/empty", 1);
+	mkdirs("ds/val/zebra", 1);
 	/* [data.eval] inherits path and reads ds/test */
 	kiln_status st = open_src("folder", "data.eval", "test", kv("data.path", "ds"), NULL);
 	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
-	check_varying_info(2, 2);
+	check_varying_info(2, 4);
 	struct want w[2] = { { FMT_PNG, 4, 3, 3, 8, 0 }, { FMT_PNG, 3, 3, 1, 7, 1 } };
 	check_all(w, 2);
 	/* the split key names another subdirectory */
 	st = open_src("folder", "data.eval", "test", kv("data.path", "ds"), "data.eval.split=val",
 		      NULL);
 	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
-	check_varying_info(1, 1);
+	check_varying_info(1, 4);
+	/* one whose class folders differ: its labels would name other classes
+	 * (session 31: dog's images labelled 0, cat's index in training) */
+	write_image("ds/odd/dog/o.png", FMT_PNG, 2, 2, 1, 10);
+	st = open_src("folder", "data.eval", "test", kv("data.path", "ds"), "data.eval.split=odd",
+		      NULL);
+	ASSERT_OPEN_FAILS(st, KILN_EDATA, tpath("ds/odd"), "class 0 is 'dog' in [data.eval] but 'cat' in [data]");
 	/* ... which must exist */
 	st = open_src("folder", "data", "train", kv("data.path", "ds"), "data.split=nope", NULL);
 	ASSERT_OPEN_FAILS(st, KILN_EIO, tpath("ds/nope"), "split");

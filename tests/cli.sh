@@ -97,6 +97,65 @@ stderr_has "usage: kiln config"
 kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.source=nosuchsource
 stderr_has "nosuchsource"
 stderr_has "tsrc"
+# a device that is not there: exit 2 at its line, the nearest name suggested
+# (before session 31 `kiln config` said OK and train failed with exit 1 and
+# "no device plugin named 'cpuu'", no file:line)
+sed '/^\[run\]/a device = cpuu' "$cfgdir/cli.ini" > "$tmp/dev.ini"
+kiln 2 config "$tmp/dev.ini" "run.plugin_path=$plugdir"
+stderr_has "$tmp/dev.ini:4: [run] device = 'cpuu': no device plugin of that name; did you mean 'cpu'? (devices: auto, cpu"
+kiln 2 train "$tmp/dev.ini" "run.plugin_path=$plugdir" "run.out_dir=$tmp/devrun"
+stderr_has "$tmp/dev.ini:4: [run] device = 'cpuu'"
+kiln 0 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=auto
+kiln 0 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=cpu
+# kiln's own GPU device where it is not built says so, not "a typo"
+if ! "$kiln" plugins 2>/dev/null | grep -q "^cuda "; then
+	kiln 2 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=cuda
+	stderr_has "[run] device = cuda: this kiln has no cuda device plugin (kiln-cuda.so is not in the plugin path: not built"
+fi
+
+# values train or predict would refuse, refused by kiln config too with their
+# place (said OK before session 31; train even ran with infer_block = x)
+for kv in "data.workers=autoo:'workers' = 'autoo' is not an integer or one of auto" \
+	"train.recompute=-1:'recompute' = -1 is out of range [1, 1024]" \
+	"run.infer_block=x:'infer_block' = 'x' is not an integer or one of auto" \
+	"data.size=8x8:'size' = '8x8' is not H W or N (pixels, 1 to 65536)" \
+	"train.milestones=6000, 3000:'milestones' = '6000, 3000' is not up to 12 ascending step counts"; do
+	kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" "${kv%%:*}"
+	stderr_has "command line '${kv%%:*}': in [${kv%%.*}]: ${kv#*:}"
+done
+kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.workers=auto train.recompute=none run.infer_block=0 \
+	"data.size=8 9" "train.milestones=3000, 6000"
+
+# options that would be ignored: refused (before session 31 the last of a
+# value option given twice won, and these combinations did nothing)
+c="$cfgdir/cli.ini"
+kiln 2 predict "$c" --checkpoint a.kiln --checkpoint=b.kiln --eval-set
+stderr_has "kiln: error: --checkpoint given twice: give it once"
+kiln 2 generate "$c" --prompt a --tokens 2 --prompt b
+stderr_has "kiln: error: --prompt given twice: give it once"
+kiln 2 export "$c" --safetensors a.st --safetensors b.st
+stderr_has "kiln: error: --safetensors given twice: give it once"
+kiln 2 pack "$c" --out "$tmp/p2" --split a --split=b
+stderr_has "--split given twice: give it once"
+kiln 2 pack --format tokens "$c" --out "$tmp/p3" --out "$tmp/p4"
+stderr_has "--out given twice: give it once"
+kiln 2 export "$c" --format gpt2 --onnx "$tmp/m.onnx"
+stderr_has "kiln: error: --format names the tensors of --safetensors FILE: --onnx ignores it"
+kiln 2 predict "$c" --logits "$tmp/l.npy" --format csv --eval-set
+stderr_has "kiln: error: --logits writes the logits and prints nothing: --format and --top-k have no effect with it"
+kiln 2 predict "$c" --logits "$tmp/l.npy" --top-k=2 --eval-set
+stderr_has "--format and --top-k have no effect with it"
+[ ! -e "$tmp/m.onnx" ] && [ ! -e "$tmp/l.npy" ] && [ ! -e "$tmp/p2" ] || fail "a refused command wrote a file"
+
+# kiln launch takes --opt=value as the other commands do (refused before
+# session 31), and an option once
+kiln 0 launch --nproc=2 --bind=none --grace=5 -- true
+stderr_has "ranks 0..1 of 2"
+stderr_has "ranks not bound (--bind none)"
+kiln 0 launch -n=1 -- true
+stderr_has "ranks 0..0 of 1"
+kiln 2 launch -n 2 --nproc=3 -- true
+stderr_has "kiln launch: error: --nproc given twice: give it once"
 
 # ---- kiln plugins -------------------------------------------------------------
 kiln 0 plugins

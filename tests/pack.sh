@@ -158,6 +158,27 @@ stderr_has "$tmp/fo/train keeps 2 file(s) or directories kiln pack did not write
 [ -f "$tmp/fo/train/notes.txt" ] && [ -f "$tmp/fo/train/1/mine.txt" ] || fail "folder --force removed a user's file"
 [ ! -e "$tmp/fo/train/9" ] || fail "folder --force left class 9's directory (no image of it now)"
 
+# an explicit --split must exist: --split vla (val) packed the whole tree,
+# its split folders as classes, with exit 0 (before session 31); only the
+# section's own split (train) falls back to path itself
+printf '[data]\nsource = folder\npath = %s\nchannels = 1\n' "$tmp/fo" > "$tmp/fold.ini"
+kiln 3 pack "$tmp/fold.ini" --out "$tmp/fv" --split vla
+stderr_has "$tmp/fo/vla: cannot open split 'vla' of [data] path $tmp/fo: No such file or directory"
+[ -z "$(ls "$tmp/fv" 2>/dev/null)" ] || fail "a refused pack wrote: $(ls "$tmp/fv")"
+kiln 0 pack "$tmp/fold.ini" --out "$tmp/fv" --split train
+stdout_has "packed 3 samples into 1 shard(s)"
+kiln 0 pack "$tmp/fold.ini" --out "$tmp/fw" --split val data.path="$tmp/fo/train" data.split=.
+stdout_has "packed 3 samples into 1 shard(s)"
+
+# [data.val] inheriting path without path/val read the training data (here
+# fo itself, its split folder `train` as the one class), as [data.eval] is
+# refused to (before session 31)
+{ sed 's/^channels = 1/&\nsize = 30\nworkers = 0/' "$tmp/fold.ini"
+  printf '[data.val]\nworkers = 0\n[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n'
+  printf '[layer.loss]\ntype = softmax_xent\n[train]\nbatch = 3\n'; } > "$tmp/foldval.ini"
+kiln 2 train "$tmp/foldval.ini" run.out_dir="$tmp/fvr" data.eval.path="$tmp/fo/train"
+stderr_has "[data.val] path is inherited from [data] ($tmp/fo) and $tmp/fo/val does not exist: validation would read the training data"
+
 # [data.eval] and its split; resize; JPEG and PNG
 kiln 0 pack "$tmp/pack.ini" --out "$tmp/a" --section data.eval data.eval.images=img.idx \
 	data.eval.labels=lab.idx --resize 15 --store png
@@ -240,5 +261,30 @@ if command -v flock > /dev/null; then
 	wait "$holder" 2> /dev/null
 	kiln 0 pack "$tmp/pack.ini" --out "$tmp/busy"
 fi
+
+# ---- --format tokens: a pipe is read to its end; no text at all is an error ---
+# (before session 31 the st_size bytes of an input were read: a pipe,
+# /dev/stdin or <(zcat f.gz) packed 0 tokens with exit 0, as did an empty file)
+printf 'hello world\n' | kiln 0 pack --format tokens /dev/stdin --out "$tmp/tp"
+stdout_has "packed 1 file(s): 12 tokens in 1 train shard(s)"
+[ "$(u32 "$tmp/tp/train-000000.bin" 8)" = 12 ] || fail "tokens from a pipe: header says $(u32 "$tmp/tp/train-000000.bin" 8) tokens"
+: > "$tmp/empty.txt"
+kiln 3 pack --format tokens "$tmp/empty.txt" --out "$tmp/te"
+stderr_has "$tmp/empty.txt: empty: no text to encode"
+stderr_has "no text to encode: the 1 input file(s) ($tmp/empty.txt) are empty"
+[ ! -e "$tmp/te/train-000000.bin" ] || fail "an empty input left a shard"
+# a file and the same bytes through a pipe, larger than a read: one shard
+awk 'BEGIN { for (i = 0; i < 20000; i++) printf "line %d of the corpus\n", i }' > "$tmp/corpus.txt"
+kiln 0 pack --format tokens "$tmp/corpus.txt" --out "$tmp/tc1"
+n=$(wc -c < "$tmp/corpus.txt" | tr -d ' ')
+stdout_has "packed 1 file(s): $n tokens in 1 train shard(s)"
+cat "$tmp/corpus.txt" | kiln 0 pack --format tokens /dev/stdin --out "$tmp/tc2"
+cmp -s "$tmp/tc1/train-000000.bin" "$tmp/tc2/train-000000.bin" || fail "a pipe packs other tokens than the file"
+# a FIFO is read when its writer comes (as cat reads one), to its end
+mkfifo "$tmp/fifo.txt"
+{ sleep 1; printf 'abc' > "$tmp/fifo.txt"; } &
+kiln 0 pack --format tokens "$tmp/fifo.txt" "$tmp/empty.txt" --out "$tmp/tf"
+stdout_has "packed 2 file(s): 3 tokens in 1 train shard(s)"
+wait
 
 echo "PASS: kiln pack"

@@ -125,6 +125,35 @@ EOF
 kiln 2 predict "$ini" --checkpoint "$ck" --eval-set "$pngs" "data.path=$data"
 echo "ok: predict --eval-set gives eval's loss and accuracy"
 
+# ---- 1c. training and evaluation folders with other classes ----------------
+# train/ has the classes 0..4, test/ lacks 1: the folder source labelled
+# test/2 as 1 (each split by its own sorted folders) and eval's numbers were
+# wrong with exit 0; predict named the classes from [data.eval], index 1 "2".
+mkdir -p "$tmp/miss/train" "$tmp/miss/test"
+cp -r "$pngs"/* "$tmp/miss/train/"
+cp -r "$pngs"/0 "$pngs"/2 "$pngs"/3 "$pngs"/4 "$tmp/miss/test/"
+# f.ini with [data] a folder too (its [data.eval] inherits the folder source)
+awk -v d="$tmp/miss" '/^\[/ { sec = $0 }
+	sec == "[data]" && /^(images|labels|source) =/ { next }
+	{ print }
+	$0 == "[data]" { print "source = folder\npath = " d "\nsize = 8\nchannels = 1" }' \
+	"$tmp/f.ini" >"$tmp/fm.ini"
+mf="data.eval.path=$tmp/miss"
+kiln 3 eval "$tmp/fm.ini" --checkpoint "$ck" $mf
+stderr_has "[data.eval] $tmp/miss/test has 4 class folders and [data] $tmp/miss/train has 5, and class 1 is '2' in [data.eval] but '1' in [data]"
+kiln 3 train "$tmp/fm.ini" $mf "run.out_dir=$tmp/run_miss" train.max_steps=1
+stderr_has "class 1 is '2' in [data.eval] but '1' in [data]"
+kiln 3 predict "$tmp/fm.ini" --checkpoint "$ck" --eval-set $mf
+stderr_has "class 1 is '2' in [data.eval] but '1' in [data]"
+# predict names the classes the model learnt: [data]'s (here = the indices)
+kiln 0 predict "$tmp/fm.ini" --checkpoint "$ck" "$pngs/1" --format csv --top-k 5 $mf
+awk -F, 'NR > 1 { for (j = 2; j <= NF; j += 3) if ($j != $(j + 1)) { print; exit 1 } }' "$out" ||
+	fail "predict names a class other than [data]'s: $(sed -n 2p "$out")"
+# the same folders: no refusal
+mkdir "$tmp/miss/test/1"
+kiln 0 eval "$tmp/fm.ini" --checkpoint "$ck" $mf
+echo "ok: train/test class folders that differ are refused; predict names [data]'s"
+
 # ---- 2. the idx config, exported weights, other batches -----------------
 kiln 0 predict "$ini" --checkpoint "$ck" "$pngs" --top-k 5 "data.path=$data" --batch 7
 cmp -s "$out" "$tmp/pred.jsonl" || fail "the idx config predicts otherwise than the folder config"

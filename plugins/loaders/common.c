@@ -103,6 +103,13 @@ int loaders_join(char *out, size_t n, const char *dir, const char *name)
 	return len < 0 || (size_t)len >= n;
 }
 
+/* The split the core asks `section` for (core/train_setup.c): only that
+ * one may fall back to path itself. */
+static const char *loaders_own_split(const char *section)
+{
+	return !strcmp(section, "data.eval") ? "test" : !strcmp(section, "data.val") ? "val" : "train";
+}
+
 kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_config *cfg,
 			       const char *section, const char *who, const char *path,
 			       const char *split, int split_is_key, char *out, size_t n,
@@ -136,15 +143,23 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
 			return host->error(KILN_EIO, "%s: cannot open split '%s' ([%s] split, set at %s): %s",
 					   sub, split, section, host->config_where(cfg, section, "split"),
 					   strerror(errno));
+		if (strcmp(split, loaders_own_split(section)))
+			return host->error(KILN_EIO, "%s: cannot open split '%s' of [%s] path %s: %s (a split named on the command line must exist; only [%s]'s own, %s, falls back to path itself; set [%s] split = . to read path itself)",
+					   sub, split, section, path, strerror(errno), section,
+					   loaders_own_split(section), section);
 	} else if (split_is_key && split && *split) {
 		return host->error(KILN_ECONFIG, "%s: [%s] split = %s needs path to be a directory holding %s/; %s is not one",
 				   host->config_where(cfg, section, "split"), section, split, split, path);
 	}
 	/* [data.eval] inherits path from [data] (config.c): the pointer is the
 	 * very string of the [data] entry exactly when it is inherited. */
-	if (!strcmp(section, "data.eval") && host->config_get(cfg, "data", "path") == path)
-		return host->error(KILN_ECONFIG, "[data.eval] path is inherited from [data] (%s) and %s/%s does not exist: evaluation would read the training data; set [data.eval] path, put the splits in %s/train and %s/test, or set [train] eval = 0",
-				   path, path, split && *split ? split : "test", path, path);
+	if ((!strcmp(section, "data.eval") || !strcmp(section, "data.val")) &&
+	    host->config_get(cfg, "data", "path") == path)
+		return host->error(KILN_ECONFIG, "[%s] path is inherited from [data] (%s) and %s/%s does not exist: %s would read the training data; set [%s] path, put the splits in %s/train and %s/%s, or %s",
+				   section, path, path, split && *split ? split : "test",
+				   !strcmp(section, "data.eval") ? "evaluation" : "validation", section,
+				   path, path, loaders_own_split(section),
+				   !strcmp(section, "data.eval") ? "set [train] eval = 0" : "remove [data.val]");
 	if (snprintf(out, n, "%s", path) >= (int)n)
 		return host->error(KILN_ECONFIG, "[%s] path: %s is too long", section, path);
 	*is_dir = S_ISDIR(sb.st_mode);

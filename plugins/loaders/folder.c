@@ -229,6 +229,61 @@ out:
 	return st;
 }
 
+/* The class folders of `root`, sorted (the classes and their order). */
+static kiln_status folder_list_classes(const struct kiln_host *host, const char *root,
+				       struct loaders_names *out)
+{
+	struct folder_ctx t = { .src.host = host };
+	if (snprintf(t.root, sizeof t.root, "%s", root) >= (int)sizeof t.root)
+		return host->error(KILN_EIO, "%s: path too long", root);
+	kiln_status st = folder_scandir(&t, "", out, NULL);
+	if (!st)
+		loaders_names_sort(out, 0);
+	return st;
+}
+
+/* An evaluation split ([data.eval], [data.val]) labels its samples by its
+ * own sorted class folders, and the model learnt [data]'s: when [data] is
+ * a folder too, the two lists must be the same, else a label means
+ * another class in each (test/{a,c} gives c label 1, b's in train/{a,b,c})
+ * and the accuracy is silently wrong.  A [data] that cannot be resolved
+ * (`kiln eval` with only the test data present) or whose root holds ours
+ * (path/train missing, so [data] is path itself) is not compared. */
+static kiln_status folder_check_classes(const struct kiln_host *host,
+					const struct kiln_config *cfg, const char *section,
+					const char *root, const struct loaders_names *classes)
+{
+	const char *src = host->config_get(cfg, "data", "source");
+	const char *path = host->config_get(cfg, "data", "path");
+	const char *ksplit = host->config_get(cfg, "data", "split");
+	char troot[PATH_MAX];
+	int is_dir;
+	if (!src || strcmp(src, "folder") || !path || !*path)
+		return KILN_OK;
+	if (loaders_split_root(host, cfg, "data", FOLDER_WHO, path, ksplit ? ksplit : "train",
+			       ksplit != NULL, troot, sizeof troot, &is_dir) || !is_dir)
+		return KILN_OK; /* (the message set is not returned) */
+	size_t tl = strlen(troot);
+	if (!strcmp(troot, root) || (!strncmp(root, troot, tl) && root[tl] == '/'))
+		return KILN_OK;
+	struct loaders_names train = { 0 };
+	if (folder_list_classes(host, troot, &train)) {
+		loaders_names_free(&train);
+		return KILN_OK;
+	}
+	size_t k = 0;
+	while (k < train.n && k < classes->n && !strcmp(train.v[k], classes->v[k]))
+		k++;
+	kiln_status st = KILN_OK;
+	if (k < train.n || k < classes->n)
+		st = host->error(KILN_EDATA, "[%s] %s has %zu class folders and [data] %s has %zu, and class %zu is '%s' in [%s] but '%s' in [data]: a label would name another class in each; make the class folders the same (an empty folder keeps its label)",
+				 section, root, classes->n, troot, train.n, k,
+				 k < classes->n ? classes->v[k] : "(none)", section,
+				 k < train.n ? train.v[k] : "(none)");
+	loaders_names_free(&train);
+	return st;
+}
+
 /* ---- config ----------------------------------------------------------- */
 
 static const struct kiln_key folder_keys[] = {
@@ -286,6 +341,9 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 		goto fail;
 	}
 	loaders_names_sort(&classes, 0);
+	if (strcmp(section, "data") &&
+	    (st = folder_check_classes(host, cfg, section, c->root, &classes)))
+		goto fail;
 	c->src.classes = (int64_t)classes.n;
 	int64_t empty = 0;
 	for (size_t k = 0; k < classes.n; k++) {

@@ -81,8 +81,13 @@ kiln_status loaders_read_image(const struct loaders_source *src, int fd, uint64_
  *     /x/train and [data.eval], which inherits path, reads /x/test);
  *   - else a `split` set by key is an error (KILN_EIO: the directory the
  *     user named does not exist);
- *   - else, for [data.eval] whose path is inherited from [data], an error
- *     (KILN_ECONFIG): evaluation would silently read the training data;
+ *   - else a split other than the section's own (train for [data], test
+ *     for [data.eval], val for [data.val]) is an error too (KILN_EIO):
+ *     `kiln pack --split vla` asked for it by name, and reading <path>
+ *     would pack the split folders as classes;
+ *   - else, for [data.eval] or [data.val] whose path is inherited from
+ *     [data], an error (KILN_ECONFIG): it would silently read the
+ *     training data;
  *   - else the root is <path> itself.
  *
  * A missing <path> is KILN_EIO.  out receives the root (n bytes);
