@@ -260,7 +260,7 @@ stderr_has "$tmp/odd/rgba.png: 3 channels, the model reads 1-channel images ([da
 # gray with alpha decodes to the model's one channel: no complaint
 kiln 0 predict "$ini" --checkpoint "$ck" "$tmp/odd/la.png" "data.path=$data"
 kiln 3 predict "$tmp/f.ini" --checkpoint "$ck" "$tmp/odd/thin.png" "data.path=$data" data.eval.resize=8
-stderr_has "$tmp/odd/thin.png: sample 0: a 30000x1 image (width x height) with its shorter side resized to 8 would be 240000x8, outside the transforms' 1 to 65536 pixels a side (MAX_SIDE, core/transform.c): too long and thin for \`resize = 8\`"
+stderr_has "$tmp/odd/thin.png: a 30000x1 image (width x height) with its shorter side resized to 8 would be 240000x8, outside the transforms' 1 to 65536 pixels a side (MAX_SIDE, core/transform.c): too long and thin for \`resize = 8\`"
 # a folder config resizes and converts, as eval would
 kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$tmp/bad/big.png" "$tmp/bad/rgb.png" "data.path=$data"
 kiln 2 predict "$ini" --checkpoint "$ck" "$tmp/nothing.png" "data.path=$data"
