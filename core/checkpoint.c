@@ -803,7 +803,7 @@ kiln_status kiln_ckpt_best_get(struct kiln_ckpt *ck, struct kiln_ckpt_best **out
 		return KILN_ENOTFOUND;
 	/* (bounded by the file's size, which open checked) */
 	if (r->bytes < 8 || (r->bytes - 8) % KILN_CKPT_BEST_ENTRY_BYTES)
-		return kiln_error(KILN_EDATA, "checkpoint %s: section 'best' has %llu bytes, not 8 + 16 a entry",
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'best' has %llu bytes, not 8 + 16 per entry",
 				  ck->path, (unsigned long long)r->bytes);
 	if (!(b = malloc(r->bytes)))
 		return kiln_error(KILN_ENOMEM, "out of memory");

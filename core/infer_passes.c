@@ -223,27 +223,56 @@ static kiln_status shapes_taken(void *arg, const struct kiln_model *m)
 	return KILN_ENOTFOUND; /* no message: the caller knows why */
 }
 
-/* *refused: a layer of cfg (a folded config of m) refuses the layout cfg
- * gives on m's device (a layernorm on a 4-d tensor refuses nhwc, where it
- * would normalise over the channels rather than the width), its message
- * into why[n].  The layout m itself runs in needs no check. */
-static kiln_status layout_refused(const struct kiln_model *m, const struct kiln_registry *reg,
-				  const struct kiln_config *cfg, char *why, size_t n, int *refused)
+/* *fit: every layer of cfg (a folded config of m) takes its input's shape
+ * in the layout cfg gives on m's device; when not, the layer's message
+ * into why[n] (a layernorm on a 4-d tensor refuses nhwc, where it would
+ * normalise over the channels rather than the width).  Built dry: stopped
+ * before any allocation. */
+static kiln_status shapes_fit(const struct kiln_model *m, const struct kiln_registry *reg,
+			      const struct kiln_config *cfg, char *why, size_t n, int *fit)
 {
 	struct kiln_model *t = NULL;
 	int taken = 0;
 	const struct kiln_model_precheck pre = { shapes_taken, &taken };
-	*refused = 0;
-	if (kiln_model_layout(cfg, m->dev) == m->layout)
-		return KILN_OK;
 	kiln_status st = kiln_model_create_checked(cfg, reg, m->dev, &m->sample, &pre, &t);
 	kiln_model_free(t);
-	if (taken || !st)
+	*fit = taken || !st;
+	if (*fit)
 		return KILN_OK;
 	if (st != KILN_ECONFIG && st != KILN_ENOTSUP) /* a layer's shape check says these */
 		return st;
 	snprintf(why, n, "%s", kiln_last_error());
-	*refused = 1;
+	return KILN_OK;
+}
+
+/* *out (a folded config of m in the layout `want` gives) replaced by the
+ * same in the layout m was trained in, when a layer refuses the first and
+ * every layer takes the second, saying why (a later message may name the
+ * layout the user did not ask for); else left as it is, and a refusal
+ * not of the layout comes from the real build. */
+static kiln_status fold_layout(const struct kiln_model *m, struct kiln_registry *reg, int flags,
+			       const int *removed, const int *host, const int *into,
+			       const int *resid, struct kiln_config **out)
+{
+	const char *trained = m->layout == KILN_NHWC ? "nhwc" : "nchw";
+	struct kiln_config *alt = NULL;
+	char why[1024], why2[1024];
+	int fit = 1, fit2 = 0;
+	kiln_status st;
+	if (kiln_model_layout(*out, m->dev) == m->layout ||
+	    (st = shapes_fit(m, reg, *out, why, sizeof why, &fit)) || fit)
+		return fit ? KILN_OK : st;
+	if ((st = fold_load(m, reg, trained, removed, host, into, resid, &alt)) ||
+	    (st = shapes_fit(m, reg, alt, why2, sizeof why2, &fit2)) || !fit2) {
+		kiln_config_free(alt);
+		return st;
+	}
+	kiln_log(KILN_LOG_INFO, "infer", "the folded model keeps [model] layout = %s (the trained model's): %s%s refused: %s",
+		 trained, kiln_model_layout(*out, m->dev) == KILN_NHWC ? "nhwc" : "nchw",
+		 flags & KILN_FOLD_INT8 ? " (where oneDNN's INT8 convolutions have direct kernels)"
+					: " (the device's)", why);
+	kiln_config_free(*out);
+	*out = alt;
 	return KILN_OK;
 }
 
@@ -256,8 +285,6 @@ kiln_status kiln_infer_fold_config_ex(const struct kiln_model *m, struct kiln_re
 	/* INT8: oneDNN's int8 convolutions have direct (jit) kernels for
 	 * channels-last only; nchw gets a reference loop */
 	const char *want = flags & KILN_FOLD_INT8 ? "nhwc" : "auto";
-	char why[1024];
-	int refused = 0;
 	kiln_status st;
 	*out = NULL;
 	if (!removed || !host || !into || !resid) {
@@ -272,18 +299,8 @@ kiln_status kiln_infer_fold_config_ex(const struct kiln_model *m, struct kiln_re
 			into[j] = -1, resid[j] = -2;
 	if (n_folded)
 		*n_folded = n;
-	if ((st = fold_load(m, reg, want, removed, host, into, resid, out)) ||
-	    (st = layout_refused(m, reg, *out, why, sizeof why, &refused)) || !refused)
-		goto out;
-	/* the layout every layer took in training, and the reason, since
-	 * a later message may name the other one */
-	const char *trained = m->layout == KILN_NHWC ? "nhwc" : "nchw";
-	kiln_log(KILN_LOG_INFO, "infer", "the folded model keeps [model] layout = %s (the trained model's): %s%s refused: %s",
-		 trained, kiln_model_layout(*out, m->dev) == KILN_NHWC ? "nhwc" : "nchw",
-		 flags & KILN_FOLD_INT8 ? " (where oneDNN's INT8 convolutions have direct kernels)"
-					: " (the device's)", why);
-	kiln_config_free(*out);
-	st = fold_load(m, reg, trained, removed, host, into, resid, out);
+	if (!(st = fold_load(m, reg, want, removed, host, into, resid, out)))
+		st = fold_layout(m, reg, flags, removed, host, into, resid, out);
 out:
 	if (st) {
 		kiln_config_free(*out);

@@ -10,6 +10,8 @@
 #include "checkpoint.h" /* kiln_ckpt_is_checkpoint */
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,22 +49,68 @@ static int write_stream(FILE *fp, kiln_file_fill fill, void *ctx, int sync)
 	return err;
 }
 
-/* Write to `target` (a regular file, or none yet) through
- * target.tmp<pid> in its directory, fsynced and renamed over it: the old
- * file stays whole until then; 0 or an errno (the temporary removed). */
+/* fsync the directory holding `path` (the rename made durable); errors
+ * ignored: some file systems refuse fsync on a directory. */
+static void sync_parent(const char *path)
+{
+	char *dir = strdup(path);
+	if (!dir)
+		return;
+	char *slash = strrchr(dir, '/');
+	const char *d = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
+	int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)fsync(fd);
+		close(fd);
+	}
+	free(dir);
+}
+
+/* Write to `target` (a regular file, or none yet) through a temporary
+ * target.tmp<pid>.<n> in its directory, created exclusively (never a file
+ * or link already there), given the target's permission bits (a private
+ * 0600 export stays private; a new file gets 0666 less the umask, as
+ * fopen), fsynced and renamed over it, the directory fsynced: the old file
+ * stays whole until then; 0 or an errno (the temporary removed). The
+ * target's hard links keep the old file, and its owner is the writer's. */
 static int write_replacing(const char *target, kiln_file_fill fill, void *ctx)
 {
-	size_t tn = strlen(target) + 32;
+	static atomic_uint serial; /* two threads of one process: other names */
+	struct stat sb;
+	size_t tn = strlen(target) + 48;
 	char *tmp = malloc(tn);
 	if (!tmp)
 		return ENOMEM;
-	snprintf(tmp, tn, "%s.tmp%ld", target, (long)getpid());
-	FILE *fp = fopen(tmp, "wb");
-	int err = fp ? write_stream(fp, fill, ctx, 1) : errno;
+	const int had = !stat(target, &sb);
+	int fd = -1, err = 0;
+	for (int tries = 0; fd < 0 && tries < 100; tries++) {
+		snprintf(tmp, tn, "%s.tmp%ld.%u", target, (long)getpid(), atomic_fetch_add(&serial, 1));
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	FILE *fp = NULL;
+	if (fd < 0)
+		err = errno;
+	else if (had && fchmod(fd, sb.st_mode & 07777))
+		err = errno;
+	else if (!(fp = fdopen(fd, "wb")))
+		err = errno;
+	if (err) {
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+		free(tmp);
+		return err;
+	}
+	err = write_stream(fp, fill, ctx, 1);
 	if (!err && rename(tmp, target))
 		err = errno;
-	if (err && fp)
+	if (err)
 		unlink(tmp);
+	else
+		sync_parent(target);
 	free(tmp);
 	return err;
 }

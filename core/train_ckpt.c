@@ -550,6 +550,10 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	if ((st = evals_restore(t, ck)))
 		goto out;
 	*found = 1;
+	/* the run's newest checkpoint until it writes one: what a resume that
+	 * has nothing left to do (past its last epoch, or early-stopped)
+	 * reports as its "checkpoint" */
+	snprintf(t->res->checkpoint, sizeof t->res->checkpoint, "%s", path);
 	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
 		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);
 	if (*t->resume_file) { /* (kept for the per-stage or sharded load) */

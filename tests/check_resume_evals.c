@@ -302,6 +302,9 @@ START_TEST(test_early_stop_finished)
 	ck_assert_int_eq(r2.stopped, 0);
 	ck_assert_int_eq(r2.epochs, ra.epochs);
 	ck_assert(r2.train_loss == ra.train_loss && r2.train_acc == ra.train_acc);
+	/* the checkpoint it resumed from is the run's newest: reported as the
+	 * first run reported it (empty before the review of session 31) */
+	ck_assert_str_eq(r2.checkpoint, ra.checkpoint);
 	snprintf(ck, sizeof ck, "%s/checkpoints", a);
 	ckpt_files(ck, l, sizeof l);
 	ck_assert_str_eq(l, "15");

@@ -108,6 +108,13 @@ for kind in onnx safetensors; do
 	stderr_has "$tmp/good.$kind: cannot write: File too large"
 	same "$tmp/good.$kind"
 	! ls "$tmp" | grep -q "^good\.$kind\.tmp" || fail "a temporary file was left: $(ls "$tmp")"
+	# a replaced export keeps its permission bits: a private file stays
+	# private (the temporary renamed over it was 0644 before the review of
+	# session 31)
+	chmod 600 "$tmp/good.$kind"
+	kiln 0 export "$ini" $common --checkpoint "$ck" --$kind "$tmp/good.$kind"
+	[ "$(stat -c %a "$tmp/good.$kind")" = 600 ] ||
+		fail "good.$kind: mode $(stat -c %a "$tmp/good.$kind") after a new export, want 600"
 done
-echo "ok: an export that cannot be written keeps the earlier file whole"
+echo "ok: an export that cannot be written keeps the earlier file whole; one that can keeps its mode"
 echo "PASS"

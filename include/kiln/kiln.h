@@ -598,7 +598,8 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
  * skipped), or when it is a kiln checkpoint, which only training writes.
  * A missing `out` passes.  kiln export, kiln predict --logits and kiln
  * quantize --out check theirs; kiln_export_* and kiln_quantize check their
- * own arguments. */
+ * own arguments.  The strings are borrowed for the call; nothing is opened
+ * or written (stat and the checkpoint's magic bytes); any thread. */
 kiln_status kiln_output_check(const char *out, const char *const *inputs, int n);
 
 /* `kiln export`: open [run] device, read the sample shape from [data] as
