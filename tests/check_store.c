@@ -9,6 +9,8 @@
  * - a client that dies (no goodbye) is reported as the lost rank, one that
  *   closes cleanly is not;
  * - connecting where nothing listens times out naming host:port;
+ * - connecting where SYNs are dropped (a full accept queue) ends within
+ *   the timeout naming the address's error, and at once on a stop;
  * - rank/world/master from KILN_*, torchrun, Slurm and Open MPI variables,
  *   and clear errors for malformed ones;
  * - a client with a wrong token, none, a short one or a token file others
@@ -833,13 +835,67 @@ START_TEST(test_accept_emfile)
 }
 END_TEST
 
+/* A master address that drops SYNs (a host behind a router that is down, a
+ * firewall's DROP rule; session 31, network namespaces): connect() waited
+ * out the kernel's SYN retries, ~130 s, whatever [dist] timeout said, and
+ * a stop did not end it.  On loopback a listener whose accept queue is
+ * full drops SYNs the same way (Linux).  Now the open ends within its
+ * timeout naming the address and its error, and a stop ends it at once. */
+static int full_listener(int *port, int *filler)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(lfd, 0), 0); /* a queue of one */
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	*port = ntohs(a.sin_port);
+	*filler = raw_connect(*port); /* never accepted: later SYNs are dropped */
+	return lfd;
+}
+
+static void *stop_later(void *arg)
+{
+	(void)arg;
+	usleep(300 * 1000);
+	kiln_train_request_stop();
+	return NULL;
+}
+
+START_TEST(test_connect_dropped)
+{
+	int port, filler, lfd = full_listener(&port, &filler);
+	struct kiln_store *s;
+	double t0 = now();
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 1500, &s), KILN_ETIMEOUT);
+	const double dt = now() - t0;
+	ck_assert_msg(dt >= 1.4 && dt <= 2.5, "the open took %.2f s (timeout 1.5 s)", dt);
+	char want[160];
+	snprintf(want, sizeof want, "cannot reach the rendezvous store at 127.0.0.1:%d within 1.5 s (127.0.0.1:%d: %s)",
+		 port, port, strerror(ETIMEDOUT));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+
+	/* a stop (SIGTERM: kiln launch stopping the ranks) ends the wait */
+	pthread_t th;
+	pthread_create(&th, NULL, stop_later, NULL);
+	t0 = now();
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 20000, &s), KILN_EIO);
+	ck_assert_double_le(now() - t0, 1.0);
+	ck_assert_msg(strstr(kiln_last_error(), "rank 1 of 2: a stop was requested (a signal) while connecting to the rendezvous store"),
+		      "%s", kiln_last_error());
+	pthread_join(th, NULL);
+	close(filler);
+	close(lfd);
+}
+END_TEST
+
 static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_rendezvous_refusals, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
-		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, test_accept_emfile, NULL });
+		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, test_accept_emfile, test_connect_dropped, NULL });
 	return s;
 }
 
