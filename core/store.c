@@ -522,6 +522,12 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 		snprintf(msg, sizeof msg, "rank %d joined twice: this process (%s) and one before it (%s): two launches with the same --node-rank, or a rank restarted while the previous run's store still answered",
 			 rank, who, v ? (const char *)v : "?");
 		free(v);
+		/* this connection is no rank's now: were it recorded as rank
+		 * `rank` (HELLO), its death without a goodbye would read as
+		 * the real rank lost and fail the run it tried to join */
+		int64_t none = -1;
+		int status;
+		(void)request(s, STORE_OP_HELLO, "", &none, 8, s->timeout_ms, &status, NULL, NULL);
 		return rendezvous_refuse(s, msg);
 	}
 	if ((st = kiln_store_set(s, key, who, (size_t)wn + 1)))

@@ -16,6 +16,8 @@
  * - a client with a wrong token, none, a short one or a token file others
  *   can read is refused (rank 0's rendezvous timeout names the wrong
  *   token's connection), a raw client that skips the token is cut off;
+ * - a process refused at the rendezvous ("rank 1 joined twice") that dies
+ *   without a goodbye is not recorded as the real rank lost;
  * - which restarted ranks wait for the failed run's store to close;
  * - a value over 8 MiB and sets beyond 32 MiB in all are refused;
  * - a store that never answers: calls end after the store's timeout;
@@ -284,6 +286,21 @@ START_TEST(test_rendezvous_refusals)
 			      strstr(msg, ") and one before it (host "),
 		      "message: %s", msg);
 	kiln_store_close(s2);
+	/* the refused process dies without a goodbye (killed, or its exit
+	 * path failed): the store must not record the real rank 1 lost, which
+	 * failed the healthy run (session 31) */
+	pid_t kid = fork();
+	if (!kid) {
+		struct kiln_store *s3;
+		if (kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s3) ||
+		    kiln_store_rendezvous(s3, 1, 2, 5000) != KILN_ECONFIG)
+			_exit(1);
+		_exit(0); /* no goodbye */
+	}
+	int ws;
+	ck_assert_int_eq(waitpid(kid, &ws, 0), kid);
+	ck_assert_int_eq(ws, 0);
+	ck_assert_int_eq(kiln_store_lost_rank(s1, 300), KILN_STORE_NONE_LOST);
 	kiln_store_close(s1);
 	kiln_store_close(s0);
 
