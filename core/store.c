@@ -500,6 +500,23 @@ static kiln_status rendezvous_world(struct kiln_store *s, int rank, int world, i
 	return rendezvous_refuse(s, msg);
 }
 
+/* The address this rank's store connection leaves from, as kiln/addr/RANK:
+ * an address of this host the others reach (they reach rank 0's by the
+ * same network), which kiln-gloo listens on when neither [plugin.gloo]
+ * iface nor hostname is set.  Its 127.0.0.1 default held every multi-node
+ * run without them in minutes of retries naming no setting (session 31). */
+static kiln_status post_addr(struct kiln_store *s, int rank)
+{
+	struct sockaddr_storage a;
+	socklen_t al = sizeof a;
+	char h[NI_MAXHOST], key[48];
+	if (getsockname(s->fd, (struct sockaddr *)&a, &al) ||
+	    getnameinfo((struct sockaddr *)&a, al, h, sizeof h, NULL, 0, NI_NUMERICHOST))
+		return KILN_OK; /* none posted: kiln-gloo keeps 127.0.0.1 */
+	snprintf(key, sizeof key, "kiln/addr/%d", rank);
+	return kiln_store_set(s, key, h, strlen(h) + 1);
+}
+
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms)
 {
 	char key[64], who[320], msg[640];
@@ -530,7 +547,7 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 		(void)request(s, STORE_OP_HELLO, "", &none, 8, s->timeout_ms, &status, NULL, NULL);
 		return rendezvous_refuse(s, msg);
 	}
-	if ((st = kiln_store_set(s, key, who, (size_t)wn + 1)))
+	if ((st = kiln_store_set(s, key, who, (size_t)wn + 1)) || (st = post_addr(s, rank)))
 		return st;
 	st = rendezvous_world(s, rank, world, timeout_ms);
 	if (!st && !(st = kiln_store_add(s, "kiln/joined", 1, &n)) && n == world)
