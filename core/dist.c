@@ -207,6 +207,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		d->failed = 1; /* rank 0 waits for no rank to leave: some never came */
 		goto fail;
 	}
+	d->joined = 1;
 	if ((st = dist_config_agree(d, cfg, reg)))
 		goto fail;
 	if ((st = d->ops->open(kiln_host_table(), cfg, d->store, dev, env.rank, env.world,
@@ -345,8 +346,9 @@ void kiln_dist_close(struct kiln_dist *d)
 		d->m->state_d = NULL;
 	kiln_device_free(d->dev, d->zfull);
 	/* a rank leaving without having finished tells the peers waiting
-	 * in kiln_dist_finish, which then fail at once, naming it */
-	if (d->store && d->env.world > 1 && !d->finished) {
+	 * in kiln_dist_finish, which then fail at once, naming it; one that
+	 * never joined is none of theirs (refused at the rendezvous) */
+	if (d->store && d->env.world > 1 && d->joined && !d->finished) {
 		char why[64];
 		int k = snprintf(why, sizeof why, "rank %d failed", d->env.rank);
 		kiln_store_set(d->store, "kiln/finished_all", why, (size_t)k);

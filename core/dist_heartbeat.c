@@ -118,7 +118,10 @@ static void *heartbeat_main(void *arg)
 		if (stop)
 			break;
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
+		/* a monotonic deadline (the condition variable's clock): a
+		 * wall-clock step back (NTP, chrony) held the beat for the
+		 * step's length, and the peers called this rank silent */
+		clock_gettime(CLOCK_MONOTONIC, &ts);
 		int64_t ns = ts.tv_nsec + (int64_t)h->period_ms * 1000000;
 		ts.tv_sec += (time_t)(ns / 1000000000);
 		ts.tv_nsec = (long)(ns % 1000000000);
@@ -140,7 +143,11 @@ kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *ma
 	if (!h)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	pthread_mutex_init(&h->lock, NULL);
-	pthread_cond_init(&h->cond, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* heartbeat_main's deadlines */
+	pthread_cond_init(&h->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	if (!(h->count = calloc((size_t)env->world, sizeof *h->count)) ||
 	    !(h->moved = calloc((size_t)env->world, sizeof *h->moved)) ||
 	    !(h->host = calloc((size_t)env->world, sizeof *h->host))) {

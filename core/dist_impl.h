@@ -98,6 +98,11 @@ struct kiln_dist {
 			   * final (kiln_dist_explain), rank 0 still
 			   * leaves last (kiln_dist_close) */
 	int finished;     /* kiln_dist_finish met every rank */
+	int joined;       /* this process completed the rendezvous: only
+			   * then is a failure of its the run's (a process
+			   * refused at the door, "rank 1 joined twice", that
+			   * said "rank 1 failed" failed the healthy run it
+			   * tried to join) */
 	/* ZeRO-1 ([dist] zero = 1): this rank owns the optimizer state of
 	 * 1/world of every bucket (zc floats in all), and the tail
 	 * [zwc, n_trainable) (zt < 16*world floats) is replicated */

@@ -9,6 +9,7 @@
 #include <kiln/dist.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -163,34 +164,116 @@ out:
 	return st;
 }
 
-static int connect_to(const char *host, int port, int64_t deadline, char *why, size_t n)
+/* ---- connecting ------------------------------------------------------------
+ * connect() itself waits for the kernel's SYN retries (~130 s on Linux)
+ * where the master's address drops packets (a host behind a dead router, a
+ * firewall's DROP): a rank held that long whatever [dist] timeout said, and
+ * a stop (SIGTERM) did not end it.  So each address is tried with a
+ * non-blocking connect polled until a deadline, in turns: every address
+ * getaddrinfo gives gets a slice of at most CONNECT_SLICE_MS a turn (the
+ * slice doubles each turn, so a slow link still gets long tries), a dead
+ * first address cannot starve a live second one, and the turns go round
+ * until the caller's deadline. */
+#define CONNECT_SLICE_MS 1000
+#define CONNECT_STOP_MS 100 /* how often a wait looks for a stop request */
+
+/* Wait up to slice ms for fd's non-blocking connect: 0 connected, else the
+ * errno it failed with (ETIMEDOUT: no answer in the slice; EINTR: a stop
+ * was requested and stoppable is set). */
+static int connect_wait(int fd, int64_t slice, int stoppable)
+{
+	const int64_t end = now_ms() + slice;
+	for (;;) {
+		int64_t left = end - now_ms();
+		if (left <= 0)
+			return ETIMEDOUT;
+		if (stoppable && kiln_stop_pending())
+			return EINTR;
+		struct pollfd pf = { .fd = fd, .events = POLLOUT };
+		int r = poll(&pf, 1, left < CONNECT_STOP_MS ? (int)left : CONNECT_STOP_MS);
+		if (r < 0 && errno != EINTR)
+			return errno;
+		if (r <= 0)
+			continue;
+		int err = 0;
+		socklen_t len = sizeof err;
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len))
+			return errno;
+		return err;
+	}
+}
+
+/* One try at one address for at most slice ms: the connected fd, or -1
+ * with *err set. */
+static int connect_one(const struct addrinfo *p, int64_t slice, int stoppable, int *err)
+{
+	int fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, p->ai_protocol);
+	if (fd < 0) {
+		*err = errno;
+		return -1;
+	}
+	*err = connect(fd, p->ai_addr, p->ai_addrlen) ? errno : 0;
+	if (*err == EINPROGRESS)
+		*err = connect_wait(fd, slice, stoppable);
+	int flags = fcntl(fd, F_GETFL);
+	if (*err || flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)) {
+		*err = *err ? *err : errno;
+		close(fd);
+		return -1;
+	}
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	return fd;
+}
+
+/* "host:port: error" for one address, appended to why (at most n). */
+static void connect_note(char *why, size_t n, const struct addrinfo *p, int err)
+{
+	char h[NI_MAXHOST] = "?", sv[NI_MAXSERV] = "?";
+	getnameinfo(p->ai_addr, p->ai_addrlen, h, sizeof h, sv, sizeof sv, NI_NUMERICHOST | NI_NUMERICSERV);
+	size_t m = strlen(why);
+	if (m + 1 < n)
+		snprintf(why + m, n - m, "%s%s%s%s:%s: %s", m ? "; " : "", strchr(h, ':') ? "[" : "", h,
+			 strchr(h, ':') ? "]" : "", sv, err == EINTR ? "stopped" : strerror(err));
+}
+
+/* A connected socket to host:port before deadline (ms), or -1 with why
+ * naming each address tried and its last error.  With stoppable, a stop
+ * request ends the wait at once (the caller checks kiln_stop_pending);
+ * without, the deadline does (a failed rank's last questions to the store,
+ * asked while it stops). */
+static int connect_to(const char *host, int port, int64_t deadline, int stoppable, char *why,
+		      size_t n)
 {
 	char ps[16];
 	snprintf(ps, sizeof ps, "%d", port);
 	snprintf(why, n, "nothing answered");
-	for (;;) {
+	for (int turn = 0;; turn++) {
 		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
-		int rc = getaddrinfo(host, ps, &hints, &ai);
-		if (rc) {
+		int rc = getaddrinfo(host, ps, &hints, &ai), naddr = 0;
+		if (rc)
 			snprintf(why, n, "cannot resolve '%s': %s", host, gai_strerror(rc));
-		} else {
-			for (struct addrinfo *p = ai; p; p = p->ai_next) {
-				int fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
-				if (fd < 0)
-					continue;
-				if (!connect(fd, p->ai_addr, p->ai_addrlen)) {
-					int one = 1;
-					setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-					freeaddrinfo(ai);
-					return fd;
-				}
-				snprintf(why, n, "%s", strerror(errno));
-				close(fd);
+		else
+			why[0] = 0;
+		for (struct addrinfo *p = ai; p; p = p->ai_next)
+			naddr++;
+		const int64_t most = naddr > 1 ? (int64_t)CONNECT_SLICE_MS << (turn < 6 ? turn : 6) : INT64_MAX;
+		for (struct addrinfo *p = ai; p && !(stoppable && kiln_stop_pending()); p = p->ai_next) {
+			int64_t left = deadline - now_ms();
+			int err, fd = connect_one(p, left < 1 ? 1 : left < most ? left : most, stoppable, &err);
+			if (fd >= 0) {
+				freeaddrinfo(ai);
+				return fd;
 			}
-			freeaddrinfo(ai);
+			connect_note(why, n, p, err);
 		}
-		if (now_ms() >= deadline || kiln_stop_pending())
+		if (ai)
+			freeaddrinfo(ai);
+		if (now_ms() >= deadline || (stoppable && kiln_stop_pending())) {
+			if (!why[0])
+				snprintf(why, n, "stopped before any answer");
 			return -1;
+		}
 		usleep(50000); /* rank 0 may not be listening yet */
 	}
 }
@@ -243,7 +326,7 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 		return st;
 	}
 	const int64_t deadline = now_ms() + timeout_ms;
-	s->fd = connect_to(s->host, s->port, deadline, why, sizeof why);
+	s->fd = connect_to(s->host, s->port, deadline, 1, why, sizeof why);
 	if (s->fd < 0 && kiln_stop_pending()) {
 		st = kiln_error(KILN_EIO, "rank %d of %d: a stop was requested (a signal) while connecting to the rendezvous store at " KILN_AT_FMT " (%s)",
 				rank, world, KILN_AT_ARG(host, port), why);
@@ -417,6 +500,23 @@ static kiln_status rendezvous_world(struct kiln_store *s, int rank, int world, i
 	return rendezvous_refuse(s, msg);
 }
 
+/* The address this rank's store connection leaves from, as kiln/addr/RANK:
+ * an address of this host the others reach (they reach rank 0's by the
+ * same network), which kiln-gloo listens on when neither [plugin.gloo]
+ * iface nor hostname is set.  Its 127.0.0.1 default held every multi-node
+ * run without them in minutes of retries naming no setting (session 31). */
+static kiln_status post_addr(struct kiln_store *s, int rank)
+{
+	struct sockaddr_storage a;
+	socklen_t al = sizeof a;
+	char h[NI_MAXHOST], key[48];
+	if (getsockname(s->fd, (struct sockaddr *)&a, &al) ||
+	    getnameinfo((struct sockaddr *)&a, al, h, sizeof h, NULL, 0, NI_NUMERICHOST))
+		return KILN_OK; /* none posted: kiln-gloo keeps 127.0.0.1 */
+	snprintf(key, sizeof key, "kiln/addr/%d", rank);
+	return kiln_store_set(s, key, h, strlen(h) + 1);
+}
+
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms)
 {
 	char key[64], who[320], msg[640];
@@ -439,9 +539,15 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 		snprintf(msg, sizeof msg, "rank %d joined twice: this process (%s) and one before it (%s): two launches with the same --node-rank, or a rank restarted while the previous run's store still answered",
 			 rank, who, v ? (const char *)v : "?");
 		free(v);
+		/* this connection is no rank's now: were it recorded as rank
+		 * `rank` (HELLO), its death without a goodbye would read as
+		 * the real rank lost and fail the run it tried to join */
+		int64_t none = -1;
+		int status;
+		(void)request(s, STORE_OP_HELLO, "", &none, 8, s->timeout_ms, &status, NULL, NULL);
 		return rendezvous_refuse(s, msg);
 	}
-	if ((st = kiln_store_set(s, key, who, (size_t)wn + 1)))
+	if ((st = kiln_store_set(s, key, who, (size_t)wn + 1)) || (st = post_addr(s, rank)))
 		return st;
 	st = rendezvous_world(s, rank, world, timeout_ms);
 	if (!st && !(st = kiln_store_add(s, "kiln/joined", 1, &n)) && n == world)
@@ -528,7 +634,7 @@ static int reconnect(const struct kiln_store *s, int ask, struct kiln_store **q)
 	snprintf(n->host, sizeof n->host, "%s", s->host);
 	memcpy(n->token, s->token, sizeof n->token);
 	const int64_t deadline = now_ms() + ask;
-	n->fd = connect_to(n->host, n->port, deadline, why, sizeof why);
+	n->fd = connect_to(n->host, n->port, deadline, 0, why, sizeof why);
 	kiln_status st = n->fd < 0 ? KILN_EIO : authenticate(n, deadline, ask);
 	if (st) {
 		n->broken = 1; /* no goodbye */

@@ -9,11 +9,15 @@
  * - a client that dies (no goodbye) is reported as the lost rank, one that
  *   closes cleanly is not;
  * - connecting where nothing listens times out naming host:port;
+ * - connecting where SYNs are dropped (a full accept queue) ends within
+ *   the timeout naming the address's error, and at once on a stop;
  * - rank/world/master from KILN_*, torchrun, Slurm and Open MPI variables,
  *   and clear errors for malformed ones;
  * - a client with a wrong token, none, a short one or a token file others
  *   can read is refused (rank 0's rendezvous timeout names the wrong
  *   token's connection), a raw client that skips the token is cut off;
+ * - a process refused at the rendezvous ("rank 1 joined twice") that dies
+ *   without a goodbye is not recorded as the real rank lost;
  * - which restarted ranks wait for the failed run's store to close;
  * - a value over 8 MiB and sets beyond 32 MiB in all are refused;
  * - a store that never answers: calls end after the store's timeout;
@@ -282,6 +286,21 @@ START_TEST(test_rendezvous_refusals)
 			      strstr(msg, ") and one before it (host "),
 		      "message: %s", msg);
 	kiln_store_close(s2);
+	/* the refused process dies without a goodbye (killed, or its exit
+	 * path failed): the store must not record the real rank 1 lost, which
+	 * failed the healthy run (session 31) */
+	pid_t kid = fork();
+	if (!kid) {
+		struct kiln_store *s3;
+		if (kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s3) ||
+		    kiln_store_rendezvous(s3, 1, 2, 5000) != KILN_ECONFIG)
+			_exit(1);
+		_exit(0); /* no goodbye */
+	}
+	int ws;
+	ck_assert_int_eq(waitpid(kid, &ws, 0), kid);
+	ck_assert_int_eq(ws, 0);
+	ck_assert_int_eq(kiln_store_lost_rank(s1, 300), KILN_STORE_NONE_LOST);
 	kiln_store_close(s1);
 	kiln_store_close(s0);
 
@@ -833,13 +852,67 @@ START_TEST(test_accept_emfile)
 }
 END_TEST
 
+/* A master address that drops SYNs (a host behind a router that is down, a
+ * firewall's DROP rule; session 31, network namespaces): connect() waited
+ * out the kernel's SYN retries, ~130 s, whatever [dist] timeout said, and
+ * a stop did not end it.  On loopback a listener whose accept queue is
+ * full drops SYNs the same way (Linux).  Now the open ends within its
+ * timeout naming the address and its error, and a stop ends it at once. */
+static int full_listener(int *port, int *filler)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(lfd, 0), 0); /* a queue of one */
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	*port = ntohs(a.sin_port);
+	*filler = raw_connect(*port); /* never accepted: later SYNs are dropped */
+	return lfd;
+}
+
+static void *stop_later(void *arg)
+{
+	(void)arg;
+	usleep(300 * 1000);
+	kiln_train_request_stop();
+	return NULL;
+}
+
+START_TEST(test_connect_dropped)
+{
+	int port, filler, lfd = full_listener(&port, &filler);
+	struct kiln_store *s;
+	double t0 = now();
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 1500, &s), KILN_ETIMEOUT);
+	const double dt = now() - t0;
+	ck_assert_msg(dt >= 1.4 && dt <= 2.5, "the open took %.2f s (timeout 1.5 s)", dt);
+	char want[160];
+	snprintf(want, sizeof want, "cannot reach the rendezvous store at 127.0.0.1:%d within 1.5 s (127.0.0.1:%d: %s)",
+		 port, port, strerror(ETIMEDOUT));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+
+	/* a stop (SIGTERM: kiln launch stopping the ranks) ends the wait */
+	pthread_t th;
+	pthread_create(&th, NULL, stop_later, NULL);
+	t0 = now();
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 20000, &s), KILN_EIO);
+	ck_assert_double_le(now() - t0, 1.0);
+	ck_assert_msg(strstr(kiln_last_error(), "rank 1 of 2: a stop was requested (a signal) while connecting to the rendezvous store"),
+		      "%s", kiln_last_error());
+	pthread_join(th, NULL);
+	close(filler);
+	close(lfd);
+}
+END_TEST
+
 static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_rendezvous_refusals, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
-		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, test_accept_emfile, NULL });
+		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, test_accept_emfile, test_connect_dropped, NULL });
 	return s;
 }
 

@@ -13,6 +13,10 @@
 #     hosts) and, with [plugin.gloo] hierarchical = 0, the flat one: both
 #     equal one process; so do 2 x 2 and 4 x 1 ranks of mpi under `mpirun`
 #     (tests/netns_rsh.sh enters the hosts; skipped without mpirun);
+#     without [plugin.gloo] iface, 2 hosts train (Gloo's pairs on the
+#     address the store connection leaves from, not 127.0.0.1);
+#  1c. a master address that drops SYNs: the rank exits within [dist]
+#     timeout naming it;
 #  2. with host 1's link through a wire that delays every frame by 20 ms
 #     each way (tests/netns_wire.py: no netem here), 2 hosts end equal to
 #     one process too, the wire's round trip measured > 40 ms;
@@ -82,6 +86,26 @@ close "$(ck one 64)" "$(ck two2-h0 64)" "2 hosts x 2 ranks vs 1 process"
 job flat2 2 2 16 plugin.gloo.hierarchical=0
 close "$(ck one 64)" "$(ck flat2-h0 64)" "2 hosts x 2 ranks, flat allreduce, vs 1 process"
 ! grep -q "hierarchical allreduce:" "$tmp/flat2-h0.log" || bad "hierarchical = 0: the comm line names the hierarchical allreduce"
+# neither [plugin.gloo] iface nor hostname: the pairs listen on the
+# address each rank's store connection leaves from (127.0.0.1 until
+# session 31: the ranks retried their connects for minutes)
+job noif 2 1 16 train.epochs=1 plugin.gloo.iface=
+grep -q "addr=\[10.77.0.2\]" "$tmp/noif-h1.log" || bad "no iface: host 1's pairs not on 10.77.0.2"
+
+# ---- 1c. a master address that drops SYNs -----------------------------
+# 10.88.0.1 routed via host 0, which does not forward (a host behind a
+# router that is down): rank 1 ends within [dist] timeout = 5 s naming the
+# address and its error (connect() waited ~130 s of SYN retries before
+# session 31)
+ip -n "$ns-h1" route add 10.88.0.0/24 via 10.77.0.1
+t0=$(now)
+ip netns exec "$ns-h1" env KILN_RANK=1 KILN_WORLD_SIZE=2 KILN_MASTER_ADDR=10.88.0.1 KILN_MASTER_PORT=29611 \
+	timeout 60 "$kiln" train "$ini" run.out_dir="$tmp/bh" dist.timeout=5 > "$tmp/bh.log" 2>&1
+rc=$?
+within "$t0" 7 "a master address that drops SYNs, [dist] timeout = 5 s"
+[ $rc = 1 ] || bad "a master address that drops SYNs: exit $rc"
+grep -q "cannot reach the rendezvous store at 10.88.0.1:29611 within 5.0 s (10.88.0.1:29611: Connection timed out)" "$tmp/bh.log" ||
+	{ bad "a master address that drops SYNs: not named"; tail -2 "$tmp/bh.log"; }
 
 # ---- 1b. mpi: mpirun on host 0, its rsh agent entering the others -------
 if command -v mpirun > /dev/null && [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ]; then

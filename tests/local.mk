@@ -377,6 +377,13 @@ check_PROGRAMS += tests/check_store
 TESTS += tests/check_store
 tests_check_store_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_store_LDADD = libkiln.la $(CHECK_LIBS)
+# the heartbeat and the watchdog against a wall-clock step (the program
+# defines clock_gettime to step CLOCK_REALTIME)
+check_PROGRAMS += tests/check_clockstep
+TESTS += tests/check_clockstep
+tests_check_clockstep_SOURCES = tests/check_clockstep.c plugins/common/watchdog.c
+tests_check_clockstep_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_clockstep_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
 # the Gloo communicator's hot path allocates nothing (counts every malloc
 # of the process: the executable defines the allocator's entry points)
 check_PROGRAMS += tests/check_comm

@@ -13,6 +13,11 @@
 #  - a hog client's eight 64 MiB sets are all refused and 7 MiB sets stop
 #    at the 32 MiB limit: rank 0's resident memory grows by less than
 #    80 MB over the run (it grew by ~520 MB);
+#  - a second "rank 1" with the same token pointed at the running run is
+#    refused ("rank 1 joined twice") and the run still ends with exit 0
+#    (session 31: the refused process said "rank 1 failed" as it left,
+#    and both real ranks exited 1 at their finish, "rank 1 failed after
+#    the last collective");
 #  - a rank whose master port is something that accepts and never greets
 #    fails after [dist] timeout naming the missing greeting (before session
 #    28 the goodbye's own 1 s timeout replaced it: "no answer for ''").
@@ -60,6 +65,13 @@ while [ $n -lt 5 ]; do
 	sleep 0.2
 done
 wait "$hpid"
+# an intruder: a process claiming rank 1 of this run, refused at the door
+KILN_RANK=1 KILN_WORLD_SIZE=2 KILN_MASTER_ADDR=127.0.0.1 KILN_MASTER_PORT=$port timeout 60 \
+	"$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/intruder" > "$tmp/intruder.log" 2>&1
+rc=$?
+[ $rc != 0 ] && [ $rc != 124 ] || bad "a second rank 1 exited $rc"
+grep -q "rank 1 joined twice" "$tmp/intruder.log" ||
+	{ bad "a second rank 1 was not refused as such"; tail -3 "$tmp/intruder.log"; }
 # then the run is stopped (SIGTERM to the launcher): the stop is agreed
 # on, and the ranks leave, through the store the stall client is on
 kill -TERM "$lpid"
@@ -68,7 +80,7 @@ rc=$?
 kill "$spid" 2>/dev/null
 wait "$spid" 2>/dev/null
 cat "$tmp/hog.out"
-[ $rc = 0 ] || { bad "the run with a stall and a hog client exited $rc"; tail -15 "$tmp/run.log"; }
+[ $rc = 0 ] || { bad "the run with a stall, a hog and an intruder exited $rc"; tail -15 "$tmp/run.log"; }
 grep -q 'checkpoint written to' "$tmp/run.log" || bad "the stopped run wrote no checkpoint"
 grep -q stalling "$tmp/stall.out" || bad "the stall client did not get going: $(cat "$tmp/stall.out")"
 grep -q '^big-accepted 0$' "$tmp/hog.out" || bad "64 MiB values were accepted"

@@ -18,7 +18,9 @@ static void *watchdog_main(void *arg)
 	pthread_mutex_lock(&w->lock);
 	while (!w->quit) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
+		/* monotonic, the condition variable's clock (watchdog_init): a
+		 * wall-clock step back stopped the looks for the step's length */
+		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_nsec += 100000000; /* ten looks a second */
 		if (ts.tv_nsec >= 1000000000) {
 			ts.tv_sec++;
@@ -35,7 +37,11 @@ static void *watchdog_main(void *arg)
 void watchdog_init(struct watchdog *w)
 {
 	pthread_mutex_init(&w->lock, NULL);
-	pthread_cond_init(&w->cond, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	w->on = w->quit = 0;
 }
 

@@ -265,6 +265,7 @@ struct Comm {
 	/* what split needs to open a group: the run's config and store */
 	const struct kiln_config *cfg;
 	struct kiln_store *store;
+	std::string addr; /* the pairs' address without iface or hostname (gloo_open) */
 	std::shared_ptr<gloo::rendezvous::Context> ctx;
 	/* the barrier, made with the mesh (gloo_barrier): its buffers stay
 	 * registered, so a peer's early notice always has a buffer to land in */
@@ -938,10 +939,11 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 }
 
 /* Open rank `rank` of a communicator of `world` ranks whose store keys lie
- * under gloo/<space>/ (and gloo/shm/<space>/, gloo/hier/<space>/). */
+ * under gloo/<space>/ (and gloo/shm/<space>/, gloo/hier/<space>/); its
+ * pairs listen on addr unless [plugin.gloo] iface or hostname says. */
 kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cfg,
 		      struct kiln_store *store, struct kiln_device *dev, int rank, int world,
-		      int timeout_ms, const char *space, Comm **out)
+		      int timeout_ms, const char *space, const std::string &addr, Comm **out)
 {
 	*out = nullptr;
 	std::unique_ptr<Comm> c(new Comm);
@@ -951,12 +953,13 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 	c->timeout_ms = timeout_ms;
 	c->cfg = cfg;
 	c->store = store;
+	c->addr = addr;
 	const char *hostname = host->config_get(cfg, "plugin.gloo", "hostname");
 	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
 	std::shared_ptr<gloo::transport::Device> device;
 	try {
 		device = shared_device(iface && *iface ? iface : "",
-				       hostname && *hostname ? hostname : "127.0.0.1");
+				       hostname && *hostname ? hostname : addr);
 		char prefix[64];
 		std::snprintf(prefix, sizeof prefix, "gloo/%s/", space);
 		kiln_status st = connect_mesh(store, prefix, rank, world, timeout_ms, device, &c->ctx,
@@ -1029,6 +1032,27 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 	return KILN_OK;
 }
 
+/* The pairs' address without [plugin.gloo] iface or hostname: the one this
+ * rank's store connection leaves from, which the rendezvous posts as
+ * kiln/addr/RANK (kiln/dist.h), an address of this host the other ranks
+ * reach.  Until session 31 it was 127.0.0.1, and ranks on several hosts
+ * retried their connects for minutes naming no setting.  127.0.0.1 when
+ * no rendezvous ran on this store (kiln/joined still 0). */
+static std::string default_addr(const struct kiln_host *host, struct kiln_store *store, int rank,
+				int timeout_ms)
+{
+	std::string addr = "127.0.0.1";
+	int64_t joined = 0;
+	char key[48];
+	void *v = nullptr;
+	std::snprintf(key, sizeof key, "kiln/addr/%d", rank);
+	if (!host->store_add(store, "kiln/joined", 0, &joined) && joined > 0 &&
+	    !host->store_get(store, key, timeout_ms, &v, nullptr) && v && *(const char *)v)
+		addr = (const char *)v;
+	host->free(v);
+	return addr;
+}
+
 kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cfg,
 		      struct kiln_store *store, struct kiln_device *dev, int rank, int world,
 		      int timeout_ms, void **out)
@@ -1042,7 +1066,8 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	char space[32];
 	std::snprintf(space, sizeof space, "%d", next_space());
 	Comm *c = nullptr;
-	kiln_status st = comm_open(host, cfg, store, dev, rank, world, timeout_ms, space, &c);
+	kiln_status st = comm_open(host, cfg, store, dev, rank, world, timeout_ms, space,
+				   default_addr(host, store, rank, timeout_ms), &c);
 	*out = c;
 	return st;
 }
@@ -1305,7 +1330,7 @@ kiln_status gloo_split(void *ctx, int color, int key, void **out, int *rank, int
 	std::snprintf(space, sizeof space, "%dc%d", n, color);
 	Comm *g = nullptr;
 	if ((st = comm_open(H, c->cfg, c->store, c->dev, me, (int)group.size(), c->timeout_ms, space,
-			    &g)))
+			    c->addr, &g)))
 		return H->error(st, "gloo: rank %d of %d: split into group %d (rank %d of %zu): %s",
 				c->rank, c->world, color, me, group.size(), H->last_error());
 	/* (the group's ranks share the CPUs with the other groups') */
@@ -1354,7 +1379,7 @@ const struct kiln_comm_ops gloo_ops = {
 
 const struct kiln_key gloo_keys[] = {
 	{ "hostname", KILN_KEY_STR, "", 0, 0, nullptr,
-	  "Address this rank's Gloo pairs listen on, as the other ranks reach it (multi-node: the node's name or address on the fast network); empty = 127.0.0.1 (one machine)." },
+	  "Address this rank's Gloo pairs listen on, as the other ranks reach it (multi-node: the node's name or address on the fast network); empty = the address this rank's connection to the rendezvous store leaves from (127.0.0.1 on one machine with the default master address)." },
 	{ "iface", KILN_KEY_STR, "", 0, 0, nullptr,
 	  "Network interface whose address the pairs listen on (e.g. `eth0`); overrides `hostname`." },
 	{ "busy_poll", KILN_KEY_BOOL, "0", 0, 0, nullptr,
