@@ -378,9 +378,11 @@ void kiln_dist_close(struct kiln_dist *d)
 	kiln_device_free(d->dev, d->tok_d);
 	kiln_device_host_free(d->dev, d->tok_h);
 	if (d->store) {
-		/* rank 0 hosts the store: it leaves last (unless a peer is gone) */
+		/* rank 0 hosts the store: it leaves last (unless a peer is gone);
+		 * a process refused at the rendezvous is not one of the ranks
+		 * that leave (counted, rank 0 stopped the store one rank early) */
 		int64_t n = 0;
-		if (!kiln_store_add(d->store, "kiln/left", 1, &n)) {
+		if (d->joined && !kiln_store_add(d->store, "kiln/left", 1, &n)) {
 			if (n == d->env.world)
 				kiln_store_set(d->store, "kiln/left_all", "1", 1);
 			void *v = NULL;

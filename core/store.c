@@ -171,7 +171,7 @@ out:
  * a stop (SIGTERM) did not end it.  So each address is tried with a
  * non-blocking connect polled until a deadline, in turns: every address
  * getaddrinfo gives gets a slice of at most CONNECT_SLICE_MS a turn (the
- * slice doubles each turn, so a slow link still gets long tries), a dead
+ * slice doubles for two turns, to 4 s: a slow link still gets long tries), a dead
  * first address cannot starve a live second one, and the turns go round
  * until the caller's deadline. */
 #define CONNECT_SLICE_MS 1000
@@ -257,7 +257,10 @@ static int connect_to(const char *host, int port, int64_t deadline, int stoppabl
 			why[0] = 0;
 		for (struct addrinfo *p = ai; p; p = p->ai_next)
 			naddr++;
-		const int64_t most = naddr > 1 ? (int64_t)CONNECT_SLICE_MS << (turn < 6 ? turn : 6) : INT64_MAX;
+		/* 1, 2, then 4 s at most a turn: a dead address never holds a
+		 * live one back longer (growing on, a rank 0 that started a
+		 * minute late met 64 s turns on the dead one) */
+		const int64_t most = naddr > 1 ? (int64_t)CONNECT_SLICE_MS << (turn < 2 ? turn : 2) : INT64_MAX;
 		for (struct addrinfo *p = ai; p && !(stoppable && kiln_stop_pending()); p = p->ai_next) {
 			int64_t left = deadline - now_ms();
 			int err, fd = connect_one(p, left < 1 ? 1 : left < most ? left : most, stoppable, &err);

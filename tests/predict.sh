@@ -152,6 +152,13 @@ awk -F, 'NR > 1 { for (j = 2; j <= NF; j += 3) if ($j != $(j + 1)) { print; exit
 # the same folders: no refusal
 mkdir "$tmp/miss/test/1"
 kiln 0 eval "$tmp/fm.ini" --checkpoint "$ck" $mf
+# [data] the classes' root itself (no train/), written with a slash, and
+# the test split below it: one tree, not compared (as docs/data.md says;
+# the roots were compared as written, "D/" against "D/test", and refused)
+mkdir -p "$tmp/nest/test"
+cp -r "$pngs"/* "$tmp/nest/"
+cp -r "$pngs"/* "$tmp/nest/test/"
+kiln 0 eval "$tmp/fm.ini" --checkpoint "$ck" "data.path=$tmp/nest/" "data.eval.path=$tmp/nest/test"
 echo "ok: train/test class folders that differ are refused; predict names [data]'s"
 
 # ---- 2. the idx config, exported weights, other batches -----------------

@@ -263,8 +263,12 @@ static kiln_status folder_check_classes(const struct kiln_host *host,
 	if (loaders_split_root(host, cfg, "data", FOLDER_WHO, path, ksplit ? ksplit : "train",
 			       ksplit != NULL, troot, sizeof troot, &is_dir) || !is_dir)
 		return KILN_OK; /* (the message set is not returned) */
-	size_t tl = strlen(troot);
-	if (!strcmp(troot, root) || (!strncmp(root, troot, tl) && root[tl] == '/'))
+	/* compared resolved: "D/" and "./D" are D (as written, D/ against
+	 * D/test was taken for two roots and refused) */
+	char rt[PATH_MAX], rr[PATH_MAX];
+	const char *t = realpath(troot, rt) ? rt : troot, *r = realpath(root, rr) ? rr : root;
+	size_t tl = strlen(t);
+	if (!strcmp(t, r) || (!strncmp(r, t, tl) && (r[tl] == '/' || (tl && t[tl - 1] == '/'))))
 		return KILN_OK;
 	struct loaders_names train = { 0 };
 	if (folder_list_classes(host, troot, &train)) {
