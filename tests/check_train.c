@@ -886,22 +886,17 @@ START_TEST(test_recompute_deep)
 	ck_assert_int_gt(mem[1].recomputed, 0);
 	ck_assert_uint_ge(mem[0].activations, 3 * mem[1].activations);
 
-	struct kiln_config *cfg = test_config(reg, "[layer.fc]\ntype = linear\nout = 3\n"
-					   "[layer.loss]\ntype = softmax_xent\n"
-					   "[train]\nrecompute = lots\n");
-	struct kiln_device *dev;
-	struct kiln_model *m;
-	struct kiln_plan *p;
-	int64_t four = 4;
-	struct kiln_tensor_desc sample;
-	kiln_tensor_desc_init(&sample, KILN_F32, 1, &four);
-	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
-	ck_assert(kiln_model_create(cfg, reg, dev, &sample, &m) == 0);
-	ck_assert_int_eq(kiln_model_plan(m, 2, 1, &p), KILN_ECONFIG);
+	/* a word recompute does not take: refused by the config's validation,
+	 * naming the file and the value (since session 31; the plan refused
+	 * it before, as a training run reached it) */
+	struct kiln_config *cfg;
+	ck_assert(kiln_config_load_string("[layer.fc]\ntype = linear\nout = 3\n"
+					  "[layer.loss]\ntype = softmax_xent\n"
+					  "[train]\nrecompute = lots\n",
+					  "test.ini", &cfg) == KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "test.ini:") && strstr(kiln_last_error(), "lots"),
 		      "%s", kiln_last_error());
-	kiln_model_free(m);
-	kiln_device_close(dev);
 	kiln_config_free(cfg);
 }
 END_TEST
