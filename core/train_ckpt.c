@@ -507,6 +507,16 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	/* the offset is global (any world size), in whole steps of this run:
 	 * batch x accumulate x world samples each */
 	int64_t G = B * acc * t->world;
+	/* an epoch the checkpoint's run finished (its last step's checkpoint,
+	 * offset = the samples its global batch used): ended in this run's
+	 * steps too, whatever its global batch (refused before session 31:
+	 * a finished run could not be extended with another batch) */
+	const int64_t G0 = tr.batch * acc * tr.world;
+	if (G0 > 0 && G != G0 && tr.offset > 0 && tr.offset == samples / G0 * G0) {
+		kiln_log(KILN_LOG_INFO, "train", "resume: the checkpoint's epoch %lld was complete (%lld samples in steps of %lld); it stays complete in steps of %lld",
+			 (long long)tr.epoch + 1, (long long)tr.offset, (long long)G0, (long long)G);
+		tr.offset = samples / G * G;
+	}
 	if (tr.offset % G || tr.offset > samples / G * G) {
 		st = kiln_error(KILN_EDATA, "cannot resume from %s: it stopped at sample %lld of an epoch with batch %lld and %lld rank(s), which this run (batch %lld x accumulate %lld x %d rank(s) = %lld samples a step) cannot continue: keep the global batch a divisor of the offset",
 				path, (long long)tr.offset, (long long)tr.batch, (long long)tr.world,

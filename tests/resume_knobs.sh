@@ -47,4 +47,15 @@ resumed data.transform_on=device "[data] 64-byte u8 samples copied, normalised o
 # samples: both; the log line is [data]'s)
 resumed "data.transform_on=device data.eval.transform_on=device" \
 	"[data] 64-byte u8 samples copied, normalised on the device"
+# a finished run extended with another batch: its last epoch (48 samples
+# in steps of 8) is complete in steps of 10 too, and epoch 3 takes 4
+# steps (refused before session 31: "sample 48 ... keep the global batch
+# a divisor of the offset", exit 3)
+rm -rf "$tmp/ext"
+cp -a "$tmp/whole" "$tmp/ext"
+kiln 0 train "$ini" $run train.epochs=3 train.batch=10 "run.out_dir=$tmp/ext" --resume
+stdout_has '"resumed_step": 12'
+stderr_has "the checkpoint's epoch 2 was complete (48 samples in steps of 8); it stays complete in steps of 10"
+[ "$(field steps "$out")" = 16 ] || fail "the extended run ended at step $(field steps "$out"), want 16"
+[ -f "$(ck ext 16)" ] || fail "no ckpt-16.kiln after the extension"
 echo "PASS: resume_knobs"
