@@ -52,6 +52,10 @@ static const struct {
 	{ "model", "stages_flops_per_byte" },
 	/* stages on ranks: checkpoints hold every stage's state, gathered */
 	{ "dist", "pipeline" },
+	/* stages on devices of one process: the same state, the same layout
+	 * (session 31: refused before, where docs/pipeline.md said a
+	 * checkpoint does not depend on the placement) */
+	{ "run", "devices" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)

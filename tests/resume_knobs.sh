@@ -58,4 +58,16 @@ stdout_has '"resumed_step": 12'
 stderr_has "the checkpoint's epoch 2 was complete (48 samples in steps of 8); it stays complete in steps of 10"
 [ "$(field steps "$out")" = 16 ] || fail "the extended run ended at step $(field steps "$out"), want 16"
 [ -f "$(ck ext 16)" ] || fail "no ckpt-16.kiln after the extension"
+# stages on two devices of one process, resumed on one device: the
+# checkpoint holds the same state (refused before session 31: "[run]
+# devices is 'cpu:0, cpu:1' in the checkpoint but '' here"); the
+# parameters equal the uninterrupted run's to float rounding (one
+# micro-batch: batchnorm's statistics over the whole batch, as one device)
+rm -rf "$tmp/dev"
+kiln 0 train "$ini" $run train.max_steps=3 "run.out_dir=$tmp/dev" "run.devices=cpu:0, cpu:1" \
+	model.stages=auto pipeline.micro_batches=1
+kiln 0 train "$ini" $run "run.out_dir=$tmp/dev" --resume
+stdout_has '"resumed_step": 3'
+"$top_builddir/tests/ckpt_tool" close "$(ck whole 12)" "$(ck dev 12)" 1e-5 params ||
+	fail "stages on devices resumed on one: the parameters differ from the uninterrupted run's"
 echo "PASS: resume_knobs"
