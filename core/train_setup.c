@@ -921,10 +921,15 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	 * stage's buffers it may own (before session 30 it closed first) */
 	kiln_dist_close(t->dist);
 	t->dist = NULL;
-	if (t->m)
-		kiln_pipe_devices_close(t->m);
+	/* the evaluation plans before the stages' devices: a layer's plans
+	 * may have been prepared on a stage's device, whose close frees what
+	 * is left on it (the seq2seq split on ranks freed its embedding's
+	 * plans twice: "double free", exit 134 after a finished run) */
 	kiln_plan_free(t->peval);
 	kiln_plan_free(t->prem);
+	t->peval = t->prem = NULL;
+	if (t->m)
+		kiln_pipe_devices_close(t->m);
 	kiln_model_free(t->m);
 	if (t->dev) {
 		kiln_device_stream_destroy(t->dev, t->compute);

@@ -39,6 +39,20 @@ a1=$(field test_acc "$tmp/s1.out"); a2=$(field test_acc "$out")
 close "$l1" "$l2" 1e-4 || fail "seq2seq: held-out loss $l1 unsplit, $l2 split"
 close "$a1" "$a2" 1e-3 || fail "seq2seq: held-out accuracy $a1 unsplit, $a2 split"
 echo "ok: seq2seq split follows unsplit (loss $l1 / $l2, accuracy $a1 / $a2)"
+# its stages on 2 ranks (its [run] devices kept, as a user runs it): the
+# same parameters, and both ranks exit 0 (before
+# session 31 both aborted after the run, "double free or corruption": the
+# evaluation plan's embedding plans were freed after the stage devices
+# that had freed them)
+if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
+	port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	KILN_MASTER_PORT=$port timeout 300 "$kiln" launch -n 2 -- "$kiln" train \
+		"$srcdir/examples/seq2seq_split.ini" "$@" run.out_dir="$tmp/s3" \
+		run.threads=1 dist.pipeline=2 dist.timeout=60 > "$tmp/s3.log" 2>&1 ||
+		{ tail -20 "$tmp/s3.log"; fail "seq2seq_split on 2 ranks exited $?"; }
+	near "$(ck s1 24)" "$(ck s3 24)" 1e-5 params
+	echo "ok: seq2seq split on 2 ranks follows unsplit, both ranks exit 0"
+fi
 
 # ---- 2. GPT, tied lm_head across the cut ------------------------------------
 [ -d /usr/share/games/fortunes ] || fail "/usr/share/games/fortunes missing: run scripts/install-deps"
