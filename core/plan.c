@@ -419,9 +419,20 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 		kiln_log(KILN_LOG_INFO, "core",
 			 "%s: [train] recompute = %d is more segments than the model's %d layers can use (an output is recomputed only when the layers that read it share its segment): %d layers' outputs recomputed; recompute = auto picks the count that needs the least memory",
 			 kiln_config_where(m->cfg, "train", "recompute"), S, n, p->n_recomputed);
-	if (!opts->dry && ((st = kiln_device_alloc(m->dev, p->arena_bytes, &p->arena)) ||
-			   (st = kiln_device_alloc(m->dev, kiln_align_up(p->ws_bytes), &p->ws))))
+	/* what did not fit, named (it was "cpu: alloc of 5885057024 bytes
+	 * failed" alone) */
+	if (!opts->dry && (st = kiln_device_alloc(m->dev, p->arena_bytes, &p->arena))) {
+		kiln_error_wrap(st, "the %s plan's activations at batch %lld (%.2f GiB; `kiln memory` gives the run's whole need)",
+				training ? "training" : "evaluation", (long long)batch,
+				(double)p->arena_bytes / (1 << 30));
 		goto fail;
+	}
+	if (!opts->dry && (st = kiln_device_alloc(m->dev, kiln_align_up(p->ws_bytes), &p->ws))) {
+		kiln_error_wrap(st, "the %s plan's workspace at batch %lld (%.2f GiB; `kiln memory` gives the run's whole need)",
+				training ? "training" : "evaluation", (long long)batch,
+				(double)p->ws_bytes / (1 << 30));
+		goto fail;
+	}
 	free(wants_grad);
 	log_mixed_stem(p);
 	*out = p;

@@ -113,3 +113,12 @@ e1=$(field eval "$tmp/e1.out") e0=$(field eval "$tmp/e0.out")
 [ -n "$e1" ] && [ "$e1" -gt 0 ] || fail "no evaluation plan size"
 [ "$e1" = "$e0" ] || fail "the evaluation plan takes $e1 bytes with trainable convs, $e0 with frozen ones (want the same: no backward, nothing kept)"
 echo "ok: the evaluation plan is the same for trainable and frozen convs ($e1 bytes)"
+
+# a plan whose activations do not fit: the error names them, the batch and
+# the size (it was "cpu: alloc of 5885057024 bytes failed" alone), exit 1
+(ulimit -v 4000000 && exec "$kiln" train "$srcdir/examples/fashion_mnist_cnn.ini" train.batch=20000 \
+	train.max_steps=1 train.epochs=1 run.out_dir=) >"$out" 2>"$err"
+rc=$?
+[ "$rc" = 1 ] || { cat "$err"; fail "batch 20000 under ulimit -v 4000000: exit $rc, expected 1"; }
+stderr_has "kiln: error: the training plan's activations at batch 20000 (5.48 GiB; \`kiln memory\` gives the run's whole need): cpu: alloc of"
+echo "ok: activations that do not fit are named"
