@@ -11,6 +11,9 @@
 # `timeout`.
 name=mpi needs=mpi
 . "$(dirname "$0")/dist_common.sh"
+# the rendezvous store's secret (required since session 30; mpirun's
+# ranks on this node inherit it)
+export KILN_STORE_TOKEN=kiln-tests-0123456789abcdef
 ini="$tmp/mlp.ini"
 mlp_ini "$ini" 7 30
 timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/one" > "$tmp/one.log" 2>&1 ||
