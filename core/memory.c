@@ -192,9 +192,33 @@ kiln_status kiln_parse_size(const char *s, size_t *out)
 	return KILN_OK;
 }
 
+/* Whether batch = auto counts host memory too: on a device whose memory
+ * is the host's (the CPU), measured against what it reports free (not a
+ * [run] memory_limit, which bounds the device total only: docs/memory.md). */
+static int auto_counts_host(const struct mem_setup *s)
+{
+	return !s->run.memory_limit_bytes && (kiln_device_traits(s->dev)->caps & KILN_DEVICE_HOST_MEMORY);
+}
+
+/* What batch = auto fits in the limit: the device total and, where
+ * auto_counts_host, the host staging and the library memory, which take
+ * the same RAM: what the process's resident memory grew since rss0 (the
+ * search's start: the predictions' library objects stay, and the free
+ * memory was read before them).  Before session 31 they were left out,
+ * and a batch whose device memory alone filled MemAvailable (or a
+ * cgroup's room) was OOM-killed. */
+static size_t auto_fit_bytes(const struct mem_setup *s, const struct kiln_memory *mem, size_t rss0)
+{
+	size_t rss = 0;
+	if (!auto_counts_host(s))
+		return mem->total;
+	kiln_rss(&rss, NULL, 0);
+	return mem->total + mem->host + (rss > rss0 ? rss - rss0 : 0);
+}
+
 /* batch = auto: the largest multiple of 8 (at most the training set) whose
- * prediction fits the limit; double while it fits, then bisect (the
- * prediction grows with the batch).  Logged. */
+ * prediction fits the limit (auto_fit_bytes); double while it fits, then
+ * bisect (the prediction grows with the batch).  Logged. */
 static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 {
 	const struct kiln_config *cfg = s->cfg;
@@ -204,6 +228,8 @@ static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 	kiln_status st;
 	if (!limit && (st = kiln_device_mem_info(s->dev, &limit, &total)))
 		return st;
+	size_t rss0 = 0, fit = 0;
+	kiln_rss(&rss0, NULL, 0);
 	/* a rank's batch: the data-parallel ranks (the world over [dist]
 	 * pipeline) and accumulate take their share of the training set */
 	int64_t acc = 1, P = 1;
@@ -222,29 +248,31 @@ static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 	for (;;) {
 		if ((st = predict(s, hi, NULL, &mem)))
 			return st;
-		if (mem.total > limit)
+		if ((fit = auto_fit_bytes(s, &mem, rss0)) > limit)
 			break;
-		lo = hi, lo_bytes = mem.total;
+		lo = hi, lo_bytes = fit;
 		if (hi == most)
 			break;
 		hi = hi * 2 > most ? most : hi * 2;
 	}
 	if (!lo)
 		return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: batch 8 needs %.1f MiB, more than the %.1f MiB %s",
-				  kiln_config_where(cfg, "train", "batch"), (double)mem.total / 1048576.0,
+				  kiln_config_where(cfg, "train", "batch"), (double)fit / 1048576.0,
 				  (double)limit / 1048576.0, *lim ? "of [run] memory_limit" : "the device has free");
 	while (hi != lo && hi - lo > 8) {
 		int64_t mid = (lo + hi) / 2 / 8 * 8;
 		if ((st = predict(s, mid, NULL, &mem)))
 			return st;
-		if (mem.total <= limit)
-			lo = mid, lo_bytes = mem.total;
+		if ((fit = auto_fit_bytes(s, &mem, rss0)) <= limit)
+			lo = mid, lo_bytes = fit;
 		else
 			hi = mid;
 	}
 	kiln_log(KILN_LOG_INFO, "train",
-		 "batch = auto: %lld, predicted to need %.1f MiB of the %.1f MiB %s", (long long)lo,
-		 (double)lo_bytes / 1048576.0, (double)limit / 1048576.0,
+		 "batch = auto: %lld, predicted to need %.1f MiB%s of the %.1f MiB %s", (long long)lo,
+		 (double)lo_bytes / 1048576.0,
+		 auto_counts_host(s) ? " (device, host staging and library: the same memory)" : "",
+		 (double)limit / 1048576.0,
 		 *lim ? "[run] memory_limit" : "the device reports free");
 	*batch = lo;
 	return KILN_OK;

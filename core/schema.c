@@ -24,7 +24,7 @@ static const struct kiln_key run_keys[] = {
 	{ "plugin_path", KILN_KEY_STR, "", NOLIM, NULL,
 	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory. Taken from the command line (`run.plugin_path=DIR`); in a config file it is ignored with a warning unless the environment has KILN_ALLOW_CONFIG_PLUGIN_PATH=1 (a config must not run its sender's code: docs/plugins.md)." },
 	{ "memory_limit", KILN_KEY_STR, "", NOLIM, NULL,
-	  "Device memory `[train] batch = auto` may plan for: a decimal number of bytes, optionally followed by K, M, G or T (powers of 1024; `KiB`, `MB`... read the same), e.g. `2G` or `1.5GiB`, whitespace around it ignored; anything else (hex, an exponent, a sign, a space inside) is a config error, whatever the batch, and so is less than 1 MiB (`1.5` is one byte: a unit left out). Empty = what the device reports free when the run starts (the CPU: MemAvailable)." },
+	  "Device memory `[train] batch = auto` may plan for: a decimal number of bytes, optionally followed by K, M, G or T (powers of 1024; `KiB`, `MB`... read the same), e.g. `2G` or `1.5GiB`, whitespace around it ignored; anything else (hex, an exponent, a sign, a space inside) is a config error, whatever the batch, and so is less than 1 MiB (`1.5` is one byte: a unit left out). Empty = what the device reports free when the run starts (the CPU: MemAvailable, within its memory cgroup's limit and RLIMIT_AS; there the host staging and library memory count too: docs/memory.md)." },
 	{ "out_dir", KILN_KEY_STR, "runs/latest", NOLIM, NULL,
 	  "Directory for metrics.jsonl, checkpoints/, and profile.txt and trace.json when profiling (created if missing)." },
 	{ "profile", KILN_KEY_BOOL, "0", NOLIM, NULL,

@@ -9,7 +9,10 @@
 #     of the prediction;
 #  2. batch = auto under a memory limit picks a multiple of 8 whose
 #     prediction fits while the next multiple of 8 does not, logs it, and
-#     `kiln train` trains with it; a limit too small fails, naming the key.
+#     `kiln train` trains with it; a limit too small fails, naming the key;
+#     without a limit on the CPU, device total + host staging fit the free
+#     memory it reports, which in a 400M memory cgroup is at most 400 MiB,
+#     and kiln train in that cgroup with the batch it picks is not killed.
 # The training runs keep the opening thread team (plugin.cpu.adaptive=0):
 # when a busy machine shrinks the adaptive team, the CPU device prepares
 # smaller-team versions of its oneDNN plans, which `kiln memory` does not
@@ -99,6 +102,52 @@ grep -qF "[run] memory_limit = '1.5' is 1 byte: too small to plan a model in (at
 	{ cat "$tmp/s.err"; fail "memory_limit = 250MiB refused"; }
 [ "$(field batch "$tmp/s.out")" = "$b" ] || fail "memory_limit = 250MiB chose another batch than 250M"
 echo "ok: errors for a limit too small and a bad size"
+
+# batch = auto without a limit on the CPU, whose device memory is the
+# host's: the device total and the host staging together fit in the free
+# memory it reports (before session 31 the device total alone filled it,
+# and kiln train was OOM-killed)
+"$kiln" memory "$mcfg" train.batch=auto data.eval.limit=1000 >"$tmp/f.out" 2>"$tmp/f.err" ||
+	{ cat "$tmp/f.err"; fail "kiln memory batch=auto without a limit"; }
+free=$(sed -n 's/.* of the \([0-9.]*\) MiB the device reports free.*/\1/p' "$tmp/f.err")
+[ -n "$free" ] || { cat "$tmp/f.err"; fail "batch = auto on the CPU: no free memory in the log"; }
+need=$(( $(field total "$tmp/f.out") + $(field host "$tmp/f.out") ))
+awk -v n="$need" -v f="$free" 'BEGIN { exit !(n <= (f + 0.05) * 1048576) }' ||
+	fail "batch = auto on the CPU: device $(field total "$tmp/f.out") + host $(field host "$tmp/f.out") bytes > the $free MiB free"
+grep -q "predicted to need [0-9.]* MiB (device, host staging and library: the same memory) of the" "$tmp/f.err" ||
+	{ cat "$tmp/f.err"; fail "batch = auto on the CPU: the log does not say it counts the host staging"; }
+echo "ok: batch = auto on the CPU: device + host $need bytes fit the $free MiB free"
+# in a memory cgroup of 400M (root and a writable v1 or v2 memory
+# controller; else skipped): the free memory is the cgroup's room, not
+# MemAvailable
+cg=$(sed -n 's/^[0-9]*:[a-z,]*memory[a-z,]*:\(.*\)/\1/p' /proc/self/cgroup)
+if [ -n "$cg" ]; then
+	cgd=/sys/fs/cgroup/memory$cg/kiln_test$$ cgmax=memory.limit_in_bytes
+else
+	cgd=/sys/fs/cgroup$(sed -n 's/^0::\(.*\)/\1/p' /proc/self/cgroup)/kiln_test$$ cgmax=memory.max
+fi
+if [ "$(id -u)" = 0 ] && mkdir "$cgd" 2>/dev/null; then
+	if echo 400M > "$cgd/$cgmax" 2>/dev/null; then
+		sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cgd" "$kiln" memory "$mcfg" train.batch=auto \
+			data.eval.limit=1000 >"$tmp/c.out" 2>"$tmp/c.err"
+		free=$(sed -n 's/.* of the \([0-9]*\)\.[0-9] MiB the device reports free.*/\1/p' "$tmp/c.err")
+		[ -n "$free" ] && [ "$free" -le 400 ] ||
+			{ cat "$tmp/c.err"; fail "in a 400M memory cgroup: the device reports ${free:-no} MiB free"; }
+		echo "ok: in a 400M memory cgroup the CPU reports $free MiB free"
+		# and kiln train with the batch it picks there is not OOM-killed
+		# (before session 31: MemAvailable's batch, killed; then, without
+		# the library memory and the predictions' own, batch 440, killed)
+		sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cgd" "$kiln" train "$mcfg" train.batch=auto \
+			train.max_steps=2 train.epochs=1 data.eval.limit=1000 run.out_dir= >"$tmp/c.out" 2>"$tmp/c.err" ||
+			{ tail -3 "$tmp/c.err"; fail "kiln train batch=auto in a 400M memory cgroup failed (OOM-killed?)"; }
+		echo "ok: kiln train in a 400M memory cgroup: $(grep -o 'batch = auto: [0-9]*' "$tmp/c.err")"
+	else
+		echo "SKIP (part): cannot limit a memory cgroup"
+	fi
+	rmdir "$cgd"
+else
+	echo "SKIP (part): a memory cgroup needs root and a writable cgroup tree"
+fi
 
 # The evaluation plan prepares the forward alone: no kept copies, no
 # backward ops (kiln_layer_training), so its size is the same whether the

@@ -22,6 +22,9 @@
 #include <string.h>
 #include <time.h>     /* clock_gettime */
 #include <unistd.h>   /* sysconf */
+#include <limits.h>   /* ULLONG_MAX */
+#include <stddef.h>   /* ptrdiff_t */
+#include <sys/resource.h> /* getrlimit: as_room */
 
 #define CPU_ALIGN 64
 
@@ -705,9 +708,86 @@ static void cpu_host_free(void *ctx, void *ptr)
 	cpu_free(ctx, ptr);
 }
 
+/* The first number in file `dir`/`name` into *v; 0 when it has none
+ * ("max": no limit). */
+static int read_ull(const char *dir, const char *name, unsigned long long *v)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "r");
+	const int ok = f && fscanf(f, "%llu", v) == 1;
+	if (f)
+		fclose(f);
+	return ok;
+}
+
+/* The room the memory cgroups leave this process: the least of limit
+ * minus usage over its cgroup and every cgroup above it (a parent's limit
+ * binds too), v2 (memory.max, memory.current) or v1 (memory.limit_in_bytes,
+ * memory.usage_in_bytes under /sys/fs/cgroup/memory); ULLONG_MAX where
+ * none limits it or /proc/self/cgroup cannot be read.  A cgroup's limit
+ * counts the page cache and every other process in it, and the kernel
+ * kills past it without swapping: MemAvailable alone planned batch = auto
+ * 54704 in a 400M cgroup and kiln train was OOM-killed (session 31). */
+static unsigned long long cgroup_room(void)
+{
+	char line[4096], dir[4200] = "";
+	unsigned long long room = ULLONG_MAX, lim, use;
+	const char *maxf = NULL, *usef = NULL;
+	FILE *f = fopen("/proc/self/cgroup", "r");
+	/* hybrid hierarchies have both lines: v1's memory controller, where
+	 * there is one, is the one that limits */
+	while (f && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = 0;
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = 0;
+		if (c1 == line + 1 && line[0] == '0' && c2 == c1 + 1) { /* v2: 0::/path */
+			snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", c2 + 1);
+			maxf = "memory.max", usef = "memory.current";
+		} else if (strstr(c1 + 1, "memory")) { /* v1: N:memory[,...]:/path */
+			snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory%s", c2 + 1);
+			maxf = "memory.limit_in_bytes", usef = "memory.usage_in_bytes";
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	while (maxf && *dir) {
+		if (read_ull(dir, maxf, &lim) && read_ull(dir, usef, &use)) {
+			const unsigned long long r = lim > use ? lim - use : 0;
+			room = r < room ? r : room;
+		}
+		char *slash = strrchr(dir, '/');
+		if (!slash || slash - dir <= (ptrdiff_t)strlen("/sys/fs/cgroup"))
+			break;
+		*slash = 0;
+	}
+	return room;
+}
+
+/* The address space RLIMIT_AS leaves (its soft limit minus VmSize of
+ * /proc/self/statm); ULLONG_MAX without a limit. */
+static unsigned long long as_room(void)
+{
+	struct rlimit rl;
+	unsigned long long pages = 0;
+	if (getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY)
+		return ULLONG_MAX;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (!f || fscanf(f, "%llu", &pages) != 1)
+		pages = 0;
+	if (f)
+		fclose(f);
+	const unsigned long long used = pages * (unsigned long long)sysconf(_SC_PAGESIZE);
+	return rl.rlim_cur > used ? rl.rlim_cur - used : 0;
+}
+
 /* The device's memory is the host's: MemAvailable and MemTotal of
  * /proc/meminfo (what the kernel can hand out without swapping), or the
- * free and physical pages where there is no such file. */
+ * free and physical pages where there is no such file; free is at most
+ * what the memory cgroups and RLIMIT_AS leave (cgroup_room, as_room). */
 static kiln_status cpu_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
 	unsigned long long avail = 0, total = 0, v;
@@ -730,6 +810,9 @@ static kiln_status cpu_mem_info(void *ctx, size_t *free_bytes, size_t *total_byt
 		avail = (unsigned long long)av * (unsigned long long)page;
 		total = (unsigned long long)ph * (unsigned long long)page;
 	}
+	const unsigned long long cg = cgroup_room(), as = as_room();
+	avail = cg < avail ? cg : avail;
+	avail = as < avail ? as : avail;
 	*free_bytes = (size_t)avail;
 	*total_bytes = (size_t)total;
 	return KILN_OK;

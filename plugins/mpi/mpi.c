@@ -116,7 +116,7 @@ struct mpi_comm {
 	int shm_on;          /* kiln's shared-memory collectives (every rank on this node) */
 	MPI_Win shm_win;     /* their segments */
 	struct shmcoll shm;
-	char shm_why[96];    /* why shm_on is 0 */
+	char shm_why[128];   /* why shm_on is 0 */
 	int zero_copy;       /* [plugin.mpi] zero_copy */
 	int region_on;       /* alloc_shared gave region_win's memory */
 	MPI_Win region_win;
@@ -302,6 +302,22 @@ static void mpi_shm_setup(struct mpi_comm *c, char *why, size_t n)
 	if (!every_rank(c, nsize == c->world && c->world <= SHMCOLL_MAXW)) {
 		MPI_Comm_free(&node);
 		snprintf(why, n, c->world > SHMCOLL_MAXW ? "more than 64 ranks" : "the ranks span several nodes");
+		return;
+	}
+	/* Open MPI backs the window with a file in /dev/shm; on a full one
+	 * MPI_Win_allocate_shared fails on some ranks while the others wait
+	 * inside it for them (a deadlock, found in session 31): ask for room
+	 * first and agree, so that no rank calls it unless every rank may */
+	unsigned long long have, need;
+	const int room = shm_room((SHMCOLL_SEGMENT + 64) * (size_t)c->world, &have, &need);
+	if (!every_rank(c, room)) {
+		MPI_Comm_free(&node);
+		if (room)
+			snprintf(why, n, "another rank's /dev/shm lacks the %llu MiB wanted for the collectives' segments",
+				 need >> 20);
+		else
+			snprintf(why, n, "/dev/shm has %llu MiB free, %llu MiB wanted for the collectives' segments",
+				 have >> 20, need >> 20);
 		return;
 	}
 	void *mem = NULL;
@@ -1003,7 +1019,7 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 		snprintf(how + strlen(how), sizeof how - strlen(how), ", iallreduce algorithm %s (%s)",
 			 alg ? alg : "Open MPI's choice", mca_user ? "the user's" : alg ? "kiln's" : "default");
 	}
-	char shm_how[160];
+	char shm_how[200];
 	if (c->shm_on)
 		snprintf(shm_how, sizeof shm_how, "kiln's shared-memory allreduce, reduce_scatter and allgather (%zu KiB rounds)",
 			 SHMCOLL_CHUNK >> 10);
