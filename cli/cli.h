@@ -94,9 +94,11 @@ int cli_args_ok(int argc, char **argv, const char *usage);
  * "kiln: error: NAME needs a value", when nothing follows it, or after
  * "kiln: error: NAME given twice" when an earlier argument was `name`. */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **val);
-/* The index of an earlier argv[1..i) that is option `name` (`name` or
- * `name=...`), else 0.  cli_opt refuses a value option given twice with it
- * ("kiln: error: NAME given twice", -1): the second replaced the first. */
+/* Called when a parser matched option `name` at argv[i]: the index of
+ * another argument of argv matched as `name` before, else 0 (and this one
+ * is remembered; a value that spells an option is never matched, so never
+ * counted).  cli_opt refuses a value option given twice with it ("kiln:
+ * error: NAME given twice", -1): the second replaced the first. */
 int cli_opt_seen(char **argv, int i, const char *name);
 /* As cli_opt for an integer option: -1 also, after "kiln: error: NAME
  * 'VALUE': expected an integer in [lo, hi]", when the value is not a whole

@@ -160,10 +160,23 @@ int cli_args_ok(int argc, char **argv, const char *usage)
 
 int cli_opt_seen(char **argv, int i, const char *name)
 {
-	const size_t n = strlen(name);
-	for (int j = 1; j < i; j++)
-		if (!strncmp(argv[j], name, n) && (!argv[j][n] || argv[j][n] == '='))
-			return j;
+	/* the options the parsers matched, by argv and index: rescanning argv
+	 * took a value that spells an option (`--prompt --checkpoint`) for
+	 * the option; a second parse of the same argv finds its own index */
+	static struct {
+		char **argv;
+		int i;
+		char name[48];
+	} seen[64];
+	static int n_seen;
+	for (int k = 0; k < n_seen; k++)
+		if (seen[k].argv == argv && seen[k].i != i && !strcmp(seen[k].name, name))
+			return seen[k].i;
+	if (n_seen < (int)(sizeof seen / sizeof *seen) && strlen(name) < sizeof seen[0].name) {
+		seen[n_seen].argv = argv, seen[n_seen].i = i;
+		snprintf(seen[n_seen].name, sizeof seen[0].name, "%s", name);
+		n_seen++;
+	}
 	return 0;
 }
 

@@ -139,6 +139,11 @@ kiln 2 pack "$c" --out "$tmp/p2" --split a --split=b
 stderr_has "--split given twice: give it once"
 kiln 2 pack --format tokens "$c" --out "$tmp/p3" --out "$tmp/p4"
 stderr_has "--out given twice: give it once"
+# a value that spells an option is a value, not the option again (the
+# first check rescanned argv: "--checkpoint given twice")
+kiln 2 generate "$c" --prompt --checkpoint --checkpoint "$tmp/none.kiln"
+stderr_has "kiln: error: --prompt TEXT and --tokens N are required"
+! grep -q "given twice" "$err" || fail "a value spelling an option was taken for the option: $(cat "$err")"
 kiln 2 export "$c" --format gpt2 --onnx "$tmp/m.onnx"
 stderr_has "kiln: error: --format names the tensors of --safetensors FILE: --onnx ignores it"
 kiln 2 predict "$c" --logits "$tmp/l.npy" --format csv --eval-set
