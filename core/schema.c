@@ -10,7 +10,7 @@
 
 static const struct kiln_key run_keys[] = {
 	{ "device", KILN_KEY_STR, "cpu", NOLIM, NULL,
-	  "Device plugin that computes (kiln-<device>.so): `cpu`, `cuda` (an NVIDIA GPU; see docs/gpu.md), or `auto`: the available device with the highest auto score (a GPU before the CPU; `kiln plugins` lists the scores; the choice is logged). Checked with the config (`kiln config` too): a name no device plugin has is an error at its line (exit 2) suggesting the nearest; a plugin that exists but cannot run here (no GPU) fails when the device opens, saying why." },
+	  "Device plugin that computes (kiln-<device>.so): `cpu`, `cuda` (an NVIDIA GPU; see docs/gpu.md), or `auto`: the available device with the highest auto score (a GPU before the CPU; `kiln plugins` lists the scores; the choice is logged). Checked with the config (`kiln config` too): a name no device plugin has is an error at its line (exit 2) suggesting the nearest; kiln's own `cpu` or `cuda` where this build lacks it is a warning (kiln pack and kiln config open no device), and so fails, saying why, where the device opens, as does a plugin that exists but cannot run here (no GPU)." },
 	{ "precision", KILN_KEY_ENUM, "fp32", NOLIM, "fp32|bf16|fp16|fp16_static",
 	  "Precision policy (the amp plugin; docs/precision.md): `fp32`; `bf16` (bf16 compute, f32 master weights); `fp16` (f16 compute with dynamic loss scaling, parameters under [plugin.amp]); `fp16_static` (constant `[plugin.amp] loss_scale`). The loss scale and the overflow flag live in device memory; overflowing steps are skipped and counted." },
 	{ "seed", KILN_KEY_INT, "0", 0, 4294967295.0, NULL,
