@@ -261,20 +261,6 @@ static kiln_status write_file(const char *tmp, int fd, const struct wsec *s, int
 	return st;
 }
 
-static kiln_status fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return kiln_error(KILN_EIO, "%s: cannot open the directory to fsync it: %s", dir,
-				  strerror(errno));
-	int rc = fsync(fd);
-	int e = errno;
-	close(fd);
-	/* some file systems cannot fsync a directory (EINVAL): nothing to do */
-	if (rc && e != EINVAL)
-		return kiln_error(KILN_EIO, "%s: fsync failed: %s", dir, strerror(e));
-	return KILN_OK;
-}
 
 /* Section s: `bytes` bytes of host memory at p, tagged `tag`. */
 static void host_section(struct wsec *s, const char *tag, const void *p, size_t bytes)
@@ -414,7 +400,7 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 		unlink(tmp);
 		return st;
 	}
-	if ((st = fsync_dir(dir)))
+	if ((st = kiln_fsync_dir(dir)))
 		return st;
 	if (path)
 		snprintf(path, path_len, "%s", final);

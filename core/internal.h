@@ -149,6 +149,12 @@ typedef int (*kiln_file_fill)(FILE *fp, void *ctx);
  * which file (kiln_error). */
 int kiln_file_write(const char *path, kiln_file_fill fill, void *ctx);
 
+/* fsync directory `dir` (a rename or creation in it made durable):
+ * KILN_OK, also where the file system cannot fsync a directory (EINVAL);
+ * else KILN_EIO naming it (core/out_file.c; checkpoints and the atomic
+ * writer share it). */
+kiln_status kiln_fsync_dir(const char *dir);
+
 /* core/device.c: kiln_device_open with [run] threads replaced by
  * `threads` (>= 0; -1 keeps the config's) and the options' peers set:
  * one of `peers` instances that run at once in this process ([run]

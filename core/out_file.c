@@ -49,20 +49,30 @@ static int write_stream(FILE *fp, kiln_file_fill fill, void *ctx, int sync)
 	return err;
 }
 
-/* fsync the directory holding `path` (the rename made durable); errors
- * ignored: some file systems refuse fsync on a directory. */
+kiln_status kiln_fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "%s: cannot open the directory to fsync it: %s", dir,
+				  strerror(errno));
+	int rc = fsync(fd);
+	int e = errno;
+	close(fd);
+	/* some file systems cannot fsync a directory (EINVAL): nothing to do */
+	if (rc && e != EINVAL)
+		return kiln_error(KILN_EIO, "%s: fsync failed: %s", dir, strerror(e));
+	return KILN_OK;
+}
+
+/* kiln_fsync_dir of the directory holding `path` (the rename made
+ * durable), its error dropped: the file is in place either way. */
 static void sync_parent(const char *path)
 {
 	char *dir = strdup(path);
 	if (!dir)
 		return;
 	char *slash = strrchr(dir, '/');
-	const char *d = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
-	int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		(void)fsync(fd);
-		close(fd);
-	}
+	(void)kiln_fsync_dir(slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".");
 	free(dir);
 }
 
