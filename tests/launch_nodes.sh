@@ -18,6 +18,9 @@
 #  5. --master [::1]:PORT (IPv6 in brackets; where this machine has ::1):
 #     the run trains (before session 30 the store could not resolve
 #     '[::1]'); a bracket left open is refused, exit 2.
+# Cases 1-3 have a deadline of 240 s each: a watchdog kills launchers
+# that outlive it and the case fails (before session 32 a hung launcher
+# hung the test, and CI with it).
 name=launch_nodes
 needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -39,12 +42,26 @@ nodes() {
 			"$tmp/mlp.ini" run.out_dir="$tmp/$1$k" $long > "$tmp/$1$k.log" 2>&1 &
 		eval l$k=\$!
 	done
+	# the case's deadline: launchers that outlive it are killed (their
+	# ranks follow: case 1's rule), so a hang fails the test, not CI
+	( exec > /dev/null 2>&1; sleep 240; touch "$tmp/$1.overdue"; kill -KILL $l0 $l1 ) &
+	wd=$!
 	_i=0
 	until grep -q '"event":"train"' "$tmp/${1}0/metrics.jsonl" 2>/dev/null; do
 		_i=$((_i + 1))
-		[ $_i -le 600 ] || { kill -KILL $l0 $l1; bad "$1: training did not start"; return 1; }
+		[ $_i -le 600 ] || { kill -KILL $l0 $l1; overdue "$1"; bad "$1: training did not start"; return 1; }
 		sleep 0.1
 	done
+}
+
+# overdue NAME: the case's deadline passed (the watchdog killed its
+# launchers); the watchdog itself ends here
+overdue() {
+	# (the subshell first: its sleep killed first would let it go on)
+	_s=$(pgrep -P "$wd" sleep)
+	kill -KILL "$wd" $_s 2> /dev/null
+	wait "$wd" 2> /dev/null
+	if [ -e "$tmp/$1.overdue" ]; then bad "$1: the launchers outlived the case's 240 s: killed"; fi
 }
 
 # settled NAME: wait (up to 60 s) until rank 1 (orphaned in case 1) said
@@ -79,6 +96,7 @@ if nodes kill 1; then
 	wait "$l0"
 	rc0=$?
 	settled kill
+	overdue kill
 	echo "kill: node 0's launcher exited $rc0"
 	named kill "its launcher (parent process $l1) went away"
 fi
@@ -90,6 +108,7 @@ if nodes hup 2; then
 	rc1=$?
 	wait "$l0"
 	rc0=$?
+	overdue hup
 	echo "hup: node 0's launcher exited $rc0, node 1's $rc1"
 	[ "$rc1" != 0 ] || bad "hup: node 1's launcher exited 0 after a hangup"
 	grep -q "^kiln launch: error: rank 1 stopped (exit status 1), not at the user's request: rank 1 of 2 (node 1, host [^)]*): a hangup (SIGHUP" "$tmp/hup1.log" ||
@@ -106,6 +125,7 @@ if nodes term 3; then
 	rc1=$?
 	wait "$l0"
 	rc0=$?
+	overdue term
 	echo "term: node 0's launcher exited $rc0, node 1's $rc1"
 	[ "$rc0" = 0 ] && [ "$rc1" = 0 ] || bad "term: the launchers exited $rc0 and $rc1, expected 0 (a clean stop)"
 	tail -1 "$tmp/term0/metrics.jsonl" | grep -q '"event": *"stopped"' || bad "term: no stopped event"
