@@ -318,20 +318,26 @@ static kiln_status check_run_device(const struct kiln_config *cfg, const struct 
 	const struct kiln_plugin *p;
 	if (!name || !strcmp(name, "auto"))
 		return KILN_OK;
-	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p);
-	if (st != KILN_ENOTFOUND)
-		return KILN_OK;
 	const char *where = kiln_config_where(cfg, "run", "device");
-	/* kiln's own device, not built here: no typo, and a command that
-	 * opens no device (kiln pack, kiln config of a GPU config on a CPU
-	 * login node) goes on; opening it fails with this reason */
+	/* kiln's own device: no typo, so its file is not loaded here (loading
+	 * kiln-cuda.so runs its probe, the CUDA runtime's start on a GPU node,
+	 * which kiln config and kiln pack, opening no device, do not need:
+	 * they did before session 32).  Not built here: a command that opens
+	 * no device (kiln pack, kiln config of a GPU config on a CPU login
+	 * node) goes on; opening it fails with this reason. */
 	for (size_t i = 0; i < KILN_ARRAY_LEN(kiln_devices); i++)
 		if (!strcmp(name, kiln_devices[i])) {
+			char file[32];
+			snprintf(file, sizeof file, "kiln-%s.so", name);
+			if (kiln_registry_has_file(reg, file))
+				return KILN_OK;
 			kiln_log(KILN_LOG_WARN, "config", "%s: [run] device = %s: this kiln has no %s device plugin (kiln-%s.so is not in the plugin path: not built%s, or not installed; `kiln plugins` lists the devices there are)",
 				 where, name, name, name,
 				 !strcmp(name, "cuda") ? ": configure found no CUDA toolkit, or --without-cuda" : "");
 			return KILN_OK;
 		}
+	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p) != KILN_ENOTFOUND)
+		return KILN_OK;
 	/* a typo: the nearest device plugin's name, or auto */
 	const char *best = "auto";
 	int bd = kiln_edit_distance(name, best);

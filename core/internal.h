@@ -22,16 +22,20 @@
 /* Levenshtein distance, for "did you mean" suggestions. */
 int kiln_edit_distance(const char *a, const char *b);
 
-/* Extra keys for a section that the registry supplies: a layer type's keys
- * for [layer.X] (selected by `type`), a source's for [data]/[data.eval]
- * (selected by `source`), a plugin's for [plugin.X].  *ext is NULL when
- * there are none.  KILN_ECONFIG/KILN_ENOTFOUND when the selector names
- * nothing registered. */
 /* The schema's default of [section] key as cfg's registry knows it (a
  * layer's keys by its type in cfg; a plugin section's by the plugin): 1
  * and *def (NULL: no default), or 0 for a key it does not know. */
 int kiln_config_key_default(const struct kiln_config *cfg, const char *section, const char *key,
 			    const char **def);
+/* Is a file called base (e.g. "kiln-cuda.so") in the registry's plugin
+ * path?  Loads nothing (kiln_registry_file_count loads every file). */
+int kiln_registry_has_file(const struct kiln_registry *reg, const char *base);
+
+/* Extra keys for a section that the registry supplies: a layer type's keys
+ * for [layer.X] (selected by `type`), a source's for [data]/[data.eval]
+ * (selected by `source`), a plugin's for [plugin.X].  *ext is NULL when
+ * there are none.  KILN_ECONFIG/KILN_ENOTFOUND when the selector names
+ * nothing registered. */
 kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 				   const struct kiln_registry *reg, const char *section,
 				   const struct kiln_key **ext);

@@ -606,6 +606,11 @@ void kiln_registry_close(struct kiln_registry *reg)
 	free(reg);
 }
 
+int kiln_registry_has_file(const struct kiln_registry *reg, const char *base)
+{
+	return has_file(reg, base);
+}
+
 int kiln_registry_dir_count(const struct kiln_registry *reg) { return reg->n_dirs; }
 const char *kiln_registry_dir(const struct kiln_registry *reg, int i)
 {

@@ -114,6 +114,17 @@ if ! "$kiln" plugins 2>/dev/null | grep -q "^cuda "; then
 	kiln 0 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=cuda
 	stderr_has "[run] device = cuda: this kiln has no cuda device plugin (kiln-cuda.so is not in the plugin path: not built"
 fi
+# kiln's own device is checked by its file's name, not loaded: kiln config
+# of a GPU config runs no CUDA probe (it loaded kiln-cuda.so before
+# session 32, the CUDA runtime's start on a GPU node)
+if [ -e "$top_builddir/plugins/.libs/kiln-cuda.so" ]; then
+	LD_DEBUG=files "$kiln" config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=cuda > "$tmp/ld.out" 2>&1 ||
+		fail "kiln config with run.device=cuda: exit $?"
+	grep -q "file=.*kiln-cuda\.so .*dynamically loaded" "$tmp/ld.out" &&
+		fail "kiln config with run.device=cuda loaded kiln-cuda.so (ran its probe)"
+	grep -q "file=.*kiln-[a-z]*\.so .*dynamically loaded" "$tmp/ld.out" ||
+		fail "LD_DEBUG=files shows no plugin loaded by kiln config (its source's): the check above would prove nothing"
+fi
 
 # values train or predict would refuse, refused by kiln config too with their
 # place (said OK before session 31; train even ran with infer_block = x)
