@@ -91,12 +91,15 @@ void trainer_counters_take(struct trainer *t)
 /* The batchnorm running statistics: a NaN there (a forward of a batch
  * that overflowed, whose step skip_nonfinite or the loss scaler then
  * skipped) spoils every evaluation after it while the parameters stay
- * finite.  Checked like them, into the state at finite_d + 4, where this
- * rank holds the whole model (a pipeline stage's rank holds its stage's
- * statistics alone: not checked). */
+ * finite.  Checked like them, into the state at finite_d + 4.  A pipeline
+ * stage's rank holds every buffer but updates its stage's alone (the
+ * others keep their initial or loaded values, or what rank 0 received of
+ * them for a checkpoint), so the whole region is checked there too
+ * (before session 32 such ranks were not: a 2-stage run on ranks whose
+ * statistics went NaN rotated its good checkpoints out and exited 0). */
 static int buffers_checked(const struct trainer *t)
 {
-	return !t->m->held && t->m->n_buf_elems > 0;
+	return t->m->n_buf_elems > 0;
 }
 
 static kiln_status buffers_check_enqueue(struct trainer *t)

@@ -18,7 +18,9 @@
 #  4. a safetensors file holding a NaN: eval and [model] init_from
 #     refuse it the same way (before: init_from trained, exit 0);
 #  5. a forward that overflows on one batch: batchnorm's running
-#     statistics are checked too (session 31).
+#     statistics are checked too (session 31);
+#  6. the same with the batchnorm on stage 1 of a pipeline on 2 ranks
+#     (kiln-gloo; session 32).
 name=nonfinite
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -134,4 +136,24 @@ kiln 3 train "$tmp/bn.ini" "data.images=$tmp/bright.idx" data.mean=0 data.std=1 
 stderr_has "error: step 3 (epoch 1): running statistic 'bn1.running_mean' holds 8 non-finite value(s) (NaN or inf): a forward pass overflowed"
 [ "$(ls "$tmp/bn/checkpoints" | tr '\n' ' ')" = "ckpt-1.kiln ckpt-2.kiln " ] ||
 	fail "checkpoints $(ls "$tmp/bn/checkpoints" | tr '\n' ' '), expected those of steps 1 and 2"
+# 6: the same on a pipeline of 2 stages on 2 ranks, bn1 on stage 1: its
+# rank holds its stage alone and checks the statistics too (before
+# session 32 it did not: the run exited 0 with a test loss of NaN, its
+# checkpoints of steps 3-5 rotating those of steps 1 and 2 out)
+if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
+	printf '[model]\nstages = flat, fc1 | bn1, loss\n[dist]\npipeline = 2\ntimeout = 60\n' >> "$tmp/bn.ini"
+	timeout 120 "$abs_top_builddir/kiln" launch -n 2 -- "$abs_top_builddir/kiln" train "$tmp/bn.ini" \
+		"data.images=$tmp/bright.idx" data.mean=0 data.std=1 "model.init_from=$tmp/big.st" \
+		model.init_strict=0 "run.out_dir=$tmp/bnpipe" > "$tmp/bnpipe.log" 2>&1
+	rc=$?
+	[ "$rc" = 3 ] || fail "the 2-stage run on ranks exited $rc, expected 3: $(grep error "$tmp/bnpipe.log")"
+	grep -q "^kiln: error: step 3 (epoch 1): running statistic 'bn1.running_mean' holds 8 non-finite value(s)" "$tmp/bnpipe.log" ||
+		fail "the 2-stage run on ranks: stage 1's rank does not name bn1's statistics"
+	grep -q "^kiln: error: step 3 (epoch 1): the parameters or batchnorm running statistics of 1 other rank(s) hold non-finite values" "$tmp/bnpipe.log" ||
+		fail "the 2-stage run on ranks: stage 0's rank does not name the other rank"
+	[ "$(ls "$tmp/bnpipe/checkpoints" | tr '\n' ' ')" = "ckpt-1.kiln ckpt-2.kiln " ] ||
+		fail "2 stages on ranks: checkpoints $(ls "$tmp/bnpipe/checkpoints" | tr '\n' ' '), expected those of steps 1 and 2"
+else
+	echo "no kiln-gloo.so: case 6 (2 stages on ranks) not run"
+fi
 echo "PASS: $checks runs"
