@@ -118,6 +118,28 @@ static kiln_status buffers_check_enqueue(struct trainer *t)
 	return kiln_device_run(t->dev, t->finite_buf, &a, t->compute);
 }
 
+/* GRAD_CLIP clipping nothing over parameters [lo, hi) (ZeRO-1's
+ * allgathers settled first): their norm's flag into finite_d[1]. */
+static kiln_status params_clip_enqueue(struct trainer *t, size_t lo, size_t hi)
+{
+	const struct kiln_model *m = t->m;
+	kiln_status st;
+	if (!t->finite || t->finite_n != hi - lo) {
+		struct kiln_op op;
+		void *plan = NULL;
+		kiln_op_grad_clip(&op, (int64_t)(hi - lo));
+		if ((st = kiln_device_prepare(t->dev, &op, &plan, NULL)))
+			return st;
+		kiln_device_plan_free(t->dev, t->finite);
+		t->finite = plan, t->finite_n = hi - lo;
+	}
+	struct kiln_op_args a = { .in = { m->params_d + lo },
+				  .out = { m->params_d + lo, t->finite_d } };
+	if ((st = kiln_dist_zero_settle(t->dist, t->compute)))
+		return st;
+	return kiln_device_run(t->dev, t->finite, &a, t->compute);
+}
+
 /* Enqueue the check of this rank's parameters (a stage's rank holding its
  * slice alone: that slice; ZeRO-1's allgathers settled first) on
  * t->compute: the flag reaches t->finite_host[1] at the stream's next
@@ -131,11 +153,8 @@ static kiln_status params_check_enqueue(struct trainer *t)
 		return kiln_error(KILN_EDEVICE, "the parameters' check: failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
 				  getenv("KILN_TEST_CKPT_FAIL"));
 	kiln_dist_pipe_held(t->dist, &lo, &hi);
-	if (hi <= lo) {
-		if (t->finite_host)
-			t->finite_host[1] = 1.0f;
+	if (hi <= lo && !buffers_checked(t))
 		return KILN_OK;
-	}
 	if (!t->finite_d) { /* the state zeroed once (its counters are not read) */
 		if ((st = kiln_device_alloc(t->dev, 64, (void **)&t->finite_d)) ||
 		    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->finite_host)))
@@ -145,20 +164,8 @@ static kiln_status params_check_enqueue(struct trainer *t)
 						 8 * sizeof(float), KILN_COPY_H2D, t->compute)))
 			return st;
 	}
-	if (!t->finite || t->finite_n != hi - lo) {
-		struct kiln_op op;
-		void *plan = NULL;
-		kiln_op_grad_clip(&op, (int64_t)(hi - lo));
-		if ((st = kiln_device_prepare(t->dev, &op, &plan, NULL)))
-			return st;
-		kiln_device_plan_free(t->dev, t->finite);
-		t->finite = plan, t->finite_n = hi - lo;
-	}
-	struct kiln_op_args a = { .in = { m->params_d + lo },
-				  .out = { m->params_d + lo, t->finite_d } };
-	if ((st = kiln_dist_zero_settle(t->dist, t->compute)) ||
-	    (st = kiln_device_run(t->dev, t->finite, &a, t->compute)) ||
-	    (st = buffers_check_enqueue(t)))
+	/* (a stage without parameters: its statistics alone) */
+	if ((hi > lo && (st = params_clip_enqueue(t, lo, hi))) || (st = buffers_check_enqueue(t)))
 		return st;
 	return kiln_device_copy_async(t->dev, t->finite_host, t->finite_d, 8 * sizeof(float),
 				      KILN_COPY_D2H, t->compute);
@@ -201,10 +208,9 @@ static kiln_status params_check_take(struct trainer *t, int *bad, int64_t *count
 	*bad = -1, *count = 0;
 	if (!t->finite_host)
 		return KILN_OK;
-	if (t->finite_host[1] == 0.0f) {
-		kiln_dist_pipe_held(t->dist, &lo, &hi);
+	kiln_dist_pipe_held(t->dist, &lo, &hi);
+	if (hi > lo && t->finite_host[1] == 0.0f)
 		st = nonfinite_find(t, 0, lo, hi, bad, count);
-	}
 	if (!st && *bad < 0 && buffers_checked(t) && t->finite_host[5] == 0.0f)
 		st = nonfinite_find(t, 1, 0, t->m->n_buf_elems, bad, count);
 	return st;
