@@ -289,9 +289,14 @@ kiln_status kiln_ckpt_open_weights(const struct kiln_config *cfg, const struct k
  * or -1 when there is none. */
 int64_t kiln_ckpt_newest_step(const char *dir);
 
-/* After a successful write: delete all but the `keep` newest ckpt-*.kiln
- * (keep = 0: keep all) and any leftover ckpt-*.kiln.tmp.  Failures to
- * delete are logged, not returned. */
-void kiln_ckpt_prune(const char *dir, int64_t keep);
+/* After a successful write of step `written`: delete all but the `keep`
+ * newest ckpt-*.kiln at or below that step (keep = 0: keep all), so the
+ * file just written always stays, and any leftover ckpt-*.kiln.tmp.  A
+ * checkpoint above `written` is one a resume skipped as unusable (kiln's
+ * lock keeps other runs out): it is neither counted nor deleted (before
+ * session 32 it was counted, and a resume past a corrupt newest
+ * checkpoint with keep_last = 1 deleted every file it wrote).  Failures
+ * to delete are logged, not returned. */
+void kiln_ckpt_prune(const char *dir, int64_t keep, int64_t written);
 
 #endif /* KILN_CHECKPOINT_H */

@@ -317,17 +317,21 @@ int64_t kiln_ckpt_newest_step(const char *dir)
 	return newest;
 }
 
-void kiln_ckpt_prune(const char *dir, int64_t keep)
+void kiln_ckpt_prune(const char *dir, int64_t keep, int64_t written)
 {
 	char path[4200];
 	for (int tmp = 1; tmp >= 0; tmp--) {
 		int64_t *steps;
-		int n;
+		int n, above = 0;
 		if (list_steps(dir, tmp, KILN_LOG_DEBUG, &steps, &n)) {
 			kiln_log(KILN_LOG_WARN, "ckpt", "%s", kiln_last_error());
 			return;
 		}
-		int from = tmp ? 0 : keep > 0 && keep < n ? (int)keep : n;
+		/* (newest first) those a resume skipped: left, not counted */
+		while (!tmp && above < n && steps[above] > written)
+			kiln_log(KILN_LOG_DEBUG, "ckpt", "left %s/ckpt-%lld.kiln (above step %lld: a resume skipped it)",
+				 dir, (long long)steps[above++], (long long)written);
+		int from = tmp ? 0 : keep > 0 && keep < n - above ? above + (int)keep : n;
 		for (int i = from; i < n; i++) {
 			snprintf(path, sizeof path, "%s/ckpt-%lld.kiln%s", dir, (long long)steps[i],
 				 tmp ? ".tmp" : "");

@@ -175,7 +175,7 @@ static const struct kiln_key train_keys[] = {
 	{ "checkpoint_last", KILN_KEY_BOOL, "1", NOLIM, NULL,
 	  "Write a checkpoint after the run's last step (and after an early stop) even when `checkpoint_every` = 0, so a run always leaves its trained weights (Lightning's `last.ckpt`); `kiln eval` and `kiln export` read the newest by default. 0 = only `checkpoint_every`'s and a stop request's. Needs `[run] out_dir`." },
 	{ "keep_last", KILN_KEY_INT, "3", 0, 1e9, NULL,
-	  "Checkpoints kept: after each successful write all but the newest N are deleted; 0 = keep all." },
+	  "Checkpoints kept: after each successful write all but the newest N at or below its step are deleted (one above it, which a resume skipped as unusable, is left and not counted: docs/checkpoints.md); 0 = keep all." },
 	{ "resume", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Continue from the newest usable checkpoint in out_dir/checkpoints (`kiln train --resume`); a fresh start when there is none. Only the keys listed in docs/checkpoints.md may differ from the checkpoint's config." },
 	{ "overwrite", KILN_KEY_BOOL, "0", NOLIM, NULL,

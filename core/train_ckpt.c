@@ -161,7 +161,7 @@ static kiln_status checkpoint_done(struct trainer *t, const char *path)
 {
 	kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
 		 (long long)t->pos.epoch + 1, (long long)t->pos.step);
-	kiln_ckpt_prune(t->ckdir, t->tc.keep_last);
+	kiln_ckpt_prune(t->ckdir, t->tc.keep_last, t->pos.step);
 	trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "checkpoint", "step",
 				   (json_int_t)t->pos.step, "path", path));
 	return KILN_OK;

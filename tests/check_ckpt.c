@@ -575,9 +575,46 @@ START_TEST(test_not_checkpoints)
 		 named);
 	ck_assert_msg(strstr(cap.text, want), "%s", cap.text);
 	ck_assert_msg(!strstr(cap.text, "ckpt-32.kiln"), "%s", cap.text);
-	kiln_ckpt_prune(dir, 1);
+	kiln_ckpt_prune(dir, 1, 5);
 	ck_assert_int_eq(access(named, F_OK), 0);
 	ck_assert_int_eq(access(p, F_OK), 0);
+}
+END_TEST
+
+/* keep_last counts the checkpoints at or below the step just written: a
+ * newer one a resume skipped as unusable (here ckpt-6, with keep_last = 1
+ * and a resumed run writing ckpt-5) is left and not counted.  Before
+ * session 32 it counted, and the prune deleted ckpt-5 (the file just
+ * written) and ckpt-4 (the one resumed from), leaving the corrupt ckpt-6
+ * alone: every later resume, eval and export failed. */
+START_TEST(test_prune_above_written)
+{
+	char dir[4096], p[4300];
+	scratch_dir(dir, sizeof dir);
+	static const int steps[] = { 2, 4, 5, 6 };
+	for (int i = 0; i < 4; i++) {
+		snprintf(p, sizeof p, "%s/ckpt-%d.kiln", dir, steps[i]);
+		spit(p, "x", 1);
+	}
+	kiln_ckpt_prune(dir, 1, 5);
+	static const int left[] = { 5, 6 }, gone[] = { 2, 4 };
+	for (int i = 0; i < 2; i++) {
+		snprintf(p, sizeof p, "%s/ckpt-%d.kiln", dir, left[i]);
+		ck_assert_msg(access(p, F_OK) == 0, "%s deleted", p);
+		snprintf(p, sizeof p, "%s/ckpt-%d.kiln", dir, gone[i]);
+		ck_assert_msg(access(p, F_OK) != 0, "%s kept", p);
+	}
+	/* keep_last = 2: ckpt-5 and the next below it */
+	for (int i = 0; i < 4; i++) {
+		snprintf(p, sizeof p, "%s/ckpt-%d.kiln", dir, steps[i]);
+		spit(p, "x", 1);
+	}
+	kiln_ckpt_prune(dir, 2, 5);
+	for (int i = 0; i < 4; i++) {
+		snprintf(p, sizeof p, "%s/ckpt-%d.kiln", dir, steps[i]);
+		ck_assert_msg((access(p, F_OK) == 0) == (steps[i] != 2), "%s: %s", p,
+			      steps[i] != 2 ? "deleted" : "kept");
+	}
 }
 END_TEST
 
@@ -1165,7 +1202,8 @@ static Suite *make_ckpt_suite(void)
 	Suite *s = suite_create("ckpt");
 	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_roundtrip, test_other_model, test_truncated, test_flipped,
-		test_not_checkpoints, test_config_check, test_config_diff, test_counter_range, test_tracked_range,
+		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff,
+		test_counter_range, test_tracked_range,
 		test_trainer_range, NULL });
 	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_resume_exact, test_keep_best, test_deterministic, test_stop_request,
