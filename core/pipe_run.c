@@ -189,7 +189,7 @@ static kiln_status pipe_supported(const struct kiln_model *m, int world)
 				where = kiln_config_where(cfg, m->layers[i].section, "stage");
 		if (!where || !*where)
 			where = kiln_config_where(cfg, "model", "stages");
-		return kiln_error(KILN_ENOTSUP, "%s: %s, and %d ranks with [dist] pipeline = %lld: set [dist] pipeline = %d to run the stages on ranks (P x D = %d ranks: %s; docs/pipeline.md), or run one process; every stage on each data-parallel rank is not supported",
+		return kiln_error(KILN_ECONFIG, "%s: %s, and %d ranks with [dist] pipeline = %lld: set [dist] pipeline = %d to run the stages on ranks (P x D = %d ranks: %s; docs/pipeline.md), or run one process; every stage on each data-parallel rank is not supported",
 				  cut ? where : kiln_config_where(cfg, "pipeline", "micro_batches"),
 				  cut ? "the model is cut into stages" : "[pipeline] micro_batches > 1",
 				  world, (long long)on_ranks, cut ? m->n_stages : 2, world,

@@ -4,6 +4,7 @@
  * newest usable one.  The file format is checkpoint.h's; rank 0's resume
  * reaches the other ranks through train_dist.c.  See train.h. */
 #include "train.h"
+#include "config_diff.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -472,6 +473,41 @@ static kiln_status evals_restore(struct trainer *t, struct kiln_ckpt *ck)
 	return best_restore(t, ck);
 }
 
+/* A resume whose micro-batch (the rows each rank's forward sees at once:
+ * [train] batch / [pipeline] micro_batches) differs from the checkpoint's
+ * run's, by a changed micro_batches (a key safe to change: the state's
+ * layout is the same) or by another world size at the same global batch.
+ * Batchnorm's batch statistics (and how often its running statistics
+ * move) and a loss's mean over the targets it counts (ignored ones left
+ * out) are per micro-batch, so a model with either continues on another
+ * path: said here, not refused (before session 32 nothing was said; the
+ * ResNet example resumed at step 5 with micro_batches 4 -> 1 ended step
+ * 10 at test accuracy 0.170 against the uninterrupted run's 0.123). */
+static void micro_batch_warn(const struct trainer *t, const char *saved,
+			     const struct kiln_ckpt_trainer *tr)
+{
+	struct kiln_kv *v = NULL;
+	int n = 0, bn = t->m->n_buf_elems > 0, xent = 0;
+	int64_t M = 1, M0 = 1;
+	kiln_config_get_int(t->cfg, "pipeline", "micro_batches", &M);
+	if (!kiln_kv_parse(saved, &v, &n)) {
+		const struct kiln_kv *e = kiln_kv_lookup(v, n, "pipeline", "micro_batches");
+		if (e && e->val)
+			M0 = strtoll(e->val, NULL, 10);
+	}
+	free(v);
+	for (int i = 0; i < t->m->n_layers; i++)
+		xent |= !strcmp(t->m->layers[i].type->name, "softmax_xent");
+	if (M0 < 1 || M < 1 || tr->batch * M == t->B * M0 || (!bn && !xent))
+		return;
+	kiln_log(KILN_LOG_WARN, "train", "resume: a micro-batch changes from %lld rows (batch %lld / micro_batches %lld on each of %lld rank(s)) to %lld (%lld / %lld on %d): %s per micro-batch, so the run will not continue as it would have%s",
+		 (long long)(tr->batch / M0), (long long)tr->batch, (long long)M0, (long long)tr->world,
+		 (long long)(t->B / M), (long long)t->B, (long long)M, t->world,
+		 bn && xent ? "batchnorm's batch statistics and the loss's mean over the targets it counts are"
+		 : bn ? "batchnorm's batch statistics are" : "the loss's mean over the targets it counts is",
+		 bn ? "" : " where targets are ignored (with none ignored, only the rounding changes)");
+}
+
 /* Rank 0 (or the only process): find, verify and load the newest
  * checkpoint of t->ckdir into t->m and t->pos.  *found = 0 when there is
  * none (a fresh start). */
@@ -526,6 +562,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	if (tr.world != t->world)
 		kiln_log(KILN_LOG_INFO, "train", "resume: the checkpoint was written by %lld rank(s), this run has %d; the data continue at global sample %lld",
 			 (long long)tr.world, t->world, (long long)tr.offset);
+	micro_batch_warn(t, saved, &tr);
 	if (tr.batch * tr.world != B * t->world)
 		kiln_log(KILN_LOG_WARN, "train", "resume: the global batch changes from %lld (%lld x %lld ranks) to %lld (%lld x %d): the run will not continue as it would have",
 			 (long long)(tr.batch * tr.world), (long long)tr.batch, (long long)tr.world,

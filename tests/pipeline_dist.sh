@@ -628,7 +628,10 @@ grep -q "\[dist\] pipeline = 2, but the model has one stage" "$tmp/e1.log" ||
 # stage key and the fix (before session 28: "not supported yet", naming
 # [pipeline] micro_batches)
 timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e4" train.batch=32 \
-	"$two" > "$tmp/e4.log" 2>&1 && bad "stages on 2 ranks without [dist] pipeline ran"
+	"$two" > "$tmp/e4.log" 2>&1
+rc=$?
+# (a config error: exit 2, since session 32; it was 1)
+[ "$rc" = 2 ] || bad "stages on 2 ranks without [dist] pipeline: exit $rc, expected 2"
 grep -q "command line 'layer.fc2.stage=1': the model is cut into stages, and 2 ranks with \[dist\] pipeline = 1: set \[dist\] pipeline = 2" "$tmp/e4.log" ||
 	{ bad "stages without [dist] pipeline: no message naming the stage key and the fix"; tail -5 "$tmp/e4.log"; }
 echo "ok: errors"

@@ -70,4 +70,14 @@ kiln 0 train "$ini" $run "run.out_dir=$tmp/dev" --resume
 stdout_has '"resumed_step": 3'
 "$top_builddir/tests/ckpt_tool" close "$(ck whole 12)" "$(ck dev 12)" 1e-5 params ||
 	fail "stages on devices resumed on one: the parameters differ from the uninterrupted run's"
+# micro_batches changed on resume (a safe key: the state's layout is the
+# same) changes what batchnorm's statistics and the loss's mean are over:
+# said, once (before session 32 nothing was said, and the run went on
+# another path); unchanged, nothing is said
+rm -rf "$tmp/mb"
+kiln 0 train "$ini" $run train.max_steps=2 "run.out_dir=$tmp/mb" pipeline.micro_batches=4
+kiln 0 train "$ini" $run train.max_steps=4 "run.out_dir=$tmp/mb" pipeline.micro_batches=1 --resume
+stderr_has "resume: a micro-batch changes from 2 rows (batch 8 / micro_batches 4 on each of 1 rank(s)) to 8 (8 / 1 on 1): batchnorm's batch statistics and the loss's mean over the targets it counts are per micro-batch, so the run will not continue as it would have"
+kiln 0 train "$ini" $run train.max_steps=6 "run.out_dir=$tmp/mb" pipeline.micro_batches=1 --resume
+grep -q "micro-batch changes" "$err" && fail "an unchanged micro-batch was said to change"
 echo "PASS: resume_knobs"
