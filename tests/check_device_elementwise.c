@@ -565,6 +565,25 @@ static void drop_rows_case(struct fx *f, int N, int C, int H, int W, int nhwc, i
 	free(x), free(part), free(whole), free(half);
 }
 
+/* bf16 [N, R] DROPOUT with the counter ctr: the output's bytes. */
+static uint16_t *drop_bf16_ctr(struct fx *f, const uint16_t *x, int64_t N, int64_t R,
+			       const int64_t ctr[KILN_DROP_CTR])
+{
+	const size_t nb = (size_t)(N * R) * 2;
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
+	op.in[0] = op.out[0] = td(KILN_BF16, 2, N, R);
+	op.in[1] = td(KILN_I64, 1, KILN_DROP_CTR, 0);
+	op.i[0] = 77, op.i[1] = 5, op.f[0] = 0.5;
+	void *dX = dput(f, x, nb), *dY = dput(f, NULL, nb), *dS = dput(f, ctr, 8 * KILN_DROP_CTR);
+	OK(run_op(f, &op, (const void *const[]){ dX, dS }, (void *const[]){ dY }));
+	uint16_t *y = malloc(nb);
+	dget(f, y, dY, nb);
+	DFREE(f, dX, dY, dS);
+	return y;
+}
+
 START_TEST(test_dropout_rows)
 {
 	struct fx f;
@@ -575,6 +594,23 @@ START_TEST(test_dropout_rows)
 			drop_rows_case(&f, 64, 3, 5, 7, nhwc, bwd);
 			drop_rows_case(&f, 8, 1003, 1, 1, nhwc, bwd);
 		}
+	/* bf16 storage (its own loops): rank r of 2's rows are the whole's */
+	const int64_t N = 16, R = 1003;
+	uint16_t *x = malloc((size_t)(N * R) * 2), *part = malloc((size_t)(N * R) * 2);
+	for (int64_t i = 0; i < N * R; i++)
+		x[i] = h_round(frand() + 2.0f, KILN_BF16);
+	uint16_t *whole = drop_bf16_ctr(&f, x, N, R, (const int64_t[KILN_DROP_CTR]){ 3, 0, 1 });
+	for (int r = 0; r < 2; r++) {
+		for (int64_t k = 0; k < N / 2; k++)
+			memcpy(part + k * R, x + (2 * k + r) * R, (size_t)R * 2);
+		uint16_t *got = drop_bf16_ctr(&f, part, N / 2, R, (const int64_t[KILN_DROP_CTR]){ 3, r, 2 });
+		for (int64_t k = 0; k < N / 2; k++)
+			ck_assert_msg(!memcmp(got + k * R, whole + (2 * k + r) * R, (size_t)R * 2),
+				      "bf16 rank %d of 2, row %lld: not row %lld of the whole batch", r,
+				      (long long)k, (long long)(2 * k + r));
+		free(got);
+	}
+	free(x), free(part), free(whole);
 	fx_close(&f);
 }
 END_TEST
