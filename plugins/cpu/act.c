@@ -505,13 +505,14 @@ static void drop_samples(void *y, const void *x, int64_t b, int64_t e, int64_t S
 }
 
 /* NHWC pixel rows [r0, r1) (HW per sample), each sample's with its global
- * offset, as drop_samples */
+ * offset, as drop_samples (one run when rstride is 1) */
 static void drop_pixels(float *y, const float *x, int64_t r0, int64_t r1, int64_t C, int64_t HW,
 			const struct drop *d, int acc)
 {
 	struct drop dd = *d;
 	while (r0 < r1) {
-		const int64_t n = r0 / HW, end = (n + 1) * HW < r1 ? (n + 1) * HW : r1;
+		const int64_t n = r0 / HW;
+		const int64_t end = d->rstride == 1 || (n + 1) * HW > r1 ? r1 : (n + 1) * HW;
 		dd.off = cpu_drop_off(d, n, C * HW);
 		drop_rows(y, x, r0, end, C, HW, &dd, acc);
 		r0 = end;
