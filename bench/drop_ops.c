@@ -26,11 +26,10 @@ static void way(struct kiln_device *dev, struct way *w, const char *name, struct
 		int bwd, int in_place)
 {
 	struct kiln_op op;
-	const int64_t one = 1;
 	memset(&op, 0, sizeof op);
 	op.type = bwd ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
 	op.in[0] = op.out[0] = t;
-	kiln_tensor_desc_init(&op.in[1], KILN_I64, 1, &one);
+	kiln_tensor_desc_init(&op.in[1], KILN_I64, 1, &(int64_t){ KILN_DROP_CTR });
 	op.i[0] = 1, op.i[1] = 11, op.f[0] = 0.4;
 	size_t wsb = 0;
 	TRY(kiln_device_prepare(dev, &op, &w->plan, &wsb));
@@ -66,8 +65,9 @@ int main(int argc, char **argv)
 	struct kiln_device *dev = cpu.dev;
 	void *stream = cpu.stream;
 	void *step;
-	TRY(kiln_device_alloc(dev, 8, &step));
-	memcpy(step, &(int64_t){ 5 }, 8);
+	/* the counter { step, row0, rstride }: one process's rows */
+	TRY(kiln_device_alloc(dev, 8 * KILN_DROP_CTR, &step));
+	memcpy(step, (int64_t[KILN_DROP_CTR]){ 5, 0, 1 }, 8 * KILN_DROP_CTR);
 	struct kiln_tensor_desc flat, act;
 	const int64_t fd[2] = { B, 1024 }, ad[4] = { B, C, H, H };
 	kiln_tensor_desc_init(&flat, KILN_F32, 2, fd);

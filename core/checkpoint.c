@@ -1022,6 +1022,20 @@ static kiln_status weights_finite(const struct kiln_ckpt *ck, const struct kiln_
 				       bytes / sizeof(float));
 }
 
+/* After state buffer `name` was enqueued from host: when it is "step",
+ * dropout's step from the same bytes (it has no section of its own): a
+ * model stepped through kiln_model_step_advance, one micro-step a step,
+ * draws on where it was; the trainer sets the optimizer step's after
+ * loading (kiln_model_drop_set). */
+static kiln_status step_to_drop(struct kiln_model *m, const char *name, const void *host,
+				void *stream)
+{
+	if (strcmp(name, "step"))
+		return KILN_OK;
+	return kiln_device_copy_async(m->dev, m->drop_d, host, sizeof(int64_t), KILN_COPY_H2D,
+				      stream);
+}
+
 kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream, int what)
 {
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
@@ -1070,8 +1084,9 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 		if (what == KILN_CKPT_LOAD_WEIGHTS && strcmp(sb[i].name, "params") &&
 		    strcmp(sb[i].name, "buffers"))
 			continue;
-		if (sb[i].bytes && (st = kiln_device_copy_async(m->dev, sb[i].ptr, (char *)host + off,
-								 sb[i].bytes, KILN_COPY_H2D, stream)))
+		if (sb[i].bytes && ((st = kiln_device_copy_async(m->dev, sb[i].ptr, (char *)host + off,
+								  sb[i].bytes, KILN_COPY_H2D, stream)) ||
+				    (st = step_to_drop(m, sb[i].name, (char *)host + off, stream))))
 			break;
 		off += sb[i].bytes;
 	}
@@ -1146,6 +1161,8 @@ static kiln_status load_counters(struct kiln_ckpt *ck, struct kiln_model *m, voi
 		    (st = check_counters(ck, sb[i].name, b, sb[i].bytes)) ||
 		    (st = kiln_device_copy_async(m->dev, sb[i].ptr, b, sb[i].bytes, KILN_COPY_H2D,
 						 stream)))
+			break;
+		if ((st = step_to_drop(m, sb[i].name, b, stream)))
 			break;
 		st = kiln_device_stream_sync(m->dev, stream);
 	}

@@ -491,6 +491,14 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_POOL && (op->flags & KILN_OPF_ACT) && dev->plugin->abi_minor < 16)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the ReLU folded into max pooling",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... nor draw dropout by global row: it would read the counter's
+	 * step alone, every rank and micro-batch the same masks (ABI 2.20) */
+	if ((op->type == KILN_OP_DROPOUT || op->type == KILN_OP_DROPOUT_BWD ||
+	     ((op->type == KILN_OP_ATTENTION || op->type == KILN_OP_ATTENTION_BWD) &&
+	      op->f[1] != 0.0)) &&
+	    dev->plugin->abi_minor < 20)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before dropout's global-batch counter (2.20): rebuild it against this kiln's headers",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	/* ... nor pool NHWC into NCHW (ABI 2.17) */
 	if ((op->type == KILN_OP_POOL || op->type == KILN_OP_POOL_BWD) && dev->plugin->abi_minor < 17 &&
 	    op->n_out >= 1 && op->n_in >= 1 &&

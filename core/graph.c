@@ -399,8 +399,8 @@ static kiln_status check_wiring(struct kiln_model *m, const struct plan_node *no
 	return KILN_OK;
 }
 
-/* m->step_plan: the COUNTER_ADD of 1 that advances step_d. */
-static kiln_status prepare_step_counter(struct kiln_model *m)
+/* *plan: a COUNTER_ADD of k on an i64[1]. */
+static kiln_status prepare_counter(struct kiln_model *m, int64_t k, void **plan)
 {
 	struct kiln_op op;
 	int64_t one = 1;
@@ -409,13 +409,61 @@ static kiln_status prepare_step_counter(struct kiln_model *m)
 	op.type = KILN_OP_COUNTER_ADD;
 	op.n_out = 1;
 	kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
-	op.i[0] = 1;
+	op.i[0] = k;
 	size_t cws = 0;
-	if ((st = kiln_device_prepare(m->dev, &op, &m->step_plan, &cws)))
+	if ((st = kiln_device_prepare(m->dev, &op, plan, &cws)))
 		return st;
 	if (cws)
 		return kiln_error(KILN_ENOTSUP, "the device's counter op asks for workspace");
 	return KILN_OK;
+}
+
+/* m->step_plan: the COUNTER_ADD of 1 that advances step_d (and drop_d's
+ * step); drop_d inside step_d's 64 bytes, the one process's layout. */
+static kiln_status prepare_step_counter(struct kiln_model *m)
+{
+	m->drop_d = m->step_d + 4;
+	m->drop_row0 = 0, m->drop_rstride = 1, m->drop_rows = 0, m->drop_acc = 1;
+	return prepare_counter(m, 1, &m->step_plan);
+}
+
+kiln_status kiln_model_drop_layout(struct kiln_model *m, int64_t row0, int64_t rstride,
+				   int64_t rows, int64_t acc)
+{
+	kiln_status st;
+	m->drop_row0 = row0, m->drop_rstride = rstride, m->drop_rows = rows, m->drop_acc = acc;
+	for (int k = 0; k < 2; k++) {
+		kiln_device_plan_free(m->dev, m->drop_rows_plan[k]);
+		m->drop_rows_plan[k] = NULL;
+	}
+	/* accumulation: each micro-step on to the next rows, the last back */
+	if (acc > 1 && ((st = prepare_counter(m, rows, &m->drop_rows_plan[0])) ||
+			(st = prepare_counter(m, -(acc - 1) * rows, &m->drop_rows_plan[1]))))
+		return st;
+	return KILN_OK;
+}
+
+kiln_status kiln_model_drop_set(struct kiln_model *m, int64_t step, void *stream)
+{
+	int64_t host[KILN_DROP_CTR] = { step, m->drop_row0, m->drop_rstride };
+	kiln_status st = kiln_device_copy_async(m->dev, m->drop_d, host, sizeof host,
+						KILN_COPY_H2D, stream);
+	return st ? st : kiln_device_stream_sync(m->dev, stream);
+}
+
+kiln_status kiln_model_drop_advance(struct kiln_model *m, int64_t j, void *stream)
+{
+	kiln_status st;
+	if (j + 1 < m->drop_acc) {
+		struct kiln_op_args a = { .out = { m->drop_d + 1 } };
+		return kiln_device_run(m->dev, m->drop_rows_plan[0], &a, stream);
+	}
+	if (m->drop_acc > 1) {
+		struct kiln_op_args a = { .out = { m->drop_d + 1 } };
+		if ((st = kiln_device_run(m->dev, m->drop_rows_plan[1], &a, stream)))
+			return st;
+	}
+	return kiln_model_drop_step(m, stream);
 }
 
 /* [model] layout: nchw, nhwc, or auto (the default): channels-last on a
@@ -620,6 +668,8 @@ void kiln_model_free(struct kiln_model *m)
 		kiln_model_optim_free(m);
 		kiln_model_tie_free(m);
 		kiln_device_plan_free(m->dev, m->step_plan);
+		kiln_device_plan_free(m->dev, m->drop_rows_plan[0]);
+		kiln_device_plan_free(m->dev, m->drop_rows_plan[1]);
 		kiln_device_free(m->dev, m->buffers_d);
 		kiln_device_free(m->dev, m->step_d);
 		kiln_device_free(m->dev, m->params_d);
@@ -813,16 +863,18 @@ static kiln_status init_region(struct kiln_model *m, int region, uint64_t seed, 
 	return st ? st : st2;
 }
 
-/* The micro-step counter at 0, through host (8 bytes at least); no
- * parameter is given any more. */
+/* The micro-step counter at 0 and dropout's counter at step 0 (its
+ * layout's rows), through host (64 bytes at least); no parameter is given
+ * any more. */
 static kiln_status init_step(struct kiln_model *m, float *host, void *stream)
 {
-	int64_t zero = 0;
+	int64_t c[8] = { 0 };
 	for (int i = 0; i < m->n_params; i++)
 		m->params[i].given = 0;
 	kiln_model_weights_written(m);
-	memcpy(host, &zero, sizeof zero);
-	kiln_status st = kiln_device_copy_async(m->dev, m->step_d, host, sizeof zero,
+	c[4 + 1] = m->drop_row0, c[4 + 2] = m->drop_rstride; /* drop_d = step_d + 4 */
+	memcpy(host, c, sizeof c);
+	kiln_status st = kiln_device_copy_async(m->dev, m->step_d, host, sizeof c,
 						KILN_COPY_H2D, stream);
 	return st ? st : kiln_device_stream_sync(m->dev, stream);
 }
@@ -834,8 +886,8 @@ kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *st
 	size_t lo, hi;
 	region_span(m, 0, &lo, &hi);
 	size_t n = hi - lo > m->n_buf_elems ? hi - lo : m->n_buf_elems;
-	if (n < 2)
-		n = 2; /* the step counter's 8 bytes go through this buffer too */
+	if (n < 16)
+		n = 16; /* the step counters' 64 bytes go through this buffer too */
 	kiln_status st = kiln_device_host_alloc(m->dev, n * sizeof(float), (void **)&host);
 	if (st)
 		return st;
@@ -896,8 +948,20 @@ kiln_status kiln_model_finite_check(const struct kiln_model *m, const char *file
 			  (long long)at);
 }
 
-kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream)
+kiln_status kiln_model_count_advance(struct kiln_model *m, void *stream)
 {
 	struct kiln_op_args a = { .out = { m->step_d } };
 	return kiln_device_run(m->dev, m->step_plan, &a, stream);
+}
+
+kiln_status kiln_model_drop_step(struct kiln_model *m, void *stream)
+{
+	struct kiln_op_args a = { .out = { m->drop_d } };
+	return kiln_device_run(m->dev, m->step_plan, &a, stream);
+}
+
+kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream)
+{
+	kiln_status st = kiln_model_count_advance(m, stream);
+	return st ? st : kiln_model_drop_step(m, stream);
 }

@@ -75,8 +75,22 @@ struct kiln_model {
 	int layout;          /* KILN_NCHW or KILN_NHWC, from [model] layout */
 	int fuse;            /* [run] fuse: activations into the layer before */
 	uint64_t seed;
-	int64_t *step_d;     /* device i64[1]: micro-steps done (dropout's counter) */
-	void *step_plan;     /* COUNTER_ADD of 1 (step_d and opt_step_d) */
+	int64_t *step_d;     /* device i64[1]: micro-steps done (batchnorm's
+			      * num_batches_tracked; the "step" checkpointed) */
+	void *step_plan;     /* COUNTER_ADD of 1 (step_d, drop_d and opt_step_d) */
+	/* dropout's counter, device i64[KILN_DROP_CTR] = { optimizer steps,
+	 * row0, rstride } (kiln/ops.h DROPOUT), in step_d's allocation: the
+	 * training plans' layers read it (a pipeline's, a copy per micro-
+	 * batch: core/pipe_run.c).  Row n of a micro-step's batch is row
+	 * row0 + n * rstride of the optimizer step's global batch; the
+	 * trainer sets the layout (kiln_model_drop_layout: rank r of W holds
+	 * global rows r, r + W, ..., micro-step j from row j * drop_rows) and
+	 * the step (kiln_model_drop_set, from the trainer's step on resume:
+	 * no checkpoint section) */
+	int64_t *drop_d;
+	int64_t drop_row0, drop_rstride; /* micro-step 0's (default 0, 1) */
+	int64_t drop_rows, drop_acc;     /* global rows per micro-step, micro-steps per step */
+	void *drop_rows_plan[2];         /* COUNTER_ADD of drop_rows, of -(drop_acc-1) * drop_rows */
 	int64_t tracked_base; /* batchnorm num_batches_tracked loaded with the weights */
 	/* The optimizer ([train] optimizer and its keys), chosen and its
 	 * buffers allocated at create; kiln_model_optim_prepare fills them. */
@@ -271,6 +285,25 @@ kiln_status kiln_model_create_checked(const struct kiln_config *cfg, const struc
  * (the optimizer state's but where m->state_sharded). */
 kiln_status kiln_model_alloc_whole(struct kiln_model *m);
 void kiln_model_optim_free(struct kiln_model *m);
+/* core/graph.c: enqueue step_d's advance alone (one micro-step or
+ * pipeline micro-batch done: batchnorm's count). */
+kiln_status kiln_model_count_advance(struct kiln_model *m, void *stream);
+/* Enqueue drop_d's step advance alone (a pipeline's optimizer step). */
+kiln_status kiln_model_drop_step(struct kiln_model *m, void *stream);
+/* core/graph.c: dropout's counter (drop_d).  The layout of this process's
+ * rows in the optimizer step's global batch: micro-step 0's row n is
+ * global row row0 + n * rstride, micro-step j's rows follow `rows` global
+ * rows later, `acc` micro-steps a step (prepares the counter's ops; call
+ * before kiln_model_init_params). */
+kiln_status kiln_model_drop_layout(struct kiln_model *m, int64_t row0, int64_t rstride,
+				   int64_t rows, int64_t acc);
+/* drop_d = { step, row0, rstride } through the host, synchronously (start-
+ * up and resume: step = optimizer steps taken). */
+kiln_status kiln_model_drop_set(struct kiln_model *m, int64_t step, void *stream);
+/* Enqueue drop_d's advance after micro-step j: the next micro-step's rows,
+ * or after the last one back to micro-step 0's and on to the next step. */
+kiln_status kiln_model_drop_advance(struct kiln_model *m, int64_t j, void *stream);
+
 /* Enqueue the advance of the optimizer's step count (opt_step_d) by one,
  * gated by step_ok_d when a finite flag gates the step (a skipped step is
  * not counted); before the optimizer op, which reads the 1-based number of
@@ -436,7 +469,7 @@ struct kiln_plan {
 	int logits_layer;
 	const void *pos;
 	/* pipelines (core/pipe_xfer.c, pipe_run.c): the crossing tensors;
-	 * the micro-step counter this plan's layers read (NULL: m->step_d) */
+	 * the dropout counter this plan's layers read (NULL: m->drop_d) */
 	int staged;          /* cut at the model's stages (m->plan_staged) */
 	struct plan_xfer *xfer;
 	int n_xfer, xfer_cap;

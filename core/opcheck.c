@@ -342,14 +342,17 @@ static kiln_status check_dropout(const char *who, const struct kiln_op *op)
 	if (!(op->f[0] >= 0.0 && op->f[0] <= 1.0))
 		BAD(KILN_EINVAL, "probability f[0] outside [0, 1]");
 	const struct kiln_tensor_desc *x = &op->in[0], *y = &op->out[0];
-	if (numel(x) != numel(y) || numel(&op->in[1]) != 1 ||
-	    (x->ndim == 4 && y->ndim == 4 && nhwc(x) != nhwc(y)))
-		BAD(KILN_EINVAL, "x and y differ in size or layout, or step is not [1]");
+	if (numel(&op->in[1]) != KILN_DROP_CTR)
+		BAD(KILN_EINVAL, "the step (in1) must be i64[%d] { step, row0, rstride } (ABI 2.20)",
+		    KILN_DROP_CTR);
+	if (numel(x) != numel(y) || (x->ndim == 4 && y->ndim == 4 && nhwc(x) != nhwc(y)))
+		BAD(KILN_EINVAL, "x and y differ in size or layout");
 	return KILN_OK;
 }
 
 /* ATTENTION, ATTENTION_BWD (kiln/ops.h): qkv [B,T,3C], y/dy [B,T,C] of
- * qkv's dtype, lse f32[B,H,T], and the i64[1] step when dropout is on. */
+ * qkv's dtype, lse f32[B,H,T], and the i64[KILN_DROP_CTR] step when
+ * dropout is on. */
 static kiln_status check_attention(const char *who, const struct kiln_op *op)
 {
 	const int bwd = op->type == KILN_OP_ATTENTION_BWD;
@@ -381,8 +384,10 @@ static kiln_status check_attention(const char *who, const struct kiln_op *op)
 		BAD(KILN_EINVAL, "causal i[1] must be 0 or 1");
 	if (!(op->f[0] > 0) || !isfinite(op->f[0]) || !(op->f[1] >= 0.0 && op->f[1] < 1.0))
 		BAD(KILN_EINVAL, "wants scale f[0] > 0 and dropout 0 <= f[1] < 1");
-	if (drop && (op->in[op->n_in - 1].dtype != KILN_I64 || numel(&op->in[op->n_in - 1]) != 1))
-		BAD(KILN_EINVAL, "the step (last input, with dropout) must be i64[1]");
+	if (drop && (op->in[op->n_in - 1].dtype != KILN_I64 ||
+		     numel(&op->in[op->n_in - 1]) != KILN_DROP_CTR))
+		BAD(KILN_EINVAL, "the step (last input, with dropout) must be i64[%d] { step, row0, rstride } (ABI 2.20)",
+		    KILN_DROP_CTR);
 	return KILN_OK;
 }
 

@@ -101,7 +101,10 @@ struct kiln_pipe {
 	int A, a;                    /* [train] accumulate: steps per optimizer step, this one's */
 	int64_t mb;                  /* micro-batch rows */
 	struct kiln_plan **plan;     /* K: one per activation set alive */
-	int64_t *steps_d;            /* K micro-step counters, 8 i64 apart */
+	int64_t *steps_d;            /* K dropout counters (kiln/ops.h DROPOUT's
+				      * { step, row0, rstride }), 8 i64 apart */
+	int64_t *rows_d;             /* A * M: micro-batch j of accumulation
+				      * step a's row0, at a * M + j */
 	int *slot;                   /* M: the micro-batch's plan */
 	char *busy;                  /* K */
 	struct kiln_pipe_action *act;
@@ -371,7 +374,7 @@ static void share_local(struct kiln_pipe *pp)
 }
 
 /* The schedule, its plans (one per activation set alive at once), their
- * micro-step counters and the transport's messages. */
+ * dropout counters and the transport's messages. */
 static kiln_status open_plans(struct kiln_pipe *pp)
 {
 	kiln_status st;
@@ -430,6 +433,38 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	return open_streams(pp);
 }
 
+/* The dropout counters' constant parts, through the host: each plan's
+ * rstride (the model's: the data-parallel world) and the table of each
+ * micro-batch's row0.  Micro-batch j of accumulation step a holds rows
+ * [a * B + j * mb, + mb) of this rank's batches, whose global rows are
+ * row0 + n * rstride with the model's layout (kiln_model_drop_layout). */
+static kiln_status drop_rows(struct kiln_pipe *pp)
+{
+	const struct kiln_model *m = pp->m;
+	const int64_t n = (int64_t)pp->A * pp->M, B = pp->mb * pp->M;
+	const size_t bytes = (size_t)(8 * pp->K > n ? 8 * pp->K : n) * sizeof(int64_t);
+	int64_t *host;
+	kiln_status st = kiln_device_alloc(pp->dev, (size_t)n * sizeof(int64_t), (void **)&pp->rows_d);
+	if (st || (st = kiln_device_host_alloc(pp->dev, bytes, (void **)&host)))
+		return st;
+	memset(host, 0, bytes);
+	for (int k = 0; k < pp->K; k++)
+		host[8 * k + 1] = m->drop_row0, host[8 * k + 2] = m->drop_rstride;
+	st = kiln_device_copy_async(pp->dev, pp->steps_d, host, (size_t)pp->K * 64, KILN_COPY_H2D,
+				    pp->stream);
+	if (!st)
+		st = kiln_device_stream_sync(pp->dev, pp->stream);
+	for (int64_t i = 0; !st && i < n; i++)
+		host[i] = m->drop_row0 + ((i / pp->M) * B + (i % pp->M) * pp->mb) * m->drop_rstride;
+	if (!st)
+		st = kiln_device_copy_async(pp->dev, pp->rows_d, host, (size_t)n * sizeof(int64_t),
+					    KILN_COPY_H2D, pp->stream);
+	if (!st)
+		st = kiln_device_stream_sync(pp->dev, pp->stream);
+	kiln_device_host_free(pp->dev, host);
+	return st;
+}
+
 kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumulate, int world,
 			   void *stream, struct kiln_pipe **out)
 {
@@ -485,7 +520,8 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	struct kiln_device *devs[KILN_PIPE_MAX_STAGES];
 	for (int s = 0; s < pp->P; s++)
 		devs[s] = sdev(pp, s);
-	if ((st = seed_mean(pp)) || (st = open_plans(pp)) || (st = prepare_grads(pp)) ||
+	if ((st = seed_mean(pp)) || (st = open_plans(pp)) || (st = drop_rows(pp)) ||
+	    (st = prepare_grads(pp)) ||
 	    (st = kiln_pipe_timing_open(devs, pp->P, pp->act, 2 * pp->P * pp->M,
 					kiln_pipe_bubble(pp->P, pp->M, pp->ticks),
 					kiln_device_profile(m->dev), &pp->timing))) {
@@ -787,9 +823,11 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	return tie_grads(pp, s, j, 1);
 }
 
-/* Micro-batch j enters the pipeline: a free plan, and its micro-step
- * counter taken from the model's, which advances (dropout draws as with
- * [train] accumulate's micro-steps). */
+/* Micro-batch j enters the pipeline: a free plan, and its dropout counter:
+ * the model's step (the optimizer step's, advanced after the step's last
+ * micro-batch enters) and the micro-batch's rows of the global batch, so
+ * that its samples draw the masks they draw in one batch; the model's
+ * micro-step count (batchnorm's) advances. */
 static kiln_status enter(struct kiln_pipe *pp, int j)
 {
 	int k = 0;
@@ -801,9 +839,17 @@ static kiln_status enter(struct kiln_pipe *pp, int j)
 	pp->slot[j] = k;
 	const int s0 = pp->mine < 0 ? 0 : pp->mine;
 	void *ss = pp->sst[s0];
-	kiln_status st = kiln_device_copy_async(sdev(pp, s0), pp->plan[k]->step_d, pp->m->step_d,
-						sizeof(int64_t), KILN_COPY_D2D, ss);
-	return st ? st : kiln_model_step_advance(pp->m, ss);
+	int64_t *ctr = pp->plan[k]->step_d;
+	kiln_status st = kiln_device_copy_async(sdev(pp, s0), ctr, pp->m->drop_d, sizeof(int64_t),
+						KILN_COPY_D2D, ss);
+	if (!st)
+		st = kiln_device_copy_async(sdev(pp, s0), ctr + 1, pp->rows_d + pp->a * pp->M + j,
+					    sizeof(int64_t), KILN_COPY_D2D, ss);
+	if (!st)
+		st = kiln_model_count_advance(pp->m, ss);
+	if (!st && j == pp->M - 1 && pp->a == pp->A - 1)
+		st = kiln_model_drop_step(pp->m, ss);
+	return st;
 }
 
 kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
@@ -1067,6 +1113,7 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 		kiln_device_free(pp->dev, pp->tie[k]);
 	free(pp->tie);
 	kiln_device_free(pp->dev, pp->steps_d);
+	kiln_device_free(pp->dev, pp->rows_d);
 	free(pp->local.msg);
 	free(pp->xadd);
 	for (int e = 0; e < pp->n_xdata; e++)

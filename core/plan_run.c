@@ -67,7 +67,7 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->grad_scale = 1.0f / (float)p->batch;
 	int ss = late && nd->rsstore >= 0 ? nd->rsstore : nd->sstore;
 	r->saved = ss >= 0 ? kiln_plan_store_ptr(p, ss, x) : NULL;
-	r->step = p->step_d ? p->step_d : m->step_d;
+	r->step = p->step_d ? p->step_d : m->drop_d;
 	r->loss_scale = p->seed_d ? p->seed_d : m->scaler_d; /* the scale is element 0 */
 	r->group = p->training && m->group_ranks > 1 ? m->group : NULL;
 	r->pos = p->pos;

@@ -116,7 +116,7 @@ static const struct kiln_key train_keys[] = {
 	{ "recompute", KILN_KEY_INT, "none", 1, 1024, "none|auto", /* KILN_MAX_LAYERS segments */
 	  "Gradient checkpointing: `none`; `N`, the layers split into N segments of about equal activation bytes, and every output read only inside its own segment (all but the last) freed after the forward and recomputed during the backward; `auto`, N = the square root of the layer count. Less activation memory for one more forward's work; gradients, running statistics and dropout masks are the same bit for bit. `kiln memory` shows the effect." },
 	{ "accumulate", KILN_KEY_INT, "1", 1, 65536, NULL,
-	  "Gradient accumulation: one optimizer step per N micro-batches of `batch` (the first writes the gradients, the others add theirs), so the step sees batch x N samples; steps, `max_steps` and the schedule count optimizer steps." },
+	  "Gradient accumulation: one optimizer step per N micro-batches of `batch` (the first writes the gradients, the others add theirs), so the step sees batch x N samples; steps, `max_steps` and the schedule count optimizer steps. Dropout draws the masks of one batch of batch x N (each sample by its row in the step's global batch)." },
 	{ "max_steps", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Stop after this many steps in total; 0 = no limit." },
 	{ "optimizer", KILN_KEY_STR, "sgd", NOLIM, NULL,
@@ -216,7 +216,7 @@ static const struct kiln_key log_keys[] = {
 
 static const struct kiln_key pipeline_keys[] = {
 	{ "micro_batches", KILN_KEY_INT, "1", 1, 65536, NULL,
-	  "Micro-batches per step (docs/pipeline.md): `[train] batch` is cut into this many, which flow through the stages in `schedule`'s order; the gradients are the mean over them (as `[train] accumulate` of batch / micro_batches), with no communication before the last. Batchnorm uses each micro-batch's statistics and updates its running statistics once per micro-batch (PyTorch's semantics with micro-batches). Must divide `[train] batch`. With `[train] accumulate = A` each optimizer step runs A pipeline steps, as `accumulate = A M` of batch/M (docs/pipeline.md, Combinations)." },
+	  "Micro-batches per step (docs/pipeline.md): `[train] batch` is cut into this many, which flow through the stages in `schedule`'s order; the gradients are the mean over them (as `[train] accumulate` of batch / micro_batches), with no communication before the last. Batchnorm uses each micro-batch's statistics and updates its running statistics once per micro-batch (PyTorch's semantics with micro-batches); dropout draws one batch's masks whatever the micro-batches. Must divide `[train] batch`. With `[train] accumulate = A` each optimizer step runs A pipeline steps, as `accumulate = A M` of batch/M (docs/pipeline.md, Combinations)." },
 	{ "schedule", KILN_KEY_ENUM, "1f1b", NOLIM, "gpipe|1f1b",
 	  "Order of the micro-batches' forwards and backwards on each stage: `gpipe` (all forwards, then all backwards: every micro-batch's activations alive at once) or `1f1b` (one forward, one backward: at most `stages` micro-batches' activations alive). Both give the same gradients bit for bit (each stage accumulates its micro-batches in the same order)." },
 	{ "early_forwards", KILN_KEY_INT, "0", 0, 64, NULL,

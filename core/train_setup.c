@@ -527,7 +527,11 @@ static kiln_status build_model(struct trainer *t)
 	    (st = open_streams(t)))
 		return st;
 	if (t->training) {
-		if ((st = prepare_training(t)))
+		/* dropout draws by the global batch's rows: this rank's are
+		 * drank, drank + world, ... (kiln_shard's interleaving), the
+		 * micro-steps' B * world rows apart (core/trainer.c) */
+		if ((st = kiln_model_drop_layout(t->m, t->drank, t->world, t->B * t->world, t->acc)) ||
+		    (st = prepare_training(t)))
 			return st;
 		int pipe = 0;
 		if ((st = kiln_pipe_wanted(t->cfg, t->m, &pipe)))
@@ -804,6 +808,11 @@ static kiln_status open_loop(struct trainer *t)
 	t->off0 = t->pos.offset;
 	t->step = t->step0 = t->interval_start = t->pos.step;
 	t->finite_step = -1;
+	/* dropout's step is the optimizer step's (a resumed run's: the
+	 * checkpoint's, so its masks are the uninterrupted run's) */
+	kiln_status st = kiln_model_drop_set(t->m, t->step, t->compute);
+	if (st)
+		return st;
 	t->iv_t0 = kiln_now_s(); /* the first log interval starts */
 	return KILN_OK;
 }

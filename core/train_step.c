@@ -215,10 +215,13 @@ static kiln_status micro_ops(struct trainer *t, void *xd, void *yd, int64_t j)
 	}
 	trainer_label(t, NULL, 0);
 	trainer_phase(t, KILN_PHASE_BACKWARD, 0);
-	/* the dropout counter counts micro-steps */
+	/* the micro-step count (batchnorm's), and dropout's counter: the
+	 * next micro-step's rows of the global batch, or the next step */
 	trainer_label(t, "step counter", KILN_PHASE_OPTIMIZER);
 	if (!st)
-		st = kiln_model_step_advance(t->m, t->compute);
+		st = kiln_model_count_advance(t->m, t->compute);
+	if (!st)
+		st = kiln_model_drop_advance(t->m, j, t->compute);
 	trainer_label(t, NULL, 0);
 	return st;
 }

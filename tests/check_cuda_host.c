@@ -3,9 +3,10 @@
  * functions, so what can be checked without a GPU is checked here.
  *
  *   - bf16 rounding: equal, bit for bit, to the CPU device's CAST;
- *   - the dropout mask (kern_drop_setup, kern_drop_scale and the NHWC
- *     logical index): equal, bit for bit, to the CPU device's DROPOUT in
- *     both layouts, so the GPU's masks are the CPU's;
+ *   - the dropout mask (kern_drop_setup, kern_drop_scale, the NHWC
+ *     logical index and kern_drop_global's rows of the global batch):
+ *     equal, bit for bit, to the CPU device's DROPOUT in both layouts and
+ *     for several counters' rows, so the GPU's masks are the CPU's;
  *   - CONCAT/SPLIT and REORDER geometry: a host loop over the geometry
  *     gives the CPU device's outputs;
  *   - LAMB's piece slots are distinct and within the workspace, and the
@@ -156,28 +157,35 @@ START_TEST(test_dropout_mask)
 	float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
 	for (int64_t i = 0; i < n; i++)
 		x[i] = frand() + 2.0f; /* nonzero: a zero output is a drop */
+	/* { step, row0, rstride }: one process; rows [2, 5) of a micro-batch;
+	 * rank 2 of 3 with a row0 whose rows' indices pass 2^32 */
+	static const int64_t ctrs[3][KILN_DROP_CTR] = { { 0x100000007LL, 0, 1 }, /* step's low 32 bits count */
+							{ 5, 2, 1 },
+							{ 9, 4600000 * 3 + 2, 3 } };
 	for (int nhwc = 0; nhwc < 2; nhwc++)
-		for (int pi = 0; pi < 3; pi++) {
-			int64_t step = 0x100000007LL; /* only the low 32 bits count */
+		for (int pi = 0; pi < 3 * 3; pi++) {
+			const int64_t *ctr = ctrs[pi / 3];
 			struct kiln_op op;
 			memset(&op, 0, sizeof op);
 			op.type = KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
 			op.in[0] = op.out[0] = desc(KILN_F32, 4, dims, nhwc);
-			op.in[1] = desc(KILN_I64, 1, (const int64_t[]){ 1 }, 0);
-			op.i[0] = 0x123456789abcdefLL, op.i[1] = 11, op.f[0] = ps[pi];
+			op.in[1] = desc(KILN_I64, 1, (const int64_t[]){ KILN_DROP_CTR }, 0);
+			op.i[0] = 0x123456789abcdefLL, op.i[1] = 11, op.f[0] = ps[pi % 3];
 			memset(y, 0, sizeof(float) * n);
-			cpu_run(&c, &op, (const void *const[]){ x, &step },
-				(const size_t[]){ sizeof(float) * n, 8 }, (void *const[]){ y },
-				(const size_t[]){ sizeof(float) * n });
+			cpu_run(&c, &op, (const void *const[]){ x, ctr },
+				(const size_t[]){ sizeof(float) * n, 8 * KILN_DROP_CTR },
+				(void *const[]){ y }, (const size_t[]){ sizeof(float) * n });
 			struct kern_drop d;
 			kern_drop_setup(&op, &d);
 			int64_t kept = 0;
 			for (int64_t i = 0; i < n; i++) {
 				const int64_t e = nhwc ? kern_nhwc_logical(i, C, HW) : i;
-				const float k = kern_drop_scale(&d, (uint32_t)step, (uint64_t)e);
+				const uint64_t g = kern_drop_global((uint64_t)e, n / dims[0], ctr[1], ctr[2]);
+				const float k = kern_drop_scale(&d, (uint32_t)ctr[0], g);
 				ck_assert_msg(!memcmp(&y[i], &(float){ x[i] * k }, 4),
-					      "%s p %g element %lld: cpu %a, kern %a",
-					      nhwc ? "NHWC" : "NCHW", ps[pi], (long long)i, y[i], x[i] * k);
+					      "%s p %g counter %d element %lld: cpu %a, kern %a",
+					      nhwc ? "NHWC" : "NCHW", ps[pi % 3], pi / 3, (long long)i, y[i],
+					      x[i] * k);
 				kept += k != 0;
 			}
 			ck_assert(kept > 0 && kept < n);

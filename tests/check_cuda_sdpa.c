@@ -111,7 +111,7 @@ START_TEST(test_paths)
 	struct kiln_op drop = bf16;
 	drop.f[1] = 0.1;
 	drop.n_in = 2;
-	kiln_tensor_desc_init(&drop.in[1], KILN_I64, 1, (const int64_t[]){ 1 });
+	kiln_tensor_desc_init(&drop.in[1], KILN_I64, 1, (const int64_t[]){ KILN_DROP_CTR });
 	ck_assert_int_eq(prepare("cudnn", &drop, &p), KILN_ENOTSUP);
 	ck_assert_msg(strstr(kiln_last_error(), "dropout"), "%s", kiln_last_error());
 	/* a bad value fails open, naming the variable */

@@ -38,7 +38,18 @@ struct attn_case {
 	int B, T, C, H, causal;
 	double scale, p; /* scale 0: 1/sqrt(D) */
 	int64_t seed, layer, step;
+	int64_t row0, rstride; /* the dropout counter's rows (rstride 0: 1) */
 };
+
+/* The dropout counter { step, row0, rstride } (kiln/ops.h) on the device
+ * (copied before ctr leaves scope: dput's copy is asynchronous). */
+static void *attn_ctr(struct fx *f, const struct attn_case *c)
+{
+	const int64_t ctr[KILN_DROP_CTR] = { c->step, c->row0, c->rstride ? c->rstride : 1 };
+	void *d = dput(f, ctr, sizeof ctr);
+	OK(kiln_device_stream_sync(f->dev, f->s));
+	return d;
+}
 
 static double attn_scale(const struct attn_case *c)
 {
@@ -118,14 +129,14 @@ static void attn_loop(const struct attn_case *c, const float *qkv, const float *
 static void attn_op(struct kiln_op *op, const struct attn_case *c, int dt, int bwd, int acc)
 {
 	const int64_t dq[3] = { c->B, c->T, 3 * c->C }, dy[3] = { c->B, c->T, c->C };
-	const int64_t dl[3] = { c->B, c->H, c->T }, one = 1;
+	const int64_t dl[3] = { c->B, c->H, c->T }, nctr = KILN_DROP_CTR;
 	const int drop = c->p > 0;
 	memset(op, 0, sizeof *op);
 	struct kiln_tensor_desc qkv, y, lse, step;
 	kiln_tensor_desc_init(&qkv, dt, 3, dq);
 	kiln_tensor_desc_init(&y, dt, 3, dy);
 	kiln_tensor_desc_init(&lse, KILN_F32, 3, dl);
-	kiln_tensor_desc_init(&step, KILN_I64, 1, &one);
+	kiln_tensor_desc_init(&step, KILN_I64, 1, &nctr);
 	if (bwd) {
 		op->type = KILN_OP_ATTENTION_BWD, op->n_in = 4 + drop, op->n_out = 1;
 		op->in[0] = op->in[2] = y, op->in[1] = qkv, op->in[3] = lse, op->out[0] = qkv;
@@ -150,7 +161,7 @@ static void attn_fwd_dev(struct fx *f, const struct attn_case *c, int dt, size_t
 			 const void *qkv, void *y, float *lse)
 {
 	void *dQ = dput(f, qkv, attn_nq(c) * es), *dY = dput(f, NULL, attn_ny(c) * es);
-	void *dL = dput(f, NULL, attn_nl(c) * 4), *dS = dput(f, &c->step, 8);
+	void *dL = dput(f, NULL, attn_nl(c) * 4), *dS = attn_ctr(f, c);
 	struct kiln_op op;
 	attn_op(&op, c, dt, 0, 0);
 	OK(run_op(f, &op, (const void *const[]){ dQ, dS }, (void *const[]){ dY, dL }));
@@ -166,7 +177,7 @@ static void attn_bwd_dev(struct fx *f, const struct attn_case *c, int dt, size_t
 {
 	void *dDY = dput(f, dy, attn_ny(c) * es), *dQ = dput(f, qkv, attn_nq(c) * es);
 	void *dY = dput(f, y, attn_ny(c) * es), *dL = dput(f, lse, attn_nl(c) * 4);
-	void *dG = dput(f, acc ? dqkv : NULL, attn_nq(c) * es), *dS = dput(f, &c->step, 8);
+	void *dG = dput(f, acc ? dqkv : NULL, attn_nq(c) * es), *dS = attn_ctr(f, c);
 	struct kiln_op op;
 	attn_op(&op, c, dt, 1, acc);
 	OK(run_op(f, &op, (const void *const[]){ dDY, dQ, dY, dL, dS }, (void *const[]){ dG }));
@@ -362,20 +373,21 @@ END_TEST
 
 /* ---- dropout ------------------------------------------------------------ */
 
-/* The DROPOUT op's scale (0 or 1/(1-p)) for every element of [B,H,T,T]:
- * the mask the attention's dropout must be. */
+/* The DROPOUT op's scale (0 or 1/(1-p)) for every element of [B,H,T,T]
+ * (4-d: rows of H*T*T, b's global row from the counter's row0 and
+ * rstride): the mask the attention's dropout must be. */
 static float *dropout_mask(struct fx *f, const struct attn_case *c)
 {
 	const int64_t n = (int64_t)c->B * c->H * c->T * c->T;
 	float *ones = malloc((size_t)n * 4), *m = malloc((size_t)n * 4);
 	for (int64_t i = 0; i < n; i++)
 		ones[i] = 1.0f;
-	void *dX = dput(f, ones, (size_t)n * 4), *dS = dput(f, &c->step, 8);
+	void *dX = dput(f, ones, (size_t)n * 4), *dS = attn_ctr(f, c);
 	struct kiln_op op;
 	memset(&op, 0, sizeof op);
 	op.type = KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
-	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
-	op.in[1] = td(KILN_I64, 1, 1, 0);
+	op.in[0] = op.out[0] = td4(c->B, c->H, c->T, c->T, 0);
+	op.in[1] = td(KILN_I64, 1, KILN_DROP_CTR, 0);
 	op.i[0] = c->seed, op.i[1] = c->layer, op.f[0] = c->p;
 	OK(run_op(f, &op, (const void *const[]){ dX, dS }, (void *const[]){ dX }));
 	dget(f, m, dX, (size_t)n * 4);
@@ -408,7 +420,14 @@ START_TEST(test_attn_dropout)
 	float *mask2 = dropout_mask(&f, &c);
 	ck_assert(memcmp(mask, mask2, nm * 4) != 0);
 	attn_check(&f, "dropout, next step", &c, mask2);
-	free(mask), free(mask2);
+	/* rows of the global batch: rank 1 of 2's (rows 1, 3 of 4), drawn
+	 * with b's global row (the DROPOUT mask by rows: check_device_
+	 * elementwise's dropout_rows) */
+	c.row0 = 1, c.rstride = 2;
+	float *mask3 = dropout_mask(&f, &c);
+	ck_assert(memcmp(mask2, mask3, nm * 4) != 0);
+	attn_check(&f, "dropout, rank 1 of 2", &c, mask3);
+	free(mask), free(mask2), free(mask3);
 	fx_close(&f);
 }
 END_TEST

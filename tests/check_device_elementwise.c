@@ -373,20 +373,22 @@ static int drop_ref(uint64_t seed, uint32_t layer, uint64_t step, uint64_t e, do
 	return (double)(r.v[0] >> 8) / 16777216.0 >= p;
 }
 
-/* Dropout of logical [N,C,H,W] x in the given layout; returns logical y. */
-static float *drop_run(struct fx *f, int bwd, const float *x, const float *y0, int N, int C,
-		       int H, int W, int nhwc, double p, int64_t seed, int layer, int64_t step)
+/* Dropout of logical [N,C,H,W] x in the given layout with the counter
+ * ctr = { step, row0, rstride }; returns logical y. */
+static float *drop_run_ctr(struct fx *f, int bwd, const float *x, const float *y0, int N, int C,
+			   int H, int W, int nhwc, double p, int64_t seed, int layer,
+			   const int64_t ctr[KILN_DROP_CTR])
 {
 	float *k1, *k2;
 	void *dX = dput4(f, x, N, C, H, W, nhwc, &k1), *dY = dput4(f, y0, N, C, H, W, nhwc, &k2);
-	void *dS = dput(f, &step, 8);
+	void *dS = dput(f, ctr, 8 * KILN_DROP_CTR);
 	struct kiln_op op;
 	memset(&op, 0, sizeof op);
 	op.type = bwd ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT;
 	op.flags = bwd == 2 ? KILN_OPF_ACCUMULATE : 0;
 	op.n_in = 2, op.n_out = 1;
 	op.in[0] = op.out[0] = td4(N, C, H, W, nhwc);
-	op.in[1] = td(KILN_I64, 1, 1, 0);
+	op.in[1] = td(KILN_I64, 1, KILN_DROP_CTR, 0);
 	op.i[0] = seed, op.i[1] = layer, op.f[0] = p;
 	const void *in[2] = { dX, dS };
 	void *out[1] = { dY };
@@ -395,6 +397,14 @@ static float *drop_run(struct fx *f, int bwd, const float *x, const float *y0, i
 	DFREE(f, dX, dY, dS);
 	free(k1), free(k2);
 	return got;
+}
+
+/* The same with the rows of one process's batch: { step, 0, 1 }. */
+static float *drop_run(struct fx *f, int bwd, const float *x, const float *y0, int N, int C,
+		       int H, int W, int nhwc, double p, int64_t seed, int layer, int64_t step)
+{
+	const int64_t ctr[KILN_DROP_CTR] = { step, 0, 1 };
+	return drop_run_ctr(f, bwd, x, y0, N, C, H, W, nhwc, p, seed, layer, ctr);
 }
 
 START_TEST(test_dropout)
@@ -471,10 +481,11 @@ START_TEST(test_dropout_bf16)
 		op.type = k & 1 ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT;
 		op.n_in = 2, op.n_out = 1;
 		op.in[0] = op.out[0] = td(KILN_BF16, 1, n, 0);
-		op.in[1] = td(KILN_I64, 1, 1, 0);
+		op.in[1] = td(KILN_I64, 1, KILN_DROP_CTR, 0);
 		op.i[0] = seed, op.i[1] = 9, op.f[0] = pk;
+		const int64_t ctr[KILN_DROP_CTR] = { step, 0, 1 };
 		void *dX = dput(&f, x, (size_t)n * 2), *dY = dput(&f, NULL, (size_t)n * 2),
-		     *dS = dput(&f, &step, 8);
+		     *dS = dput(&f, ctr, sizeof ctr);
 		const void *in[2] = { dX, dS };
 		void *out[1] = { dY };
 		OK(run_op(&f, &op, in, out));
@@ -512,6 +523,98 @@ START_TEST(test_dropout_bf16)
 }
 END_TEST
 
+/* The masks by the global batch's rows (ABI 2.20): a slice of the batch
+ * drawn with its counter's row0 and rstride gets, bit for bit, the masks
+ * of the whole batch's rows row0 + n * rstride: rows [32, 64) of 64 with
+ * row0 32 (accumulation's second micro-step, a pipeline's micro-batch)
+ * and rank r of 2's rows r, r + 2, ... with { r, 2 } (kiln_shard's
+ * interleaving), forward and backward, both layouts, rows of 105
+ * elements (the counters' 16-blocks straddle the rows) and of 1003 (the
+ * vector paths, NHWC's 8 channels at a time, off a multiple of 16). */
+static void drop_rows_case(struct fx *f, int N, int C, int H, int W, int nhwc, int bwd)
+{
+	const size_t R = (size_t)C * H * W, n = (size_t)N * R;
+	const double p = 0.5;
+	const int64_t seed = 0x5eed1234LL, whole_ctr[KILN_DROP_CTR] = { 6, 0, 1 };
+	float *x = frandv(n), *part = malloc(n * sizeof(float));
+	float *whole = drop_run_ctr(f, bwd, x, x, N, C, H, W, nhwc, p, seed, 4, whole_ctr);
+	/* the second half, as a micro-batch of its own */
+	const int64_t half_ctr[KILN_DROP_CTR] = { 6, N / 2, 1 };
+	float *half = drop_run_ctr(f, bwd, x + n / 2, x + n / 2, N / 2, C, H, W, nhwc, p, seed, 4,
+				   half_ctr);
+	ck_assert_msg(!memcmp(half, whole + n / 2, n / 2 * sizeof(float)),
+		      "rows [%d, %d) with row0 %d: not the whole batch's (%s, %s)", N / 2, N, N / 2,
+		      nhwc ? "NHWC" : "NCHW", bwd ? "backward" : "forward");
+	/* rank r of 2: rows r, r + 2, ... */
+	for (int r = 0; r < 2; r++) {
+		for (int k = 0; k < N / 2; k++)
+			memcpy(part + k * R, x + (size_t)(2 * k + r) * R, R * sizeof(float));
+		const int64_t rank_ctr[KILN_DROP_CTR] = { 6, r, 2 };
+		float *got = drop_run_ctr(f, bwd, part, part, N / 2, C, H, W, nhwc, p, seed, 4, rank_ctr);
+		for (int k = 0; k < N / 2; k++)
+			ck_assert_msg(!memcmp(got + k * R, whole + (size_t)(2 * k + r) * R, R * sizeof(float)),
+				      "rank %d of 2, row %d: not row %d of the whole batch (%s, %s)", r, k,
+				      2 * k + r, nhwc ? "NHWC" : "NCHW", bwd ? "backward" : "forward");
+		free(got);
+	}
+	/* and not the old rank-blind draw: the halves' masks differ */
+	size_t same = 0;
+	for (size_t i = 0; i < n / 2; i++)
+		same += (whole[i] != 0) == (whole[n / 2 + i] != 0);
+	ck_assert_msg(same < n / 2 * 0.65, "the halves' masks repeat: %zu of %zu", same, n / 2);
+	free(x), free(part), free(whole), free(half);
+}
+
+/* bf16 [N, R] DROPOUT with the counter ctr: the output's bytes. */
+static uint16_t *drop_bf16_ctr(struct fx *f, const uint16_t *x, int64_t N, int64_t R,
+			       const int64_t ctr[KILN_DROP_CTR])
+{
+	const size_t nb = (size_t)(N * R) * 2;
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
+	op.in[0] = op.out[0] = td(KILN_BF16, 2, N, R);
+	op.in[1] = td(KILN_I64, 1, KILN_DROP_CTR, 0);
+	op.i[0] = 77, op.i[1] = 5, op.f[0] = 0.5;
+	void *dX = dput(f, x, nb), *dY = dput(f, NULL, nb), *dS = dput(f, ctr, 8 * KILN_DROP_CTR);
+	OK(run_op(f, &op, (const void *const[]){ dX, dS }, (void *const[]){ dY }));
+	uint16_t *y = malloc(nb);
+	dget(f, y, dY, nb);
+	DFREE(f, dX, dY, dS);
+	return y;
+}
+
+START_TEST(test_dropout_rows)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_DROPOUT);
+	for (int nhwc = 0; nhwc < 2; nhwc++)
+		for (int bwd = 0; bwd < 2; bwd++) {
+			drop_rows_case(&f, 64, 3, 5, 7, nhwc, bwd);
+			drop_rows_case(&f, 8, 1003, 1, 1, nhwc, bwd);
+		}
+	/* bf16 storage (its own loops): rank r of 2's rows are the whole's */
+	const int64_t N = 16, R = 1003;
+	uint16_t *x = malloc((size_t)(N * R) * 2), *part = malloc((size_t)(N * R) * 2);
+	for (int64_t i = 0; i < N * R; i++)
+		x[i] = h_round(frand() + 2.0f, KILN_BF16);
+	uint16_t *whole = drop_bf16_ctr(&f, x, N, R, (const int64_t[KILN_DROP_CTR]){ 3, 0, 1 });
+	for (int r = 0; r < 2; r++) {
+		for (int64_t k = 0; k < N / 2; k++)
+			memcpy(part + k * R, x + (2 * k + r) * R, (size_t)R * 2);
+		uint16_t *got = drop_bf16_ctr(&f, part, N / 2, R, (const int64_t[KILN_DROP_CTR]){ 3, r, 2 });
+		for (int64_t k = 0; k < N / 2; k++)
+			ck_assert_msg(!memcmp(got + k * R, whole + (2 * k + r) * R, (size_t)R * 2),
+				      "bf16 rank %d of 2, row %lld: not row %lld of the whole batch", r,
+				      (long long)k, (long long)(2 * k + r));
+		free(got);
+	}
+	free(x), free(part), free(whole);
+	fx_close(&f);
+}
+END_TEST
+
 /* The same dropout with 1 and 2 threads: identical bytes. */
 START_TEST(test_dropout_threads)
 {
@@ -545,4 +648,4 @@ END_TEST
 
 DEVICE_SUITE(elementwise, DFX_CASE(fill), DFX_CASE(reduce_scale_add), DFX_CASE(small_ops),
 	     DFX_CASE(act), DFX_CASE(act_extremes), DFX_CASE(dropout),
-	     DFX_CASE(dropout_bf16), DFX_ONCE(dropout_threads, 60));
+	     DFX_CASE(dropout_bf16), DFX_CASE(dropout_rows), DFX_ONCE(dropout_threads, 60));

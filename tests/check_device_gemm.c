@@ -230,8 +230,8 @@ START_TEST(test_op_checks)
 {
 	struct fx f;
 	fx_open(&f, _i);
-	struct kiln_op ops[16];
-	struct { kiln_status st; const char *want; } exp[16];
+	struct kiln_op ops[20];
+	struct { kiln_status st; const char *want; } exp[20];
 	int n = 0;
 	memset(ops, 0, sizeof ops);
 #define CASE(st_, want_) (exp[n].st = (st_), exp[n].want = (want_), &ops[n++])
@@ -252,6 +252,9 @@ START_TEST(test_op_checks)
 	o->in[0] = o->out[0] = td(KILN_F32, 1, 8, 0);
 	o = CASE(KILN_EINVAL, "probability f[0] outside [0, 1]");
 	o->type = KILN_OP_DROPOUT, o->n_in = 2, o->n_out = 1, o->f[0] = 1.5;
+	o->in[0] = o->out[0] = td(KILN_F32, 1, 8, 0), o->in[1] = td(KILN_I64, 1, KILN_DROP_CTR, 0);
+	o = CASE(KILN_EINVAL, "must be i64[3] { step, row0, rstride }");
+	o->type = KILN_OP_DROPOUT, o->n_in = 2, o->n_out = 1, o->f[0] = 0.5;
 	o->in[0] = o->out[0] = td(KILN_F32, 1, 8, 0), o->in[1] = td(KILN_I64, 1, 1, 0);
 	o = CASE(KILN_EINVAL, "do not add up");
 	o->type = KILN_OP_CONCAT, o->n_in = 2, o->n_out = 1, o->i[0] = 1;

@@ -316,7 +316,8 @@ static void lp_more(struct fx *f, int dt)
 	const int R = 64, N = 40, n = R * N;
 	float *w = malloc(sizeof(float) * n);
 	uint16_t *x = lp_rand(n, dt, 2, w);
-	int64_t step = 7, nn[2] = { n, 1 }, on[2] = { N, 0 };
+	/* (the dropout counter { step, row0, rstride }: rank 1 of 3's rows) */
+	int64_t step[KILN_DROP_CTR] = { 7, 1, 3 }, nn[2] = { n, KILN_DROP_CTR }, on[2] = { N, 0 };
 	struct kiln_op op;
 	memset(&op, 0, sizeof op);
 	op.type = KILN_OP_BIAS_GRAD, op.n_in = 1, op.n_out = 1;
@@ -326,10 +327,11 @@ static void lp_more(struct fx *f, int dt)
 	for (int bwd = 0; bwd < 2; bwd++) {
 		memset(&op, 0, sizeof op);
 		op.type = bwd ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
-		op.in[0] = op.out[0] = td(KILN_F32, 2, R, N), op.in[1] = td(KILN_I64, 1, 1, 0);
+		op.in[0] = op.out[0] = td(KILN_F32, 2, R, N);
+		op.in[1] = td(KILN_I64, 1, KILN_DROP_CTR, 0);
 		op.i[0] = 1234, op.i[1] = 3, op.f[0] = 0.3;
 		on[0] = n;
-		lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ w, &step },
+		lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ w, step },
 			       (const void *const[]){ x, NULL }, nn, on, bwd ? "DROPOUT_BWD" : "DROPOUT");
 	}
 	/* (a device without pooling yet skips it) */

@@ -665,6 +665,9 @@ EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
 # [dist] pipeline: stages on ranks (gloo, mpi), P x D, resume on 1, a killed stage
 TESTS += tests/pipeline_dist.sh
 EXTRA_DIST += tests/pipeline_dist.sh
+# dropout's masks by the global batch: ranks, accumulate, pipelines, attention
+TESTS += tests/dropout_global.sh
+EXTRA_DIST += tests/dropout_global.sh
 # keep_best streamed per stage; rank 0's failed write ends every rank
 TESTS += tests/pipeline_ckpt.sh
 EXTRA_DIST += tests/pipeline_ckpt.sh

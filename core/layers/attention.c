@@ -7,7 +7,8 @@
  * device op each way (KILN_OP_ATTENTION, _BWD in kiln/ops.h): scores scaled
  * by 1/sqrt(D) (or `scale`), the causal mask, softmax, dropout on the
  * probabilities in training (the dropout layer's counter-based mask, drawn
- * from (seed, layer, micro-step, element)), the weighted sum of v.  The
+ * from (seed, layer, optimizer step, the element's index in the step's
+ * global batch)), the weighted sum of v.  The
  * forward keeps the logsumexp of every softmax row, f32 [B, heads, T], for
  * the backward, which recomputes the probabilities from it.
  */
@@ -93,8 +94,8 @@ static void attention_op(const struct kiln_layer *l, const struct attention *s, 
 			 struct kiln_op *op)
 {
 	struct kiln_tensor_desc step;
-	int64_t one = 1;
-	kiln_tensor_desc_init(&step, KILN_I64, 1, &one);
+	int64_t ctr = KILN_DROP_CTR; /* { step, row0, rstride }: r->step */
+	kiln_tensor_desc_init(&step, KILN_I64, 1, &ctr);
 	const int drop = p > 0;
 	if (bwd) {
 		op_init(op, KILN_OP_ATTENTION_BWD, 4 + drop, 1);

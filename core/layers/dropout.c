@@ -1,10 +1,12 @@
 /* core/layers/dropout.c - inverted dropout: in training keep each element
  * with probability 1 - p and scale it by 1/(1 - p); identity in evaluation.
  *
- * The mask is a counter-based draw of (seed, layer, micro-step, element)
- * (DESIGN.md "Randomness"): the same for any thread count, recomputed in
- * backward instead of stored, and never repeated across micro-steps since
- * the step is the device counter the trainer advances after each one.
+ * The mask is a counter-based draw of (seed, layer, optimizer step, the
+ * element's index in the step's global batch) (DESIGN.md "Randomness"):
+ * the same for any thread count, rank count, [train] accumulate or
+ * [pipeline] micro_batches, recomputed in backward instead of stored, and
+ * never repeated across steps.  r->step is the trainer's device counter
+ * { step, row0, rstride } (kiln/ops.h KILN_OP_DROPOUT).
  */
 #include "util.h"
 
@@ -43,9 +45,9 @@ static kiln_status dropout_plan(const struct kiln_host *h, struct kiln_layer *l,
 	struct dropout *s = l->priv;
 	struct kiln_op op;
 	kiln_status st;
-	int64_t one = 1;
+	int64_t ctr = KILN_DROP_CTR; /* { step, row0, rstride }: r->step */
 	struct kiln_tensor_desc step;
-	kiln_tensor_desc_init(&step, KILN_I64, 1, &one);
+	kiln_tensor_desc_init(&step, KILN_I64, 1, &ctr);
 	op_init(&op, KILN_OP_DROPOUT, 2, 1);
 	op.in[0] = op.out[0] = l->out;
 	op.in[1] = step;

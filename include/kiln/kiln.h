@@ -248,8 +248,12 @@ size_t kiln_model_param_elems(const struct kiln_model *m);
  * and is not drawn; every other one gets the same values either way. */
 kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *stream);
 
-/* Enqueue the advance of the model's micro-step counter (device i64, the
- * RNG counter of dropout); the trainer calls it after every micro-step. */
+/* Enqueue the advance of the model's step counters (device i64s): the
+ * micro-steps done (batchnorm's num_batches_tracked) and dropout's step
+ * (its masks: a caller stepping the model itself calls it after every
+ * optimizer step of one micro-batch; the trainer keeps both itself,
+ * dropout's per optimizer step with each row's place in the global batch,
+ * kiln/ops.h KILN_OP_DROPOUT). */
 kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream);
 
 /* Plan for `batch` rows.  training: forward + backward; else forward only,

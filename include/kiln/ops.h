@@ -26,6 +26,9 @@ extern "C" {
 
 #define KILN_OP_MAX_IN 6
 #define KILN_OP_MAX_OUT 4
+/* i64 elements of the dropout counter DROPOUT and ATTENTION read (ABI
+ * 2.20): { step, row0, rstride }, see KILN_OP_DROPOUT */
+#define KILN_DROP_CTR 3
 
 /* Operation types.  Shapes in comments; i[] and f[] are the integer and
  * real parameters of struct kiln_op.  Unless stated otherwise all tensors
@@ -203,18 +206,30 @@ enum kiln_op_type {
 	KILN_OP_ACT_BWD = 22,
 	/* Dropout with a counter-based mask: keep element e with probability
 	 * 1 - f[0], scaling kept values by 1/(1 - f[0]).  The mask is a pure
-	 * function of (i[0] seed, i[1] layer id, step, e) where step is the
-	 * i64 in device memory in1[0] (the trainer advances it every micro-
-	 * step), so forward and backward agree and no mask is stored.  Every
-	 * device computes exactly this (so runs agree across devices):
+	 * function of (i[0] seed, i[1] layer id, step, g) where in1 is the
+	 * device's i64[KILN_DROP_CTR] counter { step, row0, rstride } and g
+	 * the element's index in the optimizer step's GLOBAL batch, so
+	 * forward and backward agree, no mask is stored, and a sample draws
+	 * the same mask whichever rank, accumulation micro-step or pipeline
+	 * micro-batch holds it (DESIGN.md "Randomness").  The trainer keeps
+	 * step = optimizer steps taken (the same on every rank and micro-
+	 * step) and sets row0, rstride so that row n of the op's tensor is
+	 * row row0 + n * rstride of the global batch (kiln's sampler hands
+	 * rank r of W the global rows r, r + W, ...: row0 = r, rstride = W;
+	 * docs/distributed.md "Dropout and the global batch").  Every device
+	 * computes exactly this (so runs agree across devices):
 	 *   e    = the element's index in logical N, C, H, W order
-	 *   ctr  = { e & 0xffffffff, e >> 32, layer, step & 0xffffffff }
+	 *   R    = elements per row (numel / dims[0]),  n = e / R
+	 *   g    = (row0 + n * rstride) * R + e % R
+	 *   ctr  = { g & 0xffffffff, g >> 32, layer, step & 0xffffffff }
 	 *   key  = { seed & 0xffffffff, (seed >> 32) ^ 0x44524f50 }
 	 *   v    = Philox4x32-10(ctr, key)          (Random123's philox4x32)
 	 *   keep = (v[0] >> 8) >= ceil(p * 2^24)
 	 *   y    = x * (keep ? (float)(1.0 / (1.0 - p)) : 0)
-	 * Forward: in0 x, in1 step; out0 y.  Backward: in0 dy, in1 step;
-	 * out0 dx (=|+=). */
+	 * Forward: in0 x, in1 counter; out0 y.  Backward: in0 dy, in1
+	 * counter; out0 dx (=|+=).  ABI 2.20: in1 was i64[1] = { step } (then
+	 * the micro-steps done, g = e); devices built before 2.20 are refused
+	 * the op (core/device.c). */
 	KILN_OP_DROPOUT = 23,
 	KILN_OP_DROPOUT_BWD = 24,
 	/* Concatenate in0..in{n-1} along dimension i[0] into out0 (same layout;
@@ -226,8 +241,9 @@ enum kiln_op_type {
 	/* Copy in0 into out0 with the same dims and dtype but out0's layout
 	 * (NCHW <-> NHWC).  Accumulate adds. */
 	KILN_OP_REORDER = 27,
-	/* out0 i64[1] += i[0] (the trainer's micro-step counter, in device
-	 * memory so captured graphs replay correct values).  With
+	/* out0 i64[1] += i[0] (the trainer's counters: dropout's step and
+	 * row0, in device memory so captured graphs replay correct values;
+	 * i[0] may be negative).  With
 	 * KILN_OPF_GATED, in0 is an f32[1] gate and nothing is added when it
 	 * is 0: the optimizer's step count, which a step skipped for
 	 * non-finite gradients does not advance (Adam's bias correction). */
@@ -409,18 +425,21 @@ enum kiln_op_type {
 	 * f[0] = scale (the layer sets 1/sqrt(D)), f[1] = dropout probability
 	 * p on the attention probabilities (0: none; then there is no step
 	 * input).  The dropout mask is KILN_OP_DROPOUT's, bit for bit, with
-	 * seed = i[2], layer = i[3], the step from the device i64 step input,
-	 * and e the logical index of the probability in [B, H, T, T]:
+	 * seed = i[2], layer = i[3], the counter from the device i64
+	 * [KILN_DROP_CTR] step input, and e the logical index of the
+	 * probability in [B, H, T, T]:
 	 *   e = ((b*H + h)*T + i)*T + j     (query row i, key column j)
-	 * so P' = P * (keep ? (float)(1/(1-p)) : 0), exactly what DROPOUT on
-	 * the materialised [B, H, T, T] P would give.
-	 * Forward: in0 qkv [B,T,3C], in1 step i64[1] (only when p > 0);
+	 * (so R = H*T*T and the global g has b's global row), so P' = P *
+	 * (keep ? (float)(1/(1-p)) : 0), exactly what DROPOUT on the
+	 * materialised [B, H, T, T] P would give.
+	 * Forward: in0 qkv [B,T,3C], in1 step i64[KILN_DROP_CTR] (only when
+	 * p > 0);
 	 * out0 y [B,T,C], out1 lse f32[B,H,T]: the logsumexp of each
 	 * softmax row (of the scaled, masked scores), saved for the backward.
 	 * A device never materialises more than a [T, T] block per (b, h). */
 	KILN_OP_ATTENTION = 45,
 	/* Backward: in0 dy [B,T,C], in1 qkv, in2 y (the forward's out0), in3
-	 * lse (its out1), in4 step i64[1] (only when p > 0); out0 dqkv
+	 * lse (its out1), in4 step i64[KILN_DROP_CTR] (only when p > 0); out0 dqkv
 	 * [B,T,3C] (=|+= with KILN_OPF_ACCUMULATE).  Same i[] and f[].  P is
 	 * recomputed from the saved lse, P = exp(att - lse), M the mask
 	 * scaled by 1/(1-p) (1 without dropout), and with

@@ -123,7 +123,7 @@ extern "C" {
  *      averaged gradient pieces need no buffer of their own); 0 in a
  *      communicator built before. */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 19
+#define KILN_ABI_MINOR 20
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -1115,8 +1115,12 @@ struct kiln_layer_run {
 	/* saved_bytes of memory kept from this layer's forward to its backward
 	 * (training plans only; NULL when saved_bytes is 0). */
 	void *saved;
-	/* Device i64[1]: the global micro-step count, advanced by the trainer
-	 * after every micro-step (dropout's RNG counter). */
+	/* Device i64[KILN_DROP_CTR] = { step, row0, rstride } (ABI 2.20; was
+	 * i64[1], the micro-steps done): dropout's RNG counter, which a layer
+	 * passes to DROPOUT and ATTENTION as it is.  step counts optimizer
+	 * steps (the same on every rank and micro-step); row n of this run's
+	 * batch is row row0 + n * rstride of the step's global batch (kiln/
+	 * ops.h KILN_OP_DROPOUT).  Training plans only; the trainer keeps it. */
 	const void *step;
 	/* ---- ABI 1.2 ---- */
 	/* 1 when this forward replays one already run in the same micro-step

@@ -215,10 +215,12 @@ DROP_AVX512 static inline void drop_mulhilo16(__m512i x, __m512i m, __m512i *hi,
 	*hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
 }
 
-/* CPU_DROP_SCALE of the 16 elements e .. e + 15 (e's low word + 15 must
- * not wrap): Philox4x32-10's v[0] for 16 counters in one register. */
+/* CPU_DROP_SCALE of the 16 elements e .. e + 15 (e + d->off's low word
+ * + 15 must not wrap): Philox4x32-10's v[0] for 16 counters in one
+ * register. */
 DROP_AVX512 static inline __m512 drop_scale16(uint64_t e, const struct drop *d)
 {
+	e += d->off;
 	const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u);
 	const __m512i m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
 	__m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)e),
@@ -283,10 +285,11 @@ DROP_AVX2 static inline __m256 drop_philox8(__m256i c0, uint32_t hi, const struc
 	return _mm256_andnot_ps(_mm256_castsi256_ps(drop), _mm256_set1_ps(d->s));
 }
 
-/* CPU_DROP_SCALE of the 8 elements e .. e + 7 (e's low word + 7 must not
- * wrap) */
+/* CPU_DROP_SCALE of the 8 elements e .. e + 7 (e + d->off's low word + 7
+ * must not wrap) */
 DROP_AVX2 static inline __m256 drop_scale8(uint64_t e, const struct drop *d)
 {
+	e += d->off;
 	return drop_philox8(_mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)e),
 					     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
 			    (uint32_t)(e >> 32), d);
@@ -317,7 +320,7 @@ DROP_AVX2 static void drop8_nhwc(float *y, const float *x, int64_t r0, int64_t r
 		float *yr = y + r * C;
 		int64_t c = 0;
 		for (; c < C8; c += 8) {
-			const uint64_t e = (uint64_t)(base + c * HW);
+			const uint64_t e = (uint64_t)(base + c * HW) + dd.off;
 			if ((e >> 32) != ((e + 7 * (uint64_t)HW) >> 32))
 				break;
 			const __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)e), lane);
@@ -435,15 +438,18 @@ static void drop_rows(float *y, const float *x, int64_t r0, int64_t r1, int64_t 
 }
 
 /* Elements [b, e), flat f32 or bf16: the 16-element blocks from the first
- * multiple of 16 on (a block's counters then share their high word) by
+ * counter (b + d->off) that is a multiple of 16 on (a block's counters
+ * then share their high word) by
  * drop16_*, where the CPU has AVX-512 BW and nothing accumulates
  * (without AVX-512 BW: 8-element blocks by drop8_* where it has AVX2);
  * the ends, and everything else, by the loops above. */
 static void drop_span(float *y, const float *x, int64_t b, int64_t e, const struct drop *d, int acc)
 {
 #ifdef DROP16
-	const int64_t a = (b + 15) & ~(int64_t)15, nb = e > a ? (e - a) / 16 : 0;
-	const int64_t a8 = (b + 7) & ~(int64_t)7, nb8 = e > a8 ? (e - a8) / 8 : 0;
+	/* (blocks aligned on the counters, b + d->off) */
+	const int64_t o = (int64_t)(d->off & 15);
+	const int64_t a = ((b + o + 15) & ~(int64_t)15) - o, nb = e > a ? (e - a) / 16 : 0;
+	const int64_t a8 = ((b + o + 7) & ~(int64_t)7) - o, nb8 = e > a8 ? (e - a8) / 8 : 0;
 	if (!acc && nb && __builtin_cpu_supports("avx512bw")) {
 		drop_flat(y, x, b, a, d, 0);
 		drop16_f32(y, x, a, nb, d);
@@ -461,8 +467,10 @@ static void drop_span_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t e,
 			   const struct drop *d, int acc)
 {
 #ifdef DROP16
-	const int64_t a = (b + 15) & ~(int64_t)15, nb = e > a ? (e - a) / 16 : 0;
-	const int64_t a8 = (b + 7) & ~(int64_t)7, nb8 = e > a8 ? (e - a8) / 8 : 0;
+	/* (blocks aligned on the counters, b + d->off) */
+	const int64_t o = (int64_t)(d->off & 15);
+	const int64_t a = ((b + o + 15) & ~(int64_t)15) - o, nb = e > a ? (e - a) / 16 : 0;
+	const int64_t a8 = ((b + o + 7) & ~(int64_t)7) - o, nb8 = e > a8 ? (e - a8) / 8 : 0;
 	if (!acc && nb && __builtin_cpu_supports("avx512bw")) {
 		drop_flat_bf16(y, x, b, a, d, 0);
 		drop16_bf16(y, x, a, nb, d);
@@ -474,6 +482,41 @@ static void drop_span_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t e,
 	}
 #endif
 	drop_flat_bf16(y, x, b, e, d, acc);
+}
+
+/* Elements [b, e) of a flat tensor of S elements per sample row, each
+ * row's run with its global offset (cpu_drop_off): one span when the rows
+ * are consecutive in the global batch (rstride 1), else one per row.  bf:
+ * bf16 storage. */
+static void drop_samples(void *y, const void *x, int64_t b, int64_t e, int64_t S,
+			 const struct drop *d, int acc, int bf)
+{
+	struct drop dd = *d;
+	while (b < e) {
+		const int64_t n = b / S;
+		const int64_t end = d->rstride == 1 || (n + 1) * S > e ? e : (n + 1) * S;
+		dd.off = cpu_drop_off(d, n, S);
+		if (bf)
+			drop_span_bf16(y, x, b, end, &dd, acc);
+		else
+			drop_span(y, x, b, end, &dd, acc);
+		b = end;
+	}
+}
+
+/* NHWC pixel rows [r0, r1) (HW per sample), each sample's with its global
+ * offset, as drop_samples (one run when rstride is 1) */
+static void drop_pixels(float *y, const float *x, int64_t r0, int64_t r1, int64_t C, int64_t HW,
+			const struct drop *d, int acc)
+{
+	struct drop dd = *d;
+	while (r0 < r1) {
+		const int64_t n = r0 / HW;
+		const int64_t end = d->rstride == 1 || (n + 1) * HW > r1 ? r1 : (n + 1) * HW;
+		dd.off = cpu_drop_off(d, n, C * HW);
+		drop_rows(y, x, r0, end, C, HW, &dd, acc);
+		r0 = end;
+	}
 }
 
 /* Forward (x -> y) and backward (dy -> dx) are the same masked scale. */
@@ -491,18 +534,19 @@ static kiln_status cpu_dropout(const struct cpu_plan *p, const struct kiln_op_ar
 		return KILN_OK;
 	}
 	const struct drop d = cpu_drop_init((uint64_t)p->op.i[0], p->op.i[1],
-					    *(const int64_t *)a->in[1], pr);
+					    (const int64_t *)a->in[1], pr);
+	const int64_t S = p->sz[1]; /* elements per sample row */
 	if (p->op.out[0].dtype == KILN_BF16) {
 		CPU_SPANS(p->n, b, en,
-			  drop_span_bf16((uint16_t *)a->out[0], (const uint16_t *)a->in[0], b, en, &d, acc));
+			  drop_samples(a->out[0], a->in[0], b, en, S, &d, acc, 1));
 	} else if (!p->rows) {
-		CPU_SPANS(p->n, b, en, drop_span(y, x, b, en, &d, acc));
+		CPU_SPANS(p->n, b, en, drop_samples(y, x, b, en, S, &d, acc, 0));
 	} else {
 		const int64_t R = p->rows, C = p->cols, HW = p->sz[0];
 #pragma omp parallel if (p->n >= CPU_PAR_MIN / 4)
 		{
 			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-			drop_rows(y, x, R * t / T, R * (t + 1) / T, C, HW, &d, acc);
+			drop_pixels(y, x, R * t / T, R * (t + 1) / T, C, HW, &d, acc);
 		}
 	}
 	return KILN_OK;
@@ -519,6 +563,8 @@ kiln_status cpu_dropout_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		return cpu_bad(c, op, KILN_ENOTSUP, "wants f32 (or flat bf16) data");
 	const struct kiln_tensor_desc *y = &op->out[0];
 	p->n = cpu_numel(y);
+	/* elements per sample row: the mask's global index (philox.h) */
+	p->sz[1] = y->dims[0] > 0 ? p->n / y->dims[0] : 1;
 	if (cpu_nhwc(y)) {
 		/* walk rows (n, h, w) of C channels, see drop_nhwc */
 		p->cols = y->dims[1];

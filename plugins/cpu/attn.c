@@ -26,7 +26,8 @@
  * was zeroed first unless the op accumulates).
  *
  * Dropout on the probabilities is KILN_OP_DROPOUT's mask (philox.h) of the
- * logical index ((b*H + h)*T + i)*T + j, drawn again in the backward.
+ * logical index ((b*H + h)*T + i)*T + j, b the row's place in the step's
+ * global batch (in1's row0 + b * rstride), drawn again in the backward.
  *
  * bf16/f16 tensors run this f32 kernel between conversions (lowp.c).
  */
@@ -425,15 +426,18 @@ static const float *attn_rows(float *buf, const float *src, int64_t ld, int64_t 
  * [B,T,C] tensor (row stride C). */
 struct attn_head {
 	int64_t q, tok; /* offsets: q in qkv, the head in y / dy */
-	uint64_t e0;    /* logical index of its P[0][0] in [B,H,T,T] */
+	uint64_t e0;    /* logical index of its P[0][0] in the global batch's
+			 * [B,H,T,T] (b its global row: cpu_drop_row) */
 	int64_t lse;    /* offset of its rows in lse [B,H,T] */
 };
 
-static struct attn_head attn_head(const struct attn_dims *g, int64_t b, int64_t h)
+static struct attn_head attn_head(const struct attn_dims *g, int64_t b, int64_t h,
+				  const struct drop *d)
 {
+	const int64_t bg = d ? cpu_drop_row(d, b) : b;
 	return (struct attn_head){ .q = b * g->T * 3 * g->C + h * g->D,
 				   .tok = b * g->T * g->C + h * g->D,
-				   .e0 = (uint64_t)((b * g->H + h) * g->T) * (uint64_t)g->T,
+				   .e0 = (uint64_t)((bg * g->H + h) * g->T) * (uint64_t)g->T,
 				   .lse = (b * g->H + h) * g->T };
 }
 
@@ -452,7 +456,7 @@ static int64_t attn_valid(const struct attn_dims *g, int64_t row)
 static void attn_fwd_head(const struct attn_dims *g, const float *qkv, float *y, float *lse,
 			  float *ws, int64_t b, int64_t h, const struct drop *d)
 {
-	const struct attn_head at = attn_head(g, b, h);
+	const struct attn_head at = attn_head(g, b, h, d);
 	const int64_t T = g->T, C = g->C, D = g->D, ld = 3 * C, Tp = attn_pad(T);
 	const float *q = qkv + at.q, *k = q + C, *v = q + 2 * C;
 	float *Kt = ws, *S = Kt + D * Tp, *Vp = S + ATTN_BQ * Tp;
@@ -487,7 +491,7 @@ static void attn_bwd_head(const struct attn_dims *g, const float *dy, const floa
 			  const float *y, const float *lse, float *dqkv, float *ws, int64_t b,
 			  int64_t h, const struct drop *d, int acc)
 {
-	const struct attn_head at = attn_head(g, b, h);
+	const struct attn_head at = attn_head(g, b, h, d);
 	const int64_t T = g->T, C = g->C, D = g->D, ld = 3 * C, Tp = attn_pad(T);
 	const int64_t Dp = attn_pad(D);
 	const float *q = qkv + at.q, *k = q + C, *v = q + 2 * C;
@@ -571,7 +575,7 @@ static kiln_status cpu_attention(const struct cpu_plan *p, const struct kiln_op_
 	(void)e;
 	if (g.p > 0.0) {
 		dd = cpu_drop_init((uint64_t)p->op.i[2], p->op.i[3],
-				   *(const int64_t *)a->in[p->op.n_in - 1], g.p);
+				   (const int64_t *)a->in[p->op.n_in - 1], g.p);
 		d = &dd;
 	}
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)

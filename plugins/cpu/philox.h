@@ -4,12 +4,15 @@
  * layer, step, element).
  *
  * The mask, which every device must reproduce bit for bit.  With p = f[0],
- * seed = (uint64_t)i[0], layer = (uint32_t)i[1], step = (uint32_t) of the
- * i64 at in1, and e the element's LOGICAL index (row-major over the dims as
- * listed: for a 4-d NHWC activation ((n*C + c)*H + h)*W + w, so NCHW and
- * NHWC runs drop the same elements):
+ * seed = (uint64_t)i[0], layer = (uint32_t)i[1], in1 the i64[3] counter
+ * { step, row0, rstride } (ABI 2.20), and e the element's LOGICAL index
+ * (row-major over the dims as listed: for a 4-d NHWC activation
+ * ((n*C + c)*H + h)*W + w, so NCHW and NHWC runs drop the same elements),
+ * n = e / R its row (R = elements per dims[0] row) and g its index in the
+ * optimizer step's global batch, whatever rank or micro-batch holds it:
  *
- *   ctr = { (uint32_t)e, (uint32_t)(e >> 32), layer, step }
+ *   g   = (row0 + n * rstride) * R + e % R
+ *   ctr = { (uint32_t)g, (uint32_t)(g >> 32), layer, (uint32_t)step }
  *   key = { (uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x44524f50 }  ("DROP")
  *   r   = philox4x32_10(ctr, key)              (Random123, 10 rounds)
  *   keep  iff  (r.v[0] >> 8) >= ceil(p * 2^24)
@@ -62,27 +65,52 @@ struct drop {
 	uint32_t k0, k1; /* the key */
 	uint32_t layer, step, thr;
 	float s;
+	/* row n of this tensor is row row0 + n * rstride of the step's global
+	 * batch (the counter's in1[1], in1[2]) */
+	int64_t row0, rstride;
+	/* added to every index CPU_DROP_SCALE draws for: (global row - local
+	 * row) * R while one row's elements are drawn (0: the caller passes
+	 * global indices, as attention does) */
+	uint64_t off;
 };
 
-/* s for a kept element e, 0 for a dropped one, into `out`. */
+/* s for a kept element e (+ d.off), 0 for a dropped one, into `out`. */
 #define CPU_DROP_SCALE(out, e, d)                                                         \
 	do {                                                                              \
 		uint32_t v0_;                                                             \
-		CPU_PHILOX_V0(v0_, e, (d).layer, (d).step, (d).k0, (d).k1);               \
+		CPU_PHILOX_V0(v0_, (uint64_t)(e) + (d).off, (d).layer, (d).step, (d).k0,   \
+			      (d).k1);                                                    \
 		(out) = (v0_ >> 8) >= (d).thr ? (d).s : 0.0f;                             \
 	} while (0)
 
-/* The draw's constants for one run: seed, layer id, the step counter's
- * value and the probability p. */
-static inline struct drop cpu_drop_init(uint64_t seed, int64_t layer, int64_t step, double p)
+/* The global row of local row n (the sample's place in the optimizer
+ * step's global batch: rank, accumulation micro-step and pipeline micro-
+ * batch all map to it). */
+static inline int64_t cpu_drop_row(const struct drop *d, int64_t n)
+{
+	return d->row0 + n * d->rstride;
+}
+
+/* The offset that makes row n's local indices (n * R + c) global. */
+static inline uint64_t cpu_drop_off(const struct drop *d, int64_t n, int64_t R)
+{
+	return (uint64_t)(cpu_drop_row(d, n) - n) * (uint64_t)R;
+}
+
+/* The draw's constants for one run: seed, layer id, the device counter
+ * ctr i64[3] = { step, row0, rstride } and the probability p. */
+static inline struct drop cpu_drop_init(uint64_t seed, int64_t layer, const int64_t *ctr, double p)
 {
 	return (struct drop){
 		.k0 = (uint32_t)seed,
 		.k1 = (uint32_t)(seed >> 32) ^ 0x44524f50u,
 		.layer = (uint32_t)layer,
-		.step = (uint32_t)step,
+		.step = (uint32_t)ctr[0],
 		.thr = (uint32_t)ceil(p * 16777216.0),
 		.s = p >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - p)),
+		.row0 = ctr[1],
+		.rstride = ctr[2],
+		.off = 0,
 	};
 }
 

@@ -18,8 +18,9 @@
  *             block (j, bh), keys: the same P_ij, dS_ij over the rows i
  *             that see key j, dv_j = sum_i P'_ij dy_i,
  *             dk_j = scale sum_i dS_ij q_i
- * M is DROPOUT's mask of the logical index ((b*H + h)*T + i)*T + j
- * (kern_drop_scale, the CPU's and the tests' Philox).
+ * M is DROPOUT's mask of the logical index ((b*H + h)*T + i)*T + j, b
+ * the row's place in the step's global batch (kern_drop_global,
+ * kern_drop_scale: the CPU's and the tests' Philox).
  */
 #include "cuda.h"
 #include "kern.h" /* kern_drop*, kern_ld, kern_st */
@@ -85,13 +86,32 @@ __device__ static float dot(const void *a, int64_t ia, const void *b, int64_t ib
 	return s;
 }
 
-/* The dropout scale of P[i][j] of pair bh (1 without dropout). */
-__device__ static float attn_mask(const struct attn_k *g, uint32_t step, int64_t bh, int64_t i,
-				  int64_t j)
+/* The dropout counter { step, row0, rstride } of a kernel (zeros without
+ * dropout: no step input). */
+struct attn_ctr {
+	uint32_t t;
+	int64_t row0, rstride;
+};
+
+__device__ static struct attn_ctr attn_ctr(const struct attn_k *g, const int64_t *ctr)
+{
+	struct attn_ctr c = { 0, 0, 1 };
+	if (g->drop)
+		c.t = (uint32_t)ctr[0], c.row0 = ctr[1], c.rstride = ctr[2];
+	return c;
+}
+
+/* The dropout scale of P[i][j] of pair bh (1 without dropout): the mask
+ * of its logical index in [B,H,T,T] with b the row's place in the step's
+ * global batch (kern_drop_global, R = H*T*T: the CPU's attn_head e0). */
+__device__ static float attn_mask(const struct attn_k *g, struct attn_ctr c, int64_t bh,
+				  int64_t i, int64_t j)
 {
 	if (!g->drop)
 		return 1.0f;
-	return kern_drop_scale(&g->d, step, (uint64_t)((bh * g->T + i) * g->T + j));
+	const int64_t R = g->H * g->T * g->T;
+	const uint64_t e = (uint64_t)((bh * g->T + i) * g->T + j);
+	return kern_drop_scale(&g->d, c.t, kern_drop_global(e, R, c.row0, c.rstride));
 }
 
 /* Row i of pair bh = (b, h): its q (k, v: + C, + 2C) and its token offset. */
@@ -105,7 +125,7 @@ __global__ void k_attn_fwd(struct attn_k g, const void *qkv, void *y, float *lse
 	float *red = sh, *s = sh + 32;
 	const int64_t i = blockIdx.x, bh = blockIdx.y;
 	const int64_t valid = g.causal ? i + 1 : g.T;
-	const uint32_t t = g.drop ? (uint32_t)*step : 0;
+	const struct attn_ctr t = attn_ctr(&g, step);
 	const int64_t q = ATTN_QKV(g, bh, i);
 	float mx = -INFINITY;
 	for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
@@ -139,7 +159,7 @@ __global__ void k_attn_bwd_q(struct attn_k g, const void *dy, const void *qkv, c
 	float *red = sh, *s = sh + 32;
 	const int64_t i = blockIdx.x, bh = blockIdx.y;
 	const int64_t valid = g.causal ? i + 1 : g.T;
-	const uint32_t t = g.drop ? (uint32_t)*step : 0;
+	const struct attn_ctr t = attn_ctr(&g, step);
 	const int64_t q = ATTN_QKV(g, bh, i), dyi = ATTN_TOK(g, bh, i);
 	float part = 0.0f;
 	for (int64_t d = threadIdx.x; d < g.D; d += blockDim.x)
@@ -171,7 +191,7 @@ __global__ void k_attn_bwd_kv(struct attn_k g, const void *dy, const void *qkv,
 	float *pm = sh + 32, *ds = sh + 32 + g.T;
 	const int64_t j = blockIdx.x, bh = blockIdx.y;
 	const int64_t first = g.causal ? j : 0;
-	const uint32_t t = g.drop ? (uint32_t)*step : 0;
+	const struct attn_ctr t = attn_ctr(&g, step);
 	const int64_t kj = ATTN_QKV(g, bh, j) + g.C, vj = kj + g.C;
 	for (int64_t i = first + threadIdx.x; i < g.T; i += blockDim.x) {
 		const int64_t dyi = ATTN_TOK(g, bh, i);

@@ -191,6 +191,16 @@ KERN_D float kern_drop_scale(const struct kern_drop *d, uint32_t step, uint64_t 
 	return (r.v[0] >> 8) >= d->thr ? d->s : 0.0f;
 }
 
+/* The global index of logical element e of a tensor of R elements per
+ * dims[0] row, whose row n is row row0 + n * rstride of the optimizer
+ * step's global batch (the counter's in1[1], in1[2]; kiln/ops.h DROPOUT,
+ * the CPU device's philox.h): g = (row0 + n * rstride) * R + e % R. */
+KERN_D uint64_t kern_drop_global(uint64_t e, int64_t R, int64_t row0, int64_t rstride)
+{
+	const int64_t n = (int64_t)(e / (uint64_t)R);
+	return (uint64_t)(row0 + n * rstride) * (uint64_t)R + e % (uint64_t)R;
+}
+
 /* ---- LAMB ---------------------------------------------------------------- */
 
 /* The flat buffer is cut into chunks of KERN_LAMB_CHUNK elements; a piece

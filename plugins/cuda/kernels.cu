@@ -898,8 +898,9 @@ extern "C" cudaError_t cuda_launch_fill(const struct cuda_plan *p, const struct 
 	return cudaGetLastError();
 }
 
-/* c i64[1] += k: the trainer's micro-step counter; with a gate (NULL:
- * none), the optimizer's step count, not advanced by a skipped step */
+/* c i64[1] += k: the trainer's counters (micro-steps, dropout's step and
+ * row0: k may be negative); with a gate (NULL: none), the optimizer's step
+ * count, not advanced by a skipped step */
 __global__ void k_counter_add(int64_t *c, int64_t k, const float *gate)
 {
 	if (gate && *gate == 0.0f)
@@ -1432,22 +1433,26 @@ extern "C" cudaError_t cuda_launch_layernorm(const struct cuda_plan *p, const st
 /* ---- dropout ------------------------------------------------------------ */
 
 /* y (n) (=|+=) x * (kept ? s : 0), the mask of plugin.h's DROPOUT drawn by
- * logical index (kern_drop_scale, kern_nhwc_logical: host-tested against
- * the CPU device).  step: the device's i64 counter, read here.  C, HW:
- * channels and pixels of an NHWC tensor, C = 0 for a flat one.  Forward
- * and backward are the same masked scale; x may be y. */
-__global__ void k_dropout(void *y, int ty, const void *x, int tx, const int64_t *step,
-			  struct kern_drop d, int64_t n, int64_t C, int64_t HW, int acc)
+ * global logical index (kern_drop_scale, kern_nhwc_logical,
+ * kern_drop_global: host-tested against the CPU device).  ctr: the
+ * device's i64[3] counter { step, row0, rstride }, read here.  C, HW:
+ * channels and pixels of an NHWC tensor, C = 0 for a flat one; R the
+ * elements per dims[0] row.  Forward and backward are the same masked
+ * scale; x may be y. */
+__global__ void k_dropout(void *y, int ty, const void *x, int tx, const int64_t *ctr,
+			  struct kern_drop d, int64_t n, int64_t C, int64_t HW, int64_t R, int acc)
 {
-	const uint32_t t = (uint32_t)*step;
+	const uint32_t t = (uint32_t)ctr[0];
+	const int64_t row0 = ctr[1], rstride = ctr[2];
 	FOR_N(i, n)
 	{
 		const int64_t e = C ? kern_nhwc_logical(i, C, HW) : i;
+		const uint64_t g = kern_drop_global((uint64_t)e, R, row0, rstride);
 		/* a NaN passes as it is, kept or dropped: the GPU's multiply
 		 * would give the canonical NaN, the CPU's keeps its sign and
 		 * payload (bit for bit with the CPU device) */
 		const float xv = ld(x, tx, i);
-		const float v = isnan(xv) ? xv : xv * kern_drop_scale(&d, t, (uint64_t)e);
+		const float v = isnan(xv) ? xv : xv * kern_drop_scale(&d, t, g);
 		st(y, ty, i, acc && !isnan(v) ? ld(y, ty, i) + v : v);
 	}
 }
@@ -1459,7 +1464,7 @@ extern "C" cudaError_t cuda_launch_dropout(const struct cuda_plan *p,
 	kern_drop_setup(&p->op, &d); /* a few host operations, no allocation */
 	k_dropout<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
 		a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), (const int64_t *)a->in[1], d, p->n,
-		p->sz[0], p->sz[1],
+		p->sz[0], p->sz[1], p->sz[2],
 		p->op.type == KILN_OP_DROPOUT_BWD && (p->op.flags & KILN_OPF_ACCUMULATE));
 	return cudaGetLastError();
 }

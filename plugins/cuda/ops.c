@@ -82,6 +82,8 @@ static kiln_status newop_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 			return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 data");
 		const struct kiln_tensor_desc *y = &op->out[0];
 		p->n = common_numel(y);
+		/* elements per sample row: the global index, kern_drop_global */
+		p->sz[2] = y->dims[0] > 0 ? p->n / y->dims[0] : 1;
 		if (y->ndim == 4 && y->layout == KILN_NHWC) {
 			/* drawn by logical index: kern_nhwc_logical */
 			p->sz[0] = y->dims[1];
