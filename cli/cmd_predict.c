@@ -142,32 +142,47 @@ static kiln_status logits_not_input(const struct pred_opts *o, const char *confi
 	return st;
 }
 
-/* The logits as NumPy's .npy (format 1.0, little-endian f32, C order). */
+/* What fill_npy writes: the header and n floats. */
+struct npy_bytes {
+	const char *hdr; /* the padded header, '\n' ended */
+	size_t hdr_len;
+	const float *v;
+	size_t n;
+};
+
+static int fill_npy(FILE *f, void *ctx)
+{
+	const struct npy_bytes *b = ctx;
+	if (fwrite(b->hdr, 1, b->hdr_len, f) != b->hdr_len || fwrite(b->v, sizeof *b->v, b->n, f) != b->n)
+		return errno ? errno : EIO;
+	return 0;
+}
+
+/* The logits as NumPy's .npy (format 1.0, little-endian f32, C order),
+ * written whole or not at all (kiln_file_write: before session 32 the
+ * file was opened in place, so a write that failed midway, a full disk or
+ * a file size limit, left the earlier OUT cut short). */
 static kiln_status write_npy(const char *path, const float *v, int ndim, const int64_t *dims)
 {
-	char hdr[256], shape[160] = "";
+	char hdr[384], shape[160] = "";
 	size_t len = 0, n = 1;
 	for (int i = 0; i < ndim; i++) {
 		len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%lld%s", i ? ", " : "",
 					(long long)dims[i], ndim == 1 ? "," : ""); /* Python's tuple */
 		n *= (size_t)dims[i];
 	}
-	int h = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }",
-			 shape);
-	int total = (10 + h + 1 + 63) / 64 * 64; /* magic, version, length; padded, '\n' */
-	FILE *f = fopen(path, "wb");
-	if (!f)
-		return kiln_error(KILN_EIO, "%s: cannot create the file: %s", path, strerror(errno));
+	/* magic, version, length, the dict; padded with spaces to 64, '\n' */
+	int h = snprintf(hdr + 10, sizeof hdr - 10,
+			 "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", shape);
+	int total = (10 + h + 1 + 63) / 64 * 64;
 	const unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
 					(unsigned char)((total - 10) & 0xff),
 					(unsigned char)((total - 10) >> 8) };
-	fwrite(pre, 1, sizeof pre, f);
-	fputs(hdr, f);
-	for (int i = 10 + h; i < total - 1; i++)
-		fputc(' ', f);
-	fputc('\n', f);
-	fwrite(v, sizeof *v, n, f);
-	int err = cli_close_output(f, path);
+	memcpy(hdr, pre, sizeof pre);
+	memset(hdr + 10 + h, ' ', (size_t)(total - 1 - 10 - h));
+	hdr[total - 1] = '\n';
+	struct npy_bytes b = { hdr, (size_t)total, v, n };
+	int err = kiln_file_write(path, fill_npy, &b);
 	if (err)
 		return kiln_error(KILN_EIO, "%s: cannot write the logits: %s", path, strerror(err));
 	return KILN_OK;

@@ -328,9 +328,9 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
 			       char *path, size_t path_len)
 {
-	struct wsec s[11 + 2 * KILN_MAX_STATE_BUFS];
+	struct wsec s[12 + 2 * KILN_MAX_STATE_BUFS];
 	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES],
-		sp[KILN_CKPT_STOPPER_BYTES], owed[8];
+		sp[KILN_CKPT_STOPPER_BYTES], owed[8], done[KILN_CKPT_EVALUATED_BYTES];
 	char final[4200], tmp[4210], sample[160];
 	kiln_status st;
 	int n = 0;
@@ -375,6 +375,20 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 	if (meta->eval_owed) {
 		put_u64(owed, (uint64_t)t->step);
 		host_section(&s[n++], "eval_owed", owed, sizeof owed);
+	}
+	if (meta->evaluated) {
+		const struct kiln_ckpt_evaluated *e = meta->evaluated;
+		put_u64(done, (uint64_t)t->step);
+		memcpy(done + 8, &e->loss, 8);
+		memcpy(done + 16, &e->acc, 8);
+		memcpy(done + 24, &e->acc5, 8);
+		put_u64(done + 32, (uint64_t)e->samples);
+		put_u64(done + 40, (uint64_t)e->has_test);
+		memcpy(done + 48, &e->test_loss, 8);
+		memcpy(done + 56, &e->test_acc, 8);
+		memcpy(done + 64, &e->test_acc5, 8);
+		put_u64(done + 72, (uint64_t)e->test_samples);
+		host_section(&s[n++], "evaluated", done, sizeof done);
 	}
 	n = state_sections(m, src, s, n);
 	snprintf(final, sizeof final, "%s/ckpt-%lld.kiln", dir, (long long)t->step);
@@ -840,6 +854,38 @@ kiln_status kiln_ckpt_eval_owed_get(struct kiln_ckpt *ck, int *owed)
 		return kiln_error(KILN_EDATA, "checkpoint %s: section 'eval_owed' names step %llu, the checkpoint is of step %lld",
 				  ck->path, (unsigned long long)get_u64(b), (long long)ck->step);
 	*owed = 1;
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_evaluated_get(struct kiln_ckpt *ck, struct kiln_ckpt_evaluated *out,
+				    int *done)
+{
+	uint8_t b[KILN_CKPT_EVALUATED_BYTES];
+	kiln_status st;
+	*done = 0;
+	memset(out, 0, sizeof *out);
+	if (!find(ck, "evaluated"))
+		return KILN_OK;
+	if ((st = kiln_ckpt_read(ck, "evaluated", b, sizeof b)))
+		return st;
+	const uint64_t step = get_u64(b), samples = get_u64(b + 32), has_test = get_u64(b + 40),
+		       test_samples = get_u64(b + 72);
+	if (step != (uint64_t)ck->step || samples > (uint64_t)1 << 62 || has_test > 1 ||
+	    test_samples > (uint64_t)1 << 62)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'evaluated' out of range (step %llu of a checkpoint of step %lld, %llu samples, has_test %llu, %llu test samples)",
+				  ck->path, (unsigned long long)step, (long long)ck->step,
+				  (unsigned long long)samples, (unsigned long long)has_test,
+				  (unsigned long long)test_samples);
+	memcpy(&out->loss, b + 8, 8);
+	memcpy(&out->acc, b + 16, 8);
+	memcpy(&out->acc5, b + 24, 8);
+	out->samples = (int64_t)samples;
+	out->has_test = (int64_t)has_test;
+	memcpy(&out->test_loss, b + 48, 8);
+	memcpy(&out->test_acc, b + 56, 8);
+	memcpy(&out->test_acc5, b + 64, 8);
+	out->test_samples = (int64_t)test_samples;
+	*done = 1;
 	return KILN_OK;
 }
 

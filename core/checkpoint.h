@@ -20,6 +20,10 @@
  *   "best"      keep_best's K best evaluations so far (struct kiln_ckpt_best)
  *   "eval_owed" a stop cut this step's eval_every evaluation short: the
  *               resumed run evaluates it first
+ *   "evaluated" the run's last checkpoint, written after the evaluations
+ *               that follow its step (the epoch's, [data.val]'s final
+ *               test): their numbers (struct kiln_ckpt_evaluated), so a
+ *               resume records none of them again
  *   one section per model state buffer (kiln_model_state_buffers: "params",
  *   "buffers", "momentum", "step"), the device bytes as they are.
  *
@@ -88,6 +92,19 @@ struct kiln_ckpt_best {
 };
 #define KILN_CKPT_BEST_ENTRY_BYTES 16
 
+/* The "evaluated" section (u64 step, f64 loss, acc, acc5, u64 samples of
+ * the epoch's evaluation, then u64 has_test and the same four of the
+ * final test): the evaluations after the checkpoint's step, done and
+ * recorded before it was written.  samples 0: no such evaluation. */
+struct kiln_ckpt_evaluated {
+	double loss, acc, acc5;
+	int64_t samples;
+	int64_t has_test;
+	double test_loss, test_acc, test_acc5;
+	int64_t test_samples;
+};
+#define KILN_CKPT_EVALUATED_BYTES 80
+
 /* What a checkpoint holds besides the model's state buffers.  Strings are
  * borrowed for the call. */
 struct kiln_ckpt_meta {
@@ -99,6 +116,7 @@ struct kiln_ckpt_meta {
 	const struct kiln_ckpt_best *best; /* n_best entries; NULL: no "best" section */
 	int64_t n_best;
 	int eval_owed; /* nonzero: an "eval_owed" section (i64: the trainer step) */
+	const struct kiln_ckpt_evaluated *evaluated; /* NULL: no "evaluated" section */
 };
 
 /* Write dir/ckpt-<trainer.step>.kiln: the state buffers of `m` are copied
@@ -202,6 +220,13 @@ kiln_status kiln_ckpt_best_get(struct kiln_ckpt *ck, struct kiln_ckpt_best **out
  * an older kiln's); KILN_EDATA naming the file when the section is
  * malformed or names another step. */
 kiln_status kiln_ckpt_eval_owed_get(struct kiln_ckpt *ck, int *owed);
+/* *done = 1 and *out filled when the checkpoint has an "evaluated"
+ * section naming its step (the evaluations after it are recorded), else
+ * *done = 0 (none: a checkpoint written before them, or an older kiln's);
+ * KILN_EDATA naming the file when the section is malformed, names another
+ * step or holds a count out of range. */
+kiln_status kiln_ckpt_evaluated_get(struct kiln_ckpt *ck, struct kiln_ckpt_evaluated *out,
+				    int *done);
 
 /* 1 when `path` starts with a checkpoint's magic (KILNCKPT), else 0 (also
  * when it cannot be read: opening it will say why). */

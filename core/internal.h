@@ -142,16 +142,8 @@ static inline int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
 }
 
 /* ---- an output file written whole or not at all (core/out_file.c) ---- */
-/* Write the output's bytes to fp (not closing it): 0, or the errno of the
- * write that failed (EIO when it set none). */
-typedef int (*kiln_file_fill)(FILE *fp, void *ctx);
-/* Write path with fill: a regular file (or none yet) through
- * path.tmp<pid> in its directory, fsynced and renamed over it, so an
- * earlier file at path stays whole when the write fails (full disk); a
- * symbolic link's target is replaced, the link kept; a device or FIFO
- * (/dev/stdout) is written straight to.  0 or an errno; the caller says
- * which file (kiln_error). */
-int kiln_file_write(const char *path, kiln_file_fill fill, void *ctx);
+/* kiln_file_write and kiln_file_fill are public (kiln/kiln.h): the CLI's
+ * `predict --logits OUT.npy` writes through it too. */
 
 /* fsync directory `dir` (a rename or creation in it made durable):
  * KILN_OK, also where the file system cannot fsync a directory (EINVAL);

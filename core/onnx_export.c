@@ -326,6 +326,21 @@ static int output_layer(const struct kiln_model *m)
 
 /* ---- the model ---------------------------------------------------------------- */
 
+/* Layer i's value must have kiln's shape of its output, at batch 1
+ * (kiln_onnx_check, before the file is written). */
+static void expect_layer(struct onnx_graph *g, int i)
+{
+	const struct kiln_tensor_desc *d = &g->nodes[i].l.out;
+	if (!g->expect || d->ndim > ONNX_CHECK_MAX_DIMS)
+		return;
+	struct kiln_onnx_expect *e = &g->expect[g->n_expect++];
+	e->value = g->value[i];
+	e->layer = g->m->layers[i].name;
+	e->elem_type = d->dtype == KILN_F32 ? ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT : 0;
+	e->ndim = d->ndim;
+	memcpy(e->dims, d->dims, sizeof(int64_t) * (size_t)d->ndim);
+}
+
 /* Every layer but the losses, then the input and output; g->nodes
  * inferred, g->params and g->buffers filled. */
 static kiln_status build_graph(struct onnx_graph *g)
@@ -342,6 +357,7 @@ static kiln_status build_graph(struct onnx_graph *g)
 		if (st)
 			return st;
 		g->value[i] = onnx_activation_value(g, i);
+		expect_layer(g, i);
 	}
 	struct kiln_tensor_desc in;
 	kiln_model_data_desc(m, 1, &in);
@@ -416,6 +432,15 @@ static kiln_status write_model(struct onnx_graph *g, const char *path)
 	if (!buf)
 		return kiln_error(KILN_ENOMEM, "%s: out of memory packing %zu bytes", path, n);
 	onnx__model_proto__pack(&model, buf);
+	/* the bytes read back and checked before any is written: a mapping
+	 * that ONNX's shape rules or kiln's own shapes refute fails here,
+	 * naming the node, not later in a runtime (before session 32 only
+	 * tests/onnx_ort.sh, skipped in CI, would have seen it) */
+	kiln_status st = kiln_onnx_check(buf, n, g->expect, g->n_expect);
+	if (st) {
+		free(buf);
+		return st;
+	}
 	/* through path.tmp<pid>, fsynced, renamed over path: a failed write
 	 * leaves no partial model and keeps an earlier export whole (before
 	 * session 31 it was truncated, then removed) */
@@ -446,6 +471,7 @@ static kiln_status export_model(struct kiln_model *m, void *stream, const char *
 	struct plan_node *nodes = calloc((size_t)m->n_layers, sizeof *nodes);
 	g.emitted = onnx_alloc(&g, (size_t)m->n_params + 1);
 	g.value = onnx_alloc(&g, sizeof(char *) * (size_t)m->n_layers);
+	g.expect = onnx_alloc(&g, sizeof *g.expect * (size_t)m->n_layers);
 	if (!nodes || g.oom) {
 		free(nodes);
 		graph_free(&g);

@@ -7,6 +7,7 @@
 
 #include "graph.h"
 #include "core/proto/onnx.pb-c.h"
+#include "onnx_check.h"
 
 /* The opset and IR version written: ONNX 1.12's (libonnx-dev), opset 17
  * for LayerNormalization. */
@@ -25,6 +26,8 @@ struct onnx_graph {
 	unsigned char *emitted;      /* per model_param: its initializer is in */
 	const char **value;          /* per layer: the value its output is */
 	const char *input;           /* the graph input's value name */
+	struct kiln_onnx_expect *expect; /* per layer exported: kiln's shape */
+	size_t n_expect;
 };
 
 /* Memory the graph owns (zeroed), freed with it; NULL sets g->oom. */

@@ -21,7 +21,9 @@
  *                   MatMul, back to [B, T, C]
  * Loss layers are not exported (core/onnx_export.c): the graph's output is
  * the logits, what the loss layer reads.  Any other type fails, naming the
- * layer and its config line.
+ * layer and its config line.  Every operator used here has a shape rule in
+ * core/onnx_check_ops.c, which checks each export before it is written: a
+ * new operator needs its rule there, or every export using it fails.
  */
 #include "build-config.h"
 

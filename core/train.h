@@ -204,6 +204,21 @@ struct trainer {
 	 * short; the stop's checkpoint says so ("eval_owed") and the resumed
 	 * run runs it before its first step (trainer.c eval_owed_run) */
 	int eval_owed;
+	/* the run's last checkpoint waits for the evaluations after its step
+	 * (the epoch's recorded one, [data.val]'s final test): written after
+	 * them by trainer_checkpoint_end, with their numbers ("evaluated"),
+	 * at end_pos, with the training sums taken at the step (end_sums: the
+	 * evaluations reuse the device's metric sums).  Before session 32 it
+	 * was written before them, and a resume of the finished run recorded
+	 * them again. */
+	int ckpt_end;
+	struct kiln_ckpt_trainer end_pos;
+	struct kiln_ckpt_epoch end_sums;
+	/* resumed from such a checkpoint: the evaluations after its step are
+	 * recorded (their numbers in `done`), not run again while the run
+	 * takes no step */
+	int evaluated;
+	struct kiln_ckpt_evaluated done;
 	int res_slot;
 	void *res_x;               /* resident = 1: the one batch's device input */
 	double timed_s;
@@ -305,6 +320,7 @@ kiln_status trainer_final_test(struct trainer *t);
 kiln_status trainer_checkpoint_point(struct trainer *t);
 kiln_status trainer_checkpoint_last(struct trainer *t);
 kiln_status trainer_checkpoint_stop(struct trainer *t);
+kiln_status trainer_checkpoint_end(struct trainer *t);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
 void trainer_resume_finished(struct trainer *t);

@@ -135,19 +135,24 @@ static kiln_status best_meta(const struct trainer *t, int i, double v,
 }
 
 /* Write a checkpoint of the state after the step that ended t->pos (a host
- * sync point), then delete all but the keep_last newest. */
-static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
+ * sync point), then delete all but the keep_last newest.  evaluated: the
+ * evaluations after the step are done, their numbers (NULL: not). */
+static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluated *evaluated,
+			      char *path, size_t n)
 {
-	kiln_status st;
-	struct kiln_ckpt_epoch sums;
+	kiln_status st = KILN_OK;
+	struct kiln_ckpt_epoch sums = t->end_sums;
 	struct kiln_ckpt_best *best;
 	const struct kiln_ckpt_stopper sp = { t->stopper.best, t->stopper.bad, t->stopper.have };
 	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
 				       .trainer = t->pos, .epoch = &sums,
 				       .stopper = t->tc.early_stop_patience ? &sp : NULL,
-				       .eval_owed = t->eval_owed };
-	/* every rank: the sums are a collective, and so is the write */
-	if ((st = epoch_sums(t, &sums)) || (st = best_meta(t, -1, 0, &meta, &best)))
+				       .eval_owed = t->eval_owed, .evaluated = evaluated };
+	/* every rank: the sums are a collective, and so is the write; after
+	 * the run's last step (ckpt_end) the ones taken there, as the
+	 * evaluations since have used the device's sums */
+	if ((!t->ckpt_end && (st = epoch_sums(t, &sums))) ||
+	    (st = best_meta(t, -1, 0, &meta, &best)))
 		return st;
 	t->ckpt_step = t->pos.step;
 	st = ckpt_write(t, t->ckdir, &meta, path, n);
@@ -183,7 +188,7 @@ static kiln_status checkpoint_at(struct trainer *t, int64_t offset)
 	}
 	/* a host sync point like a log point: not steady state */
 	trainer_counters_take(t);
-	if ((st = checkpoint(t, t->res->checkpoint, sizeof t->res->checkpoint)))
+	if ((st = checkpoint(t, NULL, t->res->checkpoint, sizeof t->res->checkpoint)))
 		return st;
 	trainer_counters_mark(t);
 	return KILN_OK;
@@ -203,7 +208,43 @@ kiln_status trainer_checkpoint_point(struct trainer *t)
 	if (!t->stopping && !(every && step % every == 0) &&
 	    !(final && (every || tc->checkpoint_last)))
 		return KILN_OK;
+	/* the run's last step, followed by evaluations it records: its
+	 * checkpoint after them (trainer_checkpoint_end), saying so */
+	if (final && !t->stopping && *t->ckdir &&
+	    ((tc->eval && !tc->eval_every) || t->have_val)) {
+		kiln_status st = epoch_sums(t, &t->end_sums);
+		t->end_pos = t->pos;
+		t->end_pos.epoch = t->ep, t->end_pos.step = step;
+		t->end_pos.offset = (t->k + 1) * t->G;
+		t->ckpt_end = !st;
+		return st;
+	}
 	return checkpoint_at(t, (t->k + 1) * t->G);
+}
+
+/* After the run's last evaluations: the checkpoint trainer_checkpoint_point
+ * deferred, of the last step, with their numbers (the "evaluated"
+ * section), unless a stop wrote that step's (an evaluation cut short is
+ * owed, not done). */
+kiln_status trainer_checkpoint_end(struct trainer *t)
+{
+	const struct kiln_train_result *res = t->res;
+	if (!t->ckpt_end || t->stopping || t->ckpt_step == t->end_pos.step)
+		return KILN_OK;
+	const int on_val = t->have_val;
+	const struct kiln_ckpt_evaluated e = {
+		.loss = *t->ev.loss, .acc = *t->ev.acc, .acc5 = *t->ev.acc5,
+		.samples = t->tc.eval && !t->tc.eval_every ? *t->ev.samples : 0,
+		.has_test = on_val, .test_loss = on_val ? res->test_loss : 0,
+		.test_acc = on_val ? res->test_acc : 0, .test_acc5 = on_val ? res->test_acc5 : 0,
+		.test_samples = on_val ? res->test_samples : 0,
+	};
+	t->pos = t->end_pos;
+	trainer_counters_take(t);
+	kiln_status st = checkpoint(t, &e, t->res->checkpoint, sizeof t->res->checkpoint);
+	if (!st)
+		trainer_counters_mark(t);
+	return st;
 }
 
 /* A stop that cut the evaluation after an epoch's steps short (t->k one
@@ -224,9 +265,9 @@ kiln_status trainer_checkpoint_stop(struct trainer *t)
 kiln_status trainer_checkpoint_last(struct trainer *t)
 {
 	if (!t->stop_early || t->stopping || !t->tc.checkpoint_last || !*t->ckdir ||
-	    t->ckpt_step == t->step)
+	    t->ckpt_step == t->step || t->ckpt_end) /* (ckpt_end: trainer_checkpoint_end's) */
 		return KILN_OK;
-	return checkpoint(t, t->res->checkpoint, sizeof t->res->checkpoint);
+	return checkpoint(t, NULL, t->res->checkpoint, sizeof t->res->checkpoint);
 }
 
 /* keep_best's choice for an evaluation of value v (higher is better):
@@ -460,6 +501,8 @@ static kiln_status evals_restore(struct trainer *t, struct kiln_ckpt *ck)
 	struct kiln_ckpt_stopper sp;
 	memset(&t->stopper, 0, sizeof t->stopper);
 	kiln_status st = kiln_ckpt_eval_owed_get(ck, &t->eval_owed);
+	if (!st)
+		st = kiln_ckpt_evaluated_get(ck, &t->done, &t->evaluated);
 	if (st)
 		return st;
 	st = kiln_ckpt_stopper_get(ck, &sp);

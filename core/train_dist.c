@@ -18,6 +18,8 @@ struct resume_msg {
 	struct kiln_ckpt_epoch sums; /* the resumed epoch's training sums */
 	struct stopper stopper;      /* early stopping's state */
 	int32_t eval_owed;           /* the checkpoint's step's evaluation is owed */
+	int32_t evaluated;           /* ... or done, with these numbers */
+	struct kiln_ckpt_evaluated done;
 	char error[KILN_ERROR_MAX]; /* rank 0's message when status != 0 */
 	char path[1024];
 	char file[1024]; /* per stage, or ZeRO-1's shards: the checkpoint (t->resume_file) */
@@ -42,6 +44,8 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		msg->sums = t->ep0_sums;
 		msg->stopper = t->stopper;
 		msg->eval_owed = t->eval_owed;
+		msg->evaluated = t->evaluated;
+		msg->done = t->done;
 		if (msg->status)
 			snprintf(msg->error, sizeof msg->error, "%s", kiln_last_error());
 		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
@@ -74,6 +78,8 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		t->ep0_sums = msg->sums;
 		t->stopper = msg->stopper;
 		t->eval_owed = msg->eval_owed;
+		t->evaluated = msg->evaluated;
+		t->done = msg->done;
 		memcpy(t->resume_file, msg->file, sizeof t->resume_file);
 		t->resume_file[sizeof t->resume_file - 1] = 0;
 		*found = 1;

@@ -219,6 +219,15 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 	size_t len = strlen(msg);
 	if (!tc->eval || t->stop_early || (tc->eval_every && !(last_step && step % tc->eval_every)))
 		return KILN_OK;
+	if (t->evaluated && step == t->step0 && t->done.samples) {
+		/* resumed from the run's last checkpoint, written after this
+		 * evaluation: its numbers, not a second record of it */
+		*t->ev.loss = t->done.loss, *t->ev.acc = t->done.acc, *t->ev.acc5 = t->done.acc5;
+		*t->ev.samples = t->done.samples;
+		snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
+			 *t->ev.loss, *t->ev.acc, *t->ev.acc5);
+		return KILN_OK;
+	}
 	kiln_status st = trainer_evaluate(t, t->steps_per_epoch * t->G, 0, !tc->eval_every);
 	if (!st)
 		snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
@@ -235,6 +244,12 @@ kiln_status trainer_final_test(struct trainer *t)
 	kiln_status st;
 	if (!t->have_val || t->stopping)
 		return KILN_OK;
+	if (t->evaluated && t->step == t->step0 && t->done.has_test) {
+		/* the run's last checkpoint was written after it: done */
+		res->test_loss = t->done.test_loss, res->test_acc = t->done.test_acc;
+		res->test_acc5 = t->done.test_acc5, res->test_samples = t->done.test_samples;
+		return KILN_OK;
+	}
 	if ((st = eval_now(t, &e)))
 		return st;
 	kiln_log(KILN_LOG_INFO, "train", "final test loss %.4f acc %.4f top-5 %.4f", res->test_loss,

@@ -192,7 +192,7 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 	}
 	if (!st)
 		st = trainer_checkpoint_last(t);
-	if (!st && !(st = trainer_final_test(t)))
+	if (!st && !(st = trainer_final_test(t)) && !(st = trainer_checkpoint_end(t)))
 		st = trainer_finish(t);
 	/* stages on ranks: a receive that failed on the stage's stream's
 	 * worker came back from whichever sync came next, in the

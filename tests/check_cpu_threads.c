@@ -58,21 +58,29 @@ START_TEST(test_cgroup_path)
 {
 	char p[64];
 	const char *hybrid = "9:name=systemd:/\n4:memory:/a/b\n2:cpu,cpuacct:/job/7\n0::/user.slice/x\n";
-	ck_assert_int_eq(cpu_cgroup_path(hybrid, 1, p, sizeof p), 0);
+	ck_assert_int_eq(cpu_cgroup_path(hybrid, NULL, p, sizeof p), 0);
 	ck_assert_str_eq(p, "/user.slice/x");
-	ck_assert_int_eq(cpu_cgroup_path(hybrid, 0, p, sizeof p), 0);
+	ck_assert_int_eq(cpu_cgroup_path(hybrid, "cpu", p, sizeof p), 0);
 	ck_assert_str_eq(p, "/job/7");
 	/* "cpuacct" and "cpuset" are not "cpu" */
 	const char *v1 = "3:cpuset:/s\n2:cpuacct:/a\n1:cpu:/c";
-	ck_assert_int_eq(cpu_cgroup_path(v1, 0, p, sizeof p), 0);
+	ck_assert_int_eq(cpu_cgroup_path(v1, "cpu", p, sizeof p), 0);
 	ck_assert_str_eq(p, "/c");
-	ck_assert_int_eq(cpu_cgroup_path(v1, 1, p, sizeof p), -1);
+	ck_assert_int_eq(cpu_cgroup_path(v1, NULL, p, sizeof p), -1);
 	/* a v1 id 10 with an empty list is not v2's "0::" */
-	ck_assert_int_eq(cpu_cgroup_path("10::/x\n", 1, p, sizeof p), -1);
-	ck_assert_int_eq(cpu_cgroup_path("0::/\n", 1, p, sizeof p), 0);
+	ck_assert_int_eq(cpu_cgroup_path("10::/x\n", NULL, p, sizeof p), -1);
+	ck_assert_int_eq(cpu_cgroup_path("0::/\n", NULL, p, sizeof p), 0);
 	ck_assert_str_eq(p, "/");
-	ck_assert_int_eq(cpu_cgroup_path("0::/a/long/path\n", 1, p, 8), -1);
-	ck_assert_int_eq(cpu_cgroup_path("", 1, p, sizeof p), -1);
+	ck_assert_int_eq(cpu_cgroup_path("0::/a/long/path\n", NULL, p, 8), -1);
+	ck_assert_int_eq(cpu_cgroup_path("", NULL, p, sizeof p), -1);
+	/* the memory controller's line (cpu.c's cgroup_room reads it first,
+	 * then v2's), by the same rule: "memory" itself, not a longer name */
+	ck_assert_int_eq(cpu_cgroup_path(hybrid, "memory", p, sizeof p), 0);
+	ck_assert_str_eq(p, "/a/b");
+	ck_assert_int_eq(cpu_cgroup_path("5:memory,hugetlb:/m\n0::/u\n", "memory", p, sizeof p), 0);
+	ck_assert_str_eq(p, "/m");
+	ck_assert_int_eq(cpu_cgroup_path("6:memory_x:/n\n0::/u\n", "memory", p, sizeof p), -1);
+	ck_assert_int_eq(cpu_cgroup_path("0::/u\n", "memory", p, sizeof p), -1);
 }
 END_TEST
 

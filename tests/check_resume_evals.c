@@ -315,6 +315,81 @@ START_TEST(test_early_stop_finished)
 }
 END_TEST
 
+/* The lines of dir/metrics.jsonl, and in *finals those of its "final"
+ * events after its last resume line. */
+static int jsonl_lines(const char *dir, int *finals)
+{
+	char path[300], line[2048];
+	int n = 0;
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s", path);
+	*finals = 0;
+	while (fgets(line, sizeof line, f)) {
+		n++;
+		if (!strncmp(line, "{\"event\":\"resume\",", 18))
+			*finals = 0;
+		*finals += !strncmp(line, "{\"event\":\"final\",", 17);
+	}
+	fclose(f);
+	return n;
+}
+
+static const char *const per_epoch[] = { "train.epochs=2", NULL };
+static const char *const per_epoch_resume[] = { "train.epochs=2", "train.resume=1", NULL };
+#define VAL "data.val.images=t10k-images-idx3-ubyte.gz", \
+	"data.val.labels=t10k-labels-idx1-ubyte.gz", "data.val.limit=100"
+static const char *const with_val[] = { "train.epochs=2", VAL, NULL };
+static const char *const with_val_resume[] = { "train.epochs=2", VAL, "train.resume=1", NULL };
+
+/* A finished run that evaluates once per epoch (and, with [data.val], has
+ * a final test), resumed twice: each resume appends its "resume" and
+ * "final" lines and nothing else, with the run's numbers.  Before session
+ * 32 the last checkpoint was written before the epoch's evaluation (and
+ * the final test), so each resume ran and recorded them again: 4 lines a
+ * resume, the epoch-2 evaluation twice, three times... */
+static void finished_resumed(const char *const *ov, const char *const *ov_resume,
+			     int have_val)
+{
+	char a[64], l[400];
+	struct kiln_train_result ra, r2;
+	scratch_dir(a, sizeof a);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, ov, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 40);
+	int finals;
+	const int lines = jsonl_lines(a, &finals);
+	for (int k = 1; k <= 2; k++) {
+		ck_assert_msg(train_run(a, ov_resume, &r2) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(r2.resumed_step, 40);
+		ck_assert_int_eq(r2.steps, 40);
+		ck_assert_int_eq(jsonl_lines(a, &finals), lines + 2 * k);
+		ck_assert_int_eq(finals, 1);
+		event_steps(a, "eval", 1, l, sizeof l);
+		ck_assert_str_eq(l, "");
+		event_steps(a, "checkpoint", 1, l, sizeof l);
+		ck_assert_str_eq(l, "");
+		ck_assert(r2.train_loss == ra.train_loss && r2.test_loss == ra.test_loss &&
+			  r2.test_acc == ra.test_acc && r2.test_samples == ra.test_samples);
+		ck_assert(!have_val || (r2.val_loss == ra.val_loss && r2.val_acc == ra.val_acc));
+	}
+	/* the first run's evaluations: one per epoch (and the final test) */
+	event_steps(a, "eval", 0, l, sizeof l);
+	ck_assert_str_eq(l, have_val ? "20 40 40" : "20 40");
+}
+
+START_TEST(test_finished_per_epoch)
+{
+	finished_resumed(per_epoch, per_epoch_resume, 0);
+}
+END_TEST
+
+START_TEST(test_finished_with_val)
+{
+	finished_resumed(with_val, with_val_resume, 1);
+}
+END_TEST
+
 /* A stop during the eval_every evaluation after step 10 (asked for at
  * its log point, so the evaluation is cut at its first batch): the stop's
  * checkpoint owes it, the resumed run evaluates step 10 first and stops
@@ -364,7 +439,8 @@ static Suite *make_resume_evals_suite(void)
 	check_add_case(s, "resume", 120, scratch_setup, scratch_teardown,
 		       (const TTest *[]){ test_keep_best, test_keep_best_old_checkpoint,
 					   test_early_stop_finished,
-					   test_eval_owed, NULL });
+					   test_eval_owed, test_finished_per_epoch,
+					   test_finished_with_val, NULL });
 	return s;
 }
 

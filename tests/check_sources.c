@@ -429,6 +429,58 @@ START_TEST(test_folder_splits)
 }
 END_TEST
 
+/* [data]'s root holding [data.eval]'s (no train/: [data] is the root, and
+ * the folder holding the test split is one of its classes).  Before
+ * session 32 such a pair was not compared: D/{a,test,zebra} against
+ * D/test/{a,zebra} labelled zebra 2 in training and 1 in evaluation, exit 0. */
+START_TEST(test_folder_nested_eval)
+{
+	char want[2048];
+	write_image("D/a/0.png", FMT_PNG, 2, 2, 1, 1);
+	write_image("D/zebra/0.png", FMT_PNG, 2, 2, 1, 2);
+	write_image("D/test/a/0.png", FMT_PNG, 2, 2, 1, 3);
+	write_image("D/test/zebra/0.png", FMT_PNG, 2, 2, 1, 4);
+	kiln_status st = open_src("folder", "data.eval", "test", kv("data.path", "D"),
+				  kv("data.eval.path", "D/test"), NULL);
+	snprintf(want, sizeof want, "[data.eval] %s/D/test has 2 class folders and [data] %s/D has 3, and class 1 is 'zebra' in [data.eval] but 'test' in [data]: a label would name another class in each; make the class folders the same (an empty folder keeps its label); [data] holds it in its class folder 'test', which must sort after the others, or put [data]'s classes in its train/",
+		 tmp, tmp);
+	ck_assert_int_eq(st, KILN_EDATA);
+	ck_assert_str_eq(kiln_last_error(), want);
+	ck_assert_ptr_null(ctx);
+	/* inherited path, D/test found as the split: the same */
+	st = open_src("folder", "data.eval", "test", kv("data.path", "D"), NULL);
+	ck_assert_int_eq(st, KILN_EDATA);
+	ck_assert_str_eq(kiln_last_error(), want);
+	/* the test folder sorting last keeps every label: D/{a,b,test} */
+	write_image("E/a/0.png", FMT_PNG, 2, 2, 1, 1);
+	write_image("E/b/0.png", FMT_PNG, 2, 2, 1, 2);
+	write_image("E/test/a/0.png", FMT_PNG, 2, 2, 1, 3);
+	write_image("E/test/b/0.png", FMT_PNG, 2, 2, 1, 4);
+	st = open_src("folder", "data.eval", "test", kv("data.path", "E"), NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	/* ... and a class it does not have is refused, nested or not */
+	write_image("E/test/c/0.png", FMT_PNG, 2, 2, 1, 5);
+	st = open_src("folder", "data.eval", "test", kv("data.path", "E"), NULL);
+	ASSERT_OPEN_FAILS(st, KILN_EDATA, tpath("E/test"), "class 2 is 'c' in [data.eval] but 'test' in [data]");
+	/* only split folders at hand (kiln eval with the test data alone): the
+	 * root is no training set, not compared */
+	write_image("F/test/a/0.png", FMT_PNG, 2, 2, 1, 1);
+	write_image("F/val/a/0.png", FMT_PNG, 2, 2, 1, 1);
+	st = open_src("folder", "data.eval", "test", kv("data.path", "F"), NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	/* a root deeper inside: G/x/test against G/{a,x}: x holds it */
+	write_image("G/a/0.png", FMT_PNG, 2, 2, 1, 1);
+	write_image("G/x/test/a/0.png", FMT_PNG, 2, 2, 1, 1);
+	st = open_src("folder", "data.eval", "test", kv("data.path", "G"),
+		      kv("data.eval.path", "G/x/test"), NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	write_image("G/b/0.png", FMT_PNG, 2, 2, 1, 1);
+	st = open_src("folder", "data.eval", "test", kv("data.path", "G"),
+		      kv("data.eval.path", "G/x/test"), NULL);
+	ASSERT_OPEN_FAILS(st, KILN_EDATA, tpath("G/x/test"), "class 1 is '(none)' in [data.eval] but 'b' in [data]");
+}
+END_TEST
+
 START_TEST(test_folder_concurrent)
 {
 	make_folder("ds");
@@ -1403,7 +1455,7 @@ static Suite *make_sources_suite(void)
 {
 	Suite *s = suite_create("sources");
 	check_add_case(s, "folder", 0, setup, teardown, (const TTest *[]){
-		test_folder_valid, test_folder_splits, test_folder_concurrent,
+		test_folder_valid, test_folder_splits, test_folder_nested_eval, test_folder_concurrent,
 		test_folder_corrupt_images, test_folder_bad_roots, NULL });
 
 	check_add_case(s, "tar", 0, setup, teardown, (const TTest *[]){

@@ -636,6 +636,20 @@ TESTS += tests/onnx_export.sh tests/onnx_ort.sh
 endif
 EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py tests/data/onnx_bad_layer.ini
 EXTRA_DIST += tests/data/onnx_residual_conv.ini tests/data/onnx_concat_last.ini tests/data/onnx_concat_seq.ini
+# kiln's own check of an export (core/onnx_check.c) on graphs built by
+# hand: a Concat on the wrong axis, a Gemm without transB, a value used
+# before it is defined, an initializer's bytes, ... each named (session 32)
+if HAVE_ONNX
+if HAVE_CHECK
+check_PROGRAMS += tests/check_onnx
+TESTS += tests/check_onnx
+tests_check_onnx_SOURCES = tests/check_onnx.c
+nodist_tests_check_onnx_SOURCES = core/proto/onnx.pb-c.c
+tests_check_onnx_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_onnx_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_srcdir)/core -I$(top_builddir) $(PROTOBUF_C_CFLAGS)
+tests_check_onnx_LDADD = libkiln.la $(CHECK_LIBS) $(PROTOBUF_C_LIBS)
+endif
+endif
 # ---- inference graph passes: folded logits against the unfolded ---------
 if HAVE_CHECK
 check_PROGRAMS += tests/check_infer_passes

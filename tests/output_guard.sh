@@ -10,9 +10,10 @@
 #     --checkpoint; predict --logits onto W, CONFIG, or a hard link to C;
 #     quantize --out onto CONFIG: each exits 2 naming the file and the
 #     input is byte-identical afterwards;
-#  2. an ONNX (and a safetensors) export that cannot be written (a file
-#     size limit, EFBIG) exits 1 and leaves the earlier export byte-identical,
-#     with no temporary file beside it.
+#  2. an ONNX (and a safetensors) export, or predict --logits (.npy and
+#     .safetensors), that cannot be written (a file size limit, EFBIG) exits
+#     1 and leaves the earlier file byte-identical, with no temporary file
+#     beside it.
 name=output_guard
 . "$(dirname "$0")/lib.sh"
 need_source idx
@@ -86,15 +87,18 @@ kiln 0 predict "$ini" $common --eval-set --checkpoint "$ck" --logits "$tmp/l.saf
 echo "ok: an output that is an input or a checkpoint: exit 2, the input unchanged"
 
 # ---- 2. a failed write keeps the earlier export --------------------------------
-# limited: run kiln with files limited to 4 KiB and SIGXFSZ ignored, so a
-# write past it fails with EFBIG (the exports here are 16 KiB)
+# limited: run kiln with files limited to $limit blocks (4 unless set) and
+# SIGXFSZ ignored, so a write past it fails with EFBIG (the exports here are
+# 16 KiB, the logits 1 KiB and a header; dash counts 512-byte blocks)
 limited() {
 	want=$1
 	shift
-	(trap '' XFSZ && ulimit -f 4 && exec "$kiln" "$@") >"$out" 2>"$err"
-	rc=$?
+	# stderr through a pipe: a file would be cut at the limit too
+	{ (trap '' XFSZ && ulimit -f "${limit:-4}" && exec "$kiln" "$@") 2>&1 >"$out"
+	  echo $? >"$tmp/rc"; } | cat >"$err"
+	rc=$(cat "$tmp/rc")
 	[ "$rc" -eq "$want" ] || { cat "$err"; fail "exit $rc, expected $want: kiln $*"; }
-	echo "ok: (files <= 4 KiB) kiln $* (exit $rc)"
+	echo "ok: (ulimit -f ${limit:-4}) kiln $* (exit $rc)"
 }
 for kind in onnx safetensors; do
 	if [ $kind = onnx ] && ! "$kiln" export "$ini" $common --checkpoint "$ck" --onnx "$tmp/good.onnx" 2>"$err" &&
@@ -117,4 +121,18 @@ for kind in onnx safetensors; do
 		fail "good.$kind: mode $(stat -c %a "$tmp/good.$kind") after a new export, want 600"
 done
 echo "ok: an export that cannot be written keeps the earlier file whole; one that can keeps its mode"
+# predict --logits the same way (the .npy was opened in place before
+# session 32: a write past the limit left the earlier file cut short)
+limit=1
+for kind in npy safetensors; do
+	kiln 0 predict "$ini" $common --eval-set --checkpoint "$ck" --logits "$tmp/l.$kind"
+	[ "$(stat -c %s "$tmp/l.$kind")" -gt 1024 ] || fail "l.$kind: $(stat -c %s "$tmp/l.$kind") bytes, the test wants > 1024"
+	cp "$tmp/l.$kind" "$tmp/l.$kind.orig"
+	limited 1 predict "$ini" $common --eval-set --checkpoint "$ck" --logits "$tmp/l.$kind"
+	stderr_has "$tmp/l.$kind: cannot write"
+	stderr_has "File too large"
+	same "$tmp/l.$kind"
+	! ls "$tmp" | grep -q "^l\.$kind\.tmp" || fail "a temporary file was left: $(ls "$tmp")"
+done
+echo "ok: predict --logits that cannot be written keeps the earlier file whole"
 echo "PASS"

@@ -153,8 +153,11 @@ awk -F, 'NR > 1 { for (j = 2; j <= NF; j += 3) if ($j != $(j + 1)) { print; exit
 mkdir "$tmp/miss/test/1"
 kiln 0 eval "$tmp/fm.ini" --checkpoint "$ck" $mf
 # [data] the classes' root itself (no train/), written with a slash, and
-# the test split below it: one tree, not compared (as docs/data.md says;
-# the roots were compared as written, "D/" against "D/test", and refused)
+# the test split below it: one tree; test/ is [data]'s last class, after
+# 0..4, so every label agrees and it passes (docs/data.md; the roots were
+# compared as written, "D/" against "D/test", and refused before session
+# 31; a nested pair was not compared at all before session 32:
+# tests/check_sources' test_folder_nested_eval has the refusals)
 mkdir -p "$tmp/nest/test"
 cp -r "$pngs"/* "$tmp/nest/"
 cp -r "$pngs"/* "$tmp/nest/test/"

@@ -606,6 +606,20 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
  * or written (stat and the checkpoint's magic bytes); any thread. */
 kiln_status kiln_output_check(const char *out, const char *const *inputs, int n);
 
+/* Write the output's bytes to fp (not closing it): 0, or the errno of the
+ * write that failed (EIO when it set none). */
+typedef int (*kiln_file_fill)(FILE *fp, void *ctx);
+/* Write `path` with fill, whole or not at all: a regular file (or none
+ * yet) through path.tmp<pid>.<n> in its directory (created exclusively,
+ * given the old file's permission bits), fsynced and renamed over it, the
+ * directory fsynced, so an earlier file at path stays whole when the
+ * write fails (full disk, a file size limit) and no temporary is left; a
+ * symbolic link's target is replaced, the link kept; a device or FIFO
+ * (/dev/stdout) is written straight to.  0 or an errno; the caller says
+ * which file.  The safetensors and ONNX writers and `kiln predict
+ * --logits` share it (core/out_file.c); any thread. */
+int kiln_file_write(const char *path, kiln_file_fill fill, void *ctx);
+
 /* `kiln export`: open [run] device, read the sample shape from [data] as
  * training would, build the model, load the weights of `checkpoint` (NULL:
  * the newest usable one in [run] out_dir/checkpoints; [model] init_from is

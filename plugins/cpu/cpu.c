@@ -731,29 +731,24 @@ static int read_ull(const char *dir, const char *name, unsigned long long *v)
  * 54704 in a 400M cgroup and kiln train was OOM-killed (session 31). */
 static unsigned long long cgroup_room(void)
 {
-	char line[4096], dir[4200] = "";
+	char text[8192], path[4096], dir[4200] = "";
 	unsigned long long room = ULLONG_MAX, lim, use;
 	const char *maxf = NULL, *usef = NULL;
-	FILE *f = fopen("/proc/self/cgroup", "r");
-	/* hybrid hierarchies have both lines: v1's memory controller, where
-	 * there is one, is the one that limits */
-	while (f && fgets(line, sizeof line, f)) {
-		line[strcspn(line, "\n")] = 0;
-		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-		if (!c2)
-			continue;
-		*c2 = 0;
-		if (c1 == line + 1 && line[0] == '0' && c2 == c1 + 1) { /* v2: 0::/path */
-			snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", c2 + 1);
-			maxf = "memory.max", usef = "memory.current";
-		} else if (strstr(c1 + 1, "memory")) { /* v1: N:memory[,...]:/path */
-			snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory%s", c2 + 1);
-			maxf = "memory.limit_in_bytes", usef = "memory.usage_in_bytes";
-			break;
-		}
-	}
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	const size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
 	if (f)
 		fclose(f);
+	text[got] = 0;
+	/* the lines parsed as for the CPU quota (threads.c); hybrid
+	 * hierarchies have both: v1's memory controller, where there is one,
+	 * is the one that limits */
+	if (!cpu_cgroup_path(text, "memory", path, sizeof path)) {
+		snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory%s", path);
+		maxf = "memory.limit_in_bytes", usef = "memory.usage_in_bytes";
+	} else if (!cpu_cgroup_path(text, NULL, path, sizeof path)) { /* v2: 0::/path */
+		snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", path);
+		maxf = "memory.max", usef = "memory.current";
+	}
 	while (maxf && *dir) {
 		if (read_ull(dir, maxf, &lim) && read_ull(dir, usef, &use)) {
 			const unsigned long long r = lim > use ? lim - use : 0;

@@ -63,7 +63,7 @@ static int list_has(const char *s, const char *e, const char *name)
 	return 0;
 }
 
-int cpu_cgroup_path(const char *text, int v2, char *out, size_t n)
+int cpu_cgroup_path(const char *text, const char *controller, char *out, size_t n)
 {
 	/* lines "ID:CONTROLLERS:PATH"; v2's is "0::PATH" */
 	for (const char *l = text; l && *l;) {
@@ -72,8 +72,8 @@ int cpu_cgroup_path(const char *text, int v2, char *out, size_t n)
 			end = l + strlen(l);
 		const char *c1 = memchr(l, ':', (size_t)(end - l));
 		const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
-		if (c2 && (v2 ? c2 == c1 + 1 && c1 - l == 1 && *l == '0'
-			      : list_has(c1 + 1, c2, "cpu"))) {
+		if (c2 && (!controller ? c2 == c1 + 1 && c1 - l == 1 && *l == '0'
+				       : list_has(c1 + 1, c2, controller))) {
 			size_t len = (size_t)(end - c2 - 1);
 			if (len + 1 > n)
 				return -1;
@@ -315,7 +315,7 @@ double cpu_quota_read(char *stat, size_t n)
 		{ "/sys/fs/cgroup/cpu,cpuacct", 0 },
 	};
 	for (size_t i = 0; i < sizeof cg / sizeof *cg; i++) {
-		if (cpu_cgroup_path(text, cg[i].v2, path, sizeof path))
+		if (cpu_cgroup_path(text, cg[i].v2 ? NULL : "cpu", path, sizeof path))
 			continue;
 		double q = quota_up(cg[i].root, strcmp(path, "/") ? path : "", cg[i].v2, at);
 		if (q > 0 && (best == 0 || q < best)) {

@@ -26,10 +26,13 @@ double cpu_quota_v2(const char *cpu_max);
  * ("-1": no limit). */
 double cpu_quota_v1(const char *quota_us, const char *period_us);
 /* The cgroup path of this process from the text of /proc/self/cgroup:
- * the v2 line ("0::PATH") when v2 is set, else the v1 line whose
- * controller list holds "cpu".  Copies PATH into out (size n, without the
- * newline); returns 0, or -1 when there is no such line or it is too long. */
-int cpu_cgroup_path(const char *proc_cgroup, int v2, char *out, size_t n);
+ * the v2 line ("0::PATH") when controller is NULL, else the v1 line whose
+ * controller list holds `controller` as one of its names ("cpu" is not
+ * "cpuacct"): the CPU quota's ("cpu", cpu_quota_read) and the memory
+ * limit's ("memory", cpu.c's cgroup_room).  Copies PATH into out (size n,
+ * without the newline); returns 0, or -1 when there is no such line or it
+ * is too long. */
+int cpu_cgroup_path(const char *proc_cgroup, const char *controller, char *out, size_t n);
 /* The team for `affinity` CPUs under a quota of `quota` CPUs (0 = none):
  * the quota rounded to the nearest whole CPU (1.5 -> 2, 1.4 -> 1), at
  * least 1, at most the affinity count. */

@@ -242,13 +242,30 @@ static kiln_status folder_list_classes(const struct kiln_host *host, const char 
 	return st;
 }
 
+/* Whether class folder `name` of [data]'s root is a split folder, not a
+ * class: the one holding the evaluation root (nest[0..nl)), test/, val/,
+ * or the split [data.eval] or [data.val] names. */
+static int folder_is_split(const struct kiln_host *host, const struct kiln_config *cfg,
+			   const char *name, const char *nest, size_t nl)
+{
+	const char *e = host->config_get(cfg, "data.eval", "split"),
+		   *v = host->config_get(cfg, "data.val", "split");
+	return (strlen(name) == nl && !strncmp(name, nest, nl)) || !strcmp(name, "test") ||
+	       !strcmp(name, "val") || (e && !strcmp(name, e)) || (v && !strcmp(name, v));
+}
+
 /* An evaluation split ([data.eval], [data.val]) labels its samples by its
  * own sorted class folders, and the model learnt [data]'s: when [data] is
  * a folder too, the two lists must be the same, else a label means
  * another class in each (test/{a,c} gives c label 1, b's in train/{a,b,c})
- * and the accuracy is silently wrong.  A [data] that cannot be resolved
- * (`kiln eval` with only the test data present) or whose root holds ours
- * (path/train missing, so [data] is path itself) is not compared. */
+ * and the accuracy is silently wrong.  When [data]'s root holds ours (no
+ * path/train: [data] is path itself), the folder holding ours is one of
+ * [data]'s classes (torchvision lists every subdirectory), so [data]'s
+ * list must be ours and then that folder, sorting last: D/{a,test,zebra}
+ * against D/test/{a,zebra} gives zebra 2 in training and 1 here (before
+ * session 32 a nested root was not compared at all).  Not compared: a
+ * [data] that cannot be resolved, or whose root holds split folders
+ * alone (`kiln eval` with only the test data present). */
 static kiln_status folder_check_classes(const struct kiln_host *host,
 					const struct kiln_config *cfg, const char *section,
 					const char *root, const struct loaders_names *classes)
@@ -267,23 +284,42 @@ static kiln_status folder_check_classes(const struct kiln_host *host,
 	 * D/test was taken for two roots and refused) */
 	char rt[PATH_MAX], rr[PATH_MAX];
 	const char *t = realpath(troot, rt) ? rt : troot, *r = realpath(root, rr) ? rr : root;
-	size_t tl = strlen(t);
-	if (!strcmp(t, r) || (!strncmp(r, t, tl) && (r[tl] == '/' || (tl && t[tl - 1] == '/'))))
+	const size_t tl = strlen(t);
+	if (!strcmp(t, r))
 		return KILN_OK;
+	const char *nest = NULL; /* the class folder of [data] that holds ours */
+	size_t nl = 0;
+	if (!strncmp(r, t, tl) && (r[tl] == '/' || (tl && t[tl - 1] == '/'))) {
+		nest = r + tl + (r[tl] == '/');
+		nl = strcspn(nest, "/");
+	}
 	struct loaders_names train = { 0 };
 	if (folder_list_classes(host, troot, &train)) {
 		loaders_names_free(&train);
 		return KILN_OK;
 	}
-	size_t k = 0;
-	while (k < train.n && k < classes->n && !strcmp(train.v[k], classes->v[k]))
+	size_t k = 0, splits = 0;
+	for (size_t j = 0; nest && j < train.n; j++)
+		splits += (size_t)folder_is_split(host, cfg, train.v[j], nest, nl);
+	if (nest && splits == train.n) {
+		loaders_names_free(&train);
+		return KILN_OK;
+	}
+	/* ours, then (nested) the folder holding ours: [data]'s labels */
+	const size_t want = classes->n + (nest != NULL);
+	while (k < train.n && k < want &&
+	       (k < classes->n ? !strcmp(train.v[k], classes->v[k])
+			       : strlen(train.v[k]) == nl && !strncmp(train.v[k], nest, nl)))
 		k++;
 	kiln_status st = KILN_OK;
-	if (k < train.n || k < classes->n)
-		st = host->error(KILN_EDATA, "[%s] %s has %zu class folders and [data] %s has %zu, and class %zu is '%s' in [%s] but '%s' in [data]: a label would name another class in each; make the class folders the same (an empty folder keeps its label)",
+	if (k < train.n || k < want)
+		st = host->error(KILN_EDATA, "[%s] %s has %zu class folders and [data] %s has %zu, and class %zu is '%s' in [%s] but '%s' in [data]: a label would name another class in each; make the class folders the same (an empty folder keeps its label)%s%.*s%s",
 				 section, root, classes->n, troot, train.n, k,
 				 k < classes->n ? classes->v[k] : "(none)", section,
-				 k < train.n ? train.v[k] : "(none)");
+				 k < train.n ? train.v[k] : "(none)",
+				 nest ? "; [data] holds it in its class folder '" : "", (int)nl,
+				 nest ? nest : "",
+				 nest ? "', which must sort after the others, or put [data]'s classes in its train/" : "");
 	loaders_names_free(&train);
 	return st;
 }
