@@ -76,12 +76,6 @@ void cli_json_str(FILE *f, const char *s);
 /* Print s as a CSV field (quoted when it holds a comma, quote or newline). */
 void cli_csv_str(FILE *f, const char *s);
 
-/* Close f, the output file path written through it: 0, or the errno of a
- * write or the close that failed, with path removed then when it is a
- * regular file (no partial file is left; a device or FIFO is kept, and so
- * is a symbolic link, whose target is then left cut short). */
-int cli_close_output(FILE *f, const char *path);
-
 int cli_wants_help(int argc, char **argv);
 
 /* argv[1] is a FILE and every later argument an override (has '='); else

@@ -202,18 +202,30 @@ static void write_profile(FILE *f, const char *path)
 	free(top);
 }
 
-static int write_report(const char *dir, const char *out, const struct report_metrics *m)
+/* The report's parts, for kiln_file_write. */
+struct report_src {
+	const char *dir;
+	const struct report_metrics *m;
+};
+
+/* The errno of a write into f that failed, taken before a later call
+ * (opening a run file that is not there) sets another: 0 while none has. */
+static int write_failed(FILE *f)
 {
+	return ferror(f) ? errno ? errno : EIO : 0;
+}
+
+static int fill_report(FILE *f, void *ctx)
+{
+	const struct report_src *r = ctx;
 	char path[4096];
-	FILE *f = fopen(out, "w");
-	if (!f) {
-		fprintf(stderr, "kiln: error: %s: %s\n", out, strerror(errno));
-		return 1;
-	}
-	write_head(f, dir);
-	write_result(f, m);
-	write_curves(f, m);
-	snprintf(path, sizeof path, "%s/config.ini", dir);
+	int err;
+	write_head(f, r->dir);
+	write_result(f, r->m);
+	write_curves(f, r->m);
+	if ((err = write_failed(f)))
+		return err;
+	snprintf(path, sizeof path, "%s/config.ini", r->dir);
 	char *config = slurp(path);
 	write_pre(f, "config", "Config (config.ini, resolved)", config, "No config.ini in the run directory.");
 	if (config)
@@ -221,10 +233,26 @@ static int write_report(const char *dir, const char *out, const struct report_me
 	else
 		write_pre(f, "summary", "Model summary", NULL, "No config.ini: no summary or memory report.");
 	free(config);
-	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	if ((err = write_failed(f)))
+		return err;
+	snprintf(path, sizeof path, "%s/profile.txt", r->dir);
 	write_profile(f, path);
+	if ((err = write_failed(f)))
+		return err;
+	errno = 0;
 	fputs("</body></html>\n", f);
-	int err = cli_close_output(f, out);
+	if ((err = write_failed(f)) || (fflush(f) && (err = errno ? errno : EIO)))
+		return err;
+	return 0;
+}
+
+/* The report written whole or not at all (kiln_file_write: before session
+ * 32 it was opened in place, so a failed write, a full disk or a file size
+ * limit, removed the earlier report). */
+static int write_report(const char *dir, const char *out, const struct report_metrics *m)
+{
+	struct report_src r = { dir, m };
+	int err = kiln_file_write(out, fill_report, &r);
 	if (err) {
 		fprintf(stderr, "kiln: error: %s: cannot write the report: %s\n", out, strerror(err));
 		return 1;

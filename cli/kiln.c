@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -115,24 +114,6 @@ void cli_csv_str(FILE *f, const char *s)
 		fputc(*s, f);
 	}
 	fputc('"', f);
-}
-
-int cli_close_output(FILE *f, const char *path)
-{
-	struct stat sb;
-	/* the path itself (lstat): a link's target, file or device, is not
-	 * what the user named to be written (unlinking the path would remove
-	 * the link and keep the cut target) */
-	int regular = !lstat(path, &sb) && S_ISREG(sb.st_mode);
-	int err = ferror(f) ? EIO : 0; /* a write that failed earlier */
-	errno = 0;
-	if (fflush(f))
-		err = errno ? errno : EIO; /* the reason, where the data still waits */
-	if (fclose(f) && !err)
-		err = errno ? errno : EIO;
-	if (err && regular)
-		unlink(path);
-	return err;
 }
 
 void cli_bad_arg(const char *a)

@@ -135,4 +135,14 @@ for kind in npy safetensors; do
 	! ls "$tmp" | grep -q "^l\.$kind\.tmp" || fail "a temporary file was left: $(ls "$tmp")"
 done
 echo "ok: predict --logits that cannot be written keeps the earlier file whole"
+# kiln report -o the same way (opened in place before session 32: a write
+# past the limit removed the earlier report)
+kiln 0 report "$tmp/run" -o "$tmp/r.html"
+[ "$(stat -c %s "$tmp/r.html")" -gt 1024 ] || fail "r.html: $(stat -c %s "$tmp/r.html") bytes, the test wants > 1024"
+cp "$tmp/r.html" "$tmp/r.html.orig"
+limited 1 report "$tmp/run" -o "$tmp/r.html"
+stderr_has "$tmp/r.html: cannot write the report: File too large"
+same "$tmp/r.html"
+! ls "$tmp" | grep -q "^r\.html\.tmp" || fail "a temporary file was left: $(ls "$tmp")"
+echo "ok: a report that cannot be written keeps the earlier one whole"
 echo "PASS"

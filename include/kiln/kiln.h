@@ -617,7 +617,7 @@ typedef int (*kiln_file_fill)(FILE *fp, void *ctx);
  * symbolic link's target is replaced, the link kept; a device or FIFO
  * (/dev/stdout) is written straight to.  0 or an errno; the caller says
  * which file.  The safetensors and ONNX writers and `kiln predict
- * --logits` share it (core/out_file.c); any thread. */
+ * --logits` and `kiln report` share it (core/out_file.c); any thread. */
 int kiln_file_write(const char *path, kiln_file_fill fill, void *ctx);
 
 /* `kiln export`: open [run] device, read the sample shape from [data] as
