@@ -200,9 +200,11 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	}
 	restart_wait(&env);
 	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
-				  env.world, d->timeout_ms, &d->store)) ||
-	    (st = kiln_heartbeat_post_host(d->store, env.rank)))
+				  env.world, d->timeout_ms, &d->store)))
 		goto fail;
+	/* (the rendezvous posts kiln/host/RANK once this process's claim of
+	 * the rank is won: posted before it, a second process for the rank
+	 * replaced the real one's host name) */
 	if ((st = kiln_store_rendezvous(d->store, env.rank, env.world, d->timeout_ms))) {
 		d->failed = 1; /* rank 0 waits for no rank to leave: some never came */
 		goto fail;

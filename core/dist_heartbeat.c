@@ -8,8 +8,8 @@
  * network; the store not answering within that time means rank 0 (which
  * hosts it) or the link to its host is.  Either ends this rank through the
  * host's fatal handler (`kiln train` exits non-zero) with a message naming
- * the rank and its host name (each rank posts it as kiln/host/RANK before
- * the rendezvous), long before [dist] timeout would.  The thread runs
+ * the rank and its host name (each rank posts it as kiln/host/RANK in the
+ * rendezvous, once its claim of the rank is won), long before [dist] timeout would.  The thread runs
  * outside the training loop, so a long step is no false alarm; a rank whose
  * process is alive but whose training thread is stuck is still caught only
  * by [dist] timeout.  A rank that finished sets its counter negative, and
@@ -47,15 +47,6 @@ struct kiln_heartbeat {
 static int64_t mono_ms(void)
 {
 	return kiln_now_ns() / 1000000;
-}
-
-kiln_status kiln_heartbeat_post_host(struct kiln_store *s, int rank)
-{
-	char key[48], name[64] = "";
-	if (gethostname(name, sizeof name - 1))
-		snprintf(name, sizeof name, "?");
-	snprintf(key, sizeof key, "kiln/host/%d", rank);
-	return kiln_store_set(s, key, name, strlen(name));
 }
 
 /* The peers' host names, posted before the rendezvous ("?" if unread). */

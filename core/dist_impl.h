@@ -189,11 +189,9 @@ float *dist_zero_piece(const struct kiln_dist *d, const struct bucket *b);
  * world's, or with [dist] pipeline the stage group's */
 void *dist_zero_comm(const struct kiln_dist *d);
 
-/* core/dist_heartbeat.c ([dist] heartbeat): post this rank's host name
- * (kiln/host/RANK) for the watchdog's messages; before the rendezvous */
-kiln_status kiln_heartbeat_post_host(struct kiln_store *s, int rank);
-/* Start the watchdog thread on its own connection to the store at
- * master:port; *out = NULL (KILN_OK) when heartbeat_s <= 0 or one rank.
+/* core/dist_heartbeat.c ([dist] heartbeat; the host names it reports
+ * are kiln/host/RANK, which kiln_store_rendezvous posts).  Start the
+ * watchdog thread on its own connection to the store at master:port; *out = NULL (KILN_OK) when heartbeat_s <= 0 or one rank.
  * A silent peer or an unanswering store ends the process through the
  * host's fatal handler, naming the rank and its host. */
 kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *master, int port,
