@@ -507,17 +507,25 @@ static kiln_status rendezvous_world(struct kiln_store *s, int rank, int world, i
  * an address of this host the others reach (they reach rank 0's by the
  * same network), which kiln-gloo listens on when neither [plugin.gloo]
  * iface nor hostname is set.  Its 127.0.0.1 default held every multi-node
- * run without them in minutes of retries naming no setting (session 31). */
+ * run without them in minutes of retries naming no setting (session 31).
+ * Then kiln/addr_set/RANK = 1, a counter a plugin reads without waiting
+ * (host->store_add of 0; the host table has no check): kiln-gloo's get
+ * of an address never posted waited out [dist] timeout and broke its
+ * store connection (session 32). */
 static kiln_status post_addr(struct kiln_store *s, int rank)
 {
 	struct sockaddr_storage a;
 	socklen_t al = sizeof a;
 	char h[NI_MAXHOST], key[48];
+	kiln_status st;
 	if (getsockname(s->fd, (struct sockaddr *)&a, &al) ||
 	    getnameinfo((struct sockaddr *)&a, al, h, sizeof h, NULL, 0, NI_NUMERICHOST))
 		return KILN_OK; /* none posted: kiln-gloo keeps 127.0.0.1 */
 	snprintf(key, sizeof key, "kiln/addr/%d", rank);
-	return kiln_store_set(s, key, h, strlen(h) + 1);
+	if ((st = kiln_store_set(s, key, h, strlen(h) + 1)))
+		return st;
+	snprintf(key, sizeof key, "kiln/addr_set/%d", rank);
+	return kiln_store_add(s, key, 1, NULL);
 }
 
 /* This host's name as kiln/host/RANK, which the heartbeat's and a lost

@@ -220,7 +220,7 @@ static int set_count(struct store_server *s, const char *key, int64_t v)
 static void claim_release(struct store_server *s, int rank, int joined)
 {
 	static const char *const keys[] = { "kiln/claim/%d", "kiln/joined/%d", "kiln/addr/%d",
-					    "kiln/host/%d" };
+					    "kiln/addr_set/%d", "kiln/host/%d" };
 	char key[64];
 	for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
 		snprintf(key, sizeof key, keys[i], rank);
