@@ -228,8 +228,9 @@ static void claim_release(struct store_server *s, int rank, int joined)
 	}
 	if (joined)
 		set_count(s, "kiln/joined", joined_count(s) - 1);
-	kiln_log(KILN_LOG_INFO, "store", "rank %d left before every rank had joined: its claim is released (a process started again as rank %d may join)",
-		 rank, rank);
+	if (rank) /* (rank 0's own leaving ends this store) */
+		kiln_log(KILN_LOG_INFO, "store", "rank %d left before every rank had joined: its claim is released (a process started again as rank %d may join)",
+			 rank, rank);
 }
 
 static void client_free(struct client *c)
