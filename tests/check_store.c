@@ -395,7 +395,7 @@ static pid_t rank_child(int port, int rank, int world, int linger)
 	if (!kid) {
 		struct kiln_store *s;
 		if (kiln_store_open("127.0.0.1", port, 0, rank, world, 5000, &s) ||
-		    kiln_store_rendezvous(s, rank, world, 8000))
+		    kiln_store_rendezvous(s, rank, world, 15000))
 			_exit(1);
 		if (linger)
 			pause(); /* killed by the test: no goodbye */
@@ -412,7 +412,7 @@ START_TEST(test_claim_released)
 	int ws;
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 5000, &s0), KILN_OK);
 	const int port = kiln_store_port(s0);
-	struct r0 a = { .s = s0, .world = 3, .timeout_ms = 8000 };
+	struct r0 a = { .s = s0, .world = 3, .timeout_ms = 15000 };
 	pthread_t th;
 	pthread_create(&th, NULL, rank0_rendezvous, &a);
 	pid_t first = rank_child(port, 1, 3, 0);
