@@ -17,7 +17,11 @@
  *   can read is refused (rank 0's rendezvous timeout names the wrong
  *   token's connection), a raw client that skips the token is cut off;
  * - a process refused at the rendezvous ("rank 1 joined twice") that dies
- *   without a goodbye is not recorded as the real rank lost;
+ *   without a goodbye is not recorded as the real rank lost, nor is one
+ *   that dies before its claim is decided, and neither writes rank 1's
+ *   keys (session 32);
+ * - a rank that dies while the others wait at the rendezvous gives its
+ *   claim back: started again, it joins them (session 32);
  * - which restarted ranks wait for the failed run's store to close;
  * - a value over 8 MiB and sets beyond 32 MiB in all are refused;
  * - a store that never answers: calls end after the store's timeout;
