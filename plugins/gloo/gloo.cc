@@ -1042,13 +1042,17 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
  * whole [dist] timeout and left the store connection broken (session
  * 32).  127.0.0.1 otherwise, said when a rendezvous ran (kiln/joined > 0):
  * only ranks on this host reach it. */
-static std::string default_addr(const struct kiln_host *host, struct kiln_store *store, int rank,
-				int world)
+static std::string default_addr(const struct kiln_host *host, const struct kiln_config *cfg,
+				struct kiln_store *store, int rank, int world)
 {
 	std::string addr = "127.0.0.1";
 	int64_t joined = 0, posted = 0;
 	char key[48];
 	void *v = nullptr;
+	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
+	const char *name = host->config_get(cfg, "plugin.gloo", "hostname");
+	if ((iface && *iface) || (name && *name))
+		return addr; /* (not used: the setting says where) */
 	std::snprintf(key, sizeof key, "kiln/addr_set/%d", rank);
 	if (host->store_add(store, "kiln/joined", 0, &joined) || joined <= 0)
 		return addr; /* no rendezvous on this store (a test's) */
@@ -1082,7 +1086,7 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	std::snprintf(space, sizeof space, "%d", next_space());
 	Comm *c = nullptr;
 	kiln_status st = comm_open(host, cfg, store, dev, rank, world, timeout_ms, space,
-				   default_addr(host, store, rank, world), &c);
+				   default_addr(host, cfg, store, rank, world), &c);
 	*out = c;
 	return st;
 }
