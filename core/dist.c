@@ -200,9 +200,11 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	}
 	restart_wait(&env);
 	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
-				  env.world, d->timeout_ms, &d->store)) ||
-	    (st = kiln_heartbeat_post_host(d->store, env.rank)))
+				  env.world, d->timeout_ms, &d->store)))
 		goto fail;
+	/* (the rendezvous posts kiln/host/RANK once this process's claim of
+	 * the rank is won: posted before it, a second process for the rank
+	 * replaced the real one's host name) */
 	if ((st = kiln_store_rendezvous(d->store, env.rank, env.world, d->timeout_ms))) {
 		d->failed = 1; /* rank 0 waits for no rank to leave: some never came */
 		goto fail;
@@ -972,6 +974,45 @@ static int lost_wait_ms(const struct kiln_dist *d, kiln_status st, const char *m
 	return st == KILN_ETIMEOUT ? DIST_STUCK_WAIT_MS : DIST_LOST_WAIT_MS;
 }
 
+/* A collective timed out with no rank lost: the communicator names the
+ * peer this rank waited for, which may be a healthy one waiting in turn
+ * for the rank that stopped (Gloo's halving-doubling: a rank cut off on
+ * one host was blamed as its neighbour's address, session 32).  The
+ * heartbeat, which every rank beats beside its training thread, names the
+ * rank that stopped when its counter has stood still for two beats and
+ * more; otherwise the peer the message names is a suspect only. */
+static kiln_status stuck_explain(struct kiln_dist *d, kiln_status st, const char *msg)
+{
+	int ranks[8], period_ms = 0;
+	int64_t age[8];
+	char who[512] = "", key[48];
+	const int n = kiln_heartbeat_silent(d->hb, ranks, age, 8, &period_ms);
+	size_t m = 0;
+	for (int i = 0; i < n && m + 1 < sizeof who; i++) {
+		void *v = NULL;
+		snprintf(key, sizeof key, "kiln/host/%d", ranks[i]);
+		if (kiln_store_check(d->store, key, &v, NULL) || !v) {
+			free(v);
+			v = NULL;
+		}
+		m += (size_t)snprintf(who + m, sizeof who - m, "%srank %d (host %s) sent no heartbeat for at least %.1f s",
+				      i ? ", " : "", ranks[i], v ? (const char *)v : "?", age[i] / 1000.0);
+		free(v);
+	}
+	if (n > 0)
+		return kiln_error(st, "rank %d of %d: %s while every other rank's went on (a beat every %.1f s, [dist] heartbeat): it is stuck, not lost (stopped, frozen or its link cut); a collective timed out here ([dist] timeout = %.0f s), and the peer the communicator's message names is the one this rank waited for, which may itself be waiting for %s: %s",
+				  d->env.rank, d->env.world, who, period_ms / 1000.0, d->timeout_ms / 1000.0,
+				  n > 1 ? "them" : "it", msg ? msg : "");
+	char cannot[160];
+	if (n < 0)
+		snprintf(cannot, sizeof cannot, "no heartbeat to tell which ([dist] heartbeat = 0)");
+	else
+		snprintf(cannot, sizeof cannot, "the heartbeat cannot tell which yet (every rank beat within the last %.1f s; a beat every %.1f s)",
+			 (2 * period_ms + 500) / 1000.0, period_ms / 1000.0);
+	return kiln_error(st, "rank %d of %d: a peer is stuck, not lost: a collective timed out ([dist] timeout = %.0f s) while every rank still held its connection to the store (a process stopped or frozen, or its link cut, answers nothing but has not exited); %s: the peer the communicator's message names, which this rank waited for, is a suspect, not necessarily the one that stopped (it may itself be waiting for it): %s",
+			  d->env.rank, d->env.world, d->timeout_ms / 1000.0, cannot, msg ? msg : "");
+}
+
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
 	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))
@@ -1007,8 +1048,7 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	else if (lost == KILN_STORE_GONE || lost == KILN_STORE_SILENT)
 		st = store_failed(d, st, lost, msg);
 	else if (from_comm(d, msg) && st == KILN_ETIMEOUT)
-		st = kiln_error(st, "rank %d of %d: a peer is stuck, not lost: a collective timed out ([dist] timeout = %.0f s) while every rank still held its connection to the store (a process stopped or frozen, or its link cut, answers nothing but has not exited): %s",
-				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");
+		st = stuck_explain(d, st, msg);
 	else if (from_comm(d, msg))
 		st = kiln_error(st, "rank %d of %d: a collective failed (no rank was reported lost; a peer may be stuck or unreachable; [dist] timeout = %.0f s): %s",
 				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");

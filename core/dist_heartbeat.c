@@ -8,8 +8,8 @@
  * network; the store not answering within that time means rank 0 (which
  * hosts it) or the link to its host is.  Either ends this rank through the
  * host's fatal handler (`kiln train` exits non-zero) with a message naming
- * the rank and its host name (each rank posts it as kiln/host/RANK before
- * the rendezvous), long before [dist] timeout would.  The thread runs
+ * the rank and its host name (each rank posts it as kiln/host/RANK in the
+ * rendezvous, once its claim of the rank is won), long before [dist] timeout would.  The thread runs
  * outside the training loop, so a long step is no false alarm; a rank whose
  * process is alive but whose training thread is stuck is still caught only
  * by [dist] timeout.  A rank that finished sets its counter negative, and
@@ -40,22 +40,14 @@ struct kiln_heartbeat {
 	char master[256];
 	int port;
 	int64_t *count;  /* each rank's last counter seen ... */
-	int64_t *moved;  /* ... and when it last moved (ms) */
+	int64_t *moved;  /* ... and when it last moved (ms; under lock) */
+	int64_t beaten;  /* when this rank's last beat completed (ms; under lock) */
 	char (*host)[64];
 };
 
 static int64_t mono_ms(void)
 {
 	return kiln_now_ns() / 1000000;
-}
-
-kiln_status kiln_heartbeat_post_host(struct kiln_store *s, int rank)
-{
-	char key[48], name[64] = "";
-	if (gethostname(name, sizeof name - 1))
-		snprintf(name, sizeof name, "?");
-	snprintf(key, sizeof key, "kiln/host/%d", rank);
-	return kiln_store_set(s, key, name, strlen(name));
 }
 
 /* The peers' host names, posted before the rendezvous ("?" if unread). */
@@ -89,8 +81,10 @@ static int beat(struct kiln_heartbeat *h)
 			break;
 		const int64_t now = mono_ms();
 		if (v != h->count[r]) {
+			pthread_mutex_lock(&h->lock);
 			h->count[r] = v;
 			h->moved[r] = now;
+			pthread_mutex_unlock(&h->lock);
 		} else if (now - h->moved[r] > h->limit_ms) {
 			kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) sent no heartbeat for %.1f s ([dist] heartbeat = %g s): it is stopped, frozen or unreachable; ending this rank",
 					h->rank, h->world, r, h->host[r], (now - h->moved[r]) / 1000.0, lim);
@@ -102,7 +96,73 @@ static int beat(struct kiln_heartbeat *h)
 				h->rank, h->world, h->host[0], KILN_AT_ARG(h->master, h->port), lim, kiln_last_error());
 		return 1;
 	}
+	pthread_mutex_lock(&h->lock);
+	h->beaten = mono_ms();
+	pthread_mutex_unlock(&h->lock);
 	return 0;
+}
+
+/* One look for kiln_heartbeat_silent: the silent peers (into ranks and
+ * age_ms, up to max) and *peers, *late (ms until the first peer that
+ * missed a beat would be silent; INT64_MAX: none) and *fresh (this rank's
+ * own beats get through). */
+static int silent_look(struct kiln_heartbeat *h, int64_t quiet, int *ranks, int64_t *age_ms,
+		       int max, int *peers, int64_t *late, int *fresh)
+{
+	int n = 0;
+	*peers = 0;
+	*late = INT64_MAX;
+	pthread_mutex_lock(&h->lock);
+	const int64_t now = mono_ms();
+	*fresh = h->beaten && now - h->beaten <= quiet;
+	for (int r = 0; r < h->world; r++) {
+		if (r == h->rank || h->count[r] < 0)
+			continue;
+		const int64_t age = now - h->moved[r];
+		++*peers;
+		if (age > quiet && n < max) {
+			ranks[n] = r;
+			age_ms[n++] = age;
+		} else if (age > h->period_ms + 500 && quiet - age < *late) {
+			*late = quiet - age;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+	return n;
+}
+
+#define SILENT_WAIT_MS 3000 /* the longest kiln_heartbeat_silent watches a late peer */
+
+int kiln_heartbeat_silent(struct kiln_heartbeat *h, int *ranks, int64_t *age_ms, int max,
+			  int *period_ms)
+{
+	if (!h)
+		return -1;
+	*period_ms = h->period_ms;
+	/* A peer's counter is seen to move at this rank's first read after
+	 * its beat, up to a beat later: a healthy peer's every beat, or
+	 * every second one when its beat and the read cross (jitter); so
+	 * older than two beats and a margin, it stopped.  A peer that
+	 * stopped is seen to as late as a beat after it did: at a timeout
+	 * shorter than three beats it may only be late yet, so a late peer
+	 * is watched until it is silent or moves, when that is due within
+	 * SILENT_WAIT_MS (a long heartbeat's beats are far apart: the failed
+	 * rank does not wait for them; the watchdog itself may end the rank
+	 * meanwhile, naming the peer). */
+	const int64_t quiet = 2 * (int64_t)h->period_ms + 500;
+	const int64_t end = mono_ms() + SILENT_WAIT_MS;
+	for (;;) {
+		int peers, fresh;
+		int64_t late;
+		const int n = silent_look(h, quiet, ranks, age_ms, max, &peers, &late, &fresh);
+		/* its own beats late, or every peer silent at once: this
+		 * rank's side or the store's, it cannot tell the peers' */
+		if (!fresh || (n == peers && peers > 1))
+			return 0;
+		if (late > end - mono_ms())
+			return n;
+		usleep(100 * 1000);
+	}
 }
 
 static void *heartbeat_main(void *arg)

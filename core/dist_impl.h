@@ -189,15 +189,25 @@ float *dist_zero_piece(const struct kiln_dist *d, const struct bucket *b);
  * world's, or with [dist] pipeline the stage group's */
 void *dist_zero_comm(const struct kiln_dist *d);
 
-/* core/dist_heartbeat.c ([dist] heartbeat): post this rank's host name
- * (kiln/host/RANK) for the watchdog's messages; before the rendezvous */
-kiln_status kiln_heartbeat_post_host(struct kiln_store *s, int rank);
-/* Start the watchdog thread on its own connection to the store at
- * master:port; *out = NULL (KILN_OK) when heartbeat_s <= 0 or one rank.
+/* core/dist_heartbeat.c ([dist] heartbeat; the host names it reports
+ * are kiln/host/RANK, which kiln_store_rendezvous posts).  Start the
+ * watchdog thread on its own connection to the store at master:port; *out = NULL (KILN_OK) when heartbeat_s <= 0 or one rank.
  * A silent peer or an unanswering store ends the process through the
  * host's fatal handler, naming the rank and its host. */
 kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *master, int port,
 				 double heartbeat_s, struct kiln_heartbeat **out);
+/* The peers whose heartbeat counter this rank's watchdog has not seen
+ * move for more than two beats and 0.5 s (a healthy one's moves every
+ * beat, [dist] heartbeat / 4): up to max of them in ranks[], with how long
+ * in age_ms[]; a peer that missed a beat but not two yet is watched until
+ * it moves or is silent, when that is due within 3 s.  Their count; 0 when none, or when this rank's
+ * own beats are that late or every peer is silent (the store's side, not
+ * the peers: it cannot tell); -1 without a watchdog (h NULL).
+ * *period_ms: the beat period.  For a collective that timed out (kiln_dist_explain):
+ * Gloo names the peer it waited for, which may itself wait for the rank
+ * that stopped.  Thread-safe. */
+int kiln_heartbeat_silent(struct kiln_heartbeat *h, int *ranks, int64_t *age_ms, int max,
+			  int *period_ms);
 /* End the thread; finished: mark this rank done so its peers stop
  * watching it.  NULL: no-op. */
 void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished);

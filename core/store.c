@@ -507,54 +507,100 @@ static kiln_status rendezvous_world(struct kiln_store *s, int rank, int world, i
  * an address of this host the others reach (they reach rank 0's by the
  * same network), which kiln-gloo listens on when neither [plugin.gloo]
  * iface nor hostname is set.  Its 127.0.0.1 default held every multi-node
- * run without them in minutes of retries naming no setting (session 31). */
+ * run without them in minutes of retries naming no setting (session 31).
+ * Then kiln/addr_set/RANK = 1, a counter a plugin reads without waiting
+ * (host->store_add of 0; the host table has no check): kiln-gloo's get
+ * of an address never posted waited out [dist] timeout and broke its
+ * store connection (session 32). */
 static kiln_status post_addr(struct kiln_store *s, int rank)
 {
 	struct sockaddr_storage a;
 	socklen_t al = sizeof a;
 	char h[NI_MAXHOST], key[48];
+	kiln_status st;
 	if (getsockname(s->fd, (struct sockaddr *)&a, &al) ||
 	    getnameinfo((struct sockaddr *)&a, al, h, sizeof h, NULL, 0, NI_NUMERICHOST))
 		return KILN_OK; /* none posted: kiln-gloo keeps 127.0.0.1 */
 	snprintf(key, sizeof key, "kiln/addr/%d", rank);
-	return kiln_store_set(s, key, h, strlen(h) + 1);
+	if ((st = kiln_store_set(s, key, h, strlen(h) + 1)))
+		return st;
+	snprintf(key, sizeof key, "kiln/addr_set/%d", rank);
+	return kiln_store_add(s, key, 1, NULL);
+}
+
+/* This host's name as kiln/host/RANK, which the heartbeat's and a lost
+ * rank's messages name (posted once the claim is won: an intruder's name
+ * replaced the real rank's before session 32). */
+static kiln_status post_host(struct kiln_store *s, int rank)
+{
+	char key[48], name[64] = "";
+	if (gethostname(name, sizeof name - 1))
+		snprintf(name, sizeof name, "?");
+	snprintf(key, sizeof key, "kiln/host/%d", rank);
+	return kiln_store_set(s, key, name, strlen(name));
+}
+
+/* Claim rank `rank` for this process (who: "host H, pid P"): KILN_OK when
+ * won, KILN_ECONFIG naming both processes when another holds it.  The
+ * server decides and ties the rank to this connection only when won, so
+ * a refused process is never taken for the rank: not when it dies (it is
+ * not "lost"), not for its keys (it writes none of the rank's). */
+static kiln_status rendezvous_claim(struct kiln_store *s, int rank, const char *who)
+{
+	unsigned char val[8 + 320];
+	const size_t wl = strlen(who) < sizeof val - 8 ? strlen(who) : sizeof val - 8;
+	int64_t r = rank;
+	int status = 0;
+	void *v = NULL;
+	memcpy(val, &r, 8);
+	memcpy(val + 8, who, wl);
+	kiln_status st = request(s, STORE_OP_CLAIM, "", val, (uint32_t)(8 + wl), s->timeout_ms,
+				 &status, &v, NULL);
+	if (st || status == STORE_OK) {
+		free(v);
+		return st;
+	}
+	/* the holder is alive, or joined a rendezvous that completed: this
+	 * process alone is refused; the ranks waiting go on (a restarted
+	 * rank whose predecessor left before every rank joined finds the
+	 * claim released and is not here) */
+	st = kiln_error(KILN_ECONFIG, "rank %d joined twice: this process (%s) and one before it (%s): two launches with the same --node-rank, or a rank restarted while the previous run's store still answered",
+			rank, who, v ? (const char *)v : "?");
+	free(v);
+	return st;
+}
+
+/* Count this rank in (JOIN): the world-th sets kiln/all_joined. */
+static kiln_status rendezvous_join(struct kiln_store *s, int world)
+{
+	int64_t w = world;
+	int status = 0;
+	void *v = NULL;
+	kiln_status st = request(s, STORE_OP_JOIN, "", &w, 8, s->timeout_ms, &status, &v, NULL);
+	free(v);
+	return st;
 }
 
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms)
 {
-	char key[64], who[320], msg[640];
-	int64_t n, claims;
+	char key[64], who[320];
 	kiln_status st;
 	/* one process a rank: the first to claim it joins; a second (two
 	 * launches with the same --node-rank, or a restarted rank that
 	 * reached the previous run's store) is refused at once */
-	snprintf(key, sizeof key, "kiln/claim/%d", rank);
-	if ((st = kiln_store_add(s, key, 1, &claims)))
-		return st;
 	char host[256] = "?";
 	if (gethostname(host, sizeof host - 1))
 		snprintf(host, sizeof host, "?");
 	int wn = snprintf(who, sizeof who, "host %s, pid %ld", host, (long)getpid());
+	if ((st = rendezvous_claim(s, rank, who)))
+		return st;
 	snprintf(key, sizeof key, "kiln/joined/%d", rank);
-	if (claims > 1) {
-		void *v = NULL;
-		(void)kiln_store_get(s, key, 1000, &v, NULL);
-		snprintf(msg, sizeof msg, "rank %d joined twice: this process (%s) and one before it (%s): two launches with the same --node-rank, or a rank restarted while the previous run's store still answered",
-			 rank, who, v ? (const char *)v : "?");
-		free(v);
-		/* this connection is no rank's now: were it recorded as rank
-		 * `rank` (HELLO), its death without a goodbye would read as
-		 * the real rank lost and fail the run it tried to join */
-		int64_t none = -1;
-		int status;
-		(void)request(s, STORE_OP_HELLO, "", &none, 8, s->timeout_ms, &status, NULL, NULL);
-		return rendezvous_refuse(s, msg);
-	}
-	if ((st = kiln_store_set(s, key, who, (size_t)wn + 1)) || (st = post_addr(s, rank)))
+	if ((st = kiln_store_set(s, key, who, (size_t)wn + 1)) || (st = post_host(s, rank)) ||
+	    (st = post_addr(s, rank)))
 		return st;
 	st = rendezvous_world(s, rank, world, timeout_ms);
-	if (!st && !(st = kiln_store_add(s, "kiln/joined", 1, &n)) && n == world)
-		st = kiln_store_set(s, "kiln/all_joined", "1", 1);
+	if (!st)
+		st = rendezvous_join(s, world);
 	void *v;
 	if (!st)
 		st = rendezvous_wait(s, "kiln/all_joined", timeout_ms, NULL);
@@ -564,7 +610,7 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 		return KILN_OK;
 	/* which ranks never came?  (a fresh connection: this one timed out) */
 	struct kiln_store *q = NULL;
-	char missing[512] = "", refused[320] = "";
+	char missing[512] = "", refused[960] = "";
 	size_t m = 0;
 	int count = 0;
 	if (!kiln_store_open_for(s->host, s->port, 0, -1, world, 2000, "a 2 s probe", &q)) {
@@ -579,6 +625,12 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 		/* a node started with another token is refused at the door */
 		if (!kiln_store_check(q, STORE_REFUSED_KEY, &v, NULL) && v)
 			snprintf(refused, sizeof refused, "; the store %s (every rank needs the same KILN_STORE_TOKEN)",
+				 (const char *)v);
+		free(v);
+		/* and a node launched twice with one --node-rank at the claim */
+		const size_t rl = strlen(refused);
+		if (!kiln_store_check(q, STORE_CLAIMS_REFUSED_KEY, &v, NULL) && v)
+			snprintf(refused + rl, sizeof refused - rl, "; the store %s",
 				 (const char *)v);
 		free(v);
 		kiln_store_close(q);

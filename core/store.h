@@ -26,6 +26,14 @@ enum {
 	STORE_OP_ADD = 5,
 	STORE_OP_BYE = 6,
 	STORE_OP_AUTH = 7,
+	/* the rendezvous' own steps, which the server ties to the connection
+	 * (core/store_server.c): CLAIM val = i64 rank, then who (text): won
+	 * (STORE_OK) when no live or joined process holds the rank, else
+	 * STORE_DENIED with the holder's who; JOIN val = i64 world: counted
+	 * in kiln/joined once, the world-th sets kiln/all_joined; answered
+	 * with the count (i64) */
+	STORE_OP_CLAIM = 8,
+	STORE_OP_JOIN = 9,
 };
 
 /* response status */
@@ -48,6 +56,9 @@ enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
 /* the server's record of the connections that failed AUTH (a wrong
  * token, none): "refused N connection(s), the last from ADDR:PORT: WHY" */
 #define STORE_REFUSED_KEY "kiln/refused"
+/* the server's record of the claims it denied (a second process for a
+ * rank): "refused N claim(s), the last: rank R by WHO (held by WHO)" */
+#define STORE_CLAIMS_REFUSED_KEY "kiln/claims_refused"
 
 /* One request as kiln_store_msg_parse finds it in a buffer: pointers into
  * that buffer (key is not NUL-terminated). */

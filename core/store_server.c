@@ -11,8 +11,13 @@
  * output pending is not read from, so one that never reads holds only its
  * one reply and never stops the thread.  Values over STORE_MAX_VALUE close
  * the connection; sets beyond STORE_MAX_KEYS keys or STORE_MAX_BYTES in
- * all are refused (STORE_REFUSED).  A client whose connection closes
- * after HELLO but without BYE has died: the server records it under
+ * all are refused (STORE_REFUSED).  A connection is rank r's only once
+ * its CLAIM of r was won (HELLO's rank is not taken: a second process
+ * for a rank, killed before its claim was denied, was recorded as the
+ * real rank lost).  The holder's connection closing before
+ * "kiln/all_joined" releases the claim (its keys are removed, its JOIN
+ * uncounted), so a restarted rank r joins the ranks still waiting; after
+ * it, a close without BYE is a death: the server records it under
  * "kiln/lost" (the first such rank, decimal) and "kiln/lost/<rank>", so
  * the survivors can name it.  Asked to stop after a rank was lost while
  * clients are still connected (rank 0 failing first), it serves them
@@ -45,7 +50,8 @@ struct kv {
 
 struct client {
 	int fd;
-	int rank;            /* from HELLO, -1 before */
+	int rank;            /* the rank whose CLAIM it won, -1 none */
+	int joined;          /* counted in kiln/joined (JOIN) */
 	int bye, authed;
 	int64_t auth_by;     /* ms: dropped when not authenticated by then */
 	char peer[80];       /* its address, "ADDR:PORT" */
@@ -180,6 +186,53 @@ static int kv_set(struct store_server *s, const char *key, const void *val, uint
 	return 0;
 }
 
+/* Remove key (a released claim's records); nothing when absent. */
+static void kv_del(struct store_server *s, const char *key)
+{
+	struct kv *e = kv_find(s, key);
+	if (!e)
+		return;
+	s->bytes -= strlen(e->key) + e->len;
+	free(e->key);
+	free(e->val);
+	*e = s->kv[--s->n_kv];
+}
+
+/* kiln/joined's count (0 when unset). */
+static int64_t joined_count(struct store_server *s)
+{
+	struct kv *e = kv_find(s, "kiln/joined");
+	return e ? strtoll(e->val, NULL, 10) : 0;
+}
+
+static int set_count(struct store_server *s, const char *key, int64_t v)
+{
+	char txt[24];
+	int n = snprintf(txt, sizeof txt, "%lld", (long long)v);
+	return kv_set(s, key, txt, (uint32_t)n, 1);
+}
+
+/* Rank `rank`'s holder left before every rank joined (died, or exited on
+ * a failure of its own): its claim and what it posted under its rank go,
+ * and its JOIN is uncounted, so a process started again for the rank
+ * joins the ranks still waiting instead of being refused as a second one
+ * (every waiting rank failed "rank 1 joined twice" before session 32). */
+static void claim_release(struct store_server *s, int rank, int joined)
+{
+	static const char *const keys[] = { "kiln/claim/%d", "kiln/joined/%d", "kiln/addr/%d",
+					    "kiln/addr_set/%d", "kiln/host/%d" };
+	char key[64];
+	for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+		snprintf(key, sizeof key, keys[i], rank);
+		kv_del(s, key);
+	}
+	if (joined)
+		set_count(s, "kiln/joined", joined_count(s) - 1);
+	if (rank) /* (rank 0's own leaving ends this store) */
+		kiln_log(KILN_LOG_INFO, "store", "rank %d left before every rank had joined: its claim is released (a process started again as rank %d may join)",
+			 rank, rank);
+}
+
 static void client_free(struct client *c)
 {
 	close(c->fd);
@@ -191,9 +244,13 @@ static void client_free(struct client *c)
 static void client_drop(struct store_server *s, size_t i)
 {
 	struct client *c = &s->cl[i];
-	int rank = c->bye || !c->authed ? -1 : c->rank;
+	const int all = kv_find(s, "kiln/all_joined") != NULL;
+	const int held = c->rank, joined = c->joined;
+	int rank = c->bye || !c->authed || !all ? -1 : c->rank;
 	client_free(c);
 	s->cl[i] = s->cl[--s->n_cl];
+	if (held >= 0 && !all)
+		claim_release(s, held, joined);
 	if (rank >= 0) {
 		char key[64], v[24];
 		int n = snprintf(v, sizeof v, "%d", rank);
@@ -244,6 +301,58 @@ static int set_reply(struct client *c, int r, const void *val, uint32_t len)
 	return r ? reply(c, STORE_REFUSED, why, sizeof why - 1) : reply(c, STORE_OK, val, len);
 }
 
+/* CLAIM: won when nobody holds the rank (kiln/claim/R holds the winner's
+ * who); a denial answers the holder's who and is counted under
+ * STORE_CLAIMS_REFUSED_KEY, which the rendezvous' timeout names. */
+static int handle_claim(struct store_server *s, struct client *c, const struct kiln_store_msg *m)
+{
+	int64_t r = -1;
+	char key[64], who[320], note[800];
+	if (m->vlen < 8 || c->rank >= 0)
+		return -1;
+	memcpy(&r, m->val, 8);
+	if (r < 0 || r > INT32_MAX)
+		return -1;
+	const uint32_t wl = m->vlen - 8 < sizeof who - 1 ? m->vlen - 8 : (uint32_t)sizeof who - 1;
+	memcpy(who, m->val + 8, wl);
+	who[wl] = 0;
+	snprintf(key, sizeof key, "kiln/claim/%lld", (long long)r);
+	const struct kv *e = kv_find(s, key);
+	if (e) {
+		struct kv *n = kv_find(s, STORE_CLAIMS_REFUSED_KEY);
+		int k = snprintf(note, sizeof note, "refused %lld claim(s), the last: rank %lld by %s (held by %s)",
+				 (n ? strtoll(n->val + 8, NULL, 10) : 0) + 1, (long long)r, who, e->val);
+		if (reply(c, STORE_DENIED, e->val, e->len))
+			return -1;
+		kv_set(s, STORE_CLAIMS_REFUSED_KEY, note,
+		       (uint32_t)(k < (int)sizeof note ? k : (int)sizeof note - 1), 1);
+		return 0;
+	}
+	if (kv_set(s, key, who, wl, 1))
+		return -1;
+	c->rank = (int)r;
+	return reply(c, STORE_OK, NULL, 0);
+}
+
+/* JOIN (after a won claim): counted once; the world-th sets
+ * kiln/all_joined in the same step, so no release can come between. */
+static int handle_join(struct store_server *s, struct client *c, const struct kiln_store_msg *m)
+{
+	int64_t world = 0;
+	if (m->vlen != 8 || c->rank < 0)
+		return -1;
+	memcpy(&world, m->val, 8);
+	int64_t n = joined_count(s);
+	if (!c->joined) {
+		c->joined = 1;
+		if (set_count(s, "kiln/joined", ++n))
+			return -1;
+		if (n == world && kv_set(s, "kiln/all_joined", "1", 1, 1))
+			return -1;
+	}
+	return reply(c, STORE_OK, &n, 8);
+}
+
 /* Handle one request; -1 drops the client. */
 static int handle(struct store_server *s, struct client *c, const struct kiln_store_msg *m)
 {
@@ -253,13 +362,12 @@ static int handle(struct store_server *s, struct client *c, const struct kiln_st
 	if (!c->authed)
 		return handle_auth(s, c, m);
 	switch (m->op) {
-	case STORE_OP_HELLO: {
-		int64_t r = 0;
-		if (m->vlen == 8)
-			memcpy(&r, m->val, 8);
-		c->rank = r >= 0 && r <= INT32_MAX ? (int)r : -1;
+	case STORE_OP_HELLO: /* its rank is a claim's to give (handle_claim) */
 		return reply(c, STORE_OK, NULL, 0);
-	}
+	case STORE_OP_CLAIM:
+		return handle_claim(s, c, m);
+	case STORE_OP_JOIN:
+		return handle_join(s, c, m);
 	case STORE_OP_BYE:
 		c->bye = 1;
 		return reply(c, STORE_OK, NULL, 0);

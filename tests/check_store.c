@@ -17,7 +17,11 @@
  *   can read is refused (rank 0's rendezvous timeout names the wrong
  *   token's connection), a raw client that skips the token is cut off;
  * - a process refused at the rendezvous ("rank 1 joined twice") that dies
- *   without a goodbye is not recorded as the real rank lost;
+ *   without a goodbye is not recorded as the real rank lost, nor is one
+ *   that dies before its claim is decided, and neither writes rank 1's
+ *   keys (session 32);
+ * - a rank that dies while the others wait at the rendezvous gives its
+ *   claim back: started again, it joins them (session 32);
  * - which restarted ranks wait for the failed run's store to close;
  * - a value over 8 MiB and sets beyond 32 MiB in all are refused;
  * - a store that never answers: calls end after the store's timeout;
@@ -28,6 +32,9 @@
 #include <kiln/dist.h>
 #include "../core/store.h"
 #include "../core/dist.h" /* kiln_dist_restart_wait_ms */
+#ifndef STORE_CLAIMS_REFUSED_KEY /* (core/store.h before session 32) */
+#define STORE_CLAIMS_REFUSED_KEY "kiln/claims_refused"
+#endif
 
 #include <check.h>
 #include "check_main.h"
@@ -187,7 +194,9 @@ static void *join_rank2(void *arg)
 	struct kiln_store *s;
 	int port = *(int *)arg;
 	if (!kiln_store_open("127.0.0.1", port, 0, 2, 3, 5000, &s)) {
-		kiln_store_rendezvous(s, 2, 3, 800);
+		/* still waiting when rank 0 (800 ms) asks who came: a rank
+		 * that has left releases its claim and its kiln/joined/2 */
+		kiln_store_rendezvous(s, 2, 3, 2500);
 		kiln_store_close(s);
 	}
 	return NULL;
@@ -323,14 +332,126 @@ START_TEST(test_rendezvous_refusals)
 }
 END_TEST
 
-/* Rank 3 of 4 joins s0's store on port, says it is ready, and is killed
- * (no goodbye): the store records it lost. */
-static void kill_rank3(struct kiln_store *s0, int port)
+/* Finding 1 of session 32: a process that has not won its claim of a
+ * rank is not that rank.  A second rank 1 killed after its connection
+ * said HELLO as rank 1 but before its claim was decided was recorded as
+ * the real rank 1 lost ("kiln/lost"), and the healthy run failed; a
+ * refused one writes none of rank 1's keys (its host name replaced the
+ * real rank's, which the watchdog's and a loss's messages name). */
+START_TEST(test_claim_before_win)
+{
+	struct kiln_store *s0, *s1;
+	void *v = NULL;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	const int port = kiln_store_port(s0);
+	struct r0 a = { .s = s0, .world = 2, .timeout_ms = 5000 };
+	pthread_t th;
+	pthread_create(&th, NULL, rank0_rendezvous, &a);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_OK);
+	ck_assert_int_eq(kiln_store_rendezvous(s1, 1, 2, 5000), KILN_OK);
+	pthread_join(th, NULL);
+	ck_assert_msg(a.st == KILN_OK, "%s", a.msg);
+	/* the real rank 1 on another host, as its peers know it */
+	ck_assert_int_eq(kiln_store_set(s1, "kiln/host/1", "node-one", 8), KILN_OK);
+	ck_assert_int_eq(kiln_store_set(s1, "kiln/addr/1", "10.0.0.2", 9), KILN_OK);
+	for (int refused = 0; refused < 2; refused++) {
+		pid_t kid = fork();
+		if (!kid) {
+			struct kiln_store *s;
+			if (kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s))
+				_exit(1);
+			/* killed before (0) or after (1) its claim was denied */
+			if (refused && kiln_store_rendezvous(s, 1, 2, 5000) != KILN_ECONFIG)
+				_exit(2);
+			_exit(0); /* no goodbye */
+		}
+		int ws;
+		ck_assert_int_eq(waitpid(kid, &ws, 0), kid);
+		ck_assert_int_eq(ws, 0);
+		ck_assert_msg(kiln_store_lost_rank(s1, 300) == KILN_STORE_NONE_LOST,
+			      "a second rank 1 that died %s its claim was denied was taken for rank 1 lost",
+			      refused ? "after" : "before");
+	}
+	ck_assert_int_eq(kiln_store_check(s1, "kiln/host/1", &v, NULL), KILN_OK);
+	ck_assert_str_eq(v, "node-one");
+	free(v);
+	ck_assert_int_eq(kiln_store_check(s1, "kiln/addr/1", &v, NULL), KILN_OK);
+	ck_assert_str_eq(v, "10.0.0.2");
+	free(v);
+	ck_assert_int_eq(kiln_store_check(s1, STORE_CLAIMS_REFUSED_KEY, &v, NULL), KILN_OK);
+	ck_assert_msg(v && strstr(v, "refused 1 claim(s), the last: rank 1 by host "), "%s",
+		      v ? (char *)v : "(none)");
+	free(v);
+	kiln_store_close(s1);
+	kiln_store_close(s0);
+}
+END_TEST
+
+/* Finding 2 of session 32: rank 1 of 3 dies while ranks 0 and 1 wait for
+ * rank 2 at the rendezvous, and is started again: the claim its first
+ * process held is released when that process's connection closes before
+ * every rank joined, so the new rank 1 joins and the rendezvous completes
+ * (before, the new process was "rank 1 joined twice" and every waiting
+ * rank failed with it).  A rank lost after the rendezvous is still lost. */
+static pid_t rank_child(int port, int rank, int world, int linger)
 {
 	pid_t kid = fork();
 	if (!kid) {
 		struct kiln_store *s;
-		if (kiln_store_open("127.0.0.1", port, 0, 3, 4, 5000, &s))
+		if (kiln_store_open("127.0.0.1", port, 0, rank, world, 5000, &s) ||
+		    kiln_store_rendezvous(s, rank, world, 15000))
+			_exit(1);
+		if (linger)
+			pause(); /* killed by the test: no goodbye */
+		kiln_store_close(s);
+		_exit(0);
+	}
+	return kid;
+}
+
+START_TEST(test_claim_released)
+{
+	struct kiln_store *s0;
+	void *v = NULL;
+	int ws;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 5000, &s0), KILN_OK);
+	const int port = kiln_store_port(s0);
+	struct r0 a = { .s = s0, .world = 3, .timeout_ms = 15000 };
+	pthread_t th;
+	pthread_create(&th, NULL, rank0_rendezvous, &a);
+	pid_t first = rank_child(port, 1, 3, 0);
+	/* rank 1 has joined (posted who it is) and waits for rank 2 */
+	ck_assert_int_eq(kiln_store_get(s0, "kiln/joined/1", 5000, &v, NULL), KILN_OK);
+	free(v);
+	kill(first, SIGKILL);
+	ck_assert_int_eq(waitpid(first, &ws, 0), first);
+	pid_t again = rank_child(port, 1, 3, 1);
+	pid_t two = rank_child(port, 2, 3, 0);
+	ck_assert_int_eq(waitpid(two, &ws, 0), two);
+	ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "rank 2's rendezvous failed");
+	pthread_join(th, NULL);
+	ck_assert_msg(a.st == KILN_OK, "rank 0: %s", a.msg);
+	ck_assert_int_eq(kiln_store_lost_rank(s0, 100), KILN_STORE_NONE_LOST);
+	/* every rank joined: the restarted rank 1's death is a loss */
+	kill(again, SIGKILL);
+	ck_assert_int_eq(waitpid(again, &ws, 0), again);
+	ck_assert_int_eq(kiln_store_lost_rank(s0, 3000), 1);
+	kiln_store_close(s0);
+}
+END_TEST
+
+/* Rank 3 of 4 joins s0's store on port (a rendezvous that rank 0's
+ * keys say is complete), says it is ready, and is killed (no goodbye):
+ * the store records it lost. */
+static void kill_rank3(struct kiln_store *s0, int port)
+{
+	ck_assert_int_eq(kiln_store_set(s0, "kiln/world", "4", 2), KILN_OK);
+	ck_assert_int_eq(kiln_store_set(s0, "kiln/all_joined", "1", 1), KILN_OK);
+	pid_t kid = fork();
+	if (!kid) {
+		struct kiln_store *s;
+		if (kiln_store_open("127.0.0.1", port, 0, 3, 4, 5000, &s) ||
+		    kiln_store_rendezvous(s, 3, 4, 5000))
 			_exit(1);
 		kiln_store_set(s, "ready", "1", 1);
 		pause(); /* killed below: no goodbye */
@@ -911,7 +1032,7 @@ static Suite *make_store_suite(void)
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
-		test_rendezvous_ok, test_rendezvous_refusals, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
+		test_rendezvous_ok, test_rendezvous_refusals, test_claim_before_win, test_claim_released, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
 		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, test_accept_emfile, test_connect_dropped, NULL });
 	return s;
 }

@@ -9,7 +9,15 @@
 #     exits non-zero calling a peer stuck, not lost, naming rank 1 (the
 #     shared-memory allreduce's message), and no rank lost, within the
 #     timeout + 2.5 s (before session 30 it took 1.5x the timeout: 12.4 s;
-#     the margin is wide for a busy CI machine).
+#     the margin is wide for a busy CI machine); with no heartbeat to
+#     tell, the peer its message names is called a suspect (session 32);
+#  3. rank 3 of 4 stopped (SIGSTOP) on Gloo's TCP collectives (shm = 0),
+#     [dist] heartbeat = 12 s (a beat every 3 s), timeout = 8 s: ranks 0,
+#     1 and 2 exit non-zero, each naming rank 3 and its host as the rank
+#     whose heartbeat stopped, and no other rank (before session 32 they
+#     named only the address of the peer Gloo's halving-doubling waited
+#     for, rank 0 its healthy neighbour rank 2's, which itself waited for
+#     rank 3).
 # Every process runs under `timeout`, so a hang fails the test.
 name=dist_blame needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -68,7 +76,42 @@ echo "after rank 1 was stopped: rank 0 exited $rc0 after $ms ms"
 grep "kiln: error: " "$tmp/s0.log" | grep -q "rank 0 of 2: a peer is stuck, not lost: .*rank 1 did not" ||
 	{ bad "rank 0 does not name rank 1 as stuck"; grep -v '^\[' "$tmp/s0.log" | tail -3; }
 grep "kiln: error: " "$tmp/s0.log" | grep -q "was lost" && bad "rank 0 calls its stopped peer lost"
+grep "kiln: error: " "$tmp/s0.log" | grep -q "no heartbeat to tell which (\[dist\] heartbeat = 0): the peer the communicator's message names, which this rank waited for, is a suspect" ||
+	{ bad "rank 0 does not call the peer it names a suspect without a heartbeat"; grep -v '^\[' "$tmp/s0.log" | tail -3; }
 # the shared-memory allreduce fails at the timeout, then 200 ms asking the
 # store (before session 30 a grace of half the timeout more: 12.4 s)
 [ "$ms" -le 10500 ] || bad "rank 0 took $ms ms after rank 1 stopped (timeout 8 s: at most 8 s + 2.5 s)"
+
+# ---- 3. a stuck rank behind a healthy one (Gloo's TCP, the heartbeat) -------
+port=$(free_port 2)
+for r in 0 1 2 3; do
+	KILN_RANK=$r KILN_WORLD_SIZE=4 KILN_MASTER_PORT=$port timeout 90 "$kiln" train "$ini" \
+		run.out_dir="$tmp/h$r" train.batch=8 train.epochs=1000 train.log_every=1 \
+		plugin.gloo.shm=0 dist.timeout=8 dist.heartbeat=12 > "$tmp/h$r.log" 2>&1 &
+	eval "pid$r=\$!"
+done
+i=0
+while [ $i -lt 600 ] && ! grep -q "step " "$tmp/h3.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+pkill -STOP -P "$pid3" 2>/dev/null
+for r in 0 1 2; do
+	wait "$(eval echo \$pid$r)"
+	eval "rc$r=\$?"
+done
+pkill -KILL -P "$pid3" 2>/dev/null
+kill -KILL "$pid3" 2>/dev/null
+wait "$pid3" 2>/dev/null
+echo "after rank 3 of 4 was stopped (Gloo TCP, heartbeat 12 s, timeout 8 s): ranks 0, 1, 2 exited $rc0 $rc1 $rc2"
+host=$(hostname)
+for r in 0 1 2; do
+	eval "rc=\$rc$r"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "rank $r exited $rc after rank 3 stopped"
+	e=$(grep "kiln: error: " "$tmp/h$r.log")
+	# (the watchdog, at [dist] heartbeat, may end a rank still watching
+	# rank 3 first, naming it too; before session 32 each rank's timeout
+	# message came at 8.2 s, before the watchdog could at 9 s)
+	echo "$e" | grep -q "rank $r of 4: rank 3 (host $host) sent no heartbeat for at least [0-9.]* s while every other rank's went on .*it is stuck, not lost" ||
+		echo "$e" | grep -q "rank $r of 4: watchdog: rank 3 (host $host) sent no heartbeat for" ||
+		{ bad "rank $r does not name rank 3, whose heartbeat stopped"; echo "$e" | tail -2; }
+	echo "$e" | grep -q "rank [012] (host" && bad "rank $r names a healthy rank as stopped: $e"
+done
 exit $fail

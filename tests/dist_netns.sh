@@ -27,7 +27,12 @@
 #     [dist] heartbeat (plus a beat); thawed, rank 1 finds rank 0 gone and
 #     exits non-zero too;
 #  5. host 1 killed (every process in its namespace, SIGKILL): rank 0 exits
-#     non-zero within [dist] timeout naming rank 1 and host kiln-h1.
+#     non-zero within [dist] timeout naming rank 1 and host kiln-h1;
+#  6. 4 hosts x 1 rank, [dist] timeout (8 s) below [dist] heartbeat (12 s),
+#     host 3's link cut: ranks 0, 1 and 2 exit non-zero naming rank 3 and
+#     kiln-h3 as the rank whose heartbeat stopped, and none names a healthy
+#     rank (before session 32 each named only the address of the peer
+#     Gloo's halving-doubling waited for: rank 0 rank 2's, 10.77.0.3).
 # Skips (77) without root or where `ip netns add` is not permitted.
 name=dist_netns needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -189,5 +194,24 @@ if wait_steps dead 3; then
 	within "$t0" 8 "host 1 killed: rank 0 exited"
 	grep -q "rank 1 .*kiln-h1" "$tmp/dead-h0.log" || { bad "rank 0 does not name rank 1 on kiln-h1"; tail -3 "$tmp/dead-h0.log"; }
 	wait $p1 2> /dev/null
+fi
+
+# ---- 6. a cut host behind a healthy one: who stopped ----------------------
+net_up 4
+for h in 0 1 2 3; do
+	node behind "$h" 1 4 32 train.epochs=500 train.log_every=1 dist.heartbeat=12 dist.timeout=8
+	eval "q$h=\$node_pid"
+done
+if wait_steps behind 3; then
+	ip -n "$ns-h3" link set eth0 down
+	for h in 0 1 2; do
+		eval "wait \$q$h" && bad "host $h exited 0 after host 3's cut"
+		e=$(grep "kiln: error: rank $h of 4" "$tmp/behind-h$h.log")
+		# (the watchdog, at [dist] heartbeat, may come first, naming it too)
+		echo "$e" | grep -q "rank 3 (host kiln-h3) sent no heartbeat" ||
+			{ bad "rank $h does not name rank 3 on kiln-h3, cut off"; echo "$e" | tail -2; }
+		echo "$e" | grep -q "rank [012] (host kiln-h" && bad "rank $h names a healthy rank: $e"
+	done
+	wait $q3 2> /dev/null
 fi
 exit $fail

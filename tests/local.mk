@@ -515,6 +515,10 @@ AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KIL
 # clients (tests/store_client.py speaks its wire format); plugins loaded
 # lazily, a config's plugin_path only with an opt-in; kiln train's stop
 # signals taken by a thread of their own, never by a computing thread.
+# Who is rank r at the rendezvous: a refused second rank 1 writes none of
+# its keys; a rank started again while the others wait joins them.
+TESTS += tests/store_claims.sh
+EXTRA_DIST += tests/store_claims.sh
 TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh
 EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh \
 	tests/plugin_lazy.sh

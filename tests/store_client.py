@@ -12,6 +12,7 @@ The token comes from $KILN_STORE_TOKEN.  Modes:
            each, as the store drops one that announces such a value), then
            7 MiB values until the store refuses one: prints
            "big-accepted N" and "filled N" (7 MiB values it took)
+  check KEY  print KEY's value (up to a NUL), "(absent)" when unset
 """
 import hashlib
 import hmac
@@ -22,7 +23,7 @@ import sys
 import time
 
 MAGIC = b"KILNST1\n"
-SET, GET, AUTH = 2, 3, 7
+SET, GET, CHECK, AUTH = 2, 3, 4, 7
 
 
 def connect(host, port):
@@ -117,6 +118,13 @@ def main():
                 break
             n += 1
         print("filled %d" % n, flush=True)
+    elif mode == "check":
+        s, ok = session(host, port, token)
+        assert ok, "check: not authenticated"
+        s.sendall(request(CHECK, sys.argv[4].encode(), b""))
+        a = answer(s)
+        assert a is not None, "check: the store closed the connection"
+        print("(absent)" if a[0] else a[1].split(b"\0")[0].decode(), flush=True)
 
 
 main()

@@ -86,11 +86,18 @@ kiln_status kiln_store_poll(struct kiln_store *s, const char *const *keys, int n
 kiln_status kiln_store_wait(struct kiln_store *s, const char *const *keys, int n, int timeout_ms);
 
 /* The rendezvous: every rank announces itself and waits until all `world`
- * have.  On timeout, KILN_ETIMEOUT lists the ranks that never arrived. */
+ * have.  First it claims its rank: KILN_ECONFIG ("rank R joined twice",
+ * naming both processes) when another process holds it, and then this
+ * process alone fails; only a won claim makes the connection rank R's
+ * (its death after every rank joined is "rank R was lost") and posts
+ * kiln/joined/R, kiln/host/R and kiln/addr/R.  A claim whose connection
+ * closes before every rank joined is released, so the rank can join
+ * again.  On timeout, KILN_ETIMEOUT lists the ranks that never arrived
+ * (and the claims the store refused). */
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms);
 
-/* The first rank the store saw leave without saying goodbye (its
- * connection closed: the process died), waiting up to wait_ms for one to
+/* The first rank the store saw leave without saying goodbye after every
+ * rank joined (its connection closed: the process died), waiting up to wait_ms for one to
  * be reported; -1 (KILN_STORE_NONE_LOST) when none was, every other rank
  * still holding its connection (a peer that failed to answer is then
  * stuck, not dead); KILN_STORE_GONE when the store's connection is closed

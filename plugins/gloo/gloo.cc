@@ -1036,20 +1036,39 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
  * rank's store connection leaves from, which the rendezvous posts as
  * kiln/addr/RANK (kiln/dist.h), an address of this host the other ranks
  * reach.  Until session 31 it was 127.0.0.1, and ranks on several hosts
- * retried their connects for minutes naming no setting.  127.0.0.1 when
- * no rendezvous ran on this store (kiln/joined still 0). */
-static std::string default_addr(const struct kiln_host *host, struct kiln_store *store, int rank,
-				int timeout_ms)
+ * retried their connects for minutes naming no setting.  Read only once
+ * kiln/addr_set/RANK says it is there (a counter: store_add of 0 does not
+ * wait): a get of an address the rendezvous did not post waited out the
+ * whole [dist] timeout and left the store connection broken (session
+ * 32).  127.0.0.1 otherwise, said when a rendezvous ran (kiln/joined > 0):
+ * only ranks on this host reach it. */
+static std::string default_addr(const struct kiln_host *host, const struct kiln_config *cfg,
+				struct kiln_store *store, int rank, int world)
 {
 	std::string addr = "127.0.0.1";
-	int64_t joined = 0;
+	int64_t joined = 0, posted = 0;
 	char key[48];
 	void *v = nullptr;
-	std::snprintf(key, sizeof key, "kiln/addr/%d", rank);
-	if (!host->store_add(store, "kiln/joined", 0, &joined) && joined > 0 &&
-	    !host->store_get(store, key, timeout_ms, &v, nullptr) && v && *(const char *)v)
-		addr = (const char *)v;
-	host->free(v);
+	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
+	const char *name = host->config_get(cfg, "plugin.gloo", "hostname");
+	if ((iface && *iface) || (name && *name))
+		return addr; /* (not used: the setting says where) */
+	std::snprintf(key, sizeof key, "kiln/addr_set/%d", rank);
+	if (host->store_add(store, "kiln/joined", 0, &joined) || joined <= 0)
+		return addr; /* no rendezvous on this store (a test's) */
+	if (!host->store_add(store, key, 0, &posted) && posted > 0) {
+		/* set before the counter: the get answers at once */
+		std::snprintf(key, sizeof key, "kiln/addr/%d", rank);
+		const bool got = !host->store_get(store, key, 1000, &v, nullptr) && v &&
+				 *(const char *)v;
+		if (got)
+			addr = (const char *)v;
+		host->free(v);
+		if (got)
+			return addr;
+	}
+	host->log(KILN_LOG_WARN, "gloo", "rank %d of %d: the rendezvous posted no address for this rank (kiln/addr/%d): the pairs listen on 127.0.0.1, which only ranks on this host reach; set [plugin.gloo] iface or hostname when the ranks span hosts",
+		  rank, world, rank);
 	return addr;
 }
 
@@ -1067,7 +1086,7 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	std::snprintf(space, sizeof space, "%d", next_space());
 	Comm *c = nullptr;
 	kiln_status st = comm_open(host, cfg, store, dev, rank, world, timeout_ms, space,
-				   default_addr(host, store, rank, timeout_ms), &c);
+				   default_addr(host, cfg, store, rank, world), &c);
 	*out = c;
 	return st;
 }
