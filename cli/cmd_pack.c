@@ -9,6 +9,8 @@
  * for any worker count.  Shards are written as *.tmp files, fsynced, and
  * renamed into place only when every one of them is complete, then the
  * directory is fsynced: an interrupted pack leaves no .krec behind.
+ * --format folder writes images in place instead, between creating
+ * DIR/<split>.folder-partial and removing it (FOLDER_PARTIAL).
  */
 #include "build-config.h"
 #include "cli.h"
@@ -25,6 +27,7 @@
 #include <kiln/image.h> /* kiln_xform_resize_box, its scratch */
 
 #include "image.h"   /* plugins/loaders: img_encode_jpeg, img_encode_png */
+#include "loaders.h" /* plugins/loaders: FOLDER_PARTIAL */
 #include "records.h" /* plugins/loaders: the shard writer rec_writer_* */
 
 #include <pthread.h>  /* pthread_create, pthread_join */
@@ -67,7 +70,10 @@ const char cmd_pack_about[] =
 	"                     (other files stay)\n"
 	"  --format F         records (default), or folder: an ImageFolder tree\n"
 	"                     DIR/<split>/<class>/<index>.png|jpg (needs --store png or\n"
-	"                     jpeg) that `source = folder` and torchvision read\n\n"
+	"                     jpeg) that `source = folder` and torchvision read;\n"
+	"                     DIR/<split>.folder-partial exists until the last image is\n"
+	"                     written and synced (the folder source refuses the split\n"
+	"                     beside it: a failed or killed pack)\n\n"
 	"Arguments with '=' override config keys, as for kiln train (data.limit=1000).\n"
 	"Shards are written as *.tmp, fsynced, and renamed into place when all are\n"
 	"complete; the split's *.tmp that a killed pack left are removed first (said on\n"
@@ -652,21 +658,33 @@ static int folder_remove_old(const char *dir, int *kept)
 	return removed;
 }
 
+/* Check DIR/<split> is empty or --force given, create the marker
+ * DIR/<split>.folder-partial, remove an earlier pack's images (--force) and
+ * create DIR/<split>.  pack_folder_done removes the marker. */
 static kiln_status pack_folder_prepare(const struct pack_opts *o)
 {
 	char path[4200];
+	int used = 0;
 	snprintf(path, sizeof path, "%s/%s", o->out, o->split);
 	DIR *d = opendir(path);
 	if (d) {
 		struct dirent *e;
-		int used = 0;
 		while ((e = readdir(d)))
 			used |= e->d_name[0] != '.';
 		closedir(d);
 		if (used && !o->force)
 			return kiln_error(KILN_EUSAGE, "%s is not empty: pass --force to replace an earlier pack's images there, or choose another --out or --split",
 					  path);
-		int kept = 0, removed = used ? folder_remove_old(path, &kept) : 0;
+	}
+	/* From here until the last image is written the tree is not a whole
+	 * pack (the earlier one's images going, this one's coming): the folder
+	 * source refuses it while the marker exists, rather than train on the
+	 * classes written so far relabelled 0, 1, ... */
+	kiln_status st = pack_mark_partial(o->out, o->split, FOLDER_PARTIAL);
+	if (st)
+		return st;
+	if (used) {
+		int kept = 0, removed = folder_remove_old(path, &kept);
 		if (removed)
 			fprintf(stderr, "kiln pack: --force: removed %d image(s) of an earlier pack from %s\n",
 				removed, path);
@@ -677,6 +695,24 @@ static kiln_status pack_folder_prepare(const struct pack_opts *o)
 	if (mkdir(path, 0777) && errno != EEXIST)
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
 	return KILN_OK;
+}
+
+/* Every image is written: have them on disk (one syncfs for the whole
+ * tree, where fsyncing each image and class directory would cost a sync
+ * per file), then remove DIR/<split>.folder-partial, so that a power cut
+ * cannot leave a marker-less tree missing images. */
+static kiln_status pack_folder_done(const struct pack_opts *o)
+{
+	int fd = open(o->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || syncfs(fd)) {
+		kiln_status st = kiln_error(KILN_EIO, "%s: cannot sync the images written: %s",
+					    o->out, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return st;
+	}
+	close(fd);
+	return pack_unmark_partial(o->out, o->split, FOLDER_PARTIAL);
 }
 
 static double now_s(void)
@@ -839,6 +875,8 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 		}
 	}
 	if (o->folder) {
+		if ((st = pack_folder_done(o)))
+			goto out;
 		double dt = now_s() - t0;
 		if (tty)
 			fprintf(stderr, "\r\033[K");

@@ -5,12 +5,24 @@
  * the checkpoint they read and exited 0), and kiln_file_write, the
  * all-or-nothing write through a temporary file that the safetensors and
  * ONNX writers share (before session 31 a failed ONNX write removed the
- * previous good export). */
+ * previous good export).
+ *
+ * A writer killed by a signal mid-write cannot remove its temporary
+ * path.tmp<pid>.<n>, and no handler is installed to (a library's signal
+ * handlers would be the program's): the next write of the same path
+ * removes those whose process is gone, kill(pid, 0) failing with ESRCH
+ * (before session 32 they stayed for good, a model's size each).  A live
+ * writer's, or one whose pid another process has taken since, stays.  A
+ * pid is one PID namespace's: a writer of the same path on another machine
+ * (a shared file system) or in another container at that very moment can
+ * lose its temporary, and its write then fails, the file at path whole. */
 #include "internal.h"
 #include "checkpoint.h" /* kiln_ckpt_is_checkpoint */
 
+#include <dirent.h>  /* opendir, readdir: stale temporaries */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>  /* kill(pid, 0): is a temporary's writer alive */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,13 +88,55 @@ static void sync_parent(const char *path)
 	free(dir);
 }
 
+/* The pid of a temporary of write_replacing's named base.tmp<pid>.<n>
+ * (name a file of base's directory), or 0 when name is not one. */
+static long temporary_pid(const char *name, const char *base)
+{
+	size_t bl = strlen(base);
+	if (strncmp(name, base, bl) || strncmp(name + bl, ".tmp", 4))
+		return 0;
+	const char *p = name + bl + 4;
+	size_t pd = strspn(p, "0123456789");
+	if (!pd || pd > 9 || p[pd] != '.' || !p[pd + 1] ||
+	    strspn(p + pd + 1, "0123456789") != strlen(p + pd + 1))
+		return 0;
+	return strtol(p, NULL, 10);
+}
+
+/* Remove the temporaries of target that writers killed mid-write left:
+ * base.tmp<pid>.<n> beside it, regular files, whose process is gone
+ * (kill: ESRCH; EPERM is another user's live process).  Best effort: the
+ * write goes on whatever happens here. */
+static void remove_stale_temporaries(const char *target)
+{
+	const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+	char *dir = slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target))
+			  : strdup(".");
+	DIR *d = dir ? opendir(dir) : NULL;
+	struct dirent *e;
+	struct stat sb;
+	while (d && (e = readdir(d))) {
+		long pid = temporary_pid(e->d_name, base);
+		if (pid <= 0 || pid == (long)getpid() || !kill((pid_t)pid, 0) || errno != ESRCH)
+			continue;
+		if (!fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) && S_ISREG(sb.st_mode) &&
+		    !unlinkat(dirfd(d), e->d_name, 0))
+			kiln_log(KILN_LOG_INFO, "core", "removed %s/%s, the temporary of a write of %s that was killed (process %ld is gone)",
+				 dir, e->d_name, target, pid);
+	}
+	if (d)
+		closedir(d);
+	free(dir);
+}
+
 /* Write to `target` (a regular file, or none yet) through a temporary
  * target.tmp<pid>.<n> in its directory, created exclusively (never a file
  * or link already there), given the target's permission bits (a private
  * 0600 export stays private; a new file gets 0666 less the umask, as
  * fopen), fsynced and renamed over it, the directory fsynced: the old file
  * stays whole until then; 0 or an errno (the temporary removed). The
- * target's hard links keep the old file, and its owner is the writer's. */
+ * target's hard links keep the old file, and its owner is the writer's.
+ * Killed writers' temporaries of target go first. */
 static int write_replacing(const char *target, kiln_file_fill fill, void *ctx)
 {
 	static atomic_uint serial; /* two threads of one process: other names */
@@ -91,6 +145,7 @@ static int write_replacing(const char *target, kiln_file_fill fill, void *ctx)
 	char *tmp = malloc(tn);
 	if (!tmp)
 		return ENOMEM;
+	remove_stale_temporaries(target);
 	const int had = !stat(target, &sb);
 	int fd = -1, err = 0;
 	for (int tries = 0; fd < 0 && tries < 100; tries++) {

@@ -52,6 +52,8 @@ static struct {
 	json_t *hdr, *meta;
 	char **cases; /* from the "cases" metadata */
 	int n_cases;
+	char **lowp;  /* [n_cases] "lowp_<case>": the TCase names, which Check
+		       * borrows until the runner is freed (make_layers_suite) */
 } ref;
 
 struct ref_tensor {
@@ -104,9 +106,12 @@ static int ref_load(const char *path)
 
 static void ref_unload(void)
 {
-	for (int i = 0; i < ref.n_cases; i++)
+	for (int i = 0; i < ref.n_cases; i++) {
 		free(ref.cases[i]);
+		free(ref.lowp ? ref.lowp[i] : NULL);
+	}
 	free(ref.cases);
+	free(ref.lowp);
 	json_decref(ref.hdr);
 	free(ref.buf);
 }
@@ -738,10 +743,12 @@ static Suite *make_layers_suite(void)
 		tcase_add_loop_test(tc, test_case, 2 * c, 2 * c + 2);
 		suite_add_tcase(s, tc);
 	}
+	ref.lowp = calloc((size_t)ref.n_cases, sizeof *ref.lowp);
 	for (int c = 0; c < ref.n_cases; c++) {
 		char nm[160];
 		snprintf(nm, sizeof nm, "lowp_%s", ref.cases[c]);
-		TCase *tc = tcase_create(strdup(nm)); /* Check keeps the name */
+		ref.lowp[c] = strdup(nm); /* Check keeps the pointer: ref_unload frees it */
+		TCase *tc = tcase_create(ref.lowp[c]);
 		tcase_set_timeout(tc, 60);
 		tcase_add_loop_test(tc, test_lowp, 4 * c, 4 * c + 4);
 		suite_add_tcase(s, tc);

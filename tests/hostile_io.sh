@@ -19,7 +19,9 @@
 #     training), and the message keeps its cause (it was cut at 1024);
 #  7. a control character in a string value (a newline in run.out_dir) is
 #     refused at config read, exit 2 naming the key; it was written raw
-#     into config.ini, which `kiln config` then refused.
+#     into config.ini, which `kiln config` then refused;
+#  8. a write removes the temporaries of its path that a writer killed
+#     mid-write left (its pid gone), and keeps a live writer's; they stayed.
 name=hostile_io
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -57,6 +59,24 @@ kiln 0 export "$ini" "$d" run.out_dir= --safetensors "$tmp/dangling.safetensors"
 mkdir "$tmp/adir"
 kiln 1 export "$ini" "$d" run.out_dir= --safetensors "$tmp/adir"
 stderr_has "$tmp/adir: cannot write: Is a directory"
+# 8: the temporaries of real.safetensors: a killed writer's (a pid gone)
+# removed, said in the log; a live writer's (this shell), another path's
+# and a name not of the writer's form kept
+gone=$(sh -c 'echo $$')
+! kill -0 "$gone" 2>/dev/null || fail "pid $gone of an ended shell is alive"
+for f in "real.safetensors.tmp$gone.0" "real.safetensors.tmp$$.3" "made.safetensors.tmp$gone.0" \
+	"real.safetensors.tmp$gone.0.bak" "real.safetensors.tmp$gone"; do
+	echo partial >"$tmp/$f"
+done
+kiln 0 export "$ini" "$d" run.out_dir= --safetensors "$tmp/link.safetensors"
+stderr_has "[core] removed $tmp/real.safetensors.tmp$gone.0, the temporary of a write of $tmp/real.safetensors that was killed (process $gone is gone)"
+[ ! -e "$tmp/real.safetensors.tmp$gone.0" ] || fail "the killed writer's temporary stayed"
+for f in "real.safetensors.tmp$$.3" "made.safetensors.tmp$gone.0" \
+	"real.safetensors.tmp$gone.0.bak" "real.safetensors.tmp$gone"; do
+	[ -f "$tmp/$f" ] || fail "export removed $f, not a killed writer's temporary of its path"
+done
+[ "$(ls "$tmp" | grep -c '\.tmp')" -eq 4 ] || fail "temporaries after the export: $(ls "$tmp" | grep '\.tmp')"
+rm "$tmp"/*.safetensors.tmp*
 
 # ---- 2: a file size limit (ulimit -f; the log held to errors, as the
 # limit binds stderr's file too) ----

@@ -158,6 +158,31 @@ stderr_has "$tmp/fo/train keeps 2 file(s) or directories kiln pack did not write
 [ -f "$tmp/fo/train/notes.txt" ] && [ -f "$tmp/fo/train/1/mine.txt" ] || fail "folder --force removed a user's file"
 [ ! -e "$tmp/fo/train/9" ] || fail "folder --force left class 9's directory (no image of it now)"
 
+# a --format folder pack that fails part way leaves DIR/<split>.folder-partial
+# and the folder source refuses the tree (before session 32 nothing marked it:
+# training took the classes written so far, relabelled 0, 1, ..., with exit 0)
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/fp" --format folder --store png
+[ ! -e "$tmp/fp/train.folder-partial" ] || fail "a finished folder pack left train.folder-partial"
+printf '[data]\nsource = folder\npath = %s\nchannels = 1\nsize = 30\nworkers = 0\n[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n[train]\nbatch = 3\nmax_steps = 1\neval = 0\n' \
+	"$tmp/fp" > "$tmp/fptrain.ini"
+kiln 0 train "$tmp/fptrain.ini" run.out_dir="$tmp/fpr"
+# class 5's directory a file: sample 4 (label 5) cannot be written, after
+# --force removed the 6 images and samples 0..3 (classes 1, 3, 4) were written
+rm -r "$tmp/fp/train/5" && echo x > "$tmp/fp/train/5"
+kiln 1 pack "$tmp/pack.ini" --out "$tmp/fp" --format folder --store png --force
+stderr_has "$tmp/fp/train/5/00000004.png: cannot create: Not a directory"
+[ -e "$tmp/fp/train.folder-partial" ] || fail "a failed folder pack left no train.folder-partial"
+kiln 3 train "$tmp/fptrain.ini" run.out_dir="$tmp/fpr2"
+stderr_has "$tmp/fp/train: the kiln pack that wrote this folder did not finish ($tmp/fp/train.folder-partial exists)"
+stderr_has "run the pack again with --force"
+kiln 3 pack "$tmp/fptrain.ini" --out "$tmp/fpk"
+stderr_has "$tmp/fp/train.folder-partial exists"
+# the pack again, with --force, completes the tree and removes the marker
+rm "$tmp/fp/train/5"
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/fp" --format folder --store png --force
+[ ! -e "$tmp/fp/train.folder-partial" ] || fail "a finished folder pack over a failed one left train.folder-partial"
+kiln 0 train "$tmp/fptrain.ini" run.out_dir="$tmp/fpr3"
+
 # an explicit --split must exist: --split vla (val) packed the whole tree,
 # its split folders as classes, with exit 0 (before session 31); only the
 # section's own split (train) falls back to path itself

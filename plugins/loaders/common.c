@@ -457,3 +457,18 @@ kiln_status loaders_not_partial(const struct kiln_host *host, const char *shard,
 	return host->error(KILN_EDATA, "%s: the kiln pack that wrote this split did not finish (%s exists), so its shards may be incomplete or mix two packs: run the pack again with --force",
 			   shard, m);
 }
+
+kiln_status loaders_root_not_partial(const struct kiln_host *host, const char *root,
+				     const char *partial)
+{
+	char m[PATH_MAX];
+	size_t l = strlen(root);
+	/* root/ and root/. (split = .) name root: the marker is beside it */
+	while (l > 1 && (root[l - 1] == '/' || (root[l - 1] == '.' && root[l - 2] == '/')))
+		l -= root[l - 1] == '/' ? 1 : 2;
+	if (snprintf(m, sizeof m, "%.*s%s", (int)l, root, partial) >= (int)sizeof m ||
+	    access(m, F_OK))
+		return KILN_OK;
+	return host->error(KILN_EDATA, "%s: the kiln pack that wrote this folder did not finish (%s exists), so it may hold only some of the samples, and its class folders then give other labels: run the pack again with --force",
+			   root, m);
+}

@@ -16,7 +16,10 @@
  * index; a root without class folders is an error.
  *
  * The split rule (common.c): when <path>/<split> exists it is the root, so
- * [data] path = /x reads /x/train and [data.eval] reads /x/test.
+ * [data] path = /x reads /x/train and [data.eval] reads /x/test.  A root
+ * beside a <root>.folder-partial file is refused: a `kiln pack --format
+ * folder` that did not finish left it, and the tree may lack classes, so
+ * the labels of those present would shift (FOLDER_PARTIAL, loaders.h).
  *
  * open() lists the tree (names only, nothing decoded); read_image() opens
  * the file, preads it whole into a per-call buffer and decodes it with
@@ -369,6 +372,8 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 				 c->root);
 		goto fail;
 	}
+	if ((st = loaders_root_not_partial(host, c->root, FOLDER_PARTIAL)))
+		goto fail;
 	if ((st = folder_scandir(c, "", &classes, NULL)))
 		goto fail;
 	if (classes.n == 0) {

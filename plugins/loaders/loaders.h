@@ -155,6 +155,19 @@ kiln_status loaders_find_shards(const struct kiln_host *host, const struct kiln_
 kiln_status loaders_not_partial(const struct kiln_host *host, const char *shard,
 				const char *partial);
 
+/* "<root>.folder-partial" beside an image folder's split directory
+ * <root> (DIR/<split>): `kiln pack --format folder` creates it before it
+ * removes an earlier pack's images or writes the first one, and removes it
+ * after the last one is written.  A pack that failed or was killed leaves
+ * it, and its tree may hold only some of the samples, whose class folders
+ * (labels) then shift. */
+#define FOLDER_PARTIAL ".folder-partial"
+
+/* The image folder root (a trailing "/" or "/." ignored) with no
+ * "<root><partial>" beside it: KILN_EDATA naming both when it is there. */
+kiln_status loaders_root_not_partial(const struct kiln_host *host, const char *root,
+				     const char *partial);
+
 /* A source's ops table (every member written, NULL where it has none)
  * and its descriptor
  * loaders_<var>_plugin, the row loaders.c lists. */
