@@ -377,7 +377,10 @@ struct kiln_train_result {
 				     * "rank R of W (node N, host H): CAUSE" with
 				     * data-parallel ranks, CAUSE alone without; "" else */
 	int64_t resumed_step;       /* the step the run resumed at, -1 when it started fresh */
-	char checkpoint[4200];      /* the last checkpoint written ("" if none) */
+	char checkpoint[4200];      /* the checkpoint of the final step: the last one
+				     * written, or the one a resume with no step left
+				     * started from; "" if none (one of an earlier step
+				     * is not named: session 32) */
 	/* mixed precision ([run] precision; docs/precision.md) */
 	double loss_scale;          /* the loss scale at the last log point (1 without scaling) */
 	int64_t overflows;          /* steps whose scaled gradients overflowed (all skipped) */
