@@ -51,14 +51,18 @@ static atomic_long stop_at_ms;
 static volatile sig_atomic_t stop_sig;  /* the first stop's signal */
 static atomic_int stepped;   /* 1 once the first step is done (progress) */
 static sigset_t stop_sigs; /* SIGTERM, SIGUSR1, SIGINT, SIGHUP (unless ignored) */
-static pid_t parent_pid;   /* the parent (kiln launch) at start-up */
+static pid_t parent_pid;   /* the parent (kiln launch) at start-up; 0: no parent-death signal */
 static char parent_gone[96]; /* the stop's cause once it is gone */
 
 /* A stop signal that is not the user's request: SIGHUP, a hangup (a
  * terminal or ssh session closed; `kiln launch` passes its own on), or
  * the parent-death signal `kiln launch` sets (PR_SET_PDEATHSIG), told
  * apart by the parent being gone (the kernel reparents this process
- * before it sends that); NULL for any other (the user's stop). */
+ * before it sends that); NULL for any other (the user's stop).  Only a
+ * process started with SIGHUP as its parent-death signal looks at its
+ * parent: a terminal's hangup reaches a plain `kiln train` and its shell
+ * alike, and the shell, gone first, made it "its launcher went away"
+ * (session 32). */
 static const char *stop_cause(int sig)
 {
 	if (sig != SIGHUP)
@@ -176,7 +180,9 @@ static void install_stop_handlers(void)
 	struct sigaction old;
 	const int intr = !sigaction(SIGINT, NULL, &old) && old.sa_handler != SIG_IGN;
 	const int hup = !sigaction(SIGHUP, NULL, &old) && old.sa_handler != SIG_IGN; /* (nohup) */
-	parent_pid = getppid();
+	int pdeath = 0;
+	/* (kept across exec: `kiln launch` set it before it ran this) */
+	parent_pid = !prctl(PR_GET_PDEATHSIG, &pdeath) && pdeath == SIGHUP ? getppid() : 0;
 	snprintf(parent_gone, sizeof parent_gone, "its launcher (parent process %d) went away",
 		 (int)parent_pid);
 	sigemptyset(&stop_sigs);
