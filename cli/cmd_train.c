@@ -248,7 +248,8 @@ static double mono_now(void)
 static void progress(void *user, int epoch, int64_t step, int64_t steps, const char *status)
 {
 	struct bar *b = user;
-	stepped = 1; /* a step is done: a stop now writes a checkpoint */
+	stepped = 1; /* a step is done (or a resumed run's owed evaluation
+		      * begins, kiln_train_run): a stop now writes a checkpoint */
 	if (step < 0) { /* epoch summary */
 		if (b->tty)
 			fprintf(stderr, "\r\033[K");

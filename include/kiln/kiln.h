@@ -453,7 +453,10 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
 
 /* The whole `kiln train`: open device and data, build, train, evaluate,
  * write out_dir/metrics.jsonl.  Progress goes to the log; `progress` (may
- * be NULL) is called after every step with (done, total, user).
+ * be NULL) is called after every step with (done, total, user), and once
+ * before a resumed run's owed evaluation (eval_owed: docs/checkpoints.md)
+ * with the step it resumed at and a NULL status: from then on, as after a
+ * step, a stop request ends the run with a checkpoint.
  * Checkpoints: [train] checkpoint_every writes out_dir/checkpoints/
  * ckpt-<step>.kiln, and [train] checkpoint_last (default 1) one after the
  * last step; [train] resume = 1 continues from the newest usable one
