@@ -9,7 +9,8 @@
  * in its own process group (so a terminal's Ctrl-C reaches it once, through
  * us) and stops with us (PR_SET_PDEATHSIG: SIGHUP, which `kiln train` takes
  * as a stop it names).  SIGINT, SIGTERM, SIGUSR1 and SIGHUP are
- * forwarded to every rank, once per --grace seconds (launch_forward).  When a rank exits non-zero or is killed, the
+ * forwarded to every rank, once per --grace seconds (launch_forward);
+ * Ctrl-Z (SIGTSTP) stops the ranks, then the launcher (launch_suspend).  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
  * exits with that rank's status, naming it (and the cause of a stop not
  * the user's a rank wrote to KILN_LAUNCH_WHY_FD); with --max-restarts R it
@@ -54,6 +55,10 @@ static void on_signal(int sig)
 	got_signal = sig;
 	signalled = 1;
 }
+
+static volatile sig_atomic_t got_tstp; /* SIGTSTP, SIGTTIN or SIGTTOU: launch_suspend */
+
+static void on_tstp(int sig) { got_tstp = sig; }
 
 static void launch_usage(FILE *f)
 {
@@ -431,6 +436,38 @@ static void launch_forward(const struct launch_opts *o, const pid_t *pids, doubl
 			kill(pids[l], sig);
 }
 
+/* Ctrl-Z (SIGTSTP; SIGTTIN, SIGTTOU) for the launcher, which alone is in
+ * the terminal's foreground process group: the ranks, each in a group of
+ * its own, would train on (before session 32 they did).  Stop them
+ * (SIGSTOP), then this process by the same signal at its default action;
+ * once it is continued (fg, bg, SIGCONT), continue them.  In an orphaned
+ * process group the kernel stops nobody by SIGTSTP: raise() returns at
+ * once and the ranks go on. */
+static void launch_suspend(const struct launch_opts *o, const pid_t *pids)
+{
+	const int sig = got_tstp;
+	struct sigaction dfl, mine;
+	sigset_t one;
+	got_tstp = 0;
+	fprintf(stderr, "kiln launch: %s: stopping the ranks too (fg or bg continues them)\n",
+		sig == SIGTSTP ? "SIGTSTP (Ctrl-Z)" : sig == SIGTTIN ? "SIGTTIN" : "SIGTTOU");
+	for (int l = 0; l < o->nproc; l++)
+		if (pids[l])
+			kill(pids[l], SIGSTOP);
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	sigaction(sig, &dfl, &mine);
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	sigprocmask(SIG_UNBLOCK, &one, NULL);
+	raise(sig); /* stopped here until continued */
+	sigprocmask(SIG_BLOCK, &one, NULL);
+	sigaction(sig, &mine, NULL);
+	for (int l = 0; l < o->nproc; l++)
+		if (pids[l])
+			kill(pids[l], SIGCONT);
+}
+
 /* SIGCHLD's handler: nothing to do; its arrival ends launch_sleep's
  * ppoll (the default disposition, ignore, would not) */
 static void on_child(int sig) { (void)sig; }
@@ -491,8 +528,13 @@ static int launch_wait(struct launch_opts *o, pid_t *pids)
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGUSR1);
 	sigaddset(&block, SIGHUP);
+	sigaddset(&block, SIGTSTP);
+	sigaddset(&block, SIGTTIN);
+	sigaddset(&block, SIGTTOU);
 	sigprocmask(SIG_BLOCK, &block, &open);
 	while (alive) {
+		if (got_tstp)
+			launch_suspend(o, pids);
 		if (got_signal)
 			launch_forward(o, pids, &fwd_at);
 		int ws;
@@ -506,7 +548,7 @@ static int launch_wait(struct launch_opts *o, pid_t *pids)
 						kill(pids[l], SIGKILL);
 				kill_at = 0;
 			}
-			if (!got_signal)
+			if (!got_signal && !got_tstp)
 				launch_sleep(kill_at, &open);
 			continue;
 		}
@@ -613,6 +655,18 @@ int cmd_launch(int argc, char **argv)
 	struct sigaction hup;
 	if (sigaction(SIGHUP, NULL, &hup) || hup.sa_handler != SIG_IGN) /* (nohup: ignored) */
 		sigaction(SIGHUP, &sa, NULL);
+	/* Ctrl-Z: the ranks stop too (launch_suspend); not where it is
+	 * ignored (a shell without job control may ignore SIGTSTP) */
+	const int stops[] = { SIGTSTP, SIGTTIN, SIGTTOU };
+	for (size_t i = 0; i < sizeof stops / sizeof *stops; i++) {
+		struct sigaction was, tstp;
+		if (sigaction(stops[i], NULL, &was) || was.sa_handler == SIG_IGN)
+			continue;
+		memset(&tstp, 0, sizeof tstp);
+		tstp.sa_handler = on_tstp;
+		sigemptyset(&tstp.sa_mask);
+		sigaction(stops[i], &tstp, NULL);
+	}
 	sa.sa_handler = on_child; /* wakes launch_wait when a rank exits */
 	sa.sa_flags = SA_NOCLDSTOP;
 	sigaction(SIGCHLD, &sa, NULL);

@@ -43,18 +43,26 @@
  * at once, exit 1, naming it: core/store.c) or the first step ends (the
  * stop is then taken with a checkpoint). */
 #define KILN_STOP_GRACE_S 5
-static volatile sig_atomic_t stop_at_s; /* CLOCK_MONOTONIC s of the first, 0: none */
+/* CLOCK_MONOTONIC ms of the first stop, 0: none.  Milliseconds: in whole
+ * seconds the grace was 4 to 5 s (a repeat 4.3 s after a first late in its
+ * second ended the run).  Lock-free (x86-64, aarch64), so a handler may
+ * use it where the stop thread could not be started. */
+static atomic_long stop_at_ms;
 static volatile sig_atomic_t stop_sig;  /* the first stop's signal */
 static atomic_int stepped;   /* 1 once the first step is done (progress) */
 static sigset_t stop_sigs; /* SIGTERM, SIGUSR1, SIGINT, SIGHUP (unless ignored) */
-static pid_t parent_pid;   /* the parent (kiln launch) at start-up */
+static pid_t parent_pid;   /* the parent (kiln launch) at start-up; 0: no parent-death signal */
 static char parent_gone[96]; /* the stop's cause once it is gone */
 
 /* A stop signal that is not the user's request: SIGHUP, a hangup (a
  * terminal or ssh session closed; `kiln launch` passes its own on), or
  * the parent-death signal `kiln launch` sets (PR_SET_PDEATHSIG), told
  * apart by the parent being gone (the kernel reparents this process
- * before it sends that); NULL for any other (the user's stop). */
+ * before it sends that); NULL for any other (the user's stop).  Only a
+ * process started with SIGHUP as its parent-death signal looks at its
+ * parent: a terminal's hangup reaches a plain `kiln train` and its shell
+ * alike, and the shell, gone first, made it "its launcher went away"
+ * (session 32). */
 static const char *stop_cause(int sig)
 {
 	if (sig != SIGHUP)
@@ -64,15 +72,20 @@ static const char *stop_cause(int sig)
 	return "a hangup (SIGHUP: its terminal or ssh session closed, or its launcher's, passed on)";
 }
 
-static long mono_s(void)
+static long mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long)ts.tv_sec + 1; /* never 0 */
+	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 1; /* never 0 */
 }
 
 /* The default action, on this thread, the only one that takes the signal:
- * the process ends by it. */
+ * the process ends by it.  As the init of a PID namespace (PID 1 of a
+ * container started without --init) the kernel drops a signal whose
+ * action is the default, so raise() returns: the process then exits with
+ * the status a shell reports for that signal (143 for SIGTERM).  Before
+ * session 32 it went on, and the stop thread called this again and again:
+ * a core busy, the process never ending, deaf to further signals. */
 static void end_by_signal(int sig)
 {
 	sigset_t one;
@@ -81,6 +94,7 @@ static void end_by_signal(int sig)
 	signal(sig, SIG_DFL);
 	pthread_sigmask(SIG_UNBLOCK, &one, NULL);
 	raise(sig);
+	_exit(128 + sig);
 }
 
 static void on_stop_signal(int sig)
@@ -88,22 +102,23 @@ static void on_stop_signal(int sig)
 	static const char first[] = "\nkiln: stop requested: finishing the current step and writing a checkpoint (a signal again after 5 s ends the process at once)\n";
 	static const char early[] = "\nkiln: stop requested before the first step: nothing to checkpoint; the process ends within 5 s\n";
 	static const char again[] = "kiln: stop already requested (a repeat within 5 s is ignored)\n";
-	long now = mono_s();
+	const long now = mono_ms();
+	const long at = atomic_load(&stop_at_ms);
 	/* one read: the training thread may set it between two (the message
 	 * of one and the length of the other printed bytes past its end) */
 	const int done = atomic_load(&stepped);
 	const char *msg = done ? first : early;
 	size_t len = done ? sizeof first - 1 : sizeof early - 1;
-	if (stop_at_s && now - stop_at_s >= KILN_STOP_GRACE_S) {
+	if (at && now - at >= KILN_STOP_GRACE_S * 1000L) {
 		end_by_signal(sig);
 		return;
 	}
-	if (stop_at_s) {
+	if (at) {
 		msg = again;
 		len = sizeof again - 1;
 	} else {
 		const char *cause = stop_cause(sig);
-		stop_at_s = now;
+		atomic_store(&stop_at_ms, now);
 		if (cause)
 			kiln_train_request_stop_cause(cause);
 		else
@@ -124,9 +139,11 @@ static void *stop_thread(void *arg)
 	prctl(PR_SET_NAME, "kiln-signals");
 	for (;;) {
 		int sig;
-		if (stop_at_s && !stepped) {
-			long left = stop_at_s + KILN_STOP_GRACE_S - mono_s();
-			struct timespec ts = { .tv_sec = left > 0 ? left : 0 };
+		const long at = atomic_load(&stop_at_ms);
+		if (at && !stepped) {
+			const long left = at + KILN_STOP_GRACE_S * 1000L - mono_ms();
+			struct timespec ts = { .tv_sec = left > 0 ? left / 1000 : 0,
+					       .tv_nsec = left > 0 ? left % 1000 * 1000000 : 0 };
 			sig = sigtimedwait(&stop_sigs, NULL, &ts);
 			if (sig < 0 && errno == EAGAIN && !stepped)
 				end_by_signal(stop_sig);
@@ -163,7 +180,9 @@ static void install_stop_handlers(void)
 	struct sigaction old;
 	const int intr = !sigaction(SIGINT, NULL, &old) && old.sa_handler != SIG_IGN;
 	const int hup = !sigaction(SIGHUP, NULL, &old) && old.sa_handler != SIG_IGN; /* (nohup) */
-	parent_pid = getppid();
+	int pdeath = 0;
+	/* (kept across exec: `kiln launch` set it before it ran this) */
+	parent_pid = !prctl(PR_GET_PDEATHSIG, &pdeath) && pdeath == SIGHUP ? getppid() : 0;
 	snprintf(parent_gone, sizeof parent_gone, "its launcher (parent process %d) went away",
 		 (int)parent_pid);
 	sigemptyset(&stop_sigs);
@@ -229,7 +248,8 @@ static double mono_now(void)
 static void progress(void *user, int epoch, int64_t step, int64_t steps, const char *status)
 {
 	struct bar *b = user;
-	stepped = 1; /* a step is done: a stop now writes a checkpoint */
+	stepped = 1; /* a step is done (or a resumed run's owed evaluation
+		      * begins, kiln_train_run): a stop now writes a checkpoint */
 	if (step < 0) { /* epoch summary */
 		if (b->tty)
 			fprintf(stderr, "\r\033[K");

@@ -173,7 +173,7 @@ static const struct kiln_key train_keys[] = {
 	{ "checkpoint_every", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Write a checkpoint (out_dir/checkpoints/ckpt-<step>.kiln: the whole training state) every N steps and after the last step; 0 = none on the way (see `checkpoint_last`). See docs/checkpoints.md." },
 	{ "checkpoint_last", KILN_KEY_BOOL, "1", NOLIM, NULL,
-	  "Write a checkpoint after the run's last step (and after an early stop) even when `checkpoint_every` = 0, so a run always leaves its trained weights (Lightning's `last.ckpt`); `kiln eval` and `kiln export` read the newest by default. 0 = only `checkpoint_every`'s and a stop request's. Needs `[run] out_dir`." },
+	  "Write a checkpoint after the run's last step (and after an early stop) even when `checkpoint_every` = 0, so a run always leaves its trained weights (Lightning's `last.ckpt`); `kiln eval` and `kiln export` read the newest by default. 0 = only `checkpoint_every`'s and a stop request's (the run's result then names a checkpoint only when one is of its last step: docs/checkpoints.md). Needs `[run] out_dir`." },
 	{ "keep_last", KILN_KEY_INT, "3", 0, 1e9, NULL,
 	  "Checkpoints kept: after each successful write all but the newest N at or below its step are deleted (one above it, which a resume skipped as unusable, is left and not counted: docs/checkpoints.md); 0 = keep all." },
 	{ "resume", KILN_KEY_BOOL, "0", NOLIM, NULL,

@@ -167,6 +167,7 @@ struct trainer {
 	 * rank 0 opened and verified the file again there); closed after */
 	struct kiln_ckpt *resume_ck;
 	int64_t ckpt_step;         /* step of the last checkpoint written; -1: none */
+	int64_t named_step;        /* step of the checkpoint res->checkpoint names; -1: none */
 	struct kiln_ckpt_epoch ep0_sums; /* the resumed epoch's sums before the checkpoint */
 	/* keep_best: the K best evaluations' checkpoints in ckdir/best, in
 	 * every checkpoint's "best" section; rank 0's alone is read (it

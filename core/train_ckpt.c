@@ -157,6 +157,8 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 	t->ckpt_step = t->pos.step;
 	st = ckpt_write(t, t->ckdir, &meta, path, n);
 	free(best);
+	if (!st)
+		t->named_step = t->pos.step;
 	if (st || t->rank)
 		return st;
 	return checkpoint_done(t, path);
@@ -644,6 +646,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	 * has nothing left to do (past its last epoch, or early-stopped)
 	 * reports as its "checkpoint" */
 	snprintf(t->res->checkpoint, sizeof t->res->checkpoint, "%s", path);
+	t->named_step = tr.step;
 	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
 		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);
 	if (*t->resume_file) { /* (kept for the per-stage or sharded load) */

@@ -564,6 +564,13 @@ kiln_status trainer_finish(struct trainer *t)
 	kiln_rss(NULL, &hwm, 0);
 	res->rss_growth_bytes = hwm > t->rss0 ? hwm - t->rss0 : 0;
 	res->steps = t->step;
+	/* the result names the run's final weights or nothing: a checkpoint
+	 * of an earlier step (the one a resume started from, with
+	 * checkpoint_last = 0; checkpoint_every's before an early stop) is
+	 * not them (before session 32 `kiln train` printed it as its
+	 * "trained weights") */
+	if (t->named_step != t->step)
+		res->checkpoint[0] = 0;
 	for (int s = 0; s < SLOTS; s++)
 		res->graphs_captured += t->graph[s] != NULL;
 	res->stopped = t->stopping;

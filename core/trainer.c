@@ -153,6 +153,12 @@ static kiln_status eval_owed_run(struct trainer *t)
 	}
 	kiln_log(KILN_LOG_INFO, "train", "resume: the evaluation after step %lld, which a stop cut short, first",
 		 (long long)t->step);
+	/* work a stop now ends with a checkpoint (of this step, again), as
+	 * after a step: the caller hears of it as of a step (`kiln train`
+	 * said "nothing to checkpoint; the process ends within 5 s" and then
+	 * wrote one, racing its 5 s timer; session 32) */
+	if (t->progress)
+		t->progress(t->user, (int)t->ep + 1, t->k0, t->steps_per_epoch, NULL);
 	if ((st = trainer_evaluate(t, t->off0, 1, 1)))
 		return st;
 	if (t->eval_cut)

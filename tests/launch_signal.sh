@@ -22,7 +22,12 @@
 #     second or so, naming the wait, not after [dist] timeout (60 s here:
 #     before session 28 the stop was only taken after a step);
 #  7. a command that is not kiln runs with SIGPIPE and SIGXFSZ at their
-#     defaults, not the launcher's ignored ones.
+#     defaults, not the launcher's ignored ones;
+#  8. Ctrl-Z (SIGTSTP to the launcher, in a process group whose parent's
+#     is another of its session, as a shell's job): the ranks stop too,
+#     and SIGCONT to the launcher's group (fg, bg) continues them; then
+#     SIGTERM stops the run as in 1 (before session 32 only the launcher
+#     stopped: the ranks, each in a group of its own, trained on).
 name=launch_signal
 needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -161,4 +166,56 @@ case $ign in
 "") bad "no SigIgn line from the launched command" ;;
 *) [ $(( 0x$ign & 0x1001000 )) -eq 0 ] || bad "the launched command ignores SIGPIPE or SIGXFSZ (SigIgn $ign)" ;;
 esac
+
+# ---- 8. Ctrl-Z: the ranks stop with the launcher ------------------------
+# A session of its own with the launcher in a group of its own below it:
+# the group is not orphaned, so the kernel stops it by SIGTSTP (it would
+# not in an orphaned one, as the test's own may be).  Prints what it saw.
+/usr/bin/python3 - "$tmp/tstp" "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/tstp" $long > "$tmp/tstp.out" 2>&1 <<'PY'
+import os, signal, subprocess, sys, time
+d, cmd = sys.argv[1], sys.argv[2:]
+os.setsid()
+p = subprocess.Popen(cmd, stdout=open(d + ".log", "w"), stderr=subprocess.STDOUT,
+                     preexec_fn=lambda: os.setpgid(0, 0))
+def state(pid):
+    try:
+        return open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+def trains():
+    try:
+        return open(d + "/metrics.jsonl").read().count('"event":"train"')
+    except OSError:
+        return 0
+def until(what, secs):
+    end = time.time() + secs
+    while time.time() < end and not what():
+        time.sleep(0.05)
+    return what()
+if not until(lambda: trains() > 0 or p.poll() is not None, 120):
+    print("training did not start"); p.kill(); sys.exit(1)
+ranks = [int(x) for x in open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()]
+os.kill(p.pid, signal.SIGTSTP)
+if until(lambda: all(state(x) == "T" for x in [p.pid] + ranks), 20):
+    n = trains(); time.sleep(1.5)
+    print("stopped: the launcher and %d ranks; train lines %d -> %d in 1.5 s" % (len(ranks), n, trains()))
+else:
+    print("not stopped: launcher %s, ranks %s" % (state(p.pid), " ".join(state(x) for x in ranks)))
+os.killpg(p.pid, signal.SIGCONT)
+if until(lambda: all(state(x) not in ("T", "gone") for x in ranks), 20):
+    print("continued: every rank")
+else:
+    print("not continued: ranks %s" % " ".join(state(x) for x in ranks))
+os.kill(p.pid, signal.SIGTERM)
+try:
+    print("rc=%d" % p.wait(timeout=120))
+except subprocess.TimeoutExpired:
+    p.kill(); p.wait(); print("rc=timeout")
+PY
+cat "$tmp/tstp.out"
+grep -q "^stopped: the launcher and 2 ranks" "$tmp/tstp.out" || bad "Ctrl-Z: the ranks did not stop with the launcher"
+grep -q "^continued: every rank" "$tmp/tstp.out" || bad "Ctrl-Z: SIGCONT did not continue the ranks"
+stopped tstp "$(sed -n 's/^rc=//p' "$tmp/tstp.out")"
+grep -q "kiln launch: SIGTSTP (Ctrl-Z): stopping the ranks too" "$tmp/tstp.log" || bad "Ctrl-Z: the launcher did not say it stops the ranks"
 exit $fail

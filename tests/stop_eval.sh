@@ -15,7 +15,9 @@
 # after its 4 steps (eval_every = 0), whose resumed run gives epoch 1 its
 # line.  Under `kiln launch -n 2` (with kiln-gloo) the ranks agree every 16
 # evaluation batches: SIGTERM to the launcher stops both within 20 s too,
-# and 1 process resumes rank 0's checkpoint.  A stop during the final test ([data.val] set: the test set once
+# and 1 process resumes rank 0's checkpoint.  A stop during a resumed
+# run's owed evaluation (its first work) is one after work: a checkpoint,
+# not "nothing to checkpoint; the process ends within 5 s".  A stop during the final test ([data.val] set: the test set once
 # after training, 200,000 samples here) is not taken: the run finishes,
 # the whole test set evaluated.
 name=stopeval
@@ -89,6 +91,25 @@ stop_in_eval point 2 train.eval_every=2
 # no epoch finished: no train loss or accuracy to report (was 0.000000)
 grep -q '"epochs": 0, "steps": 2, "train_loss": null, "train_acc": null,.* "train_samples_per_s": null,' "$tmp/point.out" ||
 	fail "point: a stop within epoch 1 reports a train loss: $(cat "$tmp/point.out")"
+# the resumed run's owed evaluation (its first work, before any step),
+# stopped: a stop after work, with a checkpoint (of step 2 again), not
+# "before the first step: nothing to checkpoint; the process ends within
+# 5 s" with a checkpoint written anyway under that timer (session 32)
+"$kiln" train "$tmp/run.ini" run.out_dir="$tmp/point" train.resume=1 train.eval_every=2 \
+	> "$tmp/owed.out" 2> "$tmp/owed.err" &
+pid=$!
+wait_line "$pid" "$tmp/owed.err" "resume: the evaluation after step 2, which a stop cut short, first" owed "$tmp/owed.err"
+sleep 1
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ $rc -eq 0 ] || fail "owed: exit $rc after SIGTERM, expected 0: $(tail -3 "$tmp/owed.err")"
+! grep -q "nothing to checkpoint" "$tmp/owed.err" || fail "owed: $(grep "nothing to checkpoint" "$tmp/owed.err")"
+grep -q "^kiln: stop requested: finishing the current step and writing a checkpoint" "$tmp/owed.err" ||
+	fail "owed: no 'stop requested: ... writing a checkpoint': $(grep "stop requested" "$tmp/owed.err")"
+grep -q "kiln: stopped at step 2: checkpoint written to $tmp/point/checkpoints/ckpt-2.kiln" "$tmp/owed.err" ||
+	fail "owed: not stopped at step 2 with its checkpoint: $(tail -3 "$tmp/owed.err")"
+echo "owed: SIGTERM during the resumed run's owed evaluation: a stop with its checkpoint"
 resume point 3 train.eval_every=2
 grep -q "resuming from $tmp/point/checkpoints/ckpt-2.kiln" "$err" || fail "point: resumed elsewhere"
 echo "point: resumed from step 2 to step 3"

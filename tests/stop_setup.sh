@@ -9,7 +9,16 @@
 #  3. a stop (SIGTERM) while setup is blocked where no stop is looked for
 #     (here reading a config from a pipe whose writer never closes it) ends
 #     the process by the signal within 5 s: there is nothing to checkpoint
-#     yet (it said "stop requested" and went on waiting for ever).
+#     yet (it said "stop requested" and went on waiting for ever);
+#  4. the same as PID 1 of a PID namespace (a container without --init;
+#     needs `unshare -p`, else skipped with a message): exit 143 within
+#     8 s (the kernel drops a default-action signal sent to a namespace's
+#     init, so the raise() returned and the stop thread spun, a core busy,
+#     the process never ending; session 32);
+#  5. a repeat 4.3 s after the first stop, the first sent late in its
+#     CLOCK_MONOTONIC second (0.85): ignored ("a repeat within 5 s"), the
+#     process ends by the timer 5 s after the first (the grace was counted
+#     in whole seconds: the repeat ended it at 4.3 s; session 32).
 name=stopsetup
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -73,10 +82,90 @@ if kill -0 $pid 2>/dev/null; then
 fi
 wait $pid
 rc=$?
-exec 3>&-
 [ "$rc" = 143 ] || fail "SIGTERM during a blocked setup: exit $rc, expected 143 (killed by SIGTERM)"
 grep -q "stop requested before the first step: nothing to checkpoint" "$tmp/held.log" ||
 	fail "SIGTERM during a blocked setup: no message: $(cat "$tmp/held.log")"
 [ "$ms" -lt 8000 ] || fail "SIGTERM during a blocked setup: ended after $ms ms, expected about 5 s"
 echo "SIGTERM during a blocked setup: ended in $ms ms, exit $rc"
+
+# held_stop LOG GAP CMD...: start CMD (kiln train held.ini, perhaps under
+# unshare), output to LOG; once kiln's stop thread is there, SIGTERM it at
+# 0.85 of a CLOCK_MONOTONIC second, and again GAP s later (GAP 0: once);
+# prints "rc=RC ms=MS" (RC as a shell reports it; MS since the first
+# signal; rc=timeout after 15 s, kiln then killed, its threads' CPU time
+# printed)
+held_stop() {
+	/usr/bin/python3 - "$@" <<'PY'
+import os, signal, subprocess, sys, time
+log, gap, cmd = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+p = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+def children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and int(open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+def has_stop_thread(pid):
+    try:
+        return any(open("/proc/%d/task/%s/comm" % (pid, t)).read().strip() == "kiln-signals"
+                   for t in os.listdir("/proc/%d/task" % pid))
+    except OSError:
+        return False
+# kiln: the process itself, or unshare's child
+pid, end = None, time.time() + 60
+while time.time() < end and p.poll() is None:
+    for c in [p.pid] + children(p.pid):
+        if has_stop_thread(c):
+            pid = c
+    if pid:
+        break
+    time.sleep(0.1)
+if pid is None:
+    p.kill(); p.wait()
+    print("rc=nostart ms=0"); sys.exit()
+time.sleep(0.5)
+time.sleep((0.85 - time.monotonic() % 1) % 1)
+t1 = time.monotonic()
+os.kill(pid, signal.SIGTERM)
+if gap > 0:
+    time.sleep(max(0.0, gap - (time.monotonic() - t1)))
+    os.kill(pid, signal.SIGTERM)
+try:
+    rc = p.wait(timeout=15 - (time.monotonic() - t1))
+except subprocess.TimeoutExpired:
+    for t in os.listdir("/proc/%d/task" % pid):
+        st = open("/proc/%d/task/%s/stat" % (pid, t)).read().rsplit(")", 1)[1].split()
+        print("  thread %s: %d CPU ticks" % (open("/proc/%d/task/%s/comm" % (pid, t)).read().strip(),
+                                            int(st[11]) + int(st[12])))
+    os.kill(pid, signal.SIGKILL); p.wait()
+    print("rc=timeout ms=15000"); sys.exit()
+ms = int(1000 * (time.monotonic() - t1))
+print("rc=%d ms=%d" % (128 - rc if rc < 0 else rc, ms))
+PY
+}
+
+# ---- 4. the same as PID 1 of a PID namespace ---------------------------------
+if unshare -p -f --mount-proc true 2>/dev/null; then
+	res=$(held_stop "$tmp/pid1.log" 0 unshare -p -f --mount-proc "$kiln" train "$tmp/held.ini")
+	echo "$res" | grep -q "^rc=143 " ||
+		fail "SIGTERM to kiln as PID 1 during a blocked setup: $res, expected rc=143 (exit by it) within 8 s: $(cat "$tmp/pid1.log")"
+	ms=${res##*ms=}
+	[ "$ms" -lt 8000 ] || fail "SIGTERM to kiln as PID 1: ended after $ms ms, expected about 5 s"
+	echo "SIGTERM to kiln as PID 1 during a blocked setup: ended in $ms ms, exit 143"
+else
+	echo "SKIP part 4: unshare -p -f --mount-proc fails here (not root, or no user namespaces): kiln as PID 1 not checked"
+fi
+
+# ---- 5. a repeat 4.3 s after the first, late in its second ---------------------
+res=$(held_stop "$tmp/repeat.log" 4.3 "$kiln" train "$tmp/held.ini")
+exec 3>&-
+grep -q "stop already requested (a repeat within 5 s is ignored)" "$tmp/repeat.log" ||
+	fail "a repeat 4.3 s after the first stop was not ignored ($res): $(cat "$tmp/repeat.log")"
+ms=${res##*ms=}
+echo "$res" | grep -q "^rc=143 " && [ "$ms" -ge 4900 ] && [ "$ms" -lt 8000 ] ||
+	fail "a repeat 4.3 s after the first stop: $res, expected rc=143 5 s after the first: $(cat "$tmp/repeat.log")"
+echo "a repeat 4.3 s after the first stop: ignored; ended by the timer $ms ms after the first"
 echo PASS

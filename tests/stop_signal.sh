@@ -16,7 +16,11 @@
 # (Ctrl-C) stops the run with a checkpoint and exit 0, as SIGTERM does.  And
 # SIGPIPE ends no run.  SIGHUP (blocked the same way) stops it with a
 # checkpoint too, but as a stop not the user's: exit 1, the cause named
-# (before session 30 SIGHUP killed the process, no checkpoint).
+# (before session 30 SIGHUP killed the process, no checkpoint).  A plain
+# `kiln train` whose parent (a shell, its terminal closed) is gone when the
+# SIGHUP arrives names the hangup, not "its launcher went away": that is
+# for a rank of `kiln launch` alone (its parent-death signal; before
+# session 32 closing a terminal was named so when the shell exited first).
 name=stopsig
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -88,6 +92,29 @@ grep -q "^kiln: error: stopped at step [0-9]*, not at the user's request: a hang
 grep -q '"stopped": true, "stop_cause": "a hangup (SIGHUP' "$tmp/hup.log" || fail "SIGHUP: no stop_cause in the JSON line"
 tail -1 "$o/metrics.jsonl" | grep -q '"event": *"stopped".*"cause": *"a hangup' || fail "SIGHUP: the stopped event names no cause"
 echo "SIGHUP stopped the run with a checkpoint, exit 1, naming the hangup"
+
+# SIGHUP to a plain kiln train whose parent (here a subshell) is gone
+o="$tmp/orphan"
+(
+	sig_default SIGHUP "$kiln" train "$tmp/run.ini" data.path=/usr/share/datasets/fashion-mnist \
+		run.out_dir="$o" > "$tmp/orphan.log" 2>&1 &
+	echo $! > "$tmp/orphan.pid"
+	wait_line $! "$o/metrics.jsonl" '"event":"train"' "training did not start" "$tmp/orphan.log"
+)
+pid=$(cat "$tmp/orphan.pid")
+kill -HUP "$pid"
+# not this shell's child: until it is gone (or a zombie no one reaps)
+for i in $(seq 600); do
+	st=$(sed -n 's/^[0-9]* (.*) \([A-Z]\).*/\1/p' /proc/"$pid"/stat 2>/dev/null)
+	[ -n "$st" ] && [ "$st" != Z ] || break
+	sleep 0.1
+done
+[ -z "$st" ] || [ "$st" = Z ] || { kill -KILL "$pid"; fail "SIGHUP, parent gone: still running 60 s later"; }
+grep -q "^kiln: error: stopped at step [0-9]*, not at the user's request: a hangup (SIGHUP: .*; checkpoint written to $o/checkpoints/ckpt-[0-9]*.kiln" "$tmp/orphan.log" ||
+	fail "SIGHUP, parent gone: not named a hangup: $(grep -v '^epoch' "$tmp/orphan.log" | tail -3)"
+tail -1 "$o/metrics.jsonl" | grep -q '"event": *"stopped".*"cause": *"a hangup' ||
+	fail "SIGHUP, parent gone: the stopped event's cause: $(tail -1 "$o/metrics.jsonl")"
+echo "SIGHUP to a plain kiln train whose parent is gone: named a hangup"
 
 # A reader of kiln's output that goes away (`kiln train 2>&1 | head`) does
 # not end the run: SIGPIPE is ignored (cli/kiln.c), the writes fail, the

@@ -6,7 +6,10 @@
 # PyTorch's weights (tr_cnn_init.safetensors, num_batches_tracked 3) and
 # trains 5 SGD steps with checkpoint_every unset:
 #  1. `kiln train` leaves a checkpoint (checkpoint_last), also when it stops
-#     early;
+#     early; with checkpoint_last = 0 a resumed run that trains on names
+#     no checkpoint as its trained weights, neither on its own nor stopped
+#     early (before session 32 it named the one it resumed from, of an
+#     earlier step, in "trained weights:" and the JSON line's "checkpoint");
 #  2. `kiln export` without --checkpoint writes the newest checkpoint's
 #     weights, and every tensor matches PyTorch's after the same 5 steps
 #     (tr_cnn_trained.safetensors, from tests/data/gen_trained_refs.py),
@@ -48,6 +51,23 @@ kiln 0 train "$ini" $common train.max_steps=0 train.epochs=5 train.eval_every=1 
 	"run.out_dir=$tmp/early"
 stderr_has "early stop at step 2"
 [ -f "$tmp/early/checkpoints/ckpt-2.kiln" ] || fail "the early stop at step 2 left no checkpoint"
+
+# 1c. checkpoint_last = 0: a resumed run's trained weights are in no
+# checkpoint; the one it resumed from (step 3, step 1) is not named
+kiln 0 train "$ini" $common train.max_steps=3 "run.out_dir=$tmp/cl0"
+kiln 0 train "$ini" $common train.max_steps=0 train.checkpoint_last=0 --resume "run.out_dir=$tmp/cl0"
+stdout_has '"steps": 6,'
+! grep -q "trained weights" "$err" || fail "checkpoint_last = 0, resumed: $(grep "trained weights" "$err")"
+! grep -q '"checkpoint"' "$out" || fail "checkpoint_last = 0, resumed: the result names a checkpoint of an earlier step"
+es="train.epochs=5 train.eval_every=1 train.early_stop_patience=1 train.early_stop_metric=loss train.early_stop_min_delta=100"
+kiln 0 train "$ini" $common $es train.max_steps=1 "run.out_dir=$tmp/cl0es"
+kiln 0 train "$ini" $common $es train.max_steps=0 train.checkpoint_last=0 --resume "run.out_dir=$tmp/cl0es"
+stderr_has "early stop at step 2"
+! grep -q "trained weights" "$err" || fail "checkpoint_last = 0, resumed, early stop: $(grep "trained weights" "$err")"
+! grep -q '"checkpoint"' "$out" || fail "checkpoint_last = 0, resumed, early stop: the result names a checkpoint of an earlier step"
+# (a resume with no step left still names the checkpoint: it is the weights)
+kiln 0 train "$ini" $common train.max_steps=3 --resume "run.out_dir=$tmp/cl0"
+stdout_has "\"checkpoint\": \"$tmp/cl0/checkpoints/ckpt-3.kiln\""
 
 # 2. export defaults to it, and matches PyTorch
 kiln 0 export "$ini" --safetensors "$tmp/trained.safetensors" $common "run.out_dir=$tmp/run"

@@ -381,7 +381,10 @@ struct kiln_train_result {
 				     * "rank R of W (node N, host H): CAUSE" with
 				     * data-parallel ranks, CAUSE alone without; "" else */
 	int64_t resumed_step;       /* the step the run resumed at, -1 when it started fresh */
-	char checkpoint[4200];      /* the last checkpoint written ("" if none) */
+	char checkpoint[4200];      /* the checkpoint of the final step: the last one
+				     * written, or the one a resume with no step left
+				     * started from; "" if none (one of an earlier step
+				     * is not named: session 32) */
 	/* mixed precision ([run] precision; docs/precision.md) */
 	double loss_scale;          /* the loss scale at the last log point (1 without scaling) */
 	int64_t overflows;          /* steps whose scaled gradients overflowed (all skipped) */
@@ -454,7 +457,10 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
 
 /* The whole `kiln train`: open device and data, build, train, evaluate,
  * write out_dir/metrics.jsonl.  Progress goes to the log; `progress` (may
- * be NULL) is called after every step with (done, total, user).
+ * be NULL) is called after every step with (done, total, user), and once
+ * before a resumed run's owed evaluation (eval_owed: docs/checkpoints.md)
+ * with the step it resumed at and a NULL status: from then on, as after a
+ * step, a stop request ends the run with a checkpoint.
  * Checkpoints: [train] checkpoint_every writes out_dir/checkpoints/
  * ckpt-<step>.kiln, and [train] checkpoint_last (default 1) one after the
  * last step; [train] resume = 1 continues from the newest usable one
