@@ -20,10 +20,11 @@
  *   "best"      keep_best's K best evaluations so far (struct kiln_ckpt_best)
  *   "eval_owed" a stop cut this step's eval_every evaluation short: the
  *               resumed run evaluates it first
- *   "evaluated" the run's last checkpoint, written after the evaluations
- *               that follow its step (the epoch's, [data.val]'s final
- *               test): their numbers (struct kiln_ckpt_evaluated), so a
- *               resume records none of them again
+ *   "evaluated" the run's last checkpoint as written again after the
+ *               evaluations that follow its step (the epoch's, [data.val]'s
+ *               final test; written first at the step, without it): their
+ *               numbers (struct kiln_ckpt_evaluated), so a resume records
+ *               none of them again
  *   one section per model state buffer (kiln_model_state_buffers: "params",
  *   "buffers", "momentum", "step"), the device bytes as they are.
  *

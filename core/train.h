@@ -205,14 +205,19 @@ struct trainer {
 	 * short; the stop's checkpoint says so ("eval_owed") and the resumed
 	 * run runs it before its first step (trainer.c eval_owed_run) */
 	int eval_owed;
-	/* the run's last checkpoint waits for the evaluations after its step
-	 * (the epoch's recorded one, [data.val]'s final test): written after
-	 * them by trainer_checkpoint_end, with their numbers ("evaluated"),
-	 * at end_pos, with the training sums taken at the step (end_sums: the
-	 * evaluations reuse the device's metric sums).  Before session 32 it
-	 * was written before them, and a resume of the finished run recorded
-	 * them again. */
+	/* the run's last checkpoint is followed by evaluations it records
+	 * (CKPT_END_EVALS: the epoch's recorded one and [data.val]'s final
+	 * test after the last step; CKPT_END_TEST: the final test after an
+	 * early stop's checkpoint_last): written at the step as any, then
+	 * again after them by trainer_checkpoint_end, with their numbers
+	 * ("evaluated"), at end_pos, with the training sums taken at the step
+	 * (end_sums: the evaluations reuse the device's metric sums).  Before
+	 * session 32 it was written before them only, and a resume of the
+	 * finished run recorded them again; session 32 first wrote it after
+	 * them only, and a failure during them lost it. */
 	int ckpt_end;
+#define CKPT_END_EVALS 1
+#define CKPT_END_TEST 2
 	struct kiln_ckpt_trainer end_pos;
 	struct kiln_ckpt_epoch end_sums;
 	/* resumed from such a checkpoint: the evaluations after its step are
@@ -322,6 +327,7 @@ kiln_status trainer_checkpoint_point(struct trainer *t);
 kiln_status trainer_checkpoint_last(struct trainer *t);
 kiln_status trainer_checkpoint_stop(struct trainer *t);
 kiln_status trainer_checkpoint_end(struct trainer *t);
+kiln_status trainer_checkpoint_resumed(struct trainer *t);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
 void trainer_resume_finished(struct trainer *t);

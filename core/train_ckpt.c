@@ -99,6 +99,7 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 }
 
 static kiln_status checkpoint_done(struct trainer *t, const char *path);
+static kiln_status end_mark(struct trainer *t, int what);
 
 static int best_by_step(const void *a, const void *b)
 {
@@ -161,6 +162,14 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 		t->named_step = t->pos.step;
 	if (st || t->rank)
 		return st;
+	if (evaluated) {
+		/* the run's last checkpoint written again (trainer_checkpoint_end):
+		 * the same file, so no second "checkpoint" event and nothing to
+		 * prune */
+		kiln_log(KILN_LOG_INFO, "train", "checkpoint %s again, with the numbers of the evaluations after step %lld",
+			 path, (long long)t->pos.step);
+		return KILN_OK;
+	}
 	return checkpoint_done(t, path);
 }
 
@@ -211,32 +220,47 @@ kiln_status trainer_checkpoint_point(struct trainer *t)
 	    !(final && (every || tc->checkpoint_last)))
 		return KILN_OK;
 	/* the run's last step, followed by evaluations it records: its
-	 * checkpoint after them (trainer_checkpoint_end), saying so */
+	 * checkpoint now, as at any step, and again after them with their
+	 * numbers (trainer_checkpoint_end), so a failure during them (a bad
+	 * image, a full disk, a kill) still leaves the run's last checkpoint
+	 * (session 32 had deferred it, and lost it on such a failure) */
 	if (final && !t->stopping && *t->ckdir &&
 	    ((tc->eval && !tc->eval_every) || t->have_val)) {
-		kiln_status st = epoch_sums(t, &t->end_sums);
-		t->end_pos = t->pos;
-		t->end_pos.epoch = t->ep, t->end_pos.step = step;
-		t->end_pos.offset = (t->k + 1) * t->G;
-		t->ckpt_end = !st;
+		kiln_status st = end_mark(t, CKPT_END_EVALS);
+		if (!st && !(st = checkpoint_at(t, (t->k + 1) * t->G)))
+			t->end_pos = t->pos;
 		return st;
 	}
 	return checkpoint_at(t, (t->k + 1) * t->G);
 }
 
-/* After the run's last evaluations: the checkpoint trainer_checkpoint_point
- * deferred, of the last step, with their numbers (the "evaluated"
- * section), unless a stop wrote that step's (an evaluation cut short is
- * owed, not done). */
+/* The checkpoint about to be written (checkpoint_point's of the run's last
+ * step, checkpoint_last's of an early stop) is written again after the
+ * evaluations that follow (`what`): the training sums taken now
+ * (end_sums), as those evaluations reuse the device's metric sums. */
+static kiln_status end_mark(struct trainer *t, int what)
+{
+	kiln_status st = epoch_sums(t, &t->end_sums);
+	t->ckpt_end = st ? 0 : what;
+	return st;
+}
+
+/* After the run's last evaluations: the run's last checkpoint written
+ * again (the same file, atomically replaced, on every rank as any write)
+ * with their numbers (the "evaluated" section), so a resume of the
+ * finished run records none of them again; not after a stop (an
+ * evaluation cut short is owed, not done: the file written at the step
+ * stays). */
 kiln_status trainer_checkpoint_end(struct trainer *t)
 {
 	const struct kiln_train_result *res = t->res;
-	if (!t->ckpt_end || t->stopping || t->ckpt_step == t->end_pos.step)
+	if (!t->ckpt_end || t->stopping)
 		return KILN_OK;
 	const int on_val = t->have_val;
+	const int epoch_eval = t->ckpt_end == CKPT_END_EVALS && t->tc.eval && !t->tc.eval_every;
 	const struct kiln_ckpt_evaluated e = {
 		.loss = *t->ev.loss, .acc = *t->ev.acc, .acc5 = *t->ev.acc5,
-		.samples = t->tc.eval && !t->tc.eval_every ? *t->ev.samples : 0,
+		.samples = epoch_eval ? *t->ev.samples : 0,
 		.has_test = on_val, .test_loss = on_val ? res->test_loss : 0,
 		.test_acc = on_val ? res->test_acc : 0, .test_acc5 = on_val ? res->test_acc5 : 0,
 		.test_samples = on_val ? res->test_samples : 0,
@@ -247,6 +271,31 @@ kiln_status trainer_checkpoint_end(struct trainer *t)
 	if (!st)
 		trainer_counters_mark(t);
 	return st;
+}
+
+/* A resumed run, before its first step: when its checkpoint is of the
+ * run's last step (or of an early stop) and the evaluations after that
+ * step are not recorded in it (no "evaluated": the run that wrote it
+ * failed or was stopped during them), this run does them now, without a
+ * step, and writes the checkpoint again after them, saying so, as the run
+ * that wrote it would have (else each further resume recorded them
+ * again).  Its sums: the checkpoint's (no step trains). */
+kiln_status trainer_checkpoint_resumed(struct trainer *t)
+{
+	const struct kiln_train_cfg *tc = &t->tc;
+	const int64_t step = t->pos.step;
+	const int final = (tc->max_steps && step >= tc->max_steps) ||
+			  (t->pos.epoch + 1 >= tc->epochs &&
+			   t->pos.offset >= t->steps_per_epoch * t->G);
+	if (!t->resumed || t->evaluated || !*t->ckdir)
+		return KILN_OK;
+	if (t->stop_early && t->have_val)
+		t->ckpt_end = CKPT_END_TEST;
+	else if (!t->stop_early && final && ((tc->eval && !tc->eval_every) || t->have_val))
+		t->ckpt_end = CKPT_END_EVALS;
+	t->end_sums = t->ep0_sums;
+	t->end_pos = t->pos;
+	return KILN_OK;
 }
 
 /* A stop that cut the evaluation after an epoch's steps short (t->k one
@@ -266,10 +315,17 @@ kiln_status trainer_checkpoint_stop(struct trainer *t)
  * stopped the run set t->pos), unless that step has one already. */
 kiln_status trainer_checkpoint_last(struct trainer *t)
 {
+	kiln_status st;
 	if (!t->stop_early || t->stopping || !t->tc.checkpoint_last || !*t->ckdir ||
-	    t->ckpt_step == t->step || t->ckpt_end) /* (ckpt_end: trainer_checkpoint_end's) */
+	    t->ckpt_step == t->step || t->ckpt_end) /* (ckpt_end: written at the step) */
 		return KILN_OK;
-	return checkpoint(t, NULL, t->res->checkpoint, sizeof t->res->checkpoint);
+	/* [data.val]'s final test follows: written again after it, saying so
+	 * (before, a resume of the early-stopped run recorded it again) */
+	if (t->have_val && (st = end_mark(t, CKPT_END_TEST)))
+		return st;
+	if (!(st = checkpoint(t, NULL, t->res->checkpoint, sizeof t->res->checkpoint)))
+		t->end_pos = t->pos;
+	return st;
 }
 
 /* keep_best's choice for an evaluation of value v (higher is better):

@@ -28,7 +28,8 @@ struct eval_calib {
  * ends the pass before batch b (*stop): unrecorded (t->eval_cut), the
  * stop's checkpoint following at once instead of after the whole set.
  * The evaluations during training (t->ev) only: the final test comes
- * after the last step's checkpoint, and a stop then lets the run finish.
+ * after the last step's checkpoint (written at the step, and again after
+ * the test with its numbers), and a stop then lets the run finish.
  * Data-parallel ranks (each evaluates the whole set, so all reach batch b)
  * agree every EVAL_STOP_EVERY batches, a stop on any rank stopping all
  * (t->dist_stop, as at log points); with [dist] pipeline stages on ranks

@@ -174,6 +174,8 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 {
 	struct trainer T = { .progress = progress, .user = user }, *t = &T;
 	kiln_status st = trainer_open(t, cfg, reg, tc, 1, res);
+	if (!st)
+		st = trainer_checkpoint_resumed(t);
 	for (t->ep = t->ep0; !st && epoch_runs(t); t->ep++) {
 		st = epoch_begin(t);
 		if (!st && t->eval_owed)

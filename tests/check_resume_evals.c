@@ -10,6 +10,9 @@
  *                 values the best/ files hold
  *   early stop    a finished early-stopped run resumed trains no further
  *                 and writes no checkpoint
+ *   finished      a finished run resumed records no evaluation again:
+ *                 the epoch's, [data.val]'s final test (also after an
+ *                 early stop)
  *   eval owed     a stop during an eval_every evaluation: the resumed run
  *                 evaluates that step first, so it stops where the
  *                 uninterrupted run did, with the same bytes
@@ -390,6 +393,52 @@ START_TEST(test_finished_with_val)
 }
 END_TEST
 
+/* An early-stopped run with [data.val] (patience 1: the epoch-2
+ * evaluation stops it at step 40), resumed: no evaluation and no final
+ * test again (before the review of session 32 checkpoint_last's
+ * checkpoint came before the final test and said nothing of it: each
+ * resume ran and recorded it again, a second "final test" line). */
+static const char *const early_val[] = { "train.early_stop_patience=1",
+					 "train.early_stop_metric=loss",
+					 "train.early_stop_min_delta=100", VAL, NULL };
+static const char *const early_val_resume[] = { "train.early_stop_patience=1",
+						"train.early_stop_metric=loss",
+						"train.early_stop_min_delta=100", VAL,
+						"train.resume=1", NULL };
+
+START_TEST(test_early_stop_with_val)
+{
+	char a[64], ck[300], l[400];
+	struct kiln_train_result ra, r2;
+	scratch_dir(a, sizeof a);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, early_val, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 40);
+	ck_assert_int_eq(ra.early_stopped, 1);
+	int finals;
+	const int lines = jsonl_lines(a, &finals);
+	ck_assert_msg(train_run(a, early_val_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 40);
+	ck_assert_int_eq(r2.steps, 40);
+	ck_assert_int_eq(r2.early_stopped, 1);
+	ck_assert_int_eq(jsonl_lines(a, &finals), lines + 2);
+	ck_assert_int_eq(finals, 1);
+	event_steps(a, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+	ck_assert(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc &&
+		  r2.test_samples == ra.test_samples);
+	/* the first run's: the two per epoch, the final test; one checkpoint
+	 * (written again after the final test, with no second event) */
+	event_steps(a, "eval", 0, l, sizeof l);
+	ck_assert_str_eq(l, "20 40 40");
+	event_steps(a, "checkpoint", 0, l, sizeof l);
+	ck_assert_str_eq(l, "40");
+	snprintf(ck, sizeof ck, "%s/checkpoints", a);
+	ckpt_files(ck, l, sizeof l);
+	ck_assert_str_eq(l, "40");
+}
+END_TEST
+
 /* A stop during the eval_every evaluation after step 10 (asked for at
  * its log point, so the evaluation is cut at its first batch): the stop's
  * checkpoint owes it, the resumed run evaluates step 10 first and stops
@@ -440,7 +489,8 @@ static Suite *make_resume_evals_suite(void)
 		       (const TTest *[]){ test_keep_best, test_keep_best_old_checkpoint,
 					   test_early_stop_finished,
 					   test_eval_owed, test_finished_per_epoch,
-					   test_finished_with_val, NULL });
+					   test_finished_with_val, test_early_stop_with_val,
+					   NULL });
 	return s;
 }
 

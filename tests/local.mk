@@ -524,9 +524,10 @@ EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py 
 	tests/plugin_lazy.sh
 # GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
 # A stop during an evaluation ends it within a batch, with the stop's
-# checkpoint (one that resumes).
-TESTS += tests/stop_eval.sh
-EXTRA_DIST += tests/stop_eval.sh
+# checkpoint (one that resumes).  A failure during the evaluations after
+# the last step leaves the run's last checkpoint.
+TESTS += tests/stop_eval.sh tests/final_eval_fail.sh
+EXTRA_DIST += tests/stop_eval.sh tests/final_eval_fail.sh
 # --checkpoint F.safetensors in eval, export, predict; another sample shape
 # than the checkpoint's warned of.
 TESTS += tests/weights_checkpoint.sh

@@ -1,0 +1,62 @@
+#!/bin/sh
+# tests/final_eval_fail.sh - a failure during the evaluations after a run's
+# last step (the epoch's evaluation, [data.val]'s final test) leaves the
+# run's last checkpoint (docs/checkpoints.md, resume item 3).
+#
+# That checkpoint is written at the step, then again after those
+# evaluations with their numbers (its "evaluated" section).  In session 32
+# it was first written after them only: a [data.val] image that does not
+# decode (truncated to 40 bytes here) failed the epoch's evaluation (on
+# [data.val]) with exit 3 and the run, checkpoint_every = 0, left
+# checkpoints/ empty.  Now the
+# failed run leaves ckpt-5.kiln without the section; with the image
+# mended, --resume runs the epoch's evaluation and the final test (one
+# "eval" event each) and writes ckpt-5.kiln again with it, logging one
+# "checkpoint" event in all; a second --resume records neither again.
+name=finalevalfail
+. "$(dirname "$0")/lib.sh"
+data="$srcdir/tests/data"
+ini="$data/tr_cnn.ini"
+need_source idx
+need_source folder
+
+kiln 0 pack "$ini" "data.path=$data" --format folder --store png --section data.eval --out "$tmp/png"
+bad=$(find "$tmp/png/test" -name '*.png' | sort | head -1)
+[ -n "$bad" ] || fail "kiln pack wrote no PNG to $tmp/png/test"
+cp "$bad" "$tmp/good.png"
+head -c 40 "$tmp/good.png" > "$bad"
+run="data.path=$data model.init_from=$data/tr_cnn_init.safetensors run.out_dir=$tmp/r
+data.val.source=folder data.val.path=$tmp/png/test data.val.channels=1 data.val.size=8"
+
+# shellcheck disable=SC2086
+kiln 3 train "$ini" $run
+stderr_has "undecodable PNG"
+[ -f "$(ck r 5)" ] || fail "the run whose evaluation failed left no ckpt-5.kiln"
+"$top_builddir/tests/ckpt_tool" sections "$(ck r 5)" > "$tmp/sections" ||
+	fail "ckpt_tool sections $(ck r 5) failed"
+! grep -q '^evaluated' "$tmp/sections" || fail "ckpt-5.kiln has an 'evaluated' section before its evaluations"
+
+evals() { grep -c '"event":"eval"' "$tmp/r/metrics.jsonl"; }
+ckpts() { grep -c '"event":"checkpoint"' "$tmp/r/metrics.jsonl"; }
+[ "$(evals)" = 0 ] || fail "$(evals) eval events of the run whose evaluation failed, want 0"
+
+cp "$tmp/good.png" "$bad"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run --resume
+stdout_has '"resumed_step": 5'
+test_loss=$(field test_loss "$out")
+[ -n "$test_loss" ] || fail "no test_loss in the resumed run's result"
+[ "$(evals)" = 2 ] || fail "$(evals) eval events after the resume, want 2 (the epoch's, the final test)"
+[ "$(ckpts)" = 1 ] || fail "$(ckpts) checkpoint events, want 1 (ckpt-5.kiln written again logs none)"
+"$top_builddir/tests/ckpt_tool" sections "$(ck r 5)" > "$tmp/sections" ||
+	fail "ckpt_tool sections $(ck r 5) failed"
+grep -q '^evaluated' "$tmp/sections" || fail "ckpt-5.kiln lacks 'evaluated' after its evaluations"
+
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run --resume
+[ "$(evals)" = 2 ] || fail "$(evals) eval events after a resume of the finished run, want 2"
+[ "$(field test_loss "$out")" = "$test_loss" ] ||
+	fail "test_loss $(field test_loss "$out") resuming the finished run, the run's $test_loss"
+[ "$(find "$tmp/r/checkpoints" -name '*.kiln*' | wc -l)" = 1 ] ||
+	fail "checkpoints/ holds $(find "$tmp/r/checkpoints" -name '*.kiln*' | wc -l) files, want 1"
+echo "PASS: final_eval_fail"
