@@ -151,8 +151,18 @@ static kiln_status init_val(const Onnx__TensorProto *t, struct onnx_val *v)
 			return kiln_error(KILN_EINTERNAL, "initializer '%s': dimension %zu is %lld",
 					  name, d, (long long)t->dims[d]);
 		v->dims[d] = t->dims[d];
+		/* a count, or its bytes, past size_t would wrap to a small number
+		 * the data could match (dims [2^61] of i64: 0 bytes), and the
+		 * rules that read the data (indices_in_range) read past it */
+		if ((uint64_t)t->dims[d] > SIZE_MAX ||
+		    (t->dims[d] && count > SIZE_MAX / (size_t)t->dims[d]))
+			return kiln_error(KILN_EINTERNAL, "initializer '%s': dimensions of more than %zu elements",
+					  name, SIZE_MAX);
 		count *= (size_t)t->dims[d];
 	}
+	if (count > SIZE_MAX / es)
+		return kiln_error(KILN_EINTERNAL, "initializer '%s': %zu elements of %zu bytes, more than %zu bytes",
+				  name, count, es, SIZE_MAX);
 	char s[160];
 	if (t->has_raw_data ? t->raw_data.len != count * es : typed_count(t) != count)
 		return kiln_error(KILN_EINTERNAL, "initializer '%s': %s needs %zu bytes, it holds %zu",
@@ -250,6 +260,9 @@ static kiln_status walk_node(struct vtab *t, const Onnx__NodeProto *n,
 		if (!*x && (int)k < r->min_in)
 			st = kiln_error(KILN_EINTERNAL, "node '%s' (%s): input %zu is required, it is omitted",
 					name, op, k);
+		else if (!*x && r->max_in == ONNX_RULE_MANY) /* (the rule reads every input) */
+			st = kiln_error(KILN_EINTERNAL, "node '%s' (%s): input %zu is omitted (an empty name), and none of %s's variadic inputs can be",
+					name, op, k, op);
 		else if (*x && !(in[k] = vtab_get(t, x)))
 			st = kiln_error(KILN_EINTERNAL, "node '%s' (%s): input '%s' is used before it is defined",
 					name, op, x);

@@ -57,9 +57,13 @@ typedef kiln_status (*onnx_rule_fn)(const Onnx__NodeProto *n, const struct onnx_
 
 struct onnx_rule {
 	const char *op;
-	int min_in, max_in; /* inputs below min_in must be given */
+	/* inputs below min_in must be given; those from min_in on are
+	 * optional (an empty name: omitted, in[k] NULL), except a variadic
+	 * operator's (max_in ONNX_RULE_MANY), which ONNX does not let omit */
+	int min_in, max_in;
 	onnx_rule_fn infer;
 };
+#define ONNX_RULE_MANY (1 << 20)
 
 /* The rule of ONNX operator `op` (default domain, opset 17), NULL when
  * the checker has none: a new operator in onnx_layers.c needs a rule. */

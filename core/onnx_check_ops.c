@@ -661,8 +661,6 @@ static kiln_status rule_dequantize(const Onnx__NodeProto *n, const struct onnx_v
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-#define MANY (1 << 20)
-
 static const struct onnx_rule rules[] = {
 	{ "Relu", 1, 1, rule_float_unary },     { "Sigmoid", 1, 1, rule_float_unary },
 	{ "Tanh", 1, 1, rule_float_unary },     { "LeakyRelu", 1, 1, rule_float_unary },
@@ -670,7 +668,7 @@ static const struct onnx_rule rules[] = {
 	{ "Add", 2, 2, rule_binary },           { "Mul", 2, 2, rule_binary },
 	{ "Where", 3, 3, rule_where },          { "Gemm", 2, 3, rule_gemm },
 	{ "MatMul", 2, 2, rule_matmul },        { "Transpose", 1, 1, rule_transpose },
-	{ "Flatten", 1, 1, rule_flatten },      { "Concat", 1, MANY, rule_concat },
+	{ "Flatten", 1, 1, rule_flatten },      { "Concat", 1, ONNX_RULE_MANY, rule_concat },
 	{ "Reshape", 2, 2, rule_reshape },      { "Slice", 3, 5, rule_slice },
 	{ "Gather", 2, 2, rule_gather },        { "Conv", 2, 3, rule_conv },
 	{ "MaxPool", 1, 1, rule_pool },         { "AveragePool", 1, 1, rule_pool },

@@ -181,7 +181,7 @@ static kiln_status check(struct mini *m, const struct kiln_onnx_expect *exp, siz
 /* ---- the CNN-like graph ------------------------------------------------------------ */
 
 enum fault { NONE, CAT_AXIS, NO_TRANSB, EARLY_USE, SHORT_BYTES, CONV_CHANNELS, UNKNOWN_OP,
-	     OUT_DECL };
+	     OUT_DECL, CAT_OMITTED };
 
 static const struct kiln_onnx_expect cnn_exp[] = {
 	{ "x", "input", 1, 4, { 1, 2, 4, 4 } },
@@ -215,8 +215,9 @@ static kiln_status cnn(enum fault f)
 	}
 	if (f == EARLY_USE)
 		attr_i(node(&m, "Flatten", "flat", 1, "cat"), "axis", 1);
-	attr_i(node(&m, f == UNKNOWN_OP ? "Foo" : "Concat", "cat", 2, "c1", "c2"), "axis",
-	       f == CAT_AXIS ? 3 : 1);
+	attr_i(node(&m, f == UNKNOWN_OP ? "Foo" : "Concat", "cat", 2, "c1",
+		    f == CAT_OMITTED ? "" : "c2"),
+	       "axis", f == CAT_AXIS ? 3 : 1);
 	if (f != EARLY_USE)
 		attr_i(node(&m, "Flatten", "flat", 1, "cat"), "axis", 1);
 	attr_i(node(&m, "Gemm", "fc", 3, "flat", "fc.weight", "fc.bias"), "transB",
@@ -288,6 +289,42 @@ START_TEST(test_output_declared)
 }
 END_TEST
 
+/* A Concat input named "" (an omitted optional input to operators with
+ * optional ones): a variadic operator's inputs cannot be omitted (before
+ * the review of session 32 the rule read the absent input: a crash). */
+START_TEST(test_concat_omitted_input)
+{
+	want_error(cnn(CAT_OMITTED), PREFIX "node 'cat' (Concat): input 1 is omitted (an empty name), and none of Concat's variadic inputs can be");
+	arena_free();
+}
+END_TEST
+
+/* An initializer whose dimensions' element count, or its bytes, pass
+ * size_t: refused (before the review of session 32 the count wrapped:
+ * i64 [2^61] needed 0 bytes, its empty raw_data passed, and Gather's
+ * index check read 2^61 elements past it). */
+static kiln_status huge_indices(int ndim, const int64_t *dims)
+{
+	struct mini m;
+	mini_init(&m);
+	const int64_t x[3] = { 0, 4, 12 }, out[4] = { 0, 1, 4, 12 };
+	m.in[m.g.n_input++] = info("x", 1, 3, x);
+	m.out[m.g.n_output++] = info("g", 1, 4, out);
+	init_t(&m, "big", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, ndim, dims, NULL, 8);
+	attr_i(node(&m, "Gather", "g", 2, "x", "big"), "axis", 1);
+	return check(&m, NULL, 0);
+}
+
+START_TEST(test_initializer_overflow)
+{
+	const int64_t bytes[1] = { (int64_t)1 << 61 }, count[2] = { (int64_t)1 << 32,
+								   (int64_t)1 << 32 };
+	want_error(huge_indices(1, bytes), PREFIX "initializer 'big': 2305843009213693952 elements of 8 bytes, more than 18446744073709551615 bytes");
+	want_error(huge_indices(2, count), PREFIX "initializer 'big': dimensions of more than 18446744073709551615 elements");
+	arena_free();
+}
+END_TEST
+
 /* ---- the attention's operators: Reshape, Transpose, Gather, MatMul, Slice ---- */
 
 /* x [N, 4, 12] (T 4, 3C 12) -> Reshape [0, 4, 3, 2, 2] -> Transpose
@@ -342,6 +379,8 @@ static Suite *make_onnx_suite(void)
 	tcase_add_test(tc, test_unknown_op);
 	tcase_add_test(tc, test_output_declared);
 	tcase_add_test(tc, test_attention_ops);
+	tcase_add_test(tc, test_concat_omitted_input);
+	tcase_add_test(tc, test_initializer_overflow);
 	suite_add_tcase(s, tc);
 	return s;
 }
