@@ -208,8 +208,10 @@ struct trainer {
 	/* the run's last checkpoint is followed by evaluations it records
 	 * (CKPT_END_EVALS: the epoch's recorded one and [data.val]'s final
 	 * test after the last step; CKPT_END_TEST: the final test after an
-	 * early stop's checkpoint_last): written at the step as any, then
-	 * again after them by trainer_checkpoint_end, with their numbers
+	 * early stop's checkpoint_last): written at the step as any (or, in
+	 * a resume that takes no step, the checkpoint it started from, which
+	 * lacks them: trainer_checkpoint_resumed), then again after them by
+	 * trainer_checkpoint_end, with their numbers
 	 * ("evaluated"), at end_pos, with the training sums taken at the step
 	 * (end_sums: the evaluations reuse the device's metric sums).  Before
 	 * session 32 it was written before them only, and a resume of the

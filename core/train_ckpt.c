@@ -293,6 +293,8 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t)
 		t->ckpt_end = CKPT_END_TEST;
 	else if (!t->stop_early && final && ((tc->eval && !tc->eval_every) || t->have_val))
 		t->ckpt_end = CKPT_END_EVALS;
+	else
+		return KILN_OK;
 	t->end_sums = t->ep0_sums;
 	t->end_pos = t->pos;
 	return KILN_OK;
