@@ -451,8 +451,11 @@ static void launch_suspend(const struct launch_opts *o, const pid_t *pids)
 	got_tstp = 0;
 	fprintf(stderr, "kiln launch: %s: stopping the ranks too (fg or bg continues them)\n",
 		sig == SIGTSTP ? "SIGTSTP (Ctrl-Z)" : sig == SIGTTIN ? "SIGTTIN" : "SIGTTOU");
+	/* the rank's whole group (each leads its own: a wrapper such as
+	 * `timeout` or `sh -c` and the trainer it runs), else the rank alone
+	 * (its setpgid not yet run) */
 	for (int l = 0; l < o->nproc; l++)
-		if (pids[l])
+		if (pids[l] && kill(-pids[l], SIGSTOP))
 			kill(pids[l], SIGSTOP);
 	memset(&dfl, 0, sizeof dfl);
 	dfl.sa_handler = SIG_DFL;
@@ -464,7 +467,7 @@ static void launch_suspend(const struct launch_opts *o, const pid_t *pids)
 	sigprocmask(SIG_BLOCK, &one, NULL);
 	sigaction(sig, &mine, NULL);
 	for (int l = 0; l < o->nproc; l++)
-		if (pids[l])
+		if (pids[l] && kill(-pids[l], SIGCONT))
 			kill(pids[l], SIGCONT);
 }
 

@@ -171,8 +171,12 @@ esac
 # A session of its own with the launcher in a group of its own below it:
 # the group is not orphaned, so the kernel stops it by SIGTSTP (it would
 # not in an orphaned one, as the test's own may be).  Prints what it saw.
-/usr/bin/python3 - "$tmp/tstp" "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" \
-	run.out_dir="$tmp/tstp" $long > "$tmp/tstp.out" 2>&1 <<'PY'
+# tstp NAME CMD...: CMD's launcher Ctrl-Z'd, every process below it
+# (ranks, and what a wrapping rank command forks) stopped, then continued
+tstp() {
+	_n=$1
+	shift
+	/usr/bin/python3 - "$tmp/$_n" "$@" > "$tmp/$_n.out" 2>&1 <<'PY'
 import os, signal, subprocess, sys, time
 d, cmd = sys.argv[1], sys.argv[2:]
 os.setsid()
@@ -183,6 +187,12 @@ def state(pid):
         return open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+def below(pid):
+    try:
+        kids = [int(x) for x in open("/proc/%d/task/%d/children" % (pid, pid)).read().split()]
+    except OSError:
+        return []
+    return kids + [g for k in kids for g in below(k)]
 def trains():
     try:
         return open(d + "/metrics.jsonl").read().count('"event":"train"')
@@ -196,26 +206,42 @@ def until(what, secs):
 if not until(lambda: trains() > 0 or p.poll() is not None, 120):
     print("training did not start"); p.kill(); sys.exit(1)
 ranks = [int(x) for x in open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()]
+procs = below(p.pid)
 os.kill(p.pid, signal.SIGTSTP)
-if until(lambda: all(state(x) == "T" for x in [p.pid] + ranks), 20):
+if until(lambda: all(state(x) == "T" for x in [p.pid] + procs), 20):
     n = trains(); time.sleep(1.5)
-    print("stopped: the launcher and %d ranks; train lines %d -> %d in 1.5 s" % (len(ranks), n, trains()))
+    print("stopped: the launcher and %d ranks (%d processes); train lines %d -> %d in 1.5 s" % (len(ranks), len(procs), n, trains()))
 else:
-    print("not stopped: launcher %s, ranks %s" % (state(p.pid), " ".join(state(x) for x in ranks)))
+    print("not stopped: launcher %s, below it %s" % (state(p.pid), " ".join(state(x) for x in procs)))
 os.killpg(p.pid, signal.SIGCONT)
-if until(lambda: all(state(x) not in ("T", "gone") for x in ranks), 20):
+if until(lambda: all(state(x) not in ("T", "gone") for x in procs), 20):
     print("continued: every rank")
 else:
-    print("not continued: ranks %s" % " ".join(state(x) for x in ranks))
+    print("not continued: below it %s" % " ".join(state(x) for x in procs))
+if os.environ.get("TSTP_KILL"):  # (a wrapped rank takes no SIGTERM of the launcher's)
+    for x in [p.pid] + procs:
+        try:
+            os.kill(x, signal.SIGKILL)
+        except OSError:
+            pass
+    p.wait(); print("rc=killed"); sys.exit(0)
 os.kill(p.pid, signal.SIGTERM)
 try:
     print("rc=%d" % p.wait(timeout=120))
 except subprocess.TimeoutExpired:
     p.kill(); p.wait(); print("rc=timeout")
 PY
-cat "$tmp/tstp.out"
-grep -q "^stopped: the launcher and 2 ranks" "$tmp/tstp.out" || bad "Ctrl-Z: the ranks did not stop with the launcher"
-grep -q "^continued: every rank" "$tmp/tstp.out" || bad "Ctrl-Z: SIGCONT did not continue the ranks"
-stopped tstp "$(sed -n 's/^rc=//p' "$tmp/tstp.out")"
-grep -q "kiln launch: SIGTSTP (Ctrl-Z): stopping the ranks too" "$tmp/tstp.log" || bad "Ctrl-Z: the launcher did not say it stops the ranks"
+	cat "$tmp/$_n.out"
+	grep -q "^stopped: the launcher and 2 ranks" "$tmp/$_n.out" || bad "$_n: Ctrl-Z: the ranks did not stop with the launcher"
+	grep -q "^continued: every rank" "$tmp/$_n.out" || bad "$_n: Ctrl-Z: SIGCONT did not continue the ranks"
+	[ -n "${TSTP_KILL:-}" ] || stopped "$_n" "$(sed -n 's/^rc=//p' "$tmp/$_n.out")"
+	grep -q "kiln launch: SIGTSTP (Ctrl-Z): stopping the ranks too" "$tmp/$_n.log" ||
+		bad "$_n: Ctrl-Z: the launcher did not say it stops the ranks"
+}
+tstp tstp "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/tstp" $long
+# a rank command that forks the trainer (a wrapper: sh -c, timeout, a
+# profiler): the rank's whole group stops (before the review of session
+# 32 only the wrapper did, and the trainer trained on)
+TSTP_KILL=1 tstp tstpw "$kiln" launch -n 2 -- sh -c '"$@"; exit $?' sh "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/tstpw" $long
 exit $fail
