@@ -1154,6 +1154,13 @@ START_TEST(test_reorder)
 				/* the CNN's flatten: 8 x 8 tiles and both edges */
 				reorder_case(&f, 2, 64, 7, 7, from, to, acc);
 			}
+	/* H x W = 2,099,601 pixels: NHWC -> NCHW has more than 65535 tiles of
+	 * 32 pixels (the CUDA kernel's grid.y limit; before session 32 it did
+	 * not launch there), and back */
+	for (int acc = 0; acc < 2; acc++) {
+		reorder_case(&f, 1, 1, 1449, 1449, 1, 0, acc);
+		reorder_case(&f, 1, 1, 1449, 1449, 0, 1, acc);
+	}
 	fx_close(&f);
 }
 END_TEST

@@ -1557,13 +1557,17 @@ extern "C" cudaError_t cuda_launch_concat_split(const struct cuda_plan *p,
 
 /* Per sample n: dst [S, R] = src [R, S] transposed, in 32 x 32 tiles
  * through shared memory so both sides are read and written along rows.
- * Block (32, 8); grid (S tiles, R tiles, samples, striding over n). */
+ * Block (32, 8); grid (S tiles, R tiles up to 65535, samples up to 65535),
+ * striding over the R tiles and n beyond (NHWC -> NCHW has R = H x W:
+ * before session 32 a grid of more than 65535 R tiles, H x W > 2,097,120,
+ * failed to launch). */
 template <typename T>
 __global__ void k_transpose_raw(T *dst, const T *src, int64_t N, int64_t R, int64_t S)
 {
 	__shared__ T tile[32][33];
-	const int64_t s0 = (int64_t)blockIdx.x * 32, r0 = (int64_t)blockIdx.y * 32;
-	for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+	const int64_t s0 = (int64_t)blockIdx.x * 32;
+	for (int64_t n = blockIdx.z; n < N; n += gridDim.z)
+	for (int64_t r0 = (int64_t)blockIdx.y * 32; r0 < R; r0 += (int64_t)gridDim.y * 32) {
 		const T *x = src + n * R * S;
 		T *y = dst + n * R * S;
 		for (int k = threadIdx.y; k < 32; k += 8) {
@@ -1586,8 +1590,9 @@ __global__ void k_transpose_f(void *dst, int td, const void *src, int ts, int64_
 			      int64_t S, int acc)
 {
 	__shared__ float tile[32][33];
-	const int64_t s0 = (int64_t)blockIdx.x * 32, r0 = (int64_t)blockIdx.y * 32;
-	for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+	const int64_t s0 = (int64_t)blockIdx.x * 32;
+	for (int64_t n = blockIdx.z; n < N; n += gridDim.z)
+	for (int64_t r0 = (int64_t)blockIdx.y * 32; r0 < R; r0 += (int64_t)gridDim.y * 32) {
 		const int64_t base = n * R * S;
 		for (int k = threadIdx.y; k < 32; k += 8) {
 			const int64_t r = r0 + k, c = s0 + threadIdx.x;
@@ -1627,7 +1632,8 @@ extern "C" cudaError_t cuda_launch_reorder(const struct cuda_plan *p,
 		return cudaGetLastError();
 	}
 	const dim3 block(32, 8);
-	const dim3 grid((unsigned)((S + 31) / 32), (unsigned)((R + 31) / 32),
+	const int64_t rt = (R + 31) / 32; /* (the kernels stride over the rest) */
+	const dim3 grid((unsigned)((S + 31) / 32), (unsigned)(rt < 65535 ? rt : 65535),
 			(unsigned)(N < 65535 ? N : 65535));
 	if (!same || acc) {
 		k_transpose_f<<<grid, block, 0, s>>>(a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), N, R,
