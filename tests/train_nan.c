@@ -1,9 +1,11 @@
 /* tests/train_nan.c - `kiln train` with a forced non-finite gradient, for
- * the shell tests of the non-finite check (tests/pipeline_dist.sh):
+ * the shell tests of the non-finite check (tests/pipeline_dist.sh,
+ * tests/optim_guards.sh):
  *
- *   train_nan STEP INI [section.key=value ...]
+ *   train_nan STEP[-LAST] INI [section.key=value ...]
  *
- * trains INI with the overrides and, at optimizer step STEP, writes NaN
+ * trains INI with the overrides and, at optimizer step STEP (or at each of
+ * steps STEP..LAST), writes NaN
  * into the last trainable gradient element (an MLP's head bias: the last
  * stage's, with stages on ranks) through the gradient hook, after the
  * backward and before the clip / non-finite check, on the rank that
@@ -19,7 +21,7 @@
 #include <string.h>
 
 struct inject {
-	int64_t step;
+	int64_t step, last;
 	void *fill;
 };
 
@@ -28,7 +30,7 @@ static kiln_status inject_nan(void *user, struct kiln_device *dev, void *stream,
 {
 	struct inject *in = user;
 	kiln_status st;
-	if (step != in->step || !n)
+	if (step < in->step || step > in->last || !n)
 		return KILN_OK;
 	if (!in->fill) {
 		struct kiln_op op;
@@ -50,11 +52,17 @@ int main(int argc, char **argv)
 	struct kiln_config *cfg = NULL;
 	struct kiln_registry *reg = NULL;
 	struct kiln_train_result res;
-	struct inject in = { 0, NULL };
+	struct inject in = { 0, 0, NULL };
+	char *end;
 	const char *who = getenv("KILN_NAN_RANK"), *rank = getenv("KILN_RANK");
 	kiln_status st;
-	if (argc < 3 || (in.step = strtoll(argv[1], NULL, 10)) < 1) {
-		fprintf(stderr, "usage: train_nan STEP INI [section.key=value ...]\n");
+	if (argc >= 3) {
+		in.step = in.last = strtoll(argv[1], &end, 10);
+		if (*end == '-')
+			in.last = strtoll(end + 1, &end, 10);
+	}
+	if (argc < 3 || in.step < 1 || in.last < in.step || *end) {
+		fprintf(stderr, "usage: train_nan STEP[-LAST] INI [section.key=value ...]\n");
 		return 2;
 	}
 	st = kiln_config_load(argv[2], &cfg);
@@ -73,8 +81,11 @@ int main(int argc, char **argv)
 	}
 	if (st)
 		fprintf(stderr, "train_nan: %s\n", kiln_last_error());
-	if (in.fill)
+	if (in.fill && in.last == in.step)
 		fprintf(stderr, "train_nan: NaN written at step %lld\n", (long long)in.step);
+	else if (in.fill)
+		fprintf(stderr, "train_nan: NaN written from step %lld (to %lld)\n", (long long)in.step,
+			(long long)in.last);
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);
 	return st ? 1 : 0;
