@@ -331,10 +331,14 @@ static kiln_status check_interval(struct trainer *t, double ls)
 				  !t->scaler_host ? "; lower [train] lr"
 				  : t->m->scaler.dynamic ? " (the gradients overflow at every step and the loss scale can back off no further: lower [plugin.amp] min_scale, or [train] lr)"
 				  : " (the loss scale overflows the gradients at every step and cannot back off: lower [plugin.amp] loss_scale)");
+	/* (with skip_nonfinite = 0 the clip op still counts a non-finite
+	 * norm, but nothing gates the step: it was taken) */
 	if (new_skips)
-		kiln_log(KILN_LOG_WARN, "train", "step %lld: %lld step(s) of the last %lld skipped: non-finite gradients (parameters untouched)%s",
+		kiln_log(KILN_LOG_WARN, "train", "step %lld: %lld step(s) of the last %lld %s%s",
 			 (long long)t->step, (long long)new_skips,
 			 (long long)(t->step - t->interval_start),
+			 t->m->step_ok_d ? "skipped: non-finite gradients (parameters untouched)"
+					 : "had non-finite gradients, taken unclipped (skip_nonfinite = 0)",
 			 isfinite(ls) ? "" : "; this interval's mean loss is not finite");
 	return KILN_OK;
 }

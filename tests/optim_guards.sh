@@ -15,6 +15,10 @@
 #    skipped, the parameters frozen, and the run exited 0.
 # 3. [plugin.amp] growth_interval above 2^24 (the f32 tracker's exact
 #    range: such an interval never grew the scale) is out of the key's range.
+# 4. clip_value leaves a non-finite step's gradients as they are (unlike
+#    clip_grad_value_): with skip_nonfinite = 0 an infinite gradient reaches
+#    its parameter and the parameters check stops the run; such a step is
+#    not reported as skipped (before session 32 the warning said so).
 name=optim_guards
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -49,6 +53,51 @@ KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" "$nan" 1-7 "$ini" "$d" run.ou
 	run.precision=fp16 plugin.amp.backoff_factor=1e-6 train.max_steps=6 \
 	train.log_every=1 > "$out" 2> "$err" || fail "train_nan 1-7: exit $?, expected 0"
 stderr_has "step 6: 1 step(s) of the last 1 skipped"
+
+# 4: clip_value with skip_nonfinite = 0 leaves an infinite gradient as it is
+# (docs/training.md; torch's clip_grad_value_ clamps it): fc2.bias[4], the
+# last of the MLP's 1125 parameters, reaches the optimizer infinite and the
+# parameters check stops the run; the log point does not call it skipped
+mlp="$tmp/mlp.ini"
+cat > "$mlp" <<'INI'
+[run]
+threads = 1
+[data]
+source = idx
+images = tr_cnn_images.idx
+labels = tr_cnn_labels.idx
+shuffle = 0
+workers = 0
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 16
+[layer.r]
+type = relu
+[layer.fc2]
+type = linear
+out = 5
+[layer.loss]
+type = softmax_xent
+[train]
+batch = 8
+max_steps = 5
+lr = 0.1
+momentum = 0.9
+log_every = 1
+eval = 0
+INI
+KILN_NAN_VALUE=inf KILN_NAN_INDEX=1124 KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" \
+	"$nan" 3 "$mlp" "$d" run.out_dir= train.skip_nonfinite=0 train.clip_value=1 > "$out" 2> "$err"
+rc=$?
+[ $rc = 1 ] || fail "train_nan with an inf gradient, skip_nonfinite = 0: exit $rc, expected 1"
+stderr_has "train_nan: step 3 (epoch 1): parameter 'fc2.bias' holds 1 non-finite value(s) (NaN or inf): training diverged"
+# ... and the padding after it: the norm is not finite, no parameter is
+KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" "$nan" 3 "$mlp" "$d" run.out_dir= \
+	train.skip_nonfinite=0 train.clip_value=1 > "$out" 2> "$err" || fail "train_nan into the padding: exit $?"
+stderr_has "step 3: 1 step(s) of the last 1 had non-finite gradients, taken unclipped (skip_nonfinite = 0)"
+! grep -q "skipped" "$err" || fail "skip_nonfinite = 0: a step reported skipped"
 
 # 3
 kiln 2 train "$ini" "$d" run.out_dir= run.precision=fp16 plugin.amp.growth_interval=16777217
