@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h> /* strtod */
 #include <string.h>
 
 static const char *type_name(const struct kiln_key *k)
@@ -19,16 +20,27 @@ static const char *type_name(const struct kiln_key *k)
 	return "?";
 }
 
+/* A key's bound: %g, or every digit where %g would round it (2^24 is
+ * not 1.67772e+07) */
+static const char *bound(char *buf, size_t n, double v)
+{
+	snprintf(buf, n, "%g", v);
+	if (strtod(buf, NULL) != v)
+		snprintf(buf, n, "%.17g", v);
+	return buf;
+}
+
 static void doc_table(const struct kiln_key *t)
 {
 	printf("| key | type | default | meaning |\n|---|---|---|---|\n");
 	for (; t && t->name; t++) {
-		char range[200] = "";
+		char range[200] = "", lo[32], hi[32];
 		if (t->type == KILN_KEY_ENUM)
 			snprintf(range, sizeof range, " (`%s`)", t->choices);
 		else if ((t->min != 0 || t->max != 0) &&
 			 (t->type == KILN_KEY_INT || t->type == KILN_KEY_FLOAT || t->type == KILN_KEY_INTS))
-			snprintf(range, sizeof range, " in [%g, %g]%s%s%s", t->min, t->max,
+			snprintf(range, sizeof range, " in [%s, %s]%s%s%s", bound(lo, sizeof lo, t->min),
+				 bound(hi, sizeof hi, t->max),
 				 t->choices ? " or `" : "", t->choices ? t->choices : "",
 				 t->choices ? "`" : "");
 		else if (t->type == KILN_KEY_BOOL && t->choices)

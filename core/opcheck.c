@@ -622,6 +622,14 @@ static kiln_status check_rnn(const char *who, const struct kiln_op *op)
 	return KILN_OK;
 }
 
+/* onecycle's rise ends at pct_start x U - 1: at 0 its first rate is 0/0
+ * (see KILN_OP_LR_SCHEDULE) */
+static int onecycle_rise_empty(const struct kiln_op *op)
+{
+	const int64_t U = op->i[1] - op->i[2] > 1 ? op->i[1] - op->i[2] : 1;
+	return op->f[4] * (double)U - 1 == 0;
+}
+
 static kiln_status check_small(const char *who, const struct kiln_op *op)
 {
 	kiln_status st;
@@ -637,8 +645,9 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 		if ((op->i[0] == KILN_SCHED_STEP && op->i[3] < 1) ||
 		    (op->i[0] == KILN_SCHED_MULTISTEP && (op->i[3] < 0 || op->i[3] > 12)) ||
 		    (op->i[0] == KILN_SCHED_ONECYCLE &&
-		     (!(op->f[2] > 0) || !(op->f[3] > 0) || !(op->f[4] > 0 && op->f[4] < 1))))
-			BAD(KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0 and 0 < pct_start < 1)");
+		     (!(op->f[2] > 0) || !(op->f[3] > 0) || !(op->f[4] > 0 && op->f[4] < 1) ||
+		      onecycle_rise_empty(op))))
+			BAD(KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0, 0 < pct_start < 1 and pct_start x max(T - W, 1) != 1)");
 		return KILN_OK;
 	case KILN_OP_COUNTER_ADD: /* gated: in0 is the gate */
 		if ((st = counts(who, op, (op->flags & KILN_OPF_GATED) != 0, 1)))
@@ -743,9 +752,11 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 			return st;
 		if (numel(&op->in[0]) != 4 || numel(&op->out[0]) != 4)
 			BAD(KILN_EINVAL, "wants the gate state f32[4] in, the scaler state f32[4] out");
-		if (op->i[0] < 1 || op->i[1] < 1 || !(op->f[0] >= 1) || !(op->f[1] > 0 && op->f[1] <= 1) ||
-		    !(op->f[2] >= 0) || !(op->f[3] >= 0))
-			BAD(KILN_EINVAL, "growth interval i[0] and hysteresis i[1] >= 1, growth f[0] >= 1, 0 < backoff f[1] <= 1, min f[2] and max f[3] scale >= 0");
+		/* (the state's f32 counters count exactly up to 2^24) */
+		if (op->i[0] < 1 || op->i[1] < 1 || op->i[0] > (1 << 24) ||
+		    op->i[1] > (1 << 24) || !(op->f[0] >= 1) ||
+		    !(op->f[1] > 0 && op->f[1] <= 1) || !(op->f[2] >= 0) || !(op->f[3] >= 0))
+			BAD(KILN_EINVAL, "growth interval i[0] and hysteresis i[1] in [1, 2^24], growth f[0] >= 1, 0 < backoff f[1] <= 1, min f[2] and max f[3] scale >= 0");
 		return KILN_OK;
 	}
 	return kiln_error(KILN_EINTERNAL, "%s: op %d has no check", who, op->type);

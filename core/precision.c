@@ -67,7 +67,8 @@ kiln_status kiln_model_precision_open(struct kiln_model *m, const struct kiln_re
 		return KILN_OK;
 	if (!(sc->init_scale > 0) || !(sc->init_scale < 3.4e38) ||
 	    (sc->dynamic && (sc->growth_factor < 1 || !(sc->backoff_factor > 0) ||
-			     sc->backoff_factor > 1 || sc->growth_interval < 1 || sc->hysteresis < 1)))
+			     sc->backoff_factor > 1 || sc->growth_interval < 1 || sc->hysteresis < 1 ||
+			     sc->growth_interval > (1 << 24) || sc->hysteresis > (1 << 24))))
 		return kiln_error(KILN_ECONFIG, "precision plugin '%s': bad scaling rule (scale %g, growth %g, backoff %g, interval %lld, hysteresis %lld)",
 				  p->name, sc->init_scale, sc->growth_factor, sc->backoff_factor,
 				  (long long)sc->growth_interval, (long long)sc->hysteresis);

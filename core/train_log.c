@@ -4,6 +4,7 @@
  * the device counters of the steady state, and the run's result at the
  * end.  See train.h. */
 #include "train.h"
+#include "../plugins/common/scalar_ops.h" /* common_scaler_backoff: the devices' rule */
 
 #include <math.h>
 #include <stdio.h>
@@ -291,17 +292,19 @@ static kiln_status interval_sums(struct trainer *t, double *ls, double *c, int *
 
 /* Whether a dynamic loss scale (fp16) can still back off: then an
  * interval of skipped steps is its search for a scale that fits (a large
- * init_scale halving), not a divergence; at [plugin.amp] min_scale (or a
- * constant scale: fp16_static, scaler_host NULL for fp32 and bf16) it
- * cannot. */
+ * init_scale halving), not a divergence.  It cannot where a backoff would
+ * not lower it (the device's rule: at [plugin.amp] min_scale, at the
+ * floor FLT_MIN, backoff_factor = 1), nor with a constant scale
+ * (fp16_static; scaler_host NULL for fp32 and bf16).  Before session 32
+ * any scale above min_scale = 0 counted, and a scale backed off to 0
+ * skipped every later step of a run that exited 0. */
 static int scale_backing_off(const struct trainer *t)
 {
-	const char *prec = kiln_config_get(t->cfg, "run", "precision");
-	double min_scale = 0;
-	if (!t->scaler_host || !prec || strcmp(prec, "fp16"))
+	const struct kiln_scaler_config *sc = &t->m->scaler;
+	if (!t->scaler_host || !sc->dynamic)
 		return 0;
-	kiln_config_get_float(t->cfg, "plugin.amp", "min_scale", &min_scale);
-	return min_scale <= 0 || t->scaler_host[0] > min_scale;
+	const float s = t->scaler_host[0];
+	return common_scaler_backoff(s, sc->backoff_factor, sc->min_scale) < s;
 }
 
 /* Skipped and clipped steps, the loss scale; a diverged run fails. */
@@ -325,12 +328,17 @@ static kiln_status check_interval(struct trainer *t, double ls)
 		return kiln_error(KILN_EDATA, "steps %lld..%lld (epoch %lld): every step had non-finite gradients and was skipped, the loss finite (%g): the parameters have not changed since step %lld: training diverged%s",
 				  (long long)t->interval_start + 1, (long long)t->step, (long long)t->ep + 1,
 				  ls / (double)(t->since ? t->since : 1), (long long)t->interval_start,
-				  t->scaler_host ? " (the loss scale overflows the gradients at every step and cannot back off: lower [plugin.amp] loss_scale or min_scale)"
-						 : "; lower [train] lr");
+				  !t->scaler_host ? "; lower [train] lr"
+				  : t->m->scaler.dynamic ? " (the gradients overflow at every step and the loss scale can back off no further: lower [plugin.amp] min_scale, or [train] lr)"
+				  : " (the loss scale overflows the gradients at every step and cannot back off: lower [plugin.amp] loss_scale)");
+	/* (with skip_nonfinite = 0 the clip op still counts a non-finite
+	 * norm, but nothing gates the step: it was taken) */
 	if (new_skips)
-		kiln_log(KILN_LOG_WARN, "train", "step %lld: %lld step(s) of the last %lld skipped: non-finite gradients (parameters untouched)%s",
+		kiln_log(KILN_LOG_WARN, "train", "step %lld: %lld step(s) of the last %lld %s%s",
 			 (long long)t->step, (long long)new_skips,
 			 (long long)(t->step - t->interval_start),
+			 t->m->step_ok_d ? "skipped: non-finite gradients (parameters untouched)"
+					 : "had non-finite gradients, taken unclipped (skip_nonfinite = 0)",
 			 isfinite(ls) ? "" : "; this interval's mean loss is not finite");
 	return KILN_OK;
 }

@@ -58,6 +58,23 @@ static kiln_status parse_milestones(const struct trainer *t, struct kiln_op *op)
 	return KILN_OK;
 }
 
+/* onecycle's rise ends at step pct_start x U - 1 after the warmup (U of
+ * them): at exactly 0 the rise is 0 steps long and its first rate 0/0
+ * (NaN: PyTorch's OneCycleLR raises ZeroDivisionError there).  The step
+ * count is known only now (epochs x batches, max_steps), so the config
+ * check cannot see it; the expression is the device's (scalar_ops.h). */
+static kiln_status check_onecycle(const struct trainer *t, int64_t total)
+{
+	const double pct = t->tc.pct_start;
+	const int64_t U = total - t->tc.warmup > 1 ? total - t->tc.warmup : 1;
+	if (pct * (double)U - 1 != 0)
+		return KILN_OK;
+	/* (any other pct_start works; 1.5 / U rises over one step) */
+	return kiln_error(KILN_ECONFIG, "%s: [train] pct_start = %g with schedule = onecycle over %lld step(s)%s: pct_start x steps = 1 leaves the rise to lr no step (OneCycleLR divides by zero there): use another pct_start, e.g. %g, or another number of steps",
+			  kiln_config_where(t->cfg, "train", "pct_start"), pct, (long long)U,
+			  t->tc.warmup > 0 ? " after the warmup" : "", 1.5 / (double)U);
+}
+
 /* The learning-rate schedule: a device op computing the step's lr from the
  * model's step counter, so no per-step scalar crosses from the host. */
 static kiln_status prep_schedule(struct trainer *t, double lr, int64_t total)
@@ -90,6 +107,8 @@ static kiln_status prep_schedule(struct trainer *t, double lr, int64_t total)
 	if (op.i[0] == KILN_SCHED_ONECYCLE)
 		op.f[2] = tc->div_factor;
 	if (op.i[0] == KILN_SCHED_MULTISTEP && (st = parse_milestones(t, &op)))
+		return st;
+	if (op.i[0] == KILN_SCHED_ONECYCLE && (st = check_onecycle(t, total)))
 		return st;
 	kiln_log(KILN_LOG_DEBUG, "train", "schedule %s over %lld steps, warmup %lld",
 		 kind ? kind : "constant", (long long)total, (long long)tc->warmup);

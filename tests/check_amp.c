@@ -27,6 +27,7 @@
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,6 +330,81 @@ START_TEST(test_static)
 }
 END_TEST
 
+/* One KILN_OP_SCALER_UPDATE on the CPU device: state st after a step
+ * whose finite flag is `finite`. */
+static kiln_status scaler_op(struct kiln_device *dev, double backoff, int64_t interval,
+			     float finite, float st[4])
+{
+	struct kiln_op op;
+	int64_t four = 4;
+	void *plan;
+	float *d;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SCALER_UPDATE;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &four);
+	op.out[0] = op.in[0];
+	op.f[0] = 2, op.f[1] = backoff;
+	op.i[0] = interval, op.i[1] = 1;
+	kiln_status s = kiln_device_prepare(dev, &op, &plan, NULL);
+	if (s)
+		return s;
+	const float gate[4] = { 0, finite, 0, 0 };
+	void *stream;
+	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
+	ck_assert(kiln_device_alloc(dev, 64, (void **)&d) == 0);
+	ck_assert(kiln_device_copy_async(dev, d, gate, 16, KILN_COPY_H2D, stream) == 0);
+	ck_assert(kiln_device_copy_async(dev, d + 8, st, 16, KILN_COPY_H2D, stream) == 0);
+	struct kiln_op_args a = { .in = { d }, .out = { d + 8 } };
+	ck_assert(kiln_device_run(dev, plan, &a, stream) == 0);
+	ck_assert(kiln_device_copy_async(dev, st, d + 8, 16, KILN_COPY_D2H, stream) == 0);
+	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	kiln_device_free(dev, d);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_plan_free(dev, plan);
+	return KILN_OK;
+}
+
+/* The scale update's edges (session 32): a backoff never takes the
+ * scale below FLT_MIN (before, it underflowed to 0, which no later step
+ * leaves: the gradients x 0 unscaled by 1/0 are NaN); growth_interval is
+ * at most 2^24, where the f32 tracker still counts (before, up to 1e9
+ * was accepted and any interval above 2^24 never grew). */
+START_TEST(test_scaler_op_edges)
+{
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0, "%s", kiln_last_error());
+	float st[4] = { 1e-37f, 0, 1, 0 };
+	ck_assert(scaler_op(dev, 1e-6, 2000, 0, st) == 0);
+	ck_assert_msg(st[0] == FLT_MIN, "scale %g after a backoff from 1e-37, want FLT_MIN", st[0]);
+	ck_assert(scaler_op(dev, 0.5, 2000, 0, st) == 0);
+	ck_assert_msg(st[0] == FLT_MIN, "scale %g after a backoff at FLT_MIN", st[0]);
+	ck_assert(st[3] == 2.0f);
+	/* ... and grows from there */
+	ck_assert(scaler_op(dev, 0.5, 1, 1, st) == 0);
+	ck_assert(st[0] == 2 * FLT_MIN);
+	/* the largest interval is reached */
+	float g[4] = { 1024, 16777215, 1, 0 };
+	ck_assert(scaler_op(dev, 0.5, 16777216, 1, g) == 0);
+	ck_assert_msg(g[0] == 2048 && g[1] == 0, "scale %g tracker %g at interval 2^24", g[0], g[1]);
+	ck_assert_int_eq(scaler_op(dev, 0.5, 16777217, 1, g), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "[1, 2^24]"), "%s", kiln_last_error());
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+	/* the key refuses what the op would */
+	char ini[4096];
+	snprintf(ini, sizeof ini, mlp_ini, "", "fp16");
+	ck_assert(kiln_config_load_string(ini, "amp.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "plugin.amp.growth_interval=16777217") == KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "'growth_interval' = 16777217 is out of range [1, 16777216]"),
+		      "%s", kiln_last_error());
+	kiln_config_free(cfg);
+}
+END_TEST
+
 /* Bad configs name file:line; bf16 runs without a scaler. */
 START_TEST(test_config_errors)
 {
@@ -364,7 +440,8 @@ static Suite *make_amp_suite(void)
 	Suite *s = suite_create("amp");
 	check_add_case(s, "scaler", 300, NULL, NULL, (const TTest *[]){
 		test_overflow_skip_backoff_growth, test_real_f16_overflow, test_checkpoint_resume,
-		test_skip_keeps_step_count, test_static, test_config_errors, NULL });
+		test_skip_keeps_step_count, test_static, test_config_errors, test_scaler_op_edges,
+		NULL });
 	return s;
 }
 

@@ -123,6 +123,15 @@ START_TEST(test_schedule_bad)
 	op.i[0] = KILN_SCHED_ONECYCLE; /* pct_start 0 */
 	op.f[2] = 25, op.f[3] = 1e4;
 	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_EINVAL);
+	/* pct_start x (T - W) = 1: a rise of 0 steps, whose first rate is
+	 * 0/0 (OneCycleLR: ZeroDivisionError); before session 32 a NaN lr */
+	op.i[1] = 12, op.i[2] = 2, op.f[4] = 0.1;
+	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "pct_start x max(T - W, 1) != 1"), "%s",
+		      kiln_last_error());
+	op.i[1] = 13; /* 0.1 x 11: a rise of 0.1 step, its first rate lr / div_factor */
+	ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
+	kiln_device_plan_free(dev, plan);
 	op.i[0] = 9;
 	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_ENOTSUP);
 	kiln_device_close(dev);

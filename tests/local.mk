@@ -698,9 +698,15 @@ EXTRA_DIST += tests/ckpt_fault.sh
 # the split examples follow their unsplit originals (issue 21, docs/pipeline.md)
 TESTS += tests/pipeline_examples.sh
 EXTRA_DIST += tests/pipeline_examples.sh
-# tests/pipeline_dist.sh's kiln train with a NaN gradient forced on one rank
+# tests/pipeline_dist.sh's and tests/optim_guards.sh's kiln train with a NaN
+# gradient forced (on one rank; at one step or each of a range)
 check_PROGRAMS += tests/train_nan
 tests_train_nan_LDADD = libkiln.la -lm
+
+# the optimizer's edges against PyTorch's: onecycle's empty rise, the loss
+# scale's floor, growth_interval's range (session 32)
+TESTS += tests/optim_guards.sh
+EXTRA_DIST += tests/optim_guards.sh
 
 # the INI writers shared by the shell tests and bench/pipeline.sh
 EXTRA_DIST += tests/config_lib.sh

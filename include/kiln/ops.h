@@ -265,7 +265,9 @@ enum kiln_op_type {
 	 *             i[4 .. 4 + i[3]) ascending, at most 12 (MultiStepLR)
 	 *   onecycle: OneCycleLR(max_lr = base, total_steps = U, pct_start =
 	 *             f[4], div_factor = f[2], final_div_factor = f[3],
-	 *             anneal_strategy = cos, three_phase = False)
+	 *             anneal_strategy = cos, three_phase = False); f[4] x U
+	 *             = 1 (a rise of 0 steps, whose first rate OneCycleLR
+	 *             divides 0 by 0 for) is refused at prepare (KILN_EINVAL)
 	 * where u = t - W counts the steps after the warmup.  Every rule reads
 	 * only the device counter, so a replayed graph stays correct. */
 	KILN_OP_LR_SCHEDULE = 30,
@@ -341,11 +343,14 @@ enum kiln_op_type {
 	 * f32[4] (reads the finite flag [1]); out0 scaler state f32[4], updated
 	 * in place.  f[0] growth factor, f[1] backoff factor, f[2] minimum
 	 * scale, f[3] maximum scale (0: none); i[0] growth interval, i[1]
-	 * hysteresis (>= 1).
+	 * hysteresis, both in [1, 2^24] (the state's f32 counters are exact
+	 * up to 2^24: a larger interval would never be reached).
 	 *   finite:     [1] += 1; when [1] >= i[0]: s' = s * f[0], taken when
 	 *               finite (and <= f[3] if set); [1] = 0; [2] = i[1]
 	 *   not finite: [3] += 1; [1] = 0; [2] -= 1; when [2] <= 0:
-	 *               s = max(s * f[1], f[2]) */
+	 *               s = max(s * f[1], f[2], FLT_MIN)
+	 * (FLT_MIN, the smallest normal float: a scale of 0, or one whose
+	 * 1/s overflows, would skip every later step.) */
 	KILN_OP_SCALER_UPDATE = 36,
 	/* ---- batch normalisation over several ranks' batches (ABI 1.4) -----
 	 * SyncBatchNorm as four ops around two collectives: BN_STATS gives

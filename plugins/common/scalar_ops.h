@@ -12,6 +12,7 @@
 
 #include <kiln/plugin.h> /* KILN_SCHED_* */
 
+#include <float.h> /* FLT_MIN */
 #include <math.h>
 #include <stdint.h>
 
@@ -57,6 +58,22 @@ static inline COMMON_HD double common_lr_schedule(int64_t t, const int64_t *i, c
 	return lr;
 }
 
+/* The loss scale s backed off once: s x backoff, never below lo (the
+ * op's f[2], min_scale) nor below FLT_MIN, the smallest normal float: a
+ * scale of 0 could never leave (the scaled gradients are 0, unscaled by
+ * 1/0 = inf they are NaN, every step skips and backs off 0 to 0), nor
+ * could a subnormal one whose 1/s overflows.  The trainer reads a backoff
+ * that does not lower s as "cannot back off" (core/train_log.c). */
+static inline COMMON_HD float common_scaler_backoff(float s, double backoff, double lo)
+{
+	double v = (double)s * backoff;
+	if (v < lo)
+		v = lo;
+	if (v < (double)FLT_MIN)
+		v = (double)FLT_MIN;
+	return (float)v;
+}
+
 /* KILN_OP_SCALER_UPDATE: gate f32[4] (GRAD_CLIP's: [1] the finite flag),
  * st f32[4] (scale, growth tracker, hysteresis left, overflows) updated in
  * place; growth, backoff, lo, hi, interval, hyst: the op's f[0..3], i[0..1]. */
@@ -79,10 +96,8 @@ static inline COMMON_HD void common_scaler_update(float *st, const float *gate, 
 		/* (at 0 it stays: every overflow backs off until the scale
 		 * grows, as below 0; a checkpoint holds no negative count) */
 		st[2] = st[2] > 0.0f ? st[2] - 1.0f : 0.0f;
-		if (st[2] <= 0.0f) {
-			const double v = (double)st[0] * backoff;
-			st[0] = (float)(v > lo ? v : lo);
-		}
+		if (st[2] <= 0.0f)
+			st[0] = common_scaler_backoff(st[0], backoff, lo);
 	}
 }
 

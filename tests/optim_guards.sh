@@ -1,0 +1,107 @@
+#!/bin/sh
+# tests/optim_guards.sh - the optimizer's edges against PyTorch's (session 32):
+#
+# 1. onecycle whose pct_start x (steps after the warmup) is exactly 1 has a
+#    rise of 0 steps and a first rate of 0/0 (PyTorch's OneCycleLR raises
+#    ZeroDivisionError): a config error naming pct_start, the step count and
+#    another pct_start, exit 2; known only once the steps are counted
+#    (epochs x batches, max_steps).  Before session 32 the lr was NaN and the
+#    run stopped with non-finite parameters (exit 3).
+# 2. an fp16 loss scale backed off at every step (backoff_factor 1e-6) stops
+#    at its floor, the smallest normal float, and an interval skipped whole
+#    there stops the run as diverged (exit 1 from tests/train_nan, kiln's
+#    exit 3).  Before session 32 the scale underflowed to 0, which no step
+#    leaves (gradients x 0 unscaled by 1/0 are NaN): every later step was
+#    skipped, the parameters frozen, and the run exited 0.
+# 3. [plugin.amp] growth_interval above 2^24 (the f32 tracker's exact
+#    range: such an interval never grew the scale) is out of the key's range.
+# 4. clip_value leaves a non-finite step's gradients as they are (unlike
+#    clip_grad_value_): with skip_nonfinite = 0 an infinite gradient reaches
+#    its parameter and the parameters check stops the run; such a step is
+#    not reported as skipped (before session 32 the warning said so).
+name=optim_guards
+. "$(dirname "$0")/lib.sh"
+data="$srcdir/tests/data"
+ini="$data/tr_cnn.ini"
+d="data.path=$data"
+need_source idx
+
+# 1: 48 samples, batches of 8: 6 steps an epoch
+oc="train.schedule=onecycle train.epochs=2"
+kiln 2 train "$ini" "$d" run.out_dir= $oc train.max_steps=10 train.pct_start=0.1
+stderr_has "command line 'train.pct_start=0.1': [train] pct_start = 0.1 with schedule = onecycle over 10 step(s): pct_start x steps = 1 leaves the rise to lr no step (OneCycleLR divides by zero there): use another pct_start, e.g. 0.15, or another number of steps"
+# the steps from the epochs (2 x 6 = 12 after a warmup of 2: 10)
+kiln 2 train "$ini" "$d" run.out_dir= $oc train.max_steps=0 train.warmup=2 train.pct_start=0.1
+stderr_has "[train] pct_start = 0.1 with schedule = onecycle over 10 step(s) after the warmup: pct_start x steps = 1"
+kiln 2 train "$ini" "$d" run.out_dir= $oc train.max_steps=6 train.warmup=2 train.pct_start=0.25
+stderr_has "[train] pct_start = 0.25 with schedule = onecycle over 4 step(s) after the warmup"
+# a rise of a fraction of a step trains (OneCycleLR's too: lr / div_factor, then down)
+kiln 0 train "$ini" "$d" run.out_dir= $oc train.max_steps=10 train.pct_start=0.15
+
+# 2: 65536 x 1e-6 per overflow reaches 6.6e-38 at step 6, the floor at step 7;
+# step 8 overflows there (NaN written at steps 1..9)
+nan="$abs_top_builddir/tests/train_nan"
+KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" "$nan" 1-9 "$ini" "$d" run.out_dir= \
+	run.precision=fp16 plugin.amp.backoff_factor=1e-6 train.epochs=5 train.max_steps=30 \
+	train.log_every=1 > "$out" 2> "$err"
+rc=$?
+[ $rc = 1 ] || fail "train_nan: exit $rc, expected 1 (diverged at the scale's floor)"
+stderr_has "train_nan: steps 8..8 (epoch 2): every step had non-finite gradients and was skipped, the loss finite"
+stderr_has "training diverged (the gradients overflow at every step and the loss scale can back off no further: lower [plugin.amp] min_scale, or [train] lr)"
+# ... while above its floor the scale backs off and the run goes on (steps 1..7)
+KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" "$nan" 1-7 "$ini" "$d" run.out_dir= \
+	run.precision=fp16 plugin.amp.backoff_factor=1e-6 train.max_steps=6 \
+	train.log_every=1 > "$out" 2> "$err" || fail "train_nan 1-7: exit $?, expected 0"
+stderr_has "step 6: 1 step(s) of the last 1 skipped"
+
+# 4: clip_value with skip_nonfinite = 0 leaves an infinite gradient as it is
+# (docs/training.md; torch's clip_grad_value_ clamps it): fc2.bias[4], the
+# last of the MLP's 1125 parameters, reaches the optimizer infinite and the
+# parameters check stops the run; the log point does not call it skipped
+mlp="$tmp/mlp.ini"
+cat > "$mlp" <<'INI'
+[run]
+threads = 1
+[data]
+source = idx
+images = tr_cnn_images.idx
+labels = tr_cnn_labels.idx
+shuffle = 0
+workers = 0
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 16
+[layer.r]
+type = relu
+[layer.fc2]
+type = linear
+out = 5
+[layer.loss]
+type = softmax_xent
+[train]
+batch = 8
+max_steps = 5
+lr = 0.1
+momentum = 0.9
+log_every = 1
+eval = 0
+INI
+KILN_NAN_VALUE=inf KILN_NAN_INDEX=1124 KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" \
+	"$nan" 3 "$mlp" "$d" run.out_dir= train.skip_nonfinite=0 train.clip_value=1 > "$out" 2> "$err"
+rc=$?
+[ $rc = 1 ] || fail "train_nan with an inf gradient, skip_nonfinite = 0: exit $rc, expected 1"
+stderr_has "train_nan: step 3 (epoch 1): parameter 'fc2.bias' holds 1 non-finite value(s) (NaN or inf): training diverged"
+# ... and the padding after it: the norm is not finite, no parameter is
+KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" "$nan" 3 "$mlp" "$d" run.out_dir= \
+	train.skip_nonfinite=0 train.clip_value=1 > "$out" 2> "$err" || fail "train_nan into the padding: exit $?"
+stderr_has "step 3: 1 step(s) of the last 1 had non-finite gradients, taken unclipped (skip_nonfinite = 0)"
+! grep -q "skipped" "$err" || fail "skip_nonfinite = 0: a step reported skipped"
+
+# 3
+kiln 2 train "$ini" "$d" run.out_dir= run.precision=fp16 plugin.amp.growth_interval=16777217
+stderr_has "command line 'plugin.amp.growth_interval=16777217': in [plugin.amp]: 'growth_interval' = 16777217 is out of range [1, 16777216]"
+kiln 0 train "$ini" "$d" run.out_dir= run.precision=fp16 plugin.amp.growth_interval=16777216 train.max_steps=2
+
+echo "PASS: $checks kiln runs"
