@@ -177,6 +177,12 @@ stderr_has "$tmp/fp/train: the kiln pack that wrote this folder did not finish (
 stderr_has "run the pack again with --force"
 kiln 3 pack "$tmp/fptrain.ini" --out "$tmp/fpk"
 stderr_has "$tmp/fp/train.folder-partial exists"
+# the root written another way (x/..) is the same directory: refused too
+# (before the review of session 32 the marker was looked for beside the
+# text, $tmp/fp/train/1/...folder-partial)
+sed "s|^path = .*|path = $tmp/fp/train/1/..|" "$tmp/fptrain.ini" > "$tmp/fpdot.ini"
+kiln 3 train "$tmp/fpdot.ini" run.out_dir="$tmp/fpr4"
+stderr_has "$tmp/fp/train.folder-partial exists"
 # the pack again, with --force, completes the tree and removes the marker
 rm "$tmp/fp/train/5"
 kiln 0 pack "$tmp/pack.ini" --out "$tmp/fp" --format folder --store png --force

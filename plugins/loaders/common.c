@@ -461,12 +461,16 @@ kiln_status loaders_not_partial(const struct kiln_host *host, const char *shard,
 kiln_status loaders_root_not_partial(const struct kiln_host *host, const char *root,
 				     const char *partial)
 {
-	char m[PATH_MAX];
-	size_t l = strlen(root);
-	/* root/ and root/. (split = .) name root: the marker is beside it */
-	while (l > 1 && (root[l - 1] == '/' || (root[l - 1] == '.' && root[l - 2] == '/')))
-		l -= root[l - 1] == '/' ? 1 : 2;
-	if (snprintf(m, sizeof m, "%.*s%s", (int)l, root, partial) >= (int)sizeof m ||
+	char m[PATH_MAX], real[PATH_MAX];
+	/* the marker is beside the root's real directory: a root written as
+	 * `.`, `x/..`, `root/.` or through a link names it (before the review
+	 * of session 32 the text was used: `path = .` inside the split looked
+	 * for ./.folder-partial and missed ../train.folder-partial) */
+	const char *r = realpath(root, real) ? real : root;
+	size_t l = strlen(r);
+	while (l > 1 && (r[l - 1] == '/' || (r[l - 1] == '.' && r[l - 2] == '/')))
+		l -= r[l - 1] == '/' ? 1 : 2;
+	if (snprintf(m, sizeof m, "%.*s%s", (int)l, r, partial) >= (int)sizeof m ||
 	    access(m, F_OK))
 		return KILN_OK;
 	return host->error(KILN_EDATA, "%s: the kiln pack that wrote this folder did not finish (%s exists), so it may hold only some of the samples, and its class folders then give other labels: run the pack again with --force",
