@@ -441,7 +441,7 @@ static kiln_status write_model(struct onnx_graph *g, const char *path)
 		free(buf);
 		return st;
 	}
-	/* through path.tmp<pid>, fsynced, renamed over path: a failed write
+	/* through path.kiln-tmp<pid>.<n>, fsynced, renamed over path: a failed write
 	 * leaves no partial model and keeps an earlier export whole (before
 	 * session 31 it was truncated, then removed) */
 	struct packed p = { buf, n };

@@ -8,21 +8,27 @@
  * previous good export).
  *
  * A writer killed by a signal mid-write cannot remove its temporary
- * path.tmp<pid>.<n>, and no handler is installed to (a library's signal
- * handlers would be the program's): the next write of the same path
- * removes those whose process is gone, kill(pid, 0) failing with ESRCH
- * (before session 32 they stayed for good, a model's size each).  A live
- * writer's, or one whose pid another process has taken since, stays.  A
- * pid is one PID namespace's: a writer of the same path on another machine
- * (a shared file system) or in another container at that very moment can
- * lose its temporary, and its write then fails, the file at path whole. */
+ * path.kiln-tmp<pid>.<n>, and no handler is installed to (a library's
+ * signal handlers would be the program's): the next write of the same
+ * path removes those whose process is gone, kill(pid, 0) failing with
+ * ESRCH (before session 32 they stayed for good, a model's size each), and
+ * those of this process's own pid last written before its first write (a
+ * container's PID 1 killed and started again: the pid is alive, the
+ * writer is not).  Only the user's own regular files of exactly that name
+ * go.  A live writer's, or one whose pid another process has taken since,
+ * stays.  A pid is one PID namespace's: a writer of the same path on
+ * another machine (a shared file system) or in another container at that
+ * very moment can lose its temporary, and its write then fails, the file
+ * at path whole. */
 #include "internal.h"
 #include "checkpoint.h" /* kiln_ckpt_is_checkpoint */
 
 #include <dirent.h>  /* opendir, readdir: stale temporaries */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h> /* pthread_once: this process's first write */
 #include <signal.h>  /* kill(pid, 0): is a temporary's writer alive */
+#include <time.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,14 +94,16 @@ static void sync_parent(const char *path)
 	free(dir);
 }
 
-/* The pid of a temporary of write_replacing's named base.tmp<pid>.<n>
+#define TMP_TAG ".kiln-tmp" /* base TMP_TAG <pid>.<n>: kiln's name, not a user's */
+
+/* The pid of a temporary of write_replacing's named base.kiln-tmp<pid>.<n>
  * (name a file of base's directory), or 0 when name is not one. */
 static long temporary_pid(const char *name, const char *base)
 {
-	size_t bl = strlen(base);
-	if (strncmp(name, base, bl) || strncmp(name + bl, ".tmp", 4))
+	size_t bl = strlen(base), tl = strlen(TMP_TAG);
+	if (strncmp(name, base, bl) || strncmp(name + bl, TMP_TAG, tl))
 		return 0;
-	const char *p = name + bl + 4;
+	const char *p = name + bl + tl;
 	size_t pd = strspn(p, "0123456789");
 	if (!pd || pd > 9 || p[pd] != '.' || !p[pd + 1] ||
 	    strspn(p + pd + 1, "0123456789") != strlen(p + pd + 1))
@@ -103,10 +111,23 @@ static long temporary_pid(const char *name, const char *base)
 	return strtol(p, NULL, 10);
 }
 
+/* When this process first wrote through a temporary: one of its own
+ * pid last written before then is an earlier process's (a PID 1 again). */
+static struct timespec first_write;
+static pthread_once_t first_write_once = PTHREAD_ONCE_INIT;
+static void first_write_take(void) { clock_gettime(CLOCK_REALTIME, &first_write); }
+
+static int before_first_write(const struct stat *sb)
+{
+	return sb->st_mtim.tv_sec < first_write.tv_sec ||
+	       (sb->st_mtim.tv_sec == first_write.tv_sec && sb->st_mtim.tv_nsec < first_write.tv_nsec);
+}
+
 /* Remove the temporaries of target that writers killed mid-write left:
- * base.tmp<pid>.<n> beside it, regular files, whose process is gone
- * (kill: ESRCH; EPERM is another user's live process).  Best effort: the
- * write goes on whatever happens here. */
+ * base.kiln-tmp<pid>.<n> beside it, this user's regular files, whose
+ * process is gone (kill: ESRCH; EPERM is another user's live process), or
+ * of this pid but older than this process's first write.  Best effort:
+ * the write goes on whatever happens here. */
 static void remove_stale_temporaries(const char *target)
 {
 	const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
@@ -115,14 +136,19 @@ static void remove_stale_temporaries(const char *target)
 	DIR *d = dir ? opendir(dir) : NULL;
 	struct dirent *e;
 	struct stat sb;
+	pthread_once(&first_write_once, first_write_take);
 	while (d && (e = readdir(d))) {
 		long pid = temporary_pid(e->d_name, base);
-		if (pid <= 0 || pid == (long)getpid() || !kill((pid_t)pid, 0) || errno != ESRCH)
+		if (pid <= 0 || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(sb.st_mode) || sb.st_uid != geteuid())
 			continue;
-		if (!fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) && S_ISREG(sb.st_mode) &&
-		    !unlinkat(dirfd(d), e->d_name, 0))
-			kiln_log(KILN_LOG_INFO, "core", "removed %s/%s, the temporary of a write of %s that was killed (process %ld is gone)",
-				 dir, e->d_name, target, pid);
+		if (pid == (long)getpid() ? !before_first_write(&sb)
+					  : !kill((pid_t)pid, 0) || errno != ESRCH)
+			continue;
+		if (!unlinkat(dirfd(d), e->d_name, 0))
+			kiln_log(KILN_LOG_INFO, "core", "removed %s/%s, the temporary of a write of %s that was killed (%s %ld%s)",
+				 dir, e->d_name, target, pid == (long)getpid() ? "an earlier process of this pid," : "process",
+				 pid, pid == (long)getpid() ? " as this one's, written before it started writing" : " is gone");
 	}
 	if (d)
 		closedir(d);
@@ -130,7 +156,7 @@ static void remove_stale_temporaries(const char *target)
 }
 
 /* Write to `target` (a regular file, or none yet) through a temporary
- * target.tmp<pid>.<n> in its directory, created exclusively (never a file
+ * target.kiln-tmp<pid>.<n> in its directory, created exclusively (never a file
  * or link already there), given the target's permission bits (a private
  * 0600 export stays private; a new file gets 0666 less the umask, as
  * fopen), fsynced and renamed over it, the directory fsynced: the old file
@@ -149,7 +175,8 @@ static int write_replacing(const char *target, kiln_file_fill fill, void *ctx)
 	const int had = !stat(target, &sb);
 	int fd = -1, err = 0;
 	for (int tries = 0; fd < 0 && tries < 100; tries++) {
-		snprintf(tmp, tn, "%s.tmp%ld.%u", target, (long)getpid(), atomic_fetch_add(&serial, 1));
+		snprintf(tmp, tn, "%s" TMP_TAG "%ld.%u", target, (long)getpid(),
+			 atomic_fetch_add(&serial, 1));
 		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
 		if (fd < 0 && errno != EEXIST)
 			break;

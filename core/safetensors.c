@@ -520,7 +520,7 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
 	kiln_status st = build_header(w, &hdr, &hlen);
 	if (st)
 		return st;
-	/* through path.tmp<pid>, renamed over path (core/out_file.c) */
+	/* through path.kiln-tmp<pid>.<n>, renamed over path (core/out_file.c) */
 	struct st_bytes b = { w, hdr, hlen };
 	int err = kiln_file_write(path, fill_file, &b);
 	if (err)

@@ -64,19 +64,33 @@ stderr_has "$tmp/adir: cannot write: Is a directory"
 # and a name not of the writer's form kept
 gone=$(sh -c 'echo $$')
 ! kill -0 "$gone" 2>/dev/null || fail "pid $gone of an ended shell is alive"
-for f in "real.safetensors.tmp$gone.0" "real.safetensors.tmp$$.3" "made.safetensors.tmp$gone.0" \
-	"real.safetensors.tmp$gone.0.bak" "real.safetensors.tmp$gone"; do
+# (a user's own real.safetensors.tmp<digits>.<digits> is not kiln's name:
+# kept; it was removed before the review of session 32)
+for f in "real.safetensors.kiln-tmp$gone.0" "real.safetensors.kiln-tmp$$.3" "made.safetensors.kiln-tmp$gone.0" \
+	"real.safetensors.kiln-tmp$gone.0.bak" "real.safetensors.kiln-tmp$gone" "real.safetensors.tmp$gone.0"; do
 	echo partial >"$tmp/$f"
 done
 kiln 0 export "$ini" "$d" run.out_dir= --safetensors "$tmp/link.safetensors"
-stderr_has "[core] removed $tmp/real.safetensors.tmp$gone.0, the temporary of a write of $tmp/real.safetensors that was killed (process $gone is gone)"
-[ ! -e "$tmp/real.safetensors.tmp$gone.0" ] || fail "the killed writer's temporary stayed"
-for f in "real.safetensors.tmp$$.3" "made.safetensors.tmp$gone.0" \
-	"real.safetensors.tmp$gone.0.bak" "real.safetensors.tmp$gone"; do
+stderr_has "[core] removed $tmp/real.safetensors.kiln-tmp$gone.0, the temporary of a write of $tmp/real.safetensors that was killed (process $gone is gone)"
+[ ! -e "$tmp/real.safetensors.kiln-tmp$gone.0" ] || fail "the killed writer's temporary stayed"
+for f in "real.safetensors.kiln-tmp$$.3" "made.safetensors.kiln-tmp$gone.0" \
+	"real.safetensors.kiln-tmp$gone.0.bak" "real.safetensors.kiln-tmp$gone" "real.safetensors.tmp$gone.0"; do
 	[ -f "$tmp/$f" ] || fail "export removed $f, not a killed writer's temporary of its path"
 done
-[ "$(ls "$tmp" | grep -c '\.tmp')" -eq 4 ] || fail "temporaries after the export: $(ls "$tmp" | grep '\.tmp')"
-rm "$tmp"/*.safetensors.tmp*
+[ "$(ls "$tmp" | grep -c '\.tmp\|kiln-tmp')" -eq 5 ] || fail "temporaries after the export: $(ls "$tmp" | grep 'tmp')"
+# a container's PID 1 killed mid-write and started again: its temporary
+# has this writer's own pid, written before this process's first write
+# (where unshare can make a PID namespace; as root)
+if unshare -p -f --mount-proc true 2>/dev/null; then
+	echo partial >"$tmp/real.safetensors.kiln-tmp1.0"
+	touch -d '1 minute ago' "$tmp/real.safetensors.kiln-tmp1.0"
+	unshare -p -f --mount-proc "$kiln" export "$ini" "$d" run.out_dir= --safetensors "$tmp/link.safetensors" \
+		>"$out" 2>"$err" || fail "export as PID 1: exit $?"
+	stderr_has "[core] removed $tmp/real.safetensors.kiln-tmp1.0, the temporary of a write of $tmp/real.safetensors that was killed (an earlier process of this pid, 1 as this one's, written before it started writing)"
+else
+	echo "no PID namespace here (unshare -p): a PID 1's own stale temporary not tested"
+fi
+rm -f "$tmp"/*.safetensors.*tmp*
 
 # ---- 2: a file size limit (ulimit -f; the log held to errors, as the
 # limit binds stderr's file too) ----

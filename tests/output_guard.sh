@@ -111,7 +111,7 @@ for kind in onnx safetensors; do
 	limited 1 export "$ini" $common --checkpoint "$ck" --$kind "$tmp/good.$kind"
 	stderr_has "$tmp/good.$kind: cannot write: File too large"
 	same "$tmp/good.$kind"
-	! ls "$tmp" | grep -q "^good\.$kind\.tmp" || fail "a temporary file was left: $(ls "$tmp")"
+	! ls "$tmp" | grep -q "^good\.$kind\.kiln-tmp" || fail "a temporary file was left: $(ls "$tmp")"
 	# a replaced export keeps its permission bits: a private file stays
 	# private (the temporary renamed over it was 0644 before the review of
 	# session 31)
@@ -132,7 +132,7 @@ for kind in npy safetensors; do
 	stderr_has "$tmp/l.$kind: cannot write"
 	stderr_has "File too large"
 	same "$tmp/l.$kind"
-	! ls "$tmp" | grep -q "^l\.$kind\.tmp" || fail "a temporary file was left: $(ls "$tmp")"
+	! ls "$tmp" | grep -q "^l\.$kind\.kiln-tmp" || fail "a temporary file was left: $(ls "$tmp")"
 done
 echo "ok: predict --logits that cannot be written keeps the earlier file whole"
 # kiln report -o the same way (opened in place before session 32: a write
@@ -143,6 +143,6 @@ cp "$tmp/r.html" "$tmp/r.html.orig"
 limited 1 report "$tmp/run" -o "$tmp/r.html"
 stderr_has "$tmp/r.html: cannot write the report: File too large"
 same "$tmp/r.html"
-! ls "$tmp" | grep -q "^r\.html\.tmp" || fail "a temporary file was left: $(ls "$tmp")"
+! ls "$tmp" | grep -q "^r\.html\.kiln-tmp" || fail "a temporary file was left: $(ls "$tmp")"
 echo "ok: a report that cannot be written keeps the earlier one whole"
 echo "PASS"

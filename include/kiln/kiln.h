@@ -616,13 +616,13 @@ kiln_status kiln_output_check(const char *out, const char *const *inputs, int n)
  * write that failed (EIO when it set none). */
 typedef int (*kiln_file_fill)(FILE *fp, void *ctx);
 /* Write `path` with fill, whole or not at all: a regular file (or none
- * yet) through path.tmp<pid>.<n> in its directory (created exclusively,
+ * yet) through path.kiln-tmp<pid>.<n> in its directory (created exclusively,
  * given the old file's permission bits), fsynced and renamed over it, the
  * directory fsynced, so an earlier file at path stays whole when the
  * write fails (full disk, a file size limit) and no temporary is left; a
  * symbolic link's target is replaced, the link kept; a device or FIFO
  * (/dev/stdout) is written straight to.  A temporary of path that a
- * killed writer left (path.tmp<pid>.<n> whose process is gone) is removed
+ * killed writer left (path.kiln-tmp<pid>.<n> whose process is gone) is removed
  * first, and logged.  0 or an errno; the caller says which file.  The
  * safetensors and ONNX writers, `kiln predict --logits` and `kiln report`
  * share it (core/out_file.c); any thread. */
