@@ -12,7 +12,7 @@
 #     yet (it said "stop requested" and went on waiting for ever);
 #  4. the same as PID 1 of a PID namespace (a container without --init;
 #     needs `unshare -p`, else skipped with a message): exit 143 within
-#     8 s (the kernel drops a default-action signal sent to a namespace's
+#     14 s, about 5 (the kernel drops a default-action signal sent to a namespace's
 #     init, so the raise() returned and the stop thread spun, a core busy,
 #     the process never ending; session 32);
 #  5. a repeat 4.3 s after the first stop, the first sent late in its
@@ -153,7 +153,9 @@ if unshare -p -f --mount-proc true 2>/dev/null; then
 	echo "$res" | grep -q "^rc=143 " ||
 		fail "SIGTERM to kiln as PID 1 during a blocked setup: $res, expected rc=143 (exit by it) within 8 s: $(cat "$tmp/pid1.log")"
 	ms=${res##*ms=}
-	[ "$ms" -lt 8000 ] || fail "SIGTERM to kiln as PID 1: ended after $ms ms, expected about 5 s"
+	# (the failure this catches never ends: the harness kills it at 15 s;
+	# a loaded machine took 9.7 s in a CI run of session 32)
+	[ "$ms" -lt 14000 ] || fail "SIGTERM to kiln as PID 1: ended after $ms ms, expected about 5 s"
 	echo "SIGTERM to kiln as PID 1 during a blocked setup: ended in $ms ms, exit 143"
 else
 	echo "SKIP part 4: unshare -p -f --mount-proc fails here (not root, or no user namespaces): kiln as PID 1 not checked"
@@ -165,7 +167,9 @@ exec 3>&-
 grep -q "stop already requested (a repeat within 5 s is ignored)" "$tmp/repeat.log" ||
 	fail "a repeat 4.3 s after the first stop was not ignored ($res): $(cat "$tmp/repeat.log")"
 ms=${res##*ms=}
-echo "$res" | grep -q "^rc=143 " && [ "$ms" -ge 4900 ] && [ "$ms" -lt 8000 ] ||
+# (the lower bound is the point: the old code ended at the repeat, 4.3 s;
+# the upper one leaves a loaded machine room)
+echo "$res" | grep -q "^rc=143 " && [ "$ms" -ge 4900 ] && [ "$ms" -lt 14000 ] ||
 	fail "a repeat 4.3 s after the first stop: $res, expected rc=143 5 s after the first: $(cat "$tmp/repeat.log")"
 echo "a repeat 4.3 s after the first stop: ignored; ended by the timer $ms ms after the first"
 echo PASS
