@@ -384,6 +384,11 @@ TESTS += tests/check_clockstep
 tests_check_clockstep_SOURCES = tests/check_clockstep.c plugins/common/watchdog.c
 tests_check_clockstep_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_clockstep_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
+# what the heartbeat tells a rank whose collective timed out (session 32)
+check_PROGRAMS += tests/check_heartbeat
+TESTS += tests/check_heartbeat
+tests_check_heartbeat_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_heartbeat_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
 # the Gloo communicator's hot path allocates nothing (counts every malloc
 # of the process: the executable defines the allocator's entry points)
 check_PROGRAMS += tests/check_comm
