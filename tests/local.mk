@@ -524,6 +524,9 @@ AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KIL
 # its keys; a rank started again while the others wait joins them.
 TESTS += tests/store_claims.sh
 EXTRA_DIST += tests/store_claims.sh
+# a rank's host going down at the rendezvous: network namespaces (root)
+TESTS += tests/store_netns.sh
+EXTRA_DIST += tests/store_netns.sh
 TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh
 EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh \
 	tests/plugin_lazy.sh
