@@ -5,12 +5,12 @@
  *
  * Wire format, both ways little-endian:
  *   greeting (server, once):  "KILNST2\n", nonce[32]
- * (KILNST2 since session 32: CLAIM and JOIN, the server deciding who is
- * rank r; a kiln of the KILNST1 protocol and a newer one in one run
- * failed with wrong messages, now each says "not a kiln store (of this
- * version)")
  *   request:  u8 op, u32 klen, key[klen], u32 vlen, val[vlen]
  *   response: u8 status, u32 vlen, val[vlen]
+ * The greeting names the protocol: KILNST2 since session 32 (CLAIM and
+ * JOIN, the server deciding who is rank r); a kiln of the KILNST1
+ * protocol and a newer one in one run failed with wrong messages, now the
+ * client says "not a kiln store (of this version)".
  * The first request must be AUTH with val = HMAC-SHA256(token,
  * "kiln-store-auth-v1" nonce) (OpenSSL); anything else, or a wrong MAC,
  * closes the connection. */

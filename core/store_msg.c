@@ -1,5 +1,6 @@
-/* core/store_msg.c - the rendezvous store's request parser, its token and
- * the HMAC challenge (core/store.h).  The MAC and the random nonce come
+/* core/store_msg.c - the rendezvous store's request parser, its token,
+ * the HMAC challenge and how soon the server drops a silent connection
+ * (core/store.h).  The MAC and the random nonce come
  * from OpenSSL's libcrypto. */
 #include "internal.h"
 #include "store.h"
