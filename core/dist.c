@@ -974,41 +974,54 @@ static int lost_wait_ms(const struct kiln_dist *d, kiln_status st, const char *m
 	return st == KILN_ETIMEOUT ? DIST_STUCK_WAIT_MS : DIST_LOST_WAIT_MS;
 }
 
+/* Why the heartbeat names no peer (kiln_heartbeat_silent's code n <= 0),
+ * each case as it is (before, self-late and every-peer-silent both read
+ * "every rank beat within the last X s", session 32). */
+static void stuck_cannot(char *out, size_t len, int n, int period_ms, int64_t self_ms,
+			 const struct kiln_hb_silent *s)
+{
+	const double beat = period_ms / 1000.0, quiet = (2 * period_ms + 500) / 1000.0;
+	if (n == KILN_HB_OFF)
+		snprintf(out, len, "no heartbeat to tell which ([dist] heartbeat = 0)");
+	else if (n == KILN_HB_SELF_LATE && self_ms < 0)
+		snprintf(out, len, "the heartbeat cannot tell which: this rank's own beats have not reached the store since its watchdog started (a beat every %.1f s): this rank's link or the store's host is slow or cut, so the peers' silence says nothing",
+			 beat);
+	else if (n == KILN_HB_SELF_LATE)
+		snprintf(out, len, "the heartbeat cannot tell which: this rank's own last beat reached the store %.1f s ago (a beat every %.1f s): this rank's link or the store's host is slow or cut, so the peers' silence says nothing",
+			 self_ms / 1000.0, beat);
+	else if (n == KILN_HB_ALL_SILENT)
+		snprintf(out, len, "the heartbeat cannot tell which: every other rank's heartbeat stopped at once (rank %d's for at least %.1f s, host %s, and the rest) while this rank's own beats reached the store (a beat every %.1f s): the network between the store's host and theirs is cut, or all of them stopped",
+			 s[0].rank, s[0].age_ms / 1000.0, s[0].host, beat);
+	else
+		snprintf(out, len, "the heartbeat cannot tell which yet (every rank beat within the last %.1f s; a beat every %.1f s)",
+			 quiet, beat);
+}
+
 /* A collective timed out with no rank lost: the communicator names the
  * peer this rank waited for, which may be a healthy one waiting in turn
  * for the rank that stopped (Gloo's halving-doubling: a rank cut off on
  * one host was blamed as its neighbour's address, session 32).  The
  * heartbeat, which every rank beats beside its training thread, names the
  * rank that stopped when its counter has stood still for two beats and
- * more; otherwise the peer the message names is a suspect only. */
+ * more, with the host name its watchdog read at its start (asking the
+ * store here cost a "?" with the store broken, a [dist] timeout a name
+ * with it slow); otherwise the peer the message names is a suspect only. */
 static kiln_status stuck_explain(struct kiln_dist *d, kiln_status st, const char *msg)
 {
-	int ranks[8], period_ms = 0;
-	int64_t age[8];
-	char who[512] = "", key[48];
-	const int n = kiln_heartbeat_silent(d->hb, ranks, age, 8, &period_ms);
+	struct kiln_hb_silent s[8];
+	int period_ms = 0;
+	int64_t self_ms = -1;
+	char who[768] = "", cannot[400];
+	const int n = kiln_heartbeat_silent(d->hb, s, 8, &period_ms, &self_ms);
 	size_t m = 0;
-	for (int i = 0; i < n && m + 1 < sizeof who; i++) {
-		void *v = NULL;
-		snprintf(key, sizeof key, "kiln/host/%d", ranks[i]);
-		if (kiln_store_check(d->store, key, &v, NULL) || !v) {
-			free(v);
-			v = NULL;
-		}
+	for (int i = 0; i < n && m + 1 < sizeof who; i++)
 		m += (size_t)snprintf(who + m, sizeof who - m, "%srank %d (host %s) sent no heartbeat for at least %.1f s",
-				      i ? ", " : "", ranks[i], v ? (const char *)v : "?", age[i] / 1000.0);
-		free(v);
-	}
+				      i ? ", " : "", s[i].rank, s[i].host, s[i].age_ms / 1000.0);
 	if (n > 0)
 		return kiln_error(st, "rank %d of %d: %s while every other rank's went on (a beat every %.1f s, [dist] heartbeat): it is stuck, not lost (stopped, frozen or its link cut); a collective timed out here ([dist] timeout = %.0f s), and the peer the communicator's message names is the one this rank waited for, which may itself be waiting for %s: %s",
 				  d->env.rank, d->env.world, who, period_ms / 1000.0, d->timeout_ms / 1000.0,
 				  n > 1 ? "them" : "it", msg ? msg : "");
-	char cannot[160];
-	if (n < 0)
-		snprintf(cannot, sizeof cannot, "no heartbeat to tell which ([dist] heartbeat = 0)");
-	else
-		snprintf(cannot, sizeof cannot, "the heartbeat cannot tell which yet (every rank beat within the last %.1f s; a beat every %.1f s)",
-			 (2 * period_ms + 500) / 1000.0, period_ms / 1000.0);
+	stuck_cannot(cannot, sizeof cannot, n, period_ms, self_ms, s);
 	return kiln_error(st, "rank %d of %d: a peer is stuck, not lost: a collective timed out ([dist] timeout = %.0f s) while every rank still held its connection to the store (a process stopped or frozen, or its link cut, answers nothing but has not exited); %s: the peer the communicator's message names, which this rank waited for, is a suspect, not necessarily the one that stopped (it may itself be waiting for it): %s",
 			  d->env.rank, d->env.world, d->timeout_ms / 1000.0, cannot, msg ? msg : "");
 }

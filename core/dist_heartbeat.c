@@ -50,17 +50,21 @@ static int64_t mono_ms(void)
 	return kiln_now_ns() / 1000000;
 }
 
-/* The peers' host names, posted before the rendezvous ("?" if unread). */
+/* The peers' host names, posted in the rendezvous once each rank's claim
+ * was won ("?" if unread); under the lock, as kiln_heartbeat_silent hands
+ * them to the training thread. */
 static void read_hosts(struct kiln_heartbeat *h)
 {
 	for (int r = 0; r < h->world; r++) {
-		char key[48];
+		char key[48], name[64] = "?";
 		void *v = NULL;
 		snprintf(key, sizeof key, "kiln/host/%d", r);
-		snprintf(h->host[r], sizeof h->host[r], "?");
 		if (!kiln_store_check(h->q, key, &v, NULL) && v)
-			snprintf(h->host[r], sizeof h->host[r], "%s", (const char *)v);
+			snprintf(name, sizeof name, "%s", (const char *)v);
 		free(v);
+		pthread_mutex_lock(&h->lock);
+		memcpy(h->host[r], name, sizeof name);
+		pthread_mutex_unlock(&h->lock);
 	}
 }
 
@@ -102,27 +106,28 @@ static int beat(struct kiln_heartbeat *h)
 	return 0;
 }
 
-/* One look for kiln_heartbeat_silent: the silent peers (into ranks and
- * age_ms, up to max) and *peers, *late (ms until the first peer that
- * missed a beat would be silent; INT64_MAX: none) and *fresh (this rank's
- * own beats get through). */
-static int silent_look(struct kiln_heartbeat *h, int64_t quiet, int *ranks, int64_t *age_ms,
-		       int max, int *peers, int64_t *late, int *fresh)
+/* One look for kiln_heartbeat_silent: the silent peers (into out, up to
+ * max) and *peers, *late (ms until the first peer that missed a beat
+ * would be silent; INT64_MAX: none) and *self_ms (how long ago this
+ * rank's last beat got through; -1 never). */
+static int silent_look(struct kiln_heartbeat *h, int64_t quiet, struct kiln_hb_silent *out,
+		       int max, int *peers, int64_t *late, int64_t *self_ms)
 {
 	int n = 0;
 	*peers = 0;
 	*late = INT64_MAX;
 	pthread_mutex_lock(&h->lock);
 	const int64_t now = mono_ms();
-	*fresh = h->beaten && now - h->beaten <= quiet;
+	*self_ms = h->beaten ? now - h->beaten : -1;
 	for (int r = 0; r < h->world; r++) {
 		if (r == h->rank || h->count[r] < 0)
 			continue;
 		const int64_t age = now - h->moved[r];
 		++*peers;
 		if (age > quiet && n < max) {
-			ranks[n] = r;
-			age_ms[n++] = age;
+			out[n].rank = r;
+			out[n].age_ms = age;
+			memcpy(out[n++].host, h->host[r], sizeof out->host);
 		} else if (age > h->period_ms + 500 && quiet - age < *late) {
 			*late = quiet - age;
 		}
@@ -133,11 +138,12 @@ static int silent_look(struct kiln_heartbeat *h, int64_t quiet, int *ranks, int6
 
 #define SILENT_WAIT_MS 3000 /* the longest kiln_heartbeat_silent watches a late peer */
 
-int kiln_heartbeat_silent(struct kiln_heartbeat *h, int *ranks, int64_t *age_ms, int max,
-			  int *period_ms)
+int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, int max,
+			  int *period_ms, int64_t *self_ms)
 {
+	*self_ms = -1;
 	if (!h)
-		return -1;
+		return KILN_HB_OFF;
 	*period_ms = h->period_ms;
 	/* A peer's counter is seen to move at this rank's first read after
 	 * its beat, up to a beat later: a healthy peer's every beat, or
@@ -152,13 +158,17 @@ int kiln_heartbeat_silent(struct kiln_heartbeat *h, int *ranks, int64_t *age_ms,
 	const int64_t quiet = 2 * (int64_t)h->period_ms + 500;
 	const int64_t end = mono_ms() + SILENT_WAIT_MS;
 	for (;;) {
-		int peers, fresh;
+		int peers;
 		int64_t late;
-		const int n = silent_look(h, quiet, ranks, age_ms, max, &peers, &late, &fresh);
-		/* its own beats late, or every peer silent at once: this
-		 * rank's side or the store's, it cannot tell the peers' */
-		if (!fresh || (n == peers && peers > 1))
-			return 0;
+		const int n = silent_look(h, quiet, out, max, &peers, &late, self_ms);
+		/* its own beats late: this rank's side or the store's, it
+		 * cannot tell the peers'; every peer silent at once: not one
+		 * peer's doing (each said apart, session 32: both read "every
+		 * rank beat") */
+		if (*self_ms < 0 || *self_ms > quiet)
+			return KILN_HB_SELF_LATE;
+		if (n == peers && peers > 1)
+			return KILN_HB_ALL_SILENT;
 		if (late > end - mono_ms())
 			return n;
 		usleep(100 * 1000);

@@ -196,18 +196,38 @@ void *dist_zero_comm(const struct kiln_dist *d);
  * host's fatal handler, naming the rank and its host. */
 kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *master, int port,
 				 double heartbeat_s, struct kiln_heartbeat **out);
+/* What kiln_heartbeat_silent found besides silent peers (> 0) or none (0:
+ * every peer beat within two beats and 0.5 s, and so did this rank). */
+enum {
+	KILN_HB_OFF = -1,        /* no watchdog (h NULL: [dist] heartbeat = 0) */
+	KILN_HB_SELF_LATE = -2,  /* this rank's own beats are late: its link or the
+				  * store's host, it cannot tell the peers' */
+	KILN_HB_ALL_SILENT = -3, /* every peer (two or more) silent at once while
+				  * this rank's beats got through: the network
+				  * between the store's host and theirs, or all
+				  * stopped; no one peer to name */
+};
+/* A silent peer: its rank, how long its counter stood still, and its host
+ * name as the watchdog read it ("?" when unread). */
+struct kiln_hb_silent {
+	int rank;
+	int64_t age_ms;
+	char host[64];
+};
 /* The peers whose heartbeat counter this rank's watchdog has not seen
  * move for more than two beats and 0.5 s (a healthy one's moves every
- * beat, [dist] heartbeat / 4): up to max of them in ranks[], with how long
- * in age_ms[]; a peer that missed a beat but not two yet is watched until
- * it moves or is silent, when that is due within 3 s.  Their count; 0 when none, or when this rank's
- * own beats are that late or every peer is silent (the store's side, not
- * the peers: it cannot tell); -1 without a watchdog (h NULL).
- * *period_ms: the beat period.  For a collective that timed out (kiln_dist_explain):
- * Gloo names the peer it waited for, which may itself wait for the rank
- * that stopped.  Thread-safe. */
-int kiln_heartbeat_silent(struct kiln_heartbeat *h, int *ranks, int64_t *age_ms, int max,
-			  int *period_ms);
+ * beat, [dist] heartbeat / 4): up to max of them in out[] (their hosts
+ * from the watchdog's own reading, so the caller asks the store nothing:
+ * a broken or slow store cost a "?" or a [dist] timeout a name); a peer
+ * that missed a beat but not two yet is watched until it moves or is
+ * silent, when that is due within 3 s.  Returns their count, 0 when none,
+ * or KILN_HB_OFF, KILN_HB_SELF_LATE (*self_ms: how long ago this rank's
+ * last beat got through, -1 never), KILN_HB_ALL_SILENT (out[] filled as
+ * for a count).  *period_ms: the beat period.  For a collective that
+ * timed out (kiln_dist_explain): Gloo names the peer it waited for, which
+ * may itself wait for the rank that stopped.  Thread-safe. */
+int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, int max,
+			  int *period_ms, int64_t *self_ms);
 /* End the thread; finished: mark this rank done so its peers stop
  * watching it.  NULL: no-op. */
 void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished);

@@ -324,7 +324,8 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 	snprintf(s->host, sizeof s->host, "%s", host);
 	s->port = port;
 	if ((st = store_token(s->token, sizeof s->token)) ||
-	    (host_it && (st = store_server_start(host, port, s->token, &s->port, &s->srv)))) {
+	    (host_it && (st = store_server_start(host, port, s->token, timeout_ms, &s->port,
+						 &s->srv)))) {
 		kiln_store_close(s);
 		return st;
 	}
@@ -564,8 +565,9 @@ static kiln_status rendezvous_claim(struct kiln_store *s, int rank, const char *
 	 * process alone is refused; the ranks waiting go on (a restarted
 	 * rank whose predecessor left before every rank joined finds the
 	 * claim released and is not here) */
-	st = kiln_error(KILN_ECONFIG, "rank %d joined twice: this process (%s) and one before it (%s): two launches with the same --node-rank, or a rank restarted while the previous run's store still answered",
-			rank, who, v ? (const char *)v : "?");
+	st = kiln_error(KILN_ECONFIG, "rank %d joined twice: this process (%s) and one before it (%s): two launches with the same --node-rank, or a rank restarted while the previous run's store still answered, or its host went down before every rank joined (the store gives such a rank's claim back within about %.0f s of its going: start it again after that)",
+			rank, who, v ? (const char *)v : "?",
+			kiln_store_dead_after_ms(s->timeout_ms) / 1000.0);
 	free(v);
 	return st;
 }

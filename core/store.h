@@ -4,9 +4,13 @@
  * and its HMAC challenge, and the server's limits.
  *
  * Wire format, both ways little-endian:
- *   greeting (server, once):  "KILNST1\n", nonce[32]
+ *   greeting (server, once):  "KILNST2\n", nonce[32]
  *   request:  u8 op, u32 klen, key[klen], u32 vlen, val[vlen]
  *   response: u8 status, u32 vlen, val[vlen]
+ * The greeting names the protocol: KILNST2 since session 32 (CLAIM and
+ * JOIN, the server deciding who is rank r); a kiln of the KILNST1
+ * protocol and a newer one in one run failed with wrong messages, now the
+ * client says "not a kiln store (of this version)".
  * The first request must be AUTH with val = HMAC-SHA256(token,
  * "kiln-store-auth-v1" nonce) (OpenSSL); anything else, or a wrong MAC,
  * closes the connection. */
@@ -39,7 +43,7 @@ enum {
 /* response status */
 enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
 
-#define STORE_MAGIC "KILNST1\n"
+#define STORE_MAGIC "KILNST2\n"
 #define STORE_MAGIC_LEN 8
 #define STORE_NONCE_LEN 32
 #define STORE_MAC_LEN 32
@@ -96,11 +100,23 @@ int store_mac(const char *token, const unsigned char *nonce, unsigned char *mac)
 /* Random bytes from OpenSSL's generator.  0 ok, -1 failed. */
 int store_random(unsigned char *buf, size_t n);
 
+/* How long (ms) the server takes to notice that a connection taken before
+ * every rank joined went silent (its host went down, its link was cut:
+ * no FIN, no RST): a quarter of the rendezvous timeout timeout_ms, between
+ * 1 and 10 s.  It sets TCP keepalive (idle a third of it, probes a sixth
+ * apart) and TCP_USER_TIMEOUT of it on such connections, so that a claim's
+ * holder that vanished is released (the connection stayed open for ever,
+ * session 32); once every rank joined both are cleared, and a silent rank
+ * is the heartbeat's to name. */
+int kiln_store_dead_after_ms(int timeout_ms);
+
 /* The server: a thread serving on host:port (the master address; port 0:
- * ephemeral, *bound says which) to clients that present token. */
+ * ephemeral, *bound says which) to clients that present token;
+ * timeout_ms: the rendezvous' ([dist] timeout), which bounds
+ * kiln_store_dead_after_ms. */
 struct store_server;
-kiln_status store_server_start(const char *host, int port, const char *token, int *bound,
-			       struct store_server **out);
+kiln_status store_server_start(const char *host, int port, const char *token, int timeout_ms,
+			       int *bound, struct store_server **out);
 /* Stop serving: at once when no client is connected or no rank was lost;
  * after a loss, once the last client has closed or after STORE_LINGER_MS,
  * so that ranks that fail after rank 0 can still read which rank was lost

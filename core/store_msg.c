@@ -1,5 +1,6 @@
-/* core/store_msg.c - the rendezvous store's request parser, its token and
- * the HMAC challenge (core/store.h).  The MAC and the random nonce come
+/* core/store_msg.c - the rendezvous store's request parser, its token,
+ * the HMAC challenge and how soon the server drops a silent connection
+ * (core/store.h).  The MAC and the random nonce come
  * from OpenSSL's libcrypto. */
 #include "internal.h"
 #include "store.h"
@@ -105,6 +106,12 @@ int store_mac(const char *token, const unsigned char *nonce, unsigned char *mac)
 	    len != STORE_MAC_LEN)
 		return -1;
 	return 0;
+}
+
+int kiln_store_dead_after_ms(int timeout_ms)
+{
+	const int q = timeout_ms / 4;
+	return q < 1000 ? 1000 : q > 10000 ? 10000 : q;
 }
 
 int store_random(unsigned char *buf, size_t n)

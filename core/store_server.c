@@ -16,7 +16,10 @@
  * for a rank, killed before its claim was denied, was recorded as the
  * real rank lost).  The holder's connection closing before
  * "kiln/all_joined" releases the claim (its keys are removed, its JOIN
- * uncounted), so a restarted rank r joins the ranks still waiting; after
+ * uncounted), so a restarted rank r joins the ranks still waiting (a
+ * holder whose host went down or whose link was cut closes nothing: TCP
+ * keepalive and TCP_USER_TIMEOUT, on until every rank joined, end its
+ * connection within kiln_store_dead_after_ms); after
  * it, a close without BYE is a death: the server records it under
  * "kiln/lost" (the first such rank, decimal) and "kiln/lost/<rank>", so
  * the survivors can name it.  Asked to stop after a rank was lost while
@@ -72,6 +75,12 @@ struct store_server {
 	struct client *cl;
 	size_t n_cl, cap_cl;
 	long long n_refused; /* connections that failed AUTH */
+	long long n_claims_refused; /* claims denied: the server's own count (a
+				     * client may SET STORE_CLAIMS_REFUSED_KEY to
+				     * anything; parsing it back read past a short
+				     * value, session 32) */
+	int dead_after_ms;        /* kiln_store_dead_after_ms of the rendezvous timeout */
+	int all_joined;           /* kiln/all_joined is set: keepalive is off */
 	int accept_err;           /* the errno accept4 last failed with, told once */
 	int64_t accept_again_at;  /* after EMFILE/ENFILE: when to try again (ms) */
 };
@@ -131,6 +140,36 @@ static int flush_out(struct client *c)
 	return 0;
 }
 
+/* A connection's keepalive (on: until every rank joined).  Before, a
+ * claim's holder whose host went down or whose link was cut is noticed
+ * within s->dead_after_ms (probes unanswered, or a reply unacknowledged:
+ * TCP_USER_TIMEOUT), and its claim released (client_drop); without it the
+ * connection stayed open, as the server writes only answers, and a rank
+ * started again was refused while the others waited out [dist] timeout
+ * (session 32).  After, a silent rank is the heartbeat's to name, not a
+ * loss after a few seconds of a flaky link. */
+static void client_keepalive(const struct store_server *s, int fd, int on)
+{
+	const int ka = on, idle = s->dead_after_ms / 3000 > 0 ? s->dead_after_ms / 3000 : 1,
+		  intvl = s->dead_after_ms / 6000 > 0 ? s->dead_after_ms / 6000 : 1, cnt = 3;
+	const unsigned int user = on ? (unsigned int)s->dead_after_ms : 0;
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &ka, sizeof ka);
+	if (on) {
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+		setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof user);
+}
+
+/* kiln/all_joined was just set: every connection's keepalive off. */
+static void all_joined_now(struct store_server *s)
+{
+	s->all_joined = 1;
+	for (size_t i = 0; i < s->n_cl; i++)
+		client_keepalive(s, s->cl[i].fd, 0);
+}
+
 /* Set key; `own`: the server's own records (lost ranks, counters'
  * text), which the limits do not refuse.  0 ok, 1 refused (a limit), -1
  * out of memory. */
@@ -173,6 +212,8 @@ static int kv_set(struct store_server *s, const char *key, const void *val, uint
 	e->val = v;
 	e->len = len;
 	s->bytes += len;
+	if (!s->all_joined && !strcmp(key, "kiln/all_joined"))
+		all_joined_now(s);
 	/* wake the clients parked on it */
 	for (size_t i = 0; i < s->n_cl; i++) {
 		struct client *c = &s->cl[i];
@@ -319,9 +360,8 @@ static int handle_claim(struct store_server *s, struct client *c, const struct k
 	snprintf(key, sizeof key, "kiln/claim/%lld", (long long)r);
 	const struct kv *e = kv_find(s, key);
 	if (e) {
-		struct kv *n = kv_find(s, STORE_CLAIMS_REFUSED_KEY);
 		int k = snprintf(note, sizeof note, "refused %lld claim(s), the last: rank %lld by %s (held by %s)",
-				 (n ? strtoll(n->val + 8, NULL, 10) : 0) + 1, (long long)r, who, e->val);
+				 ++s->n_claims_refused, (long long)r, who, e->val);
 		if (reply(c, STORE_DENIED, e->val, e->len))
 			return -1;
 		kv_set(s, STORE_CLAIMS_REFUSED_KEY, note,
@@ -483,6 +523,8 @@ static void accept_client(struct store_server *s)
 		    NI_NUMERICHOST | NI_NUMERICSERV);
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (!s->all_joined)
+		client_keepalive(s, fd, 1);
 	struct client *ncl = s->cl;
 	if (s->n_cl >= STORE_MAX_CLIENTS ||
 	    (s->n_cl == s->cap_cl &&
@@ -626,8 +668,8 @@ static kiln_status server_listen(struct store_server *s, const char *host, int p
 	return KILN_OK;
 }
 
-kiln_status store_server_start(const char *host, int port, const char *token, int *bound,
-			       struct store_server **out)
+kiln_status store_server_start(const char *host, int port, const char *token, int timeout_ms,
+			       int *bound, struct store_server **out)
 {
 	struct store_server *s = calloc(1, sizeof *s);
 	kiln_status st;
@@ -635,6 +677,7 @@ kiln_status store_server_start(const char *host, int port, const char *token, in
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	s->lfd = s->wake[0] = s->wake[1] = -1;
 	snprintf(s->token, sizeof s->token, "%s", token);
+	s->dead_after_ms = kiln_store_dead_after_ms(timeout_ms);
 	if ((st = server_listen(s, host, port, bound))) {
 		server_free(s);
 		return st;

@@ -23,6 +23,11 @@
  * - a rank that dies while the others wait at the rendezvous gives its
  *   claim back: started again, it joins them (session 32);
  * - which restarted ranks wait for the failed run's store to close;
+ * - a store of the protocol before session 32 (greeting KILNST1) is "not
+ *   a kiln store (of this version)"; connections taken before every rank
+ *   joined have TCP keepalive and TCP_USER_TIMEOUT, after it not; the
+ *   count of refused claims is the server's, whatever a client set the
+ *   key to (session 32's review);
  * - a value over 8 MiB and sets beyond 32 MiB in all are refused;
  * - a store that never answers: calls end after the store's timeout;
  * - the request parser (kiln_store_msg_parse) on partial, complete and
@@ -42,6 +47,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -292,7 +298,8 @@ START_TEST(test_rendezvous_refusals)
 	ck_assert_double_le(now() - t0, 2.0);
 	const char *msg = kiln_last_error();
 	ck_assert_msg(strstr(msg, "rank 1 joined twice: this process (host ") &&
-			      strstr(msg, ") and one before it (host "),
+			      strstr(msg, ") and one before it (host ") &&
+			      strstr(msg, "or a rank restarted while the previous run's store still answered, or its host went down before every rank joined (the store gives such a rank's claim back within about 1 s of its going: start it again after that)"),
 		      "message: %s", msg);
 	kiln_store_close(s2);
 	/* the refused process dies without a goodbye (killed, or its exit
@@ -382,6 +389,25 @@ START_TEST(test_claim_before_win)
 	ck_assert_msg(v && strstr(v, "refused 1 claim(s), the last: rank 1 by host "), "%s",
 		      v ? (char *)v : "(none)");
 	free(v);
+	/* the count is the server's own (session 32's review): it parsed the
+	 * key's text back past "refused ", and a client that set the key to
+	 * one byte had the server read past that value; one that set "refused
+	 * 41" had it count on from 41 */
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(kiln_store_set(s1, STORE_CLAIMS_REFUSED_KEY, i ? "refused 41" : "x",
+						i ? 10 : 1), KILN_OK);
+		struct kiln_store *s;
+		ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s), KILN_OK);
+		ck_assert_int_eq(kiln_store_rendezvous(s, 1, 2, 5000), KILN_ECONFIG);
+		kiln_store_close(s);
+		ck_assert_int_eq(kiln_store_check(s1, STORE_CLAIMS_REFUSED_KEY, &v, NULL), KILN_OK);
+		ck_assert_msg(v && !strncmp(v, i ? "refused 3 claim(s), the last: rank 1 by host "
+						 : "refused 2 claim(s), the last: rank 1 by host ",
+					    45),
+			      "after the key was set to '%s': %s", i ? "refused 41" : "x",
+			      v ? (char *)v : "(none)");
+		free(v);
+	}
 	kiln_store_close(s1);
 	kiln_store_close(s0);
 }
@@ -744,7 +770,7 @@ START_TEST(test_token_refused)
 	fd = raw_connect(port);
 	unsigned char g[40], req[] = { 2, 1, 0, 0, 0, 'k', 1, 0, 0, 0, 'v' }, r[5];
 	ck_assert_int_eq(raw_read(fd, g, sizeof g), 0);
-	ck_assert_int_eq(memcmp(g, "KILNST1\n", 8), 0);
+	ck_assert_int_eq(memcmp(g, "KILNST2\n", 8), 0); /* (the protocol of session 32) */
 	ck_assert_int_eq(write(fd, req, sizeof req), (ssize_t)sizeof req);
 	ck_assert_int_eq(raw_read(fd, r, sizeof r), -1);
 	close(fd);
@@ -780,11 +806,14 @@ START_TEST(test_limits)
 }
 END_TEST
 
-/* A store that greets, takes the token and HELLO, then never answers. */
+/* A store that greets (with mute_magic), takes the token and HELLO, then
+ * never answers. */
+static const char *mute_magic = STORE_MAGIC;
 static void *mute_store(void *arg)
 {
 	int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
-	unsigned char g[40] = "KILNST1\n", buf[256], ok[5] = { 0 };
+	unsigned char g[40] = { 0 }, buf[256], ok[5] = { 0 };
+	memcpy(g, mute_magic, 8);
 	if (fd < 0)
 		return NULL;
 	/* AUTH is 9 + 32 bytes, HELLO 9 + 8 */
@@ -816,6 +845,101 @@ START_TEST(test_timeout_honoured)
 	kiln_store_close(s);
 	pthread_join(th, NULL);
 	close(lfd);
+}
+END_TEST
+
+/* Session 32 changed the protocol (CLAIM, JOIN: the server decides who is
+ * rank r) but kept the greeting "KILNST1": a new rank at an old store got
+ * as far as its claim and failed "connection lost ... may have died; or it
+ * refused this client's token", an old rank at a new store was never
+ * recorded lost.  The greeting is "KILNST2" now: a store of the old
+ * protocol is "not a kiln store (of this version)" at once. */
+START_TEST(test_old_protocol)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(lfd, 4), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	mute_magic = "KILNST1\n";
+	pthread_t th;
+	pthread_create(&th, NULL, mute_store, &lfd);
+	struct kiln_store *s = NULL;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 2000, &s), KILN_EIO);
+	char want[160];
+	snprintf(want, sizeof want, "store 127.0.0.1:%d: what answers there is not a kiln store (of this version)",
+		 ntohs(a.sin_port));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	pthread_join(th, NULL);
+	close(lfd);
+	mute_magic = STORE_MAGIC;
+}
+END_TEST
+
+/* The server's socket for the client socket fd (same process: the server
+ * is a thread of it): the descriptor whose peer is fd's local address. */
+static int server_side(int fd)
+{
+	struct sockaddr_in me, peer;
+	socklen_t l = sizeof me;
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&me, &l), 0);
+	for (int i = 0; i < 4096; i++) {
+		l = sizeof peer;
+		if (i != fd && !getpeername(i, (struct sockaddr *)&peer, &l) &&
+		    peer.sin_family == AF_INET && peer.sin_port == me.sin_port)
+			return i;
+	}
+	return -1;
+}
+
+static int sockopt(int fd, int level, int name)
+{
+	int v = -1;
+	socklen_t l = sizeof v;
+	ck_assert_int_eq(getsockopt(fd, level, name, &v, &l), 0);
+	return v;
+}
+
+/* Finding 2 of session 32's review: a claim's holder whose host went down
+ * or whose link was cut before every rank joined closes nothing, and the
+ * server, which only answers, never wrote to it: the connection and the
+ * claim stayed for ever, a restarted rank was refused and the others
+ * waited out [dist] timeout.  Connections taken before kiln/all_joined
+ * have TCP keepalive and TCP_USER_TIMEOUT within kiln_store_dead_after_ms of
+ * the rendezvous timeout (a quarter, 1 to 10 s); at kiln/all_joined both
+ * go off (a silent rank is the heartbeat's then), also for later
+ * connections.  (The cut itself: tests/store_netns.sh, as root.) */
+START_TEST(test_keepalive)
+{
+	struct kiln_store *s0;
+	ck_assert_int_eq(kiln_store_dead_after_ms(300000), 10000);
+	ck_assert_int_eq(kiln_store_dead_after_ms(20000), 5000);
+	ck_assert_int_eq(kiln_store_dead_after_ms(2000), 1000);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 20000, &s0), KILN_OK);
+	const int port = kiln_store_port(s0);
+	unsigned char g[40];
+	int fd = raw_connect(port);
+	ck_assert_int_eq(raw_read(fd, g, sizeof g), 0); /* taken: greeted */
+	int sfd = server_side(fd);
+	ck_assert_int_ge(sfd, 0);
+	ck_assert_int_eq(sockopt(sfd, SOL_SOCKET, SO_KEEPALIVE), 1);
+	ck_assert_int_eq(sockopt(sfd, IPPROTO_TCP, TCP_KEEPIDLE), 1);
+	ck_assert_int_eq(sockopt(sfd, IPPROTO_TCP, TCP_KEEPINTVL), 1);
+	ck_assert_int_eq(sockopt(sfd, IPPROTO_TCP, TCP_KEEPCNT), 3);
+	ck_assert_int_eq(sockopt(sfd, IPPROTO_TCP, TCP_USER_TIMEOUT), 5000);
+	/* every rank joined: off, for this connection and a later one */
+	ck_assert_int_eq(kiln_store_set(s0, "kiln/all_joined", "1", 1), KILN_OK);
+	ck_assert_int_eq(sockopt(sfd, SOL_SOCKET, SO_KEEPALIVE), 0);
+	ck_assert_int_eq(sockopt(sfd, IPPROTO_TCP, TCP_USER_TIMEOUT), 0);
+	int fd2 = raw_connect(port);
+	ck_assert_int_eq(raw_read(fd2, g, sizeof g), 0);
+	sfd = server_side(fd2);
+	ck_assert_int_ge(sfd, 0);
+	ck_assert_int_eq(sockopt(sfd, SOL_SOCKET, SO_KEEPALIVE), 0);
+	close(fd2);
+	close(fd);
+	kiln_store_close(s0);
 }
 END_TEST
 
@@ -948,7 +1072,7 @@ START_TEST(test_accept_emfile)
 	struct timeval tv = { .tv_sec = 5 };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	ck_assert_int_eq(read(fd, g, sizeof g), (ssize_t)sizeof g);
-	ck_assert_int_eq(memcmp(g, "KILNST1\n", 8), 0);
+	ck_assert_int_eq(memcmp(g, STORE_MAGIC, 8), 0);
 	close(fd);
 	kiln_store_close(s0);
 	kiln_log_set_sink(NULL, NULL);
@@ -1033,7 +1157,7 @@ static Suite *make_store_suite(void)
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_rendezvous_refusals, test_claim_before_win, test_claim_released, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
-		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, test_accept_emfile, test_connect_dropped, NULL });
+		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_old_protocol, test_keepalive, test_store_gone, test_accept_emfile, test_connect_dropped, NULL });
 	return s;
 }
 

@@ -384,6 +384,11 @@ TESTS += tests/check_clockstep
 tests_check_clockstep_SOURCES = tests/check_clockstep.c plugins/common/watchdog.c
 tests_check_clockstep_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_clockstep_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
+# what the heartbeat tells a rank whose collective timed out (session 32)
+check_PROGRAMS += tests/check_heartbeat
+TESTS += tests/check_heartbeat
+tests_check_heartbeat_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_heartbeat_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
 # the Gloo communicator's hot path allocates nothing (counts every malloc
 # of the process: the executable defines the allocator's entry points)
 check_PROGRAMS += tests/check_comm
@@ -519,6 +524,9 @@ AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KIL
 # its keys; a rank started again while the others wait joins them.
 TESTS += tests/store_claims.sh
 EXTRA_DIST += tests/store_claims.sh
+# a rank's host going down at the rendezvous: network namespaces (root)
+TESTS += tests/store_netns.sh
+EXTRA_DIST += tests/store_netns.sh
 TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh
 EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh \
 	tests/plugin_lazy.sh

@@ -22,7 +22,7 @@ import struct
 import sys
 import time
 
-MAGIC = b"KILNST1\n"
+MAGIC = b"KILNST2\n"  # core/store.h STORE_MAGIC
 SET, GET, CHECK, AUTH = 2, 3, 4, 7
 
 

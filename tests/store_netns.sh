@@ -1,0 +1,76 @@
+#!/bin/sh
+# tests/store_netns.sh - a rank's host goes down while the others wait at
+# the rendezvous (session 32's review; docs/distributed.md, "A rank that
+# leaves before every rank has joined gives its claim back"), three hosts
+# in network namespaces (tests/netns_lib.sh), Gloo, the MLP of the dist
+# tests, [dist] timeout = 30 s:
+#   rank 0 on host 0 and rank 1 on host 1 wait for rank 2; host 1's link
+#   is cut and its processes killed (nothing reaches rank 0: no FIN, no
+#   RST); the store gives rank 1's claim back within
+#   kiln_store_dead_after_ms (a quarter of the timeout: 7.5 s; TCP
+#   keepalive and TCP_USER_TIMEOUT on its connection), so rank 1 started
+#   again on host 2, and rank 2 there, join rank 0 and all three train to
+#   the end, exit 0.  Before, the store neither set keepalive nor wrote to
+#   a waiting rank: the dead connection stayed, kiln/joined/1 with it, the
+#   new rank 1 was refused "rank 1 joined twice" and rank 0 timed out.
+# Skips (77) without root or where `ip netns add` is not permitted.
+name=store_netns needs=gloo
+. "$(dirname "$0")/dist_common.sh"
+
+[ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
+command -v ip > /dev/null && command -v unshare > /dev/null || { echo "SKIP: no iproute2 or unshare"; exit 77; }
+py=/usr/bin/python3
+[ -x "$py" ] || { echo "SKIP: no python3"; exit 77; }
+ns=ks$$
+ip netns add "$ns-probe" 2> /dev/null || { echo "SKIP: ip netns add is not permitted here"; exit 77; }
+ip netns del "$ns-probe"
+. "$srcdir/tests/netns_lib.sh"
+trap 'net_down; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}"
+client="$srcdir/tests/store_client.py"
+ini="$tmp/mlp.ini"
+mlp_ini "$ini" 5 20 gloo
+
+now() { date +%s.%N; }
+# key KEY: the store's value of KEY, asked from host 0
+key() { ip netns exec "$ns-h0" timeout 20 "$py" "$client" check 10.77.0.1 29611 "$1" 2> /dev/null || echo "(no store)"; }
+# rank NAME H R: rank R of 3 on host H (host name kiln-hH) in the background ($rank_pid)
+rank() {
+	ip netns exec "$ns-h$2" unshare --uts sh -c 'hostname "$0" && exec "$@"' "kiln-h$2" \
+		env KILN_RANK="$3" KILN_WORLD_SIZE=3 KILN_MASTER_ADDR=10.77.0.1 KILN_MASTER_PORT=29611 \
+		timeout 120 "$kiln" train "$ini" run.out_dir="$tmp/$1" train.max_steps=4 \
+		plugin.gloo.iface=eth0 dist.timeout=30 > "$tmp/$1.log" 2>&1 &
+	rank_pid=$!
+}
+
+net_up 3
+rank r0 0 0; p0=$rank_pid
+rank r1 1 1
+i=0
+while [ "$(key kiln/joined/1)" = "(absent)" ] || [ "$(key kiln/joined/1)" = "(no store)" ]; do
+	i=$((i + 1))
+	[ $i -le 300 ] || { bad "rank 1 did not reach the rendezvous"; exit 1; }
+	sleep 0.1
+done
+# host 1 goes down
+ip -n "$ns-h1" link set eth0 down
+for p in $(ip netns pids "$ns-h1"); do kill -9 "$p" 2> /dev/null; done
+t0=$(now)
+i=0
+while [ "$(key kiln/joined/1)" != "(absent)" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+d=$(echo "$(now) $t0" | awk '{ printf "%.1f", $1 - $2 }')
+echo "host 1 down: kiln/joined/1 is '$(key kiln/joined/1)' after $d s"
+[ "$(key kiln/joined/1)" = "(absent)" ] || bad "the claim of rank 1, whose host went down, was not released within 20 s"
+awk -v d="$d" 'BEGIN { exit !(d < 12) }' || bad "releasing the claim took $d s (7.5 s and probes expected)"
+rank r1b 2 1; p1=$rank_pid
+rank r2 2 2; p2=$rank_pid
+for r in 0 1 2; do
+	eval "wait \$p$r"
+	rc=$?
+	l=$tmp/r$r.log
+	[ $r = 1 ] && l=$tmp/r1b.log
+	[ $rc = 0 ] || { bad "rank $r exited $rc"; grep "error" "$l" | tail -3; }
+done
+grep -q "rank 1 left before every rank had joined: its claim is released" "$tmp/r0.log" ||
+	bad "rank 0 did not log the released claim"
+exit $fail
