@@ -117,10 +117,12 @@ static struct timespec first_write;
 static pthread_once_t first_write_once = PTHREAD_ONCE_INIT;
 static void first_write_take(void) { clock_gettime(CLOCK_REALTIME, &first_write); }
 
+/* (by 2 s and more: a file's mtime comes from the kernel's coarse clock,
+ * or a file server's, which may read earlier than this process's clock:
+ * another thread's temporary made just after the first write stays) */
 static int before_first_write(const struct stat *sb)
 {
-	return sb->st_mtim.tv_sec < first_write.tv_sec ||
-	       (sb->st_mtim.tv_sec == first_write.tv_sec && sb->st_mtim.tv_nsec < first_write.tv_nsec);
+	return sb->st_mtim.tv_sec < first_write.tv_sec - 2;
 }
 
 /* Remove the temporaries of target that writers killed mid-write left:

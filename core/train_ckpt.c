@@ -226,7 +226,11 @@ kiln_status trainer_checkpoint_point(struct trainer *t)
 	 * (session 32 had deferred it, and lost it on such a failure) */
 	if (final && !t->stopping && *t->ckdir &&
 	    ((tc->eval && !tc->eval_every) || t->have_val)) {
+		/* (end_mark's copy of the sums is a host sync: the steady
+		 * state's counters taken before it, checkpoint_at's mark after) */
+		trainer_counters_take(t);
 		kiln_status st = end_mark(t, CKPT_END_EVALS);
+		trainer_counters_mark(t);
 		if (!st && !(st = checkpoint_at(t, (t->k + 1) * t->G)))
 			t->end_pos = t->pos;
 		return st;
@@ -266,10 +270,10 @@ kiln_status trainer_checkpoint_end(struct trainer *t)
 		.test_samples = on_val ? res->test_samples : 0,
 	};
 	t->pos = t->end_pos;
-	trainer_counters_take(t);
+	/* (after the run's last step nothing is steady state: marked, not
+	 * taken, so the evaluations before are not counted either) */
 	kiln_status st = checkpoint(t, &e, t->res->checkpoint, sizeof t->res->checkpoint);
-	if (!st)
-		trainer_counters_mark(t);
+	trainer_counters_mark(t);
 	return st;
 }
 
