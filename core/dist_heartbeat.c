@@ -43,12 +43,6 @@ struct kiln_heartbeat {
 	int64_t *moved;  /* ... and when it last moved (ms; under lock) */
 	int64_t beaten;  /* when this rank's last beat completed (ms; under lock) */
 	char (*host)[64];
-	/* under lock: kiln_heartbeat_silent is explaining this rank's failure;
-	 * the store went meanwhile (the watchdog then stops without ending
-	 * the rank: rank 0, done explaining the same failure, closed it, and
-	 * this rank's own explanation names the silent peer; before session
-	 * 32 the watchdog ended it first, naming the store) */
-	int explaining, store_lost;
 };
 
 static int64_t mono_ms(void)
@@ -102,12 +96,6 @@ static int beat(struct kiln_heartbeat *h)
 		}
 	}
 	if (st) {
-		pthread_mutex_lock(&h->lock);
-		const int quiet = h->explaining;
-		h->store_lost = 1;
-		pthread_mutex_unlock(&h->lock);
-		if (quiet)
-			return 1;
 		kiln_host_fatal("dist", "rank %d of %d: watchdog: the store on rank 0 (host %s, " KILN_AT_FMT ") is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
 				h->rank, h->world, h->host[0], KILN_AT_ARG(h->master, h->port), lim, kiln_last_error());
 		return 1;
@@ -150,9 +138,6 @@ static int silent_look(struct kiln_heartbeat *h, int64_t quiet, struct kiln_hb_s
 
 #define SILENT_WAIT_MS 3000 /* the longest kiln_heartbeat_silent watches a late peer */
 
-static int silent_wait(struct kiln_heartbeat *h, struct kiln_hb_silent *out, int max,
-		       int64_t *self_ms);
-
 int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, int max,
 			  int *period_ms, int64_t *self_ms)
 {
@@ -160,20 +145,6 @@ int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, 
 	if (!h)
 		return KILN_HB_OFF;
 	*period_ms = h->period_ms;
-	pthread_mutex_lock(&h->lock);
-	h->explaining = 1;
-	pthread_mutex_unlock(&h->lock);
-	const int n = silent_wait(h, out, max, self_ms);
-	pthread_mutex_lock(&h->lock);
-	h->explaining = 0;
-	pthread_mutex_unlock(&h->lock);
-	return n;
-}
-
-/* kiln_heartbeat_silent's look and wait. */
-static int silent_wait(struct kiln_heartbeat *h, struct kiln_hb_silent *out, int max,
-		       int64_t *self_ms)
-{
 	/* A peer's counter is seen to move at this rank's first read after
 	 * its beat, up to a beat later: a healthy peer's every beat, or
 	 * every second one when its beat and the read cross (jitter); so
@@ -190,12 +161,6 @@ static int silent_wait(struct kiln_heartbeat *h, struct kiln_hb_silent *out, int
 		int peers;
 		int64_t late;
 		const int n = silent_look(h, quiet, out, max, &peers, &late, self_ms);
-		pthread_mutex_lock(&h->lock);
-		const int lost = h->store_lost;
-		pthread_mutex_unlock(&h->lock);
-		/* the store gone: what the beats showed until then */
-		if (lost)
-			return n > 0 ? n : KILN_HB_SELF_LATE;
 		/* its own beats late: this rank's side or the store's, it
 		 * cannot tell the peers'; every peer silent at once: not one
 		 * peer's doing (each said apart, session 32: both read "every
