@@ -188,6 +188,10 @@ static kiln_status info_val(const Onnx__ValueInfoProto *vi, struct onnx_val *v)
 		const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
 		v->dims[d] = dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE
 				     ? dim->dim_value : 1;
+		/* (a huge one is caught by the operators' checked arithmetic) */
+		if (v->dims[d] < 0)
+			return kiln_error(KILN_EINTERNAL, "graph input or output '%s': dimension %d is %lld",
+					  name, d, (long long)v->dims[d]);
 	}
 	return KILN_OK;
 }

@@ -110,12 +110,29 @@ static void copy_shape(struct onnx_val *out, const struct onnx_val *in, int dtyp
 	memcpy(out->dims, in->dims, sizeof out->dims);
 }
 
-static int64_t numel(const struct onnx_val *v)
+/* Checked int64 arithmetic: dimensions come from the file (a wrapped
+ * product is undefined behaviour, and could make a wrong shape pass).
+ * 1 when *acc op v overflowed. */
+static int mul_over(int64_t *acc, int64_t v)
 {
-	int64_t n = 1;
+	return __builtin_mul_overflow(*acc, v, acc);
+}
+
+static int add_over(int64_t *acc, int64_t v)
+{
+	return __builtin_add_overflow(*acc, v, acc);
+}
+
+#define OVER(what) BAD("%s passes int64", what)
+
+/* v's element count in *n; 1 when it passes int64. */
+static int numel(const struct onnx_val *v, int64_t *n)
+{
+	*n = 1;
 	for (int d = 0; d < v->ndim; d++)
-		n *= v->dims[d];
-	return n;
+		if (mul_over(n, v->dims[d]))
+			return 1;
+	return 0;
 }
 
 /* A 1-d [len] (or, scalar_ok, 0-d) parameter of dtype; what names it. */
@@ -296,7 +313,8 @@ static kiln_status rule_flatten(const Onnx__NodeProto *n, const struct onnx_val 
 	if (st)
 		return st;
 	for (int d = 0; d < in[0]->ndim; d++)
-		*(d < axis ? &lo : &hi) *= in[0]->dims[d];
+		if (mul_over(d < axis ? &lo : &hi, in[0]->dims[d]))
+			return OVER("the product of the dimensions");
 	out->dtype = in[0]->dtype, out->ndim = 2, out->dims[0] = lo, out->dims[1] = hi;
 	return KILN_OK;
 }
@@ -322,7 +340,8 @@ static kiln_status rule_concat(const Onnx__NodeProto *n, const struct onnx_val *
 			return BAD("'%s' %s and '%s' %s differ off axis %lld", x->name,
 				   shape_str(x, s, sizeof s), y->name, shape_str(y, t, sizeof t),
 				   (long long)axis);
-		out->dims[axis] += y->dims[axis];
+		if (add_over(&out->dims[axis], y->dims[axis]))
+			return OVER("the sum of the dimensions on the axis");
 	}
 	return KILN_OK;
 }
@@ -348,15 +367,19 @@ static kiln_status rule_reshape(const Onnx__NodeProto *n, const struct onnx_val 
 			infer = d;
 		else if (shape[d] < 0)
 			return BAD("shape[%d] = %lld", d, (long long)shape[d]);
-		else
-			known *= shape[d];
+		else if (mul_over(&known, shape[d]))
+			return OVER("the product of the shape's values");
 	}
-	if (infer >= 0)
-		shape[infer] = known ? numel(x) / known : 0;
 	char s[160];
-	if (infer >= 0 ? !known || numel(x) % known : known != numel(x))
+	int64_t count;
+	if (numel(x, &count))
+		return BAD("'%s' %s: its element count passes int64", x->name,
+			   shape_str(x, s, sizeof s));
+	if (infer >= 0)
+		shape[infer] = known ? count / known : 0;
+	if (infer >= 0 ? !known || count % known : known != count)
 		return BAD("'%s' %s has %lld elements, the shape asks for another count", x->name,
-			   shape_str(x, s, sizeof s), (long long)numel(x));
+			   shape_str(x, s, sizeof s), (long long)count);
 	out->dtype = x->dtype, out->ndim = r;
 	memcpy(out->dims, shape, sizeof *shape * (size_t)r);
 	return KILN_OK;
@@ -419,7 +442,9 @@ static kiln_status indices_in_range(const struct onnx_val *ix, int64_t dim)
 	const Onnx__TensorProto *t = ix->init;
 	if (!t || !t->has_raw_data)
 		return KILN_OK; /* computed: its range is the runtime's */
-	const int64_t count = numel(ix);
+	int64_t count;
+	if (numel(ix, &count)) /* (an initializer's count is bounded by its bytes) */
+		return OVER("the index operand's element count");
 	for (int64_t k = 0; k < count; k++) {
 		int64_t v;
 		if (ix->dtype == I64)
@@ -481,16 +506,25 @@ static kiln_status window(const Onnx__NodeProto *n, const struct onnx_val *x, co
 		return BAD("strides, dilations or pads do not match %d spatial dimensions", sp);
 	for (int d = 0; d < sp; d++) {
 		const int64_t st = ns ? s[d] : 1, di = nd ? dl[d] : 1, pb = np ? p[d] : 0,
-			      pe = np ? p[sp + d] : 0, span = di * (k[d] - 1) + 1;
-		const int64_t room = x->dims[2 + d] + pb + pe - span;
+			      pe = np ? p[sp + d] : 0;
 		if (st < 1 || di < 1 || pb < 0 || pe < 0 || k[d] < 1)
 			return BAD("spatial dimension %d: kernel %lld, stride %lld, dilation %lld, pads %lld, %lld",
 				   d, (long long)k[d], (long long)st, (long long)di, (long long)pb,
 				   (long long)pe);
+		/* span = di * (k - 1) + 1 and the padded input, checked (the
+		 * attributes are the file's); room = padded - span cannot
+		 * overflow (both >= 0) */
+		int64_t span = k[d] - 1, padded = x->dims[2 + d];
+		if (mul_over(&span, di) || add_over(&span, 1) || add_over(&padded, pb) ||
+		    add_over(&padded, pe))
+			return BAD("spatial dimension %d: the window or the padded input passes int64", d);
+		int64_t room = padded - span, up = room;
+		if (room >= 0 && ceil_mode && add_over(&up, st - 1))
+			return BAD("spatial dimension %d: the padded input passes int64", d);
 		if (room < 0)
 			return BAD("spatial dimension %d: the window (%lld) passes the padded input (%lld)",
-				   d, (long long)span, (long long)(x->dims[2 + d] + pb + pe));
-		out->dims[2 + d] = (ceil_mode ? (room + st - 1) / st : room / st) + 1;
+				   d, (long long)span, (long long)padded);
+		out->dims[2 + d] = up / st + 1;
 	}
 	return KILN_OK;
 }
@@ -504,10 +538,11 @@ static kiln_status rule_conv(const Onnx__NodeProto *n, const struct onnx_val *co
 	    (st = dtype_in(w, "W", F32, 0)))
 		return st;
 	const int64_t group = attr_i(n, "group", 1), M = w->dims[0];
-	int64_t k[ONNX_CHECK_MAX_DIMS];
+	int64_t k[ONNX_CHECK_MAX_DIMS], cin = w->dims[1];
 	const int nk = attr_ints(n, "kernel_shape", k, ONNX_CHECK_MAX_DIMS);
 	char s[160], t[160];
-	if (w->ndim != x->ndim || group < 1 || x->dims[1] != w->dims[1] * group || M % group)
+	if (w->ndim != x->ndim || group < 1 || mul_over(&cin, group) || x->dims[1] != cin ||
+	    M % group)
 		return BAD("W '%s' %s does not fit X '%s' %s with group %lld", w->name,
 			   shape_str(w, s, sizeof s), x->name, shape_str(x, t, sizeof t),
 			   (long long)group);

@@ -134,6 +134,10 @@ struct trainer {
 	void *clip;                /* KILN_OP_GRAD_CLIP, or NULL */
 	float *clip_d;             /* its state f32[4]: norm, finite, skipped, clipped */
 	float *clip_host;
+	/* the clip op's count of non-finite norms at the last log point: the
+	 * steps skipped with skip_nonfinite, taken without (res->steps_skipped
+	 * counts only the skipped ones) */
+	int64_t nonfinite_seen;
 	float *scaler_host;        /* the loss scaler's state, read at log points */
 	/* the parameters' non-finite check (core/train_log.c): GRAD_CLIP
 	 * clipping nothing over this rank's finite_n parameters, its state

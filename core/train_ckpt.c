@@ -261,7 +261,12 @@ kiln_status trainer_checkpoint_end(struct trainer *t)
 	if (!t->ckpt_end || t->stopping)
 		return KILN_OK;
 	const int on_val = t->have_val;
-	const int epoch_eval = t->ckpt_end == CKPT_END_EVALS && t->tc.eval && !t->tc.eval_every;
+	/* an early stop's (CKPT_END_TEST) evaluation is the one that stopped
+	 * the run: its numbers too, for the resumed run's result (none when
+	 * this run did not do it: resumed without "evaluated") */
+	const int epoch_eval = (t->ckpt_end == CKPT_END_EVALS && t->tc.eval && !t->tc.eval_every) ||
+			       (t->ckpt_end == CKPT_END_TEST && t->stop_early && t->tc.eval &&
+				*t->ev.samples > 0);
 	const struct kiln_ckpt_evaluated e = {
 		.loss = *t->ev.loss, .acc = *t->ev.acc, .acc5 = *t->ev.acc5,
 		.samples = epoch_eval ? *t->ev.samples : 0,

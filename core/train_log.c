@@ -312,8 +312,11 @@ static kiln_status check_interval(struct trainer *t, double ls)
 {
 	struct kiln_train_result *res = t->res;
 	int64_t skipped = t->clip ? (int64_t)t->clip_host[2] : 0;
-	int64_t new_skips = skipped - res->steps_skipped;
-	res->steps_skipped = skipped;
+	int64_t new_skips = skipped - t->nonfinite_seen;
+	t->nonfinite_seen = skipped;
+	/* with skip_nonfinite = 0 (no gate) those steps were taken: not
+	 * skipped (before session 32 counted as skipped all the same) */
+	res->steps_skipped = t->m->step_ok_d ? skipped : 0;
 	res->steps_clipped = t->clip ? (int64_t)t->clip_host[3] : 0;
 	if (t->scaler_host) {
 		res->loss_scale = t->scaler_host[0];

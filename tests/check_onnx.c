@@ -366,6 +366,24 @@ START_TEST(test_attention_ops)
 }
 END_TEST
 
+/* int64 overflow in the check's arithmetic: refused, naming the node
+ * (before the review of session 32 the Reshape's shape product wrapped:
+ * 24 * (2^61 + 2) = 48 mod 2^64, the 48 elements of x, and the graph
+ * passed); a negative graph input dimension is refused. */
+START_TEST(test_shape_overflow)
+{
+	want_error(attention(((int64_t)1 << 61) + 2, 4, 0), PREFIX "node 'heads' (Reshape): the product of the shape's values passes int64");
+	struct mini m;
+	mini_init(&m);
+	const int64_t x[3] = { 0, -4, 12 };
+	m.in[m.g.n_input++] = info("x", 1, 3, x);
+	m.out[m.g.n_output++] = info("y", 1, 3, x);
+	node(&m, "Identity", "y", 1, "x");
+	want_error(check(&m, NULL, 0), PREFIX "graph input or output 'x': dimension 1 is -4");
+	arena_free();
+}
+END_TEST
+
 static Suite *make_onnx_suite(void)
 {
 	Suite *s = suite_create("onnx_check");
@@ -381,6 +399,7 @@ static Suite *make_onnx_suite(void)
 	tcase_add_test(tc, test_attention_ops);
 	tcase_add_test(tc, test_concat_omitted_input);
 	tcase_add_test(tc, test_initializer_overflow);
+	tcase_add_test(tc, test_shape_overflow);
 	suite_add_tcase(s, tc);
 	return s;
 }

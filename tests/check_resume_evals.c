@@ -427,6 +427,12 @@ START_TEST(test_early_stop_with_val)
 	ck_assert_str_eq(l, "");
 	ck_assert(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc &&
 		  r2.test_samples == ra.test_samples);
+	/* the evaluation that stopped the run, from the checkpoint (before
+	 * session 32 the resumed result had none: -1) */
+	ck_assert_int_gt(ra.val_samples, 0);
+	ck_assert(r2.val_loss == ra.val_loss && r2.val_acc == ra.val_acc &&
+		  r2.val_acc5 == ra.val_acc5);
+	ck_assert_int_eq(r2.val_samples, ra.val_samples);
 	/* the first run's: the two per epoch, the final test; one checkpoint
 	 * (written again after the final test, with no second event) */
 	event_steps(a, "eval", 0, l, sizeof l);

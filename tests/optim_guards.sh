@@ -94,10 +94,14 @@ rc=$?
 [ $rc = 1 ] || fail "train_nan with an inf gradient, skip_nonfinite = 0: exit $rc, expected 1"
 stderr_has "train_nan: step 3 (epoch 1): parameter 'fc2.bias' holds 1 non-finite value(s) (NaN or inf): training diverged"
 # ... and the padding after it: the norm is not finite, no parameter is
-KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" "$nan" 3 "$mlp" "$d" run.out_dir= \
+KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" "$nan" 3 "$mlp" "$d" run.out_dir="$tmp/o4" \
 	train.skip_nonfinite=0 train.clip_value=1 > "$out" 2> "$err" || fail "train_nan into the padding: exit $?"
 stderr_has "step 3: 1 step(s) of the last 1 had non-finite gradients, taken unclipped (skip_nonfinite = 0)"
 ! grep -q "skipped" "$err" || fail "skip_nonfinite = 0: a step reported skipped"
+# ... nor does metrics.jsonl (before session 32 its "skipped" counted the
+# taken step from step 3 on)
+skips=$(grep '"event": *"train"' "$tmp/o4/metrics.jsonl" | sed -n 's/.*"skipped": *\([0-9]*\).*/\1/p' | tr '\n' ' ')
+[ "$skips" = "0 0 0 0 0 " ] || fail "skip_nonfinite = 0: metrics.jsonl's skipped: '$skips', expected 0 at each step"
 
 # 3
 kiln 2 train "$ini" "$d" run.out_dir= run.precision=fp16 plugin.amp.growth_interval=16777217

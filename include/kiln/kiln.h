@@ -372,7 +372,8 @@ struct kiln_train_result {
 	 * (the data sets already open), 0 where /proc is missing.  On the CPU
 	 * device this is the run's memory independent of kiln's counters. */
 	size_t rss_growth_bytes;
-	int64_t steps_skipped;      /* optimizer steps skipped: non-finite gradients */
+	int64_t steps_skipped;      /* optimizer steps skipped: non-finite gradients
+				     * (0 with skip_nonfinite = 0: such steps are taken) */
 	int64_t steps_clipped;      /* optimizer steps whose gradients clip_norm scaled */
 	double data_wait_s;         /* training thread's wait for loader workers */
 	/* checkpoints (docs/checkpoints.md) */
