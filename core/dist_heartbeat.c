@@ -124,10 +124,17 @@ static int silent_look(struct kiln_heartbeat *h, int64_t quiet, struct kiln_hb_s
 			continue;
 		const int64_t age = now - h->moved[r];
 		++*peers;
-		if (age > quiet && n < max) {
-			out[n].rank = r;
-			out[n].age_ms = age;
-			memcpy(out[n++].host, h->host[r], sizeof out->host);
+		/* (every silent peer counted, the first max named: past max
+		 * one was taken for late, `late` negative, and the wait never
+		 * ended, nor "every peer silent" with more than max peers:
+		 * review of session 32) */
+		if (age > quiet) {
+			if (n < max) {
+				out[n].rank = r;
+				out[n].age_ms = age;
+				memcpy(out[n].host, h->host[r], sizeof out->host);
+			}
+			n++;
 		} else if (age > h->period_ms + 500 && quiet - age < *late) {
 			*late = quiet - age;
 		}
@@ -170,7 +177,7 @@ int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, 
 		if (n == peers && peers > 1)
 			return KILN_HB_ALL_SILENT;
 		if (late > end - mono_ms())
-			return n;
+			return n < max ? n : max;
 		usleep(100 * 1000);
 	}
 }

@@ -391,6 +391,12 @@ static kiln_status rule_reshape(const Onnx__NodeProto *n, const struct onnx_val 
  * does) and step (not 0) to the count taken. */
 static int64_t slice_len(int64_t dim, int64_t start, int64_t end, int64_t step)
 {
+	/* (the file's values: a start or end beyond +-dim clamps, so they
+	 * are clamped first, and a step beyond dim takes one element, so it
+	 * is too: no int64 overflow, review of session 32) */
+	start = start < -dim ? -dim : start > dim ? dim : start;
+	end = end < -dim - 1 ? -dim - 1 : end > dim ? dim : end;
+	step = step > dim + 1 ? dim + 1 : step < -dim - 1 ? -dim - 1 : step;
 	start += start < 0 ? dim : 0;
 	end += end < 0 ? dim : 0;
 	if (step > 0) {

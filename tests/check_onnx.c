@@ -381,6 +381,19 @@ START_TEST(test_shape_overflow)
 	node(&m, "Identity", "y", 1, "x");
 	want_error(check(&m, NULL, 0), PREFIX "graph input or output 'x': dimension 1 is -4");
 	arena_free();
+	/* a Slice's step of INT64_MAX takes one element (end - start + step - 1
+	 * overflowed int64 before the review of session 32: a wrong count) */
+	mini_init(&m);
+	const int64_t pe[2] = { 8, 12 }, row[2] = { 1, 12 }, zero = 0, eight = 8, big = INT64_MAX;
+	f32(&m, "pe", 2, pe);
+	m.out[m.g.n_output++] = info("y", 1, 2, row);
+	i64(&m, "start", 1, &zero);
+	i64(&m, "end", 1, &eight);
+	i64(&m, "axis", 1, &zero);
+	i64(&m, "step", 1, &big);
+	node(&m, "Slice", "y", 5, "pe", "start", "end", "axis", "step");
+	ck_assert_int_eq(check(&m, NULL, 0), KILN_OK);
+	arena_free();
 }
 END_TEST
 
