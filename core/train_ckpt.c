@@ -298,7 +298,7 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t)
 			   t->pos.offset >= t->steps_per_epoch * t->G);
 	if (!t->resumed || t->evaluated || !*t->ckdir)
 		return KILN_OK;
-	if (t->stop_early && t->have_val)
+	if (t->stop_early && (t->have_val || tc->eval))
 		t->ckpt_end = CKPT_END_TEST;
 	else if (!t->stop_early && final && ((tc->eval && !tc->eval_every) || t->have_val))
 		t->ckpt_end = CKPT_END_EVALS;
@@ -330,9 +330,11 @@ kiln_status trainer_checkpoint_last(struct trainer *t)
 	if (!t->stop_early || t->stopping || !t->tc.checkpoint_last || !*t->ckdir ||
 	    t->ckpt_step == t->step || t->ckpt_end) /* (ckpt_end: written at the step) */
 		return KILN_OK;
-	/* [data.val]'s final test follows: written again after it, saying so
-	 * (before, a resume of the early-stopped run recorded it again) */
-	if (t->have_val && (st = end_mark(t, CKPT_END_TEST)))
+	/* written again after [data.val]'s final test, saying so (before, a
+	 * resume of the early-stopped run recorded it again), or without one
+	 * with the numbers of the evaluation that stopped the run (before the
+	 * review of session 32 a resume of it reported none) */
+	if ((t->have_val || t->tc.eval) && (st = end_mark(t, CKPT_END_TEST)))
 		return st;
 	if (!(st = checkpoint(t, NULL, t->res->checkpoint, sizeof t->res->checkpoint)))
 		t->end_pos = t->pos;

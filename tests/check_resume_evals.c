@@ -445,6 +445,43 @@ START_TEST(test_early_stop_with_val)
 }
 END_TEST
 
+/* The same without [data.val]: the evaluation that stopped the run is
+ * [data.eval]'s, and the resumed result reports it (before the review of
+ * session 32 the checkpoint held no "evaluated" section without
+ * [data.val], and the resumed result's test numbers were 0). */
+static const char *const early_noval[] = { "train.early_stop_patience=1",
+					   "train.early_stop_metric=loss",
+					   "train.early_stop_min_delta=100", NULL };
+static const char *const early_noval_resume[] = { "train.early_stop_patience=1",
+						  "train.early_stop_metric=loss",
+						  "train.early_stop_min_delta=100", "train.resume=1",
+						  NULL };
+
+START_TEST(test_early_stop_no_val)
+{
+	char a[64], l[400];
+	struct kiln_train_result ra, r2;
+	scratch_dir(a, sizeof a);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, early_noval, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.early_stopped, 1);
+	ck_assert_int_gt(ra.test_samples, 0);
+	int finals;
+	const int lines = jsonl_lines(a, &finals);
+	ck_assert_msg(train_run(a, early_noval_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, ra.steps);
+	ck_assert_int_eq(r2.early_stopped, 1);
+	ck_assert_msg(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc &&
+			      r2.test_samples == ra.test_samples,
+		      "resumed: test loss %g acc %g samples %lld; the run's: %g %g %lld", r2.test_loss,
+		      r2.test_acc, (long long)r2.test_samples, ra.test_loss, ra.test_acc,
+		      (long long)ra.test_samples);
+	ck_assert_int_eq(jsonl_lines(a, &finals), lines + 2);
+	event_steps(a, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+}
+END_TEST
+
 /* A stop during the eval_every evaluation after step 10 (asked for at
  * its log point, so the evaluation is cut at its first batch): the stop's
  * checkpoint owes it, the resumed run evaluates step 10 first and stops
@@ -495,7 +532,7 @@ static Suite *make_resume_evals_suite(void)
 		       (const TTest *[]){ test_keep_best, test_keep_best_old_checkpoint,
 					   test_early_stop_finished,
 					   test_eval_owed, test_finished_per_epoch,
-					   test_finished_with_val, test_early_stop_with_val,
+					   test_finished_with_val, test_early_stop_with_val, test_early_stop_no_val,
 					   NULL });
 	return s;
 }
