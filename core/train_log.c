@@ -519,8 +519,11 @@ void trainer_epoch_report(struct trainer *t, const char *msg)
 	if (t->stop_early) {
 		const struct kiln_train_cfg *tc = &t->tc;
 		const double best = tc->early_stop_on_loss ? -t->stopper.best : t->stopper.best;
-		kiln_log(KILN_LOG_INFO, "train", "early stop at step %lld: test %s did not improve by more than %g in %lld evaluations (best %.4f)",
-			 (long long)t->step, tc->early_stop_on_loss ? "loss" : "accuracy",
+		/* (the evaluation early stopping watches: [data.val]'s when
+		 * there is one, else [data.eval]'s, the "test" of the logs) */
+		kiln_log(KILN_LOG_INFO, "train", "early stop at step %lld: %s %s did not improve by more than %g in %lld evaluations (best %.4f)",
+			 (long long)t->step, t->have_val ? "val" : "test",
+			 tc->early_stop_on_loss ? "loss" : "accuracy",
 			 tc->early_stop_min_delta, (long long)tc->early_stop_patience, best);
 		t->res->early_stopped = 1;
 	}

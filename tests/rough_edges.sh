@@ -200,7 +200,11 @@ e3=$(ep_line)
 # 13: early stopping across a resume
 es="data.path=$data train.epochs=5 train.max_steps=0 train.eval_every=2 train.early_stop_patience=2 train.early_stop_min_delta=100"
 kiln 0 train "$ini" $es run.out_dir="$tmp/es_u"
-stderr_has "early stop at step 6:"
+stderr_has "early stop at step 6: test accuracy did not improve"
+# with [data.val] it watches val's evaluation, and says so (it said "test"
+# before session 32)
+kiln 0 train "$ini" $es run.out_dir= data.val.images=tr_cnn_images.idx data.val.labels=tr_cnn_labels.idx
+stderr_has "early stop at step 6: val accuracy did not improve"
 # the JSON line says so (docs/training.md; session 29: it did not)
 stdout_matches '"early_stopped": true'
 kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" train.max_steps=4
