@@ -261,7 +261,6 @@ static kiln_status write_file(const char *tmp, int fd, const struct wsec *s, int
 	return st;
 }
 
-
 /* Section s: `bytes` bytes of host memory at p, tagged `tag`. */
 static void host_section(struct wsec *s, const char *tag, const void *p, size_t bytes)
 {

@@ -484,18 +484,26 @@ static void drop_span_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t e,
 	drop_flat_bf16(y, x, b, e, d, acc);
 }
 
+/* The run from index b (of `unit` indices a sample, S elements a sample)
+ * that one global offset serves: to e when the rows are consecutive in
+ * the global batch (rstride 1), else to the sample's end; its offset
+ * (cpu_drop_off) into dd->off.  Returns the run's end. */
+static int64_t drop_run(const struct drop *d, int64_t b, int64_t e, int64_t unit, int64_t S,
+			struct drop *dd)
+{
+	const int64_t n = b / unit;
+	dd->off = cpu_drop_off(d, n, S);
+	return d->rstride == 1 || (n + 1) * unit > e ? e : (n + 1) * unit;
+}
+
 /* Elements [b, e) of a flat tensor of S elements per sample row, each
- * row's run with its global offset (cpu_drop_off): one span when the rows
- * are consecutive in the global batch (rstride 1), else one per row.  bf:
- * bf16 storage. */
+ * row's run with its global offset (drop_run).  bf: bf16 storage. */
 static void drop_samples(void *y, const void *x, int64_t b, int64_t e, int64_t S,
 			 const struct drop *d, int acc, int bf)
 {
 	struct drop dd = *d;
 	while (b < e) {
-		const int64_t n = b / S;
-		const int64_t end = d->rstride == 1 || (n + 1) * S > e ? e : (n + 1) * S;
-		dd.off = cpu_drop_off(d, n, S);
+		const int64_t end = drop_run(d, b, e, S, S, &dd);
 		if (bf)
 			drop_span_bf16(y, x, b, end, &dd, acc);
 		else
@@ -505,15 +513,13 @@ static void drop_samples(void *y, const void *x, int64_t b, int64_t e, int64_t S
 }
 
 /* NHWC pixel rows [r0, r1) (HW per sample), each sample's with its global
- * offset, as drop_samples (one run when rstride is 1) */
+ * offset (drop_run) */
 static void drop_pixels(float *y, const float *x, int64_t r0, int64_t r1, int64_t C, int64_t HW,
 			const struct drop *d, int acc)
 {
 	struct drop dd = *d;
 	while (r0 < r1) {
-		const int64_t n = r0 / HW;
-		const int64_t end = d->rstride == 1 || (n + 1) * HW > r1 ? r1 : (n + 1) * HW;
-		dd.off = cpu_drop_off(d, n, C * HW);
+		const int64_t end = drop_run(d, r0, r1, HW, C * HW, &dd);
 		drop_rows(y, x, r0, end, C, HW, &dd, acc);
 		r0 = end;
 	}
