@@ -101,6 +101,13 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 static kiln_status checkpoint_done(struct trainer *t, const char *path);
 static kiln_status end_mark(struct trainer *t, int what);
 
+/* Evaluations the run records follow its last step: the epoch's ([train]
+ * eval, eval_every = 0) or [data.val]'s final test. */
+static int evals_follow_last(const struct trainer *t)
+{
+	return (t->tc.eval && !t->tc.eval_every) || t->have_val;
+}
+
 static int best_by_step(const void *a, const void *b)
 {
 	const struct kiln_ckpt_best *x = a, *y = b;
@@ -224,8 +231,7 @@ kiln_status trainer_checkpoint_point(struct trainer *t)
 	 * numbers (trainer_checkpoint_end), so a failure during them (a bad
 	 * image, a full disk, a kill) still leaves the run's last checkpoint
 	 * (session 32 had deferred it, and lost it on such a failure) */
-	if (final && !t->stopping && *t->ckdir &&
-	    ((tc->eval && !tc->eval_every) || t->have_val)) {
+	if (final && !t->stopping && *t->ckdir && evals_follow_last(t)) {
 		/* (end_mark's copy of the sums is a host sync: the steady
 		 * state's counters taken before it, checkpoint_at's mark after) */
 		trainer_counters_take(t);
@@ -300,7 +306,7 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t)
 		return KILN_OK;
 	if (t->stop_early && (t->have_val || tc->eval))
 		t->ckpt_end = CKPT_END_TEST;
-	else if (!t->stop_early && final && ((tc->eval && !tc->eval_every) || t->have_val))
+	else if (!t->stop_early && final && evals_follow_last(t))
 		t->ckpt_end = CKPT_END_EVALS;
 	else
 		return KILN_OK;
