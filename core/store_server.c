@@ -285,7 +285,7 @@ static void client_free(struct client *c)
 static void client_drop(struct store_server *s, size_t i)
 {
 	struct client *c = &s->cl[i];
-	const int all = kv_find(s, "kiln/all_joined") != NULL;
+	const int all = s->all_joined; /* (kiln/all_joined is set: kv_set) */
 	const int held = c->rank, joined = c->joined;
 	int rank = c->bye || !c->authed || !all ? -1 : c->rank;
 	client_free(c);
