@@ -1,16 +1,17 @@
 # plugins/common: code that more than one plugin (and the core) uses, kept
 # once.  Headers of inline helpers, listed in each user's _SOURCES:
+#   clones.h     KILN_CLONES: a loop built for AVX-512, AVX2 and baseline
 #   describe.h   tensor and op descriptions for error messages
 #   device.h     what both devices do alike: op names, run()'s argument
 #                check, op extents, lists of live objects
 #   scalar_ops.h the one-thread scalar steps (LR schedule, loss scaler, clip
 #                factor, batch norm's commit), C and CUDA
-PLUGIN_COMMON_H = plugins/common/describe.h plugins/common/device.h plugins/common/scalar_ops.h
+PLUGIN_COMMON_H = plugins/common/clones.h plugins/common/describe.h plugins/common/device.h plugins/common/scalar_ops.h
 # The communicators' shared pieces, compiled into each of them (hidden there:
 # only kiln_plugin_init is exported): the collective watchdog and the
 # /dev/shm rounds of kiln-mpi and kiln-gloo, kiln_plugin_init (comm_init.h).
 PLUGIN_COMM_COMMON = plugins/common/watchdog.c plugins/common/watchdog.h plugins/common/comm_init.h \
-	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/shm_room.h plugins/common/half.h \
+	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/clones.h plugins/common/shm_room.h plugins/common/half.h \
 	plugins/common/rank_name.h
 # open_file.h: opening a file to read, refusing FIFOs and devices before
 # open() can block (the core and kiln-loaders.so; issue 25)

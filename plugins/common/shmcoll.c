@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* CPU_COUNT */
 #endif
 #include "shmcoll.h"
+#include "clones.h"
 #include "half.h"
 #include "watchdog.h"
 
@@ -264,9 +265,7 @@ static kiln_status meet(struct shmcoll *s, int how, long seq, const char *what)
  * (Storing to a second destination in the same pass measured 1.7x slower
  * at 4 MiB than this pass and a memcpy.) */
 typedef float f32x16 __attribute__((vector_size(64)));
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
+KILN_CLONES
 static void sum_f32(float *dst, const float *const *src, int ns, size_t n, float scale)
 {
 	size_t i = 0;

@@ -11,6 +11,7 @@
 #ifndef KILN_CPU_H
 #define KILN_CPU_H
 
+#include "../common/clones.h"   /* KILN_CLONES */
 #include "../common/describe.h" /* common_numel, common_desc_str, common_op_tensors */
 #include "../common/device.h"   /* common_op_name, common_run_args_check, lists */
 #include "../common/half.h"     /* half_f32_bf16, half_bf16_f32 */
@@ -252,11 +253,7 @@ static inline int64_t cpu_num_threads(void) { return 1; }
  * machine's vector width: the plugin is built for the baseline x86-64 ISA,
  * so each inner span function is cloned for AVX-512 and AVX2 and picked at
  * load time (ifunc), and `omp simd` vectorises it whatever the -O level. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CPU_CLONES
-#endif
+#define CPU_CLONES KILN_CLONES /* ../common/clones.h */
 
 /* Split [0, n) into one contiguous, 16-element aligned span per thread of
  * the team and run `body(b, e)`; one parallel region per kernel. */

@@ -73,7 +73,7 @@ CPU_CLONES static void f32_to_bf16_span(uint16_t *restrict y, const float *restr
 /* f16 <-> f32: the x86-64-v3/v4 clones (AVX2/AVX-512 with F16C) convert
  * 8 or 16 elements per vcvtph2ps / vcvtps2ph (round to nearest even, as
  * the scalar conversion); the baseline clone is scalar. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if KILN_CLONES_OK /* cpu.h: ../common/clones.h */
 #define CPU_F16_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CPU_F16_CLONES

@@ -44,6 +44,7 @@
  */
 #include <kiln/plugin.h>
 
+#include "../common/clones.h"
 #include "../common/half.h"
 #include "../common/shmcoll.h"
 #include "../common/comm_init.h"
@@ -157,9 +158,7 @@ static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
  * every gradient (GCC 12 at -O2 leaves the plain loop scalar, which
  * measured 9% of a rank's CPU time in bench/overlap.sh at batch 64) */
 typedef float f32x16 __attribute__((vector_size(64)));
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
+KILN_CLONES
 static void scale_f32(float *p, size_t n, float s)
 {
 	size_t i = 0;
