@@ -86,8 +86,17 @@ int cli_args_ok(int argc, char **argv, const char *usage);
  * 1 when argv[*i] is option `name` with a value: *val is the value and *i
  * is advanced past it; 0 when argv[*i] is not `name`; -1, after
  * "kiln: error: NAME needs a value", when nothing follows it, or after
- * "kiln: error: NAME given twice" when an earlier argument was `name`. */
+ * "kiln: error: NAME given twice" when an earlier argument was `name`.
+ * `name` may list aliases, "--nproc|-n": each matches, the first is the
+ * option's name (twice is any two of them: "--nproc given twice"); the
+ * other messages name the one given.  Every command's parser, kiln
+ * launch's and kiln pack's included (their own loops before session 33). */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **val);
+/* A flag, an option without a value (`--force`): 1 when argv[i] is
+ * `name` (aliases as cli_opt's), 0 when it is not, -1 after "kiln: error:
+ * NAME takes no value ('ARG')" for `name=...`.  A flag given twice is
+ * the flag. */
+int cli_flag(char **argv, int i, const char *name);
 /* Called when a parser matched option `name` at argv[i]: the index of
  * another argument of argv matched as `name` before, else 0 (and this one
  * is remembered; a value that spells an option is never matched, so never

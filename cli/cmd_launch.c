@@ -149,76 +149,59 @@ struct launch_opts {
 	char why[640];
 };
 
-/* Read the options into *o; returns -1 to go on, else the exit code. */
+/* An integer option of launch_args (cli_opt_int) into *out: in [lo, 2^20]. */
+static int launch_int(int argc, char **argv, int *i, const char *name, int lo, int *out)
+{
+	long long v;
+	const int r = cli_opt_int(argc, argv, i, name, lo, 1 << 20, &v);
+	if (r > 0)
+		*out = (int)v;
+	return r;
+}
+
+/* Read the options into *o, with the parser the other commands use
+ * (cli/kiln.c: cli_opt; a loop of launch's own before session 33, whose
+ * errors said "kiln launch: error: -n needs a positive integer"); returns
+ * -1 to go on, else the exit code. */
 static int launch_args(int argc, char **argv, struct launch_opts *o, const char **master)
 {
-	unsigned seen = 0; /* the options given, by bit: one given twice is refused */
+	const char *bind = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		/* --nproc=2 and -n=2 as --opt=value elsewhere (refused before
-		 * session 31): the value after '=' instead of the next argument */
-		char name[32];
-		const char *eq = a[0] == '-' ? strchr(a, '=') : NULL;
-		int next = 1; /* the value is the next argument: skip it */
-		if (eq && (size_t)(eq - a) < sizeof name) {
-			snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
-			a = name;
-			v = eq + 1;
-			next = 0;
-		}
-		static const char *const opts[] = { "--nproc", "--nnodes", "--node-rank", "--grace",
-						    "--max-restarts", "--bind", "--master" };
-		for (unsigned k = 0; k < sizeof opts / sizeof *opts; k++)
-			if (!strcmp(a, opts[k]) || (k == 0 && !strcmp(a, "-n"))) {
-				if (seen & 1u << k) {
-					fprintf(stderr, "kiln launch: error: %s given twice: give it once\n", opts[k]);
-					return 2;
-				}
-				seen |= 1u << k;
-			}
+		int r;
 		if (!strcmp(a, "--")) {
 			o->cmd = i + 1;
 			break;
 		}
+		/* here, not by the dispatcher: the command's own --help follows `--` */
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			launch_usage(stdout);
 			return 0;
 		}
-		int *dst = !strcmp(a, "-n") || !strcmp(a, "--nproc") ? &o->nproc
-			   : !strcmp(a, "--nnodes")                 ? &o->nnodes
-			   : !strcmp(a, "--node-rank")              ? &o->node_rank
-			   : !strcmp(a, "--grace")                  ? &o->grace
-			   : !strcmp(a, "--max-restarts")           ? &o->max_restarts
-								    : NULL;
-		if (dst) {
-			const int zero_ok = dst == &o->node_rank || dst == &o->max_restarts;
-			if (!v || parse_int(v, zero_ok ? 0 : 1, 1 << 20, dst)) {
-				fprintf(stderr, "kiln launch: error: %s needs a %s integer\n", a,
-					zero_ok ? "non-negative" : "positive");
+		if ((r = launch_int(argc, argv, &i, "--nproc|-n", 1, &o->nproc)) ||
+		    (r = launch_int(argc, argv, &i, "--nnodes", 1, &o->nnodes)) ||
+		    (r = launch_int(argc, argv, &i, "--node-rank", 0, &o->node_rank)) ||
+		    (r = launch_int(argc, argv, &i, "--grace", 1, &o->grace)) ||
+		    (r = launch_int(argc, argv, &i, "--max-restarts", 0, &o->max_restarts)) ||
+		    (r = cli_opt(argc, argv, &i, "--bind", &bind)) ||
+		    (r = cli_opt(argc, argv, &i, "--master", master))) {
+			if (r < 0)
 				return 2;
-			}
-			i += next;
-		} else if (!strcmp(a, "--bind")) {
-			if (!v || (strcmp(v, "core") && strcmp(v, "none"))) {
-				fprintf(stderr, "kiln launch: error: --bind needs core or none\n");
-				return 2;
-			}
-			o->bind = !strcmp(v, "core");
-			i += next;
-		} else if (!strcmp(a, "--master")) {
-			if (!v) {
-				fprintf(stderr, "kiln launch: error: --master needs HOST:PORT\n");
-				return 2;
-			}
-			*master = v;
-			i += next;
-		} else {
-			fprintf(stderr, "kiln launch: error: unknown option '%s' (the command follows `--`)\n", a);
-			launch_usage(stderr);
-			return 2;
+			continue;
 		}
+		if (a[0] == '-')
+			cli_bad_arg(a);
+		else
+			fprintf(stderr, "kiln: error: unexpected argument '%s': the command follows `--`\n", a);
+		launch_usage(stderr);
+		return 2;
 	}
+	if (bind && strcmp(bind, "core") && strcmp(bind, "none")) {
+		fprintf(stderr, "kiln: error: --bind '%s': choose core or none\n", bind);
+		return 2;
+	}
+	if (bind)
+		o->bind = !strcmp(bind, "core");
 	if (!o->nproc || o->cmd < 0 || o->cmd >= argc) {
 		fprintf(stderr, "kiln launch: error: %s\n",
 			!o->nproc ? "-n N is required" : "no command after `--`");

@@ -228,29 +228,93 @@ struct pack_opts {
 	char **over;  /* the overrides, borrowed from argv */
 };
 
-static int parse_int(const char *s, long lo, long hi, int *out)
+/* After the error line (usage_error's, or cli_opt's): the usage; 2. */
+static int usage_tail(void)
 {
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (end == s || *end || errno || v < lo || v > hi)
-		return -1;
-	*out = (int)v;
-	return 0;
+	fprintf(stderr, "%s(kiln pack --help describes every option)\n", cmd_pack_usage);
+	return 2;
 }
 
 static int usage_error(const char *fmt, const char *arg)
 {
 	fprintf(stderr, "kiln: error: ");
 	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n%s(kiln pack --help describes every option)\n", cmd_pack_usage);
-	return 2;
+	fputc('\n', stderr);
+	return usage_tail();
 }
 
-/* Returns 0 or the exit code of a usage error. */
+/* The values of kiln pack's options that pack_values checks. */
+struct pack_given {
+	const char *shard_size, *store, *format;
+	long long quality, resize, workers; /* -1: not given */
+};
+
+/* g's values, and those pack_option read into *o, checked into *o: 0 or
+ * the exit code of a usage error. */
+static int pack_values(struct pack_opts *o, const struct pack_given *g)
+{
+	size_t sz; /* [run] memory_limit's sizes (kiln_parse_size) */
+	if (o->out && !*o->out)
+		return usage_error("%s", "--out needs a directory");
+	if (strcmp(o->section, "data") && strcmp(o->section, "data.eval"))
+		return usage_error("--section '%s': choose data or data.eval", o->section);
+	if (o->split && (!*o->split || strchr(o->split, '/') || o->split[0] == '.'))
+		return usage_error("--split '%s': a plain name such as train or test", o->split);
+	if (g->shard_size) {
+		if (kiln_parse_size(g->shard_size, &sz) || sz < 4096)
+			return usage_error("--shard-size '%s': a size such as 64M, 1G or 500000 (at least 4096 bytes)",
+					   g->shard_size);
+		o->shard_size = sz;
+	}
+	if (g->store && !strcmp(g->store, "raw"))
+		o->store = REC_RAW;
+	else if (g->store && (!strcmp(g->store, "jpeg") || !strcmp(g->store, "jpg")))
+		o->store = REC_JPEG;
+	else if (g->store && !strcmp(g->store, "png"))
+		o->store = REC_PNG;
+	else if (g->store)
+		return usage_error("--store '%s': choose raw, jpeg or png", g->store);
+	if (g->format && strcmp(g->format, "records") && strcmp(g->format, "folder"))
+		return usage_error("--format '%s': choose records or folder", g->format);
+	o->folder = g->format && !strcmp(g->format, "folder");
+	o->quality_given = g->quality >= 0;
+	if (g->quality >= 0)
+		o->quality = (int)g->quality;
+	if (g->resize >= 0)
+		o->resize = (int)g->resize;
+	if (g->workers >= 0)
+		o->workers = (int)g->workers;
+	return 0;
+}
+
+/* One option at argv[*i] (*i advanced past its value): 1 read, 0 not
+ * one of kiln pack's, -1 after cli_opt's error. */
+static int pack_option(int argc, char **argv, int *i, struct pack_opts *o, struct pack_given *g)
+{
+	int r;
+	if ((r = cli_flag(argv, *i, "--force")) > 0)
+		o->force = 1;
+	if (r ||
+	    (r = cli_opt(argc, argv, i, "--out", &o->out)) ||
+	    (r = cli_opt(argc, argv, i, "--section", &o->section)) ||
+	    (r = cli_opt(argc, argv, i, "--split", &o->split)) ||
+	    (r = cli_opt(argc, argv, i, "--shard-size", &g->shard_size)) ||
+	    (r = cli_opt(argc, argv, i, "--store", &g->store)) ||
+	    (r = cli_opt(argc, argv, i, "--format", &g->format)) ||
+	    (r = cli_opt_int(argc, argv, i, "--quality", 1, 100, &g->quality)) ||
+	    (r = cli_opt_int(argc, argv, i, "--resize", 1, 65535, &g->resize)) ||
+	    (r = cli_opt_int(argc, argv, i, "--workers", 1, 256, &g->workers)))
+		return r;
+	return 0;
+}
+
+/* Returns 0 or the exit code of a usage error.  The options by the parser
+ * every command shares (cli/kiln.c: cli_opt, cli_opt_int, cli_flag; a loop
+ * of kiln pack's own before session 33). */
 static int parse_args(int argc, char **argv, struct pack_opts *o)
 {
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	struct pack_given g = { .quality = -1, .resize = -1, .workers = -1 };
 	memset(o, 0, sizeof *o);
 	o->section = "data";
 	o->shard_size = 64ull << 20;
@@ -261,8 +325,8 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 	if (!o->over)
 		return usage_error("%s", "out of memory");
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = NULL;
-		char name[32];
+		const char *a = argv[i];
+		int r;
 		if (a[0] != '-' || !a[1]) {
 			if (strchr(a, '='))
 				o->over[o->nover++] = argv[i];
@@ -272,79 +336,16 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 				return usage_error("unexpected argument '%s' (overrides look like data.limit=1000)", a);
 			continue;
 		}
-		/* --opt=value or --opt value */
-		const char *eq = strchr(a, '=');
-		size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-		if (nl >= sizeof name)
-			return usage_error("unknown option '%s'", a);
-		memcpy(name, a, nl);
-		name[nl] = 0;
-		if (!strcmp(name, "--force")) {
-			if (eq)
-				return usage_error("--force takes no value ('%s')", a);
-			o->force = 1;
-			continue;
-		}
-		static const char *const with_value[] = { "--out", "--section", "--split",
-			"--shard-size", "--store", "--quality", "--resize", "--workers", "--format" };
-		int known = 0;
-		for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-			known |= !strcmp(name, with_value[k]);
-		if (!known)
-			return usage_error("unknown option '%s'", a);
-		if (cli_opt_seen(argv, i, name))
-			return usage_error("%s given twice: give it once", name);
-		if (eq)
-			val = eq + 1;
-		else if (i + 1 < argc)
-			val = argv[++i];
-		else
-			return usage_error("%s needs a value", name);
-		if (!strcmp(name, "--out")) {
-			if (!*val)
-				return usage_error("%s", "--out needs a directory");
-			o->out = val;
-		} else if (!strcmp(name, "--section")) {
-			if (strcmp(val, "data") && strcmp(val, "data.eval"))
-				return usage_error("--section '%s': choose data or data.eval", val);
-			o->section = val;
-		} else if (!strcmp(name, "--split")) {
-			if (!*val || strchr(val, '/') || val[0] == '.')
-				return usage_error("--split '%s': a plain name such as train or test", val);
-			o->split = val;
-		} else if (!strcmp(name, "--shard-size")) {
-			size_t sz; /* [run] memory_limit's sizes (kiln_parse_size) */
-			if (kiln_parse_size(val, &sz) || sz < 4096)
-				return usage_error("--shard-size '%s': a size such as 64M, 1G or 500000 (at least 4096 bytes)", val);
-			o->shard_size = sz;
-		} else if (!strcmp(name, "--store")) {
-			if (!strcmp(val, "raw"))
-				o->store = REC_RAW;
-			else if (!strcmp(val, "jpeg") || !strcmp(val, "jpg"))
-				o->store = REC_JPEG;
-			else if (!strcmp(val, "png"))
-				o->store = REC_PNG;
-			else
-				return usage_error("--store '%s': choose raw, jpeg or png", val);
-		} else if (!strcmp(name, "--format")) {
-			if (!strcmp(val, "records"))
-				o->folder = 0;
-			else if (!strcmp(val, "folder"))
-				o->folder = 1;
-			else
-				return usage_error("--format '%s': choose records or folder", val);
-		} else if (!strcmp(name, "--quality")) {
-			if (parse_int(val, 1, 100, &o->quality))
-				return usage_error("--quality '%s': an integer in 1..100", val);
-			o->quality_given = 1;
-		} else if (!strcmp(name, "--resize")) {
-			if (parse_int(val, 1, 65535, &o->resize))
-				return usage_error("--resize '%s': the shorter side in pixels, 1..65535", val);
-		} else if (!strcmp(name, "--workers")) {
-			if (parse_int(val, 1, 256, &o->workers))
-				return usage_error("--workers '%s': an integer in 1..256", val);
+		if ((r = pack_option(argc, argv, &i, o, &g)) < 0)
+			return usage_tail();
+		if (!r) {
+			cli_bad_arg(a);
+			return usage_tail();
 		}
 	}
+	int rc = pack_values(o, &g);
+	if (rc)
+		return rc;
 	if (!o->config)
 		return usage_error("%s", "no CONFIG file given");
 	if (!o->out)

@@ -161,14 +161,31 @@ int cli_opt_seen(char **argv, int i, const char *name)
 	return 0;
 }
 
+/* The length of argv[i]'s option name when it is one of `names` (aliases
+ * separated by '|': "--nproc|-n"), alone or before '=', else 0. */
+static size_t opt_match(const char *arg, const char *names)
+{
+	for (const char *p = names; *p;) {
+		const char *bar = strchr(p, '|');
+		const size_t n = bar ? (size_t)(bar - p) : strlen(p);
+		if (n && !strncmp(arg, p, n) && (!arg[n] || arg[n] == '='))
+			return n;
+		p += n + (bar != NULL);
+	}
+	return 0;
+}
+
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
 {
-	const size_t n = strlen(name);
-	if (strncmp(argv[*i], name, n) || (argv[*i][n] && argv[*i][n] != '='))
+	const size_t n = opt_match(argv[*i], name);
+	const size_t first = strcspn(name, "|"); /* the name messages and cli_opt_seen use */
+	char canon[48];
+	if (!n)
 		return 0;
+	snprintf(canon, sizeof canon, "%.*s", (int)first, name);
 	/* the last one silently won before session 31 (two --checkpoint) */
-	if (cli_opt_seen(argv, *i, name)) {
-		fprintf(stderr, "kiln: error: %s given twice: give it once\n", name);
+	if (cli_opt_seen(argv, *i, canon)) {
+		fprintf(stderr, "kiln: error: %s given twice: give it once\n", canon);
 		return -1;
 	}
 	if (argv[*i][n] == '=') {
@@ -176,11 +193,21 @@ int cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
 		return 1;
 	}
 	if (*i + 1 >= argc) {
-		fprintf(stderr, "kiln: error: %s needs a value\n", name);
+		fprintf(stderr, "kiln: error: %.*s needs a value\n", (int)n, argv[*i]);
 		return -1;
 	}
 	*val = argv[++*i];
 	return 1;
+}
+
+int cli_flag(char **argv, int i, const char *name)
+{
+	const size_t n = opt_match(argv[i], name);
+	if (n && argv[i][n] == '=') {
+		fprintf(stderr, "kiln: error: %.*s takes no value ('%s')\n", (int)n, argv[i], argv[i]);
+		return -1;
+	}
+	return n ? 1 : 0;
 }
 
 int cli_opt_int(int argc, char **argv, int *i, const char *name, long long lo, long long hi,
@@ -188,13 +215,16 @@ int cli_opt_int(int argc, char **argv, int *i, const char *name, long long lo, l
 {
 	const char *v;
 	char *end;
+	const int at = *i; /* the option's own argument */
 	int r = cli_opt(argc, argv, i, name, &v);
 	if (r <= 0)
 		return r;
 	errno = 0;
 	long long n = strtoll(v, &end, 10);
 	if (end == v || *end || errno || n < lo || n > hi) {
-		fprintf(stderr, "kiln: error: %s '%s': expected an integer in [%lld, %lld]\n", name, v, lo, hi);
+		/* the name as given (-n or --nproc) */
+		fprintf(stderr, "kiln: error: %.*s '%s': expected an integer in [%lld, %lld]\n",
+			(int)opt_match(argv[at], name), argv[at], v, lo, hi);
 		return -1;
 	}
 	*out = n;

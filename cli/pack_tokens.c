@@ -117,48 +117,49 @@ static kiln_status shard_write(struct shard_out *s, const int32_t *ids, size_t n
 
 /* ---- options ---------------------------------------------------------- */
 
-static int tok_usage_error(const char *fmt, const char *arg)
+/* After the error line (tok_usage_error's, or cli_opt's): the usage; 2. */
+static int tok_usage_tail(void)
 {
-	fprintf(stderr, "kiln pack: error: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n%s(kiln pack --help describes every option)\n",
-		tok_usage);
+	fprintf(stderr, "%s(kiln pack --help describes every option)\n", tok_usage);
 	return 2;
 }
 
-/* One option with its value (*i advanced past it). */
-static int tok_option(struct tok_opts *o, const char *name, const char *val)
+/* (the prefix was "kiln pack: error:" before session 33, unlike the
+ * shared parser's and kiln pack's own) */
+static int tok_usage_error(const char *fmt, const char *arg)
 {
-	char *end;
-	if (!strcmp(name, "--out"))
-		o->out = val;
-	else if (!strcmp(name, "--vocab"))
-		o->vocab = val;
-	else if (!strcmp(name, "--merges"))
-		o->merges = val;
-	else if (!strcmp(name, "--split"))
-		o->split = val;
-	else if (!strcmp(name, "--val-split"))
-		o->val_split = val;
-	else if (!strcmp(name, "--format")) {
-		if (strcmp(val, "tokens"))
-			return tok_usage_error("--format '%s': text files pack with --format tokens", val);
-	} else if (!strcmp(name, "--val-fraction")) {
-		o->val_fraction = strtod(val, &end);
-		if (end == val || *end || !(o->val_fraction >= 0 && o->val_fraction <= 0.99))
-			return tok_usage_error("--val-fraction '%s': a fraction in 0..0.99", val);
-	} else if (!strcmp(name, "--shard-tokens")) {
-		o->shard_tokens = strtoll(val, &end, 10);
-		if (end == val || *end || o->shard_tokens < 1 || o->shard_tokens > INT32_MAX)
-			return tok_usage_error("--shard-tokens '%s': a count in 1..2147483647", val);
-	} else {
-		return tok_usage_error("unknown option '%s'", name);
-	}
+	fprintf(stderr, "kiln: error: ");
+	fprintf(stderr, fmt, arg);
+	fputc('\n', stderr);
+	return tok_usage_tail();
+}
+
+/* One option at argv[*i] (*i advanced past its value), by the parser every
+ * command shares (cli/kiln.c; a loop of its own before session 33): 1
+ * read, 0 not one of --format tokens', -1 after cli_opt's error. */
+static int tok_option(int argc, char **argv, int *i, struct tok_opts *o, const char **format,
+		      const char **fraction)
+{
+	int r;
+	if ((r = cli_flag(argv, *i, "--force")) > 0)
+		o->force = 1;
+	if (r ||
+	    (r = cli_opt(argc, argv, i, "--out", &o->out)) ||
+	    (r = cli_opt(argc, argv, i, "--vocab", &o->vocab)) ||
+	    (r = cli_opt(argc, argv, i, "--merges", &o->merges)) ||
+	    (r = cli_opt(argc, argv, i, "--split", &o->split)) ||
+	    (r = cli_opt(argc, argv, i, "--val-split", &o->val_split)) ||
+	    (r = cli_opt(argc, argv, i, "--format", format)) ||
+	    (r = cli_opt(argc, argv, i, "--val-fraction", fraction)) ||
+	    (r = cli_opt_int(argc, argv, i, "--shard-tokens", 1, INT32_MAX, &o->shard_tokens)))
+		return r;
 	return 0;
 }
 
 static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
 {
+	const char *format = NULL, *fraction = NULL;
+	char *end;
 	memset(o, 0, sizeof *o);
 	o->split = "train";
 	o->val_split = "val";
@@ -167,28 +168,24 @@ static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
 		return 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		if (!strcmp(a, "--force")) {
-			o->force = 1;
-			continue;
-		}
+		int r;
 		if (strncmp(a, "--", 2)) {
 			o->in[o->n_in++] = argv[i];
 			continue;
 		}
-		char name[64];
-		const char *eq = strchr(a, '='), *val;
-		snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
-		if (cli_opt_seen(argv, i, name)) /* (the last won before session 31) */
-			return tok_usage_error("%s given twice: give it once", name);
-		if (eq)
-			val = eq + 1;
-		else if (i + 1 < argc)
-			val = argv[++i];
-		else
-			return tok_usage_error("%s needs a value", a);
-		int rc = tok_option(o, name, val);
-		if (rc)
-			return rc;
+		if ((r = tok_option(argc, argv, &i, o, &format, &fraction)) < 0)
+			return tok_usage_tail();
+		if (!r) {
+			cli_bad_arg(a);
+			return tok_usage_tail();
+		}
+	}
+	if (format && strcmp(format, "tokens"))
+		return tok_usage_error("--format '%s': text files pack with --format tokens", format);
+	if (fraction) {
+		o->val_fraction = strtod(fraction, &end);
+		if (end == fraction || *end || !(o->val_fraction >= 0 && o->val_fraction <= 0.99))
+			return tok_usage_error("--val-fraction '%s': a fraction in 0..0.99", fraction);
 	}
 	if (!o->out)
 		return tok_usage_error("%s", "--out DIR is required");

@@ -565,8 +565,8 @@ static const struct kiln_stage_transport_ops rank_ops = { rank_send, rank_recv, 
 
 /* [pipeline] sendrecv = auto, the one place of its rule: pair on kiln-mpi
  * (1.19-1.68x the samples/s of unpaired hand-offs on a quiet machine,
- * 1.3-1.5x under load: it has no send_now, so each unpaired send is the
- * send stream's) and kiln-nccl (one NCCL group is what NCCL asks of a
+ * 1.3-1.5x under load, measured when it had no send_now and each unpaired
+ * send was the send stream's; session 33 gave it one) and kiln-nccl (one NCCL group is what NCCL asks of a
  * send and a recv that must progress together); not on kiln-gloo (even
  * on a quiet machine, 3-5x slower under load on its shared-memory
  * channels and on TCP alike: docs/PERFORMANCE.md, "Session 13: pipeline

@@ -173,7 +173,7 @@ stderr_has "ranks not bound (--bind none)"
 kiln 0 launch -n=1 -- true
 stderr_has "ranks 0..0 of 1"
 kiln 2 launch -n 2 --nproc=3 -- true
-stderr_has "kiln launch: error: --nproc given twice: give it once"
+stderr_has "kiln: error: --nproc given twice: give it once"
 
 # ---- kiln plugins -------------------------------------------------------------
 kiln 0 plugins

@@ -167,6 +167,9 @@ if BUILD_LOADERS
 TESTS += tests/pack.sh
 endif
 EXTRA_DIST += tests/pack.sh
+# kiln launch's and kiln pack's options by the parser every command shares
+TESTS += tests/launch_pack_opts.sh
+EXTRA_DIST += tests/launch_pack_opts.sh
 # `kiln bench data`: the timed window holds the batches read in it
 if BUILD_LOADERS
 TESTS += tests/bench_data.sh

@@ -18,7 +18,10 @@
 #     averaging its gradients, its slice alone, each pipe 16 samples of
 #     the 32) does too;
 #  3. the same 2 and 4 stages under mpirun (kiln-mpi, thread_level =
-#     multiple; serialized is refused), where available, and stage 1's rank
+#     multiple; serialized is refused), where available, each stage's own
+#     stream sending its unpaired hand-off tokens (send_now, p2p_buffered:
+#     session 33), the same bytes with sendrecv = 0 and zero_copy = 0
+#     (whose tensors the send stream sends), and stage 1's rank
 #     killed mid-run ends the job non-zero within the timeout, naming it;
 #     world rank 3 of P = 2 x D = 2 stopped, the split communicators'
 #     messages name it by its world rank (session 15);
@@ -350,8 +353,30 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 		grep -q "comm mpi" "$tmp/$1.log" || bad "$1 did not run on mpi"
 		near one "$1" "$2 stages on $2 ranks (mpi)"
 	done
-	# (kiln-mpi has no send_now: every unpaired send is the send stream's)
 	paired m2 "0 18 24" "1 18 24"
+	# the 6 unpaired hand-offs of each rank are tokens the stage's stream
+	# sends itself (comm ops send_now and p2p_buffered: a copy by
+	# MPI_Isend, session 33; before, kiln-mpi had neither and every
+	# unpaired send was the send stream's); unpaired (sendrecv = 0) all 24;
+	# with zero_copy = 0 the tensors go as messages, by the send stream;
+	# the same parameters and momentum to the bit every way
+	for r in "m2u pipeline.sendrecv=0" "m2c pipeline.zero_copy=0"; do
+		set -- $r
+		timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+			-x KILN_MASTER_PORT="$(free_port 3)" -x OMP_NUM_THREADS=1 "$kiln" train "$ini" \
+			run.out_dir="$tmp/$1" train.batch=32 dist.pipeline=2 plugin.mpi.thread_level=multiple \
+			"$two" "$2" > "$tmp/$1.log" 2>&1 || { bad "$1: mpirun -np 2 exited $?"; tail -20 "$tmp/$1.log"; }
+		"$tool" close "$(ck m2 6)" "$(ck "$1" 6)" 0 params optim.momentum ||
+			bad "2 stages on 2 ranks (mpi): $2 ends elsewhere than the default"
+	done
+	for r in "m2 6" "m2u 24"; do
+		set -- $r
+		[ "$(grep -c "stage [01] (this rank): $2 crossing tensors sent by the stage's stream at once, 0 by the send stream" "$tmp/$1.log")" = 2 ] ||
+			{ bad "$1: the tokens are not sent by the stages' streams"; grep "crossing tensors sent" "$tmp/$1.log"; }
+	done
+	grep -q "in memory the stages' ranks share" "$tmp/m2c.log" && bad "m2c: zero_copy = 0 shares the crossing tensors"
+	[ "$(grep -c "stage [01] (this rank): 0 crossing tensors sent by the stage's stream at once, [1-9][0-9]* by the send stream" "$tmp/m2c.log")" = 2 ] ||
+		{ bad "m2c: the tensors are not the send stream's"; grep "crossing tensors sent" "$tmp/m2c.log"; }
 	# (its map_shared: one MPI_Win_allocate_shared window)
 	shared m2 "0 1 1 1" "1 1 1 1"
 	shared m4 "0 3 3 3" "3 3 3 3"

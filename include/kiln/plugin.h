@@ -730,8 +730,10 @@ struct kiln_comm_ops {
 	 * its receive, only for the receives of the earlier ones, so a
 	 * send_now with wait = 1 of so few bytes cannot wait on a receive
 	 * the peer will post after a receive of its own from this rank
-	 * (kiln-gloo's shared-memory channels: their ring less a frame).  0:
-	 * a send may wait for its receive (a rendezvous: TCP, MPI).  Any
+	 * (kiln-gloo's shared-memory channels: their ring less a frame;
+	 * kiln-mpi: 64, a copy sent by MPI_Isend, 32 in flight to a peer).
+	 * The caller's buffer is its own again when send_now returns.  0: a
+	 * send may wait for its receive (a rendezvous: Gloo's TCP).  Any
 	 * thread; no communication.  (optional: NULL means 0) */
 	size_t (*p2p_buffered)(void *ctx, int peer);
 

@@ -33,6 +33,14 @@
  * runs inline on the enqueuing thread (a synchronous stream: `kiln bench
  * comm`) always blocks ([plugin.mpi] wait, spin_us, sleep_us, nbc_ring).
  *
+ * Sends on the calling thread (comm ops send_now, p2p_buffered; session
+ * 33): a message of at most NOW_BYTES, the pipeline's 8-byte hand-off
+ * tokens, is copied and sent by MPI_Isend at once, its completion tested
+ * later (struct now_ring), so the stage's stream sends its tokens itself
+ * and the send stream's thread is not woken per message.  That needs
+ * MPI_THREAD_MULTIPLE (thread_level = multiple, which [dist] pipeline on
+ * kiln-mpi requires): p2p_buffered is 0 without it.
+ *
  * Timeouts.  An MPI collective cannot be cancelled.  A watchdog thread
  * watches the one in progress; past [dist] timeout it reports the error
  * through host->fatal, and the CLI ends the process (mpirun then ends the
@@ -121,6 +129,28 @@ struct mpi_comm {
 	int zero_copy;       /* [plugin.mpi] zero_copy */
 	int region_on;       /* alloc_shared gave region_win's memory */
 	MPI_Win region_win;
+	/* send_now's small messages in flight, by peer (world entries, each
+	 * made by its first send_now: now_ring); multiple: MPI_THREAD_MULTIPLE,
+	 * which p2p_buffered needs (the stage's stream and the send stream
+	 * both send) */
+	struct now_ring *_Atomic *now;
+	int multiple;
+};
+
+/* send_now's messages of at most NOW_BYTES (p2p_buffered): each copied
+ * into a slot of its peer's ring and sent by MPI_Isend from there, so
+ * that neither the call nor its caller's buffer waits for the receive;
+ * a slot is free again once its MPI_Test says the send completed.  With
+ * NOW_SLOTS in flight to one peer, the next waits for the oldest: the
+ * receive of an earlier message, which p2p_buffered's contract allows.
+ * (MPI_Bsend would need the process's one attached buffer, and refuses,
+ * MPI_ERR_BUFFER, rather than waits when it is full.) */
+#define NOW_BYTES 64
+#define NOW_SLOTS 32
+struct now_ring {
+	MPI_Request req[NOW_SLOTS];
+	unsigned char bytes[NOW_SLOTS][NOW_BYTES];
+	unsigned head, n; /* the oldest in flight; how many */
 };
 
 enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER, K_SEND, K_RECV,
@@ -769,6 +799,121 @@ static kiln_status mpi_recv(void *ctx, void *buf, size_t count, int dtype, int p
 	return mpi_p2p(ctx, K_RECV, buf, count, dtype, peer, stream, done);
 }
 
+/* peer's ring of send_now (made on its first use; a second thread making
+ * it at once keeps the first's), or NULL when out of memory */
+static struct now_ring *now_ring(struct mpi_comm *c, int peer)
+{
+	struct now_ring *r = atomic_load_explicit(&c->now[peer], memory_order_acquire), *none = NULL;
+	if (r)
+		return r;
+	if (!(r = calloc(1, sizeof *r)))
+		return NULL;
+	for (int k = 0; k < NOW_SLOTS; k++)
+		r->req[k] = MPI_REQUEST_NULL;
+	if (atomic_compare_exchange_strong(&c->now[peer], &none, r))
+		return r;
+	free(r);
+	return none;
+}
+
+/* The sends of r that completed, oldest first, given back; wait = 1: the
+ * oldest waited for first (paced as a point-to-point wait, watched). */
+static int now_reap(struct mpi_comm *c, struct now_ring *r, int peer, int wait)
+{
+	int rc = MPI_SUCCESS, done = 1;
+	if (wait && r->n) {
+		atomic_store(&c->peer, peer);
+		atomic_store(&c->peer2, -1);
+		watch(c, K_SEND, NOW_BYTES);
+		rc = wait_req(c, W_BLOCK, &r->req[r->head]);
+		unwatch(c);
+	}
+	while (rc == MPI_SUCCESS && r->n &&
+	       (rc = MPI_Test(&r->req[r->head], &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && done) {
+		r->head = (r->head + 1) % NOW_SLOTS;
+		r->n--;
+	}
+	return rc;
+}
+
+/* comm ops version 6: a send on the calling thread.  At most NOW_BYTES:
+ * MPI_Isend of a copy (struct now_ring), *sent = 1, waiting only when
+ * NOW_SLOTS to the peer are still in flight (wait = 0: then nothing
+ * sent).  Longer, wait = 1: the enqueued send's job run here (MPI_Isend
+ * and a paced wait for it: its receive); wait = 0: nothing (MPI cannot
+ * say whether it would wait).  MPI keeps the order of the messages to a
+ * peer, which the caller's order of its sends is. */
+static kiln_status mpi_send_now(void *ctx, const void *buf, size_t count, int dtype, int peer,
+				int wait, int *sent)
+{
+	struct mpi_comm *c = ctx;
+	const size_t bytes = count * dtype_size(dtype);
+	char me[96], p[32];
+	*sent = 0;
+	if (peer < 0 || peer >= c->world || peer == c->rank)
+		return H->error(KILN_EINVAL, "mpi: %s: send to rank %d of the communicator's %d: no such peer",
+				me_name(c, me, sizeof me), peer, c->world);
+	if (bytes > NOW_BYTES) {
+		if (!wait)
+			return KILN_OK;
+		struct job j = { .c = c, .kind = K_SEND, .buf = (void *)buf, .count = count,
+				 .dtype = dtype, .root = peer };
+		kiln_status st = run_job(&j);
+		*sent = !st;
+		return st;
+	}
+	struct now_ring *r = now_ring(c, peer);
+	if (!r)
+		return H->error(KILN_ENOMEM, "mpi: %s: out of memory for the sends to %s",
+				me_name(c, me, sizeof me), peer_name(c, peer, p, sizeof p));
+	int rc = now_reap(c, r, peer, 0);
+	if (rc == MPI_SUCCESS && r->n == NOW_SLOTS) {
+		if (!wait)
+			return KILN_OK;
+		rc = now_reap(c, r, peer, 1);
+	}
+	if (rc == MPI_SUCCESS) {
+		const unsigned k = (r->head + r->n) % NOW_SLOTS;
+		memcpy(r->bytes[k], buf, bytes);
+		rc = MPI_Isend(r->bytes[k], (int)bytes, MPI_BYTE, peer, P2P_TAG, c->comm, &r->req[k]);
+	}
+	if (rc != MPI_SUCCESS) {
+		struct job j = { .kind = K_SEND, .root = peer };
+		return job_fail(c, &j, rc, "MPI_Isend");
+	}
+	r->n++;
+	*sent = 1;
+	return KILN_OK;
+}
+
+/* comm ops version 8: send_now's copies (NOW_BYTES) under
+ * MPI_THREAD_MULTIPLE, which the pipeline's ranks run at
+ * ([plugin.mpi] thread_level = multiple: core/dist_pipe.c) */
+static size_t mpi_p2p_buffered(void *ctx, int peer)
+{
+	const struct mpi_comm *c = ctx;
+	return c->multiple && peer >= 0 && peer < c->world && peer != c->rank ? NOW_BYTES : 0;
+}
+
+/* At close: send_now's sends, which the peers' receives have completed
+ * in a run that ended well.  One still in flight (a run that failed) is
+ * left to MPI (MPI_Request_free) with its ring, which it may still read:
+ * not freed. */
+static void now_free(struct mpi_comm *c)
+{
+	for (int q = 0; c->now && q < c->world; q++) {
+		struct now_ring *r = atomic_load(&c->now[q]);
+		if (r && now_reap(c, r, q, 0) == MPI_SUCCESS && !r->n) {
+			free(r);
+			continue;
+		}
+		for (unsigned k = 0; r && k < r->n; k++)
+			MPI_Request_free(&r->req[(r->head + k) % NOW_SLOTS]);
+	}
+	free(c->now);
+	c->now = NULL;
+}
+
 /* comm ops version 7: one job, both halves posted before either waits */
 static kiln_status mpi_sendrecv(void *ctx, const void *send_buf, size_t send_count, int dst,
 				void *recv_buf, size_t recv_count, int src, int dtype, void *stream,
@@ -817,6 +962,7 @@ static void mpi_close(void *ctx)
 	int fin = 0;
 	MPI_Finalized(&fin);
 	if (!fin) {
+		now_free(c);
 		mpi_shm_teardown(c); /* collective, as MPI_Finalize is */
 		MPI_Op_free(&c->sum16[0]);
 		MPI_Op_free(&c->sum16[1]);
@@ -826,6 +972,10 @@ static void mpi_close(void *ctx)
 		if (atomic_fetch_sub(&n_open, 1) == 1)
 			MPI_Finalize();
 	}
+	/* (MPI finalized before now_free: nothing is in flight) */
+	for (int q = 0; c->now && q < c->world; q++)
+		free(atomic_load(&c->now[q]));
+	free(c->now);
 	while (c->kept) {
 		struct job *j = c->kept;
 		c->kept = j->next_kept;
@@ -840,8 +990,11 @@ static void mpi_close(void *ctx)
  * the watchdog.  Collective.  On failure c is closed. */
 static kiln_status comm_setup(struct mpi_comm *c)
 {
+	int level = 0;
 	atomic_fetch_add(&n_open, 1);
 	watchdog_init(&c->dog);
+	MPI_Query_thread(&level);
+	c->multiple = level == MPI_THREAD_MULTIPLE;
 	MPI_Type_contiguous(2, MPI_BYTE, &c->u16);
 	MPI_Type_commit(&c->u16);
 	MPI_Op_create(sum_bf16, 1, &c->sum16[0]);
@@ -853,6 +1006,10 @@ static kiln_status comm_setup(struct mpi_comm *c)
 	if (rc) {
 		mpi_close(c);
 		return H->error(KILN_EIO, "mpi: starting the watchdog thread: %s", strerror(rc));
+	}
+	if (!(c->now = calloc((size_t)c->world, sizeof *c->now))) {
+		mpi_close(c);
+		return H->error(KILN_ENOMEM, "mpi: out of memory");
 	}
 	return KILN_OK;
 }
@@ -1052,9 +1209,10 @@ static const struct kiln_comm_ops mpi_ops = {
 	.send = mpi_send,
 	.recv = mpi_recv,
 	.split = mpi_split,
-	.send_now = NULL,
+	.send_now = mpi_send_now,
 	.sendrecv = mpi_sendrecv,
 	.map_shared = mpi_map_shared,
+	.p2p_buffered = mpi_p2p_buffered,
 	.reduce_scatter_in_place = 1, /* (MPI_IN_PLACE: rs_in_place) */
 };
 
