@@ -117,7 +117,10 @@ int store_random(unsigned char *buf, size_t n);
  * apart) and TCP_USER_TIMEOUT of it on such connections, so that a claim's
  * holder that vanished is released (the connection stayed open for ever,
  * session 32); once every rank joined both are cleared, and a silent rank
- * is the heartbeat's to name. */
+ * is the heartbeat's to name.  The client sets TCP_USER_TIMEOUT of it (of
+ * its own timeout) at the rendezvous, and connects and claims again when
+ * its connection breaks there (core/store.c, rendezvous_reconnect: a live
+ * rank whose link blipped, session 33). */
 int kiln_store_dead_after_ms(int timeout_ms);
 
 /* The server: a thread serving on host:port (the master address; port 0:

@@ -19,7 +19,9 @@
  * uncounted), so a restarted rank r joins the ranks still waiting (a
  * holder whose host went down or whose link was cut closes nothing: TCP
  * keepalive and TCP_USER_TIMEOUT, on until every rank joined, end its
- * connection within kiln_store_dead_after_ms); after
+ * connection within kiln_store_dead_after_ms; a live holder whose link
+ * came back claims again: claim_takeover, or a plain won claim once it
+ * was released); after
  * it, a close without BYE is a death: the server records it under
  * "kiln/lost" (the first such rank, decimal) and "kiln/lost/<rank>", so
  * the survivors can name it.  Asked to stop after a rank was lost while
