@@ -583,8 +583,9 @@ static kiln_status claim_refused(int rank, const char *who, const char *v, size_
  * carries this process's claim key (core/store.h), with which a claim
  * again on a new connection (`again`: rendezvous_reconnect) takes over
  * the one the store still holds for the broken connection; a store
- * before session 33 denies it, with this process's own who, until it has
- * noticed that connection's loss: asked again every 200 ms until end. */
+ * before session 33 denies it, with this process's own claim as the
+ * holder's, until it has noticed that connection's loss: asked again
+ * every 200 ms until end. */
 static kiln_status rendezvous_claim(struct kiln_store *s, int rank, const char *who, int again,
 				    int64_t end)
 {
@@ -605,7 +606,11 @@ static kiln_status rendezvous_claim(struct kiln_store *s, int rank, const char *
 			free(v);
 			return st;
 		}
-		if (again && v && !strncmp(v, who, wl) && !((char *)v)[wl] && now_ms() < end &&
+		/* an older store keeps the whole claim, key included, as the
+		 * holder's who and denies it back: this process's own (a store
+		 * of session 33 on sends its figure there, and takes a live
+		 * holder's own key over) */
+		if (again && v && vn == vl - 8 && !memcmp(v, val + 8, vl - 8) && now_ms() < end &&
 		    !kiln_stop_pending()) {
 			free(v);
 			usleep(200000);
