@@ -9,7 +9,8 @@
  * in its own process group (so a terminal's Ctrl-C reaches it once, through
  * us) and stops with us (PR_SET_PDEATHSIG: SIGHUP, which `kiln train` takes
  * as a stop it names).  SIGINT, SIGTERM, SIGUSR1 and SIGHUP are
- * forwarded to every rank, once per --grace seconds (launch_forward);
+ * forwarded to every rank's process group (rank_kill: a wrapping command's
+ * children too), once per --grace seconds (launch_forward);
  * Ctrl-Z (SIGTSTP) stops the ranks, then the launcher (launch_suspend).  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
  * exits with that rank's status, naming it (and the cause of a stop not
@@ -397,6 +398,21 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 	_exit(127);
 }
 
+/* Signal a rank: its whole process group (each rank leads its own,
+ * launch_rank and launch_spawn), so that what a wrapping rank command
+ * (`sh -c`, `timeout`, a profiler) forked gets it too, as a terminal's
+ * Ctrl-C reaches a whole foreground job; before session 33 only the
+ * rank's pid did, and a wrapper that passed nothing on (a shell's trap, a
+ * shell that dies of it) left the trainer below it running with no stop
+ * and no checkpoint.  Else the rank alone (a group already gone).  A
+ * trainer that gets the signal from both its wrapper and the group takes
+ * it once (cli/cmd_train.c: a repeat within 5 s is the same stop). */
+static void rank_kill(pid_t pid, int sig)
+{
+	if (kill(-pid, sig))
+		kill(pid, sig);
+}
+
 /* Pass the signal that arrived on to every rank, once: a repeat within
  * --grace seconds of the last one passed on is dropped (Slurm, systemd and
  * `timeout` signal the launcher and, or twice, its group; each rank stops
@@ -416,7 +432,7 @@ static void launch_forward(const struct launch_opts *o, const pid_t *pids, doubl
 	fprintf(stderr, "kiln launch: passing %s to every rank\n", strsignal(sig));
 	for (int l = 0; l < o->nproc; l++)
 		if (pids[l])
-			kill(pids[l], sig);
+			rank_kill(pids[l], sig);
 }
 
 /* Ctrl-Z (SIGTSTP; SIGTTIN, SIGTTOU) for the launcher, which alone is in
@@ -434,12 +450,10 @@ static void launch_suspend(const struct launch_opts *o, const pid_t *pids)
 	got_tstp = 0;
 	fprintf(stderr, "kiln launch: %s: stopping the ranks too (fg or bg continues them)\n",
 		sig == SIGTSTP ? "SIGTSTP (Ctrl-Z)" : sig == SIGTTIN ? "SIGTTIN" : "SIGTTOU");
-	/* the rank's whole group (each leads its own: a wrapper such as
-	 * `timeout` or `sh -c` and the trainer it runs), else the rank alone
-	 * (its setpgid not yet run) */
+	/* the rank's whole group (rank_kill) */
 	for (int l = 0; l < o->nproc; l++)
-		if (pids[l] && kill(-pids[l], SIGSTOP))
-			kill(pids[l], SIGSTOP);
+		if (pids[l])
+			rank_kill(pids[l], SIGSTOP);
 	memset(&dfl, 0, sizeof dfl);
 	dfl.sa_handler = SIG_DFL;
 	sigaction(sig, &dfl, &mine);
@@ -450,8 +464,8 @@ static void launch_suspend(const struct launch_opts *o, const pid_t *pids)
 	sigprocmask(SIG_BLOCK, &one, NULL);
 	sigaction(sig, &mine, NULL);
 	for (int l = 0; l < o->nproc; l++)
-		if (pids[l] && kill(-pids[l], SIGCONT))
-			kill(pids[l], SIGCONT);
+		if (pids[l])
+			rank_kill(pids[l], SIGCONT);
 }
 
 /* SIGCHLD's handler: nothing to do; its arrival ends launch_sleep's
@@ -531,7 +545,7 @@ static int launch_wait(struct launch_opts *o, pid_t *pids)
 					o->grace);
 				for (int l = 0; l < nproc; l++)
 					if (pids[l])
-						kill(pids[l], SIGKILL);
+						rank_kill(pids[l], SIGKILL);
 				kill_at = 0;
 			}
 			if (!got_signal && !got_tstp)
@@ -566,7 +580,7 @@ static int launch_wait(struct launch_opts *o, pid_t *pids)
 				why, alive ? "; stopping the other ranks" : "");
 			for (int k = 0; k < nproc; k++)
 				if (pids[k])
-					kill(pids[k], SIGTERM);
+					rank_kill(pids[k], SIGTERM);
 			kill_at = mono() + o->grace;
 		}
 	}
@@ -597,11 +611,15 @@ static int launch_spawn(const struct launch_opts *o, char **argv, pid_t *pids, c
 		if (p < 0) {
 			fprintf(stderr, "kiln launch: error: fork: %s\n", strerror(errno));
 			for (int k = 0; k < l; k++)
-				kill(pids[k], SIGKILL);
+				rank_kill(pids[k], SIGKILL);
 			return -1;
 		}
 		if (!p)
 			launch_rank(o, argv, l, cpus, per, me);
+		/* the child's own setpgid too (launch_rank): whichever runs
+		 * first, the rank leads its group before a signal is passed
+		 * to it (EACCES once it has exec'd: its own call ran) */
+		setpgid(p, p);
 		pids[l] = p;
 	}
 	return 0;

@@ -28,6 +28,7 @@ struct kiln_store {
 	char host[256];
 	char token[STORE_TOKEN_MAX + 1];
 	int broken;        /* a request failed midway: the stream is out of step */
+	unsigned char claim_key[STORE_CLAIM_KEY_LEN]; /* this process's, for a claim again (rendezvous_claim) */
 	pthread_mutex_t lock;
 	struct store_server *srv;
 };
@@ -237,14 +238,23 @@ static void connect_note(char *why, size_t n, const struct addrinfo *p, int err)
 			 strchr(h, ':') ? "]" : "", sv, err == EINTR ? "stopped" : strerror(err));
 }
 
+/* connect_to's flags: CONNECT_STOPPABLE, a stop request ends the wait at
+ * once (the caller checks kiln_stop_pending); without, the deadline does
+ * (a failed rank's last questions to the store, asked while it stops).
+ * CONNECT_AGAIN, a connection lost at the rendezvous made again
+ * (rendezvous_reconnect): tries of at most CONNECT_SLICE_MS even to one
+ * address (a link that comes back answers the next try's SYN, not the
+ * kernel's next retry of one long try, seconds later), and a refusal
+ * (nothing listens: rank 0 is gone) ends it at once. */
+#define CONNECT_STOPPABLE 1
+#define CONNECT_AGAIN 2
+
 /* A connected socket to host:port before deadline (ms), or -1 with why
- * naming each address tried and its last error.  With stoppable, a stop
- * request ends the wait at once (the caller checks kiln_stop_pending);
- * without, the deadline does (a failed rank's last questions to the store,
- * asked while it stops). */
-static int connect_to(const char *host, int port, int64_t deadline, int stoppable, char *why,
+ * naming each address tried and its last error (flags: above). */
+static int connect_to(const char *host, int port, int64_t deadline, int flags, char *why,
 		      size_t n)
 {
+	const int stoppable = flags & CONNECT_STOPPABLE;
 	char ps[16];
 	snprintf(ps, sizeof ps, "%d", port);
 	snprintf(why, n, "nothing answered");
@@ -260,7 +270,8 @@ static int connect_to(const char *host, int port, int64_t deadline, int stoppabl
 		/* 1, 2, then 4 s at most a turn: a dead address never holds a
 		 * live one back longer (growing on, a rank 0 that started a
 		 * minute late met 64 s turns on the dead one) */
-		const int64_t most = naddr > 1 ? (int64_t)CONNECT_SLICE_MS << (turn < 2 ? turn : 2) : INT64_MAX;
+		const int64_t most = flags & CONNECT_AGAIN ? CONNECT_SLICE_MS
+				     : naddr > 1 ? (int64_t)CONNECT_SLICE_MS << (turn < 2 ? turn : 2) : INT64_MAX;
 		for (struct addrinfo *p = ai; p && !(stoppable && kiln_stop_pending()); p = p->ai_next) {
 			int64_t left = deadline - now_ms();
 			int err, fd = connect_one(p, left < 1 ? 1 : left < most ? left : most, stoppable, &err);
@@ -269,6 +280,10 @@ static int connect_to(const char *host, int port, int64_t deadline, int stoppabl
 				return fd;
 			}
 			connect_note(why, n, p, err);
+			if ((flags & CONNECT_AGAIN) && err == ECONNREFUSED) {
+				freeaddrinfo(ai);
+				return -1;
+			}
 		}
 		if (ai)
 			freeaddrinfo(ai);
@@ -330,7 +345,7 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 		return st;
 	}
 	const int64_t deadline = now_ms() + timeout_ms;
-	s->fd = connect_to(s->host, s->port, deadline, 1, why, sizeof why);
+	s->fd = connect_to(s->host, s->port, deadline, CONNECT_STOPPABLE, why, sizeof why);
 	if (s->fd < 0 && kiln_stop_pending()) {
 		st = kiln_error(KILN_EIO, "rank %d of %d: a stop was requested (a signal) while connecting to the rendezvous store at " KILN_AT_FMT " (%s)",
 				rank, world, KILN_AT_ARG(host, port), why);
@@ -541,35 +556,74 @@ static kiln_status post_host(struct kiln_store *s, int rank)
 	return kiln_store_set(s, key, name, strlen(name));
 }
 
+/* The refusal of rank's claim for this process (who): the holder's who
+ * (v, up to its NUL) and, from a store of session 33 on, after the NUL the
+ * store's own kiln_store_dead_after_ms (u32): rank 0's [dist] timeout
+ * decides when a silent holder's claim is given back, not this process's
+ * (before, this process's own timeout gave the figure, wrong where the
+ * two differ); an older store's refusal has none, and the estimate from
+ * this process's timeout says so. */
+static kiln_status claim_refused(int rank, const char *who, const char *v, size_t vn,
+				 int timeout_ms)
+{
+	const size_t hl = v ? strnlen(v, vn) : 0;
+	const int store_says = v && vn == hl + 1 + 4;
+	const double secs = (store_says ? (int)get32((const unsigned char *)v + hl + 1)
+					: kiln_store_dead_after_ms(timeout_ms)) / 1000.0;
+	return kiln_error(KILN_ECONFIG, "rank %d joined twice: this process (%s) and one before it (%s): two launches with the same --node-rank, or a rank restarted while the previous run's store still answered, or its host went down before every rank joined (the store gives such a rank's claim back within about %.0f s of its going%s: start it again after that)",
+			  rank, who, v ? v : "?", secs,
+			  store_says ? "" : ", by this process's [dist] timeout: rank 0's decides");
+}
+
 /* Claim rank `rank` for this process (who: "host H, pid P"): KILN_OK when
  * won, KILN_ECONFIG naming both processes when another holds it.  The
  * server decides and ties the rank to this connection only when won, so
  * a refused process is never taken for the rank: not when it dies (it is
- * not "lost"), not for its keys (it writes none of the rank's). */
-static kiln_status rendezvous_claim(struct kiln_store *s, int rank, const char *who)
+ * not "lost"), not for its keys (it writes none of the rank's).  The claim
+ * carries this process's claim key (core/store.h), with which a claim
+ * again on a new connection (`again`: rendezvous_reconnect) takes over
+ * the one the store still holds for the broken connection; a store
+ * before session 33 denies it, with this process's own claim as the
+ * holder's, until it has noticed that connection's loss: asked again
+ * every 200 ms until end. */
+static kiln_status rendezvous_claim(struct kiln_store *s, int rank, const char *who, int again,
+				    int64_t end)
 {
-	unsigned char val[8 + 320];
-	const size_t wl = strlen(who) < sizeof val - 8 ? strlen(who) : sizeof val - 8;
+	unsigned char val[8 + 320 + 1 + STORE_CLAIM_KEY_LEN];
+	const size_t wl = strlen(who) < 319 ? strlen(who) : 319;
+	const uint32_t vl = (uint32_t)(8 + wl + 1 + STORE_CLAIM_KEY_LEN);
 	int64_t r = rank;
-	int status = 0;
-	void *v = NULL;
 	memcpy(val, &r, 8);
 	memcpy(val + 8, who, wl);
-	kiln_status st = request(s, STORE_OP_CLAIM, "", val, (uint32_t)(8 + wl), s->timeout_ms,
-				 &status, &v, NULL);
-	if (st || status == STORE_OK) {
+	val[8 + wl] = 0;
+	memcpy(val + 9 + wl, s->claim_key, STORE_CLAIM_KEY_LEN);
+	for (;;) {
+		int status = 0;
+		void *v = NULL;
+		size_t vn = 0;
+		kiln_status st = request(s, STORE_OP_CLAIM, "", val, vl, s->timeout_ms, &status, &v, &vn);
+		if (st || status == STORE_OK) {
+			free(v);
+			return st;
+		}
+		/* an older store keeps the whole claim, key included, as the
+		 * holder's who and denies it back: this process's own (a store
+		 * of session 33 on sends its figure there, and takes a live
+		 * holder's own key over) */
+		if (again && v && vn == vl - 8 && !memcmp(v, val + 8, vl - 8) && now_ms() < end &&
+		    !kiln_stop_pending()) {
+			free(v);
+			usleep(200000);
+			continue;
+		}
+		/* the holder is alive, or joined a rendezvous that completed:
+		 * this process alone is refused; the ranks waiting go on (a
+		 * restarted rank whose predecessor left before every rank
+		 * joined finds the claim released and is not here) */
+		st = claim_refused(rank, who, v, vn, s->timeout_ms);
 		free(v);
 		return st;
 	}
-	/* the holder is alive, or joined a rendezvous that completed: this
-	 * process alone is refused; the ranks waiting go on (a restarted
-	 * rank whose predecessor left before every rank joined finds the
-	 * claim released and is not here) */
-	st = kiln_error(KILN_ECONFIG, "rank %d joined twice: this process (%s) and one before it (%s): two launches with the same --node-rank, or a rank restarted while the previous run's store still answered, or its host went down before every rank joined (the store gives such a rank's claim back within about %.0f s of its going: start it again after that)",
-			rank, who, v ? (const char *)v : "?",
-			kiln_store_dead_after_ms(s->timeout_ms) / 1000.0);
-	free(v);
-	return st;
 }
 
 /* Count this rank in (JOIN): the world-th sets kiln/all_joined. */
@@ -583,33 +637,105 @@ static kiln_status rendezvous_join(struct kiln_store *s, int world)
 	return st;
 }
 
+/* The store connection's TCP_USER_TIMEOUT (0: the kernel's default):
+ * on at the rendezvous, kiln_store_dead_after_ms of this process's
+ * timeout, so that a request unanswered over a link gone silent fails
+ * then (and rendezvous_reconnect tries again) instead of at [dist]
+ * timeout or at the link's return; off after it, where a silent store is
+ * the heartbeat's to name. */
+static void store_user_timeout(const struct kiln_store *s, int ms)
+{
+	const unsigned int u = ms > 0 ? (unsigned int)ms : 0;
+	if (s->fd >= 0)
+		setsockopt(s->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &u, sizeof u);
+}
+
+/* ms left until end (0 when past). */
+static int left_ms(int64_t end)
+{
+	const int64_t l = end - now_ms();
+	return l > 0 ? (l < INT32_MAX ? (int)l : INT32_MAX) : 0;
+}
+
+/* s's connection broke at the rendezvous: no answer over a link gone
+ * silent (store_user_timeout), or closed by the store, which dropped it
+ * after the link was silent kiln_store_dead_after_ms (and gave the claim
+ * back).  The rank is alive: connect again and authenticate before end,
+ * then the caller claims again (session 33: before, such a rank failed,
+ * "connection lost", or waited on its dead connection, and every other
+ * rank timed out: "rank r never arrived").  KILN_OK (a warning says so),
+ * else the error, the lost connection's first: nothing listens any more
+ * (rank 0 is gone), or nothing answered before end. */
+static kiln_status rendezvous_reconnect(struct kiln_store *s, int rank, int world, int64_t end)
+{
+	char lost[512], why[512];
+	int status;
+	int64_t r = rank;
+	snprintf(lost, sizeof lost, "%s", kiln_last_error());
+	close(s->fd);
+	s->fd = connect_to(s->host, s->port, end, CONNECT_STOPPABLE | CONNECT_AGAIN, why, sizeof why);
+	kiln_status st = s->fd < 0 ? KILN_EIO : KILN_OK;
+	s->broken = 0;
+	if (!st && !(st = authenticate(s, end, s->timeout_ms)))
+		st = request(s, STORE_OP_HELLO, "", &r, 8, s->timeout_ms, &status, NULL, NULL);
+	if (st) {
+		if (s->fd >= 0)
+			snprintf(why, sizeof why, "%s", kiln_last_error());
+		s->broken = 1; /* no goodbye on it */
+		return kiln_error(KILN_EIO, "%s; connecting again: %s", lost, why);
+	}
+	store_user_timeout(s, kiln_store_dead_after_ms(s->timeout_ms));
+	kiln_log(KILN_LOG_WARN, "dist", "rank %d of %d: the connection to the rendezvous store at " KILN_AT_FMT " broke (%s): connected again, joining again",
+		 rank, world, KILN_AT_ARG(s->host, s->port), lost);
+	return KILN_OK;
+}
+
+/* The rendezvous' steps on s's connection, until end: claim (again:
+ * rendezvous_claim), post this rank's keys, compare world sizes, join,
+ * wait for every rank.  Each step may be done again on a new connection
+ * (the keys are the same, a join counted once: the store's). */
+static kiln_status rendezvous_steps(struct kiln_store *s, int rank, int world, const char *who,
+				    int again, int64_t end)
+{
+	char key[64];
+	kiln_status st;
+	if ((st = rendezvous_claim(s, rank, who, again, end)))
+		return st;
+	snprintf(key, sizeof key, "kiln/joined/%d", rank);
+	if ((st = kiln_store_set(s, key, who, strlen(who) + 1)) || (st = post_host(s, rank)) ||
+	    (st = post_addr(s, rank)) || (st = rendezvous_world(s, rank, world, left_ms(end))) ||
+	    (st = rendezvous_join(s, world)))
+		return st;
+	return rendezvous_wait(s, "kiln/all_joined", left_ms(end), NULL);
+}
+
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms)
 {
 	char key[64], who[320];
 	kiln_status st;
+	const int64_t end = now_ms() + timeout_ms;
 	/* one process a rank: the first to claim it joins; a second (two
 	 * launches with the same --node-rank, or a restarted rank that
 	 * reached the previous run's store) is refused at once */
 	char host[256] = "?";
 	if (gethostname(host, sizeof host - 1))
 		snprintf(host, sizeof host, "?");
-	int wn = snprintf(who, sizeof who, "host %s, pid %ld", host, (long)getpid());
-	if ((st = rendezvous_claim(s, rank, who)))
-		return st;
-	snprintf(key, sizeof key, "kiln/joined/%d", rank);
-	if ((st = kiln_store_set(s, key, who, (size_t)wn + 1)) || (st = post_host(s, rank)) ||
-	    (st = post_addr(s, rank)))
-		return st;
-	st = rendezvous_world(s, rank, world, timeout_ms);
-	if (!st)
-		st = rendezvous_join(s, world);
-	void *v;
-	if (!st)
-		st = rendezvous_wait(s, "kiln/all_joined", timeout_ms, NULL);
+	snprintf(who, sizeof who, "host %s, pid %ld", host, (long)getpid());
+	if (store_random(s->claim_key, sizeof s->claim_key))
+		return kiln_error(KILN_EIO, "rank %d of %d: no random bytes for the claim (OpenSSL)", rank,
+				  world);
+	store_user_timeout(s, kiln_store_dead_after_ms(s->timeout_ms));
+	st = rendezvous_steps(s, rank, world, who, 0, end);
+	/* its connection broke, the rank alive: again, on a new one */
+	while (st && s->broken && now_ms() < end && !kiln_stop_pending() &&
+	       !(st = rendezvous_reconnect(s, rank, world, end)))
+		st = rendezvous_steps(s, rank, world, who, 1, end);
+	store_user_timeout(s, 0);
 	if (st && st != KILN_ETIMEOUT)
 		return kiln_error_wrap(st, "rank %d of %d", rank, world);
 	if (!st)
 		return KILN_OK;
+	void *v;
 	/* which ranks never came?  (a fresh connection: this one timed out) */
 	struct kiln_store *q = NULL;
 	char missing[512] = "", refused[960] = "";

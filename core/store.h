@@ -31,9 +31,18 @@ enum {
 	STORE_OP_BYE = 6,
 	STORE_OP_AUTH = 7,
 	/* the rendezvous' own steps, which the server ties to the connection
-	 * (core/store_server.c): CLAIM val = i64 rank, then who (text): won
-	 * (STORE_OK) when no live or joined process holds the rank, else
-	 * STORE_DENIED with the holder's who; JOIN val = i64 world: counted
+	 * (core/store_server.c): CLAIM val = i64 rank, then who (text), then
+	 * (session 33 on) a NUL and the process's claim key
+	 * (STORE_CLAIM_KEY_LEN random bytes): won (STORE_OK) when no live or
+	 * joined process holds the rank, or when its live holder's claim
+	 * carried the same key (the same process connecting again after its
+	 * connection broke: it takes the claim over), else STORE_DENIED with
+	 * the holder's who, then (session 33 on) a NUL and the server's
+	 * kiln_store_dead_after_ms as u32.  Both additions ride behind a
+	 * NUL within KILNST2: a server before them stores the key as part of
+	 * who and never takes over (a client then waits for the old claim's
+	 * release); a client before them prints the denial up to the NUL and
+	 * claims with no key (never taken over); JOIN val = i64 world: counted
 	 * in kiln/joined once, the world-th sets kiln/all_joined; answered
 	 * with the count (i64) */
 	STORE_OP_CLAIM = 8,
@@ -47,6 +56,7 @@ enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
 #define STORE_MAGIC_LEN 8
 #define STORE_NONCE_LEN 32
 #define STORE_MAC_LEN 32
+#define STORE_CLAIM_KEY_LEN 16
 #define STORE_MAX_KEY 4096
 /* the server's limits (docs/distributed.md, "The store") */
 #define STORE_MAX_VALUE (8u << 20)    /* bytes of one value */
@@ -107,7 +117,10 @@ int store_random(unsigned char *buf, size_t n);
  * apart) and TCP_USER_TIMEOUT of it on such connections, so that a claim's
  * holder that vanished is released (the connection stayed open for ever,
  * session 32); once every rank joined both are cleared, and a silent rank
- * is the heartbeat's to name. */
+ * is the heartbeat's to name.  The client sets TCP_USER_TIMEOUT of it (of
+ * its own timeout) at the rendezvous, and connects and claims again when
+ * its connection breaks there (core/store.c, rendezvous_reconnect: a live
+ * rank whose link blipped, session 33). */
 int kiln_store_dead_after_ms(int timeout_ms);
 
 /* The server: a thread serving on host:port (the master address; port 0:

@@ -19,7 +19,9 @@
  * uncounted), so a restarted rank r joins the ranks still waiting (a
  * holder whose host went down or whose link was cut closes nothing: TCP
  * keepalive and TCP_USER_TIMEOUT, on until every rank joined, end its
- * connection within kiln_store_dead_after_ms); after
+ * connection within kiln_store_dead_after_ms; a live holder whose link
+ * came back claims again: claim_takeover, or a plain won claim once it
+ * was released); after
  * it, a close without BYE is a death: the server records it under
  * "kiln/lost" (the first such rank, decimal) and "kiln/lost/<rank>", so
  * the survivors can name it.  Asked to stop after a rank was lost while
@@ -55,6 +57,8 @@ struct client {
 	int fd;
 	int rank;            /* the rank whose CLAIM it won, -1 none */
 	int joined;          /* counted in kiln/joined (JOIN) */
+	int has_key;         /* its CLAIM carried a claim key (claim_parse) */
+	unsigned char key[STORE_CLAIM_KEY_LEN]; /* which a CLAIM taking its rank over shows */
 	int bye, authed;
 	int64_t auth_by;     /* ms: dropped when not authenticated by then */
 	char peer[80];       /* its address, "ADDR:PORT" */
@@ -342,35 +346,94 @@ static int set_reply(struct client *c, int r, const void *val, uint32_t len)
 	return r ? reply(c, STORE_REFUSED, why, sizeof why - 1) : reply(c, STORE_OK, val, len);
 }
 
+/* A CLAIM's value (core/store.h): the rank, who (text, up to a NUL),
+ * then, from a client of session 33 on, the NUL and the process's claim
+ * key.  -1: malformed. */
+static int claim_parse(const struct kiln_store_msg *m, int64_t *r, char *who, size_t wn,
+		       unsigned char *key, int *has_key)
+{
+	if (m->vlen < 8)
+		return -1;
+	memcpy(r, m->val, 8);
+	if (*r < 0 || *r > INT32_MAX)
+		return -1;
+	const unsigned char *t = m->val + 8, *nul = memchr(t, 0, m->vlen - 8);
+	const size_t tl = nul ? (size_t)(nul - t) : m->vlen - 8;
+	const size_t wl = tl < wn - 1 ? tl : wn - 1;
+	memcpy(who, t, wl);
+	who[wl] = 0;
+	*has_key = nul && m->vlen - 8 - tl - 1 == STORE_CLAIM_KEY_LEN;
+	if (*has_key)
+		memcpy(key, nul + 1, STORE_CLAIM_KEY_LEN);
+	return 0;
+}
+
+/* The live connection that holds rank r's claim other than c, or NULL. */
+static struct client *claim_holder(struct store_server *s, const struct client *c, int64_t r)
+{
+	for (size_t i = 0; i < s->n_cl; i++)
+		if (&s->cl[i] != c && s->cl[i].rank == r)
+			return &s->cl[i];
+	return NULL;
+}
+
+/* The holder h's process claims its rank again on a new connection c (its
+ * old one broke on its side, a link blip, before the server noticed): c
+ * takes the claim and the join over; h is shut down, and its close
+ * releases nothing and is no loss (its rank is -1 now).  Without this,
+ * the rank was refused as a second process for itself, or, had every
+ * other rank joined meanwhile, lost when h's close came. */
+static void claim_takeover(struct client *c, struct client *h, int64_t r)
+{
+	c->rank = (int)r;
+	c->joined = h->joined;
+	h->rank = -1;
+	h->joined = 0;
+	shutdown(h->fd, SHUT_RDWR); /* (dropped at its next turn: it reads EOF) */
+	kiln_log(KILN_LOG_INFO, "store", "rank %lld connected again (the same process, from %s): its previous connection is closed",
+		 (long long)r, c->peer);
+}
+
 /* CLAIM: won when nobody holds the rank (kiln/claim/R holds the winner's
- * who); a denial answers the holder's who and is counted under
- * STORE_CLAIMS_REFUSED_KEY, which the rendezvous' timeout names. */
+ * who), or when the live holder is the same process (its claim key:
+ * claim_takeover); a denial answers the holder's who, then a NUL and the
+ * store's kiln_store_dead_after_ms (u32), which the refused process's
+ * message names (its own [dist] timeout may differ from rank 0's, which
+ * this store's is; clients before session 33 print up to the NUL), and
+ * is counted under STORE_CLAIMS_REFUSED_KEY, which the rendezvous'
+ * timeout names. */
 static int handle_claim(struct store_server *s, struct client *c, const struct kiln_store_msg *m)
 {
 	int64_t r = -1;
 	char key[64], who[320], note[800];
-	if (m->vlen < 8 || c->rank >= 0)
+	unsigned char ckey[STORE_CLAIM_KEY_LEN];
+	int has_key = 0;
+	if (c->rank >= 0 || claim_parse(m, &r, who, sizeof who, ckey, &has_key))
 		return -1;
-	memcpy(&r, m->val, 8);
-	if (r < 0 || r > INT32_MAX)
-		return -1;
-	const uint32_t wl = m->vlen - 8 < sizeof who - 1 ? m->vlen - 8 : (uint32_t)sizeof who - 1;
-	memcpy(who, m->val + 8, wl);
-	who[wl] = 0;
 	snprintf(key, sizeof key, "kiln/claim/%lld", (long long)r);
 	const struct kv *e = kv_find(s, key);
-	if (e) {
+	struct client *h = e ? claim_holder(s, c, r) : NULL;
+	if (h && has_key && h->has_key && !CRYPTO_memcmp(h->key, ckey, sizeof ckey)) {
+		claim_takeover(c, h, r);
+	} else if (e) {
+		unsigned char h5[5], d[4];
 		int k = snprintf(note, sizeof note, "refused %lld claim(s), the last: rank %lld by %s (held by %s)",
 				 ++s->n_claims_refused, (long long)r, who, e->val);
-		if (reply(c, STORE_DENIED, e->val, e->len))
+		h5[0] = STORE_DENIED;
+		put32(h5 + 1, e->len + 1 + (uint32_t)sizeof d);
+		put32(d, (uint32_t)s->dead_after_ms);
+		/* (e->val ends in a NUL: kv_set) */
+		if (queue(c, h5, sizeof h5) || queue(c, e->val, e->len + 1) || queue(c, d, sizeof d))
 			return -1;
 		kv_set(s, STORE_CLAIMS_REFUSED_KEY, note,
 		       (uint32_t)(k < (int)sizeof note ? k : (int)sizeof note - 1), 1);
 		return 0;
-	}
-	if (kv_set(s, key, who, wl, 1))
+	} else if (kv_set(s, key, who, (uint32_t)strlen(who), 1)) {
 		return -1;
+	}
 	c->rank = (int)r;
+	c->has_key = has_key;
+	memcpy(c->key, ckey, sizeof ckey);
 	return reply(c, STORE_OK, NULL, 0);
 }
 

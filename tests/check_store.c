@@ -28,6 +28,10 @@
  *   joined have TCP keepalive and TCP_USER_TIMEOUT, after it not; the
  *   count of refused claims is the server's, whatever a client set the
  *   key to (session 32's review);
+ * - a refused claim names the store's figure for a silent holder's
+ *   release, not the refused process's own; a rank whose connection
+ *   broke on its side at the rendezvous connects and claims again, taking
+ *   its claim over (session 33);
  * - a value over 8 MiB and sets beyond 32 MiB in all are refused;
  * - a store that never answers: calls end after the store's timeout;
  * - the request parser (kiln_store_msg_parse) on partial, complete and
@@ -48,6 +52,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1151,13 +1156,196 @@ START_TEST(test_connect_dropped)
 }
 END_TEST
 
+/* Finding 2 of session 33: a refused claim's "gives such a rank's claim
+ * back within about N s" is the store's figure (rank 0's [dist] timeout:
+ * 40 s, 10 s), sent with the refusal, not the refused process's own
+ * (4 s, 1 s), which it computed before. */
+START_TEST(test_refusal_store_figure)
+{
+	struct kiln_store *s0, *s1, *s2;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 40000, &s0), KILN_OK);
+	const int port = kiln_store_port(s0);
+	struct r0 a = { .s = s0, .world = 2, .timeout_ms = 40000 };
+	pthread_t th;
+	pthread_create(&th, NULL, rank0_rendezvous, &a);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 4000, &s1), KILN_OK);
+	ck_assert_int_eq(kiln_store_rendezvous(s1, 1, 2, 4000), KILN_OK);
+	pthread_join(th, NULL);
+	ck_assert_msg(a.st == KILN_OK, "%s", a.msg);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 4000, &s2), KILN_OK);
+	ck_assert_int_eq(kiln_store_rendezvous(s2, 1, 2, 4000), KILN_ECONFIG);
+	const char *msg = kiln_last_error();
+	ck_assert_msg(strstr(msg, "(the store gives such a rank's claim back within about 10 s of its going: start it again after that)"),
+		      "message: %s", msg);
+	kiln_store_close(s2);
+	kiln_store_close(s1);
+	kiln_store_close(s0);
+}
+END_TEST
+
+/* A relay between the ranks and the store: cutting it closes the ranks'
+ * sockets only, the store's side stays open, so the store still holds a
+ * rank whose connection broke on the rank's side (a link blip the rank's
+ * TCP noticed first). */
+struct relay {
+	int lfd, port, to, cut, stop, n;
+	int fd[8][2]; /* [rank side, store side], -1 closed */
+	pthread_mutex_t mu;
+};
+
+static void *relay_main(void *arg)
+{
+	struct relay *r = arg;
+	char buf[65536];
+	for (;;) {
+		struct pollfd pf[17];
+		pthread_mutex_lock(&r->mu);
+		if (r->stop) {
+			pthread_mutex_unlock(&r->mu);
+			break;
+		}
+		for (int i = 0; r->cut && i < r->n; i++)
+			if (r->fd[i][0] >= 0) {
+				close(r->fd[i][0]);
+				r->fd[i][0] = -1;
+			}
+		r->cut = 0;
+		pf[0] = (struct pollfd){ .fd = r->lfd, .events = POLLIN };
+		for (int i = 0; i < r->n; i++)
+			for (int j = 0; j < 2; j++)
+				pf[1 + 2 * i + j] = (struct pollfd){ .fd = r->fd[i][j], .events = POLLIN };
+		const int n = 1 + 2 * r->n;
+		pthread_mutex_unlock(&r->mu);
+		if (poll(pf, (nfds_t)n, 20) <= 0)
+			continue;
+		pthread_mutex_lock(&r->mu);
+		for (int i = 0; i < r->n; i++)
+			for (int j = 0; j < 2; j++) {
+				if (r->fd[i][j] < 0 || !(pf[1 + 2 * i + j].revents & (POLLIN | POLLHUP | POLLERR)))
+					continue;
+				ssize_t k = read(r->fd[i][j], buf, sizeof buf);
+				if (k > 0 && r->fd[i][!j] >= 0 && write(r->fd[i][!j], buf, (size_t)k) == k)
+					continue;
+				if (k > 0)
+					continue; /* (to a cut side: dropped) */
+				for (int x = 0; x < 2; x++)
+					if (r->fd[i][x] >= 0) {
+						close(r->fd[i][x]);
+						r->fd[i][x] = -1;
+					}
+			}
+		if ((pf[0].revents & POLLIN) && r->n < 8) {
+			int c = accept(r->lfd, NULL, NULL);
+			if (c >= 0) {
+				r->fd[r->n][0] = c;
+				r->fd[r->n][1] = raw_connect(r->to);
+				r->n++;
+			}
+		}
+		pthread_mutex_unlock(&r->mu);
+	}
+	return NULL;
+}
+
+static void relay_start(struct relay *r, int to, pthread_t *th)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	*r = (struct relay){ .to = to };
+	pthread_mutex_init(&r->mu, NULL);
+	r->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(bind(r->lfd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(r->lfd, 8), 0);
+	ck_assert_int_eq(getsockname(r->lfd, (struct sockaddr *)&a, &al), 0);
+	r->port = ntohs(a.sin_port);
+	pthread_create(th, NULL, relay_main, r);
+}
+
+/* Rank 1 of 3 through the relay, in a thread. */
+struct r1 {
+	int port;
+	kiln_status st;
+	char msg[512];
+};
+
+static void *rank1_relayed(void *arg)
+{
+	struct r1 *a = arg;
+	struct kiln_store *s;
+	a->st = kiln_store_open("127.0.0.1", a->port, 0, 1, 3, 10000, &s);
+	if (!a->st)
+		a->st = kiln_store_rendezvous(s, 1, 3, 10000);
+	snprintf(a->msg, sizeof a->msg, "%s", a->st ? kiln_last_error() : "");
+	if (!a->st)
+		kiln_store_close(s);
+	return NULL;
+}
+
+/* Finding 1 of session 33: a live rank's connection breaks on its side
+ * while it waits at the rendezvous, the store still holding it: the rank
+ * connects again and claims again with its claim key, takes its claim and
+ * join over, and the rendezvous completes, no rank lost, no claim refused
+ * (before: the rank failed "connection lost", the others timed out).  (A
+ * link cut long enough for the store to drop and release the rank:
+ * tests/store_blip.sh, as root.) */
+START_TEST(test_claim_again)
+{
+	struct kiln_store *s0, *q, *s2;
+	void *v = NULL;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 10000, &s0), KILN_OK);
+	const int port = kiln_store_port(s0);
+	struct relay rl;
+	pthread_t th0, th1, thr;
+	relay_start(&rl, port, &thr);
+	struct r0 a = { .s = s0, .world = 3, .timeout_ms = 10000 };
+	struct r1 b = { .port = rl.port };
+	pthread_create(&th0, NULL, rank0_rendezvous, &a);
+	pthread_create(&th1, NULL, rank1_relayed, &b);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, -1, 3, 5000, &q), KILN_OK);
+	for (int i = 0; i < 500 && (!kiln_store_check(q, "kiln/joined", &v, NULL) && (!v || strcmp(v, "2"))); i++) {
+		free(v);
+		v = NULL;
+		usleep(10000);
+	}
+	ck_assert_msg(v && !strcmp(v, "2"), "ranks 0 and 1 did not join");
+	free(v);
+	pthread_mutex_lock(&rl.mu);
+	rl.cut = 1;
+	pthread_mutex_unlock(&rl.mu);
+	usleep(300000);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 2, 3, 10000, &s2), KILN_OK);
+	ck_assert_int_eq(kiln_store_rendezvous(s2, 2, 3, 10000), KILN_OK);
+	pthread_join(th0, NULL);
+	pthread_join(th1, NULL);
+	ck_assert_msg(a.st == KILN_OK, "rank 0: %s", a.msg);
+	ck_assert_msg(b.st == KILN_OK, "rank 1: %s", b.msg);
+	ck_assert_int_ge(rl.n, 2); /* rank 1 connected again */
+	ck_assert_int_eq(kiln_store_lost_rank(q, 300), KILN_STORE_NONE_LOST);
+	ck_assert_int_eq(kiln_store_check(q, STORE_CLAIMS_REFUSED_KEY, &v, NULL), KILN_OK);
+	ck_assert_msg(!v, "a claim was refused: %s", (char *)v);
+	pthread_mutex_lock(&rl.mu);
+	rl.stop = 1;
+	pthread_mutex_unlock(&rl.mu);
+	pthread_join(thr, NULL);
+	for (int i = 0; i < rl.n; i++)
+		for (int j = 0; j < 2; j++)
+			if (rl.fd[i][j] >= 0)
+				close(rl.fd[i][j]);
+	close(rl.lfd);
+	kiln_store_close(s2);
+	kiln_store_close(q);
+	kiln_store_close(s0);
+}
+END_TEST
+
 static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_rendezvous_refusals, test_claim_before_win, test_claim_released, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
-		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_old_protocol, test_keepalive, test_store_gone, test_accept_emfile, test_connect_dropped, NULL });
+		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_old_protocol, test_keepalive, test_store_gone, test_accept_emfile, test_connect_dropped, test_refusal_store_figure,
+		test_claim_again, NULL });
 	return s;
 }
 

@@ -218,7 +218,7 @@ if until(lambda: all(state(x) not in ("T", "gone") for x in procs), 20):
     print("continued: every rank")
 else:
     print("not continued: below it %s" % " ".join(state(x) for x in procs))
-if os.environ.get("TSTP_KILL"):  # (a wrapped rank takes no SIGTERM of the launcher's)
+if os.environ.get("TSTP_KILL"):  # (its wrapper, a plain sh, dies of SIGTERM: tests/launch_group.sh)
     for x in [p.pid] + procs:
         try:
             os.kill(x, signal.SIGKILL)

@@ -530,6 +530,10 @@ EXTRA_DIST += tests/store_claims.sh
 # a rank's host going down at the rendezvous: network namespaces (root)
 TESTS += tests/store_netns.sh
 EXTRA_DIST += tests/store_netns.sh
+# a stop reaching a wrapped rank command's trainer (its process group);
+# a live rank's link blipping at the rendezvous (netns, root)
+TESTS += tests/launch_group.sh tests/store_blip.sh
+EXTRA_DIST += tests/launch_group.sh tests/store_blip.sh
 TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh
 EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh \
 	tests/plugin_lazy.sh

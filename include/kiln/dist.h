@@ -92,8 +92,11 @@ kiln_status kiln_store_wait(struct kiln_store *s, const char *const *keys, int n
  * (its death after every rank joined is "rank R was lost") and posts
  * kiln/joined/R, kiln/host/R and kiln/addr/R.  A claim whose connection
  * closes before every rank joined is released, so the rank can join
- * again.  On timeout, KILN_ETIMEOUT lists the ranks that never arrived
- * (and the claims the store refused). */
+ * again.  When this rank's own connection breaks meanwhile (a link blip;
+ * the store dropped it), it connects and claims again, taking over the
+ * claim the store may still hold for it (session 33; a warning says so).
+ * timeout_ms bounds the whole of it.  On timeout, KILN_ETIMEOUT lists the
+ * ranks that never arrived (and the claims the store refused). */
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms);
 
 /* The first rank the store saw leave without saying goodbye after every
