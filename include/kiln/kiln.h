@@ -623,8 +623,8 @@ typedef int (*kiln_file_fill)(FILE *fp, void *ctx);
  * write fails (full disk, a file size limit) and no temporary is left; a
  * symbolic link's target is replaced, the link kept; a device or FIFO
  * (/dev/stdout) is written straight to.  A temporary of path that a
- * killed writer left (path.kiln-tmp<pid>.<n> whose process is gone) is removed
- * first, and logged.  0 or an errno; the caller says which file.  The
+ * killed writer left (path.kiln-tmp<pid>.<n> whose process is gone, or an
+ * older kiln's path.tmp<pid>.<n>) is removed first, and logged.  0 or an errno; the caller says which file.  The
  * safetensors and ONNX writers, `kiln predict --logits` and `kiln report`
  * share it (core/out_file.c); any thread. */
 int kiln_file_write(const char *path, kiln_file_fill fill, void *ctx);
