@@ -392,6 +392,10 @@ struct kiln_train_result {
 	/* captured steps ([plugin.cuda] graph = 1, [plugin.cpu] graph = 1) */
 	int64_t steps_replayed;     /* optimizer steps run as a replay of a captured graph */
 	int graphs_captured;        /* graphs captured (one per device input buffer) */
+	/* 1: [run] out_dir was removed, renamed or replaced mid-run; rank 0
+	 * recreated it (lock, config.ini, metrics.jsonl) and stopped with a
+	 * checkpoint there (`kiln train` exits 4: docs/checkpoints.md) */
+	int out_dir_lost;
 };
 
 /* Test hook: called on the training thread once per optimizer step, after
