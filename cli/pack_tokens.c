@@ -263,31 +263,26 @@ static kiln_status check_existing(const struct tok_opts *o, const char *split)
 }
 
 /* Every shard of s's split complete: rename its .tmp files into place,
- * then (--force) remove the earlier pack's shards past them, then sync
- * the directory; all of it between creating DIR/<split>.bin-partial and
- * removing it.  After a failure here the marker stays: the split may be a
- * mix of two packs. */
-static kiln_status split_place(struct shard_out *s)
+ * then (--force) remove the earlier pack's shards past them. */
+static kiln_status split_rename(const struct shard_out *s)
 {
 	char tmp[4096], final[4096];
-	kiln_status st = pack_mark_partial(s->o->out, s->split, TOK_PARTIAL);
-	for (int k = 0; k < s->k && !st; k++) {
+	for (int k = 0; k < s->k; k++) {
 		shard_path(s, k, 1, tmp, sizeof tmp);
 		shard_path(s, k, 0, final, sizeof final);
 		if (rename(tmp, final))
-			st = kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", tmp, final,
-					strerror(errno));
+			return kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", tmp, final,
+					  strerror(errno));
 	}
-	for (int k = s->k; !st && s->o->force; k++) {
+	for (int k = s->k; s->o->force; k++) {
 		shard_path(s, k, 0, final, sizeof final);
 		if (remove(final))
 			break;
 	}
-	/* (the unmarking syncs the directory: the names, then the marker's going) */
-	return st ? st : pack_unmark_partial(s->o->out, s->split, TOK_PARTIAL);
+	return KILN_OK;
 }
 
-/* After a failure before split_place: remove the .tmp shards this run
+/* After a failure before the renames (splits_place): remove the .tmp shards this run
  * wrote of s's split (the open one and the complete ones); the earlier
  * pack's shards stay as they were. */
 static void split_discard(struct shard_out *s)
@@ -302,6 +297,29 @@ static void split_discard(struct shard_out *s)
 		shard_path(s, k, 1, p, sizeof p);
 		remove(p);
 	}
+}
+
+/* Both splits complete: each marked partial (DIR/<split>.bin-partial)
+ * before either is renamed into place (split_rename), the marks removed
+ * when both are (the unmarking syncs the directory first), so that a pack
+ * killed here leaves splits the source refuses.  A mark that cannot be
+ * made: nothing renamed, the .tmp shards removed, the other mark taken
+ * back.  A failed rename keeps the marks: the split may be a mix. */
+static kiln_status splits_place(struct shard_out *tr, struct shard_out *va)
+{
+	const struct tok_opts *o = tr->o;
+	kiln_status st = pack_mark_partial(o->out, tr->split, TOK_PARTIAL);
+	if (!st && (st = pack_mark_partial(o->out, va->split, TOK_PARTIAL)))
+		(void)pack_unmark_partial(o->out, tr->split, TOK_PARTIAL);
+	if (st) {
+		split_discard(tr);
+		split_discard(va);
+		return st;
+	}
+	if ((st = split_rename(tr)) || (st = split_rename(va)))
+		return st;
+	st = pack_unmark_partial(o->out, tr->split, TOK_PARTIAL);
+	return st ? st : pack_unmark_partial(o->out, va->split, TOK_PARTIAL);
 }
 
 static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
@@ -352,9 +370,7 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 	}
 	free(ids.v);
 	if (!st)
-		st = split_place(&tr);
-	if (!st)
-		st = split_place(&va);
+		st = splits_place(&tr, &va);
 	if (!st)
 		printf("packed %d file(s): %lld tokens in %d %s shard(s), %lld in %d %s shard(s), vocab %d\n",
 		       o->n_in, tr.total, tr.k, o->split, va.total, va.k, o->val_split,

@@ -278,6 +278,9 @@ kiln_status trainer_write_file(const char *path, const char *text, size_t n)
 	 * unsynced: a power cut could leave an empty config.ini), a killed
 	 * run's temporary removed by the next */
 	struct text_out t = { text, n };
+	kiln_status st = kiln_run_file_check(path);
+	if (st)
+		return st;
 	int err = kiln_file_write(path, fill_text, &t);
 	if (!err)
 		return KILN_OK;

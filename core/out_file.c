@@ -82,6 +82,18 @@ kiln_status kiln_fsync_dir(const char *dir)
 	return KILN_OK;
 }
 
+kiln_status kiln_run_file_check(const char *path)
+{
+	struct stat sb;
+	FILE *f;
+	if (stat(path, &sb) || S_ISREG(sb.st_mode))
+		return KILN_OK;
+	kiln_status st = kiln_fopen_regular(path, "w", "write", &f);
+	if (!st)
+		fclose(f); /* a character device: written straight to */
+	return st;
+}
+
 /* kiln_fsync_dir of the directory holding `path` (the rename made
  * durable), its error dropped: the file is in place either way. */
 static void sync_parent(const char *path)

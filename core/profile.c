@@ -746,12 +746,16 @@ kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir)
 	 * a failed write of trace.json left a partial file */
 	if (out_dir && *out_dir) {
 		report_path(p, out_dir, "profile", "txt", path, sizeof path);
-		if ((err = kiln_file_write(path, fill_table, p)))
+		if ((st = kiln_run_file_check(path)))
+			;
+		else if ((err = kiln_file_write(path, fill_table, p)))
 			st = kiln_error(KILN_EIO, "%s: cannot write the profile: %s", path, strerror(err));
 	}
 	if (!st && out_dir && *out_dir && p->trace_steps > 0) {
 		report_path(p, out_dir, "trace", "json", path, sizeof path);
-		if ((err = kiln_file_write(path, fill_trace, p)))
+		if ((st = kiln_run_file_check(path)))
+			;
+		else if ((err = kiln_file_write(path, fill_trace, p)))
 			st = kiln_error(KILN_EIO, "%s: cannot write the trace: %s", path, strerror(err));
 		else if (p->step)
 			kiln_log(KILN_LOG_INFO, "profile",
