@@ -436,6 +436,8 @@ int cmd_train(int argc, char **argv)
 			printf(", \"early_stopped\": true");
 		if (r.stopped)
 			printf(", \"stopped\": true");
+		if (r.out_dir_lost)
+			printf(", \"out_dir_lost\": true");
 		if (r.stopped && r.stop_cause[0]) {
 			printf(", \"stop_cause\": ");
 			cli_json_str(stdout, r.stop_cause);

@@ -42,6 +42,7 @@ rc=$?
 cp "$tmp/gone.err" "$err"
 cp "$tmp/gone.out" "$out"
 [ $rc -eq 4 ] || fail "out_dir removed mid-run: exit $rc, expected 4"
+stdout_has '"out_dir_lost": true'
 stderr_has "[train] error: the run directory $run was removed, renamed or replaced while this run wrote into it (its lock $run/.kiln.lock is gone): recreating it"
 [ -f "$run/config.ini" ] && [ -f "$run/.kiln.lock" ] || fail "config.ini or the lock not recreated: $(ls -a "$run")"
 ck=$(ls "$run/checkpoints")
