@@ -92,11 +92,12 @@ const char cmd_pack_about[] =
 	"                      the held-out shards (default 0)\n"
 	"  --split, --val-split  the shards' name prefixes (default train and val)\n"
 	"  --shard-tokens N    tokens per shard at most (default 100000000)\n"
-	"  --force             replace the shards already in DIR\n"
-	"Each shard is written as .tmp, fsynced and renamed when full.  DIR/<split>.bin-partial\n"
-	"(and the val split's) exists until every shard is in place, and the `tokens`\n"
-	"source refuses a split beside one (a killed pack); the splits' *.bin.tmp that a\n"
-	"killed pack left are removed first.\n";
+	"  --force             replace the shards already in DIR (they stay as they were\n"
+	"                      until the new ones are complete: a failed pack keeps them)\n"
+	"Each shard is written as .tmp and fsynced when full; when every input is encoded\n"
+	"they are renamed into place.  DIR/<split>.bin-partial (and the val split's) exists\n"
+	"while they are, and the `tokens` source refuses a split beside one (a killed\n"
+	"pack); the splits' *.bin.tmp that a killed pack left are removed first.\n";
 
 /* `--format tokens` (or --format=tokens) among the arguments. */
 static int wants_tokens(int argc, char **argv)

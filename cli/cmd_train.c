@@ -319,7 +319,9 @@ const char cmd_train_about[] =
 	"--profile (= run.profile=1): time every device op, print a table of self time\n"
 	"per layer and op at the end, write out_dir/profile.txt and a Chrome trace\n"
 	"out_dir/trace.json (docs/profiler.md).  The device runs serialised meanwhile.\n\n"
-	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
+	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error, 4 the\n"
+	"run directory (out_dir) was removed mid-run: recreated with a checkpoint,\n"
+	"resume with --resume.\n";
 
 /* "KEY": V, or "KEY": null when V < 0 (not measured) */
 /* This process's rank (0 outside a data-parallel run): only rank 0 writes
@@ -434,6 +436,8 @@ int cmd_train(int argc, char **argv)
 			printf(", \"early_stopped\": true");
 		if (r.stopped)
 			printf(", \"stopped\": true");
+		if (r.out_dir_lost)
+			printf(", \"out_dir_lost\": true");
 		if (r.stopped && r.stop_cause[0]) {
 			printf(", \"stop_cause\": ");
 			cli_json_str(stdout, r.stop_cause);
@@ -466,6 +470,12 @@ int cmd_train(int argc, char **argv)
 		else if (r.test_acc >= 0)
 			fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r.test_acc,
 				(long long)r.test_samples);
+		/* the run directory was removed mid-run: recreated, with a
+		 * checkpoint there, but the run did not end as asked, and what
+		 * was written before is gone (a code of its own: a launcher
+		 * or script can tell it from a failure and resume) */
+		if (r.out_dir_lost)
+			rc = 4;
 		if (!r.stopped && r.checkpoint[0])
 			fprintf(stderr, "trained weights: %s (`kiln export %s --safetensors FILE`, with the same overrides, writes them for PyTorch)\n",
 				r.checkpoint, args[1]);

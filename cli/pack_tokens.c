@@ -7,11 +7,15 @@
  * when <|endoftext|> is in the vocabulary it precedes each file as
  * llm.c's data scripts put it before each document); with --val-fraction
  * f the last f of each file's tokens go to the held-out split.  The
- * tokens stream into DIR/<split>-000000.bin, -000001.bin, ... of at most
- * --shard-tokens tokens, each written as .tmp, fsynced and renamed when
- * complete, all while DIR/<split>.bin-partial exists (TOK_PARTIAL), so
- * that a pack killed midway leaves splits the
- * source refuses rather than reads short.
+ * tokens stream into DIR/<split>-000000.bin.tmp, -000001.bin.tmp, ... of
+ * at most --shard-tokens tokens, each fsynced when full; only when every
+ * input is encoded are they renamed into place (and, with --force, the
+ * earlier pack's shards past them removed), all while
+ * DIR/<split>.bin-partial exists (TOK_PARTIAL), so that a pack killed
+ * while placing leaves splits the source refuses rather than reads short.
+ * A pack that fails or is killed before leaves the earlier pack's shards
+ * as they were, as the records packer does (before session 33 --force
+ * removed them first, and a failed pack lost them).
  */
 #include "cli.h"
 #include "tokenizer.h"
@@ -73,10 +77,10 @@ static kiln_status shard_header(struct shard_out *s, long long n)
 	return KILN_OK;
 }
 
-/* Finish the open shard: its header, then rename into place. */
+/* Finish the open shard: its header, then fsynced; it keeps its .tmp name
+ * until splits_place. */
 static kiln_status shard_close(struct shard_out *s)
 {
-	char final[4096];
 	if (!s->f)
 		return KILN_OK;
 	kiln_status st = shard_header(s, s->n);
@@ -85,9 +89,7 @@ static kiln_status shard_close(struct shard_out *s)
 	if (fclose(s->f) && !st)
 		st = kiln_error(KILN_EIO, "%s: cannot write: %s", s->tmp, strerror(errno));
 	s->f = NULL;
-	shard_path(s, s->k, 0, final, sizeof final);
-	if (!st && rename(s->tmp, final))
-		st = kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", s->tmp, final, strerror(errno));
+	s->tmp[0] = 0; /* (closed: shard k's .tmp, which split_discard names) */
 	s->k++;
 	s->total += s->n;
 	s->n = 0;
@@ -257,24 +259,29 @@ static kiln_status check_existing(const struct tok_opts *o, const char *split)
 	return KILN_OK;
 }
 
-/* Make `split` this run's: mark it partial, then (--force) remove the
- * earlier pack's shards and any *.tmp a killed pack left. */
-static kiln_status split_begin(const struct tok_opts *o, const char *split)
+/* Every shard of s's split complete: rename its .tmp files into place,
+ * then (--force) remove the earlier pack's shards past them. */
+static kiln_status split_rename(const struct shard_out *s)
 {
-	char p[4096];
-	kiln_status st = pack_mark_partial(o->out, split, TOK_PARTIAL);
-	for (int k = 0; !st && o->force; k++) {
-		snprintf(p, sizeof p, "%s/%s-%06d%s", o->out, split, k, TOK_SUFFIX);
-		if (remove(p))
+	char tmp[4096], final[4096];
+	for (int k = 0; k < s->k; k++) {
+		shard_path(s, k, 1, tmp, sizeof tmp);
+		shard_path(s, k, 0, final, sizeof final);
+		if (rename(tmp, final))
+			return kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", tmp, final,
+					  strerror(errno));
+	}
+	for (int k = s->k; s->o->force; k++) {
+		shard_path(s, k, 0, final, sizeof final);
+		if (remove(final))
 			break;
 	}
-	if (!st)
-		pack_remove_stale_tmp(o->out, split, TOK_SUFFIX);
-	return st;
+	return KILN_OK;
 }
 
-/* After a failure: remove the shards this run wrote of s's split (the open
- * .tmp and those renamed), so that the marker can go too. */
+/* After a failure before the renames (splits_place): remove the .tmp shards this run
+ * wrote of s's split (the open one and the complete ones); the earlier
+ * pack's shards stay as they were. */
 static void split_discard(struct shard_out *s)
 {
 	char p[4096];
@@ -284,9 +291,32 @@ static void split_discard(struct shard_out *s)
 	if (s->tmp[0])
 		remove(s->tmp);
 	for (int k = 0; k < s->k; k++) {
-		shard_path(s, k, 0, p, sizeof p);
+		shard_path(s, k, 1, p, sizeof p);
 		remove(p);
 	}
+}
+
+/* Both splits complete: each marked partial (DIR/<split>.bin-partial)
+ * before either is renamed into place (split_rename), the marks removed
+ * when both are (the unmarking syncs the directory first), so that a pack
+ * killed here leaves splits the source refuses.  A mark that cannot be
+ * made: nothing renamed, the .tmp shards removed, the other mark taken
+ * back.  A failed rename keeps the marks: the split may be a mix. */
+static kiln_status splits_place(struct shard_out *tr, struct shard_out *va)
+{
+	const struct tok_opts *o = tr->o;
+	kiln_status st = pack_mark_partial(o->out, tr->split, TOK_PARTIAL);
+	if (!st && (st = pack_mark_partial(o->out, va->split, TOK_PARTIAL)))
+		(void)pack_unmark_partial(o->out, tr->split, TOK_PARTIAL);
+	if (st) {
+		split_discard(tr);
+		split_discard(va);
+		return st;
+	}
+	if ((st = split_rename(tr)) || (st = split_rename(va)))
+		return st;
+	st = pack_unmark_partial(o->out, tr->split, TOK_PARTIAL);
+	return st ? st : pack_unmark_partial(o->out, va->split, TOK_PARTIAL);
 }
 
 static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
@@ -296,15 +326,11 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 	kiln_status st = KILN_OK;
 	if (mkdir(o->out, 0777) && errno != EEXIST)
 		return kiln_error(KILN_EIO, "--out %s: cannot create: %s", o->out, strerror(errno));
-	if ((st = pack_lock_out(o->out)) || (st = check_existing(o, o->split)) || (st = check_existing(o, o->val_split)) ||
-	    (st = split_begin(o, o->split)))
+	if ((st = pack_lock_out(o->out)) || (st = check_existing(o, o->split)) || (st = check_existing(o, o->val_split)))
 		return st;
-	/* (the train split begun: its marker goes with the failure; val's
-	 * stays, its shards may be a killed pack's mix) */
-	if ((st = split_begin(o, o->val_split))) {
-		(void)pack_unmark_partial(o->out, o->split, TOK_PARTIAL);
-		return st;
-	}
+	/* the *.bin.tmp a killed pack left (the lock: no live pack's) */
+	pack_remove_stale_tmp(o->out, o->split, TOK_SUFFIX);
+	pack_remove_stale_tmp(o->out, o->val_split, TOK_SUFFIX);
 	size_t bytes = 0;
 	for (int i = 0; i < o->n_in && !st; i++) {
 		char *text;
@@ -340,13 +366,8 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 		split_discard(&va);
 	}
 	free(ids.v);
-	/* a failed pack removed what it wrote: its markers go too (the first
-	 * error is the one reported) */
-	kiln_status un = pack_unmark_partial(o->out, o->split, TOK_PARTIAL);
-	if (!un)
-		un = pack_unmark_partial(o->out, o->val_split, TOK_PARTIAL);
 	if (!st)
-		st = un;
+		st = splits_place(&tr, &va);
 	if (!st)
 		printf("packed %d file(s): %lld tokens in %d %s shard(s), %lld in %d %s shard(s), vocab %d\n",
 		       o->n_in, tr.total, tr.k, o->split, va.total, va.k, o->val_split,

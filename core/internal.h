@@ -150,6 +150,12 @@ static inline int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
  * else KILN_EIO naming it (core/out_file.c; checkpoints and the atomic
  * writer share it). */
 kiln_status kiln_fsync_dir(const char *dir);
+/* A run file (config.ini, profile.txt, trace.json) about to go through
+ * kiln_file_write, which writes a FIFO or device straight to: KILN_EIO
+ * naming path unless it is a regular file, none, or a character device
+ * (/dev/null), as kiln_fopen_regular decides (never blocking on a FIFO
+ * with no reader: that wait was for ever).  A regular file is not opened. */
+kiln_status kiln_run_file_check(const char *path);
 
 /* core/device.c: kiln_device_open with [run] threads replaced by
  * `threads` (>= 0; -1 keeps the config's) and the options' peers set:

@@ -7,7 +7,9 @@
  * there replaces the earlier one as --overwrite does (logged).  Also
  * trainer_write_file, the all-or-nothing write of out_dir's config.ini;
  * trainer_out_dir_lock, one run at a time in an out_dir; and
- * trainer_ckdir_check, the checkpoint directory tried at the start. */
+ * trainer_ckdir_check, the checkpoint directory tried at the start;
+ * trainer_out_paths_check, the paths written at the end tried at the
+ * start. */
 #include "train.h"
 #include "../plugins/common/cache_file.h" /* common_mkdirs */
 
@@ -180,22 +182,107 @@ kiln_status trainer_ckdir_check(const char *ckdir)
 	return KILN_OK;
 }
 
+/* What out_dir's lock file (without the lock held, out_dir itself) is
+ * now: 0, or -1 when it is gone. */
+static int out_dir_id(const struct trainer *t, struct stat *sb)
+{
+	char path[4400];
+	snprintf(path, sizeof path, "%s/.kiln.lock", t->run.out_dir);
+	return stat(t->out_lock >= 0 ? path : t->run.out_dir, sb);
+}
+
+void trainer_out_dir_note(struct trainer *t)
+{
+	struct stat sb;
+	t->out_watch = 0;
+	if ((t->out_lock >= 0 ? fstat(t->out_lock, &sb) : out_dir_id(t, &sb)))
+		return;
+	t->out_dev = sb.st_dev;
+	t->out_ino = sb.st_ino;
+	t->out_watch = 1;
+}
+
+/* out_dir as it was at the start, recreated: the lock, config.ini and the
+ * loggers (metrics.jsonl appended to from here). */
+static kiln_status out_dir_recreate(struct trainer *t)
+{
+	char path[4400];
+	kiln_status st;
+	if (t->out_lock >= 0)
+		close(t->out_lock);
+	t->out_lock = -1;
+	if ((st = trainer_out_dir_lock(t->run.out_dir, &t->out_lock)))
+		return st;
+	trainer_out_dir_note(t);
+	snprintf(path, sizeof path, "%s/config.ini", t->run.out_dir);
+	if ((st = trainer_write_file(path, t->config_text, strlen(t->config_text))))
+		return st;
+	/* (the old loggers' files are gone with the directory: their close
+	 * has nothing to lose) */
+	(void)kiln_loggers_close(t->log);
+	t->log = NULL;
+	return kiln_loggers_open(t->cfg, t->run.out_dir, 1, t->step, &t->log);
+}
+
+kiln_status trainer_out_dir_watch(struct trainer *t)
+{
+	struct stat sb;
+	if (t->rank || !t->out_watch || t->res->out_dir_lost)
+		return KILN_OK;
+	const int gone = out_dir_id(t, &sb) != 0;
+	if (!gone && sb.st_dev == t->out_dev && sb.st_ino == t->out_ino)
+		return KILN_OK;
+	const char *od = t->run.out_dir;
+	kiln_log(KILN_LOG_ERROR, "train", "the run directory %s was removed, renamed or replaced while this run wrote into it (its lock %s/.kiln.lock is %s): recreating it (the lock, config.ini, metrics.jsonl continued from here) to write a checkpoint of this step there, then stopping (exit 4); the metrics and checkpoints written before are gone with it",
+		 od, od, gone ? "gone" : "another file");
+	t->res->out_dir_lost = 1;
+	kiln_status st = out_dir_recreate(t);
+	if (st)
+		return kiln_error_wrap(st, "the run directory %s was removed mid-run and cannot be recreated", od);
+	snprintf(t->out_lost, sizeof t->out_lost, "the run directory %.600s was removed or replaced mid-run (recreated)", od);
+	kiln_train_request_stop_cause(t->out_lost);
+	trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "out_dir_lost", "step",
+				   (json_int_t)t->step, "out_dir", od));
+	return KILN_OK;
+}
+
+kiln_status trainer_out_paths_check(const char *ckdir, int best, const struct kiln_profile *prof,
+				    const char *out_dir)
+{
+	char path[4400];
+	struct stat sb;
+	snprintf(path, sizeof path, "%s/best", ckdir);
+	if (best && !lstat(path, &sb) && !S_ISDIR(sb.st_mode) &&
+	    (stat(path, &sb) || !S_ISDIR(sb.st_mode)))
+		return kiln_error(KILN_EIO, "%s: [train] keep_best cannot create its checkpoint directory there: a file of that name is in the way; move it, or choose another out_dir",
+				  path);
+	return kiln_profile_check_out(prof, out_dir);
+}
+
+/* kiln_file_write's fill: the text of a struct text_out. */
+struct text_out {
+	const char *text;
+	size_t n;
+};
+
+static int fill_text(FILE *fp, void *ctx)
+{
+	const struct text_out *t = ctx;
+	return fwrite(t->text, 1, t->n, fp) == t->n ? 0 : errno ? errno : EIO;
+}
+
 kiln_status trainer_write_file(const char *path, const char *text, size_t n)
 {
-	char tmp[4400];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f;
-	kiln_status st = kiln_fopen_regular(tmp, "w", "write", &f);
+	/* kiln_file_write: the temporary fsynced before its rename, and the
+	 * directory after (before session 33 config.ini.tmp was renamed
+	 * unsynced: a power cut could leave an empty config.ini), a killed
+	 * run's temporary removed by the next */
+	struct text_out t = { text, n };
+	kiln_status st = kiln_run_file_check(path);
 	if (st)
 		return st;
-	int bad = fwrite(text, 1, n, f) != n;
-	int err = errno;
-	if (fclose(f) && !bad)
-		bad = 1, err = errno;
-	if (!bad && rename(tmp, path))
-		bad = 1, err = errno;
-	if (!bad)
+	int err = kiln_file_write(path, fill_text, &t);
+	if (!err)
 		return KILN_OK;
-	unlink(tmp);
 	return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err));
 }

@@ -82,6 +82,18 @@ kiln_status kiln_fsync_dir(const char *dir)
 	return KILN_OK;
 }
 
+kiln_status kiln_run_file_check(const char *path)
+{
+	struct stat sb;
+	FILE *f;
+	if (stat(path, &sb) || S_ISREG(sb.st_mode))
+		return KILN_OK;
+	kiln_status st = kiln_fopen_regular(path, "w", "write", &f);
+	if (!st)
+		fclose(f); /* a character device: written straight to */
+	return st;
+}
+
 /* kiln_fsync_dir of the directory holding `path` (the rename made
  * durable), its error dropped: the file is in place either way. */
 static void sync_parent(const char *path)
@@ -95,13 +107,20 @@ static void sync_parent(const char *path)
 }
 
 #define TMP_TAG ".kiln-tmp" /* base TMP_TAG <pid>.<n>: kiln's name, not a user's */
+/* The name of session 32's first temporaries, base.tmp<pid>.<n>: an older
+ * kiln killed mid-write left them, and they are recognised too (under the
+ * same rules: the user's own regular file, its writer's pid gone), else
+ * they stayed for good, a model's size each.  (A user's own file of
+ * exactly that name beside the output, its digits a gone pid's, goes as
+ * well: the price of cleaning up after the older kiln.) */
+#define OLD_TMP_TAG ".tmp"
 
-/* The pid of a temporary of write_replacing's named base.kiln-tmp<pid>.<n>
- * (name a file of base's directory), or 0 when name is not one. */
-static long temporary_pid(const char *name, const char *base)
+/* The pid of name when it is base followed by tag, digits (at most 9), a
+ * dot and digits; 0 when it is not. */
+static long tagged_pid(const char *name, const char *base, const char *tag)
 {
-	size_t bl = strlen(base), tl = strlen(TMP_TAG);
-	if (strncmp(name, base, bl) || strncmp(name + bl, TMP_TAG, tl))
+	size_t bl = strlen(base), tl = strlen(tag);
+	if (strncmp(name, base, bl) || strncmp(name + bl, tag, tl))
 		return 0;
 	const char *p = name + bl + tl;
 	size_t pd = strspn(p, "0123456789");
@@ -109,6 +128,15 @@ static long temporary_pid(const char *name, const char *base)
 	    strspn(p + pd + 1, "0123456789") != strlen(p + pd + 1))
 		return 0;
 	return strtol(p, NULL, 10);
+}
+
+/* The pid of a temporary of write_replacing's named base.kiln-tmp<pid>.<n>
+ * (or an older kiln's base.tmp<pid>.<n>; name a file of base's
+ * directory), or 0 when name is not one. */
+static long temporary_pid(const char *name, const char *base)
+{
+	long pid = tagged_pid(name, base, TMP_TAG);
+	return pid ? pid : tagged_pid(name, base, OLD_TMP_TAG);
 }
 
 /* When this process first wrote through a temporary: one of its own

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/stat.h> /* stat: kiln_profile_check_out */
 #include <time.h>
 
 /* The durations of a row's calls (or of the steps), for the table's
@@ -505,9 +506,10 @@ static void out_line(FILE *f, const char *fmt, ...)
 	else
 		buf = small;
 	va_end(again);
-	kiln_log(KILN_LOG_INFO, "profile", "%s", buf);
 	if (f)
 		fprintf(f, "%s\n", buf);
+	else
+		kiln_log(KILN_LOG_INFO, "profile", "%s", buf);
 	if (buf != small)
 		free(buf);
 }
@@ -691,34 +693,74 @@ void kiln_profile_set_rank(struct kiln_profile *p, int rank)
 		p->rank = rank;
 }
 
-kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir)
+/* kiln_file_write's fills: profile.txt's table, trace.json's events (a
+ * failed write is the stream's error, which write_stream returns). */
+static int fill_table(FILE *fp, void *ctx)
 {
-	char path[4200], rank[32] = "";
-	FILE *f = NULL;
-	kiln_status st = KILN_OK;
-	pthread_mutex_lock(&p->lock);
+	write_table(ctx, fp);
+	return ferror(fp) ? (errno ? errno : EIO) : 0;
+}
+
+static int fill_trace(FILE *fp, void *ctx)
+{
+	write_trace(ctx, fp);
+	return ferror(fp) ? (errno ? errno : EIO) : 0;
+}
+
+/* out_dir/NAME<rank>.EXT into path. */
+static void report_path(const struct kiln_profile *p, const char *out_dir, const char *name,
+			const char *ext, char *path, size_t n)
+{
+	char rank[32] = "";
 	if (p->rank > 0)
 		snprintf(rank, sizeof rank, ".rank%d", p->rank);
-	if (out_dir && *out_dir) {
-		snprintf(path, sizeof path, "%s/profile%s.txt", out_dir, rank);
-		st = kiln_fopen_regular(path, "w", "write", &f);
+	snprintf(path, n, "%s/%s%s.%s", out_dir, name, rank, ext);
+}
+
+kiln_status kiln_profile_check_out(const struct kiln_profile *p, const char *out_dir)
+{
+	char path[4200];
+	struct stat sb;
+	if (!p || !out_dir || !*out_dir)
+		return KILN_OK;
+	for (int i = 0; i < 2; i++) {
+		if (i && p->trace_steps <= 0)
+			break;
+		report_path(p, out_dir, i ? "trace" : "profile", i ? "json" : "txt", path,
+			    sizeof path);
+		if (!stat(path, &sb) && S_ISDIR(sb.st_mode))
+			return kiln_error(KILN_EIO, "%s: the profiler cannot write it at the end of the run: a directory of that name is in the way",
+					  path);
 	}
-	write_table(p, f);
-	if (f && fclose(f) && !st)
-		st = kiln_error(KILN_EIO, "%s: write failed: %s", path, strerror(errno));
+	return KILN_OK;
+}
+
+kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir)
+{
+	char path[4200];
+	kiln_status st = KILN_OK;
+	int err;
+	pthread_mutex_lock(&p->lock);
+	write_table(p, NULL); /* the log */
+	/* each file whole or not at all (kiln_file_write): before session 33
+	 * a failed write of trace.json left a partial file */
+	if (out_dir && *out_dir) {
+		report_path(p, out_dir, "profile", "txt", path, sizeof path);
+		if ((st = kiln_run_file_check(path)))
+			;
+		else if ((err = kiln_file_write(path, fill_table, p)))
+			st = kiln_error(KILN_EIO, "%s: cannot write the profile: %s", path, strerror(err));
+	}
 	if (!st && out_dir && *out_dir && p->trace_steps > 0) {
-		snprintf(path, sizeof path, "%s/trace%s.json", out_dir, rank);
-		if (!(st = kiln_fopen_regular(path, "w", "write", &f))) {
-			write_trace(p, f);
-			if (fclose(f))
-				st = kiln_error(KILN_EIO, "%s: write failed: %s", path,
-						strerror(errno));
-			else if (p->step)
-				kiln_log(KILN_LOG_INFO, "profile",
-					 "trace of steps 1..%lld in %s (open in ui.perfetto.dev or chrome://tracing)",
-					 (long long)(p->step < p->trace_steps ? p->step : p->trace_steps),
-					 path);
-		}
+		report_path(p, out_dir, "trace", "json", path, sizeof path);
+		if ((st = kiln_run_file_check(path)))
+			;
+		else if ((err = kiln_file_write(path, fill_trace, p)))
+			st = kiln_error(KILN_EIO, "%s: cannot write the trace: %s", path, strerror(err));
+		else if (p->step)
+			kiln_log(KILN_LOG_INFO, "profile",
+				 "trace of steps 1..%lld in %s (open in ui.perfetto.dev or chrome://tracing)",
+				 (long long)(p->step < p->trace_steps ? p->step : p->trace_steps), path);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return st;

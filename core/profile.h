@@ -111,6 +111,11 @@ void kiln_profile_note(struct kiln_profile *p, const char *line);
  * (kiln_profile_set_rank) writes profile.rank<R>.txt and trace.rank<R>.json,
  * so ranks sharing one out_dir keep each its own. */
 kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir);
+/* At the start of a profiled run: KILN_EIO naming the file when one that
+ * kiln_profile_report would write in out_dir (profile.txt, trace.json
+ * with a trace) is a directory, which would fail the run only at its
+ * end.  p NULL (not profiling) or no out_dir: KILN_OK. */
+kiln_status kiln_profile_check_out(const struct kiln_profile *p, const char *out_dir);
 /* The rank whose files kiln_profile_report writes (0 by default). */
 void kiln_profile_set_rank(struct kiln_profile *p, int rank);
 

@@ -158,6 +158,11 @@ struct trainer {
 	/* checkpoints */
 	char ckdir[4200];          /* [run] out_dir/checkpoints, "" without out_dir */
 	int out_lock;              /* out_dir/.kiln.lock held (rank 0 training); -1: none */
+	int out_watch;             /* out_dev/out_ino: what out_dir's lock (or, unlocked,
+				    * out_dir) was when taken (trainer_out_dir_watch) */
+	dev_t out_dev;
+	ino_t out_ino;
+	char out_lost[700];        /* the stop cause of a run directory lost mid-run */
 	char *config_text;         /* resolved config, stored in each checkpoint */
 	char *versions;
 	struct kiln_ckpt_trainer pos; /* where the run stands (trainer section) */
@@ -295,8 +300,29 @@ kiln_status trainer_out_dir_lock(const char *out_dir, int *fd);
  * (with its parents) at the start: KILN_EIO naming it when it cannot be
  * created or written (a file in its place), not after the training. */
 kiln_status trainer_ckdir_check(const char *ckdir);
-/* Write path whole or not at all: into path.tmp, then renamed over path
- * (an old path stays intact when the disk is full); KILN_EIO naming it. */
+/* Rank 0, out_dir locked: remember what its lock file is, for
+ * trainer_out_dir_watch. */
+void trainer_out_dir_note(struct trainer *t);
+/* Rank 0, at each log point and checkpoint: is out_dir still the one this
+ * run locked (its .kiln.lock the same file)?  When it was removed,
+ * renamed or replaced mid-run (before session 33 the run went on writing
+ * into the unlinked files, recreated only checkpoints/, and exited 0):
+ * the error logged naming it, out_dir recreated with the lock,
+ * config.ini and metrics.jsonl (continued), res->out_dir_lost set and a
+ * stop requested with that cause, so that the checkpoint of the stop goes
+ * into the recreated directory and `kiln train` exits 4.  An error only
+ * when it cannot be recreated (or another kiln holds it by then). */
+kiln_status trainer_out_dir_watch(struct trainer *t);
+/* Before anything is changed: KILN_EIO naming the path when what the run
+ * writes later is blocked, so that it is refused at its start, not after
+ * the training (before session 33): a file in the way of ckdir/best (best:
+ * keep_best with evaluations), a directory named profile.txt or trace.json
+ * (prof: the profiler, NULL when off). */
+kiln_status trainer_out_paths_check(const char *ckdir, int best, const struct kiln_profile *prof,
+				    const char *out_dir);
+/* Write path whole or not at all (kiln_file_write: a temporary, fsynced,
+ * renamed over path, the directory fsynced; an old path stays intact when
+ * the disk is full); KILN_EIO naming it. */
 kiln_status trainer_write_file(const char *path, const char *text, size_t n);
 
 /* train_step.c */

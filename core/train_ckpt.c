@@ -86,6 +86,10 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 	}
 	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
 		;
+	/* (the run directory removed mid-run: recreated first, not just its
+	 * checkpoints/ as the mkdir below did before session 33) */
+	else if (!t->rank && (st = trainer_out_dir_watch(t)))
+		;
 	else if (!t->rank && common_mkdirs(dir, 0777, 1))
 		st = kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
 	else if (!t->rank && !kiln_dist_zero_streams(t->dist))
@@ -180,12 +184,26 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 	return checkpoint_done(t, path);
 }
 
+/* Rank 0: the ckpt-*.kiln.tmp in ckdir/best that a best checkpoint's write
+ * killed mid-way left, removed (kiln_ckpt_prune with keep 0 deletes only
+ * temporaries; the lock keeps other runs out).  Before session 33 only
+ * ckdir's were, and best/'s stayed for good, a model's size each. */
+static void best_prune_tmp(const struct trainer *t)
+{
+	char dir[4300];
+	if (!t->tc.keep_best)
+		return;
+	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
+	kiln_ckpt_prune(dir, 0, t->pos.step);
+}
+
 /* Rank 0, a checkpoint written: logged, the old ones pruned. */
 static kiln_status checkpoint_done(struct trainer *t, const char *path)
 {
 	kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
 		 (long long)t->pos.epoch + 1, (long long)t->pos.step);
 	kiln_ckpt_prune(t->ckdir, t->tc.keep_last, t->pos.step);
+	best_prune_tmp(t);
 	trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "checkpoint", "step",
 				   (json_int_t)t->pos.step, "path", path));
 	return KILN_OK;
@@ -415,6 +433,8 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	free(best);
 	if (st)
 		return st;
+	if (!t->rank)
+		best_prune_tmp(t);
 	best_done(t, i, v, path);
 	return KILN_OK;
 }

@@ -271,7 +271,11 @@ static kiln_status interval_sums(struct trainer *t, double *ls, double *c, int *
 	*ls = *c = *ranks = 0, *bad = -1, *count = 0;
 	trainer_counters_take(t);
 	trainer_phase(t, KILN_PROF_LOG, 1);
-	st = params_check_enqueue(t);
+	/* rank 0: the run directory still this run's (a stop requested when
+	 * not, before the ranks agree on stops below) */
+	st = trainer_out_dir_watch(t);
+	if (!st)
+		st = params_check_enqueue(t);
 	if (!st)
 		st = trainer_read_metrics(t, ls, c, NULL);
 	if (!st && !(st = params_check_take(t, bad, count))) {

@@ -726,6 +726,12 @@ static kiln_status open_run(struct trainer *t)
 		/* one run at a time in out_dir (rank 0 alone writes into it) */
 		if (!t->rank && (st = trainer_out_dir_lock(t->run.out_dir, &t->out_lock)))
 			return st;
+		if (!t->rank && t->training)
+			trainer_out_dir_note(t);
+		/* (every rank: each writes its own profile) */
+		if (t->training && (st = trainer_out_paths_check(t->ckdir, !t->rank && t->tc.keep_best &&
+								 t->tc.eval, t->prof, t->run.out_dir)))
+			return st;
 		if (!(t->config_text = kiln_run_config_text(t->cfg, t->reg, &t->tc)))
 			return KILN_EIO;
 		if (!(t->versions = kiln_ckpt_versions(t->reg, t->dev)))

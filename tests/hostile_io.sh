@@ -64,20 +64,24 @@ stderr_has "$tmp/adir: cannot write: Is a directory"
 # and a name not of the writer's form kept
 gone=$(sh -c 'echo $$')
 ! kill -0 "$gone" 2>/dev/null || fail "pid $gone of an ended shell is alive"
-# (a user's own real.safetensors.tmp<digits>.<digits> is not kiln's name:
-# kept; it was removed before the review of session 32)
+# (real.safetensors.tmp<pid>.<n>, an older kiln's name, of a gone pid:
+# removed too since session 33, where it stayed for good; of a live pid kept)
 for f in "real.safetensors.kiln-tmp$gone.0" "real.safetensors.kiln-tmp$$.3" "made.safetensors.kiln-tmp$gone.0" \
-	"real.safetensors.kiln-tmp$gone.0.bak" "real.safetensors.kiln-tmp$gone" "real.safetensors.tmp$gone.0"; do
+	"real.safetensors.kiln-tmp$gone.0.bak" "real.safetensors.kiln-tmp$gone" "real.safetensors.tmp$gone.0" \
+	"real.safetensors.tmp$$.1" "real.safetensors.tmp$gone"; do
 	echo partial >"$tmp/$f"
 done
 kiln 0 export "$ini" "$d" run.out_dir= --safetensors "$tmp/link.safetensors"
 stderr_has "[core] removed $tmp/real.safetensors.kiln-tmp$gone.0, the temporary of a write of $tmp/real.safetensors that was killed (process $gone is gone)"
+stderr_has "[core] removed $tmp/real.safetensors.tmp$gone.0, the temporary of a write of $tmp/real.safetensors that was killed (process $gone is gone)"
 [ ! -e "$tmp/real.safetensors.kiln-tmp$gone.0" ] || fail "the killed writer's temporary stayed"
+[ ! -e "$tmp/real.safetensors.tmp$gone.0" ] || fail "an older kiln's killed writer's temporary stayed"
 for f in "real.safetensors.kiln-tmp$$.3" "made.safetensors.kiln-tmp$gone.0" \
-	"real.safetensors.kiln-tmp$gone.0.bak" "real.safetensors.kiln-tmp$gone" "real.safetensors.tmp$gone.0"; do
+	"real.safetensors.kiln-tmp$gone.0.bak" "real.safetensors.kiln-tmp$gone" \
+	"real.safetensors.tmp$$.1" "real.safetensors.tmp$gone"; do
 	[ -f "$tmp/$f" ] || fail "export removed $f, not a killed writer's temporary of its path"
 done
-[ "$(ls "$tmp" | grep -c '\.tmp\|kiln-tmp')" -eq 5 ] || fail "temporaries after the export: $(ls "$tmp" | grep 'tmp')"
+[ "$(ls "$tmp" | grep -c '\.tmp\|kiln-tmp')" -eq 6 ] || fail "temporaries after the export: $(ls "$tmp" | grep 'tmp')"
 # a container's PID 1 killed mid-write and started again: its temporary
 # has this writer's own pid, written before this process's first write
 # (where unshare can make a PID namespace; as root)

@@ -515,6 +515,10 @@ EXTRA_DIST += tests/hostile.sh
 # Output files and standard streams in a hostile environment (session 30).
 TESTS += tests/hostile_io.sh
 EXTRA_DIST += tests/hostile_io.sh
+# the run directory removed mid-run, a failed tokens pack, best/'s stale
+# temporaries, blocked paths, config.ini and the profiler's files (session 33)
+TESTS += tests/run_files.sh
+EXTRA_DIST += tests/run_files.sh
 # Multi-process tests start ranks themselves (torchrun-style variables,
 # mpirun): the store's shared secret they all present (core/store.h).
 AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KILN_STORE_TOKEN;

@@ -3,7 +3,8 @@
 #  1. a config that is a FIFO no one writes: refused at once, naming it
 #     (fopen waited for a writer for ever);
 #  2. run files in out_dir that are FIFOs (metrics.jsonl; train.csv with
-#     log.csv=1; config.ini's temporary file; profile.txt with
+#     log.csv=1; config.ini (its temporary's name is unique since session
+#     33, and a FIFO config.ini is written straight to); profile.txt with
 #     run.profile=1): refused at once, naming the file (fopen waited for
 #     a reader for ever);
 #  3. a stop (SIGTERM) while setup is blocked where no stop is looked for
@@ -44,7 +45,7 @@ grep -q "fifo.ini: cannot open config: it is a FIFO with nothing to read (no wri
 echo "a FIFO config: refused at once"
 
 # ---- 2. FIFO run files -----------------------------------------------------
-for f in metrics.jsonl train.csv config.ini.tmp profile.txt; do
+for f in metrics.jsonl train.csv config.ini profile.txt; do
 	mkdir -p "$tmp/o-$f"
 	mkfifo "$tmp/o-$f/$f"
 	timeout -s KILL 20 "$kiln" train "$tmp/run.ini" run.out_dir="$tmp/o-$f" log.csv=1 run.profile=1 \

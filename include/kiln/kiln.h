@@ -392,6 +392,10 @@ struct kiln_train_result {
 	/* captured steps ([plugin.cuda] graph = 1, [plugin.cpu] graph = 1) */
 	int64_t steps_replayed;     /* optimizer steps run as a replay of a captured graph */
 	int graphs_captured;        /* graphs captured (one per device input buffer) */
+	/* 1: [run] out_dir was removed, renamed or replaced mid-run; rank 0
+	 * recreated it (lock, config.ini, metrics.jsonl) and stopped with a
+	 * checkpoint there (`kiln train` exits 4: docs/checkpoints.md) */
+	int out_dir_lost;
 };
 
 /* Test hook: called on the training thread once per optimizer step, after
@@ -623,8 +627,8 @@ typedef int (*kiln_file_fill)(FILE *fp, void *ctx);
  * write fails (full disk, a file size limit) and no temporary is left; a
  * symbolic link's target is replaced, the link kept; a device or FIFO
  * (/dev/stdout) is written straight to.  A temporary of path that a
- * killed writer left (path.kiln-tmp<pid>.<n> whose process is gone) is removed
- * first, and logged.  0 or an errno; the caller says which file.  The
+ * killed writer left (path.kiln-tmp<pid>.<n> whose process is gone, or an
+ * older kiln's path.tmp<pid>.<n>) is removed first, and logged.  0 or an errno; the caller says which file.  The
  * safetensors and ONNX writers, `kiln predict --logits` and `kiln report`
  * share it (core/out_file.c); any thread. */
 int kiln_file_write(const char *path, kiln_file_fill fill, void *ctx);

@@ -5,10 +5,11 @@
 #define KILN_LOADERS_TOKENS_H
 
 #define TOK_SUFFIX ".bin"
-/* "<dir>/<split>.bin-partial": kiln pack writes a split's shards (renaming
- * each into place as it fills) only while this file exists, and removes it
- * last; the source refuses shards beside one (a pack killed then left an
- * incomplete split, or with --force one that mixes two packs). */
+/* "<dir>/<split>.bin-partial": kiln pack renames a split's complete shards
+ * into place (from .tmp, after every input is encoded) only while this
+ * file exists, and removes it last; the source refuses shards beside one
+ * (a pack killed then left an incomplete split, or with --force one that
+ * mixes two packs). */
 #define TOK_PARTIAL ".bin-partial"
 
 #endif
