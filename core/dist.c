@@ -199,6 +199,11 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		goto fail;
 	}
 	restart_wait(&env);
+	/* every deadline of the run's waits on the run clock, which a job
+	 * suspended whole past [dist] timeout does not expire (session 33) */
+	if ((st = kiln_run_clock_start()))
+		goto fail;
+	d->run_clock = 1;
 	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
 				  env.world, d->timeout_ms, &d->store)))
 		goto fail;
@@ -395,6 +400,8 @@ void kiln_dist_close(struct kiln_dist *d)
 		}
 		kiln_store_close(d->store);
 	}
+	if (d->run_clock)
+		kiln_run_clock_stop();
 	free(d);
 	if (msg && *msg)
 		kiln_error(KILN_EIO, "%s", msg);
