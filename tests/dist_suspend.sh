@@ -3,7 +3,7 @@
 # (session 33, docs/distributed.md "Failures"): `scontrol suspend`, gang
 # scheduling, or SIGSTOP of every process, stops the launcher and each
 # rank.  Two ranks on Gloo's shared memory, the MLP of tests/dist.sh,
-# [dist] timeout = 3 s, heartbeat = 2 s: every process of `kiln launch
+# [dist] timeout = 3 s, heartbeat = 4 s: every process of `kiln launch
 # -n 2` is stopped (SIGSTOP) mid-run for 8 s (more than twice the
 # timeout), then continued: the run finishes with exit 0 and the same
 # weights as an uninterrupted run, bit for bit.  Before, every rank's
@@ -16,7 +16,7 @@ name=dist_suspend needs=gloo
 
 ini="$tmp/mlp.ini"
 mlp_ini "$ini" 5 3 gloo
-set -- train.epochs=400 train.log_every=1 train.checkpoint_every=100000 dist.heartbeat=2
+set -- train.epochs=400 train.log_every=1 train.checkpoint_every=100000 dist.heartbeat=4
 
 run plain 2 16 "$@"
 
