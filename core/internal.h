@@ -124,6 +124,9 @@ static inline double kiln_now_s(void) { return 1e-9 * (double)kiln_now_ns(); }
  * stop); without one the clock is CLOCK_MONOTONIC.  Thread-safe. ---- */
 int64_t kiln_run_ns(void);
 int64_t kiln_run_stalled_ns(void); /* the stalled time so far */
+/* When the last stall the ticker saw ended (CLOCK_MONOTONIC ns; 0: none)
+ * and in *len_ns how long the process stood still then. */
+int64_t kiln_run_last_stall(int64_t *len_ns);
 kiln_status kiln_run_clock_start(void);
 void kiln_run_clock_stop(void);
 

@@ -37,6 +37,7 @@ static pthread_t run_thread;
 static int run_users, run_quit;
 static int64_t run_stalled; /* ns recorded as stalled (under run_lock) */
 static int64_t run_last;    /* the ticker's last wake-up (ns; 0: no ticker) */
+static int64_t run_stall_at, run_stall_ns; /* the last stall seen: its end, its length */
 
 /* The stall between the ticker's last wake-up and now (under run_lock). */
 static int64_t pending_stall(int64_t now)
@@ -62,6 +63,15 @@ int64_t kiln_run_stalled_ns(void)
 	return r;
 }
 
+int64_t kiln_run_last_stall(int64_t *len_ns)
+{
+	pthread_mutex_lock(&run_lock);
+	const int64_t at = run_stall_at;
+	*len_ns = run_stall_ns;
+	pthread_mutex_unlock(&run_lock);
+	return at;
+}
+
 static void *run_ticker(void *arg)
 {
 	(void)arg;
@@ -75,8 +85,12 @@ static void *run_ticker(void *arg)
 		ts.tv_nsec = (long)(ns % 1000000000);
 		while (!run_quit && pthread_cond_timedwait(&run_cond, &run_lock, &ts) != ETIMEDOUT)
 			;
-		const int64_t now = kiln_now_ns();
-		run_stalled += pending_stall(now);
+		const int64_t now = kiln_now_ns(), late = pending_stall(now);
+		if (late) {
+			run_stalled += late;
+			run_stall_at = now;
+			run_stall_ns = now - run_last - RUN_TICK_NS;
+		}
 		run_last = now;
 	}
 	pthread_mutex_unlock(&run_lock);

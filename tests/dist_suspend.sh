@@ -10,7 +10,9 @@
 # collective, resumed past its deadline, failed with "a peer is stuck":
 # the deadlines counted time in which the process itself did not run.
 # A single stuck peer is still named within the timeout
-# (tests/dist_blame.sh).
+# (tests/dist_blame.sh).  The same on Gloo's TCP collectives (shm = 0),
+# whose waits are Gloo's own: such a job may fail, and a rank that does
+# says it stood still itself, not that a peer is stuck.
 name=dist_suspend needs=gloo
 . "$(dirname "$0")/dist_common.sh"
 
@@ -46,4 +48,31 @@ echo "the job suspended for 8 s ([dist] timeout = 3 s) exited $rc"
 grep -q "stuck" "$tmp/susp.log" && bad "the suspended job called a peer stuck"
 "$tool" same "$(newest_ck plain)" "$(newest_ck susp)" params optim.momentum ||
 	bad "the suspended job's weights differ from the uninterrupted run's"
+
+# ---- Gloo's TCP collectives (shm = 0): their waits are Gloo's, on its own
+# clock, and count the suspension: the job fails, but each failed rank says
+# that it stood still itself, not that a peer is stuck (nor names one)
+timeout 120 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/tcp" \
+	train.batch=16 plugin.gloo.shm=0 "$@" > "$tmp/tcp.log" 2>&1 &
+pid=$!
+i=0
+while [ $i -lt 600 ] && [ "$(cat "$tmp/tcp.log" 2>/dev/null | grep -c "step ")" -lt 200 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+pids=$(job_pids "$pid")
+# shellcheck disable=SC2086
+kill -STOP $pids 2>/dev/null
+sleep 8
+# shellcheck disable=SC2086
+kill -CONT $pids 2>/dev/null
+wait "$pid"
+rc=$?
+echo "the job on Gloo's TCP suspended for 8 s exited $rc"
+if [ "$rc" != 0 ]; then
+	grep "kiln: error: " "$tmp/tcp.log" | grep -q "a collective timed out (\[dist\] timeout = 3 s) [0-9.]* s after this process itself stood still for [0-9.]* s (stopped or suspended with its job" ||
+		{ bad "no failed rank on Gloo's TCP says it stood still itself"; grep "error: " "$tmp/tcp.log" | cut -c1-400; }
+	grep "kiln: error: " "$tmp/tcp.log" | grep -q "a peer is stuck" &&
+		bad "a rank on Gloo's TCP calls a peer stuck after the job's suspension"
+fi
 exit $fail
