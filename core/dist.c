@@ -199,6 +199,11 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		goto fail;
 	}
 	restart_wait(&env);
+	/* every deadline of the run's waits on the run clock, which a job
+	 * suspended whole past [dist] timeout does not expire (session 33) */
+	if ((st = kiln_run_clock_start()))
+		goto fail;
+	d->run_clock = 1;
 	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
 				  env.world, d->timeout_ms, &d->store)))
 		goto fail;
@@ -395,6 +400,8 @@ void kiln_dist_close(struct kiln_dist *d)
 		}
 		kiln_store_close(d->store);
 	}
+	if (d->run_clock)
+		kiln_run_clock_stop();
 	free(d);
 	if (msg && *msg)
 		kiln_error(KILN_EIO, "%s", msg);
@@ -1006,7 +1013,7 @@ static void stuck_cannot(char *out, size_t len, int n, int period_ms, int64_t se
  * more, with the host name its watchdog read at its start (asking the
  * store here cost a "?" with the store broken, a [dist] timeout a name
  * with it slow); otherwise the peer the message names is a suspect only. */
-static kiln_status stuck_explain(struct kiln_dist *d, kiln_status st, const char *msg)
+static kiln_status stuck_explain_peer(struct kiln_dist *d, kiln_status st, const char *msg)
 {
 	struct kiln_hb_silent s[8];
 	int period_ms = 0;
@@ -1024,6 +1031,22 @@ static kiln_status stuck_explain(struct kiln_dist *d, kiln_status st, const char
 	stuck_cannot(cannot, sizeof cannot, n, period_ms, self_ms, s);
 	return kiln_error(st, "rank %d of %d: a peer is stuck, not lost: a collective timed out ([dist] timeout = %.0f s) while every rank still held its connection to the store (a process stopped or frozen, or its link cut, answers nothing but has not exited); %s: the peer the communicator's message names, which this rank waited for, is a suspect, not necessarily the one that stopped (it may itself be waiting for it): %s",
 			  d->env.rank, d->env.world, d->timeout_ms / 1000.0, cannot, msg ? msg : "");
+}
+
+/* A collective timed out soon after this process itself stood still (the
+ * job suspended whole: kiln's own waits do not count that, Gloo's TCP
+ * waits do, docs/distributed.md "A suspended job"): said first, as the
+ * likely cause; no peer is blamed for it. */
+static kiln_status stuck_explain(struct kiln_dist *d, kiln_status st, const char *msg)
+{
+	int64_t len = 0;
+	const int64_t at = kiln_run_last_stall(&len);
+	const int64_t ago = kiln_now_ns() - at;
+	if (!at || ago > (int64_t)d->timeout_ms * 1000000 + INT64_C(2000000000))
+		return stuck_explain_peer(d, st, msg);
+	return kiln_error(st, "rank %d of %d: a collective timed out ([dist] timeout = %.0f s) %.1f s after this process itself stood still for %.1f s (stopped or suspended with its job: SIGSTOP, scontrol suspend, Ctrl-Z): the communicator's own waits count such a time (Gloo's TCP ones: [plugin.gloo] shm = 0 or ranks on several hosts; kiln's shared-memory collectives do not), so its peers, stopped too, were not late: %s",
+			  d->env.rank, d->env.world, d->timeout_ms / 1000.0, ago / 1e9, len / 1e9,
+			  msg ? msg : "");
 }
 
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)

@@ -98,6 +98,7 @@ struct kiln_dist {
 			   * final (kiln_dist_explain), rank 0 still
 			   * leaves last (kiln_dist_close) */
 	int finished;     /* kiln_dist_finish met every rank */
+	int run_clock;    /* kiln_run_clock_start succeeded (kiln_dist_close stops it) */
 	int joined;       /* this process completed the rendezvous: only
 			   * then is a failure of its the run's (a process
 			   * refused at the door, "rank 1 joined twice", that

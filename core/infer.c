@@ -471,6 +471,12 @@ kiln_status kiln_infer_image(struct kiln_infer *m, const struct kiln_image *img,
 	kiln_status st = image_args(m, img, what, x);
 	if (st)
 		return st;
+	/* a token model (GPT, an LM: i32 token ids) reads no images, whatever
+	 * [data.eval] holds: before session 33 its path's error came first
+	 * (a missing shard), or a source's remark */
+	if (m->t.sample.dtype == KILN_I32)
+		return kiln_error(KILN_ENOTSUP, "%s: this model reads tokens (i32 [%lld] token ids), not images: kiln_infer_image has nothing to give it; pass token ids to kiln_infer",
+				  what, (long long)m->t.sample.dims[0]);
 	pthread_mutex_lock(&m->lock);
 	if (!m->have_xf)
 		st = image_xform(m);

@@ -117,6 +117,19 @@ int64_t kiln_now_ns(void);
 void kiln_rss(size_t *now, size_t *peak, int reset);
 static inline double kiln_now_s(void) { return 1e-9 * (double)kiln_now_ns(); }
 
+/* ---- the run clock (core/run_clock.c): CLOCK_MONOTONIC less the time the
+ * whole process stood still (stopped, suspended), for the deadlines of a
+ * distributed run's waits, which a job suspended whole must not expire.
+ * kiln_run_clock_start starts its ticker (counted: every start has its
+ * stop); without one the clock is CLOCK_MONOTONIC.  Thread-safe. ---- */
+int64_t kiln_run_ns(void);
+int64_t kiln_run_stalled_ns(void); /* the stalled time so far */
+/* When the last stall the ticker saw ended (CLOCK_MONOTONIC ns; 0: none)
+ * and in *len_ns how long the process stood still then. */
+int64_t kiln_run_last_stall(int64_t *len_ns);
+kiln_status kiln_run_clock_start(void);
+void kiln_run_clock_stop(void);
+
 /* ---- whole transfers on a file descriptor (core/status.c) ---- */
 enum { KILN_IO_WRITE, KILN_IO_SEND, KILN_IO_PREAD };
 /* Move all n bytes between buf and fd by write(), send() (MSG_NOSIGNAL:

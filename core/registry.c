@@ -112,6 +112,7 @@ static const struct kiln_host host = {
 	.group_allreduce = kiln_dist_group_allreduce,
 	.group_allgather = kiln_dist_group_allgather,
 	.device_capturing = kiln_device_capturing,
+	.run_ns = kiln_run_ns,
 };
 
 const struct kiln_host *kiln_host_table(void) { return &host; }

@@ -46,7 +46,9 @@ static uint32_t get32(const unsigned char *p)
 
 /* ---- client -------------------------------------------------------------- */
 
-static int64_t now_ms(void) { return kiln_now_ns() / 1000000; }
+/* the run clock (core/run_clock.c): a wait resumed after the whole job
+ * was suspended counts only the time it ran (session 33) */
+static int64_t now_ms(void) { return kiln_run_ns() / 1000000; }
 
 /* Send (out) or receive exactly n bytes before the deadline (ms; < 0:
  * none). 0 ok, -1 closed/error, -2 timeout. */

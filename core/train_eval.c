@@ -218,20 +218,27 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 	const int64_t step = t->step;
 	int last_step = t->ep + 1 >= tc->epochs || (tc->max_steps && step >= tc->max_steps);
 	size_t len = strlen(msg);
+	/* whether the epoch's line shows an evaluation: not when one at an
+	 * eval_every point (which logged its own line) or an early stop's
+	 * was the last */
+	const int on_line = !t->stop_early && !(tc->eval_every && !(last_step && step % tc->eval_every));
 	if (!tc->eval)
 		return KILN_OK;
 	if (t->evaluated && step == t->step0 && t->done.samples) {
 		/* resumed from the run's last checkpoint, written after this
 		 * evaluation: its numbers, not a second record of it (before
 		 * the early stop's return: that evaluation is this one, and
-		 * the result's val numbers would stay unset) */
+		 * the result's val numbers would stay unset); on the line only
+		 * where the run printed them (before session 33 always: an
+		 * early-stopped run resumed added ", test loss ...") */
 		*t->ev.loss = t->done.loss, *t->ev.acc = t->done.acc, *t->ev.acc5 = t->done.acc5;
 		*t->ev.samples = t->done.samples;
-		snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
-			 *t->ev.loss, *t->ev.acc, *t->ev.acc5);
+		if (on_line)
+			snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
+				 *t->ev.loss, *t->ev.acc, *t->ev.acc5);
 		return KILN_OK;
 	}
-	if (t->stop_early || (tc->eval_every && !(last_step && step % tc->eval_every)))
+	if (!on_line)
 		return KILN_OK;
 	kiln_status st = trainer_evaluate(t, t->steps_per_epoch * t->G, 0, !tc->eval_every);
 	if (!st)

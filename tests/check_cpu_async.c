@@ -260,6 +260,39 @@ START_TEST(test_set_is_kept)
 }
 END_TEST
 
+/* a failure with a message of 3000 bytes whose end names a file (the
+ * cause: a collective's message names ranks, hosts and files) */
+static kiln_status long_fail_fn(void *arg)
+{
+	(void)arg;
+	char pad[2900];
+	memset(pad, 'x', sizeof pad - 1);
+	pad[sizeof pad - 1] = 0;
+	return kiln_error(KILN_EIO, "head of the message: %s: /data/run/shard-000123.bin: short read", pad);
+}
+
+/* A host function that failed on an async stream's worker: the stream's
+ * sync reports its message with its start and its end (the file's name),
+ * cut in the middle with "..." (before session 33 cpu_err's 512 bytes
+ * kept the first 511 and lost the end). */
+START_TEST(test_long_message_kept)
+{
+	setenv("KILN_CPU_PROBEWAIT", "0", 1);
+	struct kiln_device *dev = open_rank("plugin.cpu.async=1");
+	void *a;
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_msg(!runs_here(dev, a), "async = 1: the host function ran on this thread");
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, long_fail_fn, NULL), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_sync(dev, a), KILN_EIO);
+	const char *m = kiln_last_error();
+	ck_assert_msg(strstr(m, "head of the message: xxx"), "%s", m);
+	ck_assert_msg(strstr(m, "...xxx"), "the cut is not marked: %s", m);
+	ck_assert_msg(strstr(m, "xxx: /data/run/shard-000123.bin: short read"), "the end is lost: %s", m);
+	kiln_device_stream_destroy(dev, a);
+	close_rank(dev);
+}
+END_TEST
+
 static Suite *make_cpu_async_suite(void)
 {
 	Suite *s = suite_create("cpu_async");
@@ -269,6 +302,7 @@ static Suite *make_cpu_async_suite(void)
 	tcase_add_test(tc, test_set_is_kept);
 	tcase_add_test(tc, test_probe_sees_busy_thread);
 	tcase_add_test(tc, test_create_during_switch);
+	tcase_add_test(tc, test_long_message_kept);
 	suite_add_tcase(s, tc);
 	return s;
 }

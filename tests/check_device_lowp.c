@@ -334,6 +334,21 @@ static void lp_more(struct fx *f, int dt)
 		lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ w, step },
 			       (const void *const[]){ x, NULL }, nn, on, bwd ? "DROPOUT_BWD" : "DROPOUT");
 	}
+	/* NHWC DROPOUT and DROPOUT_BWD (the mask drawn by logical NCHW index:
+	 * CUDA's kern_nhwc_logical, the CPU's f32 pixel rows between the
+	 * conversions): f16 was compared by no suite before session 33
+	 * (docs/gpu.md said the CPU refused it; it takes it through lowp.c) */
+	for (int bwd = 0; bwd < 2; bwd++) {
+		memset(&op, 0, sizeof op);
+		op.type = bwd ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
+		op.in[0] = op.out[0] = td4(4, 5, 8, 16, 1);
+		op.in[1] = td(KILN_I64, 1, KILN_DROP_CTR, 0);
+		op.i[0] = 1234, op.i[1] = 3, op.f[0] = 0.3;
+		int64_t dn[2] = { 4 * 5 * 8 * 16, KILN_DROP_CTR }, dno[1] = { 4 * 5 * 8 * 16 };
+		lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ w, step },
+			       (const void *const[]){ x, NULL }, dn, dno,
+			       bwd ? "NHWC DROPOUT_BWD" : "NHWC DROPOUT");
+	}
 	/* (a device without pooling yet skips it) */
 	for (int nhwc = 0; nhwc < 2 && !unsupported(f, KILN_OP_POOL); nhwc++)
 		for (int kind = 0; kind < 2; kind++) {

@@ -157,11 +157,59 @@ START_TEST(test_self_late)
 }
 END_TEST
 
+/* The run clock (core/run_clock.c, session 33): this process stopped
+ * (SIGSTOP by a child, as `scontrol suspend` stops a job) for 2.5 s and
+ * continued: CLOCK_MONOTONIC counts the stop, the run clock all of it but
+ * the slack (about 1.1 s: the ticker's period and its second); a process
+ * that runs counts no stall. */
+static void run_clock_case(int stop)
+{
+	ck_assert_int_eq(kiln_run_clock_start(), KILN_OK);
+	const int64_t m0 = kiln_now_ns(), r0 = kiln_run_ns(), s0 = kiln_run_stalled_ns();
+	const pid_t me = getpid();
+	pid_t kid = -1;
+	if (stop && (kid = fork()) == 0) {
+		usleep(300 * 1000);
+		kill(me, SIGSTOP);
+		usleep(2500 * 1000);
+		kill(me, SIGCONT);
+		_exit(0);
+	}
+	usleep(3500 * 1000); /* (the stop does not end a sleep: it runs on) */
+	const int64_t dm = kiln_now_ns() - m0, dr = kiln_run_ns() - r0,
+		      ds = kiln_run_stalled_ns() - s0;
+	if (kid > 0)
+		waitpid(kid, NULL, 0);
+	kiln_run_clock_stop();
+	/* (three readings: the clocks apart by their calls' nanoseconds) */
+	ck_assert_msg(dm >= 3400000000 && llabs(dm - dr - ds) < 5000000, "monotonic %lld ns, run %lld ns, stalled %lld ns",
+		      (long long)dm, (long long)dr, (long long)ds);
+	if (stop)
+		ck_assert_msg(ds >= 1000000000 && ds <= 2500000000, "stopped 2.5 s: stalled %lld ns",
+			      (long long)ds);
+	else
+		ck_assert_msg(ds == 0, "never stopped: stalled %lld ns", (long long)ds);
+}
+
+START_TEST(test_run_clock_stopped)
+{
+	run_clock_case(1);
+}
+END_TEST
+
+START_TEST(test_run_clock_running)
+{
+	run_clock_case(0);
+}
+END_TEST
+
 static Suite *make_heartbeat_suite(void)
 {
 	Suite *s = suite_create("heartbeat");
 	check_add_case(s, "heartbeat", 30, NULL, NULL, (const TTest *[]){
 		test_one_silent, test_all_silent, test_self_late, NULL });
+	check_add_case(s, "run_clock", 30, NULL, NULL, (const TTest *[]){
+		test_run_clock_stopped, test_run_clock_running, NULL });
 	return s;
 }
 

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct kiln_registry *reg;
 
@@ -585,6 +586,60 @@ START_TEST(api_refuses_bad_arguments)
 }
 END_TEST
 
+/* A token model's (i32 ids) kiln_infer_image: KILN_ENOTSUP saying it reads
+ * tokens, whatever its [data.eval]: a readable shard or a path that is
+ * not there (before session 33 the missing path's error, "the image
+ * transforms of [data.eval]: ... cannot open the token shard"). */
+static void token_image_refused(const char *path, const char *eval_path)
+{
+	char ini[1024];
+	snprintf(ini, sizeof ini,
+		 "[run]\ndevice = cpu\nseed = 3\nthreads = 1\n"
+		 "out_dir = /nonexistent/kiln-check-infer-passes\n"
+		 "[data]\nsource = tokens\npath = %s\ncontext = 8\n"
+		 "[data.eval]\npath = %s\n"
+		 "[layer.wte]\ntype = embedding\nvocab = 64\ndim = 16\n"
+		 "[layer.head]\ntype = linear\nout = 64\n[layer.loss]\ntype = softmax_xent\n",
+		 path, eval_path);
+	const struct kiln_infer_opts o = { .config_is_text = 1 };
+	struct kiln_infer *m = NULL;
+	char *err = NULL;
+	ck_assert_msg(kiln_model_load(ini, NULL, &o, &m, &err) == 0, "%s: %s", path, err);
+	int64_t dims[KILN_MAX_DIMS];
+	int dtype = -1;
+	ck_assert_int_eq(kiln_infer_input_shape(m, dims, &dtype), 1);
+	ck_assert_int_eq(dtype, KILN_I32);
+	float x[64];
+	uint8_t px[8 * 8];
+	memset(px, 100, sizeof px);
+	const struct kiln_image img = { px, sizeof px, 8, 8, 1, 0 };
+	refused(kiln_infer_image(m, &img, "a.png", x), KILN_ENOTSUP,
+		"a.png: this model reads tokens (i32 [8] token ids), not images");
+	kiln_infer_free(m);
+}
+
+START_TEST(api_token_model_no_image)
+{
+	const char *t = getenv("TMPDIR");
+	char path[512];
+	snprintf(path, sizeof path, "%s/kiln-check-infer-tok-%d.bin", t && *t ? t : "/tmp",
+		 (int)getpid());
+	/* a shard in llm.c's format: magic, version, count in a 1024-byte
+	 * header, then uint16 tokens */
+	uint8_t b[1024 + 2 * 100] = { 0 };
+	const int32_t h[3] = { 20240520, 1, 100 };
+	memcpy(b, h, sizeof h); /* (little-endian, as the format) */
+	for (int i = 0; i < 100; i++)
+		b[1024 + 2 * i] = (uint8_t)(i * 7 % 64);
+	FILE *f = fopen(path, "wb");
+	ck_assert(f && fwrite(b, 1, sizeof b, f) == sizeof b);
+	fclose(f);
+	token_image_refused(path, path);
+	token_image_refused(path, "/nonexistent/kiln-check-infer-passes/val.bin");
+	unlink(path);
+}
+END_TEST
+
 static Suite *make_infer_passes_suite(void)
 {
 	Suite *s = suite_create("infer_passes");
@@ -607,6 +662,7 @@ static Suite *make_infer_passes_suite(void)
 	suite_add_tcase(s, block);
 	TCase *api = tcase_create("api");
 	tcase_add_test(api, api_refuses_bad_arguments);
+	tcase_add_test(api, api_token_model_no_image);
 	suite_add_tcase(s, api);
 	return s;
 }

@@ -134,7 +134,8 @@ kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *ou
  * of another size (channel count) is refused: KILN_EDATA naming `what`
  * (the file).  When that source cannot be opened (its files absent), its
  * images are taken to be of the model's input size and channels.
- * KILN_ENOTSUP when the model does not read images.  KILN_EINVAL for a
+ * KILN_ENOTSUP when the model does not read images (a token model: i32
+ * token ids, whatever its config's [data.eval]).  KILN_EINVAL for a
  * NULL m, img or x, img->data NULL, h or w below 1, or img->cap below
  * h * w * c; what may be NULL ("image"). */
 kiln_status kiln_infer_image(struct kiln_infer *m, const struct kiln_image *img,

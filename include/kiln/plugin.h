@@ -141,7 +141,7 @@ struct kiln_store;    /* core TCP key-value store (rendezvous) */
 
 /* ---- the host table: what the core offers every plugin ------------------ */
 
-#define KILN_HOST_VERSION 6
+#define KILN_HOST_VERSION 7
 
 struct kiln_host {
 	uint32_t version; /* KILN_HOST_VERSION of the core that loaded the plugin */
@@ -260,6 +260,18 @@ struct kiln_host {
 	 * rather than a slot it reuses (kept until close()).  Called on the
 	 * thread that enqueues. */
 	int (*device_capturing)(struct kiln_device *dev);
+
+	/* ---- version 7 ---- */
+
+	/* The run clock in nanoseconds: CLOCK_MONOTONIC less the time the
+	 * whole process stood still (stopped or suspended with its job,
+	 * noticed as a late wake-up of a thread of the core's; a busy
+	 * machine's delays under a second are not counted).  A comm plugin
+	 * measures its [dist] timeout on it, so that a job suspended whole
+	 * past the timeout and continued does not fail its pending
+	 * collectives; a single stuck peer does not stall this process, so
+	 * it is still named within the timeout.  Thread-safe. */
+	int64_t (*run_ns)(void);
 };
 
 /* ---- descriptors ------------------------------------------------------ */

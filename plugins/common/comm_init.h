@@ -13,6 +13,13 @@
 
 #include <kiln/plugin.h>
 
+/* plugins/common/watchdog.c: the deadlines' clock, the core's run clock
+ * where the host table has one (version 7) */
+#ifdef __cplusplus
+extern "C"
+#endif
+void watchdog_use_host(const struct kiln_host *host);
+
 /* Checks host's version; on success stores host in *keep (the plugin's
  * borrowed pointer, valid until unload) and returns list (NULL-terminated,
  * static), else reports and returns NULL. */
@@ -28,6 +35,7 @@ comm_plugin_init(const struct kiln_host *host, const struct kiln_host **keep,
 	}
 	if (*keep != host) /* a second load: the same table, not rewritten */
 		*keep = host;
+	watchdog_use_host(host);
 	return list;
 }
 

@@ -12,6 +12,8 @@
 
 #include <pthread.h>
 
+#include <kiln/plugin.h>
+
 struct watchdog {
 	pthread_t thread;
 	pthread_mutex_t lock;
@@ -30,7 +32,14 @@ int watchdog_start(struct watchdog *w, int (*look)(void *arg), void *arg);
 /* End the thread (when started) and destroy the lock and condition. */
 void watchdog_destroy(struct watchdog *w);
 
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* The clock of the communicators' deadlines, in nanoseconds: the core's
+ * run clock (host table version 7: CLOCK_MONOTONIC less the time the
+ * whole process stood still, so that a job suspended whole past [dist]
+ * timeout does not fail on resume) once watchdog_use_host saw it, else
+ * CLOCK_MONOTONIC. */
 long long watchdog_now_ns(void);
+
+/* Use host's run clock where it has one (comm_plugin_init calls it). */
+void watchdog_use_host(const struct kiln_host *host);
 
 #endif

@@ -30,13 +30,37 @@
 
 /* ---- helpers shared by the other files -------------------------------- */
 
+kiln_status cpu_err_msg(struct cpu_err *e, kiln_status st, const char *msg)
+{
+	const size_t n = strlen(msg), cap = sizeof e->msg;
+	e->st = st;
+	if (n < cap) {
+		memcpy(e->msg, msg, n + 1);
+		return st;
+	}
+	const size_t head = cap / 4, tail = cap - 1 - head - 3;
+	memcpy(e->msg, msg, head);
+	memcpy(e->msg + head, "...", 3);
+	memcpy(e->msg + head + 3, msg + n - tail, tail + 1);
+	return st;
+}
+
 kiln_status cpu_fail(struct cpu_err *e, kiln_status st, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	char *s = NULL;
+	const int n = vasprintf(&s, fmt, ap);
 	va_end(ap);
-	e->st = st;
+	if (n < 0) { /* out of memory: what fits */
+		va_start(ap, fmt);
+		vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+		va_end(ap);
+		e->st = st;
+		return st;
+	}
+	cpu_err_msg(e, st, s);
+	free(s);
 	return st;
 }
 

@@ -153,10 +153,17 @@ struct cpu_ctx {
  * the thread that reports the failure calls host->error with it. */
 struct cpu_err {
 	kiln_status st;
-	char msg[512];
+	/* (512 before session 33: a stream worker's copy of a collective's
+	 * message, which names ranks, hosts and files, lost its end, the
+	 * cause; a longer one is cut in the middle, cpu_err_msg) */
+	char msg[2048];
 };
 
 kiln_status cpu_fail(struct cpu_err *e, kiln_status st, const char *fmt, ...) KILN_PRINTF(3, 4);
+/* msg into e->msg whole, or, longer than the buffer, its first quarter
+ * and its end (the cause, a file's name) joined by "...", as the core's
+ * kiln_error keeps one: never cut silently.  Sets e->st = st. */
+kiln_status cpu_err_msg(struct cpu_err *e, kiln_status st, const char *msg);
 
 /* A prepared op: a copy of the op, the sizes its kernel needs, and the
  * kernel.  Plans are immutable after prepare except the GEMM's oneDNN

@@ -173,7 +173,11 @@ static void *cpu_worker(void *arg)
 		case CPU_T_RECORD:
 			if (t->ev->done < t->gen) {
 				__atomic_store_n(&t->ev->done, t->gen, __ATOMIC_RELEASE);
-				t->ev->err = s->err;
+				/* (the message only with a failure: 2 KiB) */
+				if (s->err.st)
+					t->ev->err = s->err;
+				else
+					t->ev->err.st = KILN_OK;
 			}
 			break;
 		case CPU_T_HOST:
@@ -187,7 +191,7 @@ static void *cpu_worker(void *arg)
 				cpu_wc_wrote_any(0); /* a collective, anything */
 				struct cpu_err e = { st, "" };
 				if (st)
-					snprintf(e.msg, sizeof e.msg, "%s", c->host->last_error());
+					cpu_err_msg(&e, st, c->host->last_error());
 				pthread_mutex_lock(c->lock);
 				if (e.st && !s->err.st)
 					s->err = e;
