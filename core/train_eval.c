@@ -258,6 +258,10 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 		 * keep_best file and early stopping's count) */
 		kiln_log(KILN_LOG_INFO, "train", "resume: the checkpoint lacks the numbers of the evaluation after step %lld that stopped the run: evaluating again (not recorded again)",
 			 (long long)step);
+		/* (work a stop now ends with a checkpoint, as eval_owed_run's:
+		 * the caller hears of it as of a step) */
+		if (t->progress)
+			t->progress(t->user, (int)t->ep + 1, t->k0, t->steps_per_epoch, NULL);
 		if (!(st = trainer_evaluate(t, t->pos.offset, 0, 0)) && !t->eval_cut)
 			snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f",
 				 t->ev.name, *t->ev.loss, *t->ev.acc, *t->ev.acc5);

@@ -114,10 +114,10 @@ n=$(nth vref rename)
 killed v rename $n $es $val
 # shellcheck disable=SC2086
 kiln 0 train "$tmp/run.ini" "run.out_dir=$tmp/v" $es $val --resume
-stderr_has "resume: the checkpoint lacks the numbers of the evaluation after step 24 that stopped the run: evaluating again (not recorded again)"
 for f in val_loss val_acc test_loss test_acc; do
 	same_field $f "$tmp/vref.out" "$out"
 done
+stderr_has "resume: the checkpoint lacks the numbers of the evaluation after step 24 that stopped the run: evaluating again (not recorded again)"
 "$tool" same "$(ck vref 24)" "$(ck v 24)" evaluated stopper best params ||
 	fail "[data.val]: ckpt-24.kiln differs from the uninterrupted run's"
 echo "2. early stop with [data.val], killed at its last rename: the val numbers kept"
