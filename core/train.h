@@ -226,8 +226,10 @@ struct trainer {
 	int eval_owed;
 	/* the run's last checkpoint is followed by evaluations it records
 	 * (CKPT_END_EVALS: the epoch's recorded one and [data.val]'s final
-	 * test after the last step; CKPT_END_TEST: the final test after an
-	 * early stop's checkpoint_last): written at the step as any (or, in
+	 * test after the last step; CKPT_END_TEST: [data.val]'s final test
+	 * after an early stop's checkpoint_last, which without [data.val] is
+	 * written once, with the stopping evaluation's numbers): written at
+	 * the step as any (or, in
 	 * a resume that takes no step, the checkpoint it started from, which
 	 * lacks them: trainer_checkpoint_resumed), then again after them by
 	 * trainer_checkpoint_end, with their numbers

@@ -281,8 +281,9 @@ kiln_status trainer_checkpoint_end(struct trainer *t)
 		return KILN_OK;
 	const int on_val = t->have_val;
 	/* an early stop's (CKPT_END_TEST) evaluation is the one that stopped
-	 * the run: its numbers too, for the resumed run's result (none when
-	 * this run did not do it: resumed without "evaluated") */
+	 * the run: its numbers too, for the resumed run's result (a resume
+	 * whose checkpoint lacked them ran it again, unrecorded:
+	 * trainer_epoch_eval) */
 	const int epoch_eval = (t->ckpt_end == CKPT_END_EVALS && t->tc.eval && !t->tc.eval_every) ||
 			       (t->ckpt_end == CKPT_END_TEST && t->stop_early && t->tc.eval &&
 				*t->ev.samples > 0);
