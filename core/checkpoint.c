@@ -327,9 +327,9 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
 			       char *path, size_t path_len)
 {
-	struct wsec s[12 + 2 * KILN_MAX_STATE_BUFS];
+	struct wsec s[13 + 2 * KILN_MAX_STATE_BUFS];
 	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES],
-		sp[KILN_CKPT_STOPPER_BYTES], owed[8], done[KILN_CKPT_EVALUATED_BYTES];
+		sp[KILN_CKPT_STOPPER_BYTES], owed[8], done[KILN_CKPT_EVALUATED_BYTES], cc[16];
 	char final[4200], tmp[4210], sample[160];
 	kiln_status st;
 	int n = 0;
@@ -388,6 +388,11 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 		memcpy(done + 64, &e->test_acc5, 8);
 		put_u64(done + 72, (uint64_t)e->test_samples);
 		host_section(&s[n++], "evaluated", done, sizeof done);
+	}
+	if (meta->clip_counts) {
+		put_u64(cc, (uint64_t)meta->clip_counts[0]);
+		put_u64(cc + 8, (uint64_t)meta->clip_counts[1]);
+		host_section(&s[n++], "clip_counts", cc, sizeof cc);
 	}
 	n = state_sections(m, src, s, n);
 	snprintf(final, sizeof final, "%s/ckpt-%lld.kiln", dir, (long long)t->step);
@@ -853,6 +858,25 @@ kiln_status kiln_ckpt_eval_owed_get(struct kiln_ckpt *ck, int *owed)
 		return kiln_error(KILN_EDATA, "checkpoint %s: section 'eval_owed' names step %llu, the checkpoint is of step %lld",
 				  ck->path, (unsigned long long)get_u64(b), (long long)ck->step);
 	*owed = 1;
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_clip_counts_get(struct kiln_ckpt *ck, int64_t out[2])
+{
+	uint8_t b[16];
+	kiln_status st;
+	out[0] = out[1] = 0;
+	if (!find(ck, "clip_counts"))
+		return KILN_ENOTFOUND;
+	if ((st = kiln_ckpt_read(ck, "clip_counts", b, sizeof b)))
+		return st;
+	const uint64_t skipped = get_u64(b), clipped = get_u64(b + 8);
+	if (skipped > (uint64_t)ck->step || clipped > (uint64_t)ck->step)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'clip_counts' out of range (%llu steps skipped, %llu clipped, of %lld steps)",
+				  ck->path, (unsigned long long)skipped, (unsigned long long)clipped,
+				  (long long)ck->step);
+	out[0] = (int64_t)skipped;
+	out[1] = (int64_t)clipped;
 	return KILN_OK;
 }
 

@@ -25,6 +25,8 @@
  *               final test; written first at the step, without it): their
  *               numbers (struct kiln_ckpt_evaluated), so a resume records
  *               none of them again
+ *   "clip_counts" the steps skipped (non-finite gradients) and clipped so
+ *               far, when the run has the clip op: a resume continues them
  *   one section per model state buffer (kiln_model_state_buffers: "params",
  *   "buffers", "momentum", "step"), the device bytes as they are.
  *
@@ -118,6 +120,9 @@ struct kiln_ckpt_meta {
 	int64_t n_best;
 	int eval_owed; /* nonzero: an "eval_owed" section (i64: the trainer step) */
 	const struct kiln_ckpt_evaluated *evaluated; /* NULL: no "evaluated" section */
+	/* the clip op's counts (i64 steps skipped, i64 steps clipped); NULL:
+	 * no "clip_counts" section (no clip op) */
+	const int64_t *clip_counts;
 };
 
 /* Write dir/ckpt-<trainer.step>.kiln: the state buffers of `m` are copied
@@ -228,6 +233,12 @@ kiln_status kiln_ckpt_eval_owed_get(struct kiln_ckpt *ck, int *owed);
  * step or holds a count out of range. */
 kiln_status kiln_ckpt_evaluated_get(struct kiln_ckpt *ck, struct kiln_ckpt_evaluated *out,
 				    int *done);
+
+/* The "clip_counts" section: out[0] the steps skipped, out[1] the steps
+ * clipped.  KILN_ENOTFOUND when the checkpoint has none (a run without the
+ * clip op, or an older kiln's), KILN_EDATA naming the file when a count is
+ * past the checkpoint's step. */
+kiln_status kiln_ckpt_clip_counts_get(struct kiln_ckpt *ck, int64_t out[2]);
 
 /* 1 when `path` starts with a checkpoint's magic (KILNCKPT), else 0 (also
  * when it cannot be read: opening it will say why). */

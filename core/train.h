@@ -177,6 +177,21 @@ struct trainer {
 	struct kiln_ckpt *resume_ck;
 	int64_t ckpt_step;         /* step of the last checkpoint written; -1: none */
 	int64_t named_step;        /* step of the checkpoint res->checkpoint names; -1: none */
+	/* step of the last "checkpoint" event this process logged (-1: none):
+	 * a checkpoint written again (after an evaluation that changed what
+	 * it holds, or with the numbers of the evaluations after its step)
+	 * logs none unless this process has not logged that step's yet (a
+	 * resume of a run killed between its write and the event) */
+	int64_t logged_step;
+	/* a resume with no step left (the run complete, or stopped early):
+	 * its epoch's line is not printed unless an evaluation runs in it
+	 * (trainer_checkpoint_resumed, epoch_end) */
+	int no_step_left;
+	int64_t evals;             /* evaluations this process ran */
+	/* the clip op's counts (clip_d[2..3]: steps skipped, clipped) the
+	 * resumed checkpoint holds ("clip_counts"), seeded into the device's
+	 * (trainer_clip_counts_seed) */
+	int64_t counts0[2];
 	struct kiln_ckpt_epoch ep0_sums; /* the resumed epoch's sums before the checkpoint */
 	/* keep_best: the K best evaluations' checkpoints in ckdir/best, in
 	 * every checkpoint's "best" section; rank 0's alone is read (it
@@ -216,8 +231,10 @@ struct trainer {
 	int eval_owed;
 	/* the run's last checkpoint is followed by evaluations it records
 	 * (CKPT_END_EVALS: the epoch's recorded one and [data.val]'s final
-	 * test after the last step; CKPT_END_TEST: the final test after an
-	 * early stop's checkpoint_last): written at the step as any (or, in
+	 * test after the last step; CKPT_END_TEST: [data.val]'s final test
+	 * after an early stop's checkpoint_last, which without [data.val] is
+	 * written once, with the stopping evaluation's numbers): written at
+	 * the step as any (or, in
 	 * a resume that takes no step, the checkpoint it started from, which
 	 * lacks them: trainer_checkpoint_resumed), then again after them by
 	 * trainer_checkpoint_end, with their numbers
@@ -333,6 +350,8 @@ kiln_status trainer_norm_plan(struct trainer *t, struct train_set *d, int64_t ro
 			      int *kout);
 
 /* train_log.c */
+kiln_status trainer_clip_counts(struct trainer *t, int64_t out[2]);
+kiln_status trainer_clip_counts_seed(struct trainer *t);
 kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
 				 double *correct5);
 void trainer_jsonl(struct trainer *t, json_t *obj);
@@ -352,6 +371,7 @@ kiln_status trainer_finish(struct trainer *t);
 /* train_eval.c */
 kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int record);
 kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n);
+int trainer_stop_numbers_missing(const struct trainer *t);
 kiln_status trainer_final_test(struct trainer *t);
 
 /* train_ckpt.c */

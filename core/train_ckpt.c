@@ -102,7 +102,7 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 	return kiln_dist_ckpt_agree(t->dist, st ? st : st2, dir, meta->trainer.step, t->compute);
 }
 
-static kiln_status checkpoint_done(struct trainer *t, const char *path);
+static void checkpoint_done(struct trainer *t, const char *path, int again);
 static kiln_status end_mark(struct trainer *t, int what);
 
 /* Evaluations the run records follow its last step: the epoch's ([train]
@@ -155,6 +155,7 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 	kiln_status st = KILN_OK;
 	struct kiln_ckpt_epoch sums = t->end_sums;
 	struct kiln_ckpt_best *best;
+	int64_t counts[2];
 	const struct kiln_ckpt_stopper sp = { t->stopper.best, t->stopper.bad, t->stopper.have };
 	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
 				       .trainer = t->pos, .epoch = &sums,
@@ -164,8 +165,11 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 	 * the run's last step (ckpt_end) the ones taken there, as the
 	 * evaluations since have used the device's sums */
 	if ((!t->ckpt_end && (st = epoch_sums(t, &sums))) ||
+	    (st = trainer_clip_counts(t, counts)) ||
 	    (st = best_meta(t, -1, 0, &meta, &best)))
 		return st;
+	if (t->clip)
+		meta.clip_counts = counts;
 	t->ckpt_step = t->pos.step;
 	st = ckpt_write(t, t->ckdir, &meta, path, n);
 	free(best);
@@ -173,15 +177,10 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 		t->named_step = t->pos.step;
 	if (st || t->rank)
 		return st;
-	if (evaluated) {
-		/* the run's last checkpoint written again (trainer_checkpoint_end):
-		 * the same file, so no second "checkpoint" event and nothing to
-		 * prune */
-		kiln_log(KILN_LOG_INFO, "train", "checkpoint %s again, with the numbers of the evaluations after step %lld",
-			 path, (long long)t->pos.step);
-		return KILN_OK;
-	}
-	return checkpoint_done(t, path);
+	/* (the run's last checkpoint written again with the numbers of the
+	 * evaluations after its step, trainer_checkpoint_end) */
+	checkpoint_done(t, path, evaluated && t->ckpt_end);
+	return KILN_OK;
 }
 
 /* Rank 0: the ckpt-*.kiln.tmp in ckdir/best that a best checkpoint's write
@@ -197,16 +196,30 @@ static void best_prune_tmp(const struct trainer *t)
 	kiln_ckpt_prune(dir, 0, t->pos.step);
 }
 
-/* Rank 0, a checkpoint written: logged, the old ones pruned. */
-static kiln_status checkpoint_done(struct trainer *t, const char *path)
+/* Rank 0, a checkpoint written: logged, the old ones pruned.  The
+ * "checkpoint" event once a step in a process: a file written again (the
+ * run's last, again: `again`; or after an evaluation that changed its
+ * stopper or keep_best list, trainer_evaluate) logs none when this
+ * process logged that step's; a resumed process's first write of the
+ * step it resumed at logs it, as the run that wrote it may have been
+ * killed between its rename and its event (and its prune: pruning twice
+ * deletes nothing more; before session 33 the rewrite neither pruned nor
+ * logged, and such a kill left an extra checkpoint for good). */
+static void checkpoint_done(struct trainer *t, const char *path, int again)
 {
-	kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
-		 (long long)t->pos.epoch + 1, (long long)t->pos.step);
+	if (again)
+		kiln_log(KILN_LOG_INFO, "train", "checkpoint %s again, with the numbers of the evaluations after step %lld",
+			 path, (long long)t->pos.step);
+	else
+		kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
+			 (long long)t->pos.epoch + 1, (long long)t->pos.step);
 	kiln_ckpt_prune(t->ckdir, t->tc.keep_last, t->pos.step);
 	best_prune_tmp(t);
+	if (t->logged_step == t->pos.step)
+		return;
+	t->logged_step = t->pos.step;
 	trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "checkpoint", "step",
 				   (json_int_t)t->pos.step, "path", path));
-	return KILN_OK;
 }
 
 /* The checkpoint of the state after step t->step, at sample offset of
@@ -286,8 +299,9 @@ kiln_status trainer_checkpoint_end(struct trainer *t)
 		return KILN_OK;
 	const int on_val = t->have_val;
 	/* an early stop's (CKPT_END_TEST) evaluation is the one that stopped
-	 * the run: its numbers too, for the resumed run's result (none when
-	 * this run did not do it: resumed without "evaluated") */
+	 * the run: its numbers too, for the resumed run's result (a resume
+	 * whose checkpoint lacked them ran it again, unrecorded:
+	 * trainer_epoch_eval) */
 	const int epoch_eval = (t->ckpt_end == CKPT_END_EVALS && t->tc.eval && !t->tc.eval_every) ||
 			       (t->ckpt_end == CKPT_END_TEST && t->stop_early && t->tc.eval &&
 				*t->ev.samples > 0);
@@ -306,6 +320,27 @@ kiln_status trainer_checkpoint_end(struct trainer *t)
 	return st;
 }
 
+/* A resumed run with no step left (t->no_step_left): early stopping ended
+ * it (trainer_resume_finished said so), or its last step is done
+ * (`final`), or [train] epochs was lowered below the checkpoint's; the
+ * latter two said here, as the early stop's is (before session 33 such a
+ * resume said nothing, and printed its epoch's line with "0.0 s, 0
+ * samples/s"). */
+static void resume_complete(struct trainer *t, int final)
+{
+	const struct kiln_train_cfg *tc = &t->tc;
+	const int past = t->pos.epoch + 1 > tc->epochs;
+	t->no_step_left = t->stop_early || final || past;
+	if (t->stop_early || !t->no_step_left || t->rank)
+		return;
+	if (tc->max_steps && t->pos.step >= tc->max_steps)
+		kiln_log(KILN_LOG_INFO, "train", "resume: the run is complete: no step is left (step %lld, [train] max_steps %lld)",
+			 (long long)t->pos.step, (long long)tc->max_steps);
+	else
+		kiln_log(KILN_LOG_INFO, "train", "resume: the run is complete: no step is left (step %lld, epoch %lld of [train] epochs %lld)",
+			 (long long)t->pos.step, (long long)t->pos.epoch + 1, (long long)tc->epochs);
+}
+
 /* A resumed run, before its first step: when its checkpoint is of the
  * run's last step (or of an early stop) and the evaluations after that
  * step are not recorded in it (no "evaluated": the run that wrote it
@@ -320,7 +355,14 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t)
 	const int final = (tc->max_steps && step >= tc->max_steps) ||
 			  (t->pos.epoch + 1 >= tc->epochs &&
 			   t->pos.offset >= t->steps_per_epoch * t->G);
-	if (!t->resumed || t->evaluated || !*t->ckdir)
+	if (!t->resumed || !*t->ckdir)
+		return KILN_OK;
+	resume_complete(t, final);
+	/* (an early stop's "evaluated" with no numbers of the evaluation
+	 * that stopped the run: a kiln before session 33 wrote it so after a
+	 * kill between its two writes; that evaluation runs again,
+	 * trainer_epoch_eval, and the file is written again with them) */
+	if (t->evaluated && !(t->stop_early && tc->eval && !t->done.samples))
 		return KILN_OK;
 	if (t->stop_early && (t->have_val || tc->eval))
 		t->ckpt_end = CKPT_END_TEST;
@@ -347,18 +389,31 @@ kiln_status trainer_checkpoint_stop(struct trainer *t)
 }
 
 /* After the loop: an early stop's checkpoint_last (the evaluation that
- * stopped the run set t->pos), unless that step has one already. */
+ * stopped the run set t->pos), unless that step has one already (one
+ * written before that evaluation is out of date: trainer_evaluate). */
 kiln_status trainer_checkpoint_last(struct trainer *t)
 {
 	kiln_status st;
 	if (!t->stop_early || t->stopping || !t->tc.checkpoint_last || !*t->ckdir ||
 	    t->ckpt_step == t->step || t->ckpt_end) /* (ckpt_end: written at the step) */
 		return KILN_OK;
-	/* written again after [data.val]'s final test, saying so (before, a
-	 * resume of the early-stopped run recorded it again), or without one
-	 * with the numbers of the evaluation that stopped the run (before the
-	 * review of session 32 a resume of it reported none) */
-	if ((t->have_val || t->tc.eval) && (st = end_mark(t, CKPT_END_TEST)))
+	/* without [data.val] the evaluation that stopped the run is the last
+	 * after its step: its numbers in this write, the only one (before
+	 * session 33 the file was written again with them, and a kill
+	 * between the two writes lost them for good: every resume reported
+	 * null) */
+	if (!t->have_val && t->tc.eval) {
+		const struct kiln_ckpt_evaluated e = {
+			.loss = *t->ev.loss, .acc = *t->ev.acc, .acc5 = *t->ev.acc5,
+			.samples = *t->ev.samples > 0 ? *t->ev.samples : 0,
+		};
+		if (!(st = checkpoint(t, &e, t->res->checkpoint, sizeof t->res->checkpoint)))
+			t->end_pos = t->pos;
+		return st;
+	}
+	/* with it, written again after [data.val]'s final test, saying so
+	 * (before, a resume of the early-stopped run recorded it again) */
+	if (t->have_val && (st = end_mark(t, CKPT_END_TEST)))
 		return st;
 	if (!(st = checkpoint(t, NULL, t->res->checkpoint, sizeof t->res->checkpoint)))
 		t->end_pos = t->pos;
@@ -613,6 +668,20 @@ static kiln_status evals_restore(struct trainer *t, struct kiln_ckpt *ck)
 	return best_restore(t, ck);
 }
 
+/* The clip op's counts the checkpoint holds (t->counts0, seeded into the
+ * device's by trainer_clip_counts_seed); a checkpoint without them (an
+ * older kiln's) counts from 0 again, said. */
+static kiln_status clip_counts_restore(struct trainer *t, struct kiln_ckpt *ck)
+{
+	kiln_status st = kiln_ckpt_clip_counts_get(ck, t->counts0);
+	if (st != KILN_ENOTFOUND)
+		return st;
+	if (t->clip)
+		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no clip counts (an older kiln wrote it): the steps skipped and clipped (metrics.jsonl's \"skipped\", the result's) count from this resume on",
+			 kiln_ckpt_path(ck));
+	return KILN_OK;
+}
+
 /* A resume whose micro-batch (the rows each rank's forward sees at once:
  * [train] batch / [pipeline] micro_batches) differs from the checkpoint's
  * run's, by a changed micro_batches (a key safe to change: the state's
@@ -734,7 +803,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 			 path, (long long)tr.epoch + 1);
 	}
 	epoch_sums_rescale(t, &tr);
-	if ((st = evals_restore(t, ck)))
+	if ((st = evals_restore(t, ck)) || (st = clip_counts_restore(t, ck)))
 		goto out;
 	*found = 1;
 	/* the run's newest checkpoint until it writes one: what a resume that

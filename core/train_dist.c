@@ -20,6 +20,7 @@ struct resume_msg {
 	int32_t eval_owed;           /* the checkpoint's step's evaluation is owed */
 	int32_t evaluated;           /* ... or done, with these numbers */
 	struct kiln_ckpt_evaluated done;
+	int64_t counts0[2];          /* the clip op's counts */
 	char error[KILN_ERROR_MAX]; /* rank 0's message when status != 0 */
 	char path[1024];
 	char file[1024]; /* per stage, or ZeRO-1's shards: the checkpoint (t->resume_file) */
@@ -46,6 +47,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		msg->eval_owed = t->eval_owed;
 		msg->evaluated = t->evaluated;
 		msg->done = t->done;
+		memcpy(msg->counts0, t->counts0, sizeof msg->counts0);
 		if (msg->status)
 			snprintf(msg->error, sizeof msg->error, "%s", kiln_last_error());
 		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
@@ -80,6 +82,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		t->eval_owed = msg->eval_owed;
 		t->evaluated = msg->evaluated;
 		t->done = msg->done;
+		memcpy(t->counts0, msg->counts0, sizeof t->counts0);
 		memcpy(t->resume_file, msg->file, sizeof t->resume_file);
 		t->resume_file[sizeof t->resume_file - 1] = 0;
 		*found = 1;

@@ -180,6 +180,7 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);
 	t->iv_aside_s += kiln_now_s() - t0; /* not the log interval's training time */
+	t->evals++;
 	/* evaluation syncs are log points too */
 	trainer_counters_mark(t);
 	if (log)
@@ -206,7 +207,24 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 					       t->world);
 		t->stop_early = stop != 0;
 	}
+	/* a checkpoint of this step written before it (checkpoint_every's at
+	 * an epoch's last step, before the epoch's evaluation) holds the
+	 * stopper and keep_best list from before it: out of date, so an early
+	 * stop now writes checkpoint_last's (before session 33 it did not,
+	 * and every --resume of the finished run evaluated again, rewrote
+	 * best/ and appended its eval and best events) */
+	t->ckpt_step = -1;
 	return KILN_OK;
+}
+
+/* A resumed run that early stopping ended (trainer_resume_finished) whose
+ * checkpoint lacks the numbers of the evaluation that stopped it (no
+ * "evaluated" section, or one with 0 samples as kilns before session 33
+ * wrote after such a kill), none of them run yet in this process. */
+int trainer_stop_numbers_missing(const struct trainer *t)
+{
+	return t->resumed && t->stop_early && t->tc.eval && t->step == t->step0 &&
+	       (!t->evaluated || !t->done.samples) && *t->ev.samples <= 0;
 }
 
 /* At an epoch's end: the epoch's evaluation, appended to its line msg
@@ -238,9 +256,27 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 				 *t->ev.loss, *t->ev.acc, *t->ev.acc5);
 		return KILN_OK;
 	}
+	kiln_status st;
+	if (trainer_stop_numbers_missing(t)) {
+		/* the evaluation that stopped the run, which its checkpoint
+		 * lacks the numbers of (the run killed before they were
+		 * written, or an older kiln's: session 33): run again for them,
+		 * not recorded again (its run recorded it: its eval event, its
+		 * keep_best file and early stopping's count) */
+		kiln_log(KILN_LOG_INFO, "train", "resume: the checkpoint lacks the numbers of the evaluation after step %lld that stopped the run: evaluating again (not recorded again)",
+			 (long long)step);
+		/* (work a stop now ends with a checkpoint, as eval_owed_run's:
+		 * the caller hears of it as of a step) */
+		if (t->progress)
+			t->progress(t->user, (int)t->ep + 1, t->k0, t->steps_per_epoch, NULL);
+		if (!(st = trainer_evaluate(t, t->pos.offset, 0, 0)) && !t->eval_cut && on_line)
+			snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f",
+				 t->ev.name, *t->ev.loss, *t->ev.acc, *t->ev.acc5);
+		return st;
+	}
 	if (!on_line)
 		return KILN_OK;
-	kiln_status st = trainer_evaluate(t, t->steps_per_epoch * t->G, 0, !tc->eval_every);
+	st = trainer_evaluate(t, t->steps_per_epoch * t->G, 0, !tc->eval_every);
 	if (!st)
 		snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
 			 *t->ev.loss, *t->ev.acc, *t->ev.acc5);

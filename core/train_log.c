@@ -294,6 +294,49 @@ static kiln_status interval_sums(struct trainer *t, double *ls, double *c, int *
 	return KILN_OK;
 }
 
+/* The clip op's counts so far (its state's skipped and clipped, read
+ * from the device: a checkpoint is a host sync point), for the
+ * checkpoint's "clip_counts" section; 0 without the op. */
+kiln_status trainer_clip_counts(struct trainer *t, int64_t out[2])
+{
+	out[0] = out[1] = 0;
+	if (!t->clip)
+		return KILN_OK;
+	kiln_status st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d,
+						4 * sizeof(float), KILN_COPY_D2H, t->compute);
+	if (!st)
+		st = kiln_device_stream_sync(t->dev, t->compute);
+	if (st)
+		return st;
+	out[0] = (int64_t)t->clip_host[2];
+	out[1] = (int64_t)t->clip_host[3];
+	return KILN_OK;
+}
+
+/* Every rank, after a resume, before the first step: the clip op's counts
+ * (steps skipped, steps clipped: metrics.jsonl's "skipped", the result's
+ * steps_skipped and steps_clipped) continue from the checkpoint's
+ * (t->counts0; before session 33 they restarted from 0 after a resume,
+ * though the state resumed bit-exactly). */
+kiln_status trainer_clip_counts_seed(struct trainer *t)
+{
+	kiln_status st;
+	if (!t->resumed || !t->clip)
+		return KILN_OK;
+	t->clip_host[2] = (float)t->counts0[0];
+	t->clip_host[3] = (float)t->counts0[1];
+	if ((st = kiln_device_copy_async(t->dev, t->clip_d, t->clip_host, 4 * sizeof(float),
+					 KILN_COPY_H2D, t->compute)) ||
+	    (st = kiln_device_stream_sync(t->dev, t->compute)))
+		return st;
+	/* (the next log point counts the steps skipped since, and a resume
+	 * with no step left reports these) */
+	t->nonfinite_seen = t->counts0[0];
+	t->res->steps_skipped = t->m->step_ok_d ? t->counts0[0] : 0;
+	t->res->steps_clipped = t->counts0[1];
+	return KILN_OK;
+}
+
 /* Whether a dynamic loss scale (fp16) can still back off: then an
  * interval of skipped steps is its search for a scale that fits (a large
  * init_scale halving), not a divergence.  It cannot where a backoff would
@@ -512,13 +555,13 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 			ep_s, (double)ran / ep_s);
 }
 
-/* The epoch's line (to the progress callback, else the log), and an early
- * stop's. */
+/* The epoch's line (to the progress callback, else the log; msg NULL:
+ * none), and an early stop's. */
 void trainer_epoch_report(struct trainer *t, const char *msg)
 {
-	if (t->progress)
+	if (msg && t->progress)
 		t->progress(t->user, (int)t->ep + 1, -1, t->steps_per_epoch, msg);
-	else
+	else if (msg)
 		kiln_log(KILN_LOG_INFO, "train", "%s", msg);
 	if (t->stop_early) {
 		const struct kiln_train_cfg *tc = &t->tc;

@@ -713,6 +713,7 @@ static kiln_status open_run(struct trainer *t)
 	t->pos = (struct kiln_ckpt_trainer){ 0, 0, 0, t->run.seed, t->world, t->B, t->train.len };
 	t->ckpt_step = -1;
 	t->named_step = -1;
+	t->logged_step = -1;
 	if (t->training && !t->tc.eval && (t->tc.keep_best || t->tc.early_stop_patience))
 		kiln_log(KILN_LOG_WARN, "train", "%s: [train] eval = 0 runs no evaluation, which %s%s%s need%s: ignored",
 			 kiln_config_where(t->cfg, "train", "eval"),
@@ -761,7 +762,7 @@ static kiln_status open_run(struct trainer *t)
 		return st;
 	kiln_ckpt_close(t->resume_ck);
 	t->resume_ck = NULL;
-	return KILN_OK;
+	return trainer_clip_counts_seed(t);
 }
 
 /* Loader worker threads: [data] workers (0 = read on this thread). */

@@ -104,16 +104,21 @@ static kiln_status epoch_begin(struct trainer *t)
 	return KILN_OK;
 }
 
-/* An epoch's end: its line, with its evaluation. */
+/* An epoch's end: its line, with its evaluation.  A resume with no step
+ * left prints none unless an evaluation ran now (it would say "0.0 s, 0
+ * samples/s" and repeat the checkpoint's numbers); its numbers still go
+ * to the result. */
 static kiln_status epoch_end(struct trainer *t)
 {
 	char msg[300];
+	const int64_t evals = t->evals;
 	trainer_epoch_summary(t, msg, sizeof msg);
 	kiln_status st = trainer_epoch_eval(t, msg, sizeof msg);
 	if (!st && t->eval_cut) /* a stop: the resumed run gives the epoch its line */
 		return trainer_checkpoint_stop(t);
 	if (!st)
-		trainer_epoch_report(t, msg);
+		trainer_epoch_report(t, t->no_step_left && t->step == t->step0 &&
+					t->evals == evals ? NULL : msg);
 	return st;
 }
 

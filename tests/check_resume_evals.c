@@ -16,6 +16,11 @@
  *   eval owed     a stop during an eval_every evaluation: the resumed run
  *                 evaluates that step first, so it stops where the
  *                 uninterrupted run did, with the same bytes
+ *   epoch stop    an early stop at the epoch's evaluation of a
+ *                 checkpoint_every step: the last checkpoint is written
+ *                 after it, so a resume evaluates nothing again (session 33)
+ *   clip counts   the steps skipped (fp16 overflows) go on counting from
+ *                 the checkpoint's after a resume (session 33)
  *
  * Fashion-MNIST (scripts/install-deps), 640 samples of [data] limit,
  * batch 16 x accumulate 2: 20 steps an epoch, 3 epochs, about a second a
@@ -55,12 +60,14 @@ static const char *cnn_ini =
 	"checkpoint_every = 0\n";
 
 static int stop_at; /* the step whose log point asks for a stop; 0: none */
+static int epoch_lines; /* the epoch lines the progress callback got */
 
 static char epoch_line[512]; /* the last epoch line, its "(T s, N samples/s)" cut */
 
 static void stop_progress(void *user, int epoch, int64_t step, int64_t steps, const char *status)
 {
 	(void)user;
+	epoch_lines += step < 0;
 	if (step >= 0 && (epoch - 1) * steps + step == stop_at)
 		kiln_train_request_stop();
 	if (step < 0 && status) { /* an epoch's line: its timing differs between runs */
@@ -381,9 +388,14 @@ static void finished_resumed(const char *const *ov, const char *const *ov_resume
 	int finals;
 	const int lines = jsonl_lines(a, &finals);
 	for (int k = 1; k <= 2; k++) {
+		epoch_lines = 0;
 		ck_assert_msg(train_run(a, ov_resume, &r2) == 0, "%s", kiln_last_error());
 		ck_assert_int_eq(r2.resumed_step, 40);
 		ck_assert_int_eq(r2.steps, 40);
+		/* no step left: no epoch line (before session 33 one with
+		 * "0.0 s, 0 samples/s" and the checkpoint's numbers) */
+		ck_assert_int_eq(epoch_lines, 0);
+		ck_assert_int_eq(r2.epochs, ra.epochs);
 		ck_assert_int_eq(jsonl_lines(a, &finals), lines + 2 * k);
 		ck_assert_int_eq(finals, 1);
 		event_steps(a, "eval", 1, l, sizeof l);
@@ -543,6 +555,122 @@ START_TEST(test_eval_owed)
 }
 END_TEST
 
+/* An early stop at the epoch's evaluation (eval_every = 0; patience 1,
+ * min_delta 100: the epoch-2 evaluation, after step 40) where step 40 is a
+ * checkpoint_every step: that checkpoint was written in the step loop,
+ * before the evaluation, and before session 33 it stayed the run's last
+ * (checkpoint_last saw its step written): its stopper and keep_best list
+ * from before the stop, no "evaluated".  Every --resume of the finished
+ * run then evaluated again, rewrote best/ and appended eval and best
+ * events.  Now the evaluation makes it out of date and checkpoint_last
+ * writes it again (one "checkpoint" event all the same). */
+static const char *const early_epoch[] = { "train.early_stop_patience=1",
+					   "train.early_stop_metric=loss",
+					   "train.early_stop_min_delta=100", "train.checkpoint_every=4",
+					   "train.keep_best=1", "train.best_metric=loss", NULL };
+static const char *const early_epoch_resume[] = { "train.early_stop_patience=1",
+						  "train.early_stop_metric=loss",
+						  "train.early_stop_min_delta=100",
+						  "train.checkpoint_every=4", "train.keep_best=1",
+						  "train.best_metric=loss", "train.resume=1", NULL };
+
+START_TEST(test_early_stop_epoch_checkpoint)
+{
+	char a[64], d[300], l[400], files[400];
+	struct kiln_train_result ra, r2;
+	struct kiln_ckpt *ck;
+	struct kiln_ckpt_stopper sp;
+	struct kiln_ckpt_evaluated e;
+	int done, finals;
+	scratch_dir(a, sizeof a);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, early_epoch, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 40);
+	ck_assert_int_eq(ra.early_stopped, 1);
+	snprintf(d, sizeof d, "%s/checkpoints/ckpt-40.kiln", a);
+	ck_assert_msg(kiln_ckpt_open(d, &ck) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_stopper_get(ck, &sp) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_evaluated_get(ck, &e, &done) == 0, "%s", kiln_last_error());
+	kiln_ckpt_close(ck);
+	ck_assert_int_eq(sp.bad, 1);
+	ck_assert_int_eq(done, 1);
+	ck_assert(e.samples == ra.test_samples && e.loss == ra.test_loss);
+	event_steps(a, "checkpoint", 0, l, sizeof l);
+	ck_assert_str_eq(l, "4 8 12 16 20 24 28 32 36 40");
+	snprintf(d, sizeof d, "%s/checkpoints/best", a);
+	ckpt_files(d, files, sizeof files);
+	const int lines = jsonl_lines(a, &finals);
+	for (int k = 1; k <= 2; k++) {
+		epoch_lines = 0;
+		ck_assert_msg(train_run(a, early_epoch_resume, &r2) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(r2.resumed_step, 40);
+		ck_assert_int_eq(r2.steps, 40);
+		ck_assert_int_eq(r2.early_stopped, 1);
+		ck_assert_int_eq(epoch_lines, 0);
+		ck_assert_int_eq(jsonl_lines(a, &finals), lines + 2 * k);
+		event_steps(a, "eval", 1, l, sizeof l);
+		ck_assert_str_eq(l, "");
+		event_steps(a, "best", 1, l, sizeof l);
+		ck_assert_str_eq(l, "");
+		ckpt_files(d, l, sizeof l);
+		ck_assert_str_eq(l, files);
+		ck_assert(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc &&
+			  r2.test_samples == ra.test_samples);
+	}
+}
+END_TEST
+
+/* The value of the last "train" event's field `key` (an integer) in
+ * dir/metrics.jsonl; -1 when none. */
+static long long last_train_field(const char *dir, const char *key)
+{
+	char path[300], line[2048], want[64];
+	long long v = -1;
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	snprintf(want, sizeof want, "\"%s\":", key);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s", path);
+	while (fgets(line, sizeof line, f)) {
+		const char *p = strstr(line, want);
+		if (!strncmp(line, "{\"event\":\"train\",", 17) && p)
+			v = atoll(p + strlen(want));
+	}
+	fclose(f);
+	return v;
+}
+
+/* fp16 with a loss scale that overflows at first (init_scale 1e8, growth
+ * every 3 steps): some steps are skipped before and after a cut at step
+ * 4.  The resumed run's counts go on from the checkpoint's ("clip_counts"):
+ * its last "skipped" and its result's steps_skipped and steps_clipped are
+ * the uninterrupted run's (before session 33 they restarted from 0: 6
+ * where the run had 10 in the repro). */
+START_TEST(test_skipped_counts)
+{
+	char a[64], b[64];
+	struct kiln_train_result ra, r1, r2;
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
+#define FP16 "run.precision=fp16", "plugin.amp.init_scale=1e8", "plugin.amp.growth_interval=3", \
+	"train.epochs=1"
+	const char *const full[] = { FP16, NULL };
+	const char *const cut[] = { FP16, "train.max_steps=4", NULL };
+	const char *const rest[] = { FP16, "train.resume=1", NULL };
+#undef FP16
+	stop_at = 0;
+	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train_run(b, cut, &r1) == 0, "%s", kiln_last_error());
+	ck_assert_int_gt(r1.steps_skipped, 0);
+	ck_assert_int_gt(ra.steps_skipped, r1.steps_skipped);
+	ck_assert_msg(train_run(b, rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 4);
+	ck_assert_int_eq(r2.steps_skipped, ra.steps_skipped);
+	ck_assert_int_eq(r2.steps_clipped, ra.steps_clipped);
+	ck_assert_int_eq(last_train_field(b, "skipped"), last_train_field(a, "skipped"));
+	ck_assert_int_eq(last_train_field(b, "skipped"), ra.steps_skipped);
+}
+END_TEST
+
 static Suite *make_resume_evals_suite(void)
 {
 	Suite *s = suite_create("resume_evals");
@@ -551,7 +679,7 @@ static Suite *make_resume_evals_suite(void)
 					   test_early_stop_finished,
 					   test_eval_owed, test_finished_per_epoch,
 					   test_finished_with_val, test_early_stop_with_val, test_early_stop_no_val,
-					   NULL });
+					   test_early_stop_epoch_checkpoint, test_skipped_counts, NULL });
 	return s;
 }
 

@@ -356,6 +356,10 @@ TESTS += tests/safetensors_torch.sh tests/profile.sh tests/memory.sh tests/resum
 EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
 	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors \
 	tests/profile.sh tests/memory.sh tests/resume_kill.sh
+# a SIGKILL at a chosen rename or unlink (strace) around the run's last
+# checkpoint: an early stop's numbers, keep_last's prune, its event
+TESTS += tests/resume_last_kill.sh
+EXTRA_DIST += tests/resume_last_kill.sh
 # trained weights kept, exported, fine-tuned: against PyTorch's (issue 24)
 TESTS += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh tests/config_amp.sh
 EXTRA_DIST += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh tests/config_amp.sh \
