@@ -35,7 +35,8 @@
 # 10. a labels idx file with a label (128, sample 17) past the model's 5
 #     outputs is reported naming the labels file and its largest label, and
 #     the idx log names the first sample holding it (the old message named
-#     the config's last layer alone).
+#     the config's last layer alone); so is one in [data.eval]'s or
+#     [data.val]'s labels, at startup (session 33).
 name=hostile
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -313,5 +314,12 @@ EOF
 kiln 2 train "$ini" "$d" "data.labels=$tmp/badlab.idx" run.out_dir=
 stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data] has 129 classes (labels = $tmp/badlab.idx, command line 'data.labels=$tmp/badlab.idx': its largest label is 128)"
 stderr_has "129 classes (labels $tmp/badlab.idx: the largest, 128, first at sample 17)"
+# ... and so is one of the evaluation's labels, [data.eval] or [data.val],
+# at startup (before session 33 only the training set's were checked: the
+# run trained, then failed in the loss op's forward naming no file, exit 3)
+kiln 2 train "$ini" "$d" "data.eval.labels=$tmp/badlab.idx" run.out_dir=
+stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data.eval] has 129 classes (labels = $tmp/badlab.idx, command line 'data.eval.labels=$tmp/badlab.idx': its largest label is 128)"
+kiln 2 train "$ini" "$d" data.val.images=tr_cnn_images.idx "data.val.labels=$tmp/badlab.idx" run.out_dir=
+stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data.val] has 129 classes (labels = $tmp/badlab.idx, command line 'data.val.labels=$tmp/badlab.idx': its largest label is 128)"
 
 echo "PASS: $checks kiln runs"
