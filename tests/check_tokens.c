@@ -591,6 +591,49 @@ START_TEST(test_bpe_errors)
 }
 END_TEST
 
+/* A merges file that makes fewer tokens than the vocabulary holds (cut
+ * short, or empty) is refused naming it and the first token no merge
+ * makes (before session 33 it was accepted and tokenized differently). */
+START_TEST(test_bpe_merges_truncated)
+{
+	char v[1024], m[1024];
+	struct tokenizer *tk = NULL;
+	test_data_path(v, sizeof v, "bpe/vocab.json");
+	test_data_path(m, sizeof m, "bpe/merges.txt");
+	/* the version line and the first 60 of the 120 merges: id 316 ("42",
+	 * made by a later merge) the first token left unmade */
+	FILE *f = fopen(m, "r");
+	ck_assert_ptr_nonnull(f);
+	char all[8192];
+	size_t len = fread(all, 1, sizeof all - 1, f);
+	fclose(f);
+	all[len] = 0;
+	char *end = all;
+	for (int i = 0; i < 61; i++) {
+		end = strchr(end, '\n');
+		ck_assert_ptr_nonnull(end);
+		end++;
+	}
+	len = (size_t)(end - all);
+	write_tmp("cut.txt", all, len);
+	ck_assert_int_eq(tokenizer_open_bpe(v, tpath("cut.txt"), &tk), KILN_EDATA);
+	ck_assert_ptr_null(tk);
+	char want[1400];
+	snprintf(want, sizeof want, "%s: 60 token(s) of the vocabulary are made by no merge, the first \"42\" (id 316)",
+		 tpath("cut.txt"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	/* empty: all 120 */
+	write_tmp("empty.txt", "", 0);
+	ck_assert_int_eq(tokenizer_open_bpe(v, tpath("empty.txt"), &tk), KILN_EDATA);
+	snprintf(want, sizeof want, "%s: 120 token(s) of the vocabulary are made by no merge, the first \"he\" (id 256)",
+		 tpath("empty.txt"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	/* the whole file: accepted */
+	ck_assert_int_eq(tokenizer_open_bpe(v, m, &tk), KILN_OK);
+	tokenizer_close(tk);
+}
+END_TEST
+
 /* ---- kiln pack --format tokens ---------------------------------------- */
 
 /* Pack two text files byte-level with a val fraction and read them back
@@ -794,7 +837,8 @@ static Suite *make_tokens_suite(void)
 		test_loader_workers_world_resume, test_dataset_checks_targets, test_graph_token_input,
 		NULL });
 	check_add_case(s, "tokenizer", 0, setup, teardown, (const TTest *[]){
-		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, NULL });
+		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, test_bpe_merges_truncated,
+		NULL });
 	check_add_case(s, "pack", 60, setup, teardown, (const TTest *[]){
 		test_pack_bytes, test_pack_bpe, test_pack_killed, test_pack_failed_leaves_nothing,
 		test_pack_val_begin_fails, NULL });
