@@ -16,7 +16,8 @@
  * lines until the disk was full), losses of +-1e308 and steps of
  * +-9.9e307 (the range overflowed to inf: every point "-nan").  Each chart
  * is written within an alarm, has at most 16 ticks per axis and no "nan"
- * or "inf" in it. */
+ * or "inf" in it.  test_not_regular: a FIFO or a directory as
+ * metrics.jsonl is refused (a FIFO blocked). */
 #include "../cli/report.h"
 
 #include <check.h>
@@ -25,6 +26,7 @@
 #include <float.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +139,31 @@ START_TEST(test_final_missing)
 }
 END_TEST
 
+/* metrics.jsonl that is not a regular file: a FIFO (open() blocked for
+ * ever) and a directory (read as an empty file: an empty report, exit 0)
+ * are refused saying what they are (session 33); a missing file says so. */
+START_TEST(test_not_regular)
+{
+	char dir[1024], path[1100];
+	struct report_metrics m;
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "report") != NULL);
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	ck_assert_int_eq(report_metrics_read(path, &m), -1);
+	ck_assert_str_eq(m.why, "No such file or directory");
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	alarm(10); /* the old code blocked in open() */
+	ck_assert_int_eq(report_metrics_read(path, &m), -1);
+	alarm(0);
+	ck_assert_str_eq(m.why, "a FIFO (named pipe), not a regular file");
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	ck_assert_int_eq(report_metrics_read(path, &m), -1);
+	ck_assert_str_eq(m.why, "a directory, not a regular file");
+	ck_assert_int_eq(rmdir(path), 0);
+	test_tmpdir_remove(dir);
+}
+END_TEST
+
 /* the number of times needle occurs in hay */
 static int count_of(const char *hay, const char *needle)
 {
@@ -188,6 +215,7 @@ static Suite *make_report_suite(void)
 	Suite *s = suite_create("report");
 	check_add_case(s, "metrics", 0, NULL, NULL,
 		       (const TTest *[]){ test_long_names, test_counts, test_final_missing, NULL });
+	check_add_case(s, "open", 30, NULL, NULL, (const TTest *[]){ test_not_regular, NULL });
 	check_add_case(s, "chart", 30, NULL, NULL, (const TTest *[]){ test_chart_hostile, NULL });
 	return s;
 }
