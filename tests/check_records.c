@@ -761,6 +761,9 @@ START_TEST(test_consistent_but_invalid)
 		{ 12, 4, 128, 1, "header size 128" },
 		{ 40, 4, 1, 1, "unknown header flags" },
 		{ 44, 4, 0, 1, "0 classes" },
+		/* (before session 33 accepted: the run asked for out = 4294967295) */
+		{ 44, 4, 0xffffffffu, 1, "the header declares 4294967295 classes, more than a label (i32) can name" },
+		{ 44, 4, 0x80000000u, 1, "the header declares 2147483648 classes" },
 		{ 56, 1, 2, 1, "image size" },
 		{ 48, 4, 7, 1, "image size" }, /* h without w */
 		{ 2000, 4, 12, 1, "not a multiple of 8" },
