@@ -478,7 +478,9 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 		/* the labels' file where the source has one (idx): a corrupt
 		 * one is as likely as a wrong `out` */
 		const char *sec = set->ds.section, *lab = kiln_config_get(t->cfg, sec, "labels");
-		if (!lab && strcmp(sec, "data"))
+		/* (not for an evaluation set beside training: its idx files are
+		 * never [data]'s, whose labels it would name) */
+		if (!lab && strcmp(sec, "data") && !t->training)
 			lab = kiln_config_get(t->cfg, sec = "data", "labels");
 		char from[4400] = "";
 		if (lab && *lab)
