@@ -286,7 +286,7 @@ int cmd_report(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
 	if (report_metrics_read(path, &m)) {
 		const int e = errno;
-		fprintf(stderr, "kiln: error: %s: %s (is %s a run's out_dir?)\n", path, strerror(e), dir);
+		fprintf(stderr, "kiln: error: %s: %s (is %s a run's out_dir?)\n", path, m.why, dir);
 		return e == ENOMEM ? 1 : 2;
 	}
 	if (!out) {

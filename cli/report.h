@@ -27,11 +27,15 @@ struct report_metrics {
 	int have_final;            /* the "final" line's numbers (NAN: not in it, or null) */
 	double final_epochs, final_steps, final_test_acc, final_test_loss, final_wall_s,
 		final_samples_per_s;
+	char why[96]; /* report_metrics_read's failure: "No such file or directory",
+		       * "a FIFO (named pipe), not a regular file" */
 };
 
 /* Read RUN_DIR/metrics.jsonl (path) into m: every numeric field of every
  * train and eval line (but epoch and step) as a series against the step.
- * -1 with errno when the file cannot be read; 0 otherwise. */
+ * -1 with errno and m->why when the file cannot be read (it must be a
+ * regular file: a FIFO blocked open() for ever, a directory read as an
+ * empty file); 0 otherwise. */
 int report_metrics_read(const char *path, struct report_metrics *m);
 void report_metrics_free(struct report_metrics *m);
 /* The series called name, NULL when no line had it. */

@@ -3,12 +3,14 @@
  * simply absent: the report leaves their plots out. */
 #include "build-config.h"
 #include "report.h"
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* close */
 
 void report_metrics_free(struct report_metrics *m)
 {
@@ -165,9 +167,18 @@ static void read_final(struct report_metrics *m, json_t *o)
 int report_metrics_read(const char *path, struct report_metrics *m)
 {
 	memset(m, 0, sizeof *m);
-	FILE *f = fopen(path, "r");
-	if (!f)
+	const char *why = NULL;
+	int fd = common_open_file(path, m->why, sizeof m->why, &why, NULL);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+	if (!f) {
+		const int e = errno;
+		if (fd >= 0)
+			close(fd), why = strerror(e);
+		if (why != m->why)
+			snprintf(m->why, sizeof m->why, "%s", why);
+		errno = e;
 		return -1;
+	}
 	char *line = NULL;
 	size_t cap = 0;
 	int rc = 0;
@@ -187,7 +198,9 @@ int report_metrics_read(const char *path, struct report_metrics *m)
 	}
 	free(line);
 	fclose(f);
-	if (rc)
+	if (rc) {
+		snprintf(m->why, sizeof m->why, "%s", strerror(ENOMEM));
 		errno = ENOMEM;
+	}
 	return rc;
 }

@@ -278,6 +278,50 @@ static kiln_status add_merge(struct tokenizer *tk, const struct piece_index *ix,
 	return KILN_OK;
 }
 
+/* A special token ("<|endoftext|>", "<|im_start|>"): no merge makes it. */
+static int is_special(const struct piece *p)
+{
+	return p->n >= 4 && !memcmp(p->s, "<|", 2) && !memcmp(p->s + p->n - 2, "|>", 2);
+}
+
+/* Every token of a byte-level BPE vocabulary but the 256 bytes and the
+ * special tokens is made by a merge (GPT-2: 50,000 merges = 50,257 - 256 -
+ * 1).  A truncated or empty merges.txt was accepted, and the text then
+ * tokenized differently with exit 0 (session 33): refuse one that leaves
+ * tokens unmade, naming the first and the count. */
+static kiln_status check_merges_cover(const struct tokenizer *tk, const char *merges_path)
+{
+	unsigned char *made = calloc((size_t)tk->vocab, 1);
+	if (!made)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (size_t i = 0; i < tk->merge_cap; i++)
+		if (tk->merges[i].key)
+			made[tk->merges[i].id] = 1;
+	int32_t first = -1, n = 0;
+	for (int32_t id = 0; id < tk->vocab; id++) {
+		const struct piece *p = &tk->pieces[id];
+		if (!p->s || p->n < 2 || made[id] || id == tk->eot || is_special(p))
+			continue;
+		if (first < 0)
+			first = id;
+		n++;
+	}
+	free(made);
+	if (first < 0)
+		return KILN_OK;
+	/* the token's bytes, printable ASCII as is and the rest escaped */
+	const struct piece *p = &tk->pieces[first];
+	char shown[200];
+	size_t k = 0;
+	for (size_t i = 0; i < p->n && k + 5 < sizeof shown; i++) {
+		unsigned char c = (unsigned char)p->s[i];
+		k += (size_t)snprintf(shown + k, sizeof shown - k, c >= 0x20 && c < 0x7f && c != '"' &&
+						 c != '\\' ? "%c" : "\\x%02x", c);
+	}
+	return kiln_error(KILN_EDATA, "%s: %d token(s) of the vocabulary are made by no merge, the first \"%s\" (id %d): every token but the 256 bytes and the special ones comes from a merge, so the merges file is truncated or not this vocabulary's",
+			  merges_path, n, shown, first);
+}
+
 /* merges.txt into the merge table. */
 static kiln_status load_merges(struct tokenizer *tk, const int16_t *inv, const char *path)
 {
@@ -309,6 +353,8 @@ static kiln_status load_merges(struct tokenizer *tk, const int16_t *inv, const c
 	}
 	if (!st && ferror(f))
 		st = kiln_error(KILN_EIO, "%s: read error: %s", path, strerror(errno));
+	if (!st)
+		st = check_merges_cover(tk, path);
 	free(line);
 	free(ix.slot);
 	fclose(f);

@@ -433,9 +433,10 @@ static kiln_status tell_workload(struct trainer *t)
 
 /* The model and its plans: training's (batch B) and the evaluation's
  * (EB, at most the data, and the last partial batch's). */
-/* Every label must have a logit row, and every row a label; every label
+/* Every label of set (each set the run reads: training's, [data.eval]'s,
+ * [data.val]'s) must have a logit row, and every row a label; every label
  * a logit (and a class the loss counts). */
-static kiln_status check_labels(struct trainer *t, const struct train_set *first)
+static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 {
 	struct kiln_plan *p = t->training ? t->ptrain : t->peval;
 	const struct kiln_tensor_desc *lg = &p->nodes[t->m->loss_layer].l.in[0];
@@ -443,7 +444,7 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *first
 	int64_t rows = 1; /* a sample's rows of logits: 1, or T */
 	for (int k = 1; k + 1 < lg->ndim; k++)
 		rows *= lg->dims[k];
-	if (rows != first->ds.label_elems) {
+	if (rows != set->ds.label_elems) {
 		char shape[96];
 		int n = snprintf(shape, sizeof shape, "[batch");
 		for (int k = 1; k < lg->ndim && n < (int)sizeof shape - 24; k++)
@@ -452,8 +453,8 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *first
 		return kiln_error(KILN_ECONFIG, "%s: the loss layer '%s' reads logits %s, %lld row(s) of classes a sample, but the data [%s] has %lld label(s) a sample%s: the logits need one row per label ([batch, classes] for a class label, [batch, tokens, vocab] for token labels)",
 				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
 				  t->m->layers[t->m->loss_layer].name, shape, (long long)rows,
-				  first->ds.section, (long long)first->ds.label_elems,
-				  first->ds.label_elems > 1 ? " (tokens)" : "");
+				  set->ds.section, (long long)set->ds.label_elems,
+				  set->ds.label_elems > 1 ? " (tokens)" : "");
 	}
 	/* the loss layer's own `classes` (a padded vocabulary: fewer than
 	 * the logits) is what a label must be below */
@@ -466,53 +467,55 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *first
 	/* the largest label is the ignore_index (a padding class past the
 	 * real ones): what the others reach is not known here; the loss op
 	 * names any outside [0, classes) */
-	if (ign >= 0 && ign == first->ds.classes - 1)
+	if (ign >= 0 && ign == set->ds.classes - 1)
 		return KILN_OK;
-	if (lc > 0 && lc < outs && lc < first->ds.classes)
+	if (lc > 0 && lc < outs && lc < set->ds.classes)
 		return kiln_error(KILN_ECONFIG, "%s: the loss layer '%s' counts %lld classes but the data [%s] has %lld: set classes = %lld (or 0: every logit a class)",
 				  kiln_config_where(t->cfg, lsec, "classes"),
-				  t->m->layers[t->m->loss_layer].name, (long long)lc, first->ds.section,
-				  (long long)first->ds.classes, (long long)first->ds.classes);
-	if (outs < first->ds.classes) {
+				  t->m->layers[t->m->loss_layer].name, (long long)lc, set->ds.section,
+				  (long long)set->ds.classes, (long long)set->ds.classes);
+	if (outs < set->ds.classes) {
 		/* the labels' file where the source has one (idx): a corrupt
 		 * one is as likely as a wrong `out` */
-		const char *sec = first->ds.section, *lab = kiln_config_get(t->cfg, sec, "labels");
-		if (!lab && strcmp(sec, "data"))
+		const char *sec = set->ds.section, *lab = kiln_config_get(t->cfg, sec, "labels");
+		/* (not for an evaluation set beside training: its idx files are
+		 * never [data]'s, whose labels it would name) */
+		if (!lab && strcmp(sec, "data") && !t->training)
 			lab = kiln_config_get(t->cfg, sec = "data", "labels");
 		char from[4400] = "";
 		if (lab && *lab)
 			snprintf(from, sizeof from, " (labels = %s, %s: its largest label is %lld)", lab,
 				 kiln_config_where(t->cfg, sec, "labels"),
-				 (long long)first->ds.classes - 1);
+				 (long long)set->ds.classes - 1);
 		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data [%s] has %lld classes%s: set out = %lld on the last layer, or check the labels",
 				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
-				  (long long)outs, first->ds.section, (long long)first->ds.classes, from,
-				  (long long)first->ds.classes);
+				  (long long)outs, set->ds.section, (long long)set->ds.classes, from,
+				  (long long)set->ds.classes);
 	}
 	return KILN_OK;
 }
 
-/* Token ids (i32 samples) must be rows of every embedding that reads
- * them: an id past an embedding's vocab fails in its forward, naming a
+/* Token ids (i32 samples) of set must be rows of every embedding that
+ * reads them: an id past an embedding's vocab fails in its forward, naming a
  * position in the batch, where the data's vocabulary says so now. */
-static kiln_status check_token_vocab(struct trainer *t, const struct train_set *first)
+static kiln_status check_token_vocab(struct trainer *t, const struct train_set *set)
 {
 	/* (token windows: their labels are the next tokens, so the labels'
 	 * classes are the ids' vocabulary; class labels of i32 samples say
 	 * nothing of the ids) */
-	if (first->ds.sample.dtype != KILN_I32 || first->ds.classes <= 0 ||
-	    first->ds.label_elems <= 1)
+	if (set->ds.sample.dtype != KILN_I32 || set->ds.classes <= 0 ||
+	    set->ds.label_elems <= 1)
 		return KILN_OK;
 	for (int i = 0; i < t->m->n_layers; i++) {
 		const struct model_layer *L = &t->m->layers[i];
 		int64_t v = 0;
 		if (strcmp(L->type->name, "embedding") || L->n_in < 1 || L->in[0] >= 0 ||
-		    kiln_config_get_int(t->cfg, L->section, "vocab", &v) || v >= first->ds.classes)
+		    kiln_config_get_int(t->cfg, L->section, "vocab", &v) || v >= set->ds.classes)
 			continue;
 		return kiln_error(KILN_ECONFIG, "%s: layer '%s' (embedding) has vocab = %lld but the data [%s] has token ids up to %lld (a vocabulary of %lld): set vocab = %lld",
 				  kiln_config_where(t->cfg, L->section, "vocab"), L->name, (long long)v,
-				  first->ds.section, (long long)first->ds.classes - 1,
-				  (long long)first->ds.classes, (long long)first->ds.classes);
+				  set->ds.section, (long long)set->ds.classes - 1,
+				  (long long)set->ds.classes, (long long)set->ds.classes);
 	}
 	return KILN_OK;
 }
@@ -599,8 +602,14 @@ static kiln_status build_model(struct trainer *t)
 		     (t->pvrem && (st = kiln_pipe_eval_check(t->pipe, t->pvrem)))))
 			return st;
 	}
-	if ((st = check_labels(t, first)) || (st = check_token_vocab(t, first)))
-		return st;
+	/* every set the run reads, the evaluation's too: an eval label past
+	 * the outputs trained a whole epoch, then failed in the loss op's
+	 * forward naming no file (session 33) */
+	const struct train_set *const sets[] = { first, t->training && do_eval ? &t->test : NULL,
+						 t->have_val ? &t->val : NULL };
+	for (size_t i = 0; i < KILN_ARRAY_LEN(sets); i++)
+		if (sets[i] && ((st = check_labels(t, sets[i])) || (st = check_token_vocab(t, sets[i]))))
+			return st;
 	if (t->training)
 		kiln_log(KILN_LOG_INFO, "core",
 			 "model: %d parameters tensors, %zu floats; activation arena %.2f MiB (%.2f MiB without lifetime packing)",

@@ -426,7 +426,9 @@ END_TEST
 /* Shards are read in the order of their numbers: kiln pack's %05d names
  * pass 5 digits at shard 100000, where strcmp put train-100000 between
  * train-10000 and train-10001 (before session 29); a glob of the `shards`
- * list is ordered so too. */
+ * list is ordered so too.  (Found by listing the directory, these five
+ * of a numbered split lack train-00000 and the rest: a data error since
+ * session 33; the order is the same.) */
 START_TEST(test_shard_number_order)
 {
 	static const char *const names[] = { "train-100000.krec", "train-10001.krec",
@@ -442,16 +444,16 @@ START_TEST(test_shard_number_order)
 	char p[1100];
 	snprintf(p, sizeof p, "data.path=%s", tmp);
 	struct kiln_image img = { 0 };
-	for (int glob = 0; glob < 2; glob++) {
-		kiln_status st = glob ? open_src("data", "train", p, "data.shards=train-*.krec", NULL)
-				      : open_src("data", "train", p, NULL);
-		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
-		struct kiln_source_info info;
-		ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
-		ck_assert_int_eq(info.len, 5);
-		for (int i = 0; i < 5; i++)
-			check_sample(i, &v[i], &img);
-	}
+	kiln_status st = open_src("data", "train", p, NULL);
+	ck_assert_int_eq(st, KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "train-00000.krec is missing"));
+	st = open_src("data", "train", p, "data.shards=train-*.krec", NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	struct kiln_source_info info;
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 5);
+	for (int i = 0; i < 5; i++)
+		check_sample(i, &v[i], &img);
 	free(img.data);
 }
 END_TEST
@@ -759,6 +761,9 @@ START_TEST(test_consistent_but_invalid)
 		{ 12, 4, 128, 1, "header size 128" },
 		{ 40, 4, 1, 1, "unknown header flags" },
 		{ 44, 4, 0, 1, "0 classes" },
+		/* (before session 33 accepted: the run asked for out = 4294967295) */
+		{ 44, 4, 0xffffffffu, 1, "the header declares 4294967295 classes, more than a label (i32) can name" },
+		{ 44, 4, 0x80000000u, 1, "the header declares 2147483648 classes" },
 		{ 56, 1, 2, 1, "image size" },
 		{ 48, 4, 7, 1, "image size" }, /* h without w */
 		{ 2000, 4, 12, 1, "not a multiple of 8" },

@@ -9,13 +9,25 @@
  * test_counts: the series and points of an ordinary file (train and eval
  * lines, a line that is not JSON, a line without a step), and the final
  * line's numbers.  test_final_missing: a null or absent final number is
- * NAN (kiln report shows it as missing). */
+ * NAN (kiln report shows it as missing).
+ * test_chart_hostile: report_svg_chart (cli/report_svg.c, compiled in) on
+ * ranges that broke it: one point at step 2^53 or 2^52, two at 1e17 and
+ * 1e17 + 16 (the x tick loop `t += st` stopped advancing and wrote grid
+ * lines until the disk was full), losses of +-1e308 and steps of
+ * +-9.9e307 (the range overflowed to inf: every point "-nan").  Each chart
+ * is written within an alarm, has at most 16 ticks per axis and no "nan"
+ * or "inf" in it.  test_not_regular: a FIFO or a directory as
+ * metrics.jsonl is refused (a FIFO blocked). */
 #include "../cli/report.h"
 
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
+#include <float.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,11 +139,84 @@ START_TEST(test_final_missing)
 }
 END_TEST
 
+/* metrics.jsonl that is not a regular file: a FIFO (open() blocked for
+ * ever) and a directory (read as an empty file: an empty report, exit 0)
+ * are refused saying what they are (session 33); a missing file says so. */
+START_TEST(test_not_regular)
+{
+	char dir[1024], path[1100];
+	struct report_metrics m;
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "report") != NULL);
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	ck_assert_int_eq(report_metrics_read(path, &m), -1);
+	ck_assert_str_eq(m.why, "No such file or directory");
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	alarm(10); /* the old code blocked in open() */
+	ck_assert_int_eq(report_metrics_read(path, &m), -1);
+	alarm(0);
+	ck_assert_str_eq(m.why, "a FIFO (named pipe), not a regular file");
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	ck_assert_int_eq(report_metrics_read(path, &m), -1);
+	ck_assert_str_eq(m.why, "a directory, not a regular file");
+	ck_assert_int_eq(rmdir(path), 0);
+	test_tmpdir_remove(dir);
+}
+END_TEST
+
+/* the number of times needle occurs in hay */
+static int count_of(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+START_TEST(test_chart_hostile)
+{
+	static const struct {
+		int n;
+		double x[2], y[2];
+	} cases[] = {
+		{ 1, { 9007199254740992.0 }, { 1 } },
+		{ 1, { 4503599627370496.0 }, { 1 } },
+		{ 2, { 1e17, 1e17 + 16 }, { 1, 2 } },
+		{ 2, { 1, 2 }, { -1e308, 1e308 } },
+		{ 2, { -9.9e307, 9.9e307 }, { 1, 2 } },
+		{ 2, { -DBL_MAX, DBL_MAX }, { DBL_MAX, -DBL_MAX } },
+		{ 1, { 0 }, { 0 } },
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+		double x[2], y[2];
+		memcpy(x, cases[c].x, sizeof x), memcpy(y, cases[c].y, sizeof y);
+		struct report_series s = { .name = "train.loss", .n = cases[c].n, .x = x, .y = y };
+		const struct report_series *series[] = { &s };
+		const char *labels[] = { "loss" };
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		ck_assert(f != NULL);
+		alarm(10); /* a regression fails here, not after filling memory */
+		report_svg_chart(f, "loss", "loss", series, labels, 1);
+		alarm(0);
+		ck_assert_int_eq(fclose(f), 0);
+		const int grid = count_of(buf, "class=\"grid\"");
+		ck_assert_msg(grid >= 2 && grid <= 32, "case %zu: %d grid lines", c, grid);
+		ck_assert_msg(!strstr(buf, "nan") && !strstr(buf, "inf"), "case %zu: %s", c, buf);
+		ck_assert_int_eq(count_of(buf, "<circle"), cases[c].n);
+		free(buf);
+	}
+}
+END_TEST
+
 static Suite *make_report_suite(void)
 {
 	Suite *s = suite_create("report");
 	check_add_case(s, "metrics", 0, NULL, NULL,
 		       (const TTest *[]){ test_long_names, test_counts, test_final_missing, NULL });
+	check_add_case(s, "open", 30, NULL, NULL, (const TTest *[]){ test_not_regular, NULL });
+	check_add_case(s, "chart", 30, NULL, NULL, (const TTest *[]){ test_chart_hostile, NULL });
 	return s;
 }
 

@@ -180,6 +180,51 @@ START_TEST(test_splits_and_globs)
 }
 END_TEST
 
+/* A numbered split with a shard missing (train-000002.bin of 5 deleted)
+ * is a data error naming the missing file, in the directory form and the
+ * subdirectory form (before session 33 the run read 4 shards silently);
+ * names of another form, and a `shards` list, are read as they are. */
+START_TEST(test_shard_gap)
+{
+	uint16_t *t = seq(20, 1, 0, 256);
+	char name[64], want[1200];
+	for (int k = 0; k < 5; k++) {
+		if (k == 2)
+			continue;
+		snprintf(name, sizeof name, "d/train-%06d.bin", k);
+		write_shard(name, t, 20);
+		snprintf(name, sizeof name, "d/test/test-%06d.bin", k);
+		write_shard(name, t, 20);
+	}
+	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "d"), "data.context=4", NULL),
+			 KILN_EDATA);
+	snprintf(want, sizeof want, "%s is missing: the split's 4 shards are numbered as kiln pack numbers them",
+		 tpath("d/train-000002.bin"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	ck_assert_int_eq(open_tokens("data.eval", "test", kv("data.path", "d"), "data.context=4", NULL),
+			 KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), tpath("d/test/test-000002.bin")));
+	/* the shards listed: read as given */
+	OPEN_OK("data", "train", kv("data.path", "d"), "data.shards=train-*.bin", "data.context=4");
+	/* restored: read */
+	write_shard("d/train-000002.bin", t, 20);
+	OPEN_OK("data", "train", kv("data.path", "d"), "data.context=4");
+	struct kiln_source_info info;
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 20); /* 5 shards of 4 windows */
+	/* the first shard missing is a gap too */
+	ck_assert_int_eq(unlink(tpath("d/train-000000.bin")), 0);
+	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "d"), "data.context=4", NULL),
+			 KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), tpath("d/train-000000.bin")));
+	/* names of another form (not 5 or 6 digits): not checked */
+	write_shard("e/train-1.bin", t, 20);
+	write_shard("e/train-3.bin", t, 20);
+	OPEN_OK("data", "train", kv("data.path", "e"), "data.context=4");
+	free(t);
+}
+END_TEST
+
 /* val_fraction: train reads the first windows, val/test the last ones,
  * together all of them once. */
 START_TEST(test_val_fraction)
@@ -591,6 +636,49 @@ START_TEST(test_bpe_errors)
 }
 END_TEST
 
+/* A merges file that makes fewer tokens than the vocabulary holds (cut
+ * short, or empty) is refused naming it and the first token no merge
+ * makes (before session 33 it was accepted and tokenized differently). */
+START_TEST(test_bpe_merges_truncated)
+{
+	char v[1024], m[1024];
+	struct tokenizer *tk = NULL;
+	test_data_path(v, sizeof v, "bpe/vocab.json");
+	test_data_path(m, sizeof m, "bpe/merges.txt");
+	/* the version line and the first 60 of the 120 merges: id 316 ("42",
+	 * made by a later merge) the first token left unmade */
+	FILE *f = fopen(m, "r");
+	ck_assert_ptr_nonnull(f);
+	char all[8192];
+	size_t len = fread(all, 1, sizeof all - 1, f);
+	fclose(f);
+	all[len] = 0;
+	char *end = all;
+	for (int i = 0; i < 61; i++) {
+		end = strchr(end, '\n');
+		ck_assert_ptr_nonnull(end);
+		end++;
+	}
+	len = (size_t)(end - all);
+	write_tmp("cut.txt", all, len);
+	ck_assert_int_eq(tokenizer_open_bpe(v, tpath("cut.txt"), &tk), KILN_EDATA);
+	ck_assert_ptr_null(tk);
+	char want[1400];
+	snprintf(want, sizeof want, "%s: 60 token(s) of the vocabulary are made by no merge, the first \"42\" (id 316)",
+		 tpath("cut.txt"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	/* empty: all 120 */
+	write_tmp("empty.txt", "", 0);
+	ck_assert_int_eq(tokenizer_open_bpe(v, tpath("empty.txt"), &tk), KILN_EDATA);
+	snprintf(want, sizeof want, "%s: 120 token(s) of the vocabulary are made by no merge, the first \"he\" (id 256)",
+		 tpath("empty.txt"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	/* the whole file: accepted */
+	ck_assert_int_eq(tokenizer_open_bpe(v, m, &tk), KILN_OK);
+	tokenizer_close(tk);
+}
+END_TEST
+
 /* ---- kiln pack --format tokens ---------------------------------------- */
 
 /* Pack two text files byte-level with a val fraction and read them back
@@ -784,14 +872,16 @@ static Suite *make_tokens_suite(void)
 {
 	Suite *s = suite_create("tokens");
 	check_add_case(s, "source", 0, setup, teardown, (const TTest *[]){
-		test_windows_exact, test_splits_and_globs, test_val_fraction, test_vocab, NULL });
+		test_windows_exact, test_splits_and_globs, test_val_fraction, test_vocab, test_shard_gap,
+		NULL });
 	check_add_case(s, "corrupt", 0, setup, teardown, (const TTest *[]){ test_corrupt, NULL });
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 	check_add_case(s, "loader", 60, setup, teardown, (const TTest *[]){
 		test_loader_workers_world_resume, test_dataset_checks_targets, test_graph_token_input,
 		NULL });
 	check_add_case(s, "tokenizer", 0, setup, teardown, (const TTest *[]){
-		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, NULL });
+		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, test_bpe_merges_truncated,
+		NULL });
 	check_add_case(s, "pack", 60, setup, teardown, (const TTest *[]){
 		test_pack_bytes, test_pack_bpe, test_pack_killed, test_pack_failed_leaves_nothing,
 		test_pack_val_begin_fails, NULL });

@@ -35,7 +35,8 @@
 # 10. a labels idx file with a label (128, sample 17) past the model's 5
 #     outputs is reported naming the labels file and its largest label, and
 #     the idx log names the first sample holding it (the old message named
-#     the config's last layer alone).
+#     the config's last layer alone); so is one in [data.eval]'s or
+#     [data.val]'s labels, at startup (session 33).
 name=hostile
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -210,7 +211,11 @@ if "$kiln" plugins 2>/dev/null | grep -q "^source  *folder .*available"; then
 	kiln 3 train "$fini" "data.path=$tmp/imgs" data.max_image_pixels=63
 	stderr_has "image of 8x8 pixels (64) is larger than the limit of 63 pixels"
 	mkfifo "$tmp/imgs/b/1.png"
-	kiln_t 1 train "$fini" "data.path=$tmp/imgs" train.batch=3
+	# bad data (exit 3), as in kiln predict, so on_error = skip skips it
+	# (before session 33 it was an I/O error, exit 1, and never skipped)
+	kiln_t 3 train "$fini" "data.path=$tmp/imgs" train.batch=3
+	stderr_has "$tmp/imgs/b/1.png: cannot open the image: a FIFO (named pipe), not a regular file"
+	kiln_t 0 train "$fini" "data.path=$tmp/imgs" train.batch=3 data.on_error=skip
 	stderr_has "$tmp/imgs/b/1.png: cannot open the image: a FIFO (named pipe), not a regular file"
 else
 	echo "note: no folder source: its cases are skipped"
@@ -313,5 +318,12 @@ EOF
 kiln 2 train "$ini" "$d" "data.labels=$tmp/badlab.idx" run.out_dir=
 stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data] has 129 classes (labels = $tmp/badlab.idx, command line 'data.labels=$tmp/badlab.idx': its largest label is 128)"
 stderr_has "129 classes (labels $tmp/badlab.idx: the largest, 128, first at sample 17)"
+# ... and so is one of the evaluation's labels, [data.eval] or [data.val],
+# at startup (before session 33 only the training set's were checked: the
+# run trained, then failed in the loss op's forward naming no file, exit 3)
+kiln 2 train "$ini" "$d" "data.eval.labels=$tmp/badlab.idx" run.out_dir=
+stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data.eval] has 129 classes (labels = $tmp/badlab.idx, command line 'data.eval.labels=$tmp/badlab.idx': its largest label is 128)"
+kiln 2 train "$ini" "$d" data.val.images=tr_cnn_images.idx "data.val.labels=$tmp/badlab.idx" run.out_dir=
+stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data.val] has 129 classes (labels = $tmp/badlab.idx, command line 'data.val.labels=$tmp/badlab.idx': its largest label is 128)"
 
 echo "PASS: $checks kiln runs"

@@ -477,12 +477,13 @@ EXTRA_DIST += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh tests/
 # and kiln report (rendered by headless Chromium; skips without it) ---------
 TESTS += tests/summary.sh tests/report.sh
 EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py tests/data/summary_refs.txt
-# kiln report's metrics.jsonl reader (cli/report_metrics.c compiled in):
+# kiln report's metrics.jsonl reader and charts (cli/report_metrics.c,
+# cli/report_svg.c compiled in): hostile ranges in bounded time,
 # series names of any length, counts and points
 if HAVE_CHECK
 check_PROGRAMS += tests/check_report
 TESTS += tests/check_report
-tests_check_report_SOURCES = tests/check_report.c cli/report_metrics.c cli/report.h
+tests_check_report_SOURCES = tests/check_report.c cli/report_metrics.c cli/report_svg.c cli/report.h
 tests_check_report_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
 tests_check_report_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_report_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS)

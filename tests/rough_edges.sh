@@ -22,7 +22,8 @@
 #     data has labels (token labels [B, T] against logits [B, V]) is a
 #     config error naming the layer and both shapes (before session 28 it
 #     trained on the first tokens as class labels, or read past them);
-#     an embedding's vocab below the data's token ids, and the loss's
+#     an embedding's vocab below the data's token ids (the evaluation's
+#     too: session 33), and the loss's
 #     `classes` below the labels', are config errors naming the key; a
 #     model too big for the device names its size and largest tensor.
 # 11. a log interval of which every step was skipped (non-finite gradients,
@@ -171,6 +172,19 @@ stderr_has "kiln: error: $tmp/rows.ini:22: the loss layer 'loss' reads logits [b
 grep -v '^\[layer.flat\]$\|^type = flatten$' "$tmp/rows.ini" >"$tmp/vocab.ini"
 kiln 2 train "$tmp/vocab.ini" run.out_dir= layer.emb.vocab=40
 stderr_has "command line 'layer.emb.vocab=40': layer 'emb' (embedding) has vocab = 40 but the data [data] has token ids up to 63 (a vocabulary of 64): set vocab = 64"
+# ... and so are the evaluation's token ids, at startup (before session 33
+# the run trained, then failed in the embedding's forward naming no file):
+# a shard of 40 tokens, one of them 100
+python3 - "$tmp/hi.bin" <<'EOF' || fail "python3 could not write the shard"
+import struct, sys
+toks = [i % 64 for i in range(40)]
+toks[17] = 100
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)) +
+                              struct.pack("<%dH" % len(toks), *toks))
+EOF
+kiln 2 train "$tmp/vocab.ini" run.out_dir= train.eval=1 "data.eval.path=$tmp/hi.bin" data.eval.vocab=0 \
+	layer.head.out=128
+stderr_has "$tmp/vocab.ini:14: layer 'emb' (embedding) has vocab = 64 but the data [data.eval] has token ids up to 100 (a vocabulary of 101): set vocab = 101"
 kiln 2 train "$ini" "$d" run.out_dir= layer.loss.classes=3
 stderr_has "command line 'layer.loss.classes=3': the loss layer 'loss' counts 3 classes but the data [data] has 5: set classes = 5 (or 0: every logit a class)"
 # ... but a largest label that is the ignore_index is no class: accepted

@@ -299,6 +299,76 @@ void loaders_shards_sort(struct loaders_names *l, size_t from)
 		qsort(l->v + from, l->n - from, sizeof *l->v, shard_names_cmp);
 }
 
+static const char *base_name(const char *path)
+{
+	const char *s = strrchr(path, '/');
+	return s ? s + 1 : path;
+}
+
+/* name's kiln pack number: name is STEM-DIGITS then suffix, the digits at
+ * least 5; *stem (its length *sl) and *width (the digits') set.  -1 when
+ * the name is of another form. */
+static long pack_number(const char *name, const char *suffix, size_t *sl, size_t *width)
+{
+	const size_t n = strlen(name), k = strlen(suffix);
+	if (!ends_with(name, suffix))
+		return -1;
+	size_t d = n - k; /* the digits end here */
+	size_t b = d;
+	while (b > 0 && name[b - 1] >= '0' && name[b - 1] <= '9')
+		b--;
+	if (d - b < 5 || d - b > 9 || b < 2 || name[b - 1] != '-')
+		return -1;
+	*sl = b - 1, *width = d - b;
+	return strtol(name + b, NULL, 10);
+}
+
+kiln_status loaders_shards_contiguous(const struct kiln_host *host, char *const *v, size_t n,
+				      const char *suffix)
+{
+	if (n < 1)
+		return KILN_OK;
+	const char *first = base_name(v[0]);
+	size_t sl0 = 0, w0 = 0, sl, w;
+	for (size_t i = 0; i < n; i++) {
+		const char *name = base_name(v[i]);
+		if (pack_number(name, suffix, &sl, &w) < 0)
+			return KILN_OK;
+		if (!i)
+			sl0 = sl, w0 = w;
+		else if (sl != sl0 || memcmp(name, first, sl))
+			return KILN_OK; /* two stems */
+		if (w < w0)
+			w0 = w;
+	}
+	if (w0 != 5 && w0 != 6)
+		return KILN_OK;
+	for (size_t i = 0; i < n; i++) {
+		const char *name = base_name(v[i]);
+		/* past 10^w0 - 1, %0*d gives more digits, never a leading 0 */
+		if (pack_number(name, suffix, &sl, &w) >= 0 && w > w0 && name[sl + 1] == '0')
+			return KILN_OK;
+	}
+	/* the numbers, in whatever order v is: distinct and below n, they are
+	 * 0 .. n - 1; else the least one absent is missing */
+	unsigned char *seen = calloc(n, 1);
+	if (!seen)
+		return host->error(KILN_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const long k = pack_number(base_name(v[i]), suffix, &sl, &w);
+		if (k >= 0 && (size_t)k < n)
+			seen[k] = 1;
+	}
+	size_t miss = 0;
+	while (miss < n && seen[miss])
+		miss++;
+	free(seen);
+	if (miss == n)
+		return KILN_OK;
+	return host->error(KILN_EDATA, "%.*s%.*s-%0*zu%s is missing: the split's %zu shards are numbered as kiln pack numbers them (%s, ...), but this one is not there (deleted, or not copied); restore it, or list the shards to read in `shards`",
+			   (int)(first - v[0]), v[0], (int)sl0, first, (int)w0, miss, suffix, n, first);
+}
+
 /* The regular files of dir whose names start with `prefix` and end in
  * `suffix`, in shard order (loaders_shards_sort). */
 static kiln_status scan_dir(const struct kiln_host *host, const char *dir, const char *prefix,
@@ -324,8 +394,10 @@ static kiln_status scan_dir(const struct kiln_host *host, const char *dir, const
 		}
 	}
 	closedir(d);
-	if (!st)
+	if (!st) {
 		loaders_shards_sort(out, first);
+		st = loaders_shards_contiguous(host, out->v + first, out->n - first, suffix);
+	}
 	return st;
 }
 

@@ -442,8 +442,11 @@ static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_imag
 	const char *why;
 	off_t size;
 	int fd = common_open_file(p, kind, sizeof kind, &why, &size);
+	/* why == kind: not a regular file (a FIFO named x.png), bad data as in
+	 * kiln predict, so on_error = skip applies (it was KILN_EIO, exit 1) */
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the image: %s", p, why);
+		return host->error(why == kind ? KILN_EDATA : KILN_EIO, "%s: cannot open the image: %s",
+				   p, why);
 	if (size == 0)
 		st = host->error(KILN_EDATA, "%s: empty file (0 bytes): not a JPEG or PNG image", p);
 	else if ((uint64_t)size > IMG_MAX_FILE)

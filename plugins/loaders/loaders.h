@@ -56,6 +56,14 @@ void loaders_names_sort(struct loaders_names *l, size_t from);
 /* Sort v[from, n) in shard order: by name, but a run of digits in both
  * names by its number (train-99999 before train-100000). */
 void loaders_shards_sort(struct loaders_names *l, size_t from);
+/* The shards v[0, n) of one split found by listing a directory (full
+ * paths, in shard order): when every name is kiln pack's "S-NNNNN" or
+ * "S-NNNNNN" then `suffix` (one stem S, %05d or %06d numbers), the numbers
+ * must be 0, 1, ..., n - 1; a missing one is KILN_EDATA naming its file
+ * (a deleted shard was skipped silently: session 33).  Names of another
+ * form are not checked. */
+kiln_status loaders_shards_contiguous(const struct kiln_host *host, char *const *v, size_t n,
+				      const char *suffix);
 
 /* Read n bytes at offset `off` of fd with pread(), retrying short reads and
  * EINTR.  Returns the bytes read (less than n only at the end of the file),

@@ -158,6 +158,9 @@ static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shar
 	if (count && !s->classes)
 		return host->error(KILN_EDATA, "%s: the header declares 0 classes for %" PRIu64 " records",
 				   p, count);
+	if (s->classes > REC_MAX_CLASSES)
+		return host->error(KILN_EDATA, "%s: the header declares %u classes, more than a label (i32) can name (at most %u): the header is corrupt",
+				   p, s->classes, REC_MAX_CLASSES);
 
 	s->index = h + index_at;
 	s->count = count;

@@ -37,6 +37,10 @@
 #define REC_INDEX_ENTRY 16u
 #define REC_ALIGN 8u            /* records start at multiples of 8 */
 #define REC_SUFFIX ".krec"
+/* The most classes a header may declare: labels are i32 and [data]
+ * classes is at most INT32_MAX (a header of 4294967295 classes, its CRCs
+ * valid, once asked the user to "set out = 4294967295") */
+#define REC_MAX_CLASSES 2147483647u
 /* "<dir>/<split>.krec-partial": kiln pack places a split's shards (renames
  * them into place, removes an earlier pack's) only while this file exists,
  * and removes it last; a reader refuses shards beside one (a pack killed

@@ -161,7 +161,7 @@ kiln_status rec_writer_finish(struct rec_writer *w)
 	if ((st = rec_write(w, w->index, (size_t)(w->count * REC_INDEX_ENTRY))) ||
 	    (st = rec_write(w, crc, sizeof crc)))
 		goto fail;
-	if (w->classes > UINT32_MAX) {
+	if (w->classes > REC_MAX_CLASSES) { /* (the reader's bound) */
 		st = host->error(KILN_EINVAL, "%s: %" PRId64 " classes do not fit the header", w->path,
 				 w->classes);
 		goto fail;

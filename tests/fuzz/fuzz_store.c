@@ -4,8 +4,16 @@
  * of 1 on an ephemeral loopback port), is sent over one raw connection
  * while the replies are drained, then the connection is closed and the
  * store must still answer its own client's set and check.
+ *
+ * The harness first answers the greeting's challenge (AUTH with the MAC of
+ * its nonce under $KILN_STORE_TOKEN, which fuzz_init sets): the server
+ * drops a connection whose first request is anything else, so without it
+ * every input ended at the AUTH check and SET, ADD, CLAIM and JOIN were
+ * never reached (sessions 25-33).  store_mac comes from core/store_msg.c,
+ * compiled in (libkiln exports only kiln_*).
  */
 #include "fuzz.h"
+#include "store.h" /* the wire format, store_mac */
 
 #include <kiln/dist.h>
 
@@ -40,6 +48,42 @@ static int connect_local(int port)
 		poll(&p, 1, 100);
 	}
 	return fd;
+}
+
+/* Read or write all n bytes of buf on fd (a signal may interrupt). */
+static void all(int fd, int writing, void *buf, size_t n, const char *what)
+{
+	for (size_t done = 0; done < n;) {
+		ssize_t k = writing ? send(fd, (char *)buf + done, n - done, MSG_NOSIGNAL) :
+				      recv(fd, (char *)buf + done, n - done, 0);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			fprintf(stderr, "fuzz_store: %s: %s\n", what, k ? strerror(errno) : "closed");
+			abort();
+		}
+		done += (size_t)k;
+	}
+}
+
+/* Read the greeting, answer its nonce with AUTH(store_mac(token, nonce))
+ * and read the store's OK: the connection is then past authentication. */
+static void authenticate(int fd)
+{
+	unsigned char g[STORE_MAGIC_LEN + STORE_NONCE_LEN], ok[5];
+	unsigned char req[9 + STORE_MAC_LEN] = { STORE_OP_AUTH, 0, 0, 0, 0, STORE_MAC_LEN, 0, 0, 0 };
+	all(fd, 0, g, sizeof g, "the greeting");
+	if (memcmp(g, STORE_MAGIC, STORE_MAGIC_LEN) ||
+	    store_mac(getenv("KILN_STORE_TOKEN"), g + STORE_MAGIC_LEN, req + 9)) {
+		fprintf(stderr, "fuzz_store: not a store greeting, or no MAC\n");
+		abort();
+	}
+	all(fd, 1, req, sizeof req, "AUTH");
+	all(fd, 0, ok, sizeof ok, "AUTH's answer");
+	if (ok[0] != STORE_OK) {
+		fprintf(stderr, "fuzz_store: the store refused the token\n");
+		abort();
+	}
 }
 
 /* Send data[0..size) while reading (and dropping) replies, then read to
@@ -86,6 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	}
 	int fd = connect_local(kiln_store_port(s));
+	authenticate(fd);
 	exchange(fd, data, size);
 	close(fd);
 	void *val = NULL;

@@ -20,8 +20,10 @@ tests_fuzz_fuzz_checkpoint_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_fuzz_fuzz_checkpoint_LDADD = libkiln.la
 tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c $(FUZZ_DRIVER)
 tests_fuzz_fuzz_safetensors_LDADD = libkiln.la
-tests_fuzz_fuzz_store_SOURCES = tests/fuzz/fuzz_store.c $(FUZZ_DRIVER)
-tests_fuzz_fuzz_store_LDADD = libkiln.la
+# core/store_msg.c for store_mac (libkiln exports only kiln_*)
+tests_fuzz_fuzz_store_SOURCES = tests/fuzz/fuzz_store.c $(FUZZ_DRIVER) core/store_msg.c
+tests_fuzz_fuzz_store_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core $(CRYPTO_CFLAGS)
+tests_fuzz_fuzz_store_LDADD = libkiln.la $(CRYPTO_LIBS)
 
 # the readers of kiln-loaders.so, compiled into the target
 FUZZ_LOADERS_SRC = plugins/loaders/idx.c plugins/loaders/idx_cache.c plugins/loaders/common.c plugins/loaders/records.c \
@@ -43,13 +45,15 @@ FUZZ_TIME = 60
 FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined
 FUZZ_CPPFLAGS = $(DEFS) -I$(top_builddir) -I$(top_srcdir)/include -I$(top_srcdir)/core \
-	-I$(top_srcdir)/plugins/loaders $(INIH_CFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
+	-I$(top_srcdir)/plugins/loaders $(INIH_CFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS) $(CRYPTO_CFLAGS)
 FUZZ_LIBS = -L$(top_builddir)/.libs -lkiln -Wl,-rpath,$(abs_top_builddir)/.libs \
-	$(INIH_LIBS) $(JANSSON_LIBS) $(ZLIB_LIBS) -lm -lpthread
+	$(INIH_LIBS) $(JANSSON_LIBS) $(ZLIB_LIBS) $(CRYPTO_LIBS) -lm -lpthread
 fuzz_config_SRC = core/config.c core/config_check.c
 fuzz_checkpoint_SRC = core/checkpoint.c
 fuzz_safetensors_SRC = core/safetensors.c
-fuzz_store_SRC = core/store.c
+# the client, the parser and MAC, the server: store_mac and the server's
+# functions are not exported from libkiln.so
+fuzz_store_SRC = core/store.c core/store_msg.c core/store_server.c
 fuzz_sources_SRC = $(FUZZ_LOADERS_SRC) plugins/loaders/image.c
 fuzz_sources_LIBS = $(TURBOJPEG_LIBS) $(PNG_LIBS)
 
