@@ -209,11 +209,12 @@ split_run res3 "$tmp/bad0" "$tmp/r1" && bad "resume from a corrupt checkpoint su
 grep -q "rank 1 of 2: rank 0 could not resume: .*bad0/checkpoints" "$tmp/res3.log" ||
 	{ bad "rank 1 did not report rank 0's resume failure"; grep -v '^\[' "$tmp/res3.log"; }
 # a rank that fails after the last collective (rank 1's profile report
-# cannot be written: its path is a directory) makes rank 0, already
+# cannot be written: KILN_TEST_PROFILE_FAIL=1; before session 33 a
+# directory in its path, which is refused before the first step now) makes rank 0, already
 # waiting for every rank to finish, fail at once naming it (not after
 # [dist] timeout: timed below, from rank 1's failure)
-mkdir -p "$tmp/late0" "$tmp/late1/profile.rank1.txt"
-timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
+mkdir -p "$tmp/late0" "$tmp/late1"
+KILN_TEST_PROFILE_FAIL=1 timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
 	exec "$1" train "$0" run.out_dir="$d" train.batch=32 run.profile=1 dist.timeout=60' \
 	"$tmp/mlp.ini" "$kiln" "$tmp/late0" "$tmp/late1" > "$tmp/late.log" 2>&1 && bad "a rank failing after training: the run succeeded"
 grep -q "rank 0 of 2: waiting for every rank to finish: rank 1 failed after the last collective" "$tmp/late.log" ||
@@ -265,8 +266,8 @@ grep -q '"traceEvents"' "$tmp/prof/trace.rank1.json" || bad "trace.rank1.json is
 # behind a loaded machine), rank 1's profile table's last line (its
 # failure) and each rank's exit; rank 0's exit, the same late failure
 # seen, within 30 s of rank 1's failure ([dist] timeout 60 s)
-mkdir -p "$tmp/late0b" "$tmp/late1b/profile.rank1.txt"
-timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
+mkdir -p "$tmp/late0b" "$tmp/late1b"
+KILN_TEST_PROFILE_FAIL=1 timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
 	{ "$1" train "$0" run.out_dir="$d" train.batch=32 run.profile=1 dist.timeout=60 2>&1; echo "exit $?"; } |
 		while IFS= read -r l; do
 			case $l in "exit "*|*"[profile] by pass: "*) l="$(date +%s.%N) $l" ;; *) l="- $l" ;; esac
