@@ -5,7 +5,7 @@
  * ("<case>.ini": ... -> t -> flatten -> softmax_xent, t being the layer
  * under test), a batch, the parameters and buffers, and what one training
  * pass gives in PyTorch.  Each case runs in both layouts (NCHW and NHWC,
- * the latter by appending "[model]\nlayout = nhwc"): one forward+backward
+ * by appending "[model]\nlayout = nchw" or "nhwc"): one forward+backward
  * with a keep_all/input_grad plan, then the loss, t's output, the input
  * gradient, every parameter gradient and the running stats are compared;
  * batchnorm cases also run an evaluation plan.  "cnn5" trains a small
@@ -322,12 +322,14 @@ static int layout_skipped(int nhwc)
 	return want && *want && strcmp(want, layout_name(nhwc)) != 0;
 }
 
-/* The INI of `key` with the layout appended (the generator writes no [model]). */
+/* The INI of `key` with the layout appended (the generator writes no
+ * [model]).  Both named: the default (`auto`) is the device's choice, NHWC
+ * on the CPU, which left the NCHW kernels and their kept copies untested. */
 static char *case_ini(const char *key, int nhwc)
 {
 	const char *base = ref_meta(key);
 	char *ini = malloc(strlen(base) + 64);
-	sprintf(ini, "%s%s", base, nhwc ? "[model]\nlayout = nhwc\n" : "");
+	sprintf(ini, "%s[model]\nlayout = %s\n", base, layout_name(nhwc));
 	return ini;
 }
 

@@ -28,6 +28,11 @@ struct conv {
 	 * and bwd_w write them, bwd_w and bwd_data (data_kept) read them.  An
 	 * evaluation plan prepares the plain forward alone (conv_plan). */
 	size_t kept_x, kept_dy; /* their bytes (0: none) */
+	/* s->bwd_w has the kept dy's output: its buffer is passed (the device's
+	 * run wants every output set) even where the device keeps nothing there
+	 * (kept_dy 0: dy already in its kernel's layout, e.g. one output
+	 * channel or a 1x1 output, whose NCHW and NHWC are the same bytes) */
+	int dy_out;
 	int data_kept;
 	size_t dx_bytes, dw_bytes, front;
 	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
@@ -214,7 +219,15 @@ static kiln_status plan_kept(const struct kiln_host *h, struct kiln_layer *l,
 		return KILN_OK;
 	}
 	s->kept_dy = st ? 0 : h->device_aux_bytes(dev, s->bwd_w[0]);
+	s->dy_out = !st;
 	return st;
+}
+
+/* The workspace slot of the weight gradient's kept dy: kept_dy bytes, at
+ * least one where the op has the output (dy_out), none without. */
+static size_t kept_dy_slot(const struct conv *s)
+{
+	return s->dy_out ? ALIGN64(s->kept_dy ? s->kept_dy : 1) : 0;
 }
 
 /* The residual's forward (evaluation only), *op the plain CONV: one op
@@ -344,7 +357,7 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	/* [masked dy (fused ReLU; backward) | dx scratch, or dw and db
 	 * scratch | kept dy | the ops' own] */
 	*ws = s->front + ALIGN64(s->dx_bytes > s->dw_bytes ? s->dx_bytes : s->dw_bytes) +
-	      ALIGN64(s->kept_dy) + w;
+	      kept_dy_slot(s) + w;
 	return KILN_OK;
 }
 
@@ -416,8 +429,8 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 	/* rr's workspace: [dx scratch, or dw and db scratch | kept dy | the
 	 * ops' own] */
 	const size_t kept_off = ALIGN64(s->dx_bytes > s->dw_bytes ? s->dx_bytes : s->dw_bytes);
-	const size_t own = kept_off + ALIGN64(s->kept_dy);
-	void *kept_dy = s->kept_dy ? (char *)r->workspace + kept_off : NULL;
+	const size_t own = kept_off + kept_dy_slot(s);
+	void *kept_dy = s->dy_out ? (char *)r->workspace + kept_off : NULL;
 	/* written on the first micro-step (no zeroing pass), then added */
 	if (r->dw[0] && (st = conv_bwd_w(h, s, r, kept_dy, own)))
 		return st;

@@ -397,10 +397,54 @@ out:
 	return st;
 }
 
+/* The layout in which the op that wrote consumer p's kept copy (in2) read
+ * tensor k: the CONV's x for a weight gradient, the weight gradient's dy for
+ * a data gradient, that op remade from p's tensors and geometry.  The three
+ * ops pin x and y alike (conv_pin), but not always: a weight gradient of one
+ * input channel reads x and dy as NHWC (flat1, conv_descs) where the data
+ * gradient reads dy blocked (nChw16c), and at 32 or 48 outputs the two have
+ * the same bytes, so a size check passed the NHWC copy read as blocked.
+ * The weight gradient is remade without its bias, which p does not know
+ * (oneDNN picks the activations' layouts alike with and without). */
+static kiln_status conv_kept_md(struct cpu_ctx *c, const struct cpu_plan *p, int k,
+				dnnl_memory_desc_t *md)
+{
+	const struct kiln_op *op = &p->op;
+	struct cpu_plan w;
+	memset(&w, 0, sizeof w);
+	w.kern_f32 = p->kern_f32; /* tune.c: a copy's producer and consumer agree on it */
+	struct kiln_op *q = &w.op;
+	*q = *op; /* the geometry */
+	q->flags = KILN_OPF_KEEP;
+	if (op->type == KILN_OP_CONV_BWD_WEIGHTS) { /* CONV: x, w (, b) -> y, the kept x */
+		const int bias = op->n_out == 3;
+		q->type = KILN_OP_CONV;
+		q->n_in = bias ? 3 : 2, q->n_out = 2;
+		q->in[1] = op->out[0];
+		q->in[1].dtype = op->in[0].dtype; /* the compute dtype's weights */
+		if (bias)
+			q->in[2] = op->out[1];
+		q->out[0] = op->in[1], q->out[1] = op->in[2];
+	} else { /* CONV_BWD_WEIGHTS: x, dy, the kept x -> dw (f32), the kept dy */
+		q->type = KILN_OP_CONV_BWD_WEIGHTS;
+		q->n_in = 3, q->n_out = 2;
+		q->in[0] = op->out[0], q->in[1] = op->in[0];
+		q->out[0] = op->in[1];
+		q->out[0].dtype = KILN_F32;
+		q->out[1] = op->in[2];
+	}
+	dnnl_memory_desc_t x, y;
+	const kiln_status st = cpu_conv_act_layouts(c, &w, &x, &y);
+	*md = k == TX ? x : y;
+	return st;
+}
+
 /* Where tensor k's kernel copy is with kept copies: the CONV writes x's
  * into its last output, the weight gradient reads it from in2 and writes
  * dy's into its last output, the data gradient reads that from in2.  A
- * kept input must have the copy's bytes. */
+ * kept input must be in the kernel's layout (conv_kept_md; else
+ * KILN_ENOTSUP: the caller prepares the op without it, reading the tensor
+ * as it is) and have the copy's bytes. */
 static kiln_status conv_kept(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b, int k)
 {
 	const struct kiln_op *op = &p->op;
@@ -414,6 +458,10 @@ static kiln_status conv_kept(struct cpu_ctx *c, struct cpu_plan *p, struct conv_
 		b->t[k].kbind = CPU_BIND_OUT, b->t[k].kidx = op->n_out - 1;
 		p->aux = bytes;
 	} else if (in) {
+		dnnl_memory_desc_t made;
+		if (conv_kept_md(c, p, k, &made) || !dnnl_memory_desc_equal(&made, b->t[k].kern))
+			return cpu_bad(c, op, KILN_ENOTSUP,
+				       "the kept copy in2 is not in the kernel's layout (read the tensor as it is)");
 		if ((size_t)cpu_numel(&op->in[2]) != bytes) {
 			char why[96];
 			snprintf(why, sizeof why, "the kept copy in2 has %lld bytes, the kernel's %zu",

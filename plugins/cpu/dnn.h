@@ -6,9 +6,9 @@
 #include "cpu.h"
 #include <oneapi/dnnl/dnnl.h> /* dnnl_* */
 
-#define CPU_DNN_MEMS 20
+#define CPU_DNN_MEMS 24
 #define CPU_DNN_STEPS 6
-#define CPU_DNN_ARGS 12
+#define CPU_DNN_ARGS 16 /* rnn.c's backward: 16 */
 
 /* Where a memory object's bytes are at run time.  CPU_BIND_FIXED: the
  * plan's own bytes, pointed to once at prepare and never moved (qconv.c's
@@ -35,7 +35,7 @@ struct cpu_dnn {
 	dnnl_memory_t mem[CPU_DNN_MEMS];
 	struct cpu_bind bind[CPU_DNN_MEMS];
 	struct cpu_dnn_step step[CPU_DNN_STEPS];
-	int64_t sz[24]; /* rnn.c: sizes and byte offsets fixed at prepare */
+	int64_t sz[28]; /* rnn.c: sizes and byte offsets fixed at prepare (R_N) */
 	/* conv.c's kept weights (a CONV with KILN_OPF_FROZEN whose kernel
 	 * wants another layout than the caller's): step w_step (w_on) is the
 	 * weights' reorder into w_kern (memory object w_mem, CPU_BIND_FIXED),

@@ -20,6 +20,15 @@
  *     When every row has length T in the forward direction there is
  *     nothing to gather: oneDNN reads x and dy and writes dx in place.
  *
+ * The initial state (h0, and c0 for the LSTM) is zero, given to oneDNN as
+ * memory of zeros (src_iter, src_iter_c; their gradients written into the
+ * workspace and dropped), not as no memory: oneDNN 2.6's LSTM backward
+ * (and its current source) computes the weight_hh gradient of a sequence
+ * whose dst is one contiguous block, which in ntc is one row of one step,
+ * by one GEMM over the states that assumes src_iter was given; without
+ * it, it took h1 for h0 and gave weight_hh a gradient of dgates x h1,
+ * where PyTorch's is 0 (tests/check_rnn.c, lstm_l1_b1t1).
+ *
  * aux (the forward's out1, the backward's in4): oneDNN's workspace, the
  * sequence oneDNN produced (f32 [B,T,H] in its reading order) and the rows'
  * lengths (i32 [B]).
@@ -37,12 +46,15 @@ enum {
 	/* workspace: PyTorch's weights in oneDNN's gate order (ldgoi; GRU), the
 	 * primitive's layouts, the gathered input, dst (inference) or dx
 	 * (backward), the gathered dy (inference: the lengths), the weight
-	 * gradients both ways, the bias gradient, oneDNN's scratchpad */
+	 * gradients both ways, the bias gradient, the zero initial state (h0,
+	 * c0), its gradient (backward; dropped), oneDNN's scratchpad */
 	R_O_WL, R_O_WI, R_O_WLP, R_O_WIP, R_O_SRC, R_O_DST, R_O_DDST, R_O_DWLP, R_O_DWIP,
-	R_O_DB, R_O_DWL, R_O_DWI, R_O_SCR,
+	R_O_DB, R_O_DWL, R_O_DWI, R_O_H0, R_O_DH0, R_O_SCR,
 	/* aux after oneDNN's workspace: dst, lengths, oneDNN's bias */
-	R_A_DST, R_A_LEN, R_A_B
+	R_A_DST, R_A_LEN, R_A_B, R_N
 };
+_Static_assert(R_N <= (int)(sizeof ((struct cpu_dnn *)0)->sz / sizeof(int64_t)),
+	       "cpu_dnn.sz holds an RNN plan's sizes and offsets");
 
 /* The PyTorch gate block that oneDNN's gate block g holds. */
 static int rnn_src_gate(int gru, int g)
@@ -158,6 +170,13 @@ static void rnn_grads_out(const struct cpu_plan *p, const char *ws, const struct
 	}
 }
 
+/* h0 (and c0) = 0: [B, H] each in the workspace */
+static void rnn_zero_state(const struct cpu_plan *p, char *ws)
+{
+	const int64_t *v = p->dnn->sz;
+	memset(ws + v[R_O_H0], 0, (size_t)(v[R_O_DH0] - v[R_O_H0]));
+}
+
 static kiln_status rnn_forward(const struct cpu_plan *p, const struct kiln_op_args *a,
 			       struct cpu_err *e)
 {
@@ -172,6 +191,7 @@ static kiln_status rnn_forward(const struct cpu_plan *p, const struct kiln_op_ar
 	struct kiln_op_args b = { .in = { dst, aux, bias }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
 	rnn_weights_in(p, a->in[1], a->in[2], a->in[3], a->in[4], ws, bias, &b);
+	rnn_zero_state(p, ws);
 	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
 	if (gather)
 		rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)p->op.i[1], 0);
@@ -193,6 +213,7 @@ static kiln_status rnn_backward(const struct cpu_plan *p, const struct kiln_op_a
 	struct kiln_op_args b = { .in = { aux + v[R_A_DST], aux, aux + v[R_A_B] }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
 	rnn_weights_in(p, a->in[2], a->in[3], NULL, NULL, ws, NULL, &b);
+	rnn_zero_state(p, ws);
 	/* out[0] of b: dy as oneDNN reads it, out[1]: where it writes dx,
 	 * out[2], out[3]: the weight gradients' (rnn_dw_direct) */
 	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
@@ -217,24 +238,26 @@ static kiln_status rnn_backward(const struct cpu_plan *p, const struct kiln_op_a
 }
 
 /* The cell's forward (training or inference) or backward descriptor,
- * left to right from a zero state (NULL: oneDNN's zero iteration memory). */
+ * left to right from the initial state md[H0] (h0, and c0 for the LSTM:
+ * zeros, rnn_zero_state; their gradients md[H0] too). */
 static dnnl_status_t rnn_desc(dnnl_rnn_desc_t *d, int gru, dnnl_prop_kind_t prop,
 			      const dnnl_memory_desc_t *md)
 {
-	enum { SRC, WL, WI, B, DST, DSRC, DWL, DWI, DB, DDST };
+	enum { SRC, WL, WI, B, DST, DSRC, DWL, DWI, DB, DDST, H0 };
 	const dnnl_rnn_direction_t dir = dnnl_unidirectional_left2right;
+	const dnnl_memory_desc_t *h0 = &md[H0];
 	if (prop != dnnl_backward)
-		return gru ? dnnl_lbr_gru_forward_desc_init(d, prop, dir, &md[SRC], NULL, &md[WL],
+		return gru ? dnnl_lbr_gru_forward_desc_init(d, prop, dir, &md[SRC], h0, &md[WL],
 							    &md[WI], &md[B], &md[DST], NULL, 0)
-			   : dnnl_lstm_forward_desc_init(d, prop, dir, &md[SRC], NULL, NULL,
+			   : dnnl_lstm_forward_desc_init(d, prop, dir, &md[SRC], h0, h0,
 							 &md[WL], &md[WI], &md[B], &md[DST],
 							 NULL, NULL, 0);
 	return gru ? dnnl_lbr_gru_backward_desc_init(
-			     d, prop, dir, &md[SRC], NULL, &md[WL], &md[WI], &md[B], &md[DST], NULL,
-			     &md[DSRC], NULL, &md[DWL], &md[DWI], &md[DB], &md[DDST], NULL, 0)
-		   : dnnl_lstm_backward_desc_init(d, prop, dir, &md[SRC], NULL, NULL, &md[WL],
+			     d, prop, dir, &md[SRC], h0, &md[WL], &md[WI], &md[B], &md[DST], NULL,
+			     &md[DSRC], h0, &md[DWL], &md[DWI], &md[DB], &md[DDST], NULL, 0)
+		   : dnnl_lstm_backward_desc_init(d, prop, dir, &md[SRC], h0, h0, &md[WL],
 						  &md[WI], &md[B], &md[DST], NULL, NULL, &md[DSRC],
-						  NULL, NULL, &md[DWL], &md[DWI], &md[DB], &md[DDST],
+						  h0, h0, &md[DWL], &md[DWI], &md[DB], &md[DDST],
 						  NULL, NULL, 0);
 }
 
@@ -275,6 +298,8 @@ static size_t rnn_offsets(int64_t *v, const_dnnl_primitive_desc_t pd, int bwd)
 		sz[R_O_DWL] = sz[R_O_WL];
 		sz[R_O_DWI] = sz[R_O_WI];
 	}
+	/* h0 and c0 (the GRU's c0 unused), their gradients */
+	sz[R_O_H0] = sz[R_O_DH0] = (size_t)(2 * B * H) * f;
 	sz[R_O_SCR] = cpu_dnn_scratch(pd);
 	for (int k = R_O_WL; k <= R_O_SCR; k++) {
 		v[k] = (int64_t)off;
@@ -323,11 +348,22 @@ static kiln_status rnn_steps(struct cpu_ctx *c, struct cpu_plan *p, const_dnnl_p
 	RNN_MEM(dnnl_query_src_md, 0, CPU_BIND_IN, 5, 0, DNNL_ARG_SRC_LAYER);
 	RNN_MEM(dnnl_query_weights_md, 2, CPU_BIND_IN, 2, 0, DNNL_ARG_BIAS);
 	RNN_MEM(dnnl_query_dst_md, 0, CPU_BIND_IN, 0, 0, DNNL_ARG_DST_LAYER);
+	/* the zero initial state (rnn_zero_state) */
+	const size_t hb = (size_t)(v[R_B] * v[R_H]) * sizeof(float);
+	const int lstm = !p->op.i[0];
+	RNN_MEM(dnnl_query_src_md, 1, CPU_BIND_WS, 0, v[R_O_H0], DNNL_ARG_SRC_ITER);
+	if (lstm)
+		RNN_MEM(dnnl_query_src_md, 2, CPU_BIND_WS, 0, (size_t)v[R_O_H0] + hb,
+			DNNL_ARG_SRC_ITER_C);
 	if (training)
 		RNN_MEM(dnnl_query_workspace_md, 0, CPU_BIND_IN, 1, 0, DNNL_ARG_WORKSPACE);
 	if (bwd) {
 		RNN_MEM(dnnl_query_diff_dst_md, 0, CPU_BIND_OUT, 0, 0, DNNL_ARG_DIFF_DST_LAYER);
 		RNN_MEM(dnnl_query_diff_src_md, 0, CPU_BIND_OUT, 1, 0, DNNL_ARG_DIFF_SRC_LAYER);
+		RNN_MEM(dnnl_query_diff_src_md, 1, CPU_BIND_WS, 0, v[R_O_DH0], DNNL_ARG_DIFF_SRC_ITER);
+		if (lstm)
+			RNN_MEM(dnnl_query_diff_src_md, 2, CPU_BIND_WS, 0, (size_t)v[R_O_DH0] + hb,
+				DNNL_ARG_DIFF_SRC_ITER_C);
 		RNN_MEM(dnnl_query_diff_weights_md, 0, CPU_BIND_WS, 0, v[R_O_DWLP],
 			DNNL_ARG_DIFF_WEIGHTS_LAYER);
 		dwl = m;
@@ -373,7 +409,7 @@ kiln_status cpu_rnn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	snprintf(geom, sizeof geom, "%s%s x [%lld,%lld,%lld] hidden %lld", gru ? "GRU" : "LSTM",
 		 op->i[1] ? " reverse" : "", (long long)v[R_B], (long long)v[R_T],
 		 (long long)v[R_I], (long long)v[R_H]);
-	enum { SRC, WL, WI, B, DST, DSRC, DWL, DWI, DB, DDST, N_MD };
+	enum { SRC, WL, WI, B, DST, DSRC, DWL, DWI, DB, DDST, H0, N_MD };
 	dnnl_memory_desc_t md[N_MD], user_wl, user_wi;
 	dnnl_primitive_desc_t fwd = NULL, pd = NULL;
 	dnnl_primitive_attr_t attr = NULL;
@@ -383,11 +419,13 @@ kiln_status cpu_rnn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		const dnnl_dims_t wl = { 1, 1, v[R_I], v[R_G], v[R_H] };
 		const dnnl_dims_t wi = { 1, 1, v[R_H], v[R_G], v[R_H] };
 		const dnnl_dims_t b = { 1, 1, v[R_GB], v[R_H] };
+		const dnnl_dims_t h0 = { 1, 1, v[R_B], v[R_H] };
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[SRC], 3, src, dnnl_f32, dnnl_ntc));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[DST], 3, dst, dnnl_f32, dnnl_ntc));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[WL], 5, wl, dnnl_f32, dnnl_format_tag_any));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[WI], 5, wi, dnnl_f32, dnnl_format_tag_any));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[B], 4, b, dnnl_f32, dnnl_ldgo));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[H0], 4, h0, dnnl_f32, dnnl_ldnc));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&user_wl, 5, wl, dnnl_f32, dnnl_ldgoi));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&user_wi, 5, wi, dnnl_f32, dnnl_ldgoi));
 		md[DSRC] = md[SRC], md[DDST] = md[DST], md[DWL] = md[WL], md[DWI] = md[WI];

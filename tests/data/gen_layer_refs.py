@@ -79,6 +79,18 @@ CASES = [
     ("conv_k3x5", 2, 7, 7, [c0(2), conv("t", 3, "3,5", padding=1)]),
     ("conv_pairs", 2, 9, 11, [c0(2), conv("t", 3, "3,5", stride="2,1", padding="1,2",
                                          dilation="1,2")]),
+    # a 1x1 strided conv of one input channel after a trainable layer (NCHW:
+    # its weight gradient reads x and dy as NHWC, the data gradient reads dy
+    # blocked, so the weight gradient's kept dy is not the data gradient's)
+    ("conv_k1_s2_c1_o1", 4, 12, 12, [c0(1), conv("t", 1, 1, stride=2)]),
+    ("conv_k1_s2_c1_o2", 4, 12, 12, [c0(1), conv("t", 2, 1, stride=2)]),
+    ("conv_k1_s2_c1_o6", 4, 12, 12, [c0(1), conv("t", 6, 1, stride=2)]),
+    ("conv_k1_s2_c1_o16", 4, 12, 12, [c0(1), conv("t", 16, 1, stride=2)]),
+    ("conv_k1_s2_c1_o32", 4, 12, 12, [c0(1), conv("t", 32, 1, stride=2)]),
+    ("conv_k1_s2_c1_o48", 4, 12, 12, [c0(1), conv("t", 48, 1, stride=2)]),
+    # a first layer whose dy is already the weight gradient's layout (1x1
+    # output): it keeps no dy copy
+    ("conv_k1_d2_1x1", 4, 1, 1, [conv("t", 6, 1, dilation=2, bias=0)]),
     # batch normalisation (2-d: after a linear; 4-d: after a conv)
     ("bn4d", 3, 7, 7, [c0(3), ("t", "batchnorm", {})]),
     ("bn4d_eps_mom", 2, 5, 5, [c0(4), ("t", "batchnorm", {"eps": 0.001, "momentum": 0.3})]),

@@ -16,6 +16,9 @@ ids as the rnn layers' second input (`pad_id = 0`); PyTorch runs them
 through pack_padded_sequence / pad_packed_sequence(total_length = T).
 fc is linear(5), loss softmax_xent (mean over the batch).
 
+The shape [B, T, I] is the metadata "shape", or "<case>.shape" for a case
+of its own batch and length (one row of one step).
+
 Stored per case: "<case>/x" (f32, or "<case>/ids" i32), "/labels" (i32),
 "/loss" (f32[1]), "/dx" (unmasked), "/param/<kiln name>" and
 "/grad/<kiln name>" for every parameter.  Each case is also run in float64
@@ -39,7 +42,8 @@ from safetensors_io import read_safetensors, write_safetensors
 B, T, I, H, K, V = 3, 5, 4, 6, 5, 7
 LENGTHS = [5, 3, 1]
 
-# name, cell, layers, directions, masked
+# name, cell, layers, directions, masked (, batch, time: B, T unless given;
+# masked cases take B, T and LENGTHS)
 CASES = [
     ("lstm_l1", "lstm", 1, 1, 0),
     ("gru_l1", "gru", 1, 1, 0),
@@ -49,6 +53,12 @@ CASES = [
     ("gru_l1_mask", "gru", 1, 1, 1),
     ("lstm_l2_bi_mask", "lstm", 2, 2, 1),
     ("gru_l2_bi_mask", "gru", 2, 2, 1),
+    # one row of one step: weight_hh's gradient is 0 (h0 = 0); oneDNN 2.6
+    # multiplied the gates' gradient by h1 there (plugins/cpu/rnn.c)
+    ("lstm_l1_b1t1", "lstm", 1, 1, 0, 1, 1),
+    ("lstm_l2_bi_b1t1", "lstm", 2, 2, 0, 1, 1),
+    ("gru_l1_b1t1", "gru", 1, 1, 0, 1, 1),
+    ("lstm_l1_b1t2", "lstm", 1, 1, 0, 1, 2),
 ]
 
 
@@ -83,7 +93,7 @@ def kiln_name(torch_name):
     return "r%s%s.%s" % (k, "r" if base.endswith("_reverse") else "", base)
 
 
-def build(cell, L, D):
+def build(cell, L, D, T):
     mod = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
     m = torch.nn.Module()
     m.rnn = mod(I, H, num_layers=L, bidirectional=D == 2, batch_first=True)
@@ -91,7 +101,7 @@ def build(cell, L, D):
     return m
 
 
-def run(m, masked, inp, labels, dtype, emb):
+def run(m, masked, inp, labels, dtype, emb, B, T):
     m = m.to(dtype)
     for p in m.parameters():
         p.grad = None
@@ -123,9 +133,10 @@ def close(a, b):
 def main(path):
     torch.set_num_threads(1)
     tensors, names, meta = [], [], {}
-    for name, cell, L, D, masked in CASES:
+    for name, cell, L, D, masked, *bt in CASES:
+        b_, t_ = bt if bt else (B, T)
         torch.manual_seed(zlib.crc32(name.encode()))
-        m = build(cell, L, D)
+        m = build(cell, L, D, t_)
         emb = torch.randn(V, I)
         if masked:
             inp = torch.randint(1, V, (B, T), dtype=torch.int32)
@@ -133,15 +144,15 @@ def main(path):
                 inp[b, n:] = 0
             inp_t = inp.long()
         else:
-            inp = inp_t = torch.randn(B, T, I)
-        labels = torch.randint(0, K, (B,), dtype=torch.int32)
+            inp = inp_t = torch.randn(b_, t_, I)
+        labels = torch.randint(0, K, (b_,), dtype=torch.int32)
         start = {n: p.detach().clone() for n, p in m.named_parameters()}
-        loss, grads = run(m, masked, inp_t, labels.long(), torch.float32, emb)
-        m64 = build(cell, L, D)
+        loss, grads = run(m, masked, inp_t, labels.long(), torch.float32, emb, b_, t_)
+        m64 = build(cell, L, D, t_)
         with torch.no_grad():
             for n, p in m64.named_parameters():
                 p.copy_(start[n])
-        loss64, grads64 = run(m64, masked, inp_t, labels.long(), torch.float64, emb)
+        loss64, grads64 = run(m64, masked, inp_t, labels.long(), torch.float64, emb, b_, t_)
         assert close(loss, loss64), name + ": loss"
         for k in grads:
             assert close(grads[k], grads64[k]), "%s: %s float32 is off float64" % (name, k)
@@ -158,6 +169,8 @@ def main(path):
             tensors.append(("%s/%s" % (name, where), g.float().contiguous().numpy()))
         meta[name + ".ini"] = ini_text(cell, L, D, masked)
         meta[name + ".masked"] = str(masked)
+        if bt:
+            meta[name + ".shape"] = "%d,%d,%d" % (b_, t_, I)
         names.append(name)
     meta["cases"] = ",".join(names)
     meta["shape"] = "%d,%d,%d" % (B, T, I)
