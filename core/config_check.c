@@ -289,9 +289,11 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 					  k->name, v, k->choices ? " or one of " : "", k->choices ? k->choices : "");
 		return KILN_OK;
 	case KILN_KEY_ENUM:
-		if (!in_choices(k->choices, v))
-			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not one of %s", k->name, v,
-					  k->choices);
+		if (!in_choices(k->choices, v)) {
+			char sug[100];
+			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not one of %s%s", k->name, v,
+					  k->choices, kiln_suggest_choice(v, k->choices, sug, sizeof sug));
+		}
 		return KILN_OK;
 	case KILN_KEY_INTS: {
 		char buf[4096];
@@ -325,8 +327,35 @@ static int unset_override(struct section *s, int j, const struct kiln_key *k)
 	if (*e->value || strncmp(e->where, "command line", 12) ||
 	    ((k->type == KILN_KEY_STR || k->type == KILN_KEY_LIST) && k->def))
 		return 0;
+	/* remembered for kiln_config_unset_note (best effort: no memory, no
+	 * note) */
+	struct entry *u = realloc(s->unset, sizeof *u * (size_t)(s->n_unset + 1));
+	if (u) {
+		s->unset = u;
+		u[s->n_unset].key = e->key, u[s->n_unset].where = e->where;
+		u[s->n_unset].value = NULL;
+		e->key = kiln_strdup(e->key), e->where = kiln_strdup(e->where);
+		if (e->key && e->where)
+			s->n_unset++;
+		else
+			free(u[s->n_unset].key), free(u[s->n_unset].where);
+	}
 	kiln_cfg_remove_entry(s, j);
 	return 1;
+}
+
+const char *kiln_config_unset_note(const struct kiln_config *cfg, const char *section,
+				   char *buf, size_t n)
+{
+	const struct section *s = kiln_cfg_find_section(cfg, section);
+	size_t off = 0;
+	buf[0] = 0;
+	for (int i = 0; s && i < s->n_unset && off < n; i++)
+		off += (size_t)snprintf(buf + off, n - off, "%s'%s' unset by %s", off ? "; " : " (",
+					s->unset[i].key, s->unset[i].where);
+	if (off && off < n)
+		snprintf(buf + off, n - off, ")");
+	return buf;
 }
 
 /* Values of a form the schema's types cannot say, checked by the parser
@@ -382,24 +411,16 @@ static kiln_status check_run_device(const struct kiln_config *cfg, const struct 
 	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p) != KILN_ENOTFOUND)
 		return KILN_OK;
 	/* a typo: the nearest device plugin's name, or auto */
-	const char *best = "auto";
-	int bd = kiln_edit_distance(name, best);
 	struct kiln_plugin_info pi;
 	char names[512] = "auto";
 	size_t off = strlen(names);
 	for (int i = 0; i < kiln_registry_loaded_count(reg); i++) {
 		kiln_registry_plugin_get(reg, i, &pi);
-		if (pi.kind != KILN_PLUGIN_DEVICE)
-			continue;
-		int d = kiln_edit_distance(name, pi.name);
-		if (d < bd)
-			bd = d, best = pi.name;
-		if (off < sizeof names)
+		if (pi.kind == KILN_PLUGIN_DEVICE && off < sizeof names)
 			off += (size_t)snprintf(names + off, sizeof names - off, ", %s", pi.name);
 	}
-	char hint[160] = "";
-	if (bd <= 3)
-		snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
+	char hint[160];
+	kiln_suggest_choice(name, names, hint, sizeof hint);
 	return kiln_error(KILN_ECONFIG, "%s: [run] device = '%s': no device plugin of that name%s (devices: %s)",
 			  where, name, hint, names);
 }
