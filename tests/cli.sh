@@ -206,6 +206,16 @@ kiln 0 launch -n=1 -- true
 stderr_has "ranks 0..0 of 1"
 kiln 2 launch -n 2 --nproc=3 -- true
 stderr_has "kiln launch: error: --nproc given twice: give it once"
+# a rank command `kiln` off PATH is this kiln (docs/distributed.md's
+# `kiln launch ... -- kiln train` from a build tree: exit 127 "cannot run
+# 'kiln'" before session 33)
+if [ ! -e /usr/bin/kiln ] && [ ! -e /bin/kiln ]; then
+	save_path=$PATH
+	PATH=/usr/bin:/bin
+	kiln 0 launch -n 2 -- kiln --version
+	PATH=$save_path
+	[ "$(grep -c 'plugin ABI' "$out")" = 2 ] || fail "two ranks of 'kiln --version': $(cat "$out")"
+fi
 
 # ---- kiln plugins -------------------------------------------------------------
 kiln 0 plugins
