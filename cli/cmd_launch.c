@@ -394,7 +394,13 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 				strerror(errno));
 	}
 	execvp(argv[o->cmd], argv + o->cmd);
-	fprintf(stderr, "kiln launch: error: cannot run '%s': %s\n", argv[o->cmd], strerror(errno));
+	/* `kiln launch -- kiln train ...` from a build tree or an install
+	 * off PATH (docs/distributed.md writes it so): the rank's kiln is
+	 * this one (exit 127 "cannot run 'kiln'" before session 33) */
+	const int err = errno;
+	if (err == ENOENT && !strcmp(argv[o->cmd], "kiln"))
+		execv("/proc/self/exe", argv + o->cmd);
+	fprintf(stderr, "kiln launch: error: cannot run '%s': %s\n", argv[o->cmd], strerror(err));
 	_exit(127);
 }
 

@@ -68,6 +68,34 @@ int kiln_edit_distance(const char *a, const char *b)
 	return d[la][lb];
 }
 
+const char *kiln_suggest_choice(const char *word, const char *list, char *out, size_t n)
+{
+	char best[65] = "";
+	int bd = 1 << 30;
+	out[0] = 0;
+	for (const char *p = list; p && *p;) {
+		p += strspn(p, ",| ");
+		size_t l = strcspn(p, ",| ");
+		if (!l)
+			break;
+		char name[65];
+		if (l < sizeof name) {
+			memcpy(name, p, l);
+			name[l] = 0;
+			int d = kiln_edit_distance(word, name);
+			if (d < bd)
+				bd = d, memcpy(best, name, l + 1);
+		}
+		p += l;
+	}
+	int lim = (int)strlen(word) / 2;
+	if (lim < 2)
+		lim = 2;
+	if (*best && bd > 0 && bd <= lim)
+		snprintf(out, n, "; did you mean '%s'?", best);
+	return out;
+}
+
 /* ---- lookup: a hash index per name array ---------------------------- */
 
 typedef const char *(*name_at_fn)(const void *items, int i);
@@ -227,6 +255,11 @@ void kiln_config_free(struct kiln_config *cfg)
 			free(s->e[j].where);
 		}
 		free(s->e);
+		for (int j = 0; j < s->n_unset; j++) {
+			free(s->unset[j].key);
+			free(s->unset[j].where);
+		}
+		free(s->unset);
 		free(s->idx.slot);
 		free(s->name);
 		free(s->where);

@@ -66,37 +66,80 @@ int kiln_config_key_default(const struct kiln_config *cfg, const char *section, 
 	return 1;
 }
 
+/* PyTorch, Lightning and Hugging Face names of kiln's keys: a user's first
+ * guess, too far from kiln's name for the edit distance ("batch_size" is
+ * closer to "step_size" than to "batch").  An alias is suggested only
+ * where its key is valid in the section. */
+static const struct {
+	const char *alias, *key;
+} key_aliases[] = {
+	{ "batch_size", "batch" },            { "learning_rate", "lr" },
+	{ "num_workers", "workers" },         { "prefetch_factor", "prefetch" },
+	{ "warmup_steps", "warmup" },         { "warmup_iters", "warmup" },
+	{ "max_epochs", "epochs" },           { "num_epochs", "epochs" },
+	{ "n_epochs", "epochs" },             { "max_iters", "max_steps" },
+	{ "gradient_clip_val", "clip_norm" }, { "max_grad_norm", "clip_norm" },
+	{ "grad_clip", "clip_norm" },         { "clip_grad_norm", "clip_norm" },
+	{ "accumulate_grad_batches", "accumulate" },
+	{ "gradient_accumulation_steps", "accumulate" },
+	{ "val_check_interval", "eval_every" }, { "eval_steps", "eval_every" },
+	{ "log_every_n_steps", "log_every" }, { "logging_steps", "log_every" },
+	{ "save_steps", "checkpoint_every" }, { "save_total_limit", "keep_last" },
+	{ "lr_scheduler", "schedule" },       { "scheduler", "schedule" },
+	{ "eta_min", "lr_min" },              { "min_lr", "lr_min" },
+	{ "patience", "early_stop_patience" }, { "output_dir", "out_dir" },
+	{ "num_threads", "threads" },         { "random_seed", "seed" },
+	{ "mixed_precision", "precision" },   { "out_features", "out" },
+	{ "out_channels", "out" },            { "kernel_size", "kernel" },
+	{ "num_heads", "heads" },             { "n_head", "heads" },
+	{ "hidden_size", "hidden" },          { "block_size", "context" },
+	{ "vocab_size", "vocab" },
+};
+
+static const char *valid_key(const char *name, const struct kiln_key *a, const struct kiln_key *b)
+{
+	const struct kiln_key *k = find_key(a, name);
+	k = k ? k : find_key(b, name);
+	return k ? k->name : NULL;
+}
+
+/* The suggestion for an unknown key among the keys of a and b: a known
+ * alias; else a valid key one edit away (a typo); else the longest valid
+ * key the word starts with, followed by '_' ("lr_rate", "batch_size");
+ * else the closest key within half the word's length. */
 static void suggest(const char *word, const struct kiln_key *a, const struct kiln_key *b,
 		    char *out, size_t n)
 {
-	const char *best = NULL;
+	const char *best = NULL, *prefix = NULL;
 	int bd = 1 << 30;
+	out[0] = 0;
+	for (size_t i = 0; i < KILN_ARRAY_LEN(key_aliases); i++)
+		if (!strcasecmp(word, key_aliases[i].alias) &&
+		    (best = valid_key(key_aliases[i].key, a, b))) {
+			snprintf(out, n, "; did you mean '%s'?", best);
+			return;
+		}
 	for (int pass = 0; pass < 2; pass++)
 		for (const struct kiln_key *k = pass ? b : a; k && k->name; k++) {
 			int d = kiln_edit_distance(word, k->name);
-			if (d < bd || (d == bd && strlen(k->name) < strlen(best))) {
+			size_t kl = strlen(k->name);
+			if (d < bd || (d == bd && kl < strlen(best))) {
 				bd = d;
 				best = k->name;
 			}
+			if (!strncmp(word, k->name, kl) && word[kl] == '_' &&
+			    (!prefix || kl > strlen(prefix)))
+				prefix = k->name;
 		}
 	int lim = (int)strlen(word) / 2;
 	if (lim < 2)
 		lim = 2;
-	if (!best || bd > lim) {
-		/* "lr_rate": a valid key followed by '_' */
+	if (prefix && bd > 1)
+		best = prefix;
+	else if (best && bd > lim)
 		best = NULL;
-		for (int pass = 0; pass < 2; pass++)
-			for (const struct kiln_key *k = pass ? b : a; k && k->name; k++) {
-				size_t kl = strlen(k->name);
-				if (!strncmp(word, k->name, kl) && word[kl] == '_' &&
-				    (!best || kl > strlen(best)))
-					best = k->name;
-			}
-	}
 	if (best)
 		snprintf(out, n, "; did you mean '%s'?", best);
-	else
-		out[0] = 0;
 }
 
 static void list_keys(const struct kiln_key *a, const struct kiln_key *b, char *out, size_t n)
@@ -246,9 +289,11 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 					  k->name, v, k->choices ? " or one of " : "", k->choices ? k->choices : "");
 		return KILN_OK;
 	case KILN_KEY_ENUM:
-		if (!in_choices(k->choices, v))
-			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not one of %s", k->name, v,
-					  k->choices);
+		if (!in_choices(k->choices, v)) {
+			char sug[100];
+			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not one of %s%s", k->name, v,
+					  k->choices, kiln_suggest_choice(v, k->choices, sug, sizeof sug));
+		}
 		return KILN_OK;
 	case KILN_KEY_INTS: {
 		char buf[4096];
@@ -282,8 +327,35 @@ static int unset_override(struct section *s, int j, const struct kiln_key *k)
 	if (*e->value || strncmp(e->where, "command line", 12) ||
 	    ((k->type == KILN_KEY_STR || k->type == KILN_KEY_LIST) && k->def))
 		return 0;
+	/* remembered for kiln_config_unset_note (best effort: no memory, no
+	 * note) */
+	struct entry *u = realloc(s->unset, sizeof *u * (size_t)(s->n_unset + 1));
+	if (u) {
+		s->unset = u;
+		u[s->n_unset].key = e->key, u[s->n_unset].where = e->where;
+		u[s->n_unset].value = NULL;
+		e->key = kiln_strdup(e->key), e->where = kiln_strdup(e->where);
+		if (e->key && e->where)
+			s->n_unset++;
+		else
+			free(u[s->n_unset].key), free(u[s->n_unset].where);
+	}
 	kiln_cfg_remove_entry(s, j);
 	return 1;
+}
+
+const char *kiln_config_unset_note(const struct kiln_config *cfg, const char *section,
+				   char *buf, size_t n)
+{
+	const struct section *s = kiln_cfg_find_section(cfg, section);
+	size_t off = 0;
+	buf[0] = 0;
+	for (int i = 0; s && i < s->n_unset && off < n; i++)
+		off += (size_t)snprintf(buf + off, n - off, "%s'%s' unset by %s", off ? "; " : " (",
+					s->unset[i].key, s->unset[i].where);
+	if (off && off < n)
+		snprintf(buf + off, n - off, ")");
+	return buf;
 }
 
 /* Values of a form the schema's types cannot say, checked by the parser
@@ -339,26 +411,49 @@ static kiln_status check_run_device(const struct kiln_config *cfg, const struct 
 	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p) != KILN_ENOTFOUND)
 		return KILN_OK;
 	/* a typo: the nearest device plugin's name, or auto */
-	const char *best = "auto";
-	int bd = kiln_edit_distance(name, best);
 	struct kiln_plugin_info pi;
 	char names[512] = "auto";
 	size_t off = strlen(names);
 	for (int i = 0; i < kiln_registry_loaded_count(reg); i++) {
 		kiln_registry_plugin_get(reg, i, &pi);
-		if (pi.kind != KILN_PLUGIN_DEVICE)
-			continue;
-		int d = kiln_edit_distance(name, pi.name);
-		if (d < bd)
-			bd = d, best = pi.name;
-		if (off < sizeof names)
+		if (pi.kind == KILN_PLUGIN_DEVICE && off < sizeof names)
 			off += (size_t)snprintf(names + off, sizeof names - off, ", %s", pi.name);
 	}
-	char hint[160] = "";
-	if (bd <= 3)
-		snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
+	char hint[160];
+	kiln_suggest_choice(name, names, hint, sizeof hint);
 	return kiln_error(KILN_ECONFIG, "%s: [run] device = '%s': no device plugin of that name%s (devices: %s)",
 			  where, name, hint, names);
+}
+
+/* The error for a section no schema has: the closest fixed section, and
+ * the list of sections from the schema's table (before session 33 a list
+ * written here, which lacked [data.val], [log] and [pipeline]). */
+static kiln_status unknown_section(const struct section *s)
+{
+	const char *best = NULL;
+	int bd = 1 << 30;
+	char list[400];
+	size_t off = 0;
+	for (int j = 0; j < kiln_schema_fixed_count(); j++) {
+		const char *f = kiln_schema_fixed_name(j, NULL);
+		int d = kiln_edit_distance(s->name, f);
+		if (d < bd)
+			bd = d, best = f;
+		/* the layers follow [model] */
+		if (off < sizeof list)
+			off += (size_t)snprintf(list + off, sizeof list - off, "%s%s%s", off ? ", " : "", f,
+						!strcmp(f, "model") ? ", layer.NAME" : "");
+	}
+	if (off < sizeof list)
+		snprintf(list + off, sizeof list - off, ", plugin.NAME");
+	const char *hint = "";
+	char h[300] = "";
+	if (!strncmp(s->name, "layer", 5) || !strncmp(s->name, "plugin", 6))
+		hint = "; layer and plugin sections are named [layer.NAME] and [plugin.NAME]";
+	else if (best && bd <= 3)
+		snprintf(h, sizeof h, "; did you mean [%s]?", best), hint = h;
+	return kiln_error(KILN_ECONFIG, "%s: unknown section [%s]%s (sections: %s)", s->where, s->name,
+			  hint, list);
 }
 
 kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *reg)
@@ -368,25 +463,8 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 	for (int i = 0; i < cfg->n; i++) {
 		struct section *s = &cfg->s[i];
 		const struct kiln_key *base = base_schema(s->name);
-		if (!base) {
-			const char *best = NULL;
-			int bd = 1 << 30;
-			for (int j = 0; j < kiln_schema_fixed_count(); j++) {
-				const char *f = kiln_schema_fixed_name(j, NULL);
-				int d = kiln_edit_distance(s->name, f);
-				if (d < bd)
-					bd = d, best = f;
-			}
-			const char *hint = "";
-			char h[300] = "";
-			if (!strncmp(s->name, "layer", 5) || !strncmp(s->name, "plugin", 6))
-				hint = "; layer and plugin sections are named [layer.NAME] and [plugin.NAME]";
-			else if (best && bd <= 3)
-				snprintf(h, sizeof h, "; did you mean [%s]?", best), hint = h;
-			return kiln_error(KILN_ECONFIG,
-					  "%s: unknown section [%s]%s (sections: run, data, data.eval, model, layer.NAME, train, dist, plugin.NAME)",
-					  s->where, s->name, hint);
-		}
+		if (!base)
+			return unknown_section(s);
 		const struct kiln_key *ext = NULL;
 		if (reg || !strcmp(s->name, "train")) { /* [train]: the optimizer's keys */
 			kiln_status st = kiln_config_ext_schema(cfg, reg, s->name, &ext);

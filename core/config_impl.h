@@ -23,6 +23,11 @@ struct section {
 	struct entry *e;
 	int n, cap;
 	struct name_index idx; /* over e[].key */
+	/* keys a command-line override unset ("layer.fc1.out="): key and
+	 * where ("command line '...'"), so that a message about the missing
+	 * key can name the override rather than the file alone */
+	struct entry *unset;
+	int n_unset;
 };
 
 struct kiln_config {

@@ -259,9 +259,11 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 				n->l.in[k] = nodes[j].l.out;
 			}
 		}
+		char note[300];
 		if (ops->configure &&
 		    (st = ops->configure(h, &n->l, m->cfg, L->section)))
-			return kiln_error_wrap(st, "layer '%s'", L->name);
+			return kiln_error_wrap(st, "layer '%s'%s", L->name,
+					       kiln_config_unset_note(m->cfg, L->section, note, sizeof note));
 		int k = -1;
 		inferring = &n->l;
 		inferring_layout = i == stem_pool ? KILN_NCHW
@@ -350,9 +352,11 @@ static kiln_status read_layers(struct kiln_model *m, const struct kiln_registry 
 		L->section = kiln_strdup(sec);
 		L->name = kiln_strdup(sec + 6);
 		const char *type = kiln_config_get(cfg, sec, "type");
+		char note[300];
 		if (!type)
-			return kiln_error(KILN_ECONFIG, "%s: [%s] needs 'type'",
-					  kiln_config_where(cfg, sec, NULL), sec);
+			return kiln_error(KILN_ECONFIG, "%s: [%s] needs 'type'%s",
+					  kiln_config_where(cfg, sec, NULL), sec,
+					  kiln_config_unset_note(cfg, sec, note, sizeof note));
 		if ((st = kiln_registry_find(reg, KILN_PLUGIN_LAYER, type, &L->type))) {
 			kiln_error_wrap(KILN_ECONFIG, "%s: [%s]", kiln_config_where(cfg, sec, "type"), sec);
 			return KILN_ECONFIG;

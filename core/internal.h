@@ -22,6 +22,13 @@
 /* Levenshtein distance, for "did you mean" suggestions. */
 int kiln_edit_distance(const char *a, const char *b);
 
+/* "; did you mean 'X'?" into out (n bytes; returned) when X, one of the
+ * names of `list` (separated by ',', '|' or spaces), is within an edit
+ * distance of max(2, strlen(word) / 2) of word, the closest (the first
+ * of a tie), and not word itself; else "".  The one suggester of every
+ * choice value: a layer type, a source, an optimizer, a device, an enum. */
+const char *kiln_suggest_choice(const char *word, const char *list, char *out, size_t n);
+
 /* The schema's default of [section] key as cfg's registry knows it (a
  * layer's keys by its type in cfg; a plugin section's by the plugin): 1
  * and *def (NULL: no default), or 0 for a key it does not know. */
@@ -73,6 +80,11 @@ kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kil
 extern const struct kiln_key kiln_layer_common_keys[];
 int kiln_schema_fixed_count(void);
 const char *kiln_schema_fixed_name(int i, const char **doc);
+/* " ('out' unset by command line 'layer.fc1.out=')" for the keys of
+ * [section] a command-line override unset, "" when none, into buf (n
+ * bytes; returned): the note a message about a missing key appends. */
+const char *kiln_config_unset_note(const struct kiln_config *cfg, const char *section,
+				   char *buf, size_t n);
 
 /* NULL-terminated table of the built-in layer types (core/layers/). */
 extern const struct kiln_plugin *const kiln_builtin_layers[];

@@ -99,8 +99,13 @@ static void shm_no_room(struct mem_setup *s)
 		 s->shm_have >> 20, s->shm_need >> 20, (long long)s->world);
 }
 
+/* The setup of a model built as training builds it.  eval: open the
+ * evaluation set too, when [train] eval is on (the memory its loader
+ * holds counts; `kiln summary`, which needs only the input's shape, does
+ * not open it, so a config whose evaluation data is elsewhere or absent
+ * still has a summary). */
 static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			      struct mem_setup *s)
+			      int eval, struct mem_setup *s)
 {
 	kiln_status st;
 	memset(s, 0, sizeof *s);
@@ -110,7 +115,7 @@ static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_r
 		return st;
 	if ((st = kiln_device_open(reg, cfg, s->run.device, 0, &s->dev)) ||
 	    (st = kiln_dataset_open(cfg, reg, "data", "train", 1, &s->ds)) ||
-	    (s->tc.eval && (st = kiln_dataset_open(cfg, reg, "data.eval", "test", 0, &s->es))))
+	    (eval && s->tc.eval && (st = kiln_dataset_open(cfg, reg, "data.eval", "test", 0, &s->es))))
 		goto fail;
 	kiln_dataset_input_desc(&s->ds, &s->input);
 	if ((st = kiln_model_create(cfg, reg, s->dev, &s->input, &s->m)) ||
@@ -287,7 +292,7 @@ kiln_status kiln_memory_auto_batch(const struct kiln_config *cfg, const struct k
 				   int64_t *batch)
 {
 	struct mem_setup s;
-	kiln_status st = setup_open(cfg, reg, &s);
+	kiln_status st = setup_open(cfg, reg, 1, &s);
 	if (!st)
 		st = auto_batch(&s, batch);
 	setup_close(&s);
@@ -301,7 +306,7 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 	int64_t B = 0;
 	kiln_status st;
 	memset(out, 0, sizeof *out);
-	if ((st = setup_open(cfg, reg, &s)))
+	if ((st = setup_open(cfg, reg, 1, &s)))
 		return st;
 	if (s.tc.batch_auto)
 		st = auto_batch(&s, &B);
@@ -534,7 +539,7 @@ kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln
 	struct mem_setup s;
 	kiln_status st;
 	memset(out, 0, sizeof *out);
-	if ((st = setup_open(cfg, reg, &s)))
+	if ((st = setup_open(cfg, reg, 0, &s)))
 		return st;
 	st = kiln_model_summary(s.m, batch > 0 ? batch : 1, out);
 	if (!st && f)

@@ -721,8 +721,10 @@ kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const 
 					  kiln_plugin_kind_name(kind), name, reg->files[i].path,
 					  reg->files[i].error);
 	}
-	return kiln_error(KILN_ENOTFOUND, "no %s plugin named '%s' (available: %s; run `kiln plugins`)",
-			  kiln_plugin_kind_name(kind), name, off ? names : "none");
+	char sug[100];
+	return kiln_error(KILN_ENOTFOUND, "no %s plugin named '%s'%s (available: %s; run `kiln plugins`)",
+			  kiln_plugin_kind_name(kind), name,
+			  kiln_suggest_choice(name, names, sug, sizeof sug), off ? names : "none");
 }
 
 /* ---- schema extensions ------------------------------------------------ */
@@ -736,9 +738,11 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 	*ext = NULL;
 	if (!strncmp(section, "layer.", 6)) {
 		const char *type = kiln_config_get(cfg, section, "type");
+		char note[300];
 		if (!type)
-			return kiln_error(KILN_ECONFIG, "%s: [%s] has no 'type' key",
-					  kiln_config_where(cfg, section, NULL), section);
+			return kiln_error(KILN_ECONFIG, "%s: [%s] has no 'type' key%s",
+					  kiln_config_where(cfg, section, NULL), section,
+					  kiln_config_unset_note(cfg, section, note, sizeof note));
 		if ((st = kiln_registry_find(reg, KILN_PLUGIN_LAYER, type, &p)))
 			return kiln_error_wrap(KILN_ECONFIG, "%s: [%s]",
 					       kiln_config_where(cfg, section, "type"), section);

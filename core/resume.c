@@ -22,6 +22,10 @@ static const struct {
 	{ "run", "out_dir" },        { "run", "threads" },
 	{ "data", "workers" },       { "data", "prefetch" },
 	{ "data.eval", "workers" },  { "data.eval", "prefetch" },
+	/* [data.val] inherits these from [data] (session 33: a resume with
+	 * data.workers changed was refused where the config has [data.val]) */
+	{ "data.val", "workers" },   { "data.val", "prefetch" },
+	{ "data.val", "cache" },     { "data.val", "transform_on" },
 	{ "train", "epochs" },       { "train", "max_steps" },
 	{ "train", "log_every" },    { "train", "checkpoint_every" },
 	{ "train", "keep_last" },    { "train", "eval" },
@@ -56,6 +60,12 @@ static const struct {
 	 * (session 31: refused before, where docs/pipeline.md said a
 	 * checkpoint does not depend on the placement) */
 	{ "run", "devices" },
+	/* profiling only waits for each op (docs/profiler.md: a profiled run
+	 * trains the same weights bit for bit, tests/resume_knobs.sh), and
+	 * infer_block is read by the inference API alone, never by training
+	 * (session 33: `kiln train --resume --profile` was refused) */
+	{ "run", "profile" },        { "run", "profile_steps" },
+	{ "run", "infer_block" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)

@@ -173,6 +173,16 @@ START_TEST(test_splits_and_globs)
 				     "data.shards=nothing-*.bin", "data.context=4", NULL),
 			 KILN_EIO);
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "nothing-*.bin"));
+	/* a path set but missing is named with where it was set, not the
+	 * pattern matched in the working directory (before session 33:
+	 * "train-*.bin: no file matches this shards pattern") */
+	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "nodir"),
+				     "data.shards=train-*.bin", "data.context=4", NULL),
+			 KILN_EIO);
+	char want[1200];
+	snprintf(want, sizeof want, "%s: cannot open the tokens data ([data] path, set at command line '%s'): No such file or directory",
+		 tpath("nodir"), kv("data.path", "nodir"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
 	/* context is required */
 	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "d"), NULL), KILN_ECONFIG);
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "context"));

@@ -17,6 +17,11 @@ stdout_has "usage: kiln <command>"
 stdout_has "plugins"
 stdout_has "eval FILE"
 stdout_has "--resume"
+stdout_has "export FILE --onnx OUT"
+# every command's description starts in column 40 (predict's began in 39
+# before session 33)
+bad=$(awk '/^  [a-z]/ && !(substr($0, 39, 1) == " " && substr($0, 40, 1) != " ")' "$out")
+[ -z "$bad" ] || fail "--help: descriptions out of column 40: $bad"
 kiln 0 --version
 stdout_has "plugin ABI"
 kiln 2
@@ -107,6 +112,33 @@ kiln 2 train "$tmp/dev.ini" "run.plugin_path=$plugdir" "run.out_dir=$tmp/devrun"
 stderr_has "$tmp/dev.ini:4: [run] device = 'cpuu'"
 kiln 0 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=auto
 kiln 0 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=cpu
+# the layers' required keys: `kiln config` refuses what building the model
+# would (it exited 0 before session 33), and a key a command-line override
+# unset is told as such (before: the file's line alone, as if the file
+# lacked it)
+{ cat "$cfgdir/cli.ini"; printf '\n[layer.fc1]\ntype = linear\nout = 4\n\n[layer.loss]\ntype = softmax_xent\n'; } > "$tmp/l.ini"
+fc1=$(grep -n '^\[layer.fc1\]' "$tmp/l.ini" | cut -d: -f1)
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir"
+grep -v '^out = 4$' "$tmp/l.ini" > "$tmp/l2.ini"
+kiln 2 config "$tmp/l2.ini" "run.plugin_path=$plugdir"
+stderr_has "kiln: error: layer 'fc1': $tmp/l2.ini:$fc1: [layer.fc1] needs 'out' (number of output features)"
+kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" layer.fc1.out=
+stderr_has "kiln: error: layer 'fc1' ('out' unset by command line 'layer.fc1.out='): $tmp/l.ini:$fc1: [layer.fc1] needs 'out'"
+kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" layer.fc1.type=
+stderr_has "kiln: error: $tmp/l.ini:$fc1: [layer.fc1] has no 'type' key ('type' unset by command line 'layer.fc1.type=')"
+# every choice value gets the nearest name, as a device does (before
+# session 33 a layer type, a source, an optimizer or an enum got none)
+kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" layer.fc1.type=lnear
+stderr_has "no layer plugin named 'lnear'; did you mean 'linear'? (available: "
+kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" data.source=tsrcc
+stderr_has "no source plugin named 'tsrcc'; did you mean 'tsrc'? (available: "
+kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" train.optimizer=adamm
+stderr_has "[train] optimizer = adamm: one of "
+stderr_has "; did you mean 'adamw'?"
+kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" run.precision=bf61
+stderr_has "'precision' = 'bf61' is not one of fp32|bf16|fp16|fp16_static; did you mean 'bf16'?"
+kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" layer.fc1.type=dense
+grep -q "did you mean" "$err" && fail "'dense' got a suggestion: $(cat "$err")"
 # kiln's own GPU device where it is not built says so, not "a typo", as a
 # warning: kiln config and kiln pack of a GPU config on a CPU-only build go
 # on (they open no device; training fails opening it)
@@ -174,6 +206,16 @@ kiln 0 launch -n=1 -- true
 stderr_has "ranks 0..0 of 1"
 kiln 2 launch -n 2 --nproc=3 -- true
 stderr_has "kiln: error: --nproc given twice: give it once"
+# a rank command `kiln` off PATH is this kiln (docs/distributed.md's
+# `kiln launch ... -- kiln train` from a build tree: exit 127 "cannot run
+# 'kiln'" before session 33)
+if [ ! -e /usr/bin/kiln ] && [ ! -e /bin/kiln ]; then
+	save_path=$PATH
+	PATH=/usr/bin:/bin
+	kiln 0 launch -n 2 -- kiln --version
+	PATH=$save_path
+	[ "$(grep -c 'plugin ABI' "$out")" = 2 ] || fail "two ranks of 'kiln --version': $(cat "$out")"
+fi
 
 # ---- kiln plugins -------------------------------------------------------------
 kiln 0 plugins

@@ -180,6 +180,12 @@ if BUILD_LOADERS
 TESTS += tests/generate.sh
 endif
 EXTRA_DIST += tests/generate.sh
+# a data file that cannot be opened names its config key's file:line;
+# `kiln summary` opens the training data alone
+if BUILD_LOADERS
+TESTS += tests/data_paths.sh
+endif
+EXTRA_DIST += tests/data_paths.sh
 
 # ---- device: the conformance suites, one per op family around one fixture
 # (tests/device_fixture.c), each op against reference loops; the same

@@ -20,6 +20,13 @@ head -c 200 "$tmp/a/trace.json" | grep -q '"traceEvents"' || fail "trace.json la
 n=$(grep -c '"cat":"step","ph":"X"' "$tmp/a/trace.json")
 [ "$n" = 3 ] || fail "trace.json has $n step slices, run.profile_steps=3 wants 3"
 echo "ok: --profile after the file: table, profile.txt, trace.json of 3 steps"
+# every op of the step and its log point has a label: the parameters'
+# non-finite check is "param check" (before session 33 "(unlabelled)
+# grad_clip log")
+grep -q '^(unlabelled)' "$tmp/a/profile.txt" && { cat "$tmp/a/profile.txt"; fail "an (unlabelled) row"; }
+grep -q '^param check  *grad_clip  *log ' "$tmp/a/profile.txt" ||
+	{ cat "$tmp/a/profile.txt"; fail "no 'param check grad_clip log' row"; }
+echo "ok: no (unlabelled) row; the parameters' check is 'param check'"
 
 # bench/profile_table.py (bench/mlp_ops.sh's reader) reads every row of the
 # table, layer names with spaces ("step counter") too, and the total

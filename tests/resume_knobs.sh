@@ -43,6 +43,10 @@ resumed() {
 resumed plugin.cpu.async=1 "1 threads, async streams"
 resumed plugin.cpu.graph=1 "captured (input slot"
 resumed data.transform_on=device "[data] 64-byte u8 samples copied, normalised on the device"
+# profiling and the inference API's blocking change no number (refused
+# before session 33: "[run] profile is '0' in the checkpoint but '1' here")
+resumed "run.profile=1 run.profile_steps=2 run.infer_block=0" \
+	"profiling: every device op of a step is synchronised and timed"
 # ([data.eval]'s alone may not differ from [data]'s, u8 against f32
 # samples: both; the log line is [data]'s)
 resumed "data.transform_on=device data.eval.transform_on=device" \
@@ -80,4 +84,22 @@ kiln 0 train "$ini" $run train.max_steps=4 "run.out_dir=$tmp/mb" pipeline.micro_
 stderr_has "resume: a micro-batch changes from 2 rows (batch 8 / micro_batches 4 on each of 1 rank(s)) to 8 (8 / 1 on 1): batchnorm's batch statistics and the loss's mean over the targets it counts are per micro-batch, so the run will not continue as it would have"
 kiln 0 train "$ini" $run train.max_steps=6 "run.out_dir=$tmp/mb" pipeline.micro_batches=1 --resume
 grep -q "micro-batch changes" "$err" && fail "an unchanged micro-batch was said to change"
+# [data.val] inherits [data]'s loader keys: with the section present, a
+# resume with data.workers or data.prefetch changed continues (refused
+# before session 33, exit 2: "[data.val] workers is '0' in the checkpoint
+# but '2' here"), and ends where the uninterrupted run ends
+val="data.val.images=tr_cnn_images.idx data.val.labels=tr_cnn_labels.idx"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run $val "run.out_dir=$tmp/vwhole"
+vloss=$(field val_loss "$out")
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run $val train.max_steps=3 "run.out_dir=$tmp/val"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run $val "run.out_dir=$tmp/val" data.workers=2 data.prefetch=3 --resume
+stdout_has '"resumed_step": 3'
+[ "$(field val_loss "$out")" = "$vloss" ] ||
+	fail "[data.val] resumed with data.workers=2: val_loss $(field val_loss "$out"), the uninterrupted run's $vloss"
+"$top_builddir/tests/ckpt_tool" same "$(ck vwhole 12)" "$(ck val 12)" $tags ||
+	fail "[data.val] resumed with data.workers=2: ckpt-12.kiln differs from the uninterrupted run's"
+echo "ok: [data.val] resumed with data.workers=2 data.prefetch=3: val_loss $vloss, the same bytes"
 echo "PASS: resume_knobs"

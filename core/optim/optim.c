@@ -89,9 +89,11 @@ kiln_status kiln_optim_find(const struct kiln_config *cfg, const struct kiln_reg
 		name = "sgd";
 	if (!kiln_registry_find(reg, KILN_PLUGIN_OPTIM, name, p))
 		return KILN_OK;
-	return kiln_error(KILN_ECONFIG, "%s: [train] optimizer = %s: one of %s (built-in or optim plugins: `kiln plugins`)",
-			  kiln_config_where(cfg, "train", "optimizer"), name,
-			  optim_names(reg, names, sizeof names));
+	char sug[100];
+	optim_names(reg, names, sizeof names);
+	return kiln_error(KILN_ECONFIG, "%s: [train] optimizer = %s: one of %s (built-in or optim plugins: `kiln plugins`)%s",
+			  kiln_config_where(cfg, "train", "optimizer"), name, names,
+			  kiln_suggest_choice(name, names, sug, sizeof sug));
 }
 
 kiln_status kiln_model_optim_configure(struct kiln_model *m, const struct kiln_registry *reg)

@@ -77,6 +77,14 @@ kiln_status kiln_config_override(struct kiln_config *cfg, const char *arg);
  * the typed getters are trusted. */
 kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *reg);
 
+/* After kiln_config_validate with `reg`: every [layer.NAME] has a type
+ * `reg` knows, and that type's configure hook accepts its keys (a
+ * required key such as linear's `out` set), as building the model would
+ * check, without the data or any shape.  KILN_ECONFIG naming the
+ * section's file:line (and a command-line override that unset a key). */
+kiln_status kiln_config_check_layers(const struct kiln_config *cfg,
+				     const struct kiln_registry *reg);
+
 /* Raw value of a key as written, or its schema default, or NULL when unset
  * and without default.  The string is owned by the config. */
 const char *kiln_config_get(const struct kiln_config *cfg, const char *section,

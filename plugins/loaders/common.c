@@ -103,6 +103,31 @@ int loaders_join(char *out, size_t n, const char *dir, const char *name)
 	return len < 0 || (size_t)len >= n;
 }
 
+kiln_status loaders_path_is_dir(const struct kiln_host *host, const struct kiln_config *cfg,
+				const char *section, const char *who, const char *path, int *is_dir)
+{
+	struct stat sb;
+	*is_dir = 0;
+	if (!path || !*path)
+		return KILN_OK;
+	if (stat(path, &sb) != 0)
+		return host->error(KILN_EIO, "%s: cannot open the %s data ([%s] path, set at %s): %s",
+				   path, who, section, host->config_where(cfg, section, "path"),
+				   strerror(errno));
+	*is_dir = S_ISDIR(sb.st_mode);
+	return KILN_OK;
+}
+
+void loaders_shards_key(const struct kiln_host *host, const struct kiln_config *cfg,
+			const char *section, char *out, size_t n)
+{
+	const char *list = host->config_get(cfg, section, "shards");
+	const char *key = list && *list ? "shards" : "path";
+	const char *w = host->config_where(cfg, section, key);
+	int def = !strcmp(w, "default");
+	snprintf(out, n, "[%s] %s, %s%s", section, key, def ? "the default" : "set at ", def ? "" : w);
+}
+
 /* The split the core asks `section` for (core/train_setup.c): only that
  * one may fall back to path itself. */
 static const char *loaders_own_split(const char *section)
@@ -469,8 +494,10 @@ kiln_status loaders_find_shards(const struct kiln_host *host, const struct kiln_
 	const char *path = host->config_get(cfg, section, "path");
 	const char *list = host->config_get(cfg, section, "shards");
 	struct stat sb;
-	int is_dir = path && *path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-	kiln_status st;
+	int is_dir;
+	kiln_status st = loaders_path_is_dir(host, cfg, section, who, path, &is_dir);
+	if (st)
+		return st;
 
 	if (list && *list) {
 		if ((st = parse_list(host, list, is_dir ? path : NULL, out)))

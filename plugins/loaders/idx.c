@@ -458,7 +458,11 @@ static kiln_status idx_resolve(const struct kiln_host *host, const struct kiln_c
 			snprintf(out, n, "%s", plain);
 			return KILN_OK;
 		}
-		snprintf(hint, hn, " (also tried %s; set [%s] path, or %s)", plain, section, key);
+		/* where the directory was set, as folder, tar and lmdb say */
+		const char *w = host->config_where(cfg, section, "path");
+		int def = !strcmp(w, "default");
+		snprintf(hint, hn, " (also tried %s; [%s] path = %s, %s%s; set path, or %s)", plain,
+			 section, dir, def ? "the default" : "set at ", def ? "" : w, key);
 	}
 	return KILN_OK;
 }

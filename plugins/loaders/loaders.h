@@ -105,6 +105,21 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
 			       const char *split, int split_is_key, char *out, size_t n,
 			       int *is_dir);
 
+/* Whether [section] path (set: path non-NULL and non-empty) is a
+ * directory, for the sources whose `shards` are relative to it: *is_dir 0
+ * when unset or a file.  Set but missing is KILN_EIO naming it and where
+ * it was set (a shards pattern would else be matched in the working
+ * directory and the error name only the pattern). */
+kiln_status loaders_path_is_dir(const struct kiln_host *host, const struct kiln_config *cfg,
+				const char *section, const char *who, const char *path, int *is_dir);
+
+/* The key a sharded source's files came from, for a message about one of
+ * them: "[section] shards, set at FILE:LINE" when `shards` named them,
+ * else "[section] path, set at FILE:LINE" (or "..., the default"), into
+ * out (n bytes). */
+void loaders_shards_key(const struct kiln_host *host, const struct kiln_config *cfg,
+			const char *section, char *out, size_t n);
+
 /* Join dir and name with one '/' into out (n bytes); nonzero when it does
  * not fit. */
 int loaders_join(char *out, size_t n, const char *dir, const char *name);

@@ -209,8 +209,9 @@ static kiln_status rec_map_enomem(const struct kiln_host *host, const char *path
 			   path, strerror(ENOMEM), nshards, now);
 }
 
-/* Map and check the shard `path`, one of the split's nshards, into s. */
-static kiln_status rec_shard_open(const struct kiln_host *host, const char *path,
+/* Map and check the shard `path`, one of the split's nshards, into s;
+ * `from` names the key it came from (loaders_shards_key). */
+static kiln_status rec_shard_open(const struct kiln_host *host, const char *path, const char *from,
 				  size_t nshards, struct rec_shard *s)
 {
 	struct stat sb;
@@ -222,7 +223,7 @@ static kiln_status rec_shard_open(const struct kiln_host *host, const char *path
 	const char *why;
 	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the shard: %s", path, why);
+		return host->error(KILN_EIO, "%s: cannot open the shard (%s): %s", path, from, why);
 	if (sb.st_size == 0) {
 		close(fd);
 		return host->error(KILN_EDATA, "%s: the shard is empty (a records header has %u bytes)",
@@ -280,10 +281,12 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 		goto fail;
 	common_norm_lut(c->lut, 0.0f, 1.0f);
 	int sized = 0; /* c->h, w, c hold a shard's size */
+	char from[PATH_MAX + 64];
+	loaders_shards_key(host, cfg, section, from, sizeof from);
 	for (size_t i = 0; i < names.n; i++) {
 		struct rec_shard *s = &c->shards[i];
 		if ((st = loaders_not_partial(host, names.v[i], REC_PARTIAL)) ||
-		    (st = rec_shard_open(host, names.v[i], names.n, s)))
+		    (st = rec_shard_open(host, names.v[i], from, names.n, s)))
 			goto fail;
 		c->nshards++;
 		s->first = c->src.n;

@@ -632,8 +632,9 @@ static kiln_status tar_open(const struct kiln_host *host, const struct kiln_conf
 		goto fail;
 	if (shards && *shards) {
 		/* explicit list; relative names are relative to path (a directory) */
-		struct stat sb;
-		const char *base = path && *path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? path : NULL;
+		if ((st = loaders_path_is_dir(host, cfg, section, TAR_WHO, path, &is_dir)))
+			goto fail;
+		const char *base = is_dir ? path : NULL;
 		for (const char *p = shards; *p;) {
 			while (*p == ',' || isspace((unsigned char)*p))
 				p++;

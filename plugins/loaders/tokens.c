@@ -120,8 +120,9 @@ static void tok_shard_unmap(struct tok_shard *s)
 }
 
 /* Map `path` into s and check its header and size.  KILN_EIO for an
- * unreadable file, KILN_EDATA for a malformed one. */
-static kiln_status tok_shard_open(const struct kiln_host *host, const char *path,
+ * unreadable file (naming `from`, the key it came from:
+ * loaders_shards_key), KILN_EDATA for a malformed one. */
+static kiln_status tok_shard_open(const struct kiln_host *host, const char *path, const char *from,
 				  struct tok_shard *s)
 {
 	struct stat sb;
@@ -130,7 +131,7 @@ static kiln_status tok_shard_open(const struct kiln_host *host, const char *path
 	const char *why;
 	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the token shard: %s", path, why);
+		return host->error(KILN_EIO, "%s: cannot open the token shard (%s): %s", path, from, why);
 	s->size = (size_t)sb.st_size;
 	if (s->size < TOK_HEADER_BYTES) {
 		close(fd);
@@ -283,10 +284,12 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 		st = host->error(KILN_ENOMEM, "out of memory");
 		goto fail;
 	}
+	char from[PATH_MAX + 64];
+	loaders_shards_key(host, cfg, section, from, sizeof from);
 	for (size_t i = 0; i < names.n; i++) {
 		struct tok_shard *s = &c->shards[c->nshards++];
 		if ((st = loaders_not_partial(host, names.v[i], TOK_PARTIAL)) ||
-		    (st = tok_shard_open(host, names.v[i], s)) ||
+		    (st = tok_shard_open(host, names.v[i], from, s)) ||
 		    (st = tok_shard_scan(host, s, vocab, &max)))
 			goto fail;
 		s->first = total;

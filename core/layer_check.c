@@ -1,0 +1,48 @@
+/* core/layer_check.c - the layers' own keys checked without building the
+ * model: each [layer.NAME]'s type found and its configure hook run (the
+ * hook that says "needs 'out'"), so that `kiln config`, which opens no
+ * data and infers no shape, refuses what `kiln train` would refuse at
+ * its first step of model building (before session 33 it printed the
+ * resolved config and exited 0). */
+#include "graph.h"
+
+#include <string.h>
+
+kiln_status kiln_config_check_layers(const struct kiln_config *cfg,
+				     const struct kiln_registry *reg)
+{
+	const struct kiln_host *h = kiln_host_table();
+	for (int i = 0; kiln_config_section(cfg, i); i++) {
+		const char *sec = kiln_config_section(cfg, i);
+		if (strncmp(sec, "layer.", 6))
+			continue;
+		const char *type = kiln_config_get(cfg, sec, "type");
+		const struct kiln_plugin *p;
+		char note[300];
+		if (!type)
+			return kiln_error(KILN_ECONFIG, "%s: [%s] needs 'type'%s",
+					  kiln_config_where(cfg, sec, NULL), sec,
+					  kiln_config_unset_note(cfg, sec, note, sizeof note));
+		if (kiln_registry_find(reg, KILN_PLUGIN_LAYER, type, &p))
+			return kiln_error_wrap(KILN_ECONFIG, "%s: [%s]",
+					       kiln_config_where(cfg, sec, "type"), sec);
+		const struct kiln_layer_ops *ops = p->ops;
+		if (!ops->configure)
+			continue;
+		/* a layer as the model would hand it over before its inputs are
+		 * known (configure reads keys only) */
+		struct kiln_layer l;
+		memset(&l, 0, sizeof l);
+		l.name = sec + 6;
+		l.type = type;
+		l.index = i;
+		l.trainable = 1;
+		kiln_status st = ops->configure(h, &l, cfg, sec);
+		if (ops->destroy)
+			ops->destroy(h, &l, NULL);
+		if (st)
+			return kiln_error_wrap(st, "layer '%s'%s", l.name,
+					       kiln_config_unset_note(cfg, sec, note, sizeof note));
+	}
+	return KILN_OK;
+}
