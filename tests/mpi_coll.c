@@ -25,7 +25,9 @@
  * Last, sendrecv (comm ops version 7): every rank sends 3 MiB to the next
  * and receives 3 MiB from the one before at once (a ring shift, past any
  * eager limit: a blocking send first would wait for ever), twice, then a
- * one-sided sendrecv in order with plain p2p between ranks 0 and 1.
+ * one-sided sendrecv in order with plain p2p between ranks 0 and 1; and,
+ * at thread_level = serialized, send_now sends nothing (wait = 0) or
+ * refuses (wait = 1).
  *
  * `tests/mpi_coll --wait [KEY=VALUE...]` (2 ranks, a stream worker, wait
  * = yield or sleep) runs only test_wait_cpu: rank 0 waits WAIT_US for
