@@ -1004,6 +1004,13 @@ static void stuck_cannot(char *out, size_t len, int n, int period_ms, int64_t se
 			 quiet, beat);
 }
 
+/* The heartbeat's reading at a collective's timeout (kiln_heartbeat_silent). */
+struct stuck_hb {
+	struct kiln_hb_silent s[8];
+	int n, period_ms;
+	int64_t self_ms;
+};
+
 /* A collective timed out with no rank lost: the communicator names the
  * peer this rank waited for, which may be a healthy one waiting in turn
  * for the rank that stopped (Gloo's halving-doubling: a rank cut off on
@@ -1013,39 +1020,47 @@ static void stuck_cannot(char *out, size_t len, int n, int period_ms, int64_t se
  * more, with the host name its watchdog read at its start (asking the
  * store here cost a "?" with the store broken, a [dist] timeout a name
  * with it slow); otherwise the peer the message names is a suspect only. */
-static kiln_status stuck_explain_peer(struct kiln_dist *d, kiln_status st, const char *msg)
+static kiln_status stuck_explain_peer(struct kiln_dist *d, kiln_status st, const char *msg,
+				      const struct stuck_hb *h)
 {
-	struct kiln_hb_silent s[8];
-	int period_ms = 0;
-	int64_t self_ms = -1;
 	char who[768] = "", cannot[400];
-	const int n = kiln_heartbeat_silent(d->hb, s, 8, &period_ms, &self_ms);
 	size_t m = 0;
-	for (int i = 0; i < n && m + 1 < sizeof who; i++)
+	for (int i = 0; i < h->n && m + 1 < sizeof who; i++)
 		m += (size_t)snprintf(who + m, sizeof who - m, "%srank %d (host %s) sent no heartbeat for at least %.1f s",
-				      i ? ", " : "", s[i].rank, s[i].host, s[i].age_ms / 1000.0);
-	if (n > 0)
+				      i ? ", " : "", h->s[i].rank, h->s[i].host, h->s[i].age_ms / 1000.0);
+	if (h->n > 0)
 		return kiln_error(st, "rank %d of %d: %s while every other rank's went on (a beat every %.1f s, [dist] heartbeat): it is stuck, not lost (stopped, frozen or its link cut); a collective timed out here ([dist] timeout = %.0f s), and the peer the communicator's message names is the one this rank waited for, which may itself be waiting for %s: %s",
-				  d->env.rank, d->env.world, who, period_ms / 1000.0, d->timeout_ms / 1000.0,
-				  n > 1 ? "them" : "it", msg ? msg : "");
-	stuck_cannot(cannot, sizeof cannot, n, period_ms, self_ms, s);
+				  d->env.rank, d->env.world, who, h->period_ms / 1000.0, d->timeout_ms / 1000.0,
+				  h->n > 1 ? "them" : "it", msg ? msg : "");
+	stuck_cannot(cannot, sizeof cannot, h->n, h->period_ms, h->self_ms, h->s);
 	return kiln_error(st, "rank %d of %d: a peer is stuck, not lost: a collective timed out ([dist] timeout = %.0f s) while every rank still held its connection to the store (a process stopped or frozen, or its link cut, answers nothing but has not exited); %s: the peer the communicator's message names, which this rank waited for, is a suspect, not necessarily the one that stopped (it may itself be waiting for it): %s",
 			  d->env.rank, d->env.world, d->timeout_ms / 1000.0, cannot, msg ? msg : "");
 }
 
-/* A collective timed out soon after this process itself stood still (the
- * job suspended whole: kiln's own waits do not count that, Gloo's TCP
- * waits do, docs/distributed.md "A suspended job"): said first, as the
- * likely cause; no peer is blamed for it. */
+/* A collective timed out: a silent peer the heartbeat names comes first
+ * (session 33's review: a timeout soon after this process stalled skipped
+ * that and said the whole job had stopped).  With none named, a stall of
+ * this process within the timeout (and 2 s) before is the likely cause
+ * (the job suspended whole: kiln's own waits do not count that, Gloo's
+ * TCP waits do, docs/distributed.md "A suspended job"), said as such and
+ * no peer blamed. */
 static kiln_status stuck_explain(struct kiln_dist *d, kiln_status st, const char *msg)
 {
+	struct stuck_hb h = { .self_ms = -1 };
+	h.n = kiln_heartbeat_silent(d->hb, h.s, 8, &h.period_ms, &h.self_ms);
 	int64_t len = 0;
 	const int64_t at = kiln_run_last_stall(&len);
 	const int64_t ago = kiln_now_ns() - at;
-	if (!at || ago > (int64_t)d->timeout_ms * 1000000 + INT64_C(2000000000))
-		return stuck_explain_peer(d, st, msg);
-	return kiln_error(st, "rank %d of %d: a collective timed out ([dist] timeout = %.0f s) %.1f s after this process itself stood still for %.1f s (stopped or suspended with its job: SIGSTOP, scontrol suspend, Ctrl-Z): the communicator's own waits count such a time (Gloo's TCP ones: [plugin.gloo] shm = 0 or ranks on several hosts; kiln's shared-memory collectives do not), so its peers, stopped too, were not late: %s",
-			  d->env.rank, d->env.world, d->timeout_ms / 1000.0, ago / 1e9, len / 1e9,
+	if (h.n > 0 || !at || ago > (int64_t)d->timeout_ms * 1000000 + INT64_C(2000000000))
+		return stuck_explain_peer(d, st, msg, &h);
+	char hb[400];
+	if (h.n == 0)
+		snprintf(hb, sizeof hb, "no peer's heartbeat stood still (a beat every %.1f s)",
+			 h.period_ms / 1000.0);
+	else
+		stuck_cannot(hb, sizeof hb, h.n, h.period_ms, h.self_ms, h.s);
+	return kiln_error(st, "rank %d of %d: a collective timed out ([dist] timeout = %.0f s) %.1f s after this process itself stood still for %.1f s (a suspended job? SIGSTOP, scontrol suspend, Ctrl-Z): the communicator's own waits count such a time (Gloo's TCP ones: [plugin.gloo] shm = 0 or ranks on several hosts; kiln's shared-memory collectives do not), so its peers may have stood still with it rather than be late; %s: %s",
+			  d->env.rank, d->env.world, d->timeout_ms / 1000.0, ago / 1e9, len / 1e9, hb,
 			  msg ? msg : "");
 }
 

@@ -133,8 +133,12 @@ static inline double kiln_now_s(void) { return 1e-9 * (double)kiln_now_ns(); }
  * whole process stood still (stopped, suspended), for the deadlines of a
  * distributed run's waits, which a job suspended whole must not expire.
  * kiln_run_clock_start starts its ticker (counted: every start has its
- * stop); without one the clock is CLOCK_MONOTONIC.  Thread-safe. ---- */
+ * stop); without one the clock is CLOCK_MONOTONIC.  Thread-safe; the
+ * readers take no lock. ---- */
 int64_t kiln_run_ns(void);
+/* CLOCK_MONOTONIC, the run clock and the stalled time of one instant (any
+ * pointer may be NULL): *run + *stalled == *mono exactly. */
+void kiln_run_clock_read(int64_t *mono, int64_t *run, int64_t *stalled);
 int64_t kiln_run_stalled_ns(void); /* the stalled time so far */
 /* When the last stall the ticker saw ended (CLOCK_MONOTONIC ns; 0: none)
  * and in *len_ns how long the process stood still then. */

@@ -28,6 +28,7 @@ struct kiln_store {
 	char host[256];
 	char token[STORE_TOKEN_MAX + 1];
 	int broken;        /* a request failed midway: the stream is out of step */
+	int old_fd;        /* the broken rendezvous connection, until the claim again (-1) */
 	unsigned char claim_key[STORE_CLAIM_KEY_LEN]; /* this process's, for a claim again (rendezvous_claim) */
 	pthread_mutex_t lock;
 	struct store_server *srv;
@@ -246,8 +247,11 @@ static void connect_note(char *why, size_t n, const struct addrinfo *p, int err)
  * CONNECT_AGAIN, a connection lost at the rendezvous made again
  * (rendezvous_reconnect): tries of at most CONNECT_SLICE_MS even to one
  * address (a link that comes back answers the next try's SYN, not the
- * kernel's next retry of one long try, seconds later), and a refusal
- * (nothing listens: rank 0 is gone) ends it at once. */
+ * kernel's next retry of one long try, seconds later), and a turn whose
+ * every address refused (nothing listens: rank 0 is gone) ends it.  (One
+ * refusal did, and a name resolving to several addresses, the store
+ * bound to the second, failed "rank 0 is gone" where the first connect
+ * had worked.) */
 #define CONNECT_STOPPABLE 1
 #define CONNECT_AGAIN 2
 
@@ -262,7 +266,7 @@ static int connect_to(const char *host, int port, int64_t deadline, int flags, c
 	snprintf(why, n, "nothing answered");
 	for (int turn = 0;; turn++) {
 		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
-		int rc = getaddrinfo(host, ps, &hints, &ai), naddr = 0;
+		int rc = getaddrinfo(host, ps, &hints, &ai), naddr = 0, refused = 0;
 		if (rc)
 			snprintf(why, n, "cannot resolve '%s': %s", host, gai_strerror(rc));
 		else
@@ -282,13 +286,14 @@ static int connect_to(const char *host, int port, int64_t deadline, int flags, c
 				return fd;
 			}
 			connect_note(why, n, p, err);
-			if ((flags & CONNECT_AGAIN) && err == ECONNREFUSED) {
-				freeaddrinfo(ai);
-				return -1;
-			}
+			refused += err == ECONNREFUSED;
 		}
 		if (ai)
 			freeaddrinfo(ai);
+		/* every address refused: nothing listens (one refusing of a name
+		 * with several is not the store's: it binds one of them) */
+		if ((flags & CONNECT_AGAIN) && naddr && refused == naddr)
+			return -1;
 		if (now_ms() >= deadline || (stoppable && kiln_stop_pending())) {
 			if (!why[0])
 				snprintf(why, n, "stopped before any answer");
@@ -334,7 +339,7 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 	*out = NULL;
 	if (!s)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	s->fd = -1;
+	s->fd = s->old_fd = -1;
 	s->timeout_ms = timeout_ms;
 	snprintf(s->setting, sizeof s->setting, "%s", setting);
 	pthread_mutex_init(&s->lock, NULL);
@@ -385,6 +390,8 @@ void kiln_store_close(struct kiln_store *s)
 	}
 	if (s->fd >= 0)
 		close(s->fd);
+	if (s->old_fd >= 0)
+		close(s->old_fd);
 	store_server_stop(s->srv);
 	OPENSSL_cleanse(s->token, sizeof s->token);
 	pthread_mutex_destroy(&s->lock);
@@ -674,7 +681,14 @@ static kiln_status rendezvous_reconnect(struct kiln_store *s, int rank, int worl
 	int status;
 	int64_t r = rank;
 	snprintf(lost, sizeof lost, "%s", kiln_last_error());
-	close(s->fd);
+	/* The old connection stays open until the claim on the new one
+	 * (rendezvous_steps closes it): closed first, its FIN, where it can
+	 * still send, reached the store before the claim again, which then,
+	 * every rank joined, recorded this rank lost and refused its claim
+	 * again as a second process's ("joined twice"). */
+	if (s->old_fd >= 0)
+		close(s->old_fd);
+	s->old_fd = s->fd;
 	s->fd = connect_to(s->host, s->port, end, CONNECT_STOPPABLE | CONNECT_AGAIN, why, sizeof why);
 	kiln_status st = s->fd < 0 ? KILN_EIO : KILN_OK;
 	s->broken = 0;
@@ -701,7 +715,12 @@ static kiln_status rendezvous_steps(struct kiln_store *s, int rank, int world, c
 {
 	char key[64];
 	kiln_status st;
-	if ((st = rendezvous_claim(s, rank, who, again, end)))
+	st = rendezvous_claim(s, rank, who, again, end);
+	if (s->old_fd >= 0) { /* claimed again (or not): the broken one goes */
+		close(s->old_fd);
+		s->old_fd = -1;
+	}
+	if (st)
 		return st;
 	snprintf(key, sizeof key, "kiln/joined/%d", rank);
 	if ((st = kiln_store_set(s, key, who, strlen(who) + 1)) || (st = post_host(s, rank)) ||

@@ -49,6 +49,8 @@
 #include "check_main.h"
 #include "test_util.h"
 #include <arpa/inet.h>
+#include <dlfcn.h> /* RTLD_NEXT (_GNU_SOURCE: build-config.h) */
+#include <netdb.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -1187,8 +1189,12 @@ END_TEST
  * sockets only, the store's side stays open, so the store still holds a
  * rank whose connection broke on the rank's side (a link blip the rank's
  * TCP noticed first). */
+/* cut: close the rank's side of every connection so far; mute: drop what
+ * the store sends on the connections so far (mute_n); hup: then end the
+ * rank's reading of them (SHUT_WR), its sending left open, as a link that
+ * failed one way: the rank's close of them reaches the store. */
 struct relay {
-	int lfd, port, to, cut, stop, n;
+	int lfd, port, to, cut, stop, n, mute_n, hup;
 	int fd[8][2]; /* [rank side, store side], -1 closed */
 	pthread_mutex_t mu;
 };
@@ -1210,6 +1216,10 @@ static void *relay_main(void *arg)
 				r->fd[i][0] = -1;
 			}
 		r->cut = 0;
+		for (int i = 0; r->hup && i < r->mute_n; i++)
+			if (r->fd[i][0] >= 0)
+				shutdown(r->fd[i][0], SHUT_WR);
+		r->hup = 0;
 		pf[0] = (struct pollfd){ .fd = r->lfd, .events = POLLIN };
 		for (int i = 0; i < r->n; i++)
 			for (int j = 0; j < 2; j++)
@@ -1224,6 +1234,8 @@ static void *relay_main(void *arg)
 				if (r->fd[i][j] < 0 || !(pf[1 + 2 * i + j].revents & (POLLIN | POLLHUP | POLLERR)))
 					continue;
 				ssize_t k = read(r->fd[i][j], buf, sizeof buf);
+				if (k > 0 && j == 1 && i < r->mute_n)
+					continue; /* (muted: dropped) */
 				if (k > 0 && r->fd[i][!j] >= 0 && write(r->fd[i][!j], buf, (size_t)k) == k)
 					continue;
 				if (k > 0)
@@ -1261,8 +1273,40 @@ static void relay_start(struct relay *r, int to, pthread_t *th)
 	pthread_create(th, NULL, relay_main, r);
 }
 
+/* A host name that resolves to two addresses, the first refusing (the
+ * store and the relay listen on 127.0.0.1 only): getaddrinfo interposed
+ * for libkiln (the executable's definition wins), the real one for every
+ * other name. */
+#define TWO_ADDRS "kiln-two-addrs.test"
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+		struct addrinfo **res)
+{
+	int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **) =
+		(int (*)(const char *, const char *, const struct addrinfo *, struct addrinfo **))dlsym(
+			RTLD_NEXT, "getaddrinfo");
+	if (!node || strcmp(node, TWO_ADDRS))
+		return real(node, service, hints, res);
+	struct addrinfo h = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+			      .ai_flags = AI_NUMERICHOST }, *a = NULL, *b = NULL;
+	int rc = real("127.0.0.2", service, &h, &a);
+	if (rc)
+		return rc;
+	if ((rc = real("127.0.0.1", service, &h, &b))) {
+		freeaddrinfo(a);
+		return rc;
+	}
+	struct addrinfo *t = a;
+	while (t->ai_next)
+		t = t->ai_next;
+	t->ai_next = b; /* (glibc's freeaddrinfo frees node by node) */
+	*res = a;
+	return 0;
+}
+
 /* Rank 1 of 3 through the relay, in a thread. */
 struct r1 {
+	const char *host;
 	int port;
 	kiln_status st;
 	char msg[512];
@@ -1272,7 +1316,7 @@ static void *rank1_relayed(void *arg)
 {
 	struct r1 *a = arg;
 	struct kiln_store *s;
-	a->st = kiln_store_open("127.0.0.1", a->port, 0, 1, 3, 10000, &s);
+	a->st = kiln_store_open(a->host, a->port, 0, 1, 3, 10000, &s);
 	if (!a->st)
 		a->st = kiln_store_rendezvous(s, 1, 3, 10000);
 	snprintf(a->msg, sizeof a->msg, "%s", a->st ? kiln_last_error() : "");
@@ -1287,8 +1331,10 @@ static void *rank1_relayed(void *arg)
  * join over, and the rendezvous completes, no rank lost, no claim refused
  * (before: the rank failed "connection lost", the others timed out).  (A
  * link cut long enough for the store to drop and release the rank:
- * tests/store_blip.sh, as root.) */
-START_TEST(test_claim_again)
+ * tests/store_blip.sh, as root.)  Through a host name whose first address
+ * refuses (the review of session 33: the reconnect ended at that refusal,
+ * "rank 0 is gone", where the first connect had gone on to the second). */
+static void claim_again_case(const char *host)
 {
 	struct kiln_store *s0, *q, *s2;
 	void *v = NULL;
@@ -1298,7 +1344,7 @@ START_TEST(test_claim_again)
 	pthread_t th0, th1, thr;
 	relay_start(&rl, port, &thr);
 	struct r0 a = { .s = s0, .world = 3, .timeout_ms = 10000 };
-	struct r1 b = { .port = rl.port };
+	struct r1 b = { .host = host, .port = rl.port };
 	pthread_create(&th0, NULL, rank0_rendezvous, &a);
 	pthread_create(&th1, NULL, rank1_relayed, &b);
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, -1, 3, 5000, &q), KILN_OK);
@@ -1336,6 +1382,75 @@ START_TEST(test_claim_again)
 	kiln_store_close(q);
 	kiln_store_close(s0);
 }
+
+START_TEST(test_claim_again)
+{
+	claim_again_case("127.0.0.1");
+}
+END_TEST
+
+START_TEST(test_claim_again_two_addrs)
+{
+	claim_again_case(TWO_ADDRS);
+}
+END_TEST
+
+/* Session 33's review: rank 1's connection fails one way after every
+ * rank joined (the store's answers, kiln/all_joined among them, lost; its
+ * own sending still works).  The rank connects again and must claim on
+ * the new connection before it closes the old one: closed first, its FIN
+ * reached the store first, which recorded rank 1 lost (every rank had
+ * joined) and refused its claim again. */
+START_TEST(test_claim_again_old_open)
+{
+	struct kiln_store *s0, *q, *s2;
+	void *v = NULL;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 10000, &s0), KILN_OK);
+	const int port = kiln_store_port(s0);
+	struct relay rl;
+	pthread_t th0, th1, thr;
+	relay_start(&rl, port, &thr);
+	struct r0 a = { .s = s0, .world = 3, .timeout_ms = 10000 };
+	struct r1 b = { .host = "127.0.0.1", .port = rl.port };
+	pthread_create(&th0, NULL, rank0_rendezvous, &a);
+	pthread_create(&th1, NULL, rank1_relayed, &b);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, -1, 3, 5000, &q), KILN_OK);
+	for (int i = 0; i < 500 && (!kiln_store_check(q, "kiln/joined", &v, NULL) && (!v || strcmp(v, "2"))); i++) {
+		free(v);
+		v = NULL;
+		usleep(10000);
+	}
+	ck_assert_msg(v && !strcmp(v, "2"), "ranks 0 and 1 did not join");
+	free(v);
+	pthread_mutex_lock(&rl.mu);
+	rl.mute_n = rl.n;
+	pthread_mutex_unlock(&rl.mu);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 2, 3, 10000, &s2), KILN_OK);
+	ck_assert_int_eq(kiln_store_rendezvous(s2, 2, 3, 10000), KILN_OK);
+	pthread_join(th0, NULL);
+	ck_assert_msg(a.st == KILN_OK, "rank 0: %s", a.msg);
+	pthread_mutex_lock(&rl.mu);
+	rl.hup = 1; /* every rank joined: rank 1 now reads EOF */
+	pthread_mutex_unlock(&rl.mu);
+	pthread_join(th1, NULL);
+	ck_assert_msg(b.st == KILN_OK, "rank 1: %s", b.msg);
+	ck_assert_int_ge(rl.n, 2); /* rank 1 connected again */
+	ck_assert_int_eq(kiln_store_lost_rank(q, 300), KILN_STORE_NONE_LOST);
+	ck_assert_int_eq(kiln_store_check(q, STORE_CLAIMS_REFUSED_KEY, &v, NULL), KILN_OK);
+	ck_assert_msg(!v, "a claim was refused: %s", (char *)v);
+	pthread_mutex_lock(&rl.mu);
+	rl.stop = 1;
+	pthread_mutex_unlock(&rl.mu);
+	pthread_join(thr, NULL);
+	for (int i = 0; i < rl.n; i++)
+		for (int j = 0; j < 2; j++)
+			if (rl.fd[i][j] >= 0)
+				close(rl.fd[i][j]);
+	close(rl.lfd);
+	kiln_store_close(s2);
+	kiln_store_close(q);
+	kiln_store_close(s0);
+}
 END_TEST
 
 static Suite *make_store_suite(void)
@@ -1345,7 +1460,7 @@ static Suite *make_store_suite(void)
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_rendezvous_refusals, test_claim_before_win, test_claim_released, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
 		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_old_protocol, test_keepalive, test_store_gone, test_accept_emfile, test_connect_dropped, test_refusal_store_figure,
-		test_claim_again, NULL });
+		test_claim_again, test_claim_again_two_addrs, test_claim_again_old_open, NULL });
 	return s;
 }
 

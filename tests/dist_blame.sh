@@ -18,6 +18,11 @@
 #     named only the address of the peer Gloo's halving-doubling waited
 #     for, rank 0 its healthy neighbour rank 2's, which itself waited for
 #     rank 3).
+#  4. rank 1 of 2 stopped (SIGSTOP), and rank 0 stopped too for 2.5 s a
+#     second later, heartbeat on: rank 0's collective times out within
+#     the timeout of its own stall, and it names rank 1, whose heartbeat
+#     stopped, not its own stall (before, session 33's review: "its peers,
+#     stopped too, were not late", the heartbeat not asked).
 # Every process runs under `timeout`, so a hang fails the test.
 name=dist_blame needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -124,4 +129,31 @@ for r in 0 1 2; do
 done
 grep -q "rank 0 of 4: .*rank 3 (host $host) sent no heartbeat" "$tmp/h0.log" ||
 	bad "rank 0 does not name rank 3 (the others may say only that its store went)"
+
+# ---- 4. a stuck peer while this rank stood still a moment ---------------------
+port=$(free_port 3)
+for r in 0 1; do
+	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
+		run.out_dir="$tmp/q$r" train.batch=8 train.epochs=1000 train.log_every=1 \
+		dist.timeout=8 dist.heartbeat=12 > "$tmp/q$r.log" 2>&1 &
+	eval "pid$r=\$!"
+done
+i=0
+while [ $i -lt 300 ] && ! grep -q "step " "$tmp/q1.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+pkill -STOP -P "$pid1" 2>/dev/null
+sleep 1
+pkill -STOP -P "$pid0" 2>/dev/null
+sleep 2.5
+pkill -CONT -P "$pid0" 2>/dev/null
+wait "$pid0"; rc0=$?
+pkill -KILL -P "$pid1" 2>/dev/null
+kill -KILL "$pid1" 2>/dev/null
+wait "$pid1" 2>/dev/null
+echo "after rank 1 was stopped and rank 0 stood still 2.5 s: rank 0 exited $rc0"
+e=$(grep "kiln: error: " "$tmp/q0.log")
+[ "$rc0" != 0 ] && [ "$rc0" != 124 ] || bad "rank 0 exited $rc0 after rank 1 stopped"
+echo "$e" | grep -q "rank 0 of 2: rank 1 (host $host) sent no heartbeat for at least [0-9.]* s while every other rank's went on" ||
+	echo "$e" | grep -q "rank 0 of 2: watchdog: rank 1 (host $host) sent no heartbeat for" ||
+	{ bad "rank 0, which stood still a moment, does not name rank 1, whose heartbeat stopped"; echo "$e" | cut -c1-400; }
+echo "$e" | grep -q "stood still for" && bad "rank 0 blames its own stall, rank 1 silent: $e"
 exit $fail

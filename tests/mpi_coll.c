@@ -25,7 +25,9 @@
  * Last, sendrecv (comm ops version 7): every rank sends 3 MiB to the next
  * and receives 3 MiB from the one before at once (a ring shift, past any
  * eager limit: a blocking send first would wait for ever), twice, then a
- * one-sided sendrecv in order with plain p2p between ranks 0 and 1.
+ * one-sided sendrecv in order with plain p2p between ranks 0 and 1; and,
+ * at thread_level = serialized, send_now sends nothing (wait = 0) or
+ * refuses (wait = 1).
  *
  * `tests/mpi_coll --wait [KEY=VALUE...]` (2 ranks, a stream worker, wait
  * = yield or sleep) runs only test_wait_cpu: rank 0 waits WAIT_US for
@@ -280,6 +282,28 @@ static void sendrecv_run(float *x, float *y)
 		sr_expect("one-sided sendrecv between send and recv", y, 0, 2);
 }
 
+/* send_now (comm ops version 6) at thread_level = serialized (the
+ * default): an MPI call on the caller's thread could meet a stream's job
+ * on another (undefined under MPI_THREAD_SERIALIZED), so wait = 0 sends
+ * nothing and wait = 1 is refused, naming the setting (session 33's
+ * review: it called MPI_Isend there).  Rank 0 only: nothing is sent. */
+static void test_send_now_serialized(void)
+{
+	if (R != 0 || ops->version < 6 || !ops->send_now)
+		return;
+	float x = 1.0f;
+	int sent = -1;
+	kiln_status st = ops->send_now(comm, &x, 1, KILN_F32, 1, 0, &sent);
+	if ((st != KILN_OK || sent != 0) && fails++ < 20)
+		printf("FAIL rank 0: send_now wait = 0 at serialized: status %d, sent %d (want 0, 0)\n", st, sent);
+	sent = -1;
+	st = ops->send_now(comm, &x, 1, KILN_F32, 1, 1, &sent);
+	if ((st != KILN_ENOTSUP || sent != 0 || !strstr(kiln_last_error(), "thread_level = multiple")) &&
+	    fails++ < 20)
+		printf("FAIL rank 0: send_now wait = 1 at serialized: status %d, sent %d, '%s' (want KILN_ENOTSUP naming thread_level = multiple)\n",
+		       st, sent, st ? kiln_last_error() : "");
+}
+
 static void test_sendrecv(void)
 {
 	float *x = NULL, *y = NULL;
@@ -456,6 +480,9 @@ int main(int argc, char **argv)
 	}
 	test_split((float *)a, 1000);
 	test_sendrecv();
+	const char *tl = kiln_config_get(cfg, "plugin.mpi", "thread_level");
+	if (!tl || strcmp(tl, "multiple"))
+		test_send_now_serialized();
 end:
 	TRY(ops->barrier(comm));
 	kiln_device_free(dev, a);

@@ -681,8 +681,11 @@ struct kiln_comm_ops {
 	 * a shared-memory channel with room for it), *sent = 0 and nothing
 	 * sent when it would have waited or the transport cannot tell (the
 	 * caller then sends it otherwise).  The caller orders it against its
-	 * other sends to `peer`: none of them may be in flight.  (optional:
-	 * NULL means the core enqueues every send) */
+	 * other sends to `peer`: none of them may be in flight.  A transport
+	 * that cannot call its library from the caller's thread sends nothing
+	 * with wait = 0 and refuses wait = 1 (KILN_ENOTSUP, the reason named:
+	 * kiln-mpi below thread_level = multiple).  (optional: NULL means the
+	 * core enqueues every send) */
 	kiln_status (*send_now)(void *ctx, const void *buf, size_t count, int dtype, int peer,
 				int wait, int *sent);
 

@@ -189,7 +189,8 @@ static void *cpu_worker(void *arg)
 				pthread_mutex_unlock(c->lock);
 				kiln_status st = fn(fa);
 				cpu_wc_wrote_any(0); /* a collective, anything */
-				struct cpu_err e = { st, "" };
+				struct cpu_err e; /* (not `= { st, "" }`: 2 KiB zeroed per task) */
+				e.st = st;
 				if (st)
 					cpu_err_msg(&e, st, c->host->last_error());
 				pthread_mutex_lock(c->lock);
@@ -205,7 +206,9 @@ static void *cpu_worker(void *arg)
 				/* Copy out: a producer may grow (move) the ring
 				 * while we run unlocked. */
 				struct cpu_task task = *t;
-				struct cpu_err e = { KILN_OK, "" };
+				struct cpu_err e; /* (not `= { KILN_OK, "" }`: 2 KiB zeroed per task) */
+				e.st = KILN_OK;
+				e.msg[0] = 0;
 				pthread_mutex_unlock(c->lock);
 				if (task.kind == CPU_T_RUN)
 					cpu_exec(c, task.plan, &task.args, &e);
@@ -265,6 +268,16 @@ static kiln_status cpu_push(struct cpu_stream *s, const struct cpu_task *t)
 }
 
 /* The sticky error as a host error on the calling thread. */
+/* A sticky error's copy for the caller to report after it drops c->lock
+ * (caller holds it): the message, 2 KiB, only with a failure, so that the
+ * per-op check under the lock costs what it did with 512 bytes. */
+static void err_get(struct cpu_err *to, const struct cpu_err *from)
+{
+	to->st = from->st;
+	if (from->st)
+		*to = *from;
+}
+
 static kiln_status cpu_report(struct cpu_ctx *c, const struct cpu_err *e, const char *who)
 {
 	return c->host->error(e->st, "%s (failed on a stream worker; reported by %s)", e->msg, who);
@@ -429,7 +442,8 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 	while (s->count)
 		pthread_cond_wait(c->cond, c->lock);
 	s->pushed = 0;
-	struct cpu_err e = s->err;
+	struct cpu_err e;
+	err_get(&e, &s->err);
 	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "stream_sync") : KILN_OK;
 }
@@ -446,7 +460,8 @@ static kiln_status run_raw(struct cpu_ctx *c, struct cpu_stream *s, const struct
 	}
 	struct cpu_task t = { .kind = CPU_T_RUN, .plan = p, .args = *a };
 	pthread_mutex_lock(c->lock);
-	struct cpu_err e = s->err;
+	struct cpu_err e;
+	err_get(&e, &s->err);
 	kiln_status st = e.st ? KILN_OK : cpu_push(s, &t);
 	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "run") : st;
@@ -499,7 +514,8 @@ static kiln_status copy_raw(struct cpu_ctx *c, struct cpu_stream *s, void *dst, 
 	}
 	struct cpu_task t = { .kind = CPU_T_COPY, .dst = dst, .src = src, .bytes = bytes };
 	pthread_mutex_lock(c->lock);
-	struct cpu_err e = s->err;
+	struct cpu_err e;
+	err_get(&e, &s->err);
 	kiln_status st = e.st ? KILN_OK : cpu_push(s, &t);
 	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "copy_async") : st;
@@ -587,7 +603,8 @@ static kiln_status wait_raw(struct cpu_ctx *c, struct cpu_stream *s, struct cpu_
 		 * an event of an async peer context (a pipeline stage's, [run]
 		 * devices) is waited for here */
 		event_sleep(c, ev, ev->target);
-		struct cpu_err e = ev->err;
+		struct cpu_err e;
+		err_get(&e, &ev->err);
 		pthread_mutex_unlock(c->lock);
 		return e.st ? cpu_report(c, &e, "stream_wait") : KILN_OK;
 	}
@@ -612,7 +629,8 @@ kiln_status cpu_event_sync(void *ctx, void *event)
 		return st;
 	pthread_mutex_lock(c->lock);
 	event_sleep(c, ev, ev->target);
-	struct cpu_err e = ev->err;
+	struct cpu_err e;
+	err_get(&e, &ev->err);
 	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "event_sync") : KILN_OK;
 }
@@ -653,7 +671,8 @@ static kiln_status host_raw(struct cpu_ctx *c, struct cpu_stream *s, const struc
 		return st;
 	}
 	pthread_mutex_lock(c->lock);
-	struct cpu_err e = s->err;
+	struct cpu_err e;
+	err_get(&e, &s->err);
 	kiln_status st = e.st ? KILN_OK : cpu_push(s, t);
 	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "host_fn") : st;

@@ -96,6 +96,11 @@ struct job {
 enum { W_BLOCK, W_YIELD, W_SLEEP, W_MEET };
 static const char *const wait_names[] = { "block", "yield", "sleep", "meet" };
 
+/* Threads of one communicator in an MPI call at once, each watched
+ * (struct mpi_watch): a pipeline rank's stage stream and send stream, and
+ * a training thread's barrier; more go unwatched. */
+#define MPI_WATCH_SLOTS 4
+
 struct mpi_comm {
 	struct kiln_device *dev;
 	int rank, world, timeout_ms;
@@ -113,11 +118,18 @@ struct mpi_comm {
 	MPI_Op sum16[2]; /* [0] bf16, [1] f16 */
 	MPI_Datatype u16;
 	struct watchdog dog;
-	atomic_llong started_ns; /* 0: no collective in progress */
-	atomic_int what;         /* its kind, for the message */
-	atomic_llong count;
-	atomic_int peer;         /* a send's or recv's other rank, for the message */
-	atomic_int peer2;        /* a sendrecv's source (-1: none), likewise */
+	/* What the watchdog watches: a slot per thread in an MPI call at
+	 * once (the stage's stream and the send stream of a pipeline rank,
+	 * send_now on either; one slot shared, a send_now's unwatch un-watched
+	 * a worker's hung receive). */
+	struct mpi_watch {
+		atomic_int busy;         /* the slot is a thread's (watch to unwatch) */
+		atomic_llong started_ns; /* 0: no call in progress (or reported) */
+		atomic_int what;         /* its kind, for the message */
+		atomic_llong count;
+		atomic_int peer;  /* a send's or recv's other rank, for the message */
+		atomic_int peer2; /* a sendrecv's source (-1: none), likewise */
+	} watch[MPI_WATCH_SLOTS];
 	char desc[640];
 	struct job jobs[JOBS];
 	int next_job;
@@ -262,48 +274,71 @@ static const char *members(const struct mpi_comm *c, char *buf, size_t n)
 
 /* ---- the watchdog -------------------------------------------------------- */
 
-/* the watchdog's look (its lock held): report the collective in progress
- * once it is older than the timeout */
-static int mpi_look(void *arg)
+static void mpi_look_slot(struct mpi_comm *c, struct mpi_watch *w)
 {
-	struct mpi_comm *c = arg;
-	long long t0 = atomic_load(&c->started_ns);
+	long long t0 = atomic_load(&w->started_ns);
 	if (t0 && watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll) {
 		pthread_mutex_unlock(&c->dog.lock);
-		const int kind = atomic_load(&c->what);
-		const int from = atomic_load(&c->peer2);
+		const int kind = atomic_load(&w->what);
+		const int from = atomic_load(&w->peer2);
 		char me[96], p[32], f[32], all[160];
 		me_name(c, me, sizeof me);
-		peer_name(c, atomic_load(&c->peer), p, sizeof p);
+		peer_name(c, atomic_load(&w->peer), p, sizeof p);
 		peer_name(c, from, f, sizeof f);
-		if (kind == K_SENDRECV && from >= 0 && from != atomic_load(&c->peer))
+		if (kind == K_SENDRECV && from >= 0 && from != atomic_load(&w->peer))
 			H->fatal("mpi", "mpi: %s: MPI sendrecv to %s and from %s did not complete within [dist] timeout = %.1f s: %s or %s is lost or stuck; ending this rank",
 				 me, p, f, c->timeout_ms / 1000.0, p, f);
 		else if (kind == K_SEND || kind == K_RECV || kind == K_SENDRECV)
 			H->fatal("mpi", "mpi: %s: MPI %s %s %s of %lld elements did not complete within [dist] timeout = %.1f s: %s is lost or stuck; ending this rank",
 				 me, kind_names[kind], kind == K_RECV ? "from" : "to", p,
-				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0, p);
+				 (long long)atomic_load(&w->count), c->timeout_ms / 1000.0, p);
 		else
 			H->fatal("mpi", "mpi: %s: MPI %s%s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
-				 me, kind_names[atomic_load(&c->what)], members(c, all, sizeof all),
-				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0);
-		/* without a fatal handler: report once, keep watching */
-		atomic_store(&c->started_ns, 0);
+				 me, kind_names[atomic_load(&w->what)], members(c, all, sizeof all),
+				 (long long)atomic_load(&w->count), c->timeout_ms / 1000.0);
+		/* without a fatal handler: report once, keep watching (a new
+		 * call in the slot meanwhile keeps its start) */
+		atomic_compare_exchange_strong(&w->started_ns, &t0, 0);
 		pthread_mutex_lock(&c->dog.lock);
 	}
+}
+
+/* the watchdog's look (its lock held): report a call in progress once it
+ * is older than the timeout */
+static int mpi_look(void *arg)
+{
+	struct mpi_comm *c = arg;
+	for (int i = 0; i < MPI_WATCH_SLOTS; i++)
+		mpi_look_slot(c, &c->watch[i]);
 	return 0;
 }
-
-static void watch(struct mpi_comm *c, int kind, size_t count)
+/* Watch the calling thread's MPI call (peer, peer2: a point-to-point
+ * call's ranks for the message, else -1): its slot, for unwatch, or -1
+ * unwatched when every slot is taken (more threads of one communicator
+ * in MPI at once than kiln runs: MPI_WATCH_SLOTS). */
+static int watch(struct mpi_comm *c, int kind, size_t count, int peer, int peer2)
 {
-	atomic_store(&c->what, kind);
-	atomic_store(&c->count, (long long)count);
-	atomic_store(&c->started_ns, watchdog_now_ns());
+	for (int i = 0; i < MPI_WATCH_SLOTS; i++) {
+		struct mpi_watch *w = &c->watch[i];
+		int free_ = 0;
+		if (!atomic_compare_exchange_strong(&w->busy, &free_, 1))
+			continue;
+		atomic_store(&w->what, kind);
+		atomic_store(&w->count, (long long)count);
+		atomic_store(&w->peer, peer);
+		atomic_store(&w->peer2, peer2);
+		atomic_store(&w->started_ns, watchdog_now_ns());
+		return i;
+	}
+	return -1;
 }
 
-static void unwatch(struct mpi_comm *c)
+static void unwatch(struct mpi_comm *c, int slot)
 {
-	atomic_store(&c->started_ns, 0);
+	if (slot < 0)
+		return;
+	atomic_store(&c->watch[slot].started_ns, 0);
+	atomic_store(&c->watch[slot].busy, 0);
 }
 
 /* Whether `yes` holds on every rank (collective: every rank calls it at
@@ -404,9 +439,9 @@ static kiln_status mpi_alloc_shared(void *ctx, size_t bytes, void **ptr)
 	 * waits in close's collectives instead), and the watchdog ends this
 	 * one after [dist] timeout rather than let both wait forever */
 	void *base[SHMCOLL_MAXW];
-	watch(c, K_BARRIER, 0);
+	const int ws = watch(c, K_BARRIER, 0, -1, -1);
 	kiln_status st = shared_window(c, bytes, 1, "the shared gradients", base);
-	unwatch(c);
+	unwatch(c, ws);
 	if (st)
 		return st;
 	shmcoll_region(&c->shm, base, (bytes + 4095) / 4096 * 4096);
@@ -425,9 +460,9 @@ static kiln_status mpi_map_shared(void *ctx, size_t bytes, void **base)
 		return H->error(KILN_ENOTSUP, "mpi: no shared memory (%s)", c->shm_why);
 	if (c->region_on)
 		return H->error(KILN_ENOTSUP, "mpi: the shared buffer was given already");
-	watch(c, K_BARRIER, 0);
+	const int ws = watch(c, K_BARRIER, 0, -1, -1);
 	kiln_status st = shared_window(c, bytes, 0, "the mapped buffers", base);
-	unwatch(c);
+	unwatch(c, ws);
 	return st;
 }
 
@@ -621,20 +656,20 @@ static kiln_status run_job(void *arg)
 	kiln_status st = KILN_OK;
 	const int how = running_inline ? W_BLOCK : c->wait;
 	const int p2p = j->kind == K_SEND || j->kind == K_RECV || j->kind == K_SENDRECV;
-	atomic_store(&c->peer, j->kind == K_SENDRECV && !j->count ? j->src : j->root);
-	atomic_store(&c->peer2, j->kind == K_SENDRECV && j->count && j->rcount ? j->src : -1);
+	const int peer = j->kind == K_SENDRECV && !j->count ? j->src : j->root;
+	const int peer2 = j->kind == K_SENDRECV && j->count && j->rcount ? j->src : -1;
 	if (c->shm_on && j->kind != K_BROADCAST && !p2p) {
 		const float sc = reduces && j->op == KILN_REDUCE_AVG ? 1.0f / (float)c->world : 1.0f;
 		const int wait = how == W_BLOCK ? SHMCOLL_SPIN : how == W_YIELD ? SHMCOLL_YIELD
 										: SHMCOLL_SLEEP;
-		watch(c, j->kind, j->count);
+		const int ws = watch(c, j->kind, j->count, peer, peer2);
 		st = j->kind == K_ALLREDUCE
 			     ? shmcoll_allreduce(&c->shm, wait, j->buf, j->count, j->dtype, sc)
 		     : j->kind == K_REDUCE_SCATTER
 			     ? shmcoll_reduce_scatter(&c->shm, wait, j->send, j->buf, j->count, j->dtype, sc)
 			     : shmcoll_allgather(&c->shm, wait, j->send, j->buf,
 						 j->count * dtype_size(j->dtype));
-		unwatch(c);
+		unwatch(c, ws);
 	} else if (n > (size_t)1 << 30) {
 		st = H->error(KILN_ENOTSUP, "mpi: a %s of %zu %s (at most 2^30 per call)",
 			      kind_names[j->kind], n, reduces ? "elements" : "bytes");
@@ -650,7 +685,7 @@ static kiln_status run_job(void *arg)
 		const char *what = "MPI_Ibarrier";
 		const int paced = how == W_YIELD || how == W_SLEEP || (p2p && !running_inline);
 		int rc = MPI_SUCCESS;
-		watch(c, j->kind, j->count);
+		const int ws = watch(c, j->kind, j->count, peer, peer2);
 		if (how == W_MEET && !p2p) {
 			/* wait (napping) until every rank has reached this
 			 * collective, then run the blocking one: Open MPI's
@@ -665,7 +700,7 @@ static kiln_status run_job(void *arg)
 			rc = wait_req(c, how, &req[0]);
 		if (rc == MPI_SUCCESS && paced)
 			rc = wait_req(c, how, &req[1]); /* MPI_REQUEST_NULL but for K_SENDRECV */
-		unwatch(c);
+		unwatch(c, ws);
 		if (rc != MPI_SUCCESS)
 			st = job_fail(c, j, rc, what);
 		if (rc == MPI_SUCCESS && rs_in_place(c, j) && c->rank)
@@ -822,11 +857,9 @@ static int now_reap(struct mpi_comm *c, struct now_ring *r, int peer, int wait)
 {
 	int rc = MPI_SUCCESS, done = 1;
 	if (wait && r->n) {
-		atomic_store(&c->peer, peer);
-		atomic_store(&c->peer2, -1);
-		watch(c, K_SEND, NOW_BYTES);
+		const int ws = watch(c, K_SEND, NOW_BYTES, peer, -1);
 		rc = wait_req(c, W_BLOCK, &r->req[r->head]);
-		unwatch(c);
+		unwatch(c, ws);
 	}
 	while (rc == MPI_SUCCESS && r->n &&
 	       (rc = MPI_Test(&r->req[r->head], &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && done) {
@@ -842,7 +875,8 @@ static int now_reap(struct mpi_comm *c, struct now_ring *r, int peer, int wait)
  * sent).  Longer, wait = 1: the enqueued send's job run here (MPI_Isend
  * and a paced wait for it: its receive); wait = 0: nothing (MPI cannot
  * say whether it would wait).  MPI keeps the order of the messages to a
- * peer, which the caller's order of its sends is. */
+ * peer, which the caller's order of its sends is.  Only at
+ * MPI_THREAD_MULTIPLE (below). */
 static kiln_status mpi_send_now(void *ctx, const void *buf, size_t count, int dtype, int peer,
 				int wait, int *sent)
 {
@@ -853,6 +887,18 @@ static kiln_status mpi_send_now(void *ctx, const void *buf, size_t count, int dt
 	if (peer < 0 || peer >= c->world || peer == c->rank)
 		return H->error(KILN_EINVAL, "mpi: %s: send to rank %d of the communicator's %d: no such peer",
 				me_name(c, me, sizeof me), peer, c->world);
+	/* MPI_THREAD_SERIALIZED: an MPI call here, on the caller's thread,
+	 * may meet one of a stream's jobs on another (undefined in MPI), and
+	 * no stream is given to send it on: wait = 0 sends nothing (the
+	 * caller sends it otherwise), wait = 1 is refused, named.  (The core
+	 * runs a pipeline, send_now's user, only at thread_level = multiple:
+	 * core/dist_pipe.c.) */
+	if (!c->multiple) {
+		if (!wait)
+			return KILN_OK;
+		return H->error(KILN_ENOTSUP, "mpi: %s: a send to %s now, on the caller's thread, needs [plugin.mpi] thread_level = multiple (MPI_THREAD_SERIALIZED: another thread may be in MPI)",
+				me_name(c, me, sizeof me), peer_name(c, peer, p, sizeof p));
+	}
 	if (bytes > NOW_BYTES) {
 		if (!wait)
 			return KILN_OK;
@@ -934,9 +980,9 @@ static kiln_status mpi_sendrecv(void *ctx, const void *send_buf, size_t send_cou
 static kiln_status mpi_barrier(void *ctx)
 {
 	struct mpi_comm *c = ctx;
-	watch(c, K_BARRIER, 0);
+	const int ws = watch(c, K_BARRIER, 0, -1, -1);
 	int rc = MPI_Barrier(c->comm);
-	unwatch(c);
+	unwatch(c, ws);
 	return rc == MPI_SUCCESS ? KILN_OK : mpi_fail(c, rc, "MPI_Barrier");
 }
 
@@ -1047,10 +1093,10 @@ static kiln_status mpi_split(void *ctx, int color, int key, void **out, int *ran
 	if (color < KILN_COMM_NO_GROUP)
 		return H->error(KILN_EINVAL, "mpi: %s: split color %d (>= 0, or KILN_COMM_NO_GROUP)",
 				me_name(c, me, sizeof me), color);
-	watch(c, K_BARRIER, 0);
+	const int ws = watch(c, K_BARRIER, 0, -1, -1);
 	int rc = MPI_Comm_split(c->comm, color == KILN_COMM_NO_GROUP ? MPI_UNDEFINED : color, key,
 				&nc);
-	unwatch(c);
+	unwatch(c, ws);
 	if (rc != MPI_SUCCESS)
 		return mpi_fail(c, rc, "MPI_Comm_split");
 	if (nc == MPI_COMM_NULL)
