@@ -193,7 +193,9 @@ END_TEST
 /* A numbered split with a shard missing (train-000002.bin of 5 deleted)
  * is a data error naming the missing file, in the directory form and the
  * subdirectory form (before session 33 the run read 4 shards silently);
- * names of another form, and a `shards` list, are read as they are. */
+ * a run starting above 0 (1-based numbering, a held-out subset, one shard)
+ * is whole; names of another form, and a `shards` list, are read as they
+ * are. */
 START_TEST(test_shard_gap)
 {
 	uint16_t *t = seq(20, 1, 0, 256);
@@ -208,7 +210,7 @@ START_TEST(test_shard_gap)
 	}
 	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "d"), "data.context=4", NULL),
 			 KILN_EDATA);
-	snprintf(want, sizeof want, "%s is missing: the split's 4 shards are numbered as kiln pack numbers them",
+	snprintf(want, sizeof want, "%s is missing: the split's 4 shards are numbered 000000 .. 000004 as kiln pack numbers them",
 		 tpath("d/train-000002.bin"));
 	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
 	ck_assert_int_eq(open_tokens("data.eval", "test", kv("data.path", "d"), "data.context=4", NULL),
@@ -222,11 +224,25 @@ START_TEST(test_shard_gap)
 	struct kiln_source_info info;
 	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
 	ck_assert_int_eq(info.len, 20); /* 5 shards of 4 windows */
-	/* the first shard missing is a gap too */
+	/* the first shard missing: 1 .. 4 is a whole run (1-based numbering,
+	 * or a subset), not a gap */
 	ck_assert_int_eq(unlink(tpath("d/train-000000.bin")), 0);
-	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "d"), "data.context=4", NULL),
+	OPEN_OK("data", "train", kv("data.path", "d"), "data.context=4");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 16);
+	/* a held-out subset far from 0, and one shard copied alone */
+	write_shard("h/train-000900.bin", t, 20);
+	write_shard("h/train-000901.bin", t, 20);
+	OPEN_OK("data", "train", kv("data.path", "h"), "data.context=4");
+	write_shard("o/train-00003.bin", t, 20);
+	OPEN_OK("data", "train", kv("data.path", "o"), "data.context=4");
+	/* ... but a gap inside it is refused */
+	write_shard("h/train-000903.bin", t, 20);
+	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "h"), "data.context=4", NULL),
 			 KILN_EDATA);
-	ck_assert_ptr_nonnull(strstr(kiln_last_error(), tpath("d/train-000000.bin")));
+	snprintf(want, sizeof want, "%s is missing: the split's 3 shards are numbered 000900 .. 000903",
+		 tpath("h/train-000902.bin"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
 	/* names of another form (not 5 or 6 digits): not checked */
 	write_shard("e/train-1.bin", t, 20);
 	write_shard("e/train-3.bin", t, 20);
