@@ -148,6 +148,9 @@ struct launch_opts {
 	 * the first line a rank wrote */
 	int why_fd[2];
 	char why[640];
+	/* the rank command `kiln` with none on PATH: this executable
+	 * (launch_self), else "" */
+	char self[4096];
 };
 
 /* An integer option of launch_args (cli_opt_int) into *out: in [lo, 2^20]. */
@@ -393,15 +396,54 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 			fprintf(stderr, "kiln launch: warning: rank %d not bound: %s\n", rank,
 				strerror(errno));
 	}
+	if (o->self[0]) {
+		execv(o->self, argv + o->cmd);
+		fprintf(stderr, "kiln launch: error: cannot run '%s' (this kiln, %s): %s\n",
+			argv[o->cmd], o->self, strerror(errno));
+		_exit(127);
+	}
 	execvp(argv[o->cmd], argv + o->cmd);
-	/* `kiln launch -- kiln train ...` from a build tree or an install
-	 * off PATH (docs/distributed.md writes it so): the rank's kiln is
-	 * this one (exit 127 "cannot run 'kiln'" before session 33) */
-	const int err = errno;
-	if (err == ENOENT && !strcmp(argv[o->cmd], "kiln"))
-		execv("/proc/self/exe", argv + o->cmd);
-	fprintf(stderr, "kiln launch: error: cannot run '%s': %s\n", argv[o->cmd], strerror(err));
+	fprintf(stderr, "kiln launch: error: cannot run '%s': %s\n", argv[o->cmd], strerror(errno));
 	_exit(127);
+}
+
+/* Whether PATH (execvp's default when unset) names an existing `name`. */
+static int launch_on_path(const char *name)
+{
+	const char *path = getenv("PATH");
+	if (!path)
+		path = "/bin:/usr/bin";
+	for (const char *p = path;; p++) {
+		const char *e = strchr(p, ':');
+		const size_t dl = e ? (size_t)(e - p) : strlen(p);
+		char f[4096];
+		/* an empty entry is the current directory, as for execvp */
+		if (snprintf(f, sizeof f, "%.*s%s%s", (int)dl, p, dl ? "/" : "", name) <
+			    (int)sizeof f &&
+		    !access(f, F_OK))
+			return 1;
+		if (!e)
+			return 0;
+		p = e;
+	}
+}
+
+/* `kiln launch -- kiln train ...` from a build tree or an install off
+ * PATH (docs/distributed.md writes it so): with no `kiln` on PATH the
+ * ranks run this executable, said once (exit 127 "cannot run 'kiln'"
+ * before session 33).  A `kiln` on PATH that fails to run (a script
+ * whose interpreter is missing) is that error, not a silent swap. */
+static void launch_self(struct launch_opts *o, char **argv)
+{
+	o->self[0] = 0;
+	if (strcmp(argv[o->cmd], "kiln") || launch_on_path("kiln"))
+		return;
+	const ssize_t n = readlink("/proc/self/exe", o->self, sizeof o->self - 1);
+	if (n > 0)
+		o->self[n] = 0;
+	else
+		snprintf(o->self, sizeof o->self, "/proc/self/exe");
+	fprintf(stderr, "kiln launch: no 'kiln' on PATH: the ranks run this kiln, %s\n", o->self);
 }
 
 /* Signal a rank: its whole process group (each rank leads its own,
@@ -680,6 +722,7 @@ int cmd_launch(int argc, char **argv)
 	sa.sa_handler = on_child; /* wakes launch_wait when a rank exits */
 	sa.sa_flags = SA_NOCLDSTOP;
 	sigaction(SIGCHLD, &sa, NULL);
+	launch_self(&o, argv);
 	pid_t me = getpid();
 	int cpus[CPU_SETSIZE], ncpu;
 	char why[96], how[128];

@@ -284,23 +284,53 @@ static int is_special(const struct piece *p)
 	return p->n >= 4 && !memcmp(p->s, "<|", 2) && !memcmp(p->s + p->n - 2, "|>", 2);
 }
 
+/* A token named like a special or reserved one: "<s>", "</s>", "<pad>",
+ * "<mask>", "<unused0>", "[PAD]", "[unused1]" (RoBERTa's and BERT-style
+ * vocabularies; no merge makes them either). */
+static int looks_special(const struct piece *p)
+{
+	return p->n >= 3 && ((p->s[0] == '<' && p->s[p->n - 1] == '>') ||
+			     (p->s[0] == '[' && p->s[p->n - 1] == ']'));
+}
+
+/* p's bytes into shown (n bytes): printable ASCII as is, the rest escaped. */
+static void piece_shown(const struct piece *p, char *shown, size_t n)
+{
+	size_t k = 0;
+	shown[0] = 0;
+	for (size_t i = 0; i < p->n && k + 5 < n; i++) {
+		unsigned char c = (unsigned char)p->s[i];
+		k += (size_t)snprintf(shown + k, n - k, c >= 0x20 && c < 0x7f && c != '"' &&
+						 c != '\\' ? "%c" : "\\x%02x", c);
+	}
+}
+
 /* Every token of a byte-level BPE vocabulary but the 256 bytes and the
  * special tokens is made by a merge (GPT-2: 50,000 merges = 50,257 - 256 -
- * 1).  A truncated or empty merges.txt was accepted, and the text then
- * tokenized differently with exit 0 (session 33): refuse one that leaves
- * tokens unmade, naming the first and the count. */
+ * 1), and a BPE trainer numbers a token made by merge r as 256 + r or so.
+ * A truncated or empty merges.txt was accepted, and the text then
+ * tokenized differently with exit 0 (session 33): refuse one whose unmade
+ * tokens are the tail of ids above every made one, as a cut-short file
+ * leaves them, naming the first and the count.  Unmade tokens among the
+ * made ones (a vocabulary padded with unused or added tokens) are a
+ * warning: they can be read only whole. */
 static kiln_status check_merges_cover(const struct tokenizer *tk, const char *merges_path)
 {
 	unsigned char *made = calloc((size_t)tk->vocab, 1);
 	if (!made)
 		return kiln_error(KILN_ENOMEM, "out of memory");
+	int32_t last_made = -1;
 	for (size_t i = 0; i < tk->merge_cap; i++)
-		if (tk->merges[i].key)
+		if (tk->merges[i].key) {
 			made[tk->merges[i].id] = 1;
+			if (tk->merges[i].id > last_made)
+				last_made = tk->merges[i].id;
+		}
 	int32_t first = -1, n = 0;
 	for (int32_t id = 0; id < tk->vocab; id++) {
 		const struct piece *p = &tk->pieces[id];
-		if (!p->s || p->n < 2 || made[id] || id == tk->eot || is_special(p))
+		if (!p->s || p->n < 2 || made[id] || id == tk->eot || is_special(p) ||
+		    looks_special(p))
 			continue;
 		if (first < 0)
 			first = id;
@@ -309,17 +339,14 @@ static kiln_status check_merges_cover(const struct tokenizer *tk, const char *me
 	free(made);
 	if (first < 0)
 		return KILN_OK;
-	/* the token's bytes, printable ASCII as is and the rest escaped */
-	const struct piece *p = &tk->pieces[first];
 	char shown[200];
-	size_t k = 0;
-	for (size_t i = 0; i < p->n && k + 5 < sizeof shown; i++) {
-		unsigned char c = (unsigned char)p->s[i];
-		k += (size_t)snprintf(shown + k, sizeof shown - k, c >= 0x20 && c < 0x7f && c != '"' &&
-						 c != '\\' ? "%c" : "\\x%02x", c);
-	}
-	return kiln_error(KILN_EDATA, "%s: %d token(s) of the vocabulary are made by no merge, the first \"%s\" (id %d): every token but the 256 bytes and the special ones comes from a merge, so the merges file is truncated or not this vocabulary's",
-			  merges_path, n, shown, first);
+	piece_shown(&tk->pieces[first], shown, sizeof shown);
+	if (first > last_made)
+		return kiln_error(KILN_EDATA, "%s: %d token(s) of the vocabulary are made by no merge, the first \"%s\" (id %d), and they are the ids above every merge's: every token but the 256 bytes and the special ones comes from a merge, so the merges file is truncated or not this vocabulary's",
+				  merges_path, n, shown, first);
+	kiln_log(KILN_LOG_WARN, "tokenizer", "%s: %d token(s) of the vocabulary are made by no merge, the first \"%s\" (id %d): they are read only as whole tokens, never made from text (added or unused tokens; if not, the merges file is not this vocabulary's)",
+		 merges_path, n, shown, first);
+	return KILN_OK;
 }
 
 /* merges.txt into the merge table. */

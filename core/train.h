@@ -380,6 +380,9 @@ kiln_status trainer_checkpoint_last(struct trainer *t);
 kiln_status trainer_checkpoint_stop(struct trainer *t);
 kiln_status trainer_checkpoint_end(struct trainer *t);
 kiln_status trainer_checkpoint_resumed(struct trainer *t);
+/* Whether out_dir/metrics.jsonl (its last MiB) holds the "checkpoint"
+ * event of step: a resumed run's first write of its step logs none then. */
+int trainer_checkpoint_logged(const char *out_dir, int64_t step);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
 void trainer_resume_finished(struct trainer *t);

@@ -9,6 +9,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "../plugins/common/cache_file.h" /* common_mkdirs */
@@ -197,14 +199,15 @@ static void best_prune_tmp(const struct trainer *t)
 }
 
 /* Rank 0, a checkpoint written: logged, the old ones pruned.  The
- * "checkpoint" event once a step in a process: a file written again (the
- * run's last, again: `again`; or after an evaluation that changed its
- * stopper or keep_best list, trainer_evaluate) logs none when this
- * process logged that step's; a resumed process's first write of the
- * step it resumed at logs it, as the run that wrote it may have been
- * killed between its rename and its event (and its prune: pruning twice
- * deletes nothing more; before session 33 the rewrite neither pruned nor
- * logged, and such a kill left an extra checkpoint for good). */
+ * "checkpoint" event once a step: a file written again (the run's last,
+ * again: `again`; or after an evaluation that changed its stopper or
+ * keep_best list, trainer_evaluate) logs none when that step's is logged;
+ * a resumed process's first write of the step it resumed at logs it
+ * unless metrics.jsonl has it (trainer_checkpoint_logged), as the run
+ * that wrote it may have been killed between its rename and its event
+ * (and its prune: pruning twice deletes nothing more; before session 33
+ * the rewrite neither pruned nor logged, and such a kill left an extra
+ * checkpoint for good). */
 static void checkpoint_done(struct trainer *t, const char *path, int again)
 {
 	if (again)
@@ -220,6 +223,37 @@ static void checkpoint_done(struct trainer *t, const char *path, int again)
 	t->logged_step = t->pos.step;
 	trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "checkpoint", "step",
 				   (json_int_t)t->pos.step, "path", path));
+}
+
+/* The read of trainer_checkpoint_logged: metrics.jsonl's last bytes (a
+ * checkpoint event is the last line or near it when a run is killed). */
+#define LOGGED_TAIL (1 << 20)
+
+int trainer_checkpoint_logged(const char *out_dir, int64_t step)
+{
+	char path[4200], needle[96];
+	snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return 0;
+	char *buf = NULL;
+	long size = -1;
+	if (!fseek(f, 0, SEEK_END) && (size = ftell(f)) > 0 &&
+	    !fseek(f, size > LOGGED_TAIL ? size - LOGGED_TAIL : 0, SEEK_SET))
+		buf = malloc(LOGGED_TAIL + 1);
+	size_t n = buf ? fread(buf, 1, LOGGED_TAIL, f) : 0;
+	fclose(f);
+	if (!buf)
+		return 0;
+	buf[n] = 0;
+	/* trainer_jsonl's compact form; the step's digits then a non-digit */
+	const int k = snprintf(needle, sizeof needle, "\"event\":\"checkpoint\",\"step\":%lld",
+			       (long long)step);
+	int found = 0;
+	for (const char *p = buf; !found && (p = strstr(p, needle)); p += k)
+		found = p[k] < '0' || p[k] > '9';
+	free(buf);
+	return found;
 }
 
 /* The checkpoint of the state after step t->step, at sample offset of

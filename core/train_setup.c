@@ -476,12 +476,10 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 				  (long long)set->ds.classes, (long long)set->ds.classes);
 	if (outs < set->ds.classes) {
 		/* the labels' file where the source has one (idx): a corrupt
-		 * one is as likely as a wrong `out` */
+		 * one is as likely as a wrong `out`.  The set's own only: an
+		 * evaluation set without `labels` reads its own files, never
+		 * [data]'s training labels, which it would name wrongly */
 		const char *sec = set->ds.section, *lab = kiln_config_get(t->cfg, sec, "labels");
-		/* (not for an evaluation set beside training: its idx files are
-		 * never [data]'s, whose labels it would name) */
-		if (!lab && strcmp(sec, "data") && !t->training)
-			lab = kiln_config_get(t->cfg, sec = "data", "labels");
 		char from[4400] = "";
 		if (lab && *lab)
 			snprintf(from, sizeof from, " (labels = %s, %s: its largest label is %lld)", lab,
@@ -707,6 +705,10 @@ static kiln_status open_out_dir(struct trainer *t)
 	st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
 	if (st)
 		return st;
+	/* the run before logged the step's checkpoint event (or was killed
+	 * between the file's rename and the event: then this run logs it) */
+	if (t->resumed && trainer_checkpoint_logged(out_dir, t->pos.step))
+		t->logged_step = t->pos.step;
 	if (t->resumed)
 		trainer_jsonl(t, json_pack("{s:s, s:I, s:I, s:I}", "event", "resume", "epoch",
 					   (json_int_t)t->pos.epoch + 1, "step",

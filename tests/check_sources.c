@@ -816,12 +816,12 @@ START_TEST(test_tar_shards)
 	st = open_src("tar", "data", "train", kv("data.path", "ds/train"),
 		      "data.shards=shard-000.tar,shard-009.tar", NULL);
 	ASSERT_OPEN_FAILS(st, KILN_EIO, tpath("ds/train/shard-009.tar"), "No such file");
-	/* a numbered set with a shard deleted: an error naming it, not
-	 * skipped (session 33) */
-	write_raw("gap/train/shard-000000.tar", a.p, a.n);
-	write_raw("gap/train/shard-000002.tar", b.p, b.n);
+	/* numbers with a gap: read as they are (tar shards are numbered by
+	 * other tools, 1-based or a subset; kiln pack writes no tar) */
+	write_raw("gap/train/shard-000001.tar", a.p, a.n);
+	write_raw("gap/train/shard-000003.tar", b.p, b.n);
 	st = open_src("tar", "data", "train", kv("data.path", "gap"), NULL);
-	ASSERT_OPEN_FAILS(st, KILN_EDATA, tpath("gap/train/shard-000001.tar"), "is missing");
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
 	/* a directory without shards */
 	mkdirs("empty", 1);
 	st = open_src("tar", "data", "train", kv("data.path", "empty"), NULL);

@@ -193,7 +193,9 @@ END_TEST
 /* A numbered split with a shard missing (train-000002.bin of 5 deleted)
  * is a data error naming the missing file, in the directory form and the
  * subdirectory form (before session 33 the run read 4 shards silently);
- * names of another form, and a `shards` list, are read as they are. */
+ * a run starting above 0 (1-based numbering, a held-out subset, one shard)
+ * is whole; names of another form, and a `shards` list, are read as they
+ * are. */
 START_TEST(test_shard_gap)
 {
 	uint16_t *t = seq(20, 1, 0, 256);
@@ -208,7 +210,7 @@ START_TEST(test_shard_gap)
 	}
 	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "d"), "data.context=4", NULL),
 			 KILN_EDATA);
-	snprintf(want, sizeof want, "%s is missing: the split's 4 shards are numbered as kiln pack numbers them",
+	snprintf(want, sizeof want, "%s is missing: the split's 4 shards are numbered 000000 .. 000004 as kiln pack numbers them",
 		 tpath("d/train-000002.bin"));
 	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
 	ck_assert_int_eq(open_tokens("data.eval", "test", kv("data.path", "d"), "data.context=4", NULL),
@@ -222,11 +224,25 @@ START_TEST(test_shard_gap)
 	struct kiln_source_info info;
 	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
 	ck_assert_int_eq(info.len, 20); /* 5 shards of 4 windows */
-	/* the first shard missing is a gap too */
+	/* the first shard missing: 1 .. 4 is a whole run (1-based numbering,
+	 * or a subset), not a gap */
 	ck_assert_int_eq(unlink(tpath("d/train-000000.bin")), 0);
-	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "d"), "data.context=4", NULL),
+	OPEN_OK("data", "train", kv("data.path", "d"), "data.context=4");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 16);
+	/* a held-out subset far from 0, and one shard copied alone */
+	write_shard("h/train-000900.bin", t, 20);
+	write_shard("h/train-000901.bin", t, 20);
+	OPEN_OK("data", "train", kv("data.path", "h"), "data.context=4");
+	write_shard("o/train-00003.bin", t, 20);
+	OPEN_OK("data", "train", kv("data.path", "o"), "data.context=4");
+	/* ... but a gap inside it is refused */
+	write_shard("h/train-000903.bin", t, 20);
+	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "h"), "data.context=4", NULL),
 			 KILN_EDATA);
-	ck_assert_ptr_nonnull(strstr(kiln_last_error(), tpath("d/train-000000.bin")));
+	snprintf(want, sizeof want, "%s is missing: the split's 3 shards are numbered 000900 .. 000903",
+		 tpath("h/train-000902.bin"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
 	/* names of another form (not 5 or 6 digits): not checked */
 	write_shard("e/train-1.bin", t, 20);
 	write_shard("e/train-3.bin", t, 20);
@@ -689,6 +705,79 @@ START_TEST(test_bpe_merges_truncated)
 }
 END_TEST
 
+static char warned[2048];
+static void keep_warning(void *user, int level, const char *who, const char *msg)
+{
+	(void)user, (void)who;
+	if (level == KILN_LOG_WARN)
+		snprintf(warned, sizeof warned, "%s", msg);
+}
+
+/* Tokens no merge makes that are not a cut-short tail: RoBERTa-style
+ * specials ("<s>", "<pad>", "</s>", "<unk>", "<mask>") after the merges'
+ * tokens are accepted quietly, a token left unmade among the made ones
+ * with a warning; the merges cut short are still refused with them. */
+START_TEST(test_bpe_merges_specials)
+{
+	char v[1024], m[1024];
+	struct tokenizer *tk = NULL;
+	test_data_path(v, sizeof v, "bpe/vocab.json");
+	test_data_path(m, sizeof m, "bpe/merges.txt");
+	char all[16384];
+	FILE *f = fopen(v, "r");
+	ck_assert_ptr_nonnull(f);
+	size_t len = fread(all, 1, sizeof all - 200, f);
+	fclose(f);
+	while (len && all[len - 1] != '}')
+		len--;
+	ck_assert_uint_gt(len, 0);
+	len += (size_t)sprintf(all + len - 1, ", \"<s>\": 377, \"<pad>\": 378, \"</s>\": 379, \"<unk>\": 380, \"[unused0]\": 381, \"<mask>\": 382}") - 1;
+	write_tmp("roberta.json", all, len);
+	const int level = kiln_log_get_level(); /* (the fixture's: errors only) */
+	kiln_log_set_level(KILN_LOG_WARN);
+	kiln_log_set_sink(keep_warning, NULL);
+	warned[0] = 0;
+	ck_assert_msg(tokenizer_open_bpe(tpath("roberta.json"), m, &tk) == KILN_OK, "%s",
+		      kiln_last_error());
+	tokenizer_close(tk);
+	ck_assert_str_eq(warned, "");
+	/* the first merge ("h e" makes id 256) left out: a warning naming it */
+	f = fopen(m, "r");
+	ck_assert_ptr_nonnull(f);
+	len = fread(all, 1, sizeof all - 1, f);
+	fclose(f);
+	all[len] = 0;
+	char *l1 = strchr(all, '\n') + 1, *l2 = strchr(l1, '\n') + 1;
+	memmove(l1, l2, len + 1 - (size_t)(l2 - all));
+	len -= (size_t)(l2 - l1);
+	write_tmp("m-1.txt", all, len);
+	ck_assert_msg(tokenizer_open_bpe(tpath("roberta.json"), tpath("m-1.txt"), &tk) == KILN_OK,
+		      "%s", kiln_last_error());
+	tokenizer_close(tk);
+	char want[1400];
+	snprintf(want, sizeof want, "%s: 1 token(s) of the vocabulary are made by no merge, the first \"he\" (id 256): they are read only as whole tokens",
+		 tpath("m-1.txt"));
+	ck_assert_msg(strstr(warned, want), "%s", warned);
+	kiln_log_set_sink(NULL, NULL);
+	kiln_log_set_level(level);
+	/* cut short after 60 merges: still refused, the specials aside */
+	f = fopen(m, "r");
+	ck_assert_ptr_nonnull(f);
+	len = fread(all, 1, sizeof all - 1, f);
+	fclose(f);
+	all[len] = 0;
+	char *end = all;
+	for (int i = 0; i < 61; i++) /* the version line and 60 merges */
+		end = strchr(end, '\n') + 1;
+	write_tmp("cut60.txt", all, (size_t)(end - all));
+	ck_assert_int_eq(tokenizer_open_bpe(tpath("roberta.json"), tpath("cut60.txt"), &tk), KILN_EDATA);
+	ck_assert_ptr_null(tk);
+	snprintf(want, sizeof want, "%s: 60 token(s) of the vocabulary are made by no merge, the first \"42\" (id 316), and they are the ids above every merge's",
+		 tpath("cut60.txt"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+}
+END_TEST
+
 /* ---- kiln pack --format tokens ---------------------------------------- */
 
 /* Pack two text files byte-level with a val fraction and read them back
@@ -890,7 +979,7 @@ static Suite *make_tokens_suite(void)
 		test_loader_workers_world_resume, test_dataset_checks_targets, test_graph_token_input,
 		NULL });
 	check_add_case(s, "tokenizer", 0, setup, teardown, (const TTest *[]){
-		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, test_bpe_merges_truncated,
+		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, test_bpe_merges_truncated, test_bpe_merges_specials,
 		NULL });
 	check_add_case(s, "pack", 60, setup, teardown, (const TTest *[]){
 		test_pack_bytes, test_pack_bpe, test_pack_killed, test_pack_failed_leaves_nothing,

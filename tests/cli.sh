@@ -215,6 +215,19 @@ if [ ! -e /usr/bin/kiln ] && [ ! -e /bin/kiln ]; then
 	kiln 0 launch -n 2 -- kiln --version
 	PATH=$save_path
 	[ "$(grep -c 'plugin ABI' "$out")" = 2 ] || fail "two ranks of 'kiln --version': $(cat "$out")"
+	stderr_has "kiln launch: no 'kiln' on PATH: the ranks run this kiln, /"
+	# a `kiln` on PATH that cannot run (its interpreter missing) is that
+	# error, not this kiln in its place (session 33's fallback took ENOENT
+	# from it for "no kiln")
+	mkdir -p "$tmp/badbin"
+	printf '#!/nonexistent/interpreter\n' > "$tmp/badbin/kiln"
+	chmod +x "$tmp/badbin/kiln"
+	PATH=$tmp/badbin:/usr/bin:/bin
+	kiln 127 launch -n 1 -- kiln --version
+	PATH=$save_path
+	stderr_has "kiln launch: error: cannot run 'kiln': No such file or directory"
+	! grep -q 'plugin ABI' "$out" || fail "a broken 'kiln' on PATH ran this kiln instead"
+	! grep -q "no 'kiln' on PATH" "$err" || fail "a 'kiln' on PATH was taken for none"
 fi
 
 # ---- kiln plugins -------------------------------------------------------------

@@ -35,6 +35,12 @@ tok "$tmp/t2.ini" "$tmp/tok" "train_000.bin, nope.bin"
 kiln 3 summary "$tmp/t2.ini"
 stderr_has "kiln: error: $tmp/tok/nope.bin: cannot open the token shard ([data] shards, set at $tmp/t2.ini:$(line "$tmp/t2.ini" shards)): No such file or directory"
 
+# a missing path beside shards that are all absolute: path names nothing
+# read (exit 3 "cannot open the tokens data" in session 33's first form)
+tok "$tmp/t4.ini" "$tmp/nodir" "$tmp/tok/train_000.bin"
+kiln 0 summary "$tmp/t4.ini"
+stdout_has '"params": '
+
 # the evaluation shards missing: summary needs only the training data;
 # memory opens both, as training does
 tok "$tmp/t3.ini" "$tmp/tok" "train_*.bin"

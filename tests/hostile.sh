@@ -325,5 +325,16 @@ kiln 2 train "$ini" "$d" "data.eval.labels=$tmp/badlab.idx" run.out_dir=
 stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data.eval] has 129 classes (labels = $tmp/badlab.idx, command line 'data.eval.labels=$tmp/badlab.idx': its largest label is 128)"
 kiln 2 train "$ini" "$d" data.val.images=tr_cnn_images.idx "data.val.labels=$tmp/badlab.idx" run.out_dir=
 stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data.val] has 129 classes (labels = $tmp/badlab.idx, command line 'data.val.labels=$tmp/badlab.idx': its largest label is 128)"
+# an evaluation set reading its own standard-named files (no labels key)
+# in `kiln eval`: the message names no labels file (session 33 named
+# [data]'s training labels, which the set never read)
+mkdir -p "$tmp/evd"
+cp "$tmp/badlab.idx" "$tmp/evd/t10k-labels-idx1-ubyte"
+cp "$data/tr_cnn_images.idx" "$tmp/evd/t10k-images-idx3-ubyte"
+sed -e '/^\[data.eval\]/,/^$/{/^images\|^labels/d}' -e "s|^\[data.eval\]|&\\
+path = $tmp/evd|" "$ini" > "$tmp/evd.ini"
+kiln 0 train "$ini" "$d" run.out_dir="$tmp/evrun" train.epochs=1
+kiln 2 eval "$tmp/evd.ini" "$d" --checkpoint "$(ck evrun 5)"
+stderr_has "evd.ini:43: the model has 5 outputs but the data [data.eval] has 129 classes: set out = 129"
 
 echo "PASS: $checks kiln runs"

@@ -198,6 +198,7 @@ static kiln_status plan_kept(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct conv *s = l->priv;
 	struct kiln_op k = *op;
+	const size_t w0 = *w;
 	k.flags = (k.flags & ~KILN_OPF_FROZEN) | KILN_OPF_KEEP;
 	k.out[k.n_out++] = kept_desc(0);
 	kiln_status st = prep_act(h, l, dev, &k, &s->fwd, &s->act, w);
@@ -215,7 +216,15 @@ static kiln_status plan_kept(const struct kiln_host *h, struct kiln_layer *l,
 	k.out[0] = s->w, k.out[1] = b, k.out[k.n_out - 1] = kept_desc(0);
 	geometry(&k, s);
 	if ((st = plan_bwd_w(h, l, dev, &k, w)) == KILN_ENOTSUP) {
-		s->bwd_w[0] = NULL; /* prepared without: x read as it is, the kept x unread */
+		/* the weight gradient reads x as it is (a kept x in a layout
+		 * other than its kernel's, plugins/cpu/conv.c): the forward is
+		 * prepared again without keeping it, which would write an unread
+		 * copy every step (the plans are freed with the layer's) */
+		s->bwd_w[0] = s->fwd = s->act = NULL;
+		s->kept_x = 0;
+		*w = w0;
+		h->log(KILN_LOG_DEBUG, "conv", "layer '%s': the weight gradient reads x as it is (its kept copy refused): the forward keeps none",
+		       l->name);
 		return KILN_OK;
 	}
 	s->kept_dy = st ? 0 : h->device_aux_bytes(dev, s->bwd_w[0]);

@@ -61,6 +61,7 @@ void cpu_dnn_free(struct cpu_dnn *d)
 	pthread_mutex_destroy(&d->lock);
 	free(d->w_kern);
 	free(d->w_tmp);
+	free(d->zero_state);
 	free(d);
 }
 

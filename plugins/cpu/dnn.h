@@ -49,6 +49,8 @@ struct cpu_dnn {
 	size_t w_kern_bytes;
 	const uint64_t *w_gen; /* read atomically */
 	void *w_kern, *w_tmp;
+	/* rnn.c's zero initial state (h0, c0; CPU_BIND_FIXED), or NULL */
+	void *zero_state;
 };
 
 const char *cpu_dnnl_str(dnnl_status_t s);

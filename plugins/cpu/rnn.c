@@ -21,8 +21,9 @@
  *     nothing to gather: oneDNN reads x and dy and writes dx in place.
  *
  * The initial state (h0, and c0 for the LSTM) is zero, given to oneDNN as
- * memory of zeros (src_iter, src_iter_c; their gradients written into the
- * workspace and dropped), not as no memory: oneDNN 2.6's LSTM backward
+ * memory of zeros (src_iter, src_iter_c: the plan's own, zeroed once at
+ * prepare, cpu_dnn.zero_state; their gradients written into the workspace
+ * and dropped), not as no memory: oneDNN 2.6's LSTM backward
  * (and its current source) computes the weight_hh gradient of a sequence
  * whose dst is one contiguous block, which in ntc is one row of one step,
  * by one GEMM over the states that assumes src_iter was given; without
@@ -36,6 +37,7 @@
 #include "dnn.h"
 
 #include <stdio.h>
+#include <stdlib.h> /* aligned_alloc */
 #include <string.h>
 
 #define RNN_AL(n) (((size_t)(n) + 63) & ~(size_t)63)
@@ -46,8 +48,9 @@ enum {
 	/* workspace: PyTorch's weights in oneDNN's gate order (ldgoi; GRU), the
 	 * primitive's layouts, the gathered input, dst (inference) or dx
 	 * (backward), the gathered dy (inference: the lengths), the weight
-	 * gradients both ways, the bias gradient, the zero initial state (h0,
-	 * c0), its gradient (backward; dropped), oneDNN's scratchpad */
+	 * gradients both ways, the bias gradient, (unused: 0 bytes; the zero
+	 * initial state is cpu_dnn.zero_state), the initial state's gradient
+	 * (backward; dropped), oneDNN's scratchpad */
 	R_O_WL, R_O_WI, R_O_WLP, R_O_WIP, R_O_SRC, R_O_DST, R_O_DDST, R_O_DWLP, R_O_DWIP,
 	R_O_DB, R_O_DWL, R_O_DWI, R_O_H0, R_O_DH0, R_O_SCR,
 	/* aux after oneDNN's workspace: dst, lengths, oneDNN's bias */
@@ -170,13 +173,6 @@ static void rnn_grads_out(const struct cpu_plan *p, const char *ws, const struct
 	}
 }
 
-/* h0 (and c0) = 0: [B, H] each in the workspace */
-static void rnn_zero_state(const struct cpu_plan *p, char *ws)
-{
-	const int64_t *v = p->dnn->sz;
-	memset(ws + v[R_O_H0], 0, (size_t)(v[R_O_DH0] - v[R_O_H0]));
-}
-
 static kiln_status rnn_forward(const struct cpu_plan *p, const struct kiln_op_args *a,
 			       struct cpu_err *e)
 {
@@ -191,7 +187,6 @@ static kiln_status rnn_forward(const struct cpu_plan *p, const struct kiln_op_ar
 	struct kiln_op_args b = { .in = { dst, aux, bias }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
 	rnn_weights_in(p, a->in[1], a->in[2], a->in[3], a->in[4], ws, bias, &b);
-	rnn_zero_state(p, ws);
 	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
 	if (gather)
 		rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)p->op.i[1], 0);
@@ -213,7 +208,6 @@ static kiln_status rnn_backward(const struct cpu_plan *p, const struct kiln_op_a
 	struct kiln_op_args b = { .in = { aux + v[R_A_DST], aux, aux + v[R_A_B] }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
 	rnn_weights_in(p, a->in[2], a->in[3], NULL, NULL, ws, NULL, &b);
-	rnn_zero_state(p, ws);
 	/* out[0] of b: dy as oneDNN reads it, out[1]: where it writes dx,
 	 * out[2], out[3]: the weight gradients' (rnn_dw_direct) */
 	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
@@ -298,8 +292,11 @@ static size_t rnn_offsets(int64_t *v, const_dnnl_primitive_desc_t pd, int bwd)
 		sz[R_O_DWL] = sz[R_O_WL];
 		sz[R_O_DWI] = sz[R_O_WI];
 	}
-	/* h0 and c0 (the GRU's c0 unused), their gradients */
-	sz[R_O_H0] = sz[R_O_DH0] = (size_t)(2 * B * H) * f;
+	/* the gradients of h0 and c0 (the LSTM's; backward): written by
+	 * oneDNN, dropped.  h0 and c0 are the plan's (rnn_steps), not here:
+	 * zeroed once, not on every call (2 * B * H floats a call before) */
+	sz[R_O_H0] = 0;
+	sz[R_O_DH0] = bwd ? (size_t)((G == 4 ? 2 : 1) * B * H) * f : 0;
 	sz[R_O_SCR] = cpu_dnn_scratch(pd);
 	for (int k = R_O_WL; k <= R_O_SCR; k++) {
 		v[k] = (int64_t)off;
@@ -348,13 +345,20 @@ static kiln_status rnn_steps(struct cpu_ctx *c, struct cpu_plan *p, const_dnnl_p
 	RNN_MEM(dnnl_query_src_md, 0, CPU_BIND_IN, 5, 0, DNNL_ARG_SRC_LAYER);
 	RNN_MEM(dnnl_query_weights_md, 2, CPU_BIND_IN, 2, 0, DNNL_ARG_BIAS);
 	RNN_MEM(dnnl_query_dst_md, 0, CPU_BIND_IN, 0, 0, DNNL_ARG_DST_LAYER);
-	/* the zero initial state (rnn_zero_state) */
+	/* the zero initial state: h0 (and c0), [B, H] each, the plan's own
+	 * bytes zeroed here once (oneDNN only reads them) */
 	const size_t hb = (size_t)(v[R_B] * v[R_H]) * sizeof(float);
 	const int lstm = !p->op.i[0];
-	RNN_MEM(dnnl_query_src_md, 1, CPU_BIND_WS, 0, v[R_O_H0], DNNL_ARG_SRC_ITER);
-	if (lstm)
-		RNN_MEM(dnnl_query_src_md, 2, CPU_BIND_WS, 0, (size_t)v[R_O_H0] + hb,
-			DNNL_ARG_SRC_ITER_C);
+	if (!(d->zero_state = aligned_alloc(64, RNN_AL((lstm ? 2 : 1) * hb))))
+		return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory (the initial state)",
+				      cpu_op_name(p->op.type), geom);
+	memset(d->zero_state, 0, RNN_AL((lstm ? 2 : 1) * hb));
+	RNN_MEM(dnnl_query_src_md, 1, CPU_BIND_FIXED, 0, 0, DNNL_ARG_SRC_ITER);
+	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[m], d->zero_state));
+	if (lstm) {
+		RNN_MEM(dnnl_query_src_md, 2, CPU_BIND_FIXED, 0, 0, DNNL_ARG_SRC_ITER_C);
+		CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[m], (char *)d->zero_state + hb));
+	}
 	if (training)
 		RNN_MEM(dnnl_query_workspace_md, 0, CPU_BIND_IN, 1, 0, DNNL_ARG_WORKSPACE);
 	if (bwd) {

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 
+#include <ctype.h>    /* isspace */
 #include <dirent.h>   /* opendir, readdir */
 #include <errno.h>    /* errno, EINTR */
 #include <glob.h>     /* glob: shards patterns */
@@ -103,17 +104,55 @@ int loaders_join(char *out, size_t n, const char *dir, const char *name)
 	return len < 0 || (size_t)len >= n;
 }
 
+/* "set at FILE:LINE" or "the default": where `key` of section comes from,
+ * in the words loaders_shards_key and the idx source use. */
+static const char *where_said(const struct kiln_host *host, const struct kiln_config *cfg,
+			      const char *section, const char *key, char *out, size_t n)
+{
+	const char *w = host->config_where(cfg, section, key);
+	if (!strcmp(w, "default"))
+		snprintf(out, n, "the default");
+	else
+		snprintf(out, n, "set at %s", w);
+	return out;
+}
+
+/* Whether every name of a `shards` list is absolute: then `path`, the
+ * directory of relative names, is not read. */
+static int shards_all_absolute(const char *list)
+{
+	if (!list || !*list)
+		return 0;
+	for (const char *p = list; *p;) {
+		while (*p == ',' || isspace((unsigned char)*p))
+			p++;
+		if (!*p)
+			break;
+		if (*p != '/')
+			return 0;
+		while (*p && *p != ',' && !isspace((unsigned char)*p))
+			p++;
+	}
+	return 1;
+}
+
 kiln_status loaders_path_is_dir(const struct kiln_host *host, const struct kiln_config *cfg,
 				const char *section, const char *who, const char *path, int *is_dir)
 {
 	struct stat sb;
+	char w[4200];
 	*is_dir = 0;
 	if (!path || !*path)
 		return KILN_OK;
-	if (stat(path, &sb) != 0)
-		return host->error(KILN_EIO, "%s: cannot open the %s data ([%s] path, set at %s): %s",
-				   path, who, section, host->config_where(cfg, section, "path"),
+	if (stat(path, &sb) != 0) {
+		/* a path set but missing beside a shards list of absolute
+		 * files names nothing that is read (it worked before session 33) */
+		if (errno == ENOENT && shards_all_absolute(host->config_get(cfg, section, "shards")))
+			return KILN_OK;
+		return host->error(KILN_EIO, "%s: cannot open the %s data ([%s] path, %s): %s", path,
+				   who, section, where_said(host, cfg, section, "path", w, sizeof w),
 				   strerror(errno));
+	}
 	*is_dir = S_ISDIR(sb.st_mode);
 	return KILN_OK;
 }
@@ -123,9 +162,8 @@ void loaders_shards_key(const struct kiln_host *host, const struct kiln_config *
 {
 	const char *list = host->config_get(cfg, section, "shards");
 	const char *key = list && *list ? "shards" : "path";
-	const char *w = host->config_where(cfg, section, key);
-	int def = !strcmp(w, "default");
-	snprintf(out, n, "[%s] %s, %s%s", section, key, def ? "the default" : "set at ", def ? "" : w);
+	char w[4200];
+	snprintf(out, n, "[%s] %s, %s", section, key, where_said(host, cfg, section, key, w, sizeof w));
 }
 
 /* The split the core asks `section` for (core/train_setup.c): only that
@@ -140,7 +178,6 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
 			       const char *split, int split_is_key, char *out, size_t n,
 			       int *is_dir)
 {
-	struct stat sb;
 	*is_dir = 0;
 	if (!path || !*path)
 		return host->error(KILN_ECONFIG, "[%s] path is not set: source %s needs it (%s)",
@@ -148,11 +185,11 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
 				   !strcmp(who, "folder") ? "the directory of class subdirectories" :
 				   !strcmp(who, "tar") ? "a directory of .tar shards or one .tar file; or set shards" :
 				   "the LMDB environment, a directory or a data file");
-	if (stat(path, &sb) != 0)
-		return host->error(KILN_EIO, "%s: cannot open the %s data ([%s] path, set at %s): %s",
-				   path, who, section, host->config_where(cfg, section, "path"),
-				   strerror(errno));
-	if (S_ISDIR(sb.st_mode) && split && *split && !strchr(split, '/')) {
+	int path_dir;
+	kiln_status st = loaders_path_is_dir(host, cfg, section, who, path, &path_dir);
+	if (st)
+		return st;
+	if (path_dir && split && *split && !strchr(split, '/')) {
 		char sub[4096];
 		struct stat ss;
 		if (loaders_join(sub, sizeof sub, path, split))
@@ -187,7 +224,7 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
 				   !strcmp(section, "data.eval") ? "set [train] eval = 0" : "remove [data.val]");
 	if (snprintf(out, n, "%s", path) >= (int)n)
 		return host->error(KILN_ECONFIG, "[%s] path: %s is too long", section, path);
-	*is_dir = S_ISDIR(sb.st_mode);
+	*is_dir = path_dir;
 	return KILN_OK;
 }
 
@@ -330,6 +367,12 @@ static const char *base_name(const char *path)
 	return s ? s + 1 : path;
 }
 
+static int cmp_long(const void *a, const void *b)
+{
+	const long x = *(const long *)a, y = *(const long *)b;
+	return (x > y) - (x < y);
+}
+
 /* name's kiln pack number: name is STEM-DIGITS then suffix, the digits at
  * least 5; *stem (its length *sl) and *width (the digits') set.  -1 when
  * the name is of another form. */
@@ -374,24 +417,27 @@ kiln_status loaders_shards_contiguous(const struct kiln_host *host, char *const 
 		if (pack_number(name, suffix, &sl, &w) >= 0 && w > w0 && name[sl + 1] == '0')
 			return KILN_OK;
 	}
-	/* the numbers, in whatever order v is: distinct and below n, they are
-	 * 0 .. n - 1; else the least one absent is missing */
-	unsigned char *seen = calloc(n, 1);
-	if (!seen)
+	/* the numbers, sorted: a gap inside lo .. hi is a shard lost from the
+	 * run (deleted, or not copied).  The run may start above 0 and end
+	 * anywhere: a held-out directory of data-000900 .. data-000999, one
+	 * shard copied for a smoke test, or 1-based numbering are whole. */
+	long *k = malloc(n * sizeof *k);
+	if (!k)
 		return host->error(KILN_ENOMEM, "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		const long k = pack_number(base_name(v[i]), suffix, &sl, &w);
-		if (k >= 0 && (size_t)k < n)
-			seen[k] = 1;
-	}
-	size_t miss = 0;
-	while (miss < n && seen[miss])
-		miss++;
-	free(seen);
-	if (miss == n)
+	for (size_t i = 0; i < n; i++)
+		k[i] = pack_number(base_name(v[i]), suffix, &sl, &w);
+	qsort(k, n, sizeof *k, cmp_long);
+	long miss = -1;
+	for (size_t i = 1; i < n && miss < 0; i++)
+		if (k[i] > k[i - 1] + 1)
+			miss = k[i - 1] + 1;
+	const long lo = k[0], hi = k[n - 1];
+	free(k);
+	if (miss < 0)
 		return KILN_OK;
-	return host->error(KILN_EDATA, "%.*s%.*s-%0*zu%s is missing: the split's %zu shards are numbered as kiln pack numbers them (%s, ...), but this one is not there (deleted, or not copied); restore it, or list the shards to read in `shards`",
-			   (int)(first - v[0]), v[0], (int)sl0, first, (int)w0, miss, suffix, n, first);
+	return host->error(KILN_EDATA, "%.*s%.*s-%0*ld%s is missing: the split's %zu shards are numbered %0*ld .. %0*ld as kiln pack numbers them (%s, ...), but this one is not there (deleted, or not copied); restore it, or list the shards to read in `shards`",
+			   (int)(first - v[0]), v[0], (int)sl0, first, (int)w0, miss, suffix, n,
+			   (int)w0, lo, (int)w0, hi, first);
 }
 
 /* The regular files of dir whose names start with `prefix` and end in

@@ -59,9 +59,11 @@ void loaders_shards_sort(struct loaders_names *l, size_t from);
 /* The shards v[0, n) of one split found by listing a directory (full
  * paths, in shard order): when every name is kiln pack's "S-NNNNN" or
  * "S-NNNNNN" then `suffix` (one stem S, %05d or %06d numbers), the numbers
- * must be 0, 1, ..., n - 1; a missing one is KILN_EDATA naming its file
- * (a deleted shard was skipped silently: session 33).  Names of another
- * form are not checked. */
+ * must have no gap between the least and the greatest; a missing one is
+ * KILN_EDATA naming its file (a deleted shard was skipped silently:
+ * session 33).  A run starting above 0 (1-based, or a subset of a split)
+ * is whole.  Names of another form are not checked.  kiln's own formats
+ * only: tar shards are written by other tools, numbered their way. */
 kiln_status loaders_shards_contiguous(const struct kiln_host *host, char *const *v, size_t n,
 				      const char *suffix);
 

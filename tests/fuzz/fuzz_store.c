@@ -5,12 +5,15 @@
  * while the replies are drained, then the connection is closed and the
  * store must still answer its own client's set and check.
  *
- * The harness first answers the greeting's challenge (AUTH with the MAC of
- * its nonce under $KILN_STORE_TOKEN, which fuzz_init sets): the server
- * drops a connection whose first request is anything else, so without it
- * every input ended at the AUTH check and SET, ADD, CLAIM and JOIN were
- * never reached (sessions 25-33).  store_mac comes from core/store_msg.c,
- * compiled in (libkiln exports only kiln_*).
+ * The input's first byte chooses (and is not sent): odd, the harness first
+ * answers the greeting's challenge (AUTH with the MAC of its nonce under
+ * $KILN_STORE_TOKEN, which fuzz_init sets), so the rest reaches SET, ADD,
+ * CLAIM and JOIN (the server drops a connection whose first request is
+ * anything else: without it every input ended at the AUTH check, sessions
+ * 25-33); even, the rest is sent as it is, a stranger's first bytes to the
+ * greeting and AUTH parser, the part a network reaches without the token
+ * (always authenticating left it unfuzzed, session 33).  store_mac comes
+ * from core/store_msg.c, compiled in (libkiln exports only kiln_*).
  */
 #include "fuzz.h"
 #include "store.h" /* the wire format, store_mac */
@@ -130,7 +133,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	}
 	int fd = connect_local(kiln_store_port(s));
-	authenticate(fd);
+	const int auth = size > 0 && (data[0] & 1);
+	if (auth)
+		authenticate(fd);
+	if (size > 0)
+		data++, size--;
 	exchange(fd, data, size);
 	close(fd);
 	void *val = NULL;
