@@ -617,7 +617,7 @@ endif
 # hosts equal one process, a delayed link, a cut link, a frozen rank, a
 # killed host (docs/distributed.md "Several machines")
 TESTS += tests/dist_netns.sh
-EXTRA_DIST += tests/dist_netns.sh tests/netns_wire.py tests/netns_lib.sh tests/netns_rsh.sh
+EXTRA_DIST += tests/dist_netns.sh tests/netns_wire.py tests/netns_lib.sh tests/netns_rsh.sh tests/store_ns_lib.sh
 # kiln launch --max-restarts: a killed rank, the job restarted from the
 # newest checkpoint, bit-identical to the uninterrupted run
 TESTS += tests/launch_restart.sh

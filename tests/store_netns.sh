@@ -17,31 +17,8 @@
 name=store_netns needs=gloo
 . "$(dirname "$0")/dist_common.sh"
 
-[ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
-command -v ip > /dev/null && command -v unshare > /dev/null || { echo "SKIP: no iproute2 or unshare"; exit 77; }
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no python3"; exit 77; }
-ns=ks$$
-ip netns add "$ns-probe" 2> /dev/null || { echo "SKIP: ip netns add is not permitted here"; exit 77; }
-ip netns del "$ns-probe"
-. "$srcdir/tests/netns_lib.sh"
-trap 'net_down; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
-export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}"
-client="$srcdir/tests/store_client.py"
-ini="$tmp/mlp.ini"
-mlp_ini "$ini" 5 20 gloo
-
-now() { date +%s.%N; }
-# key KEY: the store's value of KEY, asked from host 0
-key() { ip netns exec "$ns-h0" timeout 20 "$py" "$client" check 10.77.0.1 29611 "$1" 2> /dev/null || echo "(no store)"; }
-# rank NAME H R: rank R of 3 on host H (host name kiln-hH) in the background ($rank_pid)
-rank() {
-	ip netns exec "$ns-h$2" unshare --uts sh -c 'hostname "$0" && exec "$@"' "kiln-h$2" \
-		env KILN_RANK="$3" KILN_WORLD_SIZE=3 KILN_MASTER_ADDR=10.77.0.1 KILN_MASTER_PORT=29611 \
-		timeout 120 "$kiln" train "$ini" run.out_dir="$tmp/$1" train.max_steps=4 \
-		plugin.gloo.iface=eth0 dist.timeout=30 > "$tmp/$1.log" 2>&1 &
-	rank_pid=$!
-}
+ns=ks$$ rank_timeout=30
+. "$srcdir/tests/store_ns_lib.sh"
 
 net_up 3
 rank r0 0 0; p0=$rank_pid
