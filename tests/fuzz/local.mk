@@ -57,7 +57,12 @@ fuzz_store_SRC = core/store.c core/store_msg.c core/store_server.c
 fuzz_sources_SRC = $(FUZZ_LOADERS_SRC) plugins/loaders/image.c
 fuzz_sources_LIBS = $(TURBOJPEG_LIBS) $(PNG_LIBS)
 
-fuzz-bin/fuzz_%: $(srcdir)/tests/fuzz/fuzz_%.c $(srcdir)/tests/fuzz/fuzz.h libkiln.la
+# (the reader's sources are prerequisites too, by GNU make's second
+# expansion: before session 33 an edit of, say, plugins/loaders/common.c
+# alone did not rebuild fuzz_sources)
+.SECONDEXPANSION:
+fuzz-bin/fuzz_%: $(srcdir)/tests/fuzz/fuzz_%.c $(srcdir)/tests/fuzz/fuzz.h libkiln.la \
+		$$(addprefix $$(srcdir)/,$$(fuzz_$$*_SRC))
 	@test -n "$(FUZZ_CC)" || { echo "make fuzz needs clang with libFuzzer (configure found none)"; exit 1; }
 	@$(MKDIR_P) fuzz-bin
 	$(AM_V_CCLD)$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_CPPFLAGS) -o $@ $< \
