@@ -21,7 +21,9 @@
 #     multiple; serialized is refused), where available, each stage's own
 #     stream sending its unpaired hand-off tokens (send_now, p2p_buffered:
 #     session 33), the same bytes with sendrecv = 0 and zero_copy = 0
-#     (whose tensors the send stream sends), and stage 1's rank
+#     (whose tensors the send stream sends); [train] clip_norm on 2
+#     stages ends where one process does (the pipe's norm gathered by
+#     stage 0 over send_now: session 33), and stage 1's rank
 #     killed mid-run ends the job non-zero within the timeout, naming it;
 #     world rank 3 of P = 2 x D = 2 stopped, the split communicators'
 #     messages name it by its world rank (session 15);
@@ -383,6 +385,25 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 	[ "$(grep -c "\[pipeline\] stage [01]: sendrecv = auto: hand-offs paired on mpi" "$tmp/m2.log")" = 2 ] ||
 		{ bad "m2: sendrecv = auto does not say it pairs mpi's hand-offs"; grep "sendrecv = auto" "$tmp/m2.log"; }
 	paired m4 "0 6 24" "1 18 48" "2 30 48" "3 18 24"
+	# [train] clip_norm on mpi: the pipe's sum of the stages' squared
+	# norms goes by point-to-point there too since send_now (session 33:
+	# stage 0 gathers the stages' partial sums and sends the total back;
+	# before, an allreduce); clipped (the norms logged at steps 3 and 6
+	# above 0.05), 2 stages on 2 ranks end where one process does
+	# (section 7's gloo case, 1e-5), and stage 0's rank logs the whole
+	# model's norm, one process's (1e-5); with stage 0's own sum alone
+	# both fail
+	run oc 0 32 train.clip_norm=0.05
+	timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+		-x KILN_MASTER_PORT="$(free_port 3)" -x OMP_NUM_THREADS=1 "$kiln" train "$ini" \
+		run.out_dir="$tmp/mc" train.batch=32 dist.pipeline=2 plugin.mpi.thread_level=multiple \
+		"$two" train.clip_norm=0.05 > "$tmp/mc.log" 2>&1 || { bad "mc: mpirun -np 2 exited $?"; tail -20 "$tmp/mc.log"; }
+	near oc mc "clip_norm 0.05, 2 stages on 2 ranks (mpi)"
+	norms() { grep '"event":"train"' "$tmp/$1/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\),.*"grad_norm":\([^,}]*\).*/\1 \2/p'; }
+	norms oc > "$tmp/oc.norms"; norms mc > "$tmp/mc.norms"
+	paste "$tmp/oc.norms" "$tmp/mc.norms" | awk 'NF == 4 && $1 == $3 && ($2 - $4) ^ 2 <= 1e-10 * $2 ^ 2 { n++ } END { exit n != 2 }' ||
+		{ bad "mc: the logged grad_norm is not one process's"; paste "$tmp/oc.norms" "$tmp/mc.norms"; }
+	awk '$2 <= 0.05 { exit 1 }' "$tmp/mc.norms" || bad "mc: a step's norm is within clip_norm: not clipped"
 	# two threads in MPI: thread_level = serialized (the default) is refused
 	timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT="$(free_port 4)" \
 		-x OMP_NUM_THREADS=1 "$kiln" train "$ini" run.out_dir="$tmp/mser" train.batch=32 \
@@ -662,7 +683,7 @@ grep -q "command line 'layer.fc2.stage=1': the model is cut into stages, and 2 r
 echo "ok: errors"
 
 # ---- 7. the pipe's norm: clipping and the non-finite skip -----------------------------
-run oc 0 32 train.clip_norm=0.05
+[ -d "$tmp/oc" ] || run oc 0 32 train.clip_norm=0.05 # (section 3 ran it on mpi)
 run gc 2 32 dist.pipeline=2 "$two" train.clip_norm=0.05
 near oc gc "clip_norm 0.05, 2 stages on 2 ranks"
 nan="$abs_top_builddir/tests/train_nan"
