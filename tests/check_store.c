@@ -1273,6 +1273,44 @@ static void relay_start(struct relay *r, int to, pthread_t *th)
 	pthread_create(th, NULL, relay_main, r);
 }
 
+/* Wait (5 s at most) until the store counts ranks 0 and 1 joined. */
+static void relay_wait_joined(struct kiln_store *q)
+{
+	void *v = NULL;
+	for (int i = 0; i < 500 && (!kiln_store_check(q, "kiln/joined", &v, NULL) && (!v || strcmp(v, "2"))); i++) {
+		free(v);
+		v = NULL;
+		usleep(10000);
+	}
+	ck_assert_msg(v && !strcmp(v, "2"), "ranks 0 and 1 did not join");
+	free(v);
+}
+
+/* Rank 1 connected again through the relay, and the store recorded no
+ * rank lost and refused no claim. */
+static void relay_rejoined(struct relay *rl, struct kiln_store *q)
+{
+	void *v = NULL;
+	ck_assert_int_ge(rl->n, 2);
+	ck_assert_int_eq(kiln_store_lost_rank(q, 300), KILN_STORE_NONE_LOST);
+	ck_assert_int_eq(kiln_store_check(q, STORE_CLAIMS_REFUSED_KEY, &v, NULL), KILN_OK);
+	ck_assert_msg(!v, "a claim was refused: %s", (char *)v);
+}
+
+/* End the relay's thread th and close its sockets. */
+static void relay_stop(struct relay *rl, pthread_t th)
+{
+	pthread_mutex_lock(&rl->mu);
+	rl->stop = 1;
+	pthread_mutex_unlock(&rl->mu);
+	pthread_join(th, NULL);
+	for (int i = 0; i < rl->n; i++)
+		for (int j = 0; j < 2; j++)
+			if (rl->fd[i][j] >= 0)
+				close(rl->fd[i][j]);
+	close(rl->lfd);
+}
+
 /* A host name that resolves to two addresses, the first refusing (the
  * store and the relay listen on 127.0.0.1 only): getaddrinfo interposed
  * for libkiln (the executable's definition wins), the real one for every
@@ -1337,7 +1375,6 @@ static void *rank1_relayed(void *arg)
 static void claim_again_case(const char *host)
 {
 	struct kiln_store *s0, *q, *s2;
-	void *v = NULL;
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 10000, &s0), KILN_OK);
 	const int port = kiln_store_port(s0);
 	struct relay rl;
@@ -1348,13 +1385,7 @@ static void claim_again_case(const char *host)
 	pthread_create(&th0, NULL, rank0_rendezvous, &a);
 	pthread_create(&th1, NULL, rank1_relayed, &b);
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, -1, 3, 5000, &q), KILN_OK);
-	for (int i = 0; i < 500 && (!kiln_store_check(q, "kiln/joined", &v, NULL) && (!v || strcmp(v, "2"))); i++) {
-		free(v);
-		v = NULL;
-		usleep(10000);
-	}
-	ck_assert_msg(v && !strcmp(v, "2"), "ranks 0 and 1 did not join");
-	free(v);
+	relay_wait_joined(q);
 	pthread_mutex_lock(&rl.mu);
 	rl.cut = 1;
 	pthread_mutex_unlock(&rl.mu);
@@ -1365,19 +1396,8 @@ static void claim_again_case(const char *host)
 	pthread_join(th1, NULL);
 	ck_assert_msg(a.st == KILN_OK, "rank 0: %s", a.msg);
 	ck_assert_msg(b.st == KILN_OK, "rank 1: %s", b.msg);
-	ck_assert_int_ge(rl.n, 2); /* rank 1 connected again */
-	ck_assert_int_eq(kiln_store_lost_rank(q, 300), KILN_STORE_NONE_LOST);
-	ck_assert_int_eq(kiln_store_check(q, STORE_CLAIMS_REFUSED_KEY, &v, NULL), KILN_OK);
-	ck_assert_msg(!v, "a claim was refused: %s", (char *)v);
-	pthread_mutex_lock(&rl.mu);
-	rl.stop = 1;
-	pthread_mutex_unlock(&rl.mu);
-	pthread_join(thr, NULL);
-	for (int i = 0; i < rl.n; i++)
-		for (int j = 0; j < 2; j++)
-			if (rl.fd[i][j] >= 0)
-				close(rl.fd[i][j]);
-	close(rl.lfd);
+	relay_rejoined(&rl, q);
+	relay_stop(&rl, thr);
 	kiln_store_close(s2);
 	kiln_store_close(q);
 	kiln_store_close(s0);
@@ -1404,7 +1424,6 @@ END_TEST
 START_TEST(test_claim_again_old_open)
 {
 	struct kiln_store *s0, *q, *s2;
-	void *v = NULL;
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 10000, &s0), KILN_OK);
 	const int port = kiln_store_port(s0);
 	struct relay rl;
@@ -1415,13 +1434,7 @@ START_TEST(test_claim_again_old_open)
 	pthread_create(&th0, NULL, rank0_rendezvous, &a);
 	pthread_create(&th1, NULL, rank1_relayed, &b);
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, -1, 3, 5000, &q), KILN_OK);
-	for (int i = 0; i < 500 && (!kiln_store_check(q, "kiln/joined", &v, NULL) && (!v || strcmp(v, "2"))); i++) {
-		free(v);
-		v = NULL;
-		usleep(10000);
-	}
-	ck_assert_msg(v && !strcmp(v, "2"), "ranks 0 and 1 did not join");
-	free(v);
+	relay_wait_joined(q);
 	pthread_mutex_lock(&rl.mu);
 	rl.mute_n = rl.n;
 	pthread_mutex_unlock(&rl.mu);
@@ -1434,19 +1447,8 @@ START_TEST(test_claim_again_old_open)
 	pthread_mutex_unlock(&rl.mu);
 	pthread_join(th1, NULL);
 	ck_assert_msg(b.st == KILN_OK, "rank 1: %s", b.msg);
-	ck_assert_int_ge(rl.n, 2); /* rank 1 connected again */
-	ck_assert_int_eq(kiln_store_lost_rank(q, 300), KILN_STORE_NONE_LOST);
-	ck_assert_int_eq(kiln_store_check(q, STORE_CLAIMS_REFUSED_KEY, &v, NULL), KILN_OK);
-	ck_assert_msg(!v, "a claim was refused: %s", (char *)v);
-	pthread_mutex_lock(&rl.mu);
-	rl.stop = 1;
-	pthread_mutex_unlock(&rl.mu);
-	pthread_join(thr, NULL);
-	for (int i = 0; i < rl.n; i++)
-		for (int j = 0; j < 2; j++)
-			if (rl.fd[i][j] >= 0)
-				close(rl.fd[i][j]);
-	close(rl.lfd);
+	relay_rejoined(&rl, q);
+	relay_stop(&rl, thr);
 	kiln_store_close(s2);
 	kiln_store_close(q);
 	kiln_store_close(s0);
