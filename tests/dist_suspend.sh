@@ -27,22 +27,29 @@ job_pids() {
 	echo "$1"
 	for _c in $(pgrep -P "$1"); do job_pids "$_c"; done
 }
-timeout 120 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/susp" \
-	train.batch=16 "$@" > "$tmp/susp.log" 2>&1 &
-pid=$!
-i=0
-while [ $i -lt 600 ] && [ "$(cat "$tmp/susp.log" 2>/dev/null | grep -c "step ")" -lt 200 ]; do
-	sleep 0.1
-	i=$((i + 1))
-done
-pids=$(job_pids "$pid")
-# shellcheck disable=SC2086
-kill -STOP $pids 2>/dev/null
-sleep 8
-# shellcheck disable=SC2086
-kill -CONT $pids 2>/dev/null
-wait "$pid"
-rc=$?
+# suspended NAME OVERRIDES...: `kiln launch -n 2` into $tmp/NAME, the whole
+# job stopped for 8 s once its log has 200 step lines, continued; $rc its exit
+suspended() {
+	_n=$1
+	shift
+	timeout 120 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/$_n" \
+		train.batch=16 "$@" > "$tmp/$_n.log" 2>&1 &
+	_pid=$!
+	_i=0
+	while [ $_i -lt 600 ] && [ "$(cat "$tmp/$_n.log" 2>/dev/null | grep -c "step ")" -lt 200 ]; do
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	_pids=$(job_pids "$_pid")
+	# shellcheck disable=SC2086
+	kill -STOP $_pids 2>/dev/null
+	sleep 8
+	# shellcheck disable=SC2086
+	kill -CONT $_pids 2>/dev/null
+	wait "$_pid"
+	rc=$?
+}
+suspended susp "$@"
 echo "the job suspended for 8 s ([dist] timeout = 3 s) exited $rc"
 [ "$rc" = 0 ] || { bad "the suspended job exited $rc"; grep -v '^\[' "$tmp/susp.log" | tail -5; }
 grep -q "stuck" "$tmp/susp.log" && bad "the suspended job called a peer stuck"
@@ -52,22 +59,7 @@ grep -q "stuck" "$tmp/susp.log" && bad "the suspended job called a peer stuck"
 # ---- Gloo's TCP collectives (shm = 0): their waits are Gloo's, on its own
 # clock, and count the suspension: the job fails, but each failed rank says
 # that it stood still itself, not that a peer is stuck (nor names one)
-timeout 120 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/tcp" \
-	train.batch=16 plugin.gloo.shm=0 "$@" > "$tmp/tcp.log" 2>&1 &
-pid=$!
-i=0
-while [ $i -lt 600 ] && [ "$(cat "$tmp/tcp.log" 2>/dev/null | grep -c "step ")" -lt 200 ]; do
-	sleep 0.1
-	i=$((i + 1))
-done
-pids=$(job_pids "$pid")
-# shellcheck disable=SC2086
-kill -STOP $pids 2>/dev/null
-sleep 8
-# shellcheck disable=SC2086
-kill -CONT $pids 2>/dev/null
-wait "$pid"
-rc=$?
+suspended tcp plugin.gloo.shm=0 "$@"
 echo "the job on Gloo's TCP suspended for 8 s exited $rc"
 if [ "$rc" != 0 ]; then
 	grep "kiln: error: " "$tmp/tcp.log" | grep -q "a collective timed out (\[dist\] timeout = 3 s) [0-9.]* s after this process itself stood still for [0-9.]* s (a suspended job?" ||
