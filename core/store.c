@@ -102,6 +102,11 @@ static int send_request(struct kiln_store *s, int op, const char *key, size_t kl
 	return r;
 }
 
+/* What a lost connection may mean, in its error (wire_error); left out
+ * of the warning of a rendezvous that connected again (rank 0 is alive
+ * then, and the token was taken). */
+#define STORE_LOST_HINT " (rank 0, which hosts the store, may have died; or it refused this client's token)"
+
 /* The error of a request that failed on the wire (xfer's r). */
 static kiln_status wire_error(const struct kiln_store *s, int r, const char *key, int timeout_ms)
 {
@@ -111,7 +116,7 @@ static kiln_status wire_error(const struct kiln_store *s, int r, const char *key
 		return kiln_error(KILN_ETIMEOUT, "store " KILN_AT_FMT ": no answer for '%s' within %d ms (%s)%s",
 				  KILN_AT_ARG(s->host, s->port), key, timeout_ms, s->setting,
 				  strcmp(key, "(greeting)") ? "" : ": the store did not take the connection (rank 0's log says why if it could not)");
-	return kiln_error(KILN_EIO, "store " KILN_AT_FMT ": connection lost (rank 0, which hosts the store, may have died; or it refused this client's token)",
+	return kiln_error(KILN_EIO, "store " KILN_AT_FMT ": connection lost" STORE_LOST_HINT,
 			  KILN_AT_ARG(s->host, s->port));
 }
 
@@ -701,6 +706,9 @@ static kiln_status rendezvous_reconnect(struct kiln_store *s, int rank, int worl
 		return kiln_error(KILN_EIO, "%s; connecting again: %s", lost, why);
 	}
 	store_user_timeout(s, kiln_store_dead_after_ms(s->timeout_ms));
+	char *hint = strstr(lost, STORE_LOST_HINT);
+	if (hint)
+		*hint = 0;
 	kiln_log(KILN_LOG_WARN, "dist", "rank %d of %d: the connection to the rendezvous store at " KILN_AT_FMT " broke (%s): connected again, joining again",
 		 rank, world, KILN_AT_ARG(s->host, s->port), lost);
 	return KILN_OK;
