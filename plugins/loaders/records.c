@@ -64,7 +64,7 @@ static const struct kiln_key rec_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "A records shard (.krec), or a directory of them: for split S it reads every *.krec of the subdirectory `path/S` if that is a directory, else the files `path/S-*.krec` (the names `kiln pack` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file (it would evaluate on the training shard). Format: docs/formats.md." },
 	{ "shards", KILN_KEY_LIST, NULL, 0, 0, NULL,
-	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order). Never inherited by [data.eval]." },
+	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order). A subset of a kiln pack may be listed (a directory's listing must be the whole pack), one shard twice may not. Never inherited by [data.eval]." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The subdirectory or file-name prefix a directory `path` is searched for (`.` for the directory itself). Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }

@@ -79,7 +79,7 @@ static const struct kiln_key tok_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "A token shard (llm.c's format: docs/formats.md), or a directory of them: for split S it reads every *.bin of the subdirectory `path/S` if that is a directory, else the files `path/S-*.bin` (the names `kiln pack --format tokens` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file." },
 	{ "shards", KILN_KEY_LIST, NULL, 0, 0, NULL,
-	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order, e.g. `fineweb_train_*.bin`). Never inherited by [data.eval]." },
+	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order, e.g. `fineweb_train_*.bin`). A subset of a kiln pack may be listed (a directory's listing must be the whole pack), one shard twice may not. Never inherited by [data.eval]." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The subdirectory or file-name prefix a directory `path` is searched for (`.` for the directory itself). Unset: the split the run asks for (train for [data], test for [data.eval], val for [data.val]); for test, `val` shards are read when no `test` ones exist." },
 	{ "context", KILN_KEY_INT, NULL, 1, 1048576, NULL,
