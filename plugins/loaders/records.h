@@ -5,7 +5,8 @@
  * docs/formats.md (## records) is the specification; every offset below is
  * listed there.  All integers are little-endian and fixed-width.
  *
- *   shard file = header (64 bytes) | records (each 8-byte aligned) | index
+ *   shard file = header (64 bytes) | set block (16 bytes, minor >= 1) |
+ *                records (each 8-byte aligned) | index
  *
  *   header:  0 magic "KILNREC\0"      8 u32 version (1)   12 u32 header size (64)
  *           16 u64 record count      24 u64 index offset  32 u64 file size
