@@ -464,6 +464,7 @@ struct shards {
 	char **tmp;             /* their *.tmp names, n of them (malloc()ed) */
 	int64_t classes;
 	uint64_t bytes;         /* of finished shards */
+	uint32_t pack;          /* CRC32C of every record packed: the pack's id */
 };
 
 static void shard_name(const struct pack_opts *o, int k, int tmp, char *out, size_t n)
@@ -533,7 +534,24 @@ static kiln_status shards_add(struct shards *sh, const struct item *it, int enco
 		}
 		sh->n++;
 	}
+	/* the pack's id (rec_shard_stamp): a function of what was packed,
+	 * so that the shards are the same for any --workers */
+	const struct kiln_host *host = kiln_host_table();
+	const int32_t meta[4] = { it->label, it->h, it->w, it->c };
+	sh->pack = host->crc32c(host->crc32c(sh->pack, meta, sizeof meta), it->payload, it->n);
 	return rec_writer_add(sh->w, it->label, it->h, it->w, it->c, encoding, it->payload, it->n);
+}
+
+/* Every shard finished: record in each its index, the split's shard
+ * count and the pack's id, which a reader needs to tell a split missing
+ * its last shard (docs/formats.md, the set block). */
+static kiln_status shards_stamp(const struct shards *sh)
+{
+	kiln_status st = KILN_OK;
+	for (int k = 0; k < sh->n && !st; k++)
+		st = rec_shard_stamp(kiln_host_table(), sh->tmp[k], (uint32_t)k, (uint32_t)sh->n,
+				     sh->pack);
+	return st;
 }
 
 /* Remove every *.tmp (after a failure; those already renamed are gone). */
@@ -887,7 +905,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 		       dt > 0 ? info.len / dt : 0.0);
 		goto out;
 	}
-	if ((st = shards_finish(&sh)))
+	if ((st = shards_finish(&sh)) || (st = shards_stamp(&sh)))
 		goto out;
 
 	if ((st = shards_place(o, &sh, old, sizeof old)))

@@ -26,7 +26,8 @@
 #include <stdlib.h>   /* malloc, free, strtod, strtoll */
 #include <string.h>   /* strcmp, strncmp, strerror */
 #include <sys/stat.h> /* mkdir, stat */
-#include <unistd.h>   /* fsync */
+#include <fcntl.h>    /* open */
+#include <unistd.h>   /* fsync, pwrite, close */
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
@@ -57,6 +58,7 @@ struct shard_out {
 	long long n;      /* tokens in it */
 	char tmp[4096];
 	long long total;
+	uint32_t pack;    /* CRC32C of the split's token ids: the pack's id */
 };
 
 static void shard_path(const struct shard_out *s, int k, int tmp, char *out, size_t n)
@@ -100,6 +102,7 @@ static kiln_status shard_close(struct shard_out *s)
 static kiln_status shard_write(struct shard_out *s, const int32_t *ids, size_t n)
 {
 	kiln_status st;
+	s->pack = kiln_host_table()->crc32c(s->pack, ids, n * sizeof *ids);
 	for (size_t i = 0; i < n; i++) {
 		if (!s->f) {
 			shard_path(s, s->k, 1, s->tmp, sizeof s->tmp);
@@ -259,6 +262,31 @@ static kiln_status check_existing(const struct tok_opts *o, const char *split)
 	return KILN_OK;
 }
 
+/* Every shard of s's split complete: record in each header (ints 3..6,
+ * zero in llm.c's format) 1, its index, the split's shard count and the
+ * pack's id, so that the source can tell a split missing its last shard
+ * (docs/formats.md); fsynced. */
+static kiln_status split_stamp(const struct shard_out *s)
+{
+	char tmp[4096];
+	for (int k = 0; k < s->k; k++) {
+		const uint32_t v[4] = { 1, (uint32_t)k, (uint32_t)s->k, s->pack };
+		unsigned char b[16];
+		for (int i = 0; i < 4; i++)
+			for (int j = 0; j < 4; j++)
+				b[4 * i + j] = (unsigned char)(v[i] >> (8 * j));
+		shard_path(s, k, 1, tmp, sizeof tmp);
+		int fd = open(tmp, O_WRONLY | O_CLOEXEC);
+		int bad = fd < 0 || pwrite(fd, b, sizeof b, 12) != (ssize_t)sizeof b || fsync(fd);
+		int err = errno;
+		if (fd >= 0 && close(fd) && !bad)
+			bad = 1, err = errno;
+		if (bad)
+			return kiln_error(KILN_EIO, "%s: cannot write: %s", tmp, strerror(err));
+	}
+	return KILN_OK;
+}
+
 /* Every shard of s's split complete: rename its .tmp files into place,
  * then (--force) remove the earlier pack's shards past them. */
 static kiln_status split_rename(const struct shard_out *s)
@@ -361,6 +389,8 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 		st = shard_close(&tr);
 	if (!st)
 		st = shard_close(&va);
+	if (!st && !(st = split_stamp(&tr)))
+		st = split_stamp(&va);
 	if (st) {
 		split_discard(&tr);
 		split_discard(&va);

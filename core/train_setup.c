@@ -485,6 +485,9 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 			snprintf(from, sizeof from, " (labels = %s, %s: its largest label is %lld)", lab,
 				 kiln_config_where(t->cfg, sec, "labels"),
 				 (long long)set->ds.classes - 1);
+		else if (set->ds.info.classes_from)
+			snprintf(from, sizeof from, " (the largest label, %lld, is at %s)",
+				 (long long)set->ds.classes - 1, set->ds.info.classes_from);
 		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data [%s] has %lld classes%s: set out = %lld on the last layer, or check the labels",
 				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
 				  (long long)outs, set->ds.section, (long long)set->ds.classes, from,
@@ -510,10 +513,15 @@ static kiln_status check_token_vocab(struct trainer *t, const struct train_set *
 		if (strcmp(L->type->name, "embedding") || L->n_in < 1 || L->in[0] >= 0 ||
 		    kiln_config_get_int(t->cfg, L->section, "vocab", &v) || v >= set->ds.classes)
 			continue;
-		return kiln_error(KILN_ECONFIG, "%s: layer '%s' (embedding) has vocab = %lld but the data [%s] has token ids up to %lld (a vocabulary of %lld): set vocab = %lld",
+		/* the shard and place of the largest id, where the source knows
+		 * it (ABI 2.21): one corrupt shard is as likely as a wrong vocab */
+		char at[4400] = "";
+		if (set->ds.info.classes_from)
+			snprintf(at, sizeof at, ", the largest at %s", set->ds.info.classes_from);
+		return kiln_error(KILN_ECONFIG, "%s: layer '%s' (embedding) has vocab = %lld but the data [%s] has token ids up to %lld (a vocabulary of %lld%s): set vocab = %lld",
 				  kiln_config_where(t->cfg, L->section, "vocab"), L->name, (long long)v,
 				  set->ds.section, (long long)set->ds.classes - 1,
-				  (long long)set->ds.classes, (long long)set->ds.classes);
+				  (long long)set->ds.classes, at, (long long)set->ds.classes);
 	}
 	return KILN_OK;
 }

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/resource.h> /* setrlimit */
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -455,6 +456,79 @@ START_TEST(test_shard_number_order)
 	for (int i = 0; i < 5; i++)
 		check_sample(i, &v[i], &img);
 	free(img.data);
+}
+END_TEST
+
+/* Shards kiln pack wrote since session 34 record their index, the split's
+ * shard count and the pack's id (the set block): a split found by listing
+ * a directory that lacks its last shard (no gap shows it) is refused
+ * naming the file, and so are two packs mixed in a directory and one
+ * shard read twice from a `shards` list; a listed subset is read, and
+ * shards recording nothing (older ones, rec_writer's unstamped) as before. */
+START_TEST(test_pack_set)
+{
+	struct spec v[3];
+	char name[64], p[1100], want[1400];
+	for (int k = 0; k < 3; k++) {
+		fixed_specs(&v[k], 1, k, REC_RAW);
+		snprintf(name, sizeof name, "train-%05d.krec", k);
+		write_shard(name, &v[k], 1, 0);
+		ck_assert_int_eq(rec_shard_stamp(host, tpath(name), (uint32_t)k, 3, 0x5eed), KILN_OK);
+	}
+	size_t n;
+	uint8_t *b = read_whole("train-00001.krec", &n);
+	ck_assert_int_eq(b[REC_MINOR_AT], REC_MINOR);
+	ck_assert_uint_eq(rec_get32(b + 64), 1);
+	ck_assert_uint_eq(rec_get32(b + 68), 3);
+	ck_assert_uint_eq(rec_get32(b + 72), 0x5eed);
+	ck_assert_uint_eq(rec_get64(b + 24) >= REC_SET_END, 1);
+	snprintf(p, sizeof p, "data.path=%s", tmp);
+	ck_assert_msg(open_src("data", "train", p, NULL) == KILN_OK, "%s", kiln_last_error());
+
+	/* the last shard gone: before session 34 read as 2 samples */
+	ck_assert_int_eq(rename(tpath("train-00002.krec"), tpath("keep.bin")), 0);
+	snprintf(want, sizeof want, "%s is missing: the split's shards record a pack of 3 shard(s)",
+		 tpath("train-00002.krec"));
+	ASSERT_FAILS(open_src("data", "train", p, NULL), KILN_EDATA, tpath("train-00002.krec"), want);
+	/* the first and the last: the count names both */
+	ck_assert_int_eq(rename(tpath("train-00000.krec"), tpath("keep0.bin")), 0);
+	ASSERT_FAILS(open_src("data", "train", p, NULL), KILN_EDATA, tpath("train-00000.krec"),
+		     "(and 1 more shard(s)) is missing");
+	/* a subset named in `shards` is read */
+	ck_assert_msg(open_src("data", "train", p, "data.shards=train-00001.krec", NULL) == KILN_OK,
+		      "%s", kiln_last_error());
+	/* ... once */
+	ASSERT_FAILS(open_src("data", "train", p, "data.shards=train-00001.krec, train-00001.krec",
+			      NULL),
+		     KILN_EDATA, tpath("train-00001.krec"), "are the same shard 1 of a pack of 3");
+	ck_assert_int_eq(rename(tpath("keep0.bin"), tpath("train-00000.krec")), 0);
+
+	/* another pack's last shard in its place: two packs */
+	write_shard("train-00002.krec", &v[2], 1, 0);
+	ck_assert_int_eq(rec_shard_stamp(host, tpath("train-00002.krec"), 2, 3, 0xbad), KILN_OK);
+	ASSERT_FAILS(open_src("data", "train", p, NULL), KILN_EDATA, tpath("train-00002.krec"),
+		     "are of two different packs");
+	/* an older shard (nothing recorded) among them: a mix too */
+	write_shard("train-00002.krec", &v[2], 1, 0);
+	ASSERT_FAILS(open_src("data", "train", p, NULL), KILN_EDATA, tpath("train-00002.krec"),
+		     "records no pack");
+	/* restored: whole */
+	ck_assert_int_eq(rename(tpath("keep.bin"), tpath("train-00002.krec")), 0);
+	ck_assert_msg(open_src("data", "train", p, NULL) == KILN_OK, "%s", kiln_last_error());
+
+	/* a corrupt set block, and an index not below the count (its CRC
+	 * right: a buggy writer) */
+	b[70] ^= 1;
+	write_tmp("train-00001.krec", b, n);
+	ASSERT_FAILS(open_src("data", "train", p, NULL), KILN_EDATA, tpath("train-00001.krec"),
+		     "set block CRC32C mismatch");
+	b[70] ^= 1;
+	rec_put32(b + 64, 3);
+	rec_put32(b + 76, kiln_crc32c(0, b + 64, 12));
+	write_tmp("train-00001.krec", b, n);
+	ASSERT_FAILS(open_src("data", "train", p, NULL), KILN_EDATA, tpath("train-00001.krec"),
+		     "the set block says shard 3 of 3");
+	free(b);
 }
 END_TEST
 
@@ -928,6 +1002,46 @@ START_TEST(test_fuzz)
 }
 END_TEST
 
+/* A label past the shard's class count in a CRC-consistent record (what
+ * a buggy writer could store; kiln pack stores max label + 1 at least)
+ * never reaches the loss: `kiln train` ends with exit 3 and the error
+ * naming the file and the record, read on the training thread (workers =
+ * 0) and in the loader's workers (2), whose error travels to the trainer. */
+START_TEST(test_label_out_of_range_train)
+{
+	struct spec v[4];
+	for (int i = 0; i < 4; i++)
+		v[i] = (struct spec){ i, i % 3, 4, 3, 1, REC_RAW };
+	write_shard("lab.krec", v, 4, 3);
+	size_t n;
+	uint8_t *b = read_whole("lab.krec", &n);
+	const uint8_t *e2 = b + rec_get64(b + 24) + 2 * REC_INDEX_ENTRY; /* record 2's entry */
+	rec_put32(b + rec_get64(e2), 7);
+	refresh_crcs(b, n);
+	write_tmp("lab.krec", b, n);
+	free(b);
+	char ini[2048], cmd[4096], want[1200];
+	int len = snprintf(ini, sizeof ini, "[data]\nsource = records\npath = %s\n[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 3\n[layer.loss]\ntype = softmax_xent\n[train]\nepochs = 1\nbatch = 2\neval = 0\n",
+			   tpath("lab.krec"));
+	write_tmp("lab.ini", ini, (size_t)len);
+	snprintf(want, sizeof want, "%s: record 2: label 7 is out of range: the shard declares 3 classes",
+		 tpath("lab.krec"));
+	for (int workers = 0; workers <= 2; workers += 2) {
+		snprintf(cmd, sizeof cmd, "'%s' train '%s' run.out_dir= data.workers=%d >'%s' 2>&1",
+			 KILN_BIN, tpath("lab.ini"), workers, tpath("lab.log"));
+		int rc = system(cmd);
+		size_t ln;
+		uint8_t *log = read_whole("lab.log", &ln);
+		log[ln] = 0;
+		ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 3, "workers %d: status %d: %s",
+			      workers, rc, (char *)log);
+		ck_assert_msg(strstr((char *)log, want), "workers %d: no '%s' in: %s", workers, want,
+			      (char *)log);
+		free(log);
+	}
+}
+END_TEST
+
 /* ---- Fashion-MNIST through kiln pack ------------------------------------- */
 
 START_TEST(test_fashion_mnist_pack)
@@ -1006,11 +1120,14 @@ static Suite *make_records_suite(void)
 	check_add_case(s, "valid", 0, setup, teardown, (const TTest *[]){
 		test_raw_roundtrip, test_png_roundtrip, test_jpeg_roundtrip, test_multi_shards,
 		test_mixed_sizes, test_concurrent_reads, test_keys_validated,
-		test_shard_number_order, NULL });
+		test_shard_number_order, test_pack_set, NULL });
 
 	check_add_case(s, "corrupt", 60, setup, teardown, (const TTest *[]){
 		test_header_and_index_flips, test_record_flips, test_truncation, test_wrong_magic,
 		test_consistent_but_invalid, test_map_enomem_names_max_map_count, NULL });
+
+	check_add_case(s, "train", 120, setup, teardown, (const TTest *[]){
+		test_label_out_of_range_train, NULL });
 
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 

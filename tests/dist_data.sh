@@ -29,13 +29,14 @@ ini="$tmp/mlp.ini"
 } > "$tmp/pack.ini"
 "$kiln" pack "$tmp/pack.ini" --out "$tmp/rec" > "$tmp/pack.log" 2>&1 ||
 	{ cat "$tmp/pack.log"; echo "FAIL: kiln pack"; exit 1; }
-# records of 28x28 raw bytes: 24-byte header + 784 bytes, from offset 64
+# records of 28x28 raw bytes: 24-byte header + 784 bytes, from offset 80 (after
+# the 64-byte header and the 16-byte set block, docs/formats.md)
 shard="$tmp/rec/train-00000.krec"
 /usr/bin/python3 - "$shard" <<'EOF' || { echo "FAIL: corrupting the shard"; exit 1; }
 import sys
 with open(sys.argv[1], "r+b") as f:
     for i in (5, 100, 1000):
-        at = 64 + i * 808 + 24 + 10
+        at = 80 + i * 808 + 24 + 10
         f.seek(at)
         b = f.read(1)
         f.seek(at)

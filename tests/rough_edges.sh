@@ -184,7 +184,12 @@ open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, len(toks), *([0]
 EOF
 kiln 2 train "$tmp/vocab.ini" run.out_dir= train.eval=1 "data.eval.path=$tmp/hi.bin" data.eval.vocab=0 \
 	layer.head.out=128
-stderr_has "$tmp/vocab.ini:14: layer 'emb' (embedding) has vocab = 64 but the data [data.eval] has token ids up to 100 (a vocabulary of 101): set vocab = 101"
+stderr_has "$tmp/vocab.ini:14: layer 'emb' (embedding) has vocab = 64 but the data [data.eval] has token ids up to 100 (a vocabulary of 101, the largest at $tmp/hi.bin: token offset 17 (byte 1058)): set vocab = 101"
+# (the shard and the place of the largest id: before session 34 only the
+# section was named, which over thousands of shards finds nothing) and the
+# same for a last layer too small for them
+kiln 2 train "$tmp/vocab.ini" run.out_dir= train.eval=1 "data.eval.path=$tmp/hi.bin" data.eval.vocab=0
+stderr_has "the model has 64 outputs but the data [data.eval] has 101 classes (the largest label, 100, is at $tmp/hi.bin: token offset 17 (byte 1058)): set out = 101"
 kiln 2 train "$ini" "$d" run.out_dir= layer.loss.classes=3
 stderr_has "command line 'layer.loss.classes=3': the loss layer 'loss' counts 3 classes but the data [data] has 5: set classes = 5 (or 0: every logit a class)"
 # ... but a largest label that is the ignore_index is no class: accepted

@@ -121,9 +121,13 @@ extern "C" {
  * 2.19: comm ops version 9: reduce_scatter_in_place (reduce_scatter may
  *      write this rank's slice over its own slice of the input: ZeRO-1's
  *      averaged gradient pieces need no buffer of their own); 0 in a
- *      communicator built before. */
+ *      communicator built before.
+ * 2.20: dropout by the global batch (docs/plugins.md "ABI 2.20").
+ * 2.21: kiln_source_info.classes_from (where a source found its largest
+ *      label), which the core zeroes, so a source built before leaves it
+ *      NULL (docs/plugins.md "ABI 2.21"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 20
+#define KILN_ABI_MINOR 21
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -831,6 +835,12 @@ struct kiln_source_info {
 	 * from sample to sample) and channels (1 or 3; 0 when they vary). */
 	int32_t image_h, image_w, image_c;
 	int32_t flags;                  /* enum kiln_source_flags */
+	/* ---- ABI 2.21 (zeroed by the core as well) ---- */
+	/* Where the largest label was found when `classes` is that label + 1
+	 * (not a configured count), for the core's messages about a model too
+	 * small for the data: e.g. "DIR/train-000003.bin: token offset 1234
+	 * (byte 3492)".  Borrowed from ctx until close; NULL: not known. */
+	const char *classes_from;
 };
 
 enum kiln_source_flags {

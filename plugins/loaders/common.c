@@ -10,6 +10,7 @@
 #include <errno.h>    /* errno, EINTR */
 #include <glob.h>     /* glob: shards patterns */
 #include <limits.h>   /* PATH_MAX */
+#include <stddef.h>   /* ptrdiff_t */
 #include <stdio.h>    /* snprintf */
 #include <stdlib.h>   /* malloc, realloc, free, qsort */
 #include <string.h>   /* memcpy, memset, strcmp, strerror, strlen */
@@ -440,6 +441,105 @@ kiln_status loaders_shards_contiguous(const struct kiln_host *host, char *const 
 			   (int)w0, lo, (int)w0, hi, first);
 }
 
+/* ---- the pack a shard records (loaders_set_check) ---------------------- */
+
+/* A shard's record and its place in the order read, sorted by
+ * loaders_set_check (by pack, count, index; no global state, so that
+ * sources may open on several threads). */
+struct set_at {
+	struct loaders_set s;
+	size_t i;
+};
+
+static int set_cmp(const void *a, const void *b)
+{
+	const struct loaders_set *x = &((const struct set_at *)a)->s,
+				 *y = &((const struct set_at *)b)->s;
+	if (x->pack != y->pack)
+		return x->pack < y->pack ? -1 : 1;
+	if (x->count != y->count)
+		return x->count < y->count ? -1 : 1;
+	return (x->index > y->index) - (x->index < y->index);
+}
+
+/* The name kiln pack gave shard `k` of the pack `like` belongs to:
+ * like's directory and stem, k in like's digits; "shard k" when like's
+ * name is not of kiln pack's form. */
+static void set_shard_name(const char *like, const char *suffix, uint32_t k, char *out, size_t n)
+{
+	const char *name = base_name(like);
+	size_t sl, w;
+	if (pack_number(name, suffix, &sl, &w) < 0)
+		snprintf(out, n, "shard %u (of the pack %s belongs to)", k, like);
+	else
+		snprintf(out, n, "%.*s-%0*u%s", (int)(name - like + (ptrdiff_t)sl), like, (int)w, k,
+			 suffix);
+}
+
+/* The split's shards (whole) all of one pack, every index there. */
+static kiln_status set_check_whole(const struct kiln_host *host, char *const *paths,
+				   const struct set_at *o, size_t n, const char *suffix)
+{
+	const struct loaders_set *a = &o[0].s, *z = &o[n - 1].s;
+	if (a->pack != z->pack || a->count != z->count) {
+		/* (sorted: the first and the last differ when any two do) */
+		const char *pa = paths[o[0].i], *pz = paths[o[n - 1].i];
+		if (!a->count)
+			return host->error(KILN_EDATA, "%s records no pack (an older kiln's or another tool's shard) but %s is shard %u of a pack of %u: the directory mixes shards of two packs; pack the split again, or list the shards to read in `shards`",
+					   pa, pz, z->index, z->count);
+		return host->error(KILN_EDATA, "%s (shard %u of %u, pack %08x) and %s (shard %u of %u, pack %08x) are of two different packs: the directory mixes them; pack the split again, or list the shards to read in `shards`",
+				   pa, a->index, a->count, a->pack, pz, z->index, z->count, z->pack);
+	}
+	if (n == a->count)
+		return KILN_OK; /* distinct indexes below count: all of them */
+	uint32_t miss = 0, more = 0, first = UINT32_MAX;
+	for (size_t i = 0, k = 0; k < a->count; k++) {
+		if (i < n && o[i].s.index == k) {
+			i++;
+			continue;
+		}
+		if (first == UINT32_MAX)
+			first = (uint32_t)k;
+		miss++;
+	}
+	more = miss - 1;
+	char name[PATH_MAX + 64], count[64] = "";
+	set_shard_name(paths[o[0].i], suffix, first, name, sizeof name);
+	if (more)
+		snprintf(count, sizeof count, " (and %u more shard(s))", more);
+	return host->error(KILN_EDATA, "%s%s is missing: the split's shards record a pack of %u shard(s) (%s is shard %u of them), but %zu are here (deleted, or not copied; a missing last shard leaves no gap in the numbers); restore it, or list the shards to read in `shards`",
+			   name, count, a->count, paths[o[0].i], a->index, n);
+}
+
+kiln_status loaders_set_check(const struct kiln_host *host, char *const *paths,
+			      const struct loaders_set *sets, size_t n, int whole,
+			      const char *suffix)
+{
+	size_t recorded = 0;
+	for (size_t i = 0; i < n; i++)
+		recorded += sets[i].count > 0;
+	if (!recorded || (!whole && recorded < 2))
+		return KILN_OK;
+	struct set_at *o = malloc(n * sizeof *o);
+	if (!o)
+		return host->error(KILN_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		o[i] = (struct set_at){ sets[i], i };
+	qsort(o, n, sizeof *o, set_cmp);
+	kiln_status st = KILN_OK;
+	for (size_t i = 1; i < n && !st; i++) {
+		const struct set_at *x = &o[i - 1], *y = &o[i];
+		if (y->s.count && !set_cmp(x, y))
+			st = host->error(KILN_EDATA, "%s and %s are the same shard %u of a pack of %u (pack %08x): one file read twice (listed twice, or copied under two names); read each once",
+					 paths[x->i < y->i ? x->i : y->i], paths[x->i < y->i ? y->i : x->i],
+					 x->s.index, x->s.count, x->s.pack);
+	}
+	if (!st && whole)
+		st = set_check_whole(host, paths, o, n, suffix);
+	free(o);
+	return st;
+}
+
 /* The regular files of dir whose names start with `prefix` and end in
  * `suffix`, in shard order (loaders_shards_sort). */
 static kiln_status scan_dir(const struct kiln_host *host, const char *dir, const char *prefix,
@@ -468,6 +568,7 @@ static kiln_status scan_dir(const struct kiln_host *host, const char *dir, const
 	if (!st) {
 		loaders_shards_sort(out, first);
 		st = loaders_shards_contiguous(host, out->v + first, out->n - first, suffix);
+		out->scanned = 1;
 	}
 	return st;
 }

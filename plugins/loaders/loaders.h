@@ -44,6 +44,10 @@ struct loaders_source {
 struct loaders_names {
 	char **v;                   /* [n] */
 	size_t n, cap;
+	/* set by loaders_find_shards when the names are a directory's
+	 * listing of a split (so the split must be whole: loaders_set_check),
+	 * 0 for a `shards` list or a single file (a subset may be chosen) */
+	int scanned;
 };
 
 void loaders_names_free(struct loaders_names *l);
@@ -66,6 +70,27 @@ void loaders_shards_sort(struct loaders_names *l, size_t from);
  * only: tar shards are written by other tools, numbered their way. */
 kiln_status loaders_shards_contiguous(const struct kiln_host *host, char *const *v, size_t n,
 				      const char *suffix);
+
+/* What a shard written by kiln pack since session 34 records of its pack
+ * (records: the set block; tokens: header ints 3..6; docs/formats.md):
+ * its index among the pack's `count` shards of the split, and the pack's
+ * id (a CRC32C of what was packed, the same in every shard of one pack).
+ * count 0: not recorded (an older shard, or another tool's). */
+struct loaders_set {
+	uint32_t index, count, pack;
+};
+
+/* The shards paths[0, n) (in the order read) with their records sets[]:
+ * shards of one pack (same id and count) must not repeat an index (one
+ * file listed twice, or copied under two names); when `whole` (a
+ * directory's listing of the split) every shard must record the same pack
+ * and the pack's every index 0 .. count-1 must be there: a missing one
+ * (the last, which no gap shows, among them) is KILN_EDATA naming the
+ * file kiln pack gave it.  Shards that record nothing are not checked
+ * (loaders_shards_contiguous still is). */
+kiln_status loaders_set_check(const struct kiln_host *host, char *const *paths,
+			      const struct loaders_set *sets, size_t n, int whole,
+			      const char *suffix);
 
 /* Read n bytes at offset `off` of fd with pread(), retrying short reads and
  * EINTR.  Returns the bytes read (less than n only at the end of the file),

@@ -47,6 +47,7 @@ struct rec_shard {
 	int64_t first;         /* sample index of this shard's record 0 */
 	uint32_t classes;
 	uint32_t h, w, c;      /* the header's common size (0: varies) */
+	struct loaders_set set; /* its pack (count 0: not recorded) */
 };
 
 struct rec_ctx {
@@ -63,7 +64,7 @@ static const struct kiln_key rec_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "A records shard (.krec), or a directory of them: for split S it reads every *.krec of the subdirectory `path/S` if that is a directory, else the files `path/S-*.krec` (the names `kiln pack` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file (it would evaluate on the training shard). Format: docs/formats.md." },
 	{ "shards", KILN_KEY_LIST, NULL, 0, 0, NULL,
-	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order). Never inherited by [data.eval]." },
+	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order). A subset of a kiln pack may be listed (a directory's listing must be the whole pack), one shard twice may not. Never inherited by [data.eval]." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The subdirectory or file-name prefix a directory `path` is searched for (`.` for the directory itself). Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
@@ -96,6 +97,30 @@ static void rec_shard_unmap(struct rec_shard *s)
 	if (s->map)
 		munmap((void *)s->map, s->size);
 	s->map = NULL;
+}
+
+/* The set block of a minor-1 header (records.h) into s->set, checked:
+ * its CRC, and an index below the count when one is recorded.  (What the
+ * split's other shards record is loaders_set_check's, in rec_open.) */
+static kiln_status rec_set_check(const struct kiln_host *host, struct rec_shard *s,
+				 uint64_t index_at)
+{
+	const uint8_t *b = s->map + REC_SET_AT;
+	if (index_at < REC_SET_END)
+		return host->error(KILN_EDATA, "%s: header minor version %u has a set block at bytes %u..%u, but the index starts at %" PRIu64 ": the header is corrupt",
+				   s->path, s->map[REC_MINOR_AT], REC_SET_AT, REC_SET_END - 1, index_at);
+	uint32_t stored = rec_get32(b + REC_SET_CRC_AT - REC_SET_AT);
+	uint32_t computed = host->crc32c(0, b, REC_SET_CRC_AT - REC_SET_AT);
+	if (stored != computed)
+		return host->error(KILN_EDATA, "%s: set block CRC32C mismatch (stored 0x%08x, computed 0x%08x): the shard's record of its pack is corrupt",
+				   s->path, stored, computed);
+	s->set.index = rec_get32(b);
+	s->set.count = rec_get32(b + 4);
+	s->set.pack = rec_get32(b + 8);
+	if (s->set.count && (s->set.index >= s->set.count || s->set.count > REC_MAX_SHARDS))
+		return host->error(KILN_EDATA, "%s: the set block says shard %u of %u (at most %d shards, index below count): it is corrupt",
+				   s->path, s->set.index, s->set.count, REC_MAX_SHARDS);
+	return KILN_OK;
 }
 
 /* Check the header and the index of the mapped s; fills the rest of s. */
@@ -162,6 +187,13 @@ static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shar
 		return host->error(KILN_EDATA, "%s: the header declares %u classes, more than a label (i32) can name (at most %u): the header is corrupt",
 				   p, s->classes, REC_MAX_CLASSES);
 
+	uint64_t first_at = REC_HEADER_BYTES; /* where records may start */
+	if (h[REC_MINOR_AT] >= 1) {
+		kiln_status st = rec_set_check(host, s, index_at);
+		if (st)
+			return st;
+		first_at = REC_SET_END;
+	}
 	s->index = h + index_at;
 	s->count = count;
 	stored = rec_get32(h + size - 4);
@@ -170,7 +202,7 @@ static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shar
 		return host->error(KILN_EDATA, "%s: index CRC32C mismatch (stored 0x%08x, computed 0x%08x): the index is corrupt",
 				   p, stored, computed);
 	/* every record inside the records area, in order, not overlapping */
-	uint64_t end = REC_HEADER_BYTES;
+	uint64_t end = first_at;
 	for (uint64_t i = 0; i < count; i++) {
 		const uint8_t *e = s->index + i * REC_INDEX_ENTRY;
 		uint64_t off = rec_get64(e);
@@ -178,7 +210,7 @@ static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shar
 		if (off % REC_ALIGN || off < end)
 			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": index entry offset %" PRIu64 " is %s",
 					   p, i, off, off % REC_ALIGN ? "not a multiple of 8" :
-					   "inside the previous record or the header");
+					   "inside the previous record or the header (and set block)");
 		if (len < REC_RECORD_HEADER)
 			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": index entry length %u is shorter than a record header (%u bytes)",
 					   p, i, len, REC_RECORD_HEADER);
@@ -260,6 +292,21 @@ static void rec_close(void *vctx)
 	free(c);
 }
 
+/* The shards' records of their pack agree (loaders_set_check): a split
+ * listed from a directory must be a whole pack. */
+static kiln_status rec_sets_check(const struct rec_ctx *c, char *const *paths, int whole)
+{
+	struct loaders_set *sets = malloc((size_t)c->nshards * sizeof *sets);
+	if (!sets)
+		return c->src.host->error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; i < c->nshards; i++)
+		sets[i] = c->shards[i].set;
+	kiln_status st = loaders_set_check(c->src.host, paths, sets, (size_t)c->nshards, whole,
+					   REC_SUFFIX);
+	free(sets);
+	return st;
+}
+
 static kiln_status rec_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    const char *section, const char *split, void **out)
 {
@@ -308,6 +355,8 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 		if (c->c != (int32_t)s->c)
 			c->c = 0;
 	}
+	if ((st = rec_sets_check(c, names.v, names.scanned)))
+		goto fail;
 	if (c->src.n == 0)
 		c->h = c->w = c->c = 0;
 	char size[64];

@@ -5,13 +5,18 @@
  * docs/formats.md (## records) is the specification; every offset below is
  * listed there.  All integers are little-endian and fixed-width.
  *
- *   shard file = header (64 bytes) | records (each 8-byte aligned) | index
+ *   shard file = header (64 bytes) | set block (16 bytes, minor >= 1) |
+ *                records (each 8-byte aligned) | index
  *
  *   header:  0 magic "KILNREC\0"      8 u32 version (1)   12 u32 header size (64)
  *           16 u64 record count      24 u64 index offset  32 u64 file size
  *           40 u32 flags (0)         44 u32 classes       48 u32 image_h
- *           52 u32 image_w           56 u8  image_c       57 u8[3] reserved (0)
- *           60 u32 CRC32C of bytes 0..59
+ *           52 u32 image_w           56 u8  image_c       57 u8 minor version
+ *           58 u8[2] reserved (0)    60 u32 CRC32C of bytes 0..59
+ *   set block (minor >= 1, since session 34; version-1.0 readers skip it
+ *           as bytes before the first record):
+ *           64 u32 shard index   68 u32 shard count (0: not recorded)
+ *           72 u32 pack id       76 u32 CRC32C of bytes 64..75
  *   record:  0 i32 label   4 u32 h   8 u32 w   12 u8 c   13 u8 encoding
  *           14 u16 reserved (0)      16 u32 payload length
  *           20 u32 CRC32C of bytes 0..19 then of the payload
@@ -32,6 +37,16 @@
 #define REC_VERSION 1u
 #define REC_HEADER_BYTES 64u
 #define REC_HEADER_CRC_AT 60u   /* the header CRC covers bytes [0, 60) */
+/* Header byte 57 (reserved, zero, in version 1.0): the minor version.
+ * 1: the set block follows the header, so that a reader can tell a split
+ * missing its last shard (nothing else records how many there were).
+ * Readers of 1.0 ignore the byte and the block (bytes before the first
+ * record, which then starts at REC_SET_END or later). */
+#define REC_MINOR_AT 57u
+#define REC_MINOR 1u
+#define REC_SET_AT 64u          /* u32 index, u32 count, u32 pack id, u32 CRC32C */
+#define REC_SET_CRC_AT 76u      /* the set CRC covers bytes [64, 76) */
+#define REC_SET_END 80u
 #define REC_RECORD_HEADER 24u
 #define REC_RECORD_CRC_AT 20u   /* a record's CRC covers its bytes [0, 20) + payload */
 #define REC_INDEX_ENTRY 16u
@@ -120,5 +135,13 @@ kiln_status rec_writer_finish(struct rec_writer *w);
 
 /* Close and remove the file; frees w.  NULL is a no-op. */
 void rec_writer_abort(struct rec_writer *w);
+
+/* Record in the finished shard `path` (minor 1: every writer leaves room)
+ * that it is shard `index` of the `count` of its split, packed as `pack`
+ * (an id the same in all of them), and fsync it.  kiln pack calls it on
+ * each .tmp once the split's last shard is written (the count is known
+ * only then).  KILN_EIO naming the file. */
+kiln_status rec_shard_stamp(const struct kiln_host *host, const char *path, uint32_t index,
+			    uint32_t count, uint32_t pack);
 
 #endif /* KILN_LOADERS_RECORDS_H */

@@ -13,7 +13,8 @@
 #include <stdio.h>    /* FILE, fopen, fwrite, fseek */
 #include <stdlib.h>   /* malloc, realloc, free */
 #include <string.h>   /* memset, memcpy, strerror */
-#include <unistd.h>   /* fsync, unlink */
+#include <fcntl.h>    /* open */
+#include <unistd.h>   /* fsync, unlink, pread, pwrite */
 
 #define REC_MAX_PIXELS ((uint64_t)1 << 28) /* as IMG_MAX_PIXELS of image.h */
 
@@ -57,7 +58,7 @@ kiln_status rec_writer_open(const struct kiln_host *host, const char *path, int6
 		return st;
 	}
 	setvbuf(w->f, NULL, _IOFBF, 1u << 20);
-	uint8_t zero[REC_HEADER_BYTES] = { 0 };
+	uint8_t zero[REC_SET_END] = { 0 }; /* the header and the set block, written by finish */
 	kiln_status st = rec_write(w, zero, sizeof zero);
 	if (st) {
 		rec_writer_abort(w);
@@ -179,9 +180,13 @@ kiln_status rec_writer_finish(struct rec_writer *w)
 	rec_put32(hdr + 48, (uint32_t)(w->h > 0 ? w->h : 0));
 	rec_put32(hdr + 52, (uint32_t)(w->w > 0 ? w->w : 0));
 	hdr[56] = (uint8_t)(w->c > 0 ? w->c : 0);
+	hdr[REC_MINOR_AT] = REC_MINOR;
 	rec_put32(hdr + REC_HEADER_CRC_AT, host->crc32c(0, hdr, REC_HEADER_CRC_AT));
+	/* the set block: nothing recorded (count 0) until rec_shard_stamp */
+	uint8_t set[REC_SET_END - REC_SET_AT] = { 0 };
+	rec_put32(set + 12, host->crc32c(0, set, REC_SET_CRC_AT - REC_SET_AT));
 	if (fseek(w->f, 0, SEEK_SET) || fwrite(hdr, 1, sizeof hdr, w->f) != sizeof hdr ||
-	    fflush(w->f) || fsync(fileno(w->f))) {
+	    fwrite(set, 1, sizeof set, w->f) != sizeof set || fflush(w->f) || fsync(fileno(w->f))) {
 		st = host->error(KILN_EIO, "%s: cannot write: %s", w->path, strerror(errno));
 		goto fail;
 	}
@@ -206,4 +211,31 @@ void rec_writer_abort(struct rec_writer *w)
 		fclose(w->f);
 	unlink(w->path);
 	rec_writer_free(w);
+}
+
+kiln_status rec_shard_stamp(const struct kiln_host *host, const char *path, uint32_t index,
+			    uint32_t count, uint32_t pack)
+{
+	uint8_t hdr[REC_HEADER_BYTES], set[REC_SET_END - REC_SET_AT];
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return host->error(KILN_EIO, "%s: cannot open: %s", path, strerror(errno));
+	/* (a file of rec_writer_finish: its header has room for the block) */
+	if (pread(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr || hdr[REC_MINOR_AT] < 1) {
+		close(fd);
+		return host->error(KILN_EIO, "%s: cannot record the shard's pack: not a finished shard",
+				   path);
+	}
+	rec_put32(set + 0, index);
+	rec_put32(set + 4, count);
+	rec_put32(set + 8, pack);
+	rec_put32(set + 12, host->crc32c(0, set, REC_SET_CRC_AT - REC_SET_AT));
+	if (pwrite(fd, set, sizeof set, REC_SET_AT) != (ssize_t)sizeof set || fsync(fd)) {
+		kiln_status st = host->error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+		close(fd);
+		return st;
+	}
+	if (close(fd))
+		return host->error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+	return KILN_OK;
 }

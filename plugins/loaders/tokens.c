@@ -35,7 +35,7 @@
 #include <limits.h>   /* PATH_MAX */
 #include <math.h>     /* llround */
 #include <stdio.h>    /* snprintf */
-#include <stdlib.h>   /* calloc, free */
+#include <stdlib.h>   /* calloc, malloc, free */
 #include <string.h>   /* memcpy, strcmp, strerror */
 #include <sys/mman.h> /* mmap, munmap */
 #include <sys/stat.h> /* fstat */
@@ -48,6 +48,7 @@
 #define TOK_VERSION 1
 #define TOK_HEADER_INTS 256
 #define TOK_HEADER_BYTES (TOK_HEADER_INTS * 4)
+#define TOK_MAX_SHARDS 1000000   /* a recorded count past this is a corrupt header */
 
 /* One mapped shard. */
 struct tok_shard {
@@ -58,6 +59,7 @@ struct tok_shard {
 	uint64_t ntok;
 	int64_t first;           /* global window index of this shard's window 0 */
 	int64_t windows;         /* floor((ntok - 1) / T) */
+	struct loaders_set set;  /* its pack, header ints 3..6 (count 0: not recorded) */
 };
 
 struct tok_ctx {
@@ -66,6 +68,9 @@ struct tok_ctx {
 	int nshards;
 	int64_t T;                 /* context: tokens per sample */
 	int64_t base;              /* global window index of this split's sample 0 */
+	/* where the largest token is (its first place), for info's
+	 * classes_from: the core names it when the model is too small */
+	char max_from[PATH_MAX + 80];
 };
 
 /* ---- config ----------------------------------------------------------- */
@@ -74,7 +79,7 @@ static const struct kiln_key tok_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "A token shard (llm.c's format: docs/formats.md), or a directory of them: for split S it reads every *.bin of the subdirectory `path/S` if that is a directory, else the files `path/S-*.bin` (the names `kiln pack --format tokens` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file." },
 	{ "shards", KILN_KEY_LIST, NULL, 0, 0, NULL,
-	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order, e.g. `fineweb_train_*.bin`). Never inherited by [data.eval]." },
+	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order, e.g. `fineweb_train_*.bin`). A subset of a kiln pack may be listed (a directory's listing must be the whole pack), one shard twice may not. Never inherited by [data.eval]." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The subdirectory or file-name prefix a directory `path` is searched for (`.` for the directory itself). Unset: the split the run asks for (train for [data], test for [data.eval], val for [data.val]); for test, `val` shards are read when no `test` ones exist." },
 	{ "context", KILN_KEY_INT, NULL, 1, 1048576, NULL,
@@ -117,6 +122,26 @@ static void tok_shard_unmap(struct tok_shard *s)
 	if (s->map)
 		munmap(s->map, s->size);
 	s->map = NULL;
+}
+
+/* Header ints 3..6 of kiln pack (since session 34; zero in llm.c's and
+ * older kiln's shards, which read as before): [3] 1, [4] this shard's
+ * index, [5] the split's shard count, [6] the pack's id.  There is no
+ * checksum: an index not below the count is refused as corrupt. */
+static kiln_status tok_set_read(const struct kiln_host *host, struct tok_shard *s)
+{
+	const uint8_t *h = s->map;
+	if (tok_le32(h + 12) == 0)
+		return KILN_OK;
+	int32_t index = tok_le32(h + 16), count = tok_le32(h + 20);
+	if (tok_le32(h + 12) != 1 || index < 0 || count < 1 || index >= count ||
+	    count > TOK_MAX_SHARDS)
+		return host->error(KILN_EDATA, "%s: header ints 3..5 (%d, %d, %d) are not kiln pack's record of the shard's pack (1, its index, the shard count, index below count): the header is corrupt",
+				   s->path, tok_le32(h + 12), index, count);
+	s->set.index = (uint32_t)index;
+	s->set.count = (uint32_t)count;
+	s->set.pack = (uint32_t)tok_le32(h + 24);
+	return KILN_OK;
 }
 
 /* Map `path` into s and check its header and size.  KILN_EIO for an
@@ -164,20 +189,25 @@ static kiln_status tok_shard_open(const struct kiln_host *host, const char *path
 				   path, n, have);
 	s->ntok = (uint64_t)n;
 	s->tok = h + TOK_HEADER_BYTES;
-	return KILN_OK;
+	return tok_set_read(host, s);
 }
 
-/* Every token of s below vocab (when vocab > 0); *max the largest seen. */
-static kiln_status tok_shard_scan(const struct kiln_host *host, const struct tok_shard *s,
-				  int64_t vocab, int64_t *max)
+/* Every token of s below vocab (when vocab > 0); *max the largest seen,
+ * and where it first is in c->max_from (a new largest only: the scan
+ * costs one compare a token as before). */
+static kiln_status tok_shard_scan(const struct kiln_host *host, struct tok_ctx *c,
+				  const struct tok_shard *s, int64_t vocab, int64_t *max)
 {
 	for (uint64_t i = 0; i < s->ntok; i++) {
 		int64_t t = tok_at(s, i);
 		if (vocab > 0 && t >= vocab)
 			return host->error(KILN_EDATA, "%s: token %" PRId64 " at token offset %" PRIu64 " (byte %" PRIu64 ") is not below vocab = %" PRId64,
 					   s->path, t, i, (uint64_t)TOK_HEADER_BYTES + 2 * i, vocab);
-		if (t > *max)
+		if (t > *max) {
 			*max = t;
+			snprintf(c->max_from, sizeof c->max_from, "%s: token offset %" PRIu64 " (byte %" PRIu64 ")",
+				 s->path, i, (uint64_t)TOK_HEADER_BYTES + 2 * i);
+		}
 	}
 	return KILN_OK;
 }
@@ -265,6 +295,21 @@ static kiln_status tok_split_range(const struct kiln_host *host, struct tok_ctx 
 	return KILN_OK;
 }
 
+/* The shards' records of their pack agree (loaders_set_check): a split
+ * listed from a directory must be a whole pack. */
+static kiln_status tok_sets_check(const struct tok_ctx *c, char *const *paths, int whole)
+{
+	struct loaders_set *sets = malloc((size_t)c->nshards * sizeof *sets);
+	if (!sets)
+		return c->src.host->error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; i < c->nshards; i++)
+		sets[i] = c->shards[i].set;
+	kiln_status st = loaders_set_check(c->src.host, paths, sets, (size_t)c->nshards, whole,
+					   TOK_SUFFIX);
+	free(sets);
+	return st;
+}
+
 static kiln_status tok_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    const char *section, const char *split, void **out)
 {
@@ -290,16 +335,20 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 		struct tok_shard *s = &c->shards[c->nshards++];
 		if ((st = loaders_not_partial(host, names.v[i], TOK_PARTIAL)) ||
 		    (st = tok_shard_open(host, names.v[i], from, s)) ||
-		    (st = tok_shard_scan(host, s, vocab, &max)))
+		    (st = tok_shard_scan(host, c, s, vocab, &max)))
 			goto fail;
 		s->first = total;
 		s->windows = s->ntok > 0 ? (int64_t)((s->ntok - 1) / (uint64_t)c->T) : 0;
 		total += s->windows;
 	}
+	if ((st = tok_sets_check(c, names.v, names.scanned)))
+		goto fail;
 	const char *sp = host->config_get(cfg, section, "split");
 	if ((st = tok_split_range(host, c, section, sp ? sp : split, total, frac)))
 		goto fail;
 	c->src.classes = vocab > 0 ? vocab : max + 1;
+	if (vocab > 0)
+		c->max_from[0] = 0; /* the count is the key's, not a token's */
 	c->src.who = c->shards[0].path;
 	host->log(KILN_LOG_INFO, TOK_WHO, "[%s] %s%s: %" PRId64 " windows of %" PRId64 "+1 tokens in %d shard(s) (of %" PRId64 "), vocab %" PRId64,
 		  section, c->shards[0].path, c->nshards > 1 ? " ..." : "", c->src.n, c->T,
@@ -318,6 +367,7 @@ static kiln_status tok_info(void *vctx, struct kiln_source_info *info)
 	const struct tok_ctx *c = vctx;
 	loaders_sequence_info(&c->src, c->T, info);
 	info->flags = KILN_SOURCE_MAPPED;
+	info->classes_from = c->max_from[0] ? c->max_from : NULL;
 	return KILN_OK;
 }
 

@@ -51,14 +51,16 @@ static struct kiln_config *source_config(int kind, const char *path)
 	return cfg;
 }
 
-/* Recompute the CRCs of the records shard f[0..n): header, index, and
- * every record the index places inside the file. */
+/* Recompute the CRCs of the records shard f[0..n): header, set block,
+ * index, and every record the index places inside the file. */
 static void fix_record_crcs(uint8_t *f, size_t n)
 {
 	uint32_t (*crc)(uint32_t, const void *, size_t) = kiln_host_table()->crc32c;
 	if (n < 64)
 		return;
 	fuzz_put32(f + 60, crc(0, f, 60));
+	if (f[57] >= 1 && n >= 80) /* the set block of a minor-1 header */
+		fuzz_put32(f + 76, crc(0, f + 64, 12));
 	uint64_t count = fuzz_get_le(f + 16, 8), ioff = fuzz_get_le(f + 24, 8);
 	if (ioff > n || count > (n - ioff) / 16 || n - ioff - 16 * count < 4)
 		return;
