@@ -173,7 +173,9 @@ static void same_state(const char *a, const char *b)
 START_TEST(test_keep_best)
 {
 	char a[64], b[64], da[300], db[300], la[400], lb[400];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
 	const char *const full[] = { "train.keep_best=2", "train.best_metric=loss",
@@ -268,7 +270,9 @@ static void strip_section(const char *path, const char *tag)
 START_TEST(test_keep_best_old_checkpoint)
 {
 	char a[64], b[64], d[300], la[400], lb[400];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
 	const char *const full[] = { "train.keep_best=2", "train.best_metric=loss",
@@ -309,7 +313,7 @@ static const char *const early_resume[] = { "train.eval_every=5", "train.early_s
 START_TEST(test_early_stop_finished)
 {
 	char a[64], ck[300], l[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	char line[512];
 	stop_at = 0;
@@ -381,7 +385,7 @@ static void finished_resumed(const char *const *ov, const char *const *ov_resume
 			     int have_val)
 {
 	char a[64], l[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	stop_at = 0;
 	ck_assert_msg(train_run(a, ov, &ra) == 0, "%s", kiln_last_error());
@@ -440,7 +444,7 @@ static const char *const early_val_resume[] = { "train.early_stop_patience=1",
 START_TEST(test_early_stop_with_val)
 {
 	char a[64], ck[300], l[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	stop_at = 0;
 	ck_assert_msg(train_run(a, early_val, &ra) == 0, "%s", kiln_last_error());
@@ -491,7 +495,7 @@ static const char *const early_noval_resume[] = { "train.early_stop_patience=1",
 START_TEST(test_early_stop_no_val)
 {
 	char a[64], l[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	stop_at = 0;
 	ck_assert_msg(train_run(a, early_noval, &ra) == 0, "%s", kiln_last_error());
@@ -522,7 +526,9 @@ END_TEST
 START_TEST(test_eval_owed)
 {
 	char a[64], b[64], fa[300], fb[300], l[400];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
 	stop_at = 0;
@@ -578,7 +584,7 @@ static const char *const early_epoch_resume[] = { "train.early_stop_patience=1",
 START_TEST(test_early_stop_epoch_checkpoint)
 {
 	char a[64], d[300], l[400], files[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	struct kiln_ckpt *ck;
 	struct kiln_ckpt_stopper sp;
 	struct kiln_ckpt_evaluated e;
@@ -649,7 +655,9 @@ static long long last_train_field(const char *dir, const char *key)
 START_TEST(test_skipped_counts)
 {
 	char a[64], b[64];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
 #define FP16 "run.precision=fp16", "plugin.amp.init_scale=1e8", "plugin.amp.growth_interval=3", \
