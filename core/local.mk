@@ -20,7 +20,9 @@ libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFL
 	-DKILN_BUILD_LIBDIR='"$(abs_top_builddir)/.libs"' \
 	-DKILN_BUILD_PLUGINDIR='"$(abs_top_builddir)/plugins/.libs"'
 libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
-libkiln_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^kiln_'
+# (1:0:0 since session 34: struct kiln_train_result begins with `size`, a
+# program built before it is not loaded against this library)
+libkiln_la_LDFLAGS = -version-info 1:0:0 -export-symbols-regex '^kiln_'
 
 # The loggers (core/logger.h): metrics.jsonl, CSV, TensorBoard event files.
 # TensorBoard's messages (core/proto/*.proto) are compiled by protoc-c into
