@@ -442,6 +442,11 @@ int cmd_train(int argc, char **argv)
 			printf(", \"stop_cause\": ");
 			cli_json_str(stdout, r.stop_cause);
 		}
+		/* the clip op's counts, both when either is nonzero (before
+		 * session 34 only grad_norm in metrics.jsonl showed clipping) */
+		if (r.steps_skipped || r.steps_clipped)
+			printf(", \"steps_skipped\": %lld, \"steps_clipped\": %lld",
+			       (long long)r.steps_skipped, (long long)r.steps_clipped);
 		printf(", \"device_peak_bytes\": %zu, \"rss_growth_bytes\": %zu}\n", r.device_peak_bytes,
 		       r.rss_growth_bytes);
 		if (b.tty && r.stopped)
@@ -470,6 +475,10 @@ int cmd_train(int argc, char **argv)
 		else if (r.test_acc >= 0)
 			fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r.test_acc,
 				(long long)r.test_samples);
+		if (r.steps_skipped || r.steps_clipped)
+			fprintf(stderr, "optimizer steps: %lld skipped for non-finite gradients, %lld clipped by clip_norm (of %lld)\n",
+				(long long)r.steps_skipped, (long long)r.steps_clipped,
+				(long long)r.steps);
 		/* the run directory was removed mid-run: recreated, with a
 		 * checkpoint there, but the run did not end as asked, and what
 		 * was written before is gone (a code of its own: a launcher

@@ -711,7 +711,7 @@ static kiln_status clip_counts_restore(struct trainer *t, struct kiln_ckpt *ck)
 	if (st != KILN_ENOTFOUND)
 		return st;
 	if (t->clip)
-		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no clip counts (an older kiln wrote it): the steps skipped and clipped (metrics.jsonl's \"skipped\", the result's) count from this resume on",
+		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no clip counts (an older kiln wrote it): the steps skipped and clipped (metrics.jsonl's \"skipped\" and \"clipped\", the result's) count from this resume on",
 			 kiln_ckpt_path(ck));
 	return KILN_OK;
 }

@@ -19,8 +19,9 @@
  *   epoch stop    an early stop at the epoch's evaluation of a
  *                 checkpoint_every step: the last checkpoint is written
  *                 after it, so a resume evaluates nothing again (session 33)
- *   clip counts   the steps skipped (fp16 overflows) go on counting from
- *                 the checkpoint's after a resume (session 33)
+ *   clip counts   the steps skipped (fp16 overflows) and clipped go on
+ *                 counting from the checkpoint's after a resume (session
+ *                 33), metrics.jsonl's "clipped" too (session 34)
  *
  * Fashion-MNIST (scripts/install-deps), 640 samples of [data] limit,
  * batch 16 x accumulate 2: 20 steps an epoch, 3 epochs, about a second a
@@ -680,6 +681,38 @@ START_TEST(test_skipped_counts)
 }
 END_TEST
 
+/* clip_norm 0.05 clips (nearly) every step: metrics.jsonl's "clipped"
+ * counts them as the result's steps_clipped does, and a run cut at step 4
+ * and resumed goes on from the checkpoint's count: its last "clipped" is
+ * the uninterrupted run's (before session 34 metrics.jsonl had no
+ * "clipped": the count was in the result alone). */
+START_TEST(test_clipped_counts)
+{
+	char a[64], b[64];
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
+	const char *const full[] = { "train.clip_norm=0.05", "train.epochs=1", NULL };
+	const char *const cut[] = { "train.clip_norm=0.05", "train.epochs=1", "train.max_steps=4",
+				    NULL };
+	const char *const rest[] = { "train.clip_norm=0.05", "train.epochs=1", "train.resume=1",
+				     NULL };
+	stop_at = 0;
+	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train_run(b, cut, &r1) == 0, "%s", kiln_last_error());
+	ck_assert_int_gt(r1.steps_clipped, 0);
+	ck_assert_int_eq(last_train_field(b, "clipped"), r1.steps_clipped);
+	ck_assert_int_gt(ra.steps_clipped, r1.steps_clipped);
+	ck_assert_int_eq(last_train_field(a, "clipped"), ra.steps_clipped);
+	ck_assert_msg(train_run(b, rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 4);
+	ck_assert_int_eq(r2.steps_clipped, ra.steps_clipped);
+	ck_assert_int_eq(last_train_field(b, "clipped"), ra.steps_clipped);
+}
+END_TEST
+
 static Suite *make_resume_evals_suite(void)
 {
 	Suite *s = suite_create("resume_evals");
@@ -688,7 +721,8 @@ static Suite *make_resume_evals_suite(void)
 					   test_early_stop_finished,
 					   test_eval_owed, test_finished_per_epoch,
 					   test_finished_with_val, test_early_stop_with_val, test_early_stop_no_val,
-					   test_early_stop_epoch_checkpoint, test_skipped_counts, NULL });
+					   test_early_stop_epoch_checkpoint, test_skipped_counts,
+					   test_clipped_counts, NULL });
 	return s;
 }
 
