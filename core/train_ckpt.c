@@ -506,6 +506,7 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
 				       .trainer = t->pos };
 	struct kiln_ckpt_best *best;
+	int64_t counts[2];
 	kiln_status st;
 	/* rank 0's choice on every rank, as the write is a collective (the
 	 * values agree, but a last bit of difference must not split them) */
@@ -516,8 +517,14 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	if (i < 0)
 		return KILN_OK;
 	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	if ((st = best_meta(t, i, v, &meta, &best)))
+	/* the clip op's counts as of this step, as checkpoint()'s: a resume
+	 * from a best/ file (copied into checkpoints/) goes on counting from
+	 * them (before session 34 best/ files had no "clip_counts", and such
+	 * a resume counted from 0 again) */
+	if ((st = trainer_clip_counts(t, counts)) || (st = best_meta(t, i, v, &meta, &best)))
 		return st;
+	if (t->clip)
+		meta.clip_counts = counts;
 	st = ckpt_write(t, dir, &meta, path, sizeof path);
 	free(best);
 	if (st)

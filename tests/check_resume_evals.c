@@ -21,7 +21,8 @@
  *                 after it, so a resume evaluates nothing again (session 33)
  *   clip counts   the steps skipped (fp16 overflows) and clipped go on
  *                 counting from the checkpoint's after a resume (session
- *                 33), metrics.jsonl's "clipped" too (session 34)
+ *                 33), metrics.jsonl's "clipped" too, and from a best/
+ *                 checkpoint's (session 34)
  *
  * Fashion-MNIST (scripts/install-deps), 640 samples of [data] limit,
  * batch 16 x accumulate 2: 20 steps an epoch, 3 epochs, about a second a
@@ -713,6 +714,58 @@ START_TEST(test_clipped_counts)
 }
 END_TEST
 
+/* A best/ checkpoint holds the clip op's counts as of its step (its
+ * "clip_counts" section): the fp16 run of test_skipped_counts with
+ * keep_best = 1, its best file copied into checkpoints/ alone and
+ * resumed, ends with the uninterrupted run's counts (before session 34
+ * best/ files had no "clip_counts", and such a resume counted from 0). */
+START_TEST(test_best_clip_counts)
+{
+	char a[64], d[300], l[400], src[400], dst[400];
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_ckpt *ck;
+	int64_t counts[2];
+	scratch_dir(a, sizeof a);
+#define FP16 "run.precision=fp16", "plugin.amp.init_scale=1e8", "plugin.amp.growth_interval=3", \
+	"train.epochs=1", "train.eval_every=5", "train.keep_best=1", "train.best_metric=loss"
+	const char *const full[] = { FP16, NULL };
+	const char *const rest[] = { FP16, "train.resume=1", NULL };
+#undef FP16
+	stop_at = 0;
+	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_gt(ra.steps_skipped, 0);
+	snprintf(d, sizeof d, "%s/checkpoints/best", a);
+	ckpt_files(d, l, sizeof l);
+	const int step = atoi(l);
+	ck_assert_msg(step >= 5 && !strchr(l, ' '), "best/ holds '%s'", l);
+	snprintf(src, sizeof src, "%s/ckpt-%d.kiln", d, step);
+	ck_assert_msg(kiln_ckpt_open(src, &ck) == 0, "%s", kiln_last_error());
+	kiln_status st = kiln_ckpt_clip_counts_get(ck, counts);
+	kiln_ckpt_close(ck);
+	ck_assert_msg(st == 0, "%s: no clip counts (status %d)", src, (int)st);
+	ck_assert_int_gt(counts[0], 0);
+	/* the run's own checkpoints gone: the best one is the newest */
+	snprintf(d, sizeof d, "%s/checkpoints", a);
+	ckpt_files(d, l, sizeof l);
+	for (char *p = l; *p; p += strspn(p, " ")) {
+		snprintf(dst, sizeof dst, "%s/ckpt-%d.kiln", d, atoi(p));
+		ck_assert(unlink(dst) == 0);
+		p += strcspn(p, " ");
+	}
+	snprintf(dst, sizeof dst, "%s/ckpt-%d.kiln", d, step);
+	size_t n;
+	char *bytes = test_read_file(src, &n);
+	FILE *f = fopen(dst, "wb");
+	ck_assert(f && fwrite(bytes, 1, n, f) == n && fclose(f) == 0);
+	free(bytes);
+	ck_assert_msg(train_run(a, rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, step);
+	ck_assert_int_eq(r2.steps_skipped, ra.steps_skipped);
+	ck_assert_int_eq(r2.steps_clipped, ra.steps_clipped);
+}
+END_TEST
+
 static Suite *make_resume_evals_suite(void)
 {
 	Suite *s = suite_create("resume_evals");
@@ -722,7 +775,7 @@ static Suite *make_resume_evals_suite(void)
 					   test_eval_owed, test_finished_per_epoch,
 					   test_finished_with_val, test_early_stop_with_val, test_early_stop_no_val,
 					   test_early_stop_epoch_checkpoint, test_skipped_counts,
-					   test_clipped_counts, NULL });
+					   test_clipped_counts, test_best_clip_counts, NULL });
 	return s;
 }
 
