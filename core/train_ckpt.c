@@ -412,11 +412,20 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t)
 /* A stop that cut the evaluation after an epoch's steps short (t->k one
  * past the last step; every rank, eval_stop): the checkpoint at the
  * epoch's offset so far, unless this run wrote that step's already (the
- * step a run resumed at is written again: its result names a checkpoint). */
+ * step a run resumed at is written again: its result names a checkpoint).
+ * A resumed early-stopped run takes no step: the stop cut the unrecorded
+ * run again of the evaluation that stopped it (trainer_epoch_eval), and
+ * the checkpoint it resumed from stays as it was (the result names it
+ * already, trainer_resume_read).  Before session 34 it was written again
+ * without its "evaluated" section, and a file whose section held the
+ * final test's numbers (has_test) lost them: the next resume ran and
+ * recorded the final test again. */
 kiln_status trainer_checkpoint_stop(struct trainer *t)
 {
 	trainer_take_stop();
 	t->stopping = 1;
+	if (t->resumed && t->stop_early && t->step == t->step0)
+		return KILN_OK;
 	if (t->ckpt_step == t->step && t->step > t->step0)
 		return KILN_OK;
 	return checkpoint_at(t, t->k * t->G);

@@ -23,6 +23,9 @@
  *                 counting from the checkpoint's after a resume (session
  *                 33), metrics.jsonl's "clipped" too, and from a best/
  *                 checkpoint's (session 34)
+ *   recheck stop  a stop during the unrecorded run again of the
+ *                 evaluation that early-stopped the run leaves the
+ *                 checkpoint as it was (session 34)
  *
  * Fashion-MNIST (scripts/install-deps), 640 samples of [data] limit,
  * batch 16 x accumulate 2: 20 steps an epoch, 3 epochs, about a second a
@@ -263,6 +266,36 @@ static void strip_section(const char *path, const char *tag)
 	ck_assert(f && fwrite(o, 1, size, f) == size && fclose(f) == 0);
 	free(d);
 	free(o);
+}
+
+/* Checkpoint `path` with the u64 at byte `at` of its section `tag` set to
+ * v, the section's CRCs made good again (docs/checkpoints.md: a section's
+ * 48-byte header, its tag, length, data CRC and header CRC, then its
+ * data), as an older kiln wrote it. */
+static void patch_u64(const char *path, const char *tag, size_t at, uint64_t v)
+{
+	size_t n;
+	uint8_t *d = (uint8_t *)test_read_file(path, &n);
+	uint32_t count, crc;
+	uint64_t off = 64, len;
+	int found = 0;
+	memcpy(&count, d + 24, 4);
+	for (uint32_t i = 0; i < count; i++, off += 48 + len) {
+		memcpy(&len, d + off + 32, 8);
+		if (strcmp((const char *)d + off, tag))
+			continue;
+		ck_assert_uint_le(at + 8, len);
+		memcpy(d + off + 48 + at, &v, 8);
+		crc = kiln_crc32c(0, d + off + 48, len);
+		memcpy(d + off + 40, &crc, 4);
+		crc = kiln_crc32c(0, d + off, 44);
+		memcpy(d + off + 44, &crc, 4);
+		found = 1;
+	}
+	ck_assert_msg(found, "%s: no section '%s'", path, tag);
+	FILE *f = fopen(path, "wb");
+	ck_assert(f && fwrite(d, 1, n, f) == n && fclose(f) == 0);
+	free(d);
 }
 
 /* A checkpoint without the list (an older kiln's, here the cut run's with
@@ -766,6 +799,61 @@ START_TEST(test_best_clip_counts)
 }
 END_TEST
 
+/* The early-stopped run with [data.val] of test_early_stop_with_val, its
+ * checkpoint's "evaluated" section holding the final test's numbers but
+ * none of the evaluation that stopped the run (0 samples, as a kiln
+ * before session 33 wrote it after a kill): a resume runs that evaluation
+ * again, unrecorded, and a stop then (asked for as it starts) leaves the
+ * checkpoint as it was, byte for byte; the next resume runs it again and
+ * records nothing, the final test included.  Before session 34 the stop
+ * wrote the file again without "evaluated", and the next resume ran and
+ * recorded the final test again (an eval event of step 40). */
+START_TEST(test_early_stop_recheck_stopped)
+{
+	char a[64], d[300], l[400];
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_ckpt *ck;
+	struct kiln_ckpt_evaluated e;
+	int done;
+	size_t n0, n1;
+	scratch_dir(a, sizeof a);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, early_val, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 40);
+	ck_assert_int_eq(ra.early_stopped, 1);
+	snprintf(d, sizeof d, "%s/checkpoints/ckpt-40.kiln", a);
+	patch_u64(d, "evaluated", 32, 0); /* its samples */
+	ck_assert_msg(kiln_ckpt_open(d, &ck) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_evaluated_get(ck, &e, &done) == 0, "%s", kiln_last_error());
+	kiln_ckpt_close(ck);
+	ck_assert(done && e.samples == 0 && e.has_test && e.test_samples == ra.test_samples);
+	char *before = test_read_file(d, &n0);
+	stop_at = 40; /* the progress call before the evaluation runs again */
+	ck_assert_msg(train_run(a, early_val_resume, &r1) == 0, "%s", kiln_last_error());
+	stop_at = 0;
+	ck_assert_int_eq(r1.stopped, 1);
+	ck_assert_int_eq(r1.steps, 40);
+	ck_assert_str_eq(r1.checkpoint, d);
+	char *after = test_read_file(d, &n1);
+	ck_assert_msg(n0 == n1 && !memcmp(before, after, n0),
+		      "the stop wrote %s again (%zu bytes, %zu before)", d, n1, n0);
+	free(before);
+	free(after);
+	event_steps(a, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+	ck_assert_msg(train_run(a, early_val_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.stopped, 0);
+	ck_assert_int_eq(r2.early_stopped, 1);
+	event_steps(a, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+	ck_assert(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc &&
+		  r2.test_samples == ra.test_samples);
+	ck_assert(r2.val_loss == ra.val_loss && r2.val_samples == ra.val_samples);
+}
+END_TEST
+
 static Suite *make_resume_evals_suite(void)
 {
 	Suite *s = suite_create("resume_evals");
@@ -775,7 +863,8 @@ static Suite *make_resume_evals_suite(void)
 					   test_eval_owed, test_finished_per_epoch,
 					   test_finished_with_val, test_early_stop_with_val, test_early_stop_no_val,
 					   test_early_stop_epoch_checkpoint, test_skipped_counts,
-					   test_clipped_counts, test_best_clip_counts, NULL });
+					   test_clipped_counts, test_best_clip_counts,
+					   test_early_stop_recheck_stopped, NULL });
 	return s;
 }
 
