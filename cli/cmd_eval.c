@@ -62,7 +62,7 @@ int cmd_eval(int argc, char **argv)
 	}
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
-	struct kiln_train_result r;
+	struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
 	if (!st)
 		st = kiln_evaluate_ex(cfg, reg, ckpt, &opts, &r);

@@ -388,7 +388,7 @@ int cmd_train(int argc, char **argv)
 	}
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
-	struct kiln_train_result r;
+	struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 	struct kiln_train_cfg tc;
 	struct bar b = { .tty = isatty(2), .last_pct = -1 };
 	/* before the plugins, OpenMP and the loaders start threads */
@@ -442,6 +442,11 @@ int cmd_train(int argc, char **argv)
 			printf(", \"stop_cause\": ");
 			cli_json_str(stdout, r.stop_cause);
 		}
+		/* the clip op's counts, both when either is nonzero (before
+		 * session 34 only grad_norm in metrics.jsonl showed clipping) */
+		if (r.steps_skipped || r.steps_clipped)
+			printf(", \"steps_skipped\": %lld, \"steps_clipped\": %lld",
+			       (long long)r.steps_skipped, (long long)r.steps_clipped);
 		printf(", \"device_peak_bytes\": %zu, \"rss_growth_bytes\": %zu}\n", r.device_peak_bytes,
 		       r.rss_growth_bytes);
 		if (b.tty && r.stopped)
@@ -470,6 +475,10 @@ int cmd_train(int argc, char **argv)
 		else if (r.test_acc >= 0)
 			fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r.test_acc,
 				(long long)r.test_samples);
+		if (r.steps_skipped || r.steps_clipped)
+			fprintf(stderr, "optimizer steps: %lld skipped for non-finite gradients, %lld clipped by clip_norm (of %lld)\n",
+				(long long)r.steps_skipped, (long long)r.steps_clipped,
+				(long long)r.steps);
 		/* the run directory was removed mid-run: recreated, with a
 		 * checkpoint there, but the run did not end as asked, and what
 		 * was written before is gone (a code of its own: a launcher

@@ -342,6 +342,14 @@ kiln_status trainer_out_paths_check(const char *ckdir, int best, const struct ki
  * the disk is full); KILN_EIO naming it. */
 kiln_status trainer_write_file(const char *path, const char *text, size_t n);
 
+/* train_result.c: the caller's result (kiln_train_run, kiln_evaluate_ex).
+ * KILN_EINVAL naming fn when res is NULL or its size cannot hold `size`
+ * (not set); then nothing may be written to it. */
+kiln_status trainer_result_check(const struct kiln_train_result *res, const char *fn);
+/* full's first res->size bytes (all of full when res is larger: a newer
+ * header's) into res, checked before; res->size the bytes written. */
+void trainer_result_out(struct kiln_train_result *res, const struct kiln_train_result *full);
+
 /* train_step.c */
 kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int64_t *idx,
 			       int64_t rows, int *slot_out, void **x_out);

@@ -412,11 +412,20 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t)
 /* A stop that cut the evaluation after an epoch's steps short (t->k one
  * past the last step; every rank, eval_stop): the checkpoint at the
  * epoch's offset so far, unless this run wrote that step's already (the
- * step a run resumed at is written again: its result names a checkpoint). */
+ * step a run resumed at is written again: its result names a checkpoint).
+ * A resumed early-stopped run takes no step: the stop cut the unrecorded
+ * run again of the evaluation that stopped it (trainer_epoch_eval), and
+ * the checkpoint it resumed from stays as it was (the result names it
+ * already, trainer_resume_read).  Before session 34 it was written again
+ * without its "evaluated" section, and a file whose section held the
+ * final test's numbers (has_test) lost them: the next resume ran and
+ * recorded the final test again. */
 kiln_status trainer_checkpoint_stop(struct trainer *t)
 {
 	trainer_take_stop();
 	t->stopping = 1;
+	if (t->resumed && t->stop_early && t->step == t->step0)
+		return KILN_OK;
 	if (t->ckpt_step == t->step && t->step > t->step0)
 		return KILN_OK;
 	return checkpoint_at(t, t->k * t->G);
@@ -506,6 +515,7 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
 				       .trainer = t->pos };
 	struct kiln_ckpt_best *best;
+	int64_t counts[2];
 	kiln_status st;
 	/* rank 0's choice on every rank, as the write is a collective (the
 	 * values agree, but a last bit of difference must not split them) */
@@ -516,8 +526,14 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	if (i < 0)
 		return KILN_OK;
 	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	if ((st = best_meta(t, i, v, &meta, &best)))
+	/* the clip op's counts as of this step, as checkpoint()'s: a resume
+	 * from a best/ file (copied into checkpoints/) goes on counting from
+	 * them (before session 34 best/ files had no "clip_counts", and such
+	 * a resume counted from 0 again) */
+	if ((st = trainer_clip_counts(t, counts)) || (st = best_meta(t, i, v, &meta, &best)))
 		return st;
+	if (t->clip)
+		meta.clip_counts = counts;
 	st = ckpt_write(t, dir, &meta, path, sizeof path);
 	free(best);
 	if (st)
@@ -711,7 +727,7 @@ static kiln_status clip_counts_restore(struct trainer *t, struct kiln_ckpt *ck)
 	if (st != KILN_ENOTFOUND)
 		return st;
 	if (t->clip)
-		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no clip counts (an older kiln wrote it): the steps skipped and clipped (metrics.jsonl's \"skipped\", the result's) count from this resume on",
+		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no clip counts (an older kiln wrote it): the steps skipped and clipped (metrics.jsonl's \"skipped\" and \"clipped\", the result's) count from this resume on",
 			 kiln_ckpt_path(ck));
 	return KILN_OK;
 }

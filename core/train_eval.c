@@ -363,7 +363,8 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
 			  const char *checkpoint, struct kiln_train_result *res)
 {
 	const struct kiln_eval_opts none = { 0 };
-	return kiln_evaluate_ex(cfg, reg, checkpoint, &none, res);
+	kiln_status st = trainer_result_check(res, "kiln_evaluate");
+	return st ? st : kiln_evaluate_ex(cfg, reg, checkpoint, &none, res);
 }
 
 /* The model to evaluate, open in t with its weights: the checkpoint's
@@ -415,9 +416,10 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 	return st;
 }
 
-kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			     const char *checkpoint, const struct kiln_eval_opts *o,
-			     struct kiln_train_result *res)
+/* kiln_evaluate_ex into the library's own result (res: whole). */
+static kiln_status evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			    const char *checkpoint, const struct kiln_eval_opts *o,
+			    struct kiln_train_result *res)
 {
 	struct trainer T = { 0 }, *t = &T;
 	struct kiln_ckpt *ck = NULL;
@@ -446,6 +448,22 @@ out:
 	st = trainer_close(t, st);
 	kiln_ckpt_close(ck);
 	kiln_config_free(fcfg);
+	return st;
+}
+
+/* The evaluation into a result of this library's size, copied into the
+ * caller's as far as its size goes (kiln/kiln.h, struct
+ * kiln_train_result). */
+kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *checkpoint, const struct kiln_eval_opts *o,
+			     struct kiln_train_result *res)
+{
+	struct kiln_train_result full = { 0 };
+	kiln_status st = trainer_result_check(res, "kiln_evaluate_ex");
+	if (st)
+		return st;
+	st = evaluate(cfg, reg, checkpoint, o, &full);
+	trainer_result_out(res, &full);
 	return st;
 }
 

@@ -324,10 +324,10 @@ kiln_status trainer_clip_counts(struct trainer *t, int64_t out[2])
 }
 
 /* Every rank, after a resume, before the first step: the clip op's counts
- * (steps skipped, steps clipped: metrics.jsonl's "skipped", the result's
- * steps_skipped and steps_clipped) continue from the checkpoint's
- * (t->counts0; before session 33 they restarted from 0 after a resume,
- * though the state resumed bit-exactly). */
+ * (steps skipped, steps clipped: metrics.jsonl's "skipped" and "clipped",
+ * the result's steps_skipped and steps_clipped) continue from the
+ * checkpoint's (t->counts0; before session 33 they restarted from 0 after
+ * a resume, though the state resumed bit-exactly). */
 kiln_status trainer_clip_counts_seed(struct trainer *t)
 {
 	kiln_status st;
@@ -417,8 +417,9 @@ static void interval_clock(struct trainer *t, double *wall, double *wait)
 
 /* The train line of a log point (metrics.jsonl's "train" event; the
  * loggers' train record): the interval's mean loss and accuracy over n
- * samples per rank, the last step's lr, gradient norm (when the clip op
- * computes it: clipping, skip_nonfinite, loss scaling) and loss scale. */
+ * samples per rank, the steps skipped and clipped so far, the last step's
+ * lr, gradient norm (when the clip op computes it: clipping,
+ * skip_nonfinite, loss scaling) and loss scale. */
 static void train_record(struct trainer *t, double ls, double c, double n)
 {
 	struct kiln_log_record r = { .event = "train", .step = t->step };
@@ -429,6 +430,9 @@ static void train_record(struct trainer *t, double ls, double c, double n)
 	kiln_log_add(&r, "loss", ls / n, 0);
 	kiln_log_add(&r, "acc", c / n, 0);
 	kiln_log_add(&r, "skipped", (double)t->res->steps_skipped, 1);
+	/* (the steps clip_norm scaled so far, as the result's steps_clipped:
+	 * before session 34 only the result had them) */
+	kiln_log_add(&r, "clipped", (double)t->res->steps_clipped, 1);
 	kiln_log_add(&r, "loss_scale", t->res->loss_scale, 0);
 	kiln_log_add(&r, "time", kiln_now_s() - t->t_start, 0);
 	if (t->lr_dev)

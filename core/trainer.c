@@ -173,9 +173,11 @@ static kiln_status eval_owed_run(struct trainer *t)
 	return KILN_OK;
 }
 
-kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			   const struct kiln_train_cfg *tc, kiln_progress_fn progress, void *user,
-			   struct kiln_train_result *res)
+/* kiln_train_run into the library's own result (res: whole, its size
+ * this library's). */
+static kiln_status train_run(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const struct kiln_train_cfg *tc, kiln_progress_fn progress, void *user,
+			     struct kiln_train_result *res)
 {
 	struct trainer T = { .progress = progress, .user = user }, *t = &T;
 	kiln_status st = trainer_open(t, cfg, reg, tc, 1, res);
@@ -214,13 +216,31 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 	return trainer_close(t, st);
 }
 
+/* The run into a result of this library's size, copied into the caller's
+ * as far as its size goes (kiln/kiln.h, struct kiln_train_result). */
+kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			   const struct kiln_train_cfg *tc, kiln_progress_fn progress, void *user,
+			   struct kiln_train_result *res)
+{
+	struct kiln_train_result full = { 0 };
+	kiln_status st = trainer_result_check(res, "kiln_train_run");
+	if (st)
+		return st;
+	st = train_run(cfg, reg, tc, progress, user, &full);
+	trainer_result_out(res, &full);
+	return st;
+}
+
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res)
 {
 	struct kiln_train_cfg tc;
-	kiln_status st = kiln_train_cfg_read(cfg, reg, &tc);
-	if (st) {
-		memset(res, 0, sizeof *res);
+	kiln_status st = trainer_result_check(res, "kiln_train");
+	if (st)
+		return st;
+	if ((st = kiln_train_cfg_read(cfg, reg, &tc))) {
+		const struct kiln_train_result none = { 0 };
+		trainer_result_out(res, &none);
 		return st;
 	}
 	return kiln_train_run(cfg, reg, &tc, progress, user, res);

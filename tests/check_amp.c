@@ -163,7 +163,7 @@ static int64_t read_optim_step(const char *path)
 START_TEST(test_overflow_skip_backoff_growth)
 {
 	char dir[64];
-	struct kiln_train_result r16, r32;
+	struct kiln_train_result r16 = KILN_TRAIN_RESULT_INIT, r32 = KILN_TRAIN_RESULT_INIT;
 	struct inject in16 = { 0 }, in32 = { 0 };
 	float want[4], got[4];
 	TEST_REQUIRE_FASHION();
@@ -209,7 +209,7 @@ END_TEST
 START_TEST(test_real_f16_overflow)
 {
 	char dir[64];
-	struct kiln_train_result r;
+	struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 	struct inject in = { 0 };
 	float want[4], got[4];
 	TEST_REQUIRE_FASHION();
@@ -235,7 +235,9 @@ END_TEST
 START_TEST(test_checkpoint_resume)
 {
 	char a[64], b[64];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	struct inject ia = { 0 }, i1 = { 0 }, i2 = { 0 };
 	float sa[4], sb[4], want[4];
 	TEST_REQUIRE_FASHION();
@@ -266,7 +268,7 @@ START_TEST(test_checkpoint_resume)
 	 * (before session 29 it went to -1, and every checkpoint until the
 	 * next growth was refused on resume as out of range) */
 	char c[64];
-	struct kiln_train_result r3, r4;
+	struct kiln_train_result r3 = KILN_TRAIN_RESULT_INIT, r4 = KILN_TRAIN_RESULT_INIT;
 	struct inject i3 = { 0 }, i4 = { 0 };
 	tmpdir(c, sizeof c);
 	const char *const seven[] = { "train.checkpoint_every=1000", "train.max_steps=7", NULL };
@@ -298,7 +300,7 @@ START_TEST(test_skip_keeps_step_count)
 	for (int k = 0; k < 2; k++)
 		for (int p = 0; p < 2; p++) {
 			char dir[64];
-			struct kiln_train_result r;
+			struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 			struct inject in = { 0 };
 			tmpdir(dir, sizeof dir);
 			const char *const over[] = { "train.checkpoint_every=1000", "train.epochs=1",
@@ -318,7 +320,7 @@ END_TEST
 /* fp16_static: a constant scale, overflowing steps still skipped. */
 START_TEST(test_static)
 {
-	struct kiln_train_result r;
+	struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 	struct inject in = { 0 };
 	TEST_REQUIRE_FASHION();
 	const char *const over[] = { "plugin.amp.loss_scale=1024", "train.epochs=1", NULL };
@@ -408,7 +410,7 @@ END_TEST
 /* Bad configs name file:line; bf16 runs without a scaler. */
 START_TEST(test_config_errors)
 {
-	struct kiln_train_result r;
+	struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	ck_assert_int_eq(train("", "fp16_static", NULL, &r, NULL), KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "amp.ini:4") && strstr(kiln_last_error(), "loss_scale"),

@@ -899,7 +899,7 @@ END_TEST
 START_TEST(test_deterministic)
 {
 	char a[64], b[64], fa[200], fb[200];
-	struct kiln_train_result ra, rb;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, rb = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
@@ -926,7 +926,7 @@ END_TEST
 START_TEST(test_team_flip)
 {
 	char a[64], b[64], fa[200], fb[200];
-	struct kiln_train_result ra, rb;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, rb = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
@@ -953,7 +953,7 @@ END_TEST
 START_TEST(test_keep_best)
 {
 	char a[64], path[300];
-	struct kiln_train_result ra, re;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, re = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	scratch_dir(a, sizeof a);
 	const char *const ov[] = { "train.keep_best=2", "train.eval_every=5", "train.max_steps=30",
@@ -1017,7 +1017,9 @@ END_TEST
 START_TEST(test_resume_exact)
 {
 	char a[64], b[64], fa[200], fb[200];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
@@ -1044,7 +1046,7 @@ START_TEST(test_resume_exact)
 	/* kiln eval on the final checkpoint: the same numbers again */
 	char ini[4096];
 	struct kiln_config *cfg;
-	struct kiln_train_result re;
+	struct kiln_train_result re = KILN_TRAIN_RESULT_INIT;
 	snprintf(ini, sizeof ini, cnn_ini, a, "constant");
 	cfg = test_config(reg, ini);
 	ck_assert_msg(kiln_evaluate(cfg, reg, fa, &re) == 0, "%s", kiln_last_error());
@@ -1080,7 +1082,9 @@ static void stop_progress(void *user, int epoch, int64_t step, int64_t steps, co
 START_TEST(test_stop_request)
 {
 	char a[64], b[64], fa[200], fb[200];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
@@ -1132,7 +1136,9 @@ END_TEST
 START_TEST(test_fallback)
 {
 	char a[64], b[64], fa[200], fb[200];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
@@ -1189,7 +1195,7 @@ END_TEST
 /* checkpoint_every or resume without out_dir is a config error. */
 START_TEST(test_needs_out_dir)
 {
-	struct kiln_train_result r;
+	struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 	const char *const ov[] = { "train.checkpoint_every=5", NULL };
 	TEST_REQUIRE_FASHION();
 	ck_assert(train_run("", "constant", ov, &r) == KILN_ECONFIG);

@@ -236,7 +236,9 @@ static void train(const char *prec, int workers, int acc, int graph, int async,
 
 static void same_bits(const char *prec)
 {
-	struct kiln_train_result plain, g_sync, g_async;
+	struct kiln_train_result plain = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result g_sync = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result g_async = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	train(prec, 2, 1, 0, 0, &plain);
 	train(prec, 2, 1, 1, 0, &g_sync);
@@ -285,7 +287,7 @@ END_TEST
  * micro-steps); the run says so and issues every step, same numbers. */
 START_TEST(test_accumulate_issued)
 {
-	struct kiln_train_result plain, g;
+	struct kiln_train_result plain = KILN_TRAIN_RESULT_INIT, g = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	train("fp32", 0, 2, 0, 0, &plain);
 	train("fp32", 0, 2, 1, 0, &g);

@@ -440,7 +440,7 @@ START_TEST(test_mlp_adaptive)
 		 "[plugin.cpu]\nasync = 1\n",
 		 opt[_i]);
 	struct kiln_config *cfg = test_config(reg, ini);
-	struct kiln_train_result res;
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
 	OK(kiln_train(cfg, reg, NULL, NULL, &res));
 	printf("check_optim: MLP with %s: train loss %.4f, test accuracy %.4f\n",
 	       _i ? "lamb" : "adamw", res.train_loss, res.test_acc);

@@ -270,7 +270,7 @@ static const char unfused[] = "run.fuse=0";
 START_TEST(test_profile_cnn)
 {
 	char dir[1024];
-	struct kiln_train_result on, off;
+	struct kiln_train_result on = KILN_TRAIN_RESULT_INIT, off = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	scratch_dir(dir, sizeof dir);
 	train(dir, 1, 4, 1, "nchw", 1, unfused, &on);
@@ -294,7 +294,7 @@ END_TEST
 START_TEST(test_profile_inline_nhwc)
 {
 	char dir[1024], path[4200];
-	struct kiln_train_result on, off;
+	struct kiln_train_result on = KILN_TRAIN_RESULT_INIT, off = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	scratch_dir(dir, sizeof dir);
 	train(dir, 1, 0, 0, "nhwc", 0, "", &on);

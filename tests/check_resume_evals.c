@@ -19,8 +19,13 @@
  *   epoch stop    an early stop at the epoch's evaluation of a
  *                 checkpoint_every step: the last checkpoint is written
  *                 after it, so a resume evaluates nothing again (session 33)
- *   clip counts   the steps skipped (fp16 overflows) go on counting from
- *                 the checkpoint's after a resume (session 33)
+ *   clip counts   the steps skipped (fp16 overflows) and clipped go on
+ *                 counting from the checkpoint's after a resume (session
+ *                 33), metrics.jsonl's "clipped" too, and from a best/
+ *                 checkpoint's (session 34)
+ *   recheck stop  a stop during the unrecorded run again of the
+ *                 evaluation that early-stopped the run leaves the
+ *                 checkpoint as it was (session 34)
  *
  * Fashion-MNIST (scripts/install-deps), 640 samples of [data] limit,
  * batch 16 x accumulate 2: 20 steps an epoch, 3 epochs, about a second a
@@ -173,7 +178,9 @@ static void same_state(const char *a, const char *b)
 START_TEST(test_keep_best)
 {
 	char a[64], b[64], da[300], db[300], la[400], lb[400];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
 	const char *const full[] = { "train.keep_best=2", "train.best_metric=loss",
@@ -261,6 +268,36 @@ static void strip_section(const char *path, const char *tag)
 	free(o);
 }
 
+/* Checkpoint `path` with the u64 at byte `at` of its section `tag` set to
+ * v, the section's CRCs made good again (docs/checkpoints.md: a section's
+ * 48-byte header, its tag, length, data CRC and header CRC, then its
+ * data), as an older kiln wrote it. */
+static void patch_u64(const char *path, const char *tag, size_t at, uint64_t v)
+{
+	size_t n;
+	uint8_t *d = (uint8_t *)test_read_file(path, &n);
+	uint32_t count, crc;
+	uint64_t off = 64, len;
+	int found = 0;
+	memcpy(&count, d + 24, 4);
+	for (uint32_t i = 0; i < count; i++, off += 48 + len) {
+		memcpy(&len, d + off + 32, 8);
+		if (strcmp((const char *)d + off, tag))
+			continue;
+		ck_assert_uint_le(at + 8, len);
+		memcpy(d + off + 48 + at, &v, 8);
+		crc = kiln_crc32c(0, d + off + 48, len);
+		memcpy(d + off + 40, &crc, 4);
+		crc = kiln_crc32c(0, d + off, 44);
+		memcpy(d + off + 44, &crc, 4);
+		found = 1;
+	}
+	ck_assert_msg(found, "%s: no section '%s'", path, tag);
+	FILE *f = fopen(path, "wb");
+	ck_assert(f && fwrite(d, 1, n, f) == n && fclose(f) == 0);
+	free(d);
+}
+
 /* A checkpoint without the list (an older kiln's, here the cut run's with
  * its "best" section taken out): the list is rebuilt from the values the
  * best/ files hold of themselves, and the run keeps the uninterrupted
@@ -268,7 +305,9 @@ static void strip_section(const char *path, const char *tag)
 START_TEST(test_keep_best_old_checkpoint)
 {
 	char a[64], b[64], d[300], la[400], lb[400];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
 	const char *const full[] = { "train.keep_best=2", "train.best_metric=loss",
@@ -309,7 +348,7 @@ static const char *const early_resume[] = { "train.eval_every=5", "train.early_s
 START_TEST(test_early_stop_finished)
 {
 	char a[64], ck[300], l[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	char line[512];
 	stop_at = 0;
@@ -381,7 +420,7 @@ static void finished_resumed(const char *const *ov, const char *const *ov_resume
 			     int have_val)
 {
 	char a[64], l[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	stop_at = 0;
 	ck_assert_msg(train_run(a, ov, &ra) == 0, "%s", kiln_last_error());
@@ -440,7 +479,7 @@ static const char *const early_val_resume[] = { "train.early_stop_patience=1",
 START_TEST(test_early_stop_with_val)
 {
 	char a[64], ck[300], l[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	stop_at = 0;
 	ck_assert_msg(train_run(a, early_val, &ra) == 0, "%s", kiln_last_error());
@@ -491,7 +530,7 @@ static const char *const early_noval_resume[] = { "train.early_stop_patience=1",
 START_TEST(test_early_stop_no_val)
 {
 	char a[64], l[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	stop_at = 0;
 	ck_assert_msg(train_run(a, early_noval, &ra) == 0, "%s", kiln_last_error());
@@ -522,7 +561,9 @@ END_TEST
 START_TEST(test_eval_owed)
 {
 	char a[64], b[64], fa[300], fb[300], l[400];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
 	stop_at = 0;
@@ -578,7 +619,7 @@ static const char *const early_epoch_resume[] = { "train.early_stop_patience=1",
 START_TEST(test_early_stop_epoch_checkpoint)
 {
 	char a[64], d[300], l[400], files[400];
-	struct kiln_train_result ra, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
 	struct kiln_ckpt *ck;
 	struct kiln_ckpt_stopper sp;
 	struct kiln_ckpt_evaluated e;
@@ -649,7 +690,9 @@ static long long last_train_field(const char *dir, const char *key)
 START_TEST(test_skipped_counts)
 {
 	char a[64], b[64];
-	struct kiln_train_result ra, r1, r2;
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(a, sizeof a);
 	scratch_dir(b, sizeof b);
 #define FP16 "run.precision=fp16", "plugin.amp.init_scale=1e8", "plugin.amp.growth_interval=3", \
@@ -672,6 +715,145 @@ START_TEST(test_skipped_counts)
 }
 END_TEST
 
+/* clip_norm 0.05 clips (nearly) every step: metrics.jsonl's "clipped"
+ * counts them as the result's steps_clipped does, and a run cut at step 4
+ * and resumed goes on from the checkpoint's count: its last "clipped" is
+ * the uninterrupted run's (before session 34 metrics.jsonl had no
+ * "clipped": the count was in the result alone). */
+START_TEST(test_clipped_counts)
+{
+	char a[64], b[64];
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
+	const char *const full[] = { "train.clip_norm=0.05", "train.epochs=1", NULL };
+	const char *const cut[] = { "train.clip_norm=0.05", "train.epochs=1", "train.max_steps=4",
+				    NULL };
+	const char *const rest[] = { "train.clip_norm=0.05", "train.epochs=1", "train.resume=1",
+				     NULL };
+	stop_at = 0;
+	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train_run(b, cut, &r1) == 0, "%s", kiln_last_error());
+	ck_assert_int_gt(r1.steps_clipped, 0);
+	ck_assert_int_eq(last_train_field(b, "clipped"), r1.steps_clipped);
+	ck_assert_int_gt(ra.steps_clipped, r1.steps_clipped);
+	ck_assert_int_eq(last_train_field(a, "clipped"), ra.steps_clipped);
+	ck_assert_msg(train_run(b, rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 4);
+	ck_assert_int_eq(r2.steps_clipped, ra.steps_clipped);
+	ck_assert_int_eq(last_train_field(b, "clipped"), ra.steps_clipped);
+}
+END_TEST
+
+/* A best/ checkpoint holds the clip op's counts as of its step (its
+ * "clip_counts" section): the fp16 run of test_skipped_counts with
+ * keep_best = 1, its best file copied into checkpoints/ alone and
+ * resumed, ends with the uninterrupted run's counts (before session 34
+ * best/ files had no "clip_counts", and such a resume counted from 0). */
+START_TEST(test_best_clip_counts)
+{
+	char a[64], d[300], l[400], src[400], dst[400];
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_ckpt *ck;
+	int64_t counts[2];
+	scratch_dir(a, sizeof a);
+#define FP16 "run.precision=fp16", "plugin.amp.init_scale=1e8", "plugin.amp.growth_interval=3", \
+	"train.epochs=1", "train.eval_every=5", "train.keep_best=1", "train.best_metric=loss"
+	const char *const full[] = { FP16, NULL };
+	const char *const rest[] = { FP16, "train.resume=1", NULL };
+#undef FP16
+	stop_at = 0;
+	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_gt(ra.steps_skipped, 0);
+	snprintf(d, sizeof d, "%s/checkpoints/best", a);
+	ckpt_files(d, l, sizeof l);
+	const int step = atoi(l);
+	ck_assert_msg(step >= 5 && !strchr(l, ' '), "best/ holds '%s'", l);
+	snprintf(src, sizeof src, "%s/ckpt-%d.kiln", d, step);
+	ck_assert_msg(kiln_ckpt_open(src, &ck) == 0, "%s", kiln_last_error());
+	kiln_status st = kiln_ckpt_clip_counts_get(ck, counts);
+	kiln_ckpt_close(ck);
+	ck_assert_msg(st == 0, "%s: no clip counts (status %d)", src, (int)st);
+	ck_assert_int_gt(counts[0], 0);
+	/* the run's own checkpoints gone: the best one is the newest */
+	snprintf(d, sizeof d, "%s/checkpoints", a);
+	ckpt_files(d, l, sizeof l);
+	for (char *p = l; *p; p += strspn(p, " ")) {
+		snprintf(dst, sizeof dst, "%s/ckpt-%d.kiln", d, atoi(p));
+		ck_assert(unlink(dst) == 0);
+		p += strcspn(p, " ");
+	}
+	snprintf(dst, sizeof dst, "%s/ckpt-%d.kiln", d, step);
+	size_t n;
+	char *bytes = test_read_file(src, &n);
+	FILE *f = fopen(dst, "wb");
+	ck_assert(f && fwrite(bytes, 1, n, f) == n && fclose(f) == 0);
+	free(bytes);
+	ck_assert_msg(train_run(a, rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, step);
+	ck_assert_int_eq(r2.steps_skipped, ra.steps_skipped);
+	ck_assert_int_eq(r2.steps_clipped, ra.steps_clipped);
+}
+END_TEST
+
+/* The early-stopped run with [data.val] of test_early_stop_with_val, its
+ * checkpoint's "evaluated" section holding the final test's numbers but
+ * none of the evaluation that stopped the run (0 samples, as a kiln
+ * before session 33 wrote it after a kill): a resume runs that evaluation
+ * again, unrecorded, and a stop then (asked for as it starts) leaves the
+ * checkpoint as it was, byte for byte; the next resume runs it again and
+ * records nothing, the final test included.  Before session 34 the stop
+ * wrote the file again without "evaluated", and the next resume ran and
+ * recorded the final test again (an eval event of step 40). */
+START_TEST(test_early_stop_recheck_stopped)
+{
+	char a[64], d[300], l[400];
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_ckpt *ck;
+	struct kiln_ckpt_evaluated e;
+	int done;
+	size_t n0, n1;
+	scratch_dir(a, sizeof a);
+	stop_at = 0;
+	ck_assert_msg(train_run(a, early_val, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 40);
+	ck_assert_int_eq(ra.early_stopped, 1);
+	snprintf(d, sizeof d, "%s/checkpoints/ckpt-40.kiln", a);
+	patch_u64(d, "evaluated", 32, 0); /* its samples */
+	ck_assert_msg(kiln_ckpt_open(d, &ck) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_evaluated_get(ck, &e, &done) == 0, "%s", kiln_last_error());
+	kiln_ckpt_close(ck);
+	ck_assert(done && e.samples == 0 && e.has_test && e.test_samples == ra.test_samples);
+	char *before = test_read_file(d, &n0);
+	stop_at = 40; /* the progress call before the evaluation runs again */
+	ck_assert_msg(train_run(a, early_val_resume, &r1) == 0, "%s", kiln_last_error());
+	stop_at = 0;
+	ck_assert_int_eq(r1.stopped, 1);
+	ck_assert_int_eq(r1.steps, 40);
+	ck_assert_str_eq(r1.checkpoint, d);
+	char *after = test_read_file(d, &n1);
+	ck_assert_msg(n0 == n1 && !memcmp(before, after, n0),
+		      "the stop wrote %s again (%zu bytes, %zu before)", d, n1, n0);
+	free(before);
+	free(after);
+	event_steps(a, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+	ck_assert_msg(train_run(a, early_val_resume, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.stopped, 0);
+	ck_assert_int_eq(r2.early_stopped, 1);
+	event_steps(a, "eval", 1, l, sizeof l);
+	ck_assert_str_eq(l, "");
+	ck_assert(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc &&
+		  r2.test_samples == ra.test_samples);
+	ck_assert(r2.val_loss == ra.val_loss && r2.val_samples == ra.val_samples);
+}
+END_TEST
+
 static Suite *make_resume_evals_suite(void)
 {
 	Suite *s = suite_create("resume_evals");
@@ -680,7 +862,9 @@ static Suite *make_resume_evals_suite(void)
 					   test_early_stop_finished,
 					   test_eval_owed, test_finished_per_epoch,
 					   test_finished_with_val, test_early_stop_with_val, test_early_stop_no_val,
-					   test_early_stop_epoch_checkpoint, test_skipped_counts, NULL });
+					   test_early_stop_epoch_checkpoint, test_skipped_counts,
+					   test_clipped_counts, test_best_clip_counts,
+					   test_early_stop_recheck_stopped, NULL });
 	return s;
 }
 

@@ -724,7 +724,7 @@ START_TEST(test_trainer_init_from)
 		struct kiln_config *cfg;
 		ck_assert(kiln_config_load_string(text, "trainer.ini", &cfg) == KILN_OK);
 		ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
-		struct kiln_train_result r;
+		struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 		kiln_status st = kiln_train(cfg, reg, NULL, NULL, &r);
 		if (!pass) {
 			ck_assert_int_eq(st, KILN_ECONFIG);

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <kiln/kiln.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -484,7 +485,7 @@ START_TEST(test_mlp_2000)
 	ck_assert(test_tmpdir_make(dir, sizeof dir, "train") != NULL);
 	snprintf(ini, sizeof ini, mlp_ini, dir, 30, 20, 0);
 	struct kiln_config *cfg = test_config(reg, ini);
-	struct kiln_train_result res;
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
 	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
 	/* 2,000 held-out samples: the first 2,000 of the test split */
 	ck_assert_int_eq(res.test_samples, 2000);
@@ -510,7 +511,7 @@ START_TEST(test_steady_state_async)
 	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 1);
 	struct kiln_config *cfg = test_config(reg, ini);
-	struct kiln_train_result res;
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
 	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(res.steps, 2 * 62);
 	ck_assert_uint_gt(res.steady.runs, 100);
@@ -521,7 +522,7 @@ START_TEST(test_steady_state_async)
 	struct kiln_config *cfg2;
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 0);
 	cfg2 = test_config(reg, ini);
-	struct kiln_train_result res2;
+	struct kiln_train_result res2 = KILN_TRAIN_RESULT_INIT;
 	ck_assert(kiln_train(cfg2, reg, NULL, NULL, &res2) == 0);
 	ck_assert_double_eq(res.test_acc, res2.test_acc);
 	ck_assert_double_eq(res.train_loss, res2.train_loss);
@@ -535,7 +536,8 @@ END_TEST
 START_TEST(test_loader_workers)
 {
 	char ini[2048];
-	struct kiln_train_result res[3];
+	struct kiln_train_result res[3] = { KILN_TRAIN_RESULT_INIT, KILN_TRAIN_RESULT_INIT,
+					    KILN_TRAIN_RESULT_INIT };
 	static const char *const w[3] = { "data.workers=0", "data.workers=1", "data.workers=3" };
 	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 1);
@@ -567,7 +569,7 @@ END_TEST
 START_TEST(test_accumulate)
 {
 	char ini[2048];
-	struct kiln_train_result res[2];
+	struct kiln_train_result res[2] = { KILN_TRAIN_RESULT_INIT, KILN_TRAIN_RESULT_INIT };
 	static const char *const over[2][2] = { { "train.batch=128", "train.accumulate=1" },
 						{ "train.batch=32", "train.accumulate=4" } };
 	TEST_REQUIRE_FASHION();
@@ -600,7 +602,7 @@ END_TEST
 START_TEST(test_skip_nonfinite)
 {
 	char ini[2048];
-	struct kiln_train_result res;
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
 	struct kiln_config *cfg;
@@ -627,6 +629,64 @@ START_TEST(test_skip_nonfinite)
 END_TEST
 
 
+/* struct kiln_train_result's size (kiln/kiln.h): a caller built against
+ * an older, smaller header (here: a struct cut before steps_clipped, 0xA5
+ * bytes after it) gets its members and no byte written past them; one of
+ * a newer, larger header gets the library's size back and its extra
+ * bytes untouched; a size not set (0) is refused, nothing written.
+ * Before session 34 the library cleared and filled its own sizeof bytes
+ * of whatever the caller passed. */
+START_TEST(test_result_size)
+{
+	char ini[2048];
+	const size_t lib = sizeof(struct kiln_train_result);
+	const size_t cut = offsetof(struct kiln_train_result, steps_clipped);
+	union {
+		struct kiln_train_result r;
+		unsigned char b[sizeof(struct kiln_train_result) + 64];
+	} u;
+	TEST_REQUIRE_FASHION();
+	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
+	struct kiln_config *cfg = test_config(reg, ini);
+	ck_assert_msg(kiln_config_override(cfg, "data.limit=320") == 0, "%s", kiln_last_error());
+	/* an older header's struct */
+	memset(&u, 0xA5, sizeof u);
+	u.r.size = cut;
+	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &u.r) == 0, "%s", kiln_last_error());
+	for (size_t i = cut; i < sizeof u; i++)
+		ck_assert_msg(u.b[i] == 0xA5, "byte %zu of a %zu-byte result written (0x%02x)", i, cut,
+			      u.b[i]);
+	ck_assert_uint_eq(u.r.size, cut);
+	ck_assert_int_eq(u.r.steps, 10);
+	ck_assert_int_eq(u.r.steps_skipped, 0);
+	/* a newer header's: the library's size back, the rest untouched */
+	memset(&u, 0xA5, sizeof u);
+	u.r.size = sizeof u;
+	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &u.r) == 0, "%s", kiln_last_error());
+	ck_assert_uint_eq(u.r.size, lib);
+	ck_assert_int_eq(u.r.steps, 10);
+	ck_assert_int_eq(u.r.out_dir_lost, 0);
+	for (size_t i = lib; i < sizeof u; i++)
+		ck_assert_msg(u.b[i] == 0xA5, "byte %zu past the library's result written", i);
+	/* not set: refused, nothing written (kiln_train_run's and
+	 * kiln_evaluate's check is the same) */
+	memset(&u, 0xA5, sizeof u);
+	u.r.size = 0;
+#define UNSET ": struct kiln_train_result's size is 0: set .size = sizeof(struct kiln_train_result) before the call (KILN_TRAIN_RESULT_INIT)"
+	ck_assert_int_eq(kiln_train(cfg, reg, NULL, NULL, &u.r), KILN_EINVAL);
+	ck_assert_str_eq(kiln_last_error(), "kiln_train" UNSET);
+	for (size_t i = sizeof u.r.size; i < sizeof u; i++)
+		ck_assert_uint_eq(u.b[i], 0xA5);
+	ck_assert_int_eq(kiln_evaluate(cfg, reg, "/nonexistent.kiln", &u.r), KILN_EINVAL);
+	ck_assert_str_eq(kiln_last_error(), "kiln_evaluate" UNSET);
+#undef UNSET
+	ck_assert_int_eq(kiln_train(cfg, reg, NULL, NULL, NULL), KILN_EINVAL);
+	ck_assert_str_eq(kiln_last_error(), "kiln_train: no struct kiln_train_result given (NULL)");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+
 /* eval_every evaluates every N steps; early stopping ends the run after
  * `patience` evaluations without an improvement larger than min_delta
  * (1.0: accuracy can never improve that much, so it stops at the third
@@ -634,7 +694,7 @@ END_TEST
 START_TEST(test_eval_every_early_stop)
 {
 	char ini[2048];
-	struct kiln_train_result res;
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 5, 5, 0);
 	struct kiln_config *cfg;
@@ -658,7 +718,7 @@ END_TEST
 START_TEST(test_data_val)
 {
 	char ini[2048];
-	struct kiln_train_result res;
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
 	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 5, 0);
 	strcat(ini, "[data.val]\nimages = t10k-images-idx3-ubyte.gz\nlabels = t10k-labels-idx1-ubyte.gz\n"
@@ -734,7 +794,8 @@ START_TEST(test_inplace)
 {
 	char ini[2048];
 	struct kiln_memory mem[3];
-	struct kiln_train_result res[3];
+	struct kiln_train_result res[3] = { KILN_TRAIN_RESULT_INIT, KILN_TRAIN_RESULT_INIT,
+					    KILN_TRAIN_RESULT_INIT };
 	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
 	/* 0: in place (unfused), 1: inplace = 0 (unfused), 2: the default
@@ -913,7 +974,7 @@ START_TEST(test_memory_accounting)
 	for (int i = 0; i < 2; i++) {
 		struct kiln_config *cfg;
 		struct kiln_memory mem;
-		struct kiln_train_result res;
+		struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
 		ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
 		ck_assert(kiln_config_override(cfg, batches[i]) == KILN_OK);
 		ck_assert(kiln_config_override(cfg, "train.max_steps=2") == KILN_OK);
@@ -936,7 +997,7 @@ END_TEST
 START_TEST(test_cnn_e2e)
 {
 	char ini[2048];
-	struct kiln_train_result res[2];
+	struct kiln_train_result res[2] = { KILN_TRAIN_RESULT_INIT, KILN_TRAIN_RESULT_INIT };
 	TEST_REQUIRE_FASHION();
 	for (int l = 0; l < 2; l++) {
 		snprintf(ini, sizeof ini,
@@ -1176,8 +1237,8 @@ static Suite *make_train_suite(void)
 		test_tie_pytorch, test_tie_errors, test_tie_safetensors, NULL });
 	check_add_case(s, "e2e", 300, NULL, NULL, (const TTest *[]){
 		test_mlp_2000, test_steady_state_async, test_cnn_e2e, test_loader_workers,
-		test_accumulate, test_skip_nonfinite, test_eval_every_early_stop, test_data_val,
-		test_memory_report, test_inplace, test_recompute_nchw, test_recompute_nhwc,
+		test_accumulate, test_skip_nonfinite, test_result_size, test_eval_every_early_stop,
+		test_data_val, test_memory_report, test_inplace, test_recompute_nchw, test_recompute_nhwc,
 		test_recompute_deep, test_memory_accounting, NULL });
 	return s;
 }

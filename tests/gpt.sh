@@ -9,7 +9,9 @@
 #     5 steps, accumulate 3) and resumed ends byte for byte where the
 #     uninterrupted run does;
 #  4. clip_norm: one SGD step of rate 1 with clip_norm 1e-3 moves the
-#     parameters (the tied one counted once) by a norm of 1e-3;
+#     parameters (the tied one counted once) by a norm of 1e-3; the step
+#     is counted as clipped in metrics.jsonl ("clipped": 1) and in kiln
+#     train's JSON line and stderr (before session 34 neither said so);
 #  5. warmup + cosine: the logged rates are 0.005, 0.01 (warmup 2 to
 #     lr 0.01), then CosineAnnealingLR's 0.01, 0.00775, 0.00325 to 0.001;
 #     no_decay: 20 of the 28 tensors (biases, norms, embeddings);
@@ -63,6 +65,10 @@ stderr_has "resum"
 # 4. clip_norm: the step is the clipped gradient
 kiln 0 train "$ini" "$@" "run.out_dir=$tmp/clip" train.optimizer=sgd train.momentum=0 \
 	train.weight_decay=0 train.lr=1 train.clip_norm=1e-3 train.max_steps=1
+stdout_has '"steps_skipped": 0, "steps_clipped": 1'
+stderr_has "optimizer steps: 0 skipped for non-finite gradients, 1 clipped by clip_norm (of 1)"
+grep -q '"event":"train",.*"skipped":0,"clipped":1,' "$tmp/clip/metrics.jsonl" ||
+	fail "metrics.jsonl's train line does not count the clipped step: $(grep '"train"' "$tmp/clip/metrics.jsonl")"
 kiln 0 export "$ini" --safetensors "$tmp/clip.safetensors" "$@" "run.out_dir=$tmp/clip"
 /usr/bin/python3 - "$data" "$data/gpt_init.safetensors" "$tmp/clip.safetensors" <<'PY' || fail "the clipped step's norm is not clip_norm"
 import math, sys

@@ -102,7 +102,7 @@ kiln 0 train "$ini" $common $two "run.out_dir=$tmp/lr0" train.lr=0
 kiln 0 train "$ini" $common $two "run.out_dir=$tmp/scale" run.precision=fp16 \
 	plugin.amp.init_scale=16777216 plugin.amp.growth_interval=2
 steps() { # step loss skipped loss_scale, one train event a line
-	sed -n 's/.*"event":"train".*"step":\([0-9]*\),"loss":\([^,]*\),.*"skipped":\([0-9]*\),"loss_scale":\([^,]*\),.*/\1 \2 \3 \4/p' "$1"
+	sed -n 's/.*"event":"train".*"step":\([0-9]*\),"loss":\([^,]*\),.*"skipped":\([0-9]*\),"clipped":[0-9]*,"loss_scale":\([^,]*\),.*/\1 \2 \3 \4/p' "$1"
 }
 steps "$tmp/lr0/metrics.jsonl" >"$tmp/lr0.txt"
 steps "$tmp/scale/metrics.jsonl" >"$tmp/scale.txt"

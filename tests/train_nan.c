@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 {
 	struct kiln_config *cfg = NULL;
 	struct kiln_registry *reg = NULL;
-	struct kiln_train_result res;
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
 	struct inject in = { 0, 0, -1, NULL };
 	const char *index = getenv("KILN_NAN_INDEX");
 	char *end;
@@ -82,7 +82,6 @@ int main(int argc, char **argv)
 	if (!st) {
 		if (!who || !strcmp(who, rank ? rank : "0"))
 			kiln_set_grad_hook(inject_nan, &in);
-		memset(&res, 0, sizeof res);
 		st = kiln_train(cfg, reg, NULL, NULL, &res);
 		kiln_set_grad_hook(NULL, NULL);
 	}

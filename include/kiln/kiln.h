@@ -347,7 +347,24 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream);
  * count from device memory.  No host sync. */
 kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *stream);
 
+/* What kiln_train, kiln_train_run, kiln_evaluate and kiln_evaluate_ex
+ * report.  Owned by the caller, which allocates it and sets `size` before
+ * the call (KILN_TRAIN_RESULT_INIT, or `r.size = sizeof r`); the library
+ * writes the first min(size, its own sizeof) bytes of it and no byte
+ * past them, whether the call succeeds or fails (on failure with the
+ * numbers so far), and sets `size` to the bytes it wrote.  The struct
+ * grows only at the end: a program built against an older header (a
+ * smaller struct) gets its members and nothing written past them; one
+ * built against a newer header than the library's finds `size` lowered
+ * to the library's, and a member that ends past it was not written.  A
+ * size too small to hold `size` itself (0: not set) is refused with
+ * KILN_EINVAL and nothing is written.  Before session 34 the struct had
+ * no `size` and the library cleared sizeof(its struct) bytes: a program
+ * built against an older header had bytes written past its struct.
+ * Threads: written by the calling thread during the call alone; read it
+ * after the call returns. */
 struct kiln_train_result {
+	size_t size;                /* set by the caller: sizeof(struct kiln_train_result) */
 	int epochs;
 	int64_t steps;
 	double train_loss;          /* mean loss of the last epoch */
@@ -396,7 +413,11 @@ struct kiln_train_result {
 	 * recreated it (lock, config.ini, metrics.jsonl) and stopped with a
 	 * checkpoint there (`kiln train` exits 4: docs/checkpoints.md) */
 	int out_dir_lost;
+	/* (new members go here, at the end: see `size`) */
 };
+
+/* A result ready for the call: its size set, every other member 0. */
+#define KILN_TRAIN_RESULT_INIT { .size = sizeof(struct kiln_train_result) }
 
 /* Test hook: called on the training thread once per optimizer step, after
  * the backward of its last micro-step and before the non-finite check
@@ -476,6 +497,8 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
  * read (tc is borrowed for the call; its batch must be resolved). */
 typedef void (*kiln_progress_fn)(void *user, int epoch, int64_t step, int64_t steps_per_epoch,
 				 const char *status);
+/* res: the caller's, its `size` set (struct kiln_train_result): KILN_EINVAL
+ * without it. */
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res);
 kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_registry *reg,
@@ -685,7 +708,8 @@ void kiln_train_request_stop_cause(const char *cause);
  * out_dir/checkpoints) on cfg's [data.eval].  The checkpoint is
  * verified completely first, and the keys that shape its tensors (the
  * [layer.*] keys; not [model] init_from or layout) must equal cfg's.  Fills test_loss, test_acc, test_samples, eval_samples_per_s,
- * wall_s, steps (the checkpoint's) and checkpoint of res. */
+ * wall_s, steps (the checkpoint's) and checkpoint of res (the caller's, its
+ * `size` set: struct kiln_train_result). */
 kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, struct kiln_train_result *res);
 /* kiln_evaluate with inference passes (docs/inference.md).  fold: the

@@ -120,7 +120,7 @@ with open(sys.argv[1], "wb") as f:
 	done
 	# libkiln under its soname as a plain file: the device tool carries a
 	# symbolic link only as a link
-	cp -L "$build/.libs/libkiln.so.0" "$bundle/lib/libkiln.so.0"
+	cp -L "$build/.libs/libkiln.so.1" "$bundle/lib/libkiln.so.1"
 	# kiln-cpu.so is left out: the GPU run does not use it, and oneDNN is
 	# 40 MB of the 64 MiB the device tool carries
 	# kiln-amp.so: bf16 and f16 training ([run] precision) needs it
