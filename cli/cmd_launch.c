@@ -11,9 +11,15 @@
  * as a stop it names).  SIGINT, SIGTERM, SIGUSR1 and SIGHUP are
  * forwarded to every rank's process group (rank_kill: a wrapping command's
  * children too), once per --grace seconds (launch_forward);
- * Ctrl-Z (SIGTSTP) stops the ranks, then the launcher (launch_suspend).  When a rank exits non-zero or is killed, the
+ * Ctrl-Z (SIGTSTP) stops the ranks, then the launcher (launch_suspend).
+ * A rank command ended by a signal passed on (a wrapper that dies of it)
+ * is no failure by itself: the launcher, the subreaper of what its ranks
+ * fork, waits for the rest of its group and judges the rank by that
+ * (launch_ended).  A pipe whose write end only the launcher holds
+ * (KILN_LAUNCH_ALIVE_FD) tells every process of the ranks when it is gone,
+ * however it died.  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
- * exits with that rank's status, naming it (and the cause of a stop not
+ * exits with that rank's status (the first of a cause: exit_rank), naming it (and the cause of a stop not
  * the user's a rank wrote to KILN_LAUNCH_WHY_FD); with --max-restarts R it
  * starts them all again instead, up to R times, with KILN_RESTART set
  * (`kiln train` then resumes from the newest checkpoint).
@@ -88,10 +94,12 @@ static void launch_usage(FILE *f)
 		"\n"
 		"SIGINT, SIGTERM and SIGUSR1 are passed to every rank, once: a repeat within\n"
 		"--grace seconds is dropped.  After a stop every rank writes its checkpoint\n"
-		"and `kiln launch` exits 0.  SIGHUP is passed on too: the same stop, but the\n"
+		"and `kiln launch` exits 0 (a rank command that dies of the signal passed on is\n"
+		"judged by what its process group below it does).  SIGHUP is passed on too: the same stop, but the\n"
 		"ranks name it and exit 1, as when a node's launcher is killed (its ranks'\n"
 		"parent-death signal is SIGHUP).  When a rank fails, the others are stopped\n"
-		"and `kiln launch` exits non-zero naming it.\n");
+		"and `kiln launch` exits with its code (the first of a cause, 2 to 125, over\n"
+		"a plain exit 1 or a signal), naming it.\n");
 }
 
 /* A TCP port that was free a moment ago (the store binds it next). */
@@ -148,6 +156,12 @@ struct launch_opts {
 	 * the first line a rank wrote */
 	int why_fd[2];
 	char why[640];
+	/* a pipe whose write end only this launcher holds (CLOEXEC): its
+	 * read end, inherited by every process of a rank (KILN_LAUNCH_ALIVE_FD),
+	 * reads end-of-file once the launcher is gone, however it died
+	 * (cli/cmd_train.c: launcher_watch); -1 none */
+	int alive_fd[2];
+	unsigned fwd_sigs; /* the signals passed on to the ranks (1u << sig) */
 	/* the rank command `kiln` with none on PATH: this executable
 	 * (launch_self), else "" */
 	char self[4096];
@@ -387,6 +401,15 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 	snprintf(v, sizeof v, "%d", wfd);
 	if (wfd >= 0)
 		setenv("KILN_LAUNCH_WHY_FD", v, 1);
+	/* the launcher's death reaches a trainer below a wrapper too, which
+	 * the parent-death signal (the rank's own process only) does not */
+	unsetenv("KILN_LAUNCH_ALIVE_FD");
+	const int afd = o->alive_fd[0] >= 0 ? fcntl(o->alive_fd[0], F_DUPFD, 3) : -1; /* (not CLOEXEC) */
+	snprintf(v, sizeof v, "%d", afd);
+	if (afd >= 0)
+		setenv("KILN_LAUNCH_ALIVE_FD", v, 1);
+	snprintf(v, sizeof v, "%d", (int)launcher);
+	setenv("KILN_LAUNCH_PID", v, 1);
 	if (per) {
 		cpu_set_t mine;
 		CPU_ZERO(&mine);
@@ -461,12 +484,14 @@ static void rank_kill(pid_t pid, int sig)
 		kill(pid, sig);
 }
 
-/* Pass the signal that arrived on to every rank, once: a repeat within
+/* Pass the signal that arrived on to every rank (groups[]: each rank's
+ * process group, 0 once gone; its command may have ended before the
+ * trainer below it), once: a repeat within
  * --grace seconds of the last one passed on is dropped (Slurm, systemd and
  * `timeout` signal the launcher and, or twice, its group; each rank stops
  * gracefully on the first, cli/cmd_train.c), a later one is passed on
  * (the ranks then end at once).  *fwd_at: when one was last passed on. */
-static void launch_forward(const struct launch_opts *o, const pid_t *pids, double *fwd_at)
+static void launch_forward(struct launch_opts *o, const pid_t *groups, double *fwd_at)
 {
 	int sig = got_signal;
 	got_signal = 0;
@@ -477,10 +502,11 @@ static void launch_forward(const struct launch_opts *o, const pid_t *pids, doubl
 		return;
 	}
 	*fwd_at = now;
+	o->fwd_sigs |= 1u << sig;
 	fprintf(stderr, "kiln launch: passing %s to every rank\n", strsignal(sig));
 	for (int l = 0; l < o->nproc; l++)
-		if (pids[l])
-			rank_kill(pids[l], sig);
+		if (groups[l])
+			rank_kill(groups[l], sig);
 }
 
 /* Ctrl-Z (SIGTSTP; SIGTTIN, SIGTTOU) for the launcher, which alone is in
@@ -490,7 +516,7 @@ static void launch_forward(const struct launch_opts *o, const pid_t *pids, doubl
  * once it is continued (fg, bg, SIGCONT), continue them.  In an orphaned
  * process group the kernel stops nobody by SIGTSTP: raise() returns at
  * once and the ranks go on. */
-static void launch_suspend(const struct launch_opts *o, const pid_t *pids)
+static void launch_suspend(const struct launch_opts *o, const pid_t *groups)
 {
 	const int sig = got_tstp;
 	struct sigaction dfl, mine;
@@ -498,10 +524,10 @@ static void launch_suspend(const struct launch_opts *o, const pid_t *pids)
 	got_tstp = 0;
 	fprintf(stderr, "kiln launch: %s: stopping the ranks too (fg or bg continues them)\n",
 		sig == SIGTSTP ? "SIGTSTP (Ctrl-Z)" : sig == SIGTTIN ? "SIGTTIN" : "SIGTTOU");
-	/* the rank's whole group (rank_kill) */
+	/* the rank's whole group (rank_kill; groups[]: launch_forward) */
 	for (int l = 0; l < o->nproc; l++)
-		if (pids[l])
-			rank_kill(pids[l], SIGSTOP);
+		if (groups[l])
+			rank_kill(groups[l], SIGSTOP);
 	memset(&dfl, 0, sizeof dfl);
 	dfl.sa_handler = SIG_DFL;
 	sigaction(sig, &dfl, &mine);
@@ -512,8 +538,8 @@ static void launch_suspend(const struct launch_opts *o, const pid_t *pids)
 	sigprocmask(SIG_BLOCK, &one, NULL);
 	sigaction(sig, &mine, NULL);
 	for (int l = 0; l < o->nproc; l++)
-		if (pids[l])
-			rank_kill(pids[l], SIGCONT);
+		if (groups[l])
+			rank_kill(groups[l], SIGCONT);
 }
 
 /* SIGCHLD's handler: nothing to do; its arrival ends launch_sleep's
@@ -550,103 +576,256 @@ static void launch_read_why(struct launch_opts *o)
 	o->why[strcspn(o->why, "\n")] = 0;
 }
 
-/* A rank's exit that says why better than another's: a config or data
- * error (exit 2 or 3: the cause, deterministic) over a plain failure
- * (exit 1, the usual end of a rank whose peer went away first) or a
- * signal. */
+/* A rank's exit that says why better than another's: an exit code of the
+ * rank's own, 2 to 125 (2 usage or config, 3 data, 4 the run directory
+ * lost mid-run, docs/training.md), names the cause; a plain failure
+ * (exit 1: the usual end of a rank whose peer went away, or that stopped
+ * with the others after rank 0's cause), a signal or a shell's 126 and up
+ * follow from it.  Before session 34 only 2 and 3 counted: a run whose
+ * directory was lost ended rank 0 with 4 and the others with 1, and the
+ * launcher returned whichever it reaped first. */
 static int exit_rank(int ws)
 {
-	return WIFEXITED(ws) && (WEXITSTATUS(ws) == 2 || WEXITSTATUS(ws) == 3) ? 2 : 1;
+	return WIFEXITED(ws) && WEXITSTATUS(ws) >= 2 && WEXITSTATUS(ws) <= 125 ? 2 : 1;
 }
 
-/* Wait for every rank (pids[], 0 once reaped), passing on signals; when
- * one fails, SIGTERM the others and SIGKILL them after the grace period.
- * Asleep between events (launch_sleep), not polling.  Returns the exit
- * code: the failed rank's status that says most (exit_rank; the first of
- * those), else 0. */
+/* One local rank's end, as launch_wait follows it. */
+struct rank_end {
+	int by_stop;   /* its command ended by a signal the launcher passed on ... */
+	int leader_ws; /* ... with this status: its outcome is then its group's */
+	int clean;     /* a process of its group below its command exited 0 */
+};
+
+/* launch_wait's state. */
+struct launch_state {
+	int alive, failed, fail_status, first;
+	double kill_at, fwd_at;
+	double groups_until; /* when the groups' wait ends (0: not begun) */
+	int groups_killed;
+	struct rank_end *end;
+	/* each rank's process group (its first pid: launch_spawn), 0 once
+	 * it is gone: what signals passed on reach once its command ended */
+	pid_t *pgid;
+};
+
+/* Reap one ended child, if any: its pid (0: none) and status, and its
+ * process group, read while it is a zombie (a rank's trainer below a
+ * wrapper that died is this launcher's child: PR_SET_CHILD_SUBREAPER). */
+static pid_t launch_reap(int *ws, pid_t *pgid)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) || !si.si_pid)
+		return 0;
+	*pgid = getpgid(si.si_pid);
+	return waitpid(si.si_pid, ws, 0);
+}
+
+/* Local rank l failed with status ws (pid p): name it; the first failure
+ * stops the other ranks (SIGTERM, SIGKILL after --grace), a later one
+ * that says more (exit_rank) becomes the one returned. */
+static void launch_fail(const struct launch_opts *o, struct launch_state *s, pid_t *pids, int l,
+			pid_t p, int ws, const char *what)
+{
+	char why[96];
+	const int rank = o->node_rank * o->nproc + l;
+	describe_status(ws, why, sizeof why);
+	if (s->failed >= 0) {
+		if (exit_rank(ws) <= exit_rank(s->fail_status))
+			return;
+		/* a later rank's own cause is what the first failure (its
+		 * peer gone) followed from */
+		fprintf(stderr, "kiln launch: rank %d (%s %d) failed with %s\n", rank, what, (int)p, why);
+		s->first = s->failed;
+		s->failed = rank;
+		s->fail_status = ws;
+		return;
+	}
+	s->failed = rank;
+	s->fail_status = ws;
+	fprintf(stderr, "kiln launch: rank %d (%s %d) failed with %s%s\n", rank, what, (int)p, why,
+		s->alive ? "; stopping the other ranks" : "");
+	for (int k = 0; k < o->nproc; k++)
+		if (s->pgid[k])
+			rank_kill(s->pgid[k], SIGTERM);
+	s->kill_at = mono() + o->grace;
+}
+
+/* Child p of status ws ended, of process group g: a rank's command
+ * (pids[l]) or a process of a rank's group below it (a trainer under a
+ * wrapper).  A command that died of a signal this launcher passed on
+ * (a plain `sh -c` without exec dies of SIGTERM) is no failure by
+ * itself: its rank's outcome is what its group below it does (before
+ * session 34 it was "failed with signal 15" while the trainer below
+ * wrote its checkpoint and exited 0). */
+static void launch_ended(const struct launch_opts *o, struct launch_state *s, pid_t *pids, pid_t p,
+			 int ws, pid_t g)
+{
+	const int ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+	const int fwd = WIFSIGNALED(ws) && WTERMSIG(ws) < 32 && (o->fwd_sigs & 1u << WTERMSIG(ws));
+	for (int l = 0; l < o->nproc; l++) {
+		struct rank_end *e = &s->end[l];
+		if (pids[l] == p) {
+			pids[l] = 0;
+			s->alive--;
+			/* (a group already empty: nothing below it stopped,
+			 * the command itself ended by the signal) */
+			if (fwd && s->pgid[l] && !(kill(-s->pgid[l], 0) && errno == ESRCH)) {
+				e->by_stop = 1;
+				e->leader_ws = ws;
+				fprintf(stderr, "kiln launch: rank %d's command (pid %d) ended by %s, which this launcher passed on: waiting up to %d s for the rest of its process group (a trainer below it stops with its checkpoint)\n",
+					o->node_rank * o->nproc + l, (int)p, strsignal(WTERMSIG(ws)), o->grace);
+			} else if (!ok) {
+				launch_fail(o, s, pids, l, p, ws, "pid");
+			}
+			return;
+		}
+		if (!s->pgid[l] || s->pgid[l] != g || !e->by_stop)
+			continue;
+		if (ok)
+			e->clean = 1;
+		else if (!fwd) { /* the trainer below failed: the rank did */
+			e->by_stop = 0;
+			launch_fail(o, s, pids, l, p, ws, "its process group's pid");
+		}
+		return;
+	}
+}
+
+/* A rank whose group ended (or was killed): its outcome, when its
+ * command died of a signal passed on (launch_ended). */
+static void launch_group_done(const struct launch_opts *o, struct launch_state *s, pid_t *pids,
+			      int l)
+{
+	struct rank_end *e = &s->end[l];
+	const pid_t g = s->pgid[l];
+	s->pgid[l] = 0;
+	if (!e->by_stop)
+		return;
+	e->by_stop = 0;
+	if (e->clean && !s->groups_killed) {
+		fprintf(stderr, "kiln launch: rank %d stopped: its command ended by %s, which this launcher passed on, and the processes below it exited 0\n",
+			o->node_rank * o->nproc + l, strsignal(WTERMSIG(e->leader_ws)));
+		return;
+	}
+	/* nothing below it stopped cleanly: ended by the signal, before it
+	 * could stop (kiln train before its first step), or killed */
+	launch_fail(o, s, pids, l, g, e->leader_ws, "pid");
+}
+
+/* Once every rank's command ended: wait (up to --grace s) for what is
+ * left of their process groups, then SIGKILL it.  Returns 1 while any
+ * group is left to wait for. */
+static int launch_groups_left(const struct launch_opts *o, struct launch_state *s, pid_t *pids)
+{
+	int left = 0;
+	const double now = mono();
+	if (!s->groups_until)
+		s->groups_until = now + o->grace;
+	for (int l = 0; l < o->nproc; l++) {
+		if (!s->pgid[l])
+			continue;
+		if (kill(-s->pgid[l], 0) && errno == ESRCH)
+			launch_group_done(o, s, pids, l);
+		else
+			left++;
+	}
+	if (!left || now < s->groups_until)
+		return left;
+	if (s->groups_killed) { /* (killed a while ago and still there: given up) */
+		for (int l = 0; l < o->nproc; l++)
+			if (s->pgid[l])
+				launch_group_done(o, s, pids, l);
+		return 0;
+	}
+	fprintf(stderr, "kiln launch: %d rank(s)' process groups still ran %d s after their commands ended: killing them\n",
+		left, o->grace);
+	s->groups_killed = 1;
+	for (int l = 0; l < o->nproc; l++)
+		if (s->pgid[l])
+			kill(-s->pgid[l], SIGKILL);
+	s->groups_until = now + 2;
+	return left;
+}
+
+/* The blocked signals launch_wait takes between sleeps, into *block. */
+static void launch_blocked(sigset_t *block)
+{
+	static const int sigs[] = { SIGCHLD, SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGTSTP, SIGTTIN, SIGTTOU };
+	sigemptyset(block);
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+		sigaddset(block, sigs[i]);
+}
+
+/* The last line, for a run that failed: which rank, and why. */
+static int launch_verdict(struct launch_opts *o, const struct launch_state *s)
+{
+	char why[96];
+	describe_status(s->fail_status, why, sizeof why);
+	launch_read_why(o);
+	if (s->first < 0 && o->why[0])
+		fprintf(stderr, "kiln launch: error: rank %d stopped (%s), not at the user's request: %s\n",
+			s->failed, why, o->why);
+	else if (s->first >= 0)
+		fprintf(stderr, "kiln launch: error: rank %d failed (%s); rank %d, which ended first, followed from it\n",
+			s->failed, why, s->first);
+	else
+		fprintf(stderr, "kiln launch: error: rank %d failed (%s)\n", s->failed, why);
+	return WIFEXITED(s->fail_status) ? WEXITSTATUS(s->fail_status) : 1;
+}
+
+/* Wait for every rank (pids[], 0 once reaped) and then for what is left
+ * of its process group (up to --grace s: a trainer below a wrapper that
+ * died writes its checkpoint), passing on signals; when one fails,
+ * SIGTERM the others and SIGKILL them after the grace period.  Asleep
+ * between events (launch_sleep), not polling, except while waiting for
+ * groups (a process below a rank's command is not always this one's
+ * child).  Returns the exit code: the failed rank's status that says
+ * most (exit_rank; the first of those), else 0. */
 static int launch_wait(struct launch_opts *o, pid_t *pids)
 {
 	const int nproc = o->nproc;
-	int alive = nproc, failed = -1, fail_status = 0, first = -1;
-	double kill_at = 0, fwd_at = 0;
+	struct launch_state s = { .alive = nproc, .failed = -1, .first = -1 };
+	struct rank_end end[nproc];
+	pid_t pgid[nproc];
 	sigset_t block, open;
-	sigemptyset(&block);
-	sigaddset(&block, SIGCHLD);
-	sigaddset(&block, SIGINT);
-	sigaddset(&block, SIGTERM);
-	sigaddset(&block, SIGUSR1);
-	sigaddset(&block, SIGHUP);
-	sigaddset(&block, SIGTSTP);
-	sigaddset(&block, SIGTTIN);
-	sigaddset(&block, SIGTTOU);
+	memset(end, 0, sizeof end);
+	memcpy(pgid, pids, sizeof pgid);
+	s.end = end;
+	s.pgid = pgid;
+	o->fwd_sigs = 0;
+	launch_blocked(&block);
 	sigprocmask(SIG_BLOCK, &block, &open);
-	while (alive) {
+	while (s.alive || launch_groups_left(o, &s, pids)) {
 		if (got_tstp)
-			launch_suspend(o, pids);
+			launch_suspend(o, pgid);
 		if (got_signal)
-			launch_forward(o, pids, &fwd_at);
+			launch_forward(o, pgid, &s.fwd_at);
 		int ws;
-		pid_t p = waitpid(-1, &ws, WNOHANG);
-		if (p <= 0) {
-			if (kill_at && mono() >= kill_at) {
-				fprintf(stderr, "kiln launch: the other ranks did not exit within %d s: killing them\n",
-					o->grace);
-				for (int l = 0; l < nproc; l++)
-					if (pids[l])
-						rank_kill(pids[l], SIGKILL);
-				kill_at = 0;
-			}
-			if (!got_signal && !got_tstp)
-				launch_sleep(kill_at, &open);
+		pid_t g = -1, p = launch_reap(&ws, &g);
+		if (p > 0) {
+			launch_ended(o, &s, pids, p, ws, g);
 			continue;
 		}
-		int l = 0;
-		while (l < nproc && pids[l] != p)
-			l++;
-		if (l == nproc)
+		if (s.kill_at && mono() >= s.kill_at) {
+			fprintf(stderr, "kiln launch: the other ranks did not exit within %d s: killing them\n",
+				o->grace);
+			for (int l = 0; l < nproc; l++)
+				if (pgid[l])
+					rank_kill(pgid[l], SIGKILL);
+			s.kill_at = 0;
+		}
+		if (got_signal || got_tstp)
 			continue;
-		pids[l] = 0;
-		alive--;
-		int ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-		if (!ok && failed >= 0 && exit_rank(ws) > exit_rank(fail_status)) {
-			/* a later rank's config or data error is the cause the
-			 * first failure (its peer gone) followed from */
-			char why[96];
-			describe_status(ws, why, sizeof why);
-			fprintf(stderr, "kiln launch: rank %d (pid %d) failed with %s\n",
-				o->node_rank * nproc + l, (int)p, why);
-			first = failed;
-			failed = o->node_rank * nproc + l;
-			fail_status = ws;
-		}
-		if (!ok && failed < 0) {
-			char why[96];
-			describe_status(ws, why, sizeof why);
-			failed = o->node_rank * nproc + l;
-			fail_status = ws;
-			fprintf(stderr, "kiln launch: rank %d (pid %d) failed with %s%s\n", failed, (int)p,
-				why, alive ? "; stopping the other ranks" : "");
-			for (int k = 0; k < nproc; k++)
-				if (pids[k])
-					rank_kill(pids[k], SIGTERM);
-			kill_at = mono() + o->grace;
-		}
+		/* groups: a look every 50 ms (their processes' ends need
+		 * not reach this one as SIGCHLD) */
+		double until = s.kill_at;
+		if (!s.alive && (!until || until > mono() + 0.05))
+			until = mono() + 0.05;
+		launch_sleep(until, &open);
 	}
 	sigprocmask(SIG_SETMASK, &open, NULL);
-	if (failed < 0)
-		return 0;
-	char why[96];
-	describe_status(fail_status, why, sizeof why);
-	launch_read_why(o);
-	if (first < 0 && o->why[0])
-		fprintf(stderr, "kiln launch: error: rank %d stopped (%s), not at the user's request: %s\n",
-			failed, why, o->why);
-	else if (first >= 0)
-		fprintf(stderr, "kiln launch: error: rank %d failed (%s); rank %d, which ended first, followed from it\n",
-			failed, why, first);
-	else
-		fprintf(stderr, "kiln launch: error: rank %d failed (%s)\n", failed, why);
-	return WIFEXITED(fail_status) ? WEXITSTATUS(fail_status) : 1;
+	return s.failed < 0 ? 0 : launch_verdict(o, &s);
 }
 
 /* Fork the local ranks into pids[]; 0, or -1 (said, the started ones
@@ -738,6 +917,12 @@ int cmd_launch(int argc, char **argv)
 		v6 ? "[" : "", o.host, v6 ? "]" : "", o.port, how, argv[o.cmd]);
 	if (pipe2(o.why_fd, O_CLOEXEC | O_NONBLOCK))
 		o.why_fd[0] = o.why_fd[1] = -1;
+	if (pipe2(o.alive_fd, O_CLOEXEC))
+		o.alive_fd[0] = o.alive_fd[1] = -1;
+	/* a rank's processes orphaned by its command's end (a trainer below
+	 * a wrapper that died of a signal passed on) become this launcher's
+	 * children: launch_wait reaps them and reads their status */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	for (;;) {
 		while (o.why_fd[0] >= 0 && read(o.why_fd[0], o.why, sizeof o.why) > 0)
 			; /* (an earlier start's) */

@@ -4,15 +4,18 @@
  * after its current step with a checkpoint (exit 0); a repeat within 5 s is ignored (the same
  * stop delivered twice), a later one ends it at once; before the first step
  * is done the process ends by the signal within 5 s.  SIGHUP stops it the
- * same way, as a stop not the user's (stop_cause): exit 1, naming it. */
+ * same way, as a stop not the user's (stop_cause): exit 1, naming it; so
+ * does `kiln launch` going away (launcher_watch: KILN_LAUNCH_ALIVE_FD). */
 #include "build-config.h"
 #include "cli.h"
 #include <kiln/dist.h>
 
 #include <errno.h>
+#include <fcntl.h> /* fcntl: launcher_watch_start */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h> /* intptr_t */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +56,8 @@ static atomic_int stepped;   /* 1 once the first step is done (progress) */
 static sigset_t stop_sigs; /* SIGTERM, SIGUSR1, SIGINT, SIGHUP (unless ignored) */
 static pid_t parent_pid;   /* the parent (kiln launch) at start-up; 0: no parent-death signal */
 static char parent_gone[96]; /* the stop's cause once it is gone */
+static atomic_int launcher_gone; /* launcher_watch saw kiln launch gone: its SIGTERM's cause */
+static char launcher_why[96];    /* ... in words */
 
 /* A stop signal that is not the user's request: SIGHUP, a hangup (a
  * terminal or ssh session closed; `kiln launch` passes its own on), or
@@ -65,6 +70,8 @@ static char parent_gone[96]; /* the stop's cause once it is gone */
  * (session 32). */
 static const char *stop_cause(int sig)
 {
+	if (sig == SIGTERM && atomic_exchange(&launcher_gone, 0))
+		return launcher_why;
 	if (sig != SIGHUP)
 		return NULL;
 	if (parent_pid > 1 && getppid() != parent_pid)
@@ -169,6 +176,47 @@ static void on_fatal(const char *msg)
 	_exit(1);
 }
 
+/* Under kiln launch, a thread blocked on KILN_LAUNCH_ALIVE_FD: a pipe's
+ * read end whose write end only the launcher holds (cmd_launch.c), so
+ * end-of-file is the launcher gone, however it died (SIGKILL, the OOM
+ * killer).  It reaches a trainer below a wrapping rank command
+ * (`sh -c '...'`), whom the parent-death signal, its own process's alone,
+ * never reached: before session 34 such a trainer trained on to its end
+ * after its launcher's SIGKILL.  Then the stop SIGHUP's parent death asks
+ * for (checkpoint, exit 1 naming it): a SIGTERM to this process that
+ * stop_cause names, unless a stop is already under way (a second signal
+ * after the grace would end the process at once). */
+static void *launcher_watch(void *arg)
+{
+	const int fd = (int)(intptr_t)arg;
+	char c;
+	ssize_t n;
+	prctl(PR_SET_NAME, "kiln-launcher");
+	while ((n = read(fd, &c, 1)) > 0 || (n < 0 && errno == EINTR))
+		; /* (nothing is written: data is no news) */
+	if (n < 0 || atomic_load(&stop_at_ms))
+		return NULL;
+	atomic_store(&launcher_gone, 1);
+	kill(getpid(), SIGTERM);
+	return NULL;
+}
+
+/* launcher_watch on KILN_LAUNCH_ALIVE_FD when it names a pipe. */
+static void launcher_watch_start(void)
+{
+	const char *v = getenv("KILN_LAUNCH_ALIVE_FD"), *pid = getenv("KILN_LAUNCH_PID");
+	const int fd = v && *v ? atoi(v) : -1;
+	struct stat sb;
+	pthread_t th;
+	if (fd < 3 || fstat(fd, &sb) || !S_ISFIFO(sb.st_mode))
+		return;
+	fcntl(fd, F_SETFD, FD_CLOEXEC); /* (nothing this runs needs it) */
+	snprintf(launcher_why, sizeof launcher_why, "its launcher (kiln launch, process %s) went away",
+		 pid && *pid ? pid : "?");
+	if (!pthread_create(&th, NULL, launcher_watch, (void *)(intptr_t)fd))
+		pthread_detach(th);
+}
+
 /* SIGTERM, SIGUSR1 and SIGINT (Ctrl-C, and what `kiln launch` passes on
  * from its own; not where the process started with it ignored, as a
  * background job of a shell does): on_stop_signal (one stop, repeats
@@ -211,6 +259,7 @@ static void install_stop_handlers(void)
 			sigaction(SIGHUP, &sa, NULL);
 		pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
 	}
+	launcher_watch_start();
 	kiln_set_fatal_handler(on_fatal);
 }
 

@@ -9,10 +9,20 @@
 #     once, the launcher exits 3 naming rank 1, in seconds (not --grace);
 #  2b. rank 1 exiting 1 before rank 0 exits 3: rank 0 and exit 3 reported
 #     (a config or data error is the cause a peer's plain failure follows);
+#  2c. the same with rank 0's exit 4 (kiln train's code for a run
+#     directory lost mid-run): exit 4 and rank 0 named (before session 34
+#     only 2 and 3 counted as a cause: exit 1, rank 1 named);
 #  3. a rank ignoring SIGTERM after the other failed: killed when --grace 1
 #     runs out (the deadline wakes the launcher), exit 5 naming rank 0;
 #  4. SIGTERM to the launcher reaches both ranks (each writes a mark and
-#     exits 0): the launcher exits 0.
+#     exits 0): the launcher exits 0;
+#  5. ranks that are a plain `sh -c` wrapper (no exec, so it dies of
+#     SIGTERM) around a "trainer" that takes SIGTERM, stops in 1.5 s and
+#     exits 0: SIGTERM to the launcher: it reports each rank stopped, not
+#     failed, waits for the trainers, and exits 0 (before session 34:
+#     "rank 0 failed with signal 15", exit 1, at once, the trainers still
+#     running); a trainer below that exits 7 instead fails its rank: exit
+#     7, named.
 name=launch_wait
 . "$(dirname "$0")/lib.sh"
 
@@ -58,6 +68,17 @@ grep -q 'kiln launch: error: rank 0 failed (exit status 3); rank 1, which ended 
 	{ cat "$tmp/2b.log"; fail "2b: rank 0's data error is not the one named"; }
 echo "ok 2b: rank 0's exit 3 named, though rank 1's exit 1 came first"
 
+# ---- 2c. a cause of exit 4 (the run directory lost) ---------------------------
+"$kiln" launch -n 2 --bind none -- \
+	sh -c "trap '' TERM; if [ \"\$KILN_RANK\" = 1 ]; then
+		i=0; until [ -e $tmp/2c.armed ] || [ \$i -ge 300 ]; do sleep 0.1; i=\$((i + 1)); done; exit 1
+	fi; echo > $tmp/2c.armed; sleep 0.6; exit 4" >"$tmp/2c.log" 2>&1
+rc=$?
+[ $rc = 4 ] || { cat "$tmp/2c.log"; fail "2c: kiln launch exited $rc, want 4 (rank 0's own code)"; }
+grep -q 'kiln launch: error: rank 0 failed (exit status 4); rank 1, which ended first, followed from it' "$tmp/2c.log" ||
+	{ cat "$tmp/2c.log"; fail "2c: rank 0's exit 4 is not the one named"; }
+echo "ok 2c: rank 0's exit 4 named, though rank 1's exit 1 came first"
+
 # ---- 3. the grace deadline ---------------------------------------------------
 t0=$(date +%s)
 "$kiln" launch -n 2 --bind none --grace 1 -- \
@@ -90,3 +111,38 @@ rc=$?
 [ -s "$tmp/term.0" ] && [ -s "$tmp/term.1" ] || { cat "$tmp/4.log"; fail "4: a rank did not get SIGTERM"; }
 grep -q 'passing Terminated to every rank' "$tmp/4.log" || { cat "$tmp/4.log"; fail "4: not passed on"; }
 echo "ok 4: SIGTERM to the launcher reached both ranks; exit 0"
+
+# ---- 5. a wrapper that dies of the signal passed on ------------------------
+# wrapped CODE: 2 ranks, each `sh -c 'sh -c TRAINER; echo'` (the outer
+# shell waits in the foreground and dies of SIGTERM), the trainer taking
+# SIGTERM and exiting CODE 1.5 s later, marking its end; SIGTERM to the
+# launcher once both are ready.  The launcher's exit code into $rc.
+wrapped() {
+	rm -f "$tmp"/ready.* "$tmp"/done.*
+	"$kiln" launch -n 2 --bind none -- sh -c "sh -c 'trap \"sleep 1.5; echo > $tmp/done.\$KILN_RANK; exit $1\" TERM
+		echo > $tmp/ready.\$KILN_RANK; while :; do sleep 0.1; done'; echo wrapper: done" >"$tmp/5.$1.log" 2>&1 &
+	_lp=$!
+	_i=0
+	until [ -e "$tmp/ready.0" ] && [ -e "$tmp/ready.1" ]; do
+		_i=$((_i + 1))
+		[ $_i -le 600 ] || { kill -KILL $_lp; fail "5: the ranks did not start within 60 s"; }
+		sleep 0.1
+	done
+	kill -TERM $_lp
+	wait $_lp
+	rc=$?
+	[ -e "$tmp/done.0" ] && [ -e "$tmp/done.1" ] ||
+		{ cat "$tmp/5.$1.log"; fail "5: kiln launch exited before the trainers below its ranks ended"; }
+}
+wrapped 0
+[ "$rc" = 0 ] || { cat "$tmp/5.0.log"; fail "5: kiln launch exited $rc after SIGTERM, want 0"; }
+grep -q 'failed with' "$tmp/5.0.log" && { cat "$tmp/5.0.log"; fail "5: a rank reported failed"; }
+[ "$(grep -c "kiln launch: rank [01] stopped: its command ended by Terminated, which this launcher passed on, and the processes below it exited 0" "$tmp/5.0.log")" = 2 ] ||
+	{ cat "$tmp/5.0.log"; fail "5: the ranks are not both reported stopped"; }
+grep -q 'wrapper: done' "$tmp/5.0.log" && fail "5: the wrapper did not die of SIGTERM (the test's premise)"
+echo "ok 5: wrappers dead of SIGTERM, trainers exited 0: both ranks stopped, exit 0"
+wrapped 7
+[ "$rc" = 7 ] || { cat "$tmp/5.7.log"; fail "5: a trainer below exited 7: kiln launch exited $rc, want 7"; }
+grep -q "kiln launch: rank [01] (its process group's pid [0-9]*) failed with exit status 7" "$tmp/5.7.log" ||
+	{ cat "$tmp/5.7.log"; fail "5: the trainer's exit 7 is not named"; }
+echo "ok 5: a trainer below a dead wrapper exiting 7 fails its rank: exit 7"

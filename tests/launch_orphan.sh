@@ -1,0 +1,104 @@
+#!/bin/sh
+# tests/launch_orphan.sh - `kiln launch` with a rank command that wraps the
+# trainer (docs/distributed.md, "Stopping"), 2 ranks (gloo):
+#  1. a plain `sh -c '"$@"; exit $?'` wrapper (no exec: the shell dies of
+#     SIGTERM) and SIGTERM to the launcher: each trainer stops with its
+#     checkpoint, the launcher reports both ranks stopped (not "failed with
+#     signal 15"), waits for the trainers and exits 0 (before session 34:
+#     exit 1, "rank 0 (pid N) failed with signal 15", at once);
+#  2. the launcher killed (SIGKILL) under wrappers that survive their
+#     SIGHUP: each trainer hears of it through KILN_LAUNCH_ALIVE_FD (the
+#     parent-death signal reaches only the wrapper), stops at its next log
+#     point with a checkpoint and exits 1 naming the launcher, within 30 s
+#     (before: the trainers trained on to the end of their 100000 epochs);
+#  3. the same with a wrapper that dies of its SIGHUP (the trainer
+#     orphaned): both trainers end within 30 s, naming the launcher.
+name=launch_orphan
+needs=gloo
+. "$(dirname "$0")/dist_common.sh"
+
+mlp_ini "$tmp/mlp.ini" 3 30
+# epochs of 16 steps (each a log point): a stop is taken within one
+long="train.epochs=100000 train.log_every=1000 train.checkpoint_every=0 data.limit=2048"
+
+# below PID: every process below PID
+below() {
+	for _c in $(cat "/proc/$1/task/$1/children" 2> /dev/null); do
+		echo "$_c"
+		below "$_c"
+	done
+}
+
+# started NAME PID: wait (up to 60 s) until NAME's rank 0 trains
+started() {
+	_i=0
+	until grep -q '"event":"train"' "$tmp/$1/metrics.jsonl" 2> /dev/null; do
+		_i=$((_i + 1))
+		[ $_i -le 600 ] || { kill -KILL "$2"; bad "$1: training did not start"; return 1; }
+		sleep 0.1
+	done
+}
+
+# checkpointed NAME: a stop checkpoint written, metrics.jsonl ending with
+# the stopped event
+checkpointed() {
+	grep -q 'checkpoint written to' "$tmp/$1.log" || bad "$1: no stop checkpoint written"
+	tail -1 "$tmp/$1/metrics.jsonl" | grep -q '"event": *"stopped"' ||
+		bad "$1: metrics.jsonl does not end with the stopped event"
+}
+
+# ---- 1. a wrapper that dies of the SIGTERM passed on ----------------------
+"$kiln" launch -n 2 -- sh -c '"$@"; exit $?' sh "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/term" $long > "$tmp/term.log" 2>&1 &
+lpid=$!
+started term "$lpid" && kill -TERM "$lpid"
+wait "$lpid"
+rc=$?
+echo "term: SIGTERM to the launcher of 2 wrapped trainers: exit $rc"
+[ $rc = 0 ] || bad "term: kiln launch exited $rc, expected 0"
+grep 'failed with' "$tmp/term.log" && bad "term: a rank reported failed"
+[ "$(grep -c 'kiln launch: rank [01] stopped: its command ended by Terminated, which this launcher passed on, and the processes below it exited 0' "$tmp/term.log")" = 2 ] ||
+	bad "term: not both ranks reported stopped"
+checkpointed term
+[ "$fail" = 0 ] || tail -15 "$tmp/term.log"
+
+# ---- 2, 3. the launcher killed ------------------------------------------
+# killed NAME WRAPPER: a 2-rank launch of `sh -c WRAPPER sh kiln train`,
+# SIGKILL to the launcher once it trains; both trainers end within 30 s,
+# naming the launcher
+killed() {
+	"$kiln" launch -n 2 -- sh -c "$2" sh "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$1" $long \
+		> "$tmp/$1.log" 2>&1 &
+	_l=$!
+	started "$1" "$_l" || return
+	_procs=$(below $_l)
+	# (the trainers: `kiln train`, $kiln or the binary its libtool
+	# wrapper runs; the wrappers' own arguments say it too)
+	_trainers=$(for _p in $_procs; do
+		tr '\0' '\n' < "/proc/$_p/cmdline" 2> /dev/null | head -2 | tr '\n' ' ' |
+			grep -q '^[^ ]*kiln train $' && echo "$_p"; done)
+	[ "$(echo $_trainers | wc -w)" = 2 ] || bad "$1: expected 2 trainers below the launcher, found '$_trainers'"
+	kill -KILL $_l
+	wait $_l 2> /dev/null
+	_t0=$(date +%s)
+	_i=0
+	while [ $_i -lt 300 ]; do
+		_live=0
+		for _p in $_procs; do kill -0 "$_p" 2> /dev/null && _live=$((_live + 1)); done
+		[ $_live = 0 ] && break
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	echo "$1: the launcher killed: its ranks' processes ended after $(( $(date +%s) - _t0 )) s"
+	for _p in $_procs; do
+		kill -0 "$_p" 2> /dev/null && { bad "$1: process $_p below the killed launcher still runs 30 s on"; kill -KILL "$_p"; }
+	done
+	[ "$(grep -c "not at the user's request: .*its launcher (kiln launch, process $_l) went away" "$tmp/$1.log")" -ge 2 ] ||
+		{ bad "$1: not both trainers named their launcher gone"; tail -5 "$tmp/$1.log"; }
+	checkpointed "$1"
+}
+
+killed hup 'trap "echo wrapper: SIGHUP" HUP; "$@"; echo "wrapper: trainer exited $?"'
+[ "$(grep -c 'wrapper: trainer exited 1' "$tmp/hup.log")" = 2 ] || bad "hup: not both trainers exited 1"
+killed orphan '"$@"; exit $?'
+exit $fail
