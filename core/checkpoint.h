@@ -288,7 +288,9 @@ kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int 
  * (kiln_ckpt_safe_key); for the weights alone (eval, export) only the keys
  * that shape the stored tensors: those listed in weights_keys (the
  * checkpoint's "weights_keys" section; "" for a checkpoint without one)
- * and those kiln_ckpt_weights_keys picks from either text.  A key the
+ * and those kiln_ckpt_weights_keys picks from either text, less those this
+ * kiln knows shape nothing (core/resume.c weightless_keys: an older
+ * checkpoint listed the dropout rates).  A key the
  * checkpoint's text lacks (it was written by a kiln before the key
  * existed) is equal when its value here is its default in `defaults`
  * (kiln_ckpt_config_defaults of the current config; NULL: no such rule). */
@@ -297,7 +299,8 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
 /* The "section key" lines of the keys of a resolved config text that shape
  * the stored tensors: every key of [model] and the [layer.*] sections but
  * those that only say how to compute or where the first values come from
- * ([model] layout, init_from, init_strict; a layer's inplace, recompute).
+ * ([model] layout, init_from, init_strict; a layer's inplace, recompute,
+ * dropout rate; core/resume.c weightless_keys).
  * malloc'd; NULL with KILN_ENOMEM set. */
 char *kiln_ckpt_weights_keys(const char *config_text);
 /* 1 when [section] key may differ between a checkpoint and the run that

@@ -91,18 +91,28 @@ static const struct {
 	{ "model", "stages_flops_per_byte" },
 	{ "layer.*", "int8_scale" }, { "layer.*", "int8_unsigned" },
 	{ "layer.*", "int8_out_scale" },
+	/* dropout rates (the dropout layer's p, attention's dropout): read in
+	 * training only, no tensor (session 34: `kiln generate` refused a
+	 * checkpoint for another rate) */
+	{ "layer.*", "p" },          { "layer.*", "dropout" },
 };
 
-static int weights_key(const char *section, const char *key)
+/* Is [section] key one of weightless_keys? */
+static int unshaping_key(const char *section, const char *key)
 {
-	int layer = !strncmp(section, "layer.", 6);
-	if (!layer && strcmp(section, "model"))
-		return 0;
+	const int layer = !strncmp(section, "layer.", 6);
 	for (size_t i = 0; i < KILN_ARRAY_LEN(weightless_keys); i++)
 		if (!strcmp(weightless_keys[i].section, layer ? "layer.*" : section) &&
 		    !strcmp(weightless_keys[i].key, key))
-			return 0;
-	return 1;
+			return 1;
+	return 0;
+}
+
+static int weights_key(const char *section, const char *key)
+{
+	if (strncmp(section, "layer.", 6) && strcmp(section, "model"))
+		return 0;
+	return !unshaping_key(section, key);
 }
 
 /* Is "section key" a line of list? */
@@ -131,8 +141,11 @@ struct ckpt_rules {
 static int ckpt_wanted(const char *sec, const char *key, void *u)
 {
 	const char *wkeys = ((const struct ckpt_rules *)u)->wkeys;
+	/* what this kiln knows shapes no tensor is not compared even where an
+	 * older checkpoint listed it (dropout rates, session 34) */
 	if (wkeys)
-		return weights_key(sec, key) || listed(wkeys, sec, key);
+		return weights_key(sec, key) ||
+		       (listed(wkeys, sec, key) && !unshaping_key(sec, key));
 	return !kiln_ckpt_safe_key(sec, key);
 }
 
@@ -193,7 +206,7 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
 		return KILN_OK;
 	if (wkeys)
 		return kiln_error(KILN_ECONFIG,
-				  "%s holds another model: [%s] %s is %s in its config but %s here (the keys that shape the stored tensors must be equal; docs/checkpoints.md)",
+				  "%s holds another model: [%s] %s is %s in its config but %s here (the model's keys must be equal, all but the few docs/checkpoints.md lists under \"Weights keys\")",
 				  path, d.section, d.key, d.a, d.b);
 	/* (sized for the list with room; never written past: a list that
 	 * outgrew 600 bytes wrote over the stack, session 29) */

@@ -896,6 +896,39 @@ START_TEST(test_config_diff)
 }
 END_TEST
 
+/* Evaluation compares the weights keys only: a dropout rate shapes no
+ * tensor, so another rate is accepted, even where an older checkpoint
+ * listed it among its weights keys (session 34: `kiln generate` refused
+ * "[layer.sdpa] dropout is '0' ... but '0.5' here"); a width is still
+ * another model. */
+START_TEST(test_config_check_dropout)
+{
+	const char *saved = "[layer.fc]\ntype = linear\nout = 4\n\n[layer.drop]\ntype = dropout\np = 0.1\n\n"
+			    "[layer.sdpa]\ntype = attention\ndropout = 0\n";
+	const char *rate = "[layer.fc]\ntype = linear\nout = 4\n\n[layer.drop]\ntype = dropout\np = 0.5\n\n"
+			   "[layer.sdpa]\ntype = attention\ndropout = 0.5\n";
+	const char *wide = "[layer.fc]\ntype = linear\nout = 5\n\n[layer.drop]\ntype = dropout\np = 0.1\n\n"
+			   "[layer.sdpa]\ntype = attention\ndropout = 0\n";
+	const char *listed_old = "layer.fc type\nlayer.fc out\nlayer.drop type\nlayer.drop p\n"
+				 "layer.sdpa type\nlayer.sdpa dropout\n";
+	char *wk = kiln_ckpt_weights_keys(saved);
+	ck_assert_ptr_nonnull(wk);
+	ck_assert_msg(!strstr(wk, "layer.drop p") && !strstr(wk, "layer.sdpa dropout") &&
+			      strstr(wk, "layer.fc out"),
+		      "weights keys: %s", wk);
+	ck_assert_msg(kiln_ckpt_config_check("ck", saved, rate, wk, NULL) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert_msg(kiln_ckpt_config_check("ck", saved, rate, listed_old, NULL) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_ckpt_config_check("ck", saved, wide, listed_old, NULL) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc] out is '4' in its config but '5' here"),
+		      "%s", kiln_last_error());
+	/* a resume (no weights keys) still compares the rate */
+	ck_assert(kiln_ckpt_config_check("ck", saved, rate, NULL, NULL) == KILN_ECONFIG);
+	free(wk);
+}
+END_TEST
+
 START_TEST(test_deterministic)
 {
 	char a[64], b[64], fa[200], fb[200];
@@ -1208,7 +1241,7 @@ static Suite *make_ckpt_suite(void)
 	Suite *s = suite_create("ckpt");
 	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_roundtrip, test_other_model, test_truncated, test_flipped,
-		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff,
+		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff, test_config_check_dropout,
 		test_counter_range, test_tracked_range,
 		test_trainer_range, NULL });
 	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){
