@@ -1042,8 +1042,8 @@ static kiln_status stuck_explain_peer(struct kiln_dist *d, kiln_status st, const
  * that and said the whole job had stopped).  With none named, a stall of
  * this process within the timeout (and 2 s) before is the likely cause
  * (the job suspended whole: kiln's own waits do not count that, Gloo's
- * TCP waits do, docs/distributed.md "A suspended job"), said as such and
- * no peer blamed. */
+ * busy-polling pairs' and NCCL's kernels' do, docs/distributed.md "A
+ * suspended job"), said as such and no peer blamed. */
 static kiln_status stuck_explain(struct kiln_dist *d, kiln_status st, const char *msg)
 {
 	struct stuck_hb h = { .self_ms = -1 };
@@ -1059,7 +1059,7 @@ static kiln_status stuck_explain(struct kiln_dist *d, kiln_status st, const char
 			 h.period_ms / 1000.0);
 	else
 		stuck_cannot(hb, sizeof hb, h.n, h.period_ms, h.self_ms, h.s);
-	return kiln_error(st, "rank %d of %d: a collective timed out ([dist] timeout = %.0f s) %.1f s after this process itself stood still for %.1f s (a suspended job? SIGSTOP, scontrol suspend, Ctrl-Z): the communicator's own waits count such a time (Gloo's TCP ones: [plugin.gloo] shm = 0 or ranks on several hosts; kiln's shared-memory collectives do not), so its peers may have stood still with it rather than be late; %s: %s",
+	return kiln_error(st, "rank %d of %d: a collective timed out ([dist] timeout = %.0f s) %.1f s after this process itself stood still for %.1f s (a suspended job? SIGSTOP, scontrol suspend, Ctrl-Z): the communicator's own waits may count such a time (Gloo's busy-polling pairs, [plugin.gloo] busy_poll = 1, and NCCL's kernels do; kiln's deadlines do not), so its peers may have stood still with it rather than be late; %s: %s",
 			  d->env.rank, d->env.world, d->timeout_ms / 1000.0, ago / 1e9, len / 1e9, hb,
 			  msg ? msg : "");
 }

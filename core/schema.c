@@ -187,7 +187,7 @@ static const struct kiln_key dist_keys[] = {
 	{ "bucket_mb", KILN_KEY_FLOAT, "25", 0.001, 65536, NULL,
 	  "Size of a gradient bucket in MiB: the trainable gradients are cut, in reverse layer order, into contiguous slices of about this size, and each slice is averaged across the ranks as soon as the backward of its last layer is done, overlapping the rest of the backward (PyTorch DDP's `bucket_cap_mb`)." },
 	{ "timeout", KILN_KEY_FLOAT, "300", 0.1, 1e6, NULL,
-	  "Seconds any rendezvous or collective may take: a rank that died or hangs makes the others fail with an error naming it after at most this long, never hang. Time in which the whole job stood still (suspended: `scontrol suspend`, SIGSTOP of every process) does not count, except in Gloo's own TCP waits (docs/distributed.md, \"A suspended job\")." },
+	  "Seconds any rendezvous or collective may take: a rank that died or hangs makes the others fail with an error naming it after at most this long, never hang. Time in which the whole job stood still (suspended: `scontrol suspend`, SIGSTOP of every process) does not count, except in the waits of Gloo's busy-polling pairs (`[plugin.gloo] busy_poll = 1`) and NCCL's kernels (docs/distributed.md, \"A suspended job\")." },
 	{ "overlap", KILN_KEY_BOOL, "1", NOLIM, NULL,
 	  "Start each bucket's allreduce (ZeRO-1: reduce-scatter) during backward, and with zero = 1 run the parameter allgathers on the comm stream overlapped with the next forward, each layer waiting only for its buckets (1); or start every bucket after backward and allgather on the compute stream before the next forward (0: for measuring what the overlap saves)." },
 	{ "timing", KILN_KEY_BOOL, "0", NOLIM, NULL,

@@ -10,9 +10,13 @@
 # collective, resumed past its deadline, failed with "a peer is stuck":
 # the deadlines counted time in which the process itself did not run.
 # A single stuck peer is still named within the timeout
-# (tests/dist_blame.sh).  The same on Gloo's TCP collectives (shm = 0),
-# whose waits are Gloo's own: such a job may fail, and a rank that does
-# says it stood still itself, not that a peer is stuck.
+# (tests/dist_blame.sh).  The same on Gloo's TCP collectives (shm = 0,
+# session 34): Gloo's pairs get a timeout that never ends a run and kiln
+# times each Gloo wait on the run clock (plugins/gloo/deadline.h); before,
+# Gloo's own clock counted the suspension and the job failed on resume
+# ("a collective timed out ... after this process itself stood still").
+# And on TCP, rank 1 of 2 stopped alone (SIGSTOP) mid-run: rank 0 still
+# fails within the timeout (and 3 s), naming rank 1, never blaming a stall.
 name=dist_suspend needs=gloo
 . "$(dirname "$0")/dist_common.sh"
 
@@ -56,15 +60,44 @@ grep -q "stuck" "$tmp/susp.log" && bad "the suspended job called a peer stuck"
 "$tool" same "$(newest_ck plain)" "$(newest_ck susp)" params optim.momentum ||
 	bad "the suspended job's weights differ from the uninterrupted run's"
 
-# ---- Gloo's TCP collectives (shm = 0): their waits are Gloo's, on its own
-# clock, and count the suspension: the job fails, but each failed rank says
-# that it stood still itself, not that a peer is stuck (nor names one)
+# ---- Gloo's TCP collectives (shm = 0): the same, against an uninterrupted
+# run on TCP (session 34: before, Gloo's own clock counted the suspension)
+run plaintcp 2 16 plugin.gloo.shm=0 "$@"
 suspended tcp plugin.gloo.shm=0 "$@"
-echo "the job on Gloo's TCP suspended for 8 s exited $rc"
-if [ "$rc" != 0 ]; then
-	grep "kiln: error: " "$tmp/tcp.log" | grep -q "a collective timed out (\[dist\] timeout = 3 s) [0-9.]* s after this process itself stood still for [0-9.]* s (a suspended job?" ||
-		{ bad "no failed rank on Gloo's TCP says it stood still itself"; grep "error: " "$tmp/tcp.log" | cut -c1-400; }
-	grep "kiln: error: " "$tmp/tcp.log" | grep -q "a peer is stuck" &&
-		bad "a rank on Gloo's TCP calls a peer stuck after the job's suspension"
-fi
+echo "the job on Gloo's TCP suspended for 8 s ([dist] timeout = 3 s) exited $rc"
+[ "$rc" = 0 ] || { bad "the suspended job on Gloo's TCP exited $rc"; grep "error: " "$tmp/tcp.log" | cut -c1-400; }
+grep -q "stuck\|stood still" "$tmp/tcp.log" && bad "the suspended job on Gloo's TCP blamed a peer or its stall"
+"$tool" same "$(newest_ck plaintcp)" "$(newest_ck tcp)" params optim.momentum ||
+	bad "the suspended job's weights on Gloo's TCP differ from the uninterrupted run's"
+
+# ---- one rank alone stopped on Gloo's TCP: still named within the timeout
+port=$(free_port 3)
+export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}" # (as kiln launch's)
+for r in 0 1; do
+	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
+		run.out_dir="$tmp/one$r" train.batch=16 plugin.gloo.shm=0 "$@" > "$tmp/one$r.log" 2>&1 &
+	eval "pid$r=\$!"
+done
+i=0
+while [ $i -lt 600 ] && [ "$(cat "$tmp/one1.log" 2>/dev/null | grep -c "step ")" -lt 100 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+t0=$(date +%s%N)
+pkill -STOP -P "$pid1" 2>/dev/null
+wait "$pid0"
+rc0=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+pkill -KILL -P "$pid1" 2>/dev/null
+kill -KILL "$pid1" 2>/dev/null
+wait "$pid1" 2>/dev/null
+e=$(grep "kiln: error: " "$tmp/one0.log")
+echo "rank 1 alone stopped on Gloo's TCP: rank 0 exited $rc0 after $ms ms"
+[ "$rc0" != 0 ] && [ "$rc0" != 124 ] || bad "rank 0 exited $rc0 after rank 1 stopped"
+[ "$ms" -le 6000 ] || bad "rank 0 took $ms ms after rank 1 stopped ([dist] timeout = 3 s)"
+echo "$e" | grep -q "rank 0 of 2: .*rank 1 did not answer within \[dist\] timeout = 3.0 s" ||
+	{ bad "rank 0 does not say that rank 1 did not answer within the timeout"; echo "$e" | cut -c1-600; }
+echo "$e" | grep -q "rank 1 (host [^)]*) sent no heartbeat\|a peer is stuck" ||
+	{ bad "rank 0 does not call rank 1 stuck"; echo "$e" | cut -c1-600; }
+echo "$e" | grep -q "stood still for" && bad "rank 0 blames its own stall: $e"
 exit $fail

@@ -9,6 +9,12 @@
  * store (host->store_*), under keys "gloo/<n>/...", and a full mesh of TCP
  * pairs is connected with the run's timeout.
  *
+ * Timeouts: the pairs' own is a year, and kiln's deadline (deadline.h)
+ * times every Gloo operation, connects included, on the core's run clock,
+ * closing the pairs when [dist] timeout passes: a job suspended whole
+ * outlives it (session 34; before, Gloo's clock counted the suspension).
+ * Busy-polling pairs keep Gloo's timeout.
+ *
  * Streams: Gloo works on host memory and blocks the calling thread, so
  * every collective is a host function enqueued on the caller's stream
  * (host->device_host_fn): on the CPU device's async streams it runs on the
@@ -55,6 +61,7 @@
 #include <kiln/plugin.h>
 
 #include "../common/comm_init.h"
+#include "deadline.h"
 #include "shm.h"
 
 #include <gloo/barrier_all_to_all.h>
@@ -116,11 +123,14 @@ public:
 	{
 		wait(keys, std::chrono::milliseconds(timeout_ms_));
 	}
+	/* (at most [dist] timeout: Gloo passes its context's timeout,
+	 * kGlooTimeout where a Deadline watches the pairs) */
 	void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &t) override
 	{
+		const int ms = t.count() < timeout_ms_ ? (int)t.count() : timeout_ms_;
 		for (const auto &k : keys) {
 			void *v = nullptr;
-			if (H->store_get(s_, (prefix_ + k).c_str(), (int)t.count(), &v, nullptr))
+			if (H->store_get(s_, (prefix_ + k).c_str(), ms, &v, nullptr))
 				throw std::runtime_error(H->last_error());
 			H->free(v);
 		}
@@ -130,6 +140,55 @@ private:
 	struct kiln_store *s_;
 	std::string prefix_;
 	int timeout_ms_;
+};
+
+/* Gloo's rendezvous context, its full mesh connected by connect_pairs:
+ * connectFullMesh's steps, but with the transport context handed to the
+ * Deadline before the pairs connect, so that kiln's deadline ends a
+ * connect too (the pairs' own timeout is kGlooTimeout there). */
+class KilnContext : public gloo::rendezvous::Context {
+public:
+	using gloo::rendezvous::Context::Context;
+
+	/* Throws as connectFullMesh does; dl may be NULL (Gloo's timeout
+	 * bounds the connects: busy-polling pairs). */
+	void connect_pairs(gloo::rendezvous::Store &store, std::shared_ptr<gloo::transport::Device> &dev,
+			   kiln_gloo::Deadline *dl)
+	{
+		auto t = dev->createContext(rank, size);
+		t->setTimeout(getTimeout());
+		std::vector<char> mine;
+		for (int i = 0; i < size; i++)
+			if (i != rank) {
+				auto b = t->createPair(i)->address().bytes();
+				mine.insert(mine.end(), b.begin(), b.end());
+			}
+		store.set(std::to_string(rank), mine);
+		if (dl)
+			dl->watch(t);
+		const int slot = dl ? dl->begin(5 * (int64_t)dl->timeout_ms(), true) : -1;
+		try {
+			for (int i = 0; i < size; i++) {
+				if (i == rank)
+					continue;
+				/* rank i's addresses, one per rank but i, in rank order */
+				const std::vector<char> all = store.get(std::to_string(i));
+				const size_t n = all.size() / (size_t)(size - 1);
+				const size_t at = (size_t)(rank > i ? rank - 1 : rank) * n;
+				t->getPair(i)->connect(std::vector<char>(all.begin() + (long)at,
+									 all.begin() + (long)(at + n)));
+			}
+		} catch (...) {
+			/* (kiln's deadline closed the pairs: its message) */
+			if (dl && dl->end(slot))
+				throw std::runtime_error(dl->why(-1));
+			throw;
+		}
+		if (dl && dl->end(slot))
+			throw std::runtime_error(dl->why(-1));
+		device_ = dev;
+		transportContext_ = t;
+	}
 };
 
 /* ---- the communicator --------------------------------------------------- */
@@ -266,7 +325,7 @@ struct Comm {
 	const struct kiln_config *cfg;
 	struct kiln_store *store;
 	std::string addr; /* the pairs' address without iface or hostname (gloo_open) */
-	std::shared_ptr<gloo::rendezvous::Context> ctx;
+	std::shared_ptr<KilnContext> ctx;
 	/* the barrier, made with the mesh (gloo_barrier): its buffers stay
 	 * registered, so a peer's early notice always has a buffer to land in */
 	std::unique_ptr<gloo::BarrierAllToAll> barrier;
@@ -309,7 +368,19 @@ struct Comm {
 	 * communicator the first split was made of), which its errors name;
 	 * empty on a communicator of the world */
 	std::vector<int> world_of;
+	/* kiln's deadline on the pairs' waits (deadline.h); NULL on
+	 * busy-polling pairs, which keep Gloo's timeout, and on a world of
+	 * one.  Last: destroyed
+	 * first, its thread joined before the pairs go. */
+	std::unique_ptr<kiln_gloo::Deadline> due;
 };
+
+/* How long a Gloo wait on c's pairs may take: unbounded where kiln's
+ * deadline watches them (it aborts the wait), else [dist] timeout. */
+std::chrono::milliseconds wait_limit(const Comm *c)
+{
+	return c->due ? kiln_gloo::kGlooTimeout : std::chrono::milliseconds(c->timeout_ms);
+}
 
 size_t dtype_size(int dt)
 {
@@ -591,8 +662,10 @@ kiln_status run_hier(Comm *c, Job *j)
 	if (c->node_shm && (st = gloo_shm_run(c->node_shm, GLOO_SHM_ALLREDUCE, nullptr, j->buf,
 					      j->count, j->dtype, 1.0f)))
 		return st;
-	if (c->lead)
+	if (c->lead) {
+		kiln_gloo::Watched w(c->lead->due.get());
 		allreduce_sum(c->lead, j->buf, j->count, j->dtype);
+	}
 	else
 		std::memset(j->buf, 0, j->count * dtype_size(j->dtype));
 	if (c->node_shm)
@@ -611,14 +684,19 @@ void run_p2p(Comm *c, Job *j)
 	constexpr uint64_t kP2pSlot = 0x6b696c6e70327000ull; /* "kilnp2p" */
 	const size_t bytes = j->count * dtype_size(j->dtype);
 	auto ub = c->ctx->createUnboundBuffer(j->buf, bytes);
-	const auto limit = std::chrono::milliseconds(c->timeout_ms);
+	const auto limit = wait_limit(c);
+	kiln_gloo::Watched w(c->due.get(), ub.get());
+	bool done;
 	if (j->kind == K_SEND) {
 		ub->send(j->root, kP2pSlot);
-		ub->waitSend(nullptr, limit);
+		done = ub->waitSend(nullptr, limit);
 	} else {
 		ub->recv(j->root, kP2pSlot);
-		ub->waitRecv(nullptr, limit);
+		done = ub->waitRecv(nullptr, limit);
 	}
+	/* (a wait the deadline aborted returns false) */
+	if (w.finish() || !done)
+		throw std::runtime_error(c->due ? c->due->why(j->root) : "the wait was aborted");
 }
 
 /* K_SENDRECV over Gloo's TCP: both unbound buffers posted before either
@@ -627,20 +705,24 @@ void run_sendrecv_tcp(Comm *c, Job *j)
 {
 	constexpr uint64_t kP2pSlot = 0x6b696c6e70327000ull; /* run_p2p's */
 	const size_t es = dtype_size(j->dtype);
-	const auto limit = std::chrono::milliseconds(c->timeout_ms);
+	const auto limit = wait_limit(c);
 	std::unique_ptr<gloo::transport::UnboundBuffer> sb, rb;
-	if (j->rcount) {
+	if (j->rcount)
 		rb = c->ctx->createUnboundBuffer(j->buf, j->rcount * es);
-		rb->recv(j->src, kP2pSlot);
-	}
-	if (j->count) {
+	if (j->count)
 		sb = c->ctx->createUnboundBuffer(const_cast<void *>(j->send), j->count * es);
-		sb->send(j->root, kP2pSlot);
-	}
+	kiln_gloo::Watched w(c->due.get(), rb.get(), sb.get());
 	if (rb)
-		rb->waitRecv(nullptr, limit);
+		rb->recv(j->src, kP2pSlot);
 	if (sb)
-		sb->waitSend(nullptr, limit);
+		sb->send(j->root, kP2pSlot);
+	/* (a wait the deadline aborted returns false) */
+	if (rb && !rb->waitRecv(nullptr, limit))
+		throw std::runtime_error(c->due ? c->due->why(j->src) : "the wait was aborted");
+	if (sb && !sb->waitSend(nullptr, limit))
+		throw std::runtime_error(c->due ? c->due->why(j->root) : "the wait was aborted");
+	if (w.finish())
+		throw std::runtime_error(c->due->why(-1));
 }
 
 /* K_SENDRECV on the shared-memory channels: the send goes now if the
@@ -696,6 +778,10 @@ kiln_status run_job_raw(Job *j)
 		return j->kind == K_SEND ? gloo_shm_send(c->shm, j->root, j->buf, j->count * es)
 					 : gloo_shm_recv(c->shm, j->root, j->buf, j->count * es);
 	try {
+		/* kiln's deadline on the collectives' Gloo waits (p2p's watch
+		 * their unbound buffers themselves; the hierarchical allreduce
+		 * the leaders' communicator) */
+		kiln_gloo::Watched w(p2p || (j->kind == K_ALLREDUCE && c->nd.on) ? nullptr : c->due.get());
 		switch (j->kind) {
 		case K_SEND:
 		case K_RECV:
@@ -751,9 +837,21 @@ kiln_status run_job_raw(Job *j)
 			break;
 		}
 		}
+		/* (done as the deadline passed: the pairs are closed all the same) */
+		if (w.finish())
+			throw std::runtime_error(c->due->why(-1));
 	} catch (const std::exception &e) {
 		const char *w = e.what();
-		bool timeout = std::strstr(w, "imed out") || std::strstr(w, "imeout");
+		/* (kiln's deadline closed the pairs: their messages say so) */
+		const bool expired = (c->due && c->due->expired()) ||
+				     (c->lead && c->lead->due && c->lead->due->expired());
+		bool timeout = expired || std::strstr(w, "imed out") || std::strstr(w, "imeout");
+		std::string why;
+		if (expired && !std::strstr(w, "kiln's deadline")) { /* (Gloo's "pair closure") */
+			why = (c->due && c->due->expired() ? c->due : c->lead->due)
+				      ->why(j->kind == K_SEND || j->kind == K_RECV ? j->root : -1);
+			w = why.c_str();
+		}
 		if (j->kind == K_SENDRECV)
 			return H->error(timeout ? KILN_ETIMEOUT : KILN_EIO,
 					"gloo: rank %d of %d: sendrecv to rank %d, from rank %d, of %zu and %zu elements failed: %s",
@@ -884,20 +982,24 @@ enum { MESH_TRIES = 4 };
 
 static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, int rank, int world,
 				int timeout_ms, std::shared_ptr<gloo::transport::Device> &device,
-				std::shared_ptr<gloo::rendezvous::Context> *out, const char *what)
+				std::shared_ptr<KilnContext> *out, const char *what, kiln_gloo::Deadline *dl)
 {
 	std::string why;
 	const int outcome_ms = timeout_ms > (INT_MAX - 10000) / 6 ? INT_MAX : 6 * timeout_ms + 10000;
 	for (int k = 0; k < MESH_TRIES; k++) {
 		char p[96], key[128];
 		std::snprintf(p, sizeof p, "%stry%d/", prefix, k);
-		std::shared_ptr<gloo::rendezvous::Context> ctx;
+		std::shared_ptr<KilnContext> ctx;
 		int ok = 1;
 		try {
 			KilnStore ks(store, p, timeout_ms);
-			ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
-			ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
-			ctx->connectFullMesh(ks, device);
+			ctx = std::make_shared<KilnContext>(rank, world);
+			/* the pairs' own timeout: none to speak of where kiln's
+			 * deadline watches them (deadline.h) */
+			ctx->setTimeout(dl ? kiln_gloo::kGlooTimeout : std::chrono::milliseconds(timeout_ms));
+			if (dl)
+				dl->reset();
+			ctx->connect_pairs(ks, device, dl);
 		} catch (const std::exception &e) {
 			ok = 0;
 			why = e.what();
@@ -957,18 +1059,24 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 	const char *hostname = host->config_get(cfg, "plugin.gloo", "hostname");
 	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
 	std::shared_ptr<gloo::transport::Device> device;
+	host->config_get_bool(cfg, "plugin.gloo", "busy_poll", &c->busy);
+	if (!c->busy && world > 1) { /* (a world of one waits for no one) */
+		kiln_status st;
+		c->due.reset(new kiln_gloo::Deadline(host, rank, world, timeout_ms, "rank"));
+		if ((st = c->due->start()))
+			return st;
+	}
 	try {
 		device = shared_device(iface && *iface ? iface : "",
 				       hostname && *hostname ? hostname : addr);
 		char prefix[64];
 		std::snprintf(prefix, sizeof prefix, "gloo/%s/", space);
 		kiln_status st = connect_mesh(store, prefix, rank, world, timeout_ms, device, &c->ctx,
-					      "connecting the TCP mesh");
+					      "connecting the TCP mesh", c->due.get());
 		if (st)
 			return st;
 		/* every rank makes it here, so its slot is the same on all */
 		c->barrier.reset(new gloo::BarrierAllToAll(c->ctx));
-		host->config_get_bool(cfg, "plugin.gloo", "busy_poll", &c->busy);
 		if (c->busy)
 			for (int i = 0; i < world; i++)
 				if (i != rank)
@@ -1108,12 +1216,16 @@ kiln_status hier_open(Comm *c, std::shared_ptr<gloo::transport::Device> device,
 	c->lead->rank = c->nd.node;
 	c->lead->world = c->nd.nodes;
 	c->lead->timeout_ms = c->timeout_ms;
+	c->lead->due.reset(new kiln_gloo::Deadline(H, c->nd.node, c->nd.nodes, c->timeout_ms,
+						 "the first rank of node"));
+	if ((st = c->lead->due->start()))
+		return st;
 	char what[96];
 	std::snprintf(prefix, sizeof prefix, "gloo/hier/%s/lead/", space);
 	std::snprintf(what, sizeof what, "connecting the nodes' first ranks (rank %d of %d, node %d of %d)",
 		      c->rank, c->world, c->nd.node, c->nd.nodes);
 	return connect_mesh(store, prefix, c->nd.node, c->nd.nodes, c->timeout_ms, device,
-			    &c->lead->ctx, what);
+			    &c->lead->ctx, what, c->lead->due.get());
 }
 
 /* comm ops version 3: the gradients in shared memory (shm.h) */
@@ -1295,10 +1407,14 @@ kiln_status gloo_barrier(void *ctx)
 		 * buffers).  With the rank's threads bound to one CPU shared
 		 * with other work, the registration then waited on that lock
 		 * past the 60 s read timeout (kiln bench comm under load 15). */
+		kiln_gloo::Watched w(c->due.get());
 		c->barrier->run();
+		if (w.finish())
+			throw std::runtime_error(c->due->why(-1));
 	} catch (const std::exception &e) {
-		return H->error(KILN_EIO, "gloo: rank %d of %d: barrier failed: %s", c->rank, c->world,
-				e.what());
+		const bool expired = c->due && c->due->expired();
+		return H->error(expired ? KILN_ETIMEOUT : KILN_EIO, "gloo: rank %d of %d: barrier failed: %s",
+				c->rank, c->world, expired ? c->due->why(-1).c_str() : e.what());
 	}
 	return KILN_OK;
 }
@@ -1402,7 +1518,7 @@ const struct kiln_key gloo_keys[] = {
 	{ "iface", KILN_KEY_STR, "", 0, 0, nullptr,
 	  "Network interface whose address the pairs listen on (e.g. `eth0`); overrides `hostname`." },
 	{ "busy_poll", KILN_KEY_BOOL, "0", 0, 0, nullptr,
-	  "Put the TCP pairs in Gloo's synchronous busy-polling mode: the thread running a collective (the comm stream's worker) reads the sockets itself, spinning, instead of sleeping until Gloo's event-loop thread has read the data and woken it. Removes a thread wake-up per message, so an allreduce overlapped with a busy backward is much faster when a core is free for the spinning, and much slower when the machine is oversubscribed. 0: Gloo's default (event loop)." },
+	  "Put the TCP pairs in Gloo's synchronous busy-polling mode: the thread running a collective (the comm stream's worker) reads the sockets itself, spinning, instead of sleeping until Gloo's event-loop thread has read the data and woken it. Removes a thread wake-up per message, so an allreduce overlapped with a busy backward is much faster when a core is free for the spinning, and much slower when the machine is oversubscribed. Such pairs keep Gloo's own timeout, which counts a time in which the whole job stood still (docs/distributed.md, \"A suspended job\"). 0: Gloo's default (event loop); kiln times each wait on the run clock." },
 	{ "shm", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "When every rank runs on one node (the same host name and boot id): allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (a POSIX shared-memory object, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits; a wait spins up to 5 ms while its core is its own, then sleeps: docs/distributed.md, \"Waiting\"), faster than Gloo's TCP loopback at every size (docs/PERFORMANCE.md, part 7b); a rank whose process ends is noticed within about 20 ms and named. Broadcasts and the barrier stay Gloo's, and `busy_poll` applies to them only. 0: Gloo's collectives throughout. Ranks on several nodes always use Gloo's." },
 	{ "shm_p2p", KILN_KEY_BOOL, "1", 0, 0, nullptr,
