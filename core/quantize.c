@@ -172,8 +172,12 @@ static kiln_status add_input(struct kiln_safetensors_writer *w, const struct kil
 	char key[200];
 	int is_u;
 	const int64_t one = 1;
-	const double amax = kiln_quant_amax(o, method, pct);
+	int fell_back;
+	const double amax = kiln_quant_amax_ex(o, method, pct, &fell_back);
 	kiln_status st;
+	if (fell_back)
+		kiln_log(KILN_LOG_WARN, "quantize", "%s: the entropy rule's amax for its input in [%g, %g] keeps one level (at or below every value seen, or one histogram bin below it): min-max's amax %g instead",
+			 name, o->min, o->max, amax);
 	*sx = kiln_quant_act_scale(o, amax, &is_u);
 	snprintf(key, sizeof key, "%s.input_scale", name);
 	if ((st = kiln_safetensors_writer_add(w, key, KILN_F32, 1, &one, sx)))
