@@ -139,6 +139,8 @@ static kiln_status logits_not_input(const struct pred_opts *o, const char *confi
 		in[4 + i] = inputs[i];
 	kiln_status st = kiln_output_check(o->logits, in, n_in + 4);
 	free(in);
+	if (!st) /* nor a file of [data.eval] (--eval-set), refused as it opens */
+		kiln_output_watch(o->logits);
 	return st;
 }
 
