@@ -108,6 +108,8 @@ int cmd_export(int argc, char **argv)
 	 * `--checkpoint C --safetensors C` replaced C and exited 0) */
 	const char *in[3] = { argv[1], ckpt, quantized };
 	kiln_status st = kiln_output_check(onnx ? onnx : out, in, 3);
+	/* nor a file of [data], opened for the sample's shape, refused there */
+	kiln_output_watch(onnx ? onnx : out);
 	/* option values may contain '=': pass only the overrides */
 	if (!st)
 		st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
@@ -122,6 +124,7 @@ int cmd_export(int argc, char **argv)
 		rc = cli_fail(st);
 	else
 		fprintf(stderr, "wrote %s%s\n", onnx ? onnx : out, onnx && quantized ? " (ONNX QDQ INT8, opset 17)" : onnx ? " (ONNX, opset 17)" : "");
+	kiln_output_watch(NULL);
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);
 	free(over);

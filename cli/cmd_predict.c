@@ -38,9 +38,9 @@ const char cmd_predict_about[] =
 	"  --format F    jsonl (default): {\"file\", \"top\": [{\"index\", \"class\", \"prob\"}...]};\n"
 	"                (prob null where the logits are not finite; a name's bytes that\n"
 	"                are not UTF-8 as \\ufffd);\n"
-	"                csv: file,index1,class1,prob1,...  Class names are the class\n"
-	"                folders of the training split ([data] source = folder),\n"
-	"                else the indices\n"
+	"                csv: file,index1,class1,prob1,... (prob empty where jsonl's\n"
+	"                is null).  Class names are the class folders of the\n"
+	"                training split ([data] source = folder), else the indices\n"
 	"  --logits OUT  write the logits [N, classes] (f32) to OUT (.npy or .safetensors)\n"
 	"                instead of printing; not a file read (CONFIG, F, Q, an INPUT) nor a\n"
 	"                kiln checkpoint (exit 2)\n"
@@ -139,6 +139,8 @@ static kiln_status logits_not_input(const struct pred_opts *o, const char *confi
 		in[4 + i] = inputs[i];
 	kiln_status st = kiln_output_check(o->logits, in, n_in + 4);
 	free(in);
+	if (!st) /* nor a file of [data.eval] (--eval-set), refused as it opens */
+		kiln_output_watch(o->logits);
 	return st;
 }
 
@@ -245,7 +247,11 @@ static void print_top(const struct pred_opts *o, const char *file, int64_t sampl
 		if (o->csv) {
 			printf(",%lld,", (long long)c);
 			cli_csv_str(stdout, name);
-			printf(",%.6g", p);
+			if (isfinite(p)) /* non-finite logits: an empty field, as jsonl's null
+					  * (printf's "-nan" before session 34) */
+				printf(",%.6g", p);
+			else
+				fputc(',', stdout);
 		} else {
 			printf("%s{\"index\": %lld, \"class\": ", j ? ", " : "", (long long)c);
 			cli_json_str(stdout, name);

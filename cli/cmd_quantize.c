@@ -103,6 +103,8 @@ int cmd_quantize(int argc, char **argv)
 	/* Q is not FILE nor CKPT (kiln_quantize checks the checkpoint it
 	 * picks, and refuses any other checkpoint) */
 	kiln_status st = kiln_output_check(o.out, (const char *[]){ args[1], ckpt }, 2);
+	/* nor a file of the calibration data, refused as it opens */
+	kiln_output_watch(o.out);
 	if (!st)
 		st = cli_load(args[1], n, args, 2, &cfg, &reg);
 	if (!st)
@@ -110,6 +112,7 @@ int cmd_quantize(int argc, char **argv)
 	int rc = st ? cli_fail(st) : 0;
 	if (!st)
 		rc = print_result(&o);
+	kiln_output_watch(NULL);
 	kiln_registry_close(reg);
 	kiln_config_free(cfg);
 	free(args);

@@ -17,10 +17,39 @@ static int is_type(const struct kiln_model *m, int i, const char *type)
 	return i >= 0 && !strcmp(m->layers[i].type->name, type);
 }
 
+/* Does another layer share layer i's weight ([layer.X] tie = i)?  A
+ * batchnorm folded into i would scale the weight that X reads too. */
+static int tied_to(const struct kiln_model *m, int i)
+{
+	for (int k = 0; k < m->n_layers; k++)
+		if (k != i && m->layers[k].tie == i)
+			return k;
+	return -1;
+}
+
+/* May batchnorm j fold into its input i (a conv or linear it alone
+ * reads)?  Not into a layer whose weight is shared, either way: the
+ * tie's other side would read the folded weight (before session 34 a
+ * tie owner took the fold, and its users read the scaled weight).  say:
+ * log why not (once: the config's plan, not the weights' replay of it). */
+static int may_fold(const struct kiln_model *m, int i, int j, int say)
+{
+	if (kiln_model_only_consumer(m, i) != j)
+		return 0;
+	const int k = m->layers[i].tie >= 0 ? m->layers[i].tie : tied_to(m, i);
+	if (k >= 0) {
+		if (say)
+			kiln_log(KILN_LOG_INFO, "infer", "batchnorm '%s' not folded into '%s': its weight is shared with '%s' (tie)",
+				 m->layers[j].name, m->layers[i].name, m->layers[k].name);
+		return 0;
+	}
+	return 1;
+}
+
 /* removed[j]: layer j disappears (a dropout, or a batchnorm folded into
  * its input); host[i]: the batchnorm folded into layer i, else -1.
  * Both n_layers long, the caller's. */
-static int fold_plan(const struct kiln_model *m, int *removed, int *host)
+static int fold_plan(const struct kiln_model *m, int *removed, int *host, int say)
 {
 	int n = 0;
 	for (int j = 0; j < m->n_layers; j++) {
@@ -32,7 +61,7 @@ static int fold_plan(const struct kiln_model *m, int *removed, int *host)
 		if (is_type(m, j, "dropout")) {
 			removed[j] = 1;
 		} else if (is_type(m, j, "batchnorm") && (is_type(m, i, "conv") || is_type(m, i, "linear")) &&
-			   kiln_model_only_consumer(m, i) == j && m->layers[i].tie < 0) {
+			   may_fold(m, i, j, say)) {
 			removed[j] = 1;
 			host[i] = j;
 		}
@@ -291,7 +320,7 @@ kiln_status kiln_infer_fold_config_ex(const struct kiln_model *m, struct kiln_re
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;
 	}
-	int n = fold_plan(m, removed, host);
+	int n = fold_plan(m, removed, host, 1);
 	if (flags & KILN_FOLD_RESIDUAL)
 		n += residual_plan(m, removed, into, resid);
 	else
@@ -428,7 +457,7 @@ kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stre
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;
 	}
-	fold_plan(src, removed, host);
+	fold_plan(src, removed, host, 0);
 	if ((st = kiln_model_regions_copy(src, sp, sb, 0, src_stream)))
 		goto out;
 	for (int i = 0; i < dst->n_params && !st; i++)

@@ -54,6 +54,26 @@ kiln_status kiln_output_check(const char *out, const char *const *inputs, int n)
 	return KILN_OK;
 }
 
+/* kiln_output_watch's file: set by the command before it opens any data,
+ * read by kiln_source_open as it opens each source. */
+static char watched[4096];
+
+void kiln_output_watch(const char *out)
+{
+	snprintf(watched, sizeof watched, "%s", out ? out : "");
+}
+
+kiln_status kiln_output_read_check(const char *path, const char *reader)
+{
+	struct stat o, in;
+	if (!*watched || !path || stat(watched, &o) || stat(path, &in))
+		return KILN_OK; /* no output yet: nothing to lose */
+	if (in.st_dev == o.st_dev && in.st_ino == o.st_ino)
+		return kiln_error(KILN_EUSAGE, "the output %s is the file %s, which %s reads: choose another file",
+				  watched, path, reader);
+	return KILN_OK;
+}
+
 /* fill's bytes into fp, then fp closed, fsynced first when `sync` (a
  * regular file about to be renamed into place); 0 or the first errno. */
 static int write_stream(FILE *fp, kiln_file_fill fill, void *ctx, int sync)

@@ -144,15 +144,44 @@ static double entropy_amax(const struct kiln_quant_observer *o)
 	return fmin(cut * width, max_abs(o));
 }
 
-double kiln_quant_amax(const struct kiln_quant_observer *o, int method, double pct)
+/* Is the entropy rule's amax degenerate: at or below every |x| seen (the
+ * least |x| is min for a tensor never negative, -max for one never
+ * positive, else 0), or keeping one occupied bin below it?  Values all in
+ * a few bins far from 0 (a sigmoid's output in [0.44, 0.56]): the cut
+ * just above the lowest occupied bin leaves P one bin, Q the same, KL 0,
+ * and that cut wins; every value then quantizes to the same level. */
+static int entropy_degenerate(const struct kiln_quant_observer *o, double amax)
 {
+	const double least = o->min >= 0 ? o->min : o->max <= 0 ? -o->max : 0;
+	const int cut = (int)ceil(amax / (o->hmax / KILN_QUANT_BINS));
+	int occupied = 0;
+	for (int b = 0; b < cut && b < KILN_QUANT_BINS; b++)
+		occupied += o->hist[b] > 0;
+	return amax <= least || occupied <= 1;
+}
+
+double kiln_quant_amax_ex(const struct kiln_quant_observer *o, int method, double pct,
+			  int *fell_back)
+{
+	if (fell_back)
+		*fell_back = 0;
 	if (!o->count || o->hmax == 0)
 		return 0;
 	if (method == KILN_QUANT_PERCENTILE)
 		return percentile_amax(o, pct);
-	if (method == KILN_QUANT_ENTROPY)
-		return entropy_amax(o);
+	if (method == KILN_QUANT_ENTROPY) {
+		const double a = entropy_amax(o);
+		if (!entropy_degenerate(o, a))
+			return a;
+		if (fell_back)
+			*fell_back = 1;
+	}
 	return max_abs(o);
+}
+
+double kiln_quant_amax(const struct kiln_quant_observer *o, int method, double pct)
+{
+	return kiln_quant_amax_ex(o, method, pct, NULL);
 }
 
 float kiln_quant_act_scale(const struct kiln_quant_observer *o, double amax, int *is_unsigned)

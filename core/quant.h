@@ -21,7 +21,8 @@ enum kiln_quant_method {
 	KILN_QUANT_ENTROPY = 2,    /* TensorRT's rule: the threshold whose 256-level
 				    * (u8) or 128-level (s8) quantization of the |x|
 				    * histogram, its zero bin set to bin 1's count,
-				    * has the least KL divergence from it */
+				    * has the least KL divergence from it; min-max
+				    * when that amax is degenerate (kiln_quant_amax_ex) */
 };
 
 #define KILN_QUANT_BINS 2048
@@ -46,6 +47,11 @@ void kiln_quant_observe(struct kiln_quant_observer *o, const float *x, int64_t n
 /* The range amax (> 0 unless nothing nonzero was seen) by `method`; pct
  * (percentile only) in (0, 100]; the result is at most max |x|. */
 double kiln_quant_amax(const struct kiln_quant_observer *o, int method, double pct);
+/* The same; *fell_back (may be NULL) = 1 when the entropy rule's amax was
+ * degenerate (at or below every |x| seen, or one occupied bin below it:
+ * every value would quantize to one level) and min-max's was taken. */
+double kiln_quant_amax_ex(const struct kiln_quant_observer *o, int method, double pct,
+			  int *fell_back);
 
 /* The activation scale of an observed input: amax / 255 when it was never
  * negative (*is_unsigned = 1), else amax / 127; 1 when amax is 0. */

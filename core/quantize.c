@@ -37,6 +37,20 @@ static int quantizable(const struct kiln_model *m, int i)
 	return !strcmp(t, "linear");
 }
 
+/* Why nothing of m is quantized: every conv it has stays f32 for its few
+ * input channels (the first such conv named), or it has neither. */
+static kiln_status none_to_quantize(const struct kiln_model *m)
+{
+	for (int i = 0; i < m->n_layers; i++) {
+		const struct model_layer *L = &m->layers[i];
+		if (L->n_in == 1 && !strcmp(L->type->name, "conv"))
+			return kiln_error(KILN_EINVAL, "nothing to quantize: the model has no linear layer, and its convs stay f32 with fewer than %d input channels per group (conv '%s' has %lld; oneDNN's int8 kernels take them in fours)",
+					  QUANT_MIN_CHANNELS, L->name,
+					  (long long)m->params[L->pidx[0]].desc.dims[1]);
+	}
+	return kiln_error(KILN_EINVAL, "the model has no conv or linear layer to quantize");
+}
+
 kiln_status kiln_quant_calib_new(const struct kiln_model *m, struct kiln_quant_calib **out)
 {
 	struct kiln_quant_calib *q = calloc(1, sizeof *q);
@@ -51,7 +65,7 @@ kiln_status kiln_quant_calib_new(const struct kiln_model *m, struct kiln_quant_c
 			q->layer[q->n++] = i;
 	if (!q->n) {
 		kiln_quant_calib_free(q);
-		return kiln_error(KILN_EINVAL, "the model has no conv or linear layer to quantize");
+		return none_to_quantize(m);
 	}
 	*out = q;
 	return KILN_OK;
@@ -172,8 +186,12 @@ static kiln_status add_input(struct kiln_safetensors_writer *w, const struct kil
 	char key[200];
 	int is_u;
 	const int64_t one = 1;
-	const double amax = kiln_quant_amax(o, method, pct);
+	int fell_back;
+	const double amax = kiln_quant_amax_ex(o, method, pct, &fell_back);
 	kiln_status st;
+	if (fell_back)
+		kiln_log(KILN_LOG_WARN, "quantize", "%s: the entropy rule's amax for its input in [%g, %g] keeps one level (at or below every value seen, or one histogram bin below it): min-max's amax %g instead",
+			 name, o->min, o->max, amax);
 	*sx = kiln_quant_act_scale(o, amax, &is_u);
 	snprintf(key, sizeof key, "%s.input_scale", name);
 	if ((st = kiln_safetensors_writer_add(w, key, KILN_F32, 1, &one, sx)))

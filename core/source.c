@@ -5,6 +5,20 @@
 
 #include <stdio.h>
 
+/* kiln_source_open's walk over the source's files: the first one that is
+ * the watched output (kiln_output_watch) stops it. */
+struct files_check {
+	char reader[64];
+	kiln_status st;
+};
+
+static void file_checked(void *arg, const char *path)
+{
+	struct files_check *fc = arg;
+	if (!fc->st)
+		fc->st = kiln_output_read_check(path, fc->reader);
+}
+
 kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			     const char *section, const char *split, struct kiln_source **out)
 {
@@ -36,6 +50,15 @@ kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_re
 	if ((st = s->ops->info(s->ctx, &s->info))) {
 		kiln_source_close(s);
 		return st;
+	}
+	if (s->ops->version >= 4 && s->ops->files) {
+		struct files_check fc = { .st = KILN_OK };
+		snprintf(fc.reader, sizeof fc.reader, "[%s]", section);
+		s->ops->files(s->ctx, file_checked, &fc);
+		if (fc.st) {
+			kiln_source_close(s);
+			return fc.st;
+		}
 	}
 	kiln_config_get_int(cfg, section, "limit", &limit);
 	if (limit > 0 && limit < s->info.len) {

@@ -662,10 +662,15 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	st = ck ? kiln_ckpt_sample(ck, &t->sample) : KILN_ENOTFOUND;
 	if (st && st != KILN_ENOTFOUND)
 		goto out; /* a corrupt record is no reason to guess from [data] */
-	if (st)
+	if (st) {
 		st = data_sample(cfg, reg, &t->sample);
-	else if (!data_sample(cfg, reg, &data))
-		kiln_trained_sample_warn("data", &data, &t->sample, 0);
+	} else {
+		const kiln_status ds = data_sample(cfg, reg, &data);
+		if (!ds)
+			kiln_trained_sample_warn("data", &data, &t->sample, 0);
+		else if (ds == KILN_EUSAGE) /* the output is one of its files (kiln_output_watch) */
+			st = ds;
+	}
 	if (st)
 		goto out;
 	/* a checkpoint's parameter table is checked against the model its

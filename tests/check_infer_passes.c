@@ -206,7 +206,6 @@ static void check_fold_ex(const char *layers, const char *layout, int flags, con
 
 	ck_assert_msg(kiln_infer_fold_config_ex(a.m, reg, flags, &fcfg, &nf) == 0, "%s",
 		      kiln_last_error());
-	ck_assert_int_eq(nf, removed);
 	if ((flags & KILN_FOLD_RESIDUAL) || adds_left)
 		ck_assert_int_eq(count_type(fcfg, "add"), adds_left);
 	if (run_as) {
@@ -238,6 +237,7 @@ static void check_fold_ex(const char *layers, const char *layout, int flags, con
 			      wname, layout, run_as ? ", run as the other" : "",
 			      infer ? "inference" : "keep_all", worst);
 	}
+	ck_assert_int_eq(nf, removed); /* after the logits: a wrong fold says how wrong */
 
 	if (!n)
 		goto out;
@@ -329,6 +329,37 @@ START_TEST(shared_conv_keeps_bn)
 		"[layer.add]\ntype = add\ninputs = b1, c1\n[layer.flat]\ntype = flatten\n"
 		"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
 	check_fold(shared, "nchw", 0, 1, NULL, 0);
+}
+END_TEST
+
+/* A batchnorm after a layer whose weight another layer shares (tie) stays,
+ * whichever side of the tie it follows: folded into the owner fc1, it
+ * scaled the weight fc2 reads too (before session 34 the folded logits
+ * differed from the unfolded by ~0.2 of the largest).  The conv the same. */
+START_TEST(tied_weight_keeps_bn)
+{
+	static const char owner[] =
+		"[layer.flat]\ntype = flatten\n"
+		"[layer.fc0]\ntype = linear\nout = 16\n"
+		"[layer.fc1]\ntype = linear\nout = 16\n[layer.bn1]\ntype = batchnorm\n[layer.r1]\ntype = relu\n"
+		"[layer.fc2]\ntype = linear\nout = 16\ntie = fc1\n[layer.r2]\ntype = relu\n"
+		"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+	static const char user[] =
+		"[layer.flat]\ntype = flatten\n"
+		"[layer.fc0]\ntype = linear\nout = 16\n"
+		"[layer.fc1]\ntype = linear\nout = 16\n[layer.r1]\ntype = relu\n"
+		"[layer.fc2]\ntype = linear\nout = 16\ntie = fc1\n[layer.bn2]\ntype = batchnorm\n"
+		"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+	static const char conv[] =
+		"[layer.c0]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n"
+		"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n[layer.b1]\ntype = batchnorm\n"
+		"[layer.r1]\ntype = relu\n[layer.c2]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\ntie = c1\n"
+		"[layer.flat]\ntype = flatten\n"
+		"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+	check_fold(owner, "nchw", 0, 1, NULL, 0);
+	check_fold(user, "nchw", 0, 1, NULL, 0);
+	check_fold(conv, "nchw", 0, 1, NULL, 0);
+	check_fold(conv, "nhwc", 0, 1, NULL, 0);
 }
 END_TEST
 
@@ -654,6 +685,7 @@ static Suite *make_infer_passes_suite(void)
 	suite_add_tcase(s, tc);
 	TCase *keep = tcase_create("keep");
 	tcase_add_test(keep, shared_conv_keeps_bn);
+	tcase_add_test(keep, tied_weight_keeps_bn);
 	suite_add_tcase(s, keep);
 	TCase *block = tcase_create("block");
 	tcase_set_timeout(block, 60);

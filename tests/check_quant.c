@@ -164,6 +164,30 @@ START_TEST(entropy_reference)
 }
 END_TEST
 
+/* All the mass in bins 900-1150, far from 0 (a sigmoid's output in
+ * [0.44, 0.56]): TensorRT's rule cuts just above bin 900, where P is one
+ * bin and KL is 0, an amax below every value (before session 34 every
+ * sample then got the same logits).  kiln takes min-max's amax instead. */
+START_TEST(entropy_degenerate_falls_back)
+{
+	static struct kiln_quant_observer o;
+	const double w = 1.0 / KILN_QUANT_BINS;
+	int fell_back = 0;
+	memset(&o, 0, sizeof o);
+	o.hmax = 1.0;
+	o.min = 900.5 * w, o.max = 1150.5 * w;
+	for (int b = 900; b <= 1150; b++)
+		o.hist[b] = 40 + b % 7, o.count += o.hist[b];
+	const double e = kiln_quant_amax_ex(&o, KILN_QUANT_ENTROPY, 0, &fell_back);
+	ck_assert_msg(e >= o.max, "entropy amax %.9g below the largest value %.9g", e, o.max);
+	ck_assert_int_eq(fell_back, 1);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_ENTROPY, 0) == e);
+	/* signed values there too: the least |x| is 0, one bin is still one level */
+	o.min = -o.max;
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_ENTROPY, 0) >= o.max);
+}
+END_TEST
+
 START_TEST(method_names)
 {
 	ck_assert_int_eq(kiln_quant_method_parse("minmax"), KILN_QUANT_MINMAX);
@@ -185,6 +209,7 @@ static Suite *make_quant_suite(void)
 	tcase_add_test(tc, percentile_grows);
 	tcase_add_test(tc, entropy_clips_outliers);
 	tcase_add_test(tc, entropy_reference);
+	tcase_add_test(tc, entropy_degenerate_falls_back);
 	tcase_add_test(tc, method_names);
 	suite_add_tcase(s, tc);
 	return s;

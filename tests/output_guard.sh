@@ -8,8 +8,10 @@
 #  1. export --safetensors / --onnx onto C, W, Q, CONFIG, a link to C,
 #     [model] init_from, or the newest checkpoint picked without
 #     --checkpoint; predict --logits onto W, CONFIG, or a hard link to C;
-#     quantize --out onto CONFIG: each exits 2 naming the file and the
-#     input is byte-identical afterwards;
+#     quantize --out onto CONFIG; quantize --out, export --onnx and
+#     predict --eval-set --logits onto a file of the data they read (idx
+#     images, labels, a records shard): each exits 2 naming the file and
+#     the input is byte-identical afterwards;
 #  2. an ONNX (and a safetensors) export, or predict --logits (.npy and
 #     .safetensors), that cannot be written (a file size limit, EFBIG) exits
 #     1 and leaves the earlier file byte-identical, with no temporary file
@@ -81,6 +83,31 @@ same "$tmp/q.safetensors"
 kiln 2 quantize "$ini" $common --calibrate 1 --out "$ini"
 stderr_has "the output $ini is the file $ini, which this command reads"
 same "$ini"
+# a file of the data the command reads (its source's `files`, source ops
+# version 4): quantize --out onto the calibration images, export --onnx onto
+# [data]'s labels, predict --eval-set --logits onto [data.eval]'s records
+# shard (before session 34 each replaced the file and exited 0)
+mkdir "$tmp/d"
+cp "$data/tr_cnn_images.idx" "$data/tr_cnn_labels.idx" "$tmp/d/"
+for f in "$tmp/d/tr_cnn_images.idx" "$tmp/d/tr_cnn_labels.idx"; do cp "$f" "$f.orig"; done
+dcommon="data.path=$tmp/d model.init_from=$data/tr_cnn_init.safetensors run.out_dir=$tmp/run"
+kiln 2 quantize "$ini" $dcommon --checkpoint "$ck" --calibrate 1 --out "$tmp/d/tr_cnn_images.idx"
+stderr_has "the output $tmp/d/tr_cnn_images.idx is the file $tmp/d/tr_cnn_images.idx, which [data] reads: choose another file"
+same "$tmp/d/tr_cnn_images.idx"
+kiln 2 export "$ini" $dcommon --checkpoint "$ck" --onnx "$tmp/d/tr_cnn_labels.idx"
+stderr_has "the output $tmp/d/tr_cnn_labels.idx is the file $tmp/d/tr_cnn_labels.idx, which [data] reads: choose another file"
+same "$tmp/d/tr_cnn_labels.idx"
+kiln 0 pack "$ini" "data.path=$data" --section data.eval --out "$tmp/rec"
+# (named .npy, as --logits wants: the records source reads any name)
+shard="$tmp/rec/eval.npy"
+mv "$tmp/rec/test-00000.krec" "$shard"
+cp "$shard" "$shard.orig"
+# the config with [data.eval] that shard
+{ sed '/^\[data.eval\]/,/^$/d' "$ini"; printf '[data.eval]\nsource = records\npath = %s\n' "$shard"; } >"$tmp/rec.ini"
+kiln 2 predict "$tmp/rec.ini" $common --eval-set --checkpoint "$ck" --logits "$shard"
+stderr_has "the output $shard is the file $shard, which [data.eval] reads: choose another file"
+same "$shard"
+echo "ok: an output that is a file of the data read: exit 2, the data unchanged"
 # and an output that is nobody's input is written
 kiln 0 predict "$ini" $common --eval-set --checkpoint "$ck" --logits "$tmp/l.safetensors"
 [ -s "$tmp/l.safetensors" ] || fail "predict --logits wrote nothing"

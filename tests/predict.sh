@@ -28,6 +28,7 @@
 #     so is a checkpoint passed as the INT8 model, named as one;
 #  3b2. a model whose layernorm refuses nhwc, trained nchw: predict, eval
 #     --fold and quantize keep nchw (the log says why), folded = --no-fold;
+#     quantize of a model of one 1-channel conv says it stays f32;
 #  3c. [run] precision = bf16: eval and predict run bf16 (logits and loss
 #     off fp32's by a bf16-sized amount; predict --no-fold's loss = eval's);
 #  3d. [data.eval] dtype = bf16: predict --eval-set and predict of image
@@ -343,6 +344,14 @@ stderr_has "tensor 'fc1.bias' f32[5] holds a non-finite value (nan at element 0)
 kiln 0 predict "$ini" --checkpoint "$tmp/nan.safetensors.big" "$tmp/bad/ok.png" --top-k 2 "data.path=$data"
 "$py" -c 'import json, sys; r = json.loads(open(sys.argv[1]).read()); assert [t["prob"] for t in r["top"]] == [None, None], r' "$out" ||
 	fail 'NaN logits: not "prob": null'
+# csv: an empty field there (was -nan)
+kiln 0 predict "$ini" --checkpoint "$tmp/nan.safetensors.big" "$tmp/bad/ok.png" --top-k 2 --format csv "data.path=$data"
+row=$(sed -n 2p "$out")
+case "$row" in
+*nan*) fail "NaN logits in csv: $row" ;;
+"$tmp/bad/ok.png",*,*,,*,*,) ;;
+*) fail "NaN logits in csv: not empty prob fields: $row" ;;
+esac
 kiln 0 predict "$ini" --checkpoint "$ck" "$tmp/names" --top-k 1 "data.path=$data"
 "$py" - "$out" "$tmp/names" <<'EOF' || fail "file names in jsonl"
 import json, sys
@@ -350,7 +359,7 @@ names = [json.loads(l)["file"] for l in open(sys.argv[1], encoding="utf-8", erro
 want = [sys.argv[2] + "/" + n for n in ("bad\ufffd.png", "caf\u00e9.png", "cut\ufffd\ufffd.png", "over\ufffd\ufffd.png", 'q"\\.png')]
 assert names == want, names
 EOF
-echo 'ok: jsonl writes null for a NaN probability, \ufffd for non-UTF-8 bytes'
+echo 'ok: jsonl writes null for a NaN probability (csv an empty field), \ufffd for non-UTF-8 bytes'
 
 # ---- 3b. folding (the default) and --no-fold; --quantized = eval's ------
 kiln 0 predict "$ini" --checkpoint "$ck" --eval-set --logits "$tmp/fold.npy" "data.path=$data"
@@ -458,6 +467,15 @@ kiln 0 predict "$tmp/ln4.ini" --quantized "$tmp/ln4_q.safetensors" --eval-set $l
 kiln 2 eval "$tmp/ln4.ini" "data.path=$data" "run.out_dir=$tmp/ln4run"
 stderr_has "layer 'ln' (layernorm) normalises the last dimension, the width of an nchw tensor, but got f32[1, 4, 8, 8] nhwc: channels-last ([model] layout = nhwc, which \`auto\` is on the CPU), whose last dimension is the channels; set [model] layout = nchw"
 echo "ok: a layernorm model trained nchw folds, evaluates and quantizes in nchw"
+# a model whose only conv has 1 input channel (it stays f32: fewer than 4 per
+# group) and no linear: quantize says so (before session 34: "the model has
+# no conv or linear layer to quantize")
+awk '/^\[/ { lay = /^\[layer\./ } !lay' "$ini" >"$tmp/c1.ini"
+printf '[layer.c]\ntype = conv\nout = 5\nkernel = 3\n[layer.gp]\ntype = global_avgpool\n[layer.f]\ntype = flatten\n[layer.loss]\ntype = softmax_xent\n' >>"$tmp/c1.ini"
+kiln 0 train "$tmp/c1.ini" "data.path=$data" "run.out_dir=$tmp/c1run"
+kiln 1 quantize "$tmp/c1.ini" --calibrate 1 --out "$tmp/c1_q.safetensors" "data.path=$data" "run.out_dir=$tmp/c1run"
+stderr_has "nothing to quantize: the model has no linear layer, and its convs stay f32 with fewer than 4 input channels per group (conv 'c' has 1; oneDNN's int8 kernels take them in fours)"
+echo "ok: quantize says why a model of one 1-channel conv has nothing to quantize"
 
 # ---- 3c. [run] precision = bf16 in eval and predict (as training has it) --
 if "$kiln" plugins 2>/dev/null | grep -qw amp; then

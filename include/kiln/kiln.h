@@ -639,6 +639,20 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
  * own arguments.  The strings are borrowed for the call; nothing is opened
  * or written (stat and the checkpoint's magic bytes); any thread. */
 kiln_status kiln_output_check(const char *out, const char *const *inputs, int n);
+/* The output file `out` this process is about to write (NULL or "":
+ * none), the string copied: from then on kiln_source_open refuses to open
+ * a data source one of whose files (its source's `files`, source ops
+ * version 4: shards, image and label files) is that file, KILN_EUSAGE
+ * naming both, before anything is written (before session 34 `kiln
+ * quantize --out` could replace the calibration images it had just
+ * read).  kiln predict --logits, kiln quantize --out and kiln export set
+ * it before they open the data.  Process-wide: call it from the main
+ * thread before any data source opens. */
+void kiln_output_watch(const char *out);
+/* KILN_EUSAGE ("the output O is the file PATH, which READER reads") when
+ * `path` is the same file as kiln_output_watch's output (device and
+ * inode, links followed); KILN_OK otherwise, or when either is missing. */
+kiln_status kiln_output_read_check(const char *path, const char *reader);
 
 /* Write the output's bytes to fp (not closing it): 0, or the errno of the
  * write that failed (EIO when it set none). */

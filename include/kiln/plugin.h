@@ -861,7 +861,7 @@ struct kiln_image {
 	int32_t reserved;
 };
 
-#define KILN_SOURCE_OPS_VERSION 3
+#define KILN_SOURCE_OPS_VERSION 4
 
 struct kiln_source_ops {
 	uint32_t version;
@@ -899,6 +899,16 @@ struct kiln_source_ops {
 	 * nothing the caller sees and cannot fail (an index out of range is
 	 * ignored).  NULL: no hint.  Thread-safe. */
 	void (*prefetch)(void *ctx, int64_t index);
+
+	/* ---- version 4 (ABI 2.21) ---- */
+
+	/* Call each(arg, path) for every file the opened source reads (its
+	 * resolved shards, image and label files; the strings borrowed for
+	 * the call), so the core can refuse an output file that is one of
+	 * them before anything is written (kiln_output_watch).  NULL: the
+	 * source names none (generated data).  Called from the opening
+	 * thread after info. */
+	void (*files)(void *ctx, void (*each)(void *arg, const char *path), void *arg);
 };
 
 /* ======================================================================

@@ -460,6 +460,17 @@ static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_imag
 	return st;
 }
 
-LOADERS_SOURCE(folder, "folder",
-	       "torchvision ImageFolder: a directory of class subdirectories of JPEG and PNG files",
-	       folder_keys, folder_open, folder_close, loaders_varying_info, NULL, folder_read_image);
+/* The image files read (version 4): an output never replaces one. */
+static void folder_files(void *ctx, void (*each)(void *arg, const char *path), void *arg)
+{
+	const struct folder_ctx *c = ctx;
+	char path[PATH_MAX];
+	for (int64_t i = 0; i < c->src.n; i++)
+		if (!loaders_join(path, sizeof path, c->root, c->names + c->s[i].name))
+			each(arg, path);
+}
+
+LOADERS_SOURCE_PF(folder, "folder",
+		  "torchvision ImageFolder: a directory of class subdirectories of JPEG and PNG files",
+		  folder_keys, folder_open, folder_close, loaders_varying_info, NULL, folder_read_image,
+		  NULL, folder_files);

@@ -624,6 +624,15 @@ static void idx_prefetch(void *vctx, int64_t index)
 	__builtin_prefetch(c->labels.data + index, 0, 3);
 }
 
+/* The two files read (version 4): an output never replaces them. */
+static void idx_files(void *ctx, void (*each)(void *arg, const char *path), void *arg)
+{
+	const struct idx_ctx *c = ctx;
+	each(arg, c->images.path);
+	each(arg, c->labels.path);
+}
+
 LOADERS_SOURCE_PF(idx, "idx",
 		  "MNIST-format IDX image and label files, gzipped or not",
-		  idx_keys, idx_open, idx_close, idx_info, idx_read, idx_read_image, idx_prefetch);
+		  idx_keys, idx_open, idx_close, idx_info, idx_read, idx_read_image, idx_prefetch,
+		  idx_files);

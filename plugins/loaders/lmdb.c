@@ -296,6 +296,18 @@ static kiln_status lmdb_read_image(void *vctx, int64_t index, struct kiln_image 
 	return st;
 }
 
-LOADERS_SOURCE(lmdb, "lmdb",
-	       "LMDB environment: key %08d -> i32 label + JPEG/PNG bytes",
-	       lmdb_keys, lmdb_open, lmdb_close, loaders_varying_info, NULL, lmdb_read_image);
+/* The data file read (version 4): `path` itself, or its data.mdb when it
+ * is a directory; an output never replaces it. */
+static void lmdb_files(void *ctx, void (*each)(void *arg, const char *path), void *arg)
+{
+	const struct lmdb_ctx *c = ctx;
+	char data[PATH_MAX + 16];
+	each(arg, c->path);
+	snprintf(data, sizeof data, "%s/data.mdb", c->path);
+	each(arg, data);
+}
+
+LOADERS_SOURCE_PF(lmdb, "lmdb",
+		  "LMDB environment: key %08d -> i32 label + JPEG/PNG bytes",
+		  lmdb_keys, lmdb_open, lmdb_close, loaders_varying_info, NULL, lmdb_read_image, NULL,
+		  lmdb_files);

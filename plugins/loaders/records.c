@@ -546,6 +546,14 @@ static kiln_status rec_read(void *vctx, int64_t index, void *sample, void *label
 	return KILN_OK;
 }
 
-LOADERS_SOURCE(records, "records",
-	       "kiln's packed record shards (.krec, written by kiln pack): mmap()ed, CRC32C-checked",
-	       rec_keys, rec_open, rec_close, rec_info, rec_read, rec_read_image);
+/* The shards read (version 4): an output never replaces them. */
+static void rec_files(void *ctx, void (*each)(void *arg, const char *path), void *arg)
+{
+	const struct rec_ctx *c = ctx;
+	for (int i = 0; i < c->nshards; i++)
+		each(arg, c->shards[i].path);
+}
+
+LOADERS_SOURCE_PF(records, "records",
+		  "kiln's packed record shards (.krec, written by kiln pack): mmap()ed, CRC32C-checked",
+		  rec_keys, rec_open, rec_close, rec_info, rec_read, rec_read_image, NULL, rec_files);

@@ -736,6 +736,15 @@ static kiln_status tar_read_image(void *vctx, int64_t index, struct kiln_image *
 	return st;
 }
 
-LOADERS_SOURCE(tar, "tar",
-	       "WebDataset .tar shards (KEY.jpg or .png with KEY.cls), indexed for random access",
-	       tar_keys, tar_open, tar_close, loaders_varying_info, NULL, tar_read_image);
+/* The shards read (version 4): an output never replaces them. */
+static void tar_files(void *ctx, void (*each)(void *arg, const char *path), void *arg)
+{
+	const struct tar_ctx *c = ctx;
+	for (int64_t i = 0; i < c->n_shards; i++)
+		each(arg, c->shards[i]);
+}
+
+LOADERS_SOURCE_PF(tar, "tar",
+		  "WebDataset .tar shards (KEY.jpg or .png with KEY.cls), indexed for random access",
+		  tar_keys, tar_open, tar_close, loaders_varying_info, NULL, tar_read_image, NULL,
+		  tar_files);

@@ -402,6 +402,14 @@ static kiln_status tok_read(void *vctx, int64_t index, void *sample, void *label
 	return KILN_OK;
 }
 
-LOADERS_SOURCE(tokens, "tokens",
-	       "token shards in llm.c's format (kiln pack --format tokens): windows of context+1 tokens",
-	       tok_keys, tok_open, tok_close, tok_info, tok_read, NULL);
+/* The shards read (version 4): an output never replaces them. */
+static void tok_files(void *ctx, void (*each)(void *arg, const char *path), void *arg)
+{
+	const struct tok_ctx *c = ctx;
+	for (int i = 0; i < c->nshards; i++)
+		each(arg, c->shards[i].path);
+}
+
+LOADERS_SOURCE_PF(tokens, "tokens",
+		  "token shards in llm.c's format (kiln pack --format tokens): windows of context+1 tokens",
+		  tok_keys, tok_open, tok_close, tok_info, tok_read, NULL, NULL, tok_files);
