@@ -746,7 +746,7 @@ START_TEST(test_token_refused)
 		      kiln_last_error());
 	/* at once: the store says so (session 34), not a close the client
 	 * would take for a broken link and try again until its timeout */
-	ck_assert_msg(now() - t0 < 2.5, "a wrong token took %.1f s to be refused", now() - t0);
+	ck_assert_msg(now() - t0 < 4, "a wrong token took %.1f s to be refused", now() - t0);
 	/* ... which rank 0 names at its rendezvous' timeout: the refused
 	 * connection, its address and why (before session 30 only "rank 1
 	 * never arrived") */
@@ -1587,9 +1587,34 @@ START_TEST(test_idle_flood)
 	kiln_log_set_sink(emfile_capture, NULL);
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 20000, &s0), KILN_OK);
 	const int port = kiln_store_port(s0);
+	/* 8 idle ones from another address first: never closed for the
+	 * flood from 127.0.0.1 (32 from one address at most) */
+	int other[8];
+	unsigned char g[40];
+	for (int i = 0; i < 8; i++) {
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002) },
+				   to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		other[i] = socket(AF_INET, SOCK_STREAM, 0);
+		ck_assert_int_eq(bind(other[i], (struct sockaddr *)&a, sizeof a), 0);
+		ck_assert_int_eq(connect(other[i], (struct sockaddr *)&to, sizeof to), 0);
+		ck_assert_int_eq(raw_read(other[i], g, sizeof g), 0);
+	}
+	const double t_other = now();
 	static int fl[FLOOD];
 	for (int i = 0; i < FLOOD; i++)
 		fl[i] = raw_connect(port);
+	/* (asked within the store's 10 s for a token, which closes them too:
+	 * not asked on a machine too slow for that) */
+	const double flood_s = now() - t_other;
+	if (flood_s >= 8)
+		fprintf(stderr, "test_idle_flood: 1100 connections took %.1f s: the other address's not checked\n",
+			flood_s);
+	for (int i = 0; i < 8 && flood_s < 8; i++) {
+		errno = 0;
+		ck_assert_msg(recv(other[i], g, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN,
+			      "a connection from 127.0.0.2 was closed for the flood from 127.0.0.1");
+	}
 	/* rank 0's timeout names rank 1 and the connections closed */
 	ck_assert_int_eq(kiln_store_rendezvous(s0, 0, 2, 1500), KILN_ETIMEOUT);
 	char msg[2048];
@@ -1605,6 +1630,8 @@ START_TEST(test_idle_flood)
 	ck_assert_int_eq(kiln_store_set(s1, "k", "v", 1), KILN_OK);
 	ck_assert_msg(strstr(emfile_log, "the store is at its connection limit (64 connections that have not presented the token, 32 from one address)"),
 		      "log: %s", emfile_log);
+	for (int i = 0; i < 8; i++)
+		close(other[i]);
 	for (int i = 0; i < FLOOD; i++)
 		close(fl[i]);
 	kiln_store_close(s1);
