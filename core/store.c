@@ -259,6 +259,10 @@ static void connect_note(char *why, size_t n, const struct addrinfo *p, int err)
  * had worked.) */
 #define CONNECT_STOPPABLE 1
 #define CONNECT_AGAIN 2
+/* CONNECT_SLICED: CONNECT_AGAIN's short tries without its end at a
+ * refusal (a connection made again after the token handshake broke:
+ * rank 0 may not listen yet at the first, store_connect) */
+#define CONNECT_SLICED 4
 
 /* A connected socket to host:port before deadline (ms), or -1 with why
  * naming each address tried and its last error (flags: above). */
@@ -281,7 +285,7 @@ static int connect_to(const char *host, int port, int64_t deadline, int flags, c
 		/* 1, 2, then 4 s at most a turn: a dead address never holds a
 		 * live one back longer (growing on, a rank 0 that started a
 		 * minute late met 64 s turns on the dead one) */
-		const int64_t most = flags & CONNECT_AGAIN ? CONNECT_SLICE_MS
+		const int64_t most = flags & (CONNECT_AGAIN | CONNECT_SLICED) ? CONNECT_SLICE_MS
 				     : naddr > 1 ? (int64_t)CONNECT_SLICE_MS << (turn < 2 ? turn : 2) : INT64_MAX;
 		for (struct addrinfo *p = ai; p && !(stoppable && kiln_stop_pending()); p = p->ai_next) {
 			int64_t left = deadline - now_ms();
@@ -308,11 +312,21 @@ static int connect_to(const char *host, int port, int64_t deadline, int flags, c
 	}
 }
 
-/* The greeting's nonce answered with the token's MAC (core/store.h). */
-static kiln_status authenticate(struct kiln_store *s, int64_t deadline, int timeout_ms)
+/* The greeting's nonce answered with the token's MAC (core/store.h).
+ * *brk (when set) = 1 where the handshake broke (the connection closed or
+ * went silent: a link that failed, the store closing the oldest of its
+ * connections without the token), which store_connect tries again, not
+ * a refusal: a store of session 34 on says STORE_REFUSED before it
+ * closes on a wrong token.  (Every close after AUTH was "refused this
+ * process's token", and the rank gave up: a 11 s link outage at that
+ * moment failed a rank with the right token, session 34.) */
+static kiln_status authenticate(struct kiln_store *s, int64_t deadline, int timeout_ms, int *brk)
 {
 	unsigned char g[STORE_MAGIC_LEN + STORE_NONCE_LEN], mac[STORE_MAC_LEN];
-	int r = xfer(s->fd, g, sizeof g, deadline, 0), status = 0;
+	int r = xfer(s->fd, g, sizeof g, deadline, 0), status = -1;
+	int dummy;
+	brk = brk ? brk : &dummy;
+	*brk = r != 0;
 	if (r)
 		return wire_error(s, r, "(greeting)", timeout_ms);
 	if (memcmp(g, STORE_MAGIC, STORE_MAGIC_LEN))
@@ -320,12 +334,82 @@ static kiln_status authenticate(struct kiln_store *s, int64_t deadline, int time
 				  KILN_AT_ARG(s->host, s->port));
 	if (store_mac(s->token, g + STORE_MAGIC_LEN, mac))
 		return kiln_error(KILN_EIO, "store: HMAC-SHA256 failed (OpenSSL)");
-	kiln_status st = request(s, STORE_OP_AUTH, "", mac, STORE_MAC_LEN, timeout_ms, &status,
-				 NULL, NULL);
-	if (st == KILN_EIO)
+	const int64_t left = deadline - now_ms();
+	kiln_status st = request(s, STORE_OP_AUTH, "", mac, STORE_MAC_LEN,
+				 left < 1 ? 1 : left < timeout_ms ? (int)left : timeout_ms, &status, NULL, NULL);
+	if (st && status == STORE_REFUSED)
 		return kiln_error(KILN_EIO, "store " KILN_AT_FMT " refused this process's token: every rank needs the same KILN_STORE_TOKEN (or KILN_STORE_TOKEN_FILE)",
 				  KILN_AT_ARG(s->host, s->port));
-	return st;
+	*brk = st != KILN_OK; /* (request's status stays -1 on the wire's failure) */
+	if (st)
+		return kiln_error(st, "store " KILN_AT_FMT ": the connection %s during the token handshake: the link to it failed, or a store of a kiln before session 34 refused this process's token (it closes without saying so: every rank needs the same KILN_STORE_TOKEN or KILN_STORE_TOKEN_FILE)",
+				  KILN_AT_ARG(s->host, s->port),
+				  st == KILN_ETIMEOUT ? "went silent" : "closed");
+	return KILN_OK;
+}
+
+/* How long one try of store_connect waits for the handshake: the store
+ * drops a connection that has not presented the token in STORE_AUTH_MS,
+ * so an answer not there well after it is not coming (the store's close
+ * lost on a link that failed); a fresh connection may get one. */
+#define HANDSHAKE_TRY_MS (STORE_AUTH_MS + STORE_AUTH_MS / 2)
+
+/* Connect s to its store and authenticate (HELLO for rank) before
+ * deadline, again as long as the handshake broke (authenticate's *brk;
+ * tries CONNECT_SLICE_MS short after the first, so a link that came back
+ * answers the next SYN).  A refused token, another protocol or a stop
+ * ends it at once; at the deadline, the last break's error (what went
+ * wrong, not the deadline cutting the next try short).  again:
+ * rendezvous_reconnect's (CONNECT_AGAIN: every address refusing ends it,
+ * with the addresses' errors alone). */
+static kiln_status store_connect(struct kiln_store *s, int rank, int world, int64_t deadline,
+				 int again)
+{
+	char why[512], last[1024] = "";
+	kiln_status last_st = KILN_OK;
+	int64_t r = rank;
+	for (int tries = 0;; tries++) {
+		s->fd = connect_to(s->host, s->port, deadline,
+				   CONNECT_STOPPABLE | (tries ? CONNECT_SLICED : 0) | (again ? CONNECT_AGAIN : 0),
+				   why, sizeof why);
+		if (s->fd < 0 && last_st && !kiln_stop_pending() && now_ms() >= deadline)
+			return kiln_error(last_st, "%s", last);
+		if (s->fd < 0 && again)
+			return kiln_error(KILN_EIO, "%s", why);
+		if (s->fd < 0 && kiln_stop_pending())
+			return kiln_error(KILN_EIO, "rank %d of %d: a stop was requested (a signal) while connecting to the rendezvous store at " KILN_AT_FMT " (%s)",
+					  rank, world, KILN_AT_ARG(s->host, s->port), why);
+		if (s->fd < 0)
+			return kiln_error(KILN_ETIMEOUT, "rank %d of %d: cannot reach the rendezvous store at " KILN_AT_FMT " within %.1f s (%s): is rank 0 running, and are the master address and port right?",
+					  rank, world, KILN_AT_ARG(s->host, s->port), s->timeout_ms / 1000.0, why);
+		const int64_t try_end = now_ms() + HANDSHAKE_TRY_MS;
+		int brk = 0, status;
+		s->broken = 0;
+		kiln_status st = authenticate(s, try_end < deadline ? try_end : deadline, s->timeout_ms, &brk);
+		if (!st && (st = request(s, STORE_OP_HELLO, "", &r, 8, s->timeout_ms, &status, NULL, NULL)))
+			brk = 1;
+		if (!st)
+			return KILN_OK;
+		/* no goodbye on it: its own failure (after a silent peer's,
+		 * another timeout) would replace this one's message */
+		s->broken = 1;
+		if (last_st && st == KILN_ETIMEOUT && now_ms() >= deadline)
+			return kiln_error(last_st, "%s", last);
+		if (!brk || now_ms() >= deadline || kiln_stop_pending())
+			return st;
+		if (st == KILN_ETIMEOUT) /* (this try's bound, not [dist] timeout) */
+			st = kiln_error(KILN_ETIMEOUT, "store " KILN_AT_FMT ": no answer to the token handshake within %.0f s of connecting (the store drops a connection without the token after %d s: the link to it may have failed)",
+					KILN_AT_ARG(s->host, s->port), HANDSHAKE_TRY_MS / 1000.0,
+					STORE_AUTH_MS / 1000);
+		last_st = st;
+		snprintf(last, sizeof last, "%s", kiln_last_error());
+		if (!tries)
+			kiln_log(KILN_LOG_WARN, "dist", "rank %d of %d: %s: connecting again until [dist] timeout",
+				 rank, world, kiln_last_error());
+		close(s->fd);
+		s->fd = -1;
+		usleep(100000);
+	}
 }
 
 kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, int world,
@@ -340,7 +424,6 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 {
 	struct kiln_store *s = calloc(1, sizeof *s);
 	kiln_status st;
-	char why[512];
 	*out = NULL;
 	if (!s)
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -356,27 +439,7 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 		kiln_store_close(s);
 		return st;
 	}
-	const int64_t deadline = now_ms() + timeout_ms;
-	s->fd = connect_to(s->host, s->port, deadline, CONNECT_STOPPABLE, why, sizeof why);
-	if (s->fd < 0 && kiln_stop_pending()) {
-		st = kiln_error(KILN_EIO, "rank %d of %d: a stop was requested (a signal) while connecting to the rendezvous store at " KILN_AT_FMT " (%s)",
-				rank, world, KILN_AT_ARG(host, port), why);
-		kiln_store_close(s);
-		return st;
-	}
-	if (s->fd < 0) {
-		st = kiln_error(KILN_ETIMEOUT, "rank %d of %d: cannot reach the rendezvous store at " KILN_AT_FMT " within %.1f s (%s): is rank 0 running, and are the master address and port right?",
-				rank, world, KILN_AT_ARG(host, port), timeout_ms / 1000.0, why);
-		kiln_store_close(s);
-		return st;
-	}
-	int status;
-	int64_t r = rank;
-	if ((st = authenticate(s, deadline, timeout_ms)) ||
-	    (st = request(s, STORE_OP_HELLO, "", &r, 8, timeout_ms, &status, NULL, NULL))) {
-		/* no goodbye: its own failure (after a silent peer's, another
-		 * timeout) would replace this one's message */
-		s->broken = 1;
+	if ((st = store_connect(s, rank, world, now_ms() + timeout_ms, 0))) {
 		kiln_store_close(s);
 		return st;
 	}
@@ -682,9 +745,7 @@ static int left_ms(int64_t end)
  * (rank 0 is gone), or nothing answered before end. */
 static kiln_status rendezvous_reconnect(struct kiln_store *s, int rank, int world, int64_t end)
 {
-	char lost[512], why[512];
-	int status;
-	int64_t r = rank;
+	char lost[512];
 	snprintf(lost, sizeof lost, "%s", kiln_last_error());
 	/* The old connection stays open until the claim on the new one
 	 * (rendezvous_steps closes it): closed first, its FIN, where it can
@@ -694,16 +755,11 @@ static kiln_status rendezvous_reconnect(struct kiln_store *s, int rank, int worl
 	if (s->old_fd >= 0)
 		close(s->old_fd);
 	s->old_fd = s->fd;
-	s->fd = connect_to(s->host, s->port, end, CONNECT_STOPPABLE | CONNECT_AGAIN, why, sizeof why);
-	kiln_status st = s->fd < 0 ? KILN_EIO : KILN_OK;
-	s->broken = 0;
-	if (!st && !(st = authenticate(s, end, s->timeout_ms)))
-		st = request(s, STORE_OP_HELLO, "", &r, 8, s->timeout_ms, &status, NULL, NULL);
-	if (st) {
-		if (s->fd >= 0)
-			snprintf(why, sizeof why, "%s", kiln_last_error());
+	s->fd = -1;
+	/* (a handshake that breaks again is tried again: store_connect) */
+	if (store_connect(s, rank, world, end, 1)) {
 		s->broken = 1; /* no goodbye on it */
-		return kiln_error(KILN_EIO, "%s; connecting again: %s", lost, why);
+		return kiln_error(KILN_EIO, "%s; connecting again: %s", lost, kiln_last_error());
 	}
 	store_user_timeout(s, kiln_store_dead_after_ms(s->timeout_ms));
 	char *hint = strstr(lost, STORE_LOST_HINT);
@@ -738,9 +794,43 @@ static kiln_status rendezvous_steps(struct kiln_store *s, int rank, int world, c
 	return rendezvous_wait(s, "kiln/all_joined", left_ms(end), NULL);
 }
 
+/* A timed-out rendezvous' questions to the store (on q): the ranks that
+ * never joined (into missing, *count of them), and the store's records of
+ * refused tokens, connections closed before their token and refused
+ * claims (into refused, each "; the store ..."). */
+static void rendezvous_missing(struct kiln_store *q, int world, char *missing, size_t mn,
+			       int *count, char *refused, size_t rn)
+{
+	static const char *const recs[][2] = {
+		/* a node started with another token is refused at the door */
+		{ STORE_REFUSED_KEY, " (every rank needs the same KILN_STORE_TOKEN)" },
+		/* the link failed at the handshake, or idle connections filled it */
+		{ STORE_DROPPED_KEY, "" },
+		/* and a node launched twice with one --node-rank at the claim */
+		{ STORE_CLAIMS_REFUSED_KEY, "" },
+	};
+	char key[64];
+	size_t m = 0;
+	void *v;
+	for (int r = 0; r < world && m + 16 < mn; r++) {
+		snprintf(key, sizeof key, "kiln/joined/%d", r);
+		if (!kiln_store_check(q, key, &v, NULL) && !v) {
+			m += (size_t)snprintf(missing + m, mn - m, "%s%d", m ? ", " : "", r);
+			++*count;
+		}
+		free(v);
+	}
+	for (size_t i = 0; i < sizeof recs / sizeof *recs; i++) {
+		const size_t rl = strlen(refused);
+		if (!kiln_store_check(q, recs[i][0], &v, NULL) && v && rl + 1 < rn)
+			snprintf(refused + rl, rn - rl, "; the store %s%s", (const char *)v, recs[i][1]);
+		free(v);
+	}
+}
+
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms)
 {
-	char key[64], who[320];
+	char who[320];
 	kiln_status st;
 	const int64_t end = now_ms() + timeout_ms;
 	/* one process a rank: the first to claim it joins; a second (two
@@ -764,34 +854,19 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 		return kiln_error_wrap(st, "rank %d of %d", rank, world);
 	if (!st)
 		return KILN_OK;
-	void *v;
-	/* which ranks never came?  (a fresh connection: this one timed out) */
-	struct kiln_store *q = NULL;
-	char missing[512] = "", refused[960] = "";
-	size_t m = 0;
+	/* which ranks never came?  Asked on this rank's own connection where
+	 * it still works (rendezvous_wait's slices leave it in step): a fresh
+	 * one may be refused, the store full of idle connections, and the
+	 * answer was "some ranks", naming none (session 34) */
+	struct kiln_store *q = s->broken ? NULL : s;
+	char missing[512] = "", refused[1280] = "";
 	int count = 0;
-	if (!kiln_store_open_for(s->host, s->port, 0, -1, world, 2000, "a 2 s probe", &q)) {
-		for (int r = 0; r < world && m + 16 < sizeof missing; r++) {
-			snprintf(key, sizeof key, "kiln/joined/%d", r);
-			if (!kiln_store_check(q, key, &v, NULL) && !v) {
-				m += (size_t)snprintf(missing + m, sizeof missing - m, "%s%d", m ? ", " : "", r);
-				count++;
-			}
-			free(v);
-		}
-		/* a node started with another token is refused at the door */
-		if (!kiln_store_check(q, STORE_REFUSED_KEY, &v, NULL) && v)
-			snprintf(refused, sizeof refused, "; the store %s (every rank needs the same KILN_STORE_TOKEN)",
-				 (const char *)v);
-		free(v);
-		/* and a node launched twice with one --node-rank at the claim */
-		const size_t rl = strlen(refused);
-		if (!kiln_store_check(q, STORE_CLAIMS_REFUSED_KEY, &v, NULL) && v)
-			snprintf(refused + rl, sizeof refused - rl, "; the store %s",
-				 (const char *)v);
-		free(v);
+	if (!q && kiln_store_open_for(s->host, s->port, 0, -1, world, 2000, "a 2 s probe", &q))
+		q = NULL;
+	if (q)
+		rendezvous_missing(q, world, missing, sizeof missing, &count, refused, sizeof refused);
+	if (q && q != s)
 		kiln_store_close(q);
-	}
 	return kiln_error(KILN_ETIMEOUT, "rendezvous timed out after %.1f s: rank %d of %d waited at " KILN_AT_FMT " but %s%s never arrived ([dist] timeout; check that every rank was started with the same world size and master address)%s",
 			  timeout_ms / 1000.0, rank, world, KILN_AT_ARG(s->host, s->port),
 			  count ? (count > 1 ? "ranks " : "rank ") : "some ranks", missing, refused);
@@ -847,7 +922,7 @@ static int reconnect(const struct kiln_store *s, int ask, struct kiln_store **q)
 	memcpy(n->token, s->token, sizeof n->token);
 	const int64_t deadline = now_ms() + ask;
 	n->fd = connect_to(n->host, n->port, deadline, 0, why, sizeof why);
-	kiln_status st = n->fd < 0 ? KILN_EIO : authenticate(n, deadline, ask);
+	kiln_status st = n->fd < 0 ? KILN_EIO : authenticate(n, deadline, ask, NULL);
 	if (st) {
 		n->broken = 1; /* no goodbye */
 		kiln_store_close(n);

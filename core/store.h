@@ -12,8 +12,14 @@
  * protocol and a newer one in one run failed with wrong messages, now the
  * client says "not a kiln store (of this version)".
  * The first request must be AUTH with val = HMAC-SHA256(token,
- * "kiln-store-auth-v1" nonce) (OpenSSL); anything else, or a wrong MAC,
- * closes the connection. */
+ * "kiln-store-auth-v1" nonce) (OpenSSL); anything else closes the
+ * connection.  A wrong MAC is answered STORE_REFUSED (val: why) before
+ * the close (session 34): the client tells a refused token from a link
+ * that broke during the handshake, which it retries (core/store.c,
+ * store_connect).  A client before session 34 reads that answer as the
+ * refusal it always reported; a server before it only closes, which a
+ * client of session 34 on retries until its deadline and then names both
+ * causes. */
 #ifndef KILN_CORE_STORE_H
 #define KILN_CORE_STORE_H
 
@@ -63,6 +69,13 @@ enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
 #define STORE_MAX_BYTES (32u << 20)   /* bytes of all keys and values */
 #define STORE_MAX_KEYS 65536
 #define STORE_MAX_CLIENTS 1024        /* connections at once */
+/* connections that have not presented the token yet, in all and from one
+ * address (ADDR, any port): a new one beyond either closes the oldest of
+ * them (of that address, for the second), so idle connections never lock
+ * the ranks out (1024 of them did, session 34) and one address's never
+ * push another's out */
+#define STORE_MAX_UNAUTH 64
+#define STORE_MAX_UNAUTH_ADDR 32
 #define STORE_AUTH_MS 10000           /* to present the token after connecting */
 #define STORE_LINGER_MS 3000          /* rank 0 serves peers still connected at its close */
 #define STORE_TOKEN_MIN 16            /* characters */
@@ -70,6 +83,11 @@ enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
 /* the server's record of the connections that failed AUTH (a wrong
  * token, none): "refused N connection(s), the last from ADDR:PORT: WHY" */
 #define STORE_REFUSED_KEY "kiln/refused"
+/* the server's record of the connections it closed before they presented
+ * the token (none within STORE_AUTH_MS, or the oldest closed for a new one
+ * beyond STORE_MAX_UNAUTH): "dropped N connection(s) that presented no
+ * token, the last from ADDR:PORT: WHY" */
+#define STORE_DROPPED_KEY "kiln/unauth_dropped"
 /* the server's record of the claims it denied (a second process for a
  * rank): "refused N claim(s), the last: rank R by WHO (held by WHO)" */
 #define STORE_CLAIMS_REFUSED_KEY "kiln/claims_refused"

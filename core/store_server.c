@@ -4,7 +4,11 @@
  * It listens on the master address only (127.0.0.1 for one machine).  A
  * client first gets a greeting with a fresh random nonce and must answer
  * with the token's HMAC of it within STORE_AUTH_MS; until then nothing
- * else is accepted.  Each client has at most one request outstanding.  A
+ * else is accepted.  A wrong HMAC is answered STORE_REFUSED, then
+ * closed; a connection silent that long, or the oldest without the token
+ * once STORE_MAX_UNAUTH (STORE_MAX_UNAUTH_ADDR from its address) are
+ * waiting, is closed and counted under STORE_DROPPED_KEY (a client tries
+ * that again).  Each client has at most one request outstanding.  A
  * GET of an absent key parks the client until some SET makes the key
  * exist; timeouts are the client's business.  Sockets are non-blocking:
  * a reply waits in the client's own output buffer, and a client with
@@ -60,8 +64,10 @@ struct client {
 	int has_key;         /* its CLAIM carried a claim key (claim_parse) */
 	unsigned char key[STORE_CLAIM_KEY_LEN]; /* which a CLAIM taking its rank over shows */
 	int bye, authed;
+	int closing;         /* its token was refused: closed once the answer is sent */
 	int64_t auth_by;     /* ms: dropped when not authenticated by then */
-	char peer[80];       /* its address, "ADDR:PORT" */
+	char peer[96];       /* its address, "ADDR:PORT" */
+	char addr[64];       /* ADDR alone (STORE_MAX_UNAUTH_ADDR) */
 	unsigned char nonce[STORE_NONCE_LEN];
 	unsigned char *buf;  /* the request being received */
 	size_t have, cap;
@@ -79,6 +85,8 @@ struct store_server {
 	struct client *cl;
 	size_t n_cl, cap_cl;
 	long long n_refused; /* connections that failed AUTH */
+	long long n_dropped; /* connections closed before AUTH (STORE_DROPPED_KEY) */
+	int full_told;       /* "at its connection limit" was logged */
 	long long n_claims_refused; /* claims denied: the server's own count (a
 				     * client may SET STORE_CLAIMS_REFUSED_KEY to
 				     * anything; parsing it back read past a short
@@ -321,6 +329,23 @@ static void auth_refused(struct store_server *s, const struct client *c, const c
 			 c->peer, why);
 }
 
+/* A connection closed before it presented the token: none within
+ * STORE_AUTH_MS (a link that broke during the handshake: the client of
+ * session 34 on connects again), or the oldest such closed for a new one
+ * (accept_client).  Not a refusal (its token was never seen): counted
+ * under STORE_DROPPED_KEY, which the rendezvous' timeout names, the
+ * first logged. */
+static void unauth_dropped(struct store_server *s, const struct client *c, const char *why)
+{
+	char v[256];
+	int n = snprintf(v, sizeof v, "dropped %lld connection(s) that presented no token, the last from %s: %s",
+			 ++s->n_dropped, c->peer, why);
+	kv_set(s, STORE_DROPPED_KEY, v, (uint32_t)(n < (int)sizeof v ? n : (int)sizeof v - 1), 1);
+	if (s->n_dropped == 1)
+		kiln_log(KILN_LOG_WARN, "store", "closed a connection from %s that presented no token: %s (further ones are counted under %s, not logged)",
+			 c->peer, why, STORE_DROPPED_KEY);
+}
+
 /* AUTH: the token's MAC of this client's nonce, else it is dropped. */
 static int handle_auth(struct store_server *s, struct client *c, const struct kiln_store_msg *m)
 {
@@ -330,8 +355,15 @@ static int handle_auth(struct store_server *s, struct client *c, const struct ki
 		return -1;
 	}
 	if (store_mac(s->token, c->nonce, mac) || CRYPTO_memcmp(mac, m->val, STORE_MAC_LEN)) {
-		auth_refused(s, c, "a wrong token");
-		return -1;
+		/* said before the close (closing: client_turn), so that the
+		 * client knows its token was refused: a close alone is also
+		 * what a link that broke during the handshake looks like, which
+		 * it retries (the two were one, "refused this process's token",
+		 * before session 34) */
+		static const char why[] = "a wrong token";
+		auth_refused(s, c, why);
+		c->closing = 1;
+		return reply(c, STORE_REFUSED, why, sizeof why - 1);
 	}
 	c->authed = 1;
 	return reply(c, STORE_OK, NULL, 0);
@@ -506,7 +538,7 @@ static int client_work(struct store_server *s, struct client *c)
 {
 	size_t off = 0;
 	int r = 0;
-	while (!c->out_len && off < c->have) {
+	while (!c->out_len && !c->closing && off < c->have) {
 		struct kiln_store_msg m;
 		long need = kiln_store_msg_parse(c->buf + off, c->have - off,
 						 c->authed ? STORE_MAX_VALUE : STORE_MAC_LEN, &m);
@@ -571,6 +603,64 @@ static void accept_failed(struct store_server *s, int err)
 		 strerror(err), lim);
 }
 
+/* The index of the unauthenticated connection that waited longest, of
+ * address addr (NULL: of any), and how many there are (*n); -1: none. */
+static long unauth_oldest(const struct store_server *s, const char *addr, int *n)
+{
+	long o = -1;
+	*n = 0;
+	for (size_t i = 0; i < s->n_cl; i++) {
+		const struct client *c = &s->cl[i];
+		if (c->authed || c->closing || (addr && strcmp(c->addr, addr)))
+			continue;
+		++*n;
+		if (o < 0 || c->auth_by < s->cl[o].auth_by)
+			o = (long)i;
+	}
+	return o;
+}
+
+/* "The store is at its connection limit", said once a run. */
+static void limit_told(struct store_server *s, const char *what, const char *peer)
+{
+	if (s->full_told)
+		return;
+	s->full_told = 1;
+	kiln_log(KILN_LOG_WARN, "store", "the store is at its connection limit (%s): %s (said once; a rank whose connection closed before it presented the token connects again)",
+		 what, peer);
+}
+
+/* Make room for a new connection from addr: past STORE_MAX_UNAUTH_ADDR
+ * unauthenticated ones from addr, or STORE_MAX_UNAUTH in all, the oldest
+ * (of addr first) is closed: a new connection is never refused for idle
+ * ones (1024 idle connections held every slot, and a rank was closed
+ * silently at the door, session 34), and a rank, which presents its token
+ * within milliseconds of the greeting, is past them by then.  0: room;
+ * -1: STORE_MAX_CLIENTS authenticated connections, none to close. */
+static int unauth_room(struct store_server *s, const char *addr, const char *peer)
+{
+	int n_addr, n_all;
+	long o = unauth_oldest(s, addr, &n_addr);
+	if (n_addr < STORE_MAX_UNAUTH_ADDR)
+		o = unauth_oldest(s, NULL, &n_all);
+	else
+		n_all = STORE_MAX_UNAUTH;
+	if (n_all >= STORE_MAX_UNAUTH || (s->n_cl >= STORE_MAX_CLIENTS && o >= 0)) {
+		char what[160];
+		snprintf(what, sizeof what, "%d connections that have not presented the token, %d from one address",
+			 STORE_MAX_UNAUTH, STORE_MAX_UNAUTH_ADDR);
+		limit_told(s, what, "the oldest is closed for each new one");
+		unauth_dropped(s, &s->cl[o], "closed for a newer one (the store's limit of connections that have not presented the token)");
+		client_drop(s, (size_t)o);
+	}
+	if (s->n_cl < STORE_MAX_CLIENTS)
+		return 0;
+	char note[160];
+	snprintf(note, sizeof note, "a new connection is closed, the first from %s", peer);
+	limit_told(s, "1024 connections, each with the token", note);
+	return -1;
+}
+
 static void accept_client(struct store_server *s)
 {
 	struct sockaddr_storage sa;
@@ -588,8 +678,10 @@ static void accept_client(struct store_server *s)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	if (!s->all_joined)
 		client_keepalive(s, fd, 1);
+	char peer[96];
+	snprintf(peer, sizeof peer, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, serv);
 	struct client *ncl = s->cl;
-	if (s->n_cl >= STORE_MAX_CLIENTS ||
+	if (unauth_room(s, host, peer) ||
 	    (s->n_cl == s->cap_cl &&
 	     !(ncl = realloc(s->cl, (s->cap_cl ? 2 * s->cap_cl : 16) * sizeof *ncl)))) {
 		close(fd);
@@ -600,7 +692,8 @@ static void accept_client(struct store_server *s)
 	s->cl = ncl;
 	struct client *c = &s->cl[s->n_cl];
 	*c = (struct client){ .fd = fd, .rank = -1, .auth_by = now_ms() + STORE_AUTH_MS };
-	snprintf(c->peer, sizeof c->peer, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, serv);
+	snprintf(c->peer, sizeof c->peer, "%s", peer);
+	snprintf(c->addr, sizeof c->addr, "%s", host);
 	if (store_random(c->nonce, sizeof c->nonce) || queue(c, STORE_MAGIC, STORE_MAGIC_LEN) ||
 	    queue(c, c->nonce, sizeof c->nonce) || flush_out(c)) {
 		client_free(c);
@@ -615,12 +708,14 @@ static void client_turn(struct store_server *s, size_t i, short rev, int64_t now
 {
 	struct client *c = &s->cl[i];
 	int bad = (!c->authed && now >= c->auth_by) || ((rev & (POLLERR | POLLNVAL)) != 0);
-	if (!c->authed && now >= c->auth_by)
-		auth_refused(s, c, "it presented no token within 10 s");
+	if (!c->authed && !c->closing && now >= c->auth_by)
+		unauth_dropped(s, c, "it presented no token within 10 s");
 	if (!bad && (rev & (POLLOUT | POLLHUP)) && c->out_len)
 		bad = flush_out(c) || (!c->out_len && client_work(s, c));
 	if (!bad && (rev & (POLLIN | POLLHUP)) && !c->out_len)
 		bad = client_read(s, c);
+	if (!bad && c->closing) /* refused: closed once its answer is out */
+		bad = flush_out(c) || !c->out_len;
 	if (bad)
 		client_drop(s, i);
 }

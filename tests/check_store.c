@@ -32,6 +32,11 @@
  *   release, not the refused process's own; a rank whose connection
  *   broke on its side at the rendezvous connects and claims again, taking
  *   its claim over (session 33);
+ * - a rank whose link fails during the token handshake connects again
+ *   and gets in; a wrong token is refused at once, and a store that only
+ *   closes (before session 34) is tried until the timeout, which names
+ *   both causes; 1100 idle connections without the token neither lock a
+ *   rank out nor blank rank 0's naming of the missing rank (session 34);
  * - a value over 8 MiB and sets beyond 32 MiB in all are refused;
  * - a store that never answers: calls end after the store's timeout;
  * - the request parser (kiln_store_msg_parse) on partial, complete and
@@ -735,9 +740,13 @@ START_TEST(test_token_refused)
 	int port = kiln_store_port(s0);
 	/* a wrong token */
 	setenv("KILN_STORE_TOKEN", "kiln-tests-a-wrong-token", 1);
+	double t0 = now();
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_EIO);
-	ck_assert_msg(strstr(kiln_last_error(), "refused this process's token"), "%s",
+	ck_assert_msg(strstr(kiln_last_error(), "refused this process's token: every rank needs the same KILN_STORE_TOKEN"), "%s",
 		      kiln_last_error());
+	/* at once: the store says so (session 34), not a close the client
+	 * would take for a broken link and try again until its timeout */
+	ck_assert_msg(now() - t0 < 4, "a wrong token took %.1f s to be refused", now() - t0);
 	/* ... which rank 0 names at its rendezvous' timeout: the refused
 	 * connection, its address and why (before session 30 only "rank 1
 	 * never arrived") */
@@ -1033,7 +1042,7 @@ END_TEST
  * descriptors are back; a greeting that does not come names the setting
  * whose time ran out. */
 static pthread_mutex_t emfile_lock = PTHREAD_MUTEX_INITIALIZER;
-static char emfile_log[1024];
+static char emfile_log[4096];
 
 static void emfile_capture(void *user, int level, const char *who, const char *msg)
 {
@@ -1193,8 +1202,11 @@ END_TEST
  * the store sends on the connections so far (mute_n); hup: then end the
  * rank's reading of them (SHUT_WR), its sending left open, as a link that
  * failed one way: the rank's close of them reaches the store. */
+/* cut_auth: the rank's side of the first cut_auth connections is closed
+ * at the rank's first bytes (its token's answer), as a link that failed
+ * during the token handshake. */
 struct relay {
-	int lfd, port, to, cut, stop, n, mute_n, hup;
+	int lfd, port, to, cut, stop, n, mute_n, hup, cut_auth;
 	int fd[8][2]; /* [rank side, store side], -1 closed */
 	pthread_mutex_t mu;
 };
@@ -1236,6 +1248,11 @@ static void *relay_main(void *arg)
 				ssize_t k = read(r->fd[i][j], buf, sizeof buf);
 				if (k > 0 && j == 1 && i < r->mute_n)
 					continue; /* (muted: dropped) */
+				if (k > 0 && j == 0 && i < r->cut_auth) {
+					close(r->fd[i][0]); /* (the store's side stays) */
+					r->fd[i][0] = -1;
+					continue;
+				}
 				if (k > 0 && r->fd[i][!j] >= 0 && write(r->fd[i][!j], buf, (size_t)k) == k)
 					continue;
 				if (k > 0)
@@ -1465,6 +1482,163 @@ START_TEST(test_claim_again_old_open)
 }
 END_TEST
 
+/* Finding 1 of session 34: the link fails during the token handshake (the
+ * rank's AUTH is lost, its connection closed).  The rank connects again
+ * and gets in (before: "refused this process's token" at once, and the
+ * rank gave up while rank 0 waited out [dist] timeout). */
+START_TEST(test_auth_cut)
+{
+	struct kiln_store *s0, *s1;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 10000, &s0), KILN_OK);
+	struct relay rl;
+	pthread_t thr;
+	relay_start(&rl, kiln_store_port(s0), &thr);
+	pthread_mutex_lock(&rl.mu);
+	rl.cut_auth = 1;
+	pthread_mutex_unlock(&rl.mu);
+	emfile_log[0] = 0;
+	kiln_log_set_sink(emfile_capture, NULL);
+	const double t0 = now();
+	kiln_status st = kiln_store_open("127.0.0.1", rl.port, 0, 1, 2, 10000, &s1);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_msg(st == KILN_OK, "rank 1: %s", kiln_last_error());
+	ck_assert_msg(now() - t0 < 8, "the retry took %.1f s", now() - t0);
+	ck_assert_int_eq(rl.n, 2);
+	ck_assert_msg(strstr(emfile_log, "the connection closed during the token handshake") &&
+			      strstr(emfile_log, "connecting again until [dist] timeout"),
+		      "log: %s", emfile_log);
+	void *v = NULL;
+	ck_assert_int_eq(kiln_store_set(s1, "k", "v", 1), KILN_OK);
+	ck_assert_int_eq(kiln_store_check(s0, "k", &v, NULL), KILN_OK);
+	ck_assert_str_eq(v, "v");
+	free(v);
+	kiln_store_close(s1);
+	relay_stop(&rl, thr);
+	kiln_store_close(s0);
+}
+END_TEST
+
+/* A store before session 34 answers a wrong token by closing: the client
+ * tries again until its timeout, then names both causes. */
+static int closer_stop, closer_n;
+static void *closing_store(void *arg)
+{
+	int lfd = *(int *)arg;
+	unsigned char g[40] = { 0 }, buf[64];
+	memcpy(g, STORE_MAGIC, 8);
+	while (!__atomic_load_n(&closer_stop, __ATOMIC_SEQ_CST)) {
+		struct pollfd pf = { .fd = lfd, .events = POLLIN };
+		if (poll(&pf, 1, 50) <= 0)
+			continue;
+		int fd = accept(lfd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		if (write(fd, g, sizeof g) == (ssize_t)sizeof g && !raw_read(fd, buf, 41))
+			__atomic_add_fetch(&closer_n, 1, __ATOMIC_SEQ_CST);
+		close(fd);
+	}
+	return NULL;
+}
+
+START_TEST(test_auth_old_store)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(lfd, 4), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, closing_store, &lfd);
+	struct kiln_store *s = NULL;
+	const double t0 = now();
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 1500, &s), KILN_EIO);
+	const double dt = now() - t0;
+	__atomic_store_n(&closer_stop, 1, __ATOMIC_SEQ_CST);
+	pthread_join(th, NULL);
+	close(lfd);
+	ck_assert_msg(strstr(kiln_last_error(), ": the connection closed during the token handshake: the link to it failed, or a store of a kiln before session 34 refused this process's token"),
+		      "%s", kiln_last_error());
+	ck_assert_msg(dt > 1.3 && dt < 6, "gave up after %.1f s", dt);
+	ck_assert_int_ge(closer_n, 2);
+}
+END_TEST
+
+/* Finding 2 of session 34: 1100 idle connections that never present the
+ * token while rank 0 waits.  Before, they held the store's 1024 slots,
+ * rank 1 was closed at the door ("connection lost ... may have died")
+ * and rank 0's timeout named no rank (its question went over a fresh
+ * connection, closed too).  Now the oldest of them is closed for each new
+ * one (64 at most, 32 from one address), which the store says once and
+ * counts; rank 1 gets in, and rank 0 names the missing rank. */
+START_TEST(test_idle_flood)
+{
+	enum { FLOOD = 1100 };
+	struct rlimit rl;
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 4096 && rl.rlim_max >= 4096) {
+		rl.rlim_cur = 4096;
+		ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	ck_assert_msg(rl.rlim_cur >= 2 * FLOOD + 64, "ulimit -n %llu is too low for the test",
+		      (unsigned long long)rl.rlim_cur);
+	struct kiln_store *s0, *s1;
+	emfile_log[0] = 0;
+	kiln_log_set_sink(emfile_capture, NULL);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 20000, &s0), KILN_OK);
+	const int port = kiln_store_port(s0);
+	/* 8 idle ones from another address first: never closed for the
+	 * flood from 127.0.0.1 (32 from one address at most) */
+	int other[8];
+	unsigned char g[40];
+	for (int i = 0; i < 8; i++) {
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002) },
+				   to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		other[i] = socket(AF_INET, SOCK_STREAM, 0);
+		ck_assert_int_eq(bind(other[i], (struct sockaddr *)&a, sizeof a), 0);
+		ck_assert_int_eq(connect(other[i], (struct sockaddr *)&to, sizeof to), 0);
+		ck_assert_int_eq(raw_read(other[i], g, sizeof g), 0);
+	}
+	const double t_other = now();
+	static int fl[FLOOD];
+	for (int i = 0; i < FLOOD; i++)
+		fl[i] = raw_connect(port);
+	/* (asked within the store's 10 s for a token, which closes them too:
+	 * not asked on a machine too slow for that) */
+	const double flood_s = now() - t_other;
+	if (flood_s >= 8)
+		fprintf(stderr, "test_idle_flood: 1100 connections took %.1f s: the other address's not checked\n",
+			flood_s);
+	for (int i = 0; i < 8 && flood_s < 8; i++) {
+		errno = 0;
+		ck_assert_msg(recv(other[i], g, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN,
+			      "a connection from 127.0.0.2 was closed for the flood from 127.0.0.1");
+	}
+	/* rank 0's timeout names rank 1 and the connections closed */
+	ck_assert_int_eq(kiln_store_rendezvous(s0, 0, 2, 1500), KILN_ETIMEOUT);
+	char msg[2048];
+	snprintf(msg, sizeof msg, "%s", kiln_last_error());
+	ck_assert_msg(strstr(msg, "but rank 1 never arrived") &&
+			      strstr(msg, "; the store dropped ") &&
+			      strstr(msg, " connection(s) that presented no token, the last from 127.0.0.1:"),
+		      "rank 0: %s", msg);
+	/* rank 1 gets in */
+	kiln_status st = kiln_store_open("127.0.0.1", port, 0, 1, 2, 10000, &s1);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_msg(st == KILN_OK, "rank 1: %s", kiln_last_error());
+	ck_assert_int_eq(kiln_store_set(s1, "k", "v", 1), KILN_OK);
+	ck_assert_msg(strstr(emfile_log, "the store is at its connection limit (64 connections that have not presented the token, 32 from one address)"),
+		      "log: %s", emfile_log);
+	for (int i = 0; i < 8; i++)
+		close(other[i]);
+	for (int i = 0; i < FLOOD; i++)
+		close(fl[i]);
+	kiln_store_close(s1);
+	kiln_store_close(s0);
+}
+END_TEST
+
 static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
@@ -1472,7 +1646,8 @@ static Suite *make_store_suite(void)
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_rendezvous_refusals, test_claim_before_win, test_claim_released, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
 		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_old_protocol, test_keepalive, test_store_gone, test_accept_emfile, test_connect_dropped, test_refusal_store_figure,
-		test_claim_again, test_claim_again_two_addrs, test_claim_again_old_open, NULL });
+		test_claim_again, test_claim_again_two_addrs, test_claim_again_old_open,
+		test_auth_cut, test_auth_old_store, test_idle_flood, NULL });
 	return s;
 }
 

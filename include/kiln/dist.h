@@ -51,7 +51,9 @@ kiln_status kiln_dist_env_read(struct kiln_dist_env *env);
  * host:port), and proves it holds the run's token (an HMAC-SHA256 of the
  * server's random challenge): $KILN_STORE_TOKEN, else the file
  * $KILN_STORE_TOKEN_FILE (owned by this user, mode 600); KILN_EUSAGE when
- * there is none, KILN_EIO when the store refuses it.  timeout_ms also
+ * there is none, KILN_EIO at once when the store refuses it; a connection
+ * that closes or goes silent during that handshake is made again until
+ * timeout_ms (a warning says so).  timeout_ms also
  * bounds every later call that takes no timeout of its own ([dist]
  * timeout).  Limits (a value at most 8 MiB, 32 MiB and 65536 keys in
  * all): docs/distributed.md, "The store".  The caller frees *out with
