@@ -4,7 +4,9 @@
 #  1. out_dir removed mid-run: the run recreates it (the lock, config.ini,
 #     metrics.jsonl continued), writes a checkpoint there and stops, exit 4,
 #     naming it; the run resumes from that checkpoint.  The old code went
-#     on into the unlinked files and exited 0;
+#     on into the unlinked files and exited 0.  The recreated metrics.jsonl
+#     holds every line written before the removal (session 34; session
+#     33's started at the loss);
 #  2. `kiln pack --format tokens --force` that fails midway keeps the
 #     earlier pack's shards whole; it removed them first;
 #  3. a best/ckpt-N.kiln.tmp that a killed best write left is pruned; it
@@ -50,7 +52,14 @@ step=${ck#ckpt-}
 step=${step%.kiln}
 [ "$ck" = "ckpt-$step.kiln" ] || fail "not one checkpoint in the recreated out_dir: $ck"
 stderr_has "kiln: error: stopped at step $step, not at the user's request: the run directory $run was removed or replaced mid-run (recreated); checkpoint written to $run/checkpoints/$ck; resume with --resume"
-grep -q "\"event\":\"out_dir_lost\",\"step\":$step" "$run/metrics.jsonl" || fail "no out_dir_lost event: $(cat "$run/metrics.jsonl")"
+grep -q "\"event\":\"out_dir_lost\",\"step\":$step,\"out_dir\":\"$run\"}\$" "$run/metrics.jsonl" ||
+	fail "no out_dir_lost event: $(cat "$run/metrics.jsonl")"
+# every step's train line, those written before the removal (1 to step - 1)
+# too, once and in order
+[ "$step" -ge 2 ] || fail "the removal seen at step $step: no line before it to check"
+steps=$(sed -n 's/.*"event":"train",.*"step":\([0-9]*\),.*/\1/p' "$run/metrics.jsonl" | tr '\n' ' ')
+[ "$steps" = "$(seq -s ' ' 1 "$step") " ] ||
+	fail "the recreated metrics.jsonl's train lines are of steps $steps, expected 1 to $step"
 # the recreated run resumes from its checkpoint
 kiln 0 train "$ini" "$d" train.eval=0 train.epochs=1000000 train.max_steps=$((step + 2)) train.log_every=1 \
 	"run.out_dir=$run" --resume
