@@ -404,6 +404,13 @@ kiln_status trainer_dist_sums(struct trainer *t, kiln_status st, double *loss, d
 			      double *bad);
 kiln_status trainer_dist_stop_cause_post(struct trainer *t, int pending, double *share);
 kiln_status trainer_dist_stop_cause_read(struct trainer *t, double posted);
+/* Every rank, after a checkpoint written at a checkpoint point (a
+ * collective: one sum of two numbers): lost, rank 0's finding that the
+ * run directory was lost at that write (trainer_out_dir_watch), stops
+ * every rank after this step (t->dist_stop) with its cause, not at the
+ * next log point as other stop requests (before session 34 the loss
+ * waited for it too). */
+kiln_status trainer_dist_ckpt_stop(struct trainer *t, int lost);
 void trainer_dist_comm_event(struct trainer *t);
 void trainer_dist_summary(const struct trainer *t);
 
