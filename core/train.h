@@ -325,9 +325,12 @@ void trainer_out_dir_note(struct trainer *t);
  * renamed or replaced mid-run (before session 33 the run went on writing
  * into the unlinked files, recreated only checkpoints/, and exited 0):
  * the error logged naming it, out_dir recreated with the lock,
- * config.ini and metrics.jsonl (continued), res->out_dir_lost set and a
+ * config.ini and metrics.jsonl (its lines so far copied from the removed
+ * file, kiln_loggers_carry, then continued), res->out_dir_lost set and a
  * stop requested with that cause, so that the checkpoint of the stop goes
- * into the recreated directory and `kiln train` exits 4.  An error only
+ * into the recreated directory and `kiln train` exits 4 (seen at a
+ * checkpoint point's write, that checkpoint is the stop's: checkpoint_at,
+ * trainer_dist_ckpt_stop).  An error only
  * when it cannot be recreated (or another kiln holds it by then). */
 kiln_status trainer_out_dir_watch(struct trainer *t);
 /* Before anything is changed: KILN_EIO naming the path when what the run
