@@ -347,8 +347,10 @@ int kiln_dist_pipe_ckpt_streams(const struct kiln_dist *d);
 /* Every rank (collective over pipe 0; the other pipes return at once):
  * rank 0 writes dir/ckpt-<step>.kiln as kiln_ckpt_save would of the whole
  * model, each stage's slice streamed to it in pieces by its rank in pipe
- * 0 (the final path into path on rank 0). */
-kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
+ * 0 (the final path into path on rank 0).  st: this rank's preparation
+ * before the call (rank 0's check of the run directory), failed: agreed
+ * on as the rank's own, nothing exchanged. */
+kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, kiln_status st, const char *dir,
 				     const struct kiln_ckpt_meta *meta, void *compute, char *path,
 				     size_t path_len);
 /* Every rank (a collective over the world) after a checkpoint's write to

@@ -405,17 +405,16 @@ static kiln_status pipe_prepare(struct kiln_dist *d, void *compute)
 	return st ? kiln_error_wrap(st, "checkpoint: ordering the exchange after the comm stream") : st;
 }
 
-kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
+kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, kiln_status st, const char *dir,
 				     const struct kiln_ckpt_meta *meta, void *compute, char *path,
 				     size_t path_len)
 {
 	const int r = d->env.rank;
 	const long long step = meta->trainer.step;
 	size_t live = 0, peak = 0;
-	kiln_status st = KILN_OK;
 	/* every failure from here on ends in the agreement: first each
 	 * rank's local preparation, agreed on before any exchange */
-	if (r < d->pipe_P)
+	if (r < d->pipe_P && !st)
 		st = pipe_prepare(d, compute);
 	if (!kiln_dist_ckpt_ready(d, &st, compute) || r >= d->pipe_P)
 		return kiln_dist_ckpt_agree(d, st, dir, step, compute);

@@ -49,7 +49,7 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 
 char *kiln_strdup(const char *s);
 
-/* fopen(path, mode) ("r", "w" or "a+") of a file kiln reads or writes
+/* fopen(path, mode) ("r", "w", "w+" or "a+") of a file kiln reads or writes
  * whole (the config, a run's logs, config.ini, profile.txt), never
  * blocking in open (a FIFO waits there for its other end otherwise, for
  * ever) and refusing what is not a regular file, but for a pipe to read

@@ -141,5 +141,6 @@ const struct kiln_logger_ops kiln_log_csv = {
 	.record = csv_record,
 	.event = NULL,
 	.histogram = NULL,
+	.carry = NULL,
 	.close = csv_close,
 };

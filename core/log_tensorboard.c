@@ -200,5 +200,6 @@ const struct kiln_logger_ops kiln_log_tensorboard = {
 	.record = tb_record,
 	.event = NULL,
 	.histogram = tb_histogram,
+	.carry = NULL,
 	.close = tb_close,
 };

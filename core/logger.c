@@ -114,6 +114,23 @@ kiln_status kiln_log_open_append(const char *path, FILE **out)
 	return KILN_OK;
 }
 
+kiln_status kiln_loggers_carry(struct kiln_loggers *L, const char *dir)
+{
+	kiln_status first = KILN_OK;
+	char *msg = NULL;
+	for (int i = 0; L && i < L->n; i++) {
+		kiln_status st = L->ops[i]->carry ? L->ops[i]->carry(L->ctx[i], dir) : KILN_OK;
+		if (st && !first) {
+			first = st;
+			msg = kiln_strdup(kiln_last_error());
+		}
+	}
+	if (first)
+		first = kiln_error(first, "%s", msg ? msg : "out of memory");
+	free(msg);
+	return first;
+}
+
 /* A logger whose write failed: closed, its message kept for
  * kiln_loggers_status (the run ends with it). */
 static void drop(struct kiln_loggers *L, int i)

@@ -66,7 +66,11 @@ void kiln_log_hist_of(struct kiln_log_hist *h, const float *v, size_t n);
 
 /* A logger's table.  open: the context for a run writing into dir (which
  * exists); resumed: the run continues one whose optimizer step was
- * `step`.  record, event, histogram: optional (NULL: ignored). */
+ * `step`.  record, event, histogram: optional (NULL: ignored).  carry
+ * (optional; NULL: what the logger wrote is lost with its directory): the
+ * run's out_dir was removed mid-run and recreated as dir; write what the
+ * logger wrote so far into dir's file of the same name, created, so that
+ * the logger reopened there (resumed) continues it. */
 struct kiln_logger_ops {
 	const char *key; /* its [log] key; NULL: always open */
 	kiln_status (*open)(const char *dir, int resumed, int64_t step, void **ctx);
@@ -74,6 +78,7 @@ struct kiln_logger_ops {
 	kiln_status (*event)(void *ctx, json_t *obj); /* borrows obj */
 	kiln_status (*histogram)(void *ctx, int64_t step, const char *tag,
 				 const struct kiln_log_hist *h);
+	kiln_status (*carry)(void *ctx, const char *dir);
 	kiln_status (*close)(void *ctx);
 };
 
@@ -100,6 +105,11 @@ void kiln_loggers_histogram(struct kiln_loggers *L, int64_t step, const char *ta
 			    const float *v, size_t n);
 /* KILN_EIO with the message of the first failed write, KILN_OK if none. */
 kiln_status kiln_loggers_status(const struct kiln_loggers *L);
+/* out_dir removed mid-run, recreated as dir: each logger's carry (those
+ * without one lose their lines); every one is tried, the first error
+ * returned (its message naming the file).  L stays open: close it, then
+ * open dir's loggers resumed. */
+kiln_status kiln_loggers_carry(struct kiln_loggers *L, const char *dir);
 /* Close every logger and free L: KILN_EIO when a write or close failed. */
 kiln_status kiln_loggers_close(struct kiln_loggers *L);
 

@@ -202,9 +202,28 @@ void trainer_out_dir_note(struct trainer *t)
 	t->out_watch = 1;
 }
 
+/* The loggers reopened in the recreated out_dir, metrics.jsonl with the
+ * lines written so far (before session 34 they were lost: the run held
+ * the removed file open, and the new one started at the loss), copied
+ * from the removed file still open; a copy that fails is logged, its
+ * message in lost (empty when none), and the run goes on. */
+static kiln_status loggers_reopen(struct trainer *t, char *lost, size_t n)
+{
+	lost[0] = 0;
+	if (kiln_loggers_carry(t->log, t->run.out_dir)) {
+		snprintf(lost, n, "%s", kiln_last_error());
+		kiln_log(KILN_LOG_ERROR, "train", "%s: the lines written before the loss are not all in the recreated metrics.jsonl", lost);
+	}
+	/* (the old loggers' files are gone with the directory: their close
+	 * has nothing to lose) */
+	(void)kiln_loggers_close(t->log);
+	t->log = NULL;
+	return kiln_loggers_open(t->cfg, t->run.out_dir, 1, t->step, &t->log);
+}
+
 /* out_dir as it was at the start, recreated: the lock, config.ini and the
- * loggers (metrics.jsonl appended to from here). */
-static kiln_status out_dir_recreate(struct trainer *t)
+ * loggers (loggers_reopen; lost: as there). */
+static kiln_status out_dir_recreate(struct trainer *t, char *lost, size_t n)
 {
 	char path[4400];
 	kiln_status st;
@@ -217,32 +236,33 @@ static kiln_status out_dir_recreate(struct trainer *t)
 	snprintf(path, sizeof path, "%s/config.ini", t->run.out_dir);
 	if ((st = trainer_write_file(path, t->config_text, strlen(t->config_text))))
 		return st;
-	/* (the old loggers' files are gone with the directory: their close
-	 * has nothing to lose) */
-	(void)kiln_loggers_close(t->log);
-	t->log = NULL;
-	return kiln_loggers_open(t->cfg, t->run.out_dir, 1, t->step, &t->log);
+	return loggers_reopen(t, lost, n);
 }
 
 kiln_status trainer_out_dir_watch(struct trainer *t)
 {
 	struct stat sb;
+	char lost[1024];
 	if (t->rank || !t->out_watch || t->res->out_dir_lost)
 		return KILN_OK;
 	const int gone = out_dir_id(t, &sb) != 0;
 	if (!gone && sb.st_dev == t->out_dev && sb.st_ino == t->out_ino)
 		return KILN_OK;
 	const char *od = t->run.out_dir;
-	kiln_log(KILN_LOG_ERROR, "train", "the run directory %s was removed, renamed or replaced while this run wrote into it (its lock %s/.kiln.lock is %s): recreating it (the lock, config.ini, metrics.jsonl continued from here) to write a checkpoint of this step there, then stopping (exit 4); the metrics and checkpoints written before are gone with it",
+	kiln_log(KILN_LOG_ERROR, "train", "the run directory %s was removed, renamed or replaced while this run wrote into it (its lock %s/.kiln.lock is %s): recreating it (the lock, config.ini, metrics.jsonl with the lines written so far) to write a checkpoint of this step there, then stopping (exit 4); the checkpoints and other logs written before are gone with it",
 		 od, od, gone ? "gone" : "another file");
 	t->res->out_dir_lost = 1;
-	kiln_status st = out_dir_recreate(t);
+	kiln_status st = out_dir_recreate(t, lost, sizeof lost);
 	if (st)
 		return kiln_error_wrap(st, "the run directory %s was removed mid-run and cannot be recreated", od);
 	snprintf(t->out_lost, sizeof t->out_lost, "the run directory %.600s was removed or replaced mid-run (recreated)", od);
 	kiln_train_request_stop_cause(t->out_lost);
-	trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "out_dir_lost", "step",
-				   (json_int_t)t->step, "out_dir", od));
+	if (lost[0])
+		trainer_jsonl(t, json_pack("{s:s, s:I, s:s, s:s}", "event", "out_dir_lost", "step",
+					   (json_int_t)t->step, "out_dir", od, "lines_lost", lost));
+	else
+		trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "out_dir_lost", "step",
+					   (json_int_t)t->step, "out_dir", od));
 	return KILN_OK;
 }
 

@@ -34,6 +34,28 @@ static size_t stage_act_bytes(const struct kiln_plan *p, int s)
 	return t;
 }
 
+/* ZeRO-1 with [dist] pipeline: a checkpoint is not streamed in pieces
+ * (kiln_dist_pipe_ckpt_streams is 0): rank 0 gathers the whole optimizer
+ * state, every slot of every trainable float, into a buffer of its own
+ * while it writes (kiln_dist_pipe_gather_state's d->zfull), a transient
+ * the table's columns do not hold; the other ranks gather through their
+ * gradients, nothing more.  Before session 34 the report left it out. */
+static kiln_status zero_ckpt_print(const struct kiln_model *m, FILE *f)
+{
+	int64_t zero = 0, P = 1;
+	kiln_status st = kiln_config_get_int(m->cfg, "dist", "zero", &zero);
+	if (!st)
+		st = kiln_config_get_int(m->cfg, "dist", "pipeline", &P);
+	if (st && st != KILN_ENOTFOUND)
+		return st;
+	if (zero != 1 || P <= 1 || !m->state_slots || !m->n_trainable)
+		return KILN_OK;
+	const size_t b = (size_t)m->state_slots * m->n_trainable * sizeof(float);
+	fprintf(f, "  checkpoint with [dist] zero = 1 and pipeline = %lld: rank 0 gathers the whole optimizer state (%d slot(s) x %zu floats), +%.3f MiB (%zu bytes) over its training peak while it writes; the other ranks gather through their gradients (nothing more)\n",
+		(long long)P, m->state_slots, m->n_trainable, mib(b), b);
+	return KILN_OK;
+}
+
 kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 {
 	int64_t M = 1, early = 0;
@@ -83,12 +105,10 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 			mib(a * (size_t)alive), mib(held + a * (size_t)alive),
 			mib(par * (size_t)m->state_slots));
 	}
-	fprintf(f, "  (params, grads and optim MiB: what a rank of the stage holds with [dist] pipeline, its stage's alone, from start-up on; optim: %d slot(s) of [train] optimizer = %s. rank MiB: those and 1f1b's activations, a stage's rank's peak in training and per-stage evaluation (besides its evaluation plans, staging and workspaces). A checkpoint is written by rank 0 with each stage's slice streamed to it in pieces (+%.3f MiB), a resume and [model] init_from read each rank's stage alone; keep_best's checkpoint still gathers the whole model's parameters and optimizer state on rank 0 (+%.3f MiB, +%.3f MiB). The parameters and gradients stay whole on every rank with an optimizer that does not shard, ZeRO-1, bf16/fp16 compute, frozen parameters or a weight tied across stages, and at start-up with an llm.c [model] init_from)\n",
-		m->state_slots, m->optim_name, mib(KILN_CKPT_PIECE_BYTES),
-		mib(m->n_elems * sizeof(float)),
-		mib(m->n_trainable * sizeof(float) * (size_t)m->state_slots));
+	fprintf(f, "  (params, grads and optim MiB: what a rank of the stage holds with [dist] pipeline, its stage's alone, from start-up on; optim: %d slot(s) of [train] optimizer = %s. rank MiB: those and 1f1b's activations, a stage's rank's peak in training and per-stage evaluation (besides its evaluation plans, staging and workspaces). A checkpoint is written by rank 0 with each stage's slice streamed to it in pieces (+%.3f MiB; not with ZeRO-1: the line below), keep_best's too (since session 13), a resume and [model] init_from read each rank's stage alone. The parameters and gradients stay whole on every rank with an optimizer that does not shard, ZeRO-1, bf16/fp16 compute, frozen parameters or a weight tied across stages, and at start-up with an llm.c [model] init_from)\n",
+		m->state_slots, m->optim_name, mib(KILN_CKPT_PIECE_BYTES));
 	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, %lld more with [pipeline] early_forwards on all but the last, once stages have devices of their own; in one process every stage keeps that of stage 0 in whole-model sets today)\n",
 		(long long)early);
 	kiln_plan_free(p);
-	return KILN_OK;
+	return zero_ckpt_print(m, f);
 }

@@ -244,7 +244,8 @@ static const char *file_kind(mode_t m)
 
 kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *verb, FILE **out)
 {
-	const int flags = mode[0] == 'r' ? O_RDONLY : mode[0] == 'w' ? O_WRONLY | O_CREAT | O_TRUNC :
+	const int rw = strchr(mode, '+') ? O_RDWR : O_WRONLY;
+	const int flags = mode[0] == 'r' ? O_RDONLY : mode[0] == 'w' ? rw | O_CREAT | O_TRUNC :
 			  O_RDWR | O_CREAT | O_APPEND;
 	struct stat sb;
 	*out = NULL;

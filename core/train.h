@@ -325,9 +325,12 @@ void trainer_out_dir_note(struct trainer *t);
  * renamed or replaced mid-run (before session 33 the run went on writing
  * into the unlinked files, recreated only checkpoints/, and exited 0):
  * the error logged naming it, out_dir recreated with the lock,
- * config.ini and metrics.jsonl (continued), res->out_dir_lost set and a
+ * config.ini and metrics.jsonl (its lines so far copied from the removed
+ * file, kiln_loggers_carry, then continued), res->out_dir_lost set and a
  * stop requested with that cause, so that the checkpoint of the stop goes
- * into the recreated directory and `kiln train` exits 4.  An error only
+ * into the recreated directory and `kiln train` exits 4 (seen at a
+ * checkpoint point's write, that checkpoint is the stop's: checkpoint_at,
+ * trainer_dist_ckpt_stop).  An error only
  * when it cannot be recreated (or another kiln holds it by then). */
 kiln_status trainer_out_dir_watch(struct trainer *t);
 /* Before anything is changed: KILN_EIO naming the path when what the run
@@ -412,6 +415,13 @@ kiln_status trainer_dist_sums(struct trainer *t, kiln_status st, double *loss, d
 			      double *bad);
 kiln_status trainer_dist_stop_cause_post(struct trainer *t, int pending, double *share);
 kiln_status trainer_dist_stop_cause_read(struct trainer *t, double posted);
+/* Every rank, after a checkpoint written at a checkpoint point (a
+ * collective: one sum of two numbers): lost, rank 0's finding that the
+ * run directory was lost at that write (trainer_out_dir_watch), stops
+ * every rank after this step (t->dist_stop) with its cause, not at the
+ * next log point as other stop requests (before session 34 the loss
+ * waited for it too). */
+kiln_status trainer_dist_ckpt_stop(struct trainer *t, int lost);
 void trainer_dist_comm_event(struct trainer *t);
 void trainer_dist_summary(const struct trainer *t);
 

@@ -77,8 +77,12 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 	 * the newest */
 	if ((st = trainer_params_finite(t)))
 		return st;
+	/* (stages on ranks: the run directory checked here too, as below;
+	 * before session 34 only at log points, and rank 0's write recreated
+	 * checkpoints/ alone) */
 	if (kiln_dist_pipe_ckpt_streams(t->dist))
-		return kiln_dist_pipe_ckpt_save(t->dist, dir, meta, t->compute, path, n);
+		return kiln_dist_pipe_ckpt_save(t->dist, t->rank ? KILN_OK : trainer_out_dir_watch(t),
+						dir, meta, t->compute, path, n);
 	/* every failure ends in the agreement: the local step first, agreed on
 	 * before the gather's collectives */
 	st = kiln_dist_zero_prepare(t->dist);
@@ -271,8 +275,17 @@ static kiln_status checkpoint_at(struct trainer *t, int64_t offset)
 	}
 	/* a host sync point like a log point: not steady state */
 	trainer_counters_take(t);
+	const int lost0 = t->res->out_dir_lost;
 	if ((st = checkpoint(t, NULL, t->res->checkpoint, sizeof t->res->checkpoint)))
 		return st;
+	/* the run directory lost, seen at this write (rank 0): the run stops
+	 * here, its checkpoint this one in the recreated directory (before
+	 * session 34 at the next step's, or under [dist] the next log point) */
+	const int lost = !lost0 && t->res->out_dir_lost;
+	if (t->dist && (st = trainer_dist_ckpt_stop(t, lost)))
+		return st;
+	if (t->dist ? t->dist_stop : lost && trainer_take_stop())
+		t->stopping = 1;
 	trainer_counters_mark(t);
 	return KILN_OK;
 }

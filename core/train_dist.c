@@ -116,6 +116,22 @@ kiln_status trainer_dist_stop_cause_read(struct trainer *t, double posted)
 	return kiln_dist_stop_cause_read(t->dist, t->res->stop_cause, sizeof t->res->stop_cause);
 }
 
+kiln_status trainer_dist_ckpt_stop(struct trainer *t, int lost)
+{
+	double v[2] = { lost, 0 };
+	kiln_status st = KILN_OK;
+	char what[48];
+	/* (rank 0's request agreed on here: not again at the log point) */
+	if (lost && trainer_take_stop())
+		st = trainer_dist_stop_cause_post(t, 1, &v[1]);
+	snprintf(what, sizeof what, "step %lld's checkpoint", (long long)t->step);
+	st = kiln_dist_sum_agreed(t->dist, st, v, 2, what, t->compute);
+	t->dist_stop |= v[0] > 0;
+	if (!st)
+		st = trainer_dist_stop_cause_read(t, v[1]);
+	return st;
+}
+
 /* At a log point: the interval's loss and correct sums as every rank's
  * mean (the log shows every rank's samples), the ranks whose parameters
  * hold non-finite values (*bad: this rank's 0 or 1, then every rank's

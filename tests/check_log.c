@@ -334,6 +334,37 @@ START_TEST(test_resume_partial_line)
 }
 END_TEST
 
+/* out_dir removed mid-run (session 34): metrics.jsonl's lines so far,
+ * read back through the file still open after its name is gone, into the
+ * recreated directory's metrics.jsonl, which the reopened loggers
+ * continue; a second carry there (the file exists: another process's) is
+ * refused naming it, the file left alone.  The old code opened a fresh
+ * metrics.jsonl write-only and had no carry: the lines were lost. */
+START_TEST(test_jsonl_carry)
+{
+	char sub[600], path[700];
+	struct kiln_loggers *L = open_loggers("[log]\ncsv = 1\n", 0, 0);
+	struct kiln_log_record r = train_rec(5, 0.5, 0);
+	kiln_loggers_record(L, &r);
+	kiln_loggers_event(L, json_pack("{s:s, s:I}", "event", "checkpoint", "step", (json_int_t)5));
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	ck_assert_int_eq(unlink(path), 0);
+	snprintf(sub, sizeof sub, "%s/again", dir);
+	ck_assert_int_eq(mkdir(sub, 0777), 0);
+	ck_assert_msg(kiln_loggers_carry(L, sub) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_loggers_carry(L, sub), KILN_EIO);
+	char want[1400];
+	snprintf(want, sizeof want, "%s/metrics.jsonl: cannot write: File exists", sub);
+	ck_assert_str_eq(kiln_last_error(), want);
+	kiln_loggers_close(L);
+	expect_text("again/metrics.jsonl", "{\"event\":\"train\",\"epoch\":1,\"step\":5,\"loss\":0.5}\n"
+					   "{\"event\":\"checkpoint\",\"step\":5}\n");
+	/* (the CSV tables have no carry: nothing written for them) */
+	snprintf(path, sizeof path, "%s/train.csv", sub);
+	ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
 static Suite *make_log_suite(void)
 {
 	Suite *s = suite_create("log");
@@ -341,7 +372,7 @@ static Suite *make_log_suite(void)
 		       (const TTest *[]){ test_masked_crc, test_tfrecord_frame, test_histogram, NULL });
 	check_add_case(s, "files", 0, dir_setup, dir_teardown,
 		       (const TTest *[]){ test_tensorboard_file, test_csv_tables, test_jsonl,
-						    test_resume_partial_line, NULL });
+						    test_resume_partial_line, test_jsonl_carry, NULL });
 	return s;
 }
 

@@ -179,7 +179,8 @@ if command -v mpirun > /dev/null && [ -f "$abs_top_builddir/plugins/.libs/kiln-m
 		one=sgd1
 		[ $np = 3 ] && one=sgd63
 		timeout 120 mpirun --allow-run-as-root --oversubscribe -np $np \
-			-x KILN_MASTER_PORT=$(free_port $np) -x OMP_NUM_THREADS=1 "$kiln" train "$ini" \
+			-x KILN_MASTER_PORT=$(free_port $np) -x OMP_NUM_THREADS=1 \
+			-x KILN_STORE_TOKEN=kiln-tests-0123456789abcdef "$kiln" train "$ini" \
 			run.comm=mpi run.out_dir="$tmp/mpi$np" train.batch=$b $sgd dist.zero=1 dist.timing=1 \
 			> "$tmp/mpi$np.log" 2>&1 || { bad "mpirun -np $np ZeRO-1 exited $?"; tail -20 "$tmp/mpi$np.log"; }
 		close "$(ck $one 64)" "$(ck mpi$np 64)" "sgd: ZeRO-1 on $np MPI ranks vs 1 process" params optim.momentum

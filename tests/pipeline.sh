@@ -20,7 +20,8 @@
 #     2 x accumulate 2; and with the loss alone on stage 1;
 #  4. a checkpoint written by 2 stages resumes on one stage and ends where
 #     the uninterrupted 2-stage run does;
-#  5. `kiln memory` reports each stage's parameters and activations, and
+#  5. `kiln memory` reports each stage's parameters and activations (and
+#     ZeRO-1's checkpoint gather on rank 0 with [dist] pipeline), and
 #     what a rank of the stage holds at its peak;
 #     [model] stages = auto (session 18) cuts by estimated FLOPs (and,
 #     session 20, the bytes the passes move), logs the cut, and equals
@@ -262,6 +263,15 @@ stdout_matches "^  2 +r2\.\.r2 +0\.000 +0\.000 .* 0\.000$"
 # optimizer state and 1f1b's activations (fc3: 1600 + 1616 + 1600 bytes
 # and 0.003 MiB), then the optim column
 stdout_matches "^  3 +fc3\.\.loss .* 0\.003 +0\.008 +0\.002$"
+# ZeRO-1 with [dist] pipeline (session 34): a checkpoint gathers the whole
+# optimizer state on rank 0, which the table does not hold: its own line,
+# slots x trainable floats x 4 bytes (1 x 3280: fc1 2048 + 32, fc2 768 +
+# 24 padded to 32, fc3 384 + 16, each tensor at a multiple of 16 floats),
+# the whole state one process holds (the JSON's optim_state)
+grep -q "gathers the whole optimizer state" "$out" && fail "a checkpoint gather reported without ZeRO-1"
+kiln 0 memory "$m" pipeline.micro_batches=4 layer.fc2.stage=1 dist.pipeline=2 dist.zero=1
+stdout_has "  checkpoint with [dist] zero = 1 and pipeline = 2: rank 0 gathers the whole optimizer state (1 slot(s) x 3280 floats), +0.013 MiB (13120 bytes) over its training peak while it writes"
+[ "$(field optim_state "$out")" = 13120 ] || fail "optim_state $(field optim_state "$out"), expected 13120"
 echo "ok: kiln memory reports each stage"
 
 # ---- 6. errors -----------------------------------------------------------------

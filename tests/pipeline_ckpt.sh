@@ -18,7 +18,12 @@
 #     checkpoint stays byte for byte, no ckpt-4.kiln appears (before:
 #     under gloo stage 1's rank said only "rank 0 was lost", under mpirun
 #     it waited in its sends until the heartbeat watchdog ended it); under mpirun where available; and
-#     rank 0 unable to create keep_best's file ends both ranks too.
+#     rank 0 unable to create keep_best's file ends both ranks too;
+#  3. the run directory renamed away between log points (session 34): seen
+#     at the next checkpoint's write on rank 0, which goes into the
+#     recreated directory (with config.ini and the lock), and every rank
+#     stops there, rank 0 exit 4.  Before, the streamed write recreated
+#     checkpoints/ alone and the run went on to the next log point.
 # Every process runs under `timeout`.
 name=pipeckpt needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -84,7 +89,8 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 		_n=$1
 		shift
 		timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
-			-x KILN_MASTER_PORT="$(free_port 3)" -x OMP_NUM_THREADS=1 "$kiln" train "$ini" \
+			-x KILN_MASTER_PORT="$(free_port 3)" -x OMP_NUM_THREADS=1 \
+			-x KILN_STORE_TOKEN=kiln-tests-0123456789abcdef "$kiln" train "$ini" \
 			run.out_dir="$tmp/$_n" train.batch=32 dist.pipeline=2 \
 			plugin.mpi.thread_level=multiple $nb "$@"
 	}
@@ -95,4 +101,40 @@ else
 	echo "mpi: not built or no mpirun: skipped"
 fi
 echo "ok: rank 0's failed write ends every rank at once, naming it and the file; the old checkpoint intact"
+# ---- 3. the run directory lost between log points -------------------------------
+# renamed away (atomic, unlike rm -rf, which races with the run's writes)
+# after step 400's checkpoint, with no log point before the epoch's end
+# at step 2048
+r="$tmp/lost"
+timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$ini" run.out_dir="$r" train.batch=32 \
+	dist.pipeline=2 data.samples=65536 train.eval=0 train.keep_best=0 train.epochs=1000 \
+	train.max_steps=0 train.log_every=100000 train.checkpoint_every=400 > "$tmp/lost.log" 2>&1 &
+pid=$!
+n=0
+until grep -q '"event":"checkpoint","step":400,' "$r/metrics.jsonl" 2>/dev/null; do
+	n=$((n + 1))
+	[ $n -le 600 ] || { kill $pid; bad "lost: no checkpoint of step 400 in 60 s"; break; }
+	sleep 0.1
+done
+mv "$r" "$r.gone"
+wait $pid
+rc=$?
+[ $rc = 4 ] || { bad "lost: the launch exited $rc, expected 4 (rank 0's)"; tail -5 "$tmp/lost.log"; }
+step=$(sed -n 's/.*"event":"out_dir_lost","step":\([0-9]*\),.*/\1/p' "$r/metrics.jsonl" 2>/dev/null)
+echo "lost: the run directory renamed after step 400's checkpoint, the loss seen at step '$step'"
+# seen at the next checkpoint, a multiple of 400 (the first epoch's end,
+# its log point, is step 2048), and the run stopped there
+if [ -z "$step" ]; then
+	bad "lost: no out_dir_lost event in the recreated $r/metrics.jsonl"
+	step=0
+elif [ $((step % 400)) != 0 ] || [ "$step" -ge 2048 ]; then
+	bad "lost: the loss seen at step $step, not at a checkpoint before step 2048 (the epoch's log point)"
+fi
+[ -f "$r/config.ini" ] && [ -f "$r/.kiln.lock" ] || bad "lost: config.ini or the lock not recreated: $(ls -a "$r")"
+[ "$(ls "$r/checkpoints")" = "ckpt-$step.kiln" ] || bad "lost: the recreated checkpoints/ holds '$(ls "$r/checkpoints")', not ckpt-$step.kiln"
+grep -q "^kiln: error: stopped at step $step, not at the user's request: rank 0 of 2 (node 0, host [^)]*): the run directory $r was removed or replaced mid-run (recreated); checkpoint written to $r/checkpoints/ckpt-$step.kiln; resume with --resume" "$tmp/lost.log" ||
+	{ bad "lost: rank 0 does not say it stopped at step $step"; grep "error" "$tmp/lost.log"; }
+grep -q "^kiln: error: stopped at step $step, not at the user's request: rank 0 of 2 .*the run directory $r was removed or replaced mid-run (recreated); rank 0 writes the checkpoint" "$tmp/lost.log" ||
+	{ bad "lost: rank 1 does not say it stopped at step $step"; grep "error" "$tmp/lost.log"; }
+echo "ok: the run directory lost between log points: stages on ranks stop at the checkpoint"
 exit $fail

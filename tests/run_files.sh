@@ -4,7 +4,10 @@
 #  1. out_dir removed mid-run: the run recreates it (the lock, config.ini,
 #     metrics.jsonl continued), writes a checkpoint there and stops, exit 4,
 #     naming it; the run resumes from that checkpoint.  The old code went
-#     on into the unlinked files and exited 0;
+#     on into the unlinked files and exited 0.  The recreated metrics.jsonl
+#     holds every line written before the removal (session 34; session
+#     33's started at the loss); seen at a checkpoint between log points,
+#     the run stops there (1b; it stopped a step later);
 #  2. `kiln pack --format tokens --force` that fails midway keeps the
 #     earlier pack's shards whole; it removed them first;
 #  3. a best/ckpt-N.kiln.tmp that a killed best write left is pruned; it
@@ -50,12 +53,48 @@ step=${ck#ckpt-}
 step=${step%.kiln}
 [ "$ck" = "ckpt-$step.kiln" ] || fail "not one checkpoint in the recreated out_dir: $ck"
 stderr_has "kiln: error: stopped at step $step, not at the user's request: the run directory $run was removed or replaced mid-run (recreated); checkpoint written to $run/checkpoints/$ck; resume with --resume"
-grep -q "\"event\":\"out_dir_lost\",\"step\":$step" "$run/metrics.jsonl" || fail "no out_dir_lost event: $(cat "$run/metrics.jsonl")"
+grep -q "\"event\":\"out_dir_lost\",\"step\":$step,\"out_dir\":\"$run\"}\$" "$run/metrics.jsonl" ||
+	fail "no out_dir_lost event: $(cat "$run/metrics.jsonl")"
+# every step's train line, those written before the removal (1 to step - 1)
+# too, once and in order
+[ "$step" -ge 2 ] || fail "the removal seen at step $step: no line before it to check"
+steps=$(sed -n 's/.*"event":"train",.*"step":\([0-9]*\),.*/\1/p' "$run/metrics.jsonl" | tr '\n' ' ')
+[ "$steps" = "$(seq -s ' ' 1 "$step") " ] ||
+	fail "the recreated metrics.jsonl's train lines are of steps $steps, expected 1 to $step"
 # the recreated run resumes from its checkpoint
 kiln 0 train "$ini" "$d" train.eval=0 train.epochs=1000000 train.max_steps=$((step + 2)) train.log_every=1 \
 	"run.out_dir=$run" --resume
 grep -q "\"event\":\"resume\",.*\"step\":$step," "$run/metrics.jsonl" || fail "the run did not resume at step $step"
 [ -f "$run/checkpoints/ckpt-$((step + 2)).kiln" ] || fail "the resumed run wrote no checkpoint of step $((step + 2))"
+
+# ---- 1b: out_dir lost between log points: the run stops at the checkpoint ----
+# (session 34; before, it stopped a step later, a second checkpoint
+# written).  A synthetic set of 1024 steps an epoch (its end the first log
+# point), renamed away (atomic) after step 200's checkpoint
+syn="$tmp/syn.ini"
+printf '%s\n' '[data]' 'source = synthetic' 'samples = 8192' 'image_size = 32' 'classes = 4' \
+	'[layer.flat]' 'type = flatten' '[layer.fc]' 'type = linear' 'out = 1024' \
+	'[layer.loss]' 'type = softmax_xent' '[train]' 'batch = 8' 'eval = 0' >"$syn"
+run="$tmp/ckgone"
+"$kiln" train "$syn" train.epochs=1000 train.log_every=100000 train.checkpoint_every=200 \
+	"run.out_dir=$run" >"$tmp/ckgone.out" 2>"$tmp/ckgone.err" &
+pid=$!
+wait_line $pid "$run/metrics.jsonl" '"event":"checkpoint","step":200,' "the run whose out_dir goes at a checkpoint" "$tmp/ckgone.err"
+mv "$run" "$run.gone"
+wait $pid
+rc=$?
+cp "$tmp/ckgone.err" "$err"
+[ $rc -eq 4 ] || fail "out_dir renamed between log points: exit $rc, expected 4"
+step=$(sed -n 's/.*"event":"out_dir_lost","step":\([0-9]*\),.*/\1/p' "$run/metrics.jsonl")
+echo "out_dir renamed after step 200's checkpoint: seen at step $step"
+[ -n "$step" ] && [ $((step % 200)) -eq 0 ] && [ "$step" -lt 1024 ] ||
+	fail "the loss seen at step '$step', not at a checkpoint before the epoch's end"
+[ "$(ls "$run/checkpoints")" = "ckpt-$step.kiln" ] ||
+	fail "the recreated checkpoints/ holds '$(ls "$run/checkpoints")', not ckpt-$step.kiln alone"
+stderr_has "kiln: error: stopped at step $step, not at the user's request: the run directory $run was removed or replaced mid-run (recreated); checkpoint written to $run/checkpoints/ckpt-$step.kiln; resume with --resume"
+# the lines before the loss, copied: those of the renamed directory
+grep '"event":"checkpoint","step":200,' "$run/metrics.jsonl" >/dev/null ||
+	fail "the recreated metrics.jsonl lacks step 200's checkpoint line"
 
 # ---- 2: a tokens pack that fails midway keeps the earlier shards ----
 awk 'BEGIN { for (i = 0; i < 200; i++) printf "line %d\n", i }' >"$tmp/a.txt"
