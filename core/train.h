@@ -395,6 +395,19 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t);
  * event of step: a resumed run's first write of its step logs none then. */
 int trainer_checkpoint_logged(const char *out_dir, int64_t step);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
+/* train_ckpt.c: write t's state as a checkpoint in dir (every rank takes
+ * part: streamed stages, ZeRO-1's gather; the outcome agreed), the path
+ * written into path on rank 0 */
+kiln_status trainer_ckpt_write(struct trainer *t, const char *dir,
+			       const struct kiln_ckpt_meta *meta, char *path, size_t n);
+/* train_best.c: keep_best's list into meta (entry i, -1: none, taken by
+ * value v of this step), malloc'd into *out; the temporaries a killed
+ * best write left in ckdir/best removed (rank 0); the list and its files
+ * restored from a resumed checkpoint */
+kiln_status trainer_best_meta(const struct trainer *t, int i, double v,
+			      struct kiln_ckpt_meta *meta, struct kiln_ckpt_best **out);
+void trainer_best_prune_tmp(const struct trainer *t);
+kiln_status trainer_best_restore(struct trainer *t, struct kiln_ckpt *ck);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
 void trainer_resume_finished(struct trainer *t);
 

@@ -1,7 +1,7 @@
 /* core/train_ckpt.c - the trainer's checkpoints: one after a step (every
  * checkpoint_every steps, after the run's last step, when a stop was
- * requested), keep_best's after an evaluation, and the resume from the
- * newest usable one.  The file format is checkpoint.h's; rank 0's resume
+ * requested), keep_best's after an evaluation (its list: train_best.c),
+ * and the resume from the newest usable one.  The file format is checkpoint.h's; rank 0's resume
  * reaches the other ranks through train_dist.c.  See train.h. */
 #include "train.h"
 #include "config_diff.h"
@@ -69,7 +69,7 @@ static void epoch_sums_rescale(struct trainer *t, const struct kiln_ckpt_trainer
  * (kiln_dist_ckpt_agree): a failure of rank 0's write (a directory it
  * cannot create, a full disk) is an error on every rank naming rank 0,
  * the file and the cause.  The path written into path on rank 0. */
-static kiln_status ckpt_write(struct trainer *t, const char *dir,
+kiln_status trainer_ckpt_write(struct trainer *t, const char *dir,
 			      const struct kiln_ckpt_meta *meta, char *path, size_t n)
 {
 	kiln_status st, st2;
@@ -118,39 +118,6 @@ static int evals_follow_last(const struct trainer *t)
 	return (t->tc.eval && !t->tc.eval_every) || t->have_val;
 }
 
-static int best_by_step(const void *a, const void *b)
-{
-	const struct kiln_ckpt_best *x = a, *y = b;
-	return (x->step > y->step) - (x->step < y->step);
-}
-
-/* keep_best's list as the "best" section holds it (meta->best, n_best;
- * malloc'd into *out, the caller frees), with entry i (-1: none) taken
- * by value v of step t->pos.step: a best/ checkpoint holds its own entry
- * (best_restore reads it from there when a resume's checkpoint has no
- * list).  In step order, not t->best's: a resumed run's slots hold the
- * entries in another order (best_restore takes them by step), and its
- * checkpoints must be the uninterrupted run's byte for byte.  Without
- * keep_best: none. */
-static kiln_status best_meta(const struct trainer *t, int i, double v,
-			     struct kiln_ckpt_meta *meta, struct kiln_ckpt_best **out)
-{
-	const int n = i == t->n_best ? t->n_best + 1 : t->n_best;
-	*out = NULL;
-	if (!t->tc.keep_best)
-		return KILN_OK;
-	if (!(*out = calloc((size_t)t->tc.keep_best, sizeof **out)))
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	for (int j = 0; j < t->n_best; j++)
-		(*out)[j] = (struct kiln_ckpt_best){ t->best[j].v, t->best[j].step };
-	if (i >= 0)
-		(*out)[i] = (struct kiln_ckpt_best){ v, t->pos.step };
-	if (n > 1)
-		qsort(*out, (size_t)n, sizeof **out, best_by_step);
-	meta->best = *out;
-	meta->n_best = n;
-	return KILN_OK;
-}
 
 /* Write a checkpoint of the state after the step that ended t->pos (a host
  * sync point), then delete all but the keep_last newest.  evaluated: the
@@ -172,12 +139,12 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 	 * evaluations since have used the device's sums */
 	if ((!t->ckpt_end && (st = epoch_sums(t, &sums))) ||
 	    (st = trainer_clip_counts(t, counts)) ||
-	    (st = best_meta(t, -1, 0, &meta, &best)))
+	    (st = trainer_best_meta(t, -1, 0, &meta, &best)))
 		return st;
 	if (t->clip)
 		meta.clip_counts = counts;
 	t->ckpt_step = t->pos.step;
-	st = ckpt_write(t, t->ckdir, &meta, path, n);
+	st = trainer_ckpt_write(t, t->ckdir, &meta, path, n);
 	free(best);
 	if (!st)
 		t->named_step = t->pos.step;
@@ -189,18 +156,6 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 	return KILN_OK;
 }
 
-/* Rank 0: the ckpt-*.kiln.tmp in ckdir/best that a best checkpoint's write
- * killed mid-way left, removed (kiln_ckpt_prune with keep 0 deletes only
- * temporaries; the lock keeps other runs out).  Before session 33 only
- * ckdir's were, and best/'s stayed for good, a model's size each. */
-static void best_prune_tmp(const struct trainer *t)
-{
-	char dir[4300];
-	if (!t->tc.keep_best)
-		return;
-	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	kiln_ckpt_prune(dir, 0, t->pos.step);
-}
 
 /* Rank 0, a checkpoint written: logged, the old ones pruned.  The
  * "checkpoint" event once a step: a file written again (the run's last,
@@ -221,7 +176,7 @@ static void checkpoint_done(struct trainer *t, const char *path, int again)
 		kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
 			 (long long)t->pos.epoch + 1, (long long)t->pos.step);
 	kiln_ckpt_prune(t->ckdir, t->tc.keep_last, t->pos.step);
-	best_prune_tmp(t);
+	trainer_best_prune_tmp(t);
 	if (t->logged_step == t->pos.step)
 		return;
 	t->logged_step = t->pos.step;
@@ -476,235 +431,6 @@ kiln_status trainer_checkpoint_last(struct trainer *t)
 	return st;
 }
 
-/* keep_best's choice for an evaluation of value v (higher is better):
- * the entry of t->best it takes (a free one, or the worst, which it
- * displaces), -1 when it is not among the K best.  Ties keep the earlier.
- * Every rank computes it (the ranks evaluate alike); trainer_keep_best
- * takes rank 0's. */
-static int best_entry(const struct trainer *t, double v)
-{
-	int worst = 0;
-	if (t->n_best < t->tc.keep_best)
-		return t->n_best;
-	for (int i = 1; i < t->n_best; i++)
-		if (t->best[i].v < t->best[worst].v ||
-		    (t->best[i].v == t->best[worst].v && t->best[i].step > t->best[worst].step))
-			worst = i;
-	return v > t->best[worst].v ? worst : -1;
-}
-
-/* Entry i of t->best now the checkpoint at path (rank 0's; "" on the
- * others) of value v: the one it displaces deleted, logged (rank 0). */
-static void best_done(struct trainer *t, int i, double v, const char *path)
-{
-	const int on_loss = t->tc.best_on_loss;
-	struct best *b = &t->best[i];
-	if (i == t->n_best)
-		t->n_best++;
-	else if (!t->rank && strcmp(b->path, path))
-		unlink(b->path);
-	b->v = v;
-	b->step = t->pos.step;
-	snprintf(b->path, sizeof b->path, "%s", path);
-	if (t->rank)
-		return;
-	kiln_log(KILN_LOG_INFO, "train", "best %s %.4f at step %lld: %s", on_loss ? "loss" : "accuracy",
-		 on_loss ? -v : v, (long long)t->pos.step, path);
-	trainer_jsonl(t, json_pack("{s:s, s:I, s:f, s:s}", "event", "best", "step",
-				   (json_int_t)t->pos.step, on_loss ? "loss" : "acc", on_loss ? -v : v,
-				   "path", path));
-}
-
-/* keep_best: after an evaluation, checkpoint the state if it is among the
- * K best by best_metric so far (ckdir/best/ckpt-<step>.kiln), deleting the
- * one it displaces.  Every rank (the write is ckpt_write's: streamed per
- * stage on a pipeline's ranks, as the periodic checkpoints). */
-kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
-{
-	if (!t->tc.keep_best || !*t->ckdir)
-		return KILN_OK;
-	const double v = t->tc.best_on_loss ? -loss : acc;
-	char dir[4300], path[4200] = "";
-	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
-				       .trainer = t->pos };
-	struct kiln_ckpt_best *best;
-	int64_t counts[2];
-	kiln_status st;
-	/* rank 0's choice on every rank, as the write is a collective (the
-	 * values agree, but a last bit of difference must not split them) */
-	double e = t->rank ? 0 : best_entry(t, v) + 1;
-	if ((st = kiln_dist_sum_host(t->dist, &e, 1, t->compute)))
-		return st;
-	const int i = (int)e - 1;
-	if (i < 0)
-		return KILN_OK;
-	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	/* the clip op's counts as of this step, as checkpoint()'s: a resume
-	 * from a best/ file (copied into checkpoints/) goes on counting from
-	 * them (before session 34 best/ files had no "clip_counts", and such
-	 * a resume counted from 0 again) */
-	if ((st = trainer_clip_counts(t, counts)) || (st = best_meta(t, i, v, &meta, &best)))
-		return st;
-	if (t->clip)
-		meta.clip_counts = counts;
-	st = ckpt_write(t, dir, &meta, path, sizeof path);
-	free(best);
-	if (st)
-		return st;
-	if (!t->rank)
-		best_prune_tmp(t);
-	best_done(t, i, v, path);
-	return KILN_OK;
-}
-
-/* ckdir/best/ckpt-<step>.kiln into path. */
-static void best_path(const struct trainer *t, int64_t step, char *path, size_t n)
-{
-	/* (ckdir leaves room for a checkpoint's name: trainer_ckdir_check) */
-	snprintf(path, n, "%.4150s/best/ckpt-%lld.kiln", t->ckdir, (long long)step);
-}
-
-/* The step of a best/ file name ckpt-<step>.kiln; -1 for any other name. */
-static int64_t best_name_step(const char *name)
-{
-	long long step;
-	int end = 0;
-	if (sscanf(name, "ckpt-%lld.kiln%n", &step, &end) != 1 || name[end] || step < 0)
-		return -1;
-	return step;
-}
-
-/* A resume's keep_best entry (v, step) into t->best as its evaluation put
- * it there (entries taken in step order, best_entry's ties alike); the
- * file of the entry it displaces, or its own when it is not among the K
- * best, deleted. */
-static void best_take(struct trainer *t, double v, int64_t step)
-{
-	char path[4200];
-	const int i = best_entry(t, v);
-	best_path(t, step, path, sizeof path);
-	if (i < 0) {
-		kiln_log(KILN_LOG_INFO, "train", "resume: %s is not among keep_best's %lld: deleted",
-			 path, (long long)t->tc.keep_best);
-		unlink(path);
-		return;
-	}
-	if (i < t->n_best)
-		unlink(t->best[i].path);
-	else
-		t->n_best++;
-	t->best[i].v = v;
-	t->best[i].step = step;
-	snprintf(t->best[i].path, sizeof t->best[i].path, "%s", path);
-}
-
-/* A checkpoint without a keep_best list (an older kiln's): the values the
- * files of ckdir/best up to step `upto` hold of themselves (*e, *n:
- * malloc'd), *unknown the files that hold none (an older kiln's). */
-static void best_scan(struct trainer *t, int64_t upto, struct kiln_ckpt_best **e, int64_t *n,
-		      int *unknown)
-{
-	char dir[4300], path[4600];
-	struct dirent *d;
-	int64_t cap = 0;
-	*e = NULL, *n = 0, *unknown = 0;
-	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	DIR *dp = opendir(dir);
-	while (dp && (d = readdir(dp))) {
-		const int64_t step = best_name_step(d->d_name);
-		struct kiln_ckpt *ck = NULL;
-		struct kiln_ckpt_best *own = NULL, *grown;
-		int64_t m = 0, j = 0;
-		if (step < 0 || step > upto)
-			continue;
-		snprintf(path, sizeof path, "%s/%s", dir, d->d_name);
-		if (kiln_ckpt_open(path, &ck) || kiln_ckpt_best_get(ck, &own, &m))
-			m = 0;
-		kiln_ckpt_close(ck);
-		while (j < m && own[j].step != step)
-			j++;
-		if (j < m && *n == cap &&
-		    (grown = realloc(*e, sizeof **e * (size_t)(2 * cap + 4)))) {
-			*e = grown;
-			cap = 2 * cap + 4;
-		}
-		if (j < m && *n < cap)
-			(*e)[(*n)++] = own[j];
-		else
-			++*unknown; /* (or out of memory: not counted) */
-		free(own);
-	}
-	if (dp)
-		closedir(dp);
-}
-
-/* Files of ckdir/best not in t->best deleted: every one when the
- * checkpoint had the list (written after it, its evaluation run again;
- * or left by a kiln before session 31, which did not resume the list),
- * else (listed 0) those after step `upto` alone. */
-static void best_prune(struct trainer *t, int listed, int64_t upto)
-{
-	char dir[4300], path[4600];
-	struct dirent *d;
-	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	DIR *dp = opendir(dir);
-	while (dp && (d = readdir(dp))) {
-		const int64_t step = best_name_step(d->d_name);
-		int kept = 0;
-		for (int i = 0; i < t->n_best; i++)
-			kept |= t->best[i].step == step;
-		if (step < 0 || kept || (!listed && step <= upto))
-			continue;
-		snprintf(path, sizeof path, "%s/%s", dir, d->d_name);
-		kiln_log(KILN_LOG_INFO, "train", "resume: %s is not among keep_best's %lld of the checkpoint: deleted",
-			 path, (long long)t->tc.keep_best);
-		unlink(path);
-	}
-	if (dp)
-		closedir(dp);
-}
-
-/* keep_best's list as the resumed checkpoint left it (its "best"
- * section; before session 31 it was not saved: a resumed run started it
- * empty and kept up to K more files, logging worse evaluations as
- * "best").  A checkpoint without one: the list rebuilt from the values
- * ckdir/best's files hold of themselves, or started empty, logged. */
-static kiln_status best_restore(struct trainer *t, struct kiln_ckpt *ck)
-{
-	struct kiln_ckpt_best *e = NULL;
-	int64_t n = 0;
-	int unknown = 0;
-	char path[4200];
-	t->n_best = 0;
-	/* (rank 0 chooses for every rank; stages on ranks with one pipe read
-	 * the checkpoint on each rank, and only rank 0 touches best/) */
-	if (!t->tc.keep_best || !*t->ckdir || t->rank)
-		return KILN_OK;
-	const int64_t upto = kiln_ckpt_step(ck);
-	kiln_status st = kiln_ckpt_best_get(ck, &e, &n);
-	const int listed = st != KILN_ENOTFOUND;
-	if (listed && st)
-		return st;
-	if (!listed)
-		best_scan(t, upto, &e, &n, &unknown);
-	if (!listed)
-		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no keep_best list (an older kiln wrote it): rebuilt from %lld file(s) of %s/best that hold their value%s",
-			 kiln_ckpt_path(ck), (long long)n, t->ckdir,
-			 unknown ? "; the others (an older kiln's) are kept, not counted" : "");
-	if (n > 1)
-		qsort(e, (size_t)n, sizeof *e, best_by_step);
-	for (int64_t i = 0; i < n; i++) {
-		best_path(t, e[i].step, path, sizeof path);
-		if (access(path, F_OK))
-			kiln_log(KILN_LOG_WARN, "train", "resume: keep_best's %s is gone: not counted",
-				 path);
-		else
-			best_take(t, e[i].v, e[i].step);
-	}
-	free(e);
-	best_prune(t, listed, upto);
-	return KILN_OK;
-}
 
 /* The state around the evaluations as the checkpoint left it: early
  * stopping's best and patience (before session 28 a resumed run started
@@ -728,7 +454,7 @@ static kiln_status evals_restore(struct trainer *t, struct kiln_ckpt *ck)
 	} else if (st != KILN_ENOTFOUND) {
 		return st;
 	}
-	return best_restore(t, ck);
+	return trainer_best_restore(t, ck);
 }
 
 /* The clip op's counts the checkpoint holds (t->counts0, seeded into the
