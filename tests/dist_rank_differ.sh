@@ -42,7 +42,9 @@ two() {
 		  KILN_RANK=$_r KILN_WORLD_SIZE=2 KILN_MASTER_ADDR=127.0.0.1 KILN_MASTER_PORT=$_port \
 			timeout 150 "$kiln" train "$ini" run.out_dir="$tmp/$_n-r$_r" $_o \
 			> "$tmp/$_n-r$_r.log" 2>&1
-		  echo "$? $(echo "$(date +%s.%N) - $_s" | bc)" > "$tmp/$_n-r$_r.end" ) &
+		  _rc=$?
+		  awk -v a="$_s" -v b="$(date +%s.%N)" -v rc=$_rc 'BEGIN { printf "%d %.2f\n", rc, b - a }' \
+			> "$tmp/$_n-r$_r.end" ) &
 	done
 	wait
 	echo "$_n: rank 0 exit/s $(cat "$tmp/$_n-r0.end"), rank 1 $(cat "$tmp/$_n-r1.end")"
@@ -51,9 +53,10 @@ rc_of() { cut -d' ' -f1 "$tmp/$1.end"; }
 secs_of() { _t=$(cut -d' ' -f2 "$tmp/$1.end" | cut -d. -f1); echo "${_t:-0}"; }
 
 # ---- 1. different heartbeats ------------------------------------------------
-# 300 epochs of the 2048 samples' 64 steps per rank: 19200 steps, 5 s
-# and more (each run's length is checked: shorter would test nothing)
-long="train.epochs=300 train.batch=32"
+# 600 epochs of the 2048 samples' 32 steps per rank: 19200 steps, 7 to
+# 30 s here (each run's length is checked: under 5 s, past the limits
+# of 2 and 4 s and a beat, would test nothing)
+long="train.epochs=600 train.batch=32"
 two hb0 "$long dist.heartbeat=0" "$long dist.heartbeat=2"
 two hb60 "$long dist.heartbeat=60" "$long dist.heartbeat=4"
 for n in hb0 hb60; do
