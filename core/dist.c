@@ -311,6 +311,9 @@ kiln_status kiln_dist_finish(struct kiln_dist *d)
 		st = kiln_error(KILN_EIO, "rank %s was lost after the last collective (its process exited or its connection closed)",
 				(const char *)v);
 	free(v);
+	/* a peer's failure, loss or lateness, not this rank's own
+	 * (close_mark_failed) */
+	d->peer_blamed = !!st;
 	if (st)
 		return kiln_error_wrap(st, "rank %d of %d: waiting for every rank to finish",
 				       d->env.rank, d->env.world);
