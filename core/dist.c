@@ -215,7 +215,10 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		goto fail;
 	}
 	d->joined = 1;
-	if ((st = dist_config_agree(d, cfg, reg)))
+	/* (before the config check, which every rank passes before any
+	 * watchdog starts: each reads every peer's then) */
+	if ((st = kiln_heartbeat_post(d->store, env.rank, heartbeat)) ||
+	    (st = dist_config_agree(d, cfg, reg)))
 		goto fail;
 	if ((st = d->ops->open(kiln_host_table(), cfg, d->store, dev, env.rank, env.world,
 			       d->timeout_ms, &d->ctx))) {
@@ -308,10 +311,38 @@ kiln_status kiln_dist_finish(struct kiln_dist *d)
 		st = kiln_error(KILN_EIO, "rank %s was lost after the last collective (its process exited or its connection closed)",
 				(const char *)v);
 	free(v);
+	/* a peer's failure, loss or lateness, not this rank's own
+	 * (close_mark_failed) */
+	d->peer_blamed = !!st;
 	if (st)
 		return kiln_error_wrap(st, "rank %d of %d: waiting for every rank to finish",
 				       d->env.rank, d->env.world);
 	return KILN_OK;
+}
+
+/* A rank leaving unfinished after the rendezvous with an error of its
+ * own (a data file, the device; not a peer's loss or failure the
+ * communicator or the store showed it, nor an outcome every rank agreed
+ * on, nor a stop asked for), and the first to: it posts its rank as
+ * kiln/failed_rank, which kiln_dist_explain reads, and marks its
+ * heartbeat counter FAILED, which the peers' watchdogs read, so they end
+ * at once naming it (before session 34 they waited for [dist] heartbeat
+ * or timeout and blamed silence, a frozen peer or no rank at all). */
+static void close_mark_failed(struct kiln_dist *d)
+{
+	int64_t n = 0;
+	void *v = NULL;
+	if (!d->store || d->env.world < 2 || !d->joined || d->finished || d->agreed ||
+	    d->peer_blamed || kiln_stop_pending())
+		return;
+	const int lost = !kiln_store_check(d->store, "kiln/lost", &v, NULL) && v;
+	free(v);
+	if (lost || kiln_store_add(d->store, "kiln/failed", 1, &n) || n != 1)
+		return;
+	char r[24];
+	const int k = snprintf(r, sizeof r, "%d", d->env.rank);
+	if (!kiln_store_set(d->store, "kiln/failed_rank", r, (size_t)k))
+		kiln_heartbeat_mark_failed(d->store, d->env.rank);
 }
 
 void kiln_dist_close(struct kiln_dist *d)
@@ -320,6 +351,7 @@ void kiln_dist_close(struct kiln_dist *d)
 		return;
 	/* leaving may fail too (peers gone): keep the message that matters */
 	char *msg = kiln_strdup(kiln_last_error());
+	close_mark_failed(d);
 	kiln_heartbeat_stop(d->hb, 0);
 	d->hb = NULL;
 	if (d->comm_stream)
@@ -981,6 +1013,19 @@ static int lost_wait_ms(const struct kiln_dist *d, kiln_status st, const char *m
 	return st == KILN_ETIMEOUT ? DIST_STUCK_WAIT_MS : DIST_LOST_WAIT_MS;
 }
 
+/* The peer that failed with its own error (close_mark_failed posted
+ * kiln/failed_rank before its communicator closed, so a collective it
+ * broke finds it), or -1. */
+static int failed_peer(const struct kiln_dist *d)
+{
+	void *v = NULL;
+	int r = -1;
+	if (!kiln_store_check(d->store, "kiln/failed_rank", &v, NULL) && v)
+		r = atoi(v);
+	free(v);
+	return r >= 0 && r < d->env.world && r != d->env.rank ? r : -1;
+}
+
 /* Why the heartbeat names no peer (kiln_heartbeat_silent's code n <= 0),
  * each case as it is (before, self-late and every-peer-silent both read
  * "every rank beat within the last X s", session 32). */
@@ -1078,7 +1123,10 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	 * give it a moment to have seen it (lost_wait_ms; the query sets
 	 * its own message) */
 	char *msg = kiln_strdup(kiln_last_error());
-	int lost = kiln_store_lost_rank(d->store, lost_wait_ms(d, st, msg));
+	/* a peer that failed with its own error first: no lost rank to
+	 * wait for (it left saying goodbye) */
+	const int failed = from_comm(d, msg) ? failed_peer(d) : -1;
+	int lost = failed >= 0 ? failed : kiln_store_lost_rank(d->store, lost_wait_ms(d, st, msg));
 	char host[64] = "?", key[48];
 	void *v = NULL;
 	snprintf(key, sizeof key, "kiln/host/%d", lost);
@@ -1087,6 +1135,9 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	free(v);
 	if (lost >= 0 && msg && strstr(msg, " was lost (host "))
 		st = kiln_error(st, "%s", msg); /* explained already (a stream worker's failure) */
+	else if (failed >= 0)
+		st = kiln_error(st, "rank %d of %d: rank %d (host %s) failed with its own error (its log says why): %s",
+				d->env.rank, d->env.world, failed, host, msg ? msg : "");
 	else if (lost >= 0 && d->pipe_P) /* [dist] pipeline: name its stage too */
 		st = kiln_error(st, "rank %d of %d (pipeline stage %d): rank %d (stage %d of pipe %d) was lost (host %s: its process exited, its host went down or its connection closed): %s",
 				d->env.rank, d->env.world, d->env.rank % d->pipe_P, lost,
@@ -1105,6 +1156,10 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");
 	else /* this rank's own failure (a file, the device): as it was */
 		st = kiln_error(st, "rank %d of %d: %s", d->env.rank, d->env.world, msg ? msg : "");
+	/* a peer's, the store's or the communicator's doing: no failure
+	 * of this rank's own to tell the peers (close_mark_failed) */
+	d->peer_blamed = lost >= 0 || lost == KILN_STORE_GONE || lost == KILN_STORE_SILENT ||
+			 from_comm(d, msg);
 	free(msg);
 	return st;
 }

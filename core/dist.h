@@ -23,6 +23,16 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
  * in the last collective (Gloo fails that peer's wait with "Connection
  * closed by peer" even when its data arrived).  NULL, world 1: KILN_OK. */
 kiln_status kiln_dist_finish(struct kiln_dist *d);
+/* After the data sets opened: every rank posts its n sample counts
+ * (names[i]: the section, "[data]"), through the store, and compares them
+ * with every other rank's; ranks that read different files at the same
+ * path (another node's copy) would step different epochs and meet in
+ * different collectives (a hang until [dist] timeout, called a stuck
+ * peer).  Any difference fails every rank at once, KILN_EDATA, naming the
+ * section and each rank's count; a peer that failed or was lost before
+ * posting ends the wait.  NULL, world 1: KILN_OK. */
+kiln_status kiln_dist_agree_sizes(struct kiln_dist *d, const char *const *names,
+				  const int64_t *n, int k);
 /* How long kiln_dist_open waits before it connects (restart_wait): for
  * a rank other than 0 that `kiln launch --max-restarts` started again
  * (KILN_RESTART > 0), STORE_LINGER_MS + 1 s, so the failed run's store,

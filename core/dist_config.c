@@ -16,6 +16,10 @@
  * The keys that may differ between ranks (rank_local below) change where a
  * rank writes, how fast it runs or what it waits for, never the numbers
  * every rank must agree on: docs/distributed.md lists them.
+ *
+ * The same config may still read another node's other copy at the same
+ * path: once the data sets are open, kiln_dist_agree_sizes compares their
+ * sample counts the same way (session 34).
  */
 #include "config_diff.h"
 #include "dist_impl.h"
@@ -210,9 +214,106 @@ kiln_status dist_config_agree(struct kiln_dist *d, const struct kiln_config *cfg
 	}
 	free(mine);
 	if (!st && verdict)
+		d->agreed = 1; /* every rank's verdict: none's own failure (kiln_dist_close) */
+	if (!st && verdict)
 		st = kiln_error(KILN_ECONFIG,
 				"%s. Every rank must run the same config and kiln, but for the keys that may differ between ranks (docs/distributed.md, \"The same config on every rank\")",
 				verdict);
 	free(verdict);
+	return st;
+}
+
+/* ---- the data sets' sizes (kiln_dist_agree_sizes) -------------------------- */
+
+#define SIZES_MAX 4 /* the sections a trainer opens: [data], .eval, .val */
+
+/* Rank r's posted counts into n[k] (kiln/data_sizes/R: "N N N"); *who
+ * = -1, or a peer that failed with its own error (*lost 0) or was lost
+ * (*lost 1) first, as the store names it. */
+static kiln_status sizes_read(struct kiln_dist *d, int r, int64_t *n, int k, int *who, int *lost)
+{
+	char key[48];
+	snprintf(key, sizeof key, "kiln/data_sizes/%d", r);
+	const char *const keys[] = { key, "kiln/failed_rank", "kiln/lost" };
+	int which = -1;
+	void *v = NULL;
+	kiln_status st = kiln_store_poll(d->store, keys, 3, d->timeout_ms, &which, &v);
+	*who = -1;
+	*lost = which == 2;
+	if (!st && which > 0)
+		*who = atoi(v);
+	else if (!st) {
+		const char *p = v;
+		for (int i = 0; i < k; i++) {
+			char *e;
+			n[i] = strtoll(p, &e, 10);
+			p = e;
+		}
+	}
+	free(v);
+	return st;
+}
+
+/* The peer that failed or was lost before posting its sizes, named as
+ * kiln_dist_explain and the watchdog name it. */
+static kiln_status sizes_peer_gone(struct kiln_dist *d, int who, int lost)
+{
+	char key[48], host[64] = "?";
+	void *v = NULL;
+	snprintf(key, sizeof key, "kiln/host/%d", who);
+	if (!kiln_store_check(d->store, key, &v, NULL) && v)
+		snprintf(host, sizeof host, "%s", (const char *)v);
+	free(v);
+	d->peer_blamed = 1;
+	if (lost)
+		return kiln_error(KILN_EIO, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed) before the ranks compared their data set sizes",
+				  d->env.rank, d->env.world, who, host);
+	return kiln_error(KILN_EIO, "rank %d of %d: rank %d (host %s) failed with its own error (its log says why) before the ranks compared their data set sizes",
+			  d->env.rank, d->env.world, who, host);
+}
+
+kiln_status kiln_dist_agree_sizes(struct kiln_dist *d, const char *const *names,
+				  const int64_t *n, int k)
+{
+	char key[48], v[SIZES_MAX * 24] = "", msg[1024];
+	size_t m = 0;
+	if (!d || d->env.world < 2)
+		return KILN_OK;
+	if (k > SIZES_MAX)
+		return kiln_error(KILN_EINTERNAL, "kiln_dist_agree_sizes: %d sets", k);
+	for (int i = 0; i < k; i++)
+		m += (size_t)snprintf(v + m, sizeof v - m, "%s%lld", i ? " " : "", (long long)n[i]);
+	snprintf(key, sizeof key, "kiln/data_sizes/%d", d->env.rank);
+	kiln_status st = kiln_store_set(d->store, key, v, m);
+	int64_t (*all)[SIZES_MAX] = calloc((size_t)d->env.world, sizeof *all);
+	if (!all)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int r = 0; !st && r < d->env.world; r++) {
+		int who, lost;
+		if ((st = sizes_read(d, r, all[r], k, &who, &lost)))
+			st = kiln_error_wrap(st, "rank %d of %d: waiting for rank %d's data set sizes",
+					     d->env.rank, d->env.world, r);
+		else if (who >= 0 && who != d->env.rank)
+			st = sizes_peer_gone(d, who, lost);
+	}
+	for (int i = 0; !st && i < k; i++) {
+		int r = 1;
+		while (r < d->env.world && all[r][i] == all[0][i])
+			r++;
+		if (r == d->env.world)
+			continue;
+		m = 0;
+		for (r = 0; r < d->env.world && m + 64 < sizeof msg; r++)
+			m += (size_t)snprintf(msg + m, sizeof msg - m, "%srank %d has %lld", r ? ", " : "",
+					      r, (long long)all[r][i]);
+		if (r < d->env.world)
+			snprintf(msg + m, sizeof msg - m, ", ...");
+		/* every rank reaches the same verdict: no one's own failure
+		 * to tell the peers (close_mark_failed) */
+		d->agreed = 1;
+		st = kiln_error(KILN_EDATA, "rank %d of %d: %s: the ranks' data sets differ in size (%s samples): every rank must read the same data (a node's other copy at the same path? docs/distributed.md \"The same data on every rank\")",
+				d->env.rank, d->env.world, names[i], msg);
+	}
+	free(all);
 	return st;
 }

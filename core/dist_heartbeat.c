@@ -14,6 +14,17 @@
  * process is alive but whose training thread is stuck is still caught only
  * by [dist] timeout.  A rank that finished sets its counter negative, and
  * its peers stop watching it.
+ *
+ * [dist] heartbeat may differ between ranks: each rank posts its own
+ * (kiln/hb_limit/RANK, milliseconds, 0 for off) before the config check,
+ * and a peer is judged by the limit it posted, not by this rank's (before
+ * session 34 a rank at heartbeat = 4 called a healthy peer at 60, beating
+ * every 15 s, silent after 4 s; a peer at 0 never beats and is not
+ * watched for silence).  A rank that fails with its own error after the
+ * rendezvous marks its counter FAILED (kiln_dist_close), and its peers'
+ * watchdogs end them at their next beat naming it, whatever its
+ * heartbeat, instead of calling it silent or a collective's failure
+ * anonymous (session 34).
  */
 #include "dist_impl.h"
 #include "store.h"
@@ -28,6 +39,10 @@
 #include <unistd.h>
 
 #define DONE_MARK (INT64_C(1) << 60) /* subtracted from a finished rank's counter */
+#define FAIL_MARK (INT64_C(1) << 62) /* subtracted from a failed rank's counter */
+/* a counter below this is a failed rank's (a done one's is above
+ * -DONE_MARK, as beats are far fewer than 2^59) */
+#define FAILED_BELOW (-(DONE_MARK + DONE_MARK / 2))
 
 struct kiln_heartbeat {
 	pthread_t thread;
@@ -41,6 +56,7 @@ struct kiln_heartbeat {
 	int port;
 	int64_t *count;  /* each rank's last counter seen ... */
 	int64_t *moved;  /* ... and when it last moved (ms; under lock) */
+	int *limit;      /* each peer's own [dist] heartbeat (ms; 0: not watched) */
 	int64_t beaten;  /* when this rank's last beat completed (ms; under lock) */
 	char (*host)[64];
 };
@@ -53,21 +69,36 @@ static int64_t mono_ms(void)
 }
 
 /* The peers' host names, posted in the rendezvous once each rank's claim
- * was won ("?" if unread); under the lock, as kiln_heartbeat_silent hands
- * them to the training thread. */
+ * was won ("?" if unread), and their own [dist] heartbeat, posted before
+ * the config check every rank passed before this thread started (unread:
+ * this rank's); under the lock, as kiln_heartbeat_silent hands them to
+ * the training thread. */
 static void read_hosts(struct kiln_heartbeat *h)
 {
 	for (int r = 0; r < h->world; r++) {
 		char key[48], name[64] = "?";
 		void *v = NULL;
+		int limit = h->limit_ms;
 		snprintf(key, sizeof key, "kiln/host/%d", r);
 		if (!kiln_store_check(h->q, key, &v, NULL) && v)
 			snprintf(name, sizeof name, "%s", (const char *)v);
 		free(v);
+		v = NULL;
+		snprintf(key, sizeof key, "kiln/hb_limit/%d", r);
+		if (!kiln_store_check(h->q, key, &v, NULL) && v)
+			limit = atoi(v);
+		free(v);
 		pthread_mutex_lock(&h->lock);
 		memcpy(h->host[r], name, sizeof name);
+		h->limit[r] = limit > 0 ? limit : 0;
 		pthread_mutex_unlock(&h->lock);
 	}
+}
+
+/* a peer's beat period: a quarter of its own [dist] heartbeat */
+static int peer_period(const struct kiln_heartbeat *h, int r)
+{
+	return h->limit[r] / 4 > 0 ? h->limit[r] / 4 : 1;
 }
 
 /* One beat: bump this rank's counter, read the peers'.  Returns 0, or 1
@@ -76,7 +107,6 @@ static int beat(struct kiln_heartbeat *h)
 {
 	char key[48];
 	int64_t v;
-	const double lim = h->limit_ms / 1000.0;
 	snprintf(key, sizeof key, "kiln/hb/%d", h->rank);
 	kiln_status st = kiln_store_add(h->q, key, 1, &v);
 	for (int r = 0; !st && r < h->world; r++) {
@@ -86,20 +116,28 @@ static int beat(struct kiln_heartbeat *h)
 		if ((st = kiln_store_add(h->q, key, 0, &v)))
 			break;
 		const int64_t now = mono_ms();
-		if (v != h->count[r]) {
+		if (v < FAILED_BELOW) {
+			kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
+					h->rank, h->world, r, h->host[r]);
+			return 1;
+		}
+		if (v != h->count[r] || !h->limit[r]) {
 			pthread_mutex_lock(&h->lock);
 			h->count[r] = v;
 			h->moved[r] = now;
 			pthread_mutex_unlock(&h->lock);
-		} else if (now - h->moved[r] > h->limit_ms) {
+		} else if (now - h->moved[r] > h->limit[r]) {
+			/* (the limit the peer posted: its own heartbeat) */
 			kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) sent no heartbeat for %.1f s ([dist] heartbeat = %g s): it is stopped, frozen or unreachable; ending this rank",
-					h->rank, h->world, r, h->host[r], (now - h->moved[r]) / 1000.0, lim);
+					h->rank, h->world, r, h->host[r], (now - h->moved[r]) / 1000.0,
+					h->limit[r] / 1000.0);
 			return 1;
 		}
 	}
 	if (st) {
 		kiln_host_fatal("dist", "rank %d of %d: watchdog: the store on rank 0 (host %s, " KILN_AT_FMT ") is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
-				h->rank, h->world, h->host[0], KILN_AT_ARG(h->master, h->port), lim, kiln_last_error());
+				h->rank, h->world, h->host[0], KILN_AT_ARG(h->master, h->port),
+				h->limit_ms / 1000.0, kiln_last_error());
 		return 1;
 	}
 	pthread_mutex_lock(&h->lock);
@@ -112,7 +150,7 @@ static int beat(struct kiln_heartbeat *h)
  * max) and *peers, *late (ms until the first peer that missed a beat
  * would be silent; INT64_MAX: none) and *self_ms (how long ago this
  * rank's last beat got through; -1 never). */
-static int silent_look(struct kiln_heartbeat *h, int64_t quiet, struct kiln_hb_silent *out,
+static int silent_look(struct kiln_heartbeat *h, struct kiln_hb_silent *out,
 		       int max, int *peers, int64_t *late, int64_t *self_ms)
 {
 	int n = 0;
@@ -122,8 +160,12 @@ static int silent_look(struct kiln_heartbeat *h, int64_t quiet, struct kiln_hb_s
 	const int64_t now = mono_ms();
 	*self_ms = h->beaten ? now - h->beaten : -1;
 	for (int r = 0; r < h->world; r++) {
-		if (r == h->rank || h->count[r] < 0)
+		if (r == h->rank || h->count[r] < 0 || !h->limit[r])
 			continue;
+		/* its beats' gap, as this rank reads them: its period and
+		 * this rank's (the two differ with the heartbeats) */
+		const int64_t p = peer_period(h, r);
+		const int64_t quiet = p + h->period_ms + 500;
 		const int64_t age = now - h->moved[r];
 		++*peers;
 		/* (every silent peer counted, the first max named: past max
@@ -137,7 +179,7 @@ static int silent_look(struct kiln_heartbeat *h, int64_t quiet, struct kiln_hb_s
 				memcpy(out[n].host, h->host[r], sizeof out->host);
 			}
 			n++;
-		} else if (age > h->period_ms + 500 && quiet - age < *late) {
+		} else if (age > p + 500 && quiet - age < *late) {
 			*late = quiet - age;
 		}
 	}
@@ -164,12 +206,12 @@ int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, 
 	 * SILENT_WAIT_MS (a long heartbeat's beats are far apart: the failed
 	 * rank does not wait for them; the watchdog itself may end the rank
 	 * meanwhile, naming the peer). */
-	const int64_t quiet = 2 * (int64_t)h->period_ms + 500;
+	const int64_t quiet = 2 * (int64_t)h->period_ms + 500; /* (each peer's: silent_look) */
 	const int64_t end = mono_ms() + SILENT_WAIT_MS;
 	for (;;) {
 		int peers;
 		int64_t late;
-		const int n = silent_look(h, quiet, out, max, &peers, &late, self_ms);
+		const int n = silent_look(h, out, max, &peers, &late, self_ms);
 		/* its own beats late: this rank's side or the store's, it
 		 * cannot tell the peers'; every peer silent at once: not one
 		 * peer's doing (each said apart, session 32: both read "every
@@ -184,6 +226,46 @@ int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, 
 	}
 }
 
+#define FAIL_LOOK_MS 1000 /* how often the watchdog reads kiln/failed_rank */
+
+static int64_t mono_clock_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait ms on the condition variable (its clock monotonic), under the lock,
+ * until then or a quit. */
+static void wait_ms(struct kiln_heartbeat *h, int64_t ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	int64_t ns = ts.tv_nsec + ms * 1000000;
+	ts.tv_sec += (time_t)(ns / 1000000000);
+	ts.tv_nsec = (long)(ns % 1000000000);
+	while (!h->quit && pthread_cond_timedwait(&h->cond, &h->lock, &ts) != ETIMEDOUT)
+		;
+}
+
+/* Between beats: a peer that failed with its own error (kiln_dist_close
+ * posted kiln/failed_rank) ends this rank, naming it, within
+ * FAIL_LOOK_MS (at its counter's FAILED mark alone, a rank at
+ * heartbeat = 60 waited up to 15 s).  Returns 1 when it did. */
+static int failed_look(struct kiln_heartbeat *h)
+{
+	void *v = NULL;
+	int r = -1;
+	if (!kiln_store_check(h->q, "kiln/failed_rank", &v, NULL) && v)
+		r = atoi(v);
+	free(v);
+	if (r < 0 || r >= h->world || r == h->rank)
+		return 0;
+	kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
+			h->rank, h->world, r, h->host[r]);
+	return 1;
+}
+
 static void *heartbeat_main(void *arg)
 {
 	struct kiln_heartbeat *h = arg;
@@ -196,16 +278,24 @@ static void *heartbeat_main(void *arg)
 		pthread_mutex_lock(&h->lock);
 		if (stop)
 			break;
-		struct timespec ts;
 		/* a monotonic deadline (the condition variable's clock): a
 		 * wall-clock step back (NTP, chrony) held the beat for the
 		 * step's length, and the peers called this rank silent */
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		int64_t ns = ts.tv_nsec + (int64_t)h->period_ms * 1000000;
-		ts.tv_sec += (time_t)(ns / 1000000000);
-		ts.tv_nsec = (long)(ns % 1000000000);
-		while (!h->quit && pthread_cond_timedwait(&h->cond, &h->lock, &ts) != ETIMEDOUT)
-			;
+		const int64_t next = mono_clock_ms() + h->period_ms;
+		for (int64_t now; !h->quit && (now = mono_clock_ms()) < next;) {
+			/* a peer's failure is looked for every FAIL_LOOK_MS
+			 * between beats, which a long heartbeat spaces far */
+			wait_ms(h, next - now < FAIL_LOOK_MS ? next - now : FAIL_LOOK_MS);
+			if (!h->quit && mono_clock_ms() < next) {
+				pthread_mutex_unlock(&h->lock);
+				stop = failed_look(h);
+				pthread_mutex_lock(&h->lock);
+				if (stop)
+					break;
+			}
+		}
+		if (stop)
+			break;
 	}
 	pthread_mutex_unlock(&h->lock);
 	return NULL;
@@ -229,7 +319,8 @@ kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *ma
 	pthread_condattr_destroy(&ca);
 	if (!(h->count = calloc((size_t)env->world, sizeof *h->count)) ||
 	    !(h->moved = calloc((size_t)env->world, sizeof *h->moved)) ||
-	    !(h->host = calloc((size_t)env->world, sizeof *h->host))) {
+	    !(h->host = calloc((size_t)env->world, sizeof *h->host)) ||
+	    !(h->limit = calloc((size_t)env->world, sizeof *h->limit))) {
 		kiln_heartbeat_stop(h, 0);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
@@ -237,6 +328,8 @@ kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *ma
 	h->world = env->world;
 	h->limit_ms = (int)(heartbeat_s * 1000);
 	h->period_ms = h->limit_ms / 4 > 0 ? h->limit_ms / 4 : 1;
+	for (int r = 0; r < h->world; r++)
+		h->limit[r] = h->limit_ms; /* until read_hosts reads the peers' */
 	h->port = port;
 	snprintf(h->master, sizeof h->master, "%s", master);
 	if ((st = kiln_store_open_for(master, port, 0, -1, env->world, h->limit_ms,
@@ -281,5 +374,22 @@ void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished)
 	free(h->count);
 	free(h->moved);
 	free(h->host);
+	free(h->limit);
 	free(h);
+}
+
+kiln_status kiln_heartbeat_post(struct kiln_store *s, int rank, double heartbeat_s)
+{
+	char key[48], v[24];
+	const int ms = heartbeat_s > 0 ? (int)(heartbeat_s * 1000) : 0;
+	const int n = snprintf(v, sizeof v, "%d", ms);
+	snprintf(key, sizeof key, "kiln/hb_limit/%d", rank);
+	return kiln_store_set(s, key, v, (size_t)n);
+}
+
+void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank)
+{
+	char key[48];
+	snprintf(key, sizeof key, "kiln/hb/%d", rank);
+	kiln_store_add(s, key, -FAIL_MARK, NULL);
 }

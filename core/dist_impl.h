@@ -98,6 +98,8 @@ struct kiln_dist {
 			   * final (kiln_dist_explain), rank 0 still
 			   * leaves last (kiln_dist_close) */
 	int finished;     /* kiln_dist_finish met every rank */
+	int peer_blamed;  /* kiln_dist_explain blamed a peer, the store or the
+			   * communicator: no failure of this rank's own */
 	int run_clock;    /* kiln_run_clock_start succeeded (kiln_dist_close stops it) */
 	int joined;       /* this process completed the rendezvous: only
 			   * then is a failure of its the run's (a process
@@ -232,5 +234,13 @@ int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, 
 /* End the thread; finished: mark this rank done so its peers stop
  * watching it.  NULL: no-op. */
 void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished);
+/* Post this rank's [dist] heartbeat (kiln/hb_limit/RANK, ms, 0: off)
+ * before the config check: the peers' watchdogs judge its silence by it,
+ * the key being one that may differ between ranks. */
+kiln_status kiln_heartbeat_post(struct kiln_store *s, int rank, double heartbeat_s);
+/* Mark this rank's heartbeat counter FAILED (its own error, after the
+ * rendezvous): every peer's watchdog ends its rank at its next beat,
+ * naming this one (whatever this rank's own heartbeat, 0 included). */
+void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank);
 
 #endif

@@ -880,6 +880,16 @@ static void log_setup_times(double t0, const double at[8])
 		 at[5] - at[4], at[6] - at[5], at[7] - at[6]);
 }
 
+/* Every rank's data sets of the same sizes (kiln_dist_agree_sizes): the
+ * same config may read another node's other copy at the same path. */
+static kiln_status agree_sizes(struct trainer *t)
+{
+	static const char *const names[] = { "[data]", "[data.eval]", "[data.val]" };
+	const int64_t n[] = { t->training ? t->train.len : 0, t->test.len,
+			      t->have_val ? t->val.len : 0 };
+	return kiln_dist_agree_sizes(t->dist, names, n, 3);
+}
+
 kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 			 const struct kiln_registry *reg, const struct kiln_train_cfg *tc,
 			 int training, struct kiln_train_result *res)
@@ -894,7 +904,7 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 	t->t_start = kiln_now_s();
 	double at[8] = { 0 };
 	if ((st = read_config(t, tc)) || stamp(&at[0]) || (st = open_device(t)) || stamp(&at[1]) ||
-	    (st = open_sets(t)) || stamp(&at[2]) || (st = build_model(t)) || stamp(&at[3]) ||
+	    (st = open_sets(t)) || (st = agree_sizes(t)) || stamp(&at[2]) || (st = build_model(t)) || stamp(&at[3]) ||
 	    (st = alloc_buffers(t)) || stamp(&at[4]) || (training && (st = open_run(t))) ||
 	    stamp(&at[5]) || (st = open_loaders(t)) || stamp(&at[6]) ||
 	    (training && ((st = open_loop(t)) || (st = open_out_dir(t)))) || stamp(&at[7]))

@@ -48,18 +48,48 @@ static void *bump_main(void *arg)
 	return NULL;
 }
 
-/* A store for rank 0 of 3 in this process, with the peers' host names. */
-static struct kiln_heartbeat *watch(struct kiln_store **s0)
+/* A store for rank 0 of 3 in this process, with the peers' host names,
+ * and rank 0's watchdog at [dist] heartbeat = hb_s; lim1, lim2 >= 0: the
+ * heartbeats ranks 1 and 2 post (kiln_heartbeat_post; -1: none, as the
+ * watchdog's own is taken then). */
+static struct kiln_heartbeat *watch_at(struct kiln_store **s0, double hb_s, double lim1,
+				       double lim2)
 {
 	struct kiln_heartbeat *h;
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 5000, s0), KILN_OK);
 	const int port = kiln_store_port(*s0);
 	ck_assert_int_eq(kiln_store_set(*s0, "kiln/host/1", "node-one", 8), KILN_OK);
 	ck_assert_int_eq(kiln_store_set(*s0, "kiln/host/2", "node-two", 8), KILN_OK);
+	if (lim1 >= 0)
+		ck_assert_int_eq(kiln_heartbeat_post(*s0, 1, lim1), KILN_OK);
+	if (lim2 >= 0)
+		ck_assert_int_eq(kiln_heartbeat_post(*s0, 2, lim2), KILN_OK);
 	struct kiln_dist_env env = { .rank = 0, .world = 3, .master_addr = "127.0.0.1",
 				     .master_port = port, .source = "test" };
-	ck_assert_int_eq(kiln_heartbeat_start(&env, "127.0.0.1", port, 2.0, &h), KILN_OK);
+	ck_assert_int_eq(kiln_heartbeat_start(&env, "127.0.0.1", port, hb_s, &h), KILN_OK);
 	return h;
+}
+
+static struct kiln_heartbeat *watch(struct kiln_store **s0)
+{
+	return watch_at(s0, 2.0, -1, -1);
+}
+
+/* the watchdog's fatal reports (the host's handler ends the process) */
+static char fatal_msg[1024];
+static atomic_int fatal_calls;
+
+static void on_fatal(const char *msg)
+{
+	snprintf(fatal_msg, sizeof fatal_msg, "%s", msg);
+	atomic_fetch_add(&fatal_calls, 1);
+}
+
+static void fatal_reset(void)
+{
+	fatal_msg[0] = 0;
+	atomic_store(&fatal_calls, 0);
+	kiln_set_fatal_handler(on_fatal);
 }
 
 /* every peer beating: 0; rank 2 stopped: 1, named with its host from the
@@ -154,6 +184,58 @@ START_TEST(test_self_late)
 	kiln_heartbeat_stop(h, 0);
 	/* no watchdog */
 	ck_assert_int_eq(kiln_heartbeat_silent(NULL, out, 8, &period, &self), KILN_HB_OFF);
+}
+END_TEST
+
+/* [dist] heartbeat differing between ranks (session 34): this rank at 2 s
+ * judges rank 1, at 60 s (a beat every 15 s), by its 60 s, and rank 2, at
+ * 0 (no beats), not at all: neither silent 2.6 s on, no fatal report
+ * (before, both were "sent no heartbeat for 2.0 s") */
+START_TEST(test_peer_limits)
+{
+	struct kiln_store *s0;
+	struct kiln_hb_silent out[8];
+	int period = 0;
+	int64_t self = 0;
+	fatal_reset();
+	struct kiln_heartbeat *h = watch_at(&s0, 2.0, 60.0, 0.0);
+	ck_assert_int_eq(kiln_store_add(s0, "kiln/hb/1", 1, NULL), KILN_OK); /* its one beat */
+	usleep(2600 * 1000);
+	ck_assert_int_eq(kiln_heartbeat_silent(h, out, 8, &period, &self), 0);
+	ck_assert_int_eq(atomic_load(&fatal_calls), 0);
+	kiln_heartbeat_stop(h, 0);
+	kiln_store_close(s0);
+}
+END_TEST
+
+/* a peer that failed with its own error (kiln_dist_close): its posted
+ * kiln/failed_rank ends this rank within about a second, though a beat
+ * is 15 s away (heartbeat 60); its counter's FAILED mark alone at the
+ * next beat (heartbeat 2: 0.5 s); the message names it and its host */
+START_TEST(test_peer_failed)
+{
+	struct kiln_store *s0;
+	fatal_reset();
+	struct kiln_heartbeat *h = watch_at(&s0, 60.0, 60.0, 60.0);
+	usleep(300 * 1000);
+	ck_assert_int_eq(kiln_store_set(s0, "kiln/failed_rank", "2", 1), KILN_OK);
+	for (int i = 0; i < 30 && !atomic_load(&fatal_calls); i++)
+		usleep(100 * 1000);
+	ck_assert_int_eq(atomic_load(&fatal_calls), 1);
+	ck_assert_str_eq(fatal_msg, "rank 0 of 3: watchdog: rank 2 (host node-two) failed with its own error (its log says why); ending this rank");
+	kiln_heartbeat_stop(h, 0);
+	kiln_store_close(s0);
+
+	fatal_reset();
+	h = watch_at(&s0, 2.0, 2.0, 2.0);
+	usleep(300 * 1000);
+	kiln_heartbeat_mark_failed(s0, 1);
+	for (int i = 0; i < 15 && !atomic_load(&fatal_calls); i++)
+		usleep(100 * 1000);
+	ck_assert_int_eq(atomic_load(&fatal_calls), 1);
+	ck_assert_str_eq(fatal_msg, "rank 0 of 3: watchdog: rank 1 (host node-one) failed with its own error (its log says why); ending this rank");
+	kiln_heartbeat_stop(h, 0);
+	kiln_store_close(s0);
 }
 END_TEST
 
@@ -280,7 +362,8 @@ static Suite *make_heartbeat_suite(void)
 {
 	Suite *s = suite_create("heartbeat");
 	check_add_case(s, "heartbeat", 30, NULL, NULL, (const TTest *[]){
-		test_one_silent, test_all_silent, test_self_late, NULL });
+		test_one_silent, test_all_silent, test_self_late, test_peer_limits,
+		test_peer_failed, NULL });
 	check_add_case(s, "run_clock", 30, NULL, NULL, (const TTest *[]){
 		test_run_clock_stopped, test_run_clock_running, test_run_clock_start_stop, NULL });
 	return s;

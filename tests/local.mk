@@ -427,6 +427,9 @@ EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_suspend.sh tests/dist
 # bad training data under 2 ranks: the failing rank named, the skips summed
 TESTS += tests/dist_data.sh
 EXTRA_DIST += tests/dist_data.sh
+# ranks started by hand that differ: heartbeats, one's own failure, data sizes
+TESTS += tests/dist_rank_differ.sh
+EXTRA_DIST += tests/dist_rank_differ.sh
 # [plugin.cpu] async = auto: off for one process, on for each rank
 TESTS += tests/cpu_async.sh
 EXTRA_DIST += tests/cpu_async.sh
