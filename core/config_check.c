@@ -256,6 +256,37 @@ static kiln_status check_number(const struct kiln_key *k, const char *v, double 
 	return KILN_OK;
 }
 
+/* KILN_KEY_INTS: integers separated by commas, each in the key's range.
+ * An empty number ("1,", ",1", "1,,2") is refused: split by hand because
+ * strtok_r skips empty tokens, and "1," passed here as "1" while the conv
+ * layer read it as (1, 0). */
+static kiln_status check_ints(const struct kiln_key *k, const char *v)
+{
+	long long i;
+	char tok[64];
+	int count = 0;
+	for (const char *t = v;; t++) {
+		size_t len = strcspn(t, ",");
+		snprintf(tok, sizeof tok, "%.*s", (int)(len < sizeof tok ? len : sizeof tok - 1), t);
+		if (!tok[strspn(tok, " \t")]) {
+			if (!count && !t[len])
+				return kiln_error(KILN_ECONFIG, "'%s' is empty; expected integers like 1,28,28",
+						  k->name);
+			return kiln_error(KILN_ECONFIG, "'%s' = '%s': number %d is empty (expected integers separated by commas)",
+					  k->name, v, count + 1);
+		}
+		if (len >= sizeof tok || parse_number(tok, &i, NULL))
+			return kiln_error(KILN_ECONFIG, "'%s' = '%s': '%s' is not an integer",
+					  k->name, v, tok);
+		if (check_number(k, v, (double)i))
+			return KILN_ECONFIG;
+		count++;
+		t += len;
+		if (!*t)
+			return KILN_OK;
+	}
+}
+
 static kiln_status check_value(const struct kiln_key *k, const char *v)
 {
 	long long i;
@@ -295,24 +326,8 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 					  k->choices, kiln_suggest_choice(v, k->choices, sug, sizeof sug));
 		}
 		return KILN_OK;
-	case KILN_KEY_INTS: {
-		char buf[4096];
-		snprintf(buf, sizeof buf, "%s", v);
-		char *save = NULL;
-		int count = 0;
-		for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-			if (parse_number(t, &i, NULL))
-				return kiln_error(KILN_ECONFIG, "'%s' = '%s': '%s' is not an integer",
-						  k->name, v, t);
-			if (check_number(k, v, (double)i))
-				return KILN_ECONFIG;
-			count++;
-		}
-		if (!count)
-			return kiln_error(KILN_ECONFIG, "'%s' is empty; expected integers like 1,28,28",
-					  k->name);
-		return KILN_OK;
-	}
+	case KILN_KEY_INTS:
+		return check_ints(k, v);
 	}
 	return kiln_error(KILN_EINTERNAL, "key '%s' has unknown type %d", k->name, k->type);
 }
