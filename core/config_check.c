@@ -373,6 +373,23 @@ const char *kiln_config_unset_note(const struct kiln_config *cfg, const char *se
 	return buf;
 }
 
+/* [train] milestones as kiln_parse_milestones read it (n: its result). */
+static kiln_status check_milestones(const char *v, int n)
+{
+	static const char *const why[] = {
+		[-KILN_MILESTONES_FORM] = "holds something other than whole numbers >= 0",
+		[-KILN_MILESTONES_EMPTY] = "has a comma with no number before or after it",
+		[-KILN_MILESTONES_RANGE] = "holds a number out of range (at most 9223372036854775807)",
+		[-KILN_MILESTONES_ORDER] = "is not in order (each step count at least the one before)",
+		[-KILN_MILESTONES_MANY] = "has too many step counts",
+	};
+	if (n >= 0)
+		return KILN_OK;
+	return kiln_error(KILN_ECONFIG, "'milestones' = '%s' %s; expected up to %d step counts in order, e.g. `3000, 6000`",
+			  v, -n < (int)KILN_ARRAY_LEN(why) && why[-n] ? why[-n] : "is not a list of step counts",
+			  KILN_MAX_MILESTONES);
+}
+
 /* Values of a form the schema's types cannot say, checked by the parser
  * their reader uses, so `kiln config` refuses what training would
  * (it said OK to size = 8x8 and milestones = 6000, 3000 before session 31). */
@@ -386,10 +403,8 @@ static kiln_status check_parsed(const char *section, const struct entry *e)
 	    kiln_xform_parse_size(e->value, &h, &w))
 		return kiln_error(KILN_ECONFIG, "'size' = '%s' is not H W or N (pixels, 1 to 65536)",
 				  e->value);
-	if (!strcmp(section, "train") && !strcmp(e->key, "milestones") &&
-	    kiln_parse_milestones(e->value, m) < 0)
-		return kiln_error(KILN_ECONFIG, "'milestones' = '%s' is not up to %d ascending step counts, e.g. `3000, 6000`",
-				  e->value, KILN_MAX_MILESTONES);
+	if (!strcmp(section, "train") && !strcmp(e->key, "milestones"))
+		return check_milestones(e->value, kiln_parse_milestones(e->value, m));
 	return KILN_OK;
 }
 

@@ -164,12 +164,25 @@ for kv in "data.workers=autoo:'workers' = 'autoo' is not an integer or one of au
 	"train.recompute=-1:'recompute' = -1 is out of range [1, 1024]" \
 	"run.infer_block=x:'infer_block' = 'x' is not an integer or one of auto" \
 	"data.size=8x8:'size' = '8x8' is not H W or N (pixels, 1 to 65536)" \
-	"train.milestones=6000, 3000:'milestones' = '6000, 3000' is not up to 12 ascending step counts"; do
+	"train.milestones=6000, 3000:'milestones' = '6000, 3000' is not in order (each step count at least the one before)" \
+	"train.milestones=,,,:'milestones' = ',,,' has a comma with no number before or after it" \
+	"train.milestones=3000,:'milestones' = '3000,' has a comma with no number before or after it" \
+	"train.milestones=99999999999999999999:'milestones' = '99999999999999999999' holds a number out of range"; do
 	kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" "${kv%%:*}"
 	stderr_has "command line '${kv%%:*}': in [${kv%%.*}]: ${kv#*:}"
 done
 kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.workers=auto train.recompute=none run.infer_block=0 \
-	"data.size=8 9" "train.milestones=3000, 6000"
+	"data.size=8 9" "train.milestones=3000, 6000" "train.milestones=3000, 3000"
+
+# a pair key with an empty number (before session 34 "1," was (1, 0) and
+# ",1" (0, 1), and kiln config said OK): refused, naming the key
+conv="layer.c1.type=conv layer.c1.out=4 layer.c1.kernel=3"
+for kv in "padding=1,:number 2" "padding=,1:number 1" "padding=1,,2:number 2" "stride=2,:number 2"; do
+	kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" $conv "layer.c1.${kv%%:*}"
+	v=${kv%%:*}
+	stderr_has "command line 'layer.c1.$v': in [layer.c1]: '${v%%=*}' = '${v#*=}': ${kv#*:} is empty (expected integers separated by commas)"
+done
+kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" $conv "layer.c1.padding=1, 2"
 
 # options that would be ignored: refused (before session 31 the last of a
 # value option given twice won, and these combinations did nothing)
