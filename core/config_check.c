@@ -213,6 +213,29 @@ static int parse_number(const char *v, long long *iout, double *fout)
 	return 0;
 }
 
+static int bounded(const struct kiln_key *k)
+{
+	return k->min != 0 || k->max != 0;
+}
+
+/* 1 when v is written as a whole number but does not fit int64 (parse_number
+ * refuses it: "9223372036854775808" was "not an integer" before session 34). */
+static int int_too_big(const char *v)
+{
+	while (isspace((unsigned char)*v))
+		v++;
+	errno = 0;
+	return decimal_syntax(v, 0) && (strtoll(v, NULL, 10), errno == ERANGE);
+}
+
+static kiln_status out_of_range(const struct kiln_key *k, const char *v)
+{
+	if (bounded(k))
+		return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range [%.15g, %.15g]", k->name, v,
+				  k->min, k->max);
+	return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range (a 64-bit integer)", k->name, v);
+}
+
 static int parse_bool(const char *v, int *out)
 {
 	static const char *const yes[] = { "1", "true", "yes", "on" };
@@ -243,16 +266,10 @@ static int in_choices(const char *choices, const char *v)
 	return 0;
 }
 
-static int bounded(const struct kiln_key *k)
-{
-	return k->min != 0 || k->max != 0;
-}
-
 static kiln_status check_number(const struct kiln_key *k, const char *v, double x)
 {
 	if (bounded(k) && (x < k->min || x > k->max))
-		return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range [%.15g, %.15g]", k->name, v,
-				  k->min, k->max);
+		return out_of_range(k, v);
 	return KILN_OK;
 }
 
@@ -304,6 +321,8 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 	case KILN_KEY_INT:
 		if (k->choices && in_choices(k->choices, v))
 			return KILN_OK;
+		if (parse_number(v, &i, NULL) && int_too_big(v))
+			return out_of_range(k, v);
 		if (parse_number(v, &i, NULL))
 			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not an integer%s%s", k->name, v,
 					  k->choices ? " or one of " : "", k->choices ? k->choices : "");
