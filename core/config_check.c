@@ -96,31 +96,49 @@ static const struct {
 	{ "vocab_size", "vocab" },
 };
 
-static const char *valid_key(const char *name, const struct kiln_key *a, const struct kiln_key *b)
+/* The key tables a suggestion for section s draws from, NULL-terminated:
+ * its own (base, ext) and, for [train], every built-in optimizer's, which
+ * [train] accepts whatever the optimizer ("bata1" with sgd: 'beta1', not
+ * 'batch', before session 34). */
+static void suggest_tables(const char *s, const struct kiln_key *base, const struct kiln_key *ext,
+			   const struct kiln_key *t[8])
 {
-	const struct kiln_key *k = find_key(a, name);
-	k = k ? k : find_key(b, name);
-	return k ? k->name : NULL;
+	int n = 0;
+	t[n++] = base;
+	if (ext)
+		t[n++] = ext;
+	for (int i = 0; !strcmp(s, "train") && kiln_builtin_optims[i] && n < 7; i++)
+		t[n++] = kiln_builtin_optims[i]->keys;
+	t[n] = NULL;
 }
 
-/* The suggestion for an unknown key among the keys of a and b: a known
+static const char *valid_key(const char *name, const struct kiln_key *const *t)
+{
+	for (; *t; t++) {
+		const struct kiln_key *k = find_key(*t, name);
+		if (k)
+			return k->name;
+	}
+	return NULL;
+}
+
+/* The suggestion for an unknown key among the keys of tables t: a known
  * alias; else a valid key one edit away (a typo); else the longest valid
  * key the word starts with, followed by '_' ("lr_rate", "batch_size");
  * else the closest key within half the word's length. */
-static void suggest(const char *word, const struct kiln_key *a, const struct kiln_key *b,
-		    char *out, size_t n)
+static void suggest(const char *word, const struct kiln_key *const *t, char *out, size_t n)
 {
 	const char *best = NULL, *prefix = NULL;
 	int bd = 1 << 30;
 	out[0] = 0;
 	for (size_t i = 0; i < KILN_ARRAY_LEN(key_aliases); i++)
 		if (!strcasecmp(word, key_aliases[i].alias) &&
-		    (best = valid_key(key_aliases[i].key, a, b))) {
+		    (best = valid_key(key_aliases[i].key, t))) {
 			snprintf(out, n, "; did you mean '%s'?", best);
 			return;
 		}
-	for (int pass = 0; pass < 2; pass++)
-		for (const struct kiln_key *k = pass ? b : a; k && k->name; k++) {
+	for (; *t; t++)
+		for (const struct kiln_key *k = *t; k->name; k++) {
 			int d = kiln_edit_distance(word, k->name);
 			size_t kl = strlen(k->name);
 			if (d < bd || (d == bd && kl < strlen(best))) {
@@ -140,6 +158,28 @@ static void suggest(const char *word, const struct kiln_key *a, const struct kil
 		best = NULL;
 	if (best)
 		snprintf(out, n, "; did you mean '%s'?", best);
+}
+
+/* "; 'seed' is a key of [run]" when fixed sections other than `section`
+ * have the key (a key in the wrong section: [train] seed, data.lr), into
+ * out; "" when none do.  [data.eval] and [data.val] are named only where
+ * [data] is not. */
+static void other_sections(const char *section, const char *key, char *out, size_t n)
+{
+	char secs[160] = "";
+	size_t off = 0;
+	const char *name;
+	out[0] = 0;
+	for (int i = 0; (name = kiln_schema_fixed_name(i, NULL)) && off < sizeof secs; i++) {
+		const struct kiln_key *k = find_key(kiln_config_schema(name), key);
+		if (!k && !strcmp(name, "train"))
+			k = kiln_optim_any_key(key);
+		if (!k || !strcmp(name, section) || (is_prefixed(name, "data.") && strstr(secs, "[data]")))
+			continue;
+		off += (size_t)snprintf(secs + off, sizeof secs - off, "%s[%s]", off ? " or " : "", name);
+	}
+	if (off)
+		snprintf(out, n, "; '%s' is a key of %s", key, secs);
 }
 
 static void list_keys(const struct kiln_key *a, const struct kiln_key *b, char *out, size_t n)
@@ -533,10 +573,14 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 					     !strcmp(s->name, "data") || !strcmp(s->name, "data.eval") ||
 					     !strcmp(s->name, "data.val")))
 					continue; /* checked once the registry is known */
-				suggest(e->key, base, ext, sug, sizeof sug);
+				const struct kiln_key *t[8];
+				char other[200];
+				suggest_tables(s->name, base, ext, t);
+				suggest(e->key, t, sug, sizeof sug);
+				other_sections(s->name, e->key, other, sizeof other);
 				list_keys(base, ext, list, sizeof list);
-				return kiln_error(KILN_ECONFIG, "%s: unknown key '%s' in [%s]%s (valid keys: %s)",
-						  e->where, e->key, s->name, sug, list);
+				return kiln_error(KILN_ECONFIG, "%s: unknown key '%s' in [%s]%s%s (valid keys: %s)",
+						  e->where, e->key, s->name, sug, other, list);
 			}
 			if (unset_override(s, j, k)) {
 				j--;

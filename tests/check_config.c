@@ -347,6 +347,25 @@ START_TEST(err_unknown_key)
 }
 END_TEST
 
+/* A key of another section names the section (before session 34 nothing:
+ * [train] seed, [run] batch); a typo of another optimizer's [train] key
+ * is that key ('bata1' suggested 'batch' with sgd, though [train] takes
+ * beta1 whatever the optimizer). */
+START_TEST(err_unknown_key_other_section)
+{
+	expect_fail("[train]\nseed = 1\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'seed' in [train]; 'seed' is a key of [run] (valid keys:", NULL);
+	expect_fail("[run]\nbatch = 2\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'batch' in [run]; 'batch' is a key of [train] (valid keys:", NULL);
+	expect_fail("[run]\nbeta1 = 0.8\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'beta1' in [run]; 'beta1' is a key of [train] (valid keys:", NULL);
+	expect_fail("[train]\nsize = 8\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'size' in [train]; 'size' is a key of [data] (valid keys:", NULL);
+	expect_fail("[train]\noptimizer = sgd\nbata1 = 0.9\n", KILN_ECONFIG,
+		    "t.ini:3: unknown key 'bata1' in [train]; did you mean 'beta1'? (valid keys:", NULL);
+}
+END_TEST
+
 /* A key that starts with a valid key and a '_' is most likely that key. */
 START_TEST(err_unknown_key_suggests_prefix)
 {
@@ -1215,7 +1234,7 @@ Suite *make_config_suite(void)
 	check_add_case(s, "errors", 0, NULL, NULL, (const TTest *[]){
 		err_syntax, err_first_error_wins, err_key_outside_section, err_duplicate_section,
 		err_duplicate_key, err_bad_section_name, err_empty_key, err_unknown_section,
-		err_unknown_key, err_unknown_key_suggests_prefix, err_unknown_key_suggests_alias,
+		err_unknown_key, err_unknown_key_other_section, err_unknown_key_suggests_prefix, err_unknown_key_suggests_alias,
 		err_wrong_types, err_out_of_range,
 		err_file, err_typo_files, err_wrap_once, err_long_keeps_cause, NULL });
 
