@@ -112,5 +112,11 @@ int cli_opt_int(int argc, char **argv, int *i, const char *name, long long lo, l
  * 'A'" for one that starts with '-', else "unexpected argument 'A'".  The
  * caller prints its usage after it. */
 void cli_bad_arg(const char *a);
+/* As cli_bad_arg for argv[i], in the words of the command's `usage`: an
+ * override to a command that takes none says so; `--flag=V` for a flag of
+ * the usage "takes no value"; an option of the usage before FILE says FILE
+ * comes first; an unknown option lists the usage's options.  The caller
+ * prints its usage after it. */
+void cli_bad_arg_usage(int argc, char **argv, int i, const char *usage);
 
 #endif

@@ -11,12 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* (the lines cli_bad_arg_usage reads the options from) */
+static const char export_usage_lines[] =
+	"usage: kiln export CONFIG --safetensors FILE [--format pytorch|gpt2] [--checkpoint CKPT]\n"
+	"                   [section.key=value ...]\n"
+	"       kiln export CONFIG --onnx FILE [--checkpoint CKPT | --quantized Q]\n"
+	"                   [section.key=value ...]\n";
+
 static void export_usage(FILE *f)
 {
-	fprintf(f, "usage: kiln export CONFIG --safetensors FILE [--format pytorch|gpt2] [--checkpoint CKPT]\n"
-		   "                   [section.key=value ...]\n"
-		   "       kiln export CONFIG --onnx FILE [--checkpoint CKPT | --quantized Q]\n"
-		   "                   [section.key=value ...]\n\n"
+	fprintf(f, "%s\n"
 		   "Build the model CONFIG describes (the sample shape comes from the checkpoint, else\n"
 		   "from its [data] source; a [data] that differs is warned of),\n"
 		   "load the weights of its run and write every parameter and buffer to FILE as\n"
@@ -43,7 +47,7 @@ static void export_usage(FILE *f)
 		   "initial ones `kiln train` starts from ([run] seed, then [model] init_from).\n"
 		   "FILE must not be CONFIG, CKPT, Q, [model] init_from or any kiln checkpoint\n"
 		   "(exit 2, nothing written); it is written whole or not at all.\n"
-		   "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
+		   "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n", export_usage_lines);
 }
 
 int cmd_export(int argc, char **argv)
@@ -54,7 +58,7 @@ int cmd_export(int argc, char **argv)
 	}
 	if (argc < 2 || argv[1][0] == '-') {
 		if (argc >= 2)
-			cli_bad_arg(argv[1]);
+			cli_bad_arg_usage(argc, argv, 1, export_usage_lines);
 		export_usage(stderr);
 		return 2;
 	}
@@ -80,7 +84,7 @@ int cmd_export(int argc, char **argv)
 				return 2;
 			}
 		} else if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
-			cli_bad_arg(argv[i]);
+			cli_bad_arg_usage(argc, argv, i, export_usage_lines);
 			export_usage(stderr);
 			free(over);
 			return 2;

@@ -72,7 +72,7 @@ static int gen_args(int argc, char **argv, struct gen_opts *o, char **over, int 
 			if (r < 0 || (temp && num_arg("--temperature", temp, 0, 1e6, &o->s.temperature)))
 				return -1;
 		} else if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
-			cli_bad_arg(argv[i]);
+			cli_bad_arg_usage(argc, argv, i, cmd_generate_usage);
 			return -1;
 		} else {
 			over[(*n_over)++] = argv[i];
@@ -174,7 +174,7 @@ int cmd_generate(int argc, char **argv)
 {
 	if (argc < 2 || argv[1][0] == '-') {
 		if (argc >= 2)
-			cli_bad_arg(argv[1]);
+			cli_bad_arg_usage(argc, argv, 1, cmd_generate_usage);
 		fputs(cmd_generate_usage, stderr);
 		return 2;
 	}

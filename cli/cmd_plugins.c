@@ -44,7 +44,7 @@ int cmd_plugins(int argc, char **argv)
 		if (r < 0)
 			return 2;
 		if (!r) {
-			cli_bad_arg(argv[i]);
+			cli_bad_arg_usage(argc, argv, i, cmd_plugins_usage);
 			fputs(cmd_plugins_usage, stderr);
 			return 2;
 		}

@@ -90,7 +90,7 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 		} else if (!strcmp(a, "--no-fold")) {
 			o->no_fold = 1;
 		} else if (a[0] == '-') {
-			cli_bad_arg(a);
+			cli_bad_arg_usage(argc, argv, i, cmd_predict_usage);
 			return -1;
 		} else if (strchr(a, '=') && stat(a, &sb) != 0) {
 			over[(*n_over)++] = argv[i];
@@ -427,7 +427,7 @@ int cmd_predict(int argc, char **argv)
 {
 	if (argc < 2 || argv[1][0] == '-') {
 		if (argc >= 2)
-			cli_bad_arg(argv[1]);
+			cli_bad_arg_usage(argc, argv, 1, cmd_predict_usage);
 		fputs(cmd_predict_usage, stderr);
 		return 2;
 	}

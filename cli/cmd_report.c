@@ -273,7 +273,7 @@ int cmd_report(int argc, char **argv)
 		if (argv[i][0] != '-' && !dir)
 			dir = argv[i];
 		else {
-			cli_bad_arg(argv[i]);
+			cli_bad_arg_usage(argc, argv, i, cmd_report_usage);
 			fputs(cmd_report_usage, stderr);
 			return 2;
 		}

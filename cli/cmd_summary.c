@@ -29,7 +29,7 @@ static int64_t batch_arg(int argc, char **argv)
 		if (r < 0)
 			return -1;
 		if (!r && (argv[i][0] == '-' || !strchr(argv[i], '='))) {
-			cli_bad_arg(argv[i]);
+			cli_bad_arg_usage(argc, argv, i, cmd_summary_usage);
 			fputs(cmd_summary_usage, stderr);
 			return -1;
 		}
@@ -41,7 +41,7 @@ int cmd_summary(int argc, char **argv)
 {
 	if (argc < 2 || argv[1][0] == '-') {
 		if (argc >= 2)
-			cli_bad_arg(argv[1]);
+			cli_bad_arg_usage(argc, argv, 1, cmd_summary_usage);
 		fputs(cmd_summary_usage, stderr);
 		return 2;
 	}

@@ -5,6 +5,7 @@
 
 #include "../plugins/common/spin_rule.h" /* common_omp_env_defaults */
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -125,11 +126,82 @@ void cli_bad_arg(const char *a)
 		fprintf(stderr, "kiln: error: unexpected argument '%s' (overrides look like train.lr=0.1)\n", a);
 }
 
+/* How `usage` names option a[0..n): 0 not at all, 1 with a value
+ * ("--batch N", "--store raw|jpeg|png"), 2 as a flag ("[--fold]",
+ * "--resume | --overwrite", "--doc" alone on its line). */
+static int usage_option(const char *usage, const char *a, size_t n)
+{
+	for (const char *p = strstr(usage, "-"); p; p = strstr(p + 1, "-")) {
+		if (strncmp(p, a, n) || (p > usage && !strchr("[ |", p[-1])) ||
+		    isalnum((unsigned char)p[n]) || p[n] == '-' || p[n] == '_')
+			continue;
+		return p[n] == ' ' && p[n + 1] && !strchr("[|-\n", p[n + 1]) ? 1 : 2;
+	}
+	return 0;
+}
+
+/* The options `usage` names, "--batch, --path", into out ("" when none). */
+static void usage_options(const char *usage, char *out, size_t n)
+{
+	size_t off = 0;
+	out[0] = 0;
+	for (const char *p = strstr(usage, "-"); p && off < n; p = strstr(p + 1, "-")) {
+		size_t len = strspn(p, "-abcdefghijklmnopqrstuvwxyz0123456789");
+		if ((p > usage && !strchr("[ |", p[-1])) || len < 2)
+			continue;
+		char name[64];
+		snprintf(name, sizeof name, "%.*s", (int)len, p);
+		const char *seen = strstr(out, name);
+		if (seen && (seen[len] == 0 || seen[len] == ','))
+			continue;
+		off += (size_t)snprintf(out + off, n - off, "%s%s", off ? ", " : "", name);
+		p += len - 1;
+	}
+}
+
+void cli_bad_arg_usage(int argc, char **argv, int i, const char *usage)
+{
+	const char *a = argv[i], *eq = strchr(a, '=');
+	const char *cmd = strstr(usage, "kiln "), *end = cmd ? cmd + 5 + strcspn(cmd + 5, " \n") : NULL;
+	const int cl = cmd ? (int)(end - cmd) : 0; /* "kiln summary" */
+	const char *file = end && *end == ' ' ? end + 1 : ""; /* "FILE", "RUN_DIR" */
+	const int fl = (int)strcspn(file, " \n[");
+	char opts[400], standalone[96];
+	if (a[0] != '-') {
+		if (eq && !strstr(usage, "section.key=value"))
+			fprintf(stderr, "kiln: error: unexpected argument '%s': %.*s takes no section.key=value overrides\n",
+				a, cl, cmd);
+		else
+			cli_bad_arg(a);
+		return;
+	}
+	const size_t n = eq ? (size_t)(eq - a) : strlen(a);
+	const int kind = usage_option(usage, a, n);
+	snprintf(standalone, sizeof standalone, "%.*s %.*s\n", cl, cmd, (int)n, a);
+	if (kind == 2 && eq)
+		fprintf(stderr, "kiln: error: %.*s takes no value ('%s')\n", (int)n, a, a);
+	else if (kind && i == 1 && argc > 2 && cl && strstr(usage, standalone))
+		fprintf(stderr, "kiln: error: %.*s %s takes no other argument ('%s')\n", cl, cmd, a,
+			argv[2]);
+	else if (kind && i == 1 && fl && fl < 20 && cl)
+		fprintf(stderr, "kiln: error: option '%s' before %.*s: %.*s takes %.*s first (usage below)\n",
+			a, fl, file, cl, cmd, fl, file);
+	else if (kind)
+		fprintf(stderr, "kiln: error: option '%s' is not taken here (usage below)\n", a);
+	else {
+		usage_options(usage, opts, sizeof opts);
+		if (*opts)
+			fprintf(stderr, "kiln: error: unknown option '%s' (%.*s takes %s)\n", a, cl, cmd, opts);
+		else
+			fprintf(stderr, "kiln: error: unknown option '%s' (%.*s takes no options)\n", a, cl, cmd);
+	}
+}
+
 int cli_args_ok(int argc, char **argv, const char *usage)
 {
 	for (int i = 1; i < argc; i++)
 		if (argv[i][0] == '-' || (i > 1 && !strchr(argv[i], '='))) {
-			cli_bad_arg(argv[i]);
+			cli_bad_arg_usage(argc, argv, i, usage);
 			fputs(usage, stderr);
 			return 0;
 		}

@@ -96,31 +96,49 @@ static const struct {
 	{ "vocab_size", "vocab" },
 };
 
-static const char *valid_key(const char *name, const struct kiln_key *a, const struct kiln_key *b)
+/* The key tables a suggestion for section s draws from, NULL-terminated:
+ * its own (base, ext) and, for [train], every built-in optimizer's, which
+ * [train] accepts whatever the optimizer ("bata1" with sgd: 'beta1', not
+ * 'batch', before session 34). */
+static void suggest_tables(const char *s, const struct kiln_key *base, const struct kiln_key *ext,
+			   const struct kiln_key *t[8])
 {
-	const struct kiln_key *k = find_key(a, name);
-	k = k ? k : find_key(b, name);
-	return k ? k->name : NULL;
+	int n = 0;
+	t[n++] = base;
+	if (ext)
+		t[n++] = ext;
+	for (int i = 0; !strcmp(s, "train") && kiln_builtin_optims[i] && n < 7; i++)
+		t[n++] = kiln_builtin_optims[i]->keys;
+	t[n] = NULL;
 }
 
-/* The suggestion for an unknown key among the keys of a and b: a known
+static const char *valid_key(const char *name, const struct kiln_key *const *t)
+{
+	for (; *t; t++) {
+		const struct kiln_key *k = find_key(*t, name);
+		if (k)
+			return k->name;
+	}
+	return NULL;
+}
+
+/* The suggestion for an unknown key among the keys of tables t: a known
  * alias; else a valid key one edit away (a typo); else the longest valid
  * key the word starts with, followed by '_' ("lr_rate", "batch_size");
  * else the closest key within half the word's length. */
-static void suggest(const char *word, const struct kiln_key *a, const struct kiln_key *b,
-		    char *out, size_t n)
+static void suggest(const char *word, const struct kiln_key *const *t, char *out, size_t n)
 {
 	const char *best = NULL, *prefix = NULL;
 	int bd = 1 << 30;
 	out[0] = 0;
 	for (size_t i = 0; i < KILN_ARRAY_LEN(key_aliases); i++)
 		if (!strcasecmp(word, key_aliases[i].alias) &&
-		    (best = valid_key(key_aliases[i].key, a, b))) {
+		    (best = valid_key(key_aliases[i].key, t))) {
 			snprintf(out, n, "; did you mean '%s'?", best);
 			return;
 		}
-	for (int pass = 0; pass < 2; pass++)
-		for (const struct kiln_key *k = pass ? b : a; k && k->name; k++) {
+	for (; *t; t++)
+		for (const struct kiln_key *k = *t; k->name; k++) {
 			int d = kiln_edit_distance(word, k->name);
 			size_t kl = strlen(k->name);
 			if (d < bd || (d == bd && kl < strlen(best))) {
@@ -140,6 +158,28 @@ static void suggest(const char *word, const struct kiln_key *a, const struct kil
 		best = NULL;
 	if (best)
 		snprintf(out, n, "; did you mean '%s'?", best);
+}
+
+/* "; 'seed' is a key of [run]" when fixed sections other than `section`
+ * have the key (a key in the wrong section: [train] seed, data.lr), into
+ * out; "" when none do.  [data.eval] and [data.val] are named only where
+ * [data] is not. */
+static void other_sections(const char *section, const char *key, char *out, size_t n)
+{
+	char secs[160] = "";
+	size_t off = 0;
+	const char *name;
+	out[0] = 0;
+	for (int i = 0; (name = kiln_schema_fixed_name(i, NULL)) && off < sizeof secs; i++) {
+		const struct kiln_key *k = find_key(kiln_config_schema(name), key);
+		if (!k && !strcmp(name, "train"))
+			k = kiln_optim_any_key(key);
+		if (!k || !strcmp(name, section) || (is_prefixed(name, "data.") && strstr(secs, "[data]")))
+			continue;
+		off += (size_t)snprintf(secs + off, sizeof secs - off, "%s[%s]", off ? " or " : "", name);
+	}
+	if (off)
+		snprintf(out, n, "; '%s' is a key of %s", key, secs);
 }
 
 static void list_keys(const struct kiln_key *a, const struct kiln_key *b, char *out, size_t n)
@@ -213,6 +253,29 @@ static int parse_number(const char *v, long long *iout, double *fout)
 	return 0;
 }
 
+static int bounded(const struct kiln_key *k)
+{
+	return k->min != 0 || k->max != 0;
+}
+
+/* 1 when v is written as a whole number but does not fit int64 (parse_number
+ * refuses it: "9223372036854775808" was "not an integer" before session 34). */
+static int int_too_big(const char *v)
+{
+	while (isspace((unsigned char)*v))
+		v++;
+	errno = 0;
+	return decimal_syntax(v, 0) && (strtoll(v, NULL, 10), errno == ERANGE);
+}
+
+static kiln_status out_of_range(const struct kiln_key *k, const char *v)
+{
+	if (bounded(k))
+		return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range [%.15g, %.15g]", k->name, v,
+				  k->min, k->max);
+	return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range (a 64-bit integer)", k->name, v);
+}
+
 static int parse_bool(const char *v, int *out)
 {
 	static const char *const yes[] = { "1", "true", "yes", "on" };
@@ -243,17 +306,42 @@ static int in_choices(const char *choices, const char *v)
 	return 0;
 }
 
-static int bounded(const struct kiln_key *k)
-{
-	return k->min != 0 || k->max != 0;
-}
-
 static kiln_status check_number(const struct kiln_key *k, const char *v, double x)
 {
 	if (bounded(k) && (x < k->min || x > k->max))
-		return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range [%.15g, %.15g]", k->name, v,
-				  k->min, k->max);
+		return out_of_range(k, v);
 	return KILN_OK;
+}
+
+/* KILN_KEY_INTS: integers separated by commas, each in the key's range.
+ * An empty number ("1,", ",1", "1,,2") is refused: split by hand because
+ * strtok_r skips empty tokens, and "1," passed here as "1" while the conv
+ * layer read it as (1, 0). */
+static kiln_status check_ints(const struct kiln_key *k, const char *v)
+{
+	long long i;
+	char tok[64];
+	int count = 0;
+	for (const char *t = v;; t++) {
+		size_t len = strcspn(t, ",");
+		snprintf(tok, sizeof tok, "%.*s", (int)(len < sizeof tok ? len : sizeof tok - 1), t);
+		if (!tok[strspn(tok, " \t")]) {
+			if (!count && !t[len])
+				return kiln_error(KILN_ECONFIG, "'%s' is empty; expected integers like 1,28,28",
+						  k->name);
+			return kiln_error(KILN_ECONFIG, "'%s' = '%s': number %d is empty (expected integers separated by commas)",
+					  k->name, v, count + 1);
+		}
+		if (len >= sizeof tok || parse_number(tok, &i, NULL))
+			return kiln_error(KILN_ECONFIG, "'%s' = '%s': '%s' is not an integer",
+					  k->name, v, tok);
+		if (check_number(k, v, (double)i))
+			return KILN_ECONFIG;
+		count++;
+		t += len;
+		if (!*t)
+			return KILN_OK;
+	}
 }
 
 static kiln_status check_value(const struct kiln_key *k, const char *v)
@@ -273,6 +361,8 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 	case KILN_KEY_INT:
 		if (k->choices && in_choices(k->choices, v))
 			return KILN_OK;
+		if (parse_number(v, &i, NULL) && int_too_big(v))
+			return out_of_range(k, v);
 		if (parse_number(v, &i, NULL))
 			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not an integer%s%s", k->name, v,
 					  k->choices ? " or one of " : "", k->choices ? k->choices : "");
@@ -295,24 +385,8 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 					  k->choices, kiln_suggest_choice(v, k->choices, sug, sizeof sug));
 		}
 		return KILN_OK;
-	case KILN_KEY_INTS: {
-		char buf[4096];
-		snprintf(buf, sizeof buf, "%s", v);
-		char *save = NULL;
-		int count = 0;
-		for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-			if (parse_number(t, &i, NULL))
-				return kiln_error(KILN_ECONFIG, "'%s' = '%s': '%s' is not an integer",
-						  k->name, v, t);
-			if (check_number(k, v, (double)i))
-				return KILN_ECONFIG;
-			count++;
-		}
-		if (!count)
-			return kiln_error(KILN_ECONFIG, "'%s' is empty; expected integers like 1,28,28",
-					  k->name);
-		return KILN_OK;
-	}
+	case KILN_KEY_INTS:
+		return check_ints(k, v);
 	}
 	return kiln_error(KILN_EINTERNAL, "key '%s' has unknown type %d", k->name, k->type);
 }
@@ -358,6 +432,23 @@ const char *kiln_config_unset_note(const struct kiln_config *cfg, const char *se
 	return buf;
 }
 
+/* [train] milestones as kiln_parse_milestones read it (n: its result). */
+static kiln_status check_milestones(const char *v, int n)
+{
+	static const char *const why[] = {
+		[-KILN_MILESTONES_FORM] = "holds something other than whole numbers >= 0",
+		[-KILN_MILESTONES_EMPTY] = "has a comma with no number before or after it",
+		[-KILN_MILESTONES_RANGE] = "holds a number out of range (at most 9223372036854775807)",
+		[-KILN_MILESTONES_ORDER] = "is not in order (each step count at least the one before)",
+		[-KILN_MILESTONES_MANY] = "has too many step counts",
+	};
+	if (n >= 0)
+		return KILN_OK;
+	return kiln_error(KILN_ECONFIG, "'milestones' = '%s' %s; expected up to %d step counts in order, e.g. `3000, 6000`",
+			  v, -n < (int)KILN_ARRAY_LEN(why) && why[-n] ? why[-n] : "is not a list of step counts",
+			  KILN_MAX_MILESTONES);
+}
+
 /* Values of a form the schema's types cannot say, checked by the parser
  * their reader uses, so `kiln config` refuses what training would
  * (it said OK to size = 8x8 and milestones = 6000, 3000 before session 31). */
@@ -371,10 +462,8 @@ static kiln_status check_parsed(const char *section, const struct entry *e)
 	    kiln_xform_parse_size(e->value, &h, &w))
 		return kiln_error(KILN_ECONFIG, "'size' = '%s' is not H W or N (pixels, 1 to 65536)",
 				  e->value);
-	if (!strcmp(section, "train") && !strcmp(e->key, "milestones") &&
-	    kiln_parse_milestones(e->value, m) < 0)
-		return kiln_error(KILN_ECONFIG, "'milestones' = '%s' is not up to %d ascending step counts, e.g. `3000, 6000`",
-				  e->value, KILN_MAX_MILESTONES);
+	if (!strcmp(section, "train") && !strcmp(e->key, "milestones"))
+		return check_milestones(e->value, kiln_parse_milestones(e->value, m));
 	return KILN_OK;
 }
 
@@ -484,10 +573,14 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 					     !strcmp(s->name, "data") || !strcmp(s->name, "data.eval") ||
 					     !strcmp(s->name, "data.val")))
 					continue; /* checked once the registry is known */
-				suggest(e->key, base, ext, sug, sizeof sug);
+				const struct kiln_key *t[8];
+				char other[200];
+				suggest_tables(s->name, base, ext, t);
+				suggest(e->key, t, sug, sizeof sug);
+				other_sections(s->name, e->key, other, sizeof other);
 				list_keys(base, ext, list, sizeof list);
-				return kiln_error(KILN_ECONFIG, "%s: unknown key '%s' in [%s]%s (valid keys: %s)",
-						  e->where, e->key, s->name, sug, list);
+				return kiln_error(KILN_ECONFIG, "%s: unknown key '%s' in [%s]%s%s (valid keys: %s)",
+						  e->where, e->key, s->name, sug, other, list);
 			}
 			if (unset_override(s, j, k)) {
 				j--;

@@ -290,11 +290,21 @@ int kiln_layer_out_layout(const struct kiln_layer *l);
  * plan made again where the device refused it (core/plan.c). */
 void kiln_model_mixed_stem(int on);
 
-/* [train] milestones, "3000, 6000": up to KILN_MAX_MILESTONES ascending
- * step counts separated by commas or blanks, into out; the count, or -1
- * when v is not such a list.  The reader (core/train_setup.c) and the
- * config check (core/config_check.c) share it. */
+/* [train] milestones, "3000, 6000": up to KILN_MAX_MILESTONES
+ * non-decreasing step counts separated by commas or blanks, into out; the
+ * count, or a negative KILN_MILESTONES_* when v is not such a list.  A
+ * repeated milestone counts twice (gamma applied twice at that step), as
+ * PyTorch's MultiStepLR does: the schedule counts milestones m <= u.  The
+ * reader (core/train_setup.c) and the config check (core/config_check.c)
+ * share it. */
 #define KILN_MAX_MILESTONES 12
+enum {
+	KILN_MILESTONES_FORM = -1,  /* not a whole number >= 0 */
+	KILN_MILESTONES_EMPTY = -2, /* a comma with no number before or after it */
+	KILN_MILESTONES_RANGE = -3, /* a number too large for int64 */
+	KILN_MILESTONES_ORDER = -4, /* smaller than the one before */
+	KILN_MILESTONES_MANY = -5   /* more than KILN_MAX_MILESTONES */
+};
 int kiln_parse_milestones(const char *v, int64_t out[KILN_MAX_MILESTONES]);
 
 #endif /* KILN_INTERNAL_H */

@@ -521,19 +521,26 @@ static kiln_status scan_dir(struct kiln_registry *reg, const char *dir)
 	char **names = NULL;
 	int n = 0;
 	struct dirent *de;
-	while ((de = readdir(d))) {
+	kiln_status st = KILN_OK;
+	while (!st && (de = readdir(d))) {
 		size_t len = strlen(de->d_name);
 		if (len < 9 || strncmp(de->d_name, "kiln-", 5) || strcmp(de->d_name + len - 3, ".so"))
 			continue;
+		/* out of memory: an error, not a plugin left out in silence
+		 * (a NULL name reached strcmp before session 34) */
 		char **nn = realloc(names, (size_t)(n + 1) * sizeof *nn);
-		if (!nn)
-			break;
-		names = nn;
-		names[n++] = kiln_strdup(de->d_name);
+		if (nn)
+			names = nn;
+		if (!nn || !(names[n] = kiln_strdup(de->d_name)))
+			st = kiln_error(KILN_ENOMEM, "out of memory listing plugin directory %s", dir);
+		else
+			n++;
 	}
 	closedir(d);
-	qsort(names, (size_t)n, sizeof *names, plugin_name_cmp);
-	kiln_status st = KILN_OK;
+	/* (no kiln-*.so there: names is NULL, which qsort must not get even
+	 * for 0 elements; UBSan said so before session 34) */
+	if (n > 1)
+		qsort(names, (size_t)n, sizeof *names, plugin_name_cmp);
 	for (int i = 0; i < n; i++) {
 		if (!st && !has_file(reg, names[i])) {
 			char path[PATH_MAX];

@@ -5,7 +5,9 @@
 #include "checkpoint.h"
 #include "data.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 /* The readers below chain these: the first error wins, later reads are
  * skipped. */
@@ -201,22 +203,61 @@ char *kiln_run_config_text(const struct kiln_config *cfg, const struct kiln_regi
 	return out;
 }
 
+/* [train] keys that one schedule reads (two: gamma), and the schedules. */
+static const struct {
+	const char *key, *by, *or_by;
+} schedule_keys[] = {
+	{ "step_size", "step", NULL },         { "gamma", "step", "multistep" },
+	{ "milestones", "multistep", NULL },   { "lr_min", "cosine", NULL },
+	{ "pct_start", "onecycle", NULL },     { "div_factor", "onecycle", NULL },
+	{ "final_div_factor", "onecycle", NULL },
+};
+
+void kiln_train_cfg_warn_unread(const struct kiln_config *cfg, const struct kiln_train_cfg *tc)
+{
+	const char *sched = tc->schedule ? tc->schedule : "constant";
+	for (size_t i = 0; i < KILN_ARRAY_LEN(schedule_keys); i++) {
+		const char *where = kiln_config_where(cfg, "train", schedule_keys[i].key);
+		const char *by = schedule_keys[i].by, *or_by = schedule_keys[i].or_by;
+		if (!strcmp(where, "default") || !strcmp(sched, by) || (or_by && !strcmp(sched, or_by)))
+			continue;
+		kiln_log(KILN_LOG_WARN, "train", "%s: [train] %s is read by schedule = %s%s%s, not by schedule = %s: ignored",
+			 where, schedule_keys[i].key, by, or_by ? " or " : "", or_by ? or_by : "", sched);
+	}
+	const char *where = kiln_config_where(cfg, "train", "eval_every");
+	if (!tc->eval && tc->eval_every > 0 && strcmp(where, "default"))
+		kiln_log(KILN_LOG_WARN, "train", "%s: [train] eval_every needs eval = 1 ([train] eval = 0 runs no evaluation): ignored",
+			 where);
+}
+
 int kiln_parse_milestones(const char *v, int64_t out[KILN_MAX_MILESTONES])
 {
-	int n = 0;
-	int64_t prev = -1;
-	while (v && *v) {
-		char *end;
-		while (*v == ' ' || *v == '\t' || *v == ',')
-			v++;
-		if (!*v)
+	int n = 0, comma = 0;
+	int64_t prev = 0;
+	for (; v; comma = *v == ',', v += comma) {
+		v += strspn(v, " \t");
+		if (!*v || *v == ',') {
+			/* a comma with no number after it, or before it (",,,"
+			 * was zero milestones before session 34) */
+			if (*v || comma)
+				return KILN_MILESTONES_EMPTY;
 			break;
+		}
+		if (*v < '0' || *v > '9')
+			return KILN_MILESTONES_FORM;
+		char *end;
+		errno = 0;
 		long long m = strtoll(v, &end, 10);
-		if (end == v || m <= prev || n == KILN_MAX_MILESTONES ||
-		    (*end && *end != ' ' && *end != '\t' && *end != ','))
-			return -1;
+		if (errno) /* strtoll clamps: 99999999999999999999 read as LLONG_MAX */
+			return KILN_MILESTONES_RANGE;
+		if (m < prev)
+			return KILN_MILESTONES_ORDER;
+		if (n == KILN_MAX_MILESTONES)
+			return KILN_MILESTONES_MANY;
 		out[n++] = prev = m;
-		v = end;
+		v = end + strspn(end, " \t");
+		if (*v && *v != ',' && (*v < '0' || *v > '9'))
+			return KILN_MILESTONES_FORM;
 	}
 	return n;
 }

@@ -46,6 +46,13 @@ kiln_status kiln_data_cfg_read(const struct kiln_config *cfg, struct kiln_data_c
 kiln_status kiln_train_cfg_batch(const struct kiln_config *cfg, const struct kiln_train_cfg *tc,
 				 const char *who, int64_t *batch);
 
+/* Log a warning for each [train] key the config sets that tc's other keys
+ * leave unread: a schedule's keys under another schedule (milestones with
+ * schedule = cosine), eval_every with eval = 0.  One line each, naming
+ * the key's file:line and what it needs, as log.histograms without
+ * tensorboard and keep_best with eval = 0 warn. */
+void kiln_train_cfg_warn_unread(const struct kiln_config *cfg, const struct kiln_train_cfg *tc);
+
 /* The resolved config text of a run (kiln_ckpt_config_text), with
  * `batch = auto` replaced by the batch tc resolved it to: what out_dir/
  * config.ini and every checkpoint record.  malloc'd; NULL with the error

@@ -129,7 +129,7 @@ static const struct kiln_key train_keys[] = {
 	{ "gamma", KILN_KEY_FLOAT, "0.1", 0, 1, NULL,
 	  "`step` and `multistep` schedules: the decay factor." },
 	{ "milestones", KILN_KEY_LIST, "", NOLIM, NULL,
-	  "`schedule = multistep`: up to 12 ascending step counts (after the warmup) at which the rate is multiplied by `gamma`, e.g. `3000, 6000`." },
+	  "`schedule = multistep`: up to 12 step counts (after the warmup), in order, at which the rate is multiplied by `gamma`, e.g. `3000, 6000`; a step count given twice multiplies by `gamma` twice there, as MultiStepLR. An empty number (`3000,`) or one past 2^63 - 1 is an error." },
 	{ "pct_start", KILN_KEY_FLOAT, "0.3", 0, 1, NULL,
 	  "`schedule = onecycle`: share of the steps spent rising to `lr`, strictly between 0 and 1 (0 and 1 are config errors with onecycle), and pct_start x (steps after `warmup`) must not be exactly 1 (a rise of no step: OneCycleLR divides by zero; refused when the run counts its steps)." },
 	{ "div_factor", KILN_KEY_FLOAT, "25", 1e-12, 1e12, NULL,

@@ -180,6 +180,7 @@ static kiln_status train_run(const struct kiln_config *cfg, const struct kiln_re
 			     struct kiln_train_result *res)
 {
 	struct trainer T = { .progress = progress, .user = user }, *t = &T;
+	kiln_train_cfg_warn_unread(cfg, tc);
 	kiln_status st = trainer_open(t, cfg, reg, tc, 1, res);
 	if (!st)
 		st = trainer_checkpoint_resumed(t);

@@ -347,6 +347,25 @@ START_TEST(err_unknown_key)
 }
 END_TEST
 
+/* A key of another section names the section (before session 34 nothing:
+ * [train] seed, [run] batch); a typo of another optimizer's [train] key
+ * is that key ('bata1' suggested 'batch' with sgd, though [train] takes
+ * beta1 whatever the optimizer). */
+START_TEST(err_unknown_key_other_section)
+{
+	expect_fail("[train]\nseed = 1\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'seed' in [train]; 'seed' is a key of [run] (valid keys:", NULL);
+	expect_fail("[run]\nbatch = 2\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'batch' in [run]; 'batch' is a key of [train] (valid keys:", NULL);
+	expect_fail("[run]\nbeta1 = 0.8\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'beta1' in [run]; 'beta1' is a key of [train] (valid keys:", NULL);
+	expect_fail("[train]\nsize = 8\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'size' in [train]; 'size' is a key of [data] (valid keys:", NULL);
+	expect_fail("[train]\noptimizer = sgd\nbata1 = 0.9\n", KILN_ECONFIG,
+		    "t.ini:3: unknown key 'bata1' in [train]; did you mean 'beta1'? (valid keys:", NULL);
+}
+END_TEST
+
 /* A key that starts with a valid key and a '_' is most likely that key. */
 START_TEST(err_unknown_key_suggests_prefix)
 {
@@ -946,6 +965,58 @@ START_TEST(layer_no_registry)
 }
 END_TEST
 
+/* A pair key (kernel, stride, padding, dilation of conv and the pools)
+ * with an empty number: "1," was (1, 0) and ",1" (0, 1) before session
+ * 34, and `kiln config` said OK.  Both readers refuse it, naming the key
+ * and its line: the schema's check, and the layer's own parser (which a
+ * config that skipped validation reaches). */
+START_TEST(layer_int_pairs)
+{
+	static const char *const bad[] = { "1,", ",1", "1,,2", "1 , ,2", ",", "1,2," };
+	static const char *const keys[] = { "conv\nout = 4\nkernel = 3\npadding",
+					    "conv\nout = 4\nkernel = 3\nstride",
+					    "maxpool\nkernel = 2\npadding",
+					    "avgpool\nkernel = 3\npadding" };
+	struct kiln_registry *reg;
+	char text[256], want[64];
+	ck_assert_int_eq(kiln_registry_open(NULL, &reg), KILN_OK);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++) {
+			int line = j < 2 ? 5 : 4;
+			const char *key = strrchr(keys[j], '\n') + 1;
+			snprintf(text, sizeof text, "[layer.c1]\ntype = %s = %s\n", keys[j], bad[i]);
+			struct kiln_config *cfg = load_ok(text); /* no registry: layer keys wait */
+			ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_ECONFIG, "accepted: %s", text);
+			snprintf(want, sizeof want, "t.ini:%d:", line);
+			assert_has(kiln_last_error(), want);
+			snprintf(want, sizeof want, "'%s' = '%s'", key, bad[i]);
+			assert_has(kiln_last_error(), want);
+			assert_has(kiln_last_error(), "is empty");
+			kiln_config_free(cfg);
+		}
+	/* the layer's parser, on a config nothing validated */
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		struct kiln_config *cfg = NULL;
+		struct kiln_device *d;
+		struct kiln_model *m = NULL;
+		struct kiln_tensor_desc sample;
+		snprintf(text, sizeof text, "[layer.c1]\ntype = conv\nout = 4\nkernel = 3\n"
+			 "padding = %s\n[layer.loss]\ntype = softmax_xent\n", bad[i]);
+		ck_assert_int_eq(kiln_config_load_string(text, "t.ini", &cfg), KILN_OK);
+		ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, &d) == KILN_OK, "%s",
+			      kiln_last_error());
+		kiln_tensor_desc_init(&sample, KILN_F32, 3, (const int64_t[]){ 3, 8, 8 });
+		ck_assert_msg(kiln_model_create(cfg, reg, d, &sample, &m) == KILN_ECONFIG,
+			      "padding = '%s' accepted", bad[i]);
+		assert_has(kiln_last_error(), "t.ini:5:");
+		assert_has(kiln_last_error(), "padding");
+		kiln_device_close(d);
+		kiln_config_free(cfg);
+	}
+	kiln_registry_close(reg);
+}
+END_TEST
+
 /* ---- hostile input (issue 25, finding 5) ----------------------------------- */
 
 static char hostile_dir[512];
@@ -1163,7 +1234,7 @@ Suite *make_config_suite(void)
 	check_add_case(s, "errors", 0, NULL, NULL, (const TTest *[]){
 		err_syntax, err_first_error_wins, err_key_outside_section, err_duplicate_section,
 		err_duplicate_key, err_bad_section_name, err_empty_key, err_unknown_section,
-		err_unknown_key, err_unknown_key_suggests_prefix, err_unknown_key_suggests_alias,
+		err_unknown_key, err_unknown_key_other_section, err_unknown_key_suggests_prefix, err_unknown_key_suggests_alias,
 		err_wrong_types, err_out_of_range,
 		err_file, err_typo_files, err_wrap_once, err_long_keeps_cause, NULL });
 
@@ -1178,7 +1249,7 @@ Suite *make_config_suite(void)
 		write_golden, write_data_eval_inherits, write_empty, NULL });
 
 	check_add_case(s, "layer", 0, NULL, NULL, (const TTest *[]){
-		layer_unknown_type, layer_no_registry, NULL });
+		layer_unknown_type, layer_no_registry, layer_int_pairs, NULL });
 
 	check_add_case(s, "size", 0, NULL, NULL, (const TTest *[]){
 		size_accepted, size_refused, NULL });

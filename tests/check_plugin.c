@@ -10,6 +10,7 @@
 #include <check.h>   /* Suite, ck_assert_* */
 #include <dlfcn.h>   /* dlopen: is libgomp loaded? */
 #include "check_main.h"
+#include "test_util.h" /* test_tmpdir_make */
 #include <stdio.h>   /* snprintf, open_memstream */
 #include <stdlib.h>  /* unsetenv, setenv */
 #include <string.h>  /* strstr, strcmp */
@@ -425,6 +426,31 @@ START_TEST(env_path)
 }
 END_TEST
 
+/* A directory of the path with no kiln-*.so (only other files) adds no
+ * plugin and is no error: before session 34 its empty list went to qsort
+ * as NULL (UBSan: null pointer passed as argument 1). */
+START_TEST(dir_without_plugins)
+{
+	char dir[512], path[600], both[1200];
+	ck_assert_ptr_nonnull(test_tmpdir_make(dir, sizeof dir, "plug"));
+	static const char *const files[] = { "notes.txt", "kiln-x.txt", "kiln-.so", "libkiln-y.so" };
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+		FILE *f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		fclose(f);
+	}
+	struct kiln_registry *r, *alone;
+	snprintf(both, sizeof both, "%s:%s", dir, TEST_PLUGIN_DIR);
+	ck_assert_msg(kiln_registry_open(both, &r) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_registry_open(TEST_PLUGIN_DIR, &alone), KILN_OK);
+	ck_assert_int_eq(kiln_registry_file_count(r), kiln_registry_file_count(alone));
+	kiln_registry_close(alone);
+	kiln_registry_close(r);
+	test_tmpdir_remove(dir);
+}
+END_TEST
+
 START_TEST(host_table)
 {
 	const struct kiln_host *h = kiln_host_table();
@@ -496,7 +522,8 @@ Suite *make_plugin_suite(void)
 		validate_plugin_keys, write_plugin_keys, NULL });
 
 	check_add_case(s, "order", 30, NULL, NULL, (const TTest *[]){
-		earlier_directory_wins, later_directory_loses, env_path, host_table, omp_env_defaults,
+		earlier_directory_wins, later_directory_loses, env_path, dir_without_plugins, host_table,
+		omp_env_defaults,
 		NULL });
 	return s;
 }

@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include "check_main.h"
+#include "internal.h" /* kiln_parse_milestones */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,11 +140,79 @@ START_TEST(test_schedule_bad)
 }
 END_TEST
 
+/* A repeated milestone applies gamma once per occurrence, as PyTorch's
+ * MultiStepLR (a Counter of milestones; closed form base * gamma ^
+ * bisect_right(milestones, epoch)): "5, 5, 12" gives base, then base *
+ * gamma^2 from step 5, base * gamma^3 from step 12.  kiln refused it as
+ * not ascending before session 34, and took ",,," as no milestones and
+ * 99999999999999999999 as INT64_MAX. */
+START_TEST(test_multistep_milestones)
+{
+	int64_t m[KILN_MAX_MILESTONES];
+	ck_assert_int_eq(kiln_parse_milestones("5, 5, 12", m), 3);
+	ck_assert(m[0] == 5 && m[1] == 5 && m[2] == 12);
+	ck_assert_int_eq(kiln_parse_milestones("3 6", m), 2);
+	ck_assert_int_eq(kiln_parse_milestones("", m), 0);
+	ck_assert_int_eq(kiln_parse_milestones(" ", m), 0);
+	static const struct {
+		const char *v;
+		int want;
+	} bad[] = {
+		{ ",,,", KILN_MILESTONES_EMPTY }, { "5,", KILN_MILESTONES_EMPTY },
+		{ ",5", KILN_MILESTONES_EMPTY },  { "5,,6", KILN_MILESTONES_EMPTY },
+		{ "5, ,6", KILN_MILESTONES_EMPTY },
+		{ "99999999999999999999", KILN_MILESTONES_RANGE },
+		{ "6, 5", KILN_MILESTONES_ORDER }, { "-1", KILN_MILESTONES_FORM },
+		{ "5x", KILN_MILESTONES_FORM },    { "1,2,3,4,5,6,7,8,9,10,11,12,13", KILN_MILESTONES_MANY },
+	};
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+		ck_assert_msg(kiln_parse_milestones(bad[k].v, m) == bad[k].want, "'%s': %d, expected %d",
+			      bad[k].v, kiln_parse_milestones(bad[k].v, m), bad[k].want);
+
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	void *stream, *plan;
+	int64_t *step_d, one = 1;
+	float *lr_d;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
+	ck_assert(kiln_device_alloc(dev, 64, (void **)&step_d) == 0);
+	ck_assert(kiln_device_alloc(dev, 64, (void **)&lr_d) == 0);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_LR_SCHEDULE;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+	op.i[0] = KILN_SCHED_MULTISTEP, op.i[1] = 20, op.i[2] = 0;
+	op.i[3] = kiln_parse_milestones("5, 5, 12", op.i + 4);
+	op.f[0] = 0.3, op.f[2] = 0.5;
+	ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
+	for (int64_t t = 0; t < 20; t++) {
+		float got, want = t < 5 ? 0.3f : t < 12 ? 0.075f : 0.0375f;
+		struct kiln_op_args a = { .in = { step_d }, .out = { lr_d } };
+		ck_assert(kiln_device_copy_async(dev, step_d, &t, 8, KILN_COPY_H2D, stream) == 0);
+		ck_assert(kiln_device_run(dev, plan, &a, stream) == 0);
+		ck_assert(kiln_device_copy_async(dev, &got, lr_d, 4, KILN_COPY_D2H, stream) == 0);
+		ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+		ck_assert_msg(got == want, "step %lld: lr %.9g, MultiStepLR %.9g", (long long)t, got, want);
+	}
+	kiln_device_plan_free(dev, plan);
+	kiln_device_free(dev, step_d);
+	kiln_device_free(dev, lr_d);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 static Suite *make_sched_suite(void)
 {
 	Suite *s = suite_create("sched");
 	check_add_case(s, "sched", 0, NULL, NULL,
-		       (const TTest *[]){ test_schedules_vs_pytorch, test_schedule_bad, NULL });
+		       (const TTest *[]){ test_schedules_vs_pytorch, test_schedule_bad,
+					  test_multistep_milestones, NULL });
 	return s;
 }
 

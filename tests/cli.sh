@@ -164,12 +164,25 @@ for kv in "data.workers=autoo:'workers' = 'autoo' is not an integer or one of au
 	"train.recompute=-1:'recompute' = -1 is out of range [1, 1024]" \
 	"run.infer_block=x:'infer_block' = 'x' is not an integer or one of auto" \
 	"data.size=8x8:'size' = '8x8' is not H W or N (pixels, 1 to 65536)" \
-	"train.milestones=6000, 3000:'milestones' = '6000, 3000' is not up to 12 ascending step counts"; do
+	"train.milestones=6000, 3000:'milestones' = '6000, 3000' is not in order (each step count at least the one before)" \
+	"train.milestones=,,,:'milestones' = ',,,' has a comma with no number before or after it" \
+	"train.milestones=3000,:'milestones' = '3000,' has a comma with no number before or after it" \
+	"train.milestones=99999999999999999999:'milestones' = '99999999999999999999' holds a number out of range"; do
 	kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" "${kv%%:*}"
 	stderr_has "command line '${kv%%:*}': in [${kv%%.*}]: ${kv#*:}"
 done
 kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.workers=auto train.recompute=none run.infer_block=0 \
-	"data.size=8 9" "train.milestones=3000, 6000"
+	"data.size=8 9" "train.milestones=3000, 6000" "train.milestones=3000, 3000"
+
+# a pair key with an empty number (before session 34 "1," was (1, 0) and
+# ",1" (0, 1), and kiln config said OK): refused, naming the key
+conv="layer.c1.type=conv layer.c1.out=4 layer.c1.kernel=3"
+for kv in "padding=1,:number 2" "padding=,1:number 1" "padding=1,,2:number 2" "stride=2,:number 2"; do
+	kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" $conv "layer.c1.${kv%%:*}"
+	v=${kv%%:*}
+	stderr_has "command line 'layer.c1.$v': in [layer.c1]: '${v%%=*}' = '${v#*=}': ${kv#*:} is empty (expected integers separated by commas)"
+done
+kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" $conv "layer.c1.padding=1, 2"
 
 # options that would be ignored: refused (before session 31 the last of a
 # value option given twice won, and these combinations did nothing)
@@ -265,8 +278,28 @@ stdout_matches "^source +tprobe +2\.[0-9]+ +unavailable: no test accelerator on 
 [ ! -s "$err" ] || fail "stderr not empty"
 
 kiln 2 plugins --bogus
-stderr_has "kiln: error: unknown option '--bogus'"
+stderr_has "kiln: error: unknown option '--bogus' (kiln plugins takes --path)"
 stderr_has "usage: kiln plugins"
+# arguments a command does not take, in its own words (before session 34:
+# "(overrides look like train.lr=0.1)" to a command that takes none, "unknown
+# option" for a known one in the wrong place or a flag given a value, "is
+# not an integer" for one past 64 bits)
+kiln 2 plugins train.lr=5
+stderr_has "kiln: error: unexpected argument 'train.lr=5': kiln plugins takes no section.key=value overrides"
+kiln 2 report "$tmp" train.lr=5
+stderr_has "kiln: error: unexpected argument 'train.lr=5': kiln report takes no section.key=value overrides"
+kiln 2 report "$tmp" -x
+stderr_has "kiln: error: unknown option '-x' (kiln report takes -o)"
+kiln 2 config --doc extra
+stderr_has "kiln: error: kiln config --doc takes no other argument ('extra')"
+kiln 2 summary --batch 2 "$cfgdir/cli.ini"
+stderr_has "kiln: error: option '--batch' before FILE: kiln summary takes FILE first (usage below)"
+kiln 2 eval "$cfgdir/cli.ini" --fold=1
+stderr_has "kiln: error: --fold takes no value ('--fold=1')"
+kiln 2 memory "$cfgdir/cli.ini" --x
+stderr_has "kiln: error: unknown option '--x' (kiln memory takes no options)"
+kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" train.max_steps=9223372036854775808
+stderr_has "'max_steps' = 9223372036854775808 is out of range [0, 1e+15]"
 kiln 2 plugins --path
 stderr_has "kiln: error: --path needs a value"
 
@@ -312,11 +345,15 @@ not_int bench data "$c" --batches 3.0
 not_int bench comm --nproc 2.5
 not_int bench comm --runs x
 not_int bench comm --max 1000
-# an unknown option: the error line, then the command's usage
+# an unknown option: the error line (since session 34 with the options the
+# command takes), then the command's usage
 unknown() {
 	kiln 2 "$@"
-	[ "$(head -n 1 "$err")" = "kiln: error: unknown option '--bogus'" ] ||
-		fail "the first line of stderr is '$(head -n 1 "$err")'"
+	case "$(head -n 1 "$err")" in
+	"kiln: error: unknown option '--bogus' (kiln $1 takes "*) ;;
+	"kiln: error: unknown option '--bogus'") [ "$1" = bench ] || fail "no options listed: $(head -n 1 "$err")" ;;
+	*) fail "the first line of stderr is '$(head -n 1 "$err")'" ;;
+	esac
 	stderr_has "usage: kiln $1"
 }
 for cmd in config train eval memory quantize summary generate predict export; do

@@ -328,7 +328,7 @@ tests_check_train_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
 tests_check_optim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_optim_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_optim_LDADD = libkiln.la $(CHECK_LIBS) -lm
-tests_check_sched_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
+tests_check_sched_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core -DSRCDIR='"$(abs_top_srcdir)"'
 tests_check_sched_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_sched_LDADD = libkiln.la $(CHECK_LIBS) -lm
 tests_check_amp_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core

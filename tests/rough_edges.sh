@@ -232,6 +232,17 @@ stderr_has "early stop at step 6:"
 # eval = 0 beside keep_best and early stopping: said, not silently ignored
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.eval=0 train.keep_best=2 train.early_stop_patience=1
 stderr_has "[train] eval = 0 runs no evaluation, which keep_best and early_stop_patience need: ignored"
+# a schedule's keys under another schedule, eval_every with eval = 0: said
+# (before session 34 ignored without a word)
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.milestones=3,6 \
+	train.gamma=0.5 train.pct_start=0.4 train.eval=0 train.eval_every=1
+stderr_has "command line 'train.milestones=3,6': [train] milestones is read by schedule = multistep, not by schedule = constant: ignored"
+stderr_has "command line 'train.gamma=0.5': [train] gamma is read by schedule = step or multistep, not by schedule = constant: ignored"
+stderr_has "command line 'train.pct_start=0.4': [train] pct_start is read by schedule = onecycle, not by schedule = constant: ignored"
+stderr_has "command line 'train.eval_every=1': [train] eval_every needs eval = 1 ([train] eval = 0 runs no evaluation): ignored"
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.schedule=multistep \
+	train.milestones=3,6 train.gamma=0.5 train.eval_every=1
+! grep -q "is read by schedule\|eval_every needs" "$err" || fail "a warning for keys the run reads: $(cat "$err")"
 # 14: 48 samples, steps of 5 x 2: 4 steps, 8 samples left out each epoch
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.batch=5 train.accumulate=2 train.max_steps=1
 stderr_has "an epoch is 4 step(s) of 10 samples (batch 5 x accumulate 2 x 1 rank(s)): 8 of the 48 training samples are left out of each epoch (drop_last)"

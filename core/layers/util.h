@@ -4,6 +4,7 @@
 
 #include "../internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 static inline void op_init(struct kiln_op *op, int type, int n_in, int n_out)
@@ -314,7 +315,28 @@ static inline struct kiln_tensor_desc with_dtype(struct kiln_tensor_desc d, int 
 
 #define ALIGN64(n) (((n) + 63) & ~(size_t)63)
 
-/* A pair of integers from "3" or "3,5" (KILN_KEY_INTS); def when unset. */
+/* One integer of a pair: spaces, digits (a sign allowed), spaces; *end
+ * past them.  -1 when no digits were read (an empty number, as in "1,")
+ * or the number overflows. */
+static inline int pair_number(const char *v, char **end, long long *out)
+{
+	while (*v == ' ' || *v == '\t')
+		v++;
+	const char *d = v + (*v == '-' || *v == '+');
+	if (*d < '0' || *d > '9')
+		return -1;
+	errno = 0;
+	*out = strtoll(v, end, 10);
+	if (errno)
+		return -1;
+	while (**end == ' ' || **end == '\t')
+		(*end)++;
+	return 0;
+}
+
+/* A pair of integers from "3" or "3,5" (KILN_KEY_INTS); def when unset.
+ * Each number must be there: "1," and ",1" are errors, not (1, 0) and
+ * (0, 1) (strtoll reads nothing as 0). */
 static inline kiln_status get_pair(const struct kiln_host *h, const struct kiln_config *cfg,
 				   const char *sec, const char *key, int64_t def, int64_t out[2])
 {
@@ -323,15 +345,13 @@ static inline kiln_status get_pair(const struct kiln_host *h, const struct kiln_
 	if (!v)
 		return KILN_OK;
 	char *end;
-	long long a = strtoll(v, &end, 10), b = a;
-	while (*end == ' ')
-		end++;
-	if (*end == ',')
-		b = strtoll(end + 1, &end, 10);
-	while (*end == ' ')
-		end++;
-	if (*end)
-		return h->error(KILN_ECONFIG, "%s: [%s] %s = '%s': expected N or N,M",
+	long long a, b;
+	int bad = pair_number(v, &end, &a);
+	b = a;
+	if (!bad && *end == ',')
+		bad = pair_number(end + 1, &end, &b);
+	if (bad || *end)
+		return h->error(KILN_ECONFIG, "%s: [%s] %s = '%s': expected N or N,M (integers)",
 				h->config_where(cfg, sec, key), sec, key, v);
 	out[0] = a;
 	out[1] = b;
