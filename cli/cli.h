@@ -36,6 +36,15 @@ kiln_status pack_unmark_partial(const char *dir, const char *split, const char *
  * writing left (SIGTERM, SIGKILL), saying how many on stderr; returns how
  * many. */
 int pack_remove_stale_tmp(const char *dir, const char *split, const char *suffix);
+/* The id a pack records in its split's shards (docs/formats.md): content,
+ * the CRC32C of what was packed, continued over the n shards' sizes
+ * (records or tokens in each, u64 little-endian, in shard order).  The
+ * sizes are in it because the content alone does not tell where the
+ * shards are cut: two packs of the same data into as many shards of
+ * other sizes (--shard-size 200K and 195K) would have one id, and a
+ * directory mixing their shards would read some samples twice, others
+ * not at all, with no error.  Since session 34. */
+uint32_t pack_id(uint32_t content, const uint64_t *sizes, int n);
 /* Hold DIR's lock (flock on the directory, exclusive) until the process
  * ends: a second kiln pack into the same --out is refused (KILN_EUSAGE)
  * rather than removing the first one's *.tmp or mixing their shards.  A

@@ -172,6 +172,19 @@ int pack_remove_stale_tmp(const char *dir, const char *split, const char *suffix
 	return n;
 }
 
+uint32_t pack_id(uint32_t content, const uint64_t *sizes, int n)
+{
+	const struct kiln_host *host = kiln_host_table();
+	uint32_t id = content;
+	for (int k = 0; k < n; k++) {
+		unsigned char b[8];
+		for (int i = 0; i < 8; i++)
+			b[i] = (unsigned char)(sizes[k] >> (8 * i));
+		id = host->crc32c(id, b, sizeof b);
+	}
+	return id;
+}
+
 kiln_status pack_lock_out(const char *dir)
 {
 	/* O_RDONLY on a directory: flock needs no write access.  The fd is
@@ -464,7 +477,8 @@ struct shards {
 	char **tmp;             /* their *.tmp names, n of them (malloc()ed) */
 	int64_t classes;
 	uint64_t bytes;         /* of finished shards */
-	uint32_t pack;          /* CRC32C of every record packed: the pack's id */
+	uint64_t *sizes;        /* records in each finished shard, n of them (malloc()ed) */
+	uint32_t pack;          /* CRC32C of every record packed (pack_id makes the id of it) */
 };
 
 static void shard_name(const struct pack_opts *o, int k, int tmp, char *out, size_t n)
@@ -503,6 +517,7 @@ static kiln_status shards_finish(struct shards *sh)
 		return KILN_OK;
 	uint64_t b = rec_writer_bytes(sh->w);
 	struct rec_writer *w = sh->w;
+	sh->sizes[sh->n - 1] = rec_writer_count(w); /* where the shard ends: pack_id */
 	sh->w = NULL;
 	kiln_status st = rec_writer_finish(w); /* on failure the file is gone */
 	if (!st)
@@ -525,6 +540,10 @@ static kiln_status shards_add(struct shards *sh, const struct item *it, int enco
 		if (!t)
 			return kiln_error(KILN_ENOMEM, "out of memory");
 		sh->tmp = t;
+		uint64_t *z = realloc(sh->sizes, (size_t)(sh->n + 1) * sizeof *z);
+		if (!z)
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		sh->sizes = z;
 		shard_name(sh->o, sh->n, 1, path, sizeof path);
 		if (!(sh->tmp[sh->n] = strdup(path)))
 			return kiln_error(KILN_ENOMEM, "out of memory");
@@ -534,8 +553,8 @@ static kiln_status shards_add(struct shards *sh, const struct item *it, int enco
 		}
 		sh->n++;
 	}
-	/* the pack's id (rec_shard_stamp): a function of what was packed,
-	 * so that the shards are the same for any --workers */
+	/* the pack's id (rec_shard_stamp, pack_id): a function of what was
+	 * packed, so that the shards are the same for any --workers */
 	const struct kiln_host *host = kiln_host_table();
 	const int32_t meta[4] = { it->label, it->h, it->w, it->c };
 	sh->pack = host->crc32c(host->crc32c(sh->pack, meta, sizeof meta), it->payload, it->n);
@@ -548,9 +567,9 @@ static kiln_status shards_add(struct shards *sh, const struct item *it, int enco
 static kiln_status shards_stamp(const struct shards *sh)
 {
 	kiln_status st = KILN_OK;
+	const uint32_t id = pack_id(sh->pack, sh->sizes, sh->n);
 	for (int k = 0; k < sh->n && !st; k++)
-		st = rec_shard_stamp(kiln_host_table(), sh->tmp[k], (uint32_t)k, (uint32_t)sh->n,
-				     sh->pack);
+		st = rec_shard_stamp(kiln_host_table(), sh->tmp[k], (uint32_t)k, (uint32_t)sh->n, id);
 	return st;
 }
 
@@ -930,6 +949,7 @@ out:
 	for (int k = 0; k < sh.n; k++)
 		free(sh.tmp[k]);
 	free(sh.tmp);
+	free(sh.sizes);
 	for (int t = 0; jobs && t < T; t++) {
 		free(jobs[t].img.data);
 		free(jobs[t].buf);

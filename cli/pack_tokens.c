@@ -58,7 +58,8 @@ struct shard_out {
 	long long n;      /* tokens in it */
 	char tmp[4096];
 	long long total;
-	uint32_t pack;    /* CRC32C of the split's token ids: the pack's id */
+	uint64_t *sizes;  /* tokens in each completed shard, k of them (malloc()ed) */
+	uint32_t pack;    /* CRC32C of the split's token ids (pack_id makes the id of it) */
 };
 
 static void shard_path(const struct shard_out *s, int k, int tmp, char *out, size_t n)
@@ -86,6 +87,15 @@ static kiln_status shard_close(struct shard_out *s)
 	if (!s->f)
 		return KILN_OK;
 	kiln_status st = shard_header(s, s->n);
+	/* where the shard ends (pack_id); the room doubles at 1, 2, 4, ...
+	 * shards (--shard-tokens 1 may make millions) */
+	uint64_t *z = s->sizes;
+	if (!(s->k & (s->k - 1)) && (z = realloc(z, (size_t)(s->k ? 2 * s->k : 1) * sizeof *z)))
+		s->sizes = z;
+	if (z)
+		z[s->k] = (uint64_t)s->n;
+	else if (!st)
+		st = kiln_error(KILN_ENOMEM, "out of memory");
 	if (!st && (fflush(s->f) || fsync(fileno(s->f))))
 		st = kiln_error(KILN_EIO, "%s: cannot write: %s", s->tmp, strerror(errno));
 	if (fclose(s->f) && !st)
@@ -269,8 +279,9 @@ static kiln_status check_existing(const struct tok_opts *o, const char *split)
 static kiln_status split_stamp(const struct shard_out *s)
 {
 	char tmp[4096];
+	const uint32_t id = pack_id(s->pack, s->sizes, s->k);
 	for (int k = 0; k < s->k; k++) {
-		const uint32_t v[4] = { 1, (uint32_t)k, (uint32_t)s->k, s->pack };
+		const uint32_t v[4] = { 1, (uint32_t)k, (uint32_t)s->k, id };
 		unsigned char b[16];
 		for (int i = 0; i < 4; i++)
 			for (int j = 0; j < 4; j++)
@@ -396,6 +407,8 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 		split_discard(&va);
 	}
 	free(ids.v);
+	free(tr.sizes);
+	free(va.sizes);
 	if (!st)
 		st = splits_place(&tr, &va);
 	if (!st)

@@ -898,6 +898,58 @@ START_TEST(test_pack_last_shard)
 }
 END_TEST
 
+/* The pack's id covers where the shards are cut (cli pack_id): the same
+ * text into as many shards of another size (--shard-tokens 250: 250, 250,
+ * 100 tokens; 220: 220, 220, 160) is another pack, so a directory of the
+ * first two shards of one and the last of the other is refused, naming
+ * two files.  Before, the id was the tokens' CRC alone, one for both, and
+ * the mix read 660 tokens (440..499 twice), exit 0.  The same text cut the
+ * same way packs to the same bytes. */
+START_TEST(test_pack_mix_cuts)
+{
+	char a[600], cmd[4096], want[1400];
+	for (size_t i = 0; i < sizeof a; i++)
+		a[i] = (char)('a' + i % 26);
+	write_tmp("a.txt", a, sizeof a);
+	static const struct { const char *out, *tokens; } p[3] = {
+		{ "p250", "250" }, { "p220", "220" }, { "q250", "250" } };
+	for (int k = 0; k < 3; k++) {
+		snprintf(cmd, sizeof cmd,
+			 "%s pack --format tokens %s --out %s --shard-tokens %s >/dev/null",
+			 KILN_BIN, tpath("a.txt"), tpath(p[k].out), p[k].tokens);
+		ck_assert_int_eq(system(cmd), 0);
+	}
+	size_t n250, n220, nq;
+	uint8_t *h250 = read_whole("p250/train-000002.bin", &n250);
+	uint8_t *h220 = read_whole("p220/train-000002.bin", &n220);
+	uint8_t *hq = read_whole("q250/train-000002.bin", &nq);
+	ck_assert_int_eq(h250[20], 3); /* both of 3 shards */
+	ck_assert_int_eq(h220[20], 3);
+	ck_assert_msg(memcmp(h250 + 24, h220 + 24, 4), "one pack id for two cuts of the text");
+	ck_assert_int_eq(nq, n250);
+	ck_assert_int_eq(memcmp(hq, h250, nq), 0);
+
+	mkdir(tpath("mix"), 0700);
+	ck_assert_int_eq(rename(tpath("p250/train-000000.bin"), tpath("mix/train-000000.bin")), 0);
+	ck_assert_int_eq(rename(tpath("p250/train-000001.bin"), tpath("mix/train-000001.bin")), 0);
+	ck_assert_int_eq(rename(tpath("p220/train-000002.bin"), tpath("mix/train-000002.bin")), 0);
+	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "mix"), "data.context=4", NULL),
+			 KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "are of two different packs"), "%s",
+		      kiln_last_error());
+	snprintf(want, sizeof want, "%s (shard 2 of 3, pack ", tpath("mix/train-000002.bin"));
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	snprintf(want, sizeof want, "%s (shard 0 of 3, pack ", tpath("mix/train-000000.bin"));
+	char want1[1400];
+	snprintf(want1, sizeof want1, "%s (shard 1 of 3, pack ", tpath("mix/train-000001.bin"));
+	ck_assert_msg(strstr(kiln_last_error(), want) || strstr(kiln_last_error(), want1), "%s",
+		      kiln_last_error());
+	free(h250);
+	free(h220);
+	free(hq);
+}
+END_TEST
+
 /* A pack killed midway (SIGKILL while it waits to open its second input, a
  * FIFO, with the first file's full shard complete as .tmp and the next one
  * open) leaves only its .tmp shards: no marker and no shard in place, so
@@ -1050,7 +1102,7 @@ static Suite *make_tokens_suite(void)
 		NULL });
 	check_add_case(s, "pack", 60, setup, teardown, (const TTest *[]){
 		test_pack_bytes, test_pack_bpe, test_pack_killed, test_pack_failed_leaves_nothing,
-		test_pack_val_begin_fails, test_pack_last_shard, NULL });
+		test_pack_val_begin_fails, test_pack_last_shard, test_pack_mix_cuts, NULL });
 	return s;
 }
 

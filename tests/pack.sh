@@ -131,6 +131,21 @@ kiln 3 pack "$tmp/rec.ini" --out "$tmp/d1" data.path="$tmp/b1"
 stderr_has "$tmp/b1/train-00001.krec is missing: the split's shards record a pack of 2 shard(s) ($tmp/b1/train-00000.krec is shard 0 of them), but 1 are here"
 kiln 0 pack "$tmp/rec.ini" --out "$tmp/d1" data.path="$tmp/b1" data.shards=train-00000.krec
 stdout_has "packed 4 samples"
+# the pack's id covers where the shards are cut: the same data into as many
+# shards of another size (5K: 5 + 1 records; 4K: 4 + 2) is another pack, and
+# a directory of the first shard of one and the last of the other is refused
+# naming both (before, the id was the records' CRC alone, one for both: 5
+# samples read, exit 0)
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/b5" --shard-size 5K
+stdout_has "packed 6 samples into 2 shard(s)"
+[ "$(u32 "$tmp/b5/train-00000.krec" 16)" = 5 ] || fail "5 records in the first shard of 5K"
+[ "$(u32 "$tmp/b5/train-00000.krec" 72)" != "$(u32 "$tmp/b/train-00000.krec" 72)" ] || fail "one pack id for two cuts of the data"
+mkdir "$tmp/bm"
+cp "$tmp/b/train-00000.krec" "$tmp/b5/train-00001.krec" "$tmp/bm/"
+kiln 3 pack "$tmp/rec.ini" --out "$tmp/dm" data.path="$tmp/bm"
+stderr_has "are of two different packs"
+stderr_has "$tmp/bm/train-00000.krec (shard 0 of 2, pack "
+stderr_has "$tmp/bm/train-00001.krec (shard 1 of 2, pack "
 
 # a pack killed while it placed its shards leaves <split>.krec-partial: the
 # reader refuses the split (it may mix two packs) until a --force pack ends
