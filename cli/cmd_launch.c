@@ -594,14 +594,17 @@ struct rank_end {
 	int by_stop;   /* its command ended by a signal the launcher passed on ... */
 	int leader_ws; /* ... with this status: its outcome is then its group's */
 	int clean;     /* a process of its group below its command exited 0 */
+	/* what is left of its group once every rank's command ended: when
+	 * it is killed (0: no deadline yet, launch_groups_left), and
+	 * whether it was */
+	double until;
+	int killed;
 };
 
 /* launch_wait's state. */
 struct launch_state {
 	int alive, failed, fail_status, first;
 	double kill_at, fwd_at;
-	double groups_until; /* when the groups' wait ends (0: not begun) */
-	int groups_killed;
 	struct rank_end *end;
 	/* each rank's process group (its first pid: launch_spawn), 0 once
 	 * it is gone: what signals passed on reach once its command ended */
@@ -673,8 +676,8 @@ static void launch_ended(const struct launch_opts *o, struct launch_state *s, pi
 			if (fwd && s->pgid[l] && !(kill(-s->pgid[l], 0) && errno == ESRCH)) {
 				e->by_stop = 1;
 				e->leader_ws = ws;
-				fprintf(stderr, "kiln launch: rank %d's command (pid %d) ended by %s, which this launcher passed on: waiting up to %d s for the rest of its process group (a trainer below it stops with its checkpoint)\n",
-					o->node_rank * o->nproc + l, (int)p, strsignal(WTERMSIG(ws)), o->grace);
+				fprintf(stderr, "kiln launch: rank %d's command (pid %d) ended by %s, which this launcher passed on: waiting for the rest of its process group (a trainer below it stops with its checkpoint where the ranks agree on the stop)\n",
+					o->node_rank * o->nproc + l, (int)p, strsignal(WTERMSIG(ws)));
 			} else if (!ok) {
 				launch_fail(o, s, pids, l, p, ws, "pid");
 			}
@@ -703,7 +706,7 @@ static void launch_group_done(const struct launch_opts *o, struct launch_state *
 	if (!e->by_stop)
 		return;
 	e->by_stop = 0;
-	if (e->clean && !s->groups_killed) {
+	if (e->clean && !e->killed) {
 		fprintf(stderr, "kiln launch: rank %d stopped: its command ended by %s, which this launcher passed on, and the processes below it exited 0\n",
 			o->node_rank * o->nproc + l, strsignal(WTERMSIG(e->leader_ws)));
 		return;
@@ -713,39 +716,65 @@ static void launch_group_done(const struct launch_opts *o, struct launch_state *
 	launch_fail(o, s, pids, l, g, e->leader_ws, "pid");
 }
 
-/* Once every rank's command ended: wait (up to --grace s) for what is
- * left of their process groups, then SIGKILL it.  Returns 1 while any
- * group is left to wait for. */
+/* Whether what is left of rank l's process group is waited for with no
+ * deadline, as a rank's own `kiln train` is: its command died of a stop
+ * this launcher passed on, nothing below it has exited 0 yet, and no rank
+ * failed.  The trainer below takes the stop at the next point where the
+ * ranks agree on one (a log point, the epoch's end), which may be far
+ * more than --grace away: before this rule (session 34) its group was
+ * killed --grace s after the wrapper died, before it wrote its
+ * checkpoint.  A repeated signal reaches it as it reaches a direct rank
+ * (launch_forward, to the group) and ends it; a failure of any rank
+ * brings back the deadline (and launch_fail's). */
+static int launch_group_waits(const struct launch_state *s, int l)
+{
+	const struct rank_end *e = &s->end[l];
+	return e->by_stop && !e->clean && s->failed < 0;
+}
+
+/* Once every rank's command ended: wait (up to --grace s, or without a
+ * deadline: launch_group_waits) for what is left of their process
+ * groups, then SIGKILL it, and give up on a group still there 2 s after.
+ * Returns 1 while any group is left to wait for. */
 static int launch_groups_left(const struct launch_opts *o, struct launch_state *s, pid_t *pids)
 {
-	int left = 0;
+	int left = 0, due = 0;
 	const double now = mono();
-	if (!s->groups_until)
-		s->groups_until = now + o->grace;
 	for (int l = 0; l < o->nproc; l++) {
+		struct rank_end *e = &s->end[l];
 		if (!s->pgid[l])
 			continue;
-		if (kill(-s->pgid[l], 0) && errno == ESRCH)
+		if (kill(-s->pgid[l], 0) && errno == ESRCH) {
 			launch_group_done(o, s, pids, l);
-		else
-			left++;
+			continue;
+		}
+		left++;
+		if (launch_group_waits(s, l))
+			continue;
+		if (!e->until)
+			e->until = now + o->grace;
+		if (now < e->until)
+			continue;
+		if (e->killed) { /* (killed a while ago and still there: given up) */
+			launch_group_done(o, s, pids, l);
+			left--;
+		} else {
+			due++;
+		}
 	}
-	if (!left || now < s->groups_until)
-		return left;
-	if (s->groups_killed) { /* (killed a while ago and still there: given up) */
-		for (int l = 0; l < o->nproc; l++)
-			if (s->pgid[l])
-				launch_group_done(o, s, pids, l);
-		return 0;
-	}
+	if (!due)
+		return left > 0;
 	fprintf(stderr, "kiln launch: %d rank(s)' process groups still ran %d s after their commands ended: killing them\n",
-		left, o->grace);
-	s->groups_killed = 1;
-	for (int l = 0; l < o->nproc; l++)
-		if (s->pgid[l])
+		due, o->grace);
+	for (int l = 0; l < o->nproc; l++) {
+		struct rank_end *e = &s->end[l];
+		if (s->pgid[l] && e->until && now >= e->until && !e->killed) {
 			kill(-s->pgid[l], SIGKILL);
-	s->groups_until = now + 2;
-	return left;
+			e->killed = 1;
+			e->until = now + 2;
+		}
+	}
+	return 1;
 }
 
 /* The blocked signals launch_wait takes between sleeps, into *block. */
@@ -775,8 +804,9 @@ static int launch_verdict(struct launch_opts *o, const struct launch_state *s)
 }
 
 /* Wait for every rank (pids[], 0 once reaped) and then for what is left
- * of its process group (up to --grace s: a trainer below a wrapper that
- * died writes its checkpoint), passing on signals; when one fails,
+ * of its process group (up to --grace s; a trainer below a wrapper that
+ * died of a stop passed on, as long as a direct rank: launch_groups_left),
+ * passing on signals; when one fails,
  * SIGTERM the others and SIGKILL them after the grace period.  Asleep
  * between events (launch_sleep), not polling, except while waiting for
  * groups (a process below a rank's command is not always this one's

@@ -6,6 +6,11 @@
 #     checkpoint, the launcher reports both ranks stopped (not "failed with
 #     signal 15"), waits for the trainers and exits 0 (before session 34:
 #     exit 1, "rank 0 (pid N) failed with signal 15", at once);
+#  1b. the same with the next point where the ranks agree on the stop (an
+#     epoch's end, ~2 s of training on) more than --grace 1 s away: the
+#     launcher waits for the trainers as for direct ranks, exit 0 with the
+#     checkpoint (before session 34's fix: their groups SIGKILLed 1 s after
+#     the wrappers died, "failed with signal 9", exit 1, no checkpoint);
 #  2. the launcher killed (SIGKILL) under wrappers that survive their
 #     SIGHUP: each trainer hears of it through KILN_LAUNCH_ALIVE_FD (the
 #     parent-death signal reaches only the wrapper), stops at its next log
@@ -61,6 +66,24 @@ grep 'failed with' "$tmp/term.log" && bad "term: a rank reported failed"
 	bad "term: not both ranks reported stopped"
 checkpointed term
 [ "$fail" = 0 ] || tail -15 "$tmp/term.log"
+
+# ---- 1b. the agreed stop point more than --grace away --------------------
+# epochs of 128 steps of a 4096-wide MLP (~2 s), no log point within one:
+# the stop sent after epoch 1's line is taken at epoch 2's end
+slow="train.epochs=100000 train.log_every=100000 train.checkpoint_every=0 data.limit=16384 layer.fc1.out=4096"
+"$kiln" launch -n 2 --grace 1 -- sh -c '"$@"; exit $?' sh "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/far" $slow > "$tmp/far.log" 2>&1 &
+lpid=$!
+started far "$lpid" && kill -TERM "$lpid"
+wait "$lpid"
+rc=$?
+echo "far: SIGTERM to the launcher of 2 wrapped trainers, the stop point ~2 s away, --grace 1: exit $rc"
+[ $rc = 0 ] || bad "far: kiln launch exited $rc, expected 0"
+grep -E 'failed with|killing them' "$tmp/far.log" && bad "far: a rank's group was killed or reported failed"
+[ "$(grep -c 'kiln launch: rank [01] stopped: its command ended by Terminated' "$tmp/far.log")" = 2 ] ||
+	bad "far: not both ranks reported stopped"
+checkpointed far
+[ "$fail" = 0 ] || tail -15 "$tmp/far.log"
 
 # ---- 2, 3. the launcher killed ------------------------------------------
 # killed NAME WRAPPER: a 2-rank launch of `sh -c WRAPPER sh kiln train`,
