@@ -151,10 +151,13 @@ public:
 	using gloo::rendezvous::Context::Context;
 
 	/* Throws as connectFullMesh does; dl may be NULL (Gloo's timeout
-	 * bounds the connects: busy-polling pairs). */
+	 * bounds the connects: busy-polling pairs), else the pairs must
+	 * connect within span_ms of the run clock.  *late: the peer whose
+	 * pair was connecting when kiln's deadline closed the pairs. */
 	void connect_pairs(gloo::rendezvous::Store &store, std::shared_ptr<gloo::transport::Device> &dev,
-			   kiln_gloo::Deadline *dl)
+			   kiln_gloo::Deadline *dl, int64_t span_ms, int *late)
 	{
+		*late = -1;
 		auto t = dev->createContext(rank, size);
 		t->setTimeout(getTimeout());
 		std::vector<char> mine;
@@ -166,9 +169,10 @@ public:
 		store.set(std::to_string(rank), mine);
 		if (dl)
 			dl->watch(t);
-		const int slot = dl ? dl->begin(5 * (int64_t)dl->timeout_ms(), true) : -1;
+		const int slot = dl ? dl->begin(span_ms, true) : -1;
+		int i = -1;
 		try {
-			for (int i = 0; i < size; i++) {
+			for (i = 0; i < size; i++) {
 				if (i == rank)
 					continue;
 				/* rank i's addresses, one per rank but i, in rank order */
@@ -179,9 +183,13 @@ public:
 									 all.begin() + (long)(at + n)));
 			}
 		} catch (...) {
-			/* (kiln's deadline closed the pairs: its message) */
+			/* (the peer whose addresses or connect this rank
+			 * waited for: a pair's connect waits until its peer's
+			 * side is connected too; kiln's deadline closed the
+			 * pairs: its message) */
+			*late = i < size ? i : -1;
 			if (dl && dl->end(slot))
-				throw std::runtime_error(dl->why(-1));
+				throw std::runtime_error(dl->why(*late));
 			throw;
 		}
 		if (dl && dl->end(slot))
@@ -976,58 +984,150 @@ std::shared_ptr<gloo::transport::Device> shared_device(const std::string &iface,
  * "Connection refused" on another.  So each attempt's outcome goes through
  * the store, and when any rank's failed, every rank tries again with fresh
  * pairs (new ports, new keys: prefix tryK/), up to MESH_TRIES times; the
- * message of the last failure otherwise.  A rank that waits for a peer
- * that never connects waits up to the timeout, as before. */
+ * message of the last failure otherwise.
+ *
+ * Where kiln's deadline watches the pairs, the whole of it (every try's
+ * connects, store waits and outcomes) ends within [dist] timeout of the
+ * run clock, and the outcomes' waits kOutcomeSlackMs after (the peers'
+ * deadlines began a little later or earlier): a link cut while the mesh
+ * connected had rank 1 fail after 6 timeouts and rank 0 after 12 (5 for
+ * a pair's connect, Gloo's bound, then 6 and 10 s more for the outcome of
+ * a peer in such a connect; session 34).  A rank past the deadline does
+ * not post its outcome (its store may be the link that is cut, where the
+ * post would wait the timeout again); its peers are past theirs too, or
+ * end when their outcome waits do, naming it. */
 enum { MESH_TRIES = 4 };
+constexpr int kOutcomeSlackMs = 5000;
 
+/* plugins/common/watchdog.c: the run clock (host table version 7) */
+extern "C" long long watchdog_now_ns(void);
+
+static int64_t run_ms() { return (int64_t)watchdog_now_ns() / 1000000; }
+
+/* " (host NAME)" of each rank of a mesh of world ranks, as the
+ * rendezvous posted them (kiln/host/R), read before the mesh connects (a
+ * store get that timed out leaves the connection broken: no reading them
+ * afterwards).  Only where kiln/addr_set/R, a counter posted after the
+ * host name, says so (an add of 0 does not wait): a get of a key never
+ * posted (a test's store, no rendezvous) would break the connection. */
+static std::vector<std::string> mesh_hosts(struct kiln_store *store, int world, bool world_ranks)
+{
+	std::vector<std::string> out;
+	if (!world_ranks)
+		return out;
+	for (int r = 0; r < world; r++) {
+		void *v = nullptr;
+		size_t n = 0;
+		int64_t posted = 0;
+		char key[48];
+		std::snprintf(key, sizeof key, "kiln/addr_set/%d", r);
+		out.push_back("");
+		if (H->store_add(store, key, 0, &posted) || posted <= 0)
+			continue;
+		std::snprintf(key, sizeof key, "kiln/host/%d", r);
+		if (!H->store_get(store, key, 1000, &v, &n) && v && n)
+			out.back() = " (host " + std::string(static_cast<const char *>(v), strnlen(static_cast<const char *>(v), n)) + ")";
+		H->free(v);
+	}
+	return out;
+}
+
+static std::string host_of(const std::vector<std::string> &hosts, int r)
+{
+	return r >= 0 && r < (int)hosts.size() ? hosts[(size_t)r] : std::string();
+}
+
+/* Wait for every rank's outcome of try p (*bad: the first that failed,
+ * else -1), each up to wait_ms; KILN_OK or the error naming the rank. */
+static kiln_status mesh_outcomes(struct kiln_store *store, const char *p, int rank, int world,
+				 const char *what, int64_t due, int wait_ms, int timeout_ms,
+				 const std::vector<std::string> &hosts, int *bad)
+{
+	*bad = -1;
+	for (int r = 0; r < world; r++) {
+		void *v = nullptr;
+		size_t n = 0;
+		char key[128];
+		std::snprintf(key, sizeof key, "%sok%d", p, r);
+		/* (with a deadline: until it passes and the slack) */
+		const int ms = due ? (int)std::max<int64_t>(due + kOutcomeSlackMs - run_ms(), 1) : wait_ms;
+		if (H->store_get(store, key, ms, &v, &n)) {
+			if (due)
+				return H->error(KILN_ETIMEOUT, "gloo: rank %d of %d: %s: rank %d%s did not say whether it connected within [dist] timeout = %.1f s and %.1f s: %s",
+						rank, world, what, r, host_of(hosts, r).c_str(),
+						timeout_ms / 1000.0, kOutcomeSlackMs / 1000.0, H->last_error());
+			return H->error(KILN_EIO, "gloo: rank %d of %d: %s: waiting for rank %d's outcome: %s",
+					rank, world, what, r, H->last_error());
+		}
+		if ((n != 1 || *(const char *)v != '1') && *bad < 0)
+			*bad = r;
+		H->free(v);
+	}
+	return KILN_OK;
+}
+
+/* world_ranks: the mesh's ranks are the world's (messages name their
+ * hosts). */
 static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, int rank, int world,
 				int timeout_ms, std::shared_ptr<gloo::transport::Device> &device,
-				std::shared_ptr<KilnContext> *out, const char *what, kiln_gloo::Deadline *dl)
+				std::shared_ptr<KilnContext> *out, const char *what, kiln_gloo::Deadline *dl,
+				bool world_ranks)
 {
 	std::string why;
+	/* busy-polling pairs (no deadline): a peer may be in a pair's
+	 * connect, which this Gloo bounds by 5 timeouts, waiting for a rank
+	 * that failed fast: its outcome comes after that */
 	const int outcome_ms = timeout_ms > (INT_MAX - 10000) / 6 ? INT_MAX : 6 * timeout_ms + 10000;
-	for (int k = 0; k < MESH_TRIES; k++) {
+	const int64_t due = dl ? run_ms() + timeout_ms : 0;
+	const std::vector<std::string> hosts = mesh_hosts(store, world, world_ranks && dl);
+	int k = 0;
+	for (; k < MESH_TRIES; k++) {
 		char p[96], key[128];
 		std::snprintf(p, sizeof p, "%stry%d/", prefix, k);
 		std::shared_ptr<KilnContext> ctx;
-		int ok = 1;
+		int ok = 1, late = -1;
+		const int64_t left = due ? std::max<int64_t>(due - run_ms(), 1) : timeout_ms;
 		try {
-			KilnStore ks(store, p, timeout_ms);
+			KilnStore ks(store, p, (int)std::min<int64_t>(left, timeout_ms));
 			ctx = std::make_shared<KilnContext>(rank, world);
 			/* the pairs' own timeout: none to speak of where kiln's
 			 * deadline watches them (deadline.h) */
 			ctx->setTimeout(dl ? kiln_gloo::kGlooTimeout : std::chrono::milliseconds(timeout_ms));
 			if (dl)
 				dl->reset();
-			ctx->connect_pairs(ks, device, dl);
+			ctx->connect_pairs(ks, device, dl, left, &late);
 		} catch (const std::exception &e) {
 			ok = 0;
 			why = e.what();
+		}
+		if (!ok && due && (run_ms() >= due || dl->expired())) {
+			if (late >= 0 && dl->expired())
+				why = dl->why(late, host_of(hosts, late));
+			else if (late >= 0) {
+				char m[160];
+				std::snprintf(m, sizeof m, " did not post its pairs' addresses within [dist] timeout = %.1f s: ",
+					      timeout_ms / 1000.0);
+				why = "rank " + std::to_string(late) + host_of(hosts, late) + m + why;
+			}
+			return H->error(KILN_ETIMEOUT, "gloo: rank %d of %d: %s: %s", rank, world, what,
+					why.c_str());
 		}
 		std::snprintf(key, sizeof key, "%sok%d", p, rank);
 		if (H->store_set(store, key, ok ? "1" : "0", 1))
 			return H->error(KILN_EIO, "gloo: rank %d of %d: %s: %s", rank, world, what,
 					H->last_error());
-		int all = 1, bad = -1;
-		for (int r = 0; r < world; r++) {
-			void *v = nullptr;
-			size_t n = 0;
-			std::snprintf(key, sizeof key, "%sok%d", p, r);
-			/* (a peer may be in a pair's connect, which this Gloo
-			 * bounds by 5 timeouts, waiting for a rank that failed
-			 * fast: its outcome comes after that) */
-			if (H->store_get(store, key, outcome_ms, &v, &n))
-				return H->error(KILN_EIO, "gloo: rank %d of %d: %s: waiting for rank %d's outcome: %s",
-						rank, world, what, r, H->last_error());
-			if (n != 1 || *(const char *)v != '1') {
-				all = 0;
-				bad = bad < 0 ? r : bad;
-			}
-			H->free(v);
-		}
-		if (all) {
+		int bad;
+		kiln_status st = mesh_outcomes(store, p, rank, world, what, due, outcome_ms, timeout_ms,
+					       hosts, &bad);
+		if (st)
+			return st;
+		if (bad < 0) {
 			*out = ctx;
 			return KILN_OK;
+		}
+		if (due && run_ms() >= due) {
+			k++;
+			break; /* (no time for another try) */
 		}
 		if (k + 1 < MESH_TRIES && ok)
 			H->log(KILN_LOG_WARN, "gloo", "rank %d of %d: %s failed on rank %d: trying again with new pairs (attempt %d of %d)",
@@ -1037,7 +1137,7 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 			       rank, world, what, why.c_str(), k + 2, (int)MESH_TRIES);
 	}
 	return H->error(KILN_EIO, "gloo: rank %d of %d: %s failed %d times: %s", rank, world, what,
-			(int)MESH_TRIES, why.empty() ? "another rank's connect failed" : why.c_str());
+			k, why.empty() ? "another rank's connect failed" : why.c_str());
 }
 
 /* Open rank `rank` of a communicator of `world` ranks whose store keys lie
@@ -1045,7 +1145,8 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
  * pairs listen on addr unless [plugin.gloo] iface or hostname says. */
 kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cfg,
 		      struct kiln_store *store, struct kiln_device *dev, int rank, int world,
-		      int timeout_ms, const char *space, const std::string &addr, Comm **out)
+		      int timeout_ms, const char *space, const std::string &addr, bool world_ranks,
+		      Comm **out)
 {
 	*out = nullptr;
 	std::unique_ptr<Comm> c(new Comm);
@@ -1072,7 +1173,7 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 		char prefix[64];
 		std::snprintf(prefix, sizeof prefix, "gloo/%s/", space);
 		kiln_status st = connect_mesh(store, prefix, rank, world, timeout_ms, device, &c->ctx,
-					      "connecting the TCP mesh", c->due.get());
+					      "connecting the TCP mesh", c->due.get(), world_ranks);
 		if (st)
 			return st;
 		/* every rank makes it here, so its slot is the same on all */
@@ -1194,7 +1295,7 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	std::snprintf(space, sizeof space, "%d", next_space());
 	Comm *c = nullptr;
 	kiln_status st = comm_open(host, cfg, store, dev, rank, world, timeout_ms, space,
-				   default_addr(host, cfg, store, rank, world), &c);
+				   default_addr(host, cfg, store, rank, world), true, &c);
 	*out = c;
 	return st;
 }
@@ -1225,7 +1326,7 @@ kiln_status hier_open(Comm *c, std::shared_ptr<gloo::transport::Device> device,
 	std::snprintf(what, sizeof what, "connecting the nodes' first ranks (rank %d of %d, node %d of %d)",
 		      c->rank, c->world, c->nd.node, c->nd.nodes);
 	return connect_mesh(store, prefix, c->nd.node, c->nd.nodes, c->timeout_ms, device,
-			    &c->lead->ctx, what, c->lead->due.get());
+			    &c->lead->ctx, what, c->lead->due.get(), false);
 }
 
 /* comm ops version 3: the gradients in shared memory (shm.h) */
@@ -1465,7 +1566,7 @@ kiln_status gloo_split(void *ctx, int color, int key, void **out, int *rank, int
 	std::snprintf(space, sizeof space, "%dc%d", n, color);
 	Comm *g = nullptr;
 	if ((st = comm_open(H, c->cfg, c->store, c->dev, me, (int)group.size(), c->timeout_ms, space,
-			    c->addr, &g)))
+			    c->addr, false, &g)))
 		return H->error(st, "gloo: rank %d of %d: split into group %d (rank %d of %zu): %s",
 				c->rank, c->world, color, me, group.size(), H->last_error());
 	/* (the group's ranks share the CPUs with the other groups') */
