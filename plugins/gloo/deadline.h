@@ -44,7 +44,7 @@ namespace kiln_gloo {
 
 /* The timeout Gloo's pairs get when a Deadline watches them: a year (the
  * pairs' connect waits 5 times it, capped by Gloo at 100 hours; the
- * mesh's connect is kiln's deadline's: [dist] timeout in all, gloo.cc's
+ * mesh's connect is kiln's deadline's: [dist] timeout in all, gloo_mesh.cc's
  * connect_mesh). */
 constexpr std::chrono::milliseconds kGlooTimeout = std::chrono::hours(24 * 365);
 
