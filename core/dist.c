@@ -215,10 +215,21 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		goto fail;
 	}
 	d->joined = 1;
-	/* (before the config check, which every rank passes before any
-	 * watchdog starts: each reads every peer's then) */
+	/* this rank's [dist] heartbeat posted for its peers' watchdogs
+	 * (kiln/hb_limit/RANK: each judges a peer by the peer's own), then
+	 * the watchdog from the rendezvous on, before the communicator
+	 * connects: a peer cut off or stopped while the mesh connected went
+	 * unnamed until the comm plugin's own timeouts (Gloo's: 6 and 12
+	 * [dist] timeouts, session 34).  Its thread has a store connection
+	 * of its own; every rank's claim is won here, so kiln/host/RANK,
+	 * which it reads for its messages, is posted; a peer's limit not
+	 * posted yet is read at the watchdog's later beats (dist_heartbeat.c
+	 * read_limit) */
 	if ((st = kiln_heartbeat_post(d->store, env.rank, heartbeat)) ||
-	    (st = dist_config_agree(d, cfg, reg)))
+	    (st = kiln_heartbeat_start(&env, env.master_addr, kiln_store_port(d->store), heartbeat,
+				       &d->hb)))
+		goto fail;
+	if ((st = dist_config_agree(d, cfg, reg)))
 		goto fail;
 	if ((st = d->ops->open(kiln_host_table(), cfg, d->store, dev, env.rank, env.world,
 			       d->timeout_ms, &d->ctx))) {
@@ -226,9 +237,6 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 				     env.world, comm);
 		goto fail;
 	}
-	if ((st = kiln_heartbeat_start(&env, env.master_addr,
-				       kiln_store_port(d->store), heartbeat, &d->hb)))
-		goto fail;
 	if ((st = kiln_device_stream_create(dev, &d->comm_stream)) ||
 	    (st = kiln_device_event_create(dev, &d->ready)) ||
 	    (st = kiln_device_event_create(dev, &d->sync_done)) ||
@@ -386,11 +394,13 @@ void kiln_dist_close(struct kiln_dist *d)
 	kiln_device_free(d->dev, d->zfull);
 	/* a rank leaving without having finished tells the peers waiting
 	 * in kiln_dist_finish, which then fail at once, naming it; one that
-	 * never joined is none of theirs (refused at the rendezvous) */
+	 * never joined is none of theirs (refused at the rendezvous); at
+	 * most 5 s: a rank whose link to the store is cut waited a whole
+	 * [dist] timeout more here, after its own had failed it (session 34) */
 	if (d->store && d->env.world > 1 && d->joined && !d->finished) {
 		char why[64];
 		int k = snprintf(why, sizeof why, "rank %d failed", d->env.rank);
-		kiln_store_set(d->store, "kiln/finished_all", why, (size_t)k);
+		kiln_store_set_within(d->store, "kiln/finished_all", why, (size_t)k, 5000);
 	}
 	if (d->pipe_measure)
 		kiln_device_plan_free(d->dev, d->pipe_measure);

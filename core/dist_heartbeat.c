@@ -73,25 +73,40 @@ static int64_t mono_ms(void)
  * the config check every rank passed before this thread started (unread:
  * this rank's); under the lock, as kiln_heartbeat_silent hands them to
  * the training thread. */
+/* Peer r's posted [dist] heartbeat into h->limit[r] (ms; 0: off), or
+ * LIMIT_UNKNOWN while it has posted none: the watchdog starts right after
+ * the rendezvous, which a peer may have left a moment later than this
+ * rank, before its post (kiln_dist_open); such a peer is not judged
+ * until its limit is read, at a later beat. */
+#define LIMIT_UNKNOWN (-1)
+static void read_limit(struct kiln_heartbeat *h, int r)
+{
+	char key[48];
+	void *v = NULL;
+	int limit = LIMIT_UNKNOWN;
+	snprintf(key, sizeof key, "kiln/hb_limit/%d", r);
+	if (!kiln_store_check(h->q, key, &v, NULL) && v)
+		limit = atoi(v) > 0 ? atoi(v) : 0;
+	free(v);
+	pthread_mutex_lock(&h->lock);
+	h->limit[r] = limit;
+	pthread_mutex_unlock(&h->lock);
+}
+
 static void read_hosts(struct kiln_heartbeat *h)
 {
 	for (int r = 0; r < h->world; r++) {
 		char key[48], name[64] = "?";
 		void *v = NULL;
-		int limit = h->limit_ms;
 		snprintf(key, sizeof key, "kiln/host/%d", r);
 		if (!kiln_store_check(h->q, key, &v, NULL) && v)
 			snprintf(name, sizeof name, "%s", (const char *)v);
 		free(v);
-		v = NULL;
-		snprintf(key, sizeof key, "kiln/hb_limit/%d", r);
-		if (!kiln_store_check(h->q, key, &v, NULL) && v)
-			limit = atoi(v);
-		free(v);
 		pthread_mutex_lock(&h->lock);
 		memcpy(h->host[r], name, sizeof name);
-		h->limit[r] = limit > 0 ? limit : 0;
 		pthread_mutex_unlock(&h->lock);
+		if (r != h->rank)
+			read_limit(h, r);
 	}
 }
 
@@ -115,13 +130,15 @@ static int beat(struct kiln_heartbeat *h)
 		snprintf(key, sizeof key, "kiln/hb/%d", r);
 		if ((st = kiln_store_add(h->q, key, 0, &v)))
 			break;
+		if (h->limit[r] == LIMIT_UNKNOWN)
+			read_limit(h, r);
 		const int64_t now = mono_ms();
 		if (v < FAILED_BELOW) {
 			kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
 					h->rank, h->world, r, h->host[r]);
 			return 1;
 		}
-		if (v != h->count[r] || !h->limit[r]) {
+		if (v != h->count[r] || h->limit[r] <= 0) {
 			pthread_mutex_lock(&h->lock);
 			h->count[r] = v;
 			h->moved[r] = now;
@@ -160,7 +177,7 @@ static int silent_look(struct kiln_heartbeat *h, struct kiln_hb_silent *out,
 	const int64_t now = mono_ms();
 	*self_ms = h->beaten ? now - h->beaten : -1;
 	for (int r = 0; r < h->world; r++) {
-		if (r == h->rank || h->count[r] < 0 || !h->limit[r])
+		if (r == h->rank || h->count[r] < 0 || h->limit[r] <= 0)
 			continue;
 		/* its beats' gap, as this rank reads them: its period and
 		 * this rank's (the two differ with the heartbeats) */

@@ -477,6 +477,18 @@ kiln_status kiln_store_set(struct kiln_store *s, const char *key, const void *va
 	return request(s, STORE_OP_SET, key, val, (uint32_t)len, s->timeout_ms, &status, NULL, NULL);
 }
 
+kiln_status kiln_store_set_within(struct kiln_store *s, const char *key, const void *val,
+				  size_t len, int timeout_ms)
+{
+	int status;
+	if (len > STORE_MAX_VALUE)
+		return kiln_error(KILN_EINVAL, "store: value of %zu bytes for '%s' (at most %u)", len, key,
+				  STORE_MAX_VALUE);
+	if (timeout_ms > s->timeout_ms)
+		timeout_ms = s->timeout_ms;
+	return request(s, STORE_OP_SET, key, val, (uint32_t)len, timeout_ms, &status, NULL, NULL);
+}
+
 kiln_status kiln_store_get(struct kiln_store *s, const char *key, int timeout_ms, void **val,
 			   size_t *len)
 {

@@ -116,6 +116,12 @@ struct kiln_store;
 kiln_status kiln_store_open_for(const char *host, int port, int host_it, int rank, int world,
 				int timeout_ms, const char *setting, struct kiln_store **out);
 
+/* kiln_store_set waiting at most timeout_ms for the store's answer (its
+ * connection's timeout otherwise): a leaving rank's word to its peers,
+ * which a store cut off must not hold for a whole [dist] timeout. */
+kiln_status kiln_store_set_within(struct kiln_store *s, const char *key, const void *val,
+				  size_t len, int timeout_ms);
+
 /* The store's shared secret, for every rank of a run: $KILN_STORE_TOKEN,
  * else the first line of the file $KILN_STORE_TOKEN_FILE (owned by this
  * user, no access for group or others).  KILN_EUSAGE saying how to set

@@ -552,6 +552,9 @@ EXTRA_DIST += tests/store_netns.sh
 # a live rank's link blipping at the rendezvous (netns, root)
 TESTS += tests/launch_group.sh tests/store_blip.sh
 EXTRA_DIST += tests/launch_group.sh tests/store_blip.sh
+# a link cut while Gloo connects its TCP mesh (netns, root)
+TESTS += tests/gloo_mesh_cut.sh
+EXTRA_DIST += tests/gloo_mesh_cut.sh
 TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh
 EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh \
 	tests/plugin_lazy.sh

@@ -48,7 +48,8 @@ net_up() {
 			/usr/bin/python3 "$srcdir/tests/netns_wire.py" "$ns-h$h" eth0 "$ns-sw" "p$h" "${3:-20}" \
 				> "$tmp/wire.out" 2>&1 &
 			wire=$!
-			for _ in $(seq 50); do grep -q ready "$tmp/wire.out" && break; sleep 0.1; done
+			# (up to 30 s: python3 starting on a loaded machine took over 5)
+			for _ in $(seq 300); do grep -qs ready "$tmp/wire.out" && break; sleep 0.1; done
 			grep -q ready "$tmp/wire.out" || { bad "the delaying wire did not start"; cat "$tmp/wire.out"; }
 		else
 			ip -n "$ns-sw" link add "p$h" type veth peer name eth0 netns "$ns-h$h"

@@ -180,18 +180,18 @@ bool Deadline::expired()
 	return expired_;
 }
 
-std::string Deadline::why(int peer) const
+std::string Deadline::why(int peer, const std::string &host) const
 {
-	char m[400], who[64];
+	char m[600], who[320];
 	if (peer < 0 && world_ == 2)
 		peer = 1 - rank_; /* the only peer */
 	if (peer >= 0)
-		std::snprintf(who, sizeof who, "%s %d", peer_.c_str(), peer);
+		std::snprintf(who, sizeof who, "%s %d%s", peer_.c_str(), peer, host.c_str());
 	else
 		std::snprintf(who, sizeof who, "a peer (Gloo does not say which)");
 	if (connecting_)
-		std::snprintf(m, sizeof m, "%s did not connect within 5 x [dist] timeout = %.1f s (kiln's deadline, on the run clock; rank %d closed its pairs)",
-			      who, 5 * timeout_ms_ / 1000.0, rank_);
+		std::snprintf(m, sizeof m, "%s did not connect within [dist] timeout = %.1f s (kiln's deadline for the whole mesh, on the run clock; rank %d closed its pairs)",
+			      who, timeout_ms_ / 1000.0, rank_);
 	else
 		std::snprintf(m, sizeof m, "%s did not answer within [dist] timeout = %.1f s (kiln's deadline, on the run clock: a time in which this whole process stood still, a suspended job, is not counted; rank %d closed its pairs)",
 			      who, timeout_ms_ / 1000.0, rank_);

@@ -43,7 +43,9 @@
 namespace kiln_gloo {
 
 /* The timeout Gloo's pairs get when a Deadline watches them: a year (the
- * pairs' connect waits 5 times it, capped by Gloo at 100 hours). */
+ * pairs' connect waits 5 times it, capped by Gloo at 100 hours; the
+ * mesh's connect is kiln's deadline's: [dist] timeout in all, gloo_mesh.cc's
+ * connect_mesh). */
 constexpr std::chrono::milliseconds kGlooTimeout = std::chrono::hours(24 * 365);
 
 class Deadline {
@@ -81,8 +83,9 @@ public:
 
 	/* What an expired wait says: peer did not answer (did not connect)
 	 * within the timeout; peer -1: the one a collective waited for,
-	 * which Gloo does not say (the other rank on a world of 2). */
-	std::string why(int peer) const;
+	 * which Gloo does not say (the other rank on a world of 2); host:
+	 * said after the peer (" (host NAME)"), where known. */
+	std::string why(int peer, const std::string &host = "") const;
 
 	/* Before a new mesh is connected (connect_mesh's next try): no
 	 * expiry, no transport context.  No operation may be running. */

@@ -2,7 +2,8 @@
 # (docs/distributed.md).
 if BUILD_GLOO
 pkglib_LTLIBRARIES += plugins/kiln-gloo.la
-plugins_kiln_gloo_la_SOURCES = plugins/gloo/gloo.cc plugins/gloo/deadline.cc \
+plugins_kiln_gloo_la_SOURCES = plugins/gloo/gloo.cc plugins/gloo/gloo_jobs.cc \
+	plugins/gloo/gloo_mesh.cc plugins/gloo/gloo_comm.h plugins/gloo/deadline.cc \
 	plugins/gloo/deadline.h plugins/gloo/shm.c plugins/gloo/shm.h \
 	plugins/common/shmp2p.c plugins/common/shmp2p.h \
 	$(PLUGIN_COMM_COMMON)

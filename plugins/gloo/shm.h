@@ -1,6 +1,6 @@
 /* plugins/gloo/shm.h - kiln-gloo's one-node path: kiln's shared-memory
  * collectives (plugins/common/shmcoll.h) on a POSIX shared-memory object,
- * in C behind an opaque handle so that gloo.cc (C++) can call them.
+ * in C behind an opaque handle so that the plugin's C++ files can call them.
  * Compiled into kiln-gloo.so only, never exported.
  *
  * Setup (gloo_shm_open, collective: every rank calls it at open, in the
