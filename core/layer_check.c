@@ -8,6 +8,33 @@
 
 #include <string.h>
 
+/* Keys of a layer that make it an evaluation-only (INT8) layer: it has no
+ * backward, so a training run refuses it.  Before session 34 the layer
+ * said so at the first forward, after --overwrite (or the default
+ * out_dir) had deleted the earlier run. */
+static const char *const eval_only_keys[] = { "int8_scale", "int8_out_scale", NULL };
+
+kiln_status kiln_config_check_training(const struct kiln_config *cfg)
+{
+	for (int i = 0; kiln_config_section(cfg, i); i++) {
+		const char *sec = kiln_config_section(cfg, i);
+		if (strncmp(sec, "layer.", 6))
+			continue;
+		for (int k = 0; eval_only_keys[k]; k++) {
+			const char *key = eval_only_keys[k];
+			double v = 0;
+			/* (a value that is no number: the layer's configure says so) */
+			if (!kiln_config_get(cfg, sec, key) || kiln_config_get_float(cfg, sec, key, &v) ||
+			    !(v > 0))
+				continue;
+			return kiln_error(KILN_ECONFIG, "%s: [%s] %s = %s: INT8 layers are for evaluation only (`kiln eval --quantized`); a training run trains f32 weights: remove the key",
+					  kiln_config_where(cfg, sec, key), sec, key,
+					  kiln_config_get(cfg, sec, key));
+		}
+	}
+	return KILN_OK;
+}
+
 kiln_status kiln_config_check_layers(const struct kiln_config *cfg,
 				     const struct kiln_registry *reg)
 {
@@ -44,5 +71,6 @@ kiln_status kiln_config_check_layers(const struct kiln_config *cfg,
 			return kiln_error_wrap(st, "layer '%s'%s", l.name,
 					       kiln_config_unset_note(cfg, sec, note, sizeof note));
 	}
-	return KILN_OK;
+	/* `kiln config` checks the file as training would */
+	return kiln_config_check_training(cfg);
 }

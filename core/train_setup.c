@@ -249,6 +249,10 @@ static kiln_status read_config(struct trainer *t, const struct kiln_train_cfg *t
 		t->EB = t->B;
 	if (!t->training)
 		return KILN_OK;
+	/* (an INT8 layer refused now, not at the first forward: after
+	 * open_out_dir had deleted the earlier run, session 34) */
+	if ((st = kiln_config_check_training(t->cfg)))
+		return st;
 	if (tc->resume && tc->overwrite)
 		return kiln_error(KILN_ECONFIG, "%s: [train] resume and overwrite are both set (--resume continues the run in out_dir, --overwrite deletes it): choose one",
 				  kiln_config_where(t->cfg, "train", "overwrite"));

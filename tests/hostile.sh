@@ -100,6 +100,17 @@ stderr_has "[train] batch 8 x accumulate 8 x 1 rank(s) needs 64 training samples
 ls "$run/checkpoints" | cmp -s - "$tmp/ck.before" || fail "the refused --overwrite run changed checkpoints/"
 cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused --overwrite run changed metrics.jsonl"
 cmp -s "$run/config.ini" "$tmp/config.before" || fail "the refused --overwrite run changed config.ini"
+# --overwrite of a run with an INT8 (evaluation-only) layer: refused as a
+# config error before anything is deleted (it was refused at the first
+# forward, after the earlier run's files had gone)
+kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite layer.fc1.int8_scale=1
+stderr_has "command line 'layer.fc1.int8_scale=1': [layer.fc1] int8_scale = 1: INT8 layers are for evaluation only"
+! grep -q "deleted the earlier run" "$err" || fail "the refused INT8 --overwrite run deleted files"
+ls "$run/checkpoints" | cmp -s - "$tmp/ck.before" || fail "the refused INT8 --overwrite run changed checkpoints/"
+cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused INT8 --overwrite run changed metrics.jsonl"
+kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite layer.conv1.int8_out_scale=0.5
+stderr_has "[layer.conv1] int8_out_scale = 0.5: INT8 layers are for evaluation only"
+ls "$run/checkpoints" | cmp -s - "$tmp/ck.before" || fail "the refused int8_out_scale run changed checkpoints/"
 # --overwrite: the old run's files go (its report too), a user's file stays
 kiln 0 report "$run"
 echo keep >"$run/notes.txt"

@@ -13,7 +13,7 @@ struct add {
 
 static const struct kiln_key add_keys[] = {
 	{ "int8_out_scale", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,
-	  "Evaluation only: > 0 writes the sum of the two f32 inputs, after the ReLU that alone reads it (fused: `[run] fuse = 1`), as u8 in this scale for the INT8 layers after it (set by `kiln eval --quantized` on the CPU: docs/inference.md, INT8); 0: f32." },
+	  "Evaluation only: > 0 writes the sum of the two f32 inputs, after the ReLU that alone reads it (fused: `[run] fuse = 1`), as u8 in this scale for the INT8 layers after it (set by `kiln eval --quantized` on the CPU: docs/inference.md, INT8; a training run refuses it); 0: f32." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
