@@ -149,10 +149,11 @@ int cmd_config(int argc, char **argv)
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
 	kiln_status st = cli_load(argv[1], argc, argv, 2, &cfg, &reg);
-	/* the layers' required keys too: `kiln config` is the check of a
-	 * file (exit 2 where `kiln train` would stop building the model) */
+	/* what `kiln train` checks before it opens the data: `kiln config`
+	 * is the check of a file (exit 2 where `kiln train` would stop; before
+	 * session 34 it checked the layers' keys alone) */
 	if (!st)
-		st = kiln_config_check_layers(cfg, reg);
+		st = kiln_config_check_train(cfg, reg);
 	if (!st)
 		st = kiln_config_write(cfg, reg, stdout);
 	int rc = st ? cli_fail(st) : 0;
