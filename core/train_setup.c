@@ -226,6 +226,31 @@ static double scaled_lr(const struct trainer *t, int64_t global)
 
 /* The config read once, the result's starting values and the checkpoint
  * directory. */
+/* An empty [run] out_dir with a key that writes into it: refused (before
+ * session 34 keep_best, [log] tensorboard and csv wrote nothing, silently). */
+static kiln_status out_dir_needed(const struct kiln_config *cfg, const struct kiln_train_cfg *tc)
+{
+	int tb = 0, csv = 0;
+	kiln_config_get_bool(cfg, "log", "tensorboard", &tb);
+	kiln_config_get_bool(cfg, "log", "csv", &csv);
+	const struct {
+		int on;
+		const char *section, *key, *what;
+	} keys[] = {
+		{ tc->checkpoint_every != 0, "train", "checkpoint_every", "checkpoints go to out_dir/checkpoints" },
+		{ tc->resume, "train", "resume", "checkpoints go to out_dir/checkpoints" },
+		{ tc->keep_best != 0, "train", "keep_best", "the best checkpoints go to out_dir/checkpoints/best" },
+		{ tb, "log", "tensorboard", "its event files go to out_dir" },
+		{ csv, "log", "csv", "train.csv and eval.csv go to out_dir" },
+	};
+	for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
+		if (keys[i].on)
+			return kiln_error(KILN_ECONFIG, "%s: [%s] %s needs [run] out_dir (%s)",
+					  kiln_config_where(cfg, keys[i].section, keys[i].key),
+					  keys[i].section, keys[i].key, keys[i].what);
+	return KILN_OK;
+}
+
 static kiln_status read_config(struct trainer *t, const struct kiln_train_cfg *tc)
 {
 	struct kiln_train_result *res = t->res;
@@ -256,13 +281,10 @@ static kiln_status read_config(struct trainer *t, const struct kiln_train_cfg *t
 	if (tc->resume && tc->overwrite)
 		return kiln_error(KILN_ECONFIG, "%s: [train] resume and overwrite are both set (--resume continues the run in out_dir, --overwrite deletes it): choose one",
 				  kiln_config_where(t->cfg, "train", "overwrite"));
-	if (*t->run.out_dir) {
+	if (*t->run.out_dir)
 		snprintf(t->ckdir, sizeof t->ckdir, "%s/checkpoints", t->run.out_dir);
-	} else if (tc->checkpoint_every || tc->resume) {
-		const char *key = tc->checkpoint_every ? "checkpoint_every" : "resume";
-		return kiln_error(KILN_ECONFIG, "%s: [train] %s needs [run] out_dir (checkpoints go to out_dir/checkpoints)",
-				  kiln_config_where(t->cfg, "train", key), key);
-	}
+	else if ((st = out_dir_needed(t->cfg, tc)))
+		return st;
 	if (t->run.deterministic && !t->run.threads)
 		return kiln_error(KILN_ECONFIG, "%s: [run] deterministic = 1 needs a fixed [run] threads (0 = all cores makes the result depend on the machine)",
 				  kiln_config_where(t->cfg, "run", "deterministic"));

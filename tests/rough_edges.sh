@@ -230,8 +230,16 @@ kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" train.max_steps=4
 kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" --resume
 stderr_has "early stop at step 6:"
 # eval = 0 beside keep_best and early stopping: said, not silently ignored
-kiln 0 train "$ini" data.path="$data" run.out_dir= train.eval=0 train.keep_best=2 train.early_stop_patience=1
+kiln 0 train "$ini" data.path="$data" run.out_dir="$tmp/eval0" train.eval=0 train.keep_best=2 train.early_stop_patience=1 train.max_steps=1
 stderr_has "[train] eval = 0 runs no evaluation, which keep_best and early_stop_patience need: ignored"
+# a key that writes into out_dir without one: refused as checkpoint_every
+# is (before session 34 keep_best, tensorboard and csv wrote nothing, silently)
+kiln 2 train "$ini" data.path="$data" run.out_dir= train.keep_best=2
+stderr_has "command line 'train.keep_best=2': [train] keep_best needs [run] out_dir (the best checkpoints go to out_dir/checkpoints/best)"
+kiln 2 train "$ini" data.path="$data" run.out_dir= log.tensorboard=1
+stderr_has "command line 'log.tensorboard=1': [log] tensorboard needs [run] out_dir (its event files go to out_dir)"
+kiln 2 train "$ini" data.path="$data" run.out_dir= log.csv=1
+stderr_has "command line 'log.csv=1': [log] csv needs [run] out_dir (train.csv and eval.csv go to out_dir)"
 # 14: 48 samples, steps of 5 x 2: 4 steps, 8 samples left out each epoch
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.batch=5 train.accumulate=2 train.max_steps=1
 stderr_has "an epoch is 4 step(s) of 10 samples (batch 5 x accumulate 2 x 1 rank(s)): 8 of the 48 training samples are left out of each epoch (drop_last)"
