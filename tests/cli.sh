@@ -154,6 +154,12 @@ cfg_refuses run.memory_limit=-1 "[run] memory_limit = '-1': expected a decimal n
 cfg_refuses run.devices=,,, "[run] devices: expected a list of up to"
 cfg_refuses data.mean=zzz "[data] mean = 'zzz' is not a number"
 cfg_refuses "data.eval.std=1 x" "[data.eval] std = '1 x' is not a number"
+# an override's value is trimmed on the right as a file's is (before
+# session 34 "data.workers=4 " passed here and failed in kiln train, and
+# "train.schedule=cosine " was refused: "did you mean 'cosine'")
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" "data.workers=4 " "train.schedule=cosine	 "
+stdout_matches '^workers = 4$'
+stdout_matches '^schedule = cosine$'
 cfg_refuses model.stages=nolayer "[model] stages: no layer 'nolayer'"
 cfg_refuses layer.fc1.tie=nolayer "[layer.fc1] tie = nolayer: there is no layer 'nolayer'"
 cfg_refuses layer.fc1.input=nolayer "[layer.fc1] input = nolayer: no layer 'nolayer' above this one"
