@@ -346,14 +346,17 @@ static kiln_status open_sets(struct trainer *t)
 		t->have_val |= !strcmp(kiln_config_section(t->cfg, i), "data.val");
 	if (t->have_val && (st = open_set(t, "data.val", "val", 0, &t->val)))
 		return st;
+	/* (a config error at the set's `size`, where one is set: the sets
+	 * are read, each is whole; before session 34 exit 3, no file:line) */
 	if (t->have_val && memcmp(&t->val.ds.sample, &t->train.ds.sample, sizeof t->train.ds.sample))
-		return kiln_error(KILN_EDATA, "[data.val] samples differ in shape from [data]'s: give both the same `size` (and `channels`)");
+		return kiln_error(KILN_ECONFIG, "%s: [data.val] samples differ in shape from [data]'s: give both the same `size` (and `channels`)",
+				  kiln_config_where(t->cfg, "data.val", "size"));
 	if (do_eval && memcmp(&t->test.ds.sample, &t->train.ds.sample, sizeof t->train.ds.sample)) {
 		char a[128], b[128];
 		kiln_tensor_desc_str(&t->train.ds.sample, a, sizeof a);
 		kiln_tensor_desc_str(&t->test.ds.sample, b, sizeof b);
-		return kiln_error(KILN_EDATA, "[data.eval] samples are %s but [data]'s are %s: give both the same `size` (and `channels`)",
-				  b, a);
+		return kiln_error(KILN_ECONFIG, "%s: [data.eval] samples are %s but [data]'s are %s: give both the same `size` (and `channels`)",
+				  kiln_config_where(t->cfg, "data.eval", "size"), b, a);
 	}
 	if (t->train.len < t->B)
 		return kiln_error(KILN_ECONFIG, "%s: [train] batch = %lld is larger than the %lld training samples",
@@ -462,6 +465,18 @@ static kiln_status tell_workload(struct trainer *t)
 /* Every label of set (each set the run reads: training's, [data.eval]'s,
  * [data.val]'s) must have a logit row, and every row a label; every label
  * a logit (and a class the loss counts). */
+/* Where the logits' width is set: the `out` of the layer the loss reads
+ * (a linear's, a conv's), else the loss layer's type line (before session
+ * 34 always the latter, though the mistake was an `out`). */
+static const char *logits_where(const struct trainer *t)
+{
+	const struct model_layer *loss = &t->m->layers[t->m->loss_layer];
+	const int src = loss->n_in > 0 ? loss->in[0] : -1;
+	if (src >= 0 && kiln_config_get(t->cfg, t->m->layers[src].section, "out"))
+		return kiln_config_where(t->cfg, t->m->layers[src].section, "out");
+	return kiln_config_where(t->cfg, loss->section, "type");
+}
+
 static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 {
 	struct kiln_plan *p = t->training ? t->ptrain : t->peval;
@@ -515,7 +530,7 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 			snprintf(from, sizeof from, " (the largest label, %lld, is at %s)",
 				 (long long)set->ds.classes - 1, set->ds.info.classes_from);
 		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data [%s] has %lld classes%s: set out = %lld on the last layer, or check the labels",
-				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
+				  logits_where(t),
 				  (long long)outs, set->ds.section, (long long)set->ds.classes, from,
 				  (long long)set->ds.classes);
 	}
@@ -858,7 +873,8 @@ static kiln_status open_loop(struct trainer *t)
 	t->G = t->B * t->acc * t->world;
 	t->steps_per_epoch = t->train.len / t->G;
 	if (t->steps_per_epoch < 1)
-		return kiln_error(KILN_ECONFIG, "[train] batch %lld x accumulate %lld x %d rank(s) needs %lld training samples a step, more than the %lld there are",
+		return kiln_error(KILN_ECONFIG, "%s: [train] batch %lld x accumulate %lld x %d rank(s) needs %lld training samples a step, more than the %lld there are",
+				  kiln_config_where(t->cfg, "train", t->acc > 1 ? "accumulate" : "batch"),
 				  (long long)t->B, (long long)t->acc, t->world, (long long)t->G,
 				  (long long)t->train.len);
 	const int64_t left_out = t->train.len - t->steps_per_epoch * t->G;

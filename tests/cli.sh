@@ -164,6 +164,10 @@ cfg_refuses model.stages=nolayer "[model] stages: no layer 'nolayer'"
 cfg_refuses layer.fc1.tie=nolayer "[layer.fc1] tie = nolayer: there is no layer 'nolayer'"
 cfg_refuses layer.fc1.input=nolayer "[layer.fc1] input = nolayer: no layer 'nolayer' above this one"
 cfg_refuses layer.loss.inputs=fc1,nolayer "[layer.loss] inputs = fc1,nolayer: no layer 'nolayer' above this one"
+# an empty name between commas (it was "takes 1..1 inputs, got 0" at the
+# type line, or a dropped input)
+cfg_refuses "layer.fc1.inputs=,," "[layer.fc1] inputs = ,,: an empty layer name (a stray comma?)"
+cfg_refuses "layer.loss.inputs=fc1," "[layer.loss] inputs = fc1,: an empty layer name (a stray comma?)"
 cfg_refuses layer.fc1.int8_scale=0.5 "[layer.fc1] int8_scale = 0.5: INT8 layers are for evaluation only"
 # kiln's own GPU device where it is not built says so, not "a typo", as a
 # warning: kiln config and kiln pack of a GPU config on a CPU-only build go

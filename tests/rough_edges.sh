@@ -246,5 +246,5 @@ stderr_has "an epoch is 4 step(s) of 10 samples (batch 5 x accumulate 2 x 1 rank
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1
 ! grep -q "left out of each epoch" "$err" || fail "batch 8 leaves nothing out of 48, yet a line says so"
 kiln 2 train "$ini" data.path="$data" run.out_dir= train.accumulate=7
-stderr_has "[train] batch 8 x accumulate 7 x 1 rank(s) needs 56 training samples a step, more than the 48 there are"
+stderr_has "command line 'train.accumulate=7': [train] batch 8 x accumulate 7 x 1 rank(s) needs 56 training samples a step, more than the 48 there are"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"
