@@ -111,6 +111,15 @@ cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused INT8 --ov
 kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite layer.conv1.int8_out_scale=0.5
 stderr_has "[layer.conv1] int8_out_scale = 0.5: INT8 layers are for evaluation only"
 ls "$run/checkpoints" | cmp -s - "$tmp/ck.before" || fail "the refused int8_out_scale run changed checkpoints/"
+# the same for what only the model's shapes tell: a conv with a residual
+# input (evaluation only) is refused by the training plan, before out_dir
+awk '/^\[layer.pool1\]/ { print "[layer.conv2]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\ninputs = relu1, relu1\n" } { print }' "$ini" > "$tmp/res.ini"
+kiln 0 train "$tmp/res.ini" "$d" train.max_steps=1 "run.out_dir=$tmp/resrun" layer.conv2.inputs=relu1
+ls "$tmp/resrun/checkpoints" > "$tmp/resck.before"
+kiln 2 train "$tmp/res.ini" "$d" train.max_steps=1 "run.out_dir=$tmp/resrun" --overwrite
+stderr_has "layer 'conv2': a residual input is for evaluation only"
+! grep -q "deleted the earlier run" "$err" || fail "the refused residual --overwrite run deleted files"
+ls "$tmp/resrun/checkpoints" | cmp -s - "$tmp/resck.before" || fail "the refused residual --overwrite run changed checkpoints/"
 # --overwrite: the old run's files go (its report too), a user's file stays
 kiln 0 report "$run"
 echo keep >"$run/notes.txt"

@@ -71,6 +71,8 @@ static kiln_status add_plan(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st;
 	op_init(&op, KILN_OP_ADD, 2, 1);
 	op.in[0] = op.in[1] = op.out[0] = l->out;
+	if (s->int8_out_scale > 0 && kiln_layer_training(l)) /* (before out_dir is touched) */
+		return h->error(KILN_ECONFIG, "layer '%s': int8_out_scale is for evaluation only", l->name);
 	if (s->int8_out_scale > 0) { /* evaluation only: no backward */
 		if ((st = int8_out_planned(h, l, s->int8_out_scale)))
 			return st;
