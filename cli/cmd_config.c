@@ -82,8 +82,12 @@ static int print_doc(void)
 	       "  training files by inheritance, and `limit`: evaluation uses the whole test set unless\n"
 	       "  `[data.eval] limit` says otherwise (as a PyTorch test loader would).\n"
 	       "- `kiln config FILE` checks the file as training would before it opens the data\n"
-	       "  (every key, and each layer's required keys such as linear's `out`: exit 2) and\n"
-	       "  prints the resolved config: every key with its value or default.\n\n");
+	       "  (every key; the values `kiln train` reads before the data, such as `[run] memory_limit`,\n"
+	       "  `devices` and `[data] mean`; the model's names: at least one layer, and every `input`,\n"
+	       "  `tie` and `[model] stages` naming a layer; each layer's required keys such as linear's\n"
+	       "  `out`; no INT8 key, which is for evaluation only: exit 2) and prints the resolved\n"
+	       "  config: every key with its value or default.  Command-line values are trimmed as\n"
+	       "  the file's are.\n\n");
 	for (int i = 0;; i++) {
 		const char *doc, *name = kiln_config_fixed_section(i, &doc);
 		if (!name)
@@ -149,10 +153,11 @@ int cmd_config(int argc, char **argv)
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
 	kiln_status st = cli_load(argv[1], argc, argv, 2, &cfg, &reg);
-	/* the layers' required keys too: `kiln config` is the check of a
-	 * file (exit 2 where `kiln train` would stop building the model) */
+	/* what `kiln train` checks before it opens the data: `kiln config`
+	 * is the check of a file (exit 2 where `kiln train` would stop; before
+	 * session 34 it checked the layers' keys alone) */
 	if (!st)
-		st = kiln_config_check_layers(cfg, reg);
+		st = kiln_config_check_train(cfg, reg);
 	if (!st)
 		st = kiln_config_write(cfg, reg, stdout);
 	int rc = st ? cli_fail(st) : 0;

@@ -580,10 +580,21 @@ kiln_status kiln_config_override(struct kiln_config *cfg, const char *arg)
 	const char *val = eq + 1;
 	while (isspace((unsigned char)*val))
 		val++;
+	/* trimmed on the right too, as a file's values are (before session
+	 * 34 "train.schedule=cosine " was no schedule, and "data.workers=4 "
+	 * passed `kiln config` and failed `kiln train`) */
+	size_t vn = strlen(val);
+	while (vn && isspace((unsigned char)val[vn - 1]))
+		vn--;
+	char *v = strndup(val, vn);
+	if (!v)
+		return kiln_error(KILN_ENOMEM, "out of memory");
 	char where[600];
 	snprintf(where, sizeof where, "command line '%s'", arg);
 	struct section *s = kiln_cfg_find_section(cfg, sec);
-	if (!s && !(s = add_section(cfg, sec, kiln_strdup(where))))
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	return set_entry(s, key, val, kiln_strdup(where));
+	kiln_status st = !s && !(s = add_section(cfg, sec, kiln_strdup(where)))
+				 ? kiln_error(KILN_ENOMEM, "out of memory")
+				 : set_entry(s, key, v, kiln_strdup(where));
+	free(v);
+	return st;
 }

@@ -5,6 +5,7 @@
  * core/plan_run.c.
  */
 #include "graph.h"
+#include "pipeline.h" /* kiln_pipe_read_stages */
 
 #include <math.h>
 #include <stdio.h>
@@ -46,10 +47,17 @@ static kiln_status wire_inputs(struct kiln_model *m, int i, const struct kiln_co
 	}
 	snprintf(buf, sizeof buf, "%s", one ? one : many);
 	const char *key = one ? "input" : "inputs";
-	char *save = NULL;
 	L->n_in = 0;
-	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+	/* every name between commas (strtok_r skipped empty ones: `inputs
+	 * = ,,` was zero inputs, refused at the type line, session 34) */
+	for (char *t = buf, *next; t; t = next) {
+		if ((next = strchr(t, ',')))
+			*next++ = 0;
 		t = trim(t);
+		if (!*t)
+			return kiln_error(KILN_ECONFIG, "%s: [%s] %s = %s: an empty layer name (a stray comma?)",
+					  kiln_config_where(cfg, L->section, key), L->section, key,
+					  one ? one : many);
 		if (L->n_in == KILN_LAYER_MAX_INPUTS)
 			return kiln_error(KILN_ECONFIG, "%s: [%s] has more than %d inputs",
 					  kiln_config_where(cfg, L->section, key), L->section,
@@ -563,6 +571,43 @@ kiln_status kiln_model_create_bare(const struct kiln_config *cfg, const struct k
 	return model_create(cfg, reg, dev, sample, 1, 0, NULL, out);
 }
 
+static int count_layers(const struct kiln_config *cfg)
+{
+	int n = 0;
+	for (int i = 0; kiln_config_section(cfg, i); i++)
+		n += !strncmp(kiln_config_section(cfg, i), "layer.", 6);
+	return n;
+}
+
+static kiln_status no_layers(const struct kiln_config *cfg)
+{
+	/* no section [layer]: where() names the config file */
+	return kiln_error(KILN_ECONFIG, "%s: no [layer.NAME] sections: the model is empty",
+			  kiln_config_where(cfg, "layer", NULL));
+}
+
+kiln_status kiln_model_check_names(const struct kiln_config *cfg, const struct kiln_registry *reg)
+{
+	const int n = count_layers(cfg);
+	if (!n)
+		return no_layers(cfg);
+	struct kiln_model *m = calloc(1, sizeof *m);
+	if (!m || !(m->layers = calloc((size_t)n, sizeof *m->layers))) {
+		free(m);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	m->cfg = cfg;
+	m->loss_layer = -1;
+	kiln_status st = read_layers(m, reg);
+	/* [model] stages' names ([layer.X] stage too); `auto` places the
+	 * layers by their costs, which need the shapes: building the model's */
+	const char *v = kiln_config_get(cfg, "model", "stages");
+	if (!st && !(v && (!strcmp(v, "auto") || !strncmp(v, "auto:", 5))))
+		st = kiln_pipe_read_stages(m);
+	kiln_model_free(m); /* (no device: names, layers and stages alone) */
+	return st;
+}
+
 static kiln_status model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				int bare, int sharded, const struct kiln_model_precheck *pre,
@@ -592,14 +637,10 @@ static kiln_status model_create(const struct kiln_config *cfg, const struct kiln
 		kiln_model_free(m);
 		return st;
 	}
-	int n = 0;
-	for (int i = 0; kiln_config_section(cfg, i); i++)
-		n += !strncmp(kiln_config_section(cfg, i), "layer.", 6);
+	int n = count_layers(cfg);
 	if (!n) {
 		kiln_model_free(m);
-		/* no section [layer]: where() names the config file */
-		return kiln_error(KILN_ECONFIG, "%s: no [layer.NAME] sections: the model is empty",
-				  kiln_config_where(cfg, "layer", NULL));
+		return no_layers(cfg);
 	}
 	m->layers = calloc((size_t)n, sizeof *m->layers);
 	struct plan_node *nodes = calloc((size_t)n, sizeof *nodes);

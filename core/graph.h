@@ -631,4 +631,10 @@ float kiln_half_to_float(uint16_t h);
  * each). */
 #define KILN_MAX_STATE_BUFS 16
 
+/* The model's names resolved without building it (`kiln config`): at
+ * least one [layer.NAME], each type known, each input, tie and [model]
+ * stages name a layer (stages = auto: not placed).  KILN_ECONFIG naming
+ * file:line, as kiln_model_create would. */
+kiln_status kiln_model_check_names(const struct kiln_config *cfg, const struct kiln_registry *reg);
+
 #endif

@@ -161,7 +161,7 @@ static const struct kiln_key train_keys[] = {
 	{ "eval_every", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Evaluate every N optimizer steps (and after the last); 0 = after every epoch. Evaluation plans keep no activations for backward." },
 	{ "keep_best", KILN_KEY_INT, "0", 0, 1000, NULL,
-	  "Keep checkpoints of the K best evaluations by `best_metric` in out_dir/checkpoints/best (written right after each evaluation that makes the top K; the displaced one is deleted; a resume continues the list: docs/checkpoints.md); 0 = off." },
+	  "Keep checkpoints of the K best evaluations by `best_metric` in out_dir/checkpoints/best (written right after each evaluation that makes the top K; the displaced one is deleted; a resume continues the list: docs/checkpoints.md); needs `[run] out_dir` (a run with an empty one is refused); 0 = off." },
 	{ "best_metric", KILN_KEY_ENUM, "acc", NOLIM, "acc|loss",
 	  "What `keep_best` ranks by: test accuracy (higher is better) or test loss (lower is better)." },
 	{ "early_stop_patience", KILN_KEY_INT, "0", 0, 1e9, NULL,
@@ -206,9 +206,9 @@ static const struct kiln_key dist_keys[] = {
 /* The loggers besides metrics.jsonl (core/logger.h, docs/logging.md). */
 static const struct kiln_key log_keys[] = {
 	{ "tensorboard", KILN_KEY_BOOL, "0", NOLIM, NULL,
-	  "Write TensorBoard event files (out_dir/events.out.tfevents.*; `tensorboard --logdir` on out_dir or a directory above it): every number of metrics.jsonl's train and eval lines as a scalar tagged `train/loss`, `train/lr`, `val/acc`, ... at its step. Rank 0 only." },
+	  "Write TensorBoard event files (out_dir/events.out.tfevents.*; `tensorboard --logdir` on out_dir or a directory above it): every number of metrics.jsonl's train and eval lines as a scalar tagged `train/loss`, `train/lr`, `val/acc`, ... at its step. Rank 0 only; needs `[run] out_dir` (a run with an empty one is refused)." },
 	{ "csv", KILN_KEY_BOOL, "0", NOLIM, NULL,
-	  "Write the train lines to out_dir/train.csv and the evaluations to out_dir/eval.csv, each with a header naming its columns as metrics.jsonl names the fields. Rank 0 only." },
+	  "Write the train lines to out_dir/train.csv and the evaluations to out_dir/eval.csv, each with a header naming its columns as metrics.jsonl names the fields. Rank 0 only; needs `[run] out_dir` (a run with an empty one is refused)." },
 	{ "histograms", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "With `tensorboard = 1`: every N optimizer steps, a histogram of each parameter tensor (`weights/NAME`) and of each trainable one's gradient (`grads/NAME`); 0 = none. Each costs a host copy of the parameters and gradients at that step." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }

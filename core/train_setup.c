@@ -226,6 +226,31 @@ static double scaled_lr(const struct trainer *t, int64_t global)
 
 /* The config read once, the result's starting values and the checkpoint
  * directory. */
+/* An empty [run] out_dir with a key that writes into it: refused (before
+ * session 34 keep_best, [log] tensorboard and csv wrote nothing, silently). */
+static kiln_status out_dir_needed(const struct kiln_config *cfg, const struct kiln_train_cfg *tc)
+{
+	int tb = 0, csv = 0;
+	kiln_config_get_bool(cfg, "log", "tensorboard", &tb);
+	kiln_config_get_bool(cfg, "log", "csv", &csv);
+	const struct {
+		int on;
+		const char *section, *key, *what;
+	} keys[] = {
+		{ tc->checkpoint_every != 0, "train", "checkpoint_every", "checkpoints go to out_dir/checkpoints" },
+		{ tc->resume, "train", "resume", "checkpoints go to out_dir/checkpoints" },
+		{ tc->keep_best != 0, "train", "keep_best", "the best checkpoints go to out_dir/checkpoints/best" },
+		{ tb, "log", "tensorboard", "its event files go to out_dir" },
+		{ csv, "log", "csv", "train.csv and eval.csv go to out_dir" },
+	};
+	for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
+		if (keys[i].on)
+			return kiln_error(KILN_ECONFIG, "%s: [%s] %s needs [run] out_dir (%s)",
+					  kiln_config_where(cfg, keys[i].section, keys[i].key),
+					  keys[i].section, keys[i].key, keys[i].what);
+	return KILN_OK;
+}
+
 static kiln_status read_config(struct trainer *t, const struct kiln_train_cfg *tc)
 {
 	struct kiln_train_result *res = t->res;
@@ -249,16 +274,17 @@ static kiln_status read_config(struct trainer *t, const struct kiln_train_cfg *t
 		t->EB = t->B;
 	if (!t->training)
 		return KILN_OK;
+	/* (an INT8 layer refused now, not at the first forward: after
+	 * open_out_dir had deleted the earlier run, session 34) */
+	if ((st = kiln_config_check_training(t->cfg)))
+		return st;
 	if (tc->resume && tc->overwrite)
 		return kiln_error(KILN_ECONFIG, "%s: [train] resume and overwrite are both set (--resume continues the run in out_dir, --overwrite deletes it): choose one",
 				  kiln_config_where(t->cfg, "train", "overwrite"));
-	if (*t->run.out_dir) {
+	if (*t->run.out_dir)
 		snprintf(t->ckdir, sizeof t->ckdir, "%s/checkpoints", t->run.out_dir);
-	} else if (tc->checkpoint_every || tc->resume) {
-		const char *key = tc->checkpoint_every ? "checkpoint_every" : "resume";
-		return kiln_error(KILN_ECONFIG, "%s: [train] %s needs [run] out_dir (checkpoints go to out_dir/checkpoints)",
-				  kiln_config_where(t->cfg, "train", key), key);
-	}
+	else if ((st = out_dir_needed(t->cfg, tc)))
+		return st;
 	if (t->run.deterministic && !t->run.threads)
 		return kiln_error(KILN_ECONFIG, "%s: [run] deterministic = 1 needs a fixed [run] threads (0 = all cores makes the result depend on the machine)",
 				  kiln_config_where(t->cfg, "run", "deterministic"));
@@ -320,14 +346,17 @@ static kiln_status open_sets(struct trainer *t)
 		t->have_val |= !strcmp(kiln_config_section(t->cfg, i), "data.val");
 	if (t->have_val && (st = open_set(t, "data.val", "val", 0, &t->val)))
 		return st;
+	/* (a config error at the set's `size`, where one is set: the sets
+	 * are read, each is whole; before session 34 exit 3, no file:line) */
 	if (t->have_val && memcmp(&t->val.ds.sample, &t->train.ds.sample, sizeof t->train.ds.sample))
-		return kiln_error(KILN_EDATA, "[data.val] samples differ in shape from [data]'s: give both the same `size` (and `channels`)");
+		return kiln_error(KILN_ECONFIG, "%s: [data.val] samples differ in shape from [data]'s: give both the same `size` (and `channels`)",
+				  kiln_config_where(t->cfg, "data.val", "size"));
 	if (do_eval && memcmp(&t->test.ds.sample, &t->train.ds.sample, sizeof t->train.ds.sample)) {
 		char a[128], b[128];
 		kiln_tensor_desc_str(&t->train.ds.sample, a, sizeof a);
 		kiln_tensor_desc_str(&t->test.ds.sample, b, sizeof b);
-		return kiln_error(KILN_EDATA, "[data.eval] samples are %s but [data]'s are %s: give both the same `size` (and `channels`)",
-				  b, a);
+		return kiln_error(KILN_ECONFIG, "%s: [data.eval] samples are %s but [data]'s are %s: give both the same `size` (and `channels`)",
+				  kiln_config_where(t->cfg, "data.eval", "size"), b, a);
 	}
 	if (t->train.len < t->B)
 		return kiln_error(KILN_ECONFIG, "%s: [train] batch = %lld is larger than the %lld training samples",
@@ -436,6 +465,18 @@ static kiln_status tell_workload(struct trainer *t)
 /* Every label of set (each set the run reads: training's, [data.eval]'s,
  * [data.val]'s) must have a logit row, and every row a label; every label
  * a logit (and a class the loss counts). */
+/* Where the logits' width is set: the `out` of the layer the loss reads
+ * (a linear's, a conv's), else the loss layer's type line (before session
+ * 34 always the latter, though the mistake was an `out`). */
+static const char *logits_where(const struct trainer *t)
+{
+	const struct model_layer *loss = &t->m->layers[t->m->loss_layer];
+	const int src = loss->n_in > 0 ? loss->in[0] : -1;
+	if (src >= 0 && kiln_config_get(t->cfg, t->m->layers[src].section, "out"))
+		return kiln_config_where(t->cfg, t->m->layers[src].section, "out");
+	return kiln_config_where(t->cfg, loss->section, "type");
+}
+
 static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 {
 	struct kiln_plan *p = t->training ? t->ptrain : t->peval;
@@ -489,7 +530,7 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 			snprintf(from, sizeof from, " (the largest label, %lld, is at %s)",
 				 (long long)set->ds.classes - 1, set->ds.info.classes_from);
 		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data [%s] has %lld classes%s: set out = %lld on the last layer, or check the labels",
-				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
+				  logits_where(t),
 				  (long long)outs, set->ds.section, (long long)set->ds.classes, from,
 				  (long long)set->ds.classes);
 	}
@@ -832,7 +873,8 @@ static kiln_status open_loop(struct trainer *t)
 	t->G = t->B * t->acc * t->world;
 	t->steps_per_epoch = t->train.len / t->G;
 	if (t->steps_per_epoch < 1)
-		return kiln_error(KILN_ECONFIG, "[train] batch %lld x accumulate %lld x %d rank(s) needs %lld training samples a step, more than the %lld there are",
+		return kiln_error(KILN_ECONFIG, "%s: [train] batch %lld x accumulate %lld x %d rank(s) needs %lld training samples a step, more than the %lld there are",
+				  kiln_config_where(t->cfg, "train", t->acc > 1 ? "accumulate" : "batch"),
 				  (long long)t->B, (long long)t->acc, t->world, (long long)t->G,
 				  (long long)t->train.len);
 	const int64_t left_out = t->train.len - t->steps_per_epoch * t->G;

@@ -43,7 +43,12 @@ stdout_has "--resume"
 stdout_has "SIGTERM"
 
 # ---- kiln config ------------------------------------------------------------
-kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir"
+# (cli.ini has no model: `kiln config` refuses an empty one as training
+# does, session 34; l.ini is cli.ini with one)
+{ cat "$cfgdir/cli.ini"; printf '\n[layer.fc1]\ntype = linear\nout = 4\n\n[layer.loss]\ntype = softmax_xent\n'; } > "$tmp/l.ini"
+kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir"
+stderr_has "kiln: error: $cfgdir/cli.ini: no [layer.NAME] sections: the model is empty"
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir"
 for s in '[run]' '[data]' '[data.eval]' '[model]' '[train]' '[dist]'; do
 	stdout_has "$s"
 done
@@ -55,7 +60,7 @@ stdout_has "count = 7"            # a key of the source plugin
 stdout_has "plugin_path = $plugdir"
 [ ! -s "$err" ] || fail "stderr not empty"
 
-kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" train.lr=0.5
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" train.lr=0.5
 stdout_has "lr = 0.5"
 
 # a misspelt key in each fixed section: exit 2, file:line, suggestion
@@ -105,7 +110,7 @@ stderr_has "tsrc"
 # a device that is not there: exit 2 at its line, the nearest name suggested
 # (before session 31 `kiln config` said OK and train failed with exit 1 and
 # "no device plugin named 'cpuu'", no file:line)
-sed '/^\[run\]/a device = cpuu' "$cfgdir/cli.ini" > "$tmp/dev.ini"
+sed '/^\[run\]/a device = cpuu' "$tmp/l.ini" > "$tmp/dev.ini"
 kiln 2 config "$tmp/dev.ini" "run.plugin_path=$plugdir"
 stderr_has "$tmp/dev.ini:4: [run] device = 'cpuu': no device plugin of that name; did you mean 'cpu'? (devices: auto, cpu"
 kiln 2 train "$tmp/dev.ini" "run.plugin_path=$plugdir" "run.out_dir=$tmp/devrun"
@@ -116,7 +121,6 @@ kiln 0 config "$tmp/dev.ini" "run.plugin_path=$plugdir" run.device=cpu
 # would (it exited 0 before session 33), and a key a command-line override
 # unset is told as such (before: the file's line alone, as if the file
 # lacked it)
-{ cat "$cfgdir/cli.ini"; printf '\n[layer.fc1]\ntype = linear\nout = 4\n\n[layer.loss]\ntype = softmax_xent\n'; } > "$tmp/l.ini"
 fc1=$(grep -n '^\[layer.fc1\]' "$tmp/l.ini" | cut -d: -f1)
 kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir"
 grep -v '^out = 4$' "$tmp/l.ini" > "$tmp/l2.ini"
@@ -139,6 +143,32 @@ kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" run.precision=bf61
 stderr_has "'precision' = 'bf61' is not one of fp32|bf16|fp16|fp16_static; did you mean 'bf16'?"
 kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" layer.fc1.type=dense
 grep -q "did you mean" "$err" && fail "'dense' got a suggestion: $(cat "$err")"
+# what `kiln train` refuses before it opens the data, `kiln config`
+# refuses too (it exited 0 on each before session 34): exit 2 naming the key
+cfg_refuses() {
+	ov=$1; shift
+	kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" "$ov"
+	stderr_has "command line '$ov': $*"
+}
+cfg_refuses run.memory_limit=-1 "[run] memory_limit = '-1': expected a decimal number of bytes"
+cfg_refuses run.devices=,,, "[run] devices: expected a list of up to"
+cfg_refuses data.mean=zzz "[data] mean = 'zzz' is not a number"
+cfg_refuses "data.eval.std=1 x" "[data.eval] std = '1 x' is not a number"
+# an override's value is trimmed on the right as a file's is (before
+# session 34 "data.workers=4 " passed here and failed in kiln train, and
+# "train.schedule=cosine " was refused: "did you mean 'cosine'")
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" "data.workers=4 " "train.schedule=cosine	 "
+stdout_matches '^workers = 4$'
+stdout_matches '^schedule = cosine$'
+cfg_refuses model.stages=nolayer "[model] stages: no layer 'nolayer'"
+cfg_refuses layer.fc1.tie=nolayer "[layer.fc1] tie = nolayer: there is no layer 'nolayer'"
+cfg_refuses layer.fc1.input=nolayer "[layer.fc1] input = nolayer: no layer 'nolayer' above this one"
+cfg_refuses layer.loss.inputs=fc1,nolayer "[layer.loss] inputs = fc1,nolayer: no layer 'nolayer' above this one"
+# an empty name between commas (it was "takes 1..1 inputs, got 0" at the
+# type line, or a dropped input)
+cfg_refuses "layer.fc1.inputs=,," "[layer.fc1] inputs = ,,: an empty layer name (a stray comma?)"
+cfg_refuses "layer.loss.inputs=fc1," "[layer.loss] inputs = fc1,: an empty layer name (a stray comma?)"
+cfg_refuses layer.fc1.int8_scale=0.5 "[layer.fc1] int8_scale = 0.5: INT8 layers are for evaluation only"
 # kiln's own GPU device where it is not built says so, not "a typo", as a
 # warning: kiln config and kiln pack of a GPU config on a CPU-only build go
 # on (they open no device; training fails opening it)
@@ -171,18 +201,18 @@ for kv in "data.workers=autoo:'workers' = 'autoo' is not an integer or one of au
 	kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" "${kv%%:*}"
 	stderr_has "command line '${kv%%:*}': in [${kv%%.*}]: ${kv#*:}"
 done
-kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.workers=auto train.recompute=none run.infer_block=0 \
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" data.workers=auto train.recompute=none run.infer_block=0 \
 	"data.size=8 9" "train.milestones=3000, 6000" "train.milestones=3000, 3000"
 
 # a pair key with an empty number (before session 34 "1," was (1, 0) and
 # ",1" (0, 1), and kiln config said OK): refused, naming the key
 conv="layer.c1.type=conv layer.c1.out=4 layer.c1.kernel=3"
 for kv in "padding=1,:number 2" "padding=,1:number 1" "padding=1,,2:number 2" "stride=2,:number 2"; do
-	kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" $conv "layer.c1.${kv%%:*}"
+	kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" $conv "layer.c1.${kv%%:*}"
 	v=${kv%%:*}
 	stderr_has "command line 'layer.c1.$v': in [layer.c1]: '${v%%=*}' = '${v#*=}': ${kv#*:} is empty (expected integers separated by commas)"
 done
-kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" $conv "layer.c1.padding=1, 2"
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" $conv "layer.c1.padding=1, 2"
 
 # options that would be ignored: refused (before session 31 the last of a
 # value option given twice won, and these combinations did nothing)
@@ -384,7 +414,7 @@ export KILN_PROBE_CACHE TGOOD_INIT_LOG
 inits() { if [ -f "$TGOOD_INIT_LOG" ]; then wc -l < "$TGOOD_INIT_LOG" | tr -d ' '; else echo 0; fi; }
 probe_run() { # probe_run LOADS: a lookup of tsrc loads kiln-tgood.so LOADS times
 	before=$(inits)
-	kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$pdir" data.source=tsrc
+	kiln 0 config "$tmp/l.ini" "run.plugin_path=$pdir" data.source=tsrc
 	stdout_has "source = tsrc"
 	[ $(($(inits) - before)) -eq "$1" ] || fail "kiln-tgood.so loaded $(($(inits) - before)) times, expected $1"
 }

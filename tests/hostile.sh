@@ -95,11 +95,31 @@ cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused run chang
 # --overwrite of a run that a later check refuses (a step of 64 samples,
 # 48 in the set): nothing deleted
 kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite train.accumulate=8
-stderr_has "[train] batch 8 x accumulate 8 x 1 rank(s) needs 64 training samples a step, more than the 48 there are"
+stderr_has "command line 'train.accumulate=8': [train] batch 8 x accumulate 8 x 1 rank(s) needs 64 training samples a step, more than the 48 there are"
 ! grep -q "deleted the earlier run" "$err" || fail "the refused --overwrite run deleted files"
 ls "$run/checkpoints" | cmp -s - "$tmp/ck.before" || fail "the refused --overwrite run changed checkpoints/"
 cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused --overwrite run changed metrics.jsonl"
 cmp -s "$run/config.ini" "$tmp/config.before" || fail "the refused --overwrite run changed config.ini"
+# --overwrite of a run with an INT8 (evaluation-only) layer: refused as a
+# config error before anything is deleted (it was refused at the first
+# forward, after the earlier run's files had gone)
+kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite layer.fc1.int8_scale=1
+stderr_has "command line 'layer.fc1.int8_scale=1': [layer.fc1] int8_scale = 1: INT8 layers are for evaluation only"
+! grep -q "deleted the earlier run" "$err" || fail "the refused INT8 --overwrite run deleted files"
+ls "$run/checkpoints" | cmp -s - "$tmp/ck.before" || fail "the refused INT8 --overwrite run changed checkpoints/"
+cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused INT8 --overwrite run changed metrics.jsonl"
+kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite layer.conv1.int8_out_scale=0.5
+stderr_has "[layer.conv1] int8_out_scale = 0.5: INT8 layers are for evaluation only"
+ls "$run/checkpoints" | cmp -s - "$tmp/ck.before" || fail "the refused int8_out_scale run changed checkpoints/"
+# the same for what only the model's shapes tell: a conv with a residual
+# input (evaluation only) is refused by the training plan, before out_dir
+awk '/^\[layer.pool1\]/ { print "[layer.conv2]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\ninputs = relu1, relu1\n" } { print }' "$ini" > "$tmp/res.ini"
+kiln 0 train "$tmp/res.ini" "$d" train.max_steps=1 "run.out_dir=$tmp/resrun" layer.conv2.inputs=relu1
+ls "$tmp/resrun/checkpoints" > "$tmp/resck.before"
+kiln 2 train "$tmp/res.ini" "$d" train.max_steps=1 "run.out_dir=$tmp/resrun" --overwrite
+stderr_has "layer 'conv2': a residual input is for evaluation only"
+! grep -q "deleted the earlier run" "$err" || fail "the refused residual --overwrite run deleted files"
+ls "$tmp/resrun/checkpoints" | cmp -s - "$tmp/resck.before" || fail "the refused residual --overwrite run changed checkpoints/"
 # --overwrite: the old run's files go (its report too), a user's file stays
 kiln 0 report "$run"
 echo keep >"$run/notes.txt"
@@ -316,15 +336,15 @@ b[8 + 17] = 128
 open(sys.argv[2], "wb").write(b)
 EOF
 kiln 2 train "$ini" "$d" "data.labels=$tmp/badlab.idx" run.out_dir=
-stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data] has 129 classes (labels = $tmp/badlab.idx, command line 'data.labels=$tmp/badlab.idx': its largest label is 128)"
+stderr_has "tr_cnn.ini:41: the model has 5 outputs but the data [data] has 129 classes (labels = $tmp/badlab.idx, command line 'data.labels=$tmp/badlab.idx': its largest label is 128)"
 stderr_has "129 classes (labels $tmp/badlab.idx: the largest, 128, first at sample 17)"
 # ... and so is one of the evaluation's labels, [data.eval] or [data.val],
 # at startup (before session 33 only the training set's were checked: the
 # run trained, then failed in the loss op's forward naming no file, exit 3)
 kiln 2 train "$ini" "$d" "data.eval.labels=$tmp/badlab.idx" run.out_dir=
-stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data.eval] has 129 classes (labels = $tmp/badlab.idx, command line 'data.eval.labels=$tmp/badlab.idx': its largest label is 128)"
+stderr_has "tr_cnn.ini:41: the model has 5 outputs but the data [data.eval] has 129 classes (labels = $tmp/badlab.idx, command line 'data.eval.labels=$tmp/badlab.idx': its largest label is 128)"
 kiln 2 train "$ini" "$d" data.val.images=tr_cnn_images.idx "data.val.labels=$tmp/badlab.idx" run.out_dir=
-stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data.val] has 129 classes (labels = $tmp/badlab.idx, command line 'data.val.labels=$tmp/badlab.idx': its largest label is 128)"
+stderr_has "tr_cnn.ini:41: the model has 5 outputs but the data [data.val] has 129 classes (labels = $tmp/badlab.idx, command line 'data.val.labels=$tmp/badlab.idx': its largest label is 128)"
 # an evaluation set reading its own standard-named files (no labels key)
 # in `kiln eval`: the message names no labels file (session 33 named
 # [data]'s training labels, which the set never read)
@@ -335,6 +355,13 @@ sed -e '/^\[data.eval\]/,/^$/{/^images\|^labels/d}' -e "s|^\[data.eval\]|&\\
 path = $tmp/evd|" "$ini" > "$tmp/evd.ini"
 kiln 0 train "$ini" "$d" run.out_dir="$tmp/evrun" train.epochs=1
 kiln 2 eval "$tmp/evd.ini" "$d" --checkpoint "$(ck evrun 5)"
-stderr_has "evd.ini:43: the model has 5 outputs but the data [data.eval] has 129 classes: set out = 129"
+stderr_has "evd.ini:40: the model has 5 outputs but the data [data.eval] has 129 classes: set out = 129"
+# the logits' width named at the `out` that sets it (session 34: the loss
+# layer's type line); a set of another sample size is a config error at its
+# `size` (it was exit 3, no file:line)
+kiln 2 train "$ini" "$d" run.out_dir= layer.fc1.out=3
+stderr_has "command line 'layer.fc1.out=3': the model has 3 outputs but the data [data] has 5 classes"
+kiln 2 train "$ini" "$d" run.out_dir= data.eval.size=7
+stderr_has "command line 'data.eval.size=7': [data.eval] samples are f32[1, 7, 7] but [data]'s are f32[1, 8, 8]"
 
 echo "PASS: $checks kiln runs"

@@ -172,8 +172,12 @@ if grep -q avx512_vnni /proc/cpuinfo 2>/dev/null; then
 		fail "jit_int8 loss $jl, brgconv $(field test_loss "$out"), before $rl"
 	echo "ok: ResNet int8 convolutions in jit_int8, loss $jl = brgconv's"
 fi
-kiln 2 train "$res" $rrun data.limit=500 train.epochs=1 layer.s1_add.int8_out_scale=0.1
+kiln 2 eval "$res" $rrun data.eval.limit=100 layer.s1_add.int8_out_scale=0.1
 stderr_has "layer 's2_conv1': a u8 input or int8_out_scale needs int8_scale > 0"
+# a training run refuses an INT8 key before it opens anything (session 34:
+# it was refused at the first forward, after out_dir's earlier run was deleted)
+kiln 2 train "$res" $rrun data.limit=500 train.epochs=1 layer.s1_add.int8_out_scale=0.1
+stderr_has "command line 'layer.s1_add.int8_out_scale=0.1': [layer.s1_add] int8_out_scale = 0.1: INT8 layers are for evaluation only"
 
 # no seeded draw where a file supplies every weight (kiln_model_init_loaded):
 # eval, eval --fold, eval --quantized, quantize and predict log "none drawn"

@@ -230,7 +230,7 @@ kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" train.max_steps=4
 kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" --resume
 stderr_has "early stop at step 6:"
 # eval = 0 beside keep_best and early stopping: said, not silently ignored
-kiln 0 train "$ini" data.path="$data" run.out_dir= train.eval=0 train.keep_best=2 train.early_stop_patience=1
+kiln 0 train "$ini" data.path="$data" run.out_dir="$tmp/eval0" train.eval=0 train.keep_best=2 train.early_stop_patience=1 train.max_steps=1
 stderr_has "[train] eval = 0 runs no evaluation, which keep_best and early_stop_patience need: ignored"
 # a schedule's keys under another schedule, eval_every with eval = 0: said
 # (before session 34 ignored without a word)
@@ -243,11 +243,20 @@ stderr_has "command line 'train.eval_every=1': [train] eval_every needs eval = 1
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.schedule=multistep \
 	train.milestones=3,6 train.gamma=0.5 train.eval_every=1
 ! grep -q "is read by schedule\|eval_every needs" "$err" || fail "a warning for keys the run reads: $(cat "$err")"
+
+# a key that writes into out_dir without one: refused as checkpoint_every
+# is (before session 34 keep_best, tensorboard and csv wrote nothing, silently)
+kiln 2 train "$ini" data.path="$data" run.out_dir= train.keep_best=2
+stderr_has "command line 'train.keep_best=2': [train] keep_best needs [run] out_dir (the best checkpoints go to out_dir/checkpoints/best)"
+kiln 2 train "$ini" data.path="$data" run.out_dir= log.tensorboard=1
+stderr_has "command line 'log.tensorboard=1': [log] tensorboard needs [run] out_dir (its event files go to out_dir)"
+kiln 2 train "$ini" data.path="$data" run.out_dir= log.csv=1
+stderr_has "command line 'log.csv=1': [log] csv needs [run] out_dir (train.csv and eval.csv go to out_dir)"
 # 14: 48 samples, steps of 5 x 2: 4 steps, 8 samples left out each epoch
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.batch=5 train.accumulate=2 train.max_steps=1
 stderr_has "an epoch is 4 step(s) of 10 samples (batch 5 x accumulate 2 x 1 rank(s)): 8 of the 48 training samples are left out of each epoch (drop_last)"
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1
 ! grep -q "left out of each epoch" "$err" || fail "batch 8 leaves nothing out of 48, yet a line says so"
 kiln 2 train "$ini" data.path="$data" run.out_dir= train.accumulate=7
-stderr_has "[train] batch 8 x accumulate 7 x 1 rank(s) needs 56 training samples a step, more than the 48 there are"
+stderr_has "command line 'train.accumulate=7': [train] batch 8 x accumulate 7 x 1 rank(s) needs 56 training samples a step, more than the 48 there are"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"

@@ -13,7 +13,7 @@ struct add {
 
 static const struct kiln_key add_keys[] = {
 	{ "int8_out_scale", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,
-	  "Evaluation only: > 0 writes the sum of the two f32 inputs, after the ReLU that alone reads it (fused: `[run] fuse = 1`), as u8 in this scale for the INT8 layers after it (set by `kiln eval --quantized` on the CPU: docs/inference.md, INT8); 0: f32." },
+	  "Evaluation only: > 0 writes the sum of the two f32 inputs, after the ReLU that alone reads it (fused: `[run] fuse = 1`), as u8 in this scale for the INT8 layers after it (set by `kiln eval --quantized` on the CPU: docs/inference.md, INT8; a training run refuses it); 0: f32." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -71,6 +71,8 @@ static kiln_status add_plan(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st;
 	op_init(&op, KILN_OP_ADD, 2, 1);
 	op.in[0] = op.in[1] = op.out[0] = l->out;
+	if (s->int8_out_scale > 0 && kiln_layer_training(l)) /* (before out_dir is touched) */
+		return h->error(KILN_ECONFIG, "layer '%s': int8_out_scale is for evaluation only", l->name);
 	if (s->int8_out_scale > 0) { /* evaluation only: no backward */
 		if ((st = int8_out_planned(h, l, s->int8_out_scale)))
 			return st;

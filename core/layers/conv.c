@@ -328,6 +328,12 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	if (l->frozen) /* an inference plan: the weights stay (ABI 2.15); on
 			* QCONV too, the device keeps its INT8 weights */
 		op.flags |= KILN_OPF_FROZEN;
+	/* refused in a training plan, which the run makes before it touches
+	 * out_dir (the forward refused them after --overwrite had deleted the
+	 * earlier run, session 34) */
+	if ((s->res || s->int8_scale > 0) && kiln_layer_training(l))
+		return h->error(KILN_ECONFIG, "layer '%s': %s is for evaluation only", l->name,
+				s->res ? "a residual input" : "int8_scale");
 	if (s->res) /* evaluation only: no backward */
 		return plan_residual(h, l, dev, &op, ws);
 	if (s->int8_scale > 0) { /* the same operands, quantized by the op; evaluation only */

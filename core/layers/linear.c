@@ -116,6 +116,8 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	/* y[B,N] = x[B,K] . W[N,K]^T (+ b[N]); the bias stays f32 */
 	gemm_op(&op, s->bias ? 3 : 2, 0, 1, B, N, K, dt, dt);
 	f32_desc(&op.in[2], N, 0, 0);
+	if (s->int8_scale > 0 && kiln_layer_training(l)) /* (before out_dir is touched) */
+		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
 	if (s->int8_scale > 0) { /* the same operands, quantized by the op; evaluation only */
 		quantized(&op, KILN_OP_QLINEAR, s->int8_scale, s->int8_unsigned, s->int8_out_scale);
 		if (l->frozen) /* an inference plan: the device keeps its INT8 weights (ABI 2.15) */

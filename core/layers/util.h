@@ -144,11 +144,11 @@ static inline kiln_status prep_act(const struct kiln_host *h, struct kiln_layer 
  * int8_scale and int8_unsigned. */
 #define LAYER_INT8_KEYS                                                                        \
 	{ "int8_scale", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,                                     \
-	  "INT8 inference (docs/inference.md, INT8): > 0 runs the layer as KILN_OP_QCONV / QLINEAR with this scale of its input (per-output-channel 7-bit weights, exact int32 sums). Set by `kiln eval --quantized` from `kiln quantize`'s file, evaluation only (a training run refuses it); 0: f32." }, \
+	  "INT8 inference (docs/inference.md, INT8): > 0 runs the layer as KILN_OP_QCONV / QLINEAR with this scale of its input (per-output-channel 7-bit weights, exact int32 sums). Set by `kiln eval --quantized` from `kiln quantize`'s file, evaluation only (a training run, and `kiln config`, refuse it before anything is opened); 0: f32." }, \
 	{ "int8_unsigned", KILN_KEY_BOOL, "0", 0, 0, NULL,                                      \
 	  "With int8_scale: the input is quantized to u8 (it was never negative in calibration), else to s8." }, \
 	{ "int8_out_scale", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,                                 \
-	  "With int8_scale: > 0 writes the output as u8 in this scale (after the ReLU, which must be fused: `[run] fuse = 1`), for INT8 layers that read it through max pools and flattens (set by `kiln eval --quantized` on the CPU: docs/inference.md, INT8); 0: f32." }
+	  "With int8_scale: > 0 writes the output as u8 in this scale (after the ReLU, which must be fused: `[run] fuse = 1`), for INT8 layers that read it through max pools and flattens (set by `kiln eval --quantized` on the CPU: docs/inference.md, INT8); evaluation only (a training run refuses it); 0: f32." }
 
 /* A CONV or GEMM op made its INT8 twin (QCONV, QLINEAR: kiln/ops.h):
  * the input's scale sx and u8 (unsigned) or s8 (a u8 input is read as

@@ -85,6 +85,23 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 kiln_status kiln_config_check_layers(const struct kiln_config *cfg,
 				     const struct kiln_registry *reg);
 
+/* What a training run refuses that a model for evaluation accepts: a
+ * [layer.X] int8_scale or int8_out_scale > 0 (an INT8 layer has no
+ * backward).  KILN_ECONFIG naming the key's file:line.  kiln_config_check_layers
+ * runs it too (`kiln config` checks a file as training would); a training
+ * run checks it before it opens anything, so that nothing in out_dir is
+ * deleted for a run refused later. */
+kiln_status kiln_config_check_training(const struct kiln_config *cfg);
+
+/* Every check `kiln train` makes of the file before it opens the data
+ * (`kiln config`): the [run], [data] and [train] keys as the run reads
+ * them ([run] memory_limit, devices; [data] workers, mean, std; ...), the
+ * model's names (an empty model; a type, input, tie or [model] stages
+ * naming no layer) and kiln_config_check_layers.  KILN_ECONFIG naming
+ * file:line. */
+kiln_status kiln_config_check_train(const struct kiln_config *cfg,
+				    const struct kiln_registry *reg);
+
 /* Raw value of a key as written, or its schema default, or NULL when unset
  * and without default.  The string is owned by the config. */
 const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
