@@ -50,8 +50,8 @@ static void *bump_main(void *arg)
 
 /* A store for rank 0 of 3 in this process, with the peers' host names,
  * and rank 0's watchdog at [dist] heartbeat = hb_s; lim1, lim2 >= 0: the
- * heartbeats ranks 1 and 2 post (kiln_heartbeat_post; -1: none, as the
- * watchdog's own is taken then). */
+ * heartbeats ranks 1 and 2 post (kiln_heartbeat_post; -1: none yet, the
+ * peer not judged until it posts: test_limit_posted_late). */
 static struct kiln_heartbeat *watch_at(struct kiln_store **s0, double hb_s, double lim1,
 				       double lim2)
 {
@@ -72,7 +72,7 @@ static struct kiln_heartbeat *watch_at(struct kiln_store **s0, double hb_s, doub
 
 static struct kiln_heartbeat *watch(struct kiln_store **s0)
 {
-	return watch_at(s0, 2.0, -1, -1);
+	return watch_at(s0, 2.0, 2.0, 2.0);
 }
 
 /* the watchdog's fatal reports (the host's handler ends the process) */
@@ -203,6 +203,35 @@ START_TEST(test_peer_limits)
 	usleep(2600 * 1000);
 	ck_assert_int_eq(kiln_heartbeat_silent(h, out, 8, &period, &self), 0);
 	ck_assert_int_eq(atomic_load(&fatal_calls), 0);
+	kiln_heartbeat_stop(h, 0);
+	kiln_store_close(s0);
+}
+END_TEST
+
+/* The watchdog starts right after the rendezvous, before a peer that
+ * left it a moment later has posted its heartbeat (kiln_dist_open): such
+ * a peer is not judged (by this rank's limit, as the merge of session 34
+ * first had it: a peer at heartbeat = 0 called silent) until its post,
+ * read at a later beat: then by its own limit. */
+START_TEST(test_limit_posted_late)
+{
+	struct kiln_store *s0;
+	struct kiln_hb_silent out[8];
+	int period = 0;
+	int64_t self = 0;
+	fatal_reset();
+	struct kiln_heartbeat *h = watch_at(&s0, 2.0, -1, -1);
+	usleep(2600 * 1000); /* past 2 s: neither peer has beaten */
+	ck_assert_int_eq(kiln_heartbeat_silent(h, out, 8, &period, &self), 0);
+	ck_assert_int_eq(atomic_load(&fatal_calls), 0);
+	ck_assert_int_eq(kiln_heartbeat_post(s0, 1, 0.0), KILN_OK); /* rank 1: off */
+	ck_assert_int_eq(kiln_heartbeat_post(s0, 2, 1.0), KILN_OK); /* rank 2: 1 s */
+	for (int i = 0; i < 40 && !atomic_load(&fatal_calls); i++)
+		usleep(100 * 1000);
+	ck_assert_int_eq(atomic_load(&fatal_calls), 1);
+	ck_assert_msg(strstr(fatal_msg, "watchdog: rank 2 (host node-two) sent no heartbeat for") &&
+			      strstr(fatal_msg, "([dist] heartbeat = 1 s)"),
+		      "%s", fatal_msg);
 	kiln_heartbeat_stop(h, 0);
 	kiln_store_close(s0);
 }
@@ -363,7 +392,7 @@ static Suite *make_heartbeat_suite(void)
 	Suite *s = suite_create("heartbeat");
 	check_add_case(s, "heartbeat", 30, NULL, NULL, (const TTest *[]){
 		test_one_silent, test_all_silent, test_self_late, test_peer_limits,
-		test_peer_failed, NULL });
+		test_peer_failed, test_limit_posted_late, NULL });
 	check_add_case(s, "run_clock", 30, NULL, NULL, (const TTest *[]){
 		test_run_clock_stopped, test_run_clock_running, test_run_clock_start_stop, NULL });
 	return s;

@@ -32,7 +32,8 @@ ini="$tmp/mlp.ini"
 # hand, each in the folder $tmp/NAME-wR when there is one (a relative
 # data.path: the same config value, another file on each rank, as on two
 # nodes); each one's output in $tmp/NAME-rR.log, its exit status and the
-# seconds from the start to its exit in $tmp/NAME-rR.end ("RC SECONDS")
+# seconds from the start to its exit in $tmp/NAME-rR.end ("RC SECONDS");
+# with $stop_after set, SIGTERM to both ranks that many seconds in
 two() {
 	_n=$1 _o0=$2 _o1=$3 _port=$(free_port 3)
 	_s=$(date +%s.%N)
@@ -45,7 +46,14 @@ two() {
 		  _rc=$?
 		  awk -v a="$_s" -v b="$(date +%s.%N)" -v rc=$_rc 'BEGIN { printf "%d %.2f\n", rc, b - a }' \
 			> "$tmp/$_n-r$_r.end" ) &
+		eval "_pid$_r=\$!"
 	done
+	if [ -n "${stop_after:-}" ]; then
+		sleep "$stop_after"
+		# (timeout passes SIGTERM on to kiln; the subshells' children)
+		pkill -TERM -P "$_pid0" 2> /dev/null
+		pkill -TERM -P "$_pid1" 2> /dev/null
+	fi
 	wait
 	echo "$_n: rank 0 exit/s $(cat "$tmp/$_n-r0.end"), rank 1 $(cat "$tmp/$_n-r1.end")"
 }
@@ -53,17 +61,22 @@ rc_of() { cut -d' ' -f1 "$tmp/$1.end"; }
 secs_of() { _t=$(cut -d' ' -f2 "$tmp/$1.end" | cut -d. -f1); echo "${_t:-0}"; }
 
 # ---- 1. different heartbeats ------------------------------------------------
-# 600 epochs of the 2048 samples' 32 steps per rank: 19200 steps, 7 to
-# 30 s here (each run's length is checked: under 5 s, past the limits
-# of 2 and 4 s and a beat, would test nothing)
-long="train.epochs=600 train.batch=32"
+# a run far longer than the test (100000 epochs), stopped by SIGTERM to
+# both ranks after 8 s (a stop the ranks agree on at a log point: exit 0),
+# so each run trains past the limits of 2 and 4 s and a beat on a fast
+# machine as on a slow one (the first version ran 600 epochs, which took
+# 4 s on a quiet machine: too short to tell, session 34's merge)
+long="train.epochs=100000 train.batch=32"
+stop_after=8
 two hb0 "$long dist.heartbeat=0" "$long dist.heartbeat=2"
 two hb60 "$long dist.heartbeat=60" "$long dist.heartbeat=4"
+stop_after=
 for n in hb0 hb60; do
 	for r in 0 1; do
 		[ "$(rc_of $n-r$r)" = 0 ] || { bad "$n: rank $r exited $(rc_of $n-r$r)"; grep error "$tmp/$n-r$r.log"; }
 	done
-	[ "$(secs_of $n-r0)" -ge 5 ] || bad "$n: trained $(secs_of $n-r0) s, too short to tell"
+	[ "$(secs_of $n-r0)" -ge 8 ] || bad "$n: rank 0 ended after $(secs_of $n-r0) s, before the stop"
+	grep -q "watchdog" "$tmp/$n-r0.log" "$tmp/$n-r1.log" && bad "$n: a watchdog message"
 done
 
 # ---- 2. rank 1 fails on its own ---------------------------------------------
