@@ -185,6 +185,14 @@ kiln_status kiln_fsync_dir(const char *dir);
  * (/dev/null), as kiln_fopen_regular decides (never blocking on a FIFO
  * with no reader: that wait was for ever).  A regular file is not opened. */
 kiln_status kiln_run_file_check(const char *path);
+/* The watched output's (kiln_output_watch) device and inode into *o: 1,
+ * or 0 when nothing is watched or it does not exist yet (then no file can
+ * be it, and kiln_source_open walks no source's files). */
+struct stat;
+int kiln_output_watched_stat(struct stat *o);
+/* kiln_output_read_check against *o, kiln_output_watched_stat's, taken
+ * once for all of a source's files: one stat of `path`. */
+kiln_status kiln_output_same_check(const struct stat *o, const char *path, const char *reader);
 
 /* core/device.c: kiln_device_open with [run] threads replaced by
  * `threads` (>= 0; -1 keeps the config's) and the options' peers set:

@@ -63,15 +63,26 @@ void kiln_output_watch(const char *out)
 	snprintf(watched, sizeof watched, "%s", out ? out : "");
 }
 
-kiln_status kiln_output_read_check(const char *path, const char *reader)
+int kiln_output_watched_stat(struct stat *o)
 {
-	struct stat o, in;
-	if (!*watched || !path || stat(watched, &o) || stat(path, &in))
-		return KILN_OK; /* no output yet: nothing to lose */
-	if (in.st_dev == o.st_dev && in.st_ino == o.st_ino)
+	return *watched && !stat(watched, o);
+}
+
+kiln_status kiln_output_same_check(const struct stat *o, const char *path, const char *reader)
+{
+	struct stat in;
+	if (path && !stat(path, &in) && in.st_dev == o->st_dev && in.st_ino == o->st_ino)
 		return kiln_error(KILN_EUSAGE, "the output %s is the file %s, which %s reads: choose another file",
 				  watched, path, reader);
 	return KILN_OK;
+}
+
+kiln_status kiln_output_read_check(const char *path, const char *reader)
+{
+	struct stat o;
+	if (!kiln_output_watched_stat(&o))
+		return KILN_OK; /* no output yet: nothing to lose */
+	return kiln_output_same_check(&o, path, reader);
 }
 
 /* fill's bytes into fp, then fp closed, fsynced first when `sync` (a

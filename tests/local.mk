@@ -644,9 +644,9 @@ EXTRA_DIST += tests/predict.sh tests/embed.sh tests/png16.sh
 # no output written over an input or a checkpoint, an export written whole
 # or not at all (session 31): export, predict --logits, quantize --out
 if BUILD_LOADERS
-TESTS += tests/output_guard.sh
+TESTS += tests/output_guard.sh tests/output_guard_cost.sh
 endif
-EXTRA_DIST += tests/output_guard.sh
+EXTRA_DIST += tests/output_guard.sh tests/output_guard_cost.sh
 # the CPU's kept convolution weights: reordered once per inference call,
 # the same logits, training's evaluations unchanged ([plugin.cpu] keep_weights)
 if BUILD_LOADERS

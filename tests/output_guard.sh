@@ -10,8 +10,8 @@
 #     --checkpoint; predict --logits onto W, CONFIG, or a hard link to C;
 #     quantize --out onto CONFIG; quantize --out, export --onnx and
 #     predict --eval-set --logits onto a file of the data they read (idx
-#     images, labels, a records shard): each exits 2 naming the file and
-#     the input is byte-identical afterwards;
+#     images, labels, a hard link to the images, a records shard): each
+#     exits 2 naming the file and the input is byte-identical afterwards;
 #  2. an ONNX (and a safetensors) export, or predict --logits (.npy and
 #     .safetensors), that cannot be written (a file size limit, EFBIG) exits
 #     1 and leaves the earlier file byte-identical, with no temporary file
@@ -97,6 +97,11 @@ same "$tmp/d/tr_cnn_images.idx"
 kiln 2 export "$ini" $dcommon --checkpoint "$ck" --onnx "$tmp/d/tr_cnn_labels.idx"
 stderr_has "the output $tmp/d/tr_cnn_labels.idx is the file $tmp/d/tr_cnn_labels.idx, which [data] reads: choose another file"
 same "$tmp/d/tr_cnn_labels.idx"
+# a hard link to a data file, in another directory under another name
+ln "$tmp/d/tr_cnn_images.idx" "$tmp/hardimg.idx"
+kiln 2 quantize "$ini" $dcommon --checkpoint "$ck" --calibrate 1 --out "$tmp/hardimg.idx"
+stderr_has "the output $tmp/hardimg.idx is the file $tmp/d/tr_cnn_images.idx, which [data] reads: choose another file"
+same "$tmp/d/tr_cnn_images.idx"
 kiln 0 pack "$ini" "data.path=$data" --section data.eval --out "$tmp/rec"
 # (named .npy, as --logits wants: the records source reads any name)
 shard="$tmp/rec/eval.npy"

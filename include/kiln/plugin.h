@@ -907,7 +907,8 @@ struct kiln_source_ops {
 	 * the call), so the core can refuse an output file that is one of
 	 * them before anything is written (kiln_output_watch).  NULL: the
 	 * source names none (generated data).  Called from the opening
-	 * thread after info. */
+	 * thread after info, and only when that output exists already
+	 * (else no file can be it: nothing listed, nothing stat'ed). */
 	void (*files)(void *ctx, void (*each)(void *arg, const char *path), void *arg);
 };
 
