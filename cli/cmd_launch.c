@@ -22,7 +22,8 @@
  * exits with that rank's status (the first of a cause: exit_rank), naming it (and the cause of a stop not
  * the user's a rank wrote to KILN_LAUNCH_WHY_FD); with --max-restarts R it
  * starts them all again instead, up to R times, with KILN_RESTART set
- * (`kiln train` then resumes from the newest checkpoint).
+ * (`kiln train` then resumes from the newest checkpoint).  Waiting for the
+ * ranks, the signals passed on and the verdict: cli/launch_wait.c.
  *
  * Binding (--bind core, the default, as mpirun's for a few ranks): the
  * CPUs this launcher may run on are split into N contiguous groups and
@@ -38,6 +39,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_* */
 #endif
 #include "cli.h"
+#include "launch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,18 +56,18 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t got_signal;
+volatile sig_atomic_t launch_got_signal;
 static volatile sig_atomic_t signalled; /* a stop was asked for: no restart */
 
 static void on_signal(int sig)
 {
-	got_signal = sig;
+	launch_got_signal = sig;
 	signalled = 1;
 }
 
-static volatile sig_atomic_t got_tstp; /* SIGTSTP, SIGTTIN or SIGTTOU: launch_suspend */
+volatile sig_atomic_t launch_got_tstp; /* SIGTSTP, SIGTTIN or SIGTTOU: launch_suspend */
 
-static void on_tstp(int sig) { got_tstp = sig; }
+static void on_tstp(int sig) { launch_got_tstp = sig; }
 
 static void launch_usage(FILE *f)
 {
@@ -127,45 +129,8 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 	return 0;
 }
 
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-static void describe_status(int ws, char *buf, size_t n)
-{
-	if (WIFEXITED(ws))
-		snprintf(buf, n, "exit status %d", WEXITSTATUS(ws));
-	else if (WIFSIGNALED(ws))
-		snprintf(buf, n, "signal %d (%s)", WTERMSIG(ws), strsignal(WTERMSIG(ws)));
-	else
-		snprintf(buf, n, "status %d", ws);
-}
 
-/* What `kiln launch` was asked for. */
-struct launch_opts {
-	int nproc, nnodes, node_rank, grace, bind;
-	int max_restarts, restart; /* --max-restarts; this start's number (0: the first) */
-	int cmd;        /* argv index of the command */
-	char host[256]; /* the rendezvous store's address ... */
-	int port;       /* ... and port */
-	/* a pipe the ranks write the cause of a stop not the user's to
-	 * (KILN_LAUNCH_WHY_FD, cli/cmd_train.c): read and write end, -1 none;
-	 * the first line a rank wrote */
-	int why_fd[2];
-	char why[640];
-	/* a pipe whose write end only this launcher holds (CLOEXEC): its
-	 * read end, inherited by every process of a rank (KILN_LAUNCH_ALIVE_FD),
-	 * reads end-of-file once the launcher is gone, however it died
-	 * (cli/cmd_train.c: launcher_watch); -1 none */
-	int alive_fd[2];
-	unsigned fwd_sigs; /* the signals passed on to the ranks (1u << sig) */
-	/* the rank command `kiln` with none on PATH: this executable
-	 * (launch_self), else "" */
-	char self[4096];
-};
 
 /* An integer option of launch_args (cli_opt_int) into *out: in [lo, 2^20]. */
 static int launch_int(int argc, char **argv, int *i, const char *name, int lo, int *out)
@@ -469,395 +434,6 @@ static void launch_self(struct launch_opts *o, char **argv)
 	fprintf(stderr, "kiln launch: no 'kiln' on PATH: the ranks run this kiln, %s\n", o->self);
 }
 
-/* Signal a rank: its whole process group (each rank leads its own,
- * launch_rank and launch_spawn), so that what a wrapping rank command
- * (`sh -c`, `timeout`, a profiler) forked gets it too, as a terminal's
- * Ctrl-C reaches a whole foreground job; before session 33 only the
- * rank's pid did, and a wrapper that passed nothing on (a shell's trap, a
- * shell that dies of it) left the trainer below it running with no stop
- * and no checkpoint.  Else the rank alone (a group already gone).  A
- * trainer that gets the signal from both its wrapper and the group takes
- * it once (cli/cmd_train.c: a repeat within 5 s is the same stop). */
-static void rank_kill(pid_t pid, int sig)
-{
-	if (kill(-pid, sig))
-		kill(pid, sig);
-}
-
-/* Pass the signal that arrived on to every rank (groups[]: each rank's
- * process group, 0 once gone; its command may have ended before the
- * trainer below it), once: a repeat within
- * --grace seconds of the last one passed on is dropped (Slurm, systemd and
- * `timeout` signal the launcher and, or twice, its group; each rank stops
- * gracefully on the first, cli/cmd_train.c), a later one is passed on
- * (the ranks then end at once).  *fwd_at: when one was last passed on. */
-static void launch_forward(struct launch_opts *o, const pid_t *groups, double *fwd_at)
-{
-	int sig = got_signal;
-	got_signal = 0;
-	double now = mono();
-	if (*fwd_at && now - *fwd_at < o->grace) {
-		fprintf(stderr, "kiln launch: %s again within %d s: already passed on, ignored\n",
-			strsignal(sig), o->grace);
-		return;
-	}
-	*fwd_at = now;
-	o->fwd_sigs |= 1u << sig;
-	fprintf(stderr, "kiln launch: passing %s to every rank\n", strsignal(sig));
-	for (int l = 0; l < o->nproc; l++)
-		if (groups[l])
-			rank_kill(groups[l], sig);
-}
-
-/* Ctrl-Z (SIGTSTP; SIGTTIN, SIGTTOU) for the launcher, which alone is in
- * the terminal's foreground process group: the ranks, each in a group of
- * its own, would train on (before session 32 they did).  Stop them
- * (SIGSTOP), then this process by the same signal at its default action;
- * once it is continued (fg, bg, SIGCONT), continue them.  In an orphaned
- * process group the kernel stops nobody by SIGTSTP: raise() returns at
- * once and the ranks go on. */
-static void launch_suspend(const struct launch_opts *o, const pid_t *groups)
-{
-	const int sig = got_tstp;
-	struct sigaction dfl, mine;
-	sigset_t one;
-	got_tstp = 0;
-	fprintf(stderr, "kiln launch: %s: stopping the ranks too (fg or bg continues them)\n",
-		sig == SIGTSTP ? "SIGTSTP (Ctrl-Z)" : sig == SIGTTIN ? "SIGTTIN" : "SIGTTOU");
-	/* the rank's whole group (rank_kill; groups[]: launch_forward) */
-	for (int l = 0; l < o->nproc; l++)
-		if (groups[l])
-			rank_kill(groups[l], SIGSTOP);
-	memset(&dfl, 0, sizeof dfl);
-	dfl.sa_handler = SIG_DFL;
-	sigaction(sig, &dfl, &mine);
-	sigemptyset(&one);
-	sigaddset(&one, sig);
-	sigprocmask(SIG_UNBLOCK, &one, NULL);
-	raise(sig); /* stopped here until continued */
-	sigprocmask(SIG_BLOCK, &one, NULL);
-	sigaction(sig, &mine, NULL);
-	for (int l = 0; l < o->nproc; l++)
-		if (groups[l])
-			rank_kill(groups[l], SIGCONT);
-}
-
-/* SIGCHLD's handler: nothing to do; its arrival ends launch_sleep's
- * ppoll (the default disposition, ignore, would not) */
-static void on_child(int sig) { (void)sig; }
-
-/* Sleep until a signal arrives (a rank's exit: SIGCHLD; SIGINT, SIGTERM,
- * SIGUSR1) or the deadline (0: none) passes.  The caller blocks those
- * signals (launch_wait) and ppoll unblocks them (to `open`) only while it
- * sleeps, so one that came since the caller last looked ends the sleep at
- * once instead of being lost. */
-static void launch_sleep(double deadline, const sigset_t *open)
-{
-	struct timespec ts, *tp = NULL;
-	if (deadline) {
-		double left = deadline - mono();
-		if (left <= 0)
-			return;
-		ts.tv_sec = (time_t)left;
-		ts.tv_nsec = (long)((left - (double)ts.tv_sec) * 1e9);
-		tp = &ts;
-	}
-	(void)ppoll(NULL, 0, tp, open); /* EINTR: a signal, the point */
-}
-
-/* The first line a rank wrote to the launcher's pipe before it exited
- * (kiln train: the cause of a stop not the user's), into o->why once. */
-static void launch_read_why(struct launch_opts *o)
-{
-	if (o->why[0] || o->why_fd[0] < 0)
-		return;
-	const ssize_t k = read(o->why_fd[0], o->why, sizeof o->why - 1);
-	o->why[k > 0 ? k : 0] = 0;
-	o->why[strcspn(o->why, "\n")] = 0;
-}
-
-/* A rank's exit that says why better than another's: an exit code of the
- * rank's own, 2 to 125 (2 usage or config, 3 data, 4 the run directory
- * lost mid-run, docs/training.md), names the cause; a plain failure
- * (exit 1: the usual end of a rank whose peer went away, or that stopped
- * with the others after rank 0's cause), a signal or a shell's 126 and up
- * follow from it.  Before session 34 only 2 and 3 counted: a run whose
- * directory was lost ended rank 0 with 4 and the others with 1, and the
- * launcher returned whichever it reaped first. */
-static int exit_rank(int ws)
-{
-	return WIFEXITED(ws) && WEXITSTATUS(ws) >= 2 && WEXITSTATUS(ws) <= 125 ? 2 : 1;
-}
-
-/* One local rank's end, as launch_wait follows it. */
-struct rank_end {
-	int by_stop;   /* its command ended by a signal the launcher passed on ... */
-	int leader_ws; /* ... with this status: its outcome is then its group's */
-	int clean;     /* a process of its group below its command exited 0 */
-	/* what is left of its group once every rank's command ended: when
-	 * it is killed (0: no deadline yet, launch_groups_left), and
-	 * whether it was */
-	double until;
-	int killed;
-};
-
-/* launch_wait's state. */
-struct launch_state {
-	int alive, failed, fail_status, first;
-	double kill_at, fwd_at;
-	struct rank_end *end;
-	/* each rank's process group (its first pid: launch_spawn), 0 once
-	 * it is gone: what signals passed on reach once its command ended */
-	pid_t *pgid;
-};
-
-/* Reap one ended child, if any: its pid (0: none) and status, and its
- * process group, read while it is a zombie (a rank's trainer below a
- * wrapper that died is this launcher's child: PR_SET_CHILD_SUBREAPER). */
-static pid_t launch_reap(int *ws, pid_t *pgid)
-{
-	siginfo_t si;
-	memset(&si, 0, sizeof si);
-	if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) || !si.si_pid)
-		return 0;
-	*pgid = getpgid(si.si_pid);
-	return waitpid(si.si_pid, ws, 0);
-}
-
-/* Local rank l failed with status ws (pid p): name it; the first failure
- * stops the other ranks (SIGTERM, SIGKILL after --grace), a later one
- * that says more (exit_rank) becomes the one returned. */
-static void launch_fail(const struct launch_opts *o, struct launch_state *s, pid_t *pids, int l,
-			pid_t p, int ws, const char *what)
-{
-	char why[96];
-	const int rank = o->node_rank * o->nproc + l;
-	describe_status(ws, why, sizeof why);
-	if (s->failed >= 0) {
-		if (exit_rank(ws) <= exit_rank(s->fail_status))
-			return;
-		/* a later rank's own cause is what the first failure (its
-		 * peer gone) followed from */
-		fprintf(stderr, "kiln launch: rank %d (%s %d) failed with %s\n", rank, what, (int)p, why);
-		s->first = s->failed;
-		s->failed = rank;
-		s->fail_status = ws;
-		return;
-	}
-	s->failed = rank;
-	s->fail_status = ws;
-	fprintf(stderr, "kiln launch: rank %d (%s %d) failed with %s%s\n", rank, what, (int)p, why,
-		s->alive ? "; stopping the other ranks" : "");
-	for (int k = 0; k < o->nproc; k++)
-		if (s->pgid[k])
-			rank_kill(s->pgid[k], SIGTERM);
-	s->kill_at = mono() + o->grace;
-}
-
-/* Child p of status ws ended, of process group g: a rank's command
- * (pids[l]) or a process of a rank's group below it (a trainer under a
- * wrapper).  A command that died of a signal this launcher passed on
- * (a plain `sh -c` without exec dies of SIGTERM) is no failure by
- * itself: its rank's outcome is what its group below it does (before
- * session 34 it was "failed with signal 15" while the trainer below
- * wrote its checkpoint and exited 0). */
-static void launch_ended(const struct launch_opts *o, struct launch_state *s, pid_t *pids, pid_t p,
-			 int ws, pid_t g)
-{
-	const int ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-	const int fwd = WIFSIGNALED(ws) && WTERMSIG(ws) < 32 && (o->fwd_sigs & 1u << WTERMSIG(ws));
-	for (int l = 0; l < o->nproc; l++) {
-		struct rank_end *e = &s->end[l];
-		if (pids[l] == p) {
-			pids[l] = 0;
-			s->alive--;
-			/* (a group already empty: nothing below it stopped,
-			 * the command itself ended by the signal) */
-			if (fwd && s->pgid[l] && !(kill(-s->pgid[l], 0) && errno == ESRCH)) {
-				e->by_stop = 1;
-				e->leader_ws = ws;
-				fprintf(stderr, "kiln launch: rank %d's command (pid %d) ended by %s, which this launcher passed on: waiting for the rest of its process group (a trainer below it stops with its checkpoint where the ranks agree on the stop)\n",
-					o->node_rank * o->nproc + l, (int)p, strsignal(WTERMSIG(ws)));
-			} else if (!ok) {
-				launch_fail(o, s, pids, l, p, ws, "pid");
-			}
-			return;
-		}
-		if (!s->pgid[l] || s->pgid[l] != g || !e->by_stop)
-			continue;
-		if (ok)
-			e->clean = 1;
-		else if (!fwd) { /* the trainer below failed: the rank did */
-			e->by_stop = 0;
-			launch_fail(o, s, pids, l, p, ws, "its process group's pid");
-		}
-		return;
-	}
-}
-
-/* A rank whose group ended (or was killed): its outcome, when its
- * command died of a signal passed on (launch_ended). */
-static void launch_group_done(const struct launch_opts *o, struct launch_state *s, pid_t *pids,
-			      int l)
-{
-	struct rank_end *e = &s->end[l];
-	const pid_t g = s->pgid[l];
-	s->pgid[l] = 0;
-	if (!e->by_stop)
-		return;
-	e->by_stop = 0;
-	if (e->clean && !e->killed) {
-		fprintf(stderr, "kiln launch: rank %d stopped: its command ended by %s, which this launcher passed on, and the processes below it exited 0\n",
-			o->node_rank * o->nproc + l, strsignal(WTERMSIG(e->leader_ws)));
-		return;
-	}
-	/* nothing below it stopped cleanly: ended by the signal, before it
-	 * could stop (kiln train before its first step), or killed */
-	launch_fail(o, s, pids, l, g, e->leader_ws, "pid");
-}
-
-/* Whether what is left of rank l's process group is waited for with no
- * deadline, as a rank's own `kiln train` is: its command died of a stop
- * this launcher passed on, nothing below it has exited 0 yet, and no rank
- * failed.  The trainer below takes the stop at the next point where the
- * ranks agree on one (a log point, the epoch's end), which may be far
- * more than --grace away: before this rule (session 34) its group was
- * killed --grace s after the wrapper died, before it wrote its
- * checkpoint.  A repeated signal reaches it as it reaches a direct rank
- * (launch_forward, to the group) and ends it; a failure of any rank
- * brings back the deadline (and launch_fail's). */
-static int launch_group_waits(const struct launch_state *s, int l)
-{
-	const struct rank_end *e = &s->end[l];
-	return e->by_stop && !e->clean && s->failed < 0;
-}
-
-/* Once every rank's command ended: wait (up to --grace s, or without a
- * deadline: launch_group_waits) for what is left of their process
- * groups, then SIGKILL it, and give up on a group still there 2 s after.
- * Returns 1 while any group is left to wait for. */
-static int launch_groups_left(const struct launch_opts *o, struct launch_state *s, pid_t *pids)
-{
-	int left = 0, due = 0;
-	const double now = mono();
-	for (int l = 0; l < o->nproc; l++) {
-		struct rank_end *e = &s->end[l];
-		if (!s->pgid[l])
-			continue;
-		if (kill(-s->pgid[l], 0) && errno == ESRCH) {
-			launch_group_done(o, s, pids, l);
-			continue;
-		}
-		left++;
-		if (launch_group_waits(s, l))
-			continue;
-		if (!e->until)
-			e->until = now + o->grace;
-		if (now < e->until)
-			continue;
-		if (e->killed) { /* (killed a while ago and still there: given up) */
-			launch_group_done(o, s, pids, l);
-			left--;
-		} else {
-			due++;
-		}
-	}
-	if (!due)
-		return left > 0;
-	fprintf(stderr, "kiln launch: %d rank(s)' process groups still ran %d s after their commands ended: killing them\n",
-		due, o->grace);
-	for (int l = 0; l < o->nproc; l++) {
-		struct rank_end *e = &s->end[l];
-		if (s->pgid[l] && e->until && now >= e->until && !e->killed) {
-			kill(-s->pgid[l], SIGKILL);
-			e->killed = 1;
-			e->until = now + 2;
-		}
-	}
-	return 1;
-}
-
-/* The blocked signals launch_wait takes between sleeps, into *block. */
-static void launch_blocked(sigset_t *block)
-{
-	static const int sigs[] = { SIGCHLD, SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGTSTP, SIGTTIN, SIGTTOU };
-	sigemptyset(block);
-	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-		sigaddset(block, sigs[i]);
-}
-
-/* The last line, for a run that failed: which rank, and why. */
-static int launch_verdict(struct launch_opts *o, const struct launch_state *s)
-{
-	char why[96];
-	describe_status(s->fail_status, why, sizeof why);
-	launch_read_why(o);
-	if (s->first < 0 && o->why[0])
-		fprintf(stderr, "kiln launch: error: rank %d stopped (%s), not at the user's request: %s\n",
-			s->failed, why, o->why);
-	else if (s->first >= 0)
-		fprintf(stderr, "kiln launch: error: rank %d failed (%s); rank %d, which ended first, followed from it\n",
-			s->failed, why, s->first);
-	else
-		fprintf(stderr, "kiln launch: error: rank %d failed (%s)\n", s->failed, why);
-	return WIFEXITED(s->fail_status) ? WEXITSTATUS(s->fail_status) : 1;
-}
-
-/* Wait for every rank (pids[], 0 once reaped) and then for what is left
- * of its process group (up to --grace s; a trainer below a wrapper that
- * died of a stop passed on, as long as a direct rank: launch_groups_left),
- * passing on signals; when one fails,
- * SIGTERM the others and SIGKILL them after the grace period.  Asleep
- * between events (launch_sleep), not polling, except while waiting for
- * groups (a process below a rank's command is not always this one's
- * child).  Returns the exit code: the failed rank's status that says
- * most (exit_rank; the first of those), else 0. */
-static int launch_wait(struct launch_opts *o, pid_t *pids)
-{
-	const int nproc = o->nproc;
-	struct launch_state s = { .alive = nproc, .failed = -1, .first = -1 };
-	struct rank_end end[nproc];
-	pid_t pgid[nproc];
-	sigset_t block, open;
-	memset(end, 0, sizeof end);
-	memcpy(pgid, pids, sizeof pgid);
-	s.end = end;
-	s.pgid = pgid;
-	o->fwd_sigs = 0;
-	launch_blocked(&block);
-	sigprocmask(SIG_BLOCK, &block, &open);
-	while (s.alive || launch_groups_left(o, &s, pids)) {
-		if (got_tstp)
-			launch_suspend(o, pgid);
-		if (got_signal)
-			launch_forward(o, pgid, &s.fwd_at);
-		int ws;
-		pid_t g = -1, p = launch_reap(&ws, &g);
-		if (p > 0) {
-			launch_ended(o, &s, pids, p, ws, g);
-			continue;
-		}
-		if (s.kill_at && mono() >= s.kill_at) {
-			fprintf(stderr, "kiln launch: the other ranks did not exit within %d s: killing them\n",
-				o->grace);
-			for (int l = 0; l < nproc; l++)
-				if (pgid[l])
-					rank_kill(pgid[l], SIGKILL);
-			s.kill_at = 0;
-		}
-		if (got_signal || got_tstp)
-			continue;
-		/* groups: a look every 50 ms (their processes' ends need
-		 * not reach this one as SIGCHLD) */
-		double until = s.kill_at;
-		if (!s.alive && (!until || until > mono() + 0.05))
-			until = mono() + 0.05;
-		launch_sleep(until, &open);
-	}
-	sigprocmask(SIG_SETMASK, &open, NULL);
-	return s.failed < 0 ? 0 : launch_verdict(o, &s);
-}
-
 /* Fork the local ranks into pids[]; 0, or -1 (said, the started ones
  * killed) when a fork fails. */
 static int launch_spawn(const struct launch_opts *o, char **argv, pid_t *pids, const int *cpus,
@@ -868,7 +444,7 @@ static int launch_spawn(const struct launch_opts *o, char **argv, pid_t *pids, c
 		if (p < 0) {
 			fprintf(stderr, "kiln launch: error: fork: %s\n", strerror(errno));
 			for (int k = 0; k < l; k++)
-				rank_kill(pids[k], SIGKILL);
+				launch_rank_kill(pids[k], SIGKILL);
 			return -1;
 		}
 		if (!p)
@@ -928,7 +504,7 @@ int cmd_launch(int argc, char **argv)
 		sigemptyset(&tstp.sa_mask);
 		sigaction(stops[i], &tstp, NULL);
 	}
-	sa.sa_handler = on_child; /* wakes launch_wait when a rank exits */
+	sa.sa_handler = launch_on_child; /* wakes launch_wait when a rank exits */
 	sa.sa_flags = SA_NOCLDSTOP;
 	sigaction(SIGCHLD, &sa, NULL);
 	launch_self(&o, argv);

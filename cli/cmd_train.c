@@ -233,7 +233,7 @@ static void install_stop_handlers(void)
 	int pdeath = 0;
 	/* (kept across exec: `kiln launch` set it before it ran this) */
 	parent_pid = !prctl(PR_GET_PDEATHSIG, &pdeath) && pdeath == SIGHUP ? getppid() : 0;
-	snprintf(parent_gone, sizeof parent_gone, "its launcher (parent process %d) went away",
+	snprintf(parent_gone, sizeof parent_gone, "its launcher (kiln launch, process %d) went away",
 		 (int)parent_pid);
 	sigemptyset(&stop_sigs);
 	sigaddset(&stop_sigs, SIGTERM);

@@ -1,6 +1,6 @@
 bin_PROGRAMS += kiln
 kiln_SOURCES = cli/kiln.c cli/cli.h cli/cmd_config.c cli/cmd_plugins.c cli/cmd_train.c cli/cmd_eval.c \
-	cli/cmd_bench.c cli/cmd_bench_comm.c cli/cmd_pack.c cli/cmd_export.c cli/cmd_memory.c cli/cmd_launch.c \
+	cli/cmd_bench.c cli/cmd_bench_comm.c cli/cmd_pack.c cli/cmd_export.c cli/cmd_memory.c cli/cmd_launch.c cli/launch.h cli/launch_wait.c \
 	cli/pack_tokens.c cli/tokenizer.c cli/tokenizer.h \
 	cli/cmd_summary.c cli/cmd_report.c cli/cmd_generate.c cli/report.h cli/report_metrics.c cli/report_svg.c
 kiln_CPPFLAGS = $(AM_CPPFLAGS) $(PACK_CPPFLAGS) $(JANSSON_CFLAGS)

@@ -98,7 +98,7 @@ if nodes kill 1; then
 	settled kill
 	overdue kill
 	echo "kill: node 0's launcher exited $rc0"
-	named kill "its launcher (parent process $l1) went away"
+	named kill "its launcher (kiln launch, process $l1) went away"
 fi
 
 # ---- 2. SIGHUP to node 1's launcher --------------------------------------
