@@ -80,9 +80,9 @@ enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
  * answers within milliseconds; until one has, a new connection waits in
  * the listen backlog): closing any, 128 ranks opening from one host at
  * once had 9 closed in their handshake (session 34).  It also paces an
- * address flooding the store (STORE_MAX_UNAUTH_ADDR a grace): 1 s drained
- * tests/check_store's flood of 1100 in ~20 s, its backlog full, a rank
- * queued behind it waiting seconds */
+ * address flooding the store (STORE_MAX_UNAUTH_ADDR a grace): with 1 s
+ * tests/check_store's flood of 1100 took 21.5 s to connect (the backlog
+ * full), and a rank queued behind a flood waits for the backlog to drain */
 #ifndef STORE_UNAUTH_GRACE_MS
 #define STORE_UNAUTH_GRACE_MS 200
 #endif
