@@ -7,7 +7,7 @@
  * else is accepted.  A wrong HMAC is answered STORE_REFUSED, then
  * closed; a connection silent that long, or the oldest without the token
  * once STORE_MAX_UNAUTH (STORE_MAX_UNAUTH_ADDR from its address) are
- * waiting, is closed and counted under STORE_DROPPED_KEY (a client tries
+ * waiting and it has waited STORE_UNAUTH_GRACE_MS, is closed and counted under STORE_DROPPED_KEY (a client tries
  * that again).  Each client has at most one request outstanding.  A
  * GET of an absent key parks the client until some SET makes the key
  * exist; timeouts are the client's business.  Sockets are non-blocking:
@@ -86,7 +86,9 @@ struct store_server {
 	size_t n_cl, cap_cl;
 	long long n_refused; /* connections that failed AUTH */
 	long long n_dropped; /* connections closed before AUTH (STORE_DROPPED_KEY) */
-	int full_told;       /* "at its connection limit" was logged */
+	int unauth_told;     /* "at its limit of ... no token" was logged */
+	int full_told;       /* "at its limit of 1024 ..." was logged (its own
+			      * flag: the first did not hide it) */
 	long long n_claims_refused; /* claims denied: the server's own count (a
 				     * client may SET STORE_CLAIMS_REFUSED_KEY to
 				     * anything; parsing it back read past a short
@@ -620,23 +622,60 @@ static long unauth_oldest(const struct store_server *s, const char *addr, int *n
 	return o;
 }
 
-/* "The store is at its connection limit", said once a run. */
-static void limit_told(struct store_server *s, const char *what, const char *peer)
+/* "The store is at its connection limit", said once a run per limit
+ * (*told: that limit's flag). */
+static void limit_told(int *told, const char *what, const char *peer)
 {
-	if (s->full_told)
+	if (*told)
 		return;
-	s->full_told = 1;
+	*told = 1;
 	kiln_log(KILN_LOG_WARN, "store", "the store is at its connection limit (%s): %s (said once; a rank whose connection closed before it presented the token connects again)",
 		 what, peer);
 }
 
+/* Connection i (-1: none) has waited STORE_UNAUTH_GRACE_MS without the
+ * token: it may be closed for a new one. */
+static int unauth_stale(const struct store_server *s, long i, int64_t now)
+{
+	return i >= 0 && now - (s->cl[i].auth_by - STORE_AUTH_MS) >= STORE_UNAUTH_GRACE_MS;
+}
+
+/* Whether a new connection, from whatever address, could meet a limit of
+ * connections without the token (STORE_MAX_UNAUTH, or STORE_MAX_CLIENTS
+ * with one of them there: the oldest; STORE_MAX_UNAUTH_ADDR: an address's
+ * oldest) whose candidate is not stale yet: then it waits in the listen
+ * backlog (the listener rests STORE_UNAUTH_REST_MS; a rank presenting its
+ * token makes room too).  A rank whose greeting went out has often not
+ * answered only because the server has not read it yet: closing it
+ * (session 34: 9 of 128 processes opening from one host at once were)
+ * took the young for the idle. */
+#define STORE_UNAUTH_REST_MS 10
+static int unauth_wait(struct store_server *s)
+{
+	int n_all, n;
+	const int64_t now = now_ms();
+	const long o = unauth_oldest(s, NULL, &n_all);
+	int wait = o >= 0 && (n_all >= STORE_MAX_UNAUTH || s->n_cl >= STORE_MAX_CLIENTS) &&
+		   !unauth_stale(s, o, now);
+	for (size_t i = 0; i < s->n_cl && !wait; i++) {
+		if (s->cl[i].authed || s->cl[i].closing)
+			continue;
+		const long oa = unauth_oldest(s, s->cl[i].addr, &n);
+		wait = n >= STORE_MAX_UNAUTH_ADDR && !unauth_stale(s, oa, now);
+	}
+	if (wait)
+		s->accept_again_at = now + STORE_UNAUTH_REST_MS;
+	return wait;
+}
+
 /* Make room for a new connection from addr: past STORE_MAX_UNAUTH_ADDR
  * unauthenticated ones from addr, or STORE_MAX_UNAUTH in all, the oldest
- * (of addr first) is closed: a new connection is never refused for idle
- * ones (1024 idle connections held every slot, and a rank was closed
- * silently at the door, session 34), and a rank, which presents its token
- * within milliseconds of the greeting, is past them by then.  0: room;
- * -1: STORE_MAX_CLIENTS authenticated connections, none to close. */
+ * (of addr first) is closed, stale by then (unauth_wait): a new
+ * connection is never refused for idle ones (1024 idle connections held
+ * every slot, and a rank was closed silently at the door, session 34),
+ * and a rank, which presents its token within milliseconds of the
+ * greeting, is past them by then.  0: room; -1: STORE_MAX_CLIENTS
+ * authenticated connections, none to close. */
 static int unauth_room(struct store_server *s, const char *addr, const char *peer)
 {
 	int n_addr, n_all;
@@ -645,11 +684,11 @@ static int unauth_room(struct store_server *s, const char *addr, const char *pee
 		o = unauth_oldest(s, NULL, &n_all);
 	else
 		n_all = STORE_MAX_UNAUTH;
-	if (n_all >= STORE_MAX_UNAUTH || (s->n_cl >= STORE_MAX_CLIENTS && o >= 0)) {
+	if ((n_all >= STORE_MAX_UNAUTH || s->n_cl >= STORE_MAX_CLIENTS) && unauth_stale(s, o, now_ms())) {
 		char what[160];
 		snprintf(what, sizeof what, "%d connections that have not presented the token, %d from one address",
 			 STORE_MAX_UNAUTH, STORE_MAX_UNAUTH_ADDR);
-		limit_told(s, what, "the oldest is closed for each new one");
+		limit_told(&s->unauth_told, what, "the oldest is closed for each new one");
 		unauth_dropped(s, &s->cl[o], "closed for a newer one (the store's limit of connections that have not presented the token)");
 		client_drop(s, (size_t)o);
 	}
@@ -657,7 +696,7 @@ static int unauth_room(struct store_server *s, const char *addr, const char *pee
 		return 0;
 	char note[160];
 	snprintf(note, sizeof note, "a new connection is closed, the first from %s", peer);
-	limit_told(s, "1024 connections, each with the token", note);
+	limit_told(&s->full_told, "1024 connections, each with the token", note);
 	return -1;
 }
 
@@ -666,6 +705,8 @@ static void accept_client(struct store_server *s)
 	struct sockaddr_storage sa;
 	socklen_t sl = sizeof sa;
 	char host[64] = "?", serv[16] = "?";
+	if (unauth_wait(s))
+		return;
 	int fd = accept4(s->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0) {
 		accept_failed(s, errno);
