@@ -27,7 +27,7 @@
  * (the old one intact, the temporary removed).
  *
  * That agreement, kiln_dist_ckpt_agree, is also the end of the gathered
- * write of ranks holding the whole model (core/train_ckpt.c ckpt_write:
+ * write of ranks holding the whole model (core/train_ckpt.c trainer_ckpt_write:
  * DDP, ZeRO-1), one step for every multi-rank checkpoint.  Every failure
  * path ends in it (session 14): a rank's local preparation (the comm
  * stream's event here, ZeRO-1's buffer of the whole state there) is

@@ -196,7 +196,7 @@ struct trainer {
 	/* keep_best: the K best evaluations' checkpoints in ckdir/best, in
 	 * every checkpoint's "best" section; rank 0's alone is read (it
 	 * chooses for every rank, trainer_keep_best), so a resume restores it
-	 * on rank 0 only (train_ckpt.c best_restore) */
+	 * on rank 0 only (train_best.c trainer_best_restore) */
 	int n_best;
 	struct best *best;
 	/* data-parallel training (core/dist.c): NULL for one process */

@@ -101,7 +101,7 @@ static void best_done(struct trainer *t, int i, double v, const char *path)
 
 /* keep_best: after an evaluation, checkpoint the state if it is among the
  * K best by best_metric so far (ckdir/best/ckpt-<step>.kiln), deleting the
- * one it displaces.  Every rank (the write is ckpt_write's: streamed per
+ * one it displaces.  Every rank (the write is trainer_ckpt_write's: streamed per
  * stage on a pipeline's ranks, as the periodic checkpoints). */
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 {
