@@ -9,7 +9,7 @@
  * in its own process group (so a terminal's Ctrl-C reaches it once, through
  * us) and stops with us (PR_SET_PDEATHSIG: SIGHUP, which `kiln train` takes
  * as a stop it names).  SIGINT, SIGTERM, SIGUSR1 and SIGHUP are
- * forwarded to every rank's process group (rank_kill: a wrapping command's
+ * forwarded to every rank's process group (launch_wait.c launch_rank_kill: a wrapping command's
  * children too), once per --grace seconds (launch_forward);
  * Ctrl-Z (SIGTSTP) stops the ranks, then the launcher (launch_suspend).
  * A rank command ended by a signal passed on (a wrapper that dies of it)

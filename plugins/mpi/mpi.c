@@ -29,7 +29,7 @@
  * does not hold a core (docs/PERFORMANCE.md, "Session 13: point-to-point
  * waits").  Past 5 ms, or once
  * another thread had the core, every one of them naps, the naps doubling
- * up to 1 ms (wait_req, paced as shmcoll's waits: shmcoll_pace).  A collective that
+ * up to 1 ms (mpi_jobs.c mpi_wait_req, paced as shmcoll's waits: shmcoll_pace).  A collective that
  * runs inline on the enqueuing thread (a synchronous stream: `kiln bench
  * comm`) always blocks ([plugin.mpi] wait, spin_us, sleep_us, nbc_ring).
  *
