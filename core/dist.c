@@ -233,6 +233,9 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		goto fail;
 	if ((st = d->ops->open(kiln_host_table(), cfg, d->store, dev, env.rank, env.world,
 			       d->timeout_ms, &d->ctx))) {
+		/* the mesh's connect fails for a peer late or gone (or a
+		 * link): no FAILED mark of this rank (review of session 34) */
+		d->peer_blamed = 1;
 		st = kiln_error_wrap(st, "rank %d of %d: opening the %s communicator", env.rank,
 				     env.world, comm);
 		goto fail;

@@ -290,9 +290,14 @@ kiln_status kiln_dist_agree_sizes(struct kiln_dist *d, const char *const *names,
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	for (int r = 0; !st && r < d->env.world; r++) {
 		int who, lost;
-		if ((st = sizes_read(d, r, all[r], k, &who, &lost)))
+		if ((st = sizes_read(d, r, all[r], k, &who, &lost))) {
+			/* a peer late (or the store): not this rank's own
+			 * failure, no FAILED mark (kiln_dist_close; review of
+			 * session 34) */
+			d->peer_blamed = 1;
 			st = kiln_error_wrap(st, "rank %d of %d: waiting for rank %d's data set sizes",
 					     d->env.rank, d->env.world, r);
+		}
 		else if (who >= 0 && who != d->env.rank)
 			st = sizes_peer_gone(d, who, lost);
 	}

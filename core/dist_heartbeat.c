@@ -116,6 +116,21 @@ static int peer_period(const struct kiln_heartbeat *h, int r)
 	return h->limit[r] / 4 > 0 ? h->limit[r] / 4 : 1;
 }
 
+#define FAIL_LOOK_MS 1000 /* how often the watchdog reads kiln/failed_rank */
+
+/* Peer r failed with its own error: end this rank naming it.  Rank 0
+ * hosts the store, which ends with it: it first gives the other ranks
+ * two of their looks (FAIL_LOOK_MS) to read kiln/failed_rank, else those
+ * that looked later found the store gone and blamed rank 0 (review of
+ * session 34). */
+static void peer_failed(struct kiln_heartbeat *h, int r)
+{
+	if (h->rank == 0 && h->world > 2)
+		usleep(2 * FAIL_LOOK_MS * 1000);
+	kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
+			h->rank, h->world, r, h->host[r]);
+}
+
 /* One beat: bump this rank's counter, read the peers'.  Returns 0, or 1
  * after reporting a silent peer or an unreachable store. */
 static int beat(struct kiln_heartbeat *h)
@@ -130,15 +145,19 @@ static int beat(struct kiln_heartbeat *h)
 		snprintf(key, sizeof key, "kiln/hb/%d", r);
 		if ((st = kiln_store_add(h->q, key, 0, &v)))
 			break;
-		if (h->limit[r] == LIMIT_UNKNOWN)
+		/* a limit read only now (LIMIT_UNKNOWN until the peer's
+		 * post): its clock starts here, as at a move (judged at once,
+		 * a peer posted but not beaten yet was silent for this rank's
+		 * whole period: review of session 34) */
+		const int unknown = h->limit[r] == LIMIT_UNKNOWN;
+		if (unknown)
 			read_limit(h, r);
 		const int64_t now = mono_ms();
 		if (v < FAILED_BELOW) {
-			kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
-					h->rank, h->world, r, h->host[r]);
+			peer_failed(h, r);
 			return 1;
 		}
-		if (v != h->count[r] || h->limit[r] <= 0) {
+		if (v != h->count[r] || h->limit[r] <= 0 || unknown) {
 			pthread_mutex_lock(&h->lock);
 			h->count[r] = v;
 			h->moved[r] = now;
@@ -243,7 +262,6 @@ int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, 
 	}
 }
 
-#define FAIL_LOOK_MS 1000 /* how often the watchdog reads kiln/failed_rank */
 
 static int64_t mono_clock_ms(void)
 {
@@ -278,8 +296,7 @@ static int failed_look(struct kiln_heartbeat *h)
 	free(v);
 	if (r < 0 || r >= h->world || r == h->rank)
 		return 0;
-	kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
-			h->rank, h->world, r, h->host[r]);
+	peer_failed(h, r);
 	return 1;
 }
 

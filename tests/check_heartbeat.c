@@ -237,6 +237,31 @@ START_TEST(test_limit_posted_late)
 }
 END_TEST
 
+/* A peer whose limit is read late (posted after this rank's first beat)
+ * and which has not beaten yet: its clock starts at that read, not at
+ * this rank's first beat (review of session 34: with this rank's period,
+ * 2 s, longer than the peer's limit, 1 s, the peer was called silent at
+ * the read). */
+START_TEST(test_limit_read_late_fresh)
+{
+	struct kiln_store *s0;
+	fatal_reset();
+	struct kiln_heartbeat *h = watch_at(&s0, 8.0, -1, -1); /* beats at 0, 2, 4 s */
+	usleep(500 * 1000);
+	ck_assert_int_eq(kiln_heartbeat_post(s0, 1, 1.0), KILN_OK);
+	ck_assert_int_eq(kiln_heartbeat_post(s0, 2, 0.0), KILN_OK);
+	usleep(2000 * 1000); /* past the beat at 2 s, where rank 1's limit is read */
+	struct bumper b = { .s = s0, .mask = 2 };
+	pthread_create(&b.th, NULL, bump_main, &b);
+	usleep(2500 * 1000); /* past the beat at 4 s: rank 1 moved */
+	atomic_store(&b.quit, 1);
+	pthread_join(b.th, NULL);
+	ck_assert_msg(atomic_load(&fatal_calls) == 0, "%s", fatal_msg);
+	kiln_heartbeat_stop(h, 0);
+	kiln_store_close(s0);
+}
+END_TEST
+
 /* a peer that failed with its own error (kiln_dist_close): its posted
  * kiln/failed_rank ends this rank within about a second, though a beat
  * is 15 s away (heartbeat 60); its counter's FAILED mark alone at the
@@ -248,7 +273,13 @@ START_TEST(test_peer_failed)
 	struct kiln_heartbeat *h = watch_at(&s0, 60.0, 60.0, 60.0);
 	usleep(300 * 1000);
 	ck_assert_int_eq(kiln_store_set(s0, "kiln/failed_rank", "2", 1), KILN_OK);
-	for (int i = 0; i < 30 && !atomic_load(&fatal_calls); i++)
+	/* rank 0, which hosts the store, ends only after giving the other
+	 * ranks two looks (2 s) to read who failed: ended at once, the store
+	 * went with it and the ranks that looked later blamed rank 0 (review
+	 * of session 34) */
+	usleep(1500 * 1000);
+	ck_assert_int_eq(atomic_load(&fatal_calls), 0);
+	for (int i = 0; i < 40 && !atomic_load(&fatal_calls); i++)
 		usleep(100 * 1000);
 	ck_assert_int_eq(atomic_load(&fatal_calls), 1);
 	ck_assert_str_eq(fatal_msg, "rank 0 of 3: watchdog: rank 2 (host node-two) failed with its own error (its log says why); ending this rank");
@@ -259,7 +290,7 @@ START_TEST(test_peer_failed)
 	h = watch_at(&s0, 2.0, 2.0, 2.0);
 	usleep(300 * 1000);
 	kiln_heartbeat_mark_failed(s0, 1);
-	for (int i = 0; i < 15 && !atomic_load(&fatal_calls); i++)
+	for (int i = 0; i < 35 && !atomic_load(&fatal_calls); i++)
 		usleep(100 * 1000);
 	ck_assert_int_eq(atomic_load(&fatal_calls), 1);
 	ck_assert_str_eq(fatal_msg, "rank 0 of 3: watchdog: rank 1 (host node-one) failed with its own error (its log says why); ending this rank");
@@ -392,7 +423,7 @@ static Suite *make_heartbeat_suite(void)
 	Suite *s = suite_create("heartbeat");
 	check_add_case(s, "heartbeat", 30, NULL, NULL, (const TTest *[]){
 		test_one_silent, test_all_silent, test_self_late, test_peer_limits,
-		test_peer_failed, test_limit_posted_late, NULL });
+		test_peer_failed, test_limit_posted_late, test_limit_read_late_fresh, NULL });
 	check_add_case(s, "run_clock", 30, NULL, NULL, (const TTest *[]){
 		test_run_clock_stopped, test_run_clock_running, test_run_clock_start_stop, NULL });
 	return s;
