@@ -157,8 +157,12 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 	 * connect, which this Gloo bounds by 5 timeouts, waiting for a rank
 	 * that failed fast: its outcome comes after that */
 	const int outcome_ms = timeout_ms > (INT_MAX - 10000) / 6 ? INT_MAX : 6 * timeout_ms + 10000;
-	const int64_t due = dl ? run_ms() + timeout_ms : 0;
+	/* (the hosts' names read first, outside the connect's deadline:
+	 * 2 x world store requests a rank, world^2 on the store in all,
+	 * which a many-rank job's deadline should not pay for; review of
+	 * session 34) */
 	const std::vector<std::string> hosts = mesh_hosts(store, world, world_ranks && dl);
+	const int64_t due = dl ? run_ms() + timeout_ms : 0;
 	int k = 0;
 	for (; k < MESH_TRIES; k++) {
 		char p[96], key[128];
