@@ -98,7 +98,14 @@ kiln_status trainer_ckpt_write(struct trainer *t, const char *dir,
 		;
 	else if (!t->rank && common_mkdirs(dir, 0777, 1))
 		st = kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
-	else if (!t->rank && !kiln_dist_zero_streams(t->dist))
+	else if (!t->rank && !kiln_dist_zero_streams(t->dist) &&
+		 (st = kiln_ckpt_save(dir, meta, t->m, t->compute, path, n)) && !t->res->out_dir_lost &&
+		 !trainer_out_dir_watch(t) && t->res->out_dir_lost && !common_mkdirs(dir, 0777, 1))
+		/* the run directory renamed or removed during the write (its
+		 * temporary went with it, the rename failed: ENOENT, a CI run
+		 * of session 34): the loss seen now, the checkpoint written
+		 * again into the recreated directory, the run stopping with
+		 * exit 4 as for a loss seen before the write */
 		st = kiln_ckpt_save(dir, meta, t->m, t->compute, path, n);
 	/* (ZeRO-1 without stages: every rank takes part in the write) */
 	if (kiln_dist_zero_streams(t->dist))
