@@ -512,19 +512,21 @@ static kiln_status set_check_whole(const struct kiln_host *host, char *const *pa
 }
 
 kiln_status loaders_set_check(const struct kiln_host *host, char *const *paths,
-			      const struct loaders_set *sets, size_t n, int whole,
+			      const struct loaders_set *sets, size_t stride, size_t n, int whole,
 			      const char *suffix)
 {
+#define SET(i) (*(const struct loaders_set *)((const char *)sets + (i) * stride))
 	size_t recorded = 0;
 	for (size_t i = 0; i < n; i++)
-		recorded += sets[i].count > 0;
+		recorded += SET(i).count > 0;
 	if (!recorded || (!whole && recorded < 2))
 		return KILN_OK;
 	struct set_at *o = malloc(n * sizeof *o);
 	if (!o)
 		return host->error(KILN_ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++)
-		o[i] = (struct set_at){ sets[i], i };
+		o[i] = (struct set_at){ SET(i), i };
+#undef SET
 	qsort(o, n, sizeof *o, set_cmp);
 	kiln_status st = KILN_OK;
 	for (size_t i = 1; i < n && !st; i++) {

@@ -80,7 +80,9 @@ struct loaders_set {
 	uint32_t index, count, pack;
 };
 
-/* The shards paths[0, n) (in the order read) with their records sets[]:
+/* The shards paths[0, n) (in the order read) with their records (shard
+ * i's at (const char *)sets + i * stride: the `set` member of the
+ * source's own array of shards, read in place):
  * shards of one pack (same id and count) must not repeat an index (one
  * file listed twice, or copied under two names); when `whole` (a
  * directory's listing of the split) every shard must record the same pack
@@ -89,7 +91,7 @@ struct loaders_set {
  * file kiln pack gave it.  Shards that record nothing are not checked
  * (loaders_shards_contiguous still is). */
 kiln_status loaders_set_check(const struct kiln_host *host, char *const *paths,
-			      const struct loaders_set *sets, size_t n, int whole,
+			      const struct loaders_set *sets, size_t stride, size_t n, int whole,
 			      const char *suffix);
 
 /* Read n bytes at offset `off` of fd with pread(), retrying short reads and

@@ -292,21 +292,6 @@ static void rec_close(void *vctx)
 	free(c);
 }
 
-/* The shards' records of their pack agree (loaders_set_check): a split
- * listed from a directory must be a whole pack. */
-static kiln_status rec_sets_check(const struct rec_ctx *c, char *const *paths, int whole)
-{
-	struct loaders_set *sets = malloc((size_t)c->nshards * sizeof *sets);
-	if (!sets)
-		return c->src.host->error(KILN_ENOMEM, "out of memory");
-	for (int i = 0; i < c->nshards; i++)
-		sets[i] = c->shards[i].set;
-	kiln_status st = loaders_set_check(c->src.host, paths, sets, (size_t)c->nshards, whole,
-					   REC_SUFFIX);
-	free(sets);
-	return st;
-}
-
 static kiln_status rec_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    const char *section, const char *split, void **out)
 {
@@ -355,7 +340,10 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 		if (c->c != (int32_t)s->c)
 			c->c = 0;
 	}
-	if ((st = rec_sets_check(c, names.v, names.scanned)))
+	/* (the shards' records of their pack agree: a split listed
+	 * from a directory must be a whole pack) */
+	if ((st = loaders_set_check(c->src.host, names.v, &c->shards[0].set, sizeof *c->shards,
+				     (size_t)c->nshards, names.scanned, REC_SUFFIX)))
 		goto fail;
 	if (c->src.n == 0)
 		c->h = c->w = c->c = 0;

@@ -295,21 +295,6 @@ static kiln_status tok_split_range(const struct kiln_host *host, struct tok_ctx 
 	return KILN_OK;
 }
 
-/* The shards' records of their pack agree (loaders_set_check): a split
- * listed from a directory must be a whole pack. */
-static kiln_status tok_sets_check(const struct tok_ctx *c, char *const *paths, int whole)
-{
-	struct loaders_set *sets = malloc((size_t)c->nshards * sizeof *sets);
-	if (!sets)
-		return c->src.host->error(KILN_ENOMEM, "out of memory");
-	for (int i = 0; i < c->nshards; i++)
-		sets[i] = c->shards[i].set;
-	kiln_status st = loaders_set_check(c->src.host, paths, sets, (size_t)c->nshards, whole,
-					   TOK_SUFFIX);
-	free(sets);
-	return st;
-}
-
 static kiln_status tok_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    const char *section, const char *split, void **out)
 {
@@ -341,7 +326,10 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 		s->windows = s->ntok > 0 ? (int64_t)((s->ntok - 1) / (uint64_t)c->T) : 0;
 		total += s->windows;
 	}
-	if ((st = tok_sets_check(c, names.v, names.scanned)))
+	/* (the shards' records of their pack agree: a split listed
+	 * from a directory must be a whole pack) */
+	if ((st = loaders_set_check(c->src.host, names.v, &c->shards[0].set, sizeof *c->shards,
+				     (size_t)c->nshards, names.scanned, TOK_SUFFIX)))
 		goto fail;
 	const char *sp = host->config_get(cfg, section, "split");
 	if ((st = tok_split_range(host, c, section, sp ? sp : split, total, frac)))
