@@ -308,6 +308,16 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 					   KILN_ABI_MAJOR, KILN_ABI_MINOR));
 			continue;
 		}
+		/* A newer minor may have grown a struct the core allocates and
+		 * the plugin fills (kiln_source_info.classes_from, 2.21): the
+		 * plugin would write past this core's copy.  An older minor is
+		 * safe (it writes less; the core zeroes and checks versions). */
+		if (p->abi_minor > KILN_ABI_MINOR) {
+			file_error(f, dupf("plugin '%s' was built for ABI %u.%u, newer than this kiln's ABI %d.%d; rebuild it against this kiln's headers or use a kiln of ABI %u.%u or later",
+					   p->name ? p->name : "?", p->abi_major, p->abi_minor,
+					   KILN_ABI_MAJOR, KILN_ABI_MINOR, p->abi_major, p->abi_minor));
+			continue;
+		}
 		if (!p->name || !p->ops || p->kind < KILN_PLUGIN_DEVICE || p->kind > KILN_PLUGIN_LAYER) {
 			file_error(f, dupf("descriptor %d is malformed (name, kind or ops missing)", i));
 			continue;

@@ -90,8 +90,8 @@ START_TEST(files_listed)
 	struct kiln_plugin_file f = file_of(TEST_PLUGIN_DIR, "kiln-tgood.so");
 	ck_assert_ptr_null(f.error);
 	ck_assert_int_eq(f.n_plugins, 3);
-	static const char *const bad[] = { "kiln-tbadabi.so", "kiln-tnosym.so", "kiln-tdlfail.so",
-					   "kiln-tnull.so" };
+	static const char *const bad[] = { "kiln-tbadabi.so", "kiln-tnewer.so", "kiln-tnosym.so",
+					   "kiln-tdlfail.so", "kiln-tnull.so" };
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		f = file_of(TEST_PLUGIN_DIR, bad[i]);
 		ck_assert_msg(f.error != NULL, "%s loaded but should not", bad[i]);
@@ -218,6 +218,34 @@ START_TEST(bad_abi)
 	assert_has(kiln_last_error(), "kiln-tbadabi.so");
 	assert_has(kiln_last_error(), theirs);
 	ck_assert_ptr_null(p);
+}
+END_TEST
+
+/* A plugin of this major built for a newer minor is refused too: a newer
+ * minor grows structs the core allocates and the plugin fills (2.21's
+ * kiln_source_info.classes_from), and this core's copy is smaller.
+ * Before session 35 only the major was compared, and kiln-tnewer.so
+ * loaded: its info() then wrote past this core's kiln_source_info. */
+START_TEST(newer_minor)
+{
+	char path[4096], want[1024];
+	snprintf(path, sizeof path, "%s/kiln-tnewer.so", TEST_PLUGIN_DIR);
+	snprintf(want, sizeof want,
+		 "plugin 'tnewer' was built for ABI %d.%d, newer than this kiln's ABI %d.%d; rebuild it against this kiln's headers or use a kiln of ABI %d.%d or later",
+		 KILN_ABI_MAJOR, KILN_ABI_MINOR + 1, KILN_ABI_MAJOR, KILN_ABI_MINOR, KILN_ABI_MAJOR,
+		 KILN_ABI_MINOR + 1);
+	struct kiln_plugin_file f = file_of(TEST_PLUGIN_DIR, "kiln-tnewer.so");
+	ck_assert_ptr_nonnull(f.error);
+	ck_assert_str_eq(f.error, want);
+	ck_assert_int_eq(f.n_plugins, 0);
+	const struct kiln_plugin *p = NULL;
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "tnewer", &p), KILN_EPLUGIN);
+	ck_assert_ptr_null(p);
+	char msg[6000];
+	snprintf(msg, sizeof msg, "source plugin 'tnewer': %s: %s", path, want);
+	ck_assert_str_eq(kiln_last_error(), msg);
+	/* the same minor and older ones still load (tgood: this minor) */
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "tsrc", &p), KILN_OK);
 }
 END_TEST
 
@@ -518,7 +546,7 @@ Suite *make_plugin_suite(void)
 	/* 30 s: listing loads every file, each first in a probe process */
 	check_add_case(s, "load", 30, open_test_registry, close_registry, (const TTest *[]){
 		search_path_first, files_listed, good_plugins, use_optim, use_source, bad_abi,
-		missing_symbol, dlopen_failure, init_returns_null, probe_failure, not_found,
+		newer_minor, missing_symbol, dlopen_failure, init_returns_null, probe_failure, not_found,
 		validate_plugin_keys, write_plugin_keys, NULL });
 
 	check_add_case(s, "order", 30, NULL, NULL, (const TTest *[]){

@@ -57,6 +57,7 @@ EXTRA_DIST += tests/config/golden_in.ini tests/config/golden_out.ini tests/confi
 TEST_PLUGIN_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 TEST_PLUGIN_LDFLAGS = $(PLUGIN_LDFLAGS) -rpath /nowhere
 check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
+	tests/plugins/kiln-tnewer.la \
 	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
 	tests/plugins/shadow/kiln-tgood.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
@@ -65,6 +66,9 @@ tests_plugins_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_kiln_tbadabi_la_SOURCES = tests/plugins/tbadabi.c
 tests_plugins_kiln_tbadabi_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tbadabi_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tnewer_la_SOURCES = tests/plugins/tnewer.c
+tests_plugins_kiln_tnewer_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tnewer_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_kiln_tnosym_la_SOURCES = tests/plugins/tnosym.c
 tests_plugins_kiln_tnosym_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 # (no export list: an empty one is a syntax error for ld; it exports a typo)

@@ -11,7 +11,13 @@
  * data source).
  *
  * Versioning.  abi_major must equal KILN_ABI_MAJOR exactly or the plugin is
- * refused (both numbers are printed).  Every ops table begins with
+ * refused (both numbers are printed), and abi_minor must be at most
+ * KILN_ABI_MINOR: a newer minor may have grown a struct the core allocates
+ * and the plugin fills (kiln_source_info, kiln_layer's outputs), and the
+ * plugin would write past this core's smaller copy, so such a file is
+ * refused too, naming both versions (before session 35 it was loaded).  A
+ * plugin of an older minor loads: it writes less than the core allocated,
+ * and the core asks it nothing its version has not.  Every ops table begins with
  * `uint32_t version` and only ever grows at the end: the core calls a member
  * only when the table's version says it exists and the pointer is non-NULL.
  * Members marked (optional) may be NULL; the default the core's wrapper then
