@@ -101,7 +101,7 @@ static int print_doc(void)
 	int n = kiln_registry_plugin_count(reg);
 	for (int kind = KILN_PLUGIN_LAYER; kind >= KILN_PLUGIN_DEVICE; kind--) {
 		for (int i = 0; i < n; i++) {
-			struct kiln_plugin_info pi, prev;
+			struct kiln_plugin_info pi = KILN_PLUGIN_INFO_INIT, prev = KILN_PLUGIN_INFO_INIT;
 			kiln_registry_plugin_get(reg, i, &pi);
 			if (pi.kind != kind)
 				continue;

@@ -26,7 +26,7 @@ int cmd_memory(int argc, char **argv)
 		return 2;
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
-	struct kiln_memory r;
+	struct kiln_memory r = KILN_MEMORY_INIT;
 	kiln_status st = cli_load(argv[1], argc, argv, 2, &cfg, &reg);
 	if (!st) /* resolves batch = auto */
 		st = kiln_memory_report(cfg, reg, stdout, &r);

@@ -16,7 +16,7 @@ static void print_devices(const struct kiln_registry *reg)
 	const struct kiln_plugin *best = NULL;
 	printf("\n%-10s %-6s %-5s %s\n", "DEVICE", "TYPE", "AUTO", "COMM (auto)");
 	for (int i = 0; i < kiln_registry_plugin_count(reg); i++) {
-		struct kiln_plugin_info p;
+		struct kiln_plugin_info p = KILN_PLUGIN_INFO_INIT;
 		kiln_registry_plugin_get(reg, i, &p);
 		if (p.kind != KILN_PLUGIN_DEVICE)
 			continue;
@@ -74,7 +74,7 @@ int cmd_plugins(int argc, char **argv)
 	int n = kiln_registry_plugin_count(reg);
 	for (int kind = KILN_PLUGIN_DEVICE; kind <= KILN_PLUGIN_LAYER; kind++)
 		for (int i = 0; i < n; i++) {
-			struct kiln_plugin_info p;
+			struct kiln_plugin_info p = KILN_PLUGIN_INFO_INIT;
 			kiln_registry_plugin_get(reg, i, &p);
 			if (p.kind != kind)
 				continue;
@@ -94,7 +94,7 @@ int cmd_plugins(int argc, char **argv)
 	 * table goes out first, the device may log while it opens */
 	fflush(stdout);
 	for (int i = 0; i < n; i++) {
-		struct kiln_plugin_info p;
+		struct kiln_plugin_info p = KILN_PLUGIN_INFO_INIT;
 		struct kiln_device *dev;
 		kiln_registry_plugin_get(reg, i, &p);
 		if (p.kind != KILN_PLUGIN_DEVICE || !p.available ||

@@ -164,7 +164,7 @@ static void write_model(FILE *f, const char *config)
 	}
 	m = st ? NULL : open_memstream(&mem, &n);
 	if (m) {
-		struct kiln_memory r;
+		struct kiln_memory r = KILN_MEMORY_INIT;
 		st = kiln_memory_report(cfg, reg, m, &r);
 		fclose(m);
 	}

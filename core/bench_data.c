@@ -53,7 +53,7 @@ kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_reg
 
 	memset(out, 0, sizeof *out);
 	memset(&d, 0, sizeof d);
-	if ((st = kiln_run_cfg_read(cfg, &run)) || (st = kiln_train_cfg_read(cfg, NULL, &tc)) ||
+	if ((st = kiln_run_cfg_read(cfg, &run)) || (st = kiln_train_cfg_fill(cfg, NULL, &tc)) ||
 	    (st = kiln_data_cfg_read(cfg, &data)) ||
 	    (st = kiln_train_cfg_batch(cfg, &tc, "the loader runs", &B)))
 		return st;

@@ -111,7 +111,7 @@ char *kiln_ckpt_versions(const struct kiln_registry *reg, const struct kiln_devi
 	if (dev)
 		fprintf(f, "device = %s\n", kiln_device_name(dev));
 	for (int i = 0; reg && i < kiln_registry_loaded_count(reg); i++) {
-		struct kiln_plugin_info pi;
+		struct kiln_plugin_info pi = KILN_PLUGIN_INFO_INIT;
 		kiln_registry_plugin_get(reg, i, &pi);
 		if (pi.available && strcmp(pi.file, "(built-in)"))
 			fprintf(f, "plugin = %s %s %u.%u %s\n", kiln_plugin_kind_name(pi.kind), pi.name,

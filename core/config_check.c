@@ -500,7 +500,7 @@ static kiln_status check_run_device(const struct kiln_config *cfg, const struct 
 	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p) != KILN_ENOTFOUND)
 		return KILN_OK;
 	/* a typo: the nearest device plugin's name, or auto */
-	struct kiln_plugin_info pi;
+	struct kiln_plugin_info pi = KILN_PLUGIN_INFO_INIT;
 	char names[512] = "auto";
 	size_t off = strlen(names);
 	for (int i = 0; i < kiln_registry_loaded_count(reg); i++) {
@@ -763,7 +763,7 @@ kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kil
 	 * checkpoint's config that set one of its keys holds all of them,
 	 * which must read as their defaults here */
 	for (int i = 0; reg && i < kiln_registry_loaded_count(reg); i++) {
-		struct kiln_plugin_info pi;
+		struct kiln_plugin_info pi = KILN_PLUGIN_INFO_INIT;
 		char name[160];
 		kiln_registry_plugin_get(reg, i, &pi);
 		if (!pi.keys || (pi.kind != KILN_PLUGIN_DEVICE && pi.kind != KILN_PLUGIN_COMM &&

@@ -125,7 +125,7 @@ kiln_status kiln_device_auto(const struct kiln_registry *reg, const struct kiln_
 	const struct kiln_plugin *best = NULL, *p;
 	*out = NULL;
 	for (int i = 0; i < kiln_registry_plugin_count(reg); i++) {
-		struct kiln_plugin_info pi;
+		struct kiln_plugin_info pi = KILN_PLUGIN_INFO_INIT;
 		kiln_registry_plugin_get(reg, i, &pi);
 		if (pi.kind != KILN_PLUGIN_DEVICE || !pi.available ||
 		    kiln_registry_find(reg, KILN_PLUGIN_DEVICE, pi.name, &p))

@@ -49,6 +49,15 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 
 char *kiln_strdup(const char *s);
 
+/* core/sized.c: a public struct the library fills that begins with
+ * `size_t size` (kiln/kiln.h, "Structs the library fills").  Check:
+ * KILN_EINVAL naming fn when out is NULL or its size cannot hold `size`
+ * (not set: `init` names the macro that sets it); then nothing may be
+ * written to it.  Out: full's first min(out's size, full_size) bytes
+ * into out (checked before), out's size then the bytes written. */
+kiln_status kiln_sized_check(const void *out, const char *fn, const char *type, const char *init);
+void kiln_sized_out(void *out, const void *full, size_t full_size);
+
 /* fopen(path, mode) ("r", "w", "w+" or "a+") of a file kiln reads or writes
  * whole (the config, a run's logs, config.ini, profile.txt), never
  * blocking in open (a FIFO waits there for its other end otherwise, for

@@ -118,7 +118,7 @@ kiln_status kiln_config_check_train(const struct kiln_config *cfg, const struct 
 	/* in the order `kiln train` reads them (cmd_train, read_config,
 	 * open_device, the sources' open, model_create) */
 	kiln_status st;
-	if ((st = kiln_train_cfg_read(cfg, NULL, &tc)) || (st = kiln_run_cfg_read(cfg, &run)) ||
+	if ((st = kiln_train_cfg_fill(cfg, NULL, &tc)) || (st = kiln_run_cfg_read(cfg, &run)) ||
 	    (st = kiln_data_cfg_read(cfg, &data)) || (st = kiln_pipe_devices_count(cfg, &devices)) ||
 	    (st = check_data_numbers(cfg)) || (st = kiln_model_check_names(cfg, reg)))
 		return st;

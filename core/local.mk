@@ -1,6 +1,6 @@
 lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES = core/internal.h core/status.c core/tensor.c core/config.c \
-	core/config_impl.h core/config_check.c core/schema.c core/registry.c core/device.c core/opcheck.c core/profile.h core/profile.c core/rng.c core/crc32c.c core/source.c core/loader.h core/loader.c core/transform.h core/transform.c core/transform_config.c core/data.h core/data.c core/bench_data.c core/memory.c core/summary.c core/graph.h core/graph.c core/layer_check.c core/plan.c core/plan_memory.c core/plan_run.c core/precision.c core/checkpoint.h core/checkpoint.c core/config_diff.h core/config_diff.c core/resume.c core/run_config.h core/run_config.c core/train.h core/trainer.c core/train_setup.c core/train_step.c core/train_log.c core/train_eval.c core/train_ckpt.c core/train_best.c core/train_dist.c core/train_result.c \
+	core/config_impl.h core/config_check.c core/schema.c core/registry.c core/device.c core/opcheck.c core/profile.h core/profile.c core/rng.c core/crc32c.c core/source.c core/loader.h core/loader.c core/transform.h core/transform.c core/transform_config.c core/data.h core/data.c core/bench_data.c core/memory.c core/summary.c core/graph.h core/graph.c core/layer_check.c core/plan.c core/plan_memory.c core/plan_run.c core/precision.c core/checkpoint.h core/checkpoint.c core/config_diff.h core/config_diff.c core/resume.c core/run_config.h core/run_config.c core/train.h core/trainer.c core/train_setup.c core/train_step.c core/train_log.c core/train_eval.c core/train_ckpt.c core/train_best.c core/train_dist.c core/train_result.c core/sized.c \
 	core/store.c core/dist_env.c core/dist.h core/dist_impl.h core/dist.c core/dist_config.c core/dist_heartbeat.c core/run_clock.c core/dist_zero.c \
 	core/safetensors.c core/weights.c \
 	core/tie.c \
@@ -22,7 +22,7 @@ libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFL
 libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # (1:0:0 since session 34: struct kiln_train_result begins with `size`, a
 # program built before it is not loaded against this library)
-libkiln_la_LDFLAGS = -version-info 1:0:0 -export-symbols-regex '^kiln_'
+libkiln_la_LDFLAGS = -version-info 2:0:0 -export-symbols-regex '^kiln_'
 
 # The loggers (core/logger.h): metrics.jsonl, CSV, TensorBoard event files.
 # TensorBoard's messages (core/proto/*.proto) are compiled by protoc-c into

@@ -110,7 +110,7 @@ static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_r
 	kiln_status st;
 	memset(s, 0, sizeof *s);
 	s->cfg = cfg;
-	if ((st = kiln_run_cfg_read(cfg, &s->run)) || (st = kiln_train_cfg_read(cfg, NULL, &s->tc)) ||
+	if ((st = kiln_run_cfg_read(cfg, &s->run)) || (st = kiln_train_cfg_fill(cfg, NULL, &s->tc)) ||
 	    (st = kiln_data_cfg_read(cfg, &s->data)))
 		return st;
 	if ((st = kiln_device_open(reg, cfg, s->run.device, 0, &s->dev)) ||
@@ -299,13 +299,13 @@ kiln_status kiln_memory_auto_batch(const struct kiln_config *cfg, const struct k
 	return st;
 }
 
-kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			       FILE *f, struct kiln_memory *out)
+/* kiln_memory_report into the library's own struct (out: whole). */
+static kiln_status memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				 FILE *f, struct kiln_memory *out)
 {
 	struct mem_setup s;
 	int64_t B = 0;
 	kiln_status st;
-	memset(out, 0, sizeof *out);
 	if ((st = setup_open(cfg, reg, 1, &s)))
 		return st;
 	if (s.tc.batch_auto)
@@ -315,6 +315,20 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 	if (!st)
 		st = predict(&s, B, f, out);
 	setup_close(&s);
+	return st;
+}
+
+/* Into a report of this library's size, copied into the caller's as far
+ * as its size goes (kiln/kiln.h, "Structs the library fills"). */
+kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			       FILE *f, struct kiln_memory *out)
+{
+	struct kiln_memory full = { 0 };
+	kiln_status st = kiln_sized_check(out, "kiln_memory_report", "kiln_memory", "KILN_MEMORY_INIT");
+	if (st)
+		return st;
+	st = memory_report(cfg, reg, f, &full);
+	kiln_sized_out(out, &full, sizeof full);
 	return st;
 }
 

@@ -655,20 +655,34 @@ int kiln_registry_plugin_count(const struct kiln_registry *reg)
 }
 
 int kiln_registry_loaded_count(const struct kiln_registry *reg) { return reg->n_plugins; }
-void kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
-			      struct kiln_plugin_info *o)
+/* Into an info of this library's size, copied into the caller's as far as
+ * its size goes (kiln/kiln.h, "Structs the library fills"). */
+kiln_status kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
+				     struct kiln_plugin_info *out)
 {
+	kiln_status st = kiln_sized_check(out, "kiln_registry_plugin_get", "kiln_plugin_info",
+					  "KILN_PLUGIN_INFO_INIT");
+	if (st)
+		return st;
+	if (i < 0 || i >= reg->n_plugins)
+		return kiln_error(KILN_EINVAL, "kiln_registry_plugin_get: index %d out of range [0, %d)",
+				  i, reg->n_plugins);
 	const struct reg_plugin *r = &reg->plugins[i];
-	o->file = r->file < 0 ? "(built-in)" : reg->files[r->file].path;
-	o->kind = r->p->kind;
-	o->name = r->p->name;
-	o->summary = r->p->summary ? r->p->summary : "";
-	o->abi_major = r->p->abi_major;
-	o->abi_minor = r->p->abi_minor;
-	o->available = r->available;
-	o->why = r->why;
-	o->keys = r->p->keys;
-	o->desc = r->p;
+	const struct kiln_plugin_info o = {
+		.size = sizeof o,
+		.file = r->file < 0 ? "(built-in)" : reg->files[r->file].path,
+		.kind = r->p->kind,
+		.name = r->p->name,
+		.summary = r->p->summary ? r->p->summary : "",
+		.abi_major = r->p->abi_major,
+		.abi_minor = r->p->abi_minor,
+		.available = r->available,
+		.why = r->why,
+		.keys = r->p->keys,
+		.desc = r->p,
+	};
+	kiln_sized_out(out, &o, sizeof o);
+	return KILN_OK;
 }
 
 /* Is a plugin of kind called name registered (available or not)? */

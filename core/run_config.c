@@ -144,12 +144,13 @@ static void read_eval(const struct kiln_config *cfg, struct kiln_train_cfg *o, k
 	o->early_stop_on_loss = stop && !strcmp(stop, "loss");
 }
 
-kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln_registry *reg,
+kiln_status kiln_train_cfg_fill(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_train_cfg *out)
 {
 	kiln_status st = KILN_OK;
 	const char *batch = kiln_config_get(cfg, "train", "batch");
 	memset(out, 0, sizeof *out);
+	out->size = sizeof *out;
 	out->batch_auto = batch && !strcmp(batch, "auto");
 	if (!out->batch_auto)
 		get_int(cfg, "train", "batch", &out->batch, &st);
@@ -164,6 +165,36 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
 	if (!st && out->batch_auto && reg)
 		st = kiln_memory_auto_batch(cfg, reg, &out->batch);
 	return st;
+}
+
+/* Into a struct of this library's size, copied into the caller's as far
+ * as its size goes (kiln/kiln.h, "Structs the library fills"). */
+kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				struct kiln_train_cfg *out)
+{
+	struct kiln_train_cfg full;
+	kiln_status st = kiln_sized_check(out, "kiln_train_cfg_read", "kiln_train_cfg",
+					  "KILN_TRAIN_CFG_INIT");
+	if (st)
+		return st;
+	st = kiln_train_cfg_fill(cfg, reg, &full);
+	kiln_sized_out(out, &full, sizeof full);
+	return st;
+}
+
+kiln_status kiln_train_cfg_in(const struct kiln_config *cfg, const struct kiln_train_cfg *tc,
+			      const char *fn, struct kiln_train_cfg *full)
+{
+	kiln_status st = kiln_sized_check(tc, fn, "kiln_train_cfg", "KILN_TRAIN_CFG_INIT");
+	if (st)
+		return st;
+	/* an older header's struct: the members it has not, as
+	 * kiln_train_cfg_read reads them (batch, which it has, resolved) */
+	if (tc->size < sizeof *full && (st = kiln_train_cfg_fill(cfg, NULL, full)))
+		return st;
+	memcpy(full, tc, tc->size < sizeof *full ? tc->size : sizeof *full);
+	full->size = sizeof *full;
+	return KILN_OK;
 }
 
 kiln_status kiln_train_cfg_batch(const struct kiln_config *cfg, const struct kiln_train_cfg *tc,

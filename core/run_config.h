@@ -41,6 +41,17 @@ struct kiln_data_cfg {
 kiln_status kiln_run_cfg_read(const struct kiln_config *cfg, struct kiln_run_cfg *out);
 kiln_status kiln_data_cfg_read(const struct kiln_config *cfg, struct kiln_data_cfg *out);
 
+/* kiln_train_cfg_read into this library's whole struct (out->size its
+ * sizeof): the core's own readers, whose struct is the library's. */
+kiln_status kiln_train_cfg_fill(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				struct kiln_train_cfg *out);
+/* A caller's tc (kiln_train_run; fn names it in messages) as this
+ * library's whole struct in *full: KILN_EINVAL when its size is not set;
+ * the members past a smaller size (an older header's) read from cfg as
+ * kiln_train_cfg_read reads them, a larger one's extra bytes ignored. */
+kiln_status kiln_train_cfg_in(const struct kiln_config *cfg, const struct kiln_train_cfg *tc,
+			      const char *fn, struct kiln_train_cfg *full);
+
 /* tc's batch, or KILN_ECONFIG naming file:line when it is an unresolved
  * `auto` (`who` says what needs it, for the message). */
 kiln_status kiln_train_cfg_batch(const struct kiln_config *cfg, const struct kiln_train_cfg *tc,

@@ -378,7 +378,7 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 	struct kiln_trained tr = { 0 };
 	struct kiln_safetensors *qf = NULL;
 	kiln_status st;
-	if ((st = kiln_train_cfg_read(cfg, NULL, &tc)))
+	if ((st = kiln_train_cfg_fill(cfg, NULL, &tc)))
 		return st;
 	if (o->quantized) {
 		const char *v;

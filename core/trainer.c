@@ -224,10 +224,13 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 			   struct kiln_train_result *res)
 {
 	struct kiln_train_result full = { 0 };
+	struct kiln_train_cfg tc_full;
 	kiln_status st = trainer_result_check(res, "kiln_train_run");
 	if (st)
 		return st;
-	st = train_run(cfg, reg, tc, progress, user, &full);
+	/* tc as this library's struct (kiln/kiln.h, struct kiln_train_cfg) */
+	if (!(st = kiln_train_cfg_in(cfg, tc, "kiln_train_run", &tc_full)))
+		st = train_run(cfg, reg, &tc_full, progress, user, &full);
 	trainer_result_out(res, &full);
 	return st;
 }
@@ -239,7 +242,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	kiln_status st = trainer_result_check(res, "kiln_train");
 	if (st)
 		return st;
-	if ((st = kiln_train_cfg_read(cfg, reg, &tc))) {
+	if ((st = kiln_train_cfg_fill(cfg, reg, &tc))) {
 		const struct kiln_train_result none = { 0 };
 		trainer_result_out(res, &none);
 		return st;

@@ -13,7 +13,8 @@
 #include "test_util.h" /* test_tmpdir_make */
 #include <stdio.h>   /* snprintf, open_memstream */
 #include <stdlib.h>  /* unsetenv, setenv */
-#include <string.h>  /* strstr, strcmp */
+#include <stddef.h>  /* offsetof */
+#include <string.h>  /* strstr, strcmp, memset */
 
 #ifndef TEST_PLUGIN_DIR
 #error "TEST_PLUGIN_DIR must name tests/plugins/.libs of the build tree"
@@ -57,7 +58,7 @@ static struct kiln_plugin_file file_of(const char *dir, const char *base)
 static struct kiln_plugin_info info_of(int kind, const char *name)
 {
 	for (int i = 0; i < kiln_registry_plugin_count(reg); i++) {
-		struct kiln_plugin_info p;
+		struct kiln_plugin_info p = KILN_PLUGIN_INFO_INIT;
 		kiln_registry_plugin_get(reg, i, &p);
 		if (p.kind == kind && !strcmp(p.name, name))
 			return p;
@@ -196,6 +197,67 @@ START_TEST(use_source)
 }
 END_TEST
 
+/* struct kiln_plugin_info's size (kiln/kiln.h, "Structs the library
+ * fills"): an older header's struct (cut before `keys`, 0xA5 bytes after)
+ * gets its members and no byte past them; a newer one's the library's
+ * size back; a size not set, or an index out of range, is refused with
+ * nothing written.  Before session 35 the struct had no size and
+ * kiln_registry_plugin_get filled it whole (keys and desc past the cut). */
+START_TEST(plugin_info_size)
+{
+	const size_t lib = sizeof(struct kiln_plugin_info);
+	const size_t cut = offsetof(struct kiln_plugin_info, keys);
+	union {
+		struct kiln_plugin_info p;
+		unsigned char b[sizeof(struct kiln_plugin_info) + 64];
+	} u;
+	const struct kiln_plugin_info want = info_of(KILN_PLUGIN_OPTIM, "tgood");
+	int i = 0;
+	while (i < kiln_registry_plugin_count(reg)) {
+		struct kiln_plugin_info p = KILN_PLUGIN_INFO_INIT;
+		ck_assert_int_eq(kiln_registry_plugin_get(reg, i, &p), KILN_OK);
+		if (p.desc == want.desc)
+			break;
+		i++;
+	}
+	memset(&u, 0xA5, sizeof u);
+	u.p.size = cut;
+	ck_assert_int_eq(kiln_registry_plugin_get(reg, i, &u.p), KILN_OK);
+	for (size_t k = cut; k < sizeof u; k++)
+		ck_assert_msg(u.b[k] == 0xA5, "byte %zu of a %zu-byte kiln_plugin_info written (0x%02x)",
+			      k, cut, u.b[k]);
+	ck_assert_uint_eq(u.p.size, cut);
+	ck_assert_str_eq(u.p.name, "tgood");
+	ck_assert_str_eq(u.p.file, want.file);
+	ck_assert_int_eq(u.p.available, 1);
+	memset(&u, 0xA5, sizeof u);
+	u.p.size = sizeof u;
+	ck_assert_int_eq(kiln_registry_plugin_get(reg, i, &u.p), KILN_OK);
+	ck_assert_uint_eq(u.p.size, lib);
+	ck_assert_ptr_eq(u.p.desc, want.desc);
+	for (size_t k = lib; k < sizeof u; k++)
+		ck_assert_msg(u.b[k] == 0xA5, "byte %zu past the library's kiln_plugin_info written", k);
+	/* not set, out of range: refused, nothing written */
+	memset(&u, 0xA5, sizeof u);
+	u.p.size = 0;
+	ck_assert_int_eq(kiln_registry_plugin_get(reg, i, &u.p), KILN_EINVAL);
+	ck_assert_str_eq(kiln_last_error(),
+			 "kiln_registry_plugin_get: struct kiln_plugin_info's size is 0: set .size = sizeof(struct kiln_plugin_info) before the call (KILN_PLUGIN_INFO_INIT)");
+	for (size_t k = sizeof u.p.size; k < sizeof u; k++)
+		ck_assert_uint_eq(u.b[k], 0xA5);
+	const int n = kiln_registry_plugin_count(reg);
+	char msg[128];
+	snprintf(msg, sizeof msg, "kiln_registry_plugin_get: index %d out of range [0, %d)", n, n);
+	u.p.size = lib;
+	ck_assert_int_eq(kiln_registry_plugin_get(reg, n, &u.p), KILN_EINVAL);
+	ck_assert_str_eq(kiln_last_error(), msg);
+	ck_assert_int_eq(kiln_registry_plugin_get(reg, -1, &u.p), KILN_EINVAL);
+	ck_assert_uint_eq(u.p.size, lib);
+	for (size_t k = sizeof u.p.size; k < sizeof u; k++)
+		ck_assert_uint_eq(u.b[k], 0xA5);
+}
+END_TEST
+
 /* ---- files that do not load ---------------------------------------------- */
 
 START_TEST(bad_abi)
@@ -209,7 +271,7 @@ START_TEST(bad_abi)
 	assert_has(f.error, "tbadabi");
 	/* not listed as a plugin; looking it up explains why */
 	for (int i = 0; i < kiln_registry_plugin_count(reg); i++) {
-		struct kiln_plugin_info pi;
+		struct kiln_plugin_info pi = KILN_PLUGIN_INFO_INIT;
 		kiln_registry_plugin_get(reg, i, &pi);
 		ck_assert_str_ne(pi.name, "tbadabi");
 	}
@@ -545,9 +607,9 @@ Suite *make_plugin_suite(void)
 	Suite *s = suite_create("plugin");
 	/* 30 s: listing loads every file, each first in a probe process */
 	check_add_case(s, "load", 30, open_test_registry, close_registry, (const TTest *[]){
-		search_path_first, files_listed, good_plugins, use_optim, use_source, bad_abi,
-		newer_minor, missing_symbol, dlopen_failure, init_returns_null, probe_failure, not_found,
-		validate_plugin_keys, write_plugin_keys, NULL });
+		search_path_first, files_listed, good_plugins, use_optim, use_source, plugin_info_size,
+		bad_abi, newer_minor, missing_symbol, dlopen_failure, init_returns_null,
+		probe_failure, not_found, validate_plugin_keys, write_plugin_keys, NULL });
 
 	check_add_case(s, "order", 30, NULL, NULL, (const TTest *[]){
 		earlier_directory_wins, later_directory_loses, env_path, dir_without_plugins, host_table,

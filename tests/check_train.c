@@ -687,6 +687,116 @@ START_TEST(test_result_size)
 END_TEST
 
 
+/* The other structs the library fills in a caller's memory (kiln/kiln.h,
+ * "Structs the library fills"), as test_result_size does the result's:
+ * struct kiln_train_cfg and kiln_memory cut short (an older header's,
+ * 0xA5 bytes after the cut) get no byte written past the cut; a larger
+ * one (a newer header's) gets the library's size back, its extra bytes
+ * untouched; a size not set is refused naming the struct, nothing
+ * written.  kiln_train_run takes the cut kiln_train_cfg back and reads
+ * the members past it from the config: the run equals one of the whole
+ * struct.  Before session 35 neither struct had a size: both were
+ * cleared and filled whole (kiln_train_cfg_read wrote byte `cut` first),
+ * and kiln_train_run read the caller's bytes past its struct. */
+START_TEST(test_struct_sizes)
+{
+	char ini[2048];
+	union {
+		struct kiln_train_cfg c;
+		unsigned char b[sizeof(struct kiln_train_cfg) + 64];
+	} t;
+	union {
+		struct kiln_memory m;
+		unsigned char b[sizeof(struct kiln_memory) + 64];
+	} u;
+	const size_t tlib = sizeof(struct kiln_train_cfg), mlib = sizeof(struct kiln_memory);
+	const size_t tcut = offsetof(struct kiln_train_cfg, optimizer);
+	const size_t mcut = offsetof(struct kiln_memory, host);
+	TEST_REQUIRE_FASHION();
+	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
+	struct kiln_config *cfg = test_config(reg, ini);
+	ck_assert_msg(kiln_config_override(cfg, "data.limit=320") == 0, "%s", kiln_last_error());
+
+	/* kiln_train_cfg_read: an older header's struct, then a newer one's */
+	memset(&t, 0xA5, sizeof t);
+	t.c.size = tcut;
+	ck_assert_msg(kiln_train_cfg_read(cfg, reg, &t.c) == 0, "%s", kiln_last_error());
+	for (size_t i = tcut; i < sizeof t; i++)
+		ck_assert_msg(t.b[i] == 0xA5, "byte %zu of a %zu-byte kiln_train_cfg written (0x%02x)",
+			      i, tcut, t.b[i]);
+	ck_assert_uint_eq(t.c.size, tcut);
+	ck_assert_int_eq(t.c.epochs, 1);
+	ck_assert_int_eq(t.c.batch, 32);
+	ck_assert_int_eq(t.c.max_steps, 0);
+	/* kiln_train_run: the rest (optimizer, lr, ...) from the config,
+	 * not the 0xA5 bytes past the caller's struct */
+	struct kiln_train_cfg whole = KILN_TRAIN_CFG_INIT;
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
+	ck_assert_msg(kiln_train_cfg_read(cfg, reg, &whole) == 0, "%s", kiln_last_error());
+	ck_assert_uint_eq(whole.size, tlib);
+	ck_assert_msg(kiln_train_run(cfg, reg, &whole, NULL, NULL, &r1) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_train_run(cfg, reg, &t.c, NULL, NULL, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r1.steps, 10);
+	ck_assert_int_eq(r2.steps, 10);
+	ck_assert_int_eq(r2.test_samples, r1.test_samples);
+	ck_assert_msg(r2.train_loss == r1.train_loss && r2.test_loss == r1.test_loss,
+		      "train loss %.9g, test loss %.9g; the whole struct's %.9g, %.9g", r2.train_loss,
+		      r2.test_loss, r1.train_loss, r1.test_loss);
+	memset(&t, 0xA5, sizeof t);
+	t.c.size = sizeof t;
+	ck_assert_msg(kiln_train_cfg_read(cfg, reg, &t.c) == 0, "%s", kiln_last_error());
+	ck_assert_uint_eq(t.c.size, tlib);
+	ck_assert_int_eq(t.c.overwrite, whole.overwrite);
+	for (size_t i = tlib; i < sizeof t; i++)
+		ck_assert_msg(t.b[i] == 0xA5, "byte %zu past the library's kiln_train_cfg written", i);
+
+	/* kiln_memory_report: the same two */
+	struct kiln_memory full = KILN_MEMORY_INIT;
+	ck_assert_msg(kiln_memory_report(cfg, reg, NULL, &full) == 0, "%s", kiln_last_error());
+	ck_assert_uint_eq(full.size, mlib);
+	memset(&u, 0xA5, sizeof u);
+	u.m.size = mcut;
+	ck_assert_msg(kiln_memory_report(cfg, reg, NULL, &u.m) == 0, "%s", kiln_last_error());
+	for (size_t i = mcut; i < sizeof u; i++)
+		ck_assert_msg(u.b[i] == 0xA5, "byte %zu of a %zu-byte kiln_memory written (0x%02x)", i,
+			      mcut, u.b[i]);
+	ck_assert_uint_eq(u.m.size, mcut);
+	ck_assert_int_eq(u.m.batch, 32);
+	ck_assert_uint_eq(u.m.total, full.total);
+	memset(&u, 0xA5, sizeof u);
+	u.m.size = sizeof u;
+	ck_assert_msg(kiln_memory_report(cfg, reg, NULL, &u.m) == 0, "%s", kiln_last_error());
+	ck_assert_uint_eq(u.m.size, mlib);
+	ck_assert_int_eq(u.m.recomputed, full.recomputed);
+	for (size_t i = mlib; i < sizeof u; i++)
+		ck_assert_msg(u.b[i] == 0xA5, "byte %zu past the library's kiln_memory written", i);
+
+	/* not set: refused, nothing written */
+#define UNSET(s, init) ": struct " s "'s size is 0: set .size = sizeof(struct " s ") before the call (" init ")"
+	memset(&t, 0xA5, sizeof t);
+	t.c.size = 0;
+	ck_assert_int_eq(kiln_train_cfg_read(cfg, reg, &t.c), KILN_EINVAL);
+	ck_assert_str_eq(kiln_last_error(),
+			 "kiln_train_cfg_read" UNSET("kiln_train_cfg", "KILN_TRAIN_CFG_INIT"));
+	for (size_t i = sizeof t.c.size; i < sizeof t; i++)
+		ck_assert_uint_eq(t.b[i], 0xA5);
+	ck_assert_int_eq(kiln_train_run(cfg, reg, &t.c, NULL, NULL, &r1), KILN_EINVAL);
+	ck_assert_str_eq(kiln_last_error(),
+			 "kiln_train_run" UNSET("kiln_train_cfg", "KILN_TRAIN_CFG_INIT"));
+	memset(&u, 0xA5, sizeof u);
+	u.m.size = 0;
+	ck_assert_int_eq(kiln_memory_report(cfg, reg, NULL, &u.m), KILN_EINVAL);
+	ck_assert_str_eq(kiln_last_error(), "kiln_memory_report" UNSET("kiln_memory", "KILN_MEMORY_INIT"));
+	for (size_t i = sizeof u.m.size; i < sizeof u; i++)
+		ck_assert_uint_eq(u.b[i], 0xA5);
+#undef UNSET
+	ck_assert_int_eq(kiln_memory_report(cfg, reg, NULL, NULL), KILN_EINVAL);
+	ck_assert_str_eq(kiln_last_error(), "kiln_memory_report: no struct kiln_memory given (NULL)");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+
 /* eval_every evaluates every N steps; early stopping ends the run after
  * `patience` evaluations without an improvement larger than min_delta
  * (1.0: accuracy can never improve that much, so it stops at the third
@@ -753,7 +863,7 @@ END_TEST
 START_TEST(test_memory_report)
 {
 	char ini[2048];
-	struct kiln_memory a, b;
+	struct kiln_memory a = KILN_MEMORY_INIT, b = KILN_MEMORY_INIT;
 	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
 	struct kiln_config *cfg;
@@ -793,7 +903,7 @@ END_TEST
 START_TEST(test_inplace)
 {
 	char ini[2048];
-	struct kiln_memory mem[3];
+	struct kiln_memory mem[3] = { KILN_MEMORY_INIT, KILN_MEMORY_INIT, KILN_MEMORY_INIT };
 	struct kiln_train_result res[3] = { KILN_TRAIN_RESULT_INIT, KILN_TRAIN_RESULT_INIT,
 					    KILN_TRAIN_RESULT_INIT };
 	TEST_REQUIRE_FASHION();
@@ -930,7 +1040,7 @@ START_TEST(test_recompute_deep)
 	TEST_REQUIRE_FASHION();
 	snprintf(path, sizeof path, "%s/examples/fashion_mnist_resnet_deep.ini",
 		 srcdir ? srcdir : ".");
-	struct kiln_memory mem[2];
+	struct kiln_memory mem[2] = { KILN_MEMORY_INIT, KILN_MEMORY_INIT };
 	for (int i = 0; i < 2; i++) {
 		struct kiln_config *cfg;
 		ck_assert_msg(kiln_config_load(path, &cfg) == KILN_OK, "%s", kiln_last_error());
@@ -973,7 +1083,7 @@ START_TEST(test_memory_accounting)
 	static const char *const batches[] = { "train.batch=16", "train.batch=100" };
 	for (int i = 0; i < 2; i++) {
 		struct kiln_config *cfg;
-		struct kiln_memory mem;
+		struct kiln_memory mem = KILN_MEMORY_INIT;
 		struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
 		ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
 		ck_assert(kiln_config_override(cfg, batches[i]) == KILN_OK);
@@ -1237,9 +1347,10 @@ static Suite *make_train_suite(void)
 		test_tie_pytorch, test_tie_errors, test_tie_safetensors, NULL });
 	check_add_case(s, "e2e", 300, NULL, NULL, (const TTest *[]){
 		test_mlp_2000, test_steady_state_async, test_cnn_e2e, test_loader_workers,
-		test_accumulate, test_skip_nonfinite, test_result_size, test_eval_every_early_stop,
-		test_data_val, test_memory_report, test_inplace, test_recompute_nchw, test_recompute_nhwc,
-		test_recompute_deep, test_memory_accounting, NULL });
+		test_accumulate, test_skip_nonfinite, test_result_size, test_struct_sizes,
+		test_eval_every_early_stop, test_data_val, test_memory_report, test_inplace,
+		test_recompute_nchw, test_recompute_nhwc, test_recompute_deep, test_memory_accounting,
+		NULL });
 	return s;
 }
 

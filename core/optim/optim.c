@@ -72,7 +72,7 @@ static const char *optim_names(const struct kiln_registry *reg, char *buf, size_
 	size_t k = 0;
 	buf[0] = 0;
 	for (int i = 0; i < kiln_registry_plugin_count(reg) && k < n; i++) {
-		struct kiln_plugin_info pi;
+		struct kiln_plugin_info pi = KILN_PLUGIN_INFO_INIT;
 		kiln_registry_plugin_get(reg, i, &pi);
 		if (pi.kind == KILN_PLUGIN_OPTIM && !strstr(buf, pi.name))
 			k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", pi.name);

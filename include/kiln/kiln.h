@@ -20,6 +20,32 @@ extern "C" {
 /* "0.1.0" */
 const char *kiln_version(void);
 
+/* ---- structs the library fills ------------------------------------------
+ *
+ * A public struct is either filled by the caller and read by the library
+ * (the *_opts structs, struct kiln_plan_opts), or filled by the library
+ * in the caller's memory.  Of the latter, those that grow from one kiln to
+ * the next begin with `size_t size`, which the caller sets to its
+ * sizeof before the call (each has an initialiser: KILN_TRAIN_RESULT_INIT,
+ * KILN_TRAIN_CFG_INIT, KILN_MEMORY_INIT, KILN_PLUGIN_INFO_INIT; or
+ * `x.size = sizeof x`): the library writes the first min(size, its own
+ * sizeof) bytes and no byte past them, and sets `size` to the bytes it
+ * wrote.  A program built against an older header (a smaller struct)
+ * gets the members it knows; one built against a newer header than the
+ * library's finds `size` lowered, and a member that ends past it was not
+ * written.  A size too small to hold `size` itself (0: not set) is
+ * refused with KILN_EINVAL naming the struct, and nothing is written.
+ * These are struct kiln_train_result, kiln_train_cfg, kiln_memory and
+ * kiln_plugin_info; new members go at their end.  The other structs the
+ * library fills (kiln_plugin_file, kiln_device_counters, kiln_param_info,
+ * kiln_safetensors_tensor, kiln_summary, kiln_data_bench, kiln_dist_env)
+ * and the caller-filled ones have no size: their layout changes only with
+ * the shared library's version (libkiln.so.N, a new N; docs/training.md,
+ * "From C").  kiln_device_counters can grow no other way: it sits inside
+ * kiln_train_result (`steady`), before members an older program knows.
+ * Before session 35 only kiln_train_result had a size, and the library
+ * filled the others whole, writing past an older program's. */
+
 /* ---- plugin registry --------------------------------------------------
  *
  * A registry finds plugin files named kiln-*.so, in this order (the first
@@ -40,7 +66,10 @@ const char *kiln_version(void);
  */
 struct kiln_registry;
 
+/* Filled by kiln_registry_plugin_get; its `size` set by the caller
+ * ("Structs the library fills" above). */
 struct kiln_plugin_info {
+	size_t size;         /* set by the caller: sizeof(struct kiln_plugin_info) */
 	const char *file;    /* path of the .so, or "(built-in)" */
 	int kind;            /* enum kiln_plugin_kind */
 	const char *name;
@@ -50,7 +79,11 @@ struct kiln_plugin_info {
 	const char *why;     /* reason when not available ("" otherwise) */
 	const struct kiln_key *keys; /* its [plugin.NAME] / layer / source keys, available or not */
 	const struct kiln_plugin *desc; /* its descriptor (ops: a device's traits), available or not */
+	/* (new members go here, at the end: see `size`) */
 };
+
+/* An info ready for kiln_registry_plugin_get: its size set, the rest 0. */
+#define KILN_PLUGIN_INFO_INIT { .size = sizeof(struct kiln_plugin_info) }
 
 struct kiln_plugin_file {
 	const char *path;
@@ -77,8 +110,12 @@ int kiln_registry_plugin_count(const struct kiln_registry *reg);
 /* The plugins registered so far, loading nothing more (the built-ins and
  * those lookups loaded); indices as kiln_registry_plugin_get's. */
 int kiln_registry_loaded_count(const struct kiln_registry *reg);
-void kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
-			      struct kiln_plugin_info *out);
+/* Plugin i (0 <= i < the count) into *out, the caller's, its `size` set
+ * (KILN_PLUGIN_INFO_INIT); the strings and tables are the registry's,
+ * valid until kiln_registry_close.  KILN_EINVAL (nothing written) for a
+ * size not set or an index out of range. */
+kiln_status kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
+				     struct kiln_plugin_info *out);
 
 /* Find the available plugin of `kind` called `name`.  KILN_ENOTFOUND with a
  * message listing what exists (and why a same-named plugin is unavailable,
@@ -438,8 +475,14 @@ void kiln_set_grad_hook(kiln_grad_hook_fn fn, void *user);
 /* [train] as the trainer reads it: every key once, with the schema's
  * defaults (core/schema.c is the only place a default lives).  The
  * optimizer's own hyper-parameters are read by the optimizer.  Strings are
- * borrowed from the config and live as long as it does. */
+ * borrowed from the config and live as long as it does.  Filled by
+ * kiln_train_cfg_read into the caller's struct, its `size` set
+ * (KILN_TRAIN_CFG_INIT; "Structs the library fills" above), and read back
+ * by kiln_train_run: there the members past the caller's size (a program
+ * built against an older header) are the config's, as
+ * kiln_train_cfg_read would read them. */
 struct kiln_train_cfg {
+	size_t size;              /* set by the caller: sizeof(struct kiln_train_cfg) */
 	int64_t epochs;
 	int64_t batch;            /* samples per step and rank; 0 while `auto` is unresolved */
 	int batch_auto;           /* [train] batch = auto (resolved into `batch`) */
@@ -468,7 +511,11 @@ struct kiln_train_cfg {
 	int checkpoint_last;      /* a checkpoint after the last step, whatever checkpoint_every */
 	int resume;
 	int overwrite;            /* a fresh run deletes an earlier run's files in out_dir */
+	/* (new members go here, at the end: see `size`) */
 };
+
+/* A struct ready for kiln_train_cfg_read: its size set, the rest 0. */
+#define KILN_TRAIN_CFG_INIT { .size = sizeof(struct kiln_train_cfg) }
 
 /* Read cfg's [train] into *out.  `batch = auto` is resolved when reg is
  * not NULL: the largest multiple of 8 (at most the training set) whose
@@ -477,7 +524,8 @@ struct kiln_train_cfg {
  * the limit when even 8 does not fit); with reg NULL it is left at 0 with
  * batch_auto set.  The config is not changed: the run records the number
  * it chose (out_dir/config.ini, checkpoints).  KILN_ECONFIG for a bad
- * value (file:line). */
+ * value (file:line).  out: the caller's, its `size` set
+ * (KILN_TRAIN_CFG_INIT): KILN_EINVAL without it, nothing written. */
 kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_train_cfg *out);
 
@@ -498,7 +546,8 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
 typedef void (*kiln_progress_fn)(void *user, int epoch, int64_t step, int64_t steps_per_epoch,
 				 const char *status);
 /* res: the caller's, its `size` set (struct kiln_train_result): KILN_EINVAL
- * without it. */
+ * without it.  tc (kiln_train_run): its `size` set too, as
+ * kiln_train_cfg_read leaves it (KILN_EINVAL without it). */
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res);
 kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_registry *reg,
@@ -776,8 +825,11 @@ kiln_status kiln_device_mem_info(struct kiln_device *dev, size_t *free_bytes, si
 
 /* What a training run of cfg will allocate on the device, from the static
  * plans alone (the model, its training and evaluation plans and the
- * trainer's input buffers are built; nothing runs).  Bytes. */
+ * trainer's input buffers are built; nothing runs).  Bytes.  Filled by
+ * kiln_memory_report into the caller's struct, its `size` set
+ * (KILN_MEMORY_INIT; "Structs the library fills" above). */
 struct kiln_memory {
+	size_t size;                 /* set by the caller: sizeof(struct kiln_memory) */
 	int64_t batch;
 	size_t params, grads, optim_state, buffers;
 	size_t activations;          /* the training plan's arena, packed by lifetime */
@@ -801,7 +853,11 @@ struct kiln_memory {
 	int peak_pass;               /* 0 forward, 1 recomputation, 2 backward */
 	int recompute_segments;      /* [train] recompute: 0 = none */
 	int recomputed;              /* layers whose output is recomputed */
+	/* (new members go here, at the end: see `size`) */
 };
+
+/* A report ready for kiln_memory_report: its size set, the rest 0. */
+#define KILN_MEMORY_INIT { .size = sizeof(struct kiln_memory) }
 
 /* "512M", "2G", "1.5GiB", "64kB", "4096": bytes (K, M, G, T are powers of
  * 1024; "iB" or "B" after them optional): a decimal number (digits, at most
@@ -812,7 +868,9 @@ kiln_status kiln_parse_size(const char *s, size_t *out);
 
 /* Fill *out and, when f is not NULL, print the report (a table per layer:
  * output, saved-for-backward and gradient bytes) to f.  `batch = auto` is
- * resolved first, as kiln_train_cfg_read resolves it (and logged). */
+ * resolved first, as kiln_train_cfg_read resolves it (and logged).  out:
+ * the caller's, its `size` set (KILN_MEMORY_INIT): KILN_EINVAL without
+ * it, nothing written; on another failure its members so far (zeros). */
 kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			       FILE *f, struct kiln_memory *out);
 
