@@ -118,9 +118,12 @@ with open(sys.argv[1], "wb") as f:
 	for suite in $suites; do
 		cp "$build/$(dirname "$suite")/.libs/${suite##*/}" "$bundle/bin/"
 	done
-	# libkiln under its soname as a plain file: the device tool carries a
-	# symbolic link only as a link
-	cp -L "$build/.libs/libkiln.so.1" "$bundle/lib/libkiln.so.1"
+	# libkiln under its soname (libkiln.so.N, the one link of that form)
+	# as a plain file: the device tool carries a symbolic link only as a link
+	for so in "$build"/.libs/libkiln.so.[0-9]*; do
+		case $so in *.so.*.*) continue ;; esac
+		cp -L "$so" "$bundle/lib/${so##*/}"
+	done
 	# kiln-cpu.so is left out: the GPU run does not use it, and oneDNN is
 	# 40 MB of the 64 MiB the device tool carries
 	# kiln-amp.so: bf16 and f16 training ([run] precision) needs it
