@@ -356,12 +356,20 @@ static void close_mark_failed(struct kiln_dist *d)
 		kiln_heartbeat_mark_failed(d->store, d->env.rank);
 }
 
+void kiln_dist_leave(struct kiln_dist *d)
+{
+	if (d)
+		kiln_heartbeat_leave(d->hb);
+}
+
 void kiln_dist_close(struct kiln_dist *d)
 {
 	if (!d)
 		return;
 	/* leaving may fail too (peers gone): keep the message that matters */
 	char *msg = kiln_strdup(kiln_last_error());
+	/* (a rank closed after kiln_dist_open failed: its own message) */
+	kiln_dist_leave(d);
 	close_mark_failed(d);
 	kiln_heartbeat_stop(d->hb, 0);
 	d->hb = NULL;
