@@ -464,9 +464,9 @@ kiln_status kiln_heartbeat_post(struct kiln_store *s, int rank, double heartbeat
 	return kiln_store_set(s, key, v, (size_t)n);
 }
 
-void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank)
+void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank, int timeout_ms)
 {
 	char key[48];
 	snprintf(key, sizeof key, "kiln/hb/%d", rank);
-	kiln_store_add(s, key, -FAIL_MARK, NULL);
+	kiln_store_add_within(s, key, -FAIL_MARK, NULL, timeout_ms);
 }

@@ -247,7 +247,8 @@ void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished);
 kiln_status kiln_heartbeat_post(struct kiln_store *s, int rank, double heartbeat_s);
 /* Mark this rank's heartbeat counter FAILED (its own error, after the
  * rendezvous): every peer's watchdog ends its rank at its next beat,
- * naming this one (whatever this rank's own heartbeat, 0 included). */
-void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank);
+ * naming this one (whatever this rank's own heartbeat, 0 included).
+ * Waits at most timeout_ms for the store (kiln_store_add_within). */
+void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank, int timeout_ms);
 
 #endif

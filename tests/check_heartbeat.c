@@ -289,7 +289,7 @@ START_TEST(test_peer_failed)
 	fatal_reset();
 	h = watch_at(&s0, 2.0, 2.0, 2.0);
 	usleep(300 * 1000);
-	kiln_heartbeat_mark_failed(s0, 1);
+	kiln_heartbeat_mark_failed(s0, 1, 5000);
 	for (int i = 0; i < 35 && !atomic_load(&fatal_calls); i++)
 		usleep(100 * 1000);
 	ck_assert_int_eq(atomic_load(&fatal_calls), 1);
@@ -314,7 +314,7 @@ START_TEST(test_leaving)
 	kiln_heartbeat_leave(h);
 	ck_assert_int_eq(kiln_store_add(s0, "kiln/hb/0", 0, &c0), KILN_OK);
 	ck_assert_int_eq(kiln_store_set(s0, "kiln/failed_rank", "2", 1), KILN_OK);
-	kiln_heartbeat_mark_failed(s0, 1);
+	kiln_heartbeat_mark_failed(s0, 1, 5000);
 	usleep(2500 * 1000); /* past two failure looks, ten beats, the peers' 1 s limit */
 	ck_assert_msg(atomic_load(&fatal_calls) == 0, "%s", fatal_msg);
 	ck_assert_int_eq(kiln_store_add(s0, "kiln/hb/0", 0, &c1), KILN_OK);

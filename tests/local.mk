@@ -402,6 +402,12 @@ check_PROGRAMS += tests/check_heartbeat
 TESTS += tests/check_heartbeat
 tests_check_heartbeat_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_heartbeat_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
+# what a rank leaving unfinished tells its peers: the FAILED mark, not for
+# a peer's lateness, within 5 s on a store that stopped (session 35)
+check_PROGRAMS += tests/check_dist_close
+TESTS += tests/check_dist_close
+tests_check_dist_close_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_dist_close_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
 # the Gloo communicator's hot path allocates nothing (counts every malloc
 # of the process: the executable defines the allocator's entry points)
 check_PROGRAMS += tests/check_comm
