@@ -11,6 +11,12 @@
  * timed out (the peer late: kiln_dist_agree_sizes) marks nothing; before
  * session 34's review it marked itself FAILED, and the late peer, once
  * there, ended naming it as failed with its own error (no test then).
+ * test_open_fail_no_mark: ranks 0 and 1 of 3 (kiln_dist_open) whose
+ * communicator open failed (the test communicator tcommfail), rank 2 late
+ * (it passed the rendezvous and the config check, by hand here, and opens
+ * none): neither marks itself FAILED (review of session 34; before, the
+ * first one did, and the late rank was told it had failed with its own
+ * error).
  * test_mark_bounded: a rank whose store stopped answering (rank 0's
  * process stopped, a link cut) leaves within close_mark_failed's 5 s and
  * not a whole [dist] timeout (30 s here) later (review of session 34).
@@ -22,11 +28,14 @@
 
 #include <check.h>
 #include "check_main.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,6 +113,122 @@ START_TEST(test_sizes_wait_no_mark)
 }
 END_TEST
 
+/* a TCP port on 127.0.0.1 free a moment ago */
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t n = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
+	    !getsockname(fd, (struct sockaddr *)&a, &n))
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/* The config every rank of test_open_fail_no_mark runs (the test
+ * communicator tcommfail, tests/plugins/tcommfail.c: its open fails at
+ * once, the store untouched; a [dist] timeout of 2 s, no heartbeat), with
+ * its registry (the test plugins' directory). */
+static int open_cfg(struct kiln_registry **reg, struct kiln_config **cfg)
+{
+	static const char *const keys[] = { "run.comm=tcommfail", "run.threads=1", "dist.timeout=2",
+					    "dist.heartbeat=0" };
+	const char *top = getenv("abs_top_builddir");
+	char dir[4200];
+	const struct kiln_plugin *p;
+	snprintf(dir, sizeof dir, "%s/tests/plugins/.libs", top && *top ? top : ".");
+	if (kiln_registry_open(dir, reg) ||
+	    kiln_registry_find(*reg, KILN_PLUGIN_COMM, "tcommfail", &p) || kiln_config_new(cfg))
+		return -1;
+	for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+		if (kiln_config_override(*cfg, keys[i]))
+			return -1;
+	/* (not validated: [run] comm names the communicators kiln ships) */
+	return 0;
+}
+
+/* Rank r of 3 through kiln_dist_open, in a child: exit 0 when the open
+ * failed naming the communicator (as it must), 1 otherwise. */
+static pid_t open_rank(int r, int port)
+{
+	const pid_t pid = fork();
+	if (pid)
+		return pid;
+	char v[16];
+	struct kiln_registry *reg;
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_dist *d = NULL;
+	snprintf(v, sizeof v, "%d", r);
+	setenv("KILN_RANK", v, 1);
+	setenv("KILN_WORLD_SIZE", "3", 1);
+	setenv("KILN_MASTER_ADDR", "127.0.0.1", 1);
+	snprintf(v, sizeof v, "%d", port);
+	setenv("KILN_MASTER_PORT", v, 1);
+	if (open_cfg(&reg, &cfg) || kiln_device_open(reg, cfg, "cpu", 0, &dev))
+		_exit(1);
+	const kiln_status st = kiln_dist_open(cfg, reg, dev, &d);
+	if (!st)
+		kiln_dist_close(d);
+	_exit(st && strstr(kiln_last_error(), "opening the tcommfail communicator: tcommfail: rank") ? 0 : 1);
+}
+
+START_TEST(test_open_fail_no_mark)
+{
+	struct kiln_registry *reg;
+	struct kiln_config *cfg;
+	ck_assert_msg(!open_cfg(&reg, &cfg), "the test communicator: %s", kiln_last_error());
+	const int port = free_port();
+	ck_assert_int_gt(port, 0);
+	const pid_t r0 = open_rank(0, port), r1 = open_rank(1, port);
+	/* rank 2: the rendezvous and its heartbeat's limit, as kiln_dist_open
+	 * does them; then late */
+	struct kiln_store *s2;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 2, 3, 10000, &s2), KILN_OK);
+	ck_assert_int_eq(kiln_store_rendezvous(s2, 2, 3, 10000), KILN_OK);
+	ck_assert_int_eq(kiln_heartbeat_post(s2, 2, 0), KILN_OK);
+	/* (dist_config_agree's part of a rank > 0, not exported: its verdict
+	 * "" is no difference, and rank 0's, "", the run's) */
+	void *v = NULL;
+	size_t len = 1;
+	ck_assert_int_eq(kiln_store_set(s2, "kiln/config_verdict/2", "", 0), KILN_OK);
+	ck_assert_int_eq(kiln_store_get(s2, "kiln/config_verdict", 10000, &v, &len), KILN_OK);
+	ck_assert_uint_eq(len, 0);
+	free(v);
+	v = NULL;
+	/* both ranks left (kiln/left counts them after close_mark_failed);
+	 * rank 0, which hosts the store, waits up to 2 s for this one */
+	int64_t left = 0;
+	for (int i = 0; i < 400 && left < 2; i++) {
+		ck_assert_msg(!kiln_store_add(s2, "kiln/left", 0, &left), "%s", kiln_last_error());
+		if (left < 2)
+			usleep(20 * 1000);
+	}
+	ck_assert_int_eq(left, 2);
+	ck_assert_int_eq(kiln_store_check(s2, "kiln/failed_rank", &v, NULL), KILN_OK);
+	ck_assert_msg(!v, "rank %s, whose communicator open failed, marked itself FAILED",
+		      v ? (const char *)v : "");
+	for (int r = 0; r < 2; r++) {
+		char key[32];
+		int64_t hb = 1;
+		snprintf(key, sizeof key, "kiln/hb/%d", r);
+		ck_assert_int_eq(kiln_store_add(s2, key, 0, &hb), KILN_OK);
+		ck_assert_int_eq(hb, 0);
+	}
+	kiln_store_add(s2, "kiln/left", 1, NULL);
+	kiln_store_close(s2);
+	int ws0, ws1;
+	waitpid(r0, &ws0, 0);
+	waitpid(r1, &ws1, 0);
+	ck_assert_msg(WIFEXITED(ws0) && !WEXITSTATUS(ws0), "rank 0's open did not fail as it should");
+	ck_assert_msg(WIFEXITED(ws1) && !WEXITSTATUS(ws1), "rank 1's open did not fail as it should");
+	kiln_config_free(cfg);
+	kiln_registry_close(reg);
+}
+END_TEST
+
 START_TEST(test_mark_bounded)
 {
 	int fds[2], port = 0;
@@ -148,7 +273,8 @@ static Suite *make_dist_close_suite(void)
 {
 	Suite *s = suite_create("dist_close");
 	check_add_case(s, "mark", 45, NULL, NULL, (const TTest *[]){
-		test_own_marks, test_sizes_wait_no_mark, test_mark_bounded, NULL });
+		test_own_marks, test_sizes_wait_no_mark, test_open_fail_no_mark, test_mark_bounded,
+		NULL });
 	return s;
 }
 

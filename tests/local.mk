@@ -58,7 +58,7 @@ TEST_PLUGIN_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 TEST_PLUGIN_LDFLAGS = $(PLUGIN_LDFLAGS) -rpath /nowhere
 check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
 	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
-	tests/plugins/shadow/kiln-tgood.la
+	tests/plugins/shadow/kiln-tgood.la tests/plugins/kiln-tcommfail.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
 tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -72,6 +72,9 @@ tests_plugins_kiln_tnosym_la_LDFLAGS = -module -avoid-version -shared -rpath /no
 tests_plugins_kiln_tdlfail_la_SOURCES = tests/plugins/tdlfail.c
 tests_plugins_kiln_tdlfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tdlfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tcommfail_la_SOURCES = tests/plugins/tcommfail.c
+tests_plugins_kiln_tcommfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tcommfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_kiln_tnull_la_SOURCES = tests/plugins/tnull.c
 tests_plugins_kiln_tnull_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tnull_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
