@@ -14,8 +14,9 @@
  * Ctrl-Z (SIGTSTP) stops the ranks, then the launcher (launch_suspend).
  * A rank command ended by a signal passed on (a wrapper that dies of it)
  * is no failure by itself: the launcher, the subreaper of what its ranks
- * fork, waits for the rest of its group and judges the rank by that
- * (launch_ended).  A pipe whose write end only the launcher holds
+ * fork, waits for the rest of its group, until it is empty and with no
+ * deadline as for a direct rank (launch_group_waits), and judges the rank
+ * by that (launch_ended).  A pipe whose write end only the launcher holds
  * (KILN_LAUNCH_ALIVE_FD) tells every process of the ranks when it is gone,
  * however it died.  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`

@@ -159,7 +159,9 @@ static int exit_rank(int ws)
 struct rank_end {
 	int by_stop;   /* its command ended by a signal the launcher passed on ... */
 	int leader_ws; /* ... with this status: its outcome is then its group's */
-	int clean;     /* a process of its group below its command exited 0 */
+	int clean;     /* a process of its group below its command exited 0
+			* (its verdict once the group is empty; no end of
+			* the wait: launch_group_waits) */
 	/* what is left of its group once every rank's command ended: when
 	 * it is killed (0: no deadline yet, launch_groups_left), and
 	 * whether it was */
@@ -284,18 +286,25 @@ static void launch_group_done(const struct launch_opts *o, struct launch_state *
 
 /* Whether what is left of rank l's process group is waited for with no
  * deadline, as a rank's own `kiln train` is: its command died of a stop
- * this launcher passed on, nothing below it has exited 0 yet, and no rank
- * failed.  The trainer below takes the stop at the next point where the
- * ranks agree on one (a log point, the epoch's end), which may be far
- * more than --grace away: before this rule (session 34) its group was
- * killed --grace s after the wrapper died, before it wrote its
- * checkpoint.  A repeated signal reaches it as it reaches a direct rank
- * (launch_forward, to the group) and ends it; a failure of any rank
- * brings back the deadline (and launch_fail's). */
+ * this launcher passed on and no rank failed, until the group is empty.
+ * The trainer below takes the stop at the next point where the ranks
+ * agree on one (a log point, the epoch's end), which may be far more
+ * than --grace away: before this rule (session 34) its group was killed
+ * --grace s after the wrapper died, before it wrote its checkpoint.  A
+ * process of the group that exits 0 says nothing of the trainer: which
+ * one is the trainer the launcher cannot tell (a profiler's child, a
+ * helper the wrapper started, `sh -c 'kiln train ...; true'`), so the
+ * whole group is waited for, and it counts as stopped cleanly only once
+ * empty (launch_group_done); before session 35 such an early exit 0
+ * brought back the --grace deadline and the trainer was killed before its
+ * checkpoint.  A process of the group that outlives the trainer (one that
+ * ignores SIGTERM) is waited for as a hung direct trainer is: until a
+ * repeated signal, which reaches the group (launch_forward) and ends it;
+ * a failure of any rank brings back the deadline (and launch_fail's). */
 static int launch_group_waits(const struct launch_state *s, int l)
 {
 	const struct rank_end *e = &s->end[l];
-	return e->by_stop && !e->clean && s->failed < 0;
+	return e->by_stop && s->failed < 0;
 }
 
 /* Once every rank's command ended: wait (up to --grace s, or without a

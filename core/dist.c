@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void (*fatal_fn)(const char *msg);
@@ -331,6 +332,22 @@ kiln_status kiln_dist_finish(struct kiln_dist *d)
 	return KILN_OK;
 }
 
+#define CLOSE_MARK_MS 5000 /* close_mark_failed's store calls, all together */
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ms left until end_ms (mono_ms), at least 1 */
+static int ms_left(int64_t end_ms)
+{
+	const int64_t left = end_ms - mono_ms();
+	return left > 1 ? (int)left : 1;
+}
+
 /* A rank leaving unfinished after the rendezvous with an error of its
  * own (a data file, the device; not a peer's loss or failure the
  * communicator or the store showed it, nor an outcome every rank agreed
@@ -346,14 +363,26 @@ static void close_mark_failed(struct kiln_dist *d)
 	if (!d->store || d->env.world < 2 || !d->joined || d->finished || d->agreed ||
 	    d->peer_blamed || kiln_stop_pending())
 		return;
-	const int lost = !kiln_store_check(d->store, "kiln/lost", &v, NULL) && v;
+	/* within CLOSE_MARK_MS in all, as the finished_all set in
+	 * kiln_dist_close: a rank whose link to the store is cut waited a
+	 * whole [dist] timeout on its first call here (its connection then
+	 * broken, the others fail at once), after its own error (review of
+	 * session 34) */
+	const int64_t end = mono_ms() + CLOSE_MARK_MS;
+	const int lost = !kiln_store_check_within(d->store, "kiln/lost", &v, NULL, ms_left(end)) && v;
 	free(v);
-	if (lost || kiln_store_add(d->store, "kiln/failed", 1, &n) || n != 1)
+	if (lost || kiln_store_add_within(d->store, "kiln/failed", 1, &n, ms_left(end)) || n != 1)
 		return;
 	char r[24];
 	const int k = snprintf(r, sizeof r, "%d", d->env.rank);
-	if (!kiln_store_set(d->store, "kiln/failed_rank", r, (size_t)k))
-		kiln_heartbeat_mark_failed(d->store, d->env.rank);
+	if (!kiln_store_set_within(d->store, "kiln/failed_rank", r, (size_t)k, ms_left(end)))
+		kiln_heartbeat_mark_failed(d->store, d->env.rank, ms_left(end));
+}
+
+void kiln_dist_leave(struct kiln_dist *d)
+{
+	if (d)
+		kiln_heartbeat_leave(d->hb);
 }
 
 void kiln_dist_close(struct kiln_dist *d)
@@ -362,6 +391,8 @@ void kiln_dist_close(struct kiln_dist *d)
 		return;
 	/* leaving may fail too (peers gone): keep the message that matters */
 	char *msg = kiln_strdup(kiln_last_error());
+	/* (a rank closed after kiln_dist_open failed: its own message) */
+	kiln_dist_leave(d);
 	close_mark_failed(d);
 	kiln_heartbeat_stop(d->hb, 0);
 	d->hb = NULL;

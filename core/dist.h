@@ -38,6 +38,13 @@ kiln_status kiln_dist_agree_sizes(struct kiln_dist *d, const char *const *names,
  * (KILN_RESTART > 0), STORE_LINGER_MS + 1 s, so the failed run's store,
  * which serves its last clients up to STORE_LINGER_MS, is closed; else 0. */
 int kiln_dist_restart_wait_ms(const struct kiln_dist_env *env);
+/* This rank's own error path began (trainer_close with a failure, after
+ * kiln_dist_explain, which reads the watchdog's view of the peers): its
+ * heartbeat watchdog ends it no more, so the rank tells its own error
+ * first, not the "rank N failed with its own error" of a peer that
+ * failed at the same time and marked itself FAILED during this rank's
+ * teardown (kiln_heartbeat_leave).  NULL: no-op. */
+void kiln_dist_leave(struct kiln_dist *d);
 /* Wait for every rank (store barrier), leave the group, free. NULL: no-op. */
 void kiln_dist_close(struct kiln_dist *d);
 int kiln_dist_rank(const struct kiln_dist *d);  /* 0 for NULL */

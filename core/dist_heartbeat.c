@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@ struct kiln_heartbeat {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int quit, started;
+	int leaving;     /* kiln_heartbeat_leave: beat, but end this rank no more (under lock) */
 	struct kiln_store *q; /* the watchdog's own connection */
 	int rank, world;
 	int limit_ms, period_ms;
@@ -118,6 +120,26 @@ static int peer_period(const struct kiln_heartbeat *h, int r)
 
 #define FAIL_LOOK_MS 1000 /* how often the watchdog reads kiln/failed_rank */
 
+/* End this rank through the host's fatal handler with the message,
+ * unless its own error path began (kiln_heartbeat_leave): decided and
+ * done under the lock, so once kiln_heartbeat_leave returned no end
+ * starts, and the rank tells its own error, not a peer's (review of
+ * session 34: two ranks failing at once on the same bad file, one exited
+ * naming the other, whose FAILED mark its watchdog read during its
+ * teardown, and never printed its own). */
+static void end_rank(struct kiln_heartbeat *h, const char *fmt, ...)
+{
+	char msg[KILN_ERROR_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&h->lock);
+	if (!h->leaving)
+		kiln_host_fatal("dist", "%s", msg);
+	pthread_mutex_unlock(&h->lock);
+}
+
 /* Peer r failed with its own error: end this rank naming it.  Rank 0
  * hosts the store, which ends with it: it first gives the other ranks
  * two of their looks (FAIL_LOOK_MS) to read kiln/failed_rank, else those
@@ -127,8 +149,8 @@ static void peer_failed(struct kiln_heartbeat *h, int r)
 {
 	if (h->rank == 0 && h->world > 2)
 		usleep(2 * FAIL_LOOK_MS * 1000);
-	kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
-			h->rank, h->world, r, h->host[r]);
+	end_rank(h, "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
+		 h->rank, h->world, r, h->host[r]);
 }
 
 /* One beat: bump this rank's counter, read the peers'.  Returns 0, or 1
@@ -139,6 +161,13 @@ static int beat(struct kiln_heartbeat *h)
 	int64_t v;
 	snprintf(key, sizeof key, "kiln/hb/%d", h->rank);
 	kiln_status st = kiln_store_add(h->q, key, 1, &v);
+	/* leaving with its own error: this rank still beats (its teardown
+	 * is no silence to its peers) but judges no peer any more */
+	pthread_mutex_lock(&h->lock);
+	const int leaving = h->leaving;
+	pthread_mutex_unlock(&h->lock);
+	if (leaving)
+		return !!st;
 	for (int r = 0; !st && r < h->world; r++) {
 		if (r == h->rank || h->count[r] < 0)
 			continue;
@@ -164,16 +193,16 @@ static int beat(struct kiln_heartbeat *h)
 			pthread_mutex_unlock(&h->lock);
 		} else if (now - h->moved[r] > h->limit[r]) {
 			/* (the limit the peer posted: its own heartbeat) */
-			kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) sent no heartbeat for %.1f s ([dist] heartbeat = %g s): it is stopped, frozen or unreachable; ending this rank",
-					h->rank, h->world, r, h->host[r], (now - h->moved[r]) / 1000.0,
-					h->limit[r] / 1000.0);
+			end_rank(h, "rank %d of %d: watchdog: rank %d (host %s) sent no heartbeat for %.1f s ([dist] heartbeat = %g s): it is stopped, frozen or unreachable; ending this rank",
+				 h->rank, h->world, r, h->host[r], (now - h->moved[r]) / 1000.0,
+				 h->limit[r] / 1000.0);
 			return 1;
 		}
 	}
 	if (st) {
-		kiln_host_fatal("dist", "rank %d of %d: watchdog: the store on rank 0 (host %s, " KILN_AT_FMT ") is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
-				h->rank, h->world, h->host[0], KILN_AT_ARG(h->master, h->port),
-				h->limit_ms / 1000.0, kiln_last_error());
+		end_rank(h, "rank %d of %d: watchdog: the store on rank 0 (host %s, " KILN_AT_FMT ") is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
+			 h->rank, h->world, h->host[0], KILN_AT_ARG(h->master, h->port),
+			 h->limit_ms / 1000.0, kiln_last_error());
 		return 1;
 	}
 	pthread_mutex_lock(&h->lock);
@@ -291,6 +320,11 @@ static int failed_look(struct kiln_heartbeat *h)
 {
 	void *v = NULL;
 	int r = -1;
+	pthread_mutex_lock(&h->lock);
+	const int leaving = h->leaving;
+	pthread_mutex_unlock(&h->lock);
+	if (leaving)
+		return 0;
 	if (!kiln_store_check(h->q, "kiln/failed_rank", &v, NULL) && v)
 		r = atoi(v);
 	free(v);
@@ -386,6 +420,15 @@ kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *ma
 	return KILN_OK;
 }
 
+void kiln_heartbeat_leave(struct kiln_heartbeat *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->lock);
+	h->leaving = 1;
+	pthread_mutex_unlock(&h->lock);
+}
+
 void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished)
 {
 	if (!h)
@@ -421,9 +464,9 @@ kiln_status kiln_heartbeat_post(struct kiln_store *s, int rank, double heartbeat
 	return kiln_store_set(s, key, v, (size_t)n);
 }
 
-void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank)
+void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank, int timeout_ms)
 {
 	char key[48];
 	snprintf(key, sizeof key, "kiln/hb/%d", rank);
-	kiln_store_add(s, key, -FAIL_MARK, NULL);
+	kiln_store_add_within(s, key, -FAIL_MARK, NULL, timeout_ms);
 }

@@ -231,6 +231,13 @@ struct kiln_hb_silent {
  * may itself wait for the rank that stopped.  Thread-safe. */
 int kiln_heartbeat_silent(struct kiln_heartbeat *h, struct kiln_hb_silent *out, int max,
 			  int *period_ms, int64_t *self_ms);
+/* This rank's own error path began, its error explained (kiln_dist_leave):
+ * from now on the watchdog still beats, so the peers do not call the
+ * teardown silence, but reads no peer (kiln_heartbeat_silent's view stands
+ * still) and ends this rank no more (a peer's FAILED mark, silence, the store
+ * gone), so the rank tells its own error, not a peer's that failed at the
+ * same time.  Once it returns no watchdog end starts.  NULL: no-op. */
+void kiln_heartbeat_leave(struct kiln_heartbeat *h);
 /* End the thread; finished: mark this rank done so its peers stop
  * watching it.  NULL: no-op. */
 void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished);
@@ -240,7 +247,8 @@ void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished);
 kiln_status kiln_heartbeat_post(struct kiln_store *s, int rank, double heartbeat_s);
 /* Mark this rank's heartbeat counter FAILED (its own error, after the
  * rendezvous): every peer's watchdog ends its rank at its next beat,
- * naming this one (whatever this rank's own heartbeat, 0 included). */
-void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank);
+ * naming this one (whatever this rank's own heartbeat, 0 included).
+ * Waits at most timeout_ms for the store (kiln_store_add_within). */
+void kiln_heartbeat_mark_failed(struct kiln_store *s, int rank, int timeout_ms);
 
 #endif

@@ -502,8 +502,16 @@ kiln_status kiln_store_get(struct kiln_store *s, const char *key, int timeout_ms
 
 kiln_status kiln_store_check(struct kiln_store *s, const char *key, void **val, size_t *len)
 {
+	return kiln_store_check_within(s, key, val, len, s->timeout_ms);
+}
+
+kiln_status kiln_store_check_within(struct kiln_store *s, const char *key, void **val, size_t *len,
+				    int timeout_ms)
+{
 	int status;
-	kiln_status st = request(s, STORE_OP_CHECK, key, NULL, 0, s->timeout_ms, &status, val, len);
+	if (timeout_ms > s->timeout_ms)
+		timeout_ms = s->timeout_ms;
+	kiln_status st = request(s, STORE_OP_CHECK, key, NULL, 0, timeout_ms, &status, val, len);
 	if (!st && status) {
 		free(*val);
 		*val = NULL;
@@ -515,10 +523,18 @@ kiln_status kiln_store_check(struct kiln_store *s, const char *key, void **val, 
 
 kiln_status kiln_store_add(struct kiln_store *s, const char *key, int64_t delta, int64_t *out)
 {
+	return kiln_store_add_within(s, key, delta, out, s->timeout_ms);
+}
+
+kiln_status kiln_store_add_within(struct kiln_store *s, const char *key, int64_t delta,
+				  int64_t *out, int timeout_ms)
+{
 	int status;
 	void *v;
 	size_t n;
-	kiln_status st = request(s, STORE_OP_ADD, key, &delta, 8, s->timeout_ms, &status, &v, &n);
+	if (timeout_ms > s->timeout_ms)
+		timeout_ms = s->timeout_ms;
+	kiln_status st = request(s, STORE_OP_ADD, key, &delta, 8, timeout_ms, &status, &v, &n);
 	if (st)
 		return st;
 	if (n == 8 && out)

@@ -131,6 +131,12 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
  * which a store cut off must not hold for a whole [dist] timeout. */
 kiln_status kiln_store_set_within(struct kiln_store *s, const char *key, const void *val,
 				  size_t len, int timeout_ms);
+/* kiln_store_check and kiln_store_add, likewise (close_mark_failed's
+ * word to the peers, session 35). */
+kiln_status kiln_store_check_within(struct kiln_store *s, const char *key, void **val, size_t *len,
+				    int timeout_ms);
+kiln_status kiln_store_add_within(struct kiln_store *s, const char *key, int64_t delta,
+				  int64_t *out, int timeout_ms);
 
 /* The store's shared secret, for every rank of a run: $KILN_STORE_TOKEN,
  * else the first line of the file $KILN_STORE_TOKEN_FILE (owned by this

@@ -289,11 +289,36 @@ START_TEST(test_peer_failed)
 	fatal_reset();
 	h = watch_at(&s0, 2.0, 2.0, 2.0);
 	usleep(300 * 1000);
-	kiln_heartbeat_mark_failed(s0, 1);
+	kiln_heartbeat_mark_failed(s0, 1, 5000);
 	for (int i = 0; i < 35 && !atomic_load(&fatal_calls); i++)
 		usleep(100 * 1000);
 	ck_assert_int_eq(atomic_load(&fatal_calls), 1);
 	ck_assert_str_eq(fatal_msg, "rank 0 of 3: watchdog: rank 1 (host node-one) failed with its own error (its log says why); ending this rank");
+	kiln_heartbeat_stop(h, 0);
+	kiln_store_close(s0);
+}
+END_TEST
+
+/* A rank whose own error path began (kiln_heartbeat_leave, after its
+ * error was explained): a peer's failure, posted or marked, and the
+ * silence of the peers end it no more, so it tells its own error (review
+ * of session 34: two ranks failing at once, one ended naming the other);
+ * its own counter still moves, so its teardown is no silence to them. */
+START_TEST(test_leaving)
+{
+	struct kiln_store *s0;
+	int64_t c0 = 0, c1 = 0;
+	fatal_reset();
+	struct kiln_heartbeat *h = watch_at(&s0, 1.0, 1.0, 1.0); /* a beat every 0.25 s */
+	usleep(300 * 1000);
+	kiln_heartbeat_leave(h);
+	ck_assert_int_eq(kiln_store_add(s0, "kiln/hb/0", 0, &c0), KILN_OK);
+	ck_assert_int_eq(kiln_store_set(s0, "kiln/failed_rank", "2", 1), KILN_OK);
+	kiln_heartbeat_mark_failed(s0, 1, 5000);
+	usleep(2500 * 1000); /* past two failure looks, ten beats, the peers' 1 s limit */
+	ck_assert_msg(atomic_load(&fatal_calls) == 0, "%s", fatal_msg);
+	ck_assert_int_eq(kiln_store_add(s0, "kiln/hb/0", 0, &c1), KILN_OK);
+	ck_assert_int_ge(c1 - c0, 5);
 	kiln_heartbeat_stop(h, 0);
 	kiln_store_close(s0);
 }
@@ -423,7 +448,8 @@ static Suite *make_heartbeat_suite(void)
 	Suite *s = suite_create("heartbeat");
 	check_add_case(s, "heartbeat", 30, NULL, NULL, (const TTest *[]){
 		test_one_silent, test_all_silent, test_self_late, test_peer_limits,
-		test_peer_failed, test_limit_posted_late, test_limit_read_late_fresh, NULL });
+		test_peer_failed, test_limit_posted_late, test_limit_read_late_fresh, test_leaving,
+		NULL });
 	check_add_case(s, "run_clock", 30, NULL, NULL, (const TTest *[]){
 		test_run_clock_stopped, test_run_clock_running, test_run_clock_start_stop, NULL });
 	return s;

@@ -14,6 +14,11 @@
 #  3. rank 1's data set is smaller (another file at the same path on its
 #     node): both ranks refuse at once naming both counts (before, they
 #     met in different collectives and hung until [dist] timeout).
+#  4. both ranks fail with their own error at the same point (the same
+#     truncated file), rank 1's teardown slow (KILN_TEST_CLOSE_DELAY_MS,
+#     3 s: a device's frees): each rank's error is its own (before
+#     session 35 rank 1's watchdog read rank 0's FAILED mark during that
+#     teardown and ended it naming rank 0, its own error never printed).
 name=dist_rank_differ needs=gloo
 . "$(dirname "$0")/dist_common.sh"
 export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}"
@@ -33,15 +38,16 @@ ini="$tmp/mlp.ini"
 # data.path: the same config value, another file on each rank, as on two
 # nodes); each one's output in $tmp/NAME-rR.log, its exit status and the
 # seconds from the start to its exit in $tmp/NAME-rR.end ("RC SECONDS");
-# with $stop_after set, SIGTERM to both ranks that many seconds in
+# with $stop_after set, SIGTERM to both ranks that many seconds in; $envR
+# (optional): VAR=VALUE words in rank R's environment
 two() {
 	_n=$1 _o0=$2 _o1=$3 _port=$(free_port 3)
 	_s=$(date +%s.%N)
 	for _r in 0 1; do
-		eval "_o=\$_o$_r"
+		eval "_o=\$_o$_r _e=\${env$_r:-}"
 		( cd "$tmp/$_n-w$_r" 2> /dev/null || cd "$tmp"
 		  KILN_RANK=$_r KILN_WORLD_SIZE=2 KILN_MASTER_ADDR=127.0.0.1 KILN_MASTER_PORT=$_port \
-			timeout 150 "$kiln" train "$ini" run.out_dir="$tmp/$_n-r$_r" $_o \
+			timeout 150 env $_e "$kiln" train "$ini" run.out_dir="$tmp/$_n-r$_r" $_o \
 			> "$tmp/$_n-r$_r.log" 2>&1
 		  _rc=$?
 		  awk -v a="$_s" -v b="$(date +%s.%N)" -v rc=$_rc 'BEGIN { printf "%d %.2f\n", rc, b - a }' \
@@ -158,6 +164,23 @@ for r in 0 1; do
 	[ -n "$line" ] || { bad "size: rank $r did not name both counts"; grep error "$tmp/size-r$r.log"; }
 	[ "$(rc_of size-r$r)" = 3 ] || bad "size: rank $r exited $(rc_of size-r$r), expected 3 (a data error)"
 	[ "$(secs_of size-r$r)" -le 40 ] || bad "size: rank $r ended after $(secs_of size-r$r) s"
+done
+# ---- 4. both ranks fail with their own error at once ------------------------
+mkdir "$tmp/both-w0" "$tmp/both-w1"
+ln -s "$tmp/trunc" "$tmp/both-w0/fm"
+ln -s "$tmp/trunc" "$tmp/both-w1/fm"
+env1=KILN_TEST_CLOSE_DELAY_MS=3000
+two both "train.epochs=40 data.path=fm" "train.epochs=40 data.path=fm"
+env1=
+for r in 0 1; do
+	line=$(grep "^kiln: error: " "$tmp/both-r$r.log" | head -1)
+	echo "both: rank $r: $(echo "$line" | cut -c1-200)"
+	echo "$line" | grep -q "fm/train-images-idx3-ubyte.gz: truncated data" ||
+		{ bad "both: rank $r's first error is not its own truncated file"; grep error "$tmp/both-r$r.log"; }
+	grep -q "failed with its own error" "$tmp/both-r$r.log" &&
+		bad "both: rank $r names the other as failed"
+	[ "$(rc_of both-r$r)" != 0 ] && [ "$(rc_of both-r$r)" != 124 ] || bad "both: rank $r exited $(rc_of both-r$r)"
+	[ "$(secs_of both-r$r)" -le 40 ] || bad "both: rank $r ended after $(secs_of both-r$r) s"
 done
 [ $fail = 0 ] && echo "PASS"
 exit $fail

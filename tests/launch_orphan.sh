@@ -11,6 +11,12 @@
 #     launcher waits for the trainers as for direct ranks, exit 0 with the
 #     checkpoint (before session 34's fix: their groups SIGKILLed 1 s after
 #     the wrappers died, "failed with signal 9", exit 1, no checkpoint);
+#  1c. 1b with a helper beside the trainer in each wrapper's process group
+#     that exits 0 0.5 s after the SIGTERM (a profiler's child, a process
+#     the wrapper started): the launcher still waits for the trainers, exit
+#     0 with the checkpoint (before session 35 that exit 0 counted the
+#     group clean, --grace 1 s ran from it and the trainers were killed:
+#     "killing them", exit 1, no checkpoint);
 #  2. the launcher killed (SIGKILL) under wrappers that survive their
 #     SIGHUP: each trainer hears of it through KILN_LAUNCH_ALIVE_FD (the
 #     parent-death signal reaches only the wrapper), stops at its next log
@@ -84,6 +90,25 @@ grep -E 'failed with|killing them' "$tmp/far.log" && bad "far: a rank's group wa
 	bad "far: not both ranks reported stopped"
 checkpointed far
 [ "$fail" = 0 ] || tail -15 "$tmp/far.log"
+
+# ---- 1c. a process of the group exits 0 before the trainer stops ----------
+# (the helper's trap runs after its 0.1 s sleep; the sleep itself dies of
+# the SIGTERM, which the launcher passed on: no failure)
+"$kiln" launch -n 2 --grace 1 -- \
+	sh -c '(trap "sleep 0.5; echo helper: exit 0; exit 0" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' \
+	sh "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/helper" $slow > "$tmp/helper.log" 2>&1 &
+lpid=$!
+started helper "$lpid" && kill -TERM "$lpid"
+wait "$lpid"
+rc=$?
+echo "helper: SIGTERM to the launcher of 2 wrapped trainers with a helper exiting 0 first, --grace 1: exit $rc"
+[ "$(grep -c 'helper: exit 0' "$tmp/helper.log")" = 2 ] || bad "helper: not both helpers exited 0"
+[ $rc = 0 ] || bad "helper: kiln launch exited $rc, expected 0"
+grep -E 'failed with|killing them' "$tmp/helper.log" && bad "helper: a rank's group was killed or reported failed"
+[ "$(grep -c 'kiln launch: rank [01] stopped: its command ended by Terminated' "$tmp/helper.log")" = 2 ] ||
+	bad "helper: not both ranks reported stopped"
+checkpointed helper
+[ "$fail" = 0 ] || tail -15 "$tmp/helper.log"
 
 # ---- 2, 3. the launcher killed ------------------------------------------
 # killed NAME WRAPPER: a 2-rank launch of `sh -c WRAPPER sh kiln train`,

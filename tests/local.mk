@@ -59,7 +59,7 @@ TEST_PLUGIN_LDFLAGS = $(PLUGIN_LDFLAGS) -rpath /nowhere
 check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
 	tests/plugins/kiln-tnewer.la \
 	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
-	tests/plugins/shadow/kiln-tgood.la
+	tests/plugins/shadow/kiln-tgood.la tests/plugins/kiln-tcommfail.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
 tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -76,6 +76,9 @@ tests_plugins_kiln_tnosym_la_LDFLAGS = -module -avoid-version -shared -rpath /no
 tests_plugins_kiln_tdlfail_la_SOURCES = tests/plugins/tdlfail.c
 tests_plugins_kiln_tdlfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tdlfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tcommfail_la_SOURCES = tests/plugins/tcommfail.c
+tests_plugins_kiln_tcommfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tcommfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_kiln_tnull_la_SOURCES = tests/plugins/tnull.c
 tests_plugins_kiln_tnull_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tnull_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -406,6 +409,12 @@ check_PROGRAMS += tests/check_heartbeat
 TESTS += tests/check_heartbeat
 tests_check_heartbeat_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_heartbeat_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
+# what a rank leaving unfinished tells its peers: the FAILED mark, not for
+# a peer's lateness, within 5 s on a store that stopped (session 35)
+check_PROGRAMS += tests/check_dist_close
+TESTS += tests/check_dist_close
+tests_check_dist_close_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_dist_close_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
 # the Gloo communicator's hot path allocates nothing (counts every malloc
 # of the process: the executable defines the allocator's entry points)
 check_PROGRAMS += tests/check_comm
