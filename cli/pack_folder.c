@@ -21,7 +21,7 @@
  * zero-padded so that their sorted order is the label order (what the
  * folder source and torchvision's ImageFolder number classes by). */
 kiln_status folder_add(const struct pack_opts *o, int64_t classes, int64_t index,
-			      const struct item *it, uint8_t *made)
+		       const struct item *it, uint8_t *made)
 {
 	char path[4200];
 	int digits = 1;

@@ -124,7 +124,7 @@ void shards_discard(struct shards *sh)
  * remove_from >= 0: remove them instead, all but kiln's names of shards
  * [0, remove_from), and return how many went. */
 int existing_shards(const struct pack_opts *o, const char *suffix, char *first, size_t n,
-			   int remove_from)
+		    int remove_from)
 {
 	DIR *d = opendir(o->out);
 	if (!d)
@@ -164,7 +164,7 @@ int existing_shards(const struct pack_opts *o, const char *suffix, char *first, 
  * removing it (REC_PARTIAL), so that a pack killed here leaves a split the
  * reader refuses rather than one that mixes two packs silently. */
 kiln_status shards_place(const struct pack_opts *o, const struct shards *sh, char *old,
-				size_t old_size)
+			 size_t old_size)
 {
 	kiln_status st = pack_mark_partial(o->out, o->split, REC_PARTIAL);
 	for (int k = 0; k < sh->n && !st; k++) {
