@@ -303,7 +303,7 @@ void kiln_model_mixed_stem(int on);
  * count, or a negative KILN_MILESTONES_* when v is not such a list.  A
  * repeated milestone counts twice (gamma applied twice at that step), as
  * PyTorch's MultiStepLR does: the schedule counts milestones m <= u.  The
- * reader (core/train_setup.c) and the config check (core/config_check.c)
+ * reader (core/train_buffers.c) and the config check (core/config_check.c)
  * share it. */
 #define KILN_MAX_MILESTONES 12
 enum {
