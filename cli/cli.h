@@ -24,7 +24,7 @@ int cmd_memory(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 /* kiln pack --format tokens: text files into token shards (pack_tokens.c) */
 int cmd_pack_tokens(int argc, char **argv);
-/* kiln pack's steps that both formats take (cmd_pack.c).  fsync DIR. */
+/* kiln pack's steps that every format takes (pack_dir.c).  fsync DIR. */
 kiln_status pack_sync_dir(const char *dir);
 /* Create DIR/<split><partial> (".krec-partial", ".bin-partial"), then sync
  * DIR: while it exists, readers refuse the split (its shards are being

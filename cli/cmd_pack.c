@@ -11,24 +11,25 @@
  * directory is fsynced: an interrupted pack leaves no .krec behind.
  * --format folder writes images in place instead, between creating
  * DIR/<split>.folder-partial and removing it (FOLDER_PARTIAL).
+ *
+ * This file: the options, the workers and the loop over the rounds.  The
+ * shards are written in cli/pack_shards.c, the folder's images in
+ * cli/pack_folder.c (the parts they share: cli/pack.h); the output
+ * directory's steps every format takes in cli/pack_dir.c; --format tokens
+ * in cli/pack_tokens.c.
  */
 #include "build-config.h"
 #include "cli.h"
 
-#include <dirent.h>   /* opendir, readdir */
 #include <errno.h>    /* errno */
-#include <fcntl.h>    /* open */
-#include <sys/file.h> /* flock */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>   /* fsync, unlink */
 
 #ifdef KILN_WITH_PACK
 #include <kiln/image.h> /* kiln_xform_resize_box, its scratch */
 
 #include "image.h"   /* plugins/loaders: img_encode_jpeg, img_encode_png */
-#include "loaders.h" /* plugins/loaders: FOLDER_PARTIAL */
-#include "records.h" /* plugins/loaders: the shard writer rec_writer_* */
+#include "pack.h"    /* the options, a sample, the shards; pack_shards.c, pack_folder.c */
 
 #include <pthread.h>  /* pthread_create, pthread_join */
 #include <stdlib.h>   /* strtoll, calloc, free */
@@ -109,103 +110,6 @@ static int wants_tokens(int argc, char **argv)
 	return 0;
 }
 
-/* ---- shared with --format tokens (pack_tokens.c) ------------------------- */
-
-kiln_status pack_sync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd)) {
-		kiln_status st = kiln_error(KILN_EIO, "%s: cannot sync the directory: %s", dir,
-					    strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return st;
-	}
-	close(fd);
-	return KILN_OK;
-}
-
-kiln_status pack_mark_partial(const char *dir, const char *split, const char *partial)
-{
-	char path[4200];
-	snprintf(path, sizeof path, "%s/%s%s", dir, split, partial);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (fd < 0)
-		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
-	close(fd);
-	return pack_sync_dir(dir);
-}
-
-kiln_status pack_unmark_partial(const char *dir, const char *split, const char *partial)
-{
-	char path[4200];
-	kiln_status st = pack_sync_dir(dir); /* the shards' names first */
-	snprintf(path, sizeof path, "%s/%s%s", dir, split, partial);
-	if (!st && unlink(path))
-		st = kiln_error(KILN_EIO, "%s: cannot remove: %s", path, strerror(errno));
-	return st ? st : pack_sync_dir(dir);
-}
-
-int pack_remove_stale_tmp(const char *dir, const char *split, const char *suffix)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	char tmp_suffix[64], path[4200];
-	size_t sl = strlen(split);
-	int n = 0;
-	snprintf(tmp_suffix, sizeof tmp_suffix, "%s.tmp", suffix);
-	size_t xl = strlen(tmp_suffix);
-	while (d && (de = readdir(d))) {
-		const char *name = de->d_name;
-		size_t l = strlen(name);
-		if (strncmp(name, split, sl) || name[sl] != '-' || l < sl + 1 + xl ||
-		    strcmp(name + l - xl, tmp_suffix))
-			continue;
-		snprintf(path, sizeof path, "%s/%s", dir, name);
-		n += !unlink(path);
-	}
-	if (d)
-		closedir(d);
-	if (n)
-		fprintf(stderr, "kiln pack: removed %d stale %s/%s-*%s file(s) of an interrupted pack\n",
-			n, dir, split, tmp_suffix);
-	return n;
-}
-
-uint32_t pack_id(uint32_t content, const uint64_t *sizes, int n)
-{
-	const struct kiln_host *host = kiln_host_table();
-	uint32_t id = content;
-	for (int k = 0; k < n; k++) {
-		unsigned char b[8];
-		for (int i = 0; i < 8; i++)
-			b[i] = (unsigned char)(sizes[k] >> (8 * i));
-		id = host->crc32c(id, b, sizeof b);
-	}
-	return id;
-}
-
-kiln_status pack_lock_out(const char *dir)
-{
-	/* O_RDONLY on a directory: flock needs no write access.  The fd is
-	 * kept until exit (the lock with it), CLOEXEC for the children. */
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return kiln_error(KILN_EIO, "--out %s: cannot open: %s", dir, strerror(errno));
-	if (flock(fd, LOCK_EX | LOCK_NB)) {
-		const int e = errno;
-		close(fd);
-		if (e == EWOULDBLOCK)
-			return kiln_error(KILN_EUSAGE, "--out %s: another kiln pack is writing there (it holds the directory's lock): wait for it to end, or choose another --out",
-					  dir);
-		/* a file system without flock (some FUSE ones): packed as
-		 * before the lock existed */
-		fprintf(stderr, "kiln pack: warning: --out %s: cannot lock (%s): a second pack into it meanwhile would not be refused\n",
-			dir, strerror(e));
-	}
-	return KILN_OK;
-}
-
 #ifndef KILN_WITH_PACK
 static int pack_source(int argc, char **argv)
 {
@@ -224,23 +128,7 @@ static int pack_source(int argc, char **argv)
 #define ROUND_MIN 8
 #define ROUND_MAX 1024
 
-/* ---- resizing ------------------------------------------------------------ */
-
 /* ---- options ------------------------------------------------------------- */
-
-struct pack_opts {
-	const char *config, *out, *section, *split;
-	uint64_t shard_size;
-	int store;    /* enum rec_encoding */
-	int folder;   /* --format folder: DIR/<split>/<class>/<index>.png|jpg */
-	int quality;
-	int quality_given; /* --quality on the command line */
-	int resize;   /* 0: keep sizes */
-	int workers;
-	int force;
-	int nover;
-	char **over;  /* the overrides, borrowed from argv */
-};
 
 /* After the error line (usage_error's, or cli_opt's): the usage; 2. */
 static int usage_tail(void)
@@ -377,12 +265,6 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 
 /* ---- reading and encoding, in worker threads ------------------------------ */
 
-struct item {
-	int32_t label, h, w, c;
-	uint8_t *payload; /* malloc()ed: raw pixels or the encoded image */
-	size_t n;
-};
-
 struct job {
 	struct kiln_source *src;
 	const struct pack_opts *o;
@@ -468,291 +350,7 @@ static void *pack_worker(void *arg)
 	return NULL;
 }
 
-/* ---- writing ------------------------------------------------------------- */
-
-struct shards {
-	const struct pack_opts *o;
-	struct rec_writer *w;   /* the shard being written */
-	int n;                  /* shards started */
-	char **tmp;             /* their *.tmp names, n of them (malloc()ed) */
-	int64_t classes;
-	uint64_t bytes;         /* of finished shards */
-	uint64_t *sizes;        /* records in each finished shard, n of them (malloc()ed) */
-	uint32_t pack;          /* CRC32C of every record packed (pack_id makes the id of it) */
-};
-
-static void shard_name(const struct pack_opts *o, int k, int tmp, char *out, size_t n)
-{
-	size_t l = strlen(o->out);
-	snprintf(out, n, "%s%s%s-%05d%s%s", o->out, o->out[l - 1] == '/' ? "" : "/", o->split, k,
-		 REC_SUFFIX, tmp ? ".tmp" : "");
-}
-
-static kiln_status too_many_shards(const struct pack_opts *o)
-{
-	return kiln_error(KILN_EUSAGE, "split '%s' needs more than %d shards of --shard-size %llu bytes, more than a reader can map at once (each shard is one mapping; Linux allows about 65530 a process, vm.max_map_count): pass a larger --shard-size",
-			  o->split, REC_MAX_SHARDS, (unsigned long long)o->shard_size);
-}
-
-/* Refuse before packing when the samples' sizes are known (raw pixels of
- * one size) and cannot fit REC_MAX_SHARDS shards; other stores are
- * counted as the shards are written (shards_add). */
-static kiln_status shard_count_check(const struct pack_opts *o, const struct kiln_source_info *info)
-{
-	int h = info->image_h, w = info->image_w;
-	if (o->store != REC_RAW || h <= 0 || w <= 0 || info->image_c <= 0)
-		return KILN_OK;
-	if (o->resize)
-		kiln_xform_resize_shorter(h, w, o->resize, &h, &w);
-	const uint64_t record = REC_RECORD_HEADER + (uint64_t)h * w * info->image_c;
-	const uint64_t per = o->shard_size / record ? o->shard_size / record : 1;
-	if ((uint64_t)info->len > per * REC_MAX_SHARDS)
-		return too_many_shards(o);
-	return KILN_OK;
-}
-
-static kiln_status shards_finish(struct shards *sh)
-{
-	if (!sh->w)
-		return KILN_OK;
-	uint64_t b = rec_writer_bytes(sh->w);
-	struct rec_writer *w = sh->w;
-	sh->sizes[sh->n - 1] = rec_writer_count(w); /* where the shard ends: pack_id */
-	sh->w = NULL;
-	kiln_status st = rec_writer_finish(w); /* on failure the file is gone */
-	if (!st)
-		sh->bytes += b;
-	return st;
-}
-
-static kiln_status shards_add(struct shards *sh, const struct item *it, int encoding)
-{
-	kiln_status st;
-	uint64_t need = REC_RECORD_HEADER + it->n + REC_ALIGN + REC_INDEX_ENTRY;
-	if (sh->w && rec_writer_count(sh->w) && rec_writer_bytes(sh->w) + need > sh->o->shard_size &&
-	    (st = shards_finish(sh)))
-		return st;
-	if (!sh->w) {
-		char path[4200];
-		if (sh->n == REC_MAX_SHARDS)
-			return too_many_shards(sh->o);
-		char **t = realloc(sh->tmp, (size_t)(sh->n + 1) * sizeof *t);
-		if (!t)
-			return kiln_error(KILN_ENOMEM, "out of memory");
-		sh->tmp = t;
-		uint64_t *z = realloc(sh->sizes, (size_t)(sh->n + 1) * sizeof *z);
-		if (!z)
-			return kiln_error(KILN_ENOMEM, "out of memory");
-		sh->sizes = z;
-		shard_name(sh->o, sh->n, 1, path, sizeof path);
-		if (!(sh->tmp[sh->n] = strdup(path)))
-			return kiln_error(KILN_ENOMEM, "out of memory");
-		if ((st = rec_writer_open(kiln_host_table(), path, sh->classes, &sh->w))) {
-			free(sh->tmp[sh->n]);
-			return st;
-		}
-		sh->n++;
-	}
-	/* the pack's id (rec_shard_stamp, pack_id): a function of what was
-	 * packed, so that the shards are the same for any --workers */
-	const struct kiln_host *host = kiln_host_table();
-	const int32_t meta[4] = { it->label, it->h, it->w, it->c };
-	sh->pack = host->crc32c(host->crc32c(sh->pack, meta, sizeof meta), it->payload, it->n);
-	return rec_writer_add(sh->w, it->label, it->h, it->w, it->c, encoding, it->payload, it->n);
-}
-
-/* Every shard finished: record in each its index, the split's shard
- * count and the pack's id, which a reader needs to tell a split missing
- * its last shard (docs/formats.md, the set block). */
-static kiln_status shards_stamp(const struct shards *sh)
-{
-	kiln_status st = KILN_OK;
-	const uint32_t id = pack_id(sh->pack, sh->sizes, sh->n);
-	for (int k = 0; k < sh->n && !st; k++)
-		st = rec_shard_stamp(kiln_host_table(), sh->tmp[k], (uint32_t)k, (uint32_t)sh->n, id);
-	return st;
-}
-
-/* Remove every *.tmp (after a failure; those already renamed are gone). */
-static void shards_discard(struct shards *sh)
-{
-	rec_writer_abort(sh->w);
-	sh->w = NULL;
-	for (int k = 0; k < sh->n; k++)
-		unlink(sh->tmp[k]);
-}
-
-/* The names of DIR/<split>-*<suffix> that exist now (for --force and the
- * refusal to mix with an earlier pack).  Returns how many; *first gets one.
- * remove_from >= 0: remove them instead, all but kiln's names of shards
- * [0, remove_from), and return how many went. */
-static int existing_shards(const struct pack_opts *o, const char *suffix, char *first, size_t n,
-			   int remove_from)
-{
-	DIR *d = opendir(o->out);
-	if (!d)
-		return 0;
-	struct dirent *de;
-	size_t sl = strlen(o->split), xl = strlen(suffix);
-	int count = 0;
-	while ((de = readdir(d))) {
-		const char *name = de->d_name;
-		size_t l = strlen(name);
-		if (strncmp(name, o->split, sl) || name[sl] != '-' || l < sl + 1 + xl ||
-		    strcmp(name + l - xl, suffix))
-			continue;
-		if (remove_from >= 0) {
-			/* after a --force pack: remove the earlier pack's surplus shards */
-			char *end, mine[300];
-			long k = strtol(name + sl + 1, &end, 10);
-			snprintf(mine, sizeof mine, "%s-%05ld%s", o->split, k, REC_SUFFIX);
-			if (end == name + sl + 1 || k < 0 || k >= remove_from || strcmp(name, mine)) {
-				char p[4200];
-				snprintf(p, sizeof p, "%s/%s", o->out, name);
-				count += !unlink(p);
-			}
-			continue;
-		}
-		if (!count)
-			snprintf(first, n, "%s", name);
-		count++;
-	}
-	closedir(d);
-	return count;
-}
-
-/* ---- --format folder: an ImageFolder tree ------------------------------------ */
-
-/* DIR/<split>/<class>/<index>.<ext>: class directories named by the label,
- * zero-padded so that their sorted order is the label order (what the
- * folder source and torchvision's ImageFolder number classes by). */
-static kiln_status folder_add(const struct pack_opts *o, int64_t classes, int64_t index,
-			      const struct item *it, uint8_t *made)
-{
-	char path[4200];
-	int digits = 1;
-	for (int64_t c = classes - 1; c >= 10; c /= 10)
-		digits++;
-	if (it->label >= classes)
-		return kiln_error(KILN_EDATA, "sample %lld: label %d outside [0, %lld)",
-				  (long long)index, it->label, (long long)classes);
-	snprintf(path, sizeof path, "%s/%s/%0*d", o->out, o->split, digits, it->label);
-	if (!made[it->label]) {
-		if (mkdir(path, 0777) && errno != EEXIST)
-			return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
-		made[it->label] = 1;
-	}
-	size_t n = strlen(path);
-	snprintf(path + n, sizeof path - n, "/%08lld.%s", (long long)index,
-		 o->store == REC_JPEG ? "jpg" : "png");
-	FILE *f = fopen(path, "wb");
-	if (!f)
-		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
-	int bad = fwrite(it->payload, 1, it->n, f) != it->n;
-	bad |= fclose(f) != 0;
-	if (bad)
-		return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
-	return KILN_OK;
-}
-
-/* Is name digits, then `ext` ("" for none)?  The names folder_add gives
- * class directories and images. */
-static int kiln_named(const char *name, const char *ext)
-{
-	size_t n = strspn(name, "0123456789");
-	return n > 0 && !strcmp(name + n, ext);
-}
-
-/* --force: remove what an earlier pack wrote into split directory dir,
- * the images <digits>/<digits>.png|jpg and the class directories they
- * leave empty; every other file stays, counted into *kept. */
-static int folder_remove_old(const char *dir, int *kept)
-{
-	DIR *d = opendir(dir), *c;
-	struct dirent *e, *f;
-	char sub[4500], file[4800];
-	int removed = 0;
-	while (d && (e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-		if (!kiln_named(e->d_name, "") || !(c = opendir(sub))) {
-			++*kept;
-			continue;
-		}
-		while ((f = readdir(c))) {
-			if (f->d_name[0] == '.')
-				continue;
-			snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
-			if ((kiln_named(f->d_name, ".png") || kiln_named(f->d_name, ".jpg")) && !unlink(file))
-				removed++;
-			else
-				++*kept;
-		}
-		closedir(c);
-		rmdir(sub); /* fails, keeping it, when a file stays */
-	}
-	if (d)
-		closedir(d);
-	return removed;
-}
-
-/* Check DIR/<split> is empty or --force given, create the marker
- * DIR/<split>.folder-partial, remove an earlier pack's images (--force) and
- * create DIR/<split>.  pack_folder_done removes the marker. */
-static kiln_status pack_folder_prepare(const struct pack_opts *o)
-{
-	char path[4200];
-	int used = 0;
-	snprintf(path, sizeof path, "%s/%s", o->out, o->split);
-	DIR *d = opendir(path);
-	if (d) {
-		struct dirent *e;
-		while ((e = readdir(d)))
-			used |= e->d_name[0] != '.';
-		closedir(d);
-		if (used && !o->force)
-			return kiln_error(KILN_EUSAGE, "%s is not empty: pass --force to replace an earlier pack's images there, or choose another --out or --split",
-					  path);
-	}
-	/* From here until the last image is written the tree is not a whole
-	 * pack (the earlier one's images going, this one's coming): the folder
-	 * source refuses it while the marker exists, rather than train on the
-	 * classes written so far relabelled 0, 1, ... */
-	kiln_status st = pack_mark_partial(o->out, o->split, FOLDER_PARTIAL);
-	if (st)
-		return st;
-	if (used) {
-		int kept = 0, removed = folder_remove_old(path, &kept);
-		if (removed)
-			fprintf(stderr, "kiln pack: --force: removed %d image(s) of an earlier pack from %s\n",
-				removed, path);
-		if (kept)
-			fprintf(stderr, "kiln pack: warning: %s keeps %d file(s) or directories kiln pack did not write (a reader of the folder may take them)\n",
-				path, kept);
-	}
-	if (mkdir(path, 0777) && errno != EEXIST)
-		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
-	return KILN_OK;
-}
-
-/* Every image is written: have them on disk (one syncfs for the whole
- * tree, where fsyncing each image and class directory would cost a sync
- * per file), then remove DIR/<split>.folder-partial, so that a power cut
- * cannot leave a marker-less tree missing images. */
-static kiln_status pack_folder_done(const struct pack_opts *o)
-{
-	int fd = open(o->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || syncfs(fd)) {
-		kiln_status st = kiln_error(KILN_EIO, "%s: cannot sync the images written: %s",
-					    o->out, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return st;
-	}
-	close(fd);
-	return pack_unmark_partial(o->out, o->split, FOLDER_PARTIAL);
-}
+/* ---- packing ------------------------------------------------------------- */
 
 static double now_s(void)
 {
@@ -792,29 +390,6 @@ static int64_t round_per_worker(const struct pack_opts *o, const struct kiln_sou
 		img_bytes = (int64_t)o->resize * o->resize * 3;
 	int64_t per = ROUND_BYTES / (img_bytes > 0 ? img_bytes : 1);
 	return per < ROUND_MIN ? ROUND_MIN : per > ROUND_MAX ? ROUND_MAX : per;
-}
-
-/* Every shard is complete: move them into place (with --force, remove the
- * split's older shards past the new ones, named into old), then sync the
- * directory.  All of it between creating DIR/<split>.krec-partial and
- * removing it (REC_PARTIAL), so that a pack killed here leaves a split the
- * reader refuses rather than one that mixes two packs silently. */
-static kiln_status shards_place(const struct pack_opts *o, const struct shards *sh, char *old,
-				size_t old_size)
-{
-	kiln_status st = pack_mark_partial(o->out, o->split, REC_PARTIAL);
-	for (int k = 0; k < sh->n && !st; k++) {
-		char final[4200];
-		shard_name(o, k, 0, final, sizeof final);
-		if (rename(sh->tmp[k], final))
-			st = kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", sh->tmp[k], final,
-					strerror(errno));
-	}
-	if (st) /* the marker stays: the split may be a mix */
-		return st;
-	if (o->force)
-		existing_shards(o, REC_SUFFIX, old, old_size, sh->n);
-	return pack_unmark_partial(o->out, o->split, REC_PARTIAL);
 }
 
 /* Pack src per o; t0: when the source began to open (the rate counts it). */

@@ -1,6 +1,7 @@
 /* core/config.c - strict INI config: parse (inih) and command-line
- * overrides into the in-memory form of config_impl.h.  Validation, getters
- * and the resolved dump are in config_check.c.
+ * overrides into the in-memory form of config_impl.h.  Validation is in
+ * config_check.c, the getters in config_get.c and the resolved dump in
+ * config_write.c.
  *
  * Line numbers.  inih's handler does not receive line numbers in Debian's
  * build, so we read the whole input (a capped size) and feed inih through

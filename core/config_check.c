@@ -1,6 +1,8 @@
-/* core/config_check.c - the config against its schema: validation with
- * file:line and "did you mean", typed getters with range checks, [data.eval]
- * inheritance, and the resolved dump (`kiln config FILE`). */
+/* core/config_check.c - the config against its schema: the schema rows
+ * of a section's keys, each value checked against its type and range, and
+ * the errors with file:line and "did you mean".  The typed getters and
+ * [data.eval]'s inheritance are in core/config_get.c, the resolved dump
+ * (`kiln config FILE`) in core/config_write.c. */
 #include "config_impl.h"
 #include "transform.h" /* kiln_xform_parse_size */
 
@@ -20,14 +22,14 @@ static const struct kiln_key *find_key(const struct kiln_key *t, const char *nam
 	return NULL;
 }
 
-static int is_prefixed(const char *s, const char *prefix)
+int is_prefixed(const char *s, const char *prefix)
 {
 	size_t n = strlen(prefix);
 	return !strncmp(s, prefix, n) && s[n];
 }
 
 /* Base table of a section, or NULL for an unknown section. */
-static const struct kiln_key *base_schema(const char *section)
+const struct kiln_key *base_schema(const char *section)
 {
 	const struct kiln_key *k = kiln_config_schema(section);
 	if (k)
@@ -41,8 +43,8 @@ static const struct kiln_key *base_schema(const char *section)
 	return NULL;
 }
 
-static const struct kiln_key *lookup_key(const struct kiln_config *cfg, const char *section,
-					 const char *key)
+const struct kiln_key *lookup_key(const struct kiln_config *cfg, const char *section,
+				  const char *key)
 {
 	const struct kiln_key *k = find_key(base_schema(section), key);
 	if (k)
@@ -228,7 +230,7 @@ static int decimal_syntax(const char *v, int fraction)
 
 /* v, spaces around it allowed, as a whole number into *iout when iout is
  * set, else as a finite number into *fout.  0, or -1 (nothing written). */
-static int parse_number(const char *v, long long *iout, double *fout)
+int parse_number(const char *v, long long *iout, double *fout)
 {
 	char *end;
 	long long i = 0;
@@ -276,7 +278,7 @@ static kiln_status out_of_range(const struct kiln_key *k, const char *v)
 	return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range (a 64-bit integer)", k->name, v);
 }
 
-static int parse_bool(const char *v, int *out)
+int parse_bool(const char *v, int *out)
 {
 	static const char *const yes[] = { "1", "true", "yes", "on" };
 	static const char *const no[] = { "0", "false", "no", "off" };
@@ -306,7 +308,7 @@ static int in_choices(const char *choices, const char *v)
 	return 0;
 }
 
-static kiln_status check_number(const struct kiln_key *k, const char *v, double x)
+kiln_status check_number(const struct kiln_key *k, const char *v, double x)
 {
 	if (bounded(k) && (x < k->min || x > k->max))
 		return out_of_range(k, v);
@@ -591,228 +593,4 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 		}
 	}
 	return reg ? check_run_device(cfg, reg) : KILN_OK;
-}
-
-/* ---- getters ---------------------------------------------------------- */
-
-static int no_inherit(const char *key)
-{
-	/* files and split: never the training files by inheritance; limit:
-	 * evaluation takes the whole test set unless its own section says */
-	static const char *const keys[] = { "images", "labels", "split", "files", "shards", "limit" };
-	for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
-		if (!strcmp(key, keys[i]))
-			return 1;
-	return 0;
-}
-
-const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
-			    const char *key)
-{
-	struct entry *e = kiln_cfg_find_entry(kiln_cfg_find_section(cfg, section), key);
-	if (e)
-		return e->value;
-	/* [data.eval] inherits what it does not set from [data], except the
-	 * keys that choose files or the split: evaluation must never read the
-	 * training files by inheritance. */
-	if ((!strcmp(section, "data.eval") || !strcmp(section, "data.val")) && !no_inherit(key) &&
-	    (e = kiln_cfg_find_entry(kiln_cfg_find_section(cfg, "data"), key)) != NULL)
-		return e->value;
-	const struct kiln_key *k = lookup_key(cfg, section, key);
-	return k ? k->def : NULL;
-}
-
-const char *kiln_config_where(const struct kiln_config *cfg, const char *section,
-			      const char *key)
-{
-	const struct section *s = kiln_cfg_find_section(cfg, section);
-	struct entry *e = kiln_cfg_find_entry(s, key);
-	if (!key)
-		return s ? s->where : cfg->file; /* no such section: the file lacks it */
-	if (!e && (!strcmp(section, "data.eval") || !strcmp(section, "data.val")) && !no_inherit(key))
-		e = kiln_cfg_find_entry(kiln_cfg_find_section(cfg, "data"), key);
-	return e ? e->where : "default";
-}
-
-const char *kiln_config_section(const struct kiln_config *cfg, int i)
-{
-	return i >= 0 && i < cfg->n ? cfg->s[i].name : NULL;
-}
-
-static kiln_status bad(const struct kiln_config *cfg, const char *section, const char *key,
-		       const char *v, const char *what)
-{
-	return kiln_error(KILN_ECONFIG, "%s: [%s] %s = '%s' is not %s",
-			  kiln_config_where(cfg, section, key), section, key, v, what);
-}
-
-/* The value of a numeric key, an integer into *iout when iout is set, else
- * a number into *fout: parsed, range-checked against its schema row, with
- * file:line on failure (nothing written then). */
-static kiln_status get_number(const struct kiln_config *cfg, const char *section, const char *key,
-			      int64_t *iout, double *fout)
-{
-	const char *v = kiln_config_get(cfg, section, key);
-	double x;
-	long long ix;
-	if (!v)
-		return KILN_ENOTFOUND;
-	if (parse_number(v, iout ? &ix : NULL, &x))
-		return bad(cfg, section, key, v, iout ? "an integer" : "a number");
-	if (iout)
-		x = (double)ix;
-	const struct kiln_key *k = lookup_key(cfg, section, key);
-	if (k && check_number(k, v, x))
-		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s]", kiln_config_where(cfg, section, key),
-				       section);
-	if (iout)
-		*iout = ix;
-	else
-		*fout = x;
-	return KILN_OK;
-}
-
-kiln_status kiln_config_get_int(const struct kiln_config *cfg, const char *section,
-				const char *key, int64_t *out)
-{
-	return get_number(cfg, section, key, out, NULL);
-}
-
-kiln_status kiln_config_get_float(const struct kiln_config *cfg, const char *section,
-				  const char *key, double *out)
-{
-	return get_number(cfg, section, key, NULL, out);
-}
-
-kiln_status kiln_config_get_bool(const struct kiln_config *cfg, const char *section,
-				 const char *key, int *out)
-{
-	const char *v = kiln_config_get(cfg, section, key);
-	int b;
-	if (!v)
-		return KILN_ENOTFOUND;
-	if (parse_bool(v, &b))
-		return bad(cfg, section, key, v, "a boolean (0/1, true/false, yes/no, on/off)");
-	*out = b;
-	return KILN_OK;
-}
-
-kiln_status kiln_config_get_str(const struct kiln_config *cfg, const char *section,
-				const char *key, const char **out)
-{
-	const char *v = kiln_config_get(cfg, section, key);
-	if (!v)
-		return KILN_ENOTFOUND;
-	*out = v;
-	return KILN_OK;
-}
-
-/* ---- resolved dump ---------------------------------------------------- */
-
-static void write_keys(FILE *f, const struct section *s, const struct section *parent,
-		       const struct kiln_key *t, int *any)
-{
-	for (; t && t->name; t++) {
-		struct entry *e = kiln_cfg_find_entry(s, t->name);
-		if (!e && !no_inherit(t->name))
-			e = kiln_cfg_find_entry(parent, t->name); /* [data.eval] inherits from [data] */
-		if (e)
-			fprintf(f, "%s = %s\n", t->name, e->value);
-		else if (t->def)
-			fprintf(f, "%s = %s\n", t->name, t->def);
-		else
-			fprintf(f, "; %s = (unset)\n", t->name);
-		*any = 1;
-	}
-}
-
-/* Section `name` as resolved; defaults = 1: every key at its default (what
- * a key the config does not set reads as), the layer's type kept. */
-static void write_section_as(FILE *f, const struct kiln_config *cfg, struct kiln_registry *reg,
-			     const char *name, int defaults)
-{
-	const struct section *s = defaults ? NULL : kiln_cfg_find_section(cfg, name);
-	const struct section *parent = strcmp(name, "data.eval") && strcmp(name, "data.val")
-					       ? NULL
-					       : kiln_cfg_find_section(cfg, "data");
-	const struct kiln_key *ext = NULL;
-	int any = 0;
-	fprintf(f, "[%s]\n", name);
-	write_keys(f, s, parent, base_schema(name), &any);
-	if ((reg || !strcmp(name, "train")) && kiln_config_ext_schema(cfg, reg, name, &ext) == KILN_OK)
-		write_keys(f, s, parent, ext, &any);
-	fprintf(f, "\n");
-}
-
-static void write_section(FILE *f, const struct kiln_config *cfg, struct kiln_registry *reg,
-			  const char *name)
-{
-	write_section_as(f, cfg, reg, name, 0);
-}
-
-kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kiln_registry *reg,
-				       FILE *f)
-{
-	for (int i = 0; i < cfg->n; i++)
-		write_section_as(f, cfg, reg, cfg->s[i].name, 1);
-	static const char *const fixed[] = { "run", "data", "data.eval", "model", "train", "dist", "log", "pipeline" };
-	for (size_t i = 0; i < KILN_ARRAY_LEN(fixed); i++)
-		if (!kiln_cfg_find_section(cfg, fixed[i]))
-			write_section_as(f, cfg, reg, fixed[i], 1);
-	/* every loaded plugin's [plugin.NAME] the config leaves out: a
-	 * checkpoint's config that set one of its keys holds all of them,
-	 * which must read as their defaults here */
-	for (int i = 0; reg && i < kiln_registry_loaded_count(reg); i++) {
-		struct kiln_plugin_info pi = KILN_PLUGIN_INFO_INIT;
-		char name[160];
-		kiln_registry_plugin_get(reg, i, &pi);
-		if (!pi.keys || (pi.kind != KILN_PLUGIN_DEVICE && pi.kind != KILN_PLUGIN_COMM &&
-				 pi.kind != KILN_PLUGIN_PRECISION && pi.kind != KILN_PLUGIN_OPTIM))
-			continue;
-		snprintf(name, sizeof name, "plugin.%s", pi.name);
-		if (!kiln_cfg_find_section(cfg, name))
-			write_section_as(f, cfg, reg, name, 1);
-	}
-	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
-}
-
-kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registry *reg,
-			      FILE *f)
-{
-	static const char *const order[] = { "run", "data", "data.eval", "model" };
-	for (size_t i = 0; i < KILN_ARRAY_LEN(order); i++) {
-		write_section(f, cfg, reg, order[i]);
-		/* [data.val] only when the config has one */
-		if (!strcmp(order[i], "data.eval") && kiln_cfg_find_section(cfg, "data.val"))
-			write_section(f, cfg, reg, "data.val");
-	}
-	for (int i = 0; i < cfg->n; i++)
-		if (is_prefixed(cfg->s[i].name, "layer."))
-			write_section(f, cfg, reg, cfg->s[i].name);
-	write_section(f, cfg, reg, "train");
-	write_section(f, cfg, reg, "dist");
-	write_section(f, cfg, reg, "log");
-	write_section(f, cfg, reg, "pipeline");
-	for (int i = 0; i < cfg->n; i++)
-		if (is_prefixed(cfg->s[i].name, "plugin."))
-			write_section(f, cfg, reg, cfg->s[i].name);
-	/* [run] precision = fp16, fp16_static: the loss scaler's keys are in
-	 * effect, so [plugin.amp] is written (its defaults) though the config
-	 * has none (before session 30 it was not: kiln config hid them).  A
-	 * checkpoint without it resumes: the comparison reads an absent key
-	 * as its default (kiln_config_write_defaults). */
-	const char *prec = kiln_config_get(cfg, "run", "precision");
-	const struct kiln_key *amp = NULL;
-	if (prec && !strncmp(prec, "fp16", 4) && !kiln_cfg_find_section(cfg, "plugin.amp") && reg &&
-	    kiln_config_ext_schema(cfg, reg, "plugin.amp", &amp) == KILN_OK)
-		write_section(f, cfg, reg, "plugin.amp");
-	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
-}
-
-kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f)
-{
-	for (int i = 0; i < cfg->n; i++)
-		if (is_prefixed(cfg->s[i].name, "layer."))
-			write_section(f, cfg, (struct kiln_registry *)cfg->reg, cfg->s[i].name);
-	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
 }

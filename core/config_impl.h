@@ -1,5 +1,6 @@
 /* core/config_impl.h - the config's in-memory form, shared by the parser
- * (config.c) and the schema checks and getters (config_check.c). */
+ * (config.c), the schema checks (config_check.c), the getters
+ * (config_get.c) and the resolved dump (config_write.c). */
 #ifndef KILN_CONFIG_IMPL_H
 #define KILN_CONFIG_IMPL_H
 
@@ -43,5 +44,26 @@ struct section *kiln_cfg_find_section(const struct kiln_config *cfg, const char 
 struct entry *kiln_cfg_find_entry(const struct section *s, const char *key);
 /* Remove entry j of s (its strings freed). */
 void kiln_cfg_remove_entry(struct section *s, int j);
+
+/* config_check.c, for the getters and the dump.  Whether s is prefix
+ * followed by at least one character ("layer." + a name). */
+int is_prefixed(const char *s, const char *prefix);
+/* The fixed table of a section (the layers' common keys for [layer.X],
+ * none for [plugin.X]), NULL for an unknown section. */
+const struct kiln_key *base_schema(const char *section);
+/* The schema row of section's key: its fixed table's, else the one the
+ * registry's plugin (or [train]'s optimizer) adds; NULL when none. */
+const struct kiln_key *lookup_key(const struct kiln_config *cfg, const char *section,
+				  const char *key);
+/* v, spaces around it allowed, as a whole number into *iout when iout is
+ * set, else as a finite number into *fout.  0, or -1 (nothing written). */
+int parse_number(const char *v, long long *iout, double *fout);
+/* 1/true/yes/on or 0/false/no/off (any case) into *out: 0, else -1. */
+int parse_bool(const char *v, int *out);
+/* x (written v) within k's range, else KILN_ECONFIG without a location. */
+kiln_status check_number(const struct kiln_key *k, const char *v, double x);
+/* config_get.c, for the dump.  1 for the [data] keys [data.eval] and
+ * [data.val] do not inherit (the files, the split, the limit). */
+int no_inherit(const char *key);
 
 #endif

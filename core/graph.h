@@ -496,8 +496,8 @@ static inline size_t kiln_align_up(size_t n)
 	return (n + KILN_ARENA_ALIGN - 1) & ~(size_t)(KILN_ARENA_ALIGN - 1);
 }
 
-/* core/graph.c, for the planner.  The index of layer `name` among the
- * first `upto` layers, -2 when there is none. */
+/* core/graph.c and graph_infer.c, for the planner.  The index of layer
+ * `name` among the first `upto` layers, -2 when there is none. */
 int kiln_model_find_layer(const struct kiln_model *m, int upto, const char *name);
 /* The data input as layers see it: [batch, sample...], 4-d inputs in the
  * model's layout, the compute dtype. */

@@ -297,7 +297,7 @@ int kiln_layer_relu_fold(const struct kiln_layer *l);
  * an evaluation one; poolings, batchnorm, linear: the forward alone in an
  * evaluation plan, tests/check_plan).  Not in the plugin ABI. */
 int kiln_layer_training(const struct kiln_layer *l);
-/* While the core infers layer l (core/graph.c kiln_model_infer): the
+/* While the core infers layer l (core/graph_infer.c kiln_model_infer): the
  * layout its output is to have where that is not its input's, else -1:
  * KILN_NHWC for a conv of one input channel in an NCHW model whose ReLU
  * feeds a maxpool, KILN_NCHW for that maxpool (issue 22).  A layer that
@@ -312,7 +312,7 @@ void kiln_model_mixed_stem(int on);
  * count, or a negative KILN_MILESTONES_* when v is not such a list.  A
  * repeated milestone counts twice (gamma applied twice at that step), as
  * PyTorch's MultiStepLR does: the schedule counts milestones m <= u.  The
- * reader (core/train_setup.c) and the config check (core/config_check.c)
+ * reader (core/train_buffers.c) and the config check (core/config_check.c)
  * share it. */
 #define KILN_MAX_MILESTONES 12
 enum {

@@ -140,7 +140,7 @@ fail:
 static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_memory *out);
 
 /* The host memory the trainer itself holds besides the loaders' rings
- * (core/train_setup.c, trainer_open): its two host input slots (x_host, y_host:
+ * (core/train_buffers.c, trainer_open): its two host input slots (x_host, y_host:
  * `rows` samples and labels each, from kiln_device_host_alloc, which the
  * CPU device commits like any allocation, whether or not a loader fills
  * them), the epoch's permutation and order (perm, order: an int64 per

@@ -131,7 +131,7 @@ static int relu_fold(const struct kiln_plan *p, int i)
 }
 
 /* Whether a layer of the plan writes another layout than it reads
- * (core/graph.c mixed_stem: a maxpool NHWC -> NCHW). */
+ * (core/graph_infer.c mixed_stem: a maxpool NHWC -> NCHW). */
 static int has_mixed_stem(const struct kiln_plan *p)
 {
 	for (int i = 0; i < p->m->n_layers; i++)

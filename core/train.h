@@ -1,7 +1,8 @@
 /* core/train.h - the trainer's state and the calls its loop is made of.
  *
  * kiln_train (trainer.c) reads like llm.c's main:
- *   trainer_open       setup: device, data, model, plans, buffers, resume  (train_setup.c)
+ *   trainer_open       setup: device, data, model, plans, buffers, resume  (train_setup.c;
+ *                      the model and plans in train_model.c, the buffers in train_buffers.c)
  *   trainer_step       one optimizer step: micro-steps, optimizer          (train_step.c)
  *   trainer_log_point  metrics read back, progress, the loggers            (train_log.c)
  *   trainer_evaluate   evaluation, keep_best, early stopping               (train_eval.c)

@@ -72,7 +72,7 @@ int cpu_convthin_ok(const struct kiln_op *op)
 		return 0;
 	/* NHWC: f32, one input channel (its planes are NCHW's bytes), as the
 	 * first layer of an NHWC model or of an NCHW one's mixed stem
-	 * (core/graph.c) */
+	 * (core/graph_infer.c) */
 	if (cpu_nhwc(y) && (x->dims[1] != 1 || x->dtype != KILN_F32))
 		return 0;
 	const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];

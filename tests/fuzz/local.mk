@@ -48,7 +48,7 @@ FUZZ_CPPFLAGS = $(DEFS) -I$(top_builddir) -I$(top_srcdir)/include -I$(top_srcdir
 	-I$(top_srcdir)/plugins/loaders $(INIH_CFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS) $(CRYPTO_CFLAGS)
 FUZZ_LIBS = -L$(top_builddir)/.libs -lkiln -Wl,-rpath,$(abs_top_builddir)/.libs \
 	$(INIH_LIBS) $(JANSSON_LIBS) $(ZLIB_LIBS) $(CRYPTO_LIBS) -lm -lpthread
-fuzz_config_SRC = core/config.c core/config_check.c
+fuzz_config_SRC = core/config.c core/config_check.c core/config_get.c core/config_write.c
 fuzz_checkpoint_SRC = core/checkpoint.c
 fuzz_safetensors_SRC = core/safetensors.c
 # the client, the parser and MAC, the server: store_mac and the server's

@@ -1,0 +1,273 @@
+/* core/graph_params.c - a built model's parameters: the compute-dtype
+ * copy, access by index or name, the initial values (PyTorch's default
+ * init, drawn per tensor from the run's seed) and the non-finite check of
+ * loaded values.  They are laid out in core/graph.c.
+ */
+#include "graph.h"
+
+#include <math.h>
+
+int kiln_model_param_count(const struct kiln_model *m) { return m->n_params; }
+int kiln_model_compute_dtype(const struct kiln_model *m) { return m->cdtype; }
+
+kiln_status kiln_model_set_compute_dtype(struct kiln_model *m, int dtype)
+{
+	kiln_status st;
+	if (dtype == m->cdtype)
+		return KILN_OK;
+	if (dtype != KILN_F32 && dtype != KILN_BF16 && dtype != KILN_F16)
+		return kiln_error(KILN_EINVAL, "compute dtype %s: f32, bf16 or f16",
+				  kiln_dtype_name(dtype));
+	if (m->params_c)
+		return kiln_error(KILN_EINVAL, "the compute dtype is already %s",
+				  kiln_dtype_name(m->cdtype));
+	m->cdtype = dtype;
+	if (dtype == KILN_F32 || !m->n_elems)
+		return KILN_OK;
+	struct kiln_op op;
+	int64_t n = (int64_t)m->n_elems;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CAST;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+	kiln_tensor_desc_init(&op.out[0], dtype, 1, &n);
+	if ((st = kiln_device_alloc(m->dev, m->n_elems * kiln_dtype_size(dtype), &m->params_c)) ||
+	    (st = kiln_device_prepare(m->dev, &op, &m->pcast_plan, NULL)))
+		return kiln_error_wrap(st, "the %s compute copy of the parameters",
+				       kiln_dtype_name(dtype));
+	kiln_model_weights_written(m);
+	/* the speed guides' rule: tensor-core (and AVX512-BF16) GEMMs and
+	 * convolutions want dimensions that are multiples of 8 */
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *pm = &m->params[i];
+		if (pm->buffer || pm->desc.ndim < 2)
+			continue;
+		int64_t k = 1;
+		for (int d = 1; d < pm->desc.ndim; d++)
+			k *= pm->desc.dims[d];
+		if (pm->desc.dims[0] % 8 || k % 8)
+			kiln_log(KILN_LOG_WARN, "core",
+				 "%s: %s compute with %s [%lld outputs, %lld inputs per output]: not multiples of 8, so the low-precision matrix kernels run below their best",
+				 m->layers[pm->layer].name, kiln_dtype_name(dtype), pm->name,
+				 (long long)pm->desc.dims[0], (long long)k);
+	}
+	return KILN_OK;
+}
+
+kiln_status kiln_model_params_sync(struct kiln_model *m, void *stream)
+{
+	if (!m->pcopy_stale || !m->pcast_plan)
+		return KILN_OK;
+	struct kiln_op_args a = { .in = { m->params_d }, .out = { m->params_c } };
+	kiln_status st = kiln_device_run(m->dev, m->pcast_plan, &a, stream);
+	if (!st)
+		m->pcopy_stale = 0;
+	return st;
+}
+size_t kiln_model_param_elems(const struct kiln_model *m) { return m->n_elems; }
+
+void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_info *o)
+{
+	const struct model_param *p = &m->params[i];
+	/* the caller may write the parameters: refresh the compute copy */
+	kiln_model_weights_written((struct kiln_model *)m);
+	o->name = p->name;
+	o->desc = p->desc;
+	o->param = (p->buffer ? m->buffers_d : m->params_d) + p->off;
+	o->grad = p->trainable ? m->grads_d + p->off : NULL;
+	o->trainable = p->trainable;
+}
+
+kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,
+				  struct kiln_param_info *out)
+{
+	for (int i = 0; i < m->n_params; i++)
+		if (!strcmp(m->params[i].name, name)) {
+			kiln_model_param_get(m, i, out);
+			return KILN_OK;
+		}
+	int t = kiln_model_tie_alias(m, name);
+	if (t >= 0) { /* "lm_head.weight", tied: the one tensor, named as its owner's */
+		kiln_model_param_get(m, t, out);
+		return KILN_OK;
+	}
+	return kiln_error(KILN_ENOTFOUND, "no parameter named '%s'", name);
+}
+
+/* The initial value of element e of parameter p: PyTorch's default init,
+ * keyed by (layer, slot, element): independent of layout order, of which
+ * layers are frozen and of which other parameters are drawn. */
+static float init_value(const struct model_param *p, uint64_t seed, int64_t e)
+{
+	float bound = p->fan_in > 0 ? 1.0f / sqrtf((float)p->fan_in) : 0.0f;
+	uint64_t key = (uint64_t)p->layer << 4 | (uint64_t)p->slot;
+	switch (p->init) {
+	case KILN_INIT_ONE: return 1.0f;
+	case KILN_INIT_KAIMING_UNIFORM:
+	case KILN_INIT_BIAS_UNIFORM:
+		return (2.0f * kiln_rng_uniform(seed, KILN_RNG_INIT, key, (uint32_t)e) - 1.0f) *
+		       bound;
+	case KILN_INIT_NORMAL: {
+		/* Box-Muller on the element's own two uniforms */
+		float u[4];
+		kiln_rng_uniform4(seed, KILN_RNG_INIT, key, (uint32_t)e, u);
+		return 0.02f * sqrtf(-2.0f * logf(1.0f - u[0])) * cosf(6.2831853f * u[1]);
+	}
+	default: return 0.0f;
+	}
+}
+
+/* The p->numel initial values of one tensor into v: init_value's, the
+ * uniform draws LANES at a time (kiln_rng_uniform_run, bit for bit the
+ * same numbers: most of a run's set-up before this was Philox one element
+ * at a time, about 30 ms for the CNN's 3.3 M weights). */
+static void init_tensor(const struct model_param *p, uint64_t seed, float *v)
+{
+	if (p->init != KILN_INIT_KAIMING_UNIFORM && p->init != KILN_INIT_BIAS_UNIFORM) {
+		for (int64_t e = 0; e < p->numel; e++)
+			v[e] = init_value(p, seed, e);
+		return;
+	}
+	const float bound = p->fan_in > 0 ? 1.0f / sqrtf((float)p->fan_in) : 0.0f;
+	const uint64_t key = (uint64_t)p->layer << 4 | (uint64_t)p->slot;
+	kiln_rng_uniform_run(seed, KILN_RNG_INIT, key, 0, p->numel, v);
+	for (int64_t e = 0; e < p->numel; e++)
+		v[e] = (2.0f * v[e] - 1.0f) * bound;
+}
+
+/* Copy host[lo, hi) to the region's device bytes (elements). */
+static kiln_status init_copy(struct kiln_model *m, float *dst, const float *host, size_t lo,
+			     size_t hi, void *stream)
+{
+	if (hi <= lo)
+		return KILN_OK;
+	return kiln_device_copy_async(m->dev, dst + lo, host + lo, (hi - lo) * sizeof(float),
+				      KILN_COPY_H2D, stream);
+}
+
+/* The elements [*lo, *hi) of a region (0 params, 1 buffers) this model
+ * holds: all, or a stage's rank's slice of the params (m->held). */
+static void region_span(const struct kiln_model *m, int region, size_t *lo, size_t *hi)
+{
+	*lo = !region && m->held ? m->held_lo : 0;
+	*hi = region ? m->n_buf_elems : m->held ? m->held_hi : m->n_elems;
+}
+
+/* One region (params or buffers): draw every tensor held here and not
+ * given by a file, and copy the drawn runs (the alignment padding zero) to
+ * the device, leaving the given tensors' bytes as the file wrote them.
+ * host[k] stands for element lo + k: a stage's rank draws its slice with
+ * the draws of one process (init_value's keys are the tensors' own). */
+static kiln_status init_region(struct kiln_model *m, int region, uint64_t seed, float *host,
+			       void *stream)
+{
+	size_t lo, hi;
+	region_span(m, region, &lo, &hi);
+	const size_t count = hi - lo;
+	float *dst = (region ? m->buffers_d : m->params_d) + lo;
+	size_t run = 0; /* start of the run of drawn elements (from lo) */
+	kiln_status st = KILN_OK;
+	memset(host, 0, count * sizeof(float));
+	for (int i = 0; i < m->n_params && !st; i++) {
+		const struct model_param *p = &m->params[i];
+		if (p->buffer != region || p->off < lo || p->off >= hi)
+			continue;
+		const size_t off = p->off - lo;
+		if (p->given) {
+			st = init_copy(m, dst, host, run, off, stream);
+			run = off + (size_t)p->numel;
+			continue;
+		}
+		init_tensor(p, seed, host + off);
+	}
+	if (!st)
+		st = init_copy(m, dst, host, run, count, stream);
+	/* the host buffer is reused: wait for the copies */
+	kiln_status st2 = kiln_device_stream_sync(m->dev, stream);
+	return st ? st : st2;
+}
+
+/* The micro-step counter at 0 and dropout's counter at step 0 (its
+ * layout's rows), through host (64 bytes at least); no parameter is given
+ * any more. */
+static kiln_status init_step(struct kiln_model *m, float *host, void *stream)
+{
+	int64_t c[8] = { 0 };
+	for (int i = 0; i < m->n_params; i++)
+		m->params[i].given = 0;
+	kiln_model_weights_written(m);
+	c[4 + 1] = m->drop_row0, c[4 + 2] = m->drop_rstride; /* drop_d = step_d + 4 */
+	memcpy(host, c, sizeof c);
+	kiln_status st = kiln_device_copy_async(m->dev, m->step_d, host, sizeof c,
+						KILN_COPY_H2D, stream);
+	return st ? st : kiln_device_stream_sync(m->dev, stream);
+}
+
+kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *stream)
+{
+	float *host;
+	int drawn = 0;
+	size_t lo, hi;
+	region_span(m, 0, &lo, &hi);
+	size_t n = hi - lo > m->n_buf_elems ? hi - lo : m->n_buf_elems;
+	if (n < 16)
+		n = 16; /* the step counters' 64 bytes go through this buffer too */
+	kiln_status st = kiln_device_host_alloc(m->dev, n * sizeof(float), (void **)&host);
+	if (st)
+		return st;
+	for (int i = 0; i < m->n_params; i++) /* (a held slice: its tensors) */
+		drawn += !m->params[i].given &&
+			 (m->params[i].buffer || (m->params[i].off >= lo && m->params[i].off < hi));
+	for (int region = 0; region < 2 && !st; region++)
+		st = init_region(m, region, seed, host, stream);
+	if (!st)
+		st = init_step(m, host, stream);
+	kiln_device_host_free(m->dev, host);
+	/* tests/int8.sh counts these lines: an evaluation of a whole file
+	 * draws nothing (kiln_model_init_loaded) */
+	kiln_log(KILN_LOG_DEBUG, "core", "initial weights: %d of %d tensors drawn ([run] seed %llu)",
+		 drawn, m->n_params, (unsigned long long)seed);
+	return st;
+}
+
+kiln_status kiln_model_init_loaded(struct kiln_model *m, void *stream)
+{
+	uint64_t host[8];
+	kiln_log(KILN_LOG_DEBUG, "core",
+		 "initial weights: none drawn (%d tensors, every one from the file that follows)",
+		 m->n_params);
+	return init_step(m, (float *)host, stream);
+}
+
+int kiln_model_nonfinite(const struct kiln_model *m, int region, size_t off, const float *v,
+			 size_t n, int64_t *at)
+{
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *p = &m->params[i];
+		const size_t lo = p->off > off ? p->off : off;
+		const size_t hi = p->off + (size_t)p->numel < off + n ? p->off + (size_t)p->numel
+								      : off + n;
+		if (!p->buffer != !region)
+			continue;
+		for (size_t e = lo; e < hi; e++)
+			if (!isfinite(v[e - off])) {
+				*at = (int64_t)(e - p->off);
+				return i;
+			}
+	}
+	return -1;
+}
+
+kiln_status kiln_model_finite_check(const struct kiln_model *m, const char *file, int region,
+				    size_t off, const float *v, size_t n)
+{
+	int64_t at;
+	const int i = kiln_model_nonfinite(m, region, off, v, n, &at);
+	char shape[100];
+	if (i < 0)
+		return KILN_OK;
+	kiln_tensor_desc_str(&m->params[i].desc, shape, sizeof shape);
+	return kiln_error(KILN_EDATA, "%s: tensor '%s' %s holds a non-finite value (%g at element %lld): refused (NaN or inf weights compute NaN, or finite but wrong outputs where a fused ReLU hides them)",
+			  file, m->params[i].name, shape, (double)v[(size_t)at + m->params[i].off - off],
+			  (long long)at);
+}

@@ -1,0 +1,266 @@
+/* core/train_buffers.c - the buffers and ops a run's steps use besides
+ * the model's plans (alloc_buffers): the staging ring and device slots,
+ * the f32 input a device-side transform widens into, the metric sums,
+ * and for training the learning-rate schedule op, the accumulation's
+ * scale and second gradient buffer, and the clip and non-finite check
+ * (prep_clip, from the model's preparation in core/train_model.c).  Part
+ * of trainer_open (core/train_setup.c); see train_setup.h.
+ */
+#include "train_setup.h"
+
+#include <math.h>
+#include <string.h>
+
+
+static kiln_status prep_fill(struct kiln_device *dev, int64_t n, double v, void **plan)
+{
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_FILL;
+	op.n_out = 1;
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &n);
+	op.f[0] = v;
+	return kiln_device_prepare(dev, &op, plan, NULL);
+}
+
+/* [train] milestones into op.i[4..]: ascending step counts after the
+ * warmup, their number in op.i[3]. */
+static kiln_status parse_milestones(const struct trainer *t, struct kiln_op *op)
+{
+	int64_t m[KILN_MAX_MILESTONES];
+	int n = kiln_parse_milestones(t->tc.milestones, m);
+	if (n < 0)
+		return kiln_error(KILN_ECONFIG, "%s: [train] milestones: up to 12 ascending step counts, e.g. `3000, 6000`",
+				  kiln_config_where(t->cfg, "train", "milestones"));
+	op->i[3] = n;
+	for (int k = 0; k < n; k++)
+		op->i[4 + k] = m[k];
+	return KILN_OK;
+}
+
+/* onecycle's rise ends at step pct_start x U - 1 after the warmup (U of
+ * them): at exactly 0 the rise is 0 steps long and its first rate 0/0
+ * (NaN: PyTorch's OneCycleLR raises ZeroDivisionError there).  The step
+ * count is known only now (epochs x batches, max_steps), so the config
+ * check cannot see it; the expression is the device's (scalar_ops.h). */
+static kiln_status check_onecycle(const struct trainer *t, int64_t total)
+{
+	const double pct = t->tc.pct_start;
+	const int64_t U = total - t->tc.warmup > 1 ? total - t->tc.warmup : 1;
+	if (pct * (double)U - 1 != 0)
+		return KILN_OK;
+	/* (any other pct_start works; 1.5 / U rises over one step) */
+	return kiln_error(KILN_ECONFIG, "%s: [train] pct_start = %g with schedule = onecycle over %lld step(s)%s: pct_start x steps = 1 leaves the rise to lr no step (OneCycleLR divides by zero there): use another pct_start, e.g. %g, or another number of steps",
+			  kiln_config_where(t->cfg, "train", "pct_start"), pct, (long long)U,
+			  t->tc.warmup > 0 ? " after the warmup" : "", 1.5 / (double)U);
+}
+
+/* The learning-rate schedule: a device op computing the step's lr from the
+ * model's step counter, so no per-step scalar crosses from the host. */
+static kiln_status prep_schedule(struct trainer *t, double lr, int64_t total)
+{
+	static const char *const kinds[] = { "constant", "cosine", "step", "multistep", "onecycle" };
+	const struct kiln_train_cfg *tc = &t->tc;
+	const char *kind = tc->schedule;
+	struct kiln_op op;
+	int64_t one = 1;
+	kiln_status st;
+	if (tc->max_steps > 0 && tc->max_steps < total)
+		total = tc->max_steps;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_LR_SCHEDULE;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+	op.i[0] = KILN_SCHED_CONSTANT;
+	for (int k = 0; kind && k < 5; k++)
+		if (!strcmp(kind, kinds[k]))
+			op.i[0] = k;
+	op.i[1] = total;
+	op.i[2] = tc->warmup;
+	op.i[3] = tc->step_size;
+	op.f[0] = lr;
+	op.f[1] = tc->lr_min;
+	op.f[2] = tc->gamma;
+	op.f[3] = tc->final_div_factor;
+	op.f[4] = tc->pct_start;
+	if (op.i[0] == KILN_SCHED_ONECYCLE)
+		op.f[2] = tc->div_factor;
+	if (op.i[0] == KILN_SCHED_MULTISTEP && (st = parse_milestones(t, &op)))
+		return st;
+	if (op.i[0] == KILN_SCHED_ONECYCLE && (st = check_onecycle(t, total)))
+		return st;
+	kiln_log(KILN_LOG_DEBUG, "train", "schedule %s over %lld steps, warmup %lld",
+		 kind ? kind : "constant", (long long)total, (long long)tc->warmup);
+	return kiln_device_prepare(t->dev, &op, &t->sched, NULL);
+}
+
+/* With accumulation: the scale to the mean and, where a layer cannot
+ * add its parameter gradients in its own ops (kiln_model_grad_accum_ok),
+ * the second gradient buffer and the add that folds it in. */
+static kiln_status prep_accumulate(struct trainer *t)
+{
+	struct kiln_op op;
+	kiln_status st;
+	const int64_t acc = t->acc;
+	if (acc > 1 && t->m->n_trainable) {
+		int64_t n = (int64_t)t->m->n_trainable;
+		/* (a pipeline accumulates in kiln_pipe_step: no second buffer here) */
+		const int in_ops = kiln_model_grad_accum_ok(t->m);
+		if (!in_ops && !t->pipe && ((st = kiln_device_alloc(t->dev, t->m->n_elems * sizeof(float),
+							(void **)&t->grads_more)) ||
+				(st = kiln_device_prepare_add(t->dev, n, &t->grads_add))))
+			return st;
+		/* each micro-step's loss is a mean over its batch: the sum of
+		 * N of them over N is the mean over the N batches */
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SCALE;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+		op.out[0] = op.in[0];
+		op.f[0] = 1.0 / (double)acc;
+		if ((st = kiln_device_prepare(t->dev, &op, &t->grads_mean, NULL)))
+			return st;
+		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s",
+			 (long long)acc, (long long)acc, (long long)(acc * t->B * (t->world > 0 ? t->world : 1)),
+			 in_ops ? "by the layers' ops" : "from a second buffer");
+		if (in_ops || t->pipe)
+			return KILN_OK;
+		/* backward never writes the alignment padding between tensors:
+		 * zero it once, so the add folds zeros into it */
+		void *fill;
+		if ((st = prep_fill(t->dev, (int64_t)t->m->n_elems, 0.0, &fill)))
+			return st;
+		struct kiln_op_args a = { .out = { t->grads_more } };
+		st = kiln_device_run(t->dev, fill, &a, t->compute);
+		kiln_status st2 = kiln_device_stream_sync(t->dev, t->compute);
+		kiln_device_plan_free(t->dev, fill);
+		if (st || st2)
+			return st ? st : st2;
+	}
+	return KILN_OK;
+}
+
+kiln_status trainer_clip_over(struct trainer *t, size_t n)
+{
+	struct kiln_op op;
+	void *plan = NULL;
+	kiln_op_grad_clip(&op, (int64_t)n);
+	op.f[0] = t->tc.clip_norm;
+	op.f[1] = t->tc.clip_value;
+	kiln_status st = kiln_device_prepare(t->dev, &op, &plan, NULL);
+	if (st)
+		return st;
+	kiln_device_plan_free(t->dev, t->clip);
+	t->clip = plan;
+	return KILN_OK;
+}
+
+/* Clipping and the non-finite check ([train] clip_norm, clip_value,
+ * skip_nonfinite): one op over the gradients before each optimizer step,
+ * whose finite flag the optimizer reads.  Before optim_prepare. */
+kiln_status prep_clip(struct trainer *t)
+{
+	const double norm = t->tc.clip_norm, value = t->tc.clip_value;
+	const int skip = t->tc.skip_nonfinite;
+	kiln_status st;
+	if (t->m->scaler_d && !skip)
+		return kiln_error(KILN_ECONFIG, "%s: [train] skip_nonfinite = 0 with loss scaling ([run] precision = %s): a step whose scaled gradients overflow must be skipped",
+				  kiln_config_where(t->cfg, "train", "skip_nonfinite"), t->run.precision);
+	if ((!skip && norm <= 0 && value <= 0) || !t->m->n_trainable)
+		return KILN_OK;
+	/* with loss scaling the unscale op takes the clip's place: the same
+	 * state and flag, the gradients divided by the device scale first */
+	if (t->m->scaler_d)
+		st = kiln_model_precision_prepare(t->m, norm, value, &t->clip);
+	else
+		st = trainer_clip_over(t, t->m->n_trainable);
+	if (st || (st = kiln_device_alloc(t->dev, 64, (void **)&t->clip_d)) ||
+	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->clip_host)))
+		return st;
+	memset(t->clip_host, 0, 4 * sizeof(float));
+	t->clip_host[1] = 1.0f;
+	if ((st = kiln_device_copy_async(t->dev, t->clip_d, t->clip_host, 4 * sizeof(float),
+					 KILN_COPY_H2D, t->compute)) ||
+	    (st = kiln_device_stream_sync(t->dev, t->compute)))
+		return st;
+	/* a skip needs the flag; clipping alone never skips */
+	if (skip)
+		t->m->step_ok_d = t->clip_d + 1;
+	return KILN_OK;
+}
+
+/* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
+static double scaled_lr(const struct trainer *t, int64_t global)
+{
+	const char *how = t->tc.lr_scale;
+	const double lr = t->tc.lr;
+	const int64_t base = t->tc.base_batch;
+	if (!how || !strcmp(how, "none"))
+		return lr;
+	double r = (double)global / (double)base, s = !strcmp(how, "sqrt") ? sqrt(r) : r;
+	kiln_log(KILN_LOG_INFO, "train", "lr_scale = %s: lr %g x %s(%lld / %lld) = %g", how, lr,
+		 !strcmp(how, "sqrt") ? "sqrt" : "", (long long)global, (long long)base, lr * s);
+	return lr * s;
+}
+
+/* transform_on = device (or bf16 samples): the f32 input the device
+ * widens into, and every batch size the run will see prepared now:
+ * nothing is prepared inside a step. */
+static kiln_status alloc_norm(struct trainer *t, int64_t rows)
+{
+	const struct train_set *first = t->training ? &t->train : &t->test;
+	const int do_eval = !t->training || t->tc.eval;
+	kiln_status st;
+	t->norm_bytes = (size_t)rows * kiln_tensor_bytes(&first->input);
+	if ((st = kiln_device_alloc(t->dev, t->norm_bytes, &t->x_norm)))
+		return st;
+	if (t->training)
+		kiln_log(KILN_LOG_INFO, "data", "%zu-byte %s samples copied, %s on the device",
+			 t->sample_bytes, kiln_dtype_name(first->ds.sample.dtype),
+			 first->ds.sample.dtype == KILN_U8 ? "normalised" : "widened to f32");
+	struct train_set *const sets[] = { &t->train, &t->test, &t->test, &t->val, &t->val };
+	const int64_t EB = t->EB;
+	const int64_t sizes[] = { t->training ? t->B : 0, do_eval ? EB : 0,
+				  do_eval ? t->test.len % EB : 0, t->have_val ? EB : 0,
+				  t->have_val ? t->val.len % EB : 0 };
+	for (size_t i = 0; i < KILN_ARRAY_LEN(sizes); i++) {
+		int k;
+		if (sizes[i] > 0 && (st = trainer_norm_plan(t, sets[i], sizes[i], 1, &k)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+/* The staging ring and device slots, sized for the larger batch; the
+ * metric sums; training: the schedule and the accumulation buffers. */
+kiln_status alloc_buffers(struct trainer *t)
+{
+	const struct train_set *first = t->training ? &t->train : &t->test;
+	const int do_eval = !t->training || t->tc.eval;
+	int64_t rows = !t->training || (do_eval && t->EB > t->B) ? t->EB : t->B;
+	kiln_status st;
+	t->sample_bytes = first->ds.sample_bytes;
+	t->label_bytes = first->ds.label_bytes;
+	t->x_bytes = (size_t)rows * t->sample_bytes;
+	if (kiln_dataset_widened(&first->ds) && (st = alloc_norm(t, rows)))
+		return st;
+	const size_t y_bytes = (size_t)rows * t->label_bytes;
+	for (int s = 0; s < SLOTS; s++)
+		if ((st = kiln_device_host_alloc(t->dev, t->x_bytes, &t->x_host[s])) ||
+		    (st = kiln_device_host_alloc(t->dev, y_bytes, &t->y_host[s])) ||
+		    (st = kiln_device_alloc(t->dev, t->x_bytes, &t->x_dev[s])) ||
+		    (st = kiln_device_alloc(t->dev, y_bytes, &t->y_dev[s])))
+			return st;
+	const int64_t G = t->B * t->acc * t->world;
+	if ((t->training && (st = kiln_device_alloc(t->dev, 64, (void **)&t->lr_dev))) ||
+	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
+	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
+	    (st = prep_fill(t->dev, 3, 0.0, &t->fill_metrics)) ||
+	    (t->training && (st = prep_schedule(t, scaled_lr(t, G),
+						t->tc.epochs * (t->train.len / G)))) ||
+	    (t->training && (st = prep_accumulate(t))))
+		return st;
+	struct kiln_op_args a = { .out = { t->metrics_dev } };
+	return kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
+}
