@@ -251,7 +251,7 @@ END_TEST
  * evaluation is not run again, and the epoch lines, the stop, the
  * evaluations and keep_best's list are the uninterrupted run's.  Before
  * session 35 the file had no "evaluated" or "stopper": the resume ran
- * and recorded the epoch-1 evaluation again (keep_best took it twice),
+ * and recorded the epoch-1 evaluation again (a second eval event of 20),
  * and with no "epoch" its epoch-1 line said "train loss 0.0000". */
 START_TEST(test_best_epoch_eval)
 {
