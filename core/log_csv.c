@@ -4,10 +4,16 @@
  * metrics.jsonl names the fields.  The columns are those of the table's
  * first record; a resumed run appends to the tables under their header
  * (a partial last row dropped first, kiln_log_open_append).
- * A cell a record lacks is empty. */
+ * A cell a record lacks is empty.  A record with a field the header
+ * lacks (a table an older kiln began, before `clipped`, or a run with
+ * other settings) widens the table: the file written again, whole
+ * or not at all, with the new columns at the end of its header and an
+ * empty cell for them in every earlier row (before session 35 the field
+ * was dropped from every row for good, silently). */
 #include "logger.h"
 
 #include <errno.h>
+#include <sys/types.h> /* ssize_t: getline */
 
 #define CSV_COLS (KILN_LOG_FIELDS + 1)
 
@@ -87,6 +93,88 @@ static void write_header(struct csv_table *t, const struct kiln_log_record *r)
 	fputc('\n', t->f);
 }
 
+static int has_col(const struct csv_table *t, const char *name)
+{
+	for (int k = 0; k < t->ncol; k++)
+		if (!strncmp(t->col[k], name, sizeof t->col[0] - 1))
+			return 1;
+	return 0;
+}
+
+/* A widened table's file as kiln_file_write takes it (kiln_file_fill):
+ * its header of t's columns, then its rows (the old header skipped) each
+ * with an empty cell for the columns from n0 on; 0 or an errno. */
+struct widen {
+	const struct csv_table *t;
+	int n0; /* the columns the rows have */
+};
+
+static int widen_fill(FILE *out, void *ctx)
+{
+	const struct widen *w = ctx;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	int err = 0;
+	FILE *in = fopen(w->t->path, "r");
+	if (!in)
+		return errno;
+	for (int k = 0; k < w->t->ncol; k++)
+		fprintf(out, "%s%s", k ? "," : "", w->t->col[k]);
+	fputc('\n', out);
+	for (int row = 0; (len = getline(&line, &cap, in)) > 0; row++) {
+		while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = 0;
+		if (!row)
+			continue;
+		fputs(line, out);
+		for (int k = w->n0; k < w->t->ncol; k++)
+			fputc(',', out);
+		fputc('\n', out);
+	}
+	if (ferror(in))
+		err = errno ? errno : EIO;
+	else if (ferror(out))
+		err = errno ? errno : EIO;
+	free(line);
+	fclose(in);
+	return err;
+}
+
+/* Record r's fields that the table's header lacks added to it (as many as
+ * fit), the file written again with them (widen_fill) and opened again
+ * for appending, said. */
+static kiln_status table_widen(struct csv_table *t, const struct kiln_log_record *r)
+{
+	const int n0 = t->ncol;
+	char names[CSV_COLS * 64] = "";
+	if (r->set && !has_col(t, "set"))
+		add_col(t, "set");
+	for (int i = 0; i < r->n; i++)
+		if (!has_col(t, r->f[i].name))
+			add_col(t, r->f[i].name);
+	if (t->ncol == n0)
+		return KILN_OK;
+	for (int k = n0; k < t->ncol; k++)
+		snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+			 k > n0 ? ", " : "", t->col[k]);
+	const struct widen w = { t, n0 };
+	int err = fclose(t->f) ? errno : 0;
+	t->f = NULL;
+	if (!err)
+		err = kiln_file_write(t->path, widen_fill, (void *)&w);
+	kiln_status st = kiln_log_open_append(t->path, &t->f);
+	if (err) {
+		t->ncol = n0; /* (the file as it was: its rows go on under it) */
+		return kiln_error(KILN_EIO, "%s: cannot write it again with the column(s) %s its header lacks: %s",
+				  t->path, names, strerror(err));
+	}
+	if (!st)
+		kiln_log(KILN_LOG_INFO, "log", "%s: its header lacks the column(s) %s (an older kiln, or other settings, began the table): written again with them, their cells empty in the earlier rows",
+			 t->path, names);
+	return st;
+}
+
 /* Column name's cell of record r. */
 static void write_cell(FILE *f, const struct kiln_log_record *r, const char *name)
 {
@@ -113,6 +201,8 @@ static kiln_status csv_record(void *ctx, const struct kiln_log_record *r)
 		return st;
 	if (!t->ncol)
 		write_header(t, r);
+	else if ((st = table_widen(t, r)))
+		return st;
 	for (int k = 0; k < t->ncol; k++) {
 		if (k)
 			fputc(',', t->f);

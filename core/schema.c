@@ -161,7 +161,7 @@ static const struct kiln_key train_keys[] = {
 	{ "eval_every", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Evaluate every N optimizer steps (and after the last); 0 = after every epoch. Evaluation plans keep no activations for backward." },
 	{ "keep_best", KILN_KEY_INT, "0", 0, 1000, NULL,
-	  "Keep checkpoints of the K best evaluations by `best_metric` in out_dir/checkpoints/best (written right after each evaluation that makes the top K; the displaced one is deleted; a resume continues the list: docs/checkpoints.md); needs `[run] out_dir` (a run with an empty one is refused); 0 = off." },
+	  "Keep checkpoints of the K best evaluations by `best_metric` in out_dir/checkpoints/best (written right after each evaluation that makes the top K; the displaced one is deleted; a resume continues the list, and a run resumes from a best/ file as from any checkpoint: docs/checkpoints.md); needs `[run] out_dir` (a run with an empty one is refused); 0 = off." },
 	{ "best_metric", KILN_KEY_ENUM, "acc", NOLIM, "acc|loss",
 	  "What `keep_best` ranks by: test accuracy (higher is better) or test loss (lower is better)." },
 	{ "early_stop_patience", KILN_KEY_INT, "0", 0, 1e9, NULL,

@@ -396,6 +396,17 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t);
  * event of step: a resumed run's first write of its step logs none then. */
 int trainer_checkpoint_logged(const char *out_dir, int64_t step);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
+/* train_ckpt.c: what every checkpoint holds for a resume besides the
+ * state, the position and the lists (the periodic, final and keep_best
+ * ones alike: a run resumed from a best/ file goes on as from any), in
+ * storage the caller holds while it writes */
+struct trainer_ckpt_resume {
+	struct kiln_ckpt_epoch sums;   /* the epoch's training sums so far */
+	struct kiln_ckpt_stopper stopper; /* early stopping's best and count */
+	int64_t counts[2];             /* the clip op's steps skipped, clipped */
+};
+kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resume *r,
+				     struct kiln_ckpt_meta *meta);
 /* train_ckpt.c: write t's state as a checkpoint in dir (every rank takes
  * part: streamed stages, ZeRO-1's gather; the outcome agreed), the path
  * written into path on rank 0 */

@@ -109,10 +109,18 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 		return KILN_OK;
 	const double v = t->tc.best_on_loss ? -loss : acc;
 	char dir[4300], path[4200] = "";
+	/* the evaluation after its step is done: its numbers (an epoch's
+	 * evaluation, at the epoch's end, would otherwise run and be recorded
+	 * again by a resume from the file, and counted twice by early
+	 * stopping and keep_best; an eval_every one's are the result's when
+	 * no step is left).  No final test yet (has_test 0: a resume from the
+	 * run's last evaluation runs it, trainer_checkpoint_resumed). */
+	const struct kiln_ckpt_evaluated done = { .loss = loss, .acc = acc, .acc5 = *t->ev.acc5,
+						  .samples = *t->ev.samples };
 	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
-				       .trainer = t->pos };
+				       .trainer = t->pos, .evaluated = &done };
 	struct kiln_ckpt_best *best;
-	int64_t counts[2];
+	struct trainer_ckpt_resume r;
 	kiln_status st;
 	/* rank 0's choice on every rank, as the write is a collective (the
 	 * values agree, but a last bit of difference must not split them) */
@@ -123,14 +131,15 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	if (i < 0)
 		return KILN_OK;
 	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	/* the clip op's counts as of this step, as checkpoint()'s: a resume
-	 * from a best/ file (copied into checkpoints/) goes on counting from
-	 * them (before session 34 best/ files had no "clip_counts", and such
-	 * a resume counted from 0 again) */
-	if ((st = trainer_clip_counts(t, counts)) || (st = trainer_best_meta(t, i, v, &meta, &best)))
+	/* the epoch's sums, early stopping's state (after this evaluation:
+	 * trainer_evaluate updates it first) and the clip op's counts as of
+	 * this step, as a periodic checkpoint's: a resume from a best/ file
+	 * (copied into checkpoints/) goes on as the uninterrupted run did
+	 * (before session 34 best/ files had no "clip_counts", before session
+	 * 35 no "epoch", "stopper" or "evaluated") */
+	if ((st = trainer_ckpt_resume_meta(t, &r, &meta)) ||
+	    (st = trainer_best_meta(t, i, v, &meta, &best)))
 		return st;
-	if (t->clip)
-		meta.clip_counts = counts;
 	st = trainer_ckpt_write(t, dir, &meta, path, sizeof path);
 	free(best);
 	if (st)

@@ -129,27 +129,43 @@ static int evals_follow_last(const struct trainer *t)
 /* Write a checkpoint of the state after the step that ended t->pos (a host
  * sync point), then delete all but the keep_last newest.  evaluated: the
  * evaluations after the step are done, their numbers (NULL: not). */
+/* The epoch's sums, early stopping's state and the clip op's counts into
+ * r, pointed to from meta: one place for what a resume reads of any
+ * checkpoint, so keep_best's carry it as the periodic ones do (before
+ * session 35 best/ files had no "epoch" or "stopper": a run resumed from
+ * one started early stopping's count afresh, and stopped 5 steps after
+ * the uninterrupted run, and its epoch's train loss averaged the steps
+ * after the resume alone).  Every rank: the sums are a collective; after
+ * the run's last step (ckpt_end) the ones taken there, as the evaluations
+ * since have used the device's sums. */
+kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resume *r,
+				     struct kiln_ckpt_meta *meta)
+{
+	kiln_status st;
+	r->sums = t->end_sums;
+	if ((!t->ckpt_end && (st = epoch_sums(t, &r->sums))) ||
+	    (st = trainer_clip_counts(t, r->counts)))
+		return st;
+	r->stopper = (struct kiln_ckpt_stopper){ t->stopper.best, t->stopper.bad, t->stopper.have };
+	meta->epoch = &r->sums;
+	meta->stopper = t->tc.early_stop_patience ? &r->stopper : NULL;
+	meta->clip_counts = t->clip ? r->counts : NULL;
+	return KILN_OK;
+}
+
 static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluated *evaluated,
 			      char *path, size_t n)
 {
 	kiln_status st = KILN_OK;
-	struct kiln_ckpt_epoch sums = t->end_sums;
+	struct trainer_ckpt_resume r;
 	struct kiln_ckpt_best *best;
-	int64_t counts[2];
-	const struct kiln_ckpt_stopper sp = { t->stopper.best, t->stopper.bad, t->stopper.have };
 	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
-				       .trainer = t->pos, .epoch = &sums,
-				       .stopper = t->tc.early_stop_patience ? &sp : NULL,
-				       .eval_owed = t->eval_owed, .evaluated = evaluated };
-	/* every rank: the sums are a collective, and so is the write; after
-	 * the run's last step (ckpt_end) the ones taken there, as the
-	 * evaluations since have used the device's sums */
-	if ((!t->ckpt_end && (st = epoch_sums(t, &sums))) ||
-	    (st = trainer_clip_counts(t, counts)) ||
+				       .trainer = t->pos, .eval_owed = t->eval_owed,
+				       .evaluated = evaluated };
+	/* every rank: the sums are a collective, and so is the write */
+	if ((st = trainer_ckpt_resume_meta(t, &r, &meta)) ||
 	    (st = trainer_best_meta(t, -1, 0, &meta, &best)))
 		return st;
-	if (t->clip)
-		meta.clip_counts = counts;
 	t->ckpt_step = t->pos.step;
 	st = trainer_ckpt_write(t, t->ckdir, &meta, path, n);
 	free(best);
@@ -371,7 +387,12 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t)
 	 * that stopped the run: a kiln before session 33 wrote it so after a
 	 * kill between its two writes; that evaluation runs again,
 	 * trainer_epoch_eval, and the file is written again with them) */
-	if (t->evaluated && !(t->stop_early && tc->eval && !t->done.samples))
+	/* (a best/ file's "evaluated" holds its evaluation alone, no final
+	 * test: one of the run's last evaluation, or of the one that stopped
+	 * it early, resumed, runs [data.val]'s final test and is written
+	 * again with it, as the run's last checkpoint was) */
+	const int test_owed = t->have_val && !t->done.has_test && (final || t->stop_early);
+	if (t->evaluated && !test_owed && !(t->stop_early && tc->eval && !t->done.samples))
 		return KILN_OK;
 	if (t->stop_early && (t->have_val || tc->eval))
 		t->ckpt_end = CKPT_END_TEST;

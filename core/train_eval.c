@@ -192,8 +192,9 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	t->pos.epoch = t->ep;
 	t->pos.step = t->step;
 	t->pos.offset = offset;
-	if ((st = trainer_keep_best(t, *e->loss, *e->acc)))
-		return st;
+	/* early stopping's count before keep_best's write: a best/ file
+	 * holds the state after its evaluation, as the periodic checkpoint
+	 * of an eval_every step does (before session 35 keep_best came first) */
 	t->stop_early = stopper_update(t, *e->loss, *e->acc);
 	/* rank 0's decision on every rank: their evaluations may differ in a
 	 * last bit, or more (batchnorm's running statistics are each rank's
@@ -207,6 +208,8 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 					       t->world);
 		t->stop_early = stop != 0;
 	}
+	if ((st = trainer_keep_best(t, *e->loss, *e->acc)))
+		return st;
 	/* a checkpoint of this step written before it (checkpoint_every's at
 	 * an epoch's last step, before the epoch's evaluation) holds the
 	 * stopper and keep_best list from before it: out of date, so an early

@@ -334,6 +334,78 @@ START_TEST(test_resume_partial_line)
 }
 END_TEST
 
+/* The "log" messages of any level, kept for the widening test. */
+static char said[TEST_WARNED_SIZE];
+
+static void keep_said(void *user, int level, const char *who, const char *msg)
+{
+	(void)user, (void)level;
+	size_t n = strlen(said);
+	if (!strcmp(who, "log"))
+		snprintf(said + n, sizeof said - n, "%s\n", msg);
+}
+
+/* Tables whose header lacks a field of the resumed run's records (an
+ * older kiln's train.csv, before "clipped"; an eval.csv begun by a final
+ * test, which has no "epoch"): written again with the new columns at the
+ * end of the header, the earlier rows' cells for them empty, and the new
+ * rows under it, every row as long as the header; said once.  Before
+ * session 35 the rows kept the old columns and the new field was dropped
+ * from every row for good. */
+START_TEST(test_csv_widen)
+{
+	write_text("train.csv", "epoch,step,loss\n1,5,0.25\n1,10,0.125\n");
+	write_text("eval.csv", "set,step,loss\ntest,10,0.5\n");
+	said[0] = 0;
+	kiln_log_set_sink(keep_said, NULL);
+	struct kiln_loggers *L = open_loggers("[log]\ncsv = 1\n", 1, 10);
+	struct kiln_log_record r = train_rec(15, 0.0625, 1);
+	kiln_log_add(&r, "clipped", 3, 1);
+	kiln_loggers_record(L, &r);
+	r = train_rec(20, 0.03125, 1);
+	kiln_log_add(&r, "clipped", 4, 1);
+	kiln_loggers_record(L, &r);
+	struct kiln_log_record e = { .event = "eval", .set = "val", .step = 20 };
+	kiln_log_add(&e, "epoch", 2, 1);
+	kiln_log_add(&e, "step", 20, 1);
+	kiln_log_add(&e, "loss", 0.25, 0);
+	kiln_loggers_record(L, &e);
+	ck_assert_int_eq(kiln_loggers_close(L), KILN_OK);
+	kiln_log_set_sink(NULL, NULL);
+
+	expect_text("train.csv", "epoch,step,loss,grad_norm,clipped\n"
+				 "1,5,0.25,,\n"
+				 "1,10,0.125,,\n"
+				 "1,15,0.0625,0.5,3\n"
+				 "1,20,0.03125,0.5,4\n");
+	expect_text("eval.csv", "set,step,loss,epoch\n"
+				"test,10,0.5,\n"
+				"val,20,0.25,2\n");
+	char want[4096];
+	snprintf(want, sizeof want,
+		 "%s/train.csv: its header lacks the column(s) grad_norm, clipped (an older kiln, or other settings, began the table): written again with them, their cells empty in the earlier rows\n"
+		 "%s/eval.csv: its header lacks the column(s) epoch (an older kiln, or other settings, began the table): written again with them, their cells empty in the earlier rows\n",
+		 dir, dir);
+	ck_assert_str_eq(said, want);
+	/* the next resume appends under the widened header, saying nothing */
+	said[0] = 0;
+	kiln_log_set_sink(keep_said, NULL);
+	L = open_loggers("[log]\ncsv = 1\n", 1, 20);
+	r = train_rec(25, 0.5, 1);
+	kiln_log_add(&r, "clipped", 5, 1);
+	kiln_loggers_record(L, &r);
+	ck_assert_int_eq(kiln_loggers_close(L), KILN_OK);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_str_eq(said, "");
+	expect_text("train.csv", "epoch,step,loss,grad_norm,clipped\n"
+				 "1,5,0.25,,\n"
+				 "1,10,0.125,,\n"
+				 "1,15,0.0625,0.5,3\n"
+				 "1,20,0.03125,0.5,4\n"
+				 "1,25,0.5,0.5,5\n");
+}
+END_TEST
+
 /* out_dir removed mid-run (session 34): metrics.jsonl's lines so far,
  * read back through the file still open after its name is gone, into the
  * recreated directory's metrics.jsonl, which the reopened loggers
@@ -372,7 +444,8 @@ static Suite *make_log_suite(void)
 		       (const TTest *[]){ test_masked_crc, test_tfrecord_frame, test_histogram, NULL });
 	check_add_case(s, "files", 0, dir_setup, dir_teardown,
 		       (const TTest *[]){ test_tensorboard_file, test_csv_tables, test_jsonl,
-						    test_resume_partial_line, test_jsonl_carry, NULL });
+						    test_resume_partial_line, test_csv_widen,
+						    test_jsonl_carry, NULL });
 	return s;
 }
 

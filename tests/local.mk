@@ -355,6 +355,12 @@ TESTS += tests/check_resume_evals
 tests_check_resume_evals_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_resume_evals_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_resume_evals_LDADD = libkiln.la $(CHECK_LIBS)
+# a run resumed from a keep_best checkpoint goes on as the uninterrupted one
+check_PROGRAMS += tests/check_resume_best
+TESTS += tests/check_resume_best
+tests_check_resume_best_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_resume_best_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_resume_best_LDADD = libkiln.la $(CHECK_LIBS)
 endif
 EXTRA_DIST += tests/data/mlp_ref.safetensors tests/data/gen_mlp_ref.py tests/data/README.md \
 	tests/data/safetensors_io.py tests/data/gen_sched_refs.py tests/data/sched_refs.txt \
