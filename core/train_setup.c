@@ -17,8 +17,13 @@ static kiln_status open_set(struct trainer *t, const char *section, const char *
 			    struct train_set *d)
 {
 	kiln_status st = kiln_dataset_open(t->cfg, t->reg, section, split, train, &d->ds);
+	/* (a rank's error names it, as a bad sample's does later,
+	 * train_step.c: each rank opens its own copy, and a rank started by
+	 * hand has no launcher to name it; before session 35 a truncated
+	 * file said only its path) */
 	if (st)
-		return st;
+		return t->dist ? kiln_error_wrap(st, "rank %d of %d", t->rank, kiln_dist_world(t->dist))
+			       : st;
 	d->len = d->ds.len;
 	d->ds.rank = t->dist ? t->rank : -1; /* (the skip warnings name it) */
 	kiln_dataset_input_desc(&d->ds, &d->input);
