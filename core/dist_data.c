@@ -191,7 +191,7 @@ static void describe(const char *a, int ha, const char *b, int hb, int r, char *
 static void chunk_verdict(struct kiln_dist *d, const char *z, size_t zn, const char *t, size_t tn,
 			  char *out, size_t n)
 {
-	static char a[8192], b[8192]; /* (one call at a time: the training thread's) */
+	char a[8192], b[8192];
 	for (size_t l = 0;; l++) {
 		int ha = line_at(z, zn, l, a, sizeof a), hb = line_at(t, tn, l, b, sizeof b);
 		if ((ha || hb) && (ha != hb || strcmp(a, b))) {
@@ -249,7 +249,7 @@ static kiln_status serve_chunk(struct kiln_dist *d, char *const *texts, const si
 	    !chunk_span(texts[i], lens[i], c, &at, &n))
 		at = n = 0;
 	free(w);
-	return kiln_store_set(d->store, "kiln/data_chunk", i >= 0 && i < k ? texts[i] + at : "", n);
+	return kiln_store_set(d->store, "kiln/data_chunk", n ? texts[i] + at : "", n);
 }
 
 kiln_status kiln_dist_agree_data(struct kiln_dist *d, const char *const *names, char *const *texts,
