@@ -117,6 +117,20 @@ int64_t kiln_shard_len(int64_t n, int64_t start, int world, int drop_last);
 int64_t kiln_shard(const int64_t *order, int64_t n, int64_t start, int rank, int world,
 		   int drop_last, int64_t *out);
 
+/* What the opened set d is, cheaply, as text (malloc'd, *len bytes, no
+ * NUL inside) that the ranks of a data-parallel run compare line by line
+ * (kiln_dist_agree_data): the samples' and labels' shapes, the classes,
+ * the resolved transforms, and each file the source reads (ops version
+ * 4), its path, size and the CRC32C of its first and last DATA_ID_EDGE
+ * bytes; beyond DATA_ID_EDGES_MAX files only every k-th file's ends are
+ * read, the others' sizes stat'ed, beyond DATA_ID_STATS_MAX every k-th
+ * stat'ed, the others only named (core/data_identity.c says what it
+ * cannot see).  KILN_ENOMEM. */
+#define DATA_ID_EDGE 4096
+#define DATA_ID_EDGES_MAX 4096
+#define DATA_ID_STATS_MAX 16384
+kiln_status kiln_dataset_identity(const struct kiln_dataset *d, char **text, size_t *len);
+
 /* [data] workers: "auto" -> -1, else the count.  KILN_ECONFIG naming the
  * line for anything else. */
 kiln_status kiln_data_workers(const struct kiln_config *cfg, int *workers);

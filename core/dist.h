@@ -33,6 +33,17 @@ kiln_status kiln_dist_finish(struct kiln_dist *d);
  * posting ends the wait.  NULL, world 1: KILN_OK. */
 kiln_status kiln_dist_agree_sizes(struct kiln_dist *d, const char *const *names,
 				  const int64_t *n, int k);
+/* After kiln_dist_agree_sizes: every rank's k data sets the same
+ * (kiln_dataset_identity's texts[i], lens[i] bytes: the shapes, the
+ * transforms, each file's path, size and ends) as rank 0's, through the
+ * store (digests; only the first chunk that differs travels,
+ * core/dist_data.c): ranks reading another copy of the same size at the
+ * same path would train on other data without a word.  A difference
+ * fails every rank at once, KILN_EDATA, naming the section, the first
+ * rank that differs, the file (or line) and what differs; a peer that
+ * failed or was lost on the way ends the wait.  NULL, world 1: KILN_OK. */
+kiln_status kiln_dist_agree_data(struct kiln_dist *d, const char *const *names, char *const *texts,
+				 const size_t *lens, int k);
 /* How long kiln_dist_open waits before it connects (restart_wait): for
  * a rank other than 0 that `kiln launch --max-restarts` started again
  * (KILN_RESTART > 0), STORE_LINGER_MS + 1 s, so the failed run's store,

@@ -227,36 +227,42 @@ kiln_status dist_config_agree(struct kiln_dist *d, const struct kiln_config *cfg
 
 #define SIZES_MAX 4 /* the sections a trainer opens: [data], .eval, .val */
 
-/* Rank r's posted counts into n[k] (kiln/data_sizes/R: "N N N"); *who
- * = -1, or a peer that failed with its own error (*lost 0) or was lost
- * (*lost 1) first, as the store names it. */
-static kiln_status sizes_read(struct kiln_dist *d, int r, int64_t *n, int k, int *who, int *lost)
+kiln_status dist_peer_read(struct kiln_dist *d, const char *key, void **val, int *who, int *lost)
 {
-	char key[48];
-	snprintf(key, sizeof key, "kiln/data_sizes/%d", r);
 	const char *const keys[] = { key, "kiln/failed_rank", "kiln/lost" };
 	int which = -1;
 	void *v = NULL;
 	kiln_status st = kiln_store_poll(d->store, keys, 3, d->timeout_ms, &which, &v);
+	*val = NULL;
 	*who = -1;
 	*lost = which == 2;
-	if (!st && which > 0)
+	if (!st && which > 0) {
 		*who = atoi(v);
-	else if (!st) {
-		const char *p = v;
-		for (int i = 0; i < k; i++) {
-			char *e;
-			n[i] = strtoll(p, &e, 10);
-			p = e;
-		}
+		free(v);
+	} else if (!st)
+		*val = v;
+	return st;
+}
+
+/* Rank r's posted counts into n[k] (kiln/data_sizes/R: "N N N"); *who
+ * as dist_peer_read's. */
+static kiln_status sizes_read(struct kiln_dist *d, int r, int64_t *n, int k, int *who, int *lost)
+{
+	char key[48];
+	void *v = NULL;
+	snprintf(key, sizeof key, "kiln/data_sizes/%d", r);
+	kiln_status st = dist_peer_read(d, key, &v, who, lost);
+	const char *p = v;
+	for (int i = 0; v && i < k; i++) {
+		char *e;
+		n[i] = strtoll(p, &e, 10);
+		p = e;
 	}
 	free(v);
 	return st;
 }
 
-/* The peer that failed or was lost before posting its sizes, named as
- * kiln_dist_explain and the watchdog name it. */
-static kiln_status sizes_peer_gone(struct kiln_dist *d, int who, int lost)
+kiln_status dist_peer_gone(struct kiln_dist *d, int who, int lost, const char *before)
 {
 	char key[48], host[64] = "?";
 	void *v = NULL;
@@ -266,10 +272,10 @@ static kiln_status sizes_peer_gone(struct kiln_dist *d, int who, int lost)
 	free(v);
 	d->peer_blamed = 1;
 	if (lost)
-		return kiln_error(KILN_EIO, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed) before the ranks compared their data set sizes",
-				  d->env.rank, d->env.world, who, host);
-	return kiln_error(KILN_EIO, "rank %d of %d: rank %d (host %s) failed with its own error (its log says why) before the ranks compared their data set sizes",
-			  d->env.rank, d->env.world, who, host);
+		return kiln_error(KILN_EIO, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed) before %s",
+				  d->env.rank, d->env.world, who, host, before);
+	return kiln_error(KILN_EIO, "rank %d of %d: rank %d (host %s) failed with its own error (its log says why) before %s",
+			  d->env.rank, d->env.world, who, host, before);
 }
 
 kiln_status kiln_dist_agree_sizes(struct kiln_dist *d, const char *const *names,
@@ -299,7 +305,7 @@ kiln_status kiln_dist_agree_sizes(struct kiln_dist *d, const char *const *names,
 					     d->env.rank, d->env.world, r);
 		}
 		else if (who >= 0 && who != d->env.rank)
-			st = sizes_peer_gone(d, who, lost);
+			st = dist_peer_gone(d, who, lost, "the ranks compared their data set sizes");
 	}
 	for (int i = 0; !st && i < k; i++) {
 		int r = 1;

@@ -154,6 +154,15 @@ int dist_names_rank(const struct kiln_dist *d, const char *msg);
  * state on `compute`, wait for the copies and free the whole state and
  * the whole-model optimizer plan (ZeRO-1, a pipeline stage on ranks) */
 kiln_status dist_drop_whole_state(struct kiln_dist *d, void *compute);
+/* core/dist_config.c: wait (within [dist] timeout) for key, which a
+ * peer posts: *val its value (malloc'd, NUL-terminated), or NULL with
+ * *who the peer that failed with its own error (*lost 0) or was lost
+ * (*lost 1) first, as the store names it (else *who = -1). */
+kiln_status dist_peer_read(struct kiln_dist *d, const char *key, void **val, int *who, int *lost);
+/* The peer dist_peer_read named, failed or lost `before` ("the ranks
+ * compared their data set sizes"), as kiln_dist_explain and the watchdog
+ * name it: KILN_EIO, the peer blamed. */
+kiln_status dist_peer_gone(struct kiln_dist *d, int who, int lost, const char *before);
 /* core/dist_config.c: every rank's resolved config (and kiln) against rank
  * 0's, through the store, before the communicator opens: KILN_ECONFIG on
  * every rank, naming the first rank and key that differ, both values. */

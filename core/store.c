@@ -349,10 +349,13 @@ static kiln_status authenticate(struct kiln_store *s, int64_t deadline, int time
 }
 
 /* How long one try of store_connect waits for the handshake: the store
- * drops a connection that has not presented the token in STORE_AUTH_MS,
- * so an answer not there well after it is not coming (the store's close
- * lost on a link that failed); a fresh connection may get one. */
-#define HANDSHAKE_TRY_MS (STORE_AUTH_MS + STORE_AUTH_MS / 2)
+ * drops a connection that has not presented the token in
+ * kiln_store_auth_ms of rank 0's [dist] timeout, so an answer not there
+ * well after it is not coming (the store's close lost on a link that
+ * failed); a fresh connection may get one.  This process's own timeout
+ * estimates rank 0's (a rank-local key: where they differ, a try ends
+ * early, and connects again, or late, within the deadline still). */
+#define HANDSHAKE_TRY_MS(s) STORE_HANDSHAKE_TRY(kiln_store_auth_ms((s)->timeout_ms))
 
 /* Connect s to its store and authenticate (HELLO for rank) before
  * deadline, again as long as the handshake broke (authenticate's *brk;
@@ -382,7 +385,7 @@ static kiln_status store_connect(struct kiln_store *s, int rank, int world, int6
 		if (s->fd < 0)
 			return kiln_error(KILN_ETIMEOUT, "rank %d of %d: cannot reach the rendezvous store at " KILN_AT_FMT " within %.1f s (%s): is rank 0 running, and are the master address and port right?",
 					  rank, world, KILN_AT_ARG(s->host, s->port), s->timeout_ms / 1000.0, why);
-		const int64_t try_end = now_ms() + HANDSHAKE_TRY_MS;
+		const int64_t try_end = now_ms() + HANDSHAKE_TRY_MS(s);
 		int brk = 0, status;
 		s->broken = 0;
 		kiln_status st = authenticate(s, try_end < deadline ? try_end : deadline, s->timeout_ms, &brk);
@@ -398,9 +401,9 @@ static kiln_status store_connect(struct kiln_store *s, int rank, int world, int6
 		if (!brk || now_ms() >= deadline || kiln_stop_pending())
 			return st;
 		if (st == KILN_ETIMEOUT) /* (this try's bound, not [dist] timeout) */
-			st = kiln_error(KILN_ETIMEOUT, "store " KILN_AT_FMT ": no answer to the token handshake within %.0f s of connecting (the store drops a connection without the token after %d s: the link to it may have failed)",
-					KILN_AT_ARG(s->host, s->port), HANDSHAKE_TRY_MS / 1000.0,
-					STORE_AUTH_MS / 1000);
+			st = kiln_error(KILN_ETIMEOUT, "store " KILN_AT_FMT ": no answer to the token handshake within %.1f s of connecting (the store drops a connection without the token after a quarter of rank 0's [dist] timeout, 1 to 10 s, %.1f s by this rank's: the link to it may have failed)",
+					KILN_AT_ARG(s->host, s->port), HANDSHAKE_TRY_MS(s) / 1000.0,
+					kiln_store_auth_ms(s->timeout_ms) / 1000.0);
 		last_st = st;
 		snprintf(last, sizeof last, "%s", kiln_last_error());
 		if (!tries)

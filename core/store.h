@@ -86,7 +86,6 @@ enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
 #ifndef STORE_UNAUTH_GRACE_MS
 #define STORE_UNAUTH_GRACE_MS 200
 #endif
-#define STORE_AUTH_MS 10000           /* to present the token after connecting */
 #define STORE_LINGER_MS 3000          /* rank 0 serves peers still connected at its close */
 #define STORE_TOKEN_MIN 16            /* characters */
 #define STORE_TOKEN_MAX 1024
@@ -94,7 +93,7 @@ enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
  * token, none): "refused N connection(s), the last from ADDR:PORT: WHY" */
 #define STORE_REFUSED_KEY "kiln/refused"
 /* the server's record of the connections it closed before they presented
- * the token (none within STORE_AUTH_MS, or the oldest closed for a new one
+ * the token (none within kiln_store_auth_ms, or the oldest closed for a new one
  * beyond STORE_MAX_UNAUTH): "dropped N connection(s) that presented no
  * token, the last from ADDR:PORT: WHY" */
 #define STORE_DROPPED_KEY "kiln/unauth_dropped"
@@ -162,6 +161,19 @@ int store_random(unsigned char *buf, size_t n);
  * its connection breaks there (core/store.c, rendezvous_reconnect: a live
  * rank whose link blipped, session 33). */
 int kiln_store_dead_after_ms(int timeout_ms);
+
+/* How long (ms) the server waits for a new connection's token (the HMAC
+ * of its greeting's nonce) before it closes it: a quarter of the
+ * rendezvous timeout timeout_ms ([dist] timeout, rank 0's), between 1 and
+ * 10 s.  A live client answers within milliseconds; one whose link broke
+ * during the handshake connects again (core/store.c, store_connect), and
+ * waits STORE_HANDSHAKE_TRY(its own kiln_store_auth_ms) for an answer
+ * before it does, so the upper bound is what a broken handshake costs
+ * before the retry (a fixed 10 s before session 35, under any timeout:
+ * with [dist] timeout = 4 the store held a silent connection 10 s, and
+ * a rank named a drop after 10 s that its 4 s rendezvous never saw). */
+int kiln_store_auth_ms(int timeout_ms);
+#define STORE_HANDSHAKE_TRY(auth_ms) ((auth_ms) + (auth_ms) / 2)
 
 /* The server: a thread serving on host:port (the master address; port 0:
  * ephemeral, *bound says which) to clients that present token;

@@ -114,6 +114,12 @@ int kiln_store_dead_after_ms(int timeout_ms)
 	return q < 1000 ? 1000 : q > 10000 ? 10000 : q;
 }
 
+int kiln_store_auth_ms(int timeout_ms)
+{
+	const int q = timeout_ms / 4;
+	return q < 1000 ? 1000 : q > 10000 ? 10000 : q;
+}
+
 int store_random(unsigned char *buf, size_t n)
 {
 	return RAND_bytes(buf, (int)n) == 1 ? 0 : -1;

@@ -3,7 +3,8 @@
  *
  * It listens on the master address only (127.0.0.1 for one machine).  A
  * client first gets a greeting with a fresh random nonce and must answer
- * with the token's HMAC of it within STORE_AUTH_MS; until then nothing
+ * with the token's HMAC of it within kiln_store_auth_ms of rank 0's
+ * [dist] timeout (auth_ms); until then nothing
  * else is accepted.  A wrong HMAC is answered STORE_REFUSED, then
  * closed; a connection silent that long, or the oldest without the token
  * once STORE_MAX_UNAUTH (STORE_MAX_UNAUTH_ADDR from its address) are
@@ -94,6 +95,7 @@ struct store_server {
 				     * anything; parsing it back read past a short
 				     * value, session 32) */
 	int dead_after_ms;        /* kiln_store_dead_after_ms of the rendezvous timeout */
+	int auth_ms;              /* kiln_store_auth_ms of it: the token's wait */
 	int all_joined;           /* kiln/all_joined is set: keepalive is off */
 	int accept_err;           /* the errno accept4 last failed with, told once */
 	int64_t accept_again_at;  /* after EMFILE/ENFILE: when to try again (ms) */
@@ -332,7 +334,7 @@ static void auth_refused(struct store_server *s, const struct client *c, const c
 }
 
 /* A connection closed before it presented the token: none within
- * STORE_AUTH_MS (a link that broke during the handshake: the client of
+ * auth_ms (a link that broke during the handshake: the client of
  * session 34 on connects again), or the oldest such closed for a new one
  * (accept_client).  Not a refusal (its token was never seen): counted
  * under STORE_DROPPED_KEY, which the rendezvous' timeout names, the
@@ -637,7 +639,7 @@ static void limit_told(int *told, const char *what, const char *peer)
  * token: it may be closed for a new one. */
 static int unauth_stale(const struct store_server *s, long i, int64_t now)
 {
-	return i >= 0 && now - (s->cl[i].auth_by - STORE_AUTH_MS) >= STORE_UNAUTH_GRACE_MS;
+	return i >= 0 && now - (s->cl[i].auth_by - s->auth_ms) >= STORE_UNAUTH_GRACE_MS;
 }
 
 /* Whether a new connection, from whatever address, could meet a limit of
@@ -732,7 +734,7 @@ static void accept_client(struct store_server *s)
 		s->cap_cl = s->cap_cl ? 2 * s->cap_cl : 16;
 	s->cl = ncl;
 	struct client *c = &s->cl[s->n_cl];
-	*c = (struct client){ .fd = fd, .rank = -1, .auth_by = now_ms() + STORE_AUTH_MS };
+	*c = (struct client){ .fd = fd, .rank = -1, .auth_by = now_ms() + s->auth_ms };
 	snprintf(c->peer, sizeof c->peer, "%s", peer);
 	snprintf(c->addr, sizeof c->addr, "%s", host);
 	if (store_random(c->nonce, sizeof c->nonce) || queue(c, STORE_MAGIC, STORE_MAGIC_LEN) ||
@@ -749,8 +751,11 @@ static void client_turn(struct store_server *s, size_t i, short rev, int64_t now
 {
 	struct client *c = &s->cl[i];
 	int bad = (!c->authed && now >= c->auth_by) || ((rev & (POLLERR | POLLNVAL)) != 0);
-	if (!c->authed && !c->closing && now >= c->auth_by)
-		unauth_dropped(s, c, "it presented no token within 10 s");
+	if (!c->authed && !c->closing && now >= c->auth_by) {
+		char why[64];
+		snprintf(why, sizeof why, "it presented no token within %.1f s", s->auth_ms / 1000.0);
+		unauth_dropped(s, c, why);
+	}
 	if (!bad && (rev & (POLLOUT | POLLHUP)) && c->out_len)
 		bad = flush_out(c) || (!c->out_len && client_work(s, c));
 	if (!bad && (rev & (POLLIN | POLLHUP)) && !c->out_len)
@@ -877,6 +882,7 @@ kiln_status store_server_start(const char *host, int port, const char *token, in
 	s->lfd = s->wake[0] = s->wake[1] = -1;
 	snprintf(s->token, sizeof s->token, "%s", token);
 	s->dead_after_ms = kiln_store_dead_after_ms(timeout_ms);
+	s->auth_ms = kiln_store_auth_ms(timeout_ms);
 	if ((st = server_listen(s, host, port, bound))) {
 		server_free(s);
 		return st;

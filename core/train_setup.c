@@ -17,8 +17,13 @@ static kiln_status open_set(struct trainer *t, const char *section, const char *
 			    struct train_set *d)
 {
 	kiln_status st = kiln_dataset_open(t->cfg, t->reg, section, split, train, &d->ds);
+	/* (a rank's error names it, as a bad sample's does later,
+	 * train_step.c: each rank opens its own copy, and a rank started by
+	 * hand has no launcher to name it; before session 35 a truncated
+	 * file said only its path) */
 	if (st)
-		return st;
+		return t->dist ? kiln_error_wrap(st, "rank %d of %d", t->rank, kiln_dist_world(t->dist))
+			       : st;
 	d->len = d->ds.len;
 	d->ds.rank = t->dist ? t->rank : -1; /* (the skip warnings name it) */
 	kiln_dataset_input_desc(&d->ds, &d->input);
@@ -378,6 +383,34 @@ static kiln_status agree_sizes(struct trainer *t)
 	return kiln_dist_agree_sizes(t->dist, names, n, 3);
 }
 
+/* Every rank's data sets the same (kiln_dist_agree_data): the same sizes
+ * may still be another copy's other contents; the identities cost a few
+ * file opens (core/data_identity.c), paid only with several ranks. */
+static kiln_status agree_data(struct trainer *t)
+{
+	static const char *const names[] = { "[data]", "[data.eval]", "[data.val]" };
+	const struct train_set *sets[] = { &t->train, &t->test, &t->val };
+	char *texts[3] = { NULL, NULL, NULL };
+	size_t lens[3] = { 0, 0, 0 };
+	kiln_status st = KILN_OK;
+	if (kiln_dist_world(t->dist) < 2)
+		return KILN_OK;
+	const double t0 = kiln_now_s();
+	for (int i = 0; i < 3 && !st; i++)
+		if (sets[i]->ds.ops && (st = kiln_dataset_identity(&sets[i]->ds, &texts[i], &lens[i])))
+			st = kiln_error_wrap(st, "rank %d of %d: %s: its identity", t->rank,
+					     kiln_dist_world(t->dist), names[i]);
+	const double t1 = kiln_now_s();
+	if (!st)
+		st = kiln_dist_agree_data(t->dist, names, texts, lens, 3);
+	if (!st)
+		kiln_log(KILN_LOG_DEBUG, "train", "the data sets' identities: %.2f ms to read, %.2f ms to compare",
+			 1e3 * (t1 - t0), 1e3 * (kiln_now_s() - t1));
+	for (int i = 0; i < 3; i++)
+		free(texts[i]);
+	return st;
+}
+
 kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 			 const struct kiln_registry *reg, const struct kiln_train_cfg *tc,
 			 int training, struct kiln_train_result *res)
@@ -392,7 +425,7 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 	t->t_start = kiln_now_s();
 	double at[8] = { 0 };
 	if ((st = read_config(t, tc)) || stamp(&at[0]) || (st = open_device(t)) || stamp(&at[1]) ||
-	    (st = open_sets(t)) || (st = agree_sizes(t)) || stamp(&at[2]) || (st = build_model(t)) || stamp(&at[3]) ||
+	    (st = open_sets(t)) || (st = agree_sizes(t)) || (st = agree_data(t)) || stamp(&at[2]) || (st = build_model(t)) || stamp(&at[3]) ||
 	    (st = alloc_buffers(t)) || stamp(&at[4]) || (training && (st = open_run(t))) ||
 	    stamp(&at[5]) || (st = open_loaders(t)) || stamp(&at[6]) ||
 	    (training && ((st = open_loop(t)) || (st = open_out_dir(t)))) || stamp(&at[7]))

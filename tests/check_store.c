@@ -1589,7 +1589,8 @@ START_TEST(test_idle_flood)
 	struct kiln_store *s0, *s1;
 	emfile_log[0] = 0;
 	kiln_log_set_sink(emfile_capture, NULL);
-	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 20000, &s0), KILN_OK);
+	/* (40 s: the store waits 10 s for a token, kiln_store_auth_ms) */
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 40000, &s0), KILN_OK);
 	const int port = kiln_store_port(s0);
 	/* 8 idle ones from another address first: never closed for the
 	 * flood from 127.0.0.1 (32 from one address at most) */
@@ -1736,6 +1737,38 @@ START_TEST(test_burst_open)
 }
 END_TEST
 
+/* Finding 3 of session 35: the store's wait for a token follows rank 0's
+ * [dist] timeout (a quarter, 1 to 10 s): at 4 s, a connection that reads
+ * its greeting and answers nothing is closed after 1 s, and counted so
+ * (before, after 10 s whatever the timeout). */
+START_TEST(test_auth_wait)
+{
+	struct kiln_store *s0;
+	ck_assert_int_eq(kiln_store_auth_ms(4000), 1000);
+	ck_assert_int_eq(kiln_store_auth_ms(20000), 5000);
+	ck_assert_int_eq(kiln_store_auth_ms(300000), 10000);
+	ck_assert_int_eq(kiln_store_auth_ms(100), 1000);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 4000, &s0), KILN_OK);
+	int fd = raw_connect(kiln_store_port(s0));
+	unsigned char g[40], b;
+	ck_assert_int_eq(raw_read(fd, g, sizeof g), 0);
+	const double t0 = now();
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	ck_assert_int_eq(poll(&pf, 1, 6000), 1);
+	const double dt = now() - t0;
+	ck_assert_msg(read(fd, &b, 1) == 0 && dt > 0.8 && dt < 3,
+		      "a connection without the token closed after %.1f s, expected 1 s", dt);
+	close(fd);
+	void *v = NULL;
+	size_t n = 0;
+	ck_assert_int_eq(kiln_store_check(s0, STORE_DROPPED_KEY, &v, &n), KILN_OK);
+	ck_assert_msg(v && strstr(v, ": it presented no token within 1.0 s"), "%s: %.*s",
+		      STORE_DROPPED_KEY, (int)n, v ? (char *)v : "");
+	free(v);
+	kiln_store_close(s0);
+}
+END_TEST
+
 static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
@@ -1744,7 +1777,8 @@ static Suite *make_store_suite(void)
 		test_rendezvous_ok, test_rendezvous_refusals, test_claim_before_win, test_claim_released, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
 		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_old_protocol, test_keepalive, test_store_gone, test_accept_emfile, test_connect_dropped, test_refusal_store_figure,
 		test_claim_again, test_claim_again_two_addrs, test_claim_again_old_open,
-		test_auth_cut, test_auth_old_store, test_idle_flood, test_burst_open, test_young_kept, NULL });
+		test_auth_cut, test_auth_old_store, test_idle_flood, test_burst_open, test_young_kept,
+		test_auth_wait, NULL });
 	return s;
 }
 

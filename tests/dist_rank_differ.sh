@@ -8,17 +8,23 @@
 #     rank at 2 s called the peer at 0 silent after 2 s, the one at 4 the
 #     one at 60, beating every 15 s, after 4 s);
 #  2. rank 1 fails with its own error after the rendezvous (its data file
-#     truncated): rank 0 exits within seconds naming rank 1 as failed
+#     truncated; its message names it, "rank 1 of 2: ..."): rank 0
+#     exits within seconds naming rank 1 as failed
 #     (before, it waited for [dist] heartbeat or timeout, 60 s here, and
 #     blamed silence, a stuck peer or no rank at all);
 #  3. rank 1's data set is smaller (another file at the same path on its
 #     node): both ranks refuse at once naming both counts (before, they
-#     met in different collectives and hung until [dist] timeout).
+#     met in different collectives and hung until [dist] timeout);
 #  4. both ranks fail with their own error at the same point (the same
 #     truncated file), rank 1's teardown slow (KILN_TEST_CLOSE_DELAY_MS,
 #     3 s: a device's frees): each rank's error is its own (before
 #     session 35 rank 1's watchdog read rank 0's FAILED mark during that
 #     teardown and ended it naming rank 0, its own error never printed).
+#  5. rank 1's data set has the same size but other contents (one pixel of
+#     the first sample, then of the last): both ranks refuse at once,
+#     exit 3, naming rank 1, the file and which end differs (before
+#     session 35 they trained on different data without a word); an
+#     identical copy at another place passes.
 name=dist_rank_differ needs=gloo
 . "$(dirname "$0")/dist_common.sh"
 export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}"
@@ -95,7 +101,9 @@ ln -s "$tmp/trunc" "$tmp/own-w1/fm"
 two own "train.epochs=40 data.path=fm" "train.epochs=40 data.path=fm"
 # rank 1's own error, then rank 0's naming it, within 10 s of rank 1's exit
 # ([dist] timeout and heartbeat 60 s)
-grep -q "^kiln: error: .*fm/train-images-idx3-ubyte.gz: truncated data" "$tmp/own-r1.log" ||
+# (its message names its rank, as a bad sample's does: before session 35
+# a rank started by hand said only the path)
+grep -q "^kiln: error: rank 1 of 2: [^ ]*fm/train-images-idx3-ubyte.gz: truncated data" "$tmp/own-r1.log" ||
 	{ bad "own: rank 1 did not fail on its truncated file"; cat "$tmp/own-r1.log"; }
 line=$(grep "^kiln: error: rank 0 of 2: .*rank 1 (host [^)]*) failed with its own error (its log says why)" "$tmp/own-r0.log")
 echo "own: rank 0: $(echo "$line" | cut -c1-200)"
@@ -181,6 +189,41 @@ for r in 0 1; do
 		bad "both: rank $r names the other as failed"
 	[ "$(rc_of both-r$r)" != 0 ] && [ "$(rc_of both-r$r)" != 124 ] || bad "both: rank $r exited $(rc_of both-r$r)"
 	[ "$(secs_of both-r$r)" -le 40 ] || bad "both: rank $r ended after $(secs_of both-r$r) s"
+done
+# ---- 5. data sets of the same size, other contents -------------------------
+# uncompressed IDX files of 3000 samples (the files' first and last 4 KiB
+# are what a rank reads of them, core/data_identity.c): the same on rank 0
+# and in "same", one pixel of sample 0 flipped in "head", of sample 2999 in
+# "tail"
+/usr/bin/python3 - "$fm" "$tmp" <<'PYEOF' || bad "making the copies"
+import gzip, os, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+n = 3000
+img = bytearray(gzip.open(os.path.join(src, "train-images-idx3-ubyte.gz")).read()[:16 + n * 784])
+lab = bytearray(gzip.open(os.path.join(src, "train-labels-idx1-ubyte.gz")).read()[:8 + n])
+img[4:8] = struct.pack(">I", n); lab[4:8] = struct.pack(">I", n)
+for name, flip in (("ref", None), ("same", None), ("head", 16 + 300), ("tail", 16 + (n - 1) * 784 + 300)):
+    d = os.path.join(dst, "copy-" + name); os.makedirs(d)
+    b = bytearray(img)
+    if flip is not None:
+        b[flip] ^= 0x40
+    open(os.path.join(d, "train-images-idx3-ubyte"), "wb").write(b)
+    open(os.path.join(d, "train-labels-idx1-ubyte"), "wb").write(lab)
+PYEOF
+for n in same head tail; do
+	mkdir "$tmp/$n-w0" "$tmp/$n-w1"
+	ln -s "$tmp/copy-ref" "$tmp/$n-w0/fm"
+	ln -s "$tmp/copy-$n" "$tmp/$n-w1/fm"
+	two $n "data.path=fm train.epochs=1" "data.path=fm train.epochs=1"
+done
+for r in 0 1; do
+	[ "$(rc_of same-r$r)" = 0 ] || { bad "same: rank $r exited $(rc_of same-r$r)"; grep error "$tmp/same-r$r.log"; }
+	for n in head:first tail:last; do
+		line=$(grep "^kiln: error: rank $r of 2: \[data\]: rank 1's data differ from rank 0's: fm/train-images-idx3-ubyte: its ${n#*:} 4096 bytes differ (CRC32C [0-9a-f]* on rank 0, [0-9a-f]* on rank 1): every rank must read the same data" "$tmp/${n%:*}-r$r.log")
+		echo "${n%:*}: rank $r: $(echo "$line" | cut -c1-200)"
+		[ -n "$line" ] || { bad "${n%:*}: rank $r did not name the file and its ${n#*:} bytes"; grep error "$tmp/${n%:*}-r$r.log"; }
+		[ "$(rc_of ${n%:*}-r$r)" = 3 ] || bad "${n%:*}: rank $r exited $(rc_of ${n%:*}-r$r), expected 3 (a data error)"
+	done
 done
 [ $fail = 0 ] && echo "PASS"
 exit $fail

@@ -914,7 +914,11 @@ struct kiln_source_ops {
 	 * them before anything is written (kiln_output_watch).  NULL: the
 	 * source names none (generated data).  Called from the opening
 	 * thread after info, and only when that output exists already
-	 * (else no file can be it: nothing listed, nothing stat'ed). */
+	 * (else no file can be it: nothing listed, nothing stat'ed); in a
+	 * run of several ranks also twice after the sets open, the files'
+	 * paths (as given, in the same order on every rank), sizes and ends
+	 * being the set's identity the ranks compare
+	 * (kiln_dist_agree_data). */
 	void (*files)(void *ctx, void (*each)(void *arg, const char *path), void *arg);
 };
 
