@@ -66,6 +66,12 @@ static const struct {
 	 * (session 33: `kiln train --resume --profile` was refused) */
 	{ "run", "profile" },        { "run", "profile_steps" },
 	{ "run", "infer_block" },
+	/* where the threads of stages on CPU devices run, never what they
+	 * compute: bind_stages pins them to CPUs (the default went auto ->
+	 * none in 2bf4637), stage_spin_us is how long a waiting stage's
+	 * stream watches before it sleeps (session 35: a resume with either
+	 * changed was refused) */
+	{ "run", "bind_stages" },    { "plugin.cpu", "stage_spin_us" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)
@@ -245,6 +251,10 @@ static int ckpt_wanted(const char *sec, const char *key, void *u)
 	if (wkeys)
 		return weights_key(sec, key) ||
 		       (listed(wkeys, sec, key) && !unshaping_key(sec, key));
+	/* [run] fuse: resolved by the device, and bit-exact or not by the
+	 * model; the trainer compares it (core/train_ckpt.c resume_fuse) */
+	if (!strcmp(sec, "run") && !strcmp(key, "fuse"))
+		return 0;
 	return !kiln_ckpt_safe_key(sec, key);
 }
 

@@ -652,6 +652,8 @@ START_TEST(test_config_check)
 		{ "model.stages_flops_per_byte=5", NULL },
 		{ "train.recompute=2", NULL },     { "data.cache=ram", NULL },
 		{ "data.transform_on=device", NULL },
+		/* compared by the trainer as resolved (tests/resume_knobs.sh) */
+		{ "run.fuse=0", NULL },            { "run.bind_stages=auto", NULL },
 		{ "train.lr=0.2", "[train] lr is '0.1' in the checkpoint but '0.2' here" },
 		{ "run.seed=4", "[run] seed" },
 		{ "data.flip=1", "[data] flip" },
@@ -680,6 +682,10 @@ START_TEST(test_config_check)
 	ck_assert_int_eq(kiln_ckpt_safe_key("data.eval", "transform_on"), 1);
 	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cuda", "graph"), 0);
 	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cpu", "bf16_conv"), 0);
+	/* where stages' threads run (session 35) */
+	ck_assert_int_eq(kiln_ckpt_safe_key("run", "bind_stages"), 1);
+	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cpu", "stage_spin_us"), 1);
+	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cpu", "adaptive"), 0);
 	/* the weights alone (eval, export): only what shapes the stored
 	 * tensors, plus what the checkpoint lists */
 	static const struct {
