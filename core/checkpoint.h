@@ -285,7 +285,11 @@ kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int 
  * kiln_config_write output), key by key in file order.  KILN_ECONFIG naming
  * the checkpoint and the first key that differs (both values).  For a
  * resume (weights_keys NULL) every key but those safe to change on resume
- * (kiln_ckpt_safe_key); for the weights alone (eval, export) only the keys
+ * (kiln_ckpt_safe_key) and [run] fuse, which the trainer compares as
+ * resolved for its device and model (core/train_ckpt.c resume_fuse);
+ * values by meaning (spaces around them aside, a built-in layer's pair
+ * keys as the pair get_pair reads, milestones as their step counts:
+ * core/resume.c ckpt_same); for the weights alone (eval, export) only the keys
  * that shape the stored tensors: those listed in weights_keys (the
  * checkpoint's "weights_keys" section; "" for a checkpoint without one)
  * and those kiln_ckpt_weights_keys picks from either text, less those this

@@ -53,6 +53,13 @@ kiln_status kiln_kv_parse(const char *text, struct kiln_kv **out, int *n)
 		e->val_n = unset ? 0 : len - (int)(eq + 2 - line);
 		if (e->val_n < 0)
 			e->val_n = 0;
+		/* the value as every kiln reads it: a kiln before session 34
+		 * kept an override's spaces ("layer.fc1.out=128 " was written
+		 * '128 ', read as 128), which this kiln trims */
+		while (e->val && e->val_n && (e->val[0] == ' ' || e->val[0] == '\t'))
+			e->val++, e->val_n--;
+		while (e->val && e->val_n && (e->val[e->val_n - 1] == ' ' || e->val[e->val_n - 1] == '\t'))
+			e->val_n--;
 	}
 	*out = v;
 	*n = k;
@@ -80,10 +87,22 @@ const struct kiln_kv *kiln_kv_lookup(const struct kiln_kv *v, int n, const char 
 	return kv_find(v, n, &e);
 }
 
-static int kv_equal(const struct kiln_kv *x, const struct kiln_kv *y)
+/* Values x[0..xn) and y[0..yn) of [sec] key: equal bytes, or equal by
+ * `same` (NULL: bytes alone). */
+static int val_equal(const char *sec, const char *key, const char *x, size_t xn, const char *y,
+		     size_t yn, kiln_kv_same_fn same, void *u)
+{
+	if (xn == yn && !memcmp(x, y, xn))
+		return 1;
+	return same && same(sec, key, x, xn, y, yn, u);
+}
+
+static int kv_equal(const struct kiln_kv *x, const struct kiln_kv *y, const char *sec,
+		    const char *key, kiln_kv_same_fn same, void *u)
 {
 	return x && y && (!x->val) == (!y->val) &&
-	       (!x->val || (x->val_n == y->val_n && !memcmp(x->val, y->val, (size_t)x->val_n)));
+	       (!x->val || val_equal(sec, key, x->val, (size_t)x->val_n, y->val, (size_t)y->val_n,
+				     same, u));
 }
 
 /* e's value as a message shows it; a key the text lacks reads as its
@@ -106,7 +125,7 @@ static void kv_show(const struct kiln_kv *e, const char *sec, const char *key,
 
 /* Is `have`'s value the default of its key (the other text lacks it)? */
 static int at_default(const struct kiln_kv *have, const char *sec, const char *key,
-		      kiln_kv_default_fn def, void *u)
+		      kiln_kv_default_fn def, kiln_kv_same_fn same, void *u)
 {
 	const char *v;
 	size_t n = 0;
@@ -114,12 +133,12 @@ static int at_default(const struct kiln_kv *have, const char *sec, const char *k
 		return 0;
 	if (!v || !have->val)
 		return !v && !have->val;
-	return (size_t)have->val_n == n && !memcmp(have->val, v, n);
+	return val_equal(sec, key, have->val, (size_t)have->val_n, v, n, same, u);
 }
 
 kiln_status kiln_config_diff(const char *a, const char *b, kiln_kv_wanted_fn wanted,
-			     kiln_kv_default_fn def, void *u, int show_defaults, int *differs,
-			     struct kiln_config_delta *d)
+			     kiln_kv_default_fn def, kiln_kv_same_fn same, void *u, int show_defaults,
+			     int *differs, struct kiln_config_delta *d)
 {
 	struct kiln_kv *va = NULL, *vb = NULL;
 	int na = 0, nb = 0;
@@ -140,7 +159,8 @@ kiln_status kiln_config_diff(const char *a, const char *b, kiln_kv_wanted_fn wan
 			const struct kiln_kv *o = kv_find(y, ny, e);
 			if (pass && o)
 				continue; /* compared in the first pass */
-			if (kv_equal(e, o) || (!o && at_default(e, sec, key, def, u)))
+			if (kv_equal(e, o, sec, key, same, u) ||
+			    (!o && at_default(e, sec, key, def, same, u)))
 				continue;
 			const struct kiln_kv *ea = pass ? o : e, *eb = pass ? e : o;
 			snprintf(d->section, sizeof d->section, "%s", sec);

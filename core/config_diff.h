@@ -18,7 +18,8 @@ struct kiln_kv {
 /* Parse a resolved config text into *out (malloc'd, the caller frees), *n
  * entries in the text's order.  The text may come from a file (a
  * checkpoint): malformed lines are skipped, nothing about its shape is
- * taken for granted.  KILN_ENOMEM only. */
+ * taken for granted.  A value is trimmed of spaces and tabs on both sides
+ * (as kiln reads it).  KILN_ENOMEM only. */
 kiln_status kiln_kv_parse(const char *text, struct kiln_kv **out, int *n);
 
 /* The entry of [sec] key in v[0..n), or NULL. */
@@ -32,6 +33,11 @@ const struct kiln_kv *kiln_kv_lookup(const struct kiln_kv *v, int n, const char 
 typedef int (*kiln_kv_wanted_fn)(const char *section, const char *key, void *u);
 typedef int (*kiln_kv_default_fn)(const char *section, const char *key, void *u,
 				  const char **val, size_t *len);
+/* Whether two set values of [section] key whose bytes differ (a[0..an),
+ * b[0..bn), not NUL-terminated) mean the same (1): "2, 0" and "2,0" of a
+ * pair key (core/resume.c). */
+typedef int (*kiln_kv_same_fn)(const char *section, const char *key, const char *a, size_t an,
+			       const char *b, size_t bn, void *u);
 
 /* The first difference: section and key, and each side's value as a
  * message shows it: 'v', "unset", or where that text lacks the key
@@ -42,11 +48,12 @@ struct kiln_config_delta {
 };
 
 /* Compare texts a and b among the keys `wanted` accepts (NULL: all), a's
- * keys in a's order, then the keys only b has.  A key one text lacks is
+ * keys in a's order, then the keys only b has.  Two values are equal when
+ * their bytes are, or by `same` (NULL: bytes alone).  A key one text lacks is
  * equal when the other's value is its default by `def` (NULL: no rule).
  * *differs = 1 and *d filled at the first key that differs, else 0.
  * KILN_ENOMEM only. */
 kiln_status kiln_config_diff(const char *a, const char *b, kiln_kv_wanted_fn wanted,
-			     kiln_kv_default_fn def, void *u, int show_defaults, int *differs,
-			     struct kiln_config_delta *d);
+			     kiln_kv_default_fn def, kiln_kv_same_fn same, void *u, int show_defaults,
+			     int *differs, struct kiln_config_delta *d);
 #endif

@@ -115,7 +115,7 @@ static char *rank_verdict(struct kiln_dist *d, const struct kiln_config *cfg, co
 		return NULL;
 	}
 	t[len] = 0;
-	st = kiln_config_diff(t, mine, compared, schema_default, (void *)cfg, 1, &differs,
+	st = kiln_config_diff(t, mine, compared, schema_default, NULL, (void *)cfg, 1, &differs,
 			      &delta);
 	free(t);
 	if (st)

@@ -510,6 +510,12 @@ int32_t kiln_model_layout(const struct kiln_config *cfg, const struct kiln_devic
  * the tests check), 0 elsewhere.  KILN_ECONFIG naming file:line for a
  * value that is neither. */
 kiln_status kiln_model_fuse(const struct kiln_config *cfg, int cpu, int *out);
+/* 1 when [run] fuse on or off computes the same bits on the CPU for p's
+ * model (docs/config.md, fuse): no conv of one input channel in NCHW whose
+ * ReLU a maxpool alone reads, the shape core/graph.c mixed_stem runs NHWC
+ * when fused (its weight gradient summed in another order), whatever its
+ * dtype and whether p fused it.  0: fusing may change the rounding. */
+int kiln_plan_fuse_exact(const struct kiln_plan *p);
 /* The only layer that reads layer i's output, else -1 (none, or several). */
 int kiln_model_only_consumer(const struct kiln_model *m, int i);
 /* Configure and infer every layer for the data input `data` (the batch

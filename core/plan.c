@@ -141,6 +141,26 @@ static int has_mixed_stem(const struct kiln_plan *p)
 	return 0;
 }
 
+int kiln_plan_fuse_exact(const struct kiln_plan *p)
+{
+	const struct kiln_model *m = p->m;
+	if (m->stage) /* no mixed stem across stages (core/graph.c) */
+		return 1;
+	for (int i = 0; i < m->n_layers; i++) {
+		const struct kiln_layer *l = &p->nodes[i].l;
+		const struct kiln_tensor_desc *x = &l->in[0];
+		if (strcmp(m->layers[i].type->name, "conv") || m->layers[i].n_in != 1 || x->ndim != 4 ||
+		    x->dims[1] != 1 || x->layout != KILN_NCHW)
+			continue;
+		const int j = kiln_model_only_consumer(m, i);
+		const int k = j < 0 ? -1 : kiln_model_only_consumer(m, j);
+		if (k >= 0 && !strcmp(m->layers[j].type->name, "relu") && m->layers[j].n_in == 1 &&
+		    !strcmp(m->layers[k].type->name, "maxpool") && m->layers[k].n_in == 1)
+			return 0;
+	}
+	return 1;
+}
+
 /* The mixed stem a plan runs, at debug level: said once the device took
  * the plan, not while inferring (kiln_model_create infers in f32 whatever
  * the compute dtype, and a bf16 input is no mixed stem's; a plan the

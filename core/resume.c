@@ -66,6 +66,12 @@ static const struct {
 	 * (session 33: `kiln train --resume --profile` was refused) */
 	{ "run", "profile" },        { "run", "profile_steps" },
 	{ "run", "infer_block" },
+	/* where the threads of stages on CPU devices run, never what they
+	 * compute: bind_stages pins them to CPUs (the default went auto ->
+	 * none in 2bf4637), stage_spin_us is how long a waiting stage's
+	 * stream watches before it sleeps (session 35: a resume with either
+	 * changed was refused) */
+	{ "run", "bind_stages" },    { "plugin.cpu", "stage_spin_us" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)
@@ -126,14 +132,113 @@ static int listed(const char *list, const char *sec, const char *key)
 	return 0;
 }
 
-/* The comparison's rules: the weights keys (NULL: a resume) and the
+/* The comparison's rules: the weights keys (NULL: a resume), the
  * current config's defaults text, parsed (what a key the checkpoint's text
- * lacks reads as). */
+ * lacks reads as), and the current config's text, parsed (its layers'
+ * types, whose schemas say which keys are pairs). */
 struct ckpt_rules {
 	const char *wkeys;
-	struct kiln_kv *d;
-	int nd;
+	struct kiln_kv *d, *cur;
+	int nd, ncur;
 };
+
+/* ---- values by meaning ------------------------------------------------- */
+
+/* How a key's value is compared when its bytes differ: as text (equal
+ * bytes only), as a pair of a built-in layer (get_pair: "N" or "N,M"), as
+ * integers separated by commas, or as [train] milestones. */
+enum key_form { FORM_TEXT, FORM_PAIR, FORM_INTS, FORM_STEPS };
+
+static enum key_form schema_form(const struct kiln_key *t, const char *key, enum key_form ints)
+{
+	for (; t && t->name; t++)
+		if (!strcmp(t->name, key))
+			return t->type == KILN_KEY_INTS ? ints : FORM_TEXT;
+	return FORM_TEXT;
+}
+
+/* [sec] key's form by the schema: a fixed section's, or the built-in
+ * layer type the current config gives [sec] (every integer-list key of a
+ * built-in layer, conv's and the poolings' kernel, stride, padding,
+ * dilation, is read by get_pair).  A layer plugin's keys (no registry
+ * here) and string lists compare as text: a difference, never a false
+ * match. */
+static enum key_form key_form(const struct ckpt_rules *r, const char *sec, const char *key)
+{
+	if (!strcmp(sec, "train") && !strcmp(key, "milestones"))
+		return FORM_STEPS;
+	if (strncmp(sec, "layer.", 6))
+		return schema_form(kiln_config_schema(sec), key, FORM_INTS);
+	const struct kiln_kv *type = kiln_kv_lookup(r->cur, r->ncur, sec, "type");
+	for (int i = 0; type && type->val && kiln_builtin_layers[i]; i++) {
+		const char *name = kiln_builtin_layers[i]->name;
+		if (strlen(name) == (size_t)type->val_n && !memcmp(name, type->val, (size_t)type->val_n))
+			return schema_form(kiln_builtin_layers[i]->keys, key, FORM_PAIR);
+	}
+	return FORM_TEXT;
+}
+
+/* A pair as every kiln's get_pair read it: "N" is (N, N); before session
+ * 34 an empty number read as 0 ("2," was (2, 0), ",1" (0, 1)), which
+ * this kiln refuses in a config but must read so in a checkpoint's.  -1
+ * where no kiln read it as a pair. */
+static int read_pair(const char *v, long long out[2])
+{
+	char *end;
+	if (!*v) /* refused by every kiln */
+		return -1;
+	errno = 0;
+	out[0] = out[1] = strtoll(v, &end, 10);
+	end += strspn(end, " \t");
+	if (*end == ',')
+		out[1] = strtoll(end + 1, &end, 10);
+	end += strspn(end, " \t");
+	return *end || errno ? -1 : 0;
+}
+
+/* Integers separated by commas (spaces around them), at most n: their
+ * count, or -1.  steps: [train] milestones as kilns before session 34
+ * read them, an empty entry skipped ("25, 30," was 25 and 30). */
+static int read_ints(const char *v, long long *out, int n, int steps)
+{
+	int k = 0;
+	for (;;) {
+		v += strspn(v, steps ? " \t," : " \t");
+		if (!*v && (steps || k))
+			return k;
+		char *end;
+		errno = 0;
+		long long x = strtoll(v, &end, 10);
+		if (end == v || errno || k == n)
+			return -1;
+		out[k++] = x;
+		v = end + strspn(end, " \t");
+		if (*v && *v != ',')
+			return -1;
+		v += !steps && *v == ',';
+	}
+}
+
+/* kiln_kv_same_fn: the two values of [sec] key read as numbers by the
+ * key's form (formatting aside: "2, 0" is "2,0", a pair key's "5" is
+ * "5,5"). */
+static int ckpt_same(const char *sec, const char *key, const char *a, size_t an, const char *b,
+		     size_t bn, void *u)
+{
+	enum key_form form = key_form(u, sec, key);
+	char x[256], y[256];
+	if (form == FORM_TEXT || an >= sizeof x || bn >= sizeof y)
+		return 0;
+	snprintf(x, sizeof x, "%.*s", (int)an, a);
+	snprintf(y, sizeof y, "%.*s", (int)bn, b);
+	if (form == FORM_PAIR) {
+		long long p[2], q[2];
+		return !read_pair(x, p) && !read_pair(y, q) && p[0] == q[0] && p[1] == q[1];
+	}
+	long long p[64], q[64];
+	int np = read_ints(x, p, 64, form == FORM_STEPS), nq = read_ints(y, q, 64, form == FORM_STEPS);
+	return np >= 0 && np == nq && !memcmp(p, q, sizeof *p * (size_t)np);
+}
 
 /* Is [sec] key compared: for a resume (wkeys NULL) unless it is safe to
  * change, for the weights when it shapes them (listed by the checkpoint,
@@ -146,6 +251,10 @@ static int ckpt_wanted(const char *sec, const char *key, void *u)
 	if (wkeys)
 		return weights_key(sec, key) ||
 		       (listed(wkeys, sec, key) && !unshaping_key(sec, key));
+	/* [run] fuse: resolved by the device, and bit-exact or not by the
+	 * model; the trainer compares it (core/train_ckpt.c resume_fuse) */
+	if (!strcmp(sec, "run") && !strcmp(key, "fuse"))
+		return 0;
 	return !kiln_ckpt_safe_key(sec, key);
 }
 
@@ -191,17 +300,20 @@ char *kiln_ckpt_weights_keys(const char *config_text)
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
 				   const char *wkeys, const char *defaults)
 {
-	struct ckpt_rules r = { wkeys, NULL, 0 };
+	struct ckpt_rules r = { wkeys, NULL, NULL, 0, 0 };
 	struct kiln_config_delta d;
 	int differs;
 	kiln_status st;
 	if ((defaults && (st = kiln_kv_parse(defaults, &r.d, &r.nd))) ||
-	    (st = kiln_config_diff(saved, current, ckpt_wanted, ckpt_default, &r, 0, &differs,
-				   &d))) {
+	    (st = kiln_kv_parse(current, &r.cur, &r.ncur)) ||
+	    (st = kiln_config_diff(saved, current, ckpt_wanted, ckpt_default, ckpt_same, &r, 0,
+				   &differs, &d))) {
 		free(r.d);
+		free(r.cur);
 		return st;
 	}
 	free(r.d);
+	free(r.cur);
 	if (!differs)
 		return KILN_OK;
 	if (wkeys)

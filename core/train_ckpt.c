@@ -534,6 +534,76 @@ static void micro_batch_warn(const struct trainer *t, const char *saved,
 		 bn ? "" : " where targets are ignored (with none ignored, only the rounding changes)");
 }
 
+/* [run] fuse as the checkpoint's run resolved it: its text's value v[0..n)
+ * (v NULL: the key is absent, written before a7cf504 added fusion: 0),
+ * `auto` by the device its versions name (the current one's type where
+ * they name none).  -1: not a value of fuse. */
+static int saved_fuse(const char *v, int n, struct kiln_ckpt *ck, int cpu_now)
+{
+	static const char *const word[] = { "0", "false", "no", "off", "1", "true", "yes", "on" };
+	if (!v)
+		return 0;
+	for (size_t i = 0; i < KILN_ARRAY_LEN(word); i++)
+		if (strlen(word[i]) == (size_t)n && !strncasecmp(v, word[i], (size_t)n))
+			return i >= 4;
+	if (n != 4 || strncmp(v, "auto", 4))
+		return -1;
+	char *ver = NULL;
+	struct kiln_kv *kv = NULL;
+	int nkv = 0, cpu = cpu_now;
+	if (!kiln_ckpt_read_text(ck, "versions", &ver) && !kiln_kv_parse(ver, &kv, &nkv)) {
+		const struct kiln_kv *d = kiln_kv_lookup(kv, nkv, "", "device");
+		if (d && d->val)
+			cpu = d->val_n == 3 && !memcmp(d->val, "cpu", 3);
+	}
+	free(kv);
+	free(ver);
+	return cpu;
+}
+
+/* [run] fuse, which kiln_ckpt_config_check leaves to the trainer (it needs
+ * the device and the plan): equal as resolved (`auto` on a CPU is 1), or
+ * changed on the CPU in a model whose fused ReLUs compute the unfused
+ * bits (kiln_plan_fuse_exact: a warning, the run continues as it would
+ * have), else refused naming the override that restores the checkpoint's
+ * (session 35: a checkpoint of a kiln before session 8, whose default
+ * was 0, was refused "[run] fuse is '0' in the checkpoint but 'auto'
+ * here" with no word of the default's change). */
+static kiln_status resume_fuse(struct trainer *t, const char *path, const char *saved,
+			       struct kiln_ckpt *ck)
+{
+	struct kiln_kv *kv = NULL;
+	int nkv = 0;
+	if (kiln_kv_parse(saved, &kv, &nkv))
+		return KILN_ENOMEM;
+	const struct kiln_kv *e = kiln_kv_lookup(kv, nkv, "run", "fuse");
+	const int cpu = kiln_device_traits(t->dev)->type == KILN_DEVICE_CPU;
+	const int was = saved_fuse(e ? e->val : NULL, e && e->val ? e->val_n : 0, ck, cpu);
+	const int now = t->m->fuse, exact = cpu && t->ptrain && kiln_plan_fuse_exact(t->ptrain);
+	const char *cur = kiln_config_get(t->cfg, "run", "fuse"), *where = kiln_config_where(t->cfg, "run", "fuse");
+	char sv[80];
+	snprintf(sv, sizeof sv, e && e->val ? "'%.*s'" : "absent (nothing fused)", e && e->val ? e->val_n : 0,
+		 e && e->val ? e->val : "");
+	free(kv);
+	if (was == now)
+		return KILN_OK;
+	char why[200];
+	snprintf(why, sizeof why, "%s", !strcmp(where, "default") ? "the default, `auto` (on for the CPU) since session 8; 0 before" : where);
+	if (was >= 0 && exact) {
+		kiln_log(KILN_LOG_WARN, "train", "resume: [run] fuse is %s in the checkpoint but '%s' here (%s): this model's fused and unfused ReLUs compute the same bits on the CPU (docs/config.md, fuse), so the run continues as it would have",
+			 sv, cur ? cur : "", why);
+		return KILN_OK;
+	}
+	char hint[80] = "Restore it"; /* (a value no kiln writes: -1) */
+	if (was >= 0)
+		snprintf(hint, sizeof hint, "Resume with run.fuse=%d (what the checkpoint's run did)", was);
+	return kiln_error(KILN_ECONFIG, "cannot resume from %s with a changed config: [run] fuse is %s in the checkpoint but '%s' here (%s), and %s. %s, or start a new run in another [run] out_dir (docs/checkpoints.md)",
+			  path, sv, cur ? cur : "", why,
+			  !cpu ? "fused epilogues on this device equal the unfused ops up to float rounding only"
+			  : "in this model a conv of one input channel whose ReLU a maxpool reads runs NHWC when fused, its weight gradient summed in another order",
+			  hint);
+}
+
 /* Rank 0 (or the only process): find, verify and load the newest
  * checkpoint of t->ckdir into t->m and t->pos.  *found = 0 when there is
  * none (a fresh start). */
@@ -559,6 +629,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	}
 	if ((st = kiln_ckpt_read_text(ck, "config", &saved)) ||
 	    (st = kiln_ckpt_config_check(path, saved, t->config_text, NULL, defaults)) ||
+	    (st = resume_fuse(t, path, saved, ck)) ||
 	    (st = kiln_ckpt_trainer_get(ck, &tr)))
 		goto out;
 	if (tr.samples != samples) {

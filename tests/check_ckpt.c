@@ -652,6 +652,8 @@ START_TEST(test_config_check)
 		{ "model.stages_flops_per_byte=5", NULL },
 		{ "train.recompute=2", NULL },     { "data.cache=ram", NULL },
 		{ "data.transform_on=device", NULL },
+		/* compared by the trainer as resolved (tests/resume_knobs.sh) */
+		{ "run.fuse=0", NULL },            { "run.bind_stages=auto", NULL },
 		{ "train.lr=0.2", "[train] lr is '0.1' in the checkpoint but '0.2' here" },
 		{ "run.seed=4", "[run] seed" },
 		{ "data.flip=1", "[data] flip" },
@@ -680,6 +682,10 @@ START_TEST(test_config_check)
 	ck_assert_int_eq(kiln_ckpt_safe_key("data.eval", "transform_on"), 1);
 	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cuda", "graph"), 0);
 	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cpu", "bf16_conv"), 0);
+	/* where stages' threads run (session 35) */
+	ck_assert_int_eq(kiln_ckpt_safe_key("run", "bind_stages"), 1);
+	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cpu", "stage_spin_us"), 1);
+	ck_assert_int_eq(kiln_ckpt_safe_key("plugin.cpu", "adaptive"), 0);
 	/* the weights alone (eval, export): only what shapes the stored
 	 * tensors, plus what the checkpoint lists */
 	static const struct {
@@ -864,10 +870,10 @@ START_TEST(test_config_diff)
 	const char *a = "[run]\nthreads = 1\nseed = 3\n\n[p]\nk = 1\n; u = (unset)\n";
 	/* p's keys at their defaults on a's side only; threads filtered */
 	ck_assert(kiln_config_diff(a, "[run]\nthreads = 2\nseed = 3\n", diff_wanted, diff_default,
-				   NULL, 1, &differs, &d) == 0);
+				   NULL, NULL, 1, &differs, &d) == 0);
 	ck_assert_int_eq(differs, 0);
 	/* unfiltered, threads is the first difference */
-	ck_assert(kiln_config_diff(a, "[run]\nthreads = 2\nseed = 3\n", NULL, diff_default, NULL, 1,
+	ck_assert(kiln_config_diff(a, "[run]\nthreads = 2\nseed = 3\n", NULL, diff_default, NULL, NULL, 1,
 				   &differs, &d) == 0);
 	ck_assert_int_eq(differs, 1);
 	ck_assert_str_eq(d.section, "run");
@@ -876,23 +882,110 @@ START_TEST(test_config_diff)
 	ck_assert_str_eq(d.b, "'2'");
 	/* a key only b has, not at its default: its default shown for a */
 	ck_assert(kiln_config_diff("[run]\nseed = 3\n", "[run]\nseed = 3\n[p]\nk = 0\n", NULL,
-				   diff_default, NULL, 1, &differs, &d) == 0);
+				   diff_default, NULL, NULL, 1, &differs, &d) == 0);
 	ck_assert_int_eq(differs, 1);
 	ck_assert_str_eq(d.key, "k");
 	ck_assert_str_eq(d.a, "'1' (not set: the default)");
 	ck_assert_str_eq(d.b, "'0'");
 	/* show_defaults 0: "absent"; a key with no known default differs */
 	ck_assert(kiln_config_diff("[run]\nseed = 3\n[q]\nz = 5\n", "[run]\nseed = 3\n", NULL,
-				   diff_default, NULL, 0, &differs, &d) == 0);
+				   diff_default, NULL, NULL, 0, &differs, &d) == 0);
 	ck_assert_int_eq(differs, 1);
 	ck_assert_str_eq(d.section, "q");
 	ck_assert_str_eq(d.a, "'5'");
 	ck_assert_str_eq(d.b, "absent");
 	/* unset against a value */
-	ck_assert(kiln_config_diff("[p]\n; u = (unset)\n", "[p]\nu = 2\n", NULL, NULL, NULL, 0,
+	ck_assert(kiln_config_diff("[p]\n; u = (unset)\n", "[p]\nu = 2\n", NULL, NULL, NULL, NULL, 0,
 				   &differs, &d) == 0);
 	ck_assert_int_eq(differs, 1);
 	ck_assert_str_eq(d.a, "unset");
+}
+END_TEST
+
+/* kiln's text of `t` with its first `from` made `to` (what an older kiln
+ * wrote, which this kiln refuses to read from a config); the caller frees. */
+static char *text_edit(const char *t, const char *from, const char *to)
+{
+	const char *at = strstr(t, from);
+	ck_assert_msg(at, "'%s' not in the text", from);
+	size_t n = strlen(t) - strlen(from) + strlen(to) + 1;
+	char *out = malloc(n);
+	ck_assert(out);
+	snprintf(out, n, "%.*s%s%s", (int)(at - t), t, to, at + strlen(from));
+	return out;
+}
+
+/* Values compare by meaning, not bytes (session 35: a checkpoint of an
+ * older kiln, which kept an override's trailing space and read `padding =
+ * 2,` as (2, 0), could be neither resumed nor evaluated, and two runs of
+ * this kiln with `padding = 2, 0` and `2,0` held "another model"). */
+START_TEST(test_config_check_meaning)
+{
+	const char *base = "[run]\nout_dir = /tmp/a\n[layer.c]\ntype = conv\nout = 2\nkernel = 5\n"
+			   "padding = 2, 0\n[layer.fc]\ntype = linear\nout = 128\n"
+			   "[layer.loss]\ntype = softmax_xent\n[train]\nschedule = multistep\n"
+			   "milestones = 25, 30\n";
+	struct kiln_config *c0 = test_config(reg, base);
+	char *t0 = kiln_ckpt_config_text(c0, reg), *d0 = kiln_ckpt_config_defaults(c0, reg);
+	ck_assert(t0 && d0);
+	/* the checkpoint's line, as the kiln that wrote it had it */
+	static const struct {
+		const char *now, *saved;
+	} same[] = {
+		{ "out = 128\n", "out = 128 \n" },       /* kept by kilns before 2b41ddd */
+		{ "padding = 2, 0\n", "padding = 2,\n" }, /* (2, 0) before aaf8325 */
+		{ "padding = 2, 0\n", "padding = 2,0\n" },
+		{ "kernel = 5\n", "kernel = 5,5\n" },     /* get_pair: 5 is (5, 5) */
+		{ "kernel = 5\n", "kernel =  5 , 5\n" },
+		{ "milestones = 25, 30\n", "milestones = 25, 30,\n" },
+		{ "milestones = 25, 30\n", "milestones = 25,30\n" },
+	};
+	for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++) {
+		char *saved = text_edit(t0, same[i].now, same[i].saved);
+		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0) == KILN_OK,
+			      "resume, saved %s: %s", same[i].saved, kiln_last_error());
+		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, "", d0) == KILN_OK,
+			      "weights, saved %s: %s", same[i].saved, kiln_last_error());
+		free(saved);
+	}
+	/* real changes stay refused, named with both texts */
+	static const struct {
+		const char *now, *saved, *names;
+	} other[] = {
+		{ "padding = 2, 0\n", "padding = 2, 1\n",
+		  "[layer.c] padding is '2, 1' in the checkpoint but '2, 0' here" },
+		{ "padding = 2, 0\n", "padding = ,2\n", "[layer.c] padding is ',2'" },
+		{ "kernel = 5\n", "kernel = 5,3\n", "[layer.c] kernel is '5,3'" },
+		{ "kernel = 5\n", "kernel = 5,5,5\n", "[layer.c] kernel is '5,5,5'" },
+		{ "out = 128\n", "out = 1 28\n", "[layer.fc] out is '1 28'" },
+		{ "milestones = 25, 30\n", "milestones = 25, 31,\n", "[train] milestones is '25, 31,'" },
+		{ "milestones = 25, 30\n", "milestones = 25\n", "[train] milestones is '25'" },
+	};
+	for (size_t i = 0; i < KILN_ARRAY_LEN(other); i++) {
+		char *saved = text_edit(t0, other[i].now, other[i].saved);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0);
+		ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), other[i].names), "saved %s: %s",
+			      other[i].saved, st ? kiln_last_error() : "accepted");
+		free(saved);
+	}
+	/* the checkpoint's `padding = 2,` is (2, 0): another padding now is a change */
+	char *t1 = text_with(base, "layer.c.padding=2, 1"), *saved = text_edit(t0, "padding = 2, 0\n", "padding = 2,\n");
+	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, NULL, d0) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "[layer.c] padding is '2,' in the checkpoint but '2, 1' here"),
+		      "%s", kiln_last_error());
+	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, "", d0) == KILN_ECONFIG);
+	free(t1);
+	free(saved);
+	/* a pair's form holds for a layer type's pair keys only: [data] size
+	 * is text ("8" is not "8, 8" there) */
+	t1 = text_with(base, "data.size=8");
+	saved = text_edit(t1, "size = 8\n", "size = 8,8\n");
+	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, NULL, d0) == KILN_ECONFIG);
+	free(t1);
+	free(saved);
+	free(t0);
+	free(d0);
+	kiln_config_free(c0);
 }
 END_TEST
 
@@ -1242,6 +1335,7 @@ static Suite *make_ckpt_suite(void)
 	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_roundtrip, test_other_model, test_truncated, test_flipped,
 		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff, test_config_check_dropout,
+		test_config_check_meaning,
 		test_counter_range, test_tracked_range,
 		test_trainer_range, NULL });
 	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){

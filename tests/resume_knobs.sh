@@ -102,4 +102,35 @@ stdout_has '"resumed_step": 3'
 "$top_builddir/tests/ckpt_tool" same "$(ck vwhole 12)" "$(ck val 12)" $tags ||
 	fail "[data.val] resumed with data.workers=2: ckpt-12.kiln differs from the uninterrupted run's"
 echo "ok: [data.val] resumed with data.workers=2 data.prefetch=3: val_loss $vloss, the same bytes"
+# where stages' threads run changes no number: [run] bind_stages (its
+# default went auto -> none) and [plugin.cpu] stage_spin_us (refused
+# before session 35: "[run] bind_stages is 'none' in the checkpoint but
+# 'auto' here")
+resumed "run.bind_stages=auto plugin.cpu.stage_spin_us=0" "1 threads"
+# [run] fuse, whose default went 0 -> auto (on for the CPU) in session 8:
+# this CNN's fused ReLU (after batchnorm) computes the unfused bits, so a
+# checkpoint of an unfused run resumes fused with a warning and ends as
+# the uninterrupted (fused) run (refused before session 35, exit 2:
+# "[run] fuse is '0' in the checkpoint but 'auto' here")
+rm -rf "$tmp/fz"
+kiln 0 train "$ini" $run train.max_steps=3 "run.out_dir=$tmp/fz" run.fuse=0
+kiln 0 train "$ini" $run "run.out_dir=$tmp/fz" --resume
+stdout_has '"resumed_step": 3'
+stderr_has "resume: [run] fuse is '0' in the checkpoint but 'auto' here (the default, \`auto\` (on for the CPU) since session 8; 0 before): this model's fused and unfused ReLUs compute the same bits on the CPU"
+# shellcheck disable=SC2086
+"$top_builddir/tests/ckpt_tool" same "$(ck whole 12)" "$(ck fz 12)" $tags ||
+	fail "resumed fused from an unfused checkpoint: ckpt-12.kiln differs from the uninterrupted run's"
+# without batchnorm, in an NCHW model, the conv of one channel fuses its
+# ReLU, read by the maxpool: it then runs NHWC, whose weight gradient sums
+# in another order (the parameters differ from the unfused run's).
+# Refused, naming the override that resumes the run as it was
+sed '/^\[layer.bn1\]/,/^$/d' "$ini" >"$tmp/stem.ini"
+rm -rf "$tmp/st"
+kiln 0 train "$tmp/stem.ini" $run train.max_steps=3 "run.out_dir=$tmp/st" run.fuse=0 model.layout=nchw
+kiln 2 train "$tmp/stem.ini" $run "run.out_dir=$tmp/st" model.layout=nchw --resume
+stderr_has "[run] fuse is '0' in the checkpoint but 'auto' here (the default, \`auto\` (on for the CPU) since session 8; 0 before), and in this model a conv of one input channel whose ReLU a maxpool reads runs NHWC when fused"
+stderr_has "Resume with run.fuse=0 (what the checkpoint's run did)"
+kiln 0 train "$tmp/stem.ini" $run "run.out_dir=$tmp/st" model.layout=nchw --resume run.fuse=0
+stdout_has '"resumed_step": 3'
+echo "ok: [run] fuse: resumed fused where the bits are the same, refused where not"
 echo "PASS: resume_knobs"
