@@ -1163,6 +1163,13 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	if (d->agreed && dist_names_rank(d, kiln_last_error()))
 		return st;
 	d->failed = 1;
+	/* explained already by an earlier call on the way out (a collective
+	 * on a stream worker, then its sync): said once, not wrapped again */
+	if (dist_names_rank(d, kiln_last_error()) &&
+	    strstr(kiln_last_error(), ") failed with its own error (its log says why): ")) {
+		d->peer_blamed = 1;
+		return st;
+	}
 	/* the store notices a dead process when its connection closes;
 	 * give it a moment to have seen it (lost_wait_ms; the query sets
 	 * its own message) */

@@ -25,6 +25,10 @@
 #     exit 3, naming rank 1, the file and which end differs (before
 #     session 35 they trained on different data without a word); an
 #     identical copy at another place passes.
+#  6. rank 0 refuses its out_dir (an earlier run there): rank 1 names it
+#     failed once (before session 35 the explanation was wrapped twice:
+#     "rank 0 ... failed with its own error ...: rank 1 of 2: rank 0 ...
+#     failed with its own error ...", the stream worker's and the sync's).
 name=dist_rank_differ needs=gloo
 . "$(dirname "$0")/dist_common.sh"
 export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}"
@@ -225,5 +229,15 @@ for r in 0 1; do
 		[ "$(rc_of ${n%:*}-r$r)" = 3 ] || bad "${n%:*}: rank $r exited $(rc_of ${n%:*}-r$r), expected 3 (a data error)"
 	done
 done
+# ---- 6. rank 0 refuses its out_dir -----------------------------------------
+mkdir -p "$tmp/outdir-r0"
+: > "$tmp/outdir-r0/metrics.jsonl"
+two outdir "" ""
+grep -q "holds an earlier run" "$tmp/outdir-r0.log" || bad "outdir: rank 0 did not refuse its out_dir"
+line=$(grep "^kiln: error: rank 1 of 2: rank 0 (host [^)]*) failed with its own error" "$tmp/outdir-r1.log")
+echo "outdir: rank 1: $(echo "$line" | cut -c1-200)"
+[ -n "$line" ] || { bad "outdir: rank 1 did not name rank 0 as failed"; grep error "$tmp/outdir-r1.log"; }
+[ "$(echo "$line" | grep -o "failed with its own error" | wc -l)" = 1 ] ||
+	bad "outdir: rank 1's message names rank 0's failure more than once"
 [ $fail = 0 ] && echo "PASS"
 exit $fail
