@@ -281,6 +281,59 @@ kiln_status kiln_config_new(struct kiln_config **out)
 	return KILN_OK;
 }
 
+/* s's unset notes copied into d (empty). */
+static kiln_status dup_unset(struct section *d, const struct section *s)
+{
+	if (!s->n_unset)
+		return KILN_OK;
+	if (!(d->unset = calloc((size_t)s->n_unset, sizeof *d->unset)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (; d->n_unset < s->n_unset; d->n_unset++) {
+		struct entry *u = &d->unset[d->n_unset];
+		const struct entry *f = &s->unset[d->n_unset];
+		u->key = kiln_strdup(f->key);
+		u->where = f->where ? kiln_strdup(f->where) : NULL;
+		if (!u->key || (f->where && !u->where)) {
+			free(u->key);
+			free(u->where);
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		}
+	}
+	return KILN_OK;
+}
+
+kiln_status kiln_config_dup(const struct kiln_config *cfg, struct kiln_config **out)
+{
+	struct kiln_config *d = NULL;
+	kiln_status st = kiln_config_new(&d);
+	*out = NULL;
+	if (st)
+		return st;
+	free(d->file);
+	d->reg = cfg->reg;
+	if (!(d->file = kiln_strdup(cfg->file)))
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; !st && i < cfg->n; i++) {
+		const struct section *s = &cfg->s[i];
+		struct section *ds = add_section(d, s->name, s->where ? kiln_strdup(s->where) : NULL);
+		if (!ds) {
+			st = kiln_error(KILN_ENOMEM, "out of memory");
+			break;
+		}
+		for (int j = 0; !st && j < s->n; j++)
+			st = set_entry(ds, s->e[j].key, s->e[j].value,
+				       s->e[j].where ? kiln_strdup(s->e[j].where) : NULL);
+		if (!st)
+			st = dup_unset(ds, s);
+	}
+	if (st) {
+		kiln_config_free(d);
+		return st;
+	}
+	*out = d;
+	return KILN_OK;
+}
+
 /* ---- parsing ---------------------------------------------------------- */
 
 struct parse {

@@ -25,7 +25,8 @@ struct kiln_infer {
 	pthread_mutex_t lock;
 	struct kiln_config *own_cfg;     /* kiln_model_load's, else NULL */
 	struct kiln_registry *own_reg;
-	struct kiln_config *cfg;
+	struct kiln_config *cfg;         /* own_cfg, copy or the caller's */
+	struct kiln_config *copy;        /* kiln_infer_open's copy of the caller's, or NULL */
 	const struct kiln_registry *reg;
 	struct kiln_trained t;           /* device, model, stream, sample */
 	int64_t batch;
@@ -80,13 +81,19 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	if (!st && opts && opts->quantized && !(m->quantized = strdup(opts->quantized)))
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 	/* the CPU's fastest convolution kernels, timed once per shape when the
-	 * plan is prepared, unless the config chose ([plugin.cpu] conv_impl) */
-	if (!st && !kiln_config_get(cfg, "plugin.cpu", "conv_impl"))
-		st = kiln_config_override(cfg, "plugin.cpu.conv_impl=auto");
+	 * plan is prepared, unless the config chose ([plugin.cpu] conv_impl):
+	 * set in a copy, as the caller's config is read-only once validated and
+	 * may be read by other threads (config.h; before session 35 this call
+	 * wrote it, even when it failed) */
+	if (!st && !kiln_config_get(cfg, "plugin.cpu", "conv_impl") &&
+	    !(st = kiln_config_dup(cfg, &m->copy))) {
+		m->cfg = m->copy;
+		st = kiln_config_override(m->cfg, "plugin.cpu.conv_impl=auto");
+	}
 	/* a quantized model: the config's model's shape, its weights the file's;
 	 * with no checkpoint, init_from or the seeded initial weights, with a
 	 * warning, as `kiln export` takes them (docs/inference.md) */
-	if (st || (st = kiln_trained_open(cfg, reg, weights, "predicting with",
+	if (st || (st = kiln_trained_open(m->cfg, reg, weights, "predicting with",
 				    m->quantized ? -1 : 0, &m->t)) ||
 	    (st = kiln_infer_prepare(m))) {
 		kiln_infer_free(m);
@@ -575,6 +582,7 @@ void kiln_infer_free(struct kiln_infer *m)
 	kiln_xform_scratch_free(&m->xs);
 	pthread_mutex_destroy(&m->lock);
 	kiln_registry_close(m->own_reg);
+	kiln_config_free(m->copy);
 	kiln_config_free(m->own_cfg);
 	free(m);
 }

@@ -78,6 +78,11 @@ unsigned kiln_device_abi_minor(const struct kiln_device *dev);
  * (with the defaults of the registry cfg was validated with): the model's
  * architecture, which core/weights.c hashes into exported files. */
 kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f);
+/* A copy of cfg into *out (new; kiln_config_free): every section and key
+ * with its value and where, the unset notes, the registry it was validated
+ * with.  For a change one caller needs that the owner of cfg, read-only
+ * once validated, must not see (core/infer.c's conv_impl = auto). */
+kiln_status kiln_config_dup(const struct kiln_config *cfg, struct kiln_config **out);
 /* Every section of cfg (and the fixed ones it lacks) with every key at its
  * schema default, in kiln_config_write's format: what a key absent from an
  * older resolved config (one written before the key existed) meant. */

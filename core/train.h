@@ -353,6 +353,11 @@ kiln_status trainer_result_check(const struct kiln_train_result *res, const char
 /* full's first res->size bytes (all of full when res is larger: a newer
  * header's) into res, checked before; res->size the bytes written. */
 void trainer_result_out(struct kiln_train_result *res, const struct kiln_train_result *full);
+/* The result of a run before anything ran (a training run's start, and
+ * kiln_train's when reading [train] fails): every member 0 but test and
+ * val loss and acc -1 (none ran), resumed_step -1 (no resume) and
+ * loss_scale 1 (no scaling), as kiln/kiln.h documents them. */
+void trainer_result_none(struct kiln_train_result *res);
 
 /* train_step.c */
 kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int64_t *idx,

@@ -26,3 +26,12 @@ void trainer_result_out(struct kiln_train_result *res, const struct kiln_train_r
 	/* (after the copy, which wrote the library's 0 there) */
 	res->size = n;
 }
+
+void trainer_result_none(struct kiln_train_result *res)
+{
+	memset(res, 0, sizeof *res);
+	res->test_loss = res->test_acc = -1;
+	res->val_loss = res->val_acc = -1;
+	res->loss_scale = 1;
+	res->resumed_step = -1;
+}

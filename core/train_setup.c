@@ -68,11 +68,7 @@ static kiln_status read_config(struct trainer *t, const struct kiln_train_cfg *t
 {
 	struct kiln_train_result *res = t->res;
 	kiln_status st;
-	memset(res, 0, sizeof *res);
-	res->test_loss = res->test_acc = -1;
-	res->loss_scale = 1;
-	res->val_loss = res->val_acc = -1;
-	res->resumed_step = -1;
+	trainer_result_none(res);
 	t->tc = *tc;
 	if ((st = kiln_run_cfg_read(t->cfg, &t->run)) || (st = kiln_data_cfg_read(t->cfg, &t->data)))
 		return st;

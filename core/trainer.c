@@ -243,7 +243,10 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	if (st)
 		return st;
 	if ((st = kiln_train_cfg_fill(cfg, reg, &tc))) {
-		const struct kiln_train_result none = { 0 };
+		/* as a run that fails later leaves it (-1: no evaluation ran,
+		 * no resume); before session 35 all zeros, a test loss of 0 */
+		struct kiln_train_result none;
+		trainer_result_none(&none);
 		trainer_result_out(res, &none);
 		return st;
 	}

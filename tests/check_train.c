@@ -796,6 +796,119 @@ START_TEST(test_struct_sizes)
 }
 END_TEST
 
+/* A small MLP on 80 synthetic 8x8 images: 5 steps an epoch of 16, 3 epochs,
+ * a log point every 2 steps (no data files needed). */
+static const char *syn_ini =
+	"[run]\nseed = 3\nthreads = 1\nout_dir =\n"
+	"[data]\nsource = synthetic\nimage_size = 8\nsamples = 80\n[data.eval]\nsamples = 32\n"
+	"[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
+	"[layer.loss]\ntype = softmax_xent\n"
+	"[train]\nepochs = 3\nbatch = 16\nlr = 0.05\nlog_every = 2\n";
+
+/* A run that fails before it starts (a [train] value kiln_train_cfg_read
+ * refuses, set after validation) leaves the result of a run that ran
+ * nothing: no evaluation (-1), no resume (-1), as a later failure (a data
+ * set that does not open) leaves it.  Before session 35 the first was all
+ * zeros: a test loss of 0, "resumed at step 0". */
+START_TEST(test_result_early_failure)
+{
+	struct kiln_config *cfg = test_config(reg, syn_ini);
+	ck_assert_msg(kiln_config_override(cfg, "train.lr=-5") == 0, "%s", kiln_last_error());
+	for (int late = 0; late < 2; late++) {
+		if (late) { /* the data: opened after [train] was read */
+			ck_assert(kiln_config_override(cfg, "train.lr=0.05") == 0);
+			ck_assert(kiln_config_override(cfg, "data.source=idx") == 0);
+			ck_assert(kiln_config_override(cfg, "data.images=/nonexistent/kiln.idx") == 0);
+		}
+		struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
+		ck_assert_int_ne(kiln_train(cfg, reg, NULL, NULL, &res), 0);
+		ck_assert_uint_eq(res.size, sizeof res);
+		ck_assert_msg(res.test_loss == -1 && res.test_acc == -1, "late %d: test loss %g acc %g",
+			      late, res.test_loss, res.test_acc);
+		ck_assert_msg(res.val_loss == -1 && res.val_acc == -1, "late %d: val loss %g acc %g",
+			      late, res.val_loss, res.val_acc);
+		ck_assert_int_eq(res.resumed_step, -1);
+		ck_assert_int_eq(res.steps, 0);
+		ck_assert_int_eq(res.epochs, 0);
+		ck_assert_str_eq(res.checkpoint, "");
+	}
+	kiln_config_free(cfg);
+}
+END_TEST
+
+struct calls {
+	int n, epoch_lines, with_status, without_status;
+	int64_t last_step;
+	int in_order; /* each step call's step is the one before + 1 (from 1 in an epoch) */
+	char lines[3][300];
+};
+
+static void count_call(void *user, int epoch, int64_t step, int64_t spe, const char *status)
+{
+	struct calls *c = user;
+	c->n++;
+	ck_assert_int_eq(spe, 5);
+	if (step == -1) {
+		ck_assert_ptr_nonnull(status);
+		if (c->epoch_lines < 3)
+			snprintf(c->lines[c->epoch_lines], sizeof c->lines[0], "%d %s", epoch, status);
+		c->epoch_lines++;
+		c->in_order &= c->last_step == spe;
+		c->last_step = 0;
+		return;
+	}
+	c->in_order &= step == c->last_step + 1;
+	c->last_step = step;
+	if (status)
+		c->with_status++;
+	else
+		c->without_status++;
+}
+
+/* The progress callback's calls, as kiln_progress_fn documents them: after
+ * every step (status at the log points: global steps 2, 4, 5 (an epoch's
+ * last), 6, 8, 10, 12, 14, 15; NULL at the other 6), and once at each
+ * epoch's end with step -1 and the epoch's line, which then does not go
+ * to the log (it does without a callback). */
+START_TEST(test_progress_calls)
+{
+	struct kiln_config *cfg = test_config(reg, syn_ini);
+	struct calls c = { .in_order = 1 };
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
+	const int level = kiln_log_get_level();
+	kiln_log_set_level(KILN_LOG_INFO);
+	kiln_log_set_sink(check_log_sink, NULL);
+	check_log_clear();
+	ck_assert_msg(kiln_train(cfg, reg, count_call, &c, &res) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(res.steps, 15);
+	ck_assert_int_eq(res.epochs, 3);
+	ck_assert_int_eq(c.epoch_lines, 3);
+	ck_assert_int_eq(c.with_status, 9);
+	ck_assert_int_eq(c.without_status, 6);
+	ck_assert_int_eq(c.n, 18);
+	ck_assert(c.in_order);
+	for (int e = 0; e < 3; e++) {
+		char want[32];
+		snprintf(want, sizeof want, "%d epoch %d/3: train loss ", e + 1, e + 1);
+		ck_assert_msg(!strncmp(c.lines[e], want, strlen(want)), "'%s'", c.lines[e]);
+	}
+	ck_assert_int_eq(check_log_count("epoch 1/3: train loss", NULL), 0);
+	/* without a callback the lines go to the log */
+	check_log_clear();
+	res = (struct kiln_train_result)KILN_TRAIN_RESULT_INIT;
+	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
+	for (int e = 1; e <= 3; e++) {
+		char want[32];
+		snprintf(want, sizeof want, "epoch %d/3: train loss ", e);
+		ck_assert_msg(check_log_count(want, NULL) == 1, "'%s' not logged once:\n%s", want,
+			      check_log_text());
+	}
+	kiln_log_set_sink(NULL, NULL);
+	kiln_log_set_level(level);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 
 /* eval_every evaluates every N steps; early stopping ends the run after
  * `patience` evaluations without an improvement larger than min_delta
@@ -1351,6 +1464,8 @@ static Suite *make_train_suite(void)
 		test_eval_every_early_stop, test_data_val, test_memory_report, test_inplace,
 		test_recompute_nchw, test_recompute_nhwc, test_recompute_deep, test_memory_accounting,
 		NULL });
+	check_add_case(s, "api", 120, NULL, NULL, (const TTest *[]){
+		test_result_early_failure, test_progress_calls, NULL });
 	return s;
 }
 

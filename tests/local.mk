@@ -718,6 +718,15 @@ tests_check_infer_passes_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_infer_passes_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_infer_passes_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# ---- the embedding program's state across the public calls: its OpenMP
+# thread count (the suite is built with OpenMP, as such a program is) and
+# the config kiln_infer_open reads ----------------------------------------
+if HAVE_CHECK
+check_PROGRAMS += tests/check_api_state
+TESTS += tests/check_api_state
+tests_check_api_state_CFLAGS = $(CHECK_SUITE_CFLAGS) $(OPENMP_CFLAGS)
+tests_check_api_state_LDADD = libkiln.la $(CHECK_LIBS) $(OPENMP_CFLAGS) -lm
+endif
 
 # ---- INT8: the calibration rules by hand, the INT8 ops against reference
 # loops (device conformance), the quantized CNN's accuracy ------------------

@@ -27,7 +27,11 @@
  * kiln's rule (a bounded spin; 0 when the machine is oversubscribed) where
  * the program set neither, as the `kiln` command does.  Once libgomp is in
  * the process nothing is changed.  setenv is not thread-safe: load models
- * before other threads read or write the environment.
+ * before other threads read or write the environment.  The calling
+ * thread's OpenMP thread count (omp_get_max_threads) is as it was when
+ * each call here returns: the CPU device sets its own ([run] threads)
+ * where its work runs and puts the caller's back (plugins/cpu/cpu.h,
+ * cpu_omp_enter), so a program's own parallel regions keep their team.
  *
  * Errors: kiln_status (status.h), with a message naming the file, key,
  * layer or sample in kiln_last_error() of the calling thread.  Ownership:
@@ -88,7 +92,9 @@ kiln_status kiln_model_load(const char *config, const char *weights,
 			    char **err);
 
 /* The same from a loaded and validated config and its registry, which
- * must outlive the model (`kiln predict` uses this).  A safetensors
+ * must outlive the model (`kiln predict` uses this).  cfg is only read,
+ * success or failure (the model's own settings, [plugin.cpu] conv_impl =
+ * auto where unset, go into a copy it keeps).  A safetensors
  * `weights` is read as [model] init_from reads one ([model] init_format,
  * init_strict), in its place. */
 kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry *reg,

@@ -530,11 +530,8 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
 				struct kiln_train_cfg *out);
 
 /* The whole `kiln train`: open device and data, build, train, evaluate,
- * write out_dir/metrics.jsonl.  Progress goes to the log; `progress` (may
- * be NULL) is called after every step with (done, total, user), and once
- * before a resumed run's owed evaluation (eval_owed: docs/checkpoints.md)
- * with the step it resumed at and a NULL status: from then on, as after a
- * step, a stop request ends the run with a checkpoint.
+ * write out_dir/metrics.jsonl.  Progress goes to the log, and to
+ * `progress` (may be NULL; kiln_progress_fn says when it is called).
  * Checkpoints: [train] checkpoint_every writes out_dir/checkpoints/
  * ckpt-<step>.kiln, and [train] checkpoint_last (default 1) one after the
  * last step; [train] resume = 1 continues from the newest usable one
@@ -543,6 +540,26 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
  * res->stopped and res->checkpoint.  kiln_train reads [train] itself
  * (kiln_train_cfg_read, resolving batch = auto); kiln_train_run takes it
  * read (tc is borrowed for the call; its batch must be resolved). */
+/* The progress callback, on the calling thread of kiln_train or
+ * kiln_train_run; status is borrowed for the call.  epoch counts from 1;
+ * steps_per_epoch is the epoch's optimizer steps.  It is called:
+ *  - after every optimizer step, with step = the steps done in this epoch
+ *    (1 .. steps_per_epoch) and status "loss L acc A" (the means over the
+ *    steps since the last such call) at a log point (every [train]
+ *    log_every steps, and the last step of an epoch or of the run), NULL
+ *    between log points;
+ *  - at the end of each epoch that ran, with step = -1 and status the
+ *    epoch's line ("epoch E/N: train loss ... acc ... (S s, R samples/s)",
+ *    with the evaluation's numbers when one ran there).  With a callback
+ *    this line goes to it and not to the log (`kiln train` prints it);
+ *    an epoch cut short by a stop request has none, and a resumed run
+ *    with no step left has none unless it evaluated;
+ *  - once before a resumed run's owed evaluation (eval_owed:
+ *    docs/checkpoints.md), or its evaluation again for numbers its
+ *    checkpoint lacks, with step = the steps of the epoch the checkpoint
+ *    had done and a NULL status.
+ * After any call with step >= 0, a stop request (kiln_train_request_stop)
+ * ends the run with a checkpoint. */
 typedef void (*kiln_progress_fn)(void *user, int epoch, int64_t step, int64_t steps_per_epoch,
 				 const char *status);
 /* res: the caller's, its `size` set (struct kiln_train_result): KILN_EINVAL

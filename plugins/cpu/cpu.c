@@ -478,8 +478,10 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return st;
 	}
 	cpu_tune_cache_load(c);
+	/* (no omp_set_num_threads here: the count is set where kiln's work
+	 * runs, cpu_prepare and cpu_exec, and the caller's is left as it is;
+	 * cpu.h, cpu_omp_enter) */
 	c->wc = keep_widened ? cpu_wc_open() : NULL;
-	omp_set_num_threads(c->threads);
 	cpu_team_live_init(&c->team, c->threads, adapt, flip ? atoi(flip) : 0, stat);
 	char isa[160];
 	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads%s, %s streams", ordinal,
@@ -620,10 +622,9 @@ static const struct {
 _Static_assert(sizeof cpu_families / sizeof cpu_families[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in cpu_families");
 
-static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
-			       size_t *workspace)
+static kiln_status cpu_prepare_team(struct cpu_ctx *c, const struct kiln_op *op, void **plan,
+				    size_t *workspace)
 {
-	struct cpu_ctx *c = ctx;
 	kiln_status st;
 	*plan = NULL;
 	if (workspace)
@@ -689,6 +690,18 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	return KILN_OK;
 }
 
+/* The ops table's prepare: the op's plan made with kiln's thread count on
+ * the calling thread, whose own count is then put back (cpu.h,
+ * cpu_omp_enter). */
+static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
+			       size_t *workspace)
+{
+	const int caller = cpu_omp_enter();
+	const kiln_status st = cpu_prepare_team(ctx, op, plan, workspace);
+	cpu_omp_leave(caller);
+	return st;
+}
+
 static kiln_status cpu_run(void *ctx, void *plan, const struct kiln_op_args *args,
 			   void *stream)
 {
@@ -696,7 +709,11 @@ static kiln_status cpu_run(void *ctx, void *plan, const struct kiln_op_args *arg
 	const struct cpu_plan *p = plan;
 	COMMON_RUN_CHECK(c->host, "cpu", p, args, stream);
 	cpu_tune_summary(c);
-	return cpu_stream_run(c, stream, p, args);
+	/* a sync stream runs the kernel here, on the caller's thread */
+	const int caller = cpu_omp_enter();
+	const kiln_status st = cpu_stream_run(c, stream, p, args);
+	cpu_omp_leave(caller);
+	return st;
 }
 
 static void cpu_plan_free(void *ctx, void *plan)

@@ -256,6 +256,28 @@ static inline int64_t cpu_thread_num(void) { return 0; }
 static inline int64_t cpu_num_threads(void) { return 1; }
 #endif
 
+/* The OpenMP thread count is a setting of each thread (an ICV), and kiln
+ * sets its own on the thread a kernel or a prepare runs on (cpu_exec,
+ * cpu_prepare, dnnteam.c).  That thread may be the program's: kiln_infer,
+ * kiln_train and a sync stream's run come in on it.  Every entry point that
+ * runs kiln's OpenMP work there takes the count with cpu_omp_enter and puts
+ * it back with cpu_omp_leave before returning, so that a program's own
+ * `#pragma omp parallel` sees the team it set (before session 35 a model
+ * load with [run] threads = 1 left a 2-core program at 1 thread).  The cost:
+ * two reads of a thread-local value per call (omp_get_max_threads), and a
+ * write only where kiln's count differs from the program's. */
+#ifdef _OPENMP
+static inline int cpu_omp_enter(void) { return omp_get_max_threads(); }
+static inline void cpu_omp_leave(int n)
+{
+	if (omp_get_max_threads() != n)
+		omp_set_num_threads(n);
+}
+#else
+static inline int cpu_omp_enter(void) { return 1; }
+static inline void cpu_omp_leave(int n) { (void)n; }
+#endif
+
 /* The streaming kernels are memory-bound loops that must run at the
  * machine's vector width: the plugin is built for the baseline x86-64 ISA,
  * so each inner span function is cloned for AVX-512 and AVX2 and picked at

@@ -249,12 +249,16 @@ kiln_status cpu_graph_launch(void *ctx, void *graph, void *stream)
 	kiln_status st;
 	if (!g || !stream)
 		return c->host->error(KILN_EINVAL, "cpu: graph_launch: NULL %s", !g ? "graph" : "stream");
-	for (size_t i = 0; i < g->n; i++) {
+	/* sync streams run the kernels here, on the caller's thread: its
+	 * OpenMP count put back after (cpu.h, cpu_omp_enter) */
+	const int caller = cpu_omp_enter();
+	st = KILN_OK;
+	for (size_t i = 0; i < g->n && !st; i++) {
 		const struct cpu_rec *r = &g->rec[i];
-		if ((st = cpu_issue(c, r->s == g->origin ? stream : r->s, &r->t)))
-			return st;
+		st = cpu_issue(c, r->s == g->origin ? stream : r->s, &r->t);
 	}
-	return KILN_OK;
+	cpu_omp_leave(caller);
+	return st;
 }
 
 void cpu_graph_free(void *ctx, void *graph)

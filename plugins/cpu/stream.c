@@ -660,7 +660,11 @@ kiln_status cpu_host_fn(void *ctx, void *stream, kiln_status (*fn)(void *), void
 	if (!s || !fn)
 		return c->host->error(KILN_EINVAL, "cpu: host_fn: NULL %s", !s ? "stream" : "function");
 	struct cpu_task t = { .kind = CPU_T_HOST, .fn = fn, .arg = arg };
-	return take_or_issue(c, s, &t);
+	/* sync mode calls fn here, and fn may run plans (cpu.h, cpu_omp_enter) */
+	const int caller = cpu_omp_enter();
+	const kiln_status st = take_or_issue(c, s, &t);
+	cpu_omp_leave(caller);
+	return st;
 }
 
 static kiln_status host_raw(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t)
