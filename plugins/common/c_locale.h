@@ -5,8 +5,9 @@
  * kiln's configs, its metrics files and the numbers it writes into a config
  * and reads back (kiln quantize's scales) are C-locale text, so every
  * float kiln parses goes through common_strtod and every float it formats
- * for a file, or for a string it parses again, through common_snprintf_c
- * (or between common_c_numbers_begin and _end).  The CLI never calls
+ * (for a file, a string it parses again, a message: kiln's English says
+ * "loss 0.5432") through common_snprintf_c, or between
+ * common_c_numbers_begin and _end; kiln_error and kiln_log do.  The CLI never calls
  * setlocale: for it these are the plain functions.  One copy for the core
  * and the plugins.  Header-only: static inline.
  */
