@@ -5,6 +5,7 @@
  * (`kiln config FILE`) in core/config_write.c. */
 #include "config_impl.h"
 #include "transform.h" /* kiln_xform_parse_size */
+#include "../plugins/common/c_locale.h" /* common_strtod */
 
 #include <ctype.h>
 #include <errno.h>
@@ -243,7 +244,7 @@ int parse_number(const char *v, long long *iout, double *fout)
 	if (iout)
 		i = strtoll(v, &end, 10);
 	else
-		x = strtod(v, &end);
+		x = common_strtod(v, &end); /* '.', whatever the application's locale */
 	while (isspace((unsigned char)*end))
 		end++;
 	if (errno || *end || !isfinite(x))

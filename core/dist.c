@@ -23,6 +23,7 @@
  */
 #include "dist_impl.h"
 #include "store.h" /* STORE_LINGER_MS */
+#include "../plugins/common/c_locale.h" /* common_snprintf_c: messages in the C locale */
 
 #include <limits.h>
 #include <stdarg.h>
@@ -44,7 +45,7 @@ void kiln_host_fatal(const char *who, const char *fmt, ...)
 	char msg[KILN_ERROR_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	common_vsnprintf_c(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	kiln_log(KILN_LOG_ERROR, who, "%s", msg);
 	if (fatal_fn)
@@ -1080,16 +1081,16 @@ static void stuck_cannot(char *out, size_t len, int n, int period_ms, int64_t se
 	if (n == KILN_HB_OFF)
 		snprintf(out, len, "no heartbeat to tell which ([dist] heartbeat = 0)");
 	else if (n == KILN_HB_SELF_LATE && self_ms < 0)
-		snprintf(out, len, "the heartbeat cannot tell which: this rank's own beats have not reached the store since its watchdog started (a beat every %.1f s): this rank's link or the store's host is slow or cut, so the peers' silence says nothing",
+		common_snprintf_c(out, len, "the heartbeat cannot tell which: this rank's own beats have not reached the store since its watchdog started (a beat every %.1f s): this rank's link or the store's host is slow or cut, so the peers' silence says nothing",
 			 beat);
 	else if (n == KILN_HB_SELF_LATE)
-		snprintf(out, len, "the heartbeat cannot tell which: this rank's own last beat reached the store %.1f s ago (a beat every %.1f s): this rank's link or the store's host is slow or cut, so the peers' silence says nothing",
+		common_snprintf_c(out, len, "the heartbeat cannot tell which: this rank's own last beat reached the store %.1f s ago (a beat every %.1f s): this rank's link or the store's host is slow or cut, so the peers' silence says nothing",
 			 self_ms / 1000.0, beat);
 	else if (n == KILN_HB_ALL_SILENT)
-		snprintf(out, len, "the heartbeat cannot tell which: every other rank's heartbeat stopped at once (rank %d's for at least %.1f s, host %s, and the rest) while this rank's own beats reached the store (a beat every %.1f s): the network between the store's host and theirs is cut, or all of them stopped",
+		common_snprintf_c(out, len, "the heartbeat cannot tell which: every other rank's heartbeat stopped at once (rank %d's for at least %.1f s, host %s, and the rest) while this rank's own beats reached the store (a beat every %.1f s): the network between the store's host and theirs is cut, or all of them stopped",
 			 s[0].rank, s[0].age_ms / 1000.0, s[0].host, beat);
 	else
-		snprintf(out, len, "the heartbeat cannot tell which yet (every rank beat within the last %.1f s; a beat every %.1f s)",
+		common_snprintf_c(out, len, "the heartbeat cannot tell which yet (every rank beat within the last %.1f s; a beat every %.1f s)",
 			 quiet, beat);
 }
 
@@ -1115,7 +1116,7 @@ static kiln_status stuck_explain_peer(struct kiln_dist *d, kiln_status st, const
 	char who[768] = "", cannot[400];
 	size_t m = 0;
 	for (int i = 0; i < h->n && m + 1 < sizeof who; i++)
-		m += (size_t)snprintf(who + m, sizeof who - m, "%srank %d (host %s) sent no heartbeat for at least %.1f s",
+		m += (size_t)common_snprintf_c(who + m, sizeof who - m, "%srank %d (host %s) sent no heartbeat for at least %.1f s",
 				      i ? ", " : "", h->s[i].rank, h->s[i].host, h->s[i].age_ms / 1000.0);
 	if (h->n > 0)
 		return kiln_error(st, "rank %d of %d: %s while every other rank's went on (a beat every %.1f s, [dist] heartbeat): it is stuck, not lost (stopped, frozen or its link cut); a collective timed out here ([dist] timeout = %.0f s), and the peer the communicator's message names is the one this rank waited for, which may itself be waiting for %s: %s",
@@ -1144,7 +1145,7 @@ static kiln_status stuck_explain(struct kiln_dist *d, kiln_status st, const char
 		return stuck_explain_peer(d, st, msg, &h);
 	char hb[400];
 	if (h.n == 0)
-		snprintf(hb, sizeof hb, "no peer's heartbeat stood still (a beat every %.1f s)",
+		common_snprintf_c(hb, sizeof hb, "no peer's heartbeat stood still (a beat every %.1f s)",
 			 h.period_ms / 1000.0);
 	else
 		stuck_cannot(hb, sizeof hb, h.n, h.period_ms, h.self_ms, h.s);

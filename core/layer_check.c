@@ -6,6 +6,7 @@
  * resolved config and exited 0). */
 #include "pipeline.h"   /* kiln_pipe_devices_count, kiln_model_check_names */
 #include "run_config.h" /* kiln_run_cfg_read, kiln_data_cfg_read */
+#include "../plugins/common/c_locale.h" /* common_strtod */
 
 #include <ctype.h>
 #include <math.h>
@@ -97,7 +98,7 @@ static kiln_status check_data_numbers(const struct kiln_config *cfg)
 					p++;
 				if (!*p)
 					break;
-				double d = strtod(p, &end);
+				double d = common_strtod(p, &end);
 				if (end == p || !isfinite(d) || (*end && *end != ' ' && *end != '\t' && *end != ','))
 					return kiln_error(KILN_ECONFIG, "%s: [%s] %s = '%s' is not a number",
 							  kiln_config_where(cfg, sec, keys[k]), sec,

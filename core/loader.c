@@ -1,5 +1,6 @@
 /* core/loader.c - worker threads and the staging ring; see loader.h. */
 #include "loader.h"
+#include "../plugins/common/c_locale.h" /* common_snprintf_c */
 
 #include <errno.h>
 #include <pthread.h>
@@ -263,7 +264,7 @@ kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, i
 		used += nb;
 		if (st)
 			break;
-		n += snprintf(msg + n, sizeof msg - (size_t)n, " %d: %.0f samples/s;", w, rate);
+		n += common_snprintf_c(msg + n, sizeof msg - (size_t)n, " %d: %.0f samples/s;", w, rate);
 		if (rate > best_rate * 1.05) {
 			best_rate = rate;
 			*best = w;

@@ -11,6 +11,7 @@
  * empty cell for them in every earlier row (before session 35 the field
  * was dropped from every row for good, silently). */
 #include "logger.h"
+#include "../plugins/common/c_locale.h" /* common_snprintf_c */
 
 #include <errno.h>
 #include <sys/types.h> /* ssize_t: getline */
@@ -184,10 +185,12 @@ static void write_cell(FILE *f, const struct kiln_log_record *r, const char *nam
 	}
 	for (int i = 0; i < r->n; i++)
 		if (!strcmp(r->f[i].name, name)) {
+			char v[40]; /* '.' whatever the application's locale: its ',' would split the cell */
 			if (r->f[i].integer)
-				fprintf(f, "%lld", (long long)r->f[i].v);
+				snprintf(v, sizeof v, "%lld", (long long)r->f[i].v);
 			else
-				fprintf(f, "%.9g", r->f[i].v);
+				common_snprintf_c(v, sizeof v, "%.9g", r->f[i].v);
+			fputs(v, f);
 			return;
 		}
 }

@@ -9,6 +9,7 @@
 #include "run_config.h"
 #include "dist.h" /* kiln_dist_env_read: the ranks share the training set */
 #include "../plugins/common/shm_room.h" /* the communicators' rule */
+#include "../plugins/common/c_locale.h" /* common_strtod, common_c_numbers_begin */
 
 #include <ctype.h>
 #include <stdio.h>
@@ -175,7 +176,7 @@ kiln_status kiln_parse_size(const char *s, size_t *out)
 	const size_t n = decimal_len(p);
 	if (!n)
 		return KILN_EINVAL;
-	const double v = strtod(p, NULL); /* what decimal_len took, nothing more */
+	const double v = common_strtod(p, NULL); /* what decimal_len took, nothing more */
 	const char *end = p + n;
 	double mult = 1;
 	switch (*end) {
@@ -312,8 +313,11 @@ static kiln_status memory_report(const struct kiln_config *cfg, const struct kil
 		st = auto_batch(&s, &B);
 	else
 		B = s.tc.batch;
-	if (!st)
+	if (!st) { /* the table in the C locale, whatever the application's */
+		const locale_t old = common_c_numbers_begin();
 		st = predict(&s, B, f, out);
+		common_c_numbers_end(old);
+	}
 	setup_close(&s);
 	return st;
 }

@@ -32,6 +32,7 @@
 #include "onnx_export.h"
 
 #include "quant.h"
+#include "../plugins/common/c_locale.h" /* common_strtod */
 
 #include <math.h>
 #include <stdio.h>
@@ -55,7 +56,7 @@ static const char *key_str(const struct onnx_graph *g, int i, const char *key)
 static double key_num(const struct onnx_graph *g, int i, const char *key, double def)
 {
 	const char *v = key_str(g, i, key);
-	return v ? strtod(v, NULL) : def;
+	return v ? common_strtod(v, NULL) : def;
 }
 
 static int key_bool(const struct onnx_graph *g, int i, const char *key)

@@ -23,6 +23,7 @@
  */
 #include "internal.h"
 #include "../plugins/common/describe.h" /* common_op_tensors */
+#include "../plugins/common/c_locale.h" /* common_vsnprintf_c */
 
 #include <math.h>
 #include <stdarg.h>
@@ -70,7 +71,7 @@ static kiln_status bad(const char *who, const struct kiln_op *op, kiln_status st
 	char why[320], list[640];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
+	common_vsnprintf_c(why, sizeof why, fmt, ap); /* "got 0.5" (kiln_error's rule) */
 	va_end(ap);
 	return kiln_error(st, "%s: %s: %s (%s)", who, kiln_op_name(op->type), why,
 			  common_op_tensors(op, list, sizeof list));

@@ -1,6 +1,7 @@
 /* core/pipe_stages.c - placement: which pipeline stage each layer runs on,
  * from [layer.X] stage or [model] stages, checked against the graph. */
 #include "pipeline.h"
+#include "../plugins/common/c_locale.h" /* common_snprintf_c */
 #include <ctype.h>
 #include <math.h> /* HUGE_VAL */
 
@@ -345,7 +346,7 @@ static void auto_say(struct kiln_model *m, const int *stage, int P)
 					      m->layers[lo].name, hi > lo ? ", " : "",
 					      hi > lo ? m->layers[hi].name : "");
 		if (c < sizeof costs)
-			c += (size_t)snprintf(costs + c, sizeof costs - c, "%s%.4g (%.2f%%)", s ? " | " : "",
+			c += (size_t)common_snprintf_c(costs + c, sizeof costs - c, "%s%.4g (%.2f%%)", s ? " | " : "",
 					      cost[s] / 1e6, tot > 0 ? 100 * cost[s] / tot : 0.0);
 	}
 	kiln_log(KILN_LOG_INFO, "pipeline", "[model] stages = auto: %s (estimated MFLOP a sample: the forward's, again for each gradient the backward computes, and %g a byte the passes move ([model] stages_flops_per_byte): %s; the busiest stage %.2f%% over the mean)",

@@ -15,6 +15,7 @@
 #include "dist.h" /* kiln_device_host_fn */
 #include "pipeline.h"
 #include "profile.h"
+#include "../plugins/common/c_locale.h" /* common_snprintf_c, common_c_numbers_begin */
 
 #include <stdio.h>
 #include <time.h>
@@ -370,10 +371,10 @@ static double stage_spread(int P, const double *mean)
 static void log_step(const struct kiln_pipe_timing *t, const double *wall, const double *cpu)
 {
 	char line[64 + 40 * KILN_PIPE_MAX_STAGES];
-	int k = snprintf(line, sizeof line, "step at %.3f s: the stages' pass pairs, ms (CPU):",
+	int k = common_snprintf_c(line, sizeof line, "step at %.3f s: the stages' pass pairs, ms (CPU):",
 			 1e-9 * (double)t->t[0]);
 	for (int s = 0; s < t->P && k > 0 && (size_t)k < sizeof line; s++)
-		k += snprintf(line + k, sizeof line - (size_t)k, " %.3f (%.3f)", 1e-6 * wall[s],
+		k += common_snprintf_c(line + k, sizeof line - (size_t)k, " %.3f (%.3f)", 1e-6 * wall[s],
 			      1e-6 * (cpu[2 * s] + cpu[2 * s + 1]));
 	kiln_log(KILN_LOG_DEBUG, "pipeline", "%s%s", t->who, line);
 }
@@ -631,11 +632,13 @@ static void report_line(const struct kiln_pipe_timing *t, int level, int note,
 	char *text = NULL;
 	size_t len = 0;
 	FILE *m = open_memstream(&text, &len);
-	if (m) {
+	if (m) { /* the numbers in the C locale, as every message's */
+		const locale_t old = common_c_numbers_begin();
 		if (line)
 			line(t, m);
 		else
 			report_passes(t, s, m);
+		common_c_numbers_end(old);
 	}
 	if (!m || fclose(m) || !text) {
 		kiln_log(KILN_LOG_WARN, "pipeline", "%sno memory for a report line", t->who);
@@ -707,6 +710,7 @@ void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double
 		return;
 	}
 	double span = 0;
+	const locale_t old = common_c_numbers_begin(); /* (report_line) */
 	fputs("pipeline busy ms/step, the pipe's ranks:", m);
 	int most = 0, longest = 0;
 	for (int s = 0; s < t->P; s++) {
@@ -722,6 +726,7 @@ void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double
 	kiln_pipe_idle_split(busy, t->P, span, &b, &i);
 	fprintf(m, " span %.3f (stage %d's); bubble %.3f (schedule %.3f) = busiest stage %d idle %.3f + imbalance %.3f",
 		span, longest, span > 0 ? 1.0 - sum / ((double)t->P * span) : 0, t->theory, most, b, i);
+	common_c_numbers_end(old);
 	if (fclose(m) || !line) {
 		kiln_log(KILN_LOG_WARN, "pipeline", "no memory for the pipe's busy line");
 		free(line);

@@ -3,6 +3,7 @@
  * op, pass) and written as a Chrome trace.  profile.h says what is timed
  * and how; docs/profiler.md says how to read the output. */
 #include "profile.h"
+#include "../plugins/common/c_locale.h" /* common_vsnprintf_c, common_snprintf_c */
 
 #include <ctype.h>
 
@@ -499,10 +500,10 @@ static void out_line(FILE *f, const char *fmt, ...)
 	va_list ap, again;
 	va_start(ap, fmt);
 	va_copy(again, ap);
-	const int n = vsnprintf(small, sizeof small, fmt, ap);
+	const int n = common_vsnprintf_c(small, sizeof small, fmt, ap); /* a file's table: '.' */
 	va_end(ap);
 	if (n >= (int)sizeof small && (buf = malloc((size_t)n + 1)))
-		vsnprintf(buf, (size_t)n + 1, fmt, again);
+		common_vsnprintf_c(buf, (size_t)n + 1, fmt, again);
 	else
 		buf = small;
 	va_end(again);
@@ -572,10 +573,10 @@ static void write_table(struct kiln_profile *p, FILE *f)
 	int k = snprintf(line, sizeof line, "by pass:");
 	for (int pass = 0; pass < KILN_PROF_PASSES; pass++)
 		if (by_pass[pass] && k < (int)sizeof line)
-			k += snprintf(line + k, sizeof line - (size_t)k, " %s %.1f%%,", pass_name(pass),
+			k += common_snprintf_c(line + k, sizeof line - (size_t)k, " %s %.1f%%,", pass_name(pass),
 				      100.0 * (double)by_pass[pass] / total);
 	if (k < (int)sizeof line)
-		snprintf(line + k, sizeof line - (size_t)k, " untracked %.1f%%",
+		common_snprintf_c(line + k, sizeof line - (size_t)k, " untracked %.1f%%",
 			 100.0 * (double)rest / total);
 	out_line(f, "%s", line);
 	if (p->dropped)

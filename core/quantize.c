@@ -5,6 +5,7 @@
 #include "quant.h"
 #include "checkpoint.h"
 #include "infer_passes.h"
+#include "../plugins/common/c_locale.h" /* common_strtod, common_snprintf_c */
 
 #include <math.h>
 #include <stdio.h>
@@ -345,7 +346,7 @@ static int reads(const struct kiln_config *cfg, const char *sec, const char *nam
 static double key_num(const struct kiln_config *cfg, const char *sec, const char *key)
 {
 	const char *v = kiln_config_get(cfg, sec, key);
-	return v ? strtod(v, NULL) : 0;
+	return v ? common_strtod(v, NULL) : 0;
 }
 
 /* The readers of layer `name`, through max pools and flattens: *ok stays
@@ -425,7 +426,8 @@ static kiln_status quant_chain(struct kiln_config *cfg)
 		chain_readers(cfg, relu + 6, 0, &so, &ok);
 		if (!ok || !(so > 0))
 			continue;
-		snprintf(arg, sizeof arg, "%s.int8_out_scale=%.9g", sec, so);
+		/* read back by the config (common_strtod): the C locale's '.' */
+		common_snprintf_c(arg, sizeof arg, "%s.int8_out_scale=%.9g", sec, so);
 		kiln_status st = kiln_config_override(cfg, arg);
 		if (st)
 			return st;
@@ -464,7 +466,7 @@ kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safeten
 		const char *u = kiln_safetensors_meta(f, arg);
 		if (u && strcmp(u, "u8") && strcmp(u, "s8"))
 			return kiln_error(KILN_EDATA, "metadata %s is '%.40s', want u8 or s8", arg, u);
-		snprintf(arg, sizeof arg, "%s.int8_scale=%.9g", sec, sx);
+		common_snprintf_c(arg, sizeof arg, "%s.int8_scale=%.9g", sec, sx); /* (quant_chain) */
 		if (!(st = kiln_config_override(cfg, arg))) {
 			snprintf(arg, sizeof arg, "%s.int8_unsigned=%d", sec, u && !strcmp(u, "u8"));
 			st = kiln_config_override(cfg, arg);

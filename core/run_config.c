@@ -4,6 +4,7 @@
 #include "run_config.h"
 #include "checkpoint.h"
 #include "data.h"
+#include "../plugins/common/c_locale.h" /* common_snprintf_c */
 
 #include <errno.h>
 #include <stdio.h>
@@ -46,9 +47,9 @@ static void size_text(size_t n, char *buf, size_t len)
 	if (n < 1024)
 		snprintf(buf, len, "%zu byte%s", n, n == 1 ? "" : "s");
 	else if (n < (size_t)1 << 20)
-		snprintf(buf, len, "%.1f KiB", (double)n / 1024.0);
+		common_snprintf_c(buf, len, "%.1f KiB", (double)n / 1024.0);
 	else
-		snprintf(buf, len, "%.1f MiB", (double)n / 1048576.0);
+		common_snprintf_c(buf, len, "%.1f MiB", (double)n / 1048576.0);
 }
 
 /* [run] memory_limit in bytes (kiln_parse_size), at least 1 MiB: less

@@ -1,6 +1,7 @@
 /* core/status.c - thread-local error messages, the log sink, the clock and
  * small I/O and array helpers. */
 #include "internal.h"
+#include "../plugins/common/c_locale.h" /* common_vsnprintf_c */
 
 #include <errno.h>
 #include <pthread.h>
@@ -37,16 +38,19 @@ static void set_message(const char *s)
 	memmove(err_msg + head + 3, s + n - tail, tail + 1);
 }
 
-/* fmt formatted into a malloc()ed string, NULL when out of memory. */
+/* fmt formatted into a malloc()ed string, NULL when out of memory.
+ * Numbers in the C locale, as in every message (kiln_vlog): an
+ * application's setlocale(LC_ALL, "") does not turn "lr 0.1" into
+ * "lr 0,1" in kiln's English, nor a value quoted from a config. */
 static char *format_message(const char *fmt, va_list ap)
 {
 	va_list aq;
 	va_copy(aq, ap);
-	int n = vsnprintf(NULL, 0, fmt, aq);
+	int n = common_vsnprintf_c(NULL, 0, fmt, aq);
 	va_end(aq);
 	char *s = n < 0 ? NULL : malloc((size_t)n + 1);
 	if (s)
-		vsnprintf(s, (size_t)n + 1, fmt, ap);
+		common_vsnprintf_c(s, (size_t)n + 1, fmt, ap);
 	return s;
 }
 
@@ -159,9 +163,9 @@ void kiln_vlog(int level, const char *who, const char *fmt, va_list ap)
 	/* a message past the stack buffer is formatted again, whole, into
 	 * one of its size (out of memory: the cut one) */
 	va_copy(again, ap);
-	const int len = vsnprintf(small, sizeof small, fmt, ap);
+	const int len = common_vsnprintf_c(small, sizeof small, fmt, ap); /* (format_message) */
 	if (len >= (int)sizeof small && (msg = malloc((size_t)len + 1)))
-		vsnprintf(msg, (size_t)len + 1, fmt, again);
+		common_vsnprintf_c(msg, (size_t)len + 1, fmt, again);
 	else
 		msg = small;
 	va_end(again);

@@ -5,6 +5,7 @@
  * device notes each plan's kiln_op_flops while the plan is made, then the
  * forward is issued with the device counting instead of running. */
 #include "graph.h"
+#include "../plugins/common/c_locale.h" /* common_c_numbers_begin */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +247,8 @@ static const char *shape_str(const struct kiln_tensor_desc *d, char *buf, size_t
 void kiln_summary_print(const struct kiln_summary *s, FILE *f)
 {
 	char a[32], b[32], c[32], d[32], sh[96], nm[160];
+	/* the C locale's '.' and no grouping, whatever the application's */
+	const locale_t old = common_c_numbers_begin();
 	fprintf(f, "%s\n%-34s %-20s %12s %12s %10s %14s\n%s\n", RULE, "Layer (type)", "Output Shape",
 		"Param #", "Trainable", "Frozen", "FLOPs", RULE);
 	for (int i = 0; i < s->n_layers; i++) {
@@ -270,6 +273,7 @@ void kiln_summary_print(const struct kiln_summary *s, FILE *f)
 			(long long)s->batch, s->training ? "training" : "evaluation",
 			commas(s->flops, a, sizeof a), s->flops / 1e6);
 	fprintf(f, "Params size (MiB): %.2f\n%s\n", s->param_mib, RULE);
+	common_c_numbers_end(old);
 }
 
 kiln_status kiln_summary_log(const struct kiln_summary *s)

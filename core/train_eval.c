@@ -7,6 +7,7 @@
 #include "train.h"
 #include "infer_passes.h"
 #include "quant.h"
+#include "../plugins/common/c_locale.h" /* common_snprintf_c */
 
 #include <stdio.h>
 
@@ -255,7 +256,7 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 		*t->ev.loss = t->done.loss, *t->ev.acc = t->done.acc, *t->ev.acc5 = t->done.acc5;
 		*t->ev.samples = t->done.samples;
 		if (on_line)
-			snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
+			common_snprintf_c(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
 				 *t->ev.loss, *t->ev.acc, *t->ev.acc5);
 		return KILN_OK;
 	}
@@ -273,7 +274,7 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 		if (t->progress)
 			t->progress(t->user, (int)t->ep + 1, t->k0, t->steps_per_epoch, NULL);
 		if (!(st = trainer_evaluate(t, t->pos.offset, 0, 0)) && !t->eval_cut && on_line)
-			snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f",
+			common_snprintf_c(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f",
 				 t->ev.name, *t->ev.loss, *t->ev.acc, *t->ev.acc5);
 		return st;
 	}
@@ -281,7 +282,7 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 		return KILN_OK;
 	st = trainer_evaluate(t, t->steps_per_epoch * t->G, 0, !tc->eval_every);
 	if (!st)
-		snprintf(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
+		common_snprintf_c(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
 			 *t->ev.loss, *t->ev.acc, *t->ev.acc5);
 	return st;
 }

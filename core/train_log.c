@@ -5,6 +5,7 @@
  * end.  See train.h. */
 #include "train.h"
 #include "../plugins/common/scalar_ops.h" /* common_scaler_backoff: the devices' rule */
+#include "../plugins/common/c_locale.h" /* common_snprintf_c */
 
 #include <math.h>
 #include <stdio.h>
@@ -535,7 +536,7 @@ kiln_status trainer_log_point(struct trainer *t)
 	t->ep_loss += ls, t->ep_correct += c, t->ep_samples += t->since;
 	const double n = (double)t->since;
 	char msg[200];
-	snprintf(msg, sizeof msg, "loss %.4f acc %.4f", ls / n, c / n);
+	common_snprintf_c(msg, sizeof msg, "loss %.4f acc %.4f", ls / n, c / n);
 	if (t->progress)
 		t->progress(t->user, (int)ep + 1, k + 1, spe, msg);
 	train_record(t, ls, c, n);
@@ -564,7 +565,7 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	res->epochs = (int)ep + 1;
 	res->train_loss = t->ep_samples ? t->ep_loss / (double)t->ep_samples : 0;
 	res->train_acc = t->ep_samples ? t->ep_correct / (double)t->ep_samples : 0;
-	return snprintf(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
+	return common_snprintf_c(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
 			(long long)ep + 1, (long long)t->tc.epochs, res->train_loss, res->train_acc,
 			ep_s, (double)ran / ep_s);
 }

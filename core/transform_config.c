@@ -2,6 +2,7 @@
  * into a struct kiln_xform (see transform.h), with every value checked and
  * errors naming the key and where it was set. */
 #include "transform.h"
+#include "../plugins/common/c_locale.h" /* common_strtod */
 
 #include <math.h>   /* isfinite */
 #include <stdio.h>
@@ -34,7 +35,7 @@ static int parse_numbers(const char *v, double *out, int max)
 		if (!*p)
 			return n;
 		char *end;
-		double d = strtod(p, &end);
+		double d = common_strtod(p, &end);
 		if (end == p || n == max || !isfinite(d) ||
 		    (*end && *end != ' ' && *end != '\t' && *end != ','))
 			return -1;

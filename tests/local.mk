@@ -50,6 +50,17 @@ EXTRA_DIST += tests/config/golden_in.ini tests/config/golden_out.ini tests/confi
 	tests/config/typo_run.ini tests/config/typo_data.ini tests/config/typo_model.ini \
 	tests/config/typo_train.ini
 
+# ---- the application's locale: numbers in the C locale whatever it is ------
+# (check_locale builds de_DE.UTF-8 with localedef into tests/cache/locale
+# when the system has none; skips when it cannot)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_locale
+TESTS += tests/check_locale
+tests_check_locale_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_locale_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+tests_check_locale_LDADD = libkiln.la $(CHECK_LIBS)
+endif
+
 # ---- plugins: the registry, the ABI checks, an out-of-tree plugin ---------
 # Test plugins: built like real plugins (hidden visibility, only
 # kiln_plugin_init exported) but never installed nor in the default search

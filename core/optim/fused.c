@@ -8,6 +8,7 @@
  * KILN_OPF_GATED); its outputs: params [n], the state slots [n] each, the
  * compute copy [n] (copy_dtype). */
 #include "optim.h"
+#include "../../plugins/common/c_locale.h" /* common_strtod */
 
 #include <stdlib.h>
 
@@ -42,7 +43,7 @@ static kiln_status optim_get(const struct kiln_host *h, const struct kiln_config
 	if (st != KILN_ENOTFOUND || !k || !k->def)
 		return st;
 	if (f)
-		*f = strtod(k->def, NULL);
+		*f = common_strtod(k->def, NULL);
 	else
 		*b = atoi(k->def);
 	return KILN_OK;

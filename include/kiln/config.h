@@ -10,6 +10,9 @@
  * the wrong type or out of range, is a KILN_ECONFIG error naming file:line
  * and, for names, the closest valid one.
  *
+ * Numbers are read in the C locale ('.' the decimal point) whatever the
+ * application's setlocale() (kiln.h, "Locale").
+ *
  * Threads: a config is built on one thread; once validated it is read-only
  * and may be read from any thread.
  */

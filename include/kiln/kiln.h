@@ -2,6 +2,15 @@
  *
  * Include this from programs that drive kiln (the `kiln` command, tests,
  * embedding applications).  Plugin authors include <kiln/plugin.h>.
+ *
+ * Locale: kiln parses and writes numbers in the C locale ('.' the decimal
+ * point) whatever the application's: a program that called
+ * setlocale(LC_ALL, "") in de_DE (Qt and GTK applications do) loads the
+ * same configs ("lr = 0.1"), gets the same files (metrics.jsonl, the CSV
+ * tables, config.ini, quantized models) and messages ("loss 0.5432").
+ * kiln switches the calling thread to the C locale (uselocale) only
+ * inside the calls that parse or format, and back: the application's own
+ * printf keeps its locale, and its other threads are never touched.
  */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H

@@ -156,7 +156,11 @@ struct kiln_store;    /* core TCP key-value store (rendezvous) */
 struct kiln_host {
 	uint32_t version; /* KILN_HOST_VERSION of the core that loaded the plugin */
 
-	/* Log through the core's sink.  `who` is usually the plugin's name. */
+	/* Log through the core's sink.  `who` is usually the plugin's name.
+	 * log and error format numbers in the C locale ("0.5"), whatever
+	 * the embedding application's; a plugin that parses or formats
+	 * numbers itself does so in the C locale too (strtod_l, uselocale:
+	 * docs/plugins.md, "Rules"). */
 	void (*log)(int level, const char *who, const char *fmt, ...) KILN_PRINTF(3, 4);
 
 	/* Set the calling thread's error message; returns st. */

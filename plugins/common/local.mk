@@ -24,3 +24,6 @@ PLUGIN_COMMON_H += plugins/common/cache_file.h
 # suites' main)
 PLUGIN_COMMON_H += plugins/common/spin_rule.h
 PLUGIN_COMMON_H += plugins/common/norm_lut.h
+# c_locale.h: numbers in the C locale whatever the application's (strtod,
+# snprintf): the config's floats, the files kiln writes, its messages
+PLUGIN_COMMON_H += plugins/common/c_locale.h

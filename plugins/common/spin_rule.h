@@ -19,6 +19,7 @@
 #ifndef KILN_COMMON_SPIN_RULE_H
 #define KILN_COMMON_SPIN_RULE_H
 
+#include "c_locale.h" /* common_c_numbers_begin: /proc/loadavg's '.' */
 #include <dlfcn.h> /* dlopen RTLD_NOLOAD: is libgomp loaded yet? */
 #include <stdio.h>
 #include <stdlib.h> /* setenv */
@@ -49,7 +50,9 @@ static inline int common_machine_full(void)
 	FILE *f = fopen("/proc/loadavg", "r");
 	if (f) {
 		/* "0.52 0.58 0.59 2/467 12345": 1-minute average, runnable/all */
+		const locale_t old = common_c_numbers_begin(); /* '.', whatever the application's locale */
 		int got = fscanf(f, "%lf %*f %*f %ld/%ld", &load, &running, &total);
+		common_c_numbers_end(old);
 		if (got < 1)
 			load = -1;
 		if (got < 3)

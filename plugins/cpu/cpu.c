@@ -13,6 +13,7 @@
 #endif
 #include "cpu.h"
 #include "fftconv.h" /* HAVE_FFTW */
+#include "../common/c_locale.h" /* common_strtod, common_snprintf_c */
 
 #include <omp.h>      /* omp_set_num_threads */
 #include <stdarg.h>
@@ -181,7 +182,7 @@ double cpu_probe_wait(void)
 {
 	const char *hook = getenv("KILN_CPU_PROBEWAIT");
 	if (hook && *hook)
-		return atof(hook);
+		return common_strtod(hook, NULL);
 	struct cpu_wait_mark m;
 	cpu_wait_begin(&m);
 	if (m.delay_ns < 0)
@@ -196,7 +197,7 @@ double cpu_probe_wait(void)
 static int cpu_async_rule(const struct kiln_workload *w, char *why, size_t n)
 {
 	const int big = w->grad_bytes >= CPU_AUTO_GRAD_BYTES && w->fwd_flops >= CPU_AUTO_FWD_FLOPS;
-	const int len = snprintf(why, n, "%.1f MiB of gradients, %.0f MFLOP forward a step (%s 4 MiB and 256 MFLOP)",
+	const int len = common_snprintf_c(why, n, "%.1f MiB of gradients, %.0f MFLOP forward a step (%s 4 MiB and 256 MFLOP)",
 				 (double)w->grad_bytes / 1048576.0, w->fwd_flops / 1e6,
 				 big ? "both at least" : "not both");
 	if (big || len < 0 || (size_t)len >= n)
@@ -206,7 +207,7 @@ static int cpu_async_rule(const struct kiln_workload *w, char *why, size_t n)
 	if (wait < 0)
 		snprintf(why + len, n - (size_t)len, ", no schedstat to probe: quiet");
 	else
-		snprintf(why + len, n - (size_t)len, ", waited %.2f s a second for a CPU over %lld ms: %s",
+		common_snprintf_c(why + len, n - (size_t)len, ", waited %.2f s a second for a CPU over %lld ms: %s",
 			 wait, (long long)(CPU_PROBE_NS / 1000000), busy ? "busy" : "quiet");
 	return busy;
 }
@@ -241,7 +242,7 @@ static void watch_start(struct cpu_ctx *c)
 	struct cpu_async_watch *w = &c->watch;
 	const char *hook = getenv("KILN_CPU_RUNWAIT");
 	memset(w, 0, sizeof *w);
-	w->fake = hook && *hook ? atof(hook) : -1;
+	w->fake = hook && *hook ? common_strtod(hook, NULL) : -1;
 	w->start_delay = cpu_self_delay_ns();
 	if (w->fake < 0 && w->start_delay < 0) {
 		c->host->log(KILN_LOG_DEBUG, "cpu", "async = auto: no schedstat, sync for the run");

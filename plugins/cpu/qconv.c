@@ -46,6 +46,7 @@
  * 64-byte aligned.
  */
 #include "dnn.h"
+#include "../common/c_locale.h" /* common_snprintf_c */
 
 #include <math.h>
 #include <stdio.h>
@@ -556,7 +557,7 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		b.O = op->i[3];
 		b.per = op->i[4];
 	}
-	snprintf(b.geom, sizeof b.geom, "%s O %lld x %lld per channel, input %s%s scale %g, output %s",
+	common_snprintf_c(b.geom, sizeof b.geom, "%s O %lld x %lld per channel, input %s%s scale %g, output %s",
 		 b.conv ? (b.nhwc ? "NHWC" : "NCHW") : "rows", (long long)b.O, (long long)b.per,
 		 op->in[0].dtype == KILN_U8 ? "chained " : "", op->i[8] ? "u8" : "s8", op->f[0],
 		 op->out[0].dtype == KILN_U8 ? "u8" : "f32");

@@ -68,6 +68,7 @@
 #include "fftconv.h" /* cpu_fftconv_ok, cpu_fftconv_rule, cpu_fftconv_prepare */
 #include "convthin.h" /* cpu_convthin_bare_ok, cpu_convthin_prepare */
 #include "wino.h"     /* cpu_wino_ok, cpu_wino_prepare */
+#include "../common/c_locale.h" /* common_strtod, common_snprintf_c */
 
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free, posix_memalign */
@@ -280,7 +281,7 @@ static double tune_wait(const struct cpu_wait_mark *m)
 {
 	const char *hook = getenv("KILN_CPU_TUNEWAIT");
 	if (hook && *hook)
-		return atof(hook);
+		return common_strtod(hook, NULL);
 	return cpu_wait_end(m);
 }
 
@@ -357,7 +358,7 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 		char s0[96], s1[160] = "";
 		size_t len = 0;
 		for (int k = 0; k < n && len < sizeof s1; k++) {
-			const int w = snprintf(s1 + len, sizeof s1 - len, "%s%.3f/%.3f", k ? ", " : "",
+			const int w = common_snprintf_c(s1 + len, sizeof s1 - len, "%s%.3f/%.3f", k ? ", " : "",
 					       1e3 * wall[k], 1e3 * cpu[k]);
 			len += w > 0 ? (size_t)w : sizeof s1;
 		}
@@ -448,7 +449,7 @@ static const char *prov_str(int p, double wait, char *s, size_t n)
 {
 	if (!p)
 		return "";
-	snprintf(s, n, ", provisional (timed under contention: waited %.2f s a second for a CPU)", wait);
+	common_snprintf_c(s, n, ", provisional (timed under contention: waited %.2f s a second for a CPU)", wait);
 	return s;
 }
 
@@ -1034,13 +1035,13 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 		static const char *const what[3] = { "bf16", "f32", "second bf16" };
 		char s0[96], s1[96], s2[96], s3[48] = "", sp[96], sf[48];
 		if (n == 3)
-			snprintf(s3, sizeof s3, ", second bf16 kernel %.3f ms", 1e3 * t[2]);
+			common_snprintf_c(s3, sizeof s3, ", second bf16 kernel %.3f ms", 1e3 * t[2]);
 		if (same)
 			snprintf(s3, sizeof s3, ", one plan timed once");
 		if (no_f32)
 			snprintf(sf, sizeof sf, "not timed (bf16 dot products)");
 		else
-			snprintf(sf, sizeof sf, "%.3f ms", 1e3 * t[1]);
+			common_snprintf_c(sf, sizeof sf, "%.3f ms", 1e3 * t[1]);
 		c->host->log(KILN_LOG_INFO, "cpu",
 			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %s%s (%s): the %s kernel%s",
 			     cpu_op_name(op.type), cpu_desc_str(&op.in[0], s0, sizeof s0),

@@ -1,6 +1,7 @@
 /* plugins/cuda/attn_map.c - the host-only logic of the CUDA device's fused
  * attention through cuDNN (attn_map.h says what and why). */
 #include "attn_map.h"
+#include "../common/c_locale.h" /* common_snprintf_c */
 
 #include <stdio.h>
 #include <string.h>
@@ -109,7 +110,7 @@ int cuda_sdpa_supported(const struct cuda_sdpa_geom *g, int cc, size_t ver, char
 		snprintf(why, n, "%s tensors (cuDNN's fused attention takes bf16 or f16)",
 			 g->dtype == KILN_F32 ? "f32" : "non-float");
 	else if (g->p > 0)
-		snprintf(why, n, "dropout p = %g (kiln's mask is DROPOUT's Philox stream; cuDNN's RNG draws another)",
+		common_snprintf_c(why, n, "dropout p = %g (kiln's mask is DROPOUT's Philox stream; cuDNN's RNG draws another)",
 			 g->p);
 	else if (g->acc)
 		snprintf(why, n, "accumulating into dqkv (cuDNN writes dq, dk, dv)");
@@ -132,7 +133,7 @@ int cuda_sdpa_supported(const struct cuda_sdpa_geom *g, int cc, size_t ver, char
 
 int cuda_sdpa_key(const struct cuda_sdpa_geom *g, char *buf, size_t n)
 {
-	return snprintf(buf, n, "SDPA %s %s B %lld T %lld H %lld D %lld causal %d scale %.9g",
+	return common_snprintf_c(buf, n, "SDPA %s %s B %lld T %lld H %lld D %lld causal %d scale %.9g",
 			g->bwd ? "bwd" : "fwd",
 			g->dtype == KILN_BF16 ? "bf16" : g->dtype == KILN_F16 ? "f16" : "f32",
 			(long long)g->B, (long long)g->T, (long long)g->H, (long long)g->D,

@@ -1,5 +1,6 @@
 /* plugins/gloo/deadline.cc - see deadline.h. */
 #include "deadline.h"
+#include "../common/c_locale.h" /* common_snprintf_c */
 
 #include <algorithm>
 #include <condition_variable>
@@ -190,10 +191,10 @@ std::string Deadline::why(int peer, const std::string &host) const
 	else
 		std::snprintf(who, sizeof who, "a peer (Gloo does not say which)");
 	if (connecting_)
-		std::snprintf(m, sizeof m, "%s did not connect within [dist] timeout = %.1f s (kiln's deadline for the whole mesh, on the run clock; rank %d closed its pairs)",
+		common_snprintf_c(m, sizeof m, "%s did not connect within [dist] timeout = %.1f s (kiln's deadline for the whole mesh, on the run clock; rank %d closed its pairs)",
 			      who, timeout_ms_ / 1000.0, rank_);
 	else
-		std::snprintf(m, sizeof m, "%s did not answer within [dist] timeout = %.1f s (kiln's deadline, on the run clock: a time in which this whole process stood still, a suspended job, is not counted; rank %d closed its pairs)",
+		common_snprintf_c(m, sizeof m, "%s did not answer within [dist] timeout = %.1f s (kiln's deadline, on the run clock: a time in which this whole process stood still, a suspended job, is not counted; rank %d closed its pairs)",
 			      who, timeout_ms_ / 1000.0, rank_);
 	return m;
 }

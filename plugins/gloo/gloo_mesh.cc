@@ -3,6 +3,7 @@
  * of it, retried after a stray connection), kiln's shared memory on one
  * node, the hierarchical leaders on several (gloo_comm.h). */
 #include "gloo_comm.h"
+#include "../common/c_locale.h" /* common_snprintf_c */
 
 namespace kiln_gloo {
 
@@ -188,7 +189,7 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 				why = dl->why(late, host_of(hosts, late));
 			else if (late >= 0) {
 				char m[160];
-				std::snprintf(m, sizeof m, " did not post its pairs' addresses within [dist] timeout = %.1f s: ",
+				common_snprintf_c(m, sizeof m, " did not post its pairs' addresses within [dist] timeout = %.1f s: ",
 					      timeout_ms / 1000.0);
 				why = "rank " + std::to_string(late) + host_of(hosts, late) + m + why;
 			}

@@ -28,6 +28,7 @@
 #include "../common/cache_file.h" /* common_cache_path */
 #include "../common/open_file.h" /* common_open_file */
 #include "../common/norm_lut.h"  /* common_norm_lut */
+#include "../common/c_locale.h"  /* common_strtod */
 
 #include <errno.h>    /* errno, ENOENT */
 #include <fcntl.h>    /* open */
@@ -396,7 +397,7 @@ static kiln_status idx_key_channel(const struct kiln_host *host, const struct ki
 			p++;
 		if (!*p)
 			break;
-		double d = strtod(p, &end);
+		double d = common_strtod(p, &end);
 		if (end == p || (*end && *end != ' ' && *end != '\t' && *end != ','))
 			return host->error(KILN_ECONFIG, "%s: [%s] %s = '%s' is not a number",
 					   host->config_where(cfg, section, key), section, key, v);

@@ -53,6 +53,7 @@
 #include "mpi_comm.h"
 
 #include "../common/comm_init.h"
+#include "../common/c_locale.h" /* common_snprintf_c */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,7 +304,7 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 			 SHMCOLL_CHUNK >> 10);
 	else
 		snprintf(shm_how, sizeof shm_how, "MPI's collectives (kiln's shared memory off: %s)", c->shm_why);
-	snprintf(c->desc, sizeof c->desc, "%.100s, %s, thread level %d, stream collectives wait: %s%s, watchdog at %.0f s",
+	common_snprintf_c(c->desc, sizeof c->desc, "%.100s, %s, thread level %d, stream collectives wait: %s%s, watchdog at %.0f s",
 		 lib, shm_how, inited ? -1 : provided, wait_names[c->wait], how, timeout_ms / 1000.0);
 	*out = c;
 	return KILN_OK;

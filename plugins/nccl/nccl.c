@@ -34,6 +34,7 @@
 #include <kiln/plugin.h>
 
 #include "../common/comm_init.h"
+#include "../common/c_locale.h" /* common_snprintf_c */
 #include "../common/rank_name.h"
 #include "../common/watchdog.h"
 
@@ -247,7 +248,7 @@ static int nccl_look(void *arg)
 	if (a == ncclSuccess || a == ncclInProgress) {
 		if (!c->n || age <= (long long)c->timeout_ms * 1000000ll)
 			return 0;
-		snprintf(c->why, sizeof c->why, "nccl: %s: %s%s of %zu elements did not complete within [dist] timeout = %.1f s (pending %.1f s): %s is lost or stuck; the communicator was aborted",
+		common_snprintf_c(c->why, sizeof c->why, "nccl: %s: %s%s of %zu elements did not complete within [dist] timeout = %.1f s (pending %.1f s): %s is lost or stuck; the communicator was aborted",
 			 me, c->ring[c->head].what, with, c->ring[c->head].count,
 			 c->timeout_ms / 1000.0, age / 1e9, *with ? "that peer" : "a rank");
 	} else {
@@ -508,7 +509,7 @@ static kiln_status comm_ready(struct nccl_comm *c, const char *what)
 	watchdog_init(&c->dog);
 	int v = 0;
 	ncclGetVersion(&v);
-	snprintf(c->desc, sizeof c->desc, "NCCL %d.%d.%d, GPU %d, watchdog at %.0f s", v / 10000,
+	common_snprintf_c(c->desc, sizeof c->desc, "NCCL %d.%d.%d, GPU %d, watchdog at %.0f s", v / 10000,
 		 (v / 100) % 100, v % 100, c->cuda_dev, c->timeout_ms / 1000.0);
 	for (int i = 0; i < PENDING; i++)
 		if (cudaEventCreateWithFlags(&c->ring[i].ev, cudaEventDisableTiming) != cudaSuccess) {
