@@ -360,7 +360,9 @@ kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute);
 /* In kiln_dist_pipe_gather: a whole parameter buffer (this stage's slice
  * copied in) that m->params_d points at until kiln_dist_pipe_release,
  * which waits for the compute stream and frees it (after a checkpoint or
- * an evaluation; no-op when nothing was made whole). */
+ * an evaluation; no-op when nothing was made whole).  The copy reads the
+ * slice on `compute`: the caller first orders it after the comm stream's
+ * work (ZeRO-1's parameter allgathers). */
 kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute);
 kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute);
 /* For a checkpoint, which rank 0 alone writes, on ranks holding their

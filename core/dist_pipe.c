@@ -231,12 +231,19 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 		return KILN_OK;
 	struct kiln_model *m = d->m;
 	const size_t *lo = d->pipe_lo, *hi = d->pipe_hi;
-	/* (a rank holding its stage's parameters alone: a whole buffer) */
-	if ((st = kiln_dist_pipe_whole(d, compute)))
-		return st;
-	/* (collectives on the compute stream wait for the comm stream's) */
+	/* The compute stream after the comm stream's work, first: the
+	 * collectives below wait for its collectives, and the copy of this
+	 * rank's slice into the whole buffer (kiln_dist_pipe_whole) reads
+	 * parameters that ZeRO-1's allgathers (dist.overlap: on the comm
+	 * stream) are still writing.  Before session 35 the copy came first:
+	 * an evaluation between log points (which settle them) read a mix of
+	 * this step's parameters and the last one's, a varying test loss
+	 * (tests/pipeline_dist.sh section 10). */
 	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
 			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
+		return st;
+	/* (a rank holding its stage's parameters alone: a whole buffer) */
+	if ((st = kiln_dist_pipe_whole(d, compute)))
 		return st;
 	for (int s = 0; s < d->pipe_P; s++) {
 		const size_t n = hi[s] - lo[s];

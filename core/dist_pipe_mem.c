@@ -325,12 +325,13 @@ static kiln_status slice_to_rank0(struct kiln_dist *d, int s, void *compute)
 kiln_status kiln_dist_pipe_gather_to0(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;
-	/* (rank 0: a whole buffer, its own stage's slice copied in) */
-	if (!d->env.rank && (st = kiln_dist_pipe_whole(d, compute)))
-		return st;
-	/* (point-to-point on the compute stream after the comm stream's) */
+	/* (point-to-point on the compute stream after the comm stream's; the
+	 * slice's copy too, as kiln_dist_pipe_gather's) */
 	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
 			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
+		return st;
+	/* (rank 0: a whole buffer, its own stage's slice copied in) */
+	if (!d->env.rank && (st = kiln_dist_pipe_whole(d, compute)))
 		return st;
 	for (int s = 1; s < d->pipe_P; s++)
 		if ((st = slice_to_rank0(d, s, compute)))

@@ -63,6 +63,7 @@
 #     checkpoints resume in one process and on 2 stages on 2 ranks, and
 #     one process's resumes on it (before session 8: refused), each rank
 #     holding its stage's parameters and gradients alone (session 9);
+#     an evaluation off the log points equals one process's (session 35);
 #     (session 30, in section 12) a rank never holds the whole optimizer
 #     state, at start-up nor for a checkpoint (rank 0, which writes, then
 #     alone), measured by its device peak;
@@ -729,6 +730,17 @@ done
 	{ bad "z22: not every rank holds its stage's parameters and gradients alone"; grep "holds the stage's\|stay allocated" "$tmp/z22.log"; }
 run zc 4 16 $z train.clip_norm=0.05
 near oc zc "ZeRO-1, P = 2 x D = 2, clip_norm 0.05"
+# an evaluation off the log points: the whole parameters gathered for it
+# after this step's allgathers (session 35; before, a rank copied its
+# stage's slice while they still wrote it, on the comm stream: the step-5
+# test loss read half-updated parameters, 2.721854 or 2.722062 for
+# 2.721792, in 10 of 10 runs; at a log point they were settled first)
+ev="train.eval=1 train.eval_every=5 train.log_every=100 data.eval.samples=5 train.max_steps=6"
+eval5() { sed -n 's/.*"event":"eval".*"step":5,"loss":\([^,]*\),.*/\1/p' "$tmp/$1/metrics.jsonl"; }
+run ze1 0 32 $ev
+run ze 4 16 $z $ev
+awk -v a="$(eval5 ze1)" -v b="$(eval5 ze)" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 1e-6 && d >= -1e-6) }' ||
+	bad "ZeRO-1, P = 2 x D = 2: the step-5 test loss off the log points, '$(eval5 ze)', is not one process's '$(eval5 ze1)'"
 # AdamW: a P = 2 x D = 2 ZeRO-1 checkpoint at step 3 resumes in one
 # process, and one process's on P = 2 x D = 2 with ZeRO-1
 run za 4 16 $z $adam train.max_steps=3
