@@ -222,7 +222,9 @@ static int connect_one(const struct addrinfo *p, int64_t slice, int stoppable, i
 		return -1;
 	}
 	*err = connect(fd, p->ai_addr, p->ai_addrlen) ? errno : 0;
-	if (*err == EINPROGRESS)
+	/* EINTR (a signal of the application's): the connection goes on
+	 * in the background, as with EINPROGRESS */
+	if (*err == EINPROGRESS || *err == EINTR)
 		*err = connect_wait(fd, slice, stoppable);
 	int flags = fcntl(fd, F_GETFL);
 	if (*err || flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)) {

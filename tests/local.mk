@@ -53,12 +53,12 @@ EXTRA_DIST += tests/config/golden_in.ini tests/config/golden_out.ini tests/confi
 # ---- plugins: the registry, the ABI checks, an out-of-tree plugin ---------
 # Test plugins: built like real plugins (hidden visibility, only
 # kiln_plugin_init exported) but never installed nor in the default search
-# path; they land in tests/plugins/.libs (and tests/plugins/shadow/.libs).
+# path; they land in tests/plugins/.libs (and tests/plugins/shadow/.libs, tests/plugins/exit/.libs).
 TEST_PLUGIN_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 TEST_PLUGIN_LDFLAGS = $(PLUGIN_LDFLAGS) -rpath /nowhere
 check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
 	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
-	tests/plugins/shadow/kiln-tgood.la
+	tests/plugins/shadow/kiln-tgood.la tests/plugins/exit/kiln-texit.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
 tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -78,9 +78,13 @@ tests_plugins_kiln_tnull_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_shadow_kiln_tgood_la_SOURCES = tests/plugins/shadow.c
 tests_plugins_shadow_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_shadow_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_exit_kiln_texit_la_SOURCES = tests/plugins/texit.c
+tests_plugins_exit_kiln_texit_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_exit_kiln_texit_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 
 TEST_PLUGIN_DIRS = -DTEST_PLUGIN_DIR='"$(abs_top_builddir)/tests/plugins/.libs"' \
-	-DTEST_SHADOW_DIR='"$(abs_top_builddir)/tests/plugins/shadow/.libs"'
+	-DTEST_SHADOW_DIR='"$(abs_top_builddir)/tests/plugins/shadow/.libs"' \
+	-DTEST_EXIT_DIR='"$(abs_top_builddir)/tests/plugins/exit/.libs"'
 
 if HAVE_CHECK
 check_PROGRAMS += tests/check_plugin
