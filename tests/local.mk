@@ -379,6 +379,8 @@ EXTRA_DIST += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh
 # non-finite weights: not trained on, checkpointed or evaluated (session 30)
 TESTS += tests/nonfinite_weights.sh
 EXTRA_DIST += tests/nonfinite_weights.sh
+TESTS += tests/cache_home.sh
+EXTRA_DIST += tests/cache_home.sh
 
 # ---- CLI and docs: the commands, the examples, the documents' claims -----
 TESTS += tests/cli.sh tests/docs.sh
