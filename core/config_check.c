@@ -547,6 +547,8 @@ static kiln_status unknown_section(const struct section *s)
 
 kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *reg)
 {
+	if (!cfg)
+		return kiln_null_arg("kiln_config_validate", "cfg");
 	char sug[200], list[2000];
 	cfg->reg = reg;
 	for (int i = 0; i < cfg->n; i++) {
@@ -609,6 +611,8 @@ static int no_inherit(const char *key)
 const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
 			    const char *key)
 {
+	if (!cfg || !section || !key)
+		return NULL; /* (documented) */
 	struct entry *e = kiln_cfg_find_entry(kiln_cfg_find_section(cfg, section), key);
 	if (e)
 		return e->value;
@@ -625,6 +629,8 @@ const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
 const char *kiln_config_where(const struct kiln_config *cfg, const char *section,
 			      const char *key)
 {
+	if (!cfg || !section)
+		return NULL; /* (documented) */
 	const struct section *s = kiln_cfg_find_section(cfg, section);
 	struct entry *e = kiln_cfg_find_entry(s, key);
 	if (!key)
@@ -636,7 +642,7 @@ const char *kiln_config_where(const struct kiln_config *cfg, const char *section
 
 const char *kiln_config_section(const struct kiln_config *cfg, int i)
 {
-	return i >= 0 && i < cfg->n ? cfg->s[i].name : NULL;
+	return cfg && i >= 0 && i < cfg->n ? cfg->s[i].name : NULL;
 }
 
 static kiln_status bad(const struct kiln_config *cfg, const char *section, const char *key,
@@ -675,18 +681,24 @@ static kiln_status get_number(const struct kiln_config *cfg, const char *section
 kiln_status kiln_config_get_int(const struct kiln_config *cfg, const char *section,
 				const char *key, int64_t *out)
 {
+	if (!cfg || !section || !key || !out)
+		return kiln_null_arg("kiln_config_get_int", !cfg ? "cfg" : !section ? "section" : !key ? "key" : "out");
 	return get_number(cfg, section, key, out, NULL);
 }
 
 kiln_status kiln_config_get_float(const struct kiln_config *cfg, const char *section,
 				  const char *key, double *out)
 {
+	if (!cfg || !section || !key || !out)
+		return kiln_null_arg("kiln_config_get_float", !cfg ? "cfg" : !section ? "section" : !key ? "key" : "out");
 	return get_number(cfg, section, key, NULL, out);
 }
 
 kiln_status kiln_config_get_bool(const struct kiln_config *cfg, const char *section,
 				 const char *key, int *out)
 {
+	if (!cfg || !section || !key || !out)
+		return kiln_null_arg("kiln_config_get_bool", !cfg ? "cfg" : !section ? "section" : !key ? "key" : "out");
 	const char *v = kiln_config_get(cfg, section, key);
 	int b;
 	if (!v)
@@ -700,6 +712,8 @@ kiln_status kiln_config_get_bool(const struct kiln_config *cfg, const char *sect
 kiln_status kiln_config_get_str(const struct kiln_config *cfg, const char *section,
 				const char *key, const char **out)
 {
+	if (!cfg || !section || !key || !out)
+		return kiln_null_arg("kiln_config_get_str", !cfg ? "cfg" : !section ? "section" : !key ? "key" : "out");
 	const char *v = kiln_config_get(cfg, section, key);
 	if (!v)
 		return KILN_ENOTFOUND;
@@ -779,6 +793,8 @@ kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kil
 kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registry *reg,
 			      FILE *f)
 {
+	if (!cfg || !f)
+		return kiln_null_arg("kiln_config_write", !cfg ? "cfg" : "f");
 	static const char *const order[] = { "run", "data", "data.eval", "model" };
 	for (size_t i = 0; i < KILN_ARRAY_LEN(order); i++) {
 		write_section(f, cfg, reg, order[i]);

@@ -548,6 +548,8 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 			      struct kiln_model **out)
 {
+	if (!cfg || !reg || !dev || !sample || !out)
+		return kiln_null_arg("kiln_model_create", !cfg ? "cfg" : !reg ? "reg" : !dev ? "dev" : !sample ? "sample" : "out");
 	return model_create(cfg, reg, dev, sample, 0, 0, NULL, out);
 }
 
@@ -729,7 +731,7 @@ void kiln_model_free(struct kiln_model *m)
 	free(m);
 }
 
-int kiln_model_param_count(const struct kiln_model *m) { return m->n_params; }
+int kiln_model_param_count(const struct kiln_model *m) { return m ? m->n_params : 0; }
 int kiln_model_compute_dtype(const struct kiln_model *m) { return m->cdtype; }
 
 kiln_status kiln_model_set_compute_dtype(struct kiln_model *m, int dtype)
@@ -790,6 +792,12 @@ size_t kiln_model_param_elems(const struct kiln_model *m) { return m->n_elems; }
 
 void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_info *o)
 {
+	if (!o)
+		return;
+	if (!m || i < 0 || i >= m->n_params) {
+		memset(o, 0, sizeof *o); /* (documented: kiln/kiln.h) */
+		return;
+	}
 	const struct model_param *p = &m->params[i];
 	/* the caller may write the parameters: refresh the compute copy */
 	kiln_model_weights_written((struct kiln_model *)m);

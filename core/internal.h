@@ -49,6 +49,10 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 
 char *kiln_strdup(const char *s);
 
+/* KILN_EINVAL with "fn: arg is NULL": a public function's required pointer
+ * argument missing (the headers in include/kiln/ say which may be NULL). */
+kiln_status kiln_null_arg(const char *fn, const char *arg);
+
 /* fopen(path, mode) ("r", "w", "w+" or "a+") of a file kiln reads or writes
  * whole (the config, a run's logs, config.ini, profile.txt), never
  * blocking in open (a FIFO waits there for its other end otherwise, for

@@ -692,6 +692,8 @@ static kiln_status scan_dir(struct kiln_registry *reg, const char *dir)
 
 kiln_status kiln_registry_open(const char *plugin_path, struct kiln_registry **out)
 {
+	if (!out)
+		return kiln_null_arg("kiln_registry_open", "out");
 	struct kiln_registry *reg = calloc(1, sizeof *reg);
 	kiln_status st;
 	*out = NULL;
@@ -756,20 +758,28 @@ int kiln_registry_has_file(const struct kiln_registry *reg, const char *base)
 	return has_file(reg, base);
 }
 
-int kiln_registry_dir_count(const struct kiln_registry *reg) { return reg->n_dirs; }
+int kiln_registry_dir_count(const struct kiln_registry *reg) { return reg ? reg->n_dirs : 0; }
 const char *kiln_registry_dir(const struct kiln_registry *reg, int i)
 {
-	return i >= 0 && i < reg->n_dirs ? reg->dirs[i] : NULL;
+	return reg && i >= 0 && i < reg->n_dirs ? reg->dirs[i] : NULL;
 }
 
 /* Listing every file or plugin loads them all (lookups are lazy). */
 int kiln_registry_file_count(const struct kiln_registry *reg)
 {
+	if (!reg)
+		return 0;
 	load_all((struct kiln_registry *)reg);
 	return reg->n_files;
 }
 void kiln_registry_file_get(const struct kiln_registry *reg, int i, struct kiln_plugin_file *o)
 {
+	if (!o)
+		return;
+	if (!reg || i < 0 || i >= reg->n_files) {
+		memset(o, 0, sizeof *o); /* (documented) */
+		return;
+	}
 	o->path = reg->files[i].path;
 	o->error = reg->files[i].error;
 	o->n_plugins = reg->files[i].n_plugins;
@@ -777,14 +787,22 @@ void kiln_registry_file_get(const struct kiln_registry *reg, int i, struct kiln_
 
 int kiln_registry_plugin_count(const struct kiln_registry *reg)
 {
+	if (!reg)
+		return 0;
 	load_all((struct kiln_registry *)reg);
 	return reg->n_plugins;
 }
 
-int kiln_registry_loaded_count(const struct kiln_registry *reg) { return reg->n_plugins; }
+int kiln_registry_loaded_count(const struct kiln_registry *reg) { return reg ? reg->n_plugins : 0; }
 void kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
 			      struct kiln_plugin_info *o)
 {
+	if (!o)
+		return;
+	if (!reg || i < 0 || i >= reg->n_plugins) {
+		memset(o, 0, sizeof *o); /* (documented) */
+		return;
+	}
 	const struct reg_plugin *r = &reg->plugins[i];
 	o->file = r->file < 0 ? "(built-in)" : reg->files[r->file].path;
 	o->kind = r->p->kind;
@@ -823,6 +841,8 @@ static kiln_status load_for(const struct kiln_registry *creg, int kind, const ch
 kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const char *name,
 			       const struct kiln_plugin **out)
 {
+	if (!reg || !name || !out)
+		return kiln_null_arg("kiln_registry_find", !reg ? "reg" : !name ? "name" : "out");
 	kiln_status st = load_for(reg, kind, name);
 	if (st)
 		return st;

@@ -340,6 +340,10 @@ tests_check_amp_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
 tests_check_profile_CFLAGS = $(CHECK_SUITE_CFLAGS) $(JANSSON_CFLAGS)
 tests_check_profile_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+check_PROGRAMS += tests/check_api_null
+TESTS += tests/check_api_null
+tests_check_api_null_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_api_null_LDADD = libkiln.la $(CHECK_LIBS)
 tests_check_safetensors_CPPFLAGS = $(AM_CPPFLAGS) -DKILN_BIN='"$(abs_top_builddir)/kiln"'
 tests_check_safetensors_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_safetensors_LDADD = libkiln.la $(CHECK_LIBS) -lm
