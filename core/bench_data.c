@@ -40,6 +40,8 @@ static kiln_status take_batches(struct kiln_loader *L, struct kiln_device *dev,
 kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			    int64_t batches, struct kiln_data_bench *out)
 {
+	if (!cfg || !reg || !out)
+		return kiln_null_arg("kiln_bench_data", !cfg ? "cfg" : !reg ? "reg" : "out");
 	struct kiln_device *dev = NULL;
 	struct kiln_dataset d;
 	struct kiln_loader *L = NULL;

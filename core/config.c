@@ -273,6 +273,8 @@ void kiln_config_free(struct kiln_config *cfg)
 
 kiln_status kiln_config_new(struct kiln_config **out)
 {
+	if (!out)
+		return kiln_null_arg("kiln_config_new", "out");
 	struct kiln_config *cfg = calloc(1, sizeof *cfg);
 	if (!cfg)
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -578,6 +580,8 @@ static kiln_status read_all(FILE *f, const char *path, char **text, size_t *len)
 
 kiln_status kiln_config_load(const char *path, struct kiln_config **out)
 {
+	if (!path || !out)
+		return kiln_null_arg("kiln_config_load", !path ? "path" : "out");
 	*out = NULL;
 	FILE *f;
 	kiln_status st = kiln_fopen_regular(path, "r", "open config", &f);
@@ -605,12 +609,16 @@ kiln_status kiln_config_load(const char *path, struct kiln_config **out)
 kiln_status kiln_config_load_string(const char *text, const char *name,
 				    struct kiln_config **out)
 {
+	if (!text || !name || !out)
+		return kiln_null_arg("kiln_config_load_string", !text ? "text" : !name ? "name" : "out");
 	struct parse p = { .text = text, .len = strlen(text) };
 	return parse(&p, name, out);
 }
 
 kiln_status kiln_config_override(struct kiln_config *cfg, const char *arg)
 {
+	if (!cfg || !arg)
+		return kiln_null_arg("kiln_config_override", !cfg ? "cfg" : "arg");
 	const char *eq = strchr(arg, '=');
 	if (!eq || eq == arg)
 		return kiln_error(KILN_EUSAGE,

@@ -550,6 +550,8 @@ static kiln_status unknown_section(const struct section *s)
 
 kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *reg)
 {
+	if (!cfg)
+		return kiln_null_arg("kiln_config_validate", "cfg");
 	char sug[200], list[2000];
 	cfg->reg = reg;
 	for (int i = 0; i < cfg->n; i++) {

@@ -21,6 +21,8 @@ int no_inherit(const char *key)
 const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
 			    const char *key)
 {
+	if (!cfg || !section || !key)
+		return NULL; /* (documented) */
 	struct entry *e = kiln_cfg_find_entry(kiln_cfg_find_section(cfg, section), key);
 	if (e)
 		return e->value;
@@ -37,6 +39,8 @@ const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
 const char *kiln_config_where(const struct kiln_config *cfg, const char *section,
 			      const char *key)
 {
+	if (!cfg || !section)
+		return NULL; /* (documented) */
 	const struct section *s = kiln_cfg_find_section(cfg, section);
 	struct entry *e = kiln_cfg_find_entry(s, key);
 	if (!key)
@@ -48,7 +52,7 @@ const char *kiln_config_where(const struct kiln_config *cfg, const char *section
 
 const char *kiln_config_section(const struct kiln_config *cfg, int i)
 {
-	return i >= 0 && i < cfg->n ? cfg->s[i].name : NULL;
+	return cfg && i >= 0 && i < cfg->n ? cfg->s[i].name : NULL;
 }
 
 static kiln_status bad(const struct kiln_config *cfg, const char *section, const char *key,
@@ -87,18 +91,24 @@ static kiln_status get_number(const struct kiln_config *cfg, const char *section
 kiln_status kiln_config_get_int(const struct kiln_config *cfg, const char *section,
 				const char *key, int64_t *out)
 {
+	if (!cfg || !section || !key || !out)
+		return kiln_null_arg("kiln_config_get_int", !cfg ? "cfg" : !section ? "section" : !key ? "key" : "out");
 	return get_number(cfg, section, key, out, NULL);
 }
 
 kiln_status kiln_config_get_float(const struct kiln_config *cfg, const char *section,
 				  const char *key, double *out)
 {
+	if (!cfg || !section || !key || !out)
+		return kiln_null_arg("kiln_config_get_float", !cfg ? "cfg" : !section ? "section" : !key ? "key" : "out");
 	return get_number(cfg, section, key, NULL, out);
 }
 
 kiln_status kiln_config_get_bool(const struct kiln_config *cfg, const char *section,
 				 const char *key, int *out)
 {
+	if (!cfg || !section || !key || !out)
+		return kiln_null_arg("kiln_config_get_bool", !cfg ? "cfg" : !section ? "section" : !key ? "key" : "out");
 	const char *v = kiln_config_get(cfg, section, key);
 	int b;
 	if (!v)
@@ -112,6 +122,8 @@ kiln_status kiln_config_get_bool(const struct kiln_config *cfg, const char *sect
 kiln_status kiln_config_get_str(const struct kiln_config *cfg, const char *section,
 				const char *key, const char **out)
 {
+	if (!cfg || !section || !key || !out)
+		return kiln_null_arg("kiln_config_get_str", !cfg ? "cfg" : !section ? "section" : !key ? "key" : "out");
 	const char *v = kiln_config_get(cfg, section, key);
 	if (!v)
 		return KILN_ENOTFOUND;

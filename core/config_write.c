@@ -78,6 +78,8 @@ kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kil
 kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registry *reg,
 			      FILE *f)
 {
+	if (!cfg || !f)
+		return kiln_null_arg("kiln_config_write", !cfg ? "cfg" : "f");
 	static const char *const order[] = { "run", "data", "data.eval", "model" };
 	for (size_t i = 0; i < KILN_ARRAY_LEN(order); i++) {
 		write_section(f, cfg, reg, order[i]);

@@ -174,6 +174,8 @@ static kiln_status device_options_read(const struct kiln_config *cfg,
 kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_config *cfg,
 			     const char *name, int ordinal, struct kiln_device **out)
 {
+	if (!reg || !name || !out)
+		return kiln_null_arg("kiln_device_open", !reg ? "reg" : !name ? "name" : "out");
 	return kiln_device_open_peer(reg, cfg, name, ordinal, -1, 1, out);
 }
 
@@ -229,7 +231,7 @@ void kiln_device_close(struct kiln_device *dev)
 	free(dev);
 }
 
-const char *kiln_device_name(const struct kiln_device *dev) { return dev->plugin->name; }
+const char *kiln_device_name(const struct kiln_device *dev) { return dev ? dev->plugin->name : NULL; }
 
 unsigned kiln_device_abi_minor(const struct kiln_device *dev) { return dev->plugin->abi_minor; }
 

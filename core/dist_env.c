@@ -36,6 +36,8 @@ static const struct scheme schemes[] = {
 
 kiln_status kiln_dist_env_read(struct kiln_dist_env *e)
 {
+	if (!e)
+		return kiln_null_arg("kiln_dist_env_read", "e");
 	memset(e, 0, sizeof *e);
 	e->world = e->local_world = 1;
 	e->source = "none";

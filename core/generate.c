@@ -69,6 +69,8 @@ fail:
 kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				const char *checkpoint, struct kiln_generator **out)
 {
+	if (!cfg || !reg || !out)
+		return kiln_null_arg("kiln_generator_open", !cfg ? "cfg" : !reg ? "reg" : "out");
 	struct kiln_trained t;
 	*out = NULL;
 	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "generating with", 1, &t);
@@ -108,8 +110,8 @@ void kiln_generator_close(struct kiln_generator *g)
 	free(g);
 }
 
-int64_t kiln_generator_context(const struct kiln_generator *g) { return g->context; }
-int64_t kiln_generator_vocab(const struct kiln_generator *g) { return g->vocab; }
+int64_t kiln_generator_context(const struct kiln_generator *g) { return g ? g->context : 0; }
+int64_t kiln_generator_vocab(const struct kiln_generator *g) { return g ? g->vocab : 0; }
 
 kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t token,
 				const float **logits)

@@ -118,6 +118,7 @@ static kiln_status layout_params(struct kiln_model *m, struct plan_node *nodes)
 				p->layer = p->grad_layer = i;
 				p->trainable = tr;
 				p->buffer = buffer;
+				p->nonneg = buffer && (ps->is_buffer & KILN_PARAM_NONNEG);
 				p->slot = k;
 				p->numel = kiln_tensor_numel(&ps->desc);
 				/* keep every tensor 64-byte aligned */
@@ -338,6 +339,8 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 			      struct kiln_model **out)
 {
+	if (!cfg || !reg || !dev || !sample || !out)
+		return kiln_null_arg("kiln_model_create", !cfg ? "cfg" : !reg ? "reg" : !dev ? "dev" : !sample ? "sample" : "out");
 	return model_create(cfg, reg, dev, sample, 0, 0, NULL, out);
 }
 

@@ -35,6 +35,7 @@ struct model_param {
 	int layer;
 	int trainable;
 	int buffer;                   /* 1: non-trained state, in the buffers region */
+	int nonneg;                   /* KILN_PARAM_NONNEG: values must be >= 0 */
 	int slot;                     /* k: the layer's k-th parameter */
 	int grad_layer;               /* the layer whose backward completes the
 				       * gradient: `layer`, or for a tied tensor
@@ -359,8 +360,10 @@ kiln_status kiln_model_init_loaded(struct kiln_model *m, void *stream);
 int kiln_model_nonfinite(const struct kiln_model *m, int region, size_t off, const float *v,
 			 size_t n, int64_t *at);
 /* Weights loaded from `file` (a checkpoint, a weights file) refused when
- * kiln_model_nonfinite finds a value: KILN_EDATA naming the file and the
- * tensor (a fused ReLU would turn a NaN model's outputs finite). */
+ * kiln_model_nonfinite finds a value, or a tensor that must be >= 0
+ * (KILN_PARAM_NONNEG: a running variance) holds a negative one: KILN_EDATA
+ * naming the file, the tensor and the element (a fused ReLU would turn a
+ * NaN model's outputs finite). */
 kiln_status kiln_model_finite_check(const struct kiln_model *m, const char *file, int region,
 				    size_t off, const float *v, size_t n);
 

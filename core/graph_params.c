@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-int kiln_model_param_count(const struct kiln_model *m) { return m->n_params; }
+int kiln_model_param_count(const struct kiln_model *m) { return m ? m->n_params : 0; }
 int kiln_model_compute_dtype(const struct kiln_model *m) { return m->cdtype; }
 
 kiln_status kiln_model_set_compute_dtype(struct kiln_model *m, int dtype)
@@ -68,6 +68,12 @@ size_t kiln_model_param_elems(const struct kiln_model *m) { return m->n_elems; }
 
 void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_info *o)
 {
+	if (!o)
+		return;
+	if (!m || i < 0 || i >= m->n_params) {
+		memset(o, 0, sizeof *o); /* (documented: kiln/kiln.h) */
+		return;
+	}
 	const struct model_param *p = &m->params[i];
 	/* the caller may write the parameters: refresh the compute copy */
 	kiln_model_weights_written((struct kiln_model *)m);
@@ -258,16 +264,44 @@ int kiln_model_nonfinite(const struct kiln_model *m, int region, size_t off, con
 	return -1;
 }
 
+/* The first tensor (index into m->params) whose values in v (elements
+ * [off, off + n) of region) must be >= 0 (KILN_PARAM_NONNEG) and hold a
+ * negative one, *at its element in that tensor; -1 when none does. */
+static int model_negative(const struct kiln_model *m, int region, size_t off, const float *v,
+			  size_t n, int64_t *at)
+{
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *p = &m->params[i];
+		const size_t lo = p->off > off ? p->off : off;
+		const size_t hi = p->off + (size_t)p->numel < off + n ? p->off + (size_t)p->numel
+								      : off + n;
+		if (!p->nonneg || !p->buffer != !region)
+			continue;
+		for (size_t e = lo; e < hi; e++)
+			if (v[e - off] < 0) {
+				*at = (int64_t)(e - p->off);
+				return i;
+			}
+	}
+	return -1;
+}
+
 kiln_status kiln_model_finite_check(const struct kiln_model *m, const char *file, int region,
 				    size_t off, const float *v, size_t n)
 {
 	int64_t at;
-	const int i = kiln_model_nonfinite(m, region, off, v, n, &at);
+	int i = kiln_model_nonfinite(m, region, off, v, n, &at);
 	char shape[100];
-	if (i < 0)
+	if (i >= 0) {
+		kiln_tensor_desc_str(&m->params[i].desc, shape, sizeof shape);
+		return kiln_error(KILN_EDATA, "%s: tensor '%s' %s holds a non-finite value (%g at element %lld): refused (NaN or inf weights compute NaN, or finite but wrong outputs where a fused ReLU hides them)",
+				  file, m->params[i].name, shape,
+				  (double)v[(size_t)at + m->params[i].off - off], (long long)at);
+	}
+	if ((i = model_negative(m, region, off, v, n, &at)) < 0)
 		return KILN_OK;
 	kiln_tensor_desc_str(&m->params[i].desc, shape, sizeof shape);
-	return kiln_error(KILN_EDATA, "%s: tensor '%s' %s holds a non-finite value (%g at element %lld): refused (NaN or inf weights compute NaN, or finite but wrong outputs where a fused ReLU hides them)",
+	return kiln_error(KILN_EDATA, "%s: tensor '%s' %s holds a negative variance (%g at element %lld): refused (its square root is NaN: every output of the layer would be NaN)",
 			  file, m->params[i].name, shape, (double)v[(size_t)at + m->params[i].off - off],
 			  (long long)at);
 }

@@ -57,6 +57,9 @@ char *kiln_strdup(const char *s);
  * into out (checked before), out's size then the bytes written. */
 kiln_status kiln_sized_check(const void *out, const char *fn, const char *type, const char *init);
 void kiln_sized_out(void *out, const void *full, size_t full_size);
+/* KILN_EINVAL with "fn: arg is NULL": a public function's required pointer
+ * argument missing (the headers in include/kiln/ say which may be NULL). */
+kiln_status kiln_null_arg(const char *fn, const char *arg);
 
 /* fopen(path, mode) ("r", "w", "w+" or "a+") of a file kiln reads or writes
  * whole (the config, a run's logs, config.ini, profile.txt), never

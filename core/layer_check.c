@@ -22,6 +22,8 @@ static const char *const eval_only_keys[] = { "int8_scale", "int8_out_scale", NU
 
 kiln_status kiln_config_check_training(const struct kiln_config *cfg)
 {
+	if (!cfg)
+		return kiln_null_arg("kiln_config_check_training", "cfg");
 	for (int i = 0; kiln_config_section(cfg, i); i++) {
 		const char *sec = kiln_config_section(cfg, i);
 		if (strncmp(sec, "layer.", 6))
@@ -44,6 +46,8 @@ kiln_status kiln_config_check_training(const struct kiln_config *cfg)
 kiln_status kiln_config_check_layers(const struct kiln_config *cfg,
 				     const struct kiln_registry *reg)
 {
+	if (!cfg || !reg)
+		return kiln_null_arg("kiln_config_check_layers", !cfg ? "cfg" : "reg");
 	const struct kiln_host *h = kiln_host_table();
 	for (int i = 0; kiln_config_section(cfg, i); i++) {
 		const char *sec = kiln_config_section(cfg, i);
@@ -112,6 +116,8 @@ static kiln_status check_data_numbers(const struct kiln_config *cfg)
 
 kiln_status kiln_config_check_train(const struct kiln_config *cfg, const struct kiln_registry *reg)
 {
+	if (!cfg)
+		return kiln_null_arg("kiln_config_check_train", "cfg");
 	struct kiln_run_cfg run;
 	struct kiln_data_cfg data;
 	struct kiln_train_cfg tc;

@@ -170,6 +170,8 @@ static size_t decimal_len(const char *s)
 
 kiln_status kiln_parse_size(const char *s, size_t *out)
 {
+	if (!s || !out)
+		return kiln_null_arg("kiln_parse_size", !s ? "s" : "out");
 	const char *p = s;
 	while (isspace((unsigned char)*p))
 		p++;
@@ -304,6 +306,8 @@ kiln_status kiln_memory_auto_batch(const struct kiln_config *cfg, const struct k
 static kiln_status memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				 FILE *f, struct kiln_memory *out)
 {
+	if (!cfg || !reg || !out)
+		return kiln_null_arg("kiln_memory_report", !cfg ? "cfg" : !reg ? "reg" : "out");
 	struct mem_setup s;
 	int64_t B = 0;
 	kiln_status st;
@@ -554,6 +558,8 @@ out:
 kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				int64_t batch, FILE *f, struct kiln_summary *out)
 {
+	if (!cfg || !reg || !out)
+		return kiln_null_arg("kiln_summary_report", !cfg ? "cfg" : !reg ? "reg" : "out");
 	struct mem_setup s;
 	kiln_status st;
 	memset(out, 0, sizeof *out);

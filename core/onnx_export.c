@@ -496,6 +496,8 @@ static kiln_status export_model(struct kiln_model *m, void *stream, const char *
 kiln_status kiln_export_onnx(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			     const char *checkpoint, const char *path)
 {
+	if (!cfg || !reg || !path)
+		return kiln_null_arg("kiln_export_onnx", !cfg ? "cfg" : !reg ? "reg" : "path");
 	struct kiln_trained t;
 	const char *in[2] = { checkpoint, kiln_config_get(cfg, "model", "init_from") };
 	kiln_status st = kiln_output_check(path, in, 2);
@@ -512,6 +514,8 @@ kiln_status kiln_export_onnx_quantized(const struct kiln_config *cfg,
 				       const struct kiln_registry *reg, const char *quantized,
 				       const char *path)
 {
+	if (!cfg || !reg || !quantized || !path)
+		return kiln_null_arg("kiln_export_onnx_quantized", !cfg ? "cfg" : !reg ? "reg" : !quantized ? "quantized" : "path");
 	const struct kiln_infer_opts o = { .batch = 1, .quantized = quantized };
 	struct kiln_infer *im;
 	void *stream;

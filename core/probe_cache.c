@@ -132,6 +132,12 @@ struct probe_cache *kiln_probe_cache_open(void)
 	if (env && *env)
 		snprintf(c->file, sizeof c->file, "%s", env);
 	else if (common_cache_path(c->file, sizeof c->file, "plugin_probe")) {
+		static int noted; /* once a process: every registry opens one */
+		char why[300];
+		if (errno == ENOENT && !__atomic_exchange_n(&noted, 1, __ATOMIC_RELAXED)) {
+			common_cache_note(why, sizeof why);
+			kiln_log(KILN_LOG_INFO, "core", "plugin probe cache: %s", why);
+		}
 		free(c);
 		return NULL;
 	}

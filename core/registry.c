@@ -25,7 +25,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -330,6 +332,32 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 	return KILN_OK;
 }
 
+/* The exit status of a probe child whose report could not be written (the
+ * pipe failed): nothing is known of the file it was loading. */
+#define PROBE_EXIT_PIPE 125
+
+/* Write one line of the probe's report to fd, all of it: a write cut
+ * short by a signal of the application's goes on. */
+static void probe_say(int fd, const char *fmt, ...) KILN_PRINTF(2, 3);
+static void probe_say(int fd, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof buf)
+		n = snprintf(buf, sizeof buf, "%s", "-1 overlong\n");
+	for (int done = 0; done < n;) {
+		ssize_t w = write(fd, buf + done, (size_t)(n - done));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			_exit(PROBE_EXIT_PIPE);
+		done += (int)w;
+	}
+}
+
 /* The probe child: dlopen and initialise files[from..) in turn, writing
  * "<index> start\n" before each and "<index> <kind>:<name>\n" for each
  * plugin it registers to fd; it ends when one crashes. */
@@ -340,14 +368,10 @@ static void probe_child(struct kiln_registry *reg, int from, int fd)
 		dup2(null, 1);
 		dup2(null, 2);
 	}
-	FILE *f = fdopen(fd, "w");
-	if (!f)
-		_exit(1);
-	setvbuf(f, NULL, _IONBF, 0);
 	for (int i = from; i < reg->n_files; i++) {
 		if (reg->files[i].tried || reg->files[i].provides)
 			continue;
-		fprintf(f, "%d start\n", i);
+		probe_say(fd, "%d start\n", i);
 		void *h = dlopen(reg->files[i].path, RTLD_NOW | RTLD_LOCAL);
 		kiln_plugin_init_fn init = NULL;
 		if (h)
@@ -355,10 +379,10 @@ static void probe_child(struct kiln_registry *reg, int from, int fd)
 		const struct kiln_plugin *const *list = init ? init(&host) : NULL;
 		for (int k = 0; list && list[k]; k++)
 			if (list[k]->name)
-				fprintf(f, "%d %d:%s\n", i, list[k]->kind, list[k]->name);
-		fprintf(f, "%d %s\n", i, list ? "ok" : "done");
+				probe_say(fd, "%d %d:%.400s\n", i, list[k]->kind, list[k]->name);
+		probe_say(fd, "%d %s\n", i, list ? "ok" : "done");
 	}
-	fprintf(f, "end\n"); /* the parent need not wait for this exit */
+	probe_say(fd, "end\n"); /* the parent need not wait for this exit */
 	_exit(0);
 }
 
@@ -371,6 +395,136 @@ static void provides_add(struct loaded_file *f, const char *line)
 		return;
 	memcpy(p + have, line, n + 1);
 	f->provides = p;
+}
+
+/* The parent's end of a probe child's pipe, read a line at a time. */
+struct probe_pipe {
+	int fd;
+	char buf[4096];
+	size_t have;
+};
+
+/* The next line (with its newline) of the child's report into line (n
+ * bytes): 1, or 0 at the end of the report, or -1 with errno when the pipe
+ * failed.  read(2) is retried when a signal of the application's (a
+ * timer without SA_RESTART) cuts it short: stdio's fgets would end the
+ * report there, as if the child had ended. */
+static int probe_pipe_line(struct probe_pipe *pp, char *line, size_t n)
+{
+	for (;;) {
+		char *nl = memchr(pp->buf, '\n', pp->have);
+		if (nl || pp->have == sizeof pp->buf) {
+			size_t len = nl ? (size_t)(nl - pp->buf) + 1 : pp->have;
+			size_t keep = len < n ? len : n - 1;
+			memcpy(line, pp->buf, keep);
+			line[keep] = 0;
+			memmove(pp->buf, pp->buf + len, pp->have - len);
+			pp->have -= len;
+			return 1;
+		}
+		ssize_t r = read(pp->fd, pp->buf + pp->have, sizeof pp->buf - pp->have);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			return 0; /* a cut last line is dropped */
+		pp->have += (size_t)r;
+	}
+}
+
+/* What a probe child's report said: the file it was loading when the
+ * report stopped (-1: none), whether it reached "end", how many files it
+ * finished, and errno of a failed read (0: none). */
+struct probe_report {
+	int cur, ended, finished, read_errno;
+};
+
+/* Read a probe child's report from fd into the files' provides. */
+static struct probe_report probe_read(struct kiln_registry *reg, int fd)
+{
+	struct probe_report r = { .cur = -1 };
+	struct probe_pipe pp = { .fd = fd };
+	char line[512];
+	int got, idx;
+	while ((got = probe_pipe_line(&pp, line, sizeof line)) > 0) {
+		char what[400];
+		if (!strcmp(line, "end\n")) {
+			r.ended = 1;
+			break;
+		}
+		if (sscanf(line, "%d %399s", &idx, what) != 2 || idx < 0 || idx >= reg->n_files)
+			continue;
+		if (!strcmp(what, "start")) {
+			r.cur = idx;
+			provides_add(&reg->files[idx], ""); /* probed, provides nothing yet */
+		} else if (!strcmp(what, "done") || !strcmp(what, "ok")) {
+			reg->files[idx].probed_ok = what[0] == 'o';
+			r.cur = -1;
+			r.finished++;
+		} else {
+			provides_add(&reg->files[idx], line + strcspn(line, " ") + 1);
+		}
+	}
+	if (got < 0)
+		r.read_errno = errno;
+	return r;
+}
+
+/* Wait for probe child pid: 0 with its wait status in *ws, or -1 when
+ * there is none to collect (errno ECHILD: the application ignores SIGCHLD,
+ * so the kernel reaps its children, or its own handler reaped this one). */
+static int probe_wait(pid_t pid, int *ws)
+{
+	*ws = 0;
+	for (;;) {
+		if (waitpid(pid, ws, 0) == pid)
+			return 0;
+		if (errno != EINTR)
+			return -1;
+	}
+}
+
+/* Forget that file f was being probed: the child's report stopped for a
+ * reason not the file's, so nothing is known of it and it is probed again
+ * on the next lookup. */
+static void probe_forget(struct loaded_file *f)
+{
+	free(f->provides);
+	f->provides = NULL;
+	f->probed_ok = 0;
+}
+
+/* The probe child pid stopped reporting while loading file f (rep): blame
+ * the file when loading it ended the child; 0 then, else -1 (the report
+ * was lost for another reason: the file is left unprobed). */
+static int probe_blame(struct loaded_file *f, pid_t pid, const struct probe_report *rep)
+{
+	int ws;
+	if (rep->read_errno) {
+		kill(pid, SIGKILL);
+		probe_wait(pid, &ws);
+		kiln_log(KILN_LOG_WARN, "core", "plugin probe: reading its report failed (%s) while it loaded %s; that file is left unprobed",
+			 strerror(rep->read_errno), f->path);
+		probe_forget(f);
+		return -1;
+	}
+	/* the pipe's end: the child has closed it, so it has ended */
+	if (probe_wait(pid, &ws)) {
+		f->error = dupf("loading it ended a test process (how is unknown: its exit status went elsewhere, as when the application ignores SIGCHLD or reaps every child)");
+	} else if (WIFSIGNALED(ws)) {
+		f->error = dupf("loading it killed a test process with signal %d", WTERMSIG(ws));
+	} else if (WIFEXITED(ws) && WEXITSTATUS(ws) == PROBE_EXIT_PIPE) {
+		kiln_log(KILN_LOG_WARN, "core", "plugin probe: the test process could not write its report while it loaded %s; that file is left unprobed",
+			 f->path);
+		probe_forget(f);
+		return -1;
+	} else {
+		f->error = dupf("loading it made a test process exit with status %d before it finished (code in the plugin or a library it loads called exit)",
+				WIFEXITED(ws) ? WEXITSTATUS(ws) : ws);
+	}
+	f->tried = 1;
+	return 0;
 }
 
 /* Learn what every file neither loaded nor probed provides, by loading
@@ -395,36 +549,15 @@ static void probe_children(struct kiln_registry *reg)
 			close(pfd[1]);
 			return;
 		}
-		if (!pid)
-			probe_child(reg, from, pfd[1]);
-		close(pfd[1]);
-		FILE *in = fdopen(pfd[0], "r");
-		char line[512];
-		int cur = -1, idx, ended = 0;
-		while (in && fgets(line, sizeof line, in)) {
-			char what[400];
-			if (!strcmp(line, "end\n")) {
-				ended = 1;
-				break;
-			}
-			if (sscanf(line, "%d %399s", &idx, what) != 2 || idx < 0 || idx >= reg->n_files)
-				continue;
-			if (!strcmp(what, "start")) {
-				cur = idx;
-				provides_add(&reg->files[idx], ""); /* probed, provides nothing yet */
-			} else if (!strcmp(what, "done") || !strcmp(what, "ok")) {
-				reg->files[idx].probed_ok = what[0] == 'o';
-				cur = -1;
-			} else {
-				provides_add(&reg->files[idx], line + strcspn(line, " ") + 1);
-			}
-		}
-		if (in)
-			fclose(in);
-		else
+		if (!pid) {
 			close(pfd[0]);
+			probe_child(reg, from, pfd[1]);
+		}
+		close(pfd[1]);
+		struct probe_report rep = probe_read(reg, pfd[0]);
+		close(pfd[0]);
 		int ws;
-		if (ended && cur < 0) { /* through every file; reap it now or at close */
+		if (rep.ended && rep.cur < 0) { /* through every file; reap it now or at close */
 			pid_t *e = waitpid(pid, &ws, WNOHANG) ? NULL :
 				   realloc(reg->exiting, (size_t)(reg->n_exiting + 1) * sizeof *e);
 			if (e) {
@@ -433,17 +566,21 @@ static void probe_children(struct kiln_registry *reg)
 			}
 			return;
 		}
-		while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-			;
-		if (cur < 0)
-			return; /* the child went through every file */
-		struct loaded_file *f = &reg->files[cur];
-		f->tried = 1;
-		if (WIFSIGNALED(ws))
-			f->error = dupf("loading it killed a test process with signal %d", WTERMSIG(ws));
-		else
-			f->error = dupf("loading it ended a test process (wait status %d)", ws);
-		from = cur + 1;
+		if (rep.cur >= 0) {
+			if (probe_blame(&reg->files[rep.cur], pid, &rep))
+				return;
+			from = rep.cur + 1;
+			continue;
+		}
+		/* the report stopped between two files, before "end": the
+		 * child was killed from outside (or its pipe failed); the
+		 * files after the last it finished are still unprobed: a new
+		 * child goes on from them if this one got anywhere */
+		if (rep.read_errno)
+			kill(pid, SIGKILL);
+		probe_wait(pid, &ws);
+		if (!rep.finished || rep.read_errno)
+			return;
 	}
 }
 
@@ -565,6 +702,8 @@ static kiln_status scan_dir(struct kiln_registry *reg, const char *dir)
 
 kiln_status kiln_registry_open(const char *plugin_path, struct kiln_registry **out)
 {
+	if (!out)
+		return kiln_null_arg("kiln_registry_open", "out");
 	struct kiln_registry *reg = calloc(1, sizeof *reg);
 	kiln_status st;
 	*out = NULL;
@@ -629,20 +768,28 @@ int kiln_registry_has_file(const struct kiln_registry *reg, const char *base)
 	return has_file(reg, base);
 }
 
-int kiln_registry_dir_count(const struct kiln_registry *reg) { return reg->n_dirs; }
+int kiln_registry_dir_count(const struct kiln_registry *reg) { return reg ? reg->n_dirs : 0; }
 const char *kiln_registry_dir(const struct kiln_registry *reg, int i)
 {
-	return i >= 0 && i < reg->n_dirs ? reg->dirs[i] : NULL;
+	return reg && i >= 0 && i < reg->n_dirs ? reg->dirs[i] : NULL;
 }
 
 /* Listing every file or plugin loads them all (lookups are lazy). */
 int kiln_registry_file_count(const struct kiln_registry *reg)
 {
+	if (!reg)
+		return 0;
 	load_all((struct kiln_registry *)reg);
 	return reg->n_files;
 }
 void kiln_registry_file_get(const struct kiln_registry *reg, int i, struct kiln_plugin_file *o)
 {
+	if (!o)
+		return;
+	if (!reg || i < 0 || i >= reg->n_files) {
+		memset(o, 0, sizeof *o); /* (documented) */
+		return;
+	}
 	o->path = reg->files[i].path;
 	o->error = reg->files[i].error;
 	o->n_plugins = reg->files[i].n_plugins;
@@ -650,11 +797,13 @@ void kiln_registry_file_get(const struct kiln_registry *reg, int i, struct kiln_
 
 int kiln_registry_plugin_count(const struct kiln_registry *reg)
 {
+	if (!reg)
+		return 0;
 	load_all((struct kiln_registry *)reg);
 	return reg->n_plugins;
 }
 
-int kiln_registry_loaded_count(const struct kiln_registry *reg) { return reg->n_plugins; }
+int kiln_registry_loaded_count(const struct kiln_registry *reg) { return reg ? reg->n_plugins : 0; }
 /* Into an info of this library's size, copied into the caller's as far as
  * its size goes (kiln/kiln.h, "Structs the library fills"). */
 kiln_status kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
@@ -664,6 +813,8 @@ kiln_status kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
 					  "KILN_PLUGIN_INFO_INIT");
 	if (st)
 		return st;
+	if (!reg)
+		return kiln_null_arg("kiln_registry_plugin_get", "reg");
 	if (i < 0 || i >= reg->n_plugins)
 		return kiln_error(KILN_EINVAL, "kiln_registry_plugin_get: index %d out of range [0, %d)",
 				  i, reg->n_plugins);
@@ -710,6 +861,8 @@ static kiln_status load_for(const struct kiln_registry *creg, int kind, const ch
 kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const char *name,
 			       const struct kiln_plugin **out)
 {
+	if (!reg || !name || !out)
+		return kiln_null_arg("kiln_registry_find", !reg ? "reg" : !name ? "name" : "out");
 	kiln_status st = load_for(reg, kind, name);
 	if (st)
 		return st;

@@ -148,6 +148,8 @@ static void read_eval(const struct kiln_config *cfg, struct kiln_train_cfg *o, k
 kiln_status kiln_train_cfg_fill(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_train_cfg *out)
 {
+	if (!cfg || !out)
+		return kiln_null_arg("kiln_train_cfg_read", !cfg ? "cfg" : "out");
 	kiln_status st = KILN_OK;
 	const char *batch = kiln_config_get(cfg, "train", "batch");
 	memset(out, 0, sizeof *out);

@@ -260,6 +260,8 @@ out:
 
 kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **out)
 {
+	if (!path || !out)
+		return kiln_null_arg("kiln_safetensors_open", !path ? "path" : "out");
 	*out = NULL;
 	struct kiln_safetensors *f = calloc(1, sizeof *f);
 	if (!f || !(f->path = kiln_strdup(path))) {
@@ -314,12 +316,18 @@ void kiln_safetensors_close(struct kiln_safetensors *f)
 	free(f);
 }
 
-const char *kiln_safetensors_path(const struct kiln_safetensors *f) { return f->path; }
-int kiln_safetensors_count(const struct kiln_safetensors *f) { return f->n; }
+const char *kiln_safetensors_path(const struct kiln_safetensors *f) { return f ? f->path : NULL; }
+int kiln_safetensors_count(const struct kiln_safetensors *f) { return f ? f->n : 0; }
 
 void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
 			  struct kiln_safetensors_tensor *o)
 {
+	if (!o)
+		return;
+	if (!f || i < 0 || i >= f->n) {
+		memset(o, 0, sizeof *o); /* (documented: kiln/kiln.h) */
+		return;
+	}
 	const struct st_entry *e = &f->t[i];
 	memset(o, 0, sizeof *o);
 	o->name = e->name;
@@ -335,6 +343,8 @@ void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
 kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *name,
 				  struct kiln_safetensors_tensor *out)
 {
+	if (!f || !name || !out)
+		return kiln_null_arg("kiln_safetensors_find", !f ? "f" : !name ? "name" : "out");
 	for (int i = 0; i < f->n; i++)
 		if (!strcmp(f->t[i].name, name)) {
 			kiln_safetensors_get(f, i, out);
@@ -345,6 +355,8 @@ kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *
 
 const char *kiln_safetensors_meta(const struct kiln_safetensors *f, const char *key)
 {
+	if (!f || !key)
+		return NULL;
 	for (int i = 0; i < f->n_meta; i++)
 		if (!strcmp(f->meta[2 * i], key))
 			return f->meta[2 * i + 1];
@@ -370,6 +382,8 @@ struct kiln_safetensors_writer {
 
 kiln_status kiln_safetensors_writer_new(struct kiln_safetensors_writer **out)
 {
+	if (!out)
+		return kiln_null_arg("kiln_safetensors_writer_new", "out");
 	*out = calloc(1, sizeof **out);
 	if (!*out || !((*out)->meta = json_object())) {
 		free(*out);
@@ -394,6 +408,8 @@ kiln_status kiln_safetensors_writer_add(struct kiln_safetensors_writer *w, const
 					int dtype, int ndim, const int64_t *dims,
 					const void *data)
 {
+	if (!w || !name || (ndim > 0 && !dims))
+		return kiln_null_arg("kiln_safetensors_writer_add", !w ? "w" : !name ? "name" : "dims");
 	if (!name || !*name || !strcmp(name, "__metadata__"))
 		return kiln_error(KILN_EINVAL, "safetensors: tensor name '%s' is empty or reserved",
 				  name ? name : "(null)");
@@ -425,6 +441,8 @@ kiln_status kiln_safetensors_writer_add(struct kiln_safetensors_writer *w, const
 		e->dims[i] = dims[i];
 		e->bytes *= (size_t)dims[i];
 	}
+	if (!data && e->bytes)
+		return kiln_null_arg("kiln_safetensors_writer_add", "data");
 	e->data = data;
 	if (!(e->name = kiln_strdup(name)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -435,6 +453,8 @@ kiln_status kiln_safetensors_writer_add(struct kiln_safetensors_writer *w, const
 kiln_status kiln_safetensors_writer_meta(struct kiln_safetensors_writer *w, const char *key,
 					 const char *value)
 {
+	if (!w || !key || !value)
+		return kiln_null_arg("kiln_safetensors_writer_meta", !w ? "w" : !key ? "key" : "value");
 	if (json_object_set_new(w->meta, key, json_string(value)))
 		return kiln_error(KILN_EINVAL, "safetensors: metadata '%s' is not valid UTF-8", key);
 	return KILN_OK;
@@ -513,6 +533,8 @@ static int fill_file(FILE *fp, void *ctx)
 
 kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, const char *path)
 {
+	if (!w || !path)
+		return kiln_null_arg("kiln_safetensors_writer_write", !w ? "w" : "path");
 	if (w->n > 1)
 		qsort(w->t, (size_t)w->n, sizeof *w->t, by_dtype_name);
 	char *hdr = NULL;

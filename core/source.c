@@ -44,6 +44,8 @@ static kiln_status files_checked(struct kiln_source *s)
 kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			     const char *section, const char *split, struct kiln_source **out)
 {
+	if (!cfg || !reg || !section || !out)
+		return kiln_null_arg("kiln_source_open", !cfg ? "cfg" : !reg ? "reg" : !section ? "section" : "out");
 	const struct kiln_plugin *p;
 	const char *name = kiln_config_get(cfg, section, "source");
 	int64_t limit = 0;
@@ -101,17 +103,20 @@ void kiln_source_close(struct kiln_source *s)
 
 void kiln_source_info(const struct kiln_source *s, struct kiln_source_info *info)
 {
-	*info = s->info;
+	if (info && s)
+		*info = s->info;
+	else if (info)
+		memset(info, 0, sizeof *info); /* (documented: kiln/kiln.h) */
 }
 
 const char *kiln_source_name(const struct kiln_source *s)
 {
-	return s->name;
+	return s ? s->name : NULL;
 }
 
 int kiln_source_has_images(const struct kiln_source *s)
 {
-	return s->ops->version >= 2 && s->ops->read_image != NULL;
+	return s && s->ops->version >= 2 && s->ops->read_image != NULL;
 }
 
 kiln_status kiln_source_read_image(struct kiln_source *s, int64_t index, struct kiln_image *img,

@@ -73,6 +73,11 @@ kiln_status kiln_error(kiln_status st, const char *fmt, ...)
 	return st;
 }
 
+kiln_status kiln_null_arg(const char *fn, const char *arg)
+{
+	return kiln_error(KILN_EINVAL, "%s: %s is NULL", fn, arg);
+}
+
 kiln_status kiln_error_wrap(kiln_status st, const char *fmt, ...)
 {
 	va_list ap;

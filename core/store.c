@@ -222,7 +222,9 @@ static int connect_one(const struct addrinfo *p, int64_t slice, int stoppable, i
 		return -1;
 	}
 	*err = connect(fd, p->ai_addr, p->ai_addrlen) ? errno : 0;
-	if (*err == EINPROGRESS)
+	/* EINTR (a signal of the application's): the connection goes on
+	 * in the background, as with EINPROGRESS */
+	if (*err == EINPROGRESS || *err == EINTR)
 		*err = connect_wait(fd, slice, stoppable);
 	int flags = fcntl(fd, F_GETFL);
 	if (*err || flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)) {
@@ -421,6 +423,8 @@ static kiln_status store_connect(struct kiln_store *s, int rank, int world, int6
 kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, int world,
 			    int timeout_ms, struct kiln_store **out)
 {
+	if (!host || !out)
+		return kiln_null_arg("kiln_store_open", !host ? "host" : "out");
 	return kiln_store_open_for(host, port, host_it, rank, world, timeout_ms, "[dist] timeout",
 				   out);
 }
@@ -476,6 +480,8 @@ int kiln_store_port(const struct kiln_store *s) { return s ? s->port : 0; }
 
 kiln_status kiln_store_set(struct kiln_store *s, const char *key, const void *val, size_t len)
 {
+	if (!s || !key || (len && !val))
+		return kiln_null_arg("kiln_store_set", !s ? "s" : !key ? "key" : "val");
 	int status;
 	if (len > STORE_MAX_VALUE)
 		return kiln_error(KILN_EINVAL, "store: value of %zu bytes for '%s' (at most %u)", len, key,
@@ -498,6 +504,8 @@ kiln_status kiln_store_set_within(struct kiln_store *s, const char *key, const v
 kiln_status kiln_store_get(struct kiln_store *s, const char *key, int timeout_ms, void **val,
 			   size_t *len)
 {
+	if (!s || !key || !val)
+		return kiln_null_arg("kiln_store_get", !s ? "s" : !key ? "key" : "val");
 	int status;
 	kiln_status st = request(s, STORE_OP_GET, key, NULL, 0, timeout_ms, &status, val, len);
 	if (st == KILN_ETIMEOUT)
@@ -508,6 +516,8 @@ kiln_status kiln_store_get(struct kiln_store *s, const char *key, int timeout_ms
 
 kiln_status kiln_store_check(struct kiln_store *s, const char *key, void **val, size_t *len)
 {
+	if (!s || !key || !val)
+		return kiln_null_arg("kiln_store_check", !s ? "s" : !key ? "key" : "val");
 	return kiln_store_check_within(s, key, val, len, s->timeout_ms);
 }
 
@@ -529,6 +539,8 @@ kiln_status kiln_store_check_within(struct kiln_store *s, const char *key, void 
 
 kiln_status kiln_store_add(struct kiln_store *s, const char *key, int64_t delta, int64_t *out)
 {
+	if (!s || !key)
+		return kiln_null_arg("kiln_store_add", !s ? "s" : "key");
 	return kiln_store_add_within(s, key, delta, out, s->timeout_ms);
 }
 
@@ -551,6 +563,8 @@ kiln_status kiln_store_add_within(struct kiln_store *s, const char *key, int64_t
 
 kiln_status kiln_store_wait(struct kiln_store *s, const char *const *keys, int n, int timeout_ms)
 {
+	if (!s || (n > 0 && !keys))
+		return kiln_null_arg("kiln_store_wait", !s ? "s" : "keys");
 	int64_t deadline = now_ms() + timeout_ms;
 	for (int i = 0; i < n; i++) {
 		void *v;
@@ -864,6 +878,8 @@ static void rendezvous_missing(struct kiln_store *q, int world, char *missing, s
 
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms)
 {
+	if (!s)
+		return kiln_null_arg("kiln_store_rendezvous", "s");
 	char who[320];
 	kiln_status st;
 	const int64_t end = now_ms() + timeout_ms;
@@ -909,6 +925,8 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 kiln_status kiln_store_poll(struct kiln_store *s, const char *const *keys, int n, int timeout_ms,
 			    int *which, void **val)
 {
+	if (!s || (n > 0 && !keys) || !which || !val)
+		return kiln_null_arg("kiln_store_poll", !s ? "s" : !which ? "which" : !val ? "val" : "keys");
 	const int64_t end = now_ms() + timeout_ms;
 	useconds_t nap = 500;
 	*which = -1;

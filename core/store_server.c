@@ -904,7 +904,12 @@ void store_server_stop(struct store_server *s)
 {
 	if (!s)
 		return;
-	if (write(s->wake[1], "x", 1) != 1) {
+	/* retried when an application's signal (a handler without
+	 * SA_RESTART) cuts it short: without the byte the join waits forever */
+	ssize_t w;
+	while ((w = write(s->wake[1], "x", 1)) < 0 && errno == EINTR)
+		;
+	if (w != 1) {
 		/* the thread then only ends with the process */
 	}
 	pthread_join(s->thread, NULL);

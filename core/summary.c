@@ -184,6 +184,8 @@ kiln_status kiln_plan_summary(struct kiln_plan *p, struct kiln_summary *out)
 
 kiln_status kiln_model_summary(struct kiln_model *m, int64_t batch, struct kiln_summary *out)
 {
+	if (!m || !out)
+		return kiln_null_arg("kiln_model_summary", !m ? "m" : "out");
 	struct kiln_plan_opts o = { .dry = 1 };
 	struct kiln_plan *p = NULL;
 	memset(out, 0, sizeof *out);
@@ -208,6 +210,8 @@ kiln_status kiln_model_summary(struct kiln_model *m, int64_t batch, struct kiln_
 
 void kiln_summary_free(struct kiln_summary *s)
 {
+	if (!s)
+		return;
 	for (int i = 0; s->layers && i < s->n_layers; i++) {
 		free((char *)s->layers[i].name);
 		free((char *)s->layers[i].type);

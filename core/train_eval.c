@@ -366,6 +366,8 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, struct kiln_train_result *res)
 {
+	if (!cfg || !reg)
+		return kiln_null_arg("kiln_evaluate", !cfg ? "cfg" : "reg");
 	const struct kiln_eval_opts none = { 0 };
 	kiln_status st = trainer_result_check(res, "kiln_evaluate");
 	return st ? st : kiln_evaluate_ex(cfg, reg, checkpoint, &none, res);
@@ -462,6 +464,8 @@ kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_re
 			     const char *checkpoint, const struct kiln_eval_opts *o,
 			     struct kiln_train_result *res)
 {
+	if (!cfg || !reg)
+		return kiln_null_arg("kiln_evaluate_ex", !cfg ? "cfg" : "reg");
 	struct kiln_train_result full = { 0 };
 	kiln_status st = trainer_result_check(res, "kiln_evaluate_ex");
 	if (st)
@@ -512,6 +516,8 @@ static kiln_status calibrate(struct trainer *t, const struct kiln_quantize_opts 
 kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, const struct kiln_quantize_opts *o)
 {
+	if (!cfg || !reg || !o)
+		return kiln_null_arg("kiln_quantize", !cfg ? "cfg" : !reg ? "reg" : "opts");
 	struct trainer T = { 0 }, *t = &T;
 	struct kiln_train_result res;
 	struct kiln_ckpt *ck = NULL;

@@ -223,6 +223,8 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 			   const struct kiln_train_cfg *tc, kiln_progress_fn progress, void *user,
 			   struct kiln_train_result *res)
 {
+	if (!cfg || !reg || !tc)
+		return kiln_null_arg("kiln_train_run", !cfg ? "cfg" : !reg ? "reg" : "tc");
 	struct kiln_train_result full = { 0 };
 	struct kiln_train_cfg tc_full;
 	kiln_status st = trainer_result_check(res, "kiln_train_run");
@@ -238,6 +240,8 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res)
 {
+	if (!cfg || !reg)
+		return kiln_null_arg("kiln_train", !cfg ? "cfg" : "reg");
 	struct kiln_train_cfg tc;
 	kiln_status st = trainer_result_check(res, "kiln_train");
 	if (st)

@@ -726,6 +726,8 @@ kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
 				       const struct kiln_registry *reg, const char *checkpoint,
 				       const char *path, int format)
 {
+	if (!cfg || !reg || !path)
+		return kiln_null_arg("kiln_export_safetensors_as", !cfg ? "cfg" : !reg ? "reg" : "path");
 	struct kiln_trained t;
 	const char *in[2] = { checkpoint, kiln_config_get(cfg, "model", "init_from") };
 	kiln_status st = kiln_output_check(path, in, 2);

@@ -3,12 +3,14 @@
  * not load (ABI, missing symbol, dlopen, failing init), probes, lookups,
  * plugin key tables in validation, and the search order.
  *
- * TEST_PLUGIN_DIR and TEST_SHADOW_DIR are compiled in (tests/local.mk).
+ * TEST_PLUGIN_DIR, TEST_SHADOW_DIR and TEST_EXIT_DIR are compiled in (tests/local.mk).
  */
 #include <kiln/kiln.h>
 
 #include <check.h>   /* Suite, ck_assert_* */
 #include <dlfcn.h>   /* dlopen: is libgomp loaded? */
+#include <signal.h>  /* sigaction, signal */
+#include <sys/time.h> /* setitimer */
 #include "check_main.h"
 #include "test_util.h" /* test_tmpdir_make */
 #include <stdio.h>   /* snprintf, open_memstream */
@@ -16,6 +18,9 @@
 #include <stddef.h>  /* offsetof */
 #include <string.h>  /* strstr, strcmp, memset */
 
+#ifndef TEST_EXIT_DIR
+#error "TEST_EXIT_DIR must name tests/plugins/exit/.libs of the build tree"
+#endif
 #ifndef TEST_PLUGIN_DIR
 #error "TEST_PLUGIN_DIR must name tests/plugins/.libs of the build tree"
 #endif
@@ -599,6 +604,119 @@ START_TEST(omp_env_defaults)
 }
 END_TEST
 
+/* ---- an application's signals ------------------------------------------------ */
+
+static volatile sig_atomic_t ticks;
+static void on_tick(int sig)
+{
+	(void)sig;
+	ticks++;
+}
+
+/* A 200 us SIGALRM whose handler is installed without SA_RESTART, as an
+ * application's timer may be: every blocking call kiln makes is cut short
+ * by it (EINTR) now and then. */
+static void start_ticks(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_tick; /* no SA_RESTART */
+	ck_assert_int_eq(sigaction(SIGALRM, &sa, NULL), 0);
+	struct itimerval it = { { 0, 200 }, { 0, 200 } };
+	ck_assert_int_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+}
+
+static void stop_ticks(void)
+{
+	struct itimerval off = { { 0, 0 }, { 0, 0 } };
+	setitimer(ITIMER_REAL, &off, NULL);
+	signal(SIGALRM, SIG_DFL);
+}
+
+/* Find source `name` (provided by a file not named after it, so found by
+ * the probe children) in a fresh registry of dir (NULL: the build's
+ * plugins), n times; every file the probe saw must have loaded. */
+static void find_by_probe(const char *dir, const char *name, int n)
+{
+	setenv("KILN_PROBE_CACHE", "none", 1); /* probe every time */
+	for (int k = 0; k < n; k++) {
+		struct kiln_registry *r;
+		const struct kiln_plugin *p = NULL;
+		ck_assert_int_eq(kiln_registry_open(dir, &r), KILN_OK);
+		kiln_status st = kiln_registry_find(r, KILN_PLUGIN_SOURCE, name, &p);
+		ck_assert_msg(st == KILN_OK, "try %d: %s", k, kiln_last_error());
+		for (int i = 0; i < kiln_registry_file_count(r); i++) {
+			struct kiln_plugin_file f;
+			kiln_registry_file_get(r, i, &f);
+			ck_assert_msg(!f.error || !strstr(f.error, "test process"), "try %d: %s: %s",
+				      k, f.path, f.error);
+		}
+		kiln_registry_close(r);
+	}
+	unsetenv("KILN_PROBE_CACHE");
+}
+
+/* The probe's pipe read was cut short by the timer: fgets ended the report
+ * there, so a healthy file was blamed ("loading it ended a test process
+ * (wait status 0)") or the files after it went unprobed ("no source plugin
+ * named 'idx'"). */
+START_TEST(probe_under_timer)
+{
+	start_ticks();
+	find_by_probe(TEST_PLUGIN_DIR, "tsrc", 20);
+	find_by_probe(NULL, "idx", 20);
+	stop_ticks();
+	ck_assert_int_gt(ticks, 0);
+}
+END_TEST
+
+/* The error of the file kiln-texit.so (whose init calls _exit(3)) after a
+ * probe of TEST_EXIT_DIR. */
+static char *texit_error(void)
+{
+	struct kiln_registry *r;
+	const struct kiln_plugin *p;
+	setenv("KILN_PROBE_CACHE", "none", 1);
+	ck_assert_int_eq(kiln_registry_open(TEST_EXIT_DIR, &r), KILN_OK);
+	ck_assert_int_ne(kiln_registry_find(r, KILN_PLUGIN_SOURCE, "nosuchsource", &p), KILN_OK);
+	char *err = NULL;
+	for (int i = 0; i < kiln_registry_file_count(r); i++) {
+		struct kiln_plugin_file f;
+		kiln_registry_file_get(r, i, &f);
+		if (strstr(f.path, "/kiln-texit.so") && f.error)
+			err = strdup(f.error);
+	}
+	kiln_registry_close(r);
+	unsetenv("KILN_PROBE_CACHE");
+	ck_assert_ptr_nonnull(err);
+	return err;
+}
+
+/* A plugin that ends the probe child is blamed with its exit status. */
+START_TEST(probe_exit_status)
+{
+	char *err = texit_error();
+	ck_assert_str_eq(err, "loading it made a test process exit with status 3 before it finished (code in the plugin or a library it loads called exit)");
+	free(err);
+}
+END_TEST
+
+/* An application that ignores SIGCHLD has its children reaped by the
+ * kernel: the probe's waitpid fails with ECHILD, and the wait status it
+ * reported was never set.  Lookups still work, and a file that ended its
+ * probe child is blamed without a made-up status. */
+START_TEST(probe_sigchld_ignored)
+{
+	signal(SIGCHLD, SIG_IGN);
+	find_by_probe(TEST_PLUGIN_DIR, "tsrc", 5);
+	find_by_probe(NULL, "idx", 5);
+	char *err = texit_error();
+	ck_assert_str_eq(err, "loading it ended a test process (how is unknown: its exit status went elsewhere, as when the application ignores SIGCHLD or reaps every child)");
+	free(err);
+	signal(SIGCHLD, SIG_DFL);
+}
+END_TEST
+
 /* ---- suite ----------------------------------------------------------------- */
 
 Suite *make_plugin_suite(void);
@@ -615,6 +733,9 @@ Suite *make_plugin_suite(void)
 		earlier_directory_wins, later_directory_loses, env_path, dir_without_plugins, host_table,
 		omp_env_defaults,
 		NULL });
+
+	check_add_case(s, "signals", 60, NULL, NULL, (const TTest *[]){
+		probe_under_timer, probe_exit_status, probe_sigchld_ignored, NULL });
 	return s;
 }
 

@@ -15,6 +15,9 @@
  *   ckpt_tool nan FILE TAG INDEX  f32 element INDEX of section TAG set to
  *                                 NaN in place, its CRCs redone (a diverged
  *                                 run's checkpoint)
+ *   ckpt_tool set FILE TAG INDEX VALUE
+ *                                 the same, set to VALUE (a negative
+ *                                 running variance)
  */
 #include <math.h>
 #include <kiln/kiln.h>
@@ -123,7 +126,7 @@ static void put_le32(uint8_t *p, uint32_t v)
  * header whose u32 at 24 counts the sections; each section a 48-byte
  * header: tag[32], u64 bytes, u32 payload CRC32C, u32 CRC32C of the 44
  * bytes before it; then the payload). */
-static int nan_cmd(const char *path, const char *tag, uint64_t index)
+static int set_cmd(const char *path, const char *tag, uint64_t index, float v)
 {
 	FILE *f = fopen(path, "r+b");
 	uint8_t *b = NULL;
@@ -142,7 +145,6 @@ static int nan_cmd(const char *path, const char *tag, uint64_t index)
 		pos += 48 + bytes;
 		if (strncmp((const char *)sh, tag, 32) || (index + 1) * 4 > bytes)
 			continue;
-		const float v = NAN;
 		memcpy(data + 4 * index, &v, 4);
 		put_le32(sh + 40, kiln_crc32c(0, data, bytes));
 		put_le32(sh + 44, kiln_crc32c(0, sh, 44));
@@ -227,10 +229,12 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	if (argc == 5 && !strcmp(argv[1], "nan"))
-		return nan_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), NAN);
+	if (argc == 6 && !strcmp(argv[1], "set"))
+		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), strtof(argv[5], NULL));
 	if (argc >= 8 && !strcmp(argv[1], "step"))
 		return step_cmd(argc, argv);
 	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG... | close A B TOL TAG... | "
-		"step A0 A1 B0 B1 TOL NAME... | nan FILE TAG INDEX\n");
+		"step A0 A1 B0 B1 TOL NAME... | nan FILE TAG INDEX | set FILE TAG INDEX VALUE\n");
 	return 2;
 }

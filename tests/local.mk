@@ -64,13 +64,14 @@ endif
 # ---- plugins: the registry, the ABI checks, an out-of-tree plugin ---------
 # Test plugins: built like real plugins (hidden visibility, only
 # kiln_plugin_init exported) but never installed nor in the default search
-# path; they land in tests/plugins/.libs (and tests/plugins/shadow/.libs).
+# path; they land in tests/plugins/.libs (and tests/plugins/shadow/.libs, tests/plugins/exit/.libs).
 TEST_PLUGIN_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 TEST_PLUGIN_LDFLAGS = $(PLUGIN_LDFLAGS) -rpath /nowhere
 check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
 	tests/plugins/kiln-tnewer.la \
 	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
-	tests/plugins/shadow/kiln-tgood.la tests/plugins/kiln-tcommfail.la
+	tests/plugins/shadow/kiln-tgood.la tests/plugins/kiln-tcommfail.la \
+	tests/plugins/exit/kiln-texit.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
 tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -96,9 +97,13 @@ tests_plugins_kiln_tnull_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_shadow_kiln_tgood_la_SOURCES = tests/plugins/shadow.c
 tests_plugins_shadow_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_shadow_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_exit_kiln_texit_la_SOURCES = tests/plugins/texit.c
+tests_plugins_exit_kiln_texit_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_exit_kiln_texit_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 
 TEST_PLUGIN_DIRS = -DTEST_PLUGIN_DIR='"$(abs_top_builddir)/tests/plugins/.libs"' \
-	-DTEST_SHADOW_DIR='"$(abs_top_builddir)/tests/plugins/shadow/.libs"'
+	-DTEST_SHADOW_DIR='"$(abs_top_builddir)/tests/plugins/shadow/.libs"' \
+	-DTEST_EXIT_DIR='"$(abs_top_builddir)/tests/plugins/exit/.libs"'
 
 if HAVE_CHECK
 check_PROGRAMS += tests/check_plugin
@@ -354,6 +359,10 @@ tests_check_amp_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
 tests_check_profile_CFLAGS = $(CHECK_SUITE_CFLAGS) $(JANSSON_CFLAGS)
 tests_check_profile_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+check_PROGRAMS += tests/check_api_null
+TESTS += tests/check_api_null
+tests_check_api_null_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_api_null_LDADD = libkiln.la $(CHECK_LIBS)
 tests_check_safetensors_CPPFLAGS = $(AM_CPPFLAGS) -DKILN_BIN='"$(abs_top_builddir)/kiln"'
 tests_check_safetensors_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_safetensors_LDADD = libkiln.la $(CHECK_LIBS) -lm
@@ -399,6 +408,8 @@ EXTRA_DIST += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh
 # non-finite weights: not trained on, checkpointed or evaluated (session 30)
 TESTS += tests/nonfinite_weights.sh
 EXTRA_DIST += tests/nonfinite_weights.sh
+TESTS += tests/cache_home.sh
+EXTRA_DIST += tests/cache_home.sh
 
 # ---- CLI and docs: the commands, the examples, the documents' claims -----
 TESTS += tests/cli.sh tests/docs.sh

@@ -20,7 +20,11 @@
 #  5. a forward that overflows on one batch: batchnorm's running
 #     statistics are checked too (session 31);
 #  6. the same with the batchnorm on stage 1 of a pipeline on 2 ranks
-#     (kiln-gloo; session 32).
+#     (kiln-gloo; session 32);
+#  7. a negative running variance (finite, but batchnorm takes its
+#     square root) in a weights file or a checkpoint: eval, init_from and
+#     --resume refuse it naming the tensor and element (before: exit 0,
+#     the eval's loss NaN; session 35).
 name=nonfinite
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -156,4 +160,32 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 else
 	echo "no kiln-gloo.so: case 6 (2 stages on ranks) not run"
 fi
+
+# 7: bn1.running_var[2] = -1 (buffers element 16 + 2: each tensor starts
+# on 64 bytes), in a checkpoint and in its weights as safetensors; bn.ini
+# without case 6's pipeline
+sed '/^\[model\]$/,$d' "$tmp/bn.ini" > "$tmp/bn1.ini"
+kiln 0 train "$tmp/bn1.ini" train.max_steps=1 "run.out_dir=$tmp/neg"
+cp "$(ck neg 1)" "$tmp/negvar.kiln"
+"$top_builddir/tests/ckpt_tool" set "$tmp/negvar.kiln" buffers 18 -1 || fail "ckpt_tool set failed"
+refused="tensor 'bn1.running_var' f32[8] holds a negative variance (-1 at element 2): refused (its square root is NaN: every output of the layer would be NaN)"
+kiln 3 eval "$tmp/bn1.ini" --checkpoint "$tmp/negvar.kiln"
+stderr_has "checkpoint $tmp/negvar.kiln: $refused"
+mkdir -p "$tmp/negres/checkpoints"
+cp "$tmp/negvar.kiln" "$tmp/negres/checkpoints/ckpt-1.kiln"
+kiln 3 train "$tmp/bn1.ini" train.max_steps=2 "run.out_dir=$tmp/negres" --resume
+stderr_has "checkpoint $tmp/negres/checkpoints/ckpt-1.kiln: $refused"
+kiln 0 export "$tmp/bn1.ini" --checkpoint "$(ck neg 1)" --safetensors "$tmp/neg.st"
+python3 - "$tmp/neg.st" <<'EOF' || fail "python3 could not rewrite the file"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+at = 8 + n + json.loads(b[8:8 + n])["bn1.running_var"]["data_offsets"][0]
+b[at + 8:at + 12] = struct.pack("<f", -1.0)
+open(sys.argv[1], "wb").write(b)
+EOF
+kiln 3 eval "$tmp/bn1.ini" --checkpoint "$tmp/neg.st"
+stderr_has "$tmp/neg.st: $refused"
+kiln 3 train "$tmp/bn1.ini" "model.init_from=$tmp/neg.st" "run.out_dir=$tmp/neginit"
+stderr_has "$tmp/neg.st: $refused"
 echo "PASS: $checks runs"

@@ -56,7 +56,8 @@ static kiln_status bn_infer(const struct kiln_host *h, struct kiln_layer *l)
 	static const int init[] = { KILN_INIT_ONE, KILN_INIT_ZERO, KILN_INIT_ZERO, KILN_INIT_ONE };
 	l->n_params = 4;
 	for (int k = 0; k < 4; k++)
-		l->params[k] = (struct kiln_param_spec){ names[k], s->c, init[k], 0, k >= 2 };
+		l->params[k] = (struct kiln_param_spec){ names[k], s->c, init[k], 0,
+							 k == 3 ? 1 | KILN_PARAM_NONNEG : k >= 2 };
 	l->needs_input = 1;
 	s->stat_bytes = 2 * (size_t)s->C * sizeof(float);
 	/* ReLU in the normalisation's pass; not across ranks (bn_sync.c) */

@@ -15,6 +15,10 @@
  *
  * Threads: a config is built on one thread; once validated it is read-only
  * and may be read from any thread.
+ *
+ * NULL arguments (kiln/kiln.h): KILN_EINVAL ("FUNCTION: ARG is NULL") for
+ * a NULL pointer not marked "may be NULL"; kiln_config_get, _where and
+ * _section return NULL for a NULL config, section or (get) key.
  */
 #ifndef KILN_CONFIG_H
 #define KILN_CONFIG_H
@@ -60,7 +64,8 @@ struct kiln_registry;
  * duplicate section, key outside a section, duplicate key), with file:line. */
 kiln_status kiln_config_load(const char *path, struct kiln_config **out);
 
-/* Same from a string; `name` stands for the file name in messages. */
+/* Same from a string; `name` stands for the file name in messages (not
+ * NULL: KILN_EINVAL). */
 kiln_status kiln_config_load_string(const char *text, const char *name,
 				    struct kiln_config **out);
 
@@ -106,7 +111,8 @@ kiln_status kiln_config_check_train(const struct kiln_config *cfg,
 				    const struct kiln_registry *reg);
 
 /* Raw value of a key as written, or its schema default, or NULL when unset
- * and without default.  The string is owned by the config. */
+ * and without default (or cfg, section or key is NULL).  The string is
+ * owned by the config. */
 const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
 			    const char *key);
 
@@ -125,8 +131,8 @@ kiln_status kiln_config_get_str(const struct kiln_config *cfg, const char *secti
 
 /* Where a key was set ("file.ini:12" or "command line"), for messages.
  * Returns "default" when the key is unset.  key NULL: where the section
- * starts, or the config's file name when it has no such section.  Owned
- * by the config. */
+ * starts, or the config's file name when it has no such section.  NULL
+ * for a NULL cfg or section.  Owned by the config. */
 const char *kiln_config_where(const struct kiln_config *cfg, const char *section,
 			      const char *key);
 

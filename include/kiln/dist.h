@@ -44,6 +44,10 @@ struct kiln_dist_env {
  * naming the variable when one is malformed or rank >= world. */
 kiln_status kiln_dist_env_read(struct kiln_dist_env *env);
 
+/* NULL arguments (kiln/kiln.h): KILN_EINVAL ("FUNCTION: ARG is NULL") for
+ * the store's handle, keys and result pointers; a value pointer only with
+ * len > 0, keys only with n > 0; *len and add's *out may be NULL. */
+
 /* Open the store of a group of `world` ranks at host:port.  Rank 0
  * (`host_it`) listens on host:port (0: an ephemeral port, see
  * kiln_store_port) only, and serves in a thread; every rank then

@@ -11,6 +11,16 @@
  * kiln switches the calling thread to the C locale (uselocale) only
  * inside the calls that parse or format, and back: the application's own
  * printf keeps its locale, and its other threads are never touched.
+ *
+ * NULL arguments: a pointer argument of a function that returns a
+ * kiln_status must not be NULL unless its comment says "may be NULL" (or
+ * names what NULL means); a NULL one is KILN_EINVAL, "FUNCTION: ARG is
+ * NULL", never a crash (session 35).  Counts of a NULL handle are 0 and
+ * getters of one NULL (a *_get into a struct zeroes it, also for an index
+ * out of range); *_close and *_free of NULL do nothing.  The device,
+ * plan and model-step calls of the training loop (kiln_device_*,
+ * kiln_plan_*, kiln_model_plan*, kiln_model_optim_*) are not checked:
+ * they take the handles their open/create call gave.
  */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
@@ -112,6 +122,7 @@ void kiln_registry_close(struct kiln_registry *reg);
 int kiln_registry_dir_count(const struct kiln_registry *reg);
 const char *kiln_registry_dir(const struct kiln_registry *reg, int i);
 
+/* Index i in [0, count); out of range (or reg NULL) zeroes *out. */
 int kiln_registry_file_count(const struct kiln_registry *reg);
 void kiln_registry_file_get(const struct kiln_registry *reg, int i,
 			    struct kiln_plugin_file *out);

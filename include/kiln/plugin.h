@@ -131,9 +131,12 @@ extern "C" {
  * 2.20: dropout by the global batch (docs/plugins.md "ABI 2.20").
  * 2.21: kiln_source_info.classes_from (where a source found its largest
  *      label), which the core zeroes, so a source built before leaves it
- *      NULL (docs/plugins.md "ABI 2.21"). */
+ *      NULL (docs/plugins.md "ABI 2.21").
+ * 2.22: KILN_PARAM_NONNEG or-ed into kiln_param_spec.is_buffer (a running
+ *      variance must be >= 0); a core built before reads it as 1
+ *      (docs/plugins.md "ABI 2.22"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 21
+#define KILN_ABI_MINOR 22
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -1039,8 +1042,16 @@ struct kiln_param_spec {
 	struct kiln_tensor_desc desc;  /* f32 */
 	int32_t init;                  /* enum kiln_init */
 	int64_t fan_in;
-	int32_t is_buffer;             /* 1: non-trained state in `buffers` */
+	int32_t is_buffer;             /* 1: non-trained state in `buffers`;
+					* | KILN_PARAM_NONNEG (below) */
 };
+
+/* Or-ed into a buffer's is_buffer (ABI 2.22; an older core reads it as 1):
+ * every value must be >= 0, as a running variance must (batchnorm takes
+ * its square root).  A weights file or checkpoint holding a negative one
+ * is refused naming the tensor and element, like a NaN: its outputs
+ * would be NaN. */
+#define KILN_PARAM_NONNEG 2
 
 /* The core's view of one layer, owned by the core, given to every member. */
 struct kiln_layer {

@@ -19,19 +19,62 @@
 #include <sys/syscall.h> /* SYS_gettid */
 #include <unistd.h>   /* write, close, unlink, getpid, syscall */
 
+/* Whether the folder above the cache folder d (d's parent) is an existing
+ * directory: kiln makes at most the cache folder and its kiln/ in it,
+ * never $HOME or anything above (HOME=/nonexistent, the home of Debian's
+ * system users, is absent on purpose: run as root, kiln made it). */
+static inline int common_cache_base_ok(const char *d)
+{
+	char up[4096];
+	struct stat sb;
+	size_t len = strlen(d);
+	while (len > 1 && d[len - 1] == '/')
+		len--;
+	while (len > 0 && d[len - 1] != '/')
+		len--;
+	while (len > 1 && d[len - 1] == '/')
+		len--;
+	if (!len || len >= sizeof up)
+		return 0;
+	memcpy(up, d, len);
+	up[len] = 0;
+	return !stat(up, &sb) && S_ISDIR(sb.st_mode);
+}
+
 /* $XDG_CACHE_HOME/kiln/<name>, else $HOME/.cache/kiln/<name>, into buf (n
- * bytes).  -1 when neither variable is set or the path does not fit. */
+ * bytes).  XDG_CACHE_HOME counts only when absolute (the XDG spec); the
+ * folder above the cache folder ($HOME, or XDG_CACHE_HOME's parent) must
+ * exist (common_cache_base_ok).  -1 when there is no such path (errno
+ * ENOENT: a variable names a missing folder, common_cache_note says which;
+ * else neither is set, or the path does not fit). */
 static inline int common_cache_path(char *buf, size_t n, const char *name)
 {
 	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
 	int len;
-	if (x && *x)
+	if (x && x[0] == '/')
 		len = snprintf(buf, n, "%s/kiln/%s", x, name);
 	else if (h && *h)
 		len = snprintf(buf, n, "%s/.cache/kiln/%s", h, name);
 	else
-		return -1;
-	return len < 0 || (size_t)len >= n ? -1 : 0;
+		return errno = EINVAL, -1;
+	if (len < 0 || (size_t)len >= n)
+		return errno = ENAMETOOLONG, -1;
+	buf[len - strlen(name) - strlen("/kiln/")] = 0; /* the cache folder */
+	const int ok = common_cache_base_ok(buf);
+	buf[strlen(buf)] = '/';
+	return ok ? 0 : (errno = ENOENT, -1);
+}
+
+/* After common_cache_path failed with ENOENT: one line saying why no cache
+ * is kept, into msg (n bytes), for a note. */
+static inline void common_cache_note(char *msg, size_t n)
+{
+	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+	if (x && x[0] == '/')
+		snprintf(msg, n, "XDG_CACHE_HOME=%.200s: the folder above it does not exist: no cache file is kept", x);
+	else
+		snprintf(msg, n, "HOME=%.200s is not a directory: no cache file is kept (set XDG_CACHE_HOME to keep them)",
+			 h ? h : "");
 }
 
 /* mkdir -p: the directories above path, and path itself too when leaf is

@@ -289,8 +289,15 @@ kiln_status cpu_tune_cache_config(struct cpu_ctx *c, const struct kiln_config *c
 		snprintf(c->tune_path, sizeof c->tune_path, "%s", v);
 	} else {
 		default_name(name, sizeof name);
-		if (common_cache_path(c->tune_path, sizeof c->tune_path, name))
-			c->tune_path[0] = 0; /* neither XDG_CACHE_HOME nor HOME: none */
+		if (common_cache_path(c->tune_path, sizeof c->tune_path, name)) {
+			static int noted; /* once a process: every device opens one */
+			char why[300];
+			if (errno == ENOENT && !__atomic_exchange_n(&noted, 1, __ATOMIC_RELAXED)) {
+				common_cache_note(why, sizeof why);
+				c->host->log(KILN_LOG_INFO, "cpu", "tune cache: %s", why);
+			}
+			c->tune_path[0] = 0; /* none */
+		}
 	}
 	return KILN_OK;
 }

@@ -350,7 +350,15 @@ static const char *idx_cache_dir(const struct kiln_host *host, const struct kiln
 		snprintf(buf, n, "%s", v);
 		return buf;
 	}
-	return common_cache_path(buf, n, "idx") ? NULL : buf;
+	if (!common_cache_path(buf, n, "idx"))
+		return buf;
+	static int noted; /* once a process: every source opens one */
+	char why[300];
+	if (errno == ENOENT && !__atomic_exchange_n(&noted, 1, __ATOMIC_RELAXED)) {
+		common_cache_note(why, sizeof why);
+		host->log(KILN_LOG_INFO, "idx", "unzip cache: %s", why);
+	}
+	return NULL;
 }
 
 /* ---- config ----------------------------------------------------------- */

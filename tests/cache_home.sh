@@ -1,0 +1,93 @@
+#!/bin/sh
+# tests/cache_home.sh - where kiln's caches go when HOME names no folder
+# (plugins/common/cache_file.h; session 35).  kiln made every folder up to
+# $HOME/.cache/kiln, HOME itself included: as root with Debian's HOME of
+# system users, /nonexistent (absent on purpose), it made /nonexistent.
+# Now it makes at most the cache folder and kiln/ in it:
+#  1. HOME a missing folder, XDG_CACHE_HOME unset: the run works, makes
+#     nothing, and says once per cache that none is kept;
+#  2. HOME an existing folder: .cache/kiln made under it, the probe's
+#     answers kept there;
+#  3. XDG_CACHE_HOME whose parent is missing: nothing made, a note;
+#     XDG_CACHE_HOME whose parent exists: made, the answers kept there;
+#  4. XDG_CACHE_HOME relative (the XDG spec: ignored): HOME's cache.
+name=cache_home
+. "$(dirname "$0")/lib.sh"
+data="$(cd "$srcdir/tests/data" && pwd)" # absolute: case 4 runs elsewhere
+need_source idx
+unset KILN_PROBE_CACHE
+ini="$tmp/mlp.ini"
+cat >"$ini" <<EOF
+[run]
+threads = 1
+[data]
+source = idx
+path = $data
+images = tr_cnn_images.idx
+labels = tr_cnn_labels.idx
+shuffle = 0
+workers = 0
+[data.eval]
+images = tr_cnn_images.idx
+labels = tr_cnn_labels.idx
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 5
+[layer.loss]
+type = softmax_xent
+[train]
+batch = 8
+epochs = 1
+max_steps = 1
+checkpoint_every = 0
+EOF
+
+# 1
+(
+	unset XDG_CACHE_HOME
+	export HOME="$tmp/missing/home"
+	kiln 0 train "$ini" "run.out_dir=$tmp/r1"
+	[ ! -e "$tmp/missing" ] || fail "kiln made $(find "$tmp/missing" | tr '\n' ' ')"
+	stderr_has "plugin probe cache: HOME=$tmp/missing/home is not a directory: no cache file is kept (set XDG_CACHE_HOME to keep them)"
+	stderr_has "tune cache: HOME=$tmp/missing/home is not a directory: no cache file is kept"
+	stderr_has "unzip cache: HOME=$tmp/missing/home is not a directory: no cache file is kept"
+	[ "$(grep -c 'is not a directory: no cache file' "$err")" = 3 ] ||
+		fail "expected 3 notes (probe, cpu tune, idx), got: $(grep 'no cache file' "$err")"
+) || exit 1
+
+# 2
+mkdir "$tmp/home"
+(
+	unset XDG_CACHE_HOME
+	export HOME="$tmp/home"
+	kiln 0 train "$ini" "run.out_dir=$tmp/r2"
+	grep -q "kiln-loaders.so" "$tmp/home/.cache/kiln/plugin_probe" ||
+		fail "no probe answers in $tmp/home/.cache/kiln/plugin_probe"
+	! grep -q "no cache file" "$err" || fail "a note with HOME present: $(grep 'no cache file' "$err")"
+) || exit 1
+
+# 3
+(
+	export XDG_CACHE_HOME="$tmp/gone/cache"
+	kiln 0 train "$ini" "run.out_dir=$tmp/r3"
+	stderr_has "plugin probe cache: XDG_CACHE_HOME=$tmp/gone/cache: the folder above it does not exist: no cache file is kept"
+	[ ! -e "$tmp/gone" ] || fail "kiln made $tmp/gone"
+	export XDG_CACHE_HOME="$tmp/home/xdg"
+	kiln 0 train "$ini" "run.out_dir=$tmp/r4"
+	grep -q "kiln-loaders.so" "$tmp/home/xdg/kiln/plugin_probe" ||
+		fail "no probe answers in $tmp/home/xdg/kiln/plugin_probe"
+) || exit 1
+
+# 4
+mkdir "$tmp/home4"
+(
+	kiln="$abs_top_builddir/kiln" # from another folder: a relative path's
+	cd "$tmp" || exit 1
+	export XDG_CACHE_HOME=rel HOME="$tmp/home4"
+	kiln 0 train "$ini" "run.out_dir=$tmp/r5"
+	[ ! -e "$tmp/rel" ] || fail "a relative XDG_CACHE_HOME was used: $tmp/rel"
+	[ -f "$tmp/home4/.cache/kiln/plugin_probe" ] || fail "no $tmp/home4/.cache/kiln/plugin_probe"
+) || exit 1
+echo "PASS: 6 runs"
