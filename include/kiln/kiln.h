@@ -16,8 +16,10 @@
  * kiln_status must not be NULL unless its comment says "may be NULL" (or
  * names what NULL means); a NULL one is KILN_EINVAL, "FUNCTION: ARG is
  * NULL", never a crash (session 35).  Counts of a NULL handle are 0 and
- * getters of one NULL (a *_get into a struct zeroes it, also for an index
- * out of range); *_close and *_free of NULL do nothing.  The device,
+ * getters of one NULL (a void *_get into a struct zeroes it, also for an
+ * index out of range; kiln_registry_plugin_get, whose struct has a size,
+ * returns KILN_EINVAL and writes nothing); *_close and *_free of NULL do
+ * nothing.  The device,
  * plan and model-step calls of the training loop (kiln_device_*,
  * kiln_plan_*, kiln_model_plan*, kiln_model_optim_*) are not checked:
  * they take the handles their open/create call gave.
