@@ -55,6 +55,10 @@ void launch_rank_kill(pid_t pid, int sig)
 struct rank_end {
 	int by_stop;   /* its command ended by a signal the launcher passed on ... */
 	int leader_ws; /* ... with this status: its outcome is then its group's */
+	double stop_at; /* ... at this time; whether the user was told how to
+			 * end a wait that went on --grace s past it
+			 * (launch_group_hint) */
+	int hinted;
 	int clean;     /* a process of its group below its command exited 0
 			* (its verdict once the group is empty; no end of
 			* the wait: launch_group_waits) */
@@ -265,6 +269,7 @@ static void launch_ended(const struct launch_opts *o, struct launch_state *s, pi
 			if (fwd && s->pgid[l] && !(kill(-s->pgid[l], 0) && errno == ESRCH)) {
 				e->by_stop = 1;
 				e->leader_ws = ws;
+				e->stop_at = launch_mono();
 				fprintf(stderr, "kiln launch: rank %d's command (pid %d) ended by %s, which this launcher passed on: waiting for the rest of its process group (a trainer below it stops with its checkpoint where the ranks agree on the stop)\n",
 					o->node_rank * o->nproc + l, (int)p, strsignal(WTERMSIG(ws)));
 			} else if (!ok) {
@@ -352,6 +357,20 @@ static int launch_group_waits(const struct launch_state *s, int l)
 	return e->by_stop && !s->stopping && s->forwards < 2;
 }
 
+/* Rank l's group, waited for with no deadline, still runs --grace s after
+ * its command died of the stop: say once that it is waited for and that a
+ * signal again ends the wait, as the trainer may be far from its stop
+ * point, or done while a helper that ignores the signal keeps the group
+ * going for as long as it runs (launch_forward). */
+static void launch_group_hint(const struct launch_opts *o, struct rank_end *e, int l, double now)
+{
+	if (e->hinted || now < e->stop_at + o->grace)
+		return;
+	e->hinted = 1;
+	fprintf(stderr, "kiln launch: rank %d's process group still runs %d s after its command ended: waiting for it to stop (a signal again gives it %d s, then SIGKILL)\n",
+		o->node_rank * o->nproc + l, o->grace, o->grace);
+}
+
 /* Once every rank's command ended: wait (up to --grace s, or without a
  * deadline: launch_group_waits) for what is left of their process
  * groups, then SIGKILL it, and give up on a group still there 2 s after.
@@ -369,8 +388,10 @@ static int launch_groups_left(const struct launch_opts *o, struct launch_state *
 			continue;
 		}
 		left++;
-		if (launch_group_waits(s, l))
+		if (launch_group_waits(s, l)) {
+			launch_group_hint(o, e, l, now);
 			continue;
+		}
 		if (!e->until)
 			e->until = now + o->grace;
 		if (now < e->until)

@@ -19,8 +19,9 @@
 #     "killing them", exit 1, no checkpoint);
 #  1d. a helper in each wrapper's group that ignores SIGINT (a `&` job of
 #     a non-interactive sh), SIGINT to the launcher and again 4 s later
-#     (--grace 2): the trainers stop with their checkpoint, the helpers are
-#     killed 2 s after the second, the launcher exits 1 naming it (before
+#     (--grace 2): the trainers stop with their checkpoint, the launcher says
+#     2 s on that it waits and how to end it, the helpers are killed 2 s
+#     after the second, the launcher exits 1 naming it (before
 #     session 35's fix: each SIGINT only passed on again, the launcher
 #     waiting for the 120 s helpers);
 #  1e. 1b with a helper that exits 1 on the SIGTERM (a cleanup trap): the
@@ -140,6 +141,8 @@ rc=$?
 for p in $procs; do kill -KILL "$p" 2> /dev/null; done
 echo "deaf: SIGINT twice to the launcher of 2 wrapped trainers beside a helper ignoring it, --grace 2: exit $rc after $((i / 10)) s"
 [ $rc = 1 ] || bad "deaf: kiln launch exited $rc, expected 1"
+[ "$(grep -c "kiln launch: rank [01]'s process group still runs 2 s after its command ended: waiting for it to stop (a signal again gives it 2 s, then SIGKILL)" "$tmp/deaf.log")" = 2 ] ||
+	bad "deaf: the wait for the helpers not said before the second SIGINT"
 [ "$(grep -c "kiln launch: Interrupt again: what is left of rank [01]'s process group (its command ended by the first) gets 2 s, then SIGKILL" "$tmp/deaf.log")" = 2 ] ||
 	bad "deaf: the second SIGINT's deadline not announced for both ranks"
 grep -q "kiln launch: 2 rank(s)' process groups, waited for since their commands ended by the stop, still ran 2 s after a repeated signal or a rank's failure: killing them" "$tmp/deaf.log" ||
