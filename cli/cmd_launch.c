@@ -15,8 +15,10 @@
  * A rank command ended by a signal passed on (a wrapper that dies of it)
  * is no failure by itself: the launcher, the subreaper of what its ranks
  * fork, waits for the rest of its group, until it is empty and with no
- * deadline as for a direct rank (launch_group_waits), and judges the rank
- * by that (launch_ended).  A pipe whose write end only the launcher holds
+ * deadline as for a direct rank, or until a repeated signal, which gives
+ * it --grace s (launch_group_waits), and judges the rank by that, a
+ * failure below the command only once its group is empty (launch_ended,
+ * launch_group_done).  A pipe whose write end only the launcher holds
  * (KILN_LAUNCH_ALIVE_FD) tells every process of the ranks when it is gone,
  * however it died.  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
@@ -87,7 +89,8 @@ static void launch_usage(FILE *f)
 		"                    one machine: 127.0.0.1 and a free port; required with\n"
 		"                    --nnodes > 1); an IPv6 address in brackets: [::1]:P\n"
 		"  --grace S         seconds the other ranks get to exit after one failed\n"
-		"                    before they are killed (default 10)\n"
+		"                    (a wrapped rank's process group, after a repeated\n"
+		"                    signal) before they are killed (default 10)\n"
 		"  --bind core|none  core (default): pin each rank to its own share of the\n"
 		"                    CPUs this launcher may use (N contiguous groups; none\n"
 		"                    when there are more ranks than CPUs); none: no pinning\n"

@@ -1,6 +1,7 @@
 /* cli/launch_wait.c - `kiln launch` waiting for its ranks: signals passed
  * on to their process groups (once per --grace s), Ctrl-Z, a rank's end
- * judged (a wrapper ended by a stop passed on is judged by its group), a
+ * judged (a wrapper ended by a stop passed on is judged by its group, once
+ * empty; a repeated signal gives it --grace s), a
  * failure stopping the others, the verdict.  See cmd_launch.c's head
  * comment and docs/distributed.md, "kiln launch". */
 #ifndef _GNU_SOURCE
@@ -50,29 +51,76 @@ void launch_rank_kill(pid_t pid, int sig)
 		kill(pid, sig);
 }
 
-/* Pass the signal that arrived on to every rank (groups[]: each rank's
+/* One local rank's end, as launch_wait follows it. */
+struct rank_end {
+	int by_stop;   /* its command ended by a signal the launcher passed on ... */
+	int leader_ws; /* ... with this status: its outcome is then its group's */
+	double stop_at; /* ... at this time; whether the user was told how to
+			 * end a wait that went on --grace s past it
+			 * (launch_group_hint) */
+	int hinted;
+	int clean;     /* a process of its group below its command exited 0
+			* (its verdict once the group is empty; no end of
+			* the wait: launch_group_waits) */
+	/* a process of its group below its command that failed meanwhile
+	 * (the failure that says most, exit_rank): judged once the group is
+	 * empty (launch_group_done), not at once: it may be a helper beside
+	 * the trainer (a cleanup trap's exit 1) */
+	int below_failed, below_ws;
+	pid_t below_pid;
+	/* what is left of its group once every rank's command ended: when
+	 * it is killed (0: no deadline yet, launch_groups_left), and
+	 * whether it was */
+	double until;
+	int killed;
+};
+
+/* launch_wait's state. */
+struct launch_state {
+	int alive, failed, fail_status, first;
+	int forwards; /* signals passed on so far (launch_forward) */
+	int stopping; /* launch_fail stopped the other ranks (SIGTERM, kill_at) */
+	double kill_at, fwd_at;
+	struct rank_end *end;
+	/* each rank's process group (its first pid: launch_spawn), 0 once
+	 * it is gone: what signals passed on reach once its command ended */
+	pid_t *pgid;
+};
+
+/* Pass the signal that arrived on to every rank (s->pgid[]: each rank's
  * process group, 0 once gone; its command may have ended before the
  * trainer below it), once: a repeat within
  * --grace seconds of the last one passed on is dropped (Slurm, systemd and
  * `timeout` signal the launcher and, or twice, its group; each rank stops
  * gracefully on the first, cli/cmd_train.c), a later one is passed on
- * (the ranks then end at once).  *fwd_at: when one was last passed on. */
-static void launch_forward(struct launch_opts *o, const pid_t *groups, double *fwd_at)
+ * (the ranks then end at once).  s->fwd_at: when one was last passed on.
+ * A repeat passed on also ends the no-deadline wait for the groups of
+ * ranks whose command died of the stop (launch_group_waits): what is left
+ * of them gets --grace s, then SIGKILL (launch_groups_left), since a
+ * process there that ignores the signal (a shell's `&` job ignores
+ * SIGINT, a `trap '' TERM`) would outlive any number of them; before
+ * session 35 the launcher waited for it for ever. */
+static void launch_forward(struct launch_opts *o, struct launch_state *s)
 {
 	int sig = launch_got_signal;
 	launch_got_signal = 0;
 	double now = launch_mono();
-	if (*fwd_at && now - *fwd_at < o->grace) {
+	if (s->fwd_at && now - s->fwd_at < o->grace) {
 		fprintf(stderr, "kiln launch: %s again within %d s: already passed on, ignored\n",
 			strsignal(sig), o->grace);
 		return;
 	}
-	*fwd_at = now;
+	s->fwd_at = now;
+	s->forwards++;
 	o->fwd_sigs |= 1u << sig;
 	fprintf(stderr, "kiln launch: passing %s to every rank\n", strsignal(sig));
 	for (int l = 0; l < o->nproc; l++)
-		if (groups[l])
-			launch_rank_kill(groups[l], sig);
+		if (s->pgid[l])
+			launch_rank_kill(s->pgid[l], sig);
+	for (int l = 0; l < o->nproc && s->forwards > 1; l++)
+		if (s->pgid[l] && s->end[l].by_stop && !s->end[l].until)
+			fprintf(stderr, "kiln launch: %s again: what is left of rank %d's process group (its command ended by the first) gets %d s, then SIGKILL\n",
+				strsignal(sig), o->node_rank * o->nproc + l, o->grace);
 }
 
 /* Ctrl-Z (SIGTSTP; SIGTTIN, SIGTTOU) for the launcher, which alone is in
@@ -155,30 +203,6 @@ static int exit_rank(int ws)
 	return WIFEXITED(ws) && WEXITSTATUS(ws) >= 2 && WEXITSTATUS(ws) <= 125 ? 2 : 1;
 }
 
-/* One local rank's end, as launch_wait follows it. */
-struct rank_end {
-	int by_stop;   /* its command ended by a signal the launcher passed on ... */
-	int leader_ws; /* ... with this status: its outcome is then its group's */
-	int clean;     /* a process of its group below its command exited 0
-			* (its verdict once the group is empty; no end of
-			* the wait: launch_group_waits) */
-	/* what is left of its group once every rank's command ended: when
-	 * it is killed (0: no deadline yet, launch_groups_left), and
-	 * whether it was */
-	double until;
-	int killed;
-};
-
-/* launch_wait's state. */
-struct launch_state {
-	int alive, failed, fail_status, first;
-	double kill_at, fwd_at;
-	struct rank_end *end;
-	/* each rank's process group (its first pid: launch_spawn), 0 once
-	 * it is gone: what signals passed on reach once its command ended */
-	pid_t *pgid;
-};
-
 /* Reap one ended child, if any: its pid (0: none) and status, and its
  * process group, read while it is a zombie (a rank's trainer below a
  * wrapper that died is this launcher's child: PR_SET_CHILD_SUBREAPER). */
@@ -193,29 +217,30 @@ static pid_t launch_reap(int *ws, pid_t *pgid)
 }
 
 /* Local rank l failed with status ws (pid p): name it; the first failure
- * stops the other ranks (SIGTERM, SIGKILL after --grace), a later one
- * that says more (exit_rank) becomes the one returned. */
+ * that says most (exit_rank) is the one returned, a later one that says
+ * more replaces it.  The first with stop_others stops the other ranks
+ * (SIGTERM, SIGKILL after --grace); one without (launch_group_done: a
+ * failure beside a clean exit in a group stopping) does not. */
 static void launch_fail(const struct launch_opts *o, struct launch_state *s, pid_t *pids, int l,
-			pid_t p, int ws, const char *what)
+			pid_t p, int ws, const char *what, int stop_others)
 {
 	char why[96];
 	const int rank = o->node_rank * o->nproc + l;
+	const int stop = stop_others && !s->stopping;
 	launch_describe_status(ws, why, sizeof why);
-	if (s->failed >= 0) {
-		if (exit_rank(ws) <= exit_rank(s->fail_status))
-			return;
+	if (s->failed < 0 || exit_rank(ws) > exit_rank(s->fail_status)) {
+		fprintf(stderr, "kiln launch: rank %d (%s %d) failed with %s%s\n", rank, what, (int)p,
+			why, s->alive && stop ? "; stopping the other ranks" : "");
 		/* a later rank's own cause is what the first failure (its
 		 * peer gone) followed from */
-		fprintf(stderr, "kiln launch: rank %d (%s %d) failed with %s\n", rank, what, (int)p, why);
-		s->first = s->failed;
+		if (s->failed >= 0)
+			s->first = s->failed;
 		s->failed = rank;
 		s->fail_status = ws;
-		return;
 	}
-	s->failed = rank;
-	s->fail_status = ws;
-	fprintf(stderr, "kiln launch: rank %d (%s %d) failed with %s%s\n", rank, what, (int)p, why,
-		s->alive ? "; stopping the other ranks" : "");
+	if (!stop)
+		return;
+	s->stopping = 1;
 	for (int k = 0; k < o->nproc; k++)
 		if (s->pgid[k])
 			launch_rank_kill(s->pgid[k], SIGTERM);
@@ -244,27 +269,44 @@ static void launch_ended(const struct launch_opts *o, struct launch_state *s, pi
 			if (fwd && s->pgid[l] && !(kill(-s->pgid[l], 0) && errno == ESRCH)) {
 				e->by_stop = 1;
 				e->leader_ws = ws;
+				e->stop_at = launch_mono();
 				fprintf(stderr, "kiln launch: rank %d's command (pid %d) ended by %s, which this launcher passed on: waiting for the rest of its process group (a trainer below it stops with its checkpoint where the ranks agree on the stop)\n",
 					o->node_rank * o->nproc + l, (int)p, strsignal(WTERMSIG(ws)));
 			} else if (!ok) {
-				launch_fail(o, s, pids, l, p, ws, "pid");
+				launch_fail(o, s, pids, l, p, ws, "pid", 1);
 			}
 			return;
 		}
 		if (!s->pgid[l] || s->pgid[l] != g || !e->by_stop)
 			continue;
-		if (ok)
+		if (ok) {
 			e->clean = 1;
-		else if (!fwd) { /* the trainer below failed: the rank did */
-			e->by_stop = 0;
-			launch_fail(o, s, pids, l, p, ws, "its process group's pid");
+		} else if (!fwd) { /* the trainer below, or a helper, failed */
+			if (!e->below_failed || exit_rank(ws) > exit_rank(e->below_ws)) {
+				e->below_ws = ws;
+				e->below_pid = p;
+			}
+			e->below_failed = 1;
+			char why[96];
+			launch_describe_status(ws, why, sizeof why);
+			fprintf(stderr, "kiln launch: rank %d: pid %d of its process group ended with %s after the stop passed on: judged once the group is empty\n",
+				o->node_rank * o->nproc + l, (int)p, why);
 		}
 		return;
 	}
 }
 
 /* A rank whose group ended (or was killed): its outcome, when its
- * command died of a signal passed on (launch_ended). */
+ * command died of a signal passed on (launch_ended).  A process below the
+ * command that failed fails the rank with its status, judged only now:
+ * before session 35 the first such exit failed the rank at once and the
+ * other ranks, still on their way to the agreed stop point, were killed
+ * --grace s later without a checkpoint, though it was a helper's (a
+ * cleanup trap exiting 1 on the SIGTERM) and the trainer stopped fine.
+ * With a process below that exited 0 too (perhaps the trainer) the
+ * other ranks are not stopped: they already stop by the signal passed on,
+ * and a SIGTERM more than 5 s after it would end them at once
+ * (cli/cmd_train.c), a SIGKILL --grace s on without their checkpoint. */
 static void launch_group_done(const struct launch_opts *o, struct launch_state *s, pid_t *pids,
 			      int l)
 {
@@ -274,6 +316,11 @@ static void launch_group_done(const struct launch_opts *o, struct launch_state *
 	if (!e->by_stop)
 		return;
 	e->by_stop = 0;
+	if (e->below_failed) {
+		launch_fail(o, s, pids, l, e->below_pid, e->below_ws, "its process group's pid",
+			    !e->clean);
+		return;
+	}
 	if (e->clean && !e->killed) {
 		fprintf(stderr, "kiln launch: rank %d stopped: its command ended by %s, which this launcher passed on, and the processes below it exited 0\n",
 			o->node_rank * o->nproc + l, strsignal(WTERMSIG(e->leader_ws)));
@@ -281,7 +328,7 @@ static void launch_group_done(const struct launch_opts *o, struct launch_state *
 	}
 	/* nothing below it stopped cleanly: ended by the signal, before it
 	 * could stop (kiln train before its first step), or killed */
-	launch_fail(o, s, pids, l, g, e->leader_ws, "pid");
+	launch_fail(o, s, pids, l, g, e->leader_ws, "pid", 1);
 }
 
 /* Whether what is left of rank l's process group is waited for with no
@@ -298,13 +345,30 @@ static void launch_group_done(const struct launch_opts *o, struct launch_state *
  * empty (launch_group_done); before session 35 such an early exit 0
  * brought back the --grace deadline and the trainer was killed before its
  * checkpoint.  A process of the group that outlives the trainer (one that
- * ignores SIGTERM) is waited for as a hung direct trainer is: until a
- * repeated signal, which reaches the group (launch_forward) and ends it;
- * a failure of any rank brings back the deadline (and launch_fail's). */
+ * ignores the signal) is waited for as a hung direct trainer is: until a
+ * repeated signal passed on, after which the group gets --grace s, then
+ * SIGKILL (launch_forward); a failure of a rank that stopped the others
+ * (launch_fail) brings back the deadline too.  A failure below a command
+ * that died of the stop does not: it is judged once its group is empty
+ * (launch_group_done). */
 static int launch_group_waits(const struct launch_state *s, int l)
 {
 	const struct rank_end *e = &s->end[l];
-	return e->by_stop && s->failed < 0;
+	return e->by_stop && !s->stopping && s->forwards < 2;
+}
+
+/* Rank l's group, waited for with no deadline, still runs --grace s after
+ * its command died of the stop: say once that it is waited for and that a
+ * signal again ends the wait, as the trainer may be far from its stop
+ * point, or done while a helper that ignores the signal keeps the group
+ * going for as long as it runs (launch_forward). */
+static void launch_group_hint(const struct launch_opts *o, struct rank_end *e, int l, double now)
+{
+	if (e->hinted || now < e->stop_at + o->grace)
+		return;
+	e->hinted = 1;
+	fprintf(stderr, "kiln launch: rank %d's process group still runs %d s after its command ended: waiting for it to stop (a signal again gives it %d s, then SIGKILL)\n",
+		o->node_rank * o->nproc + l, o->grace, o->grace);
 }
 
 /* Once every rank's command ended: wait (up to --grace s, or without a
@@ -313,7 +377,7 @@ static int launch_group_waits(const struct launch_state *s, int l)
  * Returns 1 while any group is left to wait for. */
 static int launch_groups_left(const struct launch_opts *o, struct launch_state *s, pid_t *pids)
 {
-	int left = 0, due = 0;
+	int left = 0, due = 0, due_stop = 0;
 	const double now = launch_mono();
 	for (int l = 0; l < o->nproc; l++) {
 		struct rank_end *e = &s->end[l];
@@ -324,8 +388,10 @@ static int launch_groups_left(const struct launch_opts *o, struct launch_state *
 			continue;
 		}
 		left++;
-		if (launch_group_waits(s, l))
+		if (launch_group_waits(s, l)) {
+			launch_group_hint(o, e, l, now);
 			continue;
+		}
 		if (!e->until)
 			e->until = now + o->grace;
 		if (now < e->until)
@@ -335,12 +401,17 @@ static int launch_groups_left(const struct launch_opts *o, struct launch_state *
 			left--;
 		} else {
 			due++;
+			due_stop += e->by_stop;
 		}
 	}
 	if (!due)
 		return left > 0;
-	fprintf(stderr, "kiln launch: %d rank(s)' process groups still ran %d s after their commands ended: killing them\n",
-		due, o->grace);
+	if (due > due_stop)
+		fprintf(stderr, "kiln launch: %d rank(s)' process groups still ran %d s after their commands ended: killing them\n",
+			due - due_stop, o->grace);
+	if (due_stop)
+		fprintf(stderr, "kiln launch: %d rank(s)' process groups, waited for since their commands ended by the stop, still ran %d s after a repeated signal or a rank's failure: killing them\n",
+			due_stop, o->grace);
 	for (int l = 0; l < o->nproc; l++) {
 		struct rank_end *e = &s->end[l];
 		if (s->pgid[l] && e->until && now >= e->until && !e->killed) {
@@ -405,7 +476,7 @@ int launch_wait(struct launch_opts *o, pid_t *pids)
 		if (launch_got_tstp)
 			launch_suspend(o, pgid);
 		if (launch_got_signal)
-			launch_forward(o, pgid, &s.fwd_at);
+			launch_forward(o, &s);
 		int ws;
 		pid_t g = -1, p = launch_reap(&ws, &g);
 		if (p > 0) {

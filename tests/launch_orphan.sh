@@ -17,6 +17,18 @@
 #     0 with the checkpoint (before session 35 that exit 0 counted the
 #     group clean, --grace 1 s ran from it and the trainers were killed:
 #     "killing them", exit 1, no checkpoint);
+#  1d. a helper in each wrapper's group that ignores SIGINT (a `&` job of
+#     a non-interactive sh), SIGINT to the launcher and again 4 s later
+#     (--grace 2): the trainers stop with their checkpoint, the launcher says
+#     2 s on that it waits and how to end it, the helpers are killed 2 s
+#     after the second, the launcher exits 1 naming it (before
+#     session 35's fix: each SIGINT only passed on again, the launcher
+#     waiting for the 120 s helpers);
+#  1e. 1b with a helper that exits 1 on the SIGTERM (a cleanup trap): the
+#     rank fails with the helper's status once its group is empty, exit 1,
+#     but the trainers, not stopped by it, write their checkpoint (before
+#     session 35's fix: the rank failed at once, the trainers still on
+#     their way to the stop point were killed 1 s later, no checkpoint);
 #  2. the launcher killed (SIGKILL) under wrappers that survive their
 #     SIGHUP: each trainer hears of it through KILN_LAUNCH_ALIVE_FD (the
 #     parent-death signal reaches only the wrapper), stops at its next log
@@ -109,6 +121,56 @@ grep -E 'failed with|killing them' "$tmp/helper.log" && bad "helper: a rank's gr
 	bad "helper: not both ranks reported stopped"
 checkpointed helper
 [ "$fail" = 0 ] || tail -15 "$tmp/helper.log"
+
+# ---- 1d. a process of the group ignores the signal -------------------------
+"$kiln" launch -n 2 --grace 2 -- sh -c 'sleep 120 & "$@"; exit $?' sh "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/deaf" $long > "$tmp/deaf.log" 2>&1 &
+lpid=$!
+started deaf "$lpid" && kill -INT "$lpid"
+sleep 4
+procs=$(below $lpid)
+kill -INT "$lpid"
+i=0
+while kill -0 "$lpid" 2> /dev/null && [ $i -lt 150 ]; do sleep 0.1; i=$((i + 1)); done
+if kill -0 "$lpid" 2> /dev/null; then
+	bad "deaf: kiln launch still runs 15 s after the second SIGINT"
+	kill -KILL "$lpid"
+fi
+wait "$lpid"
+rc=$?
+for p in $procs; do kill -KILL "$p" 2> /dev/null; done
+echo "deaf: SIGINT twice to the launcher of 2 wrapped trainers beside a helper ignoring it, --grace 2: exit $rc after $((i / 10)) s"
+[ $rc = 1 ] || bad "deaf: kiln launch exited $rc, expected 1"
+[ "$(grep -c "kiln launch: rank [01]'s process group still runs 2 s after its command ended: waiting for it to stop (a signal again gives it 2 s, then SIGKILL)" "$tmp/deaf.log")" = 2 ] ||
+	bad "deaf: the wait for the helpers not said before the second SIGINT"
+[ "$(grep -c "kiln launch: Interrupt again: what is left of rank [01]'s process group (its command ended by the first) gets 2 s, then SIGKILL" "$tmp/deaf.log")" = 2 ] ||
+	bad "deaf: the second SIGINT's deadline not announced for both ranks"
+grep -q "kiln launch: 2 rank(s)' process groups, waited for since their commands ended by the stop, still ran 2 s after a repeated signal or a rank's failure: killing them" "$tmp/deaf.log" ||
+	bad "deaf: the groups' kill not said"
+grep -q "kiln launch: error: rank [01] failed (signal 9 (Killed))" "$tmp/deaf.log" || bad "deaf: no verdict naming the kill"
+[ "$(grep -c 'kiln launch: rank [01] stopped' "$tmp/deaf.log")" = 0 ] || bad "deaf: a killed group reported stopped"
+checkpointed deaf
+[ "$fail" = 0 ] || tail -15 "$tmp/deaf.log"
+
+# ---- 1e. a process of the group exits 1 on the stop ------------------------
+"$kiln" launch -n 2 --grace 1 -- \
+	sh -c '(trap "echo helper: exit 1; exit 1" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' \
+	sh "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/hfail" $slow > "$tmp/hfail.log" 2>&1 &
+lpid=$!
+started hfail "$lpid" && kill -TERM "$lpid"
+wait "$lpid"
+rc=$?
+echo "hfail: SIGTERM to the launcher of 2 wrapped trainers with a helper exiting 1 on it, --grace 1: exit $rc"
+[ "$(grep -c 'helper: exit 1' "$tmp/hfail.log")" = 2 ] || bad "hfail: not both helpers exited 1"
+[ $rc = 1 ] || bad "hfail: kiln launch exited $rc, expected 1"
+[ "$(grep -c "kiln launch: rank [01]: pid [0-9]* of its process group ended with exit status 1 after the stop passed on: judged once the group is empty" "$tmp/hfail.log")" = 2 ] ||
+	bad "hfail: the helpers' exits not noted for both ranks"
+grep -q "kiln launch: rank [01] (its process group's pid [0-9]*) failed with exit status 1\$" "$tmp/hfail.log" ||
+	bad "hfail: the rank's failure not named (or it stopped the others)"
+grep -q "kiln launch: error: rank [01] failed (exit status 1)" "$tmp/hfail.log" || bad "hfail: no verdict"
+grep -E 'killing them|stopping the other ranks|signal 9' "$tmp/hfail.log" && bad "hfail: the trainers were stopped or killed"
+checkpointed hfail
+[ "$fail" = 0 ] || tail -15 "$tmp/hfail.log"
 
 # ---- 2, 3. the launcher killed ------------------------------------------
 # killed NAME WRAPPER: a 2-rank launch of `sh -c WRAPPER sh kiln train`,
