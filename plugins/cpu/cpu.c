@@ -13,6 +13,7 @@
 #endif
 #include "cpu.h"
 #include "fftconv.h" /* HAVE_FFTW */
+#include "teamstart.h" /* cpu_team_start */
 
 #include <omp.h>      /* omp_set_num_threads */
 #include <stdarg.h>
@@ -79,6 +80,11 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 	 * called from the loader's thread or a stream worker: set it where
 	 * the kernel runs.  oneDNN (OpenMP build) reads the same setting.
 	 * The team shrinks while its threads wait for a CPU (threads.c). */
+	/* a thread's first op (a stream worker's, the loader's): its team
+	 * made here, where a failure is this op's error, not libgomp's exit
+	 * (teamstart.h) */
+	if (cpu_team_start(c->threads, NULL, e->msg, sizeof e->msg))
+		return e->st = KILN_EDEVICE;
 	int from;
 	double load;
 	int n = cpu_team_tick(&c->team, &from, &load);
@@ -393,6 +399,16 @@ static kiln_status cpu_kernel_keys(const struct kiln_host *host, const struct ki
 	return KILN_OK;
 }
 
+/* The opening thread's team (teamstart.h), its message's buffer in a
+ * frame of its own: cpu_open's stays small (cli/kiln.c's stack minimum). */
+static __attribute__((noinline)) kiln_status open_team_start(const struct kiln_host *host, int threads)
+{
+	char msg[1536];
+	if (cpu_team_start(threads, "the device's opening thread", msg, sizeof msg))
+		return host->error(KILN_EDEVICE, "%s", msg);
+	return KILN_OK;
+}
+
 static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    int ordinal, const struct kiln_device_options *opts, void **out)
 {
@@ -451,6 +467,10 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 								     : sysconf(_SC_NPROCESSORS_ONLN);
 		threads = cpu_threads_for(n > 0 ? (int)n : 1, cpu_quota_read(stat, sizeof stat));
 	}
+	/* the team's threads made here, where a failure is an error, before
+	 * libgomp makes them at the first region and exits on one */
+	if ((st = open_team_start(host, (int)threads)))
+		return st;
 
 	struct cpu_ctx *c = calloc(1, sizeof *c);
 	if (!c)
