@@ -905,3 +905,6 @@ EXTRA_DIST += tests/launch_nodes.sh
 # a kiln error naming the limit, never libgomp's exit(1) (teamstart.h)
 TESTS += tests/thread_limit.sh
 EXTRA_DIST += tests/thread_limit.sh
+# a small stack limit (ulimit -s): raised and run again, or refused by name
+TESTS += tests/stack_limit.sh
+EXTRA_DIST += tests/stack_limit.sh
