@@ -8,7 +8,8 @@
 # kiln trains under a limit of 2, 3, ... 12 tasks: every run either
 # trains, or fails with "kiln: error:" naming the limit, no libgomp line,
 # no signal; the limits that fail include one at the opening thread's
-# team and, with [plugin.cpu] async = 1, one at a stream worker's.  The
+# team and, with [plugin.cpu] async = 1, one at a stream worker's; and
+# with a loader worker (data.workers = 1).  The
 # limit is a cgroup's pids.max (root, cgroup v1's pids controller or v2
 # with it enabled), else ulimit -u as nobody (root with setpriv); else the
 # test skips: ulimit -u counts every process of the user, and the rest of
@@ -82,9 +83,11 @@ limited() {
 }
 
 opening=0 worker=0 trained=0
-for tag in sync async; do
+for tag in sync async workers; do
 	extra=
 	[ $tag = async ] && extra="plugin.cpu.async=1"
+	# a loader worker started after the device opened, before its first op
+	[ $tag = workers ] && extra="data.workers=1"
 	m=2
 	while [ $m -le 12 ]; do
 		limited $m $tag $extra
@@ -106,7 +109,7 @@ for tag in sync async; do
 		m=$((m + 1))
 	done
 done
-[ $trained -eq 2 ] || fail "sync and async: $trained of them trained under a limit of 12 tasks"
+[ $trained -eq 3 ] || fail "sync, async, workers: $trained of them trained under a limit of 12 tasks"
 [ $opening -ge 1 ] || fail "no limit failed at the opening thread's team"
 [ $worker -ge 1 ] || fail "no limit failed at a stream worker's team (async)"
 echo "ok: $opening limits failed at the opening thread's team, $worker at a stream worker's"

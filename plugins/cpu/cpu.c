@@ -399,12 +399,13 @@ static kiln_status cpu_kernel_keys(const struct kiln_host *host, const struct ki
 	return KILN_OK;
 }
 
-/* The opening thread's team (teamstart.h), its message's buffer in a
- * frame of its own: cpu_open's stays small (cli/kiln.c's stack minimum). */
-static __attribute__((noinline)) kiln_status open_team_start(const struct kiln_host *host, int threads)
+/* The opening thread's team tried (teamstart.h: made at its first op),
+ * the message's buffer in a frame of its own: cpu_open's stays small
+ * (cli/kiln.c's stack minimum). */
+static __attribute__((noinline)) kiln_status open_team_check(const struct kiln_host *host, int threads)
 {
 	char msg[1536];
-	if (cpu_team_start(threads, "the device's opening thread", msg, sizeof msg))
+	if (cpu_team_check(threads, "the device's opening thread", msg, sizeof msg))
 		return host->error(KILN_EDEVICE, "%s", msg);
 	return KILN_OK;
 }
@@ -467,9 +468,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 								     : sysconf(_SC_NPROCESSORS_ONLN);
 		threads = cpu_threads_for(n > 0 ? (int)n : 1, cpu_quota_read(stat, sizeof stat));
 	}
-	/* the team's threads made here, where a failure is an error, before
-	 * libgomp makes them at the first region and exits on one */
-	if ((st = open_team_start(host, (int)threads)))
+	/* the team's threads tried here, where a failure is an error naming
+	 * the limit, before libgomp makes them (cpu_exec) and exits on one */
+	if ((st = open_team_check(host, (int)threads)))
 		return st;
 
 	struct cpu_ctx *c = calloc(1, sizeof *c);
@@ -551,7 +552,9 @@ static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 	 * takes no page faults.  Allocation is setup work, never in a step.
 	 * A large one by the team, its page faults taken on every core. */
 	const size_t part = (size_t)4 << 20;
-	if (n < 2 * part || c->threads < 2) {
+	char team_msg[1536]; /* (a team that cannot start: one thread commits) */
+	if (n < 2 * part || c->threads < 2 ||
+	    cpu_team_start(c->threads, "the thread allocating", team_msg, sizeof team_msg)) {
 		memset(*ptr, 0, n);
 		return KILN_OK;
 	}
@@ -640,6 +643,15 @@ static const struct {
 _Static_assert(sizeof cpu_families / sizeof cpu_families[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in cpu_families");
 
+/* cpu_prepare's cpu_team_start, its message's buffer in a frame of its own */
+static __attribute__((noinline)) kiln_status prepare_team_start(struct cpu_ctx *c)
+{
+	char msg[1536];
+	if (cpu_team_start(c->threads, NULL, msg, sizeof msg))
+		return c->host->error(KILN_EDEVICE, "%s", msg);
+	return KILN_OK;
+}
+
 static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 			       size_t *workspace)
 {
@@ -652,6 +664,10 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 		return c->host->error(KILN_ENOTSUP, "cpu: op type %d has no prepare here", op->type);
 	const cpu_family_fn family = cpu_families[op->type].prepare;
 	const int native = cpu_families[op->type].native;
+	/* the thread's team before a prepare's reorders and timings open
+	 * regions (teamstart.h) */
+	if ((st = prepare_team_start(c)))
+		return st;
 	/* oneDNN makes its primitives for the calling thread's count: the
 	 * opening team's, whatever the adaptive team is now, or one for a
 	 * small op on any team (dnnteam.c) */

@@ -187,28 +187,42 @@ static int trial_team(int more, int *err)
 
 static __thread int started_team; /* the largest team started on this thread */
 
+/* The trial of team - 1 more threads; 0, or -1 with the message. */
+static int team_trial(int team, const char *who, char *msg, size_t n)
+{
+	int err;
+	const int made = trial_team(team - 1, &err);
+	if (made == team - 1)
+		return 0;
+	char lim[1024], name[40];
+	if (!who) { /* the thread's name: kiln-stream-N for a stream worker */
+		char t[16] = "";
+		pthread_getname_np(pthread_self(), t, sizeof t);
+		snprintf(name, sizeof name, "thread '%s'", t);
+		who = name;
+	}
+	cpu_thread_limits(lim, sizeof lim);
+	snprintf(msg, n,
+		 "cpu: cannot start the OpenMP team of %d threads on %s: %d of the %d more threads "
+		 "could be created (%s); the limits on processes and threads: %s; lower [run] threads "
+		 "or raise the limit",
+		 team, who, made, team - 1, strerror(err), lim);
+	return -1;
+}
+
+int cpu_team_check(int team, const char *who, char *msg, size_t n)
+{
+	if (team <= started_team || team <= 1)
+		return 0;
+	return team_trial(team, who, msg, n);
+}
+
 int cpu_team_start(int team, const char *who, char *msg, size_t n)
 {
 	if (team <= started_team || team <= 1 || omp_in_parallel())
 		return 0;
-	int err;
-	const int made = trial_team(team - 1, &err);
-	if (made < team - 1) {
-		char lim[1024], name[40];
-		if (!who) { /* the thread's name: kiln-stream-N for a stream worker */
-			char t[16] = "";
-			pthread_getname_np(pthread_self(), t, sizeof t);
-			snprintf(name, sizeof name, "thread '%s'", t);
-			who = name;
-		}
-		cpu_thread_limits(lim, sizeof lim);
-		snprintf(msg, n,
-			 "cpu: cannot start the OpenMP team of %d threads on %s: %d of the %d more threads "
-			 "could be created (%s); the limits on processes and threads: %s; lower [run] threads "
-			 "or raise the limit",
-			 team, who, made, team - 1, strerror(err), lim);
+	if (team_trial(team, who, msg, n))
 		return -1;
-	}
 	/* libgomp's pool for this thread, from the slots just freed: a later
 	 * region reuses it (a region of fewer threads lets the rest end, and
 	 * a larger one after it makes them again: docs/training.md) */
