@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h> /* getrlimit, setrlimit(RLIMIT_STACK) */
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -458,8 +459,57 @@ static int dispatch(int argc, char **argv)
 	return 2;
 }
 
+/* The least stack (ulimit -s) kiln runs with, and what it raises a lower
+ * soft limit to.  With 64 KiB the main thread overflowed opening the CPU
+ * device (SIGSEGV, nothing printed), and glibc gives every thread (the
+ * loader's, the OpenMP team's) a stack of the soft limit, read as the
+ * process starts: hence a re-exec, not a raise in place.  1 MiB is 8
+ * times what the training path needed once its 64 KiB buffer moved to
+ * the heap (plugins/cpu/tune_cache.c); 8 MiB is Linux's usual default. */
+#define KILN_STACK_MIN (1024 * 1024)
+#define KILN_STACK_RAISE (8 * 1024 * 1024)
+
+/* A soft stack limit below KILN_STACK_MIN: raised (up to the hard limit)
+ * and kiln run again with it (KILN_STACK_REEXEC marks the second run);
+ * a hard limit below it is refused.  0 to go on, else an exit code. */
+static int stack_limit_check(char **argv)
+{
+	const int again = getenv("KILN_STACK_REEXEC") != NULL;
+	unsetenv("KILN_STACK_REEXEC"); /* kiln launch's ranks check their own */
+	struct rlimit r;
+	if (getrlimit(RLIMIT_STACK, &r) || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= KILN_STACK_MIN)
+		return 0;
+	const rlim_t want = r.rlim_max == RLIM_INFINITY || r.rlim_max > KILN_STACK_RAISE ? KILN_STACK_RAISE
+											    : r.rlim_max;
+	if (want < KILN_STACK_MIN || again) {
+		char hard[32] = "unlimited";
+		if (r.rlim_max != RLIM_INFINITY)
+			snprintf(hard, sizeof hard, "%llu KiB", (unsigned long long)r.rlim_max / 1024);
+		fprintf(stderr,
+			"kiln: error: the stack limit is %llu KiB (ulimit -s; hard limit %s): kiln needs "
+			"at least %d KiB: raise it (ulimit -s %d)\n",
+			(unsigned long long)r.rlim_cur / 1024, hard, KILN_STACK_MIN / 1024, KILN_STACK_RAISE / 1024);
+		return 1;
+	}
+	r.rlim_cur = want;
+	if (setrlimit(RLIMIT_STACK, &r) || setenv("KILN_STACK_REEXEC", "1", 1)) {
+		fprintf(stderr, "kiln: error: cannot raise the stack limit (ulimit -s) to %llu KiB: %s\n",
+			(unsigned long long)want / 1024, strerror(errno));
+		return 1;
+	}
+	execv("/proc/self/exe", argv);
+	fprintf(stderr, "kiln: error: cannot run kiln again with the stack limit (ulimit -s) raised to %llu KiB: "
+		"/proc/self/exe: %s; raise it yourself (ulimit -s %d)\n",
+		(unsigned long long)want / 1024, strerror(errno), KILN_STACK_RAISE / 1024);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
+	/* first: nothing has run yet on the stack it may replace */
+	const int stack_rc = stack_limit_check(argv);
+	if (stack_rc)
+		return stack_rc;
 	reopen_closed_std_fds();
 	/* OpenMP waiters: spin briefly, then sleep, unless the user chose
 	 * (common/spin_rule.h).  Must happen before any plugin loads the

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h> /* waitpid */
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -851,6 +853,79 @@ START_TEST(test_cache_write_threads)
 }
 END_TEST
 
+/* The temporaries of savers killed mid-save (path.tmp.<pid>.<tid>.<k>)
+ * are removed by the next save: those untouched for 10 minutes whose
+ * process is gone, and any untouched for a day; a live or recent writer's
+ * temporary, another file's, and a file of another pattern (bench's
+ * plugin_probe.<cksum>) stay.  Before, each killed save left its
+ * temporary (an unzipped IDX copy: tens of MB) for good. */
+static void leftover(const char *dir, const char *name, double age_s)
+{
+	char p[4200];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	FILE *f = fopen(p, "wb");
+	ck_assert_msg(f != NULL, "%s", p);
+	fputs("partial", f);
+	fclose(f);
+	const struct timespec t = { time(NULL) - (time_t)age_s, 0 };
+	ck_assert(utimensat(AT_FDCWD, p, (const struct timespec[2]){ t, t }, 0) == 0);
+}
+
+static int exists_in(const char *dir, const char *name)
+{
+	char p[4200];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	return access(p, F_OK) == 0;
+}
+
+START_TEST(test_cache_write_leftovers)
+{
+	char dir[1024], path[4200], name[8][256];
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "cachel") != NULL);
+	/* a pid that is gone: a child's, reaped */
+	const pid_t dead = fork();
+	ck_assert(dead >= 0);
+	if (!dead)
+		_exit(0);
+	ck_assert(waitpid(dead, NULL, 0) == dead);
+	const long me = (long)getpid();
+	const struct {
+		const char *fmt;
+		long pid;
+		double age;
+		int kept;
+	} c[] = {
+		{ "cache.bin.tmp.%ld.11.0", dead, 1200, 0 },   /* killed 20 min ago */
+		{ "cache.bin.tmp.%ld.12.3", me, 1200, 1 },     /* a live writer */
+		{ "cache.bin.tmp.%ld.13.0", dead, 60, 1 },     /* recent: not judged yet */
+		{ "cache.bin.tmp.%ld.14.0", me, 2 * 86400, 0 },  /* a day: gone whatever the pid */
+		{ "cache.bin.%ld", 7, 2 * 86400, 1 },        /* plugin_probe.<cksum>: a cache */
+		{ "other.bin.tmp.%ld.15.0", dead, 1200, 1 },   /* another file's */
+		{ "cache.bin.tmp.%ld.x.0", dead, 2 * 86400, 1 }, /* not the pattern */
+	};
+	const int nc = (int)(sizeof c / sizeof *c);
+	for (int i = 0; i < nc; i++) {
+		snprintf(name[i], sizeof name[i], c[i].fmt, c[i].pid);
+		leftover(dir, name[i], c[i].age);
+	}
+	snprintf(path, sizeof path, "%s/cache.bin", dir);
+	const char data[] = "whole";
+	const void *part[1] = { data };
+	const size_t len[1] = { sizeof data };
+	ck_assert_int_eq(common_write_atomic(path, part, len, 1), 0);
+	for (int i = 0; i < nc; i++)
+		ck_assert_msg(exists_in(dir, name[i]) == c[i].kept, "%s: %s after a save", name[i],
+			      c[i].kept ? "removed" : "still there");
+	for (int i = 0; i < nc; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, name[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof path, "%s/cache.bin", dir);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
 static Suite *make_idx_suite(void)
 {
 	Suite *s = suite_create("idx");
@@ -867,7 +942,7 @@ static Suite *make_idx_suite(void)
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 
 	check_add_case(s, "unzip_cache", 60, setup, teardown, (const TTest *[]){
-		test_unzip_cache, test_cache_write_threads, NULL });
+		test_unzip_cache, test_cache_write_threads, test_cache_write_leftovers, NULL });
 
 	check_add_case(s, "fashion_mnist", 120, setup, teardown, (const TTest *[]){
 		test_fashion_mnist, NULL });

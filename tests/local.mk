@@ -932,3 +932,10 @@ TESTS += tests/launch_wait.sh tests/launch_orphan.sh
 EXTRA_DIST += tests/launch_wait.sh tests/launch_orphan.sh
 TESTS += tests/launch_nodes.sh
 EXTRA_DIST += tests/launch_nodes.sh
+# the CPU device under a limit on threads (a pids cgroup, or ulimit -u):
+# a kiln error naming the limit, never libgomp's exit(1) (teamstart.h)
+TESTS += tests/thread_limit.sh
+EXTRA_DIST += tests/thread_limit.sh
+# a small stack limit (ulimit -s): raised and run again, or refused by name
+TESTS += tests/stack_limit.sh
+EXTRA_DIST += tests/stack_limit.sh

@@ -10,13 +10,16 @@
 #ifndef KILN_COMMON_CACHE_FILE_H
 #define KILN_COMMON_CACHE_FILE_H
 
+#include <dirent.h>   /* opendir: the leftovers beside a cache file */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>   /* kill(pid, 0): is a temporary's writer alive */
 #include <stdio.h>    /* snprintf, rename */
 #include <stdlib.h>   /* getenv */
 #include <string.h>
 #include <sys/stat.h> /* mkdir */
 #include <sys/syscall.h> /* SYS_gettid */
+#include <time.h>     /* time: a leftover's age */
 #include <unistd.h>   /* write, close, unlink, getpid, syscall */
 
 /* Whether the folder above the cache folder d (d's parent) is an existing
@@ -126,12 +129,77 @@ static inline int common_open_tmp(const char *path, char *tmp, size_t n)
 	return -1; /* errno EEXIST */
 }
 
+/* A temporary of common_open_tmp's older than this (its mtime: a live
+ * writer's moves with each write) whose writer is gone is a leftover of
+ * a process killed while saving; one older than COMMON_TMP_ABANDONED_S
+ * is one whatever the pid (reused, or of another pid namespace). */
+#define COMMON_TMP_STALE_S 600
+#define COMMON_TMP_ABANDONED_S 86400
+
+/* 1 when name is base.tmp.<pid>.<tid>.<k> (common_open_tmp's), with the
+ * pid in *pid; else 0. */
+static inline int common_tmp_name(const char *name, const char *base, long *pid)
+{
+	const size_t bl = strlen(base);
+	if (strncmp(name, base, bl) || strncmp(name + bl, ".tmp.", 5))
+		return 0;
+	const char *p = name + bl + 5;
+	long v[3];
+	for (int i = 0; i < 3; i++) {
+		if (*p < '0' || *p > '9')
+			return 0;
+		char *end;
+		v[i] = strtol(p, &end, 10);
+		p = end;
+		if (*p != (i < 2 ? '.' : 0))
+			return 0;
+		p += i < 2;
+	}
+	*pid = v[0];
+	return 1;
+}
+
+/* Removes the temporaries that writers killed mid-save (SIGKILL, a crash,
+ * a power cut) left beside path: regular files named as common_open_tmp
+ * names them for path, untouched for COMMON_TMP_STALE_S and whose pid is
+ * not a live process here, or untouched for COMMON_TMP_ABANDONED_S.  A
+ * live writer's temporary is newer, or its pid answers kill(pid, 0)
+ * (EPERM: alive, another user's).  Nothing else in the directory is
+ * looked at (bench/common.sh's plugin_probe.<cksum> are caches, not
+ * temporaries).  Best effort: failures are ignored. */
+static inline void common_clean_tmp(const char *path)
+{
+	char dir[4096];
+	const char *slash = strrchr(path, '/');
+	if (!slash || (size_t)(slash - path) >= sizeof dir)
+		return;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = 0;
+	DIR *d = opendir(*dir ? dir : "/");
+	if (!d)
+		return;
+	const time_t now = time(NULL);
+	for (struct dirent *e; (e = readdir(d));) {
+		long pid;
+		struct stat st;
+		if (!common_tmp_name(e->d_name, slash + 1, &pid) ||
+		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+			continue;
+		const double age = difftime(now, st.st_mtime);
+		const int gone = pid <= 0 || (kill((pid_t)pid, 0) && errno == ESRCH);
+		if (age >= COMMON_TMP_ABANDONED_S || (age >= COMMON_TMP_STALE_S && gone))
+			unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+}
+
 /* Write the n parts (part[i] of len[i] bytes) one after the other to a
  * temporary file of this call's own (common_open_tmp) and rename it over
  * path, making the parent directories first: a reader sees the old file
  * or one whole new one, also while other threads and processes save it.
  * Not synced: a cache file's reader verifies it.  -1 with errno on
- * failure (nothing is left behind). */
+ * failure (nothing is left behind); after a save, the temporaries killed
+ * writers left beside path are removed (common_clean_tmp). */
 static inline int common_write_atomic(const char *path, const void *const *part,
 				      const size_t *len, int n)
 {
@@ -158,8 +226,12 @@ static inline int common_write_atomic(const char *path, const void *const *part,
 		fd = -1;
 		goto fail;
 	}
-	if (rename(tmp, path) == 0)
+	if (rename(tmp, path) == 0) {
+		const int keep = errno;
+		common_clean_tmp(path);
+		errno = keep;
 		return 0;
+	}
 	fd = -1;
 fail:;
 	int err = errno ? errno : EIO;

@@ -14,6 +14,7 @@
 #include "cpu.h"
 #include "fftconv.h" /* HAVE_FFTW */
 #include "../common/c_locale.h" /* common_strtod, common_snprintf_c */
+#include "teamstart.h" /* cpu_team_start */
 
 #include <omp.h>      /* omp_set_num_threads */
 #include <stdarg.h>
@@ -80,6 +81,11 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 	 * called from the loader's thread or a stream worker: set it where
 	 * the kernel runs.  oneDNN (OpenMP build) reads the same setting.
 	 * The team shrinks while its threads wait for a CPU (threads.c). */
+	/* a thread's first op (a stream worker's, the loader's): its team
+	 * made here, where a failure is this op's error, not libgomp's exit
+	 * (teamstart.h) */
+	if (cpu_team_start(c->threads, NULL, e->msg, sizeof e->msg))
+		return e->st = KILN_EDEVICE;
 	int from;
 	double load;
 	int n = cpu_team_tick(&c->team, &from, &load);
@@ -394,6 +400,17 @@ static kiln_status cpu_kernel_keys(const struct kiln_host *host, const struct ki
 	return KILN_OK;
 }
 
+/* The opening thread's team tried (teamstart.h: made at its first op),
+ * the message's buffer in a frame of its own: cpu_open's stays small
+ * (cli/kiln.c's stack minimum). */
+static __attribute__((noinline)) kiln_status open_team_check(const struct kiln_host *host, int threads)
+{
+	char msg[1536];
+	if (cpu_team_check(threads, "the device's opening thread", msg, sizeof msg))
+		return host->error(KILN_EDEVICE, "%s", msg);
+	return KILN_OK;
+}
+
 static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    int ordinal, const struct kiln_device_options *opts, void **out)
 {
@@ -452,6 +469,10 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 								     : sysconf(_SC_NPROCESSORS_ONLN);
 		threads = cpu_threads_for(n > 0 ? (int)n : 1, cpu_quota_read(stat, sizeof stat));
 	}
+	/* the team's threads tried here, where a failure is an error naming
+	 * the limit, before libgomp makes them (cpu_exec) and exits on one */
+	if ((st = open_team_check(host, (int)threads)))
+		return st;
 
 	struct cpu_ctx *c = calloc(1, sizeof *c);
 	if (!c)
@@ -534,7 +555,9 @@ static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 	 * takes no page faults.  Allocation is setup work, never in a step.
 	 * A large one by the team, its page faults taken on every core. */
 	const size_t part = (size_t)4 << 20;
-	if (n < 2 * part || c->threads < 2) {
+	char team_msg[1536]; /* (a team that cannot start: one thread commits) */
+	if (n < 2 * part || c->threads < 2 ||
+	    cpu_team_start(c->threads, "the thread allocating", team_msg, sizeof team_msg)) {
 		memset(*ptr, 0, n);
 		return KILN_OK;
 	}
@@ -623,6 +646,15 @@ static const struct {
 _Static_assert(sizeof cpu_families / sizeof cpu_families[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in cpu_families");
 
+/* cpu_prepare's cpu_team_start, its message's buffer in a frame of its own */
+static __attribute__((noinline)) kiln_status prepare_team_start(struct cpu_ctx *c)
+{
+	char msg[1536];
+	if (cpu_team_start(c->threads, NULL, msg, sizeof msg))
+		return c->host->error(KILN_EDEVICE, "%s", msg);
+	return KILN_OK;
+}
+
 static kiln_status cpu_prepare_team(struct cpu_ctx *c, const struct kiln_op *op, void **plan,
 				    size_t *workspace)
 {
@@ -634,6 +666,10 @@ static kiln_status cpu_prepare_team(struct cpu_ctx *c, const struct kiln_op *op,
 		return c->host->error(KILN_ENOTSUP, "cpu: op type %d has no prepare here", op->type);
 	const cpu_family_fn family = cpu_families[op->type].prepare;
 	const int native = cpu_families[op->type].native;
+	/* the thread's team before a prepare's reorders and timings open
+	 * regions (teamstart.h) */
+	if ((st = prepare_team_start(c)))
+		return st;
 	/* oneDNN makes its primitives for the calling thread's count: the
 	 * opening team's, whatever the adaptive team is now, or one for a
 	 * small op on any team (dnnteam.c) */

@@ -37,8 +37,10 @@
  * stream_sync/event_sync that depends on it returns it.
  */
 #include "cpu.h"
+#include "teamstart.h" /* cpu_thread_limits */
 #include "threads.h"
 
+#include <errno.h> /* EAGAIN */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +153,8 @@ static void *cpu_worker(void *arg)
 	struct cpu_stream *s = arg;
 	struct cpu_ctx *c = s->c;
 	prctl(PR_SET_NAME, s->name);
+	/* (its OpenMP team: made by its first op, cpu_exec, where a failure
+	 * is that op's error; a copy or comm stream's worker makes none) */
 	pthread_mutex_lock(c->lock);
 	for (;;) {
 		while (!s->count && !s->quit)
@@ -311,8 +315,12 @@ static kiln_status stream_start(struct cpu_ctx *c, struct cpu_stream *s)
 	if (rc) {
 		free(s->q);
 		s->q = NULL;
-		return c->host->error(KILN_EDEVICE, "cpu: pthread_create for a stream worker failed: %s",
-				      strerror(rc));
+		char lim[1024] = "";
+		if (rc == EAGAIN)
+			cpu_thread_limits(lim, sizeof lim);
+		return c->host->error(KILN_EDEVICE, "cpu: pthread_create for a stream worker failed: %s%s%s%s",
+				      strerror(rc), *lim ? " (the limits on processes and threads: " : "", lim,
+				      *lim ? "; lower [run] threads or raise the limit)" : "");
 	}
 	s->has_thread = 1;
 	return KILN_OK;

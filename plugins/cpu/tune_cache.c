@@ -148,10 +148,18 @@ static void plugin_build_id(char *out, size_t n)
 	}
 	FILE *f = fopen(di.dli_fname, "rb");
 	uint64_t h = FNV_SEED;
-	char buf[1 << 16];
+	/* on the heap: 64 KiB on the stack overflowed a main thread of
+	 * `ulimit -s 64` here, opening the device (cli/kiln.c's minimum) */
+	enum { BUF = 1 << 16 };
+	char *buf = f ? malloc(BUF) : NULL;
 	size_t got;
-	while (f && (got = fread(buf, 1, sizeof buf, f)) > 0)
+	if (f && !buf) {
+		fclose(f);
+		f = NULL;
+	}
+	while (f && (got = fread(buf, 1, BUF, f)) > 0)
 		h = fnv1a(h, buf, got);
+	free(buf);
 	if (f) {
 		fclose(f);
 		snprintf(out, n, "fnv:%016llx", (unsigned long long)h);

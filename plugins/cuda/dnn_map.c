@@ -392,6 +392,7 @@ int cuda_atc_save(const struct cuda_atc *a, const char *path, cuda_crc_fn crc, c
 			unlink(tmp);
 		return -1;
 	}
+	common_clean_tmp(path); /* what killed savers left (cache_file.h) */
 	return 0;
 }
 
