@@ -29,6 +29,12 @@
 #     failed once (before session 35 the explanation was wrapped twice:
 #     "rank 0 ... failed with its own error ...: rank 1 of 2: rank 0 ...
 #     failed with its own error ...", the stream worker's and the sync's).
+#  7. rank 0 fails at its data while rank 1 is still opening its own
+#     (KILN_TEST_OPEN_DELAY_MS, 6 s: a big folder's scan): rank 1's
+#     watchdog ends it naming rank 0, and rank 0 prints its own error
+#     within 5 s (before session 35 it waited 10 s in its teardown for
+#     rank 1, which its watchdog's end never counted as leaving, and
+#     under kiln launch the launcher's stop swallowed that error).
 name=dist_rank_differ needs=gloo
 . "$(dirname "$0")/dist_common.sh"
 export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}"
@@ -239,5 +245,27 @@ echo "outdir: rank 1: $(echo "$line" | cut -c1-200)"
 [ -n "$line" ] || { bad "outdir: rank 1 did not name rank 0 as failed"; grep error "$tmp/outdir-r1.log"; }
 [ "$(echo "$line" | grep -o "failed with its own error" | wc -l)" = 1 ] ||
 	bad "outdir: rank 1's message names rank 0's failure more than once"
+# ---- 7. rank 0 fails at its data while rank 1 is still opening its own -----
+# (a big folder's scan: KILN_TEST_OPEN_DELAY_MS, 6 s): rank 1's watchdog
+# ends it within ~1 s naming rank 0, and rank 0 exits within 5 s with its
+# own error (before session 35 rank 0 waited 10 s in its teardown for
+# rank 1 to leave, which the watchdog's end never told the store, and
+# under kiln launch the launcher's stop, at rank 1's exit, swallowed
+# rank 0's error: review of session 35)
+mkdir "$tmp/slow-w0" "$tmp/slow-w1"
+ln -s "$tmp/trunc" "$tmp/slow-w0/fm"
+ln -s "$fm" "$tmp/slow-w1/fm"
+env1=KILN_TEST_OPEN_DELAY_MS=6000
+two slow "data.path=fm" "data.path=fm"
+env1=
+line=$(grep "^kiln: error: rank 0 of 2: [^ ]*fm/train-images-idx3-ubyte.gz: truncated data" "$tmp/slow-r0.log")
+echo "slow: rank 0: $(echo "$line" | cut -c1-200)"
+[ -n "$line" ] || { bad "slow: rank 0 did not print its own error"; grep error "$tmp/slow-r0.log"; }
+[ "$(secs_of slow-r0)" -lt 5 ] || bad "slow: rank 0 ended after $(secs_of slow-r0) s (its teardown waited for rank 1)"
+line=$(grep "^kiln: error: rank 1 of 2: watchdog: rank 0 (host [^)]*) failed with its own error (its log says why); ending this rank" "$tmp/slow-r1.log")
+echo "slow: rank 1: $(echo "$line" | cut -c1-200)"
+[ -n "$line" ] || { bad "slow: rank 1 did not name rank 0 as failed"; grep error "$tmp/slow-r1.log"; }
+[ "$(rc_of slow-r1)" != 0 ] && [ "$(rc_of slow-r1)" != 124 ] || bad "slow: rank 1 exited $(rc_of slow-r1)"
+[ "$(secs_of slow-r1)" -lt 5 ] || bad "slow: rank 1 ended after $(secs_of slow-r1) s (not by its watchdog)"
 [ $fail = 0 ] && echo "PASS"
 exit $fail
