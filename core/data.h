@@ -122,7 +122,8 @@ int64_t kiln_shard(const int64_t *order, int64_t n, int64_t start, int rank, int
  * (kiln_dist_agree_data): the samples' and labels' shapes, the classes,
  * the resolved transforms, and each file the source reads (ops version
  * 4), its path, size and the CRC32C of its first and last DATA_ID_EDGE
- * bytes; beyond DATA_ID_EDGES_MAX files only every k-th file's ends are
+ * bytes (a gzip file's past its header, and its trailer's CRC32 and size
+ * of its contents); beyond DATA_ID_EDGES_MAX files only every k-th file's ends are
  * read, the others' sizes stat'ed, beyond DATA_ID_STATS_MAX every k-th
  * stat'ed, the others only named (core/data_identity.c says what it
  * cannot see).  KILN_ENOMEM. */

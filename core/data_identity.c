@@ -9,12 +9,19 @@
  * shards, a folder's images), in the source's order:
  *   samples f32 [1,28,28] labels i32 [] classes 10
  *   transforms 28x28 crop 0 resize 0 pad 0 flip 0 mean 0.286,0,0 std 0.353,1,1
- *   fm/train-images-idx3-ubyte.gz<TAB>26421880<TAB>1f8a2c3e<TAB>9b01d2aa
+ *   fm/train-labels-idx1-ubyte<TAB>60008<TAB>1f8a2c3e<TAB>9b01d2aa
+ *   fm/train-images-idx3-ubyte.gz<TAB>26421870 gzip<TAB>..<TAB>..<TAB>contents 47040016 bytes, CRC32 ..
  * a file's size and the CRC32C of its first and last DATA_ID_EDGE bytes
- * (all of a smaller file).  Nothing else is read: a change inside a large
- * file that keeps its size and both ends is not seen (a gzipped file's
- * last bytes hold the CRC32 of all its contents, a kiln pack shard's
- * first its pack id).  Beyond DATA_ID_EDGES_MAX files only every k-th
+ * (all of a smaller file); a gzip file's (its magic, whatever its name)
+ * past its header, whose time stamp and name differ between copies of
+ * the same data (`gzip -n` on another day: review of session 35), then
+ * its trailer's CRC32 and size of all it inflates to.  Nothing else is
+ * read: a change inside a large plain file that keeps its size and both
+ * ends is not seen (a gzip file's trailer sees one anywhere in its last
+ * member, a kiln pack shard's first bytes hold its pack id).  Files are
+ * compared, not their decoded contents: the same data gzipped on one rank
+ * and plain on another differ (telling them the same would read the whole
+ * plain file on every start; dist_data.c's message names the case).  Beyond DATA_ID_EDGES_MAX files only every k-th
  * file's ends are read, the others' sizes only stat'ed (an image edited
  * or encoded again almost always changes size), and beyond
  * DATA_ID_STATS_MAX every k-th is stat'ed, the others only named (which
@@ -84,6 +91,65 @@ static uint32_t edge_crc(int fd, off_t at, size_t n)
 	return k < 0 ? ~0u : kiln_crc32c(0, buf, (size_t)k);
 }
 
+/* The length of the gzip header (RFC 1952: magic, method, flags, time
+ * stamp, extra field, name, comment, header CRC) at the start of buf[0..n),
+ * or 0 when buf does not begin with one whole. */
+static size_t gz_header_len(const unsigned char *buf, size_t n)
+{
+	enum { FHCRC = 2, FEXTRA = 4, FNAME = 8, FCOMMENT = 16 };
+	if (n < 10 || buf[0] != 0x1f || buf[1] != 0x8b || buf[2] != 8 || buf[3] & 0xe0)
+		return 0;
+	size_t at = 10;
+	if (buf[3] & FEXTRA)
+		at = n < at + 2 ? n + 1 : at + 2 + (buf[at] | (size_t)buf[at + 1] << 8);
+	for (int f = FNAME; f <= FCOMMENT; f <<= 1) {
+		const unsigned char *z = buf[3] & f && at < n ? memchr(buf + at, 0, n - at) : NULL;
+		if (buf[3] & f)
+			at = z ? (size_t)(z - buf) + 1 : n + 1;
+	}
+	at += buf[3] & FHCRC ? 2 : 0;
+	return at <= n ? at : 0;
+}
+
+/* A file's bytes past an `at`-byte header: its size, the CRC32C of their
+ * first and last DATA_ID_EDGE bytes; a gzip file's also the CRC32 and
+ * size (mod 2^32) of all it inflates to, from its trailer (little-endian,
+ * its last 8 bytes). */
+static void id_bytes(struct id_text *t, const char *path, int fd, off_t size, size_t at, int gz)
+{
+	const off_t tail = size - (off_t)at > DATA_ID_EDGE ? size - DATA_ID_EDGE : (off_t)at;
+	id_add(t, "%s	%lld%s	%08" PRIx32 "	%08" PRIx32, path, (long long)(size - (off_t)at),
+	       gz ? " gzip" : "", edge_crc(fd, (off_t)at, DATA_ID_EDGE), edge_crc(fd, tail, DATA_ID_EDGE));
+	unsigned char tr[8];
+	ssize_t k = -1;
+	if (gz)
+		do
+			k = pread(fd, tr, sizeof tr, size - (off_t)sizeof tr);
+		while (k < 0 && errno == EINTR);
+	if (k == (ssize_t)sizeof tr)
+		id_add(t, "	contents %" PRIu32 " bytes, CRC32 %08" PRIx32,
+		       tr[4] | (uint32_t)tr[5] << 8 | (uint32_t)tr[6] << 16 | (uint32_t)tr[7] << 24,
+		       tr[0] | (uint32_t)tr[1] << 8 | (uint32_t)tr[2] << 16 | (uint32_t)tr[3] << 24);
+	id_add(t, "\n");
+}
+
+/* A regular file's line past its path: its size and ends; a gzip file's
+ * bytes after the header (its time stamp and name: the same data
+ * compressed again with `gzip -n`, or on another day, is the same; review
+ * of session 35) and the trailer's CRC32 and size of its contents. */
+static void id_regular(struct id_text *t, const char *path, int fd, off_t size)
+{
+	unsigned char head[DATA_ID_EDGE];
+	ssize_t k;
+	do
+		k = pread(fd, head, sizeof head, 0);
+	while (k < 0 && errno == EINTR);
+	size_t at = k > 0 ? gz_header_len(head, (size_t)k) : 0;
+	if (size < (off_t)at + 8)
+		at = 0; /* (no room for a trailer: not gzip's, all of it compared) */
+	id_bytes(t, path, fd, size, at, at > 0);
+}
+
 /* files(): one file's line: its path, then its size and ends, its size,
  * or nothing more, by its place (every_read, every_stat) */
 static void id_file(void *arg, const char *path)
@@ -105,9 +171,7 @@ static void id_file(void *arg, const char *path)
 	} else if (!S_ISREG(sb.st_mode)) {
 		id_add(t, "%s\tnot a file\n", path); /* (lmdb's environment directory) */
 	} else {
-		const off_t tail = sb.st_size > DATA_ID_EDGE ? sb.st_size - DATA_ID_EDGE : 0;
-		id_add(t, "%s\t%lld\t%08" PRIx32 "\t%08" PRIx32 "\n", path, (long long)sb.st_size,
-		       edge_crc(fd, 0, DATA_ID_EDGE), edge_crc(fd, tail, DATA_ID_EDGE));
+		id_regular(t, path, fd, sb.st_size);
 	}
 	if (fd >= 0)
 		close(fd);

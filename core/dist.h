@@ -232,6 +232,10 @@ kiln_status kiln_comm_sendrecv(const struct kiln_comm_ops *ops, void *comm, int 
 kiln_status kiln_device_host_fn(struct kiln_device *dev, void *stream, kiln_status (*fn)(void *),
 				void *arg);
 void kiln_host_fatal(const char *who, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* 1 when the program set a fatal handler (kiln_set_fatal_handler), which
+ * ends the process: kiln_host_fatal does not return (the heartbeat's
+ * watchdog counts its rank's leaving first). */
+int kiln_host_fatal_ends(void);
 /* host->device_capturing (core/device.c): 1 between capture_begin and
  * capture_end on dev. */
 int kiln_device_capturing(struct kiln_device *dev);

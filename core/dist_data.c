@@ -154,24 +154,61 @@ static int line_at(const char *t, size_t len, size_t l, char *out, size_t n)
 	return p < len;
 }
 
+/* 1 when the paths a and b name the same file, gzipped at one (a name
+ * ending ".gz") and not at the other: the idx source reads either */
+static int gz_pair(const char *a, const char *b)
+{
+	const size_t na = strlen(a), nb = strlen(b);
+	if (na < nb)
+		return gz_pair(b, a);
+	return na == nb + 3 && !strcmp(a + nb, ".gz") && !strncmp(a, b, nb);
+}
+
+/* What differs between two lines of the same gzip file fa and fb (fields:
+ * path, compressed size, ends, contents; core/data_identity.c) into out. */
+static void describe_gz(char fa[][PATH_MAX], char fb[][PATH_MAX], int r, char *out, size_t n)
+{
+	static const char *const check = "files are compared, not what they inflate to: `gzip -dc FILE | cksum` on each node tells whether their contents are the same; store the same file on every rank";
+	if (strcmp(fa[4], fb[4]))
+		snprintf(out, n, "%.1500s: its contents differ, by its gzip trailer (%.64s on rank 0; %.64s on rank %d)",
+			 fa[0], fa[4], fb[4], r);
+	else if (strcmp(fa[1], fb[1]))
+		snprintf(out, n, "%.1500s: the same contents by its gzip trailer (%.64s), compressed otherwise (%lld compressed bytes after its header on rank 0 but %lld on rank %d): %s",
+			 fa[0], fa[4], atoll(fa[1]), atoll(fb[1]), r, check);
+	else
+		snprintf(out, n, "%.1500s: the same contents by its gzip trailer (%.64s), compressed otherwise (its %s %d compressed bytes after its header differ, CRC32C %.16s on rank 0, %.16s on rank %d): %s",
+			 fa[0], fa[4], strcmp(fa[2], fb[2]) ? "first" : "last", DATA_ID_EDGE,
+			 strcmp(fa[2], fb[2]) ? fa[2] : fa[3], strcmp(fa[2], fb[2]) ? fb[2] : fb[3], r,
+			 check);
+}
+
 /* What differs between rank 0's line a and rank r's line b (ha, hb:
  * whether each has it) into out. */
 static void describe(const char *a, int ha, const char *b, int hb, int r, char *out, size_t n)
 {
-	char fa[4][PATH_MAX] = { "" }, fb[4][PATH_MAX] = { "" };
-	static const char *const fmt = "%4095[^\t]\t%4095[^\t]\t%4095[^\t]\t%4095[^\n]";
+	char fa[5][PATH_MAX] = { "" }, fb[5][PATH_MAX] = { "" };
+	static const char *const fmt = "%4095[^\t]\t%4095[^\t]\t%4095[^\t]\t%4095[^\t]\t%4095[^\n]";
 	if (!ha || !hb) {
 		snprintf(out, n, "rank %d reads %.1500s, which rank %d does not (another list of files)",
 			 ha ? 0 : r, ha ? a : b, ha ? r : 0);
 		return;
 	}
-	int na = sscanf(a, fmt, fa[0], fa[1], fa[2], fa[3]);
-	int nb = sscanf(b, fmt, fb[0], fb[1], fb[2], fb[3]);
+	int na = sscanf(a, fmt, fa[0], fa[1], fa[2], fa[3], fa[4]);
+	int nb = sscanf(b, fmt, fb[0], fb[1], fb[2], fb[3], fb[4]);
+	const int gza = na >= 2 && strstr(fa[1], " gzip"), gzb = nb >= 2 && strstr(fb[1], " gzip");
 	if (!strncmp(a, "samples ", 8) || !strncmp(a, "transforms ", 11) || na < 1 || nb < 1)
 		snprintf(out, n, "'%.1500s' on rank 0 but '%.1500s' on rank %d", a, b, r);
+	else if (strcmp(fa[0], fb[0]) && gz_pair(fa[0], fb[0]))
+		snprintf(out, n, "rank 0 reads %.1500s where rank %d reads %.1500s (another list of files: the same name, gzip-compressed on one rank only; files are compared, not what they inflate to: store them alike on every rank, all compressed or none)",
+			 fa[0], r, fb[0]);
 	else if (strcmp(fa[0], fb[0]))
 		snprintf(out, n, "rank 0 reads %.1500s where rank %d reads %.1500s (another list of files)",
 			 fa[0], r, fb[0]);
+	else if (gza != gzb && na >= 2 && nb >= 2)
+		snprintf(out, n, "%.1500s: a gzip file on rank %d, not on rank %d", fa[0], gza ? 0 : r,
+			 gza ? r : 0);
+	else if (gza && na == 5 && nb == 5)
+		describe_gz(fa, fb, r, out, n);
 	else if (na >= 2 && nb >= 2 && strcmp(fa[1], fb[1]))
 		snprintf(out, n, "%.1500s: %.32s bytes on rank 0 but %.32s on rank %d", fa[0], fa[1],
 			 fb[1], r);

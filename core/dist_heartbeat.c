@@ -120,14 +120,37 @@ static int peer_period(const struct kiln_heartbeat *h, int r)
 
 #define FAIL_LOOK_MS 1000 /* how often the watchdog reads kiln/failed_rank */
 
+#define LEFT_POST_MS 2000 /* post_left's store calls, each */
+
+/* This rank's leaving counted (kiln/left; kiln/left_all once every rank
+ * left) before the fatal handler ends the process, as kiln_dist_close
+ * counts it: rank 0 waits there for every rank to leave before it stops
+ * the store, and a rank ended here never reached it.  Before session 35
+ * rank 0, failed at its data while rank 1 still scanned its own, waited
+ * 10 s for rank 1, whose watchdog had ended it naming rank 0, before it
+ * printed its own error (under kiln launch the launcher's stop came
+ * first).  Only where the handler ends the process (a host with none
+ * goes on, and leaves through kiln_dist_close, counted there); bounded,
+ * a store cut off must not hold the end. */
+static void post_left(struct kiln_heartbeat *h)
+{
+	int64_t n = 0;
+	if (!kiln_host_fatal_ends() ||
+	    kiln_store_add_within(h->q, "kiln/left", 1, &n, LEFT_POST_MS))
+		return;
+	if (n == h->world)
+		kiln_store_set_within(h->q, "kiln/left_all", "1", 1, LEFT_POST_MS);
+}
+
 /* End this rank through the host's fatal handler with the message,
  * unless its own error path began (kiln_heartbeat_leave): decided and
  * done under the lock, so once kiln_heartbeat_leave returned no end
  * starts, and the rank tells its own error, not a peer's (review of
  * session 34: two ranks failing at once on the same bad file, one exited
  * naming the other, whose FAILED mark its watchdog read during its
- * teardown, and never printed its own). */
-static void end_rank(struct kiln_heartbeat *h, const char *fmt, ...)
+ * teardown, and never printed its own).  store_up: the store answers,
+ * and this rank's leaving is counted there first (post_left). */
+static void end_rank(struct kiln_heartbeat *h, int store_up, const char *fmt, ...)
 {
 	char msg[KILN_ERROR_MAX];
 	va_list ap;
@@ -135,8 +158,11 @@ static void end_rank(struct kiln_heartbeat *h, const char *fmt, ...)
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	pthread_mutex_lock(&h->lock);
-	if (!h->leaving)
+	if (!h->leaving) {
+		if (store_up)
+			post_left(h);
 		kiln_host_fatal("dist", "%s", msg);
+	}
 	pthread_mutex_unlock(&h->lock);
 }
 
@@ -149,7 +175,7 @@ static void peer_failed(struct kiln_heartbeat *h, int r)
 {
 	if (h->rank == 0 && h->world > 2)
 		usleep(2 * FAIL_LOOK_MS * 1000);
-	end_rank(h, "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
+	end_rank(h, 1, "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
 		 h->rank, h->world, r, h->host[r]);
 }
 
@@ -193,14 +219,14 @@ static int beat(struct kiln_heartbeat *h)
 			pthread_mutex_unlock(&h->lock);
 		} else if (now - h->moved[r] > h->limit[r]) {
 			/* (the limit the peer posted: its own heartbeat) */
-			end_rank(h, "rank %d of %d: watchdog: rank %d (host %s) sent no heartbeat for %.1f s ([dist] heartbeat = %g s): it is stopped, frozen or unreachable; ending this rank",
+			end_rank(h, 1, "rank %d of %d: watchdog: rank %d (host %s) sent no heartbeat for %.1f s ([dist] heartbeat = %g s): it is stopped, frozen or unreachable; ending this rank",
 				 h->rank, h->world, r, h->host[r], (now - h->moved[r]) / 1000.0,
 				 h->limit[r] / 1000.0);
 			return 1;
 		}
 	}
 	if (st) {
-		end_rank(h, "rank %d of %d: watchdog: the store on rank 0 (host %s, " KILN_AT_FMT ") is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
+		end_rank(h, 0, "rank %d of %d: watchdog: the store on rank 0 (host %s, " KILN_AT_FMT ") is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
 			 h->rank, h->world, h->host[0], KILN_AT_ARG(h->master, h->port),
 			 h->limit_ms / 1000.0, kiln_last_error());
 		return 1;

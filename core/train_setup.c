@@ -13,6 +13,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The tests' stand-ins for slow work, in tests/dist_rank_differ.sh:
+ * $var milliseconds of sleep.  KILN_TEST_CLOSE_DELAY_MS: a teardown after
+ * a failure (a device's frees, a stream's drain: two ranks failing at
+ * once); KILN_TEST_OPEN_DELAY_MS: opening the data sets (a folder of a
+ * million images scanned: a peer failing meanwhile). */
+static void test_delay(const char *var)
+{
+	const char *v = getenv(var);
+	if (v && atoi(v) > 0)
+		usleep((useconds_t)atoi(v) * 1000);
+}
+
 static kiln_status open_set(struct trainer *t, const char *section, const char *split, int train,
 			    struct train_set *d)
 {
@@ -145,6 +157,7 @@ static kiln_status open_sets(struct trainer *t)
 {
 	const int do_eval = t->tc.eval;
 	kiln_status st;
+	test_delay("KILN_TEST_OPEN_DELAY_MS");
 	if (!t->training)
 		return open_set(t, "data.eval", "test", 0, &t->test);
 	if ((st = open_set(t, "data", "train", 1, &t->train)))
@@ -477,15 +490,6 @@ static void free_device(struct trainer *t)
 		kiln_device_plan_free(t->dev, t->norm_plan[k]);
 }
 
-/* The tests' stand-in for a slow teardown after a failure (a device's
- * frees, a stream's drain): KILN_TEST_CLOSE_DELAY_MS milliseconds of
- * sleep (tests/dist_rank_differ.sh: two ranks failing at once). */
-static void test_close_delay(void)
-{
-	const char *v = getenv("KILN_TEST_CLOSE_DELAY_MS");
-	if (v && atoi(v) > 0)
-		usleep((useconds_t)atoi(v) * 1000);
-}
 
 kiln_status trainer_close(struct trainer *t, kiln_status st)
 {
@@ -496,7 +500,7 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	 * FAILED during this teardown, review of session 34) */
 	if (st) {
 		kiln_dist_leave(t->dist);
-		test_close_delay();
+		test_delay("KILN_TEST_CLOSE_DELAY_MS");
 	}
 	/* the final line lost (a full disk) fails a run that succeeded */
 	kiln_status lst = kiln_loggers_close(t->log);

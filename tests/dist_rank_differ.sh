@@ -29,6 +29,18 @@
 #     failed once (before session 35 the explanation was wrapped twice:
 #     "rank 0 ... failed with its own error ...: rank 1 of 2: rank 0 ...
 #     failed with its own error ...", the stream worker's and the sync's).
+#  7. rank 0 fails at its data while rank 1 is still opening its own
+#     (KILN_TEST_OPEN_DELAY_MS, 6 s: a big folder's scan): rank 1's
+#     watchdog ends it naming rank 0, and rank 0 prints its own error
+#     within 5 s (before session 35 it waited 10 s in its teardown for
+#     rank 1, which its watchdog's end never counted as leaving, and
+#     under kiln launch the launcher's stop swallowed that error).
+#  8. gzip files compared by their contents' CRC32 and size (the
+#     trailer) and their compressed bytes past the header: another time
+#     stamp or a stored name passes (before session 35 refused), one
+#     pixel in the middle is named by the trailer, the same contents at
+#     another level and a .gz against the plain file are refused saying
+#     files are compared and how to check.
 name=dist_rank_differ needs=gloo
 . "$(dirname "$0")/dist_common.sh"
 export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}"
@@ -239,5 +251,82 @@ echo "outdir: rank 1: $(echo "$line" | cut -c1-200)"
 [ -n "$line" ] || { bad "outdir: rank 1 did not name rank 0 as failed"; grep error "$tmp/outdir-r1.log"; }
 [ "$(echo "$line" | grep -o "failed with its own error" | wc -l)" = 1 ] ||
 	bad "outdir: rank 1's message names rank 0's failure more than once"
+# ---- 7. rank 0 fails at its data while rank 1 is still opening its own -----
+# (a big folder's scan: KILN_TEST_OPEN_DELAY_MS, 6 s): rank 1's watchdog
+# ends it within ~1 s naming rank 0, and rank 0 exits within 5 s with its
+# own error (before session 35 rank 0 waited 10 s in its teardown for
+# rank 1 to leave, which the watchdog's end never told the store, and
+# under kiln launch the launcher's stop, at rank 1's exit, swallowed
+# rank 0's error: review of session 35)
+mkdir "$tmp/slow-w0" "$tmp/slow-w1"
+ln -s "$tmp/trunc" "$tmp/slow-w0/fm"
+ln -s "$fm" "$tmp/slow-w1/fm"
+env1=KILN_TEST_OPEN_DELAY_MS=6000
+two slow "data.path=fm" "data.path=fm"
+env1=
+line=$(grep "^kiln: error: rank 0 of 2: [^ ]*fm/train-images-idx3-ubyte.gz: truncated data" "$tmp/slow-r0.log")
+echo "slow: rank 0: $(echo "$line" | cut -c1-200)"
+[ -n "$line" ] || { bad "slow: rank 0 did not print its own error"; grep error "$tmp/slow-r0.log"; }
+[ "$(secs_of slow-r0)" -lt 5 ] || bad "slow: rank 0 ended after $(secs_of slow-r0) s (its teardown waited for rank 1)"
+line=$(grep "^kiln: error: rank 1 of 2: watchdog: rank 0 (host [^)]*) failed with its own error (its log says why); ending this rank" "$tmp/slow-r1.log")
+echo "slow: rank 1: $(echo "$line" | cut -c1-200)"
+[ -n "$line" ] || { bad "slow: rank 1 did not name rank 0 as failed"; grep error "$tmp/slow-r1.log"; }
+[ "$(rc_of slow-r1)" != 0 ] && [ "$(rc_of slow-r1)" != 124 ] || bad "slow: rank 1 exited $(rc_of slow-r1)"
+[ "$(secs_of slow-r1)" -lt 5 ] || bad "slow: rank 1 ended after $(secs_of slow-r1) s (not by its watchdog)"
+# ---- 8. gzip files: their contents by the trailer, not their header -------
+# 3000 samples gzipped (level 9, no name, time stamp 0) on rank 0; in
+# "gzn" the same with another time stamp (`gzip -n` on another day: the
+# same size, 4 bytes of the header differ), in "gzname" with the file's
+# name in the header too (identical data stored otherwise: before session
+# 35 "its first 4096 bytes differ" and "... bytes on rank 0 but ..."); in "gzmid" one pixel of sample 1500 flipped (the
+# middle of the file: the trailer's CRC32 of the contents tells); in
+# "gzlev" the same contents at level 1; in "gzplain" the files
+# uncompressed, which the idx source reads when no .gz is there
+/usr/bin/python3 - "$fm" "$tmp" <<'PYEOF' || bad "making the gzip copies"
+import gzip, io, os, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+n = 3000
+img = bytearray(gzip.open(os.path.join(src, "train-images-idx3-ubyte.gz")).read()[:16 + n * 784])
+lab = bytearray(gzip.open(os.path.join(src, "train-labels-idx1-ubyte.gz")).read()[:8 + n])
+img[4:8] = struct.pack(">I", n); lab[4:8] = struct.pack(">I", n)
+def gz(data, name="", mtime=0, level=9):
+    b = io.BytesIO()
+    with gzip.GzipFile(filename=name, mode="wb", fileobj=b, mtime=mtime, compresslevel=level) as f:
+        f.write(data)
+    return b.getvalue()
+for d, flip, name, mtime, level in (("gzref", None, "", 0, 9), ("gzn", None, "", 1765000000, 9),
+                                    ("gzname", None, "train-images-idx3-ubyte", 1765000123, 9),
+                                    ("gzmid", 16 + 1500 * 784 + 300, "", 0, 9),
+                                    ("gzlev", None, "", 0, 1), ("gzplain", None, None, 0, 0)):
+    os.makedirs(os.path.join(dst, d))
+    b = bytearray(img)
+    if flip is not None:
+        b[flip] ^= 0x40
+    for f, data in (("train-images-idx3-ubyte", bytes(b)), ("train-labels-idx1-ubyte", bytes(lab))):
+        if name is None:
+            open(os.path.join(dst, d, f), "wb").write(data)
+        else:
+            open(os.path.join(dst, d, f + ".gz"), "wb").write(gz(data, name and f, mtime, level))
+PYEOF
+for n in gzn gzname gzmid gzlev gzplain; do
+	mkdir "$tmp/$n-w0" "$tmp/$n-w1"
+	ln -s "$tmp/gzref" "$tmp/$n-w0/fm"
+	ln -s "$tmp/$n" "$tmp/$n-w1/fm"
+	two $n "data.path=fm train.epochs=1" "data.path=fm train.epochs=1"
+done
+f=fm/train-images-idx3-ubyte
+for r in 0 1; do
+	for n in gzn gzname; do
+		[ "$(rc_of $n-r$r)" = 0 ] || { bad "$n: rank $r exited $(rc_of $n-r$r)"; grep error "$tmp/$n-r$r.log"; }
+	done
+	for n in "gzmid:$f.gz: its contents differ, by its gzip trailer (contents 2352016 bytes, CRC32 [0-9a-f]* on rank 0; contents 2352016 bytes, CRC32 [0-9a-f]* on rank 1)" \
+		"gzlev:$f.gz: the same contents by its gzip trailer (contents 2352016 bytes, CRC32 [0-9a-f]*), compressed otherwise ([0-9]* compressed bytes after its header on rank 0 but [0-9]* on rank 1): files are compared, not what they inflate to: .gzip -dc FILE | cksum. on each node tells whether their contents are the same; store the same file on every rank" \
+		"gzplain:rank 0 reads $f.gz where rank 1 reads $f (another list of files: the same name, gzip-compressed on one rank only; files are compared, not what they inflate to: store them alike on every rank, all compressed or none)"; do
+		line=$(grep "^kiln: error: rank $r of 2: \[data\]: rank 1's data differ from rank 0's: ${n#*:}: every rank must read the same data" "$tmp/${n%%:*}-r$r.log")
+		echo "${n%%:*}: rank $r: $(echo "$line" | cut -c1-200)"
+		[ -n "$line" ] || { bad "${n%%:*}: rank $r's message"; grep error "$tmp/${n%%:*}-r$r.log"; }
+		[ "$(rc_of ${n%%:*}-r$r)" = 3 ] || bad "${n%%:*}: rank $r exited $(rc_of ${n%%:*}-r$r), expected 3 (a data error)"
+	done
+done
 [ $fail = 0 ] && echo "PASS"
 exit $fail
