@@ -277,7 +277,11 @@ static void launch_ended(const struct launch_opts *o, struct launch_state *s, pi
 			}
 			return;
 		}
-		if (!s->pgid[l] || s->pgid[l] != g || !e->by_stop)
+		/* (after a stop passed on, whether or not the command has
+		 * ended yet: a helper's trap may exit before the wrapper dies,
+		 * and that exit was lost, its rank reported stopped cleanly,
+		 * session 35's merge) */
+		if (!s->pgid[l] || s->pgid[l] != g || !(e->by_stop || o->fwd_sigs))
 			continue;
 		if (ok) {
 			e->clean = 1;
