@@ -99,9 +99,12 @@ void kiln_source_close(struct kiln_source *s)
 	free(s);
 }
 
-void kiln_source_info(const struct kiln_source *s, struct kiln_source_info *info)
+size_t kiln_source_info(const struct kiln_source *s, struct kiln_source_info *info, size_t size)
 {
-	*info = s->info;
+	/* (the caller's struct may be an older minor's, smaller: kiln.h) */
+	const size_t n = size < sizeof s->info ? size : sizeof s->info;
+	memcpy(info, &s->info, n);
+	return n;
 }
 
 const char *kiln_source_name(const struct kiln_source *s)
