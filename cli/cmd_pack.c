@@ -397,7 +397,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 {
 	struct kiln_source_info info;
 	kiln_status st = KILN_OK;
-	kiln_source_info(src, &info);
+	kiln_source_info(src, &info, sizeof info);
 
 	if (!kiln_source_has_images(src))
 		return kiln_error(KILN_ECONFIG, "[%s] source = %s yields tensors, not images: kiln pack needs a source with read_image (idx, folder, tar, lmdb, records)",

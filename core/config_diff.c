@@ -100,9 +100,14 @@ static int val_equal(const char *sec, const char *key, const char *x, size_t xn,
 static int kv_equal(const struct kiln_kv *x, const struct kiln_kv *y, const char *sec,
 		    const char *key, kiln_kv_same_fn same, void *u)
 {
-	return x && y && (!x->val) == (!y->val) &&
-	       (!x->val || val_equal(sec, key, x->val, (size_t)x->val_n, y->val, (size_t)y->val_n,
-				     same, u));
+	if (!x || !y)
+		return 0;
+	/* one unset: its default may be another key's value (a pooling's
+	 * stride, its kernel), which `same` knows */
+	if (!x->val != !y->val)
+		return same && same(sec, key, x->val, (size_t)x->val_n, y->val, (size_t)y->val_n, u);
+	return !x->val || val_equal(sec, key, x->val, (size_t)x->val_n, y->val, (size_t)y->val_n,
+				    same, u);
 }
 
 /* e's value as a message shows it; a key the text lacks reads as its

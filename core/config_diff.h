@@ -33,9 +33,11 @@ const struct kiln_kv *kiln_kv_lookup(const struct kiln_kv *v, int n, const char 
 typedef int (*kiln_kv_wanted_fn)(const char *section, const char *key, void *u);
 typedef int (*kiln_kv_default_fn)(const char *section, const char *key, void *u,
 				  const char **val, size_t *len);
-/* Whether two set values of [section] key whose bytes differ (a[0..an),
- * b[0..bn), not NUL-terminated) mean the same (1): "2, 0" and "2,0" of a
- * pair key (core/resume.c). */
+/* Whether two values of [section] key whose bytes differ (a[0..an),
+ * b[0..bn), not NUL-terminated; a NULL where that text has the key unset,
+ * the other's set) mean the same (1): "2, 0" and "2,0" of a pair key, a
+ * pooling's unset stride and its kernel's value (core/resume.c).  a is
+ * the first text's (kiln_config_diff's a), b the second's. */
 typedef int (*kiln_kv_same_fn)(const char *section, const char *key, const char *a, size_t an,
 			       const char *b, size_t bn, void *u);
 

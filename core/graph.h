@@ -513,12 +513,20 @@ int32_t kiln_model_layout(const struct kiln_config *cfg, const struct kiln_devic
  * the tests check), 0 elsewhere.  KILN_ECONFIG naming file:line for a
  * value that is neither. */
 kiln_status kiln_model_fuse(const struct kiln_config *cfg, int cpu, int *out);
-/* 1 when [run] fuse on or off computes the same bits on the CPU for p's
- * model (docs/config.md, fuse): no conv of one input channel in NCHW whose
- * ReLU a maxpool alone reads, the shape core/graph.c mixed_stem runs NHWC
- * when fused (its weight gradient summed in another order), whatever its
- * dtype and whether p fused it.  0: fusing may change the rounding. */
-int kiln_plan_fuse_exact(const struct kiln_plan *p);
+/* What [run] fuse on against off may change on the CPU in a run of p's
+ * model (docs/config.md, fuse), whatever p fused: NULL when nothing (its
+ * fusable activations are ReLUs of kiln's layers, whose fused and unfused
+ * results are the same bits), else a phrase naming the first cause, in
+ * buf[n]: a conv of one input channel in NCHW whose ReLU a maxpool alone
+ * reads (core/graph_infer.c mixed_stem runs it NHWC when fused, its weight
+ * gradient summed in another order), with eval (the run evaluates) a
+ * linear or conv whose GELU an evaluation plan fuses (oneDNN's epilogue
+ * rounds otherwise, in f32 too), a plugin's layer offered an activation. */
+const char *kiln_plan_fuse_differs(const struct kiln_plan *p, int eval, char *buf, size_t n);
+/* 1 + the enum kiln_act of the activation that layer i's ops may take as
+ * their epilogue in a plan that fuses `fuse` (kiln_model_infer's), were
+ * [run] fuse on; 0: none. */
+int kiln_model_act_after(const struct kiln_model *m, int i, int fuse);
 /* The only layer that reads layer i's output, else -1 (none, or several). */
 int kiln_model_only_consumer(const struct kiln_model *m, int i);
 /* Configure and infer every layer for the data input `data` (the batch

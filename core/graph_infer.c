@@ -54,8 +54,14 @@ int kiln_model_only_consumer(const struct kiln_model *m, int i)
  * input, which the fused op does not keep). */
 static int fusable_act(const struct kiln_model *m, int i, int fuse)
 {
+	return m->fuse ? kiln_model_act_after(m, i, fuse) : 0;
+}
+
+/* fusable_act whatever [run] fuse says (graph.h) */
+int kiln_model_act_after(const struct kiln_model *m, int i, int fuse)
+{
 	const int j = kiln_model_only_consumer(m, i);
-	if (!m->fuse || !fuse || j < 0 || m->layers[j].n_in != 1)
+	if (!fuse || j < 0 || m->layers[j].n_in != 1)
 		return 0;
 	/* a view cannot cross a pipeline stage: the activation would be
 	 * sent before its epilogue ran, its gradient applied on the wrong side */

@@ -20,8 +20,11 @@ libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFL
 	-DKILN_BUILD_LIBDIR='"$(abs_top_builddir)/.libs"' \
 	-DKILN_BUILD_PLUGINDIR='"$(abs_top_builddir)/plugins/.libs"'
 libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
-# (1:0:0 since session 34: struct kiln_train_result begins with `size`, a
-# program built before it is not loaded against this library)
+# (2:0:0 since session 35: struct kiln_train_cfg, kiln_memory and
+# kiln_plugin_info begin with `size`, kiln_source_info() takes one, and
+# kiln_train_cfg ends in `reserved0`; 1:0:0 in session 34, when struct
+# kiln_train_result began with `size`.  A program built before either is
+# not loaded against this library: docs/training.md, "From C")
 libkiln_la_LDFLAGS = -version-info 2:0:0 -export-symbols-regex '^kiln_'
 
 # The loggers (core/logger.h): metrics.jsonl, CSV, TensorBoard event files.

@@ -141,24 +141,59 @@ static int has_mixed_stem(const struct kiln_plan *p)
 	return 0;
 }
 
-int kiln_plan_fuse_exact(const struct kiln_plan *p)
+/* Whether layer i of p's model is an NCHW conv of one input channel whose
+ * ReLU a maxpool alone reads: the shape core/graph_infer.c mixed_stem runs
+ * NHWC when fused (its weight gradient summed in another order), whatever
+ * its dtype and whether p fused it.  None across stages (mixed_stem). */
+static int stem_shape(const struct kiln_plan *p, int i)
 {
 	const struct kiln_model *m = p->m;
-	if (m->stage) /* no mixed stem across stages (core/graph.c) */
-		return 1;
+	const struct kiln_tensor_desc *x = &p->nodes[i].l.in[0];
+	if (m->stage || strcmp(m->layers[i].type->name, "conv") || m->layers[i].n_in != 1 ||
+	    x->ndim != 4 || x->dims[1] != 1 || x->layout != KILN_NCHW)
+		return 0;
+	const int j = kiln_model_only_consumer(m, i);
+	const int k = j < 0 ? -1 : kiln_model_only_consumer(m, j);
+	return k >= 0 && !strcmp(m->layers[j].type->name, "relu") && m->layers[j].n_in == 1 &&
+	       !strcmp(m->layers[k].type->name, "maxpool") && m->layers[k].n_in == 1;
+}
+
+static int builtin_layer(const struct kiln_plugin *type)
+{
+	for (int i = 0; kiln_builtin_layers[i]; i++)
+		if (kiln_builtin_layers[i] == type)
+			return 1;
+	return 0;
+}
+
+const char *kiln_plan_fuse_differs(const struct kiln_plan *p, int eval, char *buf, size_t n)
+{
+	const struct kiln_model *m = p->m;
 	for (int i = 0; i < m->n_layers; i++) {
-		const struct kiln_layer *l = &p->nodes[i].l;
-		const struct kiln_tensor_desc *x = &l->in[0];
-		if (strcmp(m->layers[i].type->name, "conv") || m->layers[i].n_in != 1 || x->ndim != 4 ||
-		    x->dims[1] != 1 || x->layout != KILN_NCHW)
-			continue;
-		const int j = kiln_model_only_consumer(m, i);
-		const int k = j < 0 ? -1 : kiln_model_only_consumer(m, j);
-		if (k >= 0 && !strcmp(m->layers[j].type->name, "relu") && m->layers[j].n_in == 1 &&
-		    !strcmp(m->layers[k].type->name, "maxpool") && m->layers[k].n_in == 1)
-			return 0;
+		const struct model_layer *L = &m->layers[i];
+		/* what [run] fuse = 1 offers layer i in a training plan and,
+		 * where the run evaluates, in an evaluation plan */
+		const int act = kiln_model_act_after(m, i, eval ? KILN_FUSE_ALL : KILN_FUSE_RELU);
+		if (stem_shape(p, i)) {
+			snprintf(buf, n, "in this model a conv of one input channel whose ReLU a maxpool reads runs NHWC when fused, its weight gradient summed in another order");
+			return buf;
+		}
+		if (act && !builtin_layer(L->type)) {
+			snprintf(buf, n, "layer '%s' is a plugin's (type %s), whose fused %s kiln has not checked against the unfused op",
+				 L->name, L->type->name, act == 1 + KILN_ACT_RELU ? "ReLU" : "GELU");
+			return buf;
+		}
+		/* oneDNN's GELU epilogue (its own erf and tanh) against kiln's
+		 * ACT op after the rounded output: other bits in f32 and bf16
+		 * alike (session 35: the logits of a conv -> gelu and of a
+		 * linear -> gelu model differed; ReLU's were the same bytes) */
+		if (act > 1 + KILN_ACT_RELU && (!strcmp(L->type->name, "linear") || !strcmp(L->type->name, "conv"))) {
+			snprintf(buf, n, "layer '%s' (%s) fuses its GELU in the evaluations, which then round otherwise than unfused (keep_best, early stopping and the logged losses read them)",
+				 L->name, L->type->name);
+			return buf;
+		}
 	}
-	return 1;
+	return NULL;
 }
 
 /* The mixed stem a plan runs, at debug level: said once the device took

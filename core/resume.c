@@ -134,12 +134,15 @@ static int listed(const char *list, const char *sec, const char *key)
 
 /* The comparison's rules: the weights keys (NULL: a resume), the
  * current config's defaults text, parsed (what a key the checkpoint's text
- * lacks reads as), and the current config's text, parsed (its layers'
- * types, whose schemas say which keys are pairs). */
+ * lacks reads as), the current config's text, parsed (its layers'
+ * types, whose schemas say which keys are pairs), and the checkpoint's
+ * (where an unset key's default is another key's value). */
 struct ckpt_rules {
 	const char *wkeys;
 	struct kiln_kv *d, *cur;
 	int nd, ncur;
+	struct kiln_kv *saved;
+	int nsaved;
 };
 
 /* ---- values by meaning ------------------------------------------------- */
@@ -219,12 +222,59 @@ static int read_ints(const char *v, long long *out, int n, int steps)
 	}
 }
 
+/* The built-in layer keys whose default, unset, is another key's value
+ * in the same section (read so by the layer: core/layers/pool.c, PyTorch's
+ * stride = kernel).  Others whose default is computed (attention's scale
+ * from the shapes, a layer's input or stage from the file's order, conv's
+ * bias from its consumer) are not another key's value and compare as set
+ * or unset. */
+static const struct {
+	const char *type, *key, *from;
+} derived[] = {
+	{ "maxpool", "stride", "kernel" },
+	{ "avgpool", "stride", "kernel" },
+};
+
+/* An unset [sec] key's value where it is another key's of v (derived[],
+ * by the current config's layer type), else NULL. */
+static const struct kiln_kv *derived_value(const struct ckpt_rules *r, const struct kiln_kv *v,
+					   int n, const char *sec, const char *key)
+{
+	const struct kiln_kv *type = kiln_kv_lookup(r->cur, r->ncur, sec, "type");
+	for (size_t i = 0; type && type->val && i < KILN_ARRAY_LEN(derived); i++) {
+		const struct kiln_kv *e;
+		if (strncmp(sec, "layer.", 6) || strcmp(key, derived[i].key) ||
+		    strlen(derived[i].type) != (size_t)type->val_n ||
+		    memcmp(derived[i].type, type->val, (size_t)type->val_n))
+			continue;
+		e = kiln_kv_lookup(v, n, sec, derived[i].from);
+		return e && e->val ? e : NULL;
+	}
+	return NULL;
+}
+
 /* kiln_kv_same_fn: the two values of [sec] key read as numbers by the
  * key's form (formatting aside: "2, 0" is "2,0", a pair key's "5" is
- * "5,5"). */
+ * "5,5"); an unset one (a NULL: a the checkpoint's, b the current one's)
+ * as the key its default is (derived[]: a pooling's stride = 2 with
+ * kernel = 2 equals an unset stride; before session 35 it was refused
+ * as "stride is unset in the checkpoint but '2' here"). */
 static int ckpt_same(const char *sec, const char *key, const char *a, size_t an, const char *b,
 		     size_t bn, void *u)
 {
+	const struct ckpt_rules *r = u;
+	if (!a || !b) {
+		const struct kiln_kv *e = !a ? derived_value(r, r->saved, r->nsaved, sec, key)
+					     : derived_value(r, r->cur, r->ncur, sec, key);
+		if (!e)
+			return 0;
+		if (!a)
+			a = e->val, an = (size_t)e->val_n;
+		else
+			b = e->val, bn = (size_t)e->val_n;
+		if (an == bn && !memcmp(a, b, an))
+			return 1;
+	}
 	enum key_form form = key_form(u, sec, key);
 	char x[256], y[256];
 	if (form == FORM_TEXT || an >= sizeof x || bn >= sizeof y)
@@ -300,20 +350,23 @@ char *kiln_ckpt_weights_keys(const char *config_text)
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
 				   const char *wkeys, const char *defaults)
 {
-	struct ckpt_rules r = { wkeys, NULL, NULL, 0, 0 };
+	struct ckpt_rules r = { wkeys, NULL, NULL, 0, 0, NULL, 0 };
 	struct kiln_config_delta d;
 	int differs;
 	kiln_status st;
 	if ((defaults && (st = kiln_kv_parse(defaults, &r.d, &r.nd))) ||
 	    (st = kiln_kv_parse(current, &r.cur, &r.ncur)) ||
+	    (st = kiln_kv_parse(saved, &r.saved, &r.nsaved)) ||
 	    (st = kiln_config_diff(saved, current, ckpt_wanted, ckpt_default, ckpt_same, &r, 0,
 				   &differs, &d))) {
 		free(r.d);
 		free(r.cur);
+		free(r.saved);
 		return st;
 	}
 	free(r.d);
 	free(r.cur);
+	free(r.saved);
 	if (!differs)
 		return KILN_OK;
 	if (wkeys)

@@ -101,12 +101,19 @@ void kiln_source_close(struct kiln_source *s)
 	free(s);
 }
 
-void kiln_source_info(const struct kiln_source *s, struct kiln_source_info *info)
+size_t kiln_source_info(const struct kiln_source *s, struct kiln_source_info *info, size_t size)
 {
-	if (info && s)
-		*info = s->info;
-	else if (info)
-		memset(info, 0, sizeof *info); /* (documented: kiln/kiln.h) */
+	/* (the caller's struct may be an older minor's, smaller: kiln.h; a
+	 * NULL source zeroes it, a NULL info writes nothing) */
+	const size_t n = size < sizeof(struct kiln_source_info) ? size : sizeof(struct kiln_source_info);
+	if (!info)
+		return 0;
+	if (!s) {
+		memset(info, 0, n); /* (documented: kiln/kiln.h) */
+		return n;
+	}
+	memcpy(info, &s->info, n);
+	return n;
 }
 
 const char *kiln_source_name(const struct kiln_source *s)

@@ -561,14 +561,29 @@ static int saved_fuse(const char *v, int n, struct kiln_ckpt *ck, int cpu_now)
 	return cpu;
 }
 
+/* What [run] fuse changes in this run on the CPU, into buf[n] (NULL:
+ * nothing).  [train] batch = auto chooses the batch by the plans' memory,
+ * which fusing changes (a fused activation is a view, its output no
+ * storage of its own), so a resume would pick another batch. */
+static const char *fuse_differs(const struct trainer *t, char *buf, size_t n)
+{
+	if (t->tc.batch_auto) {
+		snprintf(buf, n, "[train] batch = auto chooses the batch by the plans' memory, which fusing changes");
+		return buf;
+	}
+	return kiln_plan_fuse_differs(t->ptrain, t->peval != NULL, buf, n);
+}
+
 /* [run] fuse, which kiln_ckpt_config_check leaves to the trainer (it needs
  * the device and the plan): equal as resolved (`auto` on a CPU is 1), or
- * changed on the CPU in a model whose fused ReLUs compute the unfused
- * bits (kiln_plan_fuse_exact: a warning, the run continues as it would
- * have), else refused naming the override that restores the checkpoint's
+ * changed on the CPU in a run that fusing changes no bit of (fuse_differs:
+ * a warning saying what was checked, the run continues as it would have),
+ * else refused naming the override that restores the checkpoint's
  * (session 35: a checkpoint of a kiln before session 8, whose default
  * was 0, was refused "[run] fuse is '0' in the checkpoint but 'auto'
- * here" with no word of the default's change). */
+ * here" with no word of the default's change; until f35u a model whose
+ * evaluations fuse GELU, or with batch = auto, was said to continue as
+ * it would have, and its evaluations differed in the last digits). */
 static kiln_status resume_fuse(struct trainer *t, const char *path, const char *saved,
 			       struct kiln_ckpt *ck)
 {
@@ -579,7 +594,7 @@ static kiln_status resume_fuse(struct trainer *t, const char *path, const char *
 	const struct kiln_kv *e = kiln_kv_lookup(kv, nkv, "run", "fuse");
 	const int cpu = kiln_device_traits(t->dev)->type == KILN_DEVICE_CPU;
 	const int was = saved_fuse(e ? e->val : NULL, e && e->val ? e->val_n : 0, ck, cpu);
-	const int now = t->m->fuse, exact = cpu && t->ptrain && kiln_plan_fuse_exact(t->ptrain);
+	const int now = t->m->fuse;
 	const char *cur = kiln_config_get(t->cfg, "run", "fuse"), *where = kiln_config_where(t->cfg, "run", "fuse");
 	char sv[80];
 	snprintf(sv, sizeof sv, e && e->val ? "'%.*s'" : "absent (nothing fused)", e && e->val ? e->val_n : 0,
@@ -587,21 +602,22 @@ static kiln_status resume_fuse(struct trainer *t, const char *path, const char *
 	free(kv);
 	if (was == now)
 		return KILN_OK;
-	char why[200];
+	char why[200], buf[400];
 	snprintf(why, sizeof why, "%s", !strcmp(where, "default") ? "the default, `auto` (on for the CPU) since session 8; 0 before" : where);
-	if (was >= 0 && exact) {
-		kiln_log(KILN_LOG_WARN, "train", "resume: [run] fuse is %s in the checkpoint but '%s' here (%s): this model's fused and unfused ReLUs compute the same bits on the CPU (docs/config.md, fuse), so the run continues as it would have",
-			 sv, cur ? cur : "", why);
+	const char *differs = !cpu ? "fused epilogues on this device equal the unfused ops up to float rounding only"
+			      : !t->ptrain ? "the run has no training plan to check"
+			      : fuse_differs(t, buf, sizeof buf);
+	if (was >= 0 && !differs) {
+		kiln_log(KILN_LOG_WARN, "train", "resume: [run] fuse is %s in the checkpoint but '%s' here (%s): on the CPU this run's fused ReLUs compute the unfused bits, %s, no conv of one input channel runs NHWC and [train] batch is not `auto` (docs/config.md, fuse), so the run continues as it would have",
+			 sv, cur ? cur : "", why,
+			 t->peval ? "its evaluations fuse no GELU" : "it evaluates nothing (where a GELU would be fused)");
 		return KILN_OK;
 	}
 	char hint[80] = "Restore it"; /* (a value no kiln writes: -1) */
 	if (was >= 0)
 		snprintf(hint, sizeof hint, "Resume with run.fuse=%d (what the checkpoint's run did)", was);
 	return kiln_error(KILN_ECONFIG, "cannot resume from %s with a changed config: [run] fuse is %s in the checkpoint but '%s' here (%s), and %s. %s, or start a new run in another [run] out_dir (docs/checkpoints.md)",
-			  path, sv, cur ? cur : "", why,
-			  !cpu ? "fused epilogues on this device equal the unfused ops up to float rounding only"
-			  : "in this model a conv of one input channel whose ReLU a maxpool reads runs NHWC when fused, its weight gradient summed in another order",
-			  hint);
+			  path, sv, cur ? cur : "", why, differs ? differs : "that value is none a kiln writes", hint);
 }
 
 /* Rank 0 (or the only process): find, verify and load the newest

@@ -773,6 +773,56 @@ START_TEST(test_config_check)
 }
 END_TEST
 
+/* A key whose default, unset, is another key's value compares by that
+ * value: a pooling's stride (unset: the kernel, core/layers/pool.c), both
+ * ways (set in the checkpoint, unset here; and the other way), for a
+ * resume and for the weights alone.  Before session 35 an equal config
+ * was refused: "[layer.p] stride is unset in the checkpoint but '2'
+ * here". */
+START_TEST(test_config_check_derived)
+{
+	const char *base = "[train]\nlr = 0.1\n[layer.c]\ntype = conv\nout = 2\nkernel = 3\n"
+			   "[layer.p]\ntype = maxpool\nkernel = 2\n"
+			   "[layer.a]\ntype = avgpool\nkernel = 2, 3\n"
+			   "[layer.fc]\ntype = linear\nout = 3\n[layer.loss]\ntype = softmax_xent\n";
+	char *t0 = text_with(base, "train.lr=0.1");
+	ck_assert(strstr(t0, "[layer.p]\n") && strstr(t0, "stride"));
+	static const struct {
+		const char *override;
+		const char *names; /* NULL: accepted */
+	} cases[] = {
+		{ "layer.p.stride=2", NULL },
+		{ "layer.p.stride=2, 2", NULL },
+		{ "layer.a.stride=2,3", NULL },
+		{ "layer.p.stride=1", "[layer.p] stride is unset in the checkpoint but '1' here" },
+		{ "layer.a.stride=2", "[layer.a] stride is unset in the checkpoint but '2' here" },
+		{ "layer.a.stride=3,2", "[layer.a] stride is unset in the checkpoint but '3,2' here" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char *t = text_with(base, cases[i].override);
+		for (int w = 0; w < 2; w++) {
+			const char *wk = w ? "" : NULL;
+			kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, wk, NULL);
+			if (!cases[i].names) {
+				ck_assert_msg(st == KILN_OK, "%s: %s", cases[i].override, kiln_last_error());
+				st = kiln_ckpt_config_check("ck.kiln", t, t0, wk, NULL);
+				ck_assert_msg(st == KILN_OK, "%s (in the checkpoint): %s",
+					      cases[i].override, kiln_last_error());
+				continue;
+			}
+			ck_assert_msg(st == KILN_ECONFIG, "%s accepted", cases[i].override);
+			if (!w)
+				ck_assert_msg(strstr(kiln_last_error(), cases[i].names), "%s: %s",
+					      cases[i].override, kiln_last_error());
+			ck_assert_msg(kiln_ckpt_config_check("ck.kiln", t, t0, wk, NULL) == KILN_ECONFIG,
+				      "%s (in the checkpoint) accepted", cases[i].override);
+		}
+		free(t);
+	}
+	free(t0);
+}
+END_TEST
+
 /* ---- through the trainer ------------------------------------------------- */
 
 /* 640 samples, batch 16 x accumulate 2 with AdamW: 20 optimizer steps an
@@ -1335,7 +1385,7 @@ static Suite *make_ckpt_suite(void)
 	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_roundtrip, test_other_model, test_truncated, test_flipped,
 		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff, test_config_check_dropout,
-		test_config_check_meaning,
+		test_config_check_meaning, test_config_check_derived,
 		test_counter_range, test_tracked_range,
 		test_trainer_range, NULL });
 	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){

@@ -378,8 +378,28 @@ START_TEST(test_multi_shards)
 	ck_assert_int_eq(kiln_config_override(cfg, "data.limit=6"), KILN_OK);
 	ck_assert_int_eq(kiln_source_open(cfg, reg, "data", "train", &src), KILN_OK);
 	struct kiln_source_info si;
-	kiln_source_info(src, &si);
+	ck_assert_uint_eq(kiln_source_info(src, &si, sizeof si), sizeof si);
 	ck_assert_int_eq(si.len, 6);
+	/* the getter takes the caller's size, as the sized structs do
+	 * (kiln.h, "Structs the library fills"): an older minor's struct
+	 * (before 2.21's classes_from) gets no byte past it, a newer one's
+	 * the library's size back, its extra bytes untouched (before session
+	 * 35 the library's whole struct was copied: no size to pass) */
+	union {
+		struct kiln_source_info i;
+		unsigned char b[sizeof(struct kiln_source_info) + 64];
+	} u;
+	const size_t cut = offsetof(struct kiln_source_info, classes_from);
+	memset(&u, 0xA5, sizeof u);
+	ck_assert_uint_eq(kiln_source_info(src, &u.i, cut), cut);
+	ck_assert_int_eq(u.i.len, 6);
+	for (size_t i = cut; i < sizeof u; i++)
+		ck_assert_msg(u.b[i] == 0xA5, "byte %zu of a %zu-byte kiln_source_info written", i, cut);
+	memset(&u, 0xA5, sizeof u);
+	ck_assert_uint_eq(kiln_source_info(src, &u.i, sizeof u), sizeof si);
+	ck_assert_int_eq(u.i.len, 6);
+	for (size_t i = sizeof si; i < sizeof u; i++)
+		ck_assert_msg(u.b[i] == 0xA5, "byte %zu past the library's kiln_source_info written", i);
 	ck_assert_int_eq(kiln_source_has_images(src), 1);
 	ck_assert_str_eq(kiln_source_name(src), "records");
 	int32_t y;

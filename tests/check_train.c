@@ -687,6 +687,32 @@ START_TEST(test_result_size)
 END_TEST
 
 
+/* Every sized struct (kiln/kiln.h, "Structs the library fills") ends
+ * where its last member ends: no tail padding, so a member added grows
+ * its sizeof and `size` tells the layouts apart (the header's
+ * KILN_ENDS_UNPADDED fails the build otherwise; checked here at run time
+ * too).  Before session 35 kiln_train_cfg ended at 276 with sizeof 280:
+ * a next `int` member would have fitted in the padding, sizeof unchanged. */
+#ifndef LAST_TRAIN_CFG /* (-DLAST_TRAIN_CFG=overwrite: the old header's) */
+#define LAST_TRAIN_CFG reserved0
+#endif
+#define ENDS(T, last) { #T, sizeof(struct T), offsetof(struct T, last) + sizeof(((struct T *)0)->last) }
+START_TEST(test_struct_ends)
+{
+	static const struct {
+		const char *name;
+		size_t size, end;
+	} s[] = {
+		ENDS(kiln_train_result, out_dir_lost), ENDS(kiln_train_cfg, LAST_TRAIN_CFG),
+		ENDS(kiln_memory, recomputed),         ENDS(kiln_plugin_info, desc),
+		ENDS(kiln_source_info, classes_from),
+	};
+	for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+		ck_assert_msg(s[i].size == s[i].end, "struct %s: sizeof %zu, its last member ends at %zu",
+			      s[i].name, s[i].size, s[i].end);
+}
+END_TEST
+
 /* The other structs the library fills in a caller's memory (kiln/kiln.h,
  * "Structs the library fills"), as test_result_size does the result's:
  * struct kiln_train_cfg and kiln_memory cut short (an older header's,
@@ -1461,7 +1487,7 @@ static Suite *make_train_suite(void)
 	check_add_case(s, "e2e", 300, NULL, NULL, (const TTest *[]){
 		test_mlp_2000, test_steady_state_async, test_cnn_e2e, test_loader_workers,
 		test_accumulate, test_skip_nonfinite, test_result_size, test_struct_sizes,
-		test_eval_every_early_stop, test_data_val, test_memory_report, test_inplace,
+		test_struct_ends, test_eval_every_early_stop, test_data_val, test_memory_report, test_inplace,
 		test_recompute_nchw, test_recompute_nhwc, test_recompute_deep, test_memory_accounting,
 		NULL });
 	check_add_case(s, "api", 120, NULL, NULL, (const TTest *[]){

@@ -716,7 +716,7 @@ tests_onnx_tool_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_builddir) $(PR
 tests_onnx_tool_LDADD = libkiln.la $(PROTOBUF_C_LIBS)
 TESTS += tests/onnx_export.sh tests/onnx_ort.sh
 endif
-EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py tests/data/onnx_bad_layer.ini
+EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
 EXTRA_DIST += tests/data/onnx_residual_conv.ini tests/data/onnx_concat_last.ini tests/data/onnx_concat_seq.ini
 # kiln's own check of an export (core/onnx_check.c) on graphs built by
 # hand: a Concat on the wrong axis, a Gemm without transB, a value used

@@ -116,7 +116,7 @@ rm -rf "$tmp/fz"
 kiln 0 train "$ini" $run train.max_steps=3 "run.out_dir=$tmp/fz" run.fuse=0
 kiln 0 train "$ini" $run "run.out_dir=$tmp/fz" --resume
 stdout_has '"resumed_step": 3'
-stderr_has "resume: [run] fuse is '0' in the checkpoint but 'auto' here (the default, \`auto\` (on for the CPU) since session 8; 0 before): this model's fused and unfused ReLUs compute the same bits on the CPU"
+stderr_has "resume: [run] fuse is '0' in the checkpoint but 'auto' here (the default, \`auto\` (on for the CPU) since session 8; 0 before): on the CPU this run's fused ReLUs compute the unfused bits, its evaluations fuse no GELU, no conv of one input channel runs NHWC and [train] batch is not \`auto\` (docs/config.md, fuse), so the run continues as it would have"
 # shellcheck disable=SC2086
 "$top_builddir/tests/ckpt_tool" same "$(ck whole 12)" "$(ck fz 12)" $tags ||
 	fail "resumed fused from an unfused checkpoint: ckpt-12.kiln differs from the uninterrupted run's"
@@ -132,5 +132,46 @@ stderr_has "[run] fuse is '0' in the checkpoint but 'auto' here (the default, \`
 stderr_has "Resume with run.fuse=0 (what the checkpoint's run did)"
 kiln 0 train "$tmp/stem.ini" $run "run.out_dir=$tmp/st" model.layout=nchw --resume run.fuse=0
 stdout_has '"resumed_step": 3'
+# an evaluation fuses a conv's (or linear's) GELU: oneDNN's epilogue rounds
+# otherwise than the GELU op after the conv, in bf16 (the test loss moves
+# in the 4th digit) and in f32 (other logits' bytes), and keep_best, early
+# stopping and the logs read the evaluations: refused, naming the layer
+# and the override (before f35u the resume went on, said to continue "as
+# it would have").  Without evaluations no GELU is fused: resumed.
+sed -e '/^\[layer.bn1\]/,/^$/d' -e 's/^type = relu$/type = gelu/' "$ini" >"$tmp/gelu.ini"
+for p in bf16 fp32; do
+	rm -rf "$tmp/g$p"
+	kiln 0 train "$tmp/gelu.ini" $run train.max_steps=3 "run.out_dir=$tmp/g$p" run.fuse=0 run.precision=$p
+	kiln 2 train "$tmp/gelu.ini" $run "run.out_dir=$tmp/g$p" run.precision=$p --resume
+	stderr_has "[run] fuse is '0' in the checkpoint but 'auto' here (the default, \`auto\` (on for the CPU) since session 8; 0 before), and layer 'conv1' (conv) fuses its GELU in the evaluations, which then round otherwise than unfused (keep_best, early stopping and the logged losses read them). Resume with run.fuse=0 (what the checkpoint's run did)"
+	kiln 0 train "$tmp/gelu.ini" $run "run.out_dir=$tmp/g$p" run.precision=$p --resume run.fuse=0
+	stdout_has '"resumed_step": 3'
+done
+kiln 0 eval "$tmp/gelu.ini" $run --checkpoint "$(ck gbf16 3)" run.precision=bf16 run.fuse=0
+l0=$(field test_loss "$out")
+kiln 0 eval "$tmp/gelu.ini" $run --checkpoint "$(ck gbf16 3)" run.precision=bf16 run.fuse=1
+l1=$(field test_loss "$out")
+[ "$l0" != "$l1" ] || fail "bf16: the fused GELU's evaluation equals the unfused one's ($l0): the refusal has no cause"
+for f in 0 1; do
+	kiln 0 predict "$tmp/gelu.ini" $run --checkpoint "$(ck gfp32 3)" --eval-set --no-fold \
+		--logits "$tmp/logits$f.npy" run.fuse=$f
+done
+cmp -s "$tmp/logits0.npy" "$tmp/logits1.npy" && fail "f32: the fused GELU's logits are the unfused ones' bytes"
+echo "ok: [run] fuse with a GELU an evaluation fuses: refused (bf16 test_loss $l0 unfused, $l1 fused; f32 logits differ)"
+rm -rf "$tmp/gn"
+kiln 0 train "$tmp/gelu.ini" $run train.max_steps=3 "run.out_dir=$tmp/gn" run.fuse=0 train.eval=0
+kiln 0 train "$tmp/gelu.ini" $run "run.out_dir=$tmp/gn" train.eval=0 --resume
+stderr_has "on the CPU this run's fused ReLUs compute the unfused bits, it evaluates nothing (where a GELU would be fused), no conv"
+# [train] batch = auto plans its batch by memory, which a fused activation
+# (a view) changes: 32 unfused, 40 fused here, so the resume would go on
+# with another batch (before f35u: "continues as it would have")
+mem="train.batch=auto run.memory_limit=3M layer.conv1.out=64 model.layout=nhwc"
+rm -rf "$tmp/ba"
+kiln 0 train "$tmp/stem.ini" $run $mem train.max_steps=1 "run.out_dir=$tmp/ba" run.fuse=0
+stderr_has "[train] batch = auto: 32,"
+kiln 0 memory "$tmp/stem.ini" $run $mem
+stderr_has "[train] batch = auto: 40,"
+kiln 2 train "$tmp/stem.ini" $run $mem "run.out_dir=$tmp/ba" --resume
+stderr_has "and [train] batch = auto chooses the batch by the plans' memory, which fusing changes. Resume with run.fuse=0"
 echo "ok: [run] fuse: resumed fused where the bits are the same, refused where not"
 echo "PASS: resume_knobs"

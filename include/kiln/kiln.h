@@ -27,6 +27,7 @@
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
 
+#include <stddef.h> /* offsetof, for KILN_ENDS_UNPADDED */
 #include <stdint.h>
 #include <stdio.h>
 #include "status.h"
@@ -57,15 +58,52 @@ const char *kiln_version(void);
  * written.  A size too small to hold `size` itself (0: not set) is
  * refused with KILN_EINVAL naming the struct, and nothing is written.
  * These are struct kiln_train_result, kiln_train_cfg, kiln_memory and
- * kiln_plugin_info; new members go at their end.  The other structs the
- * library fills (kiln_plugin_file, kiln_device_counters, kiln_param_info,
- * kiln_safetensors_tensor, kiln_summary, kiln_data_bench, kiln_dist_env)
- * and the caller-filled ones have no size: their layout changes only with
- * the shared library's version (libkiln.so.N, a new N; docs/training.md,
- * "From C").  kiln_device_counters can grow no other way: it sits inside
- * kiln_train_result (`steady`), before members an older program knows.
+ * kiln_plugin_info; new members go at their end.  None ends in padding
+ * (KILN_ENDS_UNPADDED after each: sizeof == the end of its last member),
+ * so every member added grows its sizeof and `size` tells the layouts
+ * apart: an `int` added into 4 bytes of tail padding would have kept
+ * sizeof, and a newer program would have read the padding of an older
+ * library's copy as a member written.  Where a member's alignment would
+ * leave padding, make it explicit (kiln_train_cfg's `reserved0`).
+ *
+ * Every other public struct, by who fills it:
+ *  - filled by the library, no size, one layout for the shared library's
+ *    version (libkiln.so.N: a member added changes N; docs/training.md,
+ *    "From C"): kiln_plugin_file, kiln_device_counters, kiln_param_info,
+ *    kiln_safetensors_tensor, kiln_summary and kiln_summary_layer,
+ *    kiln_data_bench, kiln_dist_env (kiln/dist.h), and kiln_xform_scratch
+ *    (kiln/image.h: the caller's, zeroed; the library grows its buffers).
+ *    kiln_device_counters can grow no other way: it sits inside
+ *    kiln_train_result (`steady`), before members an older program knows;
+ *  - filled by the caller, read by the library, no size, the same rule:
+ *    kiln_plan_opts, kiln_eval_opts, kiln_quantize_opts, kiln_sample_opts,
+ *    kiln_infer_opts (kiln/infer.h);
+ *  - the plugin ABI's (kiln/plugin.h, kiln/ops.h; versioned by
+ *    KILN_ABI_MAJOR.MINOR, docs/plugins.md), which a minor may grow without
+ *    a new libkiln.so.N: struct kiln_source_info, which a source plugin
+ *    fills and kiln_source_info() copies out, so that getter takes the
+ *    caller's size and returns the bytes it wrote, as the sized structs do
+ *    (and the struct ends unpadded, below); kiln_image (the caller's, for
+ *    kiln_source_read_image and kiln_infer_image), kiln_tensor_desc and
+ *    kiln_key, which sit inside other structs or arrays and so change only
+ *    with the ABI major (and N); the descriptors, traits, host table and
+ *    ops (kiln_plugin, kiln_device_traits, kiln_host, kiln_op,
+ *    kiln_op_args), which the library hands out by pointer and never
+ *    copies into a caller's memory.
  * Before session 35 only kiln_train_result had a size, and the library
  * filled the others whole, writing past an older program's. */
+
+/* Fails the build where struct T ends in padding (see above). */
+#ifdef __cplusplus
+#define KILN_ENDS_UNPADDED(T, last)                                                     \
+	static_assert(sizeof(struct T) == offsetof(struct T, last) + sizeof(((struct T *)0)->last), \
+		      "struct " #T " ends in padding: a member added there would keep its sizeof")
+#else
+#define KILN_ENDS_UNPADDED(T, last)                                                     \
+	_Static_assert(sizeof(struct T) == offsetof(struct T, last) + sizeof(((struct T *)0)->last), \
+		       "struct " #T " ends in padding: a member added there would keep its sizeof")
+#endif
+KILN_ENDS_UNPADDED(kiln_source_info, classes_from);
 
 /* ---- plugin registry --------------------------------------------------
  *
@@ -102,6 +140,7 @@ struct kiln_plugin_info {
 	const struct kiln_plugin *desc; /* its descriptor (ops: a device's traits), available or not */
 	/* (new members go here, at the end: see `size`) */
 };
+KILN_ENDS_UNPADDED(kiln_plugin_info, desc);
 
 /* An info ready for kiln_registry_plugin_get: its size set, the rest 0. */
 #define KILN_PLUGIN_INFO_INIT { .size = sizeof(struct kiln_plugin_info) }
@@ -239,8 +278,14 @@ struct kiln_source;
 kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			     const char *section, const char *split, struct kiln_source **out);
 void kiln_source_close(struct kiln_source *src);
-/* What the plugin's info() said, len reduced to [section] limit. */
-void kiln_source_info(const struct kiln_source *src, struct kiln_source_info *info);
+/* What the plugin's info() said, len reduced to [section] limit, into the
+ * caller's *info of `size` bytes (sizeof *info): the first min(size, the
+ * library's sizeof) bytes, none past them; returns how many it wrote (a
+ * member ending past that was not written).  struct kiln_source_info grows
+ * with the plugin ABI's minor, without a new libkiln.so.N ("Structs the
+ * library fills"); before session 35 the library's whole struct was
+ * copied, past an older program's. */
+size_t kiln_source_info(const struct kiln_source *src, struct kiln_source_info *info, size_t size);
 /* The plugin's name ("idx", "records", ...); static. */
 const char *kiln_source_name(const struct kiln_source *src);
 /* 1 when the source decodes images (source ops version 2 read_image). */
@@ -474,6 +519,7 @@ struct kiln_train_result {
 	int out_dir_lost;
 	/* (new members go here, at the end: see `size`) */
 };
+KILN_ENDS_UNPADDED(kiln_train_result, out_dir_lost);
 
 /* A result ready for the call: its size set, every other member 0. */
 #define KILN_TRAIN_RESULT_INIT { .size = sizeof(struct kiln_train_result) }
@@ -533,8 +579,12 @@ struct kiln_train_cfg {
 	int checkpoint_last;      /* a checkpoint after the last step, whatever checkpoint_every */
 	int resume;
 	int overwrite;            /* a fresh run deletes an earlier run's files in out_dir */
+	int reserved0;            /* 0; what was 4 bytes of tail padding, so that
+				   * the next member grows sizeof (session 35;
+				   * "Structs the library fills") */
 	/* (new members go here, at the end: see `size`) */
 };
+KILN_ENDS_UNPADDED(kiln_train_cfg, reserved0);
 
 /* A struct ready for kiln_train_cfg_read: its size set, the rest 0. */
 #define KILN_TRAIN_CFG_INIT { .size = sizeof(struct kiln_train_cfg) }
@@ -894,6 +944,7 @@ struct kiln_memory {
 	int recomputed;              /* layers whose output is recomputed */
 	/* (new members go here, at the end: see `size`) */
 };
+KILN_ENDS_UNPADDED(kiln_memory, recomputed);
 
 /* A report ready for kiln_memory_report: its size set, the rest 0. */
 #define KILN_MEMORY_INIT { .size = sizeof(struct kiln_memory) }
