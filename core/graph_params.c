@@ -245,18 +245,22 @@ kiln_status kiln_model_init_loaded(struct kiln_model *m, void *stream)
 	return init_step(m, (float *)host, stream);
 }
 
-int kiln_model_nonfinite(const struct kiln_model *m, int region, size_t off, const float *v,
-			 size_t n, int64_t *at)
+/* The first tensor (index into m->params) of region whose values in v
+ * (elements [off, off + n)) hold a bad one, *at its element in that
+ * tensor; -1 when none does.  Bad: not finite, or with nonneg, negative in
+ * a tensor that must be >= 0 (KILN_PARAM_NONNEG). */
+static int model_bad_value(const struct kiln_model *m, int region, size_t off, const float *v,
+			   size_t n, int nonneg, int64_t *at)
 {
 	for (int i = 0; i < m->n_params; i++) {
 		const struct model_param *p = &m->params[i];
 		const size_t lo = p->off > off ? p->off : off;
 		const size_t hi = p->off + (size_t)p->numel < off + n ? p->off + (size_t)p->numel
 								      : off + n;
-		if (!p->buffer != !region)
+		if (!p->buffer != !region || (nonneg && !p->nonneg))
 			continue;
 		for (size_t e = lo; e < hi; e++)
-			if (!isfinite(v[e - off])) {
+			if (nonneg ? v[e - off] < 0 : !isfinite(v[e - off])) {
 				*at = (int64_t)(e - p->off);
 				return i;
 			}
@@ -264,26 +268,10 @@ int kiln_model_nonfinite(const struct kiln_model *m, int region, size_t off, con
 	return -1;
 }
 
-/* The first tensor (index into m->params) whose values in v (elements
- * [off, off + n) of region) must be >= 0 (KILN_PARAM_NONNEG) and hold a
- * negative one, *at its element in that tensor; -1 when none does. */
-static int model_negative(const struct kiln_model *m, int region, size_t off, const float *v,
-			  size_t n, int64_t *at)
+int kiln_model_nonfinite(const struct kiln_model *m, int region, size_t off, const float *v,
+			 size_t n, int64_t *at)
 {
-	for (int i = 0; i < m->n_params; i++) {
-		const struct model_param *p = &m->params[i];
-		const size_t lo = p->off > off ? p->off : off;
-		const size_t hi = p->off + (size_t)p->numel < off + n ? p->off + (size_t)p->numel
-								      : off + n;
-		if (!p->nonneg || !p->buffer != !region)
-			continue;
-		for (size_t e = lo; e < hi; e++)
-			if (v[e - off] < 0) {
-				*at = (int64_t)(e - p->off);
-				return i;
-			}
-	}
-	return -1;
+	return model_bad_value(m, region, off, v, n, 0, at);
 }
 
 kiln_status kiln_model_finite_check(const struct kiln_model *m, const char *file, int region,
@@ -298,7 +286,7 @@ kiln_status kiln_model_finite_check(const struct kiln_model *m, const char *file
 				  file, m->params[i].name, shape,
 				  (double)v[(size_t)at + m->params[i].off - off], (long long)at);
 	}
-	if ((i = model_negative(m, region, off, v, n, &at)) < 0)
+	if ((i = model_bad_value(m, region, off, v, n, 1, &at)) < 0)
 		return KILN_OK;
 	kiln_tensor_desc_str(&m->params[i].desc, shape, sizeof shape);
 	return kiln_error(KILN_EDATA, "%s: tensor '%s' %s holds a negative variance (%g at element %lld): refused (its square root is NaN: every output of the layer would be NaN)",
