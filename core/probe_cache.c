@@ -2,7 +2,7 @@
  *
  * Finding a plugin that no file is named after (the `idx` source of
  * kiln-loaders.so) loads every plugin file in a child process
- * (core/registry.c).  That loads every library they link, cuDNN and cuBLAS
+ * (core/registry_probe.c).  That loads every library they link, cuDNN and cuBLAS
  * included, about 0.13 CPU-s on a machine without a GPU.  The answers
  * depend only on the files, so they are kept in one text file, by default
  * $XDG_CACHE_HOME/kiln/plugin_probe ($KILN_PROBE_CACHE names another file,

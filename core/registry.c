@@ -8,14 +8,14 @@
  * Loading is lazy: opening the registry only lists the files.  A lookup
  * by name loads kiln-<name>.so; for a name no file is named after (a
  * source of kiln-loaders.so) the other files are dlopen()ed and
- * initialised in a child process (probe_files), which tells which file
+ * initialised in a child process (core/registry_probe.c), which tells which file
  * provides what, and only the file providing the name is loaded here.
  * Listing every plugin loads every file the probe survived: a file whose
  * loading crashes the child is reported and never loaded here.
  */
 #include "internal.h"
 #include "dist.h"
-#include "probe_cache.h"
+#include "registry_impl.h"
 #include "../plugins/common/spin_rule.h" /* common_omp_env_defaults */
 
 #include <dirent.h>
@@ -32,36 +32,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-struct loaded_file {
-	char *path;
-	char *error;
-	void *handle;
-	int n_plugins;
-	int tried;       /* load_file ran (or the probe refused it) */
-	char *provides;  /* from the probe: "<kind>:<name>\n" per plugin; NULL: not probed */
-	int probed_ok;   /* a probe child loaded and initialised it (worth keeping) */
-};
-
-struct reg_plugin {
-	const struct kiln_plugin *p;
-	int file;        /* index into files, -1 for built-ins */
-	int available;
-	char why[256];
-};
-
-struct kiln_registry {
-	char **dirs;
-	int n_dirs;
-	struct loaded_file *files;
-	int n_files, cap_files;
-	struct reg_plugin *plugins;
-	int n_plugins, cap_plugins;
-	/* probe children that finished their list but were still exiting
-	 * (unmapping what they loaded) when the parent went on: reaped at
-	 * close */
-	pid_t *exiting;
-	int n_exiting;
-};
 
 /* ---- the host table --------------------------------------------------- */
 
@@ -223,8 +193,7 @@ static kiln_status add_plugin(struct kiln_registry *reg, const struct kiln_plugi
 	return KILN_OK;
 }
 
-static char *dupf(const char *fmt, ...) KILN_PRINTF(1, 2);
-static char *dupf(const char *fmt, ...)
+char *reg_dupf(const char *fmt, ...)
 {
 	char buf[2048];
 	va_list ap;
@@ -243,7 +212,7 @@ static void file_error(struct loaded_file *f, char *msg)
 		f->error = msg;
 		return;
 	}
-	char *both = dupf("%s (and more: %s)", f->error, msg);
+	char *both = reg_dupf("%s (and more: %s)", f->error, msg);
 	free(msg);
 	if (both) {
 		free(f->error);
@@ -278,14 +247,14 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 	f->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!f->handle) {
 		const char *e = dlerror();
-		f->error = dupf("dlopen failed: %s (check `ldd %s` for missing libraries)",
+		f->error = reg_dupf("dlopen failed: %s (check `ldd %s` for missing libraries)",
 				e ? e : "unknown error", path);
 		return KILN_OK;
 	}
 	kiln_plugin_init_fn init;
 	*(void **)&init = dlsym(f->handle, KILN_PLUGIN_INIT_SYMBOL);
 	if (!init) {
-		f->error = dupf("not a kiln plugin: no exported symbol %s", KILN_PLUGIN_INIT_SYMBOL);
+		f->error = reg_dupf("not a kiln plugin: no exported symbol %s", KILN_PLUGIN_INIT_SYMBOL);
 		return KILN_OK;
 	}
 	kiln_clear_error();
@@ -298,14 +267,14 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 	const struct kiln_plugin *const *list = init(&host);
 	pthread_mutex_unlock(&init_lock);
 	if (!list) {
-		f->error = dupf("%s() failed: %s", KILN_PLUGIN_INIT_SYMBOL,
+		f->error = reg_dupf("%s() failed: %s", KILN_PLUGIN_INIT_SYMBOL,
 				*kiln_last_error() ? kiln_last_error() : "no reason given");
 		return KILN_OK;
 	}
 	for (int i = 0; list[i]; i++) {
 		const struct kiln_plugin *p = list[i];
 		if (p->abi_major != KILN_ABI_MAJOR) {
-			file_error(f, dupf("plugin '%s' was built for ABI %u.%u, this kiln is ABI %d.%d; rebuild it against this kiln's headers",
+			file_error(f, reg_dupf("plugin '%s' was built for ABI %u.%u, this kiln is ABI %d.%d; rebuild it against this kiln's headers",
 					   p->name ? p->name : "?", p->abi_major, p->abi_minor,
 					   KILN_ABI_MAJOR, KILN_ABI_MINOR));
 			continue;
@@ -315,13 +284,13 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 		 * plugin would write past this core's copy.  An older minor is
 		 * safe (it writes less; the core zeroes and checks versions). */
 		if (p->abi_minor > KILN_ABI_MINOR) {
-			file_error(f, dupf("plugin '%s' was built for ABI %u.%u, newer than this kiln's ABI %d.%d; rebuild it against this kiln's headers or use a kiln of ABI %u.%u or later",
+			file_error(f, reg_dupf("plugin '%s' was built for ABI %u.%u, newer than this kiln's ABI %d.%d; rebuild it against this kiln's headers or use a kiln of ABI %u.%u or later",
 					   p->name ? p->name : "?", p->abi_major, p->abi_minor,
 					   KILN_ABI_MAJOR, KILN_ABI_MINOR, p->abi_major, p->abi_minor));
 			continue;
 		}
 		if (!p->name || !p->ops || p->kind < KILN_PLUGIN_DEVICE || p->kind > KILN_PLUGIN_LAYER) {
-			file_error(f, dupf("descriptor %d is malformed (name, kind or ops missing)", i));
+			file_error(f, reg_dupf("descriptor %d is malformed (name, kind or ops missing)", i));
 			continue;
 		}
 		kiln_status st = add_plugin(reg, p, idx);
@@ -332,282 +301,6 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 	return KILN_OK;
 }
 
-/* The exit status of a probe child whose report could not be written (the
- * pipe failed): nothing is known of the file it was loading. */
-#define PROBE_EXIT_PIPE 125
-
-/* Write one line of the probe's report to fd, all of it: a write cut
- * short by a signal of the application's goes on. */
-static void probe_say(int fd, const char *fmt, ...) KILN_PRINTF(2, 3);
-static void probe_say(int fd, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof buf)
-		n = snprintf(buf, sizeof buf, "%s", "-1 overlong\n");
-	for (int done = 0; done < n;) {
-		ssize_t w = write(fd, buf + done, (size_t)(n - done));
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			_exit(PROBE_EXIT_PIPE);
-		done += (int)w;
-	}
-}
-
-/* The probe child: dlopen and initialise files[from..) in turn, writing
- * "<index> start\n" before each and "<index> <kind>:<name>\n" for each
- * plugin it registers to fd; it ends when one crashes. */
-static void probe_child(struct kiln_registry *reg, int from, int fd)
-{
-	int null = open("/dev/null", O_WRONLY);
-	if (null >= 0) {
-		dup2(null, 1);
-		dup2(null, 2);
-	}
-	for (int i = from; i < reg->n_files; i++) {
-		if (reg->files[i].tried || reg->files[i].provides)
-			continue;
-		probe_say(fd, "%d start\n", i);
-		void *h = dlopen(reg->files[i].path, RTLD_NOW | RTLD_LOCAL);
-		kiln_plugin_init_fn init = NULL;
-		if (h)
-			*(void **)&init = dlsym(h, KILN_PLUGIN_INIT_SYMBOL);
-		const struct kiln_plugin *const *list = init ? init(&host) : NULL;
-		for (int k = 0; list && list[k]; k++)
-			if (list[k]->name)
-				probe_say(fd, "%d %d:%.400s\n", i, list[k]->kind, list[k]->name);
-		probe_say(fd, "%d %s\n", i, list ? "ok" : "done");
-	}
-	probe_say(fd, "end\n"); /* the parent need not wait for this exit */
-	_exit(0);
-}
-
-/* Append "<kind>:<name>\n" to what file i provides. */
-static void provides_add(struct loaded_file *f, const char *line)
-{
-	size_t have = f->provides ? strlen(f->provides) : 0, n = strlen(line);
-	char *p = realloc(f->provides, have + n + 1);
-	if (!p)
-		return;
-	memcpy(p + have, line, n + 1);
-	f->provides = p;
-}
-
-/* The parent's end of a probe child's pipe, read a line at a time. */
-struct probe_pipe {
-	int fd;
-	char buf[4096];
-	size_t have;
-};
-
-/* The next line (with its newline) of the child's report into line (n
- * bytes): 1, or 0 at the end of the report, or -1 with errno when the pipe
- * failed.  read(2) is retried when a signal of the application's (a
- * timer without SA_RESTART) cuts it short: stdio's fgets would end the
- * report there, as if the child had ended. */
-static int probe_pipe_line(struct probe_pipe *pp, char *line, size_t n)
-{
-	for (;;) {
-		char *nl = memchr(pp->buf, '\n', pp->have);
-		if (nl || pp->have == sizeof pp->buf) {
-			size_t len = nl ? (size_t)(nl - pp->buf) + 1 : pp->have;
-			size_t keep = len < n ? len : n - 1;
-			memcpy(line, pp->buf, keep);
-			line[keep] = 0;
-			memmove(pp->buf, pp->buf + len, pp->have - len);
-			pp->have -= len;
-			return 1;
-		}
-		ssize_t r = read(pp->fd, pp->buf + pp->have, sizeof pp->buf - pp->have);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -1;
-		if (r == 0)
-			return 0; /* a cut last line is dropped */
-		pp->have += (size_t)r;
-	}
-}
-
-/* What a probe child's report said: the file it was loading when the
- * report stopped (-1: none), whether it reached "end", how many files it
- * finished, and errno of a failed read (0: none). */
-struct probe_report {
-	int cur, ended, finished, read_errno;
-};
-
-/* Read a probe child's report from fd into the files' provides. */
-static struct probe_report probe_read(struct kiln_registry *reg, int fd)
-{
-	struct probe_report r = { .cur = -1 };
-	struct probe_pipe pp = { .fd = fd };
-	char line[512];
-	int got, idx;
-	while ((got = probe_pipe_line(&pp, line, sizeof line)) > 0) {
-		char what[400];
-		if (!strcmp(line, "end\n")) {
-			r.ended = 1;
-			break;
-		}
-		if (sscanf(line, "%d %399s", &idx, what) != 2 || idx < 0 || idx >= reg->n_files)
-			continue;
-		if (!strcmp(what, "start")) {
-			r.cur = idx;
-			provides_add(&reg->files[idx], ""); /* probed, provides nothing yet */
-		} else if (!strcmp(what, "done") || !strcmp(what, "ok")) {
-			reg->files[idx].probed_ok = what[0] == 'o';
-			r.cur = -1;
-			r.finished++;
-		} else {
-			provides_add(&reg->files[idx], line + strcspn(line, " ") + 1);
-		}
-	}
-	if (got < 0)
-		r.read_errno = errno;
-	return r;
-}
-
-/* Wait for probe child pid: 0 with its wait status in *ws, or -1 when
- * there is none to collect (errno ECHILD: the application ignores SIGCHLD,
- * so the kernel reaps its children, or its own handler reaped this one). */
-static int probe_wait(pid_t pid, int *ws)
-{
-	*ws = 0;
-	for (;;) {
-		if (waitpid(pid, ws, 0) == pid)
-			return 0;
-		if (errno != EINTR)
-			return -1;
-	}
-}
-
-/* Forget that file f was being probed: the child's report stopped for a
- * reason not the file's, so nothing is known of it and it is probed again
- * on the next lookup. */
-static void probe_forget(struct loaded_file *f)
-{
-	free(f->provides);
-	f->provides = NULL;
-	f->probed_ok = 0;
-}
-
-/* The probe child pid stopped reporting while loading file f (rep): blame
- * the file when loading it ended the child; 0 then, else -1 (the report
- * was lost for another reason: the file is left unprobed). */
-static int probe_blame(struct loaded_file *f, pid_t pid, const struct probe_report *rep)
-{
-	int ws;
-	if (rep->read_errno) {
-		kill(pid, SIGKILL);
-		probe_wait(pid, &ws);
-		kiln_log(KILN_LOG_WARN, "core", "plugin probe: reading its report failed (%s) while it loaded %s; that file is left unprobed",
-			 strerror(rep->read_errno), f->path);
-		probe_forget(f);
-		return -1;
-	}
-	/* the pipe's end: the child has closed it, so it has ended */
-	if (probe_wait(pid, &ws)) {
-		f->error = dupf("loading it ended a test process (how is unknown: its exit status went elsewhere, as when the application ignores SIGCHLD or reaps every child)");
-	} else if (WIFSIGNALED(ws)) {
-		f->error = dupf("loading it killed a test process with signal %d", WTERMSIG(ws));
-	} else if (WIFEXITED(ws) && WEXITSTATUS(ws) == PROBE_EXIT_PIPE) {
-		kiln_log(KILN_LOG_WARN, "core", "plugin probe: the test process could not write its report while it loaded %s; that file is left unprobed",
-			 f->path);
-		probe_forget(f);
-		return -1;
-	} else {
-		f->error = dupf("loading it made a test process exit with status %d before it finished (code in the plugin or a library it loads called exit)",
-				WIFEXITED(ws) ? WEXITSTATUS(ws) : ws);
-	}
-	f->tried = 1;
-	return 0;
-}
-
-/* Learn what every file neither loaded nor probed provides, by loading
- * them in child processes (probe_child): a file whose loading kills the
- * child gets its error (and is never loaded here); the next child goes
- * on after it. */
-static void probe_children(struct kiln_registry *reg)
-{
-	int from = 0;
-	for (;;) {
-		while (from < reg->n_files && (reg->files[from].tried || reg->files[from].provides))
-			from++;
-		if (from == reg->n_files)
-			return; /* nothing left to probe */
-		int pfd[2];
-		fflush(NULL);
-		if (pipe2(pfd, O_CLOEXEC))
-			return;
-		pid_t pid = fork();
-		if (pid < 0) {
-			close(pfd[0]);
-			close(pfd[1]);
-			return;
-		}
-		if (!pid) {
-			close(pfd[0]);
-			probe_child(reg, from, pfd[1]);
-		}
-		close(pfd[1]);
-		struct probe_report rep = probe_read(reg, pfd[0]);
-		close(pfd[0]);
-		int ws;
-		if (rep.ended && rep.cur < 0) { /* through every file; reap it now or at close */
-			pid_t *e = waitpid(pid, &ws, WNOHANG) ? NULL :
-				   realloc(reg->exiting, (size_t)(reg->n_exiting + 1) * sizeof *e);
-			if (e) {
-				reg->exiting = e;
-				e[reg->n_exiting++] = pid;
-			}
-			return;
-		}
-		if (rep.cur >= 0) {
-			if (probe_blame(&reg->files[rep.cur], pid, &rep))
-				return;
-			from = rep.cur + 1;
-			continue;
-		}
-		/* the report stopped between two files, before "end": the
-		 * child was killed from outside (or its pipe failed); the
-		 * files after the last it finished are still unprobed: a new
-		 * child goes on from them if this one got anywhere */
-		if (rep.read_errno)
-			kill(pid, SIGKILL);
-		probe_wait(pid, &ws);
-		if (!rep.finished || rep.read_errno)
-			return;
-	}
-}
-
-/* What the files neither loaded nor probed provide: the answers kept from
- * an earlier run for files unchanged since (core/probe_cache.c), else from
- * probe children; what the children learnt of files that loaded is kept. */
-static void probe_files(struct kiln_registry *reg)
-{
-	struct probe_cache *cache = NULL;
-	for (int i = 0; i < reg->n_files; i++) {
-		struct loaded_file *f = &reg->files[i];
-		if (f->tried || f->provides)
-			continue;
-		if (!cache && !(cache = kiln_probe_cache_open()))
-			break;
-		const char *known = kiln_probe_cache_find(cache, f->path);
-		if (known)
-			f->provides = kiln_strdup(known);
-	}
-	probe_children(reg);
-	for (int i = 0; cache && i < reg->n_files; i++)
-		if (reg->files[i].probed_ok) {
-			kiln_probe_cache_put(cache, reg->files[i].path, reg->files[i].provides);
-			reg->files[i].probed_ok = 0;
-		}
-	kiln_probe_cache_close(cache);
-}
 
 /* Load file kiln-<name>.so, if there is one not yet tried. */
 static kiln_status load_named(struct kiln_registry *reg, const char *name)
@@ -625,7 +318,7 @@ static kiln_status load_named(struct kiln_registry *reg, const char *name)
 /* Load every file not yet tried, each probed in a child first. */
 static kiln_status load_all(struct kiln_registry *reg)
 {
-	probe_files(reg);
+	reg_probe_files(reg);
 	for (int i = 0; i < reg->n_files; i++) {
 		kiln_status st;
 		if (!reg->files[i].tried && (st = load_file(reg, i)))
@@ -639,7 +332,7 @@ static kiln_status load_all(struct kiln_registry *reg)
 static kiln_status load_providers(struct kiln_registry *reg, int kind, const char *name)
 {
 	char want[300];
-	probe_files(reg);
+	reg_probe_files(reg);
 	snprintf(want, sizeof want, ":%s\n", name);
 	for (int i = 0; i < reg->n_files; i++) {
 		const char *p = reg->files[i].provides;
