@@ -1,0 +1,112 @@
+/* core/pipe_impl.h - the pipeline executor's private state, shared by
+ * core/pipe_open.c (opening, the local transport, freeing) and
+ * core/pipe_run.c (the step, the hand-offs, evaluation's transfers). */
+#ifndef KILN_PIPE_IMPL_H
+#define KILN_PIPE_IMPL_H
+
+#include "pipeline.h"
+
+
+/* A message's slot is fixed by its tag (micro-batch, tensor, direction),
+ * with events of its own: an event recorded again on another stream while
+ * an earlier record is pending could complete the wrong wait, and a tag
+ * recurs only a step later, after the stages have joined. */
+struct local_msg {
+	const void *buf;
+	size_t bytes;
+	void *sent, *copied;
+	int used;
+};
+
+struct local_tr {
+	struct kiln_device *dev;   /* the copy stream's (stage 0's) */
+	struct kiln_device **sdev; /* each stage's, NULL: all dev */
+	void *copy;          /* the copy stream (NULL: on the receiver's) */
+	int n, n_xfer;       /* slots: micro-batches x tensors x 2 */
+	struct local_msg *msg;
+};
+
+struct kiln_pipe {
+	struct kiln_model *m;
+	struct kiln_device *dev;
+	void *stream;                /* the trainer's compute stream */
+	/* each stage's stream (concurrent where the device runs streams
+	 * concurrently: CPU async = 1, CUDA); the step starts after `start`
+	 * on the compute stream and the compute stream waits for each
+	 * stage's `done`; fdone/bdone[k * P + s]: stage s's forward/backward
+	 * of plan k done, which the next stage's pass waits for */
+	void *sst[KILN_PIPE_MAX_STAGES], *done[KILN_PIPE_MAX_STAGES], *start;
+	void **fdone, **bdone;
+	int P, M, K, kind, ticks;
+	int early;                   /* [pipeline] early_forwards (1f1b) */
+	int A, a;                    /* [train] accumulate: steps per optimizer step, this one's */
+	int64_t mb;                  /* micro-batch rows */
+	struct kiln_plan **plan;     /* K: one per activation set alive */
+	int64_t *steps_d;            /* K dropout counters (kiln/ops.h DROPOUT's
+				      * { step, row0, rstride }), 8 i64 apart */
+	int64_t *rows_d;             /* A * M: micro-batch j of accumulation
+				      * step a's row0, at a * M + j */
+	int *slot;                   /* M: the micro-batch's plan */
+	char *busy;                  /* K */
+	struct kiln_pipe_action *act;
+	int lo[KILN_PIPE_MAX_STAGES], hi[KILN_PIPE_MAX_STAGES]; /* layers */
+	size_t glo[KILN_PIPE_MAX_STAGES], ghi[KILN_PIPE_MAX_STAGES]; /* trainable slice */
+	void *gadd[KILN_PIPE_MAX_STAGES], *gmean[KILN_PIPE_MAX_STAGES];
+	float *grads_more;           /* micro-batches 1.. write here, where a layer
+				      * cannot add in its ops (NULL: they add) */
+	float **tie;                 /* K: each plan's gradients of tied weights' other users */
+	void **xadd;                 /* per crossing tensor: the gradient return's add */
+	/* stages on ranks, per crossing tensor that is the data (a stage
+	 * whose output is its input, or a view of it: a flatten): the
+	 * micro-batch's slice copied here on the stage's stream before it is
+	 * sent, since the batch's buffer alternates between steps and the
+	 * transport may read the source it was given after the training
+	 * thread has enqueued the next step's (pipe_rank.c's send_try reads
+	 * its slot's buffer when it runs); made before the first step
+	 * (data_buffers), NULL: none */
+	void **xdata;
+	int n_xdata;
+	struct kiln_stage_transport tr;
+	struct local_tr local;
+	/* stages on ranks (pipe_rank.c): this rank's stage, -1 for all */
+	int mine;
+	struct kiln_pipe_rank *rk;
+	/* kiln_pipe_grads_by_hook: the last micro-batch's backward of this
+	 * rank's stage runs with m->grad_final set, and gmean[mine] is gone */
+	int hook_final;
+	struct kiln_pipe_timing *timing; /* the measured bubble, NULL: none */
+	int cur;                     /* the action being issued */
+	float *seed_d;               /* the loss layers' seed scale (seed_mean),
+				      * NULL: the stages scale to the mean */
+	int pair;                    /* [pipeline] sendrecv, resolved */
+	int zero_copy;               /* [pipeline] zero_copy on a device of host
+				      * memory: 1 in one process (share_local),
+				      * 2 with stages on ranks (pipe_window.c) */
+	unsigned char *shared;       /* which crossing tensors the ranks share,
+				      * 2 a tensor (kiln_pipe_window_open) */
+	int pair_auto;               /* sendrecv = auto: kiln_pipe_use_ranks
+				      * resolves it (kiln_pipe_pair_auto) */
+	/* a transport with sendrecv: this rank's last send, held until its
+	 * stage's next hand-off (a recv from the same stage pairs with it)
+	 * or its next work (xsend, xrecv, xflush) */
+	struct {
+		int on, from, to;
+		uint64_t tag;
+		const void *buf;
+		size_t bytes;
+		void *stream;
+	} held;
+};
+
+/* Stage s's device: its own ([run] devices) or the model's. */
+static inline struct kiln_device *sdev(const struct kiln_pipe *pp, int s)
+{
+	return pp->m->stage_dev ? pp->m->stage_dev[s] : pp->dev;
+}
+
+/* The n-th (from 0) tied user on another stage than its tensor's owner:
+ * its layer, or -1 past the last; *su, *so its stage and the owner's
+ * (core/pipe_run.c). */
+int pipe_tie_user(const struct kiln_pipe *pp, int n, int *su, int *so);
+
+#endif
