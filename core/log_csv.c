@@ -16,14 +16,14 @@
 #include <errno.h>
 #include <sys/types.h> /* ssize_t: getline */
 
-#define CSV_COLS (KILN_LOG_FIELDS + 1)
-
 struct csv_table {
 	const char *event; /* the records it holds */
 	FILE *f;           /* opened at its first record */
 	char path[4200];
-	int ncol;          /* 0: no header yet */
-	char col[CSV_COLS][64];
+	int ncol, cap;     /* ncol 0: no header yet */
+	char **col;        /* the header's names, as many as it has, empty
+			    * ones too (another program's table: its cells
+			    * stay under their columns) */
 };
 
 struct csv {
@@ -46,27 +46,56 @@ static kiln_status csv_open(const char *dir, int resumed, int64_t step, void **c
 	return KILN_OK;
 }
 
-/* Another column, named name (cut to the column's size). */
-static void add_col(struct csv_table *t, const char *name)
+/* Another column, named the n bytes at name. */
+static kiln_status add_col(struct csv_table *t, const char *name, size_t n)
 {
-	if (t->ncol == CSV_COLS)
-		return;
-	size_t n = strlen(name) < sizeof t->col[0] - 1 ? strlen(name) : sizeof t->col[0] - 1;
-	memcpy(t->col[t->ncol], name, n);
-	t->col[t->ncol++][n] = 0;
+	char **nc = kiln_grow(t->col, t->ncol, &t->cap, sizeof *nc, 32);
+	if (!nc)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	t->col = nc;
+	if (!(nc[t->ncol] = malloc(n + 1)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	memcpy(nc[t->ncol], name, n);
+	nc[t->ncol++][n] = 0;
+	return KILN_OK;
 }
 
-/* The header of an existing table (a resumed run appends under it). */
-static void read_header(struct csv_table *t)
+static void free_cols(struct csv_table *t)
 {
-	char line[CSV_COLS * 64];
+	for (int k = 0; k < t->ncol; k++)
+		free(t->col[k]);
+	free(t->col);
+	t->col = NULL;
+	t->ncol = t->cap = 0;
+}
+
+/* The header of an existing table (a resumed run appends under it): its
+ * first line, whatever its length, split at every comma (an empty name
+ * is a column too). */
+static kiln_status read_header(struct csv_table *t)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	kiln_status st = KILN_OK;
 	FILE *f = fopen(t->path, "r");
 	if (!f)
-		return;
-	if (fgets(line, sizeof line, f))
-		for (char *p = strtok(line, ",\r\n"); p; p = strtok(NULL, ",\r\n"))
-			add_col(t, p);
+		return KILN_OK;
+	if ((len = getline(&line, &cap, f)) > 0) {
+		while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = 0;
+		for (const char *p = line; len && !st; p++) {
+			const char *e = strchr(p, ',');
+			const size_t n = e ? (size_t)(e - p) : strlen(p);
+			st = add_col(t, p, n);
+			if (!e)
+				break;
+			p = e;
+		}
+	}
+	free(line);
 	fclose(f);
+	return st;
 }
 
 static kiln_status table_open(struct csv *c, struct csv_table *t)
@@ -75,36 +104,40 @@ static kiln_status table_open(struct csv *c, struct csv_table *t)
 	if (c->resumed) {
 		if ((st = kiln_log_open_append(t->path, &t->f)))
 			return st;
-		read_header(t);
-		return KILN_OK;
+		return read_header(t);
 	}
 	return kiln_fopen_regular(t->path, "w", "write", &t->f);
 }
 
 /* The columns of the table's first record: its set (evaluations), then
  * its fields. */
-static void write_header(struct csv_table *t, const struct kiln_log_record *r)
+static kiln_status write_header(struct csv_table *t, const struct kiln_log_record *r)
 {
+	kiln_status st = KILN_OK;
 	if (r->set)
-		add_col(t, "set");
-	for (int i = 0; i < r->n; i++)
-		add_col(t, r->f[i].name);
-	for (int k = 0; k < t->ncol; k++)
+		st = add_col(t, "set", 3);
+	for (int i = 0; i < r->n && !st; i++)
+		st = add_col(t, r->f[i].name, strlen(r->f[i].name));
+	for (int k = 0; k < t->ncol && !st; k++)
 		fprintf(t->f, "%s%s", k ? "," : "", t->col[k]);
-	fputc('\n', t->f);
+	if (!st)
+		fputc('\n', t->f);
+	return st;
 }
 
 static int has_col(const struct csv_table *t, const char *name)
 {
 	for (int k = 0; k < t->ncol; k++)
-		if (!strncmp(t->col[k], name, sizeof t->col[0] - 1))
+		if (!strcmp(t->col[k], name))
 			return 1;
 	return 0;
 }
 
 /* A widened table's file as kiln_file_write takes it (kiln_file_fill):
  * its header of t's columns, then its rows (the old header skipped) each
- * with an empty cell for the columns from n0 on; 0 or an errno. */
+ * with empty cells up to t's columns (a row shorter than the old header,
+ * another program's, padded too, so the new columns' cells stay under
+ * them); 0 or an errno. */
 struct widen {
 	const struct csv_table *t;
 	int n0; /* the columns the rows have */
@@ -128,8 +161,11 @@ static int widen_fill(FILE *out, void *ctx)
 			line[--len] = 0;
 		if (!row)
 			continue;
+		int cells = 1;
+		for (const char *p = line; (p = strchr(p, ',')); p++)
+			cells++;
 		fputs(line, out);
-		for (int k = w->n0; k < w->t->ncol; k++)
+		for (int k = cells; k < w->t->ncol; k++)
 			fputc(',', out);
 		fputc('\n', out);
 	}
@@ -148,14 +184,15 @@ static int widen_fill(FILE *out, void *ctx)
 static kiln_status table_widen(struct csv_table *t, const struct kiln_log_record *r)
 {
 	const int n0 = t->ncol;
-	char names[CSV_COLS * 64] = "";
+	char names[1024] = "";
+	kiln_status st = KILN_OK;
 	if (r->set && !has_col(t, "set"))
-		add_col(t, "set");
-	for (int i = 0; i < r->n; i++)
+		st = add_col(t, "set", 3);
+	for (int i = 0; i < r->n && !st; i++)
 		if (!has_col(t, r->f[i].name))
-			add_col(t, r->f[i].name);
-	if (t->ncol == n0)
-		return KILN_OK;
+			st = add_col(t, r->f[i].name, strlen(r->f[i].name));
+	if (st || t->ncol == n0)
+		return st;
 	for (int k = n0; k < t->ncol; k++)
 		snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
 			 k > n0 ? ", " : "", t->col[k]);
@@ -164,9 +201,10 @@ static kiln_status table_widen(struct csv_table *t, const struct kiln_log_record
 	t->f = NULL;
 	if (!err)
 		err = kiln_file_write(t->path, widen_fill, (void *)&w);
-	kiln_status st = kiln_log_open_append(t->path, &t->f);
+	st = kiln_log_open_append(t->path, &t->f);
 	if (err) {
-		t->ncol = n0; /* (the file as it was: its rows go on under it) */
+		while (t->ncol > n0) /* (the file as it was: its rows go on under it) */
+			free(t->col[--t->ncol]);
 		return kiln_error(KILN_EIO, "%s: cannot write it again with the column(s) %s its header lacks: %s",
 				  t->path, names, strerror(err));
 	}
@@ -202,9 +240,7 @@ static kiln_status csv_record(void *ctx, const struct kiln_log_record *r)
 	kiln_status st;
 	if (!t->f && (st = table_open(c, t)))
 		return st;
-	if (!t->ncol)
-		write_header(t, r);
-	else if ((st = table_widen(t, r)))
+	if ((st = t->ncol ? table_widen(t, r) : write_header(t, r)))
 		return st;
 	for (int k = 0; k < t->ncol; k++) {
 		if (k)
@@ -220,10 +256,12 @@ static kiln_status csv_close(void *ctx)
 {
 	struct csv *c = ctx;
 	kiln_status st = KILN_OK;
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
 		if (c->t[i].f && fclose(c->t[i].f) && !st)
 			st = kiln_error(KILN_EIO, "%s: cannot write: %s", c->t[i].path,
 					strerror(errno));
+		free_cols(&c->t[i]);
+	}
 	free(c);
 	return st;
 }

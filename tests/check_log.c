@@ -406,6 +406,36 @@ START_TEST(test_csv_widen)
 }
 END_TEST
 
+/* A table another program widened (session 36): a header of 22 columns,
+ * one of them empty (an index pandas wrote) and one longer than 63 bytes,
+ * and a row shorter than it.  The resumed run's cells go under their own
+ * names, the new column at the end, every earlier row padded to the
+ * header.  The old reader kept 17 names of at most 63 bytes and skipped
+ * the empty one: the loss went under the empty column, the widened header
+ * lost five names. */
+START_TEST(test_csv_foreign_header)
+{
+	char head[512] = ",epoch,step,loss", row[256] = "0,1,5,0.25", empty[64] = "";
+	for (int k = 1; k <= 17; k++) {
+		snprintf(head + strlen(head), sizeof head - strlen(head), ",x%d", k);
+		snprintf(row + strlen(row), sizeof row - strlen(row), ",%d", k);
+		strcat(empty, ",");
+	}
+	const char *longname = "a_column_name_longer_than_sixty_three_bytes_which_the_old_reader_cut";
+	snprintf(head + strlen(head), sizeof head - strlen(head), ",%s", longname);
+	char text[1024], want[2048];
+	snprintf(text, sizeof text, "%s\n%s,7\n1,1,10\n", head, row);
+	write_text("train.csv", text);
+	struct kiln_loggers *L = open_loggers("[log]\ncsv = 1\n", 1, 10);
+	struct kiln_log_record r = train_rec(15, 0.0625, 1);
+	kiln_loggers_record(L, &r);
+	ck_assert_int_eq(kiln_loggers_close(L), KILN_OK);
+	snprintf(want, sizeof want, "%s,grad_norm\n%s,7,\n1,1,10,%s,,\n,1,15,0.0625%s,,0.5\n",
+		 head, row, empty, empty);
+	expect_text("train.csv", want);
+}
+END_TEST
+
 /* out_dir removed mid-run (session 34): metrics.jsonl's lines so far,
  * read back through the file still open after its name is gone, into the
  * recreated directory's metrics.jsonl, which the reopened loggers
@@ -445,6 +475,7 @@ static Suite *make_log_suite(void)
 	check_add_case(s, "files", 0, dir_setup, dir_teardown,
 		       (const TTest *[]){ test_tensorboard_file, test_csv_tables, test_jsonl,
 						    test_resume_partial_line, test_csv_widen,
+						    test_csv_foreign_header,
 						    test_jsonl_carry, NULL });
 	return s;
 }
