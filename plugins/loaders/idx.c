@@ -199,6 +199,19 @@ static kiln_status idx_check_header(const struct kiln_host *host, const char *pa
 	return KILN_OK;
 }
 
+/* No folder for a gzip file's inflated copy (idx_cache_dir): said once
+ * a process (every source opens files), and only where a file is big
+ * enough to be kept: plain files and small gzip files are never cached. */
+static void idx_note_no_cache(const struct kiln_host *host)
+{
+	static int noted;
+	char why[300];
+	if (!__atomic_exchange_n(&noted, 1, __ATOMIC_RELAXED)) {
+		common_cache_note(why, sizeof why);
+		host->log(KILN_LOG_INFO, "idx", "unzip cache: %s", why);
+	}
+}
+
 /* Whether fd's file starts with gzip's magic bytes. */
 static int idx_is_gzip(int fd)
 {
@@ -237,11 +250,12 @@ static int idx_load_cached(const struct kiln_host *host, const char *path, uint3
  * file's role ("image file") in messages; `hint` is appended to an open
  * failure (other names tried).  A gzip file of at least IDX_CACHE_MIN
  * bytes is served from its inflated copy under cache_dir (NULL: none) when
- * one is valid, and leaves one there when not.  On failure f holds nothing
- * to free. */
+ * one is valid, and leaves one there when not (no_home: cache_dir is NULL
+ * because no folder could be named, said for such a file).  On failure f
+ * holds nothing to free. */
 static kiln_status idx_load(const struct kiln_host *host, const char *path, uint32_t magic,
 			    const char *what, const char *hint, const char *cache_dir,
-			    struct idx_file *f)
+			    int no_home, struct idx_file *f)
 {
 	int ndim = (int)(magic & 0xff);
 	uint8_t hdr[4 + 4 * 3];
@@ -259,7 +273,11 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the %s: %s%s", path, what, why,
 				   errno == EINVAL || !hint ? "" : hint);
-	int cache = cache_dir && !fstat(fd, &sb) && sb.st_size >= IDX_CACHE_MIN && idx_is_gzip(fd);
+	int cache = (cache_dir || no_home) && !fstat(fd, &sb) && sb.st_size >= IDX_CACHE_MIN &&
+		    idx_is_gzip(fd);
+	if (cache && !cache_dir)
+		idx_note_no_cache(host);
+	cache = cache && cache_dir;
 	if (cache && idx_load_cached(host, path, magic, what, cache_dir, &sb, fd, f))
 		return KILN_OK;
 	gzFile gz = gzdopen(fd, "rb");
@@ -339,11 +357,14 @@ fail:
 
 /* The folder of the inflated copies: [section] unzip_cache, else
  * $XDG_CACHE_HOME/kiln/idx (~/.cache/kiln/idx); NULL for `none` or when
- * no folder can be named.  buf holds n bytes. */
+ * no folder can be named (*unnamed 1: no HOME or XDG_CACHE_HOME names
+ * one, which idx_note_no_cache says when a file would have been kept).
+ * buf holds n bytes. */
 static const char *idx_cache_dir(const struct kiln_host *host, const struct kiln_config *cfg,
-				 const char *section, char *buf, size_t n)
+				 const char *section, char *buf, size_t n, int *unnamed)
 {
 	const char *v = host->config_get(cfg, section, "unzip_cache");
+	*unnamed = 0;
 	if (v && !strcmp(v, "none"))
 		return NULL;
 	if (v && *v) {
@@ -352,12 +373,7 @@ static const char *idx_cache_dir(const struct kiln_host *host, const struct kiln
 	}
 	if (!common_cache_path(buf, n, "idx"))
 		return buf;
-	static int noted; /* once a process: every source opens one */
-	char why[300];
-	if (errno == ENOENT && !__atomic_exchange_n(&noted, 1, __ATOMIC_RELAXED)) {
-		common_cache_note(why, sizeof why);
-		host->log(KILN_LOG_INFO, "idx", "unzip cache: %s", why);
-	}
+	*unnamed = errno == ENOENT;
 	return NULL;
 }
 
@@ -528,10 +544,12 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ENOMEM, "out of memory");
 	c->src.host = host;
 	char cache_buf[PATH_MAX];
-	const char *cache_dir = idx_cache_dir(host, cfg, section, cache_buf, sizeof cache_buf);
-	if ((st = idx_load(host, img, IDX_MAGIC_IMAGES, "image file", ihint, cache_dir,
+	int no_home;
+	const char *cache_dir = idx_cache_dir(host, cfg, section, cache_buf, sizeof cache_buf,
+					      &no_home);
+	if ((st = idx_load(host, img, IDX_MAGIC_IMAGES, "image file", ihint, cache_dir, no_home,
 			   &c->images)) ||
-	    (st = idx_load(host, lab, IDX_MAGIC_LABELS, "label file", lhint, cache_dir,
+	    (st = idx_load(host, lab, IDX_MAGIC_LABELS, "label file", lhint, cache_dir, no_home,
 			   &c->labels)))
 		goto fail;
 	if (c->images.dims[0] != c->labels.dims[0]) {
