@@ -9,7 +9,9 @@
  * other settings) widens the table: the file written again, whole
  * or not at all, with the new columns at the end of its header and an
  * empty cell for them in every earlier row (before session 35 the field
- * was dropped from every row for good, silently). */
+ * was dropped from every row for good, silently).  The tables are open for
+ * reading too, so that a run whose out_dir was removed carries them into
+ * the recreated one (csv_carry; session 36). */
 #include "logger.h"
 #include "../plugins/common/c_locale.h" /* common_snprintf_c */
 
@@ -106,7 +108,8 @@ static kiln_status table_open(struct csv *c, struct csv_table *t)
 			return st;
 		return read_header(t);
 	}
-	return kiln_fopen_regular(t->path, "w", "write", &t->f);
+	/* readable too: a carry reads it back (csv_carry) */
+	return kiln_fopen_regular(t->path, "w+", "write", &t->f);
 }
 
 /* The columns of the table's first record: its set (evaluations), then
@@ -252,6 +255,22 @@ static kiln_status csv_record(void *ctx, const struct kiln_log_record *r)
 	return KILN_OK;
 }
 
+/* The tables written so far, read back through the files still open
+ * (their names gone with the removed out_dir), into dir; a table not
+ * begun yet has nothing to carry. */
+static kiln_status csv_carry(void *ctx, const char *dir)
+{
+	struct csv *c = ctx;
+	for (int i = 0; i < 2; i++) {
+		const char *name = strrchr(c->t[i].path, '/') + 1;
+		kiln_status st = c->t[i].f ? kiln_log_carry_file(c->t[i].f, c->t[i].path, dir, name)
+					   : KILN_OK;
+		if (st)
+			return st;
+	}
+	return KILN_OK;
+}
+
 static kiln_status csv_close(void *ctx)
 {
 	struct csv *c = ctx;
@@ -272,6 +291,6 @@ const struct kiln_logger_ops kiln_log_csv = {
 	.record = csv_record,
 	.event = NULL,
 	.histogram = NULL,
-	.carry = NULL,
+	.carry = csv_carry,
 	.close = csv_close,
 };

@@ -7,9 +7,7 @@
 #include "logger.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <unistd.h>
 
 struct jsonl {
 	FILE *f;
@@ -65,56 +63,12 @@ static kiln_status jsonl_record(void *ctx, const struct kiln_log_record *r)
 	return st;
 }
 
-/* Every byte of fd from offset 0 to its end onto to, in blocks (the
- * run's own file: no bound beyond its size).  0 or an errno; *failed_to
- * 1 when the write failed, 0 when the read did. */
-static int copy_fd(int fd, int to, int *failed_to)
-{
-	char b[65536];
-	off_t at = 0;
-	for (;;) {
-		ssize_t n = pread(fd, b, sizeof b, at);
-		*failed_to = 0;
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? errno : 0;
-		*failed_to = 1;
-		for (ssize_t w, done = 0; done < n; done += w)
-			if ((w = write(to, b + done, (size_t)(n - done))) < 0) {
-				if (errno != EINTR)
-					return errno;
-				w = 0;
-			}
-		at += n;
-	}
-}
-
 /* The lines written so far, read back through the file still open (its
- * name gone with the removed out_dir), into dir/metrics.jsonl, created:
- * an error naming the file that failed.  One there already (another
- * process's, in a directory put in out_dir's place) is left alone. */
+ * name gone with the removed out_dir), into dir/metrics.jsonl, created. */
 static kiln_status jsonl_carry(void *ctx, const char *dir)
 {
 	struct jsonl *j = ctx;
-	char path[4200];
-	int failed_to = 1, err = 0;
-	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-	if (fflush(j->f))
-		return kiln_error(KILN_EIO, "%s: cannot write: %s", j->path, strerror(errno));
-	int to = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-	if (to < 0)
-		err = errno;
-	else if ((err = copy_fd(fileno(j->f), to, &failed_to)) == 0 && fsync(to))
-		err = errno;
-	if (to >= 0 && close(to) && !err)
-		err = errno;
-	if (!err)
-		return KILN_OK;
-	if (failed_to)
-		return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err));
-	return kiln_error(KILN_EIO, "%s (removed, still open): cannot read: %s", j->path,
-			  strerror(err));
+	return kiln_log_carry_file(j->f, j->path, dir, "metrics.jsonl");
 }
 
 static kiln_status jsonl_close(void *ctx)

@@ -4,6 +4,7 @@
 #include "logger.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <unistd.h>
 
@@ -112,6 +113,53 @@ kiln_status kiln_log_open_append(const char *path, FILE **out)
 	}
 	*out = f;
 	return KILN_OK;
+}
+
+/* Every byte of fd from offset 0 to its end onto to, in blocks (the
+ * run's own file: no bound beyond its size).  0 or an errno; *failed_to
+ * 1 when the write failed, 0 when the read did. */
+static int copy_fd(int fd, int to, int *failed_to)
+{
+	char b[65536];
+	off_t at = 0;
+	for (;;) {
+		ssize_t n = pread(fd, b, sizeof b, at);
+		*failed_to = 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? errno : 0;
+		*failed_to = 1;
+		for (ssize_t w, done = 0; done < n; done += w)
+			if ((w = write(to, b + done, (size_t)(n - done))) < 0) {
+				if (errno != EINTR)
+					return errno;
+				w = 0;
+			}
+		at += n;
+	}
+}
+
+kiln_status kiln_log_carry_file(FILE *f, const char *path, const char *dir, const char *name)
+{
+	char to_path[4200];
+	int failed_to = 1, err = 0;
+	snprintf(to_path, sizeof to_path, "%s/%s", dir, name);
+	if (fflush(f))
+		return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+	int to = open(to_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+	if (to < 0)
+		err = errno;
+	else if ((err = copy_fd(fileno(f), to, &failed_to)) == 0 && fsync(to))
+		err = errno;
+	if (to >= 0 && close(to) && !err)
+		err = errno;
+	if (!err)
+		return KILN_OK;
+	if (failed_to)
+		return kiln_error(KILN_EIO, "%s: cannot write: %s", to_path, strerror(err));
+	return kiln_error(KILN_EIO, "%s (removed, still open): cannot read: %s", path,
+			  strerror(err));
 }
 
 kiln_status kiln_loggers_carry(struct kiln_loggers *L, const char *dir)

@@ -88,6 +88,12 @@ struct kiln_logger_ops {
  * bytes dropped, so the new lines start a line of their own. */
 kiln_status kiln_log_open_append(const char *path, FILE **out);
 
+/* A carry (kiln_logger_ops): what f holds (opened for reading too; its
+ * file was path, whose name went with the removed out_dir), from its
+ * start, into dir/name, created (one there already, another process's, is
+ * left alone: an error) and synced.  An error names the file that failed. */
+kiln_status kiln_log_carry_file(FILE *f, const char *path, const char *dir, const char *name);
+
 extern const struct kiln_logger_ops kiln_log_jsonl, kiln_log_csv, kiln_log_tensorboard;
 
 struct kiln_loggers;

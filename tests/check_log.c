@@ -436,7 +436,7 @@ START_TEST(test_csv_foreign_header)
 }
 END_TEST
 
-/* out_dir removed mid-run (session 34): metrics.jsonl's lines so far,
+/* out_dir removed mid-run (session 34; the CSV tables session 36): metrics.jsonl's lines so far,
  * read back through the file still open after its name is gone, into the
  * recreated directory's metrics.jsonl, which the reopened loggers
  * continue; a second carry there (the file exists: another process's) is
@@ -461,8 +461,10 @@ START_TEST(test_jsonl_carry)
 	kiln_loggers_close(L);
 	expect_text("again/metrics.jsonl", "{\"event\":\"train\",\"epoch\":1,\"step\":5,\"loss\":0.5}\n"
 					   "{\"event\":\"checkpoint\",\"step\":5}\n");
-	/* (the CSV tables have no carry: nothing written for them) */
-	snprintf(path, sizeof path, "%s/train.csv", sub);
+	/* the CSV tables too (session 36; they had no carry): train.csv's
+	 * rows, and no eval.csv, which had no record yet */
+	expect_text("again/train.csv", "epoch,step,loss\n1,5,0.5\n");
+	snprintf(path, sizeof path, "%s/eval.csv", sub);
 	ck_assert_int_ne(access(path, F_OK), 0);
 }
 END_TEST
