@@ -287,7 +287,21 @@ struct bar {
 	int epoch;                /* the epoch the rate is measured over */
 	int64_t step0;            /* its first step seen, and when */
 	double t0, last_draw;
+	int redraw;               /* a log line cleared the bar (bar_log) */
 };
+
+/* The log's sink while the bar is drawn on a terminal: the bar's line
+ * cleared first, so that a message (a checkpoint written, a warning)
+ * starts a line of its own (it was glued onto the bar's text, "ETA
+ * 0:00[train] checkpoint ..."), in the default sink's form; the bar is
+ * drawn again at the next step.  Any thread: kiln serialises the calls. */
+static void bar_log(void *user, int level, const char *who, const char *msg)
+{
+	static const char *const tag[] = { "error: ", "warning: ", "", "debug: " };
+	struct bar *b = user;
+	fprintf(stderr, "\r\033[K[%s] %s%s\n", who, tag[level & 3], msg);
+	__atomic_store_n(&b->redraw, 1, __ATOMIC_RELAXED);
+}
 
 static void progress(void *user, int epoch, int64_t step, int64_t steps, const char *status)
 {
@@ -317,7 +331,8 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 		b->t0 = now;
 	}
 	int pct = (int)(100 * step / (steps ? steps : 1));
-	if (pct == b->last_pct && !status && now - b->last_draw < 1.0)
+	const int redraw = __atomic_exchange_n(&b->redraw, 0, __ATOMIC_RELAXED);
+	if (pct == b->last_pct && !status && !redraw && now - b->last_draw < 1.0)
 		return;
 	b->last_pct = pct;
 	b->last_draw = now;
@@ -449,8 +464,11 @@ int cmd_train(int argc, char **argv)
 		b.epochs = tc.epochs;
 		b.samples_per_step = tc.batch * tc.accumulate;
 	}
+	if (!st && b.tty)
+		kiln_log_set_sink(bar_log, &b);
 	if (!st)
 		st = kiln_train_run(cfg, reg, &tc, progress, &b, &r);
+	kiln_log_set_sink(NULL, NULL);
 	int rc = 0;
 	if (st) {
 		if (b.tty)

@@ -410,6 +410,8 @@ TESTS += tests/nonfinite_weights.sh
 EXTRA_DIST += tests/nonfinite_weights.sh
 TESTS += tests/cache_home.sh
 EXTRA_DIST += tests/cache_home.sh
+TESTS += tests/progress_tty.sh
+EXTRA_DIST += tests/progress_tty.sh
 
 # ---- CLI and docs: the commands, the examples, the documents' claims -----
 TESTS += tests/cli.sh tests/docs.sh
