@@ -438,7 +438,7 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 	    (st = alloc_buffers(t)) || stamp(&at[4]) || (training && (st = open_run(t))) ||
 	    stamp(&at[5]) || (st = open_loaders(t)) || stamp(&at[6]) ||
 	    (training && ((st = open_loop(t)) || (st = open_out_dir(t)))) || stamp(&at[7]))
-		return st;
+		return kiln_dist_name_own(t->dist, st);
 	t->t_fit0 = at[7];
 	log_setup_times(t->t_start, at);
 	return KILN_OK;
