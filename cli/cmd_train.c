@@ -279,6 +279,26 @@ static void tell_launcher(const char *cause)
 		return; /* (a full pipe: the rank's own line says it) */
 }
 
+/* The run's error, printed by the library's hook before its teardown
+ * (kiln_set_error_hook): a stop signal during a teardown of more than
+ * KILN_STOP_GRACE_S (a device's frees, the store's goodbyes) ends the
+ * process by the signal, and before session 36 the error, printed after
+ * kiln_train_run returned, was never seen.  told: the message printed
+ * (malloc'd), not printed again at the end. */
+struct told {
+	int tty;
+	char *msg;
+};
+
+static void on_run_error(void *user, kiln_status st, const char *msg)
+{
+	struct told *e = user;
+	free(e->msg);
+	e->msg = strdup(msg ? msg : "");
+	fprintf(stderr, "%skiln: error: %s\n", e->tty ? "\n" : "", *msg ? msg : kiln_status_name(st));
+	fflush(stderr);
+}
+
 struct bar {
 	int tty;
 	int last_pct;
@@ -449,10 +469,15 @@ int cmd_train(int argc, char **argv)
 		b.epochs = tc.epochs;
 		b.samples_per_step = tc.batch * tc.accumulate;
 	}
+	struct told told = { .tty = b.tty };
+	kiln_set_error_hook(on_run_error, &told);
 	if (!st)
 		st = kiln_train_run(cfg, reg, &tc, progress, &b, &r);
+	kiln_set_error_hook(NULL, NULL);
 	int rc = 0;
-	if (st) {
+	if (st && told.msg && !strcmp(told.msg, kiln_last_error())) {
+		rc = kiln_status_exit_code(st); /* printed before the teardown */
+	} else if (st) {
 		if (b.tty)
 			fprintf(stderr, "\n");
 		rc = cli_fail(st);
@@ -538,6 +563,7 @@ int cmd_train(int argc, char **argv)
 			fprintf(stderr, "trained weights: %s (`kiln export %s --safetensors FILE`, with the same overrides, writes them for PyTorch)\n",
 				r.checkpoint, args[1]);
 	}
+	free(told.msg);
 	kiln_registry_close(reg);
 	kiln_config_free(cfg);
 	free(args);
