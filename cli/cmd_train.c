@@ -8,6 +8,7 @@
  * does `kiln launch` going away (launcher_watch: KILN_LAUNCH_ALIVE_FD). */
 #include "build-config.h"
 #include "cli.h"
+#include "launch.h" /* LAUNCH_STOPPED_LINE */
 #include <kiln/dist.h>
 
 #include <errno.h>
@@ -540,6 +541,11 @@ int cmd_train(int argc, char **argv)
 		} else if (r.stopped && r.checkpoint[0])
 			fprintf(stderr, "kiln: stopped at step %lld: checkpoint written to %s; resume with --resume\n",
 				(long long)r.steps, r.checkpoint);
+		if (r.stopped && !r.stop_cause[0]) {
+			char line[64];
+			snprintf(line, sizeof line, LAUNCH_STOPPED_LINE "%d", stop_rank());
+			tell_launcher(line); /* (a clean stop: launch_group_done) */
+		}
 		else if (r.stopped && stop_rank() > 0)
 			fprintf(stderr, "kiln: rank %d stopped at step %lld: rank 0 writes the checkpoint\n",
 				stop_rank(), (long long)r.steps);
