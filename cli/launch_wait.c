@@ -275,10 +275,21 @@ static void launch_fail(const struct launch_opts *o, struct launch_state *s, pid
 	char why[96];
 	const int rank = o->node_rank * o->nproc + l;
 	const int stop = stop_others && !s->stopping;
+	/* a stop passed on already: the others stop by it (or fail at
+	 * their next collective without this rank, naming it), and a
+	 * SIGTERM 5 s or more after it would end them at once, unexplained
+	 * (cli/cmd_train.c; before session 36): only the --grace deadline */
+	const int term = stop && !o->fwd_sigs;
 	launch_describe_status(ws, why, sizeof why);
 	if (s->failed < 0 || exit_rank(ws) > exit_rank(s->fail_status)) {
+		char then[160] = "";
+		if (s->alive && term)
+			snprintf(then, sizeof then, "; stopping the other ranks");
+		else if (s->alive && stop)
+			snprintf(then, sizeof then, "; the other ranks, stopping already by the signal passed on, get %d s, then SIGKILL",
+				 o->grace);
 		fprintf(stderr, "kiln launch: rank %d (%s %d) failed with %s%s\n", rank, what, (int)p,
-			why, s->alive && stop ? "; stopping the other ranks" : "");
+			why, then);
 		/* a later rank's own cause is what the first failure (its
 		 * peer gone) followed from */
 		if (s->failed >= 0)
@@ -289,7 +300,7 @@ static void launch_fail(const struct launch_opts *o, struct launch_state *s, pid
 	if (!stop)
 		return;
 	s->stopping = 1;
-	for (int k = 0; k < o->nproc; k++)
+	for (int k = 0; k < o->nproc && term; k++)
 		if (s->pgid[k])
 			launch_rank_kill(s->pgid[k], SIGTERM);
 	s->kill_at = launch_mono() + o->grace;
