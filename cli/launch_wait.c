@@ -68,10 +68,6 @@ struct rank_end {
 	 * the trainer (a cleanup trap's exit 1) */
 	int below_failed, below_ws;
 	pid_t below_pid;
-	/* that failure was its end by the repeated signal passed on (the
-	 * process still ran then: the trainer on its way to its stop point,
-	 * ended at once without its checkpoint) */
-	int below_cut;
 	/* processes of its group the launcher's SIGKILL ended (launch_groups_left:
 	 * they outlived the repeated signal, ignoring it): no failure of
 	 * their own; the rank stopped if a process below exited 0 */
@@ -362,7 +358,6 @@ static void launch_ended(const struct launch_opts *o, struct launch_state *s, pi
 				e->below_pid = p;
 			}
 			e->below_failed = 1;
-			e->below_cut |= cut;
 			char why[96];
 			launch_describe_status(ws, why, sizeof why);
 			fprintf(stderr, "kiln launch: rank %d: pid %d of its process group ended with %s after the %s passed on%s: judged once the group is empty\n",
