@@ -10,7 +10,8 @@
  * us) and stops with us (PR_SET_PDEATHSIG: SIGHUP, which `kiln train` takes
  * as a stop it names).  SIGINT, SIGTERM, SIGUSR1 and SIGHUP are
  * forwarded to every rank's process group (launch_wait.c launch_rank_kill: a wrapping command's
- * children too), once per --grace seconds (launch_forward);
+ * children too), once per --grace seconds and at least the trainers' own 5
+ * (launch_forward);
  * Ctrl-Z (SIGTSTP) stops the ranks, then the launcher (launch_suspend).
  * A rank command ended by a signal passed on (a wrapper that dies of it)
  * is no failure by itself: the launcher, the subreaper of what its ranks
@@ -18,7 +19,9 @@
  * deadline as for a direct rank, or until a repeated signal, which gives
  * it --grace s (launch_group_waits), and judges the rank by that, a
  * failure below the command only once its group is empty (launch_ended,
- * launch_group_done).  A pipe whose write end only the launcher holds
+ * launch_group_done): a trainer's clean stop it says on the pipe
+ * (LAUNCH_STOPPED_LINE), an end by the repeat is a failure, a process
+ * the launcher's SIGKILL ended (it ignored both signals) is none.  A pipe whose write end only the launcher holds
  * (KILN_LAUNCH_ALIVE_FD) tells every process of the ranks when it is gone,
  * however it died.  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`

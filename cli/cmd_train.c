@@ -8,6 +8,7 @@
  * does `kiln launch` going away (launcher_watch: KILN_LAUNCH_ALIVE_FD). */
 #include "build-config.h"
 #include "cli.h"
+#include "launch.h" /* LAUNCH_STOPPED_LINE */
 #include <kiln/dist.h>
 
 #include <errno.h>
@@ -279,6 +280,27 @@ static void tell_launcher(const char *cause)
 		return; /* (a full pipe: the rank's own line says it) */
 }
 
+/* The run's error, printed by the library's hook before its teardown
+ * (kiln_set_error_hook): a stop signal during a teardown of more than
+ * KILN_STOP_GRACE_S (a device's frees, the store's goodbyes) ends the
+ * process by the signal, and before session 36 the error, printed after
+ * kiln_train_run returned, was never seen.  told: the message printed
+ * (malloc'd), not printed again at the end. */
+struct told {
+	int tty;
+	char *msg;
+};
+
+static void on_run_error(void *user, kiln_status st, const char *msg)
+{
+	struct told *e = user;
+	const char *m = msg ? msg : "";
+	free(e->msg);
+	e->msg = strdup(m);
+	fprintf(stderr, "%skiln: error: %s\n", e->tty ? "\n" : "", *m ? m : kiln_status_name(st));
+	fflush(stderr);
+}
+
 struct bar {
 	int tty;
 	int last_pct;
@@ -464,13 +486,18 @@ int cmd_train(int argc, char **argv)
 		b.epochs = tc.epochs;
 		b.samples_per_step = tc.batch * tc.accumulate;
 	}
+	struct told told = { .tty = b.tty };
+	kiln_set_error_hook(on_run_error, &told);
 	if (!st && b.tty)
 		kiln_log_set_sink(bar_log, &b);
 	if (!st)
 		st = kiln_train_run(cfg, reg, &tc, progress, &b, &r);
 	kiln_log_set_sink(NULL, NULL);
+	kiln_set_error_hook(NULL, NULL);
 	int rc = 0;
-	if (st) {
+	if (st && told.msg && !strcmp(told.msg, kiln_last_error())) {
+		rc = kiln_status_exit_code(st); /* printed before the teardown */
+	} else if (st) {
 		if (b.tty)
 			fprintf(stderr, "\n");
 		rc = cli_fail(st);
@@ -533,6 +560,11 @@ int cmd_train(int argc, char **argv)
 		} else if (r.stopped && r.checkpoint[0])
 			fprintf(stderr, "kiln: stopped at step %lld: checkpoint written to %s; resume with --resume\n",
 				(long long)r.steps, r.checkpoint);
+		if (r.stopped && !r.stop_cause[0]) {
+			char line[64];
+			snprintf(line, sizeof line, LAUNCH_STOPPED_LINE "%d", stop_rank());
+			tell_launcher(line); /* (a clean stop: launch_group_done) */
+		}
 		else if (r.stopped && stop_rank() > 0)
 			fprintf(stderr, "kiln: rank %d stopped at step %lld: rank 0 writes the checkpoint\n",
 				stop_rank(), (long long)r.steps);
@@ -556,6 +588,7 @@ int cmd_train(int argc, char **argv)
 			fprintf(stderr, "trained weights: %s (`kiln export %s --safetensors FILE`, with the same overrides, writes them for PyTorch)\n",
 				r.checkpoint, args[1]);
 	}
+	free(told.msg);
 	kiln_registry_close(reg);
 	kiln_config_free(cfg);
 	free(args);

@@ -32,6 +32,23 @@ struct launch_opts {
 	char self[4096];
 };
 
+/* A trainer's own window for a repeated stop signal (cli/cmd_train.c,
+ * KILN_STOP_GRACE_S): a repeat within it is the same stop, a later one
+ * ends the trainer at once.  The launcher passes a repeat on no sooner
+ * (launch_forward): with --grace under it, a repeat the trainers ignored
+ * still started the --grace deadline of a wrapped trainer's group, which
+ * was then SIGKILLed on its way to its stop point (before session 36). */
+#define LAUNCH_TRAINER_REPEAT_S 5
+
+/* The line a trainer writes to KILN_LAUNCH_WHY_FD, with its global rank,
+ * once it stopped at the user's request with its checkpoint (exit 0;
+ * cli/cmd_train.c): below a wrapping rank command its exit may be a
+ * wrapper's to see, not the launcher's, which then could not tell a
+ * trainer that stopped cleanly from one a repeated signal cut short
+ * (launch_wait.c: launch_group_done).  Any other line is the cause of a
+ * stop not the user's. */
+#define LAUNCH_STOPPED_LINE "kiln-stopped "
+
 /* Set by cmd_launch.c's handlers: the stop signal that arrived (SIGINT,
  * SIGTERM, SIGUSR1, SIGHUP), and Ctrl-Z's (SIGTSTP, SIGTTIN, SIGTTOU);
  * taken by launch_wait. */

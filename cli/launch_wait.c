@@ -68,6 +68,14 @@ struct rank_end {
 	 * the trainer (a cleanup trap's exit 1) */
 	int below_failed, below_ws;
 	pid_t below_pid;
+	/* processes of its group the launcher's SIGKILL ended (launch_groups_left:
+	 * they outlived the repeated signal, ignoring it): no failure of
+	 * their own; the rank stopped if a process below exited 0 */
+	int n_killed;
+	/* its command died of the repeated signal passed on (it still ran
+	 * then), and its trainer's clean stop was said (LAUNCH_STOPPED_LINE,
+	 * launch_read_pipe) */
+	int leader_cut, said_stopped;
 	/* what is left of its group once every rank's command ended: when
 	 * it is killed (0: no deadline yet, launch_groups_left), and
 	 * whether it was */
@@ -85,12 +93,16 @@ struct launch_state {
 	/* each rank's process group (its first pid: launch_spawn), 0 once
 	 * it is gone: what signals passed on reach once its command ended */
 	pid_t *pgid;
+	/* the ranks' pipe (KILN_LAUNCH_WHY_FD): a line not yet whole */
+	char line[640];
+	size_t have;
 };
 
 /* Pass the signal that arrived on to every rank (s->pgid[]: each rank's
  * process group, 0 once gone; its command may have ended before the
  * trainer below it), once: a repeat within
- * --grace seconds of the last one passed on is dropped (Slurm, systemd and
+ * --grace seconds, and at least LAUNCH_TRAINER_REPEAT_S, of the last one
+ * passed on is dropped (Slurm, systemd and
  * `timeout` signal the launcher and, or twice, its group; each rank stops
  * gracefully on the first, cli/cmd_train.c), a later one is passed on
  * (the ranks then end at once).  s->fwd_at: when one was last passed on.
@@ -105,9 +117,10 @@ static void launch_forward(struct launch_opts *o, struct launch_state *s)
 	int sig = launch_got_signal;
 	launch_got_signal = 0;
 	double now = launch_mono();
-	if (s->fwd_at && now - s->fwd_at < o->grace) {
+	const int window = o->grace > LAUNCH_TRAINER_REPEAT_S ? o->grace : LAUNCH_TRAINER_REPEAT_S;
+	if (s->fwd_at && now - s->fwd_at < window) {
 		fprintf(stderr, "kiln launch: %s again within %d s: already passed on, ignored\n",
-			strsignal(sig), o->grace);
+			strsignal(sig), window);
 		return;
 	}
 	s->fwd_at = now;
@@ -179,15 +192,46 @@ static void launch_sleep(double deadline, const sigset_t *open)
 	(void)ppoll(NULL, 0, tp, open); /* EINTR: a signal, the point */
 }
 
-/* The first line a rank wrote to the launcher's pipe before it exited
- * (kiln train: the cause of a stop not the user's), into o->why once. */
-static void launch_read_why(struct launch_opts *o)
+/* One whole line from the ranks' pipe: a trainer's clean stop
+ * (LAUNCH_STOPPED_LINE and its global rank) marks its local rank's end,
+ * any other is the cause of a stop not the user's, the first into o->why. */
+static void launch_pipe_line(struct launch_opts *o, struct launch_state *s, const char *line)
 {
-	if (o->why[0] || o->why_fd[0] < 0)
+	const size_t n = strlen(LAUNCH_STOPPED_LINE);
+	if (!strncmp(line, LAUNCH_STOPPED_LINE, n)) {
+		const int l = atoi(line + n) - o->node_rank * o->nproc;
+		if (l >= 0 && l < o->nproc)
+			s->end[l].said_stopped = 1;
+	} else if (!o->why[0]) {
+		snprintf(o->why, sizeof o->why, "%s", line);
+	}
+}
+
+/* What the ranks wrote to the launcher's pipe (non-blocking) so far:
+ * each whole line to launch_pipe_line; read before every reap, so that
+ * a trainer's line, written before it exits, is read by its end. */
+static void launch_read_pipe(struct launch_opts *o, struct launch_state *s)
+{
+	if (o->why_fd[0] < 0)
 		return;
-	const ssize_t k = read(o->why_fd[0], o->why, sizeof o->why - 1);
-	o->why[k > 0 ? k : 0] = 0;
-	o->why[strcspn(o->why, "\n")] = 0;
+	for (;;) {
+		if (s->have == sizeof s->line - 1) { /* (a line too long: cut) */
+			launch_pipe_line(o, s, s->line);
+			s->have = 0;
+		}
+		const ssize_t k = read(o->why_fd[0], s->line + s->have, sizeof s->line - 1 - s->have);
+		if (k <= 0)
+			return;
+		s->have += (size_t)k;
+		s->line[s->have] = 0;
+		char *nl;
+		while ((nl = strchr(s->line, '\n'))) {
+			*nl = 0;
+			launch_pipe_line(o, s, s->line);
+			s->have -= (size_t)(nl + 1 - s->line);
+			memmove(s->line, nl + 1, s->have + 1);
+		}
+	}
 }
 
 /* A rank's exit that says why better than another's: an exit code of the
@@ -227,10 +271,21 @@ static void launch_fail(const struct launch_opts *o, struct launch_state *s, pid
 	char why[96];
 	const int rank = o->node_rank * o->nproc + l;
 	const int stop = stop_others && !s->stopping;
+	/* a stop passed on already: the others stop by it (or fail at
+	 * their next collective without this rank, naming it), and a
+	 * SIGTERM 5 s or more after it would end them at once, unexplained
+	 * (cli/cmd_train.c; before session 36): only the --grace deadline */
+	const int term = stop && !o->fwd_sigs;
 	launch_describe_status(ws, why, sizeof why);
 	if (s->failed < 0 || exit_rank(ws) > exit_rank(s->fail_status)) {
+		char then[160] = "";
+		if (s->alive && term)
+			snprintf(then, sizeof then, "; stopping the other ranks");
+		else if (s->alive && stop)
+			snprintf(then, sizeof then, "; the other ranks, stopping already by the signal passed on, get %d s, then SIGKILL",
+				 o->grace);
 		fprintf(stderr, "kiln launch: rank %d (%s %d) failed with %s%s\n", rank, what, (int)p,
-			why, s->alive && stop ? "; stopping the other ranks" : "");
+			why, then);
 		/* a later rank's own cause is what the first failure (its
 		 * peer gone) followed from */
 		if (s->failed >= 0)
@@ -241,7 +296,7 @@ static void launch_fail(const struct launch_opts *o, struct launch_state *s, pid
 	if (!stop)
 		return;
 	s->stopping = 1;
-	for (int k = 0; k < o->nproc; k++)
+	for (int k = 0; k < o->nproc && term; k++)
 		if (s->pgid[k])
 			launch_rank_kill(s->pgid[k], SIGTERM);
 	s->kill_at = launch_mono() + o->grace;
@@ -269,6 +324,7 @@ static void launch_ended(const struct launch_opts *o, struct launch_state *s, pi
 			if (fwd && s->pgid[l] && !(kill(-s->pgid[l], 0) && errno == ESRCH)) {
 				e->by_stop = 1;
 				e->leader_ws = ws;
+				e->leader_cut = s->forwards > 1;
 				e->stop_at = launch_mono();
 				fprintf(stderr, "kiln launch: rank %d's command (pid %d) ended by %s, which this launcher passed on: waiting for the rest of its process group (a trainer below it stops with its checkpoint where the ranks agree on the stop)\n",
 					o->node_rank * o->nproc + l, (int)p, strsignal(WTERMSIG(ws)));
@@ -283,9 +339,20 @@ static void launch_ended(const struct launch_opts *o, struct launch_state *s, pi
 		 * session 35's merge) */
 		if (!s->pgid[l] || s->pgid[l] != g || !(e->by_stop || o->fwd_sigs))
 			continue;
+		/* ended by the repeat passed on (a trainer ends at once by a
+		 * repeat LAUNCH_TRAINER_REPEAT_S after its stop), or by this
+		 * launcher's SIGKILL of what outlived it (ignoring the signal);
+		 * before session 36 the first counted as no failure (the rank
+		 * "stopped" beside a helper's exit 0, its trainer cut short),
+		 * the second as one ("failed with signal 9" after trainers
+		 * that had stopped cleanly) */
+		const int cut = fwd && s->forwards > 1;
+		const int killed = WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL && e->killed;
 		if (ok) {
 			e->clean = 1;
-		} else if (!fwd) { /* the trainer below, or a helper, failed */
+		} else if (killed) {
+			e->n_killed++;
+		} else if (!fwd || cut) { /* the trainer below, or a helper, failed */
 			if (!e->below_failed || exit_rank(ws) > exit_rank(e->below_ws)) {
 				e->below_ws = ws;
 				e->below_pid = p;
@@ -293,8 +360,9 @@ static void launch_ended(const struct launch_opts *o, struct launch_state *s, pi
 			e->below_failed = 1;
 			char why[96];
 			launch_describe_status(ws, why, sizeof why);
-			fprintf(stderr, "kiln launch: rank %d: pid %d of its process group ended with %s after the stop passed on: judged once the group is empty\n",
-				o->node_rank * o->nproc + l, (int)p, why);
+			fprintf(stderr, "kiln launch: rank %d: pid %d of its process group ended with %s after the %s passed on%s: judged once the group is empty\n",
+				o->node_rank * o->nproc + l, (int)p, why, cut ? "repeated signal" : "stop",
+				cut ? " (it had not stopped by then: no checkpoint of its own)" : "");
 		}
 		return;
 	}
@@ -325,9 +393,39 @@ static void launch_group_done(const struct launch_opts *o, struct launch_state *
 			    !e->clean);
 		return;
 	}
+	/* the trainer said it stopped cleanly: what the repeat or the kill
+	 * ended after it was not the trainer (a wrapper that died once its
+	 * trainer exited, a helper that ignored the signal) */
+	if (e->said_stopped && !(e->clean && !e->killed)) {
+		fprintf(stderr, "kiln launch: rank %d stopped: its trainer stopped with its checkpoint at the signal this launcher passed on%s\n",
+			o->node_rank * o->nproc + l,
+			e->killed ? "; what was left of its process group, ignoring the signal, was killed" : "");
+		return;
+	}
+	if (e->said_stopped) {
+		fprintf(stderr, "kiln launch: rank %d stopped: its command ended by %s, which this launcher passed on, and the processes below it exited 0\n",
+			o->node_rank * o->nproc + l, strsignal(WTERMSIG(e->leader_ws)));
+		return;
+	}
+	/* its command ran until the repeat ended it: the trainer below it
+	 * was still on its way to its stop point (a helper's exit 0 beside
+	 * it says nothing of it) */
+	if (e->leader_cut) {
+		launch_fail(o, s, pids, l, g, e->leader_ws, "pid", 1);
+		return;
+	}
 	if (e->clean && !e->killed) {
 		fprintf(stderr, "kiln launch: rank %d stopped: its command ended by %s, which this launcher passed on, and the processes below it exited 0\n",
 			o->node_rank * o->nproc + l, strsignal(WTERMSIG(e->leader_ws)));
+		return;
+	}
+	/* killed after a process below exited 0 and none failed: what was
+	 * killed had outlived the repeated signal, ignoring it (a trainer
+	 * ends by it at once), so the trainer's was the exit 0 */
+	if (e->clean && e->n_killed) {
+		fprintf(stderr, "kiln launch: rank %d stopped: its command ended by %s, which this launcher passed on, a process below it exited 0, and %d that ignored the signal %s killed\n",
+			o->node_rank * o->nproc + l, strsignal(WTERMSIG(e->leader_ws)), e->n_killed,
+			e->n_killed > 1 ? "were" : "was");
 		return;
 	}
 	/* nothing below it stopped cleanly: ended by the signal, before it
@@ -437,11 +535,11 @@ static void launch_blocked(sigset_t *block)
 }
 
 /* The last line, for a run that failed: which rank, and why. */
-static int launch_verdict(struct launch_opts *o, const struct launch_state *s)
+static int launch_verdict(struct launch_opts *o, struct launch_state *s)
 {
 	char why[96];
 	launch_describe_status(s->fail_status, why, sizeof why);
-	launch_read_why(o);
+	launch_read_pipe(o, s);
 	if (s->first < 0 && o->why[0])
 		fprintf(stderr, "kiln launch: error: rank %d stopped (%s), not at the user's request: %s\n",
 			s->failed, why, o->why);
@@ -482,6 +580,7 @@ int launch_wait(struct launch_opts *o, pid_t *pids)
 		if (launch_got_signal)
 			launch_forward(o, &s);
 		int ws;
+		launch_read_pipe(o, &s);
 		pid_t g = -1, p = launch_reap(&ws, &g);
 		if (p > 0) {
 			launch_ended(o, &s, pids, p, ws, g);

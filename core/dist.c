@@ -1191,6 +1191,22 @@ static kiln_status closed_explain(struct kiln_dist *d, kiln_status st, const cha
 			  d->timeout_ms / 1000.0, msg ? msg : "");
 }
 
+kiln_status kiln_dist_name_own(const struct kiln_dist *d, kiln_status st)
+{
+	/* (before session 36 only failures of the store, the communicator
+	 * or a rank's data carried the name: rank 0's refused out_dir read
+	 * "[run] out_dir ... holds an earlier run" beside rank 1's "rank 1
+	 * of 2: rank 0 (host ...) failed with its own error") */
+	if (!d || !st || d->env.world < 2 || d->agreed || dist_names_rank(d, kiln_last_error()))
+		return st;
+	/* kiln_dist_explain names these, after asking whether a peer's
+	 * loss or the store's was the cause: a name here would read as
+	 * explained already */
+	if (st == KILN_EIO || st == KILN_ETIMEOUT || st == KILN_EDEVICE)
+		return st;
+	return kiln_error_wrap(st, "rank %d of %d", d->env.rank, d->env.world);
+}
+
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
 	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))

@@ -211,6 +211,14 @@ kiln_status kiln_dist_stop_cause_read(struct kiln_dist *d, char *out, size_t n);
  * was lost (asking the store), keeping st. */
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st);
 
+/* A failure of this rank's set-up (trainer_open), named "rank R of W: "
+ * as every rank's own errors are, unless its message names this rank
+ * already or is an outcome every rank agreed on (the config check's
+ * verdict): rank 0's refused out_dir, a plugin of its own, ...  Not
+ * KILN_EIO, KILN_ETIMEOUT, KILN_EDEVICE: kiln_dist_explain names those
+ * (trainer_close).  st unchanged; nothing when d is NULL or st is KILN_OK. */
+kiln_status kiln_dist_name_own(const struct kiln_dist *d, kiln_status st);
+
 /* [dist] sync_bn = 1 (0 for NULL). */
 int kiln_dist_sync_bn(const struct kiln_dist *d);
 /* host->group_allreduce and group_allgather (group: a struct kiln_dist):

@@ -120,8 +120,86 @@ static kiln_status wire_error(const struct kiln_store *s, int r, const char *key
 			  KILN_AT_ARG(s->host, s->port));
 }
 
+/* how long a client waits for the store to answer its CANCEL, and for
+ * the rest of an answer whose first byte came: short, the store is
+ * alive and answers at once (it answered this connection before) */
+#define RESYNC_MS 2000
+
+/* Wait for the answer's first byte before the deadline (xfer's result):
+ * a timeout before it leaves the stream in step for a CANCEL (resync),
+ * one in the middle of an answer does not. */
+static int reply_ready(int fd, int64_t deadline)
+{
+	for (;;) {
+		int64_t left = deadline < 0 ? 1000000 : deadline - now_ms();
+		if (left <= 0)
+			return -2;
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		int r = poll(&pf, 1, left > 1000000 ? 1000000 : (int)left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r > 0)
+			return 0;
+	}
+}
+
+/* One answer's header and value (malloc'd, NUL-terminated, into *rv)
+ * before the deadline: xfer's result. */
+static int read_reply(int fd, int64_t deadline, unsigned char rh[5], char **rv, size_t *len)
+{
+	*rv = NULL;
+	*len = 0;
+	int r = xfer(fd, rh, 5, deadline, 0);
+	uint32_t rlen = r ? 0 : get32(rh + 1);
+	if (!r && rlen > STORE_MAX_VALUE)
+		r = -1;
+	if (!r && !(*rv = malloc((size_t)rlen + 1)))
+		r = -1;
+	if (!r && rlen)
+		r = xfer(fd, *rv, rlen, deadline, 0);
+	if (r) {
+		free(*rv);
+		*rv = NULL;
+	} else {
+		(*rv)[rlen] = 0;
+		*len = rlen;
+	}
+	return r;
+}
+
+/* After a GET that timed out with none of its answer read: CANCEL it
+ * and read up to the store's STORE_CANCELLED (past the request's own
+ * answer, had it come meanwhile), so that the connection serves the
+ * rank's next requests.  Before session 36 every timed-out request broke
+ * the connection: a rank whose wait for a peer's key timed out (a
+ * communicator's open, a config verdict) could post nothing after, not
+ * its failure (kiln/failed), not its leaving (kiln/left, which rank 0
+ * waits for) nor its goodbye, so rank 0 took it for lost.  0 in step,
+ * else xfer's error (the connection is then broken). */
+static int resync(struct kiln_store *s)
+{
+	const int ms = s->timeout_ms < RESYNC_MS ? s->timeout_ms : RESYNC_MS;
+	const int64_t deadline = now_ms() + (ms > 0 ? ms : 1);
+	int r = send_request(s, STORE_OP_CANCEL, "", 0, NULL, 0, deadline);
+	for (int n = 0; !r && n < 2; n++) { /* the request's answer, then the cancel's */
+		unsigned char rh[5];
+		char *rv;
+		size_t len;
+		if ((r = read_reply(s->fd, deadline, rh, &rv, &len)))
+			break;
+		free(rv);
+		if (rh[0] == STORE_CANCELLED)
+			return 0;
+	}
+	return r ? r : -1;
+}
+
 /* One request/response.  *val malloc'd (NUL-terminated) when wanted.
- * *status: STORE_OK, STORE_ABSENT; a refusal is an error. */
+ * *status: STORE_OK, STORE_ABSENT; a refusal is an error.  A GET that
+ * timed out before any answer (its key not set in time) leaves the
+ * connection in step (resync); any other failure on the wire breaks it. */
 static kiln_status request(struct kiln_store *s, int op, const char *key, const void *val,
 			   uint32_t vlen, int timeout_ms, int *status, void **out, size_t *out_len)
 {
@@ -138,24 +216,25 @@ static kiln_status request(struct kiln_store *s, int op, const char *key, const 
 		return kiln_error(KILN_EIO, "store " KILN_AT_FMT ": the connection failed earlier", KILN_AT_ARG(s->host, s->port));
 	}
 	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-	int r = send_request(s, op, key, klen, val, vlen, deadline);
-	if (!r)
-		r = xfer(s->fd, rh, 5, deadline, 0);
-	uint32_t rlen = r ? 0 : get32(rh + 1);
 	char *rv = NULL;
-	if (!r && rlen > STORE_MAX_VALUE)
-		r = -1;
-	if (!r && !(rv = malloc((size_t)rlen + 1)))
-		r = -1;
-	if (!r && rlen)
-		r = xfer(s->fd, rv, rlen, deadline, 0);
+	size_t rlen = 0;
+	int r = send_request(s, op, key, klen, val, vlen, deadline);
+	const int early = r; /* the request itself did not go out */
+	if (!r)
+		r = reply_ready(s->fd, deadline);
+	const int none = r; /* no byte of the answer came */
+	if (!r) { /* the answer began: the rest is on its way */
+		const int64_t rest = now_ms() + RESYNC_MS;
+		r = read_reply(s->fd, deadline < 0 || deadline > rest ? deadline : rest, rh, &rv, &rlen);
+	}
 	if (r) {
-		free(rv);
-		s->broken = 1;
+		/* only a GET parks: another request without an answer means a
+		 * silent store, not worth a CANCEL's wait */
+		if (early || none != -2 || op != STORE_OP_GET || resync(s))
+			s->broken = 1;
 		st = wire_error(s, r, key, timeout_ms);
 		goto out;
 	}
-	rv[rlen] = 0;
 	*status = rh[0];
 	if (*status == STORE_REFUSED) {
 		st = kiln_error(KILN_EIO, "store " KILN_AT_FMT " refused to set '%s': %s", KILN_AT_ARG(s->host, s->port), key,

@@ -53,10 +53,18 @@ enum {
 	 * with the count (i64) */
 	STORE_OP_CLAIM = 8,
 	STORE_OP_JOIN = 9,
+	/* CANCEL (session 36): sent after a request timed out (a GET parked
+	 * on a key nobody set): the server drops the parked GET, if any,
+	 * and answers STORE_CANCELLED, after the answer to the request if
+	 * that came first, so the client reads up to it and the stream is
+	 * in step again.  The one request taken while a GET is parked.  A
+	 * server before it closes the connection (the client then counts
+	 * it broken, as every timed-out request was before) */
+	STORE_OP_CANCEL = 10,
 };
 
 /* response status */
-enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
+enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3, STORE_CANCELLED = 4 };
 
 #define STORE_MAGIC "KILNST2\n"
 #define STORE_MAGIC_LEN 8

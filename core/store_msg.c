@@ -26,7 +26,7 @@ long kiln_store_msg_parse(const void *buf, size_t have, uint32_t max_val,
 	const unsigned char *b = buf;
 	if (have < 1)
 		return 0;
-	if (b[0] < STORE_OP_HELLO || b[0] > STORE_OP_JOIN)
+	if (b[0] < STORE_OP_HELLO || b[0] > STORE_OP_CANCEL)
 		return -1;
 	if (have < 5)
 		return 0;

@@ -507,6 +507,10 @@ static int handle(struct store_server *s, struct client *c, const struct kiln_st
 		return handle_claim(s, c, m);
 	case STORE_OP_JOIN:
 		return handle_join(s, c, m);
+	case STORE_OP_CANCEL: /* the client gave up on its request */
+		free(c->waiting);
+		c->waiting = NULL;
+		return reply(c, STORE_CANCELLED, NULL, 0);
 	case STORE_OP_BYE:
 		c->bye = 1;
 		return reply(c, STORE_OK, NULL, 0);
@@ -537,7 +541,7 @@ static int handle(struct store_server *s, struct client *c, const struct kiln_st
 }
 
 /* Handle the complete requests buffered, while nothing is queued to send
- * and no GET is parked.  -1: drop. */
+ * and no GET is parked but for a CANCEL of it.  -1: drop. */
 static int client_work(struct store_server *s, struct client *c)
 {
 	size_t off = 0;
@@ -546,7 +550,7 @@ static int client_work(struct store_server *s, struct client *c)
 		struct kiln_store_msg m;
 		long need = kiln_store_msg_parse(c->buf + off, c->have - off,
 						 c->authed ? STORE_MAX_VALUE : STORE_MAC_LEN, &m);
-		if (need < 0 || (need > 0 && c->waiting)) {
+		if (need < 0 || (need > 0 && c->waiting && m.op != STORE_OP_CANCEL)) {
 			r = -1; /* malformed, or a request while parked */
 			break;
 		}

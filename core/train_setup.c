@@ -438,7 +438,7 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 	    (st = alloc_buffers(t)) || stamp(&at[4]) || (training && (st = open_run(t))) ||
 	    stamp(&at[5]) || (st = open_loaders(t)) || stamp(&at[6]) ||
 	    (training && ((st = open_loop(t)) || (st = open_out_dir(t)))) || stamp(&at[7]))
-		return st;
+		return kiln_dist_name_own(t->dist, st);
 	t->t_fit0 = at[7];
 	log_setup_times(t->t_start, at);
 	return KILN_OK;
@@ -498,18 +498,25 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	 * view of the peers, kept until then): told first, the watchdog ends
 	 * the rank no more (a peer failing at the same time marks itself
 	 * FAILED during this teardown, review of session 34) */
+	/* told before the teardown, which may take seconds (a device's
+	 * frees, the goodbyes): a program ended meanwhile has printed it */
+	char *keep = st ? kiln_strdup(kiln_last_error()) : NULL;
 	if (st) {
 		kiln_dist_leave(t->dist);
+		trainer_error_told(st);
 		test_delay("KILN_TEST_CLOSE_DELAY_MS");
 	}
 	/* the final line lost (a full disk) fails a run that succeeded */
 	kiln_status lst = kiln_loggers_close(t->log);
 	t->log = NULL;
-	if (!st)
+	if (!st && lst) {
 		st = lst;
+		keep = kiln_strdup(kiln_last_error());
+		trainer_error_told(st);
+	}
 	/* draining and freeing may report the same failure again in other
-	 * words (a stream's sticky error): the message that counts is this */
-	char *keep = st ? kiln_strdup(kiln_last_error()) : NULL;
+	 * words (a stream's sticky error): the message that counts is the
+	 * one told (kept from before the loggers' close, which may fail too) */
 	kiln_ckpt_close(t->resume_ck);
 	t->resume_ck = NULL;
 	if (t->dev)

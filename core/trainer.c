@@ -39,6 +39,21 @@ int kiln_stop_pending(void)
 	return atomic_load(&stop_flag);
 }
 
+static kiln_error_hook_fn error_fn;
+static void *error_user;
+
+void kiln_set_error_hook(kiln_error_hook_fn fn, void *user)
+{
+	error_fn = fn;
+	error_user = user;
+}
+
+void trainer_error_told(kiln_status st)
+{
+	if (st && error_fn)
+		error_fn(error_user, st, kiln_last_error());
+}
+
 kiln_grad_hook_fn trainer_grad_fn;
 void *trainer_grad_user;
 

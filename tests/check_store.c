@@ -4,7 +4,7 @@
  * - set/get/check/add round trips; a get parks until another client sets
  *   the key; values carry embedded NULs;
  * - a get of a key nobody sets times out with KILN_ETIMEOUT in about the
- *   time asked;
+ *   time asked, and the connection serves the next requests (session 36);
  * - a rendezvous of 3 where only 2 arrive times out naming the missing rank;
  * - a client that dies (no goodbye) is reported as the lost rank, one that
  *   closes cleanly is not;
@@ -207,6 +207,42 @@ START_TEST(test_get_timeout)
 	ck_assert_double_ge(dt, 0.35);
 	ck_assert_double_le(dt, 3.0);
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "'never' was not set within 0.4 s"));
+	kiln_store_close(s0);
+}
+END_TEST
+
+/* A get that timed out (a peer's key not set in time) leaves the
+ * connection usable: the rank can still post its failure and leaving and
+ * say goodbye, so the store records no loss; the key set afterwards is
+ * read, the cancelled get's answer not taken for a later request's.
+ * Before session 36 the timeout broke the connection: every later
+ * request failed "the connection failed earlier" and its close, without
+ * goodbye, was recorded as the rank lost. */
+START_TEST(test_get_timeout_in_step)
+{
+	struct kiln_store *s0, *s1;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", kiln_store_port(s0), 0, 1, 2, 5000, &s1), KILN_OK);
+	ck_assert_int_eq(kiln_store_set(s0, "kiln/world", "2", 1), KILN_OK);
+	ck_assert_int_eq(kiln_store_set(s0, "kiln/all_joined", "1", 1), KILN_OK);
+	void *v;
+	size_t n;
+	int64_t left = 0;
+	ck_assert_int_eq(kiln_store_get(s1, "never", 200, &v, NULL), KILN_ETIMEOUT);
+	ck_assert_msg(kiln_store_add(s1, "kiln/left", 1, &left) == KILN_OK, "after a timed-out get: %s",
+		      kiln_last_error());
+	ck_assert_int_eq(left, 1);
+	/* set now, then read: the value, not the cancelled get's answer */
+	ck_assert_int_eq(kiln_store_set(s0, "never", "late", 4), KILN_OK);
+	ck_assert_int_eq(kiln_store_get(s1, "never", 2000, &v, &n), KILN_OK);
+	ck_assert_str_eq(v, "late");
+	free(v);
+	ck_assert_int_eq(kiln_store_get(s1, "absent", 100, &v, NULL), KILN_ETIMEOUT);
+	ck_assert_int_eq(kiln_store_get(s1, "never", 2000, &v, &n), KILN_OK);
+	ck_assert_uint_eq(n, 4);
+	free(v);
+	kiln_store_close(s1);
+	ck_assert_int_eq(kiln_store_lost_rank(s0, 300), KILN_STORE_NONE_LOST);
 	kiln_store_close(s0);
 }
 END_TEST
@@ -1773,7 +1809,7 @@ static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
-		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
+		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_get_timeout_in_step, test_rendezvous_timeout,
 		test_rendezvous_ok, test_rendezvous_refusals, test_claim_before_win, test_claim_released, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env, test_restart_wait,
 		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_old_protocol, test_keepalive, test_store_gone, test_accept_emfile, test_connect_dropped, test_refusal_store_figure,
 		test_claim_again, test_claim_again_two_addrs, test_claim_again_old_open,

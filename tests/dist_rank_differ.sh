@@ -25,8 +25,8 @@
 #     exit 3, naming rank 1, the file and which end differs (before
 #     session 35 they trained on different data without a word); an
 #     identical copy at another place passes.
-#  6. rank 0 refuses its out_dir (an earlier run there): rank 1 names it
-#     failed once (before session 35 the explanation was wrapped twice:
+#  6. rank 0 refuses its out_dir (an earlier run there), naming its rank
+#     ("rank 0 of 2: ", since session 36): rank 1 names it failed once (before session 35 the explanation was wrapped twice:
 #     "rank 0 ... failed with its own error ...: rank 1 of 2: rank 0 ...
 #     failed with its own error ...", the stream worker's and the sync's).
 #  7. rank 0 fails at its data while rank 1 is still opening its own
@@ -245,7 +245,10 @@ done
 mkdir -p "$tmp/outdir-r0"
 : > "$tmp/outdir-r0/metrics.jsonl"
 two outdir "" ""
-grep -q "holds an earlier run" "$tmp/outdir-r0.log" || bad "outdir: rank 0 did not refuse its out_dir"
+# (named as every rank's own error is: before session 36 rank 0's read
+# "kiln: error: [run] out_dir ...", without "rank 0 of 2: ")
+grep -q "^kiln: error: rank 0 of 2: \[run\] out_dir '[^']*' holds an earlier run" "$tmp/outdir-r0.log" ||
+	{ bad "outdir: rank 0 did not refuse its out_dir naming its rank"; grep error "$tmp/outdir-r0.log"; }
 line=$(grep "^kiln: error: rank 1 of 2: rank 0 (host [^)]*) failed with its own error" "$tmp/outdir-r1.log")
 echo "outdir: rank 1: $(echo "$line" | cut -c1-200)"
 [ -n "$line" ] || { bad "outdir: rank 1 did not name rank 0 as failed"; grep error "$tmp/outdir-r1.log"; }

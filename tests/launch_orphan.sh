@@ -18,17 +18,32 @@
 #     group clean, --grace 1 s ran from it and the trainers were killed:
 #     "killing them", exit 1, no checkpoint);
 #  1d. a helper in each wrapper's group that ignores SIGINT (a `&` job of
-#     a non-interactive sh), SIGINT to the launcher and again 4 s later
-#     (--grace 2): the trainers stop with their checkpoint, the launcher says
-#     2 s on that it waits and how to end it, the helpers are killed 2 s
-#     after the second, the launcher exits 1 naming it (before
-#     session 35's fix: each SIGINT only passed on again, the launcher
-#     waiting for the 120 s helpers);
+#     a non-interactive sh), SIGINT to the launcher and again 6 s later
+#     (--grace 2; a repeat within 5 s is dropped, 1f): the trainers stop
+#     with their checkpoint, the launcher says 2 s on that it waits and how
+#     to end it, the helpers are killed 2 s after the second, and the ranks
+#     count as stopped, exit 0, naming the killed helper (before session
+#     35's fix: each SIGINT only passed on again, the launcher waiting for
+#     the 120 s helpers; before session 36's: exit 1, "rank 0 failed
+#     (signal 9 (Killed))", after trainers that had stopped cleanly);
 #  1e. 1b with a helper that exits 1 on the SIGTERM (a cleanup trap): the
 #     rank fails with the helper's status once its group is empty, exit 1,
 #     but the trainers, not stopped by it, write their checkpoint (before
 #     session 35's fix: the rank failed at once, the trainers still on
 #     their way to the stop point were killed 1 s later, no checkpoint);
+#  1f. 1b (--grace 1, the stop point an epoch of ~3 s away) with SIGTERM
+#     again 1.2 s after the first: dropped, as the trainers would ignore
+#     it (a repeat within 5 s of their stop), and the trainers stop with
+#     their checkpoint, exit 0 (before session 36 it was passed on, past
+#     --grace, and the groups, waited for with no deadline until then,
+#     got 1 s: SIGKILLed on their way to the stop point, "signal 9", exit 1,
+#     no checkpoint);
+#  1g. a helper exiting 0 on the SIGTERM beside each trainer (1c), the
+#     stop point far (an epoch of a 16384-wide MLP), SIGTERM again 6 s
+#     later: the repeat ends the trainers at once, without a checkpoint,
+#     and the ranks fail by it, exit 1 (before session 36 the trainer's
+#     death by a signal passed on counted as nothing, the helper's exit 0
+#     as the group's clean stop: "rank 0 stopped", exit 0);
 #  2. the launcher killed (SIGKILL) under wrappers that survive their
 #     SIGHUP: each trainer hears of it through KILN_LAUNCH_ALIVE_FD (the
 #     parent-death signal reaches only the wrapper), stops at its next log
@@ -127,7 +142,7 @@ checkpointed helper
 	run.out_dir="$tmp/deaf" $long > "$tmp/deaf.log" 2>&1 &
 lpid=$!
 started deaf "$lpid" && kill -INT "$lpid"
-sleep 4
+sleep 6
 procs=$(below $lpid)
 kill -INT "$lpid"
 i=0
@@ -140,15 +155,18 @@ wait "$lpid"
 rc=$?
 for p in $procs; do kill -KILL "$p" 2> /dev/null; done
 echo "deaf: SIGINT twice to the launcher of 2 wrapped trainers beside a helper ignoring it, --grace 2: exit $rc after $((i / 10)) s"
-[ $rc = 1 ] || bad "deaf: kiln launch exited $rc, expected 1"
+[ $rc = 0 ] || bad "deaf: kiln launch exited $rc, expected 0 (the trainers stopped)"
 [ "$(grep -c "kiln launch: rank [01]'s process group still runs 2 s after its command ended: waiting for it to stop (a signal again gives it 2 s, then SIGKILL)" "$tmp/deaf.log")" = 2 ] ||
 	bad "deaf: the wait for the helpers not said before the second SIGINT"
 [ "$(grep -c "kiln launch: Interrupt again: what is left of rank [01]'s process group (its command ended by the first) gets 2 s, then SIGKILL" "$tmp/deaf.log")" = 2 ] ||
 	bad "deaf: the second SIGINT's deadline not announced for both ranks"
 grep -q "kiln launch: 2 rank(s)' process groups, waited for since their commands ended by the stop, still ran 2 s after a repeated signal or a rank's failure: killing them" "$tmp/deaf.log" ||
 	bad "deaf: the groups' kill not said"
-grep -q "kiln launch: error: rank [01] failed (signal 9 (Killed))" "$tmp/deaf.log" || bad "deaf: no verdict naming the kill"
-[ "$(grep -c 'kiln launch: rank [01] stopped' "$tmp/deaf.log")" = 0 ] || bad "deaf: a killed group reported stopped"
+# (the helpers killed had ignored both signals: no failure; the trainers'
+# exit 0 stands)
+grep -E 'failed|signal 9' "$tmp/deaf.log" && bad "deaf: a rank reported failed by the helpers' kill"
+[ "$(grep -c "kiln launch: rank [01] stopped: its trainer stopped with its checkpoint at the signal this launcher passed on; what was left of its process group, ignoring the signal, was killed" "$tmp/deaf.log")" = 2 ] ||
+	bad "deaf: not both ranks reported stopped, naming the helper killed"
 checkpointed deaf
 [ "$fail" = 0 ] || tail -15 "$tmp/deaf.log"
 
@@ -174,6 +192,52 @@ grep -q "kiln launch: error: rank [01] failed (exit status 1)" "$tmp/hfail.log" 
 grep -E 'killing them|stopping the other ranks|signal 9' "$tmp/hfail.log" && bad "hfail: the trainers were stopped or killed"
 checkpointed hfail
 [ "$fail" = 0 ] || tail -15 "$tmp/hfail.log"
+
+# ---- 1f. a repeat within the trainers' 5 s, --grace 1 ----------------------
+# (epochs of ~3 s: the stop after epoch 1's line is taken at epoch 2's end,
+# seconds after the repeat plus --grace)
+"$kiln" launch -n 2 --grace 1 -- sh -c '"$@"; exit $?' sh "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/again" $slow data.limit=24000 > "$tmp/again.log" 2>&1 &
+lpid=$!
+started again "$lpid" && kill -TERM "$lpid"
+sleep 1.2
+kill -TERM "$lpid"
+wait "$lpid"
+rc=$?
+echo "again: SIGTERM twice, 1.2 s apart, to the launcher of 2 wrapped trainers, --grace 1: exit $rc"
+[ $rc = 0 ] || bad "again: kiln launch exited $rc, expected 0"
+grep -q "kiln launch: Terminated again within 5 s: already passed on, ignored" "$tmp/again.log" ||
+	bad "again: the repeat not dropped"
+grep -E 'failed with|killing them|signal 9' "$tmp/again.log" && bad "again: a rank's group was killed or reported failed"
+[ "$(grep -c 'kiln launch: rank [01] stopped: its command ended by Terminated' "$tmp/again.log")" = 2 ] ||
+	bad "again: not both ranks reported stopped"
+checkpointed again
+[ "$fail" = 0 ] || tail -15 "$tmp/again.log"
+
+# ---- 1g. the repeat cuts the trainers short beside a helper's exit 0 -------
+# (the first SIGTERM 2 s after the epoch's size is logged, just before the
+# first step: the trainers have stepped, so they stop at the epoch's end,
+# far off, not by the signal 5 s on)
+"$kiln" launch -n 2 --grace 1 -- \
+	sh -c '(trap "echo helper: exit 0; exit 0" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' \
+	sh "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/cut" $slow data.limit=60000 layer.fc1.out=16384 \
+	> "$tmp/cut.log" 2>&1 &
+lpid=$!
+i=0
+until grep -q "\[train\] an epoch is" "$tmp/cut.log" || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+sleep 2
+kill -TERM "$lpid"
+sleep 6
+kill -TERM "$lpid"
+wait "$lpid"
+rc=$?
+echo "cut: SIGTERM twice, 6 s apart, to the launcher of 2 wrapped trainers far from their stop point, a helper exiting 0: exit $rc"
+[ $rc = 1 ] || bad "cut: kiln launch exited $rc, expected 1"
+grep -q "kiln launch: rank [01]: pid [0-9]* of its process group ended with signal 15 (Terminated) after the repeated signal passed on (it had not stopped by then: no checkpoint of its own)" "$tmp/cut.log" ||
+	bad "cut: the trainers' end by the repeat not noted"
+grep -q "kiln launch: error: rank [01] failed (signal 15 (Terminated))" "$tmp/cut.log" || bad "cut: no verdict naming the repeat"
+grep -q 'kiln launch: rank [01] stopped' "$tmp/cut.log" && bad "cut: a rank whose trainer the repeat ended reported stopped"
+[ "$fail" = 0 ] || tail -15 "$tmp/cut.log"
 
 # ---- 2, 3. the launcher killed ------------------------------------------
 # killed NAME WRAPPER: a 2-rank launch of `sh -c WRAPPER sh kiln train`,

@@ -22,7 +22,13 @@
 #     failed, waits for the trainers, and exits 0 (before session 34:
 #     "rank 0 failed with signal 15", exit 1, at once, the trainers still
 #     running); a trainer below that exits 7 instead fails its rank: exit
-#     7, named.
+#     7, named;
+#  6. a rank failing during a stop passed on (SIGTERM to the launcher, rank
+#     1 exits 3 6 s on): the other rank, still stopping (a "trainer" that
+#     ends at once at a second SIGTERM, as kiln train does 5 s after its
+#     first), gets no SIGTERM, stops and exits 0; the launcher exits 3
+#     naming rank 1 (before session 36 it sent rank 0 a SIGTERM, which
+#     ended it at once, without its checkpoint).
 name=launch_wait
 . "$(dirname "$0")/lib.sh"
 
@@ -146,3 +152,36 @@ wrapped 7
 grep -q "kiln launch: rank [01] (its process group's pid [0-9]*) failed with exit status 7" "$tmp/5.7.log" ||
 	{ cat "$tmp/5.7.log"; fail "5: the trainer's exit 7 is not named"; }
 echo "ok 5: a trainer below a dead wrapper exiting 7 fails its rank: exit 7"
+
+# ---- 6. a rank failing during a stop passed on --------------------------
+# (rank 0 stops 9 s after the SIGTERM unless a second one ends it at once;
+# rank 1 fails 6 s after it)
+cat > "$tmp/6.sh" <<'EOS'
+if [ "$KILN_RANK" = 1 ]; then
+	trap 'sleep 6; echo "r1: exit 3"; exit 3' TERM
+else
+	trap 'stopping' TERM
+fi
+stopping() {
+	trap 'echo "r0: ended at once by a second SIGTERM"; exit 143' TERM
+	echo "r0: stopping"
+	_i=0
+	while [ $_i -lt 90 ]; do sleep 0.1; _i=$((_i + 1)); done
+	echo "r0: stopped"
+	exit 0
+}
+while :; do sleep 0.1; done
+EOS
+"$kiln" launch -n 2 --bind none -- sh "$tmp/6.sh" > "$tmp/6.log" 2>&1 &
+lp=$!
+sleep 1
+kill -TERM $lp
+wait $lp
+rc=$?
+[ "$rc" = 3 ] || { cat "$tmp/6.log"; fail "6: kiln launch exited $rc, want 3 (rank 1's)"; }
+grep -q "r0: ended at once" "$tmp/6.log" &&
+	{ cat "$tmp/6.log"; fail "6: rank 0, stopping, got a SIGTERM at rank 1's failure"; }
+grep -q "r0: stopped" "$tmp/6.log" || { cat "$tmp/6.log"; fail "6: rank 0 did not stop"; }
+grep -q "kiln launch: rank 1 (pid [0-9]*) failed with exit status 3; the other ranks, stopping already by the signal passed on, get 10 s, then SIGKILL" "$tmp/6.log" ||
+	{ cat "$tmp/6.log"; fail "6: rank 1's failure not named so"; }
+echo "ok 6: a rank failing during the stop: the other stops undisturbed, exit 3"

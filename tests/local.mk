@@ -941,3 +941,7 @@ EXTRA_DIST += tests/thread_limit.sh
 # a small stack limit (ulimit -s): raised and run again, or refused by name
 TESTS += tests/stack_limit.sh
 EXTRA_DIST += tests/stack_limit.sh
+# a run's error printed before its teardown, which a stop signal may cut
+# short (kiln_set_error_hook, session 36)
+TESTS += tests/teardown_signal.sh
+EXTRA_DIST += tests/teardown_signal.sh

@@ -643,6 +643,22 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 			   const struct kiln_train_cfg *tc, kiln_progress_fn progress, void *user,
 			   struct kiln_train_result *res);
 
+/* The program's hook for a run that failed (kiln_train, kiln_train_run,
+ * kiln_evaluate, kiln_evaluate_ex, kiln_quantize), called once its error is final and
+ * before its teardown (draining and freeing the device, the
+ * communicator's and the store's goodbyes), which may take seconds: a
+ * program that may be ended meanwhile (`kiln train`, whose second stop
+ * signal 5 s after the first ends it at once, the SIGTERM `kiln launch`
+ * sends when another rank failed) prints the error there, not after the
+ * call returns.  Called on the thread that runs the call, with its
+ * status and the message kiln_last_error() gives after it returns (msg
+ * borrowed for the call).  Process-wide, as kiln_set_grad_hook; NULL (the
+ * default): none.  Since session 36; before, `kiln train` printed a
+ * rank's error after its teardown, and a stop signal then could end it
+ * unprinted. */
+typedef void (*kiln_error_hook_fn)(void *user, kiln_status st, const char *msg);
+void kiln_set_error_hook(kiln_error_hook_fn fn, void *user);
+
 /* ---- safetensors files ---------------------------------------------------
  *
  * The format of Hugging Face's safetensors (docs/safetensors.md): an 8-byte
