@@ -52,7 +52,9 @@ struct kiln_config_delta {
 /* Compare texts a and b among the keys `wanted` accepts (NULL: all), a's
  * keys in a's order, then the keys only b has.  Two values are equal when
  * their bytes are, or by `same` (NULL: bytes alone).  A key one text lacks is
- * equal when the other's value is its default by `def` (NULL: no rule).
+ * equal when the other's value is its default by `def` (NULL: no rule),
+ * or, where that default is unset, when `same` says so with the lacking
+ * side's value NULL (as it says of an unset key).
  * *differs = 1 and *d filled at the first key that differs, else 0.
  * KILN_ENOMEM only. */
 kiln_status kiln_config_diff(const char *a, const char *b, kiln_kv_wanted_fn wanted,
