@@ -1107,6 +1107,58 @@ START_TEST(test_config_check_types)
 }
 END_TEST
 
+/* A layer plugin's keys compare by the plugin's key table (found through
+ * the registry by the layer's type, as a built-in layer's are): its
+ * float, int and bool keys by meaning; its integer list number by number
+ * ("3" is not "3,3": kiln cannot know how the plugin reads one number).
+ * Before session 36 they compared as text: "[layer.t] scale is '0.50' in
+ * the checkpoint but '0.5' here". */
+START_TEST(test_config_check_plugin_layer)
+{
+	struct kiln_registry *treg;
+	struct kiln_config *c;
+	ck_assert_msg(kiln_registry_open(TEST_PLUGIN_DIR, &treg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert(kiln_config_load_string("[layer.t]\ntype = tlayer\nscale = 0.5\ntaps = 4\n"
+					  "window = 3, 5\n", "test.ini", &c) == KILN_OK);
+	ck_assert_msg(kiln_config_validate(c, treg) == KILN_OK, "%s", kiln_last_error());
+	char *t0 = kiln_ckpt_config_text(c, treg), *d0 = kiln_ckpt_config_defaults(c, treg);
+	ck_assert(t0 && d0);
+	ck_assert_msg(strstr(t0, "[layer.t]\ntype = tlayer\n"), "%s", t0);
+	static const struct {
+		const char *now, *saved, *names; /* names NULL: the same */
+	} cases[] = {
+		{ "scale = 0.5\n", "scale = 0.50\n", NULL },
+		{ "scale = 0.5\n", "scale = 5e-1\n", NULL },
+		{ "taps = 4\n", "taps = 04\n", NULL },
+		{ "on = 1\n", "on = true\n", NULL },
+		{ "window = 3, 5\n", "window = 3,5\n", NULL },
+		{ "scale = 0.5\n", "scale = 0.6\n", "[layer.t] scale is '0.6' in the checkpoint but '0.5' here" },
+		{ "on = 1\n", "on = off\n", "[layer.t] on is 'off'" },
+		{ "window = 3, 5\n", "window = 3\n", "[layer.t] window is '3'" },
+	};
+	for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+		char *saved = text_edit(t0, cases[i].now, cases[i].saved);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, c);
+		if (!cases[i].names)
+			ck_assert_msg(st == KILN_OK, "saved %s: %s", cases[i].saved, kiln_last_error());
+		else
+			ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), cases[i].names),
+				      "saved %s: %s", cases[i].saved, st ? kiln_last_error() : "accepted");
+		free(saved);
+	}
+	/* "3" against "3,3": a built-in layer's pair would be one value */
+	char *t1 = text_edit(t0, "window = 3, 5\n", "window = 3\n");
+	char *saved = text_edit(t0, "window = 3, 5\n", "window = 3,3\n");
+	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, NULL, d0, c) == KILN_ECONFIG);
+	free(t1);
+	free(saved);
+	free(t0);
+	free(d0);
+	kiln_config_free(c);
+	kiln_registry_close(treg);
+}
+END_TEST
+
 /* A key a checkpoint's config lacks (an older kiln's, or one edited by
  * hand) reads as a fresh config would resolve it: a pooling's stride, not
  * set, is its kernel (core/layers/pool.c).  Before session 36 the
@@ -1502,6 +1554,7 @@ static Suite *make_ckpt_suite(void)
 		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff, test_config_check_dropout,
 		test_config_check_meaning, test_config_check_derived,
 		test_config_check_types, test_config_check_missing_derived,
+		test_config_check_plugin_layer,
 		test_counter_range, test_tracked_range,
 		test_trainer_range, NULL });
 	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){
