@@ -287,19 +287,26 @@ kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int 
  * resume (weights_keys NULL) every key but those safe to change on resume
  * (kiln_ckpt_safe_key) and [run] fuse, which the trainer compares as
  * resolved for its device and model (core/train_ckpt.c resume_fuse);
- * values by meaning (spaces around them aside, a built-in layer's pair
- * keys as the pair get_pair reads, milestones as their step counts:
- * core/resume.c ckpt_same); for the weights alone (eval, export) only the keys
+ * values by meaning: by each key's schema type in cfg, the current
+ * config (kiln_config_values_same: numbers as numbers, booleans by truth,
+ * a built-in layer's pair keys as the pair get_pair reads, milestones as
+ * their step counts, a layer plugin's keys by its schema; cfg NULL: none
+ * of these), and the forms older kilns wrote (core/resume.c ckpt_same);
+ * for the weights alone (eval, export) only the keys
  * that shape the stored tensors: those listed in weights_keys (the
  * checkpoint's "weights_keys" section; "" for a checkpoint without one)
  * and those kiln_ckpt_weights_keys picks from either text, less those this
  * kiln knows shape nothing (core/resume.c weightless_keys: an older
  * checkpoint listed the dropout rates).  A key the
  * checkpoint's text lacks (it was written by a kiln before the key
- * existed) is equal when its value here is its default in `defaults`
- * (kiln_ckpt_config_defaults of the current config; NULL: no such rule). */
+ * existed) is equal when its value here is what the key, not set, reads
+ * as: its default in `defaults` (kiln_ckpt_config_defaults of the current
+ * config; NULL: no such rule), or where that default is another key's
+ * value (a pooling's stride, its kernel) that key's in the checkpoint's
+ * text, as a fresh config resolves it. */
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
-				   const char *weights_keys, const char *defaults);
+				   const char *weights_keys, const char *defaults,
+				   const struct kiln_config *cfg);
 /* The "section key" lines of the keys of a resolved config text that shape
  * the stored tensors: every key of [model] and the [layer.*] sections but
  * those that only say how to compute or where the first values come from

@@ -347,6 +347,27 @@ static kiln_status check_ints(const struct kiln_key *k, const char *v)
 	}
 }
 
+int parse_ints(const char *v, size_t n, long long *out, int max)
+{
+	char tok[64];
+	int count = 0;
+	for (size_t i = 0;; i++) {
+		size_t len = 0;
+		while (i + len < n && v[i + len] != ',')
+			len++;
+		if (len >= sizeof tok || count == max)
+			return -1;
+		snprintf(tok, sizeof tok, "%.*s", (int)len, v + i);
+		/* an empty number is refused, as check_ints refuses it */
+		if (!tok[strspn(tok, " \t")] || parse_number(tok, &out[count], NULL))
+			return -1;
+		count++;
+		i += len;
+		if (i >= n)
+			return count;
+	}
+}
+
 static kiln_status check_value(const struct kiln_key *k, const char *v)
 {
 	long long i;

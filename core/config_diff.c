@@ -128,14 +128,22 @@ static void kv_show(const struct kiln_kv *e, const char *sec, const char *key,
 		snprintf(buf, n, "'%.*s'", e->val_n, e->val);
 }
 
-/* Is `have`'s value the default of its key (the other text lacks it)? */
-static int at_default(const struct kiln_kv *have, const char *sec, const char *key,
+/* Is `have`'s value (of text a when in_a, else b) what its key reads as
+ * in the other text, which lacks it: its default, or where the default
+ * is unset, what `same` makes of an unset key there (a pooling's stride
+ * is its kernel: resolved as a fresh config would resolve it, where
+ * before session 36 the schema's "unset" alone was compared and an old
+ * checkpoint without the key was refused)? */
+static int at_default(const struct kiln_kv *have, int in_a, const char *sec, const char *key,
 		      kiln_kv_default_fn def, kiln_kv_same_fn same, void *u)
 {
 	const char *v;
 	size_t n = 0;
 	if (!def || !def(sec, key, u, &v, &n))
 		return 0;
+	if (!v && have->val)
+		return same && (in_a ? same(sec, key, have->val, (size_t)have->val_n, NULL, 0, u)
+				     : same(sec, key, NULL, 0, have->val, (size_t)have->val_n, u));
 	if (!v || !have->val)
 		return !v && !have->val;
 	return val_equal(sec, key, have->val, (size_t)have->val_n, v, n, same, u);
@@ -165,7 +173,7 @@ kiln_status kiln_config_diff(const char *a, const char *b, kiln_kv_wanted_fn wan
 			if (pass && o)
 				continue; /* compared in the first pass */
 			if (kv_equal(e, o, sec, key, same, u) ||
-			    (!o && at_default(e, sec, key, def, same, u)))
+			    (!o && at_default(e, !pass, sec, key, def, same, u)))
 				continue;
 			const struct kiln_kv *ea = pass ? o : e, *eb = pass ? e : o;
 			snprintf(d->section, sizeof d->section, "%s", sec);

@@ -35,9 +35,10 @@ typedef int (*kiln_kv_default_fn)(const char *section, const char *key, void *u,
 				  const char **val, size_t *len);
 /* Whether two values of [section] key whose bytes differ (a[0..an),
  * b[0..bn), not NUL-terminated; a NULL where that text has the key unset,
- * the other's set) mean the same (1): "2, 0" and "2,0" of a pair key, a
- * pooling's unset stride and its kernel's value (core/resume.c).  a is
- * the first text's (kiln_config_diff's a), b the second's. */
+ * or lacks it and its default is unset, the other's set) mean the same
+ * (1): "2, 0" and "2,0" of a pair key, 0.1 and 0.10, a pooling's unset
+ * stride and its kernel's value (core/resume.c).  a is the first text's
+ * (kiln_config_diff's a), b the second's. */
 typedef int (*kiln_kv_same_fn)(const char *section, const char *key, const char *a, size_t an,
 			       const char *b, size_t bn, void *u);
 
@@ -52,7 +53,9 @@ struct kiln_config_delta {
 /* Compare texts a and b among the keys `wanted` accepts (NULL: all), a's
  * keys in a's order, then the keys only b has.  Two values are equal when
  * their bytes are, or by `same` (NULL: bytes alone).  A key one text lacks is
- * equal when the other's value is its default by `def` (NULL: no rule).
+ * equal when the other's value is its default by `def` (NULL: no rule),
+ * or, where that default is unset, when `same` says so with the lacking
+ * side's value NULL (as it says of an unset key).
  * *differs = 1 and *d filled at the first key that differs, else 0.
  * KILN_ENOMEM only. */
 kiln_status kiln_config_diff(const char *a, const char *b, kiln_kv_wanted_fn wanted,

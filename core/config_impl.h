@@ -58,6 +58,10 @@ const struct kiln_key *lookup_key(const struct kiln_config *cfg, const char *sec
 /* v, spaces around it allowed, as a whole number into *iout when iout is
  * set, else as a finite number into *fout.  0, or -1 (nothing written). */
 int parse_number(const char *v, long long *iout, double *fout);
+/* v[0..n) (not NUL-terminated) as KILN_KEY_INTS: at most max whole
+ * numbers separated by commas (spaces around each), none empty, each as
+ * parse_number reads it, into out: their count, or -1. */
+int parse_ints(const char *v, size_t n, long long *out, int max);
 /* 1/true/yes/on or 0/false/no/off (any case) into *out: 0, else -1. */
 int parse_bool(const char *v, int *out);
 /* x (written v) within k's range, else KILN_ECONFIG without a location. */

@@ -8,56 +8,68 @@
 #include <stdio.h>
 
 
-static void write_keys(FILE *f, const struct section *s, const struct section *parent,
-		       const struct kiln_key *t, int *any)
+/* How a section is written: resolved (each key's value, else its
+ * default), every key at its default (what a key the config does not
+ * set reads as, the layer's type kept), or resolved with each value in its
+ * canonical text (kiln_config_value_canon: what config_hash hashes). */
+enum write_mode { WRITE_RESOLVED, WRITE_DEFAULTS, WRITE_CANON };
+
+/* "key = value" of value v of row t in [name]: canon, its canonical text. */
+static void write_value(FILE *f, const struct kiln_config *cfg, const char *name,
+			const struct kiln_key *t, const char *v, int canon)
+{
+	char c[300];
+	if (canon && kiln_config_value_canon(cfg, name, t, v, strlen(v), c, sizeof c))
+		v = c;
+	fprintf(f, "%s = %s\n", t->name, v);
+}
+
+static void write_keys(FILE *f, const struct kiln_config *cfg, const char *name,
+		       const struct section *s, const struct section *parent,
+		       const struct kiln_key *t, int canon)
 {
 	for (; t && t->name; t++) {
 		struct entry *e = kiln_cfg_find_entry(s, t->name);
 		if (!e && !no_inherit(t->name))
 			e = kiln_cfg_find_entry(parent, t->name); /* [data.eval] inherits from [data] */
-		if (e)
-			fprintf(f, "%s = %s\n", t->name, e->value);
-		else if (t->def)
-			fprintf(f, "%s = %s\n", t->name, t->def);
+		if (e || t->def)
+			write_value(f, cfg, name, t, e ? e->value : t->def, canon);
 		else
 			fprintf(f, "; %s = (unset)\n", t->name);
-		*any = 1;
 	}
 }
 
-/* Section `name` as resolved; defaults = 1: every key at its default (what
- * a key the config does not set reads as), the layer's type kept. */
+/* Section `name` as `mode` says. */
 static void write_section_as(FILE *f, const struct kiln_config *cfg, struct kiln_registry *reg,
-			     const char *name, int defaults)
+			     const char *name, enum write_mode mode)
 {
-	const struct section *s = defaults ? NULL : kiln_cfg_find_section(cfg, name);
+	const struct section *s = mode == WRITE_DEFAULTS ? NULL : kiln_cfg_find_section(cfg, name);
 	const struct section *parent = strcmp(name, "data.eval") && strcmp(name, "data.val")
 					       ? NULL
 					       : kiln_cfg_find_section(cfg, "data");
 	const struct kiln_key *ext = NULL;
-	int any = 0;
 	fprintf(f, "[%s]\n", name);
-	write_keys(f, s, parent, base_schema(name), &any);
+	write_keys(f, cfg, name, s, parent, base_schema(name), mode == WRITE_CANON);
 	if ((reg || !strcmp(name, "train")) && kiln_config_ext_schema(cfg, reg, name, &ext) == KILN_OK)
-		write_keys(f, s, parent, ext, &any);
+		write_keys(f, cfg, name, s, parent, ext, mode == WRITE_CANON);
 	fprintf(f, "\n");
 }
 
 static void write_section(FILE *f, const struct kiln_config *cfg, struct kiln_registry *reg,
 			  const char *name)
 {
-	write_section_as(f, cfg, reg, name, 0);
+	write_section_as(f, cfg, reg, name, WRITE_RESOLVED);
 }
 
 kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kiln_registry *reg,
 				       FILE *f)
 {
 	for (int i = 0; i < cfg->n; i++)
-		write_section_as(f, cfg, reg, cfg->s[i].name, 1);
+		write_section_as(f, cfg, reg, cfg->s[i].name, WRITE_DEFAULTS);
 	static const char *const fixed[] = { "run", "data", "data.eval", "model", "train", "dist", "log", "pipeline" };
 	for (size_t i = 0; i < KILN_ARRAY_LEN(fixed); i++)
 		if (!kiln_cfg_find_section(cfg, fixed[i]))
-			write_section_as(f, cfg, reg, fixed[i], 1);
+			write_section_as(f, cfg, reg, fixed[i], WRITE_DEFAULTS);
 	/* every loaded plugin's [plugin.NAME] the config leaves out: a
 	 * checkpoint's config that set one of its keys holds all of them,
 	 * which must read as their defaults here */
@@ -70,7 +82,7 @@ kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kil
 			continue;
 		snprintf(name, sizeof name, "plugin.%s", pi.name);
 		if (!kiln_cfg_find_section(cfg, name))
-			write_section_as(f, cfg, reg, name, 1);
+			write_section_as(f, cfg, reg, name, WRITE_DEFAULTS);
 	}
 	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
 }
@@ -114,6 +126,7 @@ kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f)
 {
 	for (int i = 0; i < cfg->n; i++)
 		if (is_prefixed(cfg->s[i].name, "layer."))
-			write_section(f, cfg, (struct kiln_registry *)cfg->reg, cfg->s[i].name);
+			write_section_as(f, cfg, (struct kiln_registry *)cfg->reg, cfg->s[i].name,
+					 WRITE_CANON);
 	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
 }

@@ -3,7 +3,8 @@
  *
  * Rank 0 posts its resolved config (kiln_config_write, every default
  * filled in, with its kiln and plugin ABI versions) under kiln/config;
- * every other rank compares its own with it key by key (config_diff.c) and
+ * every other rank compares its own with it key by key (config_diff.c),
+ * values by meaning (config_same.c: `2, 0` is `2,0`, 0.10 is 0.1), and
  * posts its verdict under kiln/config_verdict/<rank>: empty, or the first
  * difference.  Rank 0 reads the verdicts in rank order and posts the first
  * difference (or nothing) under kiln/config_verdict; every rank returns
@@ -79,6 +80,15 @@ static int schema_default(const char *section, const char *key, void *u, const c
 	return 1;
 }
 
+/* The comparison's `same`: by each key's schema type (core/config_same.c),
+ * so that `2,0` on one rank and `2, 0` on another, or lr = 0.1 and 0.10,
+ * are one config (before session 36 the bytes were compared: refused). */
+static int same_meaning(const char *section, const char *key, const char *a, size_t an,
+			const char *b, size_t bn, void *u)
+{
+	return kiln_config_values_same(u, section, key, a, an, b, bn);
+}
+
 /* This rank's config as the ranks compare it: the resolved text after a
  * [kiln] section of the versions.  malloc'd; NULL with an error set. */
 static char *rank_text(const struct kiln_config *cfg, const struct kiln_registry *reg)
@@ -115,7 +125,7 @@ static char *rank_verdict(struct kiln_dist *d, const struct kiln_config *cfg, co
 		return NULL;
 	}
 	t[len] = 0;
-	st = kiln_config_diff(t, mine, compared, schema_default, NULL, (void *)cfg, 1, &differs,
+	st = kiln_config_diff(t, mine, compared, schema_default, same_meaning, (void *)cfg, 1, &differs,
 			      &delta);
 	free(t);
 	if (st)

@@ -34,6 +34,25 @@ const char *kiln_suggest_choice(const char *word, const char *list, char *out, s
  * and *def (NULL: no default), or 0 for a key it does not know. */
 int kiln_config_key_default(const struct kiln_config *cfg, const char *section, const char *key,
 			    const char **def);
+/* core/config_same.c.  The canonical text of v[0..n) (not NUL-terminated),
+ * a value of [section] key whose schema row is k (k NULL: none), into out
+ * (outn bytes): 1, or 0 where the value is its own text.  By k's type, read
+ * with the schema's parsers: FLOAT the number parse_number reads, as the
+ * shortest %g that reads back as it (C locale; 0.10 and 1e-1 are 0.1, -0
+ * is 0); INT a whole number as %lld; BOOL 1 or 0 (true/yes/on, any case,
+ * are 1); INTS the numbers as "a,b", a built-in layer's pair (get_pair:
+ * "N" is (N, N)) "N" when both are N; [train] milestones the step counts
+ * kiln_parse_milestones reads, as "a,b".  STR, LIST, ENUM, a choice word
+ * ("auto") and a value its type's parser refuses: 0.  Two values mean the
+ * same when their canonical texts (or, both 0, their bytes) are equal. */
+int kiln_config_value_canon(const struct kiln_config *cfg, const char *section,
+			    const struct kiln_key *k, const char *v, size_t n, char *out, size_t outn);
+/* Whether a[0..an) and b[0..bn), two values of [section] key, mean the
+ * same by the key's schema row in cfg (the layer type cfg gives [section],
+ * the plugin cfg's registry has for it): equal bytes, or equal canonical
+ * texts (kiln_config_value_canon).  0 for a NULL value; cfg NULL: bytes. */
+int kiln_config_values_same(const struct kiln_config *cfg, const char *section, const char *key,
+			    const char *a, size_t an, const char *b, size_t bn);
 /* Is a file called base (e.g. "kiln-cuda.so") in the registry's plugin
  * path?  Loads nothing (kiln_registry_file_count loads every file). */
 int kiln_registry_has_file(const struct kiln_registry *reg, const char *base);
@@ -78,8 +97,11 @@ int kiln_stop_pending(void);
 unsigned kiln_device_abi_minor(const struct kiln_device *dev);
 
 /* The resolved [layer.*] sections alone, as kiln_config_write writes them
- * (with the defaults of the registry cfg was validated with): the model's
- * architecture, which core/weights.c hashes into exported files. */
+ * (with the defaults of the registry cfg was validated with) but each
+ * value in its canonical text (kiln_config_value_canon: `kernel = 5,5`
+ * is written `kernel = 5`, `p = 0.10` `p = 0.1`): the model's
+ * architecture, which core/weights.c hashes into exported files, one
+ * text for configs that differ in formatting alone. */
 kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f);
 /* A copy of cfg into *out (new; kiln_config_free): every section and key
  * with its value and where, the unset notes, the registry it was validated

@@ -303,7 +303,8 @@ kiln_status kiln_quant_config_check(const struct kiln_safetensors *f, const stru
 	kiln_status st = current && defaults ? KILN_OK : KILN_ENOMEM;
 	/* the callers name the file */
 	if (!st)
-		st = kiln_ckpt_config_check("the quantized file", saved, current, wkeys ? wkeys : "", defaults);
+		st = kiln_ckpt_config_check("the quantized file", saved, current, wkeys ? wkeys : "", defaults,
+					    cfg);
 	free(current);
 	free(defaults);
 	return st;

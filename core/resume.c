@@ -138,6 +138,7 @@ static int listed(const char *list, const char *sec, const char *key)
  * types, whose schemas say which keys are pairs), and the checkpoint's
  * (where an unset key's default is another key's value). */
 struct ckpt_rules {
+	const struct kiln_config *cfg; /* the current config: each key's schema type */
 	const char *wkeys;
 	struct kiln_kv *d, *cur;
 	int nd, ncur;
@@ -147,36 +148,30 @@ struct ckpt_rules {
 
 /* ---- values by meaning ------------------------------------------------- */
 
-/* How a key's value is compared when its bytes differ: as text (equal
- * bytes only), as a pair of a built-in layer (get_pair: "N" or "N,M"), as
- * integers separated by commas, or as [train] milestones. */
-enum key_form { FORM_TEXT, FORM_PAIR, FORM_INTS, FORM_STEPS };
+/* The forms of a checkpoint's value that kilns before session 34 wrote
+ * and read, which this kiln's parsers refuse (kiln_config_values_same
+ * reads every other value by its schema type): a built-in layer's pair
+ * (get_pair read "2," as (2, 0)), [train] milestones (an empty entry
+ * skipped). */
+enum key_form { FORM_TEXT, FORM_PAIR, FORM_STEPS };
 
-static enum key_form schema_form(const struct kiln_key *t, const char *key, enum key_form ints)
-{
-	for (; t && t->name; t++)
-		if (!strcmp(t->name, key))
-			return t->type == KILN_KEY_INTS ? ints : FORM_TEXT;
-	return FORM_TEXT;
-}
-
-/* [sec] key's form by the schema: a fixed section's, or the built-in
- * layer type the current config gives [sec] (every integer-list key of a
- * built-in layer, conv's and the poolings' kernel, stride, padding,
- * dilation, is read by get_pair).  A layer plugin's keys (no registry
- * here) and string lists compare as text: a difference, never a false
- * match. */
+/* [sec] key's legacy form: a pair where the current config gives [sec] a
+ * built-in layer type whose schema has key as an integer list (conv's and
+ * the poolings' kernel, stride, padding, dilation). */
 static enum key_form key_form(const struct ckpt_rules *r, const char *sec, const char *key)
 {
 	if (!strcmp(sec, "train") && !strcmp(key, "milestones"))
 		return FORM_STEPS;
 	if (strncmp(sec, "layer.", 6))
-		return schema_form(kiln_config_schema(sec), key, FORM_INTS);
+		return FORM_TEXT;
 	const struct kiln_kv *type = kiln_kv_lookup(r->cur, r->ncur, sec, "type");
 	for (int i = 0; type && type->val && kiln_builtin_layers[i]; i++) {
 		const char *name = kiln_builtin_layers[i]->name;
-		if (strlen(name) == (size_t)type->val_n && !memcmp(name, type->val, (size_t)type->val_n))
-			return schema_form(kiln_builtin_layers[i]->keys, key, FORM_PAIR);
+		if (strlen(name) != (size_t)type->val_n || memcmp(name, type->val, (size_t)type->val_n))
+			continue;
+		for (const struct kiln_key *t = kiln_builtin_layers[i]->keys; t && t->name; t++)
+			if (!strcmp(t->name, key))
+				return t->type == KILN_KEY_INTS ? FORM_PAIR : FORM_TEXT;
 	}
 	return FORM_TEXT;
 }
@@ -199,15 +194,15 @@ static int read_pair(const char *v, long long out[2])
 	return *end || errno ? -1 : 0;
 }
 
-/* Integers separated by commas (spaces around them), at most n: their
- * count, or -1.  steps: [train] milestones as kilns before session 34
- * read them, an empty entry skipped ("25, 30," was 25 and 30). */
-static int read_ints(const char *v, long long *out, int n, int steps)
+/* [train] milestones as kilns before session 34 read them: integers
+ * separated by commas, an empty entry skipped ("25, 30," was 25 and 30),
+ * at most n: their count, or -1. */
+static int read_steps(const char *v, long long *out, int n)
 {
 	int k = 0;
 	for (;;) {
-		v += strspn(v, steps ? " \t," : " \t");
-		if (!*v && (steps || k))
+		v += strspn(v, " \t,");
+		if (!*v)
 			return k;
 		char *end;
 		errno = 0;
@@ -218,7 +213,6 @@ static int read_ints(const char *v, long long *out, int n, int steps)
 		v = end + strspn(end, " \t");
 		if (*v && *v != ',')
 			return -1;
-		v += !steps && *v == ',';
 	}
 }
 
@@ -253,12 +247,14 @@ static const struct kiln_kv *derived_value(const struct ckpt_rules *r, const str
 	return NULL;
 }
 
-/* kiln_kv_same_fn: the two values of [sec] key read as numbers by the
- * key's form (formatting aside: "2, 0" is "2,0", a pair key's "5" is
- * "5,5"); an unset one (a NULL: a the checkpoint's, b the current one's)
- * as the key its default is (derived[]: a pooling's stride = 2 with
- * kernel = 2 equals an unset stride; before session 35 it was refused
- * as "stride is unset in the checkpoint but '2' here"). */
+/* kiln_kv_same_fn: the two values of [sec] key by meaning: by the key's
+ * schema type in the current config (kiln_config_values_same: 0.1 is
+ * 0.10, true is 1, "2, 0" is "2,0", a built-in layer's pair "5" is "5,5",
+ * a layer plugin's keys by its schema), else in a form an older kiln
+ * wrote (key_form); an unset one (a NULL: a the checkpoint's, b the
+ * current one's) as the key its default is (derived[]: a pooling's
+ * stride = 2 with kernel = 2 equals an unset stride; before session 35 it
+ * was refused as "stride is unset in the checkpoint but '2' here"). */
 static int ckpt_same(const char *sec, const char *key, const char *a, size_t an, const char *b,
 		     size_t bn, void *u)
 {
@@ -272,9 +268,9 @@ static int ckpt_same(const char *sec, const char *key, const char *a, size_t an,
 			a = e->val, an = (size_t)e->val_n;
 		else
 			b = e->val, bn = (size_t)e->val_n;
-		if (an == bn && !memcmp(a, b, an))
-			return 1;
 	}
+	if (kiln_config_values_same(r->cfg, sec, key, a, an, b, bn))
+		return 1;
 	enum key_form form = key_form(u, sec, key);
 	char x[256], y[256];
 	if (form == FORM_TEXT || an >= sizeof x || bn >= sizeof y)
@@ -286,7 +282,7 @@ static int ckpt_same(const char *sec, const char *key, const char *a, size_t an,
 		return !read_pair(x, p) && !read_pair(y, q) && p[0] == q[0] && p[1] == q[1];
 	}
 	long long p[64], q[64];
-	int np = read_ints(x, p, 64, form == FORM_STEPS), nq = read_ints(y, q, 64, form == FORM_STEPS);
+	int np = read_steps(x, p, 64), nq = read_steps(y, q, 64);
 	return np >= 0 && np == nq && !memcmp(p, q, sizeof *p * (size_t)np);
 }
 
@@ -348,9 +344,10 @@ char *kiln_ckpt_weights_keys(const char *config_text)
 }
 
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
-				   const char *wkeys, const char *defaults)
+				   const char *wkeys, const char *defaults,
+				   const struct kiln_config *cfg)
 {
-	struct ckpt_rules r = { wkeys, NULL, NULL, 0, 0, NULL, 0 };
+	struct ckpt_rules r = { cfg, wkeys, NULL, NULL, 0, 0, NULL, 0 };
 	struct kiln_config_delta d;
 	int differs;
 	kiln_status st;
@@ -550,7 +547,7 @@ static kiln_status weights_check(const struct kiln_config *cfg, const struct kil
 	if (!st)
 	snprintf(what, sizeof what, "checkpoint %s", kiln_ckpt_path(ck));
 	if (!st)
-		st = kiln_ckpt_config_check(what, saved, current, wkeys ? wkeys : "", defaults);
+		st = kiln_ckpt_config_check(what, saved, current, wkeys ? wkeys : "", defaults, cfg);
 	free(saved);
 	free(wkeys);
 	free(current);

@@ -644,7 +644,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 		goto out;
 	}
 	if ((st = kiln_ckpt_read_text(ck, "config", &saved)) ||
-	    (st = kiln_ckpt_config_check(path, saved, t->config_text, NULL, defaults)) ||
+	    (st = kiln_ckpt_config_check(path, saved, t->config_text, NULL, defaults, t->cfg)) ||
 	    (st = resume_fuse(t, path, saved, ck)) ||
 	    (st = kiln_ckpt_trainer_get(ck, &tr)))
 		goto out;

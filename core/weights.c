@@ -42,8 +42,12 @@ static int tracks_batches(const struct kiln_model *m, int i)
 	return 0;
 }
 
-/* FNV-1a 64 of the resolved [layer.*] sections: equal for configs that
- * build the same model. */
+/* FNV-1a 64 of the resolved [layer.*] sections, each value in its
+ * canonical text (kiln_config_write_layers): equal for configs that build
+ * the same model, however their values are written (`kernel = 5` and
+ * `5,5`, `p = 0.10` and `0.1`; before session 36 the bytes were hashed, so
+ * such configs had two hashes).  Provenance only: no kiln reads it back,
+ * so files written before keep loading whatever their hash. */
 static void config_hash(const struct kiln_model *m, char out[17])
 {
 	char *text = NULL;

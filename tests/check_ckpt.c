@@ -422,7 +422,7 @@ START_TEST(test_other_model)
 	ck_assert(n0 == n1 && memcmp(s0, s1, n0) == 0);
 	/* and the config comparison of evaluation names the key */
 	char *ca = kiln_ckpt_config_text(a.cfg, reg), *cb = kiln_ckpt_config_text(b.cfg, reg);
-	ck_assert(kiln_ckpt_config_check(path, ca, cb, "", NULL) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check(path, ca, cb, "", NULL, NULL) == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc1] out"), "%s", kiln_last_error());
 	free(ca);
 	free(cb);
@@ -663,7 +663,7 @@ START_TEST(test_config_check)
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		char *t = text_with(base, cases[i].override);
-		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, NULL, NULL);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, NULL, NULL, NULL);
 		if (!cases[i].names) {
 			ck_assert_msg(st == 0, "%s: %s", cases[i].override, kiln_last_error());
 		} else {
@@ -703,7 +703,7 @@ START_TEST(test_config_check)
 	};
 	for (size_t i = 0; i < sizeof wcases / sizeof *wcases; i++) {
 		char *t = text_with(base, wcases[i].override);
-		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, wcases[i].listed, NULL);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, wcases[i].listed, NULL, NULL);
 		ck_assert_msg(st == (wcases[i].refused ? KILN_ECONFIG : KILN_OK), "%s: %s",
 			      wcases[i].override, kiln_last_error());
 		free(t);
@@ -712,7 +712,7 @@ START_TEST(test_config_check)
 	struct kiln_config *c1 = test_config(reg, "[run]\nout_dir = /tmp/a\n[train]\nlr = 0.1\n"
 					  "[layer.loss]\ntype = softmax_xent\n");
 	char *t1 = kiln_ckpt_config_text(c1, reg);
-	ck_assert(kiln_ckpt_config_check("ck.kiln", t0, t1, NULL, NULL) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", t0, t1, NULL, NULL, NULL) == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc] type is 'linear' in the checkpoint but absent here"),
 		      "%s", kiln_last_error());
 	free(t1);
@@ -722,7 +722,7 @@ START_TEST(test_config_check)
 	static const char *const odd[] = { "", ";", "; ", ";\n", "=", "[", "[x", "[x]\n= 1\n",
 					   "a =", "a=", " = b\n", ";x", "[run]\n;\n; a\n" };
 	for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
-		ck_assert(kiln_ckpt_config_check("ck.kiln", odd[i], t0, NULL, NULL) == KILN_ECONFIG);
+		ck_assert(kiln_ckpt_config_check("ck.kiln", odd[i], t0, NULL, NULL, NULL) == KILN_ECONFIG);
 	/* a checkpoint of an older kiln lacks the keys added since: equal when
 	 * they are at their default here, a change when they are not */
 	char *d0 = kiln_ckpt_config_defaults(c0, reg), *old = strdup(t0);
@@ -730,16 +730,16 @@ START_TEST(test_config_check)
 	char *line = strstr(strstr(old, "[layer.fc]"), "\ninplace = 1\n");
 	ck_assert(line);
 	memmove(line, line + strlen("\ninplace = 1"), strlen(line + strlen("\ninplace = 1")) + 1);
-	ck_assert(kiln_ckpt_config_check("ck.kiln", old, t0, NULL, NULL) == KILN_ECONFIG);
-	ck_assert_msg(kiln_ckpt_config_check("ck.kiln", old, t0, NULL, d0) == KILN_OK, "%s",
+	ck_assert(kiln_ckpt_config_check("ck.kiln", old, t0, NULL, NULL, NULL) == KILN_ECONFIG);
+	ck_assert_msg(kiln_ckpt_config_check("ck.kiln", old, t0, NULL, d0, NULL) == KILN_OK, "%s",
 		      kiln_last_error());
-	ck_assert(kiln_ckpt_config_check("ck.kiln", old, t0, "", d0) == KILN_OK);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", old, t0, "", d0, NULL) == KILN_OK);
 	struct kiln_config *c2;
 	ck_assert(kiln_config_load_string(base, "test.ini", &c2) == 0);
 	ck_assert(kiln_config_override(c2, "layer.fc.inplace=0") == 0);
 	ck_assert(kiln_config_validate(c2, reg) == 0);
 	char *t2 = kiln_ckpt_config_text(c2, reg), *d2 = kiln_ckpt_config_defaults(c2, reg);
-	ck_assert(kiln_ckpt_config_check("ck.kiln", old, t2, NULL, d2) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", old, t2, NULL, d2, NULL) == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc] inplace is absent in the checkpoint but '0' here"),
 		      "%s", kiln_last_error());
 	free(t2);
@@ -758,7 +758,7 @@ START_TEST(test_config_check)
 	for (size_t i = 0; i < sizeof pcases / sizeof *pcases; i++) {
 		char *t3 = text_with(base, pcases[i].set);
 		ck_assert(strstr(t3, "[plugin.cpu]\n"));
-		kiln_status st = kiln_ckpt_config_check("ck.kiln", t3, t0, NULL, d0);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", t3, t0, NULL, d0, NULL);
 		if (!pcases[i].names)
 			ck_assert_msg(st == KILN_OK, "%s: %s", pcases[i].set, kiln_last_error());
 		else
@@ -802,10 +802,10 @@ START_TEST(test_config_check_derived)
 		char *t = text_with(base, cases[i].override);
 		for (int w = 0; w < 2; w++) {
 			const char *wk = w ? "" : NULL;
-			kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, wk, NULL);
+			kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, wk, NULL, NULL);
 			if (!cases[i].names) {
 				ck_assert_msg(st == KILN_OK, "%s: %s", cases[i].override, kiln_last_error());
-				st = kiln_ckpt_config_check("ck.kiln", t, t0, wk, NULL);
+				st = kiln_ckpt_config_check("ck.kiln", t, t0, wk, NULL, NULL);
 				ck_assert_msg(st == KILN_OK, "%s (in the checkpoint): %s",
 					      cases[i].override, kiln_last_error());
 				continue;
@@ -814,7 +814,7 @@ START_TEST(test_config_check_derived)
 			if (!w)
 				ck_assert_msg(strstr(kiln_last_error(), cases[i].names), "%s: %s",
 					      cases[i].override, kiln_last_error());
-			ck_assert_msg(kiln_ckpt_config_check("ck.kiln", t, t0, wk, NULL) == KILN_ECONFIG,
+			ck_assert_msg(kiln_ckpt_config_check("ck.kiln", t, t0, wk, NULL, NULL) == KILN_ECONFIG,
 				      "%s (in the checkpoint) accepted", cases[i].override);
 		}
 		free(t);
@@ -992,10 +992,13 @@ START_TEST(test_config_check_meaning)
 	};
 	for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++) {
 		char *saved = text_edit(t0, same[i].now, same[i].saved);
-		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0) == KILN_OK,
-			      "resume, saved %s: %s", same[i].saved, kiln_last_error());
-		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, "", d0) == KILN_OK,
-			      "weights, saved %s: %s", same[i].saved, kiln_last_error());
+		for (int typed = 0; typed < 2; typed++) {
+			const struct kiln_config *cur = typed ? c0 : NULL;
+			ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, cur) == KILN_OK,
+				      "resume, saved %s: %s", same[i].saved, kiln_last_error());
+			ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, "", d0, cur) == KILN_OK,
+				      "weights, saved %s: %s", same[i].saved, kiln_last_error());
+		}
 		free(saved);
 	}
 	/* real changes stay refused, named with both texts */
@@ -1013,28 +1016,192 @@ START_TEST(test_config_check_meaning)
 	};
 	for (size_t i = 0; i < KILN_ARRAY_LEN(other); i++) {
 		char *saved = text_edit(t0, other[i].now, other[i].saved);
-		kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, c0);
 		ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), other[i].names), "saved %s: %s",
 			      other[i].saved, st ? kiln_last_error() : "accepted");
 		free(saved);
 	}
 	/* the checkpoint's `padding = 2,` is (2, 0): another padding now is a change */
 	char *t1 = text_with(base, "layer.c.padding=2, 1"), *saved = text_edit(t0, "padding = 2, 0\n", "padding = 2,\n");
-	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, NULL, d0) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, NULL, d0, NULL) == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "[layer.c] padding is '2,' in the checkpoint but '2, 1' here"),
 		      "%s", kiln_last_error());
-	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, "", d0) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, "", d0, NULL) == KILN_ECONFIG);
 	free(t1);
 	free(saved);
 	/* a pair's form holds for a layer type's pair keys only: [data] size
 	 * is text ("8" is not "8, 8" there) */
 	t1 = text_with(base, "data.size=8");
 	saved = text_edit(t1, "size = 8\n", "size = 8,8\n");
-	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, NULL, d0) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, NULL, d0, NULL) == KILN_ECONFIG);
 	free(t1);
 	free(saved);
 	free(t0);
 	free(d0);
+	kiln_config_free(c0);
+}
+END_TEST
+
+/* Values compare by their key's schema type in the current config
+ * (core/config_same.c), as kiln reads them: a float as its number, an
+ * integer as a whole number, a boolean by its truth, a layer's keys by
+ * its type's schema (the registry's, a layer plugin's the same way).
+ * Before session 36 each of these was refused as a changed config or
+ * another model ("[train] lr is '0.10' in the checkpoint but '0.1'
+ * here"). */
+START_TEST(test_config_check_types)
+{
+	const char *base = "[run]\nout_dir = /tmp/a\n[layer.c]\ntype = conv\nout = 2\nkernel = 3\n"
+			   "[layer.d]\ntype = dropout\np = 0.5\n[layer.fc]\ntype = linear\nout = 128\n"
+			   "[layer.loss]\ntype = softmax_xent\n[train]\nlr = 0.1\n"
+			   "[plugin.cpu]\nadaptive = 1\n";
+	struct kiln_config *c0 = test_config(reg, base);
+	char *t0 = kiln_ckpt_config_text(c0, reg), *d0 = kiln_ckpt_config_defaults(c0, reg);
+	ck_assert(t0 && d0);
+	/* (the dropout's p and the CPU plugin's adaptive: a key of a type
+	 * found in the registry, as a layer plugin's is) */
+	static const struct {
+		const char *now, *saved;
+	} same[] = {
+		{ "adaptive = 1\n", "adaptive = Yes\n" },
+		{ "lr = 0.1\n", "lr = 0.10\n" },        { "lr = 0.1\n", "lr = 1e-1\n" },
+		{ "lr = 0.1\n", "lr = 1.0E-1\n" },      { "p = 0.5\n", "p = .5\n" },
+		{ "out = 128\n", "out = 0128\n" },      { "out = 128\n", "out = +128\n" },
+		{ "inplace = 1\n", "inplace = true\n" }, { "inplace = 1\n", "inplace = ON\n" },
+		{ "bias = 1\n", "bias = yes\n" },
+	};
+	for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++) {
+		char *saved = text_edit(t0, same[i].now, same[i].saved);
+		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, c0) == KILN_OK,
+			      "resume, saved %s: %s", same[i].saved, kiln_last_error());
+		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, "", d0, c0) == KILN_OK,
+			      "weights, saved %s: %s", same[i].saved, kiln_last_error());
+		/* the other way round: the run's value written otherwise */
+		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", t0, saved, NULL, d0, c0) == KILN_OK,
+			      "resume, now %s: %s", same[i].saved, kiln_last_error());
+		free(saved);
+	}
+	/* other numbers, another truth, a value no parser reads: refused,
+	 * named with both texts */
+	static const struct {
+		const char *now, *saved, *names;
+	} other[] = {
+		{ "lr = 0.1\n", "lr = 0.11\n", "[train] lr is '0.11' in the checkpoint but '0.1' here" },
+		{ "lr = 0.1\n", "lr = 0.1x\n", "[train] lr is '0.1x'" },
+		{ "out = 128\n", "out = 127\n", "[layer.fc] out is '127'" },
+		{ "out = 128\n", "out = 128.0\n", "[layer.fc] out is '128.0'" },
+		{ "inplace = 1\n", "inplace = off\n", "[layer.c] inplace is 'off'" },
+		{ "p = 0.5\n", "p = 0.25\n", "[layer.d] p is '0.25'" },
+		{ "adaptive = 1\n", "adaptive = no\n", "[plugin.cpu] adaptive is 'no'" },
+	};
+	for (size_t i = 0; i < KILN_ARRAY_LEN(other); i++) {
+		char *saved = text_edit(t0, other[i].now, other[i].saved);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, c0);
+		ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), other[i].names), "saved %s: %s",
+			      other[i].saved, st ? kiln_last_error() : "accepted");
+		free(saved);
+	}
+	free(t0);
+	free(d0);
+	kiln_config_free(c0);
+}
+END_TEST
+
+/* A layer plugin's keys compare by the plugin's key table (found through
+ * the registry by the layer's type, as a built-in layer's are): its
+ * float, int and bool keys by meaning; its integer list number by number
+ * ("3" is not "3,3": kiln cannot know how the plugin reads one number).
+ * Before session 36 they compared as text: "[layer.t] scale is '0.50' in
+ * the checkpoint but '0.5' here". */
+START_TEST(test_config_check_plugin_layer)
+{
+	struct kiln_registry *treg;
+	struct kiln_config *c;
+	ck_assert_msg(kiln_registry_open(TEST_PLUGIN_DIR, &treg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert(kiln_config_load_string("[layer.t]\ntype = tlayer\nscale = 0.5\ntaps = 4\n"
+					  "window = 3, 5\n", "test.ini", &c) == KILN_OK);
+	ck_assert_msg(kiln_config_validate(c, treg) == KILN_OK, "%s", kiln_last_error());
+	char *t0 = kiln_ckpt_config_text(c, treg), *d0 = kiln_ckpt_config_defaults(c, treg);
+	ck_assert(t0 && d0);
+	ck_assert_msg(strstr(t0, "[layer.t]\ntype = tlayer\n"), "%s", t0);
+	static const struct {
+		const char *now, *saved, *names; /* names NULL: the same */
+	} cases[] = {
+		{ "scale = 0.5\n", "scale = 0.50\n", NULL },
+		{ "scale = 0.5\n", "scale = 5e-1\n", NULL },
+		{ "taps = 4\n", "taps = 04\n", NULL },
+		{ "on = 1\n", "on = true\n", NULL },
+		{ "window = 3, 5\n", "window = 3,5\n", NULL },
+		{ "scale = 0.5\n", "scale = 0.6\n", "[layer.t] scale is '0.6' in the checkpoint but '0.5' here" },
+		{ "on = 1\n", "on = off\n", "[layer.t] on is 'off'" },
+		{ "window = 3, 5\n", "window = 3\n", "[layer.t] window is '3'" },
+	};
+	for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+		char *saved = text_edit(t0, cases[i].now, cases[i].saved);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, c);
+		if (!cases[i].names)
+			ck_assert_msg(st == KILN_OK, "saved %s: %s", cases[i].saved, kiln_last_error());
+		else
+			ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), cases[i].names),
+				      "saved %s: %s", cases[i].saved, st ? kiln_last_error() : "accepted");
+		free(saved);
+	}
+	/* "3" against "3,3": a built-in layer's pair would be one value */
+	char *t1 = text_edit(t0, "window = 3, 5\n", "window = 3\n");
+	char *saved = text_edit(t0, "window = 3, 5\n", "window = 3,3\n");
+	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, NULL, d0, c) == KILN_ECONFIG);
+	free(t1);
+	free(saved);
+	free(t0);
+	free(d0);
+	kiln_config_free(c);
+	kiln_registry_close(treg);
+}
+END_TEST
+
+/* A key a checkpoint's config lacks (an older kiln's, or one edited by
+ * hand) reads as a fresh config would resolve it: a pooling's stride, not
+ * set, is its kernel (core/layers/pool.c).  Before session 36 the
+ * schema's "unset" alone was compared: a checkpoint without the line and
+ * a run with stride = 2 and kernel = 2 were refused ("[layer.p] stride is
+ * absent in the checkpoint but '2' here"). */
+START_TEST(test_config_check_missing_derived)
+{
+	const char *base = "[train]\nlr = 0.1\n[layer.p]\ntype = maxpool\nkernel = 2\n"
+			   "[layer.fc]\ntype = linear\nout = 3\n[layer.loss]\ntype = softmax_xent\n";
+	static const struct {
+		const char *stride;
+		int refused;
+	} cases[] = { { "2", 0 }, { "2,2", 0 }, { "1", 1 }, { "2,1", 1 } };
+	struct kiln_config *c0 = test_config(reg, base);
+	char *t0 = kiln_ckpt_config_text(c0, reg);
+	ck_assert(t0);
+	/* the checkpoint: its [layer.p] without a stride line */
+	char *saved = text_edit(t0, "; stride = (unset)\n", "");
+	for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+		char ov[64];
+		struct kiln_config *c;
+		snprintf(ov, sizeof ov, "layer.p.stride=%s", cases[i].stride);
+		ck_assert(kiln_config_load_string(base, "test.ini", &c) == 0);
+		ck_assert(kiln_config_override(c, ov) == 0);
+		ck_assert_msg(kiln_config_validate(c, reg) == 0, "%s", kiln_last_error());
+		char *t = kiln_ckpt_config_text(c, reg), *d = kiln_ckpt_config_defaults(c, reg);
+		ck_assert(t && d);
+		for (int w = 0; w < 2; w++) {
+			kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t, w ? "" : NULL, d, c);
+			if (cases[i].refused)
+				ck_assert_msg(st == KILN_ECONFIG &&
+						      strstr(kiln_last_error(), "[layer.p] stride is absent in "),
+					      "stride %s: %s", cases[i].stride, st ? kiln_last_error() : "accepted");
+			else
+				ck_assert_msg(st == KILN_OK, "stride %s: %s", cases[i].stride, kiln_last_error());
+		}
+		free(t);
+		free(d);
+		kiln_config_free(c);
+	}
+	free(saved);
+	free(t0);
 	kiln_config_free(c0);
 }
 END_TEST
@@ -1059,15 +1226,15 @@ START_TEST(test_config_check_dropout)
 	ck_assert_msg(!strstr(wk, "layer.drop p") && !strstr(wk, "layer.sdpa dropout") &&
 			      strstr(wk, "layer.fc out"),
 		      "weights keys: %s", wk);
-	ck_assert_msg(kiln_ckpt_config_check("ck", saved, rate, wk, NULL) == KILN_OK, "%s",
+	ck_assert_msg(kiln_ckpt_config_check("ck", saved, rate, wk, NULL, NULL) == KILN_OK, "%s",
 		      kiln_last_error());
-	ck_assert_msg(kiln_ckpt_config_check("ck", saved, rate, listed_old, NULL) == KILN_OK, "%s",
+	ck_assert_msg(kiln_ckpt_config_check("ck", saved, rate, listed_old, NULL, NULL) == KILN_OK, "%s",
 		      kiln_last_error());
-	ck_assert(kiln_ckpt_config_check("ck", saved, wide, listed_old, NULL) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check("ck", saved, wide, listed_old, NULL, NULL) == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc] out is '4' in its config but '5' here"),
 		      "%s", kiln_last_error());
 	/* a resume (no weights keys) still compares the rate */
-	ck_assert(kiln_ckpt_config_check("ck", saved, rate, NULL, NULL) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check("ck", saved, rate, NULL, NULL, NULL) == KILN_ECONFIG);
 	free(wk);
 }
 END_TEST
@@ -1386,6 +1553,8 @@ static Suite *make_ckpt_suite(void)
 		test_roundtrip, test_other_model, test_truncated, test_flipped,
 		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff, test_config_check_dropout,
 		test_config_check_meaning, test_config_check_derived,
+		test_config_check_types, test_config_check_missing_derived,
+		test_config_check_plugin_layer,
 		test_counter_range, test_tracked_range,
 		test_trainer_range, NULL });
 	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){

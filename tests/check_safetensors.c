@@ -512,6 +512,41 @@ START_TEST(test_save_load)
 }
 END_TEST
 
+/* An export's config_hash is of the [layer.*] sections' values by
+ * meaning (kiln_config_write_layers, core/config_same.c): configs that
+ * differ in how a value is written alone (`kernel = 3,3` for 3, `padding
+ * = 1, 1`, `eps = 0.00001` for 1e-5, `inplace = yes` for 1) build the
+ * same model and share it (before session 36 the text's bytes were
+ * hashed: four hashes); another width is another hash. */
+static void export_hash(const char *const *over, const char *name, char hash[17])
+{
+	struct net n;
+	struct kiln_safetensors *f;
+	ck_assert_msg(net_open(&n, 5, over) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_model_save_safetensors(n.m, tpath(name), n.stream) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_safetensors_open(tpath(name), &f) == KILN_OK);
+	snprintf(hash, 17, "%s", kiln_safetensors_meta(f, "config_hash"));
+	ck_assert_int_eq(strlen(hash), 16);
+	kiln_safetensors_close(f);
+	net_close(&n);
+}
+
+START_TEST(test_config_hash)
+{
+	static const char *const written[] = { "layer.conv1.kernel=3,3", "layer.conv1.padding= 1, 1",
+					       "layer.bn1.eps=0.00001", "layer.relu1.inplace=yes",
+					       NULL };
+	static const char *const wider[] = { "layer.fc1.out=17", NULL };
+	char plain[17], other[17], wide[17];
+	export_hash(NULL, "h0.safetensors", plain);
+	export_hash(written, "h1.safetensors", other);
+	export_hash(wider, "h2.safetensors", wide);
+	ck_assert_str_eq(plain, other);
+	ck_assert_str_ne(plain, wide);
+}
+END_TEST
+
 /* init_strict: missing, unexpected and mismatched tensors. */
 static void load_fails(const char *const *over, kiln_status want, ...)
 {
@@ -820,7 +855,8 @@ static Suite *make_safetensors_suite(void)
 		test_roundtrip, test_corrupt, NULL });
 	check_add_case(s, "weights", 120, NULL, NULL, (const TTest *[]){
 		test_torch_nchw, test_torch_nhwc, test_save_load, test_strict, test_dtypes,
-		test_trainer_init_from, test_export_cli, test_init_from_first, NULL });
+		test_trainer_init_from, test_export_cli, test_init_from_first, test_config_hash,
+		NULL });
 	return s;
 }
 

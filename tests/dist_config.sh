@@ -5,7 +5,8 @@
 # [dist] timeout (the broken behaviour: a collective only some ranks start,
 # hanging until the timeout, or ranks that train different things without
 # a word); keys that may differ between ranks (docs/distributed.md) do not
-# stop the run, nor a plugin section one rank writes out at its defaults.
+# stop the run, nor a plugin section one rank writes out at its defaults,
+# nor a value one rank writes otherwise (0.05 and 5e-2).
 name=dist-config needs=gloo
 . "$(dirname "$0")/dist_common.sh"
 ini="$tmp/mlp.ini"
@@ -53,7 +54,13 @@ launched local 2 1 "run.threads=2 data.workers=2 dist.timeout=90 plugin.cpu.asyn
 # a plugin section written out at its defaults on one rank alone
 launched dflt 2 0 "plugin.gloo.shm=1 plugin.gloo.hierarchical=1"
 [ "$rc" = 0 ] || { bad "dflt: exit $rc"; tail -5 "$tmp/dflt.log"; }
-for n in local dflt; do
+# the same values written otherwise on one rank: compared by meaning
+# (core/config_same.c: numbers as numbers, booleans by truth), one config
+# (before session 36 the bytes: "[data] shuffle is '1' on rank 0 but
+# 'true' on rank 1", exit 2)
+launched fmt 2 1 "train.lr=5e-2 train.momentum=0.90 layer.fc1.out=064 data.shuffle=true"
+[ "$rc" = 0 ] || { bad "fmt: exit $rc"; tail -5 "$tmp/fmt.log"; }
+for n in local dflt fmt; do
 	grep -q 'step 4/' "$tmp/$n.log" && [ -f "$tmp/$n.0/checkpoints/ckpt-4.kiln" ] ||
 		bad "$n: no step 4 or no ckpt-4.kiln"
 done

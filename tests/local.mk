@@ -71,7 +71,7 @@ check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
 	tests/plugins/kiln-tnewer.la \
 	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
 	tests/plugins/shadow/kiln-tgood.la tests/plugins/kiln-tcommfail.la \
-	tests/plugins/exit/kiln-texit.la
+	tests/plugins/exit/kiln-texit.la tests/plugins/kiln-tlayer.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
 tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -100,6 +100,9 @@ tests_plugins_shadow_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_exit_kiln_texit_la_SOURCES = tests/plugins/texit.c
 tests_plugins_exit_kiln_texit_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_exit_kiln_texit_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tlayer_la_SOURCES = tests/plugins/tlayer.c
+tests_plugins_kiln_tlayer_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tlayer_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 
 TEST_PLUGIN_DIRS = -DTEST_PLUGIN_DIR='"$(abs_top_builddir)/tests/plugins/.libs"' \
 	-DTEST_SHADOW_DIR='"$(abs_top_builddir)/tests/plugins/shadow/.libs"' \
@@ -366,7 +369,7 @@ tests_check_api_null_LDADD = libkiln.la $(CHECK_LIBS)
 tests_check_safetensors_CPPFLAGS = $(AM_CPPFLAGS) -DKILN_BIN='"$(abs_top_builddir)/kiln"'
 tests_check_safetensors_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_safetensors_LDADD = libkiln.la $(CHECK_LIBS) -lm
-tests_check_ckpt_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_ckpt_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core $(TEST_PLUGIN_DIRS)
 tests_check_ckpt_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_ckpt_LDADD = libkiln.la $(CHECK_LIBS)
 # keep_best's list, early stopping and a cut evaluation across a resume

@@ -739,7 +739,8 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
  * (i64 scalar: the batches tracked when loaded plus the model's micro-steps
  * since), so that torch's load_state_dict(strict=True) accepts the file.
  * Metadata: format = pt, kiln_version, config_hash (of the resolved
- * [layer.*] sections).  Waits for `stream`. */
+ * [layer.*] sections, each value by meaning: docs/safetensors.md;
+ * provenance only, never read back).  Waits for `stream`. */
 kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, void *stream);
 
 /* The names and layouts of a weights file (docs/safetensors.md). */
