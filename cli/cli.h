@@ -82,6 +82,9 @@ int cli_store_token(void);
 /* Print s as a JSON string literal (quoted, escaped; each byte that is not
  * part of well-formed UTF-8, as a file name may have, as \ufffd). */
 void cli_json_str(FILE *f, const char *s);
+/* Print v with the printf format fmt (one double), or null when it is
+ * not finite: JSON has no inf or NaN (as metrics.jsonl and predict). */
+void cli_json_num(FILE *f, const char *fmt, double v);
 /* Print s as a CSV field (quoted when it holds a comma, quote or newline). */
 void cli_csv_str(FILE *f, const char *s);
 

@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h> /* isfinite */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +103,14 @@ void cli_json_str(FILE *f, const char *s)
 			fputs("\\ufffd", f);
 	}
 	fputc('"', f);
+}
+
+void cli_json_num(FILE *f, const char *fmt, double v)
+{
+	if (isfinite(v))
+		fprintf(f, fmt, v);
+	else /* JSON has no inf or NaN: printf's "inf" and "-nan" broke the line */
+		fputs("null", f);
 }
 
 void cli_csv_str(FILE *f, const char *s)
