@@ -427,6 +427,23 @@ static void reopen_closed_std_fds(void)
 		}
 }
 
+/* The errno of the first failed flush of stdout cli_stdout_lost saw (0:
+ * none): check_stdout's own flush may find the buffer already gone. */
+static int stdout_err;
+
+int cli_stdout_lost(void)
+{
+	const int failed = ferror(stdout); /* an earlier write: its errno is gone */
+	errno = 0;
+	if (!fflush(stdout)) {
+		if (!failed)
+			return 0;
+	} else if (!stdout_err) { /* (a failed write's unwritten bytes stay: tried again) */
+		stdout_err = errno ? errno : EIO;
+	}
+	return 1;
+}
+
 /* The command's exit code rc, or 1 when its standard output could not all
  * be written (a full disk, /dev/full): a cut-off output is a failure, named
  * here once for every command.  A reader that went away (`kiln predict |
@@ -439,6 +456,8 @@ static int check_stdout(int rc)
 		bad = 1, err = errno;
 	if (!bad)
 		return rc;
+	if (!err)
+		err = stdout_err;
 	if (err != EPIPE)
 		fprintf(stderr, "kiln: error: writing standard output: %s\n",
 			err ? strerror(err) : "an earlier write failed");
