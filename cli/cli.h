@@ -89,6 +89,10 @@ void cli_json_str(FILE *f, const char *s);
  * 1 without a message of its own (before session 36 predict and generate
  * ran the whole input into a closed pipe). */
 int cli_stdout_lost(void);
+/* Whether stderr takes a progress line redrawn in place ("\r\033[K"):
+ * a terminal, but not TERM=dumb (Emacs' shell, some CI consoles), which
+ * shows the escapes (before session 36 it got them). */
+int cli_redraws(void);
 /* Print v with the printf format fmt (one double), or null when it is
  * not finite: JSON has no inf or NaN (as metrics.jsonl and predict). */
 void cli_json_num(FILE *f, const char *fmt, double v);

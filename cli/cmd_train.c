@@ -441,7 +441,7 @@ int cmd_train(int argc, char **argv)
 	struct kiln_registry *reg;
 	struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 	struct kiln_train_cfg tc = KILN_TRAIN_CFG_INIT;
-	struct bar b = { .tty = isatty(2), .last_pct = -1 };
+	struct bar b = { .tty = cli_redraws(), .last_pct = -1 };
 	/* before the plugins, OpenMP and the loaders start threads */
 	install_stop_handlers();
 	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);

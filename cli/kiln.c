@@ -444,6 +444,12 @@ int cli_stdout_lost(void)
 	return 1;
 }
 
+int cli_redraws(void)
+{
+	const char *term = getenv("TERM");
+	return isatty(2) && !(term && !strcmp(term, "dumb"));
+}
+
 /* The command's exit code rc, or 1 when its standard output could not all
  * be written (a full disk, /dev/full): a cut-off output is a failure, named
  * here once for every command.  A reader that went away (`kiln predict |
@@ -464,6 +470,47 @@ static int check_stdout(int rc)
 	return rc ? rc : 1;
 }
 
+/* The edit distance of a and b (insert, delete, replace, or swap two
+ * neighbours: `trian` is 1 from `train`); 99 past 31 characters. */
+static int cmd_distance(const char *a, const char *b)
+{
+	const size_t la = strlen(a), lb = strlen(b);
+	int d[32][32];
+	if (la > 31 || lb > 31)
+		return 99;
+	for (size_t i = 0; i <= la; i++)
+		for (size_t j = 0; j <= lb; j++) {
+			if (!i || !j) {
+				d[i][j] = (int)(i + j);
+				continue;
+			}
+			int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			v = d[i - 1][j] + 1 < v ? d[i - 1][j] + 1 : v;
+			v = d[i][j - 1] + 1 < v ? d[i][j - 1] + 1 : v;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+				v = d[i - 2][j - 2] + 1;
+			d[i][j] = v;
+		}
+	return d[la][lb];
+}
+
+/* "unknown command 'trian'; did you mean 'train'?": the nearest command
+ * within 2 edits (1 for a word of 4 letters or fewer), else no hint. */
+static void unknown_command(const char *cmd)
+{
+	const char *best = NULL;
+	int bd = strlen(cmd) <= 4 ? 2 : 3;
+	for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+		const int d = cmd_distance(cmd, commands[i].name);
+		if (d < bd)
+			bd = d, best = commands[i].name;
+	}
+	fprintf(stderr, "kiln: error: unknown command '%s'", cmd);
+	if (best)
+		fprintf(stderr, "; did you mean '%s'?", best);
+	fputs("\n\n", stderr);
+}
+
 static int dispatch(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -482,7 +529,7 @@ static int dispatch(int argc, char **argv)
 	for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
 		if (!strcmp(cmd, commands[i].name))
 			return run_command(&commands[i], argc - 1, argv + 1);
-	fprintf(stderr, "kiln: error: unknown command '%s'\n\n", cmd);
+	unknown_command(cmd);
 	usage(stderr);
 	return 2;
 }
