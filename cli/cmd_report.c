@@ -174,9 +174,20 @@ static void write_pre(FILE *f, const char *id, const char *title, const char *te
 	fputs("</section>\n", f);
 }
 
+/* The report's parts, for kiln_file_write. */
+struct report_src {
+	const char *dir, *out;
+	const struct report_metrics *m;
+	char refused[4600]; /* the output is a file of the run's data: why */
+};
+
 /* The model summary and the memory report of the run's config, built as
- * `kiln summary` and `kiln memory` build them; on failure, why. */
-static void write_model(FILE *f, const char *config)
+ * `kiln summary` and `kiln memory` build them; on failure, why.  A data
+ * source refusing to open because one of its files is the report's
+ * output (kiln_output_watch) is kept in src->refused: the report is not
+ * written (before session 36 `-o` onto the training images replaced
+ * them). */
+static void write_model(FILE *f, const char *config, struct report_src *src)
 {
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
@@ -196,6 +207,10 @@ static void write_model(FILE *f, const char *config)
 		st = kiln_memory_report(cfg, reg, m, &r);
 		fclose(m);
 	}
+	char own[4200];
+	snprintf(own, sizeof own, "the output %s is the file ", src->out);
+	if (st == KILN_EUSAGE && strstr(kiln_last_error(), own))
+		snprintf(src->refused, sizeof src->refused, "%s", kiln_last_error());
 	if (st)
 		snprintf(why, sizeof why, "Not available: %s: %s", config, kiln_last_error());
 	kiln_config_free(cfg);
@@ -239,7 +254,7 @@ static void write_profile(FILE *f, const char *path)
 
 /* The config.ini section, and the model summary and memory report of
  * that config when it could be read. */
-static void write_config(FILE *f, const char *path)
+static void write_config(FILE *f, const char *path, struct report_src *r)
 {
 	char why[4400], note[4500];
 	int cut;
@@ -253,19 +268,13 @@ static void write_config(FILE *f, const char *path)
 	snprintf(note, sizeof note, *why ? "Not available: %s" : "No config.ini in the run directory.", why);
 	write_pre(f, "config", "Config (config.ini, resolved)", config, note);
 	if (config)
-		write_model(f, path);
+		write_model(f, path, r);
 	else if (*why)
 		write_pre(f, "summary", "Model summary", NULL, note);
 	else
 		write_pre(f, "summary", "Model summary", NULL, "No config.ini: no summary or memory report.");
 	free(config);
 }
-
-/* The report's parts, for kiln_file_write. */
-struct report_src {
-	const char *dir;
-	const struct report_metrics *m;
-};
 
 /* The errno of a write into f that failed, taken before a later call
  * (opening a run file that is not there) sets another: 0 while none has. */
@@ -276,7 +285,7 @@ static int write_failed(FILE *f)
 
 static int fill_report(FILE *f, void *ctx)
 {
-	const struct report_src *r = ctx;
+	struct report_src *r = ctx;
 	char path[4096];
 	int err;
 	write_head(f, r->dir);
@@ -285,7 +294,9 @@ static int fill_report(FILE *f, void *ctx)
 	if ((err = write_failed(f)))
 		return err;
 	snprintf(path, sizeof path, "%s/config.ini", r->dir);
-	write_config(f, path);
+	write_config(f, path, r);
+	if (*r->refused)
+		return ECANCELED;
 	if ((err = write_failed(f)))
 		return err;
 	snprintf(path, sizeof path, "%s/profile.txt", r->dir);
@@ -304,8 +315,14 @@ static int fill_report(FILE *f, void *ctx)
  * limit, removed the earlier report). */
 static int write_report(const char *dir, const char *out, const struct report_metrics *m)
 {
-	struct report_src r = { dir, m };
+	struct report_src r = { .dir = dir, .out = out, .m = m };
+	kiln_output_watch(out); /* a data source the summary opens: not the output */
 	int err = kiln_file_write(out, fill_report, &r);
+	kiln_output_watch(NULL);
+	if (err == ECANCELED && *r.refused) {
+		fprintf(stderr, "kiln: error: %s\n", r.refused);
+		return 2;
+	}
 	if (err) {
 		fprintf(stderr, "kiln: error: %s: cannot write the report: %s\n", out, strerror(err));
 		return 1;

@@ -17,7 +17,8 @@
 #     1 and leaves the earlier file byte-identical, with no temporary file
 #     beside it.
 #  3. kiln report -o onto a file of the run (its checkpoint, metrics.jsonl,
-#     config.ini, profile.txt, trace.json) exits 2 naming it and leaves it
+#     config.ini, profile.txt, trace.json, a file of the data its config
+#     reads) exits 2 naming it and leaves it
 #     byte-identical (before session 36 the checkpoint was replaced with
 #     HTML, exit 0); a FIFO or /dev/zero as config.ini or profile.txt is
 #     "Not available: ... not a regular file" in a report written at once
@@ -204,6 +205,15 @@ kiln 2 report "$run" -o "$run/trace.json"
 stderr_has "the output $run/trace.json is the file $run/trace.json, which the run in $run wrote: choose another file"
 same "$run/trace.json"
 ! ls "$run" "$run/checkpoints" | grep -q "kiln-tmp" || fail "a temporary file was left: $(ls "$run")"
+# a file of the data the run's config.ini reads (the model summary opens
+# it): refused as it opens, nothing written
+mkdir "$tmp/rund"
+cp "$run/metrics.jsonl" "$tmp/rund/"
+sed "s|^path = .*|path = $tmp/d|" "$run/config.ini.orig" >"$tmp/rund/config.ini"
+kiln 2 report "$tmp/rund" -o "$tmp/d/tr_cnn_labels.idx"
+stderr_has "the output $tmp/d/tr_cnn_labels.idx is the file $tmp/d/tr_cnn_labels.idx, which [data] reads: choose another file"
+same "$tmp/d/tr_cnn_labels.idx"
+! ls "$tmp/d" | grep -q "kiln-tmp" || fail "a temporary file was left: $(ls "$tmp/d")"
 echo "ok: report -o onto a file of the run: exit 2, the file unchanged"
 # a FIFO (nobody writing it) or /dev/zero as config.ini or profile.txt
 for what in config.ini profile.txt; do
