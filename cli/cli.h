@@ -82,6 +82,20 @@ int cli_store_token(void);
 /* Print s as a JSON string literal (quoted, escaped; each byte that is not
  * part of well-formed UTF-8, as a file name may have, as \ufffd). */
 void cli_json_str(FILE *f, const char *s);
+/* 1 when stdout can no longer be written (an earlier write failed, or a
+ * flush now fails: `kiln predict | head` after head exited, EPIPE), its
+ * errno kept for check_stdout's message; 0 after flushing it.  A command
+ * printing row after row checks it after each batch and stops, returning
+ * 1 without a message of its own (before session 36 predict and generate
+ * ran the whole input into a closed pipe). */
+int cli_stdout_lost(void);
+/* Whether stderr takes a progress line redrawn in place ("\r\033[K"):
+ * a terminal, but not TERM=dumb (Emacs' shell, some CI consoles), which
+ * shows the escapes (before session 36 it got them). */
+int cli_redraws(void);
+/* Print v with the printf format fmt (one double), or null when it is
+ * not finite: JSON has no inf or NaN (as metrics.jsonl and predict). */
+void cli_json_num(FILE *f, const char *fmt, double v);
 /* Print s as a CSV field (quoted when it holds a comma, quote or newline). */
 void cli_csv_str(FILE *f, const char *s);
 

@@ -72,10 +72,16 @@ int cmd_eval(int argc, char **argv)
 	} else {
 		printf("{\"checkpoint\": ");
 		cli_json_str(stdout, r.checkpoint);
-		printf(", \"step\": %lld, \"test_loss\": %.6f, \"test_acc\": %.6f, \"test_samples\": %lld, "
-		       "\"eval_samples_per_s\": %.1f}\n",
-		       (long long)r.steps, r.test_loss, r.test_acc, (long long)r.test_samples,
-		       r.eval_samples_per_s);
+		/* a non-finite loss (diverged weights, a hostile normalisation)
+		 * is null: before session 36 a bare inf or -nan made the line
+		 * not JSON */
+		printf(", \"step\": %lld, \"test_loss\": ", (long long)r.steps);
+		cli_json_num(stdout, "%.6f", r.test_loss);
+		printf(", \"test_acc\": ");
+		cli_json_num(stdout, "%.6f", r.test_acc);
+		printf(", \"test_samples\": %lld, \"eval_samples_per_s\": ", (long long)r.test_samples);
+		cli_json_num(stdout, "%.1f", r.eval_samples_per_s);
+		printf("}\n");
 		if (r.steps >= 0)
 			fprintf(stderr, "test loss %.4f acc %.2f%% (%lld samples; checkpoint of step %lld)\n",
 				r.test_loss, 100 * r.test_acc, (long long)r.test_samples, (long long)r.steps);

@@ -97,6 +97,7 @@ struct printer {
 	const struct tokenizer *tk;
 	const char *prompt;
 	int started;
+	long long drawn; /* new tokens printed */
 };
 
 static void print_prompt(struct printer *pr)
@@ -115,7 +116,12 @@ static kiln_status print_token(void *user, int32_t id)
 	if (!piece)
 		return kiln_error(KILN_EDATA, "token %d is not in the tokenizer's vocabulary", id);
 	fwrite(piece, 1, n, stdout);
-	fflush(stdout);
+	pr->drawn++;
+	/* the reader gone (`| head -c 100`): stop drawing (cmd_generate
+	 * exits 1, check_stdout says why; before session 36 every token was
+	 * drawn into the closed pipe) */
+	if (cli_stdout_lost())
+		return kiln_error(KILN_EIO, "standard output cannot be written: stopped after %lld new tokens", pr->drawn);
 	return KILN_OK;
 }
 
@@ -156,7 +162,7 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;
 	}
-	struct printer pr = { tk, o->prompt, 0 };
+	struct printer pr = { tk, o->prompt, 0, 0 };
 	st = kiln_generate(g, ids.v, (int64_t)ids.n, o->tokens, &o->s, out, print_token, &pr);
 	if (!st)
 		print_prompt(&pr);
@@ -194,7 +200,11 @@ int cmd_generate(int argc, char **argv)
 	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
 	if (!st)
 		st = generate(cfg, reg, &o);
-	const int rc = st ? cli_fail(st) : 0;
+	int rc = 0;
+	if (st && cli_stdout_lost())
+		kiln_log(KILN_LOG_DEBUG, "generate", "%s", kiln_last_error()), rc = 1;
+	else if (st)
+		rc = cli_fail(st);
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);
 	free(over);

@@ -35,7 +35,7 @@
 #include <stdlib.h>   /* strtoll, calloc, free */
 #include <sys/stat.h> /* mkdir, stat */
 #include <time.h>     /* clock_gettime */
-#include <unistd.h>   /* sysconf, isatty */
+#include <unistd.h>   /* sysconf */
 #endif
 
 const char cmd_pack_usage[] =
@@ -434,7 +434,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 	pthread_t *th = calloc((size_t)T, sizeof *th);
 	int *running = calloc((size_t)T, sizeof *running);
 	struct shards sh = { .o = o, .classes = info.classes };
-	int tty = isatty(2);
+	int tty = cli_redraws();
 	double last_print = t0;
 	if (!jobs || !items || !th || !running) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");

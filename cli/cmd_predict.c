@@ -330,6 +330,11 @@ static kiln_status out_rows(struct pred_out *po, const char *const *files, int64
 		print_top(po->o, files ? files[i] : NULL, first + i,
 			  labels ? labels[i * label_elems] : 0, l + (size_t)i * po->C,
 			  (int64_t)po->C, &po->names, po->order);
+	/* the reader gone (`| head`) or the disk full: stop here, not after
+	 * the whole input (cmd_predict exits 1, check_stdout says why) */
+	if (cli_stdout_lost())
+		return kiln_error(KILN_EIO, "standard output cannot be written: stopped after sample %lld",
+				  (long long)(first + rows - 1));
 	return KILN_OK;
 }
 
@@ -468,7 +473,12 @@ int cmd_predict(int argc, char **argv)
 		st = kiln_infer_open(cfg, reg, o.ckpt, &io, &m);
 	if (!st)
 		st = predict(m, cfg, &o, n_in ? &files : NULL, io.batch);
-	int rc = st ? cli_fail(st) : 0;
+	/* stdout lost: check_stdout names why (quiet for a reader gone) */
+	int rc = 0;
+	if (st && cli_stdout_lost())
+		kiln_log(KILN_LOG_DEBUG, "predict", "%s", kiln_last_error()), rc = 1;
+	else if (st)
+		rc = cli_fail(st);
 	kiln_infer_free(m);
 	pred_names_free(&files);
 	kiln_registry_close(reg);

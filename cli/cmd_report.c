@@ -6,11 +6,16 @@
 #include "build-config.h"
 #include "cli.h"
 #include "report.h"
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
+#include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h> /* the run's TensorBoard files */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h> /* close */
 
 const char cmd_report_usage[] = "usage: kiln report RUN_DIR [-o FILE]\n";
 const char cmd_report_about[] =
@@ -40,22 +45,45 @@ static const struct chart {
 static const char *const sets[] = { "train", "val", "test" };
 #define NSETS 3
 
-/* The whole file at path, NUL-terminated (free it); NULL when unreadable. */
-static char *slurp(const char *path)
+/* The most of config.ini a report reads (the config loader's own limit,
+ * KILN_CONFIG_MAX_BYTES), and of profile.txt (its head is all it shows). */
+#define CONFIG_MAX ((size_t)16 << 20)
+#define PROFILE_MAX ((size_t)1 << 20)
+
+/* The file at path, NUL-terminated (free it), at most `max` bytes of it
+ * (*cut set when there was more); NULL with why (n bytes) saying why: it
+ * is missing ("" then), not a regular file, or unreadable.  A regular
+ * file only, opened without blocking (common_open_file): before session
+ * 36 a FIFO there blocked the report for ever and /dev/zero was read into
+ * memory until it ran out. */
+static char *slurp(const char *path, size_t max, int *cut, char *why, size_t n)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	const char *w = NULL;
+	char kind[96];
+	int fd = common_open_file(path, kind, sizeof kind, &w, NULL);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+	*why = 0;
+	*cut = 0;
+	if (!f) {
+		const int e = errno;
+		if (fd >= 0)
+			close(fd), w = strerror(e);
+		if (e != ENOENT)
+			snprintf(why, n, "%s: %s", path, w);
 		return NULL;
-	char *buf = NULL;
-	size_t n = 0;
-	FILE *m = open_memstream(&buf, &n);
-	char chunk[8192];
-	size_t got;
-	while (m && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
-		fwrite(chunk, 1, got, m);
+	}
+	char *buf = malloc(max + 1);
+	errno = 0;
+	size_t got = buf ? fread(buf, 1, max + 1, f) : 0;
+	if (!buf || ferror(f)) {
+		snprintf(why, n, "%s: %s", path, buf ? strerror(errno ? errno : EIO) : "out of memory");
+		free(buf);
+		buf = NULL;
+	} else {
+		*cut = got > max;
+		buf[got > max ? max : got] = 0;
+	}
 	fclose(f);
-	if (m)
-		fclose(m);
 	return buf;
 }
 
@@ -146,9 +174,20 @@ static void write_pre(FILE *f, const char *id, const char *title, const char *te
 	fputs("</section>\n", f);
 }
 
+/* The report's parts, for kiln_file_write. */
+struct report_src {
+	const char *dir, *out;
+	const struct report_metrics *m;
+	char refused[4600]; /* the output is a file of the run's data: why */
+};
+
 /* The model summary and the memory report of the run's config, built as
- * `kiln summary` and `kiln memory` build them; on failure, why. */
-static void write_model(FILE *f, const char *config)
+ * `kiln summary` and `kiln memory` build them; on failure, why.  A data
+ * source refusing to open because one of its files is the report's
+ * output (kiln_output_watch) is kept in src->refused: the report is not
+ * written (before session 36 `-o` onto the training images replaced
+ * them). */
+static void write_model(FILE *f, const char *config, struct report_src *src)
 {
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
@@ -168,6 +207,10 @@ static void write_model(FILE *f, const char *config)
 		st = kiln_memory_report(cfg, reg, m, &r);
 		fclose(m);
 	}
+	char own[4200];
+	snprintf(own, sizeof own, "the output %s is the file ", src->out);
+	if (st == KILN_EUSAGE && strstr(kiln_last_error(), own))
+		snprintf(src->refused, sizeof src->refused, "%s", kiln_last_error());
 	if (st)
 		snprintf(why, sizeof why, "Not available: %s: %s", config, kiln_last_error());
 	kiln_config_free(cfg);
@@ -183,7 +226,9 @@ static void write_profile(FILE *f, const char *path)
 {
 	enum { ROWS = 24 };
 	static const char more[] = "...\n(the whole table: profile.txt; the trace: trace.json)\n";
-	char *text = slurp(path), *top = NULL;
+	char why[4400], *top = NULL;
+	int cut;
+	char *text = slurp(path, PROFILE_MAX, &cut, why, sizeof why);
 	if (text) {
 		const char *p = text;
 		for (int line = 0; *p && line < ROWS + 4; line++) {
@@ -193,8 +238,13 @@ static void write_profile(FILE *f, const char *path)
 		const size_t keep = (size_t)(p - text);
 		if ((top = malloc(keep + sizeof more))) {
 			memcpy(top, text, keep);
-			strcpy(top + keep, *p ? more : "");
+			strcpy(top + keep, *p || cut ? more : "");
 		}
+	} else if (*why) {
+		char note[4500];
+		snprintf(note, sizeof note, "Not available: %s", why);
+		write_pre(f, "profile", "Profile (top rows of profile.txt)", NULL, note);
+		return;
 	}
 	write_pre(f, "profile", "Profile (top rows of profile.txt)", top,
 		  "Not profiled (kiln train --profile writes profile.txt).");
@@ -202,11 +252,29 @@ static void write_profile(FILE *f, const char *path)
 	free(top);
 }
 
-/* The report's parts, for kiln_file_write. */
-struct report_src {
-	const char *dir;
-	const struct report_metrics *m;
-};
+/* The config.ini section, and the model summary and memory report of
+ * that config when it could be read. */
+static void write_config(FILE *f, const char *path, struct report_src *r)
+{
+	char why[4400], note[4500];
+	int cut;
+	char *config = slurp(path, CONFIG_MAX, &cut, why, sizeof why);
+	if (config && cut) {
+		snprintf(why, sizeof why, "%s: larger than %zu MiB, the most a config may be", path,
+			 CONFIG_MAX >> 20);
+		free(config);
+		config = NULL;
+	}
+	snprintf(note, sizeof note, *why ? "Not available: %s" : "No config.ini in the run directory.", why);
+	write_pre(f, "config", "Config (config.ini, resolved)", config, note);
+	if (config)
+		write_model(f, path, r);
+	else if (*why)
+		write_pre(f, "summary", "Model summary", NULL, note);
+	else
+		write_pre(f, "summary", "Model summary", NULL, "No config.ini: no summary or memory report.");
+	free(config);
+}
 
 /* The errno of a write into f that failed, taken before a later call
  * (opening a run file that is not there) sets another: 0 while none has. */
@@ -217,7 +285,7 @@ static int write_failed(FILE *f)
 
 static int fill_report(FILE *f, void *ctx)
 {
-	const struct report_src *r = ctx;
+	struct report_src *r = ctx;
 	char path[4096];
 	int err;
 	write_head(f, r->dir);
@@ -226,13 +294,9 @@ static int fill_report(FILE *f, void *ctx)
 	if ((err = write_failed(f)))
 		return err;
 	snprintf(path, sizeof path, "%s/config.ini", r->dir);
-	char *config = slurp(path);
-	write_pre(f, "config", "Config (config.ini, resolved)", config, "No config.ini in the run directory.");
-	if (config)
-		write_model(f, path);
-	else
-		write_pre(f, "summary", "Model summary", NULL, "No config.ini: no summary or memory report.");
-	free(config);
+	write_config(f, path, r);
+	if (*r->refused)
+		return ECANCELED;
 	if ((err = write_failed(f)))
 		return err;
 	snprintf(path, sizeof path, "%s/profile.txt", r->dir);
@@ -251,13 +315,53 @@ static int fill_report(FILE *f, void *ctx)
  * limit, removed the earlier report). */
 static int write_report(const char *dir, const char *out, const struct report_metrics *m)
 {
-	struct report_src r = { dir, m };
+	struct report_src r = { .dir = dir, .out = out, .m = m };
+	kiln_output_watch(out); /* a data source the summary opens: not the output */
 	int err = kiln_file_write(out, fill_report, &r);
+	kiln_output_watch(NULL);
+	if (err == ECANCELED && *r.refused) {
+		fprintf(stderr, "kiln: error: %s\n", r.refused);
+		return 2;
+	}
 	if (err) {
 		fprintf(stderr, "kiln: error: %s: cannot write the report: %s\n", out, strerror(err));
 		return 1;
 	}
 	return 0;
+}
+
+/* Whether the report may be written to out: not over a file it reads
+ * (metrics.jsonl, config.ini, profile.txt), nor over another file the run
+ * wrote into dir (kiln_output_check's refusal of a checkpoint included):
+ * before session 36 `kiln report RUN -o RUN/checkpoints/ckpt-N.kiln`
+ * replaced the checkpoint with HTML and exited 0.  0, or 2 with the error
+ * printed. */
+static int report_output_check(const char *dir, const char *out)
+{
+	static const char *const read[] = { "metrics.jsonl", "config.ini", "profile.txt" };
+	static const char *const written[] = { "train.csv", "eval.csv", "trace.json", "events.out.tfevents.*" };
+	char in[3][4096];
+	struct stat o, sb;
+	for (int i = 0; i < 3; i++)
+		snprintf(in[i], sizeof in[i], "%s/%s", dir, read[i]);
+	kiln_status st = kiln_output_check(out, (const char *[]){ in[0], in[1], in[2] }, 3);
+	if (st)
+		return cli_fail(st);
+	if (stat(out, &o))
+		return 0; /* nothing there yet: nothing to lose */
+	DIR *d = opendir(dir);
+	int rc = 0;
+	for (struct dirent *e; !rc && d && (e = readdir(d));)
+		for (size_t i = 0; !rc && i < sizeof written / sizeof *written; i++)
+			if (!fnmatch(written[i], e->d_name, FNM_PERIOD) &&
+			    !fstatat(dirfd(d), e->d_name, &sb, 0) && sb.st_dev == o.st_dev && sb.st_ino == o.st_ino) {
+				fprintf(stderr, "kiln: error: the output %s is the file %s/%s, which the run in %s wrote: choose another file\n",
+					out, dir, e->d_name, dir);
+				rc = 2;
+			}
+	if (d)
+		closedir(d);
+	return rc;
 }
 
 int cmd_report(int argc, char **argv)
@@ -293,7 +397,9 @@ int cmd_report(int argc, char **argv)
 		snprintf(def, sizeof def, "%s/report.html", dir);
 		out = def;
 	}
-	int rc = write_report(dir, out, &m);
+	int rc = report_output_check(dir, out);
+	if (!rc)
+		rc = write_report(dir, out, &m);
 	report_metrics_free(&m);
 	if (!rc)
 		printf("report: %s\n", out);

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h> /* fcntl: launcher_watch_start */
+#include <math.h> /* NAN, isnan */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -409,7 +410,6 @@ const char cmd_train_about[] =
 	"run directory (out_dir) was removed mid-run: recreated with a checkpoint,\n"
 	"resume with --resume.\n";
 
-/* "KEY": V, or "KEY": null when V < 0 (not measured) */
 /* This process's rank (0 outside a data-parallel run): only rank 0 writes
  * checkpoints. */
 static int stop_rank(void)
@@ -418,12 +418,14 @@ static int stop_rank(void)
 	return kiln_dist_env_read(&env) ? 0 : env.rank;
 }
 
+/* "KEY": V, or "KEY": null when V < 0 (not measured) or not finite (a
+ * diverged run: before session 36 a bare inf or -nan made the line not
+ * JSON) */
 static void print_metric(const char *key, double v)
 {
-	if (v < 0)
-		printf("\"%s\": null, ", key);
-	else
-		printf("\"%s\": %.6f, ", key, v);
+	printf("\"%s\": ", key);
+	cli_json_num(stdout, "%.6f", v < 0 ? NAN : v);
+	printf(", ");
 }
 
 /* KILN_RESTART > 0: `kiln launch --max-restarts` started this rank again
@@ -476,7 +478,7 @@ int cmd_train(int argc, char **argv)
 	struct kiln_registry *reg;
 	struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
 	struct kiln_train_cfg tc = KILN_TRAIN_CFG_INIT;
-	struct bar b = { .tty = isatty(2), .last_pct = -1 };
+	struct bar b = { .tty = cli_redraws(), .last_pct = -1 };
 	/* before the plugins, OpenMP and the loaders start threads */
 	install_stop_handlers();
 	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
@@ -511,11 +513,11 @@ int cmd_train(int argc, char **argv)
 		print_metric("test_acc", r.test_acc);
 		printf("\"test_samples\": %lld, ", (long long)r.test_samples);
 		/* timed over closed epochs: none closed (a stop in the first), null */
-		if (r.epochs > 0)
-			printf("\"train_samples_per_s\": %.1f, ", r.train_samples_per_s);
-		else
-			printf("\"train_samples_per_s\": null, ");
-		printf("\"eval_samples_per_s\": %.1f, \"wall_s\": %.2f", r.eval_samples_per_s, r.wall_s);
+		printf("\"train_samples_per_s\": ");
+		cli_json_num(stdout, "%.1f", r.epochs > 0 ? r.train_samples_per_s : NAN);
+		printf(", \"eval_samples_per_s\": ");
+		cli_json_num(stdout, "%.1f", r.eval_samples_per_s);
+		printf(", \"wall_s\": %.2f", r.wall_s);
 		if (r.resumed_step >= 0)
 			printf(", \"resumed_step\": %lld", (long long)r.resumed_step);
 		if (r.checkpoint[0]) {
@@ -524,8 +526,12 @@ int cmd_train(int argc, char **argv)
 		}
 		/* [data.val]: its last evaluation during training; early
 		 * stopping */
-		if (r.val_loss >= 0)
-			printf(", \"val_loss\": %.6f, \"val_acc\": %.6f", r.val_loss, r.val_acc);
+		if (r.val_loss >= 0 || (isnan(r.val_loss) && r.val_acc >= 0)) {
+			printf(", \"val_loss\": ");
+			cli_json_num(stdout, "%.6f", r.val_loss);
+			printf(", \"val_acc\": ");
+			cli_json_num(stdout, "%.6f", r.val_acc);
+		}
 		if (r.early_stopped)
 			printf(", \"early_stopped\": true");
 		if (r.stopped)

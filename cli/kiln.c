@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h> /* isfinite */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +103,14 @@ void cli_json_str(FILE *f, const char *s)
 			fputs("\\ufffd", f);
 	}
 	fputc('"', f);
+}
+
+void cli_json_num(FILE *f, const char *fmt, double v)
+{
+	if (isfinite(v))
+		fprintf(f, fmt, v);
+	else /* JSON has no inf or NaN: printf's "inf" and "-nan" broke the line */
+		fputs("null", f);
 }
 
 void cli_csv_str(FILE *f, const char *s)
@@ -418,6 +427,29 @@ static void reopen_closed_std_fds(void)
 		}
 }
 
+/* The errno of the first failed flush of stdout cli_stdout_lost saw (0:
+ * none): check_stdout's own flush may find the buffer already gone. */
+static int stdout_err;
+
+int cli_stdout_lost(void)
+{
+	const int failed = ferror(stdout); /* an earlier write: its errno is gone */
+	errno = 0;
+	if (!fflush(stdout)) {
+		if (!failed)
+			return 0;
+	} else if (!stdout_err) { /* (a failed write's unwritten bytes stay: tried again) */
+		stdout_err = errno ? errno : EIO;
+	}
+	return 1;
+}
+
+int cli_redraws(void)
+{
+	const char *term = getenv("TERM");
+	return isatty(2) && !(term && !strcmp(term, "dumb"));
+}
+
 /* The command's exit code rc, or 1 when its standard output could not all
  * be written (a full disk, /dev/full): a cut-off output is a failure, named
  * here once for every command.  A reader that went away (`kiln predict |
@@ -430,10 +462,53 @@ static int check_stdout(int rc)
 		bad = 1, err = errno;
 	if (!bad)
 		return rc;
+	if (!err)
+		err = stdout_err;
 	if (err != EPIPE)
 		fprintf(stderr, "kiln: error: writing standard output: %s\n",
 			err ? strerror(err) : "an earlier write failed");
 	return rc ? rc : 1;
+}
+
+/* The edit distance of a and b (insert, delete, replace, or swap two
+ * neighbours: `trian` is 1 from `train`); 99 past 31 characters. */
+static int cmd_distance(const char *a, const char *b)
+{
+	const size_t la = strlen(a), lb = strlen(b);
+	int d[32][32];
+	if (la > 31 || lb > 31)
+		return 99;
+	for (size_t i = 0; i <= la; i++)
+		for (size_t j = 0; j <= lb; j++) {
+			if (!i || !j) {
+				d[i][j] = (int)(i + j);
+				continue;
+			}
+			int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			v = d[i - 1][j] + 1 < v ? d[i - 1][j] + 1 : v;
+			v = d[i][j - 1] + 1 < v ? d[i][j - 1] + 1 : v;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+				v = d[i - 2][j - 2] + 1;
+			d[i][j] = v;
+		}
+	return d[la][lb];
+}
+
+/* "unknown command 'trian'; did you mean 'train'?": the nearest command
+ * within 2 edits (1 for a word of 4 letters or fewer), else no hint. */
+static void unknown_command(const char *cmd)
+{
+	const char *best = NULL;
+	int bd = strlen(cmd) <= 4 ? 2 : 3;
+	for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+		const int d = cmd_distance(cmd, commands[i].name);
+		if (d < bd)
+			bd = d, best = commands[i].name;
+	}
+	fprintf(stderr, "kiln: error: unknown command '%s'", cmd);
+	if (best)
+		fprintf(stderr, "; did you mean '%s'?", best);
+	fputs("\n\n", stderr);
 }
 
 static int dispatch(int argc, char **argv)
@@ -454,7 +529,7 @@ static int dispatch(int argc, char **argv)
 	for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
 		if (!strcmp(cmd, commands[i].name))
 			return run_command(&commands[i], argc - 1, argv + 1);
-	fprintf(stderr, "kiln: error: unknown command '%s'\n\n", cmd);
+	unknown_command(cmd);
 	usage(stderr);
 	return 2;
 }

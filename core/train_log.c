@@ -228,6 +228,15 @@ static kiln_status params_check_take(struct trainer *t, int *bad, int64_t *count
 	return st;
 }
 
+/* What to change after a divergence: the learning rate, unless it is 0
+ * (before session 36 "lower [train] lr" was said to a run of lr = 0,
+ * where no step size caused it). */
+static const char *diverged_hint(const struct trainer *t)
+{
+	return t->tc.lr != 0 ? "lower [train] lr"
+			     : "[train] lr is 0, so the step size is not the cause: look at the data, its normalisation ([data] mean, std) and the initial weights";
+}
+
 /* Parameters holding non-finite values after step `step` of epoch `ep`
  * (0-based) on `ranks` rank(s): this rank's tensor `bad` (-1: another
  * rank's) ends the run as diverged. */
@@ -235,16 +244,16 @@ static kiln_status params_diverged(const struct trainer *t, int64_t step, int64_
 				   int64_t count, double ranks)
 {
 	if (bad >= 0 && t->m->params[bad].buffer)
-		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): running statistic '%s' holds %lld non-finite value(s) (NaN or inf): a forward pass overflowed (its step may have been skipped, the statistics were updated); lower [train] lr, or use bf16 rather than fp16",
+		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): running statistic '%s' holds %lld non-finite value(s) (NaN or inf): a forward pass overflowed (its step may have been skipped, the statistics were updated); %s, or use bf16 rather than fp16",
 				  (long long)step, (long long)ep + 1, t->m->params[bad].name,
-				  (long long)count);
+				  (long long)count, diverged_hint(t));
 	if (bad >= 0)
-		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): parameter '%s' holds %lld non-finite value(s) (NaN or inf): training diverged; lower [train] lr",
+		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): parameter '%s' holds %lld non-finite value(s) (NaN or inf): training diverged; %s",
 				  (long long)step, (long long)ep + 1, t->m->params[bad].name,
-				  (long long)count);
+				  (long long)count, diverged_hint(t));
 	if (ranks > 0)
-		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): the parameters or batchnorm running statistics of %g other rank(s) hold non-finite values (NaN or inf; that rank's error names the tensor): training diverged, or a forward pass overflowed; lower [train] lr",
-				  (long long)step, (long long)ep + 1, ranks);
+		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): the parameters or batchnorm running statistics of %g other rank(s) hold non-finite values (NaN or inf; that rank's error names the tensor): training diverged, or a forward pass overflowed; %s",
+				  (long long)step, (long long)ep + 1, ranks, diverged_hint(t));
 	return KILN_OK;
 }
 
@@ -382,14 +391,17 @@ static kiln_status check_interval(struct trainer *t, double ls)
 	}
 	const int64_t steps = t->step - t->interval_start;
 	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= steps))
-		return kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): training diverged%s; lower [train] lr",
+		return kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): training diverged%s; %s",
 				  ls, (long long)t->step, (long long)t->ep + 1,
-				  t->m->step_ok_d ? " (every step of the interval had non-finite gradients and was skipped)" : "");
+				  t->m->step_ok_d ? " (every step of the interval had non-finite gradients and was skipped)" : "",
+				  diverged_hint(t));
+	char hint[200];
+	snprintf(hint, sizeof hint, "; %s", diverged_hint(t));
 	if (t->m->step_ok_d && steps > 0 && new_skips >= steps && !scale_backing_off(t))
 		return kiln_error(KILN_EDATA, "steps %lld..%lld (epoch %lld): every step had non-finite gradients and was skipped, the loss finite (%g): the parameters have not changed since step %lld: training diverged%s",
 				  (long long)t->interval_start + 1, (long long)t->step, (long long)t->ep + 1,
 				  ls / (double)(t->since ? t->since : 1), (long long)t->interval_start,
-				  !t->scaler_host ? "; lower [train] lr"
+				  !t->scaler_host ? hint
 				  : t->m->scaler.dynamic ? " (the gradients overflow at every step and the loss scale can back off no further: lower [plugin.amp] min_scale, or [train] lr)"
 				  : " (the loss scale overflows the gradients at every step and cannot back off: lower [plugin.amp] loss_scale)");
 	/* (with skip_nonfinite = 0 the clip op still counts a non-finite

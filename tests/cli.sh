@@ -28,6 +28,14 @@ kiln 2
 stderr_has "usage: kiln"
 kiln 2 frobnicate
 stderr_has "unknown command 'frobnicate'"
+! grep -q "did you mean" "$err" || fail "frobnicate: a suggestion for a word near no command"
+# a near miss names the command (before session 36 it did not)
+kiln 2 trian
+stderr_has "kiln: error: unknown command 'trian'; did you mean 'train'?"
+kiln 2 reprot
+stderr_has "unknown command 'reprot'; did you mean 'report'?"
+kiln 2 evl
+stderr_has "unknown command 'evl'; did you mean 'eval'?"
 kiln 0 config --help
 stdout_has "usage: kiln config"
 kiln 0 plugins --help

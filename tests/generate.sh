@@ -7,7 +7,8 @@
 #     --top-k 1 at any temperature (both the argmax of the logits); the
 #     checkpoint's context over another data.context; not a checkpoint:
 #     exit 3; an lstm model refused; kiln predict of image files refused
-#     naming what reads tokens;
+#     naming what reads tokens; into a closed pipe it stops after the
+#     first token, exit 1 without an error;
 #  3. the prompt and the new tokens must fit the context (no sliding
 #     window), --vocab goes with --merges, bad numbers: exit 2;
 #  4. BPE: with a vocab.json + merges.txt written here, packing, training
@@ -90,6 +91,24 @@ kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 0
 cp "$out" "$tmp/greedy.txt"
 kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 5 --top-k 1 --seed 3
 cmp -s "$out" "$tmp/greedy.txt" || fail "--top-k 1 differs from greedy"
+# a reader that is gone (a pipe whose reading end closed before kiln
+# started): the first token is the last drawn, exit 1 without an error
+# (before session 36 every token was drawn into the closed pipe)
+if command -v python3 >/dev/null; then
+	KILN_LOG_LEVEL=debug python3 - "$kiln" "$err" generate "$ini" --prompt "a stitch" --tokens 15 \
+		--temperature 0 <<'EOF' || fail "generate into a closed pipe: $(tail -3 "$err")"
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)
+rc = subprocess.call([sys.argv[1]] + sys.argv[3:], stdout=w, stderr=open(sys.argv[2], "w"))
+sys.exit(0 if rc == 1 else "exit %d, expected 1" % rc)
+EOF
+	stderr_has "[generate] debug: standard output cannot be written: stopped after 1 new tokens"
+	! grep -q "kiln: error" "$err" || fail "generate into a closed pipe printed an error: $(grep "kiln: error" "$err")"
+	echo "ok: generate into a closed pipe stops after its first token, exit 1, quietly"
+else
+	echo "skip: no python3 for the closed pipe"
+fi
 
 # kiln predict of image files on a token model: refused naming what reads
 # tokens (it said "not a vector of classes: use --logits", then with

@@ -19,7 +19,9 @@
 #     training), and the message keeps its cause (it was cut at 1024);
 #  7. a control character in a string value (a newline in run.out_dir) is
 #     refused at config read, exit 2 naming the key; it was written raw
-#     into config.ini, which `kiln config` then refused;
+#     into config.ini, which `kiln config` then refused; so is a ';' that
+#     config.ini would read as a comment (" ;", or first), exit 2 naming
+#     the key and what it would read back;
 #  8. a write removes the temporaries of its path that a writer killed
 #     mid-write left (its pid gone), and keeps a live writer's; they stayed.
 name=hostile_io
@@ -225,5 +227,16 @@ stderr_has "': in [run]: 'out_dir': its value holds a control character (byte 0x
 printf '[run]\nout_dir = a\033b\n' >"$tmp/esc.ini"
 kiln 2 config "$tmp/esc.ini"
 stderr_has "esc.ini:2: in [run]: 'out_dir': its value holds a control character (byte 0x1b at offset 1); a value is one line of text"
+# a value config.ini cannot hold: inih reads " ;" and a leading ";" as a
+# comment (before session 36 `data.path=P ;v2` trained on "P ;v2" and the
+# run's config.ini said "P", a re-run read other data)
+kiln 2 train "$ini" "data.path=$data ;v2" train.max_steps=1 "run.out_dir=$tmp/semi"
+stderr_has "kiln: error: command line 'data.path=$data ;v2': in [data]: 'path' = '$data ;v2': a ';' at the start of a value or after a space starts a comment in an INI file, so config.ini would read it back as '$data': write the value without it"
+[ ! -e "$tmp/semi" ] || fail "the refused run created its out_dir"
+kiln 2 config "$ini" "run.out_dir=;x"
+stderr_has "'out_dir' = ';x': a ';' at the start of a value or after a space starts a comment in an INI file, so config.ini would read it back as '': write the value without it"
+# a ';' with no space before it is a value's (inih reads it back whole)
+kiln 0 config "$ini" "run.out_dir=$tmp/a;b"
+stdout_has "out_dir = $tmp/a;b"
 
 echo "$checks checks passed"

@@ -24,7 +24,10 @@
 #  7. a negative running variance (finite, but batchnorm takes its
 #     square root) in a weights file or a checkpoint: eval, init_from and
 #     --resume refuse it naming the tensor and element (before: exit 0,
-#     the eval's loss NaN; session 35).
+#     the eval's loss NaN; session 35);
+#  8. an evaluation whose loss is not finite (the eval set normalised by
+#     std 1e-12 and mean -1e26: inputs of 1e38): eval's and train's stdout
+#     line is JSON, the loss null (before session 36 a bare inf or -nan).
 name=nonfinite
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -188,4 +191,27 @@ kiln 3 eval "$tmp/bn1.ini" --checkpoint "$tmp/neg.st"
 stderr_has "$tmp/neg.st: $refused"
 kiln 3 train "$tmp/bn1.ini" "model.init_from=$tmp/neg.st" "run.out_dir=$tmp/neginit"
 stderr_has "$tmp/neg.st: $refused"
+
+# ---- 8. a non-finite evaluation loss in the stdout JSON -----------------------
+# json_line: stdout's last line is strict JSON (no NaN, Infinity) whose
+# test_loss is null
+json_line() {
+	tail -1 "$out" | python3 -c '
+import json, sys
+def bad(c): raise ValueError("not JSON: " + c)
+o = json.loads(sys.stdin.read(), parse_constant=bad)
+assert o["test_loss"] is None, o["test_loss"]
+' || { cat "$out"; fail "$1: stdout is not JSON with test_loss null"; }
+}
+# (tr_cnn: its convolution and batchnorm carry the 1e38 inputs to an
+# infinite loss, where this file's MLP's ReLU zeroes them)
+hostile="data.eval.std=1e-12 data.eval.mean=-1e26"
+cnn="$data/tr_cnn.ini data.path=$data model.init_from=$data/tr_cnn_init.safetensors"
+kiln 0 train $cnn "run.out_dir=$tmp/inf" $hostile
+json_line train
+stdout_has '"test_loss": null, '
+kiln 0 eval $cnn --checkpoint "$(ck inf 5)" $hostile
+json_line eval
+stdout_has '"test_loss": null, '
+echo "ok: a non-finite evaluation loss is null in train's and eval's JSON"
 echo "PASS: $checks runs"

@@ -16,6 +16,14 @@
 #     .safetensors), that cannot be written (a file size limit, EFBIG) exits
 #     1 and leaves the earlier file byte-identical, with no temporary file
 #     beside it.
+#  3. kiln report -o onto a file of the run (its checkpoint, metrics.jsonl,
+#     config.ini, profile.txt, trace.json, a file of the data its config
+#     reads) exits 2 naming it and leaves it
+#     byte-identical (before session 36 the checkpoint was replaced with
+#     HTML, exit 0); a FIFO or /dev/zero as config.ini or profile.txt is
+#     "Not available: ... not a regular file" in a report written at once
+#     (before session 36 the FIFO hung it for ever and /dev/zero was read
+#     until memory ran out).
 name=output_guard
 . "$(dirname "$0")/lib.sh"
 need_source idx
@@ -177,4 +185,56 @@ stderr_has "$tmp/r.html: cannot write the report: File too large"
 same "$tmp/r.html"
 ! ls "$tmp" | grep -q "^r\.html\.kiln-tmp" || fail "a temporary file was left: $(ls "$tmp")"
 echo "ok: a report that cannot be written keeps the earlier one whole"
+
+# ---- 3. kiln report -o onto the run's own files; FIFOs in the run --------------
+run="$tmp/run"
+echo "profile" >"$run/profile.txt"
+echo "{}" >"$run/trace.json"
+for f in "$ck" "$run/metrics.jsonl" "$run/config.ini" "$run/profile.txt" "$run/trace.json"; do
+	cp "$f" "$f.orig"
+done
+kiln 2 report "$run" -o "$ck"
+stderr_has "the output $ck is a kiln checkpoint, which would be overwritten: choose another file"
+same "$ck"
+for f in metrics.jsonl config.ini profile.txt; do
+	kiln 2 report "$run" -o "$run/$f"
+	stderr_has "the output $run/$f is the file $run/$f, which this command reads: choose another file"
+	same "$run/$f"
+done
+kiln 2 report "$run" -o "$run/trace.json"
+stderr_has "the output $run/trace.json is the file $run/trace.json, which the run in $run wrote: choose another file"
+same "$run/trace.json"
+! ls "$run" "$run/checkpoints" | grep -q "kiln-tmp" || fail "a temporary file was left: $(ls "$run")"
+# a file of the data the run's config.ini reads (the model summary opens
+# it): refused as it opens, nothing written
+mkdir "$tmp/rund"
+cp "$run/metrics.jsonl" "$tmp/rund/"
+sed "s|^path = .*|path = $tmp/d|" "$run/config.ini.orig" >"$tmp/rund/config.ini"
+kiln 2 report "$tmp/rund" -o "$tmp/d/tr_cnn_labels.idx"
+stderr_has "the output $tmp/d/tr_cnn_labels.idx is the file $tmp/d/tr_cnn_labels.idx, which [data] reads: choose another file"
+same "$tmp/d/tr_cnn_labels.idx"
+! ls "$tmp/d" | grep -q "kiln-tmp" || fail "a temporary file was left: $(ls "$tmp/d")"
+echo "ok: report -o onto a file of the run: exit 2, the file unchanged"
+# a FIFO (nobody writing it) or /dev/zero as config.ini or profile.txt
+for what in config.ini profile.txt; do
+	for kind in fifo zero; do
+		rm -rf "$tmp/fr"
+		mkdir "$tmp/fr"
+		cp "$run/metrics.jsonl" "$tmp/fr/"
+		[ $what = profile.txt ] && cp "$run/config.ini.orig" "$tmp/fr/config.ini"
+		if [ $kind = fifo ]; then
+			mkfifo "$tmp/fr/$what"
+			desc="a FIFO (named pipe), not a regular file"
+		else
+			ln -s /dev/zero "$tmp/fr/$what"
+			desc="a character device, not a regular file"
+		fi
+		timeout 60 "$kiln" report "$tmp/fr" >"$out" 2>"$err"
+		rc=$?
+		[ $rc -eq 0 ] || { cat "$err"; fail "report with a $kind $what: exit $rc (124: it hung)"; }
+		grep -qF "Not available: $tmp/fr/$what: $desc" "$tmp/fr/report.html" ||
+			fail "report with a $kind $what: no 'Not available' note"
+		echo "ok: report with a $kind $what: written, the file not available"
+	done
+done
 echo "PASS"

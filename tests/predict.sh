@@ -10,6 +10,8 @@
 #     -log p[label]) and accuracy computed from predict's probabilities
 #     equal eval's to float tolerance; --logits .npy holds the same
 #     probabilities' logits; csv has a row per image;
+#  1b2. into a closed pipe (`| head` gone) it stops after the first batch,
+#     exit 1 without an error;
 #  2. the idx config (its images have one size: predict checks each PNG
 #     against it) predicts the same; so do the exported safetensors
 #     weights and batch 7 (batch 1: same argmax, probabilities within 2e-6),
@@ -125,6 +127,22 @@ assert abs(loss - ev["test_loss"]) <= 1e-4 * max(1, ev["test_loss"]) and round(a
 EOF
 kiln 2 predict "$ini" --checkpoint "$ck" --eval-set "$pngs" "data.path=$data"
 echo "ok: predict --eval-set gives eval's loss and accuracy"
+
+# ---- 1b2. a reader that is gone: predict stops after the batch ----------
+# stdout a pipe whose reading end is closed before kiln starts (every
+# write fails with EPIPE): the first of the 6 batches of 8 is the last run,
+# exit 1 with no error (before session 36 every batch ran, to the end)
+KILN_LOG_LEVEL=debug "$py" - "$kiln" "$err" predict "$ini" --checkpoint "$ck" --eval-set --batch 8 \
+	"data.path=$data" <<'EOF' || fail "predict into a closed pipe: $(tail -3 "$err")"
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)
+rc = subprocess.call([sys.argv[1]] + sys.argv[3:], stdout=w, stderr=open(sys.argv[2], "w"))
+sys.exit(0 if rc == 1 else "exit %d, expected 1" % rc)
+EOF
+stderr_has "[predict] debug: standard output cannot be written: stopped after sample 7"
+! grep -q "kiln: error" "$err" || fail "predict into a closed pipe printed an error: $(grep "kiln: error" "$err")"
+echo "ok: predict into a closed pipe stops after its first batch, exit 1, quietly"
 
 # ---- 1c. training and evaluation folders with other classes ----------------
 # train/ has the classes 0..4, test/ lacks 1: the folder source labelled

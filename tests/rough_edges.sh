@@ -42,6 +42,10 @@
 # 14. the samples an epoch leaves out (whole optimizer steps: batch x
 #     accumulate, the leftover micro-batches too) are logged at the start,
 #     and a step larger than the set names the samples it needs.
+# 15. on a terminal (script(1)'s pty) the progress bar is redrawn with
+#     "\r\033[K", but with TERM=dumb it is a line per log point, no escape
+#     (before session 36 a dumb terminal showed the escapes); a run of
+#     lr = 0 that diverges is not told to lower lr.
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -259,4 +263,22 @@ kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1
 ! grep -q "left out of each epoch" "$err" || fail "batch 8 leaves nothing out of 48, yet a line says so"
 kiln 2 train "$ini" data.path="$data" run.out_dir= train.accumulate=7
 stderr_has "command line 'train.accumulate=7': [train] batch 8 x accumulate 7 x 1 rank(s) needs 56 training samples a step, more than the 48 there are"
+# 15: the progress bar on a terminal, and on a dumb one
+if script -qec true /dev/null >/dev/null 2>&1; then
+	for term in xterm dumb; do
+		TERM=$term script -qec "'$kiln' train '$ini' '$d' run.out_dir= train.max_steps=5 train.log_every=1" \
+			/dev/null >"$tmp/tty.$term" 2>&1 </dev/null || fail "TERM=$term: the run under script(1) failed"
+	done
+	grep -q "$(printf '\033')\[K" "$tmp/tty.xterm" || fail "TERM=xterm: no progress bar redrawn on the terminal"
+	! grep -q "$(printf '\033')" "$tmp/tty.dumb" || fail "TERM=dumb: an escape sequence on the dumb terminal"
+	grep -q "^epoch 1 step 5/6 loss" "$tmp/tty.dumb" || fail "TERM=dumb: no line per log point"
+	echo "ok: the progress bar is redrawn on a terminal, not on TERM=dumb"
+else
+	echo "skip: no script(1) for a terminal"
+fi
+# 15: lr = 0 and a loss that is not finite (the training inputs 1e38, as
+# tests/nonfinite_weights.sh's evaluation): no "lower [train] lr"
+kiln 3 train "$ini" "$d" run.out_dir= train.lr=0 data.std=1e-12 data.mean=-1e26 train.max_steps=2 train.log_every=1
+stderr_has "[train] lr is 0, so the step size is not the cause: look at the data, its normalisation ([data] mean, std) and the initial weights"
+! grep -q "lower \[train\] lr" "$err" || fail "lr = 0: told to lower lr"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"
