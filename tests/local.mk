@@ -220,6 +220,9 @@ if BUILD_LOADERS
 TESTS += tests/data_paths.sh
 endif
 EXTRA_DIST += tests/data_paths.sh
+# on_error = skip's count: not the workers = auto probe's, continued by a resume
+TESTS += tests/data_skip_count.sh
+EXTRA_DIST += tests/data_skip_count.sh
 
 # ---- device: the conformance suites, one per op family around one fixture
 # (tests/device_fixture.c), each op against reference loops; the same
