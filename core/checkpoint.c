@@ -327,9 +327,10 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
 			       char *path, size_t path_len)
 {
-	struct wsec s[13 + 2 * KILN_MAX_STATE_BUFS];
+	struct wsec s[14 + 2 * KILN_MAX_STATE_BUFS];
 	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES],
-		sp[KILN_CKPT_STOPPER_BYTES], owed[8], done[KILN_CKPT_EVALUATED_BYTES], cc[16];
+		sp[KILN_CKPT_STOPPER_BYTES], owed[8], done[KILN_CKPT_EVALUATED_BYTES], cc[16],
+		ds[8];
 	char final[4200], tmp[4210], sample[160];
 	kiln_status st;
 	int n = 0;
@@ -393,6 +394,10 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 		put_u64(cc, (uint64_t)meta->clip_counts[0]);
 		put_u64(cc + 8, (uint64_t)meta->clip_counts[1]);
 		host_section(&s[n++], "clip_counts", cc, sizeof cc);
+	}
+	if (meta->data_skipped) {
+		put_u64(ds, (uint64_t)*meta->data_skipped);
+		host_section(&s[n++], "data_skipped", ds, sizeof ds);
 	}
 	n = state_sections(m, src, s, n);
 	snprintf(final, sizeof final, "%s/ckpt-%lld.kiln", dir, (long long)t->step);
@@ -877,6 +882,23 @@ kiln_status kiln_ckpt_clip_counts_get(struct kiln_ckpt *ck, int64_t out[2])
 				  (long long)ck->step);
 	out[0] = (int64_t)skipped;
 	out[1] = (int64_t)clipped;
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_data_skipped_get(struct kiln_ckpt *ck, int64_t *out)
+{
+	uint8_t b[8];
+	kiln_status st;
+	*out = 0;
+	if (!find(ck, "data_skipped"))
+		return KILN_ENOTFOUND;
+	if ((st = kiln_ckpt_read(ck, "data_skipped", b, sizeof b)))
+		return st;
+	const uint64_t v = get_u64(b);
+	if (v > INT64_MAX)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'data_skipped' out of range (%llu)",
+				  ck->path, (unsigned long long)v);
+	*out = (int64_t)v;
 	return KILN_OK;
 }
 

@@ -27,6 +27,10 @@
  *               none of them again
  *   "clip_counts" the steps skipped (non-finite gradients) and clipped so
  *               far, when the run has the clip op: a resume continues them
+ *   "data_skipped" the bad samples replaced so far ([data] on_error =
+ *               skip; u64: the batches trained on, over every rank, and the
+ *               evaluations'), when on_error = skip or the count is not 0:
+ *               a resume continues it
  *   one section per model state buffer (kiln_model_state_buffers: "params",
  *   "buffers", "momentum", "step"), the device bytes as they are.
  *
@@ -123,6 +127,8 @@ struct kiln_ckpt_meta {
 	/* the clip op's counts (i64 steps skipped, i64 steps clipped); NULL:
 	 * no "clip_counts" section (no clip op) */
 	const int64_t *clip_counts;
+	/* the bad samples replaced so far; NULL: no "data_skipped" section */
+	const int64_t *data_skipped;
 };
 
 /* Write dir/ckpt-<trainer.step>.kiln: the state buffers of `m` are copied
@@ -239,6 +245,10 @@ kiln_status kiln_ckpt_evaluated_get(struct kiln_ckpt *ck, struct kiln_ckpt_evalu
  * clip op, or an older kiln's), KILN_EDATA naming the file when a count is
  * past the checkpoint's step. */
 kiln_status kiln_ckpt_clip_counts_get(struct kiln_ckpt *ck, int64_t out[2]);
+/* The "data_skipped" section: KILN_ENOTFOUND when the checkpoint has none
+ * (on_error = fail and nothing skipped, or an older kiln's), KILN_EDATA
+ * naming the file when it is malformed. */
+kiln_status kiln_ckpt_data_skipped_get(struct kiln_ckpt *ck, int64_t *out);
 
 /* 1 when `path` starts with a checkpoint's magic (KILNCKPT), else 0 (also
  * when it cannot be read: opening it will say why). */

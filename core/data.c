@@ -298,13 +298,14 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 		/* replace it by a sample every rank would pick alike */
 		for (int t = 1; st == KILN_EDATA && t <= KILN_SKIP_TRIES; t++) {
 			long long n = atomic_fetch_add(&d->skipped, 1) + 1;
+			s->skipped++;
 			int64_t k = (int64_t)kiln_rng_below(d->seed ^ ((uint64_t)t << 56), KILN_RNG_SKIP,
 							    (uint64_t)epoch << 40 | (uint64_t)j,
 							    (uint64_t)d->len);
 			char rank[24] = "";
 			if (d->rank >= 0)
 				snprintf(rank, sizeof rank, "rank %d: ", d->rank);
-			if (n <= 10)
+			if (n <= 10 && !d->skips_quiet)
 				kiln_log(KILN_LOG_WARN, "data", "%s[%s] sample %lld skipped (%s); replaced by sample %lld%s",
 					 rank, d->section, (long long)j, kiln_last_error(), (long long)k,
 					 n == 10 ? " (further skips are counted, not logged)" : "");

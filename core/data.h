@@ -61,6 +61,9 @@ struct kiln_dataset {
 	_Atomic(struct kiln_cached *) *cached;
 	atomic_llong cached_bytes;
 	atomic_llong skipped;      /* bad samples replaced (on_error = skip) */
+	/* 1 while kiln_loader_probe reads: replacements not logged (the
+	 * probe puts skipped back, and with it the 10 logged warnings) */
+	int skips_quiet;
 	int rank;                  /* this process's rank, named in the skip
 				    * warnings when it is one of several;
 				    * -1 (kiln_dataset_open's): one process */
@@ -77,6 +80,9 @@ struct kiln_data_scratch {
 	struct kiln_xform_scratch xs;
 	float *f32;        /* [data] dtype = bf16: the f32 sample before rounding */
 	size_t f32_cap;
+	int64_t skipped;   /* bad samples the reads with this scratch replaced
+			    * (d->skipped counts every thread's): the loader
+			    * tells which batch they were in */
 };
 void kiln_data_scratch_free(struct kiln_data_scratch *s);
 

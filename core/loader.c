@@ -21,6 +21,7 @@ struct slot {
 	void *copied;           /* event: the device copy out of it is done */
 	int copy_pending;       /* a copy was enqueued since the last fill */
 	kiln_status st;         /* a worker's failure */
+	int64_t skipped;        /* bad samples its fill replaced */
 	char msg[KILN_ERROR_MAX]; /* its message (errors are per thread) */
 };
 
@@ -36,6 +37,7 @@ struct kiln_loader {
 	pthread_cond_t cond;
 	int stop;
 	double wait_s;          /* consumer time in kiln_loader_next */
+	int64_t skipped;        /* the taken batches' slot->skipped, summed */
 	/* the epoch */
 	int64_t epoch;
 	const int64_t *order;
@@ -84,6 +86,7 @@ static void *worker(void *arg)
 		 * event on the copy stream), or on a device of host memory the
 		 * step that read the slot in place (on compute: train_step.c) */
 		kiln_status st = pending ? kiln_device_staging_wait(L->dev, s->copied) : KILN_OK;
+		const int64_t skipped0 = scr.skipped;
 		if (!st)
 			st = fill(L, s, b, &scr);
 		if (st)
@@ -91,6 +94,7 @@ static void *worker(void *arg)
 
 		pthread_mutex_lock(&L->lock);
 		s->st = st;
+		s->skipped = scr.skipped - skipped0;
 		s->state = SLOT_READY;
 		pthread_cond_broadcast(&L->cond);
 	}
@@ -186,6 +190,7 @@ kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_
 	kiln_status st = s->st;
 	s->state = SLOT_TAKEN;
 	L->next_take++;
+	L->skipped += s->skipped;
 	pthread_mutex_unlock(&L->lock);
 	if (st)
 		return kiln_error(st, "%s", s->msg);
@@ -215,12 +220,20 @@ double kiln_loader_wait_s(const struct kiln_loader *L)
 	return L ? L->wait_s : 0;
 }
 
+int64_t kiln_loader_skipped(const struct kiln_loader *L)
+{
+	return L ? L->skipped : 0;
+}
+
 /* workers = auto: time a few batches with 1, 2, 4, ... workers (up to the
  * cores) and keep the smallest count within 5% of the best rate.  Each
  * count reads samples of its own while the data set has them: the ones an
  * earlier count read are warm ([data] cache = ram holds them decoded, the
  * page cache their bytes), and timing them against cold ones measured the
- * cache, not the workers (cache = ram chose 2 workers at 7x "the rate"). */
+ * cache, not the workers (cache = ram chose 2 workers at 7x "the rate").
+ * The probe's replacements of bad samples are put back and not logged:
+ * the run reads those samples again, and before session 36 they were
+ * counted twice and used up the 10 logged warnings. */
 kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, int64_t B,
 			      int prefetch, void *copy_stream, int *best)
 {
@@ -234,6 +247,8 @@ kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, i
 	if (!order)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	kiln_rng_permutation(d->seed, 0, order, d->len);
+	const long long skipped0 = atomic_load(&d->skipped);
+	d->skips_quiet = 1; /* (set before the workers start, read by them) */
 	*best = 1;
 	if (ncpu < 1)
 		ncpu = 1;
@@ -273,6 +288,9 @@ kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, i
 		}
 	}
 	free(order);
+	/* (every probe worker joined by kiln_loader_close) */
+	d->skips_quiet = 0;
+	atomic_store(&d->skipped, skipped0);
 	if (!st)
 		kiln_log(KILN_LOG_INFO, "data", "%s chose %d", msg, *best);
 	return st;

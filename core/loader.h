@@ -42,9 +42,17 @@ kiln_status kiln_loader_release(struct kiln_loader *L, int slot, void *stream);
 /* Seconds the consumer spent waiting in kiln_loader_next (data wait). */
 double kiln_loader_wait_s(const struct kiln_loader *L);
 
+/* Bad samples replaced (on_error = skip) in the batches kiln_loader_next
+ * has handed out, over every epoch: d->skipped without the batches the
+ * workers read ahead, so a checkpoint's count is the one a run resumed
+ * from it reaches again.  The consumer's thread. */
+int64_t kiln_loader_skipped(const struct kiln_loader *L);
+
 /* workers = auto: time a few batches of `d` with 1, 2, 4, ... workers (up
  * to the cores), stopping when doubling gains under 5%, and return the
- * best count in *best (logged).  The batches are read and discarded. */
+ * best count in *best (logged).  The batches are read and discarded, and
+ * the bad samples they replaced neither logged nor counted: d->skipped
+ * is as before the probe. */
 kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, int64_t B,
 			      int prefetch, void *copy_stream, int *best);
 

@@ -193,6 +193,9 @@ struct trainer {
 	 * resumed checkpoint holds ("clip_counts"), seeded into the device's
 	 * (trainer_clip_counts_seed) */
 	int64_t counts0[2];
+	/* the bad samples replaced ([data] on_error = skip) before the
+	 * resumed checkpoint ("data_skipped"): the run's count goes on from it */
+	int64_t skipped0;
 	struct kiln_ckpt_epoch ep0_sums; /* the resumed epoch's sums before the checkpoint */
 	/* keep_best: the K best evaluations' checkpoints in ckdir/best, in
 	 * every checkpoint's "best" section; rank 0's alone is read (it
@@ -368,6 +371,7 @@ kiln_status trainer_norm_plan(struct trainer *t, struct train_set *d, int64_t ro
 
 /* train_log.c */
 kiln_status trainer_clip_counts(struct trainer *t, int64_t out[2]);
+kiln_status trainer_data_skipped(struct trainer *t, int64_t *out);
 kiln_status trainer_clip_counts_seed(struct trainer *t);
 kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
 				 double *correct5);
@@ -409,6 +413,7 @@ struct trainer_ckpt_resume {
 	struct kiln_ckpt_epoch sums;   /* the epoch's training sums so far */
 	struct kiln_ckpt_stopper stopper; /* early stopping's best and count */
 	int64_t counts[2];             /* the clip op's steps skipped, clipped */
+	int64_t data_skipped;          /* bad samples replaced so far */
 };
 kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resume *r,
 				     struct kiln_ckpt_meta *meta);

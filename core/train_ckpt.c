@@ -144,12 +144,16 @@ kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resu
 	kiln_status st;
 	r->sums = t->end_sums;
 	if ((!t->ckpt_end && (st = epoch_sums(t, &r->sums))) ||
-	    (st = trainer_clip_counts(t, r->counts)))
+	    (st = trainer_clip_counts(t, r->counts)) ||
+	    (st = trainer_data_skipped(t, &r->data_skipped)))
 		return st;
 	r->stopper = (struct kiln_ckpt_stopper){ t->stopper.best, t->stopper.bad, t->stopper.have };
 	meta->epoch = &r->sums;
 	meta->stopper = t->tc.early_stop_patience ? &r->stopper : NULL;
 	meta->clip_counts = t->clip ? r->counts : NULL;
+	meta->data_skipped = t->train.ds.on_error == KILN_ON_ERROR_SKIP || r->data_skipped
+				     ? &r->data_skipped
+				     : NULL;
 	return KILN_OK;
 }
 
@@ -485,6 +489,22 @@ static kiln_status evals_restore(struct trainer *t, struct kiln_ckpt *ck)
 	return trainer_best_restore(t, ck);
 }
 
+/* The bad samples replaced before the checkpoint (t->skipped0): written
+ * with on_error = skip since session 36 (before, a resumed run's end
+ * counted the skips after the resume alone); a checkpoint without it (an
+ * older kiln's, or the run's with on_error = fail) counts from 0, said
+ * when this run skips. */
+static kiln_status data_skipped_restore(struct trainer *t, struct kiln_ckpt *ck)
+{
+	kiln_status st = kiln_ckpt_data_skipped_get(ck, &t->skipped0);
+	if (st != KILN_ENOTFOUND)
+		return st;
+	if (t->train.ds.on_error == KILN_ON_ERROR_SKIP)
+		kiln_log(KILN_LOG_INFO, "data", "resume: %s holds no count of bad samples skipped (an older kiln wrote it, or on_error was fail): the count at the end of the run is of the ones after this resume",
+			 kiln_ckpt_path(ck));
+	return KILN_OK;
+}
+
 /* The clip op's counts the checkpoint holds (t->counts0, seeded into the
  * device's by trainer_clip_counts_seed); a checkpoint without them (an
  * older kiln's) counts from 0 again, said. */
@@ -707,7 +727,8 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 			 path, (long long)tr.epoch + 1);
 	}
 	epoch_sums_rescale(t, &tr);
-	if ((st = evals_restore(t, ck)) || (st = clip_counts_restore(t, ck)))
+	if ((st = evals_restore(t, ck)) || (st = clip_counts_restore(t, ck)) ||
+	    (st = data_skipped_restore(t, ck)))
 		goto out;
 	*found = 1;
 	/* the run's newest checkpoint until it writes one: what a resume that

@@ -21,6 +21,7 @@ struct resume_msg {
 	int32_t evaluated;           /* ... or done, with these numbers */
 	struct kiln_ckpt_evaluated done;
 	int64_t counts0[2];          /* the clip op's counts */
+	int64_t skipped0;            /* the bad samples replaced before it */
 	char error[KILN_ERROR_MAX]; /* rank 0's message when status != 0 */
 	char path[1024];
 	char file[1024]; /* per stage, or ZeRO-1's shards: the checkpoint (t->resume_file) */
@@ -48,6 +49,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		msg->evaluated = t->evaluated;
 		msg->done = t->done;
 		memcpy(msg->counts0, t->counts0, sizeof msg->counts0);
+		msg->skipped0 = t->skipped0;
 		if (msg->status)
 			snprintf(msg->error, sizeof msg->error, "%s", kiln_last_error());
 		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
@@ -83,6 +85,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		t->evaluated = msg->evaluated;
 		t->done = msg->done;
 		memcpy(t->counts0, msg->counts0, sizeof t->counts0);
+		t->skipped0 = msg->skipped0;
 		memcpy(t->resume_file, msg->file, sizeof t->resume_file);
 		t->resume_file[sizeof t->resume_file - 1] = 0;
 		*found = 1;

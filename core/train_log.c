@@ -621,19 +621,24 @@ static void memory_line(struct trainer *t)
 		 t->rank, t->rank % t->pipe_P, peak, live, hwm);
 }
 
-/* The bad samples the run's sets replaced (on_error = skip): the
- * training set's summed over the data-parallel ranks (each reads its own
- * share), the evaluations' this rank's (every rank evaluates the whole
- * set).  Every rank's call (a collective). */
-static kiln_status data_skipped(struct trainer *t, int64_t *out)
+/* The bad samples the run's sets replaced (on_error = skip), from its
+ * start (t->skipped0: the resumed checkpoint's count): the training set's
+ * summed over the data-parallel ranks (each reads its own share), the
+ * evaluations' this rank's (every rank evaluates the whole set).  The
+ * training set's in the batches the loader handed out, not the ones its
+ * workers read ahead: a checkpoint's count is what a run resumed from it
+ * reaches again, and the run's count at a stop does not depend on how far
+ * the workers got.  Every rank's call (a collective). */
+kiln_status trainer_data_skipped(struct trainer *t, int64_t *out)
 {
-	int64_t n = atomic_load(&t->train.ds.skipped);
+	int64_t n = t->train.loader ? kiln_loader_skipped(t->train.loader)
+				    : atomic_load(&t->train.ds.skipped);
 	kiln_status st = kiln_dist_sum_counts(t->dist, &n, 1, t->compute); /* exact */
 	/* [dist] pipeline = P: a pipe's P ranks read the same samples
 	 * (one data-parallel rank, drank), so each skip was counted P times */
 	if (t->pipe_P > 1)
 		n /= t->pipe_P;
-	*out = n + atomic_load(&t->test.ds.skipped) +
+	*out = t->skipped0 + n + atomic_load(&t->test.ds.skipped) +
 	       (t->have_val ? atomic_load(&t->val.ds.skipped) : 0);
 	return st;
 }
@@ -668,7 +673,7 @@ kiln_status trainer_finish(struct trainer *t)
 	 * cause or none (review, session 30: it exited 1 where they exited 0) */
 	if (t->stopping && !t->dist && !res->stop_cause[0] && trainer_stop_cause())
 		snprintf(res->stop_cause, sizeof res->stop_cause, "%s", trainer_stop_cause());
-	if ((st = data_skipped(t, &res->data_skipped)))
+	if ((st = trainer_data_skipped(t, &res->data_skipped)))
 		return st;
 	res->data_wait_s = kiln_loader_wait_s(t->train.loader);
 	if (res->data_skipped && !t->rank)

@@ -359,6 +359,96 @@ START_TEST(test_skip_warning_names_rank)
 }
 END_TEST
 
+/* workers = auto with on_error = skip: the probe's trial batches read bad
+ * samples the run reads again.  Their replacements are neither counted
+ * nor logged (before session 36 the 40-sample set below ended its epoch
+ * with d->skipped past the epoch's own and the probe had used up the 10
+ * logged warnings, so the run's own skips went unlogged). */
+static int skip_warnings;
+static void skip_count(void *user, int level, const char *who, const char *msg)
+{
+	(void)user, (void)msg;
+	skip_warnings += level == KILN_LOG_WARN && !strcmp(who, "data");
+}
+
+START_TEST(test_probe_skips_uncounted)
+{
+	const char *ini = "[data]\nsource = tsrc\ncount = 40\nbad_every = 7\non_error = skip\n";
+	struct rig r, ref;
+	float x[40 * 3];
+	int32_t y[40];
+	int best = 0;
+	/* the epoch's own skips and warnings, without a probe */
+	ck_assert(rig_open(&ref, ini) == 0);
+	skip_warnings = 0;
+	kiln_log_set_sink(skip_count, NULL);
+	ck_assert_msg(read_epochs(&ref, 2, 1, 4, (uint8_t *)x, y) == 0, "%s", kiln_last_error());
+	const int want_warnings = skip_warnings;
+	const long long want = atomic_load(&ref.d.skipped);
+	ck_assert_int_ge(want, 5); /* 6, 13, 20, 27, 34 and bad replacements */
+	ck_assert_int_eq(want_warnings, want < 10 ? want : 10);
+	rig_close(&ref);
+
+	ck_assert(rig_open(&r, ini) == 0);
+	skip_warnings = 0;
+	ck_assert_msg(kiln_loader_probe(r.dev, &r.d, 4, 2, r.copy, &best) == 0, "%s",
+		      kiln_last_error());
+	const long long after_probe = atomic_load(&r.d.skipped);
+	ck_assert_int_eq(after_probe, 0);
+	ck_assert_int_eq(r.d.skips_quiet, 0);
+	ck_assert_int_eq(skip_warnings, 0);
+	ck_assert_msg(read_epochs(&r, best, 1, 4, (uint8_t *)x, y) == 0, "%s", kiln_last_error());
+	kiln_log_set_sink(NULL, NULL);
+	const long long after_epoch = atomic_load(&r.d.skipped);
+	ck_assert_int_eq(after_epoch, want);
+	ck_assert_int_eq(skip_warnings, want_warnings);
+	rig_close(&r);
+}
+END_TEST
+
+/* kiln_loader_skipped counts the replacements in the batches handed out,
+ * not in the ones the workers read ahead: the count a checkpoint holds,
+ * which a run resumed from it reaches again.  Batches of 4 in index
+ * order: 0..11 (3 batches) hold bad sample 6, 12..15 holds 13. */
+START_TEST(test_loader_skipped_taken)
+{
+	const char *ini = "[data]\nsource = tsrc\ncount = 40\nbad_every = 7\non_error = skip\n";
+	struct rig r;
+	int64_t order[40];
+	float x[12 * 3];
+	int32_t y[12];
+	for (int i = 0; i < 40; i++)
+		order[i] = i;
+	/* the first 3 batches' replacements, read on this thread */
+	ck_assert(rig_open(&r, ini) == 0);
+	ck_assert(kiln_dataset_read_rows(&r.d, 0, order, 12, x, y, NULL) == 0);
+	const long long want = atomic_load(&r.d.skipped);
+	ck_assert_int_ge(want, 1);
+	rig_close(&r);
+
+	ck_assert(rig_open(&r, ini) == 0);
+	struct kiln_loader *L = NULL;
+	ck_assert(kiln_loader_open(r.dev, &r.d, 4, 2, 2, &L) == 0);
+	ck_assert(kiln_loader_start(L, 0, order, 40, 4, 0) == 0);
+	for (int b = 0; b < 3; b++) {
+		const void *bx;
+		const int32_t *by;
+		int64_t rows;
+		int slot;
+		ck_assert(kiln_loader_next(L, &bx, &by, &rows, &slot) == 0);
+		ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
+	}
+	/* the workers read on into batch 3 (sample 13) and further */
+	for (int i = 0; i < 500 && atomic_load(&r.d.skipped) <= want; i++)
+		usleep(10000);
+	const long long read = atomic_load(&r.d.skipped);
+	ck_assert_int_gt(read, want);
+	ck_assert_int_eq(kiln_loader_skipped(L), want);
+	kiln_loader_close(L);
+	rig_close(&r);
+}
+END_TEST
+
 /* The skip totals over the ranks are exact (kiln_dist_sum_counts): each
  * count's 8-bit limbs summed in f32, as the communicator's allreduce sums
  * them, give the exact total beyond 2^24 (before session 30 the counts
@@ -789,7 +879,7 @@ static Suite *make_suite(void)
 		test_workers_identical, test_cache_ram, test_on_error, test_skip_warning_names_rank,
 		test_count_sum_exact, test_normalize_on_device, test_normalize_rule,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
-		test_workers_auto_cold,
+		test_workers_auto_cold, test_probe_skips_uncounted, test_loader_skipped_taken,
 		test_resume_position, test_prefetch_hints, NULL });
 	return s;
 }

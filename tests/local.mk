@@ -187,11 +187,22 @@ tests_check_records_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIB
 tests_check_sources_SOURCES = tests/check_sources.c plugins/loaders/image.c
 tests_check_sources_CFLAGS = $(CHECK_SUITE_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
 tests_check_sources_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(LMDB_LIBS)
+# PNG pixels against PIL's: tests/data/gen_png_refs.py wrote the fixtures
+check_PROGRAMS += tests/check_png
+TESTS += tests/check_png
+tests_check_png_SOURCES = tests/check_png.c plugins/loaders/image.c
+tests_check_png_CFLAGS = $(CHECK_SUITE_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
+tests_check_png_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS)
 endif
 endif
 if BUILD_LOADERS
 TESTS += tests/pack.sh
 endif
+EXTRA_DIST += tests/data/gen_png_refs.py tests/data/png/refs.txt \
+	tests/data/png/gray_gamma10.png tests/data/png/gray_gamma055.png tests/data/png/rgb_gamma10.png \
+	tests/data/png/rgb_srgb.png tests/data/png/gray_alpha.png tests/data/png/rgba.png \
+	tests/data/png/palette_trns.png tests/data/png/gray2_trns.png tests/data/png/rgb_trns.png \
+	tests/data/png/gray16_gamma10.png tests/data/png/rgba16.png tests/data/png/rgb_interlaced.png
 EXTRA_DIST += tests/pack.sh
 # kiln launch's and kiln pack's options by the parser every command shares
 TESTS += tests/launch_pack_opts.sh
@@ -212,6 +223,9 @@ if BUILD_LOADERS
 TESTS += tests/data_paths.sh
 endif
 EXTRA_DIST += tests/data_paths.sh
+# on_error = skip's count: not the workers = auto probe's, continued by a resume
+TESTS += tests/data_skip_count.sh
+EXTRA_DIST += tests/data_skip_count.sh
 
 # ---- device: the conformance suites, one per op family around one fixture
 # (tests/device_fixture.c), each op against reference loops; the same

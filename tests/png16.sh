@@ -6,8 +6,9 @@
 # samples 257 v + 128 (within half a step of v) too.  Before session 28
 # libpng's simplified API read 16-bit samples as linear light and mapped
 # them through the sRGB curve (3 * 257 -> 33, 89 * 257 -> 158), so the
-# logits differed by up to 1.5.  A 16-bit file with a gAMA chunk is read
-# by its gamma, as before.  Only python3's standard library.
+# logits differed by up to 1.5.  Since session 36 no gAMA or sRGB chunk
+# changes the samples of any PNG (tests/check_png has a 16-bit gAMA 1.0
+# file).  Only python3's standard library.
 name=png16
 . "$(dirname "$0")/lib.sh"
 py=/usr/bin/python3

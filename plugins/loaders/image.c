@@ -3,6 +3,8 @@
 #include "image.h"
 
 #include <png.h>
+#include <setjmp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -102,42 +104,135 @@ out:
 	return st;
 }
 
+/* ---- PNG: libpng's low-level reader ------------------------------------
+ *
+ * Not the simplified API (png_image_*), which converts to sRGB: a file whose
+ * gAMA is not ~1/2.2 (gAMA 1.0: a 0..255 ramp's 4..7 became 39 43 46 50)
+ * had its samples moved through that gamma, and alpha was composited in
+ * linear light (gray 200 at alpha 64 became 106).  PIL, so torchvision,
+ * returns the stored samples whatever the gAMA, sRGB, cHRM or iCCP chunks
+ * say.  Here no gamma transform is ever set: the stored samples are what
+ * comes out, expanded to 8 bits (palette -> RGB, 1/2/4-bit gray -> 8 bits
+ * as PIL scales them, tRNS -> alpha, 16 bits -> v * 255 / 65535 rounded),
+ * then alpha composited onto black in those stored values. */
+
+/* The compressed file and how far libpng has read it. */
+struct png_src {
+	const uint8_t *buf;
+	size_t n, at;
+	char msg[200]; /* libpng's error, for the message */
+};
+
+static void png_src_read(png_structp png, png_bytep out, size_t len)
+{
+	struct png_src *s = png_get_io_ptr(png);
+	if (len > s->n - s->at)
+		png_error(png, "the file ends inside a chunk (truncated)");
+	memcpy(out, s->buf + s->at, len);
+	s->at += len;
+}
+
+/* libpng's errors end in a longjmp back to decode_png; warnings (a bad
+ * ancillary chunk's CRC: the chunk is dropped) are not bad data. */
+static void png_src_error(png_structp png, png_const_charp msg)
+{
+	struct png_src *s = png_get_error_ptr(png);
+	snprintf(s->msg, sizeof s->msg, "%s", msg);
+	png_longjmp(png, 1);
+}
+
+static void png_src_warning(png_structp png, png_const_charp msg)
+{
+	(void)png, (void)msg;
+}
+
+/* The transforms to 8-bit gray, gray+alpha, RGB or RGBA in the stored
+ * values, and every interlace pass combined: the number of passes. */
+static int png_set_transforms(png_structp png, png_infop info)
+{
+	const int type = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+	if (type == PNG_COLOR_TYPE_PALETTE)
+		png_set_palette_to_rgb(png);
+	if (type == PNG_COLOR_TYPE_GRAY && depth < 8)
+		png_set_expand_gray_1_2_4_to_8(png); /* v * 255 / (2^depth - 1), as PIL */
+	if (png_get_valid(png, info, PNG_INFO_tRNS))
+		png_set_tRNS_to_alpha(png);
+	if (depth == 16)
+		png_set_scale_16(png); /* (v * 255 + 32767) / 65535 exactly, not v >> 8 */
+	int passes = png_set_interlace_handling(png);
+	png_read_update_info(png, info);
+	return passes;
+}
+
+/* Alpha composited onto black, pixel by pixel in place: h*w pixels of
+ * c + 1 channels at px become h*w of c (each written at or before where
+ * its own samples were read).  v * a / 255 rounded to nearest: v * a / 255
+ * is never a half, as 255 is odd. */
+static void png_composite_black(uint8_t *px, size_t pixels, int c)
+{
+	for (size_t i = 0; i < pixels; i++) {
+		const uint8_t *in = px + i * (size_t)(c + 1);
+		unsigned a = in[c], v[3];
+		for (int k = 0; k < c; k++)
+			v[k] = (in[k] * a + 127) / 255;
+		for (int k = 0; k < c; k++)
+			px[i * (size_t)c + k] = (uint8_t)v[k];
+	}
+}
+
+/* After png_read_info: the pixels into *img (8-bit, 1 or 3 channels). */
+static kiln_status png_read_pixels(const struct kiln_host *host, png_structp png, png_infop info,
+				   const char *what, int64_t max_pixels, struct kiln_image *img)
+{
+	const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+	kiln_status st = check_dims(host, what, w, h, max_pixels);
+	if (st)
+		return st;
+	const int passes = png_set_transforms(png, info);
+	const int ch = png_get_channels(png, info); /* 1 gray, 2 +alpha, 3 RGB, 4 RGBA */
+	const int c = ch <= 2 ? 1 : 3;
+	const size_t row = png_get_rowbytes(png, info);
+	if (png_get_bit_depth(png, info) != 8 || row != (size_t)w * ch)
+		return host->error(KILN_EINTERNAL, "%s: libpng gave %d-bit samples, %zu bytes a row of %u pixels",
+				   what, png_get_bit_depth(png, info), row, (unsigned)w);
+	if ((st = img_reserve(host, img, (size_t)h * row)))
+		return st;
+	/* row by row, every pass: libpng adds each pass's pixels to the row it
+	 * handed back in the pass before (no h-long array of row pointers) */
+	for (int p = 0; p < passes; p++)
+		for (png_uint_32 y = 0; y < h; y++)
+			png_read_row(png, img->data + (size_t)y * row, NULL);
+	if (ch != c)
+		png_composite_black(img->data, (size_t)h * w, c);
+	img->h = (int32_t)h;
+	img->w = (int32_t)w;
+	img->c = c;
+	return KILN_OK;
+}
+
 static kiln_status decode_png(const struct kiln_host *host, const uint8_t *buf, size_t n,
 			      const char *what, int64_t max_pixels, struct kiln_image *img)
 {
+	struct png_src src = { .buf = buf, .n = n };
+	png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_src_error,
+						 png_src_warning);
+	png_infop info = png ? png_create_info_struct(png) : NULL;
+	if (!info) {
+		png_destroy_read_struct(&png, NULL, NULL);
+		return host->error(KILN_ENOMEM, "%s: cannot start the PNG decoder", what);
+	}
+	/* libpng's errors longjmp here; this function changes nothing between
+	 * setjmp and a longjmp (src is changed only through libpng's pointer) */
 	kiln_status st;
-	png_image pi;
-	memset(&pi, 0, sizeof pi);
-	pi.version = PNG_IMAGE_VERSION;
-	if (!png_image_begin_read_from_memory(&pi, buf, n))
-		return host->error(KILN_EDATA, "%s: undecodable PNG: %s", what, pi.message);
-	if ((st = check_dims(host, what, pi.width, pi.height, max_pixels))) {
-		png_image_free(&pi);
-		return st;
+	if (setjmp(png_jmpbuf(png))) {
+		st = host->error(KILN_EDATA, "%s: undecodable PNG: %s", what, src.msg);
+	} else {
+		png_set_read_fn(png, &src, png_src_read);
+		png_read_info(png, info);
+		st = png_read_pixels(host, png, info, what, max_pixels, img);
 	}
-	int gray = !(pi.format & PNG_FORMAT_FLAG_COLOR) && !(pi.format & PNG_FORMAT_FLAG_COLORMAP);
-	pi.format = gray ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-	/* 16-bit samples are sRGB-encoded, as every 8-bit one is: reduced to 8
-	 * bits by scaling (v * 255 / 65535, rounded), not through the linear
-	 * light the simplified API assumes 16-bit data is in (which mapped
-	 * 3 * 257 to 33 and 89 * 257 to 158) */
-	pi.flags |= PNG_IMAGE_FLAG_16BIT_sRGB;
-	int c = gray ? 1 : 3;
-	if ((st = img_reserve(host, img, (size_t)pi.width * pi.height * c))) {
-		png_image_free(&pi);
-		return st;
-	}
-	/* alpha, if any, is composited onto black */
-	png_color bg = { 0, 0, 0 };
-	if (!png_image_finish_read(&pi, &bg, img->data, (png_int_32)(pi.width * c), NULL)) {
-		st = host->error(KILN_EDATA, "%s: undecodable PNG: %s", what, pi.message);
-		png_image_free(&pi);
-		return st;
-	}
-	img->h = (int32_t)pi.height;
-	img->w = (int32_t)pi.width;
-	img->c = c;
-	return KILN_OK;
+	png_destroy_read_struct(&png, &info, NULL);
+	return st;
 }
 
 const char *img_channels_note(const void *buf, size_t n)

@@ -4,12 +4,14 @@
  *
  * JPEG goes through libjpeg-turbo's TurboJPEG API with the settings PIL
  * uses (accurate integer IDCT, fancy upsampling), so pixels equal what
- * torchvision's PIL path decodes; PNG through libpng's simplified API.
- * Decoded pixels are 8-bit HWC: gray stays 1 channel (a gray+alpha PNG
- * too, its alpha composited onto black), everything else (RGB, palette,
- * RGBA, also composited onto black) becomes 3-channel RGB; CMYK JPEGs are
- * refused (KILN_EDATA); 16-bit PNG is reduced to 8 bits.  Thread-safe: no
- * shared state.
+ * torchvision's PIL path decodes; PNG through libpng's low-level reader,
+ * to the stored samples as PIL returns them (no gAMA, sRGB or ICC
+ * conversion).  Decoded pixels are 8-bit HWC: gray stays 1 channel (a
+ * gray+alpha PNG too), everything else (RGB, palette, RGBA) becomes
+ * 3-channel RGB; alpha (a channel or tRNS) is composited onto black in the
+ * stored values, round(v * a / 255); 16-bit PNG samples become
+ * round(v * 255 / 65535); CMYK JPEGs are refused (KILN_EDATA).
+ * Thread-safe: no shared state.
  */
 #ifndef KILN_LOADERS_IMAGE_H
 #define KILN_LOADERS_IMAGE_H
