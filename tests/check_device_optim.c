@@ -416,7 +416,7 @@ END_TEST
  * 1024 chunk sums the kernel kept before session 21, which then took
  * chunks of n / 1024 + 1 = 65542 elements, other blocks): the order above,
  * bit for bit, with the default team and 3 threads (the fixture's modes),
- * through the kernel's rounds of 2M elements.  Whole blocks of whole
+ * through the kernel's rounds of 8M elements.  Whole blocks of whole
  * vectors, so the lanes' tail rule plays no part; AVX-512's clone adds
  * unfused (-ffp-contract=off).  The old chunks moved only the double
  * total's last bits: the f32 norm here came out the same on that code. */
