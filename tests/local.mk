@@ -936,6 +936,10 @@ EXTRA_DIST += tests/launch_nodes.sh
 # a kiln error naming the limit, never libgomp's exit(1) (teamstart.h)
 TESTS += tests/thread_limit.sh
 EXTRA_DIST += tests/thread_limit.sh
+# a region of fewer workers than the team leaves libgomp's pool whole (no
+# thread made again mid-run, where a limit could end the process)
+TESTS += tests/omp_pool_whole.sh
+EXTRA_DIST += tests/omp_pool_whole.sh
 # a small stack limit (ulimit -s): raised and run again, or refused by name
 TESTS += tests/stack_limit.sh
 EXTRA_DIST += tests/stack_limit.sh
