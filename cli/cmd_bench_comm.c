@@ -451,7 +451,10 @@ static void show_tail(const char *path, int lines)
 static void run_tools(struct series *s, const struct bench_opts *o, const struct bench_paths *P,
 		      int n_sizes)
 {
-	char cmd[4 * PATH_MAX + 512];
+	enum { CMD = 4 * PATH_MAX + 512 };
+	char *cmd = malloc(CMD); /* (17 KiB: on the heap, as P) */
+	if (!cmd)
+		return;
 	for (int r = 0; r < o->runs; r++)
 		for (int kk = 0; kk < N_TOOLS; kk++) {
 			const int k = (kk + r) % N_TOOLS;
@@ -468,7 +471,7 @@ static void run_tools(struct series *s, const struct bench_opts *o, const struct
 			else
 				close(fd);
 			x->tried = 1;
-			if (tool_command(k, o, P, x, tmp, err, cmd, sizeof cmd)) {
+			if (tool_command(k, o, P, x, tmp, err, cmd, CMD)) {
 				fprintf(stderr, "  run %d/%d: %s\n", r + 1, o->runs, tool_names[k]);
 				if (collect(cmd, x, x->runs, n_sizes, o->nproc)) {
 					x->runs++;
@@ -483,6 +486,7 @@ static void run_tools(struct series *s, const struct bench_opts *o, const struct
 			if (fd >= 0)
 				unlink(err);
 		}
+	free(cmd);
 	for (int k = 0; k < N_TOOLS; k++)
 		for (int z = 0; z < n_sizes && s[k].have; z++) {
 			double a[MAX_RUNS], b[MAX_RUNS];
@@ -567,24 +571,20 @@ static void print_targets(const struct series *s, int n_sizes)
 	}
 }
 
-int cmd_bench_comm(int argc, char **argv)
+/* kiln bench comm with its options o: the exit code. */
+static int bench_comm_run(struct bench_opts *o, struct bench_paths *P)
 {
-	struct bench_opts o = { .nproc = 2, .runs = 3, .max = (size_t)256 << 20 };
-	struct bench_paths P = { .root = geteuid() == 0 ? "--allow-run-as-root " : "" };
-	int rc = bench_comm_args(argc, argv, &o);
-	if (rc >= 0)
-		return rc;
-	if (!find_self(&P))
+	if (!find_self(P))
 		return 1;
-	if (!o.bench_dir)
-		o.bench_dir = P.dir;
+	if (!o->bench_dir)
+		o->bench_dir = P->dir;
 	int n_sizes = 0;
-	for (size_t b = 4096; b <= o.max && n_sizes < MAX_SIZES; b *= 4)
+	for (size_t b = 4096; b <= o->max && n_sizes < MAX_SIZES; b *= 4)
 		n_sizes++;
 	struct series *s = calloc(N_TOOLS, sizeof *s);
 	if (!s)
 		return 1;
-	kiln_status st = probe_tools(s, &P, o.bench_dir, o.only);
+	kiln_status st = probe_tools(s, P, o->bench_dir, o->only);
 	if (st) {
 		free(s);
 		return cli_fail(st);
@@ -598,12 +598,28 @@ int cmd_bench_comm(int argc, char **argv)
 		return 1;
 	}
 	kiln_log_set_level(KILN_LOG_WARN);
-	fprintf(stderr, "bench comm: %d ranks, 4 KiB..%zu B, %d run(s) each\n", o.nproc, o.max,
-		o.runs);
-	run_tools(s, &o, &P, n_sizes);
-	print_table(s, o.nproc, o.runs, n_sizes);
+	fprintf(stderr, "bench comm: %d ranks, 4 KiB..%zu B, %d run(s) each\n", o->nproc, o->max,
+		o->runs);
+	run_tools(s, o, P, n_sizes);
+	print_table(s, o->nproc, o->runs, n_sizes);
 	print_targets(s, n_sizes);
-	const int missing = count_missing(s, o.only);
+	const int missing = count_missing(s, o->only);
 	free(s);
 	return missing ? 1 : 0;
+}
+
+int cmd_bench_comm(int argc, char **argv)
+{
+	struct bench_opts o = { .nproc = 2, .runs = 3, .max = (size_t)256 << 20 };
+	int rc = bench_comm_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	/* (the paths, 20 KiB, on the heap: configure.ac's KILN_FRAME_CFLAGS) */
+	struct bench_paths *P = calloc(1, sizeof *P);
+	if (!P)
+		return 1;
+	P->root = geteuid() == 0 ? "--allow-run-as-root " : "";
+	rc = bench_comm_run(&o, P);
+	free(P);
+	return rc;
 }

@@ -4,6 +4,7 @@ kiln_SOURCES = cli/kiln.c cli/cli.h cli/cmd_config.c cli/cmd_plugins.c cli/cmd_t
 	cli/pack_dir.c cli/pack_tokens.c cli/tokenizer.c cli/tokenizer.h \
 	cli/cmd_summary.c cli/cmd_report.c cli/cmd_generate.c cli/report.h cli/report_metrics.c cli/report_svg.c
 kiln_CPPFLAGS = $(AM_CPPFLAGS) $(PACK_CPPFLAGS) $(JANSSON_CFLAGS)
+kiln_CFLAGS = $(AM_CFLAGS) $(KILN_FRAME_CFLAGS)
 # `kiln report` reads metrics.jsonl with jansson
 kiln_LDADD = libkiln.la $(JANSSON_LIBS) -lm
 # `kiln pack` writes records shards with the loaders' image codec and

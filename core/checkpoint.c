@@ -224,7 +224,9 @@ static kiln_status write_section(const char *tmp, int fd, const struct wsec *s, 
 			return kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
 	}
 	section_header(sh, s->tag, s->bytes, crc);
-	if (pwrite(fd, sh, sizeof sh, (off_t)*pos) != (ssize_t)sizeof sh)
+	/* (whole, through EINTR and a short write, as every write here:
+	 * before session 36 one pwrite call, a short one an error) */
+	if (kiln_pwrite_all(fd, sh, sizeof sh, *pos))
 		return kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
 	*pos += sizeof sh + s->bytes;
 	return KILN_OK;

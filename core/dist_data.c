@@ -182,11 +182,11 @@ static void describe_gz(char fa[][PATH_MAX], char fb[][PATH_MAX], int r, char *o
 			 check);
 }
 
-/* What differs between rank 0's line a and rank r's line b (ha, hb:
- * whether each has it) into out. */
-static void describe(const char *a, int ha, const char *b, int hb, int r, char *out, size_t n)
+/* describe's fields fa, fb (5 each, PATH_MAX bytes: empty) parsed from a
+ * and b and compared. */
+static void describe_fields(const char *a, int ha, const char *b, int hb, int r,
+			    char fa[][PATH_MAX], char fb[][PATH_MAX], char *out, size_t n)
 {
-	char fa[5][PATH_MAX] = { "" }, fb[5][PATH_MAX] = { "" };
 	static const char *const fmt = "%4095[^\t]\t%4095[^\t]\t%4095[^\t]\t%4095[^\t]\t%4095[^\n]";
 	if (!ha || !hb) {
 		snprintf(out, n, "rank %d reads %.1500s, which rank %d does not (another list of files)",
@@ -223,21 +223,44 @@ static void describe(const char *a, int ha, const char *b, int hb, int r, char *
 			 a + strlen(fa[0]), b + strlen(fb[0]), r);
 }
 
+/* What differs between rank 0's line a and rank r's line b (ha, hb:
+ * whether each has it) into out. */
+static void describe(const char *a, int ha, const char *b, int hb, int r, char *out, size_t n)
+{
+	/* (40 KiB of fields: on the heap, as every buffer of this path; a
+	 * thread's stack is no place for them: see configure.ac's
+	 * KILN_FRAME_CFLAGS) */
+	char(*fa)[PATH_MAX] = calloc(10, PATH_MAX), (*fb)[PATH_MAX] = fa ? fa + 5 : NULL;
+	if (!fa) {
+		snprintf(out, n, "out of memory");
+		return;
+	}
+	describe_fields(a, ha, b, hb, r, fa, fb, out, n);
+	free(fa);
+}
+
 /* The first line of chunk c that differs between rank 0's text z and
  * this rank's t, described into out. */
 static void chunk_verdict(struct kiln_dist *d, const char *z, size_t zn, const char *t, size_t tn,
 			  char *out, size_t n)
 {
-	char a[8192], b[8192];
+	enum { LINE = 8192 };
+	char *a = malloc(2 * LINE), *b = a + LINE; /* (on the heap: see describe) */
+	if (!a) {
+		snprintf(out, n, "out of memory");
+		return;
+	}
 	for (size_t l = 0;; l++) {
-		int ha = line_at(z, zn, l, a, sizeof a), hb = line_at(t, tn, l, b, sizeof b);
+		int ha = line_at(z, zn, l, a, LINE), hb = line_at(t, tn, l, b, LINE);
 		if ((ha || hb) && (ha != hb || strcmp(a, b))) {
 			describe(a, ha, b, hb, d->env.rank, out, n);
+			free(a);
 			return;
 		}
 		if (!ha && !hb)
 			break;
 	}
+	free(a);
 	snprintf(out, n, "the same lines, another digest (a chunk of another length)");
 }
 
@@ -245,7 +268,9 @@ static void chunk_verdict(struct kiln_dist *d, const char *z, size_t zn, const c
  * rank 0's chunk digests), rank 0's text of it, the verdict posted. */
 static kiln_status find_difference(struct kiln_dist *d, int i, const char *t, size_t tn)
 {
-	char key[48], *zd = NULL, *z = NULL, want[48], verdict[3 * PATH_MAX];
+	enum { VERDICT = 3 * PATH_MAX, FULL = VERDICT + 64 };
+	char key[48], *zd = NULL, *z = NULL, want[48];
+	char *verdict = NULL, *full = NULL; /* (on the heap: see describe) */
 	size_t c = 0, at = 0, n = 0;
 	snprintf(key, sizeof key, "kiln/data_chunks/%d", i);
 	kiln_status st = peer_value(d, key, "rank 0's data chunk digests", &zd);
@@ -258,16 +283,20 @@ static kiln_status find_difference(struct kiln_dist *d, int i, const char *t, si
 	free(mine);
 	int k = snprintf(want, sizeof want, "%d %zu", i, c);
 	if (!st && !(st = kiln_store_set(d->store, "kiln/data_want", want, (size_t)k)) &&
-	    !(st = peer_value(d, "kiln/data_chunk", "rank 0's data chunk", &z))) {
+	    !(st = peer_value(d, "kiln/data_chunk", "rank 0's data chunk", &z)) &&
+	    (!(verdict = malloc(VERDICT)) || !(full = malloc(FULL))))
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+	if (!st) {
 		if (!chunk_span(t, tn, c, &at, &n))
 			at = n = 0;
-		chunk_verdict(d, z, strlen(z), t + at, n, verdict, sizeof verdict);
-		char full[sizeof verdict + 64];
-		k = snprintf(full, sizeof full, "rank %d's data differ from rank 0's: %s", d->env.rank,
+		chunk_verdict(d, z, strlen(z), t + at, n, verdict, VERDICT);
+		k = snprintf(full, FULL, "rank %d's data differ from rank 0's: %s", d->env.rank,
 			     verdict);
 		st = kiln_store_set(d->store, "kiln/data_verdict", full,
-				    k < (int)sizeof full ? (size_t)k : sizeof full - 1);
+				    k < FULL ? (size_t)k : FULL - 1);
 	}
+	free(verdict);
+	free(full);
 	free(z);
 	return st;
 }

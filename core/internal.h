@@ -186,10 +186,11 @@ kiln_status kiln_run_clock_start(void);
 void kiln_run_clock_stop(void);
 
 /* ---- whole transfers on a file descriptor (core/status.c) ---- */
-enum { KILN_IO_WRITE, KILN_IO_SEND, KILN_IO_PREAD };
+enum { KILN_IO_WRITE, KILN_IO_SEND, KILN_IO_PREAD, KILN_IO_PWRITE };
 /* Move all n bytes between buf and fd by write(), send() (MSG_NOSIGNAL:
- * no SIGPIPE) or pread() at off, retrying EINTR and short transfers: 0,
- * or -1 with errno (0 at end of file). */
+ * no SIGPIPE), pread() or pwrite() at off, retrying EINTR and short
+ * transfers: 0, or -1 with errno (0 at end of file, or a pwrite that
+ * wrote nothing). */
 int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off);
 /* Room for element n of the array arr (*cap elements of size bytes
  * allocated): arr itself while n < *cap, else arr reallocated to twice
@@ -207,6 +208,10 @@ static inline int kiln_send_all(int fd, const void *buf, size_t n)
 static inline int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
 {
 	return kiln_io_all(fd, KILN_IO_PREAD, buf, n, off);
+}
+static inline int kiln_pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
+{
+	return kiln_io_all(fd, KILN_IO_PWRITE, (void *)buf, n, off);
 }
 
 /* ---- an output file written whole or not at all (core/out_file.c) ---- */

@@ -15,6 +15,7 @@ libkiln_la_SOURCES = core/internal.h core/status.c core/tensor.c core/config.c \
 	core/layers/dropout.c core/layers/add.c core/layers/concat.c \
 	core/layers/embedding.c core/layers/pos_embedding.c core/layers/layernorm.c core/layers/rnn.c \
 	core/layers/attention.c
+libkiln_la_CFLAGS = $(AM_CFLAGS) $(KILN_FRAME_CFLAGS)
 libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFLAGS) \
 	-DKILN_PKGLIBDIR='"$(pkglibdir)"' \
 	-DKILN_BUILD_LIBDIR='"$(abs_top_builddir)/.libs"' \

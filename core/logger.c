@@ -115,29 +115,33 @@ kiln_status kiln_log_open_append(const char *path, FILE **out)
 	return KILN_OK;
 }
 
-/* Every byte of fd from offset 0 to its end onto to, in blocks (the
- * run's own file: no bound beyond its size).  0 or an errno; *failed_to
- * 1 when the write failed, 0 when the read did. */
+/* Every byte of fd from offset 0 to its end onto to, in blocks of 64 KiB
+ * (the run's own file: no bound beyond its size; the block on the heap:
+ * configure.ac's KILN_FRAME_CFLAGS).  0 or an errno; *failed_to 1 when
+ * the write failed, 0 when the read did (or the block's allocation). */
 static int copy_fd(int fd, int to, int *failed_to)
 {
-	char b[65536];
+	enum { BLOCK = 65536 };
+	char *b = malloc(BLOCK);
 	off_t at = 0;
-	for (;;) {
-		ssize_t n = pread(fd, b, sizeof b, at);
+	int err = b ? -1 : ENOMEM;
+	*failed_to = 0;
+	while (err < 0) {
+		ssize_t n = pread(fd, b, BLOCK, at);
 		*failed_to = 0;
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
-			return n < 0 ? errno : 0;
+		if (n <= 0) {
+			err = n < 0 ? errno : 0;
+			break;
+		}
 		*failed_to = 1;
-		for (ssize_t w, done = 0; done < n; done += w)
-			if ((w = write(to, b + done, (size_t)(n - done))) < 0) {
-				if (errno != EINTR)
-					return errno;
-				w = 0;
-			}
+		if (kiln_write_all(to, b, (size_t)n))
+			err = errno ? errno : EIO;
 		at += n;
 	}
+	free(b);
+	return err;
 }
 
 kiln_status kiln_log_carry_file(FILE *f, const char *path, const char *dir, const char *name)

@@ -3,6 +3,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdlib.h> /* malloc, free */
 
 int kiln_quant_method_parse(const char *s)
 {
@@ -122,7 +123,12 @@ static double entropy_amax(const struct kiln_quant_observer *o)
 {
 	enum { START = 128 };
 	const int levels = o->min >= 0 ? 256 : 128;
-	double h[KILN_QUANT_BINS], p[KILN_QUANT_BINS], q[KILN_QUANT_BINS], best = INFINITY;
+	/* (48 KiB: on the heap, see configure.ac's KILN_FRAME_CFLAGS; -1
+	 * without it, and the caller falls back to the max) */
+	double *h = malloc(3 * KILN_QUANT_BINS * sizeof *h), *p = h + KILN_QUANT_BINS,
+	       *q = p + KILN_QUANT_BINS, best = INFINITY;
+	if (!h)
+		return -1;
 	const double width = o->hmax / KILN_QUANT_BINS;
 	int cut = KILN_QUANT_BINS;
 	for (int b = 0; b < KILN_QUANT_BINS; b++)
@@ -141,6 +147,7 @@ static double entropy_amax(const struct kiln_quant_observer *o)
 		if (i < KILN_QUANT_BINS)
 			tail -= h[i];
 	}
+	free(h);
 	return fmin(cut * width, max_abs(o));
 }
 
@@ -171,7 +178,7 @@ double kiln_quant_amax_ex(const struct kiln_quant_observer *o, int method, doubl
 		return percentile_amax(o, pct);
 	if (method == KILN_QUANT_ENTROPY) {
 		const double a = entropy_amax(o);
-		if (!entropy_degenerate(o, a))
+		if (a >= 0 && !entropy_degenerate(o, a))
 			return a;
 		if (fell_back)
 			*fell_back = 1;

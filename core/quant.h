@@ -49,7 +49,8 @@ void kiln_quant_observe(struct kiln_quant_observer *o, const float *x, int64_t n
 double kiln_quant_amax(const struct kiln_quant_observer *o, int method, double pct);
 /* The same; *fell_back (may be NULL) = 1 when the entropy rule's amax was
  * degenerate (at or below every |x| seen, or one occupied bin below it:
- * every value would quantize to one level) and min-max's was taken. */
+ * every value would quantize to one level) and min-max's was taken (also
+ * where its 48 KiB of scratch could not be allocated). */
 double kiln_quant_amax_ex(const struct kiln_quant_observer *o, int method, double pct,
 			  int *fell_back);
 

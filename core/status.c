@@ -227,9 +227,10 @@ int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off)
 {
 	char *p = buf;
 	while (n) {
-		ssize_t k = how == KILN_IO_PREAD  ? pread(fd, p, n, (off_t)off)
-			    : how == KILN_IO_SEND ? send(fd, p, n, MSG_NOSIGNAL)
-						  : write(fd, p, n);
+		ssize_t k = how == KILN_IO_PREAD    ? pread(fd, p, n, (off_t)off)
+			    : how == KILN_IO_PWRITE ? pwrite(fd, p, n, (off_t)off)
+			    : how == KILN_IO_SEND   ? send(fd, p, n, MSG_NOSIGNAL)
+						    : write(fd, p, n);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0) {

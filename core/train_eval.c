@@ -432,9 +432,9 @@ static kiln_status evaluate(const struct kiln_config *cfg, const struct kiln_reg
 	struct kiln_config *fcfg = NULL;
 	int64_t step = -1;
 	kiln_status st;
-	memset(res, 0, sizeof *res);
-	res->test_loss = res->test_acc = -1;
-	res->resumed_step = -1;
+	/* nothing ran yet: no test nor val evaluation (-1), whatever fails
+	 * (before session 36 val_loss and val_acc were left 0, a loss) */
+	trainer_result_none(res);
 	if ((st = eval_open(t, cfg, reg, checkpoint, o, res, &ck, &step, &fcfg)))
 		goto out;
 	if (step >= 0)

@@ -39,21 +39,7 @@ static struct kiln_registry *reg;
 /* run directories: kiln-resbest-* in $TMPDIR, removed after a passing test */
 #define SCRATCH_TAG "resbest"
 #include "test_scratch.h"
-
-static const char *cnn_ini =
-	"[run]\nseed = 5\nthreads = 1\nout_dir = %s\n"
-	"[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\nshuffle = 1\n"
-	"crop = random\npad = 2\nflip = 1\nworkers = 2\n"
-	"[data.eval]\nlimit = 200\n"
-	"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n"
-	"[layer.bn]\ntype = batchnorm\n[layer.r]\ntype = relu\n"
-	"[layer.p]\ntype = maxpool\nkernel = 2\n"
-	"[layer.d]\ntype = dropout\np = 0.3\n"
-	"[layer.f]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
-	"[layer.loss]\ntype = softmax_xent\n"
-	"[train]\nepochs = 3\nbatch = 16\naccumulate = 2\noptimizer = adamw\nlr = 0.003\n"
-	"weight_decay = 0.01\nlog_every = 1\neval_batch = 64\nschedule = constant\n"
-	"checkpoint_every = 0\n";
+#include "resume_rig.h"
 
 /* the epoch lines the progress callback got, their "(T s, N samples/s)"
  * cut (it differs between runs), one a line */
@@ -73,84 +59,11 @@ static void lines_progress(void *user, int epoch, int64_t step, int64_t steps, c
 		snprintf(epoch_lines + len, sizeof epoch_lines - len, "%s\n", status);
 }
 
-/* kiln_train in dir with the overrides ov (NULL-terminated); epoch_lines
- * starts empty. */
+/* cnn_train with epoch_lines started empty */
 static kiln_status train_run(const char *dir, const char *const *ov, struct kiln_train_result *res)
 {
-	char ini[4096];
-	struct kiln_config *cfg;
-	snprintf(ini, sizeof ini, cnn_ini, dir);
-	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == 0);
-	for (; ov && *ov; ov++)
-		ck_assert_msg(kiln_config_override(cfg, *ov) == 0, "%s", kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == 0, "%s", kiln_last_error());
 	epoch_lines[0] = 0;
-	kiln_status st = kiln_train(cfg, reg, lines_progress, NULL, res);
-	kiln_config_free(cfg);
-	return st;
-}
-
-/* The steps of dir/metrics.jsonl's events `event` after its last resume
- * line (whole file: from_resume 0), space-separated into out. */
-static void event_steps(const char *dir, const char *event, int from_resume, char *out, size_t n)
-{
-	char path[300], line[2048], want[64];
-	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-	snprintf(want, sizeof want, "{\"event\":\"%s\",", event);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s", path);
-	*out = 0;
-	while (fgets(line, sizeof line, f)) {
-		const char *sp = strstr(line, "\"step\":");
-		if (from_resume && !strncmp(line, "{\"event\":\"resume\",", 18))
-			*out = 0;
-		if (strncmp(line, want, strlen(want)) || !sp)
-			continue;
-		size_t len = strlen(out);
-		snprintf(out + len, n - len, "%s%lld", len ? " " : "", atoll(sp + 7));
-	}
-	fclose(f);
-}
-
-/* The ckpt-<step>.kiln files of dir, by step, space-separated into out. */
-static void ckpt_files(const char *dir, char *out, size_t n)
-{
-	char path[400];
-	*out = 0;
-	for (int s = 0; s <= 100; s++) {
-		snprintf(path, sizeof path, "%s/ckpt-%d.kiln", dir, s);
-		if (access(path, F_OK))
-			continue;
-		size_t len = strlen(out);
-		snprintf(out + len, n - len, "%s%d", len ? " " : "", s);
-	}
-}
-
-/* The sections `tags` (NULL-terminated) of two checkpoint files are
- * byte-identical (a section absent from both counts as equal). */
-static void same_sections(const char *a, const char *b, const char *const *tags)
-{
-	struct kiln_ckpt *ca, *cb;
-	ck_assert_msg(kiln_ckpt_open(a, &ca) == 0, "%s", kiln_last_error());
-	ck_assert_msg(kiln_ckpt_open(b, &cb) == 0, "%s", kiln_last_error());
-	for (int i = 0; tags[i]; i++) {
-		uint64_t na = 0, nb = 0;
-		const int fa = kiln_ckpt_find(ca, tags[i], &na) == 0;
-		const int fb = kiln_ckpt_find(cb, tags[i], &nb) == 0;
-		ck_assert_msg(fa == fb, "section '%s' is in %s alone", tags[i], fa ? a : b);
-		if (!fa)
-			continue;
-		ck_assert_uint_eq(na, nb);
-		char *x = malloc(na), *y = malloc(nb);
-		ck_assert(kiln_ckpt_read(ca, tags[i], x, na) == 0);
-		ck_assert(kiln_ckpt_read(cb, tags[i], y, nb) == 0);
-		ck_assert_msg(memcmp(x, y, na) == 0, "section '%s' differs between %s and %s",
-			      tags[i], a, b);
-		free(x);
-		free(y);
-	}
-	kiln_ckpt_close(ca);
-	kiln_ckpt_close(cb);
+	return cnn_train(dir, ov, lines_progress, res);
 }
 
 /* everything but the config (which names the run directory) */
@@ -236,11 +149,11 @@ START_TEST(test_best_eval_every)
 	ck_assert_str_eq(l, "10 15");
 	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-15.kiln", a);
 	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-15.kiln", b);
-	same_sections(fa, fb, resume_tags);
+	same_sections(fa, fb, resume_tags, 1);
 	/* the best/ files the resumed run wrote: the uninterrupted run's */
 	snprintf(fa, sizeof fa, "%s/checkpoints/best/ckpt-10.kiln", a);
 	snprintf(fb, sizeof fb, "%s/checkpoints/best/ckpt-10.kiln", b);
-	same_sections(fa, fb, resume_tags);
+	same_sections(fa, fb, resume_tags, 1);
 }
 END_TEST
 
@@ -282,7 +195,7 @@ START_TEST(test_best_epoch_eval)
 	ck_assert_str_eq(l, "40");
 	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-40.kiln", a);
 	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-40.kiln", b);
-	same_sections(fa, fb, resume_tags);
+	same_sections(fa, fb, resume_tags, 1);
 }
 END_TEST
 
@@ -321,7 +234,7 @@ START_TEST(test_best_final_test)
 	}
 	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-40.kiln", a);
 	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-40.kiln", b);
-	same_sections(fa, fb, resume_tags);
+	same_sections(fa, fb, resume_tags, 1);
 }
 END_TEST
 #undef VAL

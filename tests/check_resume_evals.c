@@ -48,21 +48,7 @@ static struct kiln_registry *reg;
 /* run directories: kiln-resev-* in $TMPDIR, removed after a passing test */
 #define SCRATCH_TAG "resev"
 #include "test_scratch.h"
-
-static const char *cnn_ini =
-	"[run]\nseed = 5\nthreads = 1\nout_dir = %s\n"
-	"[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\nshuffle = 1\n"
-	"crop = random\npad = 2\nflip = 1\nworkers = 2\n"
-	"[data.eval]\nlimit = 200\n"
-	"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n"
-	"[layer.bn]\ntype = batchnorm\n[layer.r]\ntype = relu\n"
-	"[layer.p]\ntype = maxpool\nkernel = 2\n"
-	"[layer.d]\ntype = dropout\np = 0.3\n"
-	"[layer.f]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
-	"[layer.loss]\ntype = softmax_xent\n"
-	"[train]\nepochs = 3\nbatch = 16\naccumulate = 2\noptimizer = adamw\nlr = 0.003\n"
-	"weight_decay = 0.01\nlog_every = 1\neval_batch = 64\nschedule = constant\n"
-	"checkpoint_every = 0\n";
+#include "resume_rig.h"
 
 static int stop_at; /* the step whose log point asks for a stop; 0: none */
 static int epoch_lines; /* the epoch lines the progress callback got */
@@ -85,88 +71,18 @@ static void stop_progress(void *user, int epoch, int64_t step, int64_t steps, co
 	}
 }
 
-/* kiln_train in dir with the overrides ov (NULL-terminated), a stop asked
- * for at the log point of step stop_at. */
+/* cnn_train with a stop asked for at the log point of step stop_at */
 static kiln_status train_run(const char *dir, const char *const *ov, struct kiln_train_result *res)
 {
-	char ini[4096];
-	struct kiln_config *cfg;
-	snprintf(ini, sizeof ini, cnn_ini, dir);
-	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == 0);
-	for (; ov && *ov; ov++)
-		ck_assert_msg(kiln_config_override(cfg, *ov) == 0, "%s", kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == 0, "%s", kiln_last_error());
-	kiln_status st = kiln_train(cfg, reg, stop_progress, NULL, res);
-	kiln_config_free(cfg);
-	return st;
-}
-
-/* The steps of dir/metrics.jsonl's events `event` after its last resume
- * line (whole file: from_resume 0), space-separated into out. */
-static void event_steps(const char *dir, const char *event, int from_resume, char *out, size_t n)
-{
-	char path[300], line[2048], want[64];
-	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-	snprintf(want, sizeof want, "{\"event\":\"%s\",", event);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s", path);
-	*out = 0;
-	while (fgets(line, sizeof line, f)) {
-		const char *sp = strstr(line, "\"step\":");
-		if (from_resume && !strncmp(line, "{\"event\":\"resume\",", 18))
-			*out = 0;
-		if (strncmp(line, want, strlen(want)) || !sp)
-			continue;
-		size_t len = strlen(out);
-		snprintf(out + len, n - len, "%s%lld", len ? " " : "", atoll(sp + 7));
-	}
-	fclose(f);
-}
-
-/* The ckpt-<step>.kiln files of dir, by step, space-separated into out. */
-static void ckpt_files(const char *dir, char *out, size_t n)
-{
-	char path[400];
-	*out = 0;
-	for (int s = 0; s <= 100; s++) {
-		snprintf(path, sizeof path, "%s/ckpt-%d.kiln", dir, s);
-		if (access(path, F_OK))
-			continue;
-		size_t len = strlen(out);
-		snprintf(out + len, n - len, "%s%d", len ? " " : "", s);
-	}
+	return cnn_train(dir, ov, stop_progress, res);
 }
 
 static const char *const state_tags[] = { "params", "buffers", "optim.exp_avg",
 					  "optim.exp_avg_sq", "step", "optim.step", NULL };
 
-/* The sections `tags` (NULL-terminated) of two checkpoint files are
- * byte-identical. */
-static void same_sections(const char *a, const char *b, const char *const *tags)
-{
-	struct kiln_ckpt *ca, *cb;
-	ck_assert_msg(kiln_ckpt_open(a, &ca) == 0, "%s", kiln_last_error());
-	ck_assert_msg(kiln_ckpt_open(b, &cb) == 0, "%s", kiln_last_error());
-	for (int i = 0; tags[i]; i++) {
-		uint64_t na, nb;
-		ck_assert_msg(kiln_ckpt_find(ca, tags[i], &na) == 0, "%s", kiln_last_error());
-		ck_assert_msg(kiln_ckpt_find(cb, tags[i], &nb) == 0, "%s", kiln_last_error());
-		ck_assert_uint_eq(na, nb);
-		char *x = malloc(na), *y = malloc(nb);
-		ck_assert(kiln_ckpt_read(ca, tags[i], x, na) == 0);
-		ck_assert(kiln_ckpt_read(cb, tags[i], y, nb) == 0);
-		ck_assert_msg(memcmp(x, y, na) == 0, "section '%s' differs between %s and %s",
-			      tags[i], a, b);
-		free(x);
-		free(y);
-	}
-	kiln_ckpt_close(ca);
-	kiln_ckpt_close(cb);
-}
-
 static void same_state(const char *a, const char *b)
 {
-	same_sections(a, b, state_tags);
+	same_sections(a, b, state_tags, 0);
 }
 
 /* keep_best = 2 by loss, an evaluation every 7 steps (8 in 60 steps),
@@ -222,7 +138,7 @@ START_TEST(test_keep_best)
 	static const char *const best_tag[] = { "best", NULL };
 	snprintf(la, sizeof la, "%s/checkpoints/ckpt-60.kiln", a);
 	snprintf(lb, sizeof lb, "%s/checkpoints/ckpt-60.kiln", b);
-	same_sections(la, lb, best_tag);
+	same_sections(la, lb, best_tag, 0);
 	/* each kept file holds the list with its own entry */
 	struct kiln_ckpt *ck;
 	struct kiln_ckpt_best *e;

@@ -858,6 +858,17 @@ START_TEST(test_result_early_failure)
 		ck_assert_int_eq(res.epochs, 0);
 		ck_assert_str_eq(res.checkpoint, "");
 	}
+	/* kiln_evaluate failing before its pass (no such checkpoint): the
+	 * same (before session 36 its val_loss and val_acc were 0) */
+	ck_assert(kiln_config_override(cfg, "data.source=synthetic") == 0);
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
+	ck_assert_int_ne(kiln_evaluate(cfg, reg, "/nonexistent/ckpt-1.kiln", &res), 0);
+	ck_assert_msg(strstr(kiln_last_error(), "/nonexistent/ckpt-1.kiln"), "%s", kiln_last_error());
+	ck_assert_msg(res.test_loss == -1 && res.test_acc == -1, "eval: test loss %g acc %g",
+		      res.test_loss, res.test_acc);
+	ck_assert_msg(res.val_loss == -1 && res.val_acc == -1, "eval: val loss %g acc %g",
+		      res.val_loss, res.val_acc);
+	ck_assert_int_eq(res.resumed_step, -1);
 	kiln_config_free(cfg);
 }
 END_TEST

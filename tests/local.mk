@@ -34,7 +34,7 @@ AM_TESTS_ENVIRONMENT += PYTHONDONTWRITEBYTECODE=1; export PYTHONDONTWRITEBYTECOD
 AM_TESTS_ENVIRONMENT += KILN_CPU_TUNEWAIT=0; export KILN_CPU_TUNEWAIT;
 clean-local:
 	-rm -rf tests/cache
-EXTRA_DIST += tests/check_main.h tests/test_util.h tests/conv_ref.h tests/test_scratch.h tests/source_fixture.h tests/lib.sh \
+EXTRA_DIST += tests/check_main.h tests/test_util.h tests/conv_ref.h tests/test_scratch.h tests/source_fixture.h tests/lib.sh tests/resume_rig.h \
 	tests/plugins/test_plugin.h
 CHECK_SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 
@@ -955,6 +955,10 @@ EXTRA_DIST += tests/launch_nodes.sh
 # a kiln error naming the limit, never libgomp's exit(1) (teamstart.h)
 TESTS += tests/thread_limit.sh
 EXTRA_DIST += tests/thread_limit.sh
+# a region of fewer workers than the team leaves libgomp's pool whole (no
+# thread made again mid-run, where a limit could end the process)
+TESTS += tests/omp_pool_whole.sh
+EXTRA_DIST += tests/omp_pool_whole.sh
 # a small stack limit (ulimit -s): raised and run again, or refused by name
 TESTS += tests/stack_limit.sh
 EXTRA_DIST += tests/stack_limit.sh

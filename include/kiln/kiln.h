@@ -475,7 +475,9 @@ struct kiln_train_result {
 	double train_acc;
 	double test_loss, test_acc; /* last evaluation; -1 when none ran */
 	double test_acc5;           /* its top-5 accuracy */
-	double val_loss, val_acc, val_acc5; /* last [data.val] evaluation (when there is one) */
+	double val_loss, val_acc;   /* last [data.val] evaluation; -1 when none ran
+				     * (kiln_evaluate runs none) */
+	double val_acc5;            /* its top-5 accuracy */
 	int64_t val_samples;
 	int early_stopped;          /* [train] early_stop_patience ended the run */
 	double train_samples_per_s; /* over the timed epochs (all but the first, if >1) */

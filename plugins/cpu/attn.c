@@ -578,15 +578,19 @@ static kiln_status cpu_attention(const struct cpu_plan *p, const struct kiln_op_
 				   (const int64_t *)a->in[p->op.n_in - 1], g.p);
 		d = &dd;
 	}
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-	for (int64_t bh = 0; bh < pairs; bh++) {
-		float *ws = (float *)a->workspace + per * cpu_thread_num();
-		const int64_t b = bh / g.H, h = bh % g.H;
-		if (bwd)
-			attn_bwd_head(&g, a->in[0], a->in[1], a->in[2], a->in[3], a->out[0], ws, b, h,
-				      d, acc);
-		else
-			attn_fwd_head(&g, a->in[0], a->out[0], a->out[1], ws, b, h, d);
+	int64_t next = 0; /* the pairs, dynamically over members [0, nt): cpu_team_whole */
+#pragma omp parallel num_threads(cpu_team_whole(nt))
+	{
+		const int64_t t = cpu_thread_num();
+		float *ws = t < nt ? (float *)a->workspace + per * t : NULL;
+		for (int64_t bh; t < nt && (bh = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < pairs;) {
+			const int64_t b = bh / g.H, h = bh % g.H;
+			if (bwd)
+				attn_bwd_head(&g, a->in[0], a->in[1], a->in[2], a->in[3], a->out[0], ws, b,
+					      h, d, acc);
+			else
+				attn_fwd_head(&g, a->in[0], a->out[0], a->out[1], ws, b, h, d);
+		}
 	}
 	return KILN_OK;
 }
@@ -629,10 +633,15 @@ static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct k
 		return cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE: position %lld outside the cache's [0, %lld)",
 				(long long)t, (long long)Tmax);
 	const int nt = attn_team(pairs, p->sz[4]);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-	for (int64_t bh = 0; bh < pairs; bh++)
-		attn_decode_head(&g, Tmax, a->in[0], a->out[0], a->out[1], a->out[2],
-				 (float *)a->workspace + attn_pad(Tmax) * cpu_thread_num(), bh / g.H, bh % g.H, t);
+	int64_t next = 0; /* as cpu_attention's */
+#pragma omp parallel num_threads(cpu_team_whole(nt))
+	{
+		const int64_t me = cpu_thread_num();
+		float *s = me < nt ? (float *)a->workspace + attn_pad(Tmax) * me : NULL;
+		for (int64_t bh; me < nt && (bh = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < pairs;)
+			attn_decode_head(&g, Tmax, a->in[0], a->out[0], a->out[1], a->out[2], s,
+					 bh / g.H, bh % g.H, t);
+	}
 	return KILN_OK;
 }
 

@@ -209,12 +209,12 @@ static kiln_status wsplit_run(const struct cpu_plan *p, const struct kiln_op_arg
 	kiln_status st = KILN_OK;
 	if (n > 1) {
 		int next = 0;
-#pragma omp parallel num_threads(n)
+#pragma omp parallel num_threads(cpu_team_whole(n)) /* members from n on idle */
 		{
 			const int s = omp_get_thread_num();
 			struct cpu_err mine;
 			omp_set_num_threads(1); /* this thread's blocks: one thread each */
-			for (int k; (k = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < w->k;)
+			for (int k; s < n && (k = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < w->k;)
 				if (run_block(p, s, k, a, &mine) != KILN_OK) {
 #pragma omp critical(cpu_wsplit_err)
 					if (st == KILN_OK) {

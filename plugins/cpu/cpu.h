@@ -251,9 +251,25 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 #include <omp.h>
 static inline int64_t cpu_thread_num(void) { return omp_get_thread_num(); }
 static inline int64_t cpu_num_threads(void) { return omp_get_num_threads(); }
+/* The team to open a region of n workers with: the thread's whole team
+ * (omp_get_max_threads()) where that is larger and n is 2 or more, the
+ * members from n on idle; else n.  libgomp ends the pool threads a smaller
+ * team leaves out and creates them again at the next larger region, where
+ * a failed pthread_create (a pids limit another process filled mid-run)
+ * exits the process (teamstart.h; session 36 counted 2 thread creations a
+ * step of a GPT whose attention had 2 (batch, head) pairs on a team of 4).
+ * Waking the idle members costs no more: libgomp wakes every pool thread
+ * at a region's start either way, the surplus ones to end.  A team of one
+ * (if (0), num_threads(1)) leaves the pool alone. */
+static inline int cpu_team_whole(int n)
+{
+	const int m = omp_get_max_threads();
+	return n > 1 && m > n ? m : n;
+}
 #else
 static inline int64_t cpu_thread_num(void) { return 0; }
 static inline int64_t cpu_num_threads(void) { return 1; }
+static inline int cpu_team_whole(int n) { return n; }
 #endif
 
 /* The OpenMP thread count is a setting of each thread (an ICV), and kiln

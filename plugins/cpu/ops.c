@@ -472,17 +472,25 @@ static void sumsq_parts(const float *g, int64_t n, int64_t k0, int64_t k1, float
  * parameters gave one thread 5 when the team split chunks), then its
  * chunks are added in order on one thread.  Before session 21 a tensor
  * above 64M elements took chunks of n / 1024 + 1 elements, no multiple of
- * 1024: its blocks and chunks (and so its bits) left that order. */
+ * 1024: its blocks and chunks (and so its bits) left that order.  A
+ * round's sums (32 KiB) go on the heap, once a call; up to 2M elements,
+ * or without the memory, rounds of SMALL blocks take them on the stack
+ * (8 KiB): the round size moves no bit (chunks never straddle a round),
+ * and a large tensor keeps its few parallel regions (before session 36
+ * the 32 KiB were on the stack, past configure.ac's KILN_FRAME_CFLAGS). */
 static double grad_sumsq(const float *g, int64_t n, float mul)
 {
-	enum { BLK = 1024, CHB = 64, RND = 8192 }; /* a chunk: CHB blocks; RND a multiple of CHB */
+	/* a chunk: CHB blocks; RND and SMALL multiples of CHB */
+	enum { BLK = 1024, CHB = 64, RND = 8192, SMALL = 2048 };
 	const int64_t nb = (n + BLK - 1) / BLK;
+	float small[SMALL], *big = nb > SMALL ? malloc(RND * sizeof *big) : NULL;
+	float *bp = big ? big : small;
+	const int64_t rnd = big ? RND : SMALL;
 	double total = 0;
-	for (int64_t k0 = 0; k0 < nb; k0 += RND) {
-		const int64_t kn = nb - k0 < RND ? nb - k0 : RND;
+	for (int64_t k0 = 0; k0 < nb; k0 += rnd) {
+		const int64_t kn = nb - k0 < rnd ? nb - k0 : rnd;
 		const int64_t len = n - k0 * BLK < kn * BLK ? n - k0 * BLK : kn * BLK;
 		const float *gr = g + k0 * BLK;
-		float bp[RND];
 #pragma omp parallel if (len >= CPU_PAR_MIN)
 		{
 			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
@@ -495,6 +503,7 @@ static double grad_sumsq(const float *g, int64_t n, float mul)
 			total += acc;
 		}
 	}
+	free(big);
 	return total;
 }
 

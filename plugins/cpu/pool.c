@@ -666,11 +666,14 @@ static kiln_status max2_run_mixed(const struct cpu_plan *p, const struct kiln_op
 	int nt = omp_get_max_threads();
 	nt = nt < (int)p->sz[6] ? nt : (int)p->sz[6];
 	(void)e;
-#pragma omp parallel num_threads(nt) if (P * H * W >= CPU_PAR_MIN)
+#pragma omp parallel num_threads(cpu_team_whole(nt)) if (P * H * W >= CPU_PAR_MIN)
 	{
-		float *t = tiles ? NULL : (float *)a->workspace + omp_get_thread_num() * Y;
-#pragma omp for schedule(static)
-		for (int64_t r = 0; r < P * OH; r++) {
+		/* rows [r0, r1) on members [0, nt), the others idle (cpu_team_whole) */
+		const int me = omp_get_thread_num();
+		const int T = omp_get_num_threads() < nt ? omp_get_num_threads() : nt;
+		const int64_t r0 = me < T ? P * OH * me / T : 0, r1 = me < T ? P * OH * (me + 1) / T : 0;
+		float *t = tiles || me >= T ? NULL : (float *)a->workspace + me * Y;
+		for (int64_t r = r0; r < r1; r++) {
 			const int64_t pl = r / OH, i = r % OH;
 			const int64_t xo = pl * H * W + 2 * i * W, wo = r * Y, yo = pl * C * plane + i * OW;
 			if (!bwd) {
@@ -779,12 +782,15 @@ static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_
 	int nt = omp_get_max_threads();
 	nt = nt < (int)p->sz[6] ? nt : (int)p->sz[6];
 	(void)e;
-#pragma omp parallel num_threads(nt) if (P * H * W >= CPU_PAR_MIN)
+#pragma omp parallel num_threads(cpu_team_whole(nt)) if (P * H * W >= CPU_PAR_MIN)
 	{
-		float *xr = (float *)a->workspace + omp_get_thread_num() * R * (2 * W + Y);
-		float *yr = xr + 2 * R * W;
-#pragma omp for schedule(static)
-		for (int64_t blk = 0; blk < P * nb; blk++) {
+		/* blocks [b0, b1) on members [0, nt), the others idle (cpu_team_whole) */
+		const int me = omp_get_thread_num();
+		const int T = omp_get_num_threads() < nt ? omp_get_num_threads() : nt;
+		const int64_t b0 = me < T ? P * nb * me / T : 0, b1 = me < T ? P * nb * (me + 1) / T : 0;
+		float *xr = me < T ? (float *)a->workspace + me * R * (2 * W + Y) : NULL;
+		float *yr = xr ? xr + 2 * R * W : NULL;
+		for (int64_t blk = b0; blk < b1; blk++) {
 			const int64_t pl = blk / nb, i0 = blk % nb * R, n = OH - i0 < R ? OH - i0 : R;
 			const int64_t xo = pl * H * W + 2 * i0 * W, yo = (pl * OH + i0) * Y;
 			if (!bwd) {

@@ -224,8 +224,9 @@ int cpu_team_start(int team, const char *who, char *msg, size_t n)
 	if (team_trial(team, who, msg, n))
 		return -1;
 	/* libgomp's pool for this thread, from the slots just freed: a later
-	 * region reuses it (a region of fewer threads lets the rest end, and
-	 * a larger one after it makes them again: docs/training.md) */
+	 * region reuses it (a region of fewer threads, two or more, lets the
+	 * rest end, and a larger one after it makes them again; kiln's own
+	 * open the whole team: cpu.h cpu_team_whole, docs/training.md) */
 #pragma omp parallel num_threads(team)
 	{
 		__asm__ __volatile__("" ::: "memory");

@@ -1,0 +1,115 @@
+/* tests/resume_rig.h - what the resume suites (tests/check_resume_best.c,
+ * tests/check_resume_evals.c) share: their CNN on Fashion-MNIST (640
+ * samples of [data] limit, batch 16 x accumulate 2: 20 steps an epoch, 3
+ * epochs, about a second a run), a run of it in a directory, and readers
+ * of a run's metrics.jsonl and checkpoints.  Include it after defining
+ * `static struct kiln_registry *reg` (check_main fills it). */
+#ifndef KILN_TESTS_RESUME_RIG_H
+#define KILN_TESTS_RESUME_RIG_H
+
+#include "checkpoint.h"
+#include "test_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *cnn_ini =
+	"[run]\nseed = 5\nthreads = 1\nout_dir = %s\n"
+	"[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\nshuffle = 1\n"
+	"crop = random\npad = 2\nflip = 1\nworkers = 2\n"
+	"[data.eval]\nlimit = 200\n"
+	"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n"
+	"[layer.bn]\ntype = batchnorm\n[layer.r]\ntype = relu\n"
+	"[layer.p]\ntype = maxpool\nkernel = 2\n"
+	"[layer.d]\ntype = dropout\np = 0.3\n"
+	"[layer.f]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
+	"[layer.loss]\ntype = softmax_xent\n"
+	"[train]\nepochs = 3\nbatch = 16\naccumulate = 2\noptimizer = adamw\nlr = 0.003\n"
+	"weight_decay = 0.01\nlog_every = 1\neval_batch = 64\nschedule = constant\n"
+	"checkpoint_every = 0\n";
+
+/* kiln_train of cnn_ini in dir with the overrides ov (NULL-terminated),
+ * progress (may be NULL) its callback. */
+static kiln_status cnn_train(const char *dir, const char *const *ov, kiln_progress_fn progress,
+			     struct kiln_train_result *res)
+{
+	char ini[4096];
+	struct kiln_config *cfg;
+	snprintf(ini, sizeof ini, cnn_ini, dir);
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == 0);
+	for (; ov && *ov; ov++)
+		ck_assert_msg(kiln_config_override(cfg, *ov) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_config_validate(cfg, reg) == 0, "%s", kiln_last_error());
+	kiln_status st = kiln_train(cfg, reg, progress, NULL, res);
+	kiln_config_free(cfg);
+	return st;
+}
+
+/* The steps of dir/metrics.jsonl's events `event` after its last resume
+ * line (whole file: from_resume 0), space-separated into out. */
+static void event_steps(const char *dir, const char *event, int from_resume, char *out, size_t n)
+{
+	char path[300], line[2048], want[64];
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	snprintf(want, sizeof want, "{\"event\":\"%s\",", event);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s", path);
+	*out = 0;
+	while (fgets(line, sizeof line, f)) {
+		const char *sp = strstr(line, "\"step\":");
+		if (from_resume && !strncmp(line, "{\"event\":\"resume\",", 18))
+			*out = 0;
+		if (strncmp(line, want, strlen(want)) || !sp)
+			continue;
+		size_t len = strlen(out);
+		snprintf(out + len, n - len, "%s%lld", len ? " " : "", atoll(sp + 7));
+	}
+	fclose(f);
+}
+
+/* The ckpt-<step>.kiln files of dir, by step, space-separated into out. */
+static void ckpt_files(const char *dir, char *out, size_t n)
+{
+	char path[400];
+	*out = 0;
+	for (int s = 0; s <= 100; s++) {
+		snprintf(path, sizeof path, "%s/ckpt-%d.kiln", dir, s);
+		if (access(path, F_OK))
+			continue;
+		size_t len = strlen(out);
+		snprintf(out + len, n - len, "%s%d", len ? " " : "", s);
+	}
+}
+
+/* The sections `tags` (NULL-terminated) of two checkpoint files are
+ * byte-identical; a section absent from both counts as equal where
+ * absent_ok, else fails. */
+static void same_sections(const char *a, const char *b, const char *const *tags, int absent_ok)
+{
+	struct kiln_ckpt *ca, *cb;
+	ck_assert_msg(kiln_ckpt_open(a, &ca) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_open(b, &cb) == 0, "%s", kiln_last_error());
+	for (int i = 0; tags[i]; i++) {
+		uint64_t na = 0, nb = 0;
+		const int fa = kiln_ckpt_find(ca, tags[i], &na) == 0;
+		const int fb = kiln_ckpt_find(cb, tags[i], &nb) == 0;
+		ck_assert_msg(fa == fb, "section '%s' is in %s alone", tags[i], fa ? a : b);
+		ck_assert_msg(fa || absent_ok, "section '%s' is in neither %s nor %s", tags[i], a, b);
+		if (!fa)
+			continue;
+		ck_assert_uint_eq(na, nb);
+		char *x = malloc(na), *y = malloc(nb);
+		ck_assert(kiln_ckpt_read(ca, tags[i], x, na) == 0);
+		ck_assert(kiln_ckpt_read(cb, tags[i], y, nb) == 0);
+		ck_assert_msg(memcmp(x, y, na) == 0, "section '%s' differs between %s and %s",
+			      tags[i], a, b);
+		free(x);
+		free(y);
+	}
+	kiln_ckpt_close(ca);
+	kiln_ckpt_close(cb);
+}
+
+#endif
