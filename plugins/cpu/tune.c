@@ -287,13 +287,20 @@ struct tune_cond {
 };
 
 /* The process's threads' run-queue wait over the timed runs, in seconds a
- * second (KILN_CPU_TUNEWAIT, the tests' hook: that); < 0 not measured. */
-static double tune_wait(const struct cpu_wait_mark *m)
+ * second, into w (< 0 not measured).  KILN_CPU_TUNEWAIT, the tests' hook,
+ * stands for the whole reading: that wait, on a steady team of the
+ * context's size (make check sets it to 0 so that a test's cache stays
+ * confident on a loaded machine, where the adaptive team shrinks too). */
+static void tune_wait(struct cpu_ctx *c, const struct cpu_wait_mark *m, struct tune_cond *w)
 {
 	const char *hook = getenv("KILN_CPU_TUNEWAIT");
-	if (hook && *hook)
-		return common_strtod(hook, NULL);
-	return cpu_wait_end(m);
+	if (!hook || !*hook) {
+		w->wait = cpu_wait_end(m);
+		return;
+	}
+	w->wait = common_strtod(hook, NULL);
+	w->team = w->team ? c->threads : 0;
+	w->changed = 0;
 }
 
 /* Seconds of one run of each of the n plans q[] on scratch tensors of
@@ -372,8 +379,8 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 		for (int k = 0; k < n; k++)
 			if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
 				goto out;
-	w->wait = tune_wait(&m);
 	w->changed = cpu_team_changes(&c->team) != changes;
+	tune_wait(c, &m, w);
 	for (int k = 0; k < n; k++) {
 		wall[k] = median(rw[k], rounds);
 		cpu[k] = median(rc[k], rounds);
