@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h> /* sched_getaffinity, CPU_COUNT (build-config.h: _GNU_SOURCE) */
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
@@ -225,8 +226,19 @@ int64_t kiln_loader_skipped(const struct kiln_loader *L)
 	return L ? L->skipped : 0;
 }
 
+/* The CPUs this thread may run on (taskset, cpusets, kiln launch's
+ * pinning), else the machine's: counting the machine's, `taskset -c 0`
+ * timed 2 workers on its one CPU. */
+static long probe_cpus(void)
+{
+	cpu_set_t set;
+	const long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+								   : sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? n : 1;
+}
+
 /* workers = auto: time a few batches with 1, 2, 4, ... workers (up to the
- * cores) and keep the smallest count within 5% of the best rate.  Each
+ * CPUs of the affinity mask, probe_cpus) and keep the smallest count within 5% of the best rate.  Each
  * count reads samples of its own while the data set has them: the ones an
  * earlier count read are warm ([data] cache = ram holds them decoded, the
  * page cache their bytes), and timing them against cold ones measured the
@@ -237,7 +249,7 @@ int64_t kiln_loader_skipped(const struct kiln_loader *L)
 kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, int64_t B,
 			      int prefetch, void *copy_stream, int *best)
 {
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	const long ncpu = probe_cpus();
 	int64_t nb_max = d->len / B;
 	double best_rate = 0;
 	char msg[512];
@@ -250,8 +262,6 @@ kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, i
 	const long long skipped0 = atomic_load(&d->skipped);
 	d->skips_quiet = 1; /* (set before the workers start, read by them) */
 	*best = 1;
-	if (ncpu < 1)
-		ncpu = 1;
 	int64_t used = 0; /* batches of order the counts so far read */
 	for (int w = 1; w <= ncpu && w <= 32; w *= 2) {
 		struct kiln_loader *L = NULL;

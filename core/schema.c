@@ -50,7 +50,7 @@ static const struct kiln_key data_keys[] = {
 	{ "limit", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Use only the first N samples of the source; 0 = all (so does an N above the source's count, logged)." },
 	{ "workers", KILN_KEY_INT, "1", 0, 256, "auto",
-	  "Loader threads that assemble batches ahead of the step (into page-locked staging buffers): a count 0..256 (0 reads on the training thread) or `auto` (a short probe of 1, 2, 4, ... workers picks the fastest; logged). Results are identical for any count." },
+	  "Loader threads that assemble batches ahead of the step (into page-locked staging buffers): a count 0..256 (0 reads on the training thread) or `auto` (a short probe of 1, 2, 4, ... workers, up to the CPUs this process may run on (its affinity mask: `taskset`, `kiln launch --bind`), picks the fastest; logged). Results are identical for any count." },
 	{ "prefetch", KILN_KEY_INT, "2", 1, 256, NULL,
 	  "Batches the workers keep ready beyond the ones they are filling (staging buffers: workers + prefetch)." },
 	{ "shuffle", KILN_KEY_BOOL, "1", NOLIM, NULL,

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <sys/syscall.h> /* SYS_gettid */
 #include "check_main.h"
 
 static struct kiln_registry *reg;
@@ -43,7 +45,8 @@ static void open_dev(struct dev *d)
 	char o[4200];
 	ck_assert(kiln_config_new(&d->cfg) == 0);
 	snprintf(o, sizeof o, "run.threads=%d", dev_threads);
-	ck_assert(kiln_config_override(d->cfg, o) == 0);
+	if (dev_threads > 0) /* 0: unset, the adaptive team of the affinity mask */
+		ck_assert(kiln_config_override(d->cfg, o) == 0);
 	snprintf(o, sizeof o, "plugin.cpu.tune_cache=%s", path);
 	ck_assert(kiln_config_override(d->cfg, o) == 0);
 	const kiln_status st = kiln_device_open(reg, d->cfg, "cpu", 0, &d->dev);
@@ -127,6 +130,7 @@ static void teardown(void)
 	unlink(path);
 	unsetenv("KILN_CPU_TUNEWAIT");
 	unsetenv("KILN_CPU_PROBEWAIT");
+	unsetenv("KILN_CPU_TEAM_FLIP");
 }
 
 /* Timed waiting 0.6 s a second for a CPU (above CPU_WAIT_BUSY, 0.25):
@@ -250,6 +254,129 @@ START_TEST(test_busy_thread_makes_provisional)
 }
 END_TEST
 
+/* The CPUs this thread may run on: *n of them, a and b the first two. */
+static void two_cpus(cpu_set_t *all, int *n, int *a, int *b)
+{
+	ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof *all, all), 0);
+	*n = CPU_COUNT(all);
+	*a = *b = -1;
+	for (int k = 0; k < CPU_SETSIZE && *b < 0; k++)
+		if (CPU_ISSET(k, all))
+			*(*a < 0 ? a : b) = k;
+}
+
+/* Pin every thread of the process but this one and `skip` on cpu
+ * (sched_setaffinity by tid from /proc/self/task): the OpenMP team's
+ * workers, made by the first prepare; the count pinned. */
+static int pin_others(int cpu, pid_t skip)
+{
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	const pid_t self = (pid_t)syscall(SYS_gettid);
+	DIR *d = opendir("/proc/self/task");
+	ck_assert(d != NULL);
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const pid_t tid = (pid_t)atoi(e->d_name);
+		if (tid > 0 && tid != self && tid != skip && !sched_setaffinity(tid, sizeof one, &one))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static volatile pid_t spin_tid;
+
+static void *spin_tid_main(void *arg)
+{
+	spin_tid = (pid_t)syscall(SYS_gettid);
+	return spin_main(arg);
+}
+
+/* No hook: a team of 2 (run.threads = 2, not adaptive: the wait alone
+ * decides) with its timing thread alone on one CPU and its other thread
+ * on the other CPU beside a busy thread.  The other thread waits about
+ * half the time and the timing thread, sleeping at the barrier meanwhile,
+ * none: its own wait, the measure before session 36, read 0.00-0.14 s a
+ * second and the choice was kept confident; the process's threads' wait
+ * makes it provisional. */
+START_TEST(test_busy_thread_other_cpu_makes_provisional)
+{
+	cpu_set_t all, one;
+	int ncpu, a, b;
+	two_cpus(&all, &ncpu, &a, &b);
+	if (access("/proc/thread-self/schedstat", R_OK) || ncpu < 2) {
+		fprintf(stderr, "%s: skipped: %s\n", __func__,
+			ncpu < 2 ? "fewer than 2 CPUs to run on" : "no schedstat to measure with");
+		return;
+	}
+	dev_threads = 2;
+	unsetenv("KILN_CPU_TUNEWAIT");
+	unsetenv("KILN_CPU_PROBEWAIT");
+	struct dev d;
+	open_dev(&d);
+	prepare_gemm(&d, 32, 32, 64); /* the team made, timed on a quiet pair */
+	CPU_ZERO(&one);
+	CPU_SET(b, &one);
+	pthread_t spinner;
+	spin_stop = 0;
+	spin_tid = 0;
+	ck_assert_int_eq(pthread_create(&spinner, NULL, spin_tid_main, &one), 0);
+	while (!spin_tid)
+		usleep(1000);
+	ck_assert_int_ge(pin_others(b, spin_tid), 1);
+	CPU_ZERO(&one);
+	CPU_SET(a, &one);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+	usleep(20000);
+	check_log_clear();
+	prepare_gemm(&d, 1024, 1024, 512);
+	spin_stop = 1;
+	pthread_join(spinner, NULL);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
+	close_dev(&d);
+	/* (the small GEMM's own timing, before, may be either on a shared
+	 * machine: only the large one's is asserted) */
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 1);
+	ck_assert_msg(check_log_count(TIMED, "provisional (timed under contention") == 1,
+		      "a busy thread beside the team's other thread, not provisional:\n%s", check_log_text());
+	LOG_HAS(": 2 choices timed, 2 written (");
+}
+END_TEST
+
+/* The adaptive team changing size while an op that runs on the team is
+ * timed ($KILN_CPU_TEAM_FLIP=1: 2 and 1 threads every other op; no wait
+ * hook): provisional, whatever the wait, since the cache keys the choice
+ * by the opening team.  The wait hook stands for the whole reading (a
+ * steady team): "0" keeps it confident, as make check's caches. */
+START_TEST(test_team_change_makes_provisional)
+{
+	cpu_set_t all;
+	int ncpu, a, b;
+	two_cpus(&all, &ncpu, &a, &b);
+	if (ncpu < 2 || access("/proc/self/task", R_OK)) {
+		fprintf(stderr, "%s: skipped: %s: no adaptive team\n", __func__,
+			ncpu < 2 ? "fewer than 2 CPUs to run on" : "no schedstat");
+		return;
+	}
+	dev_threads = 0; /* the adaptive team */
+	setenv("KILN_CPU_TEAM_FLIP", "1", 1);
+	gemm_mn = 256, gemm_k = 512; /* 67 MFLOP: on the team */
+	one_run("", "", 1);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 1);
+	ck_assert_msg(check_log_count(TIMED, "provisional (timed under contention: a team of ") == 1 &&
+			      check_log_count(TIMED, " threads changing size, waited ") == 1,
+		      "timed on a changing team, not provisional:\n%s", check_log_text());
+	LOG_HAS(": 1 choices timed, 1 written (1 provisional;");
+	unlink(path);
+	one_run("0", "", 1);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 1);
+	ck_assert_int_eq(check_log_count(TIMED, "provisional"), 0);
+}
+END_TEST
+
 /* The measure (tune_choose): a 2-thread GEMM timed quietly goes by the
  * median wall times, timed under contention by the median CPU time of the
  * team's threads (their own clocks, both threads counted); the figures of
@@ -344,6 +471,8 @@ static Suite *make_cpu_tune_suite(void)
 	tcase_add_test(tc, test_retimes_bounded);
 	tcase_add_test(tc, test_provisional_never_replaces_confident);
 	tcase_add_test(tc, test_busy_thread_makes_provisional);
+	tcase_add_test(tc, test_busy_thread_other_cpu_makes_provisional);
+	tcase_add_test(tc, test_team_change_makes_provisional);
 	tcase_add_test(tc, test_measure_wall_when_quiet);
 	tcase_add_test(tc, test_wait_window_small_op);
 	tcase_add_test(tc, test_measure_team_cpu_when_contended);

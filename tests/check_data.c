@@ -7,6 +7,7 @@
  * scripts/install-deps) and the test plugin source "tsrc"
  * (tests/plugins/tgood.c), whose `bad_every` key makes samples corrupt.
  */
+#include "../core/internal.h" /* first: build-config.h's _GNU_SOURCE (CPU_SET) */
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
 
@@ -22,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <sched.h>
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -672,6 +675,43 @@ START_TEST(test_workers_auto_cold)
 }
 END_TEST
 
+/* workers = auto on one CPU of the affinity mask (taskset -c 0 on a
+ * machine of 2 or more): the probe times 1 worker only (it counted the
+ * machine's CPUs before, and timed 2 workers on the one CPU). */
+START_TEST(test_workers_auto_mask)
+{
+	char ini[1024];
+	struct rig r;
+	int best = 0;
+	cpu_set_t all, one;
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof all, &all), 0);
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		fprintf(stderr, "%s: skipped: one CPU online, the mask and the machine agree\n", __func__);
+		return;
+	}
+	int cpu = 0;
+	while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all))
+		cpu++;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	snprintf(ini, sizeof ini, aug_ini, "workers = auto");
+	ck_assert(rig_open(&r, ini) == 0);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+	check_log_clear();
+	kiln_log_set_sink(check_log_sink, NULL);
+	const kiln_status st = kiln_loader_probe(r.dev, &r.d, 50, 2, r.copy, &best);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	rig_close(&r);
+	ck_assert_msg(check_log_count("workers = auto: 1: ", "samples/s; chose 1") == 1 &&
+			      check_log_count(" 2: ", NULL) == 0,
+		      "want 1 worker timed alone:\n%s", check_log_text());
+	ck_assert_int_eq(best, 1);
+}
+END_TEST
+
 /* Resume: an epoch read from global offset g (any world size, any rank)
  * gives exactly the samples, augmented alike, that the uninterrupted
  * one-process epoch has at those global positions. */
@@ -880,6 +920,7 @@ static Suite *make_suite(void)
 		test_count_sum_exact, test_normalize_on_device, test_normalize_rule,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
 		test_workers_auto_cold, test_probe_skips_uncounted, test_loader_skipped_taken,
+		test_workers_auto_mask,
 		test_resume_position, test_prefetch_hints, NULL });
 	return s;
 }

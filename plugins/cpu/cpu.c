@@ -169,16 +169,25 @@ static int64_t watch_now_ns(void)
 
 void cpu_wait_begin(struct cpu_wait_mark *m)
 {
+	m->all = 0;
 	m->delay_ns = cpu_self_delay_ns();
+	m->t_ns = watch_now_ns();
+}
+
+void cpu_wait_begin_all(struct cpu_wait_mark *m)
+{
+	m->all = 1;
+	m->delay_ns = cpu_run_delay_ns();
 	m->t_ns = watch_now_ns();
 }
 
 double cpu_wait_end(const struct cpu_wait_mark *m)
 {
-	const int64_t d1 = cpu_self_delay_ns(), t = watch_now_ns();
+	const int64_t d1 = m->all ? cpu_run_delay_ns() : cpu_self_delay_ns(), t = watch_now_ns();
 	if (m->delay_ns < 0 || d1 < 0)
 		return -1;
-	/* schedstat's counter only grows; clamp all the same */
+	/* schedstat's counter only grows (a thread that exited takes its
+	 * own sum with it): clamp */
 	return d1 < m->delay_ns || t <= m->t_ns ? 0 : (double)(d1 - m->delay_ns) / (double)(t - m->t_ns);
 }
 

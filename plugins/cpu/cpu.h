@@ -526,7 +526,7 @@ void cpu_tune_free(struct cpu_ctx *c);
 /* One kept choice, as the persistent cache stores it: the candidate, and
  * whether it was timed under contention (provisional: re-timed by a later
  * context that finds the machine quiet, never written over a confident
- * one) with the timing thread's run-queue wait then, in seconds a second
+ * one) with the process's threads' run-queue wait then, in seconds a second
  * (< 0: not measured). */
 struct cpu_tune_val {
 	int choice;
@@ -545,11 +545,16 @@ int cpu_tune_each(struct cpu_ctx *c, void (*fn)(void *, const struct kiln_op *, 
 #define CPU_WAIT_BUSY 0.25
 /* The calling thread's run-queue wait between cpu_wait_begin and
  * cpu_wait_end (schedstat, cpu_self_delay_ns), in seconds a second; < 0
- * where schedstat does not read. */
+ * where schedstat does not read.  From cpu_wait_begin_all: the wait of
+ * every thread of the process, summed (cpu_run_delay_ns, the adaptive
+ * team's measure): a thread that sleeps at a barrier while its team's
+ * other thread waits for a CPU waits none itself (tune.c, time_plans). */
 struct cpu_wait_mark {
 	int64_t delay_ns, t_ns;
+	int all;
 };
 void cpu_wait_begin(struct cpu_wait_mark *m);
+void cpu_wait_begin_all(struct cpu_wait_mark *m);
 double cpu_wait_end(const struct cpu_wait_mark *m);
 /* That wait over CPU_PROBE_NS of spinning (KILN_CPU_PROBEWAIT, the tests'
  * hook: that): what a thread that wants a CPU waits now. */

@@ -470,8 +470,10 @@ int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
 	if (l->flip) { /* the test hook: both teams swap every `flip` ops */
 		const int64_t k = __atomic_fetch_add(&l->ticks, 1, __ATOMIC_RELAXED);
 		const int n = (k / l->flip) % 2 ? 1 : l->team.max;
-		__atomic_store_n(&l->size, n, __ATOMIC_RELAXED); /* cpu_team_busy */
-		__atomic_store_n(&l->dnn_size, (k / l->flip) % 3 ? n : l->team.max, __ATOMIC_RELAXED);
+		const int dnn = (k / l->flip) % 3 ? n : l->team.max;
+		const int was = __atomic_exchange_n(&l->size, n, __ATOMIC_RELAXED); /* cpu_team_busy */
+		if (__atomic_exchange_n(&l->dnn_size, dnn, __ATOMIC_RELAXED) != dnn || was != n)
+			__atomic_add_fetch(&l->changes, 1, __ATOMIC_RELAXED);
 		return n;
 	}
 	int64_t t = now_ns();
@@ -486,7 +488,9 @@ int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
 					     delay < l->start_delay ? 0 : delay - l->start_delay,
 					     thr < l->start_throttled ? 0 : thr - l->start_throttled };
 		n = cpu_team_decide(&l->team, &s);
-		__atomic_store_n(&l->dnn_size, l->team.dnn, __ATOMIC_RELAXED);
+		if (__atomic_exchange_n(&l->dnn_size, l->team.dnn, __ATOMIC_RELAXED) != l->team.dnn ||
+		    n != l->size)
+			__atomic_add_fetch(&l->changes, 1, __ATOMIC_RELAXED);
 		if (n != l->size) {
 			*from = l->size;
 			*load = (double)s.delay_ns / (double)s.wall_ns;

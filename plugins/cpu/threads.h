@@ -175,6 +175,9 @@ struct cpu_team_live {
 	int flip;             /* test hook $KILN_CPU_TEAM_FLIP: every `flip` ops
 			       * both teams swap between the opening size and 1 */
 	int64_t ticks;        /* ops seen (atomic; with flip only) */
+	int64_t changes;      /* times `size` or `dnn_size` changed (atomic):
+			       * a kernel timing that saw one ran on two teams
+			       * (tune.c, time_plans) */
 	int64_t start_ns;     /* the interval's start, CLOCK_MONOTONIC (atomic) */
 	int64_t start_delay;  /* cpu_run_delay_ns() then (under lock) */
 	int64_t start_throttled; /* the quota cgroup's throttled time then */
@@ -197,6 +200,11 @@ int cpu_team_tick(struct cpu_team_live *l, int *from, double *load);
 static inline int cpu_team_busy(const struct cpu_team_live *l)
 {
 	return l->adapt && __atomic_load_n(&l->size, __ATOMIC_RELAXED) < l->team.max;
+}
+/* How many times either team has changed size since the context opened. */
+static inline int64_t cpu_team_changes(const struct cpu_team_live *l)
+{
+	return __atomic_load_n(&l->changes, __ATOMIC_RELAXED);
 }
 /* The team oneDNN's plans run at now (cpu_team.dnn, or the flip). */
 static inline int cpu_team_dnn(const struct cpu_team_live *l)

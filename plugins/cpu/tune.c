@@ -52,11 +52,14 @@
  * does to caches, memory bandwidth and a hyper-thread sibling, and a choice
  * timed on a busy machine was kept (tune_cache.c) for every later run: a
  * bf16 CNN timed at load 17 took the f32 kernel for conv1's forward, 2.40
- * ms against the bf16 kernel's 1.65 on a quieter machine.  So the timing
- * thread's run-queue wait over the timed runs (cpu_wait_begin/end, the
- * async rule's measure, with its threshold CPU_WAIT_BUSY; the tests' hook
- * KILN_CPU_TUNEWAIT stands for it) marks a choice timed above it
- * provisional (tune_choose: the one rule; read over at least
+ * ms against the bf16 kernel's 1.65 on a quieter machine.  So the
+ * run-queue wait of the process's threads over the timed runs
+ * (cpu_wait_begin_all/end, with the async rule's threshold CPU_WAIT_BUSY;
+ * the tests' hook KILN_CPU_TUNEWAIT stands for it) marks a choice timed
+ * above it provisional, and so does a timing of a team op on an adaptive
+ * team smaller than the context's or changing size (tune_contended: the
+ * cache keys a choice by the context's team; "Session 36: the tuner while
+ * the team shrinks"; tune_choose: the one rule; the wait read over at least
  * TUNE_WAIT_MIN_S, a small op's timed runs then repeated untimed).  A later context that reads a
  * provisional choice from the cache and finds the machine quiet
  * (cpu_probe_wait, once per context) times that op again, at most
@@ -87,7 +90,7 @@ struct cpu_choice {
 	int kern_f32;  /* a bf16 op's choice, or an f32 CONV's conv_impl */
 	int provisional; /* timed under contention (tune_choose) */
 	int from_file;   /* read from the tune cache, not timed in this context */
-	double wait;     /* the timing thread's run-queue wait while timed, s/s */
+	double wait;     /* the process's threads' run-queue wait while timed, s/s */
 };
 
 static double now_s(void)
@@ -275,20 +278,39 @@ static double median(double *v, int n)
  * so their wait read 0 or a whole slice; 10 ms holds a few. */
 #define TUNE_WAIT_MIN_S 0.010
 
-/* The timing thread's run-queue wait over the timed runs, in seconds a
- * second (KILN_CPU_TUNEWAIT, the tests' hook: that); < 0 not measured. */
-static double tune_wait(const struct cpu_wait_mark *m)
+/* What a timing ran under (time_plans), for tune_choose. */
+struct tune_cond {
+	double wait; /* run-queue wait of the process's threads, summed, s/s; < 0 not measured */
+	int team;    /* the smaller of kiln's and oneDNN's adaptive teams as the timed runs
+		      * began; 0 for an op that runs on one thread on any team */
+	int changed; /* either team changed size from the warm-up to the last run */
+};
+
+/* The process's threads' run-queue wait over the timed runs, in seconds a
+ * second, into w (< 0 not measured).  KILN_CPU_TUNEWAIT, the tests' hook,
+ * stands for the whole reading: that wait, on a steady team of the
+ * context's size (make check sets it to 0 so that a test's cache stays
+ * confident on a loaded machine, where the adaptive team shrinks too). */
+static void tune_wait(struct cpu_ctx *c, const struct cpu_wait_mark *m, struct tune_cond *w)
 {
 	const char *hook = getenv("KILN_CPU_TUNEWAIT");
-	if (hook && *hook)
-		return common_strtod(hook, NULL);
-	return cpu_wait_end(m);
+	if (!hook || !*hook) {
+		w->wait = cpu_wait_end(m);
+		return;
+	}
+	w->wait = common_strtod(hook, NULL);
+	w->team = w->team ? c->threads : 0;
+	w->changed = 0;
 }
 
 /* Seconds of one run of each of the n plans q[] on scratch tensors of
- * op's shapes (both < 0 when a plan failed to run), and *wait the timing
- * thread's run-queue wait meanwhile (tune_wait), over the timed runs (5 to
- * 31, which interleave the candidates so that a load spike hits each):
+ * op's shapes (both < 0 when a plan failed to run), and *w what they ran
+ * under: the run-queue wait of every thread of the process (tune_wait;
+ * the timing thread's alone read 0.00-0.14 s/s while a busy loop starved
+ * its team's other thread: it sleeps at the barrier, and sleeping is no
+ * wait), over the timed runs (5 to
+ * 31, which interleave the candidates so that a load spike hits each),
+ * and the adaptive team then (struct tune_cond):
  * wall[k] the median of candidate k's wall times, cpu[k] the median of the
  * CPU time its runs took on the timing thread's OpenMP team (each
  * thread's exact clock: tune_team_get).  tune_choose takes the wall
@@ -300,12 +322,16 @@ static double tune_wait(const struct cpu_wait_mark *m)
  * a loaded machine (one lucky run decides; docs/PERFORMANCE.md, "Issue
  * 23, session 10", "Session 14: the tuner's measure"). */
 static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *wall, double *cpu,
-		       double *wait)
+		       struct tune_cond *w)
 {
 	struct kiln_op_args a;
 	struct cpu_wait_mark m;
 	size_t ws = 0;
-	*wait = -1;
+	/* the team: a change counted from before the warm-up (cpu_exec ticks
+	 * the adaptive team), its size read as the timed runs begin */
+	const int64_t changes = cpu_team_changes(&c->team);
+	w->wait = -1;
+	w->team = w->changed = 0;
 	double rw[CPU_CONV_IMPLS > 3 ? CPU_CONV_IMPLS : 3][TUNE_ROUNDS];
 	double rc[CPU_CONV_IMPLS > 3 ? CPU_CONV_IMPLS : 3][TUNE_ROUNDS];
 	struct tune_team tm;
@@ -332,7 +358,11 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 	int rounds = first > 0 ? (int)(0.03 / first) : TUNE_ROUNDS;
 	rounds = rounds < 5 ? 5 : rounds > TUNE_ROUNDS ? TUNE_ROUNDS : rounds;
 	tune_team_get(&tm);
-	cpu_wait_begin(&m);
+	if (!cpu_op_one_thread(&q[0]->op)) {
+		const int k = __atomic_load_n(&c->team.size, __ATOMIC_RELAXED), d = cpu_team_dnn(&c->team);
+		w->team = k < d ? k : d;
+	}
+	cpu_wait_begin_all(&m);
 	const double start = now_s();
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < n; k++) {
@@ -349,7 +379,8 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 		for (int k = 0; k < n; k++)
 			if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
 				goto out;
-	*wait = tune_wait(&m);
+	w->changed = cpu_team_changes(&c->team) != changes;
+	tune_wait(c, &m, w);
 	for (int k = 0; k < n; k++) {
 		wall[k] = median(rw[k], rounds);
 		cpu[k] = median(rc[k], rounds);
@@ -358,14 +389,15 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 		char s0[96], s1[160] = "";
 		size_t len = 0;
 		for (int k = 0; k < n && len < sizeof s1; k++) {
-			const int w = common_snprintf_c(s1 + len, sizeof s1 - len, "%s%.3f/%.3f", k ? ", " : "",
-					       1e3 * wall[k], 1e3 * cpu[k]);
-			len += w > 0 ? (size_t)w : sizeof s1;
+			const int got = common_snprintf_c(s1 + len, sizeof s1 - len, "%s%.3f/%.3f", k ? ", " : "",
+							  1e3 * wall[k], 1e3 * cpu[k]);
+			len += got > 0 ? (size_t)got : sizeof s1;
 		}
 		c->host->log(KILN_LOG_DEBUG, "cpu",
-			     "timed %s %s: %d candidates x %d runs, team of %d, wait %.2f s/s over %.1f ms; median wall/team CPU ms: %s",
+			     "timed %s %s: %d candidates x %d runs, team of %d, wait %.2f s/s over %.1f ms; median wall/team CPU ms: %s; adaptive team %d of %d%s",
 			     cpu_op_name(q[0]->op.type), cpu_desc_str(&q[0]->op.in[0], s0, sizeof s0), n, rounds,
-			     tm.n, *wait, 1e3 * window, s1);
+			     tm.n, w->wait, 1e3 * window, s1, w->team, c->threads,
+			     w->changed ? ", changed meanwhile" : "");
 	}
 out:
 	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
@@ -420,16 +452,28 @@ static void tune_key(const struct kiln_op *op, struct kiln_op *key)
 	key->f[KILN_OPF_ACT_ALPHA] = 0;
 }
 
+/* Whether a timing under w is provisional (tune_choose): the process's
+ * threads waited for a CPU more than CPU_WAIT_BUSY (unmeasured, < 0: not
+ * that), or an op that runs on the team was timed on fewer than the
+ * `threads` the cache keys it under, or on a team that changed size: the
+ * adaptive team shrinks under a busy neighbour, and a choice timed on one
+ * thread (or on oneDNN's 2-thread kernel with one thread starved) is not
+ * the 2-thread choice (docs/PERFORMANCE.md, "Session 36: the tuner while
+ * the team shrinks"). */
+static int tune_contended(const struct tune_cond *w, int threads)
+{
+	return w->wait > CPU_WAIT_BUSY || (w->team && w->team < threads) || (w->team && w->changed);
+}
+
 /* The choice rule, the one place it is: of the n candidates timed
  * (time_plans; < 0 failed), the fastest, the first on a tie or a failure;
- * *provisional when the timing thread waited for a CPU more than
- * CPU_WAIT_BUSY while timing (unmeasured, < 0: confident, as before).  By
- * wall time when quiet, by the team's CPU time when provisional; *t the
- * figures it went by. */
-static int tune_choose(const double *wall, const double *cpu, int n, double wait, int *provisional,
-		       const double **t)
+ * *provisional when timed under contention (tune_contended; `threads` the
+ * context's).  By wall time when quiet, by the team's CPU time when
+ * provisional; *t the figures it went by. */
+static int tune_choose(const double *wall, const double *cpu, int n, const struct tune_cond *w,
+		       int threads, int *provisional, const double **t)
 {
-	*provisional = wait > CPU_WAIT_BUSY;
+	*provisional = tune_contended(w, threads);
 	const double *v = *t = *provisional ? cpu : wall;
 	int best = 0;
 	for (int k = 1; k < n; k++)
@@ -444,12 +488,18 @@ static const char *measure_str(int provisional)
 	return provisional ? "medians of the team's CPU time" : "medians of wall time";
 }
 
-/* ", provisional (...)" for a log line when p. */
-static const char *prov_str(int p, double wait, char *s, size_t n)
+/* ", provisional (...)" for a log line when p; w what the timing ran
+ * under, `threads` the context's team. */
+static const char *prov_str(int p, const struct tune_cond *w, int threads, char *s, size_t n)
 {
 	if (!p)
 		return "";
-	common_snprintf_c(s, n, ", provisional (timed under contention: waited %.2f s a second for a CPU)", wait);
+	char team[64] = "";
+	if (w->team && (w->team < threads || w->changed))
+		snprintf(team, sizeof team, "a team of %d of %d threads%s, ", w->team, threads,
+			 w->changed ? " changing size" : "");
+	common_snprintf_c(s, n, ", provisional (timed under contention: %swaited %.2f s a second for a CPU)", team,
+			  w->wait);
 	return s;
 }
 
@@ -645,23 +695,24 @@ static kiln_status tune_impl(struct cpu_ctx *c, struct cpu_plan *p,
 			break;
 		}
 	}
-	double tw[CPU_CONV_IMPLS], tc[CPU_CONV_IMPLS], wait = -1;
+	double tw[CPU_CONV_IMPLS], tc[CPU_CONV_IMPLS];
+	struct tune_cond w = { -1, 0, 0 };
 	const double *t = tw;
 	int prov = 0;
 	best = 0;
 	if (n > 1) {
-		time_plans(c, cand, n, tw, tc, &wait);
-		const int fast = best = tune_choose(tw, tc, n, wait, &prov, &t);
+		time_plans(c, cand, n, tw, tc, &w);
+		const int fast = best = tune_choose(tw, tc, n, &w, c->threads, &prov, &t);
 		if (best && t[0] >= 0 && t[best] > margin * t[0])
 			best = 0; /* not by enough: the first */
-		char s0[96], s2[96], sp[96];
+		char s0[96], s2[96], sp[160];
 		c->host->log(KILN_LOG_INFO, "cpu",
 			     "f32 %s %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest (%s): implementation %d%s",
 			     what, cpu_desc_str(&op.in[0], s0, sizeof s0), cpu_desc_str(&op.out[0], s2, sizeof s2),
 			     n, 1e3 * t[0], 1e3 * t[fast], measure_str(prov), best,
-			     prov_str(prov, wait, sp, sizeof sp));
+			     prov_str(prov, &w, c->threads, sp, sizeof sp));
 	}
-	keep_choice(c, &op, best, prov, wait, 1);
+	keep_choice(c, &op, best, prov, w.wait, 1);
 	take_candidate(p, cand, n, best);
 	return KILN_OK;
 }
@@ -1003,7 +1054,8 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 			cand[2] = NULL;
 		}
 	}
-	double tw[3] = { -1, -1, -1 }, tc[3] = { -1, -1, -1 }, wait;
+	double tw[3] = { -1, -1, -1 }, tc[3] = { -1, -1, -1 };
+	struct tune_cond w;
 	const double *t;
 	int prov;
 	/* below avx512_core both candidates of a convolution or GEMM are the
@@ -1019,21 +1071,21 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 	if (no_f32) { /* the two bf16 kernels; the f32 one failed, as it were */
 		struct cpu_plan *two[2] = { p, cand[2] };
 		double w2[2], c2[2];
-		time_plans(c, two, 2, w2, c2, &wait);
+		time_plans(c, two, 2, w2, c2, &w);
 		tw[0] = w2[0], tc[0] = c2[0], tw[2] = w2[1], tc[2] = c2[1];
 	} else {
-		time_plans(c, cand, same ? 1 : n, tw, tc, &wait);
+		time_plans(c, cand, same ? 1 : n, tw, tc, &w);
 	}
 	if (same) {
 		tw[1] = tw[0];
 		tc[1] = tc[0];
 	}
-	int best = tune_choose(tw, tc, n, wait, &prov, &t);
+	int best = tune_choose(tw, tc, n, &w, c->threads, &prov, &t);
 	if (same)
 		best = TUNE_BF16;
 	{
 		static const char *const what[3] = { "bf16", "f32", "second bf16" };
-		char s0[96], s1[96], s2[96], s3[48] = "", sp[96], sf[48];
+		char s0[96], s1[96], s2[96], s3[48] = "", sp[160], sf[48];
 		if (n == 3)
 			common_snprintf_c(s3, sizeof s3, ", second bf16 kernel %.3f ms", 1e3 * t[2]);
 		if (same)
@@ -1047,9 +1099,9 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 			     cpu_op_name(op.type), cpu_desc_str(&op.in[0], s0, sizeof s0),
 			     cpu_desc_str(&op.in[1], s1, sizeof s1),
 			     cpu_desc_str(&op.out[0], s2, sizeof s2), 1e3 * t[0], sf, s3,
-			     measure_str(prov), what[best], prov_str(prov, wait, sp, sizeof sp));
+			     measure_str(prov), what[best], prov_str(prov, &w, c->threads, sp, sizeof sp));
 	}
-	keep_choice(c, &op, best, prov, wait, 1);
+	keep_choice(c, &op, best, prov, w.wait, 1);
 	take_candidate(p, cand, n, best);
 	return KILN_OK;
 }

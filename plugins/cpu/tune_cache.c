@@ -17,7 +17,8 @@
  *   struct tune_rec[] the op descriptor (shape, dtype, layout, attributes),
  *                     the team it was timed with, the choice, whether it
  *                     is provisional (timed under contention, tune.c) and
- *                     the timing thread's run-queue wait then
+ *                     the run-queue wait of the process's threads then
+ *                     (the timing thread's alone before session 36)
  *
  * Format 2 (session 14) added the last two; a format-1 file (read with
  * an explicit tune_cache = PATH: the default name is of the header, so
@@ -68,7 +69,7 @@ struct tune_rec {
 	int32_t threads; /* the team it was timed with */
 	int32_t choice;  /* kern_f32 of a bf16 op, conv_impl of an f32 CONV */
 	int32_t provisional; /* 1: timed under contention (tune.c, tune_choose) */
-	int32_t wait_milli;  /* the timing thread's run-queue wait then, in
+	int32_t wait_milli;  /* the process's threads' run-queue wait then, in
 			      * thousandths of a second a second; -1 unmeasured */
 };
 
