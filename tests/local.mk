@@ -87,7 +87,8 @@ tests_plugins_kiln_tnosym_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tnosym_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 tests_plugins_kiln_tdlfail_la_SOURCES = tests/plugins/tdlfail.c
 tests_plugins_kiln_tdlfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
-tests_plugins_kiln_tdlfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# (an undefined symbol on purpose: not -Wl,--no-undefined)
+tests_plugins_kiln_tdlfail_la_LDFLAGS = $(PLUGIN_MODULE_LDFLAGS) -rpath /nowhere
 tests_plugins_kiln_tcommfail_la_SOURCES = tests/plugins/tcommfail.c
 tests_plugins_kiln_tcommfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tcommfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -122,6 +123,10 @@ tests_oot_test_SOURCES = tests/oot/oot_test.c
 tests_oot_test_LDADD = libkiln.la
 tests_gradcheck_LDADD = libkiln.la -lm
 TESTS += tests/oot.sh
+# no built plugin needs a kiln_* symbol (it does not link libkiln) and each
+# exports kiln_plugin_init alone (session 36)
+TESTS += tests/plugin_symbols.sh
+EXTRA_DIST += tests/plugin_symbols.sh
 EXTRA_DIST += tests/oot.sh tests/oot/oot.c tests/oot/swish.ini examples/plugins/swish.c
 
 # an optimizer against a PyTorch reference file; tests/oot.sh runs it on
