@@ -5,9 +5,9 @@
 
 # Shell tests find the build through these; automake's harness sets srcdir.
 AM_TESTS_ENVIRONMENT = top_builddir='$(top_builddir)' abs_top_builddir='$(abs_top_builddir)' \
-	abs_top_srcdir='$(abs_top_srcdir)' MAKE='$(MAKE)' CC='$(CC)' \
+	abs_top_srcdir='$(abs_top_srcdir)' MAKE='$(MAKE)' CC='$(CC)' CXX='$(CXX)' \
 	kiln_includedir='$(includedir)' kiln_pkgconfigdir='$(pkgconfigdir)'; \
-	export top_builddir abs_top_builddir abs_top_srcdir MAKE CC kiln_includedir kiln_pkgconfigdir;
+	export top_builddir abs_top_builddir abs_top_srcdir MAKE CC CXX kiln_includedir kiln_pkgconfigdir;
 # ccache (CC = "ccache gcc"; tests/plugin_lazy.sh and tests/oot.sh compile):
 # the caller's cache, which ccache finds through XDG_CACHE_HOME unless
 # CCACHE_DIR names it, so it is named before XDG_CACHE_HOME moves below (a
@@ -127,6 +127,10 @@ TESTS += tests/oot.sh
 # exports kiln_plugin_init alone (session 36)
 TESTS += tests/plugin_symbols.sh
 EXTRA_DIST += tests/plugin_symbols.sh
+# a program against the install: every header from C++, kiln.pc's plugin
+# ABI and static libraries (session 36)
+TESTS += tests/install_link.sh
+EXTRA_DIST += tests/install_link.sh tests/oot/headers.cc
 EXTRA_DIST += tests/oot.sh tests/oot/oot.c tests/oot/swish.ini examples/plugins/swish.c
 
 # an optimizer against a PyTorch reference file; tests/oot.sh runs it on
