@@ -131,6 +131,10 @@ EXTRA_DIST += tests/plugin_symbols.sh
 # ABI and static libraries (session 36)
 TESTS += tests/install_link.sh
 EXTRA_DIST += tests/install_link.sh tests/oot/headers.cc
+# every file git tracks in `make dist` (session 36); tests/dist_explain_ab.sh
+# is a tool of docs/PERFORMANCE.md's, not a test
+TESTS += tests/dist_files.sh
+EXTRA_DIST += tests/dist_files.sh tests/dist_explain_ab.sh
 EXTRA_DIST += tests/oot.sh tests/oot/oot.c tests/oot/swish.ini examples/plugins/swish.c
 
 # an optimizer against a PyTorch reference file; tests/oot.sh runs it on
