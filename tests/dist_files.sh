@@ -11,7 +11,9 @@ name=dist_files
 . "$(dirname "$0")/lib.sh"
 MAKE=${MAKE:-make}
 command -v git >/dev/null 2>&1 || { echo "SKIP: no git"; exit 77; }
-git -C "$srcdir" rev-parse --is-inside-work-tree >/dev/null 2>&1 ||
+# (the top of one: `make distcheck`'s unpacked tarball may lie inside one)
+top=$(git -C "$srcdir" rev-parse --show-toplevel 2>/dev/null) &&
+	[ "$(cd "$top" && pwd -P)" = "$(cd "$srcdir" && pwd -P)" ] ||
 	{ echo "SKIP: $srcdir is not a git checkout"; exit 77; }
 # git's own files
 only_git='.gitignore'
