@@ -145,3 +145,5 @@ endif
 # bench/stage_bytes.sh: [model] stages_flops_per_byte (session 20)
 EXTRA_DIST += bench/stage_bytes.sh bench/stage_cut_ab.sh
 EXTRA_DIST += bench/ab_session.sh
+# (left out of `make dist` until session 36: tests/dist_files.sh)
+EXTRA_DIST += bench/fuse.sh bench/pipeline_pair.sh

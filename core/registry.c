@@ -247,8 +247,14 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 	f->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!f->handle) {
 		const char *e = dlerror();
-		f->error = reg_dupf("dlopen failed: %s (check `ldd %s` for missing libraries)",
-				e ? e : "unknown error", path);
+		/* a missing symbol is not a missing library: ldd lists every
+		 * library found and says nothing of it */
+		if (e && strstr(e, "undefined symbol"))
+			f->error = reg_dupf("dlopen failed: %s (the plugin needs a symbol no loaded "
+					    "library provides: built against another kiln?)", e);
+		else
+			f->error = reg_dupf("dlopen failed: %s (check `ldd %s` for missing libraries)",
+					    e ? e : "unknown error", path);
 		return KILN_OK;
 	}
 	kiln_plugin_init_fn init;

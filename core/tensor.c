@@ -5,20 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
-static const struct { const char *name; size_t size; } dtypes[KILN_DTYPE_COUNT] = {
-	[KILN_F32] = { "f32", 4 }, [KILN_BF16] = { "bf16", 2 }, [KILN_F16] = { "f16", 2 },
-	[KILN_I8] = { "i8", 1 },   [KILN_U8] = { "u8", 1 },     [KILN_I32] = { "i32", 4 },
-	[KILN_I64] = { "i64", 8 },
-};
-
+/* the plugins' tables (plugins/common/describe.h), kept once: a plugin
+ * cannot call these (it does not link libkiln) */
 size_t kiln_dtype_size(int dtype)
 {
-	return dtype >= 0 && dtype < KILN_DTYPE_COUNT ? dtypes[dtype].size : 0;
+	return common_dtype_size(dtype);
 }
 
 const char *kiln_dtype_name(int dtype)
 {
-	return dtype >= 0 && dtype < KILN_DTYPE_COUNT ? dtypes[dtype].name : "?";
+	return common_dtype_name(dtype);
 }
 
 int kiln_tensor_size(const struct kiln_tensor_desc *d, int64_t *numel, size_t *bytes)

@@ -26,21 +26,33 @@ if ! (unset MAKEFLAGS MFLAGS MAKELEVEL; \
 	cat "$tmp/install.log"
 	fail "make install DESTDIR=$dest failed"
 fi
-pc() {
-	PKG_CONFIG_SYSROOT_DIR="$dest" PKG_CONFIG_LIBDIR="$dest$kiln_pkgconfigdir" \
-		PKG_CONFIG_PATH= pkg-config "$@" kiln
+# pkg-config of the install: its kiln.pc first, then the system's directories
+# (kiln.pc's Requires.private: inih, zlib, ...)
+pkgc() {
+	PKG_CONFIG_SYSROOT_DIR="$dest" PKG_CONFIG_PATH= \
+	PKG_CONFIG_LIBDIR="$dest$kiln_pkgconfigdir:$(pkg-config --variable pc_path pkg-config)" \
+		pkg-config "$@"
 }
+pc() { pkgc "$@" kiln; }
 flags=$(pc --cflags --libs) || fail "pkg-config --cflags --libs kiln failed"
 # a variable of the install (pkg-config prefixes the sysroot to some only)
 var() { v=$(pc --variable="$1"); case $v in "$dest"/*) echo "$v" ;; *) echo "$dest$v" ;; esac; }
 libdir=$(var libdir)
 plugindir=$(var plugindir)
 [ -f "$(var includedir)/kiln/infer.h" ] || fail "kiln/infer.h is not installed"
-cp "$srcdir/examples/embed/embed.c" "$tmp/embed.c" || exit 99
-(cd "$tmp" && $CC -Wall -Werror -MD -MF embed.d embed.c $flags -lm -o embed) ||
-	fail "building examples/embed/embed.c with '$flags' failed"
+# The build command of embed.c's header, which docs/inference.md shows too,
+# run as written (session 36: it lacked the -lm that this test added), with
+# cc as $CC plus warnings and a dependency file, pkg-config the install's.
+cmd=$(sed -n 's/^ \*   \(cc examples\/embed\/embed\.c .*\)$/\1/p' "$srcdir/examples/embed/embed.c")
+[ -n "$cmd" ] || fail "no 'cc examples/embed/embed.c ...' line in examples/embed/embed.c's header"
+grep -qxF "$cmd" "$srcdir/docs/inference.md" ||
+	fail "docs/inference.md does not show embed.c's build command: $cmd"
+mkdir -p "$tmp/examples/embed" && cp "$srcdir/examples/embed/embed.c" "$tmp/examples/embed/embed.c" || exit 99
+run=$(printf '%s\n' "$cmd" | sed -e 's/^cc /$CC -Wall -Werror -MD -MF embed.d /' -e 's/\$(pkg-config /$(pkgc /g')
+(cd "$tmp" && eval "$run") >"$tmp/cc.log" 2>&1 ||
+	{ cat "$tmp/cc.log"; fail "the documented build command failed: $cmd"; }
 grep -q "$dest.*/kiln/infer.h" "$tmp/embed.d" || fail "embed.c did not use the installed headers"
-echo "ok: built examples/embed against the install: $flags"
+echo "ok: built examples/embed against the install as documented: $cmd"
 
 # a model, and one image as PGM (for embed) and PNG (for kiln predict)
 kiln 0 train "$data/tr_cnn.ini" "data.path=$data" \

@@ -5,9 +5,9 @@
 
 # Shell tests find the build through these; automake's harness sets srcdir.
 AM_TESTS_ENVIRONMENT = top_builddir='$(top_builddir)' abs_top_builddir='$(abs_top_builddir)' \
-	abs_top_srcdir='$(abs_top_srcdir)' MAKE='$(MAKE)' CC='$(CC)' \
+	abs_top_srcdir='$(abs_top_srcdir)' MAKE='$(MAKE)' CC='$(CC)' CXX='$(CXX)' \
 	kiln_includedir='$(includedir)' kiln_pkgconfigdir='$(pkgconfigdir)'; \
-	export top_builddir abs_top_builddir abs_top_srcdir MAKE CC kiln_includedir kiln_pkgconfigdir;
+	export top_builddir abs_top_builddir abs_top_srcdir MAKE CC CXX kiln_includedir kiln_pkgconfigdir;
 # ccache (CC = "ccache gcc"; tests/plugin_lazy.sh and tests/oot.sh compile):
 # the caller's cache, which ccache finds through XDG_CACHE_HOME unless
 # CCACHE_DIR names it, so it is named before XDG_CACHE_HOME moves below (a
@@ -87,7 +87,8 @@ tests_plugins_kiln_tnosym_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tnosym_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 tests_plugins_kiln_tdlfail_la_SOURCES = tests/plugins/tdlfail.c
 tests_plugins_kiln_tdlfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
-tests_plugins_kiln_tdlfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# (an undefined symbol on purpose: not -Wl,--no-undefined)
+tests_plugins_kiln_tdlfail_la_LDFLAGS = $(PLUGIN_MODULE_LDFLAGS) -rpath /nowhere
 tests_plugins_kiln_tcommfail_la_SOURCES = tests/plugins/tcommfail.c
 tests_plugins_kiln_tcommfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tcommfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -125,6 +126,18 @@ tests_oot_test_SOURCES = tests/oot/oot_test.c
 tests_oot_test_LDADD = libkiln.la
 tests_gradcheck_LDADD = libkiln.la -lm
 TESTS += tests/oot.sh
+# no built plugin needs a kiln_* symbol (it does not link libkiln) and each
+# exports kiln_plugin_init alone (session 36)
+TESTS += tests/plugin_symbols.sh
+EXTRA_DIST += tests/plugin_symbols.sh
+# a program against the install: every header from C++, kiln.pc's plugin
+# ABI and static libraries (session 36)
+TESTS += tests/install_link.sh
+EXTRA_DIST += tests/install_link.sh tests/oot/headers.cc
+# every file git tracks in `make dist` (session 36); tests/dist_explain_ab.sh
+# is a tool of docs/PERFORMANCE.md's, not a test
+TESTS += tests/dist_files.sh
+EXTRA_DIST += tests/dist_files.sh tests/dist_explain_ab.sh
 EXTRA_DIST += tests/oot.sh tests/oot/oot.c tests/oot/swish.ini examples/plugins/swish.c
 
 # an optimizer against a PyTorch reference file; tests/oot.sh runs it on

@@ -33,8 +33,10 @@ echo "ok: installed into $dest"
 [ -f "$dest$kiln_pkgconfigdir/kiln.pc" ] || fail "no $dest$kiln_pkgconfigdir/kiln.pc"
 
 # ---- build the plugin against the installed headers ----------------------
-cflags=$(PKG_CONFIG_SYSROOT_DIR="$dest" PKG_CONFIG_LIBDIR="$dest$kiln_pkgconfigdir" \
-	PKG_CONFIG_PATH= pkg-config --cflags kiln) || fail "pkg-config --cflags kiln failed"
+# (the install's kiln.pc, then the system's directories: its Requires.private)
+cflags=$(PKG_CONFIG_SYSROOT_DIR="$dest" PKG_CONFIG_PATH= \
+	PKG_CONFIG_LIBDIR="$dest$kiln_pkgconfigdir:$(pkg-config --variable pc_path pkg-config)" \
+	pkg-config --cflags kiln) || fail "pkg-config --cflags kiln failed"
 echo "ok: pkg-config --cflags kiln: $cflags"
 case "$cflags" in *"$dest"*) ;; *) fail "cflags do not point into $dest: $cflags" ;; esac
 mkdir "$tmp/plugins" || exit 99

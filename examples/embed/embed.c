@@ -1,14 +1,16 @@
 /* examples/embed/embed.c - classify one image with a trained kiln model,
  * through the inference API alone (include/kiln/infer.h, docs/inference.md).
  *
- *   cc embed.c $(pkg-config --cflags --libs kiln) -o embed
+ *   cc examples/embed/embed.c $(pkg-config --cflags --libs kiln) -lm -o embed
  *   ./embed CONFIG WEIGHTS IMAGE.pgm|IMAGE.ppm
  *
  * WEIGHTS: a checkpoint of `kiln train` or a safetensors file of `kiln
  * export`.  The image is a binary PGM (gray) or PPM (RGB) file, 8 bits: a
  * format simple enough to read here, so the example needs no image library
  * (`kiln predict` reads JPEG and PNG).  It is transformed as the config's
- * [data.eval] says and classified; prints "class INDEX prob P".
+ * [data.eval] says and classified; prints "class INDEX prob P".  (-lm: its
+ * softmax calls exp(); libkiln's own -lm is not a program's.  tests/embed.sh
+ * runs the command above as written.)
  */
 #include <kiln/infer.h>
 

@@ -14,6 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Per-worker scratch buffers, grown on demand.  Zero-initialise; free with
  * kiln_xform_scratch_free. */
 struct kiln_xform_scratch {
@@ -36,5 +40,9 @@ void kiln_xform_resize_shorter(int h, int w, int n, int *nh, int *nw);
  * oh x ow with PIL's antialiased bilinear filter: out is u8 [oh, ow, in->c]. */
 kiln_status kiln_xform_resize_box(const struct kiln_image *in, const int box[4], int oh,
 				  int ow, uint8_t *out, struct kiln_xform_scratch *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* KILN_IMAGE_H */

@@ -23,6 +23,17 @@ static inline const char *common_dtype_name(int dtype)
 	return dtype >= 0 && dtype < KILN_DTYPE_COUNT ? names[dtype] : "?";
 }
 
+/* Bytes per element of a dtype (0 outside the enum): kiln_dtype_size's
+ * table, which a plugin cannot call (it does not link libkiln: loaded by a
+ * libkiln that was itself dlopen()ed RTLD_LOCAL, as Python's ctypes does,
+ * a plugin referencing it failed with "undefined symbol"; session 36). */
+static inline size_t common_dtype_size(int dtype)
+{
+	/* in the order of enum kiln_dtype */
+	static const unsigned char sizes[KILN_DTYPE_COUNT] = { 4, 2, 2, 1, 1, 4, 8 };
+	return dtype >= 0 && dtype < KILN_DTYPE_COUNT ? sizes[dtype] : 0;
+}
+
 /* Elements of d: the product of its dims (1 for a scalar). */
 static inline int64_t common_numel(const struct kiln_tensor_desc *d)
 {

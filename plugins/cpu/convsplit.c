@@ -249,7 +249,7 @@ static int wsplit_layout(struct cpu_plan *p, struct cpu_wsplit *w)
 	const struct kiln_op *op = &p->op;
 	const struct cpu_plan *q = w->blk[0], *big = w->rem ? w->blk[w->slots] : NULL;
 	const int keep = (op->flags & KILN_OPF_KEEP) != 0;
-	const size_t ex = kiln_dtype_size(op->in[0].dtype);
+	const size_t ex = common_dtype_size(op->in[0].dtype);
 	const size_t b = (size_t)w->b;
 	if (keep && (q->aux % b || (big && big->aux != q->aux / b * (b + 1))))
 		return 0;
