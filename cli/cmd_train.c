@@ -566,11 +566,6 @@ int cmd_train(int argc, char **argv)
 		} else if (r.stopped && r.checkpoint[0])
 			fprintf(stderr, "kiln: stopped at step %lld: checkpoint written to %s; resume with --resume\n",
 				(long long)r.steps, r.checkpoint);
-		if (r.stopped && !r.stop_cause[0]) {
-			char line[64];
-			snprintf(line, sizeof line, LAUNCH_STOPPED_LINE "%d", stop_rank());
-			tell_launcher(line); /* (a clean stop: launch_group_done) */
-		}
 		else if (r.stopped && stop_rank() > 0)
 			fprintf(stderr, "kiln: rank %d stopped at step %lld: rank 0 writes the checkpoint\n",
 				stop_rank(), (long long)r.steps);
@@ -580,6 +575,11 @@ int cmd_train(int argc, char **argv)
 		else if (r.test_acc >= 0)
 			fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r.test_acc,
 				(long long)r.test_samples);
+		if (r.stopped && !r.stop_cause[0]) {
+			char line[64];
+			snprintf(line, sizeof line, LAUNCH_STOPPED_LINE "%d", stop_rank());
+			tell_launcher(line); /* (a clean stop: launch_group_done) */
+		}
 		if (r.steps_skipped || r.steps_clipped)
 			fprintf(stderr, "optimizer steps: %lld skipped for non-finite gradients, %lld clipped by clip_norm (of %lld)\n",
 				(long long)r.steps_skipped, (long long)r.steps_clipped,
