@@ -273,11 +273,14 @@ static void tell_launcher(const char *cause)
 	const char *v = getenv("KILN_LAUNCH_WHY_FD");
 	const int fd = v && *v ? atoi(v) : -1;
 	struct stat sb;
-	char line[700];
+	/* a long cause cut, its line still ended: the launcher reads lines of
+	 * up to 639 bytes (cli/launch_wait.c), and a line without its newline
+	 * glued the next rank's "kiln-stopped N" onto it */
+	char line[600];
 	if (fd < 3 || fstat(fd, &sb) || !S_ISFIFO(sb.st_mode))
 		return;
-	const int n = snprintf(line, sizeof line, "%s\n", cause);
-	if (write(fd, line, n < (int)sizeof line ? (size_t)n : sizeof line - 1) < 0)
+	const int n = snprintf(line, sizeof line, "%.*s\n", (int)sizeof line - 2, cause);
+	if (write(fd, line, (size_t)n) < 0)
 		return; /* (a full pipe: the rank's own line says it) */
 }
 

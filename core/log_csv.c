@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <sys/types.h> /* ssize_t: getline */
+#include <unistd.h>  /* dup */
 
 struct csv_table {
 	const char *event; /* the records it holds */
@@ -153,9 +154,18 @@ static int widen_fill(FILE *out, void *ctx)
 	size_t cap = 0;
 	ssize_t len;
 	int err = 0;
-	FILE *in = fopen(w->t->path, "r");
-	if (!in)
-		return errno;
+	/* read through the table's own open file, from its start: its name
+	 * may be gone (out_dir removed, the carry still to come) */
+	const int fd = dup(fileno(w->t->f));
+	FILE *in = fd < 0 ? NULL : fdopen(fd, "r");
+	if (!in || fseeko(in, 0, SEEK_SET)) {
+		err = errno ? errno : EIO;
+		if (in)
+			fclose(in);
+		else if (fd >= 0)
+			close(fd);
+		return err;
+	}
 	for (int k = 0; k < w->t->ncol; k++)
 		fprintf(out, "%s%s", k ? "," : "", w->t->col[k]);
 	fputc('\n', out);
@@ -200,17 +210,24 @@ static kiln_status table_widen(struct csv_table *t, const struct kiln_log_record
 		snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
 			 k > n0 ? ", " : "", t->col[k]);
 	const struct widen w = { t, n0 };
-	int err = fclose(t->f) ? errno : 0;
-	t->f = NULL;
+	int err = fflush(t->f) ? errno : 0;
 	if (!err)
 		err = kiln_file_write(t->path, widen_fill, (void *)&w);
-	st = kiln_log_open_append(t->path, &t->f);
 	if (err) {
-		while (t->ncol > n0) /* (the file as it was: its rows go on under it) */
+		/* the table as it was, still open, its rows going on under its
+		 * header (this record's new fields left out of it): a full disk,
+		 * or out_dir removed, whose carry (csv_carry) still has the rows
+		 * through t->f.  Before session 36 the file was closed first and
+		 * the logger dropped: a removed out_dir's tables were lost. */
+		(void)fseeko(t->f, 0, SEEK_END); /* (the read moved the shared offset) */
+		while (t->ncol > n0)
 			free(t->col[--t->ncol]);
-		return kiln_error(KILN_EIO, "%s: cannot write it again with the column(s) %s its header lacks: %s",
-				  t->path, names, strerror(err));
+		kiln_log(KILN_LOG_WARN, "log", "%s: cannot write it again with the column(s) %s its header lacks: %s; its rows go on without them",
+			 t->path, names, strerror(err));
+		return KILN_OK;
 	}
+	fclose(t->f); /* (the file read, replaced: its errors no longer matter) */
+	st = kiln_log_open_append(t->path, &t->f);
 	if (!st)
 		kiln_log(KILN_LOG_INFO, "log", "%s: its header lacks the column(s) %s (an older kiln, or other settings, began the table): written again with them, their cells empty in the earlier rows",
 			 t->path, names);

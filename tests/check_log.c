@@ -436,6 +436,35 @@ START_TEST(test_csv_foreign_header)
 }
 END_TEST
 
+/* A table widened after out_dir was removed (session 36, found by review):
+ * the widen's rewrite cannot be made, so the table goes on under its
+ * header, still open, with a warning, and the carry into the recreated
+ * directory has every row.  Before, the widen closed the table first and
+ * failed, the logger was dropped and the carry found nothing. */
+START_TEST(test_csv_widen_after_removal)
+{
+	char gone[600], again[600], path[700];
+	write_text("train.csv", "epoch,step,loss\n1,5,0.25\n");
+	struct kiln_loggers *L = open_loggers("[log]\ncsv = 1\n", 1, 5);
+	struct kiln_log_record r = train_rec(10, 0.125, 0);
+	kiln_loggers_record(L, &r);
+	snprintf(gone, sizeof gone, "%s.gone", dir);
+	ck_assert_int_eq(rename(dir, gone), 0);
+	r = train_rec(15, 0.0625, 1); /* grad_norm: a column the header lacks */
+	kiln_loggers_record(L, &r);
+	ck_assert_int_eq(rename(gone, dir), 0); /* (the fixture removes dir) */
+	snprintf(again, sizeof again, "%s/again", dir);
+	ck_assert_int_eq(mkdir(again, 0777), 0);
+	/* the table's file in dir now is the one renamed away and back: the
+	 * carry reads the open file, whatever its name */
+	ck_assert_msg(kiln_loggers_carry(L, again) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_loggers_close(L), KILN_OK);
+	expect_text("again/train.csv", "epoch,step,loss\n1,5,0.25\n1,10,0.125\n1,15,0.0625\n");
+	snprintf(path, sizeof path, "%s/again/metrics.jsonl", dir);
+	ck_assert_int_eq(access(path, F_OK), 0);
+}
+END_TEST
+
 /* out_dir removed mid-run (session 34; the CSV tables session 36): metrics.jsonl's lines so far,
  * read back through the file still open after its name is gone, into the
  * recreated directory's metrics.jsonl, which the reopened loggers
@@ -477,7 +506,7 @@ static Suite *make_log_suite(void)
 	check_add_case(s, "files", 0, dir_setup, dir_teardown,
 		       (const TTest *[]){ test_tensorboard_file, test_csv_tables, test_jsonl,
 						    test_resume_partial_line, test_csv_widen,
-						    test_csv_foreign_header,
+						    test_csv_foreign_header, test_csv_widen_after_removal,
 						    test_jsonl_carry, NULL });
 	return s;
 }
