@@ -36,7 +36,7 @@ int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), vo
 /* (every process prints; kiln train's own line is the one with its pid) */
 __attribute__((destructor)) static void report(void)
 {
-	char path[64];
+	char path[4096];
 	snprintf(path, sizeof path, "%s.%d", getenv("COUNT_TO"), (int)getpid());
 	FILE *f = fopen(path, "w");
 	if (f)
