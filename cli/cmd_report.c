@@ -131,8 +131,11 @@ static void write_result(FILE *f, const struct report_metrics *m)
 		result_row(f, "wall time", "%.1f s", m->final_wall_s);
 		fputs("</table>\n", f);
 	}
-	fprintf(f, "<p>metrics.jsonl: %ld lines%s</p>\n</section>\n", m->lines,
-		m->bad_lines ? " (some not JSON objects: skipped)" : "");
+	fprintf(f, "<p>metrics.jsonl: %ld lines%s", m->lines,
+		m->bad_lines > m->long_lines ? " (some not JSON objects: skipped)" : "");
+	if (m->long_lines)
+		fprintf(f, " (%ld longer than %d MiB: skipped)", m->long_lines, REPORT_LINE_MAX >> 20);
+	fputs("</p>\n</section>\n", f);
 }
 
 /* Every chart whose field some line has; a note for the others. */
