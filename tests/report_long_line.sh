@@ -25,11 +25,17 @@ line() { printf '{"event":"train","epoch":1,"step":%d,"loss":%s}\n' "$1" "$2"; }
 	line 3 1.5
 } >"$big/metrics.jsonl"
 
-rss() { # rss DIR: kiln report DIR's peak resident set, KiB
-	/usr/bin/time -f '%M' -o "$tmp/rss" "$kiln" report "$1" >"$out" 2>"$err" ||
-		fail "kiln report $1: exit $?: $(tail -3 "$err")"
-	tail -1 "$tmp/rss"
+rss() { # rss DIR: kiln report DIR's peak resident set, KiB (0: GNU time missing)
+	if [ -x /usr/bin/time ]; then
+		/usr/bin/time -f '%M' -o "$tmp/rss" "$kiln" report "$1" >"$out" 2>"$err" ||
+			fail "kiln report $1: exit $?: $(tail -3 "$err")"
+		tail -1 "$tmp/rss"
+	else
+		"$kiln" report "$1" >"$out" 2>"$err" || fail "kiln report $1: exit $?: $(tail -3 "$err")"
+		echo 0
+	fi
 }
+[ -x /usr/bin/time ] || echo "(no /usr/bin/time: peak RSS not checked)"
 base=$(rss "$small")
 peak=$(rss "$big")
 n=$(grep -o '<circle class="pt" data-series="train.loss"' "$big/report.html" | wc -l)
