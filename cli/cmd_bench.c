@@ -67,12 +67,22 @@ int cmd_bench(int argc, char **argv)
 			(long long)r.batches, (long long)r.batch, r.workers, r.samples_per_s, r.mb_per_s,
 			(long long)r.sample_bytes, r.read_us, r.xform_us, r.copy_us,
 			100 * r.wait_frac);
-		printf("{\"samples_per_s\": %.1f, \"mb_per_s\": %.2f, \"workers\": %d, \"batch\": %lld, "
-		       "\"batches\": %lld, \"read_us\": %.2f, \"xform_us\": %.2f, \"copy_us\": %.1f, "
-		       "\"wait_frac\": %.4f, \"skipped\": %lld}\n",
-		       r.samples_per_s, r.mb_per_s, r.workers, (long long)r.batch,
-		       (long long)r.batches, r.read_us, r.xform_us, r.copy_us, r.wait_frac,
-		       (long long)r.skipped);
+		/* the rates and times through cli_json_num: a run timed at 0 s gave
+		 * printf's "inf", which no JSON parser reads */
+		printf("{\"samples_per_s\": ");
+		cli_json_num(stdout, "%.1f", r.samples_per_s);
+		printf(", \"mb_per_s\": ");
+		cli_json_num(stdout, "%.2f", r.mb_per_s);
+		printf(", \"workers\": %d, \"batch\": %lld, \"batches\": %lld, \"read_us\": ", r.workers,
+		       (long long)r.batch, (long long)r.batches);
+		cli_json_num(stdout, "%.2f", r.read_us);
+		printf(", \"xform_us\": ");
+		cli_json_num(stdout, "%.2f", r.xform_us);
+		printf(", \"copy_us\": ");
+		cli_json_num(stdout, "%.1f", r.copy_us);
+		printf(", \"wait_frac\": ");
+		cli_json_num(stdout, "%.4f", r.wait_frac);
+		printf(", \"skipped\": %lld}\n", (long long)r.skipped);
 	}
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);

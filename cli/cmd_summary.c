@@ -57,11 +57,16 @@ int cmd_summary(int argc, char **argv)
 	int rc = 0;
 	if (st)
 		rc = cli_fail(st);
-	else
+	else {
 		printf("{\"batch\": %lld, \"layers\": %d, \"params\": %lld, \"trainable\": %lld, \"frozen\": %lld, "
-		       "\"buffers\": %lld, \"flops\": %.0f, \"param_mib\": %.4f}\n",
+		       "\"buffers\": %lld, \"flops\": ",
 		       (long long)s.batch, s.n_layers, (long long)s.params, (long long)s.trainable,
-		       (long long)s.frozen, (long long)s.buffers, s.flops, s.param_mib);
+		       (long long)s.frozen, (long long)s.buffers);
+		cli_json_num(stdout, "%.0f", s.flops); /* JSON has no inf */
+		printf(", \"param_mib\": ");
+		cli_json_num(stdout, "%.4f", s.param_mib);
+		printf("}\n");
+	}
 	if (!st)
 		kiln_summary_free(&s);
 	kiln_config_free(cfg);

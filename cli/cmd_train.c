@@ -520,7 +520,8 @@ int cmd_train(int argc, char **argv)
 		cli_json_num(stdout, "%.1f", r.epochs > 0 ? r.train_samples_per_s : NAN);
 		printf(", \"eval_samples_per_s\": ");
 		cli_json_num(stdout, "%.1f", r.eval_samples_per_s);
-		printf(", \"wall_s\": %.2f", r.wall_s);
+		printf(", \"wall_s\": ");
+		cli_json_num(stdout, "%.2f", r.wall_s);
 		if (r.resumed_step >= 0)
 			printf(", \"resumed_step\": %lld", (long long)r.resumed_step);
 		if (r.checkpoint[0]) {

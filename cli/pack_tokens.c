@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "tokenizer.h"
 #include "../plugins/loaders/tokens.h" /* TOK_SUFFIX, TOK_PARTIAL */
+#include "../plugins/common/write_full.h" /* common_pwrite_full */
 
 #include <errno.h>    /* errno */
 #include <stdio.h>    /* FILE, fopen, fwrite, rename */
@@ -27,7 +28,7 @@
 #include <string.h>   /* strcmp, strncmp, strerror */
 #include <sys/stat.h> /* mkdir, stat */
 #include <fcntl.h>    /* open */
-#include <unistd.h>   /* fsync, pwrite, close */
+#include <unistd.h>   /* fsync, close */
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
@@ -288,7 +289,9 @@ static kiln_status split_stamp(const struct shard_out *s)
 				b[4 * i + j] = (unsigned char)(v[i] >> (8 * j));
 		shard_path(s, k, 1, tmp, sizeof tmp);
 		int fd = open(tmp, O_WRONLY | O_CLOEXEC);
-		int bad = fd < 0 || pwrite(fd, b, sizeof b, 12) != (ssize_t)sizeof b || fsync(fd);
+		/* whole (a short write or EINTR retried; one pwrite compared
+		 * with 16 failed the pack on either) */
+		int bad = fd < 0 || common_pwrite_full(fd, b, sizeof b, 12) || fsync(fd);
 		int err = errno;
 		if (fd >= 0 && close(fd) && !bad)
 			bad = 1, err = errno;

@@ -17,6 +17,12 @@ struct report_series {
 	double *x, *y;
 };
 
+/* The longest metrics.jsonl line read (bytes, its newline included): a
+ * longer one is skipped as a bad line.  kiln's own lines are a few hundred
+ * bytes; getline() read a 20 MB file without a newline whole, and jansson
+ * parsed it again (session 36). */
+#define REPORT_LINE_MAX (1 << 20)
+
 struct report_metrics {
 	int n, cap;
 	struct report_series *s;
@@ -24,6 +30,7 @@ struct report_metrics {
 	 * two, > 2 n) indices + 1 into s, 0 empty (report_metrics.c) */
 	int *slot, n_slot;
 	long lines, bad_lines;     /* read, and not a JSON object */
+	long long_lines;           /* of bad_lines, those over REPORT_LINE_MAX */
 	int have_final;            /* the "final" line's numbers (NAN: not in it, or null) */
 	double final_epochs, final_steps, final_test_acc, final_test_loss, final_wall_s,
 		final_samples_per_s;

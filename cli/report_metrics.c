@@ -164,6 +164,28 @@ static void read_final(struct report_metrics *m, json_t *o)
 	m->final_samples_per_s = num(o, "train_samples_per_s");
 }
 
+/* The next line of f into buf (n bytes): 1, or 0 at the end of the file.
+ * A line that does not fit (n - 1 bytes and more) is read to its end and
+ * dropped, *too_long set: memory stays n bytes whatever the file. */
+static int next_line(FILE *f, char *buf, size_t n, int *too_long)
+{
+	*too_long = 0;
+	if (!fgets(buf, (int)n, f))
+		return 0;
+	for (;;) {
+		const size_t l = strlen(buf);
+		if (l < n - 1 || buf[l - 1] == '\n')
+			return 1;
+		const int c = getc(f); /* full: the line ends here, or goes on */
+		if (c == EOF)
+			return 1;
+		ungetc(c, f);
+		*too_long = 1;
+		if (!fgets(buf, (int)n, f))
+			return 1;
+	}
+}
+
 int report_metrics_read(const char *path, struct report_metrics *m)
 {
 	memset(m, 0, sizeof *m);
@@ -179,11 +201,14 @@ int report_metrics_read(const char *path, struct report_metrics *m)
 		errno = e;
 		return -1;
 	}
-	char *line = NULL;
-	size_t cap = 0;
-	int rc = 0;
-	while (!rc && getline(&line, &cap, f) > 0) {
+	char *line = malloc(REPORT_LINE_MAX + 1);
+	int rc = line ? 0 : -1, too_long;
+	while (!rc && next_line(f, line, REPORT_LINE_MAX + 1, &too_long)) {
 		m->lines++;
+		if (too_long) {
+			m->bad_lines++, m->long_lines++;
+			continue;
+		}
 		json_t *o = json_loads(line, 0, NULL);
 		const char *ev = json_string_value(json_object_get(o, "event"));
 		if (!json_is_object(o) || !ev)

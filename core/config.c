@@ -47,26 +47,31 @@ int kiln_edit_distance(const char *a, const char *b)
 	size_t la = strlen(a), lb = strlen(b);
 	if (la > 64 || lb > 64)
 		return 99;
-	int d[65][65];
-	for (size_t i = 0; i <= la; i++)
-		d[i][0] = (int)i;
+	/* the table's last three rows (row i in d[i % 3]; a transposition
+	 * reads row i - 2): 780 bytes where the whole 65 x 65 took 17 KiB of
+	 * the caller's stack (the frame cap, docs/design-notes.md) */
+	int d[3][65];
 	for (size_t j = 0; j <= lb; j++)
 		d[0][j] = (int)j;
-	for (size_t i = 1; i <= la; i++)
+	for (size_t i = 1; i <= la; i++) {
+		int *const c = d[i % 3];
+		const int *const p = d[(i - 1) % 3], *const pp = d[(i + 1) % 3];
+		c[0] = (int)i;
 		for (size_t j = 1; j <= lb; j++) {
-			int c = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-			int v = d[i - 1][j - 1] + c;
-			if (d[i - 1][j] + 1 < v)
-				v = d[i - 1][j] + 1;
-			if (d[i][j - 1] + 1 < v)
-				v = d[i][j - 1] + 1;
+			int x = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+			int v = p[j - 1] + x;
+			if (p[j] + 1 < v)
+				v = p[j] + 1;
+			if (c[j - 1] + 1 < v)
+				v = c[j - 1] + 1;
 			/* adjacent transposition counts as one edit */
 			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-			    d[i - 2][j - 2] + 1 < v)
-				v = d[i - 2][j - 2] + 1;
-			d[i][j] = v;
+			    pp[j - 2] + 1 < v)
+				v = pp[j - 2] + 1;
+			c[j] = v;
 		}
-	return d[la][lb];
+	}
+	return d[la % 3][lb];
 }
 
 const char *kiln_suggest_choice(const char *word, const char *list, char *out, size_t n)

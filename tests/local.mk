@@ -225,6 +225,14 @@ if BUILD_LOADERS
 TESTS += tests/bench_data.sh
 endif
 EXTRA_DIST += tests/bench_data.sh
+# kiln pack's in-place stamps under pwrites that fail with EINTR or write
+# half (an LD_PRELOAD shim); the JSON lines' non-finite numbers as null
+# (a stopped clock); kiln report past a 20 MB metrics.jsonl line
+if BUILD_LOADERS
+TESTS += tests/short_writes.sh tests/json_nonfinite.sh
+endif
+TESTS += tests/report_long_line.sh
+EXTRA_DIST += tests/short_writes.sh tests/json_nonfinite.sh tests/report_long_line.sh
 # `kiln generate` on a GPT trained for a few steps (the tokens source)
 if BUILD_LOADERS
 TESTS += tests/generate.sh

@@ -27,3 +27,7 @@ PLUGIN_COMMON_H += plugins/common/norm_lut.h
 # c_locale.h: numbers in the C locale whatever the application's (strtod,
 # snprintf): the config's floats, the files kiln writes, its messages
 PLUGIN_COMMON_H += plugins/common/c_locale.h
+# write_full.h: a whole pwrite (EINTR and short writes retried) for the
+# records writer and kiln pack's token shards, which libkiln's
+# kiln_pwrite_all (core/internal.h) does not reach
+PLUGIN_COMMON_H += plugins/common/write_full.h

@@ -295,6 +295,54 @@ static inline __attribute__((always_inline)) void attn_tile(const struct attn_mm
 		}
 }
 
+/* The rows r .. r + mr of the product (attn_mm_run), mr a constant where
+ * it is inlined: its tiles in registers. */
+static inline __attribute__((always_inline)) void attn_block(const struct attn_mm *g, int64_t r,
+							     const int mr, int64_t K,
+							     enum attn_part part, int64_t off)
+{
+	const int64_t last = r + mr - 1;
+	int64_t n = g->n, k0 = 0, k1 = K;
+	if (part == ATTN_COLS && off + last + 1 < n)
+		n = off + last + 1;
+	else if (part == ATTN_KHI && off + last + 1 < K)
+		k1 = off + last + 1;
+	else if (part == ATTN_KLO && r - off > 0)
+		k0 = r - off < K ? r - off : K;
+	for (int64_t j = 0; j < n; j += 2 * ATTN_VL) {
+		if (n - j > ATTN_VL)
+			attn_tile(g, r, j, k0, k1, mr, 2);
+		else
+			attn_tile(g, r, j, k0, k1, mr, 1);
+	}
+}
+
+/* The last rows of a product, fewer than ATTN_MR (7..5 and 4..1): out of
+ * attn_mm_run, whose frame held every unrolled tile's spilled accumulators
+ * (19 KiB in the AVX2 and baseline clones, over the frame cap of
+ * docs/design-notes.md); called once a product, the full blocks inlined
+ * as before. */
+CPU_CLONES static void attn_block_5to7(const struct attn_mm *g, int64_t r, int mr, int64_t K,
+				       enum attn_part part, int64_t off)
+{
+	switch (mr) {
+	case 7: attn_block(g, r, 7, K, part, off); break;
+	case 6: attn_block(g, r, 6, K, part, off); break;
+	default: attn_block(g, r, 5, K, part, off); break;
+	}
+}
+
+CPU_CLONES static void attn_block_1to4(const struct attn_mm *g, int64_t r, int mr, int64_t K,
+				       enum attn_part part, int64_t off)
+{
+	switch (mr) {
+	case 4: attn_block(g, r, 4, K, part, off); break;
+	case 3: attn_block(g, r, 3, K, part, off); break;
+	case 2: attn_block(g, r, 2, K, part, off); break;
+	default: attn_block(g, r, 1, K, part, off); break;
+	}
+}
+
 /* The whole product, C [M, n] over k in [0, K), of which `part` is
  * computed (enum attn_part), to the tile: a tile of rows sums the k range
  * its rows need together, so A must hold zeros at the masked (row, k) it
@@ -305,35 +353,12 @@ CPU_CLONES static void attn_mm_run(const struct attn_mm *g, int64_t M, int64_t K
 {
 	for (int64_t r = 0; r < M; r += ATTN_MR) {
 		const int mr = M - r < ATTN_MR ? (int)(M - r) : ATTN_MR;
-		const int64_t last = r + mr - 1;
-		int64_t n = g->n, k0 = 0, k1 = K;
-		if (part == ATTN_COLS && off + last + 1 < n)
-			n = off + last + 1;
-		else if (part == ATTN_KHI && off + last + 1 < K)
-			k1 = off + last + 1;
-		else if (part == ATTN_KLO && r - off > 0)
-			k0 = r - off < K ? r - off : K;
-		for (int64_t j = 0; j < n; j += 2 * ATTN_VL) {
-			const int nv = n - j > ATTN_VL ? 2 : 1;
-#define ATTN_TILE(MR)                                                  \
-	case MR:                                                       \
-		if (nv == 2)                                           \
-			attn_tile(g, r, j, k0, k1, MR, 2);             \
-		else                                                   \
-			attn_tile(g, r, j, k0, k1, MR, 1);             \
-		break
-			switch (mr) {
-				ATTN_TILE(8);
-				ATTN_TILE(7);
-				ATTN_TILE(6);
-				ATTN_TILE(5);
-				ATTN_TILE(4);
-				ATTN_TILE(3);
-				ATTN_TILE(2);
-				ATTN_TILE(1);
-			}
-#undef ATTN_TILE
-		}
+		if (mr == ATTN_MR)
+			attn_block(g, r, ATTN_MR, K, part, off);
+		else if (mr >= 5)
+			attn_block_5to7(g, r, mr, K, part, off);
+		else
+			attn_block_1to4(g, r, mr, K, part, off);
 	}
 }
 

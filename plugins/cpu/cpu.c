@@ -818,22 +818,28 @@ static int read_ull(const char *dir, const char *name, unsigned long long *v)
  * 54704 in a 400M cgroup and kiln train was OOM-killed (session 31). */
 static unsigned long long cgroup_room(void)
 {
-	char text[8192], path[4096], dir[4200] = "";
+	/* on the heap: 16 KiB of an application thread's stack (the frame
+	 * cap, docs/design-notes.md) */
+	struct { char text[8192], path[4096], dir[4200]; } *b = malloc(sizeof *b);
+	if (!b)
+		return ULLONG_MAX; /* as without /proc/self/cgroup */
+	char *const text = b->text, *const path = b->path, *const dir = b->dir;
 	unsigned long long room = ULLONG_MAX, lim, use;
 	const char *maxf = NULL, *usef = NULL;
+	dir[0] = 0;
 	FILE *f = fopen("/proc/self/cgroup", "re");
-	const size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+	const size_t got = f ? fread(text, 1, sizeof b->text - 1, f) : 0;
 	if (f)
 		fclose(f);
 	text[got] = 0;
 	/* the lines parsed as for the CPU quota (threads.c); hybrid
 	 * hierarchies have both: v1's memory controller, where there is one,
 	 * is the one that limits */
-	if (!cpu_cgroup_path(text, "memory", path, sizeof path)) {
-		snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory%s", path);
+	if (!cpu_cgroup_path(text, "memory", path, sizeof b->path)) {
+		snprintf(dir, sizeof b->dir, "/sys/fs/cgroup/memory%s", path);
 		maxf = "memory.limit_in_bytes", usef = "memory.usage_in_bytes";
-	} else if (!cpu_cgroup_path(text, NULL, path, sizeof path)) { /* v2: 0::/path */
-		snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", path);
+	} else if (!cpu_cgroup_path(text, NULL, path, sizeof b->path)) { /* v2: 0::/path */
+		snprintf(dir, sizeof b->dir, "/sys/fs/cgroup%s", path);
 		maxf = "memory.max", usef = "memory.current";
 	}
 	while (maxf && *dir) {
@@ -846,6 +852,7 @@ static unsigned long long cgroup_room(void)
 			break;
 		*slash = 0;
 	}
+	free(b);
 	return room;
 }
 

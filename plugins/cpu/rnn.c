@@ -414,10 +414,20 @@ kiln_status cpu_rnn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		 op->i[1] ? " reverse" : "", (long long)v[R_B], (long long)v[R_T],
 		 (long long)v[R_I], (long long)v[R_H]);
 	enum { SRC, WL, WI, B, DST, DSRC, DWL, DWI, DB, DDST, H0, N_MD };
-	dnnl_memory_desc_t md[N_MD], user_wl, user_wi;
+	/* oneDNN's descriptors on the heap: over 16 KiB of an application
+	 * thread's stack (the frame cap, docs/design-notes.md); a plan's
+	 * preparation, not a step */
+	struct {
+		dnnl_memory_desc_t md[N_MD], user_wl, user_wi;
+		dnnl_rnn_desc_t desc;
+	} *dd = malloc(sizeof *dd);
+	if (!dd)
+		return cpu_bad(c, op, KILN_ENOMEM, "out of memory");
+	dnnl_memory_desc_t *const md = dd->md, *const user_wl = &dd->user_wl,
+			   *const user_wi = &dd->user_wi;
+	dnnl_rnn_desc_t *const desc = &dd->desc;
 	dnnl_primitive_desc_t fwd = NULL, pd = NULL;
 	dnnl_primitive_attr_t attr = NULL;
-	dnnl_rnn_desc_t desc;
 	{
 		const dnnl_dims_t src = { v[R_T], v[R_B], v[R_I] }, dst = { v[R_T], v[R_B], v[R_H] };
 		const dnnl_dims_t wl = { 1, 1, v[R_I], v[R_G], v[R_H] };
@@ -430,25 +440,25 @@ kiln_status cpu_rnn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[WI], 5, wi, dnnl_f32, dnnl_format_tag_any));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[B], 4, b, dnnl_f32, dnnl_ldgo));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[H0], 4, h0, dnnl_f32, dnnl_ldnc));
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&user_wl, 5, wl, dnnl_f32, dnnl_ldgoi));
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&user_wi, 5, wi, dnnl_f32, dnnl_ldgoi));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(user_wl, 5, wl, dnnl_f32, dnnl_ldgoi));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(user_wi, 5, wi, dnnl_f32, dnnl_ldgoi));
 		md[DSRC] = md[SRC], md[DDST] = md[DST], md[DWL] = md[WL], md[DWI] = md[WI];
 		md[DB] = md[B];
 	}
 	CPU_DNN_TRY(dnnl_primitive_attr_create(&attr));
 	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
-	CPU_DNN_TRY(rnn_desc(&desc, gru, training ? dnnl_forward_training : dnnl_forward_inference, md));
-	CPU_DNN_TRY(dnnl_primitive_desc_create(&fwd, &desc, attr, c->engine, NULL));
+	CPU_DNN_TRY(rnn_desc(desc, gru, training ? dnnl_forward_training : dnnl_forward_inference, md));
+	CPU_DNN_TRY(dnnl_primitive_desc_create(&fwd, desc, attr, c->engine, NULL));
 	if (bwd) {
-		CPU_DNN_TRY(rnn_desc(&desc, gru, dnnl_backward, md));
-		CPU_DNN_TRY(dnnl_primitive_desc_create(&pd, &desc, attr, c->engine, fwd));
+		CPU_DNN_TRY(rnn_desc(desc, gru, dnnl_backward, md));
+		CPU_DNN_TRY(dnnl_primitive_desc_create(&pd, desc, attr, c->engine, fwd));
 	} else {
 		pd = fwd;
 		fwd = NULL;
 	}
 	p->workspace = rnn_offsets(v, pd, bwd);
 	p->aux = training ? (size_t)v[R_A_B] + RNN_AL((size_t)(v[R_GB] * v[R_H]) * sizeof(float)) : 0;
-	if ((st = rnn_steps(c, p, pd, &user_wl, &user_wi, bwd, training, geom)))
+	if ((st = rnn_steps(c, p, pd, user_wl, user_wi, bwd, training, geom)))
 		goto out;
 	p->n_in = op->n_in;
 	p->n_out = op->n_out;
@@ -459,5 +469,6 @@ out: /* oneDNN's destroy functions take NULL */
 	dnnl_primitive_desc_destroy(pd);
 	dnnl_primitive_desc_destroy(fwd);
 	dnnl_primitive_attr_destroy(attr);
+	free(dd);
 	return st;
 }

@@ -297,12 +297,19 @@ static double quota_up(const char *root, const char *path, int v2, char *at)
 
 double cpu_quota_read(char *stat, size_t n)
 {
-	char text[4096], path[2048], at[DIR_MAX];
+	/* on the heap: 10 KiB here and quota_up's 8, inlined, on an
+	 * application thread's stack (the frame cap, docs/design-notes.md) */
+	struct { char text[4096], path[2048], at[DIR_MAX]; } *b = malloc(sizeof *b);
 	stat[0] = 0;
+	if (!b)
+		return 0; /* as without /proc/self/cgroup: no quota known */
+	char *const text = b->text, *const path = b->path, *const at = b->at;
 	FILE *f = fopen("/proc/self/cgroup", "re");
-	if (!f)
+	if (!f) {
+		free(b);
 		return 0;
-	size_t got = fread(text, 1, sizeof text - 1, f);
+	}
+	size_t got = fread(text, 1, sizeof b->text - 1, f);
 	fclose(f);
 	text[got] = 0;
 	double best = 0;
@@ -315,7 +322,7 @@ double cpu_quota_read(char *stat, size_t n)
 		{ "/sys/fs/cgroup/cpu,cpuacct", 0 },
 	};
 	for (size_t i = 0; i < sizeof cg / sizeof *cg; i++) {
-		if (cpu_cgroup_path(text, cg[i].v2 ? NULL : "cpu", path, sizeof path))
+		if (cpu_cgroup_path(text, cg[i].v2 ? NULL : "cpu", path, sizeof b->path))
 			continue;
 		double q = quota_up(cg[i].root, strcmp(path, "/") ? path : "", cg[i].v2, at);
 		if (q > 0 && (best == 0 || q < best)) {
@@ -323,6 +330,7 @@ double cpu_quota_read(char *stat, size_t n)
 			snprintf(stat, n, "%s/cpu.stat", at);
 		}
 	}
+	free(b);
 	return best;
 }
 

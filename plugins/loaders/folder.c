@@ -269,23 +269,27 @@ static int folder_is_split(const struct kiln_host *host, const struct kiln_confi
  * session 32 a nested root was not compared at all).  Not compared: a
  * [data] that cannot be resolved, or whose root holds split folders
  * alone (`kiln eval` with only the test data present). */
-static kiln_status folder_check_classes(const struct kiln_host *host,
-					const struct kiln_config *cfg, const char *section,
-					const char *root, const struct loaders_names *classes)
+/* folder_check_classes's three paths, on the heap: 12 KiB and more of a
+ * loader or an application thread's stack (the frame cap,
+ * docs/design-notes.md) */
+struct folder_roots {
+	char troot[PATH_MAX], rt[PATH_MAX], rr[PATH_MAX];
+};
+
+static kiln_status folder_check_roots(const struct kiln_host *host,
+				      const struct kiln_config *cfg, const char *section,
+				      const char *root, const struct loaders_names *classes,
+				      struct folder_roots *p)
 {
-	const char *src = host->config_get(cfg, "data", "source");
 	const char *path = host->config_get(cfg, "data", "path");
 	const char *ksplit = host->config_get(cfg, "data", "split");
-	char troot[PATH_MAX];
+	char *const troot = p->troot, *const rt = p->rt, *const rr = p->rr;
 	int is_dir;
-	if (!src || strcmp(src, "folder") || !path || !*path)
-		return KILN_OK;
 	if (loaders_split_root(host, cfg, "data", FOLDER_WHO, path, ksplit ? ksplit : "train",
-			       ksplit != NULL, troot, sizeof troot, &is_dir) || !is_dir)
+			       ksplit != NULL, troot, sizeof p->troot, &is_dir) || !is_dir)
 		return KILN_OK; /* (the message set is not returned) */
 	/* compared resolved: "D/" and "./D" are D (as written, D/ against
 	 * D/test was taken for two roots and refused) */
-	char rt[PATH_MAX], rr[PATH_MAX];
 	const char *t = realpath(troot, rt) ? rt : troot, *r = realpath(root, rr) ? rr : root;
 	const size_t tl = strlen(t);
 	if (!strcmp(t, r))
@@ -324,6 +328,22 @@ static kiln_status folder_check_classes(const struct kiln_host *host,
 				 nest ? nest : "",
 				 nest ? "', which must sort after the others, or put [data]'s classes in its train/" : "");
 	loaders_names_free(&train);
+	return st;
+}
+
+static kiln_status folder_check_classes(const struct kiln_host *host,
+					const struct kiln_config *cfg, const char *section,
+					const char *root, const struct loaders_names *classes)
+{
+	const char *src = host->config_get(cfg, "data", "source");
+	const char *path = host->config_get(cfg, "data", "path");
+	if (!src || strcmp(src, "folder") || !path || !*path)
+		return KILN_OK;
+	struct folder_roots *p = malloc(sizeof *p);
+	if (!p)
+		return host->error(KILN_ENOMEM, "[%s] %s: out of memory", section, root);
+	const kiln_status st = folder_check_roots(host, cfg, section, root, classes, p);
+	free(p);
 	return st;
 }
 

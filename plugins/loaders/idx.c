@@ -513,10 +513,19 @@ static void idx_close(void *vctx)
 	free(c);
 }
 
-static kiln_status idx_open(const struct kiln_host *host, const struct kiln_config *cfg,
-			    const char *section, const char *split, void **out)
-{
+/* idx_open's paths and hints, on the heap: 21 KiB on the stack of a loader
+ * or an application thread (the frame cap, docs/design-notes.md). */
+struct idx_names {
 	char img[PATH_MAX], lab[PATH_MAX], ihint[PATH_MAX + 200], lhint[PATH_MAX + 200];
+	char cache_buf[PATH_MAX];
+};
+
+static kiln_status idx_open_named(const struct kiln_host *host, const struct kiln_config *cfg,
+				  const char *section, const char *split, struct idx_names *nm,
+				  void **out)
+{
+	char *const img = nm->img, *const lab = nm->lab, *const ihint = nm->ihint,
+		    *const lhint = nm->lhint;
 	double mean, sd;
 	kiln_status st;
 
@@ -533,20 +542,19 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 	int train = split && !strcmp(split, "train"), test = split && !strcmp(split, "test");
 	if ((st = idx_resolve(host, cfg, section, "images", dir, split,
 			      train ? "train-images-idx3-ubyte.gz" : test ? "t10k-images-idx3-ubyte.gz" : NULL,
-			      img, sizeof img, ihint, sizeof ihint)) ||
+			      img, sizeof nm->img, ihint, sizeof nm->ihint)) ||
 	    (st = idx_resolve(host, cfg, section, "labels", dir, split,
 			      train ? "train-labels-idx1-ubyte.gz" : test ? "t10k-labels-idx1-ubyte.gz" : NULL,
-			      lab, sizeof lab, lhint, sizeof lhint)))
+			      lab, sizeof nm->lab, lhint, sizeof nm->lhint)))
 		return st;
 
 	struct idx_ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
 	c->src.host = host;
-	char cache_buf[PATH_MAX];
 	int no_home;
-	const char *cache_dir = idx_cache_dir(host, cfg, section, cache_buf, sizeof cache_buf,
-					      &no_home);
+	const char *cache_dir = idx_cache_dir(host, cfg, section, nm->cache_buf,
+					      sizeof nm->cache_buf, &no_home);
 	if ((st = idx_load(host, img, IDX_MAGIC_IMAGES, "image file", ihint, cache_dir, no_home,
 			   &c->images)) ||
 	    (st = idx_load(host, lab, IDX_MAGIC_LABELS, "label file", lhint, cache_dir, no_home,
@@ -579,6 +587,18 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 
 fail:
 	idx_close(c);
+	return st;
+}
+
+static kiln_status idx_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, void **out)
+{
+	struct idx_names *nm = malloc(sizeof *nm);
+	*out = NULL;
+	if (!nm)
+		return host->error(KILN_ENOMEM, "out of memory");
+	const kiln_status st = idx_open_named(host, cfg, section, split, nm, out);
+	free(nm);
 	return st;
 }
 

@@ -148,9 +148,16 @@ void idx_cache_save(const struct kiln_host *host, const char *dir, const char *p
 		    const struct stat *sb, const void *hdr, size_t hdr_len, const void *data,
 		    uint64_t data_len)
 {
-	char real[PATH_MAX], name[PATH_MAX + 64];
-	if (idx_cache_name(dir, path, real, name, sizeof name))
+	/* the two paths on the heap: with common_write_atomic's, inlined, 21
+	 * KiB of a loader thread's stack (the frame cap, docs/design-notes.md) */
+	struct { char real[PATH_MAX], name[PATH_MAX + 64]; } *nm = malloc(sizeof *nm);
+	if (!nm)
+		return; /* no copy kept: the next run inflates the file again */
+	char *const real = nm->real, *const name = nm->name;
+	if (idx_cache_name(dir, path, real, name, sizeof nm->name)) {
+		free(nm);
 		return;
+	}
 	struct idx_cache_head h;
 	idx_cache_describe(&h, sb);
 	h.raw = hdr_len + data_len;
@@ -163,4 +170,5 @@ void idx_cache_save(const struct kiln_host *host, const char *dir, const char *p
 			  name, path, strerror(errno));
 	else
 		host->log(KILN_LOG_DEBUG, "idx", "%s: kept the inflated copy of %s", path, name);
+	free(nm);
 }

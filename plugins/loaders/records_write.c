@@ -7,6 +7,7 @@
  * and the index offset, is written last over the zeroed first 64 bytes.
  */
 #include "records.h"
+#include "../common/write_full.h" /* common_pwrite_full */
 
 #include <errno.h>    /* errno */
 #include <inttypes.h> /* PRIu64 */
@@ -14,7 +15,7 @@
 #include <stdlib.h>   /* malloc, realloc, free */
 #include <string.h>   /* memset, memcpy, strerror */
 #include <fcntl.h>    /* open */
-#include <unistd.h>   /* fsync, unlink, pread, pwrite */
+#include <unistd.h>   /* fsync, unlink, pread */
 
 #define REC_MAX_PIXELS ((uint64_t)1 << 28) /* as IMG_MAX_PIXELS of image.h */
 
@@ -230,7 +231,7 @@ kiln_status rec_shard_stamp(const struct kiln_host *host, const char *path, uint
 	rec_put32(set + 4, count);
 	rec_put32(set + 8, pack);
 	rec_put32(set + 12, host->crc32c(0, set, REC_SET_CRC_AT - REC_SET_AT));
-	if (pwrite(fd, set, sizeof set, REC_SET_AT) != (ssize_t)sizeof set || fsync(fd)) {
+	if (common_pwrite_full(fd, set, sizeof set, REC_SET_AT) || fsync(fd)) {
 		kiln_status st = host->error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
 		close(fd);
 		return st;
