@@ -86,7 +86,14 @@ rc=$?
 [ "$rc" = 143 ] || fail "SIGTERM during a blocked setup: exit $rc, expected 143 (killed by SIGTERM)"
 grep -q "stop requested before the first step: nothing to checkpoint" "$tmp/held.log" ||
 	fail "SIGTERM during a blocked setup: no message: $(cat "$tmp/held.log")"
-[ "$ms" -lt 8000 ] || fail "SIGTERM during a blocked setup: ended after $ms ms, expected about 5 s"
+# about 5 s; on a machine loaded past 4 runnable threads a CPU (a CI round
+# beside other work: 11.3 s at a load of 17 on 2 CPUs, session 36) up to
+# 12 s, still short of the 15-s hang this checks for
+limit=8000
+load=$(cut -d. -f1 /proc/loadavg 2>/dev/null)
+[ "${load:-0}" -lt $((4 * $(nproc))) ] || limit=12000
+[ "$ms" -lt $limit ] ||
+	fail "SIGTERM during a blocked setup: ended after $ms ms, expected about 5 s (at most $limit ms at load $load)"
 echo "SIGTERM during a blocked setup: ended in $ms ms, exit $rc"
 
 # held_stop LOG GAP CMD...: start CMD (kiln train held.ini, perhaps under
