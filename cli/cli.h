@@ -101,6 +101,19 @@ void cli_csv_str(FILE *f, const char *s);
 
 int cli_wants_help(int argc, char **argv);
 
+/* The rule for a file the user names (docs: README.md, "Exit codes"): one
+ * that does not exist is a usage error (exit 2), as a missing CONFIG, image
+ * or run directory always was; one that exists but cannot be read fails
+ * later (KILN_EIO, exit 1); one that is not what it should be is a data
+ * error (exit 3).  KILN_EUSAGE "WHAT PATH: no such file" when path is set
+ * and names nothing (ENOENT, ENOTDIR), else KILN_OK.  Before session 36 a
+ * missing --checkpoint, --vocab or [model] init_from was exit 1 and a
+ * missing text file of `pack --format tokens` exit 3. */
+kiln_status cli_named_file(const char *what, const char *path);
+/* An output option given as "" (`--onnx=`): "kiln: error: OPT needs a
+ * file name" and 1 (the caller exits 2 before any work); else 0. */
+int cli_empty_out(const char *opt, const char *path);
+
 /* argv[1] is a FILE and every later argument an override (has '='); else
  * print the error (cli_bad_arg) and `usage`, and return 0. */
 int cli_args_ok(int argc, char **argv, const char *usage);

@@ -455,7 +455,11 @@ int cmd_predict(int argc, char **argv)
 	struct kiln_infer *m = NULL;
 	struct pred_names files = { 0 };
 	int64_t eb = 256;
-	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
+	kiln_status st = cli_named_file("checkpoint", o.ckpt);
+	if (!st)
+		st = cli_named_file("--quantized", o.quantized);
+	if (!st)
+		st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
 	if (!st && o.logits)
 		st = logits_not_input(&o, argv[1], cfg, inputs, n_in);
 	if (!st && n_in)

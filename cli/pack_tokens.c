@@ -418,6 +418,21 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 	return st;
 }
 
+/* Every file named is there (cli_named_file: exit 2 before any is read).
+ * --format tokens takes no overrides: a missing "data.limit=5" was read
+ * as a text file (exit 3, "cannot read") before session 36; it says so. */
+static kiln_status tok_inputs_named(const struct tok_opts *o)
+{
+	kiln_status st = cli_named_file("--vocab", o->vocab);
+	if (!st)
+		st = cli_named_file("--merges", o->merges);
+	for (int i = 0; !st && i < o->n_in; i++)
+		if ((st = cli_named_file("", o->in[i])) && strchr(o->in[i], '='))
+			st = kiln_error(st, "%s: no such file (--format tokens takes no section.key=value overrides: its arguments are the text files to encode)",
+					o->in[i]);
+	return st;
+}
+
 int cmd_pack_tokens(int argc, char **argv)
 {
 	struct tok_opts o;
@@ -427,8 +442,10 @@ int cmd_pack_tokens(int argc, char **argv)
 		free(o.in);
 		return rc;
 	}
-	kiln_status st = o.vocab ? tokenizer_open_bpe(o.vocab, o.merges, &tk)
-				 : tokenizer_open_bytes(&tk);
+	kiln_status st = tok_inputs_named(&o);
+	if (!st)
+		st = o.vocab ? tokenizer_open_bpe(o.vocab, o.merges, &tk)
+			     : tokenizer_open_bytes(&tk);
 	if (st == KILN_EIO)
 		st = KILN_EDATA; /* an unreadable vocabulary: a data error, exit 3 */
 	if (!st)

@@ -248,6 +248,37 @@ kiln 2 predict "$c" --logits "$tmp/l.npy" --top-k=2 --eval-set
 stderr_has "--format and --top-k have no effect with it"
 [ ! -e "$tmp/m.onnx" ] && [ ! -e "$tmp/l.npy" ] && [ ! -e "$tmp/p2" ] || fail "a refused command wrote a file"
 
+# a file the user names that is not there: a usage error (exit 2), for
+# every command (before session 36 a missing --checkpoint, --vocab or
+# [model] init_from was exit 1, a text file of pack --format tokens 3)
+lc="$tmp/l.ini run.plugin_path=$plugdir"
+for cmd in eval export predict generate; do
+	case $cmd in
+	export) extra="--onnx $tmp/m.onnx" ;;
+	predict) extra=--eval-set ;;
+	generate) extra="--prompt a --tokens 1" ;;
+	*) extra= ;;
+	esac
+	kiln 2 $cmd $lc --checkpoint "$tmp/none.kiln" $extra
+	stderr_has "kiln: error: checkpoint $tmp/none.kiln: no such file"
+done
+kiln 2 generate $lc --prompt a --tokens 1 --vocab "$tmp/v.json" --merges "$tmp/m.txt"
+stderr_has "kiln: error: --vocab $tmp/v.json: no such file"
+kiln 2 train $lc model.init_from="$tmp/none.st" train.batch=2 "run.out_dir=$tmp/initrun"
+stderr_has "[model] init_from: $tmp/none.st: no such file"
+kiln 2 pack --format tokens --out "$tmp/pt" "$tmp/none.txt"
+stderr_has "kiln: error: $tmp/none.txt: no such file"
+printf 'abc\n' > "$tmp/t.txt"
+kiln 2 pack --format tokens --out "$tmp/pt" "$tmp/t.txt" data.limit=5
+stderr_has "kiln: error: data.limit=5: no such file (--format tokens takes no section.key=value overrides"
+# an empty output name: refused before any work (`--onnx=` built the model,
+# then failed ": ONNX export: : cannot write", exit 1)
+kiln 2 export $lc --onnx=
+stderr_has "kiln: error: --onnx needs a file name"
+kiln 2 export $lc --safetensors ""
+stderr_has "kiln: error: --safetensors needs a file name"
+[ ! -e "$tmp/pt" ] && [ ! -e "$tmp/initrun" ] || fail "a refused command wrote a file"
+
 # kiln launch takes --opt=value as the other commands do (refused before
 # session 31), and an option once
 kiln 0 launch --nproc=2 --bind=none --grace=5 -- true
