@@ -278,6 +278,13 @@ stderr_has "kiln: error: --onnx needs a file name"
 kiln 2 export $lc --safetensors ""
 stderr_has "kiln: error: --safetensors needs a file name"
 [ ! -e "$tmp/pt" ] && [ ! -e "$tmp/initrun" ] || fail "a refused command wrote a file"
+# an argument with '=' that is no section.key=value is an INPUT (a file
+# name), not an override (before session 36 `imgs/y=1.png` was taken for one:
+# "no INPUT" or "expected section.key=value")
+kiln 2 predict $lc "$tmp/imgs/y=1.png"
+stderr_has "kiln: error: $tmp/imgs/y=1.png: no such file or folder (taken for a file name: an override is section.key=value)"
+kiln 2 predict $lc lr=0.1
+stderr_has "kiln: error: lr=0.1: no such file or folder (taken for a file name"
 
 # kiln launch takes --opt=value as the other commands do (refused before
 # session 31), and an option once
