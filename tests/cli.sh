@@ -278,6 +278,11 @@ stderr_has "kiln: error: --onnx needs a file name"
 kiln 2 export $lc --safetensors ""
 stderr_has "kiln: error: --safetensors needs a file name"
 [ ! -e "$tmp/pt" ] && [ ! -e "$tmp/initrun" ] || fail "a refused command wrote a file"
+# --resume with --overwrite, in the words typed (before session 36:
+# "command line 'train.overwrite=1'")
+kiln 2 train $lc --resume --overwrite "run.out_dir=$tmp/ro"
+stderr_has "kiln: error: --resume with --overwrite: --resume continues the run in out_dir, --overwrite deletes it: choose one"
+! grep -q "train.overwrite=1" "$err" || fail "--resume --overwrite names an override nobody typed"
 # an argument with '=' that is no section.key=value is an INPUT (a file
 # name), not an override (before session 36 `imgs/y=1.png` was taken for one:
 # "no INPUT" or "expected section.key=value")
