@@ -24,6 +24,12 @@ int cmd_memory(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 /* kiln pack --format tokens: text files into token shards (pack_tokens.c) */
 int cmd_pack_tokens(int argc, char **argv);
+/* An option of kiln pack that the other formats take: 1 after "kiln:
+ * error: OPT goes only with --format tokens" (tokens = 0: a's option is
+ * one of --format tokens') or "... only with --format records or folder"
+ * (tokens = 1), 0 when a is no option of theirs (then "unknown option").
+ * Before session 36 both said "unknown option". */
+int pack_option_elsewhere(const char *a, int tokens);
 /* kiln pack's steps that every format takes (pack_dir.c).  fsync DIR. */
 kiln_status pack_sync_dir(const char *dir);
 /* Create DIR/<split><partial> (".krec-partial", ".bin-partial"), then sync

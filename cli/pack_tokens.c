@@ -171,6 +171,26 @@ static int tok_option(int argc, char **argv, int *i, struct tok_opts *o, const c
 	return 0;
 }
 
+int pack_option_elsewhere(const char *a, int tokens)
+{
+	/* the options of one format alone; --out, --split, --force and
+	 * --format are both's */
+	static const char *const tok_only[] = { "--vocab", "--merges", "--val-split",
+						"--val-fraction", "--shard-tokens" };
+	static const char *const rec_only[] = { "--section", "--shard-size", "--store",
+						"--quality", "--resize", "--workers" };
+	const char *const *list = tokens ? rec_only : tok_only;
+	const size_t n = tokens ? sizeof rec_only / sizeof *rec_only : sizeof tok_only / sizeof *tok_only;
+	const size_t len = strcspn(a, "=");
+	for (size_t k = 0; k < n; k++)
+		if (strlen(list[k]) == len && !strncmp(a, list[k], len)) {
+			fprintf(stderr, "kiln: error: %s goes only with --format %s\n", list[k],
+				tokens ? "records or folder (it packs a CONFIG's data)" : "tokens");
+			return 1;
+		}
+	return 0;
+}
+
 static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
 {
 	const char *format = NULL, *fraction = NULL;
@@ -191,7 +211,8 @@ static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
 		if ((r = tok_option(argc, argv, &i, o, &format, &fraction)) < 0)
 			return tok_usage_tail();
 		if (!r) {
-			cli_bad_arg(a);
+			if (!pack_option_elsewhere(a, 1))
+				cli_bad_arg(a);
 			return tok_usage_tail();
 		}
 	}

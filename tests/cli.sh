@@ -283,6 +283,14 @@ stderr_has "kiln: error: --safetensors needs a file name"
 kiln 2 train $lc --resume --overwrite "run.out_dir=$tmp/ro"
 stderr_has "kiln: error: --resume with --overwrite: --resume continues the run in out_dir, --overwrite deletes it: choose one"
 ! grep -q "train.overwrite=1" "$err" || fail "--resume --overwrite names an override nobody typed"
+# an option of another pack format says which (before session 36:
+# "unknown option")
+kiln 2 pack "$tmp/l.ini" --out "$tmp/pf" --val-fraction 0.1
+stderr_has "kiln: error: --val-fraction goes only with --format tokens"
+kiln 2 pack --format tokens "$tmp/t.txt" --out "$tmp/pf" --store=png
+stderr_has "kiln: error: --store goes only with --format records or folder (it packs a CONFIG's data)"
+kiln 2 pack --format tokens "$tmp/t.txt" --out "$tmp/pf" --bogus
+stderr_has "unknown option '--bogus'"
 # an argument with '=' that is no section.key=value is an INPUT (a file
 # name), not an override (before session 36 `imgs/y=1.png` was taken for one:
 # "no INPUT" or "expected section.key=value")
