@@ -308,6 +308,19 @@ kiln 0 launch -n=1 -- true
 stderr_has "ranks 0..0 of 1"
 kiln 2 launch -n 2 --nproc=3 -- true
 stderr_has "kiln: error: --nproc given twice: give it once"
+# -n within reason, refused before any fork (before session 36 -n 100000
+# was accepted and forked until fork failed)
+kiln 2 launch -n 100000 -- true
+stderr_has "kiln launch: error: -n 100000: more ranks than this machine takes (at most "
+stderr_has "set KILN_LAUNCH_MAX_NPROC=100000 to start them anyway"
+KILN_LAUNCH_MAX_NPROC=1
+export KILN_LAUNCH_MAX_NPROC
+kiln 2 launch -n 2 -- true
+stderr_has "kiln launch: error: -n 2: more ranks than this machine takes (at most 1: KILN_LAUNCH_MAX_NPROC)"
+KILN_LAUNCH_MAX_NPROC=x
+kiln 2 launch -n 2 -- true
+stderr_has "KILN_LAUNCH_MAX_NPROC='x': expected a positive integer"
+unset KILN_LAUNCH_MAX_NPROC
 # a rank command `kiln` off PATH is this kiln (docs/distributed.md's
 # `kiln launch ... -- kiln train` from a build tree: exit 127 "cannot run
 # 'kiln'" before session 33)
