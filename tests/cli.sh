@@ -361,6 +361,16 @@ export KILN_PLUGIN_PATH
 kiln 0 plugins
 unset KILN_PLUGIN_PATH
 stdout_has "  $tmp/envdir"
+# an entry that is a file, or not there, says so (listed like a directory
+# before session 36)
+printf x > "$tmp/afile"
+KILN_PLUGIN_PATH="$tmp/afile:$tmp/nodir:$plugdir"
+export KILN_PLUGIN_PATH
+kiln 0 plugins
+unset KILN_PLUGIN_PATH
+stdout_has "  $tmp/afile (not a directory: name the directory that holds the plugins)"
+stdout_has "  $tmp/nodir (does not exist)"
+grep -qx "  $plugdir" "$out" || fail "a directory of the path has a note"
 
 kiln 0 plugins --path "$plugdir"
 stdout_has "search path:"
