@@ -24,6 +24,12 @@ int cmd_memory(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 /* kiln pack --format tokens: text files into token shards (pack_tokens.c) */
 int cmd_pack_tokens(int argc, char **argv);
+/* An option of kiln pack that the other formats take: 1 after "kiln:
+ * error: OPT goes only with --format tokens" (tokens = 0: a's option is
+ * one of --format tokens') or "... only with --format records or folder"
+ * (tokens = 1), 0 when a is no option of theirs (then "unknown option").
+ * Before session 36 both said "unknown option". */
+int pack_option_elsewhere(const char *a, int tokens);
 /* kiln pack's steps that every format takes (pack_dir.c).  fsync DIR. */
 kiln_status pack_sync_dir(const char *dir);
 /* Create DIR/<split><partial> (".krec-partial", ".bin-partial"), then sync
@@ -100,6 +106,19 @@ void cli_json_num(FILE *f, const char *fmt, double v);
 void cli_csv_str(FILE *f, const char *s);
 
 int cli_wants_help(int argc, char **argv);
+
+/* The rule for a file the user names (docs: README.md, "Exit codes"): one
+ * that does not exist is a usage error (exit 2), as a missing CONFIG, image
+ * or run directory always was; one that exists but cannot be read fails
+ * later (KILN_EIO, exit 1); one that is not what it should be is a data
+ * error (exit 3).  KILN_EUSAGE "WHAT PATH: no such file" when path is set
+ * and names nothing (ENOENT, ENOTDIR), else KILN_OK.  Before session 36 a
+ * missing --checkpoint, --vocab or [model] init_from was exit 1 and a
+ * missing text file of `pack --format tokens` exit 3. */
+kiln_status cli_named_file(const char *what, const char *path);
+/* An output option given as "" (`--onnx=`): "kiln: error: OPT needs a
+ * file name" and 1 (the caller exits 2 before any work); else 0. */
+int cli_empty_out(const char *opt, const char *path);
 
 /* argv[1] is a FILE and every later argument an override (has '='); else
  * print the error (cli_bad_arg) and `usage`, and return 0. */

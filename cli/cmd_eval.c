@@ -60,10 +60,14 @@ int cmd_eval(int argc, char **argv)
 		free(args);
 		return 2;
 	}
-	struct kiln_config *cfg;
-	struct kiln_registry *reg;
+	struct kiln_config *cfg = NULL;
+	struct kiln_registry *reg = NULL;
 	struct kiln_train_result r = KILN_TRAIN_RESULT_INIT;
-	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
+	kiln_status st = cli_named_file("checkpoint", ckpt);
+	if (!st)
+		st = cli_named_file("--quantized", opts.quantized);
+	if (!st)
+		st = cli_load(args[1], n, args, 2, &cfg, &reg);
 	if (!st)
 		st = kiln_evaluate_ex(cfg, reg, ckpt, &opts, &r);
 	int rc = 0;

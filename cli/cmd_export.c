@@ -100,6 +100,12 @@ int cmd_export(int argc, char **argv)
 		free(over);
 		return 2;
 	}
+	/* an empty name: refused before any work (before session 36 `--onnx=`
+	 * built the model, then failed ": cannot write", exit 1) */
+	if (cli_empty_out("--onnx", onnx) || cli_empty_out("--safetensors", out)) {
+		free(over);
+		return 2;
+	}
 	if (onnx && format_given) { /* ignored before session 31 */
 		fprintf(stderr, "kiln: error: --format names the tensors of --safetensors FILE: --onnx ignores it (drop --format)\n");
 		free(over);
@@ -111,7 +117,11 @@ int cmd_export(int argc, char **argv)
 	 * again in kiln_export_*, with [model] init_from (before session 31
 	 * `--checkpoint C --safetensors C` replaced C and exited 0) */
 	const char *in[3] = { argv[1], ckpt, quantized };
-	kiln_status st = kiln_output_check(onnx ? onnx : out, in, 3);
+	kiln_status st = cli_named_file("checkpoint", ckpt);
+	if (!st)
+		st = cli_named_file("--quantized", quantized);
+	if (!st)
+		st = kiln_output_check(onnx ? onnx : out, in, 3);
 	/* nor a file of [data], opened for the sample's shape, refused there */
 	kiln_output_watch(onnx ? onnx : out);
 	/* option values may contain '=': pass only the overrides */

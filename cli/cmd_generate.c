@@ -194,10 +194,16 @@ int cmd_generate(int argc, char **argv)
 		free(over);
 		return 2;
 	}
-	struct kiln_config *cfg;
-	struct kiln_registry *reg;
+	struct kiln_config *cfg = NULL;
+	struct kiln_registry *reg = NULL;
 	/* option values (the prompt) may contain '=': pass only the overrides */
-	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
+	kiln_status st = cli_named_file("checkpoint", o.ckpt);
+	if (!st)
+		st = cli_named_file("--vocab", o.vocab);
+	if (!st)
+		st = cli_named_file("--merges", o.merges);
+	if (!st)
+		st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
 	if (!st)
 		st = generate(cfg, reg, &o);
 	int rc = 0;

@@ -57,6 +57,7 @@
 #include <string.h>
 #include <poll.h> /* ppoll */
 #include <sys/prctl.h>
+#include <sys/resource.h> /* getrlimit(RLIMIT_NPROC) */
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -149,6 +150,46 @@ static int launch_int(int argc, char **argv, int *i, const char *name, int lo, i
 	return r;
 }
 
+/* -n N within reason, before any fork: at most 8 ranks per CPU of the
+ * affinity mask (at least 64; KILN_LAUNCH_MAX_NPROC=M raises or lowers
+ * it), and fewer than RLIMIT_NPROC (ulimit -u), which no setting lifts.
+ * Before session 36 -n 100000 was accepted (up to 2^20) and forked until
+ * fork failed, a fork storm on a shared machine.  -1 to go on, else 2. */
+static int launch_nproc_ok(const struct launch_opts *o)
+{
+	cpu_set_t set;
+	const long online = sysconf(_SC_NPROCESSORS_ONLN);
+	const int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+				   : online > 0 ? (int)online : 1;
+	const char *env = getenv("KILN_LAUNCH_MAX_NPROC");
+	long max = 8L * ncpu < 64 ? 64 : 8L * ncpu;
+	char *end;
+	struct rlimit rl;
+	if (env && *env) {
+		long v = strtol(env, &end, 10);
+		if (*end || v < 1) {
+			fprintf(stderr, "kiln launch: error: KILN_LAUNCH_MAX_NPROC='%s': expected a positive integer\n", env);
+			return 2;
+		}
+		max = v;
+	}
+	if (o->nproc > max) {
+		fprintf(stderr, "kiln launch: error: -n %d: more ranks than this machine takes (at most %ld%s); set KILN_LAUNCH_MAX_NPROC=%d to start them anyway\n",
+			o->nproc, max, env && *env ? ": KILN_LAUNCH_MAX_NPROC" : "", o->nproc);
+		if (!(env && *env))
+			fprintf(stderr, "  (%ld: 8 per CPU of its %d, at least 64)\n", max, ncpu);
+		return 2;
+	}
+	/* (root's forks are not held to it) */
+	if (geteuid() != 0 && !getrlimit(RLIMIT_NPROC, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    (rlim_t)o->nproc >= rl.rlim_cur) {
+		fprintf(stderr, "kiln launch: error: -n %d: the process limit (ulimit -u) is %llu: the ranks cannot all start\n",
+			o->nproc, (unsigned long long)rl.rlim_cur);
+		return 2;
+	}
+	return -1;
+}
+
 /* Read the options into *o, with the parser the other commands use
  * (cli/kiln.c: cli_opt; a loop of launch's own before session 33, whose
  * errors said "kiln launch: error: -n needs a positive integer"); returns
@@ -203,7 +244,7 @@ static int launch_args(int argc, char **argv, struct launch_opts *o, const char 
 			o->node_rank, o->nnodes, o->nnodes - 1);
 		return 2;
 	}
-	return -1;
+	return launch_nproc_ok(o);
 }
 
 /* The store's address: --master HOST:PORT (an IPv6 address in brackets,

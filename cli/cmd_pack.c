@@ -241,7 +241,8 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 		if ((r = pack_option(argc, argv, &i, o, &g)) < 0)
 			return usage_tail();
 		if (!r) {
-			cli_bad_arg(a);
+			if (!pack_option_elsewhere(a, 0))
+				cli_bad_arg(a);
 			return usage_tail();
 		}
 	}

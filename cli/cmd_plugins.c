@@ -7,8 +7,10 @@
 
 #include <kiln/plugin.h> /* KILN_PROC_DESCRIBE, struct kiln_device_ops */
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h> /* stat: path_note */
 
 /* Every device plugin's traits, and what `device = auto` would open. */
 static void print_devices(const struct kiln_registry *reg)
@@ -36,6 +38,22 @@ const char cmd_plugins_about[] =
 	"List the directories searched, every kiln-*.so found (with the reason when it\n"
 	"does not load), and every plugin: kind, name, ABI, available or why not.\n";
 
+/* What is wrong with a search path entry, as " (does not exist)", or ""
+ * for a directory: a KILN_PLUGIN_PATH or --path entry with a typo, or a
+ * plugin file named instead of its directory, was listed like any other
+ * (before session 36), and the plugin then missing said nothing of it. */
+static const char *path_note(const char *dir)
+{
+	static char note[160];
+	struct stat sb;
+	if (!stat(dir, &sb))
+		return S_ISDIR(sb.st_mode) ? "" : " (not a directory: name the directory that holds the plugins)";
+	if (errno == ENOENT)
+		return " (does not exist)";
+	snprintf(note, sizeof note, " (%s)", strerror(errno));
+	return note;
+}
+
 int cmd_plugins(int argc, char **argv)
 {
 	const char *path = NULL;
@@ -55,7 +73,7 @@ int cmd_plugins(int argc, char **argv)
 		return cli_fail(st);
 	printf("search path:\n");
 	for (int i = 0; i < kiln_registry_dir_count(reg); i++)
-		printf("  %s\n", kiln_registry_dir(reg, i));
+		printf("  %s%s\n", kiln_registry_dir(reg, i), path_note(kiln_registry_dir(reg, i)));
 	printf("\nfiles:\n");
 	int nf = kiln_registry_file_count(reg);
 	if (!nf)

@@ -59,6 +59,16 @@ struct pred_opts {
 	long long top_k, batch;
 };
 
+/* Whether a, which names no file, is an override: '=' after a
+ * section.key (a '.', no '/').  `imgs/x=1.png` that is not there is an
+ * INPUT, refused as "no such file or folder", not an override refused as
+ * "expected section.key=value" or dropped ("no INPUT"), before session 36. */
+static int pred_is_override(const char *a)
+{
+	const size_t k = strcspn(a, "=");
+	return a[k] == '=' && memchr(a, '.', k) && !memchr(a, '/', k);
+}
+
 /* argv[2..]: options into o, overrides (KEY=VALUE that is no file) into
  * over, the rest into inputs.  -1: usage error. */
 static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, int *n_over,
@@ -92,7 +102,7 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 		} else if (a[0] == '-') {
 			cli_bad_arg_usage(argc, argv, i, cmd_predict_usage);
 			return -1;
-		} else if (strchr(a, '=') && stat(a, &sb) != 0) {
+		} else if (pred_is_override(a) && stat(a, &sb) != 0) {
 			over[(*n_over)++] = argv[i];
 		} else {
 			inputs[(*n_in)++] = argv[i];
@@ -455,7 +465,11 @@ int cmd_predict(int argc, char **argv)
 	struct kiln_infer *m = NULL;
 	struct pred_names files = { 0 };
 	int64_t eb = 256;
-	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
+	kiln_status st = cli_named_file("checkpoint", o.ckpt);
+	if (!st)
+		st = cli_named_file("--quantized", o.quantized);
+	if (!st)
+		st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
 	if (!st && o.logits)
 		st = logits_not_input(&o, argv[1], cfg, inputs, n_in);
 	if (!st && n_in)

@@ -102,7 +102,9 @@ int cmd_quantize(int argc, char **argv)
 	struct kiln_registry *reg = NULL;
 	/* Q is not FILE nor CKPT (kiln_quantize checks the checkpoint it
 	 * picks, and refuses any other checkpoint) */
-	kiln_status st = kiln_output_check(o.out, (const char *[]){ args[1], ckpt }, 2);
+	kiln_status st = cli_named_file("checkpoint", ckpt);
+	if (!st)
+		st = kiln_output_check(o.out, (const char *[]){ args[1], ckpt }, 2);
 	/* nor a file of the calibration data, refused as it opens */
 	kiln_output_watch(o.out);
 	if (!st)

@@ -464,6 +464,14 @@ int cmd_train(int argc, char **argv)
 		else
 			args[n++] = argv[i];
 	}
+	/* both flags typed: said in the user's words (before session 36 the
+	 * check of [train] named "command line 'train.overwrite=1'", an
+	 * override nobody typed) */
+	if (want_resume && want_overwrite) {
+		fprintf(stderr, "kiln: error: --resume with --overwrite: --resume continues the run in out_dir, --overwrite deletes it: choose one\n");
+		free(args);
+		return 2;
+	}
 	int restart = restarted();
 	if (want_resume || restart)
 		args[n++] = "train.resume=1";

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h> /* getrlimit, setrlimit(RLIMIT_STACK) */
+#include <sys/stat.h>     /* stat: cli_named_file */
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -126,6 +127,22 @@ void cli_csv_str(FILE *f, const char *s)
 		fputc(*s, f);
 	}
 	fputc('"', f);
+}
+
+kiln_status cli_named_file(const char *what, const char *path)
+{
+	struct stat sb;
+	if (!path || !*path || !stat(path, &sb) || (errno != ENOENT && errno != ENOTDIR))
+		return KILN_OK; /* there, or unreadable: the open says why (exit 1) */
+	return kiln_error(KILN_EUSAGE, "%s%s%s: no such file", what, *what ? " " : "", path);
+}
+
+int cli_empty_out(const char *opt, const char *path)
+{
+	if (!path || *path)
+		return 0;
+	fprintf(stderr, "kiln: error: %s needs a file name\n", opt);
+	return 1;
 }
 
 void cli_bad_arg(const char *a)

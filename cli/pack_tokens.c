@@ -172,6 +172,26 @@ static int tok_option(int argc, char **argv, int *i, struct tok_opts *o, const c
 	return 0;
 }
 
+int pack_option_elsewhere(const char *a, int tokens)
+{
+	/* the options of one format alone; --out, --split, --force and
+	 * --format are both's */
+	static const char *const tok_only[] = { "--vocab", "--merges", "--val-split",
+						"--val-fraction", "--shard-tokens" };
+	static const char *const rec_only[] = { "--section", "--shard-size", "--store",
+						"--quality", "--resize", "--workers" };
+	const char *const *list = tokens ? rec_only : tok_only;
+	const size_t n = tokens ? sizeof rec_only / sizeof *rec_only : sizeof tok_only / sizeof *tok_only;
+	const size_t len = strcspn(a, "=");
+	for (size_t k = 0; k < n; k++)
+		if (strlen(list[k]) == len && !strncmp(a, list[k], len)) {
+			fprintf(stderr, "kiln: error: %s goes only with --format %s\n", list[k],
+				tokens ? "records or folder (it packs a CONFIG's data)" : "tokens");
+			return 1;
+		}
+	return 0;
+}
+
 static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
 {
 	const char *format = NULL, *fraction = NULL;
@@ -192,7 +212,8 @@ static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
 		if ((r = tok_option(argc, argv, &i, o, &format, &fraction)) < 0)
 			return tok_usage_tail();
 		if (!r) {
-			cli_bad_arg(a);
+			if (!pack_option_elsewhere(a, 1))
+				cli_bad_arg(a);
 			return tok_usage_tail();
 		}
 	}
@@ -421,6 +442,21 @@ static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
 	return st;
 }
 
+/* Every file named is there (cli_named_file: exit 2 before any is read).
+ * --format tokens takes no overrides: a missing "data.limit=5" was read
+ * as a text file (exit 3, "cannot read") before session 36; it says so. */
+static kiln_status tok_inputs_named(const struct tok_opts *o)
+{
+	kiln_status st = cli_named_file("--vocab", o->vocab);
+	if (!st)
+		st = cli_named_file("--merges", o->merges);
+	for (int i = 0; !st && i < o->n_in; i++)
+		if ((st = cli_named_file("", o->in[i])) && strchr(o->in[i], '='))
+			st = kiln_error(st, "%s: no such file (--format tokens takes no section.key=value overrides: its arguments are the text files to encode)",
+					o->in[i]);
+	return st;
+}
+
 int cmd_pack_tokens(int argc, char **argv)
 {
 	struct tok_opts o;
@@ -430,8 +466,10 @@ int cmd_pack_tokens(int argc, char **argv)
 		free(o.in);
 		return rc;
 	}
-	kiln_status st = o.vocab ? tokenizer_open_bpe(o.vocab, o.merges, &tk)
-				 : tokenizer_open_bytes(&tk);
+	kiln_status st = tok_inputs_named(&o);
+	if (!st)
+		st = o.vocab ? tokenizer_open_bpe(o.vocab, o.merges, &tk)
+			     : tokenizer_open_bytes(&tk);
 	if (st == KILN_EIO)
 		st = KILN_EDATA; /* an unreadable vocabulary: a data error, exit 3 */
 	if (!st)

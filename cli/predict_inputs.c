@@ -120,7 +120,8 @@ kiln_status pred_list_inputs(char **inputs, int n, struct pred_names *files)
 		struct stat sb, anc[PRED_MAX_DEPTH + 1];
 		size_t before = files->n;
 		if (stat(inputs[i], &sb) != 0)
-			st = kiln_error(KILN_EUSAGE, "%s: no such file or folder", inputs[i]);
+			st = kiln_error(KILN_EUSAGE, "%s: no such file or folder%s", inputs[i],
+					strchr(inputs[i], '=') ? " (taken for a file name: an override is section.key=value)" : "");
 		else if (S_ISDIR(sb.st_mode) && !(st = walk(inputs[i], anc, 0, files)) && files->n == before)
 			st = kiln_error(KILN_EUSAGE, "%s: no .jpg/.jpeg/.png files in the folder", inputs[i]);
 		else if (!S_ISDIR(sb.st_mode) && names_add(files, inputs[i]))

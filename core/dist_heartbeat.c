@@ -426,11 +426,10 @@ kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *ma
 		h->limit[r] = h->limit_ms; /* until read_hosts reads the peers' */
 	h->port = port;
 	snprintf(h->master, sizeof h->master, "%s", master);
-	if ((st = kiln_store_open_for(master, port, 0, -1, env->world, h->limit_ms,
-				      "[dist] heartbeat", &h->q))) {
+	if ((st = kiln_store_open_for(master, port, 0, env->rank, env->world, h->limit_ms,
+				      "[dist] heartbeat", "heartbeat", &h->q))) {
 		kiln_heartbeat_stop(h, 0);
-		return kiln_error_wrap(st, "rank %d of %d: the heartbeat's store connection", env->rank,
-				       env->world);
+		return st; /* (its message names "rank R's heartbeat connection") */
 	}
 	const int64_t now = mono_ms();
 	for (int r = 0; r < h->world; r++)

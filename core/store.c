@@ -25,6 +25,7 @@ struct kiln_store {
 	int port;
 	int timeout_ms;    /* of every call that takes none */
 	char setting[40];  /* the setting timeout_ms comes from, for errors */
+	char who[64];      /* "rank R of W" or "rank R's heartbeat connection" */
 	char host[256];
 	char token[STORE_TOKEN_MAX + 1];
 	int broken;        /* a request failed midway: the stream is out of step */
@@ -439,20 +440,19 @@ static kiln_status authenticate(struct kiln_store *s, int64_t deadline, int time
  * early, and connects again, or late, within the deadline still). */
 #define HANDSHAKE_TRY_MS(s) STORE_HANDSHAKE_TRY(kiln_store_auth_ms((s)->timeout_ms))
 
-/* Connect s to its store and authenticate (HELLO for rank) before
- * deadline, again as long as the handshake broke (authenticate's *brk;
+/* Connect s to its store and authenticate (HELLO for r: the rank, -1 for
+ * a side connection, kiln_store_open_for's side) before deadline,
+ * again as long as the handshake broke (authenticate's *brk;
  * tries CONNECT_SLICE_MS short after the first, so a link that came back
  * answers the next SYN).  A refused token, another protocol or a stop
  * ends it at once; at the deadline, the last break's error (what went
  * wrong, not the deadline cutting the next try short).  again:
  * rendezvous_reconnect's (CONNECT_AGAIN: every address refusing ends it,
  * with the addresses' errors alone). */
-static kiln_status store_connect(struct kiln_store *s, int rank, int world, int64_t deadline,
-				 int again)
+static kiln_status store_connect(struct kiln_store *s, int64_t r, int64_t deadline, int again)
 {
 	char why[512], last[1024] = "";
 	kiln_status last_st = KILN_OK;
-	int64_t r = rank;
 	for (int tries = 0;; tries++) {
 		s->fd = connect_to(s->host, s->port, deadline,
 				   CONNECT_STOPPABLE | (tries ? CONNECT_SLICED : 0) | (again ? CONNECT_AGAIN : 0),
@@ -462,11 +462,11 @@ static kiln_status store_connect(struct kiln_store *s, int rank, int world, int6
 		if (s->fd < 0 && again)
 			return kiln_error(KILN_EIO, "%s", why);
 		if (s->fd < 0 && kiln_stop_pending())
-			return kiln_error(KILN_EIO, "rank %d of %d: a stop was requested (a signal) while connecting to the rendezvous store at " KILN_AT_FMT " (%s)",
-					  rank, world, KILN_AT_ARG(s->host, s->port), why);
+			return kiln_error(KILN_EIO, "%s: a stop was requested (a signal) while connecting to the rendezvous store at " KILN_AT_FMT " (%s)",
+					  s->who, KILN_AT_ARG(s->host, s->port), why);
 		if (s->fd < 0)
-			return kiln_error(KILN_ETIMEOUT, "rank %d of %d: cannot reach the rendezvous store at " KILN_AT_FMT " within %.1f s (%s): is rank 0 running, and are the master address and port right?",
-					  rank, world, KILN_AT_ARG(s->host, s->port), s->timeout_ms / 1000.0, why);
+			return kiln_error(KILN_ETIMEOUT, "%s: cannot reach the rendezvous store at " KILN_AT_FMT " within %.1f s (%s): is rank 0 running, and are the master address and port right?",
+					  s->who, KILN_AT_ARG(s->host, s->port), s->timeout_ms / 1000.0, why);
 		const int64_t try_end = now_ms() + HANDSHAKE_TRY_MS(s);
 		int brk = 0, status;
 		s->broken = 0;
@@ -492,8 +492,8 @@ static kiln_status store_connect(struct kiln_store *s, int rank, int world, int6
 		last_st = st;
 		snprintf(last, sizeof last, "%s", kiln_last_error());
 		if (!tries)
-			kiln_log(KILN_LOG_WARN, "dist", "rank %d of %d: %s: connecting again until [dist] timeout",
-				 rank, world, kiln_last_error());
+			kiln_log(KILN_LOG_WARN, "dist", "%s: %s: connecting again until %s", s->who,
+				 kiln_last_error(), s->setting);
 		close(s->fd);
 		s->fd = -1;
 		usleep(100000);
@@ -506,11 +506,12 @@ kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, i
 	if (!host || !out)
 		return kiln_null_arg("kiln_store_open", !host ? "host" : "out");
 	return kiln_store_open_for(host, port, host_it, rank, world, timeout_ms, "[dist] timeout",
-				   out);
+				   NULL, out);
 }
 
 kiln_status kiln_store_open_for(const char *host, int port, int host_it, int rank, int world,
-				int timeout_ms, const char *setting, struct kiln_store **out)
+				int timeout_ms, const char *setting, const char *side,
+				struct kiln_store **out)
 {
 	struct kiln_store *s = calloc(1, sizeof *s);
 	kiln_status st;
@@ -520,6 +521,10 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 	s->fd = s->old_fd = -1;
 	s->timeout_ms = timeout_ms;
 	snprintf(s->setting, sizeof s->setting, "%s", setting);
+	if (side)
+		snprintf(s->who, sizeof s->who, "rank %d's %s connection", rank, side);
+	else
+		snprintf(s->who, sizeof s->who, "rank %d of %d", rank, world);
 	pthread_mutex_init(&s->lock, NULL);
 	snprintf(s->host, sizeof s->host, "%s", host);
 	s->port = port;
@@ -529,7 +534,7 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 		kiln_store_close(s);
 		return st;
 	}
-	if ((st = store_connect(s, rank, world, now_ms() + timeout_ms, 0))) {
+	if ((st = store_connect(s, side ? -1 : rank, now_ms() + timeout_ms, 0))) {
 		kiln_store_close(s);
 		return st;
 	}
@@ -885,7 +890,7 @@ static kiln_status rendezvous_reconnect(struct kiln_store *s, int rank, int worl
 	s->old_fd = s->fd;
 	s->fd = -1;
 	/* (a handshake that breaks again is tried again: store_connect) */
-	if (store_connect(s, rank, world, end, 1)) {
+	if (store_connect(s, rank, end, 1)) {
 		s->broken = 1; /* no goodbye on it */
 		return kiln_error(KILN_EIO, "%s; connecting again: %s", lost, kiln_last_error());
 	}
@@ -991,7 +996,7 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 	struct kiln_store *q = s->broken ? NULL : s;
 	char missing[512] = "", refused[1280] = "";
 	int count = 0;
-	if (!q && kiln_store_open_for(s->host, s->port, 0, -1, world, 2000, "a 2 s probe", &q))
+	if (!q && kiln_store_open_for(s->host, s->port, 0, rank, world, 2000, "a 2 s probe", "probe", &q))
 		q = NULL;
 	if (q)
 		rendezvous_missing(q, world, missing, sizeof missing, &count, refused, sizeof refused);

@@ -128,10 +128,14 @@ long kiln_store_msg_parse(const void *buf, size_t have, uint32_t max_val,
 
 /* kiln_store_open whose timeout_ms is that of setting ("[dist]
  * heartbeat"), which its timeouts name (kiln_store_open's: "[dist]
- * timeout"). */
+ * timeout").  side (NULL for rank's own connection): a side connection
+ * of rank ("heartbeat", "probe"), which greets the store as no rank (-1)
+ * and is named "rank R's heartbeat connection" in messages (before
+ * session 36 the callers passed rank -1: "rank -1 of N"). */
 struct kiln_store;
 kiln_status kiln_store_open_for(const char *host, int port, int host_it, int rank, int world,
-				int timeout_ms, const char *setting, struct kiln_store **out);
+				int timeout_ms, const char *setting, const char *side,
+				struct kiln_store **out);
 
 /* kiln_store_set waiting at most timeout_ms for the store's answer (its
  * connection's timeout otherwise): a leaving rank's word to its peers,

@@ -25,6 +25,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <errno.h>
+#include <sys/stat.h> /* stat: a missing init_from */
 #include <unistd.h> /* access */
 
 /* ---- save ----------------------------------------------------------------- */
@@ -565,6 +567,13 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
 	const char *path = kiln_config_get(m->cfg, "model", "init_from");
 	if (!path || !*path)
 		return KILN_OK;
+	struct stat sb;
+	/* a file that is not there: a config error at its line (exit 2), as a
+	 * missing --checkpoint is a usage error (README.md, "Exit codes"); exit
+	 * 1 before session 36.  One that is there but unreadable: KILN_EIO. */
+	if (stat(path, &sb) && (errno == ENOENT || errno == ENOTDIR))
+		return kiln_error(KILN_ECONFIG, "%s: [model] init_from: %s: no such file",
+				  kiln_config_where(m->cfg, "model", "init_from"), path);
 	kiln_status st = load_weights_file(m, path, stream);
 	if (st)
 		return kiln_error_wrap(st, "%s: [model] init_from",

@@ -1145,11 +1145,19 @@ START_TEST(test_accept_emfile)
 	ck_assert_int_eq(listen(lfd, 4), 0);
 	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
 	struct kiln_store *s;
-	ck_assert_int_eq(kiln_store_open_for("127.0.0.1", ntohs(a.sin_port), 0, -1, 2, 300,
-					     "[dist] heartbeat", &s), KILN_ETIMEOUT);
+	ck_assert_int_eq(kiln_store_open_for("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 300,
+					     "[dist] heartbeat", "heartbeat", &s), KILN_ETIMEOUT);
 	ck_assert_msg(strstr(kiln_last_error(), "no answer for '(greeting)' within 300 ms ([dist] heartbeat): the store did not take the connection"),
 		      "%s", kiln_last_error());
 	close(lfd);
+	/* nothing there: named as rank 1's heartbeat connection, within its
+	 * limit (before session 36 "rank -1 of 2"; its warning while the
+	 * handshake breaks says "until [dist] heartbeat", not [dist] timeout) */
+	ck_assert_int_eq(kiln_store_open_for("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 300,
+					     "[dist] heartbeat", "heartbeat", &s), KILN_ETIMEOUT);
+	ck_assert_msg(strstr(kiln_last_error(), "rank 1's heartbeat connection: cannot reach the rendezvous store at 127.0.0.1:") &&
+		      strstr(kiln_last_error(), " within 0.3 s ("),
+		      "%s", kiln_last_error());
 }
 END_TEST
 

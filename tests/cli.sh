@@ -248,6 +248,57 @@ kiln 2 predict "$c" --logits "$tmp/l.npy" --top-k=2 --eval-set
 stderr_has "--format and --top-k have no effect with it"
 [ ! -e "$tmp/m.onnx" ] && [ ! -e "$tmp/l.npy" ] && [ ! -e "$tmp/p2" ] || fail "a refused command wrote a file"
 
+# a file the user names that is not there: a usage error (exit 2), for
+# every command (before session 36 a missing --checkpoint, --vocab or
+# [model] init_from was exit 1, a text file of pack --format tokens 3)
+lc="$tmp/l.ini run.plugin_path=$plugdir"
+for cmd in eval export predict generate; do
+	case $cmd in
+	export) extra="--onnx $tmp/m.onnx" ;;
+	predict) extra=--eval-set ;;
+	generate) extra="--prompt a --tokens 1" ;;
+	*) extra= ;;
+	esac
+	kiln 2 $cmd $lc --checkpoint "$tmp/none.kiln" $extra
+	stderr_has "kiln: error: checkpoint $tmp/none.kiln: no such file"
+done
+kiln 2 generate $lc --prompt a --tokens 1 --vocab "$tmp/v.json" --merges "$tmp/m.txt"
+stderr_has "kiln: error: --vocab $tmp/v.json: no such file"
+kiln 2 train $lc model.init_from="$tmp/none.st" train.batch=2 "run.out_dir=$tmp/initrun"
+stderr_has "[model] init_from: $tmp/none.st: no such file"
+kiln 2 pack --format tokens --out "$tmp/pt" "$tmp/none.txt"
+stderr_has "kiln: error: $tmp/none.txt: no such file"
+printf 'abc\n' > "$tmp/t.txt"
+kiln 2 pack --format tokens --out "$tmp/pt" "$tmp/t.txt" data.limit=5
+stderr_has "kiln: error: data.limit=5: no such file (--format tokens takes no section.key=value overrides"
+# an empty output name: refused before any work (`--onnx=` built the model,
+# then failed ": ONNX export: : cannot write", exit 1)
+kiln 2 export $lc --onnx=
+stderr_has "kiln: error: --onnx needs a file name"
+kiln 2 export $lc --safetensors ""
+stderr_has "kiln: error: --safetensors needs a file name"
+[ ! -e "$tmp/pt" ] && [ ! -e "$tmp/initrun" ] || fail "a refused command wrote a file"
+# --resume with --overwrite, in the words typed (before session 36:
+# "command line 'train.overwrite=1'")
+kiln 2 train $lc --resume --overwrite "run.out_dir=$tmp/ro"
+stderr_has "kiln: error: --resume with --overwrite: --resume continues the run in out_dir, --overwrite deletes it: choose one"
+! grep -q "train.overwrite=1" "$err" || fail "--resume --overwrite names an override nobody typed"
+# an option of another pack format says which (before session 36:
+# "unknown option")
+kiln 2 pack "$tmp/l.ini" --out "$tmp/pf" --val-fraction 0.1
+stderr_has "kiln: error: --val-fraction goes only with --format tokens"
+kiln 2 pack --format tokens "$tmp/t.txt" --out "$tmp/pf" --store=png
+stderr_has "kiln: error: --store goes only with --format records or folder (it packs a CONFIG's data)"
+kiln 2 pack --format tokens "$tmp/t.txt" --out "$tmp/pf" --bogus
+stderr_has "unknown option '--bogus'"
+# an argument with '=' that is no section.key=value is an INPUT (a file
+# name), not an override (before session 36 `imgs/y=1.png` was taken for one:
+# "no INPUT" or "expected section.key=value")
+kiln 2 predict $lc "$tmp/imgs/y=1.png"
+stderr_has "kiln: error: $tmp/imgs/y=1.png: no such file or folder (taken for a file name: an override is section.key=value)"
+kiln 2 predict $lc lr=0.1
+stderr_has "kiln: error: lr=0.1: no such file or folder (taken for a file name"
+
 # kiln launch takes --opt=value as the other commands do (refused before
 # session 31), and an option once
 kiln 0 launch --nproc=2 --bind=none --grace=5 -- true
@@ -257,6 +308,19 @@ kiln 0 launch -n=1 -- true
 stderr_has "ranks 0..0 of 1"
 kiln 2 launch -n 2 --nproc=3 -- true
 stderr_has "kiln: error: --nproc given twice: give it once"
+# -n within reason, refused before any fork (before session 36 -n 100000
+# was accepted and forked until fork failed)
+kiln 2 launch -n 100000 -- true
+stderr_has "kiln launch: error: -n 100000: more ranks than this machine takes (at most "
+stderr_has "set KILN_LAUNCH_MAX_NPROC=100000 to start them anyway"
+KILN_LAUNCH_MAX_NPROC=1
+export KILN_LAUNCH_MAX_NPROC
+kiln 2 launch -n 2 -- true
+stderr_has "kiln launch: error: -n 2: more ranks than this machine takes (at most 1: KILN_LAUNCH_MAX_NPROC)"
+KILN_LAUNCH_MAX_NPROC=x
+kiln 2 launch -n 2 -- true
+stderr_has "KILN_LAUNCH_MAX_NPROC='x': expected a positive integer"
+unset KILN_LAUNCH_MAX_NPROC
 # a rank command `kiln` off PATH is this kiln (docs/distributed.md's
 # `kiln launch ... -- kiln train` from a build tree: exit 127 "cannot run
 # 'kiln'" before session 33)
@@ -297,6 +361,16 @@ export KILN_PLUGIN_PATH
 kiln 0 plugins
 unset KILN_PLUGIN_PATH
 stdout_has "  $tmp/envdir"
+# an entry that is a file, or not there, says so (listed like a directory
+# before session 36)
+printf x > "$tmp/afile"
+KILN_PLUGIN_PATH="$tmp/afile:$tmp/nodir:$plugdir"
+export KILN_PLUGIN_PATH
+kiln 0 plugins
+unset KILN_PLUGIN_PATH
+stdout_has "  $tmp/afile (not a directory: name the directory that holds the plugins)"
+stdout_has "  $tmp/nodir (does not exist)"
+grep -qx "  $plugdir" "$out" || fail "a directory of the path has a note"
 
 kiln 0 plugins --path "$plugdir"
 stdout_has "search path:"

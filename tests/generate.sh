@@ -163,8 +163,9 @@ stderr_has "--vocab and --merges go together"
 kiln 2 generate "$ini" --prompt "x" --tokens -1
 kiln 2 generate "$ini" --prompt "x" --tokens 3 --temperature abc
 kiln 2 generate "$ini" --tokens 3
-kiln 1 generate "$ini" --prompt "x" --tokens 3 --checkpoint "$tmp/none.kiln"
-stderr_has "none.kiln: cannot open"
+# a checkpoint that is not there: a usage error (exit 1 before session 36)
+kiln 2 generate "$ini" --prompt "x" --tokens 3 --checkpoint "$tmp/none.kiln"
+stderr_has "kiln: error: checkpoint $tmp/none.kiln: no such file"
 
 # 4. BPE: bytes (GPT-2's byte-to-unicode map: printable ASCII as itself,
 # the space as U+0120) plus the merges "t h", "th e", "Ġ t"
