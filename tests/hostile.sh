@@ -90,7 +90,7 @@ kiln 2 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/only_metrics"
 stderr_has "$tmp/only_metrics/metrics.jsonl"
 # --resume with --overwrite: a config error, nothing changed
 kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --resume --overwrite
-stderr_has "command line 'train.overwrite=1': [train] resume and overwrite are both set (--resume continues the run in out_dir, --overwrite deletes it): choose one"
+stderr_has "kiln: error: --resume with --overwrite: --resume continues the run in out_dir, --overwrite deletes it: choose one"
 cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused run changed metrics.jsonl"
 # --overwrite of a run that a later check refuses (a step of 64 samples,
 # 48 in the set): nothing deleted
