@@ -24,6 +24,7 @@ struct csv_table {
 	FILE *f;           /* opened at its first record */
 	char path[4200];
 	int ncol, cap;     /* ncol 0: no header yet */
+	int widen_failed;  /* a rewrite failed: not tried again (table_widen) */
 	char **col;        /* the header's names, as many as it has, empty
 			    * ones too (another program's table: its cells
 			    * stay under their columns) */
@@ -206,6 +207,11 @@ static kiln_status table_widen(struct csv_table *t, const struct kiln_log_record
 			st = add_col(t, r->f[i].name, strlen(r->f[i].name));
 	if (st || t->ncol == n0)
 		return st;
+	if (t->widen_failed) { /* said once; each record would read the table again */
+		while (t->ncol > n0)
+			free(t->col[--t->ncol]);
+		return KILN_OK;
+	}
 	for (int k = n0; k < t->ncol; k++)
 		snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
 			 k > n0 ? ", " : "", t->col[k]);
@@ -222,6 +228,7 @@ static kiln_status table_widen(struct csv_table *t, const struct kiln_log_record
 		(void)fseeko(t->f, 0, SEEK_END); /* (the read moved the shared offset) */
 		while (t->ncol > n0)
 			free(t->col[--t->ncol]);
+		t->widen_failed = 1;
 		kiln_log(KILN_LOG_WARN, "log", "%s: cannot write it again with the column(s) %s its header lacks: %s; its rows go on without them",
 			 t->path, names, strerror(err));
 		return KILN_OK;

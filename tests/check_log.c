@@ -450,8 +450,16 @@ START_TEST(test_csv_widen_after_removal)
 	kiln_loggers_record(L, &r);
 	snprintf(gone, sizeof gone, "%s.gone", dir);
 	ck_assert_int_eq(rename(dir, gone), 0);
+	said[0] = 0;
+	kiln_log_set_sink(keep_said, NULL);
 	r = train_rec(15, 0.0625, 1); /* grad_norm: a column the header lacks */
 	kiln_loggers_record(L, &r);
+	r = train_rec(20, 0.03125, 1); /* not tried again, not said again */
+	kiln_loggers_record(L, &r);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_msg(strstr(said, "cannot write it again") &&
+			      !strstr(strstr(said, "cannot write it again") + 1, "cannot write it again"),
+		      "%s", said);
 	ck_assert_int_eq(rename(gone, dir), 0); /* (the fixture removes dir) */
 	snprintf(again, sizeof again, "%s/again", dir);
 	ck_assert_int_eq(mkdir(again, 0777), 0);
@@ -459,7 +467,8 @@ START_TEST(test_csv_widen_after_removal)
 	 * carry reads the open file, whatever its name */
 	ck_assert_msg(kiln_loggers_carry(L, again) == KILN_OK, "%s", kiln_last_error());
 	ck_assert_int_eq(kiln_loggers_close(L), KILN_OK);
-	expect_text("again/train.csv", "epoch,step,loss\n1,5,0.25\n1,10,0.125\n1,15,0.0625\n");
+	expect_text("again/train.csv", "epoch,step,loss\n1,5,0.25\n1,10,0.125\n1,15,0.0625\n"
+					"1,20,0.03125\n");
 	snprintf(path, sizeof path, "%s/again/metrics.jsonl", dir);
 	ck_assert_int_eq(access(path, F_OK), 0);
 }

@@ -27,7 +27,7 @@ if ! (unset MAKEFLAGS MFLAGS MAKELEVEL; \
 	fail "make install DESTDIR=$dest failed"
 fi
 # pkg-config of the install: its kiln.pc first, then the system's directories
-# (kiln.pc's Requires.private: inih, zlib, ...)
+# (kiln.pc's Libs.private come from configure: no .pc lookups)
 pkgc() {
 	PKG_CONFIG_SYSROOT_DIR="$dest" PKG_CONFIG_PATH= \
 	PKG_CONFIG_LIBDIR="$dest$kiln_pkgconfigdir:$(pkg-config --variable pc_path pkg-config)" \

@@ -33,7 +33,7 @@ echo "ok: installed into $dest"
 [ -f "$dest$kiln_pkgconfigdir/kiln.pc" ] || fail "no $dest$kiln_pkgconfigdir/kiln.pc"
 
 # ---- build the plugin against the installed headers ----------------------
-# (the install's kiln.pc, then the system's directories: its Requires.private)
+# (the install's kiln.pc, then the system's directories)
 cflags=$(PKG_CONFIG_SYSROOT_DIR="$dest" PKG_CONFIG_PATH= \
 	PKG_CONFIG_LIBDIR="$dest$kiln_pkgconfigdir:$(pkg-config --variable pc_path pkg-config)" \
 	pkg-config --cflags kiln) || fail "pkg-config --cflags kiln failed"
