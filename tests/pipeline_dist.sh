@@ -560,8 +560,13 @@ for r in 0 1 2; do
 	grep -q "rank 3 (stage 1 of pipe 1) was lost" "$tmp/w3dead$r.log" ||
 		{ bad "rank $r does not name rank 3, stage 1"; grep -v '^\[' "$tmp/w3dead$r.log" | tail -3; }
 done
+# rank 2's error names where it stood: a hand-off (the micro-batch, the
+# tensor, stage 1's world rank 3), or, when the kill lands after the step's
+# hand-offs, the pipe's gradient-norm exchange with world rank 3 (a fresh-clone
+# CI round, session 36: "the pipe's gradient norms: ... recv from world rank 3")
 grep -q "pipeline: stage 0 (rank 2) \(receiving\|sending\) micro-batch [01], crossing tensor [0-9]* ([a-z ,]*)\( ([0-9]* bytes)\)* \(from\|to\) stage 1 (rank 3): " "$tmp/w3dead2.log" ||
-	{ bad "rank 2's hand-off error does not name the micro-batch, the tensor and stage 1's world rank 3"; grep -v '^\[' "$tmp/w3dead2.log" | tail -3; }
+	grep -q "the pipe's gradient norms: .*world rank 3" "$tmp/w3dead2.log" ||
+	{ bad "rank 2's error names neither the hand-off (micro-batch, tensor, stage 1's world rank 3) nor the gradient-norm exchange with world rank 3"; grep -v '^\[' "$tmp/w3dead2.log" | tail -3; }
 # every stage a pipeline message names, by its world rank: pipe 0's stages
 # are ranks 0 and 1, pipe 1's ranks 2 and 3
 for r in 0 1 2; do
