@@ -443,6 +443,111 @@ static int restarted(void)
 	return 1;
 }
 
+/* The run's final metrics, the JSON line on stdout (null where a value is
+ * missing or not finite). */
+static void print_result(const struct kiln_train_result *r)
+{
+	printf("{\"epochs\": %d, \"steps\": %lld, ", r->epochs, (long long)r->steps);
+	/* no epoch finished (a stop within the first): null */
+	print_metric("train_loss", r->epochs > 0 ? r->train_loss : -1);
+	print_metric("train_acc", r->epochs > 0 ? r->train_acc : -1);
+	/* not evaluated (test_loss < 0): null */
+	print_metric("test_loss", r->test_loss);
+	print_metric("test_acc", r->test_acc);
+	printf("\"test_samples\": %lld, ", (long long)r->test_samples);
+	/* timed over closed epochs: none closed (a stop in the first), null */
+	printf("\"train_samples_per_s\": ");
+	cli_json_num(stdout, "%.1f", r->epochs > 0 ? r->train_samples_per_s : NAN);
+	printf(", \"eval_samples_per_s\": ");
+	cli_json_num(stdout, "%.1f", r->eval_samples_per_s);
+	printf(", \"wall_s\": ");
+	cli_json_num(stdout, "%.2f", r->wall_s);
+	if (r->resumed_step >= 0)
+		printf(", \"resumed_step\": %lld", (long long)r->resumed_step);
+	if (r->checkpoint[0]) {
+		printf(", \"checkpoint\": ");
+		cli_json_str(stdout, r->checkpoint);
+	}
+	/* [data.val]: its last evaluation during training; early
+	 * stopping */
+	if (r->val_loss >= 0 || (isnan(r->val_loss) && r->val_acc >= 0)) {
+		printf(", \"val_loss\": ");
+		cli_json_num(stdout, "%.6f", r->val_loss);
+		printf(", \"val_acc\": ");
+		cli_json_num(stdout, "%.6f", r->val_acc);
+	}
+	if (r->early_stopped)
+		printf(", \"early_stopped\": true");
+	if (r->stopped)
+		printf(", \"stopped\": true");
+	if (r->out_dir_lost)
+		printf(", \"out_dir_lost\": true");
+	if (r->stopped && r->stop_cause[0]) {
+		printf(", \"stop_cause\": ");
+		cli_json_str(stdout, r->stop_cause);
+	}
+	/* the clip op's counts, both when either is nonzero (before
+	 * session 34 only grad_norm in metrics.jsonl showed clipping) */
+	if (r->steps_skipped || r->steps_clipped)
+		printf(", \"steps_skipped\": %lld, \"steps_clipped\": %lld",
+		       (long long)r->steps_skipped, (long long)r->steps_clipped);
+	printf(", \"device_peak_bytes\": %zu, \"rss_growth_bytes\": %zu}\n", r->device_peak_bytes,
+	       r->rss_growth_bytes);
+}
+
+/* What a run that ended tells on stderr: a stop (the user's, or a cause:
+ * exit 1), the final accuracy, clipping, where the weights are; the exit
+ * code (4: out_dir was removed mid-run). */
+static int say_end(const struct kiln_train_result *r, int tty, const char *config)
+{
+	int rc = 0;
+	if (tty && r->stopped)
+		fprintf(stderr, "\n");
+	if (r->stopped && r->stop_cause[0]) {
+		/* not the user's stop: the checkpoint is there, but the
+		 * run did not end as asked (kiln launch exits non-zero) */
+		fprintf(stderr, "kiln: error: stopped at step %lld, not at the user's request: %s; %s%s%s\n",
+			(long long)r->steps, r->stop_cause,
+			r->checkpoint[0] ? "checkpoint written to " : "",
+			r->checkpoint[0]     ? r->checkpoint
+			: stop_rank() > 0 ? "rank 0 writes the checkpoint"
+					  : "no checkpoint written ([run] out_dir is empty)",
+			r->checkpoint[0] ? "; resume with --resume" : "");
+		tell_launcher(r->stop_cause);
+		rc = 1;
+	} else if (r->stopped && r->checkpoint[0])
+		fprintf(stderr, "kiln: stopped at step %lld: checkpoint written to %s; resume with --resume\n",
+			(long long)r->steps, r->checkpoint);
+	else if (r->stopped && stop_rank() > 0)
+		fprintf(stderr, "kiln: rank %d stopped at step %lld: rank 0 writes the checkpoint\n",
+			stop_rank(), (long long)r->steps);
+	else if (r->stopped)
+		fprintf(stderr, "kiln: stopped at step %lld: no checkpoint written ([run] out_dir is empty)\n",
+			(long long)r->steps);
+	else if (r->test_acc >= 0)
+		fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r->test_acc,
+			(long long)r->test_samples);
+	if (r->stopped && !r->stop_cause[0]) {
+		char line[64];
+		snprintf(line, sizeof line, LAUNCH_STOPPED_LINE "%d", stop_rank());
+		tell_launcher(line); /* (a clean stop: launch_group_done) */
+	}
+	if (r->steps_skipped || r->steps_clipped)
+		fprintf(stderr, "optimizer steps: %lld skipped for non-finite gradients, %lld clipped by clip_norm (of %lld)\n",
+			(long long)r->steps_skipped, (long long)r->steps_clipped,
+			(long long)r->steps);
+	/* the run directory was removed mid-run: recreated, with a
+	 * checkpoint there, but the run did not end as asked, and what
+	 * was written before is gone (a code of its own: a launcher
+	 * or script can tell it from a failure and resume) */
+	if (r->out_dir_lost)
+		rc = 4;
+	if (!r->stopped && r->checkpoint[0])
+		fprintf(stderr, "trained weights: %s (`kiln export %s --safetensors FILE`, with the same overrides, writes them for PyTorch)\n",
+			r->checkpoint, config);
+	return rc;
+}
+
 int cmd_train(int argc, char **argv)
 {
 	/* --resume, --overwrite and --profile (anywhere after FILE) are the
@@ -515,96 +620,8 @@ int cmd_train(int argc, char **argv)
 			fprintf(stderr, "\n");
 		rc = cli_fail(st);
 	} else {
-		printf("{\"epochs\": %d, \"steps\": %lld, ", r.epochs, (long long)r.steps);
-		/* no epoch finished (a stop within the first): null */
-		print_metric("train_loss", r.epochs > 0 ? r.train_loss : -1);
-		print_metric("train_acc", r.epochs > 0 ? r.train_acc : -1);
-		/* not evaluated (test_loss < 0): null */
-		print_metric("test_loss", r.test_loss);
-		print_metric("test_acc", r.test_acc);
-		printf("\"test_samples\": %lld, ", (long long)r.test_samples);
-		/* timed over closed epochs: none closed (a stop in the first), null */
-		printf("\"train_samples_per_s\": ");
-		cli_json_num(stdout, "%.1f", r.epochs > 0 ? r.train_samples_per_s : NAN);
-		printf(", \"eval_samples_per_s\": ");
-		cli_json_num(stdout, "%.1f", r.eval_samples_per_s);
-		printf(", \"wall_s\": ");
-		cli_json_num(stdout, "%.2f", r.wall_s);
-		if (r.resumed_step >= 0)
-			printf(", \"resumed_step\": %lld", (long long)r.resumed_step);
-		if (r.checkpoint[0]) {
-			printf(", \"checkpoint\": ");
-			cli_json_str(stdout, r.checkpoint);
-		}
-		/* [data.val]: its last evaluation during training; early
-		 * stopping */
-		if (r.val_loss >= 0 || (isnan(r.val_loss) && r.val_acc >= 0)) {
-			printf(", \"val_loss\": ");
-			cli_json_num(stdout, "%.6f", r.val_loss);
-			printf(", \"val_acc\": ");
-			cli_json_num(stdout, "%.6f", r.val_acc);
-		}
-		if (r.early_stopped)
-			printf(", \"early_stopped\": true");
-		if (r.stopped)
-			printf(", \"stopped\": true");
-		if (r.out_dir_lost)
-			printf(", \"out_dir_lost\": true");
-		if (r.stopped && r.stop_cause[0]) {
-			printf(", \"stop_cause\": ");
-			cli_json_str(stdout, r.stop_cause);
-		}
-		/* the clip op's counts, both when either is nonzero (before
-		 * session 34 only grad_norm in metrics.jsonl showed clipping) */
-		if (r.steps_skipped || r.steps_clipped)
-			printf(", \"steps_skipped\": %lld, \"steps_clipped\": %lld",
-			       (long long)r.steps_skipped, (long long)r.steps_clipped);
-		printf(", \"device_peak_bytes\": %zu, \"rss_growth_bytes\": %zu}\n", r.device_peak_bytes,
-		       r.rss_growth_bytes);
-		if (b.tty && r.stopped)
-			fprintf(stderr, "\n");
-		if (r.stopped && r.stop_cause[0]) {
-			/* not the user's stop: the checkpoint is there, but the
-			 * run did not end as asked (kiln launch exits non-zero) */
-			fprintf(stderr, "kiln: error: stopped at step %lld, not at the user's request: %s; %s%s%s\n",
-				(long long)r.steps, r.stop_cause,
-				r.checkpoint[0] ? "checkpoint written to " : "",
-				r.checkpoint[0]     ? r.checkpoint
-				: stop_rank() > 0 ? "rank 0 writes the checkpoint"
-						  : "no checkpoint written ([run] out_dir is empty)",
-				r.checkpoint[0] ? "; resume with --resume" : "");
-			tell_launcher(r.stop_cause);
-			rc = 1;
-		} else if (r.stopped && r.checkpoint[0])
-			fprintf(stderr, "kiln: stopped at step %lld: checkpoint written to %s; resume with --resume\n",
-				(long long)r.steps, r.checkpoint);
-		else if (r.stopped && stop_rank() > 0)
-			fprintf(stderr, "kiln: rank %d stopped at step %lld: rank 0 writes the checkpoint\n",
-				stop_rank(), (long long)r.steps);
-		else if (r.stopped)
-			fprintf(stderr, "kiln: stopped at step %lld: no checkpoint written ([run] out_dir is empty)\n",
-				(long long)r.steps);
-		else if (r.test_acc >= 0)
-			fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r.test_acc,
-				(long long)r.test_samples);
-		if (r.stopped && !r.stop_cause[0]) {
-			char line[64];
-			snprintf(line, sizeof line, LAUNCH_STOPPED_LINE "%d", stop_rank());
-			tell_launcher(line); /* (a clean stop: launch_group_done) */
-		}
-		if (r.steps_skipped || r.steps_clipped)
-			fprintf(stderr, "optimizer steps: %lld skipped for non-finite gradients, %lld clipped by clip_norm (of %lld)\n",
-				(long long)r.steps_skipped, (long long)r.steps_clipped,
-				(long long)r.steps);
-		/* the run directory was removed mid-run: recreated, with a
-		 * checkpoint there, but the run did not end as asked, and what
-		 * was written before is gone (a code of its own: a launcher
-		 * or script can tell it from a failure and resume) */
-		if (r.out_dir_lost)
-			rc = 4;
-		if (!r.stopped && r.checkpoint[0])
-			fprintf(stderr, "trained weights: %s (`kiln export %s --safetensors FILE`, with the same overrides, writes them for PyTorch)\n",
-				r.checkpoint, args[1]);
+		print_result(&r);
+		rc = say_end(&r, b.tty, args[1]);
 	}
 	free(told.msg);
 	kiln_registry_close(reg);
