@@ -996,7 +996,7 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 	struct kiln_store *q = s->broken ? NULL : s;
 	char missing[512] = "", refused[1280] = "";
 	int count = 0;
-	if (!q && kiln_store_open_for(s->host, s->port, 0, rank, world, 2000, "a 2 s probe", "probe", &q))
+	if (!q && kiln_store_open_for(s->host, s->port, 0, rank, world, 2000, "the probe's 2 s limit", "probe", &q))
 		q = NULL;
 	if (q)
 		rendezvous_missing(q, world, missing, sizeof missing, &count, refused, sizeof refused);

@@ -286,6 +286,9 @@ png(d + "/thin.png", 30000, 1, 1)
 EOF
 kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/odd/rgba.png" "data.path=$data"
 stderr_has "$tmp/odd/rgba.png: 3 channels, the model reads 1-channel images ([data.eval] sets no channels to convert them); the file is RGBA (4 channels), decoded to RGB (3) with its alpha composited onto black"
+# an RGB file whose alpha is a tRNS chunk is not "RGBA (4 channels)"
+kiln 3 predict "$ini" --checkpoint "$ck" "$srcdir/tests/data/png/rgb_trns.png" "data.path=$data"
+stderr_has "rgb_trns.png: 4x4 pixels, the model reads 8x8 images ([data.eval] sets no size or resize to resize them); the file is RGB with a tRNS transparency chunk, decoded to RGB (3 channels) with its transparent pixels composited onto black"
 # gray with alpha decodes to the model's one channel: no complaint
 kiln 0 predict "$ini" --checkpoint "$ck" "$tmp/odd/la.png" "data.path=$data"
 kiln 3 predict "$tmp/f.ini" --checkpoint "$ck" "$tmp/odd/thin.png" "data.path=$data" data.eval.resize=8

@@ -217,7 +217,7 @@ kiln_status gloo_send_now(void *ctx, const void *buf, size_t count, int dtype, i
 				c->rank, c->world, peer);
 	if (!wait) {
 		*sent = gloo_shm_p2p(c->shm) &&
-			gloo_shm_try_send(c->shm, peer, buf, count * dtype_size(dtype));
+			gloo_shm_try_send(c->shm, peer, buf, count * common_dtype_size(dtype));
 		return KILN_OK;
 	}
 	Job j;

@@ -19,6 +19,7 @@
 #include <kiln/plugin.h>
 
 #include "../common/comm_init.h"
+#include "../common/describe.h"
 #include "deadline.h"
 #include "shm.h"
 
@@ -350,7 +351,6 @@ inline std::chrono::milliseconds wait_limit(const Comm *c)
 }
 
 /* ---- gloo_jobs.cc ---- */
-size_t dtype_size(int dt);
 void scale(void *buf, size_t n, int dt, float s);
 const char *kind_name(Kind k);
 int wrank(const Comm *c, int r);

@@ -6,16 +6,6 @@
 
 namespace kiln_gloo {
 
-size_t dtype_size(int dt)
-{
-	switch (dt) {
-	case KILN_F32: case KILN_I32: return 4;
-	case KILN_BF16: case KILN_F16: return 2;
-	case KILN_I64: return 8;
-	default: return 1;
-	}
-}
-
 inline float bf16_to_f32(uint16_t h)
 {
 	uint32_t u = (uint32_t)h << 16;
@@ -93,7 +83,7 @@ int ladder(size_t bytes)
 void allreduce_staged(Comm *c, void *buf, size_t n, int dt)
 {
 	Stage &s = c->stage;
-	const size_t es = dtype_size(dt), all = n * es;
+	const size_t es = common_dtype_size(dt), all = n * es;
 	const int d = dt == KILN_F32 ? 0 : dt == KILN_F16 ? 1 : 2;
 	if (s.red.empty())
 		s.red.assign(kPiece, 0);
@@ -269,7 +259,7 @@ kiln_status run_shm(Comm *c, Job *j)
 				    j->dtype, sc);
 	default: /* K_ALLGATHER */
 		return gloo_shm_run(c->shm, GLOO_SHM_ALLGATHER, j->send, j->buf,
-				    j->count * dtype_size(j->dtype), j->dtype, 1.0f);
+				    j->count * common_dtype_size(j->dtype), j->dtype, 1.0f);
 	}
 }
 
@@ -291,7 +281,7 @@ kiln_status run_hier(Comm *c, Job *j)
 		allreduce_sum(c->lead, j->buf, j->count, j->dtype);
 	}
 	else
-		std::memset(j->buf, 0, j->count * dtype_size(j->dtype));
+		std::memset(j->buf, 0, j->count * common_dtype_size(j->dtype));
 	if (c->node_shm)
 		return gloo_shm_run(c->node_shm, GLOO_SHM_ALLREDUCE, nullptr, j->buf, j->count, j->dtype,
 				    sc);
@@ -306,7 +296,7 @@ kiln_status run_hier(Comm *c, Job *j)
 void run_p2p(Comm *c, Job *j)
 {
 	constexpr uint64_t kP2pSlot = 0x6b696c6e70327000ull; /* "kilnp2p" */
-	const size_t bytes = j->count * dtype_size(j->dtype);
+	const size_t bytes = j->count * common_dtype_size(j->dtype);
 	auto ub = c->ctx->createUnboundBuffer(j->buf, bytes);
 	const auto limit = wait_limit(c);
 	kiln_gloo::Watched w(c->due.get(), ub.get());
@@ -328,7 +318,7 @@ void run_p2p(Comm *c, Job *j)
 void run_sendrecv_tcp(Comm *c, Job *j)
 {
 	constexpr uint64_t kP2pSlot = 0x6b696c6e70327000ull; /* run_p2p's */
-	const size_t es = dtype_size(j->dtype);
+	const size_t es = common_dtype_size(j->dtype);
 	const auto limit = wait_limit(c);
 	std::unique_ptr<gloo::transport::UnboundBuffer> sb, rb;
 	if (j->rcount)
@@ -355,7 +345,7 @@ void run_sendrecv_tcp(Comm *c, Job *j)
  * message: a send before the recv on both ranks would wait forever). */
 kiln_status run_sendrecv_shm(Comm *c, Job *j)
 {
-	const size_t es = dtype_size(j->dtype);
+	const size_t es = common_dtype_size(j->dtype);
 	if (!j->count)
 		return gloo_shm_recv(c->shm, j->src, j->buf, j->rcount * es);
 	if (!j->rcount)
@@ -392,7 +382,7 @@ kiln_status run_job_now(Job *j)
 kiln_status run_job_raw(Job *j)
 {
 	Comm *c = j->c;
-	size_t es = dtype_size(j->dtype);
+	size_t es = common_dtype_size(j->dtype);
 	const bool p2p = j->kind == K_SEND || j->kind == K_RECV || j->kind == K_SENDRECV;
 	if (c->shm && j->kind != K_BROADCAST && !p2p)
 		return run_shm(c, j);

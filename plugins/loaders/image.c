@@ -250,11 +250,16 @@ const char *img_channels_note(const void *buf, size_t n)
 		return f & PNG_FORMAT_FLAG_ALPHA
 			       ? "the file is a palette PNG with transparency, decoded to RGB (3 channels) with its alpha composited onto black"
 			       : "the file is a palette PNG, decoded to RGB (3 channels)";
-	if ((f & PNG_FORMAT_FLAG_ALPHA) && (f & PNG_FORMAT_FLAG_COLOR))
-		return "the file is RGBA (4 channels), decoded to RGB (3) with its alpha composited onto black";
-	if (f & PNG_FORMAT_FLAG_ALPHA)
-		return "the file is gray with alpha (2 channels), decoded to gray (1) with its alpha composited onto black";
-	return NULL;
+	if (!(f & PNG_FORMAT_FLAG_ALPHA))
+		return NULL;
+	/* alpha from a tRNS chunk on an RGB or gray file (IHDR's colour type,
+	 * byte 25 of a PNG, 2 or 0) is transparency, not a 4th channel */
+	const int trns = n > 25 && (((const unsigned char *)buf)[25] & 4) == 0;
+	if (f & PNG_FORMAT_FLAG_COLOR)
+		return trns ? "the file is RGB with a tRNS transparency chunk, decoded to RGB (3 channels) with its transparent pixels composited onto black"
+			    : "the file is RGBA (4 channels), decoded to RGB (3) with its alpha composited onto black";
+	return trns ? "the file is gray with a tRNS transparency chunk, decoded to gray (1 channel) with its transparent pixels composited onto black"
+		    : "the file is gray with alpha (2 channels), decoded to gray (1) with its alpha composited onto black";
 }
 
 kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,

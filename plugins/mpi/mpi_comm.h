@@ -17,6 +17,7 @@
 
 #include <kiln/plugin.h>
 
+#include "../common/describe.h"
 #include "../common/shmcoll.h"
 #include "../common/watchdog.h"
 
@@ -161,7 +162,6 @@ kiln_status mpi_map_shared(void *ctx, size_t bytes, void **base);
 /* MPI_User_functions of the 16-bit sums (MPI_Op_create: comm_setup) */
 void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt);
 void mpi_sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt);
-size_t mpi_dtype_size(int dt);
 /* an MPI call's failure as kiln's error, this rank named (mpi_job_fail:
  * a point to point job's peers too) */
 kiln_status mpi_fail(struct mpi_comm *c, int rc, const char *what);

@@ -66,16 +66,6 @@ static void scale(void *buf, size_t n, int dt, float s)
 	}
 }
 
-size_t mpi_dtype_size(int dt)
-{
-	switch (dt) {
-	case KILN_F32: case KILN_I32: return 4;
-	case KILN_BF16: case KILN_F16: return 2;
-	case KILN_I64: return 8;
-	default: return 1;
-	}
-}
-
 /* ---- collectives ---------------------------------------------------------- */
 
 kiln_status mpi_fail(struct mpi_comm *c, int rc, const char *what)
@@ -138,7 +128,7 @@ int mpi_wait_req(struct mpi_comm *c, int how, MPI_Request *req)
  * half with count 0 talks to MPI_PROC_NULL (nothing). */
 static int start_sendrecv(struct mpi_comm *c, struct job *j, MPI_Request *req, const char **what)
 {
-	const size_t es = mpi_dtype_size(j->dtype);
+	const size_t es = common_dtype_size(j->dtype);
 	const int sb = (int)(j->count * es), rb = (int)(j->rcount * es);
 	const int dst = j->count ? j->root : MPI_PROC_NULL, src = j->rcount ? j->src : MPI_PROC_NULL;
 	int rc;
@@ -158,7 +148,7 @@ static int start_sendrecv(struct mpi_comm *c, struct job *j, MPI_Request *req, c
 static int rs_in_place(const struct mpi_comm *c, const struct job *j)
 {
 	return j->kind == K_REDUCE_SCATTER &&
-	       (const char *)j->buf == (const char *)j->send + (size_t)c->rank * j->count * mpi_dtype_size(j->dtype);
+	       (const char *)j->buf == (const char *)j->send + (size_t)c->rank * j->count * common_dtype_size(j->dtype);
 }
 
 /* Run job j: the blocking MPI collective when req is NULL, else the
@@ -166,7 +156,7 @@ static int rs_in_place(const struct mpi_comm *c, const struct job *j)
  * req[1]). */
 static int start(struct mpi_comm *c, struct job *j, MPI_Request *req, const char **what)
 {
-	const size_t es = mpi_dtype_size(j->dtype);
+	const size_t es = common_dtype_size(j->dtype);
 	const int n = (int)j->count, bytes = (int)(j->count * es);
 	MPI_Datatype t = j->dtype == KILN_F32 ? MPI_FLOAT : c->u16;
 	MPI_Op op = j->dtype == KILN_F32 ? MPI_SUM : c->sum16[j->dtype == KILN_F16];
@@ -217,7 +207,7 @@ kiln_status mpi_run_job(void *arg)
 	/* MPI counts are ints: reductions count elements, the rest bytes */
 	const int reduces = j->kind == K_ALLREDUCE || j->kind == K_REDUCE_SCATTER;
 	const size_t n = reduces ? j->count
-				 : (j->count > j->rcount ? j->count : j->rcount) * mpi_dtype_size(j->dtype);
+				 : (j->count > j->rcount ? j->count : j->rcount) * common_dtype_size(j->dtype);
 	kiln_status st = KILN_OK;
 	const int how = running_inline ? W_BLOCK : c->wait;
 	const int p2p = j->kind == K_SEND || j->kind == K_RECV || j->kind == K_SENDRECV;
@@ -233,7 +223,7 @@ kiln_status mpi_run_job(void *arg)
 		     : j->kind == K_REDUCE_SCATTER
 			     ? shmcoll_reduce_scatter(&c->shm, wait, j->send, j->buf, j->count, j->dtype, sc)
 			     : shmcoll_allgather(&c->shm, wait, j->send, j->buf,
-						 j->count * mpi_dtype_size(j->dtype));
+						 j->count * common_dtype_size(j->dtype));
 		mpi_unwatch(c, ws);
 	} else if (n > (size_t)1 << 30) {
 		st = H->error(KILN_ENOTSUP, "mpi: a %s of %zu %s (at most 2^30 per call)",
@@ -269,7 +259,7 @@ kiln_status mpi_run_job(void *arg)
 		if (rc != MPI_SUCCESS)
 			st = mpi_job_fail(c, j, rc, what);
 		if (rc == MPI_SUCCESS && rs_in_place(c, j) && c->rank)
-			memmove(j->buf, j->send, j->count * mpi_dtype_size(j->dtype));
+			memmove(j->buf, j->send, j->count * common_dtype_size(j->dtype));
 		if (rc == MPI_SUCCESS && reduces && j->op == KILN_REDUCE_AVG && c->world > 1)
 			scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
 	}

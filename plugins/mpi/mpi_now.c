@@ -53,7 +53,7 @@ kiln_status mpi_send_now(void *ctx, const void *buf, size_t count, int dtype, in
 				int wait, int *sent)
 {
 	struct mpi_comm *c = ctx;
-	const size_t bytes = count * mpi_dtype_size(dtype);
+	const size_t bytes = count * common_dtype_size(dtype);
 	char me[96], p[32];
 	*sent = 0;
 	if (peer < 0 || peer >= c->world || peer == c->rank)
