@@ -13,7 +13,6 @@
  * reading too, so that a run whose out_dir was removed carries them into
  * the recreated one (csv_carry; session 36). */
 #include "logger.h"
-#include "../plugins/common/c_locale.h" /* common_snprintf_c */
 
 #include <errno.h>
 #include <sys/types.h> /* ssize_t: getline */
@@ -251,10 +250,12 @@ static void write_cell(FILE *f, const struct kiln_log_record *r, const char *nam
 	for (int i = 0; i < r->n; i++)
 		if (!strcmp(r->f[i].name, name)) {
 			char v[40]; /* '.' whatever the application's locale: its ',' would split the cell */
-			if (r->f[i].integer)
+			if (r->f[i].kind == KILN_LOG_INT)
 				snprintf(v, sizeof v, "%lld", (long long)r->f[i].v);
-			else
-				common_snprintf_c(v, sizeof v, "%.9g", r->f[i].v);
+			else /* metrics.jsonl's digits (before session 37 "%.9g":
+			      * a loss's last digits lost, 0.05f as 0.0500000007) */
+				kiln_log_real_text(v, sizeof v, r->f[i].v,
+						   r->f[i].kind == KILN_LOG_F32);
 			fputs(v, f);
 			return;
 		}
