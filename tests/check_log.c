@@ -583,6 +583,60 @@ START_TEST(test_real_digits)
 }
 END_TEST
 
+/* A table a resumed run cannot append to as it is: a row with more cells
+ * than the header has columns (the columns a widening adds at the end
+ * would take its extra cells), a first line that is empty (the run wrote
+ * a header after the rows); refused when the loggers open, naming the
+ * file and line, the file left as it was (then removed here).  Before session 37 both went
+ * on: the extra cells stood under grad_norm and clipped, the header came
+ * after the rows.  A quoted comma is within a cell (pandas writes one). */
+static void expect_refused(const char *name, const char *text, const char *msg)
+{
+	struct kiln_config *cfg;
+	struct kiln_loggers *L = NULL;
+	char want[1400];
+	write_text(name, text);
+	ck_assert_int_eq(kiln_config_load_string("[log]\ncsv = 1\n", "test.ini", &cfg), KILN_OK);
+	kiln_status st = kiln_loggers_open(cfg, dir, 1, 10, &L);
+	kiln_config_free(cfg);
+	if (!st) {
+		struct kiln_log_record r = train_rec(15, 0.0625, 1);
+		kiln_log_add(&r, "clipped", 3, KILN_LOG_INT);
+		kiln_loggers_record(L, &r);
+		st = kiln_loggers_status(L);
+		kiln_loggers_close(L);
+	}
+	ck_assert_int_eq(st, KILN_EDATA);
+	snprintf(want, sizeof want, "%s/%s", dir, msg);
+	ck_assert_str_eq(kiln_last_error(), want);
+	ck_assert_ptr_null(L);
+	expect_text(name, text);
+	snprintf(want, sizeof want, "%s/%s", dir, name);
+	ck_assert_int_eq(unlink(want), 0);
+}
+
+START_TEST(test_csv_bad_tables)
+{
+	expect_refused("train.csv", "epoch,step,loss\n1,5,0.25,9,9\n",
+		       "train.csv:2: 5 cells under a header of 3 columns: the columns a resumed run adds at the end would take the extra ones; remove them, or move the table aside to begin a new one");
+	expect_refused("train.csv", "\n1,5,0.25\n",
+		       "train.csv:1: the first line is empty, where the table's header belongs; move the table aside to begin a new one");
+	expect_refused("eval.csv", "set,step,note\nval,5,\"a\nb\"\n",
+		       "eval.csv:2: a quoted cell goes on past the line's end: kiln's tables hold a row a line; move the table aside to begin a new one");
+	/* quoted commas, in the header and in a row; a blank line stays blank */
+	write_text("train.csv", "epoch,step,loss,\"note, free\"\n1,5,0.25,\"a,b\"\n\n1,10,0.125\n");
+	struct kiln_loggers *L = open_loggers("[log]\ncsv = 1\n", 1, 10);
+	struct kiln_log_record r = train_rec(15, 0.0625, 1);
+	kiln_loggers_record(L, &r);
+	ck_assert_int_eq(kiln_loggers_close(L), KILN_OK);
+	expect_text("train.csv", "epoch,step,loss,\"note, free\",grad_norm\n"
+				 "1,5,0.25,\"a,b\",\n"
+				 "\n"
+				 "1,10,0.125,,\n"
+				 "1,15,0.0625,,0.5\n");
+}
+END_TEST
+
 static Suite *make_log_suite(void)
 {
 	Suite *s = suite_create("log");
@@ -593,7 +647,8 @@ static Suite *make_log_suite(void)
 		       (const TTest *[]){ test_tensorboard_file, test_csv_tables, test_jsonl,
 						    test_resume_partial_line, test_csv_widen,
 						    test_csv_foreign_header, test_csv_widen_after_removal,
-						    test_jsonl_carry, test_real_digits, NULL });
+						    test_jsonl_carry, test_real_digits, test_csv_bad_tables,
+						    NULL });
 	return s;
 }
 
