@@ -3,7 +3,9 @@
  * evaluation), each with a header line naming its columns as
  * metrics.jsonl names the fields.  The columns are those of the table's
  * first record; a resumed run appends to the tables under their header
- * (a partial last row dropped first, kiln_log_open_append).
+ * (a partial last row dropped first, kiln_log_open_append), having read
+ * them when the loggers opened and refused one it cannot append to as it
+ * is (read_table: an empty first line, a row longer than the header).
  * A cell a record lacks is empty.  A record with a field the header
  * lacks (a table an older kiln began, before `clipped`, or a run with
  * other settings) widens the table: the file written again, whole
@@ -13,7 +15,6 @@
  * reading too, so that a run whose out_dir was removed carries them into
  * the recreated one (csv_carry; session 36). */
 #include "logger.h"
-#include "../plugins/common/c_locale.h" /* common_snprintf_c */
 
 #include <errno.h>
 #include <sys/types.h> /* ssize_t: getline */
@@ -34,21 +35,6 @@ struct csv {
 	int resumed;
 	struct csv_table t[2];
 };
-
-static kiln_status csv_open(const char *dir, int resumed, int64_t step, void **ctx)
-{
-	struct csv *c = calloc(1, sizeof *c);
-	(void)step;
-	if (!c)
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	c->resumed = resumed;
-	c->t[0].event = "train";
-	c->t[1].event = "eval";
-	for (int i = 0; i < 2; i++)
-		snprintf(c->t[i].path, sizeof c->t[i].path, "%s/%s.csv", dir, c->t[i].event);
-	*ctx = c;
-	return KILN_OK;
-}
 
 /* Another column, named the n bytes at name. */
 static kiln_status add_col(struct csv_table *t, const char *name, size_t n)
@@ -73,45 +59,138 @@ static void free_cols(struct csv_table *t)
 	t->ncol = t->cap = 0;
 }
 
-/* The header of an existing table (a resumed run appends under it): its
- * first line, whatever its length, split at every comma (an empty name
- * is a column too). */
-static kiln_status read_header(struct csv_table *t)
+/* The length of the cell at p: up to the first comma outside double
+ * quotes, or the line's end (RFC 4180, as pandas and Python's csv module
+ * write: "a,b" is one cell, "" a quote within it); *open: a quote left
+ * open at the line's end (the cell goes on on the next line). */
+static size_t cell_len(const char *p, int *open)
 {
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t len;
+	int q = 0;
+	size_t n = 0;
+	for (; p[n] && (q || p[n] != ','); n++)
+		q ^= p[n] == '"';
+	*open = q;
+	return n;
+}
+
+/* The cells of a line (an empty line has one); *open: as cell_len's. */
+static int count_cells(const char *line, int *open)
+{
+	int cells = 1;
+	for (const char *p = line + cell_len(line, open); *p; p += 1 + cell_len(p + 1, open))
+		cells++;
+	return cells;
+}
+
+/* The header's names (t->col), each cell of its first line as it is, an
+ * empty one too (another program's table: its cells stay under their
+ * columns), quotes kept: the widened header writes them back. */
+static kiln_status split_header(struct csv_table *t, const char *line)
+{
 	kiln_status st = KILN_OK;
-	FILE *f = fopen(t->path, "r");
-	if (!f)
-		return KILN_OK;
-	if ((len = getline(&line, &cap, f)) > 0) {
-		while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-			line[--len] = 0;
-		for (const char *p = line; len && !st; p++) {
-			const char *e = strchr(p, ',');
-			const size_t n = e ? (size_t)(e - p) : strlen(p);
-			st = add_col(t, p, n);
-			if (!e)
-				break;
-			p = e;
-		}
+	int open;
+	for (const char *p = line; !st; p++) {
+		const size_t n = cell_len(p, &open);
+		st = add_col(t, p, n);
+		if (!p[n])
+			break;
+		p += n;
 	}
-	free(line);
-	fclose(f);
 	return st;
 }
 
+/* The refusal of a table a resumed run cannot append to as it is, at its
+ * line ln: why, and what to do (fix: "" or a fix before the one that
+ * always works). */
+static kiln_status bad_table(const struct csv_table *t, long long ln, const char *why,
+			     const char *fix)
+{
+	return kiln_error(KILN_EDATA, "%s:%lld: %s; %smove the table aside to begin a new one",
+			  t->path, ln, why, fix);
+}
+
+/* An existing table a resumed run appends to, read when the loggers open
+ * (before a step is taken): its header, and its rows checked, so that the
+ * run can append under it and widen it.  Refused (the file left as it is),
+ * naming its line: a first line that is empty (the header would come
+ * after the rows), a row with more cells than the header has names (the
+ * columns a widening adds at the end would take its extra cells), a
+ * quoted cell going on to the next line (kiln's tables hold a row a line).
+ * Before session 37 the first two went on, and the table was wrong for
+ * good.  A partial last line (no '\n') is not read: kiln_log_open_append
+ * drops it.  No file: no header yet. */
+static kiln_status read_table(struct csv_table *t)
+{
+	char *line = NULL, why[200];
+	size_t cap = 0;
+	ssize_t len;
+	long long ln = 0;
+	kiln_status st = KILN_OK;
+	FILE *f = fopen(t->path, "r");
+	if (!f) /* (none yet; one that cannot be opened: table_open says why) */
+		return KILN_OK;
+	while (!st && (len = getline(&line, &cap, f)) > 0 && line[len - 1] == '\n') {
+		int open, cells;
+		ln++;
+		while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = 0;
+		if (ln == 1 && !len)
+			st = bad_table(t, ln, "the first line is empty, where the table's header belongs", "");
+		else if (ln == 1)
+			st = split_header(t, line);
+		if (st)
+			break;
+		cells = count_cells(line, &open);
+		if (open)
+			st = bad_table(t, ln, "a quoted cell goes on past the line's end: kiln's tables hold a row a line", "");
+		else if (cells > t->ncol) {
+			snprintf(why, sizeof why, "%d cells under a header of %d columns: the columns a resumed run adds at the end would take the extra ones",
+				 cells, t->ncol);
+			st = bad_table(t, ln, why, "remove them, or ");
+		}
+	}
+	if (!st && ferror(f))
+		st = kiln_error(KILN_EIO, "%s: cannot read: %s", t->path, strerror(errno));
+	free(line);
+	fclose(f);
+	if (st)
+		free_cols(t);
+	return st;
+}
+
+/* A table's file, opened at its first record: a resumed run's appended to
+ * under the header read_table read (none: a new one, written by
+ * write_header). */
 static kiln_status table_open(struct csv *c, struct csv_table *t)
 {
-	kiln_status st;
-	if (c->resumed) {
-		if ((st = kiln_log_open_append(t->path, &t->f)))
-			return st;
-		return read_header(t);
-	}
+	if (c->resumed)
+		return kiln_log_open_append(t->path, &t->f);
 	/* readable too: a carry reads it back (csv_carry) */
 	return kiln_fopen_regular(t->path, "w+", "write", &t->f);
+}
+
+static kiln_status csv_open(const char *dir, int resumed, int64_t step, void **ctx)
+{
+	struct csv *c = calloc(1, sizeof *c);
+	(void)step;
+	if (!c)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	c->resumed = resumed;
+	c->t[0].event = "train";
+	c->t[1].event = "eval";
+	kiln_status st = KILN_OK;
+	for (int i = 0; i < 2 && !st; i++) {
+		snprintf(c->t[i].path, sizeof c->t[i].path, "%s/%s.csv", dir, c->t[i].event);
+		if (resumed)
+			st = read_table(&c->t[i]);
+	}
+	if (st) {
+		free_cols(&c->t[0]);
+		free(c);
+		return st;
+	}
+	*ctx = c;
+	return KILN_OK;
 }
 
 /* The columns of the table's first record: its set (evaluations), then
@@ -175,9 +254,8 @@ static int widen_fill(FILE *out, void *ctx)
 			line[--len] = 0;
 		if (!row)
 			continue;
-		int cells = 1;
-		for (const char *p = line; (p = strchr(p, ',')); p++)
-			cells++;
+		int open; /* (none: read_table refused such a table) */
+		const int cells = len ? count_cells(line, &open) : w->t->ncol; /* a blank line stays blank */
 		fputs(line, out);
 		for (int k = cells; k < w->t->ncol; k++)
 			fputc(',', out);
@@ -251,10 +329,12 @@ static void write_cell(FILE *f, const struct kiln_log_record *r, const char *nam
 	for (int i = 0; i < r->n; i++)
 		if (!strcmp(r->f[i].name, name)) {
 			char v[40]; /* '.' whatever the application's locale: its ',' would split the cell */
-			if (r->f[i].integer)
+			if (r->f[i].kind == KILN_LOG_INT)
 				snprintf(v, sizeof v, "%lld", (long long)r->f[i].v);
-			else
-				common_snprintf_c(v, sizeof v, "%.9g", r->f[i].v);
+			else /* metrics.jsonl's digits (before session 37 "%.9g":
+			      * a loss's last digits lost, 0.05f as 0.0500000007) */
+				kiln_log_real_text(v, sizeof v, r->f[i].v,
+						   r->f[i].kind == KILN_LOG_F32);
 			fputs(v, f);
 			return;
 		}

@@ -2,6 +2,7 @@
  * selects, each record handed to all of them; and the histogram of a
  * tensor they are given.  See logger.h. */
 #include "logger.h"
+#include "../plugins/common/c_locale.h" /* common_c_numbers_begin, _end */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +65,21 @@ kiln_status kiln_loggers_open(const struct kiln_config *cfg, const char *dir, in
 			 (long long)L->hist_every);
 	*out = L;
 	return KILN_OK;
+}
+
+void kiln_log_real_text(char *buf, size_t n, double v, int f32)
+{
+	const locale_t old = common_c_numbers_begin(); /* '.', for printing and reading back */
+	if (!isfinite(v))
+		snprintf(buf, n, "%g", v);
+	/* the least precision that round-trips: at most 9 digits for a
+	 * float32, 17 for a double (%g drops trailing zeros: "0.05") */
+	for (int p = 1; isfinite(v) && p <= 17; p++) {
+		snprintf(buf, n, "%.*g", p, f32 ? (double)(float)v : v);
+		if (f32 ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v)
+			break;
+	}
+	common_c_numbers_end(old);
 }
 
 /* The offset just past the last '\n' of f (0: none), reading back from

@@ -21,12 +21,24 @@
 #include <jansson.h>
 #include <stdio.h>
 
-/* One number of a record, named as in metrics.jsonl.  integer: printed
- * as an integer (step, epoch, counts). */
+/* What a field's number was where the trainer read it, which says how it
+ * is printed (kiln_log_real_text): an integer (step, epoch, counts), a
+ * double (the interval's means, times), or a float32 (lr, grad_norm,
+ * loss_scale: device floats), printed as the shortest text that reads
+ * back as that float32 ("0.05", not the double's 0.05000000074505806).
+ * 0 and 1 are the values the integer flag this replaced had. */
+enum kiln_log_kind {
+	KILN_LOG_F64 = 0,
+	KILN_LOG_INT = 1,
+	KILN_LOG_F32 = 2,
+};
+
+/* One number of a record, named as in metrics.jsonl; v holds it exactly
+ * (a float32's or an integer's value too). */
 struct kiln_log_field {
 	const char *name;
 	double v;
-	int integer;
+	enum kiln_log_kind kind;
 };
 
 #define KILN_LOG_FIELDS 16
@@ -44,11 +56,20 @@ struct kiln_log_record {
 /* Append a field (silently dropped past KILN_LOG_FIELDS: a programming
  * error the tests would show as a missing column). */
 static inline void kiln_log_add(struct kiln_log_record *r, const char *name, double v,
-				int integer)
+				enum kiln_log_kind kind)
 {
 	if (r->n < KILN_LOG_FIELDS)
-		r->f[r->n++] = (struct kiln_log_field){ name, v, integer };
+		r->f[r->n++] = (struct kiln_log_field){ name, v, kind };
 }
+
+/* The text a logger writes for a real v (C locale, whatever the
+ * application's): the shortest "%.<p>g" that reads back as v, or, f32, as
+ * (float)v; a non-finite v as "%g" prints it ("nan", "-inf": the JSON
+ * logger writes null instead).  buf: n bytes, 32 are enough.  metrics.jsonl
+ * and the CSV tables write the same digits, so a value compares equal
+ * with PyTorch's logged one read back (before session 37 metrics.jsonl
+ * kept 7 significant digits: a loss scale of 2^24 read 1.677722e7). */
+void kiln_log_real_text(char *buf, size_t n, double v, int f32);
 
 #define KILN_LOG_BUCKETS 30
 

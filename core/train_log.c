@@ -438,22 +438,22 @@ static void train_record(struct trainer *t, double ls, double c, double n)
 	struct kiln_log_record r = { .event = "train", .step = t->step };
 	double wall, wait;
 	interval_clock(t, &wall, &wait);
-	kiln_log_add(&r, "epoch", (double)t->ep + 1, 1);
-	kiln_log_add(&r, "step", (double)t->step, 1);
-	kiln_log_add(&r, "loss", ls / n, 0);
-	kiln_log_add(&r, "acc", c / n, 0);
-	kiln_log_add(&r, "skipped", (double)t->res->steps_skipped, 1);
+	kiln_log_add(&r, "epoch", (double)t->ep + 1, KILN_LOG_INT);
+	kiln_log_add(&r, "step", (double)t->step, KILN_LOG_INT);
+	kiln_log_add(&r, "loss", ls / n, KILN_LOG_F64);
+	kiln_log_add(&r, "acc", c / n, KILN_LOG_F64);
+	kiln_log_add(&r, "skipped", (double)t->res->steps_skipped, KILN_LOG_INT);
 	/* (the steps clip_norm scaled so far, as the result's steps_clipped:
 	 * before session 34 only the result had them) */
-	kiln_log_add(&r, "clipped", (double)t->res->steps_clipped, 1);
-	kiln_log_add(&r, "loss_scale", t->res->loss_scale, 0);
-	kiln_log_add(&r, "time", kiln_now_s() - t->t_start, 0);
+	kiln_log_add(&r, "clipped", (double)t->res->steps_clipped, KILN_LOG_INT);
+	kiln_log_add(&r, "loss_scale", t->res->loss_scale, KILN_LOG_F32); /* scaler_host[0] */
+	kiln_log_add(&r, "time", kiln_now_s() - t->t_start, KILN_LOG_F64);
 	if (t->lr_dev)
-		kiln_log_add(&r, "lr", t->metrics_host[3], 0);
-	kiln_log_add(&r, "samples_per_s", wall > 0 ? n * t->world / wall : 0, 0);
-	kiln_log_add(&r, "data_wait", wait, 0);
+		kiln_log_add(&r, "lr", t->metrics_host[3], KILN_LOG_F32);
+	kiln_log_add(&r, "samples_per_s", wall > 0 ? n * t->world / wall : 0, KILN_LOG_F64);
+	kiln_log_add(&r, "data_wait", wait, KILN_LOG_F64);
 	if (t->clip)
-		kiln_log_add(&r, "grad_norm", t->clip_host[0], 0);
+		kiln_log_add(&r, "grad_norm", t->clip_host[0], KILN_LOG_F32);
 	kiln_loggers_record(t->log, &r);
 }
 
@@ -464,12 +464,12 @@ void trainer_eval_record(struct trainer *t, const struct eval_target *e, int64_t
 {
 	struct kiln_log_record r = { .event = "eval", .set = e->name, .step = t->step };
 	if (epoch)
-		kiln_log_add(&r, "epoch", (double)epoch, 1);
-	kiln_log_add(&r, "step", (double)t->step, 1);
-	kiln_log_add(&r, "loss", *e->loss, 0);
-	kiln_log_add(&r, "acc", *e->acc, 0);
-	kiln_log_add(&r, "acc5", *e->acc5, 0);
-	kiln_log_add(&r, "samples", (double)e->set->len, 1);
+		kiln_log_add(&r, "epoch", (double)epoch, KILN_LOG_INT);
+	kiln_log_add(&r, "step", (double)t->step, KILN_LOG_INT);
+	kiln_log_add(&r, "loss", *e->loss, KILN_LOG_F64);
+	kiln_log_add(&r, "acc", *e->acc, KILN_LOG_F64);
+	kiln_log_add(&r, "acc5", *e->acc5, KILN_LOG_F64);
+	kiln_log_add(&r, "samples", (double)e->set->len, KILN_LOG_INT);
 	kiln_loggers_record(t->log, &r);
 }
 
