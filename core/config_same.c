@@ -91,7 +91,7 @@ int kiln_config_value_canon(const struct kiln_config *cfg, const char *section,
 	case KILN_KEY_INTS: {
 		const char *type = strncmp(section, "layer.", 6) ? NULL : kiln_config_get(cfg, section, "type");
 		int pair = kiln_config_pair_key(section, type, type ? strlen(type) : 0, k->name);
-		count = parse_ints(v, n, ints, pair ? 2 : (int)KILN_ARRAY_LEN(ints));
+		count = parse_ints(v, n, ints, pair ? 2 : (int)KILN_ARRAY_LEN(ints), NULL);
 		return count > 0 && !write_ints(ints, count, pair, out, outn);
 	}
 	default: /* text: STR, LIST, ENUM (an enum's words are exact) */
