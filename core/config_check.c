@@ -316,38 +316,45 @@ kiln_status check_number(const struct kiln_key *k, const char *v, double x)
 	return KILN_OK;
 }
 
-/* KILN_KEY_INTS: integers separated by commas, each in the key's range.
- * An empty number ("1,", ",1", "1,,2") is refused: split by hand because
- * strtok_r skips empty tokens, and "1," passed here as "1" while the conv
- * layer read it as (1, 0). */
+/* KILN_KEY_INTS: integers separated by commas (parse_ints reads them),
+ * each in the key's range, checked in order up to the number refused.
+ * An empty number ("1,", ",1", "1,,2") is refused: "1," once passed as
+ * "1" (strtok_r skips empty tokens) while the conv layer read it as
+ * (1, 0). */
 static kiln_status check_ints(const struct kiln_key *k, const char *v)
 {
-	long long i;
-	char tok[64];
-	int count = 0;
-	for (const char *t = v;; t++) {
-		size_t len = strcspn(t, ",");
-		snprintf(tok, sizeof tok, "%.*s", (int)(len < sizeof tok ? len : sizeof tok - 1), t);
-		if (!tok[strspn(tok, " \t")]) {
-			if (!count && !t[len])
-				return kiln_error(KILN_ECONFIG, "'%s' is empty; expected integers like 1,28,28",
-						  k->name);
-			return kiln_error(KILN_ECONFIG, "'%s' = '%s': number %d is empty (expected integers separated by commas)",
-					  k->name, v, count + 1);
-		}
-		if (len >= sizeof tok || parse_number(tok, &i, NULL))
-			return kiln_error(KILN_ECONFIG, "'%s' = '%s': '%s' is not an integer",
-					  k->name, v, tok);
-		if (check_number(k, v, (double)i))
+	size_t n = strlen(v);
+	int max = 1; /* the numbers a value can hold: one more than its commas */
+	for (const char *c = v; (c = strchr(c, ',')); c++)
+		max++;
+	long long *x = malloc(sizeof *x * (size_t)max);
+	if (!x)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	struct ints_stop stop;
+	int count = parse_ints(v, n, x, max, &stop);
+	for (int j = 0; j < (count < 0 ? stop.i : count); j++)
+		if (check_number(k, v, (double)x[j])) {
+			free(x);
 			return KILN_ECONFIG;
-		count++;
-		t += len;
-		if (!*t)
-			return KILN_OK;
+		}
+	free(x);
+	if (count >= 0)
+		return KILN_OK;
+	/* the refused number's text as far as its first 63 bytes */
+	char tok[64];
+	snprintf(tok, sizeof tok, "%.*s", (int)(stop.len < sizeof tok ? stop.len : sizeof tok - 1),
+		 v + stop.at);
+	if (!tok[strspn(tok, " \t")]) {
+		if (!stop.i && stop.at + stop.len == n)
+			return kiln_error(KILN_ECONFIG, "'%s' is empty; expected integers like 1,28,28",
+					  k->name);
+		return kiln_error(KILN_ECONFIG, "'%s' = '%s': number %d is empty (expected integers separated by commas)",
+				  k->name, v, stop.i + 1);
 	}
+	return kiln_error(KILN_ECONFIG, "'%s' = '%s': '%s' is not an integer", k->name, v, tok);
 }
 
-int parse_ints(const char *v, size_t n, long long *out, int max)
+int parse_ints(const char *v, size_t n, long long *out, int max, struct ints_stop *stop)
 {
 	char tok[64];
 	int count = 0;
@@ -355,10 +362,12 @@ int parse_ints(const char *v, size_t n, long long *out, int max)
 		size_t len = 0;
 		while (i + len < n && v[i + len] != ',')
 			len++;
+		if (stop)
+			stop->i = count, stop->at = i, stop->len = len;
 		if (len >= sizeof tok || count == max)
 			return -1;
 		snprintf(tok, sizeof tok, "%.*s", (int)len, v + i);
-		/* an empty number is refused, as check_ints refuses it */
+		/* an empty number ("1,", ",1", "1,,2", spaces alone) is refused */
 		if (!tok[strspn(tok, " \t")] || parse_number(tok, &out[count], NULL))
 			return -1;
 		count++;

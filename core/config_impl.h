@@ -58,10 +58,19 @@ const struct kiln_key *lookup_key(const struct kiln_config *cfg, const char *sec
 /* v, spaces around it allowed, as a whole number into *iout when iout is
  * set, else as a finite number into *fout.  0, or -1 (nothing written). */
 int parse_number(const char *v, long long *iout, double *fout);
+/* Where parse_ints stopped: the index of the number it refused (max where
+ * v holds more than max) and that number's text, v[at..at + len) (spaces
+ * alone for an empty one). */
+struct ints_stop {
+	int i;
+	size_t at, len;
+};
 /* v[0..n) (not NUL-terminated) as KILN_KEY_INTS: at most max whole
  * numbers separated by commas (spaces around each), none empty, each as
- * parse_number reads it, into out: their count, or -1. */
-int parse_ints(const char *v, size_t n, long long *out, int max);
+ * parse_number reads it (63 bytes at most), into out: their count, or -1
+ * with out[0..stop->i) the numbers before the one refused and, where stop
+ * is set, *stop saying which (check_ints words its messages from it). */
+int parse_ints(const char *v, size_t n, long long *out, int max, struct ints_stop *stop);
 /* 1/true/yes/on or 0/false/no/off (any case) into *out: 0, else -1. */
 int parse_bool(const char *v, int *out);
 /* x (written v) within k's range, else KILN_ECONFIG without a location. */

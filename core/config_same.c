@@ -11,16 +11,18 @@
 
 #include <stdio.h>
 
-/* Is [section] a layer whose type is one of kiln's own (by cfg)?  Its
- * integer lists are pairs read by get_pair (core/layers/util.h: "N" is
- * (N, N)); a layer plugin reads its keys as it likes, so its lists are
- * compared number by number, "5" never "5,5". */
-static int builtin_layer(const struct kiln_config *cfg, const char *section)
+int kiln_config_pair_key(const char *section, const char *type, size_t type_n, const char *key)
 {
-	const char *type = strncmp(section, "layer.", 6) ? NULL : kiln_config_get(cfg, section, "type");
-	for (int i = 0; type && kiln_builtin_layers[i]; i++)
-		if (!strcmp(kiln_builtin_layers[i]->name, type))
-			return 1;
+	if (strncmp(section, "layer.", 6) || !type)
+		return 0;
+	for (int i = 0; kiln_builtin_layers[i]; i++) {
+		const char *name = kiln_builtin_layers[i]->name;
+		if (strlen(name) != type_n || memcmp(name, type, type_n))
+			continue;
+		for (const struct kiln_key *t = kiln_builtin_layers[i]->keys; t && t->name; t++)
+			if (!strcmp(t->name, key))
+				return t->type == KILN_KEY_INTS;
+	}
 	return 0;
 }
 
@@ -87,8 +89,9 @@ int kiln_config_value_canon(const struct kiln_config *cfg, const char *section,
 		snprintf(out, outn, "%d", b);
 		return 1;
 	case KILN_KEY_INTS: {
-		int pair = builtin_layer(cfg, section);
-		count = parse_ints(v, n, ints, pair ? 2 : (int)KILN_ARRAY_LEN(ints));
+		const char *type = strncmp(section, "layer.", 6) ? NULL : kiln_config_get(cfg, section, "type");
+		int pair = kiln_config_pair_key(section, type, type ? strlen(type) : 0, k->name);
+		count = parse_ints(v, n, ints, pair ? 2 : (int)KILN_ARRAY_LEN(ints), NULL);
 		return count > 0 && !write_ints(ints, count, pair, out, outn);
 	}
 	default: /* text: STR, LIST, ENUM (an enum's words are exact) */

@@ -47,6 +47,17 @@ int kiln_config_key_default(const struct kiln_config *cfg, const char *section, 
  * same when their canonical texts (or, both 0, their bytes) are equal. */
 int kiln_config_value_canon(const struct kiln_config *cfg, const char *section,
 			    const struct kiln_key *k, const char *v, size_t n, char *out, size_t outn);
+/* core/config_same.c.  Is [section] key a pair, read as a built-in layer
+ * reads it (get_pair, core/layers/util.h: "N" is (N, N), so `kernel = 5`
+ * is `kernel = 5,5`)?  1 where section is a [layer.X] whose type,
+ * type[0..type_n) (not NUL-terminated; NULL: unset), is one of kiln's own
+ * layers and that layer's schema has key as an integer list (conv's and
+ * the poolings' kernel, stride, padding, dilation); else 0: a layer
+ * plugin reads its keys as it likes, so its lists are compared number by
+ * number ("5" never "5,5"), and other sections have no pairs.  The one
+ * rule for the canonical text (kiln_config_value_canon) and for the
+ * older kilns' forms a checkpoint may hold (core/resume.c). */
+int kiln_config_pair_key(const char *section, const char *type, size_t type_n, const char *key);
 /* Whether a[0..an) and b[0..bn), two values of [section] key, mean the
  * same by the key's schema row in cfg (the layer type cfg gives [section],
  * the plugin cfg's registry has for it): equal bytes, or equal canonical

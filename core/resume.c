@@ -156,23 +156,15 @@ struct ckpt_rules {
 enum key_form { FORM_TEXT, FORM_PAIR, FORM_STEPS };
 
 /* [sec] key's legacy form: a pair where the current config gives [sec] a
- * built-in layer type whose schema has key as an integer list (conv's and
- * the poolings' kernel, stride, padding, dilation). */
+ * built-in layer type whose schema has key as an integer list
+ * (kiln_config_pair_key, the rule kiln_config_values_same follows too). */
 static enum key_form key_form(const struct ckpt_rules *r, const char *sec, const char *key)
 {
 	if (!strcmp(sec, "train") && !strcmp(key, "milestones"))
 		return FORM_STEPS;
-	if (strncmp(sec, "layer.", 6))
-		return FORM_TEXT;
 	const struct kiln_kv *type = kiln_kv_lookup(r->cur, r->ncur, sec, "type");
-	for (int i = 0; type && type->val && kiln_builtin_layers[i]; i++) {
-		const char *name = kiln_builtin_layers[i]->name;
-		if (strlen(name) != (size_t)type->val_n || memcmp(name, type->val, (size_t)type->val_n))
-			continue;
-		for (const struct kiln_key *t = kiln_builtin_layers[i]->keys; t && t->name; t++)
-			if (!strcmp(t->name, key))
-				return t->type == KILN_KEY_INTS ? FORM_PAIR : FORM_TEXT;
-	}
+	if (type && kiln_config_pair_key(sec, type->val, (size_t)type->val_n, key))
+		return FORM_PAIR;
 	return FORM_TEXT;
 }
 

@@ -10,31 +10,10 @@
 # elsewhere) with no read or transform time.
 name=bench_data
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 
-cat >"$tmp/bd.ini" <<'INI'
-[run]
-device = cpu
-[data]
-source = synthetic
-samples = 2000
-image_size = 256
-image_channels = 3
-classes = 10
-resize = 224
-crop = random
-size = 200
-workers = 4
-prefetch = 8
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 8
-INI
+ini_bench_data samples=2000 image_size=256 image_channels=3 classes=10 resize=224 crop=random \
+	size=200 workers=4 prefetch=8 >"$tmp/bd.ini"
 # (not a rate comparison: timings are bench/'s, never a test's) each of 3
 # runs of one timed batch counts that batch's reads and transforms: the
 # loader is idle when the clock starts (before, most runs timed a batch

@@ -15,36 +15,16 @@
 #  4. XDG_CACHE_HOME relative (the XDG spec: ignored): HOME's cache.
 name=cache_home
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 data="$(cd "$srcdir/tests/data" && pwd)" # absolute: case 4 runs elsewhere
 need_source idx
 unset KILN_PROBE_CACHE
 ini="$tmp/mlp.ini"
-cat >"$ini" <<EOF
-[run]
-threads = 1
-[data]
-source = idx
-path = $data
-images = tr_cnn_images.idx
-labels = tr_cnn_labels.idx
-shuffle = 0
-workers = 0
-[data.eval]
-images = tr_cnn_images.idx
-labels = tr_cnn_labels.idx
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 5
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 8
-epochs = 1
-max_steps = 1
-checkpoint_every = 0
-EOF
+{
+	ini run threads=1
+	ini_tr_cnn_mlp "$data"
+	ini train batch=8 epochs=1 max_steps=1 checkpoint_every=0
+} >"$ini"
 
 # 1
 (

@@ -17,6 +17,7 @@
 
 #include <check.h>
 #include "check_main.h"
+#include "cnn_rig.h"
 #include "test_util.h"
 #include <dlfcn.h> /* RTLD_NEXT (_GNU_SOURCE: build-config.h) */
 #include <errno.h>
@@ -874,21 +875,9 @@ END_TEST
 
 /* ---- through the trainer ------------------------------------------------- */
 
-/* 640 samples, batch 16 x accumulate 2 with AdamW: 20 optimizer steps an
- * epoch, 3 epochs = 60 steps. */
-static const char *cnn_ini =
-	"[run]\nseed = 5\nout_dir = %s\n"
-	"[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\nshuffle = 1\n"
-	"crop = random\npad = 2\nflip = 1\nworkers = 2\n"
-	"[data.eval]\nlimit = 200\n"
-	"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n"
-	"[layer.bn]\ntype = batchnorm\n[layer.r]\ntype = relu\n"
-	"[layer.p]\ntype = maxpool\nkernel = 2\n"
-	"[layer.d]\ntype = dropout\np = 0.3\n"
-	"[layer.f]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
-	"[layer.loss]\ntype = softmax_xent\n"
-	"[train]\nepochs = 3\nbatch = 16\naccumulate = 2\noptimizer = adamw\nlr = 0.003\n"
-	"weight_decay = 0.01\nlog_every = 5\neval_batch = 128\nschedule = %s\nwarmup = 4\n";
+/* The CNN of tests/cnn_rig.h: 60 optimizer steps in 3 epochs. */
+static const char *cnn_ini = "[run]\nseed = 5\nout_dir = %s\n" CNN_RIG_INI
+			     "log_every = 5\neval_batch = 128\nschedule = %s\nwarmup = 4\n";
 
 static kiln_status train_run(const char *dir, const char *schedule, const char *const *ov,
 			     struct kiln_train_result *res)
@@ -1014,6 +1003,47 @@ static char *text_edit(const char *t, const char *from, const char *to)
 	return out;
 }
 
+/* A run's config and its texts as a checkpoint holds them: base validated
+ * with reg into *c (kiln_config_free), kiln's text of it into *t and its
+ * defaults' into *d (the caller frees both). */
+static void config_texts(const char *base, struct kiln_config **c, char **t, char **d)
+{
+	*c = test_config(reg, base);
+	*t = kiln_ckpt_config_text(*c, reg);
+	*d = kiln_ckpt_config_defaults(*c, reg);
+	ck_assert(*t && *d);
+}
+
+/* A checkpoint's config that is t0 (a run's text, d0 its defaults, cur its
+ * config or NULL) with the line `now` written `saved_line` means the
+ * same: accepted for a resume and for the weights, and where reverse, the
+ * other way round too (the run's line written so, the checkpoint's t0). */
+static void check_same(const char *t0, const char *d0, const struct kiln_config *cur,
+		       const char *now, const char *saved_line, int reverse)
+{
+	char *saved = text_edit(t0, now, saved_line);
+	ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, cur) == KILN_OK,
+		      "resume, saved %s: %s", saved_line, kiln_last_error());
+	ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, "", d0, cur) == KILN_OK,
+		      "weights, saved %s: %s", saved_line, kiln_last_error());
+	if (reverse)
+		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", t0, saved, NULL, d0, cur) == KILN_OK,
+			      "resume, now %s: %s", saved_line, kiln_last_error());
+	free(saved);
+}
+
+/* The same checkpoint's config (check_same) is another: a resume refused,
+ * its message naming `names`. */
+static void check_refused(const char *t0, const char *d0, const struct kiln_config *cur,
+			  const char *now, const char *saved_line, const char *names)
+{
+	char *saved = text_edit(t0, now, saved_line);
+	kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, cur);
+	ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), names), "saved %s: %s",
+		      saved_line, st ? kiln_last_error() : "accepted");
+	free(saved);
+}
+
 /* Values compare by meaning, not bytes (session 35: a checkpoint of an
  * older kiln, which kept an override's trailing space and read `padding =
  * 2,` as (2, 0), could be neither resumed nor evaluated, and two runs of
@@ -1024,9 +1054,9 @@ START_TEST(test_config_check_meaning)
 			   "padding = 2, 0\n[layer.fc]\ntype = linear\nout = 128\n"
 			   "[layer.loss]\ntype = softmax_xent\n[train]\nschedule = multistep\n"
 			   "milestones = 25, 30\n";
-	struct kiln_config *c0 = test_config(reg, base);
-	char *t0 = kiln_ckpt_config_text(c0, reg), *d0 = kiln_ckpt_config_defaults(c0, reg);
-	ck_assert(t0 && d0);
+	struct kiln_config *c0;
+	char *t0, *d0;
+	config_texts(base, &c0, &t0, &d0);
 	/* the checkpoint's line, as the kiln that wrote it had it */
 	static const struct {
 		const char *now, *saved;
@@ -1039,17 +1069,9 @@ START_TEST(test_config_check_meaning)
 		{ "milestones = 25, 30\n", "milestones = 25, 30,\n" },
 		{ "milestones = 25, 30\n", "milestones = 25,30\n" },
 	};
-	for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++) {
-		char *saved = text_edit(t0, same[i].now, same[i].saved);
-		for (int typed = 0; typed < 2; typed++) {
-			const struct kiln_config *cur = typed ? c0 : NULL;
-			ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, cur) == KILN_OK,
-				      "resume, saved %s: %s", same[i].saved, kiln_last_error());
-			ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, "", d0, cur) == KILN_OK,
-				      "weights, saved %s: %s", same[i].saved, kiln_last_error());
-		}
-		free(saved);
-	}
+	for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++)
+		for (int typed = 0; typed < 2; typed++)
+			check_same(t0, d0, typed ? c0 : NULL, same[i].now, same[i].saved, 0);
 	/* real changes stay refused, named with both texts */
 	static const struct {
 		const char *now, *saved, *names;
@@ -1063,13 +1085,8 @@ START_TEST(test_config_check_meaning)
 		{ "milestones = 25, 30\n", "milestones = 25, 31,\n", "[train] milestones is '25, 31,'" },
 		{ "milestones = 25, 30\n", "milestones = 25\n", "[train] milestones is '25'" },
 	};
-	for (size_t i = 0; i < KILN_ARRAY_LEN(other); i++) {
-		char *saved = text_edit(t0, other[i].now, other[i].saved);
-		kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, c0);
-		ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), other[i].names), "saved %s: %s",
-			      other[i].saved, st ? kiln_last_error() : "accepted");
-		free(saved);
-	}
+	for (size_t i = 0; i < KILN_ARRAY_LEN(other); i++)
+		check_refused(t0, d0, c0, other[i].now, other[i].saved, other[i].names);
 	/* the checkpoint's `padding = 2,` is (2, 0): another padding now is a change */
 	char *t1 = text_with(base, "layer.c.padding=2, 1"), *saved = text_edit(t0, "padding = 2, 0\n", "padding = 2,\n");
 	ck_assert(kiln_ckpt_config_check("ck.kiln", saved, t1, NULL, d0, NULL) == KILN_ECONFIG);
@@ -1104,9 +1121,9 @@ START_TEST(test_config_check_types)
 			   "[layer.d]\ntype = dropout\np = 0.5\n[layer.fc]\ntype = linear\nout = 128\n"
 			   "[layer.loss]\ntype = softmax_xent\n[train]\nlr = 0.1\n"
 			   "[plugin.cpu]\nadaptive = 1\n";
-	struct kiln_config *c0 = test_config(reg, base);
-	char *t0 = kiln_ckpt_config_text(c0, reg), *d0 = kiln_ckpt_config_defaults(c0, reg);
-	ck_assert(t0 && d0);
+	struct kiln_config *c0;
+	char *t0, *d0;
+	config_texts(base, &c0, &t0, &d0);
 	/* (the dropout's p and the CPU plugin's adaptive: a key of a type
 	 * found in the registry, as a layer plugin's is) */
 	static const struct {
@@ -1119,17 +1136,9 @@ START_TEST(test_config_check_types)
 		{ "inplace = 1\n", "inplace = true\n" }, { "inplace = 1\n", "inplace = ON\n" },
 		{ "bias = 1\n", "bias = yes\n" },
 	};
-	for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++) {
-		char *saved = text_edit(t0, same[i].now, same[i].saved);
-		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, c0) == KILN_OK,
-			      "resume, saved %s: %s", same[i].saved, kiln_last_error());
-		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", saved, t0, "", d0, c0) == KILN_OK,
-			      "weights, saved %s: %s", same[i].saved, kiln_last_error());
-		/* the other way round: the run's value written otherwise */
-		ck_assert_msg(kiln_ckpt_config_check("ck.kiln", t0, saved, NULL, d0, c0) == KILN_OK,
-			      "resume, now %s: %s", same[i].saved, kiln_last_error());
-		free(saved);
-	}
+	/* (and the other way round: the run's value written otherwise) */
+	for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++)
+		check_same(t0, d0, c0, same[i].now, same[i].saved, 1);
 	/* other numbers, another truth, a value no parser reads: refused,
 	 * named with both texts */
 	static const struct {
@@ -1143,13 +1152,8 @@ START_TEST(test_config_check_types)
 		{ "p = 0.5\n", "p = 0.25\n", "[layer.d] p is '0.25'" },
 		{ "adaptive = 1\n", "adaptive = no\n", "[plugin.cpu] adaptive is 'no'" },
 	};
-	for (size_t i = 0; i < KILN_ARRAY_LEN(other); i++) {
-		char *saved = text_edit(t0, other[i].now, other[i].saved);
-		kiln_status st = kiln_ckpt_config_check("ck.kiln", saved, t0, NULL, d0, c0);
-		ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), other[i].names), "saved %s: %s",
-			      other[i].saved, st ? kiln_last_error() : "accepted");
-		free(saved);
-	}
+	for (size_t i = 0; i < KILN_ARRAY_LEN(other); i++)
+		check_refused(t0, d0, c0, other[i].now, other[i].saved, other[i].names);
 	free(t0);
 	free(d0);
 	kiln_config_free(c0);

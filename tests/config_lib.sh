@@ -75,3 +75,32 @@ ini_sgd_steps() {
 	shift
 	ini train epochs=1 max_steps="$_n" optimizer=sgd momentum=0.9 lr=0.05 "$@"
 }
+
+# ini_tr_cnn_mlp DIR [HIDDEN]: [data] and [data.eval] of the 48 tr_cnn
+# images in DIR (tests/data), unshuffled and read in the trainer's thread
+# (workers = 0), the same images evaluated, and a small MLP on them:
+# flatten, a linear layer (fc1) of HIDDEN outputs and a ReLU (relu1) where
+# HIDDEN is given, a linear layer of 5 (fc2, or fc1 without HIDDEN),
+# softmax cross-entropy (tests/cache_home.sh, tests/nonfinite_weights.sh,
+# tests/progress_tty.sh)
+ini_tr_cnn_mlp() {
+	ini data source=idx path="$1" images=tr_cnn_images.idx labels=tr_cnn_labels.idx shuffle=0 \
+		workers=0
+	ini data.eval images=tr_cnn_images.idx labels=tr_cnn_labels.idx
+	if [ -n "${2:-}" ]; then
+		ini_layers flat:flatten fc1:linear:out="$2" relu1:relu fc2:linear:out=5 loss:softmax_xent
+	else
+		ini_layers flat:flatten fc1:linear:out=5 loss:softmax_xent
+	fi
+}
+
+# ini_bench_data [KEY=VALUE...]: a config for `kiln bench data`, which
+# reads its [data] and [train] batch: the CPU, [data] of the synthetic
+# source with the keys given (docs/data.md), a linear classifier of 10
+# classes, batch 8 (tests/bench_data.sh, tests/json_nonfinite.sh)
+ini_bench_data() {
+	ini run device=cpu
+	ini data source=synthetic "$@"
+	ini_layers flat:flatten fc:linear:out=10 loss:softmax_xent
+	ini train batch=8
+}

@@ -10,6 +10,7 @@
 # the line parses as JSON.
 name=json_nonfinite
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 CC=${CC:-cc}
 need_source synthetic
 
@@ -30,26 +31,7 @@ int clock_gettime(clockid_t id, struct timespec *ts)
 CEOF
 $CC -shared -fPIC -o "$tmp/clock.so" "$tmp/clock.c" -ldl || fail "cannot build the clock shim"
 
-cat >"$tmp/bd.ini" <<'INI'
-[run]
-device = cpu
-[data]
-source = synthetic
-samples = 64
-image_size = 8
-image_channels = 1
-classes = 10
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 8
-INI
+ini_bench_data samples=64 image_size=8 image_channels=1 classes=10 workers=0 >"$tmp/bd.ini"
 last="bench data (CLOCK_MONOTONIC stopped)"
 LD_PRELOAD="$tmp/clock.so" timeout -k 5 120 "$kiln" bench data "$tmp/bd.ini" --batches 2 \
 	>"$out" 2>"$err" || fail "kiln bench data with the clock stopped: exit $?"

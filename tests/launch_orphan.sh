@@ -85,10 +85,33 @@ checkpointed() {
 		bad "$1: metrics.jsonl does not end with the stopped event"
 }
 
+# wrapped NAME GRACE WRAPPER [OVERRIDE...]: in the background, a 2-rank
+# `kiln launch --grace GRACE` ("": launch's default) of `sh -c WRAPPER sh
+# kiln train mlp.ini` with out_dir $tmp/NAME and the overrides, its output
+# in $tmp/NAME.log; $lpid the launcher
+wrapped() {
+	_wn=$1 _wg=$2 _ww=$3
+	shift 3
+	"$kiln" launch -n 2 ${_wg:+--grace "$_wg"} -- sh -c "$_ww" sh "$kiln" train "$tmp/mlp.ini" \
+		run.out_dir="$tmp/$_wn" "$@" > "$tmp/$_wn.log" 2>&1 &
+	lpid=$!
+}
+
+# stopped NAME FAILED: the launch NAME (its exit $rc) stopped by the
+# SIGTERM passed on: exit 0, no line of its log matching FAILED (grep -E:
+# a rank's group killed or reported failed), both ranks reported stopped
+# by it, the stop checkpoint written; the log's end shown on a failure
+stopped() {
+	[ $rc = 0 ] || bad "$1: kiln launch exited $rc, expected 0"
+	grep -E "$2" "$tmp/$1.log" && bad "$1: a rank's group was killed or reported failed"
+	[ "$(grep -c 'kiln launch: rank [01] stopped: its command ended by Terminated' "$tmp/$1.log")" = 2 ] ||
+		bad "$1: not both ranks reported stopped"
+	checkpointed "$1"
+	[ "$fail" = 0 ] || tail -15 "$tmp/$1.log"
+}
+
 # ---- 1. a wrapper that dies of the SIGTERM passed on ----------------------
-"$kiln" launch -n 2 -- sh -c '"$@"; exit $?' sh "$kiln" train "$tmp/mlp.ini" \
-	run.out_dir="$tmp/term" $long > "$tmp/term.log" 2>&1 &
-lpid=$!
+wrapped term "" '"$@"; exit $?' $long
 started term "$lpid" && kill -TERM "$lpid"
 wait "$lpid"
 rc=$?
@@ -104,43 +127,27 @@ checkpointed term
 # epochs of 128 steps of a 4096-wide MLP (~2 s), no log point within one:
 # the stop sent after epoch 1's line is taken at epoch 2's end
 slow="train.epochs=100000 train.log_every=100000 train.checkpoint_every=0 data.limit=16384 layer.fc1.out=4096"
-"$kiln" launch -n 2 --grace 1 -- sh -c '"$@"; exit $?' sh "$kiln" train "$tmp/mlp.ini" \
-	run.out_dir="$tmp/far" $slow > "$tmp/far.log" 2>&1 &
-lpid=$!
+wrapped far 1 '"$@"; exit $?' $slow
 started far "$lpid" && kill -TERM "$lpid"
 wait "$lpid"
 rc=$?
 echo "far: SIGTERM to the launcher of 2 wrapped trainers, the stop point ~2 s away, --grace 1: exit $rc"
-[ $rc = 0 ] || bad "far: kiln launch exited $rc, expected 0"
-grep -E 'failed with|killing them' "$tmp/far.log" && bad "far: a rank's group was killed or reported failed"
-[ "$(grep -c 'kiln launch: rank [01] stopped: its command ended by Terminated' "$tmp/far.log")" = 2 ] ||
-	bad "far: not both ranks reported stopped"
-checkpointed far
-[ "$fail" = 0 ] || tail -15 "$tmp/far.log"
+stopped far 'failed with|killing them'
 
 # ---- 1c. a process of the group exits 0 before the trainer stops ----------
 # (the helper's trap runs after its 0.1 s sleep; the sleep itself dies of
 # the SIGTERM, which the launcher passed on: no failure)
-"$kiln" launch -n 2 --grace 1 -- \
-	sh -c '(trap "sleep 0.5; echo helper: exit 0; exit 0" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' \
-	sh "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/helper" $slow > "$tmp/helper.log" 2>&1 &
-lpid=$!
+wrapped helper 1 \
+	'(trap "sleep 0.5; echo helper: exit 0; exit 0" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' $slow
 started helper "$lpid" && kill -TERM "$lpid"
 wait "$lpid"
 rc=$?
 echo "helper: SIGTERM to the launcher of 2 wrapped trainers with a helper exiting 0 first, --grace 1: exit $rc"
 [ "$(grep -c 'helper: exit 0' "$tmp/helper.log")" = 2 ] || bad "helper: not both helpers exited 0"
-[ $rc = 0 ] || bad "helper: kiln launch exited $rc, expected 0"
-grep -E 'failed with|killing them' "$tmp/helper.log" && bad "helper: a rank's group was killed or reported failed"
-[ "$(grep -c 'kiln launch: rank [01] stopped: its command ended by Terminated' "$tmp/helper.log")" = 2 ] ||
-	bad "helper: not both ranks reported stopped"
-checkpointed helper
-[ "$fail" = 0 ] || tail -15 "$tmp/helper.log"
+stopped helper 'failed with|killing them'
 
 # ---- 1d. a process of the group ignores the signal -------------------------
-"$kiln" launch -n 2 --grace 2 -- sh -c 'sleep 120 & "$@"; exit $?' sh "$kiln" train "$tmp/mlp.ini" \
-	run.out_dir="$tmp/deaf" $long > "$tmp/deaf.log" 2>&1 &
-lpid=$!
+wrapped deaf 2 'sleep 120 & "$@"; exit $?' $long
 started deaf "$lpid" && kill -INT "$lpid"
 sleep 6
 procs=$(below $lpid)
@@ -174,10 +181,8 @@ checkpointed deaf
 # (half a second after it: a helper that exited before its wrapper died was
 # reaped by the wrapper's sh, its status never the launcher's to see, and
 # its rank then reported stopped; 1 run in 3 at session 35's merge)
-"$kiln" launch -n 2 --grace 1 -- \
-	sh -c '(trap "sleep 0.5; echo helper: exit 1; exit 1" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' \
-	sh "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/hfail" $slow > "$tmp/hfail.log" 2>&1 &
-lpid=$!
+wrapped hfail 1 \
+	'(trap "sleep 0.5; echo helper: exit 1; exit 1" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' $slow
 started hfail "$lpid" && kill -TERM "$lpid"
 wait "$lpid"
 rc=$?
@@ -196,33 +201,23 @@ checkpointed hfail
 # ---- 1f. a repeat within the trainers' 5 s, --grace 1 ----------------------
 # (epochs of ~3 s: the stop after epoch 1's line is taken at epoch 2's end,
 # seconds after the repeat plus --grace)
-"$kiln" launch -n 2 --grace 1 -- sh -c '"$@"; exit $?' sh "$kiln" train "$tmp/mlp.ini" \
-	run.out_dir="$tmp/again" $slow data.limit=24000 > "$tmp/again.log" 2>&1 &
-lpid=$!
+wrapped again 1 '"$@"; exit $?' $slow data.limit=24000
 started again "$lpid" && kill -TERM "$lpid"
 sleep 1.2
 kill -TERM "$lpid"
 wait "$lpid"
 rc=$?
 echo "again: SIGTERM twice, 1.2 s apart, to the launcher of 2 wrapped trainers, --grace 1: exit $rc"
-[ $rc = 0 ] || bad "again: kiln launch exited $rc, expected 0"
 grep -q "kiln launch: Terminated again within 5 s: already passed on, ignored" "$tmp/again.log" ||
 	bad "again: the repeat not dropped"
-grep -E 'failed with|killing them|signal 9' "$tmp/again.log" && bad "again: a rank's group was killed or reported failed"
-[ "$(grep -c 'kiln launch: rank [01] stopped: its command ended by Terminated' "$tmp/again.log")" = 2 ] ||
-	bad "again: not both ranks reported stopped"
-checkpointed again
-[ "$fail" = 0 ] || tail -15 "$tmp/again.log"
+stopped again 'failed with|killing them|signal 9'
 
 # ---- 1g. the repeat cuts the trainers short beside a helper's exit 0 -------
 # (the first SIGTERM 2 s after the epoch's size is logged, just before the
 # first step: the trainers have stepped, so they stop at the epoch's end,
 # far off, not by the signal 5 s on)
-"$kiln" launch -n 2 --grace 1 -- \
-	sh -c '(trap "echo helper: exit 0; exit 0" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' \
-	sh "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/cut" $slow data.limit=60000 layer.fc1.out=16384 \
-	> "$tmp/cut.log" 2>&1 &
-lpid=$!
+wrapped cut 1 '(trap "echo helper: exit 0; exit 0" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' \
+	$slow data.limit=60000 layer.fc1.out=16384
 i=0
 until grep -q "\[train\] an epoch is" "$tmp/cut.log" || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
 sleep 2
@@ -244,9 +239,8 @@ grep -q 'kiln launch: rank [01] stopped' "$tmp/cut.log" && bad "cut: a rank whos
 # SIGKILL to the launcher once it trains; both trainers end within 30 s,
 # naming the launcher
 killed() {
-	"$kiln" launch -n 2 -- sh -c "$2" sh "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$1" $long \
-		> "$tmp/$1.log" 2>&1 &
-	_l=$!
+	wrapped "$1" "" "$2" $long
+	_l=$lpid
 	started "$1" "$_l" || return
 	_procs=$(below $_l)
 	# (the trainers: `kiln train`, $kiln or the binary its libtool

@@ -30,6 +30,7 @@
 #     line is JSON, the loss null (before session 36 a bare inf or -nan).
 name=nonfinite
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 data="$srcdir/tests/data"
 need_source idx
 
@@ -42,38 +43,11 @@ for i in range(48):
 open(sys.argv[2], "wb").write(b)
 EOF
 ini="$tmp/mlp.ini"
-cat >"$ini" <<EOF
-[run]
-threads = 1
-[data]
-source = idx
-path = $data
-images = tr_cnn_images.idx
-labels = tr_cnn_labels.idx
-shuffle = 0
-workers = 0
-[data.eval]
-images = tr_cnn_images.idx
-labels = tr_cnn_labels.idx
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 8
-[layer.relu1]
-type = relu
-[layer.fc2]
-type = linear
-out = 5
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 8
-epochs = 1
-max_steps = 5
-log_every = 5
-checkpoint_every = 1
-EOF
+{
+	ini run threads=1
+	ini_tr_cnn_mlp "$data" 8
+	ini train batch=8 epochs=1 max_steps=5 log_every=5 checkpoint_every=1
+} >"$ini"
 
 # 1
 kiln 3 train "$ini" "data.images=$tmp/zero0.idx" train.optimizer=adamw train.lr=0.01 \

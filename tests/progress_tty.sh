@@ -9,35 +9,15 @@
 # `script`.
 name=progress_tty
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 command -v script >/dev/null || { echo "SKIP: no script(1) to give kiln a terminal"; exit 77; }
 need_source idx
 data="$srcdir/tests/data"
-cat >"$tmp/mlp.ini" <<EOF2
-[run]
-threads = 1
-out_dir = $tmp/run
-[data]
-source = idx
-path = $data
-images = tr_cnn_images.idx
-labels = tr_cnn_labels.idx
-shuffle = 0
-workers = 0
-[data.eval]
-images = tr_cnn_images.idx
-labels = tr_cnn_labels.idx
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 5
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 8
-epochs = 1
-checkpoint_every = 2
-EOF2
+{
+	ini run threads=1 out_dir="$tmp/run"
+	ini_tr_cnn_mlp "$data"
+	ini train batch=8 epochs=1 checkpoint_every=2
+} >"$tmp/mlp.ini"
 script -qec "\"$kiln\" train \"$tmp/mlp.ini\"" /dev/null >"$tmp/tty.out" 2>&1 </dev/null ||
 	fail "kiln train under script(1) failed: $(tail -5 "$tmp/tty.out")"
 # CR -> R, ESC -> E: the escapes as text

@@ -1,13 +1,14 @@
 /* tests/resume_rig.h - what the resume suites (tests/check_resume_best.c,
- * tests/check_resume_evals.c) share: their CNN on Fashion-MNIST (640
- * samples of [data] limit, batch 16 x accumulate 2: 20 steps an epoch, 3
- * epochs, about a second a run), a run of it in a directory, and readers
- * of a run's metrics.jsonl and checkpoints.  Include it after defining
+ * tests/check_resume_evals.c) share: their CNN on Fashion-MNIST
+ * (tests/cnn_rig.h: 20 steps an epoch, 3 epochs, about a second a run),
+ * a run of it in a directory, and readers of a run's metrics.jsonl and
+ * checkpoints.  Include it after defining
  * `static struct kiln_registry *reg` (check_main fills it). */
 #ifndef KILN_TESTS_RESUME_RIG_H
 #define KILN_TESTS_RESUME_RIG_H
 
 #include "checkpoint.h"
+#include "cnn_rig.h"
 #include "test_util.h"
 
 #include <stdio.h>
@@ -15,20 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *cnn_ini =
-	"[run]\nseed = 5\nthreads = 1\nout_dir = %s\n"
-	"[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\nshuffle = 1\n"
-	"crop = random\npad = 2\nflip = 1\nworkers = 2\n"
-	"[data.eval]\nlimit = 200\n"
-	"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n"
-	"[layer.bn]\ntype = batchnorm\n[layer.r]\ntype = relu\n"
-	"[layer.p]\ntype = maxpool\nkernel = 2\n"
-	"[layer.d]\ntype = dropout\np = 0.3\n"
-	"[layer.f]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
-	"[layer.loss]\ntype = softmax_xent\n"
-	"[train]\nepochs = 3\nbatch = 16\naccumulate = 2\noptimizer = adamw\nlr = 0.003\n"
-	"weight_decay = 0.01\nlog_every = 1\neval_batch = 64\nschedule = constant\n"
-	"checkpoint_every = 0\n";
+static const char *cnn_ini = "[run]\nseed = 5\nthreads = 1\nout_dir = %s\n" CNN_RIG_INI
+			     "log_every = 1\neval_batch = 64\nschedule = constant\n"
+			     "checkpoint_every = 0\n";
 
 /* kiln_train of cnn_ini in dir with the overrides ov (NULL-terminated),
  * progress (may be NULL) its callback. */
