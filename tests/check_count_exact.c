@@ -9,7 +9,9 @@
  *                 (before: 1.000652 on 3 x 2^24 samples, 100.07%)
  *   clip counts   a run whose checkpoint says 2^24 steps clipped, resumed
  *                 for 20 more that clip: 2^24 + 20 clipped, in the result
- *                 and in metrics.jsonl (before: 16777216 at the end)
+ *                 and in metrics.jsonl (before: 16777216 at the end); the
+ *                 same for steps skipped (fp16 overflows), whose count
+ *                 the skip warning and the divergence check read
  *
  * Synthetic 1x1 images through one linear layer: a second or so a run
  * (the evaluation's 18 million samples a few).
@@ -110,31 +112,49 @@ static void patch_u64(const char *path, const char *tag, size_t at, uint64_t v)
 	free(d);
 }
 
-/* metrics.jsonl's last train line's "clipped" */
-static long long last_clipped(const char *dir)
+/* metrics.jsonl's last train line's field `name` (an integer) */
+static long long last_field(const char *dir, const char *name)
 {
-	char path[300], line[2048];
+	char path[300], line[2048], want[64];
 	long long v = -1;
+	snprintf(want, sizeof want, "\"%s\":", name);
 	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
 	FILE *f = fopen(path, "r");
 	ck_assert_msg(f != NULL, "%s", path);
 	while (fgets(line, sizeof line, f)) {
-		const char *p = strstr(line, "\"clipped\":");
+		const char *p = strstr(line, want);
 		if (!strncmp(line, "{\"event\":\"train\",", 17) && p)
-			v = atoll(p + 10);
+			v = atoll(p + strlen(want));
 	}
 	fclose(f);
 	return v;
 }
 
-/* clip_norm 1e-9 clips every step.  A 2-step run's checkpoint made the
- * one of a run at step 2^24 that clipped every step (its header's and
- * trainer section's step, the epoch before it, the device's step
- * counters, the step of its evaluations, "clip_counts"' clipped), then resumed for 20 steps: 2^24 + 20
- * clipped. */
+/* dir's ckpt-2.kiln, of a run of one step an epoch, made the checkpoint
+ * of that run at step 2^24 (ckpt-16777216.kiln): its header's and trainer
+ * section's step, the epoch before it, the device's step counters, the
+ * step of its evaluations, and "clip_counts"' skipped and clipped. */
+static void to_step_2p24(const char *dir, int64_t skipped, int64_t clipped)
+{
+	char from[300], to[300];
+	snprintf(from, sizeof from, "%s/checkpoints/ckpt-2.kiln", dir);
+	snprintf(to, sizeof to, "%s/checkpoints/ckpt-%lld.kiln", dir, (long long)P24);
+	ck_assert(rename(from, to) == 0);
+	patch_u64(to, NULL, 32, P24);            /* the header's step */
+	patch_u64(to, "trainer", 0, P24 - 1);    /* epoch (0-based; one step each) */
+	patch_u64(to, "trainer", 8, P24);        /* step */
+	patch_u64(to, "step", 0, P24);           /* the model's micro-steps */
+	patch_u64(to, "optim.step", 0, P24);     /* the optimizer's */
+	patch_u64(to, "evaluated", 0, P24);      /* the step its evaluations followed */
+	patch_u64(to, "clip_counts", 0, (uint64_t)skipped);
+	patch_u64(to, "clip_counts", 8, (uint64_t)clipped);
+}
+
+/* clip_norm 1e-9 clips every step: a run at step 2^24 that clipped every
+ * step, resumed for 20 steps, clipped 2^24 + 20. */
 START_TEST(test_clipped_past_2p24)
 {
-	char d[64], from[300], to[300], max[64];
+	char d[64], max[64];
 	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
 	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
 	scratch_dir(d, sizeof d);
@@ -146,21 +166,45 @@ START_TEST(test_clipped_past_2p24)
 #undef CLIP
 	ck_assert_msg(tiny_train(d, 2, 4, 4, cut, &r1) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(r1.steps_clipped, 2);
-	snprintf(from, sizeof from, "%s/checkpoints/ckpt-2.kiln", d);
-	snprintf(to, sizeof to, "%s/checkpoints/ckpt-%lld.kiln", d, (long long)P24);
-	ck_assert(rename(from, to) == 0);
-	patch_u64(to, NULL, 32, P24);            /* the header's step */
-	patch_u64(to, "trainer", 0, P24 - 1);    /* epoch (0-based; one step each) */
-	patch_u64(to, "trainer", 8, P24);        /* step */
-	patch_u64(to, "step", 0, P24);           /* the model's micro-steps */
-	patch_u64(to, "optim.step", 0, P24);     /* the optimizer's */
-	patch_u64(to, "evaluated", 0, P24);      /* the step its evaluations followed */
-	patch_u64(to, "clip_counts", 8, P24);    /* steps clipped */
+	to_step_2p24(d, 0, P24);
 	ck_assert_msg(tiny_train(d, 2, 4, 4, rest, &r2) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(r2.resumed_step, P24);
 	ck_assert_int_eq(r2.steps, P24 + 20);
 	ck_assert_int_eq(r2.steps_clipped, P24 + 20);
-	ck_assert_int_eq(last_clipped(d), P24 + 20);
+	ck_assert_int_eq(last_field(d, "clipped"), P24 + 20);
+}
+END_TEST
+
+/* fp16 from a loss scale of 1e30: every step's scaled gradients overflow
+ * and it is skipped (the scale halving, not yet low enough in 22 steps).
+ * A run at step 2^24 that skipped every step, resumed for 20: 2^24 + 20
+ * skipped and overflows, and each log point warns of its skipped step
+ * (before: the count stayed at 2^24, so no step of the interval counted
+ * as skipped, no warning, and with a scale that cannot back off no
+ * divergence stop either). */
+START_TEST(test_skipped_past_2p24)
+{
+	char d[64], max[64];
+	struct kiln_train_result r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
+	scratch_dir(d, sizeof d);
+#define FP16 "run.precision=fp16", "plugin.amp.init_scale=1e30", "train.epochs=1000000000", \
+	"train.log_every=1", "train.eval_every=0"
+	const char *const cut[] = { FP16, "train.max_steps=2", NULL };
+	snprintf(max, sizeof max, "train.max_steps=%lld", (long long)(P24 + 20));
+	const char *const rest[] = { FP16, max, "train.resume=1", NULL };
+#undef FP16
+	ck_assert_msg(tiny_train(d, 2, 4, 4, cut, &r1) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r1.steps_skipped, 2);
+	to_step_2p24(d, P24, 0);
+	kiln_log_set_sink(check_log_sink, NULL);
+	check_log_clear();
+	ck_assert_msg(tiny_train(d, 2, 4, 4, rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, P24);
+	ck_assert_int_eq(r2.steps_skipped, P24 + 20);
+	ck_assert_int_eq(r2.overflows, P24 + 20);
+	ck_assert_int_eq(last_field(d, "skipped"), P24 + 20);
+	ck_assert_int_eq(check_log_count("1 step(s) of the last 1 skipped", NULL), 20);
 }
 END_TEST
 
@@ -168,9 +212,11 @@ static Suite *make_count_exact_suite(void)
 {
 	Suite *s = suite_create("count_exact");
 	check_add_case(s, "counts", 120, scratch_setup, scratch_teardown,
-		       (const TTest *[]){ test_eval_past_2p24, test_clipped_past_2p24, NULL });
+		       (const TTest *[]){ test_eval_past_2p24, test_clipped_past_2p24,
+					   test_skipped_past_2p24, NULL });
 	return s;
 }
 
 static const struct check_main check_suite = { .suite = make_count_exact_suite, .reg = &reg,
-					       .need_cpu = 1, .omp_passive = 1 };
+					       .need_cpu = 1, .need_precision = "amp",
+					       .omp_passive = 1 };
