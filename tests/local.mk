@@ -348,7 +348,7 @@ endif
 # The GPU check (tests/gpu/run.sh, docs/gpu.md): the conformance suites,
 # training and timings on a GPU machine.
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py tests/gpu/cnn.ini \
-	tests/gpu/gemm_mlp.ini tests/gpu/torch_bench.py
+	tests/gpu/gemm_mlp.ini tests/gpu/torch_bench.py tests/gpu/counts.ini
 
 # ---- layers and graph: layers against PyTorch, the graph and planner -----
 if HAVE_CHECK
