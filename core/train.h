@@ -122,6 +122,10 @@ struct trainer {
 	float *lr_dev, *metrics_dev;
 	float *metrics_host;       /* f32[16]: [0..2] the metric sums, [3] the lr */
 	void *fill_metrics, *sched;
+	/* the samples the device's metric sums have counted since they were
+	 * last read and reset: kept at most TRAINER_METRIC_ROWS (exact f32
+	 * counts; trainer_metrics_room) */
+	int64_t metric_rows;
 	int64_t step_counter;      /* slot rotation */
 	int64_t *eval_order;       /* 0, 1, 2, ... for the evaluation loader */
 	struct kiln_loggers *log;  /* metrics.jsonl and [log]'s (rank 0), or NULL */
@@ -135,6 +139,12 @@ struct trainer {
 	void *clip;                /* KILN_OP_GRAD_CLIP, or NULL */
 	float *clip_d;             /* its state f32[4]: norm, finite, skipped, clipped */
 	float *clip_host;
+	/* the steps skipped and clipped so far, exact: clip_d[2..3] are
+	 * added here and reset to 0 at each read of the metrics (an f32 count
+	 * stops at 2^24 = 16777216; trainer_read_metrics); fill_counts
+	 * zeroes those two floats */
+	int64_t clip_total[2];
+	void *fill_counts;
 	/* the clip op's count of non-finite norms at the last log point: the
 	 * steps skipped with skip_nonfinite, taken without (res->steps_skipped
 	 * counts only the skipped ones) */
@@ -190,7 +200,7 @@ struct trainer {
 	int no_step_left;
 	int64_t evals;             /* evaluations this process ran */
 	/* the clip op's counts (clip_d[2..3]: steps skipped, clipped) the
-	 * resumed checkpoint holds ("clip_counts"), seeded into the device's
+	 * resumed checkpoint holds ("clip_counts"), the start of clip_total
 	 * (trainer_clip_counts_seed) */
 	int64_t counts0[2];
 	/* the bad samples replaced ([data] on_error = skip) before the
@@ -373,6 +383,20 @@ kiln_status trainer_norm_plan(struct trainer *t, struct train_set *d, int64_t ro
 kiln_status trainer_clip_counts(struct trainer *t, int64_t out[2]);
 kiln_status trainer_data_skipped(struct trainer *t, int64_t *out);
 kiln_status trainer_clip_counts_seed(struct trainer *t);
+/* The most samples the device's metric sums count between two reads:
+ * 2^24, past which an f32 count stops growing (an odd count no longer
+ * fits).  The sums are f32 by the loss op's contract (kiln/ops.h
+ * KILN_OP_SOFTMAX_XENT); the trainer reads and resets them before they
+ * would count more (trainer_metrics_room) and adds on the host, in double
+ * (before session 37 an evaluation of 2^25 samples at eval_batch 1 said
+ * 50% accuracy where it was 100%). */
+#define TRAINER_METRIC_ROWS ((int64_t)1 << 24)
+/* Room in the device's metric sums for a training step's `rows` more
+ * samples: when they would count more than TRAINER_METRIC_ROWS, they are
+ * read and reset first (a host sync, once per 2^24 samples), their loss
+ * and correct sums added into *ls, *c.  (An evaluation does the same
+ * with its pipeline's sums: core/train_eval.c.) */
+kiln_status trainer_metrics_room(struct trainer *t, int64_t rows, double *ls, double *c);
 kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
 				 double *correct5);
 void trainer_jsonl(struct trainer *t, json_t *obj);

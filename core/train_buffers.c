@@ -176,7 +176,8 @@ kiln_status prep_clip(struct trainer *t)
 	else
 		st = trainer_clip_over(t, t->m->n_trainable);
 	if (st || (st = kiln_device_alloc(t->dev, 64, (void **)&t->clip_d)) ||
-	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->clip_host)))
+	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->clip_host)) ||
+	    (st = prep_fill(t->dev, 2, 0.0, &t->fill_counts)))
 		return st;
 	memset(t->clip_host, 0, 4 * sizeof(float));
 	t->clip_host[1] = 1.0f;

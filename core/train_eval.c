@@ -63,6 +63,20 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 	return KILN_OK;
 }
 
+/* The evaluation's sums on the device (every stage's, [dist] pipeline
+ * per stage) read and reset, added into sums[3] (loss, correct, top-5). */
+static kiln_status eval_sums_take(struct trainer *t, double sums[3])
+{
+	double ls = 0, c = 0, c5 = 0;
+	kiln_status st = KILN_OK;
+	if ((t->eval_staged &&
+	     (st = kiln_dist_pipe_eval_sums(t->dist, t->metrics_dev, 3, t->compute))) ||
+	    (st = trainer_read_metrics(t, &ls, &c, &c5)))
+		return st;
+	sums[0] += ls, sums[1] += c, sums[2] += c5;
+	return KILN_OK;
+}
+
 /* One pass over e->set (or the first cal->max_rows of it, through
  * cal->full, calling cal->each; cal NULL: the whole set, no call): loss,
  * accuracy and top-5 into e's results. */
@@ -74,7 +88,7 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 	const int64_t len = cal && cal->max_rows < d->len ? cal->max_rows : d->len;
 	kiln_status st;
 	int64_t *idx = malloc(sizeof(int64_t) * (size_t)eb);
-	double ls, c;
+	double ls, c, sums[3] = { 0, 0, 0 };
 	if (!idx)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	trainer_phase(t, KILN_PHASE_EVAL, 1);
@@ -105,6 +119,13 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		}
 		for (int64_t i = 0; i < rows; i++)
 			idx[i] = off + i;
+		/* a set of more than 2^24 samples is summed in parts, each
+		 * exact (before session 37 its accuracy went past 100%, or
+		 * stopped at 2^24 correct) */
+		if (t->metric_rows > 0 && t->metric_rows + rows > TRAINER_METRIC_ROWS &&
+		    (st = eval_sums_take(t, sums)))
+			goto out;
+		t->metric_rows += rows;
 		if ((st = trainer_load_batch(t, d, idx, rows, &s, &xd)))
 			goto out;
 		struct kiln_plan *p = rows < eb ? e->rem : cal ? cal->full : t->peval;
@@ -118,14 +139,11 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
 			goto out;
 	}
-	double c5 = 0;
-	if ((t->eval_staged &&
-	     (st = kiln_dist_pipe_eval_sums(t->dist, t->metrics_dev, 3, t->compute))) ||
-	    (st = trainer_read_metrics(t, &ls, &c, &c5)))
+	if ((st = eval_sums_take(t, sums)))
 		goto out;
-	*e->loss = ls / (double)len;
-	*e->acc = c / (double)len;
-	*e->acc5 = c5 / (double)len;
+	*e->loss = sums[0] / (double)len;
+	*e->acc = sums[1] / (double)len;
+	*e->acc5 = sums[2] / (double)len;
 	*e->samples = len;
 out:
 	trainer_phase(t, KILN_PHASE_EVAL, 0);

@@ -27,6 +27,10 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 	if (!st && t->clip)
 		st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d, 4 * sizeof(float),
 					    KILN_COPY_D2H, t->compute);
+	if (!st && t->clip) { /* its counts, copied, restart from 0 (clip_total) */
+		struct kiln_op_args z = { .out = { t->clip_d + 2 } };
+		st = kiln_device_run(t->dev, t->fill_counts, &z, t->compute);
+	}
 	if (!st && t->scaler_host)
 		st = kiln_device_copy_async(t->dev, t->scaler_host, t->m->scaler_d,
 					    4 * sizeof(float), KILN_COPY_D2H, t->compute);
@@ -51,6 +55,27 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 	*correct = t->metrics_host[1];
 	if (correct5)
 		*correct5 = t->metrics_host[2];
+	t->metric_rows = 0;
+	if (t->clip) {
+		/* a read covers at most TRAINER_METRIC_ROWS samples, so at
+		 * most that many steps (trainer_metrics_room): exact in f32 */
+		t->clip_total[0] += (int64_t)t->clip_host[2];
+		t->clip_total[1] += (int64_t)t->clip_host[3];
+		t->clip_host[2] = t->clip_host[3] = 0;
+	}
+	return KILN_OK;
+}
+
+kiln_status trainer_metrics_room(struct trainer *t, int64_t rows, double *ls, double *c)
+{
+	double l1 = 0, c1 = 0;
+	kiln_status st;
+	if (t->metric_rows > 0 && t->metric_rows + rows > TRAINER_METRIC_ROWS) {
+		if ((st = trainer_read_metrics(t, &l1, &c1, NULL)))
+			return st;
+		*ls += l1, *c += c1;
+	}
+	t->metric_rows += rows;
 	return KILN_OK;
 }
 
@@ -314,9 +339,10 @@ static kiln_status interval_sums(struct trainer *t, double *ls, double *c, int *
 	return KILN_OK;
 }
 
-/* The clip op's counts so far (its state's skipped and clipped, read
- * from the device: a checkpoint is a host sync point), for the
- * checkpoint's "clip_counts" section; 0 without the op. */
+/* The clip op's counts so far (those added up at the reads of the
+ * metrics and its state's skipped and clipped since, read from the
+ * device: a checkpoint is a host sync point), for the checkpoint's
+ * "clip_counts" section; 0 without the op. */
 kiln_status trainer_clip_counts(struct trainer *t, int64_t out[2])
 {
 	out[0] = out[1] = 0;
@@ -328,8 +354,8 @@ kiln_status trainer_clip_counts(struct trainer *t, int64_t out[2])
 		st = kiln_device_stream_sync(t->dev, t->compute);
 	if (st)
 		return st;
-	out[0] = (int64_t)t->clip_host[2];
-	out[1] = (int64_t)t->clip_host[3];
+	out[0] = t->clip_total[0] + (int64_t)t->clip_host[2];
+	out[1] = t->clip_total[1] + (int64_t)t->clip_host[3];
 	return KILN_OK;
 }
 
@@ -343,8 +369,12 @@ kiln_status trainer_clip_counts_seed(struct trainer *t)
 	kiln_status st;
 	if (!t->resumed || !t->clip)
 		return KILN_OK;
-	t->clip_host[2] = (float)t->counts0[0];
-	t->clip_host[3] = (float)t->counts0[1];
+	/* on the host, exact (before session 37 written into the device's
+	 * f32 counts, which stop at 2^24: a resumed run at 2^24 clipped
+	 * steps counted no more) */
+	t->clip_total[0] = t->counts0[0];
+	t->clip_total[1] = t->counts0[1];
+	t->clip_host[2] = t->clip_host[3] = 0;
 	if ((st = kiln_device_copy_async(t->dev, t->clip_d, t->clip_host, 4 * sizeof(float),
 					 KILN_COPY_H2D, t->compute)) ||
 	    (st = kiln_device_stream_sync(t->dev, t->compute)))
@@ -378,16 +408,21 @@ static int scale_backing_off(const struct trainer *t)
 static kiln_status check_interval(struct trainer *t, double ls)
 {
 	struct kiln_train_result *res = t->res;
-	int64_t skipped = t->clip ? (int64_t)t->clip_host[2] : 0;
+	int64_t skipped = t->clip ? t->clip_total[0] : 0;
 	int64_t new_skips = skipped - t->nonfinite_seen;
 	t->nonfinite_seen = skipped;
 	/* with skip_nonfinite = 0 (no gate) those steps were taken: not
 	 * skipped (before session 32 counted as skipped all the same) */
 	res->steps_skipped = t->m->step_ok_d ? skipped : 0;
-	res->steps_clipped = t->clip ? (int64_t)t->clip_host[3] : 0;
+	res->steps_clipped = t->clip ? t->clip_total[1] : 0;
 	if (t->scaler_host) {
 		res->loss_scale = t->scaler_host[0];
-		res->overflows = (int64_t)t->scaler_host[3];
+		/* a dynamic scale's overflows are its skipped steps (the
+		 * unscale op's non-finite count and the update's overflow
+		 * count move at the same steps, both from the finite flag):
+		 * counted exactly, where the scaler state's own count, f32,
+		 * stops at 2^24 (docs/precision.md) */
+		res->overflows = t->m->scaler.dynamic ? skipped : (int64_t)t->scaler_host[3];
 	}
 	const int64_t steps = t->step - t->interval_start;
 	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= steps))

@@ -481,6 +481,7 @@ static void free_device(struct trainer *t)
 	kiln_device_plan_free(t->dev, t->clip);
 	kiln_device_free(t->dev, t->clip_d);
 	kiln_device_host_free(t->dev, t->clip_host);
+	kiln_device_plan_free(t->dev, t->fill_counts);
 	kiln_device_plan_free(t->dev, t->finite);
 	kiln_device_plan_free(t->dev, t->finite_buf);
 	kiln_device_free(t->dev, t->finite_d);

@@ -390,6 +390,10 @@ kiln_status trainer_step(struct trainer *t)
 	kiln_status st;
 	if (t->prof)
 		kiln_profile_step(t->prof, 1);
+	/* the metric sums' counts exact: read before they pass 2^24 samples,
+	 * kept aside for the next log point as an evaluation's are */
+	if ((st = trainer_metrics_room(t, t->acc * t->B, &t->carry_loss, &t->carry_correct)))
+		return st;
 	for (int64_t j = 0; j < t->acc; j++)
 		if ((st = micro_step(t, j)))
 			return st;

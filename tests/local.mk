@@ -348,7 +348,7 @@ endif
 # The GPU check (tests/gpu/run.sh, docs/gpu.md): the conformance suites,
 # training and timings on a GPU machine.
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py tests/gpu/cnn.ini \
-	tests/gpu/gemm_mlp.ini tests/gpu/torch_bench.py
+	tests/gpu/gemm_mlp.ini tests/gpu/torch_bench.py tests/gpu/counts.ini
 
 # ---- layers and graph: layers against PyTorch, the graph and planner -----
 if HAVE_CHECK
@@ -413,6 +413,12 @@ TESTS += tests/check_resume_evals
 tests_check_resume_evals_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_resume_evals_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_resume_evals_LDADD = libkiln.la $(CHECK_LIBS)
+# metric sums and clip counts exact past 2^24 (session 37)
+check_PROGRAMS += tests/check_count_exact
+TESTS += tests/check_count_exact
+tests_check_count_exact_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_count_exact_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_count_exact_LDADD = libkiln.la $(CHECK_LIBS)
 # a run resumed from a keep_best checkpoint goes on as the uninterrupted one
 check_PROGRAMS += tests/check_resume_best
 TESTS += tests/check_resume_best

@@ -20,7 +20,8 @@
 #          on a communicator of one rank, the fused attention forced both
 #          ways, the MLP and the CNN (fp32, bf16, bf16 with conv_wgrad =
 #          lowp: how many weight gradients took it) trained to the cpu
-#          device's accuracy, the INT8 CNN evaluated
+#          device's accuracy, the metric sums and clip counts past 2^24
+#          (tests/gpu/counts.ini), the INT8 CNN evaluated
 #       2  performance (budget 260 s): the MLP step against PyTorch and as
 #          a CUDA graph, ResNet-50 against PyTorch, the GEMM-heavy MLP
 #          against torch.matmul
@@ -577,11 +578,47 @@ int8_eval() {
 	pack
 }
 
+# Counts past 2^24 on cuda (tests/gpu/counts.ini; session 37): the device's
+# f32 metric sums read in parts, so an evaluation of 2^24 + 2^20 samples,
+# every prediction right, has accuracy exactly 1 (one sum: 1.000057); and
+# the clip op's counts, zeroed on the device at each read (a FILL of its
+# state's last two floats) and added on the host: 30 steps clipped of 30
+counts_exact() {
+	if ! to=$(fit 40 15); then
+		skipped "counts past 2^24"
+		return
+	fi
+	timeout "$to" "$bundle/bin/kiln" train tests/gpu/counts.ini run.out_dir="$runs/counts" \
+		> "$logs/counts.log" 2>&1
+	rc=$?
+	acc=$(json test_acc "$logs/counts.log") n=$(json test_samples "$logs/counts.log")
+	if [ $rc -ne 0 ] || [ "$acc" != 1.000000 ] || [ "$n" != 17825792 ]; then
+		fail "counts past 2^24" "exit $rc, test accuracy '$acc' of '$n' samples, want 1.000000 of 17825792; logs/counts.log"
+		tail -n 3 "$logs/counts.log" | tee -a "$res"
+		pack
+		return
+	fi
+	to=$(fit 20 10) || { skipped "counts clipped"; return; }
+	timeout "$to" "$bundle/bin/kiln" train tests/gpu/counts.ini run.out_dir="$runs/counts_clip" \
+		data.eval.samples=1023 data.classes=2 layer.fc.out=2 data.samples=4 train.batch=4 \
+		train.epochs=30 train.log_every=1 train.clip_norm=1e-9 > "$logs/counts_clip.log" 2>&1
+	rc=$?
+	c=$(json steps_clipped "$logs/counts_clip.log")
+	if [ $rc -ne 0 ] || [ "$c" != 30 ]; then
+		fail "counts past 2^24" "exit $rc, '$c' steps clipped of 30; logs/counts_clip.log"
+	else
+		say "counts past 2^24: PASS (accuracy $acc of $n samples; $c of 30 steps clipped)"
+	fi
+	pack
+}
+
 stage1() {
 	conformance
 	say "-- end to end on cuda: training to the cpu device's accuracy"
 	train train_mlp tests/gpu/mlp.ini 45 cpu_test_acc.txt 0.02
 	train cnn_fp32 tests/gpu/cnn.ini 45 cpu_cnn_fp32_acc.txt 0.02 run.precision=fp32
+	say "-- counts past 2^24 on cuda: an evaluation's sums read in parts, the clip op's counts on the host"
+	counts_exact
 	say "-- fused attention on cuda: cuDNN's SDPA graph (KILN_CUDA_ATTN=cudnn) and kiln's kernels (=kiln), bf16/f16, odd T, head dims 64 and 128"
 	attention_cases attn_lowp_shapes
 	say "-- lstm/gru on cuda (tests/check_rnn: PyTorch references, loss 1e-5 rel, gradients 1e-4 x max(0.1, |ref|))"
