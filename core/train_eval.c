@@ -366,11 +366,13 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, struct kiln_train_result *res)
 {
+	/* a failure before evaluate() told the program's hook here, as
+	 * trainer_close tells a later one (before session 37 not at all) */
 	if (!cfg || !reg)
-		return kiln_null_arg("kiln_evaluate", !cfg ? "cfg" : "reg");
+		return trainer_error_told(kiln_null_arg("kiln_evaluate", !cfg ? "cfg" : "reg"));
 	const struct kiln_eval_opts none = { 0 };
 	kiln_status st = trainer_result_check(res, "kiln_evaluate");
-	return st ? st : kiln_evaluate_ex(cfg, reg, checkpoint, &none, res);
+	return st ? trainer_error_told(st) : kiln_evaluate_ex(cfg, reg, checkpoint, &none, res);
 }
 
 /* The model to evaluate, open in t with its weights: the checkpoint's
@@ -465,11 +467,11 @@ kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_re
 			     struct kiln_train_result *res)
 {
 	if (!cfg || !reg)
-		return kiln_null_arg("kiln_evaluate_ex", !cfg ? "cfg" : "reg");
+		return trainer_error_told(kiln_null_arg("kiln_evaluate_ex", !cfg ? "cfg" : "reg"));
 	struct kiln_train_result full = { 0 };
 	kiln_status st = trainer_result_check(res, "kiln_evaluate_ex");
 	if (st)
-		return st;
+		return trainer_error_told(st);
 	st = evaluate(cfg, reg, checkpoint, o, &full);
 	trainer_result_out(res, &full);
 	return st;
@@ -517,7 +519,8 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 			  const char *checkpoint, const struct kiln_quantize_opts *o)
 {
 	if (!cfg || !reg || !o)
-		return kiln_null_arg("kiln_quantize", !cfg ? "cfg" : !reg ? "reg" : "opts");
+		return trainer_error_told(
+			kiln_null_arg("kiln_quantize", !cfg ? "cfg" : !reg ? "reg" : "opts"));
 	struct trainer T = { 0 }, *t = &T;
 	struct kiln_train_result res;
 	struct kiln_ckpt *ck = NULL;
@@ -534,8 +537,8 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 	kiln_status st;
 	memset(&res, 0, sizeof res);
 	if (method < 0 || o->batches < 1 || !(o->percentile > 0 && o->percentile <= 100) || !o->out)
-		return kiln_error(KILN_EUSAGE, "quantize: method minmax|percentile|entropy (got %s), batches >= 1 (got %lld), percentile in (0, 100] (got %g), an output file",
-				  mname, (long long)o->batches, o->percentile);
+		return trainer_error_told(kiln_error(KILN_EUSAGE, "quantize: method minmax|percentile|entropy (got %s), batches >= 1 (got %lld), percentile in (0, 100] (got %g), an output file",
+				  mname, (long long)o->batches, o->percentile));
 	if ((st = eval_open(t, cfg, reg, checkpoint, &fold, &res, &ck, &step, &fcfg)) ||
 	    /* neither the checkpoint quantized nor another (before session
 	     * 29 either was overwritten silently) */
