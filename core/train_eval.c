@@ -311,7 +311,10 @@ kiln_status trainer_final_test(struct trainer *t)
 }
 
 /* The checkpoint to evaluate (kiln_ckpt_open_weights): `checkpoint`, or
- * the newest usable one of [run] out_dir; an error when there is none. */
+ * the newest usable one of [run] out_dir; an error when there is none: a
+ * config error naming out_dir and where it was set (exit 2, as `kiln
+ * generate` says "no trained weights", and a missing --checkpoint is;
+ * KILN_ENOTFOUND, exit 1, before session 37). */
 static kiln_status open_checkpoint(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   const char *checkpoint, struct kiln_ckpt **ck)
 {
@@ -319,9 +322,12 @@ static kiln_status open_checkpoint(const struct kiln_config *cfg, const struct k
 	kiln_status st = kiln_ckpt_open_weights(cfg, reg, checkpoint, ck, dir, sizeof dir);
 	if (!st && !*ck && !*dir)
 		st = kiln_error(KILN_EUSAGE, "no checkpoint given and [run] out_dir is empty");
-	else if (!st && !*ck)
-		st = kiln_error(KILN_ENOTFOUND, "%s: no checkpoint to evaluate (`kiln train` writes one after its last step; or give --checkpoint CKPT)",
-				dir);
+	else if (!st && !*ck) {
+		const char *w = kiln_config_where(cfg, "run", "out_dir");
+		const int def = !strcmp(w, "default");
+		st = kiln_error(KILN_ECONFIG, "%s%s[run] out_dir%s: %s: no checkpoint to evaluate (`kiln train` writes one after its last step; or give --checkpoint CKPT)",
+				def ? "" : w, def ? "" : ": ", def ? " (the default)" : "", dir);
+	}
 	return st;
 }
 

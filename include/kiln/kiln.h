@@ -268,7 +268,9 @@ void kiln_device_graph_free(struct kiln_device *dev, void *graph);
  * names, opened with `split` ("train" for [data], "test" for [data.eval];
  * the section's keys may override it), with `[section] limit` applied to
  * its length.  An unreadable file is KILN_EDATA (exit 3), like a corrupt
- * one.  Threads: open/close from one thread; kiln_source_read_image is
+ * one; a file the config names (`path`, `shards`, `split`, IDX `images`
+ * and `labels`) that is not there is KILN_ECONFIG (exit 2) naming the key
+ * and where it was set (KILN_EDATA before session 37).  Threads: open/close from one thread; kiln_source_read_image is
  * thread-safe (the source contract).
  */
 struct kiln_source;
