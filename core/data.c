@@ -65,7 +65,7 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 	memset(d, 0, sizeof *d);
 	d->section = section;
 	d->rank = -1;
-	if ((st = kiln_source_open(cfg, reg, section, split, &d->src)))
+	if ((st = kiln_source_open_named(cfg, reg, section, split, &d->src, &d->missing)))
 		return st;
 	d->ops = d->src->ops;
 	d->ctx = d->src->ctx;

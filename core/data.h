@@ -34,6 +34,7 @@ struct kiln_cached {
 
 struct kiln_dataset {
 	struct kiln_source *src;   /* kiln_source_open */
+	int missing;               /* the open failed for a file the config names that is not there */
 	const struct kiln_source_ops *ops; /* src's, for short */
 	void *ctx;
 	const char *section;       /* "data" or "data.eval" */

@@ -426,7 +426,10 @@ static kiln_status image_xform(struct kiln_infer *m)
 	struct kiln_xform xf;
 	const struct kiln_tensor_desc *in = &m->t.sample;
 	kiln_status st = kiln_dataset_open(m->cfg, m->reg, "data.eval", "test", 0, &ds);
-	if ((st == KILN_EDATA || st == KILN_EIO || st == KILN_ENOTFOUND) && in->ndim == 3) {
+	/* (a file missing is a config error, exit 2, since session 37: taken
+	 * here as before, ds.missing) */
+	if ((st == KILN_EDATA || st == KILN_EIO || st == KILN_ENOTFOUND || ds.missing) &&
+	    in->ndim == 3) {
 		kiln_log(KILN_LOG_INFO, "predict", "[data.eval] is not readable (%s): images of the model's input, %lldx%lld with %lld channel(s), through its transform keys",
 			 kiln_last_error(), (long long)in->dims[2], (long long)in->dims[1],
 			 (long long)in->dims[0]);

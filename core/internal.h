@@ -240,6 +240,14 @@ kiln_status kiln_fsync_dir(const char *dir);
  * (/dev/null), as kiln_fopen_regular decides (never blocking on a FIFO
  * with no reader: that wait was for ever).  A regular file is not opened. */
 kiln_status kiln_run_file_check(const char *path);
+/* kiln_source_open, and *missing (may be NULL) 1 when it failed because a
+ * file the config names is not there (the plugin's KILN_ENOTFOUND,
+ * returned as KILN_ECONFIG: exit 2), else 0: `kiln predict` of images
+ * goes on without [data.eval]'s files (core/infer.c, image_xform). */
+struct kiln_source;
+kiln_status kiln_source_open_named(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				   const char *section, const char *split, struct kiln_source **out,
+				   int *missing);
 /* The watched output's (kiln_output_watch) device and inode into *o: 1,
  * or 0 when nothing is watched or it does not exist yet (then no file can
  * be it, and kiln_source_open walks no source's files). */

@@ -44,6 +44,15 @@ static kiln_status files_checked(struct kiln_source *s)
 kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			     const char *section, const char *split, struct kiln_source **out)
 {
+	return kiln_source_open_named(cfg, reg, section, split, out, NULL);
+}
+
+kiln_status kiln_source_open_named(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				   const char *section, const char *split, struct kiln_source **out,
+				   int *missing)
+{
+	if (missing)
+		*missing = 0;
 	if (!cfg || !reg || !section || !out)
 		return kiln_null_arg("kiln_source_open", !cfg ? "cfg" : !reg ? "reg" : !section ? "section" : "out");
 	const struct kiln_plugin *p;
@@ -68,7 +77,12 @@ kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_re
 	snprintf(s->section, sizeof s->section, "%s", section);
 	if ((st = s->ops->open(kiln_host_table(), cfg, section, split, &s->ctx))) {
 		free(s);
-		return st == KILN_EIO ? KILN_EDATA : st; /* unreadable data: exit 3 */
+		/* a file the config names that is not there: the config's
+		 * error, exit 2 (KILN_EDATA, exit 3, before session 37) */
+		if (st == KILN_ENOTFOUND && missing)
+			*missing = 1;
+		return st == KILN_ENOTFOUND ? KILN_ECONFIG :
+		       st == KILN_EIO ? KILN_EDATA : st; /* unreadable data: exit 3 */
 	}
 	memset(&s->info, 0, sizeof s->info); /* fields past the plugin's version stay 0 */
 	if ((st = s->ops->info(s->ctx, &s->info))) {

@@ -489,9 +489,12 @@ int trainer_take_stop(void);
 /* the cause of a stop not the user's (kiln_train_request_stop_cause), NULL */
 const char *trainer_stop_cause(void);
 extern kiln_grad_hook_fn trainer_grad_fn;
-/* The run's final error to the program's hook (kiln_set_error_hook), if
- * any, before the teardown: trainer_close.  Nothing for KILN_OK. */
-void trainer_error_told(kiln_status st);
+/* The call's final error to the program's hook (kiln_set_error_hook), if
+ * any: by trainer_close before the teardown, and by each public entry
+ * point (kiln_train, kiln_train_run, kiln_evaluate, kiln_evaluate_ex,
+ * kiln_quantize) for a failure before it reaches trainer_close, so that
+ * every failing call tells it once.  Nothing for KILN_OK.  Returns st. */
+kiln_status trainer_error_told(kiln_status st);
 extern void *trainer_grad_user;
 
 #endif /* KILN_TRAIN_H */

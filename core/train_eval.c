@@ -329,7 +329,10 @@ kiln_status trainer_final_test(struct trainer *t)
 }
 
 /* The checkpoint to evaluate (kiln_ckpt_open_weights): `checkpoint`, or
- * the newest usable one of [run] out_dir; an error when there is none. */
+ * the newest usable one of [run] out_dir; an error when there is none: a
+ * config error naming out_dir and where it was set (exit 2, as `kiln
+ * generate` says "no trained weights", and a missing --checkpoint is;
+ * KILN_ENOTFOUND, exit 1, before session 37). */
 static kiln_status open_checkpoint(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   const char *checkpoint, struct kiln_ckpt **ck)
 {
@@ -337,9 +340,12 @@ static kiln_status open_checkpoint(const struct kiln_config *cfg, const struct k
 	kiln_status st = kiln_ckpt_open_weights(cfg, reg, checkpoint, ck, dir, sizeof dir);
 	if (!st && !*ck && !*dir)
 		st = kiln_error(KILN_EUSAGE, "no checkpoint given and [run] out_dir is empty");
-	else if (!st && !*ck)
-		st = kiln_error(KILN_ENOTFOUND, "%s: no checkpoint to evaluate (`kiln train` writes one after its last step; or give --checkpoint CKPT)",
-				dir);
+	else if (!st && !*ck) {
+		const char *w = kiln_config_where(cfg, "run", "out_dir");
+		const int def = !strcmp(w, "default");
+		st = kiln_error(KILN_ECONFIG, "%s%s[run] out_dir%s: %s: no checkpoint to evaluate (`kiln train` writes one after its last step; or give --checkpoint CKPT)",
+				def ? "" : w, def ? "" : ": ", def ? " (the default)" : "", dir);
+	}
 	return st;
 }
 
@@ -384,11 +390,13 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, struct kiln_train_result *res)
 {
+	/* a failure before evaluate() told the program's hook here, as
+	 * trainer_close tells a later one (before session 37 not at all) */
 	if (!cfg || !reg)
-		return kiln_null_arg("kiln_evaluate", !cfg ? "cfg" : "reg");
+		return trainer_error_told(kiln_null_arg("kiln_evaluate", !cfg ? "cfg" : "reg"));
 	const struct kiln_eval_opts none = { 0 };
 	kiln_status st = trainer_result_check(res, "kiln_evaluate");
-	return st ? st : kiln_evaluate_ex(cfg, reg, checkpoint, &none, res);
+	return st ? trainer_error_told(st) : kiln_evaluate_ex(cfg, reg, checkpoint, &none, res);
 }
 
 /* The model to evaluate, open in t with its weights: the checkpoint's
@@ -483,11 +491,11 @@ kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_re
 			     struct kiln_train_result *res)
 {
 	if (!cfg || !reg)
-		return kiln_null_arg("kiln_evaluate_ex", !cfg ? "cfg" : "reg");
+		return trainer_error_told(kiln_null_arg("kiln_evaluate_ex", !cfg ? "cfg" : "reg"));
 	struct kiln_train_result full = { 0 };
 	kiln_status st = trainer_result_check(res, "kiln_evaluate_ex");
 	if (st)
-		return st;
+		return trainer_error_told(st);
 	st = evaluate(cfg, reg, checkpoint, o, &full);
 	trainer_result_out(res, &full);
 	return st;
@@ -535,7 +543,8 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 			  const char *checkpoint, const struct kiln_quantize_opts *o)
 {
 	if (!cfg || !reg || !o)
-		return kiln_null_arg("kiln_quantize", !cfg ? "cfg" : !reg ? "reg" : "opts");
+		return trainer_error_told(
+			kiln_null_arg("kiln_quantize", !cfg ? "cfg" : !reg ? "reg" : "opts"));
 	struct trainer T = { 0 }, *t = &T;
 	struct kiln_train_result res;
 	struct kiln_ckpt *ck = NULL;
@@ -552,8 +561,8 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 	kiln_status st;
 	memset(&res, 0, sizeof res);
 	if (method < 0 || o->batches < 1 || !(o->percentile > 0 && o->percentile <= 100) || !o->out)
-		return kiln_error(KILN_EUSAGE, "quantize: method minmax|percentile|entropy (got %s), batches >= 1 (got %lld), percentile in (0, 100] (got %g), an output file",
-				  mname, (long long)o->batches, o->percentile);
+		return trainer_error_told(kiln_error(KILN_EUSAGE, "quantize: method minmax|percentile|entropy (got %s), batches >= 1 (got %lld), percentile in (0, 100] (got %g), an output file",
+				  mname, (long long)o->batches, o->percentile));
 	if ((st = eval_open(t, cfg, reg, checkpoint, &fold, &res, &ck, &step, &fcfg)) ||
 	    /* neither the checkpoint quantized nor another (before session
 	     * 29 either was overwritten silently) */

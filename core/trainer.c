@@ -4,7 +4,9 @@
  * distributed glue each live in their own file). */
 #include "train.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 
 /* Set from signal handlers: a lock-free atomic is async-signal-safe. */
 static atomic_int stop_flag;
@@ -39,19 +41,70 @@ int kiln_stop_pending(void)
 	return atomic_load(&stop_flag);
 }
 
+/* The program's error hook (kiln_set_error_hook): fn and user under one
+ * mutex, so that a call gets the pair of one kiln_set_error_hook, never
+ * one's fn with another's user (before session 37 two plain globals,
+ * which a reset on one thread while a run failed on another could mix, or
+ * leave a NULL user under the new fn).  Each call in progress is listed
+ * (its record on its own stack) with the generation of the pair it took,
+ * so that kiln_set_error_hook returns only once no other thread is still
+ * in a hook it replaced: the program may then free the old user.  The
+ * calls are made outside the mutex (a hook may print, take seconds, or
+ * set the hook itself; its own thread's calls are not waited for). */
+struct hook_call {
+	uint64_t gen;
+	pthread_t self;
+	struct hook_call *next;
+};
+static pthread_mutex_t hook_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hook_left = PTHREAD_COND_INITIALIZER;
 static kiln_error_hook_fn error_fn;
 static void *error_user;
+static uint64_t hook_gen;        /* kiln_set_error_hook calls so far */
+static struct hook_call *in_hook; /* the calls in progress */
+
+/* Whether another thread is still in a hook of a generation before gen. */
+static int hook_older_running(uint64_t gen)
+{
+	for (const struct hook_call *c = in_hook; c; c = c->next)
+		if (c->gen < gen && !pthread_equal(c->self, pthread_self()))
+			return 1;
+	return 0;
+}
 
 void kiln_set_error_hook(kiln_error_hook_fn fn, void *user)
 {
+	pthread_mutex_lock(&hook_mu);
 	error_fn = fn;
 	error_user = user;
+	const uint64_t gen = ++hook_gen;
+	while (hook_older_running(gen))
+		pthread_cond_wait(&hook_left, &hook_mu);
+	pthread_mutex_unlock(&hook_mu);
 }
 
-void trainer_error_told(kiln_status st)
+kiln_status trainer_error_told(kiln_status st)
 {
-	if (st && error_fn)
-		error_fn(error_user, st, kiln_last_error());
+	if (!st)
+		return st;
+	pthread_mutex_lock(&hook_mu);
+	const kiln_error_hook_fn fn = error_fn;
+	void *const user = error_user;
+	struct hook_call me = { hook_gen, pthread_self(), in_hook };
+	if (fn)
+		in_hook = &me;
+	pthread_mutex_unlock(&hook_mu);
+	if (!fn)
+		return st;
+	fn(user, st, kiln_last_error());
+	pthread_mutex_lock(&hook_mu);
+	struct hook_call **p = &in_hook;
+	while (*p != &me)
+		p = &(*p)->next;
+	*p = me.next;
+	pthread_cond_broadcast(&hook_left);
+	pthread_mutex_unlock(&hook_mu);
+	return st;
 }
 
 kiln_grad_hook_fn trainer_grad_fn;
@@ -238,15 +291,20 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 			   const struct kiln_train_cfg *tc, kiln_progress_fn progress, void *user,
 			   struct kiln_train_result *res)
 {
+	/* a failure before train_run told the program's hook here, as
+	 * trainer_close tells a later one (before session 37 not at all) */
 	if (!cfg || !reg || !tc)
-		return kiln_null_arg("kiln_train_run", !cfg ? "cfg" : !reg ? "reg" : "tc");
+		return trainer_error_told(
+			kiln_null_arg("kiln_train_run", !cfg ? "cfg" : !reg ? "reg" : "tc"));
 	struct kiln_train_result full = { 0 };
 	struct kiln_train_cfg tc_full;
 	kiln_status st = trainer_result_check(res, "kiln_train_run");
 	if (st)
-		return st;
+		return trainer_error_told(st);
 	/* tc as this library's struct (kiln/kiln.h, struct kiln_train_cfg) */
-	if (!(st = kiln_train_cfg_in(cfg, tc, "kiln_train_run", &tc_full)))
+	if ((st = kiln_train_cfg_in(cfg, tc, "kiln_train_run", &tc_full)))
+		trainer_error_told(st);
+	else
 		st = train_run(cfg, reg, &tc_full, progress, user, &full);
 	trainer_result_out(res, &full);
 	return st;
@@ -256,18 +314,18 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res)
 {
 	if (!cfg || !reg)
-		return kiln_null_arg("kiln_train", !cfg ? "cfg" : "reg");
+		return trainer_error_told(kiln_null_arg("kiln_train", !cfg ? "cfg" : "reg"));
 	struct kiln_train_cfg tc;
 	kiln_status st = trainer_result_check(res, "kiln_train");
 	if (st)
-		return st;
+		return trainer_error_told(st);
 	if ((st = kiln_train_cfg_fill(cfg, reg, &tc))) {
 		/* as a run that fails later leaves it (-1: no evaluation ran,
 		 * no resume); before session 35 all zeros, a test loss of 0 */
 		struct kiln_train_result none;
 		trainer_result_none(&none);
 		trainer_result_out(res, &none);
-		return st;
+		return trainer_error_told(st);
 	}
 	return kiln_train_run(cfg, reg, &tc, progress, user, res);
 }

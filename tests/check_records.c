@@ -439,7 +439,16 @@ START_TEST(test_multi_shards)
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "path"));
 	/* a missing file */
 	st = open_file("nope.krec");
-	ASSERT_FAILS(st, KILN_EIO, tpath("nope.krec"), "No such file");
+	ASSERT_FAILS(st, KILN_ENOTFOUND, tpath("nope.krec"), "no such file");
+	/* ... which the public open reports as the config's error (exit 2;
+	 * KILN_EDATA, exit 3, before session 37), in the plugin's words */
+	struct kiln_source *none = NULL;
+	ck_assert_int_eq(kiln_source_open(cfg, reg, "data", "train", &none), KILN_ECONFIG);
+	ck_assert_ptr_null(none);
+	char want[1400];
+	snprintf(want, sizeof want, "command line 'data.path=%s': [data] path: %s: no such file (the records data)",
+		 tpath("nope.krec"), tpath("nope.krec"));
+	ck_assert_str_eq(kiln_last_error(), want);
 	free(img.data);
 }
 END_TEST

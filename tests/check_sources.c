@@ -417,7 +417,7 @@ START_TEST(test_folder_splits)
 	ASSERT_OPEN_FAILS(st, KILN_EDATA, tpath("ds/odd"), "class 0 is 'dog' in [data.eval] but 'cat' in [data]");
 	/* ... which must exist */
 	st = open_src("folder", "data", "train", kv("data.path", "ds"), "data.split=nope", NULL);
-	ASSERT_OPEN_FAILS(st, KILN_EIO, tpath("ds/nope"), "split");
+	ASSERT_OPEN_FAILS(st, KILN_ENOTFOUND, tpath("ds/nope"), "[data] split: ");
 	/* [data.eval] inheriting a path without test/: never the training data */
 	st = open_src("folder", "data.eval", "test", kv("data.path", "ds/train"), NULL);
 	ASSERT_OPEN_FAILS(st, KILN_ECONFIG, tpath("ds/train"), "inherited");
@@ -538,7 +538,7 @@ START_TEST(test_folder_bad_roots)
 	ASSERT_OPEN_FAILS(st, KILN_EDATA, tpath("noimg"), "no .jpg");
 	/* nonexistent */
 	st = open_src("folder", "data", "train", kv("data.path", "nope"), NULL);
-	ASSERT_OPEN_FAILS(st, KILN_EIO, tpath("nope"), "No such file");
+	ASSERT_OPEN_FAILS(st, KILN_ENOTFOUND, tpath("nope"), "no such file (the folder data)");
 	/* a file */
 	st = open_src("folder", "data", "train", kv("data.path", "flat/a.png"), NULL);
 	ASSERT_OPEN_FAILS(st, KILN_EIO, tpath("flat/a.png"), "not a directory");
@@ -815,7 +815,7 @@ START_TEST(test_tar_shards)
 	/* a missing shard */
 	st = open_src("tar", "data", "train", kv("data.path", "ds/train"),
 		      "data.shards=shard-000.tar,shard-009.tar", NULL);
-	ASSERT_OPEN_FAILS(st, KILN_EIO, tpath("ds/train/shard-009.tar"), "No such file");
+	ASSERT_OPEN_FAILS(st, KILN_ENOTFOUND, tpath("ds/train/shard-009.tar"), "no such file (the tar shard)");
 	/* numbers with a gap: read as they are (tar shards are numbered by
 	 * other tools, 1-based or a subset; kiln pack writes no tar) */
 	write_raw("gap/train/shard-000001.tar", a.p, a.n);
@@ -828,7 +828,7 @@ START_TEST(test_tar_shards)
 	ASSERT_OPEN_FAILS(st, KILN_EDATA, tpath("empty"), "no .tar");
 	/* nonexistent path */
 	st = open_src("tar", "data", "train", kv("data.path", "nope.tar"), NULL);
-	ASSERT_OPEN_FAILS(st, KILN_EIO, tpath("nope.tar"), "No such file");
+	ASSERT_OPEN_FAILS(st, KILN_ENOTFOUND, tpath("nope.tar"), "no such file (the tar data)");
 	/* neither path nor shards */
 	st = open_src("tar", "data", "train", NULL);
 	ASSERT_OPEN_FAILS(st, KILN_ECONFIG, "[data] path", "shards");
@@ -1232,7 +1232,7 @@ START_TEST(test_lmdb_corrupt)
 	ASSERT_OPEN_FAILS(st, KILN_EDATA, tpath("badlen"), "__len__");
 	/* nonexistent; a directory without data.mdb; not an LMDB file */
 	st = open_src("lmdb", "data", "train", kv("data.path", "nope"), NULL);
-	ASSERT_OPEN_FAILS(st, KILN_EIO, tpath("nope"), "No such file");
+	ASSERT_OPEN_FAILS(st, KILN_ENOTFOUND, tpath("nope"), "no such file (the lmdb data)");
 	mkdirs("emptydir", 1);
 	st = open_src("lmdb", "data", "train", kv("data.path", "emptydir"), NULL);
 	ASSERT_OPEN_FAILS(st, KILN_EIO, tpath("emptydir"), "data.mdb");

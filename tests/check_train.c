@@ -8,10 +8,14 @@
 #include <jansson.h>
 #include <kiln/kiln.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h> /* usleep */
 
 static struct kiln_registry *reg;
 
@@ -873,6 +877,191 @@ START_TEST(test_result_early_failure)
 }
 END_TEST
 
+/* ---- the program's error hook (kiln_set_error_hook) --------------------- */
+
+struct told {
+	int n;            /* calls */
+	kiln_status st;   /* the last call's */
+	char msg[512];    /* the last call's message */
+};
+
+static void note_error(void *user, kiln_status st, const char *msg)
+{
+	struct told *t = user;
+	t->n++;
+	t->st = st;
+	snprintf(t->msg, sizeof t->msg, "%s", msg);
+}
+
+/* `call`'s status st (non-zero), told to the hook once, with the message
+ * kiln_last_error() gives after the call. */
+#define TOLD_ONCE(what, call)                                                            \
+	do {                                                                             \
+		struct told t_ = { 0 };                                                  \
+		kiln_set_error_hook(note_error, &t_);                                    \
+		const kiln_status st_ = (call);                                          \
+		kiln_set_error_hook(NULL, NULL);                                         \
+		ck_assert_msg(st_ != 0, "%s: succeeded", what);                          \
+		ck_assert_msg(t_.n == 1, "%s: hook called %d times, not once (%s)", what, \
+			      t_.n, kiln_last_error());                                  \
+		ck_assert_int_eq(t_.st, st_);                                            \
+		ck_assert_str_eq(t_.msg, kiln_last_error());                             \
+	} while (0)
+
+/* Every failing call of kiln_train, kiln_train_run, kiln_evaluate,
+ * kiln_evaluate_ex and kiln_quantize tells the hook once, also a failure
+ * before the run opens (a NULL argument, a struct's size not set, a
+ * config the run refuses), which before session 37 told it nothing; and
+ * a failure in the run (a data file missing), told by the teardown, once. */
+START_TEST(test_error_hook_early)
+{
+	struct kiln_config *cfg = test_config(reg, syn_ini);
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT, unsized = { 0 };
+	struct kiln_train_cfg tc = KILN_TRAIN_CFG_INIT, tc_unsized = { 0 };
+	ck_assert_msg(kiln_train_cfg_read(cfg, reg, &tc) == 0, "%s", kiln_last_error());
+	TOLD_ONCE("kiln_train, reg NULL", kiln_train(cfg, NULL, NULL, NULL, &res));
+	ck_assert_str_eq(kiln_last_error(), "kiln_train: reg is NULL");
+	TOLD_ONCE("kiln_train, res unsized", kiln_train(cfg, reg, NULL, NULL, &unsized));
+	TOLD_ONCE("kiln_train_run, tc NULL", kiln_train_run(cfg, reg, NULL, NULL, NULL, &res));
+	TOLD_ONCE("kiln_train_run, tc unsized",
+		  kiln_train_run(cfg, reg, &tc_unsized, NULL, NULL, &res));
+	TOLD_ONCE("kiln_evaluate, cfg NULL", kiln_evaluate(NULL, reg, NULL, &res));
+	TOLD_ONCE("kiln_evaluate, res unsized", kiln_evaluate(cfg, reg, NULL, &unsized));
+	TOLD_ONCE("kiln_evaluate_ex, res unsized",
+		  kiln_evaluate_ex(cfg, reg, NULL, &(struct kiln_eval_opts){ 0 }, &unsized));
+	TOLD_ONCE("kiln_quantize, opts NULL", kiln_quantize(cfg, reg, NULL, NULL));
+	TOLD_ONCE("kiln_quantize, method", kiln_quantize(cfg, reg, NULL,
+		  &(struct kiln_quantize_opts){ .method = "mean", .batches = 1, .percentile = 99, .out = "q" }));
+	ck_assert_msg(strstr(kiln_last_error(), "(got mean)"), "%s", kiln_last_error());
+	/* a [train] value kiln_train_cfg_read refuses, set after validation */
+	ck_assert(kiln_config_override(cfg, "train.lr=-5") == 0);
+	TOLD_ONCE("kiln_train, lr -5", kiln_train(cfg, reg, NULL, NULL, &res));
+	/* in the run: told by its teardown (trainer_close), still once */
+	ck_assert(kiln_config_override(cfg, "train.lr=0.05") == 0);
+	ck_assert(kiln_config_override(cfg, "data.source=idx") == 0);
+	ck_assert(kiln_config_override(cfg, "data.images=/nonexistent/kiln.idx") == 0);
+	TOLD_ONCE("kiln_train, no data", kiln_train(cfg, reg, NULL, NULL, &res));
+	ck_assert_msg(strstr(kiln_last_error(), "/nonexistent/kiln.idx"), "%s", kiln_last_error());
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* Two hooks, each with its own user: a call must get a matching pair. */
+static int user_a, user_b;
+static atomic_int hook_calls, hook_mixed;
+
+static void hook_a(void *user, kiln_status st, const char *msg)
+{
+	(void)st, (void)msg;
+	atomic_fetch_add(&hook_calls, 1);
+	if (user != &user_a)
+		atomic_fetch_add(&hook_mixed, 1);
+}
+
+static void hook_b(void *user, kiln_status st, const char *msg)
+{
+	(void)st, (void)msg;
+	atomic_fetch_add(&hook_calls, 1);
+	if (user != &user_b)
+		atomic_fetch_add(&hook_mixed, 1);
+}
+
+static atomic_int failing_done;
+
+/* Calls with config arg that fail at once (reg NULL), until told to stop. */
+static void *fail_often(void *arg)
+{
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
+	while (!atomic_load(&failing_done))
+		kiln_train(arg, NULL, NULL, NULL, &res);
+	return NULL;
+}
+
+/* kiln_set_error_hook while other threads' calls fail: each call gets the
+ * fn and user of one kiln_set_error_hook (before session 37 fn and user
+ * were two plain globals: a call could read the new fn with the old
+ * user). */
+START_TEST(test_error_hook_pairs)
+{
+	struct kiln_config *cfg = test_config(reg, syn_ini);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, fail_often, cfg), 0);
+	/* until the failing threads have made 20000 calls (or 10 s passed) */
+	const time_t t0 = time(NULL);
+	for (int i = 0; atomic_load(&hook_calls) < 20000 && time(NULL) - t0 < 10; i++) {
+		if (i & 1)
+			kiln_set_error_hook(hook_b, &user_b);
+		else
+			kiln_set_error_hook(hook_a, &user_a);
+	}
+	kiln_set_error_hook(NULL, NULL);
+	atomic_store(&failing_done, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	kiln_config_free(cfg);
+	ck_assert_msg(atomic_load(&hook_calls) > 0, "the hook was never called");
+	ck_assert_msg(atomic_load(&hook_mixed) == 0, "%d of %d calls got another hook's user",
+		      atomic_load(&hook_mixed), atomic_load(&hook_calls));
+}
+END_TEST
+
+/* A hook that takes its time, on another thread's failing run. */
+static atomic_int slow_in, slow_out;
+
+static void slow_hook(void *user, kiln_status st, const char *msg)
+{
+	(void)user, (void)st, (void)msg;
+	atomic_store(&slow_in, 1);
+	usleep(300 * 1000);
+	atomic_store(&slow_out, 1);
+}
+
+static void *fail_once(void *arg)
+{
+	struct kiln_config *cfg = arg;
+	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
+	kiln_train(cfg, reg, NULL, NULL, &res);
+	return NULL;
+}
+
+/* A hook that sets the hook itself (its own thread's call: not waited for). */
+static void reset_hook(void *user, kiln_status st, const char *msg)
+{
+	(void)st, (void)msg;
+	kiln_set_error_hook(NULL, NULL);
+	++*(int *)user;
+}
+
+/* kiln_set_error_hook returns only once no other thread is in the hook it
+ * replaced, so the program may free that hook's user then (before session
+ * 37 it returned at once, the hook still running on the old user); a
+ * hook may set the hook itself without waiting for itself. */
+START_TEST(test_error_hook_waits)
+{
+	struct kiln_config *cfg = test_config(reg, syn_ini);
+	pthread_t th;
+	/* a failure in the run (told by trainer_close before session 37 too) */
+	ck_assert(kiln_config_override(cfg, "data.source=idx") == 0);
+	ck_assert(kiln_config_override(cfg, "data.images=/nonexistent/kiln.idx") == 0);
+	kiln_set_error_hook(slow_hook, NULL);
+	ck_assert_int_eq(pthread_create(&th, NULL, fail_once, cfg), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&slow_in); i++)
+		usleep(10 * 1000);
+	ck_assert_msg(atomic_load(&slow_in), "the hook was not called within 10 s");
+	kiln_set_error_hook(NULL, NULL);
+	ck_assert_msg(atomic_load(&slow_out), "kiln_set_error_hook returned while the hook it replaced still ran");
+	pthread_join(th, NULL);
+	int n = 0;
+	kiln_set_error_hook(reset_hook, &n);
+	ck_assert_int_ne(kiln_train(cfg, reg, NULL, NULL, &(struct kiln_train_result)KILN_TRAIN_RESULT_INIT), 0);
+	ck_assert_int_eq(n, 1);
+	ck_assert_int_ne(kiln_train(cfg, reg, NULL, NULL, &(struct kiln_train_result)KILN_TRAIN_RESULT_INIT), 0);
+	ck_assert_int_eq(n, 1); /* reset by itself */
+	kiln_config_free(cfg);
+}
+END_TEST
+
 struct calls {
 	int n, epoch_lines, with_status, without_status;
 	int64_t last_step;
@@ -1502,7 +1691,8 @@ static Suite *make_train_suite(void)
 		test_recompute_nchw, test_recompute_nhwc, test_recompute_deep, test_memory_accounting,
 		NULL });
 	check_add_case(s, "api", 120, NULL, NULL, (const TTest *[]){
-		test_result_early_failure, test_progress_calls, NULL });
+		test_result_early_failure, test_progress_calls, test_error_hook_early,
+		test_error_hook_pairs, test_error_hook_waits, NULL });
 	return s;
 }
 

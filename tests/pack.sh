@@ -219,9 +219,10 @@ kiln 0 train "$tmp/fptrain.ini" run.out_dir="$tmp/fpr3"
 
 # an explicit --split must exist: --split vla (val) packed the whole tree,
 # its split folders as classes, with exit 0 (before session 31); only the
-# section's own split (train) falls back to path itself
+# section's own split (train) falls back to path itself; a usage error,
+# exit 2, as a missing file named on the command line (3 before session 37)
 printf '[data]\nsource = folder\npath = %s\nchannels = 1\n' "$tmp/fo" > "$tmp/fold.ini"
-kiln 3 pack "$tmp/fold.ini" --out "$tmp/fv" --split vla
+kiln 2 pack "$tmp/fold.ini" --out "$tmp/fv" --split vla
 stderr_has "$tmp/fo/vla: cannot open split 'vla' of [data] path $tmp/fo: No such file or directory"
 [ -z "$(ls "$tmp/fv" 2>/dev/null)" ] || fail "a refused pack wrote: $(ls "$tmp/fv")"
 kiln 0 pack "$tmp/fold.ini" --out "$tmp/fv" --split train

@@ -98,9 +98,13 @@ grep -q "\"checkpoint\": \"$ck\", \"step\": 5," "$out" || fail "eval did not tak
 kiln 2 eval "$ini" "data.path=$data" layer.fc1.out=6 "run.out_dir=$tmp/run"
 grep -q "holds another model: \[layer.fc1\] out is '5' in its config but '6' here" "$err" ||
 	fail "eval of another layer shape: wrong message"
+# no checkpoint in out_dir (there or not): a config error naming it, exit 2
+# as generate's "no trained weights" (exit 1 before session 37)
 mkdir -p "$tmp/none"
-kiln 1 eval "$ini" "data.path=$data" "run.out_dir=$tmp/none"
-grep -q "no checkpoint to evaluate" "$err" || fail "eval without a checkpoint: wrong message"
+kiln 2 eval "$ini" "data.path=$data" "run.out_dir=$tmp/none"
+stderr_has "kiln: error: command line 'run.out_dir=$tmp/none': [run] out_dir: $tmp/none/checkpoints: no checkpoint to evaluate"
+kiln 2 eval "$ini" "data.path=$data" "run.out_dir=$tmp/nodir"
+stderr_has "kiln: error: command line 'run.out_dir=$tmp/nodir': [run] out_dir: $tmp/nodir/checkpoints: no checkpoint to evaluate"
 kiln 0 export "$ini" --safetensors "$tmp/init.safetensors" $common "run.out_dir=$tmp/none"
 grep -q "exporting the initial weights" "$err" || fail "export of initial weights does not warn"
 # a fresh run into an out_dir with checkpoints is refused (they would mix)

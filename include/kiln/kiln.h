@@ -268,7 +268,9 @@ void kiln_device_graph_free(struct kiln_device *dev, void *graph);
  * names, opened with `split` ("train" for [data], "test" for [data.eval];
  * the section's keys may override it), with `[section] limit` applied to
  * its length.  An unreadable file is KILN_EDATA (exit 3), like a corrupt
- * one.  Threads: open/close from one thread; kiln_source_read_image is
+ * one; a file the config names (`path`, `shards`, `split`, IDX `images`
+ * and `labels`) that is not there is KILN_ECONFIG (exit 2) naming the key
+ * and where it was set (KILN_EDATA before session 37).  Threads: open/close from one thread; kiln_source_read_image is
  * thread-safe (the source contract).
  */
 struct kiln_source;
@@ -645,19 +647,33 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 			   const struct kiln_train_cfg *tc, kiln_progress_fn progress, void *user,
 			   struct kiln_train_result *res);
 
-/* The program's hook for a run that failed (kiln_train, kiln_train_run,
- * kiln_evaluate, kiln_evaluate_ex, kiln_quantize), called once its error is final and
- * before its teardown (draining and freeing the device, the
- * communicator's and the store's goodbyes), which may take seconds: a
- * program that may be ended meanwhile (`kiln train`, whose second stop
- * signal 5 s after the first ends it at once, the SIGTERM `kiln launch`
- * sends when another rank failed) prints the error there, not after the
- * call returns.  Called on the thread that runs the call, with its
- * status and the message kiln_last_error() gives after it returns (msg
- * borrowed for the call).  Process-wide, as kiln_set_grad_hook; NULL (the
- * default): none.  Since session 36; before, `kiln train` printed a
- * rank's error after its teardown, and a stop signal then could end it
- * unprinted. */
+/* The program's hook for a call that failed (kiln_train, kiln_train_run,
+ * kiln_evaluate, kiln_evaluate_ex, kiln_quantize): called once for every
+ * failing call, whatever failed (a NULL argument, a struct's size not
+ * set, a config the run refuses, a data file missing, the run itself),
+ * once its error is final and before its teardown (draining and freeing
+ * the device, the communicator's and the store's goodbyes), which may
+ * take seconds: a program that may be ended meanwhile (`kiln train`,
+ * whose second stop signal 5 s after the first ends it at once, the
+ * SIGTERM `kiln launch` sends when another rank failed) prints the error
+ * there, not after the call returns.  Called on the thread that runs the
+ * call, with its status and the message kiln_last_error() gives after it
+ * returns (msg borrowed for the call).  Process-wide, as
+ * kiln_set_grad_hook; NULL (the default): none.  Since session 36; before,
+ * `kiln train` printed a rank's error after its teardown, and a stop
+ * signal then could end it unprinted.  Before session 37 a failure
+ * before the run opened (the checks above) did not call it.
+ *
+ * Threads: kiln_set_error_hook may be called from any thread, also while
+ * other threads' calls fail.  A call gets fn and user of one
+ * kiln_set_error_hook, never one's fn with another's user (before session
+ * 37 a reset on one thread could hand another's failing run the new fn
+ * with the old user, or NULL).  kiln_set_error_hook returns once no
+ * other thread is still in the hook it replaced, so the old user may be
+ * freed then; it does not wait for its own thread's call (a hook may set
+ * the hook), and must not be called while holding a lock the hook takes
+ * (it would wait for that hook forever).  Hooks on several threads run
+ * concurrently. */
 typedef void (*kiln_error_hook_fn)(void *user, kiln_status st, const char *msg);
 void kiln_set_error_hook(kiln_error_hook_fn fn, void *user);
 

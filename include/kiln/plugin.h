@@ -881,7 +881,10 @@ struct kiln_source_ops {
 	/* Open the source described by config section `section` ("data" or
 	 * "data.eval") with `split` = "train" or "test" (the section's own keys
 	 * may override it).  Errors name the file and what is wrong: KILN_EIO,
-	 * KILN_EDATA. */
+	 * KILN_EDATA; KILN_ENOTFOUND for a file the config names that is not
+	 * there (ENOENT, ENOTDIR at its open), naming the key and where it
+	 * was set, which the core reports as KILN_ECONFIG, exit 2
+	 * (docs/plugins.md, "Errors"; since session 37). */
 	kiln_status (*open)(const struct kiln_host *host, const struct kiln_config *cfg,
 			    const char *section, const char *split, void **ctx);
 	void (*close)(void *ctx);

@@ -118,6 +118,23 @@ static const char *where_said(const struct kiln_host *host, const struct kiln_co
 	return out;
 }
 
+void loaders_key_at(const struct kiln_host *host, const struct kiln_config *cfg,
+		    const char *section, const char *key, char *out, size_t n)
+{
+	const char *w = host->config_where(cfg, section, key);
+	if (!strcmp(w, "default"))
+		snprintf(out, n, "[%s] %s (the default)", section, key);
+	else
+		snprintf(out, n, "%s: [%s] %s", w, section, key);
+}
+
+kiln_status loaders_no_such_file(const struct kiln_host *host, const char *at, const char *path,
+				 const char *what)
+{
+	return host->error(KILN_ENOTFOUND, "%s: %s: no such file%s%s%s", at, path,
+			   what ? " (" : "", what ? what : "", what ? ")" : "");
+}
+
 /* Whether every name of a `shards` list is absolute: then `path`, the
  * directory of relative names, is not read. */
 static int shards_all_absolute(const char *list)
@@ -148,14 +165,29 @@ kiln_status loaders_path_is_dir(const struct kiln_host *host, const struct kiln_
 	if (stat(path, &sb) != 0) {
 		/* a path set but missing beside a shards list of absolute
 		 * files names nothing that is read (it worked before session 33) */
-		if (errno == ENOENT && shards_all_absolute(host->config_get(cfg, section, "shards")))
+		const int err = errno;
+		if (err == ENOENT && shards_all_absolute(host->config_get(cfg, section, "shards")))
 			return KILN_OK;
+		if (loaders_missing(err)) {
+			char at[4400], what[64];
+			loaders_key_at(host, cfg, section, "path", at, sizeof at);
+			snprintf(what, sizeof what, "the %s data", who);
+			return loaders_no_such_file(host, at, path, what);
+		}
+		errno = err;
 		return host->error(KILN_EIO, "%s: cannot open the %s data ([%s] path, %s): %s", path,
 				   who, section, where_said(host, cfg, section, "path", w, sizeof w),
 				   strerror(errno));
 	}
 	*is_dir = S_ISDIR(sb.st_mode);
 	return KILN_OK;
+}
+
+void loaders_shards_at(const struct kiln_host *host, const struct kiln_config *cfg,
+		       const char *section, char *out, size_t n)
+{
+	const char *list = host->config_get(cfg, section, "shards");
+	loaders_key_at(host, cfg, section, list && *list ? "shards" : "path", out, n);
 }
 
 void loaders_shards_key(const struct kiln_host *host, const struct kiln_config *cfg,
@@ -202,13 +234,22 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
 			*is_dir = S_ISDIR(ss.st_mode);
 			return KILN_OK;
 		}
+		/* a split named that is not there: the config's (or the
+		 * command line's) error, exit 2, as a missing path */
+		const int err = errno;
+		char at[4400], what[4400 + 64];
+		if (split_is_key && loaders_missing(err)) {
+			loaders_key_at(host, cfg, section, "split", at, sizeof at);
+			snprintf(what, sizeof what, "split '%s' of [%s] path %s", split, section, path);
+			return loaders_no_such_file(host, at, sub, what);
+		}
 		if (split_is_key)
 			return host->error(KILN_EIO, "%s: cannot open split '%s' ([%s] split, set at %s): %s",
 					   sub, split, section, host->config_where(cfg, section, "split"),
-					   strerror(errno));
+					   strerror(err));
 		if (strcmp(split, loaders_own_split(section)))
-			return host->error(KILN_EIO, "%s: cannot open split '%s' of [%s] path %s: %s (a split named on the command line must exist; only [%s]'s own, %s, falls back to path itself; set [%s] split = . to read path itself)",
-					   sub, split, section, path, strerror(errno), section,
+			return host->error(loaders_missing(err) ? KILN_EUSAGE : KILN_EIO, "%s: cannot open split '%s' of [%s] path %s: %s (a split named on the command line must exist; only [%s]'s own, %s, falls back to path itself; set [%s] split = . to read path itself)",
+					   sub, split, section, path, strerror(err), section,
 					   loaders_own_split(section), section);
 	} else if (split_is_key && split && *split) {
 		return host->error(KILN_ECONFIG, "%s: [%s] split = %s needs path to be a directory holding %s/; %s is not one",
@@ -579,7 +620,7 @@ static kiln_status scan_dir(const struct kiln_host *host, const char *dir, const
  * files it matches, in shard order, and must match one; a plain name is
  * taken as it is (opening it reports a missing file). */
 static kiln_status add_listed(const struct kiln_host *host, struct loaders_names *out,
-			      const char *dir, const char *name)
+			      const char *dir, const char *name, const char *at)
 {
 	if (!strpbrk(name, "*?["))
 		return names_add(host, out, dir, name);
@@ -591,7 +632,10 @@ static kiln_status add_listed(const struct kiln_host *host, struct loaders_names
 	int r = glob(p, 0, NULL, &g);
 	if (r == GLOB_NOMATCH || (r == 0 && g.gl_pathc == 0)) {
 		globfree(&g);
-		return host->error(KILN_EIO, "%s: no file matches this shards pattern", p);
+		/* the config's error, exit 2, as a missing file it names
+		 * (KILN_EIO, exit 3, before session 37) */
+		return host->error(KILN_ENOTFOUND, "%s: %s: no file matches this shards pattern",
+				   at, p);
 	}
 	if (r) {
 		globfree(&g);
@@ -607,9 +651,10 @@ static kiln_status add_listed(const struct kiln_host *host, struct loaders_names
 	return st;
 }
 
-/* The `shards` list: comma-separated, spaces around names ignored. */
+/* The `shards` list: comma-separated, spaces around names ignored; at:
+ * where it was set (loaders_key_at). */
 static kiln_status parse_list(const struct kiln_host *host, const char *list, const char *dir,
-			      struct loaders_names *out)
+			      const char *at, struct loaders_names *out)
 {
 	kiln_status st;
 	const char *p = list;
@@ -628,7 +673,7 @@ static kiln_status parse_list(const struct kiln_host *host, const char *list, co
 				return host->error(KILN_ECONFIG, "shards: a name is too long");
 			memcpy(name, p, (size_t)(e - p));
 			name[e - p] = 0;
-			if ((st = add_listed(host, out, dir, name)))
+			if ((st = add_listed(host, out, dir, name, at)))
 				return st;
 		}
 		p = q;
@@ -649,7 +694,9 @@ kiln_status loaders_find_shards(const struct kiln_host *host, const struct kiln_
 		return st;
 
 	if (list && *list) {
-		if ((st = parse_list(host, list, is_dir ? path : NULL, out)))
+		char at[4400];
+		loaders_key_at(host, cfg, section, "shards", at, sizeof at);
+		if ((st = parse_list(host, list, is_dir ? path : NULL, at, out)))
 			return st;
 		if (!out->n)
 			return host->error(KILN_ECONFIG, "%s: [%s] shards names no file",

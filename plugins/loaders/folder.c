@@ -351,9 +351,9 @@ static kiln_status folder_check_classes(const struct kiln_host *host,
 
 static const struct kiln_key folder_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "Root directory (required) of one subdirectory per class, torchvision ImageFolder style: classes are the subdirectory names sorted, a label is its class's position, samples are listed in torchvision's order. Files: .jpg, .jpeg and .png (any case) anywhere below a class directory. When `path/split` exists it is used instead (path = /x: [data] reads /x/train, [data.eval] /x/test); [data.eval] inheriting path without such a subdirectory is an error." },
+	  "Root directory (required) of one subdirectory per class, torchvision ImageFolder style: classes are the subdirectory names sorted, a label is its class's position, samples are listed in torchvision's order. Files: .jpg, .jpeg and .png (any case) anywhere below a class directory. When `path/split` exists it is used instead (path = /x: [data] reads /x/train, [data.eval] /x/test); [data.eval] inheriting path without such a subdirectory is an error. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "Subdirectory of `path` to read (e.g. val); it must exist. Unset: the split the run asks for (train for [data], test for [data.eval]) when that subdirectory exists, else `path` itself." },
+	  "Subdirectory of `path` to read (e.g. val); it must exist. Unset: the split the run asks for (train for [data], test for [data.eval]) when that subdirectory exists, else `path` itself. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 

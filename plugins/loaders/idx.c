@@ -245,17 +245,26 @@ static int idx_load_cached(const struct kiln_host *host, const char *path, uint3
 	return 1;
 }
 
+/* Where an IDX file's name came from, for one that is not there
+ * (loaders_no_such_file): the key's place, and for a standard name the
+ * other name tried. */
+struct idx_named {
+	char at[PATH_MAX + 64];
+	char also[PATH_MAX + 64];
+};
+
 /* Load the whole IDX file `path` into f: magic must be `magic` (which
  * fixes ndim), dims non-zero, and the data complete.  `what` names the
  * file's role ("image file") in messages; `hint` is appended to an open
- * failure (other names tried).  A gzip file of at least IDX_CACHE_MIN
+ * failure (other names tried); `named` names the key for a file not there
+ * (KILN_ECONFIG, exit 2; KILN_EIO before session 37).  A gzip file of at least IDX_CACHE_MIN
  * bytes is served from its inflated copy under cache_dir (NULL: none) when
  * one is valid, and leaves one there when not (no_home: cache_dir is NULL
  * because no folder could be named, said for such a file).  On failure f
  * holds nothing to free. */
 static kiln_status idx_load(const struct kiln_host *host, const char *path, uint32_t magic,
-			    const char *what, const char *hint, const char *cache_dir,
-			    int no_home, struct idx_file *f)
+			    const char *what, const char *hint, const struct idx_named *named,
+			    const char *cache_dir, int no_home, struct idx_file *f)
 {
 	int ndim = (int)(magic & 0xff);
 	uint8_t hdr[4 + 4 * 3];
@@ -270,6 +279,11 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 	char kind[64];
 	const char *why;
 	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
+	if (fd < 0 && loaders_missing(errno)) { /* a file the config names: exit 2 */
+		char w[PATH_MAX + 100];
+		snprintf(w, sizeof w, "the %s%s", what, named->also);
+		return loaders_no_such_file(host, named->at, path, w);
+	}
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the %s: %s%s", path, what, why,
 				   errno == EINVAL || !hint ? "" : hint);
@@ -381,11 +395,11 @@ static const char *idx_cache_dir(const struct kiln_host *host, const struct kiln
 
 static const struct kiln_key idx_keys[] = {
 	{ "path", KILN_KEY_STR, "/usr/share/datasets/fashion-mnist", 0, 0, NULL,
-	  "Directory holding the IDX files; `images` and `labels` are relative to it." },
+	  "Directory holding the IDX files; `images` and `labels` are relative to it. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "images", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "Image file (IDX u8 [N, rows, cols], gzipped or not), relative to `path` or absolute. Unset: train-images-idx3-ubyte.gz for split train, t10k-images-idx3-ubyte.gz for split test (the name without .gz when only that exists)." },
+	  "Image file (IDX u8 [N, rows, cols], gzipped or not), relative to `path` or absolute. Unset: train-images-idx3-ubyte.gz for split train, t10k-images-idx3-ubyte.gz for split test (the name without .gz when only that exists). A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "labels", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "Label file (IDX u8 [N]), relative to `path` or absolute. Unset: train-labels-idx1-ubyte.gz or t10k-labels-idx1-ubyte.gz by split." },
+	  "Label file (IDX u8 [N]), relative to `path` or absolute. Unset: train-labels-idx1-ubyte.gz or t10k-labels-idx1-ubyte.gz by split. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "split", KILN_KEY_ENUM, NULL, 0, 0, "train|test",
 	  "Which standard file names to use when `images`/`labels` are unset. Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it from [data]." },
 	{ "unzip_cache", KILN_KEY_STR, NULL, 0, 0, NULL,
@@ -453,15 +467,18 @@ static kiln_status idx_join(const struct kiln_host *host, const char *section, c
 
 /* The file of `key` ("images"/"labels"): the key's value, else the split's
  * standard name (`std_gz`, or without ".gz" when only that exists).  `hint`
- * receives words for an open failure. */
+ * receives words for an open failure, *nd those for a file not there. */
 static kiln_status idx_resolve(const struct kiln_host *host, const struct kiln_config *cfg,
 			       const char *section, const char *key, const char *dir,
 			       const char *split, const char *std_gz, char *out, size_t n,
-			       char *hint, size_t hn)
+			       char *hint, size_t hn, struct idx_named *nd)
 {
 	const char *name = idx_key_str(host, cfg, section, key, NULL);
 	kiln_status st;
 	hint[0] = 0;
+	nd->also[0] = 0;
+	/* the key that named the file: its own, else path (the directory) */
+	loaders_key_at(host, cfg, section, name && *name ? key : "path", nd->at, sizeof nd->at);
 	if (name && *name) {
 		if ((st = idx_join(host, section, key, dir, name, out, n)))
 			return st;
@@ -488,6 +505,7 @@ static kiln_status idx_resolve(const struct kiln_host *host, const struct kiln_c
 		int def = !strcmp(w, "default");
 		snprintf(hint, hn, " (also tried %s; [%s] path = %s, %s%s; set path, or %s)", plain,
 			 section, dir, def ? "the default" : "set at ", def ? "" : w, key);
+		snprintf(nd->also, sizeof nd->also, "; also tried %s; set path, or %s", plain, key);
 	}
 	return KILN_OK;
 }
@@ -517,6 +535,7 @@ static void idx_close(void *vctx)
  * or an application thread (the frame cap, docs/design-notes.md). */
 struct idx_names {
 	char img[PATH_MAX], lab[PATH_MAX], ihint[PATH_MAX + 200], lhint[PATH_MAX + 200];
+	struct idx_named inamed, lnamed;
 	char cache_buf[PATH_MAX];
 };
 
@@ -542,10 +561,10 @@ static kiln_status idx_open_named(const struct kiln_host *host, const struct kil
 	int train = split && !strcmp(split, "train"), test = split && !strcmp(split, "test");
 	if ((st = idx_resolve(host, cfg, section, "images", dir, split,
 			      train ? "train-images-idx3-ubyte.gz" : test ? "t10k-images-idx3-ubyte.gz" : NULL,
-			      img, sizeof nm->img, ihint, sizeof nm->ihint)) ||
+			      img, sizeof nm->img, ihint, sizeof nm->ihint, &nm->inamed)) ||
 	    (st = idx_resolve(host, cfg, section, "labels", dir, split,
 			      train ? "train-labels-idx1-ubyte.gz" : test ? "t10k-labels-idx1-ubyte.gz" : NULL,
-			      lab, sizeof nm->lab, lhint, sizeof nm->lhint)))
+			      lab, sizeof nm->lab, lhint, sizeof nm->lhint, &nm->lnamed)))
 		return st;
 
 	struct idx_ctx *c = calloc(1, sizeof *c);
@@ -555,10 +574,10 @@ static kiln_status idx_open_named(const struct kiln_host *host, const struct kil
 	int no_home;
 	const char *cache_dir = idx_cache_dir(host, cfg, section, nm->cache_buf,
 					      sizeof nm->cache_buf, &no_home);
-	if ((st = idx_load(host, img, IDX_MAGIC_IMAGES, "image file", ihint, cache_dir, no_home,
-			   &c->images)) ||
-	    (st = idx_load(host, lab, IDX_MAGIC_LABELS, "label file", lhint, cache_dir, no_home,
-			   &c->labels)))
+	if ((st = idx_load(host, img, IDX_MAGIC_IMAGES, "image file", ihint, &nm->inamed, cache_dir,
+			   no_home, &c->images)) ||
+	    (st = idx_load(host, lab, IDX_MAGIC_LABELS, "label file", lhint, &nm->lnamed, cache_dir,
+			   no_home, &c->labels)))
 		goto fail;
 	if (c->images.dims[0] != c->labels.dims[0]) {
 		st = host->error(KILN_EDATA, "count mismatch: the image file %s has %" PRIu64 " images but the label file %s has %" PRIu64 " labels",

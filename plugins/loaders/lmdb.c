@@ -151,9 +151,9 @@ static kiln_status lmdb_len_key(const struct lmdb_ctx *c, MDB_txn *txn, int *fou
 
 static const struct kiln_key lmdb_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "The LMDB environment (required): its directory (holding data.mdb) or the data file itself. Keys are the sample index as 8-digit decimal (00000000), values a 4-byte little-endian i32 label followed by a JPEG or PNG file; see docs/formats.md. When `path/split` exists it is used instead (path = /x: [data] reads /x/train, [data.eval] /x/test); [data.eval] inheriting path without it is an error." },
+	  "The LMDB environment (required): its directory (holding data.mdb) or the data file itself. Keys are the sample index as 8-digit decimal (00000000), values a 4-byte little-endian i32 label followed by a JPEG or PNG file; see docs/formats.md. When `path/split` exists it is used instead (path = /x: [data] reads /x/train, [data.eval] /x/test); [data.eval] inheriting path without it is an error. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "Environment under `path` to read (e.g. val); it must exist. Unset: the split the run asks for when `path/split` exists, else `path` itself." },
+	  "Environment under `path` to read (e.g. val); it must exist. Unset: the split the run asks for when `path/split` exists, else `path` itself. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "classes", KILN_KEY_INT, "0", 0, 2147483647.0, NULL,
 	  "Number of classes; every label must be below it. 0: open() reads every label and uses the largest + 1 (one page read per sample: set it for a large database)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }

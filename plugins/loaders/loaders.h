@@ -10,6 +10,7 @@
 
 #include <kiln/plugin.h>
 
+#include <errno.h>     /* ENOENT, ENOTDIR: loaders_missing */
 #include <stddef.h>    /* size_t */
 #include <stdint.h>    /* uint64_t */
 #include <sys/types.h> /* ssize_t */
@@ -116,10 +117,11 @@ kiln_status loaders_read_image(const struct loaders_source *src, int fd, uint64_
  *
  *   - if <path>/<split> exists, it is the root (so [data] path = /x reads
  *     /x/train and [data.eval], which inherits path, reads /x/test);
- *   - else a `split` set by key is an error (KILN_EIO: the directory the
- *     user named does not exist);
+ *   - else a `split` set by key is an error (KILN_ENOTFOUND: the
+ *     directory the user named does not exist; KILN_EIO before session 37);
  *   - else a split other than the section's own (train for [data], test
- *     for [data.eval], val for [data.val]) is an error too (KILN_EIO):
+ *     for [data.eval], val for [data.val]) is an error too (KILN_EUSAGE,
+ *     exit 2, when it is not there; KILN_EIO before session 37):
  *     `kiln pack --split vla` asked for it by name, and reading <path>
  *     would pack the split folders as classes;
  *   - else, for [data.eval] or [data.val] whose path is inherited from
@@ -127,7 +129,8 @@ kiln_status loaders_read_image(const struct loaders_source *src, int fd, uint64_
  *     training data;
  *   - else the root is <path> itself.
  *
- * A missing <path> is KILN_EIO.  out receives the root (n bytes);
+ * A missing <path>, or a missing <path>/<split> of a split key, is
+ * KILN_ENOTFOUND (loaders_no_such_file).  out receives the root (n bytes);
  * *is_dir whether it is a directory.  `who` names the source in messages. */
 kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_config *cfg,
 			       const char *section, const char *who, const char *path,
@@ -136,8 +139,8 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
 
 /* Whether [section] path (set: path non-NULL and non-empty) is a
  * directory, for the sources whose `shards` are relative to it: *is_dir 0
- * when unset or a file.  Set but missing is KILN_EIO naming it and where
- * it was set (a shards pattern would else be matched in the working
+ * when unset or a file.  Set but missing is KILN_ENOTFOUND naming it and
+ * where it was set (loaders_no_such_file) (a shards pattern would else be matched in the working
  * directory and the error name only the pattern). */
 kiln_status loaders_path_is_dir(const struct kiln_host *host, const struct kiln_config *cfg,
 				const char *section, const char *who, const char *path, int *is_dir);
@@ -148,6 +151,35 @@ kiln_status loaders_path_is_dir(const struct kiln_host *host, const struct kiln_
  * out (n bytes). */
 void loaders_shards_key(const struct kiln_host *host, const struct kiln_config *cfg,
 			const char *section, char *out, size_t n);
+
+/* A file the config names that is not there: KILN_ENOTFOUND, which the
+ * core reports as a config error (KILN_ECONFIG, exit 2), as a missing
+ * --checkpoint or [model] init_from is (README.md, "Exit codes"), and
+ * which `kiln predict` of images takes for a model shipped without its
+ * data; before session 37 a data file's was KILN_EIO (exit 3).  Told at the first open or stat of the file
+ * from its errno (ENOENT: no such file; ENOTDIR: a directory on the way
+ * is a file), not by a look before it, which a file removed in between
+ * would get wrong.  Any other failure to open stays the data's (KILN_EIO). */
+static inline int loaders_missing(int err)
+{
+	return err == ENOENT || err == ENOTDIR;
+}
+
+/* Where a file's name came from, the start of loaders_no_such_file's
+ * message: "FILE:LINE: [section] key" (or "command line 'K=V': [section]
+ * key"), or "[section] key (the default)", into out (n bytes). */
+void loaders_key_at(const struct kiln_host *host, const struct kiln_config *cfg,
+		    const char *section, const char *key, char *out, size_t n);
+
+/* KILN_ENOTFOUND: "AT: PATH: no such file (WHAT)", AT from loaders_key_at;
+ * `what` says what the file was to be (may be NULL). */
+kiln_status loaders_no_such_file(const struct kiln_host *host, const char *at, const char *path,
+				 const char *what);
+
+/* loaders_key_at of the key a sharded source's files came from (`shards`
+ * when set, else `path`), for loaders_no_such_file. */
+void loaders_shards_at(const struct kiln_host *host, const struct kiln_config *cfg,
+		       const char *section, char *out, size_t n);
 
 /* Join dir and name with one '/' into out (n bytes); nonzero when it does
  * not fit. */

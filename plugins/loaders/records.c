@@ -62,9 +62,9 @@ struct rec_ctx {
 
 static const struct kiln_key rec_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "A records shard (.krec), or a directory of them: for split S it reads every *.krec of the subdirectory `path/S` if that is a directory, else the files `path/S-*.krec` (the names `kiln pack` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file (it would evaluate on the training shard). Format: docs/formats.md." },
+	  "A records shard (.krec), or a directory of them: for split S it reads every *.krec of the subdirectory `path/S` if that is a directory, else the files `path/S-*.krec` (the names `kiln pack` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file (it would evaluate on the training shard). Format: docs/formats.md. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "shards", KILN_KEY_LIST, NULL, 0, 0, NULL,
-	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order). A subset of a kiln pack may be listed (a directory's listing must be the whole pack), one shard twice may not. Never inherited by [data.eval]." },
+	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order). A subset of a kiln pack may be listed (a directory's listing must be the whole pack), one shard twice may not. Never inherited by [data.eval]. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37), as is a pattern that matches nothing." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The subdirectory or file-name prefix a directory `path` is searched for (`.` for the directory itself). Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
@@ -242,9 +242,10 @@ static kiln_status rec_map_enomem(const struct kiln_host *host, const char *path
 }
 
 /* Map and check the shard `path`, one of the split's nshards, into s;
- * `from` names the key it came from (loaders_shards_key). */
+ * `from` names the key it came from (loaders_shards_key), `at` where it
+ * was set, for a shard that is not there (loaders_shards_at). */
 static kiln_status rec_shard_open(const struct kiln_host *host, const char *path, const char *from,
-				  size_t nshards, struct rec_shard *s)
+				  const char *at, size_t nshards, struct rec_shard *s)
 {
 	struct stat sb;
 	kiln_status st;
@@ -254,6 +255,8 @@ static kiln_status rec_shard_open(const struct kiln_host *host, const char *path
 	char kind[64];
 	const char *why;
 	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
+	if (fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
+		return loaders_no_such_file(host, at, path, "the records shard");
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the shard (%s): %s", path, from, why);
 	if (sb.st_size == 0) {
@@ -315,10 +318,12 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 	int sized = 0; /* c->h, w, c hold a shard's size */
 	char from[PATH_MAX + 64];
 	loaders_shards_key(host, cfg, section, from, sizeof from);
+	char at[PATH_MAX + 64];
+	loaders_shards_at(host, cfg, section, at, sizeof at);
 	for (size_t i = 0; i < names.n; i++) {
 		struct rec_shard *s = &c->shards[i];
 		if ((st = loaders_not_partial(host, names.v[i], REC_PARTIAL)) ||
-		    (st = rec_shard_open(host, names.v[i], from, names.n, s)))
+		    (st = rec_shard_open(host, names.v[i], from, at, names.n, s)))
 			goto fail;
 		c->nshards++;
 		s->first = c->src.n;

@@ -429,8 +429,9 @@ static kiln_status tar_ext_header(const struct kiln_host *host, const char *path
 	return KILN_OK;
 }
 
-/* Index shard `path` (number si). */
-static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si)
+/* Index shard `path` (number si); at: where its name was set
+ * (loaders_shards_at), for one that is not there. */
+static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si, const char *at)
 {
 	const struct kiln_host *host = c->src.host;
 	uint8_t h[TAR_BLOCK];
@@ -445,6 +446,8 @@ static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si)
 	const char *why;
 	off_t shard_size;
 	int fd = common_open_file(path, kind, sizeof kind, &why, &shard_size);
+	if (fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
+		return loaders_no_such_file(host, at, path, "the tar shard");
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the shard: %s", path, why);
 	uint64_t fsz = (uint64_t)shard_size, off = 0;
@@ -534,11 +537,11 @@ out:
 
 static const struct kiln_key tar_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "A directory of .tar shards (read in sorted name order) or one .tar file, WebDataset convention: a sample is the members `KEY.jpg` (or .jpeg, .png) and `KEY.cls` (the class number in ASCII decimal). When `path/split` exists it is used instead (path = /x: [data] reads /x/train, [data.eval] /x/test); [data.eval] inheriting path without such a subdirectory is an error. With `shards` set: the directory relative shard names are resolved in." },
+	  "A directory of .tar shards (read in sorted name order) or one .tar file, WebDataset convention: a sample is the members `KEY.jpg` (or .jpeg, .png) and `KEY.cls` (the class number in ASCII decimal). When `path/split` exists it is used instead (path = /x: [data] reads /x/train, [data.eval] /x/test); [data.eval] inheriting path without such a subdirectory is an error. With `shards` set: the directory relative shard names are resolved in. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "shards", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "The shards to read, in this order: .tar files separated by commas or spaces, relative to `path` (when it is a directory) or absolute. Never inherited by [data.eval]." },
+	  "The shards to read, in this order: .tar files separated by commas or spaces, relative to `path` (when it is a directory) or absolute. Never inherited by [data.eval]. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "Subdirectory of `path` to read (e.g. val); it must exist. Unset: the split the run asks for when that subdirectory exists, else `path` itself." },
+	  "Subdirectory of `path` to read (e.g. val); it must exist. Unset: the split the run asks for when that subdirectory exists, else `path` itself. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "classes", KILN_KEY_INT, "0", 0, 2147483647.0, NULL,
 	  "Number of classes; every label must be below it. 0: the largest label + 1." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
@@ -679,8 +682,10 @@ static kiln_status tar_open(const struct kiln_host *host, const struct kiln_conf
 		st = host->error(KILN_ECONFIG, "[%s]: %" PRId64 " shards are too many", section, c->n_shards);
 		goto fail;
 	}
+	char at[PATH_MAX + 64];
+	loaders_shards_at(host, cfg, section, at, sizeof at);
 	for (int64_t i = 0; i < c->n_shards; i++)
-		if ((st = tar_scan(c, c->shards[i], (uint32_t)i)))
+		if ((st = tar_scan(c, c->shards[i], (uint32_t)i, at)))
 			goto fail;
 	if (c->src.n == 0) {
 		st = host->error(KILN_EDATA, "%s%s: no samples (no members named <key>.jpg|.jpeg|.png with <key>.cls)",

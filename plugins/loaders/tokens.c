@@ -77,9 +77,9 @@ struct tok_ctx {
 
 static const struct kiln_key tok_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "A token shard (llm.c's format: docs/formats.md), or a directory of them: for split S it reads every *.bin of the subdirectory `path/S` if that is a directory, else the files `path/S-*.bin` (the names `kiln pack --format tokens` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file." },
+	  "A token shard (llm.c's format: docs/formats.md), or a directory of them: for split S it reads every *.bin of the subdirectory `path/S` if that is a directory, else the files `path/S-*.bin` (the names `kiln pack --format tokens` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37)." },
 	{ "shards", KILN_KEY_LIST, NULL, 0, 0, NULL,
-	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order, e.g. `fineweb_train_*.bin`). A subset of a kiln pack may be listed (a directory's listing must be the whole pack), one shard twice may not. Never inherited by [data.eval]." },
+	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order, e.g. `fineweb_train_*.bin`). A subset of a kiln pack may be listed (a directory's listing must be the whole pack), one shard twice may not. Never inherited by [data.eval]. A name that is not there is a config error (exit 2) naming this key and where it was set (exit 3 before session 37), as is a pattern that matches nothing." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The subdirectory or file-name prefix a directory `path` is searched for (`.` for the directory itself). Unset: the split the run asks for (train for [data], test for [data.eval], val for [data.val]); for test, `val` shards are read when no `test` ones exist." },
 	{ "context", KILN_KEY_INT, NULL, 1, 1048576, NULL,
@@ -144,17 +144,20 @@ static kiln_status tok_set_read(const struct kiln_host *host, struct tok_shard *
 	return KILN_OK;
 }
 
-/* Map `path` into s and check its header and size.  KILN_EIO for an
- * unreadable file (naming `from`, the key it came from:
- * loaders_shards_key), KILN_EDATA for a malformed one. */
+/* Map `path` into s and check its header and size.  KILN_ECONFIG for a
+ * file that is not there (naming `at`, where its key was set:
+ * loaders_shards_at), KILN_EIO for an unreadable one (naming `from`, the
+ * key it came from: loaders_shards_key), KILN_EDATA for a malformed one. */
 static kiln_status tok_shard_open(const struct kiln_host *host, const char *path, const char *from,
-				  struct tok_shard *s)
+				  const char *at, struct tok_shard *s)
 {
 	struct stat sb;
 	snprintf(s->path, sizeof s->path, "%s", path);
 	char kind[64];
 	const char *why;
 	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
+	if (fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
+		return loaders_no_such_file(host, at, path, "the token shard");
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the token shard (%s): %s", path, from, why);
 	s->size = (size_t)sb.st_size;
@@ -316,10 +319,12 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 	}
 	char from[PATH_MAX + 64];
 	loaders_shards_key(host, cfg, section, from, sizeof from);
+	char at[PATH_MAX + 64];
+	loaders_shards_at(host, cfg, section, at, sizeof at);
 	for (size_t i = 0; i < names.n; i++) {
 		struct tok_shard *s = &c->shards[c->nshards++];
 		if ((st = loaders_not_partial(host, names.v[i], TOK_PARTIAL)) ||
-		    (st = tok_shard_open(host, names.v[i], from, s)) ||
+		    (st = tok_shard_open(host, names.v[i], from, at, s)) ||
 		    (st = tok_shard_scan(host, c, s, vocab, &max)))
 			goto fail;
 		s->first = total;
