@@ -63,22 +63,30 @@ static void *error_user;
 static uint64_t hook_gen;        /* kiln_set_error_hook calls so far */
 static struct hook_call *in_hook; /* the calls in progress */
 
-/* Whether another thread is still in a hook of a generation before gen. */
-static int hook_older_running(uint64_t gen)
+/* Whether another thread is still in a hook of a generation before gen;
+ * *mine: whether this thread is in a hook itself. */
+static int hook_older_running(uint64_t gen, int *mine)
 {
+	int other = 0;
+	*mine = 0;
 	for (const struct hook_call *c = in_hook; c; c = c->next)
-		if (c->gen < gen && !pthread_equal(c->self, pthread_self()))
-			return 1;
-	return 0;
+		if (pthread_equal(c->self, pthread_self()))
+			*mine = 1;
+		else if (c->gen < gen)
+			other = 1;
+	return other;
 }
 
 void kiln_set_error_hook(kiln_error_hook_fn fn, void *user)
 {
+	int mine;
 	pthread_mutex_lock(&hook_mu);
 	error_fn = fn;
 	error_user = user;
 	const uint64_t gen = ++hook_gen;
-	while (hook_older_running(gen))
+	/* set from inside a hook, it does not wait: two hooks on two threads
+	 * each setting the hook would wait for each other for ever */
+	while (hook_older_running(gen, &mine) && !mine)
 		pthread_cond_wait(&hook_left, &hook_mu);
 	pthread_mutex_unlock(&hook_mu);
 }

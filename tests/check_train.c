@@ -2,6 +2,7 @@
  * finite-difference gradients of linear/relu/softmax_xent, the first three
  * SGD steps against a PyTorch dump, a small MLP reaching 82% on Fashion-MNIST,
  * and a steady-state step that allocates nothing and never syncs. */
+#define _GNU_SOURCE /* pthread_timedjoin_np */
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
@@ -1062,6 +1063,42 @@ START_TEST(test_error_hook_waits)
 }
 END_TEST
 
+/* Two hooks on two threads, each setting the hook while the other is in
+ * its hook: neither waits for the other (with session 37's first waiting
+ * kiln_set_error_hook they waited for each other for ever). */
+static atomic_int cross_in;
+
+static void cross_hook(void *user, kiln_status st, const char *msg)
+{
+	(void)st;
+	(void)msg;
+	atomic_fetch_add(&cross_in, 1);
+	for (int i = 0; i < 500 && atomic_load(&cross_in) < 2; i++)
+		usleep(10 * 1000);
+	kiln_set_error_hook(cross_hook, user);
+}
+
+START_TEST(test_error_hook_cross)
+{
+	struct kiln_config *cfg = test_config(reg, syn_ini);
+	pthread_t th[2];
+	ck_assert(kiln_config_override(cfg, "data.source=idx") == 0);
+	ck_assert(kiln_config_override(cfg, "data.images=/nonexistent/kiln.idx") == 0);
+	kiln_set_error_hook(cross_hook, NULL);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, fail_once, cfg), 0);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(pthread_timedjoin_np(th[i], NULL, &until) == 0,
+			      "two hooks setting the hook on two threads waited for each other for 30 s");
+	ck_assert_int_eq(atomic_load(&cross_in), 2);
+	kiln_set_error_hook(NULL, NULL);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 struct calls {
 	int n, epoch_lines, with_status, without_status;
 	int64_t last_step;
@@ -1692,7 +1729,7 @@ static Suite *make_train_suite(void)
 		NULL });
 	check_add_case(s, "api", 120, NULL, NULL, (const TTest *[]){
 		test_result_early_failure, test_progress_calls, test_error_hook_early,
-		test_error_hook_pairs, test_error_hook_waits, NULL });
+		test_error_hook_pairs, test_error_hook_waits, test_error_hook_cross, NULL });
 	return s;
 }
 

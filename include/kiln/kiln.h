@@ -670,10 +670,11 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
  * 37 a reset on one thread could hand another's failing run the new fn
  * with the old user, or NULL).  kiln_set_error_hook returns once no
  * other thread is still in the hook it replaced, so the old user may be
- * freed then; it does not wait for its own thread's call (a hook may set
- * the hook), and must not be called while holding a lock the hook takes
- * (it would wait for that hook forever).  Hooks on several threads run
- * concurrently. */
+ * freed then; called from inside a hook it does not wait at all (a hook
+ * may set the hook; two hooks on two threads each setting it would
+ * otherwise wait for each other), and it must not be called while
+ * holding a lock the hook takes (it would wait for that hook forever).
+ * Hooks on several threads run concurrently. */
 typedef void (*kiln_error_hook_fn)(void *user, kiln_status st, const char *msg);
 void kiln_set_error_hook(kiln_error_hook_fn fn, void *user);
 
