@@ -22,7 +22,7 @@
  *   of 16 (before session 37 every
  *   step of it overflowed: the loss gradient was seeded with the scale
  *   over 16 rows and the mean taken after), and dynamic scaling ends at
- *   the same scale after as many overflows.
+ *   the same scale after as many overflows, and resumes bit for bit.
  *
  * Fashion-MNIST (scripts/install-deps), 2,000 samples, a small MLP.
  */
@@ -384,6 +384,58 @@ START_TEST(test_accumulate_headroom)
 }
 END_TEST
 
+/* A checkpoint section's bytes (malloc'd; *bytes its size). */
+static void *read_section(const char *path, const char *name, uint64_t *bytes)
+{
+	struct kiln_ckpt *ck;
+	ck_assert_msg(kiln_ckpt_open(path, &ck) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_find(ck, name, bytes) == 0, "%s", kiln_last_error());
+	void *v = malloc(*bytes);
+	ck_assert(v && kiln_ckpt_read(ck, name, v, *bytes) == 0);
+	kiln_ckpt_close(ck);
+	return v;
+}
+
+/* With accumulate the loss seed, scale / 4, is set from the scale at
+ * each step's start, so a resume (which restores the scale after the
+ * seed was first set) ends with the uninterrupted run's bytes: fp16
+ * from 2^23, whose real overflows move the scale before and after the
+ * stop at step 20. */
+START_TEST(test_accumulate_resume)
+{
+	char a[64], b[64];
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
+	TEST_REQUIRE_FASHION();
+	tmpdir(a, sizeof a);
+	tmpdir(b, sizeof b);
+#define ACC_RUN "train.batch=16", "train.accumulate=4", "data.shuffle=1", \
+		"plugin.amp.init_scale=8388608", "train.checkpoint_every=1000"
+	const char *const full[] = { ACC_RUN, NULL };
+	const char *const part[] = { ACC_RUN, "train.max_steps=20", NULL };
+	const char *const rest[] = { ACC_RUN, "train.resume=1", NULL };
+#undef ACC_RUN
+	ck_assert_msg(train(a, "fp16", full, &ra, NULL) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train(b, "fp16", part, &r1, NULL) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train(b, "fp16", rest, &r2, NULL) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 20);
+	ck_assert_int_eq(ra.steps, 62);
+	ck_assert_int_eq(r2.steps, 62);
+	ck_assert_msg(r1.overflows > 0 && ra.overflows > r1.overflows,
+		      "overflows: %lld by step 20, %lld by 62: want some on both sides",
+		      (long long)r1.overflows, (long long)ra.overflows);
+	static const char *const sec[] = { "params", "optim.momentum", "amp.scaler" };
+	for (size_t k = 0; k < sizeof sec / sizeof *sec; k++) {
+		uint64_t na, nb;
+		void *va = read_section(ra.checkpoint, sec[k], &na);
+		void *vb = read_section(r2.checkpoint, sec[k], &nb);
+		ck_assert_msg(na == nb && !memcmp(va, vb, na), "%s: resumed at step 20 differs", sec[k]);
+		free(va);
+		free(vb);
+	}
+}
+END_TEST
+
 /* One KILN_OP_SCALER_UPDATE on the CPU device: state st after a step
  * whose finite flag is `finite`. */
 static kiln_status scaler_op(struct kiln_device *dev, double backoff, int64_t interval,
@@ -495,7 +547,7 @@ static Suite *make_amp_suite(void)
 	check_add_case(s, "scaler", 300, NULL, NULL, (const TTest *[]){
 		test_overflow_skip_backoff_growth, test_real_f16_overflow, test_checkpoint_resume,
 		test_skip_keeps_step_count, test_static, test_config_errors, test_scaler_op_edges,
-		test_accumulate_headroom, NULL });
+		test_accumulate_headroom, test_accumulate_resume, NULL });
 	return s;
 }
 
