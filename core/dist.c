@@ -17,9 +17,11 @@
  *
  * Accumulation: micro-steps before the last do not communicate; with
  * accumulate > 1 the last micro-step adds into the gradients (in the
- * layers' ops, or beside them and then added) and the trainer scales them
- * to the mean afterwards, so every bucket starts after that
- * (kiln_dist_finish_grads), without overlap.
+ * layers' ops, or beside them and then added), each micro-step's already
+ * its share of the mean (the loss layers' seed, train_model.c plan_train:
+ * nothing scales them here, and the average over the ranks is DDP's), and
+ * every bucket starts after the last (kiln_dist_finish_grads), without
+ * overlap.
  */
 #include "dist_impl.h"
 #include "store.h" /* STORE_LINGER_MS */
@@ -291,8 +293,6 @@ void dist_free_buckets(struct kiln_dist *d)
 		kiln_device_event_destroy(d->dev, d->b[i].gdone);
 		if (d->b[i].own_plan)
 			kiln_model_optim_plan_free(d->m, d->b[i].plan);
-		if (d->b[i].scale)
-			kiln_device_plan_free(d->dev, d->b[i].scale);
 	}
 	free(d->b);
 	d->b = NULL;
@@ -444,8 +444,6 @@ void kiln_dist_close(struct kiln_dist *d)
 	}
 	if (d->pipe_measure)
 		kiln_device_plan_free(d->dev, d->pipe_measure);
-	if (d->zt_scale)
-		kiln_device_plan_free(d->dev, d->zt_scale);
 	if (d->pipe_plan)
 		kiln_model_optim_plan_free(d->m, d->pipe_plan);
 	kiln_device_free(d->dev, d->pipe_state);
@@ -598,9 +596,7 @@ static kiln_status stamp_opt(void *arg)
 static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *compute)
 {
 	kiln_status st;
-	struct kiln_op_args sa = { .in = { d->m->grads_d + b->lo }, .out = { d->m->grads_d + b->lo } };
-	if ((b->scale && (st = kiln_device_run(d->dev, b->scale, &sa, compute))) ||
-	    (st = kiln_device_event_record(d->dev, d->ready, compute)) ||
+	if ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
 	    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
 		return st;
 	b->started = 1;
@@ -761,12 +757,9 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	for (int i = 0; i < d->n_b; i++)
 		if (!d->b[i].started && (st = start_bucket(d, &d->b[i], compute)))
 			return st;
-	/* ZeRO-1's replicated tail, final now (scaled to the mean first where
-	 * the buckets are: kiln_dist_pipe_overlap) */
-	struct kiln_op_args ta = { .in = { d->m->grads_d + d->zwc }, .out = { d->m->grads_d + d->zwc } };
+	/* ZeRO-1's replicated tail, final now */
 	if (d->zero && d->zt &&
-	    ((d->zt_scale && (st = kiln_device_run(d->dev, d->zt_scale, &ta, compute))) ||
-	     (st = kiln_device_event_record(d->dev, d->ready, compute)) ||
+	    ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
 	     (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)) ||
 	     (st = d->ops->allreduce(dist_zero_comm(d), d->m->grads_d + d->zwc, d->zt, KILN_F32, KILN_REDUCE_AVG,
 				     d->comm_stream, d->zt_done)) ||

@@ -99,7 +99,7 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute);
 /* Whether the coming backward is the one whose gradients are final (the
  * last micro-step, without accumulation): buckets then start during it. */
 void kiln_dist_overlap_next(struct kiln_dist *d, int on);
-/* After the last micro-step's backward (and accumulation's add and mean):
+/* After the last micro-step's backward (and accumulation's add):
  * start the buckets that have not started, and make `compute` wait for all
  * of them before the optimizer. */
 kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute);
@@ -310,12 +310,12 @@ kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute);
 /* After kiln_dist_attach (and kiln_dist_zero_init), with [dist] pipeline
  * and [dist] overlap: this stage's buckets start during its last
  * micro-batch's backward (the backward hook while m->grad_final), layer by
- * layer as DDP's do, each first scaled by `mean` (1 / (micro-batches x
- * accumulate); 1, no scale, where the loss seed holds the mean:
- * kiln_pipe_hookable) on the stage's stream, so the pipeline must not
- * scale the slice itself (kiln_pipe_grads_by_hook).  *on = 0 (nothing done) without
- * buckets, pipeline or overlap. */
-kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, double mean, int *on);
+ * layer as DDP's do; the loss layers' seed holds the mean over the
+ * micro-batches (pipe_open.c seed_mean), so nothing scales them (before
+ * session 37 a bucket was scaled to it first where a loss scaler kept it
+ * out of the seed).  *on = 0 (nothing done) without buckets, pipeline or
+ * overlap. */
+kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, int *on);
 kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
 
 /* A stage's parameters and gradients on its rank alone (core/dist_pipe_mem.c,

@@ -17,10 +17,6 @@ struct bucket {
 	int ready_layer;  /* complete after this layer's backward */
 	void *done;       /* event: the allreduce finished (comm stream) */
 	int started;
-	/* [dist] pipeline with the buckets overlapped (kiln_dist_pipe_overlap):
-	 * SCALE of [lo, hi) to the mean over the micro-batches, run on the
-	 * stream that starts the bucket just before it (NULL: none) */
-	void *scale;
 	/* ZeRO-1: the first layer whose forward reads a parameter in
 	 * [lo, hi) (n_layers: none, padding only); gdone: the event of the
 	 * bucket's parameter allgather, which the next forward waits for
@@ -70,10 +66,9 @@ struct kiln_dist {
 	int pipe_cut;
 	float *pipe_gbuf, *pipe_pbuf, *pipe_pwhole;
 	/* the buckets start during the stage's last micro-batch's backward
-	 * (m->grad_final), each scaled to the mean first (kiln_dist_pipe_overlap) */
+	 * (m->grad_final; the loss seed holds the mean: kiln_dist_pipe_overlap) */
 	int pipe_overlap;
 	int64_t pipe_starts, pipe_hooked; /* buckets started, by the hook of those */
-	void *zt_scale;   /* ... and ZeRO-1's tail's SCALE (NULL: none) */
 	struct kiln_device *dev;
 	struct kiln_model *m;
 	void *comm_stream;

@@ -348,37 +348,13 @@ kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute)
 	return st;
 }
 
-/* A SCALE by f of n floats in place. */
-static kiln_status prepare_scale(struct kiln_dist *d, size_t n, double f, void **plan)
+kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, int *on)
 {
-	struct kiln_op op;
-	int64_t ne = (int64_t)n;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_SCALE;
-	op.n_in = op.n_out = 1;
-	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &ne);
-	op.out[0] = op.in[0];
-	op.f[0] = f;
-	return kiln_device_prepare(d->dev, &op, plan, NULL);
-}
-
-kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, double mean, int *on)
-{
-	kiln_status st;
 	*on = 0;
 	if (!d || !d->pipe_P || !d->overlap || !d->n_b)
 		return KILN_OK;
-	for (int i = 0; mean != 1.0 && i < d->n_b; i++)
-		if ((st = prepare_scale(d, d->b[i].hi - d->b[i].lo, mean, &d->b[i].scale)))
-			return st;
-	if (mean != 1.0 && d->zero && d->zt && (st = prepare_scale(d, d->zt, mean, &d->zt_scale)))
-		return st;
 	d->pipe_overlap = *on = 1;
-	if (mean != 1.0)
-		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %d bucket(s) start during the stage's last micro-batch's backward, each scaled to the mean (x %g) first",
-			 d->env.rank, d->pipe_stage, d->n_b, mean);
-	else
-		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %d bucket(s) start during the stage's last micro-batch's backward (the loss seed holds the mean)",
-			 d->env.rank, d->pipe_stage, d->n_b);
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %d bucket(s) start during the stage's last micro-batch's backward (the loss seed holds the mean)",
+		 d->env.rank, d->pipe_stage, d->n_b);
 	return KILN_OK;
 }

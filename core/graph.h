@@ -131,7 +131,8 @@ struct kiln_model {
 	/* mixed precision (core/precision.c): [run] precision's policy and
 	 * its loss scaler.  scaler_d: device f32[4] (scale, growth tracker,
 	 * hysteresis left, overflowing steps), NULL without loss scaling;
-	 * loss layers multiply their gradient by scaler_d[0]. */
+	 * loss layers multiply their gradient by scaler_d[0] (or by seed_d,
+	 * below: it / the micro-batches a step averages). */
 	const struct kiln_precision_ops *prec_ops;
 	void *prec_ctx;
 	struct kiln_scaler_config scaler;
@@ -188,11 +189,13 @@ struct kiln_model {
 	double stage_fpb;    /* [model] stages_flops_per_byte they counted */
 	int stage_said;      /* the auto cut has been logged */
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
-	/* set while a pipeline makes its plans (pipe_run.c): device f32[1],
-	 * 1 / (micro-batches x accumulate), that their loss layers multiply
-	 * their gradient seed by (as by the scaler's scale, which excludes
-	 * it), so that the stages' gradients come out as the step's mean
-	 * with no scale pass after the last micro-batch; NULL: none */
+	/* set while the trainer makes its training plan with [train]
+	 * accumulate > 1, or a pipeline its plans (pipe_open.c): device
+	 * f32[1], the loss scale / (micro-batches x accumulate)
+	 * (kiln_model_seed_open), that their loss layers multiply their
+	 * gradient seed by instead of scaler_d[0], so that the gradients
+	 * come out as the step's mean with no scale pass after the last
+	 * micro-batch; NULL: none */
 	const float *seed_d;
 	/* [run] devices: stage s's device instance (core/pipe_devices.c;
 	 * the pipeline's), NULL when every stage runs on dev */
@@ -246,6 +249,27 @@ kiln_status kiln_model_precision_prepare(struct kiln_model *m, double clip_norm,
 /* Enqueue the scale update after an optimizer step; gate is the unscale
  * op's state f32[4].  Nothing without dynamic scaling. */
 kiln_status kiln_model_precision_update(struct kiln_model *m, const float *gate, void *stream);
+/* The loss layers' gradient seed for a step that is the mean over n
+ * micro-batches ([train] accumulate, a pipeline's micro-batches x
+ * accumulate), PyTorch's scaler.scale(loss / n).backward(): device
+ * f32[1], the loss scale (1 without scaling) / n, which a training plan
+ * made while m->seed_d points at it multiplies its loss gradient by.
+ * Every micro-batch's gradient is then its share of the mean from the
+ * start, so low-precision gradients have the headroom PyTorch's have (a
+ * mean taken after the sum left them n times larger: an fp16 loss scale
+ * n times smaller fit) and no pass scales the sum.  After
+ * kiln_model_precision_open.  n <= 1: *seed = *plan = NULL.  Without
+ * loss scaling the seed is written once (waits for the stream), and
+ * *plan is NULL; with it *plan is the op that sets the seed from the
+ * scale, which kiln_model_seed_update enqueues before each optimizer
+ * step's first forward (the scale moves after the optimizer, and a
+ * resume restores it).  The caller frees both (kiln_device_free,
+ * kiln_device_plan_free). */
+kiln_status kiln_model_seed_open(struct kiln_model *m, int64_t n, void *stream, float **seed,
+				 void **plan);
+/* seed = scaler_d[0] / n on the stream; nothing when plan is NULL. */
+kiln_status kiln_model_seed_update(const struct kiln_model *m, float *seed, void *plan,
+				   void *stream);
 /* Free what kiln_model_precision_open and _prepare made; idempotent. */
 void kiln_model_precision_close(struct kiln_model *m);
 

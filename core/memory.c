@@ -421,10 +421,11 @@ static void io_bytes(const struct mem_setup *s, int64_t B, int64_t EB, size_t sh
 	const int do_eval = s->tc.eval;
 	/* the optimizer's extras (no_decay multiplier, LAMB's offsets and
 	 * workspace) and the small device scalars (step counters, lr, metrics,
-	 * the clip state, the parameters' finite check: 64 bytes each) */
+	 * the clip state, the parameters' finite check, with accumulation the
+	 * loss seed: 64 bytes each) */
 	out->other = (m->wd_groups ? m->n_trainable * sizeof(float) : 0) +
 		     (m->offsets_d ? (size_t)(m->n_tensors + 1) * sizeof(int64_t) : 0) +
-		     m->optim_ws_bytes + 7 * 64;
+		     m->optim_ws_bytes + (s->tc.accumulate > 1 ? 8 : 7) * 64;
 	/* the trainer's two device input slots (samples and labels), and the
 	 * f32 input the device widens u8/bf16 samples into */
 	int64_t rows = EB > B ? EB : B;

@@ -51,7 +51,7 @@ struct kiln_pipe {
 	struct kiln_pipe_action *act;
 	int lo[KILN_PIPE_MAX_STAGES], hi[KILN_PIPE_MAX_STAGES]; /* layers */
 	size_t glo[KILN_PIPE_MAX_STAGES], ghi[KILN_PIPE_MAX_STAGES]; /* trainable slice */
-	void *gadd[KILN_PIPE_MAX_STAGES], *gmean[KILN_PIPE_MAX_STAGES];
+	void *gadd[KILN_PIPE_MAX_STAGES];
 	float *grads_more;           /* micro-batches 1.. write here, where a layer
 				      * cannot add in its ops (NULL: they add) */
 	float **tie;                 /* K: each plan's gradients of tied weights' other users */
@@ -72,12 +72,15 @@ struct kiln_pipe {
 	int mine;
 	struct kiln_pipe_rank *rk;
 	/* kiln_pipe_grads_by_hook: the last micro-batch's backward of this
-	 * rank's stage runs with m->grad_final set, and gmean[mine] is gone */
+	 * rank's stage runs with m->grad_final set */
 	int hook_final;
 	struct kiln_pipe_timing *timing; /* the measured bubble, NULL: none */
 	int cur;                     /* the action being issued */
 	float *seed_d;               /* the loss layers' seed scale (seed_mean),
-				      * NULL: the stages scale to the mean */
+				      * NULL: one micro-batch a step, no mean */
+	void *seed_op;               /* seed_d = the loss scale / (M x A), at
+				      * each optimizer step's start; NULL
+				      * without loss scaling */
 	int pair;                    /* [pipeline] sendrecv, resolved */
 	int zero_copy;               /* [pipeline] zero_copy on a device of host
 				      * memory: 1 in one process (share_local),

@@ -130,28 +130,18 @@ static void stage_ranges(struct kiln_pipe *pp)
 	}
 }
 
-/* The scale to the mean over each stage's slice; where a layer cannot
- * add its parameter gradients in its own ops (kiln_model_grad_accum_ok),
- * the second gradient buffer (its padding zeroed once) and the adds from
- * it; the adds of the gradient returns. */
+/* Where a layer cannot add its parameter gradients in its own ops
+ * (kiln_model_grad_accum_ok), the second gradient buffer (its padding
+ * zeroed once) and the adds from it; the adds of the gradient returns.
+ * (The mean over the micro-batches is the loss seed's: seed_mean.) */
 static kiln_status prepare_grads(struct kiln_pipe *pp)
 {
 	kiln_status st;
 	const struct kiln_plan *p0 = pp->plan[0];
 	const int beside = !kiln_model_grad_accum_ok(pp->m);
-	for (int s = 0; s < pp->P && pp->M * pp->A > 1; s++) {
+	for (int s = 0; beside && s < pp->P && pp->M * pp->A > 1; s++) {
 		int64_t n = pp->ghi[s] > pp->glo[s] ? (int64_t)(pp->ghi[s] - pp->glo[s]) : 0;
-		if (!n)
-			continue;
-		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_SCALE;
-		op.n_in = op.n_out = 1;
-		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
-		op.out[0] = op.in[0];
-		op.f[0] = 1.0 / ((double)pp->M * (double)pp->A);
-		if ((beside && (st = kiln_device_prepare_add(sdev(pp, s), n, &pp->gadd[s]))) ||
-		    (st = kiln_device_prepare(sdev(pp, s), &op, &pp->gmean[s], NULL)))
+		if (n && (st = kiln_device_prepare_add(sdev(pp, s), n, &pp->gadd[s])))
 			return st;
 	}
 	if (beside && pp->M * pp->A > 1 && pp->m->n_elems) {
@@ -210,32 +200,19 @@ static kiln_status open_streams(struct kiln_pipe *pp)
 }
 
 /* The step's mean over its micro-batches folded into the loss layers'
- * gradient seed: device f32[1] 1 / (M x accumulate), which the plans made
- * now multiply their loss gradient by (m->seed_d, graph.h), so that every
+ * gradient seed: device f32[1], the loss scale (1 without scaling) /
+ * (M x accumulate) (kiln_model_seed_open), which the plans made now
+ * multiply their loss gradient by (m->seed_d, graph.h), so that every
  * gradient a stage computes, and returns, is already the mean's share and
  * no stage scales its slice after its last backward (a pass at the
- * drain, on stage 0 inside the pipeline's span).  Not with a loss scaler,
- * whose scale the loss layers multiply by instead: the stages then scale
- * their slices (gmean, prepare_grads). */
+ * drain, on stage 0 inside the pipeline's span).  With a loss scaler too
+ * (before session 37 the stages then scaled their slices, gmean, and
+ * every fp16 gradient was M x accumulate times PyTorch's): seed_op sets
+ * the seed from the scale at each optimizer step's start (kiln_pipe_step). */
 static kiln_status seed_mean(struct kiln_pipe *pp)
 {
-	kiln_status st;
-	if (pp->M * pp->A == 1 || pp->m->scaler_d)
-		return KILN_OK;
-	const float mean = (float)(1.0 / ((double)pp->M * (double)pp->A));
-	if ((st = kiln_device_alloc(pp->dev, 64, (void **)&pp->seed_d)) ||
-	    (st = kiln_device_copy_async(pp->dev, pp->seed_d, &mean, sizeof mean, KILN_COPY_H2D,
-					 pp->stream)))
-		return st;
-	return kiln_device_stream_sync(pp->dev, pp->stream);
-}
-
-/* The scale to the mean that seed_mean makes needless: gone. */
-static void drop_mean(struct kiln_pipe *pp, int s)
-{
-	if (pp->gmean[s])
-		kiln_device_plan_free(sdev(pp, s), pp->gmean[s]);
-	pp->gmean[s] = NULL;
+	return kiln_model_seed_open(pp->m, (int64_t)pp->M * pp->A, pp->stream, &pp->seed_d,
+				    &pp->seed_op);
 }
 
 /* [pipeline] zero_copy in one process on host memory: each shareable
@@ -429,8 +406,6 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 		kiln_pipe_free(pp);
 		return st;
 	}
-	for (int s = 0; pp->seed_d && s < pp->P; s++)
-		drop_mean(pp, s);
 	kiln_log(KILN_LOG_INFO, "pipeline", "%d stages, %d micro-batches of %lld, schedule %s%s: %d activation sets (%.3f MiB), %d crossing tensors, bubble %.3f in theory",
 		 pp->P, pp->M, (long long)pp->mb, pp->kind == KILN_PIPE_GPIPE ? "gpipe" : "1f1b",
 		 pp->early ? " with early forwards" : "", pp->K,
@@ -495,15 +470,13 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 	return KILN_OK;
 }
 
-int kiln_pipe_hookable(const struct kiln_pipe *pp, double *mean)
+int kiln_pipe_hookable(const struct kiln_pipe *pp)
 {
-	*mean = pp->seed_d ? 1.0 : 1.0 / ((double)pp->M * (double)pp->A);
 	return pp->mine >= 0 && !pp->gadd[pp->mine];
 }
 
 void kiln_pipe_grads_by_hook(struct kiln_pipe *pp)
 {
-	drop_mean(pp, pp->mine);
 	pp->hook_final = 1;
 }
 
@@ -514,8 +487,6 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 	for (int s = 0; s < pp->P; s++) {
 		if (pp->gadd[s])
 			kiln_device_plan_free(sdev(pp, s), pp->gadd[s]);
-		if (pp->gmean[s])
-			kiln_device_plan_free(sdev(pp, s), pp->gmean[s]);
 	}
 	for (int e = 0; pp->xadd && pp->plan && pp->plan[0] && e < pp->plan[0]->n_xfer; e++)
 		if (pp->xadd[e])
@@ -523,6 +494,7 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 	kiln_pipe_rank_free(pp->rk);
 	free(pp->shared);
 	kiln_device_free(pp->dev, pp->seed_d);
+	kiln_device_plan_free(pp->dev, pp->seed_op);
 	for (int k = 0; pp->plan && k < pp->K; k++)
 		kiln_plan_free(pp->plan[k]);
 	for (int i = 0; pp->fdone && i < pp->K * pp->P; i++)

@@ -233,10 +233,8 @@ static kiln_status receive_grads(struct kiln_pipe *pp, struct kiln_plan *p, int 
 /* Backward of stage s for micro-batch j: the returned gradients, its
  * layers' backwards (micro-batch 0 writes the parameter gradients, the
  * others add into them in the layers' ops, or where a layer cannot, write
- * beside them and add into the stage's slice; the last scales it to the
- * mean: stage 0 in the pass, a later stage once its inputs' gradients are
- * sent, unless the loss layers' seed holds the mean, seed_mean), then its
- * inputs' gradients sent back. */
+ * beside them and add into the stage's slice; the loss layers' seed
+ * holds the mean, seed_mean), then its inputs' gradients sent back. */
 static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
 				  const void *x, const void *y, void *metrics)
 {
@@ -271,13 +269,6 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 		if ((st = kiln_device_run(sdev(pp, s), pp->gadd[s], &a, ss)))
 			return st;
 	}
-	/* the step's mean over the slice: on stage 0 in its last pass; on a
-	 * later stage after the pass's hand-off, so that the stage before it
-	 * runs its last backward meanwhile (outside the pass's stamps) */
-	const int mean = j == pp->M - 1 && pp->a == pp->A - 1 && pp->gmean[s] != NULL;
-	struct kiln_op_args ga = { .in = { g }, .out = { g } };
-	if (mean && !s && (st = kiln_device_run(sdev(pp, s), pp->gmean[s], &ga, ss)))
-		return st;
 	if ((st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 1)) ||
 	    (st = kiln_device_event_record(sdev(pp, s), pp->bdone[k * pp->P + s], ss)))
 		return st;
@@ -288,8 +279,6 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 				xf->bytes, ss)))
 			return st;
 	}
-	if (mean && s && ((st = xflush(pp)) || (st = kiln_device_run(sdev(pp, s), pp->gmean[s], &ga, ss))))
-		return st;
 	return tie_grads(pp, s, j, 1);
 }
 
@@ -327,8 +316,11 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 {
 	const size_t xrow = kiln_tensor_bytes(&pp->m->sample);
 	kiln_status st;
-	/* the stages start after the batch's copy and the last optimizer step */
-	if ((st = kiln_device_event_record(pp->dev, pp->start, pp->stream)))
+	/* the stages start after the batch's copy and the last optimizer step,
+	 * and the step's first after the loss seed from the scale that step
+	 * (or a resume) left (seed_mean) */
+	if ((!pp->a && (st = kiln_model_seed_update(pp->m, pp->seed_d, pp->seed_op, pp->stream))) ||
+	    (st = kiln_device_event_record(pp->dev, pp->start, pp->stream)))
 		return st;
 	for (int s = 0; s < pp->P; s++)
 		if ((st = kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->start)))

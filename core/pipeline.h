@@ -399,13 +399,11 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 /* Stages on ranks: whether this rank's stage's gradients are final at
  * the backward of each of its layers in the last micro-batch (every layer
  * accumulates in its own ops: no add after the backward), so that its
- * data-parallel buckets can start then; *mean: the scale to the mean over
- * the micro-batches, 1 / (M x accumulate), or 1 when the loss layers'
- * gradient seed holds it already (pipe_run.c, seed_mean). */
-int kiln_pipe_hookable(const struct kiln_pipe *pp, double *mean);
+ * data-parallel buckets can start then (the loss layers' gradient seed
+ * holds the mean over the micro-batches: pipe_open.c, seed_mean). */
+int kiln_pipe_hookable(const struct kiln_pipe *pp);
 /* ... and from now on: the stage's last micro-batch's backward runs with
- * m->grad_final set (the backward hook starts the buckets), and the stage
- * leaves the scale to the mean to them (kiln_dist_pipe_overlap). */
+ * m->grad_final set (the backward hook starts the buckets). */
 void kiln_pipe_grads_by_hook(struct kiln_pipe *pp);
 /* This rank's stage (-1: every stage, one process) and its slice
  * [*lo, *hi) of the flat trainable parameters. */

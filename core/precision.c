@@ -9,7 +9,10 @@
  * non-finite check, clipping, one pass, writing the gate flag the
  * optimizer reads) and KILN_OP_SCALER_UPDATE after the optimizer.  The loss
  * layer multiplies its gradient by the device scale (kiln_layer_run.
- * loss_scale).  Nothing of a step reads the scale on the host.
+ * loss_scale), or, where a step is the mean over n micro-batches
+ * ([train] accumulate, a pipeline's micro-batches), by the seed
+ * scale / n that kiln_model_seed_open makes.  Nothing of a step reads
+ * the scale on the host.
  */
 #include "graph.h"
 
@@ -142,6 +145,50 @@ kiln_status kiln_model_precision_update(struct kiln_model *m, const float *gate,
 		return KILN_OK;
 	struct kiln_op_args a = { .in = { gate }, .out = { m->scaler_d } };
 	return kiln_device_run(m->dev, m->scaler_plan, &a, stream);
+}
+
+kiln_status kiln_model_seed_open(struct kiln_model *m, int64_t n, void *stream, float **seed,
+				 void **plan)
+{
+	struct kiln_op op;
+	int64_t one = 1;
+	kiln_status st;
+	*seed = NULL;
+	*plan = NULL;
+	if (n <= 1)
+		return KILN_OK;
+	if ((st = kiln_device_alloc(m->dev, 64, (void **)seed)))
+		return st;
+	if (!m->scaler_d) { /* 1 / n, once: PyTorch's grad_output of loss / n */
+		const float mean = (float)(1.0 / (double)n);
+		if ((st = kiln_device_copy_async(m->dev, *seed, &mean, sizeof mean, KILN_COPY_H2D,
+						 stream)))
+			return st;
+		return kiln_device_stream_sync(m->dev, stream);
+	}
+	/* the scale moves on the device: seed = scaler_d[0] / n, by an op
+	 * (s * (float)(1 / n): s / n itself for the powers of two dynamic
+	 * scaling keeps) */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SCALE;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &one);
+	op.out[0] = op.in[0];
+	op.f[0] = 1.0 / (double)n;
+	if ((st = kiln_device_prepare(m->dev, &op, plan, NULL)) ||
+	    (st = kiln_model_seed_update(m, *seed, *plan, stream)))
+		return kiln_error_wrap(st, "loss scaling: the loss gradient's seed (scale / %lld)",
+				       (long long)n);
+	return kiln_device_stream_sync(m->dev, stream);
+}
+
+kiln_status kiln_model_seed_update(const struct kiln_model *m, float *seed, void *plan,
+				   void *stream)
+{
+	if (!plan)
+		return KILN_OK;
+	struct kiln_op_args a = { .in = { m->scaler_d }, .out = { seed } };
+	return kiln_device_run(m->dev, plan, &a, stream);
 }
 
 void kiln_model_precision_close(struct kiln_model *m)

@@ -116,7 +116,7 @@ static const struct kiln_key train_keys[] = {
 	{ "recompute", KILN_KEY_INT, "none", 1, 1024, "none|auto", /* KILN_MAX_LAYERS segments */
 	  "Gradient checkpointing: `none`; `N`, the layers split into N segments of about equal activation bytes, and every output read only inside its own segment (all but the last) freed after the forward and recomputed during the backward; `auto`, N = the square root of the layer count. Less activation memory for one more forward's work; gradients, running statistics and dropout masks are the same bit for bit. `kiln memory` shows the effect." },
 	{ "accumulate", KILN_KEY_INT, "1", 1, 65536, NULL,
-	  "Gradient accumulation: one optimizer step per N micro-batches of `batch` (the first writes the gradients, the others add theirs), so the step sees batch x N samples; steps, `max_steps` and the schedule count optimizer steps. Dropout draws the masks of one batch of batch x N (each sample by its row in the step's global batch)." },
+	  "Gradient accumulation: one optimizer step per N micro-batches of `batch` (the first writes the gradients, the others add theirs; each micro-batch's loss gradient is seeded with 1/N, times the fp16 loss scale, as PyTorch's `scaler.scale(loss / N).backward()`), so the step sees batch x N samples; steps, `max_steps` and the schedule count optimizer steps. Dropout draws the masks of one batch of batch x N (each sample by its row in the step's global batch)." },
 	{ "max_steps", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Stop after this many steps in total; 0 = no limit." },
 	{ "optimizer", KILN_KEY_STR, "sgd", NOLIM, NULL,

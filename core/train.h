@@ -135,7 +135,11 @@ struct trainer {
 	float *grads_more;         /* accumulate > 1 where a layer cannot add in its ops
 				    * (kiln_model_grad_accum_ok): micro-steps 2.. write here */
 	void *grads_add;           /* grads_d += grads_more */
-	void *grads_mean;          /* grads_d *= 1 / accumulate */
+	/* accumulate > 1 (no pipeline): the loss layers' gradient seed,
+	 * the loss scale / accumulate (kiln_model_seed_open), and with loss
+	 * scaling the op that sets it from the scale at each step's start */
+	float *seed_d;
+	void *seed_op;
 	void *clip;                /* KILN_OP_GRAD_CLIP, or NULL */
 	float *clip_d;             /* its state f32[4]: norm, finite, skipped, clipped */
 	float *clip_host;

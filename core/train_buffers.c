@@ -95,12 +95,12 @@ static kiln_status prep_schedule(struct trainer *t, double lr, int64_t total)
 	return kiln_device_prepare(t->dev, &op, &t->sched, NULL);
 }
 
-/* With accumulation: the scale to the mean and, where a layer cannot
- * add its parameter gradients in its own ops (kiln_model_grad_accum_ok),
- * the second gradient buffer and the add that folds it in. */
+/* With accumulation, where a layer cannot add its parameter gradients
+ * in its own ops (kiln_model_grad_accum_ok): the second gradient buffer
+ * and the add that folds it in.  (The mean is the loss seed's:
+ * plan_train, train_model.c.) */
 static kiln_status prep_accumulate(struct trainer *t)
 {
-	struct kiln_op op;
 	kiln_status st;
 	const int64_t acc = t->acc;
 	if (acc > 1 && t->m->n_trainable) {
@@ -111,19 +111,10 @@ static kiln_status prep_accumulate(struct trainer *t)
 							(void **)&t->grads_more)) ||
 				(st = kiln_device_prepare_add(t->dev, n, &t->grads_add))))
 			return st;
-		/* each micro-step's loss is a mean over its batch: the sum of
-		 * N of them over N is the mean over the N batches */
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_SCALE;
-		op.n_in = op.n_out = 1;
-		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
-		op.out[0] = op.in[0];
-		op.f[0] = 1.0 / (double)acc;
-		if ((st = kiln_device_prepare(t->dev, &op, &t->grads_mean, NULL)))
-			return st;
-		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s",
+		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s, each micro-batch's loss gradient seeded with 1/%lld of %s (PyTorch's loss / %lld)",
 			 (long long)acc, (long long)acc, (long long)(acc * t->B * (t->world > 0 ? t->world : 1)),
-			 in_ops ? "by the layers' ops" : "from a second buffer");
+			 in_ops ? "by the layers' ops" : "from a second buffer", (long long)acc,
+			 t->m->scaler_d ? "the loss scale" : "1", (long long)acc);
 		if (in_ops || t->pipe)
 			return KILN_OK;
 		/* backward never writes the alignment padding between tensors:

@@ -249,12 +249,11 @@ kiln_status trainer_pipe_ranks(struct trainer *t)
 
 kiln_status trainer_pipe_overlap(struct trainer *t)
 {
-	double mean;
 	int on = 0;
 	kiln_status st;
-	if (!t->pipe || !t->dist || !kiln_pipe_hookable(t->pipe, &mean))
+	if (!t->pipe || !t->dist || !kiln_pipe_hookable(t->pipe))
 		return KILN_OK;
-	if ((st = kiln_dist_pipe_overlap(t->dist, mean, &on)))
+	if ((st = kiln_dist_pipe_overlap(t->dist, &on)))
 		return st;
 	if (on)
 		kiln_pipe_grads_by_hook(t->pipe);

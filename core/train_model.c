@@ -75,6 +75,28 @@ static kiln_status prepare_training(struct trainer *t)
 	return KILN_OK;
 }
 
+/* The training plan (no pipeline: kiln_pipe_open makes its own).  With
+ * [train] accumulate = A > 1 its loss layers seed their gradient with
+ * the loss scale / A (1 / A without loss scaling; kiln_model_seed_open),
+ * PyTorch's scaler.scale(loss / A).backward(): each micro-step adds its
+ * share of the mean, and nothing scales the sum.  Before session 37 the
+ * seed was the scale alone and a pass scaled the summed gradients by
+ * 1 / A, which left every low-precision gradient of a micro-step A
+ * times PyTorch's: an fp16 loss scale that trained at batch B x A
+ * overflowed at batch B x accumulate A (and dynamic scaling settled A
+ * times lower, after more skipped steps).  For a power-of-two A f32's
+ * numbers are the same bits; for others the rounding is PyTorch's. */
+static kiln_status plan_train(struct trainer *t)
+{
+	kiln_status st;
+	if ((st = kiln_model_seed_open(t->m, t->acc, t->compute, &t->seed_d, &t->seed_op)))
+		return st;
+	t->m->seed_d = t->seed_d;
+	st = kiln_model_plan(t->m, t->B, 1, &t->ptrain);
+	t->m->seed_d = NULL;
+	return st;
+}
+
 /* The training plan's summary (rank 0 logs it) and what it says one step
  * holds, told to the device (KILN_PROC_WORKLOAD: the CPU's async = auto
  * follows it; not for a pipeline, whose stages keep their own streams). */
@@ -265,7 +287,7 @@ kiln_status build_model(struct trainer *t)
 			st = kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d, but the model has one stage: place layers with [layer.X] stage or [model] stages",
 					kiln_config_where(t->cfg, "dist", "pipeline"), t->pipe_P);
 		} else if (!pipe) {
-			st = kiln_model_plan(t->m, t->B, 1, &t->ptrain);
+			st = plan_train(t);
 		}
 		kiln_device_flops_record(t->dev, 0);
 		if (st)

@@ -477,7 +477,8 @@ static void free_device(struct trainer *t)
 	kiln_device_free(t->dev, t->x_norm);
 	kiln_device_free(t->dev, t->grads_more);
 	kiln_device_plan_free(t->dev, t->grads_add);
-	kiln_device_plan_free(t->dev, t->grads_mean);
+	kiln_device_free(t->dev, t->seed_d);
+	kiln_device_plan_free(t->dev, t->seed_op);
 	kiln_device_plan_free(t->dev, t->clip);
 	kiln_device_free(t->dev, t->clip_d);
 	kiln_device_host_free(t->dev, t->clip_host);

@@ -194,7 +194,12 @@ static kiln_status micro_ops(struct trainer *t, void *xd, void *yd, int64_t j)
 	t->m->grad_out_d = j ? t->grads_more : NULL;
 	t->m->grad_accum = j && !t->grads_more;
 	trainer_phase(t, KILN_PHASE_FORWARD, 1);
-	st = kiln_plan_forward(p, xd, yd, t->metrics_dev, t->compute);
+	/* the step's loss seed, scale / acc, from the scale the last
+	 * optimizer step (or a resume) left: each micro-step's gradients
+	 * are their share of the mean (plan_train, train_model.c) */
+	st = j ? KILN_OK : kiln_model_seed_update(t->m, t->seed_d, t->seed_op, t->compute);
+	if (!st)
+		st = kiln_plan_forward(p, xd, yd, t->metrics_dev, t->compute);
 	trainer_phase(t, KILN_PHASE_FORWARD, 0);
 	if (st)
 		return st;
@@ -208,10 +213,6 @@ static kiln_status micro_ops(struct trainer *t, void *xd, void *yd, int64_t j)
 		struct kiln_op_args a = { .in = { t->m->grads_d, t->grads_more },
 					  .out = { t->m->grads_d } };
 		st = kiln_device_run(t->dev, t->grads_add, &a, t->compute);
-	}
-	if (!st && j && j == acc - 1) {
-		struct kiln_op_args a = { .in = { t->m->grads_d }, .out = { t->m->grads_d } };
-		st = kiln_device_run(t->dev, t->grads_mean, &a, t->compute);
 	}
 	trainer_label(t, NULL, 0);
 	trainer_phase(t, KILN_PHASE_BACKWARD, 0);

@@ -15,7 +15,14 @@
  * - the scaler state is the checkpoint section "amp.scaler": a run stopped
  *   at step 45 and resumed ends with the same scaler bytes and losses as
  *   the uninterrupted run;
- * - fp16_static keeps its scale; config errors name file:line.
+ * - fp16_static keeps its scale; config errors name file:line;
+ * - with [train] accumulate = A the f16 gradients have the headroom of
+ *   batch B x A's (PyTorch's scaler.scale(loss / A)): a static scale that
+ *   trains batch 64 trains 16 x accumulate 4 and 4 pipeline micro-batches
+ *   of 16 (before session 37 every
+ *   step of it overflowed: the loss gradient was seeded with the scale
+ *   over 16 rows and the mean taken after), and dynamic scaling ends at
+ *   the same scale after as many overflows, and resumes bit for bit.
  *
  * Fashion-MNIST (scripts/install-deps), 2,000 samples, a small MLP.
  */
@@ -332,6 +339,103 @@ START_TEST(test_static)
 }
 END_TEST
 
+/* Accumulation keeps the loss scale's headroom: the loss gradient of
+ * each micro-batch of 16 is seeded with the scale / 4, as PyTorch's
+ * scaler.scale(loss / 4).backward(), so its f16 logit gradients are
+ * those of a batch of 64, scale / 64 x (softmax - onehot): 2^21 / 64 =
+ * 32768 at most, inside f16's 65504.  Seeded with the scale over 16 rows
+ * (131072 x (softmax - onehot), the mean taken after the sum) every step
+ * overflows, and the run stops as diverged.  So does a pipeline of 4
+ * micro-batches of 16 in 2 stages, whose stages scaled their gradient
+ * slices to the mean after the last micro-batch with a loss scale (its
+ * seed held 1 / 4 only without one).  Dynamic scaling from 2^21 then
+ * ends where batch 64's does, after as many overflows. */
+START_TEST(test_accumulate_headroom)
+{
+	struct kiln_train_result r[3] = { KILN_TRAIN_RESULT_INIT, KILN_TRAIN_RESULT_INIT,
+					  KILN_TRAIN_RESULT_INIT };
+	static const char *const shape[3][2] = { { "train.batch=64", "train.accumulate=1" },
+						 { "train.batch=16", "train.accumulate=4" },
+						 { "pipeline.micro_batches=4", "layer.fc2.stage=1" } };
+	TEST_REQUIRE_FASHION();
+	for (int k = 0; k < 3; k++) {
+		const char *const over[] = { "plugin.amp.loss_scale=2097152", "train.batch=64",
+					     shape[k][0], shape[k][1], "train.log_every=31", NULL };
+		ck_assert_msg(train("", "fp16_static", over, &r[k], NULL) == 0, "%s %s: %s",
+			      shape[k][0], shape[k][1], kiln_last_error());
+		ck_assert_int_eq(r[k].steps, 62);
+		ck_assert_msg(r[k].steps_skipped == 0, "%s %s: %lld of 62 steps skipped", shape[k][0],
+			      shape[k][1], (long long)r[k].steps_skipped);
+	}
+	for (int k = 1; k < 3; k++)
+		ck_assert_msg(fabs(r[0].train_loss - r[k].train_loss) <= 1e-2 * r[0].train_loss,
+			      "train loss %.9g (batch 64) vs %.9g (%s %s)", r[0].train_loss,
+			      r[k].train_loss, shape[k][0], shape[k][1]);
+	for (int k = 0; k < 2; k++) {
+		const char *const over[] = { "plugin.amp.init_scale=2097152", "train.batch=64",
+					     shape[k][0], shape[k][1], "train.log_every=31", NULL };
+		r[k] = (struct kiln_train_result)KILN_TRAIN_RESULT_INIT;
+		ck_assert_msg(train("", "fp16", over, &r[k], NULL) == 0, "%s", kiln_last_error());
+	}
+	ck_assert_msg(r[0].loss_scale == r[1].loss_scale && r[0].overflows == r[1].overflows,
+		      "dynamic: scale %g after %lld overflows (batch 64), %g after %lld (16 x 4)",
+		      r[0].loss_scale, (long long)r[0].overflows, r[1].loss_scale,
+		      (long long)r[1].overflows);
+}
+END_TEST
+
+/* A checkpoint section's bytes (malloc'd; *bytes its size). */
+static void *read_section(const char *path, const char *name, uint64_t *bytes)
+{
+	struct kiln_ckpt *ck;
+	ck_assert_msg(kiln_ckpt_open(path, &ck) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_find(ck, name, bytes) == 0, "%s", kiln_last_error());
+	void *v = malloc(*bytes);
+	ck_assert(v && kiln_ckpt_read(ck, name, v, *bytes) == 0);
+	kiln_ckpt_close(ck);
+	return v;
+}
+
+/* With accumulate the loss seed, scale / 4, is set from the scale at
+ * each step's start, so a resume (which restores the scale after the
+ * seed was first set) ends with the uninterrupted run's bytes: fp16
+ * from 2^23, whose real overflows move the scale before and after the
+ * stop at step 20. */
+START_TEST(test_accumulate_resume)
+{
+	char a[64], b[64];
+	struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r1 = KILN_TRAIN_RESULT_INIT;
+	struct kiln_train_result r2 = KILN_TRAIN_RESULT_INIT;
+	TEST_REQUIRE_FASHION();
+	tmpdir(a, sizeof a);
+	tmpdir(b, sizeof b);
+#define ACC_RUN "train.batch=16", "train.accumulate=4", "data.shuffle=1", \
+		"plugin.amp.init_scale=8388608", "train.checkpoint_every=1000"
+	const char *const full[] = { ACC_RUN, NULL };
+	const char *const part[] = { ACC_RUN, "train.max_steps=20", NULL };
+	const char *const rest[] = { ACC_RUN, "train.resume=1", NULL };
+#undef ACC_RUN
+	ck_assert_msg(train(a, "fp16", full, &ra, NULL) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train(b, "fp16", part, &r1, NULL) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train(b, "fp16", rest, &r2, NULL) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 20);
+	ck_assert_int_eq(ra.steps, 62);
+	ck_assert_int_eq(r2.steps, 62);
+	ck_assert_msg(r1.overflows > 0 && ra.overflows > r1.overflows,
+		      "overflows: %lld by step 20, %lld by 62: want some on both sides",
+		      (long long)r1.overflows, (long long)ra.overflows);
+	static const char *const sec[] = { "params", "optim.momentum", "amp.scaler" };
+	for (size_t k = 0; k < sizeof sec / sizeof *sec; k++) {
+		uint64_t na, nb;
+		void *va = read_section(ra.checkpoint, sec[k], &na);
+		void *vb = read_section(r2.checkpoint, sec[k], &nb);
+		ck_assert_msg(na == nb && !memcmp(va, vb, na), "%s: resumed at step 20 differs", sec[k]);
+		free(va);
+		free(vb);
+	}
+}
+END_TEST
+
 /* One KILN_OP_SCALER_UPDATE on the CPU device: state st after a step
  * whose finite flag is `finite`. */
 static kiln_status scaler_op(struct kiln_device *dev, double backoff, int64_t interval,
@@ -443,7 +547,7 @@ static Suite *make_amp_suite(void)
 	check_add_case(s, "scaler", 300, NULL, NULL, (const TTest *[]){
 		test_overflow_skip_backoff_growth, test_real_f16_overflow, test_checkpoint_resume,
 		test_skip_keeps_step_count, test_static, test_config_errors, test_scaler_op_edges,
-		NULL });
+		test_accumulate_headroom, test_accumulate_resume, NULL });
 	return s;
 }
 

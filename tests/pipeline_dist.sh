@@ -51,7 +51,9 @@
 #     both ranks: they end where one process with the same NaN does;
 #  8. bf16 compute: 2 stages on 2 ranks equal one process (stage 1's rank
 #     refreshes its compute copy of the parameters), each rank holding its
-#     stage's gradients alone (session 9; the parameters whole);
+#     stage's gradients alone (session 9; the parameters whole); fp16 on
+#     P = 2 x D = 2 equals one process, its buckets started during the
+#     last backward with the loss seed holding the mean (session 37);
 #  9. [dist] sync_bn within each stage's data-parallel ranks: an MLP with a
 #     batchnorm on each stage, P = 2 x D = 2 (batch 16 a pipe, one
 #     micro-batch) ends with the parameters, running statistics and
@@ -706,7 +708,7 @@ near n1 n2 "a NaN on stage 1 at step 3: 2 stages on 2 ranks"
 "$tool" same "$(ck n2 6)" "$(ck one 6)" params > /dev/null 2>&1 && bad "the NaN step changed nothing"
 echo "ok: clipping and the non-finite skip agree over the pipe"
 
-# ---- 8. bf16 compute ------------------------------------------------------------------
+# ---- 8. bf16 and fp16 compute -------------------------------------------------------------
 if [ -f "$abs_top_builddir/plugins/.libs/kiln-amp.so" ]; then
 	run b1 0 32 run.precision=bf16 "$two"
 	run b2 2 32 dist.pipeline=2 "$two" run.precision=bf16
@@ -716,6 +718,17 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-amp.so" ]; then
 	grep -q "rank 0 (pipeline stage 0): holds the stage's gradients alone: 2082 floats, 8328 bytes allocated (the whole model's: 3280 floats); the whole parameters stay allocated here: low-precision compute" "$tmp/b2.log" ||
 		{ bad "b2: rank 0 does not hold stage 0's gradients alone"; grep "holds the\|stay allocated" "$tmp/b2.log"; }
 	echo "ok: bf16 on 2 stages on 2 ranks equals one process"
+	# fp16's loss scale / (M x accumulate) seeds the loss gradient on the
+	# last stage's ranks, and the stages' buckets start during the last
+	# micro-batch's backward scaling nothing (before session 37 they were
+	# scaled to the mean first with a loss scale): P = 2 x D = 2 equals
+	# one process
+	run f1 0 32 run.precision=fp16 "$two"
+	run f22 4 16 dist.pipeline=2 "$two" pipeline.micro_batches=2 run.precision=fp16
+	grep -q "bucket(s) start during the stage's last micro-batch's backward (the loss seed holds the mean)" "$tmp/f22.log" ||
+		bad "f22: the buckets do not start during the last backward"
+	near f1 f22 "fp16, P = 2 x D = 2"
+	echo "ok: fp16 on P = 2 x D = 2 equals one process"
 fi
 # ---- 10. ZeRO-1 within each stage's data-parallel ranks -------------------------------
 # (before section 9, which rewrites the INI; one, oa and oc are sections

@@ -1195,7 +1195,11 @@ struct kiln_layer_run {
 	 * side effects (batchnorm leaves the running statistics alone). */
 	int recompute;
 	/* Loss layers with l->loss_scaled: device f32[1], the loss scale the
-	 * gradient is multiplied by (NULL otherwise). */
+	 * gradient is multiplied by (NULL otherwise): fp16's scale, and in a
+	 * training plan whose step averages n micro-batches ([train]
+	 * accumulate, a pipeline's micro-batches) that scale (1 without
+	 * one) / n, PyTorch's scaler.scale(loss / n); the layer need not
+	 * know which. */
 	const float *loss_scale;
 	/* ---- ABI 1.3 ---- */
 	/* Low-precision compute (the activations' dtype, in[0].dtype, is bf16
