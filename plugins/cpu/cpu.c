@@ -986,7 +986,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "brgconv kernels, which its older jit kernel beats on few channels (the ResNet "
 	  "example's 28x28 layers; docs/PERFORMANCE.md, issue 23, session 9).  Unset: "
 	  "`auto` in the inference API's plans (kiln_infer, `kiln predict`), `first` "
-	  "elsewhere.  `[run] deterministic = 1` turns `auto` into `first`." },
+	  "elsewhere.  The result then depends on that timing (the implementations round "
+	  "differently: logits differ in the last bits where a busy machine's timing picks "
+	  "another); `[run] deterministic = 1` turns `auto` into `first`." },
 	{ "gemm_impl", KILN_KEY_ENUM, "rule", 0, 0, "rule|auto|onednn|openblas",
 	  "Which library runs an f32 GEMM without bias or fused activation (a linear "
 	  "layer's data and weight gradients) on one thread (a team of one, a small op, or "
