@@ -493,10 +493,12 @@ kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_re
 	if (!cfg || !reg)
 		return trainer_error_told(kiln_null_arg("kiln_evaluate_ex", !cfg ? "cfg" : "reg"));
 	struct kiln_train_result full = { 0 };
+	const struct kiln_eval_opts none = { 0 };
 	kiln_status st = trainer_result_check(res, "kiln_evaluate_ex");
 	if (st)
 		return trainer_error_told(st);
-	st = evaluate(cfg, reg, checkpoint, o, &full);
+	/* NULL opts: kiln_evaluate's (a crash in eval_open before session 37) */
+	st = evaluate(cfg, reg, checkpoint, o ? o : &none, &full);
 	trainer_result_out(res, &full);
 	return st;
 }

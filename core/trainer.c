@@ -63,6 +63,40 @@ static void *error_user;
 static uint64_t hook_gen;        /* kiln_set_error_hook calls so far */
 static struct hook_call *in_hook; /* the calls in progress */
 
+/* fork(): the child has only the forking thread, so the other threads'
+ * calls in progress are dropped there (their hooks never end in it: its
+ * kiln_set_error_hook waited for ever, session 37's review), and the
+ * mutex is taken around the fork so that the child's is never held by a
+ * thread it lacks. */
+static void hook_fork_prepare(void)
+{
+	pthread_mutex_lock(&hook_mu);
+}
+
+static void hook_fork_parent(void)
+{
+	pthread_mutex_unlock(&hook_mu);
+}
+
+static void hook_fork_child(void)
+{
+	struct hook_call **p = &in_hook;
+	while (*p)
+		if (pthread_equal((*p)->self, pthread_self()))
+			p = &(*p)->next;
+		else
+			*p = (*p)->next;
+	pthread_cond_init(&hook_left, NULL);
+	pthread_mutex_unlock(&hook_mu);
+}
+
+static pthread_once_t hook_fork_once = PTHREAD_ONCE_INIT;
+
+static void hook_fork_register(void)
+{
+	pthread_atfork(hook_fork_prepare, hook_fork_parent, hook_fork_child);
+}
+
 /* Whether another thread is still in a hook of a generation before gen;
  * *mine: whether this thread is in a hook itself. */
 static int hook_older_running(uint64_t gen, int *mine)
@@ -80,6 +114,7 @@ static int hook_older_running(uint64_t gen, int *mine)
 void kiln_set_error_hook(kiln_error_hook_fn fn, void *user)
 {
 	int mine;
+	pthread_once(&hook_fork_once, hook_fork_register);
 	pthread_mutex_lock(&hook_mu);
 	error_fn = fn;
 	error_user = user;
@@ -95,6 +130,7 @@ kiln_status trainer_error_told(kiln_status st)
 {
 	if (!st)
 		return st;
+	pthread_once(&hook_fork_once, hook_fork_register);
 	pthread_mutex_lock(&hook_mu);
 	const kiln_error_hook_fn fn = error_fn;
 	void *const user = error_user;
@@ -107,9 +143,10 @@ kiln_status trainer_error_told(kiln_status st)
 	fn(user, st, kiln_last_error());
 	pthread_mutex_lock(&hook_mu);
 	struct hook_call **p = &in_hook;
-	while (*p != &me)
+	while (*p && *p != &me)
 		p = &(*p)->next;
-	*p = me.next;
+	if (*p) /* (a child forked in the hook: its list starts anew) */
+		*p = me.next;
 	pthread_cond_broadcast(&hook_left);
 	pthread_mutex_unlock(&hook_mu);
 	return st;

@@ -1452,6 +1452,11 @@ START_TEST(test_resume_exact)
 	/* NULL: the newest of out_dir/checkpoints */
 	ck_assert_msg(kiln_evaluate(cfg, reg, NULL, &re) == 0, "%s", kiln_last_error());
 	ck_assert_str_eq(re.checkpoint, fa);
+	/* kiln_evaluate_ex with NULL opts: kiln_evaluate's (SIGSEGV before
+	 * session 37) */
+	struct kiln_train_result rx = KILN_TRAIN_RESULT_INIT;
+	ck_assert_msg(kiln_evaluate_ex(cfg, reg, fa, NULL, &rx) == 0, "%s", kiln_last_error());
+	ck_assert(rx.test_loss == ra.test_loss && rx.test_acc == ra.test_acc);
 	kiln_config_free(cfg);
 
 	/* a changed key that matters is refused, naming it */

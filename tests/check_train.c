@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h> /* usleep */
 
 static struct kiln_registry *reg;
@@ -1099,6 +1100,50 @@ START_TEST(test_error_hook_cross)
 }
 END_TEST
 
+/* fork() while another thread is in the hook: the child's
+ * kiln_set_error_hook returns (it waited for ever for a thread the child
+ * does not have, session 37's review). */
+static atomic_int fork_in;
+
+static void fork_hook(void *user, kiln_status st, const char *msg)
+{
+	(void)user, (void)st, (void)msg;
+	atomic_store(&fork_in, 1);
+	sleep(2);
+}
+
+static void *fail_null(void *arg)
+{
+	(void)arg;
+	kiln_train(NULL, NULL, NULL, NULL, NULL);
+	return NULL;
+}
+
+START_TEST(test_error_hook_fork)
+{
+	pthread_t th;
+	kiln_set_error_hook(fork_hook, NULL);
+	ck_assert_int_eq(pthread_create(&th, NULL, fail_null, NULL), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&fork_in); i++)
+		usleep(10 * 1000);
+	ck_assert_msg(atomic_load(&fork_in), "the hook was not called within 10 s");
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		alarm(10);
+		kiln_set_error_hook(NULL, NULL);
+		_exit(0);
+	}
+	int ws = 0;
+	ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+	ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+		      "the child's kiln_set_error_hook did not return (%s %d)",
+		      WIFSIGNALED(ws) ? "signal" : "exit", WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
+	kiln_set_error_hook(NULL, NULL);
+	pthread_join(th, NULL);
+}
+END_TEST
+
 struct calls {
 	int n, epoch_lines, with_status, without_status;
 	int64_t last_step;
@@ -1729,7 +1774,7 @@ static Suite *make_train_suite(void)
 		NULL });
 	check_add_case(s, "api", 120, NULL, NULL, (const TTest *[]){
 		test_result_early_failure, test_progress_calls, test_error_hook_early,
-		test_error_hook_pairs, test_error_hook_waits, test_error_hook_cross, NULL });
+		test_error_hook_pairs, test_error_hook_waits, test_error_hook_cross, test_error_hook_fork, NULL });
 	return s;
 }
 

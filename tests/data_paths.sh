@@ -57,6 +57,12 @@ stderr_has "kiln: error: command line 'data.eval.shards=val_*.bin': [data.eval] 
 kiln 2 memory "$tmp/t3.ini" train.eval=1 "data.eval.path=$tmp/noval.bin"
 stderr_has "kiln: error: command line 'data.eval.path=$tmp/noval.bin': [data.eval] path: $tmp/noval.bin: no such file (the tokens data)"
 
+# a split the key names that is not there (exit 3, naming no key, before
+# session 37; the folder source's was exit 2 already)
+tok "$tmp/t5.ini" "$tmp/tok"
+kiln 2 summary "$tmp/t5.ini" data.split=nosuch
+stderr_has "kiln: error: command line 'data.split=nosuch': [data] split: $tmp/tok/nosuch: no such file (the split's directory, or $tmp/tok/nosuch-*.bin shards)"
+
 # records: a listed shard that is missing
 cat > "$tmp/r.ini" <<EOF
 [data]
@@ -73,6 +79,9 @@ type = softmax_xent
 EOF
 kiln 2 summary "$tmp/r.ini"
 stderr_has "kiln: error: $tmp/r.ini:4: [data] shards: $tmp/missing.krec: no such file (the records shard)"
+sed '/^shards = /d' "$tmp/r.ini" > "$tmp/r2.ini"
+kiln 2 summary "$tmp/r2.ini" data.split=nosuch
+stderr_has "kiln: error: command line 'data.split=nosuch': [data] split: $tmp/nosuch: no such file (the split's directory, or $tmp/nosuch-*.krec shards)"
 # records: a path that is not there, set on the command line
 kiln 2 summary "$tmp/r.ini" data.shards= "data.path=$tmp/norec"
 stderr_has "kiln: error: command line 'data.path=$tmp/norec': [data] path: $tmp/norec: no such file (the records data)"

@@ -903,7 +903,8 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
 /* kiln_evaluate with inference passes (docs/inference.md).  fold: the
  * model is evaluated with its batchnorms folded into the conv/linear
  * before them, dropout removed and bias + activation in the layers'
- * epilogues ([run] fuse = 1): `kiln eval --fold`. */
+ * epilogues ([run] fuse = 1): `kiln eval --fold`.  opts NULL: all
+ * zero, as kiln_evaluate (before session 37 a crash). */
 struct kiln_eval_opts {
 	int fold;
 	/* with fold: keep each residual add a layer of its own (kiln_quantize

@@ -734,6 +734,16 @@ kiln_status loaders_find_shards(const struct kiln_host *host, const struct kiln_
 	snprintf(prefix, sizeof prefix, "%s-", sp);
 	if ((st = scan_dir(host, path, prefix, suffix, out)))
 		return st;
+	/* a split the config's key names that is not there is its typo (exit
+	 * 2, as the folder source's: loaders_split_root); the run's own split
+	 * missing is the data's (before session 37 both were KILN_EIO) */
+	const char *key = host->config_get(cfg, section, "split");
+	if (!out->n && key && split && !strcmp(key, split)) {
+		char at[4400], what[PATH_MAX + 128];
+		loaders_key_at(host, cfg, section, "split", at, sizeof at);
+		snprintf(what, sizeof what, "the split's directory, or %s-*%s shards", sub, suffix);
+		return loaders_no_such_file(host, at, sub, what);
+	}
 	if (!out->n)
 		return host->error(KILN_EIO, "%s: no shards for split '%s': neither %s/ nor %s-*%s exists; set [%s] path or shards, or split",
 				   path, sp, sub, sub, suffix, section);
