@@ -315,7 +315,7 @@ static kiln_status pack_one(struct job *j, int64_t index, struct item *it)
 			const int box[4] = { 0, 0, w, h };
 			const size_t bytes = (size_t)oh * ow * c;
 			if (grow(&j->buf, &j->buf_cap, bytes))
-				return kiln_error(KILN_ENOMEM, "resizing a %dx%d image (width x height) to %dx%d: its %zu bytes: out of memory",
+				return kiln_error(KILN_ENOMEM, "resizing a %dx%d image (width x height) to %dx%d (%zu bytes): out of memory",
 						  w, h, ow, oh, bytes);
 			if ((st = kiln_xform_resize_box(&j->img, box, oh, ow, j->buf, &j->xs)))
 				return st;
