@@ -99,6 +99,11 @@ sed -e 's/^samples = 4000/samples = 100000/' -e 's/^out_dir = .*/out_dir = /' -e
 TERM=xterm script -qec "timeout -s INT 5 \"$kiln\" train \"$tmp/long.ini\"" /dev/null \
 	>"$tmp/long.out" 2>&1 </dev/null
 tr '\r\033' 'RE' <"$tmp/long.out" | grep -o 'RE\[Kepoch [^R]*' >"$tmp/long.bars"
+if ! grep -q 'samples/s ETA' "$tmp/long.bars"; then
+	# (a machine so busy that setup outlasted the 5 s: nothing to check)
+	echo "SKIP (part): no bar with an ETA drawn in 5 s: $(tail -c 300 "$tmp/long.out")"
+	exit 0
+fi
 grep -q 'stopped on request' "$tmp/long.out" || fail "the long run did not stop on SIGINT: $(tail -c 600 "$tmp/long.out")"
 grep -q 'samples/s ETA >9999h$' "$tmp/long.bars" || fail "no ETA >9999h: $(tail -2 "$tmp/long.bars")"
 grep 'ETA' "$tmp/long.bars" | grep -v 'ETA >9999h$' >"$tmp/long.other" &&
