@@ -108,7 +108,7 @@ shimmed() {
 # bytes; the trainer's two slots take the larger batch, a host then a
 # device buffer each (x 3328, y 52), then the loader's ring
 slots() {
-	shimmed kiln-cpu 3328 "$1" 1 train "$ini" data.path="$data" run.out_dir= run.device=cpu \
+	shimmed /kiln-cpu.so 3328 "$1" 1 train "$ini" data.path="$data" run.out_dir= run.device=cpu \
 		train.batch=13 train.eval_batch=11 data.workers=1
 }
 slots 1
@@ -118,12 +118,12 @@ stderr_has "kiln: error: the trainer's device input slot 1 of 2 (a batch of 13 s
 slots 5
 stderr_has "kiln: error: the loader's staging slot 1 of 3 (a batch of 13 samples and labels, 3380 bytes; the ring of [data] workers + prefetch slots 10140 bytes): cpu: alloc of 3328 bytes failed"
 # the checkpoint after the last step: its 256 KiB staging buffer
-shimmed kiln-cpu 262144 1 1 train "$ini" data.path="$data" run.out_dir="$tmp/ck" run.device=cpu
+shimmed /kiln-cpu.so 262144 1 1 train "$ini" data.path="$data" run.out_dir="$tmp/ck" run.device=cpu
 stderr_has "kiln: error: $tmp/ck/checkpoints/ckpt-5.kiln.tmp: the checkpoint's staging buffer (256 KiB): cpu: alloc of 262144 bytes failed"
 # kiln predict folds batchnorm into the convolution: the trained weights'
 # host copy is 416 + 1 floats (each tensor in 16s: 48 + 16 + 16 + 320 + 16)
 kiln 0 train "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu
-shimmed libkiln 1668 1 1 predict "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu --eval-set --logits "$tmp/x.npy"
+shimmed /libkiln.so 1668 1 1 predict "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu --eval-set --logits "$tmp/x.npy"
 stderr_has "kiln: error: folding the model for inference: host copies of its weights before and after (3408 bytes): out of memory"
 [ ! -e "$tmp/x.npy" ] || fail "a failed predict wrote its logits"
 echo "PASS: every failed allocation named with its size"
