@@ -309,12 +309,14 @@ static kiln_status pack_one(struct job *j, int64_t index, struct item *it)
 		/* torchvision's Resize(n) with PIL's filter: the transforms' own
 		 * resize, so packing offline gives the pixels training online would */
 		int oh, ow;
-		kiln_xform_resize_shorter(h, w, j->o->resize, &oh, &ow);
+		if ((st = kiln_xform_resize_shorter(h, w, j->o->resize, &oh, &ow)))
+			return st; /* "too long and thin", as training would say */
 		if (oh != h || ow != w) {
 			const int box[4] = { 0, 0, w, h };
-			if (grow(&j->buf, &j->buf_cap, (size_t)oh * ow * c))
-				return kiln_error(KILN_ENOMEM, "out of memory resizing a %dx%d image to %dx%d",
-						  h, w, oh, ow);
+			const size_t bytes = (size_t)oh * ow * c;
+			if (grow(&j->buf, &j->buf_cap, bytes))
+				return kiln_error(KILN_ENOMEM, "resizing a %dx%d image (width x height) to %dx%d (%zu bytes): out of memory",
+						  w, h, ow, oh, bytes);
 			if ((st = kiln_xform_resize_box(&j->img, box, oh, ow, j->buf, &j->xs)))
 				return st;
 			px = j->buf;

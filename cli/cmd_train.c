@@ -310,6 +310,7 @@ struct bar {
 	int last_pct;
 	int64_t samples_per_step; /* batch x accumulate */
 	int64_t epochs;
+	int64_t max_steps;        /* [train] max_steps: 0 none */
 	int epoch;                /* the epoch the rate is measured over */
 	int64_t step0;            /* its first step seen, and when */
 	double t0, last_draw;
@@ -327,6 +328,31 @@ static void bar_log(void *user, int level, const char *who, const char *msg)
 	struct bar *b = user;
 	fprintf(stderr, "\r\033[K[%s] %s%s\n", who, tag[level & 3], msg);
 	__atomic_store_n(&b->redraw, 1, __ATOMIC_RELAXED);
+}
+
+/* The run's last step, counted over all epochs: epochs x steps per epoch,
+ * or [train] max_steps when that comes first (a 3000-step run of epochs =
+ * 1e9 was given the ETA of all 1e9 epochs). */
+static int64_t bar_run_steps(const struct bar *b, int64_t steps)
+{
+	int64_t all = steps > 0 && b->epochs > INT64_MAX / steps ? INT64_MAX : b->epochs * steps;
+	return b->max_steps > 0 && b->max_steps < all ? b->max_steps : all;
+}
+
+/* " ETA M:SS", " ETA H:MM:SS" from an hour, " ETA >9999h" past 9999 hours
+ * (in int64: (int)(left / 60) overflowed past 2^31 s, "ETA 50050050:-8") */
+static void bar_eta(char *out, size_t n, double left)
+{
+	if (!(left < 9999.0 * 3600)) { /* (a NaN too) */
+		snprintf(out, n, " ETA >9999h");
+		return;
+	}
+	int64_t s = left > 0 ? (int64_t)left : 0;
+	if (s < 3600)
+		snprintf(out, n, " ETA %d:%02d", (int)(s / 60), (int)(s % 60));
+	else
+		snprintf(out, n, " ETA %d:%02d:%02d", (int)(s / 3600), (int)(s / 60 % 60),
+			 (int)(s % 60));
 }
 
 static void progress(void *user, int epoch, int64_t step, int64_t steps, const char *status)
@@ -356,20 +382,23 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 		b->step0 = step;
 		b->t0 = now;
 	}
-	int pct = (int)(100 * step / (steps ? steps : 1));
+	/* the bar runs to the step this epoch will end at: its last, or the
+	 * run's (max_steps) when that comes first */
+	const int64_t run = bar_run_steps(b, steps), before = (int64_t)(epoch - 1) * steps;
+	const int64_t end = run - before < steps && run - before >= step ? run - before : steps;
+	int pct = (int)(100 * step / (end ? end : 1));
 	const int redraw = __atomic_exchange_n(&b->redraw, 0, __ATOMIC_RELAXED);
 	if (pct == b->last_pct && !status && !redraw && now - b->last_draw < 1.0)
 		return;
 	b->last_pct = pct;
 	b->last_draw = now;
 	/* samples/s over this epoch so far, and the time the run has left */
-	char rate[96] = "";
+	char rate[96] = "", eta[32];
 	double dt = now - b->t0;
 	if (step > b->step0 && dt > 0) {
 		double sps = (double)(step - b->step0) / dt;
-		double left = ((double)(b->epochs - epoch) * (double)steps + (double)(steps - step)) / sps;
-		snprintf(rate, sizeof rate, " %.0f samples/s ETA %d:%02d", sps * (double)b->samples_per_step,
-			 (int)(left / 60), (int)left % 60);
+		bar_eta(eta, sizeof eta, (double)(run - before - step) / sps);
+		snprintf(rate, sizeof rate, " %.0f samples/s%s", sps * (double)b->samples_per_step, eta);
 	}
 	char bar[31];
 	int fill = pct * 30 / 100;
@@ -377,7 +406,7 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 		bar[i] = i < fill ? '#' : '.';
 	bar[30] = 0;
 	fprintf(stderr, "\r\033[Kepoch %d [%s] %3d%% %lld/%lld %s%s", epoch, bar, pct, (long long)step,
-		(long long)steps, last_status, rate);
+		(long long)end, last_status, rate);
 	fflush(stderr);
 }
 
@@ -602,6 +631,7 @@ int cmd_train(int argc, char **argv)
 		st = kiln_train_cfg_read(cfg, reg, &tc); /* batch = auto resolved */
 	if (!st) {
 		b.epochs = tc.epochs;
+		b.max_steps = tc.max_steps;
 		b.samples_per_step = tc.batch * tc.accumulate;
 	}
 	struct told told = { .tty = b.tty };

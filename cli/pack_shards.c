@@ -39,8 +39,9 @@ kiln_status shard_count_check(const struct pack_opts *o, const struct kiln_sourc
 	int h = info->image_h, w = info->image_w;
 	if (o->store != REC_RAW || h <= 0 || w <= 0 || info->image_c <= 0)
 		return KILN_OK;
-	if (o->resize)
-		kiln_xform_resize_shorter(h, w, o->resize, &h, &w);
+	kiln_status st;
+	if (o->resize && (st = kiln_xform_resize_shorter(h, w, o->resize, &h, &w)))
+		return kiln_error_wrap(st, "--resize %d of [%s]'s images", o->resize, o->section);
 	const uint64_t record = REC_RECORD_HEADER + (uint64_t)h * w * info->image_c;
 	const uint64_t per = o->shard_size / record ? o->shard_size / record : 1;
 	if ((uint64_t)info->len > per * REC_MAX_SHARDS)

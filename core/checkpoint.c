@@ -256,7 +256,8 @@ static kiln_status write_file(const char *tmp, int fd, const struct wsec *s, int
 	/* device and source sections go through one staging buffer of a piece
 	 * (before session 12: the largest section's size) */
 	if ((st = kiln_device_host_alloc(dev, PIECE, &stage)))
-		return st;
+		return kiln_error_wrap(st, "%s: the checkpoint's staging buffer (%d KiB)", tmp,
+				       (int)(PIECE >> 10));
 	for (int i = 0; i < n && !st; i++)
 		st = write_section(tmp, fd, &s[i], &pos, stage, src, dev, stream);
 	kiln_device_host_free(dev, stage);

@@ -454,7 +454,11 @@ kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stre
 	float *db = calloc(dst->n_buf_elems + 1, sizeof(float));
 	kiln_status st;
 	if (!removed || !host || !sp || !sb || !dp || !db) {
-		st = kiln_error(KILN_ENOMEM, "out of memory");
+		st = kiln_error(KILN_ENOMEM, "folding the model for inference: host copies of its weights before and after (%s): out of memory",
+				kiln_bytes_str((char[32]){ 0 }, 32,
+					       (double)sizeof(float) *
+						       (double)(src->n_elems + src->n_buf_elems +
+								dst->n_elems + dst->n_buf_elems + 4)));
 		goto out;
 	}
 	fold_plan(src, removed, host, 0);

@@ -19,6 +19,19 @@
 #define KILN_AT_ARG(host, port)                                          \
 	(strchr((host), ':') ? "[" : ""), (host), (strchr((host), ':') ? "]" : ""), (int)(port)
 
+/* A size in an out-of-memory message: "3380 bytes", "12.5 MiB" from a MiB,
+ * "22.35 GiB" from a GiB, into out (n bytes; returned). */
+static inline const char *kiln_bytes_str(char *out, size_t n, double bytes)
+{
+	if (bytes < 1048576)
+		snprintf(out, n, "%.0f bytes", bytes);
+	else if (bytes < 1073741824)
+		snprintf(out, n, "%.1f MiB", bytes / 1048576);
+	else
+		snprintf(out, n, "%.2f GiB", bytes / 1073741824);
+	return out;
+}
+
 /* Levenshtein distance, for "did you mean" suggestions. */
 int kiln_edit_distance(const char *a, const char *b);
 

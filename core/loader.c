@@ -124,15 +124,22 @@ kiln_status kiln_loader_open(struct kiln_device *dev, struct kiln_dataset *d, in
 	L->slots = calloc((size_t)L->n_slots, sizeof *L->slots);
 	L->threads = calloc((size_t)L->n_workers, sizeof *L->threads);
 	if (!L->slots || !L->threads) {
-		st = kiln_error(KILN_ENOMEM, "out of memory");
+		st = kiln_error(KILN_ENOMEM, "the loader's %d slots: out of memory", L->n_slots);
 		goto fail;
 	}
 	for (int i = 0; i < L->n_slots; i++) {
 		struct slot *s = &L->slots[i];
-		if ((st = kiln_device_host_alloc(dev, (size_t)max_rows * sample_bytes, &s->x)) ||
-		    (st = kiln_device_host_alloc(dev, (size_t)max_rows * d->label_bytes,
-						 (void **)&s->y)) ||
-		    (st = kiln_device_event_create(dev, &s->copied)))
+		const size_t xb = (size_t)max_rows * sample_bytes, yb = (size_t)max_rows * d->label_bytes;
+		if ((st = kiln_device_host_alloc(dev, xb, &s->x)) ||
+		    (st = kiln_device_host_alloc(dev, yb, (void **)&s->y))) {
+			/* which buffer, and the ring's whole size (it was "cpu:
+			 * alloc of 401408 bytes failed" alone) */
+			kiln_error_wrap(st, "the loader's staging slot %d of %d (a batch of %lld samples and labels, %zu bytes; the ring of [data] workers + prefetch slots %s)",
+					i + 1, L->n_slots, (long long)max_rows, xb + yb,
+					kiln_bytes_str((char[32]){ 0 }, 32, (double)(xb + yb) * L->n_slots));
+			goto fail;
+		}
+		if ((st = kiln_device_event_create(dev, &s->copied)))
 			goto fail;
 	}
 	for (int i = 0; i < L->n_workers; i++) {
@@ -257,7 +264,9 @@ kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, i
 	int64_t *order = malloc(sizeof(int64_t) * (size_t)d->len);
 	kiln_status st = KILN_OK;
 	if (!order)
-		return kiln_error(KILN_ENOMEM, "out of memory");
+		return kiln_error(KILN_ENOMEM, "workers = auto: the probe's sample order for %lld samples (%s, 8 bytes a sample): out of memory; set [data] limit to use fewer samples, or workers = N (docs/memory.md)",
+				  (long long)d->len,
+				  kiln_bytes_str((char[32]){ 0 }, 32, (double)d->len * sizeof(int64_t)));
 	kiln_rng_permutation(d->seed, 0, order, d->len);
 	const long long skipped0 = atomic_load(&d->skipped);
 	d->skips_quiet = 1; /* (set before the workers start, read by them) */

@@ -238,12 +238,17 @@ kiln_status alloc_buffers(struct trainer *t)
 	if (kiln_dataset_widened(&first->ds) && (st = alloc_norm(t, rows)))
 		return st;
 	const size_t y_bytes = (size_t)rows * t->label_bytes;
-	for (int s = 0; s < SLOTS; s++)
+	for (int s = 0; s < SLOTS; s++) {
+		int dev = 0; /* which failed: named (it was "cpu: alloc of 1568000 bytes failed") */
 		if ((st = kiln_device_host_alloc(t->dev, t->x_bytes, &t->x_host[s])) ||
 		    (st = kiln_device_host_alloc(t->dev, y_bytes, &t->y_host[s])) ||
-		    (st = kiln_device_alloc(t->dev, t->x_bytes, &t->x_dev[s])) ||
+		    (dev = 1, st = kiln_device_alloc(t->dev, t->x_bytes, &t->x_dev[s])) ||
 		    (st = kiln_device_alloc(t->dev, y_bytes, &t->y_dev[s])))
-			return st;
+			return kiln_error_wrap(st, "the trainer's %s input slot %d of %d (a batch of %lld samples and labels, %zu bytes; %s)",
+					       dev ? "device" : "host", s + 1, SLOTS, (long long)rows,
+					       t->x_bytes + y_bytes,
+					       rows == t->B ? "[train] batch" : "[train] eval_batch");
+	}
 	const int64_t G = t->B * t->acc * t->world;
 	if ((t->training && (st = kiln_device_alloc(t->dev, 64, (void **)&t->lr_dev))) ||
 	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||

@@ -309,9 +309,12 @@ static kiln_status open_loaders(struct trainer *t)
 	    (t->have_val &&
 	     (st = kiln_loader_open(t->dev, &t->val.ds, t->EB, workers, prefetch, &t->val.loader))))
 		return st;
+	char sz[32];
 	int64_t n_order = t->have_val && t->val.len > t->test.len ? t->val.len : t->test.len;
 	if (do_eval && !(t->eval_order = malloc(sizeof(int64_t) * (size_t)n_order)))
-		return kiln_error(KILN_ENOMEM, "out of memory");
+		return kiln_error(KILN_ENOMEM, "the evaluation's sample order for %lld samples (%s, 8 bytes a sample): out of memory; set [data.eval] limit to evaluate fewer (docs/memory.md)",
+				  (long long)n_order,
+				  kiln_bytes_str(sz, sizeof sz, (double)n_order * sizeof(int64_t)));
 	for (int64_t i = 0; do_eval && i < n_order; i++)
 		t->eval_order[i] = i;
 	if (t->training)
@@ -327,8 +330,10 @@ static kiln_status open_loop(struct trainer *t)
 	struct kiln_train_result *res = t->res;
 	t->perm = malloc(sizeof(int64_t) * (size_t)t->train.len);
 	t->order = malloc(sizeof(int64_t) * (size_t)t->train.len);
-	if (!t->perm || !t->order)
-		return kiln_error(KILN_ENOMEM, "out of memory");
+	if (!t->perm || !t->order) /* (a billion samples: 16 GB) */
+		return kiln_error(KILN_ENOMEM, "the epoch's sample order for %lld training samples (%s, 16 bytes a sample): out of memory; set [data] limit to train on fewer (docs/memory.md)",
+				  (long long)t->train.len,
+				  kiln_bytes_str((char[32]){ 0 }, 32, (double)t->train.len * 2 * sizeof(int64_t)));
 	/* an optimizer step takes `acc` micro-batches of B (drop_last) */
 	t->G = t->B * t->acc * t->world;
 	t->steps_per_epoch = t->train.len / t->G;

@@ -403,12 +403,25 @@ static kiln_status resize_view(struct view *v, const int box[4], int oh, int ow,
 	return KILN_OK;
 }
 
-void kiln_xform_resize_shorter(int h, int w, int n, int *nh, int *nw)
+kiln_status kiln_xform_resize_shorter(int h, int w, int n, int *nh, int *nw)
 {
+	*nh = *nw = 0;
+	if (h < 1 || w < 1 || n < 1)
+		return kiln_error(KILN_EINVAL, "transform: cannot resize the shorter side of a %dx%d image (width x height) to %d",
+				  w, h, n);
 	int shorter = w <= h ? w : h, longer = w <= h ? h : w;
-	int nl = (int)((double)n * longer / shorter);
-	*nw = w <= h ? n : nl;
-	*nh = w <= h ? nl : n;
+	/* In int64: the longer side of a long thin image passes INT_MAX, and
+	 * a double past it converted to int is undefined (it gave
+	 * -2147483648 and a negative batch size).  n * longer < 2^47, exact. */
+	int64_t nl = (int64_t)((double)n * longer / shorter);
+	int64_t rw = w <= h ? n : nl, rh = w <= h ? nl : n;
+	/* width x height, as kiln predict's other size messages */
+	if (n > MAX_SIDE || nl > MAX_SIDE)
+		return kiln_error(KILN_EDATA, "a %dx%d image (width x height) with its shorter side resized to %d would be %lldx%lld, outside the transforms' 1 to %d pixels a side (MAX_SIDE, core/transform.c): too long and thin for `resize = %d`",
+				  w, h, n, (long long)rw, (long long)rh, MAX_SIDE, n);
+	*nw = (int)rw;
+	*nh = (int)rh;
+	return KILN_OK;
 }
 
 /* Python's round() of d / 2 for d >= 0: halves go to the even integer. */
@@ -786,11 +799,8 @@ kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image
 	/* 1. Resize(int) */
 	if (x->resize > 0) {
 		int nh, nw;
-		kiln_xform_resize_shorter(v.h, v.w, x->resize, &nh, &nw);
-		/* width x height, as kiln predict's other size messages */
-		if (nh < 1 || nw < 1 || nh > MAX_SIDE || nw > MAX_SIDE)
-			return kiln_error(KILN_EDATA, "a %dx%d image (width x height) with its shorter side resized to %d would be %dx%d, outside the transforms' 1 to %d pixels a side (MAX_SIDE, core/transform.c): too long and thin for `resize = %d`",
-					  v.w, v.h, x->resize, nw, nh, MAX_SIDE, x->resize);
+		if ((st = kiln_xform_resize_shorter(v.h, v.w, x->resize, &nh, &nw)))
+			return st;
 		int box[4] = { 0, 0, v.w, v.h };
 		if ((nh != v.h || nw != v.w) &&
 		    (st = resize_view(&v, box, nh, nw, &s->a, &s->a_cap, s)))

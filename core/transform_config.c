@@ -120,6 +120,13 @@ kiln_status kiln_xform_from_config(const struct kiln_config *cfg, const char *se
 	if ((st = cfg_int(cfg, sec, "resize", 0, 0, MAX_SIDE, "an integer in [0, 65536]", &i64)))
 		return st;
 	x->resize = (int32_t)i64;
+	/* images of one size (src_h, src_w): a resize none of them survives
+	 * is refused here, before a batch is sized from it */
+	int rh = src_h, rw = src_w;
+	if (x->resize > 0 && src_h > 0 && src_w > 0 &&
+	    (st = kiln_xform_resize_shorter(src_h, src_w, x->resize, &rh, &rw)))
+		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s] resize",
+				       kiln_config_where(cfg, sec, "resize"), sec);
 	if ((st = cfg_int(cfg, sec, "pad", 0, 0, MAX_SIDE, "an integer in [0, 65536]", &i64)))
 		return st;
 	x->pad = (int32_t)i64;
@@ -168,11 +175,8 @@ kiln_status kiln_xform_from_config(const struct kiln_config *cfg, const char *se
 		if (kiln_xform_parse_size(v, &x->out_h, &x->out_w))
 			return cfg_bad(cfg, sec, "size", v, "H W or N (pixels, 1 to 65536)");
 	} else if (src_h > 0 && src_w > 0) {
-		int h = src_h, w = src_w;
-		if (x->resize > 0)
-			kiln_xform_resize_shorter(src_h, src_w, x->resize, &h, &w);
-		x->out_h = h;
-		x->out_w = w;
+		x->out_h = rh; /* after `resize`, checked above */
+		x->out_w = rw;
 	} else {
 		return kiln_error(KILN_ECONFIG, "%s: [%s] size is not set and the source's images vary in size: set size = H W (or N for a square)",
 				  kiln_config_where(cfg, sec, NULL), sec);

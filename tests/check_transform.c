@@ -586,6 +586,21 @@ START_TEST(rrc_boxes)
 	ck_assert(nh == 298 && nw == 224);
 	kiln_xform_resize_shorter(28, 28, 32, &nh, &nw);
 	ck_assert(nh == 32 && nw == 32);
+	/* a long, thin image: past 65536 pixels a side refused, named; the
+	 * longer side computed in int64 (int(60000 * 40000) was UB, a width of
+	 * -2147483648 that sized a batch negative) */
+	kiln_clear_error();
+	nh = nw = 7;
+	ck_assert_int_eq(kiln_xform_resize_shorter(1, 40000, 60000, &nh, &nw), KILN_EDATA);
+	ck_assert(nh == 0 && nw == 0);
+	ck_assert_str_eq(kiln_last_error(), "a 40000x1 image (width x height) with its shorter side resized to 60000 would be 2400000000x60000, outside the transforms' 1 to 65536 pixels a side (MAX_SIDE, core/transform.c): too long and thin for `resize = 60000`");
+	ck_assert_int_eq(kiln_xform_resize_shorter(65536, 1, 65536, &nh, &nw), KILN_EDATA);
+	ck_assert_str_eq(kiln_last_error(), "a 1x65536 image (width x height) with its shorter side resized to 65536 would be 65536x4294967296, outside the transforms' 1 to 65536 pixels a side (MAX_SIDE, core/transform.c): too long and thin for `resize = 65536`");
+	/* the largest that fits: 65536 exactly */
+	ck_assert_int_eq(kiln_xform_resize_shorter(2, 65536, 2, &nh, &nw), KILN_OK);
+	ck_assert(nh == 2 && nw == 65536);
+	ck_assert_int_eq(kiln_xform_resize_shorter(2, 65537, 2, &nh, &nw), KILN_EDATA);
+	ck_assert_int_eq(kiln_xform_resize_shorter(0, 5, 2, &nh, &nw), KILN_EINVAL);
 	/* a strip no try can fit: torchvision's fallback, the ratio-clamped centre */
 	int b[4];
 	kiln_xform_rrc_box(&x, 10, 1000, 42, 0, 0, b);

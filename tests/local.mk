@@ -233,6 +233,12 @@ TESTS += tests/short_writes.sh tests/json_nonfinite.sh
 endif
 TESTS += tests/report_long_line.sh
 EXTRA_DIST += tests/short_writes.sh tests/json_nonfinite.sh tests/report_long_line.sh
+# a failed allocation names its buffer and size: the sample orders of 3e9
+# samples under ulimit -v, small buffers through an LD_PRELOAD shim
+if BUILD_LOADERS
+TESTS += tests/oom_named.sh
+endif
+EXTRA_DIST += tests/oom_named.sh
 # `kiln generate` on a GPT trained for a few steps (the tokens source)
 if BUILD_LOADERS
 TESTS += tests/generate.sh

@@ -170,6 +170,30 @@ stderr_has "split 'train' needs more than 50000 shards of --shard-size 4096 byte
 stderr_has "pass a larger --shard-size"
 [ -z "$(ls "$tmp/many")" ] || fail "a refused pack wrote: $(ls "$tmp/many" | head -3)"
 
+# a long, thin image (1x40000) whose --resize passes the transforms' 65536
+# pixels a side is refused with the message training gives, before packing
+# (raw: the size is known) or at its sample; before session 37 int(60000 *
+# 40000) overflowed to a width of -2147483648 ("out of memory resizing")
+{
+	printf '\000\000\010\003\000\000\000\001\000\000\000\001\000\000\234\100'
+	head -c 40000 /dev/zero
+} > "$tmp/thin.idx"
+printf '\000\000\010\001\000\000\000\001\000' > "$tmp/thinlab.idx"
+thin="a 40000x1 image (width x height) with its shorter side resized to 60000 would be 2400000000x60000, outside the transforms' 1 to 65536 pixels a side (MAX_SIDE, core/transform.c): too long and thin for \`resize = 60000\`"
+kiln 3 pack "$tmp/pack.ini" --out "$tmp/thin" --resize 60000 data.images=thin.idx data.labels=thinlab.idx
+stderr_has "kiln: error: --resize 60000 of [data]'s images: $thin"
+kiln 3 pack "$tmp/pack.ini" --out "$tmp/thin" --resize 60000 --store png \
+	data.images=thin.idx data.labels=thinlab.idx
+stderr_has "kiln: error: [data] source 'idx', sample 0: $thin"
+kiln 3 pack "$tmp/pack.ini" --out "$tmp/thin" --resize 20 --store png \
+	data.images=thin.idx data.labels=thinlab.idx
+stderr_has "would be 800000x20, outside the transforms' 1 to 65536 pixels a side"
+[ -z "$(ls "$tmp/thin")" ] || fail "a refused pack wrote: $(ls "$tmp/thin" | head -3)"
+# training's config check says the same, naming the key (exit 2: before a
+# batch is sized from the width)
+kiln 2 bench data "$tmp/pack.ini" --batches 1 data.images=thin.idx data.labels=thinlab.idx data.resize=60000
+stderr_has "kiln: error: command line 'data.resize=60000': [data] resize: $thin"
+
 # --format folder --force replaces the split's images (before session 29 it
 # wrote beside them: 6 then 3 left 6); files kiln did not write stay, said
 kiln 0 pack "$tmp/pack.ini" --out "$tmp/fo" --format folder --store png

@@ -6,7 +6,8 @@
 # it, glued onto the bar's text ("... ETA 0:00[train] checkpoint ...").
 # Now the bar's line is cleared first and the message starts its own line;
 # the bar is drawn again at the next step.  The terminal is util-linux's
-# `script`.
+# `script`.  Then the ETA: counted to max_steps, clamped at ">9999h"
+# (session 37).
 name=progress_tty
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -28,4 +29,63 @@ cleared=$(grep -o 'RE\[K\[train\] checkpoint [^ ]*ckpt-[246]\.kiln (epoch' "$tmp
 [ "$all" = 3 ] || fail "expected 3 checkpoint lines (steps 2, 4, 6), got $all: $(head -c 3000 "$tmp/tty.txt")"
 [ "$cleared" = 3 ] ||
 	fail "$((all - cleared)) of 3 checkpoint lines glued onto the bar: $(grep -o '.\{40\}\[train\] checkpoint' "$tmp/tty.txt" | head -3)"
-echo "PASS: 3 checkpoint lines on their own lines under the bar"
+echo "ok: 3 checkpoint lines on their own lines under the bar"
+
+# The ETA is the run's: to its last step, [train] max_steps when that comes
+# before epochs x steps per epoch, and past 9999 hours ">9999h".  Before
+# session 37 it counted every epoch (epochs = 1e9 and max_steps = 2500 of
+# 1000-step epochs: "ETA 877192:59" for a run of a second) in an int of
+# minutes (past 2^31 s: "ETA 50050050:-8"); the bar of the epoch that
+# max_steps ends now runs to that step (500/500, not 500/1000).
+cat >"$tmp/eta.ini" <<EOF2
+[run]
+threads = 1
+out_dir = $tmp/eta
+[data]
+source = synthetic
+image_size = 1 1
+classes = 2
+samples = 4000
+workers = 0
+[layer.flat]
+type = flatten
+[layer.fc]
+type = linear
+out = 2
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 1000000000
+batch = 4
+max_steps = 2500
+log_every = 1000
+checkpoint_last = 0
+EOF2
+TERM=xterm script -qec "\"$kiln\" train \"$tmp/eta.ini\"" /dev/null >"$tmp/eta.out" 2>&1 </dev/null ||
+	fail "kiln train under script(1) failed: $(tail -5 "$tmp/eta.out")"
+tr '\r\033' 'RE' <"$tmp/eta.out" | grep -o 'RE\[Kepoch [^R]*' >"$tmp/eta.bars"
+grep -q 'ETA 0:[0-5][0-9]$' "$tmp/eta.bars" || fail "no ETA drawn: $(tail -3 "$tmp/eta.bars")"
+grep -v 'ETA 0:[0-5][0-9]$' "$tmp/eta.bars" | grep 'ETA' >"$tmp/eta.long" &&
+	fail "an ETA past a minute for a 2500-step run: $(head -3 "$tmp/eta.long")"
+grep -q '^RE\[Kepoch 3 \[#\{30\}\] 100% 500/500 ' "$tmp/eta.bars" ||
+	fail "epoch 3's bar does not end at max_steps' 500/500: $(grep 'epoch 3' "$tmp/eta.bars" | tail -2)"
+grep -q 'epoch 3 .*/1000 ' "$tmp/eta.bars" && fail "epoch 3 drawn of 1000 steps: $(grep 'epoch 3 .*/1000 ' "$tmp/eta.bars" | head -1)"
+echo "ok: the ETA counts to max_steps (2500 steps: under a minute), epoch 3 ends at 500/500"
+
+# 1e9 epochs of 100000 steps, stopped (SIGINT) after 5 s: over 1e14 steps
+# left, far past 2^31 s at any speed
+sed -e 's/^samples = 4000/samples = 100000/' -e 's/^out_dir = .*/out_dir = /' -e 's/^batch = 4/batch = 1/' -e '/^max_steps/d' \
+	"$tmp/eta.ini" >"$tmp/long.ini"
+TERM=xterm script -qec "timeout -s INT 5 \"$kiln\" train \"$tmp/long.ini\"" /dev/null \
+	>"$tmp/long.out" 2>&1 </dev/null
+tr '\r\033' 'RE' <"$tmp/long.out" | grep -o 'RE\[Kepoch [^R]*' >"$tmp/long.bars"
+if ! grep -q 'samples/s ETA' "$tmp/long.bars"; then
+	# (a machine so busy that setup outlasted the 5 s: nothing to check)
+	echo "SKIP (part): no bar with an ETA drawn in 5 s: $(tail -c 300 "$tmp/long.out")"
+	exit 0
+fi
+grep -q 'stopped on request' "$tmp/long.out" || fail "the long run did not stop on SIGINT: $(tail -c 600 "$tmp/long.out")"
+grep -q 'samples/s ETA >9999h$' "$tmp/long.bars" || fail "no ETA >9999h: $(tail -2 "$tmp/long.bars")"
+grep 'ETA' "$tmp/long.bars" | grep -v 'ETA >9999h$' >"$tmp/long.other" &&
+	fail "an ETA other than >9999h for 1e14 steps: $(head -2 "$tmp/long.other")"
+echo "PASS: the ETA counts to max_steps and is clamped at >9999h"

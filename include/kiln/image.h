@@ -33,8 +33,11 @@ struct kiln_xform_scratch {
 void kiln_xform_scratch_free(struct kiln_xform_scratch *s);
 
 /* torchvision's Resize(int) of an h x w image: the shorter side to n, the
- * longer one to int(n * long / short). */
-void kiln_xform_resize_shorter(int h, int w, int n, int *nh, int *nw);
+ * longer one to int(n * long / short), into *nh x *nw.  A result with a
+ * side past the transforms' 65536 pixels (a long, thin image) is refused:
+ * KILN_EDATA with a message ending "too long and thin for `resize = n`",
+ * and *nh = *nw = 0 (KILN_EINVAL for h, w or n below 1). */
+kiln_status kiln_xform_resize_shorter(int h, int w, int n, int *nh, int *nw);
 
 /* Resize box {x0, y0, bw, bh} of `in` (which must lie inside it) to
  * oh x ow with PIL's antialiased bilinear filter: out is u8 [oh, ow, in->c]. */

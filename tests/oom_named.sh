@@ -1,0 +1,129 @@
+#!/bin/sh
+# tests/oom_named.sh - an allocation that fails names what it was for and its
+# size (session 37; the model's, the plans' and the optimizer's since
+# session 31).  Before, these said "out of memory" or "cpu: alloc of N bytes
+# failed" alone:
+#  1. the sample orders, an int64 a sample (docs/memory.md): a training set
+#     of 3e9 samples under `ulimit -v` 8 GB, with workers 0, 1 and auto;
+#  2. the trainer's host and device input slots, the loader's staging
+#     slots, the checkpoint's staging buffer, and kiln predict's folding of
+#     the weights: an LD_PRELOAD shim built here fails the Nth allocation
+#     of one size asked for by one library (kiln's CPU plugin or libkiln),
+#     the only way to hit a buffer of a few KB at the same point on every
+#     machine (a `ulimit -v` that does lands elsewhere on the next build).
+name=oom_named
+. "$(dirname "$0")/lib.sh"
+CC=${CC:-cc}
+need_source idx
+data="$srcdir/tests/data"
+ini="$srcdir/tests/data/tr_cnn.ini"
+
+# ---- 1: 3e9 samples (45 GB of sample order) under an 8 GB address space ----
+cat >"$tmp/huge.ini" <<EOF2
+[run]
+threads = 1
+device = cpu
+[data]
+source = synthetic
+image_size = 1 1
+classes = 2
+samples = 3000000000
+[layer.flat]
+type = flatten
+[layer.fc]
+type = linear
+out = 2
+[layer.loss]
+type = softmax_xent
+[train]
+batch = 4
+max_steps = 1
+EOF2
+(ulimit -v 8000000 && kiln 1 train "$tmp/huge.ini" run.out_dir= data.workers=0) || exit 1
+stderr_has "kiln: error: the epoch's sample order for 3000000000 training samples (44.70 GiB, 16 bytes a sample): out of memory; set [data] limit to train on fewer (docs/memory.md)"
+(ulimit -v 8000000 && kiln 1 train "$tmp/huge.ini" run.out_dir= data.workers=1) || exit 1
+stderr_has "kiln: error: the evaluation's sample order for 3000000000 samples (22.35 GiB, 8 bytes a sample): out of memory; set [data.eval] limit to evaluate fewer (docs/memory.md)"
+(ulimit -v 8000000 && kiln 1 train "$tmp/huge.ini" run.out_dir= data.workers=auto) || exit 1
+stderr_has "kiln: error: workers = auto: the probe's sample order for 3000000000 samples (22.35 GiB, 8 bytes a sample): out of memory; set [data] limit to use fewer samples, or workers = N (docs/memory.md)"
+
+# ---- 2: small buffers, failed by a shim ------------------------------------
+cat >"$tmp/shim.c" <<'CEOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+static __thread int busy;
+static int seen;
+/* the SHIM_NTH'th (default 1st) allocation of SHIM_BYTES bytes asked for
+ * from a library whose path holds SHIM_FROM fails */
+static int hit(size_t n, void *ra)
+{
+	const char *b = getenv("SHIM_BYTES"), *from = getenv("SHIM_FROM"), *nth = getenv("SHIM_NTH");
+	Dl_info di;
+	if (busy || !from || !b || (size_t)strtoull(b, NULL, 10) != n)
+		return 0;
+	busy = 1; /* (dladdr may allocate) */
+	int ours = dladdr(ra, &di) && di.dli_fname && strstr(di.dli_fname, from);
+	busy = 0;
+	return ours && __atomic_add_fetch(&seen, 1, __ATOMIC_RELAXED) == (nth ? atoi(nth) : 1);
+}
+void *malloc(size_t n)
+{
+	if (hit(n, __builtin_return_address(0))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return __libc_malloc(n);
+}
+void *calloc(size_t k, size_t n)
+{
+	if (hit(k * n, __builtin_return_address(0))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return __libc_calloc(k, n);
+}
+int posix_memalign(void **p, size_t a, size_t n)
+{
+	static int (*real)(void **, size_t, size_t);
+	if (hit(n, __builtin_return_address(0)))
+		return ENOMEM;
+	if (!real)
+		real = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+	return real(p, a, n);
+}
+CEOF
+$CC -shared -fPIC -o "$tmp/shim.so" "$tmp/shim.c" -ldl 2>"$tmp/cc.err" ||
+	{ cat "$tmp/cc.err"; echo "SKIP (part 2): cannot build the allocation shim (glibc's __libc_malloc)"; exit 0; }
+# shimmed FROM BYTES NTH WANT ARGS...: kiln ARGS with that allocation failed
+shimmed() {
+	(export LD_PRELOAD="$tmp/shim.so" SHIM_FROM="$1" SHIM_BYTES="$2" SHIM_NTH="$3"
+	 shift 3
+	 kiln "$@") || exit 1
+}
+# batches of 13 and 11 samples of 8x8 f32 (256 bytes): 3328 and 2816
+# bytes; the trainer's two slots take the larger batch, a host then a
+# device buffer each (x 3328, y 52), then the loader's ring
+slots() {
+	shimmed /kiln-cpu.so 3328 "$1" 1 train "$ini" data.path="$data" run.out_dir= run.device=cpu \
+		train.batch=13 train.eval_batch=11 data.workers=1
+}
+slots 1
+stderr_has "kiln: error: the trainer's host input slot 1 of 2 (a batch of 13 samples and labels, 3380 bytes; [train] batch): cpu: alloc of 3328 bytes failed"
+slots 2
+stderr_has "kiln: error: the trainer's device input slot 1 of 2 (a batch of 13 samples and labels, 3380 bytes; [train] batch): cpu: alloc of 3328 bytes failed"
+slots 5
+stderr_has "kiln: error: the loader's staging slot 1 of 3 (a batch of 13 samples and labels, 3380 bytes; the ring of [data] workers + prefetch slots 10140 bytes): cpu: alloc of 3328 bytes failed"
+# the checkpoint after the last step: its 256 KiB staging buffer
+shimmed /kiln-cpu.so 262144 1 1 train "$ini" data.path="$data" run.out_dir="$tmp/ck" run.device=cpu
+stderr_has "kiln: error: $tmp/ck/checkpoints/ckpt-5.kiln.tmp: the checkpoint's staging buffer (256 KiB): cpu: alloc of 262144 bytes failed"
+# kiln predict folds batchnorm into the convolution: the trained weights'
+# host copy is 416 + 1 floats (each tensor in 16s: 48 + 16 + 16 + 320 + 16)
+kiln 0 train "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu
+shimmed /libkiln.so 1668 1 1 predict "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu --eval-set --logits "$tmp/x.npy"
+stderr_has "kiln: error: folding the model for inference: host copies of its weights before and after (3408 bytes): out of memory"
+[ ! -e "$tmp/x.npy" ] || fail "a failed predict wrote its logits"
+echo "PASS: every failed allocation named with its size"
