@@ -37,10 +37,10 @@ int cmd_memory(int argc, char **argv)
 		printf("{\"batch\": %lld, \"params\": %zu, \"grads\": %zu, \"optim_state\": %zu, "
 		       "\"buffers\": %zu, \"activations\": %zu, \"activations_unpacked\": %zu, "
 		       "\"workspace\": %zu, \"eval\": %zu, \"inputs\": %zu, \"other\": %zu, \"total\": %zu, "
-		       "\"peak_live\": %zu, \"recompute_segments\": %d, \"recomputed\": %d, \"host\": %zu, \"library\": %zu}\n",
+		       "\"peak_live\": %zu, \"recompute_segments\": %d, \"recomputed\": %d, \"host\": %zu, \"library\": %zu, \"cache\": %zu}\n",
 		       (long long)r.batch, r.params, r.grads, r.optim_state, r.buffers, r.activations,
 		       r.activations_unpacked, r.workspace, r.eval, r.inputs, r.other, r.total, r.peak_live,
-		       r.recompute_segments, r.recomputed, r.host, r.library);
+		       r.recompute_segments, r.recomputed, r.host, r.library, r.cache);
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);
 	return rc;

@@ -255,6 +255,37 @@ void kiln_dataset_input_desc(const struct kiln_dataset *d, struct kiln_tensor_de
 		out->dtype = KILN_F32; /* u8 samples are normalised on the device */
 }
 
+/* glibc malloc's chunk for a request of n bytes: n and its 8-byte size
+ * field rounded up to 16, at least 32 (another allocator: an estimate). */
+static size_t heap_chunk(size_t n)
+{
+	const size_t c = (n + 8 + 15) & ~(size_t)15;
+	return c < 32 ? 32 : c;
+}
+
+size_t kiln_dataset_cache_bytes(const struct kiln_dataset *d)
+{
+	if (!d->cached)
+		return 0;
+	size_t px = (size_t)d->info.image_h * (size_t)d->info.image_w * (size_t)d->info.image_c;
+	if (!px) {
+		/* the images' sizes vary: sample 0's, decoded, stands for all
+		 * (unreadable: the model's input, one byte a value) */
+		struct kiln_image img = { 0 };
+		int32_t y;
+		const kiln_status st = d->ops->read_image(d->ctx, 0, &img, &y);
+		px = !st ? (size_t)img.h * (size_t)img.w * (size_t)img.c
+			 : (size_t)kiln_tensor_numel(&d->sample);
+		if (st)
+			kiln_clear_error();
+		free(img.data);
+		kiln_log(KILN_LOG_DEBUG, "data", "[%s] cache = ram: images of varying sizes, counted as %zu bytes each (%s)",
+			 d->section, px, st ? "the model's input" : "sample 0's");
+	}
+	/* cache_put's two allocations a sample, the image and its entry */
+	return (size_t)d->len * (heap_chunk(px ? px : 1) + heap_chunk(sizeof(struct kiln_cached)));
+}
+
 /* How far ahead of its read a sample is hinted to the source: a few
  * images' lines in flight at once (measured for the IDX source's 784-byte
  * images, docs/PERFORMANCE.md "session 9"). */

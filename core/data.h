@@ -156,6 +156,13 @@ uint16_t kiln_bf16_from_f32(float f);
  * hands the model f32 samples). */
 void kiln_f32_round_bf16(float *x, size_t n);
 
+/* [data] cache = ram: the host bytes the cache holds once every sample
+ * has been read (the decoded images, before the transforms, and their
+ * entries, each a malloc chunk); 0 without the cache.  Where the source's
+ * images vary in size, sample 0 is decoded and its size stands for every
+ * image's.  For `kiln memory` (core/memory.c). */
+size_t kiln_dataset_cache_bytes(const struct kiln_dataset *d);
+
 /* The model's input sample as the device hands it over: the staged sample,
  * f32 when widened. */
 void kiln_dataset_input_desc(const struct kiln_dataset *d, struct kiln_tensor_desc *out);

@@ -223,6 +223,11 @@ void kiln_device_close(struct kiln_device *dev)
 {
 	if (!dev)
 		return;
+	/* every command's device high-water mark (kiln train's result has it,
+	 * device_peak_bytes; predict, eval, export and generate tell it here:
+	 * tests/memory.sh reads it) */
+	kiln_log(KILN_LOG_DEBUG, "core", "device %s: peak %zu bytes allocated, %zu still live at close",
+		 dev->plugin->name, dev->peak, dev->live);
 	if (dev->ops->close)
 		dev->ops->close(dev->ctx);
 	pthread_mutex_destroy(&dev->mem_lock);

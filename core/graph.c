@@ -330,9 +330,29 @@ kiln_status kiln_model_alloc_whole(struct kiln_model *m)
 	return KILN_OK;
 }
 
+/* What model_create allocates of the parameters' side: everything
+ * (kiln_model_alloc_whole), nothing yet (bare), or the parameters alone
+ * (a model that never trains: no gradients, no optimizer state, no tied
+ * weights' gradients). */
+enum { MODEL_WHOLE, MODEL_BARE, MODEL_WEIGHTS };
+
+/* The parameters' buffer alone (MODEL_WEIGHTS): before session 37
+ * inference held the gradients and optimizer state too, 3x the weights
+ * under AdamW, twice over while `kiln predict` folded. */
+static kiln_status alloc_weights(struct kiln_model *m)
+{
+	const size_t bytes = m->n_elems * sizeof(float);
+	kiln_status st = kiln_device_alloc(m->dev, bytes, (void **)&m->params_d);
+	if (st)
+		return params_too_big(m, st, "parameters", bytes);
+	m->bare = 0;
+	m->weights_only = 1;
+	return KILN_OK;
+}
+
 static kiln_status model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_device *dev, const struct kiln_tensor_desc *sample,
-				int bare, int sharded, const struct kiln_model_precheck *pre,
+				int mode, int sharded, const struct kiln_model_precheck *pre,
 				struct kiln_model **out);
 
 kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
@@ -341,28 +361,28 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 {
 	if (!cfg || !reg || !dev || !sample || !out)
 		return kiln_null_arg("kiln_model_create", !cfg ? "cfg" : !reg ? "reg" : !dev ? "dev" : !sample ? "sample" : "out");
-	return model_create(cfg, reg, dev, sample, 0, 0, NULL, out);
+	return model_create(cfg, reg, dev, sample, MODEL_WHOLE, 0, NULL, out);
 }
 
 kiln_status kiln_model_create_sharded(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				      struct kiln_model **out)
 {
-	return model_create(cfg, reg, dev, sample, 0, 1, NULL, out);
+	return model_create(cfg, reg, dev, sample, MODEL_WHOLE, 1, NULL, out);
 }
 
-kiln_status kiln_model_create_checked(const struct kiln_config *cfg, const struct kiln_registry *reg,
-				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
-				      const struct kiln_model_precheck *pre, struct kiln_model **out)
+kiln_status kiln_model_create_infer(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				    struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				    const struct kiln_model_precheck *pre, struct kiln_model **out)
 {
-	return model_create(cfg, reg, dev, sample, 0, 0, pre, out);
+	return model_create(cfg, reg, dev, sample, MODEL_WEIGHTS, 0, pre, out);
 }
 
 kiln_status kiln_model_create_bare(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				   struct kiln_model **out)
 {
-	return model_create(cfg, reg, dev, sample, 1, 0, NULL, out);
+	return model_create(cfg, reg, dev, sample, MODEL_BARE, 0, NULL, out);
 }
 
 static int count_layers(const struct kiln_config *cfg)
@@ -404,7 +424,7 @@ kiln_status kiln_model_check_names(const struct kiln_config *cfg, const struct k
 
 static kiln_status model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_device *dev, const struct kiln_tensor_desc *sample,
-				int bare, int sharded, const struct kiln_model_precheck *pre,
+				int mode, int sharded, const struct kiln_model_precheck *pre,
 				struct kiln_model **out)
 {
 	kiln_status st;
@@ -413,7 +433,7 @@ static kiln_status model_create(const struct kiln_config *cfg, const struct kiln
 	if (!m)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	m->cfg = cfg;
-	m->bare = 1; /* (kiln_model_alloc_whole below, unless bare) */
+	m->bare = 1; /* (kiln_model_alloc_whole or alloc_weights below, unless bare) */
 	m->state_sharded = sharded;
 	m->dev = dev;
 	m->sample = *sample;
@@ -475,8 +495,9 @@ static kiln_status model_create(const struct kiln_config *cfg, const struct kiln
 	if ((st = kiln_device_alloc(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d)) ||
 	    (st = kiln_device_alloc(dev, 64, (void **)&m->step_d)) ||
 	    (st = kiln_model_optim_alloc(m)) ||
-	    (!bare && (st = kiln_model_alloc_whole(m))) ||
-	    (st = kiln_model_tie_prepare(m)))
+	    (mode == MODEL_WHOLE && (st = kiln_model_alloc_whole(m))) ||
+	    (mode == MODEL_WEIGHTS && (st = alloc_weights(m))) ||
+	    (mode != MODEL_WEIGHTS && (st = kiln_model_tie_prepare(m))))
 		goto fail;
 	if ((st = prepare_step_counter(m)))
 		goto fail;

@@ -70,6 +70,9 @@ struct kiln_model {
 	 * the dist owns the allocations until kiln_dist_pipe_mem_free */
 	int bare, held;
 	size_t held_lo, held_hi;
+	/* created for inference (kiln_model_create_infer): params_d without
+	 * grads_d, state_d and tie_grads_d; a training plan is refused */
+	int weights_only;
 	/* created without state_d (kiln_model_create_sharded): ZeRO-1's
 	 * ranks each allocate their shard of it (core/dist_zero.c) */
 	int state_sharded;
@@ -294,18 +297,24 @@ kiln_status kiln_model_create_bare(const struct kiln_config *cfg, const struct k
 kiln_status kiln_model_create_sharded(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				      struct kiln_model **out);
-/* kiln_model_create, calling pre->check(pre->arg, m) once the parameter
- * table (names, offsets, sizes, dtypes, shapes) is laid out and before any
- * device memory is allocated: a nonzero status fails the creation with it
+/* A model that never trains (inference, evaluation, export): the
+ * parameters' and buffers' device memory without the gradients', the
+ * optimizer state's and the tied weights' gradients' (m->weights_only; its
+ * training plans are refused, kiln_model_param_get's grad is NULL, a
+ * checkpoint loads into it with KILN_CKPT_LOAD_WEIGHTS alone).  With pre,
+ * pre->check(pre->arg, m) is called once the parameter table (names,
+ * offsets, sizes, dtypes, shapes) is laid out and before any device memory
+ * is allocated: a nonzero status fails the creation with it
  * (kiln_trained_open: a checkpoint's table, so that a corrupt "sample"
- * section is refused before its shapes are allocated). */
+ * section is refused before its shapes are allocated).  pre may be NULL.
+ * Ownership as kiln_model_create's. */
 struct kiln_model_precheck {
 	kiln_status (*check)(void *arg, const struct kiln_model *m);
 	void *arg;
 };
-kiln_status kiln_model_create_checked(const struct kiln_config *cfg, const struct kiln_registry *reg,
-				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
-				      const struct kiln_model_precheck *pre, struct kiln_model **out);
+kiln_status kiln_model_create_infer(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				    struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				    const struct kiln_model_precheck *pre, struct kiln_model **out);
 /* A bare model's whole buffers, as kiln_model_create allocates them
  * (the optimizer state's but where m->state_sharded). */
 kiln_status kiln_model_alloc_whole(struct kiln_model *m);

@@ -80,7 +80,7 @@ void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_i
 	o->name = p->name;
 	o->desc = p->desc;
 	o->param = (p->buffer ? m->buffers_d : m->params_d) + p->off;
-	o->grad = p->trainable ? m->grads_d + p->off : NULL;
+	o->grad = p->trainable && m->grads_d ? m->grads_d + p->off : NULL;
 	o->trainable = p->trainable;
 }
 

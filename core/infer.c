@@ -157,7 +157,7 @@ static kiln_status infer_fold(struct kiln_infer *m)
 					     &m->fcfg, &n)) &&
 	    !(st = qf ? kiln_quant_config_check(qf, m->cfg, m->reg) : KILN_OK) &&
 	    !(st = qf ? kiln_quant_config(m->fcfg, qf) : KILN_OK) &&
-	    !(st = kiln_model_create(m->fcfg, m->reg, m->t.dev, &m->t.sample, &fm)) &&
+	    !(st = kiln_model_create_infer(m->fcfg, m->reg, m->t.dev, &m->t.sample, NULL, &fm)) &&
 	    !(st = kiln_model_init_loaded(fm, m->t.stream)))
 		st = qf ? kiln_quant_load(fm, qf, m->t.stream)
 			: kiln_infer_fold_weights(m->t.m, m->t.stream, fm, m->t.stream);

@@ -243,7 +243,7 @@ static kiln_status fold_load(const struct kiln_model *m, struct kiln_registry *r
 	return st;
 }
 
-/* kiln_model_create_checked's precheck: every layer took its input's
+/* kiln_model_create_infer's precheck: every layer took its input's
  * shape (*(int *)arg = 1); it stops the creation before any allocation. */
 static kiln_status shapes_taken(void *arg, const struct kiln_model *m)
 {
@@ -263,7 +263,7 @@ static kiln_status shapes_fit(const struct kiln_model *m, const struct kiln_regi
 	struct kiln_model *t = NULL;
 	int taken = 0;
 	const struct kiln_model_precheck pre = { shapes_taken, &taken };
-	kiln_status st = kiln_model_create_checked(cfg, reg, m->dev, &m->sample, &pre, &t);
+	kiln_status st = kiln_model_create_infer(cfg, reg, m->dev, &m->sample, &pre, &t);
 	kiln_model_free(t);
 	*fit = taken || !st;
 	if (*fit)

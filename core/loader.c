@@ -244,10 +244,20 @@ static long probe_cpus(void)
 	return n > 0 ? n : 1;
 }
 
-/* workers = auto: time a few batches with 1, 2, 4, ... workers (up to the
- * CPUs of the affinity mask, probe_cpus) and keep the smallest count within 5% of the best rate.  Each
- * count reads samples of its own while the data set has them: the ones an
- * earlier count read are warm ([data] cache = ram holds them decoded, the
+int kiln_loader_auto_max(void)
+{
+	const long ncpu = probe_cpus();
+	int w = 1;
+	while (2 * w <= ncpu && 2 * w <= 32)
+		w *= 2;
+	return w;
+}
+
+/* workers = auto: time a few batches with 1, 2, 4, ... workers (up to
+ * kiln_loader_auto_max: the CPUs of the affinity mask, probe_cpus) and
+ * keep the smallest count within 5% of the best rate.  Each count reads
+ * samples of its own while the data set has them: the ones an earlier
+ * count read are warm ([data] cache = ram holds them decoded, the
  * page cache their bytes), and timing them against cold ones measured the
  * cache, not the workers (cache = ram chose 2 workers at 7x "the rate").
  * The probe's replacements of bad samples are put back and not logged:
@@ -256,7 +266,7 @@ static long probe_cpus(void)
 kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, int64_t B,
 			      int prefetch, void *copy_stream, int *best)
 {
-	const long ncpu = probe_cpus();
+	const int most = kiln_loader_auto_max();
 	int64_t nb_max = d->len / B;
 	double best_rate = 0;
 	char msg[512];
@@ -272,7 +282,7 @@ kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, i
 	d->skips_quiet = 1; /* (set before the workers start, read by them) */
 	*best = 1;
 	int64_t used = 0; /* batches of order the counts so far read */
-	for (int w = 1; w <= ncpu && w <= 32; w *= 2) {
+	for (int w = 1; w <= most; w *= 2) {
 		struct kiln_loader *L = NULL;
 		int64_t nb = 3 * (w + prefetch) + 4;
 		if (nb > nb_max)

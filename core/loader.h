@@ -48,11 +48,17 @@ double kiln_loader_wait_s(const struct kiln_loader *L);
  * from it reaches again.  The consumer's thread. */
 int64_t kiln_loader_skipped(const struct kiln_loader *L);
 
+/* The most workers = auto may choose: the largest power of two at most
+ * the CPUs this thread may run on (its affinity mask) and at most 32.
+ * kiln_loader_probe tries no more; `kiln memory` counts the staging of
+ * this many (core/memory.c). */
+int kiln_loader_auto_max(void);
+
 /* workers = auto: time a few batches of `d` with 1, 2, 4, ... workers (up
- * to the cores), stopping when doubling gains under 5%, and return the
- * best count in *best (logged).  The batches are read and discarded, and
- * the bad samples they replaced neither logged nor counted: d->skipped
- * is as before the probe. */
+ * to kiln_loader_auto_max), stopping when doubling gains under 5%, and
+ * return the best count in *best (logged).  The batches are read and
+ * discarded, and the bad samples they replaced neither logged nor
+ * counted: d->skipped is as before the probe. */
 kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, int64_t B,
 			      int prefetch, void *copy_stream, int *best);
 

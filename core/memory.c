@@ -5,6 +5,7 @@
  * way. */
 #include "data.h"
 #include "graph.h"
+#include "loader.h" /* kiln_loader_auto_max: workers = auto */
 #include "pipeline.h"
 #include "run_config.h"
 #include "dist.h" /* kiln_dist_env_read: the ranks share the training set */
@@ -225,7 +226,7 @@ static size_t auto_fit_bytes(const struct mem_setup *s, const struct kiln_memory
 	/* and 1/16 more: what no prediction holds (another thread team's
 	 * oneDNN plans, the page cache the data sets read through); the run
 	 * in a 400M cgroup peaked within 10 MB of its limit without it */
-	const size_t need = mem->total + mem->host + (rss > rss0 ? rss - rss0 : 0);
+	const size_t need = mem->total + mem->host + mem->cache + (rss > rss0 ? rss - rss0 : 0);
 	return need + need / 16;
 }
 
@@ -434,16 +435,23 @@ static void io_bytes(const struct mem_setup *s, int64_t B, int64_t EB, size_t sh
 		out->inputs += (size_t)rows * kiln_tensor_bytes(&s->input);
 	/* the loaders' staging rings: workers + prefetch slots of a batch of
 	 * samples and labels, for training and evaluation (workers = auto:
-	 * at most one per core; 0: no loader) */
+	 * the most the probe may choose, kiln_loader_auto_max; before session
+	 * 37 every online CPU: 36 of a 36-CPU machine, where the probe tries
+	 * 32 at most, and CPUs outside the affinity mask; 0: no loader) */
 	int workers = s->data.workers;
 	const int64_t prefetch = s->data.prefetch;
 	if (workers < 0)
-		workers = (int)sysconf(_SC_NPROCESSORS_ONLN);
+		workers = kiln_loader_auto_max();
 	if (workers > 0)
 		out->host = (size_t)(workers + prefetch) *
 			    ((size_t)B * (ds->sample_bytes + ds->label_bytes) +
 			     (do_eval ? (size_t)EB * (es->sample_bytes + es->label_bytes) : 0));
 	out->host += trainer_host_bytes(ds, es, rows, do_eval && workers > 0) + shared;
+	/* [data] cache = ram, full after the first epoch (the evaluation
+	 * set's after the first evaluation); before session 37 left out, the
+	 * folder example's 60 MB of a 102 MB peak */
+	out->cache = kiln_dataset_cache_bytes(&s->ds) +
+		     (do_eval ? kiln_dataset_cache_bytes(&s->es) : 0);
 }
 
 /* The report of out to f: the totals, then each layer's tensors (and each
@@ -494,6 +502,10 @@ static kiln_status print_report(const struct mem_setup *s, const struct kiln_pla
 		"host staging", mib(out->host), pt->shared ? ", the shared gradients" : "");
 	fprintf(f, "  %-22s %10.2f MiB  library objects (host memory; measured while planning)\n",
 		"device library", mib(out->library));
+	if (out->cache)
+		fprintf(f, "  %-22s %10.2f MiB  [data] cache = ram: %lld decoded images%s, full after the first epoch (host memory)\n",
+			"data cache", mib(out->cache), (long long)s->ds.len + (s->es.cached ? s->es.len : 0),
+			s->es.cached ? " of the training and evaluation sets" : "");
 	fprintf(f, "  activations peak at the %s of layer '%s': %.2f MiB live\n",
 		pass_name[out->peak_pass], m->layers[out->peak_layer].name, mib(out->peak_live));
 	fprintf(f, "\n  %-16s %-14s %12s %12s %12s\n", "layer", "type", "output MiB", "saved MiB",

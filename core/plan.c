@@ -396,6 +396,10 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 				(long long)opts->decode);
 		goto fail;
 	}
+	if (training && m->weights_only) {
+		st = kiln_error(KILN_EINTERNAL, "a training plan of a model made for inference (kiln_model_create_infer: no gradients)");
+		goto fail;
+	}
 	if (training && opts->logits) {
 		st = kiln_error(KILN_EINVAL, "kiln_plan_opts.logits: an inference plan does not train");
 		goto fail;

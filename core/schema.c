@@ -62,7 +62,7 @@ static const struct kiln_key data_keys[] = {
 	{ "max_image_pixels", KILN_KEY_INT, "89478485", 1, 268435456, NULL,
 	  "An encoded image (JPEG, PNG) whose header declares more pixels (width x height) is refused before it is decoded, as a bad sample (PIL's `Image.MAX_IMAGE_PIXELS`, whose default this is: a decompression bomb guard). At most 2^28." },
 	{ "cache", KILN_KEY_ENUM, "none", NOLIM, "none|ram|mmap",
-	  "`ram` keeps each decoded image after its first read (before the random transforms), so later epochs skip reading and decoding; `mmap` states that the source's files are mapped and shared through the page cache by every worker and process: valid for sources that map their files (records)." },
+	  "`ram` keeps each decoded image after its first read (before the random transforms), so later epochs skip reading and decoding (host memory: every image and a malloc chunk of overhead once the first epoch is done, which `kiln memory` reports on a line of its own, docs/memory.md); `mmap` states that the source's files are mapped and shared through the page cache by every worker and process: valid for sources that map their files (records)." },
 	/* image transforms (core/transform.c), in the order they apply */
 	{ "resize", KILN_KEY_INT, "0", 0, 65536, NULL,
 	  "Resize the shorter side to this many pixels first, the longer side to int(resize * long / short) (torchvision `Resize(int)`, PIL's antialiased bilinear filter); 0 = no resize." },

@@ -251,11 +251,14 @@ kiln_status build_model(struct trainer *t)
 	 * prepare_training, the stage's alone where they can) */
 	/* (ZeRO-1 without stages: no whole optimizer state, each rank makes
 	 * its shard, kiln_dist_zero_init) */
-	if ((st = (!t->training		   ? kiln_model_create
-		   : t->pipe_P > 1	   ? kiln_model_create_bare
-		   : kiln_dist_zero(t->dist) ? kiln_model_create_sharded
-					     : kiln_model_create)(t->cfg, t->reg, t->dev,
-								  &first->input, &t->m)))
+	/* (evaluation alone: the weights, no gradients nor optimizer state,
+	 * which an evaluation's checkpoint load skips, KILN_CKPT_LOAD_WEIGHTS) */
+	if ((st = !t->training ? kiln_model_create_infer(t->cfg, t->reg, t->dev, &first->input, NULL,
+							 &t->m)
+		  : (t->pipe_P > 1		? kiln_model_create_bare
+		     : kiln_dist_zero(t->dist) ? kiln_model_create_sharded
+					       : kiln_model_create)(t->cfg, t->reg, t->dev,
+								    &first->input, &t->m)))
 		return st;
 	/* (and with stages: each rank makes its shard of its stage's state,
 	 * kiln_dist_zero_init; before session 30 the whole model's state was
@@ -263,7 +266,8 @@ kiln_status build_model(struct trainer *t)
 	if (t->training && t->pipe_P > 1 && kiln_dist_zero(t->dist))
 		t->m->state_sharded = 1;
 	/* ([dist] pipeline: the stage's, kiln_dist_pipe_cut_grads) */
-	if ((t->world > 1 && t->pipe_P <= 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
+	if ((t->training && t->world > 1 && t->pipe_P <= 1 &&
+	     (st = kiln_dist_share_grads(t->dist, t->m))) ||
 	    (st = open_streams(t)))
 		return st;
 	if (t->training) {

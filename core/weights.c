@@ -689,7 +689,7 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	/* a checkpoint's parameter table is checked against the model its
 	 * sample gives before that model is allocated */
 	const struct kiln_model_precheck pre = { trained_precheck, ck };
-	if ((st = kiln_model_create_checked(cfg, reg, t->dev, &t->sample, ck ? &pre : NULL, &t->m)) ||
+	if ((st = kiln_model_create_infer(cfg, reg, t->dev, &t->sample, ck ? &pre : NULL, &t->m)) ||
 	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
 	    /* a checkpoint replaces every weight: init_from is not read; what
 	     * init_from gives is not drawn */

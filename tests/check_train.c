@@ -710,7 +710,7 @@ START_TEST(test_struct_ends)
 		size_t size, end;
 	} s[] = {
 		ENDS(kiln_train_result, out_dir_lost), ENDS(kiln_train_cfg, LAST_TRAIN_CFG),
-		ENDS(kiln_memory, recomputed),         ENDS(kiln_plugin_info, desc),
+		ENDS(kiln_memory, cache),              ENDS(kiln_plugin_info, desc),
 		ENDS(kiln_source_info, classes_from),
 	};
 	for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)

@@ -442,6 +442,9 @@ tests_st_export_test_LDADD = libkiln.la -lm
 tests_ckpt_tool_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_ckpt_tool_LDADD = libkiln.la
 TESTS += tests/safetensors_torch.sh tests/profile.sh tests/memory.sh tests/resume_kill.sh
+# inference holds the weights alone (docs/memory.md)
+TESTS += tests/memory_infer.sh
+EXTRA_DIST += tests/memory_infer.sh
 EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
 	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors \
 	tests/profile.sh tests/memory.sh tests/resume_kill.sh

@@ -13,6 +13,11 @@
 #     without a limit on the CPU, device total + host staging fit the free
 #     memory it reports, which in a 400M memory cgroup is at most 400 MiB,
 #     and kiln train in that cgroup with the batch it picks is not killed.
+#  3. (session 37) within 5% too: the MLP at accumulate = 4 (the adding
+#     GEMM's sgemm kernels made at prepare), and with [data] cache = ram
+#     (IDX, and a PNG folder of varying-size images: the cache's own
+#     line); workers = auto stages the batches of kiln_loader_auto_max's
+#     count (1 under taskset -c 0), not of every online CPU.
 # The training runs keep the opening thread team (plugin.cpu.adaptive=0):
 # when a busy machine shrinks the adaptive team, the CPU device prepares
 # smaller-team versions of its oneDNN plans, which `kiln memory` does not
@@ -162,6 +167,70 @@ e1=$(field eval "$tmp/e1.out") e0=$(field eval "$tmp/e0.out")
 [ -n "$e1" ] && [ "$e1" -gt 0 ] || fail "no evaluation plan size"
 [ "$e1" = "$e0" ] || fail "the evaluation plan takes $e1 bytes with trainable convs, $e0 with frozen ones (want the same: no backward, nothing kept)"
 echo "ok: the evaluation plan is the same for trainable and frozen convs ($e1 bytes)"
+
+# pred_rss NAME CONFIG OVERRIDES...: `kiln memory` (device total + host
+# staging + library + [data] cache) against a one-epoch run's resident
+# peak growth, within 5%
+pred_rss() {
+	_n=$1 _c=$2
+	shift 2
+	"$kiln" memory "$_c" "$@" >"$tmp/m.out" 2>"$tmp/m.err" || { cat "$tmp/m.err"; fail "kiln memory ($_n)"; }
+	"$kiln" train "$_c" "$@" plugin.cpu.adaptive=0 train.epochs=1 run.out_dir= >"$tmp/t.out" 2>"$tmp/t.err" ||
+		{ cat "$tmp/t.err"; fail "kiln train ($_n)"; }
+	pred=$(($(field total "$tmp/m.out") + $(field host "$tmp/m.out") + $(field library "$tmp/m.out") +
+		$(field cache "$tmp/m.out")))
+	rss=$(field rss_growth_bytes "$tmp/t.out")
+	d=$((rss > pred ? rss - pred : pred - rss))
+	echo "$_n: predicted $pred bytes (cache $(field cache "$tmp/m.out")), resident peak growth $rss ($((d * 1000 / pred)) per mille)"
+	[ $((d * 20)) -le "$pred" ] || fail "$_n: the resident peak $rss is not within 5% of the prediction $pred"
+}
+
+# accumulate > 1: the adding weight-gradient GEMM (dnnl_sgemm, beta = 1)
+# generates its kernels at prepare, where `kiln memory` measures the
+# library; before session 37 in the first step: +25% past the prediction
+pred_rss "MLP accumulate 4" "$srcdir/examples/fashion_mnist_mlp.ini" train.accumulate=4 data.workers=0 \
+	data.eval.limit=1000 train.max_steps=3
+
+# [data] cache = ram: the decoded images, full after the first epoch, on
+# their own line (before session 37 left out: 17.8 MB of this 51.5 MB
+# peak); the IDX source's fixed image size, and a folder's images of
+# varying size (counted as sample 0's)
+pred_rss "MLP cache = ram" "$srcdir/examples/fashion_mnist_mlp.ini" data.cache=ram data.limit=20000 \
+	data.eval.limit=1000 data.workers=0
+grep -q "^  data cache .*\[data\] cache = ram: 21000 decoded images of the training and evaluation sets" "$tmp/m.out" ||
+	{ cat "$tmp/m.out"; fail "cache = ram: no data cache line"; }
+for sec in data data.eval; do
+	"$kiln" pack "$srcdir/examples/fashion_mnist_mlp.ini" --out "$tmp/folder" --section $sec \
+		--format folder --store png data.limit=6000 data.eval.limit=1000 >/dev/null 2>"$tmp/err" ||
+		{ cat "$tmp/err"; fail "pack folder ($sec)"; }
+done
+pred_rss "folder cache = ram" "$srcdir/examples/fashion_mnist_folder.ini" "data.path=$tmp/folder" data.workers=2
+"$kiln" memory "$srcdir/examples/fashion_mnist_folder.ini" "data.path=$tmp/folder" data.cache=none >"$tmp/n.out" 2>/dev/null ||
+	fail "kiln memory (folder, cache = none)"
+[ "$(field cache "$tmp/n.out")" = 0 ] || fail "cache = none: a data cache of $(field cache "$tmp/n.out") bytes"
+echo "ok: [data] cache = ram is predicted"
+
+# workers = auto: the staging of the most workers the loader's probe may
+# choose (kiln_loader_auto_max: the affinity mask's CPUs, at most 32, a
+# power of two), not every online CPU's (before session 37)
+auto_is() { # N [taskset CPUS]: workers = auto stages what workers = N does
+	_w=$1
+	shift
+	"$@" "$kiln" memory "$srcdir/examples/fashion_mnist_mlp.ini" data.workers=auto >"$tmp/a.out" 2>/dev/null ||
+		fail "kiln memory workers = auto"
+	"$@" "$kiln" memory "$srcdir/examples/fashion_mnist_mlp.ini" data.workers=$_w >"$tmp/w.out" 2>/dev/null ||
+		fail "kiln memory workers = $_w"
+	[ "$(field host "$tmp/a.out")" = "$(field host "$tmp/w.out")" ] ||
+		fail "workers = auto${*:+ under $*}: host staging $(field host "$tmp/a.out") bytes, workers = $_w's $(field host "$tmp/w.out")"
+}
+n=$(nproc)
+w=1
+while [ $((2 * w)) -le "$n" ] && [ $((2 * w)) -le 32 ]; do w=$((2 * w)); done
+auto_is $w
+if command -v taskset >/dev/null 2>&1; then
+	auto_is 1 taskset -c 0
+fi
+echo "ok: workers = auto stages $w workers' batches ($n CPUs; 1 under taskset -c 0)"
 
 # a plan whose activations do not fit: the error names them, the batch and
 # the size (it was "cpu: alloc of 5885057024 bytes failed" alone), exit 1

@@ -979,9 +979,14 @@ struct kiln_memory {
 	int peak_pass;               /* 0 forward, 1 recomputation, 2 backward */
 	int recompute_segments;      /* [train] recompute: 0 = none */
 	int recomputed;              /* layers whose output is recomputed */
+	size_t cache;                /* [data] cache = ram: the decoded images
+				      * of the training and evaluation sets
+				      * and their heap overhead, once every
+				      * sample has been read (host memory, not
+				      * in `host`); 0 without the cache */
 	/* (new members go here, at the end: see `size`) */
 };
-KILN_ENDS_UNPADDED(kiln_memory, recomputed);
+KILN_ENDS_UNPADDED(kiln_memory, cache);
 
 /* A report ready for kiln_memory_report: its size set, the rest 0. */
 #define KILN_MEMORY_INIT { .size = sizeof(struct kiln_memory) }

@@ -120,9 +120,14 @@ const char *cpu_dnn_impl(const_dnnl_primitive_desc_t pd)
 	return impl;
 }
 
-void cpu_dnn_warm(const_dnnl_primitive_desc_t pd)
+void cpu_dnn_warm_sgemm(void)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, warm_sgemm);
+}
+
+void cpu_dnn_warm(const_dnnl_primitive_desc_t pd)
+{
 	if (strncmp(cpu_dnn_impl(pd), "gemm:", 5))
 		return;
 	/* a bf16 "gemm:jit" primitive runs oneDNN's bf16 GEMM, whose
@@ -132,7 +137,7 @@ void cpu_dnn_warm(const_dnnl_primitive_desc_t pd)
 	const dnnl_memory_desc_t *src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
 	if (src && src->data_type == dnnl_bf16)
 		return;
-	pthread_once(&once, warm_sgemm);
+	cpu_dnn_warm_sgemm();
 }
 
 size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd)

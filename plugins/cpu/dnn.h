@@ -75,6 +75,9 @@ dnnl_status_t cpu_dnn_step(struct cpu_dnn *d, const_dnnl_primitive_desc_t pd, in
 /* After pd's primitive is made: when it runs on oneDNN's own GEMM
  * ("gemm:" implementations), have that GEMM's kernels generated now. */
 void cpu_dnn_warm(const_dnnl_primitive_desc_t pd);
+/* The same for a plan that calls dnnl_sgemm itself (the adding GEMM,
+ * plugins/cpu/gemm.c): once per process. */
+void cpu_dnn_warm_sgemm(void);
 /* Append the op's fused activation (KILN_OPF_ACT: kind i[KILN_OPI_ACT],
  * alpha f[KILN_OPF_ACT_ALPHA]) to po as an eltwise post-op. */
 dnnl_status_t cpu_dnn_post_act(dnnl_post_ops_t po, const struct kiln_op *op);

@@ -44,7 +44,7 @@
  * device opens (cpu_openblas_check).
  */
 #include "cpu.h"
-#include "dnn.h" /* cpu_dnn_warm, cpu_dnnl_str, cpu_dnn_post_act */
+#include "dnn.h" /* cpu_dnn_warm(_sgemm), cpu_dnnl_str, cpu_dnn_post_act */
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
 #if HAVE_OPENBLAS
@@ -658,6 +658,15 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 		st = gemm_prepare_parts(c, op, g, len, cols);
 	} else if (gemm_blas_ok(op)) {
 		g->blas = 1; /* nothing to make: dnnl_sgemm when it runs */
+		/* but its kernels, which its first call generates: now, where
+		 * `kiln memory` measures the library (with accumulate = 4 the
+		 * MLP's resident peak was 25% past the prediction on AVX-512,
+		 * whose brgemm matmuls warm nothing; session 37).  Every
+		 * training plan has these plans, so a run at accumulate = 1,
+		 * which never calls them, makes the kernels too: 6 MB resident
+		 * for the MLP on AVX-512 (on AVX2 the gemm:jit matmuls made
+		 * them already) */
+		cpu_dnn_warm_sgemm();
 		st = KILN_OK;
 	} else {
 		struct gemm_mds md;
