@@ -404,6 +404,11 @@ kiln_status trainer_metrics_room(struct trainer *t, int64_t rows, double *ls, do
 kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
 				 double *correct5);
 void trainer_jsonl(struct trainer *t, json_t *obj);
+/* A path or other text of the system for a JSON record: the string, its
+ * bytes that are not UTF-8 (a Latin-1 out_dir) each U+FFFD (JSON is
+ * UTF-8, and json_pack's "s" fails on them: the record was dropped
+ * unsaid before session 37).  New reference; NULL out of memory. */
+json_t *trainer_json_text(const char *s);
 void trainer_counters_mark(struct trainer *t);
 void trainer_counters_take(struct trainer *t);
 kiln_status trainer_log_point(struct trainer *t);

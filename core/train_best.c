@@ -94,9 +94,9 @@ static void best_done(struct trainer *t, int i, double v, const char *path)
 		return;
 	kiln_log(KILN_LOG_INFO, "train", "best %s %.4f at step %lld: %s", on_loss ? "loss" : "accuracy",
 		 on_loss ? -v : v, (long long)t->pos.step, path);
-	trainer_jsonl(t, json_pack("{s:s, s:I, s:f, s:s}", "event", "best", "step",
+	trainer_jsonl(t, json_pack("{s:s, s:I, s:f, s:o}", "event", "best", "step",
 				   (json_int_t)t->pos.step, on_loss ? "loss" : "acc", on_loss ? -v : v,
-				   "path", path));
+				   "path", trainer_json_text(path)));
 }
 
 /* keep_best: after an evaluation, checkpoint the state if it is among the

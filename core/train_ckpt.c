@@ -207,8 +207,8 @@ static void checkpoint_done(struct trainer *t, const char *path, int again)
 	if (t->logged_step == t->pos.step)
 		return;
 	t->logged_step = t->pos.step;
-	trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "checkpoint", "step",
-				   (json_int_t)t->pos.step, "path", path));
+	trainer_jsonl(t, json_pack("{s:s, s:I, s:o}", "event", "checkpoint", "step",
+				   (json_int_t)t->pos.step, "path", trainer_json_text(path)));
 }
 
 /* The read of trainer_checkpoint_logged: metrics.jsonl's last bytes (a
@@ -514,7 +514,7 @@ static kiln_status clip_counts_restore(struct trainer *t, struct kiln_ckpt *ck)
 	if (st != KILN_ENOTFOUND)
 		return st;
 	if (t->clip)
-		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no clip counts (an older kiln wrote it): the steps skipped and clipped (metrics.jsonl's \"skipped\" and \"clipped\", the result's) count from this resume on",
+		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no clip counts (an older kiln wrote it): the steps skipped and clipped (metrics.jsonl's \"skipped\" and \"clipped\", the result's, and a dynamic fp16 scale's overflows, which are its skipped steps) count from this resume on",
 			 kiln_ckpt_path(ck));
 	return KILN_OK;
 }

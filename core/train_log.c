@@ -81,7 +81,60 @@ kiln_status trainer_metrics_room(struct trainer *t, int64_t rows, double *ls, do
 
 void trainer_jsonl(struct trainer *t, json_t *obj)
 {
+	if (!obj)
+		kiln_log(KILN_LOG_WARN, "log", "a metrics.jsonl record at step %lld could not be made (out of memory): left out",
+			 (long long)t->step);
 	kiln_loggers_event(t->log, obj);
+}
+
+/* The length of the UTF-8 sequence at p (1-4), 0 where it is not one
+ * (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF). */
+static int utf8_len(const unsigned char *p)
+{
+	const unsigned c = p[0];
+	int n;
+	unsigned lo = 0x80, hi = 0xbf;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+	else
+		return 0;
+	if (p[1] < lo || p[1] > hi)
+		return 0;
+	for (int i = 2; i < n; i++)
+		if (p[i] < 0x80 || p[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+json_t *trainer_json_text(const char *s)
+{
+	json_t *j = json_string(s);
+	if (j || !s)
+		return j;
+	const size_t n = strlen(s);
+	char *u = malloc(3 * n + 1), *o = u;
+	if (!u)
+		return NULL;
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		const int k = utf8_len(p);
+		if (k) {
+			memcpy(o, p, (size_t)k);
+			o += k, p += k;
+		} else {
+			memcpy(o, "\xef\xbf\xbd", 3); /* U+FFFD */
+			o += 3, p++;
+		}
+	}
+	*o = 0;
+	j = json_string(u);
+	free(u);
+	return j;
 }
 
 /* The device counters of the steady state (res->steady) count the steps
@@ -725,12 +778,12 @@ kiln_status trainer_finish(struct trainer *t)
 	if (t->dist)
 		trainer_dist_summary(t);
 	if (t->stopping && res->stop_cause[0])
-		trainer_jsonl(t, json_pack("{s:s, s:I, s:s, s:s}", "event", "stopped", "step",
-					   (json_int_t)t->step, "checkpoint", res->checkpoint,
-					   "cause", res->stop_cause));
+		trainer_jsonl(t, json_pack("{s:s, s:I, s:o, s:o}", "event", "stopped", "step",
+					   (json_int_t)t->step, "checkpoint", trainer_json_text(res->checkpoint),
+					   "cause", trainer_json_text(res->stop_cause)));
 	else if (t->stopping)
-		trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "stopped", "step",
-					   (json_int_t)t->step, "checkpoint", res->checkpoint));
+		trainer_jsonl(t, json_pack("{s:s, s:I, s:o}", "event", "stopped", "step",
+					   (json_int_t)t->step, "checkpoint", trainer_json_text(res->checkpoint)));
 	else
 		trainer_jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:o, s:o, s:f, s:f, s:f, s:f}",
 					   "event", "final", "epochs", res->epochs, "steps",

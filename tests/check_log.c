@@ -526,6 +526,9 @@ START_TEST(test_real_text)
 		{ 16777216.0f, 1, "16777216" },    /* 2^24: 7 digits read 1.677722e+07 */
 		{ 3.4028234663852886e38, 1, "3.4028235e+38" },
 		{ -0.0, 0, "-0" },
+		{ 90, 0, "90" },                   /* 9e+01 when the search began at 1 digit */
+		{ 10.0f, 1, "10" },
+		{ 2560.0f, 1, "2560" },
 	};
 	char t[40];
 	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {

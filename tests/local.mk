@@ -577,6 +577,9 @@ endif
 TESTS += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh
 EXTRA_DIST += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh tests/log_common.sh \
 	tests/log_check.py
+# a Latin-1 out_dir's checkpoint and best records (U+FFFD for its byte)
+TESTS += tests/jsonl_paths.sh
+EXTRA_DIST += tests/jsonl_paths.sh
 
 # ---- kiln summary (torchinfo's numbers from PyTorch twins of the examples)
 # and kiln report (rendered by headless Chromium; skips without it) ---------
