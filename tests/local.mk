@@ -233,6 +233,12 @@ TESTS += tests/short_writes.sh tests/json_nonfinite.sh
 endif
 TESTS += tests/report_long_line.sh
 EXTRA_DIST += tests/short_writes.sh tests/json_nonfinite.sh tests/report_long_line.sh
+# a failed allocation (an LD_PRELOAD shim) is "out of memory", exit 1: the
+# config's where strings, the layers' names
+if BUILD_LOADERS
+TESTS += tests/alloc_fail.sh
+endif
+EXTRA_DIST += tests/alloc_fail.sh
 # `kiln generate` on a GPT trained for a few steps (the tokens source)
 if BUILD_LOADERS
 TESTS += tests/generate.sh
