@@ -239,6 +239,9 @@ if BUILD_LOADERS
 TESTS += tests/alloc_fail.sh
 endif
 EXTRA_DIST += tests/alloc_fail.sh
+# a lookup that finds no plugin names the files that failed to load
+TESTS += tests/plugin_junk.sh
+EXTRA_DIST += tests/plugin_junk.sh
 # `kiln generate` on a GPT trained for a few steps (the tokens source)
 if BUILD_LOADERS
 TESTS += tests/generate.sh
