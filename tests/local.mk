@@ -242,6 +242,9 @@ EXTRA_DIST += tests/alloc_fail.sh
 # a lookup that finds no plugin names the files that failed to load
 TESTS += tests/plugin_junk.sh
 EXTRA_DIST += tests/plugin_junk.sh
+# a resume refused at setup leaves config.ini as it was
+TESTS += tests/resume_config.sh
+EXTRA_DIST += tests/resume_config.sh
 # `kiln generate` on a GPT trained for a few steps (the tokens source)
 if BUILD_LOADERS
 TESTS += tests/generate.sh
