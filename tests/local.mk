@@ -242,6 +242,11 @@ EXTRA_DIST += tests/alloc_fail.sh
 # a lookup that finds no plugin names the files that failed to load
 TESTS += tests/plugin_junk.sh
 EXTRA_DIST += tests/plugin_junk.sh
+# the idx source reads through EINTR and short reads (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/idx_eintr.sh
+endif
+EXTRA_DIST += tests/idx_eintr.sh
 # a resume refused at setup leaves config.ini as it was
 TESTS += tests/resume_config.sh
 EXTRA_DIST += tests/resume_config.sh
