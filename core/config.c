@@ -196,9 +196,13 @@ void kiln_cfg_remove_entry(struct section *s, int j)
 
 /* ---- building --------------------------------------------------------- */
 
-/* Append section name; takes ownership of where. */
+/* Append section name; takes ownership of where.  NULL when out of memory,
+ * a NULL where included (the caller's unchecked strdup: every section and
+ * entry has a where, which messages and config_check.c dereference). */
 static struct section *add_section(struct kiln_config *cfg, const char *name, char *where)
 {
+	if (!where)
+		return NULL;
 	struct section *grown = kiln_grow(cfg->s, cfg->n, &cfg->cap, sizeof *grown, 16);
 	if (!grown) {
 		free(where);
@@ -218,15 +222,21 @@ static struct section *add_section(struct kiln_config *cfg, const char *name, ch
 	return NULL;
 }
 
-/* Set key in s, replacing an existing value.  Takes ownership of where. */
+/* Set key in s, replacing an existing value.  Takes ownership of where;
+ * a NULL where (the caller's strdup failed) is out of memory, as for
+ * add_section. */
 static kiln_status set_entry(struct section *s, const char *key, const char *value,
 			     char *where)
 {
+	if (!where)
+		return kiln_error(KILN_ENOMEM, "out of memory");
 	struct entry *e = kiln_cfg_find_entry(s, key);
 	if (e) {
 		char *v = kiln_strdup(value);
-		if (!v)
+		if (!v) {
+			free(where);
 			return kiln_error(KILN_ENOMEM, "out of memory");
+		}
 		free(e->value);
 		free(e->where);
 		e->value = v;
@@ -234,15 +244,21 @@ static kiln_status set_entry(struct section *s, const char *key, const char *val
 		return KILN_OK;
 	}
 	struct entry *ne = kiln_grow(s->e, s->n, &s->cap, sizeof *ne, 8);
-	if (!ne)
+	if (!ne) {
+		free(where);
 		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
 	s->e = ne;
 	e = &s->e[s->n];
 	e->key = kiln_strdup(key);
 	e->value = kiln_strdup(value);
 	e->where = where;
-	if (!e->key || !e->value)
+	if (!e->key || !e->value) {
+		free(e->key);
+		free(e->value);
+		free(e->where);
 		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
 	s->n++;
 	if (index_add(&s->idx, s->e, entry_key_at, s->n))
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -283,7 +299,10 @@ kiln_status kiln_config_new(struct kiln_config **out)
 	struct kiln_config *cfg = calloc(1, sizeof *cfg);
 	if (!cfg)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	cfg->file = kiln_strdup("(none)");
+	if (!(cfg->file = kiln_strdup("(none)"))) {
+		free(cfg);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
 	*out = cfg;
 	return KILN_OK;
 }
@@ -322,14 +341,13 @@ kiln_status kiln_config_dup(const struct kiln_config *cfg, struct kiln_config **
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 	for (int i = 0; !st && i < cfg->n; i++) {
 		const struct section *s = &cfg->s[i];
-		struct section *ds = add_section(d, s->name, s->where ? kiln_strdup(s->where) : NULL);
+		struct section *ds = add_section(d, s->name, kiln_strdup(s->where));
 		if (!ds) {
 			st = kiln_error(KILN_ENOMEM, "out of memory");
 			break;
 		}
 		for (int j = 0; !st && j < s->n; j++)
-			st = set_entry(ds, s->e[j].key, s->e[j].value,
-				       s->e[j].where ? kiln_strdup(s->e[j].where) : NULL);
+			st = set_entry(ds, s->e[j].key, s->e[j].value, kiln_strdup(s->e[j].where));
 		if (!st)
 			st = dup_unset(ds, s);
 	}
@@ -536,7 +554,8 @@ static kiln_status parse(struct parse *p, const char *name, struct kiln_config *
 		parse_fail(p, KILN_ECONFIG,
 			   "syntax error: expected '[section]', 'key = value' or a comment (';' or '#')");
 	} else if (p->st == KILN_OK && rc < 0) {
-		p->st = kiln_error(rc == -2 ? KILN_ENOMEM : KILN_EIO, "%s: cannot parse (%d)", name, rc);
+		p->st = rc == -2 ? kiln_error(KILN_ENOMEM, "%s: out of memory parsing it", name)
+				 : kiln_error(KILN_EIO, "%s: cannot parse (%d)", name, rc);
 	}
 	if (p->st != KILN_OK) {
 		kiln_config_free(cfg);

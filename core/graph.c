@@ -151,6 +151,8 @@ static kiln_status read_layers(struct kiln_model *m, const struct kiln_registry 
 		struct model_layer *L = &m->layers[m->n_layers++];
 		L->section = kiln_strdup(sec);
 		L->name = kiln_strdup(sec + 6);
+		if (!L->section || !L->name) /* freed with the model (m->n_layers counts L) */
+			return kiln_error(KILN_ENOMEM, "out of memory");
 		const char *type = kiln_config_get(cfg, sec, "type");
 		char note[300];
 		if (!type)

@@ -25,6 +25,7 @@ struct kiln_loggers {
 	int n;
 	int64_t hist_every; /* [log] histograms */
 	char *failed;       /* the first failed write's message: the run fails */
+	int any_failed;     /* a write failed (failed may be NULL: no memory for it) */
 };
 
 /* Whether [log] selects logger ops (always-open ones: yes). */
@@ -208,8 +209,9 @@ kiln_status kiln_loggers_carry(struct kiln_loggers *L, const char *dir)
  * kiln_loggers_status (the run ends with it). */
 static void drop(struct kiln_loggers *L, int i)
 {
-	if (!L->failed)
+	if (!L->any_failed)
 		L->failed = kiln_strdup(kiln_last_error());
+	L->any_failed = 1;
 	(void)L->ops[i]->close(L->ctx[i]);
 	for (int k = i + 1; k < L->n; k++)
 		L->ops[k - 1] = L->ops[k], L->ctx[k - 1] = L->ctx[k];
@@ -251,16 +253,20 @@ void kiln_loggers_histogram(struct kiln_loggers *L, int64_t step, const char *ta
 
 kiln_status kiln_loggers_status(const struct kiln_loggers *L)
 {
-	if (!L || !L->failed)
+	if (!L || !L->any_failed)
 		return KILN_OK;
-	return kiln_error(KILN_EIO, "%s", L->failed);
+	/* (no copy of the message: still a failed run, not a silent one) */
+	return kiln_error(KILN_EIO, "%s",
+			  L->failed ? L->failed : "a logger's write failed (out of memory for its message)");
 }
 
 kiln_status kiln_loggers_close(struct kiln_loggers *L)
 {
 	for (int i = 0; L && i < L->n; i++)
-		if (L->ops[i]->close(L->ctx[i]) && !L->failed)
+		if (L->ops[i]->close(L->ctx[i]) && !L->any_failed) {
 			L->failed = kiln_strdup(kiln_last_error());
+			L->any_failed = 1;
+		}
 	kiln_status st = kiln_loggers_status(L);
 	if (L)
 		free(L->failed);

@@ -203,11 +203,26 @@ char *reg_dupf(const char *fmt, ...)
 	return kiln_strdup(buf);
 }
 
-/* Keep the first reason a file gave (a later one is counted). */
+/* Whether a loader's message says memory ran out: dlerror's strerror
+ * (ENOMEM), glibc's loader's own words for a failed allocation ("cannot
+ * create shared object descriptor" has no strerror) or its "out of
+ * memory" when it could not even allocate the message, or a plugin
+ * init's kiln_error(KILN_ENOMEM, "out of memory"). */
+static int says_oom(const char *msg)
+{
+	return msg && (strstr(msg, "Cannot allocate memory") || strstr(msg, "out of memory") ||
+		       strstr(msg, "cannot allocate") || strstr(msg, "cannot create shared object descriptor"));
+}
+
+/* Keep the first reason a file gave (a later one is counted).  No
+ * message (reg_dupf out of memory): the file is marked as failed for lack
+ * of memory, so a lookup it may have served says so. */
 static void file_error(struct loaded_file *f, char *msg)
 {
-	if (!msg)
+	if (!msg) {
+		f->oom = 1;
 		return;
+	}
 	if (!f->error) {
 		f->error = msg;
 		return;
@@ -244,23 +259,28 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 		return KILN_OK;
 	f->tried = 1;
 	dlerror();
+	errno = 0;
 	f->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!f->handle) {
+		/* (errno: a failed malloc or mmap in the loader sets ENOMEM,
+		 * whatever words dlerror has for it) */
+		const int err = errno;
 		const char *e = dlerror();
+		f->oom = err == ENOMEM || says_oom(e);
 		/* a missing symbol is not a missing library: ldd lists every
 		 * library found and says nothing of it */
 		if (e && strstr(e, "undefined symbol"))
-			f->error = reg_dupf("dlopen failed: %s (the plugin needs a symbol no loaded "
-					    "library provides: built against another kiln?)", e);
+			file_error(f, reg_dupf("dlopen failed: %s (the plugin needs a symbol no loaded "
+					       "library provides: built against another kiln?)", e));
 		else
-			f->error = reg_dupf("dlopen failed: %s (check `ldd %s` for missing libraries)",
-					    e ? e : "unknown error", path);
+			file_error(f, reg_dupf("dlopen failed: %s (check `ldd %s` for missing libraries)",
+					       e ? e : "unknown error", path));
 		return KILN_OK;
 	}
 	kiln_plugin_init_fn init;
 	*(void **)&init = dlsym(f->handle, KILN_PLUGIN_INIT_SYMBOL);
 	if (!init) {
-		f->error = reg_dupf("not a kiln plugin: no exported symbol %s", KILN_PLUGIN_INIT_SYMBOL);
+		file_error(f, reg_dupf("not a kiln plugin: no exported symbol %s", KILN_PLUGIN_INIT_SYMBOL));
 		return KILN_OK;
 	}
 	kiln_clear_error();
@@ -273,8 +293,9 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 	const struct kiln_plugin *const *list = init(&host);
 	pthread_mutex_unlock(&init_lock);
 	if (!list) {
-		f->error = reg_dupf("%s() failed: %s", KILN_PLUGIN_INIT_SYMBOL,
-				*kiln_last_error() ? kiln_last_error() : "no reason given");
+		f->oom = says_oom(kiln_last_error());
+		file_error(f, reg_dupf("%s() failed: %s", KILN_PLUGIN_INIT_SYMBOL,
+				       *kiln_last_error() ? kiln_last_error() : "no reason given"));
 		return KILN_OK;
 	}
 	for (int i = 0; list[i]; i++) {
@@ -362,8 +383,13 @@ static int plugin_name_cmp(const void *a, const void *b)
 static kiln_status scan_dir(struct kiln_registry *reg, const char *dir)
 {
 	DIR *d = opendir(dir);
+	/* a missing directory is normal; no memory for the DIR is not (it
+	 * left every plugin of the directory out: "no source plugin named
+	 * 'idx'", a config error, before session 37) */
+	if (!d && errno == ENOMEM)
+		return kiln_error(KILN_ENOMEM, "out of memory listing plugin directory %s", dir);
 	if (!d)
-		return KILN_OK; /* a missing directory is normal */
+		return KILN_OK;
 	char **names = NULL;
 	int n = 0;
 	struct dirent *de;
@@ -557,6 +583,51 @@ static kiln_status load_for(const struct kiln_registry *creg, int kind, const ch
 	return load_providers(reg, kind, name);
 }
 
+/* The files on the path that failed to load, with why as `kiln plugins`
+ * says it, into buf ("" when none). */
+static void failed_files(const struct kiln_registry *reg, char *buf, size_t n)
+{
+	size_t off = 0;
+	buf[0] = 0;
+	for (int i = 0; i < reg->n_files && off < n; i++)
+		if (reg->files[i].error && !reg->files[i].n_plugins)
+			off += (size_t)snprintf(buf + off, n - off, "%s%s: %s",
+						off ? "; " : "; it may be in a file that failed to load: ",
+						reg->files[i].path, reg->files[i].error);
+}
+
+/* No plugin of kind called name (the others of the kind: names, NULL for
+ * none), after every file was tried: why.  A file that failed for lack of
+ * memory may have held it (KILN_ENOMEM: before session 37 that was "no
+ * such plugin", a config error); a file of the expected name that failed
+ * to load explains why; else every file that failed to load is named, as
+ * any may have held it (the sources live in kiln-loaders.so: before
+ * session 37 a junk kiln-loaders.so was "no source plugin named 'idx'
+ * (available: none)" and no word of the file). */
+static kiln_status not_found(const struct kiln_registry *reg, int kind, const char *name,
+			     const char *names)
+{
+	for (int i = 0; i < reg->n_files; i++)
+		if (reg->files[i].oom && !reg->files[i].n_plugins)
+			return kiln_error(KILN_ENOMEM, "out of memory loading plugin file %s (looking for %s plugin '%s')",
+					  reg->files[i].path, kiln_plugin_kind_name(kind), name);
+	char want[300];
+	snprintf(want, sizeof want, "kiln-%s.so", name);
+	for (int i = 0; i < reg->n_files; i++) {
+		const char *s = strrchr(reg->files[i].path, '/');
+		if (reg->files[i].error && !strcmp(s ? s + 1 : reg->files[i].path, want))
+			return kiln_error(KILN_EPLUGIN, "%s plugin '%s': %s: %s",
+					  kiln_plugin_kind_name(kind), name, reg->files[i].path,
+					  reg->files[i].error);
+	}
+	char sug[100], failed[1500];
+	failed_files(reg, failed, sizeof failed);
+	return kiln_error(KILN_ENOTFOUND, "no %s plugin named '%s'%s (available: %s; run `kiln plugins`)%s",
+			  kiln_plugin_kind_name(kind), name,
+			  kiln_suggest_choice(name, names ? names : "", sug, sizeof sug),
+			  names ? names : "none", failed);
+}
+
 kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const char *name,
 			       const struct kiln_plugin **out)
 {
@@ -594,20 +665,7 @@ kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const 
 				  kiln_plugin_kind_name(kind), name,
 				  unavail->file < 0 ? "built-in" : reg->files[unavail->file].path,
 				  unavail->why);
-	/* A file of the expected name that failed to load explains why. */
-	char want[300];
-	snprintf(want, sizeof want, "kiln-%s.so", name);
-	for (int i = 0; i < reg->n_files; i++) {
-		const char *s = strrchr(reg->files[i].path, '/');
-		if (reg->files[i].error && !strcmp(s ? s + 1 : reg->files[i].path, want))
-			return kiln_error(KILN_EPLUGIN, "%s plugin '%s': %s: %s",
-					  kiln_plugin_kind_name(kind), name, reg->files[i].path,
-					  reg->files[i].error);
-	}
-	char sug[100];
-	return kiln_error(KILN_ENOTFOUND, "no %s plugin named '%s'%s (available: %s; run `kiln plugins`)",
-			  kiln_plugin_kind_name(kind), name,
-			  kiln_suggest_choice(name, names, sug, sizeof sug), off ? names : "none");
+	return not_found(reg, kind, name, off ? names : NULL);
 }
 
 /* ---- schema extensions ------------------------------------------------ */

@@ -16,6 +16,7 @@ struct loaded_file {
 	int tried;       /* load_file ran (or the probe refused it) */
 	char *provides;  /* from the probe: "<kind>:<name>\n" per plugin; NULL: not probed */
 	int probed_ok;   /* a probe child loaded and initialised it (worth keeping) */
+	int oom;         /* its load failed for lack of memory (or its message did) */
 };
 
 struct reg_plugin {

@@ -208,6 +208,7 @@ static int probe_blame(struct loaded_file *f, pid_t pid, const struct probe_repo
 		f->error = reg_dupf("loading it made a test process exit with status %d before it finished (code in the plugin or a library it loads called exit)",
 				WIFEXITED(ws) ? WEXITSTATUS(ws) : ws);
 	}
+	f->oom = !f->error; /* no memory for its message: not a silent skip */
 	f->tried = 1;
 	return 0;
 }

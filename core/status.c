@@ -277,7 +277,9 @@ kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *v
 	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) || !(*out = fdopen(fd, mode))) {
 		int err = errno;
 		close(fd);
-		return kiln_error(KILN_EIO, "%s: cannot %s: %s", path, verb, strerror(err));
+		/* (fdopen's FILE is allocated: no memory is not a config error) */
+		return kiln_error(err == ENOMEM ? KILN_ENOMEM : KILN_EIO, "%s: cannot %s: %s", path,
+				  verb, strerror(err));
 	}
 	return KILN_OK;
 }

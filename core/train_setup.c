@@ -190,9 +190,9 @@ static kiln_status open_sets(struct trainer *t)
 /* out_dir (rank 0, created and locked by open_run), once every check
  * that can refuse the run has passed: a fresh run's --overwrite deletes
  * the earlier run's files, its checkpoint directory is tried (a run that
- * will write checkpoints), the resolved config goes beside the metrics,
- * and the loggers open: metrics.jsonl (continued by a resumed run) and
- * [log]'s. */
+ * will write checkpoints), the loggers open: metrics.jsonl (continued by
+ * a resumed run) and [log]'s, and the resolved config goes beside the
+ * metrics. */
 static kiln_status open_out_dir(struct trainer *t)
 {
 	const char *out_dir = t->run.out_dir;
@@ -205,13 +205,17 @@ static kiln_status open_out_dir(struct trainer *t)
 	if ((t->tc.checkpoint_every || t->tc.checkpoint_last || t->tc.keep_best) &&
 	    (st = trainer_ckdir_check(t->ckdir)))
 		return st;
-	/* the resolved config (every key, defaults filled in) beside the
-	 * metrics: what this run was */
-	snprintf(path, sizeof path, "%s/config.ini", out_dir);
-	st = trainer_write_file(path, t->config_text, strlen(t->config_text));
+	st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
 	if (st)
 		return st;
-	st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
+	/* the resolved config (every key, defaults filled in) beside the
+	 * metrics: what this run was.  Written last, once nothing of setup
+	 * can refuse the run: the loggers refuse a resume too (a train.csv
+	 * they cannot continue, docs/logging.md), and before session 37 the
+	 * refused run had already replaced the config.ini of the run it
+	 * would have resumed (with its changed train.epochs, say) */
+	snprintf(path, sizeof path, "%s/config.ini", out_dir);
+	st = trainer_write_file(path, t->config_text, strlen(t->config_text));
 	if (st)
 		return st;
 	/* the run before logged the step's checkpoint event (or was killed

@@ -239,6 +239,23 @@ if BUILD_LOADERS
 TESTS += tests/oom_named.sh
 endif
 EXTRA_DIST += tests/oom_named.sh
+# a failed allocation (an LD_PRELOAD shim) is "out of memory", exit 1: the
+# config's where strings, the layers' names
+if BUILD_LOADERS
+TESTS += tests/alloc_fail.sh
+endif
+EXTRA_DIST += tests/alloc_fail.sh
+# a lookup that finds no plugin names the files that failed to load
+TESTS += tests/plugin_junk.sh
+EXTRA_DIST += tests/plugin_junk.sh
+# the idx source reads through EINTR and short reads (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/idx_eintr.sh
+endif
+EXTRA_DIST += tests/idx_eintr.sh
+# a resume refused at setup leaves config.ini as it was
+TESTS += tests/resume_config.sh
+EXTRA_DIST += tests/resume_config.sh
 # `kiln generate` on a GPT trained for a few steps (the tokens source)
 if BUILD_LOADERS
 TESTS += tests/generate.sh

@@ -57,7 +57,7 @@ int main(int argc, char **argv)
 	}
 	kiln_log_set_level(KILN_LOG_WARN);
 	if (kiln_model_load(argv[1], argv[2], NULL, &model, &err)) {
-		fprintf(stderr, "error: %s\n", err);
+		fprintf(stderr, "error: %s\n", err ? err : "out of memory");
 		free(err);
 		return 1;
 	}

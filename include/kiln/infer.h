@@ -6,7 +6,7 @@
  *   struct kiln_infer *m;
  *   char *err;
  *   if (kiln_model_load("net.ini", "ckpt-1000.kiln", NULL, &m, &err)) {
- *           fprintf(stderr, "%s\n", err); free(err); return 1;
+ *           fprintf(stderr, "%s\n", err ? err : "out of memory"); free(err); return 1;
  *   }
  *   float logits[10];
  *   kiln_infer(m, x, 1, logits);      // x: one f32 sample, the model's input
@@ -85,8 +85,8 @@ struct kiln_infer_opts {
  * checkpoint, opts->quantized) the sample shape training reads, so the
  * config's [data] source must then be readable.  opts may be NULL; out
  * may not (KILN_EINVAL).  On failure *out is NULL and, when err is not
- * NULL, *err a malloc()ed copy of the message (free it); on success *err
- * is NULL.  Then kiln_infer_prepare. */
+ * NULL, *err a malloc()ed copy of the message (free it), or NULL when
+ * no memory was left even for that copy; on success *err is NULL.  Then kiln_infer_prepare. */
 kiln_status kiln_model_load(const char *config, const char *weights,
 			    const struct kiln_infer_opts *opts, struct kiln_infer **out,
 			    char **err);

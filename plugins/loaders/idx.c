@@ -7,8 +7,8 @@
  *   u8  data[dims[0] * ... * dims[NN-1]]
  *
  * Images are 0x00000803 (u8 [N, rows, cols]) and labels 0x00000801
- * (u8 [N]).  Both files are read whole into memory at open(), through zlib
- * so that gzipped and plain files are read alike.  read_image() hands the
+ * (u8 [N]).  Both files are read whole into memory at open(), gzipped
+ * ones inflated by zlib (idx_stream), so that both are read alike.  read_image() hands the
  * core the stored bytes as a u8 [rows, cols, 1] image (the trainer then
  * applies the [data] transforms); read() gives the older finished sample,
  * f32 [1, rows, cols], x = (u8/255 - mean)/std (`mean` and `std` are the
@@ -40,7 +40,7 @@
 #include <string.h>   /* strerror, strcmp */
 #include <sys/stat.h> /* fstat */
 #include <unistd.h>   /* close, access */
-#include <zlib.h>     /* gzdopen, gzread, gzerror */
+#include <zlib.h>     /* inflate */
 
 #define IDX_WHO "idx"
 #define IDX_MAGIC_LABELS 0x00000801u /* u8, 1 dim */
@@ -68,57 +68,162 @@ struct idx_ctx {
 	float lut[256];         /* lut[u] = (u/255 - mean)/std */
 };
 
-/* ---- reading through zlib --------------------------------------------- */
+/* ---- reading, gzipped or not ----------------------------------------- */
 
-/* Turn the error state of `gz` into a status and message.  Called after
- * gzread returned -1, or returned short with an error pending. */
-static kiln_status idx_gz_error(const struct kiln_host *host, gzFile gz, const char *path,
-				const char *what)
+/* The file's bytes read with loaders_pread_full, which retries EINTR and
+ * short reads, and inflated by zlib from that buffer when the file is gzip:
+ * member after member as gzread reads them (bytes after the last member
+ * that do not begin another are ignored, as gzread ignores them); a file
+ * that does not start with gzip's magic is read as it is (gzread's
+ * "direct" mode).  Before session 37 this was gzread, whose read() loop
+ * takes EINTR for a read error (Z_ERRNO: "cannot read the image file:
+ * Interrupted system call", exit 3) and drops what it had read before it. */
+struct idx_stream {
+	int fd;
+	uint64_t off;          /* the file's next byte to read */
+	int direct;            /* not gzip: the bytes as they are */
+	int in_eof;            /* the file's end reached */
+	int ended;             /* the last member's trailer checked, nothing follows */
+	int cut;               /* the file ended inside a member */
+	z_stream z;            /* (next_in, avail_in: the unread part of in) */
+	unsigned char in[1 << 17];
+};
+
+/* A stream over fd (taken: closed by idx_stream_close, or here on failure). */
+static kiln_status idx_stream_open(const struct kiln_host *host, int fd, const char *path,
+				   const char *what, struct idx_stream **out)
 {
-	int sys = errno, errnum = Z_OK;
-	const char *msg = gzerror(gz, &errnum);
-	/* zlib prefixes its own name of the file, "<fd:N>: ", for gzdopen */
-	const char *sep = msg && msg[0] == '<' ? strstr(msg, ">: ") : NULL;
-	if (sep)
-		msg = sep + 3;
-	if (errnum == Z_ERRNO)
-		return host->error(KILN_EIO, "%s: cannot read the %s: %s", path, what,
-				   strerror(sys));
-	if (errnum == Z_MEM_ERROR)
-		return host->error(KILN_ENOMEM, "%s: out of memory decompressing the %s", path,
-				   what);
-	return host->error(KILN_EDATA, "%s: corrupt gzip stream in the %s: %s", path, what,
-			   msg && *msg ? msg : "unknown zlib error");
+	unsigned char m[2];
+	struct idx_stream *s = calloc(1, sizeof *s);
+	*out = NULL;
+	if (!s) {
+		close(fd);
+		return host->error(KILN_ENOMEM, "%s: cannot open the %s: out of memory", path, what);
+	}
+	s->fd = fd;
+	ssize_t r = loaders_pread_full(fd, m, 2, 0);
+	if (r < 0) {
+		kiln_status st = host->error(KILN_EIO, "%s: cannot read the %s: %s", path, what,
+					     strerror(errno));
+		close(fd);
+		free(s);
+		return st;
+	}
+	s->direct = r < 2 || m[0] != 0x1f || m[1] != 0x8b;
+	if (!s->direct && inflateInit2(&s->z, 15 + 16) != Z_OK) { /* gzip only */
+		close(fd);
+		free(s);
+		return host->error(KILN_ENOMEM, "%s: cannot open the %s: out of memory", path, what);
+	}
+	*out = s;
+	return KILN_OK;
+}
+
+static void idx_stream_close(struct idx_stream *s)
+{
+	if (!s)
+		return;
+	if (!s->direct)
+		inflateEnd(&s->z);
+	close(s->fd);
+	free(s);
+}
+
+/* At least `want` (1 or 2) unread input bytes in s->in unless the file
+ * ends first; the unread ones are moved to the front. */
+static kiln_status idx_stream_fill(const struct kiln_host *host, struct idx_stream *s,
+				   unsigned want, const char *path, const char *what)
+{
+	while (s->z.avail_in < want && !s->in_eof) {
+		if (s->z.avail_in)
+			memmove(s->in, s->z.next_in, s->z.avail_in);
+		s->z.next_in = s->in;
+		ssize_t r = loaders_pread_full(s->fd, s->in + s->z.avail_in,
+					       sizeof s->in - s->z.avail_in, s->off);
+		if (r < 0)
+			return host->error(KILN_EIO, "%s: cannot read the %s: %s", path, what,
+					   strerror(errno));
+		s->in_eof = r == 0;
+		s->off += (uint64_t)r;
+		s->z.avail_in += (unsigned)r;
+	}
+	return KILN_OK;
+}
+
+/* A member ended: the next begins (gzip's magic follows) or the stream
+ * has ended (the file's end, or bytes that are not a member). */
+static kiln_status idx_stream_next_member(const struct kiln_host *host, struct idx_stream *s,
+					  const char *path, const char *what)
+{
+	kiln_status st = idx_stream_fill(host, s, 2, path, what);
+	if (st)
+		return st;
+	if (s->z.avail_in >= 2 && s->z.next_in[0] == 0x1f && s->z.next_in[1] == 0x8b)
+		return inflateReset(&s->z) == Z_OK
+			       ? KILN_OK
+			       : host->error(KILN_EDATA, "%s: corrupt gzip stream in the %s: internal error: inflate stream corrupt",
+					     path, what);
+	s->ended = 1;
+	return KILN_OK;
+}
+
+/* Inflate up to n bytes into buf (*got: how many). */
+static kiln_status idx_stream_inflate(const struct kiln_host *host, struct idx_stream *s,
+				      const char *path, const char *what, uint8_t *buf, uint64_t n,
+				      uint64_t *got)
+{
+	kiln_status st;
+	*got = 0;
+	while (*got < n && !s->ended && !s->cut) {
+		if ((st = idx_stream_fill(host, s, 1, path, what)))
+			return st;
+		if (!s->z.avail_in) {
+			s->cut = 1; /* zlib's "unexpected end of file" */
+			break;
+		}
+		uint64_t want = n - *got;
+		s->z.next_out = buf + *got;
+		s->z.avail_out = want > (1u << 30) ? 1u << 30 : (unsigned)want;
+		int ret = inflate(&s->z, Z_NO_FLUSH);
+		*got += (uint64_t)(s->z.next_out - (buf + *got));
+		if (ret == Z_STREAM_END) {
+			if ((st = idx_stream_next_member(host, s, path, what)))
+				return st;
+		} else if (ret == Z_MEM_ERROR) {
+			return host->error(KILN_ENOMEM, "%s: out of memory decompressing the %s", path,
+					   what);
+		} else if (ret == Z_DATA_ERROR) {
+			return host->error(KILN_EDATA, "%s: corrupt gzip stream in the %s: %s", path, what,
+					   s->z.msg ? s->z.msg : "compressed data error");
+		} else if (ret != Z_OK && ret != Z_BUF_ERROR) {
+			return host->error(KILN_EDATA, "%s: corrupt gzip stream in the %s: internal error: inflate stream corrupt",
+					   path, what);
+		}
+	}
+	return KILN_OK;
 }
 
 /* Read up to n bytes into buf; *got receives how many arrived before the end
  * of the file.  A decompression or system error is an error; a plain short
  * read is not (the caller knows what it expected).  *cut is set when the
  * gzip stream itself ended early (zlib's "unexpected end of file"). */
-static kiln_status idx_read_bytes(const struct kiln_host *host, gzFile gz, const char *path,
-				  const char *what, void *buf, uint64_t n, uint64_t *got, int *cut)
+static kiln_status idx_read_bytes(const struct kiln_host *host, struct idx_stream *s,
+				  const char *path, const char *what, void *buf, uint64_t n,
+				  uint64_t *got, int *cut)
 {
 	*got = 0;
 	*cut = 0;
-	while (*got < n) {
-		uint64_t want = n - *got;
-		if (want > ((uint64_t)1 << 30))
-			want = (uint64_t)1 << 30;
-		int r = gzread(gz, (char *)buf + *got, (unsigned)want);
-		if (r < 0)
-			return idx_gz_error(host, gz, path, what);
-		if (r == 0)
-			break;
-		*got += (uint64_t)r;
+	if (!s->direct) {
+		kiln_status st = idx_stream_inflate(host, s, path, what, buf, n, got);
+		*cut = s->cut;
+		return st;
 	}
-	if (*got < n) {
-		int errnum = Z_OK;
-		gzerror(gz, &errnum);
-		if (errnum == Z_BUF_ERROR)
-			*cut = 1;
-		else if (errnum != Z_OK)
-			return idx_gz_error(host, gz, path, what);
-	}
+	ssize_t r = loaders_pread_full(s->fd, buf, (size_t)n, s->off);
+	if (r < 0)
+		return host->error(KILN_EIO, "%s: cannot read the %s: %s", path, what,
+				   strerror(errno));
+	s->off += (uint64_t)r;
+	*got = (uint64_t)r;
 	return KILN_OK;
 }
 
@@ -294,17 +399,14 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 	cache = cache && cache_dir;
 	if (cache && idx_load_cached(host, path, magic, what, cache_dir, &sb, fd, f))
 		return KILN_OK;
-	gzFile gz = gzdopen(fd, "rb");
-	if (!gz) {
-		close(fd);
-		return host->error(KILN_ENOMEM, "%s: cannot open the %s: out of memory", path, what);
-	}
-	gzbuffer(gz, 1u << 17);
+	struct idx_stream *gz;
+	if ((st = idx_stream_open(host, fd, path, what, &gz)))
+		return st;
 
 	/* ---- header ---- */
 	if ((st = idx_read_bytes(host, gz, path, what, hdr, hdr_bytes, &got, &cut)))
 		goto fail;
-	uint64_t most = gzdirect(gz) ? UINT64_MAX : (uint64_t)sb.st_size * IDX_GZ_RATIO;
+	uint64_t most = gz->direct ? UINT64_MAX : (uint64_t)sb.st_size * IDX_GZ_RATIO;
 	if ((st = idx_check_header(host, path, what, hdr, got, cut, magic, most,
 				   (uint64_t)sb.st_size, f, &total)))
 		goto fail;
@@ -357,7 +459,7 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 				 path, what, total);
 		goto fail;
 	}
-	gzclose(gz);
+	idx_stream_close(gz);
 	if (cache)
 		idx_cache_save(host, cache_dir, path, &sb, hdr, hdr_bytes, f->data, total);
 	return KILN_OK;
@@ -365,7 +467,7 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 fail:
 	free(f->data);
 	f->data = NULL;
-	gzclose(gz);
+	idx_stream_close(gz);
 	return st;
 }
 

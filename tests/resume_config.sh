@@ -1,0 +1,55 @@
+#!/bin/sh
+# tests/resume_config.sh - a resume the setup refuses leaves out_dir's
+# config.ini as it was; one that trains writes its own.  Before session 37
+# config.ini was written before the loggers opened, and they can refuse a
+# resume (here a metrics.jsonl that is a FIFO, docs/logging.md): the
+# refused run, with a changed train.epochs, had already replaced the
+# config.ini of the run it would have resumed.
+name=resume_config
+. "$(dirname "$0")/lib.sh"
+need_source synthetic
+
+cat >"$tmp/m.ini" <<'INI'
+[run]
+device = cpu
+seed = 1
+threads = 1
+[data]
+source = synthetic
+samples = 64
+image_size = 4
+classes = 4
+[layer.flat]
+type = flatten
+[layer.fc]
+type = linear
+out = 4
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 2
+batch = 16
+lr = 0.1
+eval = 0
+checkpoint_every = 4
+[log]
+csv = 1
+INI
+o="$tmp/o"
+kiln 0 train "$tmp/m.ini" "run.out_dir=$o" train.max_steps=4
+grep -qx "epochs = 2" "$o/config.ini" || fail "the first run's config.ini lacks epochs = 2"
+cp "$o/config.ini" "$tmp/config.before"
+
+# refused by the loggers: config.ini byte for byte the first run's
+rm "$o/metrics.jsonl"
+mkfifo "$o/metrics.jsonl" || fail "mkfifo"
+kiln 1 train "$tmp/m.ini" "run.out_dir=$o" train.resume=1 train.epochs=3
+stderr_has "$o/metrics.jsonl: cannot write: it is a FIFO, not a regular file"
+cmp "$tmp/config.before" "$o/config.ini" || fail "a refused resume rewrote config.ini"
+echo "ok: a resume refused by the loggers leaves config.ini as it was"
+
+# accepted: the resumed run's config.ini says what it ran
+rm "$o/metrics.jsonl"
+kiln 0 train "$tmp/m.ini" "run.out_dir=$o" train.resume=1 train.epochs=3
+grep -qx "epochs = 3" "$o/config.ini" || fail "the resumed run's config.ini lacks epochs = 3"
+echo "ok: a resume that trains writes its config.ini"
