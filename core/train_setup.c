@@ -316,9 +316,10 @@ static kiln_status open_loaders(struct trainer *t)
 	char sz[32];
 	int64_t n_order = t->have_val && t->val.len > t->test.len ? t->val.len : t->test.len;
 	if (do_eval && !(t->eval_order = malloc(sizeof(int64_t) * (size_t)n_order)))
-		return kiln_error(KILN_ENOMEM, "the evaluation's sample order for %lld samples (%s, 8 bytes a sample): out of memory; set [data.eval] limit to evaluate fewer (docs/memory.md)",
+		return kiln_error(KILN_ENOMEM, "the evaluation's sample order for %lld samples (%s, 8 bytes a sample): out of memory; set %s limit to evaluate fewer (docs/memory.md)",
 				  (long long)n_order,
-				  kiln_bytes_str(sz, sizeof sz, (double)n_order * sizeof(int64_t)));
+				  kiln_bytes_str(sz, sizeof sz, (double)n_order * sizeof(int64_t)),
+				  n_order == t->test.len ? "[data.eval]" : "[data.val]");
 	for (int64_t i = 0; do_eval && i < n_order; i++)
 		t->eval_order[i] = i;
 	if (t->training)

@@ -205,6 +205,13 @@ for sec in data data.eval; do
 		{ cat "$tmp/err"; fail "pack folder ($sec)"; }
 done
 pred_rss "folder cache = ram" "$srcdir/examples/fashion_mnist_folder.ini" "data.path=$tmp/folder" data.workers=2
+# [data.val]'s cache too (session 37's review: 8.6 MB of a 44.6 MB peak
+# left out)
+{ cat "$srcdir/examples/fashion_mnist_mlp.ini"; printf '\n[data.val]\nsplit = test\nlimit = 5000\n'; } >"$tmp/val.ini"
+pred_rss "MLP [data.val] cache = ram" "$tmp/val.ini" data.cache=ram data.limit=2000 data.eval.limit=1000 \
+	data.workers=0
+grep -q "^  data cache .*\[data\] cache = ram: 8000 decoded images of the training and evaluation sets" "$tmp/m.out" ||
+	{ cat "$tmp/m.out"; fail "cache = ram with [data.val]: not 8000 decoded images"; }
 "$kiln" memory "$srcdir/examples/fashion_mnist_folder.ini" "data.path=$tmp/folder" data.cache=none >"$tmp/n.out" 2>/dev/null ||
 	fail "kiln memory (folder, cache = none)"
 [ "$(field cache "$tmp/n.out")" = 0 ] || fail "cache = none: a data cache of $(field cache "$tmp/n.out") bytes"
