@@ -15,13 +15,16 @@
  * on meanwhile; before the optimizer the compute stream waits for every
  * bucket's completion event.  Nothing here synchronises the host.
  *
- * Accumulation: micro-steps before the last do not communicate; with
- * accumulate > 1 the last micro-step adds into the gradients (in the
- * layers' ops, or beside them and then added), each micro-step's already
- * its share of the mean (the loss layers' seed, train_model.c plan_train:
- * nothing scales them here, and the average over the ranks is DDP's), and
- * every bucket starts after the last (kiln_dist_finish_grads), without
- * overlap.
+ * Accumulation: micro-steps before the last do not communicate (PyTorch's
+ * no_sync()); with accumulate > 1 the last micro-step adds into the
+ * gradients, each micro-step's already its share of the mean (the loss
+ * layers' seed, train_model.c plan_train: nothing scales them here, and
+ * the average over the ranks is DDP's).  Where the layers' ops add, a
+ * bucket is final after its ready layer's backward of the last
+ * micro-step, which then starts it as without accumulation; where a
+ * layer writes beside them (the trainer's grads_more, added after the
+ * backward) every bucket starts after that add (kiln_dist_finish_grads),
+ * without overlap.  kiln_dist_overlap_next says which.
  */
 #include "dist_impl.h"
 #include "store.h" /* STORE_LINGER_MS */
@@ -408,9 +411,13 @@ void kiln_dist_close(struct kiln_dist *d)
 		kiln_log(KILN_LOG_INFO, "dist", "rank %d: %lld of %lld bucket %s began before the backward ended",
 			 d->env.rank, (long long)d->early, (long long)d->runs,
 			 d->zero ? "reduce-scatters" : "allreduces");
-	if (d->pipe_starts)
+	if (d->starts && d->pipe_P)
 		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %lld of %lld bucket %s started during the stage's last micro-batch's backward",
-			 d->env.rank, d->pipe_stage, (long long)d->pipe_hooked, (long long)d->pipe_starts,
+			 d->env.rank, d->pipe_stage, (long long)d->hooked, (long long)d->starts,
+			 d->zero ? "reduce-scatters" : "allreduces");
+	else if (d->starts) /* (enqueued by the hook: during the backward) */
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d: %lld of %lld bucket %s started during the backward",
+			 d->env.rank, (long long)d->hooked, (long long)d->starts,
 			 d->zero ? "reduce-scatters" : "allreduces");
 	if (d->timing && d->gruns)
 		kiln_log(KILN_LOG_INFO, "dist", "rank %d: %lld of %lld parameter allgathers completed after the next forward began",
@@ -600,7 +607,7 @@ static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *com
 	    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
 		return st;
 	b->started = 1;
-	d->pipe_starts += d->pipe_P > 0;
+	d->starts++;
 	if (d->timing && (st = kiln_device_host_fn(d->dev, d->comm_stream, dist_stamp_bucket, &b->s0)))
 		return st;
 	void *done = d->timing ? NULL : b->done;
@@ -637,7 +644,7 @@ static kiln_status bwd_hook(void *user, int layer, void *stream)
 			continue;
 		if ((st = start_bucket(d, b, stream)))
 			return st;
-		d->pipe_hooked += d->pipe_P > 0;
+		d->hooked++;
 	}
 	return KILN_OK;
 }

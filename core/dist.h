@@ -97,7 +97,9 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
  * all ranks; waits for it. */
 kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute);
 /* Whether the coming backward is the one whose gradients are final (the
- * last micro-step, without accumulation): buckets then start during it. */
+ * last micro-step, its layers' ops adding into the gradients: not with a
+ * second buffer added after it): buckets then start during it, each
+ * after its ready layer's backward (with [dist] overlap). */
 void kiln_dist_overlap_next(struct kiln_dist *d, int on);
 /* After the last micro-step's backward (and accumulation's add):
  * start the buckets that have not started, and make `compute` wait for all

@@ -68,7 +68,9 @@ struct kiln_dist {
 	/* the buckets start during the stage's last micro-batch's backward
 	 * (m->grad_final; the loss seed holds the mean: kiln_dist_pipe_overlap) */
 	int pipe_overlap;
-	int64_t pipe_starts, pipe_hooked; /* buckets started, by the hook of those */
+	/* buckets started, and of those by the backward hook (during the
+	 * backward; logged at close, every layout: what tests assert) */
+	int64_t starts, hooked;
 	struct kiln_device *dev;
 	struct kiln_model *m;
 	void *comm_stream;

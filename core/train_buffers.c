@@ -111,10 +111,19 @@ static kiln_status prep_accumulate(struct trainer *t)
 							(void **)&t->grads_more)) ||
 				(st = kiln_device_prepare_add(t->dev, n, &t->grads_add))))
 			return st;
-		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s, each micro-batch's loss gradient seeded with 1/%lld of %s (PyTorch's loss / %lld)",
+		/* on ranks (not a pipeline's: kiln_dist_pipe_overlap says its
+		 * own) the buckets start in the last micro-step's backward
+		 * when its ops make the sum (micro_ops) */
+		int ov = 1;
+		kiln_config_get_bool(t->cfg, "dist", "overlap", &ov);
+		const char *when = t->world < 2 || t->pipe ? ""
+				   : !ov   ? "; the buckets start after the last micro-batch's backward ([dist] overlap = 0)"
+				   : in_ops ? "; the buckets start during the last micro-batch's backward"
+					    : "; the buckets start after the last micro-batch's backward and add";
+		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s, each micro-batch's loss gradient seeded with 1/%lld of %s (PyTorch's loss / %lld)%s",
 			 (long long)acc, (long long)acc, (long long)(acc * t->B * (t->world > 0 ? t->world : 1)),
 			 in_ops ? "by the layers' ops" : "from a second buffer", (long long)acc,
-			 t->m->scaler_d ? "the loss scale" : "1", (long long)acc);
+			 t->m->scaler_d ? "the loss scale" : "1", (long long)acc, when);
 		if (in_ops || t->pipe)
 			return KILN_OK;
 		/* backward never writes the alignment padding between tensors:

@@ -204,8 +204,11 @@ static kiln_status micro_ops(struct trainer *t, void *xd, void *yd, int64_t j)
 	if (st)
 		return st;
 	trainer_phase(t, KILN_PHASE_BACKWARD, 1);
-	/* buckets start during the backward that makes them final */
-	kiln_dist_overlap_next(t->dist, acc == 1);
+	/* buckets start during the backward that makes them final: the
+	 * last micro-step's, when the layers' ops add into the gradients
+	 * (the sum is the mean already: the seed), not when a second
+	 * buffer's add still follows it (PyTorch's no_sync() for the others) */
+	kiln_dist_overlap_next(t->dist, j == acc - 1 && !t->grads_more);
 	st = kiln_plan_backward(p, xd, yd, t->metrics_dev, t->compute);
 	t->m->grad_accum = 0;
 	trainer_label(t, "accumulate", KILN_PHASE_BACKWARD);

@@ -554,6 +554,8 @@ TESTS += tests/dist_zero.sh
 EXTRA_DIST += tests/dist_zero.sh
 TESTS += tests/dist_syncbn.sh
 EXTRA_DIST += tests/dist_syncbn.sh
+TESTS += tests/dist_accum.sh
+EXTRA_DIST += tests/dist_accum.sh
 # the same equivalence under mpirun with the mpi plugin (skips without it)
 TESTS += tests/dist_mpi.sh
 EXTRA_DIST += tests/dist_mpi.sh
