@@ -111,10 +111,19 @@ static kiln_status prep_accumulate(struct trainer *t)
 							(void **)&t->grads_more)) ||
 				(st = kiln_device_prepare_add(t->dev, n, &t->grads_add))))
 			return st;
-		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s, each micro-batch's loss gradient seeded with 1/%lld of %s (PyTorch's loss / %lld)",
+		/* a pipeline's M micro-batches of each of the acc batches
+		 * share the mean: its seed is 1/(M x acc) (pipe_open.c
+		 * seed_mean; before session 37 this said 1/acc there too) */
+		const int64_t seed = t->pipe ? acc * kiln_pipe_micro_batches(t->pipe) : acc;
+		char pm[96] = "";
+		if (t->pipe)
+			snprintf(pm, sizeof pm, ": %lld x %d pipeline micro-batches", (long long)acc,
+				 kiln_pipe_micro_batches(t->pipe));
+		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s, each %smicro-batch's loss gradient seeded with 1/%lld of %s (PyTorch's loss / %lld%s)",
 			 (long long)acc, (long long)acc, (long long)(acc * t->B * (t->world > 0 ? t->world : 1)),
-			 in_ops ? "by the layers' ops" : "from a second buffer", (long long)acc,
-			 t->m->scaler_d ? "the loss scale" : "1", (long long)acc);
+			 t->pipe ? "by the pipeline's stages" : in_ops ? "by the layers' ops" : "from a second buffer",
+			 t->pipe ? "pipeline " : "", (long long)seed,
+			 t->m->scaler_d ? "the loss scale" : "1", (long long)seed, pm);
 		if (in_ops || t->pipe)
 			return KILN_OK;
 		/* backward never writes the alignment padding between tensors:
