@@ -163,6 +163,9 @@ static kiln_status read_layers(struct kiln_model *m, const struct kiln_registry 
 			kiln_error_wrap(KILN_ECONFIG, "%s: [%s]", kiln_config_where(cfg, sec, "type"), sec);
 			return KILN_ECONFIG;
 		}
+		const char *file = kiln_registry_plugin_file(reg, L->type);
+		if (file && !(L->file = kiln_strdup(file)))
+			return kiln_error(KILN_ENOMEM, "out of memory");
 		L->trainable = 1;
 		kiln_config_get_bool(cfg, sec, "trainable", &L->trainable);
 		if ((st = wire_inputs(m, m->n_layers - 1, cfg)))
@@ -522,6 +525,7 @@ void kiln_model_free(struct kiln_model *m)
 	for (int i = 0; i < m->n_layers; i++) {
 		free(m->layers[i].name);
 		free(m->layers[i].section);
+		free(m->layers[i].file);
 	}
 	free(m->stage);
 	free(m->stage_cost);

@@ -11,6 +11,7 @@ struct model_layer {
 	char *name;    /* "fc1" */
 	char *section; /* "layer.fc1" */
 	const struct kiln_plugin *type;
+	char *file;    /* the plugin file type came from; NULL: built-in */
 	int n_in;
 	int in[KILN_LAYER_MAX_INPUTS]; /* producer index, -1 = the data */
 	int trainable;
@@ -200,6 +201,7 @@ struct kiln_model {
 	 * come out as the step's mean with no scale pass after the last
 	 * micro-batch; NULL: none */
 	const float *seed_d;
+	int64_t seed_n;      /* that n while seed_d is set (its messages) */
 	/* [run] devices: stage s's device instance (core/pipe_devices.c;
 	 * the pipeline's), NULL when every stage runs on dev */
 	struct kiln_device **stage_dev;

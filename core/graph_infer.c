@@ -91,6 +91,27 @@ static kiln_status check_token_input(const struct kiln_model *m, int i, const st
 	return KILN_OK;
 }
 
+/* A loss layer from a plugin built before ABI 2.23 in a plan whose step
+ * is the mean over m->seed_n micro-batches ([train] accumulate, a
+ * pipeline's micro-batches): its loss_scale is that mean's 1 / n share
+ * (times fp16's scale), which such a plugin was told only fp16 sets, and
+ * one that ignores it in f32 makes every gradient n times too large
+ * without a word (before session 37 a pass scaled the summed gradients by
+ * 1 / accumulate after the last micro-step; a pipeline has seeded 1 / n
+ * since session 12).  Refused, naming the layer, the file and both ABIs.
+ * fp16's scale alone (n = 1) is loss_scale's meaning since ABI 1.2, and a
+ * built-in (kiln_builtin_layers, file NULL) reads it. */
+static kiln_status check_loss_seed(const struct kiln_model *m, int i, const struct kiln_layer *l)
+{
+	const struct model_layer *L = &m->layers[i];
+	if (!l->is_loss || !m->seed_d || !L->file || L->type->abi_minor >= 23)
+		return KILN_OK;
+	return kiln_error(KILN_ECONFIG, "%s: loss layer '%s' (type %s) comes from %s, built for plugin ABI %u.%u: this step is the mean over %lld micro-batches ([train] accumulate x a pipeline's micro-batches), whose 1/%lld share kiln passes to a loss layer as kiln_layer_run.loss_scale, which a layer built before ABI 2.23 may ignore (its gradients would be %lld times too large); make its backward multiply by *loss_scale whenever l->loss_scaled is set and rebuild it against this kiln's headers (ABI %d.%d, docs/plugins.md \"ABI 2.23\"), or train with accumulate = 1 and no pipeline",
+			  kiln_config_where(m->cfg, L->section, "type"), L->name, L->type->name,
+			  L->file, L->type->abi_major, L->type->abi_minor, (long long)m->seed_n,
+			  (long long)m->seed_n, (long long)m->seed_n, KILN_ABI_MAJOR, KILN_ABI_MINOR);
+}
+
 /* Every tensor a layer's shapes make (its output, its parameters) within
  * KILN_TENSOR_MAX_BYTES: a config whose shapes multiply past it is refused
  * here, naming the layer, before any count can wrap further on. */
@@ -216,7 +237,8 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 			stem_pool = k; /* (logged by the plan the device takes: plan.c) */
 		if (n->l.fuse_act && n->l.act_fused) /* the activation is now a view */
 			nodes[kiln_model_only_consumer(m, i)].l.act_fused = 1;
-		if ((st = check_sizes(m, i, &n->l)) || (st = check_token_input(m, i, &n->l)))
+		if ((st = check_sizes(m, i, &n->l)) || (st = check_token_input(m, i, &n->l)) ||
+		    (st = check_loss_seed(m, i, &n->l)))
 			return st;
 	}
 	return KILN_OK;

@@ -80,6 +80,10 @@ int kiln_config_values_same(const struct kiln_config *cfg, const char *section, 
 /* Is a file called base (e.g. "kiln-cuda.so") in the registry's plugin
  * path?  Loads nothing (kiln_registry_file_count loads every file). */
 int kiln_registry_has_file(const struct kiln_registry *reg, const char *base);
+/* The path of the file that plugin descriptor p came from, borrowed until
+ * kiln_registry_close; NULL for a built-in (kiln_builtin_layers) or a
+ * descriptor reg does not hold. */
+const char *kiln_registry_plugin_file(const struct kiln_registry *reg, const struct kiln_plugin *p);
 
 /* Extra keys for a section that the registry supplies: a layer type's keys
  * for [layer.X] (selected by `type`), a source's for [data]/[data.eval]

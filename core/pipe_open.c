@@ -272,6 +272,7 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 		return st;
 	pp->m->plan_staged = 1;
 	pp->m->seed_d = pp->seed_d;
+	pp->m->seed_n = (int64_t)pp->M * pp->A;
 	for (int k = 0; k < pp->K && !st; k++) {
 		st = kiln_model_plan(pp->m, pp->mb, 1, &pp->plan[k]);
 		if (!st)

@@ -493,6 +493,14 @@ int kiln_registry_has_file(const struct kiln_registry *reg, const char *base)
 	return has_file(reg, base);
 }
 
+const char *kiln_registry_plugin_file(const struct kiln_registry *reg, const struct kiln_plugin *p)
+{
+	for (int i = 0; reg && i < reg->n_plugins; i++)
+		if (reg->plugins[i].p == p)
+			return reg->plugins[i].file < 0 ? NULL : reg->files[reg->plugins[i].file].path;
+	return NULL;
+}
+
 int kiln_registry_dir_count(const struct kiln_registry *reg) { return reg ? reg->n_dirs : 0; }
 const char *kiln_registry_dir(const struct kiln_registry *reg, int i)
 {

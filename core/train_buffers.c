@@ -120,10 +120,19 @@ static kiln_status prep_accumulate(struct trainer *t)
 				   : !ov   ? "; the buckets start after the last micro-batch's backward ([dist] overlap = 0)"
 				   : in_ops ? "; the buckets start during the last micro-batch's backward"
 					    : "; the buckets start after the last micro-batch's backward and add";
-		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s, each micro-batch's loss gradient seeded with 1/%lld of %s (PyTorch's loss / %lld)%s",
+		/* a pipeline's M micro-batches of each of the acc batches
+		 * share the mean: its seed is 1/(M x acc) (pipe_open.c
+		 * seed_mean; before session 37 this said 1/acc there too) */
+		const int64_t seed = t->pipe ? acc * kiln_pipe_micro_batches(t->pipe) : acc;
+		char pm[96] = "";
+		if (t->pipe)
+			snprintf(pm, sizeof pm, ": %lld x %d pipeline micro-batches", (long long)acc,
+				 kiln_pipe_micro_batches(t->pipe));
+		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s, each %smicro-batch's loss gradient seeded with 1/%lld of %s (PyTorch's loss / %lld%s)%s",
 			 (long long)acc, (long long)acc, (long long)(acc * t->B * (t->world > 0 ? t->world : 1)),
-			 in_ops ? "by the layers' ops" : "from a second buffer", (long long)acc,
-			 t->m->scaler_d ? "the loss scale" : "1", (long long)acc, when);
+			 t->pipe ? "by the pipeline's stages" : in_ops ? "by the layers' ops" : "from a second buffer",
+			 t->pipe ? "pipeline " : "", (long long)seed,
+			 t->m->scaler_d ? "the loss scale" : "1", (long long)seed, pm, when);
 		if (in_ops || t->pipe)
 			return KILN_OK;
 		/* backward never writes the alignment padding between tensors:

@@ -92,6 +92,7 @@ static kiln_status plan_train(struct trainer *t)
 	if ((st = kiln_model_seed_open(t->m, t->acc, t->compute, &t->seed_d, &t->seed_op)))
 		return st;
 	t->m->seed_d = t->seed_d;
+	t->m->seed_n = t->acc;
 	st = kiln_model_plan(t->m, t->B, 1, &t->ptrain);
 	t->m->seed_d = NULL;
 	return st;

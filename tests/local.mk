@@ -71,7 +71,8 @@ check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
 	tests/plugins/kiln-tnewer.la \
 	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
 	tests/plugins/shadow/kiln-tgood.la tests/plugins/kiln-tcommfail.la \
-	tests/plugins/exit/kiln-texit.la tests/plugins/kiln-tlayer.la
+	tests/plugins/exit/kiln-texit.la tests/plugins/kiln-tlayer.la \
+	tests/plugins/kiln-tloss.la tests/plugins/kiln-tloss22.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
 tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -104,6 +105,14 @@ tests_plugins_exit_kiln_texit_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_kiln_tlayer_la_SOURCES = tests/plugins/tlayer.c
 tests_plugins_kiln_tlayer_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tlayer_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# one loss layer built for this ABI and for 2.22 (tests/loss_plugin_abi.sh)
+tests_plugins_kiln_tloss_la_SOURCES = tests/plugins/tloss.c
+tests_plugins_kiln_tloss_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tloss_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tloss22_la_SOURCES = tests/plugins/tloss.c
+tests_plugins_kiln_tloss22_la_CPPFLAGS = $(AM_CPPFLAGS) -DTLOSS_ABI22
+tests_plugins_kiln_tloss22_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tloss22_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 
 TEST_PLUGIN_DIRS = -DTEST_PLUGIN_DIR='"$(abs_top_builddir)/tests/plugins/.libs"' \
 	-DTEST_SHADOW_DIR='"$(abs_top_builddir)/tests/plugins/shadow/.libs"' \
@@ -638,6 +647,9 @@ tests_check_plan_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 TESTS += tests/pipeline.sh
 EXTRA_DIST += tests/pipeline.sh
+# a loss layer plugin built before ABI 2.23 where the loss seed is a mean
+TESTS += tests/loss_plugin_abi.sh
+EXTRA_DIST += tests/loss_plugin_abi.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
 

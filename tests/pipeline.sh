@@ -51,6 +51,7 @@ kiln 0 train "$m" run.out_dir="$tmp/p2m1" layer.fc2.stage=1
 stderr_has "2 stages, 1 micro-batches of 32"
 near "$(ck b32 6)" "$(ck p2m1 6)" 1e-6 params optim.momentum
 kiln 0 train "$m" run.out_dir="$tmp/acc" train.batch=8 train.accumulate=4
+stderr_has "each micro-batch's loss gradient seeded with 1/4 of 1 (PyTorch's loss / 4)"
 for run in "p2g gpipe layer.fc2.stage=1" "p2f 1f1b layer.fc2.stage=1" \
 	"p4f 1f1b model.stages=flat,r1|fc2|r2|fc3,loss"; do
 	set -- $run
@@ -132,6 +133,9 @@ echo "ok: stages = auto cuts by FLOPs and bytes and equals accumulation"
 # 8 per optimizer step are accumulate 4 of batch 8
 kiln 0 train "$m" run.out_dir="$tmp/p2acc" train.batch=16 train.accumulate=2 \
 	pipeline.micro_batches=2 layer.fc2.stage=1
+# the log states the seed each pipeline micro-batch has: 1/(2 x 2) (before
+# session 37 it said 1/2, the accumulation's alone)
+stderr_has "accumulate = 2: one optimizer step per 2 micro-batches (global batch 32); gradients added by the pipeline's stages, each pipeline micro-batch's loss gradient seeded with 1/4 of 1 (PyTorch's loss / 4: 2 x 2 pipeline micro-batches)"
 near "$(ck acc 6)" "$(ck p2acc 6)" 1e-6 params optim.momentum
 echo "ok: accumulate x micro-batches equals accumulate"
 # low-precision compute across stages: the crossing tensors and their

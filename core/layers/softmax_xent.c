@@ -96,7 +96,7 @@ static kiln_status loss_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_SOFTMAX_XENT, l->loss_scaled ? 3 : 2, 2);
 	f32_desc(&op.in[0], s->B, s->C, 0);
 	kiln_tensor_desc_init(&op.in[1], KILN_I32, 1, &s->B);
-	if (l->loss_scaled) /* mixed precision: the device loss scale */
+	if (l->loss_scaled) /* fp16's loss scale and/or the step's mean share */
 		f32_desc(&op.in[2], 1, 0, 0);
 	f32_desc(&op.out[0], s->B, s->C, 0);
 	f32_desc(&op.out[1], 3, 0, 0); /* loss, correct, top-5 */

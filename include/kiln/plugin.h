@@ -134,9 +134,14 @@ extern "C" {
  *      NULL (docs/plugins.md "ABI 2.21").
  * 2.22: KILN_PARAM_NONNEG or-ed into kiln_param_spec.is_buffer (a running
  *      variance must be >= 0); a core built before reads it as 1
- *      (docs/plugins.md "ABI 2.22"). */
+ *      (docs/plugins.md "ABI 2.22").
+ * 2.23: kiln_layer_run.loss_scale also carries the mean over the step's
+ *      micro-batches ([train] accumulate, a pipeline's), in f32 too: a
+ *      loss layer multiplies its gradient by *loss_scale whenever
+ *      l->loss_scaled is set.  A plugin loss layer built before is
+ *      refused in such a plan (docs/plugins.md "ABI 2.23"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 22
+#define KILN_ABI_MINOR 23
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -1088,7 +1093,10 @@ struct kiln_layer {
 	int loss_scaled;     /* set by the core before plan: a loss layer's
 			      * backward multiplies its gradient by the device
 			      * scalar kiln_layer_run.loss_scale as well
-			      * (KILN_OP_SOFTMAX_XENT's in2) */
+			      * (KILN_OP_SOFTMAX_XENT's in2), whatever the
+			      * dtype: f32 too (since ABI 2.23 it carries the
+			      * step's mean over micro-batches; a loss layer
+			      * built before is refused in such a plan) */
 	/* ---- ABI 1.4 ---- */
 	int sync_ranks;      /* set by the core before plan: > 1 when batch
 			      * statistics are to be taken over the batches
@@ -1199,7 +1207,9 @@ struct kiln_layer_run {
 	 * training plan whose step averages n micro-batches ([train]
 	 * accumulate, a pipeline's micro-batches) that scale (1 without
 	 * one) / n, PyTorch's scaler.scale(loss / n); the layer need not
-	 * know which. */
+	 * know which, and must not skip it in f32 (ABI 2.23: before, a
+	 * plugin was told only fp16 set it, and the core refuses a loss
+	 * layer built before 2.23 where n > 1). */
 	const float *loss_scale;
 	/* ---- ABI 1.3 ---- */
 	/* Low-precision compute (the activations' dtype, in[0].dtype, is bf16

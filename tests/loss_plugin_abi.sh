@@ -1,0 +1,69 @@
+#!/bin/sh
+# tests/loss_plugin_abi.sh - a loss layer from a plugin and the loss
+# gradient's seed (plugin ABI 2.23, docs/plugins.md "ABI 2.23"): with
+# [train] accumulate = A > 1 (since session 37) and in a pipeline of M
+# micro-batches (since session 12) the loss layers seed their gradient with
+# 1/(M x A), passed as kiln_layer_run.loss_scale, which a loss layer built
+# for ABI 2.22's docs could ignore in f32 (only fp16 was said to set it):
+#  1. such a loss layer (tests/plugins/kiln-tloss22.so, ABI 2.22, never
+#     reads loss_scale) is refused with accumulate = 4 and in a pipeline of
+#     4 micro-batches, exit 2, naming the layer, its file and both ABIs
+#     (before: it trained, every gradient 4 times too large); with neither
+#     it trains as before;
+#  2. the same layer built for this ABI (kiln-tloss.so, honours loss_scale
+#     whenever l->loss_scaled is set): batch 8 x accumulate 4 and 2 stages
+#     of 4 micro-batches of 8 end within 1e-6 of batch 32, whose parameters
+#     equal the built-in softmax_xent's (1e-6).
+name=loss_plugin_abi
+. "$(dirname "$0")/lib.sh"
+. "$srcdir/tests/config_lib.sh"
+plugdir="$abs_top_builddir/tests/plugins/.libs"
+[ -f "$plugdir/kiln-tloss.so" ] && [ -f "$plugdir/kiln-tloss22.so" ] ||
+	{ echo "FAIL: test plugins not built in $plugdir (make check builds them)"; exit 99; }
+abi=$("$kiln" --version | sed -n 's/.*plugin ABI \([0-9]*\.[0-9]*\).*/\1/p')
+[ -n "$abi" ] || fail "kiln --version names no plugin ABI"
+
+# mlp LOSS_TYPE: the MLP of the pipeline tests on synthetic data, its loss
+# layer of type LOSS_TYPE, 6 SGD steps
+mlp() {
+	{
+		ini run seed=5 threads=1
+		ini_synthetic 256 8 16 workers=0
+		ini_layers flat:flatten fc1:linear:out=32 r1:relu fc2:linear:out=24 r2:relu \
+			fc3:linear:out=16 loss:"$1"
+		ini_sgd_steps 6 log_every=3 eval=0
+	} >"$tmp/$1.ini"
+}
+mlp tloss22
+mlp tloss
+mlp softmax_xent
+# train NAME LOSS_TYPE EXIT BATCH ACCUMULATE [KEY=VALUE...]
+train() {
+	_n=$1 _t=$2 _x=$3 _b=$4 _a=$5
+	shift 5
+	kiln "$_x" train "$tmp/$_t.ini" "run.plugin_path=$plugdir" "run.out_dir=$tmp/$_n" \
+		"train.batch=$_b" "train.accumulate=$_a" "$@"
+}
+
+# ---- 1. a 2.22 loss layer where the seed is a mean: refused ------------------
+refused="loss layer 'loss' (type tloss22) comes from $plugdir/kiln-tloss22.so, built for plugin ABI 2.22: this step is the mean over 4 micro-batches"
+train old_acc tloss22 2 8 4
+stderr_has "$tmp/tloss22.ini:"
+stderr_has "$refused ([train] accumulate x a pipeline's micro-batches), whose 1/4 share kiln passes to a loss layer as kiln_layer_run.loss_scale, which a layer built before ABI 2.23 may ignore (its gradients would be 4 times too large)"
+stderr_has "rebuild it against this kiln's headers (ABI $abi, docs/plugins.md \"ABI 2.23\")"
+[ ! -e "$(ck old_acc 6)" ] || fail "the refused run wrote a checkpoint"
+train old_pipe tloss22 2 32 1 layer.fc3.stage=1 pipeline.micro_batches=4
+stderr_has "$refused"
+# neither: its seed is 1 (no loss_scale), as before ABI 2.23
+train old_one tloss22 0 32 1
+[ -e "$(ck old_one 6)" ] || fail "the 2.22 loss layer at accumulate = 1 wrote no checkpoint"
+
+# ---- 2. the layer built for this ABI: the mean, as the built-in's ---------------
+train b32 tloss 0 32 1
+train builtin softmax_xent 0 32 1
+near "$(ck builtin 6)" "$(ck b32 6)" 1e-6 params
+train b8x4 tloss 0 8 4
+near "$(ck b32 6)" "$(ck b8x4 6)" 1e-6 params
+train pipe tloss 0 32 1 layer.fc3.stage=1 pipeline.micro_batches=4
+near "$(ck b32 6)" "$(ck pipe 6)" 1e-6 params
+echo "PASS: $checks runs"
