@@ -421,8 +421,12 @@ START_TEST(test_multi_shards)
 	ck_assert_int_eq(info.len, 10); /* test-00000 + train-0000[0-2] */
 	check_sample(0, &t[0], &img);
 
-	/* nothing for the split */
+	/* nothing for the split: the split key's is the config's typo
+	 * (KILN_ENOTFOUND, a config error: session 37), the run's own split
+	 * missing the data's */
 	st = open_src("data", "train", p, "data.split=val", NULL);
+	ASSERT_FAILS(st, KILN_ENOTFOUND, "[data] split: ", "val-*.krec shards");
+	st = open_src("data", "val", p, NULL);
 	ASSERT_FAILS(st, KILN_EIO, tmp, "no shards for split 'val'");
 	/* [data.eval] never reads the training shard by inheritance */
 	char f[1100];
