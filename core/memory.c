@@ -156,11 +156,14 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
  * them), the epoch's permutation and order (perm, order: an int64 per
  * training sample) and, with a loader, the evaluation order (eval_order). */
 static size_t trainer_host_bytes(const struct kiln_dataset *ds, const struct kiln_dataset *es,
-				 int64_t rows, int eval_order)
+				 const struct kiln_dataset *vs, int64_t rows, int eval_order)
 {
+	/* (the evaluation order serves [data.eval] and [data.val]: the
+	 * larger's length, train_setup.c open_loaders) */
+	const int64_t n_order = vs->len > es->len ? vs->len : es->len;
 	return 2 * (size_t)rows * (ds->sample_bytes + ds->label_bytes) +
 	       2 * (size_t)ds->len * sizeof(int64_t) +
-	       (eval_order ? (size_t)es->len * sizeof(int64_t) : 0);
+	       (eval_order ? (size_t)n_order * sizeof(int64_t) : 0);
 }
 
 /* A decimal number (digits, at most one '.', a digit on one side of it)
@@ -426,7 +429,7 @@ static void io_bytes(const struct mem_setup *s, int64_t B, int64_t EB, size_t sh
 		     struct kiln_memory *out)
 {
 	const struct kiln_model *m = s->m;
-	const struct kiln_dataset *ds = &s->ds, *es = &s->es;
+	const struct kiln_dataset *ds = &s->ds, *es = &s->es, *vs = &s->vs;
 	const int do_eval = s->tc.eval;
 	/* the optimizer's extras (no_decay multiplier, LAMB's offsets and
 	 * workspace) and the small device scalars (step counters, lr, metrics,
@@ -453,8 +456,9 @@ static void io_bytes(const struct mem_setup *s, int64_t B, int64_t EB, size_t sh
 	if (workers > 0)
 		out->host = (size_t)(workers + prefetch) *
 			    ((size_t)B * (ds->sample_bytes + ds->label_bytes) +
-			     (do_eval ? (size_t)EB * (es->sample_bytes + es->label_bytes) : 0));
-	out->host += trainer_host_bytes(ds, es, rows, do_eval && workers > 0) + shared;
+			     (do_eval ? (size_t)EB * (es->sample_bytes + es->label_bytes +
+						      vs->sample_bytes + vs->label_bytes) : 0));
+	out->host += trainer_host_bytes(ds, es, vs, rows, do_eval && workers > 0) + shared;
 	/* [data] cache = ram, full after the first epoch (the evaluation
 	 * set's after the first evaluation); before session 37 left out, the
 	 * folder example's 60 MB of a 102 MB peak */

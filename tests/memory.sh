@@ -212,6 +212,9 @@ pred_rss "MLP [data.val] cache = ram" "$tmp/val.ini" data.cache=ram data.limit=2
 	data.workers=0
 grep -q "^  data cache .*\[data\] cache = ram: 8000 decoded images of the training and evaluation sets" "$tmp/m.out" ||
 	{ cat "$tmp/m.out"; fail "cache = ram with [data.val]: not 8000 decoded images"; }
+# and its loader's staging slots and the evaluation order's length (the
+# larger of [data.eval] and [data.val]), with loader workers
+pred_rss "MLP [data.val] workers = 2" "$tmp/val.ini" data.limit=2000 data.eval.limit=1000 data.workers=2
 "$kiln" memory "$srcdir/examples/fashion_mnist_folder.ini" "data.path=$tmp/folder" data.cache=none >"$tmp/n.out" 2>/dev/null ||
 	fail "kiln memory (folder, cache = none)"
 [ "$(field cache "$tmp/n.out")" = 0 ] || fail "cache = none: a data cache of $(field cache "$tmp/n.out") bytes"
