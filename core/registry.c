@@ -208,10 +208,22 @@ char *reg_dupf(const char *fmt, ...)
  * create shared object descriptor" has no strerror) or its "out of
  * memory" when it could not even allocate the message, or a plugin
  * init's kiln_error(KILN_ENOMEM, "out of memory"). */
-static int says_oom(const char *msg)
+static int says_oom(const char *msg, const char *path)
 {
-	return msg && (strstr(msg, "Cannot allocate memory") || strstr(msg, "out of memory") ||
-		       strstr(msg, "cannot allocate") || strstr(msg, "cannot create shared object descriptor"));
+	if (!msg)
+		return 0;
+	/* dlerror's "PATH: ...": a folder named "out of memory" is not */
+	const size_t n = strlen(path);
+	if (!strncmp(msg, path, n))
+		msg += n;
+	/* glibc's "cannot allocate memory in static TLS block" is a plugin
+	 * (or a library it needs) with initial-exec TLS that does not fit,
+	 * not memory running out (session 37's review: every failed lookup
+	 * said "out of memory" with such a file on the path) */
+	if (strstr(msg, "static TLS"))
+		return 0;
+	return strstr(msg, "Cannot allocate memory") || strstr(msg, "out of memory") ||
+	       strstr(msg, "cannot allocate") || strstr(msg, "cannot create shared object descriptor");
 }
 
 /* Keep the first reason a file gave (a later one is counted).  No
@@ -266,7 +278,7 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 		 * whatever words dlerror has for it) */
 		const int err = errno;
 		const char *e = dlerror();
-		f->oom = err == ENOMEM || says_oom(e);
+		f->oom = err == ENOMEM || says_oom(e, path);
 		/* a missing symbol is not a missing library: ldd lists every
 		 * library found and says nothing of it */
 		if (e && strstr(e, "undefined symbol"))
@@ -293,7 +305,7 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 	const struct kiln_plugin *const *list = init(&host);
 	pthread_mutex_unlock(&init_lock);
 	if (!list) {
-		f->oom = says_oom(kiln_last_error());
+		f->oom = says_oom(kiln_last_error(), path);
 		file_error(f, reg_dupf("%s() failed: %s", KILN_PLUGIN_INIT_SYMBOL,
 				       *kiln_last_error() ? kiln_last_error() : "no reason given"));
 		return KILN_OK;

@@ -205,6 +205,13 @@ static kiln_status open_out_dir(struct trainer *t)
 	if ((t->tc.checkpoint_every || t->tc.checkpoint_last || t->tc.keep_best) &&
 	    (st = trainer_ckdir_check(t->ckdir)))
 		return st;
+	/* config.ini is written last (below), but what would refuse its
+	 * write (a directory or FIFO in its place) is refused before the
+	 * loggers make their files (a review: the refused run left an empty
+	 * metrics.jsonl and a TensorBoard file a resume then read) */
+	snprintf(path, sizeof path, "%s/config.ini", out_dir);
+	if ((st = kiln_run_file_check(path)))
+		return st;
 	st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
 	if (st)
 		return st;

@@ -48,6 +48,17 @@ stderr_has "$o/metrics.jsonl: cannot write: it is a FIFO, not a regular file"
 cmp "$tmp/config.before" "$o/config.ini" || fail "a refused resume rewrote config.ini"
 echo "ok: a resume refused by the loggers leaves config.ini as it was"
 
+# refused by config.ini itself (a directory in its place): before the
+# loggers open, so no new file is left (a review: an empty metrics.jsonl
+# on a fresh run, a second TensorBoard file on a resume)
+f="$tmp/f"
+mkdir -p "$f/config.ini/x"
+kiln 1 train "$tmp/m.ini" "run.out_dir=$f" log.tensorboard=1
+for x in "$f"/metrics.jsonl "$f"/events.out.tfevents.*; do
+	[ ! -e "$x" ] || fail "a run refused by its config.ini left $x"
+done
+echo "ok: a run whose config.ini cannot be written leaves no log files"
+
 # accepted: the resumed run's config.ini says what it ran
 rm "$o/metrics.jsonl"
 kiln 0 train "$tmp/m.ini" "run.out_dir=$o" train.resume=1 train.epochs=3
