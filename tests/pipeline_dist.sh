@@ -189,12 +189,15 @@ near onef g2f "2 stages on 2 ranks, stage 0 frozen (gloo)"
 run g2d 2 32 dist.pipeline=2 "model.stages=flat|fc1,loss"
 near one g2d "2 stages on 2 ranks, stage 0 a flatten alone: the data crosses (gloo)"
 # ... and with no backward there stage 0's rank ends its steps early: the
-# pipe's bubble is over the longest span, stage 1's (over stage 0's the
+# pipe's bubble is over the longest span (over stage 0's, shorter, the
 # bubble and the busiest stage's idle share came out negative, -0.23 and
-# -1.41)
+# -1.41).  Which stage's span is the longest is the machine's: usually
+# stage 1's, but stage 0's rank descheduled under load (a CI run beside
+# other jobs, session 37: 2 of 8 runs) makes its own the longer; either
+# way neither share may be negative
 pipe=$(grep "pipeline busy ms/step, the pipe's ranks:" "$tmp/g2d.log")
-echo "$pipe" | grep -qE "span [0-9.]+ \(stage 1's\); bubble 0[.][0-9]+ \(schedule [0-9.]+\) = busiest stage 1 idle 0[.][0-9]+ \+ imbalance" ||
-	bad "g2d: the pipe's bubble is not over stage 1's span, or negative: $pipe"
+echo "$pipe" | grep -qE "span [0-9.]+ \(stage [01]'s\); bubble 0[.][0-9]+ \(schedule [0-9.]+\) = busiest stage [01] idle 0[.][0-9]+ \+ imbalance" ||
+	bad "g2d: the pipe's bubble is negative, or not over a stage's span: $pipe"
 # [model] stages = auto (session 18): P from [dist] pipeline, each rank
 # cuts the same (flat, r1 | fc2, loss: fc1 has most of the FLOPs, its
 # ReLU fused into it), and the
