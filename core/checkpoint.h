@@ -1,7 +1,7 @@
 /* core/checkpoint.h - checkpoint files: write, verify, read
- * (core/checkpoint.c), and what resuming needs: the config comparison and
- * the directory of a run's checkpoints (resume selection, keep_last;
- * core/resume.c).
+ * (core/checkpoint_write.c, _read.c, _load.c), and what resuming needs:
+ * the config comparison and the directory of a run's checkpoints (resume
+ * selection, keep_last; core/resume.c).
  *
  * One file holds the whole training state (docs/checkpoints.md has the
  * byte layout): a 64-byte header, then tagged sections, each with its own

@@ -1,5 +1,5 @@
 /* core/resume.c - what resuming and reading weights need besides the file
- * format (checkpoint.c): the comparison of a checkpoint's config with the
+ * format (checkpoint_*.c): the comparison of a checkpoint's config with the
  * run's, with the keys safe to change on resume and the keys that shape
  * the stored tensors, and a run's checkpoint directory (the newest usable
  * checkpoint, keep_last, the checkpoint eval and export read).  See

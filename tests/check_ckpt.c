@@ -277,7 +277,7 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 	return real(fd, buf, n > 1 ? n / 2 : n, off);
 }
 
-/* A section header rewritten with its CRC (core/checkpoint.c
+/* A section header rewritten with its CRC (core/checkpoint_write.c
  * write_section: pwrite) through EINTR and short writes: the same bytes as
  * the file written without them.  Before session 36 one pwrite call, and
  * the save failed ("write failed: Interrupted system call"). */
@@ -397,7 +397,7 @@ static void poke_tracked(struct rig *r, const void *arg)
 /* A "tracked" (batchnorm) count of INT64_MAX, CRCs valid, is refused for
  * a resume and for the weights alone (init_from), naming the file; it
  * used to be added to the step count first, a signed overflow that
- * UBSan reports (core/checkpoint.c, tracked_count). */
+ * UBSan reports (core/checkpoint_load.c, tracked_count). */
 START_TEST(test_tracked_range)
 {
 	static const int64_t huge = INT64_MAX;

@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_checkpoint.c - the checkpoint reader (core/checkpoint.c):
+/* tests/fuzz/fuzz_checkpoint.c - the checkpoint reader (core/checkpoint_read.c, _load.c):
  * open and verify the input, then read every section of at most 1 MiB,
  * the text sections (parsing the config one), the trainer and epoch
  * sections.

@@ -1,0 +1,98 @@
+/* core/checkpoint_impl.h - what the checkpoint files' writer, reader and
+ * loader share (core/checkpoint_write.c, checkpoint_read.c,
+ * checkpoint_load.c; checkpoint.h is their interface, docs/checkpoints.md
+ * the byte layout):
+ *
+ *   offset 0   header                     64 bytes
+ *   offset 64  section 0: header 48 bytes, then its payload
+ *              section 1 ...              (no padding between them)
+ *   the file ends after the last payload: its size is the header's
+ *
+ * Every byte is under a CRC32C: the header's bytes 0..59 (CRC at 60), each
+ * section header's bytes 0..43 (CRC at 44), each payload (CRC in its
+ * section header).  So any flipped byte and any truncation is refused.
+ *
+ * The functions here are libkiln's own: not exported (the library exports
+ * kiln_* alone).
+ */
+#ifndef KILN_CHECKPOINT_IMPL_H
+#define KILN_CHECKPOINT_IMPL_H
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoints store device buffers as little-endian bytes: port kiln_ckpt_save first"
+#endif
+
+/* The file's first 8 bytes, "KILNCKPT" (checkpoint_read.c). */
+extern const char ckpt_magic[8];
+
+/* ---- little-endian fields ------------------------------------------------ */
+
+static inline void put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint32_t get_u32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static inline uint64_t get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* A section as the reader found it: its tag, payload offset and size, and
+ * the payload's CRC32C (checked when the file was opened). */
+struct rsec {
+	char tag[KILN_CKPT_TAG_BYTES];
+	uint64_t off, bytes;
+	uint32_t crc;
+};
+
+/* An open checkpoint: its descriptor and its verified section table. */
+struct kiln_ckpt {
+	char *path;
+	int fd;
+	uint64_t size;
+	int64_t step;
+	int n;
+	struct rsec *s;
+};
+
+/* The error for a failed read of `what` in path: truncated (errno 0) is
+ * KILN_EDATA, an I/O error KILN_EIO; both name the file and the part. */
+kiln_status ckpt_read_error(const char *path, const char *what);
+
+/* The section called tag, or NULL (checkpoint_read.c). */
+const struct rsec *ckpt_section(const struct kiln_ckpt *ck, const char *tag);
+
+/* The "tensors" section's text: one line per parameter, "name region
+ * offset numel dtype dims"; NULL when out of memory (checkpoint_write.c). */
+char *ckpt_tensors_text(const struct kiln_model *m);
+
+/* The "sample" section's text, "DTYPE D0,D1,...\n" (checkpoint_write.c). */
+void ckpt_sample_text(const struct kiln_tensor_desc *d, char *out, size_t len);
+
+/* A device section's and a source's bytes go through one host buffer of
+ * this size, piece by piece. */
+#define PIECE KILN_CKPT_PIECE_BYTES
+
+#endif /* KILN_CHECKPOINT_IMPL_H */
