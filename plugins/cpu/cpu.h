@@ -548,7 +548,7 @@ int cpu_tune_each(struct cpu_ctx *c, void (*fn)(void *, const struct kiln_op *, 
  * where schedstat does not read.  From cpu_wait_begin_all: the wait of
  * every thread of the process, summed (cpu_run_delay_ns, the adaptive
  * team's measure): a thread that sleeps at a barrier while its team's
- * other thread waits for a CPU waits none itself (tune.c, time_plans). */
+ * other thread waits for a CPU waits none itself (tune_time.c). */
 struct cpu_wait_mark {
 	int64_t delay_ns, t_ns;
 	int all;
@@ -580,6 +580,21 @@ void cpu_tune_summary(struct cpu_ctx *c);
  * output's size.  The caller frees the buffer; NULL when out of memory. */
 char *cpu_scratch_args(const struct cpu_plan *p, size_t ws, int random, struct kiln_op_args *a,
 		       size_t *out_bytes);
+
+/* What a timing ran under (cpu_tune_time_plans), for tune.c's tune_choose. */
+struct cpu_tune_cond {
+	double wait; /* run-queue wait of the process's threads, summed, s/s; < 0 not measured */
+	int team;    /* the smaller of kiln's and oneDNN's adaptive teams as the timed runs
+		      * began; 0 for an op that runs on one thread on any team */
+	int changed; /* either team changed size from the warm-up to the last run */
+};
+
+/* Seconds of one run of each of the n plans q[] on scratch tensors of
+ * q[0]'s op's shapes: wall[k] the median wall time of candidate k, cpu[k]
+ * the median CPU time of the timing thread's team (both < 0 when a plan
+ * failed to run), and *w what they ran under (tune_time.c). */
+void cpu_tune_time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *wall,
+			 double *cpu, struct cpu_tune_cond *w);
 
 /* ---- dnnteam.c: oneDNN's plans on a smaller team, same bytes ---- */
 /* With an adaptive team: give p (and its inner plans) that run oneDNN

@@ -177,7 +177,7 @@ struct cpu_team_live {
 	int64_t ticks;        /* ops seen (atomic; with flip only) */
 	int64_t changes;      /* times `size` or `dnn_size` changed (atomic):
 			       * a kernel timing that saw one ran on two teams
-			       * (tune.c, time_plans) */
+			       * (tune_time.c) */
 	int64_t start_ns;     /* the interval's start, CLOCK_MONOTONIC (atomic) */
 	int64_t start_delay;  /* cpu_run_delay_ns() then (under lock) */
 	int64_t start_throttled; /* the quota cgroup's throttled time then */

@@ -26,7 +26,7 @@
  * prepares them all, runs each on scratch buffers of the op's shapes (one
  * warm-up run each, then 5 to 31 interleaved timed runs, the median of
  * each one's wall time, or of its team's CPU time under contention:
- * time_plans) and keeps the faster.  This happens once
+ * tune_time.c) and keeps the faster.  This happens once
  * per op in prepare, never in a step; the choice is remembered per op
  * key (tune_key: what the timing depends on, so an accumulating op takes
  * the choice of its writing twin) for the context, so the training and
@@ -71,14 +71,12 @@
 #include "fftconv.h" /* cpu_fftconv_ok, cpu_fftconv_rule, cpu_fftconv_prepare */
 #include "convthin.h" /* cpu_convthin_bare_ok, cpu_convthin_prepare */
 #include "wino.h"     /* cpu_wino_ok, cpu_wino_prepare */
-#include "../common/c_locale.h" /* common_strtod, common_snprintf_c */
+#include "../common/c_locale.h" /* common_snprintf_c */
 
 #include <stdio.h>  /* snprintf */
-#include <stdlib.h> /* calloc, free, posix_memalign */
+#include <stdlib.h> /* calloc, free */
 #include <string.h> /* memcmp, memcpy, memset */
-#include <time.h>   /* clock_gettime, CLOCK_THREAD_CPUTIME_ID */
-#include <omp.h>    /* omp_get_thread_num */
-#include <pthread.h> /* pthread_getcpuclockid */
+#include <pthread.h> /* pthread_mutex_lock */
 
 /* provisional choices from the cache one context re-times, at most */
 #define CPU_TUNE_RETIMES 8
@@ -92,25 +90,6 @@ struct cpu_choice {
 	int from_file;   /* read from the tune cache, not timed in this context */
 	double wait;     /* the process's threads' run-queue wait while timed, s/s */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static size_t elem_size(int dtype)
-{
-	switch (dtype) {
-	case KILN_BF16:
-	case KILN_F16: return 2;
-	case KILN_I8:
-	case KILN_U8: return 1;
-	case KILN_I64: return 8;
-	default: return 4;
-	}
-}
 
 /* A bf16 op's choice (tune_key's value, kept in the tune cache): */
 enum { TUNE_BF16, TUNE_F32, TUNE_BF16_2 };
@@ -140,276 +119,6 @@ static kiln_status prepare_kernel(struct cpu_ctx *c, struct cpu_plan *p,
 		st = cpu_lowp_prepare(c, p, family);
 	}
 	return st;
-}
-
-/* Bytes of argument i (inputs, then outputs) of plan p: the tensor's, or
- * for max pooling's aux (out1 of POOL, in1 of POOL_BWD; no shape in the
- * op) and a convolution's kept copy the plan's aux bytes. */
-static size_t arg_bytes(const struct cpu_plan *p, int i)
-{
-	const struct kiln_op *op = &p->op;
-	if (p->aux && ((op->type == KILN_OP_POOL && i == op->n_in + 1) ||
-		       (op->type == KILN_OP_POOL_BWD && i == 1)))
-		return p->aux;
-	/* a convolution's kept copy (KILN_OPF_KEEP: its last output) */
-	if (p->aux && (op->flags & KILN_OPF_KEEP) && i == op->n_in + op->n_out - 1)
-		return p->aux;
-	const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
-	return (size_t)cpu_numel(d) * elem_size(d->dtype);
-}
-
-char *cpu_scratch_args(const struct cpu_plan *p, size_t ws, int random, struct kiln_op_args *a,
-		       size_t *out_bytes)
-{
-	const struct kiln_op *op = &p->op;
-	size_t off[KILN_OP_MAX_IN + KILN_OP_MAX_OUT], total = 0;
-	char *buf = NULL;
-	memset(a, 0, sizeof *a);
-	for (int i = 0; i < op->n_in + op->n_out; i++) {
-		off[i] = total;
-		if (out_bytes && i >= op->n_in)
-			out_bytes[i - op->n_in] = arg_bytes(p, i);
-		total += (arg_bytes(p, i) + 63) & ~(size_t)63;
-	}
-	if (posix_memalign((void **)&buf, 64, total + ws + 64))
-		return NULL;
-	/* timing: small exact values (0.25 in every dtype the ops take here):
-	 * no denormal or infinity slows a kernel down, accumulation stays
-	 * finite; random: values in [-1, 1) with every mantissa bit set at
-	 * random (an LCG), so that sums taken in another order round
-	 * differently (values with few bits would sum exactly in any order) */
-	uint32_t h = 12345;
-	for (int i = 0; i < op->n_in + op->n_out; i++) {
-		const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
-		const size_t bytes = arg_bytes(p, i);
-		const int64_t m = (int64_t)(bytes / elem_size(d->dtype));
-		char *x = buf + off[i];
-		if (bytes == (size_t)cpu_numel(d) * elem_size(d->dtype) &&
-		    (d->dtype == KILN_BF16 || d->dtype == KILN_F16 || d->dtype == KILN_F32)) {
-			for (int64_t e = 0; e < m; e++) {
-				h = h * 1664525u + 1013904223u;
-				const float f = random ? (float)((int32_t)h >> 7) * 0x1p-24f : 0.25f;
-				if (d->dtype == KILN_F32)
-					((float *)x)[e] = f;
-				else if (d->dtype == KILN_BF16)
-					((uint16_t *)x)[e] = cpu_bf16_round(f);
-				else
-					((uint16_t *)x)[e] = random ? 0x3400 ^ (uint16_t)(h >> 22) : 0x3400;
-			}
-		} else {
-			memset(x, 0, bytes);
-		}
-		if (i < op->n_in)
-			a->in[i] = x;
-		else
-			a->out[i - op->n_in] = x;
-	}
-	memset(buf + total, 0, ws);
-	a->workspace = ws ? buf + total : NULL;
-	a->workspace_bytes = ws;
-	return buf;
-}
-
-/* The clock's reading, seconds. */
-static double clock_s(clockid_t id)
-{
-	struct timespec ts;
-	clock_gettime(id, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The timing thread's OpenMP team, whose CPU time time_plans sums: at most
- * TUNE_TEAM threads' CPU clocks, the timing thread's first. */
-#define TUNE_TEAM 64
-struct tune_team {
-	clockid_t id[TUNE_TEAM];
-	int n;
-};
-
-/* Each thread's own clock, not CLOCK_PROCESS_CPUTIME_ID: on this kernel
- * that adds another thread's time only at a timer tick (HZ = 250) or a
- * switch, so a 2-thread op of 1-10 ms read anywhere from its calling
- * thread's time alone to that plus 4 ms of its worker's (docs/PERFORMANCE.md,
- * "Session 14: the tuner's measure"); a thread's own clock is exact. */
-static void tune_team_get(struct tune_team *tm)
-{
-	int n = 0;
-	tm->n = 0;
-	if (pthread_getcpuclockid(pthread_self(), &tm->id[0]))
-		return;
-#pragma omp parallel
-	{
-		const int k = omp_get_thread_num();
-		clockid_t id;
-		if (k > 0 && k < TUNE_TEAM && !pthread_getcpuclockid(pthread_self(), &id))
-			tm->id[k] = id;
-		else if (k > 0 && k < TUNE_TEAM)
-			tm->id[k] = tm->id[0]; /* cannot happen; counted twice then */
-#pragma omp single
-		n = omp_get_num_threads();
-	}
-	tm->n = n < 1 ? 1 : n > TUNE_TEAM ? TUNE_TEAM : n;
-}
-
-/* The team's CPU time, seconds. */
-static double tune_team_s(const struct tune_team *tm)
-{
-	double s = 0;
-	for (int k = 0; k < tm->n; k++)
-		s += clock_s(tm->id[k]);
-	return s;
-}
-
-/* The median of v[0..n) (sorts v). */
-static double median(double *v, int n)
-{
-	for (int i = 1; i < n; i++) /* insertion sort: n <= TUNE_ROUNDS */
-		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-			const double t = v[j];
-			v[j] = v[j - 1], v[j - 1] = t;
-		}
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-#define TUNE_ROUNDS 31
-/* The least window the run-queue wait is read over (time_plans), s: the
- * timed runs of a small op (31 rounds of 3 candidates of 10-50 us: 1-5 ms)
- * fit between two of the scheduler's slices on a busy core (~3-4 ms here),
- * so their wait read 0 or a whole slice; 10 ms holds a few. */
-#define TUNE_WAIT_MIN_S 0.010
-
-/* What a timing ran under (time_plans), for tune_choose. */
-struct tune_cond {
-	double wait; /* run-queue wait of the process's threads, summed, s/s; < 0 not measured */
-	int team;    /* the smaller of kiln's and oneDNN's adaptive teams as the timed runs
-		      * began; 0 for an op that runs on one thread on any team */
-	int changed; /* either team changed size from the warm-up to the last run */
-};
-
-/* The process's threads' run-queue wait over the timed runs, in seconds a
- * second, into w (< 0 not measured).  KILN_CPU_TUNEWAIT, the tests' hook,
- * stands for the whole reading: that wait, on a steady team of the
- * context's size (make check sets it to 0 so that a test's cache stays
- * confident on a loaded machine, where the adaptive team shrinks too). */
-static void tune_wait(struct cpu_ctx *c, const struct cpu_wait_mark *m, struct tune_cond *w)
-{
-	const char *hook = getenv("KILN_CPU_TUNEWAIT");
-	if (!hook || !*hook) {
-		w->wait = cpu_wait_end(m);
-		return;
-	}
-	w->wait = common_strtod(hook, NULL);
-	w->team = w->team ? c->threads : 0;
-	w->changed = 0;
-}
-
-/* Seconds of one run of each of the n plans q[] on scratch tensors of
- * op's shapes (both < 0 when a plan failed to run), and *w what they ran
- * under: the run-queue wait of every thread of the process (tune_wait;
- * the timing thread's alone read 0.00-0.14 s/s while a busy loop starved
- * its team's other thread: it sleeps at the barrier, and sleeping is no
- * wait), over the timed runs (5 to
- * 31, which interleave the candidates so that a load spike hits each),
- * and the adaptive team then (struct tune_cond):
- * wall[k] the median of candidate k's wall times, cpu[k] the median of the
- * CPU time its runs took on the timing thread's OpenMP team (each
- * thread's exact clock: tune_team_get).  tune_choose takes the wall
- * times on a quiet machine, what a step will take; the team's CPU time
- * under contention, which leaves out each thread's preemptions.  Process
- * CPU time, taken before, read a 2-thread op's worker at timer ticks only
- * and picked against the wall clock in 3 of 6 of the bf16 CNN's 2-thread
- * choices; the minimum of wall times, before that, flipped the choice on
- * a loaded machine (one lucky run decides; docs/PERFORMANCE.md, "Issue
- * 23, session 10", "Session 14: the tuner's measure"). */
-static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *wall, double *cpu,
-		       struct tune_cond *w)
-{
-	struct kiln_op_args a;
-	struct cpu_wait_mark m;
-	size_t ws = 0;
-	/* the team: a change counted from before the warm-up (cpu_exec ticks
-	 * the adaptive team), its size read as the timed runs begin */
-	const int64_t changes = cpu_team_changes(&c->team);
-	w->wait = -1;
-	w->team = w->changed = 0;
-	double rw[CPU_CONV_IMPLS > 3 ? CPU_CONV_IMPLS : 3][TUNE_ROUNDS];
-	double rc[CPU_CONV_IMPLS > 3 ? CPU_CONV_IMPLS : 3][TUNE_ROUNDS];
-	struct tune_team tm;
-	for (int k = 0; k < n; k++) {
-		wall[k] = cpu[k] = -1;
-		if (q[k]->workspace > ws)
-			ws = q[k]->workspace;
-	}
-	char *buf = cpu_scratch_args(q[0], ws, 0, &a, NULL);
-	if (!buf)
-		return;
-
-	struct cpu_err e;
-	double first = 0;
-	for (int k = 0; k < n; k++) { /* warm-up: first-touch, caches, JIT */
-		const double t0 = now_s();
-		if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
-			goto out;
-		const double dt = now_s() - t0;
-		if (dt > first)
-			first = dt;
-	}
-	/* at least 5 rounds, more for short ops: about 30 ms per candidate */
-	int rounds = first > 0 ? (int)(0.03 / first) : TUNE_ROUNDS;
-	rounds = rounds < 5 ? 5 : rounds > TUNE_ROUNDS ? TUNE_ROUNDS : rounds;
-	tune_team_get(&tm);
-	if (!cpu_op_one_thread(&q[0]->op)) {
-		const int k = __atomic_load_n(&c->team.size, __ATOMIC_RELAXED), d = cpu_team_dnn(&c->team);
-		w->team = k < d ? k : d;
-	}
-	cpu_wait_begin_all(&m);
-	const double start = now_s();
-	for (int r = 0; r < rounds; r++)
-		for (int k = 0; k < n; k++) {
-			const double w0 = now_s(), c0 = tune_team_s(&tm);
-			if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
-				goto out;
-			rc[k][r] = tune_team_s(&tm) - c0;
-			rw[k][r] = now_s() - w0;
-		}
-	/* a small op: more (untimed) rounds until the wait's window is
-	 * TUNE_WAIT_MIN_S */
-	double window;
-	while ((window = now_s() - start) < TUNE_WAIT_MIN_S)
-		for (int k = 0; k < n; k++)
-			if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
-				goto out;
-	w->changed = cpu_team_changes(&c->team) != changes;
-	tune_wait(c, &m, w);
-	for (int k = 0; k < n; k++) {
-		wall[k] = median(rw[k], rounds);
-		cpu[k] = median(rc[k], rounds);
-	}
-	{ /* both measures, for a check on a quiet machine (debug level) */
-		char s0[96], s1[160] = "";
-		size_t len = 0;
-		for (int k = 0; k < n && len < sizeof s1; k++) {
-			const int got = common_snprintf_c(s1 + len, sizeof s1 - len, "%s%.3f/%.3f", k ? ", " : "",
-							  1e3 * wall[k], 1e3 * cpu[k]);
-			len += got > 0 ? (size_t)got : sizeof s1;
-		}
-		c->host->log(KILN_LOG_DEBUG, "cpu",
-			     "timed %s %s: %d candidates x %d runs, team of %d, wait %.2f s/s over %.1f ms; median wall/team CPU ms: %s; adaptive team %d of %d%s",
-			     cpu_op_name(q[0]->op.type), cpu_desc_str(&q[0]->op.in[0], s0, sizeof s0), n, rounds,
-			     tm.n, w->wait, 1e3 * window, s1, w->team, c->threads,
-			     w->changed ? ", changed meanwhile" : "");
-	}
-out:
-	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
-	free(buf);
-	/* a frozen conv timed as it runs (its weights reordered once, or
-	 * Winograd's transformed once), but from scratch weights: the first
-	 * real run makes them again */
-	for (int k = 0; k < n; k++)
-		for (const struct cpu_plan *x = q[k]; x; x = x->inner) {
-			cpu_dnn_w_forget(x->dnn);
-			cpu_wino_forget(x->wino);
-		}
 }
 
 /* One operand of tune_key: dtype, layout, rank and the dims it has. */
@@ -460,17 +169,17 @@ static void tune_key(const struct kiln_op *op, struct kiln_op *key)
  * thread (or on oneDNN's 2-thread kernel with one thread starved) is not
  * the 2-thread choice (docs/PERFORMANCE.md, "Session 36: the tuner while
  * the team shrinks"). */
-static int tune_contended(const struct tune_cond *w, int threads)
+static int tune_contended(const struct cpu_tune_cond *w, int threads)
 {
 	return w->wait > CPU_WAIT_BUSY || (w->team && w->team < threads) || (w->team && w->changed);
 }
 
 /* The choice rule, the one place it is: of the n candidates timed
- * (time_plans; < 0 failed), the fastest, the first on a tie or a failure;
+ * (cpu_tune_time_plans; < 0 failed), the fastest, the first on a tie or a failure;
  * *provisional when timed under contention (tune_contended; `threads` the
  * context's).  By wall time when quiet, by the team's CPU time when
  * provisional; *t the figures it went by. */
-static int tune_choose(const double *wall, const double *cpu, int n, const struct tune_cond *w,
+static int tune_choose(const double *wall, const double *cpu, int n, const struct cpu_tune_cond *w,
 		       int threads, int *provisional, const double **t)
 {
 	*provisional = tune_contended(w, threads);
@@ -490,7 +199,7 @@ static const char *measure_str(int provisional)
 
 /* ", provisional (...)" for a log line when p; w what the timing ran
  * under, `threads` the context's team. */
-static const char *prov_str(int p, const struct tune_cond *w, int threads, char *s, size_t n)
+static const char *prov_str(int p, const struct cpu_tune_cond *w, int threads, char *s, size_t n)
 {
 	if (!p)
 		return "";
@@ -696,12 +405,12 @@ static kiln_status tune_impl(struct cpu_ctx *c, struct cpu_plan *p,
 		}
 	}
 	double tw[CPU_CONV_IMPLS], tc[CPU_CONV_IMPLS];
-	struct tune_cond w = { -1, 0, 0 };
+	struct cpu_tune_cond w = { -1, 0, 0 };
 	const double *t = tw;
 	int prov = 0;
 	best = 0;
 	if (n > 1) {
-		time_plans(c, cand, n, tw, tc, &w);
+		cpu_tune_time_plans(c, cand, n, tw, tc, &w);
 		const int fast = best = tune_choose(tw, tc, n, &w, c->threads, &prov, &t);
 		if (best && t[0] >= 0 && t[best] > margin * t[0])
 			best = 0; /* not by enough: the first */
@@ -1055,7 +764,7 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 		}
 	}
 	double tw[3] = { -1, -1, -1 }, tc[3] = { -1, -1, -1 };
-	struct tune_cond w;
+	struct cpu_tune_cond w;
 	const double *t;
 	int prov;
 	/* below avx512_core both candidates of a convolution or GEMM are the
@@ -1071,10 +780,10 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 	if (no_f32) { /* the two bf16 kernels; the f32 one failed, as it were */
 		struct cpu_plan *two[2] = { p, cand[2] };
 		double w2[2], c2[2];
-		time_plans(c, two, 2, w2, c2, &w);
+		cpu_tune_time_plans(c, two, 2, w2, c2, &w);
 		tw[0] = w2[0], tc[0] = c2[0], tw[2] = w2[1], tc[2] = c2[1];
 	} else {
-		time_plans(c, cand, same ? 1 : n, tw, tc, &w);
+		cpu_tune_time_plans(c, cand, same ? 1 : n, tw, tc, &w);
 	}
 	if (same) {
 		tw[1] = tw[0];
