@@ -1,5 +1,5 @@
 /* tests/check_cpu_async.c - [plugin.cpu] async = auto on a data-parallel
- * rank (plugins/cpu/cpu.c, cpu_async_rule; stream.c, cpu_streams_set_async):
+ * rank (plugins/cpu/async_auto.c, cpu_async_rule; stream.c, cpu_streams_set_async):
  * the device opens async (the open's rule: several ranks), then the
  * step's workload (KILN_PROC_WORKLOAD, ABI 2.14) decides.  A host function
  * on a stream tells which: sync streams run it on the calling thread, async

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/cpu_async.sh - [plugin.cpu] async's default, `auto`: off for one
-# process; on a rank of a data-parallel run, the rule of cpu.c's
+# process; on a rank of a data-parallel run, the rule of async_auto.c's
 # cpu_async_rule once `kiln train` has told the device the step's
 # workload (KILN_PROC_WORKLOAD): async where the gradients are >= 4 MiB and
 # the forward >= 256 MFLOP a step (bench/'s fp32 CNN), sync where not

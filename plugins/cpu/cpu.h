@@ -57,7 +57,7 @@ enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32, CPU_KERN_BF16_2, CPU_KERN_RUL
 #define CPU_CONV_IMPLS 3
 
 /* async = auto's watch on a data-parallel rank that the rule made sync
- * (cpu.c, cpu_async_watch): the run-queue wait of the issuing thread
+ * (async_auto.c, cpu_async_watch): the run-queue wait of the issuing thread
  * over intervals of CPU_WATCH_INTERVAL_NS. */
 struct cpu_async_watch {
 	int on;             /* watching (the rule chose sync) */
@@ -539,7 +539,7 @@ void cpu_tune_add(struct cpu_ctx *c, const struct kiln_op *op, const struct cpu_
 int cpu_tune_each(struct cpu_ctx *c, void (*fn)(void *, const struct kiln_op *, const struct cpu_tune_val *),
 		  void *arg);
 
-/* ---- contention now (cpu.c): the async rule's probe, the tune's timing ---- */
+/* ---- contention now (async_auto.c): the async rule's probe, the tune's timing ---- */
 /* busy: the thread waited for a CPU more than this, in seconds a second of
  * wall time (the async rule's probe and watch, tune.c's timing) */
 #define CPU_WAIT_BUSY 0.25
@@ -665,8 +665,16 @@ static inline void cpu_async_put(struct cpu_ctx *c, int on)
 }
 /* async = auto after the rule chose sync: called by the thread that issues
  * the device's work, at an event record (cpu_event_record); once its
- * threads wait for a CPU, the streams turn async (cpu.c). */
+ * threads wait for a CPU, the streams turn async (async_auto.c). */
 void cpu_async_watch(struct cpu_ctx *c);
+/* [plugin.cpu] async at open: *async 0 or 1 as set, or auto's choice
+ * from opts (ranks, peers); *rule 1 where a data-parallel rank's workload
+ * decides (cpu_workload).  A config error as the host reports it. */
+kiln_status cpu_async_choice(const struct kiln_host *host, const struct kiln_config *cfg,
+			     const struct kiln_device_options *opts, int *async, int *rule);
+/* KILN_PROC_WORKLOAD: async = auto's rule on a data-parallel rank, then
+ * the watch where it chose sync (async_auto.c). */
+kiln_status cpu_workload(void *ctx, const struct kiln_workload *w);
 kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
 			   void *stream);
 kiln_status cpu_event_record(void *ctx, void *event, void *stream);
