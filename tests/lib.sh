@@ -163,8 +163,8 @@ need_source() {
 }
 
 # shim_build: tests/shim_fault.c, the LD_PRELOAD shim whose faults (failed
-# allocations, cut pwrites, a stopped clock) its environment variables
-# choose, built into $shim; non-zero, the compiler's messages in
+# allocations, cut pwrites and reads, a stopped clock) its environment
+# variables choose, built into $shim; non-zero, the compiler's messages in
 # $tmp/shim.err, where it cannot be (not glibc: no __libc_malloc)
 shim="$tmp/shim.so"
 shim_build() {

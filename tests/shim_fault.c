@@ -21,12 +21,17 @@
  * pwrite()/pwrite64() of more than one byte with EINTR, the first
  * included, and lets the others write half of what they ask.
  *
+ * Reads (tests/idx_eintr.sh): SHIM_READ_PATH=TEXT does the same to every
+ * read(), pread() and pread64() of a file whose path holds TEXT (at least
+ * one byte transferred: a read of one byte is counted, and not cut).
+ *
  * Clock (tests/json_nonfinite.sh): SHIM_CLOCK_STOP=1 stops CLOCK_MONOTONIC
  * at 1000 s: every call returns the same time. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>  /* snprintf */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -43,12 +48,16 @@ extern void *__libc_memalign(size_t, size_t);
 static long alloc_at = 0, alloc_bytes = -1, alloc_count = 0;
 static const char *alloc_from, *alloc_dlopen, *alloc_hit;
 static int pwrite_cut, clock_stop;
+static const char *read_path;
 static __thread int in_dlopen, in_dladdr;
 
 static int (*real_posix_memalign)(void **, size_t, size_t);
 static void *(*real_dlopen)(const char *, int);
 static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
 static ssize_t (*real_pwrite64)(int, const void *, size_t, off_t);
+static ssize_t (*real_read)(int, void *, size_t);
+static ssize_t (*real_pread)(int, void *, size_t, off_t);
+static ssize_t (*real_pread64)(int, void *, size_t, off_t);
 static int (*real_clock_gettime)(clockid_t, struct timespec *);
 
 /* the next definition of NAME, resolved once (in the constructor; lazily
@@ -75,6 +84,9 @@ __attribute__((constructor)) static void shim_init(void)
 	REAL(real_pwrite, "pwrite");
 	REAL(real_pwrite64, "pwrite64");
 	REAL(real_clock_gettime, "clock_gettime");
+	REAL(real_read, "read");
+	REAL(real_pread, "pread");
+	REAL(real_pread64, "pread64");
 	if (!is_kiln())
 		return;
 	const char *s;
@@ -85,6 +97,7 @@ __attribute__((constructor)) static void shim_init(void)
 	alloc_hit = getenv("SHIM_ALLOC_HIT");
 	pwrite_cut = (s = getenv("SHIM_PWRITE_CUT")) && atoi(s);
 	clock_stop = (s = getenv("SHIM_CLOCK_STOP")) && atoi(s);
+	read_path = getenv("SHIM_READ_PATH");
 	if ((s = getenv("SHIM_ALLOC_NTH"))) /* last: the filters are in place */
 		alloc_at = atol(s);
 }
@@ -158,18 +171,38 @@ void *dlopen(const char *path, int flags)
 	return h;
 }
 
-/* *n halved, or 1 for an EINTR: every other call of more than a byte */
-static int pwrite_cuts(size_t *n)
+/* 1: fail this call with EINTR, every other one counted by *calls (the
+ * first included); else *n halved (a byte left as it is) */
+static int cut(int *calls, size_t *n)
 {
-	static int calls;
-	if (!pwrite_cut || *n <= 1)
-		return 0;
-	if (__atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) % 2 == 0) {
+	if (__atomic_fetch_add(calls, 1, __ATOMIC_RELAXED) % 2 == 0) {
 		errno = EINTR;
 		return 1;
 	}
-	*n /= 2;
+	if (*n > 1)
+		*n /= 2;
 	return 0;
+}
+
+static int pwrite_cuts(size_t *n)
+{
+	static int calls;
+	return pwrite_cut && *n > 1 && cut(&calls, n);
+}
+
+/* a read of fd, whose path holds SHIM_READ_PATH: cut */
+static int read_cuts(int fd, size_t *n)
+{
+	static int calls;
+	char l[64], p[4096];
+	if (!read_path)
+		return 0;
+	snprintf(l, sizeof l, "/proc/self/fd/%d", fd);
+	const ssize_t k = readlink(l, p, sizeof p - 1);
+	if (k <= 0)
+		return 0;
+	p[k] = 0;
+	return strstr(p, read_path) && cut(&calls, n);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
@@ -189,4 +222,19 @@ int clock_gettime(clockid_t id, struct timespec *ts)
 	ts->tv_sec = 1000;
 	ts->tv_nsec = 0;
 	return 0;
+}
+
+ssize_t read(int fd, void *b, size_t n)
+{
+	return read_cuts(fd, &n) ? -1 : REAL(real_read, "read")(fd, b, n);
+}
+
+ssize_t pread(int fd, void *b, size_t n, off_t off)
+{
+	return read_cuts(fd, &n) ? -1 : REAL(real_pread, "pread")(fd, b, n, off);
+}
+
+ssize_t pread64(int fd, void *b, size_t n, off_t off)
+{
+	return read_cuts(fd, &n) ? -1 : REAL(real_pread64, "pread64")(fd, b, n, off);
 }
