@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "../plugins/common/spin_rule.h" /* common_omp_env_defaults */
+#include "../plugins/common/utf8.h" /* common_utf8_len: cli_json_str */
 
 #include <ctype.h>
 #include <errno.h>
@@ -68,24 +69,6 @@ int cli_store_token(void)
 	return setenv("KILN_STORE_TOKEN", hex, 1) ? errno : 0;
 }
 
-/* The length (2..4) of the well-formed UTF-8 sequence of a code point
- * above U+007F at p (RFC 3629: no overlong form, no surrogate, at most
- * U+10FFFF), else 0. */
-static int utf8_seq_len(const unsigned char *p)
-{
-	const int n = p[0] >= 0xC2 && p[0] <= 0xDF ? 2 : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
-		    : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : 0;
-	/* the second byte's range, narrower after E0, ED, F0 and F4 */
-	const unsigned char lo = p[0] == 0xE0 ? 0xA0 : p[0] == 0xF0 ? 0x90 : 0x80;
-	const unsigned char hi = p[0] == 0xED ? 0x9F : p[0] == 0xF4 ? 0x8F : 0xBF;
-	if (!n || p[1] < lo || p[1] > hi)
-		return 0;
-	for (int i = 2; i < n; i++)
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-	return n;
-}
-
 void cli_json_str(FILE *f, const char *s)
 {
 	fputc('"', f);
@@ -97,7 +80,7 @@ void cli_json_str(FILE *f, const char *s)
 			fprintf(f, "\\u%04x", *p);
 		else if (*p < 0x80)
 			fputc(*p, f);
-		else if ((n = utf8_seq_len(p))) {
+		else if ((n = common_utf8_len(p))) {
 			fwrite(p, 1, (size_t)n, f);
 			p += n - 1;
 		} else /* a byte of no well-formed sequence: U+FFFD, the replacement character */

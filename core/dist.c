@@ -161,7 +161,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	kiln_status st;
 	struct kiln_dist_env env;
 	const char *comm = kiln_config_get(cfg, "run", "comm");
-	double timeout = 300, heartbeat = 30;
+	double timeout = 0, heartbeat = 0;
 	*out = NULL;
 	if ((st = kiln_dist_env_read(&env)))
 		return st;
@@ -182,12 +182,15 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	d->env = env;
 	d->dev = dev;
-	d->bucket_mb = 25;
-	d->overlap = 1;
-	kiln_config_get_float(cfg, "dist", "timeout", &timeout);
-	kiln_config_get_float(cfg, "dist", "heartbeat", &heartbeat);
-	kiln_config_get_float(cfg, "dist", "bucket_mb", &d->bucket_mb);
-	kiln_config_get_bool(cfg, "dist", "overlap", &d->overlap);
+	/* unset, the schema's defaults (core/schema.c): no second copy here
+	 * (overlap's 1 stood here and in core/train_buffers.c) */
+	if ((st = kiln_config_get_float(cfg, "dist", "timeout", &timeout)) ||
+	    (st = kiln_config_get_float(cfg, "dist", "heartbeat", &heartbeat)) ||
+	    (st = kiln_config_get_float(cfg, "dist", "bucket_mb", &d->bucket_mb)) ||
+	    (st = kiln_config_get_bool(cfg, "dist", "overlap", &d->overlap))) {
+		free(d);
+		return st;
+	}
 	kiln_config_get_bool(cfg, "dist", "timing", &d->timing);
 	kiln_config_get_bool(cfg, "dist", "sync_bn", &d->sync_bn);
 	{
@@ -752,6 +755,11 @@ void kiln_dist_overlap_next(struct kiln_dist *d, int on)
 {
 	if (d)
 		d->overlap_now = on && d->overlap;
+}
+
+int kiln_dist_overlap(const struct kiln_dist *d)
+{
+	return d && d->overlap;
 }
 
 

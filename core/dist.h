@@ -101,6 +101,8 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute);
  * second buffer added after it): buckets then start during it, each
  * after its ready layer's backward (with [dist] overlap). */
 void kiln_dist_overlap_next(struct kiln_dist *d, int on);
+/* [dist] overlap as read when d opened (0 for NULL: one process) */
+int kiln_dist_overlap(const struct kiln_dist *d);
 /* After the last micro-step's backward (and accumulation's add):
  * start the buckets that have not started, and make `compute` wait for all
  * of them before the optimizer. */

@@ -326,16 +326,13 @@ static void write_cell(FILE *f, const struct kiln_log_record *r, const char *nam
 		fputs(r->set, f);
 		return;
 	}
+	/* the field's text (kiln_loggers_record): metrics.jsonl's digits,
+	 * '.' whatever the application's locale, whose ',' would split the
+	 * cell (before session 37 "%.9g": a loss's last digits lost, 0.05f
+	 * as 0.0500000007) */
 	for (int i = 0; i < r->n; i++)
 		if (!strcmp(r->f[i].name, name)) {
-			char v[40]; /* '.' whatever the application's locale: its ',' would split the cell */
-			if (r->f[i].kind == KILN_LOG_INT)
-				snprintf(v, sizeof v, "%lld", (long long)r->f[i].v);
-			else /* metrics.jsonl's digits (before session 37 "%.9g":
-			      * a loss's last digits lost, 0.05f as 0.0500000007) */
-				kiln_log_real_text(v, sizeof v, r->f[i].v,
-						   r->f[i].kind == KILN_LOG_F32);
-			fputs(v, f);
+			fputs(r->f[i].text, f);
 			return;
 		}
 }

@@ -5,7 +5,6 @@
  * for reading too, so that a run whose out_dir was removed can copy its
  * lines into the recreated one (jsonl_carry). */
 #include "logger.h"
-#include "../plugins/common/c_locale.h" /* common_strtod */
 
 #include <errno.h>
 #include <math.h>
@@ -35,13 +34,12 @@ static kiln_status jsonl_open(const char *dir, int resumed, int64_t step, void *
 	return KILN_OK;
 }
 
-/* A real as JSON text: kiln_log_real_text's digits, written as jansson
- * writes a real (a ".0" when they have neither '.' nor an exponent, so that
- * a reader gets a real back; the exponent without '+' and leading zeros:
- * 1e-5, 1.5e20).  v finite. */
-static void real_json(char *t, size_t n, double v)
+/* A real's digits t (kiln_log_real_text's) as JSON text, in place, as
+ * jansson writes a real (a ".0" when they have neither '.' nor an
+ * exponent, so that a reader gets a real back; the exponent without '+'
+ * and leading zeros: 1e-5, 1.5e20).  t has room for 2 more bytes. */
+static void real_layout(char *t)
 {
-	kiln_log_real_text(t, n - 2, v, 0);
 	char *e = strchr(t, 'e');
 	if (!e && !strchr(t, '.'))
 		strcat(t, ".0");
@@ -51,6 +49,24 @@ static void real_json(char *t, size_t n, double v)
 			z++;
 		memmove(d, z, strlen(z) + 1);
 	}
+}
+
+/* A real as JSON text: kiln_log_real_text's digits, real_layout's form.
+ * v finite. */
+static void real_json(char *t, size_t n, double v)
+{
+	kiln_log_real_text(t, n - 2, v, 0);
+	real_layout(t);
+}
+
+/* s as a JSON string onto f, as jansson writes it.  Nonzero: a write
+ * failed, or out of memory (or s is not UTF-8). */
+static int dump_string(FILE *f, const char *s)
+{
+	json_t *k = json_string(s);
+	const int bad = !k || json_dumpf(k, f, JSON_ENCODE_ANY);
+	json_decref(k);
+	return bad;
 }
 
 /* v as JSON text onto f, as json_dumpf(JSON_COMPACT) writes it but for
@@ -69,12 +85,9 @@ static int dump(FILE *f, json_t *v)
 	switch (json_typeof(v)) {
 	case JSON_OBJECT:
 		bad = fputc('{', f) < 0;
-		json_object_foreach(v, key, x) {
-			json_t *k = json_string(key);
-			bad = bad || !k || (i++ && fputc(',', f) < 0) ||
-			      json_dumpf(k, f, JSON_ENCODE_ANY) || fputc(':', f) < 0 || dump(f, x);
-			json_decref(k);
-		}
+		json_object_foreach(v, key, x)
+			bad = bad || (i++ && fputc(',', f) < 0) || dump_string(f, key) ||
+			      fputc(':', f) < 0 || dump(f, x);
 		return bad || fputc('}', f) < 0;
 	case JSON_ARRAY:
 		bad = fputc('[', f) < 0;
@@ -97,32 +110,73 @@ static kiln_status jsonl_event(void *ctx, json_t *obj)
 	return KILN_OK;
 }
 
-/* A number as JSON: integers as integers, non-finite ones as null, a
- * float32 as the double its shortest text reads back as (that double's
- * shortest text is the same text, the 17 digits of a double being more
- * than a float32's 9: real_json prints "0.05" for an lr of 0.05f). */
-static json_t *number(const struct kiln_log_field *f)
+/* A float32's text (at most 9 digits, %.<p>g with p from 6 to 9) as the
+ * double it reads back as prints (kiln_log_real_text: the same digits, a
+ * double's 15 keeping them), into t: laid out by %.15g's rule, which
+ * writes out an exponent from p to 14 ("1e+07": 10000000).  metrics.jsonl
+ * has held that double's text since session 37 (a float32 as the double
+ * its shortest text reads back as: "0.05" for an lr of 0.05f); the CSV
+ * tables the float32's text. */
+static void f32_as_double(char *t, const char *s)
+{
+	const char *e = strchr(s, 'e');
+	const int x = e ? atoi(e + 1) : -1;
+	if (x < 0 || x >= 15) {
+		strcpy(t, s);
+		return;
+	}
+	int nd = 0;
+	if (*s == '-')
+		*t++ = *s++;
+	for (; s < e; s++)
+		if (*s != '.')
+			*t++ = *s, nd++;
+	for (; nd <= x; nd++)
+		*t++ = '0';
+	*t = 0;
+}
+
+/* Field f's value as JSON onto out: integers as integers, non-finite
+ * numbers as null, reals as real_layout writes their text.  Nonzero: a
+ * write failed. */
+static int field_json(FILE *out, const struct kiln_log_field *f)
 {
 	char t[40];
 	if (f->kind == KILN_LOG_INT)
-		return json_integer((json_int_t)f->v);
+		return fputs(f->text, out) < 0;
 	if (!isfinite(f->v))
-		return json_null();
-	if (f->kind != KILN_LOG_F32)
-		return json_real(f->v);
-	kiln_log_real_text(t, sizeof t, f->v, 1);
-	return json_real(common_strtod(t, NULL));
+		return fputs("null", out) < 0;
+	if (f->kind == KILN_LOG_F32)
+		f32_as_double(t, f->text);
+	else
+		strcpy(t, f->text);
+	real_layout(t);
+	return fputs(t, out) < 0;
 }
 
+/* {"event": event, "set": set, name: value, ...}, made whole before a
+ * byte of it is written (a string jansson refuses, out of memory: no
+ * part line); each value from its field's text (kiln_loggers_record). */
 static kiln_status jsonl_record(void *ctx, const struct kiln_log_record *r)
 {
-	json_t *obj = json_object();
-	int bad = !obj || json_object_set_new(obj, "event", json_string(r->event)) ||
-		  (r->set && json_object_set_new(obj, "set", json_string(r->set)));
+	struct jsonl *j = ctx;
+	char *line = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&line, &len);
+	int bad = !m || fputc('{', m) < 0 || dump_string(m, "event") || fputc(':', m) < 0 ||
+		  dump_string(m, r->event) ||
+		  (r->set && (fputs(",", m) < 0 || dump_string(m, "set") || fputc(':', m) < 0 ||
+			      dump_string(m, r->set)));
 	for (int i = 0; !bad && i < r->n; i++)
-		bad = json_object_set_new(obj, r->f[i].name, number(&r->f[i]));
-	kiln_status st = bad ? kiln_error(KILN_ENOMEM, "out of memory") : jsonl_event(ctx, obj);
-	json_decref(obj);
+		bad = fputc(',', m) < 0 || dump_string(m, r->f[i].name) || fputc(':', m) < 0 ||
+		      field_json(m, &r->f[i]);
+	bad = (m && fclose(m)) || bad;
+	kiln_status st = KILN_OK;
+	if (bad)
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+	else if (fputs(line, j->f) < 0 || fputs("}\n", j->f) < 0 || fflush(j->f) || ferror(j->f))
+		st = kiln_error(KILN_EIO, "%s: cannot write: %s", j->path, strerror(errno));
+	free(line);
 	return st;
 }
 

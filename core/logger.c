@@ -220,8 +220,18 @@ static void drop(struct kiln_loggers *L, int i)
 
 void kiln_loggers_record(struct kiln_loggers *L, const struct kiln_log_record *r)
 {
-	for (int i = 0; L && i < L->n; i++)
-		if (L->ops[i]->record && L->ops[i]->record(L->ctx[i], r))
+	if (!L || !L->n)
+		return;
+	struct kiln_log_record c = *r; /* with its fields' texts, for every logger */
+	for (int i = 0; i < c.n; i++) {
+		struct kiln_log_field *f = &c.f[i];
+		if (f->kind == KILN_LOG_INT)
+			snprintf(f->text, sizeof f->text, "%lld", (long long)f->v);
+		else
+			kiln_log_real_text(f->text, sizeof f->text, f->v, f->kind == KILN_LOG_F32);
+	}
+	for (int i = 0; i < L->n; i++)
+		if (L->ops[i]->record && L->ops[i]->record(L->ctx[i], &c))
 			drop(L, i--);
 }
 

@@ -33,12 +33,17 @@ enum kiln_log_kind {
 	KILN_LOG_F32 = 2,
 };
 
-/* One number of a record, named as in metrics.jsonl; v holds it exactly
- * (a float32's or an integer's value too). */
+/* One number of a record, named as in metrics.jsonl (a name once a
+ * record); v holds it exactly (a float32's or an integer's value too).
+ * text: its digits, "%lld" or kiln_log_real_text's, filled in by
+ * kiln_loggers_record for every logger: the shortest-text search runs
+ * once a field, not once in each logger (before session 38 a float32's
+ * ran three times: metrics.jsonl's two, the CSV table's one). */
 struct kiln_log_field {
 	const char *name;
 	double v;
 	enum kiln_log_kind kind;
+	char text[32];
 };
 
 #define KILN_LOG_FIELDS 16
@@ -59,7 +64,7 @@ static inline void kiln_log_add(struct kiln_log_record *r, const char *name, dou
 				enum kiln_log_kind kind)
 {
 	if (r->n < KILN_LOG_FIELDS)
-		r->f[r->n++] = (struct kiln_log_field){ name, v, kind };
+		r->f[r->n++] = (struct kiln_log_field){ name, v, kind, "" };
 }
 
 /* The text a logger writes for a real v (C locale, whatever the

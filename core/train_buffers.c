@@ -114,8 +114,7 @@ static kiln_status prep_accumulate(struct trainer *t)
 		/* on ranks (not a pipeline's: kiln_dist_pipe_overlap says its
 		 * own) the buckets start in the last micro-step's backward
 		 * when its ops make the sum (micro_ops) */
-		int ov = 1;
-		kiln_config_get_bool(t->cfg, "dist", "overlap", &ov);
+		const int ov = kiln_dist_overlap(t->dist);
 		const char *when = t->world < 2 || t->pipe ? ""
 				   : !ov   ? "; the buckets start after the last micro-batch's backward ([dist] overlap = 0)"
 				   : in_ops ? "; the buckets start during the last micro-batch's backward"

@@ -6,6 +6,7 @@
 #include "train.h"
 #include "../plugins/common/scalar_ops.h" /* common_scaler_backoff: the devices' rule */
 #include "../plugins/common/c_locale.h" /* common_snprintf_c */
+#include "../plugins/common/utf8.h" /* common_utf8_len */
 
 #include <math.h>
 #include <stdio.h>
@@ -87,31 +88,6 @@ void trainer_jsonl(struct trainer *t, json_t *obj)
 	kiln_loggers_event(t->log, obj);
 }
 
-/* The length of the UTF-8 sequence at p (1-4), 0 where it is not one
- * (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF). */
-static int utf8_len(const unsigned char *p)
-{
-	const unsigned c = p[0];
-	int n;
-	unsigned lo = 0x80, hi = 0xbf;
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		n = 2;
-	else if (c >= 0xe0 && c <= 0xef)
-		n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-	else if (c >= 0xf0 && c <= 0xf4)
-		n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-	else
-		return 0;
-	if (p[1] < lo || p[1] > hi)
-		return 0;
-	for (int i = 2; i < n; i++)
-		if (p[i] < 0x80 || p[i] > 0xbf)
-			return 0;
-	return n;
-}
-
 json_t *trainer_json_text(const char *s)
 {
 	json_t *j = json_string(s);
@@ -122,7 +98,7 @@ json_t *trainer_json_text(const char *s)
 	if (!u)
 		return NULL;
 	for (const unsigned char *p = (const unsigned char *)s; *p;) {
-		const int k = utf8_len(p);
+		const int k = common_utf8_len(p);
 		if (k) {
 			memcpy(o, p, (size_t)k);
 			o += k, p += k;

@@ -11,89 +11,20 @@
 # And a plugin file whose dlopen ran out of memory was "no source plugin
 # named 'idx'", a config error (exit 2): now KILN_ENOMEM, exit 1.
 #
-# An LD_PRELOAD shim built here fails the Nth allocation of SIZE bytes of
-# the kiln process (not of the libtool wrapper's shell), or (OOM_DLOPEN)
-# the Nth made inside a dlopen of a path holding that text, and leaves a
-# file saying it did.  The strings have lengths of their own (the override's
-# where, a layer named at length), so each sweep over N is a few runs and
-# holds whatever else the build allocates.  A sweep ends at the first N no
+# The LD_PRELOAD shim (tests/shim_fault.c) fails the Nth allocation of SIZE
+# bytes of the kiln process (not of the libtool wrapper's shell), or
+# (SHIM_ALLOC_DLOPEN) the Nth made inside a dlopen of a path holding that
+# text, and leaves a file saying it did.  The strings have lengths of their
+# own (the override's where, a layer named at length), so each sweep over N
+# is a few runs and holds whatever else the build allocates.  A sweep ends at the first N no
 # allocation reached.  (oneDNN's engine and gloo's static initialisers do
 # not survive a failed allocation: their sizes are not the ones swept.)
 name=alloc_fail
 . "$(dirname "$0")/lib.sh"
-CC=${CC:-cc}
 need_source synthetic
 need_source idx
 
-cat >"$tmp/oom.c" <<'CEOF'
-#define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-#include <dlfcn.h>
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-static long at, size, count;
-static const char *hit, *dlpath;
-static __thread int in_dl;
-__attribute__((constructor)) static void init(void)
-{
-	char exe[4096];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	const char *s = getenv("OOM_AT");
-	if (n <= 0 || !s)
-		return;
-	exe[n] = 0;
-	const char *b = strrchr(exe, '/');
-	b = b ? b + 1 : exe;
-	if (strcmp(b, "kiln") && strcmp(b, "lt-kiln"))
-		return;
-	at = atol(s);
-	size = getenv("OOM_SIZE") ? atol(getenv("OOM_SIZE")) : -1;
-	hit = getenv("OOM_HIT");
-	dlpath = getenv("OOM_DLOPEN");
-}
-static int fail(size_t n)
-{
-	if (at <= 0 || (dlpath && !in_dl) || (size >= 0 && n != (size_t)size) ||
-	    __atomic_add_fetch(&count, 1, __ATOMIC_RELAXED) != at)
-		return 0;
-	if (hit) {
-		int fd = open(hit, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd >= 0)
-			close(fd);
-	}
-	errno = ENOMEM;
-	return 1;
-}
-void *malloc(size_t n) { return fail(n) ? NULL : __libc_malloc(n); }
-void *calloc(size_t a, size_t b) { return fail(a * b) ? NULL : __libc_calloc(a, b); }
-void *realloc(void *p, size_t n) { return n && fail(n) ? NULL : __libc_realloc(p, n); }
-int posix_memalign(void **p, size_t a, size_t n)
-{
-	if (fail(n))
-		return ENOMEM;
-	return (*p = __libc_memalign(a, n)) ? 0 : ENOMEM;
-}
-void *aligned_alloc(size_t a, size_t n) { return fail(n) ? NULL : __libc_memalign(a, n); }
-void *memalign(size_t a, size_t n) { return fail(n) ? NULL : __libc_memalign(a, n); }
-void *dlopen(const char *path, int flags)
-{
-	static void *(*real)(const char *, int);
-	if (!real)
-		*(void **)&real = dlsym(RTLD_NEXT, "dlopen");
-	const int mine = dlpath && path && strstr(path, dlpath);
-	in_dl += mine;
-	void *h = real(path, flags);
-	in_dl -= mine;
-	return h;
-}
-CEOF
-$CC -shared -fPIC -o "$tmp/oom.so" "$tmp/oom.c" -ldl || fail "cannot build the allocation shim"
+shim_build || { cat "$tmp/shim.err"; fail "cannot build the allocation shim"; }
 
 # a probe cache of the test's own, filled before the sweeps: every run
 # finds the plugins the same way, without probe children (KILN_PROBE_CACHE
@@ -109,13 +40,13 @@ sweep() {
 	_size=$1
 	shift
 	_what="$_size bytes"
-	[ "$_size" -ge 0 ] || _what="any size${OOM_DLOPEN:+ in dlopen($OOM_DLOPEN)}"
+	[ "$_size" -ge 0 ] || _what="any size${SHIM_ALLOC_DLOPEN:+ in dlopen($SHIM_ALLOC_DLOPEN)}"
 	_n=1
 	_oom=0
 	while [ $_n -le 300 ]; do
 		rm -f "$tmp/hit"
 		last="$* (allocation $_n of $_what failing)"
-		OOM_AT=$_n OOM_SIZE=$_size OOM_HIT="$tmp/hit" LD_PRELOAD="$tmp/oom.so" \
+		SHIM_ALLOC_NTH=$_n SHIM_ALLOC_BYTES=$_size SHIM_ALLOC_HIT="$tmp/hit" LD_PRELOAD="$shim" \
 			timeout -k 5 60 "$kiln" "$@" >"$out" 2>"$err"
 		_rc=$?
 		[ -e "$tmp/hit" ] || break
@@ -169,6 +100,6 @@ sweep $((${#layer} + 7)) predict "$tmp/g.ini" --checkpoint "$ck" --eval-set
 
 # 3. the allocations of kiln-loaders.so's dlopen (its libraries' too), in
 # the probe child and in kiln: the source is out of memory, not missing
-OOM_DLOPEN=kiln-loaders.so
-export OOM_DLOPEN
+SHIM_ALLOC_DLOPEN=kiln-loaders.so
+export SHIM_ALLOC_DLOPEN
 sweep -1 config "$srcdir/tests/data/tr_cnn.ini" "data.path=$srcdir/tests/data"

@@ -586,6 +586,41 @@ START_TEST(test_real_digits)
 }
 END_TEST
 
+/* A float32 field's layout in each file, pinned: metrics.jsonl writes the
+ * double its shortest text reads back as, laid out as a double prints
+ * (%.15g's rule: 1e+07 is 10000000.0 there), the tables the float32's
+ * text itself; a non-finite one is null and "nan"/"inf".  Since session
+ * 38 both come from one text a field (kiln_loggers_record). */
+START_TEST(test_f32_layouts)
+{
+	struct kiln_loggers *L = open_loggers("[log]\ncsv = 1\n", 0, 0);
+	struct kiln_log_record r = { .event = "train", .step = 5 };
+	kiln_log_add(&r, "a", 1e7f, KILN_LOG_F32);
+	kiln_log_add(&r, "b", -1.5e10f, KILN_LOG_F32);
+	kiln_log_add(&r, "c", 1e14f, KILN_LOG_F32);
+	kiln_log_add(&r, "d", 1e15f, KILN_LOG_F32);
+	kiln_log_add(&r, "e", 1e-5f, KILN_LOG_F32);
+	kiln_log_add(&r, "f", 1.25e-30f, KILN_LOG_F32);
+	kiln_log_add(&r, "g", 1e6f, KILN_LOG_F32);
+	kiln_log_add(&r, "h", 123456.0f, KILN_LOG_F32);
+	kiln_log_add(&r, "i", 0.0001f, KILN_LOG_F32);
+	kiln_log_add(&r, "j", -0.0f, KILN_LOG_F32);
+	kiln_log_add(&r, "k", INFINITY, KILN_LOG_F32);
+	kiln_log_add(&r, "l", 3e38f, KILN_LOG_F32);
+	kiln_log_add(&r, "m", 100, KILN_LOG_F64);
+	kiln_log_add(&r, "n", -7, KILN_LOG_INT);
+	kiln_log_add(&r, "o", 2.5e-8, KILN_LOG_F64);
+	kiln_loggers_record(L, &r);
+	ck_assert_int_eq(kiln_loggers_close(L), KILN_OK);
+	expect_text("metrics.jsonl",
+		    "{\"event\":\"train\",\"a\":10000000.0,\"b\":-15000000000.0,\"c\":100000000000000.0,"
+		    "\"d\":1e15,\"e\":1e-5,\"f\":1.25e-30,\"g\":1000000.0,\"h\":123456.0,\"i\":0.0001,"
+		    "\"j\":-0.0,\"k\":null,\"l\":3e38,\"m\":100.0,\"n\":-7,\"o\":2.5e-8}\n");
+	expect_text("train.csv", "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o\n"
+				 "1e+07,-1.5e+10,1e+14,1e+15,1e-05,1.25e-30,1e+06,123456,0.0001,-0,inf,3e+38,100,-7,2.5e-08\n");
+}
+END_TEST
+
 /* A table a resumed run cannot append to as it is: a row with more cells
  * than the header has columns (the columns a widening adds at the end
  * would take its extra cells), a first line that is empty (the run wrote
@@ -650,7 +685,7 @@ static Suite *make_log_suite(void)
 		       (const TTest *[]){ test_tensorboard_file, test_csv_tables, test_jsonl,
 						    test_resume_partial_line, test_csv_widen,
 						    test_csv_foreign_header, test_csv_widen_after_removal,
-						    test_jsonl_carry, test_real_digits, test_csv_bad_tables,
+						    test_jsonl_carry, test_real_digits, test_f32_layouts, test_csv_bad_tables,
 						    NULL });
 	return s;
 }

@@ -161,3 +161,12 @@ need_source() {
 	"$kiln" plugins 2>/dev/null | grep -q "^source  *$1 .*available" ||
 		{ echo "SKIP: no $1 source (configure without loaders)"; exit 77; }
 }
+
+# shim_build: tests/shim_fault.c, the LD_PRELOAD shim whose faults (failed
+# allocations, cut pwrites and reads, a stopped clock) its environment
+# variables choose, built into $shim; non-zero, the compiler's messages in
+# $tmp/shim.err, where it cannot be (not glibc: no __libc_malloc)
+shim="$tmp/shim.so"
+shim_build() {
+	${CC:-cc} -shared -fPIC -o "$shim" "$srcdir/tests/shim_fault.c" -ldl 2>"$tmp/shim.err"
+}

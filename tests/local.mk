@@ -242,6 +242,10 @@ TESTS += tests/short_writes.sh tests/json_nonfinite.sh
 endif
 TESTS += tests/report_long_line.sh
 EXTRA_DIST += tests/short_writes.sh tests/json_nonfinite.sh tests/report_long_line.sh
+# the LD_PRELOAD shim of those tests and of oom_named.sh, alloc_fail.sh and
+# idx_eintr.sh (failed allocations, cut pwrites and reads, a stopped clock;
+# tests/lib.sh shim_build)
+EXTRA_DIST += tests/shim_fault.c
 # a failed allocation names its buffer and size: the sample orders of 3e9
 # samples under ulimit -v, small buffers through an LD_PRELOAD shim
 if BUILD_LOADERS

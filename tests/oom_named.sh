@@ -13,7 +13,6 @@
 #     machine (a `ulimit -v` that does lands elsewhere on the next build).
 name=oom_named
 . "$(dirname "$0")/lib.sh"
-CC=${CC:-cc}
 need_source idx
 data="$srcdir/tests/data"
 ini="$srcdir/tests/data/tr_cnn.ini"
@@ -47,60 +46,11 @@ stderr_has "kiln: error: the evaluation's sample order for 3000000000 samples (2
 stderr_has "kiln: error: workers = auto: the probe's sample order for 3000000000 samples (22.35 GiB, 8 bytes a sample): out of memory; set [data] limit to use fewer samples, or workers = N (docs/memory.md)"
 
 # ---- 2: small buffers, failed by a shim ------------------------------------
-cat >"$tmp/shim.c" <<'CEOF'
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-static __thread int busy;
-static int seen;
-/* the SHIM_NTH'th (default 1st) allocation of SHIM_BYTES bytes asked for
- * from a library whose path holds SHIM_FROM fails */
-static int hit(size_t n, void *ra)
-{
-	const char *b = getenv("SHIM_BYTES"), *from = getenv("SHIM_FROM"), *nth = getenv("SHIM_NTH");
-	Dl_info di;
-	if (busy || !from || !b || (size_t)strtoull(b, NULL, 10) != n)
-		return 0;
-	busy = 1; /* (dladdr may allocate) */
-	int ours = dladdr(ra, &di) && di.dli_fname && strstr(di.dli_fname, from);
-	busy = 0;
-	return ours && __atomic_add_fetch(&seen, 1, __ATOMIC_RELAXED) == (nth ? atoi(nth) : 1);
-}
-void *malloc(size_t n)
-{
-	if (hit(n, __builtin_return_address(0))) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	return __libc_malloc(n);
-}
-void *calloc(size_t k, size_t n)
-{
-	if (hit(k * n, __builtin_return_address(0))) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	return __libc_calloc(k, n);
-}
-int posix_memalign(void **p, size_t a, size_t n)
-{
-	static int (*real)(void **, size_t, size_t);
-	if (hit(n, __builtin_return_address(0)))
-		return ENOMEM;
-	if (!real)
-		real = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
-	return real(p, a, n);
-}
-CEOF
-$CC -shared -fPIC -o "$tmp/shim.so" "$tmp/shim.c" -ldl 2>"$tmp/cc.err" ||
-	{ cat "$tmp/cc.err"; echo "SKIP (part 2): cannot build the allocation shim (glibc's __libc_malloc)"; exit 0; }
+shim_build ||
+	{ cat "$tmp/shim.err"; echo "SKIP (part 2): cannot build the allocation shim (glibc's __libc_malloc)"; exit 0; }
 # shimmed FROM BYTES NTH WANT ARGS...: kiln ARGS with that allocation failed
 shimmed() {
-	(export LD_PRELOAD="$tmp/shim.so" SHIM_FROM="$1" SHIM_BYTES="$2" SHIM_NTH="$3"
+	(export LD_PRELOAD="$shim" SHIM_ALLOC_FROM="$1" SHIM_ALLOC_BYTES="$2" SHIM_ALLOC_NTH="$3"
 	 shift 3
 	 kiln "$@") || exit 1
 }

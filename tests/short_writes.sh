@@ -6,36 +6,15 @@
 # retried (plugins/common/write_full.h).  Before session 36 each was one
 # pwrite() compared with its size, and the pack failed with "cannot write".
 #
-# An LD_PRELOAD shim built here makes every other pwrite() of more than one
-# byte fail with EINTR and the others write half: kiln pack of tokens and of
+# The LD_PRELOAD shim (tests/shim_fault.c, SHIM_PWRITE_CUT) makes every
+# other pwrite() of more than one byte fail with EINTR and the others write half: kiln pack of tokens and of
 # records (Fashion-MNIST's first 64 images) succeeds, and the token shards'
 # headers hold 1, the shard's index, the shard count.
 name=short_writes
 . "$(dirname "$0")/lib.sh"
-CC=${CC:-cc}
 need_source tokens
 
-cat >"$tmp/shim.c" <<'CEOF'
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <sys/types.h>
-#include <unistd.h>
-static int calls;
-static ssize_t half(const char *sym, int fd, const void *buf, size_t n, off_t off)
-{
-	ssize_t (*real)(int, const void *, size_t, off_t) =
-		(ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, sym);
-	if (n > 1 && __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) % 2 == 0) {
-		errno = EINTR;
-		return -1;
-	}
-	return real(fd, buf, n > 1 ? n / 2 : n, off);
-}
-ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) { return half("pwrite", fd, buf, n, off); }
-ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) { return half("pwrite64", fd, buf, n, off); }
-CEOF
-$CC -shared -fPIC -o "$tmp/shim.so" "$tmp/shim.c" -ldl || fail "cannot build the pwrite shim"
+shim_build || { cat "$tmp/shim.err"; fail "cannot build the pwrite shim"; }
 
 i=0
 while [ $i -lt 200 ]; do
@@ -43,7 +22,7 @@ while [ $i -lt 200 ]; do
 	i=$((i + 1))
 done >"$tmp/corpus.txt"
 last="pack --format tokens (pwrite shim)"
-LD_PRELOAD="$tmp/shim.so" "$kiln" pack --format tokens "$tmp/corpus.txt" --out "$tmp/tok" \
+SHIM_PWRITE_CUT=1 LD_PRELOAD="$shim" "$kiln" pack --format tokens "$tmp/corpus.txt" --out "$tmp/tok" \
 	--val-fraction 0.1 >"$out" 2>"$err" || fail "kiln pack --format tokens under short pwrites: exit $?"
 n=0
 for f in "$tmp"/tok/*; do
@@ -59,7 +38,7 @@ echo "ok: kiln pack --format tokens stamps $n shards under short pwrites"
 if "$kiln" plugins 2>/dev/null | grep -q "^source  *records .*available" && [ -d "$FM" ]; then
 	printf '[data]\nsource = idx\npath = %s\nlimit = 64\n' "$FM" >"$tmp/pack.ini"
 	last="pack (records, pwrite shim)"
-	LD_PRELOAD="$tmp/shim.so" "$kiln" pack "$tmp/pack.ini" --out "$tmp/rec" >"$out" 2>"$err" ||
+	SHIM_PWRITE_CUT=1 LD_PRELOAD="$shim" "$kiln" pack "$tmp/pack.ini" --out "$tmp/rec" >"$out" 2>"$err" ||
 		fail "kiln pack (records) under short pwrites: exit $?"
 	[ -s "$tmp/rec/train-00000.krec" ] || fail "no records shard"
 	echo "ok: kiln pack (records) stamps its shard under short pwrites"

@@ -31,3 +31,6 @@ PLUGIN_COMMON_H += plugins/common/c_locale.h
 # records writer and kiln pack's token shards, which libkiln's
 # kiln_pwrite_all (core/internal.h) does not reach
 PLUGIN_COMMON_H += plugins/common/write_full.h
+# utf8.h: the length of a well-formed UTF-8 sequence, U+FFFD otherwise, for
+# metrics.jsonl's strings (core/train_log.c) and the CLI's JSON (cli/kiln.c)
+PLUGIN_COMMON_H += plugins/common/utf8.h
