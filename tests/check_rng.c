@@ -16,6 +16,9 @@
 #include <check.h>
 #include "check_main.h"
 #include "graph.h"                  /* struct model_param, kiln_param_init_* */
+#include <kiln/ops.h>               /* KILN_DROP_CTR */
+#include "../plugins/cpu/philox.h" /* cpu_drop_init, CPU_DROP_SCALE */
+#include <Random123/philox.h>       /* the masks' reference */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,12 +84,54 @@ START_TEST(test_init_past_2_32)
 }
 END_TEST
 
+/* Random123's mask bit for element g at `step` under ops.h's counter. */
+static int drop_keep(uint64_t seed, uint32_t layer, uint64_t step, uint64_t g, uint32_t thr)
+{
+	philox4x32_ctr_t c = { { (uint32_t)g, (uint32_t)(g >> 32),
+				 layer ^ (uint32_t)(step >> 32) << 16, (uint32_t)step } };
+	philox4x32_key_t k = { { (uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x44524f50u } };
+	return (philox4x32_R(10, c, k).v[0] >> 8) >= thr;
+}
+
+START_TEST(test_drop_step_past_2_32)
+{
+	const uint64_t seed = 0x123456789abcdefull;
+	const int64_t layer = 11;
+	/* below 2^32 the counter's word 2 is the layer, as before */
+	const int64_t low[4] = { 0, 5, 0x7fffffff, TWO32 - 1 };
+	for (int k = 0; k < 4; k++)
+		ck_assert_uint_eq(cpu_drop_word2(layer, low[k]), (uint32_t)layer);
+	const int64_t steps[4] = { 5, TWO32 + 5, 2 * TWO32 + 5, ((int64_t)1 << 47) + 5 };
+	enum { N = 4096 };
+	static float k[4][N];
+	for (int s = 0; s < 4; s++) {
+		const int64_t ctr[KILN_DROP_CTR] = { steps[s], 0, 1 };
+		const struct drop d = cpu_drop_init(seed, layer, ctr, 0.5);
+		for (int64_t e = 0; e < N; e++) {
+			CPU_DROP_SCALE(k[s][e], e, d);
+			ck_assert_int_eq(k[s][e] != 0.0f,
+					 drop_keep(seed, (uint32_t)layer, (uint64_t)steps[s], (uint64_t)e, d.thr));
+		}
+	}
+	/* each step its own mask: about half the elements agree, not all */
+	for (int a = 0; a < 4; a++)
+		for (int b = a + 1; b < 4; b++) {
+			int same = 0;
+			for (int e = 0; e < N; e++)
+				same += (k[a][e] != 0) == (k[b][e] != 0);
+			ck_assert_msg(same < N * 0.6, "step %llx and %llx: %d of %d mask bits agree",
+				      (unsigned long long)steps[a], (unsigned long long)steps[b], same, N);
+		}
+}
+END_TEST
+
 static Suite *make_rng_suite(void)
 {
 	Suite *s = suite_create("rng");
 	TCase *tc = tcase_create("init");
 	tcase_add_loop_test(tc, test_init_past_2_32, 0, 3);
 	suite_add_tcase(s, tc);
+	check_add_case(s, "dropout", 30, NULL, NULL, (const TTest *[]){ test_drop_step_past_2_32, NULL });
 	return s;
 }
 

@@ -395,7 +395,7 @@ tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
 # probe's order (no GPU, no plugins)
 check_PROGRAMS += tests/check_rng
 TESTS += tests/check_rng
-tests_check_rng_SOURCES = tests/check_rng.c
+tests_check_rng_SOURCES = tests/check_rng.c plugins/cpu/philox.h
 tests_check_rng_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_rng_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_rng_LDADD = libkiln.la $(CHECK_LIBS) -lm
