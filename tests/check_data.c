@@ -710,6 +710,24 @@ START_TEST(test_workers_auto_probe)
 END_TEST
 
 
+/* workers = auto on a set of 10^12 samples (synthetic): the probe reads
+ * its few batches from the end of epoch 0's order, without the whole
+ * permutation (before session 38 it allocated 8 bytes a sample, 8 TB
+ * here, and failed out of memory; 10^8 samples took ~3 s and 800 MB). */
+START_TEST(test_workers_auto_huge)
+{
+	struct rig r;
+	int best = 0;
+	ck_assert(rig_open(&r, "[data]\nsource = synthetic\nsamples = 1000000000000\n") == 0);
+	const double t0 = kiln_now_s();
+	ck_assert_msg(kiln_loader_probe(r.dev, &r.d, 8, 2, r.copy, &best) == 0, "%s",
+		      kiln_last_error());
+	ck_assert_int_ge(best, 1);
+	ck_assert_msg(kiln_now_s() - t0 < 30, "the probe took %.1f s", kiln_now_s() - t0);
+	rig_close(&r);
+}
+END_TEST
+
 /* workers = auto with cache = ram: each count the probe times reads
  * samples of its own (the earlier ones are cached, decoded: timing them
  * against cold ones measured the cache).  600 samples in batches of 10,
@@ -984,7 +1002,7 @@ static Suite *make_suite(void)
 		test_skip_warning_names_rank,
 		test_count_sum_exact, test_normalize_on_device, test_normalize_rule,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
-		test_workers_auto_cold, test_probe_skips_uncounted, test_loader_skipped_taken,
+		test_workers_auto_cold, test_workers_auto_huge, test_probe_skips_uncounted, test_loader_skipped_taken,
 		test_workers_auto_mask,
 		test_resume_position, test_prefetch_hints, NULL });
 	return s;

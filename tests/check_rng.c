@@ -125,6 +125,37 @@ START_TEST(test_drop_step_past_2_32)
 }
 END_TEST
 
+/* kiln_rng_permutation_tail is the end of kiln_rng_permutation's order,
+ * backwards, for any k (k > n: all of it). */
+START_TEST(test_permutation_tail)
+{
+	static const int64_t ns[5] = { 1, 2, 17, 1000, 100003 };
+	for (int c = 0; c < 5; c++) {
+		const int64_t n = ns[c];
+		int64_t *perm = malloc(sizeof(int64_t) * (size_t)n);
+		int64_t *tail = malloc(sizeof(int64_t) * (size_t)(n + 3));
+		ck_assert(perm && tail);
+		for (uint64_t ep = 0; ep < 3; ep++) {
+			kiln_rng_permutation(0xabcdefull, ep, perm, n);
+			const int64_t ks[4] = { 0, 1, n / 3 + 1, n + 3 };
+			for (int q = 0; q < 4; q++) {
+				memset(tail, 0xff, sizeof(int64_t) * (size_t)(n + 3));
+				ck_assert_int_eq(kiln_rng_permutation_tail(0xabcdefull, ep, n, ks[q], tail), 0);
+				const int64_t k = ks[q] < n ? ks[q] : n;
+				for (int64_t t = 0; t < k; t++)
+					ck_assert_msg(tail[t] == perm[n - 1 - t],
+						      "n %lld epoch %llu k %lld: tail[%lld] = %lld, perm[%lld] = %lld",
+						      (long long)n, (unsigned long long)ep, (long long)ks[q],
+						      (long long)t, (long long)tail[t], (long long)(n - 1 - t),
+						      (long long)perm[n - 1 - t]);
+				ck_assert_int_eq(tail[k], -1); /* nothing past min(k, n) */
+			}
+		}
+		free(perm), free(tail);
+	}
+}
+END_TEST
+
 static Suite *make_rng_suite(void)
 {
 	Suite *s = suite_create("rng");
@@ -132,6 +163,7 @@ static Suite *make_rng_suite(void)
 	tcase_add_loop_test(tc, test_init_past_2_32, 0, 3);
 	suite_add_tcase(s, tc);
 	check_add_case(s, "dropout", 30, NULL, NULL, (const TTest *[]){ test_drop_step_past_2_32, NULL });
+	check_add_case(s, "permutation", 60, NULL, NULL, (const TTest *[]){ test_permutation_tail, NULL });
 	return s;
 }
 
