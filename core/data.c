@@ -301,6 +301,38 @@ static void hint(const struct kiln_dataset *d, int64_t j, int64_t *ns)
 		ns[0] += kiln_now_ns() - t0;
 }
 
+/* The sample that replaces bad[nbad - 1] at try t of on_error = skip:
+ * drawn from (seed, epoch, that sample, t) among the samples not in
+ * bad[0..nbad) (distinct: the sample the chain began with and the
+ * replacements that failed), so it depends on nothing a worker or rank
+ * has of its own; -1 when no other sample is left.  Before session 38 the
+ * draw was over every sample and could return the failing one itself
+ * ("sample 29 skipped ...; replaced by sample 29"), spending a try and
+ * two warnings. */
+static int64_t skip_pick(const struct kiln_dataset *d, int64_t epoch, const int64_t *bad,
+			 int nbad, int t)
+{
+	if (d->len <= nbad)
+		return -1;
+	int64_t k = (int64_t)kiln_rng_below(d->seed ^ ((uint64_t)t << 56), KILN_RNG_SKIP,
+					    (uint64_t)epoch << 40 | (uint64_t)bad[nbad - 1],
+					    (uint64_t)(d->len - nbad));
+	/* the k-th sample not in bad: past each bad one at or below it, in
+	 * ascending order (nbad <= KILN_SKIP_TRIES + 1: a selection sort) */
+	int64_t sorted[KILN_SKIP_TRIES + 1];
+	memcpy(sorted, bad, sizeof(int64_t) * (size_t)nbad);
+	for (int a = 0; a < nbad; a++) {
+		for (int b = a + 1; b < nbad; b++)
+			if (sorted[b] < sorted[a]) {
+				int64_t x = sorted[a];
+				sorted[a] = sorted[b];
+				sorted[b] = x;
+			}
+		k += sorted[a] <= k;
+	}
+	return k;
+}
+
 kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const int64_t *idx,
 				   int64_t rows, void *x, int32_t *y,
 				   struct kiln_data_scratch *s)
@@ -326,13 +358,17 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 			st = kiln_error_wrap(st, "[%s] sample %lld", d->section, (long long)j);
 			break;
 		}
-		/* replace it by a sample every rank would pick alike */
+		/* replace it by a sample every rank would pick alike, never one
+		 * this chain found bad (bad[0..nbad): the sample, then each
+		 * failed replacement) */
+		int64_t bad[KILN_SKIP_TRIES + 1] = { j };
+		int nbad = 1;
 		for (int t = 1; st == KILN_EDATA && t <= KILN_SKIP_TRIES; t++) {
+			int64_t k = skip_pick(d, epoch, bad, nbad, t);
+			if (k < 0)
+				break; /* every sample of the set is bad */
 			long long n = atomic_fetch_add(&d->skipped, 1) + 1;
 			s->skipped++;
-			int64_t k = (int64_t)kiln_rng_below(d->seed ^ ((uint64_t)t << 56), KILN_RNG_SKIP,
-							    (uint64_t)epoch << 40 | (uint64_t)j,
-							    (uint64_t)d->len);
 			char rank[24] = "";
 			if (d->rank >= 0)
 				snprintf(rank, sizeof rank, "rank %d: ", d->rank);
@@ -341,9 +377,14 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 					 rank, d->section, (long long)j, kiln_last_error(), (long long)k,
 					 n == 10 ? " (further skips are counted, not logged)" : "");
 			j = k;
-			st = read_one(d, epoch, j, out, yi, s, ns);
+			if ((st = read_one(d, epoch, j, out, yi, s, ns)) == KILN_EDATA)
+				bad[nbad++] = j;
 		}
-		if (st == KILN_EDATA)
+		if (st == KILN_EDATA && nbad >= d->len)
+			st = kiln_error_wrap(st, "[%s] sample %lld is bad and %s (on_error = skip has no sample left to replace it by)",
+					     d->section, (long long)idx[i],
+					     d->len == 1 ? "the only sample" : "so is every other sample");
+		else if (st == KILN_EDATA)
 			st = kiln_error_wrap(st, "[%s] sample %lld and its %d replacements are all bad (on_error = skip gives up)",
 					     d->section, (long long)idx[i], KILN_SKIP_TRIES);
 		else if (st)

@@ -100,7 +100,8 @@ void kiln_dataset_close(struct kiln_dataset *d);
  * labels into y (rows * label_elems i32, row-major: [rows, T] for tokens).  A bad sample (KILN_EDATA from the source, a label out of
  * range) fails the call with a message naming the section, sample and
  * reason, or with on_error = skip is replaced by another sample chosen by
- * (seed, epoch, index, try): the same replacement on every rank.
+ * (seed, epoch, index, try): the same replacement on every rank, never
+ * the bad sample itself nor one of its replacements found bad.
  * s is the calling thread's scratch (kept between calls); NULL uses
  * buffers that live for this call only. */
 kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const int64_t *idx,

@@ -207,6 +207,14 @@ struct kiln_model {
 	struct kiln_device **stage_dev;
 };
 
+/* core/graph_params.c: the initial value of element e of p under seed
+ * (PyTorch's default init for p->init, a pure function of (seed, layer,
+ * slot, e): any e below 2^60), and elements [e0, e0 + n) of them into
+ * v (caller's, n floats), the same numbers drawn 16 at a time. */
+float kiln_param_init_value(const struct model_param *p, uint64_t seed, int64_t e);
+void kiln_param_init_run(const struct model_param *p, uint64_t seed, int64_t e0, int64_t n,
+			 float *v);
+
 /* core/tie.c, weight tying.  Read every [layer.X] tie (layer indices
  * into tie, KILN_ECONFIG naming file:line); before the layers are
  * inferred. */

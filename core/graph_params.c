@@ -100,13 +100,25 @@ kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,
 	return kiln_error(KILN_ENOTFOUND, "no parameter named '%s'", name);
 }
 
+/* The Philox coordinate a of element e of parameter p: the tensor's key
+ * (layer << 4 | slot: below 2^36) with e's high word above bit 36; b is
+ * e's low word.  The high word is 0 in every tensor under 2^32 elements,
+ * which so draw exactly what they drew before session 38, when e was cut
+ * to 32 bits and a larger tensor repeated its values every 2^32 elements
+ * (an embedding of 2^32 + 1 elements began again at element 2^32).
+ * Distinct for e < 2^60. */
+static uint64_t init_key(const struct model_param *p, int64_t e)
+{
+	return ((uint64_t)p->layer << 4 | (uint64_t)p->slot) | ((uint64_t)e >> 32) << 36;
+}
+
 /* The initial value of element e of parameter p: PyTorch's default init,
  * keyed by (layer, slot, element): independent of layout order, of which
  * layers are frozen and of which other parameters are drawn. */
-static float init_value(const struct model_param *p, uint64_t seed, int64_t e)
+float kiln_param_init_value(const struct model_param *p, uint64_t seed, int64_t e)
 {
 	float bound = p->fan_in > 0 ? 1.0f / sqrtf((float)p->fan_in) : 0.0f;
-	uint64_t key = (uint64_t)p->layer << 4 | (uint64_t)p->slot;
+	const uint64_t key = init_key(p, e);
 	switch (p->init) {
 	case KILN_INIT_ONE: return 1.0f;
 	case KILN_INIT_KAIMING_UNIFORM:
@@ -123,22 +135,29 @@ static float init_value(const struct model_param *p, uint64_t seed, int64_t e)
 	}
 }
 
-/* The p->numel initial values of one tensor into v: init_value's, the
- * uniform draws LANES at a time (kiln_rng_uniform_run, bit for bit the
+/* Elements [e0, e0 + n) of p's initial values into v: kiln_param_init_value's,
+ * the uniform draws LANES at a time (kiln_rng_uniform_run, bit for bit the
  * same numbers: most of a run's set-up before this was Philox one element
- * at a time, about 30 ms for the CNN's 3.3 M weights). */
-static void init_tensor(const struct model_param *p, uint64_t seed, float *v)
+ * at a time, about 30 ms for the CNN's 3.3 M weights), one run for each
+ * 2^32 elements (init_key's high word), whose b does not wrap. */
+void kiln_param_init_run(const struct model_param *p, uint64_t seed, int64_t e0, int64_t n,
+			 float *v)
 {
 	if (p->init != KILN_INIT_KAIMING_UNIFORM && p->init != KILN_INIT_BIAS_UNIFORM) {
-		for (int64_t e = 0; e < p->numel; e++)
-			v[e] = init_value(p, seed, e);
+		for (int64_t k = 0; k < n; k++)
+			v[k] = kiln_param_init_value(p, seed, e0 + k);
 		return;
 	}
 	const float bound = p->fan_in > 0 ? 1.0f / sqrtf((float)p->fan_in) : 0.0f;
-	const uint64_t key = (uint64_t)p->layer << 4 | (uint64_t)p->slot;
-	kiln_rng_uniform_run(seed, KILN_RNG_INIT, key, 0, p->numel, v);
-	for (int64_t e = 0; e < p->numel; e++)
-		v[e] = (2.0f * v[e] - 1.0f) * bound;
+	for (int64_t e = e0; e < e0 + n;) {
+		const int64_t next = (int64_t)(((uint64_t)e >> 32) + 1) << 32;
+		const int64_t end = next < e0 + n ? next : e0 + n;
+		kiln_rng_uniform_run(seed, KILN_RNG_INIT, init_key(p, e), (uint32_t)e, end - e,
+				     v + (e - e0));
+		e = end;
+	}
+	for (int64_t k = 0; k < n; k++)
+		v[k] = (2.0f * v[k] - 1.0f) * bound;
 }
 
 /* Copy host[lo, hi) to the region's device bytes (elements). */
@@ -163,7 +182,7 @@ static void region_span(const struct kiln_model *m, int region, size_t *lo, size
  * given by a file, and copy the drawn runs (the alignment padding zero) to
  * the device, leaving the given tensors' bytes as the file wrote them.
  * host[k] stands for element lo + k: a stage's rank draws its slice with
- * the draws of one process (init_value's keys are the tensors' own). */
+ * the draws of one process (kiln_param_init_value's keys are the tensors' own). */
 static kiln_status init_region(struct kiln_model *m, int region, uint64_t seed, float *host,
 			       void *stream)
 {
@@ -184,7 +203,7 @@ static kiln_status init_region(struct kiln_model *m, int region, uint64_t seed, 
 			run = off + (size_t)p->numel;
 			continue;
 		}
-		init_tensor(p, seed, host + off);
+		kiln_param_init_run(p, seed, 0, p->numel, host + off);
 	}
 	if (!st)
 		st = init_copy(m, dst, host, run, count, stream);

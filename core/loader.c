@@ -253,6 +253,43 @@ int kiln_loader_auto_max(void)
 	return w;
 }
 
+/* The batches of B samples the probe's counts read at most: count w reads
+ * 3 * (w + prefetch) + 4 of them, after those of the counts before. */
+static int64_t probe_batches(int most, int prefetch, int64_t nb_max)
+{
+	int64_t total = 0;
+	for (int w = 1; w <= most; w *= 2)
+		total += 3 * (w + prefetch) + 4;
+	return total < nb_max ? total : nb_max;
+}
+
+/* Sets up to this many samples probe in epoch 0's order as it is (the
+ * whole permutation: at most 8 MB); a larger set probes the end of that
+ * order, from its last sample backwards (kiln_rng_permutation_tail), the
+ * few batches the probe reads without the whole permutation. */
+#define PROBE_WHOLE_MAX ((int64_t)1 << 20)
+
+/* The probe's sample order into *out (malloc'd, the caller frees): `need`
+ * samples of epoch 0's order. */
+static kiln_status probe_order(const struct kiln_dataset *d, int64_t need, int64_t **out)
+{
+	const int whole = d->len <= PROBE_WHOLE_MAX;
+	const int64_t n = whole ? d->len : need;
+	int64_t *order = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+	if (order && whole)
+		kiln_rng_permutation(d->seed, 0, order, d->len);
+	else if (order && kiln_rng_permutation_tail(d->seed, 0, d->len, need, order)) {
+		free(order);
+		order = NULL;
+	}
+	if (!order)
+		return kiln_error(KILN_ENOMEM, "workers = auto: the probe's sample order for %lld samples (%s, 8 bytes a sample): out of memory; set [data] limit to use fewer samples, or workers = N (docs/memory.md)",
+				  (long long)n,
+				  kiln_bytes_str((char[32]){ 0 }, 32, (double)n * sizeof(int64_t)));
+	*out = order;
+	return KILN_OK;
+}
+
 /* workers = auto: time a few batches with 1, 2, 4, ... workers (up to
  * kiln_loader_auto_max: the CPUs of the affinity mask, probe_cpus) and
  * keep the smallest count within 5% of the best rate.  Each count reads
@@ -262,7 +299,9 @@ int kiln_loader_auto_max(void)
  * cache, not the workers (cache = ram chose 2 workers at 7x "the rate").
  * The probe's replacements of bad samples are put back and not logged:
  * the run reads those samples again, and before session 36 they were
- * counted twice and used up the 10 logged warnings. */
+ * counted twice and used up the 10 logged warnings.  The samples are
+ * probe_order's: before session 38 the whole epoch's permutation, for a
+ * few batches (10^8 samples: 800 MB and seconds). */
 kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, int64_t B,
 			      int prefetch, void *copy_stream, int *best)
 {
@@ -271,13 +310,10 @@ kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, i
 	double best_rate = 0;
 	char msg[512];
 	int n = snprintf(msg, sizeof msg, "workers = auto:");
-	int64_t *order = malloc(sizeof(int64_t) * (size_t)d->len);
-	kiln_status st = KILN_OK;
-	if (!order)
-		return kiln_error(KILN_ENOMEM, "workers = auto: the probe's sample order for %lld samples (%s, 8 bytes a sample): out of memory; set [data] limit to use fewer samples, or workers = N (docs/memory.md)",
-				  (long long)d->len,
-				  kiln_bytes_str((char[32]){ 0 }, 32, (double)d->len * sizeof(int64_t)));
-	kiln_rng_permutation(d->seed, 0, order, d->len);
+	int64_t *order = NULL;
+	kiln_status st = probe_order(d, probe_batches(most, prefetch, nb_max) * B, &order);
+	if (st)
+		return st;
 	const long long skipped0 = atomic_load(&d->skipped);
 	d->skips_quiet = 1; /* (set before the workers start, read by them) */
 	*best = 1;

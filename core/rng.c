@@ -8,6 +8,8 @@
  */
 #include "internal.h"
 
+#include <stdlib.h> /* malloc: kiln_rng_permutation_tail's table */
+
 #include <Random123/philox.h>
 
 /* Four 32-bit random words for counter (a, b) of `stream` under `seed`. */
@@ -70,6 +72,49 @@ void kiln_rng_permutation(uint64_t seed, uint64_t epoch, int64_t *perm, int64_t 
 		perm[i] = perm[j];
 		perm[j] = t;
 	}
+}
+
+/* The slot of position pos in a table of cap (a power of two) [pos, value]
+ * pairs, pos -1 marking a free one: where pos is, or the free slot it
+ * would take (linear probing; the table is at most half full). */
+static int64_t *tail_slot(int64_t (*tab)[2], size_t cap, int64_t pos)
+{
+	size_t h = (size_t)(((uint64_t)pos * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+	while (tab[h][0] != -1 && tab[h][0] != pos)
+		h = (h + 1) & (cap - 1);
+	return tab[h];
+}
+
+/* out[t] = perm[n - 1 - t] for t < k, perm kiln_rng_permutation's: its
+ * first k swaps, which fix those entries for good, with the entries they
+ * displaced in a table (position -> value; an absent position holds its
+ * own index), so O(k) time and memory instead of O(n): the workers = auto
+ * probe's few batches of a set of 10^8 samples took seconds and 800 MB
+ * for the whole permutation.  -1 when the table cannot be allocated. */
+int kiln_rng_permutation_tail(uint64_t seed, uint64_t epoch, int64_t n, int64_t k, int64_t *out)
+{
+	if (k > n)
+		k = n;
+	size_t cap = 16;
+	while (cap < 2 * (size_t)k)
+		cap <<= 1;
+	int64_t(*tab)[2] = malloc(cap * sizeof *tab);
+	if (!tab)
+		return -1;
+	for (size_t h = 0; h < cap; h++)
+		tab[h][0] = -1;
+	for (int64_t t = 0; t < k; t++) {
+		const int64_t i = n - 1 - t;
+		const int64_t j = (int64_t)kiln_rng_below(seed, KILN_RNG_SHUFFLE,
+							  epoch << 40 | (uint64_t)i, (uint64_t)i + 1);
+		const int64_t *si = tail_slot(tab, cap, i);
+		const int64_t vi = si[0] == i ? si[1] : i;
+		int64_t *sj = tail_slot(tab, cap, j);
+		out[t] = sj[0] == j ? sj[1] : j; /* perm[i] after the swap */
+		sj[0] = j, sj[1] = vi;           /* perm[j]: i's entry (i is not read again) */
+	}
+	free(tab);
+	return 0;
 }
 
 /* kiln_rng_uniform_run: out[k] = kiln_rng_uniform(seed, stream, a, b0 + k)

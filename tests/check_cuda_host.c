@@ -159,7 +159,7 @@ START_TEST(test_dropout_mask)
 		x[i] = frand() + 2.0f; /* nonzero: a zero output is a drop */
 	/* { step, row0, rstride }: one process; rows [2, 5) of a micro-batch;
 	 * rank 2 of 3 with a row0 whose rows' indices pass 2^32 */
-	static const int64_t ctrs[3][KILN_DROP_CTR] = { { 0x100000007LL, 0, 1 }, /* step's low 32 bits count */
+	static const int64_t ctrs[3][KILN_DROP_CTR] = { { 0x100000007LL, 0, 1 }, /* past 2^32: the whole step counts */
 							{ 5, 2, 1 },
 							{ 9, 4600000 * 3 + 2, 3 } };
 	for (int nhwc = 0; nhwc < 2; nhwc++)
@@ -181,7 +181,7 @@ START_TEST(test_dropout_mask)
 			for (int64_t i = 0; i < n; i++) {
 				const int64_t e = nhwc ? kern_nhwc_logical(i, C, HW) : i;
 				const uint64_t g = kern_drop_global((uint64_t)e, n / dims[0], ctr[1], ctr[2]);
-				const float k = kern_drop_scale(&d, (uint32_t)ctr[0], g);
+				const float k = kern_drop_scale(&d, (uint64_t)ctr[0], g);
 				ck_assert_msg(!memcmp(&y[i], &(float){ x[i] * k }, 4),
 					      "%s p %g counter %d element %lld: cpu %a, kern %a",
 					      nhwc ? "NHWC" : "NCHW", ps[pi % 3], pi / 3, (long long)i, y[i],

@@ -329,6 +329,70 @@ START_TEST(test_on_error)
 }
 END_TEST
 
+/* on_error = skip never replaces a bad sample by itself, nor by a
+ * replacement already found bad in the same chain (before session 38 the
+ * draw was over every sample: "sample 1 skipped (...); replaced by sample
+ * 1", a try and two warnings spent for nothing).  2 samples, 1 bad: sample
+ * 0 at the first try, every epoch; 4 samples, 1 and 3 bad: at most two
+ * tries.  1 sample, bad: an error saying there is none to replace it by. */
+static char pick_log[32][256];
+static int pick_n;
+static void pick_capture(void *user, int level, const char *who, const char *msg)
+{
+	(void)user;
+	if (level == KILN_LOG_WARN && !strcmp(who, "data") && pick_n < 32)
+		snprintf(pick_log[pick_n++], sizeof pick_log[0], "%s", msg);
+}
+
+START_TEST(test_skip_never_itself)
+{
+	static const char *ini = "[data]\nsource = tsrc\ncount = %d\nbad_every = 2\non_error = skip\n";
+	for (int count = 2; count <= 4; count += 2) {
+		char buf[256];
+		struct rig r;
+		snprintf(buf, sizeof buf, ini, count);
+		ck_assert(rig_open(&r, buf) == 0);
+		kiln_log_set_sink(pick_capture, NULL);
+		for (int64_t ep = 0; ep < 16; ep++)
+			for (int64_t j = 1; j < count; j += 2) {
+				float x[3];
+				int32_t y;
+				pick_n = 0;
+				atomic_store(&r.d.skipped, 0); /* every skip logged */
+				ck_assert_msg(kiln_dataset_read_rows(&r.d, ep, &j, 1, x, &y, NULL) == 0, "%s",
+					      kiln_last_error());
+				ck_assert_int_eq((int64_t)x[0] / 10 % 2, 0); /* a good sample */
+				const long long tries = atomic_load(&r.d.skipped);
+				ck_assert_msg(tries >= 1 && tries <= count / 2,
+					      "%d samples, epoch %lld, sample %lld: %lld tries (%s)", count,
+					      (long long)ep, (long long)j, tries, pick_n ? pick_log[0] : "");
+				ck_assert_int_eq(pick_n, tries);
+				int64_t chain[2] = { j, -1 };
+				for (int w = 0; w < pick_n; w++) {
+					const char *to = strstr(pick_log[w], "; replaced by sample ");
+					ck_assert_msg(to, "%s", pick_log[w]);
+					const int64_t k = atoll(to + strlen("; replaced by sample "));
+					ck_assert_msg(k != chain[0] && k != chain[1] && k >= 0 && k < count,
+						      "epoch %lld: %s", (long long)ep, pick_log[w]);
+					chain[1] = k;
+				}
+			}
+		kiln_log_set_sink(NULL, NULL);
+		rig_close(&r);
+	}
+	struct rig r;
+	ck_assert(rig_open(&r, "[data]\nsource = tsrc\ncount = 1\nbad_every = 1\non_error = skip\n") == 0);
+	float x[3];
+	int32_t y;
+	const int64_t j = 0;
+	ck_assert_int_eq(kiln_dataset_read_rows(&r.d, 0, &j, 1, x, &y, NULL), KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "[data] sample 0 is bad and the only sample (on_error = skip has no sample left"),
+		      "%s", kiln_last_error());
+	ck_assert_int_eq(atomic_load(&r.d.skipped), 0);
+	rig_close(&r);
+}
+END_TEST
+
 /* The skip warnings of a data-parallel rank name it (before session 30
  * they did not, so `kiln launch -n 2` printed warnings no one could place);
  * one process's do not. */
@@ -646,6 +710,24 @@ START_TEST(test_workers_auto_probe)
 END_TEST
 
 
+/* workers = auto on a set of 10^12 samples (synthetic): the probe reads
+ * its few batches from the end of epoch 0's order, without the whole
+ * permutation (before session 38 it allocated 8 bytes a sample, 8 TB
+ * here, and failed out of memory; 10^8 samples took ~3 s and 800 MB). */
+START_TEST(test_workers_auto_huge)
+{
+	struct rig r;
+	int best = 0;
+	ck_assert(rig_open(&r, "[data]\nsource = synthetic\nsamples = 1000000000000\n") == 0);
+	const double t0 = kiln_now_s();
+	ck_assert_msg(kiln_loader_probe(r.dev, &r.d, 8, 2, r.copy, &best) == 0, "%s",
+		      kiln_last_error());
+	ck_assert_int_ge(best, 1);
+	ck_assert_msg(kiln_now_s() - t0 < 30, "the probe took %.1f s", kiln_now_s() - t0);
+	rig_close(&r);
+}
+END_TEST
+
 /* workers = auto with cache = ram: each count the probe times reads
  * samples of its own (the earlier ones are cached, decoded: timing them
  * against cold ones measured the cache).  600 samples in batches of 10,
@@ -916,10 +998,11 @@ static Suite *make_suite(void)
 		test_shard_cover_disjoint, test_shard_resume_any_world, test_workers_key,
 		test_u8_planes, test_uniform_run_equals_scalar, NULL });
 	check_add_case(s, "loader", 120, NULL, NULL, (const TTest *[]){
-		test_workers_identical, test_cache_ram, test_on_error, test_skip_warning_names_rank,
+		test_workers_identical, test_cache_ram, test_on_error, test_skip_never_itself,
+		test_skip_warning_names_rank,
 		test_count_sum_exact, test_normalize_on_device, test_normalize_rule,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
-		test_workers_auto_cold, test_probe_skips_uncounted, test_loader_skipped_taken,
+		test_workers_auto_cold, test_workers_auto_huge, test_probe_skips_uncounted, test_loader_skipped_taken,
 		test_workers_auto_mask,
 		test_resume_position, test_prefetch_hints, NULL });
 	return s;

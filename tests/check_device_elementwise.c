@@ -367,7 +367,8 @@ END_TEST
 #include <Random123/philox.h>
 static int drop_ref(uint64_t seed, uint32_t layer, uint64_t step, uint64_t e, double p)
 {
-	philox4x32_ctr_t ctr = { { (uint32_t)e, (uint32_t)(e >> 32), layer, (uint32_t)step } };
+	philox4x32_ctr_t ctr = { { (uint32_t)e, (uint32_t)(e >> 32),
+				   layer ^ (uint32_t)(step >> 32) << 16, (uint32_t)step } };
 	philox4x32_key_t key = { { (uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x44524f50u } };
 	philox4x32_ctr_t r = philox4x32_R(10, ctr, key);
 	return (double)(r.v[0] >> 8) / 16777216.0 >= p;
@@ -445,6 +446,19 @@ START_TEST(test_dropout)
 	for (size_t i = 0; i < n; i++)
 		same6 += (y5[i] != 0) == (y6[i] != 0), same8 += (y5[i] != 0) == (y8[i] != 0);
 	ck_assert_msg(same6 < n * 0.65 && same8 < n * 0.65, "masks repeat: %zu %zu of %zu", same6, same8, n);
+	/* step 2^32 + 5: its own mask, the reference's (before session 38 the
+	 * step was cut to 32 bits and this was step 5's mask) */
+	const int64_t far = ((int64_t)1 << 32) + step;
+	float *yf = drop_run(&f, 0, x, x, N, C, H, W, 0, p, seed, 7, far);
+	size_t samef = 0;
+	for (size_t i = 0; i < n; i++) {
+		const int keep = drop_ref((uint64_t)seed, 7, (uint64_t)far, i, p);
+		ck_assert_msg(yf[i] == (keep ? x[i] * s : 0.0f), "DROPOUT step 2^32 + 5 y[%zu] = %g, keep %d",
+			      i, yf[i], keep);
+		samef += (y5[i] != 0) == (yf[i] != 0);
+	}
+	ck_assert_msg(samef < n * 0.65, "step 2^32 + 5 repeats step 5's mask: %zu of %zu", samef, n);
+	free(yf);
 	/* p = 0 copies */
 	float *y0 = drop_run(&f, 0, x, dy, N, C, H, W, 1, 0.0, seed, 7, step);
 	ck_assert(!memcmp(y0, x, n * 4));

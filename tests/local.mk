@@ -395,6 +395,14 @@ tests_check_layers_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_layers_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
 tests_check_graph_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
+# counter-based draws past 32 bits: initial weights, dropout's step, the
+# probe's order (no GPU, no plugins)
+check_PROGRAMS += tests/check_rng
+TESTS += tests/check_rng
+tests_check_rng_SOURCES = tests/check_rng.c plugins/cpu/philox.h
+tests_check_rng_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_rng_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_rng_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 EXTRA_DIST += tests/data/gen_layer_refs.py tests/data/layer_refs.safetensors
 # the attention layer: input gradients by finite differences, its errors

@@ -221,7 +221,8 @@ enum kiln_op_type {
 	 *   e    = the element's index in logical N, C, H, W order
 	 *   R    = elements per row (numel / dims[0]),  n = e / R
 	 *   g    = (row0 + n * rstride) * R + e % R
-	 *   ctr  = { g & 0xffffffff, g >> 32, layer, step & 0xffffffff }
+	 *   ctr  = { g & 0xffffffff, g >> 32,
+	 *            layer ^ ((step >> 32) << 16) (32 bits), step & 0xffffffff }
 	 *   key  = { seed & 0xffffffff, (seed >> 32) ^ 0x44524f50 }
 	 *   v    = Philox4x32-10(ctr, key)          (Random123's philox4x32)
 	 *   keep = (v[0] >> 8) >= ceil(p * 2^24)
@@ -229,7 +230,10 @@ enum kiln_op_type {
 	 * Forward: in0 x, in1 counter; out0 y.  Backward: in0 dy, in1
 	 * counter; out0 dx (=|+=).  ABI 2.20: in1 was i64[1] = { step } (then
 	 * the micro-steps done, g = e); devices built before 2.20 are refused
-	 * the op (core/device.c). */
+	 * the op (core/device.c).  Word 2 took the step's high word in session
+	 * 38 (before, step s and s + 2^32 drew one mask): the same bits below
+	 * step 2^32, so no ABI change; distinct masks up to step 2^48 for
+	 * layer ids below 2^16. */
 	KILN_OP_DROPOUT = 23,
 	KILN_OP_DROPOUT_BWD = 24,
 	/* Concatenate in0..in{n-1} along dimension i[0] into out0 (same layout;

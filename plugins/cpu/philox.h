@@ -12,7 +12,8 @@
  * optimizer step's global batch, whatever rank or micro-batch holds it:
  *
  *   g   = (row0 + n * rstride) * R + e % R
- *   ctr = { (uint32_t)g, (uint32_t)(g >> 32), layer, (uint32_t)step }
+ *   ctr = { (uint32_t)g, (uint32_t)(g >> 32), layer ^ (step >> 32) << 16,
+ *           (uint32_t)step }                   (cpu_drop_word2, below)
  *   key = { (uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x44524f50 }  ("DROP")
  *   r   = philox4x32_10(ctr, key)              (Random123, 10 rounds)
  *   keep  iff  (r.v[0] >> 8) >= ceil(p * 2^24)
@@ -63,7 +64,7 @@
 
 struct drop {
 	uint32_t k0, k1; /* the key */
-	uint32_t layer, step, thr;
+	uint32_t layer, step, thr; /* layer: the counter's word 2 (cpu_drop_word2) */
 	float s;
 	/* row n of this tensor is row row0 + n * rstride of the step's global
 	 * batch (the counter's in1[1], in1[2]) */
@@ -97,6 +98,18 @@ static inline uint64_t cpu_drop_off(const struct drop *d, int64_t n, int64_t R)
 	return (uint64_t)(cpu_drop_row(d, n) - n) * (uint64_t)R;
 }
 
+/* The counter's word 2: the layer id with the step's high word above bit
+ * 16, so a step's mask is distinct from every other step's below 2^48 for
+ * layer ids below 2^16 (kiln's are below KILN_MAX_LAYERS).  That high word
+ * is 0 below step 2^32, where the masks are the ones drawn before session
+ * 38, when the step was cut to 32 bits and the masks of step s and
+ * s + 2^32 were the same.  The CUDA device's kern_drop_scale computes it
+ * too (plugins/cuda/kern.h). */
+static inline uint32_t cpu_drop_word2(int64_t layer, int64_t step)
+{
+	return (uint32_t)layer ^ (uint32_t)((uint64_t)step >> 32) << 16;
+}
+
 /* The draw's constants for one run: seed, layer id, the device counter
  * ctr i64[3] = { step, row0, rstride } and the probability p. */
 static inline struct drop cpu_drop_init(uint64_t seed, int64_t layer, const int64_t *ctr, double p)
@@ -104,7 +117,7 @@ static inline struct drop cpu_drop_init(uint64_t seed, int64_t layer, const int6
 	return (struct drop){
 		.k0 = (uint32_t)seed,
 		.k1 = (uint32_t)(seed >> 32) ^ 0x44524f50u,
-		.layer = (uint32_t)layer,
+		.layer = cpu_drop_word2(layer, ctr[0]),
 		.step = (uint32_t)ctr[0],
 		.thr = (uint32_t)ceil(p * 16777216.0),
 		.s = p >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - p)),

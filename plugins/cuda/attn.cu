@@ -89,7 +89,7 @@ __device__ static float dot(const void *a, int64_t ia, const void *b, int64_t ib
 /* The dropout counter { step, row0, rstride } of a kernel (zeros without
  * dropout: no step input). */
 struct attn_ctr {
-	uint32_t t;
+	uint64_t t; /* the step, whole (kern_drop_scale) */
 	int64_t row0, rstride;
 };
 
@@ -97,7 +97,7 @@ __device__ static struct attn_ctr attn_ctr(const struct attn_k *g, const int64_t
 {
 	struct attn_ctr c = { 0, 0, 1 };
 	if (g->drop)
-		c.t = (uint32_t)ctr[0], c.row0 = ctr[1], c.rstride = ctr[2];
+		c.t = (uint64_t)ctr[0], c.row0 = ctr[1], c.rstride = ctr[2];
 	return c;
 }
 

@@ -180,12 +180,16 @@ static inline void kern_drop_setup(const struct kiln_op *op, struct kern_drop *d
 	d->s = p >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - p));
 }
 
-/* The multiplier of logical element e at `step`: d->s when kept, 0 when
- * dropped.  Random123's Philox4x32-10, the same code the CPU device and
- * tests/check_device.c use. */
-KERN_D float kern_drop_scale(const struct kern_drop *d, uint32_t step, uint64_t e)
+/* The multiplier of logical element e at `step` (the counter's whole
+ * i64: its high word goes above bit 16 of the layer word, as the CPU's
+ * cpu_drop_word2 does; 0 below 2^32, where the masks are those drawn
+ * before session 38, when the step was cut to 32 bits): d->s when kept,
+ * 0 when dropped.  Random123's Philox4x32-10, the same code the CPU device
+ * and tests/check_device.c use. */
+KERN_D float kern_drop_scale(const struct kern_drop *d, uint64_t step, uint64_t e)
 {
-	philox4x32_ctr_t c = { { (uint32_t)e, (uint32_t)(e >> 32), d->layer, step } };
+	philox4x32_ctr_t c = { { (uint32_t)e, (uint32_t)(e >> 32),
+				 d->layer ^ (uint32_t)(step >> 32) << 16, (uint32_t)step } };
 	philox4x32_key_t k = { { d->k0, d->k1 } };
 	philox4x32_ctr_t r = philox4x32_R(10, c, k);
 	return (r.v[0] >> 8) >= d->thr ? d->s : 0.0f;

@@ -1442,7 +1442,7 @@ extern "C" cudaError_t cuda_launch_layernorm(const struct cuda_plan *p, const st
 __global__ void k_dropout(void *y, int ty, const void *x, int tx, const int64_t *ctr,
 			  struct kern_drop d, int64_t n, int64_t C, int64_t HW, int64_t R, int acc)
 {
-	const uint32_t t = (uint32_t)ctr[0];
+	const uint64_t t = (uint64_t)ctr[0];
 	const int64_t row0 = ctr[1], rstride = ctr[2];
 	FOR_N(i, n)
 	{
