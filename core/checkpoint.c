@@ -631,32 +631,66 @@ static kiln_status verify(struct kiln_ckpt *ck)
 	return kiln_ckpt_trainer_get(ck, &tr);
 }
 
-kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out)
+/* ck->fd, open and ck->size known: verified into *out, or ck closed. */
+static kiln_status open_verified(struct kiln_ckpt *ck, struct kiln_ckpt **out)
+{
+	kiln_status st = verify(ck);
+	if (st) {
+		kiln_ckpt_close(ck);
+		return st;
+	}
+	kiln_log(KILN_LOG_DEBUG, "ckpt", "checkpoint %s: verified, %d sections", ck->path, ck->n);
+	*out = ck;
+	return KILN_OK;
+}
+
+static struct kiln_ckpt *ckpt_new(const char *path)
 {
 	struct kiln_ckpt *ck = calloc(1, sizeof *ck);
+	if (ck && !(ck->path = kiln_strdup(path))) {
+		free(ck);
+		return NULL;
+	}
+	if (ck)
+		ck->fd = -1;
+	return ck;
+}
+
+kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out)
+{
+	struct kiln_ckpt *ck = ckpt_new(path);
 	char kind[64];
 	const char *why;
 	off_t size = 0;
-	kiln_status st;
 	*out = NULL;
-	if (!ck || !(ck->path = kiln_strdup(path))) {
-		free(ck);
+	if (!ck)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	}
 	ck->fd = common_open_file(path, kind, sizeof kind, &why, &size);
 	if (ck->fd < 0) {
-		st = kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path, why);
-		goto fail;
+		kiln_status st = kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path, why);
+		kiln_ckpt_close(ck);
+		return st;
 	}
 	ck->size = (uint64_t)size;
-	if ((st = verify(ck)))
-		goto fail;
-	kiln_log(KILN_LOG_DEBUG, "ckpt", "checkpoint %s: verified, %d sections", path, ck->n);
-	*out = ck;
-	return KILN_OK;
-fail:
-	kiln_ckpt_close(ck);
-	return st;
+	return open_verified(ck, out);
+}
+
+kiln_status kiln_ckpt_open_fd(const char *path, int fd, struct kiln_ckpt **out)
+{
+	struct kiln_ckpt *ck = ckpt_new(path);
+	struct stat sb;
+	*out = NULL;
+	if (!ck)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	/* a duplicate: the same open file, whatever is at path by now */
+	if ((ck->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0 || fstat(ck->fd, &sb)) {
+		kiln_status st = kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path,
+					    strerror(errno));
+		kiln_ckpt_close(ck);
+		return st;
+	}
+	ck->size = (uint64_t)sb.st_size;
+	return open_verified(ck, out);
 }
 
 static const struct rsec *find(const struct kiln_ckpt *ck, const char *tag)
@@ -961,15 +995,20 @@ kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *ou
 
 int kiln_ckpt_is_checkpoint(const char *path)
 {
-	char h[8];
 	char kind[64];
 	const char *why;
 	int fd = common_open_file(path, kind, sizeof kind, &why, NULL), yes = 0;
 	if (fd < 0)
 		return 0;
-	yes = kiln_pread_all(fd, h, sizeof h, 0) == 0 && !memcmp(h, MAGIC, 8);
+	yes = kiln_ckpt_is_checkpoint_fd(fd);
 	close(fd);
 	return yes;
+}
+
+int kiln_ckpt_is_checkpoint_fd(int fd)
+{
+	char h[8];
+	return kiln_pread_all(fd, h, sizeof h, 0) == 0 && !memcmp(h, MAGIC, 8);
 }
 
 /* The batchnorm count the checkpoint's weights stand at: its "tracked"
