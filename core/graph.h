@@ -638,8 +638,9 @@ kiln_status kiln_summary_log(const struct kiln_summary *s);
 
 /* core/weights.c.  A model with its weights, as `kiln export` and
  * `kiln generate` load it: [run] device opened, the model built for the
- * sample shape training read (the checkpoint's record, else [data]'s; a
- * [data] that differs is warned of, kiln_trained_sample_warn), then the
+ * sample shape training read (the checkpoint's record, [data] not opened
+ * unless the watched output exists, kiln_output_watch, for its guard;
+ * else [data]'s), then the
  * weights of `checkpoint` (NULL: the newest usable one in [run]
  * out_dir/checkpoints), a kiln checkpoint or a weights file
  * (kiln_weights_file_given: safetensors or llm.c's, read as [model]
@@ -672,7 +673,8 @@ kiln_status kiln_model_load_given_weights(struct kiln_model *m, const char *path
 /* A warning when [section]'s sample (data) is not the one the checkpoint's
  * model was trained on (trained), saying which one is used (data_used:
  * [section]'s, as `kiln eval` evaluates its samples; else the
- * checkpoint's, as export, predict and generate build the model). */
+ * checkpoint's: no caller since session 38, when export, predict and
+ * generate stopped opening [data] to compare). */
 void kiln_trained_sample_warn(const char *section, const struct kiln_tensor_desc *data,
 			      const struct kiln_tensor_desc *trained, int data_used);
 void kiln_trained_close(struct kiln_trained *t);

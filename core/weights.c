@@ -22,6 +22,7 @@
 #include "graph.h"
 #include "data.h"
 #include "run_config.h"
+#include <sys/stat.h> /* struct stat: the watched output */
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <stdarg.h>
@@ -669,11 +670,33 @@ static kiln_status data_sample(const struct kiln_config *cfg, const struct kiln_
 	return st;
 }
 
+/* The sample shape, as training saw it (u8 samples become f32), into
+ * *out: the checkpoint's record, else [data]'s (an older kiln's
+ * checkpoint, a weights file, none).  With a record [data] is not opened
+ * (before session 38 it was, to warn of a shape that differs: the whole
+ * training set listed for `kiln predict`, however large or slow), but for
+ * an output that exists already (kiln_output_watch): whether it is one of
+ * [data]'s files is known only to [data]'s source, which refuses it as it
+ * opens (KILN_EUSAGE); another failure to open it is no reason to stop. */
+static kiln_status trained_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				  struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
+{
+	struct kiln_tensor_desc data;
+	struct stat o;
+	kiln_status st = ck ? kiln_ckpt_sample(ck, out) : KILN_ENOTFOUND;
+	if (st == KILN_ENOTFOUND)
+		return data_sample(cfg, reg, out);
+	if (st)
+		return st; /* a corrupt record is no reason to guess from [data] */
+	if (kiln_output_watched_stat(&o) && data_sample(cfg, reg, &data) == KILN_EUSAGE)
+		return KILN_EUSAGE;
+	return KILN_OK;
+}
+
 kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      const char *checkpoint, const char *verb, int need_trained,
 			      struct kiln_trained *t)
 {
-	struct kiln_tensor_desc data;
 	struct kiln_run_cfg run;
 	struct kiln_ckpt *ck = NULL;
 	char dir[4200];
@@ -708,23 +731,7 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 			 has_init ? ", then [model] init_from" : "");
 	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
 		goto out;
-	/* the sample shape, as training saw it (u8 samples become f32): the
-	 * checkpoint's record, else [data]'s (an older kiln's checkpoint, or
-	 * none); a [data] that says otherwise is warned of (one that cannot be
-	 * opened, data shipped without the model, is not) */
-	st = ck ? kiln_ckpt_sample(ck, &t->sample) : KILN_ENOTFOUND;
-	if (st && st != KILN_ENOTFOUND)
-		goto out; /* a corrupt record is no reason to guess from [data] */
-	if (st) {
-		st = data_sample(cfg, reg, &t->sample);
-	} else {
-		const kiln_status ds = data_sample(cfg, reg, &data);
-		if (!ds)
-			kiln_trained_sample_warn("data", &data, &t->sample, 0);
-		else if (ds == KILN_EUSAGE) /* the output is one of its files (kiln_output_watch) */
-			st = ds;
-	}
-	if (st)
+	if ((st = trained_sample(cfg, reg, ck, &t->sample)))
 		goto out;
 	/* a checkpoint's parameter table is checked against the model its
 	 * sample gives before that model is allocated */

@@ -268,6 +268,12 @@ if BUILD_LOADERS
 TESTS += tests/init_from_once.sh
 endif
 EXTRA_DIST += tests/init_from_once.sh
+# eval, export, predict and generate do not open the training set when the
+# checkpoint records its sample shape (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/trained_no_data.sh
+endif
+EXTRA_DIST += tests/trained_no_data.sh
 # a resume refused at setup leaves config.ini as it was
 TESTS += tests/resume_config.sh
 EXTRA_DIST += tests/resume_config.sh
