@@ -321,6 +321,12 @@ kiln_status kiln_model_create_infer(const struct kiln_config *cfg, const struct 
  * (the optimizer state's but where m->state_sharded). */
 kiln_status kiln_model_alloc_whole(struct kiln_model *m);
 void kiln_model_optim_free(struct kiln_model *m);
+/* core/graph.c: a weights-only model's parameters and buffers freed on its
+ * device (after stream is waited for), its layers and parameter table
+ * kept: what folding reads once the weights are copied to host memory
+ * (kiln_infer_fold_read).  Nothing may plan or run m afterwards; free it
+ * with kiln_model_free. */
+kiln_status kiln_model_weights_free(struct kiln_model *m, void *stream);
 /* core/graph.c: enqueue step_d's advance alone (one micro-step or
  * pipeline micro-batch done: batchnorm's count). */
 kiln_status kiln_model_count_advance(struct kiln_model *m, void *stream);
