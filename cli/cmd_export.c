@@ -21,8 +21,8 @@ static const char export_usage_lines[] =
 static void export_usage(FILE *f)
 {
 	fprintf(f, "%s\n"
-		   "Build the model CONFIG describes (the sample shape comes from the checkpoint, else\n"
-		   "from its [data] source; a [data] that differs is warned of),\n"
+		   "Build the model CONFIG describes (the sample shape comes from the checkpoint,\n"
+		   "[data] not opened, else from its [data] source),\n"
 		   "load the weights of its run and write every parameter and buffer to FILE as\n"
 		   "safetensors: names `<layer>.<parameter>` (conv1.weight, bn1.running_mean, plus\n"
 		   "bn1.num_batches_tracked), PyTorch's layouts, so torch's\n"

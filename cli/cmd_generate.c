@@ -17,8 +17,8 @@ const char cmd_generate_usage[] =
 	"                     [--vocab vocab.json --merges merges.txt] [section.key=value ...]\n";
 const char cmd_generate_about[] =
 	"Load the model CONFIG describes (a model on token sequences, [data] source =\n"
-	"tokens; the sample shape comes from the checkpoint, else [data]; a [data] that\n"
-	"differs is warned of) with the weights of checkpoint CKPT (or of a weights file,\n"
+	"tokens; the sample shape and context come from the checkpoint, [data] not\n"
+	"opened, else from [data]) with the weights of checkpoint CKPT (or of a weights file,\n"
 	"safetensors or llm.c's, read as [model] init_from reads one), else of the\n"
 	"newest usable checkpoint in [run] out_dir/checkpoints, else of\n"
 	"[model] init_from (none of them: an error), feed the prompt's tokens and draw N\n"

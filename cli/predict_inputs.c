@@ -145,6 +145,15 @@ kiln_status pred_class_names(const struct kiln_config *cfg, struct pred_names *n
 	snprintf(root, sizeof root, "%s/%s", path, split ? split : "train");
 	if (!split && !is_dir(root))
 		snprintf(root, sizeof root, "%s", path);
+	/* the training set moved away after training (the model needs none of
+	 * it: its checkpoint records the input shape): the indices, said once;
+	 * before session 38 "cannot list the directory", exit 1 */
+	struct stat sb;
+	if (stat(root, &sb) && (errno == ENOENT || errno == ENOTDIR)) {
+		kiln_log(KILN_LOG_WARN, "predict", "%s: no such directory ([data] path): the training split's class names are not known; the classes are their indices",
+			 root);
+		return KILN_OK;
+	}
 	struct pred_names ents = { 0 };
 	char p[8400];
 	kiln_status st = list_dir(root, &ents);

@@ -185,6 +185,11 @@ struct kiln_ckpt; /* an open, verified checkpoint file */
  * version, a checksum mismatch, a bad length or tag), KILN_EIO when it
  * cannot be read.  On success *out owns the open file. */
 kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out);
+/* The same for the regular file open on fd (borrowed: ck reads a duplicate
+ * of it), named path in messages: the file opened once, for a reader that
+ * looked at its first bytes already ([model] init_from), so that a file
+ * replaced or removed at path meanwhile is not read instead. */
+kiln_status kiln_ckpt_open_fd(const char *path, int fd, struct kiln_ckpt **out);
 void kiln_ckpt_close(struct kiln_ckpt *ck);
 const char *kiln_ckpt_path(const struct kiln_ckpt *ck);
 /* The step in the header (equal to the trainer section's). */
@@ -253,6 +258,8 @@ kiln_status kiln_ckpt_data_skipped_get(struct kiln_ckpt *ck, int64_t *out);
 /* 1 when `path` starts with a checkpoint's magic (KILNCKPT), else 0 (also
  * when it cannot be read: opening it will say why). */
 int kiln_ckpt_is_checkpoint(const char *path);
+/* The same for the file open on fd (read with pread: its offset is kept). */
+int kiln_ckpt_is_checkpoint_fd(int fd);
 
 enum { KILN_CKPT_LOAD_ALL = 0, KILN_CKPT_LOAD_WEIGHTS = 1 };
 

@@ -16,15 +16,20 @@
 
 int kiln_ckpt_is_checkpoint(const char *path)
 {
-	char h[8];
 	char kind[64];
 	const char *why;
 	int fd = common_open_file(path, kind, sizeof kind, &why, NULL), yes = 0;
 	if (fd < 0)
 		return 0;
-	yes = kiln_pread_all(fd, h, sizeof h, 0) == 0 && !memcmp(h, ckpt_magic, 8);
+	yes = kiln_ckpt_is_checkpoint_fd(fd);
 	close(fd);
 	return yes;
+}
+
+int kiln_ckpt_is_checkpoint_fd(int fd)
+{
+	char h[8];
+	return kiln_pread_all(fd, h, sizeof h, 0) == 0 && !memcmp(h, ckpt_magic, 8);
 }
 
 /* The batchnorm count the checkpoint's weights stand at: its "tracked"

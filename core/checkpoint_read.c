@@ -206,32 +206,66 @@ static kiln_status verify(struct kiln_ckpt *ck)
 	return kiln_ckpt_trainer_get(ck, &tr);
 }
 
-kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out)
+/* ck->fd, open and ck->size known: verified into *out, or ck closed. */
+static kiln_status open_verified(struct kiln_ckpt *ck, struct kiln_ckpt **out)
+{
+	kiln_status st = verify(ck);
+	if (st) {
+		kiln_ckpt_close(ck);
+		return st;
+	}
+	kiln_log(KILN_LOG_DEBUG, "ckpt", "checkpoint %s: verified, %d sections", ck->path, ck->n);
+	*out = ck;
+	return KILN_OK;
+}
+
+static struct kiln_ckpt *ckpt_new(const char *path)
 {
 	struct kiln_ckpt *ck = calloc(1, sizeof *ck);
+	if (ck && !(ck->path = kiln_strdup(path))) {
+		free(ck);
+		return NULL;
+	}
+	if (ck)
+		ck->fd = -1;
+	return ck;
+}
+
+kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out)
+{
+	struct kiln_ckpt *ck = ckpt_new(path);
 	char kind[64];
 	const char *why;
 	off_t size = 0;
-	kiln_status st;
 	*out = NULL;
-	if (!ck || !(ck->path = kiln_strdup(path))) {
-		free(ck);
+	if (!ck)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	}
 	ck->fd = common_open_file(path, kind, sizeof kind, &why, &size);
 	if (ck->fd < 0) {
-		st = kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path, why);
-		goto fail;
+		kiln_status st = kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path, why);
+		kiln_ckpt_close(ck);
+		return st;
 	}
 	ck->size = (uint64_t)size;
-	if ((st = verify(ck)))
-		goto fail;
-	kiln_log(KILN_LOG_DEBUG, "ckpt", "checkpoint %s: verified, %d sections", path, ck->n);
-	*out = ck;
-	return KILN_OK;
-fail:
-	kiln_ckpt_close(ck);
-	return st;
+	return open_verified(ck, out);
+}
+
+kiln_status kiln_ckpt_open_fd(const char *path, int fd, struct kiln_ckpt **out)
+{
+	struct kiln_ckpt *ck = ckpt_new(path);
+	struct stat sb;
+	*out = NULL;
+	if (!ck)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	/* a duplicate: the same open file, whatever is at path by now */
+	if ((ck->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0 || fstat(ck->fd, &sb)) {
+		kiln_status st = kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path,
+					    strerror(errno));
+		kiln_ckpt_close(ck);
+		return st;
+	}
+	ck->size = (uint64_t)sb.st_size;
+	return open_verified(ck, out);
 }
 
 const struct rsec *ckpt_section(const struct kiln_ckpt *ck, const char *tag)

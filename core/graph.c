@@ -518,6 +518,18 @@ fail:
 	return st;
 }
 
+kiln_status kiln_model_weights_free(struct kiln_model *m, void *stream)
+{
+	/* (a copy still queued on stream may read them) */
+	kiln_status st = kiln_device_stream_sync(m->dev, stream);
+	if (st)
+		return st;
+	kiln_device_free(m->dev, m->params_d);
+	kiln_device_free(m->dev, m->buffers_d);
+	m->params_d = m->buffers_d = NULL;
+	return KILN_OK;
+}
+
 void kiln_model_free(struct kiln_model *m)
 {
 	if (!m)

@@ -329,6 +329,12 @@ kiln_status kiln_model_create_infer(const struct kiln_config *cfg, const struct 
  * (the optimizer state's but where m->state_sharded). */
 kiln_status kiln_model_alloc_whole(struct kiln_model *m);
 void kiln_model_optim_free(struct kiln_model *m);
+/* core/graph.c: a weights-only model's parameters and buffers freed on its
+ * device (after stream is waited for), its layers and parameter table
+ * kept: what folding reads once the weights are copied to host memory
+ * (kiln_infer_fold_read).  Nothing may plan or run m afterwards; free it
+ * with kiln_model_free. */
+kiln_status kiln_model_weights_free(struct kiln_model *m, void *stream);
 /* core/graph.c: enqueue step_d's advance alone (one micro-step or
  * pipeline micro-batch done: batchnorm's count). */
 kiln_status kiln_model_count_advance(struct kiln_model *m, void *stream);
@@ -646,8 +652,9 @@ kiln_status kiln_summary_log(const struct kiln_summary *s);
 
 /* core/weights.c.  A model with its weights, as `kiln export` and
  * `kiln generate` load it: [run] device opened, the model built for the
- * sample shape training read (the checkpoint's record, else [data]'s; a
- * [data] that differs is warned of, kiln_trained_sample_warn), then the
+ * sample shape training read (the checkpoint's record, [data] not opened
+ * unless the watched output exists, kiln_output_watch, for its guard;
+ * else [data]'s), then the
  * weights of `checkpoint` (NULL: the newest usable one in [run]
  * out_dir/checkpoints), a kiln checkpoint or a weights file
  * (kiln_weights_file_given: safetensors or llm.c's, read as [model]
@@ -680,7 +687,8 @@ kiln_status kiln_model_load_given_weights(struct kiln_model *m, const char *path
 /* A warning when [section]'s sample (data) is not the one the checkpoint's
  * model was trained on (trained), saying which one is used (data_used:
  * [section]'s, as `kiln eval` evaluates its samples; else the
- * checkpoint's, as export, predict and generate build the model). */
+ * checkpoint's: no caller since session 38, when export, predict and
+ * generate stopped opening [data] to compare). */
 void kiln_trained_sample_warn(const char *section, const struct kiln_tensor_desc *data,
 			      const struct kiln_tensor_desc *trained, int data_used);
 void kiln_trained_close(struct kiln_trained *t);

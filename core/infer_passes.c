@@ -443,29 +443,66 @@ static kiln_status fill_param(const struct kiln_model *src, const struct model_p
 	return KILN_OK;
 }
 
-kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stream,
-				    struct kiln_model *dst, void *dst_stream)
+/* src's parameters and buffers in host memory (f32, its regions' layout). */
+struct kiln_fold_host {
+	float *sp; /* [src->n_elems] */
+	float *sb; /* [src->n_buf_elems] */
+};
+
+kiln_status kiln_infer_fold_read(const struct kiln_model *src, void *src_stream,
+				 struct kiln_fold_host **out)
+{
+	struct kiln_fold_host *h = calloc(1, sizeof *h);
+	*out = NULL;
+	if (!h || !(h->sp = malloc(sizeof(float) * (src->n_elems + 1))) ||
+	    !(h->sb = malloc(sizeof(float) * (src->n_buf_elems + 1)))) {
+		kiln_infer_fold_host_free(h);
+		return kiln_error(KILN_ENOMEM, "folding the model for inference: a host copy of its weights (%s): out of memory",
+				  kiln_bytes_str((char[32]){ 0 }, 32,
+						 (double)sizeof(float) *
+							 (double)(src->n_elems + src->n_buf_elems + 2)));
+	}
+	kiln_status st = kiln_model_regions_copy(src, h->sp, h->sb, 0, src_stream);
+	if (st) {
+		kiln_infer_fold_host_free(h);
+		return st;
+	}
+	*out = h;
+	return KILN_OK;
+}
+
+void kiln_infer_fold_host_free(struct kiln_fold_host *h)
+{
+	if (!h)
+		return;
+	free(h->sp);
+	free(h->sb);
+	free(h);
+}
+
+kiln_status kiln_infer_fold_write(const struct kiln_model *src, struct kiln_fold_host *h,
+				  struct kiln_model *dst, void *dst_stream)
 {
 	int *removed = calloc((size_t)src->n_layers, sizeof *removed);
 	int *host = calloc((size_t)src->n_layers, sizeof *host);
-	float *sp = malloc(sizeof(float) * (src->n_elems + 1));
-	float *sb = malloc(sizeof(float) * (src->n_buf_elems + 1));
 	float *dp = calloc(dst->n_elems + 1, sizeof(float));
 	float *db = calloc(dst->n_buf_elems + 1, sizeof(float));
-	kiln_status st;
-	if (!removed || !host || !sp || !sb || !dp || !db) {
-		st = kiln_error(KILN_ENOMEM, "folding the model for inference: host copies of its weights before and after (%s): out of memory",
+	kiln_status st = KILN_OK;
+	if (!removed || !host || !dp || !db) {
+		st = kiln_error(KILN_ENOMEM, "folding the model for inference: a host copy of its folded weights (%s): out of memory",
 				kiln_bytes_str((char[32]){ 0 }, 32,
 					       (double)sizeof(float) *
-						       (double)(src->n_elems + src->n_buf_elems +
-								dst->n_elems + dst->n_buf_elems + 4)));
+						       (double)(dst->n_elems + dst->n_buf_elems + 2)));
 		goto out;
 	}
 	fold_plan(src, removed, host, 0);
-	if ((st = kiln_model_regions_copy(src, sp, sb, 0, src_stream)))
-		goto out;
 	for (int i = 0; i < dst->n_params && !st; i++)
-		st = fill_param(src, &dst->params[i], host, sp, sb, dp, db);
+		st = fill_param(src, &dst->params[i], host, h->sp, h->sb, dp, db);
+	/* src's copy is not needed once dst's is computed: freed before dst's
+	 * weights are written (one host copy fewer at the peak) */
+	free(h->sp);
+	free(h->sb);
+	h->sp = h->sb = NULL;
 	if (!st)
 		st = kiln_model_regions_copy(dst, dp, db, 1, dst_stream);
 	kiln_model_weights_written(dst);
@@ -473,10 +510,19 @@ kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stre
 out:
 	free(removed);
 	free(host);
-	free(sp);
-	free(sb);
 	free(dp);
 	free(db);
+	return st;
+}
+
+kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stream,
+				    struct kiln_model *dst, void *dst_stream)
+{
+	struct kiln_fold_host *h;
+	kiln_status st = kiln_infer_fold_read(src, src_stream, &h);
+	if (!st)
+		st = kiln_infer_fold_write(src, h, dst, dst_stream);
+	kiln_infer_fold_host_free(h);
 	return st;
 }
 

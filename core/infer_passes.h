@@ -53,6 +53,20 @@ kiln_status kiln_infer_fold_config_ex(const struct kiln_model *m, struct kiln_re
  * live on different devices), and waits for both. */
 kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stream,
 				    struct kiln_model *dst, void *dst_stream);
+/* The same in two steps, so that src's device weights can be freed
+ * (kiln_model_weights_free) before dst is built (`kiln predict`, the C
+ * API: the trained and the folded model never both held, session 38):
+ * _read copies src's weights to host memory (*out, freed with
+ * kiln_infer_fold_host_free, NULL too; src's stream waited for); _write
+ * computes dst's from that copy and src's layers and parameter table
+ * (its device weights are not read), frees the copy's arrays (h itself
+ * stays the caller's) and writes dst's on dst_stream, waiting for it. */
+struct kiln_fold_host;
+kiln_status kiln_infer_fold_read(const struct kiln_model *src, void *src_stream,
+				 struct kiln_fold_host **out);
+kiln_status kiln_infer_fold_write(const struct kiln_model *src, struct kiln_fold_host *h,
+				  struct kiln_model *dst, void *dst_stream);
+void kiln_infer_fold_host_free(struct kiln_fold_host *h);
 
 /* m's params and buffers regions (f32, n_elems and n_buf_elems) copied
  * to host params/buffers (up = 0) or from them (up = 1) on stream;

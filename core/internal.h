@@ -115,6 +115,10 @@ kiln_status kiln_null_arg(const char *fn, const char *arg);
  * (`kiln train <(...)`) and a character device to write (/dev/null,
  * /dev/full).  Errors: "PATH: cannot VERB: ...". */
 kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *verb, FILE **out);
+/* kiln_safetensors_open of the regular file open on fd (borrowed; the map
+ * outlives it), named path in messages (core/safetensors.c): for [model]
+ * init_from, opened once (core/weights.c). */
+kiln_status kiln_safetensors_open_fd(const char *path, int fd, struct kiln_safetensors **out);
 
 /* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
  * by the trainer: what a wait before training (the rendezvous) checks. */

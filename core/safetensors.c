@@ -258,24 +258,14 @@ out:
 	return st;
 }
 
-kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **out)
+/* A new file object for path, its fd's size bytes mapped and parsed into
+ * *out (fd borrowed: the map outlives it). */
+static kiln_status open_mapped(const char *path, int fd, off_t size, struct kiln_safetensors **out)
 {
-	if (!path || !out)
-		return kiln_null_arg("kiln_safetensors_open", !path ? "path" : "out");
-	*out = NULL;
 	struct kiln_safetensors *f = calloc(1, sizeof *f);
 	if (!f || !(f->path = kiln_strdup(path))) {
 		free(f);
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	}
-	char kind[64];
-	const char *why;
-	off_t size;
-	int fd = common_open_file(path, kind, sizeof kind, &why, &size);
-	if (fd < 0) {
-		kiln_status st = kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
-		kiln_safetensors_close(f);
-		return st;
 	}
 	f->size = (size_t)size;
 	if (f->size) {
@@ -283,12 +273,10 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **ou
 		if (f->map == MAP_FAILED) {
 			f->map = NULL;
 			kiln_status st = kiln_error(KILN_EIO, "%s: cannot map: %s", path, strerror(errno));
-			close(fd);
 			kiln_safetensors_close(f);
 			return st;
 		}
 	}
-	close(fd);
 	kiln_status st = parse(f);
 	if (st) {
 		kiln_safetensors_close(f);
@@ -296,6 +284,31 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **ou
 	}
 	*out = f;
 	return KILN_OK;
+}
+
+kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **out)
+{
+	if (!path || !out)
+		return kiln_null_arg("kiln_safetensors_open", !path ? "path" : "out");
+	*out = NULL;
+	char kind[64];
+	const char *why;
+	off_t size;
+	int fd = common_open_file(path, kind, sizeof kind, &why, &size);
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
+	kiln_status st = open_mapped(path, fd, size, out);
+	close(fd);
+	return st;
+}
+
+kiln_status kiln_safetensors_open_fd(const char *path, int fd, struct kiln_safetensors **out)
+{
+	struct stat sb;
+	*out = NULL;
+	if (fstat(fd, &sb))
+		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, strerror(errno));
+	return open_mapped(path, fd, sb.st_size, out);
 }
 
 void kiln_safetensors_close(struct kiln_safetensors *f)

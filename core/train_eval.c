@@ -436,10 +436,20 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 	if (o->fold && (st = fold_open(cfg, reg, checkpoint, 1, o->no_residual ? 0 : KILN_FOLD_RESIDUAL,
 				       &tr, fcfg)))
 		return st;
+	/* the trained weights to host memory and off the device before the
+	 * folded model is built: never both held (session 38) */
+	struct kiln_fold_host *h = NULL;
+	if (*fcfg && ((st = kiln_infer_fold_read(tr.m, tr.stream, &h)) ||
+		      (st = kiln_model_weights_free(tr.m, tr.stream)))) {
+		kiln_infer_fold_host_free(h);
+		kiln_trained_close(&tr);
+		return st;
+	}
 	if (!(st = trainer_open(t, *fcfg ? *fcfg : cfg, reg, &tc, 0, res)))
-		st = *fcfg ? kiln_infer_fold_weights(tr.m, tr.stream, t->m, t->compute)
+		st = *fcfg ? kiln_infer_fold_write(tr.m, h, t->m, t->compute)
 		     : file ? kiln_model_load_given_weights(t->m, checkpoint, t->compute)
 			    : kiln_ckpt_load_model(*ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS);
+	kiln_infer_fold_host_free(h);
 	struct kiln_tensor_desc trained;
 	if (!st && *ck && !kiln_ckpt_sample(*ck, &trained))
 		kiln_trained_sample_warn("data.eval", &t->test.input, &trained, 1);

@@ -22,11 +22,12 @@
 #include "graph.h"
 #include "data.h"
 #include "run_config.h"
+#include <sys/stat.h> /* struct stat: the watched output */
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <errno.h>
-#include <sys/stat.h> /* stat: a missing init_from */
 #include <unistd.h> /* access */
 
 /* ---- save ----------------------------------------------------------------- */
@@ -495,6 +496,22 @@ static int format_flags(int format)
 	return format == KILN_WEIGHTS_GPT2 ? KILN_WF_GPT2_NAMES | KILN_WF_CONV1D : 0;
 }
 
+/* The weights of the open safetensors file f (named path) into m. */
+static kiln_status load_safetensors(struct kiln_model *m, struct kiln_safetensors *f,
+				    const char *path, int format, int strict, void *stream)
+{
+	int n = kiln_safetensors_count(f);
+	struct kiln_safetensors_tensor *t = calloc((size_t)n + 1, sizeof *t);
+	if (!t)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int j = 0; j < n; j++)
+		kiln_safetensors_get(f, j, &t[j]);
+	struct kiln_weights_in in = { path, n, t, format_flags(format) };
+	kiln_status st = kiln_weights_load(m, &in, strict, stream);
+	free(t);
+	return st;
+}
+
 kiln_status kiln_model_load_safetensors_as(struct kiln_model *m, const char *path, int format,
 					   int strict, void *stream)
 {
@@ -502,17 +519,7 @@ kiln_status kiln_model_load_safetensors_as(struct kiln_model *m, const char *pat
 	kiln_status st = kiln_safetensors_open(path, &f);
 	if (st)
 		return st;
-	int n = kiln_safetensors_count(f);
-	struct kiln_safetensors_tensor *t = calloc((size_t)n + 1, sizeof *t);
-	if (!t) {
-		kiln_safetensors_close(f);
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	}
-	for (int j = 0; j < n; j++)
-		kiln_safetensors_get(f, j, &t[j]);
-	struct kiln_weights_in in = { path, n, t, format_flags(format) };
-	st = kiln_weights_load(m, &in, strict, stream);
-	free(t);
+	st = load_safetensors(m, f, path, format, strict, stream);
 	kiln_safetensors_close(f);
 	return st;
 }
@@ -523,12 +530,14 @@ kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, 
 	return kiln_model_load_safetensors_as(m, path, KILN_WEIGHTS_PYTORCH, strict, stream);
 }
 
-/* [model] init_from names a kiln checkpoint: its weights alone (params
- * and buffers), for a new run with its own optimizer and schedule. */
-static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, void *stream)
+/* [model] init_from names a kiln checkpoint, open on fd: its weights alone
+ * (params and buffers), for a new run with its own optimizer and
+ * schedule. */
+static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, int fd,
+					void *stream)
 {
 	struct kiln_ckpt *ck;
-	kiln_status st = kiln_ckpt_open(path, &ck);
+	kiln_status st = kiln_ckpt_open_fd(path, fd, &ck);
 	/* (a stage's rank holding its slice alone: that slice and the
 	 * buffers, session 12) */
 	if (!st && m->held)
@@ -548,33 +557,62 @@ static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, 
 	return st;
 }
 
-/* The weights of file `path` (a kiln checkpoint, llm.c's model file, else
- * safetensors) into m, as [model] init_format and init_strict say. */
-static kiln_status load_weights_file(struct kiln_model *m, const char *path, void *stream)
+/* The weights of the file open on fd, named path (a kiln checkpoint,
+ * llm.c's model file, else safetensors, told apart by their first bytes),
+ * into m, as [model] init_format and init_strict say. */
+static kiln_status load_weights_fd(struct kiln_model *m, const char *path, int fd, void *stream)
 {
 	int strict = 1;
 	const char *format = kiln_config_get(m->cfg, "model", "init_format");
 	kiln_config_get_bool(m->cfg, "model", "init_strict", &strict);
-	if (kiln_ckpt_is_checkpoint(path))
-		return init_from_checkpoint(m, path, stream);
-	if (kiln_llmc_is_model(path))
-		return kiln_llmc_load(m, path, strict, stream);
-	return kiln_model_load_safetensors_as(m, path, kiln_weights_format(format), strict, stream);
+	if (kiln_ckpt_is_checkpoint_fd(fd))
+		return init_from_checkpoint(m, path, fd, stream);
+	if (kiln_llmc_is_model_fd(fd))
+		return kiln_llmc_load_fd(m, path, fd, strict, stream);
+	struct kiln_safetensors *f;
+	kiln_status st = kiln_safetensors_open_fd(path, fd, &f);
+	if (st)
+		return st;
+	st = load_safetensors(m, f, path, kiln_weights_format(format), strict, stream);
+	kiln_safetensors_close(f);
+	return st;
+}
+
+/* The weights file `path` into m, opened once: its kind is told and its
+ * tensors read through that one descriptor, so a file removed or replaced
+ * meanwhile is not read in part (before session 38 it was opened three
+ * times, and a file removed after the first open was "cannot open", exit 1,
+ * not "no such file", exit 2).  *missing: 1 when nothing is at path (the
+ * status is then KILN_EIO with no message set: the caller says it). */
+static kiln_status load_weights_file(struct kiln_model *m, const char *path, void *stream,
+				     int *missing)
+{
+	char kind[64];
+	const char *why;
+	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
+	*missing = fd < 0 && (errno == ENOENT || errno == ENOTDIR);
+	if (*missing)
+		return KILN_EIO;
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
+	kiln_status st = load_weights_fd(m, path, fd, stream);
+	close(fd);
+	return st;
 }
 
 kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
 {
 	const char *path = kiln_config_get(m->cfg, "model", "init_from");
+	int missing;
 	if (!path || !*path)
 		return KILN_OK;
-	struct stat sb;
+	kiln_status st = load_weights_file(m, path, stream, &missing);
 	/* a file that is not there: a config error at its line (exit 2), as a
 	 * missing --checkpoint is a usage error (README.md, "Exit codes"); exit
 	 * 1 before session 36.  One that is there but unreadable: KILN_EIO. */
-	if (stat(path, &sb) && (errno == ENOENT || errno == ENOTDIR))
+	if (missing)
 		return kiln_error(KILN_ECONFIG, "%s: [model] init_from: %s: no such file",
 				  kiln_config_where(m->cfg, "model", "init_from"), path);
-	kiln_status st = load_weights_file(m, path, stream);
 	if (st)
 		return kiln_error_wrap(st, "%s: [model] init_from",
 				       kiln_config_where(m->cfg, "model", "init_from"));
@@ -595,7 +633,10 @@ int kiln_weights_file_given(const char *path)
 
 kiln_status kiln_model_load_given_weights(struct kiln_model *m, const char *path, void *stream)
 {
-	kiln_status st = load_weights_file(m, path, stream);
+	int missing;
+	kiln_status st = load_weights_file(m, path, stream, &missing);
+	if (missing) /* (there a moment ago: kiln_weights_file_given) */
+		return kiln_error(KILN_EUSAGE, "%s: no such file", path);
 	if (st)
 		return kiln_error_wrap(st, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file)",
 				       path);
@@ -629,11 +670,33 @@ static kiln_status data_sample(const struct kiln_config *cfg, const struct kiln_
 	return st;
 }
 
+/* The sample shape, as training saw it (u8 samples become f32), into
+ * *out: the checkpoint's record, else [data]'s (an older kiln's
+ * checkpoint, a weights file, none).  With a record [data] is not opened
+ * (before session 38 it was, to warn of a shape that differs: the whole
+ * training set listed for `kiln predict`, however large or slow), but for
+ * an output that exists already (kiln_output_watch): whether it is one of
+ * [data]'s files is known only to [data]'s source, which refuses it as it
+ * opens (KILN_EUSAGE); another failure to open it is no reason to stop. */
+static kiln_status trained_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				  struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
+{
+	struct kiln_tensor_desc data;
+	struct stat o;
+	kiln_status st = ck ? kiln_ckpt_sample(ck, out) : KILN_ENOTFOUND;
+	if (st == KILN_ENOTFOUND)
+		return data_sample(cfg, reg, out);
+	if (st)
+		return st; /* a corrupt record is no reason to guess from [data] */
+	if (kiln_output_watched_stat(&o) && data_sample(cfg, reg, &data) == KILN_EUSAGE)
+		return KILN_EUSAGE;
+	return KILN_OK;
+}
+
 kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      const char *checkpoint, const char *verb, int need_trained,
 			      struct kiln_trained *t)
 {
-	struct kiln_tensor_desc data;
 	struct kiln_run_cfg run;
 	struct kiln_ckpt *ck = NULL;
 	char dir[4200];
@@ -668,23 +731,7 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 			 has_init ? ", then [model] init_from" : "");
 	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
 		goto out;
-	/* the sample shape, as training saw it (u8 samples become f32): the
-	 * checkpoint's record, else [data]'s (an older kiln's checkpoint, or
-	 * none); a [data] that says otherwise is warned of (one that cannot be
-	 * opened, data shipped without the model, is not) */
-	st = ck ? kiln_ckpt_sample(ck, &t->sample) : KILN_ENOTFOUND;
-	if (st && st != KILN_ENOTFOUND)
-		goto out; /* a corrupt record is no reason to guess from [data] */
-	if (st) {
-		st = data_sample(cfg, reg, &t->sample);
-	} else {
-		const kiln_status ds = data_sample(cfg, reg, &data);
-		if (!ds)
-			kiln_trained_sample_warn("data", &data, &t->sample, 0);
-		else if (ds == KILN_EUSAGE) /* the output is one of its files (kiln_output_watch) */
-			st = ds;
-	}
-	if (st)
+	if ((st = trained_sample(cfg, reg, ck, &t->sample)))
 		goto out;
 	/* a checkpoint's parameter table is checked against the model its
 	 * sample gives before that model is allocated */

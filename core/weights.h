@@ -45,7 +45,13 @@ int kiln_gpt2_padded_rows(const struct kiln_model *m, int i);
 
 /* llm.c's model file (gpt2_124M.bin): does `path` start with its magic? */
 int kiln_llmc_is_model(const char *path);
+/* The same for the file open on fd (read with pread). */
+int kiln_llmc_is_model_fd(int fd);
 /* Load llm.c's model file into m (GPT-2's names, kiln's layouts). */
 kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, void *stream);
+/* The same from the regular file open on fd (borrowed), named path in
+ * messages ([model] init_from, opened once: core/weights.c). */
+kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, int strict,
+			      void *stream);
 
 #endif

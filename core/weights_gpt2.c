@@ -129,7 +129,6 @@ static int64_t llmc_dim(const struct llmc_header *h, int d)
 
 int kiln_llmc_is_model(const char *path)
 {
-	int32_t magic = 0;
 	char kind[64];
 	const char *why;
 	/* a FIFO or device is nobody's model file: refused by the reader
@@ -137,9 +136,15 @@ int kiln_llmc_is_model(const char *path)
 	int fd = common_open_file(path, kind, sizeof kind, &why, NULL), yes = 0;
 	if (fd < 0)
 		return 0;
-	yes = kiln_pread_all(fd, &magic, sizeof magic, 0) == 0 && magic == LLMC_MAGIC;
+	yes = kiln_llmc_is_model_fd(fd);
 	close(fd);
 	return yes;
+}
+
+int kiln_llmc_is_model_fd(int fd)
+{
+	int32_t magic = 0;
+	return kiln_pread_all(fd, &magic, sizeof magic, 0) == 0 && magic == LLMC_MAGIC;
 }
 
 /* Check the header's numbers and the file size they imply. */
@@ -222,6 +227,19 @@ static void llmc_tensors(const struct llmc_header *h, const unsigned char *data,
 
 kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, void *stream)
 {
+	char kind[64];
+	const char *why;
+	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "%s: %s", path, why);
+	kiln_status st = kiln_llmc_load_fd(m, path, fd, strict, stream);
+	close(fd);
+	return st;
+}
+
+kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, int strict,
+			      void *stream)
+{
 	int32_t raw[LLMC_HEADER_INTS];
 	struct llmc_header h = { 0 };
 	struct stat sb;
@@ -229,11 +247,6 @@ kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, v
 	char (*names)[96] = NULL;
 	struct kiln_safetensors_tensor *t = NULL;
 	kiln_status st;
-	char kind[64];
-	const char *why;
-	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
-	if (fd < 0)
-		return kiln_error(KILN_EIO, "%s: %s", path, why);
 	if (fstat(fd, &sb) || sb.st_size < (off_t)sizeof raw ||
 	    kiln_pread_all(fd, raw, sizeof raw, 0)) {
 		st = kiln_error(KILN_EDATA, "%s: shorter than llm.c's %zu-byte header", path, sizeof raw);
@@ -259,7 +272,6 @@ kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, v
 	struct kiln_weights_in in = { path, n, t, KILN_WF_GPT2_NAMES };
 	st = kiln_weights_load(m, &in, strict, stream);
 out:
-	close(fd);
 	free(data);
 	free(names);
 	free(t);

@@ -122,13 +122,15 @@ done
 kiln 2 predict "$ini" --eval-set
 stderr_has "the model's output per sample is f32[24, 256] (a token model's [T, V]), not a vector of classes: use --logits OUT (.npy or .safetensors) for the logits"
 
-# the checkpoint's context, not a different data.context (with the
-# warning kiln eval, export and predict give for another sample shape);
-# with a checkpoint the shards need not be there (nothing to compare)
+# the checkpoint's context, not a different data.context ([data] is not
+# opened to compare since session 38: before, the warning "[data] gives
+# samples of i32[16], the checkpoint's model was trained on i32[24]: the
+# checkpoint's are used, [data]'s are not" read the shards for it); with a
+# checkpoint the shards need not be there
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 --checkpoint "$ck" \
 	data.context=16
 cmp -s "$out" "$tmp/a.txt" || fail "data.context=16 changed the text"
-stderr_has "[core] warning: [data] gives samples of i32[16], the checkpoint's model was trained on i32[24]: the checkpoint's are used, [data]'s are not"
+! grep -q "the checkpoint's model was trained on" "$err" || fail "a warning from [data], which is not read"
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 --checkpoint "$ck" \
 	data.context=16 "data.path=$tmp/nonexistent"
 cmp -s "$out" "$tmp/a.txt" || fail "data.context=16 and a missing data.path changed the text"

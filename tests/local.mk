@@ -266,6 +266,18 @@ if BUILD_LOADERS
 TESTS += tests/idx_eintr.sh
 endif
 EXTRA_DIST += tests/idx_eintr.sh
+# [model] init_from opened once: removed or replaced after that open, the
+# file opened is read (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/init_from_once.sh
+endif
+EXTRA_DIST += tests/init_from_once.sh
+# eval, export, predict and generate do not open the training set when the
+# checkpoint records its sample shape (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/trained_no_data.sh
+endif
+EXTRA_DIST += tests/trained_no_data.sh
 # a resume refused at setup leaves config.ini as it was
 TESTS += tests/resume_config.sh
 EXTRA_DIST += tests/resume_config.sh
