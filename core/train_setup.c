@@ -212,6 +212,16 @@ static kiln_status open_out_dir(struct trainer *t)
 	snprintf(path, sizeof path, "%s/config.ini", out_dir);
 	if ((st = kiln_run_file_check(path)))
 		return st;
+	/* so are [log] csv's tables, which it opens at their first record
+	 * (before session 38 a directory train.csv failed the run at its
+	 * first log point, config.ini and metrics.jsonl written) */
+	int csv = 0;
+	kiln_config_get_bool(t->cfg, "log", "csv", &csv);
+	for (int i = 0; csv && i < 2; i++) {
+		snprintf(path, sizeof path, "%s/%s.csv", out_dir, i ? "eval" : "train");
+		if ((st = kiln_run_file_check(path)))
+			return st;
+	}
 	st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
 	if (st)
 		return st;
