@@ -309,8 +309,6 @@ struct bar {
 	int tty;
 	int last_pct;
 	int64_t samples_per_step; /* batch x accumulate */
-	int64_t epochs;
-	int64_t max_steps;        /* [train] max_steps: 0 none */
 	int epoch;                /* the epoch the rate is measured over */
 	int64_t step0;            /* its first step seen, and when */
 	double t0, last_draw;
@@ -328,15 +326,6 @@ static void bar_log(void *user, int level, const char *who, const char *msg)
 	struct bar *b = user;
 	fprintf(stderr, "\r\033[K[%s] %s%s\n", who, tag[level & 3], msg);
 	__atomic_store_n(&b->redraw, 1, __ATOMIC_RELAXED);
-}
-
-/* The run's last step, counted over all epochs: epochs x steps per epoch,
- * or [train] max_steps when that comes first (a 3000-step run of epochs =
- * 1e9 was given the ETA of all 1e9 epochs). */
-static int64_t bar_run_steps(const struct bar *b, int64_t steps)
-{
-	int64_t all = steps > 0 && b->epochs > INT64_MAX / steps ? INT64_MAX : b->epochs * steps;
-	return b->max_steps > 0 && b->max_steps < all ? b->max_steps : all;
 }
 
 /* " ETA M:SS", " ETA H:MM:SS" from an hour, " ETA >9999h" past 9999 hours
@@ -382,10 +371,18 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 		b->step0 = step;
 		b->t0 = now;
 	}
+	/* the steps the run has left, as the library counts them: before
+	 * session 38 the bar took (epoch - 1) x steps for the steps done,
+	 * wrong after a resume that changed the global batch (its steps per
+	 * epoch): "200/500" for a run that ended at 200, "500/500 ETA 0:00"
+	 * and then "501/1000" (epochs x steps, or max_steps, to go) */
+	int64_t done = 0, last = 0;
+	if (kiln_train_progress_steps(&done, &last))
+		done = last = 0; /* (not in a run: cannot happen) */
+	const int64_t left = last > done ? last - done : 0;
 	/* the bar runs to the step this epoch will end at: its last, or the
 	 * run's (max_steps) when that comes first */
-	const int64_t run = bar_run_steps(b, steps), before = (int64_t)(epoch - 1) * steps;
-	const int64_t end = run - before < steps && run - before >= step ? run - before : steps;
+	const int64_t end = left < steps - step ? step + left : steps;
 	int pct = (int)(100 * step / (end ? end : 1));
 	const int redraw = __atomic_exchange_n(&b->redraw, 0, __ATOMIC_RELAXED);
 	if (pct == b->last_pct && !status && !redraw && now - b->last_draw < 1.0)
@@ -397,7 +394,7 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 	double dt = now - b->t0;
 	if (step > b->step0 && dt > 0) {
 		double sps = (double)(step - b->step0) / dt;
-		bar_eta(eta, sizeof eta, (double)(run - before - step) / sps);
+		bar_eta(eta, sizeof eta, (double)left / sps);
 		snprintf(rate, sizeof rate, " %.0f samples/s%s", sps * (double)b->samples_per_step, eta);
 	}
 	char bar[31];
@@ -630,8 +627,6 @@ int cmd_train(int argc, char **argv)
 	if (!st)
 		st = kiln_train_cfg_read(cfg, reg, &tc); /* batch = auto resolved */
 	if (!st) {
-		b.epochs = tc.epochs;
-		b.max_steps = tc.max_steps;
 		b.samples_per_step = tc.batch * tc.accumulate;
 	}
 	struct told told = { .tty = b.tty };

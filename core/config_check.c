@@ -261,14 +261,22 @@ static int bounded(const struct kiln_key *k)
 	return k->min != 0 || k->max != 0;
 }
 
-/* 1 when v is written as a whole number but does not fit int64 (parse_number
- * refuses it: "9223372036854775808" was "not an integer" before session 34). */
-static int int_too_big(const char *v)
+/* 1 when v is written as a number that its type cannot hold, which
+ * parse_number refuses: a whole number past int64 ("9223372036854775808"
+ * was "not an integer" before session 34), a number past a double's
+ * range ("1e-400", "1e400" were "not a number" before session 38). */
+int number_out_of_range(const char *v, int integer)
 {
 	while (isspace((unsigned char)*v))
 		v++;
+	if (!decimal_syntax(v, !integer))
+		return 0;
 	errno = 0;
-	return decimal_syntax(v, 0) && (strtoll(v, NULL, 10), errno == ERANGE);
+	if (integer)
+		(void)strtoll(v, NULL, 10);
+	else
+		(void)common_strtod(v, NULL);
+	return errno == ERANGE;
 }
 
 static kiln_status out_of_range(const struct kiln_key *k, const char *v)
@@ -410,13 +418,16 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 	case KILN_KEY_INT:
 		if (k->choices && in_choices(k->choices, v))
 			return KILN_OK;
-		if (parse_number(v, &i, NULL) && int_too_big(v))
+		if (parse_number(v, &i, NULL) && number_out_of_range(v, 1))
 			return out_of_range(k, v);
 		if (parse_number(v, &i, NULL))
 			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not an integer%s%s", k->name, v,
 					  k->choices ? " or one of " : "", k->choices ? k->choices : "");
 		return check_number(k, v, (double)i);
 	case KILN_KEY_FLOAT:
+		if (parse_number(v, NULL, &x) && number_out_of_range(v, 0))
+			return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range (%s)", k->name, v,
+					  KILN_DOUBLE_RANGE);
 		if (parse_number(v, NULL, &x))
 			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not a number", k->name, v);
 		return check_number(k, v, x);

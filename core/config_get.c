@@ -73,6 +73,10 @@ static kiln_status get_number(const struct kiln_config *cfg, const char *section
 	long long ix;
 	if (!v)
 		return KILN_ENOTFOUND;
+	if (parse_number(v, iout ? &ix : NULL, &x) && number_out_of_range(v, iout != NULL))
+		return kiln_error(KILN_ECONFIG, "%s: [%s] %s = %s is out of range (%s)",
+				  kiln_config_where(cfg, section, key), section, key, v,
+				  iout ? "a 64-bit integer" : KILN_DOUBLE_RANGE);
 	if (parse_number(v, iout ? &ix : NULL, &x))
 		return bad(cfg, section, key, v, iout ? "an integer" : "a number");
 	if (iout)

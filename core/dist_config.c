@@ -106,41 +106,44 @@ static char *rank_text(const struct kiln_config *cfg, const struct kiln_registry
 	return text;
 }
 
-/* Rank r > 0: "" when its config is rank 0's but for the rank-local keys,
- * else the difference as a message.  malloc'd; NULL with an error set. */
-static char *rank_verdict(struct kiln_dist *d, const struct kiln_config *cfg, const char *mine)
+/* Rank r > 0: into *out "" when its config is rank 0's but for the
+ * rank-local keys, else the difference as a message (malloc'd).  The
+ * status of what failed, with its message: the store's, the diff's, or
+ * KILN_ENOMEM "out of memory" (before session 38 a failed
+ * kiln_strdup("") set no error and the caller called it a config error,
+ * exit 2 with an empty message). */
+static kiln_status rank_verdict(struct kiln_dist *d, const struct kiln_config *cfg,
+				const char *mine, char **out)
 {
 	void *theirs = NULL;
 	size_t len = 0;
 	struct kiln_config_delta delta;
 	int differs = 0;
-	char *out;
+	*out = NULL;
 	kiln_status st = kiln_store_get(d->store, "kiln/config", d->timeout_ms, &theirs, &len);
 	if (st)
-		return NULL;
+		return st;
 	char *t = realloc(theirs, len + 1);
 	if (!t) {
 		free(theirs);
-		kiln_error(KILN_ENOMEM, "out of memory");
-		return NULL;
+		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
 	t[len] = 0;
 	st = kiln_config_diff(t, mine, compared, schema_default, same_meaning, (void *)cfg, 1, &differs,
 			      &delta);
 	free(t);
 	if (st)
-		return NULL;
-	if (!differs)
-		return kiln_strdup("");
-	size_t n = 1024;
-	if ((out = malloc(n)))
-		snprintf(out, n,
+		return st;
+	const size_t n = differs ? 1024 : 1;
+	if (!(*out = malloc(n)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	**out = 0;
+	if (differs)
+		snprintf(*out, n,
 			 "rank %d's config differs from rank 0's: [%s] %s is %s on rank 0 but %s on rank %d (%s)",
 			 d->env.rank, delta.section, delta.key, delta.a, delta.b, d->env.rank,
 			 kiln_config_where(cfg, delta.section, delta.key));
-	else
-		kiln_error(KILN_ENOMEM, "out of memory");
-	return out;
+	return KILN_OK;
 }
 
 /* Rank 0: every other rank's verdict, the first difference in rank order
@@ -202,12 +205,12 @@ kiln_status dist_config_agree(struct kiln_dist *d, const struct kiln_config *cfg
 		if (!st && verdict)
 			seen_by_all(d);
 	} else {
-		char *own = rank_verdict(d, cfg, mine);
+		char *own;
 		void *v = NULL;
 		size_t len = 0;
 		snprintf(key, sizeof key, "kiln/config_verdict/%d", d->env.rank);
-		if (!own)
-			st = kiln_error_wrap(KILN_ECONFIG, "rank %d: comparing its config with rank 0's",
+		if ((st = rank_verdict(d, cfg, mine, &own)))
+			st = kiln_error_wrap(st, "rank %d: comparing its config with rank 0's",
 					     d->env.rank);
 		else if (!(st = kiln_store_set(d->store, key, own, strlen(own))) &&
 			 !(st = kiln_store_get(d->store, "kiln/config_verdict", d->timeout_ms, &v,

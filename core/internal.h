@@ -42,6 +42,11 @@ int kiln_edit_distance(const char *a, const char *b);
  * choice value: a layer type, a source, an optimizer, a device, an enum. */
 const char *kiln_suggest_choice(const char *word, const char *list, char *out, size_t n);
 
+/* The range of a double, for messages that refuse a number past it
+ * (number_out_of_range, config_impl.h; [data] mean and std): strtod flags
+ * the subnormals below 2.2e-308 ERANGE too. */
+#define KILN_DOUBLE_RANGE \
+	"a double holds 0 and magnitudes from 2.2250738585072014e-308 to 1.7976931348623157e+308"
 /* The schema's default of [section] key as cfg's registry knows it (a
  * layer's keys by its type in cfg; a plugin section's by the plugin): 1
  * and *def (NULL: no default), or 0 for a key it does not know. */

@@ -9,6 +9,7 @@
 #include "../plugins/common/c_locale.h" /* common_strtod */
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -102,7 +103,12 @@ static kiln_status check_data_numbers(const struct kiln_config *cfg)
 					p++;
 				if (!*p)
 					break;
+				errno = 0;
 				double d = common_strtod(p, &end);
+				if (end > p && errno == ERANGE && (!*end || strchr(" \t,", *end)))
+					return kiln_error(KILN_ECONFIG, "%s: [%s] %s = '%s': %.*s is out of range (%s)",
+							  kiln_config_where(cfg, sec, keys[k]), sec,
+							  keys[k], v, (int)(end - p), p, KILN_DOUBLE_RANGE);
 				if (end == p || !isfinite(d) || (*end && *end != ' ' && *end != '\t' && *end != ','))
 					return kiln_error(KILN_ECONFIG, "%s: [%s] %s = '%s' is not a number",
 							  kiln_config_where(cfg, sec, keys[k]), sec,

@@ -181,7 +181,14 @@ static kiln_status csv_open(const char *dir, int resumed, int64_t step, void **c
 	kiln_status st = KILN_OK;
 	for (int i = 0; i < 2 && !st; i++) {
 		snprintf(c->t[i].path, sizeof c->t[i].path, "%s/%s.csv", dir, c->t[i].event);
-		if (resumed)
+		/* a table is opened at its first record (table_open), after
+		 * config.ini and the first steps: what would refuse it (a
+		 * directory or FIFO in its place) is refused here, at setup,
+		 * as metrics.jsonl is (before session 38 a fresh run failed at
+		 * its first log point, and a resume's read of a FIFO here
+		 * waited for a writer for ever) */
+		st = kiln_run_file_check(c->t[i].path);
+		if (!st && resumed)
 			st = read_table(&c->t[i]);
 	}
 	if (st) {

@@ -241,6 +241,8 @@ struct trainer {
 	int64_t ep0, off0;         /* where the run starts: epoch, global sample offset */
 	int64_t ep, k, k0;         /* epoch, step of the epoch, the epoch's first */
 	int64_t step, step0, interval_start; /* optimizer steps done: now, at the start, at the last log */
+	int64_t last_step;         /* the step the run ends at, unless stopped sooner
+				    * (kiln_train_progress_steps; trainer_last_step) */
 	int stopping, stop_early;
 	int eval_cut;              /* a stop cut the last evaluation short (eval_stop) */
 	/* the eval_every evaluation after step t->step is owed: a stop cut it
@@ -412,6 +414,10 @@ json_t *trainer_json_text(const char *s);
 void trainer_counters_mark(struct trainer *t);
 void trainer_counters_take(struct trainer *t);
 kiln_status trainer_log_point(struct trainer *t);
+/* The progress callback (when there is one) with (t->ep + 1, step,
+ * steps_per_epoch, status), kiln_train_progress_steps answering for t
+ * meanwhile. */
+void trainer_progress(struct trainer *t, int64_t step, const char *status);
 /* Before a checkpoint of the state after step t->pos.step (every rank):
  * KILN_EDATA naming the first parameter that holds non-finite values,
  * unless that step's log point checked them; a rank's failure to check

@@ -289,8 +289,7 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 			 (long long)step);
 		/* (work a stop now ends with a checkpoint, as eval_owed_run's:
 		 * the caller hears of it as of a step) */
-		if (t->progress)
-			t->progress(t->user, (int)t->ep + 1, t->k0, t->steps_per_epoch, NULL);
+		trainer_progress(t, t->k0, NULL);
 		if (!(st = trainer_evaluate(t, t->pos.offset, 0, 0)) && !t->eval_cut && on_line)
 			common_snprintf_c(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f",
 				 t->ev.name, *t->ev.loss, *t->ev.acc, *t->ev.acc5);

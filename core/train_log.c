@@ -583,13 +583,43 @@ static kiln_status histograms(struct trainer *t)
 	return st;
 }
 
+/* The run whose progress callback is running on this thread, for
+ * kiln_train_progress_steps (NULL outside one): the callback's arguments
+ * count the epoch's steps alone, and a resume that changed the global
+ * batch changed the steps per epoch, so a caller cannot work out the
+ * run's position from them (`kiln train`'s bar showed 200/500 for a run
+ * that ended at 200; session 38). */
+static _Thread_local const struct trainer *progress_run;
+
+void trainer_progress(struct trainer *t, int64_t step, const char *status)
+{
+	if (!t->progress)
+		return;
+	const struct trainer *outer = progress_run; /* (a run inside a callback) */
+	progress_run = t;
+	t->progress(t->user, (int)t->ep + 1, step, t->steps_per_epoch, status);
+	progress_run = outer;
+}
+
+kiln_status kiln_train_progress_steps(int64_t *step, int64_t *last_step)
+{
+	const struct trainer *t = progress_run;
+	if (!t)
+		return kiln_error(KILN_EINVAL, "kiln_train_progress_steps: called outside a progress callback");
+	if (step)
+		*step = t->step;
+	if (last_step)
+		*last_step = t->last_step;
+	return KILN_OK;
+}
+
 /* After a step: at a log point (every log_every steps and at the end of
  * an epoch or the run) the interval's metrics are read back, checked,
  * shown and recorded; between them the progress callback only counts.
  * Histograms, when [log] asks for this step's. */
 kiln_status trainer_log_point(struct trainer *t)
 {
-	const int64_t ep = t->ep, k = t->k, spe = t->steps_per_epoch, max_steps = t->tc.max_steps;
+	const int64_t k = t->k, spe = t->steps_per_epoch, max_steps = t->tc.max_steps;
 	int last = k + 1 == spe || (max_steps && t->step == max_steps);
 	double ls, c, ranks;
 	int bad;
@@ -598,8 +628,7 @@ kiln_status trainer_log_point(struct trainer *t)
 	if (kiln_loggers_hist_due(t->log, t->step) && (st = histograms(t)))
 		return st;
 	if (t->step % t->tc.log_every && !last) {
-		if (t->progress)
-			t->progress(t->user, (int)ep + 1, k + 1, spe, NULL);
+		trainer_progress(t, k + 1, NULL);
 		return KILN_OK;
 	}
 	if ((st = interval_sums(t, &ls, &c, &bad, &count, &ranks)) ||
@@ -613,8 +642,7 @@ kiln_status trainer_log_point(struct trainer *t)
 	const double n = (double)t->since;
 	char msg[200];
 	common_snprintf_c(msg, sizeof msg, "loss %.4f acc %.4f", ls / n, c / n);
-	if (t->progress)
-		t->progress(t->user, (int)ep + 1, k + 1, spe, msg);
+	trainer_progress(t, k + 1, msg);
 	train_record(t, ls, c, n);
 	t->since = 0, t->since_loss = t->since_correct = 0;
 	if (t->dist) /* [dist] timing: this interval's overlap */
@@ -651,7 +679,7 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 void trainer_epoch_report(struct trainer *t, const char *msg)
 {
 	if (msg && t->progress)
-		t->progress(t->user, (int)t->ep + 1, -1, t->steps_per_epoch, msg);
+		trainer_progress(t, -1, msg);
 	else if (msg)
 		kiln_log(KILN_LOG_INFO, "train", "%s", msg);
 	if (t->stop_early) {

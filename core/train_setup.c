@@ -212,6 +212,16 @@ static kiln_status open_out_dir(struct trainer *t)
 	snprintf(path, sizeof path, "%s/config.ini", out_dir);
 	if ((st = kiln_run_file_check(path)))
 		return st;
+	/* so are [log] csv's tables, which it opens at their first record
+	 * (before session 38 a directory train.csv failed the run at its
+	 * first log point, config.ini and metrics.jsonl written) */
+	int csv = 0;
+	kiln_config_get_bool(t->cfg, "log", "csv", &csv);
+	for (int i = 0; csv && i < 2; i++) {
+		snprintf(path, sizeof path, "%s/%s.csv", out_dir, i ? "eval" : "train");
+		if ((st = kiln_run_file_check(path)))
+			return st;
+	}
 	st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
 	if (st)
 		return st;
@@ -337,6 +347,28 @@ static kiln_status open_loaders(struct trainer *t)
 
 /* The loop's state: the epoch order buffers, the step size, where it
  * starts, what the evaluations during training evaluate. */
+/* The step the run ends at unless stopped sooner (a request, early
+ * stopping): the steps left in the epoch it starts in (from the
+ * checkpoint's offset, in this run's global batch G), then whole epochs,
+ * or [train] max_steps when that comes first; saturated at INT64_MAX
+ * (epochs = 1e9).  Counted here and not from the epoch and steps per
+ * epoch: a resume that changed G keeps the checkpoint's step count, which
+ * is then no multiple of this run's steps per epoch. */
+static int64_t trainer_last_step(const struct trainer *t)
+{
+	const int64_t spe = t->steps_per_epoch, max_steps = t->tc.max_steps;
+	int64_t left = 0;
+	if (t->ep0 < t->tc.epochs) {
+		const int64_t whole = t->tc.epochs - t->ep0 - 1; /* the epochs after the first */
+		left = spe - t->off0 / t->G;
+		left = whole > (INT64_MAX - left) / spe ? INT64_MAX : left + whole * spe;
+	}
+	int64_t last = t->step0 > INT64_MAX - left ? INT64_MAX : t->step0 + left;
+	if (max_steps && max_steps < last)
+		last = max_steps > t->step0 ? max_steps : t->step0;
+	return last;
+}
+
 static kiln_status open_loop(struct trainer *t)
 {
 	struct kiln_train_result *res = t->res;
@@ -372,6 +404,7 @@ static kiln_status open_loop(struct trainer *t)
 	t->ep0 = t->pos.epoch;
 	t->off0 = t->pos.offset;
 	t->step = t->step0 = t->interval_start = t->pos.step;
+	t->last_step = trainer_last_step(t);
 	t->finite_step = -1;
 	/* dropout's step is the optimizer step's (a resumed run's: the
 	 * checkpoint's, so its masks are the uninterrupted run's) */

@@ -275,8 +275,7 @@ static kiln_status eval_owed_run(struct trainer *t)
 	 * after a step: the caller hears of it as of a step (`kiln train`
 	 * said "nothing to checkpoint; the process ends within 5 s" and then
 	 * wrote one, racing its 5 s timer; session 32) */
-	if (t->progress)
-		t->progress(t->user, (int)t->ep + 1, t->k0, t->steps_per_epoch, NULL);
+	trainer_progress(t, t->k0, NULL);
 	if ((st = trainer_evaluate(t, t->off0, 1, 1)))
 		return st;
 	if (t->eval_cut)

@@ -4,6 +4,7 @@
 #include "transform.h"
 #include "../plugins/common/c_locale.h" /* common_strtod */
 
+#include <errno.h>
 #include <math.h>   /* isfinite */
 #include <stdio.h>
 
@@ -23,8 +24,17 @@ static kiln_status cfg_bad(const struct kiln_config *cfg, const char *sec, const
 			  kiln_config_where(cfg, sec, key), sec, key, v, expected);
 }
 
+/* A list of numbers holding one past a double's range (parse_numbers -2). */
+static kiln_status cfg_out_of_range(const struct kiln_config *cfg, const char *sec,
+				    const char *key, const char *v)
+{
+	return kiln_error(KILN_ECONFIG, "%s: [%s] %s = '%s': a number out of range (%s)",
+			  kiln_config_where(cfg, sec, key), sec, key, v, KILN_DOUBLE_RANGE);
+}
+
 /* Up to `max` numbers separated by blanks or commas; the count, or -1 when
- * the text is not such a list (or has more). */
+ * the text is not such a list (or has more), -2 when one of them is past a
+ * double's range (1e400, 1e-400: out of range, not a bad list). */
 static int parse_numbers(const char *v, double *out, int max)
 {
 	int n = 0;
@@ -35,7 +45,10 @@ static int parse_numbers(const char *v, double *out, int max)
 		if (!*p)
 			return n;
 		char *end;
+		errno = 0;
 		double d = common_strtod(p, &end);
+		if (end > p && errno == ERANGE)
+			return -2;
 		if (end == p || n == max || !isfinite(d) ||
 		    (*end && *end != ' ' && *end != '\t' && *end != ','))
 			return -1;
@@ -79,6 +92,8 @@ static kiln_status cfg_per_channel(const struct kiln_config *cfg, const char *se
 	const char *v = cfg_str(cfg, sec, key, def);
 	double d[3];
 	int n = parse_numbers(v, d, 3);
+	if (n == -2)
+		return cfg_out_of_range(cfg, sec, key, v);
 	char what[160];
 	snprintf(what, sizeof what, "%s%s", oc == 1 ? "one number" : "one number or three (R G B)",
 		 positive ? " > 0" : "");
@@ -99,7 +114,10 @@ static kiln_status cfg_range(const struct kiln_config *cfg, const char *sec, con
 {
 	const char *v = cfg_str(cfg, sec, key, def);
 	double d[2];
-	if (parse_numbers(v, d, 2) != 2 || !(d[0] > 0) || !(d[0] <= d[1]) || (unit && d[1] > 1))
+	const int n = parse_numbers(v, d, 2);
+	if (n == -2)
+		return cfg_out_of_range(cfg, sec, key, v);
+	if (n != 2 || !(d[0] > 0) || !(d[0] <= d[1]) || (unit && d[1] > 1))
 		return cfg_bad(cfg, sec, key, v,
 			       unit ? "two numbers lo hi with 0 < lo <= hi <= 1"
 				    : "two numbers lo hi with 0 < lo <= hi");

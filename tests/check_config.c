@@ -416,8 +416,30 @@ START_TEST(err_wrong_types)
 	expect_fail("[train]\nepochs = 1.5\n", KILN_ECONFIG, "t.ini:2:", "is not an integer", NULL);
 	expect_fail("[train]\n\nlr = nan\n", KILN_ECONFIG, "t.ini:3:", "'lr' = 'nan' is not a number",
 		    NULL);
-	expect_fail("[train]\nlr = 1e999\n", KILN_ECONFIG, "t.ini:2:",
-		    "'lr' = '1e999' is not a number", NULL);
+	/* a number past a double's range is one, out of range (before
+	 * session 38 "'lr' = '1e999' is not a number"), the subnormals too
+	 * (strtod flags them ERANGE) */
+	expect_fail("[train]\nlr = 1e999\n", KILN_ECONFIG, "t.ini:2: in [train]: ",
+		    "'lr' = 1e999 is out of range (a double holds 0 and magnitudes from 2.2250738585072014e-308 to 1.7976931348623157e+308)",
+		    NULL);
+	expect_fail("[train]\n\nlr = 1e-400\n", KILN_ECONFIG, "t.ini:3: in [train]: ",
+		    "'lr' = 1e-400 is out of range (a double holds", NULL);
+	expect_fail("[train]\nlr = -1e-310\n", KILN_ECONFIG, "t.ini:2:",
+		    "'lr' = -1e-310 is out of range", NULL);
+	/* read without the check (kiln_config_get_float after an override):
+	 * where it was set too */
+	struct kiln_config *cfg = NULL;
+	double x = 7;
+	int64_t i = 7;
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_override(cfg, "train.lr=1e-400"), KILN_OK);
+	ck_assert_int_eq(kiln_config_get_float(cfg, "train", "lr", &x), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "command line 'train.lr=1e-400': [train] lr = 1e-400 is out of range (a double holds");
+	ck_assert_int_eq(kiln_config_override(cfg, "train.epochs=9223372036854775808"), KILN_OK);
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "epochs", &i), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "[train] epochs = 9223372036854775808 is out of range (a 64-bit integer)");
+	ck_assert(x == 7 && i == 7);
+	kiln_config_free(cfg);
 	expect_fail("[train]\nlr = inf\n", KILN_ECONFIG, "t.ini:2:", "is not a number", NULL);
 	expect_fail("[train]\nlr = 0.1x\n", KILN_ECONFIG, "t.ini:2:", "is not a number", NULL);
 	expect_fail("[train]\nnesterov = maybe\n", KILN_ECONFIG, "t.ini:2:",

@@ -1149,6 +1149,7 @@ struct calls {
 	int64_t last_step;
 	int in_order; /* each step call's step is the one before + 1 (from 1 in an epoch) */
 	char lines[3][300];
+	int steps_ok; /* kiln_train_progress_steps: the global step, last 15 */
 };
 
 static void count_call(void *user, int epoch, int64_t step, int64_t spe, const char *status)
@@ -1156,6 +1157,9 @@ static void count_call(void *user, int epoch, int64_t step, int64_t spe, const c
 	struct calls *c = user;
 	c->n++;
 	ck_assert_int_eq(spe, 5);
+	int64_t done = -1, last = -1;
+	c->steps_ok &= kiln_train_progress_steps(&done, &last) == KILN_OK && last == 15 &&
+		       done == (epoch - 1) * 5 + (step < 0 ? 5 : step);
 	if (step == -1) {
 		ck_assert_ptr_nonnull(status);
 		if (c->epoch_lines < 3)
@@ -1177,12 +1181,18 @@ static void count_call(void *user, int epoch, int64_t step, int64_t spe, const c
  * every step (status at the log points: global steps 2, 4, 5 (an epoch's
  * last), 6, 8, 10, 12, 14, 15; NULL at the other 6), and once at each
  * epoch's end with step -1 and the epoch's line, which then does not go
- * to the log (it does without a callback). */
+ * to the log (it does without a callback).  In each,
+ * kiln_train_progress_steps gives the run's global step and its last, 15;
+ * outside them KILN_EINVAL. */
 START_TEST(test_progress_calls)
 {
 	struct kiln_config *cfg = test_config(reg, syn_ini);
-	struct calls c = { .in_order = 1 };
+	struct calls c = { .in_order = 1, .steps_ok = 1 };
 	struct kiln_train_result res = KILN_TRAIN_RESULT_INIT;
+	int64_t done = 7;
+	/* outside a callback: nothing to say (session 38) */
+	ck_assert_int_eq(kiln_train_progress_steps(&done, NULL), KILN_EINVAL);
+	ck_assert_int_eq(done, 7);
 	const int level = kiln_log_get_level();
 	kiln_log_set_level(KILN_LOG_INFO);
 	kiln_log_set_sink(check_log_sink, NULL);
@@ -1195,6 +1205,8 @@ START_TEST(test_progress_calls)
 	ck_assert_int_eq(c.without_status, 6);
 	ck_assert_int_eq(c.n, 18);
 	ck_assert(c.in_order);
+	ck_assert(c.steps_ok);
+	ck_assert_int_eq(kiln_train_progress_steps(&done, NULL), KILN_EINVAL);
 	for (int e = 0; e < 3; e++) {
 		char want[32];
 		snprintf(want, sizeof want, "%d epoch %d/3: train loss ", e + 1, e + 1);

@@ -879,6 +879,9 @@ START_TEST(config_errors)
 	expect_error("mean = 0.1 0.2\n", 28, 28, 3, "[data] mean = '0.1 0.2': expected one number or three (R G B)");
 	expect_error("mean = 0.1 0.2 0.3\n", 28, 28, 1, "[data] mean = '0.1 0.2 0.3': expected one number");
 	expect_error("std = 0\n", 28, 28, 1, "[data] std = '0': expected one number > 0");
+	/* past a double's range: out of range, not a bad list (session 38) */
+	expect_error("mean = 0.5 1e999 0.5\n", 28, 28, 3, "[data] mean = '0.5 1e999 0.5': a number out of range (a double holds 0 and magnitudes");
+	expect_error("scale = 1e-400 1\n", 28, 28, 1, "[data] scale = '1e-400 1': a number out of range (a double holds");
 	expect_error("std = 1 -1 1\n", 28, 28, 3, "[data] std = '1 -1 1'");
 	expect_error("mean = nan\n", 28, 28, 1, "[data] mean = 'nan'");
 	expect_error("scale = 0.5 0.2\n", 28, 28, 1, "[data] scale = '0.5 0.2': expected two numbers lo hi with 0 < lo <= hi <= 1");

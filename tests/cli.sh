@@ -162,6 +162,8 @@ cfg_refuses run.memory_limit=-1 "[run] memory_limit = '-1': expected a decimal n
 cfg_refuses run.devices=,,, "[run] devices: expected a list of up to"
 cfg_refuses data.mean=zzz "[data] mean = 'zzz' is not a number"
 cfg_refuses "data.eval.std=1 x" "[data.eval] std = '1 x' is not a number"
+# past a double's range: out of range, not "not a number" (session 38)
+cfg_refuses "data.mean=0.5,1e-400" "[data] mean = '0.5,1e-400': 1e-400 is out of range (a double holds 0 and magnitudes"
 # an override's value is trimmed on the right as a file's is (before
 # session 34 "data.workers=4 " passed here and failed in kiln train, and
 # "train.schedule=cosine " was refused: "did you mean 'cosine'")

@@ -112,6 +112,16 @@ stderr_has "kiln: error: $tmp/i2.ini:4: [data] images: $tmp/idx/img.gz: no such 
 printf '\000\000\010\003\000\000\000\001\000\000\000\001\000\000\000\001\000' > "$tmp/idx/img.idx"
 kiln 2 summary "$tmp/i.ini" "data.path=$tmp/idx" data.images=img.idx data.labels=nolab.idx
 stderr_has "kiln: error: command line 'data.labels=nolab.idx': [data] labels: $tmp/idx/nolab.idx: no such file (the label file)"
+# [data.eval] path inherited from [data]: the line is [data]'s, and said
+# to be (before session 38 "i3.ini:3: [data.eval] path", a line of [data]
+# named as [data.eval]'s); evaluation's file under its standard name
+mkdir -p "$tmp/idx3"
+cp "$data/tr_cnn_images.idx" "$data/tr_cnn_labels.idx" "$tmp/idx3/"
+sed "s|^path = .*|path = $tmp/idx3\\
+images = tr_cnn_images.idx\\
+labels = tr_cnn_labels.idx|" "$tmp/i.ini" > "$tmp/i3.ini"
+kiln 2 memory "$tmp/i3.ini" train.eval=1
+stderr_has "kiln: error: $tmp/i3.ini:3: [data] path (inherited by [data.eval]): $tmp/idx3/t10k-images-idx3-ubyte.gz: no such file (the image file; also tried $tmp/idx3/t10k-images-idx3-ubyte; set path, or images)"
 
 # tar: a missing path, the shards relative to it
 if "$kiln" plugins 2>/dev/null | grep -q "^source  *tar .*available"; then

@@ -568,8 +568,8 @@ endif
 # multi-process: kiln launch, gloo, equivalence, resume on other world
 # sizes, a dead rank, a rendezvous timeout (needs kiln-gloo.so: skips
 # without it)
-TESTS += tests/dist.sh tests/dist_blame.sh tests/dist_suspend.sh tests/dist_config.sh tests/gloo_shm_leak.sh
-EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_suspend.sh tests/dist_config.sh tests/dist_common.sh tests/gloo_shm_leak.sh
+TESTS += tests/dist.sh tests/dist_blame.sh tests/dist_suspend.sh tests/dist_config.sh tests/dist_config_oom.sh tests/gloo_shm_leak.sh
+EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_suspend.sh tests/dist_config.sh tests/dist_config_oom.sh tests/dist_common.sh tests/gloo_shm_leak.sh
 # bad training data under 2 ranks: the failing rank named, the skips summed
 TESTS += tests/dist_data.sh
 EXTRA_DIST += tests/dist_data.sh

@@ -261,7 +261,8 @@ stdout_has "packed 3 samples into 1 shard(s)"
   printf '[data.val]\nworkers = 0\n[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n'
   printf '[layer.loss]\ntype = softmax_xent\n[train]\nbatch = 3\n'; } > "$tmp/foldval.ini"
 kiln 2 train "$tmp/foldval.ini" run.out_dir="$tmp/fvr" data.eval.path="$tmp/fo/train"
-stderr_has "[data.val] path is inherited from [data] ($tmp/fo) and $tmp/fo/val does not exist: validation would read the training data"
+# (where [data]'s path was set, said since session 38)
+stderr_has "[data.val] path is inherited from [data] ($tmp/foldval.ini:$(grep -n '^path = ' "$tmp/foldval.ini" | head -1 | cut -d: -f1): [data] path = $tmp/fo) and $tmp/fo/val does not exist: validation would read the training data"
 
 # [data.eval] and its split; resize; JPEG and PNG
 kiln 0 pack "$tmp/pack.ini" --out "$tmp/a" --section data.eval data.eval.images=img.idx \

@@ -72,6 +72,37 @@ grep -q '^RE\[Kepoch 3 \[#\{30\}\] 100% 500/500 ' "$tmp/eta.bars" ||
 grep -q 'epoch 3 .*/1000 ' "$tmp/eta.bars" && fail "epoch 3 drawn of 1000 steps: $(grep 'epoch 3 .*/1000 ' "$tmp/eta.bars" | head -1)"
 echo "ok: the ETA counts to max_steps (2500 steps: under a minute), epoch 3 ends at 500/500"
 
+# A resume that changes the global batch changes the steps per epoch but
+# keeps the checkpoint's step count: the bar counts to the run's last step
+# as the library gives it (kiln_train_progress_steps).  Before session 38
+# it took (epoch - 1) x steps per epoch for the steps done: 400 samples,
+# batch 4 to step 120 (epoch 2, 20 steps in) and resumed with batch 8 to
+# max_steps 130 ended at "20/50"; batch 8 to step 30 resumed with batch 4
+# to max_steps 90 drew epoch 1 to "90/90" (then "91/100") and epoch 2 of
+# 100 steps where it ends at 20.
+sed -e 's/^samples = 4000/samples = 400/' -e "s#^out_dir = .*#out_dir = $tmp/rb#" \
+	-e 's/^epochs = .*/epochs = 2/' -e 's/^max_steps = .*/max_steps = 120/' \
+	-e 's/^checkpoint_last = 0/checkpoint_last = 1/' "$tmp/eta.ini" >"$tmp/rb.ini"
+resumed_bars() { # FROM_BATCH FROM_MAX TO_BATCH TO_MAX: the resumed run's bars
+	rm -rf "$tmp/rb"
+	"$kiln" train "$tmp/rb.ini" train.batch="$1" train.max_steps="$2" >"$tmp/rb.out" 2>&1 ||
+		fail "kiln train (batch $1 to $2) failed: $(tail -5 "$tmp/rb.out")"
+	TERM=xterm script -qec "\"$kiln\" train \"$tmp/rb.ini\" --resume train.batch=$3 train.max_steps=$4" \
+		/dev/null >"$tmp/rb.out" 2>&1 </dev/null ||
+		fail "kiln train --resume (batch $3 to $4) failed: $(tail -5 "$tmp/rb.out")"
+	tr '\r\033' 'RE' <"$tmp/rb.out" | grep -o 'RE\[Kepoch [0-9]* \[[^R]*' >"$tmp/rb.bars"
+}
+resumed_bars 4 120 8 130
+tail -1 "$tmp/rb.bars" | grep -q '^RE\[Kepoch 2 \[#\{30\}\] 100% 20/20 ' ||
+	fail "batch 4 -> 8: the last bar is not epoch 2's 20/20: $(tail -1 "$tmp/rb.bars")"
+resumed_bars 8 30 4 90
+grep -q '^RE\[Kepoch 1 \[#\{30\}\] 100% 100/100 ' "$tmp/rb.bars" ||
+	fail "batch 8 -> 4: epoch 1's bar does not end at 100/100: $(grep 'epoch 1' "$tmp/rb.bars" | tail -1)"
+grep -q '/90 ' "$tmp/rb.bars" && fail "batch 8 -> 4: epoch 1 drawn to 90: $(grep '/90 ' "$tmp/rb.bars" | head -1)"
+tail -1 "$tmp/rb.bars" | grep -q '^RE\[Kepoch 2 \[#\{30\}\] 100% 20/20 ' ||
+	fail "batch 8 -> 4: the last bar is not epoch 2's 20/20: $(tail -1 "$tmp/rb.bars")"
+echo "ok: resumed with batch 4 -> 8 and 8 -> 4, the bars end at the run's last step"
+
 # 1e9 epochs of 100000 steps, stopped (SIGINT) after 5 s: over 1e14 steps
 # left, far past 2^31 s at any speed
 sed -e 's/^samples = 4000/samples = 100000/' -e 's/^out_dir = .*/out_dir = /' -e 's/^batch = 4/batch = 1/' -e '/^max_steps/d' \

@@ -59,6 +59,29 @@ for x in "$f"/metrics.jsonl "$f"/events.out.tfevents.*; do
 done
 echo "ok: a run whose config.ini cannot be written leaves no log files"
 
+# [log] csv's tables, which open at their first record: what refuses them
+# is refused at setup, before config.ini and the loggers' files (before
+# session 38 a fresh run with a directory train.csv failed at its first
+# log point, config.ini and metrics.jsonl written; a resume whose
+# eval.csv was a FIFO waited for a writer for ever, reading it)
+c="$tmp/c"
+mkdir -p "$c/train.csv/x"
+kiln 1 train "$tmp/m.ini" "run.out_dir=$c"
+stderr_has "$c/train.csv: cannot write: Is a directory"
+for x in "$c"/config.ini "$c"/metrics.jsonl; do
+	[ ! -e "$x" ] || fail "a run refused by its train.csv left $x"
+done
+mkfifo "$o/eval.csv" || fail "mkfifo"
+# (timeout: the hang; 124 is a failed check)
+timeout 30 "$kiln" train "$tmp/m.ini" "run.out_dir=$o" train.resume=1 train.epochs=3 \
+	>"$out" 2>"$err"
+rc=$?
+[ $rc = 1 ] || fail "a resume with a FIFO eval.csv: exit $rc, expected 1 (124: it waited on the FIFO)"
+stderr_has "$o/eval.csv: cannot write: it is a FIFO, not a regular file"
+cmp "$tmp/config.before" "$o/config.ini" || fail "a resume refused by its eval.csv rewrote config.ini"
+rm "$o/eval.csv"
+echo "ok: a train.csv or eval.csv that cannot be written is refused at setup"
+
 # accepted: the resumed run's config.ini says what it ran
 rm "$o/metrics.jsonl"
 kiln 0 train "$tmp/m.ini" "run.out_dir=$o" train.resume=1 train.epochs=3

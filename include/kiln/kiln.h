@@ -638,6 +638,20 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
  * ends the run with a checkpoint. */
 typedef void (*kiln_progress_fn)(void *user, int epoch, int64_t step, int64_t steps_per_epoch,
 				 const char *status);
+/* Where the run stands, for a progress callback to call while it runs:
+ * *step = the optimizer steps the run has done (counted over its epochs
+ * and over the runs it resumed from: the checkpoint's "step"), *last_step
+ * = the step it will end at unless stopped sooner (a stop request, early
+ * stopping): the rest of its epochs in this run's steps per epoch, or
+ * [train] max_steps when that comes first (INT64_MAX when the count
+ * overflows).  A run resumed with another global batch (batch x
+ * accumulate x ranks) has other steps per epoch than its checkpoint had,
+ * so neither follows from the callback's own arguments (step - epoch's
+ * step is then no multiple of steps_per_epoch): `kiln train`'s bar and
+ * ETA use these.  Either pointer may be NULL.  KILN_EINVAL outside a
+ * progress callback (on another thread, or after it returned).  Since
+ * session 38. */
+kiln_status kiln_train_progress_steps(int64_t *step, int64_t *last_step);
 /* res: the caller's, its `size` set (struct kiln_train_result): KILN_EINVAL
  * without it.  tc (kiln_train_run): its `size` set too, as
  * kiln_train_cfg_read leaves it (KILN_EINVAL without it). */

@@ -105,14 +105,26 @@ int loaders_join(char *out, size_t n, const char *dir, const char *name)
 	return len < 0 || (size_t)len >= n;
 }
 
-/* "set at FILE:LINE" or "the default": where `key` of section comes from,
- * in the words loaders_shards_key and the idx source use. */
-static const char *where_said(const struct kiln_host *host, const struct kiln_config *cfg,
-			      const char *section, const char *key, char *out, size_t n)
+/* Whether section's key, set at w (config_where), is [data]'s, inherited
+ * ([data.eval] and [data.val] take the keys they do not set from [data],
+ * core/config_get.c): config_where then gives the very string of the
+ * [data] entry.  Said so in the messages: "f.ini:6: [data.eval] path"
+ * named a line of [data] as [data.eval]'s (before session 38). */
+static int key_inherited(const struct kiln_host *host, const struct kiln_config *cfg,
+			 const char *section, const char *key, const char *w)
+{
+	return strcmp(w, "default") && strcmp(section, "data") &&
+	       w == host->config_where(cfg, "data", key);
+}
+
+const char *loaders_where_said(const struct kiln_host *host, const struct kiln_config *cfg,
+			       const char *section, const char *key, char *out, size_t n)
 {
 	const char *w = host->config_where(cfg, section, key);
 	if (!strcmp(w, "default"))
 		snprintf(out, n, "the default");
+	else if (key_inherited(host, cfg, section, key, w))
+		snprintf(out, n, "inherited from [data] %s, set at %s", key, w);
 	else
 		snprintf(out, n, "set at %s", w);
 	return out;
@@ -124,6 +136,8 @@ void loaders_key_at(const struct kiln_host *host, const struct kiln_config *cfg,
 	const char *w = host->config_where(cfg, section, key);
 	if (!strcmp(w, "default"))
 		snprintf(out, n, "[%s] %s (the default)", section, key);
+	else if (key_inherited(host, cfg, section, key, w))
+		snprintf(out, n, "%s: [data] %s (inherited by [%s])", w, key, section);
 	else
 		snprintf(out, n, "%s: [%s] %s", w, section, key);
 }
@@ -176,7 +190,7 @@ kiln_status loaders_path_is_dir(const struct kiln_host *host, const struct kiln_
 		}
 		errno = err;
 		return host->error(KILN_EIO, "%s: cannot open the %s data ([%s] path, %s): %s", path,
-				   who, section, where_said(host, cfg, section, "path", w, sizeof w),
+				   who, section, loaders_where_said(host, cfg, section, "path", w, sizeof w),
 				   strerror(errno));
 	}
 	*is_dir = S_ISDIR(sb.st_mode);
@@ -196,7 +210,7 @@ void loaders_shards_key(const struct kiln_host *host, const struct kiln_config *
 	const char *list = host->config_get(cfg, section, "shards");
 	const char *key = list && *list ? "shards" : "path";
 	char w[4200];
-	snprintf(out, n, "[%s] %s, %s", section, key, where_said(host, cfg, section, key, w, sizeof w));
+	snprintf(out, n, "[%s] %s, %s", section, key, loaders_where_said(host, cfg, section, key, w, sizeof w));
 }
 
 /* The split the core asks `section` for (core/train_setup.c): only that
@@ -259,8 +273,8 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
 	 * very string of the [data] entry exactly when it is inherited. */
 	if ((!strcmp(section, "data.eval") || !strcmp(section, "data.val")) &&
 	    host->config_get(cfg, "data", "path") == path)
-		return host->error(KILN_ECONFIG, "[%s] path is inherited from [data] (%s) and %s/%s does not exist: %s would read the training data; set [%s] path, put the splits in %s/train and %s/%s, or %s",
-				   section, path, path, split && *split ? split : "test",
+		return host->error(KILN_ECONFIG, "[%s] path is inherited from [data] (%s: [data] path = %s) and %s/%s does not exist: %s would read the training data; set [%s] path, put the splits in %s/train and %s/%s, or %s",
+				   section, host->config_where(cfg, "data", "path"), path, path, split && *split ? split : "test",
 				   !strcmp(section, "data.eval") ? "evaluation" : "validation", section,
 				   path, path, loaders_own_split(section),
 				   !strcmp(section, "data.eval") ? "set [train] eval = 0" : "remove [data.val]");

@@ -603,10 +603,10 @@ static kiln_status idx_resolve(const struct kiln_host *host, const struct kiln_c
 			return KILN_OK;
 		}
 		/* where the directory was set, as folder, tar and lmdb say */
-		const char *w = host->config_where(cfg, section, "path");
-		int def = !strcmp(w, "default");
-		snprintf(hint, hn, " (also tried %s; [%s] path = %s, %s%s; set path, or %s)", plain,
-			 section, dir, def ? "the default" : "set at ", def ? "" : w, key);
+		char wbuf[4200];
+		const char *w = loaders_where_said(host, cfg, section, "path", wbuf, sizeof wbuf);
+		snprintf(hint, hn, " (also tried %s; [%s] path = %s, %s; set path, or %s)", plain,
+			 section, dir, w, key);
 		snprintf(nd->also, sizeof nd->also, "; also tried %s; set path, or %s", plain, key);
 	}
 	return KILN_OK;

@@ -167,7 +167,14 @@ static inline int loaders_missing(int err)
 
 /* Where a file's name came from, the start of loaders_no_such_file's
  * message: "FILE:LINE: [section] key" (or "command line 'K=V': [section]
- * key"), or "[section] key (the default)", into out (n bytes). */
+ * key"), "FILE:LINE: [data] key (inherited by [section])" for a key
+ * [data.eval] or [data.val] takes from [data], or "[section] key (the
+ * default)", into out (n bytes). */
+/* The same in the words of a parenthesis ("[data.eval] path, %s"): "set
+ * at FILE:LINE", "inherited from [data] key, set at FILE:LINE" or "the
+ * default", into out (n bytes); returns out. */
+const char *loaders_where_said(const struct kiln_host *host, const struct kiln_config *cfg,
+			       const char *section, const char *key, char *out, size_t n);
 void loaders_key_at(const struct kiln_host *host, const struct kiln_config *cfg,
 		    const char *section, const char *key, char *out, size_t n);
 
