@@ -4,7 +4,7 @@
 # memory", exit 1, not a config error: before session 38 a failed
 # kiln_strdup("") (its verdict "the same") set no message and the caller
 # called it one, exit 2, "rank 1: comparing its config with rank 0's: ".
-# An LD_PRELOAD shim on rank 1 alone fails its Nth allocation of 1 byte
+# tests/shim_fault.c on rank 1 alone fails its Nth allocation of 1 byte
 # made from libkiln on its main thread (the verdict "the same" is one;
 # the other threads' would make the order vary from run to run), for
 # N = 1, 2, ...
@@ -13,47 +13,7 @@
 # words; those are not checked here.)
 name=dist-config-oom needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
-CC=${CC:-cc}
-cat >"$tmp/oom1.c" <<'CEOF'
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-extern void *__libc_malloc(size_t);
-static long at, count;
-static const char *hit;
-static __thread int busy;
-__attribute__((constructor)) static void init(void)
-{
-	const char *s = getenv("OOM_AT");
-	at = s ? atol(s) : 0;
-	hit = getenv("OOM_HIT");
-}
-void *malloc(size_t n)
-{
-	if (n == 1 && at > 0 && !busy && gettid() == getpid()) {
-		Dl_info di;
-		busy = 1; /* (dladdr may allocate) */
-		const int lib = dladdr(__builtin_return_address(0), &di) && di.dli_fname &&
-				strstr(di.dli_fname, "libkiln");
-		busy = 0;
-		if (lib && ++count == at) {
-			if (hit) {
-				int fd = open(hit, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-				if (fd >= 0)
-					close(fd);
-			}
-			errno = ENOMEM;
-			return NULL;
-		}
-	}
-	return __libc_malloc(n);
-}
-CEOF
-$CC -shared -fPIC -o "$tmp/oom1.so" "$tmp/oom1.c" -ldl || { bad "cannot build the allocation shim"; exit 1; }
+shim_build || { bad "cannot build tests/shim_fault.c: $(cat "$tmp/shim.err")"; exit 1; }
 {
 	ini run threads=1
 	ini data source=synthetic image_size="1 1" classes=2 samples=64 workers=0
@@ -66,7 +26,7 @@ said=0
 while [ $n -le 200 ]; do
 	rm -rf "$tmp/hit" "$tmp/r.0" "$tmp/r.1"
 	KILN_MASTER_PORT=$(free_port $n) timeout 120 "$kiln" launch -n 2 -- sh -c \
-		"if [ \"\$KILN_RANK\" = 1 ]; then export LD_PRELOAD=\"$tmp/oom1.so\" OOM_AT=$n OOM_HIT=\"$tmp/hit\"; fi; exec \"$kiln\" train \"$tmp/s.ini\" run.out_dir=\"$tmp/r.\$KILN_RANK\"" \
+		"if [ \"\$KILN_RANK\" = 1 ]; then export LD_PRELOAD=\"$shim\" SHIM_ALLOC_NTH=$n SHIM_ALLOC_BYTES=1 SHIM_ALLOC_FROM=libkiln SHIM_ALLOC_MAIN=1 SHIM_ALLOC_HIT=\"$tmp/hit\"; fi; exec \"$kiln\" train \"$tmp/s.ini\" run.out_dir=\"$tmp/r.\$KILN_RANK\"" \
 		>"$tmp/l.log" 2>&1
 	rc=$?
 	[ -e "$tmp/hit" ] || break

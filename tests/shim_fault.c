@@ -14,6 +14,9 @@
  *                      this text (dladdr of the caller: "/kiln-cpu.so");
  *   SHIM_ALLOC_DLOPEN  made inside a dlopen() of a path holding this text
  *                      (the library's loading and constructors);
+ *   SHIM_ALLOC_MAIN=1  made on the process's main thread (other threads'
+ *                      allocations would make the order vary from run to
+ *                      run: tests/dist_config_oom.sh);
  * and SHIM_ALLOC_HIT names a file created when the failure happened (a
  * sweep over N ends at the first N that nothing reached).
  *
@@ -47,7 +50,7 @@ extern void *__libc_memalign(size_t, size_t);
 
 static long alloc_at = 0, alloc_bytes = -1, alloc_count = 0;
 static const char *alloc_from, *alloc_dlopen, *alloc_hit;
-static int pwrite_cut, clock_stop;
+static int pwrite_cut, clock_stop, alloc_main;
 static const char *read_path;
 static __thread int in_dlopen, in_dladdr;
 
@@ -95,6 +98,7 @@ __attribute__((constructor)) static void shim_init(void)
 	alloc_from = getenv("SHIM_ALLOC_FROM");
 	alloc_dlopen = getenv("SHIM_ALLOC_DLOPEN");
 	alloc_hit = getenv("SHIM_ALLOC_HIT");
+	alloc_main = (s = getenv("SHIM_ALLOC_MAIN")) && atoi(s);
 	pwrite_cut = (s = getenv("SHIM_PWRITE_CUT")) && atoi(s);
 	clock_stop = (s = getenv("SHIM_CLOCK_STOP")) && atoi(s);
 	read_path = getenv("SHIM_READ_PATH");
@@ -106,7 +110,7 @@ __attribute__((constructor)) static void shim_init(void)
 static int alloc_fails(size_t n, void *ra)
 {
 	if (alloc_at <= 0 || in_dladdr || (alloc_dlopen && !in_dlopen) ||
-	    (alloc_bytes >= 0 && n != (size_t)alloc_bytes))
+	    (alloc_bytes >= 0 && n != (size_t)alloc_bytes) || (alloc_main && gettid() != getpid()))
 		return 0;
 	if (alloc_from) {
 		Dl_info di;
