@@ -63,7 +63,9 @@
 #     [dist] zero = 1 (each rank updating and holding half its stage's
 #     slice) equals one process with SGD, AdamW and clip_norm, and its
 #     checkpoints resume in one process and on 2 stages on 2 ranks, and
-#     one process's resumes on it (before session 8: refused), each rank
+#     one process's resumes on it (before session 8: refused), also with
+#     the loss alone on stage 1, whose ranks shard nothing (before session
+#     38 the others waited for them until [dist] timeout), each rank
 #     holding its stage's parameters and gradients alone (session 9);
 #     an evaluation off the log points equals one process's (session 35);
 #     (session 30, in section 12) a rank never holds the whole optimizer
@@ -777,6 +779,14 @@ grep -q "resuming from .*zb/checkpoints/ckpt-3.kiln" "$tmp/zb.log" || bad "zb: d
 run zp 2 32 dist.pipeline=2 "$two" train.max_steps=3
 run zp 4 16 $z train.resume=1
 near one zp "2 stages on 2 ranks to step 3, then ZeRO-1 P = 2 x D = 2"
+# ... and with a stage of no trainable parameters (the loss alone): its
+# ranks join the optimizer state's read, whose sums are the world's
+# (before session 38 they skipped it, and the others waited in it until
+# [dist] timeout: every rank exited 1)
+run zl 0 32 train.max_steps=3
+run zl 4 16 dist.pipeline=2 "model.stages=flat,fc3|loss" pipeline.micro_batches=2 dist.zero=1 train.resume=1
+grep -q "resuming from .*zl/checkpoints/ckpt-3.kiln" "$tmp/zl.log" || bad "zl: did not resume"
+near one zl "one process to step 3, then ZeRO-1 P = 2 x D = 2 with the loss alone on stage 1"
 echo "ok: ZeRO-1 within each stage's ranks equals one process; its checkpoints resume across layouts"
 
 # ---- 9. sync_bn within a stage's data-parallel ranks ---------------------------
