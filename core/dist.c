@@ -1056,8 +1056,12 @@ int dist_names_rank(const struct kiln_dist *d, const char *msg)
 static kiln_status store_failed(const struct kiln_dist *d, kiln_status st, int lost,
 				const char *msg)
 {
-	char at[300], stage[48] = "", zero[48] = "";
+	char at[300], stage[48] = "", zero[48] = "", me[48];
 	snprintf(at, sizeof at, KILN_AT_FMT, KILN_AT_ARG(d->env.master_addr, kiln_store_port(d->store)));
+	/* (a message that names this rank already: said once) */
+	const int n = snprintf(me, sizeof me, "rank %d of %d: ", d->env.rank, d->env.world);
+	if (msg && !strncmp(msg, me, (size_t)n))
+		msg += n;
 	if (d->pipe_P) {
 		snprintf(stage, sizeof stage, " (pipeline stage %d)", d->env.rank % d->pipe_P);
 		snprintf(zero, sizeof zero, " (stage 0 of pipe 0)");
@@ -1258,10 +1262,15 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	else if (lost >= 0)
 		st = kiln_error(st, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed): %s",
 				d->env.rank, d->env.world, lost, host, msg ? msg : "");
+	/* the store's loss before a message that names this rank: the
+	 * communicator's own begin "rank N of W:" too (gloo's recv from the
+	 * dead stage-0 rank), and read as explained when they were not
+	 * (before session 38; docs/distributed.md section 11) */
+	else if ((lost == KILN_STORE_GONE || lost == KILN_STORE_SILENT) &&
+		 !(msg && strstr(msg, ": the store on rank 0")))
+		st = store_failed(d, st, lost, msg);
 	else if (dist_names_rank(d, msg)) /* (explained already, or an agreed outcome) */
 		st = kiln_error(st, "%s", msg);
-	else if (lost == KILN_STORE_GONE || lost == KILN_STORE_SILENT)
-		st = store_failed(d, st, lost, msg);
 	else if (from_comm(d, msg) && st == KILN_ETIMEOUT)
 		st = stuck_explain(d, st, msg);
 	else if (from_comm(d, msg))

@@ -257,7 +257,7 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 	}
 	for (int i = 0; i < m->n_params; i++) {
 		const struct model_param *q = &m->params[i];
-		const int s = kiln_pipe_stage(m, q->layer);
+		const int s = kiln_pipe_param_stage(m, q);
 		if (q->buffer && (st = from_rank(d, m->buffers_d + q->off, (size_t)q->numel * 4, s,
 						 compute, q->name, s)))
 			return st;

@@ -194,7 +194,7 @@ static kiln_status send_parts(struct kiln_dist *d, void *compute)
 	tok->code = TOKEN_GO;
 	for (int i = 0; i < m->n_params && !st && tok->code == TOKEN_GO; i++) {
 		const struct model_param *q = &m->params[i];
-		if (q->buffer && kiln_pipe_stage(m, q->layer) == s)
+		if (q->buffer && kiln_pipe_param_stage(m, q) == s)
 			st = give_part(d, compute, m->buffers_d + q->off, (size_t)q->numel * 4, q->name,
 				       0, (size_t)q->numel);
 	}
@@ -228,7 +228,7 @@ static kiln_status buffers_to_rank0(struct pipe_src *ps)
 		return fault("checkpoint: receiving the stages' layer buffers");
 	for (int i = 0; i < m->n_params && !st; i++) {
 		const struct model_param *q = &m->params[i];
-		const int s = kiln_pipe_stage(m, q->layer);
+		const int s = kiln_pipe_param_stage(m, q);
 		if (!q->buffer || !s)
 			continue;
 		if ((st = take_part(ps, s, m->buffers_d + q->off, (size_t)q->numel * 4)))

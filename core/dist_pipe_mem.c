@@ -121,7 +121,7 @@ static void stage_slice(const struct kiln_model *m, int s, size_t *lo, size_t *h
 	*lo = m->n_trainable, *hi = 0;
 	for (int i = 0; i < m->n_params; i++) {
 		const struct model_param *q = &m->params[i];
-		if (!q->trainable || kiln_pipe_stage(m, q->layer) != s)
+		if (!q->trainable || kiln_pipe_param_stage(m, q) != s)
 			continue;
 		const size_t end = q->off + kiln_align_up((size_t)q->numel * 4) / 4;
 		if (q->off < *lo)
@@ -314,7 +314,7 @@ static kiln_status slice_to_rank0(struct kiln_dist *d, int s, void *compute)
 		const struct model_param *q = &m->params[i];
 		float *b = m->buffers_d + q->off;
 		const size_t bytes = (size_t)q->numel * 4;
-		if (!q->buffer || kiln_pipe_stage(m, q->layer) != s)
+		if (!q->buffer || kiln_pipe_param_stage(m, q) != s)
 			continue;
 		st = r ? d->ops->send(d->ctx, b, bytes, KILN_U8, 0, compute, NULL)
 		       : d->ops->recv(d->ctx, b, bytes, KILN_U8, s, compute, NULL);

@@ -210,7 +210,7 @@ static kiln_status zero_state_read(struct kiln_dist *d, const char *file, struct
 			break;
 		}
 		if ((!d->pipe_P && (st = d->ops->broadcast(d->ctx, m->grads_d, n, KILN_F32, 0, compute, NULL))) ||
-		    (st = zero_keep_pieces(d, m->grads_d, d->zstate + (size_t)s * L, compute)) ||
+		    (L && (st = zero_keep_pieces(d, m->grads_d, d->zstate + (size_t)s * L, compute))) ||
 		    (st = kiln_device_stream_sync(d->dev, compute)))
 			st = kiln_dist_explain(d, st);
 	}
@@ -253,7 +253,10 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, co
 	for (size_t s = 0; s < slots && m->state_d && L; s++)
 		if ((st = zero_keep_pieces(d, m->state_d + s * n, d->zstate + s * L, compute)))
 			return st;
-	if (slots && L && !m->state_d && (st = zero_state_read(d, file, ck, compute)))
+	/* every rank, its shard empty or not: the read's sums and broadcasts
+	 * are collectives (an empty one skipped them: the others waited for
+	 * it until [dist] timeout) */
+	if (slots && !m->state_d && (st = zero_state_read(d, file, ck, compute)))
 		return st;
 	if ((st = dist_drop_whole_state(d, compute)))
 		return st;

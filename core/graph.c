@@ -103,23 +103,30 @@ static kiln_status layout_params(struct kiln_model *m, struct plan_node *nodes)
 		for (int i = 0; i < m->n_layers; i++) {
 			struct model_layer *L = &m->layers[i];
 			for (int k = 0; k < L->n_params; k++) {
-				struct kiln_param_spec *ps = &nodes[i].l.params[k];
-				int buffer = ps->is_buffer != 0;
-				int tr = L->trainable && !buffer;
-				int want = buffer ? 2 : tr ? 0 : 1;
-				if (want != pass || (L->tie >= 0 && k == L->tie_slot))
+				/* a tied tensor (Y's) is laid out at its first user's
+				 * place: kiln_model_tie_owner */
+				const int y = k == L->tie_slot ? kiln_model_tie_owner(m, i) : i;
+				if (y < 0)
 					continue; /* a tied slot reads its Y's tensor */
+				struct model_layer *Y = &m->layers[y];
+				const int ky = y == i ? k : Y->tie_slot;
+				struct kiln_param_spec *ps = &nodes[y].l.params[ky];
+				int buffer = ps->is_buffer != 0;
+				int tr = Y->trainable && !buffer;
+				int want = buffer ? 2 : tr ? 0 : 1;
+				if (want != pass)
+					continue;
 				struct model_param *p = &m->params[m->n_params];
-				L->pidx[k] = m->n_params++;
-				snprintf(p->name, sizeof p->name, "%s.%s", L->name, ps->suffix);
+				Y->pidx[ky] = m->n_params++;
+				snprintf(p->name, sizeof p->name, "%s.%s", Y->name, ps->suffix);
 				p->desc = ps->desc;
 				p->init = ps->init;
 				p->fan_in = ps->fan_in;
-				p->layer = p->grad_layer = i;
+				p->layer = p->grad_layer = y;
 				p->trainable = tr;
 				p->buffer = buffer;
 				p->nonneg = buffer && (ps->is_buffer & KILN_PARAM_NONNEG);
-				p->slot = k;
+				p->slot = ky;
 				p->numel = kiln_tensor_numel(&ps->desc);
 				/* keep every tensor 64-byte aligned */
 				size_t n = kiln_align_up((size_t)p->numel * 4) / 4;

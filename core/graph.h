@@ -224,6 +224,12 @@ struct plan_node;
  * check that each pair matches in shape, dtype and trainable; before the
  * parameters are laid out, which leaves X's tied slot to ... */
 kiln_status kiln_model_tie_slots(struct kiln_model *m, const struct plan_node *nodes);
+/* Layer i's tied slot, at the layout: the tensor's Y (whose name and
+ * initial values it has) where i is the group's first user in layer
+ * order, else -1 (it reads the tensor laid out there).  The tensor sits
+ * with its first user's parameters: a pipeline stage's are contiguous and
+ * the tensor is the stage's of that user (its grad_layer; pipeline.h). */
+int kiln_model_tie_owner(const struct kiln_model *m, int i);
 /* ... this: point it at Y's tensor, set grad_layer and the gradient
  * slices (tie_grad, n_tie_elems). */
 void kiln_model_tie_link(struct kiln_model *m);

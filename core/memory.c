@@ -241,9 +241,22 @@ static size_t auto_fit_bytes(const struct mem_setup *s, const struct kiln_memory
 	return need + need / 16;
 }
 
-/* batch = auto: the largest multiple of 8 (at most the training set) whose
- * prediction fits the limit (auto_fit_bytes); double while it fits, then
- * bisect (the prediction grows with the batch).  Logged. */
+/* batch = auto's step: lcm(8, micro_batches), so that the micro-batches
+ * divide the batch chosen. */
+static int64_t auto_batch_step(int64_t M)
+{
+	int64_t a = 8, b = M < 1 ? 1 : M;
+	while (b) {
+		const int64_t t = a % b;
+		a = b, b = t;
+	}
+	return 8 / a * (M < 1 ? 1 : M);
+}
+
+/* batch = auto: the largest multiple of lcm(8, micro_batches) (at most the
+ * training set) whose prediction fits the limit (auto_fit_bytes); double
+ * while it fits, then bisect (the prediction grows with the batch).
+ * Logged. */
 static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 {
 	const struct kiln_config *cfg = s->cfg;
@@ -257,18 +270,22 @@ static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 	kiln_rss(&rss0, NULL, 0);
 	/* a rank's batch: the data-parallel ranks (the world over [dist]
 	 * pipeline) and accumulate take their share of the training set */
-	int64_t acc = 1, P = 1;
+	int64_t acc = 1, P = 1, M = 1;
 	kiln_config_get_int(cfg, "train", "accumulate", &acc);
 	kiln_config_get_int(cfg, "dist", "pipeline", &P);
+	kiln_config_get_int(cfg, "pipeline", "micro_batches", &M);
 	int64_t D = s->world / (P > 0 ? P : 1);
 	D = D < 1 ? 1 : D;
 	acc = acc < 1 ? 1 : acc;
-	const int64_t most = s->ds.len / (D * acc) / 8 * 8;
-	if (most < 8)
-		return kiln_error(KILN_ECONFIG, "%s: [train] batch = auto: the training set has %lld samples, fewer than 8 a rank's micro-batch for %lld data-parallel rank(s) x accumulate %lld",
+	/* the step: a multiple of 8 that [pipeline] micro_batches divides
+	 * (before session 38 micro_batches = 3 chose 256 and was refused) */
+	const int64_t q = auto_batch_step(M);
+	const int64_t most = s->ds.len / (D * acc) / q * q;
+	if (most < q)
+		return kiln_error(KILN_ECONFIG, "%s: [train] batch = auto: the training set has %lld samples, fewer than %lld (a multiple of 8 and of [pipeline] micro_batches = %lld) a rank's batch for %lld data-parallel rank(s) x accumulate %lld",
 				  kiln_config_where(cfg, "train", "batch"), (long long)s->ds.len,
-				  (long long)D, (long long)acc);
-	int64_t lo = 0, hi = 8; /* lo fits (0: none yet), hi does not or is past `most` */
+				  (long long)q, (long long)M, (long long)D, (long long)acc);
+	int64_t lo = 0, hi = q; /* lo fits (0: none yet), hi does not or is past `most` */
 	size_t lo_bytes = 0;
 	for (;;) {
 		if ((st = predict(s, hi, NULL, &mem)))
@@ -281,11 +298,11 @@ static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 		hi = hi * 2 > most ? most : hi * 2;
 	}
 	if (!lo)
-		return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: batch 8 needs %.1f MiB, more than the %.1f MiB %s",
-				  kiln_config_where(cfg, "train", "batch"), (double)fit / 1048576.0,
+		return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: batch %lld needs %.1f MiB, more than the %.1f MiB %s",
+				  kiln_config_where(cfg, "train", "batch"), (long long)q, (double)fit / 1048576.0,
 				  (double)limit / 1048576.0, *lim ? "of [run] memory_limit" : "the device has free");
-	while (hi != lo && hi - lo > 8) {
-		int64_t mid = (lo + hi) / 2 / 8 * 8;
+	while (hi != lo && hi - lo > q) {
+		int64_t mid = (lo + hi) / 2 / q * q;
 		if ((st = predict(s, mid, NULL, &mem)))
 			return st;
 		if ((fit = auto_fit_bytes(s, &mem, rss0)) <= limit)

@@ -88,7 +88,7 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 			if (kiln_pipe_stage(m, i) == s)
 				hi = i, lo = lo < 0 ? i : lo;
 		for (int i = 0; i < m->n_params; i++)
-			if (!m->params[i].buffer && kiln_pipe_stage(m, m->params[i].layer) == s)
+			if (!m->params[i].buffer && kiln_pipe_param_stage(m, &m->params[i]) == s)
 				par += (size_t)m->params[i].numel * 4;
 		size_t a = stage_act_bytes(p, s);
 		/* micro-batches alive on stage s: gpipe all M, 1f1b min(P - s, M),

@@ -103,7 +103,8 @@ static kiln_status pipe_supported(const struct kiln_model *m, int world)
 }
 
 /* Each stage's layers and its slice of the trainable parameters (they are
- * laid out in layer order, so a stage's are contiguous). */
+ * laid out in layer order, a tied tensor at its first user's place, so a
+ * stage's are contiguous: kiln_model_tie_owner). */
 static void stage_ranges(struct kiln_pipe *pp)
 {
 	const struct kiln_model *m = pp->m;
@@ -121,7 +122,7 @@ static void stage_ranges(struct kiln_pipe *pp)
 		const struct model_param *q = &m->params[i];
 		if (!q->trainable)
 			continue;
-		int s = kiln_pipe_stage(m, q->layer);
+		int s = kiln_pipe_param_stage(m, q);
 		size_t end = q->off + kiln_align_up((size_t)q->numel * 4) / 4;
 		if (q->off < pp->glo[s])
 			pp->glo[s] = q->off;

@@ -80,7 +80,7 @@ int pipe_tie_user(const struct kiln_pipe *pp, int n, int *su, int *so)
 		if (L->tie_grad < 0)
 			continue;
 		*su = kiln_pipe_stage(m, i);
-		*so = kiln_pipe_stage(m, m->params[L->pidx[L->tie_slot]].layer);
+		*so = kiln_pipe_param_stage(m, &m->params[L->pidx[L->tie_slot]]);
 		if (*su != *so && n-- == 0)
 			return i;
 	}

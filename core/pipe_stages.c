@@ -84,6 +84,11 @@ static kiln_status stages_from_model(struct kiln_model *m, const char *v, int *s
 			return st;
 		if (*p && *p != '|')
 			return too_many_names(where, k, text);
+		/* a '|' with no stage after it is refused as one before the
+		 * first or between two (before session 38 it was ignored) */
+		if (*p && !p[1 + strspn(p + 1, " \t")])
+			return kiln_error(KILN_ECONFIG, "%s: [model] stages: expected a layer name after the last '|' (a trailing '|' names no stage)",
+					  where);
 		if (*p)
 			p++;
 		if (first != next || last < first)

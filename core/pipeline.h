@@ -65,6 +65,14 @@ static inline int kiln_pipe_stage(const struct kiln_model *m, int i)
 	return !m->stage || i < 0 ? 0 : m->stage[i];
 }
 
+/* The stage of parameter q: its first user's (grad_layer), where it is
+ * laid out; a tensor tied across stages is that stage's, which writes
+ * its gradient in place, the later users' returned to it (tie_grads). */
+static inline int kiln_pipe_param_stage(const struct kiln_model *m, const struct model_param *q)
+{
+	return kiln_pipe_stage(m, q->grad_layer);
+}
+
 /* ---- schedules (pipe_schedule.c) ----------------------------------- */
 
 enum { KILN_PIPE_GPIPE = 0, KILN_PIPE_1F1B = 1 };

@@ -54,6 +54,11 @@ static const struct {
 	{ "pipeline", "micro_batches" }, { "pipeline", "schedule" },
 	{ "layer.*", "stage" },      { "model", "stages" },
 	{ "model", "stages_flops_per_byte" },
+	/* how the stages' hand-offs go and when their forwards run: 1f1b's
+	 * gradients bit for bit (docs/pipeline.md; session 38: a resume with
+	 * one changed was refused) */
+	{ "pipeline", "early_forwards" }, { "pipeline", "zero_copy" },
+	{ "pipeline", "sendrecv" },
 	/* stages on ranks: checkpoints hold every stage's state, gathered */
 	{ "dist", "pipeline" },
 	/* stages on devices of one process: the same state, the same layout
@@ -95,6 +100,11 @@ static const struct {
 	{ "layer.*", "recompute" },  { "model", "init_format" },
 	{ "layer.*", "stage" },      { "model", "stages" },
 	{ "model", "stages_flops_per_byte" },
+	/* how the stages' hand-offs go and when their forwards run: 1f1b's
+	 * gradients bit for bit (docs/pipeline.md; session 38: a resume with
+	 * one changed was refused) */
+	{ "pipeline", "early_forwards" }, { "pipeline", "zero_copy" },
+	{ "pipeline", "sendrecv" },
 	{ "layer.*", "int8_scale" }, { "layer.*", "int8_unsigned" },
 	{ "layer.*", "int8_out_scale" },
 	/* dropout rates (the dropout layer's p, attention's dropout): read in

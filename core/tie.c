@@ -14,6 +14,11 @@
  * last backward (kiln_model_tie_grads), before the backward hook that may
  * start the bucket's allreduce.  The tensor's grad_layer is that last
  * user, so the gradient buckets wait for it.
+ *
+ * Layout.  The tensor is laid out at that same first user's place among
+ * the parameters (kiln_model_tie_owner), Y's or an earlier X's: a pipeline
+ * stage's parameters are a contiguous slice, and the tensor is on its
+ * first user's stage, which writes its gradient in place (docs/pipeline.md).
  */
 #include "graph.h"
 
@@ -96,6 +101,17 @@ kiln_status kiln_model_tie_slots(struct kiln_model *m, const struct plan_node *n
 		Y->tie_slot = ky;
 	}
 	return KILN_OK;
+}
+
+int kiln_model_tie_owner(const struct kiln_model *m, int i)
+{
+	const int y = m->layers[i].tie >= 0 ? m->layers[i].tie : i;
+	if (y < i)
+		return -1;
+	for (int j = 0; j < i; j++)
+		if (m->layers[j].tie == y)
+			return -1;
+	return y;
 }
 
 void kiln_model_tie_link(struct kiln_model *m)

@@ -239,6 +239,25 @@ static kiln_status check_token_vocab(struct trainer *t, const struct train_set *
 	return KILN_OK;
 }
 
+/* [run] devices: a device instance per stage in one process.  With
+ * [dist] pipeline each rank runs one stage, on [run] device with all its
+ * threads: the devices are not opened, and rank 0 says so (before
+ * session 38 each rank opened every stage's and ran its own on one with
+ * a 1/P share of its threads, silently; the numbers are the same). */
+static kiln_status stage_devices(struct trainer *t)
+{
+	int n = 0;
+	kiln_status st;
+	if (t->pipe_P <= 1)
+		return kiln_pipe_devices_open(t->reg, t->m);
+	if ((st = kiln_pipe_devices_count(t->cfg, &n)))
+		return st;
+	if (n && t->rank == 0)
+		kiln_log(KILN_LOG_WARN, "pipeline", "%s: [run] devices (%d) is not used with [dist] pipeline = %d: each rank runs its stage on [run] device with all its threads (docs/pipeline.md)",
+			 kiln_config_where(t->cfg, "run", "devices"), n, t->pipe_P);
+	return KILN_OK;
+}
+
 kiln_status build_model(struct trainer *t)
 {
 	const int do_eval = !t->training || t->tc.eval;
@@ -282,7 +301,7 @@ kiln_status build_model(struct trainer *t)
 		if ((st = kiln_pipe_wanted(t->cfg, t->m, &pipe)))
 			return st;
 		kiln_device_flops_record(t->dev, 1); /* the ops' FLOPs, for the summary */
-		if ((st = kiln_pipe_devices_open(t->reg, t->m)))
+		if ((st = stage_devices(t)))
 			return st;
 		if (pipe && !(st = kiln_pipe_open(t->m, t->B, t->acc, t->world, t->compute, &t->pipe))) {
 			t->ptrain = kiln_pipe_plan0(t->pipe);

@@ -23,6 +23,11 @@
 #     the timeout of its own stall, and it names rank 1, whose heartbeat
 #     stopped, not its own stall (before, session 33's review: "its peers,
 #     stopped too, were not late", the heartbeat not asked).
+#  5. 1.'s case with [dist] pipeline = 2: stage 0's rank (rank 0, the
+#     store's) killed (SIGKILL) mid-run, stage 1's rank exits non-zero
+#     saying the store on rank 0 (stage 0 of pipe 0) is gone (before
+#     session 38 the hand-off's error, which names the rank already, went
+#     out bare: "gloo: ... recv from rank 0 ...: rank 0 is gone").
 # Every process runs under `timeout`, so a hang fails the test.
 name=dist_blame needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -156,4 +161,34 @@ echo "$e" | grep -q "rank 0 of 2: rank 1 (host $host) sent no heartbeat for at l
 	echo "$e" | grep -q "rank 0 of 2: watchdog: rank 1 (host $host) sent no heartbeat for" ||
 	{ bad "rank 0, which stood still a moment, does not name rank 1, whose heartbeat stopped"; echo "$e" | cut -c1-400; }
 echo "$e" | grep -q "stood still for" && bad "rank 0 blames its own stall, rank 1 silent: $e"
+
+# ---- 5. the store's rank dies: stage 0 of a pipeline ------------------------------
+# (synthetic samples, as the MLP of tests/pipeline_dist.sh: the hand-offs
+# are 8-byte tokens, whose recv from the dead rank fails on a stream worker)
+{
+	ini run seed=5 threads=1
+	ini_synthetic 65536 8 16 workers=0
+	mlp_synthetic_layers
+	ini train epochs=1000 batch=16 lr=0.05 momentum=0.9 log_every=50 eval=0 checkpoint_every=0
+	ini pipeline micro_batches=2
+	ini dist pipeline=2 timeout=10
+} > "$tmp/pipe.ini"
+port=$(free_port 4)
+for r in 0 1; do
+	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$tmp/pipe.ini" \
+		run.out_dir="$tmp/p$r" "model.stages=flat,r1|fc2,loss" > "$tmp/p$r.log" 2>&1 &
+	eval "pid$r=\$!"
+done
+i=0
+while [ $i -lt 600 ] && ! grep -q "step 50/" "$tmp/p0.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+sleep 0.3
+pkill -KILL -P "$pid0" 2>/dev/null
+kill -KILL "$pid0" 2>/dev/null
+wait "$pid1"; rc1=$?
+wait "$pid0" 2>/dev/null
+echo "after stage 0's rank (the store's) was killed: stage 1's rank exited $rc1"
+[ "$rc1" != 0 ] && [ "$rc1" != 124 ] || bad "stage 1's rank exited $rc1 after rank 0 died"
+grep "kiln: error: " "$tmp/p1.log" |
+	grep -q "rank 1 of 2 (pipeline stage 1): the store on rank 0 (stage 0 of pipe 0) at 127.0.0.1:$port is gone" ||
+	{ bad "stage 1's rank does not say the store on rank 0 is gone"; grep -v '^\[' "$tmp/p1.log" | tail -3; }
 exit $fail

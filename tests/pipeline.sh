@@ -26,7 +26,9 @@
 #     [model] stages = auto (session 18) cuts by estimated FLOPs (and,
 #     session 20, the bytes the passes move), logs the cut, and equals
 #     accumulation in 2 stages and 4 on devices;
-#  6. bad placements are config errors naming the key (and the stage);
+#  6. bad placements are config errors naming the key (and the stage), a
+#     trailing '|' in [model] stages too; [train] batch = auto picks a
+#     multiple of micro_batches (and of 8);
 #  7. [train] recompute with stages (before session 9: refused): each stage
 #     recomputes its own layers' outputs (an output read on a later stage
 #     is kept), on one device and on device instances of their own, per
@@ -299,7 +301,22 @@ kiln 2 train "$m" model.stages=auto:8
 stderr_has "[model] stages = auto: 8 stages for 7 layers"
 kiln 2 train "$m" pipeline.micro_batches=5
 stderr_has "not a multiple of [pipeline] micro_batches = 5"
+# a trailing '|' names no stage: refused as a leading one is (before
+# session 38 it was ignored)
+kiln 2 train "$m" "model.stages=flat,r1|fc2,loss|"
+stderr_has "[model] stages: expected a layer name after the last '|' (a trailing '|' names no stage)"
+kiln 2 train "$m" "model.stages=|flat,r1|fc2,loss"
+stderr_has "[model] stages: expected a layer name at '|flat,r1|fc2,loss'"
 echo "ok: placement errors"
+# [train] batch = auto picks a multiple of 8 and of micro_batches: of 24
+# for 3, the 256 samples' most 240 (before session 38 it picked 256 and
+# was refused, "[train] batch = 256 is not a multiple of [pipeline]
+# micro_batches = 3")
+kiln 0 train "$m" run.out_dir="$tmp/ba3" train.batch=auto pipeline.micro_batches=3 \
+	layer.fc2.stage=1 train.max_steps=1
+stderr_has "batch = auto: 240, predicted"
+stderr_has "2 stages, 3 micro-batches of 80"
+echo "ok: batch = auto with 3 micro-batches: 240"
 
 # ---- 7. recompute with stages --------------------------------------------------
 # stage 0 flat..r2, stage 1 fc3..loss: fc1's output (relu fused) is read by

@@ -7,6 +7,8 @@
 #     rank's optimizer stepping, and holding the state of, its stage's
 #     slice alone, and no gradient buckets for a stage of one rank; 4
 #     stages with [pipeline] early_forwards = 1 end with 1f1b's bytes;
+#     with [run] devices set, 2 stages on 2 ranks say it is not used and
+#     open no stage device (session 38);
 #     stage 0's rank logs the pipe's bubble from every rank's busy time; the
 #     hand-offs on kiln's shared-memory channels ([plugin.gloo] shm_p2p,
 #     the default), and 2 stages on Gloo's TCP (shm_p2p = 0) equal too;
@@ -63,7 +65,9 @@
 #     [dist] zero = 1 (each rank updating and holding half its stage's
 #     slice) equals one process with SGD, AdamW and clip_norm, and its
 #     checkpoints resume in one process and on 2 stages on 2 ranks, and
-#     one process's resumes on it (before session 8: refused), each rank
+#     one process's resumes on it (before session 8: refused), also with
+#     the loss alone on stage 1, whose ranks shard nothing (before session
+#     38 the others waited for them until [dist] timeout), each rank
 #     holding its stage's parameters and gradients alone (session 9);
 #     an evaluation off the log points equals one process's (session 35);
 #     (session 30, in section 12) a rank never holds the whole optimizer
@@ -133,6 +137,13 @@ run one 0 32
 run g2 2 32 dist.pipeline=2 "$two" pipeline.sendrecv=1
 grep -q "rank 1: stage 1 of 2" "$tmp/g2.log" || bad "g2: rank 1 is not stage 1"
 near one g2 "2 stages on 2 ranks (gloo)"
+# [run] devices on ranks: not used, said once (rank 0), no stage device
+# opened (before session 38 each rank opened every stage's, silently)
+run gd 2 32 dist.pipeline=2 "$two" "run.devices=cpu:0, cpu:1" run.threads=2
+[ "$(grep -c "\[run\] devices (2) is not used with \[dist\] pipeline = 2: each rank runs its stage on \[run\] device with all its threads" "$tmp/gd.log")" = 1 ] ||
+	bad "gd: [run] devices with [dist] pipeline is not said once to be unused"
+grep -q "stage [01] on cpu:[01]" "$tmp/gd.log" && bad "gd: a rank opened the stages' devices"
+near one gd "2 stages on 2 ranks, [run] devices set"
 run g4 4 32 dist.pipeline=4 "$four" pipeline.sendrecv=1
 grep -q "rank 3: stage 3 of 4" "$tmp/g4.log" || bad "g4: rank 3 is not stage 3"
 near one g4 "4 stages on 4 ranks (gloo)"
@@ -777,6 +788,14 @@ grep -q "resuming from .*zb/checkpoints/ckpt-3.kiln" "$tmp/zb.log" || bad "zb: d
 run zp 2 32 dist.pipeline=2 "$two" train.max_steps=3
 run zp 4 16 $z train.resume=1
 near one zp "2 stages on 2 ranks to step 3, then ZeRO-1 P = 2 x D = 2"
+# ... and with a stage of no trainable parameters (the loss alone): its
+# ranks join the optimizer state's read, whose sums are the world's
+# (before session 38 they skipped it, and the others waited in it until
+# [dist] timeout: every rank exited 1)
+run zl 0 32 train.max_steps=3
+run zl 4 16 dist.pipeline=2 "model.stages=flat,fc3|loss" pipeline.micro_batches=2 dist.zero=1 train.resume=1
+grep -q "resuming from .*zl/checkpoints/ckpt-3.kiln" "$tmp/zl.log" || bad "zl: did not resume"
+near one zl "one process to step 3, then ZeRO-1 P = 2 x D = 2 with the loss alone on stage 1"
 echo "ok: ZeRO-1 within each stage's ranks equals one process; its checkpoints resume across layouts"
 
 # ---- 9. sync_bn within a stage's data-parallel ranks ---------------------------

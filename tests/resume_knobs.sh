@@ -7,7 +7,8 @@
 # a checkpoint whose every section but the config is byte for byte the
 # uninterrupted run's, and the same test loss; the log shows the switch
 # took effect (async streams, a captured step, samples normalised on the
-# device).  [plugin.cuda] graph stays refused: no GPU checked it.  Before session 30 each resume was refused (exit 2: "[plugin.cpu]
+# device).  Likewise [pipeline] early_forwards, zero_copy and sendrecv on
+# 2 stages.  [plugin.cuda] graph stays refused: no GPU checked it.  Before session 30 each resume was refused (exit 2: "[plugin.cpu]
 # async is absent in the checkpoint but '1' here").
 name=resume_knobs
 . "$(dirname "$0")/lib.sh"
@@ -84,6 +85,24 @@ kiln 0 train "$ini" $run train.max_steps=4 "run.out_dir=$tmp/mb" pipeline.micro_
 stderr_has "resume: a micro-batch changes from 2 rows (batch 8 / micro_batches 4 on each of 1 rank(s)) to 8 (8 / 1 on 1): batchnorm's batch statistics and the loss's mean over the targets it counts are per micro-batch, so the run will not continue as it would have"
 kiln 0 train "$ini" $run train.max_steps=6 "run.out_dir=$tmp/mb" pipeline.micro_batches=1 --resume
 grep -q "micro-batch changes" "$err" && fail "an unchanged micro-batch was said to change"
+# the pipeline's early forwards and hand-offs change no number
+# (docs/pipeline.md): a run in 2 stages of 2 micro-batches cut at step 3
+# resumes with each changed and ends with the uninterrupted run's bytes
+# (refused before session 38, exit 2: "[pipeline] early_forwards is '0'
+# in the checkpoint but '1' here")
+pl="model.stages=conv1,flat|fc1,loss pipeline.micro_batches=2"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run $pl "run.out_dir=$tmp/plw"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run $pl train.max_steps=3 "run.out_dir=$tmp/pl"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run $pl "run.out_dir=$tmp/pl" --resume \
+	pipeline.early_forwards=1 pipeline.zero_copy=0 pipeline.sendrecv=0
+stdout_has '"resumed_step": 3'
+# shellcheck disable=SC2086
+"$top_builddir/tests/ckpt_tool" same "$(ck plw 12)" "$(ck pl 12)" $tags ||
+	fail "2 stages resumed with early_forwards, zero_copy and sendrecv changed: ckpt-12.kiln differs from the uninterrupted run's"
+echo "ok: 2 stages resumed with early_forwards=1 zero_copy=0 sendrecv=0: the same bytes"
 # [data.val] inherits [data]'s loader keys: with the section present, a
 # resume with data.workers or data.prefetch changed continues (refused
 # before session 33, exit 2: "[data.val] workers is '0' in the checkpoint
