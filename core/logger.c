@@ -225,6 +225,11 @@ void kiln_loggers_record(struct kiln_loggers *L, const struct kiln_log_record *r
 	struct kiln_log_record c = *r; /* with its fields' texts, for every logger */
 	for (int i = 0; i < c.n; i++) {
 		struct kiln_log_field *f = &c.f[i];
+		/* a float32 field is the float32 its value rounds to: a double
+		 * past FLT_MAX is infinite there, null in metrics.jsonl (was
+		 * "inf.0", not JSON, for a moment in session 38) */
+		if (f->kind == KILN_LOG_F32)
+			f->v = (double)(float)f->v;
 		if (f->kind == KILN_LOG_INT)
 			snprintf(f->text, sizeof f->text, "%lld", (long long)f->v);
 		else

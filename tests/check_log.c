@@ -610,14 +610,15 @@ START_TEST(test_f32_layouts)
 	kiln_log_add(&r, "m", 100, KILN_LOG_F64);
 	kiln_log_add(&r, "n", -7, KILN_LOG_INT);
 	kiln_log_add(&r, "o", 2.5e-8, KILN_LOG_F64);
+	kiln_log_add(&r, "p", 1e39, KILN_LOG_F32); /* a finite double, an infinite float32 */
 	kiln_loggers_record(L, &r);
 	ck_assert_int_eq(kiln_loggers_close(L), KILN_OK);
 	expect_text("metrics.jsonl",
 		    "{\"event\":\"train\",\"a\":10000000.0,\"b\":-15000000000.0,\"c\":100000000000000.0,"
 		    "\"d\":1e15,\"e\":1e-5,\"f\":1.25e-30,\"g\":1000000.0,\"h\":123456.0,\"i\":0.0001,"
-		    "\"j\":-0.0,\"k\":null,\"l\":3e38,\"m\":100.0,\"n\":-7,\"o\":2.5e-8}\n");
-	expect_text("train.csv", "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o\n"
-				 "1e+07,-1.5e+10,1e+14,1e+15,1e-05,1.25e-30,1e+06,123456,0.0001,-0,inf,3e+38,100,-7,2.5e-08\n");
+		    "\"j\":-0.0,\"k\":null,\"l\":3e38,\"m\":100.0,\"n\":-7,\"o\":2.5e-8,\"p\":null}\n");
+	expect_text("train.csv", "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p\n"
+				 "1e+07,-1.5e+10,1e+14,1e+15,1e-05,1.25e-30,1e+06,123456,0.0001,-0,inf,3e+38,100,-7,2.5e-08,inf\n");
 }
 END_TEST
 

@@ -223,7 +223,7 @@ void cpu_qcache_free(struct cpu_qcache *q);
 /* ---- wino.c ---- */
 void cpu_wino_free(struct cpu_wino *w);
 /* w's transformed weights made again on the next run (w may be NULL):
- * after runs on scratch weights (tune.c's timing) */
+ * after runs on scratch weights (tune_time.c's timing) */
 void cpu_wino_forget(struct cpu_wino *w);
 
 /* ---- cpu.c ---- */

@@ -94,7 +94,7 @@ kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
  * scratch copy cannot be had. */
 kiln_status cpu_dnn_w_probe(struct cpu_dnn *d, int begin);
 /* d's kept weights (if any) are stale: made again on the next run (after
- * runs on scratch tensors, tune.c).  d may be NULL. */
+ * runs on scratch tensors, tune_time.c).  d may be NULL. */
 void cpu_dnn_w_forget(struct cpu_dnn *d);
 /* Run plan p's steps as they are (p is the version to run; a CONV's
  * kept weights reordered only when in[1]'s bytes changed). */
