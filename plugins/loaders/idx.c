@@ -344,7 +344,7 @@ static int idx_load_cached(const struct kiln_host *host, const char *path, uint3
 		idx_cache_close(&f->map);
 		return 0;
 	}
-	f->data = (uint8_t *)m->raw + hdr_bytes; /* read only: PROT_READ */
+	f->data = (uint8_t *)m->raw + hdr_bytes; /* inside map.base: freed with it */
 	f->bytes = total;
 	close(fd);
 	return 1;
