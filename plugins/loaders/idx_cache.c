@@ -1,5 +1,5 @@
 /* plugins/loaders/idx_cache.c - the inflated copy of a gzipped IDX file,
- * kept so that later runs map it instead of inflating it again.
+ * kept so that later runs read it instead of inflating it again.
  *
  * One cache file per source path, <dir>/<FNV-1a 64 of the real path>.idx:
  *
