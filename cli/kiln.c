@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/resource.h> /* getrlimit, setrlimit(RLIMIT_STACK) */
+#include <sys/resource.h> /* getrlimit, setrlimit(RLIMIT_STACK, RLIMIT_NOFILE) */
 #include <sys/stat.h>     /* stat: cli_named_file */
 #include <unistd.h>
 
@@ -579,6 +579,25 @@ static int stack_limit_check(char **argv)
 	return 1;
 }
 
+/* The soft limit of open files (ulimit -n) raised to the hard one: the
+ * records and tokens sources keep every shard open while they read it
+ * (one pread() a sample; mapping them let a file truncated in place kill
+ * the run with SIGBUS), and a pack of a few thousand shards passes the
+ * soft limit's usual 1024.  kiln uses poll(), never select(), so
+ * descriptors past FD_SETSIZE are safe; systemd asks programs that need
+ * many files to raise the soft limit themselves.  Best effort: a limit
+ * left low is named by the shard whose open() fails (EMFILE). */
+static void open_files_limit_raise(void)
+{
+	struct rlimit r;
+	if (getrlimit(RLIMIT_NOFILE, &r) || r.rlim_cur == r.rlim_max)
+		return;
+	r.rlim_cur = r.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &r))
+		kiln_log(KILN_LOG_DEBUG, "cli", "cannot raise ulimit -n to its hard limit: %s",
+			 strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
 	/* first: nothing has run yet on the stack it may replace */
@@ -586,6 +605,7 @@ int main(int argc, char **argv)
 	if (stack_rc)
 		return stack_rc;
 	reopen_closed_std_fds();
+	open_files_limit_raise();
 	/* OpenMP waiters: spin briefly, then sleep, unless the user chose
 	 * (common/spin_rule.h).  Must happen before any plugin loads the
 	 * OpenMP runtime. */

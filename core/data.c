@@ -128,7 +128,7 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 	d->sample_bytes = kiln_tensor_bytes(&d->sample);
 
 	if (d->cache == KILN_CACHE_MMAP && !(d->info.flags & KILN_SOURCE_MAPPED))
-		return kiln_error(KILN_ECONFIG, "%s: [%s] cache = mmap shares mapped files: source '%s' does not map its files (records does: convert with `kiln pack`); use cache = ram to keep decoded images in memory",
+		return kiln_error(KILN_ECONFIG, "%s: [%s] cache = mmap shares the files through the page cache: source '%s' does not read them that way (records and tokens do: convert with `kiln pack`); use cache = ram to keep decoded images in memory",
 				  kiln_config_where(cfg, section, "cache"), section, name);
 	if (d->cache == KILN_CACHE_RAM && !d->use_image) {
 		kiln_log(KILN_LOG_INFO, "data", "[%s] cache = ram: source '%s' hands over finished samples; nothing to cache",

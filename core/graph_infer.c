@@ -169,6 +169,18 @@ static int mixed_stem(const struct kiln_model *m, const struct plan_node *n, int
 	return k;
 }
 
+/* A layer's infer failure: "layer 'x' (type): " before its message,
+ * unless the message names the layer already (at its start, or after the
+ * place it is configured: "FILE:LINE: layer 'x' (type) needs ..."). */
+static kiln_status infer_failed(kiln_status st, const char *name, const char *type)
+{
+	char head[512]; /* (a longer name: truncated, not found, wrapped) */
+	snprintf(head, sizeof head, "layer '%s' (%s)", name, type);
+	if (strstr(kiln_last_error(), head))
+		return st;
+	return kiln_error_wrap(st, "%s", head);
+}
+
 /* configure + infer every layer for `batch` rows into nodes[]. */
 kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc *data,
 			     int64_t decode, int fuse, struct plan_node *nodes)
@@ -232,7 +244,7 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 		st = ops->infer(h, &n->l);
 		inferring = NULL;
 		if (st)
-			return kiln_error_wrap(st, "layer '%s' (%s)", L->name, L->type->name);
+			return infer_failed(st, L->name, L->type->name);
 		if (k >= 0 && n->l.out.layout == KILN_NHWC)
 			stem_pool = k; /* (logged by the plan the device takes: plan.c) */
 		if (n->l.fuse_act && n->l.act_fused) /* the activation is now a view */

@@ -250,10 +250,21 @@ START_TEST(test_config_errors)
 	char ini[512];
 	snprintf(ini, sizeof ini, "[layer.r]\ntype = lstm\n%s", tail);
 	test_model_refused(reg, check_test_device(), ini, KILN_F32, 2, ti, "needs 'hidden'");
+	/* the layer's own place in the file (since session 38), and the
+	 * second input's shape a sample, not at the build's batch of 1 */
 	snprintf(ini, sizeof ini, "[layer.r]\ntype = gru\nhidden = 3\n%s", tail);
-	test_model_refused(reg, check_test_device(), ini, KILN_F32, 1, flat, "layer 'r' (gru) needs f32 [batch, time, channels]");
+	test_model_refused(reg, check_test_device(), ini, KILN_F32, 1, flat, "bad.ini:2: layer 'r' (gru) needs f32 [batch, time, channels], got f32[1, 20]");
 	snprintf(ini, sizeof ini, "[layer.r]\ntype = lstm\nhidden = 3\ninputs = data, data\n%s", tail);
-	test_model_refused(reg, check_test_device(), ini, KILN_F32, 2, ti, "layer 'r' (lstm): its second input must be the token ids");
+	test_model_refused(reg, check_test_device(), ini, KILN_F32, 2, ti, "bad.ini:2: layer 'r' (lstm): its second input must be the token ids of the sequence, i32[5] a sample (i32 [time]), got f32[5, 4] a sample");
+	/* pad_id on a layer of one input masked nothing, silently, before
+	 * session 38: refused, naming where it is set */
+	const int64_t tok[1] = { 5 };
+	const char *emb = "[layer.e]\ntype = embedding\nvocab = 10\ndim = 4\n";
+	snprintf(ini, sizeof ini, "%s[layer.r]\ntype = gru\nhidden = 3\ninput = e\npad_id = 0\n%s", emb, tail);
+	test_model_refused(reg, check_test_device(), ini, KILN_I32, 1, tok, "bad.ini:9: layer 'r' (gru): pad_id needs the token ids as a second input (inputs = e, data); with one input nothing is masked");
+	snprintf(ini, sizeof ini, "%s[layer.r]\ntype = lstm\nhidden = 3\npad_id = 2\n%s", emb, tail);
+	test_model_refused(reg, check_test_device(), ini, KILN_I32, 1, tok, "bad.ini:8: layer 'r' (lstm): pad_id needs the token ids as a second input (inputs = <the layer before it>, data)");
+	/* (bf16 compute's refusal, which a plan meets: tests/rnn_config.sh) */
 	snprintf(ini, sizeof ini,
 		 "[layer.a]\ntype = lstm\nhidden = 3\n[layer.b]\ntype = lstm\nhidden = 2\ninput = data\n"
 		 "[layer.c]\ntype = concat\ninputs = a, b\ndim = 2\n%s", tail);

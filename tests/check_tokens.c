@@ -367,6 +367,77 @@ START_TEST(test_corrupt)
 }
 END_TEST
 
+/* A shard truncated while the source has it open (llm.c's script or a
+ * packer writing it again, in place): a window past the new end is
+ * KILN_EDATA naming the shard, the window, the sample and the sizes; one
+ * across it too (a short read); windows before it still read.  Before
+ * session 38 the shards were mmap()ed and the read died of SIGBUS. */
+START_TEST(test_truncated_while_open)
+{
+	uint16_t *t = seq(40000, 7, 3, 60000);
+	write_shard("tr.bin", t, 40000); /* 81024 bytes: windows 0..9998 of 4 */
+	OPEN_OK("data", "train", kv("data.path", "tr.bin"), "data.context=4");
+	int32_t x[4], y[4];
+	ck_assert_int_eq(ops->read(ctx, 9000, x, y), KILN_OK);
+	ck_assert_int_eq(truncate(tpath("tr.bin"), 1024 + 2 * 1000), 0);
+	char want[1400];
+	ck_assert_int_eq(ops->read(ctx, 9000, x, y), KILN_EDATA);
+	snprintf(want, sizeof want, "%s: window 9000 (sample 9000), tokens 36000..36004 (bytes 73024..73033): only 0 of 10 bytes are there: the shard had 81024 bytes when the run opened it, it has 3024 now (was it truncated or rewritten while the run read it?)",
+		 tpath("tr.bin"));
+	ck_assert_str_eq(kiln_last_error(), want);
+	/* the targets alone: tokens 36001..36004 */
+	ck_assert_int_eq(ops->read(ctx, 9000, NULL, y), KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "tokens 36001..36004 (bytes 73026..73033): only 0 of 8 bytes"));
+	/* window 249 (tokens 996..1000) lost its last token */
+	ck_assert_int_eq(ops->read(ctx, 249, x, y), KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "window 249 (sample 249), tokens 996..1000 (bytes 3016..3025): only 8 of 10 bytes are there"));
+	ck_assert_int_eq(ops->read(ctx, 249, x, NULL), KILN_OK); /* its inputs are all there */
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(x[i], t[996 + i]);
+	ck_assert_int_eq(ops->read(ctx, 248, x, y), KILN_OK);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(x[i], t[992 + i]);
+		ck_assert_int_eq(y[i], t[993 + i]);
+	}
+	free(t);
+}
+END_TEST
+
+/* One pread() lands in the sample's (or the label's) own buffer and is
+ * widened there: every combination of sample and label, context 1 (the
+ * tightest fit: 2 tokens in 4 bytes) and a long one. */
+START_TEST(test_read_in_place)
+{
+	uint16_t *t = seq(5000, 40503, 11, 65536);
+	write_shard("ip.bin", t, 5000);
+	static const int64_t ctxs[] = { 1, 2, 777 };
+	for (size_t k = 0; k < sizeof ctxs / sizeof ctxs[0]; k++) {
+		const int64_t T = ctxs[k];
+		char c[32];
+		snprintf(c, sizeof c, "data.context=%lld", (long long)T);
+		OPEN_OK("data", "train", kv("data.path", "ip.bin"), c);
+		int32_t *x = malloc((size_t)T * 4), *y = malloc((size_t)T * 4);
+		for (int64_t w = 0; w < 4999 / T; w += 1 + 4999 / T / 7) {
+			for (int m = 1; m < 4; m++) {
+				memset(x, 0xee, (size_t)T * 4);
+				memset(y, 0xee, (size_t)T * 4);
+				ck_assert_int_eq(ops->read(ctx, w, m & 1 ? x : NULL, m & 2 ? y : NULL), KILN_OK);
+				for (int64_t i = 0; i < T; i++) {
+					if (m & 1)
+						ck_assert_int_eq(x[i], t[w * T + i]);
+					if (m & 2)
+						ck_assert_int_eq(y[i], t[w * T + i + 1]);
+				}
+			}
+		}
+		ck_assert_int_eq(ops->read(ctx, 0, NULL, NULL), KILN_OK);
+		free(x);
+		free(y);
+	}
+	free(t);
+}
+END_TEST
+
 /* Mutate src (n bytes) into dst: truncate, flip bytes, or rewrite one of
  * the first header words.  Returns the new size. */
 static size_t mutate(uint8_t *dst, const uint8_t *src, size_t n)
@@ -1102,7 +1173,8 @@ static Suite *make_tokens_suite(void)
 	check_add_case(s, "source", 0, setup, teardown, (const TTest *[]){
 		test_windows_exact, test_splits_and_globs, test_val_fraction, test_vocab, test_shard_gap,
 		NULL });
-	check_add_case(s, "corrupt", 0, setup, teardown, (const TTest *[]){ test_corrupt, NULL });
+	check_add_case(s, "corrupt", 0, setup, teardown, (const TTest *[]){
+		test_corrupt, test_truncated_while_open, test_read_in_place, NULL });
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 	check_add_case(s, "loader", 60, setup, teardown, (const TTest *[]){
 		test_loader_workers_world_resume, test_dataset_checks_targets, test_graph_token_input,

@@ -295,6 +295,17 @@ EXTRA_DIST += tests/data_paths.sh
 # on_error = skip's count: not the workers = auto probe's, continued by a resume
 TESTS += tests/data_skip_count.sh
 EXTRA_DIST += tests/data_skip_count.sh
+# a tokens or records shard truncated under a run: exit 3 naming it (and
+# skipped with on_error = skip), not SIGBUS
+if BUILD_LOADERS
+TESTS += tests/shard_truncate.sh
+endif
+EXTRA_DIST += tests/shard_truncate.sh
+# lstm/gru config errors a plan meets: pad_id with one input, bf16 compute
+if BUILD_LOADERS
+TESTS += tests/rnn_config.sh
+endif
+EXTRA_DIST += tests/rnn_config.sh
 
 # ---- device: the conformance suites, one per op family around one fixture
 # (tests/device_fixture.c), each op against reference loops; the same

@@ -24,12 +24,17 @@
 #include "util.h"
 
 #include <stdio.h>
+#include <string.h> /* strcmp */
 
 struct rnn {
 	struct layer_plans plans;
 	int gru, reverse, ids;
 	int64_t H, index, pad_id, G;
 	char names[4][40];
+	/* from the config, for infer's messages: where the section's type
+	 * and pad_id are set (pad_at "" when pad_id is not), and the input
+	 * key's value ("" when unset: the layer before) */
+	char at[160], pad_at[160], input[160];
 	size_t aux, x_bytes, w_bytes, db_bytes; /* scratch pieces, 64-aligned */
 	void *fwd, *infer; /* the forward in training (saves the aux) and in evaluation */
 	void *bwd[2][2]; /* [dw accumulate][dx accumulate] */
@@ -43,7 +48,7 @@ static const struct kiln_key rnn_keys[] = {
 	{ "index", KILN_KEY_INT, "0", 0, 1e6, NULL,
 	  "k of the parameter names `weight_ih_l{k}`...: which layer of a PyTorch stack this is." },
 	{ "pad_id", KILN_KEY_INT, "0", -2147483648.0, 2147483647.0, NULL,
-	  "With a second input (token ids i32 [B, T]): a row ends at its first `pad_id`; later steps are not run and give 0." },
+	  "With a second input (token ids i32 [B, T]): a row ends at its first `pad_id`; later steps are not run and give 0. Set on a layer of one input: a config error (exit 2) naming it (before session 38 it was ignored, nothing masked)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -63,6 +68,13 @@ static kiln_status rnn_configure(const struct kiln_host *h, struct kiln_layer *l
 		st = h->config_get_int(cfg, sec, "index", &s->index);
 	if (!st || st == KILN_ENOTFOUND)
 		st = h->config_get_int(cfg, sec, "pad_id", &s->pad_id);
+	snprintf(s->at, sizeof s->at, "%s", h->config_where(cfg, sec, "type"));
+	const char *pad_at = h->config_where(cfg, sec, "pad_id");
+	snprintf(s->pad_at, sizeof s->pad_at, "%s", strcmp(pad_at, "default") ? pad_at : "");
+	const char *in = h->config_get(cfg, sec, "input");
+	if (!in)
+		in = h->config_get(cfg, sec, "inputs");
+	snprintf(s->input, sizeof s->input, "%s", in ? in : "");
 	return st && st != KILN_ENOTFOUND ? st : KILN_OK;
 }
 
@@ -84,12 +96,30 @@ static kiln_status rnn_infer(const struct kiln_host *h, struct kiln_layer *l)
 	const struct kiln_tensor_desc *x = &l->in[0], *ids = &l->in[1];
 	char d[96];
 	if (x->ndim != 3 || x->dtype != KILN_F32)
-		return h->error(KILN_ECONFIG, "layer '%s' (%s) needs f32 [batch, time, channels], got %s",
-				l->name, l->type, kiln_tensor_desc_str(x, d, sizeof d));
+		return h->error(KILN_ECONFIG, "%s: layer '%s' (%s) needs f32 [batch, time, channels], got %s%s",
+				s->at, l->name, l->type, kiln_tensor_desc_str(x, d, sizeof d),
+				x->ndim == 3 && (x->dtype == KILN_BF16 || x->dtype == KILN_F16)
+					? " (lstm and gru compute in f32 only: [run] precision = fp32)" : "");
 	s->ids = l->n_in == 2;
-	if (s->ids && (ids->dtype != KILN_I32 || kiln_tensor_numel(ids) != x->dims[0] * x->dims[1]))
-		return h->error(KILN_ECONFIG, "layer '%s' (%s): its second input must be the token ids i32 [batch, time] of the sequence, got %s",
-				l->name, l->type, kiln_tensor_desc_str(ids, d, sizeof d));
+	/* pad_id without the ids would be read and never used: the
+	 * sequences would run to T unmasked, silently */
+	if (!s->ids && s->pad_at[0])
+		return h->error(KILN_ECONFIG, "%s: layer '%s' (%s): pad_id needs the token ids as a second input (inputs = %s, data); with one input nothing is masked",
+				s->pad_at, l->name, l->type,
+				s->input[0] ? s->input : "<the layer before it>");
+	/* (the sample's shape: the batch of the plan being built is not
+	 * the run's; kiln_model_infer builds at batch 1 first) */
+	if (s->ids && (ids->dtype != KILN_I32 || kiln_tensor_numel(ids) != x->dims[0] * x->dims[1])) {
+		struct kiln_tensor_desc one = *ids;
+		const int strip = one.ndim > 1 && one.dims[0] == x->dims[0];
+		if (strip) {
+			one.ndim--;
+			memmove(one.dims, one.dims + 1, (size_t)one.ndim * sizeof one.dims[0]);
+		}
+		return h->error(KILN_ECONFIG, "%s: layer '%s' (%s): its second input must be the token ids of the sequence, i32[%lld] a sample (i32 [time]), got %s%s",
+				s->at, l->name, l->type, (long long)x->dims[1],
+				kiln_tensor_desc_str(&one, d, sizeof d), strip ? " a sample" : "");
+	}
 	if (l->decode_len > 0)
 		return h->error(KILN_ENOTSUP, "layer '%s' (%s): no step-by-step decoding yet",
 				l->name, l->type);

@@ -862,8 +862,10 @@ struct kiln_source_info {
 };
 
 enum kiln_source_flags {
-	/* reads its files through read-only shared mappings, so every worker
-	 * and process shares their pages ([data] cache = mmap asks for it) */
+	/* every worker and process shares its files' pages through the page
+	 * cache ([data] cache = mmap asks for it): records and tokens keep
+	 * their shards open and pread() them (a file mapped instead lets a
+	 * truncation kill the process with SIGBUS, past any error path) */
 	KILN_SOURCE_MAPPED = 1
 };
 

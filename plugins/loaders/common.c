@@ -14,6 +14,7 @@
 #include <stdio.h>    /* snprintf */
 #include <stdlib.h>   /* malloc, realloc, free, qsort */
 #include <string.h>   /* memcpy, memset, strcmp, strerror, strlen */
+#include <sys/resource.h> /* getrlimit(RLIMIT_NOFILE): loaders_open_hint */
 #include <sys/stat.h> /* stat */
 #include <unistd.h>   /* pread, access */
 
@@ -35,6 +36,19 @@ ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off)
 		got += (size_t)r;
 	}
 	return (ssize_t)got;
+}
+
+const char *loaders_open_hint(int err, size_t nshards, char *buf, size_t n)
+{
+	struct rlimit rl;
+	if (err != EMFILE || getrlimit(RLIMIT_NOFILE, &rl))
+		return "";
+	char hard[32] = "unlimited";
+	if (rl.rlim_max != RLIM_INFINITY)
+		snprintf(hard, sizeof hard, "%llu", (unsigned long long)rl.rlim_max);
+	snprintf(buf, n, " (each of the split's %zu shard(s) stays open while the run reads it: raise ulimit -n, now %llu, hard limit %s)",
+		 nshards, (unsigned long long)rl.rlim_cur, hard);
+	return buf;
 }
 
 kiln_status loaders_read_image(const struct loaders_source *src, int fd, uint64_t off, size_t n,

@@ -1,5 +1,5 @@
 /* plugins/loaders/idx_cache.c - the inflated copy of a gzipped IDX file,
- * kept so that later runs map it instead of inflating it again.
+ * kept so that later runs read it instead of inflating it again.
  *
  * One cache file per source path, <dir>/<FNV-1a 64 of the real path>.idx:
  *
@@ -12,7 +12,9 @@
  * and the CRC32C of raw matches; anything else is rebuilt from the gzip
  * file (a corrupt or truncated copy with a warning).  It is written to a
  * temporary name and renamed, so concurrent runs (ranks) each see a whole
- * file; a reader's mapping keeps the file it opened.
+ * file.  A run reads it whole into memory (as it would inflate it): until
+ * session 38 it was mapped (MAP_PRIVATE), and a copy truncated in place
+ * while a run used it killed that run with SIGBUS.
  */
 #include "loaders.h"
 #include "idx_cache.h"
@@ -25,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>   /* realpath */
 #include <string.h>
-#include <sys/mman.h> /* mmap */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -110,15 +111,19 @@ int idx_cache_open(const struct kiln_host *host, const char *dir, const char *pa
 		return 0;
 	}
 	size_t len = (size_t)cs.st_size;
-	void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+	uint8_t *m = malloc(len);
+	ssize_t got = m ? loaders_pread_full(fd, m, len, 0) : -1;
 	close(fd);
-	if (m == MAP_FAILED)
-		return 0;
+	if (got < 0) {
+		free(m);
+		return 0; /* no memory or unreadable: inflate (which names a fault) */
+	}
 	struct idx_cache_head want;
 	idx_cache_describe(&want, sb);
-	const char *why = idx_cache_reject(host, m, len, &want, real);
+	/* got < len: it shrank since fstat, and reads as truncated */
+	const char *why = idx_cache_reject(host, m, (size_t)got, &want, real);
 	if (why) {
-		munmap(m, len);
+		free(m);
 		if (strcmp(why, "stale"))
 			host->log(KILN_LOG_WARN, "idx", "%s: the cached copy of %s is %s; rebuilding it",
 				  name, path, why);
@@ -131,16 +136,15 @@ int idx_cache_open(const struct kiln_host *host, const char *dir, const char *pa
 	memcpy(&h, m, sizeof h);
 	out->base = m;
 	out->len = len;
-	out->raw = (const uint8_t *)m + sizeof h + h.path_len;
+	out->raw = m + sizeof h + h.path_len;
 	out->raw_len = h.raw;
-	host->log(KILN_LOG_DEBUG, "idx", "%s: mapped the inflated copy %s", path, name);
+	host->log(KILN_LOG_DEBUG, "idx", "%s: read the inflated copy %s", path, name);
 	return 1;
 }
 
 void idx_cache_close(struct idx_cache_map *m)
 {
-	if (m->base)
-		munmap(m->base, m->len);
+	free(m->base);
 	memset(m, 0, sizeof *m);
 }
 

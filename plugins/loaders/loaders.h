@@ -95,6 +95,12 @@ kiln_status loaders_set_check(const struct kiln_host *host, char *const *paths,
 			      const struct loaders_set *sets, size_t stride, size_t n, int whole,
 			      const char *suffix);
 
+/* The hint that follows the error of a shard's open() that failed with
+ * errno `err`, one of the split's nshards: for EMFILE, that every shard
+ * stays open while the run reads it and the ulimit -n to raise (written
+ * into buf, n bytes); "" for any other error. */
+const char *loaders_open_hint(int err, size_t nshards, char *buf, size_t n);
+
 /* Read n bytes at offset `off` of fd with pread(), retrying short reads and
  * EINTR.  Returns the bytes read (less than n only at the end of the file),
  * or -1 with errno set.  Thread-safe: uses no file position. */

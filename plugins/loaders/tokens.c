@@ -20,10 +20,14 @@
  * n - round(f*n) windows, every other split (val, test) the rest; so
  * [data.eval] may then inherit a single-file path.
  *
- * Shards are mmap()ed read-only (cache = mmap for free); open() checks
- * every header and size, and scans every token once (the largest token is
- * the class count; `vocab`, when set, bounds them), so read() only copies.
- * Thread-safe after open().
+ * Each shard stays open and read() reads a window's 2T+2 bytes with one
+ * pread(): the page cache holds a shard once however many workers and
+ * processes read it (cache = mmap for free), and a shard truncated or
+ * rewritten while the run reads it is a short read, an error naming the
+ * shard and the window (before session 38 the shards were mmap()ed, and
+ * such a file killed the process with SIGBUS).  open() checks every header
+ * and size, and scans every token once (the largest token is the class
+ * count; `vocab`, when set, bounds them).  Thread-safe after open().
  */
 #include "loaders.h"
 #include "tokens.h" /* TOK_SUFFIX, TOK_PARTIAL */
@@ -37,8 +41,7 @@
 #include <stdio.h>    /* snprintf */
 #include <stdlib.h>   /* calloc, malloc, free */
 #include <string.h>   /* memcpy, strcmp, strerror */
-#include <sys/mman.h> /* mmap, munmap */
-#include <sys/stat.h> /* fstat */
+#include <sys/stat.h> /* stat */
 #include <unistd.h>   /* close */
 
 #define TOK_WHO "tokens"
@@ -49,14 +52,14 @@
 #define TOK_HEADER_INTS 256
 #define TOK_HEADER_BYTES (TOK_HEADER_INTS * 4)
 #define TOK_MAX_SHARDS 1000000   /* a recorded count past this is a corrupt header */
+#define TOK_SCAN_TOKENS (1 << 19) /* tokens one pread of open's scan reads (1 MiB) */
 
-/* One mapped shard. */
+/* One open shard. */
 struct tok_shard {
 	char path[PATH_MAX];
-	void *map;               /* the whole file, PROT_READ; NULL when empty */
-	size_t size;
-	const uint8_t *tok;      /* u16 LE [ntok], inside map */
-	uint64_t ntok;
+	int fd;                  /* open from tok_shard_open to tok_close; -1: not open */
+	uint64_t size;           /* the file's bytes at open */
+	uint64_t ntok;           /* u16 LE tokens at byte TOK_HEADER_BYTES */
 	int64_t first;           /* global window index of this shard's window 0 */
 	int64_t windows;         /* floor((ntok - 1) / T) */
 	struct loaders_set set;  /* its pack, header ints 3..6 (count 0: not recorded) */
@@ -99,9 +102,9 @@ static int32_t tok_le32(const uint8_t *p)
 			 (uint32_t)p[3] << 24);
 }
 
-static uint16_t tok_at(const struct tok_shard *s, uint64_t i)
+static uint16_t tok_u16(const uint8_t *p)
 {
-	return (uint16_t)(s->tok[2 * i] | s->tok[2 * i + 1] << 8);
+	return (uint16_t)(p[0] | p[1] << 8);
 }
 
 /* Why a magic number is wrong, in words. */
@@ -117,20 +120,20 @@ static const char *tok_magic_hint(int32_t found)
 	return " (not a token shard: expected llm.c's format, 256 int32 header then uint16 tokens)";
 }
 
-static void tok_shard_unmap(struct tok_shard *s)
+static void tok_shard_close(struct tok_shard *s)
 {
-	if (s->map)
-		munmap(s->map, s->size);
-	s->map = NULL;
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
 }
 
 /* Header ints 3..6 of kiln pack (since session 34; zero in llm.c's and
  * older kiln's shards, which read as before): [3] 1, [4] this shard's
  * index, [5] the split's shard count, [6] the pack's id.  There is no
  * checksum: an index not below the count is refused as corrupt. */
-static kiln_status tok_set_read(const struct kiln_host *host, struct tok_shard *s)
+static kiln_status tok_set_read(const struct kiln_host *host, struct tok_shard *s,
+				const uint8_t *h)
 {
-	const uint8_t *h = s->map;
 	if (tok_le32(h + 12) == 0)
 		return KILN_OK;
 	int32_t index = tok_le32(h + 16), count = tok_le32(h + 20);
@@ -144,36 +147,33 @@ static kiln_status tok_set_read(const struct kiln_host *host, struct tok_shard *
 	return KILN_OK;
 }
 
-/* Map `path` into s and check its header and size.  KILN_ECONFIG for a
- * file that is not there (naming `at`, where its key was set:
- * loaders_shards_at), KILN_EIO for an unreadable one (naming `from`, the
- * key it came from: loaders_shards_key), KILN_EDATA for a malformed one. */
+/* Open `path` into s (one of the split's nshards) and check its header
+ * and size.  KILN_ECONFIG for a file that is not there (naming `at`, where
+ * its key was set: loaders_shards_at), KILN_EIO for an unreadable one
+ * (naming `from`, the key it came from: loaders_shards_key), KILN_EDATA for
+ * a malformed one.  s->fd stays open (tok_shard_close) on failure too. */
 static kiln_status tok_shard_open(const struct kiln_host *host, const char *path, const char *from,
-				  const char *at, struct tok_shard *s)
+				  const char *at, size_t nshards, struct tok_shard *s)
 {
-	struct stat sb;
+	off_t size;
 	snprintf(s->path, sizeof s->path, "%s", path);
-	char kind[64];
+	char kind[64], hint[160];
 	const char *why;
-	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
-	if (fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
+	s->fd = common_open_file(path, kind, sizeof kind, &why, &size);
+	if (s->fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
 		return loaders_no_such_file(host, at, path, "the token shard");
-	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the token shard (%s): %s", path, from, why);
-	s->size = (size_t)sb.st_size;
-	if (s->size < TOK_HEADER_BYTES) {
-		close(fd);
-		return host->error(KILN_EDATA, "%s: truncated header: a token shard starts with %d bytes (256 int32), the file has %zu",
-				   path, TOK_HEADER_BYTES, s->size);
-	}
-	s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (s->map == MAP_FAILED) {
-		s->map = NULL;
-		return host->error(KILN_EIO, "%s: cannot map the token shard: %s", path,
+	if (s->fd < 0)
+		return host->error(KILN_EIO, "%s: cannot open the token shard (%s): %s%s", path, from,
+				   why, loaders_open_hint(errno, nshards, hint, sizeof hint));
+	s->size = (uint64_t)size;
+	uint8_t h[TOK_HEADER_BYTES];
+	ssize_t got = s->size < TOK_HEADER_BYTES ? 0 : loaders_pread_full(s->fd, h, sizeof h, 0);
+	if (got < 0)
+		return host->error(KILN_EIO, "%s: cannot read the token shard: %s", path,
 				   strerror(errno));
-	}
-	const uint8_t *h = s->map;
+	if ((size_t)got < sizeof h)
+		return host->error(KILN_EDATA, "%s: truncated header: a token shard starts with %d bytes (256 int32), the file has %" PRIu64,
+				   path, TOK_HEADER_BYTES, got ? (uint64_t)got : s->size);
 	int32_t magic = tok_le32(h), version = tok_le32(h + 4), n = tok_le32(h + 8);
 	if (magic != TOK_MAGIC)
 		return host->error(KILN_EDATA, "%s: bad magic number %d, expected %d%s", path, magic,
@@ -191,18 +191,44 @@ static kiln_status tok_shard_open(const struct kiln_host *host, const char *path
 		return host->error(KILN_EDATA, "%s: token count mismatch: the header says %d tokens, the file holds %" PRIu64 "",
 				   path, n, have);
 	s->ntok = (uint64_t)n;
-	s->tok = h + TOK_HEADER_BYTES;
-	return tok_set_read(host, s);
+	return tok_set_read(host, s, h);
+}
+
+/* A read of s that came short: the file shrank since open (truncated or
+ * rewritten in place while the run reads it).  `what` names the part. */
+static kiln_status tok_short(const struct kiln_host *host, const struct tok_shard *s,
+			     const char *what, uint64_t off, size_t want, ssize_t got)
+{
+	if (got < 0)
+		return host->error(KILN_EIO, "%s: cannot read %s (bytes %" PRIu64 "..%" PRIu64 "): %s",
+				   s->path, what, off, off + want - 1, strerror(errno));
+	struct stat sb;
+	char now[64] = "";
+	if (!fstat(s->fd, &sb))
+		snprintf(now, sizeof now, ", it has %lld now", (long long)sb.st_size);
+	return host->error(KILN_EDATA, "%s: %s (bytes %" PRIu64 "..%" PRIu64 "): only %zd of %zu bytes are there: the shard had %" PRIu64 " bytes when the run opened it%s (was it truncated or rewritten while the run read it?)",
+			   s->path, what, off, off + want - 1, got, want, s->size, now);
 }
 
 /* Every token of s below vocab (when vocab > 0); *max the largest seen,
  * and where it first is in c->max_from (a new largest only: the scan
- * costs one compare a token as before). */
+ * costs one compare a token as before).  buf: TOK_SCAN_TOKENS tokens'
+ * room, read a chunk at a time. */
 static kiln_status tok_shard_scan(const struct kiln_host *host, struct tok_ctx *c,
-				  const struct tok_shard *s, int64_t vocab, int64_t *max)
+				  const struct tok_shard *s, int64_t vocab, int64_t *max,
+				  uint8_t *buf)
 {
 	for (uint64_t i = 0; i < s->ntok; i++) {
-		int64_t t = tok_at(s, i);
+		const uint64_t k = i % TOK_SCAN_TOKENS;
+		if (k == 0) {
+			const uint64_t left = s->ntok - i;
+			const size_t want = 2 * (size_t)(left < TOK_SCAN_TOKENS ? left : TOK_SCAN_TOKENS);
+			const uint64_t off = TOK_HEADER_BYTES + 2 * i;
+			ssize_t got = loaders_pread_full(s->fd, buf, want, off);
+			if (got != (ssize_t)want)
+				return tok_short(host, s, "the tokens", off, want, got);
+		}
+		int64_t t = tok_u16(buf + 2 * k);
 		if (vocab > 0 && t >= vocab)
 			return host->error(KILN_EDATA, "%s: token %" PRId64 " at token offset %" PRIu64 " (byte %" PRIu64 ") is not below vocab = %" PRId64,
 					   s->path, t, i, (uint64_t)TOK_HEADER_BYTES + 2 * i, vocab);
@@ -223,7 +249,7 @@ static void tok_close(void *vctx)
 	if (!c)
 		return;
 	for (int i = 0; i < c->nshards; i++)
-		tok_shard_unmap(&c->shards[i]);
+		tok_shard_close(&c->shards[i]);
 	free(c->shards);
 	free(c);
 }
@@ -302,6 +328,7 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 			    const char *section, const char *split, void **out)
 {
 	struct loaders_names names = { 0 };
+	uint8_t *scan = NULL; /* tok_shard_scan's chunk */
 	int64_t vocab = 0, max = -1, total = 0;
 	double frac = 0;
 	kiln_status st;
@@ -321,11 +348,16 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 	loaders_shards_key(host, cfg, section, from, sizeof from);
 	char at[PATH_MAX + 64];
 	loaders_shards_at(host, cfg, section, at, sizeof at);
+	if (!(scan = malloc(2 * TOK_SCAN_TOKENS))) {
+		st = host->error(KILN_ENOMEM, "out of memory");
+		goto fail;
+	}
 	for (size_t i = 0; i < names.n; i++) {
 		struct tok_shard *s = &c->shards[c->nshards++];
+		s->fd = -1;
 		if ((st = loaders_not_partial(host, names.v[i], TOK_PARTIAL)) ||
-		    (st = tok_shard_open(host, names.v[i], from, at, s)) ||
-		    (st = tok_shard_scan(host, c, s, vocab, &max)))
+		    (st = tok_shard_open(host, names.v[i], from, at, names.n, s)) ||
+		    (st = tok_shard_scan(host, c, s, vocab, &max, scan)))
 			goto fail;
 		s->first = total;
 		s->windows = s->ntok > 0 ? (int64_t)((s->ntok - 1) / (uint64_t)c->T) : 0;
@@ -347,10 +379,12 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 		  section, c->shards[0].path, c->nshards > 1 ? " ..." : "", c->src.n, c->T,
 		  c->nshards, total, c->src.classes);
 	loaders_names_free(&names);
+	free(scan);
 	*out = c;
 	return KILN_OK;
 fail:
 	loaders_names_free(&names);
+	free(scan);
 	tok_close(c);
 	return st;
 }
@@ -359,13 +393,28 @@ static kiln_status tok_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct tok_ctx *c = vctx;
 	loaders_sequence_info(&c->src, c->T, info);
-	info->flags = KILN_SOURCE_MAPPED;
+	info->flags = KILN_SOURCE_MAPPED; /* shared page cache: pread, not mmap (see the top) */
 	info->classes_from = c->max_from[0] ? c->max_from : NULL;
 	return KILN_OK;
 }
 
+/* The u16 LE tokens raw[0 .. n) widened into dst[0 .. n), in place: raw
+ * may lie inside dst's own bytes, from byte 2n - 2 on (tok_read reads n or
+ * n + 1 tokens to the end of dst's 4n bytes).  Forward order is then safe:
+ * dst[t] (bytes 4t..4t+3) is written after raw[t] is read, and reaches no
+ * raw[j], j > t (at byte 2n - 2 + 2j or later), while one is unread. */
+static void tok_widen(int32_t *dst, const uint8_t *raw, int64_t n)
+{
+	for (int64_t t = 0; t < n; t++) {
+		const int32_t v = tok_u16(raw + 2 * t);
+		dst[t] = v;
+	}
+}
+
 /* sample: i32 [T] = tokens [w, w+T); label: i32 [T] = tokens [w+1, w+T+1).
- * Either may be NULL. */
+ * Either may be NULL.  One pread() of the tokens wanted (T+1 for both,
+ * T for one) into the last bytes of the sample's (else the label's) own
+ * buffer, widened there: no buffer of its own, whatever T. */
 static kiln_status tok_read(void *vctx, int64_t index, void *sample, void *label)
 {
 	const struct tok_ctx *c = vctx;
@@ -384,14 +433,23 @@ static kiln_status tok_read(void *vctx, int64_t index, void *sample, void *label
 			hi = mid - 1;
 	}
 	const struct tok_shard *s = &c->shards[lo];
-	uint64_t w = (uint64_t)(g - s->first) * (uint64_t)c->T;
-	int32_t *x = sample, *y = label;
-	for (int64_t t = 0; t < c->T; t++) {
-		if (x)
-			x[t] = tok_at(s, w + (uint64_t)t);
-		if (y)
-			y[t] = tok_at(s, w + (uint64_t)t + 1);
+	int32_t *x = sample, *y = label, *dst = x ? x : y;
+	if (!dst)
+		return KILN_OK;
+	const int64_t T = c->T, n = T + (x && y); /* tokens read */
+	const uint64_t first = (uint64_t)(g - s->first) * (uint64_t)T + (x ? 0 : 1);
+	const uint64_t off = TOK_HEADER_BYTES + 2 * first;
+	uint8_t *raw = (uint8_t *)dst + 4 * (size_t)T - 2 * (size_t)n;
+	const ssize_t got = loaders_pread_full(s->fd, raw, 2 * (size_t)n, off);
+	if (got != 2 * (ssize_t)n) {
+		char what[160];
+		snprintf(what, sizeof what, "window %" PRId64 " (sample %" PRId64 "), tokens %" PRIu64 "..%" PRIu64,
+			 g - s->first, index, first, first + (uint64_t)n - 1);
+		return tok_short(c->src.host, s, what, off, 2 * (size_t)n, got);
 	}
+	if (x && y)
+		tok_widen(y, raw + 2, T); /* first: x's widening overwrites raw */
+	tok_widen(dst, raw, T);
 	return KILN_OK;
 }
 

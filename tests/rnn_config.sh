@@ -1,0 +1,43 @@
+#!/bin/sh
+# tests/rnn_config.sh - the recurrent layers' config errors the CLI meets
+# in a plan, each naming the layer's place in the file (exit 2):
+#  1. pad_id on an lstm of one input (before session 38 it was read and
+#     never used: the rows ran to T unmasked, silently);
+#  2. bf16 compute: the layers are f32 only (before session 38 the message
+#     named no file:line and no way out).
+# (check_rnn's test_config_errors checks the model-level messages.)
+name=rnn_config
+. "$(dirname "$0")/lib.sh"
+need_source tokens
+cat >"$tmp/r.ini" <<EOF2
+[run]
+threads = 1
+[data]
+source = tokens
+path = $srcdir/tests/data/gpt_tokens.bin
+context = 5
+[train]
+batch = 4
+max_steps = 1
+eval = 0
+[layer.emb]
+type = embedding
+vocab = 64
+dim = 4
+[layer.enc]
+type = lstm
+hidden = 3
+inputs = emb, data
+pad_id = 0
+[layer.head]
+type = linear
+out = 64
+[layer.loss]
+type = softmax_xent
+EOF2
+kiln 0 train "$tmp/r.ini" run.out_dir=
+kiln 2 train "$tmp/r.ini" run.out_dir= layer.enc.inputs=emb
+stderr_has "kiln: error: $tmp/r.ini:19: layer 'enc' (lstm): pad_id needs the token ids as a second input (inputs = emb, data); with one input nothing is masked"
+kiln 2 train "$tmp/r.ini" run.out_dir= run.precision=bf16
+stderr_has "kiln: error: $tmp/r.ini:16: layer 'enc' (lstm) needs f32 [batch, time, channels], got bf16[4, 5, 4] (lstm and gru compute in f32 only: [run] precision = fp32)"
+echo "PASS: $checks checks"
