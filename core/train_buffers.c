@@ -41,8 +41,9 @@ static kiln_status parse_milestones(const struct trainer *t, struct kiln_op *op)
 /* onecycle's rise ends at step pct_start x U - 1 after the warmup (U of
  * them): at exactly 0 the rise is 0 steps long and its first rate 0/0
  * (NaN: PyTorch's OneCycleLR raises ZeroDivisionError there).  The step
- * count is known only now (epochs x batches, max_steps), so the config
- * check cannot see it; the expression is the device's (scalar_ops.h). */
+ * count is known only now (the schedule's length: schedule_length), so
+ * the config check cannot see it; the expression is the device's
+ * (scalar_ops.h). */
 static kiln_status check_onecycle(const struct trainer *t, int64_t total)
 {
 	const double pct = t->tc.pct_start;
@@ -55,18 +56,60 @@ static kiln_status check_onecycle(const struct trainer *t, int64_t total)
 			  t->tc.warmup > 0 ? " after the warmup" : "", 1.5 / (double)U);
 }
 
+/* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
+static double scaled_lr(const struct trainer *t, int64_t global)
+{
+	const char *how = t->tc.lr_scale;
+	const double lr = t->tc.lr;
+	const int64_t base = t->tc.base_batch;
+	if (!how || !strcmp(how, "none"))
+		return lr;
+	double r = (double)global / (double)base, s = !strcmp(how, "sqrt") ? sqrt(r) : r;
+	kiln_log(KILN_LOG_INFO, "train", "lr_scale = %s: lr %g x %s(%lld / %lld) = %g", how, lr,
+		 !strcmp(how, "sqrt") ? "sqrt" : "", (long long)global, (long long)base, lr * s);
+	return lr * s;
+}
+
+/* The schedule's length T (cosine and onecycle read it; constant, step
+ * and multistep do not): the step the run ends at, t->last_step
+ * (trainer_last_step: the checkpoint's step, the rest of its epoch and
+ * the epochs left in this run's global batch G, or max_steps when that
+ * comes first).  For a run whose G never changed that is epochs x steps
+ * per epoch, or max_steps when less: T as before session 38.  Then T was
+ * that product in the new G after a resume that changed G (batch,
+ * ranks), though the steps done were taken in the old one: 8 steps at
+ * G = 8 of 3 epochs of 64 samples, resumed at G = 16, ended at step 16
+ * of a T of 12, its last 4 steps at lr_min (cosine) or past onecycle's
+ * end, rising again.  Counted from the checkpoint's position, a second
+ * resume in the same G continues the first's schedule.  A run that takes
+ * no step (complete, or epochs or max_steps set below its step) keeps
+ * the product: it computes no lr, and onecycle's check must not refuse
+ * it over a length of 0. */
+static int64_t schedule_length(const struct trainer *t)
+{
+	if (t->last_step > t->step0)
+		return t->last_step;
+	const int64_t spe = t->steps_per_epoch, epochs = t->tc.epochs;
+	int64_t total = epochs > INT64_MAX / spe ? INT64_MAX : epochs * spe;
+	if (t->tc.max_steps > 0 && t->tc.max_steps < total)
+		total = t->tc.max_steps;
+	return total;
+}
+
 /* The learning-rate schedule: a device op computing the step's lr from the
- * model's step counter, so no per-step scalar crosses from the host. */
-static kiln_status prep_schedule(struct trainer *t, double lr, int64_t total)
+ * model's step counter, so no per-step scalar crosses from the host.
+ * Prepared once the run's position is known (open_loop): its length
+ * depends on the checkpoint's step and offset. */
+kiln_status prep_schedule(struct trainer *t)
 {
 	static const char *const kinds[] = { "constant", "cosine", "step", "multistep", "onecycle" };
 	const struct kiln_train_cfg *tc = &t->tc;
 	const char *kind = tc->schedule;
+	const double lr = scaled_lr(t, t->G);
+	const int64_t total = schedule_length(t);
 	struct kiln_op op;
 	int64_t one = 1;
 	kiln_status st;
-	if (tc->max_steps > 0 && tc->max_steps < total)
-		total = tc->max_steps;
 	memset(&op, 0, sizeof op);
 	op.type = KILN_OP_LR_SCHEDULE;
 	op.n_in = op.n_out = 1;
@@ -199,20 +242,6 @@ kiln_status prep_clip(struct trainer *t)
 	return KILN_OK;
 }
 
-/* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
-static double scaled_lr(const struct trainer *t, int64_t global)
-{
-	const char *how = t->tc.lr_scale;
-	const double lr = t->tc.lr;
-	const int64_t base = t->tc.base_batch;
-	if (!how || !strcmp(how, "none"))
-		return lr;
-	double r = (double)global / (double)base, s = !strcmp(how, "sqrt") ? sqrt(r) : r;
-	kiln_log(KILN_LOG_INFO, "train", "lr_scale = %s: lr %g x %s(%lld / %lld) = %g", how, lr,
-		 !strcmp(how, "sqrt") ? "sqrt" : "", (long long)global, (long long)base, lr * s);
-	return lr * s;
-}
-
 /* transform_on = device (or bf16 samples): the f32 input the device
  * widens into, and every batch size the run will see prepared now:
  * nothing is prepared inside a step. */
@@ -242,7 +271,8 @@ static kiln_status alloc_norm(struct trainer *t, int64_t rows)
 }
 
 /* The staging ring and device slots, sized for the larger batch; the
- * metric sums; training: the schedule and the accumulation buffers. */
+ * metric sums; training: the accumulation buffers (the schedule comes
+ * later, prep_schedule: its length needs the checkpoint's position). */
 kiln_status alloc_buffers(struct trainer *t)
 {
 	const struct train_set *first = t->training ? &t->train : &t->test;
@@ -266,13 +296,10 @@ kiln_status alloc_buffers(struct trainer *t)
 					       t->x_bytes + y_bytes,
 					       rows == t->B ? "[train] batch" : "[train] eval_batch");
 	}
-	const int64_t G = t->B * t->acc * t->world;
 	if ((t->training && (st = kiln_device_alloc(t->dev, 64, (void **)&t->lr_dev))) ||
 	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
 	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
 	    (st = prep_fill(t->dev, 3, 0.0, &t->fill_metrics)) ||
-	    (t->training && (st = prep_schedule(t, scaled_lr(t, G),
-						t->tc.epochs * (t->train.len / G)))) ||
 	    (t->training && (st = prep_accumulate(t))))
 		return st;
 	struct kiln_op_args a = { .out = { t->metrics_dev } };

@@ -406,10 +406,16 @@ static kiln_status open_loop(struct trainer *t)
 	t->step = t->step0 = t->interval_start = t->pos.step;
 	t->last_step = trainer_last_step(t);
 	t->finite_step = -1;
+	/* the schedule runs to last_step, known only now (before session 38
+	 * it was prepared before the checkpoint was read, over epochs x this
+	 * run's steps per epoch: wrong after a resume that changed the
+	 * global batch) */
+	kiln_status st = prep_schedule(t);
+	if (st)
+		return st;
 	/* dropout's step is the optimizer step's (a resumed run's: the
 	 * checkpoint's, so its masks are the uninterrupted run's) */
-	kiln_status st = kiln_model_drop_set(t->m, t->step, t->compute);
-	if (st)
+	if ((st = kiln_model_drop_set(t->m, t->step, t->compute)))
 		return st;
 	t->iv_t0 = kiln_now_s(); /* the first log interval starts */
 	return KILN_OK;

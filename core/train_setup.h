@@ -18,5 +18,9 @@ kiln_status build_model(struct trainer *t);
  * the accumulation buffers. */
 kiln_status prep_clip(struct trainer *t);
 kiln_status alloc_buffers(struct trainer *t);
+/* train_buffers.c.  Training: the learning-rate schedule's op (t->sched),
+ * over the run's last step: after open_loop has set t->G, step0 and
+ * last_step. */
+kiln_status prep_schedule(struct trainer *t);
 
 #endif

@@ -526,6 +526,10 @@ TESTS += tests/cache_home.sh
 EXTRA_DIST += tests/cache_home.sh
 TESTS += tests/progress_tty.sh
 EXTRA_DIST += tests/progress_tty.sh
+# the schedule's length after a resume that changed the global batch
+# (session 38)
+TESTS += tests/resume_batch_schedule.sh
+EXTRA_DIST += tests/resume_batch_schedule.sh
 
 # ---- CLI and docs: the commands, the examples, the documents' claims -----
 TESTS += tests/cli.sh tests/docs.sh
