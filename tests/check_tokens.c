@@ -342,8 +342,10 @@ START_TEST(test_corrupt)
 		{ 0, 1, 40, 0, "byte-swapped" }, /* magic set below */
 		{ 20240520, 2, 40, 0, "version 2" },
 		{ 20240520, 1, 41, 0, "truncated" },
-		{ 20240520, 1, 39, 0, "count mismatch" },
-		{ 20240520, 1, 40, 1, "truncated" },
+		{ 20240520, 1, 39, 0, "c.bin: token count mismatch: the header says 39 tokens (78 bytes), the file holds 2 bytes more than the header's tokens" },
+		/* an odd size: before session 38 "truncated", of a whole file */
+		{ 20240520, 1, 40, 3, "c.bin: token count mismatch: the header says 40 tokens (80 bytes), the file holds 3 bytes more than the header's tokens" },
+		{ 20240520, 1, 41, 1, "c.bin: truncated: the header promises 41 tokens (82 bytes), the file holds 81 bytes after the header" },
 		{ 20240520, 1, -5, 0, "negative" },
 	};
 	uint16_t *t = seq(40, 1, 0, 256);

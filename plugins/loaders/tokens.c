@@ -183,13 +183,15 @@ static kiln_status tok_shard_open(const struct kiln_host *host, const char *path
 				   path, version, TOK_VERSION);
 	if (n < 0)
 		return host->error(KILN_EDATA, "%s: the header's token count is negative (%d)", path, n);
-	uint64_t have = (s->size - TOK_HEADER_BYTES) / 2;
-	if ((uint64_t)n > have || (s->size - TOK_HEADER_BYTES) % 2)
+	/* (fewer bytes than the tokens' is truncated, more a count mismatch,
+	 * an odd number of them too: before session 38 that was "truncated") */
+	if ((uint64_t)n * 2 > s->size - TOK_HEADER_BYTES)
 		return host->error(KILN_EDATA, "%s: truncated: the header promises %d tokens (%" PRIu64 " bytes), the file holds %zu bytes after the header",
 				   path, n, (uint64_t)n * 2, s->size - TOK_HEADER_BYTES);
-	if ((uint64_t)n < have)
-		return host->error(KILN_EDATA, "%s: token count mismatch: the header says %d tokens, the file holds %" PRIu64 "",
-				   path, n, have);
+	if ((uint64_t)n * 2 < s->size - TOK_HEADER_BYTES)
+		return host->error(KILN_EDATA, "%s: token count mismatch: the header says %d tokens (%" PRIu64 " bytes), the file holds %" PRIu64 " bytes more than the header's tokens",
+				   path, n, (uint64_t)n * 2,
+				   (uint64_t)(s->size - TOK_HEADER_BYTES) - (uint64_t)n * 2);
 	s->ntok = (uint64_t)n;
 	s->tok = h + TOK_HEADER_BYTES;
 	return tok_set_read(host, s);
