@@ -21,8 +21,8 @@
  * [data.eval] may then inherit a single-file path.
  *
  * Shards are mmap()ed read-only (cache = mmap for free); open() checks
- * every header and size, and scans every token once (the largest token is
- * the class count; `vocab`, when set, bounds them), so read() only copies.
+ * every header and size, and scans every token once (the largest token + 1
+ * is the class count; `vocab`, when set, bounds them), so read() only copies.
  * Thread-safe after open().
  */
 #include "loaders.h"
@@ -85,7 +85,7 @@ static const struct kiln_key tok_keys[] = {
 	{ "context", KILN_KEY_INT, NULL, 1, 1048576, NULL,
 	  "T, the tokens of one sample: a sample is a window of T+1 consecutive tokens of a shard, inputs i32[T] and targets (the label) i32[T] shifted by one. The windows are the non-overlapping ones starting at multiples of T. Required." },
 	{ "vocab", KILN_KEY_INT, "0", 0, 65536, NULL,
-	  "The vocabulary size: every token must be below it (checked at open, an error names the shard and the token's offset); it is also the class count the model's output must cover. 0: the largest token + 1." },
+	  "The vocabulary size: every token must be below it (checked at open, an error names the shard and the token's offset). 0: no bound. The class count the model's output (and a loss's `classes`) must cover is the largest token + 1 either way, so a vocabulary padded for speed (llm.c's 50304 for GPT-2's 50257) may be set here or only on the embedding (before session 38 a set `vocab` was the class count)." },
 	{ "val_fraction", KILN_KEY_FLOAT, "0", 0, 0.99, NULL,
 	  "Hold out the last fraction of the windows (over all shards, in order): split train reads the others, splits val and test these ([data.eval] may then inherit a single-file `path`). 0: every split reads all its shards' windows (name the held-out shards by split or `shards`)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
@@ -341,13 +341,16 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 	const char *sp = host->config_get(cfg, section, "split");
 	if ((st = tok_split_range(host, c, section, sp ? sp : split, total, frac)))
 		goto fail;
-	c->src.classes = vocab > 0 ? vocab : max + 1;
-	if (vocab > 0)
-		c->max_from[0] = 0; /* the count is the key's, not a token's */
+	/* the classes are the largest token + 1 with `vocab` set too: a
+	 * padded vocab (llm.c's 50304 for GPT-2's 50257) is the embedding's
+	 * rows, not classes the loss must count, and the scan knows better
+	 * than the key what a target reaches (before session 38 the key's
+	 * count, so a loss of classes = 50257 was refused for data it fits) */
+	c->src.classes = max + 1;
 	c->src.who = c->shards[0].path;
-	host->log(KILN_LOG_INFO, TOK_WHO, "[%s] %s%s: %" PRId64 " windows of %" PRId64 "+1 tokens in %d shard(s) (of %" PRId64 "), vocab %" PRId64,
+	host->log(KILN_LOG_INFO, TOK_WHO, "[%s] %s%s: %" PRId64 " windows of %" PRId64 "+1 tokens in %d shard(s) (of %" PRId64 "), tokens below %" PRId64 " (vocab %" PRId64 ")",
 		  section, c->shards[0].path, c->nshards > 1 ? " ..." : "", c->src.n, c->T,
-		  c->nshards, total, c->src.classes);
+		  c->nshards, total, c->src.classes, vocab);
 	loaders_names_free(&names);
 	*out = c;
 	return KILN_OK;
