@@ -182,6 +182,16 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 	 * names any outside [0, classes) */
 	if (ign >= 0 && ign == set->ds.classes - 1)
 		return KILN_OK;
+	/* a source that scanned its labels names the largest, which is in
+	 * the data: a corrupt file as likely as too few classes (before
+	 * session 38 the tokens source gave its `vocab`, a padded one too,
+	 * and the advice, to count the padding as classes, was wrong) */
+	if (lc > 0 && lc < outs && lc < set->ds.classes && set->ds.info.classes_from)
+		return kiln_error(KILN_ECONFIG, "%s: the loss layer '%s' counts %lld classes but the data [%s] has a label %lld (the largest, at %s): a label must be below classes; check the data, or set classes = %lld if it is a class",
+				  kiln_config_where(t->cfg, lsec, "classes"),
+				  t->m->layers[t->m->loss_layer].name, (long long)lc, set->ds.section,
+				  (long long)set->ds.classes - 1, set->ds.info.classes_from,
+				  (long long)set->ds.classes);
 	if (lc > 0 && lc < outs && lc < set->ds.classes)
 		return kiln_error(KILN_ECONFIG, "%s: the loss layer '%s' counts %lld classes but the data [%s] has %lld: set classes = %lld (or 0: every logit a class)",
 				  kiln_config_where(t->cfg, lsec, "classes"),

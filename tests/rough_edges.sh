@@ -175,7 +175,8 @@ stderr_has "kiln: error: $tmp/rows.ini:22: the loss layer 'loss' reads logits [b
 # position in the batch, the second in the backward naming a row, exit 3)
 grep -v '^\[layer.flat\]$\|^type = flatten$' "$tmp/rows.ini" >"$tmp/vocab.ini"
 kiln 2 train "$tmp/vocab.ini" run.out_dir= layer.emb.vocab=40
-stderr_has "command line 'layer.emb.vocab=40': layer 'emb' (embedding) has vocab = 40 but the data [data] has token ids up to 63 (a vocabulary of 64): set vocab = 64"
+# (the largest token's place with [data] vocab set too: since session 38)
+stderr_has "command line 'layer.emb.vocab=40': layer 'emb' (embedding) has vocab = 40 but the data [data] has token ids up to 63 (a vocabulary of 64, the largest at $srcdir/tests/data/gpt_tokens.bin: token offset 53 (byte 1130)): set vocab = 64"
 # ... and so are the evaluation's token ids, at startup (before session 33
 # the run trained, then failed in the embedding's forward naming no file):
 # a shard of 40 tokens, one of them 100
@@ -194,6 +195,15 @@ stderr_has "$tmp/vocab.ini:14: layer 'emb' (embedding) has vocab = 64 but the da
 # same for a last layer too small for them
 kiln 2 train "$tmp/vocab.ini" run.out_dir= train.eval=1 "data.eval.path=$tmp/hi.bin" data.eval.vocab=0
 stderr_has "the model has 64 outputs but the data [data.eval] has 101 classes (the largest label, 100, is at $tmp/hi.bin: token offset 17 (byte 1058)): set out = 101"
+# 10c (session 38): a [data] vocab padded past the loss's classes (llm.c's
+# 50304 for GPT-2's 50257) trains when every token is below classes
+# (before, refused with the advice to count the padding as classes) ...
+kiln 0 train "$tmp/vocab.ini" run.out_dir= data.vocab=72 layer.emb.vocab=72 layer.head.out=72 \
+	layer.loss.classes=64
+# ... and a token past classes is refused naming it and its place
+kiln 2 train "$tmp/vocab.ini" run.out_dir= "data.path=$tmp/hi.bin" data.vocab=128 layer.emb.vocab=128 \
+	layer.head.out=128 layer.loss.classes=64
+stderr_has "kiln: error: command line 'layer.loss.classes=64': the loss layer 'loss' counts 64 classes but the data [data] has a label 100 (the largest, at $tmp/hi.bin: token offset 17 (byte 1058)): a label must be below classes; check the data, or set classes = 101 if it is a class"
 kiln 2 train "$ini" "$d" run.out_dir= layer.loss.classes=3
 stderr_has "command line 'layer.loss.classes=3': the loss layer 'loss' counts 3 classes but the data [data] has 5: set classes = 5 (or 0: every logit a class)"
 # ... but a largest label that is the ignore_index is no class: accepted

@@ -26,8 +26,8 @@
  * rewritten while the run reads it is a short read, an error naming the
  * shard and the window (before session 38 the shards were mmap()ed, and
  * such a file killed the process with SIGBUS).  open() checks every header
- * and size, and scans every token once (the largest token is the class
- * count; `vocab`, when set, bounds them).  Thread-safe after open().
+ * and size, and scans every token once (the largest token + 1 is the
+ * class count; `vocab`, when set, bounds them).  Thread-safe after open().
  */
 #include "loaders.h"
 #include "tokens.h" /* TOK_SUFFIX, TOK_PARTIAL */
@@ -88,7 +88,7 @@ static const struct kiln_key tok_keys[] = {
 	{ "context", KILN_KEY_INT, NULL, 1, 1048576, NULL,
 	  "T, the tokens of one sample: a sample is a window of T+1 consecutive tokens of a shard, inputs i32[T] and targets (the label) i32[T] shifted by one. The windows are the non-overlapping ones starting at multiples of T. Required." },
 	{ "vocab", KILN_KEY_INT, "0", 0, 65536, NULL,
-	  "The vocabulary size: every token must be below it (checked at open, an error names the shard and the token's offset); it is also the class count the model's output must cover. 0: the largest token + 1." },
+	  "The vocabulary size: every token must be below it (checked at open, an error names the shard and the token's offset). 0: no bound. The class count the model's output (and a loss's `classes`) must cover is the largest token + 1 either way, so a vocabulary padded for speed (llm.c's 50304 for GPT-2's 50257) may be set here or only on the embedding (before session 38 a set `vocab` was the class count)." },
 	{ "val_fraction", KILN_KEY_FLOAT, "0", 0, 0.99, NULL,
 	  "Hold out the last fraction of the windows (over all shards, in order): split train reads the others, splits val and test these ([data.eval] may then inherit a single-file `path`). 0: every split reads all its shards' windows (name the held-out shards by split or `shards`)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
@@ -183,13 +183,15 @@ static kiln_status tok_shard_open(const struct kiln_host *host, const char *path
 				   path, version, TOK_VERSION);
 	if (n < 0)
 		return host->error(KILN_EDATA, "%s: the header's token count is negative (%d)", path, n);
-	uint64_t have = (s->size - TOK_HEADER_BYTES) / 2;
-	if ((uint64_t)n > have || (s->size - TOK_HEADER_BYTES) % 2)
+	/* (fewer bytes than the tokens' is truncated, more a count mismatch,
+	 * an odd number of them too: before session 38 that was "truncated") */
+	if ((uint64_t)n * 2 > s->size - TOK_HEADER_BYTES)
 		return host->error(KILN_EDATA, "%s: truncated: the header promises %d tokens (%" PRIu64 " bytes), the file holds %zu bytes after the header",
 				   path, n, (uint64_t)n * 2, s->size - TOK_HEADER_BYTES);
-	if ((uint64_t)n < have)
-		return host->error(KILN_EDATA, "%s: token count mismatch: the header says %d tokens, the file holds %" PRIu64 "",
-				   path, n, have);
+	if ((uint64_t)n * 2 < s->size - TOK_HEADER_BYTES)
+		return host->error(KILN_EDATA, "%s: token count mismatch: the header says %d tokens (%" PRIu64 " bytes), the file holds %" PRIu64 " bytes more than the header's tokens",
+				   path, n, (uint64_t)n * 2,
+				   (uint64_t)(s->size - TOK_HEADER_BYTES) - (uint64_t)n * 2);
 	s->ntok = (uint64_t)n;
 	return tok_set_read(host, s, h);
 }
@@ -371,13 +373,16 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 	const char *sp = host->config_get(cfg, section, "split");
 	if ((st = tok_split_range(host, c, section, sp ? sp : split, total, frac)))
 		goto fail;
-	c->src.classes = vocab > 0 ? vocab : max + 1;
-	if (vocab > 0)
-		c->max_from[0] = 0; /* the count is the key's, not a token's */
+	/* the classes are the largest token + 1 with `vocab` set too: a
+	 * padded vocab (llm.c's 50304 for GPT-2's 50257) is the embedding's
+	 * rows, not classes the loss must count, and the scan knows better
+	 * than the key what a target reaches (before session 38 the key's
+	 * count, so a loss of classes = 50257 was refused for data it fits) */
+	c->src.classes = max + 1;
 	c->src.who = c->shards[0].path;
-	host->log(KILN_LOG_INFO, TOK_WHO, "[%s] %s%s: %" PRId64 " windows of %" PRId64 "+1 tokens in %d shard(s) (of %" PRId64 "), vocab %" PRId64,
+	host->log(KILN_LOG_INFO, TOK_WHO, "[%s] %s%s: %" PRId64 " windows of %" PRId64 "+1 tokens in %d shard(s) (of %" PRId64 "), tokens below %" PRId64 " (vocab %" PRId64 ")",
 		  section, c->shards[0].path, c->nshards > 1 ? " ..." : "", c->src.n, c->T,
-		  c->nshards, total, c->src.classes);
+		  c->nshards, total, c->src.classes, vocab);
 	loaders_names_free(&names);
 	free(scan);
 	*out = c;
