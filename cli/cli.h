@@ -7,6 +7,10 @@
 
 /* Print "kiln: error: <last error>" and return the exit code for st. */
 int cli_fail(kiln_status st);
+/* ulimit -n back to what kiln was started with (kiln.c raises the soft
+ * limit to the hard one for the shards it keeps open): before running
+ * another program.  Async-signal-safe (one setrlimit). */
+void cli_open_files_limit_restore(void);
 
 /* Load FILE, apply the overrides among argv[first..argc) (every argument
  * containing '=' that is not an option), open the registry with

@@ -611,6 +611,9 @@ static int bench_comm_run(struct bench_opts *o, struct bench_paths *P)
 int cmd_bench_comm(int argc, char **argv)
 {
 	struct bench_opts o = { .nproc = 2, .runs = 3, .max = (size_t)256 << 20 };
+	/* its mpirun, Python and kiln runs (popen, system) get the user's
+	 * ulimit -n; it opens no shards itself */
+	cli_open_files_limit_restore();
 	int rc = bench_comm_args(argc, argv, &o);
 	if (rc >= 0)
 		return rc;

@@ -432,6 +432,7 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 			fprintf(stderr, "kiln launch: warning: rank %d not bound: %s\n", rank,
 				strerror(errno));
 	}
+	cli_open_files_limit_restore();
 	if (o->self[0]) {
 		execv(o->self, argv + o->cmd);
 		fprintf(stderr, "kiln launch: error: cannot run '%s' (this kiln, %s): %s\n",

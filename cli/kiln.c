@@ -587,15 +587,32 @@ static int stack_limit_check(char **argv)
  * descriptors past FD_SETSIZE are safe; systemd asks programs that need
  * many files to raise the soft limit themselves.  Best effort: a limit
  * left low is named by the shard whose open() fails (EMFILE). */
+static struct rlimit nofile_before; /* the limit as kiln was started with it */
+static int nofile_raised;
+
 static void open_files_limit_raise(void)
 {
 	struct rlimit r;
 	if (getrlimit(RLIMIT_NOFILE, &r) || r.rlim_cur == r.rlim_max)
 		return;
+	nofile_before = r;
 	r.rlim_cur = r.rlim_max;
 	if (setrlimit(RLIMIT_NOFILE, &r))
 		kiln_log(KILN_LOG_DEBUG, "cli", "cannot raise ulimit -n to its hard limit: %s",
 			 strerror(errno));
+	else
+		nofile_raised = 1;
+}
+
+/* The other half of systemd's advice: the programs kiln starts get the
+ * limit kiln was started with (a program that loops over every possible
+ * descriptor, or uses select(), suffers from a soft limit of a container's
+ * hard 2^20 or more; a reviewer's find, session 38).  A kiln it starts
+ * raises its own again.  One system call: safe in a forked child. */
+void cli_open_files_limit_restore(void)
+{
+	if (nofile_raised)
+		setrlimit(RLIMIT_NOFILE, &nofile_before);
 }
 
 int main(int argc, char **argv)

@@ -26,6 +26,15 @@ kiln 2 launch -n 1 --master nohost -- true
 stderr_has "--master 'nohost': expected HOST:PORT"
 kiln 2 launch -n 1 --master=nohost -- true
 stderr_has "--master 'nohost': expected HOST:PORT"
+# the command kiln launch runs gets the user's ulimit -n, not the raised
+# soft limit kiln itself reads its shards under (cli/kiln.c; a reviewer's
+# find in session 38: `sh -c 'ulimit -Sn'` said the hard limit)
+hard=$(ulimit -Hn)
+if [ "$hard" = unlimited ] || [ "$hard" -gt 512 ]; then
+	got=$(ulimit -Sn 512 && "$kiln" launch -n 1 -- sh -c 'ulimit -Sn' 2>/dev/null)
+	[ "$got" = 512 ] || fail "kiln launch's command had ulimit -n '$got', not the user's 512"
+	checks=$((checks + 1))
+fi
 # options after `--` are the command's
 kiln 0 launch -n 1 -- sh -c 'exit 0' --bogus --nproc
 kiln 0 launch --help
