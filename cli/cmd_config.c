@@ -73,7 +73,7 @@ static int print_doc(void)
 	       "- Booleans accept 0/1, true/false, yes/no, on/off; numbers are decimal (`3`, `-.5`, `1e-3`;\n"
 	       "  no hexadecimal, `inf` or `nan`), with a `.` whatever the locale of a program that\n"
 	       "  embeds libkiln (kiln.h, \"Locale\"). A number a double cannot hold (`1e400`, `1e-400`:\n"
-	       "  magnitudes past 1.8e308 or, but for 0, under 2.2e-308) or an integer past 64 bits is\n"
+	       "  magnitudes past 1.8e308 or, but for 0, under 4.9e-324) or an integer past 64 bits is\n"
 	       "  an error saying it is out of range, naming the key and where it was set (before\n"
 	       "  session 38 `1e-400` was \"not a number\"). Lines may be of any length up to 1 MiB, the\n"
 	       "  file up to 16 MiB of text (a NUL byte is an error naming its line; a device is\n"

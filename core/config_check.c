@@ -247,7 +247,8 @@ int parse_number(const char *v, long long *iout, double *fout)
 		x = common_strtod(v, &end); /* '.', whatever the application's locale */
 	while (isspace((unsigned char)*end))
 		end++;
-	if (errno || *end || !isfinite(x))
+	/* (a subnormal, which strtod flags ERANGE, is a number a double holds) */
+	if ((errno && (iout || kiln_strtod_lost(x, errno))) || *end || !isfinite(x))
 		return -1;
 	if (iout)
 		*iout = i;
@@ -264,7 +265,8 @@ static int bounded(const struct kiln_key *k)
 /* 1 when v is written as a number that its type cannot hold, which
  * parse_number refuses: a whole number past int64 ("9223372036854775808"
  * was "not an integer" before session 34), a number past a double's
- * range ("1e-400", "1e400" were "not a number" before session 38). */
+ * range ("1e-400", "1e400" were "not a number" before session 38; a
+ * subnormal, "1e-310", is read as it is since then). */
 int number_out_of_range(const char *v, int integer)
 {
 	while (isspace((unsigned char)*v))
@@ -272,11 +274,12 @@ int number_out_of_range(const char *v, int integer)
 	if (!decimal_syntax(v, !integer))
 		return 0;
 	errno = 0;
-	if (integer)
+	if (integer) {
 		(void)strtoll(v, NULL, 10);
-	else
-		(void)common_strtod(v, NULL);
-	return errno == ERANGE;
+		return errno == ERANGE;
+	}
+	const double x = common_strtod(v, NULL);
+	return kiln_strtod_lost(x, errno);
 }
 
 static kiln_status out_of_range(const struct kiln_key *k, const char *v)

@@ -59,9 +59,9 @@ const struct kiln_key *lookup_key(const struct kiln_config *cfg, const char *sec
  * set, else as a finite number into *fout.  0, or -1 (nothing written). */
 int parse_number(const char *v, long long *iout, double *fout);
 /* 1 when parse_number refused v for its size alone: a whole number past
- * int64 (integer set), a number past a double's range (1e400; 1e-400 and
- * the subnormals below DBL_MIN, which strtod flags ERANGE): the message
- * says "out of range", not "not a number". */
+ * int64 (integer set), a number past a double's range (1e400; 1e-400,
+ * which would read as 0; not the subnormals, which are read as they are):
+ * the message says "out of range", not "not a number". */
 int number_out_of_range(const char *v, int integer);
 /* (KILN_DOUBLE_RANGE, internal.h, words the range in those messages) */
 /* Where parse_ints stopped: the index of the number it refused (max where

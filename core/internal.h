@@ -6,6 +6,7 @@
 #include "build-config.h"
 #include <kiln/kiln.h>
 
+#include <errno.h> /* ERANGE: kiln_strtod_lost */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +44,20 @@ int kiln_edit_distance(const char *a, const char *b);
 const char *kiln_suggest_choice(const char *word, const char *list, char *out, size_t n);
 
 /* The range of a double, for messages that refuse a number past it
- * (number_out_of_range, config_impl.h; [data] mean and std): strtod flags
- * the subnormals below 2.2e-308 ERANGE too. */
+ * (number_out_of_range, config_impl.h; [data] mean and std, the
+ * transforms' lists): a magnitude over DBL_MAX, or one so small it would
+ * read as 0 (1e-400; kiln_strtod_lost).  The subnormals, which strtod
+ * flags ERANGE too, are numbers a double holds: read as strtod gives
+ * them. */
 #define KILN_DOUBLE_RANGE \
-	"a double holds 0 and magnitudes from 2.2250738585072014e-308 to 1.7976931348623157e+308"
+	"a double holds 0 and magnitudes from 4.9406564584124654e-324 to 1.7976931348623157e+308"
+/* 1 when strtod's result x (errno e after it) lost the number written:
+ * past DBL_MAX (inf) or under the least subnormal (0 from a non-zero
+ * text; ERANGE is set only then for a zero).  Not for a subnormal. */
+static inline int kiln_strtod_lost(double x, int e)
+{
+	return e == ERANGE && (x == 0 || x > 1.7976931348623157e308 || x < -1.7976931348623157e308);
+}
 /* The schema's default of [section] key as cfg's registry knows it (a
  * layer's keys by its type in cfg; a plugin section's by the plugin): 1
  * and *def (NULL: no default), or 0 for a key it does not know. */

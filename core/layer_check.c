@@ -105,7 +105,7 @@ static kiln_status check_data_numbers(const struct kiln_config *cfg)
 					break;
 				errno = 0;
 				double d = common_strtod(p, &end);
-				if (end > p && errno == ERANGE && (!*end || strchr(" \t,", *end)))
+				if (end > p && kiln_strtod_lost(d, errno) && (!*end || strchr(" \t,", *end)))
 					return kiln_error(KILN_ECONFIG, "%s: [%s] %s = '%s': %.*s is out of range (%s)",
 							  kiln_config_where(cfg, sec, keys[k]), sec,
 							  keys[k], v, (int)(end - p), p, KILN_DOUBLE_RANGE);

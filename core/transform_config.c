@@ -34,7 +34,8 @@ static kiln_status cfg_out_of_range(const struct kiln_config *cfg, const char *s
 
 /* Up to `max` numbers separated by blanks or commas; the count, or -1 when
  * the text is not such a list (or has more), -2 when one of them is past a
- * double's range (1e400, 1e-400: out of range, not a bad list). */
+ * double's range (1e400, 1e-400: out of range, not a bad list; a subnormal
+ * is read as it is). */
 static int parse_numbers(const char *v, double *out, int max)
 {
 	int n = 0;
@@ -47,7 +48,7 @@ static int parse_numbers(const char *v, double *out, int max)
 		char *end;
 		errno = 0;
 		double d = common_strtod(p, &end);
-		if (end > p && errno == ERANGE)
+		if (end > p && kiln_strtod_lost(d, errno))
 			return -2;
 		if (end == p || n == max || !isfinite(d) ||
 		    (*end && *end != ' ' && *end != '\t' && *end != ','))

@@ -164,6 +164,10 @@ cfg_refuses data.mean=zzz "[data] mean = 'zzz' is not a number"
 cfg_refuses "data.eval.std=1 x" "[data.eval] std = '1 x' is not a number"
 # past a double's range: out of range, not "not a number" (session 38)
 cfg_refuses "data.mean=0.5,1e-400" "[data] mean = '0.5,1e-400': 1e-400 is out of range (a double holds 0 and magnitudes"
+# a subnormal is a number a double holds: read as it is, in a list as in a
+# key (refused as out of range for a moment in session 38; main took it)
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" "data.mean=0.5,1e-320" "data.std=1e-310"
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" "train.lr=1e-310"
 # an override's value is trimmed on the right as a file's is (before
 # session 34 "data.workers=4 " passed here and failed in kiln train, and
 # "train.schedule=cosine " was refused: "did you mean 'cosine'")
