@@ -25,8 +25,15 @@ libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # kiln_plugin_info begin with `size`, kiln_source_info() takes one, and
 # kiln_train_cfg ends in `reserved0`; 1:0:0 in session 34, when struct
 # kiln_train_result began with `size`.  A program built before either is
-# not loaded against this library: docs/training.md, "From C")
-libkiln_la_LDFLAGS = -version-info 2:0:0 -export-symbols-regex '^kiln_'
+# not loaded against this library: docs/training.md, "From C").
+# 3:0:1 since session 38: functions added (kiln_set_error_hook in session
+# 36, kiln_train_progress_steps in 38), nothing removed or changed, so
+# the soname stays libkiln.so.2 (current - age) and the file is
+# libkiln.so.2.1.0: a program that calls them asks the loader for the
+# newer file by its version, not for a symbol missing mid-run.  Libtool's
+# rule: an interface added: current+1, revision 0, age+1; removed or
+# changed: current+1, revision 0, age 0; the code alone: revision+1.
+libkiln_la_LDFLAGS = -version-info 3:0:1 -export-symbols-regex '^kiln_'
 
 # The loggers (core/logger.h): metrics.jsonl, CSV, TensorBoard event files.
 # TensorBoard's messages (core/proto/*.proto) are compiled by protoc-c into
