@@ -580,10 +580,11 @@ static int stack_limit_check(char **argv)
 }
 
 /* The soft limit of open files (ulimit -n) raised to the hard one: the
- * records and tokens sources keep every shard open while they read it
- * (one pread() a sample; mapping them let a file truncated in place kill
- * the run with SIGBUS), and a pack of a few thousand shards passes the
- * soft limit's usual 1024.  kiln uses poll(), never select(), so
+ * tokens source keeps every shard open while it reads it (one pread() a
+ * window; mapping them let a file truncated in place kill the run with
+ * SIGBUS), and a set of a few thousand shards passes the soft limit's
+ * usual 1024 (records shards are mapped: their descriptors close at
+ * open).  kiln uses poll(), never select(), so
  * descriptors past FD_SETSIZE are safe; systemd asks programs that need
  * many files to raise the soft limit themselves.  Best effort: a limit
  * left low is named by the shard whose open() fails (EMFILE). */

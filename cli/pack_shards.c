@@ -27,7 +27,7 @@ void shard_name(const struct pack_opts *o, int k, int tmp, char *out, size_t n)
 
 static kiln_status too_many_shards(const struct pack_opts *o)
 {
-	return kiln_error(KILN_EUSAGE, "split '%s' needs more than %d shards of --shard-size %llu bytes, more than a reader keeps open at once (each shard is one open file, within ulimit -n): pass a larger --shard-size",
+	return kiln_error(KILN_EUSAGE, "split '%s' needs more than %d shards of --shard-size %llu bytes, more than a reader can map at once (each shard is one mapping; Linux allows about 65530 a process, vm.max_map_count): pass a larger --shard-size",
 			  o->split, REC_MAX_SHARDS, (unsigned long long)o->shard_size);
 }
 

@@ -157,8 +157,7 @@ kiln 0 pack "$tmp/pack.ini" --out "$tmp/b" --shard-size 4K --force
 kiln 0 pack "$tmp/rec.ini" --out "$tmp/d2"
 stdout_has "packed 6 samples"
 
-# more shards than a reader keeps open (50000: a descriptor each; until session 38
-# a mapping each, within vm.max_map_count
+# more shards than a reader can map (50000: one mapping each, vm.max_map_count
 # about 65530) are refused before packing: 50001 1x1 images made 64x64
 {
 	printf '\000\000\010\003\000\000\303\121\000\000\000\001\000\000\000\001'
@@ -167,7 +166,7 @@ stdout_has "packed 6 samples"
 { printf '\000\000\010\001\000\000\303\121'; head -c 50001 /dev/zero; } > "$tmp/manylab.idx"
 kiln 2 pack "$tmp/pack.ini" --out "$tmp/many" --resize 64 --shard-size 4096 \
 	data.images=many.idx data.labels=manylab.idx
-stderr_has "split 'train' needs more than 50000 shards of --shard-size 4096 bytes, more than a reader keeps open at once (each shard is one open file, within ulimit -n)"
+stderr_has "split 'train' needs more than 50000 shards of --shard-size 4096 bytes, more than a reader can map at once"
 stderr_has "pass a larger --shard-size"
 [ -z "$(ls "$tmp/many")" ] || fail "a refused pack wrote: $(ls "$tmp/many" | head -3)"
 

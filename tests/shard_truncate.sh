@@ -3,21 +3,20 @@
 # (llm.c's script or `kiln pack` run again, writing the file in place): the
 # run stops with exit 3 and an error naming the shard, the window or record,
 # the sample and the sizes; with [data] on_error = skip the lost samples are
-# skipped like any bad one.  Before session 38 the tokens and records
-# sources read their shards through MAP_SHARED mappings, and the first read
-# past the new end killed kiln with SIGBUS (exit 135, "Bus error", nothing
-# said; on_error = skip did not help).
+# skipped like any bad one.  Before session 38 the tokens source read its
+# shards through MAP_SHARED mappings, and the first read past the new end
+# killed kiln with SIGBUS (exit 135, "Bus error", nothing said; on_error =
+# skip did not help).  The records source maps its shards again (pread()
+# cost it 35% of its samples/s): that hazard is documented in
+# docs/data.md, not tested.
 #  1. tokens: a shard of 1,000,000 tokens cut to one window once the run
 #     has logged its 20th step;
 #  2. the same with on_error = skip and shuffled windows, the shard cut to
 #     its first 900,000 tokens: the run ends (exit 0) reporting the skipped
-#     windows;
-#  3. records: 3000 synthetic images packed in 3 shards or more, every one cut to
-#     4096 bytes once the run has logged a step.
+#     windows.
 name=shard_truncate
 . "$(dirname "$0")/lib.sh"
 need_source tokens
-need_source records
 
 # train_cut INI OUT RUN SIZE SHARD...: `kiln train INI` in the background
 # (its stdout in OUT, stderr in $err, out_dir RUN); once RUN/metrics.jsonl
@@ -95,41 +94,4 @@ grep -qE "\[data\] sample [0-9]+ skipped \(.*$tmp/tok\.bin: window [0-9]+ \(samp
 	fail "on_error = skip: no warning naming a window past the cut"
 echo "ok: tokens, on_error = skip: $(grep -h 'skipped and replaced' "$tmp/skip.log" "$err")"
 
-# ---- 3. records -------------------------------------------------------
-cat >"$tmp/syn.ini" <<EOF2
-[data]
-source = synthetic
-samples = 3000
-image_size = 16
-EOF2
-"$kiln" pack "$tmp/syn.ini" --out "$tmp/rec" --shard-size 300K >"$tmp/pack.log" 2>&1 ||
-	{ cat "$tmp/pack.log"; fail "kiln pack"; }
-n=$(ls "$tmp/rec"/train-*.krec | wc -l)
-[ "$n" -ge 3 ] || fail "kiln pack wrote $n shard(s), expected 3 or more"
-cat >"$tmp/rec.ini" <<EOF2
-[run]
-threads = 1
-out_dir = $tmp/rrun
-[data]
-source = records
-path = $tmp/rec
-[train]
-batch = 16
-epochs = 1000
-eval = 0
-log_every = 10
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-EOF2
-train_cut "$tmp/rec.ini" "$tmp/rec.log" "$tmp/rrun" 4096 "$tmp/rec"/train-*.krec
-[ "$rc" -lt 128 ] || fail "exit code $rc: killed by a signal (SIGBUS: the shard is mapped)"
-[ "$rc" -eq 3 ] || fail "exit code $rc, expected 3"
-grep -qE "^kiln: error: .*$tmp/rec/train-[0-9]+\.krec: record [0-9]+ \(sample [0-9]+\): only 0 of its 280 bytes \(at [0-9]+\.\.[0-9]+\) are there: the shard had [0-9]+ bytes when the run opened it, it has 4096 now \(was it truncated or rewritten while the run read it\?\)\$" "$err" ||
-	fail "no error naming the shard, the record and the sizes"
-echo "ok: records: exit 3, $(grep 'kiln: error' "$err")"
 echo "PASS: $checks checks"

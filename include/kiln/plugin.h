@@ -863,9 +863,9 @@ struct kiln_source_info {
 
 enum kiln_source_flags {
 	/* every worker and process shares its files' pages through the page
-	 * cache ([data] cache = mmap asks for it): records and tokens keep
-	 * their shards open and pread() them (a file mapped instead lets a
-	 * truncation kill the process with SIGBUS, past any error path) */
+	 * cache ([data] cache = mmap asks for it): records maps its shards
+	 * (a truncation under the run kills the process with SIGBUS, past any
+	 * error path); tokens keeps them open and pread()s them */
 	KILN_SOURCE_MAPPED = 1
 };
 

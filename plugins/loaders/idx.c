@@ -344,7 +344,7 @@ static int idx_load_cached(const struct kiln_host *host, const char *path, uint3
 		idx_cache_close(&f->map);
 		return 0;
 	}
-	f->data = (uint8_t *)m->raw + hdr_bytes; /* inside map.base: freed with it */
+	f->data = (uint8_t *)m->raw + hdr_bytes; /* read only: PROT_READ */
 	f->bytes = total;
 	close(fd);
 	return 1;
@@ -505,7 +505,7 @@ static const struct kiln_key idx_keys[] = {
 	{ "split", KILN_KEY_ENUM, NULL, 0, 0, "train|test",
 	  "Which standard file names to use when `images`/`labels` are unset. Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it from [data]." },
 	{ "unzip_cache", KILN_KEY_STR, NULL, 0, 0, NULL,
-	  "Folder where the inflated copy of a gzipped file of 1 MiB or more is kept, so later runs read it instead of inflating it again (one file per source path, used only when the source's path, size, mtime and inode match and its CRC32C checks; a corrupt or truncated copy is rebuilt with a warning). Unset: $XDG_CACHE_HOME/kiln/idx, else ~/.cache/kiln/idx; `none`: inflate on every run." },
+	  "Folder where the inflated copy of a gzipped file of 1 MiB or more is kept, so later runs map it instead of inflating it again (one file per source path, used only when the source's path, size, mtime and inode match and its CRC32C checks; a corrupt or truncated copy is rebuilt with a warning). Unset: $XDG_CACHE_HOME/kiln/idx, else ~/.cache/kiln/idx; `none`: inflate on every run." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 

@@ -1,5 +1,5 @@
 /* plugins/loaders/idx_cache.h - the inflated copy of a gzipped IDX file
- * (idx_cache.c), so a later run reads it instead of inflating again. */
+ * (idx_cache.c), so a later run maps it instead of inflating again. */
 #ifndef KILN_LOADERS_IDX_CACHE_H
 #define KILN_LOADERS_IDX_CACHE_H
 
@@ -9,16 +9,15 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-/* A cache file read into memory; raw points at the inflated IDX file
- * inside it. */
+/* A mapped cache file; raw points at the inflated IDX file inside it. */
 struct idx_cache_map {
-	void *base;          /* malloc()ed: idx_cache_close frees it */
+	void *base;
 	size_t len;
 	const uint8_t *raw;
 	uint64_t raw_len;
 };
 
-/* Read the verified inflated copy of `path` (whose fstat is sb) kept under
+/* Map the verified inflated copy of `path` (whose fstat is sb) kept under
  * dir: 1 and *m filled when it matches the source and its checksum; 0
  * otherwise (absent silently, stale with a note, corrupt or truncated with
  * a warning): the caller inflates and calls idx_cache_save. */

@@ -1,25 +1,29 @@
 /* plugins/loaders/records.c - the `records` data source: kiln's own packed
  * shards (records.h, docs/formats.md), as `kiln pack` writes them.
  *
- * Every shard stays open, and a record is read with one preadv() (its
- * header onto the stack, its payload into the image's buffer): the page
- * cache holds the data once however many workers and processes read it
- * (this is `cache = mmap` for records: nothing is copied at open).  open()
- * checks each shard's header and index (magic, version, both CRC32Cs, that
- * every record lies inside the file) and keeps the index in memory;
- * read_image() checks the record it reads (its CRC32C over header and
- * payload, label, size) before decoding it, so a flipped bit anywhere is an
- * error naming the shard and the record, never wrong pixels.  The source
- * is the shards concatenated in order; after open() nothing is written, so
- * reads are thread-safe.
+ * Every shard is mmap()ed read-only, so the page cache holds the data once
+ * however many workers and processes read it (this is `cache = mmap` for
+ * records: nothing is copied at open).  open() checks each shard's header
+ * and index (magic, version, both CRC32Cs, that every record lies inside
+ * the file); read_image() checks the record it reads (its CRC32C over
+ * header and payload, label, size) before decoding it, so a flipped bit
+ * anywhere is an error naming the shard and the record, never wrong pixels.
+ * The source is the shards concatenated in order; after open() nothing is
+ * written, so reads are thread-safe.
  *
  * Nothing in a file is trusted: offsets and lengths are checked against
- * the file's size before anything is read through them.  A shard truncated
- * while the run reads it is a short read, KILN_EDATA naming the shard and
- * the record (until session 38 the shards were mmap()ed, and a read past
- * the new end killed the process with SIGBUS); one rewritten in place
- * fails its records' CRC32Cs.  kiln pack writes new files and renames them,
- * which is safe: an open descriptor keeps the old file.
+ * the file's size before anything is read through them.  The files must not
+ * be changed in place while they are mapped (kiln pack writes new files and
+ * renames them, which is safe: a mapping keeps the old file): a shard
+ * truncated under the run turns the next read past its new end into
+ * SIGBUS, which library code cannot catch (it installs no signal
+ * handlers), as for LMDB (docs/data.md).  Session 38 read each record with
+ * pread() instead, which made truncation an error: the system call and
+ * its page-cache lookup cost about 1 us a sample against 0.15 us through
+ * the mapping, and the records example lost 35% of its samples/s on a
+ * quiet 2-core VM (docs/PERFORMANCE.md, "session 38"), so the mapping
+ * came back; the tokens source, read once a transformer step, kept
+ * pread().
  */
 #include "loaders.h"
 #include "../common/open_file.h" /* common_open_file */
@@ -35,19 +39,19 @@
 #include <stdio.h>    /* snprintf, vsnprintf */
 #include <stdlib.h>   /* calloc, realloc, free, qsort */
 #include <string.h>   /* strerror, strcmp, strlen, memcpy */
-#include <sys/stat.h> /* fstat */
-#include <sys/uio.h>  /* preadv */
+#include <sys/mman.h> /* mmap, munmap */
+#include <sys/stat.h> /* stat, fstat */
 #include <unistd.h>   /* close */
 
 #define REC_WHO "records"
 #define REC_MAX_PIXELS ((uint64_t)1 << 28) /* as IMG_MAX_PIXELS */
 
-/* One open shard. */
+/* One mapped shard. */
 struct rec_shard {
 	char path[PATH_MAX];
-	int fd;                /* open from rec_shard_open to rec_close; -1: not open */
-	uint64_t size;         /* the file's bytes at open */
-	uint8_t *index;        /* count x REC_INDEX_ENTRY bytes, read at open (owned) */
+	const uint8_t *map;    /* the whole file, PROT_READ */
+	size_t size;
+	const uint8_t *index;  /* count x REC_INDEX_ENTRY bytes inside map */
 	uint64_t count;
 	int64_t first;         /* sample index of this shard's record 0 */
 	uint32_t classes;
@@ -97,51 +101,23 @@ static kiln_status rec_fail(const struct rec_ctx *c, const struct rec_shard *s, 
 
 /* ---- opening one shard ------------------------------------------------- */
 
-static void rec_shard_close(struct rec_shard *s)
+static void rec_shard_unmap(struct rec_shard *s)
 {
-	if (s->fd >= 0)
-		close(s->fd);
-	s->fd = -1;
-	free(s->index);
-	s->index = NULL;
-}
-
-/* A read of s (want bytes at off, got of them, -1: errno) that came
- * short: KILN_EIO for an error, else KILN_EDATA: the file shrank since
- * open (truncated or rewritten in place while the run reads it).  `what`
- * names the part read ("the index"); c (NULL at open) and rec, when what
- * is NULL, name the record instead. */
-static kiln_status rec_short(const struct kiln_host *host, const struct rec_ctx *c,
-			     const struct rec_shard *s, uint64_t rec, const char *what,
-			     uint64_t off, size_t want, ssize_t got)
-{
-	char why[320], now[64] = "";
-	struct stat sb;
-	kiln_status st = got < 0 ? KILN_EIO : KILN_EDATA;
-	if (got < 0)
-		snprintf(why, sizeof why, "cannot read bytes %" PRIu64 "..%" PRIu64 ": %s", off,
-			 off + want - 1, strerror(errno));
-	else {
-		if (!fstat(s->fd, &sb))
-			snprintf(now, sizeof now, ", it has %lld now", (long long)sb.st_size);
-		snprintf(why, sizeof why, "only %zd of its %zu bytes (at %" PRIu64 "..%" PRIu64 ") are there: the shard had %" PRIu64 " bytes when the run opened it%s (was it truncated or rewritten while the run read it?)",
-			 got, want, off, off + want - 1, s->size, now);
-	}
-	if (!what)
-		return rec_fail(c, s, rec, st, "%s", why);
-	return host->error(st, "%s: %s: %s", s->path, what, why);
+	if (s->map)
+		munmap((void *)s->map, s->size);
+	s->map = NULL;
 }
 
 /* The set block of a minor-1 header (records.h) into s->set, checked:
  * its CRC, and an index below the count when one is recorded.  (What the
  * split's other shards record is loaders_set_check's, in rec_open.) */
 static kiln_status rec_set_check(const struct kiln_host *host, struct rec_shard *s,
-				 const uint8_t *h, uint64_t index_at)
+				 uint64_t index_at)
 {
-	const uint8_t *b = h + REC_SET_AT;
+	const uint8_t *b = s->map + REC_SET_AT;
 	if (index_at < REC_SET_END)
 		return host->error(KILN_EDATA, "%s: header minor version %u has a set block at bytes %u..%u, but the index starts at %" PRIu64 ": the header is corrupt",
-				   s->path, h[REC_MINOR_AT], REC_SET_AT, REC_SET_END - 1, index_at);
+				   s->path, s->map[REC_MINOR_AT], REC_SET_AT, REC_SET_END - 1, index_at);
 	uint32_t stored = rec_get32(b + REC_SET_CRC_AT - REC_SET_AT);
 	uint32_t computed = host->crc32c(0, b, REC_SET_CRC_AT - REC_SET_AT);
 	if (stored != computed)
@@ -156,51 +132,10 @@ static kiln_status rec_set_check(const struct kiln_host *host, struct rec_shard 
 	return KILN_OK;
 }
 
-/* The index of s (count entries and its CRC32C, from index_at to the
- * file's end) read into s->index and checked: its CRC, and every record
- * inside the records area (from first_at to index_at), in order, not
- * overlapping. */
-static kiln_status rec_index_read(const struct kiln_host *host, struct rec_shard *s,
-				  uint64_t index_at, uint64_t first_at)
+/* Check the header and the index of the mapped s; fills the rest of s. */
+static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shard *s)
 {
-	const char *p = s->path;
-	const size_t bytes = (size_t)(s->size - index_at); /* entries, then the CRC */
-	if (!(s->index = malloc(bytes)))
-		return host->error(KILN_ENOMEM, "%s: out of memory for the index (%zu bytes)", p,
-				   bytes);
-	ssize_t got = loaders_pread_full(s->fd, s->index, bytes, index_at);
-	if (got != (ssize_t)bytes)
-		return rec_short(host, NULL, s, 0, "the index", index_at, bytes, got);
-	uint32_t stored = rec_get32(s->index + bytes - 4);
-	uint32_t computed = host->crc32c(0, s->index, (size_t)(s->count * REC_INDEX_ENTRY));
-	if (stored != computed)
-		return host->error(KILN_EDATA, "%s: index CRC32C mismatch (stored 0x%08x, computed 0x%08x): the index is corrupt",
-				   p, stored, computed);
-	uint64_t end = first_at;
-	for (uint64_t i = 0; i < s->count; i++) {
-		const uint8_t *e = s->index + i * REC_INDEX_ENTRY;
-		uint64_t off = rec_get64(e);
-		uint32_t len = rec_get32(e + 8);
-		if (off % REC_ALIGN || off < end)
-			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": index entry offset %" PRIu64 " is %s",
-					   p, i, off, off % REC_ALIGN ? "not a multiple of 8" :
-					   "inside the previous record or the header (and set block)");
-		if (len < REC_RECORD_HEADER)
-			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": index entry length %u is shorter than a record header (%u bytes)",
-					   p, i, len, REC_RECORD_HEADER);
-		if (off > index_at || len > index_at - off)
-			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": extends past the records area (offset %" PRIu64 ", %u bytes; the index starts at %" PRIu64 ")",
-					   p, i, off, len, index_at);
-		end = off + len;
-	}
-	return KILN_OK;
-}
-
-/* Check the header h (its first min(size, REC_SET_END) bytes) of s, then
- * read and check its index; fills the rest of s. */
-static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shard *s,
-				   const uint8_t *h)
-{
+	const uint8_t *h = s->map;
 	const char *p = s->path;
 	uint64_t size = s->size;
 
@@ -263,52 +198,96 @@ static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shar
 
 	uint64_t first_at = REC_HEADER_BYTES; /* where records may start */
 	if (h[REC_MINOR_AT] >= 1) {
-		kiln_status st = rec_set_check(host, s, h, index_at);
+		kiln_status st = rec_set_check(host, s, index_at);
 		if (st)
 			return st;
 		first_at = REC_SET_END;
 	}
+	s->index = h + index_at;
 	s->count = count;
-	return rec_index_read(host, s, index_at, first_at);
+	stored = rec_get32(h + size - 4);
+	computed = host->crc32c(0, s->index, (size_t)(count * REC_INDEX_ENTRY));
+	if (stored != computed)
+		return host->error(KILN_EDATA, "%s: index CRC32C mismatch (stored 0x%08x, computed 0x%08x): the index is corrupt",
+				   p, stored, computed);
+	/* every record inside the records area, in order, not overlapping */
+	uint64_t end = first_at;
+	for (uint64_t i = 0; i < count; i++) {
+		const uint8_t *e = s->index + i * REC_INDEX_ENTRY;
+		uint64_t off = rec_get64(e);
+		uint32_t len = rec_get32(e + 8);
+		if (off % REC_ALIGN || off < end)
+			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": index entry offset %" PRIu64 " is %s",
+					   p, i, off, off % REC_ALIGN ? "not a multiple of 8" :
+					   "inside the previous record or the header (and set block)");
+		if (len < REC_RECORD_HEADER)
+			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": index entry length %u is shorter than a record header (%u bytes)",
+					   p, i, len, REC_RECORD_HEADER);
+		if (off > index_at || len > index_at - off)
+			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": extends past the records area (offset %" PRIu64 ", %u bytes; the index starts at %" PRIu64 ")",
+					   p, i, off, len, index_at);
+		end = off + len;
+	}
+	return KILN_OK;
 }
 
-/* Open and check the shard `path`, one of the split's nshards, into s;
+/* The error of an mmap() that failed with ENOMEM for shard `path`, one of
+ * `nshards`: each shard is one mapping, and Linux bounds a process's
+ * mappings by vm.max_map_count (65530 by default), so what to raise. */
+static kiln_status rec_map_enomem(const struct kiln_host *host, const char *path, size_t nshards)
+{
+	long max = -1;
+	FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+	if (f) {
+		if (fscanf(f, "%ld", &max) != 1)
+			max = -1;
+		fclose(f);
+	}
+	char now[32] = "unknown";
+	if (max >= 0)
+		snprintf(now, sizeof now, "%ld", max);
+	return host->error(KILN_ENOMEM, "%s: cannot map the shard: %s. Each of the split's %zu shard(s) is one memory mapping of the process: when they are many, raise vm.max_map_count (now %s) well above that count (as root: sysctl -w vm.max_map_count=262144), or pack with a larger --shard-size; else the process is out of address space (ulimit -v) or memory",
+			   path, strerror(ENOMEM), nshards, now);
+}
+
+/* Map and check the shard `path`, one of the split's nshards, into s;
  * `from` names the key it came from (loaders_shards_key), `at` where it
  * was set, for a shard that is not there (loaders_shards_at). */
 static kiln_status rec_shard_open(const struct kiln_host *host, const char *path, const char *from,
 				  const char *at, size_t nshards, struct rec_shard *s)
 {
-	off_t size;
+	struct stat sb;
 	kiln_status st;
 	memset(s, 0, sizeof *s);
-	s->fd = -1;
 	if (snprintf(s->path, sizeof s->path, "%s", path) >= (int)sizeof s->path)
 		return host->error(KILN_EIO, "%s: path too long", path);
-	char kind[64], hint[160];
+	char kind[64];
 	const char *why;
-	int fd = common_open_file(path, kind, sizeof kind, &why, &size);
+	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
 	if (fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
 		return loaders_no_such_file(host, at, path, "the records shard");
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the shard (%s): %s%s", path, from, why,
-				   loaders_open_hint(errno, nshards, hint, sizeof hint));
-	s->fd = fd;
-	s->size = (uint64_t)size;
-	uint8_t h[REC_SET_END];
-	const size_t want = s->size < sizeof h ? (size_t)s->size : sizeof h;
-	ssize_t got;
-	if (s->size == 0)
-		st = host->error(KILN_EDATA, "%s: the shard is empty (a records header has %u bytes)",
-				 path, REC_HEADER_BYTES);
-	else if ((uint64_t)size > SIZE_MAX)
-		st = host->error(KILN_EIO, "%s: the shard (%" PRIu64 " bytes) does not fit this address space",
-				 path, s->size);
-	else if ((got = loaders_pread_full(fd, h, want, 0)) != (ssize_t)want)
-		st = rec_short(host, NULL, s, 0, "the header", 0, want, got);
-	else
-		st = rec_shard_check(host, s, h);
-	if (st)
-		rec_shard_close(s); /* (rec_close sees only the shards opened) */
+		return host->error(KILN_EIO, "%s: cannot open the shard (%s): %s", path, from, why);
+	if (sb.st_size == 0) {
+		close(fd);
+		return host->error(KILN_EDATA, "%s: the shard is empty (a records header has %u bytes)",
+				   path, REC_HEADER_BYTES);
+	}
+	if ((uint64_t)sb.st_size > SIZE_MAX) {
+		close(fd);
+		return host->error(KILN_EIO, "%s: the shard (%lld bytes) does not fit this address space",
+				   path, (long long)sb.st_size);
+	}
+	s->size = (size_t)sb.st_size;
+	void *m = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd); /* the mapping keeps the file */
+	if (m == MAP_FAILED && errno == ENOMEM)
+		return rec_map_enomem(host, path, nshards);
+	if (m == MAP_FAILED)
+		return host->error(KILN_EIO, "%s: cannot map the shard: %s", path, strerror(errno));
+	s->map = m;
+	if ((st = rec_shard_check(host, s)))
+		rec_shard_unmap(s);
 	return st;
 }
 
@@ -320,7 +299,7 @@ static void rec_close(void *vctx)
 	if (!c)
 		return;
 	for (int i = 0; i < c->nshards; i++)
-		rec_shard_close(&c->shards[i]);
+		rec_shard_unmap(&c->shards[i]);
 	free(c->shards);
 	free(c);
 }
@@ -416,27 +395,23 @@ static kiln_status rec_info(void *vctx, struct kiln_source_info *info)
 		info->image_w = c->w;
 		info->image_c = c->c;
 	}
-	info->flags = KILN_SOURCE_MAPPED; /* shared page cache: pread, not mmap (see the top) */
+	info->flags = KILN_SOURCE_MAPPED; /* every shard is mmapped */
 	return KILN_OK;
 }
 
-/* A record of a shard: where (rec_locate), then read and checked
- * (rec_fetch). */
+/* A record of a shard, checked. */
 struct rec_view {
 	const struct rec_shard *s;
 	uint64_t rec;          /* index in the shard */
-	uint64_t off;          /* its bytes in the shard: off .. off + len - 1 */
-	uint32_t len;
-	uint32_t n;            /* its payload's bytes: len - REC_RECORD_HEADER */
-	uint8_t head[REC_RECORD_HEADER];
 	int32_t label;
 	uint32_t h, w, c, encoding;
-	const uint8_t *payload; /* the n bytes rec_fetch read (the caller's buffer) */
+	const uint8_t *payload;
+	uint32_t n;
 };
 
-/* Where sample `index` is, from the index in memory (nothing read yet).
- * KILN_EINVAL for an index out of range. */
-static kiln_status rec_locate(const struct rec_ctx *c, int64_t index, struct rec_view *v)
+/* Locate sample `index`, check its CRC32C and fields.  KILN_EINVAL for an
+ * index out of range, KILN_EDATA for a corrupt record. */
+static kiln_status rec_fetch(const struct rec_ctx *c, int64_t index, struct rec_view *v)
 {
 	const struct kiln_host *host = c->src.host;
 	if (index < 0 || index >= c->src.n)
@@ -452,43 +427,21 @@ static kiln_status rec_locate(const struct rec_ctx *c, int64_t index, struct rec
 			hi = mid - 1;
 	}
 	const struct rec_shard *s = &c->shards[lo];
-	v->s = s;
-	v->rec = (uint64_t)(index - s->first);
-	const uint8_t *e = s->index + v->rec * REC_INDEX_ENTRY;
-	v->off = rec_get64(e);
-	v->len = rec_get32(e + 8); /* open() checked off + len <= the index's offset */
-	v->n = v->len - REC_RECORD_HEADER;
-	return KILN_OK;
-}
+	uint64_t rec = (uint64_t)(index - s->first);
+	const uint8_t *e = s->index + rec * REC_INDEX_ENTRY;
+	uint64_t off = rec_get64(e);
+	uint32_t len = rec_get32(e + 8);
+	const uint8_t *r = s->map + off; /* open() checked off + len <= index */
 
-/* Read the record v locates with one preadv(): its header into v->head,
- * its payload into `payload` (v->n bytes); check its CRC32C and fields.
- * KILN_EDATA for a corrupt record or one the file no longer holds in full
- * (truncated while the run reads it), KILN_EIO for a read error. */
-static kiln_status rec_fetch(const struct rec_ctx *c, struct rec_view *v, uint8_t *payload)
-{
-	const struct kiln_host *host = c->src.host;
-	const struct rec_shard *s = v->s;
-	const uint64_t rec = v->rec;
-	struct iovec iov[2] = { { v->head, REC_RECORD_HEADER }, { payload, v->n } };
-	ssize_t got;
-	do
-		got = preadv(s->fd, iov, 2, (off_t)v->off);
-	while (got < 0 && errno == EINTR);
-	if (got >= REC_RECORD_HEADER && got < (ssize_t)v->len) { /* the rest (NFS may split) */
-		ssize_t more = loaders_pread_full(s->fd, payload + (got - REC_RECORD_HEADER),
-						  v->len - (size_t)got, v->off + (uint64_t)got);
-		got = more < 0 ? more : got + more;
-	}
-	if (got != (ssize_t)v->len)
-		return rec_short(host, c, s, rec, NULL, v->off, v->len, got);
-	const uint8_t *r = v->head;
-	uint32_t n = rec_get32(r + 16);
-	if (n != v->n)
+	v->s = s;
+	v->rec = rec;
+	v->n = rec_get32(r + 16);
+	if (v->n != len - REC_RECORD_HEADER)
 		return rec_fail(c, s, rec, KILN_EDATA, "payload length %u disagrees with the index (a record of %u bytes holds %u)",
-				n, v->len, v->n);
+				v->n, len, len - REC_RECORD_HEADER);
 	uint32_t stored = rec_get32(r + REC_RECORD_CRC_AT);
-	uint32_t computed = host->crc32c(host->crc32c(0, r, REC_RECORD_CRC_AT), payload, v->n);
+	uint32_t computed = host->crc32c(host->crc32c(0, r, REC_RECORD_CRC_AT),
+					 r + REC_RECORD_HEADER, v->n);
 	if (stored != computed)
 		return rec_fail(c, s, rec, KILN_EDATA, "CRC32C mismatch (stored 0x%08x, computed 0x%08x)",
 				stored, computed);
@@ -497,7 +450,7 @@ static kiln_status rec_fetch(const struct rec_ctx *c, struct rec_view *v, uint8_
 	v->w = rec_get32(r + 8);
 	v->c = r[12];
 	v->encoding = r[13];
-	v->payload = payload;
+	v->payload = r + REC_RECORD_HEADER;
 	if (v->label < 0)
 		return rec_fail(c, s, rec, KILN_EDATA, "negative label %d", v->label);
 	if ((uint32_t)v->label >= s->classes)
@@ -524,11 +477,11 @@ static kiln_status rec_pixels(const struct rec_ctx *c, const struct rec_view *v,
 	const struct kiln_host *host = c->src.host;
 	kiln_status st;
 	size_t bytes = (size_t)v->h * v->w * v->c;
-	if (v->encoding == REC_RAW && v->payload != img->data) {
+	if (v->encoding == REC_RAW) {
 		if ((st = img_reserve(host, img, bytes)))
 			return st;
 		memcpy(img->data, v->payload, bytes);
-	} else if (v->encoding != REC_RAW) { /* (v->payload is not img->data) */
+	} else {
 		char what[PATH_MAX + 64];
 		snprintf(what, sizeof what, "%s: record %" PRIu64, v->s->path, v->rec);
 		if ((st = img_decode(host, v->payload, v->n, what, c->src.max_pixels, img)))
@@ -545,33 +498,20 @@ static kiln_status rec_pixels(const struct rec_ctx *c, const struct rec_view *v,
 	return KILN_OK;
 }
 
-/* image: u8 [h, w, c] as packed; label: i32 [].  The payload is read
- * into img's own buffer: a raw image is then in place; a JPEG or PNG one
- * leaves it (the encoded bytes) for a buffer the decoder grows. */
+/* image: u8 [h, w, c] as packed; label: i32 []. */
 static kiln_status rec_read_image(void *vctx, int64_t index, struct kiln_image *img,
 				  void *label)
 {
 	const struct rec_ctx *c = vctx;
-	struct kiln_image none = { 0 }, *into = img ? img : &none;
 	struct rec_view v;
 	kiln_status st;
-	if ((st = rec_locate(c, index, &v)) || (st = img_reserve(c->src.host, into, v.n)) ||
-	    (st = rec_fetch(c, &v, into->data)))
-		goto out;
-	if (img && v.encoding != REC_RAW) {
-		struct kiln_image enc = *img; /* the decoder's img starts empty */
-		img->data = NULL;
-		img->cap = 0;
-		st = rec_pixels(c, &v, img);
-		free(enc.data);
-	} else if (img) {
-		st = rec_pixels(c, &v, img);
-	}
-	if (!st && label)
+	if ((st = rec_fetch(c, index, &v)))
+		return st;
+	if (img && (st = rec_pixels(c, &v, img)))
+		return st;
+	if (label)
 		*(int32_t *)label = v.label;
-out:
-	free(none.data);
-	return st;
+	return KILN_OK;
 }
 
 /* sample: f32 [c, h, w], x = u8/255 (only when every image has one size);
@@ -584,22 +524,14 @@ static kiln_status rec_read(void *vctx, int64_t index, void *sample, void *label
 	if (sample && !(c->h && c->c))
 		return c->src.host->error(KILN_ENOTSUP, "%s%s: the images vary in size, so read() has no fixed sample shape; use read_image() with the [data] transforms, or kiln pack --resize to one size",
 				      c->shards[0].path, c->nshards > 1 ? " ..." : "");
-	uint8_t *buf = NULL; /* the payload */
-	if ((st = rec_locate(c, index, &v)))
+	if ((st = rec_fetch(c, index, &v)))
 		return st;
-	if (!(buf = malloc(v.n ? v.n : 1)))
-		return c->src.host->error(KILN_ENOMEM, "out of memory for a record of %u bytes", v.len);
-	if ((st = rec_fetch(c, &v, buf))) {
-		free(buf);
-		return st;
-	}
 	if (sample) {
 		struct kiln_image tmp = { 0 };
 		const uint8_t *px = v.payload;
 		if (v.encoding != REC_RAW) {
 			if ((st = rec_pixels(c, &v, &tmp))) {
 				free(tmp.data);
-				free(buf);
 				return st;
 			}
 			px = tmp.data;
@@ -611,7 +543,6 @@ static kiln_status rec_read(void *vctx, int64_t index, void *sample, void *label
 				dst[ch * hw + i] = c->lut[px[i * v.c + ch]];
 		free(tmp.data);
 	}
-	free(buf);
 	if (label)
 		*(int32_t *)label = v.label;
 	return KILN_OK;
@@ -626,5 +557,5 @@ static void rec_files(void *ctx, void (*each)(void *arg, const char *path), void
 }
 
 LOADERS_SOURCE_PF(records, "records",
-		  "kiln's packed record shards (.krec, written by kiln pack): CRC32C-checked",
+		  "kiln's packed record shards (.krec, written by kiln pack): mmap()ed, CRC32C-checked",
 		  rec_keys, rec_open, rec_close, rec_info, rec_read, rec_read_image, NULL, rec_files);

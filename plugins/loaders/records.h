@@ -61,10 +61,9 @@
  * and removes it last; a reader refuses shards beside one (a pack killed
  * then may have left shards of two packs). */
 #define REC_PARTIAL ".krec-partial"
-/* The most shards kiln pack writes for a split: a reader keeps every
- * shard open at once (one descriptor each, within ulimit -n, which kiln
- * raises to its hard limit; until session 38 one mapping each, within
- * Linux's vm.max_map_count of about 65530). */
+/* The most shards kiln pack writes for a split: a reader maps every shard
+ * at once, and Linux allows about 65530 mappings a process
+ * (vm.max_map_count), the libraries' and threads' among them. */
 #define REC_MAX_SHARDS 50000
 
 /* How a record's payload stores its pixels. */
