@@ -284,7 +284,7 @@ static kiln_status rec_shard_open(const struct kiln_host *host, const char *path
 	s->fd = -1;
 	if (snprintf(s->path, sizeof s->path, "%s", path) >= (int)sizeof s->path)
 		return host->error(KILN_EIO, "%s: path too long", path);
-	char kind[64], hint[160];
+	char kind[64], hint[320];
 	const char *why;
 	int fd = common_open_file(path, kind, sizeof kind, &why, &size);
 	if (fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
