@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -114,21 +115,107 @@ static void first_diff(const char *a, const char *b, char *la, char *lb, size_t 
 	snprintf(lb, n, "%.*s", (int)strcspn(b, "\n"), *b ? b : "(end)");
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Table text's lines with each line's offset (third field) cut out,
+ * sorted: two tables of the same tensors laid out in another order give
+ * the same result.  NULL when out of memory. */
+static char **lines_sans_offset(const char *text, int *n_out)
+{
+	int n = 0, cap = 0;
+	char **v = NULL;
+	for (const char *a = text; *a;) {
+		const size_t k = strcspn(a, "\n");
+		char *line = strndup(a, k), *f2, *f3;
+		if (n == cap) {
+			char **w = realloc(v, (size_t)(cap = cap * 2 + 16) * sizeof *v);
+			if (!w) {
+				free(line);
+				line = NULL;
+			} else {
+				v = w;
+			}
+		}
+		if (!line)
+			goto oom;
+		/* "name region offset ...": drop " offset" */
+		if ((f2 = strchr(line, ' ')) && (f2 = strchr(f2 + 1, ' ')) && (f3 = strchr(f2 + 1, ' ')))
+			memmove(f2, f3, strlen(f3) + 1);
+		v[n++] = line;
+		a += k + (a[k] != 0);
+	}
+	qsort(v, (size_t)n, sizeof *v, cmp_str);
+	*n_out = n;
+	return v ? v : calloc(1, sizeof *v);
+oom:
+	while (n--)
+		free(v[n]);
+	free(v);
+	return NULL;
+}
+
+
+/* 1 when tables a and b hold the same tensors (names, regions, sizes,
+ * dtypes, shapes) at other offsets, 0 when not, -1 when out of memory. */
+static int same_but_offsets(const char *a, const char *b)
+{
+	int na = 0, nb = 0, same = -1;
+	char **la = lines_sans_offset(a, &na), **lb = la ? lines_sans_offset(b, &nb) : NULL;
+	if (la && lb) {
+		same = na == nb;
+		for (int i = 0; same && i < na; i++)
+			same = !strcmp(la[i], lb[i]);
+	}
+	for (int i = 0; la && i < na; i++)
+		free(la[i]);
+	for (int i = 0; lb && i < nb; i++)
+		free(lb[i]);
+	free(la);
+	free(lb);
+	return same;
+}
+
+/* The first layer of m whose tie names a later layer, else -1.  kiln
+ * before 2026-12-06 (commit 71e6d1c) laid such a tied tensor out at the
+ * named (later) layer's place; it is now at its earliest user's
+ * (kiln_model_tie_owner), so that a pipeline stage's parameters stay a
+ * contiguous slice: the same tensors at other offsets. */
+static int later_tie(const struct kiln_model *m)
+{
+	for (int i = 0; i < m->n_layers; i++)
+		if (m->layers[i].tie > i)
+			return i;
+	return -1;
+}
+
 /* Compares the checkpoint's parameter table with this model's (names,
  * regions, offsets, sizes, dtypes, shapes): 0 with *differ = 0 when they
  * are equal, 0 with *differ = 1 and the first differing line of each into
- * theirs/mine (n bytes each) when not, else the error reading it. */
+ * theirs/mine (n bytes each) when not, else the error reading it.  When
+ * they differ only in offsets and this model ties a weight to a later
+ * layer (later_tie), the error that says so and how to carry the weights
+ * over: no reader maps the tensors by name. */
 static kiln_status tensors_diff(struct kiln_ckpt *ck, const struct kiln_model *m,
 				char *theirs_line, char *mine_line, size_t n, int *differ)
 {
 	char *mine = ckpt_tensors_text(m), *theirs = NULL;
 	kiln_status st;
+	int x;
 	*differ = 0;
 	if (!mine)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	if (!(st = kiln_ckpt_read_text(ck, "tensors", &theirs)) && strcmp(mine, theirs)) {
 		first_diff(theirs, mine, theirs_line, mine_line, n);
 		*differ = 1;
+		if ((x = later_tie(m)) >= 0 && same_but_offsets(theirs, mine) > 0) {
+			const struct model_layer *X = &m->layers[x];
+			st = kiln_error(KILN_ECONFIG, "checkpoint %s holds this model's tensors at other offsets (its parameter '%s', this model's '%s'): it was written by a kiln before 2026-12-06, which laid the weight of [%s] tie = %s out at %s's place; kiln now lays it out at its earliest user's (%s's) and cannot read the older layout. Carry the weights over: with the older kiln, kiln export CONFIG --checkpoint %s --safetensors W.safetensors, then here [model] init_from = W.safetensors (the optimizer state starts anew; docs/checkpoints.md)",
+					ck->path, theirs_line, mine_line, X->section, m->layers[X->tie].name,
+					m->layers[X->tie].name, X->name, ck->path);
+		}
 	}
 	free(mine);
 	free(theirs);

@@ -1219,6 +1219,26 @@ kiln_status kiln_dist_name_own(const struct kiln_dist *d, kiln_status st)
 	return kiln_error_wrap(st, "rank %d of %d", d->env.rank, d->env.world);
 }
 
+/* Does msg carry one of kiln_dist_explain's own explanations?  It runs
+ * more than once on a failure's way out (the collective, then
+ * trainer_close): "rank 1 of 3: rank 2 was lost ..." must not become
+ * "... the store on rank 0 ... is gone ...: rank 1 of 3: rank 2 was lost"
+ * when the store went too.  A communicator's raw message, which begins
+ * "rank N of W:" as well, carries none. */
+static int explained(const char *msg)
+{
+	static const char *const marks[] = {
+		" was lost (host ", ") failed with its own error (its log says why): ",
+		": the store on rank 0", "stuck, not lost",
+		": a collective failed (no rank was reported lost",
+		"after this process itself stood still for ",
+	};
+	for (size_t i = 0; msg && i < KILN_ARRAY_LEN(marks); i++)
+		if (strstr(msg, marks[i]))
+			return 1;
+	return 0;
+}
+
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
 	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))
@@ -1267,7 +1287,7 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	 * dead stage-0 rank), and read as explained when they were not
 	 * (before session 38; docs/distributed.md section 11) */
 	else if ((lost == KILN_STORE_GONE || lost == KILN_STORE_SILENT) &&
-		 !(msg && strstr(msg, ": the store on rank 0")))
+		 !(dist_names_rank(d, msg) && explained(msg)))
 		st = store_failed(d, st, lost, msg);
 	else if (dist_names_rank(d, msg)) /* (explained already, or an agreed outcome) */
 		st = kiln_error(st, "%s", msg);

@@ -174,7 +174,10 @@ static int mixed_stem(const struct kiln_model *m, const struct plan_node *n, int
  * place it is configured: "FILE:LINE: layer 'x' (type) needs ..."). */
 static kiln_status infer_failed(kiln_status st, const char *name, const char *type)
 {
-	char head[512]; /* (a longer name: truncated, not found, wrapped) */
+	/* (a longer name cuts head short: a prefix of the whole, so a
+	 * message naming the layer is still found and left alone; one that
+	 * does not is wrapped with the cut name) */
+	char head[512];
 	snprintf(head, sizeof head, "layer '%s' (%s)", name, type);
 	if (strstr(kiln_last_error(), head))
 		return st;

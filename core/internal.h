@@ -199,8 +199,8 @@ void kiln_rng_uniform4(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b, f
 uint64_t kiln_rng_below(uint64_t seed, uint32_t stream, uint64_t a, uint64_t n);
 void kiln_rng_permutation(uint64_t seed, uint64_t epoch, int64_t *perm, int64_t n);
 /* out[t] = perm[n - 1 - t], t < min(k, n), of kiln_rng_permutation's perm,
- * in O(k) time and memory; out is the caller's (k entries); -1: out of
- * memory (core/rng.c) */
+ * in O(k) time and memory; out is the caller's (k entries; none written
+ * for k or n <= 0); -1: out of memory (core/rng.c) */
 int kiln_rng_permutation_tail(uint64_t seed, uint64_t epoch, int64_t n, int64_t k, int64_t *out);
 
 /* ---- an open source (core/source.c; kiln.h's kiln_source_*) ---- */

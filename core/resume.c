@@ -100,11 +100,8 @@ static const struct {
 	{ "layer.*", "recompute" },  { "model", "init_format" },
 	{ "layer.*", "stage" },      { "model", "stages" },
 	{ "model", "stages_flops_per_byte" },
-	/* how the stages' hand-offs go and when their forwards run: 1f1b's
-	 * gradients bit for bit (docs/pipeline.md; session 38: a resume with
-	 * one changed was refused) */
-	{ "pipeline", "early_forwards" }, { "pipeline", "zero_copy" },
-	{ "pipeline", "sendrecv" },
+	/* ([pipeline] keys need no entry: weights_key reads [model] and
+	 * [layer.*] alone; they are in safe_keys) */
 	{ "layer.*", "int8_scale" }, { "layer.*", "int8_unsigned" },
 	{ "layer.*", "int8_out_scale" },
 	/* dropout rates (the dropout layer's p, attention's dropout): read in

@@ -95,6 +95,10 @@ int kiln_rng_permutation_tail(uint64_t seed, uint64_t epoch, int64_t n, int64_t 
 {
 	if (k > n)
 		k = n;
+	/* none (a k or n below 0 too: 2 * (size_t)k, huge, doubled cap
+	 * until it wrapped to 0, forever) */
+	if (k <= 0)
+		return 0;
 	size_t cap = 16;
 	while (cap < 2 * (size_t)k)
 		cap <<= 1;

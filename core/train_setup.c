@@ -129,8 +129,16 @@ static kiln_status open_device(struct trainer *t)
 	/* [run] devices: the pipeline's stages run beside this one's streams
 	 * (core/pipe_devices.c), which then wait for theirs */
 	int peers = 0;
+	int64_t P = 1;
 	if ((st = kiln_pipe_devices_count(t->cfg, &peers)))
 		return st;
+	/* with [dist] pipeline > 1 each rank runs its one stage on this
+	 * device and [run] devices is unused (stage_devices warns): no peer
+	 * streams to spin-wait for or plan pins around (before session 38's
+	 * review the count still reached the device) */
+	kiln_config_get_int(t->cfg, "dist", "pipeline", &P);
+	if (P > 1)
+		peers = 1;
 	if ((st = kiln_device_open_peer(t->reg, t->cfg, devname, ordinal, -1, peers > 1 ? peers : 1,
 					&t->dev)))
 		return ordinal ? kiln_error_wrap(st, "rank %d (local rank %d): opening %s device %d",

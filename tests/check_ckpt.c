@@ -14,6 +14,7 @@
 
 #include "checkpoint.h"
 #include "config_diff.h"
+#include "graph.h" /* model_param offsets: test_tie_layout */
 
 #include <check.h>
 #include "check_main.h"
@@ -481,6 +482,74 @@ START_TEST(test_other_model)
 	kiln_ckpt_close(ck);
 	rig_close(&a);
 	rig_close(&b);
+}
+END_TEST
+
+/* [layer.a] tie = b, a before b: kiln before 2026-12-06 (71e6d1c) laid
+ * the tied tensor out at b's place; it is a's now.  Such a checkpoint (its
+ * tensors table the same tensors at other offsets, synthesised here by
+ * saving with the old offsets) was refused as "another model" by resume,
+ * eval and init_from, and by export as a corrupt 'sample' section
+ * (session 38's review); the message now says what happened and how to
+ * carry the weights over. */
+static const char *tie_ini = "[layer.a]\ntype = linear\nout = 6\ntie = b\n"
+			     "[layer.r]\ntype = relu\n"
+			     "[layer.c]\ntype = linear\nout = 6\n"
+			     "[layer.b]\ntype = linear\nout = 6\n"
+			     "[layer.loss]\ntype = softmax_xent\n";
+
+/* The old layout of tie_ini's model (each tensor 64-byte aligned):
+ * a.bias 0, c.weight 16, c.bias 64, b.weight 80, b.bias 128, as kiln
+ * before 71e6d1c laid it out; the new is b.weight 0, a.bias 48, ... */
+static void old_tie_offsets(struct kiln_model *m, size_t *keep)
+{
+	static const struct {
+		const char *name;
+		size_t was, is;
+	} at[] = { { "a.bias", 0, 48 },   { "c.weight", 16, 64 }, { "c.bias", 64, 112 },
+		   { "b.weight", 80, 0 }, { "b.bias", 128, 128 } };
+	ck_assert_int_eq(m->n_params, 5);
+	for (int i = 0; i < m->n_params; i++) {
+		keep[i] = m->params[i].off;
+		for (size_t k = 0; k < sizeof at / sizeof at[0]; k++)
+			if (!strcmp(m->params[i].name, at[k].name)) {
+				ck_assert_uint_eq(m->params[i].off, at[k].is);
+				m->params[i].off = at[k].was;
+			}
+	}
+}
+
+START_TEST(test_tie_layout)
+{
+	char dir[1024], path[4200];
+	size_t keep[16];
+	struct rig a, b;
+	scratch_dir(dir, sizeof dir);
+	rig_open(&a, tie_ini, 7);
+	ck_assert_int_le(a.m->n_params, 16);
+	old_tie_offsets(a.m, keep);
+	save(&a, dir, 0, path, sizeof path);
+	for (int i = 0; i < a.m->n_params; i++)
+		a.m->params[i].off = keep[i];
+	rig_open(&b, tie_ini, 5);
+	struct kiln_ckpt *ck;
+	ck_assert(kiln_ckpt_open(path, &ck) == 0);
+	const char *want = "holds this model's tensors at other offsets (its parameter 'b.weight params 80 36 f32 6,6', this model's 'b.weight params 0 36 f32 6,6'): it was written by a kiln before 2026-12-06, which laid the weight of [layer.a] tie = b out at b's place; kiln now lays it out at its earliest user's (a's) and cannot read the older layout. Carry the weights over: with the older kiln, kiln export CONFIG --checkpoint ";
+	ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_ALL) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_WEIGHTS) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	ck_assert(kiln_ckpt_load_stage(ck, b.m, b.stream, 0, 6, NULL, KILN_CKPT_LOAD_WEIGHTS) ==
+		  KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	ck_assert(kiln_ckpt_check_sample(ck, b.m) == KILN_ECONFIG); /* export */
+	ck_assert_msg(strstr(kiln_last_error(), want) &&
+			      strstr(kiln_last_error(), "[model] init_from = W.safetensors"),
+		      "%s", kiln_last_error());
+	kiln_ckpt_close(ck);
+	unlink(path);
+	rig_close(&b);
+	rig_close(&a);
 }
 END_TEST
 
@@ -1608,7 +1677,7 @@ static Suite *make_ckpt_suite(void)
 {
 	Suite *s = suite_create("ckpt");
 	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
-		test_roundtrip, test_other_model, test_truncated, test_flipped,
+		test_roundtrip, test_other_model, test_tie_layout, test_truncated, test_flipped,
 		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff, test_config_check_dropout,
 		test_config_check_meaning, test_config_check_derived,
 		test_config_check_types, test_config_check_missing_derived,

@@ -453,13 +453,52 @@ START_TEST(test_run_clock_start_stop)
 }
 END_TEST
 
+/* kiln_dist_explain runs more than once on a failure's way out (the
+ * collective, then trainer_close): a message it explained already is left
+ * alone when the store went too (before session 38's review, 1b4a212's
+ * store-first branch wrapped "rank 1 of 3: rank 2 was lost ..." again as
+ * "... the store on rank 0 ... is gone ...: rank 2 was lost ..."); a
+ * communicator's raw message that begins "rank 1 of 3:" still gets the
+ * store's loss (tests/dist_blame.sh 5). */
+START_TEST(test_explained_once)
+{
+	struct kiln_store *s0, *s1;
+	static const struct kiln_plugin gloo = { .name = "gloo" };
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 5000, &s0), KILN_OK);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", kiln_store_port(s0), 0, 1, 3, 5000, &s1),
+			 KILN_OK);
+	kiln_store_close(s0); /* rank 0's store gone */
+	struct kiln_dist *d = calloc(1, sizeof *d);
+	ck_assert_ptr_nonnull(d);
+	d->env.rank = 1;
+	d->env.world = 3;
+	snprintf(d->env.master_addr, sizeof d->env.master_addr, "127.0.0.1");
+	d->store = s1;
+	d->plugin = &gloo;
+	const char *done = "rank 1 of 3: rank 2 was lost (host node-two: its process exited, its host went down or its connection closed): gloo: read: Connection reset by peer";
+	kiln_error(KILN_EIO, "%s", done);
+	ck_assert_int_eq(kiln_dist_explain(d, KILN_EIO), KILN_EIO);
+	ck_assert_str_eq(kiln_last_error(), done);
+	/* a raw one naming the rank: the store's loss named */
+	kiln_error(KILN_EIO, "rank 1 of 3: recv from rank 0 failed: Connection closed by peer");
+	d->failed = 0;
+	ck_assert_int_eq(kiln_dist_explain(d, KILN_EIO), KILN_EIO);
+	ck_assert_msg(strstr(kiln_last_error(), "rank 1 of 3: the store on rank 0 at ") &&
+			      strstr(kiln_last_error(), " is gone (") &&
+			      strstr(kiln_last_error(), ": recv from rank 0 failed: Connection closed by peer"),
+		      "%s", kiln_last_error());
+	free(d);
+	kiln_store_close(s1);
+}
+END_TEST
+
 static Suite *make_heartbeat_suite(void)
 {
 	Suite *s = suite_create("heartbeat");
 	check_add_case(s, "heartbeat", 30, NULL, NULL, (const TTest *[]){
 		test_one_silent, test_all_silent, test_self_late, test_peer_limits,
 		test_peer_failed, test_limit_posted_late, test_limit_read_late_fresh, test_leaving,
-		NULL });
+		test_explained_once, NULL });
 	check_add_case(s, "run_clock", 30, NULL, NULL, (const TTest *[]){
 		test_run_clock_stopped, test_run_clock_running, test_run_clock_start_stop, NULL });
 	return s;

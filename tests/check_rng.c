@@ -153,6 +153,12 @@ START_TEST(test_permutation_tail)
 		}
 		free(perm), free(tail);
 	}
+	/* k or n below 0: nothing, at once (before session 38's review a k
+	 * below 0 looped forever growing its table) */
+	int64_t none[2] = { -7, -7 };
+	ck_assert_int_eq(kiln_rng_permutation_tail(1, 0, 5, -1, none), 0);
+	ck_assert_int_eq(kiln_rng_permutation_tail(1, 0, -3, 2, none), 0);
+	ck_assert(none[0] == -7 && none[1] == -7);
 }
 END_TEST
 

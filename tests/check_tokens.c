@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -369,6 +371,66 @@ START_TEST(test_corrupt)
 	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", "missing.bin"), "data.context=4",
 				 NULL),
 		     KILN_ENOTFOUND, tpath("missing.bin"), "no such file");
+	free(t);
+}
+END_TEST
+
+/* Shards that leave fewer than 64 descriptors of ulimit -n are refused
+ * when the split opens, naming the limit (before session 38's review 200
+ * shards at ulimit -n 205 opened and the run failed later, at "[run]
+ * out_dir: cannot read ...: Too many open files"); at the hard limit the
+ * hint says where to raise that one, as the open's own EMFILE does. */
+START_TEST(test_fd_headroom)
+{
+	uint16_t *t = seq(21, 1, 0, 256);
+	write_shard("h/train-000000.bin", t, 21);
+	write_shard("h/train-000001.bin", t, 21);
+	write_shard("h/train-000002.bin", t, 21);
+	struct rlimit keep, rl;
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &keep), 0);
+	const int low = open("/dev/null", O_RDONLY); /* the lowest free descriptor */
+	ck_assert_int_ge(low, 0);
+	close(low);
+	rl = keep;
+	rl.rlim_cur = (rlim_t)low + 40;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	const kiln_status st = open_tokens("data", "train", kv("data.path", "h"), "data.context=4", NULL);
+	char want[600];
+	snprintf(want, sizeof want, "the split's 3 shard(s) stay open while the run reads them and leave %d of ulimit -n %d's descriptors (the highest open is %d), fewer than the 64 the run needs besides (checkpoints, logs, the device, the communicator): raise ulimit -n, now %d, hard limit ",
+		 40 - 3, low + 40, low + 2, low + 40);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &keep), 0);
+	ck_assert_int_eq(st, KILN_EIO);
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	ck_assert(ctx == NULL);
+	rl.rlim_cur = (rlim_t)low + 64 + 3;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	const kiln_status ok = open_tokens("data", "train", kv("data.path", "h"), "data.context=4", NULL);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &keep), 0);
+	ck_assert_msg(ok == KILN_OK, "%s", kiln_last_error());
+	/* soft = hard (in a child: a lowered hard limit stays lowered) */
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct rlimit h = { (rlim_t)low + 2, (rlim_t)low + 2 };
+		if (ctx)
+			ops->close(ctx);
+		ctx = NULL;
+		if (setrlimit(RLIMIT_NOFILE, &h) ||
+		    open_tokens("data", "train", kv("data.path", "h"), "data.context=4", NULL) != KILN_EIO)
+			_exit(1);
+		char w[300];
+		const char *e = kiln_last_error();
+		snprintf(w, sizeof w, " (each of the split's 3 shard(s) stays open while the run reads it: ulimit -n %d is the hard limit: raise that (limits.conf nofile, systemd LimitNOFILE=, docker --ulimit nofile=))",
+			 low + 2);
+		if (!strstr(e, w)) {
+			fprintf(stderr, "%s\n", e);
+			_exit(2);
+		}
+		_exit(0);
+	}
+	int ws;
+	ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+	ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child: %d", ws);
 	free(t);
 }
 END_TEST
@@ -1180,7 +1242,7 @@ static Suite *make_tokens_suite(void)
 		test_windows_exact, test_splits_and_globs, test_val_fraction, test_vocab, test_shard_gap,
 		NULL });
 	check_add_case(s, "corrupt", 0, setup, teardown, (const TTest *[]){
-		test_corrupt, test_truncated_while_open, test_read_in_place, NULL });
+		test_corrupt, test_truncated_while_open, test_read_in_place, test_fd_headroom, NULL });
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 	check_add_case(s, "loader", 60, setup, teardown, (const TTest *[]){
 		test_loader_workers_world_resume, test_dataset_checks_targets, test_graph_token_input,

@@ -270,7 +270,10 @@ void kiln_device_graph_free(struct kiln_device *dev, void *graph);
  * its length.  An unreadable file is KILN_EDATA (exit 3), like a corrupt
  * one; a file the config names (`path`, `shards`, `split`, IDX `images`
  * and `labels`) that is not there is KILN_ECONFIG (exit 2) naming the key
- * and where it was set (KILN_EDATA before session 37).  Threads: open/close from one thread; kiln_source_read_image is
+ * and where it was set (KILN_EDATA before session 37).  The tokens
+ * source holds one open descriptor per shard for the source's life
+ * (within ulimit -n; it refuses shards that leave fewer than 64 of it);
+ * records maps each shard (one mapping, no descriptor).  Threads: open/close from one thread; kiln_source_read_image is
  * thread-safe (the source contract).
  */
 struct kiln_source;

@@ -38,17 +38,46 @@ ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off)
 	return (ssize_t)got;
 }
 
+/* The words after "each shard stays open": the limit to raise, and where
+ * the hard one is set when the soft one is at it (raising ulimit -n past
+ * it fails; session 38's review). */
+static void nofile_advice(const struct rlimit *rl, char *buf, size_t n)
+{
+	if (rl->rlim_cur == rl->rlim_max)
+		snprintf(buf, n, "ulimit -n %llu is the hard limit: raise that (limits.conf nofile, systemd LimitNOFILE=, docker --ulimit nofile=)",
+			 (unsigned long long)rl->rlim_cur);
+	else if (rl->rlim_max == RLIM_INFINITY)
+		snprintf(buf, n, "raise ulimit -n, now %llu, hard limit unlimited",
+			 (unsigned long long)rl->rlim_cur);
+	else
+		snprintf(buf, n, "raise ulimit -n, now %llu, hard limit %llu",
+			 (unsigned long long)rl->rlim_cur, (unsigned long long)rl->rlim_max);
+}
+
 const char *loaders_open_hint(int err, size_t nshards, char *buf, size_t n)
 {
 	struct rlimit rl;
+	char advice[192];
 	if (err != EMFILE || getrlimit(RLIMIT_NOFILE, &rl))
 		return "";
-	char hard[32] = "unlimited";
-	if (rl.rlim_max != RLIM_INFINITY)
-		snprintf(hard, sizeof hard, "%llu", (unsigned long long)rl.rlim_max);
-	snprintf(buf, n, " (each of the split's %zu shard(s) stays open while the run reads it: raise ulimit -n, now %llu, hard limit %s)",
-		 nshards, (unsigned long long)rl.rlim_cur, hard);
+	nofile_advice(&rl, advice, sizeof advice);
+	snprintf(buf, n, " (each of the split's %zu shard(s) stays open while the run reads it: %s)",
+		 nshards, advice);
 	return buf;
+}
+
+int loaders_fd_headroom(int top_fd, size_t nshards, char *buf, size_t n)
+{
+	struct rlimit rl;
+	char advice[192];
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur >= (rlim_t)top_fd + 1 + LOADERS_FD_HEADROOM)
+		return 0;
+	nofile_advice(&rl, advice, sizeof advice);
+	snprintf(buf, n, "the split's %zu shard(s) stay open while the run reads them and leave %lld of ulimit -n %llu's descriptors (the highest open is %d), fewer than the %d the run needs besides (checkpoints, logs, the device, the communicator): %s",
+		 nshards, (long long)rl.rlim_cur - top_fd - 1, (unsigned long long)rl.rlim_cur, top_fd,
+		 LOADERS_FD_HEADROOM, advice);
+	return 1;
 }
 
 kiln_status loaders_read_image(const struct loaders_source *src, int fd, uint64_t off, size_t n,

@@ -101,6 +101,17 @@ kiln_status loaders_set_check(const struct kiln_host *host, char *const *paths,
  * into buf, n bytes); "" for any other error. */
 const char *loaders_open_hint(int err, size_t nshards, char *buf, size_t n);
 
+/* Descriptors a run needs besides its shards' (checkpoints, logs, the
+ * device, the communicator): fewer left once the shards are open, and
+ * the run failed later, far from the cause ("[run] out_dir: cannot read
+ * ...: Too many open files", session 38's review). */
+#define LOADERS_FD_HEADROOM 64
+
+/* 1 with the message (n bytes into buf) when the shards of a split of
+ * nshards, the highest open descriptor now top_fd, leave fewer than
+ * LOADERS_FD_HEADROOM of ulimit -n; 0 when there is room (or no limit). */
+int loaders_fd_headroom(int top_fd, size_t nshards, char *buf, size_t n);
+
 /* Read n bytes at offset `off` of fd with pread(), retrying short reads and
  * EINTR.  Returns the bytes read (less than n only at the end of the file),
  * or -1 with errno set.  Thread-safe: uses no file position. */

@@ -157,7 +157,7 @@ static kiln_status tok_shard_open(const struct kiln_host *host, const char *path
 {
 	off_t size;
 	snprintf(s->path, sizeof s->path, "%s", path);
-	char kind[64], hint[160];
+	char kind[64], hint[320];
 	const char *why;
 	s->fd = common_open_file(path, kind, sizeof kind, &why, &size);
 	if (s->fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
@@ -308,6 +308,23 @@ static kiln_status tok_keys_read(const struct kiln_host *host, const struct kiln
 }
 
 /* This split's windows of the total: all, or the train / held-out part. */
+/* Refused at once when the open shards leave the run too few descriptors
+ * (loaders_fd_headroom): before session 38's review 200 shards at ulimit
+ * -n 205 opened, then the run failed at its out_dir. */
+static kiln_status tok_fd_headroom(const struct kiln_host *host, const struct tok_ctx *c,
+				   const char *section)
+{
+	char msg[512];
+	int top = -1;
+	for (int i = 0; i < c->nshards; i++)
+		if (c->shards[i].fd > top)
+			top = c->shards[i].fd;
+	if (!loaders_fd_headroom(top, (size_t)c->nshards, msg, sizeof msg))
+		return KILN_OK;
+	return host->error(KILN_EIO, "[%s] %s%s: %s", section, c->shards[0].path,
+			   c->nshards > 1 ? " ..." : "", msg);
+}
+
 static kiln_status tok_split_range(const struct kiln_host *host, struct tok_ctx *c,
 				   const char *section, const char *split, int64_t total,
 				   double frac)
@@ -365,6 +382,8 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 		s->windows = s->ntok > 0 ? (int64_t)((s->ntok - 1) / (uint64_t)c->T) : 0;
 		total += s->windows;
 	}
+	if ((st = tok_fd_headroom(host, c, section)))
+		goto fail;
 	/* (the shards' records of their pack agree: a split listed
 	 * from a directory must be a whole pack) */
 	if ((st = loaders_set_check(c->src.host, names.v, &c->shards[0].set, sizeof *c->shards,
