@@ -75,3 +75,30 @@ if [ -n "$bad" ]; then
 	exit 1
 fi
 echo "PASS: every docs/*.md that README.md, docs/, include/, cli/, core/ and plugins/ name exists"
+
+# README.md's commands (lines starting `kiln` or `./kiln`) that read
+# runs/NAME/checkpoints/ckpt-N.kiln must follow, in the same fenced block,
+# a `kiln train` with checkpoint_every=M (M dividing N) and keep_last=0,
+# and no `kiln train` between them that keeps fewer (keep_last's default 3 deletes ckpt-N once newer ones come);
+# before session 38 `kiln eval ... ckpt-1000.kiln` followed a run of 7020
+# steps keeping the newest 3
+bad=$(awk '
+	/^```/ { inb = !inb; every = 0; keep0 = 0; next }
+	!inb { next }
+	!/^(\.\/)?kiln / { next }
+	/kiln train / && !/init_from=/ {
+		if (match($0, /checkpoint_every=[0-9]+/)) every = substr($0, RSTART + 17, RLENGTH - 17) + 0
+		keep0 = $0 ~ /keep_last=0/
+	}
+	/checkpoints\/ckpt-[0-9]+\.kiln/ {
+		match($0, /ckpt-[0-9]+\.kiln/); n = substr($0, RSTART + 5, RLENGTH - 10) + 0
+		if (!every || n % every || !keep0)
+			print FILENAME ":" NR ": ckpt-" n ".kiln: no run before it in the block keeps it: " $0
+	}
+' "$srcdir/README.md")
+if [ -n "$bad" ]; then
+	echo "FAIL: README.md reads checkpoints its commands do not keep:"
+	echo "$bad"
+	exit 1
+fi
+echo "PASS: README.md's commands read only checkpoints its runs keep"
