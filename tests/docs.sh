@@ -102,3 +102,21 @@ if [ -n "$bad" ]; then
 	exit 1
 fi
 echo "PASS: README.md's commands read only checkpoints its runs keep"
+
+# the docs' commands (lines starting `kiln`) that read the CNN example's
+# runs/fashion_mnist_cnn/checkpoints/ckpt-N.kiln name the one its run
+# writes after its last step: [train] epochs x (60,000 Fashion-MNIST
+# training images / batch, the last partial batch dropped); before session
+# 38 docs/inference.md quantized ckpt-7035.kiln, which no run writes
+cnn="$srcdir/examples/fashion_mnist_cnn.ini"
+ep=$(sed -n '/^\[train\]/,/^\[/s/^epochs *= *\([0-9]*\).*/\1/p' "$cnn")
+bs=$(sed -n '/^\[train\]/,/^\[/s/^batch *= *\([0-9]*\).*/\1/p' "$cnn")
+last=$((ep * (60000 / bs)))
+bad=$(grep -nE '^ *(\./)?kiln .*runs/fashion_mnist_cnn/checkpoints/ckpt-[0-9]+\.kiln' "$srcdir"/docs/*.md |
+	grep -v "/ckpt-$last\.kiln")
+if [ -n "$bad" ]; then
+	echo "FAIL: the docs read a CNN checkpoint other than ckpt-$last.kiln, the last its run writes:"
+	echo "$bad"
+	exit 1
+fi
+echo "PASS: the docs' commands read the CNN run's last checkpoint, ckpt-$last.kiln"
