@@ -120,3 +120,19 @@ if [ -n "$bad" ]; then
 	exit 1
 fi
 echo "PASS: the docs' commands read the CNN run's last checkpoint, ckpt-$last.kiln"
+
+# docs/plugins.md's sample of `kiln plugins` ("What `kiln plugins` prints")
+# lists today's built-in layers and optimizers with today's ABI (those rows
+# do not depend on the build's options or the machine); before session 38
+# it was ABI 2.2 with 18 layers, no transformer or RNN layers
+rows() { awk '$1 == "layer" || $1 == "optim" { print $1, $2, $3 }'; }
+doc=$(sed -n '/^### What `kiln plugins` prints$/,/^## /p' "$srcdir/docs/plugins.md" | rows)
+now=$("$top_builddir/kiln" plugins 2> /dev/null | rows)
+[ -n "$now" ] || { echo "FAIL: kiln plugins listed no layer or optim"; exit 1; }
+if [ "$doc" != "$now" ]; then
+	echo "FAIL: docs/plugins.md's sample of kiln plugins differs from today's layer and optim rows:"
+	echo "$now" > "$out"
+	echo "$doc" | diff -u "$out" - | tail -n +3
+	exit 1
+fi
+echo "PASS: docs/plugins.md's sample of kiln plugins lists today's $(echo "$now" | wc -l) built-in layers and optimizers"
