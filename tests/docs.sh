@@ -136,3 +136,14 @@ if [ "$doc" != "$now" ]; then
 	exit 1
 fi
 echo "PASS: docs/plugins.md's sample of kiln plugins lists today's $(echo "$now" | wc -l) built-in layers and optimizers"
+
+# docs/rnn.md's seq2seq result and docs/pipeline.md's unsplit row quote one
+# run: the same held-out token accuracy for epochs 1-3; before session 38
+# they quoted different runs (0.7024 ... 0.999875 against ... 0.99994)
+rnn=$(awk -F'|' '$2 ~ /^ [123] $/ { split($3, w, " "); printf "%s ", w[1] }' "$srcdir/docs/rnn.md")
+pipe=$(awk -F'|' '$2 ~ /`kiln train examples\/seq2seq.ini`/ { n = split($3, w, ", "); for (i = 1; i <= 3; i++) { sub(/^ /, "", w[i]); printf "%s ", w[i] } }' "$srcdir/docs/pipeline.md")
+if [ -z "$rnn" ] || [ "$rnn" != "$pipe" ]; then
+	echo "FAIL: docs/rnn.md's seq2seq accuracies by epoch ($rnn) differ from docs/pipeline.md's ($pipe)"
+	exit 1
+fi
+echo "PASS: docs/rnn.md and docs/pipeline.md quote one seq2seq run ($rnn)"
