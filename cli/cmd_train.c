@@ -526,7 +526,8 @@ static void print_result(FILE *f, const struct kiln_train_result *r)
  * stdout, and before session 38 every rank printed its line there, so the
  * last line was whichever rank ended last. The other ranks' lines go to
  * stderr after "kiln: rank N's final metrics: " (their device_peak_bytes
- * differ: docs/distributed.md compares the largest). */
+ * differ: docs/distributed.md compares the largest); none where memory
+ * for the line runs out. */
 static void say_result(const struct kiln_train_result *r)
 {
 	int rank = stop_rank();
@@ -534,8 +535,18 @@ static void say_result(const struct kiln_train_result *r)
 		print_result(stdout, r);
 		return;
 	}
-	fprintf(stderr, "kiln: rank %d's final metrics: ", rank);
-	print_result(stderr, r);
+	/* one write: stderr is unbuffered, and the other ranks' lines
+	 * would cut into a line printed piece by piece */
+	char *line = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&line, &len);
+	if (m) {
+		print_result(m, r);
+		fclose(m);
+	}
+	if (line)
+		fprintf(stderr, "kiln: rank %d's final metrics: %s", rank, line);
+	free(line);
 }
 
 /* What a run that ended tells on stderr: a stop (the user's, or a cause:
