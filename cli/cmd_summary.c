@@ -1,6 +1,6 @@
 /* cli/cmd_summary.c - `kiln summary FILE [--batch N] [overrides]`: the
  * model FILE describes, layer by layer (output shape, parameters, forward
- * FLOPs) and in total, like torchinfo's summary (docs/summary.md). */
+ * FLOPs) and in total, like torchinfo's summary (docs/report.md, "kiln summary"). */
 #include "build-config.h"
 #include "cli.h"
 

@@ -450,11 +450,11 @@ static int stop_rank(void)
 /* "KEY": V, or "KEY": null when V < 0 (not measured) or not finite (a
  * diverged run: before session 36 a bare inf or -nan made the line not
  * JSON) */
-static void print_metric(const char *key, double v)
+static void print_metric(FILE *f, const char *key, double v)
 {
-	printf("\"%s\": ", key);
-	cli_json_num(stdout, "%.6f", v < 0 ? NAN : v);
-	printf(", ");
+	fprintf(f, "\"%s\": ", key);
+	cli_json_num(f, "%.6f", v < 0 ? NAN : v);
+	fprintf(f, ", ");
 }
 
 /* KILN_RESTART > 0: `kiln launch --max-restarts` started this rank again
@@ -469,56 +469,84 @@ static int restarted(void)
 	return 1;
 }
 
-/* The run's final metrics, the JSON line on stdout (null where a value is
+/* The run's final metrics as one JSON line on F (null where a value is
  * missing or not finite). */
-static void print_result(const struct kiln_train_result *r)
+static void print_result(FILE *f, const struct kiln_train_result *r)
 {
-	printf("{\"epochs\": %d, \"steps\": %lld, ", r->epochs, (long long)r->steps);
+	fprintf(f, "{\"epochs\": %d, \"steps\": %lld, ", r->epochs, (long long)r->steps);
 	/* no epoch finished (a stop within the first): null */
-	print_metric("train_loss", r->epochs > 0 ? r->train_loss : -1);
-	print_metric("train_acc", r->epochs > 0 ? r->train_acc : -1);
+	print_metric(f, "train_loss", r->epochs > 0 ? r->train_loss : -1);
+	print_metric(f, "train_acc", r->epochs > 0 ? r->train_acc : -1);
 	/* not evaluated (test_loss < 0): null */
-	print_metric("test_loss", r->test_loss);
-	print_metric("test_acc", r->test_acc);
-	printf("\"test_samples\": %lld, ", (long long)r->test_samples);
+	print_metric(f, "test_loss", r->test_loss);
+	print_metric(f, "test_acc", r->test_acc);
+	fprintf(f, "\"test_samples\": %lld, ", (long long)r->test_samples);
 	/* timed over closed epochs: none closed (a stop in the first), null */
-	printf("\"train_samples_per_s\": ");
-	cli_json_num(stdout, "%.1f", r->epochs > 0 ? r->train_samples_per_s : NAN);
-	printf(", \"eval_samples_per_s\": ");
-	cli_json_num(stdout, "%.1f", r->eval_samples_per_s);
-	printf(", \"wall_s\": ");
-	cli_json_num(stdout, "%.2f", r->wall_s);
+	fprintf(f, "\"train_samples_per_s\": ");
+	cli_json_num(f, "%.1f", r->epochs > 0 ? r->train_samples_per_s : NAN);
+	fprintf(f, ", \"eval_samples_per_s\": ");
+	cli_json_num(f, "%.1f", r->eval_samples_per_s);
+	fprintf(f, ", \"wall_s\": ");
+	cli_json_num(f, "%.2f", r->wall_s);
 	if (r->resumed_step >= 0)
-		printf(", \"resumed_step\": %lld", (long long)r->resumed_step);
+		fprintf(f, ", \"resumed_step\": %lld", (long long)r->resumed_step);
 	if (r->checkpoint[0]) {
-		printf(", \"checkpoint\": ");
-		cli_json_str(stdout, r->checkpoint);
+		fprintf(f, ", \"checkpoint\": ");
+		cli_json_str(f, r->checkpoint);
 	}
 	/* [data.val]: its last evaluation during training; early
 	 * stopping */
 	if (r->val_loss >= 0 || (isnan(r->val_loss) && r->val_acc >= 0)) {
-		printf(", \"val_loss\": ");
-		cli_json_num(stdout, "%.6f", r->val_loss);
-		printf(", \"val_acc\": ");
-		cli_json_num(stdout, "%.6f", r->val_acc);
+		fprintf(f, ", \"val_loss\": ");
+		cli_json_num(f, "%.6f", r->val_loss);
+		fprintf(f, ", \"val_acc\": ");
+		cli_json_num(f, "%.6f", r->val_acc);
 	}
 	if (r->early_stopped)
-		printf(", \"early_stopped\": true");
+		fprintf(f, ", \"early_stopped\": true");
 	if (r->stopped)
-		printf(", \"stopped\": true");
+		fprintf(f, ", \"stopped\": true");
 	if (r->out_dir_lost)
-		printf(", \"out_dir_lost\": true");
+		fprintf(f, ", \"out_dir_lost\": true");
 	if (r->stopped && r->stop_cause[0]) {
-		printf(", \"stop_cause\": ");
-		cli_json_str(stdout, r->stop_cause);
+		fprintf(f, ", \"stop_cause\": ");
+		cli_json_str(f, r->stop_cause);
 	}
 	/* the clip op's counts, both when either is nonzero (before
 	 * session 34 only grad_norm in metrics.jsonl showed clipping) */
 	if (r->steps_skipped || r->steps_clipped)
-		printf(", \"steps_skipped\": %lld, \"steps_clipped\": %lld",
-		       (long long)r->steps_skipped, (long long)r->steps_clipped);
-	printf(", \"device_peak_bytes\": %zu, \"rss_growth_bytes\": %zu}\n", r->device_peak_bytes,
-	       r->rss_growth_bytes);
+		fprintf(f, ", \"steps_skipped\": %lld, \"steps_clipped\": %lld",
+			(long long)r->steps_skipped, (long long)r->steps_clipped);
+	fprintf(f, ", \"device_peak_bytes\": %zu, \"rss_growth_bytes\": %zu}\n", r->device_peak_bytes,
+		r->rss_growth_bytes);
+}
+
+/* The final metrics: rank 0's (the rank that writes the checkpoint) are
+ * the last line on stdout; under `kiln launch` the ranks share that
+ * stdout, and before session 38 every rank printed its line there, so the
+ * last line was whichever rank ended last. The other ranks' lines go to
+ * stderr after "kiln: rank N's final metrics: " (their device_peak_bytes
+ * differ: docs/distributed.md compares the largest); none where memory
+ * for the line runs out. */
+static void say_result(const struct kiln_train_result *r)
+{
+	int rank = stop_rank();
+	if (rank <= 0) {
+		print_result(stdout, r);
+		return;
+	}
+	/* one write: stderr is unbuffered, and the other ranks' lines
+	 * would cut into a line printed piece by piece */
+	char *line = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&line, &len);
+	if (m) {
+		print_result(m, r);
+		fclose(m);
+	}
+	if (line)
+		fprintf(stderr, "kiln: rank %d's final metrics: %s", rank, line);
+	free(line);
 }
 
 /* What a run that ended tells on stderr: a stop (the user's, or a cause:
@@ -645,7 +673,7 @@ int cmd_train(int argc, char **argv)
 			fprintf(stderr, "\n");
 		rc = cli_fail(st);
 	} else {
-		print_result(&r);
+		say_result(&r);
 		rc = say_end(&r, b.tty, args[1]);
 	}
 	free(told.msg);

@@ -1,7 +1,7 @@
 /* core/summary.c - `kiln summary`: per layer, the output shape, the
  * parameters (trainable, frozen, buffers) and the forward FLOPs, and the
  * totals, printed like torchinfo's table (see kiln.h, kiln_model_summary;
- * docs/summary.md).  FLOPs come from the device ops the layers prepare: the
+ * docs/report.md).  FLOPs come from the device ops the layers prepare: the
  * device notes each plan's kiln_op_flops while the plan is made, then the
  * forward is issued with the device counting instead of running. */
 #include "graph.h"

@@ -61,3 +61,89 @@ if [ -n "$bad" ]; then
 	exit 1
 fi
 echo "PASS: docs/distributed.md's srun, mpirun and multi-node kiln launch examples set KILN_STORE_TOKEN"
+
+# every docs/NAME.md that README.md, docs/, the headers and the sources name
+# must exist (core/proto/ is ONNX's generated code, naming ONNX's docs);
+# before session 38 kiln.h, core/summary.c and cli/cmd_summary.c named a
+# docs/summary.md that never was (`kiln summary` is in docs/report.md)
+bad=$(cd "$srcdir" && grep -rnoE 'docs/[A-Za-z0-9_.-]+\.md' README.md docs include cli core plugins \
+	--include='*.md' --include='*.[ch]' --include='*.ini' | grep -v '^core/proto/' |
+	while IFS=: read -r f l ref; do [ -f "$ref" ] || echo "$f:$l: $ref"; done)
+if [ -n "$bad" ]; then
+	echo "FAIL: references to docs that do not exist:"
+	echo "$bad"
+	exit 1
+fi
+echo "PASS: every docs/*.md that README.md, docs/, include/, cli/, core/ and plugins/ name exists"
+
+# README.md's commands (lines starting `kiln` or `./kiln`) that read
+# runs/NAME/checkpoints/ckpt-N.kiln must follow, in the same fenced block,
+# a `kiln train` with checkpoint_every=M (M dividing N) and keep_last=0,
+# and no `kiln train` between them that keeps fewer (keep_last's default 3 deletes ckpt-N once newer ones come);
+# before session 38 `kiln eval ... ckpt-1000.kiln` followed a run of 7020
+# steps keeping the newest 3
+bad=$(awk '
+	/^```/ { inb = !inb; every = 0; keep0 = 0; next }
+	!inb { next }
+	!/^(\.\/)?kiln / { next }
+	/kiln train / && !/init_from=/ {
+		if (match($0, /checkpoint_every=[0-9]+/)) every = substr($0, RSTART + 17, RLENGTH - 17) + 0
+		keep0 = $0 ~ /keep_last=0/
+	}
+	/checkpoints\/ckpt-[0-9]+\.kiln/ {
+		match($0, /ckpt-[0-9]+\.kiln/); n = substr($0, RSTART + 5, RLENGTH - 10) + 0
+		if (!every || n % every || !keep0)
+			print FILENAME ":" NR ": ckpt-" n ".kiln: no run before it in the block keeps it: " $0
+	}
+' "$srcdir/README.md")
+if [ -n "$bad" ]; then
+	echo "FAIL: README.md reads checkpoints its commands do not keep:"
+	echo "$bad"
+	exit 1
+fi
+echo "PASS: README.md's commands read only checkpoints its runs keep"
+
+# the docs' commands (lines starting `kiln`) that read the CNN example's
+# runs/fashion_mnist_cnn/checkpoints/ckpt-N.kiln name the one its run
+# writes after its last step: [train] epochs x (60,000 Fashion-MNIST
+# training images / batch, the last partial batch dropped); before session
+# 38 docs/inference.md quantized ckpt-7035.kiln, which no run writes
+cnn="$srcdir/examples/fashion_mnist_cnn.ini"
+ep=$(sed -n '/^\[train\]/,/^\[/s/^epochs *= *\([0-9]*\).*/\1/p' "$cnn")
+bs=$(sed -n '/^\[train\]/,/^\[/s/^batch *= *\([0-9]*\).*/\1/p' "$cnn")
+last=$((ep * (60000 / bs)))
+bad=$(grep -nE '^ *(\./)?kiln .*runs/fashion_mnist_cnn/checkpoints/ckpt-[0-9]+\.kiln' "$srcdir"/docs/*.md |
+	grep -v "/ckpt-$last\.kiln")
+if [ -n "$bad" ]; then
+	echo "FAIL: the docs read a CNN checkpoint other than ckpt-$last.kiln, the last its run writes:"
+	echo "$bad"
+	exit 1
+fi
+echo "PASS: the docs' commands read the CNN run's last checkpoint, ckpt-$last.kiln"
+
+# docs/plugins.md's sample of `kiln plugins` ("What `kiln plugins` prints")
+# lists today's built-in layers and optimizers with today's ABI (those rows
+# do not depend on the build's options or the machine); before session 38
+# it was ABI 2.2 with 18 layers, no transformer or RNN layers
+rows() { awk '$1 == "layer" || $1 == "optim" { print $1, $2, $3 }'; }
+doc=$(sed -n '/^### What `kiln plugins` prints$/,/^## /p' "$srcdir/docs/plugins.md" | rows)
+now=$("$top_builddir/kiln" plugins 2> /dev/null | rows)
+[ -n "$now" ] || { echo "FAIL: kiln plugins listed no layer or optim"; exit 1; }
+if [ "$doc" != "$now" ]; then
+	echo "FAIL: docs/plugins.md's sample of kiln plugins differs from today's layer and optim rows:"
+	echo "$now" > "$out"
+	echo "$doc" | diff -u "$out" - | tail -n +3
+	exit 1
+fi
+echo "PASS: docs/plugins.md's sample of kiln plugins lists today's $(echo "$now" | wc -l) built-in layers and optimizers"
+
+# docs/rnn.md's seq2seq result and docs/pipeline.md's unsplit row quote one
+# run: the same held-out token accuracy for epochs 1-3; before session 38
+# they quoted different runs (0.7024 ... 0.999875 against ... 0.99994)
+rnn=$(awk -F'|' '$2 ~ /^ [123] $/ { split($3, w, " "); printf "%s ", w[1] }' "$srcdir/docs/rnn.md")
+pipe=$(awk -F'|' '$2 ~ /`kiln train examples\/seq2seq.ini`/ { n = split($3, w, ", "); for (i = 1; i <= 3; i++) { sub(/^ /, "", w[i]); printf "%s ", w[i] } }' "$srcdir/docs/pipeline.md")
+if [ -z "$rnn" ] || [ "$rnn" != "$pipe" ]; then
+	echo "FAIL: docs/rnn.md's seq2seq accuracies by epoch ($rnn) differ from docs/pipeline.md's ($pipe)"
+	exit 1
+fi
+echo "PASS: docs/rnn.md and docs/pipeline.md quote one seq2seq run ($rnn)"

@@ -1056,8 +1056,8 @@ EXTRA_DIST += tests/cpu_gemm_devices.sh
 TESTS += tests/bench_common.sh
 EXTRA_DIST += tests/bench_common.sh
 # kiln launch asleep between events (no polling), its failure, grace and signal rules
-TESTS += tests/launch_wait.sh tests/launch_orphan.sh
-EXTRA_DIST += tests/launch_wait.sh tests/launch_orphan.sh
+TESTS += tests/launch_wait.sh tests/launch_orphan.sh tests/launch_result.sh
+EXTRA_DIST += tests/launch_wait.sh tests/launch_orphan.sh tests/launch_result.sh
 TESTS += tests/launch_nodes.sh
 EXTRA_DIST += tests/launch_nodes.sh
 # the CPU device under a limit on threads (a pids cgroup, or ulimit -u):

@@ -1023,7 +1023,7 @@ kiln_status kiln_parse_size(const char *s, size_t *out);
 kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			       FILE *f, struct kiln_memory *out);
 
-/* ---- model summary (`kiln summary`, docs/summary.md) ----
+/* ---- model summary (`kiln summary`, docs/report.md) ----
  *
  * Per layer: output shape, parameters and forward FLOPs, like torchinfo.
  * FLOPs are counted from the device ops each layer prepares and runs in its
