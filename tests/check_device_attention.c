@@ -427,7 +427,16 @@ START_TEST(test_attn_dropout)
 	float *mask3 = dropout_mask(&f, &c);
 	ck_assert(memcmp(mask2, mask3, nm * 4) != 0);
 	attn_check(&f, "dropout, rank 1 of 2", &c, mask3);
-	free(mask), free(mask2), free(mask3);
+	/* a step past 2^32: its own mask, attention's the DROPOUT op's
+	 * (the step's high word in the counter since session 38; the CPU's
+	 * attn.c and CUDA's attn_ctr carry it whole: a 32-bit step there
+	 * would draw step 42's mask, which this tells apart) */
+	c.row0 = 0, c.rstride = 0;
+	c.step = ((int64_t)1 << 32) + 42;
+	float *mask4 = dropout_mask(&f, &c);
+	ck_assert(memcmp(mask2, mask4, nm * 4) != 0);
+	attn_check(&f, "dropout, step 2^32 + 42", &c, mask4);
+	free(mask), free(mask2), free(mask3), free(mask4);
 	fx_close(&f);
 }
 END_TEST

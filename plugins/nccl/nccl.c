@@ -434,6 +434,7 @@ static kiln_status nccl_barrier(void *ctx)
 		cudaFree(d);
 	}
 	cudaStreamDestroy(s);
+	c->bs = NULL; /* (finish falls back to it for a NULL stream: not a freed one) */
 	return st;
 }
 
