@@ -202,6 +202,15 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 	if (ordinal >= count)
 		return host->error(KILN_EINVAL, "cuda: device ordinal %d, but this machine has %d GPU%s",
 				   ordinal, count, count == 1 ? "" : "s");
+	/* the probe read GPU 0's architecture: cuda:N on an older card of a
+	 * mixed machine would fail at its first kernel ("no kernel image is
+	 * available") instead (the cuda explorer's find, session 38) */
+	int major = 0, minor = 0;
+	if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal) == cudaSuccess &&
+	    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal) == cudaSuccess &&
+	    major * 10 + minor < KILN_CUDA_MIN_ARCH)
+		return host->error(KILN_EDEVICE, "cuda:%d is sm_%d%d; this build has code for sm_%d and newer (./configure --with-cuda-arch=%d%d)",
+				   ordinal, major, minor, KILN_CUDA_MIN_ARCH, major, minor);
 
 	struct cuda_ctx_priv *x = calloc(1, sizeof *x);
 	if (!x)
