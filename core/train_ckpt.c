@@ -697,7 +697,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 			 (long long)tr.world, t->world, (long long)tr.offset);
 	micro_batch_warn(t, saved, &tr);
 	if (tr.batch * tr.world != B * t->world)
-		kiln_log(KILN_LOG_WARN, "train", "resume: the global batch changes from %lld (%lld x %lld ranks) to %lld (%lld x %d): the run will not continue as it would have",
+		kiln_log(KILN_LOG_WARN, "train", "resume: the global batch changes from %lld (%lld x %lld ranks) to %lld (%lld x %d): the run will not continue as it would have (the steps per epoch, the LR schedule's length, and the base lr where [train] lr_scale is set, follow the new batch)",
 			 (long long)(tr.batch * tr.world), (long long)tr.batch, (long long)tr.world,
 			 (long long)(B * t->world), (long long)B, t->world);
 	/* (stages on ranks: each rank loads its stage, kiln_dist_pipe_resume;

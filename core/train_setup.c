@@ -353,8 +353,6 @@ static kiln_status open_loaders(struct trainer *t)
 	return KILN_OK;
 }
 
-/* The loop's state: the epoch order buffers, the step size, where it
- * starts, what the evaluations during training evaluate. */
 /* The step the run ends at unless stopped sooner (a request, early
  * stopping): the steps left in the epoch it starts in (from the
  * checkpoint's offset, in this run's global batch G), then whole epochs,
@@ -377,6 +375,8 @@ static int64_t trainer_last_step(const struct trainer *t)
 	return last;
 }
 
+/* The loop's state: the epoch order buffers, the step size, where it
+ * starts, what the evaluations during training evaluate. */
 static kiln_status open_loop(struct trainer *t)
 {
 	struct kiln_train_result *res = t->res;
