@@ -29,11 +29,18 @@
  * one byte transferred: a read of one byte is counted, and not cut).
  *
  * Clock (tests/json_nonfinite.sh): SHIM_CLOCK_STOP=1 stops CLOCK_MONOTONIC
- * at 1000 s: every call returns the same time. */
+ * at 1000 s: every call returns the same time.
+ *
+ * Opens (tests/init_from_once.sh, tests/trained_no_data.sh): each open(),
+ * open64(), openat() or openat64() of a path that begins with
+ * SHIM_OPEN_PREFIX is a line of SHIM_OPEN_LOG (the path); at the
+ * SHIM_OPEN_AT'th of them the file is first removed (SHIM_OPEN_DO=rm) or
+ * SHIM_OPEN_WITH renamed over it (SHIM_OPEN_DO=swap). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +58,7 @@ extern void *__libc_memalign(size_t, size_t);
 static long alloc_at = 0, alloc_bytes = -1, alloc_count = 0;
 static const char *alloc_from, *alloc_dlopen, *alloc_hit;
 static int pwrite_cut, clock_stop, alloc_main;
-static const char *read_path;
+static const char *read_path, *open_prefix;
 static __thread int in_dlopen, in_dladdr;
 
 static int (*real_posix_memalign)(void **, size_t, size_t);
@@ -102,6 +109,7 @@ __attribute__((constructor)) static void shim_init(void)
 	pwrite_cut = (s = getenv("SHIM_PWRITE_CUT")) && atoi(s);
 	clock_stop = (s = getenv("SHIM_CLOCK_STOP")) && atoi(s);
 	read_path = getenv("SHIM_READ_PATH");
+	open_prefix = getenv("SHIM_OPEN_PREFIX");
 	if ((s = getenv("SHIM_ALLOC_NTH"))) /* last: the filters are in place */
 		alloc_at = atol(s);
 }
@@ -242,3 +250,47 @@ ssize_t pread64(int fd, void *b, size_t n, off_t off)
 {
 	return read_cuts(fd, &n) ? -1 : REAL(real_pread64, "pread64")(fd, b, n, off);
 }
+
+/* An open of path: logged, and the file removed or replaced at the
+ * SHIM_OPEN_AT'th, when path begins with SHIM_OPEN_PREFIX (in kiln) */
+static void open_seen(const char *path)
+{
+	static int opens;
+	if (!open_prefix || !path || strncmp(path, open_prefix, strlen(open_prefix)))
+		return;
+	const int n = __atomic_add_fetch(&opens, 1, __ATOMIC_RELAXED);
+	const char *log = getenv("SHIM_OPEN_LOG"), *at = getenv("SHIM_OPEN_AT");
+	const char *what = getenv("SHIM_OPEN_DO"), *with = getenv("SHIM_OPEN_WITH");
+	FILE *f = log ? fopen(log, "a") : NULL; /* (fopen does not come back here) */
+	if (f) {
+		fprintf(f, "%s\n", path);
+		fclose(f);
+	}
+	if (!at || atoi(at) != n || !what)
+		return;
+	if (!strcmp(what, "rm"))
+		unlink(path);
+	else if (!strcmp(what, "swap") && with)
+		rename(with, path);
+}
+
+/* open's mode argument is there only with O_CREAT or O_TMPFILE */
+#define OPEN_SHIM(NAME, CALL, ...)                                              \
+	int NAME(__VA_ARGS__, int flags, ...)                                  \
+	{                                                                      \
+		static int (*real)();                                          \
+		mode_t mode = 0;                                               \
+		if (flags & (O_CREAT | O_TMPFILE)) {                           \
+			va_list ap;                                            \
+			va_start(ap, flags);                                   \
+			mode = va_arg(ap, mode_t);                             \
+			va_end(ap);                                            \
+		}                                                              \
+		REAL(real, #NAME);                                             \
+		open_seen(path);                                               \
+		return CALL;                                                   \
+	}
+OPEN_SHIM(open, real(path, flags, mode), const char *path)
+OPEN_SHIM(open64, real(path, flags, mode), const char *path)
+OPEN_SHIM(openat, real(dirfd, path, flags, mode), int dirfd, const char *path)
+OPEN_SHIM(openat64, real(dirfd, path, flags, mode), int dirfd, const char *path)

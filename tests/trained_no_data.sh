@@ -10,51 +10,13 @@
 # ([data.eval], which eval and predict --eval-set read, is elsewhere.)
 name=trained_no_data
 . "$(dirname "$0")/lib.sh"
-CC=${CC:-cc}
 need_source idx
 need_source tokens
 data="$srcdir/tests/data"
 
-# the shim: each open() of a path under SHIM_PREFIX is a line of SHIM_LOG
-cat >"$tmp/shim.c" <<'CEOF'
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-static void seen(const char *path)
-{
-	const char *want = getenv("SHIM_PREFIX"), *log = getenv("SHIM_LOG");
-	FILE *f;
-	if (want && log && path && !strncmp(path, want, strlen(want)) && (f = fopen(log, "a"))) {
-		fprintf(f, "%s\n", path);
-		fclose(f);
-	}
-}
-#define SHIM(NAME, CALL, ...)                                                  \
-	int NAME(__VA_ARGS__, int flags, ...)                                  \
-	{                                                                      \
-		static int (*real)();                                          \
-		mode_t mode = 0;                                               \
-		if (flags & (O_CREAT | O_TMPFILE)) {                           \
-			va_list ap;                                            \
-			va_start(ap, flags);                                   \
-			mode = va_arg(ap, mode_t);                             \
-			va_end(ap);                                            \
-		}                                                              \
-		if (!real)                                                     \
-			*(void **)&real = dlsym(RTLD_NEXT, #NAME);             \
-		seen(path);                                                    \
-		return CALL;                                                   \
-	}
-SHIM(open, real(path, flags, mode), const char *path)
-SHIM(open64, real(path, flags, mode), const char *path)
-SHIM(openat, real(dirfd, path, flags, mode), int dirfd, const char *path)
-SHIM(openat64, real(dirfd, path, flags, mode), int dirfd, const char *path)
-CEOF
-$CC -shared -fPIC -o "$tmp/shim.so" "$tmp/shim.c" -ldl || fail "cannot build the open() shim"
+# tests/shim_fault.c: each open() of a path under SHIM_OPEN_PREFIX is a
+# line of SHIM_OPEN_LOG
+shim_build || fail "cannot build tests/shim_fault.c: $(cat "$tmp/shim.err")"
 
 # the CNN: [data] in $tmp/tr, [data.eval] in $tmp/ev; an image to predict
 mkdir "$tmp/tr" "$tmp/ev"
@@ -100,7 +62,7 @@ run() {
 	[ "$file" = stdout ] || rm -f "$file"
 	rm -f "$tmp/opens"
 	if [ "$when" = with ]; then
-		LD_PRELOAD="$tmp/shim.so" SHIM_PREFIX="$tmp/tr/" SHIM_LOG="$tmp/opens" "$kiln" "$@" >"$out" 2>"$err"
+		LD_PRELOAD="$shim" SHIM_OPEN_PREFIX="$tmp/tr/" SHIM_OPEN_LOG="$tmp/opens" "$kiln" "$@" >"$out" 2>"$err"
 	else
 		"$kiln" "$@" >"$out" 2>"$err"
 	fi
