@@ -6,4 +6,4 @@ EXTRA_DIST += docs/logging.md
 EXTRA_DIST += docs/generate.md
 EXTRA_DIST += docs/inference.md
 EXTRA_DIST += docs/rnn.md
-EXTRA_DIST += docs/pipeline.md
+EXTRA_DIST += docs/pipeline.md docs/fuzzing.md
