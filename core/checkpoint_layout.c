@@ -245,8 +245,8 @@ static kiln_status tensors_at(const struct kiln_ckpt *ck, const struct kiln_mode
 	return st;
 }
 
-kiln_status ckpt_layout(struct kiln_ckpt *ck, const struct kiln_model *m, size_t **at, char *theirs_line,
-			char *mine_line, size_t n, int *differ)
+kiln_status ckpt_layout(struct kiln_ckpt *ck, const struct kiln_model *m, size_t **at,
+			char *theirs_line, char *mine_line, size_t n, int *differ)
 {
 	char *mine = ckpt_tensors_text(m), *theirs = NULL;
 	kiln_status st;

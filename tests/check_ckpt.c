@@ -512,14 +512,15 @@ static const struct moved to_old[] = { { "b.weight", 0, 80, 48 },   { "a.bias", 
 				       { "b.bias", 128, 128, 16 } };
 #define N_MOVED (int)(sizeof to_old / sizeof to_old[0])
 
-/* Checkpoint `in` rewritten to `out` with the tensors moved as mv says:
- * their "tensors" lines' offsets, and their extents in "params" and in
- * each optimizer slot ("optim.*" of the parameters' length: a model with
- * no frozen tensor); every CRC and the header's size redone (the format
- * of docs/checkpoints.md: a 64-byte header, its u64 at 16 the file's
- * size, u32 at 24 the section count, CRC32C of bytes 0..59 at 60; each
- * section a 48-byte header, tag[32], u64 bytes, u32 payload CRC32C, u32
- * CRC32C of the 44 bytes before it; then the payload). */
+/* Checkpoint `in` rewritten to `out` with the tensors moved as mv says
+ * (`is` SIZE_MAX: "8x", not a number): their "tensors" lines' offsets,
+ * and their extents in "params" and in each optimizer slot ("optim.*" of
+ * the parameters' length: a model with no frozen tensor); every CRC and
+ * the header's size redone (the format of docs/checkpoints.md: a 64-byte
+ * header, its u64 at 16 the file's size, u32 at 24 the section count,
+ * CRC32C of bytes 0..59 at 60; each section a 48-byte header, tag[32],
+ * u64 bytes, u32 payload CRC32C, u32 CRC32C of the 44 bytes before it;
+ * then the payload). */
 static void move_tensors(const char *in, const char *out, const struct moved *mv, int n)
 {
 	size_t len, params = 0;
@@ -549,13 +550,16 @@ static void move_tensors(const char *in, const char *out, const struct moved *mv
 				char name[160], region[16];
 				size_t off;
 				int rest;
+				char num[32] = "8x";
 				ck_assert(sscanf(line, "%159s %15s %zu %n", name, region, &off, &rest) == 3);
 				for (int k = 0; k < n; k++)
 					if (!strcmp(name, mv[k].name)) {
 						ck_assert_uint_eq(off, mv[k].was);
 						off = mv[k].is;
 					}
-				w += (size_t)sprintf((char *)od + w, "%s %s %zu %s\n", name, region, off,
+				if (off != SIZE_MAX) /* (else malformed) */
+					snprintf(num, sizeof num, "%zu", off);
+				w += (size_t)sprintf((char *)od + w, "%s %s %s %s\n", name, region, num,
 						     line + rest);
 			}
 			free(text);
@@ -566,7 +570,8 @@ static void move_tensors(const char *in, const char *out, const struct moved *mv
 			   (!strcmp((const char *)sh, "params") || !strncmp((const char *)sh, "optim.", 6))) {
 			memset(od, 0xee, bytes); /* every byte below written once */
 			for (int k = 0; k < n; k++)
-				memcpy(od + 4 * mv[k].is, data + 4 * mv[k].was, 4 * mv[k].ext);
+				if (mv[k].is != SIZE_MAX)
+					memcpy(od + 4 * mv[k].is, data + 4 * mv[k].was, 4 * mv[k].ext);
 		} else {
 			memcpy(od, data, bytes);
 		}
@@ -740,9 +745,9 @@ START_TEST(test_tie_layout)
 END_TEST
 
 /* A table of this model's tensors that does not lay them out as a kiln
- * does (one moved off its place, overlapping the next) is refused, the
- * model left as it was; so is one with another tensor ("another model",
- * test_other_model). */
+ * does (one moved off its place, overlapping the next), or whose offset is
+ * not a number, is refused, the model left as it was; so is one with
+ * another tensor ("another model", test_other_model). */
 START_TEST(test_tie_layout_bad)
 {
 	char dir[1024], path[4200], bad[4300];
@@ -770,9 +775,17 @@ START_TEST(test_tie_layout_bad)
 	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
 	ck_assert(kiln_ckpt_check_sample(ck, b.m) == KILN_EDATA);
 	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	kiln_ckpt_close(ck);
+	/* an offset that is not a number */
+	off[0].is = SIZE_MAX;
+	move_tensors(path, bad, off, N_MOVED);
+	ck_assert(kiln_ckpt_open(bad, &ck) == 0);
+	ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_WEIGHTS) == KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "its 'tensors' line 'b.weight params 8x 36 f32 6,6' is malformed"),
+		      "%s", kiln_last_error());
+	kiln_ckpt_close(ck);
 	char *s1 = state_bytes(&b, &n1);
 	ck_assert(n0 == n1 && !memcmp(s0, s1, n0));
-	kiln_ckpt_close(ck);
 	free(s0);
 	free(s1);
 	rig_close(&a);
