@@ -213,9 +213,11 @@ kiln_status kiln_ckpt_read_text(struct kiln_ckpt *ck, const char *tag, char **ou
  * open [data] for it; KILN_ENOTFOUND when the file has none (an older
  * kiln's). */
 kiln_status kiln_ckpt_sample(struct kiln_ckpt *ck, struct kiln_tensor_desc *out);
-/* m's parameter table (laid out, allocated or not) equals ck's "tensors";
- * else KILN_EDATA naming ck, its "sample" section (m->sample) and the first
- * difference (kiln_trained_open's check before anything is allocated). */
+/* m's parameter table (laid out, allocated or not) equals ck's "tensors",
+ * or holds the same tensors at other offsets (read by name:
+ * kiln_ckpt_load_model); else KILN_EDATA naming ck, its "sample" section
+ * (m->sample) and the first difference (kiln_trained_open's check before
+ * anything is allocated). */
 kiln_status kiln_ckpt_check_sample(struct kiln_ckpt *ck, const struct kiln_model *m);
 /* The trainer section, with its values range-checked. */
 kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer *out);
@@ -269,7 +271,9 @@ enum { KILN_CKPT_LOAD_ALL = 0, KILN_CKPT_LOAD_WEIGHTS = 1 };
  * the checkpoint's: with LOAD_WEIGHTS its micro-step count is added, as
  * the "step" buffer stays behind.
  * The "tensors" section must describe the same parameters as m (names,
- * shapes, offsets), and each buffer's section have exactly its length;
+ * shapes; at other offsets, a kiln's older layout of a tie naming a later
+ * layer, they are read by name: checkpoint_layout.c), and each buffer's
+ * section have exactly its length;
  * all of them are read and checked into host memory before the first byte
  * is copied to the device, so on failure m is unchanged.  Synchronises
  * `stream`. */
@@ -278,7 +282,8 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 
 /* A resume on a rank that holds the slice [lo, hi) of the trainables alone
  * ([dist] pipeline, core/dist_pipe_ckpt.c): the "tensors" must describe m's
- * parameters (as kiln_ckpt_load_model's); "params" [lo, hi) to
+ * parameters (as kiln_ckpt_load_model's; [lo, hi) is m's layout, read by
+ * name from another); "params" [lo, hi) to
  * m->params_d + lo, "buffers" whole (every rank has them), each optimizer
  * slot's [lo, hi) to state + slot x (hi - lo) (state NULL: none), the
  * counters, m's batchnorm count (LOAD_ALL; LOAD_WEIGHTS: the parameters'
@@ -293,8 +298,9 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
  * n_trainable floats) to dst (device memory, float lo's place), piece by
  * piece as kiln_ckpt_load_stage reads: ZeRO-1's resume, whose ranks hold
  * no whole state (core/dist_zero.c; [0, n_trainable): the whole slot,
- * with [dist] pipeline a stage's slice).  KILN_EDATA naming the file when
- * the section is missing or of another length. */
+ * with [dist] pipeline a stage's slice; the "tensors" checked and read by
+ * name as kiln_ckpt_load_model's).  KILN_EDATA naming the file when the
+ * section is missing or of another length. */
 kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int k, size_t lo,
 				size_t hi, float *dst, void *stream);
 

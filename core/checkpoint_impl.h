@@ -1,7 +1,7 @@
 /* core/checkpoint_impl.h - what the checkpoint files' writer, reader and
  * loader share (core/checkpoint_write.c, checkpoint_read.c,
- * checkpoint_load.c; checkpoint.h is their interface, docs/checkpoints.md
- * the byte layout):
+ * checkpoint_load.c, checkpoint_layout.c; checkpoint.h is their
+ * interface, docs/checkpoints.md the byte layout):
  *
  *   offset 0   header                     64 bytes
  *   offset 64  section 0: header 48 bytes, then its payload
@@ -11,6 +11,10 @@
  * Every byte is under a CRC32C: the header's bytes 0..59 (CRC at 60), each
  * section header's bytes 0..43 (CRC at 44), each payload (CRC in its
  * section header).  So any flipped byte and any truncation is refused.
+ *
+ * The "tensors" section says where each tensor is in "params", "buffers"
+ * and the optimizer slots; a reader reads them by name when the order
+ * differs from the model's (checkpoint_layout.c).
  *
  * The functions here are libkiln's own: not exported (the library exports
  * kiln_* alone).
@@ -90,6 +94,37 @@ char *ckpt_tensors_text(const struct kiln_model *m);
 
 /* The "sample" section's text, "DTYPE D0,D1,...\n" (checkpoint_write.c). */
 void ckpt_sample_text(const struct kiln_tensor_desc *d, char *out, size_t len);
+
+/* ---- the "tensors" table against a model (checkpoint_layout.c) ----------- */
+
+/* How ck lays out m's tensors: *at = NULL when its table is m's; else, when
+ * it holds the same tensors (names, regions, sizes, dtypes, shapes) at
+ * other offsets (a kiln before 2026-12-06's layout of a tie naming a later
+ * layer), *at (malloc'd, the caller frees) each m->params[i]'s offset in
+ * the checkpoint, checked to lay them out as a kiln does (each extent
+ * after the other from 0, the trainable ones first); else *differ = 1 and
+ * the first differing line of each table into theirs_line/mine_line (n
+ * bytes each).  KILN_EDATA naming the file when the table is malformed. */
+kiln_status ckpt_layout(struct kiln_ckpt *ck, const struct kiln_model *m, size_t **at,
+			char *theirs_line, char *mine_line, size_t n, int *differ);
+/* ckpt_layout, with the tables differing beyond their offsets refused:
+ * "holds another model" (KILN_ECONFIG) naming the first difference. */
+kiln_status ckpt_same_model(struct kiln_ckpt *ck, const struct kiln_model *m, size_t **at);
+/* Logs that ck's tensors are read by name from another layout. */
+void ckpt_layout_note(const struct kiln_ckpt *ck, const struct kiln_model *m);
+
+/* What a state section holds, for the move between layouts: no tensors
+ * (the counters), the parameters, the buffers, an optimizer slot (the
+ * trainable parameters'). */
+enum { CKPT_MAP_NONE, CKPT_MAP_PARAMS, CKPT_MAP_BUFFERS, CKPT_MAP_SLOT };
+int ckpt_layout_kind(const struct kiln_model *m, const char *tag);
+/* Elements [lo, hi) of a section of that kind (not NONE) in m's layout
+ * into out, from where ck's layout (at, ckpt_layout) holds each tensor's
+ * extent: from `stored`, the section as stored, or when NULL read from fd
+ * whose section payload starts at byte at_byte.  -1 when a read fails
+ * (errno: 0 truncated). */
+int ckpt_gather(const struct kiln_model *m, const size_t *at, int kind, size_t lo, size_t hi,
+		const float *stored, int fd, uint64_t at_byte, float *out);
 
 /* A device section's and a source's bytes go through one host buffer of
  * this size, piece by piece. */

@@ -1,8 +1,9 @@
 /* core/checkpoint_load.c - a checkpoint into a model (checkpoint.h):
  * the model's parameters checked against the checkpoint's (names, shapes,
- * sample), the weights checked finite on their way to the device, the
- * counters range-checked; whole, or one ZeRO slot's or one pipeline
- * stage's slice.
+ * sample; read by name when laid out in another order:
+ * checkpoint_layout.c), the weights checked finite on their way to the
+ * device, the counters range-checked; whole, or one ZeRO slot's or one
+ * pipeline stage's slice.
  */
 #include "checkpoint_impl.h"
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
@@ -98,156 +99,6 @@ static kiln_status check_counters(const struct kiln_ckpt *ck, const char *name, 
 	return KILN_OK;
 }
 
-/* The first line where a and b differ, into la/lb (for messages). */
-static void first_diff(const char *a, const char *b, char *la, char *lb, size_t n)
-{
-	while (*a && *b) {
-		size_t ka = strcspn(a, "\n"), kb = strcspn(b, "\n");
-		if (ka != kb || memcmp(a, b, ka)) {
-			snprintf(la, n, "%.*s", (int)ka, a);
-			snprintf(lb, n, "%.*s", (int)kb, b);
-			return;
-		}
-		a += ka + (a[ka] != 0);
-		b += kb + (b[kb] != 0);
-	}
-	snprintf(la, n, "%.*s", (int)strcspn(a, "\n"), *a ? a : "(end)");
-	snprintf(lb, n, "%.*s", (int)strcspn(b, "\n"), *b ? b : "(end)");
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Table text's lines with each line's offset (third field) cut out,
- * sorted: two tables of the same tensors laid out in another order give
- * the same result.  NULL when out of memory. */
-static char **lines_sans_offset(const char *text, int *n_out)
-{
-	int n = 0, cap = 0;
-	char **v = NULL;
-	for (const char *a = text; *a;) {
-		const size_t k = strcspn(a, "\n");
-		char *line = strndup(a, k), *f2, *f3;
-		if (n == cap) {
-			char **w = realloc(v, (size_t)(cap = cap * 2 + 16) * sizeof *v);
-			if (!w) {
-				free(line);
-				line = NULL;
-			} else {
-				v = w;
-			}
-		}
-		if (!line)
-			goto oom;
-		/* "name region offset ...": drop " offset" */
-		if ((f2 = strchr(line, ' ')) && (f2 = strchr(f2 + 1, ' ')) && (f3 = strchr(f2 + 1, ' ')))
-			memmove(f2, f3, strlen(f3) + 1);
-		v[n++] = line;
-		a += k + (a[k] != 0);
-	}
-	qsort(v, (size_t)n, sizeof *v, cmp_str);
-	*n_out = n;
-	return v ? v : calloc(1, sizeof *v);
-oom:
-	while (n--)
-		free(v[n]);
-	free(v);
-	return NULL;
-}
-
-
-/* 1 when tables a and b hold the same tensors (names, regions, sizes,
- * dtypes, shapes) at other offsets, 0 when not, -1 when out of memory. */
-static int same_but_offsets(const char *a, const char *b)
-{
-	int na = 0, nb = 0, same = -1;
-	char **la = lines_sans_offset(a, &na), **lb = la ? lines_sans_offset(b, &nb) : NULL;
-	if (la && lb) {
-		same = na == nb;
-		for (int i = 0; same && i < na; i++)
-			same = !strcmp(la[i], lb[i]);
-	}
-	for (int i = 0; la && i < na; i++)
-		free(la[i]);
-	for (int i = 0; lb && i < nb; i++)
-		free(lb[i]);
-	free(la);
-	free(lb);
-	return same;
-}
-
-/* The first layer of m whose tie names a later layer, else -1.  kiln
- * before 2026-12-06 (commit 71e6d1c) laid such a tied tensor out at the
- * named (later) layer's place; it is now at its earliest user's
- * (kiln_model_tie_owner), so that a pipeline stage's parameters stay a
- * contiguous slice: the same tensors at other offsets. */
-static int later_tie(const struct kiln_model *m)
-{
-	for (int i = 0; i < m->n_layers; i++)
-		if (m->layers[i].tie > i)
-			return i;
-	return -1;
-}
-
-/* Compares the checkpoint's parameter table with this model's (names,
- * regions, offsets, sizes, dtypes, shapes): 0 with *differ = 0 when they
- * are equal, 0 with *differ = 1 and the first differing line of each into
- * theirs/mine (n bytes each) when not, else the error reading it.  When
- * they differ only in offsets and this model ties a weight to a later
- * layer (later_tie), the error that says so and how to carry the weights
- * over: no reader maps the tensors by name. */
-static kiln_status tensors_diff(struct kiln_ckpt *ck, const struct kiln_model *m,
-				char *theirs_line, char *mine_line, size_t n, int *differ)
-{
-	char *mine = ckpt_tensors_text(m), *theirs = NULL;
-	kiln_status st;
-	int x;
-	*differ = 0;
-	if (!mine)
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	if (!(st = kiln_ckpt_read_text(ck, "tensors", &theirs)) && strcmp(mine, theirs)) {
-		first_diff(theirs, mine, theirs_line, mine_line, n);
-		*differ = 1;
-		if ((x = later_tie(m)) >= 0 && same_but_offsets(theirs, mine) > 0) {
-			const struct model_layer *X = &m->layers[x];
-			st = kiln_error(KILN_ECONFIG, "checkpoint %s holds this model's tensors at other offsets (its parameter '%s', this model's '%s'): it was written by a kiln before 2026-12-06, which laid the weight of [%s] tie = %s out at %s's place; kiln now lays it out at its earliest user's (%s's) and cannot read the older layout. Carry the weights over: with the older kiln, kiln export CONFIG --checkpoint %s --safetensors W.safetensors, then here [model] init_from = W.safetensors (the optimizer state starts anew; docs/checkpoints.md)",
-					ck->path, theirs_line, mine_line, X->section, m->layers[X->tie].name,
-					m->layers[X->tie].name, X->name, ck->path);
-		}
-	}
-	free(mine);
-	free(theirs);
-	return st;
-}
-
-/* The checkpoint's parameter table equals this model's; else an error
- * naming the first difference. */
-static kiln_status same_model(struct kiln_ckpt *ck, const struct kiln_model *m)
-{
-	char a[256], b[256];
-	int differ;
-	kiln_status st = tensors_diff(ck, m, a, b, sizeof a, &differ);
-	if (st || !differ)
-		return st;
-	return kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
-			  ck->path, a, b);
-}
-
-kiln_status kiln_ckpt_check_sample(struct kiln_ckpt *ck, const struct kiln_model *m)
-{
-	char a[256], b[256], sample[160];
-	int differ;
-	kiln_status st = tensors_diff(ck, m, a, b, sizeof a, &differ);
-	if (st || !differ)
-		return st;
-	ckpt_sample_text(&m->sample, sample, sizeof sample);
-	sample[strcspn(sample, "\n")] = '\0';
-	return kiln_error(KILN_EDATA, "checkpoint %s: its section 'sample' (input %s) does not give the model it holds (a corrupt 'sample' section, or other [layer] sections): its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
-			  ck->path, sample, a, b);
-}
-
 /* Section `tag`'s bytes [off, off + bytes) read into v: refused when it is
  * the parameters or the buffers and a tensor's values there are not
  * finite (kiln_model_finite_check). */
@@ -277,15 +128,37 @@ static kiln_status step_to_drop(struct kiln_model *m, const char *name, const vo
 				      stream);
 }
 
+/* Section `tag` whole into host (bytes, its exact length) in m's layout:
+ * read as stored, its CRC checked over the stored bytes, then, when the
+ * checkpoint lays m's tensors out in another order (at: ckpt_layout) and
+ * the section holds tensors, each tensor's extent moved to its place. */
+static kiln_status read_section(struct kiln_ckpt *ck, const struct kiln_model *m,
+				const size_t *at, const char *tag, void *host, size_t bytes)
+{
+	const int kind = at ? ckpt_layout_kind(m, tag) : CKPT_MAP_NONE;
+	if (kind == CKPT_MAP_NONE)
+		return kiln_ckpt_read(ck, tag, host, bytes);
+	float *stored = malloc(bytes ? bytes : 1);
+	if (!stored)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	kiln_status st = kiln_ckpt_read(ck, tag, stored, bytes);
+	if (!st)
+		ckpt_gather(m, at, kind, 0, bytes / sizeof(float), stored, -1, 0, host);
+	free(stored);
+	return st;
+}
+
 kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream, int what)
 {
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
 	int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
 	kiln_status st;
-	size_t total = 0, off = 0;
+	size_t total = 0, off = 0, *at = NULL;
 	void *host = NULL;
-	if ((st = same_model(ck, m)))
+	if ((st = ckpt_same_model(ck, m, &at)))
 		return st;
+	if (at)
+		ckpt_layout_note(ck, m);
 	int64_t tracked = m->tracked_base;
 	if ((st = tracked_count(ck, what, &tracked)))
 		goto out;
@@ -314,7 +187,7 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 		if (what == KILN_CKPT_LOAD_WEIGHTS && strcmp(sb[i].name, "params") &&
 		    strcmp(sb[i].name, "buffers"))
 			continue;
-		if ((st = kiln_ckpt_read(ck, sb[i].name, (char *)host + off, sb[i].bytes)) ||
+		if ((st = read_section(ck, m, at, sb[i].name, (char *)host + off, sb[i].bytes)) ||
 		    (st = check_counters(ck, sb[i].name, (char *)host + off, sb[i].bytes)) ||
 		    (st = weights_finite(ck, m, sb[i].name, 0, (char *)host + off, sb[i].bytes)))
 			goto out;
@@ -341,22 +214,29 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 		m->tracked_base = tracked;
 out:
 	kiln_device_host_free(m->dev, host);
+	free(at);
 	return st;
 }
 
 /* ---- a stage's slice (core/dist_pipe_ckpt.c) ------------------------------- */
 
-/* Bytes [off, off + n) of section r, piece by piece through host, to the
- * device at dst (the file's checksums were verified when it was opened;
- * the parameters' and buffers' values are checked finite). */
+/* Bytes [off, off + n) of section r in m's layout, piece by piece
+ * through host, to the device at dst (the file's checksums were verified
+ * when it was opened; the parameters' and buffers' values are checked
+ * finite).  lay: where the checkpoint holds m's tensors when its order is
+ * another (ckpt_layout), each piece gathered from their places. */
 static kiln_status range_to_device(struct kiln_ckpt *ck, const struct rsec *r, uint64_t off,
 				   size_t n, void *dst, void *host, struct kiln_model *m,
-				   void *stream)
+				   const size_t *lay, void *stream)
 {
+	const int kind = lay ? ckpt_layout_kind(m, r->tag) : CKPT_MAP_NONE;
+	const size_t f = sizeof(float);
 	kiln_status st = KILN_OK;
 	for (size_t at = 0; at < n && !st; at += PIECE) {
 		const size_t k = n - at < PIECE ? n - at : PIECE;
-		if (kiln_pread_all(ck->fd, host, k, r->off + off + at))
+		if (kind == CKPT_MAP_NONE ? kiln_pread_all(ck->fd, host, k, r->off + off + at)
+					  : ckpt_gather(m, lay, kind, (off + at) / f, (off + at + k) / f,
+							NULL, ck->fd, r->off, host))
 			return ckpt_read_error(ck->path, r->tag);
 		if ((st = weights_finite(ck, m, r->tag, off + at, host, k)))
 			return st;
@@ -415,12 +295,16 @@ kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int 
 {
 	const size_t bytes = m->n_trainable * sizeof(float);
 	const struct rsec *r;
+	size_t *at = NULL;
 	void *host = NULL;
-	kiln_status st = section_of(ck, m->optim_info.slot_names[k], bytes, &r);
+	kiln_status st = ckpt_same_model(ck, m, &at);
+	if (!st)
+		st = section_of(ck, m->optim_info.slot_names[k], bytes, &r);
 	if (!st && hi > lo && !(st = kiln_device_host_alloc(m->dev, PIECE, &host)))
 		st = range_to_device(ck, r, lo * sizeof(float), (hi - lo) * sizeof(float), dst, host,
-				     m, stream);
+				     m, at, stream);
 	kiln_device_host_free(m->dev, host);
+	free(at);
 	return st;
 }
 
@@ -429,10 +313,13 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
 {
 	const size_t n = hi > lo ? hi - lo : 0;
 	const struct rsec *r;
+	size_t *at = NULL;
 	void *host = NULL;
 	kiln_status st;
-	if ((st = same_model(ck, m)))
+	if ((st = ckpt_same_model(ck, m, &at)))
 		return st;
+	if (at)
+		ckpt_layout_note(ck, m);
 	int64_t tracked = m->tracked_base;
 	if ((st = tracked_count(ck, what, &tracked)) ||
 	    (st = kiln_device_host_alloc(m->dev, PIECE, &host)))
@@ -441,18 +328,18 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	 * stage's slice of each optimizer slot, then the counters */
 	if ((st = section_of(ck, "params", m->n_elems * sizeof(float), &r)) ||
 	    (st = range_to_device(ck, r, lo * sizeof(float), n * sizeof(float), m->params_d + lo,
-				  host, m, stream)))
+				  host, m, at, stream)))
 		goto out;
 	if (m->n_buf_elems &&
 	    ((st = section_of(ck, "buffers", m->n_buf_elems * sizeof(float), &r)) ||
 	     (st = range_to_device(ck, r, 0, m->n_buf_elems * sizeof(float), m->buffers_d, host, m,
-				   stream))))
+				   at, stream))))
 		goto out;
 	for (int k = 0; what == KILN_CKPT_LOAD_ALL && state && k < m->state_slots; k++)
 		if ((st = section_of(ck, m->optim_info.slot_names[k], m->n_trainable * sizeof(float),
 				     &r)) ||
 		    (st = range_to_device(ck, r, lo * sizeof(float), n * sizeof(float),
-					  state + (size_t)k * n, host, m, stream)))
+					  state + (size_t)k * n, host, m, at, stream)))
 			goto out;
 	if (what == KILN_CKPT_LOAD_ALL && (st = load_counters(ck, m, stream)))
 		goto out;
@@ -460,6 +347,7 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	kiln_model_weights_written(m);
 out:
 	kiln_device_host_free(m->dev, host);
+	free(at);
 	return st;
 }
 

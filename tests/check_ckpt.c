@@ -14,7 +14,7 @@
 
 #include "checkpoint.h"
 #include "config_diff.h"
-#include "graph.h" /* model_param offsets: test_tie_layout */
+#include "graph.h" /* model_param offsets, params_d: test_tie_layout */
 
 #include <check.h>
 #include "check_main.h"
@@ -486,70 +486,310 @@ START_TEST(test_other_model)
 END_TEST
 
 /* [layer.a] tie = b, a before b: kiln before 2026-12-06 (71e6d1c) laid
- * the tied tensor out at b's place; it is a's now.  Such a checkpoint (its
- * tensors table the same tensors at other offsets, synthesised here by
- * saving with the old offsets) was refused as "another model" by resume,
- * eval and init_from, and by export as a corrupt 'sample' section
- * (session 38's review); the message now says what happened and how to
- * carry the weights over. */
+ * the tied tensor out at b's place; it is a's now.  Such a checkpoint
+ * holds the same tensors at other offsets, in "params" and in every
+ * optimizer slot alike.  Until session 39 every reader refused it (resume,
+ * eval, export, init_from); now each reads it by name. */
 static const char *tie_ini = "[layer.a]\ntype = linear\nout = 6\ntie = b\n"
 			     "[layer.r]\ntype = relu\n"
 			     "[layer.c]\ntype = linear\nout = 6\n"
 			     "[layer.b]\ntype = linear\nout = 6\n"
-			     "[layer.loss]\ntype = softmax_xent\n";
+			     "[layer.loss]\ntype = softmax_xent\n"
+			     "[train]\nmomentum = 0.9\n";
 
-/* The old layout of tie_ini's model (each tensor 64-byte aligned):
- * a.bias 0, c.weight 16, c.bias 64, b.weight 80, b.bias 128, as kiln
- * before 71e6d1c laid it out; the new is b.weight 0, a.bias 48, ... */
-static void old_tie_offsets(struct kiln_model *m, size_t *keep)
+/* A tensor's place in a checkpoint's "params" (and optimizer slots),
+ * in elements: `was` in the layout written, `is` in the one rewritten,
+ * `ext` its extent (elements and padding to 64 bytes). */
+struct moved {
+	const char *name;
+	size_t was, is, ext;
+};
+
+/* tie_ini's model: as kiln lays it out now (b.weight first, at a's place)
+ * and as kiln before 71e6d1c did (b.weight at b's place). */
+static const struct moved to_old[] = { { "b.weight", 0, 80, 48 },   { "a.bias", 48, 0, 16 },
+				       { "c.weight", 64, 16, 48 }, { "c.bias", 112, 64, 16 },
+				       { "b.bias", 128, 128, 16 } };
+#define N_MOVED (int)(sizeof to_old / sizeof to_old[0])
+
+/* Checkpoint `in` rewritten to `out` with the tensors moved as mv says
+ * (`is` SIZE_MAX: "8x", not a number): their "tensors" lines' offsets,
+ * and their extents in "params" and in each optimizer slot ("optim.*" of
+ * the parameters' length: a model with no frozen tensor); every CRC and
+ * the header's size redone (the format of docs/checkpoints.md: a 64-byte
+ * header, its u64 at 16 the file's size, u32 at 24 the section count,
+ * CRC32C of bytes 0..59 at 60; each section a 48-byte header, tag[32],
+ * u64 bytes, u32 payload CRC32C, u32 CRC32C of the 44 bytes before it;
+ * then the payload). */
+static void move_tensors(const char *in, const char *out, const struct moved *mv, int n)
 {
-	static const struct {
-		const char *name;
-		size_t was, is;
-	} at[] = { { "a.bias", 0, 48 },   { "c.weight", 16, 64 }, { "c.bias", 64, 112 },
-		   { "b.weight", 80, 0 }, { "b.bias", 128, 128 } };
-	ck_assert_int_eq(m->n_params, 5);
-	for (int i = 0; i < m->n_params; i++) {
-		keep[i] = m->params[i].off;
-		for (size_t k = 0; k < sizeof at / sizeof at[0]; k++)
-			if (!strcmp(m->params[i].name, at[k].name)) {
-				ck_assert_uint_eq(m->params[i].off, at[k].is);
-				m->params[i].off = at[k].was;
+	size_t len, params = 0;
+	uint8_t *b = (uint8_t *)test_read_file(in, &len);
+	ck_assert(b && len >= 64);
+	const uint32_t sections = (uint32_t)b[24] | (uint32_t)b[25] << 8;
+	char *o = malloc(len + 4096);
+	size_t at = 64, pos = 64;
+	ck_assert(o != NULL);
+	memcpy(o, b, 64);
+	for (uint32_t i = 0; i < sections; i++) {
+		const uint8_t *sh = b + pos, *data = sh + 48;
+		uint64_t bytes = 0;
+		for (int k = 7; k >= 0; k--)
+			bytes = bytes << 8 | sh[32 + k];
+		pos += 48 + bytes;
+		ck_assert(pos <= len);
+		uint8_t *oh = (uint8_t *)o + at, *od = oh + 48;
+		memcpy(oh, sh, 48);
+		if (!strcmp((const char *)sh, "params"))
+			params = bytes;
+		if (!strcmp((const char *)sh, "tensors")) {
+			/* "name region offset ..." */
+			char *text = strndup((const char *)data, bytes), *line, *save = NULL;
+			size_t w = 0;
+			for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+				char name[160], region[16];
+				size_t off;
+				int rest;
+				char num[32] = "8x";
+				ck_assert(sscanf(line, "%159s %15s %zu %n", name, region, &off, &rest) == 3);
+				for (int k = 0; k < n; k++)
+					if (!strcmp(name, mv[k].name)) {
+						ck_assert_uint_eq(off, mv[k].was);
+						off = mv[k].is;
+					}
+				if (off != SIZE_MAX) /* (else malformed) */
+					snprintf(num, sizeof num, "%zu", off);
+				w += (size_t)sprintf((char *)od + w, "%s %s %s %s\n", name, region, num,
+						     line + rest);
 			}
+			free(text);
+			bytes = w;
+			for (int k = 0; k < 8; k++)
+				oh[32 + k] = (uint8_t)(bytes >> (8 * k));
+		} else if (bytes && bytes == params &&
+			   (!strcmp((const char *)sh, "params") || !strncmp((const char *)sh, "optim.", 6))) {
+			memset(od, 0xee, bytes); /* every byte below written once */
+			for (int k = 0; k < n; k++)
+				if (mv[k].is != SIZE_MAX)
+					memcpy(od + 4 * mv[k].is, data + 4 * mv[k].was, 4 * mv[k].ext);
+		} else {
+			memcpy(od, data, bytes);
+		}
+		const uint32_t crc = kiln_crc32c(0, od, bytes);
+		for (int k = 0; k < 4; k++)
+			oh[40 + k] = (uint8_t)(crc >> (8 * k));
+		const uint32_t hcrc = kiln_crc32c(0, oh, 44);
+		for (int k = 0; k < 4; k++)
+			oh[44 + k] = (uint8_t)(hcrc >> (8 * k));
+		at += 48 + bytes;
 	}
+	ck_assert(pos == len && params);
+	for (int k = 0; k < 8; k++)
+		o[16 + k] = (char)(uint8_t)((uint64_t)at >> (8 * k));
+	const uint32_t hcrc = kiln_crc32c(0, o, 60);
+	for (int k = 0; k < 4; k++)
+		o[60 + k] = (char)(uint8_t)(hcrc >> (8 * k));
+	spit(out, o, at);
+	free(o);
+	free(b);
 }
 
+/* `bytes` of device memory at p on r's device, copied to the host
+ * (malloc'd). */
+static char *dev_bytes(struct rig *r, const void *p, size_t bytes)
+{
+	char *h = malloc(bytes ? bytes : 1);
+	ck_assert(h != NULL);
+	if (bytes)
+		ck_assert(kiln_device_copy_async(r->dev, h, p, bytes, KILN_COPY_D2H, r->stream) == 0);
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+	return h;
+}
+
+/* What a pipeline stage's rank reads ([lo, hi) of the parameters and of
+ * the optimizer slot, the counters) from `path` into a fresh model
+ * (kiln_ckpt_load_stage), and ZeRO-1's slot shard [lo, hi)
+ * (kiln_ckpt_load_slot): host copies, concatenated (malloc'd). */
+static char *stage_bytes(const char *path, size_t lo, size_t hi, size_t *n)
+{
+	struct rig r;
+	struct kiln_ckpt *ck;
+	float *state, *slot;
+	const size_t k = hi - lo;
+	rig_open(&r, tie_ini, 5);
+	ck_assert(kiln_device_alloc(r.dev, k * sizeof(float), (void **)&state) == 0);
+	ck_assert(kiln_device_alloc(r.dev, k * sizeof(float), (void **)&slot) == 0);
+	ck_assert(kiln_ckpt_open(path, &ck) == 0);
+	ck_assert_msg(kiln_ckpt_load_stage(ck, r.m, r.stream, lo, hi, state, KILN_CKPT_LOAD_ALL) == 0,
+		      "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_load_slot(ck, r.m, 0, lo, hi, slot, r.stream) == 0, "%s",
+		      kiln_last_error());
+	kiln_ckpt_close(ck);
+	size_t ns;
+	char *p = dev_bytes(&r, r.m->params_d + lo, k * sizeof(float)),
+	     *s = dev_bytes(&r, state, k * sizeof(float)), *z = dev_bytes(&r, slot, k * sizeof(float)),
+	     *all = state_bytes(&r, &ns), *out = malloc(3 * k * sizeof(float) + ns);
+	memcpy(out, p, k * sizeof(float));
+	memcpy(out + k * sizeof(float), s, k * sizeof(float));
+	memcpy(out + 2 * k * sizeof(float), z, k * sizeof(float));
+	memcpy(out + 3 * k * sizeof(float), all, ns);
+	*n = 3 * k * sizeof(float) + ns;
+	free(p);
+	free(s);
+	free(z);
+	free(all);
+	void *bufs[] = { state, slot };
+	test_rig_free_bufs(r.dev, r.stream, bufs, 2);
+	rig_close(&r);
+	return out;
+}
+
+/* A checkpoint (3 SGD steps with momentum) rewritten into the old layout
+ * resumes as the file written: the same bytes of every state buffer after
+ * loading and after 2 more steps, the uninterrupted run's; whole, its
+ * weights alone, and a pipeline stage's or ZeRO-1 shard's slice. */
 START_TEST(test_tie_layout)
 {
-	char dir[1024], path[4200];
-	size_t keep[16];
+	char dir[1024], path[4200], old[4300];
+	struct rig a, b, c;
+	scratch_dir(dir, sizeof dir);
+	rig_open(&a, tie_ini, 7);
+	ck_assert_int_eq(a.m->n_params, N_MOVED);
+	for (int i = 0; i < a.m->n_params; i++)
+		for (int k = 0; k < N_MOVED; k++)
+			if (!strcmp(a.m->params[i].name, to_old[k].name))
+				ck_assert_uint_eq(a.m->params[i].off, to_old[k].was);
+	ck_assert_uint_eq(a.m->n_elems, 144);
+	rig_train(&a, 3);
+	save(&a, dir, 3, path, sizeof path);
+	snprintf(old, sizeof old, "%s/old.kiln", dir);
+	move_tensors(path, old, to_old, N_MOVED);
+
+	struct kiln_ckpt *cn, *co;
+	ck_assert(kiln_ckpt_open(path, &cn) == 0);
+	ck_assert_msg(kiln_ckpt_open(old, &co) == 0, "%s", kiln_last_error());
+	/* the old file is the old layout: "params" and the momentum moved */
+	char *text;
+	ck_assert(kiln_ckpt_read_text(co, "tensors", &text) == 0);
+	ck_assert_msg(strstr(text, "b.weight params 80 36 f32 6,6\n") &&
+			      strstr(text, "a.bias params 0 6 f32 6\n"),
+		      "%s", text);
+	free(text);
+	static const char *const moved_tags[] = { "params", "optim.momentum" };
+	for (int i = 0; i < 2; i++) {
+		uint64_t n;
+		ck_assert(kiln_ckpt_find(cn, moved_tags[i], &n) == 0 && n == 144 * sizeof(float));
+		float x[144], y[144];
+		ck_assert(kiln_ckpt_read(cn, moved_tags[i], x, sizeof x) == 0);
+		ck_assert(kiln_ckpt_read(co, moved_tags[i], y, sizeof y) == 0);
+		ck_assert(memcmp(x, y, sizeof x) != 0);
+		ck_assert(memcmp(x, y + 80, 36 * sizeof(float)) == 0); /* b.weight */
+		ck_assert(x[0] != 0 || x[1] != 0);
+	}
+
+	/* resumed: every state buffer as loaded from the file written */
+	size_t na, nb, nc;
+	char *sa = state_bytes(&a, &na);
+	rig_open(&b, tie_ini, 5);
+	rig_open(&c, tie_ini, 5);
+	ck_assert_msg(kiln_ckpt_load_model(co, b.m, b.stream, KILN_CKPT_LOAD_ALL) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_ckpt_load_model(cn, c.m, c.stream, KILN_CKPT_LOAD_ALL) == 0);
+	char *sb = state_bytes(&b, &nb), *sc = state_bytes(&c, &nc);
+	ck_assert(na == nb && nb == nc && !memcmp(sa, sb, na) && !memcmp(sb, sc, nb));
+	free(sa);
+	free(sb);
+	free(sc);
+	/* and continued: the same bytes as the uninterrupted run's */
+	rig_train(&a, 2);
+	rig_train(&b, 2);
+	rig_train(&c, 2);
+	sa = state_bytes(&a, &na);
+	sb = state_bytes(&b, &nb);
+	sc = state_bytes(&c, &nc);
+	ck_assert(na == nb && nb == nc && !memcmp(sa, sb, na) && !memcmp(sb, sc, nb));
+	free(sa);
+	free(sb);
+	free(sc);
+	rig_close(&b);
+	rig_close(&c);
+
+	/* the weights alone (eval, export, init_from), and export's check */
+	rig_open(&b, tie_ini, 5);
+	rig_open(&c, tie_ini, 5);
+	ck_assert(kiln_ckpt_check_sample(co, b.m) == 0);
+	ck_assert(kiln_ckpt_load_model(co, b.m, b.stream, KILN_CKPT_LOAD_WEIGHTS) == 0);
+	ck_assert(kiln_ckpt_load_model(cn, c.m, c.stream, KILN_CKPT_LOAD_WEIGHTS) == 0);
+	sb = state_bytes(&b, &nb);
+	sc = state_bytes(&c, &nc);
+	ck_assert(nb == nc && !memcmp(sb, sc, nb));
+	free(sb);
+	free(sc);
+	rig_close(&b);
+	rig_close(&c);
+	kiln_ckpt_close(cn);
+	kiln_ckpt_close(co);
+
+	/* slices that cut tensors, across the moved ones */
+	static const size_t cuts[][2] = { { 0, 144 }, { 0, 48 }, { 20, 100 }, { 70, 131 } };
+	for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+		char *x = stage_bytes(path, cuts[i][0], cuts[i][1], &na),
+		     *y = stage_bytes(old, cuts[i][0], cuts[i][1], &nb);
+		ck_assert_msg(na == nb && !memcmp(x, y, na), "slice [%zu, %zu)", cuts[i][0],
+			      cuts[i][1]);
+		free(x);
+		free(y);
+	}
+	rig_close(&a);
+}
+END_TEST
+
+/* A table of this model's tensors that does not lay them out as a kiln
+ * does (one moved off its place, overlapping the next), or whose offset is
+ * not a number, is refused, the model left as it was; so is one with
+ * another tensor ("another model", test_other_model). */
+START_TEST(test_tie_layout_bad)
+{
+	char dir[1024], path[4200], bad[4300];
 	struct rig a, b;
 	scratch_dir(dir, sizeof dir);
 	rig_open(&a, tie_ini, 7);
-	ck_assert_int_le(a.m->n_params, 16);
-	old_tie_offsets(a.m, keep);
-	save(&a, dir, 0, path, sizeof path);
-	for (int i = 0; i < a.m->n_params; i++)
-		a.m->params[i].off = keep[i];
+	rig_train(&a, 1);
+	save(&a, dir, 1, path, sizeof path);
+	struct moved off[N_MOVED];
+	memcpy(off, to_old, sizeof off);
+	off[0].is = 81; /* b.weight: [81, 129), past c.bias's end at 80 */
+	snprintf(bad, sizeof bad, "%s/bad.kiln", dir);
+	move_tensors(path, bad, off, N_MOVED);
 	rig_open(&b, tie_ini, 5);
+	size_t n0, n1;
+	char *s0 = state_bytes(&b, &n0);
 	struct kiln_ckpt *ck;
-	ck_assert(kiln_ckpt_open(path, &ck) == 0);
-	const char *want = "holds this model's tensors at other offsets (its parameter 'b.weight params 80 36 f32 6,6', this model's 'b.weight params 0 36 f32 6,6'): it was written by a kiln before 2026-12-06, which laid the weight of [layer.a] tie = b out at b's place; kiln now lays it out at its earliest user's (a's) and cannot read the older layout. Carry the weights over: with the older kiln, kiln export CONFIG --checkpoint ";
-	ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_ALL) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_open(bad, &ck) == 0);
+	const char *want = "its 'tensors' table lays 'b.weight' out at 81, where no tensor before it ends: refused";
+	ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_ALL) == KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), want) && strstr(kiln_last_error(), bad), "%s",
+		      kiln_last_error());
+	ck_assert(kiln_ckpt_load_stage(ck, b.m, b.stream, 0, 48, NULL, KILN_CKPT_LOAD_WEIGHTS) ==
+		  KILN_EDATA);
 	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
-	ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_WEIGHTS) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_check_sample(ck, b.m) == KILN_EDATA);
 	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
-	ck_assert(kiln_ckpt_load_stage(ck, b.m, b.stream, 0, 6, NULL, KILN_CKPT_LOAD_WEIGHTS) ==
-		  KILN_ECONFIG);
-	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
-	ck_assert(kiln_ckpt_check_sample(ck, b.m) == KILN_ECONFIG); /* export */
-	ck_assert_msg(strstr(kiln_last_error(), want) &&
-			      strstr(kiln_last_error(), "[model] init_from = W.safetensors"),
+	kiln_ckpt_close(ck);
+	/* an offset that is not a number */
+	off[0].is = SIZE_MAX;
+	move_tensors(path, bad, off, N_MOVED);
+	ck_assert(kiln_ckpt_open(bad, &ck) == 0);
+	ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_WEIGHTS) == KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "its 'tensors' line 'b.weight params 8x 36 f32 6,6' is malformed"),
 		      "%s", kiln_last_error());
 	kiln_ckpt_close(ck);
-	unlink(path);
-	rig_close(&b);
+	char *s1 = state_bytes(&b, &n1);
+	ck_assert(n0 == n1 && !memcmp(s0, s1, n0));
+	free(s0);
+	free(s1);
 	rig_close(&a);
+	rig_close(&b);
 }
 END_TEST
 
@@ -1677,7 +1917,7 @@ static Suite *make_ckpt_suite(void)
 {
 	Suite *s = suite_create("ckpt");
 	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
-		test_roundtrip, test_other_model, test_tie_layout, test_truncated, test_flipped,
+		test_roundtrip, test_other_model, test_tie_layout, test_tie_layout_bad, test_truncated, test_flipped,
 		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff, test_config_check_dropout,
 		test_config_check_meaning, test_config_check_derived,
 		test_config_check_types, test_config_check_missing_derived,

@@ -18,6 +18,16 @@
  *   ckpt_tool set FILE TAG INDEX VALUE
  *                                 the same, set to VALUE (a negative
  *                                 running variance)
+ *   ckpt_tool order IN OUT NAME...
+ *                                 IN rewritten to OUT with the "params"
+ *                                 tensors laid out in the order NAME...
+ *                                 (each of them, the trainable ones first;
+ *                                 64-byte aligned): their "tensors" lines'
+ *                                 offsets, their extents (elements and
+ *                                 padding) moved in "params" and in each
+ *                                 optimizer slot ("optim.*" but
+ *                                 "optim.step"), the CRCs and size redone
+ *                                 (a kiln's older layout of the same model)
  */
 #include <math.h>
 #include <kiln/kiln.h>
@@ -158,6 +168,141 @@ static int set_cmd(const char *path, const char *tag, uint64_t index, float v)
 	return 1;
 }
 
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A "params" tensor of ckpt_tool order: its name, the rest of its
+ * "tensors" line after the offset, its offset (elements) and extent in
+ * IN and in OUT. */
+struct placed {
+	char name[256], rest[256];
+	uint64_t was, is, ext;
+};
+
+/* The "tensors" text of IN with the "params" tensors at the places of
+ * order NAME... (argv[0..n)): into t[] (*nt of them, each named), the
+ * new text written to `text` (malloc'd).  Nonzero on a name missing or
+ * left out. */
+static int order_table(const char *keys, char **names, int n, struct placed *t, int *nt,
+		       char **text)
+{
+	size_t len = 0, cap = strlen(keys) + 64 * (size_t)n + 1;
+	char *out = malloc(cap), *copy = strdup(keys), *line, *save = NULL;
+	int k = 0, bad = !out || !copy;
+	for (line = strtok_r(copy, "\n", &save); !bad && line; line = strtok_r(NULL, "\n", &save)) {
+		char nm[256], sec[64];
+		unsigned long long off;
+		int rest = 0;
+		if (sscanf(line, "%255s %63s %llu %n", nm, sec, &off, &rest) != 3 || k == 64) {
+			bad = 1;
+			break;
+		}
+		if (strcmp(sec, "params")) {
+			len += (size_t)sprintf(out + len, "%s\n", line);
+			continue;
+		}
+		struct placed *p = &t[k++];
+		unsigned long long numel = strtoull(line + rest, NULL, 10);
+		snprintf(p->name, sizeof p->name, "%s", nm);
+		snprintf(p->rest, sizeof p->rest, "%s", line + rest);
+		p->was = off;
+		p->ext = (numel * 4 + 63) / 64 * 16;
+	}
+	uint64_t at = 0;
+	for (int i = 0; !bad && i < n; i++) {
+		int f = -1;
+		for (int j = 0; j < k; j++)
+			if (!strcmp(t[j].name, names[i]))
+				f = j;
+		if (f < 0) {
+			fprintf(stderr, "ckpt_tool: no params tensor '%s'\n", names[i]);
+			bad = 1;
+			break;
+		}
+		t[f].is = at;
+		at += t[f].ext;
+		len += (size_t)sprintf(out + len, "%s params %llu %s\n", t[f].name,
+				       (unsigned long long)t[f].is, t[f].rest);
+	}
+	if (!bad && n != k) {
+		fprintf(stderr, "ckpt_tool: %d params tensors, %d named\n", k, n);
+		bad = 1;
+	}
+	free(copy);
+	*nt = k;
+	*text = out;
+	return bad;
+}
+
+/* ckpt_tool order (the layout of set_cmd's) */
+static int order_cmd(const char *in, const char *outp, char **names, int n)
+{
+	struct kiln_ckpt *ck = open_or_die(in);
+	struct placed t[64];
+	uint64_t nk;
+	int nt = 0;
+	char *keys = section(ck, "tensors", &nk), *text = NULL;
+	keys[nk] = 0;
+	kiln_ckpt_close(ck);
+	if (order_table(keys, names, n, t, &nt, &text)) {
+		free(keys);
+		free(text);
+		return 1;
+	}
+	FILE *f = fopen(in, "rb");
+	long len = -1;
+	uint8_t *b = NULL, *o = NULL;
+	if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 64 && (b = malloc((size_t)len)) &&
+	    (o = malloc((size_t)len + strlen(text))))
+		rewind(f);
+	if (!o || fread(b, 1, (size_t)len, f) != (size_t)len) {
+		fprintf(stderr, "ckpt_tool: %s: cannot read\n", in);
+		return 1;
+	}
+	fclose(f);
+	const uint32_t sections = (uint32_t)le64(b + 24) & 0xffffffffu;
+	uint64_t pos = 64, at = 64;
+	memcpy(o, b, 64);
+	for (uint32_t i = 0; i < sections; i++) {
+		const uint8_t *sh = b + pos, *data = sh + 48;
+		uint64_t bytes = le64(sh + 32);
+		uint8_t *oh = o + at, *od = oh + 48;
+		const char *tag = (const char *)sh;
+		pos += 48 + bytes;
+		memcpy(oh, sh, 48);
+		if (!strcmp(tag, "tensors")) {
+			bytes = strlen(text);
+			memcpy(od, text, bytes);
+			put_le64(oh + 32, bytes);
+		} else if (!strcmp(tag, "params") ||
+			   (!strncmp(tag, "optim.", 6) && strcmp(tag, "optim.step"))) {
+			memcpy(od, data, bytes);
+			for (int k = 0; k < nt; k++)
+				if ((t[k].was + t[k].ext) * 4 <= bytes && (t[k].is + t[k].ext) * 4 <= bytes)
+					memcpy(od + 4 * t[k].is, data + 4 * t[k].was, 4 * t[k].ext);
+		} else {
+			memcpy(od, data, bytes);
+		}
+		put_le32(oh + 40, kiln_crc32c(0, od, bytes));
+		put_le32(oh + 44, kiln_crc32c(0, oh, 44));
+		at += 48 + bytes;
+	}
+	put_le64(o + 16, at);
+	put_le32(o + 60, kiln_crc32c(0, o, 60));
+	FILE *w = fopen(outp, "wb");
+	const int bad = !w || fwrite(o, 1, at, w) != at || fclose(w);
+	if (bad)
+		fprintf(stderr, "ckpt_tool: %s: cannot write\n", outp);
+	free(b);
+	free(o);
+	free(keys);
+	free(text);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "check")) {
@@ -234,7 +379,10 @@ int main(int argc, char **argv)
 		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), strtof(argv[5], NULL));
 	if (argc >= 8 && !strcmp(argv[1], "step"))
 		return step_cmd(argc, argv);
+	if (argc >= 5 && !strcmp(argv[1], "order"))
+		return order_cmd(argv[2], argv[3], argv + 4, argc - 4);
 	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG... | close A B TOL TAG... | "
-		"step A0 A1 B0 B1 TOL NAME... | nan FILE TAG INDEX | set FILE TAG INDEX VALUE\n");
+		"step A0 A1 B0 B1 TOL NAME... | nan FILE TAG INDEX | set FILE TAG INDEX VALUE | "
+		"order IN OUT NAME...\n");
 	return 2;
 }

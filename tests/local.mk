@@ -625,6 +625,10 @@ EXTRA_DIST += tests/dist_zero_mem.sh
 # tied weight (the PyTorch reference is check_train's `tie` case)
 TESTS += tests/tie.sh
 EXTRA_DIST += tests/tie.sh tests/data/gen_tie_refs.py tests/data/tie_refs.safetensors
+# a checkpoint of the older layout of a tie naming a later layer, read by
+# name: resume, eval, predict, export, init_from, ZeRO-1 and stages
+TESTS += tests/tie_old_ckpt.sh
+EXTRA_DIST += tests/tie_old_ckpt.sh
 
 # ---- loggers: TensorBoard framing and event files, CSV, metrics.jsonl ----
 # check_log reads the event files back through its own copy of the
