@@ -17,7 +17,8 @@
 #     two steps' checkpoints, each "best" line finite, and patience 3 does
 #     not stop the run (before: the NaN of step 1 was the best for good,
 #     best/ held its checkpoint alone, no "best" line was logged, and
-#     early stopping stopped at step 4);
+#     early stopping stopped at step 4); patience 2 stops it at step 2,
+#     the NaN and the inf counted as evaluations without improvement;
 #  3. a resume from a checkpoint whose keep_best list and early stopping
 #     best are NaN (what a kiln before session 39 wrote after such a
 #     first evaluation; ckpt_tool nan makes one): accepted, and the first
@@ -103,6 +104,13 @@ EOF
 column "$tmp/kb/eval.csv" loss | grep -q '^nan inf [0-9]' ||
 	fail "eval.csv's losses: $(column "$tmp/kb/eval.csv" loss), expected nan, inf, then numbers"
 echo "ok: keep_best keeps steps 6 and 7, no early stop"
+# patience 2: the NaN and the inf are two evaluations without improvement
+# (before: the NaN was the best, and the run stopped at step 3)
+kiln 0 train "$tmp/mlp.ini" train.epochs=2 train.max_steps=7 $train train.early_stop_patience=2 \
+	"model.init_from=$tmp/e30.st" model.init_strict=0 data.eval.std=1e-10 "run.out_dir=$tmp/es"
+stderr_has "early stop at step 2: test loss did not improve by more than 0 in 2 evaluations (best none finite)"
+[ -z "$(ls "$tmp/es/checkpoints/best")" ] || fail "best/ holds $(ls "$tmp/es/checkpoints/best"), expected nothing"
+echo "ok: patience 2 stops at step 2, no best"
 
 # ---- 3. a resume from a NaN keep_best list and early stopping best --------
 # ckpt-3's list [step 3] and stopper best made NaN (f64 element 1 of "best"
