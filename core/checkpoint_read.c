@@ -405,7 +405,9 @@ kiln_status kiln_ckpt_stopper_get(struct kiln_ckpt *ck, struct kiln_ckpt_stopper
 		return st;
 	memcpy(&out->best, b, 8);
 	const uint64_t bad = get_u64(b + 8), have = get_u64(b + 16);
-	if (bad > (uint64_t)1 << 62 || have > 1 || (have && !isfinite(out->best)))
+	/* (a best that is not finite: a kiln before session 39 took a first
+	 * NaN loss as the best; the trainer ranks it below every finite value) */
+	if (bad > (uint64_t)1 << 62 || have > 1)
 		return kiln_error(KILN_EDATA, "checkpoint %s: section 'stopper' out of range (best %g, %llu evaluations without improvement, have %llu)",
 				  ck->path, out->best, (unsigned long long)bad, (unsigned long long)have);
 	out->bad = (int64_t)bad;
@@ -445,7 +447,9 @@ kiln_status kiln_ckpt_best_get(struct kiln_ckpt *ck, struct kiln_ckpt_best **out
 		const uint64_t step = get_u64(p + 8);
 		memcpy(&(*out)[i].v, p, 8);
 		(*out)[i].step = (int64_t)step;
-		if (!isfinite((*out)[i].v) || step > (uint64_t)ck->step) {
+		/* (a value that is not finite: a kiln before session 39 listed a
+		 * NaN loss; the trainer ranks it below every finite value) */
+		if (step > (uint64_t)ck->step) {
 			st = kiln_error(KILN_EDATA, "checkpoint %s: section 'best': entry %llu out of range (value %g, step %llu of a checkpoint at step %lld)",
 					ck->path, (unsigned long long)i, (*out)[i].v,
 					(unsigned long long)step, (long long)ck->step);

@@ -72,8 +72,11 @@ kiln_status kiln_loggers_open(const struct kiln_config *cfg, const char *dir, in
 void kiln_log_real_text(char *buf, size_t n, double v, int f32)
 {
 	const locale_t old = common_c_numbers_begin(); /* '.', for printing and reading back */
+	/* a non-finite value as nan, inf or -inf, as docs/logging.md says
+	 * (before session 39 %g's text: "-nan" for a NaN whose sign bit is
+	 * set, as x86's inf - inf is; a NaN's sign means nothing) */
 	if (!isfinite(v))
-		snprintf(buf, n, "%g", v);
+		snprintf(buf, n, "%s", isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
 	/* the least precision that round-trips: at most 9 digits for a
 	 * float32, 17 for a double (%g drops trailing zeros: "0.05"), from
 	 * FLT_DIG / DBL_DIG, below which nothing round-trips but numbers with

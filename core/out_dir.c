@@ -258,11 +258,11 @@ kiln_status trainer_out_dir_watch(struct trainer *t)
 	snprintf(t->out_lost, sizeof t->out_lost, "the run directory %.600s was removed or replaced mid-run (recreated)", od);
 	kiln_train_request_stop_cause(t->out_lost);
 	if (lost[0])
-		trainer_jsonl(t, json_pack("{s:s, s:I, s:o, s:s}", "event", "out_dir_lost", "step",
-					   (json_int_t)t->step, "out_dir", trainer_json_text(od), "lines_lost", lost));
+		trainer_jsonl(t, "{s:s, s:I, s:o, s:s}", "event", "out_dir_lost", "step",
+			      (json_int_t)t->step, "out_dir", trainer_json_text(od), "lines_lost", lost);
 	else
-		trainer_jsonl(t, json_pack("{s:s, s:I, s:o}", "event", "out_dir_lost", "step",
-					   (json_int_t)t->step, "out_dir", trainer_json_text(od)));
+		trainer_jsonl(t, "{s:s, s:I, s:o}", "event", "out_dir_lost", "step",
+			      (json_int_t)t->step, "out_dir", trainer_json_text(od));
 	return KILN_OK;
 }
 

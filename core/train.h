@@ -48,6 +48,7 @@
 #include "pipeline.h"
 
 #include <jansson.h>
+#include <math.h> /* isfinite */
 
 #define SLOTS 2
 
@@ -80,6 +81,15 @@ struct stopper {
 	double best;
 	int have;
 };
+
+/* Whether metric value v (higher is better: a loss negated) beats w, for
+ * early stopping and keep_best: a value that is not finite (a diverged
+ * evaluation's NaN or infinite loss) beats none, and every finite one
+ * beats it. */
+static inline int trainer_metric_beats(double v, double w)
+{
+	return isfinite(v) && (!isfinite(w) || v > w);
+}
 
 /* An evaluation set with its plans and where its results go. */
 struct eval_target {
@@ -405,7 +415,16 @@ kiln_status trainer_clip_counts_seed(struct trainer *t);
 kiln_status trainer_metrics_room(struct trainer *t, int64_t rows, double *ls, double *c);
 kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
 				 double *correct5);
-void trainer_jsonl(struct trainer *t, json_t *obj);
+/* A metrics.jsonl event: the object json_pack makes of fmt and its
+ * arguments (each real through trainer_json_real, whose NULL, as any
+ * other value's, jansson refuses), handed to the loggers; an object that
+ * cannot be made is left out with a warning giving jansson's reason. */
+void trainer_jsonl(struct trainer *t, const char *fmt, ...);
+/* A real for a JSON record: null when it is not finite (a diverged
+ * loss), as metrics.jsonl's train and eval records have it (JSON has no
+ * NaN or infinity, and json_real refuses them).  New reference; NULL out
+ * of memory. */
+json_t *trainer_json_real(double v);
 /* A path or other text of the system for a JSON record: the string, its
  * bytes that are not UTF-8 (a Latin-1 out_dir) each U+FFFD (JSON is
  * UTF-8, and json_pack's "s" fails on them: the record was dropped

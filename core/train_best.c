@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,21 +61,32 @@ void trainer_best_prune_tmp(const struct trainer *t)
 	kiln_ckpt_prune(dir, 0, t->pos.step);
 }
 
-/* keep_best's choice for an evaluation of value v (higher is better):
- * the entry of t->best it takes (a free one, or the worst, which it
- * displaces), -1 when it is not among the K best.  Ties keep the earlier.
- * Every rank computes it (the ranks evaluate alike); trainer_keep_best
- * takes rank 0's. */
+/* keep_best's place for an entry of value v (higher is better): the
+ * entry of t->best it takes (a free one, or the worst, which it
+ * displaces), -1 when it is not among the K best.  Ties keep the earlier;
+ * a non-finite value is below every finite one (trainer_metric_beats:
+ * an entry an older kiln listed, best_take), and ties with another. */
 static int best_entry(const struct trainer *t, double v)
 {
 	int worst = 0;
 	if (t->n_best < t->tc.keep_best)
 		return t->n_best;
 	for (int i = 1; i < t->n_best; i++)
-		if (t->best[i].v < t->best[worst].v ||
-		    (t->best[i].v == t->best[worst].v && t->best[i].step > t->best[worst].step))
+		if (trainer_metric_beats(t->best[worst].v, t->best[i].v) ||
+		    (!trainer_metric_beats(t->best[i].v, t->best[worst].v) &&
+		     t->best[i].step > t->best[worst].step))
 			worst = i;
-	return v > t->best[worst].v ? worst : -1;
+	return trainer_metric_beats(v, t->best[worst].v) ? worst : -1;
+}
+
+/* keep_best's choice for an evaluation of value v: best_entry's, none
+ * for a value that is not finite (a diverged evaluation's NaN loss is
+ * never among the best; before session 39 it took the first entry and,
+ * as nothing compares above NaN, kept it for good).  Every rank computes
+ * it (the ranks evaluate alike); trainer_keep_best takes rank 0's. */
+static int best_choice(const struct trainer *t, double v)
+{
+	return isfinite(v) ? best_entry(t, v) : -1;
 }
 
 /* Entry i of t->best now the checkpoint at path (rank 0's; "" on the
@@ -94,9 +106,9 @@ static void best_done(struct trainer *t, int i, double v, const char *path)
 		return;
 	kiln_log(KILN_LOG_INFO, "train", "best %s %.4f at step %lld: %s", on_loss ? "loss" : "accuracy",
 		 on_loss ? -v : v, (long long)t->pos.step, path);
-	trainer_jsonl(t, json_pack("{s:s, s:I, s:f, s:o}", "event", "best", "step",
-				   (json_int_t)t->pos.step, on_loss ? "loss" : "acc", on_loss ? -v : v,
-				   "path", trainer_json_text(path)));
+	trainer_jsonl(t, "{s:s, s:I, s:o, s:o}", "event", "best", "step", (json_int_t)t->pos.step,
+		      on_loss ? "loss" : "acc", trainer_json_real(on_loss ? -v : v), "path",
+		      trainer_json_text(path));
 }
 
 /* keep_best: after an evaluation, checkpoint the state if it is among the
@@ -124,7 +136,7 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	kiln_status st;
 	/* rank 0's choice on every rank, as the write is a collective (the
 	 * values agree, but a last bit of difference must not split them) */
-	double e = t->rank ? 0 : best_entry(t, v) + 1;
+	double e = t->rank ? 0 : best_choice(t, v) + 1;
 	if ((st = kiln_dist_sum_host(t->dist, &e, 1, t->compute)))
 		return st;
 	const int i = (int)e - 1;
@@ -170,7 +182,10 @@ static int64_t best_name_step(const char *name)
 /* A resume's keep_best entry (v, step) into t->best as its evaluation put
  * it there (entries taken in step order, best_entry's ties alike); the
  * file of the entry it displaces, or its own when it is not among the K
- * best, deleted. */
+ * best, deleted.  A value that is not finite (a kiln before session 39
+ * listed a NaN loss) takes a free entry and ranks below every finite
+ * one: the first finite evaluation that finds the list full displaces
+ * it. */
 static void best_take(struct trainer *t, double v, int64_t step)
 {
 	char path[4200];

@@ -207,8 +207,8 @@ static void checkpoint_done(struct trainer *t, const char *path, int again)
 	if (t->logged_step == t->pos.step)
 		return;
 	t->logged_step = t->pos.step;
-	trainer_jsonl(t, json_pack("{s:s, s:I, s:o}", "event", "checkpoint", "step",
-				   (json_int_t)t->pos.step, "path", trainer_json_text(path)));
+	trainer_jsonl(t, "{s:s, s:I, s:o}", "event", "checkpoint", "step", (json_int_t)t->pos.step,
+		      "path", trainer_json_text(path));
 }
 
 /* The read of trainer_checkpoint_logged: metrics.jsonl's last bytes (a

@@ -170,10 +170,10 @@ void trainer_dist_comm_event(struct trainer *t)
 	if (ns <= t->comm_steps0)
 		return;
 	double per = 1e3 / (double)(ns - t->comm_steps0);
-	trainer_jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f}", "event", "comm", "step",
-				   (json_int_t)t->step, "steps", (json_int_t)(ns - t->comm_steps0),
-				   "exposed_ms", (ex - t->comm_exposed0) * per, "allreduce_ms",
-				   (cm - t->comm_total0) * per));
+	trainer_jsonl(t, "{s:s, s:I, s:I, s:o, s:o}", "event", "comm", "step", (json_int_t)t->step,
+		      "steps", (json_int_t)(ns - t->comm_steps0), "exposed_ms",
+		      trainer_json_real((ex - t->comm_exposed0) * per), "allreduce_ms",
+		      trainer_json_real((cm - t->comm_total0) * per));
 	t->comm_exposed0 = ex, t->comm_total0 = cm, t->comm_steps0 = ns;
 }
 

@@ -169,7 +169,12 @@ static kiln_status eval_now(struct trainer *t, const struct eval_target *e)
 	return st;
 }
 
-/* Early stopping: after an evaluation, 1 when the run should stop. */
+/* Early stopping: after an evaluation, 1 when the run should stop.  A
+ * value that is not finite (a diverged evaluation's NaN loss) is no
+ * improvement and never the best, and any finite one improves on a best
+ * that is not (trainer_metric_beats: a kiln before session 39 took a
+ * first NaN as the best, which nothing improves on, and stopped
+ * `patience` evaluations later whatever the losses). */
 static int stopper_update(struct trainer *t, double loss, double acc)
 {
 	const struct kiln_train_cfg *tc = &t->tc;
@@ -177,7 +182,7 @@ static int stopper_update(struct trainer *t, double loss, double acc)
 	if (!tc->early_stop_patience)
 		return 0;
 	double v = tc->early_stop_on_loss ? -loss : acc;
-	if (!sp->have || v > sp->best + tc->early_stop_min_delta) {
+	if (sp->have ? trainer_metric_beats(v, sp->best + tc->early_stop_min_delta) : isfinite(v)) {
 		sp->best = v;
 		sp->have = 1;
 		sp->bad = 0;

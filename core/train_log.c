@@ -9,6 +9,7 @@
 #include "../plugins/common/utf8.h" /* common_utf8_len */
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 
 /* Copy the metric sums back (the host sync of a log point) and reset;
@@ -80,12 +81,26 @@ kiln_status trainer_metrics_room(struct trainer *t, int64_t rows, double *ls, do
 	return KILN_OK;
 }
 
-void trainer_jsonl(struct trainer *t, json_t *obj)
+void trainer_jsonl(struct trainer *t, const char *fmt, ...)
 {
+	json_error_t e;
+	va_list ap;
+	va_start(ap, fmt);
+	json_t *obj = json_vpack_ex(&e, 0, fmt, ap);
+	va_end(ap);
+	/* jansson's reason: out of memory, or a NULL value of a trainer_json_*
+	 * (before session 39 also a NaN or infinite real, which json_real
+	 * refuses: a diverged run's "final" line was left out and this said
+	 * "out of memory") */
 	if (!obj)
-		kiln_log(KILN_LOG_WARN, "log", "a metrics.jsonl record at step %lld could not be made (out of memory): left out",
-			 (long long)t->step);
+		kiln_log(KILN_LOG_WARN, "log", "a metrics.jsonl record at step %lld could not be made (%s): left out",
+			 (long long)t->step, e.text);
 	kiln_loggers_event(t->log, obj);
+}
+
+json_t *trainer_json_real(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null();
 }
 
 json_t *trainer_json_text(const char *s)
@@ -685,20 +700,24 @@ void trainer_epoch_report(struct trainer *t, const char *msg)
 	if (t->stop_early) {
 		const struct kiln_train_cfg *tc = &t->tc;
 		const double best = tc->early_stop_on_loss ? -t->stopper.best : t->stopper.best;
+		char was[64] = "none finite"; /* (every evaluation diverged) */
+		if (t->stopper.have)
+			common_snprintf_c(was, sizeof was, "%.4f", best);
 		/* (the evaluation early stopping watches: [data.val]'s when
 		 * there is one, else [data.eval]'s, the "test" of the logs) */
-		kiln_log(KILN_LOG_INFO, "train", "early stop at step %lld: %s %s did not improve by more than %g in %lld evaluations (best %.4f)",
+		kiln_log(KILN_LOG_INFO, "train", "early stop at step %lld: %s %s did not improve by more than %g in %lld evaluations (best %s)",
 			 (long long)t->step, t->have_val ? "val" : "test",
 			 tc->early_stop_on_loss ? "loss" : "accuracy",
-			 tc->early_stop_min_delta, (long long)tc->early_stop_patience, best);
+			 tc->early_stop_min_delta, (long long)tc->early_stop_patience, was);
 		t->res->early_stopped = 1;
 	}
 }
 
-/* A metric, or null when it was not measured (< 0: no evaluation). */
+/* A metric, or null when it was not measured (< 0: no evaluation) or is
+ * not finite (trainer_json_real). */
 static json_t *metric_or_null(double v)
 {
-	return v < 0 ? json_null() : json_real(v);
+	return v < 0 ? json_null() : trainer_json_real(v);
 }
 
 /* Stages on ranks: this rank's device peak over the whole run (the end of
@@ -782,21 +801,21 @@ kiln_status trainer_finish(struct trainer *t)
 	if (t->dist)
 		trainer_dist_summary(t);
 	if (t->stopping && res->stop_cause[0])
-		trainer_jsonl(t, json_pack("{s:s, s:I, s:o, s:o}", "event", "stopped", "step",
-					   (json_int_t)t->step, "checkpoint", trainer_json_text(res->checkpoint),
-					   "cause", trainer_json_text(res->stop_cause)));
+		trainer_jsonl(t, "{s:s, s:I, s:o, s:o}", "event", "stopped", "step",
+			      (json_int_t)t->step, "checkpoint", trainer_json_text(res->checkpoint),
+			      "cause", trainer_json_text(res->stop_cause));
 	else if (t->stopping)
-		trainer_jsonl(t, json_pack("{s:s, s:I, s:o}", "event", "stopped", "step",
-					   (json_int_t)t->step, "checkpoint", trainer_json_text(res->checkpoint)));
+		trainer_jsonl(t, "{s:s, s:I, s:o}", "event", "stopped", "step", (json_int_t)t->step,
+			      "checkpoint", trainer_json_text(res->checkpoint));
 	else
-		trainer_jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:o, s:o, s:f, s:f, s:f, s:f}",
-					   "event", "final", "epochs", res->epochs, "steps",
-					   (json_int_t)res->steps, "train_loss", res->train_loss,
-					   "test_loss", metric_or_null(res->test_loss), "test_acc",
-					   metric_or_null(res->test_acc), "train_samples_per_s",
-					   res->train_samples_per_s, "wall_s", res->wall_s,
-					   "setup_s", t->t_fit0 - t->t_start, "fit_s",
-					   res->wall_s - (t->t_fit0 - t->t_start)));
+		trainer_jsonl(t, "{s:s, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "event", "final",
+			      "epochs", res->epochs, "steps", (json_int_t)res->steps, "train_loss",
+			      trainer_json_real(res->train_loss), "test_loss",
+			      metric_or_null(res->test_loss), "test_acc", metric_or_null(res->test_acc),
+			      "train_samples_per_s", trainer_json_real(res->train_samples_per_s),
+			      "wall_s", trainer_json_real(res->wall_s), "setup_s",
+			      trainer_json_real(t->t_fit0 - t->t_start), "fit_s",
+			      trainer_json_real(res->wall_s - (t->t_fit0 - t->t_start)));
 	/* the final parameters whole (ZeRO-1, [dist] pipeline), except on a
 	 * rank holding its stage's alone: nothing reads the whole model after
 	 * this (the last checkpoint and the final test are behind; the model

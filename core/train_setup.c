@@ -248,9 +248,9 @@ static kiln_status open_out_dir(struct trainer *t)
 	if (t->resumed && trainer_checkpoint_logged(out_dir, t->pos.step))
 		t->logged_step = t->pos.step;
 	if (t->resumed)
-		trainer_jsonl(t, json_pack("{s:s, s:I, s:I, s:I}", "event", "resume", "epoch",
-					   (json_int_t)t->pos.epoch + 1, "step",
-					   (json_int_t)t->pos.step, "offset", (json_int_t)t->pos.offset));
+		trainer_jsonl(t, "{s:s, s:I, s:I, s:I}", "event", "resume", "epoch",
+			      (json_int_t)t->pos.epoch + 1, "step", (json_int_t)t->pos.step, "offset",
+			      (json_int_t)t->pos.offset);
 	return KILN_OK;
 }
 

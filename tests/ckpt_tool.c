@@ -28,6 +28,9 @@
  *                                 optimizer slot ("optim.*" but
  *                                 "optim.step"), the CRCs and size redone
  *                                 (a kiln's older layout of the same model)
+ *   ckpt_tool nan64 FILE TAG INDEX
+ *                                 f64 element INDEX set to NaN (keep_best's
+ *                                 value of an entry, early stopping's best)
  */
 #include <math.h>
 #include <kiln/kiln.h>
@@ -136,7 +139,9 @@ static void put_le32(uint8_t *p, uint32_t v)
  * header whose u32 at 24 counts the sections; each section a 48-byte
  * header: tag[32], u64 bytes, u32 payload CRC32C, u32 CRC32C of the 44
  * bytes before it; then the payload). */
-static int set_cmd(const char *path, const char *tag, uint64_t index, float v)
+/* Element index of `width` bytes (4: f32, 8: f64) of section tag set to
+ * the bytes at v. */
+static int set_cmd(const char *path, const char *tag, uint64_t index, const void *v, size_t width)
 {
 	FILE *f = fopen(path, "r+b");
 	uint8_t *b = NULL;
@@ -153,9 +158,9 @@ static int set_cmd(const char *path, const char *tag, uint64_t index, float v)
 		uint8_t *sh = b + pos, *data = sh + 48;
 		const uint64_t bytes = le64(sh + 32);
 		pos += 48 + bytes;
-		if (strncmp((const char *)sh, tag, 32) || (index + 1) * 4 > bytes)
+		if (strncmp((const char *)sh, tag, 32) || (index + 1) * width > bytes)
 			continue;
-		memcpy(data + 4 * index, &v, 4);
+		memcpy(data + width * index, v, width);
 		put_le32(sh + 40, kiln_crc32c(0, data, bytes));
 		put_le32(sh + 44, kiln_crc32c(0, sh, 44));
 		rewind(f);
@@ -163,8 +168,8 @@ static int set_cmd(const char *path, const char *tag, uint64_t index, float v)
 		free(b);
 		return bad;
 	}
-	fprintf(stderr, "ckpt_tool: %s: no f32 element %llu in a section '%s'\n", path,
-		(unsigned long long)index, tag);
+	fprintf(stderr, "ckpt_tool: %s: no f%d element %llu in a section '%s'\n", path,
+		(int)width * 8, (unsigned long long)index, tag);
 	return 1;
 }
 
@@ -373,16 +378,20 @@ int main(int argc, char **argv)
 		kiln_ckpt_close(b);
 		return rc;
 	}
+	const float f32 = argc == 6 ? strtof(argv[5], NULL) : NAN;
+	const double f64 = NAN;
 	if (argc == 5 && !strcmp(argv[1], "nan"))
-		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), NAN);
+		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), &f32, 4);
 	if (argc == 6 && !strcmp(argv[1], "set"))
-		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), strtof(argv[5], NULL));
+		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), &f32, 4);
+	if (argc == 5 && !strcmp(argv[1], "nan64"))
+		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), &f64, 8);
 	if (argc >= 8 && !strcmp(argv[1], "step"))
 		return step_cmd(argc, argv);
 	if (argc >= 5 && !strcmp(argv[1], "order"))
 		return order_cmd(argv[2], argv[3], argv + 4, argc - 4);
 	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG... | close A B TOL TAG... | "
 		"step A0 A1 B0 B1 TOL NAME... | nan FILE TAG INDEX | set FILE TAG INDEX VALUE | "
-		"order IN OUT NAME...\n");
+		"order IN OUT NAME... | nan64 FILE TAG INDEX\n");
 	return 2;
 }

@@ -522,6 +522,10 @@ EXTRA_DIST += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh
 # non-finite weights: not trained on, checkpointed or evaluated (session 30)
 TESTS += tests/nonfinite_weights.sh
 EXTRA_DIST += tests/nonfinite_weights.sh
+# a NaN loss in metrics.jsonl, the CSV tables, keep_best and early stopping
+# (session 39)
+TESTS += tests/nonfinite_logs.sh
+EXTRA_DIST += tests/nonfinite_logs.sh
 TESTS += tests/cache_home.sh
 EXTRA_DIST += tests/cache_home.sh
 TESTS += tests/progress_tty.sh

@@ -1,0 +1,134 @@
+#!/bin/sh
+# tests/nonfinite_logs.sh - a NaN or infinite loss in the run's logs, and
+# in keep_best and early stopping (session 39).
+#  1. a training set whose sample 20 overflows the forward (its pixels 1,
+#     the others 0; fc1's weights 1e37): its step is skipped, the epoch's
+#     train loss and the evaluation's loss are NaN.  metrics.jsonl has its
+#     one "final" line with "train_loss":null and "test_loss":null, the
+#     stdout line agrees, `kiln report` has its Result table, and the CSV
+#     tables say nan (before: no final line, as json_pack refuses a NaN,
+#     with a warning blaming memory; the report called the run unfinished;
+#     the CSV cells said -nan);
+#  2. keep_best and early stopping when the first evaluations diverge:
+#     fc1's weights 1e30, halved ten times a step by weight decay
+#     (lr 0.9 x weight_decay 1), the evaluation's inputs 1e10 times the
+#     training set's: its loss is NaN at step 1, inf at step 2, then
+#     finite and falling ten times a step.  keep_best = 2 keeps the last
+#     two steps' checkpoints, each "best" line finite, and patience 3 does
+#     not stop the run (before: the NaN of step 1 was the best for good,
+#     best/ held its checkpoint alone, no "best" line was logged, and
+#     early stopping stopped at step 4); patience 2 stops it at step 2,
+#     the NaN and the inf counted as evaluations without improvement;
+#  3. a resume from a checkpoint whose keep_best list and early stopping
+#     best are NaN (what a kiln before session 39 wrote after such a
+#     first evaluation; ckpt_tool nan makes one): accepted, and the first
+#     finite evaluations displace the NaN (before: the resume was refused,
+#     "section 'best': entry 0 out of range").
+name=nonfinite_logs
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
+data="$srcdir/tests/data"
+need_source idx
+
+# ---- 1. a NaN training and evaluation loss in the logs --------------------
+python3 - "$data/tr_cnn_images.idx" "$tmp/bright.idx" "$tmp/e37.st" "$tmp/e30.st" <<'EOF' || fail "python3 could not write the files"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+for i in range(48):
+    b[16 + 64 * i:16 + 64 * (i + 1)] = bytes([255 if i == 20 else 0]) * 64
+open(sys.argv[2], "wb").write(b)
+def weights(path, w):
+    h = json.dumps({"fc1.weight": {"dtype": "F32", "shape": [5, 64], "data_offsets": [0, 1280]}}).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<320f", *w))
+weights(sys.argv[3], [1e37] * 320)
+weights(sys.argv[4], [1e30 * ((k * 37 % 101) - 50) / 400 for k in range(320)])
+EOF
+{
+	ini run threads=1
+	ini_tr_cnn_mlp "$data"
+	ini train batch=8 epochs=1 log_every=2
+} >"$tmp/mlp.ini"
+kiln 0 train "$tmp/mlp.ini" "data.images=$tmp/bright.idx" "data.eval.images=$tmp/bright.idx" \
+	"model.init_from=$tmp/e37.st" model.init_strict=0 log.csv=1 "run.out_dir=$tmp/nan"
+! grep -q "could not be made" "$err" || fail "a metrics.jsonl record was left out: $(grep 'could not be made' "$err")"
+stdout_has '"train_loss": null, '
+stdout_has '"test_loss": null, '
+stdout_has '"steps_skipped": 1, '
+python3 - "$tmp/nan/metrics.jsonl" <<'EOF' || fail "metrics.jsonl's final line"
+import json, sys
+def bad(c): raise ValueError("not JSON: " + c)
+lines = [json.loads(l, parse_constant=bad) for l in open(sys.argv[1])]
+final = [j for j in lines if j["event"] == "final"]
+assert len(final) == 1, "%d final lines" % len(final)
+f = final[0]
+assert lines[-1] is f, "the final line is not the last"
+assert f["train_loss"] is None and f["test_loss"] is None, f
+ev = [j for j in lines if j["event"] == "eval"]
+assert len(ev) == 1 and ev[0]["loss"] is None, ev
+assert f["steps"] == 6 and f["epochs"] == 1 and f["test_acc"] == ev[0]["acc"] > 0, f
+EOF
+echo "ok: one final line, train_loss and test_loss null"
+# column FILE NAME: the cells of CSV table FILE's column NAME, one line
+column() { awk -F, -v n="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == n) c = i; next }
+	c { printf "%s ", $c } END { print "" }' "$1"; }
+# the CSV tables: nan (the NaN of inf - inf has its sign bit set: %g said -nan)
+[ "$(column "$tmp/nan/eval.csv" loss)" = "nan " ] ||
+	fail "eval.csv's loss: $(column "$tmp/nan/eval.csv" loss), expected nan"
+column "$tmp/nan/train.csv" loss | grep -qE '^[0-9.e+-]+ nan [0-9.e+-]+ $' ||
+	fail "train.csv's losses: $(column "$tmp/nan/train.csv" loss), expected the second (steps 3-4: sample 20) nan"
+echo "ok: the CSV tables say nan"
+kiln 0 report "$tmp/nan" -o "$tmp/nan.html"
+grep -q '<h2>Result</h2>' "$tmp/nan.html" || fail "the report has no Result table"
+! grep -q 'No "final" line' "$tmp/nan.html" || fail "the report calls the run unfinished"
+echo "ok: kiln report has the run's result"
+
+# ---- 2. keep_best and early stopping past a NaN and an inf evaluation -----
+train="train.optimizer=sgd train.momentum=0 train.lr=0.9 train.weight_decay=1 train.eval_every=1
+	train.keep_best=2 train.best_metric=loss train.early_stop_patience=3 train.early_stop_metric=loss"
+kiln 0 train "$tmp/mlp.ini" train.epochs=2 train.max_steps=7 train.checkpoint_every=3 $train \
+	"model.init_from=$tmp/e30.st" model.init_strict=0 data.eval.std=1e-10 log.csv=1 "run.out_dir=$tmp/kb"
+! grep -q "early stop" "$err" || fail "early stopping stopped the run: $(grep "early stop" "$err")"
+python3 - "$tmp/kb/metrics.jsonl" "$tmp/kb" <<'EOF' || fail "keep_best and early stopping"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+loss = [j["loss"] for j in lines if j["event"] == "eval"]
+assert len(loss) == 7 and loss[0] is None and loss[1] is None, loss
+assert all(b < a / 5 for a, b in zip(loss[2:], loss[3:])), loss
+best = [(j["step"], j["loss"]) for j in lines if j["event"] == "best"]
+assert best == [(s, loss[s - 1]) for s in range(3, 8)], best
+assert [j for j in lines if j["event"] == "final"][0]["steps"] == 7
+EOF
+[ "$(ls "$tmp/kb/checkpoints/best" | tr '\n' ' ')" = "ckpt-6.kiln ckpt-7.kiln " ] ||
+	fail "best/ holds $(ls "$tmp/kb/checkpoints/best" | tr '\n' ' '), expected the checkpoints of steps 6 and 7"
+column "$tmp/kb/eval.csv" loss | grep -q '^nan inf [0-9]' ||
+	fail "eval.csv's losses: $(column "$tmp/kb/eval.csv" loss), expected nan, inf, then numbers"
+echo "ok: keep_best keeps steps 6 and 7, no early stop"
+# patience 2: the NaN and the inf are two evaluations without improvement
+# (before: the NaN was the best, and the run stopped at step 3)
+kiln 0 train "$tmp/mlp.ini" train.epochs=2 train.max_steps=7 $train train.early_stop_patience=2 \
+	"model.init_from=$tmp/e30.st" model.init_strict=0 data.eval.std=1e-10 "run.out_dir=$tmp/es"
+stderr_has "early stop at step 2: test loss did not improve by more than 0 in 2 evaluations (best none finite)"
+[ -z "$(ls "$tmp/es/checkpoints/best")" ] || fail "best/ holds $(ls "$tmp/es/checkpoints/best"), expected nothing"
+echo "ok: patience 2 stops at step 2, no best"
+
+# ---- 3. a resume from a NaN keep_best list and early stopping best --------
+# ckpt-3's list [step 3] and stopper best made NaN (f64 element 1 of "best"
+# is entry 0's value, after the count; element 0 of "stopper" its best),
+# the run resumed from it: best/ holds that step's file (a copy), the
+# uninterrupted run's best/ files are kept aside to compare
+rm "$(ck kb 6)" "$(ck kb 7)"
+"$top_builddir/tests/ckpt_tool" nan64 "$(ck kb 3)" best 1 || fail "ckpt_tool nan64 best failed"
+"$top_builddir/tests/ckpt_tool" nan64 "$(ck kb 3)" stopper 0 || fail "ckpt_tool nan64 stopper failed"
+mv "$tmp/kb/checkpoints/best" "$tmp/kb/best.old" && mkdir "$tmp/kb/checkpoints/best" &&
+	cp "$(ck kb 3)" "$tmp/kb/checkpoints/best/" || fail "cannot lay out best/"
+kiln 0 train "$tmp/mlp.ini" train.epochs=2 train.max_steps=7 train.checkpoint_every=3 $train \
+	"model.init_from=$tmp/e30.st" model.init_strict=0 data.eval.std=1e-10 log.csv=1 "run.out_dir=$tmp/kb" --resume
+! grep -q "early stop" "$err" || fail "early stopping stopped the run: $(grep "early stop" "$err")"
+[ "$(ls "$tmp/kb/checkpoints/best" | tr '\n' ' ')" = "ckpt-6.kiln ckpt-7.kiln " ] ||
+	fail "the resumed run's best/ holds $(ls "$tmp/kb/checkpoints/best" | tr '\n' ' '), expected the checkpoints of steps 6 and 7"
+"$top_builddir/tests/ckpt_tool" same "$tmp/kb/checkpoints/best/ckpt-7.kiln" \
+	"$tmp/kb/best.old/ckpt-7.kiln" params best stopper ||
+	fail "the resumed run's best/ckpt-7.kiln differs from the uninterrupted run's"
+echo "ok: a NaN keep_best entry and early stopping best resumed, displaced"
+echo "PASS: $checks runs"
