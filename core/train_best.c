@@ -176,10 +176,10 @@ static int64_t best_name_step(const char *name)
 static void best_take(struct trainer *t, double v, int64_t step)
 {
 	char path[4200];
-	const int i = best_entry(t, v);
 	best_path(t, step, path, sizeof path);
 	if (kiln_ckpt_misnamed(path, step, KILN_LOG_DEBUG, "keep_best"))
 		return;
+	const int i = best_entry(t, v);
 	if (i < 0) {
 		kiln_log(KILN_LOG_INFO, "train", "resume: %s is not among keep_best's %lld: deleted",
 			 path, (long long)t->tc.keep_best);
