@@ -194,6 +194,16 @@ void kiln_ckpt_close(struct kiln_ckpt *ck);
 const char *kiln_ckpt_path(const struct kiln_ckpt *ck);
 /* The step in the header (equal to the trainer section's). */
 int64_t kiln_ckpt_step(const struct kiln_ckpt *ck);
+/* The step in path's header, its magic, version and header checksum
+ * checked, nothing else read (64 bytes; a FIFO is not waited on); -1 when
+ * it cannot be read or is no checkpoint's header. */
+int64_t kiln_ckpt_header_step(const char *path);
+/* 1 when path (a checkpoint named by step `named`, ckpt-<named>.kiln)
+ * holds another step in its header (a copied or renamed file), logged at
+ * `level` naming the file and both steps and saying that `whom` leaves it
+ * alone; 0 when it holds `named`, or its header cannot be read (its full
+ * open says why).  core/resume.c. */
+int kiln_ckpt_misnamed(const char *path, int64_t named, int level, const char *whom);
 
 int kiln_ckpt_section_count(const struct kiln_ckpt *ck);
 /* Section i's tag (owned by ck), length and payload CRC32C. */
@@ -345,8 +355,10 @@ int kiln_ckpt_safe_key(const char *section, const char *key);
 
 /* The newest checkpoint in `dir` (files ckpt-<step>.kiln) that verifies,
  * warning (log, naming the file and the fault) about each newer one that
- * does not.  *out = NULL and KILN_OK when dir has no checkpoint (or does
- * not exist); KILN_EDATA when it has some but none verifies. */
+ * does not.  A file whose header holds another step than its name is no
+ * checkpoint of that step (kiln_ckpt_misnamed: warned of, skipped).
+ * *out = NULL and KILN_OK when dir has no checkpoint (or does not exist);
+ * KILN_EDATA when it has some but none verifies, or only misnamed ones. */
 kiln_status kiln_ckpt_newest(const char *dir, struct kiln_ckpt **out);
 
 /* The checkpoint whose weights `kiln eval` and `kiln export` use: `path`,
@@ -359,8 +371,8 @@ kiln_status kiln_ckpt_open_weights(const struct kiln_config *cfg, const struct k
 				   const char *path, struct kiln_ckpt **out, char *dir,
 				   size_t dir_len);
 
-/* The highest step among dir's ckpt-<step>.kiln names (nothing is opened),
- * or -1 when there is none. */
+/* The highest step among dir's ckpt-<step>.kiln names whose header holds
+ * that step (only the headers are read), or -1 when there is none. */
 int64_t kiln_ckpt_newest_step(const char *dir);
 
 /* After a successful write of step `written`: delete all but the `keep`
@@ -369,8 +381,9 @@ int64_t kiln_ckpt_newest_step(const char *dir);
  * checkpoint above `written` is one a resume skipped as unusable (kiln's
  * lock keeps other runs out): it is neither counted nor deleted (before
  * session 32 it was counted, and a resume past a corrupt newest
- * checkpoint with keep_last = 1 deleted every file it wrote).  Failures
- * to delete are logged, not returned. */
+ * checkpoint with keep_last = 1 deleted every file it wrote).  Nor is a
+ * file whose header holds another step than its name (a copy, a rename:
+ * kiln_ckpt_misnamed).  Failures to delete are logged, not returned. */
 void kiln_ckpt_prune(const char *dir, int64_t keep, int64_t written);
 
 #endif /* KILN_CHECKPOINT_H */

@@ -250,6 +250,24 @@ kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out)
 	return open_verified(ck, out);
 }
 
+int64_t kiln_ckpt_header_step(const char *path)
+{
+	char kind[64];
+	const char *why;
+	off_t size = 0;
+	uint8_t h[KILN_CKPT_HEADER_BYTES];
+	int fd = common_open_file(path, kind, sizeof kind, &why, &size);
+	if (fd < 0)
+		return -1;
+	const int bad = size < KILN_CKPT_HEADER_BYTES || kiln_pread_all(fd, h, sizeof h, 0);
+	close(fd);
+	/* the checks verify() makes of the header itself */
+	if (bad || memcmp(h, ckpt_magic, 8) || get_u32(h + 8) != KILN_CKPT_VERSION ||
+	    get_u32(h + 60) != kiln_crc32c(0, h, 60) || get_u64(h + 32) > (uint64_t)INT64_MAX)
+		return -1;
+	return (int64_t)get_u64(h + 32);
+}
+
 kiln_status kiln_ckpt_open_fd(const char *path, int fd, struct kiln_ckpt **out)
 {
 	struct kiln_ckpt *ck = ckpt_new(path);

@@ -41,10 +41,12 @@ static int matches(const char *name, const char *const *pats)
 }
 
 /* Visit dir's entries that match pats: count them (del 0) or delete them
- * (del 1).  A missing dir has none.  -1 (errno) when dir cannot be read or
+ * (del 1); with `in` (del 0), count only the regular files that are the
+ * file `in` is (its device and inode: a deleted symlink would leave its
+ * target).  A missing dir has none.  -1 (errno) when dir cannot be read or
  * an entry cannot be deleted; *first gets the first match's name. */
-static int each_match(const char *dir, const char *const *pats, int del, char *first,
-		      size_t fn)
+static int each_match(const char *dir, const char *const *pats, int del, const struct stat *in,
+		      char *first, size_t fn)
 {
 	DIR *d = opendir(dir);
 	char path[4400];
@@ -59,6 +61,8 @@ static int each_match(const char *dir, const char *const *pats, int del, char *f
 		/* a run writes files: a directory (or socket...) of that name
 		 * is not one, and its write fails later, naming it */
 		if (lstat(path, &sb) || !(S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode)))
+			continue;
+		if (in && !(S_ISREG(sb.st_mode) && sb.st_dev == in->st_dev && sb.st_ino == in->st_ino))
 			continue;
 		if (!n++ && first)
 			snprintf(first, fn, "%s", path);
@@ -75,9 +79,10 @@ static int each_match(const char *dir, const char *const *pats, int del, char *f
 }
 
 /* Count (del 0) or delete (del 1) the run files of out_dir, its
- * checkpoints and best checkpoints; -1 on an error, naming the path in
- * what. */
-static int visit_run(const char *out_dir, const char *ckdir, int del, char *what, size_t n)
+ * checkpoints and best checkpoints (with `in`: count those that are that
+ * file, each_match); -1 on an error, naming the path in what. */
+static int visit_run(const char *out_dir, const char *ckdir, int del, const struct stat *in,
+		     char *what, size_t n)
 {
 	char best[4400];
 	snprintf(best, sizeof best, "%s/best", ckdir);
@@ -86,7 +91,8 @@ static int visit_run(const char *out_dir, const char *ckdir, int del, char *what
 	what[0] = 0;
 	for (int i = 0; i < 3; i++) {
 		char first[4400] = "";
-		int k = each_match(dirs[i], i ? ckpt_files : run_files, del, first, sizeof first);
+		int k = each_match(dirs[i], i ? ckpt_files : run_files, del, in, first,
+				   sizeof first);
 		if (k < 0) {
 			snprintf(what, n, "%s: %s", first[0] ? first : dirs[i], strerror(errno));
 			return -1;
@@ -108,10 +114,39 @@ static int default_out_dir(const char *dir)
 	return 0;
 }
 
-kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite)
+/* [model] init_from (the file a fresh run reads its weights from, read
+ * already) against the earlier run's files that the run is about to
+ * delete: KILN_EUSAGE naming it when it is one of them (before session 39
+ * `init_from = runs/latest/checkpoints/ckpt-20.kiln` in runs/latest, the
+ * default out_dir, was loaded, then deleted with the run it belonged to:
+ * the fine-tuned model's ckpt-20.kiln replaced the weights it started
+ * from, exit 0).  The data, the config and the caches are not checked: a
+ * run's files are no data (a data file that were one would fail as data),
+ * the config a run writes again as its config.ini, resolved, and a cache
+ * is made again. */
+static kiln_status init_from_kept(const char *out_dir, const char *ckdir, int overwrite, int n,
+				  const struct kiln_config *cfg)
+{
+	const char *init = cfg ? kiln_config_get(cfg, "model", "init_from") : NULL;
+	struct stat in;
+	char what[4400];
+	if (!init || !*init || stat(init, &in) || !S_ISREG(in.st_mode))
+		return KILN_OK;
+	int k = visit_run(out_dir, ckdir, 0, &in, what, sizeof what);
+	if (k <= 0) /* (an unreadable directory: the count failed already) */
+		return KILN_OK;
+	const int same = !strcmp(init, what);
+	return kiln_error(KILN_EUSAGE, "%s: [model] init_from = %s%s%s%s is one of the earlier run's %d file(s) in '%s' that %s deletes before it writes its own: the weights this run starts from would be lost. Copy it out of the run directory and set init_from to the copy, pass --resume to continue that run instead, or choose another out_dir; nothing was changed",
+			  kiln_config_where(cfg, "model", "init_from"), init, same ? "" : " (the file ",
+			  same ? "" : what, same ? "" : ")", n, out_dir,
+			  overwrite ? "--overwrite" : "a fresh run in the default out_dir (the latest run)");
+}
+
+kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite,
+				  const struct kiln_config *cfg)
 {
 	char what[4400];
-	int n = visit_run(out_dir, ckdir, 0, what, sizeof what);
+	int n = visit_run(out_dir, ckdir, 0, NULL, what, sizeof what);
 	if (n < 0)
 		return kiln_error(KILN_EIO, "[run] out_dir: cannot read %s", what);
 	if (!n)
@@ -119,13 +154,13 @@ kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int ov
 	if (!overwrite && !default_out_dir(out_dir))
 		return kiln_error(KILN_EUSAGE, "[run] out_dir '%s' holds an earlier run (%d file(s), e.g. %s): pass --resume to continue it, --overwrite (train.overwrite=1) to delete its files and start afresh, or choose another out_dir; nothing was changed",
 				  out_dir, n, what);
-	return KILN_OK;
+	return init_from_kept(out_dir, ckdir, overwrite, n, cfg);
 }
 
 kiln_status trainer_out_dir_clear(const char *out_dir, const char *ckdir, int overwrite)
 {
 	char what[4400];
-	int n = visit_run(out_dir, ckdir, 1, what, sizeof what);
+	int n = visit_run(out_dir, ckdir, 1, NULL, what, sizeof what);
 	if (n < 0)
 		return kiln_error(KILN_EIO, "--overwrite: cannot delete %s", what);
 	if (!n)

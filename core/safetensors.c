@@ -112,10 +112,12 @@ static kiln_status parse_entry(const struct kiln_safetensors *f, const char *nam
 	if (!json_is_string(dt) || !json_is_array(shape) || !json_is_array(off))
 		return kiln_error(KILN_EDATA, "%s: tensor '%s': needs \"dtype\" (a string), \"shape\" and \"data_offsets\" (arrays)",
 				  p, name);
-	e->dt = dtype_by_name(json_string_value(dt));
+	/* (a string may hold \u0000, JSON_ALLOW_NUL: "F32\u0000x" is no F32) */
+	const int nul = strlen(json_string_value(dt)) != json_string_length(dt);
+	e->dt = nul ? -1 : dtype_by_name(json_string_value(dt));
 	if (e->dt < 0)
-		return kiln_error(KILN_EDATA, "%s: tensor '%s': unknown dtype \"%s\"", p, name,
-				  json_string_value(dt));
+		return kiln_error(KILN_EDATA, "%s: tensor '%s': unknown dtype \"%s%s\"", p, name,
+				  json_string_value(dt), nul ? "\\u0000..." : "");
 	size_t nd = json_array_size(shape);
 	if (nd > KILN_MAX_DIMS)
 		return kiln_error(KILN_EDATA, "%s: tensor '%s': %zu dimensions; kiln reads up to %d",
@@ -176,6 +178,10 @@ static kiln_status parse_meta(struct kiln_safetensors *f, json_t *m)
 		if (!json_is_string(v))
 			return kiln_error(KILN_EDATA, "%s: \"__metadata__\" value of '%s' is not a string",
 					  f->path, k);
+		/* one holding \u0000 (JSON_ALLOW_NUL) is no C string: absent,
+		 * not cut short (kiln_safetensors_meta) */
+		if (strlen(json_string_value(v)) != json_string_length(v))
+			continue;
 		if (!(f->meta[2 * f->n_meta] = kiln_strdup(k)) ||
 		    !(f->meta[2 * f->n_meta + 1] = kiln_strdup(json_string_value(v))))
 			return kiln_error(KILN_ENOMEM, "out of memory");
@@ -206,7 +212,7 @@ static kiln_status parse(struct kiln_safetensors *f)
 	f->data = b + 8 + n;
 	f->data_len = f->size - 8 - (size_t)n;
 	json_error_t err;
-	json_t *h = json_loadb((const char *)b + 8, (size_t)n, JSON_REJECT_DUPLICATES, &err);
+	json_t *h = json_loadb((const char *)b + 8, (size_t)n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
 	if (!h)
 		return kiln_error(KILN_EDATA, "%s: the header is not valid JSON: %s (header byte %d)", p,
 				  err.text, err.position);

@@ -335,8 +335,11 @@ kiln_status trainer_close(struct trainer *t, kiln_status st);
  * when it holds an earlier run's files (metrics, logs, checkpoints in
  * ckdir) and overwrite is 0, nothing changed.  With overwrite, or in the
  * default out_dir (runs/latest), _clear deletes them (rank 0, logged)
- * once every check that can refuse the run has passed. */
-kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite);
+ * once every check that can refuse the run has passed; _check refuses
+ * (KILN_EUSAGE, nothing changed) when cfg's [model] init_from is one of
+ * them (the same file: device and inode, whatever its path). */
+kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite,
+				  const struct kiln_config *cfg);
 kiln_status trainer_out_dir_clear(const char *out_dir, const char *ckdir, int overwrite);
 /* A training run's out_dir, created, and locked for this process
  * (out_dir/.kiln.lock, flock, held until *fd is closed) before it is

@@ -185,12 +185,16 @@ static int64_t best_name_step(const char *name)
  * best, deleted.  A value that is not finite (a kiln before session 39
  * listed a NaN loss) takes a free entry and ranks below every finite
  * one: the first finite evaluation that finds the list full displaces
- * it. */
+ * it.  A file that holds another step than its name's is not the
+ * entry's (a copy or a rename; session 39): not taken, nor deleted
+ * (best_prune names it). */
 static void best_take(struct trainer *t, double v, int64_t step)
 {
 	char path[4200];
-	const int i = best_entry(t, v);
 	best_path(t, step, path, sizeof path);
+	if (kiln_ckpt_misnamed(path, step, KILN_LOG_DEBUG, "keep_best"))
+		return;
+	const int i = best_entry(t, v);
 	if (i < 0) {
 		kiln_log(KILN_LOG_INFO, "train", "resume: %s is not among keep_best's %lld: deleted",
 			 path, (long long)t->tc.keep_best);
@@ -208,7 +212,8 @@ static void best_take(struct trainer *t, double v, int64_t step)
 
 /* A checkpoint without a keep_best list (an older kiln's): the values the
  * files of ckdir/best up to step `upto` hold of themselves (*e, *n:
- * malloc'd), *unknown the files that hold none (an older kiln's). */
+ * malloc'd), *unknown the files that hold none (an older kiln's); a file
+ * holding another step than its name's is left out (named in the log). */
 static void best_scan(struct trainer *t, int64_t upto, struct kiln_ckpt_best **e, int64_t *n,
 		      int *unknown)
 {
@@ -226,6 +231,8 @@ static void best_scan(struct trainer *t, int64_t upto, struct kiln_ckpt_best **e
 		if (step < 0 || step > upto)
 			continue;
 		snprintf(path, sizeof path, "%s/%s", dir, d->d_name);
+		if (kiln_ckpt_misnamed(path, step, KILN_LOG_WARN, "keep_best"))
+			continue;
 		if (kiln_ckpt_open(path, &ck) || kiln_ckpt_best_get(ck, &own, &m))
 			m = 0;
 		kiln_ckpt_close(ck);
@@ -264,6 +271,8 @@ static void best_prune(struct trainer *t, int listed, int64_t upto)
 		if (step < 0 || kept || (!listed && step <= upto))
 			continue;
 		snprintf(path, sizeof path, "%s/%s", dir, d->d_name);
+		if (kiln_ckpt_misnamed(path, step, KILN_LOG_WARN, "keep_best"))
+			continue;
 		kiln_log(KILN_LOG_INFO, "train", "resume: %s is not among keep_best's %lld of the checkpoint: deleted",
 			 path, (long long)t->tc.keep_best);
 		unlink(path);

@@ -292,7 +292,7 @@ static kiln_status open_run(struct trainer *t)
 			t->res->resumed_step = t->pos.step;
 			trainer_resume_finished(t);
 		} else if (t->training && !t->tc.resume &&
-			 (st = trainer_out_dir_check(t->run.out_dir, t->ckdir, t->tc.overwrite)))
+			 (st = trainer_out_dir_check(t->run.out_dir, t->ckdir, t->tc.overwrite, t->cfg)))
 			return st;
 		t->pos.world = t->world;
 		t->pos.batch = t->B;

@@ -85,6 +85,25 @@ static void same_state(const char *a, const char *b)
 	same_sections(a, b, state_tags, 0);
 }
 
+uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n); /* core/internal.h */
+
+/* Checkpoint src copied to dst with `step` in its header (the header's
+ * CRC made again; the trainer section keeps src's): the file a write of
+ * that step leaves, as far as its header shows (since session 39 a file
+ * whose header holds another step than its name is left alone). */
+static void copy_as_step(const char *src, const char *dst, uint64_t step)
+{
+	size_t n;
+	unsigned char *d = (unsigned char *)test_read_file(src, &n);
+	ck_assert_msg(d && n >= 64, "%s", src);
+	memcpy(d + 32, &step, 8);
+	uint32_t crc = kiln_crc32c(0, d, 60);
+	memcpy(d + 60, &crc, 4);
+	FILE *f = fopen(dst, "wb");
+	ck_assert(f && fwrite(d, 1, n, f) == n && fclose(f) == 0);
+	free(d);
+}
+
 /* keep_best = 2 by loss, an evaluation every 7 steps (8 in 60 steps),
  * cut by max_steps = 25 and resumed: best/ and the "best" events after
  * the resume are the uninterrupted run's, and so is the last checkpoint's
@@ -111,13 +130,14 @@ START_TEST(test_keep_best)
 	ck_assert_int_eq(r1.steps, 25);
 	/* a best/ file of a step after the checkpoint (as a run killed after
 	 * a keep_best write leaves; 50, no evaluation point, so not written
-	 * again): it goes */
+	 * again; its header says 50: a link to ckpt-21.kiln is since session
+	 * 39 a misnamed file, left alone): it goes */
 	snprintf(db, sizeof db, "%s/checkpoints/best", b);
 	ckpt_files(db, lb, sizeof lb);
 	ck_assert_str_eq(lb, "14 21");
 	snprintf(la, sizeof la, "%.290s/ckpt-21.kiln", db);
 	snprintf(da, sizeof da, "%.280s/ckpt-50.kiln", db);
-	ck_assert(link(la, da) == 0);
+	copy_as_step(la, da, 50);
 	ck_assert_msg(train_run(b, rest, &r2) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(r2.resumed_step, 25);
 	ck_assert_int_eq(r2.steps, 60);
@@ -152,8 +172,6 @@ START_TEST(test_keep_best)
 	kiln_ckpt_close(ck);
 }
 END_TEST
-
-uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n); /* core/internal.h */
 
 /* Checkpoint `path` rewritten without its section `tag`, as an older kiln
  * wrote it (docs/checkpoints.md: the header's file size, section count

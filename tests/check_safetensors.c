@@ -293,6 +293,39 @@ START_TEST(test_corrupt)
 }
 END_TEST
 
+/* An escaped NUL (\u0000) in a "__metadata__" value, as Python's
+ * safetensors writes and reads (`save_file(sd, f, metadata={"note":
+ * "a\0b"})`: this header is its bytes, the tensor renamed): the file
+ * opens, its tensor reads, that value is absent (a C string cannot carry
+ * it) and the others are there.  Before session 39 the file was refused
+ * ("\u0000 is not allowed without JSON_ALLOW_NUL").  A NUL in a tensor's
+ * name or its dtype is still refused. */
+START_TEST(test_nul)
+{
+	const char *p = raw_file("nul_meta", "{\"__metadata__\":{\"note\":\"a\\u0000b\",\"who\":\"torch\"},"
+					     T("x", "F32", "[2]", 0, 8) "}", -1, 0);
+	const float x[2] = { 1.5f, -2.25f };
+	FILE *fp = fopen(p, "ab");
+	ck_assert(fp && fwrite(x, sizeof x, 1, fp) == 1 && !fclose(fp));
+	struct kiln_safetensors *f = NULL;
+	ck_assert_msg(kiln_safetensors_open(p, &f) == KILN_OK, "%s", kiln_last_error());
+	struct kiln_safetensors_tensor t;
+	ck_assert_int_eq(kiln_safetensors_count(f), 1);
+	ck_assert_int_eq(kiln_safetensors_find(f, "x", &t), KILN_OK);
+	ck_assert_int_eq(t.numel, 2);
+	ck_assert_int_eq(t.bytes, 8);
+	ck_assert_mem_eq(t.data, x, sizeof x);
+	ck_assert_ptr_null(kiln_safetensors_meta(f, "note"));
+	ck_assert_str_eq(kiln_safetensors_meta(f, "who"), "torch");
+	kiln_safetensors_close(f);
+
+	refused(raw_file("nul_name", "{" T("x\\u0000y", "F32", "[2]", 0, 8) "}", -1, 8), KILN_EDATA,
+		"not valid JSON", "NUL byte in object key", NULL);
+	refused(raw_file("nul_dtype", "{" T("x", "F32\\u0000", "[2]", 0, 8) "}", -1, 8), KILN_EDATA,
+		"'x'", "unknown dtype \"F32\\u0000...\"", NULL);
+}
+END_TEST
+
 /* ---- model weights -------------------------------------------------------- */
 
 struct net {
@@ -853,7 +886,7 @@ static Suite *make_safetensors_suite(void)
 {
 	Suite *s = suite_create("safetensors");
 	check_add_case(s, "format", 0, NULL, NULL, (const TTest *[]){
-		test_roundtrip, test_corrupt, NULL });
+		test_roundtrip, test_corrupt, test_nul, NULL });
 	check_add_case(s, "weights", 120, NULL, NULL, (const TTest *[]){
 		test_torch_nchw, test_torch_nhwc, test_save_load, test_strict, test_dtypes,
 		test_trainer_init_from, test_export_cli, test_init_from_first, test_config_hash,

@@ -706,6 +706,11 @@ EXTRA_DIST += tests/hostile.sh
 # Output files and standard streams in a hostile environment (session 30).
 TESTS += tests/hostile_io.sh
 EXTRA_DIST += tests/hostile_io.sh
+# A fresh run keeps the [model] init_from it would delete with the run it
+# replaces; a checkpoint named for another step than it holds is no
+# checkpoint of that step (session 39).
+TESTS += tests/out_dir_init_from.sh tests/ckpt_misnamed.sh
+EXTRA_DIST += tests/out_dir_init_from.sh tests/ckpt_misnamed.sh
 # the run directory removed mid-run, a failed tokens pack, best/'s stale
 # temporaries, blocked paths, config.ini and the profiler's files (session 33)
 TESTS += tests/run_files.sh

@@ -735,7 +735,9 @@ void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
 /* KILN_ENOTFOUND (message naming the file) when there is no tensor `name`. */
 kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *name,
 				  struct kiln_safetensors_tensor *out);
-/* The "__metadata__" value of `key`, or NULL.  Borrowed until close. */
+/* The "__metadata__" value of `key`, or NULL; NULL too for a value that
+ * holds an escaped NUL (\u0000), which a C string cannot carry (the file
+ * is read all the same).  Borrowed until close. */
 const char *kiln_safetensors_meta(const struct kiln_safetensors *f, const char *key);
 
 /* A file being written: tensors and metadata are collected, then written at
