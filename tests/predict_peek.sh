@@ -166,11 +166,7 @@ one = sorted(os.listdir(t + "/png/test/0"))[0]
 for n in ("c,omma.png", 'q"uote.png', "new\nline.png", "cr\rx.png", " lead.png", "plain.png"):
     shutil.copy("%s/png/test/0/%s" % (t, one), "%s/odd/%s" % (t, n))
 EOF
-awk -v d="$tmp/cls" '/^\[/ { sec = $0 }
-	sec == "[data]" && /^(images|labels|source) =/ { next }
-	{ print }
-	$0 == "[data]" { print "source = folder\npath = " d "\nsize = 8\nchannels = 1" }' \
-	"$ini" >"$tmp/cls.ini"
+data_folder_ini "$tmp/cls" "$ini" "$tmp/cls.ini"
 ev="data.eval.source=idx data.eval.path=$data"
 kiln 0 predict "$tmp/cls.ini" --checkpoint "$ck" "$tmp/odd" --top-k 5 --format csv $ev
 cp "$out" "$tmp/odd.csv"
