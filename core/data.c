@@ -54,25 +54,15 @@ static const char *const image_keys[] = { "size", "resize", "crop", "pad", "scal
 					  "flip", "mean", "std", "channels", "transform_on",
 					  NULL };
 
-kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			      const char *section, const char *split, int train,
-			      struct kiln_dataset *d)
+/* d's sample, label, transforms and keys from d->info (an opened source's,
+ * or a peek's), with the checks of kiln_dataset_open that need no sample:
+ * the config's errors and the source's shape's. */
+static kiln_status dataset_shape(const struct kiln_config *cfg, const char *section, int train,
+				 struct kiln_dataset *d)
 {
 	const char *name = kiln_config_get(cfg, section, "source");
 	int64_t seed = 0;
 	kiln_status st;
-
-	memset(d, 0, sizeof *d);
-	d->section = section;
-	d->rank = -1;
-	if ((st = kiln_source_open_named(cfg, reg, section, split, &d->src, &d->missing)))
-		return st;
-	d->ops = d->src->ops;
-	d->ctx = d->src->ctx;
-	d->name = d->src->name;
-	d->info = d->src->info;
-	if (d->info.len <= 0)
-		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples", section, name);
 	if (d->info.label.dtype != KILN_I32)
 		return kiln_error(KILN_ENOTSUP, "[%s] source '%s': labels must be i32 (class numbers or token ids)",
 				  section, name);
@@ -135,10 +125,49 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 			 section, name);
 		d->cache = KILN_CACHE_NONE;
 	}
+	return KILN_OK;
+}
+
+kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *section, const char *split, int train,
+			      struct kiln_dataset *d)
+{
+	kiln_status st;
+	memset(d, 0, sizeof *d);
+	d->section = section;
+	d->rank = -1;
+	if ((st = kiln_source_open_named(cfg, reg, section, split, &d->src, &d->missing)))
+		return st;
+	d->ops = d->src->ops;
+	d->ctx = d->src->ctx;
+	d->name = d->src->name;
+	d->info = d->src->info;
+	if (d->info.len <= 0)
+		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples", section,
+				  kiln_config_get(cfg, section, "source"));
+	if ((st = dataset_shape(cfg, section, train, d)))
+		return st;
 	if (d->cache == KILN_CACHE_RAM &&
 	    !(d->cached = calloc((size_t)d->len, sizeof *d->cached)))
 		return kiln_error(KILN_ENOMEM, "out of memory for the [%s] cache index", section);
 	return KILN_OK;
+}
+
+kiln_status kiln_dataset_peek(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *section, const char *split, int train,
+			      struct kiln_dataset *d, int *peeked)
+{
+	const struct kiln_plugin *p = NULL;
+	memset(d, 0, sizeof *d);
+	d->section = section;
+	d->rank = -1;
+	kiln_status st = kiln_source_peek(cfg, reg, section, split, &p, &d->info, &d->missing,
+					  peeked);
+	if (st || !*peeked)
+		return st;
+	d->ops = p->ops;
+	d->name = p->name;
+	return dataset_shape(cfg, section, train, d);
 }
 
 void kiln_dataset_close(struct kiln_dataset *d)

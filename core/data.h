@@ -95,6 +95,19 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 			      const char *section, const char *split, int train,
 			      struct kiln_dataset *d);
 void kiln_dataset_close(struct kiln_dataset *d);
+/* kiln_dataset_open's shape of the set without opening it, when its source
+ * can tell it (source ops version 5, peek: a header read, or the config):
+ * *peeked 1 and d as the open would fill it, with the open's checks of
+ * the config and of that shape, but with no source context (d->src and
+ * d->ctx NULL: nothing can be read), len, classes and the cache index 0
+ * (so a set with no samples is not refused here).  *peeked 0 with
+ * KILN_OK: it cannot tell (or an output is watched: kiln_source_peek);
+ * open the set.  Errors as kiln_dataset_open's, d->missing alike.  Close
+ * d with kiln_dataset_close either way.  For what needs only the images'
+ * shape: [data.eval]'s transforms for image files (core/infer.c). */
+kiln_status kiln_dataset_peek(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *section, const char *split, int train,
+			      struct kiln_dataset *d, int *peeked);
 
 /* Samples idx[0..rows) of `epoch` into x (rows * sample_bytes) and their
  * labels into y (rows * label_elems i32, row-major: [rows, T] for tokens).  A bad sample (KILN_EDATA from the source, a label out of

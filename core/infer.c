@@ -433,19 +433,25 @@ static void image_xform_keys(struct kiln_infer *m, int32_t h, int32_t w, int32_t
 	m->have_xf = 1;
 }
 
-/* [data.eval]'s transforms for the images of kiln_infer_image: the eval
- * set opened (as `kiln eval` opens it) for its source's image size and
- * the transform keys; f32 output (what transform_on = device computes on
- * the device, computed here).  When [data.eval]'s source cannot be opened
- * (unreadable or missing files: a model shipped without its data), its
- * images are taken to be of the model's input size and channels (a
- * [C, H, W] sample). */
+/* [data.eval]'s transforms for the images of kiln_infer_image: its
+ * source's image size and the transform keys; f32 output (what
+ * transform_on = device computes on the device, computed here).  The size
+ * is the source's peek's (an IDX file's header, the shards' headers, a
+ * folder's none) where it has one, else the eval set is opened as `kiln
+ * eval` opens it (before session 39 always: a folder's every file listed,
+ * an IDX file inflated, for three numbers).  When [data.eval]'s source
+ * cannot be read (unreadable or missing files: a model shipped without
+ * its data), its images are taken to be of the model's input size and
+ * channels (a [C, H, W] sample). */
 static kiln_status image_xform(struct kiln_infer *m)
 {
 	struct kiln_dataset ds;
 	struct kiln_xform xf;
 	const struct kiln_tensor_desc *in = &m->t.sample;
-	kiln_status st = kiln_dataset_open(m->cfg, m->reg, "data.eval", "test", 0, &ds);
+	int peeked = 0;
+	kiln_status st = kiln_dataset_peek(m->cfg, m->reg, "data.eval", "test", 0, &ds, &peeked);
+	if (!st && !peeked)
+		st = kiln_dataset_open(m->cfg, m->reg, "data.eval", "test", 0, &ds);
 	/* (a file missing is a config error, exit 2, since session 37: taken
 	 * here as before, ds.missing) */
 	if ((st == KILN_EDATA || st == KILN_EIO || st == KILN_ENOTFOUND || ds.missing) &&

@@ -289,6 +289,19 @@ struct kiln_source;
 kiln_status kiln_source_open_named(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   const char *section, const char *split, struct kiln_source **out,
 				   int *missing);
+/* What [section]'s source says of its images without opening the set
+ * (source ops version 5, peek): *plugin the source, *info as its info()
+ * would fill it after an open but for len, classes and classes_from (0),
+ * *peeked 1.  *peeked 0 with KILN_OK: the source cannot tell (no peek, or
+ * KILN_ENOTSUP from it), or an output is watched that exists already
+ * (kiln_output_watch: only an open compares it with every file of the
+ * set): open the set instead.  Errors as kiln_source_open_named's, *missing
+ * alike. */
+struct kiln_plugin;
+struct kiln_source_info;
+kiln_status kiln_source_peek(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *section, const char *split, const struct kiln_plugin **plugin,
+			     struct kiln_source_info *info, int *missing, int *peeked);
 /* The watched output's (kiln_output_watch) device and inode into *o: 1,
  * or 0 when nothing is watched or it does not exist yet (then no file can
  * be it, and kiln_source_open walks no source's files). */

@@ -47,6 +47,34 @@ kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_re
 	return kiln_source_open_named(cfg, reg, section, split, out, NULL);
 }
 
+/* The source plugin [section] source names, *p; section one of the data
+ * sections.  `who` names the caller in the message of a bad section. */
+static kiln_status source_plugin(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				 const char *section, const char *who, const struct kiln_plugin **p)
+{
+	const char *name = kiln_config_get(cfg, section, "source");
+	if (strcmp(section, "data") && strcmp(section, "data.eval") && strcmp(section, "data.val"))
+		return kiln_error(KILN_EINVAL, "%s: section '%s' is not data, data.eval or data.val",
+				  who, section);
+	if (!name || !*name)
+		return kiln_error(KILN_ECONFIG, "[%s] source is not set", section);
+	if (kiln_registry_find(reg, KILN_PLUGIN_SOURCE, name, p))
+		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s] source",
+				       kiln_config_where(cfg, section, "source"), section);
+	return KILN_OK;
+}
+
+/* A plugin's failed open (or peek) as the core reports it: a file the
+ * config names that is not there is the config's error, exit 2 (*missing
+ * set; KILN_EDATA, exit 3, before session 37), unreadable data KILN_EDATA
+ * (exit 3). */
+static kiln_status source_open_failed(kiln_status st, int *missing)
+{
+	if (st == KILN_ENOTFOUND && missing)
+		*missing = 1;
+	return st == KILN_ENOTFOUND ? KILN_ECONFIG : st == KILN_EIO ? KILN_EDATA : st;
+}
+
 kiln_status kiln_source_open_named(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   const char *section, const char *split, struct kiln_source **out,
 				   int *missing)
@@ -56,19 +84,12 @@ kiln_status kiln_source_open_named(const struct kiln_config *cfg, const struct k
 	if (!cfg || !reg || !section || !out)
 		return kiln_null_arg("kiln_source_open", !cfg ? "cfg" : !reg ? "reg" : !section ? "section" : "out");
 	const struct kiln_plugin *p;
-	const char *name = kiln_config_get(cfg, section, "source");
 	int64_t limit = 0;
 	kiln_status st;
 
 	*out = NULL;
-	if (strcmp(section, "data") && strcmp(section, "data.eval") && strcmp(section, "data.val"))
-		return kiln_error(KILN_EINVAL, "kiln_source_open: section '%s' is not data, data.eval or data.val",
-				  section);
-	if (!name || !*name)
-		return kiln_error(KILN_ECONFIG, "[%s] source is not set", section);
-	if ((st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, name, &p)))
-		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s] source",
-				       kiln_config_where(cfg, section, "source"), section);
+	if ((st = source_plugin(cfg, reg, section, "kiln_source_open", &p)))
+		return st;
 	struct kiln_source *s = calloc(1, sizeof *s);
 	if (!s)
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -77,12 +98,7 @@ kiln_status kiln_source_open_named(const struct kiln_config *cfg, const struct k
 	snprintf(s->section, sizeof s->section, "%s", section);
 	if ((st = s->ops->open(kiln_host_table(), cfg, section, split, &s->ctx))) {
 		free(s);
-		/* a file the config names that is not there: the config's
-		 * error, exit 2 (KILN_EDATA, exit 3, before session 37) */
-		if (st == KILN_ENOTFOUND && missing)
-			*missing = 1;
-		return st == KILN_ENOTFOUND ? KILN_ECONFIG :
-		       st == KILN_EIO ? KILN_EDATA : st; /* unreadable data: exit 3 */
+		return source_open_failed(st, missing);
 	}
 	memset(&s->info, 0, sizeof s->info); /* fields past the plugin's version stay 0 */
 	if ((st = s->ops->info(s->ctx, &s->info))) {
@@ -104,6 +120,34 @@ kiln_status kiln_source_open_named(const struct kiln_config *cfg, const struct k
 	}
 	*out = s;
 	return KILN_OK;
+}
+
+kiln_status kiln_source_peek(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *section, const char *split, const struct kiln_plugin **plugin,
+			     struct kiln_source_info *info, int *missing, int *peeked)
+{
+	const struct kiln_plugin *p;
+	struct stat out;
+	*missing = *peeked = 0;
+	memset(info, 0, sizeof *info);
+	kiln_status st = source_plugin(cfg, reg, section, "kiln_source_peek", &p);
+	if (st)
+		return st;
+	*plugin = p;
+	const struct kiln_source_ops *ops = p->ops;
+	/* an output that exists already: the open compares it with every
+	 * file of the set (files_checked), which a peek does not list */
+	if (ops->version < 5 || !ops->peek || kiln_output_watched_stat(&out))
+		return KILN_OK;
+	st = ops->peek(kiln_host_table(), cfg, section, split, info);
+	if (st == KILN_ENOTSUP) { /* it cannot tell: the caller opens the set */
+		memset(info, 0, sizeof *info);
+		return KILN_OK;
+	}
+	*peeked = 1;
+	info->len = info->classes = 0; /* not told by a peek */
+	info->classes_from = NULL;
+	return st ? source_open_failed(st, missing) : KILN_OK;
 }
 
 void kiln_source_close(struct kiln_source *s)

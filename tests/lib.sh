@@ -155,6 +155,17 @@ need_fashion_mnist() {
 	[ -d "$FM" ] || { echo "FAIL: $FM missing: run scripts/install-deps"; exit 1; }
 }
 
+# data_folder_ini ROOT IN OUT: config IN written to OUT with [data] the
+# folder source at ROOT (size 8, 1 channel: tests/data/tr_cnn.ini's images)
+# in place of its source, images and labels keys
+data_folder_ini() {
+	awk -v d="$1" '/^\[/ { sec = $0 }
+		sec == "[data]" && /^(images|labels|source) =/ { next }
+		{ print }
+		$0 == "[data]" { print "source = folder\npath = " d "\nsize = 8\nchannels = 1" }' \
+		"$2" >"$3"
+}
+
 # need_source NAME: skip (exit 77) when the loaders plugin that provides the
 # data source NAME was not built
 need_source() {

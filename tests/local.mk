@@ -823,6 +823,12 @@ if BUILD_LOADERS
 TESTS += tests/predict.sh tests/embed.sh tests/png16.sh
 endif
 EXTRA_DIST += tests/predict.sh tests/embed.sh tests/png16.sh
+# predict of image files reads of [data.eval] only its images' size (the
+# sources' peek, plugin ABI 2.24); --format csv's RFC 4180 quoting
+if BUILD_LOADERS
+TESTS += tests/predict_peek.sh
+endif
+EXTRA_DIST += tests/predict_peek.sh
 # no output written over an input or a checkpoint, an export written whole
 # or not at all (session 31): export, predict --logits, quantize --out
 if BUILD_LOADERS

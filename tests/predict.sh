@@ -152,11 +152,7 @@ mkdir -p "$tmp/miss/train" "$tmp/miss/test"
 cp -r "$pngs"/* "$tmp/miss/train/"
 cp -r "$pngs"/0 "$pngs"/2 "$pngs"/3 "$pngs"/4 "$tmp/miss/test/"
 # f.ini with [data] a folder too (its [data.eval] inherits the folder source)
-awk -v d="$tmp/miss" '/^\[/ { sec = $0 }
-	sec == "[data]" && /^(images|labels|source) =/ { next }
-	{ print }
-	$0 == "[data]" { print "source = folder\npath = " d "\nsize = 8\nchannels = 1" }' \
-	"$tmp/f.ini" >"$tmp/fm.ini"
+data_folder_ini "$tmp/miss" "$tmp/f.ini" "$tmp/fm.ini"
 mf="data.eval.path=$tmp/miss"
 kiln 3 eval "$tmp/fm.ini" --checkpoint "$ck" $mf
 stderr_has "[data.eval] $tmp/miss/test has 4 class folders and [data] $tmp/miss/train has 5, and class 1 is '2' in [data.eval] but '1' in [data]"

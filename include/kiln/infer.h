@@ -142,8 +142,11 @@ kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *ou
  * rounded to bf16 values, as the loader's bf16 samples are).  When [data.eval]'s source has one image
  * size and the config sets none of size/resize (nor channels), an image
  * of another size (channel count) is refused: KILN_EDATA naming `what`
- * (the file).  When that source cannot be opened (its files absent), its
- * images are taken to be of the model's input size and channels.
+ * (the file).  The first call reads of [data.eval] only that size and
+ * channel count, through the source's peek (a header: plugin ABI 2.24),
+ * or opens the set where the source has none.  When that source cannot be
+ * read (its files absent), its images are taken to be of the model's
+ * input size and channels.
  * KILN_ENOTSUP when the model does not read images (a token model: i32
  * token ids, whatever its config's [data.eval]).  KILN_EINVAL for a
  * NULL m, img or x, img->data NULL, h or w below 1, or img->cap below

@@ -139,9 +139,13 @@ extern "C" {
  *      micro-batches ([train] accumulate, a pipeline's), in f32 too: a
  *      loss layer multiplies its gradient by *loss_scale whenever
  *      l->loss_scaled is set.  A plugin loss layer built before is
- *      refused in such a plan (docs/plugins.md "ABI 2.23"). */
+ *      refused in such a plan (docs/plugins.md "ABI 2.23").
+ * 2.24: source ops version 5: peek (what info() would say of the images,
+ *      told from a header or the config without opening the set: `kiln
+ *      predict` of image files; NULL in a source built before, which is
+ *      opened as before; docs/plugins.md "ABI 2.24"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 23
+#define KILN_ABI_MINOR 24
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -881,7 +885,7 @@ struct kiln_image {
 	int32_t reserved;
 };
 
-#define KILN_SOURCE_OPS_VERSION 4
+#define KILN_SOURCE_OPS_VERSION 5
 
 struct kiln_source_ops {
 	uint32_t version;
@@ -937,6 +941,28 @@ struct kiln_source_ops {
 	 * being the set's identity the ranks compare
 	 * (kiln_dist_agree_data). */
 	void (*files)(void *ctx, void (*each)(void *arg, const char *path), void *arg);
+
+	/* ---- version 5 (ABI 2.24) ---- */
+
+	/* (optional) What info() would write into `info` after open() with
+	 * the same arguments, for a source of images (read_image), told
+	 * without opening the set: from the config alone, or a header (the
+	 * first bytes of an image file, each shard's header), never the
+	 * samples nor a listing of them.  The core zeroes `info` first; fill
+	 * label, image_h, image_w, image_c and flags exactly as info() would
+	 * (sample too where info() sets it); len, classes and classes_from may
+	 * stay 0 (the core reads none of them from a peek).  It serves what
+	 * needs only the images' shape: [data.eval]'s transforms for `kiln
+	 * predict` of image files and kiln_infer_image, which before ABI 2.24
+	 * opened the whole evaluation set (a folder's every file listed, an
+	 * IDX file inflated) for three numbers.  Errors as open()'s for what
+	 * it reads (KILN_ENOTFOUND for a file the config names that is not
+	 * there, KILN_EIO, KILN_EDATA, KILN_ECONFIG for a key open() refuses);
+	 * KILN_ENOTSUP when it cannot tell without opening, and the core then
+	 * opens the set.  NULL: the core opens the set.  Any thread, no
+	 * context: it keeps nothing. */
+	kiln_status (*peek)(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, struct kiln_source_info *info);
 };
 
 /* ======================================================================

@@ -369,45 +369,51 @@ static void folder_close(void *vctx)
 	free(c);
 }
 
+/* The root of [section] into c->root and its class folders, sorted, into
+ * classes, checked (a directory, not a partial pack, classes there and,
+ * for an evaluation split, [data]'s): what folder_open does before it
+ * lists the images, and all that folder_peek does. */
+static kiln_status folder_root(struct folder_ctx *c, const struct kiln_config *cfg,
+			       const char *section, const char *split,
+			       struct loaders_names *classes)
+{
+	const struct kiln_host *host = c->src.host;
+	const char *path = host->config_get(cfg, section, "path");
+	const char *ksplit = host->config_get(cfg, section, "split");
+	int is_dir;
+	kiln_status st;
+	if ((st = loaders_max_pixels_key(host, cfg, section, &c->src)) ||
+	    (st = loaders_split_root(host, cfg, section, FOLDER_WHO, path, ksplit ? ksplit : split,
+				     ksplit != NULL, c->root, sizeof c->root, &is_dir)))
+		return st;
+	if (!is_dir)
+		return host->error(KILN_EIO, "%s: not a directory (source folder reads a directory of class subdirectories)",
+				   c->root);
+	if ((st = loaders_root_not_partial(host, c->root, FOLDER_PARTIAL)) ||
+	    (st = folder_scandir(c, "", classes, NULL)))
+		return st;
+	if (classes->n == 0)
+		return host->error(KILN_EDATA, "%s: no class subdirectories (source folder expects <path>/<class>/<image>.jpg)",
+				   c->root);
+	if (classes->n > INT32_MAX)
+		return host->error(KILN_EDATA, "%s: %zu class subdirectories", c->root, classes->n);
+	loaders_names_sort(classes, 0);
+	if (strcmp(section, "data"))
+		return folder_check_classes(host, cfg, section, c->root, classes);
+	return KILN_OK;
+}
+
 static kiln_status folder_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			       const char *section, const char *split, void **out)
 {
 	kiln_status st;
-	int is_dir;
 	struct loaders_names classes = { 0 };
 	*out = NULL;
-	const char *path = host->config_get(cfg, section, "path");
-	const char *ksplit = host->config_get(cfg, section, "split");
 	struct folder_ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
 	c->src.host = host;
-	if ((st = loaders_max_pixels_key(host, cfg, section, &c->src)))
-		goto fail;
-	if ((st = loaders_split_root(host, cfg, section, FOLDER_WHO, path, ksplit ? ksplit : split,
-				     ksplit != NULL, c->root, sizeof c->root, &is_dir)))
-		goto fail;
-	if (!is_dir) {
-		st = host->error(KILN_EIO, "%s: not a directory (source folder reads a directory of class subdirectories)",
-				 c->root);
-		goto fail;
-	}
-	if ((st = loaders_root_not_partial(host, c->root, FOLDER_PARTIAL)))
-		goto fail;
-	if ((st = folder_scandir(c, "", &classes, NULL)))
-		goto fail;
-	if (classes.n == 0) {
-		st = host->error(KILN_EDATA, "%s: no class subdirectories (source folder expects <path>/<class>/<image>.jpg)",
-				 c->root);
-		goto fail;
-	}
-	if (classes.n > INT32_MAX) {
-		st = host->error(KILN_EDATA, "%s: %zu class subdirectories", c->root, classes.n);
-		goto fail;
-	}
-	loaders_names_sort(&classes, 0);
-	if (strcmp(section, "data") &&
-	    (st = folder_check_classes(host, cfg, section, c->root, &classes)))
+	if ((st = folder_root(c, cfg, section, split, &classes)))
 		goto fail;
 	c->src.classes = (int64_t)classes.n;
 	int64_t empty = 0;
@@ -440,6 +446,26 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 	return KILN_OK;
 
 fail:
+	loaders_names_free(&classes);
+	folder_close(c);
+	return st;
+}
+
+/* What loaders_varying_info says after folder_open (version 5): the
+ * images vary, so nothing below the class folders is read (folder_open
+ * lists every file: 1.28 million names for ImageNet's training set); the
+ * root and its class folders are checked as folder_open checks them. */
+static kiln_status folder_peek(const struct kiln_host *host, const struct kiln_config *cfg,
+			       const char *section, const char *split, struct kiln_source_info *info)
+{
+	struct loaders_names classes = { 0 };
+	struct folder_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		return host->error(KILN_ENOMEM, "out of memory");
+	c->src.host = host;
+	kiln_status st = folder_root(c, cfg, section, split, &classes);
+	if (!st)
+		loaders_varying_info(c, info);
 	loaders_names_free(&classes);
 	folder_close(c);
 	return st;
@@ -490,7 +516,7 @@ static void folder_files(void *ctx, void (*each)(void *arg, const char *path), v
 			each(arg, path);
 }
 
-LOADERS_SOURCE_PF(folder, "folder",
-		  "torchvision ImageFolder: a directory of class subdirectories of JPEG and PNG files",
-		  folder_keys, folder_open, folder_close, loaders_varying_info, NULL, folder_read_image,
-		  NULL, folder_files);
+LOADERS_SOURCE_PEEK(folder, "folder",
+		    "torchvision ImageFolder: a directory of class subdirectories of JPEG and PNG files",
+		    folder_keys, folder_open, folder_close, loaders_varying_info, NULL,
+		    folder_read_image, NULL, folder_files, folder_peek);

@@ -286,10 +286,16 @@ kiln_status loaders_root_not_partial(const struct kiln_host *host, const char *r
  * of the files read (either NULL: none) */
 #define LOADERS_SOURCE_PF(var, nm, sum, keysv, open_fn, close_fn, info_fn, read_fn, read_image_fn, \
 			  prefetch_fn, files_fn)                                                     \
+	LOADERS_SOURCE_PEEK(var, nm, sum, keysv, open_fn, close_fn, info_fn, read_fn,             \
+			    read_image_fn, prefetch_fn, files_fn, NULL)
+
+/* ... and the version 5 peek (NULL: none, the core opens the set) */
+#define LOADERS_SOURCE_PEEK(var, nm, sum, keysv, open_fn, close_fn, info_fn, read_fn,            \
+			    read_image_fn, prefetch_fn, files_fn, peek_fn)                         \
 	static const struct kiln_source_ops var##_ops = {                                        \
 		.version = KILN_SOURCE_OPS_VERSION, .open = open_fn, .close = close_fn,         \
 		.info = info_fn, .read = read_fn, .read_image = read_image_fn,                   \
-		.prefetch = prefetch_fn, .files = files_fn,                                      \
+		.prefetch = prefetch_fn, .files = files_fn, .peek = peek_fn,                     \
 	};                                                                                       \
 	const struct kiln_plugin loaders_##var##_plugin = {                                      \
 		.abi_major = KILN_ABI_MAJOR, .abi_minor = KILN_ABI_MINOR,                        \

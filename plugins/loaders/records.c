@@ -132,10 +132,12 @@ static kiln_status rec_set_check(const struct kiln_host *host, struct rec_shard 
 	return KILN_OK;
 }
 
-/* Check the header and the index of the mapped s; fills the rest of s. */
-static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shard *s)
+/* Check the header h (the file's first min(size, REC_HEADER_BYTES) bytes)
+ * of shard s (path, size): its classes and image size into s, where the
+ * index starts and the record count into *index_at_out, *count_out. */
+static kiln_status rec_header_check(const struct kiln_host *host, struct rec_shard *s,
+				    const uint8_t *h, uint64_t *index_at_out, uint64_t *count_out)
 {
-	const uint8_t *h = s->map;
 	const char *p = s->path;
 	uint64_t size = s->size;
 
@@ -195,11 +197,24 @@ static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shar
 	if (s->classes > REC_MAX_CLASSES)
 		return host->error(KILN_EDATA, "%s: the header declares %u classes, more than a label (i32) can name (at most %u): the header is corrupt",
 				   p, s->classes, REC_MAX_CLASSES);
+	*index_at_out = index_at;
+	*count_out = count;
+	return KILN_OK;
+}
 
+/* Check the header and the index of the mapped s; fills the rest of s. */
+static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shard *s)
+{
+	const uint8_t *h = s->map;
+	const char *p = s->path;
+	uint64_t size = s->size, index_at = 0, count = 0;
+	uint32_t stored, computed;
+	kiln_status st = rec_header_check(host, s, h, &index_at, &count);
+	if (st)
+		return st;
 	uint64_t first_at = REC_HEADER_BYTES; /* where records may start */
 	if (h[REC_MINOR_AT] >= 1) {
-		kiln_status st = rec_set_check(host, s, index_at);
-		if (st)
+		if ((st = rec_set_check(host, s, index_at)))
 			return st;
 		first_at = REC_SET_END;
 	}
@@ -250,35 +265,47 @@ static kiln_status rec_map_enomem(const struct kiln_host *host, const char *path
 			   path, strerror(ENOMEM), nshards, now);
 }
 
-/* Map and check the shard `path`, one of the split's nshards, into s;
- * `from` names the key it came from (loaders_shards_key), `at` where it
- * was set, for a shard that is not there (loaders_shards_at). */
-static kiln_status rec_shard_open(const struct kiln_host *host, const char *path, const char *from,
-				  const char *at, size_t nshards, struct rec_shard *s)
+/* Open the shard `path` into *fd, its path and size into s (zeroed
+ * first); `from` names the key it came from (loaders_shards_key), `at`
+ * where it was set, for a shard that is not there (loaders_shards_at). */
+static kiln_status rec_shard_fd(const struct kiln_host *host, const char *path, const char *from,
+				const char *at, struct rec_shard *s, int *fd)
 {
-	struct stat sb;
-	kiln_status st;
+	off_t size;
 	memset(s, 0, sizeof *s);
 	if (snprintf(s->path, sizeof s->path, "%s", path) >= (int)sizeof s->path)
 		return host->error(KILN_EIO, "%s: path too long", path);
 	char kind[64];
 	const char *why;
-	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
-	if (fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
+	*fd = common_open_file(path, kind, sizeof kind, &why, &size);
+	if (*fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
 		return loaders_no_such_file(host, at, path, "the records shard");
-	if (fd < 0)
+	if (*fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the shard (%s): %s", path, from, why);
-	if (sb.st_size == 0) {
-		close(fd);
-		return host->error(KILN_EDATA, "%s: the shard is empty (a records header has %u bytes)",
-				   path, REC_HEADER_BYTES);
+	kiln_status st = KILN_OK;
+	if (size == 0)
+		st = host->error(KILN_EDATA, "%s: the shard is empty (a records header has %u bytes)",
+				 path, REC_HEADER_BYTES);
+	else if ((uint64_t)size > SIZE_MAX)
+		st = host->error(KILN_EIO, "%s: the shard (%lld bytes) does not fit this address space",
+				 path, (long long)size);
+	if (st) {
+		close(*fd);
+		*fd = -1;
 	}
-	if ((uint64_t)sb.st_size > SIZE_MAX) {
-		close(fd);
-		return host->error(KILN_EIO, "%s: the shard (%lld bytes) does not fit this address space",
-				   path, (long long)sb.st_size);
-	}
-	s->size = (size_t)sb.st_size;
+	s->size = (size_t)size;
+	return st;
+}
+
+/* Map and check the shard `path`, one of the split's nshards, into s
+ * (`from`, `at`: rec_shard_fd's). */
+static kiln_status rec_shard_open(const struct kiln_host *host, const char *path, const char *from,
+				  const char *at, size_t nshards, struct rec_shard *s)
+{
+	int fd;
+	kiln_status st = rec_shard_fd(host, path, from, at, s, &fd);
+	if (st)
+		return st;
 	void *m = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
 	close(fd); /* the mapping keeps the file */
 	if (m == MAP_FAILED && errno == ENOMEM)
@@ -302,6 +329,30 @@ static void rec_close(void *vctx)
 		rec_shard_unmap(&c->shards[i]);
 	free(c->shards);
 	free(c);
+}
+
+/* Shard s's records after c's: its first sample index, c's count and
+ * classes, and c's image size, common over every shard (0 where they
+ * differ); *sized 0 until a shard with records has set it. */
+static kiln_status rec_shard_add(struct rec_ctx *c, struct rec_shard *s, int *sized)
+{
+	s->first = c->src.n;
+	if (s->count > (uint64_t)(INT64_MAX - c->src.n))
+		return c->src.host->error(KILN_EDATA, "%s: too many records", s->path);
+	c->src.n += (int64_t)s->count;
+	if ((int64_t)s->classes > c->src.classes)
+		c->src.classes = s->classes;
+	if (!s->count)
+		return KILN_OK; /* an empty shard says nothing about sizes */
+	if (!*sized) {
+		c->h = (int32_t)s->h, c->w = (int32_t)s->w, c->c = (int32_t)s->c;
+		*sized = 1;
+	}
+	if (c->h != (int32_t)s->h || c->w != (int32_t)s->w)
+		c->h = c->w = 0;
+	if (c->c != (int32_t)s->c)
+		c->c = 0;
+	return KILN_OK;
 }
 
 static kiln_status rec_open(const struct kiln_host *host, const struct kiln_config *cfg,
@@ -335,24 +386,8 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 		    (st = rec_shard_open(host, names.v[i], from, at, names.n, s)))
 			goto fail;
 		c->nshards++;
-		s->first = c->src.n;
-		if (s->count > (uint64_t)(INT64_MAX - c->src.n)) {
-			st = host->error(KILN_EDATA, "%s: too many records", s->path);
+		if ((st = rec_shard_add(c, s, &sized)))
 			goto fail;
-		}
-		c->src.n += (int64_t)s->count;
-		if ((int64_t)s->classes > c->src.classes)
-			c->src.classes = s->classes;
-		if (!s->count)
-			continue; /* an empty shard says nothing about sizes */
-		if (!sized) {
-			c->h = (int32_t)s->h, c->w = (int32_t)s->w, c->c = (int32_t)s->c;
-			sized = 1;
-		}
-		if (c->h != (int32_t)s->h || c->w != (int32_t)s->w)
-			c->h = c->w = 0;
-		if (c->c != (int32_t)s->c)
-			c->c = 0;
 	}
 	/* (the shards' records of their pack agree: a split listed
 	 * from a directory must be a whole pack) */
@@ -397,6 +432,65 @@ static kiln_status rec_info(void *vctx, struct kiln_source_info *info)
 	}
 	info->flags = KILN_SOURCE_MAPPED; /* every shard is mmapped */
 	return KILN_OK;
+}
+
+/* The header of the shard `path` into s (rec_shard_open's arguments):
+ * read, not mapped, and nothing past it (neither the set block nor the
+ * index and records, which rec_shard_open checks). */
+static kiln_status rec_shard_peek(const struct kiln_host *host, const char *path, const char *from,
+				  const char *at, struct rec_shard *s)
+{
+	uint8_t h[REC_HEADER_BYTES];
+	uint64_t index_at, count;
+	int fd;
+	kiln_status st = rec_shard_fd(host, path, from, at, s, &fd);
+	if (st)
+		return st;
+	const size_t want = s->size < sizeof h ? s->size : sizeof h;
+	ssize_t got = loaders_pread_full(fd, h, want, 0);
+	if (got < 0)
+		st = host->error(KILN_EIO, "%s: cannot read the shard's header: %s", path,
+				 strerror(errno));
+	else if ((size_t)got < want) /* it shrank since it was opened */
+		st = host->error(KILN_EDATA, "%s: truncated header: the file has %zd bytes, a records header %u",
+				 path, got, REC_HEADER_BYTES);
+	else if (!(st = rec_header_check(host, s, h, &index_at, &count)))
+		s->count = count;
+	close(fd);
+	return st;
+}
+
+/* What rec_info says after rec_open (version 5), from the shards'
+ * headers: each shard's 64 bytes read and checked, none mapped, no index
+ * nor record read (rec_open checks every index entry's bounds and the
+ * index's CRC32C, which touches every shard's index pages). */
+static kiln_status rec_peek(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, struct kiln_source_info *info)
+{
+	struct loaders_names names = { 0 };
+	struct rec_ctx c = { .src.host = host };
+	struct rec_shard *s = malloc(sizeof *s);
+	char from[PATH_MAX + 64], at[PATH_MAX + 64];
+	int sized = 0;
+	split = host->config_get(cfg, section, "split") ? host->config_get(cfg, section, "split")
+							 : split;
+	kiln_status st = s ? KILN_OK : host->error(KILN_ENOMEM, "out of memory");
+	if (!st && !(st = loaders_find_shards(host, cfg, section, REC_WHO, split, REC_SUFFIX,
+					      &names)))
+		st = loaders_max_pixels_key(host, cfg, section, &c.src);
+	loaders_shards_key(host, cfg, section, from, sizeof from);
+	loaders_shards_at(host, cfg, section, at, sizeof at);
+	for (size_t i = 0; i < names.n && !st; i++)
+		if (!(st = loaders_not_partial(host, names.v[i], REC_PARTIAL)) &&
+		    !(st = rec_shard_peek(host, names.v[i], from, at, s)))
+			st = rec_shard_add(&c, s, &sized);
+	if (!st && c.src.n == 0)
+		c.h = c.w = c.c = 0;
+	if (!st)
+		rec_info(&c, info);
+	loaders_names_free(&names);
+	free(s);
+	return st;
 }
 
 /* A record of a shard, checked. */
@@ -556,6 +650,7 @@ static void rec_files(void *ctx, void (*each)(void *arg, const char *path), void
 		each(arg, c->shards[i].path);
 }
 
-LOADERS_SOURCE_PF(records, "records",
-		  "kiln's packed record shards (.krec, written by kiln pack): mmap()ed, CRC32C-checked",
-		  rec_keys, rec_open, rec_close, rec_info, rec_read, rec_read_image, NULL, rec_files);
+LOADERS_SOURCE_PEEK(records, "records",
+		    "kiln's packed record shards (.krec, written by kiln pack): mmap()ed, CRC32C-checked",
+		    rec_keys, rec_open, rec_close, rec_info, rec_read, rec_read_image, NULL, rec_files,
+		    rec_peek);

@@ -429,8 +429,22 @@ static kiln_status tar_ext_header(const struct kiln_host *host, const char *path
 	return KILN_OK;
 }
 
-/* Index shard `path` (number si); at: where its name was set
+/* Open shard `path` into *fd, its size *size; at: where its name was set
  * (loaders_shards_at), for one that is not there. */
+static kiln_status tar_shard_fd(const struct kiln_host *host, const char *path, const char *at,
+				int *fd, off_t *size)
+{
+	char kind[64];
+	const char *why;
+	*fd = common_open_file(path, kind, sizeof kind, &why, size);
+	if (*fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
+		return loaders_no_such_file(host, at, path, "the tar shard");
+	if (*fd < 0)
+		return host->error(KILN_EIO, "%s: cannot open the shard: %s", path, why);
+	return KILN_OK;
+}
+
+/* Index shard `path` (number si); at: tar_shard_fd's. */
 static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si, const char *at)
 {
 	const struct kiln_host *host = c->src.host;
@@ -439,17 +453,12 @@ static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si, co
 	char *longname = NULL; /* from a GNU 'L' or pax header, for the next member */
 	int64_t paxsize = -1;  /* from a pax header, for the next member */
 	char *buf = NULL;
-	kiln_status st = KILN_OK;
 	int64_t before = c->src.n;
-
-	char kind[64];
-	const char *why;
 	off_t shard_size;
-	int fd = common_open_file(path, kind, sizeof kind, &why, &shard_size);
-	if (fd < 0 && loaders_missing(errno)) /* a name the config gave: exit 2 */
-		return loaders_no_such_file(host, at, path, "the tar shard");
-	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the shard: %s", path, why);
+	int fd;
+	kiln_status st = tar_shard_fd(host, path, at, &fd, &shard_size);
+	if (st)
+		return st;
 	uint64_t fsz = (uint64_t)shard_size, off = 0;
 	for (;;) {
 		if (off == fsz) {
@@ -613,30 +622,26 @@ static void tar_close(void *vctx)
 	free(c);
 }
 
-static kiln_status tar_open(const struct kiln_host *host, const struct kiln_config *cfg,
-			    const char *section, const char *split, void **out)
+/* The shard files of [section] into c->shards (names only: nothing is
+ * opened), and the keys tar_open checks: [section] classes into *classes. */
+static kiln_status tar_shards(struct tar_ctx *c, const struct kiln_config *cfg,
+			      const char *section, const char *split, int64_t *classes)
 {
+	const struct kiln_host *host = c->src.host;
 	kiln_status st;
-	int64_t cap = 0, classes = 0;
+	int64_t cap = 0;
 	char root[PATH_MAX];
 	int is_dir = 0;
-	*out = NULL;
 	const char *path = host->config_get(cfg, section, "path");
 	const char *shards = host->config_get(cfg, section, "shards");
 	const char *ksplit = host->config_get(cfg, section, "split");
-	if ((st = loaders_classes_key(host, cfg, section, &classes)))
+	if ((st = loaders_classes_key(host, cfg, section, classes)) ||
+	    (st = loaders_max_pixels_key(host, cfg, section, &c->src)))
 		return st;
-
-	struct tar_ctx *c = calloc(1, sizeof *c);
-	if (!c)
-		return host->error(KILN_ENOMEM, "out of memory");
-	c->src.host = host;
-	if ((st = loaders_max_pixels_key(host, cfg, section, &c->src)))
-		goto fail;
 	if (shards && *shards) {
 		/* explicit list; relative names are relative to path (a directory) */
 		if ((st = loaders_path_is_dir(host, cfg, section, TAR_WHO, path, &is_dir)))
-			goto fail;
+			return st;
 		const char *base = is_dir ? path : NULL;
 		for (const char *p = shards; *p;) {
 			while (*p == ',' || isspace((unsigned char)*p))
@@ -647,41 +652,49 @@ static kiln_status tar_open(const struct kiln_host *host, const struct kiln_conf
 			if (!l)
 				break;
 			char one[PATH_MAX], full[PATH_MAX];
-			if (l >= sizeof one) {
-				st = host->error(KILN_ECONFIG, "[%s] shards: a name of %zu characters is too long", section, l);
-				goto fail;
-			}
+			if (l >= sizeof one)
+				return host->error(KILN_ECONFIG, "[%s] shards: a name of %zu characters is too long", section, l);
 			memcpy(one, p, l);
 			one[l] = 0;
 			if (one[0] != '/' && base ? loaders_join(full, sizeof full, base, one) :
-			    snprintf(full, sizeof full, "%s", one) >= (int)sizeof full) {
-				st = host->error(KILN_ECONFIG, "[%s] shards: the path of %s is too long", section, one);
-				goto fail;
-			}
+			    snprintf(full, sizeof full, "%s", one) >= (int)sizeof full)
+				return host->error(KILN_ECONFIG, "[%s] shards: the path of %s is too long", section, one);
 			if ((st = tar_add_shard(c, full, &cap)))
-				goto fail;
+				return st;
 			p += l;
 		}
-		if (!c->n_shards) {
-			st = host->error(KILN_ECONFIG, "%s: [%s] shards is empty",
-					 host->config_where(cfg, section, "shards"), section);
-			goto fail;
-		}
+		if (!c->n_shards)
+			return host->error(KILN_ECONFIG, "%s: [%s] shards is empty",
+					   host->config_where(cfg, section, "shards"), section);
 	} else {
 		if ((st = loaders_split_root(host, cfg, section, TAR_WHO, path, ksplit ? ksplit : split,
 					     ksplit != NULL, root, sizeof root, &is_dir)))
-			goto fail;
+			return st;
 		if (is_dir)
 			st = tar_list_dir(c, root, &cap);
 		else
 			st = tar_add_shard(c, root, &cap);
 		if (st)
-			goto fail;
+			return st;
 	}
-	if (c->n_shards > UINT32_MAX) {
-		st = host->error(KILN_ECONFIG, "[%s]: %" PRId64 " shards are too many", section, c->n_shards);
+	if (c->n_shards > UINT32_MAX)
+		return host->error(KILN_ECONFIG, "[%s]: %" PRId64 " shards are too many", section,
+				   c->n_shards);
+	return KILN_OK;
+}
+
+static kiln_status tar_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, void **out)
+{
+	kiln_status st;
+	int64_t classes = 0;
+	*out = NULL;
+	struct tar_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		return host->error(KILN_ENOMEM, "out of memory");
+	c->src.host = host;
+	if ((st = tar_shards(c, cfg, section, split, &classes)))
 		goto fail;
-	}
 	char at[PATH_MAX + 64];
 	loaders_shards_at(host, cfg, section, at, sizeof at);
 	for (int64_t i = 0; i < c->n_shards; i++)
@@ -706,6 +719,32 @@ static kiln_status tar_open(const struct kiln_host *host, const struct kiln_conf
 	return KILN_OK;
 
 fail:
+	tar_close(c);
+	return st;
+}
+
+/* What loaders_varying_info says after tar_open (version 5): the images
+ * vary, so the shards are named (a directory listed) and opened, as
+ * tar_open opens them, but not read (tar_open reads every member's header
+ * of every shard to index them). */
+static kiln_status tar_peek(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, struct kiln_source_info *info)
+{
+	int64_t classes = 0;
+	char at[PATH_MAX + 64];
+	off_t size;
+	int fd;
+	struct tar_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		return host->error(KILN_ENOMEM, "out of memory");
+	c->src.host = host;
+	kiln_status st = tar_shards(c, cfg, section, split, &classes);
+	loaders_shards_at(host, cfg, section, at, sizeof at);
+	for (int64_t i = 0; i < c->n_shards && !st; i++)
+		if (!(st = tar_shard_fd(host, c->shards[i], at, &fd, &size)))
+			close(fd);
+	if (!st)
+		loaders_varying_info(c, info);
 	tar_close(c);
 	return st;
 }
@@ -749,7 +788,7 @@ static void tar_files(void *ctx, void (*each)(void *arg, const char *path), void
 		each(arg, c->shards[i]);
 }
 
-LOADERS_SOURCE_PF(tar, "tar",
-		  "WebDataset .tar shards (KEY.jpg or .png with KEY.cls), indexed for random access",
-		  tar_keys, tar_open, tar_close, loaders_varying_info, NULL, tar_read_image, NULL,
-		  tar_files);
+LOADERS_SOURCE_PEEK(tar, "tar",
+		    "WebDataset .tar shards (KEY.jpg or .png with KEY.cls), indexed for random access",
+		    tar_keys, tar_open, tar_close, loaders_varying_info, NULL, tar_read_image, NULL,
+		    tar_files, tar_peek);
