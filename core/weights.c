@@ -174,10 +174,18 @@ float kiln_half_to_float(uint16_t h)
 	return f;
 }
 
-/* The tensor's elements as f32 into dst; -1 for a dtype that is not a float. */
-static int to_f32(float *dst, const struct kiln_safetensors_tensor *t)
+/* Is t of a dtype parameters load from (F32, F16, BF16, F64)? */
+static int float_dtype(const struct kiln_safetensors_tensor *t)
 {
-	const unsigned char *s = t->data;
+	return !strcmp(t->dtype_name, "F32") || !strcmp(t->dtype_name, "F16") ||
+	       !strcmp(t->dtype_name, "BF16") || !strcmp(t->dtype_name, "F64");
+}
+
+/* Tensor t's bytes as the file holds them (raw) as f32 into dst; -1 for a
+ * dtype that is not a float. */
+static int to_f32(float *dst, const struct kiln_safetensors_tensor *t, const void *raw)
+{
+	const unsigned char *s = raw;
 	if (!strcmp(t->dtype_name, "F32")) {
 		memcpy(dst, s, t->bytes);
 		return 0;
@@ -201,6 +209,19 @@ static int to_f32(float *dst, const struct kiln_safetensors_tensor *t)
 		}
 	}
 	return 0;
+}
+
+/* Tensor j of `in` (a float dtype) as f32 into dst (its numel floats):
+ * read into dst itself when the file holds F32, else into raw (room for
+ * its bytes) and converted. */
+static kiln_status read_f32(const struct kiln_weights_in *in, int j, float *dst, void *raw)
+{
+	const struct kiln_safetensors_tensor *t = &in->t[j];
+	const int f32 = !strcmp(t->dtype_name, "F32");
+	kiln_status st = in->read(in, j, f32 ? (void *)dst : raw);
+	if (!st && !f32)
+		to_f32(dst, t, raw);
+	return st;
 }
 
 /* "a, b, c (and 4 more)": the first few names of a list, for messages. */
@@ -274,23 +295,26 @@ static int find_entry(const struct kiln_model *m, const struct kiln_weights_in *
 	return alias;
 }
 
-/* Do two tensors hold the same shape and the same values, as f32?  (A
- * tied tensor's two names in one file must.) */
-static int same_values(const struct kiln_safetensors_tensor *a,
-		       const struct kiln_safetensors_tensor *b)
+/* Do tensors ja and jb of `in` hold the same shape and the same values,
+ * as f32 (*same)?  (A tied tensor's two names in one file must.) */
+static kiln_status same_values(const struct kiln_weights_in *in, int ja, int jb, int *same)
 {
-	int same = a->ndim == b->ndim && a->numel == b->numel;
-	for (int d = 0; same && d < a->ndim; d++)
-		same = a->dims[d] == b->dims[d];
-	if (!same)
-		return 0;
+	const struct kiln_safetensors_tensor *a = &in->t[ja], *b = &in->t[jb];
+	*same = a->ndim == b->ndim && a->numel == b->numel && float_dtype(a) && float_dtype(b);
+	for (int d = 0; *same && d < a->ndim; d++)
+		*same = a->dims[d] == b->dims[d];
+	if (!*same)
+		return KILN_OK;
 	float *x = malloc(sizeof(float) * (size_t)(a->numel + 1));
 	float *y = malloc(sizeof(float) * (size_t)(b->numel + 1));
-	same = x && y && !to_f32(x, a) && !to_f32(y, b) &&
-	       !memcmp(x, y, sizeof(float) * (size_t)a->numel);
+	void *raw = malloc((a->bytes > b->bytes ? a->bytes : b->bytes) + 1);
+	kiln_status st = x && y && raw ? KILN_OK : kiln_error(KILN_ENOMEM, "out of memory");
+	if (!st && !(st = read_f32(in, ja, x, raw)) && !(st = read_f32(in, jb, y, raw)))
+		*same = !memcmp(x, y, sizeof(float) * (size_t)a->numel);
 	free(x);
 	free(y);
-	return same;
+	free(raw);
+	return st;
 }
 
 /* Is parameter i stored [in, out] in this file (GPT-2's Conv1D)? */
@@ -321,56 +345,65 @@ static void check_fit(const struct kiln_model *m, const struct kiln_weights_in *
 		names_add(bad, "%s is %s in the file but %s%s in the model", t->name,
 			  shape_str(t->ndim, t->dims, a, sizeof a),
 			  swap ? "[in, out] = " : "", shape_str(p->desc.ndim, dims, b, sizeof b));
-	} else if (strcmp(t->dtype_name, "F32") && strcmp(t->dtype_name, "F16") &&
-		   strcmp(t->dtype_name, "BF16") && strcmp(t->dtype_name, "F64")) {
+	} else if (!float_dtype(t)) {
 		names_add(bad, "%s is %s (parameters load from F32, F16, BF16 or F64)", t->name,
 			  t->dtype_name);
 	}
 }
 
-/* Parameter i's values from tensor t into host, in kiln's layout: a
- * Conv1D weight transposed, missing vocabulary rows 0.  tmp: scratch of
- * the parameter's size. */
-static void arrange(const struct kiln_model *m, const struct kiln_weights_in *in, int i,
-		    const struct kiln_safetensors_tensor *t, float *tmp, float *host)
+/* Parameter i's values from the file's tensor j into host, in kiln's
+ * layout: a Conv1D weight transposed, missing vocabulary rows 0.  tmp:
+ * scratch of the parameter's size; raw: room for tensor j's bytes when
+ * it is not F32. */
+static kiln_status arrange(const struct kiln_model *m, const struct kiln_weights_in *in, int i,
+			   int j, float *tmp, void *raw, float *host)
 {
 	const struct model_param *p = &m->params[i];
+	const struct kiln_safetensors_tensor *t = &in->t[j];
+	kiln_status st;
 	if (transposed(m, in, i)) {
 		const int64_t rows = p->desc.dims[0], cols = p->desc.dims[1];
-		to_f32(tmp, t);
+		if ((st = read_f32(in, j, tmp, raw)))
+			return st;
 		for (int64_t r = 0; r < rows; r++)
 			for (int64_t c = 0; c < cols; c++)
 				host[r * cols + c] = tmp[c * rows + r];
-		return;
+		return KILN_OK;
 	}
-	to_f32(host, t);
+	if ((st = read_f32(in, j, host, raw)))
+		return st;
 	memset(host + t->numel, 0, sizeof(float) * (size_t)(p->numel - t->numel));
+	return KILN_OK;
 }
 
 /* What the file holds beyond the model's parameters: a tied tensor's
  * second name (must equal the first), PyTorch's batch counter (into
- * *tracked), GPT-2's causal masks (skipped), else unexpected. */
-static void check_extra(const struct kiln_model *m, const struct kiln_weights_in *in,
-			const int *which, const char *used, int64_t *tracked,
-			struct names *bad, struct names *unexpected)
+ * *tracked), GPT-2's causal masks (skipped), else unexpected.  A status
+ * for a read that failed. */
+static kiln_status check_extra(const struct kiln_model *m, const struct kiln_weights_in *in,
+			       const int *which, const char *used, int64_t *tracked,
+			       struct names *bad, struct names *unexpected)
 {
+	kiln_status st;
 	for (int j = 0; j < in->n; j++) {
 		const struct kiln_safetensors_tensor *t = &in->t[j];
 		if (used[j])
 			continue;
-		int tied = kiln_model_tie_alias(m, t->name);
+		int tied = kiln_model_tie_alias(m, t->name), same;
 		if (tied >= 0 && which[tied] >= 0) { /* both names of a tied tensor */
-			const struct kiln_safetensors_tensor *o = &in->t[which[tied]];
-			if (!same_values(t, o))
+			if ((st = same_values(in, j, which[tied], &same)))
+				return st;
+			if (!same)
 				names_add(bad, "%s differs from %s, the tensor it is tied to", t->name,
-					  o->name);
+					  in->t[which[tied]].name);
 			continue;
 		}
 		if (is_tracked_name(t->name)) {
 			/* PyTorch's batch counter: kept to be written back on export */
 			int64_t v;
 			if (t->dtype == KILN_I64 && t->numel == 1) {
-				memcpy(&v, t->data, sizeof v);
+				if ((st = in->read(in, j, &v)))
+					return st;
 				if (v > *tracked)
 					*tracked = v;
 			}
@@ -380,16 +413,24 @@ static void check_extra(const struct kiln_model *m, const struct kiln_weights_in
 			continue;
 		names_add(unexpected, "%s", t->name);
 	}
+	return KILN_OK;
 }
 
-/* Copy the matched tensors to the device, one staging buffer. */
+/* Copy the matched tensors to the device, one staging buffer (an F32
+ * tensor read into it straight from the file, another through `raw`). */
 static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *in,
 			   const int *which, size_t most, int *loaded, void *stream)
 {
+	size_t most_raw = 1;
+	for (int i = 0; i < m->n_params; i++)
+		if (which[i] >= 0 && strcmp(in->t[which[i]].dtype_name, "F32") &&
+		    in->t[which[i]].bytes > most_raw)
+			most_raw = in->t[which[i]].bytes;
 	float *host = NULL, *tmp = malloc(sizeof(float) * (most ? most : 1));
-	kiln_status st = tmp ? kiln_device_host_alloc(m->dev, (most ? most : 1) * sizeof(float),
-						       (void **)&host)
-			     : kiln_error(KILN_ENOMEM, "out of memory");
+	void *raw = malloc(most_raw);
+	kiln_status st = tmp && raw ? kiln_device_host_alloc(m->dev, (most ? most : 1) * sizeof(float),
+							      (void **)&host)
+				    : kiln_error(KILN_ENOMEM, "out of memory");
 	for (int i = 0; !st && i < m->n_params; i++) {
 		const struct model_param *p = &m->params[i];
 		if (which[i] < 0)
@@ -400,8 +441,8 @@ static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *i
 			(*loaded)++;
 			continue;
 		}
-		arrange(m, in, i, &in->t[which[i]], tmp, host);
-		if ((st = kiln_model_finite_check(m, in->path, p->buffer, p->off, host,
+		if ((st = arrange(m, in, i, which[i], tmp, raw, host)) ||
+		    (st = kiln_model_finite_check(m, in->path, p->buffer, p->off, host,
 						  (size_t)p->numel)))
 			break;
 		float *dst = (p->buffer ? m->buffers_d : m->params_d) + p->off;
@@ -417,6 +458,7 @@ static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *i
 	if (host)
 		kiln_device_host_free(m->dev, host);
 	free(tmp);
+	free(raw);
 	return st;
 }
 
@@ -446,7 +488,8 @@ kiln_status kiln_weights_load(struct kiln_model *m, const struct kiln_weights_in
 		if ((size_t)m->params[i].numel > most)
 			most = (size_t)m->params[i].numel;
 	}
-	check_extra(m, in, which, used, &tracked, &bad, &unexpected);
+	if ((st = check_extra(m, in, which, used, &tracked, &bad, &unexpected)))
+		goto out;
 	if (bad.n) {
 		st = kiln_error(KILN_ECONFIG, "%s: %d tensor(s) do not fit the model: %s%s", path, bad.n,
 				bad.text, names_more(&bad, m1, sizeof m1));
@@ -496,6 +539,13 @@ static int format_flags(int format)
 	return format == KILN_WEIGHTS_GPT2 ? KILN_WF_GPT2_NAMES | KILN_WF_CONV1D : 0;
 }
 
+/* kiln_weights_in.read of a safetensors file (ctx: its reader): pread
+ * into dst, no mapping touched. */
+static kiln_status st_read(const struct kiln_weights_in *in, int j, void *dst)
+{
+	return kiln_safetensors_read(in->ctx, j, dst, in->t[j].bytes);
+}
+
 /* The weights of the open safetensors file f (named path) into m. */
 static kiln_status load_safetensors(struct kiln_model *m, struct kiln_safetensors *f,
 				    const char *path, int format, int strict, void *stream)
@@ -506,7 +556,7 @@ static kiln_status load_safetensors(struct kiln_model *m, struct kiln_safetensor
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	for (int j = 0; j < n; j++)
 		kiln_safetensors_get(f, j, &t[j]);
-	struct kiln_weights_in in = { path, n, t, format_flags(format) };
+	struct kiln_weights_in in = { path, n, t, format_flags(format), st_read, f };
 	kiln_status st = kiln_weights_load(m, &in, strict, stream);
 	free(t);
 	return st;

@@ -21,12 +21,20 @@ enum {
 	KILN_WF_CONV1D = 2,
 };
 
-/* The tensors of one file, whatever its format. */
+/* The tensors of one file, whatever its format: their names, dtypes and
+ * shapes in t (data unused), their bytes read from the file as they are
+ * loaded (pread: a file cut short meanwhile is an error naming the
+ * tensor, not SIGBUS; before session 39 safetensors were read through a
+ * mapping). */
 struct kiln_weights_in {
 	const char *path;
 	int n;
 	struct kiln_safetensors_tensor *t;
 	int flags; /* KILN_WF_* */
+	/* t[j].bytes bytes of tensor j into dst: KILN_OK, or the status and
+	 * message of a read that failed or came short (kiln_read_at's) */
+	kiln_status (*read)(const struct kiln_weights_in *in, int j, void *dst);
+	const void *ctx; /* the reader's: the open file */
 };
 
 /* Load `in` into m's parameters and buffers: kiln_model_load_safetensors's
