@@ -6,10 +6,12 @@
 #include "checkpoint.h"
 #include "infer_passes.h"
 #include "../plugins/common/c_locale.h" /* common_strtod, common_snprintf_c */
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h> /* close */
 
 struct kiln_quant_calib {
 	int n;
@@ -282,11 +284,19 @@ kiln_status kiln_quant_no_weights(const char *quantized, const char *weights)
 
 kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out)
 {
+	char kind[64];
+	const char *why;
 	*out = NULL;
-	if (kiln_ckpt_is_checkpoint(path))
-		return kiln_error(KILN_EUSAGE, "%s: this is a kiln checkpoint, not an INT8 model of `kiln quantize`: pass it with --checkpoint (the C API: as the weights), or quantize it first (kiln quantize --checkpoint %s --out Q)",
-				  path, path);
-	return kiln_safetensors_open(path, out);
+	/* opened once: the file told apart is the file read (session 39) */
+	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
+	kiln_status st = kiln_ckpt_is_checkpoint_fd(fd)
+		? kiln_error(KILN_EUSAGE, "%s: this is a kiln checkpoint, not an INT8 model of `kiln quantize`: pass it with --checkpoint (the C API: as the weights), or quantize it first (kiln quantize --checkpoint %s --out Q)",
+			     path, path)
+		: kiln_safetensors_open_fd(path, fd, out);
+	close(fd);
+	return st;
 }
 
 kiln_status kiln_quant_config_check(const struct kiln_safetensors *f, const struct kiln_config *cfg,

@@ -1,6 +1,7 @@
 /* core/weights.c - the model's parameters and buffers to and from
- * safetensors files (docs/safetensors.md): kiln_model_save_safetensors and
- * `kiln export`, kiln_model_load_safetensors and [model] init_from.
+ * safetensors files (docs/safetensors.md): kiln_model_save_safetensors,
+ * kiln_model_load_safetensors and [model] init_from.  `kiln export` and
+ * the weights a command names: core/trained.c.
  *
  * A tensor's name is its model_param name ("<layer>.<suffix>"), its shape
  * the parameter's (PyTorch's layouts), its bytes f32.  Batchnorm layers
@@ -20,15 +21,12 @@
 #include "checkpoint.h"
 #include "weights.h"
 #include "graph.h"
-#include "data.h"
-#include "run_config.h"
-#include <sys/stat.h> /* struct stat: the watched output */
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <errno.h>
-#include <unistd.h> /* access */
+#include <unistd.h> /* close */
 
 /* ---- save ----------------------------------------------------------------- */
 
@@ -607,10 +605,7 @@ static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, 
 	return st;
 }
 
-/* The weights of the file open on fd, named path (a kiln checkpoint,
- * llm.c's model file, else safetensors, told apart by their first bytes),
- * into m, as [model] init_format and init_strict say. */
-static kiln_status load_weights_fd(struct kiln_model *m, const char *path, int fd, void *stream)
+kiln_status kiln_weights_load_fd(struct kiln_model *m, const char *path, int fd, void *stream)
 {
 	int strict = 1;
 	const char *format = kiln_config_get(m->cfg, "model", "init_format");
@@ -645,7 +640,7 @@ static kiln_status load_weights_file(struct kiln_model *m, const char *path, voi
 		return KILN_EIO;
 	if (fd < 0)
 		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
-	kiln_status st = load_weights_fd(m, path, fd, stream);
+	kiln_status st = kiln_weights_load_fd(m, path, fd, stream);
 	close(fd);
 	return st;
 }
@@ -669,153 +664,6 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
 	return KILN_OK;
 }
 
-/* ---- a trained model: `kiln export`, `kiln generate` ---------------------- */
-
-static kiln_status trained_precheck(void *ck, const struct kiln_model *m)
-{
-	return kiln_ckpt_check_sample(ck, m);
-}
-
-int kiln_weights_file_given(const char *path)
-{
-	return path && !access(path, R_OK) && !kiln_ckpt_is_checkpoint(path);
-}
-
-kiln_status kiln_model_load_given_weights(struct kiln_model *m, const char *path, void *stream)
-{
-	int missing;
-	kiln_status st = load_weights_file(m, path, stream, &missing);
-	if (missing) /* (there a moment ago: kiln_weights_file_given) */
-		return kiln_error(KILN_EUSAGE, "%s: no such file", path);
-	if (st)
-		return kiln_error_wrap(st, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file)",
-				       path);
-	return KILN_OK;
-}
-
-void kiln_trained_sample_warn(const char *section, const struct kiln_tensor_desc *data,
-			      const struct kiln_tensor_desc *trained, int data_used)
-{
-	char a[200], b[200];
-	if (!strcmp(kiln_tensor_desc_str(data, a, sizeof a), kiln_tensor_desc_str(trained, b, sizeof b)))
-		return;
-	if (data_used)
-		kiln_log(KILN_LOG_WARN, "core", "[%s] gives samples of %s, the checkpoint's model was trained on %s: [%s]'s are used",
-			 section, a, b, section);
-	else
-		kiln_log(KILN_LOG_WARN, "core", "[%s] gives samples of %s, the checkpoint's model was trained on %s: the checkpoint's are used, [%s]'s are not",
-			 section, a, b, section);
-}
-
-/* [data]'s sample, as training reads it (u8 samples become f32). */
-static kiln_status data_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			       struct kiln_tensor_desc *out)
-{
-	struct kiln_dataset ds;
-	memset(&ds, 0, sizeof ds);
-	kiln_status st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds);
-	if (!st)
-		kiln_dataset_input_desc(&ds, out);
-	kiln_dataset_close(&ds);
-	return st;
-}
-
-/* The sample shape, as training saw it (u8 samples become f32), into
- * *out: the checkpoint's record, else [data]'s (an older kiln's
- * checkpoint, a weights file, none).  With a record [data] is not opened
- * (before session 38 it was, to warn of a shape that differs: the whole
- * training set listed for `kiln predict`, however large or slow), but for
- * an output that exists already (kiln_output_watch): whether it is one of
- * [data]'s files is known only to [data]'s source, which refuses it as it
- * opens (KILN_EUSAGE); another failure to open it is no reason to stop. */
-static kiln_status trained_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
-				  struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
-{
-	struct kiln_tensor_desc data;
-	struct stat o;
-	kiln_status st = ck ? kiln_ckpt_sample(ck, out) : KILN_ENOTFOUND;
-	if (st == KILN_ENOTFOUND)
-		return data_sample(cfg, reg, out);
-	if (st)
-		return st; /* a corrupt record is no reason to guess from [data] */
-	if (kiln_output_watched_stat(&o) && data_sample(cfg, reg, &data) == KILN_EUSAGE)
-		return KILN_EUSAGE;
-	return KILN_OK;
-}
-
-kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			      const char *checkpoint, const char *verb, int need_trained,
-			      struct kiln_trained *t)
-{
-	struct kiln_run_cfg run;
-	struct kiln_ckpt *ck = NULL;
-	char dir[4200];
-	kiln_status st;
-	/* a weights file, read as [model] init_from reads one, in its place */
-	const char *weights = kiln_weights_file_given(checkpoint) ? checkpoint : NULL;
-	if (weights)
-		checkpoint = NULL;
-	memset(t, 0, sizeof *t);
-	if ((st = kiln_run_cfg_read(cfg, &run)))
-		return st;
-	/* a checkpoint is verified whole before the model is even built;
-	 * need_trained < 0: the model's shape alone, no weights looked for */
-	if (need_trained >= 0 && !weights &&
-	    (st = kiln_ckpt_open_weights(cfg, reg, checkpoint, &ck, dir, sizeof dir)))
-		return st;
-	const char *init = kiln_config_get(cfg, "model", "init_from");
-	const int has_init = init && *init;
-	if (need_trained < 0)
-		;
-	else if (ck)
-		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s (step %lld)", verb,
-			 kiln_ckpt_path(ck), (long long)kiln_ckpt_step(ck));
-	else if (weights)
-		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s", verb, weights);
-	else if (need_trained && !has_init)
-		return kiln_error(KILN_ECONFIG, "%s%s: no trained weights (give --checkpoint CKPT or [model] init_from, or train first)",
-				  *dir ? "no checkpoint in " : "[run] out_dir is empty", dir);
-	else
-		kiln_log(KILN_LOG_WARN, "core", "%s%s: %s the initial weights ([run] seed%s), not trained ones (give --checkpoint CKPT, or train first)",
-			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb,
-			 has_init ? ", then [model] init_from" : "");
-	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
-		goto out;
-	if ((st = trained_sample(cfg, reg, ck, &t->sample)))
-		goto out;
-	/* a checkpoint's parameter table is checked against the model its
-	 * sample gives before that model is allocated */
-	const struct kiln_model_precheck pre = { trained_precheck, ck };
-	if ((st = kiln_model_create_infer(cfg, reg, t->dev, &t->sample, ck ? &pre : NULL, &t->m)) ||
-	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
-	    /* a checkpoint replaces every weight: init_from is not read; what
-	     * init_from gives is not drawn */
-	    (!ck && need_trained >= 0 &&
-	     (st = weights ? kiln_model_load_given_weights(t->m, weights, t->stream) : kiln_model_init_from(t->m, t->stream))) ||
-	    /* nothing drawn where a checkpoint follows or the shape alone is
-	     * wanted */
-	    (st = ck || need_trained < 0 ? kiln_model_init_loaded(t->m, t->stream)
-					 : kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||
-	    (ck && (st = kiln_ckpt_load_model(ck, t->m, t->stream, KILN_CKPT_LOAD_WEIGHTS))))
-		goto out;
-out:
-	kiln_ckpt_close(ck);
-	if (st)
-		kiln_trained_close(t);
-	return st;
-}
-
-void kiln_trained_close(struct kiln_trained *t)
-{
-	if (t->stream)
-		kiln_device_stream_sync(t->dev, t->stream);
-	kiln_model_free(t->m);
-	if (t->stream)
-		kiln_device_stream_destroy(t->dev, t->stream);
-	kiln_device_close(t->dev);
-	memset(t, 0, sizeof *t);
-}
-
 int kiln_weights_format(const char *name)
 {
 	if (!name || !strcmp(name, "pytorch"))
@@ -823,29 +671,4 @@ int kiln_weights_format(const char *name)
 	if (!strcmp(name, "gpt2"))
 		return KILN_WEIGHTS_GPT2;
 	return -1;
-}
-
-kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
-				    const struct kiln_registry *reg, const char *checkpoint,
-				    const char *path)
-{
-	return kiln_export_safetensors_as(cfg, reg, checkpoint, path, KILN_WEIGHTS_PYTORCH);
-}
-
-kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
-				       const struct kiln_registry *reg, const char *checkpoint,
-				       const char *path, int format)
-{
-	if (!cfg || !reg || !path)
-		return kiln_null_arg("kiln_export_safetensors_as", !cfg ? "cfg" : !reg ? "reg" : "path");
-	struct kiln_trained t;
-	const char *in[2] = { checkpoint, kiln_config_get(cfg, "model", "init_from") };
-	kiln_status st = kiln_output_check(path, in, 2);
-	if (st || (st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t)))
-		return st;
-	if (!(st = kiln_model_save_safetensors_as(t.m, path, format, t.stream)))
-		kiln_log(KILN_LOG_DEBUG, "core", "wrote %d parameters and buffers to %s",
-			 kiln_model_param_count(t.m), path);
-	kiln_trained_close(&t);
-	return st;
 }

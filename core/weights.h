@@ -42,6 +42,13 @@ struct kiln_weights_in {
 kiln_status kiln_weights_load(struct kiln_model *m, const struct kiln_weights_in *in, int strict,
 			      void *stream);
 
+/* The weights of the file open on fd (borrowed), named path in messages
+ * (a kiln checkpoint, llm.c's model file, else safetensors, told apart by
+ * their first bytes), into m, as [model] init_format and init_strict
+ * say: [model] init_from's file, or one a command names (core/trained.c,
+ * kiln_given_load).  A checkpoint gives its weights alone. */
+kiln_status kiln_weights_load_fd(struct kiln_model *m, const char *path, int fd, void *stream);
+
 /* Is parameter i stored [in, out] in GPT-2's files (a Conv1D weight)? */
 int kiln_gpt2_conv1d(const struct kiln_model *m, int i);
 /* Does the file's tensor `name` hold parameter i under GPT-2's names? */

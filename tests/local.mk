@@ -278,6 +278,12 @@ if BUILD_LOADERS
 TESTS += tests/st_truncate.sh
 endif
 EXTRA_DIST += tests/st_truncate.sh
+# --checkpoint F and --quantized Q opened once: replaced after that open,
+# the file opened is read (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/checkpoint_once.sh
+endif
+EXTRA_DIST += tests/checkpoint_once.sh
 # eval, export, predict and generate do not open the training set when the
 # checkpoint records its sample shape (an LD_PRELOAD shim)
 if BUILD_LOADERS
