@@ -58,14 +58,12 @@ int kiln_gpt2_skipped(const char *name);
 /* May parameter i take a file tensor of fewer rows (a padded vocabulary)? */
 int kiln_gpt2_padded_rows(const struct kiln_model *m, int i);
 
-/* llm.c's model file (gpt2_124M.bin): does `path` start with its magic? */
-int kiln_llmc_is_model(const char *path);
-/* The same for the file open on fd (read with pread). */
+/* llm.c's model file (gpt2_124M.bin): does the file open on fd start
+ * with its magic (read with pread)? */
 int kiln_llmc_is_model_fd(int fd);
-/* Load llm.c's model file into m (GPT-2's names, kiln's layouts). */
-kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, void *stream);
-/* The same from the regular file open on fd (borrowed), named path in
- * messages ([model] init_from, opened once: core/weights.c). */
+/* Load llm.c's model file, the regular file open on fd (borrowed), named
+ * path in messages, into m (GPT-2's names, kiln's layouts; a stage's rank
+ * its stage's slice alone, as every file kiln_weights_load reads). */
 kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, int strict,
 			      void *stream);
 

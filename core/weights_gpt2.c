@@ -29,7 +29,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 /* ---- GPT-2's names and layouts -------------------------------------------- */
 
@@ -125,20 +124,6 @@ static int64_t llmc_dim(const struct llmc_header *h, int d)
 	case D_4C: return 4 * h->C;
 	default: return 1;
 	}
-}
-
-int kiln_llmc_is_model(const char *path)
-{
-	char kind[64];
-	const char *why;
-	/* a FIFO or device is nobody's model file: refused by the reader
-	 * that opens it next, never blocking here */
-	int fd = common_open_file(path, kind, sizeof kind, &why, NULL), yes = 0;
-	if (fd < 0)
-		return 0;
-	yes = kiln_llmc_is_model_fd(fd);
-	close(fd);
-	return yes;
 }
 
 int kiln_llmc_is_model_fd(int fd)
@@ -242,18 +227,6 @@ static void llmc_tensors(const struct llmc_header *h, char (*names)[96],
 			at += t[n].bytes;
 		}
 	}
-}
-
-kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, void *stream)
-{
-	char kind[64];
-	const char *why;
-	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
-	if (fd < 0)
-		return kiln_error(KILN_EIO, "%s: %s", path, why);
-	kiln_status st = kiln_llmc_load_fd(m, path, fd, strict, stream);
-	close(fd);
-	return st;
 }
 
 kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, int strict,

@@ -910,6 +910,12 @@ EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
 # [dist] pipeline: stages on ranks (gloo, mpi), P x D, resume on 1, a killed stage
 TESTS += tests/pipeline_dist.sh
 EXTRA_DIST += tests/pipeline_dist.sh
+# [model] init_from of llm.c's file on 2 stages on 2 ranks: each rank its
+# stage alone, the file opened once a rank (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/pipeline_llmc.sh
+endif
+EXTRA_DIST += tests/pipeline_llmc.sh
 # dropout's masks by the global batch: ranks, accumulate, pipelines, attention
 TESTS += tests/dropout_global.sh
 EXTRA_DIST += tests/dropout_global.sh
