@@ -8,9 +8,9 @@
  * model before anything is built, or a weights file (safetensors, llm.c's
  * model file) read as [model] init_from reads one: told apart by their
  * first bytes on the descriptor that then reads them.  Before session 39
- * F was opened two or three times (its magic; the checkpoint or weights
- * reader; `kiln eval --fold` and `kiln quantize` once more to fold), so a
- * file replaced between two opens was told to be one kind and read as
+ * F was opened two to four times (its magic; the checkpoint or weights
+ * reader; `kiln eval --fold` and `kiln quantize` both again to fold), so
+ * a file replaced between two opens was told to be one kind and read as
  * another file, and a checkpoint was verified whole twice.
  */
 #include "checkpoint.h"
