@@ -370,6 +370,12 @@ kiln_status kiln_ckpt_newest(const char *dir, struct kiln_ckpt **out);
 kiln_status kiln_ckpt_open_weights(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   const char *path, struct kiln_ckpt **out, char *dir,
 				   size_t dir_len);
+/* The same for the checkpoint open on fd (borrowed: the checkpoint reads
+ * a duplicate of it), named path: a file a command names, opened once
+ * (kiln_given_open, core/trained.c). */
+kiln_status kiln_ckpt_open_weights_fd(const struct kiln_config *cfg,
+				      const struct kiln_registry *reg, const char *path, int fd,
+				      struct kiln_ckpt **out);
 
 /* The highest step among dir's ckpt-<step>.kiln names whose header holds
  * that step (only the headers are read), or -1 when there is none. */

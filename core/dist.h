@@ -334,16 +334,15 @@ kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
 /* At start-up, for a model made with kiln_model_create_bare after its
  * precision is open, before anything reads its parameters: with [dist]
  * pipeline, where the stage's parameters and gradients can be held alone
- * (as kiln_dist_pipe_cut_grads and _cut_params would cut them, no ZeRO-1)
- * and `whole` (the caller's reason for the whole model, or NULL) does
- * not ask for the whole model, they are allocated for the stage's slice
+ * (as kiln_dist_pipe_cut_grads and _cut_params would cut them, no ZeRO-1),
+ * they are allocated for the stage's slice
  * alone ([P norm slots | slice] gradients, zeroed; as _cut_grads: share)
  * and the model marked held (m->held: kiln_model_init_params draws the
  * slice, the optimizer state is the stage's, from kiln_dist_pipe_shard);
  * the cuts then find them cut.  Else kiln_model_alloc_whole (the reason
  * logged).  Without a pipeline (d NULL too): kiln_model_alloc_whole. */
-kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, const char *whole,
-				int share, void *compute);
+kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, int share,
+				void *compute);
 /* An evaluation per stage (core/dist_pipe_eval.c): 1 when this rank
  * holds its stage's parameters alone since start-up (kiln_dist_pipe_hold),
  * so that its evaluation plans are staged and run per stage instead of on

@@ -135,11 +135,10 @@ static void stage_slice(const struct kiln_model *m, int s, size_t *lo, size_t *h
 
 /* Why this rank's start-up makes the whole model (NULL: the stage's
  * slice alone will do). */
-static const char *hold_why(struct kiln_dist *d, struct kiln_model *m, const char *why)
+static const char *hold_why(struct kiln_dist *d, struct kiln_model *m)
 {
+	const char *why;
 	kiln_status st;
-	if (why)
-		return why;
 	if ((st = kiln_pipe_read_stages(m)))
 		return "the stages are read again, and checked, when the pipeline opens";
 	if (m->n_stages != d->pipe_P)
@@ -151,10 +150,10 @@ static const char *hold_why(struct kiln_dist *d, struct kiln_model *m, const cha
 	return NULL;
 }
 
-kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, const char *whole,
-				int share, void *compute)
+kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, int share,
+				void *compute)
 {
-	const char *why = d && d->pipe_P ? hold_why(d, m, whole) : "";
+	const char *why = d && d->pipe_P ? hold_why(d, m) : "";
 	kiln_status st;
 	if (why) {
 		if (*why)

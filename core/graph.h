@@ -656,16 +656,41 @@ kiln_status kiln_plan_summary_log(struct kiln_plan *p);
  * logs one. */
 kiln_status kiln_summary_log(const struct kiln_summary *s);
 
-/* core/weights.c.  A model with its weights, as `kiln export` and
+/* core/trained.c.  The weights a command names (--checkpoint F, the C
+ * API's `weights`), opened once: `path` (borrowed) a kiln checkpoint,
+ * verified whole and its weights keys checked against cfg
+ * (kiln_ckpt_open_weights_fd: ck), or else a weights file (safetensors or
+ * llm.c's, told apart by its first bytes) left open on fd for
+ * kiln_given_load, so that the file told apart is the file read; path
+ * NULL: the newest usable checkpoint of [run] out_dir/checkpoints (ck;
+ * NULL when there is none, dir naming where it was looked for, "" with no
+ * out_dir).  A path that cannot be opened is KILN_EIO ("checkpoint F:
+ * cannot open: ...").  Close with kiln_given_close (also after a failed
+ * open). */
+struct kiln_ckpt;
+struct kiln_given {
+	const char *path;
+	struct kiln_ckpt *ck; /* a checkpoint, or NULL */
+	int fd;               /* a weights file, or -1 */
+	char dir[4200];       /* path NULL: the checkpoint directory looked in */
+};
+kiln_status kiln_given_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			    const char *path, struct kiln_given *g);
+void kiln_given_close(struct kiln_given *g);
+/* The weights file of g (fd >= 0) into m, as [model] init_from reads one;
+ * a failure says it is no checkpoint either. */
+kiln_status kiln_given_load(struct kiln_model *m, const struct kiln_given *g, void *stream);
+
+/* A model with its weights, as `kiln export` and
  * `kiln generate` load it: [run] device opened, the model built for the
  * sample shape training read (the checkpoint's record, [data] not opened
  * unless the watched output exists, kiln_output_watch, for its guard;
  * else [data]'s), then the
- * weights of `checkpoint` (NULL: the newest usable one in [run]
- * out_dir/checkpoints), a kiln checkpoint or a weights file
- * (kiln_weights_file_given: safetensors or llm.c's, read as [model]
- * init_from reads one, in its place; `kiln predict|eval|export|generate
- * --checkpoint F.safetensors`), else [run] seed and [model]
+ * weights of `checkpoint` (kiln_given_open's: NULL, the newest usable one
+ * in [run] out_dir/checkpoints), a kiln checkpoint or a weights file
+ * (safetensors or llm.c's, read as [model] init_from reads one, in its
+ * place; `kiln predict|eval|export|generate --checkpoint F.safetensors`),
+ * else [run] seed and [model]
  * init_from (with a warning; KILN_ECONFIG when
  * need_trained and there is no init_from either); need_trained < 0: no
  * weights at all (undefined values, nothing drawn), no checkpoint or
@@ -683,13 +708,12 @@ struct kiln_trained {
 kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      const char *checkpoint, const char *verb, int need_trained,
 			      struct kiln_trained *t);
-/* Whether path, given as a checkpoint, is a weights file instead: one
- * that can be read and is no kiln checkpoint (a missing one stays a
- * checkpoint, for its error). */
-int kiln_weights_file_given(const char *path);
-/* The weights of such a file into m, as [model] init_from reads them; a
- * failure says it is no checkpoint either. */
-kiln_status kiln_model_load_given_weights(struct kiln_model *m, const char *path, void *stream);
+/* The same with the weights of g, open already (borrowed: `kiln eval
+ * --fold` and `kiln quantize` read g again once folded; unused when
+ * need_trained < 0). */
+kiln_status kiln_trained_open_given(const struct kiln_config *cfg,
+				    const struct kiln_registry *reg, const struct kiln_given *g,
+				    const char *verb, int need_trained, struct kiln_trained *t);
 /* A warning when [section]'s sample (data) is not the one the checkpoint's
  * model was trained on (trained), saying which one is used (data_used:
  * [section]'s, as `kiln eval` evaluates its samples; else the

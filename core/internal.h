@@ -131,8 +131,8 @@ kiln_status kiln_null_arg(const char *fn, const char *arg);
  * (`kiln train <(...)`) and a character device to write (/dev/null,
  * /dev/full).  Errors: "PATH: cannot VERB: ...". */
 kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *verb, FILE **out);
-/* kiln_safetensors_open of the regular file open on fd (borrowed; the map
- * outlives it), named path in messages (core/safetensors.c): for [model]
+/* kiln_safetensors_open of the regular file open on fd (borrowed: the
+ * reader reads a duplicate of it), named path in messages (core/safetensors.c): for [model]
  * init_from, opened once (core/weights.c). */
 kiln_status kiln_safetensors_open_fd(const char *path, int fd, struct kiln_safetensors **out);
 
@@ -261,6 +261,14 @@ static inline int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
 {
 	return kiln_io_all(fd, KILN_IO_PREAD, buf, n, off);
 }
+/* The n bytes at off of the file open on fd (named path in messages; size
+ * bytes when it was opened) into buf, EINTR and short reads retried:
+ * KILN_OK; KILN_EDATA when the file ends first, naming `what` ("tensor
+ * 'fc1.weight'"), its bytes, how many were there and the file's size then
+ * and now (it was cut or rewritten under kiln: safetensors, llm.c's
+ * files); KILN_EIO naming the error of a failed read. */
+kiln_status kiln_read_at(int fd, const char *path, uint64_t size, const char *what, void *buf,
+			 size_t n, uint64_t off);
 static inline int kiln_pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 {
 	return kiln_io_all(fd, KILN_IO_PWRITE, (void *)buf, n, off);

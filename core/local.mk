@@ -2,7 +2,7 @@ lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES = core/internal.h core/status.c core/tensor.c core/config.c \
 	core/config_impl.h core/config_check.c core/config_get.c core/config_write.c core/config_same.c core/schema.c core/registry_impl.h core/registry.c core/registry_probe.c core/device.c core/opcheck.c core/profile.h core/profile.c core/rng.c core/crc32c.c core/source.c core/loader.h core/loader.c core/transform.h core/transform.c core/transform_config.c core/data.h core/data.c core/data_identity.c core/bench_data.c core/memory.c core/summary.c core/graph.h core/graph.c core/graph_infer.c core/graph_params.c core/layer_check.c core/plan.c core/plan_memory.c core/plan_run.c core/precision.c core/checkpoint.h core/checkpoint_impl.h core/checkpoint_write.c core/checkpoint_read.c core/checkpoint_load.c core/checkpoint_layout.c core/config_diff.h core/config_diff.c core/resume.c core/run_config.h core/run_config.c core/train.h core/train_setup.h core/trainer.c core/train_setup.c core/train_model.c core/train_buffers.c core/train_step.c core/train_log.c core/train_eval.c core/train_ckpt.c core/train_best.c core/train_dist.c core/train_result.c core/sized.c \
 	core/store.c core/dist_env.c core/dist.h core/dist_impl.h core/dist.c core/dist_config.c core/dist_data.c core/dist_heartbeat.c core/run_clock.c core/dist_zero.c \
-	core/safetensors.c core/weights.c \
+	core/safetensors.c core/weights.c core/trained.c \
 	core/tie.c \
 	core/pipeline.h core/pipe_stages.c core/pipe_schedule.c core/pipe_xfer.c core/pipe_window.c core/pipe_impl.h core/pipe_open.c core/pipe_run.c core/pipe_memory.c core/pipe_rank.c core/dist_pipe.c core/dist_pipe_mem.c core/dist_pipe_eval.c core/dist_pipe_ckpt.c core/comm_p2p.c \
 	core/generate.c \
@@ -33,7 +33,9 @@ libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # newer file by its version, not for a symbol missing mid-run.  Libtool's
 # rule: an interface added: current+1, revision 0, age+1; removed or
 # changed: current+1, revision 0, age 0; the code alone: revision+1.
-libkiln_la_LDFLAGS = -version-info 3:0:1 -export-symbols-regex '^kiln_'
+# 4:0:2 since session 39 (libkiln.so.2.2.0): kiln_safetensors_read and
+# kiln_safetensors_index added.
+libkiln_la_LDFLAGS = -version-info 4:0:2 -export-symbols-regex '^kiln_'
 
 # The loggers (core/logger.h): metrics.jsonl, CSV, TensorBoard event files.
 # TensorBoard's messages (core/proto/*.proto) are compiled by protoc-c into

@@ -92,9 +92,9 @@ kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln
  * checkpoint or weights file) is given beside `quantized` (either NULL: OK). */
 kiln_status kiln_quant_no_weights(const char *quantized, const char *weights);
 /* Open the INT8 model `path` (`kiln quantize`'s safetensors file) into
- * *out (the caller closes it): KILN_EUSAGE naming it when it is a kiln
- * checkpoint (before session 31 the safetensors reader said only "header
- * length ... exceeds ..."), else kiln_safetensors_open's errors. */
+ * *out (the caller closes it), opened once: KILN_EUSAGE naming it when it
+ * is a kiln checkpoint (before session 31 the safetensors reader said only
+ * "header length ... exceeds ..."), else kiln_safetensors_open's errors. */
 kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out);
 /* The keys of cfg (the unfolded config) that shape the tensors, and the
  * layers' types, against those f was quantized with (its "kiln.config";

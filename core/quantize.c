@@ -6,10 +6,12 @@
 #include "checkpoint.h"
 #include "infer_passes.h"
 #include "../plugins/common/c_locale.h" /* common_strtod, common_snprintf_c */
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h> /* close */
 
 struct kiln_quant_calib {
 	int n;
@@ -282,11 +284,19 @@ kiln_status kiln_quant_no_weights(const char *quantized, const char *weights)
 
 kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out)
 {
+	char kind[64];
+	const char *why;
 	*out = NULL;
-	if (kiln_ckpt_is_checkpoint(path))
-		return kiln_error(KILN_EUSAGE, "%s: this is a kiln checkpoint, not an INT8 model of `kiln quantize`: pass it with --checkpoint (the C API: as the weights), or quantize it first (kiln quantize --checkpoint %s --out Q)",
-				  path, path);
-	return kiln_safetensors_open(path, out);
+	/* opened once: the file told apart is the file read (session 39) */
+	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
+	kiln_status st = kiln_ckpt_is_checkpoint_fd(fd)
+		? kiln_error(KILN_EUSAGE, "%s: this is a kiln checkpoint, not an INT8 model of `kiln quantize`: pass it with --checkpoint (the C API: as the weights), or quantize it first (kiln quantize --checkpoint %s --out Q)",
+			     path, path)
+		: kiln_safetensors_open_fd(path, fd, out);
+	close(fd);
+	return st;
 }
 
 kiln_status kiln_quant_config_check(const struct kiln_safetensors *f, const struct kiln_config *cfg,
@@ -452,12 +462,15 @@ kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safeten
 		if (strncmp(sec, "layer.", 6))
 			continue;
 		snprintf(arg, sizeof arg, "%s.input_scale", sec + 6);
-		if (kiln_safetensors_find(f, arg, &t))
+		const int ti = kiln_safetensors_index(f, arg);
+		if (ti < 0)
 			continue;
+		kiln_safetensors_get(f, ti, &t);
 		float sx;
 		if (t.dtype != KILN_F32 || t.numel != 1)
 			return kiln_error(KILN_EDATA, "%s: want F32 [1], got %s", arg, t.dtype_name);
-		memcpy(&sx, t.data, sizeof sx);
+		if ((st = kiln_safetensors_read(f, ti, &sx, sizeof sx)))
+			return st;
 		/* kiln quantize writes a positive finite scale: another value
 		 * would leave the layer f32 (int8_scale <= 0) or NaN silently */
 		if (!(sx > 0) || !isfinite(sx))
@@ -476,16 +489,48 @@ kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safeten
 	return st ? st : quant_chain(cfg);
 }
 
+/* I8 tensor ti of f (t: its description) as f32 into v: each of its O
+ * rows times its F32 scale, tensor "<name>_scale" of O values. */
+static kiln_status load_int8(const struct kiln_safetensors *f, int ti,
+			     const struct kiln_safetensors_tensor *t, const struct model_param *p,
+			     float *v)
+{
+	struct kiln_safetensors_tensor s;
+	char name[sizeof p->name + 8];
+	const int64_t O = p->desc.dims[0], per = p->numel / O;
+	snprintf(name, sizeof name, "%s_scale", p->name);
+	const int si = kiln_safetensors_index(f, name);
+	if (si >= 0)
+		kiln_safetensors_get(f, si, &s);
+	if (si < 0 || s.dtype != KILN_F32 || s.numel != O)
+		return kiln_error(KILN_EDATA, "'%s': no F32 [%lld] scales", name, (long long)O);
+	int8_t *q = malloc(t->bytes + 1);
+	float *sc = malloc(s.bytes + 1);
+	kiln_status st = q && sc ? KILN_OK : kiln_error(KILN_ENOMEM, "out of memory");
+	if (!st && !(st = kiln_safetensors_read(f, ti, q, t->bytes)))
+		st = kiln_safetensors_read(f, si, sc, s.bytes);
+	for (int64_t o = 0; !st && o < O; o++) {
+		if (!(sc[o] > 0) || !isfinite(sc[o]))
+			st = kiln_error(KILN_EDATA, "'%s'[%lld]: %g is no scale (want a positive finite F32)",
+					name, (long long)o, (double)sc[o]);
+		for (int64_t e = 0; !st && e < per; e++)
+			v[o * per + e] = (float)q[o * per + e] * sc[o];
+	}
+	free(q);
+	free(sc);
+	return st;
+}
+
 /* Parameter p of m from the file into v: F32 as it is, I8 times its
  * per-row "_scale". */
 static kiln_status load_param(const struct kiln_safetensors *f, const struct model_param *p,
 			      float *v)
 {
-	struct kiln_safetensors_tensor t, s;
-	char name[sizeof p->name + 8];
-	kiln_status st = kiln_safetensors_find(f, p->name, &t);
-	if (st)
+	struct kiln_safetensors_tensor t;
+	const int ti = kiln_safetensors_index(f, p->name);
+	if (ti < 0)
 		return kiln_error(KILN_EDATA, "the quantized file has no '%s' (another model?)", p->name);
+	kiln_safetensors_get(f, ti, &t);
 	int same = t.ndim == p->desc.ndim;
 	for (int d = 0; same && d < t.ndim; d++)
 		same = t.dims[d] == p->desc.dims[d];
@@ -493,25 +538,9 @@ static kiln_status load_param(const struct kiln_safetensors *f, const struct mod
 		return kiln_error(KILN_EDATA, "'%s': %s of %lld elements in %d dims, the model wants %lld f32 in %d",
 				  p->name, t.dtype_name, (long long)t.numel, t.ndim, (long long)p->numel,
 				  p->desc.ndim);
-	if (t.dtype == KILN_F32) {
-		memcpy(v, t.data, sizeof(float) * (size_t)p->numel);
-		return KILN_OK;
-	}
-	const int64_t O = p->desc.dims[0], per = p->numel / O;
-	snprintf(name, sizeof name, "%s_scale", p->name);
-	if (kiln_safetensors_find(f, name, &s) || s.dtype != KILN_F32 || s.numel != O)
-		return kiln_error(KILN_EDATA, "'%s': no F32 [%lld] scales", name, (long long)O);
-	const int8_t *q = t.data;
-	for (int64_t o = 0; o < O; o++) {
-		float sc;
-		memcpy(&sc, (const char *)s.data + sizeof(float) * (size_t)o, sizeof sc);
-		if (!(sc > 0) || !isfinite(sc))
-			return kiln_error(KILN_EDATA, "'%s'[%lld]: %g is no scale (want a positive finite F32)",
-					  name, (long long)o, (double)sc);
-		for (int64_t e = 0; e < per; e++)
-			v[o * per + e] = (float)q[o * per + e] * sc;
-	}
-	return KILN_OK;
+	if (t.dtype == KILN_F32)
+		return kiln_safetensors_read(f, ti, v, sizeof(float) * (size_t)p->numel);
+	return load_int8(f, ti, &t, p, v);
 }
 
 /* Does m take tensor `name` of the file: a parameter or buffer, a

@@ -606,3 +606,15 @@ kiln_status kiln_ckpt_open_weights(const struct kiln_config *cfg, const struct k
 	}
 	return st;
 }
+
+kiln_status kiln_ckpt_open_weights_fd(const struct kiln_config *cfg,
+				      const struct kiln_registry *reg, const char *path, int fd,
+				      struct kiln_ckpt **out)
+{
+	kiln_status st = kiln_ckpt_open_fd(path, fd, out);
+	if (!st && (st = weights_check(cfg, reg, *out))) {
+		kiln_ckpt_close(*out);
+		*out = NULL;
+	}
+	return st;
+}

@@ -5,12 +5,20 @@
  *
  * The header maps each tensor name to {"dtype", "shape", "data_offsets":
  * [begin, end)} (offsets relative to the data), plus an optional
- * "__metadata__" object of strings.  The reader maps the file and refuses it
- * unless every entry is well formed and the tensors tile the data exactly:
- * sorted by offset, no overlaps, no holes, nothing after the last one (the
- * reference implementation's rules).  The writer orders tensors as the
- * reference does (alignment descending, then name) and pads the header to
- * a multiple of 8, so every tensor starts aligned to its element size.
+ * "__metadata__" object of strings.  The reader pread()s the header and
+ * refuses the file unless every entry is well formed and the tensors tile
+ * the data exactly: sorted by offset, no overlaps, no holes, nothing after
+ * the last one (the reference implementation's rules).  It keeps the file
+ * open: kiln_safetensors_read pread()s a tensor into the caller's buffer,
+ * so a file cut short while it is read (re-exported in place, a network
+ * file system) is an error naming the tensor and the sizes.  Before
+ * session 39 kiln read the tensors through a mapping of the file, and a
+ * page past the new end killed it with SIGBUS (exit 135, nothing said;
+ * within the last page, zeros were loaded as weights).  The mapping stays
+ * for kiln_safetensors_tensor.data, the API's pointer, which kiln itself
+ * no longer reads.  The writer orders tensors as the reference does
+ * (alignment descending, then name) and pads the header to a multiple of
+ * 8, so every tensor starts aligned to its element size.
  */
 #include "internal.h"
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
@@ -73,9 +81,10 @@ struct st_entry {
 
 struct kiln_safetensors {
 	char *path;
-	void *map;
-	size_t size;
-	const unsigned char *data; /* after the header */
+	int fd;                    /* the file, open until close: tensors are pread */
+	size_t size;               /* its size when opened */
+	void *map;                 /* all of it, read-only: kiln_safetensors_tensor.data */
+	uint64_t data_off;         /* where the data starts: 8 + the header's length */
 	size_t data_len;
 	int n;
 	struct st_entry *t;        /* sorted by begin */
@@ -190,33 +199,58 @@ static kiln_status parse_meta(struct kiln_safetensors *f, json_t *m)
 	return KILN_OK;
 }
 
+/* The header's JSON, n bytes at byte 8, read into a new buffer (*out,
+ * the caller's to free). */
+static kiln_status read_header(struct kiln_safetensors *f, uint64_t n, char **out)
+{
+	char *b = malloc((size_t)n + 1);
+	if (!b)
+		return kiln_error(KILN_ENOMEM, "%s: out of memory for a header of %llu bytes", f->path,
+				  (unsigned long long)n);
+	kiln_status st = kiln_read_at(f->fd, f->path, f->size, "the header", b, (size_t)n, 8);
+	if (st) {
+		free(b);
+		return st;
+	}
+	*out = b;
+	return KILN_OK;
+}
+
 static kiln_status parse(struct kiln_safetensors *f)
 {
 	const char *p = f->path;
+	unsigned char b8[8];
 	uint64_t n = 0;
+	char *b = NULL;
+	kiln_status st;
 	if (f->size < 8)
 		return kiln_error(KILN_EDATA, "%s: %zu bytes: too short for a safetensors file (it starts with an 8-byte header length)",
 				  p, f->size);
-	const unsigned char *b = f->map;
+	if ((st = kiln_read_at(f->fd, p, f->size, "the header length", b8, 8, 0)))
+		return st;
 	for (int i = 7; i >= 0; i--)
-		n = n << 8 | b[i];
+		n = n << 8 | b8[i];
 	if (n > f->size - 8)
 		return kiln_error(KILN_EDATA, "%s: header length %llu exceeds the %zu bytes after the length field (truncated, or not a safetensors file)",
 				  p, (unsigned long long)n, f->size - 8);
 	if (n > MAX_HEADER)
 		return kiln_error(KILN_EDATA, "%s: header length %llu is over the format's limit of %u bytes",
 				  p, (unsigned long long)n, MAX_HEADER);
-	if (n < 2 || b[8] != '{')
+	if ((st = read_header(f, n, &b)))
+		return st;
+	if (n < 2 || b[0] != '{') {
+		free(b);
 		return kiln_error(KILN_EDATA, "%s: the header does not start with '{' (not a safetensors file?)",
 				  p);
-	f->data = b + 8 + n;
+	}
+	f->data_off = 8 + n;
 	f->data_len = f->size - 8 - (size_t)n;
 	json_error_t err;
-	json_t *h = json_loadb((const char *)b + 8, (size_t)n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+	json_t *h = json_loadb(b, (size_t)n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+	free(b);
 	if (!h)
 		return kiln_error(KILN_EDATA, "%s: the header is not valid JSON: %s (header byte %d)", p,
 				  err.text, err.position);
-	kiln_status st = KILN_OK;
 	if (!json_is_object(h)) {
 		st = kiln_error(KILN_EDATA, "%s: the header is not a JSON object", p);
 		goto out;
@@ -264,26 +298,25 @@ out:
 	return st;
 }
 
-/* A new file object for path, its fd's size bytes mapped and parsed into
- * *out (fd borrowed: the map outlives it). */
-static kiln_status open_mapped(const char *path, int fd, off_t size, struct kiln_safetensors **out)
+/* A new file object for path, open on fd (taken: closed with the
+ * object, or here on failure) with size bytes, parsed into *out. */
+static kiln_status open_parsed(const char *path, int fd, off_t size, struct kiln_safetensors **out)
 {
 	struct kiln_safetensors *f = calloc(1, sizeof *f);
 	if (!f || !(f->path = kiln_strdup(path))) {
 		free(f);
+		close(fd);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
+	f->fd = fd;
 	f->size = (size_t)size;
-	if (f->size) {
-		f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (f->map == MAP_FAILED) {
-			f->map = NULL;
-			kiln_status st = kiln_error(KILN_EIO, "%s: cannot map: %s", path, strerror(errno));
-			kiln_safetensors_close(f);
-			return st;
-		}
-	}
 	kiln_status st = parse(f);
+	/* (the API's pointers into the file: kiln's readers pread instead) */
+	if (!st && f->size &&
+	    (f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
+		f->map = NULL;
+		st = kiln_error(KILN_EIO, "%s: cannot map: %s", path, strerror(errno));
+	}
 	if (st) {
 		kiln_safetensors_close(f);
 		return st;
@@ -303,18 +336,22 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **ou
 	int fd = common_open_file(path, kind, sizeof kind, &why, &size);
 	if (fd < 0)
 		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
-	kiln_status st = open_mapped(path, fd, size, out);
-	close(fd);
-	return st;
+	return open_parsed(path, fd, size, out);
 }
 
 kiln_status kiln_safetensors_open_fd(const char *path, int fd, struct kiln_safetensors **out)
 {
 	struct stat sb;
 	*out = NULL;
-	if (fstat(fd, &sb))
-		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, strerror(errno));
-	return open_mapped(path, fd, sb.st_size, out);
+	/* a duplicate: the same open file, whatever is at path by now */
+	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (dup < 0 || fstat(dup, &sb)) {
+		kiln_status st = kiln_error(KILN_EIO, "%s: cannot open: %s", path, strerror(errno));
+		if (dup >= 0)
+			close(dup);
+		return st;
+	}
+	return open_parsed(path, dup, sb.st_size, out);
 }
 
 void kiln_safetensors_close(struct kiln_safetensors *f)
@@ -323,6 +360,7 @@ void kiln_safetensors_close(struct kiln_safetensors *f)
 		return;
 	if (f->map)
 		munmap(f->map, f->size);
+	close(f->fd); /* (every object has its file: open_parsed) */
 	for (int i = 0; f->t && f->t[i].name; i++) /* parsed entries, and a failed one's */
 		free(f->t[i].name);
 	free(f->t);
@@ -355,8 +393,33 @@ void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
 	o->ndim = e->ndim;
 	memcpy(o->dims, e->dims, sizeof(int64_t) * (size_t)e->ndim);
 	o->numel = e->numel;
-	o->data = f->data + e->begin;
+	o->data = f->map ? (const unsigned char *)f->map + f->data_off + e->begin : NULL;
 	o->bytes = (size_t)(e->end - e->begin);
+}
+
+kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void *dst,
+				  size_t dst_bytes)
+{
+	if (!f || !dst)
+		return kiln_null_arg("kiln_safetensors_read", !f ? "f" : "dst");
+	if (i < 0 || i >= f->n)
+		return kiln_error(KILN_EINVAL, "%s: no tensor %d (the file holds %d)", f->path, i, f->n);
+	const struct st_entry *e = &f->t[i];
+	const size_t bytes = (size_t)(e->end - e->begin);
+	char what[300];
+	if (dst_bytes < bytes)
+		return kiln_error(KILN_EINVAL, "%s: tensor '%s' is %zu bytes, the buffer holds %zu",
+				  f->path, e->name, bytes, dst_bytes);
+	snprintf(what, sizeof what, "tensor '%s'", e->name);
+	return kiln_read_at(f->fd, f->path, f->size, what, dst, bytes, f->data_off + e->begin);
+}
+
+int kiln_safetensors_index(const struct kiln_safetensors *f, const char *name)
+{
+	for (int i = 0; f && name && i < f->n; i++)
+		if (!strcmp(f->t[i].name, name))
+			return i;
+	return -1;
 }
 
 kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *name,
@@ -364,11 +427,11 @@ kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *
 {
 	if (!f || !name || !out)
 		return kiln_null_arg("kiln_safetensors_find", !f ? "f" : !name ? "name" : "out");
-	for (int i = 0; i < f->n; i++)
-		if (!strcmp(f->t[i].name, name)) {
-			kiln_safetensors_get(f, i, out);
-			return KILN_OK;
-		}
+	const int i = kiln_safetensors_index(f, name);
+	if (i >= 0) {
+		kiln_safetensors_get(f, i, out);
+		return KILN_OK;
+	}
 	return kiln_error(KILN_ENOTFOUND, "%s: no tensor '%s'", f->path, name);
 }
 

@@ -2,6 +2,7 @@
  * small I/O and array helpers. */
 #include "internal.h"
 #include "../plugins/common/c_locale.h" /* common_vsnprintf_c */
+#include "../plugins/common/read_full.h" /* common_pread_full: kiln_read_at */
 
 #include <errno.h>
 #include <pthread.h>
@@ -243,6 +244,25 @@ int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off)
 		off += (uint64_t)k;
 	}
 	return 0;
+}
+
+kiln_status kiln_read_at(int fd, const char *path, uint64_t size, const char *what, void *buf,
+			 size_t n, uint64_t off)
+{
+	const ssize_t got = common_pread_full(fd, buf, n, off);
+	if (got == (ssize_t)n)
+		return KILN_OK;
+	if (got < 0)
+		return kiln_error(KILN_EIO, "%s: cannot read %s (bytes %llu..%llu): %s", path, what,
+				  (unsigned long long)off, (unsigned long long)(off + n - 1),
+				  strerror(errno));
+	struct stat sb;
+	char now[64] = "";
+	if (!fstat(fd, &sb))
+		snprintf(now, sizeof now, ", it has %lld now", (long long)sb.st_size);
+	return kiln_error(KILN_EDATA, "%s: %s (bytes %llu..%llu): only %zd of %zu bytes are there: the file had %llu bytes when kiln opened it%s (was it truncated or rewritten while kiln read it?)",
+			  path, what, (unsigned long long)off, (unsigned long long)(off + n - 1), got,
+			  n, (unsigned long long)size, now);
 }
 
 /* What a file that is not a regular one is, for an error. */

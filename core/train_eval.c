@@ -332,37 +332,36 @@ kiln_status trainer_final_test(struct trainer *t)
 	return KILN_OK;
 }
 
-/* The checkpoint to evaluate (kiln_ckpt_open_weights): `checkpoint`, or
- * the newest usable one of [run] out_dir; an error when there is none: a
- * config error naming out_dir and where it was set (exit 2, as `kiln
- * generate` says "no trained weights", and a missing --checkpoint is;
- * KILN_ENOTFOUND, exit 1, before session 37). */
+/* The weights to evaluate (kiln_given_open, opened once): `checkpoint`,
+ * a kiln checkpoint or a weights file, or the newest usable checkpoint of
+ * [run] out_dir; an error when there is none: a config error naming
+ * out_dir and where it was set (exit 2, as `kiln generate` says "no
+ * trained weights", and a missing --checkpoint is; KILN_ENOTFOUND, exit
+ * 1, before session 37).  Close g also after a failure. */
 static kiln_status open_checkpoint(const struct kiln_config *cfg, const struct kiln_registry *reg,
-				   const char *checkpoint, struct kiln_ckpt **ck)
+				   const char *checkpoint, struct kiln_given *g)
 {
-	char dir[4200];
-	kiln_status st = kiln_ckpt_open_weights(cfg, reg, checkpoint, ck, dir, sizeof dir);
-	if (!st && !*ck && !*dir)
-		st = kiln_error(KILN_EUSAGE, "no checkpoint given and [run] out_dir is empty");
-	else if (!st && !*ck) {
-		const char *w = kiln_config_where(cfg, "run", "out_dir");
-		const int def = !strcmp(w, "default");
-		st = kiln_error(KILN_ECONFIG, "%s%s[run] out_dir%s: %s: no checkpoint to evaluate (`kiln train` writes one after its last step; or give --checkpoint CKPT)",
-				def ? "" : w, def ? "" : ": ", def ? " (the default)" : "", dir);
-	}
-	return st;
+	kiln_status st = kiln_given_open(cfg, reg, checkpoint, g);
+	if (st || g->ck || g->fd >= 0)
+		return st;
+	if (!*g->dir)
+		return kiln_error(KILN_EUSAGE, "no checkpoint given and [run] out_dir is empty");
+	const char *w = kiln_config_where(cfg, "run", "out_dir");
+	const int def = !strcmp(w, "default");
+	return kiln_error(KILN_ECONFIG, "%s%s[run] out_dir%s: %s: no checkpoint to evaluate (`kiln train` writes one after its last step; or give --checkpoint CKPT)",
+			  def ? "" : w, def ? "" : ": ", def ? " (the default)" : "", g->dir);
 }
 
-/* `kiln eval --fold`: the folded config of the checkpoint's model
- * (*fcfg, the caller's) and that model, open with its weights in *tr
+/* `kiln eval --fold`: the folded config of the model of g's weights
+ * (*fcfg, the caller's) and that model, open with those weights in *tr
  * (need_trained < 0: the config's model's shape, no weights read);
  * flags: kiln_infer_fold_config_ex's (the residual adds, f32 only). */
 static kiln_status fold_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			     const char *checkpoint, int need_trained, int flags,
+			     const struct kiln_given *g, int need_trained, int flags,
 			     struct kiln_trained *tr, struct kiln_config **fcfg)
 {
 	int n = 0;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "folding", need_trained, tr);
+	kiln_status st = kiln_trained_open_given(cfg, reg, g, "folding", need_trained, tr);
 	if (!st)
 		st = kiln_infer_fold_config_ex(tr->m, (struct kiln_registry *)reg, flags, fcfg, &n);
 	if (!st)
@@ -378,11 +377,12 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 			      struct kiln_safetensors **qf)
 {
 	struct kiln_trained tr = { 0 };
+	const struct kiln_given none = { .fd = -1 }; /* (no weights read) */
 	kiln_status st = kiln_quant_open(path, qf);
 	if (!st)
 		st = kiln_quant_config_check(*qf, cfg, reg);
 	if (!st)
-		st = fold_open(cfg, reg, NULL, -1, KILN_FOLD_INT8, &tr, fcfg);
+		st = fold_open(cfg, reg, &none, -1, KILN_FOLD_INT8, &tr, fcfg);
 	kiln_trained_close(&tr);
 	if (!st && (st = kiln_quant_config(*fcfg, *qf)))
 		st = kiln_error_wrap(st, "%s", path);
@@ -403,15 +403,52 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
 	return st ? trainer_error_told(st) : kiln_evaluate_ex(cfg, reg, checkpoint, &none, res);
 }
 
+/* The model to evaluate, open in t with the weights of g, a checkpoint's
+ * or a weights file's (as [model] init_from reads one), folded when
+ * o->fold says. */
+static kiln_status eval_open_given(struct trainer *t, const struct kiln_config *cfg,
+				   const struct kiln_registry *reg, const struct kiln_given *g,
+				   const struct kiln_eval_opts *o, const struct kiln_train_cfg *tc,
+				   struct kiln_train_result *res, struct kiln_config **fcfg)
+{
+	const char *checkpoint = g->ck ? kiln_ckpt_path(g->ck) : g->path;
+	struct kiln_trained tr = { 0 };
+	kiln_status st;
+	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint);
+	if (o->fold && (st = fold_open(cfg, reg, g, 1, o->no_residual ? 0 : KILN_FOLD_RESIDUAL, &tr,
+				       fcfg)))
+		return st;
+	/* the trained weights to host memory and off the device before the
+	 * folded model is built: never both held (session 38) */
+	struct kiln_fold_host *h = NULL;
+	if (*fcfg && ((st = kiln_infer_fold_read(tr.m, tr.stream, &h)) ||
+		      (st = kiln_model_weights_free(tr.m, tr.stream)))) {
+		kiln_infer_fold_host_free(h);
+		kiln_trained_close(&tr);
+		return st;
+	}
+	if (!(st = trainer_open(t, *fcfg ? *fcfg : cfg, reg, tc, 0, res)))
+		st = *fcfg ? kiln_infer_fold_write(tr.m, h, t->m, t->compute)
+		     : g->ck ? kiln_ckpt_load_model(g->ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS)
+			     : kiln_given_load(t->m, g, t->compute);
+	kiln_infer_fold_host_free(h);
+	struct kiln_tensor_desc trained;
+	if (!st && g->ck && !kiln_ckpt_sample(g->ck, &trained))
+		kiln_trained_sample_warn("data.eval", &t->test.input, &trained, 1);
+	kiln_trained_close(&tr);
+	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint); /* trainer_open cleared it */
+	return st;
+}
+
 /* The model to evaluate, open in t with its weights: the checkpoint's
- * (*ck, *step), folded (o->fold), or a quantized file's (o->quantized). */
+ * (*ck, *step), a weights file's (step -1), folded (o->fold), or a
+ * quantized file's (o->quantized). */
 static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 			     const struct kiln_registry *reg, const char *checkpoint,
 			     const struct kiln_eval_opts *o, struct kiln_train_result *res,
 			     struct kiln_ckpt **ck, int64_t *step, struct kiln_config **fcfg)
 {
 	struct kiln_train_cfg tc;
-	struct kiln_trained tr = { 0 };
 	struct kiln_safetensors *qf = NULL;
 	kiln_status st;
 	if ((st = kiln_train_cfg_fill(cfg, NULL, &tc)))
@@ -428,37 +465,17 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 		kiln_safetensors_close(qf);
 		return st;
 	}
-	/* the checkpoint first: verifying it is cheap, and it must hold the
-	 * model this config describes (a weights file: as [model] init_from
-	 * reads one, no step) */
-	const int file = kiln_weights_file_given(checkpoint);
-	if (!file && (st = open_checkpoint(cfg, reg, checkpoint, ck)))
-		return st;
-	checkpoint = file ? checkpoint : kiln_ckpt_path(*ck);
-	*step = file ? -1 : kiln_ckpt_step(*ck);
-	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint);
-	if (o->fold && (st = fold_open(cfg, reg, checkpoint, 1, o->no_residual ? 0 : KILN_FOLD_RESIDUAL,
-				       &tr, fcfg)))
-		return st;
-	/* the trained weights to host memory and off the device before the
-	 * folded model is built: never both held (session 38) */
-	struct kiln_fold_host *h = NULL;
-	if (*fcfg && ((st = kiln_infer_fold_read(tr.m, tr.stream, &h)) ||
-		      (st = kiln_model_weights_free(tr.m, tr.stream)))) {
-		kiln_infer_fold_host_free(h);
-		kiln_trained_close(&tr);
-		return st;
+	/* the weights first, opened once: verifying a checkpoint is cheap,
+	 * and it must hold the model this config describes (a weights file:
+	 * as [model] init_from reads one, no step) */
+	struct kiln_given g;
+	if (!(st = open_checkpoint(cfg, reg, checkpoint, &g))) {
+		*step = g.ck ? kiln_ckpt_step(g.ck) : -1;
+		st = eval_open_given(t, cfg, reg, &g, o, &tc, res, fcfg);
 	}
-	if (!(st = trainer_open(t, *fcfg ? *fcfg : cfg, reg, &tc, 0, res)))
-		st = *fcfg ? kiln_infer_fold_write(tr.m, h, t->m, t->compute)
-		     : file ? kiln_model_load_given_weights(t->m, checkpoint, t->compute)
-			    : kiln_ckpt_load_model(*ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS);
-	kiln_infer_fold_host_free(h);
-	struct kiln_tensor_desc trained;
-	if (!st && *ck && !kiln_ckpt_sample(*ck, &trained))
-		kiln_trained_sample_warn("data.eval", &t->test.input, &trained, 1);
-	kiln_trained_close(&tr);
-	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint); /* trainer_open cleared it */
+	*ck = g.ck; /* (the caller's: closed after the evaluation) */
+	g.ck = NULL;
+	kiln_given_close(&g);
 	return st;
 }
 

@@ -8,7 +8,6 @@
  * (core/train_setup.c); see train_setup.h.
  */
 #include "train_setup.h"
-#include "weights.h" /* kiln_llmc_is_model */
 
 #include <stdio.h>
 #include <string.h>
@@ -34,20 +33,6 @@ static kiln_status open_streams(struct trainer *t)
 	return KILN_OK;
 }
 
-/* Why a stage's rank ([dist] pipeline) starts with the whole model here,
- * whatever its stage (NULL: its stage's alone may do). */
-static const char *whole_at_start(const struct trainer *t)
-{
-	const char *init = kiln_config_get(t->cfg, "model", "init_from");
-	/* ([train] resume: each rank reads its stage, kiln_dist_pipe_resume;
-	 * before session 12 rank 0 read the checkpoint whole) */
-	/* ([model] init_from of a checkpoint or safetensors: each rank loads
-	 * its stage's tensors, session 12) */
-	if (init && *init && kiln_llmc_is_model(init))
-		return "[model] init_from of an llm.c file: its loader writes the whole model";
-	return NULL;
-}
-
 /* Training: precision, the parameters' buffers (a stage's rank: its
  * stage's alone where it can, kiln_dist_pipe_hold), initial parameters,
  * clip, optimizer, sync_bn. */
@@ -55,8 +40,12 @@ static kiln_status prepare_training(struct trainer *t)
 {
 	kiln_status st;
 	if ((st = kiln_model_precision_open(t->m, t->reg, t->compute)) ||
-	    (t->m->bare && (st = kiln_dist_pipe_hold(t->dist, t->m, whole_at_start(t),
-						     t->world > 1, t->compute))) ||
+	    /* (a stage's rank: its stage alone, whatever [model] init_from
+	     * holds, each loader writing the slice alone: kiln_weights_load,
+	     * init_from_checkpoint; [train] resume: kiln_dist_pipe_resume.
+	     * Before session 39 an llm.c file made the model whole, probed
+	     * by an open of its own before the load opened it again) */
+	    (t->m->bare && (st = kiln_dist_pipe_hold(t->dist, t->m, t->world > 1, t->compute))) ||
 	    (t->m->scaler_d &&
 	     (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->scaler_host))) ||
 	    /* init_from first: kiln_model_init_params draws only what it lacks */

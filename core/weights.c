@@ -1,6 +1,7 @@
 /* core/weights.c - the model's parameters and buffers to and from
- * safetensors files (docs/safetensors.md): kiln_model_save_safetensors and
- * `kiln export`, kiln_model_load_safetensors and [model] init_from.
+ * safetensors files (docs/safetensors.md): kiln_model_save_safetensors,
+ * kiln_model_load_safetensors and [model] init_from.  `kiln export` and
+ * the weights a command names: core/trained.c.
  *
  * A tensor's name is its model_param name ("<layer>.<suffix>"), its shape
  * the parameter's (PyTorch's layouts), its bytes f32.  Batchnorm layers
@@ -20,15 +21,12 @@
 #include "checkpoint.h"
 #include "weights.h"
 #include "graph.h"
-#include "data.h"
-#include "run_config.h"
-#include <sys/stat.h> /* struct stat: the watched output */
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <errno.h>
-#include <unistd.h> /* access */
+#include <unistd.h> /* close */
 
 /* ---- save ----------------------------------------------------------------- */
 
@@ -174,10 +172,18 @@ float kiln_half_to_float(uint16_t h)
 	return f;
 }
 
-/* The tensor's elements as f32 into dst; -1 for a dtype that is not a float. */
-static int to_f32(float *dst, const struct kiln_safetensors_tensor *t)
+/* Is t of a dtype parameters load from (F32, F16, BF16, F64)? */
+static int float_dtype(const struct kiln_safetensors_tensor *t)
 {
-	const unsigned char *s = t->data;
+	return !strcmp(t->dtype_name, "F32") || !strcmp(t->dtype_name, "F16") ||
+	       !strcmp(t->dtype_name, "BF16") || !strcmp(t->dtype_name, "F64");
+}
+
+/* Tensor t's bytes as the file holds them (raw) as f32 into dst; -1 for a
+ * dtype that is not a float. */
+static int to_f32(float *dst, const struct kiln_safetensors_tensor *t, const void *raw)
+{
+	const unsigned char *s = raw;
 	if (!strcmp(t->dtype_name, "F32")) {
 		memcpy(dst, s, t->bytes);
 		return 0;
@@ -201,6 +207,19 @@ static int to_f32(float *dst, const struct kiln_safetensors_tensor *t)
 		}
 	}
 	return 0;
+}
+
+/* Tensor j of `in` (a float dtype) as f32 into dst (its numel floats):
+ * read into dst itself when the file holds F32, else into raw (room for
+ * its bytes) and converted. */
+static kiln_status read_f32(const struct kiln_weights_in *in, int j, float *dst, void *raw)
+{
+	const struct kiln_safetensors_tensor *t = &in->t[j];
+	const int f32 = !strcmp(t->dtype_name, "F32");
+	kiln_status st = in->read(in, j, f32 ? (void *)dst : raw);
+	if (!st && !f32)
+		to_f32(dst, t, raw);
+	return st;
 }
 
 /* "a, b, c (and 4 more)": the first few names of a list, for messages. */
@@ -274,23 +293,26 @@ static int find_entry(const struct kiln_model *m, const struct kiln_weights_in *
 	return alias;
 }
 
-/* Do two tensors hold the same shape and the same values, as f32?  (A
- * tied tensor's two names in one file must.) */
-static int same_values(const struct kiln_safetensors_tensor *a,
-		       const struct kiln_safetensors_tensor *b)
+/* Do tensors ja and jb of `in` hold the same shape and the same values,
+ * as f32 (*same)?  (A tied tensor's two names in one file must.) */
+static kiln_status same_values(const struct kiln_weights_in *in, int ja, int jb, int *same)
 {
-	int same = a->ndim == b->ndim && a->numel == b->numel;
-	for (int d = 0; same && d < a->ndim; d++)
-		same = a->dims[d] == b->dims[d];
-	if (!same)
-		return 0;
+	const struct kiln_safetensors_tensor *a = &in->t[ja], *b = &in->t[jb];
+	*same = a->ndim == b->ndim && a->numel == b->numel && float_dtype(a) && float_dtype(b);
+	for (int d = 0; *same && d < a->ndim; d++)
+		*same = a->dims[d] == b->dims[d];
+	if (!*same)
+		return KILN_OK;
 	float *x = malloc(sizeof(float) * (size_t)(a->numel + 1));
 	float *y = malloc(sizeof(float) * (size_t)(b->numel + 1));
-	same = x && y && !to_f32(x, a) && !to_f32(y, b) &&
-	       !memcmp(x, y, sizeof(float) * (size_t)a->numel);
+	void *raw = malloc((a->bytes > b->bytes ? a->bytes : b->bytes) + 1);
+	kiln_status st = x && y && raw ? KILN_OK : kiln_error(KILN_ENOMEM, "out of memory");
+	if (!st && !(st = read_f32(in, ja, x, raw)) && !(st = read_f32(in, jb, y, raw)))
+		*same = !memcmp(x, y, sizeof(float) * (size_t)a->numel);
 	free(x);
 	free(y);
-	return same;
+	free(raw);
+	return st;
 }
 
 /* Is parameter i stored [in, out] in this file (GPT-2's Conv1D)? */
@@ -321,56 +343,65 @@ static void check_fit(const struct kiln_model *m, const struct kiln_weights_in *
 		names_add(bad, "%s is %s in the file but %s%s in the model", t->name,
 			  shape_str(t->ndim, t->dims, a, sizeof a),
 			  swap ? "[in, out] = " : "", shape_str(p->desc.ndim, dims, b, sizeof b));
-	} else if (strcmp(t->dtype_name, "F32") && strcmp(t->dtype_name, "F16") &&
-		   strcmp(t->dtype_name, "BF16") && strcmp(t->dtype_name, "F64")) {
+	} else if (!float_dtype(t)) {
 		names_add(bad, "%s is %s (parameters load from F32, F16, BF16 or F64)", t->name,
 			  t->dtype_name);
 	}
 }
 
-/* Parameter i's values from tensor t into host, in kiln's layout: a
- * Conv1D weight transposed, missing vocabulary rows 0.  tmp: scratch of
- * the parameter's size. */
-static void arrange(const struct kiln_model *m, const struct kiln_weights_in *in, int i,
-		    const struct kiln_safetensors_tensor *t, float *tmp, float *host)
+/* Parameter i's values from the file's tensor j into host, in kiln's
+ * layout: a Conv1D weight transposed, missing vocabulary rows 0.  tmp:
+ * scratch of the parameter's size; raw: room for tensor j's bytes when
+ * it is not F32. */
+static kiln_status arrange(const struct kiln_model *m, const struct kiln_weights_in *in, int i,
+			   int j, float *tmp, void *raw, float *host)
 {
 	const struct model_param *p = &m->params[i];
+	const struct kiln_safetensors_tensor *t = &in->t[j];
+	kiln_status st;
 	if (transposed(m, in, i)) {
 		const int64_t rows = p->desc.dims[0], cols = p->desc.dims[1];
-		to_f32(tmp, t);
+		if ((st = read_f32(in, j, tmp, raw)))
+			return st;
 		for (int64_t r = 0; r < rows; r++)
 			for (int64_t c = 0; c < cols; c++)
 				host[r * cols + c] = tmp[c * rows + r];
-		return;
+		return KILN_OK;
 	}
-	to_f32(host, t);
+	if ((st = read_f32(in, j, host, raw)))
+		return st;
 	memset(host + t->numel, 0, sizeof(float) * (size_t)(p->numel - t->numel));
+	return KILN_OK;
 }
 
 /* What the file holds beyond the model's parameters: a tied tensor's
  * second name (must equal the first), PyTorch's batch counter (into
- * *tracked), GPT-2's causal masks (skipped), else unexpected. */
-static void check_extra(const struct kiln_model *m, const struct kiln_weights_in *in,
-			const int *which, const char *used, int64_t *tracked,
-			struct names *bad, struct names *unexpected)
+ * *tracked), GPT-2's causal masks (skipped), else unexpected.  A status
+ * for a read that failed. */
+static kiln_status check_extra(const struct kiln_model *m, const struct kiln_weights_in *in,
+			       const int *which, const char *used, int64_t *tracked,
+			       struct names *bad, struct names *unexpected)
 {
+	kiln_status st;
 	for (int j = 0; j < in->n; j++) {
 		const struct kiln_safetensors_tensor *t = &in->t[j];
 		if (used[j])
 			continue;
-		int tied = kiln_model_tie_alias(m, t->name);
+		int tied = kiln_model_tie_alias(m, t->name), same;
 		if (tied >= 0 && which[tied] >= 0) { /* both names of a tied tensor */
-			const struct kiln_safetensors_tensor *o = &in->t[which[tied]];
-			if (!same_values(t, o))
+			if ((st = same_values(in, j, which[tied], &same)))
+				return st;
+			if (!same)
 				names_add(bad, "%s differs from %s, the tensor it is tied to", t->name,
-					  o->name);
+					  in->t[which[tied]].name);
 			continue;
 		}
 		if (is_tracked_name(t->name)) {
 			/* PyTorch's batch counter: kept to be written back on export */
 			int64_t v;
 			if (t->dtype == KILN_I64 && t->numel == 1) {
-				memcpy(&v, t->data, sizeof v);
+				if ((st = in->read(in, j, &v)))
+					return st;
 				if (v > *tracked)
 					*tracked = v;
 			}
@@ -380,16 +411,24 @@ static void check_extra(const struct kiln_model *m, const struct kiln_weights_in
 			continue;
 		names_add(unexpected, "%s", t->name);
 	}
+	return KILN_OK;
 }
 
-/* Copy the matched tensors to the device, one staging buffer. */
+/* Copy the matched tensors to the device, one staging buffer (an F32
+ * tensor read into it straight from the file, another through `raw`). */
 static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *in,
 			   const int *which, size_t most, int *loaded, void *stream)
 {
+	size_t most_raw = 1;
+	for (int i = 0; i < m->n_params; i++)
+		if (which[i] >= 0 && strcmp(in->t[which[i]].dtype_name, "F32") &&
+		    in->t[which[i]].bytes > most_raw)
+			most_raw = in->t[which[i]].bytes;
 	float *host = NULL, *tmp = malloc(sizeof(float) * (most ? most : 1));
-	kiln_status st = tmp ? kiln_device_host_alloc(m->dev, (most ? most : 1) * sizeof(float),
-						       (void **)&host)
-			     : kiln_error(KILN_ENOMEM, "out of memory");
+	void *raw = malloc(most_raw);
+	kiln_status st = tmp && raw ? kiln_device_host_alloc(m->dev, (most ? most : 1) * sizeof(float),
+							      (void **)&host)
+				    : kiln_error(KILN_ENOMEM, "out of memory");
 	for (int i = 0; !st && i < m->n_params; i++) {
 		const struct model_param *p = &m->params[i];
 		if (which[i] < 0)
@@ -400,8 +439,8 @@ static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *i
 			(*loaded)++;
 			continue;
 		}
-		arrange(m, in, i, &in->t[which[i]], tmp, host);
-		if ((st = kiln_model_finite_check(m, in->path, p->buffer, p->off, host,
+		if ((st = arrange(m, in, i, which[i], tmp, raw, host)) ||
+		    (st = kiln_model_finite_check(m, in->path, p->buffer, p->off, host,
 						  (size_t)p->numel)))
 			break;
 		float *dst = (p->buffer ? m->buffers_d : m->params_d) + p->off;
@@ -417,6 +456,7 @@ static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *i
 	if (host)
 		kiln_device_host_free(m->dev, host);
 	free(tmp);
+	free(raw);
 	return st;
 }
 
@@ -446,7 +486,8 @@ kiln_status kiln_weights_load(struct kiln_model *m, const struct kiln_weights_in
 		if ((size_t)m->params[i].numel > most)
 			most = (size_t)m->params[i].numel;
 	}
-	check_extra(m, in, which, used, &tracked, &bad, &unexpected);
+	if ((st = check_extra(m, in, which, used, &tracked, &bad, &unexpected)))
+		goto out;
 	if (bad.n) {
 		st = kiln_error(KILN_ECONFIG, "%s: %d tensor(s) do not fit the model: %s%s", path, bad.n,
 				bad.text, names_more(&bad, m1, sizeof m1));
@@ -496,6 +537,13 @@ static int format_flags(int format)
 	return format == KILN_WEIGHTS_GPT2 ? KILN_WF_GPT2_NAMES | KILN_WF_CONV1D : 0;
 }
 
+/* kiln_weights_in.read of a safetensors file (ctx: its reader): pread
+ * into dst, no mapping touched. */
+static kiln_status st_read(const struct kiln_weights_in *in, int j, void *dst)
+{
+	return kiln_safetensors_read(in->ctx, j, dst, in->t[j].bytes);
+}
+
 /* The weights of the open safetensors file f (named path) into m. */
 static kiln_status load_safetensors(struct kiln_model *m, struct kiln_safetensors *f,
 				    const char *path, int format, int strict, void *stream)
@@ -506,7 +554,7 @@ static kiln_status load_safetensors(struct kiln_model *m, struct kiln_safetensor
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	for (int j = 0; j < n; j++)
 		kiln_safetensors_get(f, j, &t[j]);
-	struct kiln_weights_in in = { path, n, t, format_flags(format) };
+	struct kiln_weights_in in = { path, n, t, format_flags(format), st_read, f };
 	kiln_status st = kiln_weights_load(m, &in, strict, stream);
 	free(t);
 	return st;
@@ -557,10 +605,7 @@ static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, 
 	return st;
 }
 
-/* The weights of the file open on fd, named path (a kiln checkpoint,
- * llm.c's model file, else safetensors, told apart by their first bytes),
- * into m, as [model] init_format and init_strict say. */
-static kiln_status load_weights_fd(struct kiln_model *m, const char *path, int fd, void *stream)
+kiln_status kiln_weights_load_fd(struct kiln_model *m, const char *path, int fd, void *stream)
 {
 	int strict = 1;
 	const char *format = kiln_config_get(m->cfg, "model", "init_format");
@@ -595,7 +640,7 @@ static kiln_status load_weights_file(struct kiln_model *m, const char *path, voi
 		return KILN_EIO;
 	if (fd < 0)
 		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
-	kiln_status st = load_weights_fd(m, path, fd, stream);
+	kiln_status st = kiln_weights_load_fd(m, path, fd, stream);
 	close(fd);
 	return st;
 }
@@ -619,153 +664,6 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
 	return KILN_OK;
 }
 
-/* ---- a trained model: `kiln export`, `kiln generate` ---------------------- */
-
-static kiln_status trained_precheck(void *ck, const struct kiln_model *m)
-{
-	return kiln_ckpt_check_sample(ck, m);
-}
-
-int kiln_weights_file_given(const char *path)
-{
-	return path && !access(path, R_OK) && !kiln_ckpt_is_checkpoint(path);
-}
-
-kiln_status kiln_model_load_given_weights(struct kiln_model *m, const char *path, void *stream)
-{
-	int missing;
-	kiln_status st = load_weights_file(m, path, stream, &missing);
-	if (missing) /* (there a moment ago: kiln_weights_file_given) */
-		return kiln_error(KILN_EUSAGE, "%s: no such file", path);
-	if (st)
-		return kiln_error_wrap(st, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file)",
-				       path);
-	return KILN_OK;
-}
-
-void kiln_trained_sample_warn(const char *section, const struct kiln_tensor_desc *data,
-			      const struct kiln_tensor_desc *trained, int data_used)
-{
-	char a[200], b[200];
-	if (!strcmp(kiln_tensor_desc_str(data, a, sizeof a), kiln_tensor_desc_str(trained, b, sizeof b)))
-		return;
-	if (data_used)
-		kiln_log(KILN_LOG_WARN, "core", "[%s] gives samples of %s, the checkpoint's model was trained on %s: [%s]'s are used",
-			 section, a, b, section);
-	else
-		kiln_log(KILN_LOG_WARN, "core", "[%s] gives samples of %s, the checkpoint's model was trained on %s: the checkpoint's are used, [%s]'s are not",
-			 section, a, b, section);
-}
-
-/* [data]'s sample, as training reads it (u8 samples become f32). */
-static kiln_status data_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			       struct kiln_tensor_desc *out)
-{
-	struct kiln_dataset ds;
-	memset(&ds, 0, sizeof ds);
-	kiln_status st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds);
-	if (!st)
-		kiln_dataset_input_desc(&ds, out);
-	kiln_dataset_close(&ds);
-	return st;
-}
-
-/* The sample shape, as training saw it (u8 samples become f32), into
- * *out: the checkpoint's record, else [data]'s (an older kiln's
- * checkpoint, a weights file, none).  With a record [data] is not opened
- * (before session 38 it was, to warn of a shape that differs: the whole
- * training set listed for `kiln predict`, however large or slow), but for
- * an output that exists already (kiln_output_watch): whether it is one of
- * [data]'s files is known only to [data]'s source, which refuses it as it
- * opens (KILN_EUSAGE); another failure to open it is no reason to stop. */
-static kiln_status trained_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
-				  struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
-{
-	struct kiln_tensor_desc data;
-	struct stat o;
-	kiln_status st = ck ? kiln_ckpt_sample(ck, out) : KILN_ENOTFOUND;
-	if (st == KILN_ENOTFOUND)
-		return data_sample(cfg, reg, out);
-	if (st)
-		return st; /* a corrupt record is no reason to guess from [data] */
-	if (kiln_output_watched_stat(&o) && data_sample(cfg, reg, &data) == KILN_EUSAGE)
-		return KILN_EUSAGE;
-	return KILN_OK;
-}
-
-kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			      const char *checkpoint, const char *verb, int need_trained,
-			      struct kiln_trained *t)
-{
-	struct kiln_run_cfg run;
-	struct kiln_ckpt *ck = NULL;
-	char dir[4200];
-	kiln_status st;
-	/* a weights file, read as [model] init_from reads one, in its place */
-	const char *weights = kiln_weights_file_given(checkpoint) ? checkpoint : NULL;
-	if (weights)
-		checkpoint = NULL;
-	memset(t, 0, sizeof *t);
-	if ((st = kiln_run_cfg_read(cfg, &run)))
-		return st;
-	/* a checkpoint is verified whole before the model is even built;
-	 * need_trained < 0: the model's shape alone, no weights looked for */
-	if (need_trained >= 0 && !weights &&
-	    (st = kiln_ckpt_open_weights(cfg, reg, checkpoint, &ck, dir, sizeof dir)))
-		return st;
-	const char *init = kiln_config_get(cfg, "model", "init_from");
-	const int has_init = init && *init;
-	if (need_trained < 0)
-		;
-	else if (ck)
-		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s (step %lld)", verb,
-			 kiln_ckpt_path(ck), (long long)kiln_ckpt_step(ck));
-	else if (weights)
-		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s", verb, weights);
-	else if (need_trained && !has_init)
-		return kiln_error(KILN_ECONFIG, "%s%s: no trained weights (give --checkpoint CKPT or [model] init_from, or train first)",
-				  *dir ? "no checkpoint in " : "[run] out_dir is empty", dir);
-	else
-		kiln_log(KILN_LOG_WARN, "core", "%s%s: %s the initial weights ([run] seed%s), not trained ones (give --checkpoint CKPT, or train first)",
-			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb,
-			 has_init ? ", then [model] init_from" : "");
-	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
-		goto out;
-	if ((st = trained_sample(cfg, reg, ck, &t->sample)))
-		goto out;
-	/* a checkpoint's parameter table is checked against the model its
-	 * sample gives before that model is allocated */
-	const struct kiln_model_precheck pre = { trained_precheck, ck };
-	if ((st = kiln_model_create_infer(cfg, reg, t->dev, &t->sample, ck ? &pre : NULL, &t->m)) ||
-	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
-	    /* a checkpoint replaces every weight: init_from is not read; what
-	     * init_from gives is not drawn */
-	    (!ck && need_trained >= 0 &&
-	     (st = weights ? kiln_model_load_given_weights(t->m, weights, t->stream) : kiln_model_init_from(t->m, t->stream))) ||
-	    /* nothing drawn where a checkpoint follows or the shape alone is
-	     * wanted */
-	    (st = ck || need_trained < 0 ? kiln_model_init_loaded(t->m, t->stream)
-					 : kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||
-	    (ck && (st = kiln_ckpt_load_model(ck, t->m, t->stream, KILN_CKPT_LOAD_WEIGHTS))))
-		goto out;
-out:
-	kiln_ckpt_close(ck);
-	if (st)
-		kiln_trained_close(t);
-	return st;
-}
-
-void kiln_trained_close(struct kiln_trained *t)
-{
-	if (t->stream)
-		kiln_device_stream_sync(t->dev, t->stream);
-	kiln_model_free(t->m);
-	if (t->stream)
-		kiln_device_stream_destroy(t->dev, t->stream);
-	kiln_device_close(t->dev);
-	memset(t, 0, sizeof *t);
-}
-
 int kiln_weights_format(const char *name)
 {
 	if (!name || !strcmp(name, "pytorch"))
@@ -773,29 +671,4 @@ int kiln_weights_format(const char *name)
 	if (!strcmp(name, "gpt2"))
 		return KILN_WEIGHTS_GPT2;
 	return -1;
-}
-
-kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
-				    const struct kiln_registry *reg, const char *checkpoint,
-				    const char *path)
-{
-	return kiln_export_safetensors_as(cfg, reg, checkpoint, path, KILN_WEIGHTS_PYTORCH);
-}
-
-kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
-				       const struct kiln_registry *reg, const char *checkpoint,
-				       const char *path, int format)
-{
-	if (!cfg || !reg || !path)
-		return kiln_null_arg("kiln_export_safetensors_as", !cfg ? "cfg" : !reg ? "reg" : "path");
-	struct kiln_trained t;
-	const char *in[2] = { checkpoint, kiln_config_get(cfg, "model", "init_from") };
-	kiln_status st = kiln_output_check(path, in, 2);
-	if (st || (st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t)))
-		return st;
-	if (!(st = kiln_model_save_safetensors_as(t.m, path, format, t.stream)))
-		kiln_log(KILN_LOG_DEBUG, "core", "wrote %d parameters and buffers to %s",
-			 kiln_model_param_count(t.m), path);
-	kiln_trained_close(&t);
-	return st;
 }

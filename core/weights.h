@@ -21,18 +21,33 @@ enum {
 	KILN_WF_CONV1D = 2,
 };
 
-/* The tensors of one file, whatever its format. */
+/* The tensors of one file, whatever its format: their names, dtypes and
+ * shapes in t (data unused), their bytes read from the file as they are
+ * loaded (pread: a file cut short meanwhile is an error naming the
+ * tensor, not SIGBUS; before session 39 safetensors were read through a
+ * mapping). */
 struct kiln_weights_in {
 	const char *path;
 	int n;
 	struct kiln_safetensors_tensor *t;
 	int flags; /* KILN_WF_* */
+	/* t[j].bytes bytes of tensor j into dst: KILN_OK, or the status and
+	 * message of a read that failed or came short (kiln_read_at's) */
+	kiln_status (*read)(const struct kiln_weights_in *in, int j, void *dst);
+	const void *ctx; /* the reader's: the open file */
 };
 
 /* Load `in` into m's parameters and buffers: kiln_model_load_safetensors's
  * rules (strict, shapes, dtypes), with in->flags' name and layout maps. */
 kiln_status kiln_weights_load(struct kiln_model *m, const struct kiln_weights_in *in, int strict,
 			      void *stream);
+
+/* The weights of the file open on fd (borrowed), named path in messages
+ * (a kiln checkpoint, llm.c's model file, else safetensors, told apart by
+ * their first bytes), into m, as [model] init_format and init_strict
+ * say: [model] init_from's file, or one a command names (core/trained.c,
+ * kiln_given_load).  A checkpoint gives its weights alone. */
+kiln_status kiln_weights_load_fd(struct kiln_model *m, const char *path, int fd, void *stream);
 
 /* Is parameter i stored [in, out] in GPT-2's files (a Conv1D weight)? */
 int kiln_gpt2_conv1d(const struct kiln_model *m, int i);
@@ -43,14 +58,12 @@ int kiln_gpt2_skipped(const char *name);
 /* May parameter i take a file tensor of fewer rows (a padded vocabulary)? */
 int kiln_gpt2_padded_rows(const struct kiln_model *m, int i);
 
-/* llm.c's model file (gpt2_124M.bin): does `path` start with its magic? */
-int kiln_llmc_is_model(const char *path);
-/* The same for the file open on fd (read with pread). */
+/* llm.c's model file (gpt2_124M.bin): does the file open on fd start
+ * with its magic (read with pread)? */
 int kiln_llmc_is_model_fd(int fd);
-/* Load llm.c's model file into m (GPT-2's names, kiln's layouts). */
-kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, void *stream);
-/* The same from the regular file open on fd (borrowed), named path in
- * messages ([model] init_from, opened once: core/weights.c). */
+/* Load llm.c's model file, the regular file open on fd (borrowed), named
+ * path in messages, into m (GPT-2's names, kiln's layouts; a stage's rank
+ * its stage's slice alone, as every file kiln_weights_load reads). */
 kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, int strict,
 			      void *stream);
 

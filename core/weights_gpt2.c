@@ -29,7 +29,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 /* ---- GPT-2's names and layouts -------------------------------------------- */
 
@@ -127,20 +126,6 @@ static int64_t llmc_dim(const struct llmc_header *h, int d)
 	}
 }
 
-int kiln_llmc_is_model(const char *path)
-{
-	char kind[64];
-	const char *why;
-	/* a FIFO or device is nobody's model file: refused by the reader
-	 * that opens it next, never blocking here */
-	int fd = common_open_file(path, kind, sizeof kind, &why, NULL), yes = 0;
-	if (fd < 0)
-		return 0;
-	yes = kiln_llmc_is_model_fd(fd);
-	close(fd);
-	return yes;
-}
-
 int kiln_llmc_is_model_fd(int fd)
 {
 	int32_t magic = 0;
@@ -194,10 +179,29 @@ static kiln_status llmc_check_heads(const struct kiln_model *m, const char *path
 	return KILN_OK;
 }
 
-/* The file's tensors, in its order, pointing into data. */
-static void llmc_tensors(const struct llmc_header *h, const unsigned char *data, char (*names)[96],
-			 struct kiln_safetensors_tensor *t)
+/* An llm.c file open for kiln_weights_in.read: where each tensor is. */
+struct llmc_file {
+	int fd;
+	uint64_t size;  /* when opened */
+	uint64_t *off;  /* tensor j's first byte in the file */
+};
+
+/* kiln_weights_in.read of an llm.c file (ctx: struct llmc_file): tensor
+ * j's bytes with pread (before session 39 the whole file was read into
+ * memory first: a second copy of the model's weights on the host). */
+static kiln_status llmc_read(const struct kiln_weights_in *in, int j, void *dst)
 {
+	const struct llmc_file *f = in->ctx;
+	char what[128];
+	snprintf(what, sizeof what, "tensor '%s'", in->t[j].name);
+	return kiln_read_at(f->fd, in->path, f->size, what, dst, in->t[j].bytes, f->off[j]);
+}
+
+/* The file's tensors, in its order, and where each starts (off[]). */
+static void llmc_tensors(const struct llmc_header *h, char (*names)[96],
+			 struct kiln_safetensors_tensor *t, uint64_t *off)
+{
+	uint64_t at = LLMC_HEADER_INTS * 4;
 	int n = 0;
 	for (int k = 0; k < LLMC_KINDS; k++) {
 		const struct llmc_kind *K = &llmc_kinds[k];
@@ -219,22 +223,10 @@ static void llmc_tensors(const struct llmc_header *h, const unsigned char *data,
 				t[n].dims[0] = h->V;
 			t[n].numel = t[n].dims[0] * (t[n].ndim == 2 ? t[n].dims[1] : 1);
 			t[n].bytes = (size_t)t[n].numel * (size_t)h->elem;
-			t[n].data = data;
-			data += t[n].bytes;
+			off[n] = at;
+			at += t[n].bytes;
 		}
 	}
-}
-
-kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, void *stream)
-{
-	char kind[64];
-	const char *why;
-	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
-	if (fd < 0)
-		return kiln_error(KILN_EIO, "%s: %s", path, why);
-	kiln_status st = kiln_llmc_load_fd(m, path, fd, strict, stream);
-	close(fd);
-	return st;
 }
 
 kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, int strict,
@@ -243,7 +235,7 @@ kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, in
 	int32_t raw[LLMC_HEADER_INTS];
 	struct llmc_header h = { 0 };
 	struct stat sb;
-	unsigned char *data = NULL;
+	struct llmc_file f = { fd, 0, NULL };
 	char (*names)[96] = NULL;
 	struct kiln_safetensors_tensor *t = NULL;
 	kiln_status st;
@@ -255,24 +247,20 @@ kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, in
 	if ((st = llmc_header(path, raw, (int64_t)sb.st_size, &h)) ||
 	    (st = llmc_check_heads(m, path, h.NH)))
 		goto out;
-	size_t bytes = (size_t)sb.st_size - sizeof raw;
 	int n = (int)(4 + 12 * h.L);
-	data = malloc(bytes ? bytes : 1);
 	names = calloc((size_t)n, sizeof *names);
 	t = calloc((size_t)n, sizeof *t);
-	if (!data || !names || !t) {
-		st = kiln_error(KILN_ENOMEM, "%s: out of memory for %zu bytes", path, bytes);
+	f.off = calloc((size_t)n, sizeof *f.off);
+	f.size = (uint64_t)sb.st_size;
+	if (!names || !t || !f.off) {
+		st = kiln_error(KILN_ENOMEM, "%s: out of memory", path);
 		goto out;
 	}
-	if (kiln_pread_all(fd, data, bytes, sizeof raw)) {
-		st = kiln_error(KILN_EIO, "%s: read failed", path);
-		goto out;
-	}
-	llmc_tensors(&h, data, names, t);
-	struct kiln_weights_in in = { path, n, t, KILN_WF_GPT2_NAMES };
+	llmc_tensors(&h, names, t, f.off);
+	struct kiln_weights_in in = { path, n, t, KILN_WF_GPT2_NAMES, llmc_read, &f };
 	st = kiln_weights_load(m, &in, strict, stream);
 out:
-	free(data);
+	free(f.off);
 	free(names);
 	free(t);
 	return st;

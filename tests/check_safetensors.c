@@ -3,7 +3,8 @@
  *
  *   format    the writer's output read back (order, alignment, metadata,
  *             every dtype kiln has, scalars, empty tensors); corrupt files
- *             refused with messages naming file and tensor
+ *             refused with messages naming file and tensor; tensors
+ *             read with pread, a file cut short after open an error
  *   weights   PyTorch -> kiln: tests/data/st_cnn_torch.safetensors (the
  *             state_dict of gen_safetensors_refs.py's Net) loaded with
  *             init_from into tests/data/st_cnn.ini's model gives PyTorch's
@@ -171,6 +172,93 @@ START_TEST(test_roundtrip)
 	kiln_safetensors_writer_free(wr);
 	ck_assert_int_eq(kiln_safetensors_open(tpath("empty.safetensors"), &f), KILN_OK);
 	ck_assert_int_eq(kiln_safetensors_count(f), 0);
+	kiln_safetensors_close(f);
+}
+END_TEST
+
+/* kiln_safetensors_read: each tensor's bytes as `data` has them, through
+ * pread from the file open since kiln_safetensors_open: the file renamed
+ * over or removed since changes nothing; cut short since, the tensors
+ * past the cut are KILN_EDATA naming the file, the tensor and the sizes,
+ * those before it still read.  (Through `data`, a tensor past the cut
+ * would be SIGBUS: kiln's loaders read before session 39 that way.) */
+START_TEST(test_read)
+{
+	float a[3000], b[5];
+	const int64_t ad[1] = { 3000 }, bd[1] = { 5 };
+	for (int i = 0; i < 3000; i++)
+		a[i] = (float)i * 0.5f - 7;
+	for (int i = 0; i < 5; i++)
+		b[i] = -(float)i;
+	struct kiln_safetensors_writer *wr;
+	ck_assert_int_eq(kiln_safetensors_writer_new(&wr), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "a", KILN_F32, 1, ad, a), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "b", KILN_F32, 1, bd, b), 0);
+	const char *p = tpath("rd.safetensors");
+	ck_assert_int_eq(kiln_safetensors_writer_write(wr, p), 0);
+	kiln_safetensors_writer_free(wr);
+	size_t n;
+	unsigned char *raw = read_bytes(p, &n);
+	uint64_t hl = 0;
+	for (int i = 7; i >= 0; i--)
+		hl = hl << 8 | raw[i];
+	free(raw);
+
+	struct kiln_safetensors *f;
+	struct kiln_safetensors_tensor t;
+	float got[3000];
+	ck_assert_msg(kiln_safetensors_open(p, &f) == KILN_OK, "%s", kiln_last_error());
+	const int ia = kiln_safetensors_index(f, "a"), ib = kiln_safetensors_index(f, "b");
+	ck_assert_int_eq(ia, 0);
+	ck_assert_int_eq(ib, 1);
+	ck_assert_int_eq(kiln_safetensors_index(f, "c"), -1);
+	ck_assert_int_eq(kiln_safetensors_index(NULL, "a"), -1);
+	ck_assert_int_eq(kiln_safetensors_index(f, NULL), -1);
+	kiln_safetensors_get(f, ia, &t);
+	ck_assert_int_eq(kiln_safetensors_read(f, ia, got, sizeof got), KILN_OK);
+	ck_assert(!memcmp(got, a, sizeof a) && !memcmp(t.data, a, sizeof a));
+	ck_assert_int_eq(kiln_safetensors_read(f, ib, got, sizeof b), KILN_OK);
+	ck_assert(!memcmp(got, b, sizeof b));
+	/* a buffer too small, no such tensor, NULL: KILN_EINVAL */
+	ck_assert_int_eq(kiln_safetensors_read(f, ib, got, sizeof b - 1), KILN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "tensor 'b' is 20 bytes, the buffer holds 19"));
+	ck_assert_int_eq(kiln_safetensors_read(f, 2, got, sizeof got), KILN_EINVAL);
+	ck_assert_int_eq(kiln_safetensors_read(f, -1, got, sizeof got), KILN_EINVAL);
+	ck_assert_int_eq(kiln_safetensors_read(NULL, 0, got, sizeof got), KILN_EINVAL);
+	ck_assert_int_eq(kiln_safetensors_read(f, 0, NULL, sizeof got), KILN_EINVAL);
+
+	/* another file renamed over the path, then the path removed: the
+	 * file opened is read */
+	write_bytes(tpath("other"), "not safetensors", 15);
+	ck_assert_int_eq(rename(tpath("other"), p), 0);
+	ck_assert_int_eq(kiln_safetensors_read(f, ia, got, sizeof got), KILN_OK);
+	ck_assert(!memcmp(got, a, sizeof a));
+	ck_assert_int_eq(unlink(p), 0);
+	ck_assert_int_eq(kiln_safetensors_read(f, ib, got, sizeof got), KILN_OK);
+	ck_assert(!memcmp(got, b, sizeof b));
+	kiln_safetensors_close(f);
+
+	/* cut after open, 4 bytes into "b" (a page past "a"'s start) */
+	ck_assert_int_eq(kiln_safetensors_writer_new(&wr), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "a", KILN_F32, 1, ad, a), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "b", KILN_F32, 1, bd, b), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_write(wr, p), 0);
+	kiln_safetensors_writer_free(wr);
+	ck_assert_int_eq(kiln_safetensors_open(p, &f), KILN_OK);
+	const long long cut = (long long)(8 + hl + sizeof a + 4);
+	ck_assert_int_eq(truncate(p, (off_t)cut), 0);
+	ck_assert_int_eq(kiln_safetensors_read(f, ia, got, sizeof got), KILN_OK);
+	ck_assert(!memcmp(got, a, sizeof a));
+	ck_assert_int_eq(kiln_safetensors_read(f, ib, got, sizeof got), KILN_EDATA);
+	char want[600];
+	snprintf(want, sizeof want, "%s: tensor 'b' (bytes %llu..%llu): only 4 of 20 bytes are there: the file had %zu bytes when kiln opened it, it has %lld now (was it truncated or rewritten while kiln read it?)",
+		 p, (unsigned long long)(8 + hl + sizeof a), (unsigned long long)(8 + hl + sizeof a + 19),
+		 n, cut);
+	ck_assert_str_eq(kiln_last_error(), want);
+	ck_assert_int_eq(truncate(p, 0), 0);
+	ck_assert_int_eq(kiln_safetensors_read(f, ia, got, sizeof got), KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "tensor 'a' (bytes"));
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "only 0 of 12000 bytes are there"));
 	kiln_safetensors_close(f);
 }
 END_TEST
@@ -886,7 +974,7 @@ static Suite *make_safetensors_suite(void)
 {
 	Suite *s = suite_create("safetensors");
 	check_add_case(s, "format", 0, NULL, NULL, (const TTest *[]){
-		test_roundtrip, test_corrupt, test_nul, NULL });
+		test_roundtrip, test_corrupt, test_nul, test_read, NULL });
 	check_add_case(s, "weights", 120, NULL, NULL, (const TTest *[]){
 		test_torch_nchw, test_torch_nhwc, test_save_load, test_strict, test_dtypes,
 		test_trainer_init_from, test_export_cli, test_init_from_first, test_config_hash,

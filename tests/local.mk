@@ -272,6 +272,18 @@ if BUILD_LOADERS
 TESTS += tests/init_from_once.sh
 endif
 EXTRA_DIST += tests/init_from_once.sh
+# a weights file (safetensors, llm.c's, an INT8 model) cut short while kiln
+# reads it: exit 3 naming the tensor, not SIGBUS (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/st_truncate.sh
+endif
+EXTRA_DIST += tests/st_truncate.sh
+# --checkpoint F and --quantized Q opened once: replaced after that open,
+# the file opened is read (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/checkpoint_once.sh
+endif
+EXTRA_DIST += tests/checkpoint_once.sh
 # eval, export, predict and generate do not open the training set when the
 # checkpoint records its sample shape (an LD_PRELOAD shim)
 if BUILD_LOADERS
@@ -917,6 +929,12 @@ EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
 # [dist] pipeline: stages on ranks (gloo, mpi), P x D, resume on 1, a killed stage
 TESTS += tests/pipeline_dist.sh
 EXTRA_DIST += tests/pipeline_dist.sh
+# [model] init_from of llm.c's file on 2 stages on 2 ranks: each rank its
+# stage alone, the file opened once a rank (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/pipeline_llmc.sh
+endif
+EXTRA_DIST += tests/pipeline_llmc.sh
 # dropout's masks by the global batch: ranks, accumulate, pipelines, attention
 TESTS += tests/dropout_global.sh
 EXTRA_DIST += tests/dropout_global.sh

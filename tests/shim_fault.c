@@ -28,6 +28,13 @@
  * read(), pread() and pread64() of a file whose path holds TEXT (at least
  * one byte transferred: a read of one byte is counted, and not cut).
  *
+ * Truncation (tests/st_truncate.sh): SHIM_TRUNC_PATH=TEXT cuts the file
+ * whose path holds TEXT to SHIM_TRUNC_SIZE bytes (once, with truncate())
+ * as kiln first maps it (mmap(), mmap64()) or reads it past byte
+ * SHIM_TRUNC_PAST (a pread() or pread64() whose range ends beyond it): the
+ * file rewritten in place after kiln opened it and took its size, before
+ * its data is read.
+ *
  * Clock (tests/json_nonfinite.sh): SHIM_CLOCK_STOP=1 stops CLOCK_MONOTONIC
  * at 1000 s: every call returns the same time.
  *
@@ -44,6 +51,7 @@
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,7 +66,8 @@ extern void *__libc_memalign(size_t, size_t);
 static long alloc_at = 0, alloc_bytes = -1, alloc_count = 0;
 static const char *alloc_from, *alloc_dlopen, *alloc_hit;
 static int pwrite_cut, clock_stop, alloc_main;
-static const char *read_path, *open_prefix;
+static const char *read_path, *open_prefix, *trunc_path;
+static long long trunc_size, trunc_past;
 static __thread int in_dlopen, in_dladdr;
 
 static int (*real_posix_memalign)(void **, size_t, size_t);
@@ -68,6 +77,8 @@ static ssize_t (*real_pwrite64)(int, const void *, size_t, off_t);
 static ssize_t (*real_read)(int, void *, size_t);
 static ssize_t (*real_pread)(int, void *, size_t, off_t);
 static ssize_t (*real_pread64)(int, void *, size_t, off_t);
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static void *(*real_mmap64)(void *, size_t, int, int, int, off_t);
 static int (*real_clock_gettime)(clockid_t, struct timespec *);
 
 /* the next definition of NAME, resolved once (in the constructor; lazily
@@ -97,6 +108,8 @@ __attribute__((constructor)) static void shim_init(void)
 	REAL(real_read, "read");
 	REAL(real_pread, "pread");
 	REAL(real_pread64, "pread64");
+	REAL(real_mmap, "mmap");
+	REAL(real_mmap64, "mmap64");
 	if (!is_kiln())
 		return;
 	const char *s;
@@ -110,6 +123,10 @@ __attribute__((constructor)) static void shim_init(void)
 	clock_stop = (s = getenv("SHIM_CLOCK_STOP")) && atoi(s);
 	read_path = getenv("SHIM_READ_PATH");
 	open_prefix = getenv("SHIM_OPEN_PREFIX");
+	if ((trunc_path = getenv("SHIM_TRUNC_PATH"))) {
+		trunc_size = (s = getenv("SHIM_TRUNC_SIZE")) ? atoll(s) : 0;
+		trunc_past = (s = getenv("SHIM_TRUNC_PAST")) ? atoll(s) : 0;
+	}
 	if ((s = getenv("SHIM_ALLOC_NTH"))) /* last: the filters are in place */
 		alloc_at = atol(s);
 }
@@ -202,19 +219,38 @@ static int pwrite_cuts(size_t *n)
 	return pwrite_cut && *n > 1 && cut(&calls, n);
 }
 
+/* fd's path into p (n bytes): 0, or -1 */
+static int fd_path(int fd, char *p, size_t n)
+{
+	char l[64];
+	snprintf(l, sizeof l, "/proc/self/fd/%d", fd);
+	const ssize_t k = readlink(l, p, n - 1);
+	if (k <= 0)
+		return -1;
+	p[k] = 0;
+	return 0;
+}
+
 /* a read of fd, whose path holds SHIM_READ_PATH: cut */
 static int read_cuts(int fd, size_t *n)
 {
 	static int calls;
-	char l[64], p[4096];
-	if (!read_path)
-		return 0;
-	snprintf(l, sizeof l, "/proc/self/fd/%d", fd);
-	const ssize_t k = readlink(l, p, sizeof p - 1);
-	if (k <= 0)
-		return 0;
-	p[k] = 0;
-	return strstr(p, read_path) && cut(&calls, n);
+	char p[4096];
+	return read_path && !fd_path(fd, p, sizeof p) && strstr(p, read_path) && cut(&calls, n);
+}
+
+/* fd mapped, or read up to byte `end`: its file cut to SHIM_TRUNC_SIZE
+ * bytes first, once, when its path holds SHIM_TRUNC_PATH and end is
+ * past SHIM_TRUNC_PAST */
+static void trunc_at(int fd, long long end)
+{
+	static int done;
+	char p[4096];
+	if (!trunc_path || fd < 0 || end <= trunc_past || fd_path(fd, p, sizeof p) ||
+	    !strstr(p, trunc_path) || __atomic_exchange_n(&done, 1, __ATOMIC_RELAXED))
+		return;
+	if (truncate(p, (off_t)trunc_size))
+		fprintf(stderr, "shim_fault: truncate %s: %s\n", p, strerror(errno));
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
@@ -243,12 +279,30 @@ ssize_t read(int fd, void *b, size_t n)
 
 ssize_t pread(int fd, void *b, size_t n, off_t off)
 {
+	trunc_at(fd, (long long)off + (long long)n);
 	return read_cuts(fd, &n) ? -1 : REAL(real_pread, "pread")(fd, b, n, off);
 }
 
 ssize_t pread64(int fd, void *b, size_t n, off_t off)
 {
+	trunc_at(fd, (long long)off + (long long)n);
 	return read_cuts(fd, &n) ? -1 : REAL(real_pread64, "pread64")(fd, b, n, off);
+}
+
+void *mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+	void *m = REAL(real_mmap, "mmap")(a, n, prot, flags, fd, off);
+	if (m != MAP_FAILED)
+		trunc_at(fd, (long long)off + (long long)n);
+	return m;
+}
+
+void *mmap64(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+	void *m = REAL(real_mmap64, "mmap64")(a, n, prot, flags, fd, off);
+	if (m != MAP_FAILED)
+		trunc_at(fd, (long long)off + (long long)n);
+	return m;
 }
 
 /* An open of path: logged, and the file removed or replaced at the

@@ -703,13 +703,21 @@ void kiln_set_error_hook(kiln_error_hook_fn fn, void *user);
  * "__metadata__" object of strings), then the tensors' bytes, little-endian,
  * row-major, offsets relative to the end of the header.
  *
- * Reading maps the file and checks all of it before anything is used: the
- * header length against the file size, the JSON, every entry's dtype, shape
- * and offsets, the offsets within the data, sorted, without overlaps or
- * holes and covering it to the end, shape x dtype size = bytes.  Failures
- * are KILN_EIO (cannot open or map) or KILN_EDATA (anything else), with a
- * message naming the file and, where one is at fault, the tensor.
- * Threads: a reader is read-only after open; a writer belongs to one thread.
+ * Opening reads the header and checks all of it before anything is used:
+ * the header length against the file size, the JSON, every entry's dtype,
+ * shape and offsets, the offsets within the data, sorted, without overlaps
+ * or holes and covering it to the end, shape x dtype size = bytes.
+ * Failures are KILN_EIO (cannot open, read or map) or KILN_EDATA (anything
+ * else), with a message naming the file and, where one is at fault, the
+ * tensor.  The reader keeps the file open until close.  A tensor's bytes
+ * are read with kiln_safetensors_read (pread: a file cut short since open
+ * is KILN_EDATA naming the tensor and the sizes), or through `data`, a
+ * read-only mapping of the file: a page of it past the file's end, once
+ * truncated under the reader (re-exported in place, a network file
+ * system), raises SIGBUS on access, which the library cannot turn into
+ * an error.  kiln's own loaders read (since session 39).
+ * Threads: a reader is read-only after open (reads of several threads may
+ * overlap); a writer belongs to one thread.
  */
 struct kiln_safetensors;
 
@@ -720,7 +728,10 @@ struct kiln_safetensors_tensor {
 	int ndim;               /* 0 is a scalar */
 	int64_t dims[KILN_MAX_DIMS];
 	int64_t numel;
-	const void *data;       /* bytes inside the mapping: not necessarily aligned */
+	const void *data;       /* bytes inside the file's mapping, valid until close:
+				 * aligned to the element size in files kiln writes,
+				 * not necessarily in others; SIGBUS where the file
+				 * was cut short since (kiln_safetensors_read is safe) */
 	size_t bytes;
 };
 
@@ -735,6 +746,19 @@ void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
 /* KILN_ENOTFOUND (message naming the file) when there is no tensor `name`. */
 kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *name,
 				  struct kiln_safetensors_tensor *out);
+/* The index (kiln_safetensors_get's i) of tensor `name`, or -1 (none; f
+ * or name NULL).  Since libkiln.so.2.2.0. */
+int kiln_safetensors_index(const struct kiln_safetensors *f, const char *name);
+/* Read tensor i's bytes (kiln_safetensors_get's `bytes`, little-endian
+ * as in the file) into dst, which holds dst_bytes, with pread() from the
+ * file open since kiln_safetensors_open: no mapping is touched.  KILN_OK;
+ * KILN_EINVAL for f or dst NULL, no tensor i, or dst_bytes below the
+ * tensor's bytes; KILN_EDATA when the file ends before the tensor does
+ * (truncated or rewritten since open: the message names the file, the
+ * tensor, its bytes, how many were there and the file's size at open and
+ * now); KILN_EIO when a read fails.  Since libkiln.so.2.2.0. */
+kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void *dst,
+				  size_t dst_bytes);
 /* The "__metadata__" value of `key`, or NULL; NULL too for a value that
  * holds an escaped NUL (\u0000), which a C string cannot carry (the file
  * is read all the same).  Borrowed until close. */

@@ -34,3 +34,7 @@ PLUGIN_COMMON_H += plugins/common/write_full.h
 # utf8.h: the length of a well-formed UTF-8 sequence, U+FFFD otherwise, for
 # metrics.jsonl's strings (core/train_log.c) and the CLI's JSON (cli/kiln.c)
 PLUGIN_COMMON_H += plugins/common/utf8.h
+# read_full.h: a whole pread that returns the count there was (EINTR and
+# short reads retried), so that a file cut short under its reader is told
+# from a failed read: the loaders' shards and libkiln's weights files
+PLUGIN_COMMON_H += plugins/common/read_full.h

@@ -2,6 +2,7 @@
  * preads, the split-directory rule, finding shard files.  See loaders.h. */
 #include "loaders.h"
 #include "image.h" /* IMG_MAX_PIXELS */
+#include "../common/read_full.h" /* common_pread_full */
 
 #include <inttypes.h>
 
@@ -20,22 +21,7 @@
 
 ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
-	size_t got = 0;
-	while (got < n) {
-		size_t want = n - got;
-		if (want > ((size_t)1 << 30))
-			want = (size_t)1 << 30;
-		ssize_t r = pread(fd, (char *)buf + got, want, (off_t)(off + got));
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (r == 0)
-			break;
-		got += (size_t)r;
-	}
-	return (ssize_t)got;
+	return common_pread_full(fd, buf, n, off);
 }
 
 /* The words after "each shard stays open": the limit to raise, and where

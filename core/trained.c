@@ -1,0 +1,232 @@
+/* core/trained.c - a trained model as `kiln export`, `kiln eval`, `kiln
+ * predict`, `kiln generate` and `kiln quantize` take it (graph.h): the
+ * weights a command names (--checkpoint F, the C API's `weights`) opened
+ * once, then the device, the model built for the sample shape training
+ * read, and those weights in it; and `kiln export --safetensors`.
+ *
+ * F is a kiln checkpoint, verified whole and checked against the config's
+ * model before anything is built, or a weights file (safetensors, llm.c's
+ * model file) read as [model] init_from reads one: told apart by their
+ * first bytes on the descriptor that then reads them.  Before session 39
+ * F was opened two to four times (its magic; the checkpoint or weights
+ * reader; `kiln eval --fold` and `kiln quantize` both again to fold), so
+ * a file replaced between two opens was told to be one kind and read as
+ * another file, and a checkpoint was verified whole twice.
+ */
+#include "checkpoint.h"
+#include "weights.h"
+#include "graph.h"
+#include "data.h"
+#include "run_config.h"
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
+
+#include <stdio.h>
+#include <sys/stat.h> /* struct stat: the watched output */
+#include <unistd.h>   /* close */
+
+/* ---- the weights a command names ------------------------------------------- */
+
+kiln_status kiln_given_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			    const char *path, struct kiln_given *g)
+{
+	char kind[64];
+	const char *why;
+	memset(g, 0, sizeof *g);
+	g->fd = -1;
+	g->path = path;
+	if (!path)
+		return kiln_ckpt_open_weights(cfg, reg, NULL, &g->ck, g->dir, sizeof g->dir);
+	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path, why);
+	if (!kiln_ckpt_is_checkpoint_fd(fd)) {
+		g->fd = fd; /* a weights file: read by kiln_given_load */
+		return KILN_OK;
+	}
+	kiln_status st = kiln_ckpt_open_weights_fd(cfg, reg, path, fd, &g->ck);
+	close(fd); /* (the checkpoint reads a duplicate) */
+	return st;
+}
+
+void kiln_given_close(struct kiln_given *g)
+{
+	kiln_ckpt_close(g->ck);
+	if (g->fd >= 0)
+		close(g->fd);
+	g->ck = NULL;
+	g->fd = -1;
+}
+
+kiln_status kiln_given_load(struct kiln_model *m, const struct kiln_given *g, void *stream)
+{
+	kiln_status st = kiln_weights_load_fd(m, g->path, g->fd, stream);
+	if (st)
+		return kiln_error_wrap(st, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file)",
+				       g->path);
+	return KILN_OK;
+}
+
+/* ---- a trained model ---------------------------------------------------------- */
+
+static kiln_status trained_precheck(void *ck, const struct kiln_model *m)
+{
+	return kiln_ckpt_check_sample(ck, m);
+}
+
+void kiln_trained_sample_warn(const char *section, const struct kiln_tensor_desc *data,
+			      const struct kiln_tensor_desc *trained, int data_used)
+{
+	char a[200], b[200];
+	if (!strcmp(kiln_tensor_desc_str(data, a, sizeof a), kiln_tensor_desc_str(trained, b, sizeof b)))
+		return;
+	if (data_used)
+		kiln_log(KILN_LOG_WARN, "core", "[%s] gives samples of %s, the checkpoint's model was trained on %s: [%s]'s are used",
+			 section, a, b, section);
+	else
+		kiln_log(KILN_LOG_WARN, "core", "[%s] gives samples of %s, the checkpoint's model was trained on %s: the checkpoint's are used, [%s]'s are not",
+			 section, a, b, section);
+}
+
+/* [data]'s sample, as training reads it (u8 samples become f32). */
+static kiln_status data_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			       struct kiln_tensor_desc *out)
+{
+	struct kiln_dataset ds;
+	memset(&ds, 0, sizeof ds);
+	kiln_status st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds);
+	if (!st)
+		kiln_dataset_input_desc(&ds, out);
+	kiln_dataset_close(&ds);
+	return st;
+}
+
+/* The sample shape, as training saw it (u8 samples become f32), into
+ * *out: the checkpoint's record, else [data]'s (an older kiln's
+ * checkpoint, a weights file, none).  With a record [data] is not opened
+ * (before session 38 it was, to warn of a shape that differs: the whole
+ * training set listed for `kiln predict`, however large or slow), but for
+ * an output that exists already (kiln_output_watch): whether it is one of
+ * [data]'s files is known only to [data]'s source, which refuses it as it
+ * opens (KILN_EUSAGE); another failure to open it is no reason to stop. */
+static kiln_status trained_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				  struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
+{
+	struct kiln_tensor_desc data;
+	struct stat o;
+	kiln_status st = ck ? kiln_ckpt_sample(ck, out) : KILN_ENOTFOUND;
+	if (st == KILN_ENOTFOUND)
+		return data_sample(cfg, reg, out);
+	if (st)
+		return st; /* a corrupt record is no reason to guess from [data] */
+	if (kiln_output_watched_stat(&o) && data_sample(cfg, reg, &data) == KILN_EUSAGE)
+		return KILN_EUSAGE;
+	return KILN_OK;
+}
+
+kiln_status kiln_trained_open_given(const struct kiln_config *cfg,
+				    const struct kiln_registry *reg, const struct kiln_given *g,
+				    const char *verb, int need_trained, struct kiln_trained *t)
+{
+	struct kiln_run_cfg run;
+	/* need_trained < 0: the model's shape alone, no weights looked for */
+	struct kiln_ckpt *ck = need_trained >= 0 ? g->ck : NULL;
+	/* a weights file, read as [model] init_from reads one, in its place */
+	const char *weights = need_trained >= 0 && g->fd >= 0 ? g->path : NULL;
+	const char *dir = g->dir;
+	kiln_status st;
+	memset(t, 0, sizeof *t);
+	if ((st = kiln_run_cfg_read(cfg, &run)))
+		return st;
+	const char *init = kiln_config_get(cfg, "model", "init_from");
+	const int has_init = init && *init;
+	if (need_trained < 0)
+		;
+	else if (ck)
+		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s (step %lld)", verb,
+			 kiln_ckpt_path(ck), (long long)kiln_ckpt_step(ck));
+	else if (weights)
+		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s", verb, weights);
+	else if (need_trained && !has_init)
+		return kiln_error(KILN_ECONFIG, "%s%s: no trained weights (give --checkpoint CKPT or [model] init_from, or train first)",
+				  *dir ? "no checkpoint in " : "[run] out_dir is empty", dir);
+	else
+		kiln_log(KILN_LOG_WARN, "core", "%s%s: %s the initial weights ([run] seed%s), not trained ones (give --checkpoint CKPT, or train first)",
+			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb,
+			 has_init ? ", then [model] init_from" : "");
+	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
+		goto out;
+	if ((st = trained_sample(cfg, reg, ck, &t->sample)))
+		goto out;
+	/* a checkpoint's parameter table is checked against the model its
+	 * sample gives before that model is allocated */
+	const struct kiln_model_precheck pre = { trained_precheck, ck };
+	if ((st = kiln_model_create_infer(cfg, reg, t->dev, &t->sample, ck ? &pre : NULL, &t->m)) ||
+	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
+	    /* a checkpoint replaces every weight: init_from is not read; what
+	     * init_from gives is not drawn */
+	    (!ck && need_trained >= 0 &&
+	     (st = weights ? kiln_given_load(t->m, g, t->stream) : kiln_model_init_from(t->m, t->stream))) ||
+	    /* nothing drawn where a checkpoint follows or the shape alone is
+	     * wanted */
+	    (st = ck || need_trained < 0 ? kiln_model_init_loaded(t->m, t->stream)
+					 : kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||
+	    (ck && (st = kiln_ckpt_load_model(ck, t->m, t->stream, KILN_CKPT_LOAD_WEIGHTS))))
+		goto out;
+out:
+	if (st)
+		kiln_trained_close(t);
+	return st;
+}
+
+kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *checkpoint, const char *verb, int need_trained,
+			      struct kiln_trained *t)
+{
+	struct kiln_given g = { .fd = -1 };
+	kiln_status st;
+	memset(t, 0, sizeof *t);
+	/* a checkpoint is verified whole before the model is even built */
+	if (need_trained >= 0 && (st = kiln_given_open(cfg, reg, checkpoint, &g))) {
+		kiln_given_close(&g);
+		return st;
+	}
+	st = kiln_trained_open_given(cfg, reg, &g, verb, need_trained, t);
+	kiln_given_close(&g);
+	return st;
+}
+
+void kiln_trained_close(struct kiln_trained *t)
+{
+	if (t->stream)
+		kiln_device_stream_sync(t->dev, t->stream);
+	kiln_model_free(t->m);
+	if (t->stream)
+		kiln_device_stream_destroy(t->dev, t->stream);
+	kiln_device_close(t->dev);
+	memset(t, 0, sizeof *t);
+}
+
+kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
+				    const struct kiln_registry *reg, const char *checkpoint,
+				    const char *path)
+{
+	return kiln_export_safetensors_as(cfg, reg, checkpoint, path, KILN_WEIGHTS_PYTORCH);
+}
+
+kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
+				       const struct kiln_registry *reg, const char *checkpoint,
+				       const char *path, int format)
+{
+	if (!cfg || !reg || !path)
+		return kiln_null_arg("kiln_export_safetensors_as", !cfg ? "cfg" : !reg ? "reg" : "path");
+	struct kiln_trained t;
+	const char *in[2] = { checkpoint, kiln_config_get(cfg, "model", "init_from") };
+	kiln_status st = kiln_output_check(path, in, 2);
+	if (st || (st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t)))
+		return st;
+	if (!(st = kiln_model_save_safetensors_as(t.m, path, format, t.stream)))
+		kiln_log(KILN_LOG_DEBUG, "core", "wrote %d parameters and buffers to %s",
+			 kiln_model_param_count(t.m), path);
+	kiln_trained_close(&t);
+	return st;
+}

@@ -1,0 +1,39 @@
+/* plugins/common/read_full.h - a whole pread() that says how much was
+ * there: the loaders' shards and libkiln's weights files (kiln_read_at,
+ * core/status.c) tell a file cut short under them (0 bytes, or fewer
+ * than asked, at its new end) from a failed read.  A pread() may return
+ * less than asked (a signal, a large request) or fail with EINTR: both
+ * are retried.  Header-only: static inline.
+ */
+#ifndef KILN_COMMON_READ_FULL_H
+#define KILN_COMMON_READ_FULL_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* Read up to n bytes of fd at offset off into buf: the count read (n, or
+ * fewer where the file ends first), or -1 with errno. */
+static inline ssize_t common_pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	size_t got = 0;
+	while (got < n) {
+		size_t want = n - got;
+		if (want > ((size_t)1 << 30))
+			want = (size_t)1 << 30;
+		const ssize_t r = pread(fd, (char *)buf + got, want, (off_t)(off + got));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+#endif /* KILN_COMMON_READ_FULL_H */
