@@ -850,6 +850,40 @@ out:
 	return st;
 }
 
+kiln_status kiln_dist_allgather_host(struct kiln_dist *d, const void *mine, void *all,
+				     size_t bytes, void *compute)
+{
+	void *dev_buf = NULL, *host = NULL;
+	kiln_status st;
+	if (!d) {
+		memcpy(all, mine, bytes);
+		return KILN_OK;
+	}
+	const size_t total = bytes * (size_t)d->env.world;
+	if (!d->ops->allgather)
+		return kiln_error(KILN_EPLUGIN, "rank %d of %d: comm plugin '%s' has no allgather",
+				  d->env.rank, d->env.world, kiln_dist_comm_name(d));
+	if ((st = kiln_dist_zero_settle(d, compute)) ||
+	    (st = kiln_device_alloc(d->dev, total, &dev_buf)) ||
+	    (st = kiln_device_host_alloc(d->dev, total, &host)))
+		goto out;
+	memcpy((char *)host + bytes * (size_t)d->env.rank, mine, bytes);
+	char *slot = (char *)dev_buf + bytes * (size_t)d->env.rank;
+	if ((st = kiln_device_copy_async(d->dev, slot, (char *)host + bytes * (size_t)d->env.rank,
+					 bytes, KILN_COPY_H2D, compute)) ||
+	    (st = d->ops->allgather(d->ctx, slot, dev_buf, bytes, KILN_U8, compute, NULL)) ||
+	    (st = kiln_device_copy_async(d->dev, host, dev_buf, total, KILN_COPY_D2H, compute)) ||
+	    (st = kiln_device_stream_sync(d->dev, compute))) {
+		st = kiln_dist_explain(d, st);
+		goto out;
+	}
+	memcpy(all, host, total);
+out:
+	kiln_device_free(d->dev, dev_buf);
+	kiln_device_host_free(d->dev, host);
+	return st;
+}
+
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute)
 {
 	kiln_status st;
