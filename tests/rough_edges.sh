@@ -14,7 +14,9 @@
 #     whole epoch (the checkpoint's partial sums), as an uninterrupted run's,
 #     bit for bit (metrics.jsonl's final line) where the checkpoint is
 #     between two log points (its "interval" section: before session 39
-#     the device's sums restarted at 0, the loss off in the last bits);
+#     the device's sums restarted at 0, the loss off in the last bits),
+#     and the first train row after it is the uninterrupted run's (before,
+#     it averaged step 3 alone);
 #  7. KILN_LOG_LEVEL shows debug lines or hides info lines;
 #  8. --resume with [train] epochs below the checkpoint's epoch evaluates
 #     and reports the checkpoint, as max_steps below its step does; kiln
@@ -106,6 +108,11 @@ stdout_has '"resumed_step": 2'
 resumed=$(final_loss "$tmp/cut")
 [ -n "$whole" ] && [ "$whole" = "$resumed" ] ||
 	fail "train_loss after the resume is $resumed, the uninterrupted run's $whole"
+# ... and the first train row after it (step 3, the later of the two the
+# directory holds) averages steps 1..3, as the uninterrupted run's did
+row3() { sed -n 's/.*"event":"train","epoch":1,"step":3,\("loss":[^,]*,"acc":[^,]*\),.*/\1/p' "$1/metrics.jsonl" | tail -1; }
+[ -n "$(row3 "$tmp/whole")" ] && [ "$(row3 "$tmp/whole")" = "$(row3 "$tmp/cut")" ] ||
+	fail "step 3's row after the resume: $(row3 "$tmp/cut"), the uninterrupted run's $(row3 "$tmp/whole")"
 # 7: KILN_LOG_LEVEL sets what reaches stderr: debug lines only when asked,
 #    info lines not at "error", another value refused
 export KILN_LOG_LEVEL=debug
