@@ -17,6 +17,13 @@ static int64_t ranks_total(const struct trainer *t)
 	return (int64_t)t->world * (t->pipe_P > 0 ? t->pipe_P : 1);
 }
 
+/* The interval iv was written by a run of this one's ranks and stages. */
+static int same_layout(const struct trainer *t, const struct kiln_ckpt_interval *iv)
+{
+	return iv->ranks && iv->ranks == ranks_total(t) &&
+	       iv->pipeline == (t->pipe_P > 0 ? t->pipe_P : 1);
+}
+
 /* This rank's interval as it stands, but its device sums (the caller's:
  * t->metrics_host once read). */
 static void interval_now(const struct trainer *t, struct kiln_ckpt_interval *iv,
@@ -56,6 +63,15 @@ kiln_status trainer_interval_meta(struct trainer *t, int64_t step, struct kiln_c
 	kiln_status st;
 	*out = NULL;
 	/* (the same on every rank: the collective below is every rank's) */
+	if (t->no_step_left && step == t->step0 && same_layout(t, &t->iv0)) {
+		/* a resume with no step left writes its checkpoint again (the
+		 * evaluations after its step): the interval it resumed with,
+		 * which it did not seed (trainer_interval_seed), kept for a
+		 * later resume that trains on */
+		*iv = t->iv0;
+		*out = iv;
+		return KILN_OK;
+	}
 	if (t->iv_closed_step == step) {
 		*iv = t->iv_closed;
 		mine = t->iv_closed_mine;
@@ -161,11 +177,13 @@ kiln_status trainer_interval_seed(struct trainer *t)
 {
 	const struct kiln_ckpt_interval *iv = &t->iv0;
 	kiln_status st = KILN_OK;
-	/* (no step left: the epoch's sums are the checkpoint's, the interval
-	 * in them, as a log point at the last step would have added it) */
-	if (!iv->ranks || t->no_step_left)
+	/* (no step left, in the run or in the epoch, whose end is a log point
+	 * only after a step: the epoch's sums are the checkpoint's, the
+	 * interval in them, as a log point at the last step would have added
+	 * it) */
+	if (!iv->ranks || t->no_step_left || t->off0 / t->G >= t->steps_per_epoch)
 		return KILN_OK;
-	if (iv->ranks == ranks_total(t) && iv->pipeline == (t->pipe_P > 0 ? t->pipe_P : 1))
+	if (same_layout(t, iv))
 		st = seed_exact(t, iv);
 	else if (!seed_rescaled(t, iv))
 		return KILN_OK;
