@@ -105,8 +105,9 @@ kiln_status trainer_interval_read(struct trainer *t, struct kiln_ckpt *ck,
 		return st;
 	/* (the two sections of one writer: the epoch's sums are the
 	 * interval's and those before it) */
-	if (!ep || iv->epoch_samples + iv->samples != ep->samples ||
-	    iv->ranks != tr->world * iv->pipeline) {
+	int64_t w;
+	if (!ep || (uint64_t)iv->epoch_samples + (uint64_t)iv->samples != (uint64_t)ep->samples ||
+	    __builtin_mul_overflow(tr->world, iv->pipeline, &w) || w != iv->ranks) {
 		st = kiln_error(KILN_EDATA, "checkpoint %s: section 'interval' (%lld + %lld samples a rank, %lld ranks in %lld stage(s)) does not match section 'epoch' (%lld samples) and 'trainer' (%lld ranks)",
 				kiln_ckpt_path(ck), (long long)iv->epoch_samples, (long long)iv->samples,
 				(long long)iv->ranks, (long long)iv->pipeline,
@@ -167,7 +168,7 @@ static int seed_rescaled(struct trainer *t, const struct kiln_ckpt_interval *iv)
 	t->ep_correct = iv->correct * f;
 	t->ep_samples = e / D1;
 	if (!t->rank)
-		kiln_log(KILN_LOG_INFO, "train", "resume: the log interval open at the checkpoint (steps %lld..%lld, %lld rank(s) in %lld stage(s)) goes on over %lld rank(s) in %d: its sums whole, in other rounding",
+		kiln_log(KILN_LOG_INFO, "train", "resume: the log interval open at the checkpoint (steps %lld..%lld, %lld rank(s) in %lld stage(s)) goes on over %lld rank(s) in %d stage(s): its sums whole, in other rounding",
 			 (long long)iv->start + 1, (long long)t->step, (long long)iv->ranks,
 			 (long long)iv->pipeline, (long long)ranks_total(t), t->pipe_P > 0 ? t->pipe_P : 1);
 	return 1;

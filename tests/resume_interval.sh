@@ -100,7 +100,7 @@ cuts pipe 0 2 64 dist.pipeline=2 layer.fc2.stage=1
 row42() { sed -n 's/.*"event":"train","epoch":2,"step":42,"loss":\([0-9.e-]*\).*/\1/p' "$tmp/$1/metrics.jsonl" | tail -1; }
 rm "$(ck two_w 45)"
 run two_w 0 64 train.log_every=7 train.resume=1
-grep -q "resume: the log interval open at the checkpoint (steps 36..40, 2 rank(s) in 1 stage(s)) goes on over 1 rank(s)" \
+grep -q "resume: the log interval open at the checkpoint (steps 36..40, 2 rank(s) in 1 stage(s)) goes on over 1 rank(s) in 1 stage(s)" \
 	"$tmp/two_w.log" || bad "2 ranks resumed on 1: the interval's rescale is not logged"
 a=$(row42 two) b=$(row42 two_w)
 echo "step 42's loss: 2 ranks $a, resumed from them on 1 process $b"
