@@ -10,7 +10,8 @@
 # (metrics.jsonl, the later row of a step kept as docs/logging.md says;
 # time, samples_per_s and data_wait apart), end with its final train_loss
 # and its last checkpoint's "epoch" section bit for bit:
-#  1. one process;
+#  1. one process; an interval whose samples are not the epoch
+#     section's is refused (exit 3);
 #  2. 2 ranks (gloo), every rank's sums its own;
 #  3. 2 ranks with ZeRO-1;
 #  4. 2 pipeline stages on 2 ranks (one pipe: batch 64);
@@ -87,6 +88,16 @@ cuts() {
 cuts one 1 0 64
 "$tool" sections "$(ck one_w 40)" | grep -q '^interval 112 ' ||
 	bad "one process: no 112-byte interval section in ckpt-40.kiln"
+# an interval whose samples are not the epoch section's (its samples'
+# low 32 bits set to 1.0f's, the CRCs redone) is refused, exit 3
+mkdir -p "$tmp/mism/checkpoints"
+cp "$(ck one_w 40)" "$tmp/mism/checkpoints/"
+"$tool" set "$(ck mism 40)" interval 4 1 || bad "ckpt_tool set failed"
+run_rc=0
+KILN_MASTER_PORT=$(free_port 9) timeout 120 "$kiln" train "$ini" run.out_dir="$tmp/mism" \
+	train.batch=64 train.log_every=7 train.resume=1 > "$tmp/mism.log" 2>&1 || run_rc=$?
+[ "$run_rc" = 3 ] && grep -q "mism/checkpoints/ckpt-40.kiln: section 'interval' (192 + 1065353216 samples a rank, 1 ranks in 1 stage(s)) does not match section 'epoch' (512 samples)" "$tmp/mism.log" ||
+	{ bad "an interval that does not match the epoch's sums: exit $run_rc"; tail -3 "$tmp/mism.log"; }
 cuts two 1 2 32
 "$tool" sections "$(ck two_w 40)" | grep -q '^interval 144 ' ||
 	bad "2 ranks: no 144-byte interval section (2 ranks' sums) in ckpt-40.kiln"
