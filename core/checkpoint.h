@@ -16,6 +16,9 @@
  *               weights (kiln_model's tracked_base), before the "step" count
  *   "epoch"     the epoch's partial training sums (struct kiln_ckpt_epoch),
  *               so a resumed epoch's summary averages the whole epoch
+ *   "interval"  the log interval open at the checkpoint's step (struct
+ *               kiln_ckpt_interval), when one is: the resumed run's first
+ *               train line and its epoch's sums are the uninterrupted run's
  *   "stopper"   early stopping's state (struct kiln_ckpt_stopper)
  *   "best"      keep_best's K best evaluations so far (struct kiln_ckpt_best)
  *   "eval_owed" a stop cut this step's eval_every evaluation short: the
@@ -78,6 +81,42 @@ struct kiln_ckpt_epoch {
 };
 #define KILN_CKPT_EPOCH_BYTES 24
 
+/* The log interval open at the checkpoint's step (the "interval" section,
+ * session 39): what the next log point closes, each rank's device sums as
+ * they are, so that a run resumed between two log points makes the
+ * uninterrupted run's first train line (its mean over the whole interval)
+ * and ends its epoch with the same bits of the sums.  Written when the
+ * interval holds a step: between two log points, and at a log point that
+ * the run's max_steps alone put there (`closed`: off log_every's grid and
+ * not an epoch's end; a resume that trains on reopens it).  Bytes: the
+ * 80-byte head (i64 closed, start, samples, rows, skipped; f64 loss,
+ * correct; i64 epoch_samples, pipeline, ranks), then `ranks` entries of
+ * KILN_CKPT_INTERVAL_RANK_BYTES (f32 sums[3], 4 zero bytes, f64 carry[2]),
+ * in rank order. */
+struct kiln_ckpt_interval_rank {
+	float sums[3];   /* the device's metric sums, f32 as they are: loss,
+			  * correct, top-5 correct */
+	double carry[2]; /* the loss and correct sums taken off the device
+			  * since the log point (an evaluation's read, the
+			  * 2^24 rows' read), kept for the next one */
+};
+#define KILN_CKPT_INTERVAL_RANK_BYTES 32
+struct kiln_ckpt_interval {
+	int64_t closed;        /* 1: the log point at the checkpoint's step
+				* closed it early (max_steps) */
+	int64_t start;         /* the step of the log point before it */
+	int64_t samples;       /* the samples one rank trained in it */
+	int64_t rows;          /* the rows the device's sums count */
+	int64_t skipped;       /* the clip op's skipped steps at its start */
+	double loss, correct;  /* the epoch's sums of the log points before
+				* it (per rank: the ranks' sums averaged) */
+	int64_t epoch_samples; /* ... and the samples they cover (per rank) */
+	int64_t pipeline;      /* [dist] pipeline stages (1: none) */
+	int64_t ranks;         /* processes: entries in rank[] */
+	struct kiln_ckpt_interval_rank *rank;
+};
+#define KILN_CKPT_INTERVAL_BYTES 80
+
 /* Early stopping's state (the "stopper" section: f64, i64, i64): the best
  * value of its metric so far (higher is better: a loss negated), the
  * evaluations since it improved, and whether it has a best yet. */
@@ -119,6 +158,8 @@ struct kiln_ckpt_meta {
 	const char *versions; /* "key = value" lines (kiln_ckpt_versions) */
 	struct kiln_ckpt_trainer trainer;
 	const struct kiln_ckpt_epoch *epoch; /* NULL: no "epoch" section */
+	/* NULL: no "interval" section (no log interval open) */
+	const struct kiln_ckpt_interval *interval;
 	const struct kiln_ckpt_stopper *stopper; /* NULL: no "stopper" section */
 	const struct kiln_ckpt_best *best; /* n_best entries; NULL: no "best" section */
 	int64_t n_best;
@@ -235,6 +276,13 @@ kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer
 /* The "epoch" section; KILN_ENOTFOUND when the checkpoint has none (written
  * by an older kiln). */
 kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *out);
+/* The "interval" section into *out, its entries malloc'd into out->rank
+ * (the caller frees; NULL when it fails).  KILN_ENOTFOUND when the
+ * checkpoint has none (no log interval was open, or an older kiln's),
+ * KILN_EDATA naming the file when it is malformed or a value out of range
+ * (the start past the checkpoint's step, a count negative or past 2^62,
+ * a correct count not finite or negative, ranks not stages x pipes). */
+kiln_status kiln_ckpt_interval_get(struct kiln_ckpt *ck, struct kiln_ckpt_interval *out);
 /* The "stopper" section: KILN_ENOTFOUND when the checkpoint has none (a
  * run without early stopping, or an older kiln's), KILN_EDATA when its
  * values are out of range. */

@@ -568,6 +568,82 @@ kiln_status kiln_ckpt_evaluated_get(struct kiln_ckpt *ck, struct kiln_ckpt_evalu
 	return KILN_OK;
 }
 
+/* The "interval" section's head, range-checked (b: its 80 bytes, n its
+ * length). */
+static kiln_status interval_head(const struct kiln_ckpt *ck, const uint8_t *b, uint64_t n,
+				 struct kiln_ckpt_interval *out)
+{
+	const uint64_t lim = (uint64_t)1 << 62;
+	const uint64_t closed = get_u64(b), start = get_u64(b + 8), samples = get_u64(b + 16),
+		       rows = get_u64(b + 24), skipped = get_u64(b + 32), ep_n = get_u64(b + 56),
+		       P = get_u64(b + 64), ranks = get_u64(b + 72);
+	memcpy(&out->loss, b + 40, 8);
+	memcpy(&out->correct, b + 48, 8);
+	if (closed > 1 || start > (uint64_t)ck->step || samples < 1 || samples > lim ||
+	    rows > lim || skipped > (uint64_t)ck->step || ep_n > lim || P < 1 || ranks < 1 ||
+	    ranks % P || !isfinite(out->correct) || out->correct < 0 ||
+	    (n - KILN_CKPT_INTERVAL_BYTES) / KILN_CKPT_INTERVAL_RANK_BYTES != ranks)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval' out of range (closed %llu, start step %llu of a checkpoint at step %lld, %llu samples, %llu rows, %llu skipped, correct %g of %llu samples, %llu stages, %llu ranks in %llu bytes)",
+				  ck->path, (unsigned long long)closed, (unsigned long long)start,
+				  (long long)ck->step, (unsigned long long)samples,
+				  (unsigned long long)rows, (unsigned long long)skipped, out->correct,
+				  (unsigned long long)ep_n, (unsigned long long)P,
+				  (unsigned long long)ranks, (unsigned long long)n);
+	out->closed = (int64_t)closed;
+	out->start = (int64_t)start;
+	out->samples = (int64_t)samples;
+	out->rows = (int64_t)rows;
+	out->skipped = (int64_t)skipped;
+	out->epoch_samples = (int64_t)ep_n;
+	out->pipeline = (int64_t)P;
+	out->ranks = (int64_t)ranks;
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_interval_get(struct kiln_ckpt *ck, struct kiln_ckpt_interval *out)
+{
+	const struct rsec *r = ckpt_section(ck, "interval");
+	kiln_status st;
+	uint8_t *b;
+	memset(out, 0, sizeof *out);
+	if (!r)
+		return KILN_ENOTFOUND;
+	/* (bounded by the file's size, which open checked) */
+	if (r->bytes < KILN_CKPT_INTERVAL_BYTES + KILN_CKPT_INTERVAL_RANK_BYTES ||
+	    (r->bytes - KILN_CKPT_INTERVAL_BYTES) % KILN_CKPT_INTERVAL_RANK_BYTES)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval' has %llu bytes, not %d + %d per rank",
+				  ck->path, (unsigned long long)r->bytes, KILN_CKPT_INTERVAL_BYTES,
+				  KILN_CKPT_INTERVAL_RANK_BYTES);
+	if (!(b = malloc(r->bytes)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = kiln_ckpt_read(ck, "interval", b, r->bytes)) ||
+	    (st = interval_head(ck, b, r->bytes, out)))
+		goto out;
+	if (!(out->rank = malloc(sizeof *out->rank * (size_t)out->ranks))) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int64_t i = 0; i < out->ranks; i++) {
+		const uint8_t *p = b + KILN_CKPT_INTERVAL_BYTES + KILN_CKPT_INTERVAL_RANK_BYTES * i;
+		struct kiln_ckpt_interval_rank *e = &out->rank[i];
+		memcpy(e->sums, p, 12);
+		memcpy(e->carry, p + 16, 16);
+		if (!(e->sums[1] >= 0) || !(e->sums[2] >= 0) || !isfinite(e->sums[1]) ||
+		    !isfinite(e->sums[2]) || !isfinite(e->carry[1]) || e->carry[1] < 0) {
+			st = kiln_error(KILN_EDATA, "checkpoint %s: section 'interval': rank %lld's correct counts (%g, %g, carried %g) are out of range (finite, >= 0)",
+					ck->path, (long long)i, e->sums[1], e->sums[2], e->carry[1]);
+			goto out;
+		}
+	}
+out:
+	free(b);
+	if (st) {
+		free(out->rank);
+		out->rank = NULL;
+	}
+	return st;
+}
+
 kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *out)
 {
 	uint8_t b[KILN_CKPT_EPOCH_BYTES];

@@ -264,6 +264,30 @@ static uint8_t *best_bytes(const struct kiln_ckpt_best *e, int64_t n)
 	return b;
 }
 
+/* The "interval" section's payload (malloc'd, *n its length; NULL when
+ * out of memory). */
+static uint8_t *interval_bytes(const struct kiln_ckpt_interval *iv, size_t *n)
+{
+	*n = KILN_CKPT_INTERVAL_BYTES + KILN_CKPT_INTERVAL_RANK_BYTES * (size_t)iv->ranks;
+	uint8_t *b = calloc(1, *n);
+	if (!b)
+		return NULL;
+	const int64_t head[5] = { iv->closed, iv->start, iv->samples, iv->rows, iv->skipped };
+	for (int i = 0; i < 5; i++)
+		put_u64(b + 8 * i, (uint64_t)head[i]);
+	memcpy(b + 40, &iv->loss, 8);
+	memcpy(b + 48, &iv->correct, 8);
+	put_u64(b + 56, (uint64_t)iv->epoch_samples);
+	put_u64(b + 64, (uint64_t)iv->pipeline);
+	put_u64(b + 72, (uint64_t)iv->ranks);
+	for (int64_t r = 0; r < iv->ranks; r++) {
+		uint8_t *p = b + KILN_CKPT_INTERVAL_BYTES + KILN_CKPT_INTERVAL_RANK_BYTES * r;
+		memcpy(p, iv->rank[r].sums, 12); /* then 4 zero bytes */
+		memcpy(p + 16, iv->rank[r].carry, 16);
+	}
+	return b;
+}
+
 kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 			   struct kiln_model *m, void *stream, char *path, size_t path_len)
 {
@@ -274,7 +298,7 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
 			       char *path, size_t path_len)
 {
-	struct wsec s[14 + 2 * KILN_MAX_STATE_BUFS];
+	struct wsec s[15 + 2 * KILN_MAX_STATE_BUFS];
 	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES],
 		sp[KILN_CKPT_STOPPER_BYTES], owed[8], done[KILN_CKPT_EVALUATED_BYTES], cc[16],
 		ds[8];
@@ -285,10 +309,13 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 	const char *versions = meta->versions ? meta->versions : "";
 	char *tensors = ckpt_tensors_text(m), *wkeys = kiln_ckpt_weights_keys(config);
 	uint8_t *best = meta->best ? best_bytes(meta->best, meta->n_best) : NULL;
-	if (!tensors || !wkeys || (meta->best && !best)) {
+	size_t iv_n = 0;
+	uint8_t *iv = meta->interval ? interval_bytes(meta->interval, &iv_n) : NULL;
+	if (!tensors || !wkeys || (meta->best && !best) || (meta->interval && !iv)) {
 		free(tensors);
 		free(wkeys);
 		free(best);
+		free(iv);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
 	const struct kiln_ckpt_trainer *t = &meta->trainer;
@@ -311,6 +338,8 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 		put_u64(ep + 16, (uint64_t)meta->epoch->samples);
 		host_section(&s[n++], "epoch", ep, sizeof ep);
 	}
+	if (iv)
+		host_section(&s[n++], "interval", iv, iv_n);
 	if (meta->stopper) {
 		memcpy(sp, &meta->stopper->best, 8);
 		put_u64(sp + 8, (uint64_t)meta->stopper->bad);
@@ -354,12 +383,14 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 		free(tensors);
 		free(wkeys);
 		free(best);
+		free(iv);
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", tmp, strerror(errno));
 	}
 	st = write_file(tmp, fd, s, n, t->step, src, m->dev, stream);
 	free(tensors);
 	free(wkeys);
 	free(best);
+	free(iv);
 	if (!st && fsync(fd))
 		st = kiln_error(KILN_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
 	if (close(fd) && !st)

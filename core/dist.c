@@ -827,27 +827,54 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute)
 	return KILN_OK;
 }
 
-kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute)
+/* A collective over host bytes staged through device memory (a sync
+ * point): buf[off, off + n) to the device, then rank 0's broadcast of
+ * buf[0, total) (gather 0: off 0, n total) or the allgather of every
+ * rank's n bytes at its offset (gather 1: off = rank x n), and the whole
+ * back into buf. */
+static kiln_status host_staged(struct kiln_dist *d, void *buf, size_t total, size_t off,
+			       size_t n, int gather, void *compute)
 {
 	void *dev_buf = NULL, *host = NULL;
 	kiln_status st;
 	if ((st = kiln_dist_zero_settle(d, compute)) ||
-	    (st = kiln_device_alloc(d->dev, bytes, &dev_buf)) ||
-	    (st = kiln_device_host_alloc(d->dev, bytes, &host)))
+	    (st = kiln_device_alloc(d->dev, total, &dev_buf)) ||
+	    (st = kiln_device_host_alloc(d->dev, total, &host)))
 		goto out;
-	memcpy(host, buf, bytes);
-	if ((st = kiln_device_copy_async(d->dev, dev_buf, host, bytes, KILN_COPY_H2D, compute)) ||
-	    (st = d->ops->broadcast(d->ctx, dev_buf, bytes, KILN_U8, 0, compute, NULL)) ||
-	    (st = kiln_device_copy_async(d->dev, host, dev_buf, bytes, KILN_COPY_D2H, compute)) ||
+	memcpy((char *)host + off, (char *)buf + off, n);
+	char *dev = (char *)dev_buf + off;
+	if ((st = kiln_device_copy_async(d->dev, dev, (char *)host + off, n, KILN_COPY_H2D,
+					 compute)) ||
+	    (st = gather ? d->ops->allgather(d->ctx, dev, dev_buf, n, KILN_U8, compute, NULL)
+			 : d->ops->broadcast(d->ctx, dev_buf, total, KILN_U8, 0, compute, NULL)) ||
+	    (st = kiln_device_copy_async(d->dev, host, dev_buf, total, KILN_COPY_D2H, compute)) ||
 	    (st = kiln_device_stream_sync(d->dev, compute))) {
 		st = kiln_dist_explain(d, st);
 		goto out;
 	}
-	memcpy(buf, host, bytes);
+	memcpy(buf, host, total);
 out:
 	kiln_device_free(d->dev, dev_buf);
 	kiln_device_host_free(d->dev, host);
 	return st;
+}
+
+kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute)
+{
+	return host_staged(d, buf, bytes, 0, bytes, 0, compute);
+}
+
+kiln_status kiln_dist_allgather_host(struct kiln_dist *d, const void *mine, void *all,
+				     size_t bytes, void *compute)
+{
+	const size_t off = d ? bytes * (size_t)d->env.rank : 0;
+	memcpy((char *)all + off, mine, bytes);
+	if (!d)
+		return KILN_OK;
+	if (!d->ops->allgather)
+		return kiln_error(KILN_EPLUGIN, "rank %d of %d: comm plugin '%s' has no allgather",
+				  d->env.rank, d->env.world, kiln_dist_comm_name(d));
+	return host_staged(d, all, bytes * (size_t)d->env.world, off, bytes, 1, compute);
 }
 
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute)

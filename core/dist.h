@@ -174,6 +174,12 @@ void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, in
 /* Copy rank 0's host bytes buf[0..bytes) to every rank's buf (through a
  * temporary device buffer; a sync point: start-up only). */
 kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute);
+/* Every rank's host bytes mine[0..bytes) into all[world * bytes], in rank
+ * order (the communicator's allgather over every rank, bytes as they are:
+ * exact where kiln_dist_sum_host's f32 sum is not; a sync point:
+ * checkpoints only).  all = mine for NULL d. */
+kiln_status kiln_dist_allgather_host(struct kiln_dist *d, const void *mine, void *all,
+				     size_t bytes, void *compute);
 /* The tests' fault injection, test-only (core/dist_pipe_ckpt.c): 1 on
  * rank 0 (rank R for "STEP@R") when the environment's KILN_TEST_CKPT_FAIL
  * names `step`, a step of a checkpoint's write or of the checks around it

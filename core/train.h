@@ -221,6 +221,16 @@ struct trainer {
 	 * resumed checkpoint ("data_skipped"): the run's count goes on from it */
 	int64_t skipped0;
 	struct kiln_ckpt_epoch ep0_sums; /* the resumed epoch's sums before the checkpoint */
+	/* the log interval across a checkpoint (core/train_interval.c): the
+	 * resumed checkpoint's "interval" section (iv0; ranks 0: none; its
+	 * entries malloc'd), seeded by the resumed epoch's start; the interval
+	 * a log point that max_steps alone put at step iv_closed_step closed
+	 * (-1: none), this rank's, for that step's checkpoints; every rank's
+	 * entries gathered for a checkpoint (iv_all, malloc'd at the first) */
+	struct kiln_ckpt_interval iv0, iv_closed;
+	struct kiln_ckpt_interval_rank iv_closed_mine;
+	int64_t iv_closed_step;
+	struct kiln_ckpt_interval_rank *iv_all;
 	/* keep_best: the K best evaluations' checkpoints in ckdir/best, in
 	 * every checkpoint's "best" section; rank 0's alone is read (it
 	 * chooses for every rank, trainer_keep_best), so a resume restores it
@@ -418,6 +428,10 @@ kiln_status trainer_clip_counts_seed(struct trainer *t);
 kiln_status trainer_metrics_room(struct trainer *t, int64_t rows, double *ls, double *c);
 kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
 				 double *correct5);
+/* The device's metric sums copied into t->metrics_host[0..3) as they are
+ * (not reset: a checkpoint's sync point; the next log point still reads
+ * them). */
+kiln_status trainer_metrics_peek(struct trainer *t);
 /* A metrics.jsonl event: the object json_pack makes of fmt and its
  * arguments (each real through trainer_json_real, whose NULL, as any
  * other value's, jansson refuses), handed to the loggers; an object that
@@ -472,6 +486,7 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
  * storage the caller holds while it writes */
 struct trainer_ckpt_resume {
 	struct kiln_ckpt_epoch sums;   /* the epoch's training sums so far */
+	struct kiln_ckpt_interval interval; /* the log interval open, if any */
 	struct kiln_ckpt_stopper stopper; /* early stopping's best and count */
 	int64_t counts[2];             /* the clip op's steps skipped, clipped */
 	int64_t data_skipped;          /* bad samples replaced so far */
@@ -493,6 +508,25 @@ void trainer_best_prune_tmp(const struct trainer *t);
 kiln_status trainer_best_restore(struct trainer *t, struct kiln_ckpt *ck);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
 void trainer_resume_finished(struct trainer *t);
+
+/* train_interval.c: the log interval open at a checkpoint (the
+ * "interval" section, checkpoint.h).  _meta (every rank: a collective
+ * when one is open): the interval at the checkpoint of step `step` into
+ * *iv, its entries every rank's (in t->iv_all), *out pointing at it, or
+ * NULL when none is open.  _closing (at a log point, before its sums are
+ * read: `early`, a log point max_steps alone put there) and _closed
+ * (after the read) keep the interval that log point closes.  _read (at a
+ * resume, where the checkpoint is read): the section into t->iv0,
+ * checked against the "epoch" section's sums ep.  _seed (every rank, the
+ * resumed epoch's start): the device's sums and the interval's counts
+ * from t->iv0, unless the run has no step left. */
+kiln_status trainer_interval_meta(struct trainer *t, int64_t step, struct kiln_ckpt_interval *iv,
+				  const struct kiln_ckpt_interval **out);
+void trainer_interval_closing(struct trainer *t, int early);
+void trainer_interval_closed(struct trainer *t, int early);
+kiln_status trainer_interval_read(struct trainer *t, struct kiln_ckpt *ck,
+				  const struct kiln_ckpt_trainer *tr, const struct kiln_ckpt_epoch *ep);
+kiln_status trainer_interval_seed(struct trainer *t);
 
 /* train_dist.c */
 kiln_status trainer_resume(struct trainer *t, int *found);

@@ -21,10 +21,7 @@
 static kiln_status epoch_sums(struct trainer *t, struct kiln_ckpt_epoch *out)
 {
 	double v[2];
-	kiln_status st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev,
-						2 * sizeof(float), KILN_COPY_D2H, t->compute);
-	if (!st)
-		st = kiln_device_stream_sync(t->dev, t->compute);
+	kiln_status st = trainer_metrics_peek(t);
 	if (st)
 		return st;
 	v[0] = t->metrics_host[0] + t->carry_loss;
@@ -144,6 +141,7 @@ kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resu
 	kiln_status st;
 	r->sums = t->end_sums;
 	if ((!t->ckpt_end && (st = epoch_sums(t, &r->sums))) ||
+	    (st = trainer_interval_meta(t, meta->trainer.step, &r->interval, &meta->interval)) ||
 	    (st = trainer_clip_counts(t, r->counts)) ||
 	    (st = trainer_data_skipped(t, &r->data_skipped)))
 		return st;
@@ -719,13 +717,20 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	t->ckpt_step = tr.step;
 	/* a resume within an epoch: its training sums so far */
 	memset(&t->ep0_sums, 0, sizeof t->ep0_sums);
+	int have_ep = 1;
 	if (tr.offset && (st = kiln_ckpt_epoch_get(ck, &t->ep0_sums))) {
 		if (st != KILN_ENOTFOUND)
 			goto out;
 		st = KILN_OK;
+		have_ep = 0;
 		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no epoch sums (an older kiln wrote it): epoch %lld's train loss and accuracy will average the steps after the resume only",
 			 path, (long long)tr.epoch + 1);
 	}
+	/* ... and the log interval open at its step (before the sums are
+	 * scaled to another world size: the interval is checked against
+	 * them as written) */
+	if (tr.offset && (st = trainer_interval_read(t, ck, &tr, have_ep ? &t->ep0_sums : NULL)))
+		goto out;
 	epoch_sums_rescale(t, &tr);
 	if ((st = evals_restore(t, ck)) || (st = clip_counts_restore(t, ck)) ||
 	    (st = data_skipped_restore(t, ck)))

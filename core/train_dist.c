@@ -16,6 +16,7 @@ struct resume_msg {
 	int32_t found;
 	struct kiln_ckpt_trainer tr;
 	struct kiln_ckpt_epoch sums; /* the resumed epoch's training sums */
+	struct kiln_ckpt_interval iv; /* the log interval open (its entries follow) */
 	struct stopper stopper;      /* early stopping's state */
 	int32_t eval_owed;           /* the checkpoint's step's evaluation is owed */
 	int32_t evaluated;           /* ... or done, with these numbers */
@@ -26,6 +27,22 @@ struct resume_msg {
 	char path[1024];
 	char file[1024]; /* per stage, or ZeRO-1's shards: the checkpoint (t->resume_file) */
 };
+
+/* After rank 0's resume message: the entries of the log interval its
+ * checkpoint holds (t->iv0, whose count every rank has from it). */
+static kiln_status resume_interval(struct trainer *t)
+{
+	struct kiln_ckpt_interval *iv = &t->iv0;
+	const size_t bytes = sizeof *iv->rank * (size_t)iv->ranks;
+	if (!iv->ranks)
+		return KILN_OK;
+	if (!iv->rank && !(iv->rank = malloc(bytes)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	kiln_status st = kiln_dist_broadcast_host(t->dist, iv->rank, bytes, t->compute);
+	return st ? kiln_error_wrap(st, "rank %d of %d: receiving rank 0's log interval", t->rank,
+				    t->world)
+		  : KILN_OK;
+}
 
 /* [train] resume: restore the newest usable checkpoint of ckdir into t->m
  * and t->pos, on every rank.  *found = 0 when there is none (a fresh
@@ -44,6 +61,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		msg->found = *found;
 		msg->tr = t->pos;
 		msg->sums = t->ep0_sums;
+		msg->iv = t->iv0;
 		msg->stopper = t->stopper;
 		msg->eval_owed = t->eval_owed;
 		msg->evaluated = t->evaluated;
@@ -80,6 +98,8 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		 * must answer alike on every rank (their writes are collective) */
 		t->ckpt_step = msg->tr.step;
 		t->ep0_sums = msg->sums;
+		t->iv0 = msg->iv;
+		t->iv0.rank = NULL;
 		t->stopper = msg->stopper;
 		t->eval_owed = msg->eval_owed;
 		t->evaluated = msg->evaluated;
@@ -93,6 +113,8 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 			 t->rank, msg->path, (long long)msg->tr.epoch + 1, (long long)msg->tr.step,
 			 (long long)msg->tr.offset);
 	}
+	if (!st && msg->found)
+		st = resume_interval(t);
 	free(msg);
 	return st;
 }

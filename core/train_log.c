@@ -68,6 +68,13 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 	return KILN_OK;
 }
 
+kiln_status trainer_metrics_peek(struct trainer *t)
+{
+	kiln_status st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev,
+						3 * sizeof(float), KILN_COPY_D2H, t->compute);
+	return st ? st : kiln_device_stream_sync(t->dev, t->compute);
+}
+
 kiln_status trainer_metrics_room(struct trainer *t, int64_t rows, double *ls, double *c)
 {
 	double l1 = 0, c1 = 0;
@@ -646,10 +653,16 @@ kiln_status trainer_log_point(struct trainer *t)
 		trainer_progress(t, k + 1, NULL);
 		return KILN_OK;
 	}
+	/* (a log point of the run's last step that log_every and the epoch's
+	 * end do not put there: what it closes is kept for its checkpoint,
+	 * so that a resume that trains on reopens it) */
+	const int early = t->step % t->tc.log_every && k + 1 != spe;
+	trainer_interval_closing(t, early);
 	if ((st = interval_sums(t, &ls, &c, &bad, &count, &ranks)) ||
 	    (st = params_diverged(t, t->step, t->ep, bad, count, ranks)) ||
 	    (st = check_interval(t, ls)))
 		return st;
+	trainer_interval_closed(t, early);
 	t->finite_step = t->step;
 	t->interval_start = t->step;
 	t->since_loss += ls, t->since_correct += c;

@@ -414,6 +414,7 @@ static kiln_status open_loop(struct trainer *t)
 	t->step = t->step0 = t->interval_start = t->pos.step;
 	t->last_step = trainer_last_step(t);
 	t->finite_step = -1;
+	t->iv_closed_step = -1;
 	/* the schedule runs to last_step, known only now (before session 38
 	 * it was prepared before the checkpoint was read, over epochs x this
 	 * run's steps per epoch: wrong after a resume that changed the
@@ -535,6 +536,8 @@ static void free_device(struct trainer *t)
 	}
 	kiln_device_free(t->dev, t->lr_dev);
 	kiln_device_free(t->dev, t->metrics_dev);
+	free(t->iv0.rank);
+	free(t->iv_all);
 	kiln_device_host_free(t->dev, t->metrics_host);
 	kiln_device_plan_free(t->dev, t->fill_metrics);
 	kiln_device_plan_free(t->dev, t->sched);

@@ -190,10 +190,14 @@ static kiln_status epoch_begin(struct trainer *t)
 	t->since_loss = t->since_correct = t->ep_loss = t->ep_correct = 0;
 	t->carry_loss = t->carry_correct = 0;
 	t->since = t->ep_samples = 0;
+	kiln_status st;
 	if (ep == t->ep0 && t->off0 > 0) { /* resumed: the sums up to the checkpoint */
 		t->ep_loss = t->ep0_sums.loss;
 		t->ep_correct = t->ep0_sums.correct;
 		t->ep_samples = t->ep0_sums.samples;
+		/* ... of which the log interval open there goes on */
+		if ((st = trainer_interval_seed(t)))
+			return st;
 	}
 	if (t->data.shuffle)
 		kiln_rng_permutation((uint64_t)t->run.seed, (uint64_t)ep, t->perm, n);

@@ -448,6 +448,72 @@ START_TEST(test_trainer_range)
 }
 END_TEST
 
+/* The "interval" section (the log interval open at the checkpoint's step,
+ * session 39) reads back as written, bit for bit: each rank's f32 sums
+ * and f64 carried sums in rank order, 80 + 32 bytes a rank; a checkpoint
+ * without it says KILN_ENOTFOUND; a start past the checkpoint's step is
+ * refused naming the file and the section. */
+static void interval_save(struct rig *r, const char *dir, const struct kiln_ckpt_interval *iv,
+			  char *path, size_t n)
+{
+	char *config = kiln_ckpt_config_text(r->cfg, reg), *versions = kiln_ckpt_versions(reg, r->dev);
+	ck_assert(config && versions);
+	struct kiln_ckpt_meta meta = { .config = config, .versions = versions,
+				       .trainer = { 1, 2, 8, 7, 2, RB, 40 }, .interval = iv };
+	ck_assert_msg(kiln_ckpt_save(dir, &meta, r->m, r->stream, path, n) == 0, "%s",
+		      kiln_last_error());
+	free(config);
+	free(versions);
+}
+
+START_TEST(test_interval_section)
+{
+	char dir[1024], path[4200];
+	struct rig a;
+	struct kiln_ckpt *ck = NULL;
+	struct kiln_ckpt_interval_rank e[2] = { { { 1.1f, 3, 4 }, { 0.1, 2 } },
+						{ { -0.0f, 0, 1e-30f }, { 1e300, 0 } } };
+	struct kiln_ckpt_interval iv = { .closed = 1, .start = 1, .samples = 4, .rows = 8,
+					 .skipped = 1, .loss = 0.3, .correct = 5,
+					 .epoch_samples = 0, .pipeline = 1, .ranks = 2, .rank = e }, got;
+	uint64_t bytes;
+	scratch_dir(dir, sizeof dir);
+	rig_open(&a, small_ini, 7);
+	rig_train(&a, 2);
+	interval_save(&a, dir, &iv, path, sizeof path);
+	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
+	ck_assert_int_eq(kiln_ckpt_find(ck, "interval", &bytes), 0);
+	ck_assert_uint_eq(bytes, KILN_CKPT_INTERVAL_BYTES + 2 * KILN_CKPT_INTERVAL_RANK_BYTES);
+	ck_assert_msg(kiln_ckpt_interval_get(ck, &got) == 0, "%s", kiln_last_error());
+	ck_assert(got.closed == 1 && got.start == 1 && got.samples == 4 && got.rows == 8 &&
+		  got.skipped == 1 && got.epoch_samples == 0 && got.pipeline == 1 && got.ranks == 2);
+	ck_assert(!memcmp(&got.loss, &iv.loss, 8) && !memcmp(&got.correct, &iv.correct, 8));
+	for (int i = 0; i < 2; i++)
+		ck_assert(!memcmp(got.rank[i].sums, e[i].sums, sizeof e[i].sums) &&
+			  !memcmp(got.rank[i].carry, e[i].carry, sizeof e[i].carry));
+	free(got.rank);
+	kiln_ckpt_close(ck);
+	/* none: not found */
+	save(&a, dir, 2, path, sizeof path);
+	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
+	ck_assert_int_eq(kiln_ckpt_interval_get(ck, &got), KILN_ENOTFOUND);
+	ck_assert(got.rank == NULL && got.ranks == 0);
+	kiln_ckpt_close(ck);
+	/* a start past the checkpoint's step (2) */
+	iv.start = 3;
+	interval_save(&a, dir, &iv, path, sizeof path);
+	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
+	ck_assert_int_eq(kiln_ckpt_interval_get(ck, &got), KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), path) &&
+			      strstr(kiln_last_error(), "section 'interval' out of range") &&
+			      strstr(kiln_last_error(), "start step 3 of a checkpoint at step 2"),
+		      "%s", kiln_last_error());
+	ck_assert(got.rank == NULL);
+	kiln_ckpt_close(ck);
+	rig_close(&a);
+}
+END_TEST
+
 /* Another model refuses the checkpoint and keeps its bytes. */
 START_TEST(test_other_model)
 {
@@ -1923,7 +1989,7 @@ static Suite *make_ckpt_suite(void)
 		test_config_check_types, test_config_check_missing_derived,
 		test_config_check_plugin_layer,
 		test_counter_range, test_tracked_range,
-		test_trainer_range, test_pwrite_interrupted, NULL });
+		test_trainer_range, test_interval_section, test_pwrite_interrupted, NULL });
 	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_resume_exact, test_keep_best, test_deterministic, test_stop_request,
 		test_fallback, test_needs_out_dir, test_team_flip, NULL });

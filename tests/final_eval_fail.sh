@@ -16,6 +16,11 @@
 # finds it in metrics.jsonl (the resumed process logs the step's event
 # only when the run before was killed between its write and its event;
 # session 33 logged it twice); a second --resume records none again.
+# With log_every 2 the run's last step (5, max_steps) is a log point
+# max_steps alone put there: ckpt-5.kiln holds the interval it closed (its
+# "interval" section, session 39), and the resume that takes no step
+# writes it again with the same section, so that a later resume with
+# max_steps raised reopens it (before the fix the rewrite dropped it).
 name=finalevalfail
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -29,7 +34,8 @@ bad=$(find "$tmp/png/test" -name '*.png' | sort | head -1)
 cp "$bad" "$tmp/good.png"
 head -c 40 "$tmp/good.png" > "$bad"
 run="data.path=$data model.init_from=$data/tr_cnn_init.safetensors run.out_dir=$tmp/r
-data.val.source=folder data.val.path=$tmp/png/test data.val.channels=1 data.val.size=8"
+data.val.source=folder data.val.path=$tmp/png/test data.val.channels=1 data.val.size=8
+train.log_every=2"
 
 # shellcheck disable=SC2086
 kiln 3 train "$ini" $run
@@ -38,6 +44,8 @@ stderr_has "undecodable PNG"
 "$top_builddir/tests/ckpt_tool" sections "$(ck r 5)" > "$tmp/sections" ||
 	fail "ckpt_tool sections $(ck r 5) failed"
 ! grep -q '^evaluated' "$tmp/sections" || fail "ckpt-5.kiln has an 'evaluated' section before its evaluations"
+grep -q '^interval ' "$tmp/sections" || fail "ckpt-5.kiln has no 'interval' section (max_steps closed steps 5..5)"
+cp "$(ck r 5)" "$tmp/first.kiln"
 
 evals() { grep -c '"event":"eval"' "$tmp/r/metrics.jsonl"; }
 ckpts() { grep -c '"event":"checkpoint"' "$tmp/r/metrics.jsonl"; }
@@ -55,6 +63,8 @@ test_loss=$(field test_loss "$out")
 "$top_builddir/tests/ckpt_tool" sections "$(ck r 5)" > "$tmp/sections" ||
 	fail "ckpt_tool sections $(ck r 5) failed"
 grep -q '^evaluated' "$tmp/sections" || fail "ckpt-5.kiln lacks 'evaluated' after its evaluations"
+"$top_builddir/tests/ckpt_tool" same "$tmp/first.kiln" "$(ck r 5)" interval epoch params ||
+	fail "ckpt-5.kiln written again after its evaluations lost its interval or epoch sums"
 
 # shellcheck disable=SC2086
 kiln 0 train "$ini" $run --resume

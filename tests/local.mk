@@ -525,6 +525,11 @@ EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py test
 # checkpoint: an early stop's numbers, keep_last's prune, its event
 TESTS += tests/resume_last_kill.sh
 EXTRA_DIST += tests/resume_last_kill.sh
+# a resume between two log points: the interval's sums go on (its first
+# train row, the epoch's train_loss), on 1 process, 2 ranks, ZeRO-1 and
+# pipeline stages, and on another world size
+TESTS += tests/resume_interval.sh
+EXTRA_DIST += tests/resume_interval.sh
 # trained weights kept, exported, fine-tuned: against PyTorch's (issue 24)
 TESTS += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh tests/config_amp.sh
 EXTRA_DIST += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh tests/config_amp.sh \

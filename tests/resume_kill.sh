@@ -8,9 +8,10 @@
 # random moment (often inside a checkpoint write), again and again, until a
 # run finishes; after every kill each ckpt-*.kiln left must verify (the
 # write is atomic), and the finished run's final state (params, buffers,
-# optimizer state, step counters, trainer position) must equal an uninterrupted
-# run's byte for byte.  Then SIGTERM once: exit 0 with "checkpoint written
-# to ...", and resuming that also ends identical.
+# optimizer state, step counters, trainer position, the last epoch's
+# training sums) must equal an uninterrupted run's byte for byte.  Then
+# SIGTERM once: exit 0 with "checkpoint written to ...", and resuming that
+# also ends identical.
 #
 # REPEATS (default 1, as in `make check`): kill/resume repetitions.
 name=kill
@@ -42,7 +43,9 @@ fail() {
 	ini train epochs=3 batch=16 accumulate=2 optimizer=adamw lr=0.003 weight_decay=0.01 \
 		schedule=cosine warmup=4 log_every=5 eval_batch=128 checkpoint_every=2 keep_last=2
 } > "$tmp/run.ini"
-STATE="params buffers optim.exp_avg optim.exp_avg_sq step optim.step trainer"
+# (epoch: the last epoch's training sums, which a resume between two log
+# points continues bit for bit: its "interval" section, session 39)
+STATE="params buffers optim.exp_avg optim.exp_avg_sq step optim.step trainer epoch"
 
 # a number in [0, $1) from /dev/urandom, scaled by 1000 (milliseconds)
 rand_ms() {
