@@ -33,7 +33,7 @@ libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # newer file by its version, not for a symbol missing mid-run.  Libtool's
 # rule: an interface added: current+1, revision 0, age+1; removed or
 # changed: current+1, revision 0, age 0; the code alone: revision+1.
-libkiln_la_LDFLAGS = -version-info 3:0:1 -export-symbols-regex '^kiln_'
+libkiln_la_LDFLAGS = -version-info 4:0:2 -export-symbols-regex '^kiln_'
 
 # The loggers (core/logger.h): metrics.jsonl, CSV, TensorBoard event files.
 # TensorBoard's messages (core/proto/*.proto) are compiled by protoc-c into

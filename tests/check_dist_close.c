@@ -169,7 +169,7 @@ static pid_t open_rank(int r, int port)
 	setenv("KILN_MASTER_PORT", v, 1);
 	if (open_cfg(&reg, &cfg) || kiln_device_open(reg, cfg, "cpu", 0, &dev))
 		_exit(1);
-	const kiln_status st = kiln_dist_open(cfg, reg, dev, &d);
+	const kiln_status st = kiln_dist_open(cfg, reg, dev, &d, NULL);
 	if (!st)
 		kiln_dist_close(d);
 	_exit(st && strstr(kiln_last_error(), "opening the tcommfail communicator: tcommfail: rank") ? 0 : 1);
