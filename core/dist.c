@@ -337,8 +337,13 @@ kiln_status kiln_dist_finish(struct kiln_dist *d)
 		st = kiln_store_poll(d->store, keys, 2, d->timeout_ms, &which, &v);
 	if (!st && which == 0 && !strcmp(v, "1"))
 		d->finished = 1;
-	else if (!st && which == 0)
-		st = kiln_error(KILN_EIO, "%s after the last collective", (const char *)v);
+	else if (!st && which == 0) { /* "rank N failed": what it said */
+		char said[FAILED_SAID_MAX];
+		int r = -1;
+		sscanf(v, "rank %d", &r);
+		kiln_dist_failed_said(d->store, r, said, sizeof said);
+		st = kiln_error(KILN_EIO, "%s after the last collective%s", (const char *)v, said);
+	}
 	else if (!st)
 		st = kiln_error(KILN_EIO, "rank %s was lost after the last collective (its process exited or its connection closed)",
 				(const char *)v);
@@ -403,11 +408,18 @@ static void failed_why_post(struct kiln_dist *d, int ms)
 	kiln_store_set_within(d->store, "kiln/failed_why", w, n, ms);
 }
 
-void dist_failed_said(struct kiln_store *s, int r, char *out, size_t n)
+void kiln_dist_failed_said(struct kiln_store *s, int r, char *out, size_t n)
 {
 	void *v = NULL;
 	size_t len = 0;
 	out[0] = 0;
+	/* (rank r's: the first rank to fail posts both, its message first) */
+	if (kiln_store_check(s, "kiln/failed_rank", &v, NULL) || !v || atoi(v) != r) {
+		free(v);
+		return;
+	}
+	free(v);
+	v = NULL;
 	if (!kiln_store_check(s, "kiln/failed_why", &v, &len) && v && len)
 		snprintf(out, n, "; rank %d said: %s", r, (const char *)v);
 	free(v);
@@ -1332,7 +1344,7 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	 * on a stream worker, then its sync; dist_peer_gone's "... before
 	 * the ranks compared ..."): said once, not wrapped again (nor read
 	 * as the communicator's by the words it quotes of the peer's,
-	 * dist_failed_said) */
+	 * kiln_dist_failed_said) */
 	if (dist_names_rank(d, kiln_last_error()) &&
 	    strstr(kiln_last_error(), ") failed with its own error (its log says why)")) {
 		d->peer_blamed = 1;
@@ -1360,7 +1372,7 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 		st = kiln_error(st, "%s", msg); /* explained already (a stream worker's failure) */
 	else if (failed >= 0) {
 		char said[FAILED_SAID_MAX];
-		dist_failed_said(d->store, failed, said, sizeof said);
+		kiln_dist_failed_said(d->store, failed, said, sizeof said);
 		st = kiln_error(st, "rank %d of %d: rank %d (host %s) failed with its own error (its log says why): %s%s",
 				d->env.rank, d->env.world, failed, host, msg ? msg : "", said);
 	}

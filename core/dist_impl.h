@@ -170,8 +170,8 @@ kiln_status dist_peer_gone(struct kiln_dist *d, int who, int lost, const char *b
  * (none posted: a rank of a kiln before session 39, or one that could
  * not post it).  The survivors' "rank R ... failed with its own error
  * (its log says why)" end with it (session 39). */
-void dist_failed_said(struct kiln_store *s, int r, char *out, size_t n);
-#define FAILED_SAID_MAX 1100 /* dist_failed_said's out: the message's 1000 bytes and more */
+void kiln_dist_failed_said(struct kiln_store *s, int r, char *out, size_t n);
+#define FAILED_SAID_MAX 1100 /* kiln_dist_failed_said's out: the message's 1000 bytes and more */
 /* core/dist_config.c: every rank's resolved config (and kiln) against rank
  * 0's, through the store, before the communicator opens: KILN_ECONFIG on
  * every rank, naming the first rank and key that differ, both values. */
