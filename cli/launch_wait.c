@@ -282,8 +282,9 @@ static pid_t launch_reap(int *ws, pid_t *pgid)
  * a later one (LAUNCH_FAILED_LINE); else the first reaped stays.  Before
  * session 39 the first reaped of two exits 1 was named: rank 0, which
  * read rank 1's failure in the store and exited at once, while rank 1
- * was still in its teardown (5 of 235 runs of the sweep of
- * tests/dist_blame_oom.sh). */
+ * was still in its teardown (7 of 220 failed runs of a sweep over rank
+ * 1's allocations of any size, as tests/dist_config_oom.sh's of 1 byte;
+ * tests/launch_wait.sh 2d). */
 static int says_more(const struct launch_opts *o, const struct launch_state *s, int l, int ws)
 {
 	const int a = exit_rank(ws), b = exit_rank(s->fail_status);

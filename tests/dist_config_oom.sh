@@ -21,8 +21,8 @@
 #  - a run that fails exits 1 (rank 1's status), and kiln launch's last
 #    line names rank 1 and quotes its out of memory ("; rank 1 said:
 #    ...", cli/launch.h LAUNCH_FAILED_LINE), never rank 0, which may exit
-#    first (before, 5 of 235 runs of a sweep over allocations of any size
-#    named rank 0, the first reaped);
+#    first (before, 7 of 220 failed runs of a sweep over allocations of
+#    any size named rank 0, the first reaped);
 #  - rank 0's error is a stop (kiln launch stopped it) or names rank 1 as
 #    failed (with its own error, or after the last collective) and quotes
 #    its out of memory (kiln/failed_why);
