@@ -284,6 +284,39 @@ static void tell_launcher(const char *cause)
 		return; /* (a full pipe: the rank's own line says it) */
 }
 
+/* This process's rank (0 outside a data-parallel run): only rank 0 writes
+ * checkpoints. */
+static int stop_rank(void)
+{
+	struct kiln_dist_env env;
+	return kiln_dist_env_read(&env) ? 0 : env.rank;
+}
+
+/* Under kiln launch: a failure of this rank's own (kiln_train_failed_own:
+ * not one that followed from a peer's), as LAUNCH_FAILED_LINE, its rank
+ * and its message, so that the launcher names the rank the failure began
+ * on, not the one it reaped first (cli/launch_wait.c; session 39: rank 0,
+ * which read rank 1's failure in the store and exited at once, was named
+ * while rank 1 was still in its teardown).  Written when the error is
+ * final, before the teardown that tells the peers: any peer's failure
+ * that follows from it comes after it in the pipe.  A long message keeps
+ * its start and its end (the cause) around "...", on one line. */
+static void tell_launcher_failed(const char *msg)
+{
+	char line[600];
+	const size_t most = sizeof line - 80, len = strlen(msg);
+	int n = snprintf(line, sizeof line, LAUNCH_FAILED_LINE "%d ", stop_rank());
+	if (len <= most)
+		n += snprintf(line + n, sizeof line - (size_t)n, "%s", msg);
+	else
+		n += snprintf(line + n, sizeof line - (size_t)n, "%.*s...%s", (int)(most / 4), msg,
+			      msg + len - (most - most / 4 - 3));
+	for (char *c = line; *c; c++)
+		if (*c == '\n' || *c == '\r')
+			*c = ' ';
+	tell_launcher(line);
+}
+
 /* The run's error, printed by the library's hook before its teardown
  * (kiln_set_error_hook): a stop signal during a teardown of more than
  * KILN_STOP_GRACE_S (a device's frees, the store's goodbyes) ends the
@@ -303,6 +336,8 @@ static void on_run_error(void *user, kiln_status st, const char *msg)
 	e->msg = strdup(m);
 	fprintf(stderr, "%skiln: error: %s\n", e->tty ? "\n" : "", *m ? m : kiln_status_name(st));
 	fflush(stderr);
+	if (kiln_train_failed_own())
+		tell_launcher_failed(*m ? m : kiln_status_name(st));
 }
 
 struct bar {
@@ -438,14 +473,6 @@ const char cmd_train_about[] =
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error, 4 the\n"
 	"run directory (out_dir) was removed mid-run: recreated with a checkpoint,\n"
 	"resume with --resume.\n";
-
-/* This process's rank (0 outside a data-parallel run): only rank 0 writes
- * checkpoints. */
-static int stop_rank(void)
-{
-	struct kiln_dist_env env;
-	return kiln_dist_env_read(&env) ? 0 : env.rank;
-}
 
 /* "KEY": V, or "KEY": null when V < 0 (not measured) or not finite (a
  * diverged run: before session 36 a bare inf or -nan made the line not
@@ -671,6 +698,8 @@ int cmd_train(int argc, char **argv)
 	} else if (st) {
 		if (b.tty)
 			fprintf(stderr, "\n");
+		if (!told.msg) /* (before the run: the config, its plugins) */
+			tell_launcher_failed(kiln_last_error());
 		rc = cli_fail(st);
 	} else {
 		say_result(&r);

@@ -49,6 +49,15 @@ struct launch_opts {
  * stop not the user's. */
 #define LAUNCH_STOPPED_LINE "kiln-stopped "
 
+/* The line a trainer writes to KILN_LAUNCH_WHY_FD, with its global rank
+ * and its error message ("kiln-failed 1 rank 1 of 2: ...: out of
+ * memory"), when it fails of its own error, not one that followed from a
+ * peer's (kiln_train_failed_own), as soon as that error is final (before
+ * its teardown, which tells its peers): among ranks whose exits say as
+ * much (launch_wait.c: exit_rank), the launcher names the first to say
+ * so, not the first it reaps, and quotes it (session 39). */
+#define LAUNCH_FAILED_LINE "kiln-failed "
+
 /* Set by cmd_launch.c's handlers: the stop signal that arrived (SIGINT,
  * SIGTERM, SIGUSR1, SIGHUP), and Ctrl-Z's (SIGTSTP, SIGTTIN, SIGTTOU);
  * taken by launch_wait. */

@@ -81,11 +81,17 @@ struct rank_end {
 	 * whether it was */
 	double until;
 	int killed;
+	/* its trainer said it failed of its own error (LAUNCH_FAILED_LINE):
+	 * the how-manieth rank to say so (1, 2, ...; 0: it did not), and its
+	 * message (malloc'd) */
+	int said_own;
+	char *said;
 };
 
 /* launch_wait's state. */
 struct launch_state {
 	int alive, failed, fail_status, first;
+	int owns; /* ranks that said they failed of their own error so far */
 	int forwards; /* signals passed on so far (launch_forward) */
 	int stopping; /* launch_fail stopped the other ranks (SIGTERM, kill_at) */
 	double kill_at, fwd_at;
@@ -193,15 +199,24 @@ static void launch_sleep(double deadline, const sigset_t *open)
 }
 
 /* One whole line from the ranks' pipe: a trainer's clean stop
- * (LAUNCH_STOPPED_LINE and its global rank) marks its local rank's end,
- * any other is the cause of a stop not the user's, the first into o->why. */
+ * (LAUNCH_STOPPED_LINE and its global rank) marks its local rank's end, a
+ * failure of its own (LAUNCH_FAILED_LINE, its rank and message) is
+ * counted for it (the first said only), any other is the cause of a stop
+ * not the user's, the first into o->why. */
 static void launch_pipe_line(struct launch_opts *o, struct launch_state *s, const char *line)
 {
-	const size_t n = strlen(LAUNCH_STOPPED_LINE);
+	const size_t n = strlen(LAUNCH_STOPPED_LINE), f = strlen(LAUNCH_FAILED_LINE);
 	if (!strncmp(line, LAUNCH_STOPPED_LINE, n)) {
 		const int l = atoi(line + n) - o->node_rank * o->nproc;
 		if (l >= 0 && l < o->nproc)
 			s->end[l].said_stopped = 1;
+	} else if (!strncmp(line, LAUNCH_FAILED_LINE, f)) {
+		char *e;
+		const long l = strtol(line + f, &e, 10) - (long)o->node_rank * o->nproc;
+		if (l >= 0 && l < o->nproc && !s->end[l].said_own) {
+			s->end[l].said_own = ++s->owns;
+			s->end[l].said = strdup(*e == ' ' ? e + 1 : e); /* (NULL: unquoted) */
+		}
 	} else if (!o->why[0]) {
 		snprintf(o->why, sizeof o->why, "%s", line);
 	}
@@ -260,8 +275,28 @@ static pid_t launch_reap(int *ws, pid_t *pgid)
 	return waitpid(si.si_pid, ws, 0);
 }
 
+/* Whether local rank l's failure (status ws) says more than the one named
+ * so far (s->failed): an exit that names a cause over one that follows
+ * from one (exit_rank); between those alike, a rank whose trainer said it
+ * failed of its own error over one that did not, the first to say so over
+ * a later one (LAUNCH_FAILED_LINE); else the first reaped stays.  Before
+ * session 39 the first reaped of two exits 1 was named: rank 0, which
+ * read rank 1's failure in the store and exited at once, while rank 1
+ * was still in its teardown (7 of 220 failed runs of a sweep over rank
+ * 1's allocations of any size, as tests/dist_config_oom.sh's of 1 byte;
+ * tests/launch_wait.sh 2d). */
+static int says_more(const struct launch_opts *o, const struct launch_state *s, int l, int ws)
+{
+	const int a = exit_rank(ws), b = exit_rank(s->fail_status);
+	if (a != b)
+		return a > b;
+	const int mine = s->end[l].said_own;
+	const int theirs = s->end[s->failed - o->node_rank * o->nproc].said_own;
+	return mine && (!theirs || mine < theirs);
+}
+
 /* Local rank l failed with status ws (pid p): name it; the first failure
- * that says most (exit_rank) is the one returned, a later one that says
+ * that says most (says_more) is the one returned, a later one that says
  * more replaces it.  The first with stop_others stops the other ranks
  * (SIGTERM, SIGKILL after --grace); one without (launch_group_done: a
  * failure beside a clean exit in a group stopping) does not. */
@@ -277,7 +312,7 @@ static void launch_fail(const struct launch_opts *o, struct launch_state *s, pid
 	 * (cli/cmd_train.c; before session 36): only the --grace deadline */
 	const int term = stop && !o->fwd_sigs;
 	launch_describe_status(ws, why, sizeof why);
-	if (s->failed < 0 || exit_rank(ws) > exit_rank(s->fail_status)) {
+	if (s->failed < 0 || says_more(o, s, l, ws)) {
 		char then[160] = "";
 		if (s->alive && term)
 			snprintf(then, sizeof then, "; stopping the other ranks");
@@ -534,20 +569,25 @@ static void launch_blocked(sigset_t *block)
 		sigaddset(block, sigs[i]);
 }
 
-/* The last line, for a run that failed: which rank, and why. */
+/* The last line, for a run that failed: which rank, and why (its own
+ * words where its trainer said them: LAUNCH_FAILED_LINE). */
 static int launch_verdict(struct launch_opts *o, struct launch_state *s)
 {
 	char why[96];
 	launch_describe_status(s->fail_status, why, sizeof why);
 	launch_read_pipe(o, s);
+	const char *said = s->end[s->failed - o->node_rank * o->nproc].said;
+	char quote[sizeof s->line + 32] = "";
+	if (said)
+		snprintf(quote, sizeof quote, "; rank %d said: %s", s->failed, said);
 	if (s->first < 0 && o->why[0])
 		fprintf(stderr, "kiln launch: error: rank %d stopped (%s), not at the user's request: %s\n",
 			s->failed, why, o->why);
 	else if (s->first >= 0)
-		fprintf(stderr, "kiln launch: error: rank %d failed (%s); rank %d, which ended first, followed from it\n",
-			s->failed, why, s->first);
+		fprintf(stderr, "kiln launch: error: rank %d failed (%s); rank %d, which ended first, followed from it%s\n",
+			s->failed, why, s->first, quote);
 	else
-		fprintf(stderr, "kiln launch: error: rank %d failed (%s)\n", s->failed, why);
+		fprintf(stderr, "kiln launch: error: rank %d failed (%s)%s\n", s->failed, why, quote);
 	return WIFEXITED(s->fail_status) ? WEXITSTATUS(s->fail_status) : 1;
 }
 
@@ -604,6 +644,9 @@ int launch_wait(struct launch_opts *o, pid_t *pids)
 		launch_sleep(until, &open);
 	}
 	sigprocmask(SIG_SETMASK, &open, NULL);
-	return s.failed < 0 ? 0 : launch_verdict(o, &s);
+	const int rc = s.failed < 0 ? 0 : launch_verdict(o, &s);
+	for (int l = 0; l < nproc; l++)
+		free(end[l].said);
+	return rc;
 }
 

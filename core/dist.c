@@ -155,7 +155,7 @@ static void restart_wait(const struct kiln_dist_env *env)
 }
 
 kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			   struct kiln_device *dev, struct kiln_dist **out)
+			   struct kiln_device *dev, struct kiln_dist **out, int *own)
 {
 	struct kiln_dist *d;
 	kiln_status st;
@@ -163,6 +163,8 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	const char *comm = kiln_config_get(cfg, "run", "comm");
 	double timeout = 0, heartbeat = 0;
 	*out = NULL;
+	if (own)
+		*own = 1; /* (until the store: nothing of the group's) */
 	if ((st = kiln_dist_env_read(&env)))
 		return st;
 	if (!comm || !*comm)
@@ -249,7 +251,8 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	if ((st = d->ops->open(kiln_host_table(), cfg, d->store, dev, env.rank, env.world,
 			       d->timeout_ms, &d->ctx))) {
 		/* the mesh's connect fails for a peer late or gone (or a
-		 * link): no FAILED mark of this rank (review of session 34) */
+		 * link): no FAILED mark of this rank (review of session 34),
+		 * unless its own allocation failed (kiln_dist_failed_own) */
 		d->peer_blamed = 1;
 		st = kiln_error_wrap(st, "rank %d of %d: opening the %s communicator", env.rank,
 				     env.world, comm);
@@ -272,6 +275,11 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	*out = d;
 	return KILN_OK;
 fail:
+	if (st == KILN_ENOMEM) /* (its store's answers: named as a rank's) */
+		st = kiln_dist_name_own(d, st);
+	if (own)
+		*own = st == KILN_ENOMEM || kiln_store_oom(d->store) ||
+		       (d->joined && kiln_dist_failed_own(d));
 	kiln_dist_close(d);
 	return st;
 }
@@ -329,8 +337,13 @@ kiln_status kiln_dist_finish(struct kiln_dist *d)
 		st = kiln_store_poll(d->store, keys, 2, d->timeout_ms, &which, &v);
 	if (!st && which == 0 && !strcmp(v, "1"))
 		d->finished = 1;
-	else if (!st && which == 0)
-		st = kiln_error(KILN_EIO, "%s after the last collective", (const char *)v);
+	else if (!st && which == 0) { /* "rank N failed": what it said */
+		char said[FAILED_SAID_MAX];
+		int r = -1;
+		sscanf(v, "rank %d", &r);
+		kiln_dist_failed_said(d->store, r, said, sizeof said);
+		st = kiln_error(KILN_EIO, "%s after the last collective%s", (const char *)v, said);
+	}
 	else if (!st)
 		st = kiln_error(KILN_EIO, "rank %s was lost after the last collective (its process exited or its connection closed)",
 				(const char *)v);
@@ -360,6 +373,58 @@ static int ms_left(int64_t end_ms)
 	return left > 1 ? (int)left : 1;
 }
 
+int kiln_dist_failed_own(struct kiln_dist *d)
+{
+	if (!d || d->env.world < 2)
+		return 1;
+	/* an allocation of this process failed asking the store: its own
+	 * failure, whatever the caller (a communicator's connect, a wait for
+	 * a peer's key) made of the status, a lost connection or a peer's
+	 * silence (session 39) */
+	if (kiln_store_oom(d->store))
+		return 1;
+	return !d->agreed && !d->peer_blamed && !kiln_stop_pending();
+}
+
+/* the most of a failed rank's message its peers quote: its start and
+ * its end (the cause, last) around "..." */
+#define FAILED_WHY_MAX 1000
+
+/* Post d->why as kiln/failed_why within ms (at most FAILED_WHY_MAX
+ * bytes). */
+static void failed_why_post(struct kiln_dist *d, int ms)
+{
+	char cut[FAILED_WHY_MAX + 1];
+	const char *w = d->why;
+	size_t n = strlen(w);
+	if (n > FAILED_WHY_MAX) {
+		const size_t head = FAILED_WHY_MAX / 4, tail = FAILED_WHY_MAX - head - 3;
+		memcpy(cut, w, head);
+		memcpy(cut + head, "...", 3);
+		memcpy(cut + head + 3, w + n - tail, tail);
+		w = cut;
+		n = FAILED_WHY_MAX;
+	}
+	kiln_store_set_within(d->store, "kiln/failed_why", w, n, ms);
+}
+
+void kiln_dist_failed_said(struct kiln_store *s, int r, char *out, size_t n)
+{
+	void *v = NULL;
+	size_t len = 0;
+	out[0] = 0;
+	/* (rank r's: the first rank to fail posts both, its message first) */
+	if (kiln_store_check(s, "kiln/failed_rank", &v, NULL) || !v || atoi(v) != r) {
+		free(v);
+		return;
+	}
+	free(v);
+	v = NULL;
+	if (!kiln_store_check(s, "kiln/failed_why", &v, &len) && v && len)
+		snprintf(out, n, "; rank %d said: %s", r, (const char *)v);
+	free(v);
+}
+
 /* A rank leaving unfinished after the rendezvous with an error of its
  * own (a data file, the device; not a peer's loss or failure the
  * communicator or the store showed it, nor an outcome every rank agreed
@@ -372,8 +437,7 @@ static void close_mark_failed(struct kiln_dist *d)
 {
 	int64_t n = 0;
 	void *v = NULL;
-	if (!d->store || d->env.world < 2 || !d->joined || d->finished || d->agreed ||
-	    d->peer_blamed || kiln_stop_pending())
+	if (!d->store || d->env.world < 2 || !d->joined || d->finished || !kiln_dist_failed_own(d))
 		return;
 	/* within CLOSE_MARK_MS in all, as the finished_all set in
 	 * kiln_dist_close: a rank whose link to the store is cut waited a
@@ -385,6 +449,11 @@ static void close_mark_failed(struct kiln_dist *d)
 	free(v);
 	if (lost || kiln_store_add_within(d->store, "kiln/failed", 1, &n, ms_left(end)) || n != 1)
 		return;
+	/* its message before its rank: a peer that reads the rank (or the
+	 * heartbeat's FAILED mark) finds the message there (session 39:
+	 * before, "its log says why", on another node for a multi-node run) */
+	if (d->why && *d->why)
+		failed_why_post(d, ms_left(end));
 	char r[24];
 	const int k = snprintf(r, sizeof r, "%d", d->env.rank);
 	if (!kiln_store_set_within(d->store, "kiln/failed_rank", r, (size_t)k, ms_left(end)))
@@ -393,8 +462,11 @@ static void close_mark_failed(struct kiln_dist *d)
 
 void kiln_dist_leave(struct kiln_dist *d)
 {
-	if (d)
-		kiln_heartbeat_leave(d->hb);
+	if (!d)
+		return;
+	kiln_heartbeat_leave(d->hb);
+	if (!d->why)
+		d->why = kiln_strdup(kiln_last_error());
 }
 
 void kiln_dist_close(struct kiln_dist *d)
@@ -501,6 +573,7 @@ void kiln_dist_close(struct kiln_dist *d)
 	}
 	if (d->run_clock)
 		kiln_run_clock_stop();
+	free(d->why);
 	free(d);
 	if (msg && *msg)
 		kiln_error(KILN_EIO, "%s", msg);
@@ -1266,6 +1339,24 @@ static int explained(const char *msg)
 	return 0;
 }
 
+/* This process ran out of memory asking the store (kiln_store_oom): its
+ * own failure, out of memory, whatever a communicator that asked made of
+ * the status (an I/O error, a peer that did not say): said as this
+ * rank's, no peer and not the store blamed, and its peers told
+ * (close_mark_failed).  Before session 39 the allocation read as the
+ * connection lost, and the rank said "the store on rank 0 ... is gone"
+ * or "rank 0, which hosts the store, may have died".  Frees msg. */
+static kiln_status oom_own(struct kiln_dist *d, char *msg)
+{
+	kiln_status st = dist_names_rank(d, msg)
+				 ? kiln_error(KILN_ENOMEM, "%s", msg)
+				 : kiln_error(KILN_ENOMEM, "rank %d of %d: %s", d->env.rank, d->env.world,
+					      msg ? msg : "out of memory");
+	d->peer_blamed = 0;
+	free(msg);
+	return st;
+}
+
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
 	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))
@@ -1277,9 +1368,12 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 		return st;
 	d->failed = 1;
 	/* explained already by an earlier call on the way out (a collective
-	 * on a stream worker, then its sync): said once, not wrapped again */
+	 * on a stream worker, then its sync; dist_peer_gone's "... before
+	 * the ranks compared ..."): said once, not wrapped again (nor read
+	 * as the communicator's by the words it quotes of the peer's,
+	 * kiln_dist_failed_said) */
 	if (dist_names_rank(d, kiln_last_error()) &&
-	    strstr(kiln_last_error(), ") failed with its own error (its log says why): ")) {
+	    strstr(kiln_last_error(), ") failed with its own error (its log says why)")) {
 		d->peer_blamed = 1;
 		return st;
 	}
@@ -1287,10 +1381,14 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	 * give it a moment to have seen it (lost_wait_ms; the query sets
 	 * its own message) */
 	char *msg = kiln_strdup(kiln_last_error());
+	if (kiln_store_oom(d->store))
+		return oom_own(d, msg);
 	/* a peer that failed with its own error first: no lost rank to
 	 * wait for (it left saying goodbye) */
 	const int failed = from_comm(d, msg) ? failed_peer(d) : -1;
 	int lost = failed >= 0 ? failed : kiln_store_lost_rank(d->store, lost_wait_ms(d, st, msg));
+	if (kiln_store_oom(d->store)) /* (in those questions) */
+		return oom_own(d, msg);
 	char host[64] = "?", key[48];
 	void *v = NULL;
 	snprintf(key, sizeof key, "kiln/host/%d", lost);
@@ -1299,9 +1397,12 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	free(v);
 	if (lost >= 0 && msg && strstr(msg, " was lost (host "))
 		st = kiln_error(st, "%s", msg); /* explained already (a stream worker's failure) */
-	else if (failed >= 0)
-		st = kiln_error(st, "rank %d of %d: rank %d (host %s) failed with its own error (its log says why): %s",
-				d->env.rank, d->env.world, failed, host, msg ? msg : "");
+	else if (failed >= 0) {
+		char said[FAILED_SAID_MAX];
+		kiln_dist_failed_said(d->store, failed, said, sizeof said);
+		st = kiln_error(st, "rank %d of %d: rank %d (host %s) failed with its own error (its log says why): %s%s",
+				d->env.rank, d->env.world, failed, host, msg ? msg : "", said);
+	}
 	else if (lost >= 0 && d->pipe_P) /* [dist] pipeline: name its stage too */
 		st = kiln_error(st, "rank %d of %d (pipeline stage %d): rank %d (stage %d of pipe %d) was lost (host %s: its process exited, its host went down or its connection closed): %s",
 				d->env.rank, d->env.world, d->env.rank % d->pipe_P, lost,

@@ -14,9 +14,13 @@
 struct kiln_dist;
 
 /* Join the group the environment describes with [run] comm.  *out = NULL
- * (and KILN_OK) for a single process without a named communicator. */
+ * (and KILN_OK) for a single process without a named communicator.  On
+ * failure *own (when own is set) says whether it is this rank's own
+ * (kiln_dist_failed_own; out of memory always; before the rendezvous
+ * completed, nothing else: the store not reached, the rendezvous timed
+ * out or stopped follow from the group's). */
 kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			   struct kiln_device *dev, struct kiln_dist **out);
+			   struct kiln_device *dev, struct kiln_dist **out, int *own);
 /* After a run that ended well on this rank: drain the comm stream and
  * wait, through the store and within [dist] timeout, until every rank has
  * done so, so that no rank closes the communicator while a peer is still
@@ -58,6 +62,15 @@ int kiln_dist_restart_wait_ms(const struct kiln_dist_env *env);
 void kiln_dist_leave(struct kiln_dist *d);
 /* Wait for every rank (store barrier), leave the group, free. NULL: no-op. */
 void kiln_dist_close(struct kiln_dist *d);
+/* Whether this rank's failure (after kiln_dist_explain) is its own: 1, the
+ * failure began here (a file, the device, out of memory; an allocation of
+ * this process that failed asking the store counts so whatever the
+ * caller made of it), or 0, it followed from the group's (a peer lost,
+ * failed or stuck, the store gone, an outcome every rank agreed on, a
+ * stop asked for).  Its peers are told the former (kiln/failed_rank,
+ * kiln/failed_why), and so is `kiln launch` (kiln_train_failed_own).
+ * NULL or one rank: 1. */
+int kiln_dist_failed_own(struct kiln_dist *d);
 int kiln_dist_rank(const struct kiln_dist *d);  /* 0 for NULL */
 int kiln_dist_world(const struct kiln_dist *d); /* 1 for NULL */
 /* The communicator plugin's name ("gloo", "mpi", "nccl"); NULL for NULL. */

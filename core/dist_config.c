@@ -287,8 +287,10 @@ kiln_status dist_peer_gone(struct kiln_dist *d, int who, int lost, const char *b
 	if (lost)
 		return kiln_error(KILN_EIO, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed) before %s",
 				  d->env.rank, d->env.world, who, host, before);
-	return kiln_error(KILN_EIO, "rank %d of %d: rank %d (host %s) failed with its own error (its log says why) before %s",
-			  d->env.rank, d->env.world, who, host, before);
+	char said[FAILED_SAID_MAX];
+	kiln_dist_failed_said(d->store, who, said, sizeof said);
+	return kiln_error(KILN_EIO, "rank %d of %d: rank %d (host %s) failed with its own error (its log says why) before %s%s",
+			  d->env.rank, d->env.world, who, host, before, said);
 }
 
 kiln_status kiln_dist_agree_sizes(struct kiln_dist *d, const char *const *names,

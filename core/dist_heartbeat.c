@@ -173,10 +173,12 @@ static void end_rank(struct kiln_heartbeat *h, int store_up, const char *fmt, ..
  * session 34). */
 static void peer_failed(struct kiln_heartbeat *h, int r)
 {
+	char said[FAILED_SAID_MAX];
 	if (h->rank == 0 && h->world > 2)
 		usleep(2 * FAIL_LOOK_MS * 1000);
-	end_rank(h, 1, "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank",
-		 h->rank, h->world, r, h->host[r]);
+	kiln_dist_failed_said(h->q, r, said, sizeof said);
+	end_rank(h, 1, "rank %d of %d: watchdog: rank %d (host %s) failed with its own error (its log says why); ending this rank%s",
+		 h->rank, h->world, r, h->host[r], said);
 }
 
 /* One beat: bump this rank's counter, read the peers'.  Returns 0, or 1

@@ -96,7 +96,11 @@ struct kiln_dist {
 			   * leaves last (kiln_dist_close) */
 	int finished;     /* kiln_dist_finish met every rank */
 	int peer_blamed;  /* kiln_dist_explain blamed a peer, the store or the
-			   * communicator: no failure of this rank's own */
+			   * communicator: no failure of this rank's own
+			   * (unless this process ran out of memory asking
+			   * the store: kiln_dist_failed_own) */
+	char *why;        /* the failure's message as kiln_dist_leave found
+			   * it (malloc'd): kiln/failed_why (close_mark_failed) */
 	int run_clock;    /* kiln_run_clock_start succeeded (kiln_dist_close stops it) */
 	int joined;       /* this process completed the rendezvous: only
 			   * then is a failure of its the run's (a process
@@ -160,6 +164,14 @@ kiln_status dist_peer_read(struct kiln_dist *d, const char *key, void **val, int
  * compared their data set sizes"), as kiln_dist_explain and the watchdog
  * name it: KILN_EIO, the peer blamed. */
 kiln_status dist_peer_gone(struct kiln_dist *d, int who, int lost, const char *before);
+/* core/dist.c: what rank r, the peer that failed with its own error
+ * first, posted as its message (kiln/failed_why, close_mark_failed),
+ * asked on s: "; rank R said: MESSAGE" into out (at most n), else ""
+ * (none posted: a rank of a kiln before session 39, or one that could
+ * not post it).  The survivors' "rank R ... failed with its own error
+ * (its log says why)" end with it (session 39). */
+void kiln_dist_failed_said(struct kiln_store *s, int r, char *out, size_t n);
+#define FAILED_SAID_MAX 1100 /* kiln_dist_failed_said's out: the message's 1000 bytes and more */
 /* core/dist_config.c: every rank's resolved config (and kiln) against rank
  * 0's, through the store, before the communicator opens: KILN_ECONFIG on
  * every rank, naming the first rank and key that differ, both values. */

@@ -33,8 +33,8 @@ libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # newer file by its version, not for a symbol missing mid-run.  Libtool's
 # rule: an interface added: current+1, revision 0, age+1; removed or
 # changed: current+1, revision 0, age 0; the code alone: revision+1.
-# 4:0:2 since session 39 (libkiln.so.2.2.0): kiln_safetensors_read and
-# kiln_safetensors_index added.
+# 4:0:2 since session 39 (libkiln.so.2.2.0): kiln_safetensors_read,
+# kiln_safetensors_index and kiln_train_failed_own added.
 libkiln_la_LDFLAGS = -version-info 4:0:2 -export-symbols-regex '^kiln_'
 
 # The loggers (core/logger.h): metrics.jsonl, CSV, TensorBoard event files.

@@ -29,6 +29,7 @@ struct kiln_store {
 	char host[256];
 	char token[STORE_TOKEN_MAX + 1];
 	int broken;        /* a request failed midway: the stream is out of step */
+	int oom;           /* an answer's allocation failed (kiln_store_oom) */
 	int old_fd;        /* the broken rendezvous connection, until the claim again (-1) */
 	unsigned char claim_key[STORE_CLAIM_KEY_LEN]; /* this process's, for a claim again (rendezvous_claim) */
 	pthread_mutex_t lock;
@@ -146,8 +147,32 @@ static int reply_ready(int fd, int64_t deadline)
 	}
 }
 
+/* read_reply's result where the answer came whole but this process had
+ * no memory for its value (xfer's codes are 0, -1 and -2) */
+#define XFER_NOMEM (-3)
+
+/* Read and drop n bytes of an answer before the deadline (xfer's
+ * result): the value this process had no memory for, so that the
+ * stream stays in step. */
+static int skip_bytes(int fd, uint32_t n, int64_t deadline)
+{
+	char sink[256];
+	int r = 0;
+	while (!r && n) {
+		const uint32_t k = n < sizeof sink ? n : (uint32_t)sizeof sink;
+		r = xfer(fd, sink, k, deadline, 0);
+		n -= k;
+	}
+	return r;
+}
+
 /* One answer's header and value (malloc'd, NUL-terminated, into *rv)
- * before the deadline: xfer's result. */
+ * before the deadline: xfer's result, or XFER_NOMEM where the value's
+ * allocation failed (its bytes read and dropped: the connection in
+ * step, rh and *len the answer's).  Before session 39 that failure read
+ * as the connection lost: a rank whose own allocation failed blamed
+ * rank 0 ("rank 0, which hosts the store, may have died") and, its
+ * connection broken, could not tell its peers that it had failed. */
 static int read_reply(int fd, int64_t deadline, unsigned char rh[5], char **rv, size_t *len)
 {
 	*rv = NULL;
@@ -156,8 +181,11 @@ static int read_reply(int fd, int64_t deadline, unsigned char rh[5], char **rv, 
 	uint32_t rlen = r ? 0 : get32(rh + 1);
 	if (!r && rlen > STORE_MAX_VALUE)
 		r = -1;
-	if (!r && !(*rv = malloc((size_t)rlen + 1)))
-		r = -1;
+	if (!r && !(*rv = malloc((size_t)rlen + 1))) {
+		*len = rlen;
+		r = skip_bytes(fd, rlen, deadline);
+		return r ? r : XFER_NOMEM;
+	}
 	if (!r && rlen)
 		r = xfer(fd, *rv, rlen, deadline, 0);
 	if (r) {
@@ -188,8 +216,9 @@ static int resync(struct kiln_store *s)
 		unsigned char rh[5];
 		char *rv;
 		size_t len;
-		if ((r = read_reply(s->fd, deadline, rh, &rv, &len)))
+		if ((r = read_reply(s->fd, deadline, rh, &rv, &len)) && r != XFER_NOMEM)
 			break;
+		r = 0; /* (an answer this process had no memory for: in step) */
 		free(rv);
 		if (rh[0] == STORE_CANCELLED)
 			return 0;
@@ -200,7 +229,9 @@ static int resync(struct kiln_store *s)
 /* One request/response.  *val malloc'd (NUL-terminated) when wanted.
  * *status: STORE_OK, STORE_ABSENT; a refusal is an error.  A GET that
  * timed out before any answer (its key not set in time) leaves the
- * connection in step (resync); any other failure on the wire breaks it. */
+ * connection in step (resync), and so does an answer this process had no
+ * memory for (KILN_ENOMEM, kiln_store_oom); any other failure on the
+ * wire breaks it. */
 static kiln_status request(struct kiln_store *s, int op, const char *key, const void *val,
 			   uint32_t vlen, int timeout_ms, int *status, void **out, size_t *out_len)
 {
@@ -227,6 +258,12 @@ static kiln_status request(struct kiln_store *s, int op, const char *key, const 
 	if (!r) { /* the answer began: the rest is on its way */
 		const int64_t rest = now_ms() + RESYNC_MS;
 		r = read_reply(s->fd, deadline < 0 || deadline > rest ? deadline : rest, rh, &rv, &rlen);
+	}
+	if (r == XFER_NOMEM) { /* this process's failure, not the store's */
+		s->oom = 1;
+		st = kiln_error(KILN_ENOMEM, "store " KILN_AT_FMT ": out of memory for its answer to '%s' (%zu byte%s)",
+				KILN_AT_ARG(s->host, s->port), key, rlen + 1, rlen ? "s" : "");
+		goto out;
 	}
 	if (r) {
 		/* only a GET parks: another request without an answer means a
@@ -562,6 +599,16 @@ void kiln_store_close(struct kiln_store *s)
 }
 
 int kiln_store_port(const struct kiln_store *s) { return s ? s->port : 0; }
+
+int kiln_store_oom(struct kiln_store *s)
+{
+	if (!s)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	const int oom = s->oom;
+	pthread_mutex_unlock(&s->lock);
+	return oom;
+}
 
 kiln_status kiln_store_set(struct kiln_store *s, const char *key, const void *val, size_t len)
 {
@@ -1040,18 +1087,29 @@ kiln_status kiln_store_poll(struct kiln_store *s, const char *const *keys, int n
  * nothing for this long is silent: rank 0 stopped or its link cut) */
 #define LOST_ASK_MS 2000
 
+/* This process ran out of memory asking s's store (kiln_store_oom): its
+ * own failure, not the store's loss; the store's loss cannot be told
+ * then, and none is reported (KILN_STORE_NONE_LOST). */
+static int lost_oom(struct kiln_store *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->oom = 1;
+	pthread_mutex_unlock(&s->lock);
+	return KILN_STORE_NONE_LOST;
+}
+
 /* A second connection to s's store, for a question s cannot ask any more
  * (an earlier request broke its stream: a get that timed out waiting for a
  * peer's key, say): 0 and *q, or KILN_STORE_GONE (nothing accepts the
  * connection, or it closes) or KILN_STORE_SILENT (no greeting within ask
- * ms).  The caller closes *q. */
-static int reconnect(const struct kiln_store *s, int ask, struct kiln_store **q)
+ * ms), or lost_oom's.  The caller closes *q. */
+static int reconnect(struct kiln_store *s, int ask, struct kiln_store **q)
 {
 	char why[256];
 	struct kiln_store *n = calloc(1, sizeof *n);
 	*q = NULL;
 	if (!n)
-		return KILN_STORE_GONE;
+		return lost_oom(s);
 	pthread_mutex_init(&n->lock, NULL);
 	n->timeout_ms = ask;
 	n->port = s->port;
@@ -1063,7 +1121,7 @@ static int reconnect(const struct kiln_store *s, int ask, struct kiln_store **q)
 	if (st) {
 		n->broken = 1; /* no goodbye */
 		kiln_store_close(n);
-		return st == KILN_ETIMEOUT ? KILN_STORE_SILENT : KILN_STORE_GONE;
+		return st == KILN_ENOMEM ? lost_oom(s) : st == KILN_ETIMEOUT ? KILN_STORE_SILENT : KILN_STORE_GONE;
 	}
 	*q = n;
 	return 0;
@@ -1083,6 +1141,8 @@ int kiln_store_lost_rank(struct kiln_store *s, int wait_ms)
 		if (why)
 			return why;
 		int r = kiln_store_lost_rank(q, wait_ms);
+		if (kiln_store_oom(q))
+			r = lost_oom(s);
 		kiln_store_close(q);
 		return r;
 	}
@@ -1093,6 +1153,8 @@ int kiln_store_lost_rank(struct kiln_store *s, int wait_ms)
 					 NULL);
 		if (st == KILN_ETIMEOUT)
 			return KILN_STORE_SILENT; /* rank 0 alive but not answering */
+		if (st == KILN_ENOMEM)
+			return KILN_STORE_NONE_LOST; /* (request set s->oom) */
 		if (st)
 			return KILN_STORE_GONE; /* rank 0, its host or the link to it */
 		if (!status && v) {

@@ -137,6 +137,14 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 				int timeout_ms, const char *setting, const char *side,
 				struct kiln_store **out);
 
+/* Whether an allocation of this process failed in s's requests (an
+ * answer it had no memory for: KILN_ENOMEM, the connection kept in step;
+ * a second connection kiln_store_lost_rank could not make): sticky.  A
+ * failure then is this rank's own, not the store's or a peer's, whatever
+ * a communicator that asked the store made of its status
+ * (core/dist.c, kiln_dist_explain; session 39). */
+int kiln_store_oom(struct kiln_store *s);
+
 /* kiln_store_set waiting at most timeout_ms for the store's answer (its
  * connection's timeout otherwise): a leaving rank's word to its peers,
  * which a store cut off must not hold for a whole [dist] timeout. */

@@ -239,6 +239,9 @@ struct trainer {
 	struct best *best;
 	/* data-parallel training (core/dist.c): NULL for one process */
 	struct kiln_dist *dist;
+	/* kiln_dist_open failed, not of this rank's own doing (its *own;
+	 * trainer_close tells kiln_train_failed_own) */
+	int dist_open_followed;
 	int rank, world;
 	/* [dist] pipeline = P > 1 (pipe_P): world above is the data-parallel
 	 * world D (world ranks / P), drank this rank's pipe (its data shard);
@@ -566,6 +569,11 @@ extern kiln_grad_hook_fn trainer_grad_fn;
  * kiln_quantize) for a failure before it reaches trainer_close, so that
  * every failing call tells it once.  Nothing for KILN_OK.  Returns st. */
 kiln_status trainer_error_told(kiln_status st);
+/* trainer_error_told of a failure that followed from another rank's
+ * (own 0: kiln_dist_failed_own) or is this process's own (1: what
+ * trainer_error_told says of every failure), which kiln_train_failed_own
+ * gives in the hook and after it */
+kiln_status trainer_error_told_own(kiln_status st, int own);
 extern void *trainer_grad_user;
 
 #endif /* KILN_TRAIN_H */

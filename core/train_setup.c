@@ -152,8 +152,11 @@ static kiln_status open_device(struct trainer *t)
 	if (describe)
 		kiln_log(KILN_LOG_INFO, "train", "device %s: %s", kiln_device_name(t->dev), describe());
 	/* join the data-parallel group, if this is one */
-	if ((st = kiln_dist_open(t->cfg, t->reg, t->dev, &t->dist)))
+	int own = 1;
+	if ((st = kiln_dist_open(t->cfg, t->reg, t->dev, &t->dist, &own))) {
+		t->dist_open_followed = !own;
 		return st;
+	}
 	t->rank = kiln_dist_rank(t->dist);
 	t->world = kiln_dist_world(t->dist);
 	kiln_profile_set_rank(t->prof, t->rank);
@@ -571,8 +574,12 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	 * frees, the goodbyes): a program ended meanwhile has printed it */
 	char *keep = st ? kiln_strdup(kiln_last_error()) : NULL;
 	if (st) {
+		/* (whose failure, for `kiln launch`: out of memory is this
+		 * process's own wherever it struck) */
+		const int own = st == KILN_ENOMEM ||
+				(t->dist ? kiln_dist_failed_own(t->dist) : !t->dist_open_followed);
 		kiln_dist_leave(t->dist);
-		trainer_error_told(st);
+		trainer_error_told_own(st, own);
 		test_delay("KILN_TEST_CLOSE_DELAY_MS");
 	}
 	/* the final line lost (a full disk) fails a run that succeeded */

@@ -126,10 +126,18 @@ void kiln_set_error_hook(kiln_error_hook_fn fn, void *user)
 	pthread_mutex_unlock(&hook_mu);
 }
 
-kiln_status trainer_error_told(kiln_status st)
+/* kiln_train_failed_own's answer: the last failure told on this thread */
+static _Thread_local int told_own = 1;
+
+int kiln_train_failed_own(void) { return told_own; }
+
+kiln_status trainer_error_told(kiln_status st) { return trainer_error_told_own(st, 1); }
+
+kiln_status trainer_error_told_own(kiln_status st, int own)
 {
 	if (!st)
 		return st;
+	told_own = own;
 	pthread_once(&hook_fork_once, hook_fork_register);
 	pthread_mutex_lock(&hook_mu);
 	const kiln_error_hook_fn fn = error_fn;

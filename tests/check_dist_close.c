@@ -6,7 +6,11 @@
  * hosted by this process (or, stopped, by a child).
  *
  * test_own_marks: a rank leaving with its own error posts kiln/failed_rank
- * and marks its heartbeat counter FAILED (what the other cases look for).
+ * and marks its heartbeat counter FAILED (what the other cases look for),
+ * and posts its message, kiln/failed_why, which the survivors quote
+ * (kiln_dist_failed_said: "; rank 1 said: data.bin: truncated"; session 39); a
+ * message over 1000 bytes is posted as its first 250 and last 747 around
+ * "...".
  * test_sizes_wait_no_mark: a rank whose wait for a peer's data set sizes
  * timed out (the peer late: kiln_dist_agree_sizes) marks nothing; before
  * session 34's review it marked itself FAILED, and the late peer, once
@@ -16,7 +20,8 @@
  * (it passed the rendezvous and the config check, by hand here, and opens
  * none): neither marks itself FAILED (review of session 34; before, the
  * first one did, and the late rank was told it had failed with its own
- * error).
+ * error), and kiln_dist_open says the failure is not their own (its *own
+ * 0: `kiln launch` is told nothing by them, session 39).
  * test_mark_bounded: a rank whose store stopped answering (rank 0's
  * process stopped, a link cut) leaves within close_mark_failed's 5 s and
  * not a whole [dist] timeout (30 s here) later (review of session 34).
@@ -84,10 +89,33 @@ START_TEST(test_own_marks)
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 5000, &s0), KILN_OK);
 	struct kiln_dist *d = rank_at(kiln_store_port(s0), 1, 3, 5000);
 	kiln_error(KILN_EDATA, "data.bin: truncated");
+	ck_assert_int_eq(kiln_dist_failed_own(d), 1);
 	kiln_dist_close(d);
 	marks(s0, &failed, &hb);
 	ck_assert_int_eq(failed, 1);
 	ck_assert_int_lt(hb, -(INT64_C(1) << 61)); /* FAILED: below every done mark */
+	char said[FAILED_SAID_MAX];
+	kiln_dist_failed_said(s0, 1, said, sizeof said);
+	ck_assert_str_eq(said, "; rank 1 said: data.bin: truncated");
+	kiln_store_close(s0);
+
+	/* a long message: its start and its end (the cause) */
+	char msg[1500];
+	for (int i = 0; i < 1499; i++)
+		msg[i] = (char)('a' + i % 26);
+	msg[1499] = 0;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 5000, &s0), KILN_OK);
+	d = rank_at(kiln_store_port(s0), 1, 3, 5000);
+	kiln_error(KILN_EDATA, "%s", msg);
+	kiln_dist_close(d);
+	void *v = NULL;
+	size_t len = 0;
+	ck_assert_int_eq(kiln_store_check(s0, "kiln/failed_why", &v, &len), KILN_OK);
+	ck_assert_uint_eq(len, 1000);
+	ck_assert_int_eq(memcmp(v, msg, 250), 0);
+	ck_assert_int_eq(memcmp((char *)v + 250, "...", 3), 0);
+	ck_assert_int_eq(memcmp((char *)v + 253, msg + 1499 - 747, 747), 0);
+	free(v);
 	kiln_store_close(s0);
 }
 END_TEST
@@ -105,10 +133,14 @@ START_TEST(test_sizes_wait_no_mark)
 	/* rank 2 never posts: late */
 	ck_assert_int_eq(kiln_dist_agree_sizes(d, names, n, 1), KILN_ETIMEOUT);
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "rank 1 of 3: waiting for rank 2's data set sizes"));
+	ck_assert_int_eq(kiln_dist_failed_own(d), 0);
 	kiln_dist_close(d);
 	marks(s0, &failed, &hb);
 	ck_assert_int_eq(failed, -1);
 	ck_assert_int_eq(hb, 0);
+	void *v = NULL;
+	ck_assert_int_eq(kiln_store_check(s0, "kiln/failed_why", &v, NULL), KILN_OK);
+	ck_assert_ptr_null(v);
 	kiln_store_close(s0);
 }
 END_TEST
@@ -150,7 +182,8 @@ static int open_cfg(struct kiln_registry **reg, struct kiln_config **cfg)
 }
 
 /* Rank r of 3 through kiln_dist_open, in a child: exit 0 when the open
- * failed naming the communicator (as it must), 1 otherwise. */
+ * failed naming the communicator and not as its own (as it must), 1
+ * otherwise. */
 static pid_t open_rank(int r, int port)
 {
 	const pid_t pid = fork();
@@ -169,10 +202,11 @@ static pid_t open_rank(int r, int port)
 	setenv("KILN_MASTER_PORT", v, 1);
 	if (open_cfg(&reg, &cfg) || kiln_device_open(reg, cfg, "cpu", 0, &dev))
 		_exit(1);
-	const kiln_status st = kiln_dist_open(cfg, reg, dev, &d);
+	int own = -1;
+	const kiln_status st = kiln_dist_open(cfg, reg, dev, &d, &own);
 	if (!st)
 		kiln_dist_close(d);
-	_exit(st && strstr(kiln_last_error(), "opening the tcommfail communicator: tcommfail: rank") ? 0 : 1);
+	_exit(st && !own && strstr(kiln_last_error(), "opening the tcommfail communicator: tcommfail: rank") ? 0 : 1);
 }
 
 START_TEST(test_open_fail_no_mark)

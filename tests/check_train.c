@@ -896,7 +896,8 @@ static void note_error(void *user, kiln_status st, const char *msg)
 }
 
 /* `call`'s status st (non-zero), told to the hook once, with the message
- * kiln_last_error() gives after the call. */
+ * kiln_last_error() gives after the call, as this process's own failure
+ * (kiln_train_failed_own: one process, no peer to follow from). */
 #define TOLD_ONCE(what, call)                                                            \
 	do {                                                                             \
 		struct told t_ = { 0 };                                                  \
@@ -908,6 +909,7 @@ static void note_error(void *user, kiln_status st, const char *msg)
 			      t_.n, kiln_last_error());                                  \
 		ck_assert_int_eq(t_.st, st_);                                            \
 		ck_assert_str_eq(t_.msg, kiln_last_error());                             \
+		ck_assert_int_eq(kiln_train_failed_own(), 1);                            \
 	} while (0)
 
 /* Every failing call of kiln_train, kiln_train_run, kiln_evaluate,

@@ -28,6 +28,9 @@
 #     saying the store on rank 0 (stage 0 of pipe 0) is gone (before
 #     session 38 the hand-off's error, which names the rank already, went
 #     out bare: "gloo: ... recv from rank 0 ...: rank 0 is gone").
+# (A rank out of memory, which blamed rank 0's store for its own failure
+# before session 39, is checked in every run of tests/dist_config_oom.sh's
+# sweep over rank 1's allocations, which runs the needed shim already.)
 # Every process runs under `timeout`, so a hang fails the test.
 name=dist_blame needs=gloo
 . "$(dirname "$0")/dist_common.sh"

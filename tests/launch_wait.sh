@@ -12,6 +12,12 @@
 #  2c. the same with rank 0's exit 4 (kiln train's code for a run
 #     directory lost mid-run): exit 4 and rank 0 named (before session 34
 #     only 2 and 3 counted as a cause: exit 1, rank 1 named);
+#  2d. rank 1 says it failed of its own error (the line kiln train writes
+#     to KILN_LAUNCH_WHY_FD, cli/launch.h LAUNCH_FAILED_LINE) and exits 1
+#     0.6 s later (a trainer's teardown); rank 0, which saw it (through
+#     the store, in kiln), exits 1 at once: rank 1 named, quoted, and
+#     rank 0 said to follow from it (before session 39: "rank 0 failed",
+#     the first reaped; tests/dist_config_oom.sh's sweep saw it);
 #  3. a rank ignoring SIGTERM after the other failed: killed when --grace 1
 #     runs out (the deadline wakes the launcher), exit 5 naming rank 0;
 #  4. SIGTERM to the launcher reaches both ranks (each writes a mark and
@@ -84,6 +90,21 @@ rc=$?
 grep -q 'kiln launch: error: rank 0 failed (exit status 4); rank 1, which ended first, followed from it' "$tmp/2c.log" ||
 	{ cat "$tmp/2c.log"; fail "2c: rank 0's exit 4 is not the one named"; }
 echo "ok 2c: rank 0's exit 4 named, though rank 1's exit 1 came first"
+
+# ---- 2d. the rank that said its failure was its own, not the first reaped ----
+"$kiln" launch -n 2 --bind none -- \
+	sh -c "trap '' TERM; if [ \"\$KILN_RANK\" = 1 ]; then
+		echo \"kiln-failed 1 rank 1 of 2: out of memory\" >&\$KILN_LAUNCH_WHY_FD; echo > $tmp/2d.said
+		sleep 0.6; exit 1
+	fi; i=0; until [ -e $tmp/2d.said ] || [ \$i -ge 300 ]; do sleep 0.05; i=\$((i + 1)); done; exit 1" \
+	>"$tmp/2d.log" 2>&1
+rc=$?
+[ $rc = 1 ] || { cat "$tmp/2d.log"; fail "2d: kiln launch exited $rc, want 1"; }
+grep -q 'kiln launch: rank 0 (pid [0-9]*) failed with exit status 1' "$tmp/2d.log" ||
+	{ cat "$tmp/2d.log"; fail "2d: rank 0 did not end first (the case is not set up)"; }
+grep -q '^kiln launch: error: rank 1 failed (exit status 1); rank 0, which ended first, followed from it; rank 1 said: rank 1 of 2: out of memory$' "$tmp/2d.log" ||
+	{ cat "$tmp/2d.log"; fail "2d: rank 1, which said its failure was its own, is not the one named"; }
+echo "ok 2d: rank 1's own failure named and quoted, though rank 0's exit came first"
 
 # ---- 3. the grace deadline ---------------------------------------------------
 t0=$(date +%s)

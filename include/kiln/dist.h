@@ -10,7 +10,11 @@
  *
  * Threads: one store may be used from several threads (requests are
  * serialised).  Nothing here exits or prints; failures return a status and
- * set the message (kiln_last_error()).
+ * set the message (kiln_last_error()).  A request whose answer this
+ * process has no memory for fails with KILN_ENOMEM ("store HOST:PORT: out
+ * of memory for the answer to KEY") and leaves the connection usable
+ * (before session 39: KILN_EIO, "connection lost", as if rank 0 had died,
+ * and the connection broken).
  */
 #ifndef KILN_DIST_H
 #define KILN_DIST_H
@@ -115,7 +119,9 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
  * nothing within 2 s (or the store's timeout, if shorter): rank 0 is
  * stopped or the link to it is cut.  Each read of the store is bounded
  * so, whatever the store's timeout.  (Before session 15 a gone store
- * returned 0, as if rank 0 were a lost peer the store had seen.) */
+ * returned 0, as if rank 0 were a lost peer the store had seen.)  An
+ * answer this process had no memory for is no sign of the store's loss:
+ * -1 then (before session 39, KILN_STORE_GONE). */
 #define KILN_STORE_NONE_LOST (-1)
 #define KILN_STORE_GONE (-2)
 #define KILN_STORE_SILENT (-3)

@@ -695,6 +695,19 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 typedef void (*kiln_error_hook_fn)(void *user, kiln_status st, const char *msg);
 void kiln_set_error_hook(kiln_error_hook_fn fn, void *user);
 
+/* Whose failure the one told last on this thread was (the error hook's,
+ * above; call it in the hook or after the call returned): 1, this
+ * process's own (a file, the device, out of memory, a bad config: where
+ * the failure began), or 0 in a data-parallel run where it followed from
+ * another rank's (a peer lost, failed with its own error or stuck, the
+ * store gone, an outcome every rank agreed on such as configs that
+ * differ, a stop asked for, a rendezvous that timed out).  1 before any
+ * failure and in a run of one process.  `kiln train` under `kiln launch`
+ * tells the launcher its own failures, so that the launcher names the
+ * rank a failure began on, not the one that exited first
+ * (docs/distributed.md, "kiln launch").  Since session 39. */
+int kiln_train_failed_own(void);
+
 /* ---- safetensors files ---------------------------------------------------
  *
  * The format of Hugging Face's safetensors (docs/safetensors.md): an 8-byte

@@ -227,7 +227,11 @@ struct kiln_host {
 	/* The rendezvous store a comm plugin's open() receives (kiln/dist.h's
 	 * kiln_store_set/get/add): how Gloo exchanges addresses and NCCL its
 	 * unique id.  store_get waits up to timeout_ms for the key and returns
-	 * a malloc'd value the plugin releases with host->free.  Thread-safe. */
+	 * a malloc'd value the plugin releases with host->free.  Thread-safe.
+	 * KILN_ENOMEM: this process had no memory for the store's answer (the
+	 * connection stays usable): the rank's own failure, which a plugin
+	 * returns as it is, not as an I/O error or a peer's silence (since
+	 * session 39; the core takes it as the rank's own either way). */
 	kiln_status (*store_set)(struct kiln_store *s, const char *key, const void *val,
 				 size_t len);
 	kiln_status (*store_get)(struct kiln_store *s, const char *key, int timeout_ms,

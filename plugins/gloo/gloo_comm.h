@@ -59,6 +59,22 @@ extern const struct kiln_host *H;
 
 /* ---- kiln's store as Gloo's --------------------------------------------- */
 
+/* A store request's failure this process had no memory for (KILN_ENOMEM:
+ * its answer's allocation): this rank's own, said at once (connect_mesh),
+ * not a try of the mesh that failed and waits for the others' outcomes
+ * for [dist] timeout (session 39). */
+struct StoreOom : std::runtime_error {
+	using std::runtime_error::runtime_error;
+};
+
+/* Throw a store request's failure st (its message H->last_error()). */
+[[noreturn]] static inline void store_throw(kiln_status st)
+{
+	if (st == KILN_ENOMEM)
+		throw StoreOom(H->last_error());
+	throw std::runtime_error(H->last_error());
+}
+
 class KilnStore : public gloo::rendezvous::Store {
 public:
 	KilnStore(struct kiln_store *s, std::string prefix, int timeout_ms)
@@ -66,15 +82,15 @@ public:
 
 	void set(const std::string &key, const std::vector<char> &data) override
 	{
-		if (H->store_set(s_, (prefix_ + key).c_str(), data.data(), data.size()))
-			throw std::runtime_error(H->last_error());
+		if (kiln_status st = H->store_set(s_, (prefix_ + key).c_str(), data.data(), data.size()))
+			store_throw(st);
 	}
 	std::vector<char> get(const std::string &key) override
 	{
 		void *v = nullptr;
 		size_t n = 0;
-		if (H->store_get(s_, (prefix_ + key).c_str(), timeout_ms_, &v, &n))
-			throw std::runtime_error(H->last_error());
+		if (kiln_status st = H->store_get(s_, (prefix_ + key).c_str(), timeout_ms_, &v, &n))
+			store_throw(st);
 		std::vector<char> out(static_cast<char *>(v), static_cast<char *>(v) + n);
 		H->free(v);
 		return out;
@@ -90,8 +106,8 @@ public:
 		const int ms = t.count() < timeout_ms_ ? (int)t.count() : timeout_ms_;
 		for (const auto &k : keys) {
 			void *v = nullptr;
-			if (H->store_get(s_, (prefix_ + k).c_str(), ms, &v, nullptr))
-				throw std::runtime_error(H->last_error());
+			if (kiln_status st = H->store_get(s_, (prefix_ + k).c_str(), ms, &v, nullptr))
+				store_throw(st);
 			H->free(v);
 		}
 	}
@@ -142,6 +158,10 @@ public:
 				t->getPair(i)->connect(std::vector<char>(all.begin() + (long)at,
 									 all.begin() + (long)(at + n)));
 			}
+		} catch (const StoreOom &) { /* (this rank's own: as it is) */
+			if (dl)
+				dl->end(slot);
+			throw;
 		} catch (...) {
 			/* (the peer whose addresses or connect this rank
 			 * waited for: a pair's connect waits until its peer's

@@ -131,12 +131,14 @@ static kiln_status mesh_outcomes(struct kiln_store *store, const char *p, int ra
 		std::snprintf(key, sizeof key, "%sok%d", p, r);
 		/* (with a deadline: until it passes and the slack) */
 		const int ms = due ? (int)std::max<int64_t>(due + kOutcomeSlackMs - run_ms(), 1) : wait_ms;
-		if (H->store_get(store, key, ms, &v, &n)) {
-			if (due)
+		if (kiln_status st = H->store_get(store, key, ms, &v, &n)) {
+			/* (this rank out of memory for the answer: its own
+			 * failure, not the peer's silence, session 39) */
+			if (due && st != KILN_ENOMEM)
 				return H->error(KILN_ETIMEOUT, "gloo: rank %d of %d: %s: rank %d%s did not say whether it connected within [dist] timeout = %.1f s and %.1f s: %s",
 						rank, world, what, r, host_of(hosts, r).c_str(),
 						timeout_ms / 1000.0, kOutcomeSlackMs / 1000.0, H->last_error());
-			return H->error(KILN_EIO, "gloo: rank %d of %d: %s: waiting for rank %d's outcome: %s",
+			return H->error(st == KILN_ENOMEM ? st : KILN_EIO, "gloo: rank %d of %d: %s: waiting for rank %d's outcome: %s",
 					rank, world, what, r, H->last_error());
 		}
 		if ((n != 1 || *(const char *)v != '1') && *bad < 0)
@@ -180,6 +182,9 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 			if (dl)
 				dl->reset();
 			ctx->connect_pairs(ks, device, dl, left, &late);
+		} catch (const StoreOom &e) {
+			return H->error(KILN_ENOMEM, "gloo: rank %d of %d: %s: %s", rank, world, what,
+					e.what());
 		} catch (const std::exception &e) {
 			ok = 0;
 			why = e.what();
@@ -197,9 +202,9 @@ static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, in
 					why.c_str());
 		}
 		std::snprintf(key, sizeof key, "%sok%d", p, rank);
-		if (H->store_set(store, key, ok ? "1" : "0", 1))
-			return H->error(KILN_EIO, "gloo: rank %d of %d: %s: %s", rank, world, what,
-					H->last_error());
+		if (kiln_status st = H->store_set(store, key, ok ? "1" : "0", 1))
+			return H->error(st == KILN_ENOMEM ? st : KILN_EIO, "gloo: rank %d of %d: %s: %s", rank,
+					world, what, H->last_error());
 		int bad;
 		kiln_status st = mesh_outcomes(store, p, rank, world, what, due, outcome_ms, timeout_ms,
 					       hosts, &bad);
