@@ -88,9 +88,6 @@ const struct rsec *ckpt_section(const struct kiln_ckpt *ck, const char *tag);
  * offset numel dtype dims"; NULL when out of memory (checkpoint_write.c). */
 char *ckpt_tensors_text(const struct kiln_model *m);
 
-/* The "sample" section's text, "DTYPE D0,D1,...\n" (checkpoint_write.c). */
-void ckpt_sample_text(const struct kiln_tensor_desc *d, char *out, size_t len);
-
 /* A device section's and a source's bytes go through one host buffer of
  * this size, piece by piece. */
 #define PIECE KILN_CKPT_PIECE_BYTES
