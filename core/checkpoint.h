@@ -264,6 +264,17 @@ kiln_status kiln_ckpt_read_text(struct kiln_ckpt *ck, const char *tag, char **ou
  * open [data] for it; KILN_ENOTFOUND when the file has none (an older
  * kiln's). */
 kiln_status kiln_ckpt_sample(struct kiln_ckpt *ck, struct kiln_tensor_desc *out);
+/* The "sample" section's text of d, "DTYPE D0,D1,...\n" ("f32 1,28,28\n"),
+ * into out (len bytes; 160 hold any; checkpoint_write.c); `kiln quantize`
+ * records the same line, its newline cut, in an INT8 file (core/quantize.c,
+ * "kiln.sample"). */
+void kiln_ckpt_sample_text(const struct kiln_tensor_desc *d, char *out, size_t len);
+/* That text back into *out: the dtype's name, a space, positive dims
+ * separated by commas, then end_char ('\n' and the end of the string for
+ * a checkpoint's section, '\0' for an INT8 file's metadata), at most
+ * KILN_MAX_DIMS dims and 2^31 elements; -1 (out untouched) for anything
+ * else. */
+int kiln_ckpt_sample_parse(const char *text, int end_char, struct kiln_tensor_desc *out);
 /* m's parameter table (laid out, allocated or not) equals ck's "tensors",
  * or holds the same tensors at other offsets (read by name:
  * kiln_ckpt_load_model); else KILN_EDATA naming ck, its "sample" section

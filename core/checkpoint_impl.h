@@ -92,9 +92,6 @@ const struct rsec *ckpt_section(const struct kiln_ckpt *ck, const char *tag);
  * offset numel dtype dims"; NULL when out of memory (checkpoint_write.c). */
 char *ckpt_tensors_text(const struct kiln_model *m);
 
-/* The "sample" section's text, "DTYPE D0,D1,...\n" (checkpoint_write.c). */
-void ckpt_sample_text(const struct kiln_tensor_desc *d, char *out, size_t len);
-
 /* ---- the "tensors" table against a model (checkpoint_layout.c) ----------- */
 
 /* How ck lays out m's tensors: *at = NULL when its table is m's; else, when

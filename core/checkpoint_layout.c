@@ -333,7 +333,7 @@ kiln_status kiln_ckpt_check_sample(struct kiln_ckpt *ck, const struct kiln_model
 	free(at);
 	if (st || !differ)
 		return st;
-	ckpt_sample_text(&m->sample, sample, sizeof sample);
+	kiln_ckpt_sample_text(&m->sample, sample, sizeof sample);
 	sample[strcspn(sample, "\n")] = '\0';
 	return kiln_error(KILN_EDATA, "checkpoint %s: its section 'sample' (input %s) does not give the model it holds (a corrupt 'sample' section, or other [layer] sections): its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
 			  ck->path, sample, a, b);

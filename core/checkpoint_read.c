@@ -344,32 +344,24 @@ kiln_status kiln_ckpt_read_text(struct kiln_ckpt *ck, const char *tag, char **ou
 	return KILN_OK;
 }
 
-kiln_status kiln_ckpt_sample(struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
+int kiln_ckpt_sample_parse(const char *text, int end_char, struct kiln_tensor_desc *out)
 {
-	char *text = NULL;
 	int64_t dims[KILN_MAX_DIMS];
 	int dtype = -1, nd = 0, ok;
-	uint64_t bytes;
-	if (kiln_ckpt_find(ck, "sample", &bytes))
-		return kiln_error(KILN_ENOTFOUND, "checkpoint %s has no 'sample' section (written by an older kiln)",
-				  ck->path);
-	kiln_status st = kiln_ckpt_read_text(ck, "sample", &text);
-	if (st)
-		return st;
-	/* "f32 1,28,28\n" */
-	char *q = strchr(text, ' '), *end = NULL;
-	if (q) {
-		*q++ = '\0';
-		for (int t = 0; t < KILN_DTYPE_COUNT; t++)
-			if (!strcmp(text, kiln_dtype_name(t)))
-				dtype = t;
+	const char *q = strchr(text, ' ');
+	char *end = NULL;
+	for (int t = 0; q && t < KILN_DTYPE_COUNT; t++) {
+		const char *name = kiln_dtype_name(t);
+		if (strlen(name) == (size_t)(q - text) && !strncmp(text, name, (size_t)(q - text)))
+			dtype = t;
 	}
-	for (ok = dtype >= 0; ok; q = end + 1) {
+	/* "f32 1,28,28" then end_char */
+	for (ok = dtype >= 0, q = q ? q + 1 : NULL; ok; q = end + 1) {
 		long long v = strtoll(q, &end, 10);
-		ok = end != q && v > 0 && nd < KILN_MAX_DIMS && (*end == ',' || *end == '\n');
+		ok = end != q && v > 0 && nd < KILN_MAX_DIMS && (*end == ',' || *end == end_char);
 		if (ok)
 			dims[nd++] = v;
-		if (!ok || *end == '\n')
+		if (!ok || *end == end_char)
 			break;
 	}
 	/* one sample past 2^31 elements (8 GiB of f32) is no input kiln
@@ -377,11 +369,25 @@ kiln_status kiln_ckpt_sample(struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
 	int64_t numel = 1;
 	for (int d = 0; ok && d < nd; d++)
 		ok = dims[d] <= ((int64_t)1 << 31) / numel && (numel *= dims[d]) <= (int64_t)1 << 31;
-	if (!ok || end[1] != '\0')
+	if (!ok || (end_char && end[1] != '\0'))
+		return -1;
+	kiln_tensor_desc_init(out, dtype, nd, dims);
+	return 0;
+}
+
+kiln_status kiln_ckpt_sample(struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
+{
+	char *text = NULL;
+	uint64_t bytes;
+	if (kiln_ckpt_find(ck, "sample", &bytes))
+		return kiln_error(KILN_ENOTFOUND, "checkpoint %s has no 'sample' section (written by an older kiln)",
+				  ck->path);
+	kiln_status st = kiln_ckpt_read_text(ck, "sample", &text);
+	if (st)
+		return st;
+	if (kiln_ckpt_sample_parse(text, '\n', out))
 		st = kiln_error(KILN_EDATA, "checkpoint %s: section 'sample' is malformed (want DTYPE D0,D1,... of at most 2^31 elements)",
 				ck->path);
-	else
-		kiln_tensor_desc_init(out, dtype, nd, dims);
 	free(text);
 	return st;
 }

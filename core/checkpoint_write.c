@@ -97,7 +97,7 @@ char *ckpt_tensors_text(const struct kiln_model *m)
 
 /* The "sample" section: one sample of the model's input, "DTYPE D0,D1,...\n"
  * (f32 1,28,28), so that a model can be rebuilt without its data. */
-void ckpt_sample_text(const struct kiln_tensor_desc *d, char *out, size_t len)
+void kiln_ckpt_sample_text(const struct kiln_tensor_desc *d, char *out, size_t len)
 {
 	size_t n = (size_t)snprintf(out, len, "%s ", kiln_dtype_name(d->dtype));
 	for (int i = 0; i < d->ndim && n < len; i++)
@@ -330,7 +330,7 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 	host_section(&s[n++], "tensors", tensors, strlen(tensors));
 	host_section(&s[n++], "weights_keys", wkeys, strlen(wkeys));
 	host_section(&s[n++], "tracked", tracked, sizeof tracked);
-	ckpt_sample_text(&m->sample, sample, sizeof sample);
+	kiln_ckpt_sample_text(&m->sample, sample, sizeof sample);
 	host_section(&s[n++], "sample", sample, strlen(sample));
 	if (meta->epoch) {
 		memcpy(ep, &meta->epoch->loss, 8);

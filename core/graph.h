@@ -668,11 +668,17 @@ kiln_status kiln_summary_log(const struct kiln_summary *s);
  * cannot open: ...").  Close with kiln_given_close (also after a failed
  * open). */
 struct kiln_ckpt;
+struct kiln_safetensors;
 struct kiln_given {
 	const char *path;
 	struct kiln_ckpt *ck; /* a checkpoint, or NULL */
 	int fd;               /* a weights file, or -1 */
 	char dir[4200];       /* path NULL: the checkpoint directory looked in */
+	/* an INT8 model (--quantized Q, kiln_quant_open's), set by the
+	 * caller, borrowed, not closed here: the model's input sample it
+	 * records (kiln_quant_sample; its weights are the caller's to read),
+	 * or NULL */
+	const struct kiln_safetensors *qf;
 };
 kiln_status kiln_given_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			    const char *path, struct kiln_given *g);
@@ -683,9 +689,10 @@ kiln_status kiln_given_load(struct kiln_model *m, const struct kiln_given *g, vo
 
 /* A model with its weights, as `kiln export` and
  * `kiln generate` load it: [run] device opened, the model built for the
- * sample shape training read (the checkpoint's record, [data] not opened
- * unless the watched output exists, kiln_output_watch, for its guard;
- * else [data]'s), then the
+ * sample shape training read (the checkpoint's record, or g->qf's, [data]
+ * not opened unless the watched output exists, kiln_output_watch, for its
+ * guard; else [data]'s, its source's peek where it has one:
+ * kiln_dataset_peek), then the
  * weights of `checkpoint` (kiln_given_open's: NULL, the newest usable one
  * in [run] out_dir/checkpoints), a kiln checkpoint or a weights file
  * (safetensors or llm.c's, read as [model] init_from reads one, in its

@@ -38,6 +38,7 @@ struct kiln_infer {
 	int no_fold;                     /* kiln_infer_opts.no_fold */
 	int no_residual;                 /* kiln_infer_opts.no_residual */
 	char *quantized;                 /* kiln_infer_opts.quantized, or NULL */
+	struct kiln_safetensors *qf;     /* it, open from kiln_infer_open to infer_fold */
 	struct kiln_config *fcfg;        /* the folded model's config, or NULL */
 	struct kiln_tensor_desc out;     /* one sample's logits */
 	size_t in_bytes, out_elems;
@@ -93,11 +94,17 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 		m->cfg = m->copy;
 		st = kiln_config_override(m->cfg, "plugin.cpu.conv_impl=auto");
 	}
-	/* a quantized model: the config's model's shape, its weights the file's;
-	 * with no checkpoint, init_from or the seeded initial weights, with a
+	/* a quantized model: the config's model's shape, its input sample the
+	 * file's (else [data]'s: a file of a kiln before session 39), its
+	 * weights the file's, opened once (here, read by infer_fold); with no
+	 * checkpoint, init_from or the seeded initial weights, with a
 	 * warning, as `kiln export` takes them (docs/inference.md) */
-	if (st || (st = kiln_trained_open(m->cfg, reg, weights, "predicting with",
-				    m->quantized ? -1 : 0, &m->t)) ||
+	if (!st && m->quantized)
+		st = kiln_quant_open(m->quantized, &m->qf);
+	const struct kiln_given q = { .fd = -1, .qf = m->qf };
+	if (st ||
+	    (st = m->qf ? kiln_trained_open_given(m->cfg, reg, &q, "predicting with", -1, &m->t)
+			: kiln_trained_open(m->cfg, reg, weights, "predicting with", 0, &m->t)) ||
 	    (st = kiln_infer_prepare(m))) {
 		kiln_infer_free(m);
 		return st;
@@ -147,13 +154,13 @@ kiln_status kiln_model_load(const char *config, const char *weights,
  * --fold` and `--quantized`. */
 static kiln_status infer_fold(struct kiln_infer *m)
 {
-	struct kiln_safetensors *qf = NULL;
 	struct kiln_fold_host *h = NULL;
 	struct kiln_model *fm = NULL;
 	int n = 0;
 	kiln_status st = KILN_OK;
-	if (m->quantized && (st = kiln_quant_open(m->quantized, &qf)))
+	if (m->quantized && !m->qf && (st = kiln_quant_open(m->quantized, &m->qf)))
 		return st;
+	struct kiln_safetensors *qf = m->qf;
 	/* the residual adds into the convs' epilogues in f32 (the INT8 path
 	 * quantizes the adds themselves); the trained weights copied to host
 	 * memory and freed on the device before the folded model is built,
@@ -176,6 +183,7 @@ static kiln_status infer_fold(struct kiln_infer *m)
 		st = kiln_device_stream_sync(m->t.dev, m->t.stream);
 	kiln_infer_fold_host_free(h);
 	kiln_safetensors_close(qf);
+	m->qf = NULL;
 	if (st) {
 		kiln_model_free(fm);
 		return m->quantized ? kiln_error_wrap(st, "%s", m->quantized) : st;
@@ -607,6 +615,7 @@ void kiln_infer_free(struct kiln_infer *m)
 	kiln_trained_close(&m->t);
 	kiln_config_free(m->fcfg);
 	free(m->quantized);
+	kiln_safetensors_close(m->qf);
 	free(m->lo_h);
 	kiln_xform_scratch_free(&m->xs);
 	pthread_mutex_destroy(&m->lock);

@@ -68,8 +68,10 @@ void kiln_quant_weights(const float *w, int64_t O, int64_t per, int8_t *q, float
  * each conv's and linear's "X.weight", I8 [O, ...] with "X.weight_scale"
  * F32 [O]; "X.input_scale" F32 [1] per conv/linear; metadata
  * "kiln.format" = "kiln-int8/1", "kiln.method", "kiln.calibrate_batches",
- * "kiln.step", "X.input" = "u8" or "s8", and the model's resolved config
- * "kiln.config" with its "kiln.weights_keys" (as a checkpoint's). */
+ * "kiln.step", "X.input" = "u8" or "s8", the model's resolved config
+ * "kiln.config" with its "kiln.weights_keys" (as a checkpoint's), and
+ * since session 39 "kiln.sample", the model's input sample (a
+ * checkpoint's "sample" section: "f32 1,28,28"). */
 
 struct kiln_quant_calib;
 
@@ -103,6 +105,11 @@ kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out);
  * config: a warning, its tensors alone are checked (kiln_quant_load). */
 kiln_status kiln_quant_config_check(const struct kiln_safetensors *f, const struct kiln_config *cfg,
 				    const struct kiln_registry *reg);
+/* The model's input sample f records (its "kiln.sample"), into *out, so
+ * that the INT8 model is built without opening [data]: KILN_ENOTFOUND
+ * (with a message) for a file of a kiln before session 39, which records
+ * none (the caller reads [data]'s), KILN_EDATA for a malformed one. */
+kiln_status kiln_quant_sample(const struct kiln_safetensors *f, struct kiln_tensor_desc *out);
 
 /* `kiln eval --quantized`: the int8 keys of every layer the file
  * quantized, set on the folded config cfg (kiln_infer_fold_config_ex

@@ -234,6 +234,32 @@ static kiln_status add_meta(struct kiln_safetensors_writer *w, int method, int64
 	return kiln_safetensors_writer_meta(w, "kiln.step", v);
 }
 
+/* ---- the input sample (session 39) --------------------------------------
+ * "kiln.sample": the model's input sample, as a checkpoint's "sample"
+ * section has it ("f32 1,28,28", kiln_ckpt_sample_text without its
+ * newline), so that the INT8 model is built without [data]. */
+
+static kiln_status add_sample(struct kiln_safetensors_writer *w,
+			      const struct kiln_tensor_desc *sample)
+{
+	char text[160];
+	kiln_ckpt_sample_text(sample, text, sizeof text);
+	text[strcspn(text, "\n")] = '\0';
+	return kiln_safetensors_writer_meta(w, "kiln.sample", text);
+}
+
+kiln_status kiln_quant_sample(const struct kiln_safetensors *f, struct kiln_tensor_desc *out)
+{
+	const char *v = kiln_safetensors_meta(f, "kiln.sample");
+	if (!v)
+		return kiln_error(KILN_ENOTFOUND, "%s records no input sample (metadata kiln.sample: a kiln before session 39 wrote it)",
+				  kiln_safetensors_path(f));
+	if (kiln_ckpt_sample_parse(v, '\0', out))
+		return kiln_error(KILN_EDATA, "%s: metadata kiln.sample is '%.60s', want DTYPE D0,D1,... of at most 2^31 elements (f32 1,28,28)",
+				  kiln_safetensors_path(f), v);
+	return KILN_OK;
+}
+
 kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln_model *m,
 			     void *stream, int method, double pct, int64_t step, const char *config,
 			     const char *path)
@@ -259,6 +285,8 @@ kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln
 	}
 	for (int k = 0; k < q->n && !st; k++)
 		st = add_input(w, q, m, k, method, pct, &sx[k]);
+	if (!st)
+		st = add_sample(w, &m->sample);
 	if (!st && !(st = add_meta(w, method, q->batches, step, config)))
 		st = kiln_safetensors_writer_write(w, path);
 out:

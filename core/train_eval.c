@@ -377,8 +377,9 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 			      struct kiln_safetensors **qf)
 {
 	struct kiln_trained tr = { 0 };
-	const struct kiln_given none = { .fd = -1 }; /* (no weights read) */
 	kiln_status st = kiln_quant_open(path, qf);
+	/* (no weights read: Q's input sample, else [data]'s, session 39) */
+	const struct kiln_given none = { .fd = -1, .qf = *qf };
 	if (!st)
 		st = kiln_quant_config_check(*qf, cfg, reg);
 	if (!st)

@@ -17,6 +17,7 @@
 #include "weights.h"
 #include "graph.h"
 #include "data.h"
+#include "quant.h"
 #include "run_config.h"
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
@@ -87,13 +88,23 @@ void kiln_trained_sample_warn(const char *section, const struct kiln_tensor_desc
 			 section, a, b, section);
 }
 
-/* [data]'s sample, as training reads it (u8 samples become f32). */
+/* [data]'s sample, as training reads it (u8 samples become f32): its
+ * source's peek (kiln_dataset_peek: a header, the config; an output that
+ * exists already is not peeked at), else the set opened (a source without
+ * a peek, and the watched output's guard).  Before session 39 always
+ * opened: the whole training set listed, inflated or mapped and verified
+ * for `kiln predict --checkpoint W.safetensors one.png`, and a set bad
+ * past its header refused (now `kiln train` and `kiln eval` find that). */
 static kiln_status data_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			       struct kiln_tensor_desc *out)
 {
 	struct kiln_dataset ds;
-	memset(&ds, 0, sizeof ds);
-	kiln_status st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds);
+	int peeked = 0;
+	kiln_status st = kiln_dataset_peek(cfg, reg, "data", "train", 1, &ds, &peeked);
+	if (!st && !peeked) {
+		kiln_dataset_close(&ds);
+		st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds);
+	}
 	if (!st)
 		kiln_dataset_input_desc(&ds, out);
 	kiln_dataset_close(&ds);
@@ -101,21 +112,28 @@ static kiln_status data_sample(const struct kiln_config *cfg, const struct kiln_
 }
 
 /* The sample shape, as training saw it (u8 samples become f32), into
- * *out: the checkpoint's record, else [data]'s (an older kiln's
- * checkpoint, a weights file, none).  With a record [data] is not opened
+ * *out: the checkpoint's record, or the INT8 model qf's (session 39),
+ * else [data]'s (an older kiln's checkpoint or INT8 file, a weights file,
+ * none).  With a record [data] is not opened
  * (before session 38 it was, to warn of a shape that differs: the whole
  * training set listed for `kiln predict`, however large or slow), but for
  * an output that exists already (kiln_output_watch): whether it is one of
  * [data]'s files is known only to [data]'s source, which refuses it as it
  * opens (KILN_EUSAGE); another failure to open it is no reason to stop. */
 static kiln_status trained_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
-				  struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
+				  struct kiln_ckpt *ck, const struct kiln_safetensors *qf,
+				  struct kiln_tensor_desc *out)
 {
 	struct kiln_tensor_desc data;
 	struct stat o;
-	kiln_status st = ck ? kiln_ckpt_sample(ck, out) : KILN_ENOTFOUND;
-	if (st == KILN_ENOTFOUND)
-		return data_sample(cfg, reg, out);
+	kiln_status st = ck ? kiln_ckpt_sample(ck, out) : qf ? kiln_quant_sample(qf, out) : KILN_ENOTFOUND;
+	if (st == KILN_ENOTFOUND) {
+		st = data_sample(cfg, reg, out);
+		if (st && !ck && qf) /* (why an INT8 file needs [data]) */
+			st = kiln_error_wrap(st, "%s records no input sample (an INT8 file of a kiln before session 39: quantize again to run it without [data]), so [data]'s is read",
+					     kiln_safetensors_path(qf));
+		return st;
+	}
 	if (st)
 		return st; /* a corrupt record is no reason to guess from [data] */
 	if (kiln_output_watched_stat(&o) && data_sample(cfg, reg, &data) == KILN_EUSAGE)
@@ -155,7 +173,7 @@ kiln_status kiln_trained_open_given(const struct kiln_config *cfg,
 			 has_init ? ", then [model] init_from" : "");
 	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
 		goto out;
-	if ((st = trained_sample(cfg, reg, ck, &t->sample)))
+	if ((st = trained_sample(cfg, reg, ck, g->qf, &t->sample)))
 		goto out;
 	/* a checkpoint's parameter table is checked against the model its
 	 * sample gives before that model is allocated */

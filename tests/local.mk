@@ -290,6 +290,12 @@ if BUILD_LOADERS
 TESTS += tests/trained_no_data.sh
 endif
 EXTRA_DIST += tests/trained_no_data.sh
+# the input shape with a safetensors file from [data]'s peek (a set cut past
+# its header), with an INT8 file from its kiln.sample ([data] gone)
+if BUILD_LOADERS
+TESTS += tests/weights_no_data.sh
+endif
+EXTRA_DIST += tests/weights_no_data.sh
 # a resume refused at setup leaves config.ini as it was
 TESTS += tests/resume_config.sh
 EXTRA_DIST += tests/resume_config.sh

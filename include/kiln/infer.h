@@ -81,9 +81,11 @@ struct kiln_infer_opts {
  * newest usable checkpoint in the config's [run] out_dir, else (none
  * there) [model] init_from or the seeded initial weights with a warning,
  * as `kiln export` takes them.  The model's input shape is the one the
- * checkpoint records; without one (a safetensors file, an older kiln's
- * checkpoint, opts->quantized) the sample shape training reads, so the
- * config's [data] source must then be readable.  opts may be NULL; out
+ * checkpoint records, or opts->quantized's INT8 file (its kiln.sample,
+ * since session 39); without one (a safetensors file, an older kiln's
+ * checkpoint or INT8 file) the sample shape training reads, told by the
+ * config's [data] source's peek (a header; the set opened whole for a
+ * source without one), so that source must then be there.  opts may be NULL; out
  * may not (KILN_EINVAL).  On failure *out is NULL and, when err is not
  * NULL, *err a malloc()ed copy of the message (free it), or NULL when
  * no memory was left even for that copy; on success *err is NULL.  Then kiln_infer_prepare. */
