@@ -341,8 +341,11 @@ enum { KILN_CKPT_LOAD_ALL = 0, KILN_CKPT_LOAD_WEIGHTS = 1 };
  * the "step" buffer stays behind.
  * The "tensors" section must describe the same parameters as m (names,
  * shapes; at other offsets, a kiln's older layout of a tie naming a later
- * layer, they are read by name: checkpoint_layout.c), and each buffer's
- * section have exactly its length;
+ * layer or the same model with other layers frozen, they are read by
+ * name: checkpoint_layout.c), and each buffer's section have exactly its
+ * length; when the optimizer slots are read (LOAD_ALL with m->state_d),
+ * the checkpoint's trainable tensors must be m's (KILN_ECONFIG naming
+ * one that is not: its slots hold the trainable tensors alone);
  * all of them are read and checked into host memory before the first byte
  * is copied to the device, so on failure m is unchanged.  Synchronises
  * `stream`. */
@@ -352,7 +355,7 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 /* A resume on a rank that holds the slice [lo, hi) of the trainables alone
  * ([dist] pipeline, core/dist_pipe_ckpt.c): the "tensors" must describe m's
  * parameters (as kiln_ckpt_load_model's; [lo, hi) is m's layout, read by
- * name from another); "params" [lo, hi) to
+ * name from another; with state, the trainable tensors m's); "params" [lo, hi) to
  * m->params_d + lo, "buffers" whole (every rank has them), each optimizer
  * slot's [lo, hi) to state + slot x (hi - lo) (state NULL: none), the
  * counters, m's batchnorm count (LOAD_ALL; LOAD_WEIGHTS: the parameters'
@@ -363,15 +366,22 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
  * fails. */
 kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
 				 size_t lo, size_t hi, float *state, int what);
+/* How ck lays out m's tensors, for kiln_ckpt_load_slot, found once for
+ * all the slots of a resume: its "tensors" checked as
+ * kiln_ckpt_load_model's with the optimizer slots (the same tensors, the
+ * same ones trainable: KILN_ECONFIG naming the first difference,
+ * KILN_EDATA a malformed table); *lay NULL when as m's, else malloc'd
+ * (the caller frees): each m->params[i]'s offset in ck. */
+kiln_status kiln_ckpt_slot_layout(struct kiln_ckpt *ck, const struct kiln_model *m, size_t **lay);
 /* Floats [lo, hi) of optimizer slot k (m->optim_info.slot_names[k],
  * n_trainable floats) to dst (device memory, float lo's place), piece by
  * piece as kiln_ckpt_load_stage reads: ZeRO-1's resume, whose ranks hold
  * no whole state (core/dist_zero.c; [0, n_trainable): the whole slot,
- * with [dist] pipeline a stage's slice; the "tensors" checked and read by
- * name as kiln_ckpt_load_model's).  KILN_EDATA naming the file when the
- * section is missing or of another length. */
-kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int k, size_t lo,
-				size_t hi, float *dst, void *stream);
+ * with [dist] pipeline a stage's slice; read by name where lay, the
+ * kiln_ckpt_slot_layout of ck and m, says).  KILN_EDATA naming the file
+ * when the section is missing or of another length. */
+kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, const size_t *lay,
+				int k, size_t lo, size_t hi, float *dst, void *stream);
 
 /* Compare the checkpoint's resolved config text with `current` (both
  * kiln_config_write output), key by key in file order.  KILN_ECONFIG naming

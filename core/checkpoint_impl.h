@@ -97,9 +97,10 @@ char *ckpt_tensors_text(const struct kiln_model *m);
 /* How ck lays out m's tensors: *at = NULL when its table is m's; else, when
  * it holds the same tensors (names, regions, sizes, dtypes, shapes) at
  * other offsets (a kiln before 2026-12-06's layout of a tie naming a later
- * layer), *at (malloc'd, the caller frees) each m->params[i]'s offset in
- * the checkpoint, checked to lay them out as a kiln does (each extent
- * after the other from 0, the trainable ones first); else *differ = 1 and
+ * layer; the same model with other layers frozen), *at (malloc'd, the
+ * caller frees) each m->params[i]'s offset in the checkpoint, checked to
+ * lay them out as a kiln does (in each region each extent after the
+ * other from 0: every read within its section); else *differ = 1 and
  * the first differing line of each table into theirs_line/mine_line (n
  * bytes each).  KILN_EDATA naming the file when the table is malformed. */
 kiln_status ckpt_layout(struct kiln_ckpt *ck, const struct kiln_model *m, size_t **at,
@@ -107,8 +108,19 @@ kiln_status ckpt_layout(struct kiln_ckpt *ck, const struct kiln_model *m, size_t
 /* ckpt_layout, with the tables differing beyond their offsets refused:
  * "holds another model" (KILN_ECONFIG) naming the first difference. */
 kiln_status ckpt_same_model(struct kiln_ckpt *ck, const struct kiln_model *m, size_t **at);
-/* Logs that ck's tensors are read by name from another layout. */
-void ckpt_layout_note(const struct kiln_ckpt *ck, const struct kiln_model *m);
+/* Logs that ck's tensors are read by name from another layout (at,
+ * ckpt_layout's), naming the older tie layout when at is that, else the
+ * first tensor at another place. */
+void ckpt_layout_note(const struct kiln_ckpt *ck, const struct kiln_model *m, const size_t *at);
+/* Before ck's optimizer slots are read into m (at: ckpt_layout's, NULL
+ * for m's own): the checkpoint's trainable tensors are m's.  A kiln lays
+ * them out first and its slots hold them alone, so a tensor of m is
+ * trainable in ck when it lies below the end of ck's first slot ('tensors'
+ * has no trainable flag).  KILN_ECONFIG naming the first tensor trainable
+ * in one and frozen in the other; KILN_OK when m has no slots or ck not
+ * the first (its absence is refused where it is read). */
+kiln_status ckpt_same_trainable(const struct kiln_ckpt *ck, const struct kiln_model *m,
+				const size_t *at);
 
 /* What a state section holds, for the move between layouts: no tensors
  * (the counters), the parameters, the buffers, an optimizer slot (the

@@ -8,10 +8,15 @@
  * for [layer.a] tie = b with a before b: it laid the tied tensor b.weight
  * out at b's place, kiln now at its earliest user's (a's,
  * kiln_model_tie_owner) so that a pipeline stage's parameters stay one
- * slice.  Each tensor keeps its 64-byte aligned extent (its elements and
- * the padding after them) in either order, so the sections' lengths are
- * the same and the move is a permutation of extents: every stored byte
- * lands once, the optimizer slots' as the parameters'.
+ * slice.  It is also what a kiln writes for the same model with other
+ * layers frozen ([layer] trainable): the trainable tensors go first
+ * (graph.c layout_params), and the table has no trainable flag.  Each
+ * tensor keeps its 64-byte aligned extent (its elements and the padding
+ * after them) in either order, so the parameters' and buffers' lengths
+ * are the same and the move is a permutation of extents: every stored
+ * byte lands once.  The optimizer slots hold the trainable tensors alone:
+ * they move as the parameters do when the checkpoint's trainable tensors
+ * are the model's (ckpt_same_trainable), and are refused when not.
  */
 #include "checkpoint_impl.h"
 
@@ -116,6 +121,32 @@ static size_t extent(const struct model_param *p)
 	return kiln_align_up((size_t)p->numel * sizeof(float)) / sizeof(float);
 }
 
+/* 1 when at[] (each of m's tensors' offset in a checkpoint) is the layout
+ * a kiln before 2026-12-06 gave m: graph.c layout_params's passes
+ * (trainable, frozen, buffers) and order, but each tied tensor at the
+ * place of the layer its tie names, a tying layer's slot laid out
+ * nowhere (for the message: that is the one known cause of an order
+ * other than m's with m's trainable flags). */
+static int old_tie_layout(const struct kiln_model *m, const size_t *at)
+{
+	size_t end[2] = { 0, 0 };
+	for (int pass = 0; pass < 3; pass++)
+		for (int i = 0; i < m->n_layers; i++) {
+			const struct model_layer *L = &m->layers[i];
+			for (int k = 0; k < L->n_params; k++) {
+				const int j = L->pidx[k];
+				const struct model_param *p = &m->params[j];
+				if ((L->tie >= 0 && k == L->tie_slot) ||
+				    (p->buffer ? 2 : !p->trainable) != pass)
+					continue;
+				if (at[j] != end[p->buffer])
+					return 0;
+				end[p->buffer] += extent(p);
+			}
+		}
+	return 1;
+}
+
 /* A line of the checkpoint's table: its name and offset. */
 struct named_off {
 	const char *name;
@@ -185,8 +216,9 @@ static int cmp_place(const void *a, const void *b)
 /* at[i], the checkpoint's offset of each tensor of m, lays the extents
  * out as every kiln did: in each region one after another from 0 (they
  * are m's tensors: so to the region's end, and the sections have m's
- * lengths), the trainable tensors first (the optimizer slots hold those
- * alone).  KILN_EDATA naming the
+ * lengths), so that every read is within its section.  Which come first
+ * is the writer's trainable flags' (not in the table): checked where the
+ * optimizer slots are read (ckpt_same_trainable).  KILN_EDATA naming the
  * first tensor out of place. */
 static kiln_status places_tile(const struct kiln_ckpt *ck, const struct kiln_model *m,
 			       const size_t *at)
@@ -202,11 +234,9 @@ static kiln_status places_tile(const struct kiln_ckpt *ck, const struct kiln_mod
 	for (int k = 0; k < m->n_params && !st; k++) {
 		const struct model_param *p = &m->params[v[k].i];
 		size_t *e = &end[v[k].region];
-		if (v[k].off != *e || (p->trainable && *e + extent(p) > m->n_trainable))
-			st = kiln_error(KILN_EDATA, "checkpoint %s: its 'tensors' table lays '%s' out at %zu, where %s: refused",
-					ck->path, p->name, v[k].off,
-					v[k].off != *e ? "no tensor before it ends"
-						       : "the trainable tensors have ended");
+		if (v[k].off != *e)
+			st = kiln_error(KILN_EDATA, "checkpoint %s: its 'tensors' table lays '%s' out at %zu, where no tensor before it ends: refused",
+					ck->path, p->name, v[k].off);
 		*e += extent(p);
 	}
 	free(v);
@@ -280,16 +310,54 @@ kiln_status ckpt_same_model(struct kiln_ckpt *ck, const struct kiln_model *m, si
 			  ck->path, a, b);
 }
 
-void ckpt_layout_note(const struct kiln_ckpt *ck, const struct kiln_model *m)
+void ckpt_layout_note(const struct kiln_ckpt *ck, const struct kiln_model *m, const size_t *at)
 {
 	const int x = later_tie(m);
 	char why[400] = "";
-	if (x >= 0)
+	int i = 0;
+	while (i < m->n_params - 1 && at[i] == m->params[i].off)
+		i++;
+	if (x >= 0 && old_tie_layout(m, at))
 		snprintf(why, sizeof why, " (a kiln before 2026-12-06 laid the weight of [%s] tie = %s out at %s's place, kiln now at %s's)",
 			 m->layers[x].section, m->layers[m->layers[x].tie].name,
 			 m->layers[m->layers[x].tie].name, m->layers[x].name);
+	else if (m->n_params)
+		snprintf(why, sizeof why, " ('%s' at element %zu there, %zu here: written with other layers frozen, whose trainable tensors went first, or by another kiln)",
+			 m->params[i].name, at[i], m->params[i].off);
 	kiln_log(KILN_LOG_INFO, "ckpt", "checkpoint %s lays this model's tensors out in another order%s: read by name",
 		 ck->path, why);
+}
+
+kiln_status ckpt_same_trainable(const struct kiln_ckpt *ck, const struct kiln_model *m,
+				const size_t *at)
+{
+	const struct rsec *r = m->state_slots ? ckpt_section(ck, m->optim_info.slot_names[0]) : NULL;
+	if (!r)
+		return KILN_OK;
+	/* a kiln lays the trainable tensors out first and its slots hold
+	 * them alone: they end where the slot does */
+	const uint64_t end = r->bytes / sizeof(float);
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *p = &m->params[i];
+		const int there = (at ? at[i] : p->off) < end;
+		if (p->buffer || there == p->trainable || !extent(p))
+			continue;
+		return kiln_error(KILN_ECONFIG, "checkpoint %s: '%s' is %s here but %s in the checkpoint: its optimizer state ('%s') holds the trainable tensors alone, so it resumes with the same layers frozen only ([%s] trainable = %d there); [model] init_from loads its weights whatever is frozen",
+				  ck->path, p->name, p->trainable ? "trainable" : "frozen",
+				  there ? "trainable" : "frozen", r->tag, m->layers[p->layer].section,
+				  there);
+	}
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_slot_layout(struct kiln_ckpt *ck, const struct kiln_model *m, size_t **lay)
+{
+	kiln_status st = ckpt_same_model(ck, m, lay);
+	if (!st && (st = ckpt_same_trainable(ck, m, *lay))) {
+		free(*lay);
+		*lay = NULL;
+	}
+	return st;
 }
 
 int ckpt_layout_kind(const struct kiln_model *m, const char *tag)

@@ -158,9 +158,12 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	if ((st = ckpt_same_model(ck, m, &at)))
 		return st;
 	if (at)
-		ckpt_layout_note(ck, m);
+		ckpt_layout_note(ck, m, at);
 	int64_t tracked = m->tracked_base;
-	if ((st = tracked_count(ck, what, &tracked)))
+	/* (the slots are read: the same tensors trainable, before their
+	 * lengths are compared) */
+	if ((what == KILN_CKPT_LOAD_ALL && m->state_d && (st = ckpt_same_trainable(ck, m, at))) ||
+	    (st = tracked_count(ck, what, &tracked)))
 		goto out;
 	/* every wanted section present with exactly the buffer's length */
 	for (int i = 0; i < nb; i++) {
@@ -290,21 +293,17 @@ static kiln_status load_counters(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	return st;
 }
 
-kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, int k, size_t lo,
-				size_t hi, float *dst, void *stream)
+kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, const size_t *lay,
+				int k, size_t lo, size_t hi, float *dst, void *stream)
 {
 	const size_t bytes = m->n_trainable * sizeof(float);
 	const struct rsec *r;
-	size_t *at = NULL;
 	void *host = NULL;
-	kiln_status st = ckpt_same_model(ck, m, &at);
-	if (!st)
-		st = section_of(ck, m->optim_info.slot_names[k], bytes, &r);
+	kiln_status st = section_of(ck, m->optim_info.slot_names[k], bytes, &r);
 	if (!st && hi > lo && !(st = kiln_device_host_alloc(m->dev, PIECE, &host)))
 		st = range_to_device(ck, r, lo * sizeof(float), (hi - lo) * sizeof(float), dst, host,
-				     m, at, stream);
+				     m, lay, stream);
 	kiln_device_host_free(m->dev, host);
-	free(at);
 	return st;
 }
 
@@ -319,9 +318,10 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	if ((st = ckpt_same_model(ck, m, &at)))
 		return st;
 	if (at)
-		ckpt_layout_note(ck, m);
+		ckpt_layout_note(ck, m, at);
 	int64_t tracked = m->tracked_base;
-	if ((st = tracked_count(ck, what, &tracked)) ||
+	if ((what == KILN_CKPT_LOAD_ALL && state && (st = ckpt_same_trainable(ck, m, at))) ||
+	    (st = tracked_count(ck, what, &tracked)) ||
 	    (st = kiln_device_host_alloc(m->dev, PIECE, &host)))
 		goto out;
 	/* the stage's parameters, the buffers (whole on every rank), the

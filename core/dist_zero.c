@@ -187,16 +187,19 @@ static kiln_status zero_state_read(struct kiln_dist *d, const char *file, struct
 	const size_t n = m->n_trainable, L = d->zc + d->zt;
 	struct kiln_ckpt *ck = given;
 	kiln_status st = KILN_OK;
-	size_t lo, hi;
+	size_t lo, hi, *lay = NULL;
 	zero_span(d, &lo, &hi);
 	if (!file || !*file)
 		return kiln_dist_pipe_zero(d, d->zstate, (size_t)m->state_slots * L, compute);
 	for (int s = 0; s < m->state_slots && !st; s++) {
 		double failed = 0;
 		if (d->pipe_P || !d->env.rank) {
+			/* (its tensors' layout checked once, for every slot) */
 			st = ck ? KILN_OK : kiln_ckpt_open(file, &ck);
+			if (!st && !s)
+				st = kiln_ckpt_slot_layout(ck, m, &lay);
 			if (!st)
-				st = kiln_ckpt_load_slot(ck, m, s, lo, hi, m->grads_d + lo, compute);
+				st = kiln_ckpt_load_slot(ck, m, lay, s, lo, hi, m->grads_d + lo, compute);
 			failed = st != KILN_OK;
 		}
 		/* every rank learns whether the readers read it: none waits in
@@ -216,6 +219,7 @@ static kiln_status zero_state_read(struct kiln_dist *d, const char *file, struct
 	}
 	if (ck != given)
 		kiln_ckpt_close(ck);
+	free(lay);
 	if (st)
 		return kiln_error_wrap(st, "ZeRO-1: resuming the optimizer state from %s", file);
 	return kiln_dist_pipe_zero(d, m->grads_d + lo, hi - lo, compute);

@@ -555,41 +555,71 @@ END_TEST
  * the tied tensor out at b's place; it is a's now.  Such a checkpoint
  * holds the same tensors at other offsets, in "params" and in every
  * optimizer slot alike.  Until session 39 every reader refused it (resume,
- * eval, export, init_from); now each reads it by name. */
+ * eval, export, init_from); now each reads it by name.  The model has a
+ * batchnorm (its running statistics: the "buffers" region), a frozen
+ * layer (c: laid out after the trainable tensors, in no optimizer slot)
+ * and tensors of more than 256 KiB (w.weight, n.weight: a slice read
+ * gathers them over several KILN_CKPT_PIECE_BYTES pieces). */
 static const char *tie_ini = "[layer.a]\ntype = linear\nout = 6\ntie = b\n"
 			     "[layer.r]\ntype = relu\n"
-			     "[layer.c]\ntype = linear\nout = 6\n"
+			     "[layer.w]\ntype = linear\nout = 11000\n"
+			     "[layer.n]\ntype = linear\nout = 6\n"
+			     "[layer.bn]\ntype = batchnorm\n"
+			     "[layer.c]\ntype = linear\nout = 6\ntrainable = 0\n"
 			     "[layer.b]\ntype = linear\nout = 6\n"
 			     "[layer.loss]\ntype = softmax_xent\n"
 			     "[train]\nmomentum = 0.9\n";
 
-/* A tensor's place in a checkpoint's "params" (and optimizer slots),
- * in elements: `was` in the layout written, `is` in the one rewritten,
- * `ext` its extent (elements and padding to 64 bytes). */
+/* tie_ini's model's sizes in elements: its trainable tensors' (an
+ * optimizer slot's length), its parameters', its buffers'. */
+#define TIE_NT 143136
+#define TIE_NE 143200
+#define TIE_NB 32
+
+/* A tensor's place in a checkpoint's region ("params", whose trainable
+ * tensors are also the optimizer slots' layout, or "buffers"), in
+ * elements: `was` in the layout written, `is` in the one rewritten, `ext`
+ * its extent (elements and padding to 64 bytes). */
 struct moved {
-	const char *name;
+	const char *name, *region;
 	size_t was, is, ext;
 };
 
 /* tie_ini's model: as kiln lays it out now (b.weight first, at a's place)
- * and as kiln before 71e6d1c did (b.weight at b's place). */
-static const struct moved to_old[] = { { "b.weight", 0, 80, 48 },   { "a.bias", 48, 0, 16 },
-				       { "c.weight", 64, 16, 48 }, { "c.bias", 112, 64, 16 },
-				       { "b.bias", 128, 128, 16 } };
+ * and as kiln before 71e6d1c did (b.weight at b's place); in the second
+ * also the frozen tensors and the buffers in another order (no kiln wrote
+ * that, but a reader takes any order that tiles). */
+static const struct moved to_old[] = {
+	{ "b.weight", "params", 0, 143072, 48 },
+	{ "a.bias", "params", 48, 0, 16 },
+	{ "w.weight", "params", 64, 16, 66000 },
+	{ "w.bias", "params", 66064, 66016, 11008 },
+	{ "n.weight", "params", 77072, 77024, 66000 },
+	{ "n.bias", "params", 143072, 143024, 16 },
+	{ "bn.weight", "params", 143088, 143040, 16 },
+	{ "bn.bias", "params", 143104, 143056, 16 },
+	{ "b.bias", "params", 143120, 143120, 16 },
+	{ "c.weight", "params", 143136, 143152, 48 },
+	{ "c.bias", "params", 143184, 143136, 16 },
+	{ "bn.running_mean", "buffers", 0, 16, 16 },
+	{ "bn.running_var", "buffers", 16, 0, 16 },
+};
 #define N_MOVED (int)(sizeof to_old / sizeof to_old[0])
 
 /* Checkpoint `in` rewritten to `out` with the tensors moved as mv says
  * (`is` SIZE_MAX: "8x", not a number): their "tensors" lines' offsets,
- * and their extents in "params" and in each optimizer slot ("optim.*" of
- * the parameters' length: a model with no frozen tensor); every CRC and
- * the header's size redone (the format of docs/checkpoints.md: a 64-byte
- * header, its u64 at 16 the file's size, u32 at 24 the section count,
- * CRC32C of bytes 0..59 at 60; each section a 48-byte header, tag[32],
- * u64 bytes, u32 payload CRC32C, u32 CRC32C of the 44 bytes before it;
- * then the payload). */
+ * and their extents in their region's sections ("params" and each
+ * optimizer slot, "optim.*" but "optim.step", for region "params": in a
+ * slot, those within its length, the trainable ones; "buffers"); every
+ * CRC and the header's size redone (the format of docs/checkpoints.md: a
+ * 64-byte header, its u64 at 16 the file's size, u32 at 24 the section
+ * count, CRC32C of bytes 0..59 at 60; each section a 48-byte header,
+ * tag[32], u64 bytes, u32 payload CRC32C, u32 CRC32C of the 44 bytes
+ * before it; then the payload). */
 static void move_tensors(const char *in, const char *out, const struct moved *mv, int n)
 {
-	size_t len, params = 0;
+	size_t len;
+	int params = 0;
 	uint8_t *b = (uint8_t *)test_read_file(in, &len);
 	ck_assert(b && len >= 64);
 	const uint32_t sections = (uint32_t)b[24] | (uint32_t)b[25] << 8;
@@ -599,44 +629,50 @@ static void move_tensors(const char *in, const char *out, const struct moved *mv
 	memcpy(o, b, 64);
 	for (uint32_t i = 0; i < sections; i++) {
 		const uint8_t *sh = b + pos, *data = sh + 48;
+		const char *tag = (const char *)sh;
 		uint64_t bytes = 0;
 		for (int k = 7; k >= 0; k--)
 			bytes = bytes << 8 | sh[32 + k];
 		pos += 48 + bytes;
 		ck_assert(pos <= len);
 		uint8_t *oh = (uint8_t *)o + at, *od = oh + 48;
+		const char *region = !strcmp(tag, "buffers") ? "buffers"
+				     : !strcmp(tag, "params") ||
+						     (!strncmp(tag, "optim.", 6) && strcmp(tag, "optim.step"))
+					     ? "params"
+					     : NULL;
 		memcpy(oh, sh, 48);
-		if (!strcmp((const char *)sh, "params"))
-			params = bytes;
-		if (!strcmp((const char *)sh, "tensors")) {
+		params += !strcmp(tag, "params");
+		if (!strcmp(tag, "tensors")) {
 			/* "name region offset ..." */
 			char *text = strndup((const char *)data, bytes), *line, *save = NULL;
 			size_t w = 0;
 			for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-				char name[160], region[16];
+				char name[160], reg[16];
 				size_t off;
 				int rest;
 				char num[32] = "8x";
-				ck_assert(sscanf(line, "%159s %15s %zu %n", name, region, &off, &rest) == 3);
+				ck_assert(sscanf(line, "%159s %15s %zu %n", name, reg, &off, &rest) == 3);
 				for (int k = 0; k < n; k++)
 					if (!strcmp(name, mv[k].name)) {
+						ck_assert_str_eq(reg, mv[k].region);
 						ck_assert_uint_eq(off, mv[k].was);
 						off = mv[k].is;
 					}
 				if (off != SIZE_MAX) /* (else malformed) */
 					snprintf(num, sizeof num, "%zu", off);
-				w += (size_t)sprintf((char *)od + w, "%s %s %s %s\n", name, region, num,
+				w += (size_t)sprintf((char *)od + w, "%s %s %s %s\n", name, reg, num,
 						     line + rest);
 			}
 			free(text);
 			bytes = w;
 			for (int k = 0; k < 8; k++)
 				oh[32 + k] = (uint8_t)(bytes >> (8 * k));
-		} else if (bytes && bytes == params &&
-			   (!strcmp((const char *)sh, "params") || !strncmp((const char *)sh, "optim.", 6))) {
+		} else if (region) {
 			memset(od, 0xee, bytes); /* every byte below written once */
 			for (int k = 0; k < n; k++)
-				if (mv[k].is != SIZE_MAX)
+				if (!strcmp(mv[k].region, region) && mv[k].is != SIZE_MAX &&
+				    (mv[k].was + mv[k].ext) * 4 <= bytes && (mv[k].is + mv[k].ext) * 4 <= bytes)
 					memcpy(od + 4 * mv[k].is, data + 4 * mv[k].was, 4 * mv[k].ext);
 		} else {
 			memcpy(od, data, bytes);
@@ -672,34 +708,39 @@ static char *dev_bytes(struct rig *r, const void *p, size_t bytes)
 	return h;
 }
 
-/* What a pipeline stage's rank reads ([lo, hi) of the parameters and of
- * the optimizer slot, the counters) from `path` into a fresh model
- * (kiln_ckpt_load_stage), and ZeRO-1's slot shard [lo, hi)
- * (kiln_ckpt_load_slot): host copies, concatenated (malloc'd). */
+/* What a pipeline stage's rank reads ([lo, hi) of the parameters and,
+ * within the trainable tensors, of the optimizer slot; the buffers, the
+ * counters) from `path` into a fresh model (kiln_ckpt_load_stage), and
+ * ZeRO-1's slot shard [lo, hi) (kiln_ckpt_load_slot): host copies,
+ * concatenated (malloc'd). */
 static char *stage_bytes(const char *path, size_t lo, size_t hi, size_t *n)
 {
 	struct rig r;
 	struct kiln_ckpt *ck;
 	float *state, *slot;
-	const size_t k = hi - lo;
+	const size_t k = hi - lo, ks = hi <= TIE_NT ? k : 0;
 	rig_open(&r, tie_ini, 5);
-	ck_assert(kiln_device_alloc(r.dev, k * sizeof(float), (void **)&state) == 0);
-	ck_assert(kiln_device_alloc(r.dev, k * sizeof(float), (void **)&slot) == 0);
+	ck_assert(kiln_device_alloc(r.dev, (ks ? ks : 1) * sizeof(float), (void **)&state) == 0);
+	ck_assert(kiln_device_alloc(r.dev, (ks ? ks : 1) * sizeof(float), (void **)&slot) == 0);
 	ck_assert(kiln_ckpt_open(path, &ck) == 0);
-	ck_assert_msg(kiln_ckpt_load_stage(ck, r.m, r.stream, lo, hi, state, KILN_CKPT_LOAD_ALL) == 0,
+	ck_assert_msg(kiln_ckpt_load_stage(ck, r.m, r.stream, lo, hi, ks ? state : NULL,
+					   KILN_CKPT_LOAD_ALL) == 0,
 		      "%s", kiln_last_error());
-	ck_assert_msg(kiln_ckpt_load_slot(ck, r.m, 0, lo, hi, slot, r.stream) == 0, "%s",
+	size_t *lay;
+	ck_assert_msg(kiln_ckpt_slot_layout(ck, r.m, &lay) == 0, "%s", kiln_last_error());
+	ck_assert_msg(!ks || kiln_ckpt_load_slot(ck, r.m, lay, 0, lo, hi, slot, r.stream) == 0, "%s",
 		      kiln_last_error());
+	free(lay);
 	kiln_ckpt_close(ck);
 	size_t ns;
 	char *p = dev_bytes(&r, r.m->params_d + lo, k * sizeof(float)),
-	     *s = dev_bytes(&r, state, k * sizeof(float)), *z = dev_bytes(&r, slot, k * sizeof(float)),
-	     *all = state_bytes(&r, &ns), *out = malloc(3 * k * sizeof(float) + ns);
+	     *s = dev_bytes(&r, state, ks * sizeof(float)), *z = dev_bytes(&r, slot, ks * sizeof(float)),
+	     *all = state_bytes(&r, &ns), *out = malloc((k + 2 * ks) * sizeof(float) + ns);
 	memcpy(out, p, k * sizeof(float));
-	memcpy(out + k * sizeof(float), s, k * sizeof(float));
-	memcpy(out + 2 * k * sizeof(float), z, k * sizeof(float));
-	memcpy(out + 3 * k * sizeof(float), all, ns);
-	*n = 3 * k * sizeof(float) + ns;
+	memcpy(out + k * sizeof(float), s, ks * sizeof(float));
+	memcpy(out + (k + ks) * sizeof(float), z, ks * sizeof(float));
+	memcpy(out + (k + 2 * ks) * sizeof(float), all, ns);
+	*n = (k + 2 * ks) * sizeof(float) + ns;
 	free(p);
 	free(s);
 	free(z);
@@ -708,6 +749,17 @@ static char *stage_bytes(const char *path, size_t lo, size_t hi, size_t *n)
 	test_rig_free_bufs(r.dev, r.stream, bufs, 2);
 	rig_close(&r);
 	return out;
+}
+
+/* Section tag of ck, `n` elements (checked), into a malloc'd copy. */
+static float *section_floats(struct kiln_ckpt *ck, const char *tag, size_t n)
+{
+	uint64_t bytes;
+	float *v = malloc(n * sizeof(float));
+	ck_assert(v != NULL);
+	ck_assert(kiln_ckpt_find(ck, tag, &bytes) == 0 && bytes == n * sizeof(float));
+	ck_assert(kiln_ckpt_read(ck, tag, v, bytes) == 0);
+	return v;
 }
 
 /* A checkpoint (3 SGD steps with momentum) rewritten into the old layout
@@ -721,11 +773,21 @@ START_TEST(test_tie_layout)
 	scratch_dir(dir, sizeof dir);
 	rig_open(&a, tie_ini, 7);
 	ck_assert_int_eq(a.m->n_params, N_MOVED);
-	for (int i = 0; i < a.m->n_params; i++)
-		for (int k = 0; k < N_MOVED; k++)
-			if (!strcmp(a.m->params[i].name, to_old[k].name))
-				ck_assert_uint_eq(a.m->params[i].off, to_old[k].was);
-	ck_assert_uint_eq(a.m->n_elems, 144);
+	for (int i = 0; i < a.m->n_params; i++) {
+		const struct model_param *p = &a.m->params[i];
+		int k = 0;
+		while (k < N_MOVED && strcmp(p->name, to_old[k].name))
+			k++;
+		ck_assert_msg(k < N_MOVED, "%s", p->name);
+		ck_assert_str_eq(to_old[k].region, p->buffer ? "buffers" : "params");
+		ck_assert_uint_eq(p->off, to_old[k].was);
+		ck_assert_uint_eq(kiln_align_up((size_t)p->numel * 4) / 4, to_old[k].ext);
+		ck_assert_int_eq(p->trainable, strcmp(p->name, "c.weight") && strcmp(p->name, "c.bias") &&
+						       !p->buffer);
+	}
+	ck_assert_uint_eq(a.m->n_trainable, TIE_NT);
+	ck_assert_uint_eq(a.m->n_elems, TIE_NE);
+	ck_assert_uint_eq(a.m->n_buf_elems, TIE_NB);
 	rig_train(&a, 3);
 	save(&a, dir, 3, path, sizeof path);
 	snprintf(old, sizeof old, "%s/old.kiln", dir);
@@ -734,23 +796,30 @@ START_TEST(test_tie_layout)
 	struct kiln_ckpt *cn, *co;
 	ck_assert(kiln_ckpt_open(path, &cn) == 0);
 	ck_assert_msg(kiln_ckpt_open(old, &co) == 0, "%s", kiln_last_error());
-	/* the old file is the old layout: "params" and the momentum moved */
+	/* the old file is the old layout: "params", the momentum and the
+	 * buffers moved, each tensor's extent whole at its new place */
 	char *text;
 	ck_assert(kiln_ckpt_read_text(co, "tensors", &text) == 0);
-	ck_assert_msg(strstr(text, "b.weight params 80 36 f32 6,6\n") &&
-			      strstr(text, "a.bias params 0 6 f32 6\n"),
+	ck_assert_msg(strstr(text, "b.weight params 143072 36 f32 6,6\n") &&
+			      strstr(text, "a.bias params 0 6 f32 6\n") &&
+			      strstr(text, "bn.running_var buffers 0 6 f32 6\n"),
 		      "%s", text);
 	free(text);
-	static const char *const moved_tags[] = { "params", "optim.momentum" };
-	for (int i = 0; i < 2; i++) {
-		uint64_t n;
-		ck_assert(kiln_ckpt_find(cn, moved_tags[i], &n) == 0 && n == 144 * sizeof(float));
-		float x[144], y[144];
-		ck_assert(kiln_ckpt_read(cn, moved_tags[i], x, sizeof x) == 0);
-		ck_assert(kiln_ckpt_read(co, moved_tags[i], y, sizeof y) == 0);
-		ck_assert(memcmp(x, y, sizeof x) != 0);
-		ck_assert(memcmp(x, y + 80, 36 * sizeof(float)) == 0); /* b.weight */
+	static const char *const moved_tags[] = { "params", "optim.momentum", "buffers" };
+	static const size_t moved_n[] = { TIE_NE, TIE_NT, TIE_NB };
+	for (int i = 0; i < 3; i++) {
+		float *x = section_floats(cn, moved_tags[i], moved_n[i]),
+		      *y = section_floats(co, moved_tags[i], moved_n[i]);
+		ck_assert(memcmp(x, y, moved_n[i] * sizeof(float)) != 0);
+		for (int k = 0; k < N_MOVED; k++)
+			if (!strcmp(to_old[k].region, i == 2 ? "buffers" : "params") &&
+			    to_old[k].was + to_old[k].ext <= moved_n[i])
+				ck_assert_msg(!memcmp(x + to_old[k].was, y + to_old[k].is,
+						      to_old[k].ext * sizeof(float)),
+					      "%s %s", moved_tags[i], to_old[k].name);
 		ck_assert(x[0] != 0 || x[1] != 0);
+		free(x);
+		free(y);
 	}
 
 	/* resumed: every state buffer as loaded from the file written */
@@ -796,8 +865,10 @@ START_TEST(test_tie_layout)
 	kiln_ckpt_close(cn);
 	kiln_ckpt_close(co);
 
-	/* slices that cut tensors, across the moved ones */
-	static const size_t cuts[][2] = { { 0, 144 }, { 0, 48 }, { 20, 100 }, { 70, 131 } };
+	/* slices that cut tensors, across the moved ones, the large ones over
+	 * several pieces, and into the frozen tensors (no slot there) */
+	static const size_t cuts[][2] = { { 0, TIE_NT }, { 0, 48 },	       { 20, 100000 },
+					  { 70000, 143130 }, { 143100, TIE_NE } };
 	for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
 		char *x = stage_bytes(path, cuts[i][0], cuts[i][1], &na),
 		     *y = stage_bytes(old, cuts[i][0], cuts[i][1], &nb);
@@ -811,9 +882,10 @@ START_TEST(test_tie_layout)
 END_TEST
 
 /* A table of this model's tensors that does not lay them out as a kiln
- * does (one moved off its place, overlapping the next), or whose offset is
- * not a number, is refused, the model left as it was; so is one with
- * another tensor ("another model", test_other_model). */
+ * does (one moved off its place, overlapping the next: a trainable tensor,
+ * a frozen one, a buffer), or whose offset is not a number, is refused
+ * (KILN_EDATA), the model left as it was; so is one with another tensor
+ * ("another model", test_other_model). */
 START_TEST(test_tie_layout_bad)
 {
 	char dir[1024], path[4200], bad[4300];
@@ -824,7 +896,7 @@ START_TEST(test_tie_layout_bad)
 	save(&a, dir, 1, path, sizeof path);
 	struct moved off[N_MOVED];
 	memcpy(off, to_old, sizeof off);
-	off[0].is = 81; /* b.weight: [81, 129), past c.bias's end at 80 */
+	off[0].is = 143073; /* b.weight: past bn.bias's end at 143072 */
 	snprintf(bad, sizeof bad, "%s/bad.kiln", dir);
 	move_tensors(path, bad, off, N_MOVED);
 	rig_open(&b, tie_ini, 5);
@@ -832,7 +904,7 @@ START_TEST(test_tie_layout_bad)
 	char *s0 = state_bytes(&b, &n0);
 	struct kiln_ckpt *ck;
 	ck_assert(kiln_ckpt_open(bad, &ck) == 0);
-	const char *want = "its 'tensors' table lays 'b.weight' out at 81, where no tensor before it ends: refused";
+	const char *want = "its 'tensors' table lays 'b.weight' out at 143073, where no tensor before it ends: refused";
 	ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_ALL) == KILN_EDATA);
 	ck_assert_msg(strstr(kiln_last_error(), want) && strstr(kiln_last_error(), bad), "%s",
 		      kiln_last_error());
@@ -841,8 +913,31 @@ START_TEST(test_tie_layout_bad)
 	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
 	ck_assert(kiln_ckpt_check_sample(ck, b.m) == KILN_EDATA);
 	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+	size_t *lay = &n0;
+	ck_assert(kiln_ckpt_slot_layout(ck, b.m, &lay) == KILN_EDATA && !lay);
+	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
 	kiln_ckpt_close(ck);
+	/* a frozen tensor, a buffer overlapping the one before: the weights
+	 * alone are refused too */
+	static const struct {
+		int k;
+		size_t is;
+		const char *want;
+	} overlap[] = {
+		{ 9, 143140, "lays 'c.weight' out at 143140, where no tensor before it ends: refused" },
+		{ 12, 1, "lays 'bn.running_var' out at 1, where no tensor before it ends: refused" },
+	};
+	for (int i = 0; i < 2; i++) {
+		memcpy(off, to_old, sizeof off);
+		off[overlap[i].k].is = overlap[i].is;
+		move_tensors(path, bad, off, N_MOVED);
+		ck_assert(kiln_ckpt_open(bad, &ck) == 0);
+		ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_WEIGHTS) == KILN_EDATA);
+		ck_assert_msg(strstr(kiln_last_error(), overlap[i].want), "%s", kiln_last_error());
+		kiln_ckpt_close(ck);
+	}
 	/* an offset that is not a number */
+	memcpy(off, to_old, sizeof off);
 	off[0].is = SIZE_MAX;
 	move_tensors(path, bad, off, N_MOVED);
 	ck_assert(kiln_ckpt_open(bad, &ck) == 0);
@@ -856,6 +951,100 @@ START_TEST(test_tie_layout_bad)
 	free(s1);
 	rig_close(&a);
 	rig_close(&b);
+}
+END_TEST
+
+/* Each tensor of `to`, named as in `from`, holds from's bytes. */
+static void same_by_name(struct rig *from, struct rig *to)
+{
+	for (int i = 0; i < to->m->n_params; i++) {
+		const struct model_param *p = &to->m->params[i], *q = NULL;
+		for (int j = 0; j < from->m->n_params && !q; j++)
+			if (!strcmp(from->m->params[j].name, p->name))
+				q = &from->m->params[j];
+		ck_assert_msg(q && q->buffer == p->buffer && q->numel == p->numel, "%s", p->name);
+		const size_t bytes = (size_t)p->numel * sizeof(float);
+		char *x = dev_bytes(from, (q->buffer ? from->m->buffers_d : from->m->params_d) + q->off,
+				    bytes),
+		     *y = dev_bytes(to, (p->buffer ? to->m->buffers_d : to->m->params_d) + p->off, bytes);
+		ck_assert_msg(!memcmp(x, y, bytes), "%s", p->name);
+		free(x);
+		free(y);
+	}
+}
+
+/* A checkpoint of tie_ini's model with other layers frozen (c trainable
+ * too; the other way, a checkpoint of c frozen into the model with c
+ * trainable): its tensors lie in another order, the trainable ones first.
+ * Its weights load by name, bit for bit, whole or as a stage's rank does
+ * ([model] init_from, eval, export: fine-tuning with a backbone frozen);
+ * its optimizer state does not fit (its slots hold other tensors): a
+ * resume's load is refused, KILN_ECONFIG naming the tensor, the model left
+ * as it was.  Before session 39's review the first way was refused as a
+ * corrupt table (KILN_EDATA) whatever was loaded, and the second way's
+ * resume as a section of another length. */
+START_TEST(test_frozen_layout)
+{
+	char dir[1024], path[2][4200];
+	struct rig s[2];
+	scratch_dir(dir, sizeof dir);
+	char *all_ini = strdup(tie_ini), *t = strstr(all_ini, "trainable = 0");
+	ck_assert(t != NULL);
+	t[strlen("trainable = ")] = '1';
+	/* s[0]: c frozen, s[1]: every layer trainable */
+	for (int f = 0; f < 2; f++) {
+		rig_open(&s[f], f ? all_ini : tie_ini, 7 + f);
+		rig_train(&s[f], 2 + f);
+		save(&s[f], dir, 2 + f, path[f], sizeof path[f]);
+	}
+	ck_assert_uint_eq(s[0].m->n_trainable, TIE_NT);
+	ck_assert_uint_eq(s[1].m->n_trainable, TIE_NE);
+	for (int f = 0; f < 2; f++) {
+		const char *ini = f ? tie_ini : all_ini;
+		struct rig w, h, r;
+		struct kiln_ckpt *ck;
+		ck_assert(kiln_ckpt_open(path[f], &ck) == 0);
+		/* the weights, whole and as a rank holding [0, TIE_NE) */
+		rig_open(&w, ini, 5);
+		rig_open(&h, ini, 5);
+		ck_assert_msg(kiln_ckpt_check_sample(ck, w.m) == 0, "%s", kiln_last_error());
+		ck_assert_msg(kiln_ckpt_load_model(ck, w.m, w.stream, KILN_CKPT_LOAD_WEIGHTS) == 0, "%s",
+			      kiln_last_error());
+		same_by_name(&s[f], &w);
+		ck_assert_msg(kiln_ckpt_load_stage(ck, h.m, h.stream, 0, TIE_NE, NULL,
+						   KILN_CKPT_LOAD_WEIGHTS) == 0,
+			      "%s", kiln_last_error());
+		same_by_name(&s[f], &h);
+		rig_close(&w);
+		rig_close(&h);
+		/* the optimizer state: refused, nothing loaded */
+		char want[300];
+		snprintf(want, sizeof want, "checkpoint %s: 'c.weight' is %s here but %s in the checkpoint",
+			 path[f], f ? "frozen" : "trainable", f ? "trainable" : "frozen");
+		rig_open(&r, ini, 5);
+		size_t n0, n1, *lay = &n0;
+		char *s0 = state_bytes(&r, &n0);
+		float *state;
+		ck_assert(kiln_device_alloc(r.dev, 48 * sizeof(float), (void **)&state) == 0);
+		ck_assert(kiln_ckpt_load_model(ck, r.m, r.stream, KILN_CKPT_LOAD_ALL) == KILN_ECONFIG);
+		ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+		ck_assert(kiln_ckpt_load_stage(ck, r.m, r.stream, 0, 48, state, KILN_CKPT_LOAD_ALL) ==
+			  KILN_ECONFIG);
+		ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+		ck_assert(kiln_ckpt_slot_layout(ck, r.m, &lay) == KILN_ECONFIG && !lay);
+		ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+		char *s1 = state_bytes(&r, &n1);
+		ck_assert(n0 == n1 && !memcmp(s0, s1, n0));
+		free(s0);
+		free(s1);
+		void *bufs[] = { state };
+		test_rig_free_bufs(r.dev, r.stream, bufs, 1);
+		rig_close(&r);
+		kiln_ckpt_close(ck);
+	}
+	rig_close(&s[0]);
+	rig_close(&s[1]);
+	free(all_ini);
 }
 END_TEST
 
@@ -1983,7 +2172,7 @@ static Suite *make_ckpt_suite(void)
 {
 	Suite *s = suite_create("ckpt");
 	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
-		test_roundtrip, test_other_model, test_tie_layout, test_tie_layout_bad, test_truncated, test_flipped,
+		test_roundtrip, test_other_model, test_tie_layout, test_tie_layout_bad, test_frozen_layout, test_truncated, test_flipped,
 		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff, test_config_check_dropout,
 		test_config_check_meaning, test_config_check_derived,
 		test_config_check_types, test_config_check_missing_derived,

@@ -18,16 +18,19 @@
  *   ckpt_tool set FILE TAG INDEX VALUE
  *                                 the same, set to VALUE (a negative
  *                                 running variance)
- *   ckpt_tool order IN OUT NAME...
- *                                 IN rewritten to OUT with the "params"
- *                                 tensors laid out in the order NAME...
- *                                 (each of them, the trainable ones first;
- *                                 64-byte aligned): their "tensors" lines'
+ *   ckpt_tool order IN OUT REGION NAME...
+ *                                 IN rewritten to OUT with REGION's tensors
+ *                                 ("params" or "buffers") laid out in the
+ *                                 order NAME... (each of them, for params
+ *                                 the trainable ones first; 64-byte
+ *                                 aligned): their "tensors" lines'
  *                                 offsets, their extents (elements and
- *                                 padding) moved in "params" and in each
- *                                 optimizer slot ("optim.*" but
- *                                 "optim.step"), the CRCs and size redone
- *                                 (a kiln's older layout of the same model)
+ *                                 padding) moved in the region's sections
+ *                                 ("params" and each optimizer slot,
+ *                                 "optim.*" but "optim.step", within its
+ *                                 length; "buffers"), the CRCs and size
+ *                                 redone (a kiln's older layout of the
+ *                                 same model)
  *   ckpt_tool nan64 FILE TAG INDEX
  *                                 f64 element INDEX set to NaN (keep_best's
  *                                 value of an entry, early stopping's best)
@@ -179,7 +182,7 @@ static void put_le64(uint8_t *p, uint64_t v)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* A "params" tensor of ckpt_tool order: its name, the rest of its
+/* A tensor of ckpt_tool order's region: its name, the rest of its
  * "tensors" line after the offset, its offset (elements) and extent in
  * IN and in OUT. */
 struct placed {
@@ -187,12 +190,12 @@ struct placed {
 	uint64_t was, is, ext;
 };
 
-/* The "tensors" text of IN with the "params" tensors at the places of
+/* The "tensors" text of IN with region's tensors at the places of
  * order NAME... (argv[0..n)): into t[] (*nt of them, each named), the
  * new text written to `text` (malloc'd).  Nonzero on a name missing or
  * left out. */
-static int order_table(const char *keys, char **names, int n, struct placed *t, int *nt,
-		       char **text)
+static int order_table(const char *keys, const char *region, char **names, int n,
+		       struct placed *t, int *nt, char **text)
 {
 	size_t len = 0, cap = strlen(keys) + 64 * (size_t)n + 1;
 	char *out = malloc(cap), *copy = strdup(keys), *line, *save = NULL;
@@ -205,7 +208,7 @@ static int order_table(const char *keys, char **names, int n, struct placed *t, 
 			bad = 1;
 			break;
 		}
-		if (strcmp(sec, "params")) {
+		if (strcmp(sec, region)) {
 			len += (size_t)sprintf(out + len, "%s\n", line);
 			continue;
 		}
@@ -223,17 +226,17 @@ static int order_table(const char *keys, char **names, int n, struct placed *t, 
 			if (!strcmp(t[j].name, names[i]))
 				f = j;
 		if (f < 0) {
-			fprintf(stderr, "ckpt_tool: no params tensor '%s'\n", names[i]);
+			fprintf(stderr, "ckpt_tool: no %s tensor '%s'\n", region, names[i]);
 			bad = 1;
 			break;
 		}
 		t[f].is = at;
 		at += t[f].ext;
-		len += (size_t)sprintf(out + len, "%s params %llu %s\n", t[f].name,
+		len += (size_t)sprintf(out + len, "%s %s %llu %s\n", t[f].name, region,
 				       (unsigned long long)t[f].is, t[f].rest);
 	}
 	if (!bad && n != k) {
-		fprintf(stderr, "ckpt_tool: %d params tensors, %d named\n", k, n);
+		fprintf(stderr, "ckpt_tool: %d %s tensors, %d named\n", k, region, n);
 		bad = 1;
 	}
 	free(copy);
@@ -243,8 +246,13 @@ static int order_table(const char *keys, char **names, int n, struct placed *t, 
 }
 
 /* ckpt_tool order (the layout of set_cmd's) */
-static int order_cmd(const char *in, const char *outp, char **names, int n)
+static int order_cmd(const char *in, const char *outp, const char *region, char **names, int n)
 {
+	const int buffers = !strcmp(region, "buffers");
+	if (!buffers && strcmp(region, "params")) {
+		fprintf(stderr, "ckpt_tool: order: REGION is params or buffers, not '%s'\n", region);
+		return 2;
+	}
 	struct kiln_ckpt *ck = open_or_die(in);
 	struct placed t[64];
 	uint64_t nk;
@@ -252,7 +260,7 @@ static int order_cmd(const char *in, const char *outp, char **names, int n)
 	char *keys = section(ck, "tensors", &nk), *text = NULL;
 	keys[nk] = 0;
 	kiln_ckpt_close(ck);
-	if (order_table(keys, names, n, t, &nt, &text)) {
+	if (order_table(keys, region, names, n, t, &nt, &text)) {
 		free(keys);
 		free(text);
 		return 1;
@@ -282,8 +290,9 @@ static int order_cmd(const char *in, const char *outp, char **names, int n)
 			bytes = strlen(text);
 			memcpy(od, text, bytes);
 			put_le64(oh + 32, bytes);
-		} else if (!strcmp(tag, "params") ||
-			   (!strncmp(tag, "optim.", 6) && strcmp(tag, "optim.step"))) {
+		} else if (buffers ? !strcmp(tag, "buffers")
+				   : !strcmp(tag, "params") ||
+					     (!strncmp(tag, "optim.", 6) && strcmp(tag, "optim.step"))) {
 			memcpy(od, data, bytes);
 			for (int k = 0; k < nt; k++)
 				if ((t[k].was + t[k].ext) * 4 <= bytes && (t[k].is + t[k].ext) * 4 <= bytes)
@@ -388,10 +397,10 @@ int main(int argc, char **argv)
 		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), &f64, 8);
 	if (argc >= 8 && !strcmp(argv[1], "step"))
 		return step_cmd(argc, argv);
-	if (argc >= 5 && !strcmp(argv[1], "order"))
-		return order_cmd(argv[2], argv[3], argv + 4, argc - 4);
+	if (argc >= 6 && !strcmp(argv[1], "order"))
+		return order_cmd(argv[2], argv[3], argv[4], argv + 5, argc - 5);
 	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG... | close A B TOL TAG... | "
 		"step A0 A1 B0 B1 TOL NAME... | nan FILE TAG INDEX | set FILE TAG INDEX VALUE | "
-		"order IN OUT NAME... | nan64 FILE TAG INDEX\n");
+		"order IN OUT REGION NAME... | nan64 FILE TAG INDEX\n");
 	return 2;
 }

@@ -656,6 +656,10 @@ EXTRA_DIST += tests/tie.sh tests/data/gen_tie_refs.py tests/data/tie_refs.safete
 # name: resume, eval, predict, export, init_from, ZeRO-1 and stages
 TESTS += tests/tie_old_ckpt.sh
 EXTRA_DIST += tests/tie_old_ckpt.sh
+# a checkpoint of another set of frozen layers, or its buffers in another
+# order, read by name: init_from both ways, eval, export
+TESTS += tests/ckpt_frozen.sh
+EXTRA_DIST += tests/ckpt_frozen.sh
 
 # ---- loggers: TensorBoard framing and event files, CSV, metrics.jsonl ----
 # check_log reads the event files back through its own copy of the

@@ -74,7 +74,7 @@ kiln 0 train "$ini" run.out_dir="$tmp/full" train.max_steps=6
 kiln 0 train "$ini" run.out_dir="$tmp/new" train.max_steps=3
 cp "$(ck new 3)" "$tmp/new3.kiln"
 mkdir -p "$tmp/old/checkpoints"
-"$tool" order "$tmp/new3.kiln" "$(ck old 3)" $old_order || fail "cannot rewrite the checkpoint"
+"$tool" order "$tmp/new3.kiln" "$(ck old 3)" params $old_order || fail "cannot rewrite the checkpoint"
 cp "$(ck old 3)" "$tmp/old3.kiln"
 "$tool" check "$tmp/old3.kiln" || fail "the rewritten checkpoint does not verify"
 "$tool" sections "$tmp/old3.kiln" > "$tmp/old.sections"

@@ -49,7 +49,8 @@ FUZZ_CPPFLAGS = $(DEFS) -I$(top_builddir) -I$(top_srcdir)/include -I$(top_srcdir
 FUZZ_LIBS = -L$(top_builddir)/.libs -lkiln -Wl,-rpath,$(abs_top_builddir)/.libs \
 	$(INIH_LIBS) $(JANSSON_LIBS) $(ZLIB_LIBS) $(CRYPTO_LIBS) -lm -lpthread
 fuzz_config_SRC = core/config.c core/config_check.c core/config_get.c core/config_write.c
-fuzz_checkpoint_SRC = core/checkpoint_read.c core/checkpoint_write.c core/checkpoint_load.c
+fuzz_checkpoint_SRC = core/checkpoint_read.c core/checkpoint_write.c core/checkpoint_load.c \
+	core/checkpoint_layout.c
 fuzz_safetensors_SRC = core/safetensors.c
 # the client, the parser and MAC, the server: store_mac and the server's
 # functions are not exported from libkiln.so
