@@ -115,6 +115,21 @@ static void result_row(FILE *f, const char *name, const char *fmt, double v)
 	fputs("</td></tr>\n", f);
 }
 
+/* The training samples/s: the run's (every data-parallel rank's) and one
+ * rank's where they differ (before session 39 the rank's alone, which a
+ * 2-rank run halved beside its train lines' samples_per_s), else the one
+ * number (one process; a final line from before the run's rate). */
+static void write_rates(FILE *f, const struct report_metrics *m)
+{
+	const double run = m->final_run_samples_per_s, rank = m->final_samples_per_s;
+	if (isnan(run) || run == rank) {
+		result_row(f, "training samples/s", "%.1f", rank);
+		return;
+	}
+	result_row(f, "training samples/s (all data-parallel ranks)", "%.1f", run);
+	result_row(f, "training samples/s (one data-parallel rank)", "%.1f", rank);
+}
+
 /* The "final" line's numbers, when the run finished. */
 static void write_result(FILE *f, const struct report_metrics *m)
 {
@@ -127,7 +142,7 @@ static void write_result(FILE *f, const struct report_metrics *m)
 		result_row(f, "steps", "%g", m->final_steps);
 		result_row(f, "test loss", "%.4f", m->final_test_loss);
 		result_row(f, "test accuracy", "%.4f", m->final_test_acc);
-		result_row(f, "training samples/s", "%.1f", m->final_samples_per_s);
+		write_rates(f, m);
 		result_row(f, "wall time", "%.1f s", m->final_wall_s);
 		fputs("</table>\n", f);
 	}

@@ -508,9 +508,12 @@ static void print_result(FILE *f, const struct kiln_train_result *r)
 	print_metric(f, "test_loss", r->test_loss);
 	print_metric(f, "test_acc", r->test_acc);
 	fprintf(f, "\"test_samples\": %lld, ", (long long)r->test_samples);
-	/* timed over closed epochs: none closed (a stop in the first), null */
+	/* timed over closed epochs: none closed (a stop in the first), null;
+	 * one data-parallel rank's, then every rank's (session 39) */
 	fprintf(f, "\"train_samples_per_s\": ");
 	cli_json_num(f, "%.1f", r->epochs > 0 ? r->train_samples_per_s : NAN);
+	fprintf(f, ", \"samples_per_s\": ");
+	cli_json_num(f, "%.1f", r->epochs > 0 ? r->samples_per_s : NAN);
 	fprintf(f, ", \"eval_samples_per_s\": ");
 	cli_json_num(f, "%.1f", r->eval_samples_per_s);
 	fprintf(f, ", \"wall_s\": ");

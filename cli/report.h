@@ -33,7 +33,8 @@ struct report_metrics {
 	long long_lines;           /* of bad_lines, those over REPORT_LINE_MAX */
 	int have_final;            /* the "final" line's numbers (NAN: not in it, or null) */
 	double final_epochs, final_steps, final_test_acc, final_test_loss, final_wall_s,
-		final_samples_per_s;
+		final_samples_per_s;   /* train_samples_per_s: one data-parallel rank's */
+	double final_run_samples_per_s; /* samples_per_s: every rank's (session 39) */
 	char why[96]; /* report_metrics_read's failure: "No such file or directory",
 		       * "a FIFO (named pipe), not a regular file" */
 };

@@ -162,6 +162,7 @@ static void read_final(struct report_metrics *m, json_t *o)
 	m->final_test_acc = num(o, "test_acc");
 	m->final_wall_s = num(o, "wall_s");
 	m->final_samples_per_s = num(o, "train_samples_per_s");
+	m->final_run_samples_per_s = num(o, "samples_per_s");
 }
 
 /* The next line of f into buf (n bytes): 1, or 0 at the end of the file.

@@ -468,7 +468,18 @@ void trainer_epoch_report(struct trainer *t, const char *msg);
 kiln_status trainer_finish(struct trainer *t);
 
 /* train_eval.c */
+/* What an evaluation during training is (trainer_evaluate's `record`):
+ * a run again of one recorded before (nothing written), the one after
+ * the run's last step that is no eval_every point (its eval record
+ * alone: metrics.jsonl, [log]'s tables and event file), or an evaluation
+ * point (per epoch, or every eval_every steps: its record, keep_best and
+ * early stopping, and the checkpoint position). */
+enum { TRAINER_EVAL_AGAIN, TRAINER_EVAL_LOGGED, TRAINER_EVAL_POINT };
 kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int record);
+/* Whether the evaluation of t->ev follows the run's last step `step` as
+ * the epoch's evaluation does (trainer_epoch_eval): per epoch, or with
+ * eval_every when `step` is no evaluation point. */
+int trainer_closing_eval(const struct trainer *t, int64_t step);
 kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n);
 int trainer_stop_numbers_missing(const struct trainer *t);
 kiln_status trainer_final_test(struct trainer *t);

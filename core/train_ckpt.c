@@ -115,11 +115,14 @@ kiln_status trainer_ckpt_write(struct trainer *t, const char *dir,
 static void checkpoint_done(struct trainer *t, const char *path, int again);
 static kiln_status end_mark(struct trainer *t, int what);
 
-/* Evaluations the run records follow its last step: the epoch's ([train]
- * eval, eval_every = 0) or [data.val]'s final test. */
-static int evals_follow_last(const struct trainer *t)
+/* Evaluations the run records follow its last step `step`: the epoch's
+ * ([train] eval, eval_every = 0), eval_every's when `step` is no
+ * evaluation point (trainer_closing_eval; before session 39 not recorded,
+ * so not followed by a checkpoint with its numbers), or [data.val]'s final
+ * test. */
+static int evals_follow_last(const struct trainer *t, int64_t step)
 {
-	return (t->tc.eval && !t->tc.eval_every) || t->have_val;
+	return trainer_closing_eval(t, step) || t->have_val;
 }
 
 
@@ -289,7 +292,7 @@ kiln_status trainer_checkpoint_point(struct trainer *t)
 	 * numbers (trainer_checkpoint_end), so a failure during them (a bad
 	 * image, a full disk, a kill) still leaves the run's last checkpoint
 	 * (session 32 had deferred it, and lost it on such a failure) */
-	if (final && !t->stopping && *t->ckdir && evals_follow_last(t)) {
+	if (final && !t->stopping && *t->ckdir && evals_follow_last(t, step)) {
 		/* (end_mark's copy of the sums is a host sync: the steady
 		 * state's counters taken before it, checkpoint_at's mark after) */
 		trainer_counters_take(t);
@@ -329,7 +332,8 @@ kiln_status trainer_checkpoint_end(struct trainer *t)
 	 * the run: its numbers too, for the resumed run's result (a resume
 	 * whose checkpoint lacked them ran it again, unrecorded:
 	 * trainer_epoch_eval) */
-	const int epoch_eval = (t->ckpt_end == CKPT_END_EVALS && t->tc.eval && !t->tc.eval_every) ||
+	const int epoch_eval = (t->ckpt_end == CKPT_END_EVALS &&
+				trainer_closing_eval(t, t->end_pos.step)) ||
 			       (t->ckpt_end == CKPT_END_TEST && t->stop_early && t->tc.eval &&
 				*t->ev.samples > 0);
 	const struct kiln_ckpt_evaluated e = {
@@ -394,11 +398,18 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t)
 	 * it early, resumed, runs [data.val]'s final test and is written
 	 * again with it, as the run's last checkpoint was) */
 	const int test_owed = t->have_val && !t->done.has_test && (final || t->stop_early);
-	if (t->evaluated && !test_owed && !(t->stop_early && tc->eval && !t->done.samples))
+	/* (a section without the numbers of the evaluation after the run's
+	 * last step: a kiln before session 39 wrote an eval_every run's so,
+	 * [data.val]'s, which did not record it; it runs and is recorded
+	 * now, and the file written again with them) */
+	const int closing_owed = final && !t->stop_early && trainer_closing_eval(t, step) &&
+				 !t->done.samples;
+	if (t->evaluated && !test_owed && !closing_owed &&
+	    !(t->stop_early && tc->eval && !t->done.samples))
 		return KILN_OK;
 	if (t->stop_early && (t->have_val || tc->eval))
 		t->ckpt_end = CKPT_END_TEST;
-	else if (!t->stop_early && final && evals_follow_last(t))
+	else if (!t->stop_early && final && evals_follow_last(t, step))
 		t->ckpt_end = CKPT_END_EVALS;
 	else
 		return KILN_OK;

@@ -193,8 +193,10 @@ static int stopper_update(struct trainer *t, double loss, double acc)
 
 /* An evaluation during training, on the run's evaluation set (t->ev),
  * after step t->step; offset: the global sample offset into the epoch it
- * stands at.  log: its own log line.  record (an evaluation point): its
- * metrics.jsonl line, keep_best, early stopping (t->stop_early). */
+ * stands at.  log: its own log line.  record (train.h, TRAINER_EVAL_*):
+ * AGAIN nothing; LOGGED its eval record (metrics.jsonl, [log]'s tables
+ * and event file); POINT (an evaluation point) that, keep_best and early
+ * stopping (t->stop_early). */
 kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int record)
 {
 	const struct eval_target *e = &t->ev;
@@ -210,9 +212,11 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	if (log)
 		kiln_log(KILN_LOG_INFO, "train", "step %lld: %s loss %.4f acc %.4f top-5 %.4f",
 			 (long long)t->step, e->name, *e->loss, *e->acc, *e->acc5);
-	if (!record)
+	if (record == TRAINER_EVAL_AGAIN)
 		return KILN_OK;
 	trainer_eval_record(t, e, t->ep + 1);
+	if (record == TRAINER_EVAL_LOGGED)
+		return KILN_OK;
 	t->pos.epoch = t->ep;
 	t->pos.step = t->step;
 	t->pos.offset = offset;
@@ -242,6 +246,11 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	 * best/ and appended its eval and best events) */
 	t->ckpt_step = -1;
 	return KILN_OK;
+}
+
+int trainer_closing_eval(const struct trainer *t, int64_t step)
+{
+	return t->tc.eval && (!t->tc.eval_every || step % t->tc.eval_every);
 }
 
 /* A resumed run that early stopping ended (trainer_resume_finished) whose
@@ -295,14 +304,24 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 		/* (work a stop now ends with a checkpoint, as eval_owed_run's:
 		 * the caller hears of it as of a step) */
 		trainer_progress(t, t->k0, NULL);
-		if (!(st = trainer_evaluate(t, t->pos.offset, 0, 0)) && !t->eval_cut && on_line)
+		if (!(st = trainer_evaluate(t, t->pos.offset, 0, TRAINER_EVAL_AGAIN)) && !t->eval_cut &&
+		    on_line)
 			common_snprintf_c(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f",
 				 t->ev.name, *t->ev.loss, *t->ev.acc, *t->ev.acc5);
 		return st;
 	}
 	if (!on_line)
 		return KILN_OK;
-	st = trainer_evaluate(t, t->steps_per_epoch * t->G, 0, !tc->eval_every);
+	/* with eval_every, the evaluation after a last step that is no
+	 * evaluation point is logged (before session 39 it was on the line
+	 * and in the result alone: metrics.jsonl, eval.csv and TensorBoard
+	 * ended at the last eval_every point), but neither kept (keep_best)
+	 * nor watched (early stopping): a run resumed from this step with a
+	 * larger max_steps or more epochs goes on as the uninterrupted run,
+	 * which evaluates no such step, and its best/ files and stopper
+	 * state must be that run's (docs/training.md) */
+	st = trainer_evaluate(t, t->steps_per_epoch * t->G, 0,
+			      tc->eval_every ? TRAINER_EVAL_LOGGED : TRAINER_EVAL_POINT);
 	if (!st)
 		common_snprintf_c(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
 			 *t->ev.loss, *t->ev.acc, *t->ev.acc5);

@@ -514,6 +514,14 @@ static void interval_clock(struct trainer *t, double *wall, double *wait)
 	t->iv_t0 = now, t->iv_aside_s = 0, t->iv_wait0 = w;
 }
 
+/* A data-parallel rank's samples/s as the run's: times the data-parallel
+ * ranks (t->world, [dist] pipeline's stages left out: a sample passes
+ * every stage), each of which trains as many samples in the same steps. */
+static double all_ranks(const struct trainer *t, double rank_rate)
+{
+	return rank_rate * t->world;
+}
+
 /* The train line of a log point (metrics.jsonl's "train" event; the
  * loggers' train record): the interval's mean loss and accuracy over n
  * samples per rank, the steps skipped and clipped so far, the last step's
@@ -536,7 +544,7 @@ static void train_record(struct trainer *t, double ls, double c, double n)
 	kiln_log_add(&r, "time", kiln_now_s() - t->t_start, KILN_LOG_F64);
 	if (t->lr_dev)
 		kiln_log_add(&r, "lr", t->metrics_host[3], KILN_LOG_F32);
-	kiln_log_add(&r, "samples_per_s", wall > 0 ? n * t->world / wall : 0, KILN_LOG_F64);
+	kiln_log_add(&r, "samples_per_s", wall > 0 ? all_ranks(t, n / wall) : 0, KILN_LOG_F64);
 	kiln_log_add(&r, "data_wait", wait, KILN_LOG_F64);
 	if (t->clip)
 		kiln_log_add(&r, "grad_norm", t->clip_host[0], KILN_LOG_F32);
@@ -697,9 +705,11 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	res->epochs = (int)ep + 1;
 	res->train_loss = t->ep_samples ? t->ep_loss / (double)t->ep_samples : 0;
 	res->train_acc = t->ep_samples ? t->ep_correct / (double)t->ep_samples : 0;
+	/* the rate of every data-parallel rank, as the train lines' (before
+	 * session 39 this rank's: half theirs on 2 ranks) */
 	return common_snprintf_c(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
 			(long long)ep + 1, (long long)t->tc.epochs, res->train_loss, res->train_acc,
-			ep_s, (double)ran / ep_s);
+			ep_s, all_ranks(t, (double)ran / ep_s));
 }
 
 /* The epoch's line (to the progress callback, else the log; msg NULL:
@@ -803,7 +813,10 @@ kiln_status trainer_finish(struct trainer *t)
 	if (res->data_skipped && !t->rank)
 		kiln_log(KILN_LOG_WARN, "data", "%lld bad sample(s) skipped and replaced%s (on_error = skip)",
 			 (long long)res->data_skipped, t->dist ? " over every rank" : "");
+	/* (one data-parallel rank's, as bench/ has always read it; the run's
+	 * beside it: the train lines' samples_per_s count every rank's) */
 	res->train_samples_per_s = t->timed_s > 0 ? (double)t->timed_samples / t->timed_s : 0;
+	res->samples_per_s = all_ranks(t, res->train_samples_per_s);
 	/* the pipeline's measured busy times and bubble, logged and noted in
 	 * the profile (the streams are drained by now) */
 	if (t->pipe && (st = kiln_pipe_report(t->pipe)))
@@ -821,11 +834,12 @@ kiln_status trainer_finish(struct trainer *t)
 		trainer_jsonl(t, "{s:s, s:I, s:o}", "event", "stopped", "step", (json_int_t)t->step,
 			      "checkpoint", trainer_json_text(res->checkpoint));
 	else
-		trainer_jsonl(t, "{s:s, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "event", "final",
-			      "epochs", res->epochs, "steps", (json_int_t)res->steps, "train_loss",
-			      trainer_json_real(res->train_loss), "test_loss",
+		trainer_jsonl(t, "{s:s, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "event",
+			      "final", "epochs", res->epochs, "steps", (json_int_t)res->steps,
+			      "train_loss", trainer_json_real(res->train_loss), "test_loss",
 			      metric_or_null(res->test_loss), "test_acc", metric_or_null(res->test_acc),
 			      "train_samples_per_s", trainer_json_real(res->train_samples_per_s),
+			      "samples_per_s", trainer_json_real(res->samples_per_s),
 			      "wall_s", trainer_json_real(res->wall_s), "setup_s",
 			      trainer_json_real(t->t_fit0 - t->t_start), "fit_s",
 			      trainer_json_real(res->wall_s - (t->t_fit0 - t->t_start)));

@@ -257,7 +257,7 @@ static int eval_point(const struct trainer *t)
  * resumed run runs it first (eval_owed_run). */
 static kiln_status eval_at_point(struct trainer *t)
 {
-	kiln_status st = trainer_evaluate(t, (t->k + 1) * t->G, 1, 1);
+	kiln_status st = trainer_evaluate(t, (t->k + 1) * t->G, 1, TRAINER_EVAL_POINT);
 	t->eval_owed = !st && t->eval_cut;
 	return st;
 }
@@ -288,7 +288,7 @@ static kiln_status eval_owed_run(struct trainer *t)
 	 * said "nothing to checkpoint; the process ends within 5 s" and then
 	 * wrote one, racing its 5 s timer; session 32) */
 	trainer_progress(t, t->k0, NULL);
-	if ((st = trainer_evaluate(t, t->off0, 1, 1)))
+	if ((st = trainer_evaluate(t, t->off0, 1, TRAINER_EVAL_POINT)))
 		return st;
 	if (t->eval_cut)
 		return trainer_checkpoint_stop(t);

@@ -102,7 +102,7 @@ START_TEST(test_counts)
 		"{\"event\":\"train\",\"step\":20,\"epoch\":0,\"loss\":1.5,\"lr\":0.1}\n"
 		"{\"event\":\"eval\",\"set\":\"test\",\"step\":20,\"loss\":1.75,\"acc\":0.625}\n"
 		"{\"event\":\"final\",\"epochs\":1,\"steps\":20,\"test_loss\":1.75,\"test_acc\":0.625,"
-		"\"wall_s\":4,\"train_samples_per_s\":1000}\n";
+		"\"wall_s\":4,\"train_samples_per_s\":1000,\"samples_per_s\":2000}\n";
 	struct report_metrics m;
 	read_text(text, &m);
 	ck_assert_int_eq(m.lines, 6);
@@ -117,6 +117,7 @@ START_TEST(test_counts)
 	ck_assert_double_eq(m.final_steps, 20);
 	ck_assert_double_eq(m.final_test_acc, 0.625);
 	ck_assert_double_eq(m.final_samples_per_s, 1000);
+	ck_assert_double_eq(m.final_run_samples_per_s, 2000); /* the run's: 2 ranks */
 	report_metrics_free(&m);
 }
 END_TEST
@@ -135,6 +136,8 @@ START_TEST(test_final_missing)
 	ck_assert(isnan(m.final_test_loss));
 	ck_assert(isnan(m.final_test_acc));
 	ck_assert(isnan(m.final_wall_s));
+	ck_assert(isnan(m.final_samples_per_s));
+	ck_assert(isnan(m.final_run_samples_per_s)); /* (a line before session 39) */
 	report_metrics_free(&m);
 }
 END_TEST

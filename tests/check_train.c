@@ -709,7 +709,7 @@ START_TEST(test_struct_ends)
 		const char *name;
 		size_t size, end;
 	} s[] = {
-		ENDS(kiln_train_result, out_dir_lost), ENDS(kiln_train_cfg, LAST_TRAIN_CFG),
+		ENDS(kiln_train_result, samples_per_s), ENDS(kiln_train_cfg, LAST_TRAIN_CFG),
 		ENDS(kiln_memory, cache),              ENDS(kiln_plugin_info, desc),
 		ENDS(kiln_source_info, classes_from),
 	};

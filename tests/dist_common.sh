@@ -15,6 +15,11 @@
 #                              plain process for NPROC 0; output in
 #                              $tmp/NAME.log, out_dir $tmp/NAME
 #   ck NAME STEP               the path of NAME's checkpoint at STEP (tests/lib.sh)
+#   rates NAME D               NAME's training samples/s: each rank's final
+#                              metrics have samples_per_s = D (the
+#                              data-parallel ranks) x train_samples_per_s,
+#                              and the ranks' last epoch lines show those
+#                              samples_per_s (a run of at most 2 epochs)
 #   ckpt_fail_run NAME FROM WHO0 WHO1 CMD...
 #                              rank 0's write of ckpt-4.kiln failing (ENOSPC)
 #                              in a copy of FROM resumed by CMD: timed, its
@@ -74,6 +79,28 @@ run() {
 	fi
 	_rc=$?
 	[ $_rc = 0 ] || { bad "$_name exited $_rc"; tail -20 "$tmp/$_name.log"; }
+}
+
+# rates NAME D: in $tmp/NAME.log, every rank's final metrics line (rank
+# 0's on stdout, the others' after "kiln: rank N's final metrics: ") has
+# samples_per_s = D x train_samples_per_s, both as printed (to 0.1); and
+# the last epoch's lines, one a rank, show those samples_per_s ("%.0f
+# samples/s" of the same number: the final rate is timed over the last
+# epoch of a run of 1 or 2, the epoch line over that epoch), matched in
+# order as the lines say no rank.  Before session 39 no samples_per_s,
+# and the epoch line showed a rank's rate, 1/D of the train lines'.
+rates() {
+	sed -n 's/.*"train_samples_per_s": \([0-9.]*\), "samples_per_s": \([0-9.]*\),.*/\1 \2/p' \
+		"$tmp/$1.log" > "$tmp/$1.rates"
+	_re='^epoch \([0-9]*\)/[0-9]*: train loss .*, \([0-9]*\) samples/s).*'
+	_e=$(sed -n "s|$_re|\1|p" "$tmp/$1.log" | sort -n | tail -1)
+	sed -n "s|$_re|\1 \2|p" "$tmp/$1.log" | awk -v e="$_e" '$1 == e { print $2 }' | sort -n > "$tmp/$1.lines"
+	cut -d' ' -f2 "$tmp/$1.rates" | sort -n | paste -d' ' - "$tmp/$1.lines" > "$tmp/$1.pairs"
+	awk -v d="$2" '{ r = $2 - d * $1; if (r < 0) r = -r; if (NF != 2 || $1 <= 0 || r > 0.05 + d * 0.05 + 1e-9) exit 1; n++ }
+		END { exit n < 2 }' "$tmp/$1.rates" ||
+		{ bad "$1: samples_per_s is not $2 x train_samples_per_s:"; cat "$tmp/$1.rates"; }
+	awk '{ r = $1 - $2; if (r < 0) r = -r; if (NF != 2 || r > 0.55) exit 1; n++ } END { exit n < 2 }' "$tmp/$1.pairs" ||
+		{ bad "$1: the epoch $_e lines' samples/s (right) are not the final samples_per_s (left):"; cat "$tmp/$1.pairs"; }
 }
 
 # stamped NAME PATTERN CMD...: run CMD, its output (stdout and stderr) to

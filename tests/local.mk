@@ -679,6 +679,10 @@ endif
 TESTS += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh
 EXTRA_DIST += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh tests/log_common.sh \
 	tests/log_check.py
+# eval_every's evaluation after a last step off its points: logged (eval
+# line, eval.csv; [data.val]'s), once across resumes, kept by nothing
+TESTS += tests/eval_every_last.sh
+EXTRA_DIST += tests/eval_every_last.sh
 # a Latin-1 out_dir's checkpoint and best records (U+FFFD for its byte)
 TESTS += tests/jsonl_paths.sh
 EXTRA_DIST += tests/jsonl_paths.sh

@@ -136,6 +136,8 @@ near() { # near A B WHAT
 run one 0 32
 run g2 2 32 dist.pipeline=2 "$two" pipeline.sendrecv=1
 grep -q "rank 1: stage 1 of 2" "$tmp/g2.log" || bad "g2: rank 1 is not stage 1"
+# one pipe: the run's samples/s are its one data-parallel rank's
+rates g2 1
 near one g2 "2 stages on 2 ranks (gloo)"
 # [run] devices on ranks: not used, said once (rank 0), no stage device
 # opened (before session 38 each rank opened every stage's, silently)
@@ -296,6 +298,9 @@ run g4e 4 32 dist.pipeline=4 "$four" pipeline.early_forwards=1
 run g22 4 16 dist.pipeline=2 "$two" pipeline.micro_batches=2
 grep -q "rank 3 of 4: pipeline stage 1 of 2 in pipe 1 of 2" "$tmp/g22.log" || bad "g22: rank 3's place"
 near one g22 "P = 2 x D = 2 (gloo)"
+# 2 pipes of 2 stages: twice a pipe's samples/s, not 4 times (a sample
+# passes both stages)
+rates g22 2
 # each rank's optimizer and its state cover its stage's slice alone
 # (fc1 2080, fc2 800, fc3 400 of the 3280 floats; momentum: one slot, MiB
 # = floats x 4 / 2^20); a stage of one rank averages nothing, a stage of

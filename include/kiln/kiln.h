@@ -485,7 +485,9 @@ struct kiln_train_result {
 	double val_acc5;            /* its top-5 accuracy */
 	int64_t val_samples;
 	int early_stopped;          /* [train] early_stop_patience ended the run */
-	double train_samples_per_s; /* over the timed epochs (all but the first, if >1) */
+	double train_samples_per_s; /* over the timed epochs (all but the first, if >1);
+				     * one data-parallel rank's: the run's
+				     * is samples_per_s at the end */
 	double eval_samples_per_s;  /* the last evaluation's, data loading included */
 	double wall_s;
 	int64_t test_samples;
@@ -524,9 +526,14 @@ struct kiln_train_result {
 	 * recreated it (lock, config.ini, metrics.jsonl) and stopped with a
 	 * checkpoint there (`kiln train` exits 4: docs/checkpoints.md) */
 	int out_dir_lost;
+	/* the run's training samples/s: every data-parallel rank's samples,
+	 * train_samples_per_s x the data-parallel ranks D (the world, or
+	 * world / P with [dist] pipeline = P: a sample passes every stage);
+	 * train_samples_per_s in one process (session 39) */
+	double samples_per_s;
 	/* (new members go here, at the end: see `size`) */
 };
-KILN_ENDS_UNPADDED(kiln_train_result, out_dir_lost);
+KILN_ENDS_UNPADDED(kiln_train_result, samples_per_s);
 
 /* A result ready for the call: its size set, every other member 0. */
 #define KILN_TRAIN_RESULT_INIT { .size = sizeof(struct kiln_train_result) }
