@@ -261,8 +261,9 @@ static kiln_status params_check_enqueue(struct trainer *t)
 
 /* The first tensor of `region` (0 parameters [lo, hi), 1 the buffers)
  * holding a NaN or inf, from a host copy (the failure path alone): *bad
- * its index into m->params (-1: none, a norm that overflowed on finite
- * values is no failure), *count its non-finite values. */
+ * its index into m->params (-1: none; before session 39 the op's flag
+ * was 0 for finite parameters whose squares overflowed f32, and this
+ * copy found nothing), *count its non-finite values. */
 static kiln_status nonfinite_find(struct trainer *t, int region, size_t lo, size_t hi, int *bad,
 				  int64_t *count)
 {
@@ -304,13 +305,31 @@ static kiln_status params_check_take(struct trainer *t, int *bad, int64_t *count
 	return st;
 }
 
-/* What to change after a divergence: the learning rate, unless it is 0
- * (before session 36 "lower [train] lr" was said to a run of lr = 0,
- * where no step size caused it). */
-static const char *diverged_hint(const struct trainer *t)
+/* Whether no optimizer step has changed the parameters by step `step`
+ * (its forward and backward ran on the initial weights): every step so
+ * far skipped (a gate: skip_nonfinite, loss scaling; the skips counted
+ * since step 0, across resumes), or, when `first` (a loss: the forward
+ * of step 1 precedes its update), step 1 itself.  The counts are those of
+ * the last read of the metrics: an older one can only say no. */
+static int params_initial(const struct trainer *t, int64_t step, int first)
 {
-	return t->tc.lr != 0 ? "lower [train] lr"
-			     : "[train] lr is 0, so the step size is not the cause: look at the data, its normalisation ([data] mean, std) and the initial weights";
+	const int64_t skipped = t->clip && t->m->step_ok_d ? t->clip_total[0] : 0;
+	return step > 0 && (skipped >= step || (first && step == 1));
+}
+
+/* What to change after a divergence (`initial`: params_initial's): the
+ * learning rate, unless it is 0 or no step has changed the parameters
+ * (before session 36 "lower [train] lr" was said to a run of lr = 0,
+ * before session 39 to a run whose first fp16 forward overflowed: in
+ * neither did a step size cause it). */
+static const char *diverged_hint(const struct trainer *t, int initial)
+{
+	if (initial && t->m->cdtype == KILN_F16)
+		return "[train] lr is not the cause: f16 holds values up to 65504 ([run] precision = fp16): use bf16 or fp32, or look at the data, its normalisation ([data] mean, std) and the initial weights";
+	if (t->tc.lr == 0)
+		return "[train] lr is 0, so the step size is not the cause: look at the data, its normalisation ([data] mean, std) and the initial weights";
+	return initial ? "[train] lr is not the cause: look at the data, its normalisation ([data] mean, std) and the initial weights"
+		       : "lower [train] lr";
 }
 
 /* Parameters holding non-finite values after step `step` of epoch `ep`
@@ -319,17 +338,22 @@ static const char *diverged_hint(const struct trainer *t)
 static kiln_status params_diverged(const struct trainer *t, int64_t step, int64_t ep, int bad,
 				   int64_t count, double ranks)
 {
+	const int initial = params_initial(t, step, 0);
+	const char *hint = diverged_hint(t, initial);
 	if (bad >= 0 && t->m->params[bad].buffer)
-		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): running statistic '%s' holds %lld non-finite value(s) (NaN or inf): a forward pass overflowed (its step may have been skipped, the statistics were updated); %s, or use bf16 rather than fp16",
+		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): running statistic '%s' holds %lld non-finite value(s) (NaN or inf): a forward pass overflowed (%s, the statistics were updated); %s%s",
 				  (long long)step, (long long)ep + 1, t->m->params[bad].name,
-				  (long long)count, diverged_hint(t));
+				  (long long)count,
+				  initial ? "no optimizer step has changed the parameters since step 0"
+					  : "its step may have been skipped",
+				  hint, initial ? "" : ", or use bf16 rather than fp16");
 	if (bad >= 0)
 		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): parameter '%s' holds %lld non-finite value(s) (NaN or inf): training diverged; %s",
 				  (long long)step, (long long)ep + 1, t->m->params[bad].name,
-				  (long long)count, diverged_hint(t));
+				  (long long)count, hint);
 	if (ranks > 0)
 		return kiln_error(KILN_EDATA, "step %lld (epoch %lld): the parameters or batchnorm running statistics of %g other rank(s) hold non-finite values (NaN or inf; that rank's error names the tensor): training diverged, or a forward pass overflowed; %s",
-				  (long long)step, (long long)ep + 1, ranks, diverged_hint(t));
+				  (long long)step, (long long)ep + 1, ranks, hint);
 	return KILN_OK;
 }
 
@@ -476,17 +500,22 @@ static kiln_status check_interval(struct trainer *t, double ls)
 		res->overflows = t->m->scaler.dynamic ? skipped : (int64_t)t->scaler_host[3];
 	}
 	const int64_t steps = t->step - t->interval_start;
+	/* every forward so far on the initial weights: it overflowed there */
+	const int first = params_initial(t, t->step, 1);
 	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= steps))
-		return kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): training diverged%s; %s",
+		return kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): %s%s; %s",
 				  ls, (long long)t->step, (long long)t->ep + 1,
+				  first ? "the forward pass overflowed on the initial weights, which no optimizer step has changed" : "training diverged",
 				  t->m->step_ok_d ? " (every step of the interval had non-finite gradients and was skipped)" : "",
-				  diverged_hint(t));
-	char hint[200];
-	snprintf(hint, sizeof hint, "; %s", diverged_hint(t));
+				  diverged_hint(t, first));
+	const int initial = params_initial(t, t->step, 0) && !t->scaler_host;
+	char hint[400];
+	snprintf(hint, sizeof hint, "; %s", diverged_hint(t, initial));
 	if (t->m->step_ok_d && steps > 0 && new_skips >= steps && !scale_backing_off(t))
-		return kiln_error(KILN_EDATA, "steps %lld..%lld (epoch %lld): every step had non-finite gradients and was skipped, the loss finite (%g): the parameters have not changed since step %lld: training diverged%s",
+		return kiln_error(KILN_EDATA, "steps %lld..%lld (epoch %lld): every step had non-finite gradients and was skipped, the loss finite (%g): the parameters have not changed since step %lld: %s%s",
 				  (long long)t->interval_start + 1, (long long)t->step, (long long)t->ep + 1,
 				  ls / (double)(t->since ? t->since : 1), (long long)t->interval_start,
+				  initial ? "the backward pass overflowed on the initial weights" : "training diverged",
 				  !t->scaler_host ? hint
 				  : t->m->scaler.dynamic ? " (the gradients overflow at every step and the loss scale can back off no further: lower [plugin.amp] min_scale, or [train] lr)"
 				  : " (the loss scale overflows the gradients at every step and cannot back off: lower [plugin.amp] loss_scale)");

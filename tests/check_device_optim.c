@@ -7,6 +7,7 @@
 #include "device_fixture.h"
 #include "check_main.h"
 
+#include <float.h> /* FLT_MAX */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -342,6 +343,85 @@ START_TEST(test_unscale)
 }
 END_TEST
 
+/* the gradients' L2 norm in double */
+static double norm_ref(const float *g, int n, float mul)
+{
+	double ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += (double)(g[i] * mul) * (g[i] * mul);
+	return sqrt(ss);
+}
+
+/* Finite gradients whose squares overflow f32 (session 39): before, the
+ * f32 sums of squares went inf and the op flagged them non-finite (the
+ * step skipped), where GradScaler's found_inf checks the elements.  Now:
+ *  - elements up to 3e19 (in a whole block and in the short last one):
+ *    flag 1, nothing skipped, the true norm, the gradients untouched;
+ *  - with clip_norm (1, and 1e30 above the norm): the gradients become 0,
+ *    as clip_grad_norm_'s, whose f32 norm is inf (factor 1 / (inf + 1e-6));
+ *  - no square overflowing but the sum above FLT_MAX (elements of 6e17):
+ *    clipped to 0 alike (before: scaled by 1 / 3.4e19, not PyTorch's);
+ *  - UNSCALE at s = 4 of those gradients: the unscaled ones, flag 1;
+ *  - a NaN or an inf among them: flag 0, skipped, untouched;
+ *  - a norm above FLT_MAX (3e38, -3e38): recorded as FLT_MAX, flag 1. */
+START_TEST(test_grad_clip_overflow)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int n = 5000; /* 4 whole blocks of 1024 and a short one */
+	const size_t b = (size_t)n * 4;
+	float *g = frandv((size_t)n), *gs = malloc(b), *got = malloc(b), st[4];
+	g[10] = 1e19f, g[1500] = 3e19f, g[4900] = -2.5e19f;
+	const double norm = norm_ref(g, n, 1);
+	unscale_run(&f, KILN_OP_GRAD_CLIP, n, g, 1, 0, got, st);
+	ck_assert_msg(st[1] == 1.0f && st[2] == 0.0f && st[3] == 0.0f,
+		      "finite gradients up to 3e19: flag %g skipped %g clipped %g (norm %g)", st[1],
+		      st[2], st[3], st[0]);
+	NEAR(st[0], norm, norm, 1e-6, "norm %g, want %g", st[0], norm);
+	ck_assert(!memcmp(got, g, b));
+	for (int c = 0; c < 2; c++) {
+		unscale_run(&f, KILN_OP_GRAD_CLIP, n, g, 1, c ? 1e30 : 1.0, got, st);
+		ck_assert_msg(st[1] == 1.0f && st[2] == 0.0f && st[3] == 1.0f,
+			      "clip %g: flag %g skipped %g clipped %g", c ? 1e30 : 1.0, st[1], st[2],
+			      st[3]);
+		for (int i = 0; i < n; i++)
+			ck_assert_msg(got[i] == 0.0f, "clip %g: g[%d] = %g, want 0 (clip_grad_norm_'s f32 norm is inf)",
+				      c ? 1e30 : 1.0, i, got[i]);
+	}
+	for (int i = 0; i < n; i++)
+		gs[i] = (float)(i % 3 - 1 + 0.5) * 4e17f; /* -2e17, 2e17, 6e17 */
+	const double mid = norm_ref(gs, n, 1), block = norm_ref(gs, 1024, 1);
+	ck_assert(mid * mid > FLT_MAX && block * block < FLT_MAX); /* (every block alike) */
+	unscale_run(&f, KILN_OP_GRAD_CLIP, n, gs, 1, 1.0, got, st);
+	NEAR(st[0], mid, mid, 1e-6, "norm %g, want %g", st[0], mid);
+	ck_assert(st[1] == 1.0f && st[3] == 1.0f);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(got[i] == 0.0f, "sum of squares %g above FLT_MAX: g[%d] = %g, want 0",
+			      mid * mid, i, got[i]);
+	for (int i = 0; i < n; i++)
+		gs[i] = g[i] * 4.0f;
+	unscale_run(&f, KILN_OP_UNSCALE, n, gs, 4.0f, 0, got, st);
+	ck_assert_msg(st[1] == 1.0f && st[2] == 0.0f, "UNSCALE: flag %g skipped %g", st[1], st[2]);
+	NEAR(st[0], norm, norm, 1e-6, "UNSCALE: norm %g, want %g", st[0], norm);
+	ck_assert(!memcmp(got, g, b));
+	for (int k = 0; k < 2; k++) {
+		memcpy(gs, g, b);
+		gs[1501] = k ? NAN : -INFINITY;
+		unscale_run(&f, KILN_OP_GRAD_CLIP, n, gs, 1, 1.0, got, st);
+		ck_assert_msg(st[1] == 0.0f && st[2] == 1.0f && st[3] == 0.0f,
+			      "%s beside 3e19: flag %g skipped %g clipped %g", k ? "NaN" : "-inf", st[1],
+			      st[2], st[3]);
+		ck_assert(!memcmp(got, gs, b));
+	}
+	const float two[2] = { 3e38f, -3e38f };
+	unscale_run(&f, KILN_OP_GRAD_CLIP, 2, two, 1, 0, got, st);
+	ck_assert_msg(st[0] == FLT_MAX && st[1] == 1.0f, "norm %g flag %g, want FLT_MAX and 1", st[0],
+		      st[1]);
+	free(g), free(gs), free(got);
+	fx_close(&f);
+}
+END_TEST
+
 /* The cpu device's norm in its own order (plugins/cpu/ops.c sumsq_span):
  * chunks of 65536 elements, each summed over blocks of 1024 in L f32
  * lanes (lane l: the block's elements l, l + L, ...; the last len % L
@@ -638,5 +718,5 @@ START_TEST(test_lamb)
 }
 END_TEST
 
-DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
+DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
 	     DFX_CASE(lamb));

@@ -549,6 +549,10 @@ EXTRA_DIST += tests/nonfinite_weights.sh
 # (session 39)
 TESTS += tests/nonfinite_logs.sh
 EXTRA_DIST += tests/nonfinite_logs.sh
+# finite gradients whose squares overflow f32: stepped as PyTorch's (session 39)
+TESTS += tests/grad_overflow.sh
+EXTRA_DIST += tests/grad_overflow.sh tests/data/gen_grad_overflow_refs.py \
+	tests/data/grad_overflow_refs.safetensors
 TESTS += tests/cache_home.sh
 EXTRA_DIST += tests/cache_home.sh
 TESTS += tests/progress_tty.sh

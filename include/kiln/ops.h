@@ -311,13 +311,18 @@ enum kiln_op_type {
 	/* Gradient clipping and the non-finite check before an optimizer
 	 * step, over the flat gradients: in0 grads f32[n] (n = i[0]), out0
 	 * grads (may alias in0), out1 state f32[4] (device): [0] this step's
-	 * global L2 norm (before clipping), [1] finite flag (1, or 0 when the
-	 * norm is NaN or infinite: the step is to be skipped and the gradients
-	 * are left as they are), [2] skipped steps so far (+1 on a skip),
-	 * [3] clipped steps so far.  When finite: with f[0] > 0 and norm >
-	 * f[0] the gradients are scaled by f[0] / (norm + 1e-6) (PyTorch's
-	 * clip_grad_norm_); then with f[1] > 0 each is clamped to
-	 * [-f[1], f[1]] (clip_grad_value_). */
+	 * global L2 norm (before clipping; at most FLT_MAX while the elements
+	 * are finite), [1] finite flag (1, or 0 when an element is NaN or
+	 * infinite: the step is to be skipped and the gradients are left as
+	 * they are; as GradScaler's found_inf, elements whose squares
+	 * overflow f32 are finite), [2] skipped steps so far (+1 on a skip),
+	 * [3] clipped steps so far.  When finite, with f[0] > 0 (PyTorch's
+	 * clip_grad_norm_, [3] += 1 when it scales): the gradients are
+	 * scaled by f[0] / (norm + 1e-6) when norm > f[0], and by 0 when the
+	 * sum of squares exceeds FLT_MAX (norm above ~1.8e19, whatever f[0]:
+	 * clip_grad_norm_'s f32 norm is inf there, and it multiplies by
+	 * f[0] / (inf + 1e-6) = 0; torch 1.13 and 2.x).  Then with f[1] > 0
+	 * each is clamped to [-f[1], f[1]] (clip_grad_value_). */
 	KILN_OP_GRAD_CLIP = 33,
 	/* out0 = in0 converted elementwise between f32 and bf16 or f16 (either
 	 * way; same element count; to bf16/f16 rounds to nearest even, NaN
@@ -336,10 +341,12 @@ enum kiln_op_type {
 	 * in1 scaler state f32[4] (reads s = [0]); out0 grads (may alias in0),
 	 * out1 gate state f32[4].  The norm is that of g / s (each element
 	 * multiplied by 1/s before squaring, so it never overflows where the
-	 * unscaled gradients do not).  When it is NaN or infinite: [1] = 0,
-	 * [2] += 1, gradients left as they are.  Otherwise [1] = 1 and every
-	 * element becomes g * (1/s) * c, c = f[0] / (norm + 1e-6) when f[0] > 0
-	 * and norm > f[0] ([3] += 1), else 1; then with f[1] > 0 clamped to
+	 * unscaled gradients do not).  When an element of g / s is NaN or
+	 * infinite: [1] = 0, [2] += 1, gradients left as they are.  Otherwise
+	 * [1] = 1 and every element becomes g * (1/s) * c, c GRAD_CLIP's
+	 * clip factor of the norm of g / s (with f[0] > 0: f[0] / (norm +
+	 * 1e-6) when norm > f[0], 0 when its square exceeds FLT_MAX; [3] += 1
+	 * when it scales), else 1; then with f[1] > 0 clamped to
 	 * [-f[1], f[1]].  [0] = the norm of g / s. */
 	KILN_OP_UNSCALE = 35,
 	/* The scale update after a step (torch.cuda.amp.GradScaler's

@@ -12,7 +12,7 @@
 
 #include <kiln/plugin.h> /* KILN_SCHED_* */
 
-#include <float.h> /* FLT_MIN */
+#include <float.h> /* FLT_MIN, FLT_MAX */
 #include <math.h>
 #include <stdint.h>
 
@@ -101,24 +101,35 @@ static inline COMMON_HD void common_scaler_update(float *st, const float *gate, 
 	}
 }
 
-/* GRAD_CLIP and UNSCALE after the gradients' norm: state f32[4] (norm,
- * finite flag, non-finite count, clip count) updated; *factor = the clip
- * factor (max_norm / (norm + 1e-6) when norm > max_norm > 0, else 1) times
- * inv = 1/s, rounded once.  Returns 0 when the norm is not finite (the
- * gradients are left as they are), 1 otherwise. */
-static inline COMMON_HD int common_clip_factor(float *state, double norm, double max_norm,
+/* GRAD_CLIP and UNSCALE after the gradients' sum of squares ss (in
+ * double: finite whenever every element is, its squares no longer
+ * overflowing f32 first): state f32[4] (norm, finite flag, non-finite
+ * count, clip count) updated; *factor = the clip factor times inv = 1/s,
+ * rounded once.  The clip factor is max_norm / (norm + 1e-6) when norm >
+ * max_norm > 0, and 0 when max_norm > 0 and ss exceeds FLT_MAX (a norm
+ * above ~1.8e19): PyTorch's clip_grad_norm_ takes the norm in f32, where
+ * that sum of squares is inf, and multiplies by max_norm / (inf + 1e-6) =
+ * 0 (torch 1.13 and 2.x alike); else 1.  The norm recorded saturates at
+ * FLT_MAX: an inf there would read as non-finite gradients where a
+ * pipeline's stages exchange their norms as elements.  Returns 0 when ss
+ * is not finite (an element is NaN or inf: the gradients are left as
+ * they are), 1 otherwise. */
+static inline COMMON_HD int common_clip_factor(float *state, double ss, double max_norm,
 					       float inv, float *factor)
 {
-	state[0] = (float)norm;
-	if (!isfinite(norm)) {
+	const double norm = sqrt(ss);
+	if (!isfinite(ss)) {
+		state[0] = (float)norm;
 		state[1] = 0.0f;
 		state[2] += 1.0f;
 		return 0;
 	}
+	state[0] = norm > FLT_MAX ? FLT_MAX : (float)norm;
 	state[1] = 1.0f;
 	float scale = 1.0f;
-	if (max_norm > 0 && norm > max_norm) {
-		scale = (float)(max_norm / (norm + 1e-6));
+	const int f32_inf = ss > FLT_MAX;
+	if (max_norm > 0 && (f32_inf || norm > max_norm)) {
+		scale = f32_inf ? 0.0f : (float)(max_norm / (norm + 1e-6));
 		state[3] += 1.0f;
 	}
 	*factor = scale * inv;

@@ -463,6 +463,22 @@ static void sumsq_parts(const float *g, int64_t n, int64_t k0, int64_t k1, float
 		bp[k] = (float)sumsq_span(g + k * 1024, (k + 1) * 1024 < n ? 1024 : n - k * 1024, mul);
 }
 
+/* The sum of squares of the n <= 1024 elements of one block of g * mul in
+ * double, for a block whose f32 sum is not finite: NaN or inf where an
+ * element is, finite where finite elements' squares overflowed f32 (|v|
+ * above ~1.8e19): the non-finite verdict is the elements', as
+ * GradScaler's found_inf (before session 39 such finite gradients skipped
+ * the step as non-finite). */
+static double sumsq_block_wide(const float *g, int64_t n, float mul)
+{
+	double s = 0;
+	for (int64_t i = 0; i < n; i++) {
+		const float v = g[i] * mul;
+		s += (double)v * v;
+	}
+	return s;
+}
+
 /* The squared norm of g * mul over n elements, in the order the tests
  * spell out (check_device_optim: cpu_norm_order): blocks of 1024 summed in
  * f32 (sumsq_span's lanes), the blocks of each 65536-element chunk added
@@ -477,7 +493,9 @@ static void sumsq_parts(const float *g, int64_t n, int64_t k0, int64_t k1, float
  * or without the memory, rounds of SMALL blocks take them on the stack
  * (8 KiB): the round size moves no bit (chunks never straddle a round),
  * and a large tensor keeps its few parallel regions (before session 36
- * the 32 KiB were on the stack, past configure.ac's KILN_FRAME_CFLAGS). */
+ * the 32 KiB were on the stack, past configure.ac's KILN_FRAME_CFLAGS).
+ * A block whose f32 sum is not finite is summed again in double
+ * (sumsq_block_wide): the result is finite exactly when every element is. */
 static double grad_sumsq(const float *g, int64_t n, float mul)
 {
 	/* a chunk: CHB blocks; RND and SMALL multiples of CHB */
@@ -499,7 +517,9 @@ static double grad_sumsq(const float *g, int64_t n, float mul)
 		for (int64_t c = 0; c < kn; c += CHB) {
 			double acc = 0;
 			for (int64_t k = c; k < kn && k < c + CHB; k++)
-				acc += bp[k];
+				acc += isfinite(bp[k]) ? bp[k]
+						       : sumsq_block_wide(gr + k * BLK,
+									  len - k * BLK < BLK ? len - k * BLK : BLK, mul);
 			total += acc;
 		}
 	}
@@ -529,9 +549,8 @@ static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_
 	const double max_norm = p->op.f[0], lim = p->op.f[1];
 	const float inv = p->op.type == KILN_OP_UNSCALE ? 1.0f / *(const float *)a->in[1] : 1.0f;
 	(void)e;
-	const double total = grad_sumsq(g, n, inv);
 	float scale;
-	if (!common_clip_factor(state, sqrt(total), max_norm, inv, &scale))
+	if (!common_clip_factor(state, grad_sumsq(g, n, inv), max_norm, inv, &scale))
 		return KILN_OK; /* not finite: the gradients stay as they are */
 	if (scale != 1.0f || lim > 0 || y != g)
 		CPU_SPANS(n, b, en, clip_span(y + b, g + b, en - b, scale, (float)lim));

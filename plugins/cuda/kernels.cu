@@ -946,9 +946,12 @@ extern "C" cudaError_t cuda_launch_lr_schedule(const struct cuda_plan *p,
 /* part[block] = sum of x (n) over the block's grid-stride share,
  * accumulated in double.  sq: the sum of squares of x * (1/s) instead (s =
  * *sp, the loss scale of UNSCALE, or 1 when sp is NULL), each square taken
- * in f32 as the CPU device (and PyTorch's f32 norm) does, so an element
- * whose square overflows f32 makes the norm infinite on every device and
- * the step is skipped alike. */
+ * in f32; a finite v whose square overflows f32 (|v| above ~1.8e19) has
+ * it taken in double instead, as the CPU device sums such a block again
+ * in double (plugins/cpu/ops.c sumsq_block_wide): the sum is finite
+ * exactly when every element is, and the non-finite verdict is the
+ * elements' on every device (before session 39 such finite gradients
+ * skipped the step). */
 __global__ void k_partial_sum(double *part, const void *x, int tx, int64_t n, int sq,
 			      const float *sp)
 {
@@ -957,8 +960,8 @@ __global__ void k_partial_sum(double *part, const void *x, int tx, int64_t n, in
 	FOR_N(i, n)
 	{
 		if (sq) {
-			const float v = ld(x, tx, i) * inv;
-			t += (double)(v * v);
+			const float v = ld(x, tx, i) * inv, q = v * v;
+			t += isinf(q) && isfinite(v) ? (double)v * v : (double)q;
 		} else {
 			t += (double)ld(x, tx, i);
 		}
@@ -1110,7 +1113,7 @@ __global__ void k_clip_norm(float *state, float *k, const double *part, int nb, 
 	for (int b = 0; b < nb; b++)
 		ss += part[b];
 	float scale;
-	if (!common_clip_factor(state, sqrt(ss), max_norm, inv, &scale)) {
+	if (!common_clip_factor(state, ss, max_norm, inv, &scale)) {
 		k[0] = 1.0f; /* not finite: the gradients stay as they are */
 		k[1] = 0.0f;
 		return;

@@ -21,7 +21,9 @@
 #          ways, the MLP and the CNN (fp32, bf16, bf16 with conv_wgrad =
 #          lowp: how many weight gradients took it) trained to the cpu
 #          device's accuracy, the metric sums and clip counts past 2^24
-#          (tests/gpu/counts.ini), the INT8 CNN evaluated
+#          (tests/gpu/counts.ini), finite gradients whose squares overflow
+#          f32 stepped as PyTorch's (tests/grad_overflow.sh), the INT8 CNN
+#          evaluated
 #       2  performance (budget 260 s): the MLP step against PyTorch and as
 #          a CUDA graph, ResNet-50 against PyTorch, the GEMM-heavy MLP
 #          against torch.matmul
@@ -612,6 +614,30 @@ counts_exact() {
 	pack
 }
 
+# Finite gradients whose squares overflow f32 on cuda (tests/grad_overflow.sh;
+# session 39): k_partial_sum takes such a square in double, so the step is
+# taken as PyTorch's (the weights within 1e-7 of its SGD step, clip_norm's
+# zero gradients, clip_value's clamp, bf16), and the errors of an fp16
+# forward and an fp32 backward overflowing on the initial weights
+grad_overflow() {
+	if ! to=$(fit 60 20); then
+		skipped "grad overflow"
+		return
+	fi
+	mkdir -p "$runs/grad_overflow"
+	KILN_TEST_DEVICE=cuda KILN_TEST_PLUGIN_PATH=$KILN_PLUGIN_PATH top_builddir=$bundle/bin \
+		abs_top_builddir=$runs/grad_overflow TMPDIR=$runs/grad_overflow \
+		timeout "$to" sh tests/grad_overflow.sh > "$logs/grad_overflow.log" 2>&1
+	rc=$?
+	if [ $rc -eq 0 ]; then
+		say "grad overflow: PASS ($(grep -c '^ok: kiln' "$logs/grad_overflow.log") kiln runs; the weights as PyTorch's)"
+	else
+		fail "grad overflow" "exit $rc$([ $rc = 124 ] && echo ": timed out after $to s"); logs/grad_overflow.log"
+		grep -E '^FAIL|PyTorch' "$logs/grad_overflow.log" | head -6 | sed 's/^/    /' | tee -a "$res"
+	fi
+	pack
+}
+
 stage1() {
 	conformance
 	say "-- end to end on cuda: training to the cpu device's accuracy"
@@ -619,6 +645,8 @@ stage1() {
 	train cnn_fp32 tests/gpu/cnn.ini 45 cpu_cnn_fp32_acc.txt 0.02 run.precision=fp32
 	say "-- counts past 2^24 on cuda: an evaluation's sums read in parts, the clip op's counts on the host"
 	counts_exact
+	say "-- finite gradients whose squares overflow f32 on cuda, against PyTorch's step (tests/grad_overflow.sh)"
+	grad_overflow
 	say "-- fused attention on cuda: cuDNN's SDPA graph (KILN_CUDA_ATTN=cudnn) and kiln's kernels (=kiln), bf16/f16, odd T, head dims 64 and 128"
 	attention_cases attn_lowp_shapes
 	say "-- lstm/gru on cuda (tests/check_rnn: PyTorch references, loss 1e-5 rel, gradients 1e-4 x max(0.1, |ref|))"
