@@ -22,6 +22,7 @@
 #include "graph.h"
 #include "data.h"
 #include "run_config.h"
+#include "quant.h" /* kiln_quant_is_model */
 #include <sys/stat.h> /* struct stat: the watched output */
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
@@ -573,7 +574,11 @@ static kiln_status load_weights_fd(struct kiln_model *m, const char *path, int f
 	kiln_status st = kiln_safetensors_open_fd(path, fd, &f);
 	if (st)
 		return st;
-	st = load_safetensors(m, f, path, kiln_weights_format(format), strict, stream);
+	/* its I8 weights would be refused one by one, naming no cause */
+	st = kiln_quant_is_model(f)
+		     ? kiln_error(KILN_EUSAGE, "%s is an INT8 model of `kiln quantize` (metadata kiln.format = kiln-int8/1), not a checkpoint or weights file: pass it with --quantized (kiln eval, predict, export --onnx; the C API: kiln_infer_opts.quantized), and to kiln quantize the fp32 checkpoint it was made from",
+				  path)
+		     : load_safetensors(m, f, path, kiln_weights_format(format), strict, stream);
 	kiln_safetensors_close(f);
 	return st;
 }
@@ -637,6 +642,8 @@ kiln_status kiln_model_load_given_weights(struct kiln_model *m, const char *path
 	kiln_status st = load_weights_file(m, path, stream, &missing);
 	if (missing) /* (there a moment ago: kiln_weights_file_given) */
 		return kiln_error(KILN_EUSAGE, "%s: no such file", path);
+	if (st == KILN_EUSAGE) /* what it is instead (load_weights_fd) */
+		return st;
 	if (st)
 		return kiln_error_wrap(st, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file)",
 				       path);
