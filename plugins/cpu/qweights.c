@@ -170,7 +170,10 @@ kiln_status cpu_qw_acquire(struct cpu_qweights *s, const float *w, const float *
 		return KILN_OK;
 	pthread_rwlock_unlock(&s->lock);
 	pthread_rwlock_wrlock(&s->lock); /* another plan may have made them meanwhile */
-	return qw_current(s, w, b, gen) ? KILN_OK : qw_fill(s, w, b, gen, d, what, e);
+	const kiln_status st = qw_current(s, w, b, gen) ? KILN_OK : qw_fill(s, w, b, gen, d, what, e);
+	if (st)
+		pthread_rwlock_unlock(&s->lock);
+	return st;
 }
 
 void cpu_qw_release(struct cpu_qweights *s) { pthread_rwlock_unlock(&s->lock); }

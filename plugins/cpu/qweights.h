@@ -62,8 +62,8 @@ kiln_status cpu_qw_attach(struct cpu_qshare *sh, struct cpu_qweights **sp, const
 			  const float *b);
 /* s holding w and b, made from them unless it holds them already, and
  * locked for a run (to read; to write where this call made the values):
- * cpu_qw_release after the run, also after an error.  d: the plan whose
- * stream runs the weights' reorder. */
+ * cpu_qw_release after the run.  On failure (the reorder) not locked.
+ * d: the plan whose stream runs the weights' reorder. */
 kiln_status cpu_qw_acquire(struct cpu_qweights *s, const float *w, const float *b,
 			   struct cpu_dnn *d, const char *what, struct cpu_err *e);
 void cpu_qw_release(struct cpu_qweights *s);
