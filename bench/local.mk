@@ -7,6 +7,10 @@ EXTRA_DIST += bench/bf16_widen.sh bench/precision.sh bench/mlp.sh bench/pytorch_
 	bench/make_image_folder.py bench/memory.sh bench/common.sh bench/pipe_ckpt_mem.sh bench/pipe_ckpt_fail.sh bench/pipe_ckpt_wide.ini \
 	bench/ddp_ckpt_fail.sh bench/ckpt_fail_lib.sh
 noinst_PROGRAMS += bench/xform
+# kiln_infer's calls of other row counts (docs/PERFORMANCE.md, session 39)
+noinst_PROGRAMS += bench/infer_sizes
+bench_infer_sizes_SOURCES = bench/infer_sizes.c
+bench_infer_sizes_LDADD = libkiln.la
 # the same fixed work on each core, step by step: the floor under the
 # pipeline's per-step spread (docs/PERFORMANCE.md, session 19)
 noinst_PROGRAMS += bench/core_spread

@@ -118,7 +118,8 @@ int cli_wants_help(int argc, char **argv);
  * error (exit 3).  KILN_EUSAGE "WHAT PATH: no such file" when path is set
  * and names nothing (ENOENT, ENOTDIR), else KILN_OK.  Before session 36 a
  * missing --checkpoint, --vocab or [model] init_from was exit 1 and a
- * missing text file of `pack --format tokens` exit 3. */
+ * missing text file of `pack --format tokens` exit 3.  "" (an empty name):
+ * KILN_EUSAGE too (": cannot open" before session 39). */
 kiln_status cli_named_file(const char *what, const char *path);
 /* An output option given as "" (`--onnx=`): "kiln: error: OPT needs a
  * file name" and 1 (the caller exits 2 before any work); else 0. */

@@ -115,7 +115,9 @@ void cli_csv_str(FILE *f, const char *s)
 kiln_status cli_named_file(const char *what, const char *path)
 {
 	struct stat sb;
-	if (!path || !*path || !stat(path, &sb) || (errno != ENOENT && errno != ENOTDIR))
+	if (path && !*path) /* ": cannot open" before session 39 */
+		return kiln_error(KILN_EUSAGE, "%s%s\"\": an empty name: name a file", what, *what ? " " : "");
+	if (!path || !stat(path, &sb) || (errno != ENOENT && errno != ENOTDIR))
 		return KILN_OK; /* there, or unreadable: the open says why (exit 1) */
 	return kiln_error(KILN_EUSAGE, "%s%s%s: no such file", what, *what ? " " : "", path);
 }

@@ -175,6 +175,11 @@ struct kiln_model {
 	 * plan (kiln_plan_opts.frozen) tells its device when it changed since
 	 * the plan's last run (KILN_PROC_WEIGHTS_CHANGED). */
 	uint64_t wgen;
+	/* wgen + 1 when a frozen plan last told the device (0: never): once
+	 * per write for all the model's plans, a plan made after the write
+	 * included, since a device may share what it made of the weights
+	 * between plans (the CPU's INT8 weights, plugins/cpu/qweights.c) */
+	uint64_t wgen_told;
 	/* [dist] sync_bn: the data-parallel group (a struct kiln_dist,
 	 * host->group_* 's handle) and its size, set before the training plan
 	 * is made; layers then see kiln_layer.sync_ranks = group_ranks and,

@@ -67,6 +67,12 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	if (opts && opts->batch < 0)
 		return kiln_error(KILN_EINVAL, "kiln_infer_opts.batch = %lld: a row count, or 0 for %d",
 				  (long long)opts->batch, INFER_BATCH);
+	/* "" named no file (": cannot open: No such file or directory"
+	 * before session 39) */
+	if (weights && !*weights)
+		return kiln_error(KILN_EUSAGE, "the weights path is empty: a checkpoint or weights file, or NULL for the newest checkpoint in [run] out_dir");
+	if (opts && opts->quantized && !*opts->quantized)
+		return kiln_error(KILN_EUSAGE, "kiln_infer_opts.quantized is empty: an INT8 model of `kiln quantize`, or NULL for none");
 	struct kiln_infer *m = calloc(1, sizeof *m);
 	if (!m)
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -77,6 +83,8 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	m->no_fold = opts && opts->no_fold;
 	m->no_residual = opts && opts->no_residual;
 	st = kiln_quant_no_weights(opts ? opts->quantized : NULL, weights);
+	if (!st && opts && opts->quantized)
+		st = kiln_quant_need_fp32(cfg, "an INT8 model computes in fp32");
 	/* an INT8 model is the folded model: there is no unfolded one to run
 	 * (before session 31 no_fold was ignored silently) */
 	if (!st && m->no_fold && opts->quantized)

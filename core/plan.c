@@ -421,7 +421,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 	 * ones (kiln_plan_frozen_sync) */
 	p->frozen = opts->frozen && !p->staged &&
 		    kiln_device_takes_frozen(m->dev);
-	p->wgen = m->wgen;
+	p->wgen = m->wgen - 1; /* its first run asks (kiln_plan_frozen_sync) */
 	for (int i = 0; i < n; i++)
 		N[i].l.frozen = p->frozen;
 	for (int i = 0; i < n; i++)

@@ -170,16 +170,24 @@ static kiln_status run_events(struct kiln_plan *p, int from, int to, const void 
 /* The parameters' compute copy and the input conversion when needed
  * (lo = 0), then the forwards of layers lo..hi-1 (schedule positions). */
 /* A frozen plan (kiln_plan_opts.frozen) whose model's weights were
- * written since its last run: its device's frozen ops take them again
+ * written since its last run, or since the device was last told when the
+ * plan is new: its device's frozen ops take them again
  * (KILN_PROC_WEIGHTS_CHANGED; the write was enqueued before, on this
- * stream or synchronised).  Every frozen plan of the model calls it once
- * per write: a second plan's call only makes the first convert again. */
+ * stream or synchronised).  The device is told once per write, by the
+ * first frozen plan of the model that runs after it: the others' ops see
+ * the device's count move on.  A plan made after the write tells it too
+ * when no plan did: a device may keep what it made of the weights for the
+ * plans made later (plugins/cpu/qweights.c). */
 void kiln_plan_frozen_sync(struct kiln_plan *p)
 {
-	if (!p->frozen || p->wgen == p->m->wgen)
+	struct kiln_model *m = p->m;
+	if (!p->frozen || p->wgen == m->wgen)
 		return;
-	kiln_device_weights_changed(p->m->dev);
-	p->wgen = p->m->wgen;
+	if (m->wgen_told != m->wgen + 1) {
+		kiln_device_weights_changed(m->dev);
+		m->wgen_told = m->wgen + 1;
+	}
+	p->wgen = m->wgen;
 }
 
 kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const void *x,

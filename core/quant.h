@@ -90,6 +90,16 @@ kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln
 			     void *stream, int method, double pct, int64_t step, const char *config,
 			     const char *path);
 
+/* 1 when f is an INT8 model of `kiln quantize` (metadata kiln.format =
+ * kiln-int8/1). */
+int kiln_quant_is_model(const struct kiln_safetensors *f);
+/* cfg's [run] precision fp32 (or unset): an INT8 model computes in f32
+ * (its QCONV/QLINEAR take f32 or u8, its other layers' activations f32)
+ * and calibration reads f32 activations; else KILN_ECONFIG at the key's
+ * line, `what` (who needs fp32) in the message, before a device is
+ * opened (before session 39 the op's prepare refused bf16 inputs, and
+ * kiln quantize refused after timing the convolutions). */
+kiln_status kiln_quant_need_fp32(const struct kiln_config *cfg, const char *what);
 /* A quantized model carries its weights: KILN_EUSAGE when `weights` (a
  * checkpoint or weights file) is given beside `quantized` (either NULL: OK). */
 kiln_status kiln_quant_no_weights(const char *quantized, const char *weights);

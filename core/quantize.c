@@ -5,6 +5,7 @@
 #include "quant.h"
 #include "checkpoint.h"
 #include "infer_passes.h"
+#include "config_impl.h" /* lookup_key: int8_scale's range */
 #include "../plugins/common/c_locale.h" /* common_strtod, common_snprintf_c */
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h> /* close */
+
+#define QUANT_FORMAT "kiln-int8/1" /* the file's metadata kiln.format */
 
 struct kiln_quant_calib {
 	int n;
@@ -223,7 +226,7 @@ static kiln_status add_meta(struct kiln_safetensors_writer *w, int method, int64
 	static const char *const names[] = { "minmax", "percentile", "entropy" };
 	char v[32];
 	kiln_status st;
-	if ((st = kiln_safetensors_writer_meta(w, "kiln.format", "kiln-int8/1")) ||
+	if ((st = kiln_safetensors_writer_meta(w, "kiln.format", QUANT_FORMAT)) ||
 	    (st = kiln_safetensors_writer_meta(w, "kiln.method", names[method])) ||
 	    (st = add_config(w, config)))
 		return st;
@@ -348,11 +351,26 @@ kiln_status kiln_quant_config_check(const struct kiln_safetensors *f, const stru
 	return st;
 }
 
+int kiln_quant_is_model(const struct kiln_safetensors *f)
+{
+	const char *v = kiln_safetensors_meta(f, "kiln.format");
+	return v && !strcmp(v, QUANT_FORMAT);
+}
+
+kiln_status kiln_quant_need_fp32(const struct kiln_config *cfg, const char *what)
+{
+	const char *p = kiln_config_get(cfg, "run", "precision");
+	if (!p || !strcmp(p, "fp32"))
+		return KILN_OK;
+	return kiln_error(KILN_ECONFIG, "%s: [run] precision = %s: %s: drop [run] precision",
+			  kiln_config_where(cfg, "run", "precision"), p, what);
+}
+
 static kiln_status need_format(const struct kiln_safetensors *f)
 {
 	const char *v = kiln_safetensors_meta(f, "kiln.format");
-	if (!v || strcmp(v, "kiln-int8/1"))
-		return kiln_error(KILN_EDATA, "not a quantized kiln model (metadata kiln.format is %s, want kiln-int8/1: write one with kiln quantize)",
+	if (!kiln_quant_is_model(f))
+		return kiln_error(KILN_EDATA, "not a quantized kiln model (metadata kiln.format is %s, want " QUANT_FORMAT ": write one with kiln quantize)",
 				  v ? v : "missing");
 	return KILN_OK;
 }
@@ -500,10 +518,16 @@ kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safeten
 		if ((st = kiln_safetensors_read(f, ti, &sx, sizeof sx)))
 			return st;
 		/* kiln quantize writes a positive finite scale: another value
-		 * would leave the layer f32 (int8_scale <= 0) or NaN silently */
+		 * would leave the layer f32 (int8_scale <= 0) or NaN silently;
+		 * one past int8_scale's range (1e30) left it f32 too, and the
+		 * layer said "needs int8_scale > 0" (before session 39) */
+		const struct kiln_key *k = lookup_key(cfg, sec, "int8_scale");
 		if (!(sx > 0) || !isfinite(sx))
 			return kiln_error(KILN_EDATA, "%s: %g is no scale (want a positive finite F32)", arg,
 					  (double)sx);
+		if (k && (double)sx > k->max)
+			return kiln_error(KILN_EDATA, "%s: %.9g is out of range (an INT8 layer's int8_scale is at most %g)",
+					  arg, (double)sx, k->max);
 		snprintf(arg, sizeof arg, "%s.input", sec + 6);
 		const char *u = kiln_safetensors_meta(f, arg);
 		if (u && strcmp(u, "u8") && strcmp(u, "s8"))
@@ -541,8 +565,16 @@ static kiln_status load_int8(const struct kiln_safetensors *f, int ti,
 		if (!(sc[o] > 0) || !isfinite(sc[o]))
 			st = kiln_error(KILN_EDATA, "'%s'[%lld]: %g is no scale (want a positive finite F32)",
 					name, (long long)o, (double)sc[o]);
-		for (int64_t e = 0; !st && e < per; e++)
-			v[o * per + e] = (float)q[o * per + e] * sc[o];
+		for (int64_t e = 0; !st && e < per; e++) {
+			/* the format's 7 bits (docs/formats.md): a wider value
+			 * would have been taken as it is before session 39 */
+			const int8_t wq = q[o * per + e];
+			if (wq < -63 || wq > 63)
+				st = kiln_error(KILN_EDATA, "'%s'[%lld][%lld]: %d is outside [-63, 63], the 7-bit weights of " QUANT_FORMAT " (not written by kiln quantize?)",
+						p->name, (long long)o, (long long)e, (int)wq);
+			else
+				v[o * per + e] = (float)wq * sc[o];
+		}
 	}
 	free(q);
 	free(sc);

@@ -396,7 +396,9 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 			      struct kiln_safetensors **qf)
 {
 	struct kiln_trained tr = { 0 };
-	kiln_status st = kiln_quant_open(path, qf);
+	kiln_status st = kiln_quant_need_fp32(cfg, "an INT8 model computes in fp32");
+	if (!st)
+		st = kiln_quant_open(path, qf);
 	/* (no weights read: Q's input sample, else [data]'s, session 39) */
 	const struct kiln_given none = { .fd = -1, .qf = *qf };
 	if (!st)
@@ -616,6 +618,8 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 	if (method < 0 || o->batches < 1 || !(o->percentile > 0 && o->percentile <= 100) || !o->out)
 		return trainer_error_told(kiln_error(KILN_EUSAGE, "quantize: method minmax|percentile|entropy (got %s), batches >= 1 (got %lld), percentile in (0, 100] (got %g), an output file",
 				  mname, (long long)o->batches, o->percentile));
+	if ((st = kiln_quant_need_fp32(cfg, "kiln quantize calibrates on f32 activations, and an INT8 model computes in fp32")))
+		return trainer_error_told(st);
 	if ((st = eval_open(t, cfg, reg, checkpoint, &fold, &res, &ck, &step, &fcfg)) ||
 	    /* neither the checkpoint quantized nor another (before session
 	     * 29 either was overwritten silently) */

@@ -61,6 +61,8 @@ void kiln_given_close(struct kiln_given *g)
 kiln_status kiln_given_load(struct kiln_model *m, const struct kiln_given *g, void *stream)
 {
 	kiln_status st = kiln_weights_load_fd(m, g->path, g->fd, stream);
+	if (st == KILN_EUSAGE) /* what it is instead (an INT8 model: load_weights_fd) */
+		return st;
 	if (st)
 		return kiln_error_wrap(st, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file)",
 				       g->path);

@@ -21,6 +21,7 @@
 #include "checkpoint.h"
 #include "weights.h"
 #include "graph.h"
+#include "quant.h" /* kiln_quant_is_model */
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <stdarg.h>
@@ -618,7 +619,11 @@ kiln_status kiln_weights_load_fd(struct kiln_model *m, const char *path, int fd,
 	kiln_status st = kiln_safetensors_open_fd(path, fd, &f);
 	if (st)
 		return st;
-	st = load_safetensors(m, f, path, kiln_weights_format(format), strict, stream);
+	/* its I8 weights would be refused one by one, naming no cause */
+	st = kiln_quant_is_model(f)
+		     ? kiln_error(KILN_EUSAGE, "%s is an INT8 model of `kiln quantize` (metadata kiln.format = kiln-int8/1), not a checkpoint or weights file: pass it with --quantized (kiln eval, predict, export --onnx; the C API: kiln_infer_opts.quantized), and to kiln quantize the fp32 checkpoint it was made from",
+				  path)
+		     : load_safetensors(m, f, path, kiln_weights_format(format), strict, stream);
 	kiln_safetensors_close(f);
 	return st;
 }

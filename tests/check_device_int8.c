@@ -296,6 +296,28 @@ START_TEST(test_qlinear_frozen)
 	ck_assert_float_eq_tol(run_then(&f, plan, &a, dy, NULL, NULL, 0), 0.315f, 1e-6f);
 	/* and kept again: w1 written untold, still w2's */
 	ck_assert_float_eq_tol(run_then(&f, plan, &a, dy, dw, w1, sizeof w1), 0.315f, 1e-6f);
+	/* a plan of 2 rows made now takes the quantized weights the first
+	 * made of dw (shared by a model's plans of every row count:
+	 * plugins/cpu/qweights.c), w2's; one that quantized its own would
+	 * give w1's 3.62.  Told, both take w1. */
+	float x2[8] = { 1, -2, 3, 0.5f, 1, -2, 3, 0.5f }, y2[2];
+	struct kiln_op op2 = op;
+	op2.in[0] = td(KILN_F32, 2, 2, 4), op2.out[0] = td(KILN_F32, 2, 2, 1);
+	op2.i[2] = 2;
+	void *dx2 = dput(&f, x2, sizeof x2), *dy2 = dput(&f, NULL, sizeof y2), *ws2 = NULL;
+	size_t wsb2 = 0;
+	void *plan2 = plan_ws(&f, &op2, &ws2, &wsb2);
+	const struct kiln_op_args a2 = { .in = { dx2, dw }, .out = { dy2 }, .workspace = ws2,
+					 .workspace_bytes = wsb2 };
+	ck_assert_float_eq_tol(run_then(&f, plan2, &a2, dy2, NULL, NULL, 0), 0.315f, 1e-6f);
+	OK(kiln_device_stream_sync(f.dev, f.s));
+	kiln_device_weights_changed(f.dev);
+	ck_assert_float_eq_tol(run_then(&f, plan2, &a2, dy2, NULL, NULL, 0), 3.62f, 1e-5f);
+	dget(&f, y2, dy2, sizeof y2);
+	ck_assert_float_eq(y2[1], y2[0]);
+	ck_assert_float_eq_tol(run_then(&f, plan, &a, dy, NULL, NULL, 0), 3.62f, 1e-5f);
+	kiln_device_plan_free(f.dev, plan2);
+	DFREE(&f, dx2, dy2, ws2);
 	kiln_device_plan_free(f.dev, plan);
 	/* the flag on another op (here the f32 GEMM) is refused */
 	void *bad = NULL;

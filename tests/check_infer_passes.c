@@ -15,7 +15,8 @@
  * A layer that refuses the device's layout (a layernorm on a 4-d tensor,
  * nhwc) keeps the folded model in the layout it trained in.
  * And the C API's refusals of NULL arguments and of an image without its
- * pixels (KILN_EINVAL with a message, not a crash). */
+ * pixels (KILN_EINVAL with a message, not a crash), and of bad INT8 files
+ * and arguments (api_int8_files). */
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
@@ -617,6 +618,91 @@ START_TEST(api_refuses_bad_arguments)
 }
 END_TEST
 
+/* An INT8 model in `kiln quantize`'s format (docs/formats.md, "INT8
+ * model") for api_ini's model (fc: 64 -> 10) at `path`: weights wq = 5
+ * but wq[0][0] = w00, scales 0.01, input scale sx, bias 0.1. */
+static const char api_ini[] = "[run]\ndevice = cpu\nseed = 3\nthreads = 1\n"
+			      "out_dir = /nonexistent/kiln-check-infer-passes\n"
+			      "[data]\nsource = synthetic\nimage_size = 8\n"
+			      "[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
+			      "[layer.loss]\ntype = softmax_xent\n";
+
+static void write_int8(const char *path, int8_t w00, float sx)
+{
+	int8_t wq[10 * 64];
+	float sw[10], b[10];
+	const int64_t wd[2] = { 10, 64 }, od = 10, one = 1;
+	struct kiln_safetensors_writer *w;
+	memset(wq, 5, sizeof wq);
+	wq[0] = w00;
+	for (int o = 0; o < 10; o++)
+		sw[o] = 0.01f, b[o] = 0.1f;
+	ck_assert_int_eq(kiln_safetensors_writer_new(&w), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight", KILN_I8, 2, wd, wq), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight_scale", KILN_F32, 1, &od, sw), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.bias", KILN_F32, 1, &od, b), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.input_scale", KILN_F32, 1, &one, &sx), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "kiln.format", "kiln-int8/1"), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "fc.input", "s8"), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_write(w, path), 0);
+	kiln_safetensors_writer_free(w);
+}
+
+/* The C API with INT8 files (session 39): one that runs, and beside it,
+ * each refused with a message saying what is wrong (the old message in
+ * parentheses): a weight outside the format's [-63, 63] (loaded as it
+ * was), an input scale past int8_scale's range ("needs int8_scale > 0"),
+ * the INT8 file given as the weights ("conv2.weight is I8 ..."), an empty
+ * path (": cannot open"), [run] precision = bf16 (the QCONV's prepare:
+ * "wants an f32 or u8 input"). */
+START_TEST(api_int8_files)
+{
+	const char *t = getenv("TMPDIR");
+	char good[512], big_w[520], big_s[520], bf16[1024];
+	snprintf(good, sizeof good, "%s/kiln-check-int8-%d.st", t && *t ? t : "/tmp", (int)getpid());
+	snprintf(big_w, sizeof big_w, "%s.w", good);
+	snprintf(big_s, sizeof big_s, "%s.s", good);
+	write_int8(good, -63, 0.02f);
+	write_int8(big_w, 100, 0.02f);
+	write_int8(big_s, -63, 1e30f);
+	struct kiln_infer_opts o = { .config_is_text = 1, .quantized = good };
+	struct kiln_infer *m = NULL;
+	char *err = NULL;
+	ck_assert_msg(kiln_model_load(api_ini, NULL, &o, &m, &err) == 0, "%s", err);
+	float *x = calloc(1, kiln_infer_input_bytes(m)), out[10];
+	ck_assert_msg(kiln_infer(m, x, 1, out) == 0, "%s", kiln_last_error());
+	ck_assert_float_eq_tol(out[0], 0.1f, 1e-6f); /* x = 0: the bias */
+	kiln_infer_free(m);
+	free(x);
+	o.quantized = big_w;
+	refused(kiln_model_load(api_ini, NULL, &o, &m, &err), KILN_EDATA,
+		"'fc.weight'[0][0]: 100 is outside [-63, 63]");
+	free(err);
+	o.quantized = big_s;
+	refused(kiln_model_load(api_ini, NULL, &o, &m, &err), KILN_EDATA,
+		"fc.input_scale: 1.00000002e+30 is out of range");
+	free(err);
+	o.quantized = "";
+	refused(kiln_model_load(api_ini, NULL, &o, &m, &err), KILN_EUSAGE,
+		"kiln_infer_opts.quantized is empty");
+	free(err);
+	o.quantized = NULL;
+	refused(kiln_model_load(api_ini, "", &o, &m, &err), KILN_EUSAGE, "the weights path is empty");
+	free(err);
+	refused(kiln_model_load(api_ini, good, &o, &m, &err), KILN_EUSAGE,
+		"is an INT8 model of `kiln quantize` (metadata kiln.format = kiln-int8/1), not a checkpoint or weights file: pass it with --quantized");
+	ck_assert_ptr_nonnull(strstr(err, "kiln_infer_opts.quantized"));
+	free(err);
+	snprintf(bf16, sizeof bf16, "[run]\nprecision = bf16\n%s", api_ini + strlen("[run]\n"));
+	o.quantized = good;
+	refused(kiln_model_load(bf16, NULL, &o, &m, &err), KILN_ECONFIG,
+		"[run] precision = bf16: an INT8 model computes in fp32: drop [run] precision");
+	free(err);
+	ck_assert_ptr_null(m);
+	unlink(good), unlink(big_w), unlink(big_s);
+}
+END_TEST
+
 /* A token model's (i32 ids) kiln_infer_image: KILN_ENOTSUP saying it reads
  * tokens, whatever its [data.eval]: a readable shard or a path that is
  * not there (before session 33 the missing path's error, "the image
@@ -695,6 +781,7 @@ static Suite *make_infer_passes_suite(void)
 	TCase *api = tcase_create("api");
 	tcase_add_test(api, api_refuses_bad_arguments);
 	tcase_add_test(api, api_token_model_no_image);
+	tcase_add_test(api, api_int8_files);
 	suite_add_tcase(s, api);
 	return s;
 }

@@ -31,6 +31,13 @@
 #     once per load (2 INT8 layers: 2 quantizations per phase, counted
 #     from the debug log); keep_weights = 0: the same logits, weights
 #     compared every run;
+#     and a model's plans share the quantized weights (plugins/cpu/
+#     qweights.c): tests/infer_reload --quantized --sizes calls 5, 6, 5,
+#     6, 5, 6 rows at batch 16 (a plan per size, made again at each
+#     change) with a fresh model's bytes and one quantization per INT8
+#     layer in all (before: one per layer per call, 2 2 2 2 12 2 2), then
+#     loads QB's weights and calls 7 rows (a new plan run first after the
+#     load: QB's logits, quantized again) and 5 (shared: none);
 #  6. Winograd (plugins/cpu/wino.c, session 25): a 16 -> 16 channel 3x3
 #     conv added after conv1 (made 16 channels), which inference plans run
 #     by F(4x4, 3x3) on AVX-512 and whose transformed weights they keep:
@@ -111,6 +118,11 @@ for s in 1 5; do
 	kiln 0 quantize "$tmp/q.ini" "run.out_dir=$tmp/q$s" --calibrate 2 --out "$tmp/q$s.safetensors" \
 		data.eval.split=train
 done
+# the quantizations in each phase of tests/infer_reload's debug log FILE
+per_phase() {
+	awk '/^infer_reload: logits:/ { if (p) printf "%d ", n; p = 1; n = 0 } /weights quantized/ { n++ }
+		END { printf "%d", n }' "$1"
+}
 for k in 1 0; do
 	printf '[plugin.cpu]\nkeep_weights = %s\n' $k >"$tmp/qk$k.ini"
 	cat "$tmp/q.ini" "$tmp/qk$k.ini" >"$tmp/qr$k.ini"
@@ -123,11 +135,18 @@ for k in 1 0; do
 	[ "$plans" -ge 4 ] && [ "$kept" -eq "$plans" ] ||
 		fail "INT8, keep_weights = $k: $kept of $plans QCONV/QLINEAR plans with weights $want (4 expected: 2 models of 2 INT8 layers)"
 	# quantizations per phase (A, B, B loaded into A, A back): one per INT8 layer
-	counts=$(awk '/^infer_reload: logits:/ { if (p) printf "%d ", n; p = 1; n = 0 } /weights quantized/ { n++ }
-		END { printf "%d", n }' "$tmp/qerr$k")
+	counts=$(per_phase "$tmp/qerr$k")
 	echo "INT8, keep_weights = $k: quantizations per phase: $counts"
 	[ "$counts" = "2 2 2 2" ] || fail "INT8, keep_weights = $k: quantizations per phase $counts, 2 2 2 2 expected"
 done
+KILN_LOG_LEVEL=debug "$top_builddir/tests/infer_reload" --quantized --sizes "$tmp/qr1.ini" "$tmp/q1.safetensors" \
+	"$tmp/q5.safetensors" 2>"$tmp/qserr" || fail "tests/infer_reload --quantized --sizes: $(grep -v debug: "$tmp/qserr" | tail -3)"
+# phases: fresh QA 5 rows, 6 rows; fresh QA with QB 7 rows, then 5;
+# QA 5 6 5 6 5 6; QB loaded, 7 rows; then 5
+counts=$(per_phase "$tmp/qserr")
+echo "INT8, calls of other sizes: quantizations per phase: $counts"
+[ "$counts" = "2 2 2 0 2 2 0" ] ||
+	fail "INT8, calls of other sizes: quantizations per phase $counts, 2 2 2 0 2 2 0 expected (one per INT8 layer and load, whatever the plans)"
 # ---- 6. Winograd's kept weight transform ----------------------------------------
 awk '$0 == "[layer.pool1]" { print "[layer.conv2]\ntype = conv\nout = 16\nkernel = 3\npadding = 1\n\n[layer.relu2]\ntype = relu\n" }
 	{ print } $0 == "[layer.conv1]" { print "out = 16" }' "$tmp/r.ini" | grep -v '^out = 4$' >"$tmp/w.ini"

@@ -17,7 +17,9 @@
 #  - no seeded initial draw where a checkpoint or quantized file supplies
 #    every weight (debug log), and the evaluation equals training's;
 #  - a quantized file with another model's config, and a file that is not a
-#    quantized model, are refused with a message naming the problem.
+#    quantized model, are refused with a message naming the problem; so
+#    are the quantized file given as a checkpoint, an empty file name, and
+#    [run] precision bf16/fp16 with an INT8 model.
 name=int8
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -79,6 +81,34 @@ stderr_has "mlp.int8: the quantized file holds another model: [layer.relu1] type
 mck=$(newest_ck mlp)
 kiln 2 eval "$mlp" $mrun $ev --quantized "$tmp/mlp.int8" --checkpoint "$mck"
 stderr_has "mlp.int8: a quantized model carries its weights: no checkpoint or weights file with it (got $mck)"
+# the INT8 file given as the checkpoint or weights says what it is and how
+# to pass it (before session 39: "fc1.weight is I8 (parameters load from
+# F32, ...)"), by every command that takes --checkpoint; an empty name is
+# one (": cannot open"); [run] precision other than fp32 is refused before
+# the device opens (the QCONV's prepare refused bf16; quantize after its
+# convolutions were timed)
+for c in eval predict export quantize; do
+	case $c in
+	predict) o=--eval-set ;;
+	export) o="--safetensors $tmp/x.st" ;;
+	quantize) o="--calibrate 1 --out $tmp/x.q" ;;
+	*) o= ;;
+	esac
+	kiln 2 $c "$mlp" $mrun $ev --checkpoint "$tmp/mlp.int8" $o
+	stderr_has "$tmp/mlp.int8 is an INT8 model of \`kiln quantize\` (metadata kiln.format = kiln-int8/1), not a checkpoint or weights file: pass it with --quantized"
+done
+kiln 2 eval "$mlp" $mrun $ev --quantized ""
+stderr_has '--quantized "": an empty name: name a file'
+kiln 2 predict "$mlp" $mrun --eval-set --checkpoint ""
+stderr_has 'checkpoint "": an empty name: name a file'
+for p in bf16 fp16; do
+	kiln 2 eval "$mlp" $mrun $ev --quantized "$tmp/mlp.int8" run.precision=$p
+	stderr_has "[run] precision = $p: an INT8 model computes in fp32: drop [run] precision"
+done
+kiln 2 quantize "$mlp" $mrun --calibrate 1 --out "$tmp/x.q" data.eval.split=train run.precision=bf16
+stderr_has "[run] precision = bf16: kiln quantize calibrates on f32 activations, and an INT8 model computes in fp32: drop [run] precision"
+! grep -q '^\[idx\]' "$err" || fail "quantize with bf16 read the data before refusing: $(cat "$err")"
+echo "ok: the INT8 file as a checkpoint, an empty name, bf16 with INT8: refused saying why"
 # a file without the config (an older kiln's): a warning, and a tensor the
 # model does not take is an error naming it
 /usr/bin/python3 - "$tmp/mlp.int8" "$tmp/mlp_old.int8" <<'EOF'

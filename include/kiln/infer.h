@@ -66,7 +66,8 @@ struct kiln_infer_opts {
 	const char *quantized; /* an INT8 model written by `kiln quantize`
 			       * (docs/inference.md, "INT8"): the config's model
 			       * folded, its conv/linear layers on the INT8 ops,
-			       * the weights this file's (`weights` must be NULL) */
+			       * the weights this file's (`weights` must be NULL);
+			       * NULL: none ("": KILN_EUSAGE) */
 	int no_residual;      /* 1: with the folds, keep each residual add a layer
 			       * of its own; 0 (default): a conv that alone feeds
 			       * a two-input add takes the add's other input as
@@ -80,7 +81,7 @@ struct kiln_infer_opts {
  * safetensors file (kiln export's, PyTorch's names and layouts); NULL: the
  * newest usable checkpoint in the config's [run] out_dir, else (none
  * there) [model] init_from or the seeded initial weights with a warning,
- * as `kiln export` takes them.  The model's input shape is the one the
+ * as `kiln export` takes them ("": KILN_EUSAGE).  The model's input shape is the one the
  * checkpoint records, or opts->quantized's INT8 file (its kiln.sample,
  * since session 39); without one (a safetensors file, an older kiln's
  * checkpoint or INT8 file) the sample shape training reads, told by the

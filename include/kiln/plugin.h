@@ -362,8 +362,13 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
  *   next run (whatever copy it made of them is stale).  The core calls it
  *   from the thread that runs the plans, after it enqueued the write and
  *   before it enqueues the next run of a frozen plan, on the stream the
- *   write went to or after synchronising it.  Optional: the core sets
- *   KILN_OPF_FROZEN only on a device that has it. */
+ *   write went to or after synchronising it.  Once per write for all the
+ *   frozen plans of a model, also before the first run of one prepared
+ *   after the write (since session 39): so a device may share what it made
+ *   of the weights between the ops of several plans, a plan prepared later
+ *   included (the CPU's INT8 weights, one copy for a model's plans of
+ *   every row count).  Optional: the core sets KILN_OPF_FROZEN only on a
+ *   device that has it. */
 #define KILN_PROC_WEIGHTS_CHANGED "kiln.weights_changed"
 #define KILN_WORKLOAD_VERSION 1
 struct kiln_workload {

@@ -290,9 +290,11 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
 	pthread_mutex_init(&c->switch_lock, NULL);
+	cpu_qshare_init(&c->qshare);
 	if ((st = cpu_pin_open(host, cfg, ordinal, cpu_async_get(c) && opts->version >= 3 ? opts->peers : 1,
 				 c->threads, &c->pin)) ||
 	    (st = cpu_tune_cache_config(c, cfg)) || (st = cpu_engine_create(c))) {
+		cpu_qshare_destroy(&c->qshare);
 		pthread_mutex_destroy(&c->switch_lock);
 		free(c);
 		return st;
@@ -328,6 +330,7 @@ static void cpu_close(void *ctx)
 	cpu_wc_close(c->wc, c->host);
 	cpu_engine_destroy(c);
 	cpu_team_live_destroy(&c->team);
+	cpu_qshare_destroy(&c->qshare);
 	pthread_mutex_destroy(&c->switch_lock);
 	free(c);
 }
@@ -370,8 +373,10 @@ static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 
 static void cpu_free(void *ctx, void *ptr)
 {
-	cpu_split_quiesce(ctx); /* a late helper may still read it */
+	struct cpu_ctx *c = ctx;
+	cpu_split_quiesce(c); /* a late helper may still read it */
 	cpu_wc_wrote_any(1);
+	cpu_qshare_freed(&c->qshare, ptr);
 	free(ptr);
 }
 
@@ -902,7 +907,8 @@ static const struct kiln_key cpu_keys[] = {
 	  "run of a batch block (docs/inference.md, batch blocking; docs/PERFORMANCE.md, "
 	  "\"Session 14: frozen weights\").  An INT8 conv or linear (QCONV, QLINEAR) of an "
 	  "inference plan likewise keeps its quantized weights with no compare of the f32 "
-	  "weights per run (0: compared every run, as in evaluation plans).  Training and evaluation plans keep no copy "
+	  "weights per run, one copy per weight shared by the model's inference plans of "
+	  "every row count (0: compared every run, as in evaluation plans).  Training and evaluation plans keep no copy "
 	  "(their weights change between runs).  The copy costs the blocked weights once "
 	  "more per such convolution; 0 reorders on every run into the workspace (for "
 	  "measuring and as the tests' reference)." },

@@ -69,6 +69,19 @@ struct cpu_async_watch {
 	double fake;        /* KILN_CPU_RUNWAIT (the tests' hook), else < 0 */
 };
 
+/* ---- qweights.c: quantized INT8 weights shared by plans ---- */
+struct cpu_qweights;
+/* A context's entries listed by the weights they are made from. */
+struct cpu_qshare {
+	pthread_mutex_t lock;
+	struct cpu_qweights *head;
+};
+void cpu_qshare_init(struct cpu_qshare *sh);
+void cpu_qshare_destroy(struct cpu_qshare *sh); /* after every plan is freed */
+/* The device memory at ptr (a cpu_alloc's) is freed: entries made from
+ * weights inside it are listed no more (its holders keep them). */
+void cpu_qshare_freed(struct cpu_qshare *sh, void *ptr);
+
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
 	const struct kiln_host *host;
@@ -144,6 +157,9 @@ struct cpu_ctx {
 	 * lowp.c's GEMMs and convolutions read, kept between runs (wcache.c);
 	 * NULL: off, or oneDNN has bf16 kernels here */
 	struct cpu_wcache *wc;
+	/* the INT8 weights its frozen QCONV and QLINEAR plans share
+	 * (qweights.c) */
+	struct cpu_qshare qshare;
 	struct cpu_capture *cap;
 	uint64_t cap_serial;
 };

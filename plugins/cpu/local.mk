@@ -28,7 +28,7 @@ endif
 
 # INT8 inference ops (issue 23)
 if BUILD_CPU
-plugins_kiln_cpu_la_SOURCES += plugins/cpu/qconv.c
+plugins_kiln_cpu_la_SOURCES += plugins/cpu/qconv.c plugins/cpu/qweights.c plugins/cpu/qweights.h
 # convolution weight gradients in blocks of the minibatch (issue 22, session 10)
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/convsplit.c
 # f32 convolutions by FFT (issue 22, session 17; [plugin.cpu] conv_algo)

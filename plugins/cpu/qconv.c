@@ -5,13 +5,15 @@
  *   QCONV:   y[N,O,OH,OW] = act(sx * sw[o] * conv(xq, wq)[n,o,p,q] + b[o])
  *   QLINEAR: y[M,N]       = act(sx * sw[n] * (xq . wq^T)[m,n] + b[n])
  *
- * What a plan keeps (struct cpu_qcache), made on the first run and again
- * only when the weights may have changed: with KILN_OPF_FROZEN (an
- * inference plan, ABI 2.15; [plugin.cpu] keep_weights) after the core's
- * KILN_PROC_WEIGHTS_CHANGED (the device's count of them, cpu_ctx.wgen,
- * moved on since the cache was made; nothing is compared per run),
- * without it when the f32 weights or bias differ from a copy of the ones
- * it was made from (one memcmp a run):
+ * What a plan reads (struct cpu_qweights, qweights.c), made on the first
+ * run and again only when the weights may have changed: with
+ * KILN_OPF_FROZEN (an inference plan, ABI 2.15; [plugin.cpu]
+ * keep_weights) after the core's KILN_PROC_WEIGHTS_CHANGED (the device's
+ * count of them, cpu_ctx.wgen, moved on since they were made; nothing is
+ * compared per run), and then shared by every frozen plan of the context
+ * that reads the same weights (a model's plans for other row counts take
+ * them as they are); without it when the f32 weights or bias differ from a
+ * copy of the ones they were made from (one memcmp a run):
  *  - the weights quantized per output channel (sw[o] = max|w[o]| / 63,
  *    [-63, 63], round half to even), then reordered once by oneDNN into
  *    the kernel's blocked layout (with the s8-input compensation the
@@ -20,6 +22,8 @@
  *    bq[o] = b[o] / sc[o] (f32): oneDNN 2.6 computes
  *    dst = act(scale * (acc + bias)), so sc[o] * (acc + bq[o]) is the
  *    contract's sx * sw[o] * acc + b[o] up to f32 rounding.
+ * The plan's own primitive takes the scales as constants: it is made
+ * again when the values it reads were made anew (struct cpu_qcache.ver).
  * Each run is then two oneDNN steps, both made at prepare: a reorder of x
  * (f32, the caller's layout) into the kernel's u8/s8 layout with the
  * constant scale 1 / sx (round half to even, saturated), and the int8
@@ -45,7 +49,7 @@
  * Workspace: [scratchpad | xq | y in the kernel's layout (NCHW)], each
  * 64-byte aligned.
  */
-#include "dnn.h"
+#include "qweights.h"
 #include "../common/c_locale.h" /* common_snprintf_c */
 
 #include <math.h>
@@ -68,7 +72,7 @@ struct qbuild {
 	char geom[200];
 	dnnl_memory_desc_t x_user, x_any, w_user, w_any, y_user, y_any, o_md; /* o_md: f32 [O] */
 	const dnnl_memory_desc_t *x_kern, *w_kern, *y_kern;
-	dnnl_primitive_desc_t pd, rx, rw, ry;
+	dnnl_primitive_desc_t pd, rx, ry;
 	dnnl_primitive_attr_t attr, rx_attr;
 	union q_desc desc;
 };
@@ -209,8 +213,8 @@ out:
 
 /* The reorders: x with its scale 1 / sx (every run; it converts; a u8 x
  * only where the kernel's layout differs, scale 1); y into the caller's
- * layout where the kernel's differs (every run); the weights when the
- * kernel's layout is not plain (when they change). */
+ * layout where the kernel's differs (every run).  (The weights': the
+ * cache's, qweights.c.) */
 static kiln_status q_reorders(struct cpu_ctx *c, const struct cpu_plan *p, struct qbuild *b)
 {
 	kiln_status st = KILN_OK;
@@ -223,9 +227,6 @@ static kiln_status q_reorders(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	if (!u8_in || !dnnl_memory_desc_equal(b->x_kern, &b->x_user))
 		CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->rx, &b->x_user, c->engine, b->x_kern,
 							       c->engine, b->rx_attr));
-	if (!dnnl_memory_desc_equal(b->w_kern, &b->w_user))
-		CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->rw, &b->w_user, c->engine, b->w_kern,
-							       c->engine, NULL));
 	if (!dnnl_memory_desc_equal(b->y_kern, &b->y_user))
 		CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->ry, b->y_kern, c->engine, &b->y_user,
 							       c->engine, NULL));
@@ -248,27 +249,16 @@ static void q_workspace(struct cpu_plan *p, const struct qbuild *b)
 	p->rows = b->O, p->cols = b->per;
 }
 
-/* What the plan keeps of the weights (see the top of the file). */
+/* What the plan keeps (see the top of the file). */
 struct cpu_qcache {
-	pthread_mutex_t lock;
-	int valid;
-	/* frozen (KILN_OPF_FROZEN and [plugin.cpu] keep_weights): valid while
-	 * *gen, the device's count of KILN_PROC_WEIGHTS_CHANGED calls (read
-	 * atomically), is still made, its value when the cache was made; w
-	 * and b are then NULL (nothing to compare) */
-	int frozen;
-	uint64_t made;
-	const uint64_t *gen;
-	const struct kiln_host *host; /* a debug line per quantization */
-	float *w;   /* else: the f32 weights quantized last [O][per] */
-	float *b;   /* and their bias [O] (plans with a bias) */
-	int8_t *wq; /* plain [O][per] (doubled where oneDNN halves them) */
-	void *wk;   /* the kernel's layout; wq itself when that is plain */
-	float *sc;  /* output scales [O] */
-	float *bq;  /* the bias over the scales [O] (0 without a bias) */
-	dnnl_primitive_t rw;   /* wq -> wk, or NULL */
-	dnnl_memory_t mwp, mwk; /* its operands */
-	/* what the primitive is made again from, with the scales sc */
+	pthread_mutex_t lock;      /* one run of the plan at a time */
+	struct cpu_qshare *share;  /* the context's shared weights */
+	struct cpu_qweights *s;    /* the weights quantized: its own, or shared */
+	int frozen;                /* s shared (qweights.c) */
+	const float *w_at, *b_at;  /* frozen: the weights s was taken for (NULL: none yet) */
+	uint64_t ver;              /* s->ver whose scales the primitive has (0: prepare's ones) */
+	int mwk, mb;               /* the memory objects of the weights and the bias */
+	/* what the primitive is made again from, with the scales s->sc */
 	union q_desc desc;
 	dnnl_engine_t engine;
 	int step;            /* its index in the plan's steps */
@@ -280,52 +270,41 @@ void cpu_qcache_free(struct cpu_qcache *q)
 {
 	if (!q)
 		return;
-	dnnl_primitive_destroy(q->rw);
-	dnnl_memory_destroy(q->mwp);
-	dnnl_memory_destroy(q->mwk);
+	cpu_qw_drop(q->share, q->s);
 	pthread_mutex_destroy(&q->lock);
-	if (q->wk != q->wq)
-		free(q->wk);
-	free(q->w), free(q->b), free(q->wq), free(q->sc), free(q->bq);
 	free(q);
 }
 
-/* The cache's buffers and its weight reorder (b->rw made into a
- * primitive over them). */
+/* The plan's cache with weights of its own (a frozen plan takes the
+ * shared ones on its first run). */
 static kiln_status q_cache_new(struct cpu_ctx *c, struct cpu_plan *p, const struct qbuild *b)
 {
-	kiln_status st = KILN_OK;
-	const char *geom = b->geom;
-	const size_t n = (size_t)(b->O * b->per), O = (size_t)b->O;
+	const struct kiln_op *op = &p->op;
+	struct cpu_qkey k = {
+		.O = b->O, .per = b->per, .sx = (float)op->f[0],
+		.so = op->out[0].dtype == KILN_U8 ? (float)op->f[1] : 1.0f,
+		.adj = (int)p->sz[7], .has_bias = op->n_in == 3,
+		.w_user = b->w_user, .w_kern = *b->w_kern,
+	};
+	dnnl_status_t ds;
 	struct cpu_qcache *q = p->qcache = calloc(1, sizeof *q);
 	if (!q)
-		goto oom;
+		return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the quantized weights",
+				      cpu_op_name(op->type), b->geom);
 	pthread_mutex_init(&q->lock, NULL);
-	q->frozen = (p->op.flags & KILN_OPF_FROZEN) && c->keep_weights;
-	q->gen = &c->wgen;
-	q->host = c->host;
-	q->w = q->frozen ? NULL : malloc(sizeof(float) * n);
-	q->b = !q->frozen && p->op.n_in == 3 ? malloc(sizeof(float) * O) : NULL;
-	q->wq = aligned_alloc(64, al64(n));
-	q->wk = b->rw ? aligned_alloc(64, al64(dnnl_memory_desc_get_size(b->w_kern))) : q->wq;
-	q->sc = malloc(sizeof(float) * O);
-	q->bq = calloc(O, sizeof(float));
-	if ((!q->frozen && (!q->w || (p->op.n_in == 3 && !q->b))) || !q->wq || !q->wk || !q->sc || !q->bq)
-		goto oom;
+	q->share = &c->qshare;
+	q->frozen = (op->flags & KILN_OPF_FROZEN) && c->keep_weights;
+	if (!(q->s = cpu_qw_new(&k, q->frozen, c->engine, &c->wgen, c->host, &ds)))
+		return ds == dnnl_success
+			       ? c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the quantized weights",
+						cpu_op_name(op->type), b->geom)
+			       : c->host->error(KILN_EDEVICE, "cpu: %s %s: the weights' reorder: %s",
+						cpu_op_name(op->type), b->geom, cpu_dnnl_str(ds));
 	q->desc = b->desc;
 	q->engine = c->engine;
 	q->scratch = (size_t)p->sz[OFF_XQ];
 	q->x_kern = *b->x_kern, q->w_kern = *b->w_kern, q->y_kern = *b->y_kern;
-	if (b->rw) {
-		CPU_DNN_TRY(dnnl_primitive_create(&q->rw, b->rw));
-		CPU_DNN_TRY(dnnl_memory_create(&q->mwp, &b->w_user, c->engine, q->wq));
-		CPU_DNN_TRY(dnnl_memory_create(&q->mwk, b->w_kern, c->engine, q->wk));
-	}
-out:
-	return st;
-oom:
-	return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the quantized weights",
-			      cpu_op_name(p->op.type), geom);
+	return KILN_OK;
 }
 
 /* Memory objects and steps: reorder x, the primitive (its weights, bias
@@ -336,17 +315,17 @@ static kiln_status q_steps(struct cpu_ctx *c, struct cpu_plan *p, struct qbuild 
 	const char *geom = b->geom;
 	struct cpu_dnn *d = p->dnn;
 	struct cpu_qcache *q = p->qcache;
-	int mx, mxq, mwk, mb, my, myk, msp = -1;
+	int mx, mxq, my, myk, msp = -1;
 	int arg[CPU_DNN_ARGS], mem[CPU_DNN_ARGS], n;
 	const size_t rxs = b->rx ? cpu_dnn_scratch(b->rx) : 0;
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->x_user, CPU_BIND_IN, 0, 0, &mx));
 	mxq = mx; /* a u8 x in the kernel's layout: read where it lies */
 	if (b->rx)
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, b->x_kern, CPU_BIND_WS, 0, (size_t)p->sz[OFF_XQ], &mxq));
-	CPU_DNN_TRY(cpu_dnn_mem(c, d, b->w_kern, CPU_BIND_FIXED, 0, 0, &mwk));
-	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->o_md, CPU_BIND_FIXED, 0, 0, &mb));
-	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[mwk], q->wk));
-	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[mb], q->bq));
+	CPU_DNN_TRY(cpu_dnn_mem(c, d, b->w_kern, CPU_BIND_FIXED, 0, 0, &q->mwk));
+	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->o_md, CPU_BIND_FIXED, 0, 0, &q->mb));
+	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[q->mwk], q->s->wk));
+	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[q->mb], q->s->bq));
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->y_user, CPU_BIND_OUT, 0, 0, &my));
 	myk = my;
 	if (b->ry)
@@ -363,7 +342,7 @@ static kiln_status q_steps(struct cpu_ctx *c, struct cpu_plan *p, struct qbuild 
 	if (b->rx)
 		CPU_DNN_TRY(cpu_dnn_step(d, b->rx, n, arg, mem));
 	n = 0;
-	ARG(DNNL_ARG_SRC, mxq), ARG(DNNL_ARG_WEIGHTS, mwk), ARG(DNNL_ARG_BIAS, mb);
+	ARG(DNNL_ARG_SRC, mxq), ARG(DNNL_ARG_WEIGHTS, q->mwk), ARG(DNNL_ARG_BIAS, q->mb);
 	ARG(DNNL_ARG_DST, myk);
 	if (cpu_dnn_scratch(b->pd))
 		ARG(DNNL_ARG_SCRATCHPAD, msp);
@@ -379,70 +358,16 @@ out:
 	return st;
 }
 
-/* One row of weights into q: its scale sw = max|w| / 63 (1 for a zero
- * row, returned), the values w / sw in [-63, 63], round half to even,
- * times adj.  Inline compares (libm's fmaxf/fminf are calls: this ran
- * 40% of INT8's first batch on the CNN's fc1, docs/PERFORMANCE.md). */
-CPU_CLONES static float q_row(const float *restrict row, int64_t per, float adj, int8_t *restrict q)
-{
-	float m[16] = { 0 }, amax = 0;
-	int64_t k = 0;
-	for (; k + 16 <= per; k += 16)
-#pragma omp simd
-		for (int j = 0; j < 16; j++) {
-			const float a = fabsf(row[k + j]);
-			m[j] = a > m[j] ? a : m[j];
-		}
-	for (; k < per; k++) {
-		const float a = fabsf(row[k]);
-		amax = a > amax ? a : amax;
-	}
-	for (int j = 0; j < 16; j++)
-		amax = m[j] > amax ? m[j] : amax;
-	const float sw = amax > 0 ? amax / 63.0f : 1.0f;
-#pragma omp simd
-	for (k = 0; k < per; k++) {
-		float v = nearbyintf(row[k] / sw);
-		v = v < 63.0f ? v : 63.0f; /* NaN: 63, as fminf */
-		v = v > -63.0f ? v : -63.0f;
-		q[k] = (int8_t)(adj * v);
-	}
-	return sw;
-}
-
-/* Quantize w (and b) into the cache: sw[o] = max|w[o]| / 63, [-63, 63],
- * round half to even; the scales and the bias over them (a u8 y: the
- * scales over its scale so too, the bias still in the sums' domain). */
-static void q_quantize(const struct cpu_plan *p, const float *w, const float *b, struct cpu_qcache *q)
-{
-	const int64_t O = p->rows, per = p->cols;
-	const float sx = (float)p->op.f[0];
-	const float so = p->op.out[0].dtype == KILN_U8 ? (float)p->op.f[1] : 1.0f;
-	const int adj = (int)p->sz[7]; /* 2: oneDNN halves the weights (see above) */
-#pragma omp parallel for schedule(static)
-	for (int64_t o = 0; o < O; o++) {
-		const float sw = q_row(w + o * per, per, (float)adj, q->wq + o * per);
-		const float sc = sx * sw / (float)adj;
-		q->bq[o] = b ? b[o] / sc : 0.0f;
-		q->sc[o] = sc / so;
-	}
-	if (q->frozen) /* nothing to compare with */
-		return;
-	memcpy(q->w, w, sizeof(float) * (size_t)(O * per));
-	if (b)
-		memcpy(q->b, b, sizeof(float) * (size_t)O);
-}
-
-/* The primitive made again with the cache's scales, in the plan's step:
- * the same layouts and no more scratchpad than prepare's (oneDNN picks by
- * the shapes and the attributes' kinds, not the scales' values). */
-static dnnl_status_t q_remake(const struct cpu_plan *p, struct cpu_qcache *q)
+/* The primitive made again with the scales sc, in the plan's step: the
+ * same layouts and no more scratchpad than prepare's (oneDNN picks by the
+ * shapes and the attributes' kinds, not the scales' values). */
+static dnnl_status_t q_remake(const struct cpu_plan *p, struct cpu_qcache *q, const float *sc)
 {
 	struct cpu_dnn *d = p->dnn;
 	dnnl_primitive_attr_t attr = NULL;
 	dnnl_primitive_desc_t pd = NULL;
 	dnnl_primitive_t prim = NULL;
-	dnnl_status_t s = q_attr(&p->op, p->rows, q->sc, &attr);
+	dnnl_status_t s = q_attr(&p->op, p->rows, sc, &attr);
 	if (s == dnnl_success)
 		s = q_pd_create(&pd, &q->desc, p->op.type == KILN_OP_QCONV, attr, q->engine);
 	if (s == dnnl_success &&
@@ -454,82 +379,59 @@ static dnnl_status_t q_remake(const struct cpu_plan *p, struct cpu_qcache *q)
 	if (s == dnnl_success)
 		s = dnnl_primitive_create(&prim, pd);
 	if (s == dnnl_success) {
+		pthread_mutex_lock(&d->lock);
 		dnnl_primitive_destroy(d->step[q->step].prim);
 		d->step[q->step].prim = prim;
+		pthread_mutex_unlock(&d->lock);
 	}
 	dnnl_primitive_desc_destroy(pd);
 	dnnl_primitive_attr_destroy(attr);
 	return s;
 }
 
-/* 1 when the n floats at a and b are the same bytes: one memcmp per
- * 64K-float chunk, the chunks shared by the team (the CNN's fc1 compares
- * 12.8 MB a batch: 1.3% of its INT8 evaluation on 2 threads, on one). */
-static int q_same(const float *a, const float *b, size_t n)
+/* A frozen plan's weights at w, b for the first time (or at other
+ * addresses): the shared entry of them, which the steps then read. */
+static kiln_status q_attach(const struct cpu_plan *p, struct cpu_qcache *q, const float *w,
+			    const float *b, struct cpu_err *e)
 {
-	const int64_t chunk = 65536, nc = (int64_t)((n + (size_t)chunk - 1) / (size_t)chunk);
-	int differ = 0;
-#pragma omp parallel for schedule(static) reduction(|| : differ) if (nc > 1)
-	for (int64_t k = 0; k < nc; k++) {
-		const size_t o = (size_t)(k * chunk), m = n - o < (size_t)chunk ? n - o : (size_t)chunk;
-		differ = differ || memcmp(a + o, b + o, sizeof(float) * m) != 0;
-	}
-	return !differ;
-}
-
-/* 1 when the cache holds w and b: frozen, made since the device last
- * heard of new weights (no look at w: the flag says its values stay);
- * else made from these values (compared).  gen: the count now. */
-static int q_current(const struct cpu_plan *p, const float *w, const float *b, uint64_t gen)
-{
-	const struct cpu_qcache *q = p->qcache;
-	const size_t O = (size_t)p->rows, n = O * (size_t)p->cols;
-	if (!q->valid)
-		return 0;
-	if (q->frozen)
-		return q->made == gen;
-	return q_same(q->w, w, n) && (!b || !memcmp(q->b, b, sizeof(float) * O));
-}
-
-/* The cache made from w and b unless it holds them already (q_current):
- * quantized, then reordered into the kernel's layout on the plan's
- * stream.  Under q->lock. */
-static kiln_status q_refresh(const struct cpu_plan *p, const float *w, const float *b, struct cpu_err *e)
-{
-	struct cpu_qcache *q = p->qcache;
 	struct cpu_dnn *d = p->dnn;
-	/* read before the weights: a change after it makes the next run's */
-	const uint64_t gen = __atomic_load_n(q->gen, __ATOMIC_ACQUIRE);
-	if (q_current(p, w, b, gen))
-		return KILN_OK;
-	q->valid = 0;
-	q_quantize(p, w, b, q);
-	dnnl_exec_arg_t args[2] = { { DNNL_ARG_FROM, q->mwp }, { DNNL_ARG_TO, q->mwk } };
-	pthread_mutex_lock(&d->lock);
-	dnnl_status_t s = q->rw ? dnnl_primitive_execute(q->rw, d->stream, 2, args) : dnnl_success;
-	if (s == dnnl_success)
-		s = dnnl_stream_wait(d->stream);
-	if (s == dnnl_success)
-		s = q_remake(p, q);
-	pthread_mutex_unlock(&d->lock);
-	if (s != dnnl_success)
-		return cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: the weights' reorder or primitive: %s",
-				cpu_op_name(p->op.type), __FILE__, __LINE__, cpu_dnnl_str(s));
-	q->made = gen;
-	q->valid = 1;
-	q->host->log(KILN_LOG_DEBUG, "cpu", "%s O %lld x %lld: weights quantized (%s)", cpu_op_name(p->op.type),
-		     (long long)p->rows, (long long)p->cols,
-		     q->frozen ? "frozen: kept until the weights change" : "compared every run");
+	if (cpu_qw_attach(q->share, &q->s, w, b))
+		return cpu_fail(e, KILN_ENOMEM, "cpu: %s O %lld x %lld: out of memory for the quantized weights",
+				cpu_op_name(p->op.type), (long long)p->rows, (long long)p->cols);
+	if (dnnl_memory_set_data_handle(d->mem[q->mwk], q->s->wk) != dnnl_success ||
+	    dnnl_memory_set_data_handle(d->mem[q->mb], q->s->bq) != dnnl_success)
+		return cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: the quantized weights' memory objects",
+				cpu_op_name(p->op.type), __FILE__, __LINE__);
+	q->w_at = w, q->b_at = b;
+	q->ver = 0;
 	return KILN_OK;
 }
 
+/* The weights quantized (made, or kept: qweights.c), the primitive's
+ * scales theirs, then the steps. */
 static kiln_status q_run(const struct cpu_plan *p, const struct kiln_op_args *a, struct cpu_err *e)
 {
 	struct cpu_qcache *q = p->qcache;
+	const float *w = a->in[1], *b = p->op.n_in == 3 ? a->in[2] : NULL;
+	kiln_status st = KILN_OK;
 	pthread_mutex_lock(&q->lock);
-	kiln_status st = q_refresh(p, a->in[1], p->op.n_in == 3 ? a->in[2] : NULL, e);
+	if (q->frozen && (q->w_at != w || q->b_at != b))
+		st = q_attach(p, q, w, b, e);
+	if (st || (st = cpu_qw_acquire(q->s, w, b, p->dnn, cpu_op_name(p->op.type), e))) {
+		pthread_mutex_unlock(&q->lock);
+		return st;
+	}
+	if (q->ver != q->s->ver) {
+		const dnnl_status_t s = q_remake(p, q, q->s->sc);
+		if (s != dnnl_success)
+			st = cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: the primitive with the weights' scales: %s",
+				      cpu_op_name(p->op.type), __FILE__, __LINE__, cpu_dnnl_str(s));
+		else
+			q->ver = q->s->ver;
+	}
 	if (!st)
 		st = cpu_dnn_run(p, a, e);
+	cpu_qw_release(q->s);
 	pthread_mutex_unlock(&q->lock);
 	return st;
 }
@@ -579,7 +481,6 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 out: /* oneDNN's destroy functions take NULL */
 	dnnl_primitive_desc_destroy(b.pd);
 	dnnl_primitive_desc_destroy(b.rx);
-	dnnl_primitive_desc_destroy(b.rw);
 	dnnl_primitive_desc_destroy(b.ry);
 	dnnl_primitive_attr_destroy(b.attr);
 	dnnl_primitive_attr_destroy(b.rx_attr);
