@@ -313,6 +313,10 @@ struct trainer {
 	 * back at the next read (interval_sums, epoch_sums) */
 	double carry_loss, carry_correct;
 	int64_t since, ep_samples;
+	/* of since, the samples a resume seeded from the checkpoint's open
+	 * interval (train_interval.c): this process did not train them, so
+	 * the first row's samples_per_s leaves them out; 0 after a log point */
+	int64_t since_seeded;
 	struct stopper stopper;
 	size_t rss0;
 	/* when trainer_open began, and when it ended (the first step may

@@ -129,7 +129,7 @@ static kiln_status seed_exact(struct trainer *t, const struct kiln_ckpt_interval
 		return st;
 	t->carry_loss = e->carry[0];
 	t->carry_correct = e->carry[1];
-	t->since = iv->samples;
+	t->since = t->since_seeded = iv->samples;
 	t->metric_rows = iv->rows;
 	t->ep_loss = iv->loss;
 	t->ep_correct = iv->correct;
@@ -163,7 +163,7 @@ static int seed_rescaled(struct trainer *t, const struct kiln_ckpt_interval *iv)
 	const double f = (double)D0 / (double)D1;
 	t->carry_loss = t->rank ? 0 : sum[0];
 	t->carry_correct = t->rank ? 0 : sum[1];
-	t->since = n / D1;
+	t->since = t->since_seeded = n / D1;
 	t->ep_loss = iv->loss * f;
 	t->ep_correct = iv->correct * f;
 	t->ep_samples = e / D1;

@@ -573,7 +573,9 @@ static void train_record(struct trainer *t, double ls, double c, double n)
 	kiln_log_add(&r, "time", kiln_now_s() - t->t_start, KILN_LOG_F64);
 	if (t->lr_dev)
 		kiln_log_add(&r, "lr", t->metrics_host[3], KILN_LOG_F32);
-	kiln_log_add(&r, "samples_per_s", wall > 0 ? all_ranks(t, n / wall) : 0, KILN_LOG_F64);
+	/* (this process's samples over its time: not those a resume seeded) */
+	const double trained = n - (double)t->since_seeded;
+	kiln_log_add(&r, "samples_per_s", wall > 0 ? all_ranks(t, trained / wall) : 0, KILN_LOG_F64);
 	kiln_log_add(&r, "data_wait", wait, KILN_LOG_F64);
 	if (t->clip)
 		kiln_log_add(&r, "grad_norm", t->clip_host[0], KILN_LOG_F32);
@@ -709,7 +711,7 @@ kiln_status trainer_log_point(struct trainer *t)
 	common_snprintf_c(msg, sizeof msg, "loss %.4f acc %.4f", ls / n, c / n);
 	trainer_progress(t, k + 1, msg);
 	train_record(t, ls, c, n);
-	t->since = 0, t->since_loss = t->since_correct = 0;
+	t->since = t->since_seeded = 0, t->since_loss = t->since_correct = 0;
 	if (t->dist) /* [dist] timing: this interval's overlap */
 		trainer_dist_comm_event(t);
 	return kiln_loggers_status(t->log); /* a lost line ends the run */

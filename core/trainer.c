@@ -197,7 +197,7 @@ static kiln_status epoch_begin(struct trainer *t)
 	t->ep_t0 = kiln_now_s();
 	t->since_loss = t->since_correct = t->ep_loss = t->ep_correct = 0;
 	t->carry_loss = t->carry_correct = 0;
-	t->since = t->ep_samples = 0;
+	t->since = t->since_seeded = t->ep_samples = 0;
 	kiln_status st;
 	if (ep == t->ep0 && t->off0 > 0) { /* resumed: the sums up to the checkpoint */
 		t->ep_loss = t->ep0_sums.loss;

@@ -64,9 +64,13 @@ case_() {
 	# shellcheck disable=SC2086
 	KILN_CPU_CONVTHIN=0 kiln 0 train "$cfg" $short "run.out_dir=$tmp/$label-direct" \
 		plugin.cpu.conv_algo=direct "$@"
-	# measured <= 1.2e-6 here (AVX2); a stale spectrum: see the top
-	near "$(ck "$label-direct" 4)" "$(ck "$label-kept" 4)" 5e-5 params
-	echo "ok: $label: kept = unkept bit for bit, within 5e-5 of direct"
+	# measured <= 1.2e-6 here (AVX2); a stale spectrum: see the top.
+	# On an Intel Xeon (AVX-512, session 39) the accumulate case lands
+	# 5.69e-5 from direct's, main's build too: the discrete event above,
+	# not rounding; the bound 1e-4 stays below the stale forward's 1.5e-4,
+	# and the bitwise kept = unkept check above is the stale spectra's test
+	near "$(ck "$label-direct" 4)" "$(ck "$label-kept" 4)" 1e-4 params
+	echo "ok: $label: kept = unkept bit for bit, within 1e-4 of direct"
 }
 
 case_ eval_between "$cnn" train.eval_every=1
