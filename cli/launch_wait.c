@@ -213,7 +213,9 @@ static void launch_pipe_line(struct launch_opts *o, struct launch_state *s, cons
 	} else if (!strncmp(line, LAUNCH_FAILED_LINE, f)) {
 		char *e;
 		const long l = strtol(line + f, &e, 10) - (long)o->node_rank * o->nproc;
-		if (l >= 0 && l < o->nproc && !s->end[l].said_own) {
+		/* (a rank's number, then a space or the end: not a stray line) */
+		const int number = e != line + f && (*e == ' ' || !*e);
+		if (number && l >= 0 && l < o->nproc && !s->end[l].said_own) {
 			s->end[l].said_own = ++s->owns;
 			s->end[l].said = strdup(*e == ' ' ? e + 1 : e); /* (NULL: unquoted) */
 		}

@@ -227,6 +227,12 @@ static int beat(struct kiln_heartbeat *h)
 			return 1;
 		}
 	}
+	/* out of memory for the store's answer (core/store.c read_reply):
+	 * the connection is in step and the store is there; this beat is
+	 * skipped, the next tries again (review of session 39: it said the
+	 * store on rank 0 was gone) */
+	if (st == KILN_ENOMEM)
+		return 0;
 	if (st) {
 		end_rank(h, 0, "rank %d of %d: watchdog: the store on rank 0 (host %s, " KILN_AT_FMT ") is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
 			 h->rank, h->world, h->host[0], KILN_AT_ARG(h->master, h->port),
