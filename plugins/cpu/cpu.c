@@ -328,9 +328,11 @@ static void cpu_close(void *ctx)
 	cpu_tune_cache_save(c);
 	cpu_tune_free(c);
 	cpu_wc_close(c->wc, c->host);
+	/* the shared INT8 weights' reorders and memories before their engine,
+	 * as the plans' (review of session 39) */
+	cpu_qshare_destroy(&c->qshare);
 	cpu_engine_destroy(c);
 	cpu_team_live_destroy(&c->team);
-	cpu_qshare_destroy(&c->qshare);
 	pthread_mutex_destroy(&c->switch_lock);
 	free(c);
 }
@@ -907,7 +909,7 @@ static const struct kiln_key cpu_keys[] = {
 	  "run of a batch block (docs/inference.md, batch blocking; docs/PERFORMANCE.md, "
 	  "\"Session 14: frozen weights\").  An INT8 conv or linear (QCONV, QLINEAR) of an "
 	  "inference plan likewise keeps its quantized weights with no compare of the f32 "
-	  "weights per run, one copy per weight shared by the model's inference plans of "
+	  "weights per run, one copy per weight (and kernel layout) shared by the model's inference plans of "
 	  "every row count (0: compared every run, as in evaluation plans).  Training and evaluation plans keep no copy "
 	  "(their weights change between runs).  The copy costs the blocked weights once "
 	  "more per such convolution; 0 reorders on every run into the workspace (for "
