@@ -446,9 +446,12 @@ kiln_status kiln_ckpt_open_weights_fd(const struct kiln_config *cfg,
 				      const struct kiln_registry *reg, const char *path, int fd,
 				      struct kiln_ckpt **out);
 
-/* The highest step among dir's ckpt-<step>.kiln names whose header holds
- * that step (only the headers are read), or -1 when there is none. */
-int64_t kiln_ckpt_newest_step(const char *dir);
+/* The step of a checkpoint file name as kiln writes it: "ckpt-<step>.kiln"
+ * (*tmp = 0) or "ckpt-<step>.kiln.tmp" (*tmp = 1), the step in %lld's
+ * digits; -2 for a leading zero (ckpt-05.kiln is no name of kiln's: its
+ * callers open and delete files by the step's name), -1 for any other
+ * name.  Used for checkpoints/ and best/. */
+int64_t kiln_ckpt_name_step(const char *name, int *tmp);
 
 /* After a successful write of step `written`: delete all but the `keep`
  * newest ckpt-*.kiln at or below that step (keep = 0: keep all), so the

@@ -389,7 +389,7 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
  * the step, or -1.  The digits are the step as kiln writes it (%lld), so
  * a leading zero (ckpt-0032.kiln) is no name of kiln's: -2, ignored (its
  * callers open and delete the file by the step's name). */
-static int64_t ckpt_name_step(const char *name, int *tmp)
+int64_t kiln_ckpt_name_step(const char *name, int *tmp)
 {
 	if (strncmp(name, "ckpt-", 5))
 		return -1;
@@ -451,7 +451,7 @@ static kiln_status list_steps(const char *dir, int want_tmp, int level, int64_t 
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		int tmp;
-		int64_t s = ckpt_name_step(e->d_name, &tmp);
+		int64_t s = kiln_ckpt_name_step(e->d_name, &tmp);
 		if (s == -2)
 			kiln_log(level, "ckpt", "%s/%s: ignored: not a checkpoint name kiln writes (its step has a leading zero; kiln's are ckpt-<step>.kiln)",
 				 dir, e->d_name);
@@ -514,18 +514,6 @@ kiln_status kiln_ckpt_newest(const char *dir, struct kiln_ckpt **out)
 		return kiln_error(KILN_EDATA, "%s: its %d checkpoint(s) hold other steps than their names say (each named above): rename each ckpt-<the step it holds>.kiln to use it",
 				  dir, misnamed);
 	return KILN_OK;
-}
-
-int64_t kiln_ckpt_newest_step(const char *dir)
-{
-	int64_t *steps, newest = -1;
-	int n;
-	if (list_steps(dir, 0, KILN_LOG_DEBUG, &steps, &n, NULL))
-		return -1;
-	if (n)
-		newest = steps[0];
-	free(steps);
-	return newest;
 }
 
 void kiln_ckpt_prune(const char *dir, int64_t keep, int64_t written)

@@ -169,14 +169,13 @@ static void best_path(const struct trainer *t, int64_t step, char *path, size_t 
 	snprintf(path, n, "%.4150s/best/ckpt-%lld.kiln", t->ckdir, (long long)step);
 }
 
-/* The step of a best/ file name ckpt-<step>.kiln; -1 for any other name. */
+/* The step of a best/ file name ckpt-<step>.kiln as kiln writes it; -1
+ * for any other name (a .tmp, a leading zero, a sign or a space). */
 static int64_t best_name_step(const char *name)
 {
-	long long step;
-	int end = 0;
-	if (sscanf(name, "ckpt-%lld.kiln%n", &step, &end) != 1 || name[end] || step < 0)
-		return -1;
-	return step;
+	int tmp = 0;
+	const int64_t step = kiln_ckpt_name_step(name, &tmp);
+	return step < 0 || tmp ? -1 : step;
 }
 
 /* A resume's keep_best entry (v, step) into t->best as its evaluation put

@@ -13,7 +13,8 @@
 # --resume continues from the newest true checkpoint, eval reads it,
 # keep_last and keep_best neither count nor delete it; a run directory
 # holding only misnamed checkpoints is refused by --resume (exit 3), not
-# started afresh.  On tests/data/tr_cnn.ini (8x8 images, 48 samples, 6
+# started afresh.  A name kiln does not write (a leading zero: ckpt-08.kiln)
+# is not read as a checkpoint in checkpoints/ nor best/.  On tests/data/tr_cnn.ini (8x8 images, 48 samples, 6
 # steps an epoch).
 name=ckpt_misnamed
 . "$(dirname "$0")/lib.sh"
@@ -76,11 +77,17 @@ n=$(ls "$tmp/b/checkpoints/best" | wc -l)
 first=$(ls "$tmp/b/checkpoints/best" | head -1)
 cp "$tmp/b/checkpoints/best/$first" "$tmp/b/checkpoints/best/ckpt-5.kiln"
 cp "$tmp/b/checkpoints/best/$first" "$tmp/best5"
+# and a name with a leading zero is no name of kiln's (step 8's file from
+# the first run, as best/ckpt-08.kiln): left alone, unread (it was taken
+# for step 8's and deleted as "not among keep_best's")
+cp "$tmp/ck8" "$tmp/b/checkpoints/best/ckpt-08.kiln"
 kiln 0 train "$ini" "$d" $best train.max_steps=18 --resume
 stdout_has '"resumed_step": 12'
 stderr_has "$tmp/b/checkpoints/best/ckpt-5.kiln: ignored by keep_best: it holds step "
 [ -f "$tmp/b/checkpoints/best/ckpt-5.kiln" ] || fail "keep_best's resume deleted the misnamed best/ckpt-5.kiln"
 cmp -s "$tmp/b/checkpoints/best/ckpt-5.kiln" "$tmp/best5" || fail "best/ckpt-5.kiln changed"
 [ "$(grep -c 'best/ckpt-5.kiln' "$err")" -eq 1 ] || fail "best/ckpt-5.kiln not named once"
+cmp -s "$tmp/b/checkpoints/best/ckpt-08.kiln" "$tmp/ck8" || fail "keep_best's resume deleted or changed best/ckpt-08.kiln"
+! grep -q 'ckpt-08' "$err" || fail "best/ckpt-08.kiln was read: $(grep ckpt-08 "$err")"
 echo "$checks checks passed"
 echo "PASS"
