@@ -375,6 +375,38 @@ static kiln_status arrange(const struct kiln_model *m, const struct kiln_weights
 	return KILN_OK;
 }
 
+/* PyTorch's batch counter, tensor j: kept (the largest of the file's)
+ * to be written back on export.  PyTorch writes an i64 scalar; an i32 one
+ * is read too; any other dtype or shape, or a negative count, is ignored
+ * with a warning naming it (kiln then writes the steps it counts). */
+static kiln_status read_tracked(const struct kiln_weights_in *in, int j, int64_t *tracked)
+{
+	const struct kiln_safetensors_tensor *t = &in->t[j];
+	int64_t v = -1;
+	int32_t v32;
+	kiln_status st = KILN_OK;
+	if (t->numel == 1 && t->dtype == KILN_I64)
+		st = in->read(in, j, &v);
+	else if (t->numel == 1 && t->dtype == KILN_I32 && !(st = in->read(in, j, &v32)))
+		v = v32;
+	if (st)
+		return st;
+	if (v < 0) {
+		char dims[96];
+		if (t->numel == 1 && (t->dtype == KILN_I64 || t->dtype == KILN_I32))
+			snprintf(dims, sizeof dims, "the count %lld", (long long)v);
+		else
+			snprintf(dims, sizeof dims, "%s%s, not an i64 scalar", t->dtype_name,
+				 shape_str(t->ndim, t->dims, (char[64]){ 0 }, 64));
+		kiln_log(KILN_LOG_WARN, "weights", "%s: tensor %s (%s) ignored: PyTorch writes an i64 scalar count; the count kiln writes back on export leaves it out",
+			 in->path, t->name, dims);
+		return KILN_OK;
+	}
+	if (v > *tracked)
+		*tracked = v;
+	return KILN_OK;
+}
+
 /* What the file holds beyond the model's parameters: a tied tensor's
  * second name (must equal the first), PyTorch's batch counter (into
  * *tracked), GPT-2's causal masks (skipped), else unexpected.  A status
@@ -398,14 +430,8 @@ static kiln_status check_extra(const struct kiln_model *m, const struct kiln_wei
 			continue;
 		}
 		if (is_tracked_name(t->name)) {
-			/* PyTorch's batch counter: kept to be written back on export */
-			int64_t v;
-			if (t->dtype == KILN_I64 && t->numel == 1) {
-				if ((st = in->read(in, j, &v)))
-					return st;
-				if (v > *tracked)
-					*tracked = v;
-			}
+			if ((st = read_tracked(in, j, tracked)))
+				return st;
 			continue;
 		}
 		if ((in->flags & KILN_WF_GPT2_NAMES) && kiln_gpt2_skipped(t->name))

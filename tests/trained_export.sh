@@ -23,7 +23,9 @@
 #     layer shape; with no checkpoint eval fails and export warns that it
 #     writes the initial weights; a fresh run into an out_dir holding
 #     checkpoints is refused (they would mix), and --overwrite replaces
-#     them.
+#     them;
+#  6. [model] init_from's num_batches_tracked as i32 is read, as f32 or
+#     negative ignored with a warning naming the tensor.
 # The comparison needs only python3's standard library.
 name=trained
 . "$(dirname "$0")/lib.sh"
@@ -113,4 +115,49 @@ stderr_has "out_dir '$tmp/run' holds an earlier run"
 [ -f "$tmp/run/checkpoints/ckpt-5.kiln" ] || fail "the refused run deleted ckpt-5"
 kiln 0 train "$ini" $common train.max_steps=1 "run.out_dir=$tmp/run" --overwrite
 [ "$(ls "$tmp/run/checkpoints")" = "ckpt-1.kiln" ] || fail "--overwrite left $(ls "$tmp/run/checkpoints")"
+
+# 6. PyTorch's batch counter in another dtype: an i32 scalar is read; an
+# f32 one or a negative count is ignored with a warning naming it (both
+# were ignored without a word, an i32 one too)
+tracked() { # file dtype value: tr_cnn_init.safetensors with bn1's counter so
+	"$py" - "$data/tr_cnn_init.safetensors" "$@" <<'PY'
+import json, struct, sys
+src, dst, dtype, value = sys.argv[1:]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+body, meta = raw[8 + n:], head.pop("__metadata__", None)
+parts, out = [], {}
+for k, v in sorted(head.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    b = body[v["data_offsets"][0]:v["data_offsets"][1]]
+    if k.endswith(".num_batches_tracked"):
+        fmt = {"I64": "<q", "I32": "<i", "F32": "<f"}[dtype]
+        b, v = struct.pack(fmt, float(value) if dtype == "F32" else int(value)), {"dtype": dtype, "shape": []}
+    off = sum(len(p) for p in parts)
+    out[k] = dict(v, data_offsets=[off, off + len(b)])
+    parts.append(b)
+if meta is not None:
+    out["__metadata__"] = meta
+h = json.dumps(out).encode()
+open(dst, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(parts))
+PY
+}
+counted() { # export: the exported file's num_batches_tracked
+	"$py" -c 'import json, struct, sys
+raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n]); v = [t for k, t in h.items() if k.endswith(".num_batches_tracked")][0]
+print(struct.unpack("<q", raw[8 + n + v["data_offsets"][0]:][:8])[0])' "$1"
+}
+for c in "I32 7 7" "F32 7 0" "I64 -4 0"; do
+	set -- $c
+	tracked "$tmp/nbt.safetensors" $1 $2
+	kiln 0 export "$ini" --safetensors "$tmp/nbt_out.safetensors" "data.path=$data" \
+		"model.init_from=$tmp/nbt.safetensors" "run.out_dir=$tmp/nbt$1"
+	got=$(counted "$tmp/nbt_out.safetensors")
+	[ "$got" = "$3" ] || fail "num_batches_tracked $1 $2 in init_from: exported $got, want $3"
+	if [ "$3" = 0 ]; then
+		grep -q "\[weights\] warning: $tmp/nbt.safetensors: tensor bn1.num_batches_tracked (.*) ignored" "$err" ||
+			fail "num_batches_tracked $1 $2 ignored without a word"
+	fi
+done
 echo "PASS: $checks kiln runs; trained and fine-tuned exports match PyTorch's"
