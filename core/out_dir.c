@@ -142,6 +142,24 @@ static kiln_status init_from_kept(const char *out_dir, const char *ckdir, int ov
 			  overwrite ? "--overwrite" : "a fresh run in the default out_dir (the latest run)");
 }
 
+/* Does out_dir hold a run that failed before it logged or saved anything
+ * (a start on a full disk, a data error before step 1): an empty or no
+ * metrics.jsonl and no checkpoint (checkpoints/, best/)?  A fresh run
+ * replaces it as it replaces the default out_dir's (before session 40
+ * its empty metrics.jsonl refused the same command run again as "an
+ * earlier run"). */
+static int logged_nothing(const char *out_dir, const char *ckdir)
+{
+	char path[4400], best[4400], first[8];
+	struct stat sb;
+	snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+	snprintf(best, sizeof best, "%s/best", ckdir);
+	if (!lstat(path, &sb) && !(S_ISREG(sb.st_mode) && sb.st_size == 0))
+		return 0;
+	return !each_match(ckdir, ckpt_files, 0, NULL, first, sizeof first) &&
+	       !each_match(best, ckpt_files, 0, NULL, first, sizeof first);
+}
+
 kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite,
 				  const struct kiln_config *cfg)
 {
@@ -151,7 +169,7 @@ kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int ov
 		return kiln_error(KILN_EIO, "[run] out_dir: cannot read %s", what);
 	if (!n)
 		return KILN_OK;
-	if (!overwrite && !default_out_dir(out_dir))
+	if (!overwrite && !default_out_dir(out_dir) && !logged_nothing(out_dir, ckdir))
 		return kiln_error(KILN_EUSAGE, "[run] out_dir '%s' holds an earlier run (%d file(s), e.g. %s): pass --resume to continue it, --overwrite (train.overwrite=1) to delete its files and start afresh, or choose another out_dir; nothing was changed",
 				  out_dir, n, what);
 	return init_from_kept(out_dir, ckdir, overwrite, n, cfg);
@@ -166,7 +184,9 @@ kiln_status trainer_out_dir_clear(const char *out_dir, const char *ckdir, int ov
 	if (!n)
 		return KILN_OK;
 	kiln_log(KILN_LOG_WARN, "train", "%s: deleted the earlier run's %d file(s) in %s (metrics, logs, config.ini, checkpoints)",
-		 overwrite ? "--overwrite" : "[run] out_dir is the default, the latest run", n,
+		 overwrite ? "--overwrite" :
+		 default_out_dir(out_dir) ? "[run] out_dir is the default, the latest run" :
+		 "the earlier run logged nothing and saved no checkpoint (a failed start)", n,
 		 out_dir);
 	return KILN_OK;
 }

@@ -243,7 +243,7 @@ for r in 0 1; do
 done
 # ---- 6. rank 0 refuses its out_dir -----------------------------------------
 mkdir -p "$tmp/outdir-r0"
-: > "$tmp/outdir-r0/metrics.jsonl"
+echo "{\"event\": \"train\"}" > "$tmp/outdir-r0/metrics.jsonl" # (an empty one is a failed start, replaced)
 two outdir "" ""
 # (named as every rank's own error is: before session 36 rank 0's read
 # "kiln: error: [run] out_dir ...", without "rank 0 of 2: ")

@@ -88,6 +88,25 @@ cmp -s "$run/config.ini" "$tmp/config.before" || fail "the refused run changed c
 kiln 0 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/only_metrics" train.checkpoint_last=0
 kiln 2 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/only_metrics"
 stderr_has "$tmp/only_metrics/metrics.jsonl"
+# a run that failed at its start (a full disk: an empty metrics.jsonl, no
+# config.ini) or before it logged (config.ini, an empty metrics.jsonl) is
+# no earlier run: the same command again replaces it, logged (it was
+# refused as "an earlier run"); with a checkpoint beside it, it is one
+mkdir -p "$tmp/failed_start/checkpoints"
+: > "$tmp/failed_start/metrics.jsonl"
+kiln 0 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/failed_start"
+stderr_has "the earlier run logged nothing and saved no checkpoint (a failed start): deleted the earlier run's 1 file(s) in $tmp/failed_start"
+[ -s "$tmp/failed_start/metrics.jsonl" ] || fail "the run after a failed start logged nothing"
+mkdir -p "$tmp/failed_later"
+: > "$tmp/failed_later/metrics.jsonl"
+cp "$tmp/config.before" "$tmp/failed_later/config.ini"
+kiln 0 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/failed_later"
+stderr_has "deleted the earlier run's 2 file(s) in $tmp/failed_later"
+mkdir -p "$tmp/failed_ck/checkpoints"
+: > "$tmp/failed_ck/metrics.jsonl"
+cp "$run/checkpoints/ckpt-20.kiln" "$tmp/failed_ck/checkpoints/"
+kiln 2 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/failed_ck"
+stderr_has "[run] out_dir '$tmp/failed_ck' holds an earlier run (2 file(s)"
 # --resume with --overwrite: a config error, nothing changed
 kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --resume --overwrite
 stderr_has "kiln: error: --resume with --overwrite: --resume continues the run in out_dir, --overwrite deletes it: choose one"

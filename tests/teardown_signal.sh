@@ -21,7 +21,7 @@ name=teardown_signal
 } > "$tmp/t.ini"
 # an out_dir holding an earlier run: refused in the set-up
 mkdir "$tmp/o"
-: > "$tmp/o/metrics.jsonl"
+echo "{\"event\": \"train\"}" > "$tmp/o/metrics.jsonl" # (an empty one is a failed start, replaced)
 msg="^kiln: error: \[run\] out_dir '$tmp/o' holds an earlier run"
 
 # ---- 1. printed once ---------------------------------------------------------
