@@ -181,8 +181,19 @@ static void other_sections(const char *section, const char *key, char *out, size
 			continue;
 		off += (size_t)snprintf(secs + off, sizeof secs - off, "%s[%s]", off ? " or " : "", name);
 	}
-	if (off)
+	if (off) {
 		snprintf(out, n, "; '%s' is a key of %s", key, secs);
+		return;
+	}
+	/* else of built-in layer types ([train] label_smoothing: the loss
+	 * layer's, as PyTorch's CrossEntropyLoss takes it) */
+	for (int i = 0; !is_prefixed(section, "layer.") && kiln_builtin_layers[i] &&
+			off < sizeof secs; i++)
+		if (find_key(kiln_builtin_layers[i]->keys, key))
+			off += (size_t)snprintf(secs + off, sizeof secs - off, "%s%s", off ? " or " : "",
+						kiln_builtin_layers[i]->name);
+	if (off)
+		snprintf(out, n, "; '%s' is a key of a [layer.NAME] of type %s", key, secs);
 }
 
 static void list_keys(const struct kiln_key *a, const struct kiln_key *b, char *out, size_t n)

@@ -258,7 +258,15 @@ void kiln_train_cfg_warn_unread(const struct kiln_config *cfg, const struct kiln
 		kiln_log(KILN_LOG_WARN, "train", "%s: [train] %s is read by schedule = %s%s%s, not by schedule = %s: ignored",
 			 where, schedule_keys[i].key, by, or_by ? " or " : "", or_by ? or_by : "", sched);
 	}
-	const char *where = kiln_config_where(cfg, "train", "eval_every");
+	const char *where = kiln_config_where(cfg, "train", "base_batch");
+	if (strcmp(where, "default") && (!tc->lr_scale || !strcmp(tc->lr_scale, "none")))
+		kiln_log(KILN_LOG_WARN, "train", "%s: [train] base_batch is read by lr_scale = linear or sqrt, not by lr_scale = none: lr = %g is used as written",
+			 where, tc->lr);
+	where = kiln_config_where(cfg, "train", "warmup");
+	if (tc->warmup > 0 && !strcmp(sched, "onecycle"))
+		kiln_log(KILN_LOG_WARN, "train", "%s: [train] warmup = %lld with schedule = onecycle: the warm-up to lr runs first, then the cycle starts again from lr / div_factor (onecycle rises on its own over pct_start; OneCycleLR has no warm-up): set warmup = 0",
+			 where, (long long)tc->warmup);
+	where = kiln_config_where(cfg, "train", "eval_every");
 	if (!tc->eval && tc->eval_every > 0 && strcmp(where, "default"))
 		kiln_log(KILN_LOG_WARN, "train", "%s: [train] eval_every needs eval = 1 ([train] eval = 0 runs no evaluation): ignored",
 			 where);

@@ -96,6 +96,25 @@ static int64_t schedule_length(const struct trainer *t)
 	return total;
 }
 
+/* What makes a schedule other than it reads, warned of once its length
+ * and scaled rate are known: a warm-up as long as the run (the rate never
+ * reaches lr, the schedule never starts) and a cosine whose scaled lr is
+ * below lr_min (it anneals upward). */
+static void schedule_warn(const struct trainer *t, double lr, int64_t total)
+{
+	const struct kiln_train_cfg *tc = &t->tc;
+	if (tc->warmup > 0 && total > 0 && tc->warmup >= total)
+		kiln_log(KILN_LOG_WARN, "train", "%s: [train] warmup = %lld is at least the run's %lld step(s): the rate rises to lr x %lld / %lld = %g at the last step, never to lr = %g, and the schedule (%s) never starts",
+			 kiln_config_where(t->cfg, "train", "warmup"), (long long)tc->warmup,
+			 (long long)total, (long long)total, (long long)tc->warmup,
+			 lr * (double)total / (double)tc->warmup, lr,
+			 tc->schedule ? tc->schedule : "constant");
+	if (tc->schedule && !strcmp(tc->schedule, "cosine") && lr < tc->lr_min)
+		kiln_log(KILN_LOG_WARN, "train", "%s: schedule = cosine anneals upward, from lr = %g to lr_min = %g (lr_min is the final rate%s): lower lr_min",
+			 kiln_config_where(t->cfg, "train", "lr_min"), lr, tc->lr_min,
+			 lr != tc->lr ? "; lr_scale scales lr, not lr_min" : "");
+}
+
 /* The learning-rate schedule: a device op computing the step's lr from the
  * model's step counter, so no per-step scalar crosses from the host.
  * Prepared once the run's position is known (open_loop): its length
@@ -133,6 +152,8 @@ kiln_status prep_schedule(struct trainer *t)
 		return st;
 	if (op.i[0] == KILN_SCHED_ONECYCLE && (st = check_onecycle(t, total)))
 		return st;
+	if (!t->rank)
+		schedule_warn(t, lr, total);
 	kiln_log(KILN_LOG_DEBUG, "train", "schedule %s over %lld steps, warmup %lld",
 		 kind ? kind : "constant", (long long)total, (long long)tc->warmup);
 	return kiln_device_prepare(t->dev, &op, &t->sched, NULL);

@@ -268,6 +268,22 @@ stderr_has "command line 'train.eval_every=1': [train] eval_every needs eval = 1
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.schedule=multistep \
 	train.milestones=3,6 train.gamma=0.5 train.eval_every=1
 ! grep -q "is read by schedule\|eval_every needs" "$err" || fail "a warning for keys the run reads: $(cat "$err")"
+# what makes a schedule other than it reads: base_batch without lr_scale,
+# warmup with onecycle, a warm-up as long as the run, a cosine whose
+# (scaled) lr is below lr_min (session 40: an explorer; silent before)
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=2 train.base_batch=64 \
+	train.warmup=5 train.schedule=cosine train.lr_min=0.5
+stderr_has "command line 'train.base_batch=64': [train] base_batch is read by lr_scale = linear or sqrt, not by lr_scale = none: lr = 0.1 is used as written"
+stderr_has "command line 'train.warmup=5': [train] warmup = 5 is at least the run's 2 step(s): the rate rises to lr x 2 / 5 = 0.04 at the last step, never to lr = 0.1, and the schedule (cosine) never starts"
+stderr_has "command line 'train.lr_min=0.5': schedule = cosine anneals upward, from lr = 0.1 to lr_min = 0.5 (lr_min is the final rate): lower lr_min"
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=2 train.schedule=onecycle train.warmup=1
+stderr_has "command line 'train.warmup=1': [train] warmup = 1 with schedule = onecycle: the warm-up to lr runs first"
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=2 train.base_batch=8 train.lr_scale=linear \
+	train.warmup=1 train.schedule=cosine train.lr_min=0.01
+! grep -q "base_batch is read\|warmup = \|anneals upward" "$err" || fail "a schedule warning for a schedule as meant: $(cat "$err")"
+# a loss layer's key in [train]: the layer type named
+kiln 2 train "$ini" data.path="$data" run.out_dir= train.label_smoothing=0.1
+stderr_has "command line 'train.label_smoothing=0.1': unknown key 'label_smoothing' in [train]; 'label_smoothing' is a key of a [layer.NAME] of type softmax_xent"
 
 # a key that writes into out_dir without one: refused as checkpoint_every
 # is (before session 34 keep_best, tensorboard and csv wrote nothing, silently)

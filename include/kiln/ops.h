@@ -256,7 +256,10 @@ enum kiln_op_type {
 	 * and ACT, the vector ops third-party layers and optimizers compose */
 	KILN_OP_MUL = 29,
 	/* The learning rate of the coming step, on the device: out0 lr f32[1]
-	 * from in0 step i64[1] (micro-steps done so far).  i[0] schedule
+	 * from in0 step i64[1] (optimizer steps done so far: the trainer
+	 * passes its optimizer-step counter, which neither a micro-step of
+	 * [train] accumulate nor a step skipped for non-finite gradients
+	 * advances; "micro-steps" before session 40 was wrong).  i[0] schedule
 	 * (KILN_SCHED_*), i[1] total steps T, i[2] warmup steps W; f[0] base
 	 * lr, f[1] final lr (cosine's minimum).  With t = step:
 	 *   t < W:    lr = base * (t + 1) / W                 (linear warmup)
