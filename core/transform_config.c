@@ -3,6 +3,7 @@
  * errors naming the key and where it was set. */
 #include "transform.h"
 #include "../plugins/common/c_locale.h" /* common_strtod */
+#include "../plugins/common/norm_lut.h" /* common_norm_fits */
 
 #include <errno.h>
 #include <math.h>   /* isfinite */
@@ -88,7 +89,7 @@ static kiln_status cfg_int(const struct kiln_config *cfg, const char *sec, const
 /* `mean` or `std`: one value for every channel, or one per channel. */
 static kiln_status cfg_per_channel(const struct kiln_config *cfg, const char *sec,
 				   const char *key, const char *def, int oc, int positive,
-				   float out[3])
+				   float out[3], double exact[3])
 {
 	const char *v = cfg_str(cfg, sec, key, def);
 	double d[3];
@@ -105,6 +106,7 @@ static kiln_status cfg_per_channel(const struct kiln_config *cfg, const char *se
 		if (positive && !(x > 0))
 			return cfg_bad(cfg, sec, key, v, what);
 		out[c] = (float)x;
+		exact[c] = x;
 	}
 	return KILN_OK;
 }
@@ -205,9 +207,16 @@ kiln_status kiln_xform_from_config(const struct kiln_config *cfg, const char *se
 				  kiln_config_where(cfg, sec, "size"), sec, x->out_h, x->out_w,
 				  x->out_c);
 
-	if ((st = cfg_per_channel(cfg, sec, "mean", "0", x->out_c, 0, x->mean)) ||
-	    (st = cfg_per_channel(cfg, sec, "std", "1", x->out_c, 1, x->std)))
+	double mean[3], sd[3];
+	if ((st = cfg_per_channel(cfg, sec, "mean", "0", x->out_c, 0, x->mean, mean)) ||
+	    (st = cfg_per_channel(cfg, sec, "std", "1", x->out_c, 1, x->std, sd)))
 		return st;
+	for (int c = 0; c < x->out_c; c++)
+		if (!common_norm_fits(mean[c], sd[c]))
+			return kiln_error(KILN_ECONFIG, "%s: [%s] mean = %s, std = %s: channel %d's (u8/255 - %g) / %g is not finite in f32 (mean and std must be f32 numbers, std > 0, and the normalised values within +-3.4e38)",
+					  kiln_config_where(cfg, sec, "std"), sec,
+					  cfg_str(cfg, sec, "mean", "0"), cfg_str(cfg, sec, "std", "1"), c,
+					  mean[c], sd[c]);
 
 	v = cfg_str(cfg, sec, "transform_on", "host");
 	if (!strcmp(v, "device"))

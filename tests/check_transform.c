@@ -867,9 +867,19 @@ END_TEST
 
 START_TEST(config_errors)
 {
+	struct kiln_xform x;
 	expect_error("crop = foo\n", 28, 28, 1,
 		     "t.ini:2: [data] crop = 'foo': expected none, center, random or resized");
 	expect_error("\n\nsize = 0\n", 28, 28, 1, "t.ini:4: [data] size = '0': expected H W or N");
+	/* mean and std whose normalised bytes are not finite in f32 (a mean
+	 * of 1e300 was inf there, a std of 1e-50 was 0: every sample -inf or
+	 * NaN, silently); the largest that fits is taken */
+	expect_error("mean = 1e300\n", 28, 28, 1,
+		     "[data] mean = 1e300, std = 1: channel 0's (u8/255 - 1e+300) / 1 is not finite in f32");
+	expect_error("std = 1e-50\n", 28, 28, 1, "channel 0's (u8/255 - 0) / 1e-50 is not finite in f32");
+	expect_error("mean = 0 0 1e30\nstd = 1e-12\n", 28, 28, 3,
+		     "channel 2's (u8/255 - 1e+30) / 1e-12 is not finite in f32");
+	ck_assert_int_eq(xcfg("mean = 1e20\nstd = 1e-12\n", 1, 28, 28, 1, &x), KILN_OK);
 	expect_error("size = a b\n", 28, 28, 1, "[data] size = 'a b': expected H W or N");
 	expect_error("size = 1 2 3\n", 28, 28, 1, "[data] size = '1 2 3'");
 	expect_error("size = 28.5\n", 28, 28, 1, "[data] size = '28.5'");

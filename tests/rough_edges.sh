@@ -62,6 +62,9 @@ d="data.path=$data"
 # 1
 kiln 2 train "$ini" "$d" "data.mean=0.1 0.2 0.3" run.out_dir=
 stderr_has "[data] mean = '0.1 0.2 0.3' gives 3 values, but the idx source's images have 1 channel"
+# a mean that is inf in f32 (every sample -inf, silently before session 40)
+kiln 2 train "$ini" "$d" "data.mean=1e300" run.out_dir=
+stderr_has "[data] mean = 1e+300, std = 1: (u8/255 - mean) / std is not finite in f32"
 ! grep -q "is not a number" "$err" || fail "the count is reported as 'is not a number'"
 
 # 2

@@ -685,6 +685,9 @@ static kiln_status idx_keys_read(const struct kiln_host *host, const struct kiln
 	if (!isfinite(mean) || !isfinite(sd) || !(sd >= 1e-12))
 		return host->error(KILN_ECONFIG, "%s: [%s] mean = %g, std = %g: both must be finite and std at least 1e-12",
 				   host->config_where(cfg, section, "std"), section, mean, sd);
+	if (!common_norm_fits(mean, sd))
+		return host->error(KILN_ECONFIG, "%s: [%s] mean = %g, std = %g: (u8/255 - mean) / std is not finite in f32 (mean must be an f32 number and the normalised values within +-3.4e38)",
+				   host->config_where(cfg, section, "std"), section, mean, sd);
 
 	int train = split && !strcmp(split, "train"), test = split && !strcmp(split, "test");
 	if ((st = idx_resolve(host, cfg, section, "images", dir, split,
