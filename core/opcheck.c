@@ -624,11 +624,12 @@ static kiln_status check_rnn(const char *who, const struct kiln_op *op)
 }
 
 /* onecycle's rise ends at pct_start x U - 1: at 0 its first rate is 0/0
- * (see KILN_OP_LR_SCHEDULE) */
+ * (see KILN_OP_LR_SCHEDULE), unless the op is run only past it (i[4], the
+ * first step it will be run at, after the warmup's i[2]) */
 static int onecycle_rise_empty(const struct kiln_op *op)
 {
 	const int64_t U = op->i[1] - op->i[2] > 1 ? op->i[1] - op->i[2] : 1;
-	return op->f[4] * (double)U - 1 == 0;
+	return op->f[4] * (double)U - 1 == 0 && op->i[4] <= op->i[2];
 }
 
 static kiln_status check_small(const char *who, const struct kiln_op *op)
@@ -648,7 +649,7 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 		    (op->i[0] == KILN_SCHED_ONECYCLE &&
 		     (!(op->f[2] > 0) || !(op->f[3] > 0) || !(op->f[4] > 0 && op->f[4] < 1) ||
 		      onecycle_rise_empty(op))))
-			BAD(KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0, 0 < pct_start < 1 and pct_start x max(T - W, 1) != 1)");
+			BAD(KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0, 0 < pct_start < 1 and pct_start x max(T - W, 1) != 1 unless the first step i[4] > W)");
 		return KILN_OK;
 	case KILN_OP_COUNTER_ADD: /* gated: in0 is the gate */
 		if ((st = counts(who, op, (op->flags & KILN_OPF_GATED) != 0, 1)))

@@ -43,12 +43,15 @@ static kiln_status parse_milestones(const struct trainer *t, struct kiln_op *op)
  * (NaN: PyTorch's OneCycleLR raises ZeroDivisionError there).  The step
  * count is known only now (the schedule's length: schedule_length), so
  * the config check cannot see it; the expression is the device's
- * (scalar_ops.h). */
+ * (scalar_ops.h).  Only the step right after the warmup computes that
+ * 0/0: a resumed run past it (a resume that changed the global batch, so
+ * the length, after its rise) computes none and runs (before session 40
+ * it was refused). */
 static kiln_status check_onecycle(const struct trainer *t, int64_t total)
 {
 	const double pct = t->tc.pct_start;
 	const int64_t U = total - t->tc.warmup > 1 ? total - t->tc.warmup : 1;
-	if (pct * (double)U - 1 != 0)
+	if (pct * (double)U - 1 != 0 || t->step0 > t->tc.warmup)
 		return KILN_OK;
 	/* (any other pct_start works; 1.5 / U rises over one step) */
 	return kiln_error(KILN_ECONFIG, "%s: [train] pct_start = %g with schedule = onecycle over %lld step(s)%s: pct_start x steps = 1 leaves the rise to lr no step (OneCycleLR divides by zero there): use another pct_start, e.g. %g, or another number of steps",
@@ -146,8 +149,10 @@ kiln_status prep_schedule(struct trainer *t)
 	op.f[2] = tc->gamma;
 	op.f[3] = tc->final_div_factor;
 	op.f[4] = tc->pct_start;
-	if (op.i[0] == KILN_SCHED_ONECYCLE)
+	if (op.i[0] == KILN_SCHED_ONECYCLE) {
 		op.f[2] = tc->div_factor;
+		op.i[4] = t->step0; /* (its first step: check_onecycle) */
+	}
 	if (op.i[0] == KILN_SCHED_MULTISTEP && (st = parse_milestones(t, &op)))
 		return st;
 	if (op.i[0] == KILN_SCHED_ONECYCLE && (st = check_onecycle(t, total)))

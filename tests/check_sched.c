@@ -130,6 +130,14 @@ START_TEST(test_schedule_bad)
 	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_EINVAL);
 	ck_assert_msg(strstr(kiln_last_error(), "pct_start x max(T - W, 1) != 1"), "%s",
 		      kiln_last_error());
+	/* run only from step 3 on (i[4] > W = 2: a resume past the rise):
+	 * prepared, its rates OneCycleLR's falling phase (session 40) */
+	op.i[4] = 3;
+	ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
+	kiln_device_plan_free(dev, plan);
+	op.i[4] = 2;
+	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_EINVAL);
+	op.i[4] = 0;
 	op.i[1] = 13; /* 0.1 x 11: a rise of 0.1 step, its first rate lr / div_factor */
 	ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
 	kiln_device_plan_free(dev, plan);

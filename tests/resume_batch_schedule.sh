@@ -20,7 +20,8 @@
 # 3. onecycle never rises after its peak, over the first run's steps 1-6
 #    and the resumed 7-12, and ends at its final rate lr / 25 / 1e4.
 # 4. onecycle's pct_start check counts the same 12 steps: pct_start = 1/9
-#    resumes; pct_start = 1/12 is refused naming 12 steps.
+#    resumes; pct_start = 1/12 (a rise of no step in 12) resumes past its
+#    rise (session 40: refused before) and refuses a fresh 12-step run.
 # An unchanged global batch keeps epochs x steps per epoch (or max_steps):
 # tests/resume_*.sh resume bit for bit as before.
 name=resume_batch_schedule
@@ -102,9 +103,21 @@ p9="train.schedule=onecycle train.pct_start=0.1111111111111111"
 kiln 0 train "$ini" $base $p9 "run.out_dir=$tmp/p9"
 resume_from 0 p9 6 "$tmp/p9r" $p9 train.batch=16
 [ "$(field steps "$out")" = 12 ] || fail "pct_start = 1/9: the resumed run ended at step $(field steps "$out"), want 12"
+# pct_start = 1/12 over the resumed run's 12 steps gives a rise of no step,
+# whose one rate (step 0, 0/0) the first run computed in its own length
+# (18): the resumed steps 6..11 are past it, OneCycleLR's falling phase
+# over 12 steps, finite (refused before session 40); a fresh 12-step run
+# computes step 0's and is refused
 p12="train.schedule=onecycle train.pct_start=0.08333333333333333"
 kiln 0 train "$ini" $base $p12 "run.out_dir=$tmp/p12"
-resume_from 2 p12 6 "$tmp/p12r" $p12 train.batch=16
+resume_from 0 p12 6 "$tmp/p12r" $p12 train.batch=16
+[ "$(field steps "$out")" = 12 ] || fail "pct_start = 1/12: the resumed run ended at step $(field steps "$out"), want 12"
+lrs "$tmp/p12r" | awk 'BEGIN { pi = atan2(0, -1) }
+	{ want = 0.1 / 25 / 1e4 + (0.1 - 0.1 / 25 / 1e4) / 2 * (1 + cos(pi * ($1 - 1) / 11))
+	  d = $2 - want; if (d < 0) d = -d
+	  if (d > 1e-6 * want) { printf "step %d: lr %s, OneCycleLR %.8g\n", $1, $2, want; bad = 1 } }
+	END { exit bad || NR != 6 }' || fail "pct_start = 1/12 resumed: not OneCycleLR's fall over 12 steps: $(lrs "$tmp/p12r" | tr '\n' ' ')"
+kiln 2 train "$ini" $base $p12 train.max_steps=12 "run.out_dir=$tmp/p12f"
 stderr_has "with schedule = onecycle over 12 step(s): pct_start x steps = 1 leaves the rise to lr no step"
-echo "ok: pct_start checked against the resumed run's 12 steps"
+echo "ok: pct_start checked against the run's 12 steps where it computes the rise"
 echo "$checks checks passed"
