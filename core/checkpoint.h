@@ -292,7 +292,11 @@ kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *ou
  * checkpoint has none (no log interval was open, or an older kiln's),
  * KILN_EDATA naming the file when it is malformed or a value out of range
  * (the start past the checkpoint's step, a count negative or past 2^62,
- * a correct count not finite or negative, ranks not stages x pipes). */
+ * a correct count not finite or negative, ranks not stages x pipes), or
+ * more than its run could have trained (session 40: a rank's samples past
+ * the "trainer" section's epoch, rows past the samples, correct counts
+ * past the samples they count, a loss sum not finite with no step skipped
+ * for non-finite gradients by the "clip_counts" section). */
 kiln_status kiln_ckpt_interval_get(struct kiln_ckpt *ck, struct kiln_ckpt_interval *out);
 /* The "stopper" section: KILN_ENOTFOUND when the checkpoint has none (a
  * run without early stopping, or an older kiln's), KILN_EDATA when its

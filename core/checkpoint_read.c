@@ -606,6 +606,54 @@ static kiln_status interval_head(const struct kiln_ckpt *ck, const uint8_t *b, u
 	return KILN_OK;
 }
 
+/* A correct count may pass the samples it counts by f32 rounding alone (a
+ * token window's sample counts the share of its targets right: sums of
+ * fractions); 2^-10 more is far past that, and far below a forged one. */
+#define COUNT_SLACK (1.0 + 1.0 / 1024)
+
+/* The interval's values against what its run could have trained (the CRCs
+ * prove a file whole, not sane): a rank's samples no more than the epoch
+ * holds (the "trainer" section's), the device's rows no more than the
+ * samples, each correct count no more than the samples it counts, every
+ * rank's together no more than the interval's samples on every rank; a
+ * loss sum not finite only where the clip op skipped a step for
+ * non-finite gradients (its "clip_counts" section): in the interval (its
+ * count past the interval's `skipped`) for the ranks' sums, before it
+ * (`skipped` > 0) for the epoch's. */
+static kiln_status interval_sane(struct kiln_ckpt *ck, const struct kiln_ckpt_interval *iv)
+{
+	struct kiln_ckpt_trainer tr;
+	int64_t clip[2];
+	kiln_status st = kiln_ckpt_trainer_get(ck, &tr);
+	if (st || ((st = kiln_ckpt_clip_counts_get(ck, clip)) && st != KILN_ENOTFOUND))
+		return st;
+	const double all = (double)iv->samples * (double)iv->ranks * COUNT_SLACK;
+	double correct = 0;
+	int finite = 1;
+	for (int64_t r = 0; r < iv->ranks; r++) {
+		const struct kiln_ckpt_interval_rank *e = &iv->rank[r];
+		correct += (double)e->sums[1] + e->carry[1];
+		finite &= isfinite(e->sums[0]) && isfinite(e->carry[0]);
+		if (e->sums[2] > all)
+			return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval': rank %lld's top-5 correct count %g is more than the interval's %lld samples on each of %lld ranks",
+					  ck->path, (long long)r, e->sums[2], (long long)iv->samples,
+					  (long long)iv->ranks);
+	}
+	if (iv->epoch_samples > tr.samples - iv->samples || iv->rows > iv->samples ||
+	    iv->correct > (double)iv->epoch_samples * COUNT_SLACK || correct > all)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval': more than its run trained (%lld + %lld samples a rank in an epoch of %lld, %lld rows of %lld samples, correct %g of %lld samples before it, %g of %lld samples on each of %lld ranks in it)",
+				  ck->path, (long long)iv->epoch_samples, (long long)iv->samples,
+				  (long long)tr.samples, (long long)iv->rows, (long long)iv->samples,
+				  iv->correct, (long long)iv->epoch_samples, correct,
+				  (long long)iv->samples, (long long)iv->ranks);
+	if ((!finite && clip[0] <= iv->skipped) || (!isfinite(iv->loss) && iv->skipped < 1))
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval': a loss sum that is not finite (%s) with no step skipped for non-finite gradients there (%lld skipped by its start, %lld by the checkpoint's step)",
+				  ck->path,
+				  finite ? "the epoch's, before the interval" : "a rank's, in the interval",
+				  (long long)iv->skipped, (long long)clip[0]);
+	return KILN_OK;
+}
+
 kiln_status kiln_ckpt_interval_get(struct kiln_ckpt *ck, struct kiln_ckpt_interval *out)
 {
 	const struct rsec *r = ckpt_section(ck, "interval");
@@ -641,6 +689,7 @@ kiln_status kiln_ckpt_interval_get(struct kiln_ckpt *ck, struct kiln_ckpt_interv
 			goto out;
 		}
 	}
+	st = interval_sane(ck, out);
 out:
 	free(b);
 	if (st) {

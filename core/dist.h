@@ -201,7 +201,9 @@ kiln_status kiln_dist_allgather_host(struct kiln_dist *d, const void *mine, void
  * (rank 0's receives of the stages' layer buffers), "alloc" (rank 0's
  * receive buffer of a piece), "gather" (ZeRO-1: rank 0's buffer of the
  * whole optimizer state), "params" (the parameters' non-finite check, at
- * a log point and before a checkpoint: core/train_log.c).  Unset in any
+ * a log point and before a checkpoint: core/train_log.c), "sums" (the read
+ * of the device's metric sums for a checkpoint's, or an early-stopped
+ * epoch's, training sums: trainer_metrics_peek).  Unset in any
  * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh). */
 int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step);
 /* Sum v[0..n) over the ranks (host values; a sync point: log only).  The

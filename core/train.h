@@ -224,12 +224,14 @@ struct trainer {
 	/* the log interval across a checkpoint (core/train_interval.c): the
 	 * resumed checkpoint's "interval" section (iv0; ranks 0: none; its
 	 * entries malloc'd), seeded by the resumed epoch's start; the interval
-	 * a log point that max_steps alone put at step iv_closed_step closed
-	 * (-1: none), this rank's, for that step's checkpoints; every rank's
-	 * entries gathered for a checkpoint (iv_all, malloc'd at the first) */
-	struct kiln_ckpt_interval iv0, iv_closed;
-	struct kiln_ckpt_interval_rank iv_closed_mine;
-	int64_t iv_closed_step;
+	 * kept for the checkpoints of step iv_kept_step (-1: none), this
+	 * rank's: the one a log point that max_steps alone put there closed,
+	 * or the one open at an early stop's step (its sums taken with the
+	 * epoch's, end_sums); every rank's entries gathered for a checkpoint
+	 * (iv_all, ranks x stages, malloc'd when the loop opens) */
+	struct kiln_ckpt_interval iv0, iv_kept;
+	struct kiln_ckpt_interval_rank iv_kept_mine;
+	int64_t iv_kept_step;
 	struct kiln_ckpt_interval_rank *iv_all;
 	/* keep_best: the K best evaluations' checkpoints in ckdir/best, in
 	 * every checkpoint's "best" section; rank 0's alone is read (it
@@ -306,8 +308,8 @@ struct trainer {
 	 * (evaluations, histograms: not training), the data wait at its
 	 * start; the data read on this thread (workers = 0) */
 	double iv_t0, iv_aside_s, iv_wait0, read_s;
-	/* this epoch's and this log interval's sums */
-	double ep_t0, since_loss, since_correct, ep_loss, ep_correct;
+	/* this epoch's start and its sums at the last log point */
+	double ep_t0, ep_loss, ep_correct;
 	/* this rank's training sums an evaluation read off the device
 	 * between two log points (the metrics hold one set of sums), added
 	 * back at the next read (interval_sums, epoch_sums) */
@@ -437,7 +439,9 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 				 double *correct5);
 /* The device's metric sums copied into t->metrics_host[0..3) as they are
  * (not reset: a checkpoint's sync point; the next log point still reads
- * them). */
+ * them).  A local step: trainer_epoch_sums, its one caller, carries its
+ * failure into the ranks' sum.  KILN_TEST_CKPT_FAIL's "sums" (test-only,
+ * core/dist.h) fails it. */
 kiln_status trainer_metrics_peek(struct trainer *t);
 /* A metrics.jsonl event: the object json_pack makes of fmt and its
  * arguments (each real through trainer_json_real, whose NULL, as any
@@ -467,7 +471,13 @@ void trainer_progress(struct trainer *t, int64_t step, const char *status);
  * fails every rank (kiln_dist_sum_agreed). */
 kiln_status trainer_params_finite(struct trainer *t);
 void trainer_eval_record(struct trainer *t, const struct eval_target *e, int64_t epoch);
-int trainer_epoch_summary(struct trainer *t, char *msg, size_t n);
+/* An epoch's training numbers into t->res and the start of its line into
+ * msg (n bytes).  Every rank: an epoch an early stop ended between two
+ * log points has its sums so far with the interval still open
+ * (trainer_epoch_sums: a collective), as its checkpoint holds them and a
+ * resume of it reports them (before, the sums of its log points alone:
+ * train_loss 1.601775 where the resumed finished run said 1.555659). */
+kiln_status trainer_epoch_summary(struct trainer *t, char *msg, size_t n);
 void trainer_epoch_report(struct trainer *t, const char *msg);
 kiln_status trainer_finish(struct trainer *t);
 
@@ -489,6 +499,14 @@ int trainer_stop_numbers_missing(const struct trainer *t);
 kiln_status trainer_final_test(struct trainer *t);
 
 /* train_ckpt.c */
+/* The training sums of the epoch so far into *out: those of its log
+ * points plus the device's of the steps since the last one (read, not
+ * reset: the next log line still covers its whole interval; left in
+ * t->metrics_host for trainer_interval_meta), every rank's mean.  Every
+ * rank (a collective): a rank whose read failed still takes part in the
+ * sum, and every rank fails together (kiln_dist_sum_agreed; `what`
+ * names the step for the message: "step 4's checkpoint"). */
+kiln_status trainer_epoch_sums(struct trainer *t, const char *what, struct kiln_ckpt_epoch *out);
 kiln_status trainer_checkpoint_point(struct trainer *t);
 kiln_status trainer_checkpoint_last(struct trainer *t);
 kiln_status trainer_checkpoint_stop(struct trainer *t);
@@ -528,20 +546,28 @@ kiln_status trainer_resume_read(struct trainer *t, int *found);
 void trainer_resume_finished(struct trainer *t);
 
 /* train_interval.c: the log interval open at a checkpoint (the
- * "interval" section, checkpoint.h).  _meta (every rank: a collective
- * when one is open): the interval at the checkpoint of step `step` into
- * *iv, its entries every rank's (in t->iv_all), *out pointing at it, or
- * NULL when none is open.  _closing (at a log point, before its sums are
- * read: `early`, a log point max_steps alone put there) and _closed
- * (after the read) keep the interval that log point closes.  _read (at a
- * resume, where the checkpoint is read): the section into t->iv0,
- * checked against the "epoch" section's sums ep.  _seed (every rank, the
- * resumed epoch's start): the device's sums and the interval's counts
- * from t->iv0, unless the run has no step left. */
+ * "interval" section, checkpoint.h).  _open (the loop's open step):
+ * t->iv_all, room for every rank's entry, allocated before any
+ * checkpoint's collective.  _meta (every rank: a collective when one is
+ * open; right after trainer_epoch_sums, whose read of the device's sums
+ * it uses, or, after the run's last step (t->ckpt_end), with what _keep
+ * kept): the interval at the checkpoint of step `step` into *iv, its
+ * entries every rank's (in t->iv_all), *out pointing at it, or NULL when
+ * none is open.  _closing (at a log point, before its sums are read:
+ * `early`, a log point max_steps alone put there) and _closed (after
+ * the read) keep the interval that log point closes; _keep (after
+ * trainer_epoch_sums, at an early stop's end_sums) the one open then,
+ * for the checkpoints written after evaluations that reuse the device's
+ * sums.  _read (at a resume, where the checkpoint is read): the section
+ * into t->iv0, checked against the "epoch" section's sums ep.  _seed
+ * (every rank, the resumed epoch's start): the device's sums and the
+ * interval's counts from t->iv0, unless the run has no step left. */
+kiln_status trainer_interval_open(struct trainer *t);
 kiln_status trainer_interval_meta(struct trainer *t, int64_t step, struct kiln_ckpt_interval *iv,
 				  const struct kiln_ckpt_interval **out);
 void trainer_interval_closing(struct trainer *t, int early);
 void trainer_interval_closed(struct trainer *t, int early);
+void trainer_interval_keep(struct trainer *t);
 kiln_status trainer_interval_read(struct trainer *t, struct kiln_ckpt *ck,
 				  const struct kiln_ckpt_trainer *tr, const struct kiln_ckpt_epoch *ep);
 kiln_status trainer_interval_seed(struct trainer *t);

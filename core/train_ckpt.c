@@ -15,22 +15,20 @@
 
 #include "../plugins/common/cache_file.h" /* common_mkdirs */
 
-/* The training sums of the epoch so far: those of its log points plus the
- * device's of the steps since the last one (read, not reset: the next log
- * line still covers its whole interval), every rank's mean. */
-static kiln_status epoch_sums(struct trainer *t, struct kiln_ckpt_epoch *out)
+kiln_status trainer_epoch_sums(struct trainer *t, const char *what, struct kiln_ckpt_epoch *out)
 {
-	double v[2];
 	kiln_status st = trainer_metrics_peek(t);
-	if (st)
-		return st;
-	v[0] = t->metrics_host[0] + t->carry_loss;
-	v[1] = t->metrics_host[1] + t->carry_correct;
-	if (t->dist) {
-		if ((st = kiln_dist_sum_host(t->dist, v, 2, t->compute)))
-			return st;
-		v[0] /= t->world, v[1] /= t->world;
+	double v[2] = { 0, 0 };
+	if (!st) {
+		v[0] = t->metrics_host[0] + t->carry_loss;
+		v[1] = t->metrics_host[1] + t->carry_correct;
 	}
+	/* (a failed read still joins the sum: before, it returned first and
+	 * left the other ranks waiting there) */
+	if ((st = kiln_dist_sum_agreed(t->dist, st, v, 2, what, t->compute)))
+		return st;
+	if (t->dist)
+		v[0] /= t->world, v[1] /= t->world;
 	out->loss = t->ep_loss + v[0];
 	out->correct = t->ep_correct + v[1];
 	out->samples = t->ep_samples + t->since;
@@ -142,8 +140,10 @@ kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resu
 				     struct kiln_ckpt_meta *meta)
 {
 	kiln_status st;
+	char what[48];
+	snprintf(what, sizeof what, "step %lld's checkpoint", (long long)meta->trainer.step);
 	r->sums = t->end_sums;
-	if ((!t->ckpt_end && (st = epoch_sums(t, &r->sums))) ||
+	if ((!t->ckpt_end && (st = trainer_epoch_sums(t, what, &r->sums))) ||
 	    (st = trainer_interval_meta(t, meta->trainer.step, &r->interval, &meta->interval)) ||
 	    (st = trainer_clip_counts(t, r->counts)) ||
 	    (st = trainer_data_skipped(t, &r->data_skipped)))
@@ -308,10 +308,15 @@ kiln_status trainer_checkpoint_point(struct trainer *t)
 /* The checkpoint about to be written (checkpoint_point's of the run's last
  * step, checkpoint_last's of an early stop) is written again after the
  * evaluations that follow (`what`): the training sums taken now
- * (end_sums), as those evaluations reuse the device's metric sums. */
+ * (end_sums), and the log interval open (an early stop's), as those
+ * evaluations reuse the device's metric sums. */
 static kiln_status end_mark(struct trainer *t, int what)
 {
-	kiln_status st = epoch_sums(t, &t->end_sums);
+	char step[48];
+	snprintf(step, sizeof step, "step %lld's checkpoint", (long long)t->step);
+	kiln_status st = trainer_epoch_sums(t, step, &t->end_sums);
+	if (!st)
+		trainer_interval_keep(t);
 	t->ckpt_end = st ? 0 : what;
 	return st;
 }

@@ -70,6 +70,9 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 
 kiln_status trainer_metrics_peek(struct trainer *t)
 {
+	if (kiln_dist_ckpt_fault(t->dist, "sums"))
+		return kiln_error(KILN_EDEVICE, "reading the device's metric sums: failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
+				  getenv("KILN_TEST_CKPT_FAIL"));
 	kiln_status st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev,
 						3 * sizeof(float), KILN_COPY_D2H, t->compute);
 	return st ? st : kiln_device_stream_sync(t->dev, t->compute);
@@ -704,29 +707,36 @@ kiln_status trainer_log_point(struct trainer *t)
 	trainer_interval_closed(t, early);
 	t->finite_step = t->step;
 	t->interval_start = t->step;
-	t->since_loss += ls, t->since_correct += c;
 	t->ep_loss += ls, t->ep_correct += c, t->ep_samples += t->since;
 	const double n = (double)t->since;
 	char msg[200];
 	common_snprintf_c(msg, sizeof msg, "loss %.4f acc %.4f", ls / n, c / n);
 	trainer_progress(t, k + 1, msg);
 	train_record(t, ls, c, n);
-	t->since = t->since_seeded = 0, t->since_loss = t->since_correct = 0;
+	t->since = t->since_seeded = 0;
 	if (t->dist) /* [dist] timing: this interval's overlap */
 		trainer_dist_comm_event(t);
 	return kiln_loggers_status(t->log); /* a lost line ends the run */
 }
 
-/* An epoch's training numbers into res and the start of its line in msg;
- * returns the line's length. */
-int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
+kiln_status trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 {
 	struct kiln_train_result *res = t->res;
 	const int64_t ep = t->ep;
 	double ep_s = kiln_now_s() - t->ep_t0;
+	struct kiln_ckpt_epoch sums = { t->ep_loss, t->ep_correct, t->ep_samples };
+	/* (the same on every rank: an early stop off the log points leaves an
+	 * interval open, whose sums are on the device) */
+	if (t->since > 0) {
+		char what[48];
+		snprintf(what, sizeof what, "epoch %lld's end", (long long)ep + 1);
+		kiln_status st = trainer_epoch_sums(t, what, &sums);
+		if (st)
+			return st;
+	}
 	/* a resumed epoch's sums hold the samples before the checkpoint too
 	 * (the loss averages the whole epoch); its time only this run's */
-	int64_t ran = t->ep_samples - (ep == t->ep0 && t->off0 > 0 ? t->ep0_sums.samples : 0);
+	int64_t ran = sums.samples - (ep == t->ep0 && t->off0 > 0 ? t->ep0_sums.samples : 0);
 	/* epoch 1 includes warm-up: once a second epoch has run, time from
 	 * epoch 2 on */
 	if (ep == 1)
@@ -734,13 +744,14 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	t->timed_s += ep_s;
 	t->timed_samples += ran;
 	res->epochs = (int)ep + 1;
-	res->train_loss = t->ep_samples ? t->ep_loss / (double)t->ep_samples : 0;
-	res->train_acc = t->ep_samples ? t->ep_correct / (double)t->ep_samples : 0;
+	res->train_loss = sums.samples ? sums.loss / (double)sums.samples : 0;
+	res->train_acc = sums.samples ? sums.correct / (double)sums.samples : 0;
 	/* the rate of every data-parallel rank, as the train lines' (before
 	 * session 39 this rank's: half theirs on 2 ranks) */
-	return common_snprintf_c(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
-			(long long)ep + 1, (long long)t->tc.epochs, res->train_loss, res->train_acc,
-			ep_s, all_ranks(t, (double)ran / ep_s));
+	common_snprintf_c(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
+			  (long long)ep + 1, (long long)t->tc.epochs, res->train_loss, res->train_acc,
+			  ep_s, all_ranks(t, (double)ran / ep_s));
+	return KILN_OK;
 }
 
 /* The epoch's line (to the progress callback, else the log; msg NULL:

@@ -417,7 +417,7 @@ static kiln_status open_loop(struct trainer *t)
 	t->step = t->step0 = t->interval_start = t->pos.step;
 	t->last_step = trainer_last_step(t);
 	t->finite_step = -1;
-	t->iv_closed_step = -1;
+	t->iv_kept_step = -1;
 	/* the schedule runs to last_step, known only now (before session 38
 	 * it was prepared before the checkpoint was read, over epochs x this
 	 * run's steps per epoch: wrong after a resume that changed the
@@ -430,7 +430,7 @@ static kiln_status open_loop(struct trainer *t)
 	if ((st = kiln_model_drop_set(t->m, t->step, t->compute)))
 		return st;
 	t->iv_t0 = kiln_now_s(); /* the first log interval starts */
-	return KILN_OK;
+	return trainer_interval_open(t);
 }
 
 /* Now, into *at; 0 (so that it chains in trainer_open's ||). */

@@ -195,7 +195,7 @@ static kiln_status epoch_begin(struct trainer *t)
 {
 	const int64_t ep = t->ep, n = t->train.len;
 	t->ep_t0 = kiln_now_s();
-	t->since_loss = t->since_correct = t->ep_loss = t->ep_correct = 0;
+	t->ep_loss = t->ep_correct = 0;
 	t->carry_loss = t->carry_correct = 0;
 	t->since = t->since_seeded = t->ep_samples = 0;
 	kiln_status st;
@@ -237,8 +237,9 @@ static kiln_status epoch_end(struct trainer *t)
 {
 	char msg[300];
 	const int64_t evals = t->evals;
-	trainer_epoch_summary(t, msg, sizeof msg);
-	kiln_status st = trainer_epoch_eval(t, msg, sizeof msg);
+	kiln_status st = trainer_epoch_summary(t, msg, sizeof msg);
+	if (!st)
+		st = trainer_epoch_eval(t, msg, sizeof msg);
 	if (!st && t->eval_cut) /* a stop: the resumed run gives the epoch its line */
 		return trainer_checkpoint_stop(t);
 	if (!st)

@@ -23,6 +23,7 @@
 #include <dlfcn.h> /* RTLD_NEXT (_GNU_SOURCE: build-config.h) */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -452,18 +453,56 @@ END_TEST
  * session 39) reads back as written, bit for bit: each rank's f32 sums
  * and f64 carried sums in rank order, 80 + 32 bytes a rank; a checkpoint
  * without it says KILN_ENOTFOUND; a start past the checkpoint's step is
- * refused naming the file and the section. */
+ * refused naming the file and the section; so are values no run trains
+ * (session 40; crafted: the CRCs are whole): a correct count of 1e30, a
+ * rank's or the epoch's before it, more samples than the epoch (40) holds,
+ * more rows than samples, a NaN loss sum with no step skipped for
+ * non-finite gradients (accepted where the clip op's count says one was:
+ * in the interval for a rank's sum, before it for the epoch's). */
 static void interval_save(struct rig *r, const char *dir, const struct kiln_ckpt_interval *iv,
-			  char *path, size_t n)
+			  const int64_t *clip, char *path, size_t n)
 {
 	char *config = kiln_ckpt_config_text(r->cfg, reg), *versions = kiln_ckpt_versions(reg, r->dev);
 	ck_assert(config && versions);
 	struct kiln_ckpt_meta meta = { .config = config, .versions = versions,
-				       .trainer = { 1, 2, 8, 7, 2, RB, 40 }, .interval = iv };
+				       .trainer = { 1, 2, 8, 7, 2, RB, 40 }, .interval = iv,
+				       .clip_counts = clip };
 	ck_assert_msg(kiln_ckpt_save(dir, &meta, r->m, r->stream, path, n) == 0, "%s",
 		      kiln_last_error());
 	free(config);
 	free(versions);
+}
+
+/* iv written (clip: the clip op's counts, NULL: none) and read back:
+ * KILN_EDATA naming the file, the section and `why`. */
+static void interval_refused(struct rig *r, const char *dir, const struct kiln_ckpt_interval *iv,
+			     const int64_t *clip, const char *why)
+{
+	char path[4200], want[4400];
+	struct kiln_ckpt *ck;
+	struct kiln_ckpt_interval got;
+	interval_save(r, dir, iv, clip, path, sizeof path);
+	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
+	ck_assert_int_eq(kiln_ckpt_interval_get(ck, &got), KILN_EDATA);
+	snprintf(want, sizeof want, "checkpoint %s: section 'interval'", path);
+	ck_assert_msg(strstr(kiln_last_error(), want) && strstr(kiln_last_error(), why), "%s",
+		      kiln_last_error());
+	ck_assert(got.rank == NULL);
+	kiln_ckpt_close(ck);
+}
+
+/* ... and read back whole. */
+static void interval_accepted(struct rig *r, const char *dir, const struct kiln_ckpt_interval *iv,
+			      const int64_t *clip)
+{
+	char path[4200];
+	struct kiln_ckpt *ck;
+	struct kiln_ckpt_interval got;
+	interval_save(r, dir, iv, clip, path, sizeof path);
+	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
+	ck_assert_msg(kiln_ckpt_interval_get(ck, &got) == 0, "%s", kiln_last_error());
+	free(got.rank);
+	kiln_ckpt_close(ck);
 }
 
 START_TEST(test_interval_section)
@@ -473,20 +512,20 @@ START_TEST(test_interval_section)
 	struct kiln_ckpt *ck = NULL;
 	struct kiln_ckpt_interval_rank e[2] = { { { 1.1f, 3, 4 }, { 0.1, 2 } },
 						{ { -0.0f, 0, 1e-30f }, { 1e300, 0 } } };
-	struct kiln_ckpt_interval iv = { .closed = 1, .start = 1, .samples = 4, .rows = 8,
+	struct kiln_ckpt_interval iv = { .closed = 1, .start = 1, .samples = 4, .rows = 4,
 					 .skipped = 1, .loss = 0.3, .correct = 5,
-					 .epoch_samples = 0, .pipeline = 1, .ranks = 2, .rank = e }, got;
+					 .epoch_samples = 8, .pipeline = 1, .ranks = 2, .rank = e }, got;
 	uint64_t bytes;
 	scratch_dir(dir, sizeof dir);
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 2);
-	interval_save(&a, dir, &iv, path, sizeof path);
+	interval_save(&a, dir, &iv, NULL, path, sizeof path);
 	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
 	ck_assert_int_eq(kiln_ckpt_find(ck, "interval", &bytes), 0);
 	ck_assert_uint_eq(bytes, KILN_CKPT_INTERVAL_BYTES + 2 * KILN_CKPT_INTERVAL_RANK_BYTES);
 	ck_assert_msg(kiln_ckpt_interval_get(ck, &got) == 0, "%s", kiln_last_error());
-	ck_assert(got.closed == 1 && got.start == 1 && got.samples == 4 && got.rows == 8 &&
-		  got.skipped == 1 && got.epoch_samples == 0 && got.pipeline == 1 && got.ranks == 2);
+	ck_assert(got.closed == 1 && got.start == 1 && got.samples == 4 && got.rows == 4 &&
+		  got.skipped == 1 && got.epoch_samples == 8 && got.pipeline == 1 && got.ranks == 2);
 	ck_assert(!memcmp(&got.loss, &iv.loss, 8) && !memcmp(&got.correct, &iv.correct, 8));
 	for (int i = 0; i < 2; i++)
 		ck_assert(!memcmp(got.rank[i].sums, e[i].sums, sizeof e[i].sums) &&
@@ -501,15 +540,49 @@ START_TEST(test_interval_section)
 	kiln_ckpt_close(ck);
 	/* a start past the checkpoint's step (2) */
 	iv.start = 3;
-	interval_save(&a, dir, &iv, path, sizeof path);
-	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
-	ck_assert_int_eq(kiln_ckpt_interval_get(ck, &got), KILN_EDATA);
-	ck_assert_msg(strstr(kiln_last_error(), path) &&
-			      strstr(kiln_last_error(), "section 'interval' out of range") &&
-			      strstr(kiln_last_error(), "start step 3 of a checkpoint at step 2"),
-		      "%s", kiln_last_error());
-	ck_assert(got.rank == NULL);
-	kiln_ckpt_close(ck);
+	interval_refused(&a, dir, &iv, NULL, "out of range (closed 1, start step 3 of a checkpoint at step 2");
+	iv.start = 1;
+	/* a correct count no run trains: a rank's (8 samples on 2 ranks) ... */
+	e[1].sums[1] = 1e30f;
+	interval_refused(&a, dir, &iv, NULL, "more than its run trained (8 + 4 samples a rank in an epoch of 40, 4 rows of 4 samples, correct 5 of 8 samples before it, 1e+30 of 4 samples on each of 2 ranks in it)");
+	e[1].sums[1] = 0;
+	e[1].carry[1] = 3.005; /* (8.005 of 8: within f32 rounding's slack, 2^-10) */
+	interval_accepted(&a, dir, &iv, NULL);
+	e[1].carry[1] = 3.1; /* (8.1: past the slack) */
+	interval_refused(&a, dir, &iv, NULL, "8.1 of 4 samples on each of 2 ranks in it");
+	e[1].carry[1] = 0;
+	e[1].sums[2] = 9;
+	interval_refused(&a, dir, &iv, NULL, "rank 1's top-5 correct count 9 is more than the interval's 4 samples on each of 2 ranks");
+	e[1].sums[2] = 1e-30f;
+	/* ... the epoch's before the interval (1e30 of 8 samples) */
+	iv.correct = 1e30;
+	interval_refused(&a, dir, &iv, NULL, "correct 1e+30 of 8 samples before it");
+	iv.correct = 5;
+	/* more samples than the epoch holds; more rows than samples */
+	iv.epoch_samples = 37;
+	interval_refused(&a, dir, &iv, NULL, "37 + 4 samples a rank in an epoch of 40");
+	iv.epoch_samples = 8;
+	iv.rows = 5;
+	interval_refused(&a, dir, &iv, NULL, "5 rows of 4 samples");
+	iv.rows = 4;
+	/* a NaN loss sum: a rank's, with no step skipped in the interval (the
+	 * clip op's count at its start, 1, as at the checkpoint's step) or
+	 * without the clip op; with one skipped, accepted */
+	e[0].sums[0] = NAN;
+	interval_refused(&a, dir, &iv, NULL, "a loss sum that is not finite (a rank's, in the interval) with no step skipped for non-finite gradients there (1 skipped by its start, 0 by the checkpoint's step)");
+	const int64_t one[2] = { 1, 0 }, two[2] = { 2, 0 };
+	interval_refused(&a, dir, &iv, one, "(1 skipped by its start, 1 by the checkpoint's step)");
+	interval_accepted(&a, dir, &iv, two);
+	e[0].sums[0] = 1.1f;
+	e[1].carry[0] = INFINITY;
+	interval_refused(&a, dir, &iv, one, "a rank's, in the interval");
+	e[1].carry[0] = 1e300;
+	/* the epoch's before it: a step skipped before the interval (its
+	 * `skipped`, 1) allows it, none does not */
+	iv.loss = NAN;
+	interval_accepted(&a, dir, &iv, one);
+	iv.skipped = 0;
+	interval_refused(&a, dir, &iv, one, "(the epoch's, before the interval) with no step skipped for non-finite gradients there (0 skipped by its start");
 	rig_close(&a);
 }
 END_TEST

@@ -38,6 +38,7 @@
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,15 +318,23 @@ START_TEST(test_early_stop_finished)
 }
 END_TEST
 
+/* dir/metrics.jsonl, open for reading (the caller closes). */
+static FILE *metrics_open(const char *dir)
+{
+	char path[300];
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s", path);
+	return f;
+}
+
 /* The lines of dir/metrics.jsonl, and in *finals those of its "final"
  * events after its last resume line. */
 static int jsonl_lines(const char *dir, int *finals)
 {
-	char path[300], line[2048];
+	char line[2048];
 	int n = 0;
-	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s", path);
+	FILE *f = metrics_open(dir);
 	*finals = 0;
 	while (fgets(line, sizeof line, f)) {
 		n++;
@@ -788,6 +797,96 @@ START_TEST(test_early_stop_recheck_stopped)
 }
 END_TEST
 
+/* The mean of dir/metrics.jsonl's "train" losses (each row's interval
+ * of `per_row` samples: log_every 1). */
+static double train_rows_mean(const char *dir, int per_row, int *rows)
+{
+	char line[2048];
+	double sum = 0;
+	FILE *f = metrics_open(dir);
+	*rows = 0;
+	while (fgets(line, sizeof line, f)) {
+		const char *l = strstr(line, "\"loss\":");
+		if (strncmp(line, "{\"event\":\"train\",", 17) || !l)
+			continue;
+		sum += strtod(l + 7, NULL) * per_row;
+		++*rows;
+	}
+	fclose(f);
+	return *rows ? sum / (*rows * (double)per_row) : 0;
+}
+
+/* Early stopping (as `early`) at step 15 between two log points
+ * (log_every 4: the interval of steps 13..15 open), with and without
+ * [data.val] (whose final test writes the last checkpoint again): the
+ * run's train_loss and train_acc are its checkpoint's "epoch" sums (480
+ * samples, the 15 steps'), which a resume of the finished run reports, bit
+ * for bit, and the loss is the mean of a log_every 1 run's 15 rows (to
+ * f32's rounding of the rows).  Before session 40 the early-stopped run
+ * averaged its log points' steps alone (1..12): train_loss 1.601775 where
+ * the resume said 1.555659. */
+static const char *const early_iv[] = { "train.eval_every=5", "train.early_stop_patience=2",
+					"train.early_stop_metric=loss",
+					"train.early_stop_min_delta=100", "train.log_every=4", NULL };
+static const char *const early_iv_resume[] = { "train.eval_every=5",
+					       "train.early_stop_patience=2",
+					       "train.early_stop_metric=loss",
+					       "train.early_stop_min_delta=100", "train.log_every=4",
+					       "train.resume=1", NULL };
+static const char *const early_iv_val[] = { "train.eval_every=5", "train.early_stop_patience=2",
+					    "train.early_stop_metric=loss",
+					    "train.early_stop_min_delta=100", "train.log_every=4",
+					    VAL, NULL };
+static const char *const early_iv_val_resume[] = { "train.eval_every=5",
+						   "train.early_stop_patience=2",
+						   "train.early_stop_metric=loss",
+						   "train.early_stop_min_delta=100",
+						   "train.log_every=4", VAL, "train.resume=1",
+						   NULL };
+
+START_TEST(test_early_stop_open_interval)
+{
+	const char *const *runs[2][2] = { { early_iv, early_iv_resume },
+					  { early_iv_val, early_iv_val_resume } };
+	char a[64], c[64], ck[300];
+	struct kiln_train_result rc = KILN_TRAIN_RESULT_INIT;
+	int rows;
+	stop_at = 0;
+	scratch_dir(c, sizeof c);
+	ck_assert_msg(train_run(c, early, &rc) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(rc.steps, 15);
+	const double ref = train_rows_mean(c, 32, &rows);
+	ck_assert_int_eq(rows, 15);
+	for (int v = 0; v < 2; v++) {
+		struct kiln_train_result ra = KILN_TRAIN_RESULT_INIT, r2 = KILN_TRAIN_RESULT_INIT;
+		struct kiln_ckpt *f;
+		struct kiln_ckpt_epoch e;
+		scratch_dir(a, sizeof a);
+		ck_assert_msg(train_run(a, runs[v][0], &ra) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(ra.steps, 15);
+		ck_assert_int_eq(ra.early_stopped, 1);
+		snprintf(ck, sizeof ck, "%s/checkpoints/ckpt-15.kiln", a);
+		ck_assert_msg(kiln_ckpt_open(ck, &f) == 0, "%s", kiln_last_error());
+		ck_assert_msg(kiln_ckpt_epoch_get(f, &e) == 0, "%s", kiln_last_error());
+		kiln_ckpt_close(f);
+		ck_assert_int_eq(e.samples, 480);
+		ck_assert_msg(ra.train_loss == e.loss / 480 && ra.train_acc == e.correct / 480,
+			      "%s: train_loss %.17g acc %.17g, its checkpoint's epoch sums %.17g %.17g",
+			      v ? "with [data.val]" : "without", ra.train_loss, ra.train_acc,
+			      e.loss / 480, e.correct / 480);
+		ck_assert_msg(fabs(ra.train_loss - ref) < 1e-6 * ref,
+			      "train_loss %.9g, the log_every 1 run's rows %.9g", ra.train_loss, ref);
+		ck_assert_msg(train_run(a, runs[v][1], &r2) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(r2.resumed_step, 15);
+		ck_assert_int_eq(r2.early_stopped, 1);
+		ck_assert_msg(r2.train_loss == ra.train_loss && r2.train_acc == ra.train_acc,
+			      "%s: the resumed finished run's train_loss %.17g acc %.17g, the run's %.17g %.17g",
+			      v ? "with [data.val]" : "without", r2.train_loss, r2.train_acc,
+			      ra.train_loss, ra.train_acc);
+	}
+}
+END_TEST
+
 static Suite *make_resume_evals_suite(void)
 {
 	Suite *s = suite_create("resume_evals");
@@ -798,7 +897,8 @@ static Suite *make_resume_evals_suite(void)
 					   test_finished_with_val, test_early_stop_with_val, test_early_stop_no_val,
 					   test_early_stop_epoch_checkpoint, test_skipped_counts,
 					   test_clipped_counts, test_best_clip_counts,
-					   test_early_stop_recheck_stopped, NULL });
+					   test_early_stop_recheck_stopped,
+					   test_early_stop_open_interval, NULL });
 	return s;
 }
 

@@ -31,7 +31,9 @@
 #     ckpt-2.kiln stays byte for byte and the run resumes from it;
 #  4. the parameters' non-finite check failing on one rank ("params@R",
 #     at a log point and before a checkpoint): both ranks end at once, the
-#     failed one naming its cause, the other the failed rank.
+#     failed one naming its cause, the other the failed rank;
+#  5. the read of the device's metric sums for a checkpoint failing on one
+#     rank ("sums@R", the log interval open there): the same.
 # Every process runs under `timeout`.
 name=ckptfault needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -165,24 +167,46 @@ grep -q "resum.*ckpt-2.kiln" "$tmp/pk2.log" || { bad "pk2: did not resume from c
 # (log_every=3), before step 2's checkpoint: every rank ends within 30 s of
 # the training state's broadcast, the failed rank naming its cause, the
 # other the failed rank
-params() { # params NAME LOG_EVERY RANK WHERE
+# one_rank FAULT WHAT NAME LOG_EVERY RANK WHERE: KILN_TEST_CKPT_FAIL=FAULT@RANK
+# (WHAT: its step's words) in a run of $mlp, at step 2's WHERE
+one_rank() {
+	_f=$1 _w=$2
+	shift 2
 	rm -rf "$tmp/$1"
-	KILN_TEST_CKPT_FAIL=params@$3 stamped "$1" "*training state broadcast*" \
+	KILN_TEST_CKPT_FAIL=$_f@$3 stamped "$1" "*training state broadcast*" \
 		timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$mlp" \
 		run.out_dir="$tmp/$1" train.batch=32 train.log_every="$2"
 	ended_soon "$1" $? "training state broadcast" "the state's broadcast" \
-		"the parameters' check failed on rank $3"
+		"$_w failed on rank $3"
 	_o=$((1 - $3))
-	grep -q "^kiln: error: rank $3 of 2: step 2's $4: the parameters' check: $inj=params@$3)" "$tmp/$1.log" ||
+	grep -q "^kiln: error: rank $3 of 2: step 2's $4: $_w: $inj=$_f@$3)" "$tmp/$1.log" ||
 		{ bad "$1: rank $3 does not name its cause"; grep -i "error" "$tmp/$1.log"; }
 	grep -q "^kiln: error: rank $_o of 2: step 2's $4: rank $3 failed (its message says why)$" "$tmp/$1.log" ||
 		{ bad "$1: rank $_o does not name rank $3"; grep -i "error" "$tmp/$1.log"; }
+}
+params() { # params NAME LOG_EVERY RANK WHERE
+	one_rank params "the parameters' check" "$@"
 }
 params cl1 2 1 "log point"
 params cl0 2 0 "log point"
 params cc1 3 1 checkpoint
 params cc0 3 0 checkpoint
 [ ! -e "$tmp/cc1/checkpoints/ckpt-2.kiln" ] || bad "cc1: ckpt-2.kiln written"
+# ---- 5. the device's sums failing on one rank before a checkpoint -----------------
+# (session 40) "sums@R" fails rank R's read of the device's metric sums for
+# step 2's checkpoint (log_every 3: the log interval open there, whose
+# entries the ranks then gather): every rank ends within 30 s of the
+# state's broadcast, the failed one naming its cause, the other the failed
+# rank; no ckpt-2.kiln.  Before, the failed rank returned before the ranks'
+# sum of the epoch's sums (and a failed read or allocation of the
+# interval's entries before their allgather): its peer learnt only from the
+# failed process's exit ("rank 1 is gone (its process ended)", "the store
+# on rank 0 ... is gone"), and one that did not exit (a program calling
+# kiln_train) kept it in the collective until [dist] timeout
+for _r in 1 0; do
+	one_rank sums "reading the device's metric sums" cs$_r 3 $_r checkpoint
+	[ ! -e "$tmp/cs$_r/checkpoints/ckpt-2.kiln" ] || bad "cs$_r: ckpt-2.kiln written"
+done
 
 [ "$fail" = 0 ] && echo "ok: a failure of rank 0 anywhere in a checkpoint's write ends every rank at once, naming it; the old checkpoint intact"
 exit $fail

@@ -34,6 +34,9 @@
  *   ckpt_tool nan64 FILE TAG INDEX
  *                                 f64 element INDEX set to NaN (keep_best's
  *                                 value of an entry, early stopping's best)
+ *   ckpt_tool int FILE TAG INDEX VALUE
+ *                                 i64 element INDEX (little-endian) set to
+ *                                 VALUE (a count)
  */
 #include <math.h>
 #include <kiln/kiln.h>
@@ -395,12 +398,19 @@ int main(int argc, char **argv)
 		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), &f32, 4);
 	if (argc == 5 && !strcmp(argv[1], "nan64"))
 		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), &f64, 8);
+	if (argc == 6 && !strcmp(argv[1], "int")) {
+		uint8_t le[8];
+		const uint64_t v = strtoull(argv[5], NULL, 10);
+		for (int i = 0; i < 8; i++)
+			le[i] = (uint8_t)(v >> (8 * i));
+		return set_cmd(argv[2], argv[3], strtoull(argv[4], NULL, 10), le, 8);
+	}
 	if (argc >= 8 && !strcmp(argv[1], "step"))
 		return step_cmd(argc, argv);
 	if (argc >= 6 && !strcmp(argv[1], "order"))
 		return order_cmd(argv[2], argv[3], argv[4], argv + 5, argc - 5);
 	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG... | close A B TOL TAG... | "
 		"step A0 A1 B0 B1 TOL NAME... | nan FILE TAG INDEX | set FILE TAG INDEX VALUE | "
-		"order IN OUT REGION NAME... | nan64 FILE TAG INDEX\n");
+		"order IN OUT REGION NAME... | nan64 FILE TAG INDEX | int FILE TAG INDEX VALUE\n");
 	return 2;
 }

@@ -11,8 +11,14 @@
 # time, samples_per_s and data_wait apart), end with its final train_loss
 # and its last checkpoint's "epoch" section bit for bit:
 #  1. one process; an interval whose samples are not the epoch
-#     section's is refused (exit 3);
-#  2. 2 ranks (gloo), every rank's sums its own;
+#     section's is refused (exit 3), and so are values no run trains
+#     (crafted: a correct count of 1e30, a NaN loss sum with no step
+#     skipped; session 40);
+#  2. 2 ranks (gloo), every rank's sums its own; the finished run's last
+#     checkpoint written again by a resume on 1 process (its owed
+#     evaluation) keeps its interval, in 1 process's layout: resumed to
+#     the end, the rows of the 1-process resume of the 2 ranks' file
+#     (session 40);
 #  3. 2 ranks with ZeRO-1;
 #  4. 2 pipeline stages on 2 ranks (one pipe: batch 64);
 #  5. a 2-rank checkpoint resumed on 1 process: the first row after the
@@ -88,19 +94,58 @@ cuts() {
 cuts one 1 0 64
 "$tool" sections "$(ck one_w 40)" | grep -q '^interval 112 ' ||
 	bad "one process: no 112-byte interval section in ckpt-40.kiln"
-# an interval whose samples are not the epoch section's (its samples'
-# low 32 bits set to 1.0f's, the CRCs redone) is refused, exit 3
+# an interval whose samples are not the epoch section's (its samples, i64
+# element 2, set to 400, the CRCs redone; before session 40 1065353216,
+# which is more than the epoch holds: refused now as below) is refused,
+# exit 3
 mkdir -p "$tmp/mism/checkpoints"
 cp "$(ck one_w 40)" "$tmp/mism/checkpoints/"
-"$tool" set "$(ck mism 40)" interval 4 1 || bad "ckpt_tool set failed"
+"$tool" int "$(ck mism 40)" interval 2 400 || bad "ckpt_tool int failed"
 run_rc=0
 KILN_MASTER_PORT=$(free_port 9) timeout 120 "$kiln" train "$ini" run.out_dir="$tmp/mism" \
 	train.batch=64 train.log_every=7 train.resume=1 > "$tmp/mism.log" 2>&1 || run_rc=$?
-[ "$run_rc" = 3 ] && grep -q "mism/checkpoints/ckpt-40.kiln: section 'interval' (192 + 1065353216 samples a rank, 1 ranks in 1 stage(s)) does not match section 'epoch' (512 samples)" "$tmp/mism.log" ||
+[ "$run_rc" = 3 ] && grep -q "mism/checkpoints/ckpt-40.kiln: section 'interval' (192 + 400 samples a rank, 1 ranks in 1 stage(s)) does not match section 'epoch' (512 samples)" "$tmp/mism.log" ||
 	{ bad "an interval that does not match the epoch's sums: exit $run_rc"; tail -3 "$tmp/mism.log"; }
+# values no run trains (crafted: the CRCs redone) are refused, exit 3,
+# naming the file and the section (session 40; before, accepted and
+# seeded): rank 0's correct count (f32 element 21: the 80-byte head is 20
+# floats, then loss, correct, top-5) 1e30, its loss sum (element 20) NaN
+# with no step skipped
+refused() { # refused NAME INDEX VALUE WHY
+	rm -rf "$tmp/$1"
+	mkdir -p "$tmp/$1/checkpoints"
+	cp "$(ck one_w 40)" "$tmp/$1/checkpoints/"
+	"$tool" set "$(ck "$1" 40)" interval "$2" "$3" || bad "ckpt_tool set failed"
+	run_rc=0
+	KILN_MASTER_PORT=$(free_port 9) timeout 120 "$kiln" train "$ini" run.out_dir="$tmp/$1" \
+		train.batch=64 train.log_every=7 train.resume=1 > "$tmp/$1.log" 2>&1 || run_rc=$?
+	[ "$run_rc" = 3 ] && grep -q "checkpoint $(ck "$1" 40): section 'interval': $4" "$tmp/$1.log" ||
+		{ bad "$1: an interval section with $3 at element $2: exit $run_rc"; tail -3 "$tmp/$1.log"; }
+}
+refused forged 21 1e30 "more than its run trained (192 + 320 samples a rank in an epoch of 2048, [0-9]* rows of 320 samples, correct [0-9.e+]* of 192 samples before it, 1e+30 of 320 samples on each of 1 ranks in it)"
+refused nanloss 20 nan "a loss sum that is not finite (a rank's, in the interval) with no step skipped for non-finite gradients there (0 skipped by its start, 0 by the checkpoint's step)"
+echo "ok: one: crafted interval values refused"
 cuts two 1 2 32
 "$tool" sections "$(ck two_w 40)" | grep -q '^interval 144 ' ||
 	bad "2 ranks: no 144-byte interval section (2 ranks' sums) in ckpt-40.kiln"
+# a resume with no step left on another layout (1 process) writes the
+# last checkpoint again (the evaluation after its step, owed: eval on
+# now) with the interval closed at max_steps 45 in its layout (112 bytes:
+# 1 rank), as its "trainer" and "epoch" sections are (session 40; before,
+# dropped); resumed to the end on 1 process, the rows and sums of the
+# same resume from the 2 ranks' own ckpt-45.kiln (the interval's
+# rescale, the same sums in the same order) bit for bit
+cp -r "$tmp/two_w" "$tmp/two_f"
+cp -r "$tmp/two_w" "$tmp/two_d"
+run two_f 0 64 train.log_every=7 train.max_steps=45 train.eval=1 train.resume=1
+grep -q "checkpoint .*two_f/checkpoints/ckpt-45.kiln again" "$tmp/two_f.log" ||
+	bad "two_f: the finished run's checkpoint was not written again"
+"$tool" sections "$(ck two_f 45)" | grep -q '^interval 112 ' ||
+	bad "two_f: the rewritten ckpt-45.kiln has no 112-byte interval section (1 rank's)"
+run two_f 0 64 train.log_every=7 train.eval=1 train.resume=1
+run two_d 0 64 train.log_every=7 train.eval=1 train.resume=1
+same_rows two_d two_f -
+echo "ok: two_f: a finished 2-rank run's checkpoint written again on 1 process keeps its interval"
 cuts zero 0 2 32 dist.zero=1
 cuts pipe 0 2 64 dist.pipeline=2 layer.fc2.stage=1
 
