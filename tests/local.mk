@@ -283,6 +283,12 @@ if BUILD_LOADERS
 TESTS += tests/st_truncate.sh
 endif
 EXTRA_DIST += tests/st_truncate.sh
+# a 4 GiB safetensors file (sparse) under `ulimit -v 2000000`: read, not
+# mapped (before session 40: "cannot map", exit 1)
+if BUILD_LOADERS
+TESTS += tests/st_vmem.sh
+endif
+EXTRA_DIST += tests/st_vmem.sh
 # --checkpoint F and --quantized Q opened once: replaced after that open,
 # the file opened is read (an LD_PRELOAD shim)
 if BUILD_LOADERS
