@@ -22,9 +22,9 @@
  * h_vmem) could not be opened ("cannot map").  The mapping is made at the
  * first ask for kiln_safetensors_tensor.data (kiln_safetensors_get,
  * _find), the API's pointer, which kiln's own loaders never ask for
- * (kiln_safetensors_describe).  The writer orders tensors as the reference does
- * (alignment descending, then name) and pads the header to a multiple of
- * 8, so every tensor starts aligned to its element size.
+ * (kiln_safetensors_describe).  The writer orders tensors as the
+ * reference does (alignment descending, then name) and pads the header
+ * to a multiple of 8, so every tensor starts aligned to its element size.
  */
 #include "internal.h"
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
