@@ -17,7 +17,7 @@ noinst_PROGRAMS += bench/core_spread
 bench_core_spread_SOURCES = bench/core_spread.c
 bench_xform_SOURCES = bench/xform.c
 bench_xform_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
-bench_xform_LDADD = libkiln.la
+bench_xform_LDADD = libkiln-internal.la
 # allreduce latency/busbw baselines of `kiln bench comm` (bench/comm.sh runs it)
 if BUILD_MPI
 noinst_PROGRAMS += bench/mpi_raw

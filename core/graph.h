@@ -665,19 +665,35 @@ kiln_status kiln_summary_log(const struct kiln_summary *s);
  * API's `weights`), opened once: `path` (borrowed) a kiln checkpoint,
  * verified whole and its weights keys checked against cfg
  * (kiln_ckpt_open_weights_fd: ck), or else a weights file (safetensors or
- * llm.c's, told apart by its first bytes) left open on fd for
+ * llm.c's, told apart by its first bytes) left open (file) for
  * kiln_given_load, so that the file told apart is the file read; path
  * NULL: the newest usable checkpoint of [run] out_dir/checkpoints (ck;
  * NULL when there is none, dir naming where it was looked for, "" with no
  * out_dir).  A path that cannot be opened is KILN_EIO ("checkpoint F:
  * cannot open: ...").  Close with kiln_given_close (also after a failed
  * open). */
+/* A weights file open to be read (a kiln checkpoint, llm.c's model
+ * file, else safetensors), told apart by its first bytes when it was
+ * opened, and what fstat() saw then: the reads that follow trust no
+ * second look (before session 40 kiln_given_load looked at the magic
+ * again, and a file rewritten in place into a checkpoint between a
+ * command's open and load was loaded as one without the check of its
+ * config), and refuse a file changed since (kiln_read_at). */
+enum { KILN_WEIGHTS_IS_SAFETENSORS, KILN_WEIGHTS_IS_CHECKPOINT, KILN_WEIGHTS_IS_LLMC };
+struct kiln_weights_file {
+	int fd;           /* borrowed */
+	const char *path; /* borrowed: names the file in messages */
+	int kind;         /* KILN_WEIGHTS_IS_* */
+	struct kiln_file_seen seen;
+};
 struct kiln_ckpt;
 struct kiln_safetensors;
 struct kiln_given {
 	const char *path;
 	struct kiln_ckpt *ck; /* a checkpoint, or NULL */
-	int fd;               /* a weights file, or -1 */
+	/* a weights file (file.fd >= 0: its own descriptor, closed by
+	 * kiln_given_close), or file.fd -1 */
+	struct kiln_weights_file file;
 	char dir[4200];       /* path NULL: the checkpoint directory looked in */
 	/* an INT8 model (--quantized Q, kiln_quant_open's), set by the
 	 * caller, borrowed, not closed here: the model's input sample it
@@ -688,8 +704,9 @@ struct kiln_given {
 kiln_status kiln_given_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			    const char *path, struct kiln_given *g);
 void kiln_given_close(struct kiln_given *g);
-/* The weights file of g (fd >= 0) into m, as [model] init_from reads one;
- * a failure says it is no checkpoint either. */
+/* The weights file of g (file.fd >= 0) into m, as [model] init_from reads
+ * one, as the kind g->file was told at open (no second look at its first
+ * bytes); a failure says it is no checkpoint either. */
 kiln_status kiln_given_load(struct kiln_model *m, const struct kiln_given *g, void *stream);
 
 /* A model with its weights, as `kiln export` and

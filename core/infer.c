@@ -1,5 +1,5 @@
 /* core/infer.c - the inference API (include/kiln/infer.h): a trained model
- * (core/weights.c's kiln_trained_open: device, model, weights) with an
+ * (core/trained.c's kiln_trained_open: device, model, weights) with an
  * inference plan (kiln_plan_opts.logits: the evaluation forward without
  * the loss layer, the logits kept), run on host buffers batch by batch
  * under the model's lock; and the [data.eval] image transforms for
@@ -109,7 +109,7 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	 * warning, as `kiln export` takes them (docs/inference.md) */
 	if (!st && m->quantized)
 		st = kiln_quant_open(m->quantized, &m->qf);
-	const struct kiln_given q = { .fd = -1, .qf = m->qf };
+	const struct kiln_given q = { .file.fd = -1, .qf = m->qf };
 	if (st ||
 	    (st = m->qf ? kiln_trained_open_given(m->cfg, reg, &q, "predicting with", -1, &m->t)
 			: kiln_trained_open(m->cfg, reg, weights, "predicting with", 0, &m->t)) ||

@@ -132,9 +132,18 @@ kiln_status kiln_null_arg(const char *fn, const char *arg);
  * /dev/full).  Errors: "PATH: cannot VERB: ...". */
 kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *verb, FILE **out);
 /* kiln_safetensors_open of the regular file open on fd (borrowed: the
- * reader reads a duplicate of it), named path in messages (core/safetensors.c): for [model]
- * init_from, opened once (core/weights.c). */
-kiln_status kiln_safetensors_open_fd(const char *path, int fd, struct kiln_safetensors **out);
+ * reader reads a duplicate of it), named path in messages
+ * (core/safetensors.c), with what was seen of it when it was opened
+ * (`seen`; NULL: fstat() now), for every reader of a file opened once
+ * and told apart by its first bytes: [model] init_from and a command's
+ * weights file (kiln_weights_load_fd), an INT8 model (kiln_quant_open). */
+struct kiln_file_seen;
+kiln_status kiln_safetensors_open_fd(const char *path, int fd, const struct kiln_file_seen *seen,
+				     struct kiln_safetensors **out);
+/* kiln_safetensors_get without `data` (NULL): what kiln's own loaders
+ * ask, which read with kiln_safetensors_read and never map the file. */
+void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
+			       struct kiln_safetensors_tensor *out);
 
 /* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
  * by the trainer: what a wait before training (the rendezvous) checks. */
@@ -238,12 +247,12 @@ kiln_status kiln_run_clock_start(void);
 void kiln_run_clock_stop(void);
 
 /* ---- whole transfers on a file descriptor (core/status.c) ---- */
-enum { KILN_IO_WRITE, KILN_IO_SEND, KILN_IO_PREAD, KILN_IO_PWRITE };
-/* Move all n bytes between buf and fd by write(), send() (MSG_NOSIGNAL:
- * no SIGPIPE), pread() or pwrite() at off, retrying EINTR and short
- * transfers: 0, or -1 with errno (0 at end of file, or a pwrite that
- * wrote nothing). */
-int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off);
+enum { KILN_IO_WRITE, KILN_IO_SEND, KILN_IO_PWRITE };
+/* Move all n bytes from buf to fd by write(), send() (MSG_NOSIGNAL: no
+ * SIGPIPE) or pwrite() at off, retrying EINTR and short transfers: 0, or
+ * -1 with errno (0 for a pwrite that wrote nothing).  Reads go through
+ * kiln_pread_all and kiln_read_at (one loop: common_pread_full). */
+int kiln_io_all(int fd, int how, const void *buf, size_t n, uint64_t off);
 /* Room for element n of the array arr (*cap elements of size bytes
  * allocated): arr itself while n < *cap, else arr reallocated to twice
  * *cap elements (first when *cap is 0) with *cap updated, or NULL when
@@ -251,28 +260,40 @@ int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off);
 void *kiln_grow(void *arr, int n, int *cap, size_t size, int first);
 static inline int kiln_write_all(int fd, const void *buf, size_t n)
 {
-	return kiln_io_all(fd, KILN_IO_WRITE, (void *)buf, n, 0);
+	return kiln_io_all(fd, KILN_IO_WRITE, buf, n, 0);
 }
 static inline int kiln_send_all(int fd, const void *buf, size_t n)
 {
-	return kiln_io_all(fd, KILN_IO_SEND, (void *)buf, n, 0);
+	return kiln_io_all(fd, KILN_IO_SEND, buf, n, 0);
 }
-static inline int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-	return kiln_io_all(fd, KILN_IO_PREAD, buf, n, off);
-}
-/* The n bytes at off of the file open on fd (named path in messages; size
- * bytes when it was opened) into buf, EINTR and short reads retried:
- * KILN_OK; KILN_EDATA when the file ends first, naming `what` ("tensor
- * 'fc1.weight'"), its bytes, how many were there and the file's size then
- * and now (it was cut or rewritten under kiln: safetensors, llm.c's
- * files); KILN_EIO naming the error of a failed read. */
-kiln_status kiln_read_at(int fd, const char *path, uint64_t size, const char *what, void *buf,
-			 size_t n, uint64_t off);
 static inline int kiln_pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 {
-	return kiln_io_all(fd, KILN_IO_PWRITE, (void *)buf, n, off);
+	return kiln_io_all(fd, KILN_IO_PWRITE, buf, n, off);
 }
+/* All n bytes of fd at off into buf (common_pread_full: EINTR and short
+ * reads retried): 0, or -1 with errno (0 when the file ends first). */
+int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off);
+
+/* A regular file kiln reads piece by piece while it stays open
+ * (safetensors, llm.c's model file): what fstat() said of it when kiln
+ * opened it, so that a file rewritten in place under kiln (to its old
+ * size or more: a short read tells a smaller one) is refused, not read
+ * half old, half new (before session 40 it was loaded). */
+struct kiln_file_seen {
+	uint64_t size;
+	int64_t mtime_ns; /* st_mtim */
+};
+/* fstat() of fd into *seen: KILN_OK, or KILN_EIO naming path. */
+kiln_status kiln_file_seen_fd(int fd, const char *path, struct kiln_file_seen *seen);
+/* The n bytes at off of the file open on fd (named path in messages;
+ * *seen when it was opened) into buf, EINTR and short reads retried, then
+ * the file's fstat() compared with *seen: KILN_OK; KILN_EDATA when the
+ * file ends first, naming `what` ("tensor 'fc1.weight'"), its bytes, how
+ * many were there and the file's size then and now, or when its size or
+ * modification time is no longer *seen's (rewritten in place while kiln
+ * read it); KILN_EIO naming the error of a failed read or fstat. */
+kiln_status kiln_read_at(int fd, const char *path, const struct kiln_file_seen *seen,
+			 const char *what, void *buf, size_t n, uint64_t off);
 
 /* ---- an output file written whole or not at all (core/out_file.c) ---- */
 /* kiln_file_write and kiln_file_fill are public (kiln/kiln.h): the CLI's

@@ -319,13 +319,16 @@ kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out)
 	const char *why;
 	*out = NULL;
 	/* opened once: the file told apart is the file read (session 39) */
+	struct kiln_file_seen seen;
 	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
 	if (fd < 0)
 		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
-	kiln_status st = kiln_ckpt_is_checkpoint_fd(fd)
-		? kiln_error(KILN_EUSAGE, "%s: this is a kiln checkpoint, not an INT8 model of `kiln quantize`: pass it with --checkpoint (the C API: as the weights), or quantize it first (kiln quantize --checkpoint %s --out Q)",
-			     path, path)
-		: kiln_safetensors_open_fd(path, fd, out);
+	kiln_status st = kiln_file_seen_fd(fd, path, &seen);
+	if (!st)
+		st = kiln_ckpt_is_checkpoint_fd(fd)
+			? kiln_error(KILN_EUSAGE, "%s: this is a kiln checkpoint, not an INT8 model of `kiln quantize`: pass it with --checkpoint (the C API: as the weights), or quantize it first (kiln quantize --checkpoint %s --out Q)",
+				     path, path)
+			: kiln_safetensors_open_fd(path, fd, &seen, out);
 	close(fd);
 	return st;
 }
@@ -511,7 +514,7 @@ kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safeten
 		const int ti = kiln_safetensors_index(f, arg);
 		if (ti < 0)
 			continue;
-		kiln_safetensors_get(f, ti, &t);
+		kiln_safetensors_describe(f, ti, &t);
 		float sx;
 		if (t.dtype != KILN_F32 || t.numel != 1)
 			return kiln_error(KILN_EDATA, "%s: want F32 [1], got %s", arg, t.dtype_name);
@@ -553,7 +556,7 @@ static kiln_status load_int8(const struct kiln_safetensors *f, int ti,
 	snprintf(name, sizeof name, "%s_scale", p->name);
 	const int si = kiln_safetensors_index(f, name);
 	if (si >= 0)
-		kiln_safetensors_get(f, si, &s);
+		kiln_safetensors_describe(f, si, &s);
 	if (si < 0 || s.dtype != KILN_F32 || s.numel != O)
 		return kiln_error(KILN_EDATA, "'%s': no F32 [%lld] scales", name, (long long)O);
 	int8_t *q = malloc(t->bytes + 1);
@@ -590,7 +593,7 @@ static kiln_status load_param(const struct kiln_safetensors *f, const struct mod
 	const int ti = kiln_safetensors_index(f, p->name);
 	if (ti < 0)
 		return kiln_error(KILN_EDATA, "the quantized file has no '%s' (another model?)", p->name);
-	kiln_safetensors_get(f, ti, &t);
+	kiln_safetensors_describe(f, ti, &t);
 	int same = t.ndim == p->desc.ndim;
 	for (int d = 0; same && d < t.ndim; d++)
 		same = t.dims[d] == p->desc.dims[d];
@@ -628,7 +631,7 @@ static kiln_status no_extra(const struct kiln_model *m, const struct kiln_safete
 {
 	for (int i = 0; i < kiln_safetensors_count(f); i++) {
 		struct kiln_safetensors_tensor t;
-		kiln_safetensors_get(f, i, &t);
+		kiln_safetensors_describe(f, i, &t);
 		if (!model_takes(m, t.name))
 			return kiln_error(KILN_EDATA, "the quantized file has '%s', a tensor this model does not take (another model?)",
 					  t.name);

@@ -11,14 +11,20 @@
  * the last one (the reference implementation's rules).  It keeps the file
  * open: kiln_safetensors_read pread()s a tensor into the caller's buffer,
  * so a file cut short while it is read (re-exported in place, a network
- * file system) is an error naming the tensor and the sizes.  Before
+ * file system) is an error naming the tensor and the sizes, and one
+ * rewritten in place (its size or modification time no longer what they
+ * were at open: session 40) is an error naming the file.  Before
  * session 39 kiln read the tensors through a mapping of the file, and a
  * page past the new end killed it with SIGBUS (exit 135, nothing said;
- * within the last page, zeros were loaded as weights).  The mapping stays
- * for kiln_safetensors_tensor.data, the API's pointer, which kiln itself
- * no longer reads.  The writer orders tensors as the reference does
- * (alignment descending, then name) and pads the header to a multiple of
- * 8, so every tensor starts aligned to its element size.
+ * within the last page, zeros were loaded as weights).  Until session 40
+ * every open mapped the file whole, which kiln no longer read: a file
+ * larger than the address space left (`ulimit -v`, a batch system's
+ * h_vmem) could not be opened ("cannot map").  The mapping is made at the
+ * first ask for kiln_safetensors_tensor.data (kiln_safetensors_get,
+ * _find), the API's pointer, which kiln's own loaders never ask for
+ * (kiln_safetensors_describe).  The writer orders tensors as the
+ * reference does (alignment descending, then name) and pads the header
+ * to a multiple of 8, so every tensor starts aligned to its element size.
  */
 #include "internal.h"
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
@@ -28,7 +34,6 @@
 #include <jansson.h> /* the header */
 #include <stdio.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -82,8 +87,13 @@ struct st_entry {
 struct kiln_safetensors {
 	char *path;
 	int fd;                    /* the file, open until close: tensors are pread */
-	size_t size;               /* its size when opened */
-	void *map;                 /* all of it, read-only: kiln_safetensors_tensor.data */
+	struct kiln_file_seen seen; /* its size and mtime when opened */
+	size_t size;               /* seen.size */
+	/* all of it, read-only, for kiln_safetensors_tensor.data: made at the
+	 * first ask (file_map; atomic: a reader is shared by threads), NULL
+	 * before; map_failed set where it could not be made */
+	void *map;
+	int map_failed;
 	uint64_t data_off;         /* where the data starts: 8 + the header's length */
 	size_t data_len;
 	int n;
@@ -207,7 +217,7 @@ static kiln_status read_header(struct kiln_safetensors *f, uint64_t n, char **ou
 	if (!b)
 		return kiln_error(KILN_ENOMEM, "%s: out of memory for a header of %llu bytes", f->path,
 				  (unsigned long long)n);
-	kiln_status st = kiln_read_at(f->fd, f->path, f->size, "the header", b, (size_t)n, 8);
+	kiln_status st = kiln_read_at(f->fd, f->path, &f->seen, "the header", b, (size_t)n, 8);
 	if (st) {
 		free(b);
 		return st;
@@ -226,7 +236,7 @@ static kiln_status parse(struct kiln_safetensors *f)
 	if (f->size < 8)
 		return kiln_error(KILN_EDATA, "%s: %zu bytes: too short for a safetensors file (it starts with an 8-byte header length)",
 				  p, f->size);
-	if ((st = kiln_read_at(f->fd, p, f->size, "the header length", b8, 8, 0)))
+	if ((st = kiln_read_at(f->fd, p, &f->seen, "the header length", b8, 8, 0)))
 		return st;
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | b8[i];
@@ -299,8 +309,10 @@ out:
 }
 
 /* A new file object for path, open on fd (taken: closed with the
- * object, or here on failure) with size bytes, parsed into *out. */
-static kiln_status open_parsed(const char *path, int fd, off_t size, struct kiln_safetensors **out)
+ * object, or here on failure) as *seen saw it, parsed into *out.  The file
+ * is not mapped (file_map). */
+static kiln_status open_parsed(const char *path, int fd, const struct kiln_file_seen *seen,
+			       struct kiln_safetensors **out)
 {
 	struct kiln_safetensors *f = calloc(1, sizeof *f);
 	if (!f || !(f->path = kiln_strdup(path))) {
@@ -309,14 +321,9 @@ static kiln_status open_parsed(const char *path, int fd, off_t size, struct kiln
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
 	f->fd = fd;
-	f->size = (size_t)size;
+	f->seen = *seen;
+	f->size = (size_t)seen->size;
 	kiln_status st = parse(f);
-	/* (the API's pointers into the file: kiln's readers pread instead) */
-	if (!st && f->size &&
-	    (f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
-		f->map = NULL;
-		st = kiln_error(KILN_EIO, "%s: cannot map: %s", path, strerror(errno));
-	}
 	if (st) {
 		kiln_safetensors_close(f);
 		return st;
@@ -332,26 +339,55 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **ou
 	*out = NULL;
 	char kind[64];
 	const char *why;
-	off_t size;
-	int fd = common_open_file(path, kind, sizeof kind, &why, &size);
+	struct kiln_file_seen seen;
+	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
 	if (fd < 0)
 		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
-	return open_parsed(path, fd, size, out);
+	kiln_status st = kiln_file_seen_fd(fd, path, &seen);
+	if (st) {
+		close(fd);
+		return st;
+	}
+	return open_parsed(path, fd, &seen, out);
 }
 
-kiln_status kiln_safetensors_open_fd(const char *path, int fd, struct kiln_safetensors **out)
+kiln_status kiln_safetensors_open_fd(const char *path, int fd, const struct kiln_file_seen *seen,
+				     struct kiln_safetensors **out)
 {
-	struct stat sb;
+	struct kiln_file_seen now;
 	*out = NULL;
 	/* a duplicate: the same open file, whatever is at path by now */
 	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (dup < 0 || fstat(dup, &sb)) {
-		kiln_status st = kiln_error(KILN_EIO, "%s: cannot open: %s", path, strerror(errno));
-		if (dup >= 0)
-			close(dup);
+	if (dup < 0)
+		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, strerror(errno));
+	kiln_status st = seen ? KILN_OK : kiln_file_seen_fd(dup, path, &now);
+	if (st) {
+		close(dup);
 		return st;
 	}
-	return open_parsed(path, dup, sb.st_size, out);
+	return open_parsed(path, dup, seen ? seen : &now, out);
+}
+
+/* The mapping of the whole file (read-only, private), made at the first
+ * call: NULL where it cannot be made (the address space, `ulimit -v`),
+ * which is asked once.  Two threads that both map keep the first. */
+static const unsigned char *file_map(const struct kiln_safetensors *f)
+{
+	/* (the reader is const to its users; the mapping is a cache) */
+	struct kiln_safetensors *w = (struct kiln_safetensors *)f;
+	void *m = __atomic_load_n(&w->map, __ATOMIC_ACQUIRE), *none = NULL;
+	if (m || __atomic_load_n(&w->map_failed, __ATOMIC_RELAXED))
+		return m;
+	m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+	if (m == MAP_FAILED) {
+		__atomic_store_n(&w->map_failed, 1, __ATOMIC_RELAXED);
+		return NULL;
+	}
+	if (!__atomic_compare_exchange_n(&w->map, &none, m, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		munmap(m, f->size);
+		m = none; /* the other thread's */
+	}
+	return m;
 }
 
 void kiln_safetensors_close(struct kiln_safetensors *f)
@@ -376,8 +412,8 @@ void kiln_safetensors_close(struct kiln_safetensors *f)
 const char *kiln_safetensors_path(const struct kiln_safetensors *f) { return f ? f->path : NULL; }
 int kiln_safetensors_count(const struct kiln_safetensors *f) { return f ? f->n : 0; }
 
-void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
-			  struct kiln_safetensors_tensor *o)
+void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
+			       struct kiln_safetensors_tensor *o)
 {
 	if (!o)
 		return;
@@ -393,8 +429,17 @@ void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
 	o->ndim = e->ndim;
 	memcpy(o->dims, e->dims, sizeof(int64_t) * (size_t)e->ndim);
 	o->numel = e->numel;
-	o->data = f->map ? (const unsigned char *)f->map + f->data_off + e->begin : NULL;
 	o->bytes = (size_t)(e->end - e->begin);
+}
+
+void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
+			  struct kiln_safetensors_tensor *o)
+{
+	kiln_safetensors_describe(f, i, o);
+	if (!o || !o->name)
+		return;
+	const unsigned char *m = file_map(f);
+	o->data = m ? m + f->data_off + f->t[i].begin : NULL;
 }
 
 kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void *dst,
@@ -411,7 +456,7 @@ kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void 
 		return kiln_error(KILN_EINVAL, "%s: tensor '%s' is %zu bytes, the buffer holds %zu",
 				  f->path, e->name, bytes, dst_bytes);
 	snprintf(what, sizeof what, "tensor '%s'", e->name);
-	return kiln_read_at(f->fd, f->path, f->size, what, dst, bytes, f->data_off + e->begin);
+	return kiln_read_at(f->fd, f->path, &f->seen, what, dst, bytes, f->data_off + e->begin);
 }
 
 int kiln_safetensors_index(const struct kiln_safetensors *f, const char *name)

@@ -224,14 +224,13 @@ int64_t kiln_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off)
+int kiln_io_all(int fd, int how, const void *buf, size_t n, uint64_t off)
 {
-	char *p = buf;
+	const char *p = buf;
 	while (n) {
-		ssize_t k = how == KILN_IO_PREAD    ? pread(fd, p, n, (off_t)off)
-			    : how == KILN_IO_PWRITE ? pwrite(fd, p, n, (off_t)off)
-			    : how == KILN_IO_SEND   ? send(fd, p, n, MSG_NOSIGNAL)
-						    : write(fd, p, n);
+		ssize_t k = how == KILN_IO_PWRITE ? pwrite(fd, p, n, (off_t)off)
+			    : how == KILN_IO_SEND ? send(fd, p, n, MSG_NOSIGNAL)
+						  : write(fd, p, n);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0) {
@@ -246,23 +245,67 @@ int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
-kiln_status kiln_read_at(int fd, const char *path, uint64_t size, const char *what, void *buf,
-			 size_t n, uint64_t off)
+int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
 {
 	const ssize_t got = common_pread_full(fd, buf, n, off);
 	if (got == (ssize_t)n)
-		return KILN_OK;
+		return 0;
+	if (got >= 0)
+		errno = 0; /* the file ended first */
+	return -1;
+}
+
+static int64_t mtime_ns(const struct stat *sb)
+{
+	return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
+
+kiln_status kiln_file_seen_fd(int fd, const char *path, struct kiln_file_seen *seen)
+{
+	struct stat sb;
+	if (fstat(fd, &sb))
+		return kiln_error(KILN_EIO, "%s: cannot stat: %s", path, strerror(errno));
+	seen->size = (uint64_t)sb.st_size;
+	seen->mtime_ns = mtime_ns(&sb);
+	return KILN_OK;
+}
+
+/* "1700000000.123456789" for t ns since the epoch, into buf. */
+static const char *ns_text(int64_t t, char *buf, size_t n)
+{
+	snprintf(buf, n, "%lld.%09lld", (long long)(t / 1000000000), (long long)(t % 1000000000));
+	return buf;
+}
+
+kiln_status kiln_read_at(int fd, const char *path, const struct kiln_file_seen *seen,
+			 const char *what, void *buf, size_t n, uint64_t off)
+{
+	const ssize_t got = common_pread_full(fd, buf, n, off);
+	struct stat sb;
+	char now[64] = "", t0[32], t1[32];
 	if (got < 0)
 		return kiln_error(KILN_EIO, "%s: cannot read %s (bytes %llu..%llu): %s", path, what,
 				  (unsigned long long)off, (unsigned long long)(off + n - 1),
 				  strerror(errno));
-	struct stat sb;
-	char now[64] = "";
-	if (!fstat(fd, &sb))
-		snprintf(now, sizeof now, ", it has %lld now", (long long)sb.st_size);
-	return kiln_error(KILN_EDATA, "%s: %s (bytes %llu..%llu): only %zd of %zu bytes are there: the file had %llu bytes when kiln opened it%s (was it truncated or rewritten while kiln read it?)",
-			  path, what, (unsigned long long)off, (unsigned long long)(off + n - 1), got,
-			  n, (unsigned long long)size, now);
+	const int stat_ok = !fstat(fd, &sb);
+	if (got != (ssize_t)n) {
+		if (stat_ok)
+			snprintf(now, sizeof now, ", it has %lld now", (long long)sb.st_size);
+		return kiln_error(KILN_EDATA, "%s: %s (bytes %llu..%llu): only %zd of %zu bytes are there: the file had %llu bytes when kiln opened it%s (was it truncated or rewritten while kiln read it?)",
+				  path, what, (unsigned long long)off, (unsigned long long)(off + n - 1),
+				  got, n, (unsigned long long)seen->size, now);
+	}
+	if (!stat_ok)
+		return kiln_error(KILN_EIO, "%s: cannot stat after reading %s: %s", path, what,
+				  strerror(errno));
+	/* read whole, but from the file kiln opened?  (a rewrite in place
+	 * to at least the old size reads in full, old bytes or new) */
+	if ((uint64_t)sb.st_size != seen->size || mtime_ns(&sb) != seen->mtime_ns)
+		return kiln_error(KILN_EDATA, "%s: changed while kiln read it (%s): it had %llu bytes, modified at %s, when kiln opened it, and has %lld bytes, modified at %s, now (rewritten in place?); run again once it is written whole (a writer that renames a new file over it, as kiln's do, is safe)",
+				  path, what, (unsigned long long)seen->size,
+				  ns_text(seen->mtime_ns, t0, sizeof t0), (long long)sb.st_size,
+				  ns_text(mtime_ns(&sb), t1, sizeof t1));
+	return KILN_OK;
 }
 
 /* What a file that is not a regular one is, for an error. */

@@ -361,7 +361,7 @@ static kiln_status open_checkpoint(const struct kiln_config *cfg, const struct k
 				   const char *checkpoint, struct kiln_given *g)
 {
 	kiln_status st = kiln_given_open(cfg, reg, checkpoint, g);
-	if (st || g->ck || g->fd >= 0)
+	if (st || g->ck || g->file.fd >= 0)
 		return st;
 	if (!*g->dir)
 		return kiln_error(KILN_EUSAGE, "no checkpoint given and [run] out_dir is empty");
@@ -400,7 +400,7 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 	if (!st)
 		st = kiln_quant_open(path, qf);
 	/* (no weights read: Q's input sample, else [data]'s, session 39) */
-	const struct kiln_given none = { .fd = -1, .qf = *qf };
+	const struct kiln_given none = { .file.fd = -1, .qf = *qf };
 	if (!st)
 		st = kiln_quant_config_check(*qf, cfg, reg);
 	if (!st)

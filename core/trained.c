@@ -11,7 +11,12 @@
  * F was opened two to four times (its magic; the checkpoint or weights
  * reader; `kiln eval --fold` and `kiln quantize` both again to fold), so
  * a file replaced between two opens was told to be one kind and read as
- * another file, and a checkpoint was verified whole twice.
+ * another file, and a checkpoint was verified whole twice.  Before
+ * session 40 kiln_given_load looked at the first bytes again: a weights
+ * file rewritten in place into a checkpoint between the two was loaded
+ * as one, its config never checked against the model; now the kind told
+ * at open is the kind read, and a file changed since open (size, mtime)
+ * is refused by its reads (kiln_read_at).
  */
 #include "checkpoint.h"
 #include "weights.h"
@@ -32,19 +37,22 @@ kiln_status kiln_given_open(const struct kiln_config *cfg, const struct kiln_reg
 {
 	char kind[64];
 	const char *why;
+	struct kiln_weights_file w;
 	memset(g, 0, sizeof *g);
-	g->fd = -1;
+	g->file.fd = -1;
 	g->path = path;
 	if (!path)
 		return kiln_ckpt_open_weights(cfg, reg, NULL, &g->ck, g->dir, sizeof g->dir);
 	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
 	if (fd < 0)
 		return kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path, why);
-	if (!kiln_ckpt_is_checkpoint_fd(fd)) {
-		g->fd = fd; /* a weights file: read by kiln_given_load */
+	kiln_status st = kiln_weights_open_fd(fd, path, &w);
+	if (!st && w.kind != KILN_WEIGHTS_IS_CHECKPOINT) {
+		g->file = w; /* a weights file: read by kiln_given_load as told now */
 		return KILN_OK;
 	}
-	kiln_status st = kiln_ckpt_open_weights_fd(cfg, reg, path, fd, &g->ck);
+	if (!st)
+		st = kiln_ckpt_open_weights_fd(cfg, reg, path, fd, &g->ck);
 	close(fd); /* (the checkpoint reads a duplicate) */
 	return st;
 }
@@ -52,21 +60,25 @@ kiln_status kiln_given_open(const struct kiln_config *cfg, const struct kiln_reg
 void kiln_given_close(struct kiln_given *g)
 {
 	kiln_ckpt_close(g->ck);
-	if (g->fd >= 0)
-		close(g->fd);
+	if (g->file.fd >= 0)
+		close(g->file.fd);
 	g->ck = NULL;
-	g->fd = -1;
+	g->file.fd = -1;
 }
 
 kiln_status kiln_given_load(struct kiln_model *m, const struct kiln_given *g, void *stream)
 {
-	kiln_status st = kiln_weights_load_fd(m, g->path, g->fd, stream);
-	if (st == KILN_EUSAGE) /* what it is instead (an INT8 model: load_weights_fd) */
+	kiln_status st = kiln_weights_load_fd(m, &g->file, stream);
+	if (st == KILN_EUSAGE) /* what it is instead (an INT8 model: kiln_weights_load_fd) */
 		return st;
-	if (st)
-		return kiln_error_wrap(st, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file)",
-				       g->path);
-	return KILN_OK;
+	if (!st)
+		return KILN_OK;
+	/* the reader's message names the file first: once is enough */
+	const char *e = kiln_last_error();
+	const size_t n = strlen(g->path);
+	const char *why = !strncmp(e, g->path, n) && !strncmp(e + n, ": ", 2) ? e + n + 2 : e;
+	return kiln_error(st, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file): %s",
+			  g->path, why);
 }
 
 /* ---- a trained model ---------------------------------------------------------- */
@@ -151,7 +163,7 @@ kiln_status kiln_trained_open_given(const struct kiln_config *cfg,
 	/* need_trained < 0: the model's shape alone, no weights looked for */
 	struct kiln_ckpt *ck = need_trained >= 0 ? g->ck : NULL;
 	/* a weights file, read as [model] init_from reads one, in its place */
-	const char *weights = need_trained >= 0 && g->fd >= 0 ? g->path : NULL;
+	const char *weights = need_trained >= 0 && g->file.fd >= 0 ? g->path : NULL;
 	const char *dir = g->dir;
 	kiln_status st;
 	memset(t, 0, sizeof *t);
@@ -202,7 +214,7 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 			      const char *checkpoint, const char *verb, int need_trained,
 			      struct kiln_trained *t)
 {
-	struct kiln_given g = { .fd = -1 };
+	struct kiln_given g = { .file.fd = -1 };
 	kiln_status st;
 	memset(t, 0, sizeof *t);
 	/* a checkpoint is verified whole before the model is even built */

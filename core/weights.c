@@ -580,7 +580,7 @@ static kiln_status load_safetensors(struct kiln_model *m, struct kiln_safetensor
 	if (!t)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	for (int j = 0; j < n; j++)
-		kiln_safetensors_get(f, j, &t[j]);
+		kiln_safetensors_describe(f, j, &t[j]);
 	struct kiln_weights_in in = { path, n, t, format_flags(format), st_read, f };
 	kiln_status st = kiln_weights_load(m, &in, strict, stream);
 	free(t);
@@ -632,24 +632,42 @@ static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, 
 	return st;
 }
 
-kiln_status kiln_weights_load_fd(struct kiln_model *m, const char *path, int fd, void *stream)
+int kiln_weights_kind_fd(int fd)
+{
+	return kiln_ckpt_is_checkpoint_fd(fd) ? KILN_WEIGHTS_IS_CHECKPOINT
+	       : kiln_llmc_is_model_fd(fd)    ? KILN_WEIGHTS_IS_LLMC
+					      : KILN_WEIGHTS_IS_SAFETENSORS;
+}
+
+kiln_status kiln_weights_open_fd(int fd, const char *path, struct kiln_weights_file *out)
+{
+	out->fd = fd;
+	out->path = path;
+	kiln_status st = kiln_file_seen_fd(fd, path, &out->seen);
+	/* (told after the fstat: a rewrite since is seen by the reads) */
+	out->kind = kiln_weights_kind_fd(fd);
+	return st;
+}
+
+kiln_status kiln_weights_load_fd(struct kiln_model *m, const struct kiln_weights_file *w,
+				 void *stream)
 {
 	int strict = 1;
 	const char *format = kiln_config_get(m->cfg, "model", "init_format");
 	kiln_config_get_bool(m->cfg, "model", "init_strict", &strict);
-	if (kiln_ckpt_is_checkpoint_fd(fd))
-		return init_from_checkpoint(m, path, fd, stream);
-	if (kiln_llmc_is_model_fd(fd))
-		return kiln_llmc_load_fd(m, path, fd, strict, stream);
+	if (w->kind == KILN_WEIGHTS_IS_CHECKPOINT)
+		return init_from_checkpoint(m, w->path, w->fd, stream);
+	if (w->kind == KILN_WEIGHTS_IS_LLMC)
+		return kiln_llmc_load_fd(m, w->path, w->fd, &w->seen, strict, stream);
 	struct kiln_safetensors *f;
-	kiln_status st = kiln_safetensors_open_fd(path, fd, &f);
+	kiln_status st = kiln_safetensors_open_fd(w->path, w->fd, &w->seen, &f);
 	if (st)
 		return st;
 	/* its I8 weights would be refused one by one, naming no cause */
 	st = kiln_quant_is_model(f)
 		     ? kiln_error(KILN_EUSAGE, "%s is an INT8 model of `kiln quantize` (metadata kiln.format = kiln-int8/1), not a checkpoint or weights file: pass it with --quantized (kiln eval, predict, export --onnx; the C API: kiln_infer_opts.quantized), and to kiln quantize the fp32 checkpoint it was made from",
-				  path)
-		     : load_safetensors(m, f, path, kiln_weights_format(format), strict, stream);
+				  w->path)
+		     : load_safetensors(m, f, w->path, kiln_weights_format(format), strict, stream);
 	kiln_safetensors_close(f);
 	return st;
 }
@@ -665,13 +683,16 @@ static kiln_status load_weights_file(struct kiln_model *m, const char *path, voi
 {
 	char kind[64];
 	const char *why;
+	struct kiln_weights_file w;
 	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
 	*missing = fd < 0 && (errno == ENOENT || errno == ENOTDIR);
 	if (*missing)
 		return KILN_EIO;
 	if (fd < 0)
 		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
-	kiln_status st = kiln_weights_load_fd(m, path, fd, stream);
+	kiln_status st = kiln_weights_open_fd(fd, path, &w);
+	if (!st)
+		st = kiln_weights_load_fd(m, &w, stream);
 	close(fd);
 	return st;
 }

@@ -32,7 +32,8 @@ struct kiln_weights_in {
 	struct kiln_safetensors_tensor *t;
 	int flags; /* KILN_WF_* */
 	/* t[j].bytes bytes of tensor j into dst: KILN_OK, or the status and
-	 * message of a read that failed or came short (kiln_read_at's) */
+	 * message of a read that failed, came short or found the file
+	 * changed since it was opened (kiln_read_at's) */
 	kiln_status (*read)(const struct kiln_weights_in *in, int j, void *dst);
 	const void *ctx; /* the reader's: the open file */
 };
@@ -42,12 +43,17 @@ struct kiln_weights_in {
 kiln_status kiln_weights_load(struct kiln_model *m, const struct kiln_weights_in *in, int strict,
 			      void *stream);
 
-/* The weights of the file open on fd (borrowed), named path in messages
- * (a kiln checkpoint, llm.c's model file, else safetensors, told apart by
- * their first bytes), into m, as [model] init_format and init_strict
- * say: [model] init_from's file, or one a command names (core/trained.c,
+/* What the file open on fd is (KILN_WEIGHTS_IS_*, graph.h), by its first
+ * bytes. */
+int kiln_weights_kind_fd(int fd);
+/* *out for the file open on fd (borrowed), named path: its stat and its
+ * kind now.  KILN_OK, or KILN_EIO when fstat() fails. */
+kiln_status kiln_weights_open_fd(int fd, const char *path, struct kiln_weights_file *out);
+/* The weights of w into m, as [model] init_format and init_strict say:
+ * [model] init_from's file, or one a command names (core/trained.c,
  * kiln_given_load).  A checkpoint gives its weights alone. */
-kiln_status kiln_weights_load_fd(struct kiln_model *m, const char *path, int fd, void *stream);
+kiln_status kiln_weights_load_fd(struct kiln_model *m, const struct kiln_weights_file *w,
+				 void *stream);
 
 /* Is parameter i stored [in, out] in GPT-2's files (a Conv1D weight)? */
 int kiln_gpt2_conv1d(const struct kiln_model *m, int i);
@@ -62,9 +68,10 @@ int kiln_gpt2_padded_rows(const struct kiln_model *m, int i);
  * with its magic (read with pread)? */
 int kiln_llmc_is_model_fd(int fd);
 /* Load llm.c's model file, the regular file open on fd (borrowed), named
- * path in messages, into m (GPT-2's names, kiln's layouts; a stage's rank
- * its stage's slice alone, as every file kiln_weights_load reads). */
-kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, int strict,
-			      void *stream);
+ * path in messages, as *seen saw it when it was opened, into m (GPT-2's
+ * names, kiln's layouts; a stage's rank its stage's slice alone, as every
+ * file kiln_weights_load reads). */
+kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd,
+			      const struct kiln_file_seen *seen, int strict, void *stream);
 
 #endif

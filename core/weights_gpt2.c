@@ -25,7 +25,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -182,7 +181,7 @@ static kiln_status llmc_check_heads(const struct kiln_model *m, const char *path
 /* An llm.c file open for kiln_weights_in.read: where each tensor is. */
 struct llmc_file {
 	int fd;
-	uint64_t size;  /* when opened */
+	const struct kiln_file_seen *seen; /* when opened */
 	uint64_t *off;  /* tensor j's first byte in the file */
 };
 
@@ -194,7 +193,7 @@ static kiln_status llmc_read(const struct kiln_weights_in *in, int j, void *dst)
 	const struct llmc_file *f = in->ctx;
 	char what[128];
 	snprintf(what, sizeof what, "tensor '%s'", in->t[j].name);
-	return kiln_read_at(f->fd, in->path, f->size, what, dst, in->t[j].bytes, f->off[j]);
+	return kiln_read_at(f->fd, in->path, f->seen, what, dst, in->t[j].bytes, f->off[j]);
 }
 
 /* The file's tensors, in its order, and where each starts (off[]). */
@@ -229,29 +228,27 @@ static void llmc_tensors(const struct llmc_header *h, char (*names)[96],
 	}
 }
 
-kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd, int strict,
-			      void *stream)
+kiln_status kiln_llmc_load_fd(struct kiln_model *m, const char *path, int fd,
+			      const struct kiln_file_seen *seen, int strict, void *stream)
 {
 	int32_t raw[LLMC_HEADER_INTS];
 	struct llmc_header h = { 0 };
-	struct stat sb;
-	struct llmc_file f = { fd, 0, NULL };
+	struct llmc_file f = { fd, seen, NULL };
 	char (*names)[96] = NULL;
 	struct kiln_safetensors_tensor *t = NULL;
 	kiln_status st;
-	if (fstat(fd, &sb) || sb.st_size < (off_t)sizeof raw ||
-	    kiln_pread_all(fd, raw, sizeof raw, 0)) {
+	if (seen->size < sizeof raw) {
 		st = kiln_error(KILN_EDATA, "%s: shorter than llm.c's %zu-byte header", path, sizeof raw);
 		goto out;
 	}
-	if ((st = llmc_header(path, raw, (int64_t)sb.st_size, &h)) ||
+	if ((st = kiln_read_at(fd, path, seen, "the header", raw, sizeof raw, 0)) ||
+	    (st = llmc_header(path, raw, (int64_t)seen->size, &h)) ||
 	    (st = llmc_check_heads(m, path, h.NH)))
 		goto out;
 	int n = (int)(4 + 12 * h.L);
 	names = calloc((size_t)n, sizeof *names);
 	t = calloc((size_t)n, sizeof *t);
 	f.off = calloc((size_t)n, sizeof *f.off);
-	f.size = (uint64_t)sb.st_size;
 	if (!names || !t || !f.off) {
 		st = kiln_error(KILN_ENOMEM, "%s: out of memory", path);
 		goto out;

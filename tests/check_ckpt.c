@@ -624,6 +624,57 @@ START_TEST(test_other_model)
 }
 END_TEST
 
+/* The weights a command names (kiln_given_open: --checkpoint F, the C
+ * API's weights) are told apart once, at open.  A safetensors F rewritten
+ * in place into a checkpoint (here of another config: dropout p = 0.5)
+ * between that open and kiln_given_load was loaded as that checkpoint
+ * until session 40 (kiln_given_load looked at the first bytes again), its
+ * config never compared with the model's, which kiln_given_open does for
+ * a checkpoint.  Now the load reads F as what it was at open and refuses
+ * it as changed since, naming it, and the model keeps its weights. */
+START_TEST(test_given_rewritten)
+{
+	char dir[1024], ckp[4200], w[4300], other[1024];
+	struct rig a, b;
+	struct kiln_given g;
+	scratch_dir(dir, sizeof dir);
+	snprintf(other, sizeof other, "%s", small_ini);
+	memcpy(strstr(other, "p = 0.25"), "p = 0.50", 8);
+	rig_open(&a, other, 7);
+	rig_train(&a, 2);
+	save(&a, dir, 2, ckp, sizeof ckp);
+	rig_open(&b, small_ini, 5);
+	snprintf(w, sizeof w, "%s/w.safetensors", dir);
+	ck_assert(kiln_model_save_safetensors(b.m, w, b.stream) == 0);
+	/* an old time: the rewrite changes it however coarse the clock */
+	const struct timespec old[2] = { { 946684800, 0 }, { 946684800, 0 } };
+	ck_assert_int_eq(utimensat(AT_FDCWD, w, old, 0), 0);
+	size_t n0, n1, cn;
+	char *s0 = state_bytes(&b, &n0);
+	ck_assert_msg(kiln_given_open(b.cfg, reg, w, &g) == 0, "%s", kiln_last_error());
+	ck_assert(g.ck == NULL && g.file.fd >= 0 && g.file.kind == KILN_WEIGHTS_IS_SAFETENSORS);
+	char *cb = test_read_file(ckp, &cn);
+	ck_assert(cb != NULL);
+	int fd = open(w, O_WRONLY | O_TRUNC);
+	ck_assert(fd >= 0);
+	ck_assert(write(fd, cb, cn) == (ssize_t)cn);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(kiln_given_load(b.m, &g, b.stream), KILN_EDATA);
+	char want[4600];
+	snprintf(want, sizeof want, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file): changed while kiln read it (the header length): it had ",
+		 w);
+	ck_assert_msg(!strncmp(kiln_last_error(), want, strlen(want)), "%s", kiln_last_error());
+	char *s1 = state_bytes(&b, &n1);
+	ck_assert(n0 == n1 && memcmp(s0, s1, n0) == 0);
+	kiln_given_close(&g);
+	free(cb);
+	free(s0);
+	free(s1);
+	rig_close(&a);
+	rig_close(&b);
+}
+END_TEST
+
 /* [layer.a] tie = b, a before b: kiln before 2026-12-06 (71e6d1c) laid
  * the tied tensor out at b's place; it is a's now.  Such a checkpoint
  * holds the same tensors at other offsets, in "params" and in every
@@ -2245,7 +2296,7 @@ static Suite *make_ckpt_suite(void)
 {
 	Suite *s = suite_create("ckpt");
 	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
-		test_roundtrip, test_other_model, test_tie_layout, test_tie_layout_bad, test_frozen_layout, test_truncated, test_flipped,
+		test_roundtrip, test_other_model, test_given_rewritten, test_tie_layout, test_tie_layout_bad, test_frozen_layout, test_truncated, test_flipped,
 		test_not_checkpoints, test_prune_above_written, test_config_check, test_config_diff, test_config_check_dropout,
 		test_config_check_meaning, test_config_check_derived,
 		test_config_check_types, test_config_check_missing_derived,

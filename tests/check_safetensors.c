@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>    /* open, AT_FDCWD */
+#include <sys/stat.h> /* utimensat */
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -176,27 +178,36 @@ START_TEST(test_roundtrip)
 }
 END_TEST
 
-/* kiln_safetensors_read: each tensor's bytes as `data` has them, through
- * pread from the file open since kiln_safetensors_open: the file renamed
- * over or removed since changes nothing; cut short since, the tensors
- * past the cut are KILN_EDATA naming the file, the tensor and the sizes,
- * those before it still read.  (Through `data`, a tensor past the cut
- * would be SIGBUS: kiln's loaders read before session 39 that way.) */
-START_TEST(test_read)
+/* The file of test_read and test_rewritten at p: "a", F32 [3000], then
+ * "b", F32 [5]. */
+static void write_ab(const char *p, const float a[3000], const float b[5])
 {
-	float a[3000], b[5];
 	const int64_t ad[1] = { 3000 }, bd[1] = { 5 };
-	for (int i = 0; i < 3000; i++)
-		a[i] = (float)i * 0.5f - 7;
-	for (int i = 0; i < 5; i++)
-		b[i] = -(float)i;
 	struct kiln_safetensors_writer *wr;
 	ck_assert_int_eq(kiln_safetensors_writer_new(&wr), 0);
 	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "a", KILN_F32, 1, ad, a), 0);
 	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "b", KILN_F32, 1, bd, b), 0);
-	const char *p = tpath("rd.safetensors");
 	ck_assert_int_eq(kiln_safetensors_writer_write(wr, p), 0);
 	kiln_safetensors_writer_free(wr);
+}
+
+/* kiln_safetensors_read: each tensor's bytes as `data` has them, through
+ * pread from the file open since kiln_safetensors_open: the file renamed
+ * over or removed since changes nothing; cut short since, the tensors
+ * past the cut are KILN_EDATA naming the file, the tensor and the sizes,
+ * and those before it too, the file's size no longer the one opened
+ * (test_rewritten; before session 40 they read).  (Through `data`, a
+ * tensor past the cut would be SIGBUS: kiln's loaders read before session
+ * 39 that way.) */
+START_TEST(test_read)
+{
+	float a[3000], b[5];
+	for (int i = 0; i < 3000; i++)
+		a[i] = (float)i * 0.5f - 7;
+	for (int i = 0; i < 5; i++)
+		b[i] = -(float)i;
+	const char *p = tpath("rd.safetensors");
+	write_ab(p, a, b);
 	size_t n;
 	unsigned char *raw = read_bytes(p, &n);
 	uint64_t hl = 0;
@@ -239,16 +250,15 @@ START_TEST(test_read)
 	kiln_safetensors_close(f);
 
 	/* cut after open, 4 bytes into "b" (a page past "a"'s start) */
-	ck_assert_int_eq(kiln_safetensors_writer_new(&wr), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "a", KILN_F32, 1, ad, a), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "b", KILN_F32, 1, bd, b), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_write(wr, p), 0);
-	kiln_safetensors_writer_free(wr);
+	write_ab(p, a, b);
 	ck_assert_int_eq(kiln_safetensors_open(p, &f), KILN_OK);
 	const long long cut = (long long)(8 + hl + sizeof a + 4);
 	ck_assert_int_eq(truncate(p, (off_t)cut), 0);
-	ck_assert_int_eq(kiln_safetensors_read(f, ia, got, sizeof got), KILN_OK);
-	ck_assert(!memcmp(got, a, sizeof a));
+	/* "a" is all there, but the file is no longer the one opened
+	 * (session 40: its bytes were taken before) */
+	ck_assert_int_eq(kiln_safetensors_read(f, ia, got, sizeof got), KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "changed while kiln read it (tensor 'a')"), "%s",
+		      kiln_last_error());
 	ck_assert_int_eq(kiln_safetensors_read(f, ib, got, sizeof got), KILN_EDATA);
 	char want[600];
 	snprintf(want, sizeof want, "%s: tensor 'b' (bytes %llu..%llu): only 4 of 20 bytes are there: the file had %zu bytes when kiln opened it, it has %lld now (was it truncated or rewritten while kiln read it?)",
@@ -259,6 +269,90 @@ START_TEST(test_read)
 	ck_assert_int_eq(kiln_safetensors_read(f, ia, got, sizeof got), KILN_EDATA);
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "tensor 'a' (bytes"));
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "only 0 of 12000 bytes are there"));
+	kiln_safetensors_close(f);
+}
+END_TEST
+
+/* Is `path` mapped into this process (a line of /proc/self/maps)? */
+static int mapped(const char *path)
+{
+	char line[4096];
+	int yes = 0;
+	FILE *m = fopen("/proc/self/maps", "r");
+	ck_assert(m != NULL);
+	while (!yes && fgets(line, sizeof line, m))
+		yes = strstr(line, path) != NULL;
+	fclose(m);
+	return yes;
+}
+
+/* p's modification time set to 2000-01-01 00:00:00 UTC: a rewrite now
+ * changes it, however coarse the file system's clock. */
+static void set_old_mtime(const char *p)
+{
+	const struct timespec t[2] = { { 946684800, 0 }, { 946684800, 0 } };
+	ck_assert_int_eq(utimensat(AT_FDCWD, p, t, 0), 0);
+}
+
+/* A file rewritten in place while a reader has it open (a truncate-then-
+ * write to at least its old size, as `cp` or safetensors.torch.save_file
+ * over the same path do): kiln_safetensors_read reads whole, but the
+ * file's size or modification time is no longer what open saw, and the
+ * read is KILN_EDATA naming the file and both (session 40: before, the
+ * new bytes were read at the old header's offsets and returned KILN_OK).
+ * And the reader maps the file only once `data` is asked for
+ * (kiln_safetensors_get): open and read map nothing (before session 40
+ * every open mapped the file whole, and failed where the address space
+ * could not hold it: tests/st_vmem.sh). */
+START_TEST(test_rewritten)
+{
+	float a[3000], b[5], nb[5], got[3000];
+	for (int i = 0; i < 3000; i++)
+		a[i] = (float)i;
+	for (int i = 0; i < 5; i++) {
+		b[i] = (float)i + 0.5f;
+		nb[i] = -b[i];
+	}
+	const char *p = tpath("rw.safetensors");
+	write_ab(p, a, b);
+	size_t n;
+	free(read_bytes(p, &n));
+	char want[1200];
+
+	/* 1. the same size, "b" rewritten: its new bytes would be read */
+	set_old_mtime(p);
+	struct kiln_safetensors *f;
+	struct kiln_safetensors_tensor t;
+	ck_assert_msg(kiln_safetensors_open(p, &f) == KILN_OK, "%s", kiln_last_error());
+	const int ia = kiln_safetensors_index(f, "a"), ib = kiln_safetensors_index(f, "b");
+	ck_assert_int_eq(kiln_safetensors_read(f, ia, got, sizeof got), KILN_OK);
+	ck_assert(!memcmp(got, a, sizeof a));
+	ck_assert_msg(!mapped(p), "open and read mapped %s", p);
+	kiln_safetensors_get(f, ib, &t);
+	ck_assert_msg(mapped(p), "kiln_safetensors_get did not map %s", p);
+	ck_assert(t.data != NULL && !memcmp(t.data, b, sizeof b));
+	int fd = open(p, O_WRONLY);
+	ck_assert(fd >= 0);
+	ck_assert_int_eq(pwrite(fd, nb, sizeof nb, (off_t)(n - sizeof nb)), (ssize_t)sizeof nb);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(kiln_safetensors_read(f, ib, got, sizeof got), KILN_EDATA);
+	snprintf(want, sizeof want, "%s: changed while kiln read it (tensor 'b'): it had %zu bytes, modified at 946684800.000000000, when kiln opened it, and has %zu bytes, modified at ",
+		 p, n, n);
+	ck_assert_msg(!strncmp(kiln_last_error(), want, strlen(want)), "%s", kiln_last_error());
+	ck_assert_msg(strstr(kiln_last_error(), ", now (rewritten in place?); run again once it is written whole"),
+		      "%s", kiln_last_error());
+	kiln_safetensors_close(f);
+
+	/* 2. grown (its old modification time put back: the size alone
+	 * tells) */
+	set_old_mtime(p);
+	ck_assert_msg(kiln_safetensors_open(p, &f) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_int_eq(truncate(p, (off_t)(n + 8)), 0);
+	set_old_mtime(p);
+	ck_assert_int_eq(kiln_safetensors_read(f, ia, got, sizeof got), KILN_EDATA);
+	snprintf(want, sizeof want, "%s: changed while kiln read it (tensor 'a'): it had %zu bytes, modified at 946684800.000000000, when kiln opened it, and has %zu bytes, modified at 946684800.000000000, now",
+		 p, n, n + 8);
+	ck_assert_msg(!strncmp(kiln_last_error(), want, strlen(want)), "%s", kiln_last_error());
 	kiln_safetensors_close(f);
 }
 END_TEST
@@ -974,7 +1068,7 @@ static Suite *make_safetensors_suite(void)
 {
 	Suite *s = suite_create("safetensors");
 	check_add_case(s, "format", 0, NULL, NULL, (const TTest *[]){
-		test_roundtrip, test_corrupt, test_nul, test_read, NULL });
+		test_roundtrip, test_corrupt, test_nul, test_read, test_rewritten, NULL });
 	check_add_case(s, "weights", 120, NULL, NULL, (const TTest *[]){
 		test_torch_nchw, test_torch_nhwc, test_save_load, test_strict, test_dtypes,
 		test_trainer_init_from, test_export_cli, test_init_from_first, test_config_hash,

@@ -303,8 +303,9 @@ kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --format xml "data.path=$data"
 stderr_has "--format 'xml': choose jsonl or csv"
 kiln 3 predict "$ini" --checkpoint "$tmp/bad/notes.txt" "$pngs" "data.path=$data"
 # the message names the --checkpoint file, not a model.init_from the user
-# never typed (it began "command line 'model.init_from=...'")
-stderr_has "kiln: error: $tmp/bad/notes.txt: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file): $tmp/bad/notes.txt: header length "
+# never typed (it began "command line 'model.init_from=...'"), and once
+# (twice before session 40: "...model file): $tmp/bad/notes.txt: header")
+stderr_has "kiln: error: $tmp/bad/notes.txt: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file): header length "
 ! grep -q "init_from" "$err" || fail "a bad safetensors --checkpoint blamed init_from"
 # what could hang or exhaust memory, under a 60 s limit (a hang fails as
 # exit 124): a FIFO and a device are refused before open() can block, a

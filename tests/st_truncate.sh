@@ -45,10 +45,11 @@ cut() {
 	[ "$(wc -c <"$_file")" -eq "$_size" ] || fail "the shim did not cut $_file"
 }
 
-# said FILE SIZE: the error names FILE, a tensor, its bytes, 0 of them
-# there, and FILE's sizes at open ($src's) and now (SIZE)
+# said FILE SIZE: the error names FILE (once: --checkpoint's said what F
+# is not, then F again, before session 40), a tensor, its bytes, 0 of
+# them there, and FILE's sizes at open ($src's) and now (SIZE)
 said() {
-	grep -qE "^kiln: error: .*$1: tensor '[^']+' \(bytes [0-9]+\.\.[0-9]+\): only 0 of [0-9]+ bytes are there: the file had $(wc -c <"$src") bytes when kiln opened it, it has $2 now \(was it truncated or rewritten while kiln read it\?\)\$" "$err" ||
+	grep -qE "^kiln: error: .*$1(: not a kiln checkpoint, and as a weights file \(safetensors, llm\.c's model file\))?: tensor '[^']+' \(bytes [0-9]+\.\.[0-9]+\): only 0 of [0-9]+ bytes are there: the file had $(wc -c <"$src") bytes when kiln opened it, it has $2 now \(was it truncated or rewritten while kiln read it\?\)\$" "$err" ||
 		fail "no error naming the file, the tensor and the sizes"
 	echo "ok: kiln $last: exit 3, $(grep 'kiln: error' "$err" | sed 's/.*\(tensor .*\)/\1/')"
 }

@@ -727,17 +727,32 @@ int kiln_train_failed_own(void);
  * the header length against the file size, the JSON, every entry's dtype,
  * shape and offsets, the offsets within the data, sorted, without overlaps
  * or holes and covering it to the end, shape x dtype size = bytes.
- * Failures are KILN_EIO (cannot open, read or map) or KILN_EDATA (anything
+ * Failures are KILN_EIO (cannot open or read) or KILN_EDATA (anything
  * else), with a message naming the file and, where one is at fault, the
- * tensor.  The reader keeps the file open until close.  A tensor's bytes
- * are read with kiln_safetensors_read (pread: a file cut short since open
- * is KILN_EDATA naming the tensor and the sizes), or through `data`, a
- * read-only mapping of the file: a page of it past the file's end, once
+ * tensor.
+ *
+ * Ownership: a reader (kiln_safetensors_open's) is the caller's, freed
+ * with kiln_safetensors_close; it holds one file descriptor from open to
+ * close (a program that keeps many readers open counts them against
+ * `ulimit -n`), and the file's size and modification time as open saw
+ * them.  Strings and `data` it hands out are borrowed until close.
+ *
+ * A tensor's bytes are read with kiln_safetensors_read (pread into the
+ * caller's buffer: a file cut short since open, or rewritten in place,
+ * is KILN_EDATA naming the file), or through `data`.  Opening maps
+ * nothing (since session 40; before, every open mapped the file whole and
+ * failed, "cannot map", where the address space could not hold it:
+ * `ulimit -v`, a batch system's h_vmem): the file is mapped, whole and
+ * read-only, the first time kiln_safetensors_get or _find is called on
+ * the reader, and stays mapped until close; where it cannot be mapped
+ * `data` is NULL.  A page of the mapping past the file's end, once it is
  * truncated under the reader (re-exported in place, a network file
- * system), raises SIGBUS on access, which the library cannot turn into
- * an error.  kiln's own loaders read (since session 39).
- * Threads: a reader is read-only after open (reads of several threads may
- * overlap); a writer belongs to one thread.
+ * system), raises SIGBUS on access, which the library cannot turn into an
+ * error, and bytes rewritten in place show through it unannounced.
+ * kiln's own loaders read, and never map (since session 39 and 40).
+ * Threads: a reader is read-only after open (reads and gets of several
+ * threads may overlap: the first mapping wins); a writer belongs to one
+ * thread.
  */
 struct kiln_safetensors;
 
@@ -748,15 +763,20 @@ struct kiln_safetensors_tensor {
 	int ndim;               /* 0 is a scalar */
 	int64_t dims[KILN_MAX_DIMS];
 	int64_t numel;
-	const void *data;       /* bytes inside the file's mapping, valid until close:
-				 * aligned to the element size in files kiln writes,
-				 * not necessarily in others; SIGBUS where the file
-				 * was cut short since (kiln_safetensors_read is safe) */
+	const void *data;       /* bytes inside the file's mapping (made by the first
+				 * get or find), valid until close; NULL where the
+				 * file cannot be mapped (the address space: use
+				 * kiln_safetensors_read).  Aligned to the element
+				 * size in files kiln writes, not necessarily in
+				 * others; SIGBUS where the file was cut short since
+				 * (kiln_safetensors_read is safe) */
 	size_t bytes;
 };
 
-/* Open and check `path`.  On success *out is a new reader (free with
- * kiln_safetensors_close).  Tensors are counted in the order of their data. */
+/* Open and check `path` (the header alone is read; nothing is mapped).
+ * On success *out is a new reader, the caller's (free with
+ * kiln_safetensors_close; it holds the file open until then).  Tensors
+ * are counted in the order of their data. */
 kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **out);
 void kiln_safetensors_close(struct kiln_safetensors *f);
 const char *kiln_safetensors_path(const struct kiln_safetensors *f);
@@ -771,12 +791,15 @@ kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *
 int kiln_safetensors_index(const struct kiln_safetensors *f, const char *name);
 /* Read tensor i's bytes (kiln_safetensors_get's `bytes`, little-endian
  * as in the file) into dst, which holds dst_bytes, with pread() from the
- * file open since kiln_safetensors_open: no mapping is touched.  KILN_OK;
- * KILN_EINVAL for f or dst NULL, no tensor i, or dst_bytes below the
- * tensor's bytes; KILN_EDATA when the file ends before the tensor does
- * (truncated or rewritten since open: the message names the file, the
- * tensor, its bytes, how many were there and the file's size at open and
- * now); KILN_EIO when a read fails.  Since libkiln.so.2.2.0. */
+ * file open since kiln_safetensors_open: no mapping is made or touched.
+ * KILN_OK; KILN_EINVAL for f or dst NULL, no tensor i, or dst_bytes below
+ * the tensor's bytes; KILN_EDATA when the file ends before the tensor
+ * does (truncated or rewritten since open: the message names the file,
+ * the tensor, its bytes, how many were there and the file's size at open
+ * and now), or, since session 40, when after the read the file's size or
+ * modification time (ns) is no longer what open saw (rewritten in place:
+ * the bytes read may be the new file's or a mix; the message names the
+ * file and both); KILN_EIO when a read fails.  Since libkiln.so.2.2.0. */
 kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void *dst,
 				  size_t dst_bytes);
 /* The "__metadata__" value of `key`, or NULL; NULL too for a value that

@@ -1,7 +1,8 @@
 /* plugins/common/read_full.h - a whole pread() that says how much was
- * there: the loaders' shards and libkiln's weights files (kiln_read_at,
- * core/status.c) tell a file cut short under them (0 bytes, or fewer
- * than asked, at its new end) from a failed read.  A pread() may return
+ * there, the one read loop of kiln: the loaders' shards and libkiln's
+ * reads (kiln_pread_all: checkpoints, magics; kiln_read_at: weights
+ * files; core/status.c) tell a file cut short under them (0 bytes, or
+ * fewer than asked, at its new end) from a failed read.  A pread() may return
  * less than asked (a signal, a large request) or fail with EINTR: both
  * are retried.  Header-only: static inline.
  */

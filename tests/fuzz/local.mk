@@ -17,7 +17,7 @@ tests_fuzz_fuzz_config_SOURCES = tests/fuzz/fuzz_config.c $(FUZZ_DRIVER)
 tests_fuzz_fuzz_config_LDADD = libkiln.la
 tests_fuzz_fuzz_checkpoint_SOURCES = tests/fuzz/fuzz_checkpoint.c $(FUZZ_DRIVER)
 tests_fuzz_fuzz_checkpoint_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
-tests_fuzz_fuzz_checkpoint_LDADD = libkiln.la
+tests_fuzz_fuzz_checkpoint_LDADD = libkiln-internal.la
 tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c $(FUZZ_DRIVER)
 tests_fuzz_fuzz_safetensors_LDADD = libkiln.la
 # core/store_msg.c for store_mac (libkiln exports only kiln_*)
