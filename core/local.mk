@@ -35,7 +35,9 @@ libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # changed: current+1, revision 0, age 0; the code alone: revision+1.
 # 4:0:2 since session 39 (libkiln.so.2.2.0): kiln_safetensors_read,
 # kiln_safetensors_index and kiln_train_failed_own added.
-libkiln_la_LDFLAGS = -version-info 4:0:2 -export-symbols-regex '^kiln_'
+# 5:0:3 since session 40 (libkiln.so.2.3.0): kiln_generator_classes and
+# kiln_generator_allow added.
+libkiln_la_LDFLAGS = -version-info 5:0:3 -export-symbols-regex '^kiln_'
 
 # The loggers (core/logger.h): metrics.jsonl, CSV, TensorBoard event files.
 # TensorBoard's messages (core/proto/*.proto) are compiled by protoc-c into
