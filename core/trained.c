@@ -184,8 +184,8 @@ kiln_status kiln_trained_open_given(const struct kiln_config *cfg,
 		return kiln_error(KILN_ECONFIG, "%s%s: no trained weights (give --checkpoint CKPT or [model] init_from, or train first)",
 				  *dir ? "no checkpoint in " : "[run] out_dir is empty", dir);
 	else if (need_trained)
-		kiln_log(KILN_LOG_INFO, "core", "%s%s: %s the weights of [model] init_from %s", *dir ? "no checkpoint in " : "[run] out_dir is empty",
-			 dir, verb, init);
+		kiln_log(KILN_LOG_INFO, "core", "%s%s: %s the weights of [model] init_from %s",
+			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb, init);
 	else
 		kiln_log(KILN_LOG_WARN, "core", "%s%s: %s the initial weights ([run] seed%s), not trained ones (give --checkpoint CKPT, or train first)",
 			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb,
