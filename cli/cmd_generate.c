@@ -125,6 +125,29 @@ static kiln_status print_token(void *user, int32_t id)
 	return KILN_OK;
 }
 
+/* Draw only ids the tokenizer has: none past its largest (a padded V)
+ * and none in a gap among its ids (a vocab.json without some; before
+ * session 40 such an id was drawn, and printing it failed midway with
+ * exit 3).  The generator draws below the loss's classes besides
+ * (kiln_generator_classes). */
+static kiln_status allow_tokenizer(struct kiln_generator *g, const struct tokenizer *tk)
+{
+	const int32_t n = tokenizer_vocab(tk);
+	const int64_t classes = kiln_generator_classes(g);
+	uint8_t *ok = malloc((size_t)n);
+	size_t len;
+	if (!ok)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int32_t i = 0; i < n; i++)
+		ok[i] = tokenizer_piece(tk, i, &len) != NULL;
+	kiln_status st = kiln_generator_allow(g, ok, n);
+	free(ok);
+	if (!st && classes < n)
+		kiln_log(KILN_LOG_INFO, "generate", "drawing ids below %lld, the loss layer's classes (the tokenizer has %d): the model's other outputs were never trained",
+			 (long long)classes, n);
+	return st;
+}
+
 static kiln_status generate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			    struct gen_opts *o)
 {
@@ -157,7 +180,8 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 		st = kiln_error(KILN_EUSAGE, "--prompt is empty: generation starts from at least one token");
 		goto out;
 	}
-	o->s.vocab = tokenizer_vocab(tk); /* never an id the tokenizer lacks (a padded V) */
+	if ((st = allow_tokenizer(g, tk)))
+		goto out;
 	if (!(out = malloc(sizeof *out * (size_t)(o->tokens + 1)))) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;

@@ -477,6 +477,11 @@ void kiln_device_flops_count(struct kiln_device *dev, double *acc)
 	}
 }
 
+int kiln_device_has_op(const struct kiln_device *dev, int type)
+{
+	return dev->ops->version < 3 || !dev->ops->has_op || dev->ops->has_op(dev->ctx, type);
+}
+
 kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan,
 				size_t *workspace)
 {
@@ -484,8 +489,7 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	*plan = NULL;
 	if (workspace)
 		*workspace = 0;
-	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT && dev->ops->version >= 3 &&
-	    dev->ops->has_op && !dev->ops->has_op(dev->ctx, op->type))
+	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT && !kiln_device_has_op(dev, op->type))
 		return kiln_error(KILN_ENOTSUP,
 				  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
 				  dev->plugin->name, kiln_op_name(op->type));

@@ -7,6 +7,7 @@
  * text on any machine and thread count.
  */
 #include "graph.h"
+#include "run_config.h" /* kiln_run_cfg_read: [run] device */
 
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,8 @@ struct kiln_generator {
 	void *stream;
 	struct kiln_plan *p;
 	int64_t context, vocab;
+	int64_t classes;        /* the ids drawn: below the loss's classes (<= vocab) */
+	uint8_t *allowed;       /* host u8[classes], kiln_generator_allow's, or NULL: all */
 	int32_t *io_d;          /* device i32[2]: the token, its position */
 	void *logits_d;         /* the plan's logits [1, 1, V] */
 	float *logits32_d;      /* ... widened to f32 (low-precision compute), or NULL */
@@ -41,6 +44,11 @@ kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t conte
 	    (st = kiln_device_alloc(m->dev, 2 * sizeof(int32_t), (void **)&g->io_d)))
 		goto fail;
 	g->vocab = d.dims[d.ndim - 1];
+	/* the columns past the loss's classes are a padded vocabulary's,
+	 * which training never taught (llm.c samples below V, not Vp) */
+	g->classes = kiln_model_loss_classes(m);
+	if (g->classes <= 0 || g->classes > g->vocab)
+		g->classes = g->vocab;
 	if (d.dtype != KILN_F32) { /* widen low-precision logits on the device */
 		struct kiln_op op;
 		memset(&op, 0, sizeof op);
@@ -66,16 +74,78 @@ fail:
 	return st;
 }
 
+/* The device generation runs on into *name (NULL: [run] device): the
+ * decode plan needs KILN_OP_ATTENTION_DECODE, which the CUDA device does
+ * not implement yet (docs/gpu.md).  A device `auto` chose without it
+ * gives way to the CPU device; one [run] device names is refused, before
+ * any weight is read.  A device plugin without has_op implements every
+ * op and is not opened here; one with it is opened to ask, then closed
+ * (kiln_trained_open opens it again). */
+static kiln_status decode_device(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				 const char **name)
+{
+	struct kiln_run_cfg run;
+	const struct kiln_plugin *p;
+	struct kiln_device *dev;
+	kiln_status st;
+	*name = NULL;
+	if ((st = kiln_run_cfg_read(cfg, &run)))
+		return st;
+	const int is_auto = !strcmp(run.device, "auto");
+	/* a device that is not there: kiln_trained_open says so */
+	if (is_auto ? kiln_device_auto(reg, &p) : kiln_registry_find(reg, KILN_PLUGIN_DEVICE, run.device, &p))
+		return KILN_OK;
+	const struct kiln_device_ops *ops = p->ops;
+	if (ops->version < 3 || !ops->has_op)
+		return KILN_OK;
+	if ((st = kiln_device_open(reg, cfg, p->name, 0, &dev)))
+		return st;
+	const int decodes = kiln_device_has_op(dev, KILN_OP_ATTENTION_DECODE);
+	kiln_device_close(dev);
+	if (decodes)
+		return KILN_OK;
+	const struct kiln_plugin *cpu;
+	if (!is_auto)
+		return kiln_error(KILN_ECONFIG, "%s: generation needs the CPU device: set run.device=cpu (the %s device has no %s, the decoding attention, yet; docs/generate.md)",
+				  kiln_config_where(cfg, "run", "device"), p->name,
+				  kiln_op_name(KILN_OP_ATTENTION_DECODE));
+	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &cpu))
+		return kiln_error(KILN_ECONFIG, "%s: generation needs the CPU device, which is not here (`kiln plugins`): device = auto chose %s, which has no %s, the decoding attention, yet (docs/generate.md)",
+				  kiln_config_where(cfg, "run", "device"), p->name,
+				  kiln_op_name(KILN_OP_ATTENTION_DECODE));
+	kiln_log(KILN_LOG_INFO, "generate", "device = auto: generating on the CPU device (%s has no %s, the decoding attention, yet)",
+		 p->name, kiln_op_name(KILN_OP_ATTENTION_DECODE));
+	*name = "cpu";
+	return KILN_OK;
+}
+
 kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				const char *checkpoint, struct kiln_generator **out)
 {
 	if (!cfg || !reg || !out)
 		return kiln_null_arg("kiln_generator_open", !cfg ? "cfg" : !reg ? "reg" : "out");
 	struct kiln_trained t;
+	struct kiln_given gv;
+	const char *device;
 	*out = NULL;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "generating with", 1, &t);
+	kiln_status st = decode_device(cfg, reg, &device);
 	if (st)
 		return st;
+	/* kiln_trained_open, on that device */
+	if (!(st = kiln_given_open(cfg, reg, checkpoint, &gv))) {
+		gv.device = device;
+		st = kiln_trained_open_given(cfg, reg, &gv, "generating with", 1, &t);
+	}
+	kiln_given_close(&gv);
+	if (st)
+		return st;
+	/* [run] precision's compute dtype, as `kiln eval` and `kiln predict`
+	 * run it (kiln_infer_prepare; before session 40 generation ran f32
+	 * whatever it said) */
+	if ((st = kiln_model_precision_open(t.m, reg, t.stream))) {
+		kiln_trained_close(&t);
+		return st;
+	}
 	if (t.sample.dtype != KILN_I32 || t.sample.ndim != 1) {
 		kiln_trained_close(&t);
 		return kiln_error(KILN_ECONFIG, "%s: generation needs a model on token sequences ([data] source = tokens), not %s samples",
@@ -105,6 +175,7 @@ void kiln_generator_close(struct kiln_generator *g)
 	kiln_device_free(dev, g->logits32_d);
 	kiln_device_free(dev, g->io_d);
 	free(g->logits);
+	free(g->allowed);
 	if (g->t.m)
 		kiln_trained_close(&g->t);
 	free(g);
@@ -112,6 +183,30 @@ void kiln_generator_close(struct kiln_generator *g)
 
 int64_t kiln_generator_context(const struct kiln_generator *g) { return g ? g->context : 0; }
 int64_t kiln_generator_vocab(const struct kiln_generator *g) { return g ? g->vocab : 0; }
+int64_t kiln_generator_classes(const struct kiln_generator *g) { return g ? g->classes : 0; }
+
+kiln_status kiln_generator_allow(struct kiln_generator *g, const uint8_t *allowed, int64_t n)
+{
+	if (!g)
+		return kiln_null_arg("kiln_generator_allow", "g");
+	free(g->allowed);
+	g->allowed = NULL;
+	if (!allowed)
+		return KILN_OK;
+	if (n < 0)
+		return kiln_error(KILN_EINVAL, "kiln_generator_allow: n = %lld is negative", (long long)n);
+	if (!(g->allowed = calloc((size_t)g->classes, 1)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	int64_t any = 0;
+	for (int64_t i = 0; i < g->classes && i < n; i++)
+		any += g->allowed[i] = allowed[i] != 0;
+	if (any)
+		return KILN_OK;
+	free(g->allowed);
+	g->allowed = NULL;
+	return kiln_error(KILN_EINVAL, "kiln_generator_allow: no id below %lld (the model's %lld classes, %lld allowed ids given) is allowed: nothing could be drawn",
+			  (long long)(n < g->classes ? n : g->classes), (long long)g->classes, (long long)n);
+}
 
 kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t token,
 				const float **logits)
@@ -160,55 +255,92 @@ static int by_logit(const void *a, const void *b)
 	return (x->id > y->id) - (x->id < y->id);
 }
 
-/* The candidates of a draw into c[]: every id below V, or the top_k
- * largest logits (ties: the lower id); returns their count. */
-static int64_t candidates(const float *logits, int64_t V, int64_t top_k, struct cand *c)
+/* Every logit that may be drawn (allowed[i], NULL: every one below V) is
+ * a number or -inf (a probability of 0), and one is more than -inf: a NaN
+ * or +inf (a model whose output overflowed, or whose weights are not
+ * finite) has no distribution to draw from, as torch.multinomial refuses
+ * it; before session 40 the draw then gave id V - 1, silently. */
+static kiln_status logits_check(const float *logits, int64_t V, const uint8_t *allowed)
 {
+	int64_t live = 0;
+	for (int64_t i = 0; i < V; i++) {
+		if (allowed && !allowed[i])
+			continue;
+		if (isnan(logits[i]) || logits[i] == INFINITY)
+			return kiln_error(KILN_EDATA, "the logit of id %lld is %s: no token can be drawn from logits that are not finite (the model's output overflowed, or its weights are not finite)",
+					  (long long)i, isnan(logits[i]) ? "NaN" : "+inf");
+		live += logits[i] > -INFINITY;
+	}
+	if (!live)
+		return kiln_error(KILN_EDATA, "every logit that may be drawn is -inf: no token has a probability");
+	return KILN_OK;
+}
+
+/* The candidates of a draw into c[]: every id below V that allowed lets
+ * through (NULL: all), or the top_k largest logits of those (ties: the
+ * lower id); returns their count. */
+static int64_t candidates(const float *logits, int64_t V, const uint8_t *allowed, int64_t top_k,
+			  struct cand *c)
+{
+	int64_t n = 0;
 	for (int64_t i = 0; i < V; i++)
-		c[i] = (struct cand){ logits[i], (int32_t)i };
-	if (top_k <= 0 || top_k >= V)
-		return V;
-	qsort(c, (size_t)V, sizeof *c, by_logit);
+		if (!allowed || allowed[i])
+			c[n++] = (struct cand){ logits[i], (int32_t)i };
+	if (top_k <= 0 || top_k >= n)
+		return n;
+	qsort(c, (size_t)n, sizeof *c, by_logit);
 	return top_k;
+}
+
+/* kiln_sample_token among the ids allowed (NULL: all below V). */
+static kiln_status sample(const float *logits, int64_t V, const uint8_t *allowed,
+			  const struct kiln_sample_opts *o, uint64_t draw, int32_t *token)
+{
+	if (o->vocab > 0 && o->vocab < V)
+		V = o->vocab;
+	kiln_status st = logits_check(logits, V, allowed);
+	if (st)
+		return st;
+	struct cand *c = malloc(sizeof *c * (size_t)V);
+	if (!c)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	const int greedy = !(o->temperature > 0) || o->top_k == 1;
+	const int64_t n = candidates(logits, V, allowed, greedy ? 0 : o->top_k, c);
+	int64_t best = 0; /* the first largest (in id order, or top-k order) */
+	for (int64_t k = 1; k < n; k++)
+		if (c[k].logit > c[best].logit)
+			best = k;
+	const float mx = c[best].logit;
+	*token = c[best].id;
+	if (greedy) {
+		free(c);
+		return KILN_OK;
+	}
+	double total = 0;
+	for (int64_t k = 0; k < n; k++)
+		total += exp((double)(c[k].logit - mx) / o->temperature);
+	/* u in [0, 1) from (seed, the sampling stream, draw): the inverse of
+	 * the cumulative distribution, in the candidates' order; where
+	 * rounding leaves u past the last sum, the last candidate with a
+	 * probability */
+	const double u = (double)kiln_rng_uniform(o->seed, KILN_RNG_SAMPLE, draw, 0) * total;
+	double acc = 0;
+	for (int64_t k = 0; k < n; k++) {
+		const double w = exp((double)(c[k].logit - mx) / o->temperature);
+		acc += w;
+		if (w > 0)
+			*token = c[k].id;
+		if (u < acc)
+			break;
+	}
+	free(c);
+	return KILN_OK;
 }
 
 kiln_status kiln_sample_token(const float *logits, int64_t V, const struct kiln_sample_opts *o,
 			      uint64_t draw, int32_t *token)
 {
-	if (o->vocab > 0 && o->vocab < V)
-		V = o->vocab;
-	if (!(o->temperature > 0) || o->top_k == 1) { /* greedy: the first largest */
-		int64_t best = 0;
-		for (int64_t i = 1; i < V; i++)
-			if (logits[i] > logits[best])
-				best = i;
-		*token = (int32_t)best;
-		return KILN_OK;
-	}
-	struct cand *c = malloc(sizeof *c * (size_t)V);
-	if (!c)
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	const int64_t n = candidates(logits, V, o->top_k, c);
-	float mx = -INFINITY;
-	for (int64_t k = 0; k < n; k++)
-		mx = c[k].logit > mx ? c[k].logit : mx;
-	double total = 0;
-	for (int64_t k = 0; k < n; k++)
-		total += exp((double)(c[k].logit - mx) / o->temperature);
-	/* u in [0, 1) from (seed, the sampling stream, draw): the inverse of
-	 * the cumulative distribution, in the candidates' order */
-	const double u = (double)kiln_rng_uniform(o->seed, KILN_RNG_SAMPLE, draw, 0) * total;
-	double acc = 0;
-	*token = c[n - 1].id;
-	for (int64_t k = 0; k < n; k++) {
-		acc += exp((double)(c[k].logit - mx) / o->temperature);
-		if (u < acc) {
-			*token = c[k].id;
-			break;
-		}
-	}
-	free(c);
-	return KILN_OK;
+	return sample(logits, V, NULL, o, draw, token);
 }
 
 kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
@@ -228,8 +360,9 @@ kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64
 			return st;
 	for (int64_t k = 0; k < n_new; k++) {
 		int32_t next;
-		if ((st = kiln_sample_token(logits, g->vocab, o, (uint64_t)k, &next)))
-			return st;
+		if ((st = sample(logits, g->classes, g->allowed, o, (uint64_t)k, &next)))
+			return kiln_error_wrap(st, "drawing new token %lld (position %lld)", (long long)k,
+					       (long long)(n_prompt + k));
 		out[k] = next;
 		if (fn && (st = fn(user, next)))
 			return st;

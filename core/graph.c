@@ -22,6 +22,15 @@ int kiln_model_find_layer(const struct kiln_model *m, int upto, const char *name
 	return -2;
 }
 
+int64_t kiln_model_loss_classes(const struct kiln_model *m)
+{
+	const char *lsec = m->layers[m->loss_layer].section;
+	int64_t lc = 0;
+	if (kiln_config_get(m->cfg, lsec, "classes"))
+		kiln_config_get_int(m->cfg, lsec, "classes", &lc);
+	return lc;
+}
+
 static char *trim(char *s)
 {
 	while (*s == ' ' || *s == '\t')

@@ -562,6 +562,11 @@ static inline size_t kiln_align_up(size_t n)
 /* core/graph.c and graph_infer.c, for the planner.  The index of layer
  * `name` among the first `upto` layers, -2 when there is none. */
 int kiln_model_find_layer(const struct kiln_model *m, int upto, const char *name);
+/* core/graph.c.  The loss layer's `classes` ([layer.loss] classes of
+ * softmax_xent: the first N logits are classes, the rest a padded
+ * vocabulary's columns the loss never trains), 0 when it sets none (every
+ * logit a class). */
+int64_t kiln_model_loss_classes(const struct kiln_model *m);
 /* The data input as layers see it: [batch, sample...], 4-d inputs in the
  * model's layout, the compute dtype. */
 void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln_tensor_desc *d);
@@ -700,6 +705,10 @@ struct kiln_given {
 	 * records (kiln_quant_sample; its weights are the caller's to read),
 	 * or NULL */
 	const struct kiln_safetensors *qf;
+	/* the device to open in [run] device's place (set by the caller:
+	 * `kiln generate` on the CPU device where `auto` chose one without
+	 * decoding), or NULL */
+	const char *device;
 };
 kiln_status kiln_given_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			    const char *path, struct kiln_given *g);
@@ -720,8 +729,8 @@ kiln_status kiln_given_load(struct kiln_model *m, const struct kiln_given *g, vo
  * (safetensors or llm.c's, read as [model] init_from reads one, in its
  * place; `kiln predict|eval|export|generate --checkpoint F.safetensors`),
  * else [run] seed and [model]
- * init_from (with a warning; KILN_ECONFIG when
- * need_trained and there is no init_from either); need_trained < 0: no
+ * init_from (with a warning; need_trained: init_from alone, as trained
+ * weights, KILN_ECONFIG when there is none); need_trained < 0: no
  * weights at all (undefined values, nothing drawn), no checkpoint or
  * init_from looked for (the model's shape is what the caller wants:
  * `kiln eval --quantized`).  A checkpoint's weights are not drawn first

@@ -348,6 +348,11 @@ kiln_status kiln_device_open_peer(const struct kiln_registry *reg, const struct 
 				  const char *name, int ordinal, int threads, int peers,
 				  struct kiln_device **out);
 
+/* core/device.c: 1 when dev implements op `type` (enum kiln_op_type; the
+ * device table's has_op, every op where it has none), 0 when it does not
+ * yet (kiln_device_prepare is then KILN_ENOTSUP naming the op). */
+int kiln_device_has_op(const struct kiln_device *dev, int type);
+
 /* core/device.c: the plan of out0 = in0 + in1 over n f32 (in place:
  * out0 may be in0), for gradient sums. */
 kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **plan);

@@ -49,10 +49,12 @@ core_libkiln_core_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # changed: current+1, revision 0, age 0; the code alone: revision+1.
 # 4:0:2 since session 39 (libkiln.so.2.2.0): kiln_safetensors_read,
 # kiln_safetensors_index and kiln_train_failed_own added.
+# 5:0:3 since session 40 (libkiln.so.2.3.0): kiln_generator_classes and
+# kiln_generator_allow added.
 lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES =
 libkiln_la_LIBADD = core/libkiln_core.la
-libkiln_la_LDFLAGS = -version-info 4:0:2 -export-symbols $(srcdir)/core/libkiln.sym
+libkiln_la_LDFLAGS = -version-info 5:0:3 -export-symbols $(srcdir)/core/libkiln.sym
 EXTRA_libkiln_la_DEPENDENCIES = core/libkiln.sym
 EXTRA_DIST += core/libkiln.sym
 noinst_LTLIBRARIES += libkiln-internal.la

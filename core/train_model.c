@@ -161,9 +161,8 @@ static kiln_status check_labels(struct trainer *t, const struct train_set *set)
 	/* the loss layer's own `classes` (a padded vocabulary: fewer than
 	 * the logits) is what a label must be below */
 	const char *lsec = t->m->layers[t->m->loss_layer].section;
-	int64_t lc = 0, ign = -1;
-	if (kiln_config_get(t->cfg, lsec, "classes"))
-		kiln_config_get_int(t->cfg, lsec, "classes", &lc);
+	const int64_t lc = kiln_model_loss_classes(t->m);
+	int64_t ign = -1;
 	if (kiln_config_get(t->cfg, lsec, "ignore_index"))
 		kiln_config_get_int(t->cfg, lsec, "ignore_index", &ign);
 	/* the largest label is the ignore_index (a padding class past the

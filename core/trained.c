@@ -155,6 +155,20 @@ static kiln_status trained_sample(const struct kiln_config *cfg, const struct ki
 	return KILN_OK;
 }
 
+/* [model] init_from as the trained weights (need_trained): what it does
+ * not give ([model] init_strict = 0) is about to be drawn from [run] seed,
+ * untrained. */
+static void init_from_gaps(const struct kiln_model *m, const char *verb, const char *init)
+{
+	int drawn = 0, first = -1;
+	for (int i = 0; i < m->n_params; i++)
+		if (!m->params[i].given && !drawn++)
+			first = i;
+	if (drawn)
+		kiln_log(KILN_LOG_WARN, "core", "[model] init_from %s gives %d of the model's %d parameters and buffers: %s the initial values ([run] seed), not trained ones, of the other %d ('%s' the first)",
+			 init, m->n_params - drawn, m->n_params, verb, drawn, m->params[first].name);
+}
+
 kiln_status kiln_trained_open_given(const struct kiln_config *cfg,
 				    const struct kiln_registry *reg, const struct kiln_given *g,
 				    const char *verb, int need_trained, struct kiln_trained *t)
@@ -181,11 +195,14 @@ kiln_status kiln_trained_open_given(const struct kiln_config *cfg,
 	else if (need_trained && !has_init)
 		return kiln_error(KILN_ECONFIG, "%s%s: no trained weights (give --checkpoint CKPT or [model] init_from, or train first)",
 				  *dir ? "no checkpoint in " : "[run] out_dir is empty", dir);
+	else if (need_trained)
+		kiln_log(KILN_LOG_INFO, "core", "%s%s: %s the weights of [model] init_from %s",
+			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb, init);
 	else
 		kiln_log(KILN_LOG_WARN, "core", "%s%s: %s the initial weights ([run] seed%s), not trained ones (give --checkpoint CKPT, or train first)",
 			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb,
 			 has_init ? ", then [model] init_from" : "");
-	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
+	if ((st = kiln_device_open(reg, cfg, g->device ? g->device : run.device, 0, &t->dev)))
 		goto out;
 	if ((st = trained_sample(cfg, reg, ck, g->qf, &t->sample)))
 		goto out;
@@ -197,8 +214,11 @@ kiln_status kiln_trained_open_given(const struct kiln_config *cfg,
 	    /* a checkpoint replaces every weight: init_from is not read; what
 	     * init_from gives is not drawn */
 	    (!ck && need_trained >= 0 &&
-	     (st = weights ? kiln_given_load(t->m, g, t->stream) : kiln_model_init_from(t->m, t->stream))) ||
-	    /* nothing drawn where a checkpoint follows or the shape alone is
+	     (st = weights ? kiln_given_load(t->m, g, t->stream) : kiln_model_init_from(t->m, t->stream))))
+		goto out;
+	if (!ck && !weights && need_trained > 0)
+		init_from_gaps(t->m, verb, init);
+	if (/* nothing drawn where a checkpoint follows or the shape alone is
 	     * wanted */
 	    (st = ck || need_trained < 0 ? kiln_model_init_loaded(t->m, t->stream)
 					 : kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||

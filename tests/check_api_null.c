@@ -161,6 +161,8 @@ START_TEST(runner_nulls)
 	ck_assert_ptr_null(kiln_source_name(NULL));
 	ck_assert_int_eq(kiln_model_param_count(NULL), 0);
 	ck_assert_int_eq(kiln_generator_vocab(NULL), 0);
+	ck_assert_int_eq(kiln_generator_classes(NULL), 0);
+	assert_null_arg(kiln_generator_allow(NULL, NULL, 0), "kiln_generator_allow", "g");
 	kiln_registry_close(r);
 	kiln_config_free(c);
 }

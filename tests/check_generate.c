@@ -33,8 +33,9 @@ static const char block[] =
 	"[layer.h%d.mlp_proj]\ntype = linear\nout = 16\n"
 	"[layer.h%d.res_2]\ntype = add\ninputs = h%d.mlp_proj, h%d.res_1\n";
 
-/* The tiny GPT's config; `attn` is extra [layer.hN.sdpa] keys. */
-static void gpt_ini(char *out, size_t n, const char *attn)
+/* The tiny GPT's config; `attn` is extra [layer.hN.sdpa] keys, `loss`
+ * extra [layer.loss] keys. */
+static void gpt_ini(char *out, size_t n, const char *attn, const char *loss)
 {
 	int k = snprintf(out, n, "[run]\nseed = 3\n"
 				 "[layer.wte]\ntype = embedding\nvocab = %d\ndim = 16\n"
@@ -48,7 +49,7 @@ static void gpt_ini(char *out, size_t n, const char *attn)
 	snprintf(out + k, n - (size_t)k,
 		 "[layer.ln_f]\ntype = layernorm\n"
 		 "[layer.lm_head]\ntype = linear\nout = %d\nbias = 0\ntie = wte\n"
-		 "[layer.loss]\ntype = softmax_xent\n", V);
+		 "[layer.loss]\ntype = softmax_xent\n%s", V, loss);
 }
 
 struct rig {
@@ -60,11 +61,11 @@ struct rig {
 	float *metrics;
 };
 
-static void rig_open(struct rig *r, const char *attn, int dtype)
+static void rig_open(struct rig *r, const char *attn, const char *loss, int dtype)
 {
 	char ini[8192];
 	memset(r, 0, sizeof *r);
-	gpt_ini(ini, sizeof ini, attn);
+	gpt_ini(ini, sizeof ini, attn, loss);
 	r->cfg = test_config(reg, ini);
 	const int64_t t = T;
 	struct kiln_tensor_desc sample;
@@ -176,7 +177,7 @@ START_TEST(test_decode_equals_full)
 	struct rig r;
 	int32_t tok[BMAX * T];
 	float full[BMAX * T * V];
-	rig_open(&r, "", KILN_F32);
+	rig_open(&r, "", "", KILN_F32);
 	for (int B = 1; B <= BMAX; B += 2) {
 		tokens_of(tok, B * T, (unsigned)B);
 		full_logits(&r, B, tok, full);
@@ -192,7 +193,7 @@ START_TEST(test_decode_bf16)
 	struct rig r;
 	int32_t tok[T];
 	float full[T * V];
-	rig_open(&r, "", KILN_BF16);
+	rig_open(&r, "", "", KILN_BF16);
 	tokens_of(tok, T, 5);
 	full_logits(&r, 1, tok, full);
 	decode_matches(&r, 1, tok, full, 4e-3);
@@ -209,7 +210,7 @@ START_TEST(test_greedy_is_full_argmax)
 	const int32_t prompt[3] = { 4, 1, 7 };
 	int32_t seq[T], out[T];
 	float full[T * V];
-	rig_open(&r, "", KILN_F32);
+	rig_open(&r, "", "", KILN_F32);
 	ck_assert_msg(kiln_generator_new(r.m, r.stream, T, &g) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(kiln_generator_context(g), T);
 	ck_assert_int_eq(kiln_generator_vocab(g), V);
@@ -297,7 +298,7 @@ START_TEST(test_errors)
 	int32_t out[T + 1];
 	const float *logits;
 	const struct kiln_sample_opts o = { .temperature = 0 };
-	rig_open(&r, "", KILN_F32);
+	rig_open(&r, "", "", KILN_F32);
 	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
 	ck_assert_int_eq(kiln_generate(g, prompt, 4, T - 3, &o, out, NULL, NULL), KILN_EINVAL);
 	ck_assert_msg(strstr(kiln_last_error(), "exceed the model's context of 9 tokens (ask for at most 5)"),
@@ -325,11 +326,228 @@ START_TEST(test_errors)
 	ck_assert_msg(strstr(kiln_last_error(), "more than max_len"), "%s", kiln_last_error());
 	rig_close(&r);
 	/* attention that sees later tokens cannot be decoded */
-	rig_open(&r, "causal = 0\n", KILN_F32);
+	rig_open(&r, "causal = 0\n", "", KILN_F32);
 	ck_assert_int_eq(kiln_generator_new(r.m, r.stream, T, &g), KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "cannot be decoded token by token"), "%s",
 		      kiln_last_error());
 	rig_close(&r);
+}
+END_TEST
+
+/* A logit that is NaN or +inf has no distribution: a data error naming
+ * the id, greedy or sampled, with top-k or not (before session 40 a draw
+ * then gave id V - 1, silently, and greedy skipped a NaN); -inf is a
+ * probability of 0, never drawn; every logit -inf is an error too. */
+START_TEST(test_sample_not_finite)
+{
+	const struct kiln_sample_opts modes[3] = { { .temperature = 0 },
+						   { .temperature = 1, .seed = 3 },
+						   { .temperature = 1, .top_k = 2, .seed = 3 } };
+	for (int m = 0; m < 3; m++) {
+		for (int inf = 0; inf < 2; inf++) {
+			float lg[5] = { 0.5f, 2.0f, -1.0f, 1.0f, 0.2f };
+			int32_t id = -7;
+			lg[3] = inf ? INFINITY : NAN;
+			ck_assert_int_eq(kiln_sample_token(lg, 5, &modes[m], 0, &id), KILN_EDATA);
+			ck_assert_msg(strstr(kiln_last_error(), inf ? "the logit of id 3 is +inf" : "the logit of id 3 is NaN"),
+				      "mode %d: %s", m, kiln_last_error());
+		}
+		const float lg[5] = { 0.5f, -INFINITY, -1.0f, -INFINITY, 0.2f };
+		for (uint64_t d = 0; d < 2000; d++) {
+			int32_t id = -7;
+			ck_assert_msg(kiln_sample_token(lg, 5, &modes[m], d, &id) == 0, "%s", kiln_last_error());
+			ck_assert_msg(id == 0 || id == 2 || id == 4, "mode %d draw %d: id %d, whose logit is -inf",
+				      m, (int)d, id);
+		}
+		const float none[3] = { -INFINITY, -INFINITY, -INFINITY };
+		int32_t id;
+		ck_assert_int_eq(kiln_sample_token(none, 3, &modes[m], 0, &id), KILN_EDATA);
+		ck_assert_msg(strstr(kiln_last_error(), "every logit that may be drawn is -inf"), "%s",
+			      kiln_last_error());
+	}
+	/* through kiln_generate: the error names the new token and its
+	 * position (a NaN bias before the tied head: every logit NaN) */
+	struct rig r;
+	struct kiln_generator *g;
+	struct kiln_param_info pi;
+	const int32_t prompt[3] = { 4, 1, 7 };
+	int32_t out[2];
+	const float nan = NAN;
+	rig_open(&r, "", "", KILN_F32);
+	ck_assert(kiln_model_param_find(r.m, "ln_f.bias", &pi) == 0);
+	TEST_H2D(&r, pi.param + 5, &nan, sizeof nan);
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	ck_assert_int_eq(kiln_generate(g, prompt, 3, 2, &modes[0], out, NULL, NULL), KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "drawing new token 0 (position 3): the logit of id 0 is NaN"),
+		      "%s", kiln_last_error());
+	kiln_generator_close(g);
+	rig_close(&r);
+}
+END_TEST
+
+/* kiln_generate's draws over 40 seeds at temperature 50 (all but
+ * uniform): from nothing outside out of the ids ok[0..V) lets through. */
+static void draws_within(struct kiln_generator *g, const int *ok, const char *what)
+{
+	const int32_t prompt[2] = { 4, 9 };
+	int32_t out[T - 2];
+	int seen[V] = { 0 };
+	struct kiln_sample_opts s = { .temperature = 50 };
+	for (s.seed = 1; s.seed <= 40; s.seed++) {
+		ck_assert_msg(kiln_generate(g, prompt, 2, T - 2, &s, out, NULL, NULL) == 0, "%s",
+			      kiln_last_error());
+		for (int k = 0; k < T - 2; k++) {
+			ck_assert_msg(out[k] >= 0 && out[k] < V && ok[out[k]], "%s: seed %d drew id %d",
+				      what, (int)s.seed, out[k]);
+			seen[out[k]]++;
+		}
+	}
+	for (int v = 0; v < V; v++)
+		ck_assert_msg(!ok[v] || seen[v], "%s: id %d never drawn in 280 draws", what, v);
+}
+
+/* The draws stay below the loss layer's classes (the columns past it are
+ * a padded vocabulary's, never trained: before session 40 they were
+ * drawn) and among the ids kiln_generator_allow lets through (a
+ * tokenizer's vocabulary with gaps); greedy too. */
+START_TEST(test_draw_bounds)
+{
+	struct rig r;
+	struct kiln_generator *g;
+	int ok[V];
+	/* without classes every id is drawn, those past 7 included */
+	rig_open(&r, "", "", KILN_F32);
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	ck_assert_int_eq(kiln_generator_classes(g), V);
+	for (int v = 0; v < V; v++)
+		ok[v] = 1;
+	draws_within(g, ok, "no classes");
+	kiln_generator_close(g);
+	rig_close(&r);
+
+	rig_open(&r, "", "classes = 7\n", KILN_F32);
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	ck_assert_int_eq(kiln_generator_vocab(g), V);
+	ck_assert_int_eq(kiln_generator_classes(g), 7);
+	for (int v = 0; v < V; v++)
+		ok[v] = v < 7;
+	draws_within(g, ok, "classes = 7");
+	/* ids 0, 2 and 5 allowed (and 9, past the classes) */
+	uint8_t allow[V] = { 0 };
+	allow[0] = allow[2] = allow[5] = allow[9] = 1;
+	ck_assert_msg(kiln_generator_allow(g, allow, V) == 0, "%s", kiln_last_error());
+	for (int v = 0; v < V; v++)
+		ok[v] = v == 0 || v == 2 || v == 5;
+	draws_within(g, ok, "ids 0, 2, 5");
+	/* greedy: the largest of the allowed logits */
+	const int32_t prompt[2] = { 4, 9 };
+	const float *lg;
+	int32_t out;
+	ck_assert(kiln_generator_step(g, 0, prompt[0], &lg) == 0);
+	ck_assert(kiln_generator_step(g, 1, prompt[1], &lg) == 0);
+	const int32_t want = lg[0] >= lg[2] && lg[0] >= lg[5] ? 0 : lg[2] >= lg[5] ? 2 : 5;
+	ck_assert(kiln_generate(g, prompt, 2, 1, &(struct kiln_sample_opts){ .temperature = 0 }, &out,
+				NULL, NULL) == 0);
+	ck_assert_int_eq(out, want);
+	/* nothing allowed below the classes: refused, the mask cleared */
+	uint8_t only9[V] = { 0 };
+	only9[9] = 1;
+	ck_assert_int_eq(kiln_generator_allow(g, only9, V), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "no id below 7"), "%s", kiln_last_error());
+	for (int v = 0; v < V; v++)
+		ok[v] = v < 7;
+	draws_within(g, ok, "mask cleared");
+	/* a mask shorter than the classes: the ids past it are not allowed */
+	ck_assert(kiln_generator_allow(g, allow, 3) == 0);
+	for (int v = 0; v < V; v++)
+		ok[v] = v == 0 || v == 2;
+	draws_within(g, ok, "ids 0, 2 of 3");
+	ck_assert(kiln_generator_allow(g, NULL, 0) == 0);
+	for (int v = 0; v < V; v++)
+		ok[v] = v < 7;
+	draws_within(g, ok, "NULL: every id below the classes");
+	kiln_generator_close(g);
+	rig_close(&r);
+}
+END_TEST
+
+/* A shard of tokens in llm.c's format at path: magic, version and count
+ * in a 1024-byte header, then n uint16 tokens (each < V). */
+static void write_shard(const char *path, int n)
+{
+	uint8_t b[1024 + 2 * 64] = { 0 };
+	const int32_t h[3] = { 20240520, 1, n };
+	ck_assert(n <= 64);
+	memcpy(b, h, sizeof h); /* (little-endian, as the format) */
+	for (int i = 0; i < n; i++)
+		b[1024 + 2 * i] = (uint8_t)((i * 5 + 3) % V);
+	FILE *f = fopen(path, "wb");
+	ck_assert(f && fwrite(b, 1, 1024 + 2 * (size_t)n, f) == 1024 + 2 * (size_t)n);
+	fclose(f);
+}
+
+/* kiln_generator_open of the tiny GPT's weights ([model] init_from) under
+ * [run] precision = bf16 and fp32: each decodes as the full forward of
+ * its compute dtype (before session 40 it ran f32 whatever [run]
+ * precision said: bf16's logits were f32's to the bit). */
+START_TEST(test_open_precision)
+{
+	char dir[4096], w[4200], shard[4200], base[8192], ini[20480], over[4200];
+	struct rig r32, r16;
+	int32_t tok[T];
+	float full32[T * V], full16[T * V];
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "gen-prec"));
+	snprintf(w, sizeof w, "%s/w.safetensors", dir);
+	snprintf(shard, sizeof shard, "%s/train.bin", dir);
+	write_shard(shard, 40);
+	tokens_of(tok, T, 9);
+	rig_open(&r32, "", "", KILN_F32);
+	ck_assert_msg(kiln_model_save_safetensors(r32.m, w, r32.stream) == 0, "%s", kiln_last_error());
+	full_logits(&r32, 1, tok, full32);
+	rig_close(&r32);
+	rig_open(&r16, "", "", KILN_BF16); /* the same weights (seed 7) */
+	full_logits(&r16, 1, tok, full16);
+	rig_close(&r16);
+	gpt_ini(base, sizeof base, "", "");
+	snprintf(ini, sizeof ini, "%s[data]\nsource = tokens\npath = %s\ncontext = %d\n[model]\ninit_from = %s\n",
+		 base, shard, T, w);
+	for (int bf = 0; bf < 2; bf++) {
+		struct kiln_config *cfg;
+		struct kiln_generator *g;
+		const float *lg;
+		ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == 0);
+		snprintf(over, sizeof over, "run.out_dir=%.4000s/run", dir);
+		ck_assert(kiln_config_override(cfg, over) == 0);
+		ck_assert(kiln_config_override(cfg, "run.device=cpu") == 0);
+		ck_assert(kiln_config_override(cfg, bf ? "run.precision=bf16" : "run.precision=fp32") == 0);
+		ck_assert_msg(kiln_config_validate(cfg, reg) == 0, "%s", kiln_last_error());
+		ck_assert_msg(kiln_generator_open(cfg, reg, NULL, &g) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(kiln_generator_context(g), T);
+		int f32_bits = 0; /* logits that are no bf16 value */
+		for (int t = 0; t < T; t++) {
+			ck_assert_msg(kiln_generator_step(g, t, tok[t], &lg) == 0, "%s", kiln_last_error());
+			for (int v = 0; v < V; v++) {
+				const double want = bf ? full16[t * V + v] : full32[t * V + v];
+				const double tol = bf ? 4e-3 : 2e-5;
+				uint32_t u;
+				ck_assert_msg(fabs(lg[v] - want) <= tol * (1 + fabs(want)),
+					      "%s position %d logit %d: decoded %.7g, full forward %.7g",
+					      bf ? "bf16" : "fp32", t, v, lg[v], want);
+				memcpy(&u, &lg[v], sizeof u);
+				f32_bits += (u & 0xffff) != 0;
+			}
+		}
+		/* bf16 compute: the plan's logits are bf16, widened (f32 ones
+		 * all had their low 16 bits zero with a chance of 2^-1584) */
+		if (bf)
+			ck_assert_msg(f32_bits == 0, "bf16: %d of %d logits are no bf16 value: not bf16 compute",
+				      f32_bits, T * V);
+		else
+			ck_assert_msg(f32_bits > 0, "fp32: every logit is a bf16 value");
+		kiln_generator_close(g);
+		kiln_config_free(cfg);
+	}
+	test_tmpdir_remove(dir);
 }
 END_TEST
 
@@ -338,7 +556,8 @@ static Suite *make_generate_suite(void)
 	Suite *s = suite_create("generate");
 	check_add_case(s, "decode", 120, NULL, NULL, (const TTest *[]){
 		test_decode_equals_full, test_decode_bf16, test_greedy_is_full_argmax,
-		test_sampling, test_errors, NULL });
+		test_sampling, test_errors, test_sample_not_finite, test_draw_bounds,
+		test_open_precision, NULL });
 	return s;
 }
 

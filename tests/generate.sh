@@ -12,7 +12,13 @@
 #  3. the prompt and the new tokens must fit the context (no sliding
 #     window), --vocab goes with --merges, bad numbers: exit 2;
 #  4. BPE: with a vocab.json + merges.txt written here, packing, training
-#     and generating with the same files decode to the vocabulary's pieces.
+#     and generating with the same files decode to the vocabulary's pieces;
+#     a vocabulary with a gap among its ids never draws one of them.
+#  Session 40: [run] precision = bf16 is taken (the [amp] line); the
+#  draws stay below [layer.loss] classes; [model] init_from as the
+#  trained weights, without a warning about initial ones (but for what an
+#  init_strict = 0 file leaves out); a model whose logits are not finite
+#  is a data error naming the new token and its position.
 # The decode logits themselves are checked against the full forward in
 # tests/check_generate.c.
 name=generate
@@ -81,6 +87,32 @@ kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0
 	--checkpoint "$tmp/w.safetensors"
 stderr_has "generating with the weights of $tmp/w.safetensors"
 cmp -s "$out" "$tmp/a.txt" || fail "the checkpoint's weights as safetensors printed other text"
+# ... and as [model] init_from with no checkpoint: the same weights, so the
+# same text, and no warning (before session 40: "generating with the
+# initial weights ([run] seed, then [model] init_from), not trained ones")
+kiln 0 generate "$ini" "run.out_dir=$tmp/none" "model.init_from=$tmp/w.safetensors" \
+	--prompt "the quick" --tokens 14 --seed 5 --temperature 0.8
+stderr_has "generating with the weights of [model] init_from $tmp/w.safetensors"
+! grep -q "warning" "$err" || fail "generate from [model] init_from warned: $(grep warning "$err")"
+cmp -s "$out" "$tmp/a.txt" || fail "the weights as [model] init_from printed other text"
+# [run] precision = bf16 is taken (before session 40 generation ran f32
+# whatever it said; tests/check_generate compares the logits)
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 run.precision=bf16
+stderr_has "[amp] precision = bf16: bf16 compute"
+# high_bytes: the bytes >= 100 that generate printed after a 3-byte prompt
+high_bytes() { tail -c +4 "$out" | od -An -v -tu1 | awk '{ for (i = 1; i <= NF; i++) n += $i >= 100 } END { print n + 0 }'; }
+# the draws stay below [layer.loss] classes: at temperature 20 (about
+# uniform) 20 bytes of 256 include some >= 100, of 100 classes none in
+# 6 x 20 (before session 40 ids past the classes, which the loss never
+# trains, were drawn)
+kiln 0 generate "$ini" --checkpoint "$tmp/w.safetensors" --prompt "the" --tokens 20 --temperature 20
+[ "$(high_bytes)" -gt 0 ] || fail "temperature 20 drew no byte >= 100: the classes check below proves nothing"
+for s in 1 2 3 4 5 6; do
+	kiln 0 generate "$ini" --checkpoint "$tmp/w.safetensors" layer.loss.classes=100 --prompt "the" \
+		--tokens 20 --temperature 20 --seed $s
+	[ "$(high_bytes)" -eq 0 ] || fail "seed $s: $(high_bytes) bytes >= [layer.loss] classes = 100"
+done
+stderr_has "drawing ids below 100, the loss layer's classes (the tokenizer has 256)"
 differ=0
 for s in 6 7 8 9; do
 	kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed $s --temperature 0.8
@@ -151,6 +183,35 @@ stderr_has "junk.kiln: not a kiln checkpoint"
 kiln 0 train "$tmp/lstm.ini"
 kiln 1 generate "$tmp/lstm.ini" --prompt "the" --tokens 3
 stderr_has "layer 'rnn' (lstm): no step-by-step decoding yet"
+# [model] init_from with init_strict = 0 that gives none of the GPT's
+# tensors (the lstm's): the rest are initial weights, and it says so
+kiln 0 export "$tmp/lstm.ini" --safetensors "$tmp/lstm.safetensors"
+kiln 0 generate "$ini" "run.out_dir=$tmp/none" "model.init_from=$tmp/lstm.safetensors" \
+	model.init_strict=0 --prompt "the" --tokens 3
+stderr_has "[model] init_from $tmp/lstm.safetensors gives 0 of the model's 28 parameters and buffers: generating with the initial values ([run] seed), not trained ones, of the other 28 ('wte.weight' the first)"
+# logits that are not finite (ln_f's weight and bias at the largest f32,
+# so its output overflows): a data error naming the new token and its
+# position, nothing drawn (before session 40 the sampler printed id 255)
+if command -v python3 >/dev/null; then
+	python3 - "$tmp/w.safetensors" "$tmp/big.safetensors" <<'EOF' || fail "writing big.safetensors"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+for name in ("ln_f.weight", "ln_f.bias"):
+	lo, hi = h[name]["data_offsets"]
+	b[8 + n + lo:8 + n + hi] = struct.pack("<f", 3.4e38) * ((hi - lo) // 4)
+open(sys.argv[2], "wb").write(b)
+EOF
+	for t in 0 0.8; do
+		kiln 3 generate "$ini" --checkpoint "$tmp/big.safetensors" --prompt "the quick" --tokens 5 \
+			--temperature $t
+		stderr_has "kiln: error: drawing new token 0 (position 9): the logit of id "
+		[ ! -s "$out" ] || fail "generate printed text from logits that are not finite"
+	done
+else
+	echo "skip: no python3 to write weights whose logits overflow"
+fi
 
 # 3. usage errors
 kiln 2 generate "$ini" --prompt "the quick brown fox jumps over" --tokens 1
@@ -196,9 +257,22 @@ stderr_has "kiln: error: checkpoint $tmp/none.kiln: no such file"
 printf '#version: 0.2\nt h\nth e\n\304\240 t\n' >"$tmp/merges.txt"
 kiln 0 pack --format tokens "$tmp/corpus.txt" --out "$tmp/data" --val-fraction 0.1 --force \
 	--vocab "$tmp/vocab.json" --merges "$tmp/merges.txt"
-gpt_ini "$ini" 260
+# a model's output wider than the tokenizer (304 of 260, as llm.c pads
+# GPT-2's 50257 to 50304)
+gpt_ini "$ini" 304
 kiln 0 train "$ini" "run.out_dir=$tmp/bpe"
 kiln 0 generate "$ini" "run.out_dir=$tmp/bpe" --prompt "the" --tokens 10 --seed 2 \
 	--vocab "$tmp/vocab.json" --merges "$tmp/merges.txt"
 stdout_matches '^the'
+# the same pieces with <|endoftext|> at 300: ids 259..299 are none of the
+# tokenizer's, and at temperature 20 none is drawn (before session 40 one
+# was, and printing it failed midway: "token 283 is not in the
+# tokenizer's vocabulary", exit 3)
+sed 's/"<|endoftext|>": 259/"<|endoftext|>": 300/' "$tmp/vocab.json" >"$tmp/gap.json"
+grep -q '"<|endoftext|>": 300' "$tmp/gap.json" || fail "gap.json has no <|endoftext|> at 300"
+for s in 1 2 3 4 5 6; do
+	kiln 0 generate "$ini" "run.out_dir=$tmp/bpe" --prompt "the" --tokens 10 --seed $s \
+		--temperature 20 --vocab "$tmp/gap.json" --merges "$tmp/merges.txt"
+	stdout_matches '^the'
+done
 echo "generate: $checks checks passed"

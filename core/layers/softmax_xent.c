@@ -37,7 +37,7 @@ static const struct kiln_key xent_keys[] = {
 	{ "ignore_index", KILN_KEY_INT, "-100", -1e9, 1e9, NULL,
 	  "Rows whose label is this get no gradient and are not counted in the loss mean or the accuracy (nn.CrossEntropyLoss(ignore_index)), over [B, C] and token [B, T, V] logits; any other label outside [0, classes) is an error." },
 	{ "classes", KILN_KEY_INT, "0", 0, 1e9, NULL,
-	  "The first N logits of a row are the classes: the softmax, loss and accuracy are over them and the rest (a padded vocabulary's columns, e.g. GPT-2's 50257 of 50304) get no gradient, as llm.c and PyTorch on the real vocabulary; a label must be below N. 0: every logit is a class." },
+	  "The first N logits of a row are the classes: the softmax, loss and accuracy are over them and the rest (a padded vocabulary's columns, e.g. GPT-2's 50257 of 50304) get no gradient, as llm.c and PyTorch on the real vocabulary; a label must be below N, and `kiln generate` draws only ids below N. 0: every logit is a class." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 

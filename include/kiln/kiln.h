@@ -1169,7 +1169,12 @@ struct kiln_sample_opts {
 /* Open [run] device, build cfg's model for the sample shape of [data] (a
  * `tokens` source: i32[T]; the context is T) and load the weights of
  * `checkpoint` (NULL: the newest usable one in [run] out_dir/checkpoints,
- * else [model] init_from; neither: KILN_ECONFIG), then plan decoding. */
+ * else [model] init_from; neither: KILN_ECONFIG), take [run] precision's
+ * compute dtype (as kiln eval and kiln predict do), then plan decoding.
+ * The device must implement KILN_OP_ATTENTION_DECODE (the CUDA device
+ * does not yet): a device `auto` chose without it gives way to the CPU
+ * device; [run] device naming one is KILN_ECONFIG before any weight is
+ * read ("generation needs the CPU device: set run.device=cpu"). */
 kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				const char *checkpoint, struct kiln_generator **out);
 /* A generator of model m (borrowed: it outlives the generator) on stream,
@@ -1179,6 +1184,18 @@ kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t conte
 void kiln_generator_close(struct kiln_generator *g);
 int64_t kiln_generator_context(const struct kiln_generator *g);
 int64_t kiln_generator_vocab(const struct kiln_generator *g); /* the logits' V */
+/* The ids kiln_generate draws from: below the loss layer's `classes`
+ * ([layer.loss] classes: the columns past it are a padded vocabulary's,
+ * which training never taught), else below V.  (libkiln.so.2.3) */
+int64_t kiln_generator_classes(const struct kiln_generator *g);
+/* Let kiln_generate draw only the ids i < n with allowed[i] nonzero (a
+ * tokenizer's vocabulary with gaps among its ids: the ids it lacks are
+ * never drawn), besides the bound of kiln_generator_classes and of
+ * kiln_sample_opts.vocab; allowed (host u8[n]) is copied.  NULL: every
+ * id again.  KILN_EINVAL when no id below kiln_generator_classes is
+ * allowed (nothing could be drawn; the mask is then cleared).
+ * (libkiln.so.2.3) */
+kiln_status kiln_generator_allow(struct kiln_generator *g, const uint8_t *allowed, int64_t n);
 
 /* Feed `token` at position pos (0 <= pos < context; the steps at 0..pos-1
  * of this sequence came before, pos = 0 starts a new one) and wait for
@@ -1190,7 +1207,11 @@ kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t t
 /* Draw a token from logits[0..V) (host): greedy (the first largest) when
  * temperature is 0 or top_k 1, else from softmax(logits / temperature)
  * over the top_k largest (ties: the lower id) by inverting the cumulative
- * distribution at u = kiln_rng_uniform(seed, sampling stream, draw). */
+ * distribution at u = kiln_rng_uniform(seed, sampling stream, draw).  A
+ * logit of -inf has a probability of 0 (never drawn); a NaN or +inf
+ * logit, or every one -inf, is KILN_EDATA naming the id (nothing can be
+ * drawn: torch.multinomial refuses such a distribution too; before
+ * session 40 the draw gave id V - 1). */
 kiln_status kiln_sample_token(const float *logits, int64_t V, const struct kiln_sample_opts *o,
 			      uint64_t draw, int32_t *token);
 
@@ -1199,8 +1220,10 @@ kiln_status kiln_sample_token(const float *logits, int64_t V, const struct kiln_
 typedef kiln_status (*kiln_token_fn)(void *user, int32_t token);
 
 /* Feed prompt[0..n_prompt) (n_prompt >= 1) from position 0, then draw
- * n_new tokens into out[] (draw k is the k-th new token), feeding each
- * back.  prompt + new tokens must fit the context: KILN_EINVAL naming the
+ * n_new tokens into out[] (draw k is the k-th new token, by
+ * kiln_sample_token over the ids kiln_generator_classes and
+ * kiln_generator_allow let through), feeding each back; a draw's error
+ * names the new token and its position.  prompt + new tokens must fit the context: KILN_EINVAL naming the
  * most that fit otherwise (no sliding window: the positions of a learned
  * positional embedding would shift, and the caches with them). */
 kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,

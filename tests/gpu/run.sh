@@ -614,6 +614,39 @@ counts_exact() {
 	pack
 }
 
+# kiln generate on a GPU machine (session 40, not run on a GPU yet): the
+# decoding attention (KILN_OP_ATTENTION_DECODE) has no CUDA kernel, so
+# [run] device = cuda is refused before anything is read (no weights,
+# no data here: the refusal comes first), naming run.device=cpu; `auto`
+# (which picks cuda) would generate on the CPU device, which this bundle
+# leaves out (kiln-cpu.so), so it is refused too, saying so.
+generate_device() {
+	if ! to=$(fit 30 10); then
+		skipped "generate on a GPU machine"
+		return
+	fi
+	gl=$logs/generate.log
+	: > "$gl"
+	for dv in cuda auto; do
+		timeout "$to" "$bundle/bin/kiln" generate examples/gpt_char.ini run.device=$dv \
+			run.out_dir="$runs/generate_none" data.path="$runs/generate_none" --prompt "Q: " \
+			--tokens 5 > "$runs/generate_$dv.txt" 2> "$runs/generate_$dv.err"
+		rc=$?
+		cat "$runs/generate_$dv.err" >> "$gl"
+		case $dv in
+		cuda) want="generation needs the CPU device: set run.device=cpu (the cuda device has no ATTENTION_DECODE" ;;
+		auto) want="generation needs the CPU device, which is not here (\`kiln plugins\`): device = auto chose cuda" ;;
+		esac
+		if [ $rc -ne 2 ] || ! grep -qF "$want" "$runs/generate_$dv.err"; then
+			fail "generate on a GPU machine" "device = $dv: exit $rc, want 2 and '$want'; logs/generate.log"
+			pack
+			return
+		fi
+	done
+	say "generate on a GPU machine: PASS (device = cuda refused naming run.device=cpu; auto refused for want of kiln-cpu.so)"
+	pack
+}
+
 # Finite gradients whose squares overflow f32 on cuda (tests/grad_overflow.sh;
 # session 39): k_partial_sum takes such a square in double, so the step is
 # taken as PyTorch's (the weights within 1e-7 of its SGD step, clip_norm's
@@ -666,6 +699,8 @@ stage1() {
 	wlowp_count "$logs/cnn_bf16_wlowp.log" cnn_bf16_wlowp
 	say "-- quantized CNN: kiln eval --quantized on cuda vs the cpu device's INT8 accuracy"
 	int8_eval
+	say "-- kiln generate with device = cuda (refused) and auto (the CPU device)"
+	generate_device
 }
 
 # kiln_sps NAME WANT KEY=VALUE...: a timed `kiln train` (train_samples_per_s
