@@ -5,6 +5,7 @@
  * (kiln_plan_dev); the transport copies between them on a copy stream
  * ordered by events (pipe_run.c).  docs/pipeline.md. */
 #include "pipeline.h"
+#include "profile.h" /* kiln_device_set_profile: the stages' devices profiled too */
 
 #include <sched.h> /* sched_getaffinity, CPU_COUNT (build-config.h: _GNU_SOURCE) */
 #include <unistd.h>
@@ -114,6 +115,10 @@ kiln_status kiln_pipe_devices_open(const struct kiln_registry *reg, struct kiln_
 						&m->stage_dev[s])))
 			return kiln_error_wrap(st, "pipeline stage %d's device %s:%d", s, d[s].plugin,
 					       d[s].ordinal);
+		/* profiled: its ops timed as the run's device's are (before
+		 * session 40 none was: 92% of gpt_char_split's profiled step
+		 * was "(host) untracked") */
+		kiln_device_set_profile(m->stage_dev[s], kiln_device_profile(m->dev));
 		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d on %s:%d, %d of %d threads", s,
 			 d[s].plugin, d[s].ordinal, share, T);
 	}

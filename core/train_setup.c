@@ -415,6 +415,7 @@ static kiln_status open_loop(struct trainer *t)
 	t->ep0 = t->pos.epoch;
 	t->off0 = t->pos.offset;
 	t->step = t->step0 = t->interval_start = t->pos.step;
+	kiln_profile_first_step(t->prof, t->step0); /* (the trace's step numbers) */
 	t->last_step = trainer_last_step(t);
 	t->finite_step = -1;
 	t->iv_closed_step = -1;
