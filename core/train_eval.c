@@ -204,8 +204,7 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	kiln_status st = eval_now(t, e);
 	if (st || t->eval_cut)
 		return st;
-	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);
-	t->iv_aside_s += kiln_now_s() - t0; /* not the log interval's training time */
+	t->res->eval_samples_per_s = (double)e->set->len / trainer_set_aside(t, t0);
 	t->evals++;
 	/* evaluation syncs are log points too */
 	trainer_counters_mark(t);

@@ -531,7 +531,16 @@ static kiln_status check_interval(struct trainer *t, double ls)
 	return KILN_OK;
 }
 
-/* The interval's wall time (evaluations and histograms left out) and the
+double trainer_set_aside(struct trainer *t, double t0)
+{
+	const double s = kiln_now_s() - t0;
+	t->iv_aside_s += s;
+	t->ep_aside_s += s;
+	return s;
+}
+
+/* The interval's wall time (evaluations, histograms and checkpoint writes
+ * left out: trainer_set_aside) and the
  * share of it the training thread waited for data (the loader's wait, or
  * its own reads with workers = 0); the clock restarts. */
 static void interval_clock(struct trainer *t, double *wall, double *wait)
@@ -640,7 +649,7 @@ static kiln_status histograms(struct trainer *t)
 	}
 	free(h);
 	trainer_counters_mark(t);
-	t->iv_aside_s += kiln_now_s() - t0;
+	trainer_set_aside(t, t0);
 	return st;
 }
 
@@ -723,7 +732,9 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 {
 	struct kiln_train_result *res = t->res;
 	const int64_t ep = t->ep;
-	double ep_s = kiln_now_s() - t->ep_t0;
+	/* the epoch's wall time, and of it the steps' (its evaluations and
+	 * checkpoint writes set aside), the rate's */
+	const double ep_s = kiln_now_s() - t->ep_t0, steps_s = ep_s - t->ep_aside_s;
 	/* a resumed epoch's sums hold the samples before the checkpoint too
 	 * (the loss averages the whole epoch); its time only this run's */
 	int64_t ran = t->ep_samples - (ep == t->ep0 && t->off0 > 0 ? t->ep0_sums.samples : 0);
@@ -731,7 +742,7 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	 * epoch 2 on */
 	if (ep == 1)
 		t->timed_s = 0, t->timed_samples = 0;
-	t->timed_s += ep_s;
+	t->timed_s += steps_s;
 	t->timed_samples += ran;
 	res->epochs = (int)ep + 1;
 	res->train_loss = t->ep_samples ? t->ep_loss / (double)t->ep_samples : 0;
@@ -740,7 +751,7 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	 * session 39 this rank's: half theirs on 2 ranks) */
 	return common_snprintf_c(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
 			(long long)ep + 1, (long long)t->tc.epochs, res->train_loss, res->train_acc,
-			ep_s, all_ranks(t, (double)ran / ep_s));
+			ep_s, all_ranks(t, (double)ran / steps_s));
 }
 
 /* The epoch's line (to the progress callback, else the log; msg NULL:
