@@ -5,7 +5,7 @@
  * end.  See train.h. */
 #include "train.h"
 #include "../plugins/common/scalar_ops.h" /* common_scaler_backoff: the devices' rule */
-#include "../plugins/common/c_locale.h" /* common_snprintf_c */
+#include "../plugins/common/c_locale.h" /* common_snprintf_c, common_nan_plain */
 #include "../plugins/common/utf8.h" /* common_utf8_len */
 
 #include <math.h>
@@ -504,7 +504,7 @@ static kiln_status check_interval(struct trainer *t, double ls)
 	const int first = params_initial(t, t->step, 1);
 	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= steps))
 		return kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): %s%s; %s",
-				  ls, (long long)t->step, (long long)t->ep + 1,
+				  common_nan_plain(ls), (long long)t->step, (long long)t->ep + 1,
 				  first ? "the forward pass overflowed on the initial weights, which no optimizer step has changed" : "training diverged",
 				  t->m->step_ok_d ? " (every step of the interval had non-finite gradients and was skipped)" : "",
 				  diverged_hint(t, first));
@@ -717,7 +717,8 @@ kiln_status trainer_log_point(struct trainer *t)
 	t->ep_loss += ls, t->ep_correct += c, t->ep_samples += t->since;
 	const double n = (double)t->since;
 	char msg[200];
-	common_snprintf_c(msg, sizeof msg, "loss %.4f acc %.4f", ls / n, c / n);
+	common_snprintf_c(msg, sizeof msg, "loss %.4f acc %.4f", common_nan_plain(ls / n),
+			  common_nan_plain(c / n));
 	trainer_progress(t, k + 1, msg);
 	train_record(t, ls, c, n);
 	t->since = t->since_seeded = 0, t->since_loss = t->since_correct = 0;
@@ -750,7 +751,8 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	/* the rate of every data-parallel rank, as the train lines' (before
 	 * session 39 this rank's: half theirs on 2 ranks) */
 	return common_snprintf_c(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
-			(long long)ep + 1, (long long)t->tc.epochs, res->train_loss, res->train_acc,
+			(long long)ep + 1, (long long)t->tc.epochs, common_nan_plain(res->train_loss),
+			common_nan_plain(res->train_acc),
 			ep_s, all_ranks(t, (double)ran / steps_s));
 }
 

@@ -52,6 +52,14 @@ EOF
 kiln 0 train "$tmp/mlp.ini" "data.images=$tmp/bright.idx" "data.eval.images=$tmp/bright.idx" \
 	"model.init_from=$tmp/e37.st" model.init_strict=0 log.csv=1 "run.out_dir=$tmp/nan"
 ! grep -q "could not be made" "$err" || fail "a metrics.jsonl record was left out: $(grep 'could not be made' "$err")"
+# the lines a person reads say nan, as the CSV tables (below): the
+# interval's, the epoch's, its evaluation's (before session 40 "-nan",
+# the NaN of inf - inf having its sign bit set)
+! grep -- '-nan' "$err" || fail "stderr says -nan (above)"
+stderr_has "epoch 1 step 4/6 loss nan acc "
+stderr_has "epoch 1/1: train loss nan acc "
+stderr_has ", test loss nan acc "
+echo "ok: stderr says nan"
 stdout_has '"train_loss": null, '
 stdout_has '"test_loss": null, '
 stdout_has '"steps_skipped": 1, '
@@ -89,6 +97,10 @@ train="train.optimizer=sgd train.momentum=0 train.lr=0.9 train.weight_decay=1 tr
 kiln 0 train "$tmp/mlp.ini" train.epochs=2 train.max_steps=7 train.checkpoint_every=3 $train \
 	"model.init_from=$tmp/e30.st" model.init_strict=0 data.eval.std=1e-10 log.csv=1 "run.out_dir=$tmp/kb"
 ! grep -q "early stop" "$err" || fail "early stopping stopped the run: $(grep "early stop" "$err")"
+# each evaluation's line: nan, then inf (before session 40 "-nan")
+! grep -- '-nan' "$err" || fail "stderr says -nan (above)"
+stderr_has "[train] step 1: test loss nan acc "
+stderr_has "[train] step 2: test loss inf acc "
 python3 - "$tmp/kb/metrics.jsonl" "$tmp/kb" <<'EOF' || fail "keep_best and early stopping"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
