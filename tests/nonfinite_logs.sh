@@ -89,7 +89,15 @@ echo "ok: the CSV tables say nan"
 kiln 0 report "$tmp/nan" -o "$tmp/nan.html"
 grep -q '<h2>Result</h2>' "$tmp/nan.html" || fail "the report has no Result table"
 ! grep -q 'No "final" line' "$tmp/nan.html" || fail "the report calls the run unfinished"
-echo "ok: kiln report has the run's result"
+# its null losses are "not finite", the accuracy a number (before
+# session 40 the test loss was "missing", and there was no train loss row)
+row() { grep -o "<tr><td>$1</td><td>[^/]*" "$tmp/nan.html"; }
+[ "$(row 'test loss')" = '<tr><td>test loss</td><td><span class="note">not finite<' ] ||
+	fail "the report's test loss row: $(row 'test loss')"
+[ "$(row "train loss (the last epoch's)")" = "<tr><td>train loss (the last epoch's)</td><td><span class=\"note\">not finite<" ] ||
+	fail "the report's train loss row: $(row "train loss (the last epoch's)")"
+row 'test accuracy' | grep -q '<td>0\.1042<' || fail "the report's test accuracy row: $(row 'test accuracy')"
+echo "ok: kiln report has the run's result, its losses not finite"
 
 # ---- 2. keep_best and early stopping past a NaN and an inf evaluation -----
 train="train.optimizer=sgd train.momentum=0 train.lr=0.9 train.weight_decay=1 train.eval_every=1
