@@ -4,6 +4,7 @@
  * accuracy on stdout. */
 #include "build-config.h"
 #include "cli.h"
+#include "../plugins/common/c_locale.h" /* common_nan_plain: "nan", not "-nan" */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,10 +89,12 @@ int cmd_eval(int argc, char **argv)
 		printf("}\n");
 		if (r.steps >= 0)
 			fprintf(stderr, "test loss %.4f acc %.2f%% (%lld samples; checkpoint of step %lld)\n",
-				r.test_loss, 100 * r.test_acc, (long long)r.test_samples, (long long)r.steps);
+				common_nan_plain(r.test_loss), 100 * r.test_acc, (long long)r.test_samples,
+				(long long)r.steps);
 		else /* a weights file, or a quantized one without its step */
 			fprintf(stderr, "test loss %.4f acc %.2f%% (%lld samples; the weights of %s)\n",
-				r.test_loss, 100 * r.test_acc, (long long)r.test_samples, r.checkpoint);
+				common_nan_plain(r.test_loss), 100 * r.test_acc, (long long)r.test_samples,
+				r.checkpoint);
 	}
 	kiln_registry_close(reg);
 	kiln_config_free(cfg);

@@ -103,16 +103,24 @@ static void write_head(FILE *f, const char *dir)
 	fputs("</h1>\n", f);
 }
 
-/* A row of the result table: v in fmt, or "missing" (NAN: the final line
- * has no such number, or null). */
-static void result_row(FILE *f, const char *name, const char *fmt, double v)
+/* A row of the result table: v in fmt, or why there is none: "missing"
+ * (the final line lacks it), or, written as null, `null_is` ("not finite":
+ * kiln writes a diverged loss as null; before session 40 both said
+ * "missing"). */
+static void result_row_why(FILE *f, const char *name, const char *fmt, struct report_number v,
+			   const char *null_is)
 {
 	fprintf(f, "<tr><td>%s</td><td>", name);
-	if (isnan(v))
-		fputs("<span class=\"note\">missing</span>", f);
+	if (isnan(v.v))
+		fprintf(f, "<span class=\"note\">%s</span>", v.null ? null_is : "missing");
 	else
-		fprintf(f, fmt, v);
+		fprintf(f, fmt, v.v);
 	fputs("</td></tr>\n", f);
+}
+
+static void result_row(FILE *f, const char *name, const char *fmt, struct report_number v)
+{
+	result_row_why(f, name, fmt, v, "not finite");
 }
 
 /* The training samples/s: the run's (every data-parallel rank's) and one
@@ -121,8 +129,8 @@ static void result_row(FILE *f, const char *name, const char *fmt, double v)
  * number (one process; a final line from before the run's rate). */
 static void write_rates(FILE *f, const struct report_metrics *m)
 {
-	const double run = m->final_run_samples_per_s, rank = m->final_samples_per_s;
-	if (isnan(run) || run == rank) {
+	const struct report_number run = m->final_run_samples_per_s, rank = m->final_samples_per_s;
+	if (isnan(run.v) || run.v == rank.v) {
 		result_row(f, "training samples/s", "%.1f", rank);
 		return;
 	}
@@ -137,11 +145,17 @@ static void write_result(FILE *f, const struct report_metrics *m)
 	if (!m->have_final) {
 		fputs("<p class=\"note\">No \"final\" line in metrics.jsonl: the run stopped or is still running.</p>\n", f);
 	} else {
+		/* both test numbers null: no evaluation (a measured accuracy
+		 * is finite); the loss alone: it diverged */
+		const char *test_null = m->final_test_loss.null && m->final_test_acc.null
+						? "none (no evaluation)"
+						: "not finite";
 		fputs("<table>\n", f);
 		result_row(f, "epochs", "%g", m->final_epochs);
 		result_row(f, "steps", "%g", m->final_steps);
-		result_row(f, "test loss", "%.4f", m->final_test_loss);
-		result_row(f, "test accuracy", "%.4f", m->final_test_acc);
+		result_row(f, "train loss (the last epoch's)", "%.4f", m->final_train_loss);
+		result_row_why(f, "test loss", "%.4f", m->final_test_loss, test_null);
+		result_row_why(f, "test accuracy", "%.4f", m->final_test_acc, test_null);
 		write_rates(f, m);
 		result_row(f, "wall time", "%.1f s", m->final_wall_s);
 		fputs("</table>\n", f);
@@ -150,6 +164,9 @@ static void write_result(FILE *f, const struct report_metrics *m)
 		m->bad_lines > m->long_lines ? " (some not JSON objects: skipped)" : "");
 	if (m->long_lines)
 		fprintf(f, " (%ld longer than %d MiB: skipped)", m->long_lines, REPORT_LINE_MAX >> 20);
+	if (m->resumes)
+		fprintf(f, "; %ld resume(s): %ld train and eval line(s) of an interrupted run, logged after the checkpoint it was resumed from, left out of the curves (the resumed run logged those steps again)",
+			m->resumes, m->abandoned);
 	fputs("</p>\n</section>\n", f);
 }
 

@@ -23,6 +23,15 @@ struct report_series {
  * parsed it again (session 36). */
 #define REPORT_LINE_MAX (1 << 20)
 
+/* A number of the "final" line: v, or NAN when the line lacks it or gives
+ * null; null 1 for the latter (kiln writes a number that is not finite,
+ * a diverged loss, as null, and the test numbers of a run without
+ * evaluation: kiln report tells them from a field the line lacks). */
+struct report_number {
+	double v;
+	int null;
+};
+
 struct report_metrics {
 	int n, cap;
 	struct report_series *s;
@@ -31,16 +40,30 @@ struct report_metrics {
 	int *slot, n_slot;
 	long lines, bad_lines;     /* read, and not a JSON object */
 	long long_lines;           /* of bad_lines, those over REPORT_LINE_MAX */
-	int have_final;            /* the "final" line's numbers (NAN: not in it, or null) */
-	double final_epochs, final_steps, final_test_acc, final_test_loss, final_wall_s,
+	/* "resume" lines, and the train and eval lines before them whose
+	 * step is past the resume's: the interrupted run's, after the
+	 * checkpoint it resumed from, which the resumed run logged again
+	 * (left out of the series: a run resumed at step 200 of 400 plotted
+	 * 405 points before session 40) */
+	long resumes, abandoned;
+	/* the steps of the train and eval lines kept so far, in file order
+	 * (report_metrics.c: the lines a resume abandons are counted) */
+	double *line_step;
+	long n_line, cap_line;
+	int have_final;            /* the "final" line's numbers */
+	struct report_number final_epochs, final_steps, final_train_loss, final_test_acc,
+		final_test_loss, final_wall_s,
 		final_samples_per_s;   /* train_samples_per_s: one data-parallel rank's */
-	double final_run_samples_per_s; /* samples_per_s: every rank's (session 39) */
+	struct report_number final_run_samples_per_s; /* samples_per_s: every rank's (session 39) */
 	char why[96]; /* report_metrics_read's failure: "No such file or directory",
 		       * "a FIFO (named pipe), not a regular file" */
 };
 
 /* Read RUN_DIR/metrics.jsonl (path) into m: every numeric field of every
- * train and eval line (but epoch and step) as a series against the step.
+ * train and eval line (but epoch and step) as a series against the step;
+ * at a "resume" line of step S, the points past S dropped (those of the
+ * run it resumed, logged after its checkpoint: the later line counts, as
+ * docs/logging.md says).
  * -1 with errno and m->why when the file cannot be read (it must be a
  * regular file: a FIFO blocked open() for ever, a directory read as an
  * empty file); 0 otherwise. */

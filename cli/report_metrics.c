@@ -21,6 +21,7 @@ void report_metrics_free(struct report_metrics *m)
 	}
 	free(m->s);
 	free(m->slot);
+	free(m->line_step);
 	memset(m, 0, sizeof *m);
 }
 
@@ -111,6 +112,43 @@ static int series_add(struct report_series *s, double x, double y)
 	return 0;
 }
 
+/* At a resume of step `step`: every series' points past it dropped (the
+ * interrupted run's after its checkpoint; the resumed run logs them
+ * again).  Points keep their order. */
+static void resume_at(struct report_metrics *m, double step)
+{
+	m->resumes++;
+	for (int i = 0; i < m->n; i++) {
+		struct report_series *s = &m->s[i];
+		int k = 0;
+		for (int j = 0; j < s->n; j++)
+			if (s->x[j] <= step)
+				s->x[k] = s->x[j], s->y[k] = s->y[j], k++;
+		s->n = k;
+	}
+	long k = 0;
+	for (long j = 0; j < m->n_line; j++)
+		if (m->line_step[j] <= step)
+			m->line_step[k++] = m->line_step[j];
+	m->abandoned += m->n_line - k;
+	m->n_line = k;
+}
+
+/* A train or eval line of step `step` kept (for resume_at's count): -1
+ * when out of memory. */
+static int line_kept(struct report_metrics *m, double step)
+{
+	if (m->n_line == m->cap_line) {
+		const long cap = m->cap_line ? 2 * m->cap_line : 64;
+		double *p = realloc(m->line_step, (size_t)cap * sizeof *p);
+		if (!p)
+			return -1;
+		m->line_step = p, m->cap_line = cap;
+	}
+	m->line_step[m->n_line++] = step;
+	return 0;
+}
+
 /* One train or eval line: its numeric fields under "PREFIX.FIELD" (the
  * name in a buffer grown to the longest: -1 when out of memory). */
 static int add_line(struct report_metrics *m, const char *prefix, json_t *o)
@@ -118,6 +156,8 @@ static int add_line(struct report_metrics *m, const char *prefix, json_t *o)
 	json_t *step = json_object_get(o, "step");
 	if (!json_is_number(step))
 		return 0;
+	if (line_kept(m, json_number_value(step)))
+		return -1;
 	const char *key;
 	json_t *v;
 	char *name = NULL;
@@ -146,11 +186,12 @@ static int add_line(struct report_metrics *m, const char *prefix, json_t *o)
 	return rc;
 }
 
-/* o's number key; NAN when it has none (missing, or null: no test set). */
-static double num(json_t *o, const char *key)
+/* o's number key: NAN when it has none (missing, or null: .null set). */
+static struct report_number num(json_t *o, const char *key)
 {
 	json_t *v = json_object_get(o, key);
-	return json_is_number(v) ? json_number_value(v) : NAN;
+	return (struct report_number){ json_is_number(v) ? json_number_value(v) : NAN,
+				       json_is_null(v) };
 }
 
 static void read_final(struct report_metrics *m, json_t *o)
@@ -158,6 +199,7 @@ static void read_final(struct report_metrics *m, json_t *o)
 	m->have_final = 1;
 	m->final_epochs = num(o, "epochs");
 	m->final_steps = num(o, "steps");
+	m->final_train_loss = num(o, "train_loss");
 	m->final_test_loss = num(o, "test_loss");
 	m->final_test_acc = num(o, "test_acc");
 	m->final_wall_s = num(o, "wall_s");
@@ -220,6 +262,8 @@ int report_metrics_read(const char *path, struct report_metrics *m)
 			rc = add_line(m, json_string_value(json_object_get(o, "set")), o);
 		else if (!strcmp(ev, "final"))
 			read_final(m, o);
+		else if (!strcmp(ev, "resume") && json_is_number(json_object_get(o, "step")))
+			resume_at(m, json_number_value(json_object_get(o, "step")));
 		json_decref(o);
 	}
 	free(line);

@@ -312,9 +312,13 @@ kiln_status trainer_out_dir_watch(struct trainer *t)
 		return kiln_error_wrap(st, "the run directory %s was removed mid-run and cannot be recreated", od);
 	snprintf(t->out_lost, sizeof t->out_lost, "the run directory %.600s was removed or replaced mid-run (recreated)", od);
 	kiln_train_request_stop_cause(t->out_lost);
+	/* (lost names the recreated metrics.jsonl: its path's bytes as
+	 * out_dir's, U+FFFD for those that are not UTF-8; packed with "s"
+	 * before session 40, the record was left out in a Latin-1 out_dir) */
 	if (lost[0])
-		trainer_jsonl(t, "{s:s, s:I, s:o, s:s}", "event", "out_dir_lost", "step",
-			      (json_int_t)t->step, "out_dir", trainer_json_text(od), "lines_lost", lost);
+		trainer_jsonl(t, "{s:s, s:I, s:o, s:o}", "event", "out_dir_lost", "step",
+			      (json_int_t)t->step, "out_dir", trainer_json_text(od), "lines_lost",
+			      trainer_json_text(lost));
 	else
 		trainer_jsonl(t, "{s:s, s:I, s:o}", "event", "out_dir_lost", "step",
 			      (json_int_t)t->step, "out_dir", trainer_json_text(od));

@@ -114,6 +114,8 @@ kiln_status kiln_pipe_devices_open(const struct kiln_registry *reg, struct kiln_
 						&m->stage_dev[s])))
 			return kiln_error_wrap(st, "pipeline stage %d's device %s:%d", s, d[s].plugin,
 					       d[s].ordinal);
+		/* (not profiled op by op: the profiler's per-op timing would
+		 * run the stages in turn; docs/pipeline.md) */
 		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d on %s:%d, %d of %d threads", s,
 			 d[s].plugin, d[s].ordinal, share, T);
 	}

@@ -299,6 +299,9 @@ static kiln_status enter(struct kiln_pipe *pp, int j)
 	const int s0 = pp->mine < 0 ? 0 : pp->mine;
 	void *ss = pp->sst[s0];
 	int64_t *ctr = pp->plan[k]->step_d;
+	/* (the profile's "step counter" row, as the trainer's micro-step
+	 * counter: before session 40 "(unlabelled) counter_add" and "copy") */
+	kiln_profile_label("step counter", KILN_PHASE_FORWARD);
 	kiln_status st = kiln_device_copy_async(sdev(pp, s0), ctr, pp->m->drop_d, sizeof(int64_t),
 						KILN_COPY_D2D, ss);
 	if (!st)
@@ -308,6 +311,7 @@ static kiln_status enter(struct kiln_pipe *pp, int j)
 		st = kiln_model_count_advance(pp->m, ss);
 	if (!st && j == pp->M - 1 && pp->a == pp->A - 1)
 		st = kiln_model_drop_step(pp->m, ss);
+	kiln_profile_label(NULL, 0);
 	return st;
 }
 

@@ -60,6 +60,7 @@ struct kiln_profile {
 	int64_t trace_steps;       /* [run] profile_steps */
 	int recording;             /* inside a step */
 	int64_t step;              /* current (or last) step, from 1 */
+	int64_t step0;             /* the run's step before the first (kiln_profile_first_step) */
 	int64_t step_t0;
 	int64_t counted_ns, counted_steps; /* steps 2.. */
 	struct prof_sample steps;  /* their durations */
@@ -443,6 +444,15 @@ void kiln_profile_note(struct kiln_profile *p, const char *line)
 	pthread_mutex_unlock(&p->lock);
 }
 
+void kiln_profile_first_step(struct kiln_profile *p, int64_t step0)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->step0 = step0;
+	pthread_mutex_unlock(&p->lock);
+}
+
 void kiln_profile_step(struct kiln_profile *p, int begin)
 {
 	int64_t t = kiln_now_ns();
@@ -648,7 +658,7 @@ static void write_trace(const struct kiln_profile *p, FILE *f)
 		fputs(",\n{\"name\":", f);
 		switch (e->kind) {
 		case EV_STEP:
-			snprintf(name, sizeof name, "step %d", e->step);
+			snprintf(name, sizeof name, "step %lld", (long long)(p->step0 + e->step));
 			cat = "step";
 			break;
 		case EV_PHASE:
@@ -672,7 +682,8 @@ static void write_trace(const struct kiln_profile *p, FILE *f)
 		json_us(f, e->t0);
 		fputs(",\"dur\":", f);
 		json_us(f, e->t1 - e->t0);
-		fprintf(f, ",\"pid\":1,\"tid\":%d,\"args\":{\"step\":%d", e->track, e->step);
+		fprintf(f, ",\"pid\":1,\"tid\":%d,\"args\":{\"step\":%lld", e->track,
+			(long long)(p->step0 + e->step));
 		if (e->kind == EV_LAYER) {
 			fputs(",\"layer\":", f);
 			json_str(f, e->name);
@@ -774,8 +785,10 @@ kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir)
 			st = kiln_error(KILN_EIO, "%s: cannot write the trace: %s", path, strerror(err));
 		else if (p->step)
 			kiln_log(KILN_LOG_INFO, "profile",
-				 "trace of steps 1..%lld in %s (open in ui.perfetto.dev or chrome://tracing)",
-				 (long long)(p->step < p->trace_steps ? p->step : p->trace_steps), path);
+				 "trace of steps %lld..%lld in %s (open in ui.perfetto.dev or chrome://tracing)",
+				 (long long)p->step0 + 1,
+				 (long long)(p->step0 + (p->step < p->trace_steps ? p->step : p->trace_steps)),
+				 path);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return st;

@@ -84,8 +84,15 @@ struct kiln_profile *kiln_device_profile(const struct kiln_device *dev);
 /* ---- the trainer and the graph ---- */
 /* Name a device stream's track ("compute stream"); `name` is copied. */
 void kiln_profile_stream_name(struct kiln_profile *p, const void *stream, const char *name);
-/* Bracket one training step; steps are numbered from 1. */
+/* Bracket one training step; steps are counted from 1 (the first is the
+ * warm-up, left out of the table). */
 void kiln_profile_step(struct kiln_profile *p, int begin);
+/* The run's optimizer steps done before the first profiled step (a
+ * resumed run's: its checkpoint's step; 0 by default): the trace names
+ * and tags its steps step0 + 1, step0 + 2, ..., as metrics.jsonl numbers
+ * them (before session 40 a resumed run's trace began at "step 1").
+ * p NULL: nothing. */
+void kiln_profile_first_step(struct kiln_profile *p, int64_t step0);
 /* The trainer's phase hook (enum kiln_phase, or KILN_PROF_LOG). */
 void kiln_profile_phase(struct kiln_profile *p, int phase, int begin);
 /* A host-side span that is a table row of its own (data wait, inline

@@ -305,11 +305,13 @@ struct trainer {
 	struct kiln_device_counters c_prev, c_now;
 	int have_prev;
 	/* the log interval's clock: its start, the time set aside in it
-	 * (evaluations, histograms: not training), the data wait at its
-	 * start; the data read on this thread (workers = 0) */
+	 * (evaluations, histograms, checkpoint writes: not training,
+	 * trainer_set_aside), the data wait at its start; the data read on
+	 * this thread (workers = 0) */
 	double iv_t0, iv_aside_s, iv_wait0, read_s;
-	/* this epoch's start and its sums at the last log point */
-	double ep_t0, ep_loss, ep_correct;
+	/* this epoch's start, the time set aside in it (as iv_aside_s) and
+	 * its sums at the last log point */
+	double ep_t0, ep_aside_s, ep_loss, ep_correct;
 	/* this rank's training sums an evaluation read off the device
 	 * between two log points (the metrics hold one set of sums), added
 	 * back at the next read (interval_sums, epoch_sums) */
@@ -460,6 +462,13 @@ json_t *trainer_json_real(double v);
 json_t *trainer_json_text(const char *s);
 void trainer_counters_mark(struct trainer *t);
 void trainer_counters_take(struct trainer *t);
+/* Work since t0 (kiln_now_s) that is not training (an evaluation,
+ * histograms, a checkpoint's write) set aside: left out of the log
+ * interval's and the epoch's time, so that the train lines' and the
+ * epoch's samples/s are the steps' rate (docs/logging.md; before session
+ * 40 a checkpoint's write counted, and an eval_every evaluation in the
+ * epoch's).  Returns the seconds set aside. */
+double trainer_set_aside(struct trainer *t, double t0);
 kiln_status trainer_log_point(struct trainer *t);
 /* The progress callback (when there is one) with (t->ep + 1, step,
  * steps_per_epoch, status), kiln_train_progress_steps answering for t
@@ -534,6 +543,10 @@ kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resu
  * written into path on rank 0 */
 kiln_status trainer_ckpt_write(struct trainer *t, const char *dir,
 			       const struct kiln_ckpt_meta *meta, char *path, size_t n);
+/* train_setup.c: the tests' stand-in for slow work: $var milliseconds of
+ * sleep (KILN_TEST_OPEN_DELAY_MS, KILN_TEST_CLOSE_DELAY_MS,
+ * KILN_TEST_CKPT_DELAY_MS: each checkpoint's write) */
+void trainer_test_delay(const char *var);
 /* train_best.c: keep_best's list into meta (entry i, -1: none, taken by
  * value v of this step), malloc'd into *out; the temporaries a killed
  * best write left in ckdir/best removed (rank 0); the list and its files

@@ -149,11 +149,14 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	 * (copied into checkpoints/) goes on as the uninterrupted run did
 	 * (before session 34 best/ files had no "clip_counts", before session
 	 * 35 no "epoch", "stopper" or "evaluated") */
+	/* (its time set aside as a periodic checkpoint's: not training) */
+	const double t0 = kiln_now_s();
 	if ((st = trainer_ckpt_resume_meta(t, &r, &meta)) ||
 	    (st = trainer_best_meta(t, i, v, &meta, &best)))
 		return st;
 	st = trainer_ckpt_write(t, dir, &meta, path, sizeof path);
 	free(best);
+	trainer_set_aside(t, t0);
 	if (st)
 		return st;
 	if (!t->rank)

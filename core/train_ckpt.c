@@ -68,6 +68,7 @@ kiln_status trainer_ckpt_write(struct trainer *t, const char *dir,
 			      const struct kiln_ckpt_meta *meta, char *path, size_t n)
 {
 	kiln_status st, st2;
+	trainer_test_delay("KILN_TEST_CKPT_DELAY_MS"); /* (tests/log_rates.sh: a slow disk) */
 	/* a diverged state is not written: the last good checkpoint stays
 	 * the newest */
 	if ((st = trainer_params_finite(t)))
@@ -110,7 +111,7 @@ kiln_status trainer_ckpt_write(struct trainer *t, const char *dir,
 	return kiln_dist_ckpt_agree(t->dist, st ? st : st2, dir, meta->trainer.step, t->compute);
 }
 
-static void checkpoint_done(struct trainer *t, const char *path, int again);
+static void checkpoint_done(struct trainer *t, const char *path, int again, double secs);
 static kiln_status end_mark(struct trainer *t, int what);
 
 /* Evaluations the run records follow its last step `step`: the epoch's
@@ -161,26 +162,30 @@ kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resu
 static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluated *evaluated,
 			      char *path, size_t n)
 {
-	kiln_status st = KILN_OK;
 	struct trainer_ckpt_resume r;
 	struct kiln_ckpt_best *best;
 	struct kiln_ckpt_meta meta = { .config = t->config_text, .versions = t->versions,
 				       .trainer = t->pos, .eval_owed = t->eval_owed,
 				       .evaluated = evaluated };
+	/* the steps queued on the device are done first: their time is the
+	 * steps', the rest the write's, set aside (a sync point anyway) */
+	kiln_status st = kiln_device_stream_sync(t->dev, t->compute);
+	const double t0 = kiln_now_s();
 	/* every rank: the sums are a collective, and so is the write */
-	if ((st = trainer_ckpt_resume_meta(t, &r, &meta)) ||
+	if (st || (st = trainer_ckpt_resume_meta(t, &r, &meta)) ||
 	    (st = trainer_best_meta(t, -1, 0, &meta, &best)))
 		return st;
 	t->ckpt_step = t->pos.step;
 	st = trainer_ckpt_write(t, t->ckdir, &meta, path, n);
 	free(best);
+	const double secs = trainer_set_aside(t, t0);
 	if (!st)
 		t->named_step = t->pos.step;
 	if (st || t->rank)
 		return st;
 	/* (the run's last checkpoint written again with the numbers of the
 	 * evaluations after its step, trainer_checkpoint_end) */
-	checkpoint_done(t, path, evaluated && t->ckpt_end);
+	checkpoint_done(t, path, evaluated && t->ckpt_end, secs);
 	return KILN_OK;
 }
 
@@ -194,8 +199,10 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
  * that wrote it may have been killed between its rename and its event
  * (and its prune: pruning twice deletes nothing more; before session 33
  * the rewrite neither pruned nor logged, and such a kill left an extra
- * checkpoint for good). */
-static void checkpoint_done(struct trainer *t, const char *path, int again)
+ * checkpoint for good).  Its "checkpoint_s": the seconds the write took
+ * (secs: the state's sums, gather and file), which the train lines'
+ * samples_per_s leave out (session 40). */
+static void checkpoint_done(struct trainer *t, const char *path, int again, double secs)
 {
 	if (again)
 		kiln_log(KILN_LOG_INFO, "train", "checkpoint %s again, with the numbers of the evaluations after step %lld",
@@ -208,8 +215,9 @@ static void checkpoint_done(struct trainer *t, const char *path, int again)
 	if (t->logged_step == t->pos.step)
 		return;
 	t->logged_step = t->pos.step;
-	trainer_jsonl(t, "{s:s, s:I, s:o}", "event", "checkpoint", "step", (json_int_t)t->pos.step,
-		      "path", trainer_json_text(path));
+	trainer_jsonl(t, "{s:s, s:I, s:o, s:o}", "event", "checkpoint", "step",
+		      (json_int_t)t->pos.step, "path", trainer_json_text(path), "checkpoint_s",
+		      trainer_json_real(secs));
 }
 
 /* The read of trainer_checkpoint_logged: metrics.jsonl's last bytes (a

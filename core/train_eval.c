@@ -7,7 +7,7 @@
 #include "train.h"
 #include "infer_passes.h"
 #include "quant.h"
-#include "../plugins/common/c_locale.h" /* common_snprintf_c */
+#include "../plugins/common/c_locale.h" /* common_snprintf_c, common_nan_plain */
 
 #include <stdio.h>
 
@@ -24,6 +24,16 @@ struct eval_calib {
 /* How often (in batches) the data-parallel ranks agree on a stop during
  * an evaluation: a host allreduce of one number each time. */
 #define EVAL_STOP_EVERY 16
+
+/* e's numbers for a line of the log, after `before`: "<before>NAME loss
+ * L acc A top-5 T", a NaN as nan (common_nan_plain; "-nan" before
+ * session 40). */
+static void eval_text(char *buf, size_t n, const char *before, const struct eval_target *e)
+{
+	common_snprintf_c(buf, n, "%s%s loss %.4f acc %.4f top-5 %.4f", before, e->name,
+			  common_nan_plain(*e->loss), common_nan_plain(*e->acc),
+			  common_nan_plain(*e->acc5));
+}
 
 /* Whether a stop requested (a signal) while a training run evaluates e
  * ends the pass before batch b (*stop): unrecorded (t->eval_cut), the
@@ -204,14 +214,15 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	kiln_status st = eval_now(t, e);
 	if (st || t->eval_cut)
 		return st;
-	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);
-	t->iv_aside_s += kiln_now_s() - t0; /* not the log interval's training time */
+	t->res->eval_samples_per_s = (double)e->set->len / trainer_set_aside(t, t0);
 	t->evals++;
 	/* evaluation syncs are log points too */
 	trainer_counters_mark(t);
-	if (log)
-		kiln_log(KILN_LOG_INFO, "train", "step %lld: %s loss %.4f acc %.4f top-5 %.4f",
-			 (long long)t->step, e->name, *e->loss, *e->acc, *e->acc5);
+	if (log) {
+		char line[200];
+		eval_text(line, sizeof line, "", e);
+		kiln_log(KILN_LOG_INFO, "train", "step %lld: %s", (long long)t->step, line);
+	}
 	if (record == TRAINER_EVAL_AGAIN)
 		return KILN_OK;
 	trainer_eval_record(t, e, t->ep + 1);
@@ -288,8 +299,7 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 		*t->ev.loss = t->done.loss, *t->ev.acc = t->done.acc, *t->ev.acc5 = t->done.acc5;
 		*t->ev.samples = t->done.samples;
 		if (on_line)
-			common_snprintf_c(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
-				 *t->ev.loss, *t->ev.acc, *t->ev.acc5);
+			eval_text(msg + len, n - len, ", ", &t->ev);
 		return KILN_OK;
 	}
 	kiln_status st;
@@ -306,8 +316,7 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 		trainer_progress(t, t->k0, NULL);
 		if (!(st = trainer_evaluate(t, t->pos.offset, 0, TRAINER_EVAL_AGAIN)) && !t->eval_cut &&
 		    on_line)
-			common_snprintf_c(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f",
-				 t->ev.name, *t->ev.loss, *t->ev.acc, *t->ev.acc5);
+			eval_text(msg + len, n - len, ", ", &t->ev);
 		return st;
 	}
 	if (!on_line)
@@ -323,8 +332,7 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 	st = trainer_evaluate(t, t->steps_per_epoch * t->G, 0,
 			      tc->eval_every ? TRAINER_EVAL_LOGGED : TRAINER_EVAL_POINT);
 	if (!st)
-		common_snprintf_c(msg + len, n - len, ", %s loss %.4f acc %.4f top-5 %.4f", t->ev.name,
-			 *t->ev.loss, *t->ev.acc, *t->ev.acc5);
+		eval_text(msg + len, n - len, ", ", &t->ev);
 	return st;
 }
 
@@ -345,8 +353,9 @@ kiln_status trainer_final_test(struct trainer *t)
 	}
 	if ((st = eval_now(t, &e)))
 		return st;
-	kiln_log(KILN_LOG_INFO, "train", "final test loss %.4f acc %.4f top-5 %.4f", res->test_loss,
-		 res->test_acc, res->test_acc5);
+	char line[200];
+	eval_text(line, sizeof line, "final ", &e);
+	kiln_log(KILN_LOG_INFO, "train", "%s", line);
 	trainer_eval_record(t, &e, 0);
 	return KILN_OK;
 }
@@ -584,7 +593,8 @@ static kiln_status calibrate(struct trainer *t, const struct kiln_quantize_opts 
 		st = eval_pass_cal(t, &e, &cal);
 	if (!st)
 		kiln_log(KILN_LOG_INFO, "quantize", "calibrated on %lld batches, %lld samples (fp32 folded: loss %.4f acc %.4f)",
-			 (long long)(rows / t->EB), (long long)n, loss, acc);
+			 (long long)(rows / t->EB), (long long)n, common_nan_plain(loss),
+			 common_nan_plain(acc));
 	if (!st && rows / t->EB < o->batches)
 		kiln_log(KILN_LOG_WARN, "quantize", "%lld calibration batches asked for; [data.eval] has %lld full batches of %lld rows, all of them used",
 			 (long long)o->batches, (long long)(rows / t->EB), (long long)t->EB);

@@ -5,7 +5,7 @@
  * end.  See train.h. */
 #include "train.h"
 #include "../plugins/common/scalar_ops.h" /* common_scaler_backoff: the devices' rule */
-#include "../plugins/common/c_locale.h" /* common_snprintf_c */
+#include "../plugins/common/c_locale.h" /* common_snprintf_c, common_nan_plain */
 #include "../plugins/common/utf8.h" /* common_utf8_len */
 
 #include <math.h>
@@ -507,7 +507,7 @@ static kiln_status check_interval(struct trainer *t, double ls)
 	const int first = params_initial(t, t->step, 1);
 	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= steps))
 		return kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): %s%s; %s",
-				  ls, (long long)t->step, (long long)t->ep + 1,
+				  common_nan_plain(ls), (long long)t->step, (long long)t->ep + 1,
 				  first ? "the forward pass overflowed on the initial weights, which no optimizer step has changed" : "training diverged",
 				  t->m->step_ok_d ? " (every step of the interval had non-finite gradients and was skipped)" : "",
 				  diverged_hint(t, first));
@@ -534,7 +534,16 @@ static kiln_status check_interval(struct trainer *t, double ls)
 	return KILN_OK;
 }
 
-/* The interval's wall time (evaluations and histograms left out) and the
+double trainer_set_aside(struct trainer *t, double t0)
+{
+	const double s = kiln_now_s() - t0;
+	t->iv_aside_s += s;
+	t->ep_aside_s += s;
+	return s;
+}
+
+/* The interval's wall time (evaluations, histograms and checkpoint writes
+ * left out: trainer_set_aside) and the
  * share of it the training thread waited for data (the loader's wait, or
  * its own reads with workers = 0); the clock restarts. */
 static void interval_clock(struct trainer *t, double *wall, double *wait)
@@ -643,7 +652,7 @@ static kiln_status histograms(struct trainer *t)
 	}
 	free(h);
 	trainer_counters_mark(t);
-	t->iv_aside_s += kiln_now_s() - t0;
+	trainer_set_aside(t, t0);
 	return st;
 }
 
@@ -710,7 +719,8 @@ kiln_status trainer_log_point(struct trainer *t)
 	t->ep_loss += ls, t->ep_correct += c, t->ep_samples += t->since;
 	const double n = (double)t->since;
 	char msg[200];
-	common_snprintf_c(msg, sizeof msg, "loss %.4f acc %.4f", ls / n, c / n);
+	common_snprintf_c(msg, sizeof msg, "loss %.4f acc %.4f", common_nan_plain(ls / n),
+			  common_nan_plain(c / n));
 	trainer_progress(t, k + 1, msg);
 	train_record(t, ls, c, n);
 	t->since = t->since_seeded = 0;
@@ -723,7 +733,9 @@ kiln_status trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 {
 	struct kiln_train_result *res = t->res;
 	const int64_t ep = t->ep;
-	double ep_s = kiln_now_s() - t->ep_t0;
+	/* the epoch's wall time, and of it the steps' (its evaluations and
+	 * checkpoint writes set aside), the rate's */
+	const double ep_s = kiln_now_s() - t->ep_t0, steps_s = ep_s - t->ep_aside_s;
 	struct kiln_ckpt_epoch sums = { t->ep_loss, t->ep_correct, t->ep_samples };
 	/* (the same on every rank: an early stop off the log points leaves an
 	 * interval open, whose sums are on the device) */
@@ -741,7 +753,7 @@ kiln_status trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	 * epoch 2 on */
 	if (ep == 1)
 		t->timed_s = 0, t->timed_samples = 0;
-	t->timed_s += ep_s;
+	t->timed_s += steps_s;
 	t->timed_samples += ran;
 	res->epochs = (int)ep + 1;
 	res->train_loss = sums.samples ? sums.loss / (double)sums.samples : 0;
@@ -749,8 +761,8 @@ kiln_status trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	/* the rate of every data-parallel rank, as the train lines' (before
 	 * session 39 this rank's: half theirs on 2 ranks) */
 	common_snprintf_c(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
-			  (long long)ep + 1, (long long)t->tc.epochs, res->train_loss, res->train_acc,
-			  ep_s, all_ranks(t, (double)ran / ep_s));
+			  (long long)ep + 1, (long long)t->tc.epochs, common_nan_plain(res->train_loss),
+			  common_nan_plain(res->train_acc), ep_s, all_ranks(t, (double)ran / steps_s));
 	return KILN_OK;
 }
 

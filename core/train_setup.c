@@ -13,12 +13,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The tests' stand-ins for slow work, in tests/dist_rank_differ.sh:
- * $var milliseconds of sleep.  KILN_TEST_CLOSE_DELAY_MS: a teardown after
- * a failure (a device's frees, a stream's drain: two ranks failing at
+/* The tests' stand-ins for slow work: $var milliseconds of sleep.  In
+ * tests/dist_rank_differ.sh KILN_TEST_CLOSE_DELAY_MS: a teardown after a
+ * failure (a device's frees, a stream's drain: two ranks failing at
  * once); KILN_TEST_OPEN_DELAY_MS: opening the data sets (a folder of a
- * million images scanned: a peer failing meanwhile). */
-static void test_delay(const char *var)
+ * million images scanned: a peer failing meanwhile).  In
+ * tests/log_rates.sh KILN_TEST_CKPT_DELAY_MS: a checkpoint's write (a
+ * slow disk). */
+void trainer_test_delay(const char *var)
 {
 	const char *v = getenv(var);
 	if (v && atoi(v) > 0)
@@ -168,7 +170,7 @@ static kiln_status open_sets(struct trainer *t)
 {
 	const int do_eval = t->tc.eval;
 	kiln_status st;
-	test_delay("KILN_TEST_OPEN_DELAY_MS");
+	trainer_test_delay("KILN_TEST_OPEN_DELAY_MS");
 	if (!t->training)
 		return open_set(t, "data.eval", "test", 0, &t->test);
 	if ((st = open_set(t, "data", "train", 1, &t->train)))
@@ -415,6 +417,7 @@ static kiln_status open_loop(struct trainer *t)
 	t->ep0 = t->pos.epoch;
 	t->off0 = t->pos.offset;
 	t->step = t->step0 = t->interval_start = t->pos.step;
+	kiln_profile_first_step(t->prof, t->step0); /* (the trace's step numbers) */
 	t->last_step = trainer_last_step(t);
 	t->finite_step = -1;
 	t->iv_kept_step = -1;
@@ -580,7 +583,7 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 				(t->dist ? kiln_dist_failed_own(t->dist) : !t->dist_open_followed);
 		kiln_dist_leave(t->dist);
 		trainer_error_told_own(st, own);
-		test_delay("KILN_TEST_CLOSE_DELAY_MS");
+		trainer_test_delay("KILN_TEST_CLOSE_DELAY_MS");
 	}
 	/* the final line lost (a full disk) fails a run that succeeded */
 	kiln_status lst = kiln_loggers_close(t->log);

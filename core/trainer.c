@@ -195,6 +195,7 @@ static kiln_status epoch_begin(struct trainer *t)
 {
 	const int64_t ep = t->ep, n = t->train.len;
 	t->ep_t0 = kiln_now_s();
+	t->ep_aside_s = 0;
 	t->ep_loss = t->ep_correct = 0;
 	t->carry_loss = t->carry_correct = 0;
 	t->since = t->since_seeded = t->ep_samples = 0;

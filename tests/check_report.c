@@ -9,7 +9,12 @@
  * test_counts: the series and points of an ordinary file (train and eval
  * lines, a line that is not JSON, a line without a step), and the final
  * line's numbers.  test_final_missing: a null or absent final number is
- * NAN (kiln report shows it as missing).
+ * NAN, and a null one says so (kiln report shows "not finite", or "none
+ * (no evaluation)" for both test numbers, not "missing" as before session
+ * 40).  test_resume: a resumed run's file, the interrupted run's lines
+ * past the checkpoint before the "resume" line: those points are dropped
+ * (the report plotted them beside the resumed run's: 405 points for 400
+ * steps before session 40), the later lines' points kept.
  * test_chart_hostile: report_svg_chart (cli/report_svg.c, compiled in) on
  * ranges that broke it: one point at step 2^53 or 2^52, two at 1e17 and
  * 1e17 + 16 (the x tick loop `t += st` stopped advancing and wrote grid
@@ -114,30 +119,71 @@ START_TEST(test_counts)
 	has_points(&m, "test.acc", 1, 20, 0, 0.625, 0);
 	ck_assert_ptr_null(report_series_find(&m, "train.epoch"));
 	ck_assert_int_eq(m.have_final, 1);
-	ck_assert_double_eq(m.final_steps, 20);
-	ck_assert_double_eq(m.final_test_acc, 0.625);
-	ck_assert_double_eq(m.final_samples_per_s, 1000);
-	ck_assert_double_eq(m.final_run_samples_per_s, 2000); /* the run's: 2 ranks */
+	ck_assert_double_eq(m.final_steps.v, 20);
+	ck_assert_double_eq(m.final_test_acc.v, 0.625);
+	ck_assert_double_eq(m.final_samples_per_s.v, 1000);
+	ck_assert_double_eq(m.final_run_samples_per_s.v, 2000); /* the run's: 2 ranks */
+	ck_assert_int_eq(m.resumes, 0);
+	ck_assert_int_eq(m.abandoned, 0);
 	report_metrics_free(&m);
 }
 END_TEST
 
-/* A final line without evaluation (null test numbers) or lacking a field:
- * NAN, shown as missing, not 0. */
+/* A final line without evaluation (null test numbers), with a diverged
+ * train loss (null), or lacking a field: NAN, not 0, the null ones
+ * flagged (their rows say "not finite" or "none (no evaluation)", the
+ * absent ones "missing"). */
 START_TEST(test_final_missing)
 {
 	static const char text[] =
-		"{\"event\":\"final\",\"epochs\":2,\"steps\":9,\"test_loss\":null,\"test_acc\":null}\n";
+		"{\"event\":\"final\",\"epochs\":2,\"steps\":9,\"train_loss\":null,"
+		"\"test_loss\":null,\"test_acc\":null}\n";
 	struct report_metrics m;
 	read_text(text, &m);
 	ck_assert_int_eq(m.have_final, 1);
-	ck_assert_double_eq(m.final_epochs, 2);
-	ck_assert_double_eq(m.final_steps, 9);
-	ck_assert(isnan(m.final_test_loss));
-	ck_assert(isnan(m.final_test_acc));
-	ck_assert(isnan(m.final_wall_s));
-	ck_assert(isnan(m.final_samples_per_s));
-	ck_assert(isnan(m.final_run_samples_per_s)); /* (a line before session 39) */
+	ck_assert_double_eq(m.final_epochs.v, 2);
+	ck_assert_int_eq(m.final_epochs.null, 0);
+	ck_assert_double_eq(m.final_steps.v, 9);
+	const struct report_number *nulls[] = { &m.final_train_loss, &m.final_test_loss,
+						&m.final_test_acc },
+				   *absent[] = { &m.final_wall_s, &m.final_samples_per_s,
+						 &m.final_run_samples_per_s }; /* (a line before session 39) */
+	for (int i = 0; i < 3; i++) {
+		ck_assert(isnan(nulls[i]->v) && nulls[i]->null == 1);
+		ck_assert(isnan(absent[i]->v) && absent[i]->null == 0);
+	}
+	report_metrics_free(&m);
+}
+END_TEST
+
+/* A run of 8 steps (log_every 2) interrupted after step 6's line, resumed
+ * from step 4's checkpoint: the first run's lines of step 6 (train and
+ * eval) come before the resume line and are dropped; the resumed run's 6
+ * and 8 count; the line of step 4 (before the checkpoint) stays.  A
+ * second resume, at step 6 (from a checkpoint of the resumed run), drops
+ * the resumed run's step 8 likewise. */
+START_TEST(test_resume)
+{
+	static const char text[] =
+		"{\"event\":\"train\",\"step\":2,\"loss\":2.0}\n"
+		"{\"event\":\"train\",\"step\":4,\"loss\":1.5}\n"
+		"{\"event\":\"eval\",\"set\":\"test\",\"step\":4,\"loss\":1.75}\n"
+		"{\"event\":\"checkpoint\",\"step\":4,\"path\":\"c/ckpt-4.kiln\"}\n"
+		"{\"event\":\"train\",\"step\":6,\"loss\":99}\n"
+		"{\"event\":\"eval\",\"set\":\"test\",\"step\":6,\"loss\":99}\n"
+		"{\"event\":\"resume\",\"epoch\":1,\"step\":4,\"offset\":32}\n"
+		"{\"event\":\"train\",\"step\":6,\"loss\":1.0}\n"
+		"{\"event\":\"eval\",\"set\":\"test\",\"step\":6,\"loss\":1.25}\n"
+		"{\"event\":\"train\",\"step\":8,\"loss\":98}\n"
+		"{\"event\":\"resume\",\"epoch\":1,\"step\":6,\"offset\":48}\n"
+		"{\"event\":\"train\",\"step\":8,\"loss\":0.5}\n"
+		"{\"event\":\"eval\",\"set\":\"test\",\"step\":8,\"loss\":0.75}\n";
+	struct report_metrics m;
+	read_text(text, &m);
+	has_points(&m, "train.loss", 4, 2, 2, 2.0, -0.5);
+	has_points(&m, "test.loss", 3, 4, 2, 1.75, -0.5);
+	ck_assert_int_eq(m.resumes, 2);
+	ck_assert_int_eq(m.abandoned, 3); /* the lines of train 6 and test 6, then train 8 */
 	report_metrics_free(&m);
 }
 END_TEST
@@ -217,7 +263,8 @@ static Suite *make_report_suite(void)
 {
 	Suite *s = suite_create("report");
 	check_add_case(s, "metrics", 0, NULL, NULL,
-		       (const TTest *[]){ test_long_names, test_counts, test_final_missing, NULL });
+		       (const TTest *[]){ test_long_names, test_counts, test_final_missing, test_resume,
+					  NULL });
 	check_add_case(s, "open", 30, NULL, NULL, (const TTest *[]){ test_not_regular, NULL });
 	check_add_case(s, "chart", 30, NULL, NULL, (const TTest *[]){ test_chart_hostile, NULL });
 	return s;

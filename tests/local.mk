@@ -701,9 +701,14 @@ EXTRA_DIST += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh tests/
 # line, eval.csv; [data.val]'s), once across resumes, kept by nothing
 TESTS += tests/eval_every_last.sh
 EXTRA_DIST += tests/eval_every_last.sh
-# a Latin-1 out_dir's checkpoint and best records (U+FFFD for its byte)
+# a Latin-1 out_dir's checkpoint, best and out_dir_lost records (U+FFFD
+# for its byte)
 TESTS += tests/jsonl_paths.sh
 EXTRA_DIST += tests/jsonl_paths.sh
+# the train lines', epoch's and final samples/s leave slow checkpoint
+# writes out (KILN_TEST_CKPT_DELAY_MS); wall_s and checkpoint_s keep them
+TESTS += tests/log_rates.sh
+EXTRA_DIST += tests/log_rates.sh
 
 # ---- kiln summary (torchinfo's numbers from PyTorch twins of the examples)
 # and kiln report (rendered by headless Chromium; skips without it) ---------

@@ -52,6 +52,14 @@ EOF
 kiln 0 train "$tmp/mlp.ini" "data.images=$tmp/bright.idx" "data.eval.images=$tmp/bright.idx" \
 	"model.init_from=$tmp/e37.st" model.init_strict=0 log.csv=1 "run.out_dir=$tmp/nan"
 ! grep -q "could not be made" "$err" || fail "a metrics.jsonl record was left out: $(grep 'could not be made' "$err")"
+# the lines a person reads say nan, as the CSV tables (below): the
+# interval's, the epoch's, its evaluation's (before session 40 "-nan",
+# the NaN of inf - inf having its sign bit set)
+! grep -- '-nan' "$err" || fail "stderr says -nan (above)"
+stderr_has "epoch 1 step 4/6 loss nan acc "
+stderr_has "epoch 1/1: train loss nan acc "
+stderr_has ", test loss nan acc "
+echo "ok: stderr says nan"
 stdout_has '"train_loss": null, '
 stdout_has '"test_loss": null, '
 stdout_has '"steps_skipped": 1, '
@@ -81,7 +89,15 @@ echo "ok: the CSV tables say nan"
 kiln 0 report "$tmp/nan" -o "$tmp/nan.html"
 grep -q '<h2>Result</h2>' "$tmp/nan.html" || fail "the report has no Result table"
 ! grep -q 'No "final" line' "$tmp/nan.html" || fail "the report calls the run unfinished"
-echo "ok: kiln report has the run's result"
+# its null losses are "not finite", the accuracy a number (before
+# session 40 the test loss was "missing", and there was no train loss row)
+row() { grep -o "<tr><td>$1</td><td>[^/]*" "$tmp/nan.html"; }
+[ "$(row 'test loss')" = '<tr><td>test loss</td><td><span class="note">not finite<' ] ||
+	fail "the report's test loss row: $(row 'test loss')"
+[ "$(row "train loss (the last epoch's)")" = "<tr><td>train loss (the last epoch's)</td><td><span class=\"note\">not finite<" ] ||
+	fail "the report's train loss row: $(row "train loss (the last epoch's)")"
+row 'test accuracy' | grep -q '<td>0\.1042<' || fail "the report's test accuracy row: $(row 'test accuracy')"
+echo "ok: kiln report has the run's result, its losses not finite"
 
 # ---- 2. keep_best and early stopping past a NaN and an inf evaluation -----
 train="train.optimizer=sgd train.momentum=0 train.lr=0.9 train.weight_decay=1 train.eval_every=1
@@ -89,6 +105,10 @@ train="train.optimizer=sgd train.momentum=0 train.lr=0.9 train.weight_decay=1 tr
 kiln 0 train "$tmp/mlp.ini" train.epochs=2 train.max_steps=7 train.checkpoint_every=3 $train \
 	"model.init_from=$tmp/e30.st" model.init_strict=0 data.eval.std=1e-10 log.csv=1 "run.out_dir=$tmp/kb"
 ! grep -q "early stop" "$err" || fail "early stopping stopped the run: $(grep "early stop" "$err")"
+# each evaluation's line: nan, then inf (before session 40 "-nan")
+! grep -- '-nan' "$err" || fail "stderr says -nan (above)"
+stderr_has "[train] step 1: test loss nan acc "
+stderr_has "[train] step 2: test loss inf acc "
 python3 - "$tmp/kb/metrics.jsonl" "$tmp/kb" <<'EOF' || fail "keep_best and early stopping"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]

@@ -44,6 +44,43 @@ if command -v python3 >/dev/null 2>&1; then
 	echo "ok: bench/profile_table.py reads all $got rows, 'step counter' too"
 fi
 
+# a pipeline of 2 stages on the profiled device, 4 micro-batches: each
+# layer's forward a row of 7 x 4 calls, and the micro-batches' entries
+# (their dropout and micro-step counters, 5 counter_adds a step) are "step
+# counter" rows (before session 40 "(unlabelled) counter_add forward")
+# shellcheck disable=SC2086
+"$kiln" train "$cfg" --profile $short layer.fc2.stage=1 \
+	pipeline.micro_batches=4 "run.out_dir=$tmp/p" >"$tmp/p.out" 2>"$tmp/p.err" ||
+	{ cat "$tmp/p.err"; fail "kiln train --profile, 2 stages"; }
+grep -q '^(unlabelled)' "$tmp/p/profile.txt" && { cat "$tmp/p/profile.txt"; fail "2 stages: an (unlabelled) row"; }
+# calls LAYER OP PASS: the row's calls
+calls() { awk -v l="$1" -v o="$2" -v p="$3" '$1 == l && $2 == o && $3 == p { print $4 }' "$tmp/p/profile.txt"; }
+for row in "fc1 gemm forward 28" "fc3 gemm forward 28" "fc1 gemm backward 28" \
+	"step counter counter_add forward 35"; do
+	set -- $row
+	if [ "$1" = step ]; then
+		got=$(awk '/^step counter +counter_add +forward / { print $5 }' "$tmp/p/profile.txt")
+		want=$5
+	else
+		got=$(calls "$1" "$2" "$3")
+		want=$4
+	fi
+	[ "$got" = "$want" ] || { cat "$tmp/p/profile.txt"; fail "2 stages: the row '$row' has ${got:-no} calls"; }
+done
+echo "ok: 2 stages: both stages' ops timed, the micro-batches' counters labelled"
+
+# a resumed run's trace numbers its steps as metrics.jsonl does: from the
+# checkpoint's step + 1 (before session 40 from 1)
+# shellcheck disable=SC2086
+"$kiln" train "$cfg" --profile --resume $short train.max_steps=11 "run.out_dir=$tmp/a" \
+	>"$tmp/r.out" 2>"$tmp/r.err" || { cat "$tmp/r.err"; fail "kiln train --profile --resume"; }
+steps=$(grep -o '"name":"step [0-9]*","cat":"step"' "$tmp/a/trace.json" | tr -dc '0-9\n' | tr '\n' ' ')
+[ "$steps" = "9 10 11 " ] || fail "the resumed run's trace names its steps '$steps', expected 9 10 11"
+args=$(grep -o '"args":{"step":[0-9]*' "$tmp/a/trace.json" | sort -u -t: -k3n | tr -dc '0-9\n' | tr '\n' ' ')
+[ "$args" = "9 10 11 " ] || fail "the resumed run's trace events have steps '$args', expected 9 10 11"
+grep -q 'trace of steps 9\.\.11 in ' "$tmp/r.err" || { cat "$tmp/r.err"; fail "no 'trace of steps 9..11' line"; }
+echo "ok: a run resumed at step 8 traces steps 9..11"
+
 # shellcheck disable=SC2086
 "$kiln" train --profile "$cfg" $short "run.out_dir=$tmp/b" >"$tmp/b.out" 2>"$tmp/b.err" ||
 	{ cat "$tmp/b.err"; fail "kiln train --profile FILE"; }

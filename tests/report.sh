@@ -8,8 +8,9 @@
 # note instead of a plot for a field no line has), and that the PNG is a
 # real picture; that the fields newer trainers log (lr, samples_per_s,
 # data_wait, grad_norm, time) are plotted (a synthetic metrics.jsonl); that
-# 200,000 distinct fields are read in well under 20 s.  Bad input: no
-# metrics.jsonl is a usage error.
+# 200,000 distinct fields are read in well under 20 s; that a resumed
+# run's curves leave out the lines the interrupted run logged after its
+# checkpoint (session 40).  Bad input: no metrics.jsonl is a usage error.
 name=report
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -107,6 +108,26 @@ for id in lr throughput data_wait grad_norm time; do
 done
 grep -q "some not JSON objects: skipped" "$syn/report.html" || fail "synthetic run: the bad line is not reported"
 echo "ok: lr, throughput, data wait, gradient norm and time plotted when logged"
+
+# a resumed run: 6 steps, a checkpoint at step 4, the one of step 6 lost
+# (the run killed after its last line), resumed to step 8 from step 4's:
+# each curve has one point a step logged, the resumed run's at step 6
+# (before session 40 the first run's step 6 too: 5 train points for 4
+# steps logged), and the Result section says what was left out
+rr="$tmp/resumed"
+set -- "$srcdir/examples/fashion_mnist_mlp.ini" data.limit=1000 data.eval.limit=200 \
+	train.batch=64 train.log_every=2 train.eval_every=2 train.checkpoint_every=4 "run.out_dir=$rr"
+kiln 0 train "$@" train.max_steps=6
+rm "$rr/checkpoints/ckpt-6.kiln"
+kiln 0 train "$@" train.max_steps=8 --resume
+kiln 0 report "$rr"
+for s in train.loss:4 train.lr:4 test.loss:4 test.acc:4; do
+	n=$(grep -o "<circle class=\"pt\" data-series=\"${s%:*}\"" "$rr/report.html" | wc -l)
+	[ "$n" -eq "${s#*:}" ] || fail "resumed run: ${s%:*} has $n points, expected ${s#*:} (steps 2, 4, 6, 8)"
+done
+grep -qF "1 resume(s): 2 train and eval line(s) of an interrupted run" "$rr/report.html" ||
+	fail "resumed run: the Result section does not say what was left out"
+echo "ok: a resumed run's curves: one point a step logged"
 
 # 200,000 distinct fields (10 train lines of 20,000): looked up one by one,
 # the old code took 20-25 s for half as many, so ~90 s here (0.2 s for

@@ -485,9 +485,11 @@ struct kiln_train_result {
 	double val_acc5;            /* its top-5 accuracy */
 	int64_t val_samples;
 	int early_stopped;          /* [train] early_stop_patience ended the run */
-	double train_samples_per_s; /* over the timed epochs (all but the first, if >1);
-				     * one data-parallel rank's: the run's
-				     * is samples_per_s at the end */
+	double train_samples_per_s; /* over the timed epochs (all but the first, if >1),
+				     * their steps' time (evaluations and checkpoint
+				     * writes left out, since session 40); one
+				     * data-parallel rank's: the run's is
+				     * samples_per_s at the end */
 	double eval_samples_per_s;  /* the last evaluation's, data loading included */
 	double wall_s;
 	int64_t test_samples;

@@ -81,6 +81,17 @@ static inline int common_vsnprintf_c(char *buf, size_t n, const char *fmt, va_li
 	return r;
 }
 
+/* v for printf's %f, %g and %e in a line a person reads: a NaN without
+ * its sign bit, so that a non-finite number reads nan, inf or -inf, as
+ * metrics' CSV cells do (core/logger.c): glibc writes "-nan" for a NaN
+ * whose sign bit is set, as x86's inf - inf and 0 * inf make, and a NaN's
+ * sign means nothing (before session 40 a diverged run's epoch line said
+ * "train loss -nan"). */
+static inline double common_nan_plain(double v)
+{
+	return v != v ? __builtin_nan("") : v;
+}
+
 __attribute__((format(printf, 3, 4)))
 static inline int common_snprintf_c(char *buf, size_t n, const char *fmt, ...)
 {
