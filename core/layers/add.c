@@ -71,15 +71,14 @@ static kiln_status add_infer(const struct kiln_host *h, struct kiln_layer *l)
 	l->inplace_ok = 0;
 	l->dx_is_dy = 0;
 	for (int k = 0; k < l->n_in; k++) {
-		const int f = l->in[k].dtype == KILN_F32;
-		if (!f && l->in[k].dtype != KILN_BF16 && l->in[k].dtype != KILN_F16 &&
-		    l->in[k].dtype != l->out.dtype) {
+		const int dt = l->in[k].dtype;
+		if (dt != l->out.dtype && dt != KILN_BF16 && dt != KILN_F16) {
 			char d[96];
 			return h->error(KILN_ECONFIG, "layer '%s' (add): input %d is %s, which does not add to %s",
 					l->name, k, kiln_tensor_desc_str(&l->in[k], d, sizeof d),
 					kiln_dtype_name(l->out.dtype));
 		}
-		if (l->in[k].dtype == l->out.dtype) {
+		if (dt == l->out.dtype) {
 			l->inplace_ok |= k < 2 ? 1 << k : 0;
 			l->dx_is_dy |= 1 << k;
 		}

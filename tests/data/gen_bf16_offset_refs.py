@@ -2,14 +2,17 @@
 """bf16 against PyTorch's CPU autocast on rows with a large common offset,
 for tests/bf16_offset.sh.
 
-The model is tests/data/bf16_offset.ini: a token embedding (V = 32 ids,
-C = 16 channels) whose rows are OFFSET + 0.1 x randn, a layer norm, a
-linear head to the V classes, cross-entropy on the next token (context
-T = 8, batch B = 4).  Under torch.autocast('cpu', dtype=torch.bfloat16)
-the embedding's rows, the layer norm and its output stay f32 and only the
-head's matrix product runs in bf16 (its input rounded to bf16, its output
-bf16); the relative L2 error of the embedding's gradient against the f32
-model's stays near bf16's rounding whatever the offset.  Rounding the rows
+The model is tests/data/bf16_offset.ini: a token embedding h (V = 32
+ids, C = 16 channels) whose rows are OFFSET + 0.1 x randn, one residual
+block r = fc(ln1(h)) + h + fc(ln1(h)) (fc a linear C -> C; its output
+added twice, so the sum meets a bf16 input as its second and third term),
+a layer norm ln2, a linear head to the V classes, cross-entropy on the
+next token (context T = 8, batch B = 4).  Under torch.autocast('cpu',
+dtype=torch.bfloat16) the embedding's rows, the residual sum and the
+layer norms stay f32 and only the linear layers' products run in bf16
+(their inputs rounded to bf16, their outputs bf16); the relative L2 error
+of the embedding's gradient against the f32 model's stays near bf16's
+rounding whatever the offset.  Rounding the rows
 themselves to bf16 (kiln before session 40) loses their spread at a large
 offset (bf16's step at 50 is 0.25, the spread 0.1) and the error grows
 with it (690% at 50).
@@ -21,8 +24,8 @@ Generate (the default) into tests/data:
         (256 int32 header: magic 20240520, version 1, count; uint16 ids)
   bf16_offset_init_OFFSET.safetensors  (OFFSET 0 and 50)
         the initial weights under kiln's names: emb.weight OFFSET + 0.1 x
-        randn, ln.weight 1 + 0.1 x randn, ln.bias, head.weight and
-        head.bias 0.1 x randn (the same randn draws for both offsets)
+        randn, ln1.weight and ln2.weight 1 + 0.1 x randn, the biases, the
+        fc and head weights 0.1 x randn (the same draws for both offsets)
   bf16_offset_refs.safetensors
         fp32.OFFSET      emb.weight's gradient, the f32 model
         autocast.OFFSET  emb.weight's gradient under CPU autocast bf16
@@ -94,20 +97,23 @@ def generate(out_dir):
     y = torch.stack([ids[i * T + 1:i * T + T + 1] for i in range(B)])
 
     spread = 0.1 * torch.randn(V, C)
-    ln_w, ln_b = 1 + 0.1 * torch.randn(C), 0.1 * torch.randn(C)
-    head_w, head_b = 0.1 * torch.randn(V, C), 0.1 * torch.randn(V)
+    rest = [("ln1.weight", 1 + 0.1 * torch.randn(C)), ("ln1.bias", 0.1 * torch.randn(C)),
+            ("fc.weight", 0.1 * torch.randn(C, C)), ("fc.bias", 0.1 * torch.randn(C)),
+            ("ln2.weight", 1 + 0.1 * torch.randn(C)), ("ln2.bias", 0.1 * torch.randn(C)),
+            ("head.weight", 0.1 * torch.randn(V, C)), ("head.bias", 0.1 * torch.randn(V))]
     refs = []
     for offset in OFFSETS:
-        init = [("emb.weight", offset + spread), ("ln.weight", ln_w), ("ln.bias", ln_b),
-                ("head.weight", head_w), ("head.bias", head_b)]
+        init = [("emb.weight", offset + spread)] + rest
         write_safetensors(os.path.join(out_dir, "bf16_offset_init_%d.safetensors" % offset),
                           [(n, t.numpy().astype(np.float32).copy()) for n, t in init],
                           {"generator": "tests/data/gen_bf16_offset_refs.py"})
         for kind in ("fp32", "autocast"):
             p = [t.clone().requires_grad_(True) for _, t in init]
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=kind == "autocast"):
-                h = F.layer_norm(F.embedding(x, p[0]), (C,), p[1], p[2], 1e-5)
-                logits = F.linear(h, p[3], p[4])
+                h = F.embedding(x, p[0])
+                f = F.linear(F.layer_norm(h, (C,), p[1], p[2], 1e-5), p[3], p[4])
+                r = f + h + f
+                logits = F.linear(F.layer_norm(r, (C,), p[5], p[6], 1e-5), p[7], p[8])
                 loss = F.cross_entropy(logits.reshape(-1, V).float(), y.reshape(-1))
             loss.backward()
             refs.append(("%s.%d" % (kind, offset), p[0].grad.numpy().astype(np.float32).copy()))
