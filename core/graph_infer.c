@@ -212,7 +212,7 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 		 * pipeline's mean (kiln_layer_run.loss_scale, plan_run.c) */
 		n->l.loss_scaled = m->scaler_d != NULL || m->seed_d != NULL;
 		n->l.sync_ranks = m->group_ranks;       /* read by batchnorm only */
-		n->l.compute_dtype = m->cdtype;         /* read by embedding only */
+		n->l.compute_dtype = m->cdtype;         /* read by linear only */
 		n->l.decode_len = decode;
 		/* an activation fused into the layer before it (a view: its
 		 * act_fused set by that layer, below) applies nothing itself,

@@ -49,10 +49,12 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	for (int k = 0; k < L->n_params; k++) {
 		const struct model_param *pm = &m->params[L->pidx[k]];
 		r->w[k] = (pm->buffer ? m->buffers_d : m->params_d) + pm->off;
-		/* the compute copy only for a layer that computes in its dtype
-		 * (plugin.h: NULL with f32 compute, e.g. after an embedding,
-		 * whose rows are f32 whatever the compute dtype) */
-		if (m->params_c && !pm->buffer && nd->l.in[0].dtype == m->cdtype)
+		/* the compute copy only for a layer that computes in its dtype:
+		 * reads or writes activations in it (plugin.h: NULL with f32
+		 * compute, e.g. a layer norm of the f32 residual stream; a
+		 * linear layer on it converts x and writes the compute dtype) */
+		if (m->params_c && !pm->buffer &&
+		    (nd->l.in[0].dtype == m->cdtype || nd->l.out.dtype == m->cdtype))
 			r->wc[k] = (char *)m->params_c + pm->off * kiln_dtype_size(m->cdtype);
 		r->dw[k] = p->training ? kiln_model_grad_dst(m, m->grad_out_d ? m->grad_out_d
 									       : m->grads_d, i, k)

@@ -753,6 +753,13 @@ TESTS += tests/loss_plugin_abi.sh
 EXTRA_DIST += tests/loss_plugin_abi.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
+# bf16 keeps a token model's residual stream f32, as autocast does: the
+# embedding's gradient at rows of a large offset against PyTorch's
+# (tests/data/gen_bf16_offset_refs.py)
+TESTS += tests/bf16_offset.sh
+EXTRA_DIST += tests/bf16_offset.sh tests/data/gen_bf16_offset_refs.py tests/data/bf16_offset.ini \
+	tests/data/bf16_offset_tokens.bin tests/data/bf16_offset_init_0.safetensors \
+	tests/data/bf16_offset_init_50.safetensors tests/data/bf16_offset_refs.safetensors
 
 # Hostile input and a reused run directory (issue 25: findings 1, 2, 6, 7).
 TESTS += tests/hostile.sh

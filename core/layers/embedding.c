@@ -1,8 +1,9 @@
 /* core/layers/embedding.c - token embedding (nn.Embedding): y = weight[idx].
  *
  * x: token ids i32 [B, T] (or [B]); weight [V, C], initialised N(0, 0.02^2)
- * as GPT-2 does; y: [B, T, C] (or [B, C]) in the model's compute dtype (the
- * f32 rows rounded once with bf16/f16 compute).  The input is integer: the
+ * as GPT-2 does; y: [B, T, C] (or [B, C]) f32 whatever the compute dtype,
+ * as under torch.autocast (the rows start the residual stream, which stays
+ * f32; a linear layer converts what it reads: docs/precision.md).  The input is integer: the
  * backward gives only dweight (KILN_OP_EMBEDDING_BWD, a deterministic
  * scatter-add).  An id outside [0, V) fails the step with KILN_EDATA naming
  * its position (the device never reads past the table).
@@ -49,8 +50,6 @@ static kiln_status embedding_infer(const struct kiln_host *h, struct kiln_layer 
 		f32_desc(&l->out, x->dims[0], x->dims[1], s->C);
 	else
 		f32_desc(&l->out, x->dims[0], s->C, 0);
-	if (l->compute_dtype == KILN_BF16 || l->compute_dtype == KILN_F16)
-		l->out.dtype = l->compute_dtype; /* the rows in the compute dtype */
 	l->n_params = 1;
 	l->params[0] = (struct kiln_param_spec){ "weight", { 0 }, KILN_INIT_NORMAL, 0, 0 };
 	f32_desc(&l->params[0].desc, s->V, s->C, 0);

@@ -7,6 +7,14 @@
  * does: rows = B*T, y [B, T, out].  A channels-last 4-d input is read
  * in PyTorch's C, H, W order: it is reordered into the workspace first, so
  * both layouts give the same numbers.
+ *
+ * Low-precision compute (kiln_layer.compute_dtype bf16 or f16) on an f32
+ * input (an embedding's rows, a layer norm of the residual stream: autocast
+ * keeps those f32): x is converted into the workspace (KILN_OP_CAST, again
+ * in the backward for dW) and the products run in the compute dtype, as
+ * torch.autocast's linear does: y in the compute dtype, dx f32 (the GEMM
+ * writes f32 from compute-dtype operands, without the rounding autocast's
+ * cast adds to dx).
  */
 #include "util.h"
 
@@ -26,8 +34,12 @@ struct linear {
 	int reorder;      /* channels-last input: x is read through a copy */
 	void *to_nchw, *from_nchw[2];
 	size_t x_bytes;
-	size_t ws_off;    /* the reorder buffers before the ops' own workspace:
-			   * x in C, H, W order, and dx where the plan has one */
+	int cast;         /* f32 x, low-precision compute: x converted for the GEMMs */
+	void *to_c;       /* KILN_OP_CAST of x's rows into the compute dtype */
+	size_t xc_off;    /* where that copy starts in the workspace */
+	size_t ws_off;    /* the buffers before the ops' own workspace: x in
+			   * C, H, W order, dx where the plan has one, x in
+			   * the compute dtype */
 	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
 	int int8_unsigned;
 };
@@ -64,6 +76,8 @@ static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 		     l->in[0].dims[2] * l->in[0].dims[3] > 1;
 	s->x_bytes = ALIGN64(kiln_tensor_bytes(&l->in[0]));
 	const struct kiln_tensor_desc *x = &l->in[0];
+	s->cast = x->dtype == KILN_F32 && !(s->int8_scale > 0) &&
+		  (l->compute_dtype == KILN_BF16 || l->compute_dtype == KILN_F16);
 	if (x->ndim == 3 || x->ndim > 4) { /* over the last dimension */
 		s->K = x->dims[x->ndim - 1];
 		s->B = kiln_tensor_numel(x) / s->K;
@@ -75,7 +89,6 @@ static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 		s->K = per_sample(x);
 		f32_desc(&l->out, s->B, s->out, 0);
 	}
-	l->out.dtype = l->in[0].dtype; /* the compute dtype */
 	l->n_params = s->bias ? 2 : 1;
 	l->params[0] = (struct kiln_param_spec){ "weight", { 0 }, KILN_INIT_KAIMING_UNIFORM, s->K, 0 };
 	f32_desc(&l->params[0].desc, s->out, s->K, 0);
@@ -86,7 +99,10 @@ static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 	l->needs_input = 1;
 	take_act(l, 1); /* any activation: the GEMM's epilogue */
 	l->needs_output = l->act_fused; /* the fused ReLU's mask */
-	return int8_out_dtype(h, l, s->int8_scale, s->int8_out_scale, &l->out.dtype);
+	kiln_status st = int8_out_dtype(h, l, s->int8_scale, s->int8_out_scale, &l->out.dtype);
+	if (s->cast) /* the products' dtype: the compute dtype */
+		l->out.dtype = l->compute_dtype;
+	return st;
 }
 
 /* out[M,N] = op(a) . op(b), op transposing a when ta and b when tb (a is
@@ -111,7 +127,9 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	struct kiln_op op;
 	kiln_status st;
 	int64_t B = s->B, K = s->K, N = s->out;
-	const int dt = l->in[0].dtype; /* activations and the weight they meet */
+	/* the products' operands: the activations' dtype, or the compute
+	 * dtype x is converted to; dx has x's dtype */
+	const int dt = s->cast ? l->compute_dtype : l->in[0].dtype, dxt = l->in[0].dtype;
 
 	/* y[B,N] = x[B,K] . W[N,K]^T (+ b[N]); the bias stays f32 */
 	gemm_op(&op, s->bias ? 3 : 2, 0, 1, B, N, K, dt, dt);
@@ -141,13 +159,23 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	/* dx[B,K] (+)= dy[B,N] . W[N,K], unless no backward asks for it (the
 	 * first layer's input: kiln_layer_dx_unused) */
 	const int dx = train && !(kiln_layer_dx_unused(l) & 1);
-	gemm_op(&op, 2, 0, 0, B, K, N, dt, dt);
+	gemm_op(&op, 2, 0, 0, B, K, N, dt, dxt);
 	if (dx && (st = prep_pair(h, l, dev, &op, s->dx, ws)))
 		return st;
 	if (s->reorder && (st = prep_nchw_reorders(h, l, dev, &l->in[0], &s->to_nchw,
 						   dx ? s->from_nchw : NULL, ws)))
 		return st;
-	s->ws_off = s->reorder ? (dx ? 2 : 1) * s->x_bytes : 0;
+	s->xc_off = s->reorder ? (dx ? 2 : 1) * s->x_bytes : 0;
+	s->ws_off = s->xc_off;
+	if (s->cast) { /* x [B*K] f32 -> the compute dtype, after the reorder */
+		const int64_t n = B * K;
+		op_init(&op, KILN_OP_CAST, 1, 1);
+		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+		kiln_tensor_desc_init(&op.out[0], dt, 1, &n);
+		if ((st = prep(h, l, dev, &op, &s->to_c, ws)))
+			return st;
+		s->ws_off += ALIGN64(kiln_tensor_bytes(&op.out[0]));
+	}
 	if (!train) {
 		*ws += s->ws_off;
 		return KILN_OK;
@@ -182,19 +210,29 @@ static void ops_ws(struct kiln_op_args *a, const struct linear *s, const struct 
 	a->workspace_bytes = r->workspace_bytes - off;
 }
 
-/* x as [B, K] rows in C, H, W order: the input itself, or its reordered
- * copy at the start of the workspace. */
+/* x as [B, K] rows in C, H, W order in the products' dtype: the input
+ * itself, or its reordered copy at the start of the workspace, or its
+ * conversion to the compute dtype (s->cast) at xc_off. */
 static kiln_status input_rows(const struct kiln_host *h, struct kiln_layer *l,
 			      const struct kiln_layer_run *r, const void **x)
 {
 	struct linear *s = l->priv;
+	kiln_status st;
 	*x = r->x[0];
-	if (!s->reorder)
+	if (s->reorder) {
+		struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->workspace } };
+		ops_ws(&a, s, r);
+		*x = r->workspace;
+		if ((st = h->device_run(r->dev, s->to_nchw, &a, r->stream)))
+			return st;
+	}
+	if (!s->cast)
 		return KILN_OK;
-	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->workspace } };
+	void *xc = (char *)r->workspace + s->xc_off;
+	struct kiln_op_args a = { .in = { *x }, .out = { xc } };
 	ops_ws(&a, s, r);
-	*x = r->workspace;
-	return h->device_run(r->dev, s->to_nchw, &a, r->stream);
+	*x = xc;
+	return h->device_run(r->dev, s->to_c, &a, r->stream);
 }
 
 static kiln_status linear_forward(const struct kiln_host *h, struct kiln_layer *l,

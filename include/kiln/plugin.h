@@ -1142,9 +1142,15 @@ struct kiln_layer {
 			      * in training; 0 or 1: this batch alone */
 	/* ---- ABI 2.1 ---- */
 	int compute_dtype;   /* set by the core before infer: the model's compute
-			      * dtype (KILN_F32, KILN_BF16, KILN_F16), the dtype of
-			      * the activations a layer makes from integer inputs
-			      * (embedding); others follow their inputs' */
+			      * dtype (KILN_F32, KILN_BF16, KILN_F16), the dtype
+			      * the matrix products run in: a built-in linear
+			      * layer on an f32 input converts it and writes
+			      * this dtype (torch.autocast's linear).  Other
+			      * layers follow their inputs (an embedding writes
+			      * f32, an add of f32 and this dtype f32: the
+			      * residual stream stays f32 as under autocast;
+			      * before session 40 the embedding wrote this
+			      * dtype) */
 	/* ---- ABI 2.2 ---- */
 	int64_t decode_len;  /* set by the core before configure: > 0 in a
 			      * decode plan (kiln_plan_opts.decode, text
@@ -1249,11 +1255,13 @@ struct kiln_layer_run {
 	 * layer built before 2.23 where n > 1). */
 	const float *loss_scale;
 	/* ---- ABI 1.3 ---- */
-	/* Low-precision compute (the activations' dtype, in[0].dtype, is bf16
-	 * or f16): wc[k] is parameter k in that dtype (the optimizer's compute
-	 * copy, rounded to nearest even), for the matrix products; NULL with
-	 * f32 compute and for buffers.  w[k] stays the f32 master, which
-	 * batchnorm's scale and shift and the biases read. */
+	/* Low-precision compute (the layer's input in[0] or its output is in
+	 * the compute dtype, bf16 or f16; the output alone: a linear layer
+	 * converting an f32 input, since session 40): wc[k] is parameter k in
+	 * that dtype (the optimizer's compute copy, rounded to nearest even),
+	 * for the matrix products; NULL with f32 compute and for buffers.
+	 * w[k] stays the f32 master, which batchnorm's scale and shift, the
+	 * biases and the layer norm's affine read. */
 	const void *wc[KILN_LAYER_MAX_PARAMS];
 	/* ---- ABI 1.4 ---- */
 	/* The data-parallel group for host->group_allreduce/allgather
