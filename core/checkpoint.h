@@ -60,8 +60,8 @@ struct kiln_ckpt_trainer {
 	int64_t epoch;   /* epoch being trained (0-based) */
 	int64_t step;    /* optimizer steps done in the whole run */
 	int64_t offset;  /* global samples of this epoch's order consumed: a
-			  * multiple of batch x world, at most the epoch's steps
-			  * x batch x world (then only the end-of-epoch
+			  * multiple of batch x accumulate x world, at most the
+			  * epoch's steps x that (then only the end-of-epoch
 			  * evaluation is left) */
 	int64_t seed;    /* [run] seed */
 	int64_t world;   /* ranks */

@@ -34,6 +34,11 @@ static const struct {
 	/* another world size: the per-rank batch changes with it (resume
 	 * checks that the global step still divides the offset) */
 	{ "train", "batch" },        { "run", "comm" },
+	/* the global batch's split into micro-batches: batch x accumulate x
+	 * ranks, the state's layout the same (core/train_resume_batch.c;
+	 * session 40: a 2-rank run could not resume on 1 rank with
+	 * accumulate 2 where the batch of 2 would not fit) */
+	{ "train", "accumulate" },
 	{ "dist", "bucket_mb" },     { "dist", "timeout" },
 	{ "dist", "overlap" },        { "dist", "zero" },
 	{ "dist", "timing" },

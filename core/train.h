@@ -556,6 +556,14 @@ kiln_status trainer_best_meta(const struct trainer *t, int i, double v,
 void trainer_best_prune_tmp(const struct trainer *t);
 kiln_status trainer_best_restore(struct trainer *t, struct kiln_ckpt *ck);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
+/* train_resume_batch.c: a resume's checkpoint position tr in this run's
+ * global batch (batch x accumulate x ranks; a complete epoch's offset
+ * moved to this run's end of it), refused (KILN_EDATA) where its offset
+ * is no whole number of this run's steps; what another global batch, or
+ * another split of it (batch, accumulate, ranks, micro_batches: saved,
+ * the checkpoint's config text), changes is logged */
+kiln_status trainer_resume_batch(struct trainer *t, const char *path, const char *saved,
+				 struct kiln_ckpt_trainer *tr);
 void trainer_resume_finished(struct trainer *t);
 
 /* train_interval.c: the log interval open at a checkpoint (the

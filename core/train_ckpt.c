@@ -541,41 +541,6 @@ static kiln_status clip_counts_restore(struct trainer *t, struct kiln_ckpt *ck)
 	return KILN_OK;
 }
 
-/* A resume whose micro-batch (the rows each rank's forward sees at once:
- * [train] batch / [pipeline] micro_batches) differs from the checkpoint's
- * run's, by a changed micro_batches (a key safe to change: the state's
- * layout is the same) or by another world size at the same global batch.
- * Batchnorm's batch statistics (and how often its running statistics
- * move) and a loss's mean over the targets it counts (ignored ones left
- * out) are per micro-batch, so a model with either continues on another
- * path: said here, not refused (before session 32 nothing was said; the
- * ResNet example resumed at step 5 with micro_batches 4 -> 1 ended step
- * 10 at test accuracy 0.170 against the uninterrupted run's 0.123). */
-static void micro_batch_warn(const struct trainer *t, const char *saved,
-			     const struct kiln_ckpt_trainer *tr)
-{
-	struct kiln_kv *v = NULL;
-	int n = 0, bn = t->m->n_buf_elems > 0, xent = 0;
-	int64_t M = 1, M0 = 1;
-	kiln_config_get_int(t->cfg, "pipeline", "micro_batches", &M);
-	if (!kiln_kv_parse(saved, &v, &n)) {
-		const struct kiln_kv *e = kiln_kv_lookup(v, n, "pipeline", "micro_batches");
-		if (e && e->val)
-			M0 = strtoll(e->val, NULL, 10);
-	}
-	free(v);
-	for (int i = 0; i < t->m->n_layers; i++)
-		xent |= !strcmp(t->m->layers[i].type->name, "softmax_xent");
-	if (M0 < 1 || M < 1 || tr->batch * M == t->B * M0 || (!bn && !xent))
-		return;
-	kiln_log(KILN_LOG_WARN, "train", "resume: a micro-batch changes from %lld rows (batch %lld / micro_batches %lld on each of %lld rank(s)) to %lld (%lld / %lld on %d): %s per micro-batch, so the run will not continue as it would have%s",
-		 (long long)(tr->batch / M0), (long long)tr->batch, (long long)M0, (long long)tr->world,
-		 (long long)(t->B / M), (long long)t->B, (long long)M, t->world,
-		 bn && xent ? "batchnorm's batch statistics and the loss's mean over the targets it counts are"
-		 : bn ? "batchnorm's batch statistics are" : "the loss's mean over the targets it counts is",
-		 bn ? "" : " where targets are ignored (with none ignored, only the rounding changes)");
-}
-
 /* [run] fuse as the checkpoint's run resolved it: its text's value v[0..n)
  * (v NULL: the key is absent, written before a7cf504 added fusion: 0),
  * `auto` by the device its versions name (the current one's type where
@@ -667,7 +632,7 @@ static kiln_status resume_fuse(struct trainer *t, const char *path, const char *
  * none (a fresh start). */
 kiln_status trainer_resume_read(struct trainer *t, int *found)
 {
-	const int64_t samples = t->train.len, B = t->B, acc = t->acc;
+	const int64_t samples = t->train.len;
 	struct kiln_ckpt *ck = NULL;
 	struct kiln_ckpt_trainer tr;
 	char *saved = NULL, *defaults = NULL;
@@ -695,33 +660,10 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 				path, (long long)tr.samples, (long long)samples);
 		goto out;
 	}
-	/* the offset is global (any world size), in whole steps of this run:
-	 * batch x accumulate x world samples each */
-	int64_t G = B * acc * t->world;
-	/* an epoch the checkpoint's run finished (its last step's checkpoint,
-	 * offset = the samples its global batch used): ended in this run's
-	 * steps too, whatever its global batch (refused before session 31:
-	 * a finished run could not be extended with another batch) */
-	const int64_t G0 = tr.batch * acc * tr.world;
-	if (G0 > 0 && G != G0 && tr.offset > 0 && tr.offset == samples / G0 * G0) {
-		kiln_log(KILN_LOG_INFO, "train", "resume: the checkpoint's epoch %lld was complete (%lld samples in steps of %lld); it stays complete in steps of %lld",
-			 (long long)tr.epoch + 1, (long long)tr.offset, (long long)G0, (long long)G);
-		tr.offset = samples / G * G;
-	}
-	if (tr.offset % G || tr.offset > samples / G * G) {
-		st = kiln_error(KILN_EDATA, "cannot resume from %s: it stopped at sample %lld of an epoch with batch %lld and %lld rank(s), which this run (batch %lld x accumulate %lld x %d rank(s) = %lld samples a step) cannot continue: keep the global batch a divisor of the offset",
-				path, (long long)tr.offset, (long long)tr.batch, (long long)tr.world,
-				(long long)B, (long long)acc, t->world, (long long)G);
+	/* the checkpoint's offset in this run's global batch, and what
+	 * another batch, accumulate or world size changes */
+	if ((st = trainer_resume_batch(t, path, saved, &tr)))
 		goto out;
-	}
-	if (tr.world != t->world)
-		kiln_log(KILN_LOG_INFO, "train", "resume: the checkpoint was written by %lld rank(s), this run has %d; the data continue at global sample %lld",
-			 (long long)tr.world, t->world, (long long)tr.offset);
-	micro_batch_warn(t, saved, &tr);
-	if (tr.batch * tr.world != B * t->world)
-		kiln_log(KILN_LOG_WARN, "train", "resume: the global batch changes from %lld (%lld x %lld ranks) to %lld (%lld x %d): the run will not continue as it would have (the steps per epoch, the LR schedule's length, and the base lr where [train] lr_scale is set, follow the new batch)",
-			 (long long)(tr.batch * tr.world), (long long)tr.batch, (long long)tr.world,
-			 (long long)(B * t->world), (long long)B, t->world);
 	/* (stages on ranks: each rank loads its stage, kiln_dist_pipe_resume;
 	 * ZeRO-1's model has no whole optimizer state: the rest here, the
 	 * slots in kiln_dist_zero_init) */

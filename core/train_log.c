@@ -320,15 +320,34 @@ static int params_initial(const struct trainer *t, int64_t step, int first)
 	return step > 0 && (skipped >= step || (first && step == 1));
 }
 
+/* The run's optimizer reads [train] eps (a row of its keys: adamw, lamb,
+ * an optim plugin's) and it is 0. */
+static int eps_zero(const struct trainer *t)
+{
+	const struct kiln_plugin *p;
+	double eps;
+	if (kiln_optim_find(t->cfg, t->reg, &p))
+		return 0;
+	for (const struct kiln_key *k = p->keys; k && k->name; k++)
+		if (!strcmp(k->name, "eps"))
+			return !kiln_config_get_float(t->cfg, "train", "eps", &eps) && eps == 0;
+	return 0;
+}
+
 /* What to change after a divergence (`initial`: params_initial's): the
  * learning rate, unless it is 0 or no step has changed the parameters
  * (before session 36 "lower [train] lr" was said to a run of lr = 0,
  * before session 39 to a run whose first fp16 forward overflowed: in
- * neither did a step size cause it). */
+ * neither did a step size cause it), or eps = 0 where the optimizer
+ * divides by its running squares' root plus eps: 0/0 = NaN (PyTorch's
+ * too) where a gradient and its running square are 0, whatever the lr
+ * (before session 40 "lower [train] lr"). */
 static const char *diverged_hint(const struct trainer *t, int initial)
 {
 	if (initial && t->m->cdtype == KILN_F16)
 		return "[train] lr is not the cause: f16 holds values up to 65504 ([run] precision = fp16): use bf16 or fp32, or look at the data, its normalisation ([data] mean, std) and the initial weights";
+	if (!initial && eps_zero(t))
+		return "[train] eps = 0: the update divides 0 by 0 where a gradient and its running square are 0 (a unit that never fires, an input that is always 0), which is NaN, as in PyTorch: set eps > 0 (PyTorch's default is 1e-8)";
 	if (t->tc.lr == 0)
 		return "[train] lr is 0, so the step size is not the cause: look at the data, its normalisation ([data] mean, std) and the initial weights";
 	return initial ? "[train] lr is not the cause: look at the data, its normalisation ([data] mean, std) and the initial weights"

@@ -550,6 +550,9 @@ EXTRA_DIST += tests/resume_last_kill.sh
 # pipeline stages, and on another world size
 TESTS += tests/resume_interval.sh
 EXTRA_DIST += tests/resume_interval.sh
+# [train] accumulate changed on resume (session 40)
+TESTS += tests/resume_accumulate.sh
+EXTRA_DIST += tests/resume_accumulate.sh
 # trained weights kept, exported, fine-tuned: against PyTorch's (issue 24)
 TESTS += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh tests/config_amp.sh
 EXTRA_DIST += tests/trained_export.sh tests/rough_edges.sh tests/resume_knobs.sh tests/config_amp.sh \

@@ -7,7 +7,8 @@
 #  1. AdamW with eps = 0 computes 0/0 for the weights of an input pixel
 #     that is 0 in every sample of the first batch: the log point after
 #     step 1 names the tensor and how many of its values are not finite,
-#     exit 3 (before: exit 0, the NaN in every checkpoint);
+#     exit 3 (before: exit 0, the NaN in every checkpoint), and eps = 0 as
+#     the cause (before session 40: "lower [train] lr");
 #  2. a run whose parameters overflow at step 2 (lr 1e6 on inputs scaled
 #     by 1e10, skip_nonfinite = 0) between log points: the checkpoint of
 #     step 2 is refused and step 1's stays the newest (before: checkpoints
@@ -52,7 +53,7 @@ ini="$tmp/mlp.ini"
 # 1
 kiln 3 train "$ini" "data.images=$tmp/zero0.idx" train.optimizer=adamw train.lr=0.01 \
 	train.eps=0 run.fuse=auto "run.out_dir=$tmp/adam"
-stderr_has "error: step 1 (epoch 1): parameter 'fc1.weight' holds 71 non-finite value(s) (NaN or inf): training diverged; lower [train] lr"
+stderr_has "error: step 1 (epoch 1): parameter 'fc1.weight' holds 71 non-finite value(s) (NaN or inf): training diverged; [train] eps = 0: the update divides 0 by 0 where a gradient and its running square are 0"
 [ -z "$(ls "$tmp/adam/checkpoints" 2>/dev/null)" ] || fail "a checkpoint was written: $(ls "$tmp/adam/checkpoints")"
 
 # 2

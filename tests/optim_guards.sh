@@ -19,6 +19,9 @@
 #    clip_grad_value_): with skip_nonfinite = 0 an infinite gradient reaches
 #    its parameter and the parameters check stops the run; such a step is
 #    not reported as skipped (before session 32 the warning said so).
+# 5. AdamW and LAMB with eps = 0 and an input that is always 0: the NaN
+#    update (0/0, PyTorch's too) is blamed on eps, not on the lr (session
+#    40).
 name=optim_guards
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -107,5 +110,57 @@ skips=$(grep '"event": *"train"' "$tmp/o4/metrics.jsonl" | sed -n 's/.*"skipped"
 kiln 2 train "$ini" "$d" run.out_dir= run.precision=fp16 plugin.amp.growth_interval=16777217
 stderr_has "command line 'plugin.amp.growth_interval=16777217': in [plugin.amp]: 'growth_interval' = 16777217 is out of range [1, 16777216]"
 kiln 0 train "$ini" "$d" run.out_dir= run.precision=fp16 plugin.amp.growth_interval=16777216 train.max_steps=2
+
+# 5: AdamW (and LAMB) with eps = 0 divide 0 by 0 where a gradient and its
+# running square are 0, as torch.optim.AdamW(eps=0) does: a NaN update.
+# 32 images of 2 x 2 whose first pixel is always 0, so fc.weight's first
+# column never gets a gradient: after step 1 fc.weight holds 2 NaN (one a
+# class), and the error names eps (before session 40: "lower [train] lr",
+# which no lr changes: 0/0 is NaN at any rate); eps = 1e-8 trains
+/usr/bin/python3 - "$tmp" <<'PY' || fail "cannot write the idx files"
+import random, struct, sys
+random.seed(3)
+n = 32
+px = bytes(b for _ in range(n) for b in [0] + [random.randrange(1, 256) for _ in range(3)])
+open(sys.argv[1] + "/dead_images.idx", "wb").write(struct.pack(">IIII", 0x803, n, 2, 2) + px)
+open(sys.argv[1] + "/dead_labels.idx", "wb").write(struct.pack(">II", 0x801, n) + bytes(i % 2 for i in range(n)))
+PY
+dead="$tmp/dead.ini"
+cat > "$dead" <<'INI'
+[run]
+threads = 1
+[data]
+source = idx
+images = dead_images.idx
+labels = dead_labels.idx
+shuffle = 0
+workers = 0
+[layer.flat]
+type = flatten
+[layer.fc]
+type = linear
+out = 2
+[layer.loss]
+type = softmax_xent
+[train]
+optimizer = adamw
+batch = 8
+max_steps = 3
+lr = 0.01
+log_every = 1
+eval = 0
+INI
+for o in adamw lamb; do
+	kiln 3 train "$dead" data.path="$tmp" run.out_dir= train.optimizer=$o train.eps=0
+	stderr_has "error: step 1 (epoch 1): parameter 'fc.weight' holds 2 non-finite value(s) (NaN or inf): training diverged; [train] eps = 0: the update divides 0 by 0 where a gradient and its running square are 0 (a unit that never fires, an input that is always 0), which is NaN, as in PyTorch: set eps > 0 (PyTorch's default is 1e-8)"
+	! grep -q "lower \[train\] lr" "$err" || fail "$o, eps = 0: told to lower the lr"
+	kiln 0 train "$dead" data.path="$tmp" run.out_dir= train.optimizer=$o train.eps=1e-8
+done
+# SGD reads no eps: its divergence (4's infinite gradient) still names the lr
+KILN_NAN_VALUE=inf KILN_NAN_INDEX=1124 KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" \
+	"$nan" 3 "$mlp" "$d" run.out_dir= train.skip_nonfinite=0 train.eps=0 > "$out" 2> "$err"
+rc=$?
+[ $rc = 1 ] || fail "train_nan with an inf gradient, SGD, eps = 0: exit $rc, expected 1"
+stderr_has "train_nan: step 3 (epoch 1): parameter 'fc2.bias' holds 1 non-finite value(s) (NaN or inf): training diverged; lower [train] lr"
 
 echo "PASS: $checks kiln runs"
