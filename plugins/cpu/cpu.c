@@ -290,11 +290,11 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
 	pthread_mutex_init(&c->switch_lock, NULL);
-	cpu_qshare_init(&c->qshare);
+	cpu_wshare_init(&c->wshare);
 	if ((st = cpu_pin_open(host, cfg, ordinal, cpu_async_get(c) && opts->version >= 3 ? opts->peers : 1,
 				 c->threads, &c->pin)) ||
 	    (st = cpu_tune_cache_config(c, cfg)) || (st = cpu_engine_create(c))) {
-		cpu_qshare_destroy(&c->qshare);
+		cpu_wshare_destroy(&c->wshare);
 		pthread_mutex_destroy(&c->switch_lock);
 		free(c);
 		return st;
@@ -328,9 +328,9 @@ static void cpu_close(void *ctx)
 	cpu_tune_cache_save(c);
 	cpu_tune_free(c);
 	cpu_wc_close(c->wc, c->host);
-	/* the shared INT8 weights' reorders and memories before their engine,
-	 * as the plans' (review of session 39) */
-	cpu_qshare_destroy(&c->qshare);
+	/* the shared kept weights (the INT8 ones' reorders and memories)
+	 * before their engine, as the plans' (review of session 39) */
+	cpu_wshare_destroy(&c->wshare);
 	cpu_engine_destroy(c);
 	cpu_team_live_destroy(&c->team);
 	pthread_mutex_destroy(&c->switch_lock);
@@ -378,7 +378,7 @@ static void cpu_free(void *ctx, void *ptr)
 	struct cpu_ctx *c = ctx;
 	cpu_split_quiesce(c); /* a late helper may still read it */
 	cpu_wc_wrote_any(1);
-	cpu_qshare_freed(&c->qshare, ptr);
+	cpu_wshare_freed(&c->wshare, ptr);
 	free(ptr);
 }
 

@@ -69,18 +69,24 @@ struct cpu_async_watch {
 	double fake;        /* KILN_CPU_RUNWAIT (the tests' hook), else < 0 */
 };
 
-/* ---- qweights.c: quantized INT8 weights shared by plans ---- */
-struct cpu_qweights;
+/* ---- wshare.c: weights kept by plans, shared by the plans that read
+ * the same weights (INT8 quantized, qweights.c; oneDNN's reordered,
+ * conv.c; Winograd's transformed, wino.c) ---- */
+struct cpu_wkept;
 /* A context's entries listed by the weights they are made from. */
-struct cpu_qshare {
+struct cpu_wshare {
 	pthread_mutex_t lock;
-	struct cpu_qweights *head;
+	struct cpu_wkept *head;
 };
-void cpu_qshare_init(struct cpu_qshare *sh);
-void cpu_qshare_destroy(struct cpu_qshare *sh); /* after every plan is freed */
-/* The device memory at ptr (a cpu_alloc's) is freed: entries made from
- * weights inside it are listed no more (its holders keep them). */
-void cpu_qshare_freed(struct cpu_qshare *sh, void *ptr);
+void cpu_wshare_init(struct cpu_wshare *sh);
+void cpu_wshare_destroy(struct cpu_wshare *sh); /* after every plan is freed */
+/* The memory at ptr (a cpu_alloc's, or tune_time.c's scratch tensors) is
+ * freed: entries made from weights inside it are listed no more (its
+ * holders keep them; one without is freed). */
+void cpu_wshare_freed(struct cpu_wshare *sh, void *ptr);
+/* The calling thread runs an inner plan on converted weights (on = 1;
+ * lowp.c) or no more (0): what it keeps meanwhile is not shared. */
+void cpu_wshare_private(int on);
 
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
@@ -157,9 +163,10 @@ struct cpu_ctx {
 	 * lowp.c's GEMMs and convolutions read, kept between runs (wcache.c);
 	 * NULL: off, or oneDNN has bf16 kernels here */
 	struct cpu_wcache *wc;
-	/* the INT8 weights its frozen QCONV and QLINEAR plans share
-	 * (qweights.c) */
-	struct cpu_qshare qshare;
+	/* the weights its frozen plans keep, shared by the plans that read
+	 * the same weights: INT8 (QCONV, QLINEAR), reordered and Winograd's
+	 * transformed f32 convolution weights (wshare.c) */
+	struct cpu_wshare wshare;
 	struct cpu_capture *cap;
 	uint64_t cap_serial;
 };
