@@ -1088,6 +1088,15 @@ TESTS += tests/check_cpu_wino
 tests_check_cpu_wino_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_wino_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# the kept weights of inference plans shared between the plans that read
+# them (plugins/cpu/wshare.c): two models on one device, several sizes,
+# one freed (its entries with its weights), the bits of nothing kept
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_wshare
+TESTS += tests/check_cpu_wshare
+tests_check_cpu_wshare_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_wshare_LDADD = libkiln.la $(CHECK_LIBS)
+endif
 # its 16 x 16 transforms of 16 planes at once (plugins/cpu/fft16.c compiled
 # in) against FFTW's, plane by plane
 if HAVE_CHECK

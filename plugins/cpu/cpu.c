@@ -290,7 +290,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
 	pthread_mutex_init(&c->switch_lock, NULL);
-	cpu_wshare_init(&c->wshare);
+	cpu_wshare_init(&c->wshare, host);
 	if ((st = cpu_pin_open(host, cfg, ordinal, cpu_async_get(c) && opts->version >= 3 ? opts->peers : 1,
 				 c->threads, &c->pin)) ||
 	    (st = cpu_tune_cache_config(c, cfg)) || (st = cpu_engine_create(c))) {

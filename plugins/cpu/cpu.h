@@ -77,8 +77,9 @@ struct cpu_wkept;
 struct cpu_wshare {
 	pthread_mutex_t lock;
 	struct cpu_wkept *head;
+	const struct kiln_host *host;
 };
-void cpu_wshare_init(struct cpu_wshare *sh);
+void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host);
 void cpu_wshare_destroy(struct cpu_wshare *sh); /* after every plan is freed */
 /* The memory at ptr (a cpu_alloc's, or tune_time.c's scratch tensors) is
  * freed: entries made from weights inside it are listed no more (its

@@ -50,14 +50,16 @@
 
 /* ---- entries ---------------------------------------------------------- */
 
-/* A new entry of r's kind and key, one holder, not listed; NULL: see
+/* A new entry of r's kind and key, one holder, not listed (how: for the
+ * debug log, which tests/infer_wreorder.sh counts); NULL: see
  * cpu_wkind.make. */
-static struct cpu_wkept *wk_new(const struct cpu_wref *r, int *lib)
+static struct cpu_wkept *wk_new(const struct cpu_wref *r, const char *how, int *lib)
 {
 	*lib = 0;
 	struct cpu_wkept *e = r->kind->make(r->key, r->frozen, lib);
 	if (!e)
 		return NULL;
+	r->host->log(KILN_LOG_DEBUG, "cpu", "kept weights: a new entry of %s (%s)", r->kind->what, how);
 	e->next = NULL;
 	e->refs = 1;
 	e->listed = 0;
@@ -151,7 +153,7 @@ static kiln_status wk_attach(struct cpu_wref *r, const void *w, const void *b, i
 			break;
 		}
 		pthread_mutex_unlock(&sh->lock);
-		made = wk_new(r, lib);
+		made = wk_new(r, "frozen: shared by the plans that read the same weights", lib);
 		pthread_mutex_lock(&sh->lock);
 		if (!made) {
 			pthread_mutex_unlock(&sh->lock);
@@ -177,7 +179,7 @@ static kiln_status wk_private(struct cpu_wref *r, const void *w, const void *b, 
 {
 	struct cpu_wkept *e = r->e;
 	if (!e || e->listed || e->refs > 1) {
-		if (!(e = wk_new(r, lib)))
+		if (!(e = wk_new(r, "frozen, the plan's own: its weights are converted", lib)))
 			return *lib ? KILN_EDEVICE : KILN_ENOMEM;
 		cpu_wref_drop(r);
 		r->e = e;
@@ -197,11 +199,11 @@ kiln_status cpu_wref_init(struct cpu_wref *r, struct cpu_ctx *c, const struct cp
 			  const void *key, int frozen, int *lib)
 {
 	*r = (struct cpu_wref){ .sh = &c->wshare, .kind = kind, .key = key, .frozen = frozen,
-				.gen = &c->wgen };
+				.gen = &c->wgen, .host = c->host };
 	*lib = 0;
 	if (frozen)
 		return KILN_OK; /* taken on the first run (cpu_wref_acquire) */
-	if (!(r->e = wk_new(r, lib)))
+	if (!(r->e = wk_new(r, "the plan's own, compared every run", lib)))
 		return *lib ? KILN_EDEVICE : KILN_ENOMEM;
 	r->taken++;
 	return KILN_OK;
@@ -272,10 +274,11 @@ void cpu_wref_release(struct cpu_wref *r) { pthread_rwlock_unlock(&r->e->lock); 
 
 /* ---- the context's list ----------------------------------------------- */
 
-void cpu_wshare_init(struct cpu_wshare *sh)
+void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host)
 {
 	pthread_mutex_init(&sh->lock, NULL);
 	sh->head = NULL;
+	sh->host = host;
 }
 
 void cpu_wshare_destroy(struct cpu_wshare *sh)
@@ -293,15 +296,22 @@ void cpu_wshare_freed(struct cpu_wshare *sh, void *ptr)
 	if (!ptr)
 		return;
 	const uintptr_t lo = (uintptr_t)ptr, hi = lo + malloc_usable_size(ptr);
+	int unlisted = 0, freed = 0;
 	pthread_mutex_lock(&sh->lock);
 	for (struct cpu_wkept *e = sh->head, *nx; e; e = nx) {
 		nx = e->next;
 		if (((uintptr_t)e->w_src >= lo && (uintptr_t)e->w_src < hi) ||
 		    (e->b_src && (uintptr_t)e->b_src >= lo && (uintptr_t)e->b_src < hi)) {
 			wk_unlist(sh, e);
-			if (!e->refs)
+			unlisted++;
+			if (!e->refs) {
 				wk_free(e);
+				freed++;
+			}
 		}
 	}
 	pthread_mutex_unlock(&sh->lock);
+	if (unlisted) /* (tests/check_cpu_wshare counts it) */
+		sh->host->log(KILN_LOG_DEBUG, "cpu", "kept weights: %d entries made from freed memory listed no more, %d of them freed (no plan holds them)",
+			      unlisted, freed);
 }

@@ -54,6 +54,7 @@ struct cpu_wref {
 	const void *key;            /* the plan's key (the kind's struct, in the plan) */
 	int frozen;                 /* KILN_OPF_FROZEN and [plugin.cpu] keep_weights */
 	const uint64_t *gen;        /* &cpu_ctx.wgen */
+	const struct kiln_host *host;
 	struct cpu_wkept *e;        /* NULL until made (frozen: the first run) */
 	const void *w_at, *b_at;    /* the weights e was taken for */
 	unsigned taken;             /* entries taken so far: a plan whose memory
