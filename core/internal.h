@@ -135,6 +135,15 @@ kiln_status kiln_fopen_regular(const char *path, const char *mode, const char *v
  * reader reads a duplicate of it), named path in messages (core/safetensors.c): for [model]
  * init_from, opened once (core/weights.c). */
 kiln_status kiln_safetensors_open_fd(const char *path, int fd, struct kiln_safetensors **out);
+/* CRC32Cs of a file's contents in its metadata (core/safetensors.c,
+ * docs/formats.md "INT8 model"; kiln quantize's files since session 40):
+ * w computes them when it writes the file, into metadata `key` (the
+ * header's meaning, then each tensor's bytes).  check: f against them,
+ * the tensors read once: KILN_OK when they match or f has no `key` (*had
+ * 0: an older file, unchecked), else KILN_EDATA naming the file and the
+ * tensor (or the header). */
+kiln_status kiln_safetensors_writer_crc(struct kiln_safetensors_writer *w, const char *key);
+kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had);
 
 /* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
  * by the trainer: what a wait before training (the rendezvous) checks. */
