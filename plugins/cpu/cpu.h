@@ -154,8 +154,9 @@ struct cpu_ctx {
 	 * (graph.c); cap is the capture under way (under `lock`) */
 	int graph;
 	/* [plugin.cpu] keep_weights: a CONV with KILN_OPF_FROZEN keeps its
-	 * reordered weights (conv.c), a QCONV or QLINEAR its quantized ones
-	 * with no compare (qconv.c) */
+	 * reordered weights (conv.c, dnn.c) or Winograd's transformed ones
+	 * (wino.c), a QCONV or QLINEAR its quantized ones with no compare
+	 * (qconv.c): in wshare below */
 	int keep_weights;
 	/* KILN_PROC_WEIGHTS_CHANGED calls (atomic): a kept copy made before
 	 * the last one is stale (dnn.c) */
