@@ -33,9 +33,11 @@
  * dy's channel c and dx's channel o is w[c][o][2 - a][2 - b]: wg_weights),
  * dy padded by 2 - pad; no bias, residual or ReLU.
  *
- * U is made on every run from the weights (9 gathers and ~100 vector
- * operations per input channel and 16 output channels: ~1% of a layer's
- * time at 16 rows), the input channels split over the team.  The blocks
+ * U is made from the weights (9 gathers and ~100 vector operations per
+ * input channel and 16 output channels: ~1% of a layer's time at 16
+ * rows) on every run, or once for a frozen plan (struct cpu_wino, shared
+ * by the plans of the same weights), the input channels split over the
+ * team; which thread makes which part does not change its bytes.  The blocks
  * are split over the team; each output is one thread's, computed by the
  * same code on any team.
  */
@@ -166,7 +168,7 @@ static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
 	g->TB = tb < step ? step : tb > 96 ? 96 : tb;
 	const struct wg_key k = { g->C, g->O, g->bwd };
 	g->u_len = wg_u_len(&k);
-	g->slot_at = p->sz[6] ? 0 : g->u_len; /* frozen: U kept in the plan, not the workspace */
+	g->slot_at = p->sz[6] ? 0 : g->u_len; /* frozen: U kept (shared), not in the workspace */
 	g->m_at = wg_up((size_t)(WG_PTS * g->TB * g->C));
 	g->slot_len = g->m_at + wg_up((size_t)(WG_PTS * g->TB * g->O));
 }
