@@ -144,6 +144,15 @@ kiln_status kiln_safetensors_open_fd(const char *path, int fd, const struct kiln
  * ask, which read with kiln_safetensors_read and never map the file. */
 void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
 			       struct kiln_safetensors_tensor *out);
+/* CRC32Cs of a file's contents in its metadata (core/safetensors.c,
+ * docs/formats.md "INT8 model"; kiln quantize's files since session 40):
+ * w computes them when it writes the file, into metadata `key` (the
+ * header's meaning, then each tensor's bytes).  check: f against them,
+ * the tensors read once: KILN_OK when they match or f has no `key` (*had
+ * 0: an older file, unchecked), else KILN_EDATA naming the file and the
+ * tensor (or the header). */
+kiln_status kiln_safetensors_writer_crc(struct kiln_safetensors_writer *w, const char *key);
+kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had);
 
 /* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
  * by the trainer: what a wait before training (the rendezvous) checks. */

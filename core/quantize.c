@@ -15,6 +15,8 @@
 #include <unistd.h> /* close */
 
 #define QUANT_FORMAT "kiln-int8/1" /* the file's metadata kiln.format */
+/* its CRC32Cs (since session 40; a file without them loads unchecked) */
+#define QUANT_CRC "kiln.crc32c"
 
 struct kiln_quant_calib {
 	int n;
@@ -290,7 +292,8 @@ kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln
 		st = add_input(w, q, m, k, method, pct, &sx[k]);
 	if (!st)
 		st = add_sample(w, &m->sample);
-	if (!st && !(st = add_meta(w, method, q->batches, step, config)))
+	if (!st && !(st = add_meta(w, method, q->batches, step, config)) &&
+	    !(st = kiln_safetensors_writer_crc(w, QUANT_CRC)))
 		st = kiln_safetensors_writer_write(w, path);
 out:
 	kiln_safetensors_writer_free(w);
@@ -330,6 +333,14 @@ kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out)
 				     path, path)
 			: kiln_safetensors_open_fd(path, fd, &seen, out);
 	close(fd);
+	/* its CRC32Cs: a byte changed since kiln quantize wrote it (a bad
+	 * copy, a disk) is refused here, before anything is read from it;
+	 * a file of a kiln before session 40 has none and loads as before */
+	int had;
+	if (!st && (st = kiln_safetensors_check_crc(*out, QUANT_CRC, &had))) {
+		kiln_safetensors_close(*out);
+		*out = NULL;
+	}
 	return st;
 }
 

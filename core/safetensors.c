@@ -505,6 +505,7 @@ struct kiln_safetensors_writer {
 	int n, cap;
 	struct w_entry *t;
 	json_t *meta;
+	char *crc_key; /* kiln_safetensors_writer_crc's key, or NULL */
 };
 
 kiln_status kiln_safetensors_writer_new(struct kiln_safetensors_writer **out)
@@ -528,6 +529,7 @@ void kiln_safetensors_writer_free(struct kiln_safetensors_writer *w)
 		free(w->t[i].name);
 	free(w->t);
 	json_decref(w->meta);
+	free(w->crc_key);
 	free(w);
 }
 
@@ -638,6 +640,204 @@ static kiln_status build_header(struct kiln_safetensors_writer *w, char **hdr, s
 	return KILN_OK;
 }
 
+/* ---- CRC32C of a file's contents (kiln_safetensors_writer_crc) ---------
+ * Metadata KEY = "H T1 T2 ... Tn", each 8 lowercase hex digits: H the
+ * CRC32C of the header's meaning, T1..Tn of each tensor's bytes, the
+ * tensors in byte order of their names (whatever the data order).  The
+ * header's meaning: each tensor's name, dtype and shape in that order
+ * ("name\0F32\02,3\0"), then every other metadata key and value in byte
+ * order of the keys ("key\0value\0").  CRC32C is the checkpoints' own
+ * (core/crc32c.c). */
+
+/* One tensor's part of H. */
+static uint32_t crc_entry(uint32_t c, const char *name, int dt, int ndim, const int64_t *dims)
+{
+	char shape[KILN_MAX_DIMS * 24 + 1] = "";
+	size_t o = 0;
+	for (int d = 0; d < ndim && o < sizeof shape; d++)
+		o += (size_t)snprintf(shape + o, sizeof shape - o, d ? ",%lld" : "%lld", (long long)dims[d]);
+	c = kiln_crc32c(c, name, strlen(name) + 1);
+	c = kiln_crc32c(c, dtypes[dt].name, strlen(dtypes[dt].name) + 1);
+	return kiln_crc32c(c, shape, strlen(shape) + 1);
+}
+
+/* The metadata's part of H: pairs kv[2i], kv[2i + 1] (n of them) but
+ * `skip`'s, in byte order of the keys. */
+static uint32_t crc_meta(uint32_t c, const char **kv, int n, const char *skip)
+{
+	const char *last = NULL;
+	for (int k = 0; k < n; k++) { /* the next key after last (n is small) */
+		int at = -1;
+		for (int i = 0; i < n; i++)
+			if ((!last || strcmp(kv[2 * i], last) > 0) && (at < 0 || strcmp(kv[2 * i], kv[2 * at]) < 0))
+				at = i;
+		if (at < 0)
+			break;
+		last = kv[2 * at];
+		if (!strcmp(last, skip))
+			continue;
+		c = kiln_crc32c(c, kv[2 * at], strlen(kv[2 * at]) + 1);
+		c = kiln_crc32c(c, kv[2 * at + 1], strlen(kv[2 * at + 1]) + 1);
+	}
+	return c;
+}
+
+/* The indices 0..n-1 of the names name(i), in byte order of the names:
+ * a new array (NULL: out of memory). */
+static int *name_order(int n, const char *(*name)(const void *, int), const void *ctx)
+{
+	int *o = malloc(sizeof *o * (size_t)(n + 1));
+	for (int i = 0; o && i < n; i++) { /* insertion: files hold hundreds of tensors at most */
+		int j = i;
+		while (j > 0 && strcmp(name(ctx, o[j - 1]), name(ctx, i)) > 0) {
+			o[j] = o[j - 1];
+			j--;
+		}
+		o[j] = i;
+	}
+	return o;
+}
+
+static const char *w_name(const void *ctx, int i) { return ((const struct kiln_safetensors_writer *)ctx)->t[i].name; }
+static const char *f_name(const void *ctx, int i) { return ((const struct kiln_safetensors *)ctx)->t[i].name; }
+
+kiln_status kiln_safetensors_writer_crc(struct kiln_safetensors_writer *w, const char *key)
+{
+	if (!w || !key)
+		return kiln_null_arg("kiln_safetensors_writer_crc", !w ? "w" : "key");
+	free(w->crc_key);
+	if (!(w->crc_key = kiln_strdup(key)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	return KILN_OK;
+}
+
+/* writer_write's step: w->crc_key's value computed and set. */
+static kiln_status writer_add_crc(struct kiln_safetensors_writer *w)
+{
+	const size_t nm = json_object_size(w->meta);
+	const char **kv = calloc(2 * nm + 1, sizeof *kv);
+	int *order = name_order(w->n, w_name, w);
+	char *v = malloc(9 * (size_t)(w->n + 1) + 1);
+	kiln_status st = KILN_OK;
+	if (!kv || !order || !v) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	const char *k;
+	json_t *j;
+	int m = 0;
+	json_object_foreach(w->meta, k, j) {
+		kv[2 * m] = k;
+		kv[2 * m + 1] = json_string_value(j);
+		m++;
+	}
+	uint32_t h = 0;
+	for (int i = 0; i < w->n; i++) {
+		const struct w_entry *e = &w->t[order[i]];
+		h = crc_entry(h, e->name, e->dt, e->ndim, e->dims);
+	}
+	h = crc_meta(h, kv, m, w->crc_key);
+	size_t o = (size_t)sprintf(v, "%08x", h);
+	for (int i = 0; i < w->n; i++) {
+		const struct w_entry *e = &w->t[order[i]];
+		o += (size_t)sprintf(v + o, " %08x", kiln_crc32c(0, e->data, e->bytes));
+	}
+	st = kiln_safetensors_writer_meta(w, w->crc_key, v);
+out:
+	free(kv);
+	free(order);
+	free(v);
+	return st;
+}
+
+/* The CRC32C of tensor i's bytes, read from the file (kiln_read_at: a
+ * file cut short names the tensor) through buf of cap bytes. */
+static kiln_status crc_tensor(const struct kiln_safetensors *f, int i, char *buf, size_t cap,
+			      uint32_t *crc)
+{
+	const struct st_entry *e = &f->t[i];
+	char what[300];
+	uint32_t c = 0;
+	snprintf(what, sizeof what, "tensor '%s'", e->name);
+	for (uint64_t at = e->begin; at < e->end;) {
+		const size_t k = e->end - at < cap ? (size_t)(e->end - at) : cap;
+		kiln_status st = kiln_read_at(f->fd, f->path, &f->seen, what, buf, k, f->data_off + at);
+		if (st)
+			return st;
+		c = kiln_crc32c(c, buf, k);
+		at += k;
+	}
+	*crc = c;
+	return KILN_OK;
+}
+
+/* The value of metadata key (the CRCs) parsed into want[0..n]: 0, or -1
+ * when it is not n + 1 of them. */
+static int crc_parse(const char *v, uint32_t *want, int n)
+{
+	for (int i = 0; i <= n; i++) {
+		char *end;
+		if (i && *v++ != ' ')
+			return -1;
+		if (strspn(v, "0123456789abcdef") < 8)
+			return -1;
+		want[i] = (uint32_t)strtoul(v, &end, 16);
+		if (end != v + 8)
+			return -1;
+		v = end;
+	}
+	return *v ? -1 : 0;
+}
+
+kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had)
+{
+	const char *v = kiln_safetensors_meta(f, key);
+	*had = v != NULL;
+	if (!v)
+		return KILN_OK;
+	const size_t cap = (size_t)1 << 20;
+	uint32_t *want = malloc(sizeof *want * (size_t)(f->n + 1));
+	const char **kv = calloc(2 * (size_t)f->n_meta + 1, sizeof *kv);
+	int *order = name_order(f->n, f_name, f);
+	char *buf = malloc(cap);
+	kiln_status st = KILN_OK;
+	if (!want || !kv || !order || !buf) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (crc_parse(v, want, f->n)) {
+		st = kiln_error(KILN_EDATA, "%s: metadata %s is not %d CRC32Cs of 8 hex digits (the header's, then one per tensor): the file is damaged",
+				f->path, key, f->n + 1);
+		goto out;
+	}
+	for (int i = 0; i < 2 * f->n_meta; i++)
+		kv[i] = f->meta[i];
+	uint32_t h = 0;
+	for (int i = 0; i < f->n; i++) {
+		const struct st_entry *e = &f->t[order[i]];
+		h = crc_entry(h, e->name, e->dt, e->ndim, e->dims);
+	}
+	h = crc_meta(h, kv, f->n_meta, key);
+	if (h != want[0]) {
+		st = kiln_error(KILN_EDATA, "%s: the header (tensor names, dtypes, shapes, metadata) does not match its CRC32C (%08x, the file records %08x in metadata %s): the file is damaged, changed since it was written",
+				f->path, h, want[0], key);
+		goto out;
+	}
+	for (int i = 0; i < f->n && !st; i++) {
+		uint32_t c;
+		const struct st_entry *e = &f->t[order[i]];
+		if (!(st = crc_tensor(f, order[i], buf, cap, &c)) && c != want[i + 1])
+			st = kiln_error(KILN_EDATA, "%s: tensor '%s' does not match its CRC32C (%08x, the file records %08x in metadata %s): the file is damaged, changed since it was written",
+					f->path, e->name, c, want[i + 1], key);
+	}
+out:
+	free(want);
+	free(kv);
+	free(order);
+	free(buf);
+	return st;
+}
+
 /* The file's bytes: the header's length, the header, the tensors. */
 struct st_bytes {
 	const struct kiln_safetensors_writer *w;
@@ -666,7 +866,9 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
 		qsort(w->t, (size_t)w->n, sizeof *w->t, by_dtype_name);
 	char *hdr = NULL;
 	size_t hlen = 0;
-	kiln_status st = build_header(w, &hdr, &hlen);
+	kiln_status st = w->crc_key ? writer_add_crc(w) : KILN_OK;
+	if (!st)
+		st = build_header(w, &hdr, &hlen);
 	if (st)
 		return st;
 	/* through path.kiln-tmp<pid>.<n>, renamed over path (core/out_file.c) */

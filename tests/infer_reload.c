@@ -25,7 +25,12 @@
  * `weights quantized` per phase); then QB's weights loaded into the model
  * and a call of 7 rows (a new plan, run first after the load) and one of
  * 5 give a fresh QA-with-QB model's bytes: the values shared from before
- * the load are not used. */
+ * the load are not used.
+ * `infer_reload --sizes CONFIG A B` (session 40): the same with f32
+ * weights (safetensors files of the unfolded model): the CPU shares a
+ * frozen convolution's reordered and Winograd-transformed weights between
+ * the plans the same way (plugins/cpu/wshare.c), which the script counts
+ * from the debug log. */
 #include <kiln/infer.h>
 #include <kiln/kiln.h>
 #include "infer_passes.h" /* kiln_infer_model: the library's own path, not public API */
@@ -139,10 +144,10 @@ int main(int argc, char **argv)
 	int by_size = 0;
 	if (argc >= 5 && !strcmp(argv[1], "--quantized"))
 		quantized = 1, argc--, argv++;
-	if (quantized && argc == 5 && !strcmp(argv[1], "--sizes"))
+	if (argc == 5 && !strcmp(argv[1], "--sizes"))
 		by_size = 1, batch = 16, argc--, argv++;
 	if (argc != 4) {
-		fprintf(stderr, "usage: infer_reload [--quantized [--sizes]] CONFIG A.safetensors B.safetensors\n");
+		fprintf(stderr, "usage: infer_reload [--quantized] [--sizes] CONFIG A.safetensors B.safetensors\n");
 		return 2;
 	}
 	config = argv[1];

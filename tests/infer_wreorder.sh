@@ -44,7 +44,18 @@
 #     tests/infer_reload with two seeds' initial weights (B loaded into
 #     A's model gives B's logits: the kept transform made again after
 #     KILN_PROC_WEIGHTS_CHANGED), keep_weights = 1 and 0; on AVX-512 the
-#     debug log has a Winograd plan, its weights kept under 1 only.
+#     debug log has a Winograd plan, its weights kept under 1 only;
+#  7. f32 kept weights shared across sizes (plugins/cpu/wshare.c, session
+#     40): tests/infer_reload --sizes with 6's model (conv1 on oneDNN's
+#     blocked weights, conv2 by Winograd on AVX-512; conv_impl = first, so
+#     that no plan times candidates on scratch weights): calls of 5, 6,
+#     5, 6, 5, 6 rows at batch 16 give a fresh model's bytes and reorder
+#     conv1's weights (and transform conv2's) once in all, one kept entry
+#     each (before: once per call, a copy per plan), then B loaded and 7
+#     rows: made again, in the same entries;
+#     and INT8's frozen plans make no entry at prepare (before: one per
+#     plan, dropped on its first run for the shared one): one per layer
+#     and model.
 name=infer_wreorder
 . "$(dirname "$0")/lib.sh"
 need_source idx
@@ -118,10 +129,11 @@ for s in 1 5; do
 	kiln 0 quantize "$tmp/q.ini" "run.out_dir=$tmp/q$s" --calibrate 2 --out "$tmp/q$s.safetensors" \
 		data.eval.split=train
 done
-# the quantizations in each phase of tests/infer_reload's debug log FILE
+# the quantizations (or the lines holding TEXT) in each phase of
+# tests/infer_reload's debug log FILE
 per_phase() {
-	awk '/^infer_reload: logits:/ { if (p) printf "%d ", n; p = 1; n = 0 } /weights quantized/ { n++ }
-		END { printf "%d", n }' "$1"
+	awk -v t="${2:-weights quantized}" '/^infer_reload: logits:/ { if (p) printf "%d ", n; p = 1; n = 0 }
+		index($0, t) { n++ } END { printf "%d", n }' "$1"
 }
 for k in 1 0; do
 	printf '[plugin.cpu]\nkeep_weights = %s\n' $k >"$tmp/qk$k.ini"
@@ -147,6 +159,11 @@ counts=$(per_phase "$tmp/qserr")
 echo "INT8, calls of other sizes: quantizations per phase: $counts"
 [ "$counts" = "2 2 2 0 2 2 0" ] ||
 	fail "INT8, calls of other sizes: quantizations per phase $counts, 2 2 2 0 2 2 0 expected (one per INT8 layer and load, whatever the plans)"
+# the entries the INT8 layers' weights are kept in: one per layer and model
+entries=$(per_phase "$tmp/qserr" 'kept weights: a new entry of INT8 weights (frozen: shared')
+echo "INT8, calls of other sizes: kept entries made per phase: $entries"
+[ "$entries" = "2 2 2 0 2 0 0" ] ||
+	fail "INT8, calls of other sizes: kept entries made per phase $entries, 2 2 2 0 2 0 0 expected (one per INT8 layer and model, none at a plan's prepare)"
 # ---- 6. Winograd's kept weight transform ----------------------------------------
 awk '$0 == "[layer.pool1]" { print "[layer.conv2]\ntype = conv\nout = 16\nkernel = 3\npadding = 1\n\n[layer.relu2]\ntype = relu\n" }
 	{ print } $0 == "[layer.conv1]" { print "out = 16" }' "$tmp/r.ini" | grep -v '^out = 4$' >"$tmp/w.ini"
@@ -166,4 +183,23 @@ for k in 1 0; do
 		[ "$wkept" -eq $((k * wplans)) ] || fail "Winograd, keep_weights = $k: $wkept of $wplans plans keep their weights"
 	fi
 done
+# ---- 7. f32 kept weights shared across sizes -------------------------------------
+printf 'conv_impl = first\n' | cat "$tmp/wr1.ini" - >"$tmp/ws.ini"
+KILN_LOG_LEVEL=debug "$top_builddir/tests/infer_reload" --sizes "$tmp/ws.ini" "$tmp/w1.safetensors" \
+	"$tmp/w2.safetensors" 2>"$tmp/wserr" || fail "tests/infer_reload --sizes (f32): $(grep -v debug: "$tmp/wserr" | tail -3)"
+reord=$(per_phase "$tmp/wserr" 'weights reordered into the kernel')
+wino=$(per_phase "$tmp/wserr" 'Winograd-transformed weights made')
+entries=$(per_phase "$tmp/wserr" 'kept weights: a new entry of')
+echo "f32, calls of other sizes: per phase: $reord reorders, $wino Winograd transforms, $entries kept entries"
+[ "$reord" = "1 1 1 0 1 1 0" ] ||
+	fail "f32, calls of other sizes: conv1's weights reordered $reord per phase, 1 1 1 0 1 1 0 expected (once per model and load, whatever the plans)"
+if grep -q avx512bw /proc/cpuinfo 2>/dev/null && grep -q avx512vl /proc/cpuinfo; then
+	[ "$wino" = "1 1 1 0 1 1 0" ] ||
+		fail "f32, calls of other sizes: conv2's weights transformed $wino per phase, 1 1 1 0 1 1 0 expected"
+	[ "$entries" = "2 2 2 0 2 0 0" ] ||
+		fail "f32, calls of other sizes: kept entries made per phase $entries, 2 2 2 0 2 0 0 expected (one per kept weight and model)"
+else
+	[ "$entries" = "1 1 1 0 1 0 0" ] ||
+		fail "f32, calls of other sizes: kept entries made per phase $entries, 1 1 1 0 1 0 0 expected (one per kept weight and model)"
+fi
 echo "PASS ($checks kiln runs)"

@@ -116,7 +116,7 @@ import json, struct, sys
 b = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", b[:8])[0]
 h = json.loads(b[8:8 + n])
-for k in ("kiln.config", "kiln.weights_keys"):
+for k in ("kiln.config", "kiln.weights_keys", "kiln.crc32c"):
     del h["__metadata__"][k]
 t = json.dumps(h).encode()
 t += b" " * (-len(t) % 8)

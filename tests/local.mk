@@ -307,6 +307,12 @@ if BUILD_LOADERS
 TESTS += tests/weights_no_data.sh
 endif
 EXTRA_DIST += tests/weights_no_data.sh
+# an INT8 model's CRC32Cs (kiln.crc32c, session 40): a flipped bit in any
+# tensor or the header refused naming the file; a file without them loads
+if BUILD_LOADERS
+TESTS += tests/int8_crc.sh
+endif
+EXTRA_DIST += tests/int8_crc.sh
 # a resume refused at setup leaves config.ini as it was
 TESTS += tests/resume_config.sh
 EXTRA_DIST += tests/resume_config.sh
@@ -1116,6 +1122,15 @@ check_PROGRAMS += tests/check_cpu_wino
 TESTS += tests/check_cpu_wino
 tests_check_cpu_wino_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_wino_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
+# the kept weights of inference plans shared between the plans that read
+# them (plugins/cpu/wshare.c): two models on one device, several sizes,
+# one freed (its entries with its weights), the bits of nothing kept
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_wshare
+TESTS += tests/check_cpu_wshare
+tests_check_cpu_wshare_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_wshare_LDADD = libkiln.la $(CHECK_LIBS)
 endif
 # its 16 x 16 transforms of 16 planes at once (plugins/cpu/fft16.c compiled
 # in) against FFTW's, plane by plane

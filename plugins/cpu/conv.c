@@ -548,25 +548,15 @@ out:
 	return st;
 }
 
-/* The plan's own copy of a forward's frozen weights in the kernel's
- * layout (cpu_dnn_exec reorders into it on the first run and again only
- * after KILN_PROC_WEIGHTS_CHANGED: inference runs reorder the weights
- * once; training and evaluation plans have no such copy). */
-static kiln_status conv_wkept(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b)
+/* A forward's frozen weights kept in the kernel's layout (cpu_dnn_exec
+ * reorders into the copy on the first run and again only after
+ * KILN_PROC_WEIGHTS_CHANGED; one copy per weight tensor and layout,
+ * shared by the plans that read it: dnn.c, wshare.c).  Training and
+ * evaluation plans have no such copy. */
+static void conv_wkept(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b)
 {
-	struct cpu_dnn *d = p->dnn;
 	const struct conv_tens *w = &b->t[TW];
-	d->w_kern_bytes = align_up(dnnl_memory_desc_get_size(w->kern));
-	if (!(d->w_kern = aligned_alloc(CPU_WS_ALIGN, d->w_kern_bytes)))
-		return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the kept weights",
-				      cpu_op_name(p->op.type), b->geom);
-	if (dnnl_memory_set_data_handle(d->mem[w->m_kern], d->w_kern) != dnnl_success)
-		return c->host->error(KILN_EDEVICE, "cpu: %s %s: the kept weights' memory object",
-				      cpu_op_name(p->op.type), b->geom);
-	d->w_mem = w->m_kern;
-	d->w_gen = &c->wgen;
-	d->w_on = 1;
-	return KILN_OK;
+	cpu_dnn_w_keep(c, p->dnn, &w->user, w->kern, w->m_user, w->m_kern);
 }
 
 /* Memory objects (the caller's tensors, the kernel copies, the bias, one
@@ -586,8 +576,8 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 		if (t[k].reord)
 			CPU_DNN_TRY(cpu_dnn_mem(c, d, t[k].kern, t[k].kbind, t[k].kidx, t[k].off, &t[k].m_kern));
 	}
-	if (b->wkept && (st = conv_wkept(c, p, b)))
-		goto out;
+	if (b->wkept)
+		conv_wkept(c, p, b);
 	if (b->has_bias && !b->own_db)
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->b_md, type == KILN_OP_CONV ? CPU_BIND_IN : CPU_BIND_OUT,
 					type == KILN_OP_CONV ? 2 : 1, 0, &m_b));

@@ -290,11 +290,11 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
 	pthread_mutex_init(&c->switch_lock, NULL);
-	cpu_qshare_init(&c->qshare);
+	cpu_wshare_init(&c->wshare, host);
 	if ((st = cpu_pin_open(host, cfg, ordinal, cpu_async_get(c) && opts->version >= 3 ? opts->peers : 1,
 				 c->threads, &c->pin)) ||
 	    (st = cpu_tune_cache_config(c, cfg)) || (st = cpu_engine_create(c))) {
-		cpu_qshare_destroy(&c->qshare);
+		cpu_wshare_destroy(&c->wshare);
 		pthread_mutex_destroy(&c->switch_lock);
 		free(c);
 		return st;
@@ -328,9 +328,9 @@ static void cpu_close(void *ctx)
 	cpu_tune_cache_save(c);
 	cpu_tune_free(c);
 	cpu_wc_close(c->wc, c->host);
-	/* the shared INT8 weights' reorders and memories before their engine,
-	 * as the plans' (review of session 39) */
-	cpu_qshare_destroy(&c->qshare);
+	/* the shared kept weights (the INT8 ones' reorders and memories)
+	 * before their engine, as the plans' (review of session 39) */
+	cpu_wshare_destroy(&c->wshare);
 	cpu_engine_destroy(c);
 	cpu_team_live_destroy(&c->team);
 	pthread_mutex_destroy(&c->switch_lock);
@@ -378,7 +378,7 @@ static void cpu_free(void *ctx, void *ptr)
 	struct cpu_ctx *c = ctx;
 	cpu_split_quiesce(c); /* a late helper may still read it */
 	cpu_wc_wrote_any(1);
-	cpu_qshare_freed(&c->qshare, ptr);
+	cpu_wshare_freed(&c->wshare, ptr);
 	free(ptr);
 }
 
@@ -903,14 +903,17 @@ static const struct kiln_key cpu_keys[] = {
 	{ "keep_weights", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "A convolution of an inference plan (frozen weights, KILN_OPF_FROZEN: `kiln "
 	  "predict`, the C API of kiln/infer.h) whose kernel wants its weights in another "
-	  "(blocked) layout keeps the reordered copy in its plan and reorders again only "
+	  "(blocked) layout keeps the reordered copy and reorders again only "
 	  "after the core says the weights changed (KILN_PROC_WEIGHTS_CHANGED), with "
 	  "nothing compared per run: a call reorders each weight once instead of on every "
 	  "run of a batch block (docs/inference.md, batch blocking; docs/PERFORMANCE.md, "
-	  "\"Session 14: frozen weights\").  An INT8 conv or linear (QCONV, QLINEAR) of an "
-	  "inference plan likewise keeps its quantized weights with no compare of the f32 "
-	  "weights per run, one copy per weight (and kernel layout) shared by the model's inference plans of "
-	  "every row count (0: compared every run, as in evaluation plans).  Training and evaluation plans keep no copy "
+	  "\"Session 14: frozen weights\"); a Winograd convolution's transformed weights "
+	  "likewise.  An INT8 conv or linear (QCONV, QLINEAR) of an "
+	  "inference plan keeps its quantized weights with no compare of the f32 "
+	  "weights per run (0: compared every run, as in evaluation plans).  Each copy is "
+	  "one per weight tensor (and kernel layout) in the device, shared by the model's "
+	  "inference plans of every row count (plugins/cpu/wshare.c; the f32 ones since "
+	  "session 40), and freed with the weights' memory.  Training and evaluation plans keep no copy "
 	  "(their weights change between runs).  The copy costs the blocked weights once "
 	  "more per such convolution; 0 reorders on every run into the workspace (for "
 	  "measuring and as the tests' reference)." },

@@ -69,18 +69,25 @@ struct cpu_async_watch {
 	double fake;        /* KILN_CPU_RUNWAIT (the tests' hook), else < 0 */
 };
 
-/* ---- qweights.c: quantized INT8 weights shared by plans ---- */
-struct cpu_qweights;
+/* ---- wshare.c: weights kept by plans, shared by the plans that read
+ * the same weights (INT8 quantized, qweights.c; oneDNN's reordered,
+ * conv.c; Winograd's transformed, wino.c) ---- */
+struct cpu_wkept;
 /* A context's entries listed by the weights they are made from. */
-struct cpu_qshare {
+struct cpu_wshare {
 	pthread_mutex_t lock;
-	struct cpu_qweights *head;
+	struct cpu_wkept *head;
+	const struct kiln_host *host;
 };
-void cpu_qshare_init(struct cpu_qshare *sh);
-void cpu_qshare_destroy(struct cpu_qshare *sh); /* after every plan is freed */
-/* The device memory at ptr (a cpu_alloc's) is freed: entries made from
- * weights inside it are listed no more (its holders keep them). */
-void cpu_qshare_freed(struct cpu_qshare *sh, void *ptr);
+void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host);
+void cpu_wshare_destroy(struct cpu_wshare *sh); /* after every plan is freed */
+/* The memory at ptr (a cpu_alloc's, or tune_time.c's scratch tensors) is
+ * freed: entries made from weights inside it are listed no more (its
+ * holders keep them; one without is freed). */
+void cpu_wshare_freed(struct cpu_wshare *sh, void *ptr);
+/* The calling thread runs an inner plan on converted weights (on = 1;
+ * lowp.c) or no more (0): what it keeps meanwhile is not shared. */
+void cpu_wshare_private(int on);
 
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
@@ -147,8 +154,9 @@ struct cpu_ctx {
 	 * (graph.c); cap is the capture under way (under `lock`) */
 	int graph;
 	/* [plugin.cpu] keep_weights: a CONV with KILN_OPF_FROZEN keeps its
-	 * reordered weights (conv.c), a QCONV or QLINEAR its quantized ones
-	 * with no compare (qconv.c) */
+	 * reordered weights (conv.c, dnn.c) or Winograd's transformed ones
+	 * (wino.c), a QCONV or QLINEAR its quantized ones with no compare
+	 * (qconv.c): in wshare below */
 	int keep_weights;
 	/* KILN_PROC_WEIGHTS_CHANGED calls (atomic): a kept copy made before
 	 * the last one is stale (dnn.c) */
@@ -157,9 +165,10 @@ struct cpu_ctx {
 	 * lowp.c's GEMMs and convolutions read, kept between runs (wcache.c);
 	 * NULL: off, or oneDNN has bf16 kernels here */
 	struct cpu_wcache *wc;
-	/* the INT8 weights its frozen QCONV and QLINEAR plans share
-	 * (qweights.c) */
-	struct cpu_qshare qshare;
+	/* the weights its frozen plans keep, shared by the plans that read
+	 * the same weights: INT8 (QCONV, QLINEAR), reordered and Winograd's
+	 * transformed f32 convolution weights (wshare.c) */
+	struct cpu_wshare wshare;
 	struct cpu_capture *cap;
 	uint64_t cap_serial;
 };

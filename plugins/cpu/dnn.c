@@ -59,7 +59,7 @@ void cpu_dnn_free(struct cpu_dnn *d)
 	if (d->stream)
 		dnnl_stream_destroy(d->stream);
 	pthread_mutex_destroy(&d->lock);
-	free(d->w_kern);
+	cpu_wref_drop(&d->w_ref);
 	free(d->w_tmp);
 	free(d->zero_state);
 	free(d);
@@ -161,12 +161,70 @@ kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 	return cpu_dnn_exec(cpu_variant(p), a, e); /* the version for oneDNN's team now */
 }
 
-/* Kept weights (KILN_OPF_FROZEN): the step to skip (their reorder, when
- * the kept copy was made since the device last heard of new weights), or
- * -1.  No look at in[1]: the flag says its values stay.  Under d->lock. */
-static int w_skip(const struct cpu_dnn *d, uint64_t gen)
+/* ---- kept weights (conv.c: a CONV with KILN_OPF_FROZEN) ---------------
+ * The weights in the kernel's layout, one copy per weight tensor and
+ * layout, shared by the plans that read them (wshare.c, the kind
+ * dnn_w_kind): a model's plans of every row count, and a plan's versions
+ * for smaller teams (dnnteam.c) where the kernel's layout is the same.
+ * Before session 40 each plan kept its own copy, reordered on its first
+ * run: every new remainder size of kiln_infer reordered every such weight
+ * again, and held a second copy while the full batch's plan held one. */
+
+struct cpu_dnn_wkept {
+	struct cpu_wkept base;
+	struct cpu_dnn_wkey k;
+	void *kern; /* the weights in the kernel's layout (64-byte aligned) */
+};
+
+static struct cpu_wkept *dnn_w_make(const void *key, int frozen, int *lib)
 {
-	return d->w_on && !d->w_probe && d->w_valid && d->w_made == gen ? d->w_step : -1;
+	const struct cpu_dnn_wkey *k = key;
+	const size_t bytes = (dnnl_memory_desc_get_size(&k->kern) + 63) & ~(size_t)63;
+	struct cpu_dnn_wkept *x = calloc(1, sizeof *x);
+	(void)frozen, (void)lib;
+	if (x && !(x->kern = aligned_alloc(64, bytes ? bytes : 64))) {
+		free(x);
+		return NULL;
+	}
+	if (x)
+		x->k = *k;
+	return x ? &x->base : NULL;
+}
+
+static void dnn_w_free(struct cpu_wkept *e)
+{
+	free(((struct cpu_dnn_wkept *)e)->kern);
+	free(e);
+}
+
+/* The same bytes for the same weights: the same layouts (and dtypes)
+ * before and after the reorder, which moves (or widens) each value as
+ * it is, whichever reorder implementation a plan got. */
+static int dnn_w_same_key(const struct cpu_wkept *e, const void *key)
+{
+	const struct cpu_dnn_wkey *a = &((const struct cpu_dnn_wkept *)e)->k, *b = key;
+	return dnnl_memory_desc_equal(&a->user, &b->user) && dnnl_memory_desc_equal(&a->kern, &b->kern);
+}
+
+static const struct cpu_wkind dnn_w_kind = {
+	.what = "reordered weights",
+	.same_key = dnn_w_same_key,
+	.make = dnn_w_make,
+	.free = dnn_w_free,
+	.holds = NULL, /* frozen only */
+};
+
+void cpu_dnn_w_keep(struct cpu_ctx *c, struct cpu_dnn *d, const dnnl_memory_desc_t *user,
+		    const dnnl_memory_desc_t *kern, int w_user, int w_mem)
+{
+	int lib;
+	d->w_key = (struct cpu_dnn_wkey){ .user = *user, .kern = *kern, .host = c->host };
+	d->w_kern_bytes = (dnnl_memory_desc_get_size(kern) + 63) & ~(size_t)63;
+	d->w_user = w_user;
+	d->w_mem = w_mem;
+	d->w_on = 1;
+	/* frozen: no entry until the first run (cannot fail here) */
+	(void)cpu_wref_init(&d->w_ref, c, &dnn_w_kind, &d->w_key, 1, &lib);
 }
 
 void cpu_dnn_w_forget(struct cpu_dnn *d)
@@ -174,7 +232,7 @@ void cpu_dnn_w_forget(struct cpu_dnn *d)
 	if (!d || !d->w_on)
 		return;
 	pthread_mutex_lock(&d->lock);
-	d->w_valid = 0;
+	cpu_wref_detach(&d->w_ref);
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -197,24 +255,64 @@ kiln_status cpu_dnn_w_probe(struct cpu_dnn *d, int begin)
 	return st;
 }
 
+/* The kept weights for a run with arguments a (under d->lock): w_mem
+ * pointed at the copy, *skip the step that need not run (their reorder,
+ * when the copy holds them: no look at in[1], the frozen flag says its
+ * values stay), else -1 and *fill 1 (the copy is made by this run, held to
+ * write; cpu_dnn_w_done after).  *held: the copy is locked.  A probe's
+ * scratch weights go to w_tmp and leave the copy alone. */
+static kiln_status w_take(const struct cpu_plan *p, const struct kiln_op_args *a, int *skip,
+			  int *fill, int *held, struct cpu_err *e)
+{
+	struct cpu_dnn *d = p->dnn;
+	int lib;
+	*skip = -1, *fill = 0, *held = 0;
+	if (!d->w_on)
+		return KILN_OK;
+	if (d->w_probe) {
+		dnnl_memory_set_data_handle(d->mem[d->w_mem], d->w_tmp);
+		return KILN_OK;
+	}
+	if (cpu_wref_acquire(&d->w_ref, cpu_dnn_handle(d, d->w_user, a), NULL, fill, &lib))
+		return cpu_fail(e, KILN_ENOMEM, "cpu: %s: out of memory for the kept weights (%zu bytes)",
+				cpu_op_name(p->op.type), d->w_kern_bytes);
+	*held = 1;
+	dnnl_memory_set_data_handle(d->mem[d->w_mem], ((struct cpu_dnn_wkept *)d->w_ref.e)->kern);
+	if (!*fill)
+		*skip = d->w_step;
+	return KILN_OK;
+}
+
+/* After the run (status s) of a w_take that said held. */
+static void w_done(const struct cpu_plan *p, dnnl_status_t s, int fill)
+{
+	struct cpu_dnn *d = p->dnn;
+	if (fill && s == dnnl_success) {
+		cpu_wref_filled(&d->w_ref);
+		d->w_key.host->log(KILN_LOG_DEBUG, "cpu", "%s: weights reordered into the kernel's layout (%zu bytes; frozen: kept until the weights change, shared by the plans that read them)",
+				   cpu_op_name(p->op.type), d->w_kern_bytes);
+	}
+	cpu_wref_release(&d->w_ref);
+}
+
 kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 			 struct cpu_err *e)
 {
 	struct cpu_dnn *d = p->dnn;
 	dnnl_status_t s = dnnl_success;
 	dnnl_exec_arg_t args[CPU_DNN_ARGS];
+	int skip, fill, held;
 	/* The memory objects hold the current run's pointers: one run of a
 	 * plan at a time, even if two streams share it. */
 	pthread_mutex_lock(&d->lock);
 	for (int i = 0; i < d->n_mem; i++)
 		if (d->bind[i].kind != CPU_BIND_FIXED)
 			dnnl_memory_set_data_handle(d->mem[i], cpu_dnn_handle(d, i, a));
-	const uint64_t gen = d->w_on ? __atomic_load_n(d->w_gen, __ATOMIC_ACQUIRE) : 0;
-	const int skip = w_skip(d, gen);
-	if (d->w_probe) /* scratch weights: reordered beside the kept copy */
-		dnnl_memory_set_data_handle(d->mem[d->w_mem], d->w_tmp);
-	else if (d->w_on && skip < 0)
-		d->w_valid = 0; /* until this run's reorder has run */
+	const kiln_status ws = w_take(p, a, &skip, &fill, &held, e);
+	if (ws) {
+		pthread_mutex_unlock(&d->lock);
+		return ws;
+	}
 	for (int k = 0; k < d->n_step && s == dnnl_success; k++) {
 		if (k == skip)
 			continue;
@@ -225,12 +323,8 @@ kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 	}
 	if (s == dnnl_success)
 		s = dnnl_stream_wait(d->stream);
-	if (d->w_probe)
-		dnnl_memory_set_data_handle(d->mem[d->w_mem], d->w_kern);
-	else if (s == dnnl_success && d->w_on && skip < 0) { /* w_kern made from in[1] now */
-		d->w_valid = 1;
-		d->w_made = gen;
-	}
+	if (held)
+		w_done(p, s, fill);
 	pthread_mutex_unlock(&d->lock);
 	if (s != dnnl_success)
 		return cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: dnnl_primitive_execute: %s",

@@ -4,6 +4,7 @@
 #define KILN_CPU_DNN_H
 
 #include "cpu.h"
+#include "wshare.h"               /* struct cpu_wref: the kept weights */
 #include <oneapi/dnnl/dnnl.h> /* dnnl_* */
 
 #define CPU_DNN_MEMS 24
@@ -38,17 +39,21 @@ struct cpu_dnn {
 	int64_t sz[28]; /* rnn.c: sizes and byte offsets fixed at prepare (R_N) */
 	/* conv.c's kept weights (a CONV with KILN_OPF_FROZEN whose kernel
 	 * wants another layout than the caller's): step w_step (w_on) is the
-	 * weights' reorder into w_kern (memory object w_mem, CPU_BIND_FIXED),
-	 * skipped while w_valid and *w_gen (the device's count of
-	 * KILN_PROC_WEIGHTS_CHANGED calls) is still w_made, its value when
-	 * the copy was made (cpu_dnn_exec).  While w_probe (dnnteam.c's
-	 * probe runs on scratch tensors) runs reorder into w_tmp and leave
-	 * the kept copy alone. */
-	int w_on, w_step, w_mem, w_valid, w_probe;
-	uint64_t w_made;
+	 * weights' reorder from memory object w_user (in[1]) into w_mem
+	 * (CPU_BIND_FIXED), pointed at the kept copy of w_ref (struct
+	 * cpu_dnn_wkept: wshare.c shares it between the plans that read the
+	 * same weights in the same layout, a model's plans of every row
+	 * count), skipped while the copy holds them (cpu_dnn_exec).  While
+	 * w_probe (dnnteam.c's probe runs on scratch tensors) runs reorder
+	 * into w_tmp and leave the kept copy alone. */
+	int w_on, w_step, w_user, w_mem, w_probe;
 	size_t w_kern_bytes;
-	const uint64_t *w_gen; /* read atomically */
-	void *w_kern, *w_tmp;
+	struct cpu_dnn_wkey {
+		dnnl_memory_desc_t user, kern; /* the caller's layout, the kernel's */
+		const struct kiln_host *host;  /* (not compared) */
+	} w_key;
+	struct cpu_wref w_ref;
+	void *w_tmp;
 	/* rnn.c's zero initial state (h0, c0; CPU_BIND_FIXED), or NULL */
 	void *zero_state;
 };
@@ -93,9 +98,14 @@ kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
  * kept weights out of the runs until end (0).  KILN_ENOMEM when the
  * scratch copy cannot be had. */
 kiln_status cpu_dnn_w_probe(struct cpu_dnn *d, int begin);
-/* d's kept weights (if any) are stale: made again on the next run (after
- * runs on scratch tensors, tune_time.c).  d may be NULL. */
+/* d's kept weights (if any) are taken anew on the next run (after runs
+ * on scratch tensors, tune_time.c).  d may be NULL. */
 void cpu_dnn_w_forget(struct cpu_dnn *d);
+/* d keeps its weights (conv.c): memory objects w_user (the caller's,
+ * user) and w_mem (the kernel's layout, kern), the reorder step between
+ * them w_step; frozen: shared (wshare.c), else made on every run. */
+void cpu_dnn_w_keep(struct cpu_ctx *c, struct cpu_dnn *d, const dnnl_memory_desc_t *user,
+		    const dnnl_memory_desc_t *kern, int w_user, int w_mem);
 /* Run plan p's steps as they are (p is the version to run; a CONV's
  * kept weights reordered only when in[1]'s bytes changed). */
 kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,

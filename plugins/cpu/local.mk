@@ -29,6 +29,8 @@ endif
 # INT8 inference ops (issue 23)
 if BUILD_CPU
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/qconv.c plugins/cpu/qweights.c plugins/cpu/qweights.h
+# the weights frozen plans keep, shared by the plans that read them (session 40)
+plugins_kiln_cpu_la_SOURCES += plugins/cpu/wshare.c plugins/cpu/wshare.h
 # convolution weight gradients in blocks of the minibatch (issue 22, session 10)
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/convsplit.c
 # f32 convolutions by FFT (issue 22, session 17; [plugin.cpu] conv_algo)

@@ -212,7 +212,11 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 	for (int i = 0; i < op->n_in; i++)
 		if (ticket[i])
 			cpu_wc_filled(p->wc, b.in[i], ticket[i]);
+	/* the inner plan's weights are conversions (in the workspace, or
+	 * wcache.c's copies): what it keeps of them is its own (wshare.c) */
+	cpu_wshare_private(1);
 	kiln_status st = q->kernel(q, &b, e);
+	cpu_wshare_private(0);
 	for (int i = 0; i < op->n_in; i++)
 		cpu_wc_done(p->wc, held[i]);
 	if (st)

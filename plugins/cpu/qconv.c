@@ -252,11 +252,11 @@ static void q_workspace(struct cpu_plan *p, const struct qbuild *b)
 /* What the plan keeps (see the top of the file). */
 struct cpu_qcache {
 	pthread_mutex_t lock;      /* one run of the plan at a time */
-	struct cpu_qshare *share;  /* the context's shared weights */
-	struct cpu_qweights *s;    /* the weights quantized: its own, or shared */
-	int frozen;                /* s shared (qweights.c) */
-	const float *w_at, *b_at;  /* frozen: the weights s was taken for (NULL: none yet) */
-	uint64_t ver;              /* s->ver whose scales the primitive has (0: prepare's ones) */
+	struct cpu_qkey k;         /* what its quantized weights depend on */
+	struct cpu_wref r;         /* the weights quantized: its own, or (frozen)
+				    * shared (qweights.c, wshare.c) */
+	unsigned at;               /* r.taken when the memory objects were pointed into r.e */
+	uint64_t ver;              /* its ver whose scales the primitive has (0: prepare's ones) */
 	int mwk, mb;               /* the memory objects of the weights and the bias */
 	/* what the primitive is made again from, with the scales s->sc */
 	union q_desc desc;
@@ -270,36 +270,39 @@ void cpu_qcache_free(struct cpu_qcache *q)
 {
 	if (!q)
 		return;
-	cpu_qw_drop(q->share, q->s);
+	cpu_wref_drop(&q->r);
 	pthread_mutex_destroy(&q->lock);
 	free(q);
 }
 
-/* The plan's cache with weights of its own (a frozen plan takes the
- * shared ones on its first run). */
+/* The plan's cache: its key, and (not frozen) weights of its own; a
+ * frozen plan takes the shared ones on its first run (none made here:
+ * before session 40 each frozen plan made an entry here that its first
+ * run dropped for the shared one). */
 static kiln_status q_cache_new(struct cpu_ctx *c, struct cpu_plan *p, const struct qbuild *b)
 {
 	const struct kiln_op *op = &p->op;
-	struct cpu_qkey k = {
-		.O = b->O, .per = b->per, .sx = (float)op->f[0],
-		.so = op->out[0].dtype == KILN_U8 ? (float)op->f[1] : 1.0f,
-		.adj = (int)p->sz[7], .has_bias = op->n_in == 3,
-		.w_user = b->w_user, .w_kern = *b->w_kern,
-	};
-	dnnl_status_t ds;
+	int lib;
 	struct cpu_qcache *q = p->qcache = calloc(1, sizeof *q);
 	if (!q)
 		return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the quantized weights",
 				      cpu_op_name(op->type), b->geom);
 	pthread_mutex_init(&q->lock, NULL);
-	q->share = &c->qshare;
-	q->frozen = (op->flags & KILN_OPF_FROZEN) && c->keep_weights;
-	if (!(q->s = cpu_qw_new(&k, q->frozen, c->engine, &c->wgen, c->host, &ds)))
-		return ds == dnnl_success
+	q->k = (struct cpu_qkey){
+		.O = b->O, .per = b->per, .sx = (float)op->f[0],
+		.so = op->out[0].dtype == KILN_U8 ? (float)op->f[1] : 1.0f,
+		.adj = (int)p->sz[7], .has_bias = op->n_in == 3,
+		.w_user = b->w_user, .w_kern = *b->w_kern,
+		.engine = c->engine, .host = c->host,
+	};
+	const int frozen = (op->flags & KILN_OPF_FROZEN) && c->keep_weights;
+	const kiln_status st = cpu_wref_init(&q->r, c, &cpu_qw_kind, &q->k, frozen, &lib);
+	if (st)
+		return st == KILN_ENOMEM
 			       ? c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the quantized weights",
 						cpu_op_name(op->type), b->geom)
 			       : c->host->error(KILN_EDEVICE, "cpu: %s %s: the weights' reorder: %s",
-						cpu_op_name(op->type), b->geom, cpu_dnnl_str(ds));
+						cpu_op_name(op->type), b->geom, cpu_dnnl_str((dnnl_status_t)lib));
 	q->desc = b->desc;
 	q->engine = c->engine;
 	q->scratch = (size_t)p->sz[OFF_XQ];
@@ -324,8 +327,6 @@ static kiln_status q_steps(struct cpu_ctx *c, struct cpu_plan *p, struct qbuild 
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, b->x_kern, CPU_BIND_WS, 0, (size_t)p->sz[OFF_XQ], &mxq));
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, b->w_kern, CPU_BIND_FIXED, 0, 0, &q->mwk));
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->o_md, CPU_BIND_FIXED, 0, 0, &q->mb));
-	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[q->mwk], q->s->wk));
-	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[q->mb], q->s->bq));
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->y_user, CPU_BIND_OUT, 0, 0, &my));
 	myk = my;
 	if (b->ry)
@@ -389,20 +390,18 @@ static dnnl_status_t q_remake(const struct cpu_plan *p, struct cpu_qcache *q, co
 	return s;
 }
 
-/* A frozen plan's weights at w, b for the first time (or at other
- * addresses): the shared entry of them, which the steps then read. */
-static kiln_status q_attach(const struct cpu_plan *p, struct cpu_qcache *q, const float *w,
-			    const float *b, struct cpu_err *e)
+/* The memory objects of the weights and bias pointed into the entry q
+ * holds now (another than the last run's: the first run, or a frozen
+ * plan's weights moved), whose scales the primitive then takes anew. */
+static kiln_status q_point(const struct cpu_plan *p, struct cpu_qcache *q, struct cpu_err *e)
 {
 	struct cpu_dnn *d = p->dnn;
-	if (cpu_qw_attach(q->share, &q->s, w, b))
-		return cpu_fail(e, KILN_ENOMEM, "cpu: %s O %lld x %lld: out of memory for the quantized weights",
-				cpu_op_name(p->op.type), (long long)p->rows, (long long)p->cols);
-	if (dnnl_memory_set_data_handle(d->mem[q->mwk], q->s->wk) != dnnl_success ||
-	    dnnl_memory_set_data_handle(d->mem[q->mb], q->s->bq) != dnnl_success)
+	const struct cpu_qweights *s = (const struct cpu_qweights *)q->r.e;
+	if (dnnl_memory_set_data_handle(d->mem[q->mwk], s->wk) != dnnl_success ||
+	    dnnl_memory_set_data_handle(d->mem[q->mb], s->bq) != dnnl_success)
 		return cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: the quantized weights' memory objects",
 				cpu_op_name(p->op.type), __FILE__, __LINE__);
-	q->w_at = w, q->b_at = b;
+	q->at = q->r.taken;
 	q->ver = 0;
 	return KILN_OK;
 }
@@ -413,25 +412,26 @@ static kiln_status q_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 {
 	struct cpu_qcache *q = p->qcache;
 	const float *w = a->in[1], *b = p->op.n_in == 3 ? a->in[2] : NULL;
-	kiln_status st = KILN_OK;
+	kiln_status st;
 	pthread_mutex_lock(&q->lock);
-	if (q->frozen && (q->w_at != w || q->b_at != b))
-		st = q_attach(p, q, w, b, e);
-	if (st || (st = cpu_qw_acquire(q->s, w, b, p->dnn, cpu_op_name(p->op.type), e))) {
+	if ((st = cpu_qw_acquire(&q->r, w, b, p->dnn, cpu_op_name(p->op.type), e))) {
 		pthread_mutex_unlock(&q->lock);
 		return st;
 	}
-	if (q->ver != q->s->ver) {
-		const dnnl_status_t s = q_remake(p, q, q->s->sc);
-		if (s != dnnl_success)
+	const struct cpu_qweights *s = (const struct cpu_qweights *)q->r.e;
+	if (q->at != q->r.taken)
+		st = q_point(p, q, e);
+	if (!st && q->ver != s->base.ver) {
+		const dnnl_status_t ds = q_remake(p, q, s->sc);
+		if (ds != dnnl_success)
 			st = cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: the primitive with the weights' scales: %s",
-				      cpu_op_name(p->op.type), __FILE__, __LINE__, cpu_dnnl_str(s));
+				      cpu_op_name(p->op.type), __FILE__, __LINE__, cpu_dnnl_str(ds));
 		else
-			q->ver = q->s->ver;
+			q->ver = s->base.ver;
 	}
 	if (!st)
 		st = cpu_dnn_run(p, a, e);
-	cpu_qw_release(q->s);
+	cpu_wref_release(&q->r);
 	pthread_mutex_unlock(&q->lock);
 	return st;
 }
@@ -477,7 +477,7 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const char *impl = cpu_dnn_impl(b.pd);
 	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s%s, workspace %zu bytes, weights %s", cpu_op_name(op->type),
 		     b.geom, impl, p->sz[7] == 2 ? " (weights halved)" : "", p->workspace,
-		     p->qcache->frozen ? "frozen" : "compared every run");
+		     p->qcache->r.frozen ? "frozen" : "compared every run");
 out: /* oneDNN's destroy functions take NULL */
 	dnnl_primitive_desc_destroy(b.pd);
 	dnnl_primitive_desc_destroy(b.rx);

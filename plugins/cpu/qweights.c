@@ -1,6 +1,7 @@
 /* plugins/cpu/qweights.c - the INT8 weights of QCONV and QLINEAR
  * (qconv.c) quantized and reordered, kept, and shared by the plans that
- * read the same weights.
+ * read the same weights (the kind cpu_qw_kind of wshare.c, which keeps
+ * and shares them).
  *
  * What an entry holds (struct cpu_qweights): the weights quantized per
  * output channel (sw[o] = max|w[o]| / 63, [-63, 63], round half to even),
@@ -10,41 +11,17 @@
  * the key (struct cpu_qkey: the shapes, the input and output scales, the
  * kernel's weight layout), never of the row count.
  *
- * Shared (frozen: KILN_OPF_FROZEN and [plugin.cpu] keep_weights, the
- * inference plans): an entry is listed in its context (struct cpu_qshare)
- * under the addresses of the weights and bias it is made from, and a
- * frozen plan takes the listed entry of its weights and key on its first
- * run (cpu_qw_attach).  So a model's plans for other row counts quantize
- * nothing again: kiln_infer with a partial batch of each size makes a plan
- * for it, and before this each such plan quantized and reordered every
- * weight on its first run (the Fashion-MNIST MLP alternating 5 and 6 rows
- * at batch 16: 2.1 ms a call against 0.03 at one size; docs/inference.md,
- * "What is kept across sizes").  A frozen entry's values stay while the
- * device's count of KILN_PROC_WEIGHTS_CHANGED calls is the one it was made
- * at; the core tells the device of a write before the next run of any
- * frozen plan of the model, a plan made after the write included
- * (kiln_plan_frozen_sync), so the values another plan made are never
- * older than the weights.  A listed entry stays after its last plan is
- * freed (kiln_infer frees the plan of the last size when another comes)
- * until the memory its weights lie in is freed (cpu_qshare_freed: a new
- * allocation at that address is other weights) or the context closes:
- * memory, the quantized weights once per weight tensor and key (the
- * blocked copy too where the kernel's layout is not plain), as one plan
- * kept before.
- *
- * Not frozen (evaluation plans of a training run): one entry per plan,
- * never listed, its values made again when the f32 weights or bias differ
+ * Frozen (KILN_OPF_FROZEN and [plugin.cpu] keep_weights, the inference
+ * plans): shared by a model's plans of every row count (wshare.c;
+ * before session 39 each new size quantized every weight again: the
+ * Fashion-MNIST MLP alternating 5 and 6 rows at batch 16 took 2.1 ms a
+ * call against 0.03 at one size; docs/inference.md, "What is kept across
+ * sizes").  Not frozen (evaluation plans of a training run): one entry
+ * per plan, its values made again when the f32 weights or bias differ
  * from the copy it keeps of the ones it was made from (one memcmp a run).
- *
- * Locks: the list's (struct cpu_qshare) for the list, the holders and the
- * addresses; each entry's read-write lock for its values, held to read by
- * a run and to write by the run that makes them (cpu_qw_acquire), so the
- * plans sharing an entry run side by side and wait only while it is made.
- * Order: a plan's own lock (qconv.c), then the list's or the entry's.
  */
 #include "qweights.h"
 
-#include <malloc.h> /* malloc_usable_size */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,7 +76,7 @@ static void qw_quantize(struct cpu_qweights *s, const float *w, const float *b)
 		s->bq[o] = b ? b[o] / sc : 0.0f;
 		s->sc[o] = sc / so;
 	}
-	if (s->frozen) /* nothing to compare with */
+	if (s->base.frozen) /* nothing to compare with */
 		return;
 	memcpy(s->w, w, sizeof(float) * (size_t)(O * per));
 	if (b)
@@ -121,25 +98,19 @@ static int q_same(const float *a, const float *b, size_t n)
 	return !differ;
 }
 
-/* 1 when s holds w and b: frozen, made since the device last heard of
- * new weights (no look at w: the flag says its values stay); else made
- * from these values (compared).  gen: the count now.  Under s->lock. */
-static int qw_current(const struct cpu_qweights *s, const float *w, const float *b, uint64_t gen)
+/* Not frozen: 1 when e was made from w and b (compared). */
+static int qw_holds(const struct cpu_wkept *e, const void *w, const void *b)
 {
+	const struct cpu_qweights *s = (const struct cpu_qweights *)e;
 	const size_t O = (size_t)s->k.O, n = O * (size_t)s->k.per;
-	if (!s->valid)
-		return 0;
-	if (s->frozen)
-		return s->made == gen;
 	return q_same(s->w, w, n) && (!b || !memcmp(s->b, b, sizeof(float) * O));
 }
 
 /* s made from w and b: quantized, then reordered into the kernel's
- * layout on d's stream.  Under s->lock, to write. */
-static kiln_status qw_fill(struct cpu_qweights *s, const float *w, const float *b, uint64_t gen,
+ * layout on d's stream.  Under s->base.lock, to write. */
+static kiln_status qw_fill(struct cpu_qweights *s, const float *w, const float *b,
 			   struct cpu_dnn *d, const char *what, struct cpu_err *e)
 {
-	s->valid = 0;
 	qw_quantize(s, w, b);
 	dnnl_exec_arg_t args[2] = { { DNNL_ARG_FROM, s->mwp }, { DNNL_ARG_TO, s->mwk } };
 	pthread_mutex_lock(&d->lock);
@@ -150,67 +121,61 @@ static kiln_status qw_fill(struct cpu_qweights *s, const float *w, const float *
 	if (st != dnnl_success)
 		return cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: the weights' reorder: %s", what,
 				__FILE__, __LINE__, cpu_dnnl_str(st));
-	s->made = gen;
-	s->ver++;
-	s->valid = 1;
-	s->host->log(KILN_LOG_DEBUG, "cpu", "%s O %lld x %lld: weights quantized (%s)", what,
-		     (long long)s->k.O, (long long)s->k.per,
-		     s->frozen ? "frozen: kept until the weights change, shared by the plans that read them"
-			       : "compared every run");
+	s->k.host->log(KILN_LOG_DEBUG, "cpu", "%s O %lld x %lld: weights quantized (%s)", what,
+		       (long long)s->k.O, (long long)s->k.per,
+		       s->base.frozen ? "frozen: kept until the weights change, shared by the plans that read them"
+				      : "compared every run");
 	return KILN_OK;
 }
 
-kiln_status cpu_qw_acquire(struct cpu_qweights *s, const float *w, const float *b,
-			   struct cpu_dnn *d, const char *what, struct cpu_err *e)
+kiln_status cpu_qw_acquire(struct cpu_wref *r, const float *w, const float *b, struct cpu_dnn *d,
+			   const char *what, struct cpu_err *e)
 {
-	/* read before the weights: a change after it makes the next run's */
-	const uint64_t gen = __atomic_load_n(s->gen, __ATOMIC_ACQUIRE);
-	pthread_rwlock_rdlock(&s->lock);
-	if (qw_current(s, w, b, gen))
-		return KILN_OK;
-	pthread_rwlock_unlock(&s->lock);
-	pthread_rwlock_wrlock(&s->lock); /* another plan may have made them meanwhile */
-	const kiln_status st = qw_current(s, w, b, gen) ? KILN_OK : qw_fill(s, w, b, gen, d, what, e);
+	const struct cpu_qkey *k = r->key;
+	int fill, lib;
+	kiln_status st = cpu_wref_acquire(r, w, b, &fill, &lib);
+	if (st == KILN_ENOMEM)
+		return cpu_fail(e, st, "cpu: %s O %lld x %lld: out of memory for the quantized weights", what,
+				(long long)k->O, (long long)k->per);
 	if (st)
-		pthread_rwlock_unlock(&s->lock);
-	return st;
+		return cpu_fail(e, st, "cpu: %s O %lld x %lld: the weights' reorder: %s", what,
+				(long long)k->O, (long long)k->per, cpu_dnnl_str((dnnl_status_t)lib));
+	if (!fill)
+		return KILN_OK;
+	if ((st = qw_fill((struct cpu_qweights *)r->e, w, b, d, what, e))) {
+		cpu_wref_release(r);
+		return st;
+	}
+	cpu_wref_filled(r);
+	return KILN_OK;
 }
 
-void cpu_qw_release(struct cpu_qweights *s) { pthread_rwlock_unlock(&s->lock); }
+/* ---- the kind ----------------------------------------------------------- */
 
-/* ---- entries ---------------------------------------------------------- */
-
-static void qw_free(struct cpu_qweights *s)
+static void qw_free(struct cpu_wkept *e)
 {
+	struct cpu_qweights *s = (struct cpu_qweights *)e;
 	dnnl_primitive_destroy(s->rw);
 	dnnl_memory_destroy(s->mwp);
 	dnnl_memory_destroy(s->mwk);
-	pthread_rwlock_destroy(&s->lock);
 	if (s->wk != s->wq)
 		free(s->wk);
 	free(s->w), free(s->b), free(s->wq), free(s->sc), free(s->bq);
 	free(s);
 }
 
-struct cpu_qweights *cpu_qw_new(const struct cpu_qkey *k, int frozen, dnnl_engine_t eng,
-				const uint64_t *gen, const struct kiln_host *host,
-				dnnl_status_t *s_out)
+static struct cpu_wkept *qw_make(const void *key, int frozen, int *lib)
 {
+	const struct cpu_qkey *k = key;
 	const size_t n = (size_t)(k->O * k->per), O = (size_t)k->O;
 	const int plain = dnnl_memory_desc_equal(&k->w_kern, &k->w_user);
+	const dnnl_engine_t eng = k->engine;
 	dnnl_primitive_desc_t rpd = NULL;
 	dnnl_status_t st = dnnl_success;
 	struct cpu_qweights *s = calloc(1, sizeof *s);
-	*s_out = dnnl_success;
 	if (!s)
 		return NULL;
-	pthread_rwlock_init(&s->lock, NULL);
-	s->refs = 1;
 	s->k = *k;
-	s->frozen = frozen;
-	s->gen = gen;
-	s->host = host;
-	s->engine = eng;
 	s->w = frozen ? NULL : malloc(sizeof(float) * n);
 	s->b = !frozen && k->has_bias ? malloc(sizeof(float) * O) : NULL;
 	s->wq = aligned_alloc(64, al64(n));
@@ -227,131 +192,28 @@ struct cpu_qweights *cpu_qw_new(const struct cpu_qkey *k, int frozen, dnnl_engin
 			goto fail;
 		dnnl_primitive_desc_destroy(rpd);
 	}
-	return s;
+	return &s->base;
 fail:
 	dnnl_primitive_desc_destroy(rpd);
-	*s_out = st;
-	qw_free(s);
+	*lib = (int)st;
+	qw_free(&s->base);
 	return NULL;
 }
 
-/* Under sh->lock. */
-static void qw_unlist(struct cpu_qshare *sh, struct cpu_qweights *s)
+/* 1 when e holds the values of key k for the same weights. */
+static int qw_same_key(const struct cpu_wkept *e, const void *key)
 {
-	struct cpu_qweights **at = &sh->head;
-	while (*at && *at != s)
-		at = &(*at)->next;
-	if (*at)
-		*at = s->next;
-	s->next = NULL;
-	s->listed = 0;
-	s->w_src = s->b_src = NULL;
-}
-
-/* One holder fewer: a listed entry stays for the next plan of its
- * weights (freed with them, cpu_qshare_freed); another is freed with its
- * last holder.  Under the list's lock. */
-static void qw_unref(struct cpu_qweights *s)
-{
-	if (--s->refs || s->listed)
-		return;
-	qw_free(s);
-}
-
-void cpu_qw_drop(struct cpu_qshare *sh, struct cpu_qweights *s)
-{
-	if (!s)
-		return;
-	pthread_mutex_lock(&sh->lock);
-	qw_unref(s);
-	pthread_mutex_unlock(&sh->lock);
-}
-
-/* 1 when a and b hold the same values for the same weights. */
-static int qw_same_key(const struct cpu_qkey *a, const struct cpu_qkey *b)
-{
+	const struct cpu_qkey *a = &((const struct cpu_qweights *)e)->k, *b = key;
 	return a->O == b->O && a->per == b->per && a->sx == b->sx && a->so == b->so &&
 	       a->adj == b->adj && a->has_bias == b->has_bias &&
 	       dnnl_memory_desc_equal(&a->w_user, &b->w_user) &&
 	       dnnl_memory_desc_equal(&a->w_kern, &b->w_kern);
 }
 
-/* s listed under w, b with no values (under sh->lock; s is its holder's
- * alone). */
-static void qw_list(struct cpu_qshare *sh, struct cpu_qweights *s, const float *w, const float *b)
-{
-	if (!s->listed) {
-		s->next = sh->head;
-		sh->head = s;
-		s->listed = 1;
-	}
-	s->w_src = w;
-	s->b_src = b;
-	s->valid = 0;
-}
-
-kiln_status cpu_qw_attach(struct cpu_qshare *sh, struct cpu_qweights **sp, const float *w,
-			  const float *b)
-{
-	struct cpu_qweights *s = *sp, *x;
-	kiln_status st = KILN_OK;
-	pthread_mutex_lock(&sh->lock);
-	for (x = sh->head; x; x = x->next)
-		if (x != s && x->w_src == w && x->b_src == b && qw_same_key(&x->k, &s->k))
-			break;
-	if (x) { /* another plan's: its values serve */
-		x->refs++;
-		qw_unref(s);
-		*sp = x;
-	} else if (s->refs == 1) {
-		qw_list(sh, s, w, b);
-	} else { /* s serves other plans with other weights: one of its own */
-		dnnl_status_t ds;
-		x = cpu_qw_new(&s->k, s->frozen, s->engine, s->gen, s->host, &ds);
-		if (x) {
-			qw_list(sh, x, w, b);
-			qw_unref(s);
-			*sp = x;
-		} else {
-			st = KILN_ENOMEM;
-		}
-	}
-	pthread_mutex_unlock(&sh->lock);
-	return st;
-}
-
-/* ---- the context's list ----------------------------------------------- */
-
-void cpu_qshare_init(struct cpu_qshare *sh)
-{
-	pthread_mutex_init(&sh->lock, NULL);
-	sh->head = NULL;
-}
-
-void cpu_qshare_destroy(struct cpu_qshare *sh)
-{
-	while (sh->head) { /* no holder is left */
-		struct cpu_qweights *s = sh->head;
-		sh->head = s->next;
-		qw_free(s);
-	}
-	pthread_mutex_destroy(&sh->lock);
-}
-
-void cpu_qshare_freed(struct cpu_qshare *sh, void *ptr)
-{
-	if (!ptr)
-		return;
-	const uintptr_t lo = (uintptr_t)ptr, hi = lo + malloc_usable_size(ptr);
-	pthread_mutex_lock(&sh->lock);
-	for (struct cpu_qweights *s = sh->head, *nx; s; s = nx) {
-		nx = s->next;
-		if (((uintptr_t)s->w_src >= lo && (uintptr_t)s->w_src < hi) ||
-		    (s->b_src && (uintptr_t)s->b_src >= lo && (uintptr_t)s->b_src < hi)) {
-			qw_unlist(sh, s);
-			if (!s->refs)
-				qw_free(s);
-		}
-	}
-	pthread_mutex_unlock(&sh->lock);
-}
+const struct cpu_wkind cpu_qw_kind = {
+	.what = "INT8 weights",
+	.same_key = qw_same_key,
+	.make = qw_make,
+	.free = qw_free,
+	.holds = qw_holds,
+};

@@ -285,10 +285,12 @@ void cpu_tune_time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, do
 	}
 out:
 	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
-	free(buf);
 	/* a frozen conv timed as it runs (its weights reordered once, or
-	 * Winograd's transformed once), but from scratch weights: the first
-	 * real run makes them again */
+	 * Winograd's transformed once, into entries listed under the scratch
+	 * weights: wshare.c), but from scratch weights: those entries are
+	 * listed no more, and the first real run takes the plan's anew */
+	cpu_wshare_freed(&c->wshare, buf);
+	free(buf);
 	for (int k = 0; k < n; k++)
 		for (const struct cpu_plan *x = q[k]; x; x = x->inner) {
 			cpu_dnn_w_forget(x->dnn);

@@ -33,14 +33,17 @@
  * dy's channel c and dx's channel o is w[c][o][2 - a][2 - b]: wg_weights),
  * dy padded by 2 - pad; no bias, residual or ReLU.
  *
- * U is made on every run from the weights (9 gathers and ~100 vector
- * operations per input channel and 16 output channels: ~1% of a layer's
- * time at 16 rows), the input channels split over the team.  The blocks
+ * U is made from the weights (9 gathers and ~100 vector operations per
+ * input channel and 16 output channels: ~1% of a layer's time at 16
+ * rows) on every run, or once for a frozen plan (struct cpu_wino, shared
+ * by the plans of the same weights), the input channels split over the
+ * team; which thread makes which part does not change its bytes.  The blocks
  * are split over the team; each output is one thread's, computed by the
  * same code on any team.
  */
 #include "wino.h"
 #include "v16.h"
+#include "wshare.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -65,22 +68,72 @@ struct wg_geom {
 /* What a frozen plan keeps (KILN_OPF_FROZEN and [plugin.cpu]
  * keep_weights): U, made on a run and again only after the core's
  * KILN_PROC_WEIGHTS_CHANGED (the device's count of them, cpu_ctx.wgen,
- * moved on since U was made; nothing compared per run, as qconv.c's
- * cache).  Without it U is made into the workspace on every run. */
+ * moved on since U was made; nothing compared per run, as qconv.c's),
+ * one per weight tensor and key, shared by the plans that read it
+ * (wshare.c: a model's plans of every row count; before session 40 each
+ * plan made and kept its own).  Without it U is made into the workspace
+ * on every run. */
+struct wg_key {
+	int64_t C, O; /* U's input and output channels */
+	int bwd;      /* the filters turned (wg_weights) */
+};
+
+struct wg_kept {
+	struct cpu_wkept base;
+	struct wg_key k;
+	float *U; /* [36][C][O] */
+};
+
 struct cpu_wino {
-	pthread_mutex_t lock;
-	int valid;
-	uint64_t made;        /* *gen when U was made */
-	const uint64_t *gen;
-	float *U;
+	pthread_mutex_t lock; /* one run of the plan at a time */
+	struct wg_key k;
+	struct cpu_wref r;
+	const struct kiln_host *host;
+};
+
+static size_t wg_u_len(const struct wg_key *k);
+
+static struct cpu_wkept *wg_kept_make(const void *key, int frozen, int *lib)
+{
+	const struct wg_key *k = key;
+	struct wg_kept *x = calloc(1, sizeof *x);
+	(void)frozen, (void)lib;
+	if (!x)
+		return NULL;
+	x->k = *k;
+	if (posix_memalign((void **)&x->U, WG_ALIGN, wg_u_len(k) * sizeof(float))) {
+		free(x);
+		return NULL;
+	}
+	return &x->base;
+}
+
+static void wg_kept_free(struct cpu_wkept *e)
+{
+	free(((struct wg_kept *)e)->U);
+	free(e);
+}
+
+static int wg_kept_same_key(const struct cpu_wkept *e, const void *key)
+{
+	const struct wg_key *a = &((const struct wg_kept *)e)->k, *b = key;
+	return a->C == b->C && a->O == b->O && a->bwd == b->bwd;
+}
+
+static const struct cpu_wkind wg_kept_kind = {
+	.what = "Winograd-transformed weights",
+	.same_key = wg_kept_same_key,
+	.make = wg_kept_make,
+	.free = wg_kept_free,
+	.holds = NULL, /* frozen only */
 };
 
 void cpu_wino_free(struct cpu_wino *w)
 {
 	if (!w)
 		return;
+	cpu_wref_drop(&w->r);
 	pthread_mutex_destroy(&w->lock);
-	free(w->U);
 	free(w);
 }
 
@@ -89,11 +142,13 @@ void cpu_wino_forget(struct cpu_wino *w)
 	if (!w)
 		return;
 	pthread_mutex_lock(&w->lock);
-	w->valid = 0;
+	cpu_wref_detach(&w->r);
 	pthread_mutex_unlock(&w->lock);
 }
 
 static size_t wg_up(size_t floats) { return (floats + 15) & ~(size_t)15; }
+
+static size_t wg_u_len(const struct wg_key *k) { return wg_up((size_t)(WG_PTS * k->C * k->O)); }
 
 static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
 {
@@ -111,8 +166,9 @@ static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
 	 * 24 and 48 on its shape (bench/wino_ops) */
 	const int64_t step = g->O >= 64 ? 6 : 12, tb = 768 / (g->C + g->O) / step * step;
 	g->TB = tb < step ? step : tb > 96 ? 96 : tb;
-	g->u_len = wg_up((size_t)(WG_PTS * g->C * g->O));
-	g->slot_at = p->sz[6] ? 0 : g->u_len; /* frozen: U kept in the plan, not the workspace */
+	const struct wg_key k = { g->C, g->O, g->bwd };
+	g->u_len = wg_u_len(&k);
+	g->slot_at = p->sz[6] ? 0 : g->u_len; /* frozen: U kept (shared), not in the workspace */
 	g->m_at = wg_up((size_t)(WG_PTS * g->TB * g->C));
 	g->slot_len = g->m_at + wg_up((size_t)(WG_PTS * g->TB * g->O));
 }
@@ -385,7 +441,6 @@ CPU_V16 static void wg_block(const struct wg_geom *g, const float *x, const floa
 
 static kiln_status wg_run(const struct cpu_plan *p, const struct kiln_op_args *a, struct cpu_err *e)
 {
-	(void)e;
 #if CPU_HAVE_V16
 	struct wg_geom g;
 	wg_geom(p, &g);
@@ -395,17 +450,18 @@ static kiln_status wg_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	const float *b = p->op.n_in == 3 + res ? a->in[2] : NULL, *r = res ? a->in[p->op.n_in - 1] : NULL;
 	float *y = a->out[0], *U = ws;
 	/* a frozen plan's U: made here only when the weights changed since
-	 * (the lock held until it is) */
+	 * (held to write until it is), else read where another run made it */
 	struct cpu_wino *k = p->wino;
 	int make = 1;
-	uint64_t gen = 0;
 	if (k) {
+		int lib;
 		pthread_mutex_lock(&k->lock);
-		gen = __atomic_load_n(k->gen, __ATOMIC_ACQUIRE); /* before the weights are read */
-		make = !k->valid || k->made != gen;
-		U = k->U;
-		if (!make)
+		if (cpu_wref_acquire(&k->r, w, NULL, &make, &lib)) {
 			pthread_mutex_unlock(&k->lock);
+			return cpu_fail(e, KILN_ENOMEM, "cpu: out of memory for a Winograd plan's weights (%zu bytes)",
+					g.u_len * sizeof(float));
+		}
+		U = ((struct wg_kept *)k->r.e)->U;
 	}
 	const int64_t nb = (g.tiles + g.TB - 1) / g.TB;
 	/* a team where there are two blocks and ~150k FMAs (36 C O a tile):
@@ -422,13 +478,17 @@ static kiln_status wg_run(const struct cpu_plan *p, const struct kiln_op_args *a
 				wg_block(&g, x, U, b, r, relu, y, ws + g.slot_at + (size_t)t * g.slot_len,
 					 q * g.TB, g.tiles - q * g.TB < g.TB ? g.tiles - q * g.TB : g.TB);
 	}
-	if (k && make) {
-		k->made = gen;
-		k->valid = 1;
+	if (k) {
+		if (make) {
+			cpu_wref_filled(&k->r);
+			k->host->log(KILN_LOG_DEBUG, "cpu", "%s: Winograd-transformed weights made (%lld x %lld channels; frozen: kept until the weights change, shared by the plans that read them)",
+				     cpu_op_name(p->op.type), (long long)g.C, (long long)g.O);
+		}
+		cpu_wref_release(&k->r);
 		pthread_mutex_unlock(&k->lock);
 	}
 #else
-	(void)p, (void)a;
+	(void)p, (void)a, (void)e;
 #endif
 	return KILN_OK;
 }
@@ -459,17 +519,14 @@ kiln_status cpu_wino_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->workspace = (g.slot_at + (size_t)g.slots * g.slot_len) * sizeof(float) + WG_ALIGN;
 	if (p->sz[6]) {
 		struct cpu_wino *k = p->wino = calloc(1, sizeof *k);
-		if (k) {
-			pthread_mutex_init(&k->lock, NULL);
-			k->gen = &c->wgen;
-			if (posix_memalign((void **)&k->U, WG_ALIGN, g.u_len * sizeof(float)))
-				k->U = NULL;
-		}
-		if (!k || !k->U) {
-			cpu_wino_free(k);
-			p->wino = NULL;
+		int lib;
+		if (!k)
 			return c->host->error(KILN_ENOMEM, "cpu: out of memory for a Winograd plan's weights");
-		}
+		pthread_mutex_init(&k->lock, NULL);
+		k->k = (struct wg_key){ g.C, g.O, g.bwd };
+		k->host = c->host;
+		/* frozen: no entry until the first run (cannot fail here) */
+		(void)cpu_wref_init(&k->r, c, &wg_kept_kind, &k->k, 1, &lib);
 	}
 	c->host->log(KILN_LOG_DEBUG, "cpu",
 		     "%s %s [%lld,%lld,%lld,%lld] -> [%lld,%lld,%lld,%lld] pad %lldx%lld NHWC%s%s: Winograd "

@@ -1,0 +1,269 @@
+/* tests/check_cpu_wshare.c - the CPU device's kept weights shared between
+ * plans (plugins/cpu/wshare.c, session 40): what inference plans (frozen
+ * weights, KILN_OPF_FROZEN) make of their weights, one copy per weight
+ * tensor and key, listed under the weights' address and freed with their
+ * memory (cpu_free's hook, cpu_wshare_freed).
+ *
+ * The model (NHWC, 8 x 12 x 12 samples): an 8 -> 16 3x3 conv (oneDNN,
+ * its weights reordered into a blocked layout: conv.c/dnn.c's kind), a
+ * 16 -> 16 3x3 conv (Winograd on AVX-512: wino.c's kind; else oneDNN's),
+ * a 1x1 conv (oneDNN), max pooling and an INT8 linear (int8_scale: a
+ * QLINEAR, qweights.c's kind).
+ *
+ * two_models: two such models (other seeds) on one CPU device, frozen
+ * plans of 4, 3, 2 and 1 rows each, all alive at once:
+ *  - every call's logits are, bit for bit, those of a fresh device and
+ *    model with one plan of that size and [plugin.cpu] keep_weights = 0
+ *    (nothing kept, nothing shared);
+ *  - a model's plans of every size make its kept weights once: the first
+ *    plan's run makes one entry and one fill per kept weight, the other
+ *    sizes none (the debug log; before session 40 each f32 plan made its
+ *    own copy, and each INT8 plan an entry at prepare);
+ *  - model A freed: its entries are unlisted and freed with its weights'
+ *    memory (the free hook), B's plans still give B's bits, and a model
+ *    made afterwards with A's seed gives A's bits with entries of its
+ *    own. */
+#include <check.h>
+#include "check_main.h"
+#include "test_util.h"
+#include <kiln/kiln.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct kiln_registry *reg;
+
+#define C_IN 8
+#define HW 12
+#define ROWS 4       /* the largest plan */
+#define CLASSES 10
+#define SAMPLE (C_IN * HW * HW)
+
+static const char model_ini[] =
+	"[run]\ndevice = cpu\nseed = 3\nthreads = 2\n[data]\nsource = synthetic\n"
+	"[model]\nlayout = nhwc\n"
+	"[plugin.cpu]\nconv_impl = first\nkeep_weights = %d\n"
+	"[layer.c1]\ntype = conv\nout = 16\nkernel = 3\npadding = 1\n[layer.r1]\ntype = relu\n"
+	"[layer.c2]\ntype = conv\nout = 16\nkernel = 3\npadding = 1\n[layer.r2]\ntype = relu\n"
+	"[layer.c3]\ntype = conv\nout = 32\nkernel = 1\n[layer.r3]\ntype = relu\n"
+	"[layer.pool]\ntype = maxpool\nkernel = 2\n[layer.flat]\ntype = flatten\n"
+	"[layer.fc]\ntype = linear\nout = 10\nint8_scale = 0.05\n"
+	"[layer.loss]\ntype = softmax_xent\n";
+
+/* ---- the device's debug lines, counted -------------------------------- */
+
+static struct {
+	int fills;   /* kept weights made (reordered, transformed, quantized) */
+	int entries; /* kept entries made */
+	int unlisted, freed; /* by the free hook */
+} seen;
+
+static void count_sink(void *user, int level, const char *who, const char *msg)
+{
+	(void)user, (void)level, (void)who;
+	if (strstr(msg, "weights reordered into the kernel's layout") ||
+	    strstr(msg, "Winograd-transformed weights made") || strstr(msg, "weights quantized (frozen"))
+		seen.fills++;
+	if (strstr(msg, "kept weights: a new entry of"))
+		seen.entries++;
+	int u, f;
+	if (sscanf(msg, "kept weights: %d entries made from freed memory listed no more, %d of them freed",
+		   &u, &f) == 2)
+		seen.unlisted += u, seen.freed += f;
+}
+
+/* ---- models and their logits ------------------------------------------ */
+
+struct rig {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	void *stream;
+	float *x; /* device: ROWS samples */
+};
+
+/* A deterministic value in [-1, 1) from i. */
+static float noise(uint32_t i)
+{
+	uint32_t h = (i + 1) * 2654435761u;
+	h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+	return (float)(h % 20001) / 10000.0f - 1.0f;
+}
+
+static void rig_open(struct rig *r, int keep)
+{
+	char ini[sizeof model_ini + 16];
+	float h[ROWS * SAMPLE];
+	snprintf(ini, sizeof ini, model_ini, keep);
+	memset(r, 0, sizeof *r);
+	r->cfg = test_config(reg, ini);
+	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_create(r->dev, &r->stream) == 0);
+	ck_assert(kiln_device_alloc(r->dev, sizeof h, (void **)&r->x) == 0);
+	for (uint32_t i = 0; i < ROWS * SAMPLE; i++)
+		h[i] = noise(i);
+	TEST_H2D(r, r->x, h, sizeof h);
+}
+
+static void rig_close(struct rig *r)
+{
+	void *bufs[] = { r->x };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 1);
+	test_rig_close_device(r->dev, r->stream, r->cfg);
+}
+
+static struct kiln_model *model_new(struct rig *r, uint64_t seed)
+{
+	const int64_t dims[3] = { C_IN, HW, HW };
+	struct kiln_tensor_desc sample;
+	struct kiln_model *m;
+	kiln_tensor_desc_init(&sample, KILN_F32, 3, dims);
+	ck_assert_msg(kiln_model_create(r->cfg, reg, r->dev, &sample, &m) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_model_init_params(m, seed, r->stream) == 0);
+	return m;
+}
+
+static struct kiln_plan *plan_new(struct kiln_model *m, int64_t rows)
+{
+	const struct kiln_plan_opts o = { .logits = 1, .frozen = 1 }; /* kiln_infer's */
+	struct kiln_plan *p;
+	ck_assert_msg(kiln_model_plan_ex(m, rows, &o, &p) == 0, "%s", kiln_last_error());
+	return p;
+}
+
+/* rows rows of r->x through p: the logits into out [rows][CLASSES]. */
+static void run(struct rig *r, struct kiln_plan *p, int64_t rows, float *out)
+{
+	void *logits;
+	struct kiln_tensor_desc d;
+	ck_assert_msg(kiln_plan_forward(p, r->x, NULL, NULL, r->stream) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_plan_logits(p, &logits, &d) == 0);
+	ck_assert_int_eq(kiln_tensor_numel(&d), rows * CLASSES);
+	TEST_D2H(r, out, logits, sizeof(float) * (size_t)(rows * CLASSES));
+}
+
+/* The logits of `rows` rows of a fresh device and model of seed, one
+ * plan, nothing kept (keep_weights = 0). */
+static void reference(uint64_t seed, int64_t rows, float *out)
+{
+	struct rig r;
+	rig_open(&r, 0);
+	struct kiln_model *m = model_new(&r, seed);
+	struct kiln_plan *p = plan_new(m, rows);
+	run(&r, p, rows, out);
+	kiln_device_stream_sync(r.dev, r.stream);
+	kiln_plan_free(p);
+	kiln_model_free(m);
+	rig_close(&r);
+}
+
+/* ---- the case ---------------------------------------------------------- */
+
+#define NSIZE 4
+static const int64_t sizes[NSIZE] = { 4, 3, 2, 1 };
+static const uint64_t seed_a = 7, seed_b = 8;
+
+/* The plans of every size of model m, run in turn against the
+ * references ref[k] (a failure names the model and size). */
+static void run_all(struct rig *r, struct kiln_plan **p, float (*ref)[ROWS * CLASSES],
+		    const char *what)
+{
+	float got[ROWS * CLASSES];
+	for (int k = 0; k < NSIZE; k++) {
+		run(r, p[k], sizes[k], got);
+		ck_assert_msg(!memcmp(got, ref[k], sizeof(float) * (size_t)(sizes[k] * CLASSES)),
+			      "%s, %lld rows: the logits differ from a fresh model's without kept weights", what,
+			      (long long)sizes[k]);
+	}
+}
+
+START_TEST(test_two_models)
+{
+	static float ref_a[NSIZE][ROWS * CLASSES], ref_b[NSIZE][ROWS * CLASSES];
+	for (int k = 0; k < NSIZE; k++) {
+		reference(seed_a, sizes[k], ref_a[k]);
+		reference(seed_b, sizes[k], ref_b[k]);
+	}
+	ck_assert_msg(memcmp(ref_a[0], ref_b[0], sizeof ref_a[0]), "two seeds, the same logits: no test");
+
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	kiln_log_set_sink(count_sink, NULL);
+	struct rig r;
+	rig_open(&r, 1);
+	struct kiln_model *a = model_new(&r, seed_a), *b = model_new(&r, seed_b);
+	struct kiln_plan *pa[NSIZE], *pb[NSIZE];
+	for (int k = 0; k < NSIZE; k++)
+		pa[k] = plan_new(a, sizes[k]), pb[k] = plan_new(b, sizes[k]);
+	ck_assert_msg(seen.entries == 0, "%d kept entries made by prepares (the first run makes them)",
+		      seen.entries);
+
+	/* A's plans: the first one's run makes each kept weight once */
+	float got[ROWS * CLASSES];
+	run(&r, pa[0], sizes[0], got);
+	const int kept = seen.fills;
+	ck_assert_msg(kept >= 3, "%d kept weights made: the model has 3 convolutions and an INT8 linear", kept);
+	ck_assert_int_eq(seen.entries, kept);
+	run_all(&r, pa, ref_a, "model A");
+	ck_assert_msg(seen.fills == kept && seen.entries == kept,
+		      "model A's plans of 4 sizes made %d kept weights in %d entries, %d expected (one per weight)",
+		      seen.fills, seen.entries, kept);
+	/* B's: as many, its own */
+	run_all(&r, pb, ref_b, "model B");
+	ck_assert_msg(seen.fills == 2 * kept && seen.entries == 2 * kept,
+		      "model B's plans of 4 sizes: %d kept weights made in all, in %d entries, %d expected",
+		      seen.fills, seen.entries, 2 * kept);
+	/* both in turn (B's load made A's stale: the device's count of
+	 * weight writes is one for the context): the same bits, no entry */
+	for (int k = NSIZE - 1; k >= 0; k--) {
+		run_all(&r, pa, ref_a, "model A beside B");
+		run_all(&r, pb, ref_b, "model B beside A");
+	}
+	ck_assert_int_eq(seen.entries, 2 * kept);
+
+	/* A freed: its entries with its weights' memory; B unchanged */
+	kiln_device_stream_sync(r.dev, r.stream);
+	for (int k = 0; k < NSIZE; k++)
+		kiln_plan_free(pa[k]);
+	seen.unlisted = seen.freed = 0;
+	kiln_model_free(a);
+	ck_assert_msg(seen.unlisted == kept && seen.freed == kept,
+		      "model A freed: %d of its entries unlisted, %d freed, %d expected", seen.unlisted,
+		      seen.freed, kept);
+	run_all(&r, pb, ref_b, "model B after A was freed");
+	/* a model of A's seed made now: A's bits, from entries of its own */
+	struct kiln_model *c = model_new(&r, seed_a);
+	for (int k = 0; k < NSIZE; k++)
+		pa[k] = plan_new(c, sizes[k]);
+	const int before = seen.entries;
+	run_all(&r, pa, ref_a, "a model of A's seed made after A was freed");
+	run_all(&r, pb, ref_b, "model B beside it");
+	ck_assert_int_eq(seen.entries - before, kept);
+	printf("cpu_wshare: %d kept weights a model, made once for its plans of 4 sizes; "
+	       "its entries freed with it; the bits of nothing kept\n", kept);
+	fflush(stdout);
+
+	kiln_device_stream_sync(r.dev, r.stream);
+	for (int k = 0; k < NSIZE; k++)
+		kiln_plan_free(pa[k]), kiln_plan_free(pb[k]);
+	kiln_model_free(c);
+	kiln_model_free(b);
+	rig_close(&r);
+	kiln_log_set_sink(NULL, NULL);
+}
+END_TEST
+
+static Suite *make_cpu_wshare_suite(void)
+{
+	Suite *s = suite_create("cpu_wshare");
+	TCase *t = tcase_create("two_models");
+	tcase_set_timeout(t, 120);
+	tcase_add_test(t, test_two_models);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+static const struct check_main check_suite = {
+	.suite = make_cpu_wshare_suite,
+	.reg = &reg,
+	.need_cpu = 1,
+	.omp_passive = 1,
+};

@@ -1,0 +1,100 @@
+#!/bin/sh
+# tests/int8_crc.sh - the CRC32Cs of an INT8 model of `kiln quantize`
+# (metadata kiln.crc32c, since session 40; docs/formats.md "INT8 model"):
+# before, a byte changed in the file (a bad copy, a disk) loaded silently
+# where the values stayed in range: a weight's 7 bits one off, a scale a
+# little other, the predictions of another model.
+#  1. tests/data/tr_cnn quantized: `kiln predict --quantized --eval-set`
+#     runs it; one bit flipped in each tensor in turn: predict and `kiln
+#     eval --quantized` exit 3 naming the file, the tensor and the CRCs;
+#  2. a byte of the header changed (the config's text, a layer's u8 input
+#     told s8: one bit apart): refused, naming the header;
+#  3. kiln.crc32c that is not 1 + n CRCs: refused, naming the key;
+#  4. a file without kiln.crc32c (a kiln before session 40) loads
+#     unchecked, as before: the same predictions as the file it came
+#     from (and a flipped byte in it is not found: the format's version
+#     stays kiln-int8/1, the key is optional).
+name=int8_crc
+. "$(dirname "$0")/lib.sh"
+need_source idx
+data="$srcdir/tests/data"
+ini="$data/tr_cnn.ini"
+c="data.path=$data data.eval.path=$data run.out_dir=$tmp/none"
+q="$tmp/q.int8"
+kiln 0 quantize "$ini" $c --checkpoint "$data/tr_cnn_trained.safetensors" --calibrate 1 \
+	--out "$q" data.eval.split=train
+kiln 0 predict "$ini" $c --quantized "$q" --eval-set
+cp "$out" "$tmp/whole.predict"
+
+# mut FILE WHAT [ARG]: $q with one thing changed, into FILE: flip TENSOR
+# (a bit of its 6th byte, or its last where it is shorter), header (a bit
+# of the config's text), input (fc1's input u8 -> s8), crcs (the key
+# holding one CRC less), old (the key removed), oldflip TENSOR (both)
+mut() {
+	/usr/bin/python3 - "$q" "$@" <<'EOF' || fail "python3 could not rewrite the file"
+import json, struct, sys
+src, dst, what = sys.argv[1:4]
+arg = sys.argv[4] if len(sys.argv) > 4 else None
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
+m = h["__metadata__"]
+def flip(name):
+    a, e = h[name]["data_offsets"]
+    data[min(a + 5, e - 1)] ^= 0x01
+if what == "flip":
+    flip(arg)
+elif what == "header":
+    m["kiln.config"] = m["kiln.config"].replace("[layer.", "[layer/", 1)
+elif what == "input":
+    assert m["fc1.input"] == "u8"
+    m["fc1.input"] = "s8"
+elif what == "crcs":
+    m["kiln.crc32c"] = m["kiln.crc32c"].rsplit(" ", 1)[0]
+elif what in ("old", "oldflip"):
+    del m["kiln.crc32c"]
+    if what == "oldflip":
+        flip(arg)
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(t)) + t + bytes(data))
+EOF
+}
+
+# ---- 1. a flipped bit in each tensor --------------------------------------
+tensors=$(/usr/bin/python3 -c '
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+print(" ".join(sorted(k for k in h if k != "__metadata__")))' "$q")
+[ "$(echo "$tensors" | wc -w)" -ge 5 ] || fail "the INT8 file holds the tensors: $tensors"
+for t in $tensors; do
+	mut "$tmp/f.int8" flip "$t"
+	kiln 3 predict "$ini" $c --quantized "$tmp/f.int8" --eval-set
+	grep -qE "^kiln: error: $tmp/f.int8: tensor '$t' does not match its CRC32C \([0-9a-f]{8}, the file records [0-9a-f]{8} in metadata kiln.crc32c\): the file is damaged, changed since it was written\$" "$err" ||
+		fail "a bit of '$t' flipped: no error naming the file, the tensor and the CRCs"
+done
+kiln 3 eval "$ini" $c --quantized "$tmp/f.int8"
+stderr_has "$tmp/f.int8: tensor '$t' does not match its CRC32C"
+echo "ok: a bit flipped in any of $(echo "$tensors" | wc -w) tensors is refused, predict and eval"
+
+# ---- 2. the header --------------------------------------------------------
+for w in header input; do
+	mut "$tmp/h.int8" $w
+	kiln 3 predict "$ini" $c --quantized "$tmp/h.int8" --eval-set
+	stderr_has "$tmp/h.int8: the header (tensor names, dtypes, shapes, metadata) does not match its CRC32C"
+done
+
+# ---- 3. a kiln.crc32c that is not the file's --------------------------------
+mut "$tmp/c.int8" crcs
+kiln 3 predict "$ini" $c --quantized "$tmp/c.int8" --eval-set
+stderr_has "$tmp/c.int8: metadata kiln.crc32c is not $(($(echo "$tensors" | wc -w) + 1)) CRC32Cs of 8 hex digits"
+
+# ---- 4. an older file: no CRC, unchecked --------------------------------------
+mut "$tmp/old.int8" old
+kiln 0 predict "$ini" $c --quantized "$tmp/old.int8" --eval-set
+cmp -s "$out" "$tmp/whole.predict" || fail "the file without kiln.crc32c predicts otherwise"
+mut "$tmp/oldf.int8" oldflip conv1.bias
+kiln 0 predict "$ini" $c --quantized "$tmp/oldf.int8" --eval-set
+echo "ok: a file without kiln.crc32c (an older kiln's) loads as before, unchecked"
+echo "PASS ($checks kiln runs)"
