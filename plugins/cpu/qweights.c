@@ -221,7 +221,7 @@ struct cpu_qweights *cpu_qw_new(const struct cpu_qkey *k, int frozen, dnnl_engin
 		goto fail;
 	if (!plain) {
 		if ((st = dnnl_reorder_primitive_desc_create(&rpd, &k->w_user, eng, &k->w_kern, eng, NULL)) ||
-		    (st = dnnl_primitive_create(&s->rw, rpd)) ||
+		    (st = cpu_dnn_primitive(&s->rw, rpd)) ||
 		    (st = dnnl_memory_create(&s->mwp, &k->w_user, eng, s->wq)) ||
 		    (st = dnnl_memory_create(&s->mwk, &k->w_kern, eng, s->wk)))
 			goto fail;
