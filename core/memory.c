@@ -338,17 +338,24 @@ static int auto_fits(const struct mem_setup *s, const struct kiln_memory *mem,
 	return fit <= r->limit && as <= r->as_room;
 }
 
-/* Whether another prediction may be made: under RLIMIT_AS, with room for
- * the JIT code of its plans' primitives and the threads a run starts (a
- * prediction makes the plans' library objects; before session 40 they
- * filled the address space and oneDNN crashed). */
+/* The least address space any batch needs beyond the device total and
+ * VmSize's growth (auto_fits). */
+static size_t auto_as_floor(const struct auto_room *r)
+{
+	return r->stacks > AUTO_AS_JIT ? r->stacks : AUTO_AS_JIT;
+}
+
+/* Whether another prediction may be made: under RLIMIT_AS, with
+ * auto_as_floor left (a prediction makes its plans' library objects and
+ * JIT code; before session 40 they filled the address space and oneDNN
+ * crashed), else no batch could fit anyway. */
 static int auto_room_to_predict(const struct auto_room *r)
 {
 	size_t vm = 0;
 	if (r->as_room == SIZE_MAX)
 		return 1;
 	kiln_vm(&vm, NULL);
-	return vm < r->as_limit && r->as_limit - vm >= AUTO_AS_JIT + r->stacks;
+	return vm < r->as_limit && r->as_limit - vm >= auto_as_floor(r);
 }
 
 /* The error of a search where no batch fits r (need: the smallest
@@ -358,9 +365,9 @@ static kiln_status auto_none_fits(const struct mem_setup *s, const struct auto_r
 {
 	const char *where = kiln_config_where(s->cfg, "train", "batch");
 	if (!need)
-		return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: RLIMIT_AS (ulimit -v) leaves %.1f MiB of address space, less than the %.1f MiB kept free for JIT code and the stacks of the run's threads; raise the limit",
+		return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: RLIMIT_AS (ulimit -v) leaves %.1f MiB of address space, less than the %.1f MiB kept free for JIT code or the stacks of the run's threads; raise the limit",
 				  where, (double)r->as_room / 1048576.0,
-				  (double)(AUTO_AS_JIT + r->stacks) / 1048576.0);
+				  (double)auto_as_floor(r) / 1048576.0);
 	return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: batch %lld needs %.1f MiB, more than the %.1f MiB %s",
 			  where, (long long)q, (double)need / 1048576.0, (double)of / 1048576.0,
 			  as_bound ? "of address space RLIMIT_AS (ulimit -v) leaves (with the stacks of the run's threads and JIT code)"
