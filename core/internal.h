@@ -236,6 +236,10 @@ int64_t kiln_now_ns(void);
  * /proc/self/status), in bytes, 0 where unknown; with reset, first restart
  * the peak at the current size where the kernel allows (clear_refs). */
 void kiln_rss(size_t *now, size_t *peak, int reset);
+/* The process's address space now (VmSize of /proc/self/status, 0 where
+ * unknown) and what RLIMIT_AS lets it grow to (its soft limit; SIZE_MAX
+ * without one), in bytes; either may be NULL. */
+void kiln_vm(size_t *now, size_t *limit);
 static inline double kiln_now_s(void) { return 1e-9 * (double)kiln_now_ns(); }
 
 /* ---- the run clock (core/run_clock.c): CLOCK_MONOTONIC less the time the

@@ -13,6 +13,8 @@
 #include "../plugins/common/c_locale.h" /* common_strtod, common_c_numbers_begin */
 
 #include <ctype.h>
+#include <pthread.h> /* pthread_attr_getstacksize: auto_as_spare */
+#include <stdint.h>  /* SIZE_MAX */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -59,6 +61,9 @@ struct mem_setup {
 	 * keeps them in device memory; what it has and what they want */
 	int shm_short;
 	unsigned long long shm_have, shm_need;
+	/* VmSize while the last prediction's plans were alive (kiln_vm):
+	 * batch = auto's measure of the address space they take */
+	size_t vm_plans;
 };
 
 static void setup_close(struct mem_setup *s)
@@ -253,21 +258,134 @@ static int64_t auto_batch_step(int64_t M)
 	return 8 / a * (M < 1 ? 1 : M);
 }
 
+/* batch = auto's budgets, read at the search's start (before its
+ * predictions' library objects and the thread team they start). */
+struct auto_room {
+	size_t limit; /* [run] memory_limit, or what the device reports free */
+	size_t rss0;  /* VmRSS then */
+	/* under RLIMIT_AS, where auto_counts_host: the address space the
+	 * limit leaves then (SIZE_MAX: no such limit), VmSize then, the
+	 * limit, and the stacks of the threads a run starts after its plans
+	 * (auto_as_stacks) */
+	size_t as_room, vm0, as_limit, stacks;
+};
+
+/* The address space the CPU device keeps free for JIT code while it makes
+ * a oneDNN primitive (plugins/cpu/dnn.c, CPU_JIT_ROOM). */
+#define AUTO_AS_JIT ((size_t)16 << 20)
+
+/* The stacks of the threads a training run starts after its plans, which
+ * no prediction sees: each loader's workers, and two more (an
+ * asynchronous device's stream workers, the run's clock); a pthread's
+ * default stack each (8 MiB under the usual ulimit -s). */
+static size_t auto_as_stacks(const struct mem_setup *s)
+{
+	size_t stack = (size_t)8 << 20;
+	pthread_attr_t a;
+	if (!pthread_attr_init(&a)) {
+		if (pthread_attr_getstacksize(&a, &stack))
+			stack = (size_t)8 << 20;
+		pthread_attr_destroy(&a);
+	}
+	const int workers = s->data.workers < 0 ? kiln_loader_auto_max() : s->data.workers;
+	const int loaders = 1 + (s->tc.eval && s->es.len > 0) + (s->tc.eval && s->vs.len > 0);
+	return (size_t)(workers * loaders + 2) * stack;
+}
+
+static kiln_status auto_room_read(struct mem_setup *s, struct auto_room *r)
+{
+	memset(r, 0, sizeof *r);
+	r->limit = s->run.memory_limit_bytes; /* kiln_run_cfg_read's */
+	size_t total = 0;
+	kiln_status st;
+	if (!r->limit && (st = kiln_device_mem_info(s->dev, &r->limit, &total)))
+		return st;
+	kiln_rss(&r->rss0, NULL, 0);
+	kiln_vm(&r->vm0, &r->as_limit);
+	r->as_room = SIZE_MAX;
+	if (auto_counts_host(s) && r->as_limit != SIZE_MAX) {
+		r->as_room = r->as_limit > r->vm0 ? r->as_limit - r->vm0 : 0;
+		r->stacks = auto_as_stacks(s);
+	}
+	return KILN_OK;
+}
+
+/* Whether prediction mem fits r: its need (auto_fit_bytes) in the free
+ * memory, and under RLIMIT_AS its address space in what the limit left:
+ * the device total, what VmSize grew since the search's start (the thread
+ * team, and the library objects and JIT code of the plans being made,
+ * which VmRSS counts only as far as touched), and what the run takes
+ * after its plans (host staging, data cache, auto_as_stacks), at least
+ * the JIT room its primitives were made in (AUTO_AS_JIT), with a margin of
+ * 1/16.  *need, *of: the need and the budget of the tighter of the two
+ * (*as_bound: the address space).  Before session 40 the address space
+ * was not counted: under ulimit -v the search itself filled it (oneDNN's
+ * primitive cache kept every prediction's JIT code; SIGSEGV in oneDNN) or
+ * chose a batch whose allocations then failed. */
+static int auto_fits(const struct mem_setup *s, const struct kiln_memory *mem,
+		     const struct auto_room *r, size_t *need, size_t *of, int *as_bound)
+{
+	const size_t fit = auto_fit_bytes(s, mem, r->rss0);
+	*need = fit, *of = r->limit, *as_bound = 0;
+	if (r->as_room == SIZE_MAX)
+		return fit <= r->limit;
+	const size_t later = mem->host + mem->cache + r->stacks;
+	size_t as = mem->total + (s->vm_plans > r->vm0 ? s->vm_plans - r->vm0 : 0) +
+		    (later > AUTO_AS_JIT ? later : AUTO_AS_JIT);
+	as += as / 16;
+	if (!r->as_room || (double)as / (double)r->as_room > (double)fit / (double)r->limit)
+		*need = as, *of = r->as_room, *as_bound = 1;
+	return fit <= r->limit && as <= r->as_room;
+}
+
+/* The least address space any batch needs beyond the device total and
+ * VmSize's growth (auto_fits). */
+static size_t auto_as_floor(const struct auto_room *r)
+{
+	return r->stacks > AUTO_AS_JIT ? r->stacks : AUTO_AS_JIT;
+}
+
+/* Whether another prediction may be made: under RLIMIT_AS, with
+ * auto_as_floor left (a prediction makes its plans' library objects and
+ * JIT code; before session 40 they filled the address space and oneDNN
+ * crashed), else no batch could fit anyway. */
+static int auto_room_to_predict(const struct auto_room *r)
+{
+	size_t vm = 0;
+	if (r->as_room == SIZE_MAX)
+		return 1;
+	kiln_vm(&vm, NULL);
+	return vm < r->as_limit && r->as_limit - vm >= auto_as_floor(r);
+}
+
+/* The error of a search where no batch fits r (need: the smallest
+ * batch's, 0 when it was not predicted). */
+static kiln_status auto_none_fits(const struct mem_setup *s, const struct auto_room *r, int64_t q,
+				  size_t need, size_t of, int as_bound)
+{
+	const char *where = kiln_config_where(s->cfg, "train", "batch");
+	if (!need)
+		return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: RLIMIT_AS (ulimit -v) leaves %.1f MiB of address space, less than the %.1f MiB kept free for JIT code or the stacks of the run's threads; raise the limit",
+				  where, (double)r->as_room / 1048576.0,
+				  (double)auto_as_floor(r) / 1048576.0);
+	return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: batch %lld needs %.1f MiB, more than the %.1f MiB %s",
+			  where, (long long)q, (double)need / 1048576.0, (double)of / 1048576.0,
+			  as_bound ? "of address space RLIMIT_AS (ulimit -v) leaves (with the stacks of the run's threads and JIT code)"
+			  : *s->run.memory_limit ? "of [run] memory_limit" : "the device has free");
+}
+
 /* batch = auto: the largest multiple of lcm(8, micro_batches) (at most the
- * training set) whose prediction fits the limit (auto_fit_bytes); double
- * while it fits, then bisect (the prediction grows with the batch).
- * Logged. */
+ * training set) whose prediction fits (auto_fits); double while it fits,
+ * then bisect (the prediction grows with the batch).  Logged. */
 static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 {
 	const struct kiln_config *cfg = s->cfg;
 	const char *lim = s->run.memory_limit;
 	struct kiln_memory mem;
-	size_t limit = s->run.memory_limit_bytes, total = 0; /* kiln_run_cfg_read's */
+	struct auto_room r;
 	kiln_status st;
-	if (!limit && (st = kiln_device_mem_info(s->dev, &limit, &total)))
+	if ((st = auto_room_read(s, &r)))
 		return st;
-	size_t rss0 = 0, fit = 0;
-	kiln_rss(&rss0, NULL, 0);
 	/* a rank's batch: the data-parallel ranks (the world over [dist]
 	 * pipeline) and accumulate take their share of the training set */
 	int64_t acc = 1, P = 1, M = 1;
@@ -286,36 +404,39 @@ static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 				  kiln_config_where(cfg, "train", "batch"), (long long)s->ds.len,
 				  (long long)q, (long long)M, (long long)D, (long long)acc);
 	int64_t lo = 0, hi = q; /* lo fits (0: none yet), hi does not or is past `most` */
-	size_t lo_bytes = 0;
+	size_t fit = 0, of = r.limit, lo_bytes = 0, lo_of = r.limit;
+	int as_bound = 0, lo_as = 0;
 	for (;;) {
+		if (!auto_room_to_predict(&r))
+			break;
 		if ((st = predict(s, hi, NULL, &mem)))
 			return st;
-		if ((fit = auto_fit_bytes(s, &mem, rss0)) > limit)
+		if (!auto_fits(s, &mem, &r, &fit, &of, &as_bound))
 			break;
-		lo = hi, lo_bytes = fit;
+		lo = hi, lo_bytes = fit, lo_of = of, lo_as = as_bound;
 		if (hi == most)
 			break;
 		hi = hi * 2 > most ? most : hi * 2;
 	}
 	if (!lo)
-		return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: batch %lld needs %.1f MiB, more than the %.1f MiB %s",
-				  kiln_config_where(cfg, "train", "batch"), (long long)q, (double)fit / 1048576.0,
-				  (double)limit / 1048576.0, *lim ? "of [run] memory_limit" : "the device has free");
-	while (hi != lo && hi - lo > q) {
+		return auto_none_fits(s, &r, q, fit, of, as_bound);
+	while (hi != lo && hi - lo > q && auto_room_to_predict(&r)) {
 		int64_t mid = (lo + hi) / 2 / q * q;
 		if ((st = predict(s, mid, NULL, &mem)))
 			return st;
-		if ((fit = auto_fit_bytes(s, &mem, rss0)) <= limit)
-			lo = mid, lo_bytes = fit;
+		if (auto_fits(s, &mem, &r, &fit, &of, &as_bound))
+			lo = mid, lo_bytes = fit, lo_of = of, lo_as = as_bound;
 		else
 			hi = mid;
 	}
 	kiln_log(KILN_LOG_INFO, "train",
 		 "batch = auto: %lld, predicted to need %.1f MiB%s of the %.1f MiB %s", (long long)lo,
 		 (double)lo_bytes / 1048576.0,
-		 auto_counts_host(s) ? " (device, host staging and library: the same memory)" : "",
-		 (double)limit / 1048576.0,
-		 *lim ? "[run] memory_limit" : "the device reports free");
+		 lo_as ? " (device, host staging, library, and the stacks of the run's threads and JIT code)"
+		 : auto_counts_host(s) ? " (device, host staging and library: the same memory)" : "",
+		 (double)lo_of / 1048576.0,
+		 lo_as ? "of address space RLIMIT_AS (ulimit -v) leaves"
+		 : *lim ? "[run] memory_limit" : "the device reports free");
 	*batch = lo;
 	return KILN_OK;
 }
@@ -325,8 +446,10 @@ kiln_status kiln_memory_auto_batch(const struct kiln_config *cfg, const struct k
 {
 	struct mem_setup s;
 	kiln_status st = setup_open(cfg, reg, 1, &s);
-	if (!st)
-		st = auto_batch(&s, batch);
+	if (st) /* (closed what it opened; before session 40 closed twice:
+		 * SIGSEGV where a data set failed to open under ulimit -v) */
+		return st;
+	st = auto_batch(&s, batch);
 	setup_close(&s);
 	return st;
 }
@@ -580,6 +703,7 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 	    (do_eval && es->len % EB && (st = kiln_model_plan_ex(m, es->len % EB, &eval, &prem))))
 		goto out;
 	kiln_rss(&rss1, NULL, 0);
+	kiln_vm(&s->vm_plans, NULL);
 	out->library = rss1 > rss0 ? rss1 - rss0 : 0;
 	out->batch = B;
 	model_state_bytes(s, out, &pt);

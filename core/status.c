@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <stdint.h> /* SIZE_MAX */
+#include <sys/resource.h> /* getrlimit: kiln_vm */
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -193,28 +195,46 @@ void kiln_log(int level, const char *who, const char *fmt, ...)
 	va_end(ap);
 }
 
-void kiln_rss(size_t *now, size_t *peak, int reset)
+/* The sizes of /proc/self/status named keys[i] ("VmRSS"), in bytes, into
+ * *out[i] where out[i] is not NULL; 0 where unknown. */
+static void proc_status_bytes(const char *const *keys, size_t **out, int n)
 {
 	char line[256];
 	unsigned long long kb;
+	for (int i = 0; i < n; i++)
+		if (out[i])
+			*out[i] = 0;
+	FILE *f = fopen("/proc/self/status", "r");
+	while (f && fgets(line, sizeof line, f))
+		for (int i = 0; i < n; i++) {
+			const size_t k = strlen(keys[i]);
+			if (out[i] && !strncmp(line, keys[i], k) && line[k] == ':' &&
+			    sscanf(line + k + 1, " %llu kB", &kb) == 1)
+				*out[i] = (size_t)kb * 1024;
+		}
+	if (f)
+		fclose(f);
+}
+
+void kiln_rss(size_t *now, size_t *peak, int reset)
+{
 	FILE *f;
 	if (reset && (f = fopen("/proc/self/clear_refs", "w"))) {
 		fputs("5", f); /* restart VmHWM at the current VmRSS (Linux 4.0+) */
 		fclose(f);
 	}
-	if (now)
-		*now = 0;
-	if (peak)
-		*peak = 0;
-	if (!(f = fopen("/proc/self/status", "r")))
-		return;
-	while (fgets(line, sizeof line, f)) {
-		if (now && sscanf(line, "VmRSS: %llu kB", &kb) == 1)
-			*now = (size_t)kb * 1024;
-		else if (peak && sscanf(line, "VmHWM: %llu kB", &kb) == 1)
-			*peak = (size_t)kb * 1024;
-	}
-	fclose(f);
+	proc_status_bytes((const char *const[]){ "VmRSS", "VmHWM" }, (size_t *[]){ now, peak }, 2);
+}
+
+void kiln_vm(size_t *now, size_t *limit)
+{
+	struct rlimit rl;
+	proc_status_bytes((const char *const[]){ "VmSize" }, (size_t *[]){ now }, 1);
+	if (limit)
+		*limit = getrlimit(RLIMIT_AS, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+				 rl.rlim_cur > SIZE_MAX
+			 ? SIZE_MAX
+			 : (size_t)rl.rlim_cur;
 }
 
 int64_t kiln_now_ns(void)

@@ -544,6 +544,10 @@ TESTS += tests/safetensors_torch.sh tests/profile.sh tests/memory.sh tests/resum
 # inference holds the weights alone (docs/memory.md)
 TESTS += tests/memory_infer.sh
 EXTRA_DIST += tests/memory_infer.sh
+# batch = auto and set batches under ulimit -v: no SIGSEGV, the batch
+# chosen trains (docs/memory.md, "Under ulimit -v")
+TESTS += tests/memory_rlimit.sh
+EXTRA_DIST += tests/memory_rlimit.sh
 EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
 	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors \
 	tests/profile.sh tests/memory.sh tests/resume_kill.sh

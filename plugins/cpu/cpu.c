@@ -24,7 +24,7 @@
 #include <unistd.h>   /* sysconf */
 #include <limits.h>   /* ULLONG_MAX */
 #include <stddef.h>   /* ptrdiff_t */
-#include <sys/resource.h> /* getrlimit: as_room */
+#include <sys/resource.h> /* getrlimit: cpu_as_room */
 
 #define CPU_ALIGN 64
 
@@ -652,9 +652,7 @@ static unsigned long long cgroup_room(void)
 	return room;
 }
 
-/* The address space RLIMIT_AS leaves (its soft limit minus VmSize of
- * /proc/self/statm); ULLONG_MAX without a limit. */
-static unsigned long long as_room(void)
+unsigned long long cpu_as_room(void)
 {
 	struct rlimit rl;
 	unsigned long long pages = 0;
@@ -672,7 +670,7 @@ static unsigned long long as_room(void)
 /* The device's memory is the host's: MemAvailable and MemTotal of
  * /proc/meminfo (what the kernel can hand out without swapping), or the
  * free and physical pages where there is no such file; free is at most
- * what the memory cgroups and RLIMIT_AS leave (cgroup_room, as_room). */
+ * what the memory cgroups and RLIMIT_AS leave (cgroup_room, cpu_as_room). */
 static kiln_status cpu_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
 	unsigned long long avail = 0, total = 0, v;
@@ -695,7 +693,7 @@ static kiln_status cpu_mem_info(void *ctx, size_t *free_bytes, size_t *total_byt
 		avail = (unsigned long long)av * (unsigned long long)page;
 		total = (unsigned long long)ph * (unsigned long long)page;
 	}
-	const unsigned long long cg = cgroup_room(), as = as_room();
+	const unsigned long long cg = cgroup_room(), as = cpu_as_room();
 	avail = cg < avail ? cg : avail;
 	avail = as < avail ? as : avail;
 	*free_bytes = (size_t)avail;

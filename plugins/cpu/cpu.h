@@ -260,6 +260,9 @@ static inline char *cpu_desc_str(const struct kiln_tensor_desc *d, char *buf, si
 {
 	return common_desc_str(d, buf, n);
 }
+/* The address space RLIMIT_AS leaves this process: its soft limit less
+ * VmSize (/proc/self/statm); ULLONG_MAX without a limit. */
+unsigned long long cpu_as_room(void);
 /* Run a plan on the calling thread with the context's thread count. */
 kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct kiln_op_args *a,
 		     struct cpu_err *e);

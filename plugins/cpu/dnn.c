@@ -10,14 +10,46 @@
  */
 #include "dnn.h"
 
+#include <limits.h> /* ULLONG_MAX */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The address space kept free for oneDNN's JIT code while a primitive is
+ * made.  Each kernel's code goes in a buffer of its own, mapped, and
+ * oneDNN 2.6 (Xbyak built without exceptions) does not check the mapping:
+ * where RLIMIT_AS refuses it, it writes the code through NULL (SIGSEGV in
+ * dnnl_primitive_create: batch = auto under ulimit -v, session 40).  The
+ * most one primitive's making grew VmSize here: 4 MiB (ResNet-50's 1x1
+ * brgconv, AVX-512), 2.4 MiB (seq2seq's brgemm RNN), 1.9 MiB (the MLP's
+ * and CNN's matmuls). */
+#define CPU_JIT_ROOM ((unsigned long long)16 << 20)
+
+/* why the last primitive of this thread was not made (jit_room), for
+ * cpu_dnnl_str; empty when it was */
+static __thread char jit_short[256];
+
+/* Whether the address space has CPU_JIT_ROOM left (always, without an
+ * RLIMIT_AS); if not, the reason in jit_short. */
+static int jit_room(void)
+{
+	const unsigned long long room = cpu_as_room();
+	if (room >= CPU_JIT_ROOM) {
+		jit_short[0] = 0;
+		return 1;
+	}
+	snprintf(jit_short, sizeof jit_short,
+		 "out of address space: %.1f MiB left under RLIMIT_AS (ulimit -v), less than the %llu MiB kept free for oneDNN's JIT code (raise the limit, or lower [train] batch)",
+		 (double)room / 1048576.0, CPU_JIT_ROOM >> 20);
+	return 0;
+}
+
 const char *cpu_dnnl_str(dnnl_status_t s)
 {
+	if (s == dnnl_out_of_memory && jit_short[0])
+		return jit_short;
 	static const char *const names[] = {
 		[dnnl_success] = "success",
 		[dnnl_out_of_memory] = "out of memory",
@@ -84,10 +116,9 @@ dnnl_status_t cpu_dnn_step(struct cpu_dnn *d, const_dnnl_primitive_desc_t pd, in
 	if (d->n_step == CPU_DNN_STEPS || n_arg > CPU_DNN_ARGS)
 		return dnnl_out_of_memory;
 	struct cpu_dnn_step *st = &d->step[d->n_step];
-	dnnl_status_t s = dnnl_primitive_create(&st->prim, pd);
+	dnnl_status_t s = cpu_dnn_primitive(&st->prim, pd);
 	if (s != dnnl_success)
 		return s;
-	cpu_dnn_warm(pd);
 	d->n_step++;
 	st->n_arg = n_arg;
 	for (int i = 0; i < n_arg; i++) {
@@ -120,24 +151,71 @@ const char *cpu_dnn_impl(const_dnnl_primitive_desc_t pd)
 	return impl;
 }
 
-void cpu_dnn_warm_sgemm(void)
+dnnl_status_t cpu_dnn_warm_sgemm(void)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	static int warm; /* (atomic) */
+	if (__atomic_load_n(&warm, __ATOMIC_ACQUIRE))
+		return dnnl_success;
+	if (!jit_room())
+		return dnnl_out_of_memory;
 	pthread_once(&once, warm_sgemm);
+	__atomic_store_n(&warm, 1, __ATOMIC_RELEASE);
+	return dnnl_success;
 }
 
-void cpu_dnn_warm(const_dnnl_primitive_desc_t pd)
+/* oneDNN's primitive cache (1024 primitives by default) keeps every
+ * primitive made, and its JIT code, after the plans that made it are
+ * freed: batch = auto's predictions (core/memory.c) left 8 MiB of address
+ * space mapped per batch tried (the MLP), which RSS does not show; under
+ * RLIMIT_AS that is room the run then lacks.  Off there, unless the
+ * environment sets its capacity.  Process-wide, as the cache is. */
+static int cache_off, cache_said;
+static void cache_off_under_rlimit(void)
+{
+	if (cpu_as_room() == ULLONG_MAX || getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") ||
+	    getenv("DNNL_PRIMITIVE_CACHE_CAPACITY"))
+		return;
+	cache_off = dnnl_set_primitive_cache_capacity(0) == dnnl_success;
+}
+
+/* After pd's primitive is made: when it runs on oneDNN's own GEMM, that
+ * GEMM's kernels (cpu_dnn_primitive). */
+static dnnl_status_t dnn_warm(const_dnnl_primitive_desc_t pd)
 {
 	if (strncmp(cpu_dnn_impl(pd), "gemm:", 5))
-		return;
+		return dnnl_success;
 	/* a bf16 "gemm:jit" primitive runs oneDNN's bf16 GEMM, whose
 	 * kernels the f32 one does not make (and which has no public entry
 	 * to warm): an sgemm would only cost its ~25 ms of JIT at set-up
 	 * (the bf16 CNN's, a 2-core Zen 4, session 25) */
 	const dnnl_memory_desc_t *src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
 	if (src && src->data_type == dnnl_bf16)
-		return;
-	cpu_dnn_warm_sgemm();
+		return dnnl_success;
+	return cpu_dnn_warm_sgemm();
+}
+
+void cpu_dnn_cache_config(const struct kiln_host *host)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, cache_off_under_rlimit);
+	if (cache_off && !__atomic_exchange_n(&cache_said, 1, __ATOMIC_ACQ_REL))
+		host->log(KILN_LOG_DEBUG, "cpu", "RLIMIT_AS (ulimit -v) is set: oneDNN's primitive cache is off (its JIT code is address space that no plan holds and nothing frees; ONEDNN_PRIMITIVE_CACHE_CAPACITY sets it)");
+}
+
+dnnl_status_t cpu_dnn_primitive(dnnl_primitive_t *prim, const_dnnl_primitive_desc_t pd)
+{
+	*prim = NULL;
+	if (!jit_room())
+		return dnnl_out_of_memory;
+	dnnl_status_t s = dnnl_primitive_create(prim, pd);
+	if (s != dnnl_success)
+		return s;
+	if ((s = dnn_warm(pd)) != dnnl_success) {
+		dnnl_primitive_destroy(*prim);
+		*prim = NULL;
+	}
+	return s;
 }
 
 size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd)

@@ -77,12 +77,19 @@ dnnl_status_t cpu_dnn_mem(struct cpu_ctx *c, struct cpu_dnn *d, const dnnl_memor
 /* Append a primitive made from pd and its argument list. */
 dnnl_status_t cpu_dnn_step(struct cpu_dnn *d, const_dnnl_primitive_desc_t pd, int n_arg,
 			   const int *arg, const int *mem);
-/* After pd's primitive is made: when it runs on oneDNN's own GEMM
- * ("gemm:" implementations), have that GEMM's kernels generated now. */
-void cpu_dnn_warm(const_dnnl_primitive_desc_t pd);
-/* The same for a plan that calls dnnl_sgemm itself (the adding GEMM,
- * plugins/cpu/gemm.c): once per process. */
-void cpu_dnn_warm_sgemm(void);
+/* *prim made from pd (dnnl_primitive_create), and when it runs on
+ * oneDNN's own GEMM ("gemm:" implementations) that GEMM's kernels
+ * generated now.  Every primitive the plugin makes is made here: under
+ * RLIMIT_AS (ulimit -v) only with CPU_JIT_ROOM of address space left,
+ * else dnnl_out_of_memory, cpu_dnnl_str saying why (oneDNN 2.6 writes
+ * through the NULL of a JIT code buffer it could not map: SIGSEGV). */
+dnnl_status_t cpu_dnn_primitive(dnnl_primitive_t *prim, const_dnnl_primitive_desc_t pd);
+/* Once per process, at the first device's open: under RLIMIT_AS,
+ * oneDNN's primitive cache off (dnn.c, cache_off_under_rlimit). */
+void cpu_dnn_cache_config(const struct kiln_host *host);
+/* The GEMM's kernels for a plan that calls dnnl_sgemm itself (the adding
+ * GEMM, plugins/cpu/gemm.c): once per process, with the same check. */
+dnnl_status_t cpu_dnn_warm_sgemm(void);
 /* Append the op's fused activation (KILN_OPF_ACT: kind i[KILN_OPI_ACT],
  * alpha f[KILN_OPF_ACT_ALPHA]) to po as an eltwise post-op. */
 dnnl_status_t cpu_dnn_post_act(dnnl_post_ops_t po, const struct kiln_op *op);

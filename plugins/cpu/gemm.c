@@ -44,7 +44,7 @@
  * device opens (cpu_openblas_check).
  */
 #include "cpu.h"
-#include "dnn.h" /* cpu_dnn_warm(_sgemm), cpu_dnnl_str, cpu_dnn_post_act */
+#include "dnn.h" /* cpu_dnn_primitive, cpu_dnn_warm_sgemm, cpu_dnnl_str, cpu_dnn_post_act */
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
 #if HAVE_OPENBLAS
@@ -100,6 +100,7 @@ struct cpu_gemm {
 kiln_status cpu_engine_create(struct cpu_ctx *c)
 {
 	dnnl_engine_t eng = NULL;
+	cpu_dnn_cache_config(c->host);
 	const dnnl_status_t s = dnnl_engine_create(&eng, dnnl_cpu, 0);
 	c->engine = s == dnnl_success ? eng : NULL;
 	return s == dnnl_success ? KILN_OK
@@ -520,8 +521,7 @@ static kiln_status gemm_prim(struct cpu_ctx *c, const struct kiln_op *op, int64_
 	} else {
 		CPU_DNNL(dnnl_primitive_desc_create(&pd, &desc, attr, c->engine, NULL));
 	}
-	CPU_DNNL(dnnl_primitive_create(prim, pd));
-	cpu_dnn_warm(pd);
+	CPU_DNNL(cpu_dnn_primitive(prim, pd));
 	const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
 	md->scratch_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
 	if (sp)
@@ -666,8 +666,11 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 		 * which never calls them, makes the kernels too: 6 MB resident
 		 * for the MLP on AVX-512 (on AVX2 the gemm:jit matmuls made
 		 * them already) */
-		cpu_dnn_warm_sgemm();
-		st = KILN_OK;
+		const dnnl_status_t s = cpu_dnn_warm_sgemm();
+		st = s == dnnl_success ? KILN_OK
+				       : c->host->error(KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: cpu_dnn_warm_sgemm: %s",
+							(long long)op->i[2], (long long)op->i[3],
+							(long long)op->i[4], __FILE__, __LINE__, cpu_dnnl_str(s));
 	} else {
 		struct gemm_mds md;
 		st = gemm_prim(c, op, op->i[2], op->i[3], g, &md, &g->prim);

@@ -378,7 +378,7 @@ static dnnl_status_t q_remake(const struct cpu_plan *p, struct cpu_qcache *q, co
 	     cpu_dnn_scratch(pd) > q->scratch))
 		s = dnnl_runtime_error;
 	if (s == dnnl_success)
-		s = dnnl_primitive_create(&prim, pd);
+		s = cpu_dnn_primitive(&prim, pd);
 	if (s == dnnl_success) {
 		pthread_mutex_lock(&d->lock);
 		dnnl_primitive_destroy(d->step[q->step].prim);

@@ -186,7 +186,7 @@ static struct cpu_wkept *qw_make(const void *key, int frozen, int *lib)
 		goto fail;
 	if (!plain) {
 		if ((st = dnnl_reorder_primitive_desc_create(&rpd, &k->w_user, eng, &k->w_kern, eng, NULL)) ||
-		    (st = dnnl_primitive_create(&s->rw, rpd)) ||
+		    (st = cpu_dnn_primitive(&s->rw, rpd)) ||
 		    (st = dnnl_memory_create(&s->mwp, &k->w_user, eng, s->wq)) ||
 		    (st = dnnl_memory_create(&s->mwk, &k->w_kern, eng, s->wk)))
 			goto fail;
