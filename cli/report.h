@@ -46,6 +46,10 @@ struct report_metrics {
 	 * (left out of the series: a run resumed at step 200 of 400 plotted
 	 * 405 points before session 40) */
 	long resumes, abandoned;
+	/* the last resume's step: an evaluation logged again at that step
+	 * (an epoch's last step, checkpointed before its evaluation, the run
+	 * killed after it) replaces the interrupted run's point there */
+	double resume_step;
 	/* the steps of the train and eval lines kept so far, in file order
 	 * (report_metrics.c: the lines a resume abandons are counted) */
 	double *line_step;

@@ -118,6 +118,10 @@ static int series_add(struct report_series *s, double x, double y)
 static void resume_at(struct report_metrics *m, double step)
 {
 	m->resumes++;
+	m->resume_step = step;
+	/* a "final" line before it was a run continued since (--resume with
+	 * more epochs): its result is the resumed run's final line, if any */
+	m->have_final = 0;
 	for (int i = 0; i < m->n; i++) {
 		struct report_series *s = &m->s[i];
 		int k = 0;
@@ -162,7 +166,7 @@ static int add_line(struct report_metrics *m, const char *prefix, json_t *o)
 	json_t *v;
 	char *name = NULL;
 	size_t cap = 0;
-	int rc = 0;
+	int rc = 0, replaced = 0;
 	json_object_foreach(o, key, v) {
 		if (!json_is_number(v) || !strcmp(key, "step") || !strcmp(key, "epoch"))
 			continue;
@@ -177,11 +181,16 @@ static int add_line(struct report_metrics *m, const char *prefix, json_t *o)
 		}
 		snprintf(name, cap, "%s.%s", prefix, key);
 		struct report_series *s = series_get(m, name);
-		if (!s || series_add(s, json_number_value(step), json_number_value(v))) {
+		const double x = json_number_value(step);
+		if (s && m->resumes && x == m->resume_step && s->n && s->x[s->n - 1] == x) {
+			s->y[s->n - 1] = json_number_value(v); /* logged again: the later */
+			replaced = 1;
+		} else if (!s || series_add(s, x, json_number_value(v))) {
 			rc = -1;
 			break;
 		}
 	}
+	m->abandoned += replaced;
 	free(name);
 	return rc;
 }

@@ -188,6 +188,32 @@ START_TEST(test_resume)
 }
 END_TEST
 
+/* A run's "final" line, then --resume with more epochs: the result is the
+ * continued run's (none while it runs), not the earlier one's; and an
+ * epoch's evaluation logged again at the resume's step (its checkpoint
+ * written before the evaluation, the run killed after it) is one point,
+ * the later (review of session 40: the final stayed, the point doubled). */
+START_TEST(test_resume_final)
+{
+	static const char text[] =
+		"{\"event\":\"train\",\"step\":2,\"loss\":2.0}\n"
+		"{\"event\":\"train\",\"step\":4,\"loss\":1.5}\n"
+		"{\"event\":\"checkpoint\",\"step\":4,\"path\":\"c/ckpt-4.kiln\"}\n"
+		"{\"event\":\"eval\",\"set\":\"test\",\"step\":4,\"loss\":1.75}\n"
+		"{\"event\":\"final\",\"epochs\":1,\"steps\":4,\"train_loss\":1.5}\n"
+		"{\"event\":\"resume\",\"epoch\":1,\"step\":4,\"offset\":32}\n"
+		"{\"event\":\"eval\",\"set\":\"test\",\"step\":4,\"loss\":1.5}\n"
+		"{\"event\":\"train\",\"step\":6,\"loss\":1.0}\n";
+	struct report_metrics m;
+	read_text(text, &m);
+	ck_assert_int_eq(m.have_final, 0);
+	has_points(&m, "train.loss", 3, 2, 2, 2.0, -0.5);
+	has_points(&m, "test.loss", 1, 4, 2, 1.5, 0);
+	ck_assert_int_eq(m.abandoned, 1);
+	report_metrics_free(&m);
+}
+END_TEST
+
 /* metrics.jsonl that is not a regular file: a FIFO (open() blocked for
  * ever) and a directory (read as an empty file: an empty report, exit 0)
  * are refused saying what they are (session 33); a missing file says so. */
@@ -263,7 +289,7 @@ static Suite *make_report_suite(void)
 {
 	Suite *s = suite_create("report");
 	check_add_case(s, "metrics", 0, NULL, NULL,
-		       (const TTest *[]){ test_long_names, test_counts, test_final_missing, test_resume,
+		       (const TTest *[]){ test_long_names, test_counts, test_final_missing, test_resume, test_resume_final,
 					  NULL });
 	check_add_case(s, "open", 30, NULL, NULL, (const TTest *[]){ test_not_regular, NULL });
 	check_add_case(s, "chart", 30, NULL, NULL, (const TTest *[]){ test_chart_hostile, NULL });

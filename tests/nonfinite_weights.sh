@@ -91,9 +91,9 @@ at = 8 + n + json.loads(b[8:8 + n])["fc1.weight"]["data_offsets"][0]
 b[at:at + 4] = struct.pack("<f", float("nan"))
 open(sys.argv[1], "wb").write(b)
 EOF
-refused="$tmp/w.st: tensor 'fc1.weight' f32[8, 64] holds a non-finite value (nan at element 0): refused"
+refused="tensor 'fc1.weight' f32[8, 64] holds a non-finite value (nan at element 0): refused"
 kiln 3 eval "$ini" --checkpoint "$tmp/w.st"
-stderr_has "$refused"
+stderr_has "$tmp/w.st: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file): $refused"
 kiln 3 train "$ini" "model.init_from=$tmp/w.st" run.fuse=auto "run.out_dir=$tmp/init"
 stderr_has "$refused"
 # 5: a batch whose forward overflows (sample 20 bright, fc1's weights 1e37:
@@ -163,7 +163,7 @@ b[at + 8:at + 12] = struct.pack("<f", -1.0)
 open(sys.argv[1], "wb").write(b)
 EOF
 kiln 3 eval "$tmp/bn1.ini" --checkpoint "$tmp/neg.st"
-stderr_has "$tmp/neg.st: $refused"
+stderr_has "$tmp/neg.st: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file): $refused"
 kiln 3 train "$tmp/bn1.ini" "model.init_from=$tmp/neg.st" "run.out_dir=$tmp/neginit"
 stderr_has "$tmp/neg.st: $refused"
 

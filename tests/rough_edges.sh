@@ -152,8 +152,8 @@ tail -1 "$tmp/ep/metrics.jsonl" | grep -q '"event":"final","epochs":2,"steps":9,
 [ "$(ls "$tmp/ep/checkpoints" | tr '\n' ' ')" = "ckpt-9.kiln " ] ||
 	fail "checkpoints after the resumes: $(ls "$tmp/ep/checkpoints" | tr '\n' ' ')"
 kiln 0 report "$tmp/noeval"
-grep -q '<td>test loss</td><td><span class="note">missing</span></td>' "$tmp/noeval/report.html" ||
-	fail "kiln report: a null test_loss is not shown as missing"
+grep -q '<td>test loss</td><td><span class="note">none (no evaluation)</span></td>' "$tmp/noeval/report.html" ||
+	fail "kiln report: a null test_loss (no evaluation) is not shown as none: $(grep -o '<td>test loss</td><td>[^/]*' "$tmp/noeval/report.html")"
 grep -q '<td>steps</td><td>5</td>' "$tmp/noeval/report.html" || fail "kiln report: steps is not 5"
 # 9: where a config error points: an empty or comments-only config file
 #    names the file (not "command line"); the folder source without
