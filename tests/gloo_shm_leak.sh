@@ -112,9 +112,15 @@ for f in $stale $fresh $live; do : > "/dev/shm/$f" && chmod 600 "/dev/shm/$f"; d
 touch -d '2 minutes ago' "/dev/shm/$stale" "/dev/shm/$live"
 timeout 120 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/swept" train.max_steps=2 \
 	> "$tmp/swept.log" 2>&1 || { bad "the run after a dead rank 0's object exited $?"; tail -5 "$tmp/swept.log"; }
-[ -e "/dev/shm/$stale" ] && bad "/dev/shm/$stale (process $dead gone, 2 minutes old) was not removed"
-grep -q "removed [0-9]* shared-memory objects\? of kiln-gloo's from /dev/shm whose process is gone" "$tmp/swept.log" ||
-	bad "the run does not say it removed a dead process's object"
+# (a kiln-gloo of a test running beside this one may remove it first: then
+# this run has nothing to say)
+if [ -e "/dev/shm/$stale" ]; then
+	bad "/dev/shm/$stale (process $dead gone, 2 minutes old) was not removed"
+elif grep -q "removed [0-9]* shared-memory objects\? of kiln-gloo's from /dev/shm whose process is gone" "$tmp/swept.log"; then
+	echo "swept: /dev/shm/$stale removed, the run says so"
+else
+	echo "swept: /dev/shm/$stale removed, not by this run (another kiln-gloo beside it)"
+fi
 [ -e "/dev/shm/$fresh" ] || bad "/dev/shm/$fresh (less than a minute old) was removed"
 [ -e "/dev/shm/$live" ] || bad "/dev/shm/$live (of the live process $$) was removed"
 rm -f "/dev/shm/$stale" "/dev/shm/$fresh" "/dev/shm/$live"
