@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #endif
 #include "launch.h"
+#include "../plugins/common/shm_stale.h" /* shm_stale_sweep: a dead rank 0's kiln-gloo object */
 
 #include <errno.h>
 #include <poll.h> /* ppoll */
@@ -625,6 +626,11 @@ int launch_wait(struct launch_opts *o, pid_t *pids)
 		launch_read_pipe(o, &s);
 		pid_t g = -1, p = launch_reap(&ws, &g);
 		if (p > 0) {
+			/* what a rank's process that is gone made in /dev/shm
+			 * and could not unlink (kiln-gloo's object, killed
+			 * before every rank had opened it: 9 MiB until reboot
+			 * before session 40) */
+			shm_stale_sweep(p, 0);
 			launch_ended(o, &s, pids, p, ws, g);
 			continue;
 		}

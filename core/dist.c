@@ -272,6 +272,11 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 			 env.rank, env.world, env.local_rank, env.source, comm, desc ? ": " : "",
 			 desc ? desc : "", KILN_AT_ARG(env.master_addr, kiln_store_port(d->store)));
 	}
+	/* open: an answer of the store this process had no memory for on
+	 * the way (a plugin's read it did without, a try made again) was not
+	 * its failure, and a peer's later is not told as this rank's own out
+	 * of memory (session 40) */
+	kiln_store_oom_clear(d->store);
 	*out = d;
 	return KILN_OK;
 fail:
@@ -413,14 +418,16 @@ void kiln_dist_failed_said(struct kiln_store *s, int r, char *out, size_t n)
 	void *v = NULL;
 	size_t len = 0;
 	out[0] = 0;
-	/* (rank r's: the first rank to fail posts both, its message first) */
-	if (kiln_store_check(s, "kiln/failed_rank", &v, NULL) || !v || atoi(v) != r) {
+	/* (rank r's: the first rank to fail posts both, its message first;
+	 * read best-effort: a quote this process had no memory for is left
+	 * out, not its own failure, session 40) */
+	if (kiln_store_peek(s, "kiln/failed_rank", &v, NULL) || !v || atoi(v) != r) {
 		free(v);
 		return;
 	}
 	free(v);
 	v = NULL;
-	if (!kiln_store_check(s, "kiln/failed_why", &v, &len) && v && len)
+	if (!kiln_store_peek(s, "kiln/failed_why", &v, &len) && v && len)
 		snprintf(out, n, "; rank %d said: %s", r, (const char *)v);
 	free(v);
 }

@@ -25,6 +25,7 @@
 #include "config_diff.h"
 #include "dist_impl.h"
 #include "checkpoint.h"
+#include "store.h" /* kiln_store_peek */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,7 +281,7 @@ kiln_status dist_peer_gone(struct kiln_dist *d, int who, int lost, const char *b
 	char key[48], host[64] = "?";
 	void *v = NULL;
 	snprintf(key, sizeof key, "kiln/host/%d", who);
-	if (!kiln_store_check(d->store, key, &v, NULL) && v)
+	if (!kiln_store_peek(d->store, key, &v, NULL) && v)
 		snprintf(host, sizeof host, "%s", (const char *)v);
 	free(v);
 	d->peer_blamed = 1;

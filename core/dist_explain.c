@@ -303,7 +303,7 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	char host[64] = "?", key[48];
 	void *v = NULL;
 	snprintf(key, sizeof key, "kiln/host/%d", lost);
-	if (lost >= 0 && !kiln_store_check(d->store, key, &v, NULL) && v)
+	if (lost >= 0 && !kiln_store_peek(d->store, key, &v, NULL) && v)
 		snprintf(host, sizeof host, "%s", (const char *)v);
 	free(v);
 	if (lost >= 0 && msg && strstr(msg, " was lost (host "))
@@ -337,9 +337,13 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	else /* this rank's own failure (a file, the device): as it was */
 		st = kiln_error(st, "rank %d of %d: %s", d->env.rank, d->env.world, msg ? msg : "");
 	/* a peer's, the store's or the communicator's doing: no failure
-	 * of this rank's own to tell the peers (close_mark_failed) */
-	d->peer_blamed = lost >= 0 || lost == KILN_STORE_GONE || lost == KILN_STORE_SILENT ||
-			 from_comm(d, msg);
+	 * of this rank's own to tell the peers (close_mark_failed), nor the
+	 * launcher (kiln_train_failed_own); a peer blamed already stays so
+	 * (kiln_dist_finish's "rank N failed after the last collective",
+	 * which names this rank: before session 40 it was cleared here, and
+	 * the survivor said it failed of its own error) */
+	d->peer_blamed = d->peer_blamed || lost >= 0 || lost == KILN_STORE_GONE ||
+			 lost == KILN_STORE_SILENT || from_comm(d, msg);
 	free(msg);
 	return st;
 }

@@ -16,6 +16,7 @@
 #include "internal.h"
 #include "dist.h"
 #include "registry_impl.h"
+#include "store.h" /* kiln_store_peek */
 #include "../plugins/common/spin_rule.h" /* common_omp_env_defaults */
 
 #include <dirent.h>
@@ -85,6 +86,7 @@ static const struct kiln_host host = {
 	.group_allgather = kiln_dist_group_allgather,
 	.device_capturing = kiln_device_capturing,
 	.run_ns = kiln_run_ns,
+	.store_check = kiln_store_peek,
 };
 
 const struct kiln_host *kiln_host_table(void) { return &host; }

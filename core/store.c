@@ -226,15 +226,30 @@ static int resync(struct kiln_store *s)
 	return r ? r : -1;
 }
 
+/* or'd into request's op: a best-effort read (kiln_store_peek), whose
+ * answer this process had no memory for is KILN_ENOMEM all the same but
+ * not its failure (no kiln_store_oom) */
+#define REQ_PEEK 0x100
+
+/* Set or clear s->oom (kiln_store_oom). */
+static void oom_put(struct kiln_store *s, int oom)
+{
+	pthread_mutex_lock(&s->lock);
+	s->oom = oom;
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* One request/response.  *val malloc'd (NUL-terminated) when wanted.
  * *status: STORE_OK, STORE_ABSENT; a refusal is an error.  A GET that
  * timed out before any answer (its key not set in time) leaves the
  * connection in step (resync), and so does an answer this process had no
- * memory for (KILN_ENOMEM, kiln_store_oom); any other failure on the
- * wire breaks it. */
+ * memory for (KILN_ENOMEM, kiln_store_oom unless op has REQ_PEEK); any
+ * other failure on the wire breaks it. */
 static kiln_status request(struct kiln_store *s, int op, const char *key, const void *val,
 			   uint32_t vlen, int timeout_ms, int *status, void **out, size_t *out_len)
 {
+	const int peek = op & REQ_PEEK;
+	op &= ~REQ_PEEK;
 	size_t klen = strlen(key);
 	unsigned char rh[5];
 	kiln_status st = KILN_OK;
@@ -260,7 +275,7 @@ static kiln_status request(struct kiln_store *s, int op, const char *key, const 
 		r = read_reply(s->fd, deadline < 0 || deadline > rest ? deadline : rest, rh, &rv, &rlen);
 	}
 	if (r == XFER_NOMEM) { /* this process's failure, not the store's */
-		s->oom = 1;
+		s->oom |= !peek;
 		st = kiln_error(KILN_ENOMEM, "store " KILN_AT_FMT ": out of memory for its answer to '%s' (%zu byte%s)",
 				KILN_AT_ARG(s->host, s->port), key, rlen + 1, rlen ? "s" : "");
 		goto out;
@@ -461,6 +476,8 @@ static kiln_status authenticate(struct kiln_store *s, int64_t deadline, int time
 		return kiln_error(KILN_EIO, "store " KILN_AT_FMT " refused this process's token: every rank needs the same KILN_STORE_TOKEN (or KILN_STORE_TOKEN_FILE)",
 				  KILN_AT_ARG(s->host, s->port));
 	*brk = st != KILN_OK; /* (request's status stays -1 on the wire's failure) */
+	if (st == KILN_ENOMEM) /* (its own words: not the link's failure) */
+		return st;
 	if (st)
 		return kiln_error(st, "store " KILN_AT_FMT ": the connection %s during the token handshake: the link to it failed, or a store of a kiln before session 34 refused this process's token (it closes without saying so: every rank needs the same KILN_STORE_TOKEN or KILN_STORE_TOKEN_FILE)",
 				  KILN_AT_ARG(s->host, s->port),
@@ -486,7 +503,8 @@ static kiln_status authenticate(struct kiln_store *s, int64_t deadline, int time
  * wrong, not the deadline cutting the next try short).  again:
  * rendezvous_reconnect's (CONNECT_AGAIN: every address refusing ends it,
  * with the addresses' errors alone). */
-static kiln_status store_connect(struct kiln_store *s, int64_t r, int64_t deadline, int again)
+static kiln_status store_connect_tries(struct kiln_store *s, int64_t r, int64_t deadline,
+				       int again)
 {
 	char why[512], last[1024] = "";
 	kiln_status last_st = KILN_OK;
@@ -535,6 +553,20 @@ static kiln_status store_connect(struct kiln_store *s, int64_t r, int64_t deadli
 		s->fd = -1;
 		usleep(100000);
 	}
+}
+
+/* store_connect_tries, after which kiln_store_oom is as it was before,
+ * or set where the tries ended out of memory: an answer this process had
+ * no memory for on a try that a later one made good (AUTH's, HELLO's) was
+ * recovered from.  Before session 40 it stayed set, and a peer's failure
+ * much later was told as this rank's own out of memory (and posted as
+ * kiln/failed_rank). */
+static kiln_status store_connect(struct kiln_store *s, int64_t r, int64_t deadline, int again)
+{
+	const int oom = kiln_store_oom(s);
+	const kiln_status st = store_connect_tries(s, r, deadline, again);
+	oom_put(s, oom || st == KILN_ENOMEM);
+	return st;
 }
 
 kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, int world,
@@ -610,6 +642,12 @@ int kiln_store_oom(struct kiln_store *s)
 	return oom;
 }
 
+void kiln_store_oom_clear(struct kiln_store *s)
+{
+	if (s)
+		oom_put(s, 0);
+}
+
 kiln_status kiln_store_set(struct kiln_store *s, const char *key, const void *val, size_t len)
 {
 	if (!s || !key || (len && !val))
@@ -653,13 +691,15 @@ kiln_status kiln_store_check(struct kiln_store *s, const char *key, void **val, 
 	return kiln_store_check_within(s, key, val, len, s->timeout_ms);
 }
 
-kiln_status kiln_store_check_within(struct kiln_store *s, const char *key, void **val, size_t *len,
-				    int timeout_ms)
+/* kiln_store_check_within's and kiln_store_peek's request (op:
+ * STORE_OP_CHECK, with REQ_PEEK or not). */
+static kiln_status check(struct kiln_store *s, int op, const char *key, void **val, size_t *len,
+			 int timeout_ms)
 {
 	int status;
 	if (timeout_ms > s->timeout_ms)
 		timeout_ms = s->timeout_ms;
-	kiln_status st = request(s, STORE_OP_CHECK, key, NULL, 0, timeout_ms, &status, val, len);
+	kiln_status st = request(s, op, key, NULL, 0, timeout_ms, &status, val, len);
 	if (!st && status) {
 		free(*val);
 		*val = NULL;
@@ -667,6 +707,19 @@ kiln_status kiln_store_check_within(struct kiln_store *s, const char *key, void 
 			*len = 0;
 	}
 	return st;
+}
+
+kiln_status kiln_store_check_within(struct kiln_store *s, const char *key, void **val, size_t *len,
+				    int timeout_ms)
+{
+	return check(s, STORE_OP_CHECK, key, val, len, timeout_ms);
+}
+
+kiln_status kiln_store_peek(struct kiln_store *s, const char *key, void **val, size_t *len)
+{
+	if (!s || !key || !val)
+		return kiln_null_arg("kiln_store_peek", !s ? "s" : !key ? "key" : "val");
+	return check(s, STORE_OP_CHECK | REQ_PEEK, key, val, len, s->timeout_ms);
 }
 
 kiln_status kiln_store_add(struct kiln_store *s, const char *key, int64_t delta, int64_t *out)
@@ -782,7 +835,8 @@ static kiln_status rendezvous_world(struct kiln_store *s, int rank, int world, i
  * iface nor hostname is set.  Its 127.0.0.1 default held every multi-node
  * run without them in minutes of retries naming no setting (session 31).
  * Then kiln/addr_set/RANK = 1, a counter a plugin reads without waiting
- * (host->store_add of 0; the host table has no check): kiln-gloo's get
+ * (host->store_check; before host table version 8, which has none, an
+ * add of 0): kiln-gloo's get
  * of an address never posted waited out [dist] timeout and broke its
  * store connection (session 32). */
 static kiln_status post_addr(struct kiln_store *s, int rank)
@@ -1092,9 +1146,7 @@ kiln_status kiln_store_poll(struct kiln_store *s, const char *const *keys, int n
  * then, and none is reported (KILN_STORE_NONE_LOST). */
 static int lost_oom(struct kiln_store *s)
 {
-	pthread_mutex_lock(&s->lock);
-	s->oom = 1;
-	pthread_mutex_unlock(&s->lock);
+	oom_put(s, 1);
 	return KILN_STORE_NONE_LOST;
 }
 

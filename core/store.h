@@ -139,11 +139,25 @@ kiln_status kiln_store_open_for(const char *host, int port, int host_it, int ran
 
 /* Whether an allocation of this process failed in s's requests (an
  * answer it had no memory for: KILN_ENOMEM, the connection kept in step;
- * a second connection kiln_store_lost_rank could not make): sticky.  A
- * failure then is this rank's own, not the store's or a peer's, whatever
- * a communicator that asked the store made of its status
- * (core/dist.c, kiln_dist_explain; session 39). */
+ * a second connection kiln_store_lost_rank could not make): sticky until
+ * kiln_store_oom_clear, except that a connect whose retry made good an
+ * answer it had no memory for (AUTH's, HELLO's) leaves it as it was, and
+ * kiln_store_peek's reads never set it.  A failure then is this rank's
+ * own, not the store's or a peer's, whatever a communicator that asked
+ * the store made of its status (core/dist.c, kiln_dist_explain; session
+ * 39). */
 int kiln_store_oom(struct kiln_store *s);
+/* Forget it: the failure it meant was recovered from (kiln_dist_open
+ * succeeded; session 40: a later peer's failure was told as this rank's
+ * own out of memory). */
+void kiln_store_oom_clear(struct kiln_store *s);
+
+/* A best-effort read: kiln_store_check, but an answer this process had
+ * no memory for is not its failure (KILN_ENOMEM, *val NULL,
+ * kiln_store_oom unchanged).  For what a caller does without (a host
+ * name in a message, a failed peer's words); the host table's
+ * store_check (version 8). */
+kiln_status kiln_store_peek(struct kiln_store *s, const char *key, void **val, size_t *len);
 
 /* kiln_store_set waiting at most timeout_ms for the store's answer (its
  * connection's timeout otherwise): a leaving rank's word to its peers,

@@ -60,7 +60,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <execinfo.h>
-#include <glob.h>
+#include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -263,11 +263,27 @@ static int intrude(struct rank_ctx *r, struct kiln_store *store, int *port0)
 	return fd;
 }
 
+/* test_gloo_stale_same_pid: rank 0 makes STALE_NAME(pid0) in /dev/shm
+ * before it opens, as an earlier process of the same pid could have left
+ * it (a rank 0 killed before every rank had opened its object) */
+static int stale_same_pid;
+#define STALE_NAME_FMT "/dev/shm/kiln-gloo-%ld-0123456789abcdef"
+
 static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 {
 	const struct kiln_plugin *p;
 	const int R = r->rank, W = r->world ? r->world : 2;
 	memset(e, 0, sizeof *e);
+	if (stale_same_pid && R == 0) {
+		char path[96];
+		snprintf(path, sizeof path, STALE_NAME_FMT, r->pid0);
+		const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			snprintf(r->err, sizeof r->err, "rank 0: %s: %s", path, strerror(errno));
+			return -1;
+		}
+		close(fd);
+	}
 	TRY(kiln_registry_open(NULL, &e->reg));
 	TRY(kiln_config_new(&e->cfg));
 	TRY(kiln_config_override(e->cfg, "plugin.cpu.async=1"));
@@ -342,14 +358,27 @@ static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 			 d, want, p2p);
 		return -1;
 	}
-	char pat[64];
-	glob_t g;
-	snprintf(pat, sizeof pat, "/dev/shm/kiln-gloo-%ld-*", r->pid0);
-	if (!glob(pat, 0, NULL, &g)) {
-		snprintf(r->err, sizeof r->err, "rank %d: %s left in /dev/shm after open", R,
-			 g.gl_pathv[0]);
-		globfree(&g);
-		return -1;
+	/* ... and the object it made, by the exact name rank 0 posted (the
+	 * plugin's first communicator in this process: key space 0, as
+	 * gloo/0/try0 above).  Before session 40 any kiln-gloo-<pid0>-* in
+	 * /dev/shm counted, and an object an earlier process of the same pid
+	 * had left false-failed a CI round (test_gloo_stale_same_pid) */
+	if (r->shm) {
+		void *v = NULL;
+		size_t n = 0;
+		char path[160];
+		TRY(kiln_store_check(e->store, "gloo/shm/0/name/0", &v, &n));
+		snprintf(path, sizeof path, "/dev/shm%.*s", v ? (int)n : 0, v ? (const char *)v : "");
+		free(v);
+		if (!v || !n) {
+			snprintf(r->err, sizeof r->err, "rank %d: rank 0 posted no shared-memory object under gloo/shm/0/name/0",
+				 R);
+			return -1;
+		}
+		if (!access(path, F_OK)) {
+			snprintf(r->err, sizeof r->err, "rank %d: %s left in /dev/shm after open", R, path);
+			return -1;
+		}
 	}
 	return 0;
 out:
@@ -1701,6 +1730,38 @@ START_TEST(test_gloo_no_addr)
 }
 END_TEST
 
+/* An object an earlier process of rank 0's pid left in /dev/shm (named as
+ * rank 0 names them, this user's) is not one this open left: rank_open
+ * judges by the exact name rank 0 posted, and the open succeeds (it
+ * broke a CI round of session 39: test_gloo_wait_shares_cpu judged every
+ * kiln-gloo-<pid0>-*).  kiln-gloo's sweep of dead processes' objects
+ * leaves it (its process, rank 0's, is alive). */
+static void *open_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	rank_open(r, &e, 10000);
+	rank_close(&e);
+	return NULL;
+}
+
+START_TEST(test_gloo_stale_same_pid)
+{
+	struct rank_ctx rc[2];
+	int status[2];
+	char path[96];
+	stale_same_pid = 1;
+	const int skip = run_ranks(open_main, 0, 1, rc, status);
+	stale_same_pid = 0;
+	if (skip)
+		return;
+	snprintf(path, sizeof path, STALE_NAME_FMT, rc[0].pid0);
+	const int there = !unlink(path);
+	ck_assert_msg(!*rc[0].err && !*rc[1].err, "%s %s", rc[0].err, rc[1].err);
+	ck_assert_msg(there, "%s, rank 0's own pid's, was removed", path);
+}
+END_TEST
+
 /* kiln_comm_sendrecv checks the arguments once for every communicator:
  * an empty call, a peer that is this rank or below 0 are refused with a
  * message and never reach the plugin's sendrecv (a table that counts its
@@ -1859,6 +1920,7 @@ static Suite *make_comm_suite(void)
 	tcase_add_loop_test(tc, test_gloo_sendrecv, 0, 3);
 	tcase_add_loop_test(tc, test_gloo_map_shared, 0, 3);
 	tcase_add_test(tc, test_gloo_mesh_intruder);
+	tcase_add_test(tc, test_gloo_stale_same_pid);
 	tcase_add_test(tc, test_stream_queue_no_alloc);
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("args"); /* CK_RUN_CASE=args: no ranks */

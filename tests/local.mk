@@ -643,6 +643,9 @@ endif
 # without it)
 TESTS += tests/dist.sh tests/dist_blame.sh tests/dist_suspend.sh tests/dist_config.sh tests/dist_config_oom.sh tests/gloo_shm_leak.sh
 EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_suspend.sh tests/dist_config.sh tests/dist_config_oom.sh tests/dist_common.sh tests/gloo_shm_leak.sh
+# a survivor of a peer's failure does not take it for its own (session 40)
+TESTS += tests/dist_blame_own.sh
+EXTRA_DIST += tests/dist_blame_own.sh
 # bad training data under 2 ranks: the failing rank named, the skips summed
 TESTS += tests/dist_data.sh
 EXTRA_DIST += tests/dist_data.sh

@@ -163,7 +163,7 @@ struct kiln_store;    /* core TCP key-value store (rendezvous) */
 
 /* ---- the host table: what the core offers every plugin ------------------ */
 
-#define KILN_HOST_VERSION 7
+#define KILN_HOST_VERSION 8
 
 struct kiln_host {
 	uint32_t version; /* KILN_HOST_VERSION of the core that loaded the plugin */
@@ -302,6 +302,18 @@ struct kiln_host {
 	 * collectives; a single stuck peer does not stall this process, so
 	 * it is still named within the timeout.  Thread-safe. */
 	int64_t (*run_ns)(void);
+
+	/* ---- version 8 ---- */
+
+	/* A best-effort read of the store: key's value as it is now
+	 * (malloc'd, released with host->free; *val NULL where unset), with
+	 * no wait for it (the store's answer within [dist] timeout).  For
+	 * what the plugin does without (a host name for its messages, an
+	 * address it has a default for): an answer this process had no
+	 * memory for is KILN_ENOMEM, but not the rank's own failure, as
+	 * store_get's is (before it, such a read that failed made a peer's
+	 * later failure read as this rank's out of memory).  Thread-safe. */
+	kiln_status (*store_check)(struct kiln_store *s, const char *key, void **val, size_t *len);
 };
 
 /* ---- descriptors ------------------------------------------------------ */

@@ -12,7 +12,7 @@ PLUGIN_COMMON_H = plugins/common/clones.h plugins/common/describe.h plugins/comm
 # /dev/shm rounds of kiln-mpi and kiln-gloo, kiln_plugin_init (comm_init.h).
 PLUGIN_COMM_COMMON = plugins/common/watchdog.c plugins/common/watchdog.h plugins/common/comm_init.h \
 	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/clones.h plugins/common/shm_room.h plugins/common/half.h \
-	plugins/common/rank_name.h
+	plugins/common/rank_name.h plugins/common/shm_stale.h
 # open_file.h: opening a file to read, refusing FIFOs and devices before
 # open() can block (the core and kiln-loaders.so; issue 25)
 PLUGIN_COMMON_H += plugins/common/open_file.h

@@ -84,6 +84,41 @@ extern "C" long long watchdog_now_ns(void);
 
 static int64_t run_ms() { return (int64_t)watchdog_now_ns() / 1000000; }
 
+/* Best-effort reads of the store, for what this rank does without (a
+ * host name for a message, an address it has a default for): host table
+ * version 8's store_check, whose answer this process had no memory for
+ * is not the rank's own failure (session 40: through store_add and
+ * store_get it was, and a peer's failure later read as this rank's out
+ * of memory); an older core's add of 0 and get otherwise. */
+
+/* The counter key's value (0 when unset or unread). */
+static int64_t counter_read(struct kiln_store *store, const char *key)
+{
+	int64_t n = 0;
+	void *v = nullptr;
+	if (H->version < 8)
+		return H->store_add(store, key, 0, &n) ? 0 : n;
+	if (!H->store_check(store, key, &v, nullptr) && v)
+		n = std::strtoll(static_cast<const char *>(v), nullptr, 10);
+	H->free(v);
+	return n;
+}
+
+/* key's value (NUL-terminated, released with H->free) or NULL, read only
+ * where the counter posted, set after it, says it is there: a get of a
+ * key never posted waits out its timeout and breaks the connection. */
+static void *posted_read(struct kiln_store *store, const char *key, const char *posted)
+{
+	void *v = nullptr;
+	if (counter_read(store, posted) <= 0)
+		return nullptr;
+	if (H->version < 8)
+		H->store_get(store, key, 1000, &v, nullptr);
+	else
+		H->store_check(store, key, &v, nullptr);
+	return v;
+}
+
 /* " (host NAME)" of each rank of a mesh of world ranks, as the
  * rendezvous posted them (kiln/host/R), read before the mesh connects (a
  * store get that timed out leaves the connection broken: no reading them
@@ -96,17 +131,13 @@ static std::vector<std::string> mesh_hosts(struct kiln_store *store, int world, 
 	if (!world_ranks)
 		return out;
 	for (int r = 0; r < world; r++) {
-		void *v = nullptr;
-		size_t n = 0;
-		int64_t posted = 0;
-		char key[48];
-		std::snprintf(key, sizeof key, "kiln/addr_set/%d", r);
-		out.push_back("");
-		if (H->store_add(store, key, 0, &posted) || posted <= 0)
-			continue;
+		char key[48], posted[48];
+		std::snprintf(posted, sizeof posted, "kiln/addr_set/%d", r);
 		std::snprintf(key, sizeof key, "kiln/host/%d", r);
-		if (!H->store_get(store, key, 1000, &v, &n) && v && n)
-			out.back() = " (host " + std::string(static_cast<const char *>(v), strnlen(static_cast<const char *>(v), n)) + ")";
+		void *v = posted_read(store, key, posted);
+		out.push_back("");
+		if (v && *static_cast<const char *>(v))
+			out.back() = " (host " + std::string(static_cast<const char *>(v)) + ")";
 		H->free(v);
 	}
 	return out;
@@ -344,27 +375,23 @@ static std::string default_addr(const struct kiln_host *host, const struct kiln_
 				struct kiln_store *store, int rank, int world)
 {
 	std::string addr = "127.0.0.1";
-	int64_t joined = 0, posted = 0;
-	char key[48];
-	void *v = nullptr;
+	char key[48], posted[48];
 	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
 	const char *name = host->config_get(cfg, "plugin.gloo", "hostname");
 	if ((iface && *iface) || (name && *name))
 		return addr; /* (not used: the setting says where) */
-	std::snprintf(key, sizeof key, "kiln/addr_set/%d", rank);
-	if (host->store_add(store, "kiln/joined", 0, &joined) || joined <= 0)
+	if (counter_read(store, "kiln/joined") <= 0)
 		return addr; /* no rendezvous on this store (a test's) */
-	if (!host->store_add(store, key, 0, &posted) && posted > 0) {
-		/* set before the counter: the get answers at once */
-		std::snprintf(key, sizeof key, "kiln/addr/%d", rank);
-		const bool got = !host->store_get(store, key, 1000, &v, nullptr) && v &&
-				 *(const char *)v;
-		if (got)
-			addr = (const char *)v;
-		host->free(v);
-		if (got)
-			return addr;
-	}
+	/* (set before the counter: the get answers at once) */
+	std::snprintf(posted, sizeof posted, "kiln/addr_set/%d", rank);
+	std::snprintf(key, sizeof key, "kiln/addr/%d", rank);
+	void *v = posted_read(store, key, posted);
+	const bool got = v && *static_cast<const char *>(v);
+	if (got)
+		addr = static_cast<const char *>(v);
+	host->free(v);
+	if (got)
+		return addr;
 	host->log(KILN_LOG_WARN, "gloo", "rank %d of %d: the rendezvous posted no address for this rank (kiln/addr/%d): the pairs listen on 127.0.0.1, which only ranks on this host reach; set [plugin.gloo] iface or hostname when the ranks span hosts",
 		  rank, world, rank);
 	return addr;

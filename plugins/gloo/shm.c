@@ -2,8 +2,8 @@
 #include "shm.h"
 #include "../common/shmcoll.h"
 #include "../common/shmp2p.h"
+#include "../common/shm_stale.h"
 
-#include <ctype.h>
 #include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -239,24 +239,71 @@ static int lost(void *arg)
 /* Is name what rank 0 makes: /kiln-gloo-<pid>-<16 hex digits><tag>? */
 static int name_ok(const char *name, const char *tag)
 {
-	static const char pre[] = "/kiln-gloo-";
-	const char *p = name + sizeof pre - 1;
-	if (strncmp(name, pre, sizeof pre - 1) || !isdigit((unsigned char)*p))
-		return 0;
-	while (isdigit((unsigned char)*p))
-		p++;
-	if (*p++ != '-')
-		return 0;
-	for (int i = 0; i < 16; i++, p++)
-		if (!isxdigit((unsigned char)*p) || isupper((unsigned char)*p))
-			return 0;
-	return !strcmp(p, tag);
+	const char *t;
+	return name[0] == '/' && shm_stale_pid(name + 1, &t) > 0 && !strcmp(t, tag);
+}
+
+/* how old (s) an object of a process that is gone must be for the sweep
+ * to remove it (shm_stale_sweep) */
+#define STALE_AGE_S 60
+
+/* The objects a rank 0 before this left, killed before every rank had
+ * opened one (plugins/common/shm_stale.h): removed, and said, once a
+ * process, before its first object (sweep_once). */
+static const struct kiln_host *sweep_host;
+
+static void sweep_run(void)
+{
+	const int gone = shm_stale_sweep(0, STALE_AGE_S);
+	if (gone)
+		sweep_host->log(KILN_LOG_INFO, "gloo", "removed %d shared-memory object%s of kiln-gloo's from /dev/shm whose process is gone (it died while setting up its ranks' shared memory)",
+				gone, gone > 1 ? "s" : "");
+}
+
+static void sweep_once(const struct kiln_host *h)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	sweep_host = h;
+	pthread_once(&once, sweep_run);
+}
+
+/* The tests' hold (tests/gloo_shm_leak.sh): KILN_TEST_GLOO_SHM_HOLD =
+ * "made:MS" holds rank 0 MS ms once it has made an object, before it
+ * posts the name; "posted:MS" once it has posted it.  Said, so that a
+ * test can kill it there. */
+static void test_hold(const struct kiln_host *h, const char *at, const char *name)
+{
+	const char *v = getenv("KILN_TEST_GLOO_SHM_HOLD");
+	const size_t n = strlen(at);
+	if (!v || strncmp(v, at, n) || v[n] != ':')
+		return;
+	const long ms = strtol(v + n + 1, NULL, 10);
+	h->log(KILN_LOG_WARN, "gloo", "the tests' hold: rank 0 waits %ld ms having %s shared-memory object %s (KILN_TEST_GLOO_SHM_HOLD)",
+	       ms, at, name);
+	const struct timespec t = { ms / 1000, ms % 1000 * 1000000 };
+	nanosleep(&t, NULL);
+}
+
+/* A rank other than 0 has opened the object (rank 0 holds it open since
+ * it made it): counted under <prefix><what>/opened, and the last to open
+ * it unlinks its name at once.  Before session 40 the ranks unlinked it
+ * only after the barrier that follows, which a rank killed meanwhile
+ * (SIGKILL) never left: killed together, they left it in /dev/shm.  (A
+ * count that fails leaves it to the unlinks after the barrier.) */
+static void opened(const struct setup *s, const char *what, const char *name)
+{
+	char k[256];
+	int64_t in = 0;
+	snprintf(k, sizeof k, "%s%s/opened", s->prefix, what);
+	if (!s->h->store_add(s->store, k, 1, &in) && in == s->world - 1)
+		(void)shm_unlink(name);
 }
 
 /* Rank 0 makes an object of `size` bytes (named /kiln-gloo-<pid>-<64
  * random bits><tag>) and posts its name under <prefix><what>/0, the others
- * open the one named; every rank maps it (*fd, *base).  0; -1 with why
- * set; 1 when rank 0 posted no name (its own failure says why). */
+ * open the one named (the last to open it unlinks the name: opened); every
+ * rank maps it (*fd, *base).  0; -1 with why set; 1 when rank 0 posted no
+ * name (its own failure says why). */
 static int open_object(const struct setup *s, const char *what, const char *tag, size_t size,
 		       int *fd, void **base, char *name, size_t name_n, char *why, size_t n,
 		       kiln_status *st)
@@ -265,6 +312,7 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 	key(k, sizeof k, s, what, 0);
 	if (!s->rank) {
 		unsigned long long rnd = 0;
+		sweep_once(s->h);
 		if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
 			snprintf(why, n, "getrandom: %s", strerror(errno));
 		} else {
@@ -279,7 +327,8 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 				/* its name is dropped below: no one else could
 				 * unlink it (one empty object left per run) */
 				(void)shm_unlink(name);
-			}
+			} else
+				test_hold(s->h, "made", name);
 		}
 		/* an empty name tells the others rank 0 has none */
 		if (*why)
@@ -289,6 +338,7 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 			return -1;
 		if (*why)
 			return -1;
+		test_hold(s->h, "posted", name);
 	} else {
 		void *v = NULL;
 		size_t len = 0;
@@ -310,6 +360,7 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 				 strerror(errno));
 			return -1;
 		}
+		opened(s, what, name);
 		if (fstat(*fd, &sb)) {
 			snprintf(why, n, "fstat(%s): %s", name, strerror(errno));
 			return -1;
@@ -455,9 +506,10 @@ static kiln_status open_group(const struct setup *s, int p2p, struct gloo_shm **
 	int ok = map(s, g, why, n, &st) >= 0;
 	if (!st)
 		st = agree(s, 1, ok, &all, why, n);
-	/* every rank has opened it or given up: the name can go (a rank that
-	 * finds it gone already is fine; any other failure leaves a file in
-	 * /dev/shm, harmless to this run) */
+	/* every rank has opened it or given up: the name can go (gone
+	 * already where every rank opened it: opened; a rank that finds it
+	 * gone is fine; any other failure leaves a file in /dev/shm, harmless
+	 * to this run, which kiln launch or a later run removes: shm_stale.h) */
 	if (*g->name)
 		(void)shm_unlink(g->name);
 	if (!st && all) {
