@@ -49,6 +49,14 @@ core_libkiln_core_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # changed: current+1, revision 0, age 0; the code alone: revision+1.
 # 4:0:2 since session 39 (libkiln.so.2.2.0): kiln_safetensors_read,
 # kiln_safetensors_index and kiln_train_failed_own added.
+# Session 40 hid the 490 internal kiln_* functions (core/libkiln.sym)
+# with no interface change counted: none was declared in an installed
+# header, so none was the interface these numbers describe (a program
+# that called one used what was never promised).  Its code changes
+# (kiln_safetensors_read refuses a file changed since open; the file is
+# mapped at the first get or find, not at open) are revision+1 at least,
+# or come under the same release's interface change (current+1,
+# revision 0).
 lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES =
 libkiln_la_LIBADD = core/libkiln_core.la
