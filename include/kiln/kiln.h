@@ -811,7 +811,9 @@ int kiln_safetensors_index(const struct kiln_safetensors *f, const char *name);
  * and now), or, since session 40, when after the read the file's size or
  * modification time (ns) is no longer what open saw (rewritten in place:
  * the bytes read may be the new file's or a mix; the message names the
- * file and both); KILN_EIO when a read fails.  Since libkiln.so.2.2.0. */
+ * file and both; any change of the time counts, a `touch` of the same
+ * bytes included: read again from a new open); KILN_EIO when a read
+ * fails.  Since libkiln.so.2.2.0. */
 kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void *dst,
 				  size_t dst_bytes);
 /* The "__metadata__" value of `key`, or NULL; NULL too for a value that
