@@ -32,6 +32,7 @@
  * 0.1 ms.  The transforms are the config's (which the ranks compared
  * already, dist_config.c): here as the core resolved them. */
 #include "data.h"
+#include "../plugins/common/read_full.h" /* common_pread_full */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -80,14 +81,15 @@ static void id_add(struct id_text *t, const char *fmt, ...)
 }
 
 /* CRC32C of the bytes [at, at + n) of fd (fewer at its end); ~0u when
- * unreadable. */
+ * unreadable.  (The reads here go through common_pread_full, which
+ * retries a short read as well as EINTR: until session 40's review they
+ * had loops of their own that took a short read, on a network or FUSE
+ * file system, for the file's end, and a rank's identity then differed
+ * from its peers' for the same file.) */
 static uint32_t edge_crc(int fd, off_t at, size_t n)
 {
 	unsigned char buf[DATA_ID_EDGE];
-	ssize_t k;
-	do
-		k = pread(fd, buf, n, at);
-	while (k < 0 && errno == EINTR);
+	const ssize_t k = common_pread_full(fd, buf, n, (uint64_t)at);
 	return k < 0 ? ~0u : kiln_crc32c(0, buf, (size_t)k);
 }
 
@@ -121,12 +123,8 @@ static void id_bytes(struct id_text *t, const char *path, int fd, off_t size, si
 	id_add(t, "%s	%lld%s	%08" PRIx32 "	%08" PRIx32, path, (long long)(size - (off_t)at),
 	       gz ? " gzip" : "", edge_crc(fd, (off_t)at, DATA_ID_EDGE), edge_crc(fd, tail, DATA_ID_EDGE));
 	unsigned char tr[8];
-	ssize_t k = -1;
-	if (gz)
-		do
-			k = pread(fd, tr, sizeof tr, size - (off_t)sizeof tr);
-		while (k < 0 && errno == EINTR);
-	if (k == (ssize_t)sizeof tr)
+	if (gz && common_pread_full(fd, tr, sizeof tr, (uint64_t)(size - (off_t)sizeof tr)) ==
+			  (ssize_t)sizeof tr)
 		id_add(t, "	contents %" PRIu32 " bytes, CRC32 %08" PRIx32,
 		       tr[4] | (uint32_t)tr[5] << 8 | (uint32_t)tr[6] << 16 | (uint32_t)tr[7] << 24,
 		       tr[0] | (uint32_t)tr[1] << 8 | (uint32_t)tr[2] << 16 | (uint32_t)tr[3] << 24);
@@ -140,10 +138,7 @@ static void id_bytes(struct id_text *t, const char *path, int fd, off_t size, si
 static void id_regular(struct id_text *t, const char *path, int fd, off_t size)
 {
 	unsigned char head[DATA_ID_EDGE];
-	ssize_t k;
-	do
-		k = pread(fd, head, sizeof head, 0);
-	while (k < 0 && errno == EINTR);
+	const ssize_t k = common_pread_full(fd, head, sizeof head, 0);
 	size_t at = k > 0 ? gz_header_len(head, (size_t)k) : 0;
 	if (size < (off_t)at + 8)
 		at = 0; /* (no room for a trailer: not gzip's, all of it compared) */

@@ -51,6 +51,14 @@ core_libkiln_core_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # kiln_safetensors_index and kiln_train_failed_own added.
 # 5:0:3 since session 40 (libkiln.so.2.3.0): kiln_generator_classes and
 # kiln_generator_allow added.
+# Session 40 hid the 490 internal kiln_* functions (core/libkiln.sym)
+# with no interface change counted: none was declared in an installed
+# header, so none was the interface these numbers describe (a program
+# that called one used what was never promised).  Its code changes
+# (kiln_safetensors_read refuses a file changed since open; the file is
+# mapped at the first get or find, not at open) are revision+1 at least,
+# or come under the same release's interface change (current+1,
+# revision 0: 5:0:3, above).
 lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES =
 libkiln_la_LIBADD = core/libkiln_core.la

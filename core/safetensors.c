@@ -22,9 +22,11 @@
  * h_vmem) could not be opened ("cannot map").  The mapping is made at the
  * first ask for kiln_safetensors_tensor.data (kiln_safetensors_get,
  * _find), the API's pointer, which kiln's own loaders never ask for
- * (kiln_safetensors_describe).  The writer orders tensors as the
- * reference does (alignment descending, then name) and pads the header
- * to a multiple of 8, so every tensor starts aligned to its element size.
+ * (kiln_safetensors_describe); where it cannot be made, _find is KILN_EIO
+ * ("cannot map") and the next ask tries again.  The writer orders
+ * tensors as the reference does (alignment descending, then name) and
+ * pads the header to a multiple of 8, so every tensor starts aligned to
+ * its element size.
  */
 #include "internal.h"
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
@@ -90,10 +92,9 @@ struct kiln_safetensors {
 	struct kiln_file_seen seen; /* its size and mtime when opened */
 	size_t size;               /* seen.size */
 	/* all of it, read-only, for kiln_safetensors_tensor.data: made at the
-	 * first ask (file_map; atomic: a reader is shared by threads), NULL
-	 * before; map_failed set where it could not be made */
+	 * first ask that succeeds (file_map; atomic: a reader is shared by
+	 * threads), NULL before */
 	void *map;
-	int map_failed;
 	uint64_t data_off;         /* where the data starts: 8 + the header's length */
 	size_t data_len;
 	int n;
@@ -368,26 +369,50 @@ kiln_status kiln_safetensors_open_fd(const char *path, int fd, const struct kiln
 	return open_parsed(path, dup, seen ? seen : &now, out);
 }
 
-/* The mapping of the whole file (read-only, private), made at the first
- * call: NULL where it cannot be made (the address space, `ulimit -v`),
- * which is asked once.  Two threads that both map keep the first. */
-static const unsigned char *file_map(const struct kiln_safetensors *f)
+/* The mapping of the whole file (read-only, private) in *out, made at
+ * the first call that asks and kept until close.  KILN_EIO, "PATH: cannot
+ * map: ...", where it cannot be made (the address space: `ulimit -v`), and
+ * the next call tries again: until session 40's review a failure was kept
+ * for good (raising the limit did not help), and a thread whose mmap
+ * failed kept it though another's had succeeded.  Threads that map at
+ * once keep the first mapping; one that fails takes another's made
+ * meanwhile. */
+static kiln_status file_map(const struct kiln_safetensors *f, const unsigned char **out)
 {
 	/* (the reader is const to its users; the mapping is a cache) */
 	struct kiln_safetensors *w = (struct kiln_safetensors *)f;
 	void *m = __atomic_load_n(&w->map, __ATOMIC_ACQUIRE), *none = NULL;
-	if (m || __atomic_load_n(&w->map_failed, __ATOMIC_RELAXED))
-		return m;
-	m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
-	if (m == MAP_FAILED) {
-		__atomic_store_n(&w->map_failed, 1, __ATOMIC_RELAXED);
-		return NULL;
+	if (!m) {
+		m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+		if (m == MAP_FAILED) {
+			const int e = errno;
+			m = __atomic_load_n(&w->map, __ATOMIC_ACQUIRE);
+			if (!m) {
+				*out = NULL;
+				return kiln_error(KILN_EIO, "%s: cannot map: %s", f->path,
+						  strerror(e));
+			}
+		} else if (!__atomic_compare_exchange_n(&w->map, &none, m, 0, __ATOMIC_ACQ_REL,
+						       __ATOMIC_ACQUIRE)) {
+			munmap(m, f->size);
+			m = none; /* the other thread's */
+		}
 	}
-	if (!__atomic_compare_exchange_n(&w->map, &none, m, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		munmap(m, f->size);
-		m = none; /* the other thread's */
-	}
-	return m;
+	*out = m;
+	return KILN_OK;
+}
+
+/* Tensor i (in range) described, with `data` in the mapping: KILN_EIO,
+ * data NULL, where the file cannot be mapped (file_map). */
+static kiln_status tensor_mapped(const struct kiln_safetensors *f, int i,
+				 struct kiln_safetensors_tensor *o)
+{
+	const unsigned char *m;
+	kiln_safetensors_describe(f, i, o);
+	kiln_status st = file_map(f, &m);
+	if (!st)
+		o->data = m + f->data_off + f->t[i].begin;
+	return st;
 }
 
 void kiln_safetensors_close(struct kiln_safetensors *f)
@@ -435,11 +460,12 @@ void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
 void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
 			  struct kiln_safetensors_tensor *o)
 {
-	kiln_safetensors_describe(f, i, o);
-	if (!o || !o->name)
+	if (!o)
 		return;
-	const unsigned char *m = file_map(f);
-	o->data = m ? m + f->data_off + f->t[i].begin : NULL;
+	if (!f || i < 0 || i >= f->n)
+		kiln_safetensors_describe(f, i, o); /* zeros */
+	else
+		(void)tensor_mapped(f, i, o); /* data NULL and the last error set where it fails */
 }
 
 kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void *dst,
@@ -473,10 +499,8 @@ kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *
 	if (!f || !name || !out)
 		return kiln_null_arg("kiln_safetensors_find", !f ? "f" : !name ? "name" : "out");
 	const int i = kiln_safetensors_index(f, name);
-	if (i >= 0) {
-		kiln_safetensors_get(f, i, out);
-		return KILN_OK;
-	}
+	if (i >= 0)
+		return tensor_mapped(f, i, out);
 	return kiln_error(KILN_ENOTFOUND, "%s: no tensor '%s'", f->path, name);
 }
 

@@ -4,7 +4,8 @@
  *   format    the writer's output read back (order, alignment, metadata,
  *             every dtype kiln has, scalars, empty tensors); corrupt files
  *             refused with messages naming file and tensor; tensors
- *             read with pread, a file cut short after open an error
+ *             read with pread, a file cut short after open an error;
+ *             a file too big to map: find KILN_EIO, then mapped once it fits
  *   weights   PyTorch -> kiln: tests/data/st_cnn_torch.safetensors (the
  *             state_dict of gen_safetensors_refs.py's Net) loaded with
  *             init_from into tests/data/st_cnn.ini's model gives PyTorch's
@@ -26,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>    /* open, AT_FDCWD */
+#include <errno.h>
+#include <sys/resource.h> /* setrlimit */
 #include <sys/stat.h> /* utimensat */
 #include <sys/wait.h>
 #include <unistd.h>
@@ -373,6 +376,123 @@ static const char *raw_file(const char *name, const char *hdr, long long len, si
 	free(b);
 	return p;
 }
+
+/* What test_map_fails's child saw. */
+struct map_seen {
+	int open_st, limited, find_st, find_data_null;
+	size_t find_bytes;
+	int get_data_null;
+	int again_st, again_same;
+	char find_msg[600], get_msg[600];
+};
+
+/* The address space this process uses, in bytes (/proc/self/statm). */
+static size_t vm_bytes(void)
+{
+	unsigned long pages = 0;
+	FILE *s = fopen("/proc/self/statm", "r");
+	if (s) {
+		if (fscanf(s, "%lu", &pages) != 1)
+			pages = 0;
+		fclose(s);
+	}
+	return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* test_map_fails's child: the reader opened, RLIMIT_AS 256 MiB above what
+ * it uses, "a" found (the whole file mapped: it cannot be), the limit put
+ * back and "a" found again. */
+static void map_child(const char *p, const float a[4], struct map_seen *r)
+{
+	struct kiln_safetensors *f;
+	struct kiln_safetensors_tensor t;
+	struct rlimit old, low;
+	memset(r, 0, sizeof *r);
+	r->open_st = kiln_safetensors_open(p, &f);
+	if (r->open_st || getrlimit(RLIMIT_AS, &old))
+		return;
+	low = old;
+	low.rlim_cur = (rlim_t)(vm_bytes() + ((size_t)256 << 20));
+	if (setrlimit(RLIMIT_AS, &low))
+		return;
+	r->limited = 1;
+	r->find_st = kiln_safetensors_find(f, "a", &t);
+	r->find_data_null = t.data == NULL;
+	r->find_bytes = t.bytes;
+	snprintf(r->find_msg, sizeof r->find_msg, "%s", kiln_last_error());
+	(void)kiln_safetensors_find(f, "nope", &t); /* another message first */
+	kiln_safetensors_get(f, 0, &t);
+	r->get_data_null = t.data == NULL;
+	snprintf(r->get_msg, sizeof r->get_msg, "%s", kiln_last_error());
+	setrlimit(RLIMIT_AS, &old);
+	r->again_st = kiln_safetensors_find(f, "a", &t);
+	r->again_same = t.data && !memcmp(t.data, a, 4 * sizeof(float));
+	kiln_safetensors_close(f);
+}
+
+/* A file the address space cannot map (a 1 GiB tensor, stored as a hole,
+ * under an RLIMIT_AS 256 MiB above what the process uses): open maps
+ * nothing and succeeds; kiln_safetensors_find is KILN_EIO, "PATH: cannot
+ * map: Cannot allocate memory", and kiln_safetensors_get sets the same
+ * message, `data` NULL; once the limit is raised, find maps the file and
+ * `data` holds the tensor.  Session 40's review: before, find returned
+ * KILN_OK with `data` NULL and no message, and the failure was kept, so no
+ * later call mapped.  In a child process, so that the limit cannot outlive
+ * the test whatever Check's fork mode (CK_FORK=no). */
+START_TEST(test_map_fails)
+{
+	const float a[4] = { 1.5f, -2.0f, 3.25f, 4.0f };
+	const size_t big = (size_t)1 << 30;
+	char hdr[300];
+	snprintf(hdr, sizeof hdr,
+		 "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+		 "\"big\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[16,%zu]}}",
+		 big, big + 16);
+	const char *p = raw_file("map.safetensors", hdr, -1, sizeof a);
+	size_t n;
+	free(read_bytes(p, &n));
+	int fd = open(p, O_WRONLY);
+	ck_assert(fd >= 0);
+	ck_assert_int_eq(pwrite(fd, a, sizeof a, (off_t)(n - sizeof a)), (ssize_t)sizeof a);
+	ck_assert_int_eq(ftruncate(fd, (off_t)(n + big)), 0);
+	ck_assert_int_eq(close(fd), 0);
+
+	int pipefd[2];
+	ck_assert_int_eq(pipe(pipefd), 0);
+	const pid_t pid = fork();
+	ck_assert(pid >= 0);
+	if (pid == 0) {
+		struct map_seen r;
+		close(pipefd[0]);
+		map_child(p, a, &r);
+		_exit(write(pipefd[1], &r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
+	}
+	close(pipefd[1]);
+	struct map_seen r;
+	const ssize_t got = read(pipefd[0], &r, sizeof r);
+	close(pipefd[0]);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	ck_assert_int_eq(got, (ssize_t)sizeof r);
+	unlink(p);
+
+	char want[1200];
+	snprintf(want, sizeof want, "%s: cannot map: %s", p, strerror(ENOMEM));
+	ck_assert_int_eq(r.open_st, KILN_OK);
+	ck_assert_msg(r.limited, "the child could not set RLIMIT_AS");
+	ck_assert_msg(r.find_st == KILN_EIO, "find under the limit: status %d, data %s, message '%s'",
+		      r.find_st, r.find_data_null ? "NULL" : "set", r.find_msg);
+	ck_assert(r.find_data_null);
+	ck_assert_uint_eq(r.find_bytes, sizeof a); /* described all the same */
+	ck_assert_str_eq(r.find_msg, want);
+	ck_assert(r.get_data_null);
+	ck_assert_str_eq(r.get_msg, want);
+	ck_assert_msg(r.again_st == KILN_OK && r.again_same,
+		      "find after the limit was raised: status %d, data %s", r.again_st,
+		      r.again_same ? "right" : "NULL or wrong");
+}
+END_TEST
 
 /* open(path) fails with `st`, its message names the file and has every
  * fragment of the NULL-terminated list. */
@@ -1068,7 +1188,8 @@ static Suite *make_safetensors_suite(void)
 {
 	Suite *s = suite_create("safetensors");
 	check_add_case(s, "format", 0, NULL, NULL, (const TTest *[]){
-		test_roundtrip, test_corrupt, test_nul, test_read, test_rewritten, NULL });
+		test_roundtrip, test_corrupt, test_nul, test_read, test_rewritten, test_map_fails,
+		NULL });
 	check_add_case(s, "weights", 120, NULL, NULL, (const TTest *[]){
 		test_torch_nchw, test_torch_nhwc, test_save_load, test_strict, test_dtypes,
 		test_trainer_init_from, test_export_cli, test_init_from_first, test_config_hash,

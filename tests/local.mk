@@ -652,6 +652,12 @@ EXTRA_DIST += tests/dist_data.sh
 # ranks started by hand that differ: heartbeats, one's own failure, data sizes
 TESTS += tests/dist_rank_differ.sh
 EXTRA_DIST += tests/dist_rank_differ.sh
+# the ranks' data identities agree though one rank's reads are cut short
+# (an LD_PRELOAD shim)
+if BUILD_LOADERS
+TESTS += tests/data_id_short_reads.sh
+endif
+EXTRA_DIST += tests/data_id_short_reads.sh
 # [plugin.cpu] async = auto: off for one process, on for each rank
 TESTS += tests/cpu_async.sh
 EXTRA_DIST += tests/cpu_async.sh

@@ -747,10 +747,15 @@ int kiln_train_failed_own(void);
  * `ulimit -v`, a batch system's h_vmem): the file is mapped, whole and
  * read-only, the first time kiln_safetensors_get or _find is called on
  * the reader, and stays mapped until close; where it cannot be mapped
- * `data` is NULL.  A page of the mapping past the file's end, once it is
- * truncated under the reader (re-exported in place, a network file
- * system), raises SIGBUS on access, which the library cannot turn into an
- * error, and bytes rewritten in place show through it unannounced.
+ * `data` is NULL, kiln_safetensors_find returns KILN_EIO and
+ * kiln_safetensors_get sets kiln_last_error() ("PATH: cannot map:
+ * REASON"), and the next get or find tries again (since session 40's
+ * review: before, find returned KILN_OK with `data` NULL, no message, and
+ * no later call mapped).  A page of the mapping past the file's end,
+ * once it is truncated under the reader (re-exported in place, a network
+ * file system), raises SIGBUS on access, which the library cannot turn
+ * into an error, and bytes rewritten in place show through it
+ * unannounced.
  * kiln's own loaders read, and never map (since session 39 and 40).
  * Threads: a reader is read-only after open (reads and gets of several
  * threads may overlap: the first mapping wins); a writer belongs to one
@@ -767,7 +772,8 @@ struct kiln_safetensors_tensor {
 	int64_t numel;
 	const void *data;       /* bytes inside the file's mapping (made by the first
 				 * get or find), valid until close; NULL where the
-				 * file cannot be mapped (the address space: use
+				 * file cannot be mapped (the address space: find is
+				 * KILN_EIO, get sets kiln_last_error(); use
 				 * kiln_safetensors_read).  Aligned to the element
 				 * size in files kiln writes, not necessarily in
 				 * others; SIGBUS where the file was cut short since
@@ -783,9 +789,15 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **ou
 void kiln_safetensors_close(struct kiln_safetensors *f);
 const char *kiln_safetensors_path(const struct kiln_safetensors *f);
 int kiln_safetensors_count(const struct kiln_safetensors *f);
+/* Tensor i, mapping the file if it is not yet (`data`); all zeros where
+ * i is out of range.  Where the file cannot be mapped, `data` is NULL,
+ * the rest filled, and kiln_last_error() says why. */
 void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
 			  struct kiln_safetensors_tensor *out);
-/* KILN_ENOTFOUND (message naming the file) when there is no tensor `name`. */
+/* Tensor `name`, as kiln_safetensors_get.  KILN_ENOTFOUND (message naming
+ * the file) when there is no tensor `name`; KILN_EIO ("PATH: cannot map:
+ * REASON", since session 40's review) where the file cannot be mapped,
+ * *out filled but `data` NULL. */
 kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *name,
 				  struct kiln_safetensors_tensor *out);
 /* The index (kiln_safetensors_get's i) of tensor `name`, or -1 (none; f
@@ -801,7 +813,9 @@ int kiln_safetensors_index(const struct kiln_safetensors *f, const char *name);
  * and now), or, since session 40, when after the read the file's size or
  * modification time (ns) is no longer what open saw (rewritten in place:
  * the bytes read may be the new file's or a mix; the message names the
- * file and both); KILN_EIO when a read fails.  Since libkiln.so.2.2.0. */
+ * file and both; any change of the time counts, a `touch` of the same
+ * bytes included: read again from a new open); KILN_EIO when a read
+ * fails.  Since libkiln.so.2.2.0. */
 kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void *dst,
 				  size_t dst_bytes);
 /* The "__metadata__" value of `key`, or NULL; NULL too for a value that

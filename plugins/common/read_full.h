@@ -1,10 +1,14 @@
 /* plugins/common/read_full.h - a whole pread() that says how much was
- * there, the one read loop of kiln: the loaders' shards and libkiln's
- * reads (kiln_pread_all: checkpoints, magics; kiln_read_at: weights
- * files; core/status.c) tell a file cut short under them (0 bytes, or
- * fewer than asked, at its new end) from a failed read.  A pread() may return
- * less than asked (a signal, a large request) or fail with EINTR: both
- * are retried.  Header-only: static inline.
+ * there: the loop by which the loaders' shards (loaders_pread_full) and
+ * libkiln's reads of known extent (kiln_pread_all: checkpoints, magics;
+ * kiln_read_at: weights files; core/status.c; the data set's identity,
+ * core/data_identity.c, since session 40's review) tell a file cut short
+ * under them (0 bytes, or fewer than asked, at its new end) from a failed
+ * read.  A pread() may return less than asked (a signal, a large request,
+ * a network or FUSE file system) or fail with EINTR: both are retried.
+ * (Reads that stop at the end whatever it is, as core/logger.c's copy of
+ * a file, loop on their own: a short read there is one more block.)
+ * Header-only: static inline.
  */
 #ifndef KILN_COMMON_READ_FULL_H
 #define KILN_COMMON_READ_FULL_H
