@@ -74,12 +74,26 @@ fail:
 	return st;
 }
 
-/* The device generation runs on into *name (NULL: [run] device): the
- * decode plan needs KILN_OP_ATTENTION_DECODE, which the CUDA device does
- * not implement yet (docs/gpu.md).  A device `auto` chose without it
- * gives way to the CPU device; one [run] device names is refused, before
- * any weight is read.  A device plugin without has_op implements every
- * op and is not opened here; one with it is opened to ask, then closed
+/* Whether the model has a [layer.NAME] of type attention, the one layer
+ * whose decode plan runs KILN_OP_ATTENTION_DECODE. */
+static int model_has_attention(const struct kiln_config *cfg)
+{
+	const char *sec, *type;
+	for (int i = 0; (sec = kiln_config_section(cfg, i)); i++)
+		if (!strncmp(sec, "layer.", 6) && (type = kiln_config_get(cfg, sec, "type")) &&
+		    !strcmp(type, "attention"))
+			return 1;
+	return 0;
+}
+
+/* The device generation runs on into *name (NULL: [run] device): an
+ * attention layer's decode plan needs KILN_OP_ATTENTION_DECODE, which the
+ * CUDA device does not implement yet (docs/gpu.md).  For a model with
+ * one, a device `auto` chose without it gives way to the CPU device; one
+ * [run] device names is refused, before any weight is read.  A model
+ * without attention runs on [run] device as it is, and no device is
+ * opened here.  A device plugin without has_op implements every op and
+ * is not opened here; one with it is opened to ask, then closed
  * (kiln_trained_open opens it again). */
 static kiln_status decode_device(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				 const char **name)
@@ -89,6 +103,8 @@ static kiln_status decode_device(const struct kiln_config *cfg, const struct kil
 	struct kiln_device *dev;
 	kiln_status st;
 	*name = NULL;
+	if (!model_has_attention(cfg))
+		return KILN_OK;
 	if ((st = kiln_run_cfg_read(cfg, &run)))
 		return st;
 	const int is_auto = !strcmp(run.device, "auto");
@@ -189,23 +205,28 @@ kiln_status kiln_generator_allow(struct kiln_generator *g, const uint8_t *allowe
 {
 	if (!g)
 		return kiln_null_arg("kiln_generator_allow", "g");
-	free(g->allowed);
-	g->allowed = NULL;
-	if (!allowed)
+	/* the new mask is built aside: an error leaves the old one in place */
+	if (!allowed) {
+		free(g->allowed);
+		g->allowed = NULL;
 		return KILN_OK;
+	}
 	if (n < 0)
 		return kiln_error(KILN_EINVAL, "kiln_generator_allow: n = %lld is negative", (long long)n);
-	if (!(g->allowed = calloc((size_t)g->classes, 1)))
+	uint8_t *mask = calloc((size_t)g->classes, 1);
+	if (!mask)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	int64_t any = 0;
 	for (int64_t i = 0; i < g->classes && i < n; i++)
-		any += g->allowed[i] = allowed[i] != 0;
-	if (any)
-		return KILN_OK;
+		any += mask[i] = allowed[i] != 0;
+	if (!any) {
+		free(mask);
+		return kiln_error(KILN_EINVAL, "kiln_generator_allow: no id below %lld (the model's %lld classes; a mask of %lld entries given) is allowed: nothing could be drawn",
+				  (long long)(n < g->classes ? n : g->classes), (long long)g->classes, (long long)n);
+	}
 	free(g->allowed);
-	g->allowed = NULL;
-	return kiln_error(KILN_EINVAL, "kiln_generator_allow: no id below %lld (the model's %lld classes, %lld allowed ids given) is allowed: nothing could be drawn",
-			  (long long)(n < g->classes ? n : g->classes), (long long)g->classes, (long long)n);
+	g->allowed = mask;
+	return KILN_OK;
 }
 
 kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t token,

@@ -449,14 +449,17 @@ START_TEST(test_draw_bounds)
 	ck_assert(kiln_generate(g, prompt, 2, 1, &(struct kiln_sample_opts){ .temperature = 0 }, &out,
 				NULL, NULL) == 0);
 	ck_assert_int_eq(out, want);
-	/* nothing allowed below the classes: refused, the mask cleared */
+	/* nothing allowed below the classes, or n < 0: refused, and the
+	 * earlier mask (0, 2, 5) stays in force (before the fix a failed
+	 * call dropped it and every id below the classes was drawn) */
 	uint8_t only9[V] = { 0 };
 	only9[9] = 1;
 	ck_assert_int_eq(kiln_generator_allow(g, only9, V), KILN_EINVAL);
 	ck_assert_msg(strstr(kiln_last_error(), "no id below 7"), "%s", kiln_last_error());
-	for (int v = 0; v < V; v++)
-		ok[v] = v < 7;
-	draws_within(g, ok, "mask cleared");
+	draws_within(g, ok, "ids 0, 2, 5 after a mask allowing none");
+	ck_assert_int_eq(kiln_generator_allow(g, allow, -1), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "negative"), "%s", kiln_last_error());
+	draws_within(g, ok, "ids 0, 2, 5 after n = -1");
 	/* a mask shorter than the classes: the ids past it are not allowed */
 	ck_assert(kiln_generator_allow(g, allow, 3) == 0);
 	for (int v = 0; v < V; v++)

@@ -72,7 +72,8 @@ check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
 	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
 	tests/plugins/shadow/kiln-tgood.la tests/plugins/kiln-tcommfail.la \
 	tests/plugins/exit/kiln-texit.la tests/plugins/kiln-tlayer.la \
-	tests/plugins/kiln-tloss.la tests/plugins/kiln-tloss22.la
+	tests/plugins/kiln-tloss.la tests/plugins/kiln-tloss22.la \
+	tests/plugins/nodecode/kiln-tnodecode.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
 tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -113,6 +114,13 @@ tests_plugins_kiln_tloss22_la_SOURCES = tests/plugins/tloss.c
 tests_plugins_kiln_tloss22_la_CPPFLAGS = $(AM_CPPFLAGS) -DTLOSS_ABI22
 tests_plugins_kiln_tloss22_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tloss22_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# the CPU device without ATTENTION_DECODE (tests/generate_device.sh)
+tests_plugins_nodecode_kiln_tnodecode_la_SOURCES = tests/plugins/tnodecode.c
+tests_plugins_nodecode_kiln_tnodecode_la_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DCPU_SO='"$(abs_top_builddir)/plugins/.libs/kiln-cpu.so"'
+tests_plugins_nodecode_kiln_tnodecode_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_nodecode_kiln_tnodecode_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_nodecode_kiln_tnodecode_la_LIBADD = -ldl
 
 TEST_PLUGIN_DIRS = -DTEST_PLUGIN_DIR='"$(abs_top_builddir)/tests/plugins/.libs"' \
 	-DTEST_SHADOW_DIR='"$(abs_top_builddir)/tests/plugins/shadow/.libs"' \
@@ -321,6 +329,11 @@ if BUILD_LOADERS
 TESTS += tests/generate.sh
 endif
 EXTRA_DIST += tests/generate.sh
+# `kiln generate` on a device without ATTENTION_DECODE (a CPU stand-in)
+if BUILD_LOADERS
+TESTS += tests/generate_device.sh
+endif
+EXTRA_DIST += tests/generate_device.sh
 # a data file that cannot be opened names its config key's file:line;
 # `kiln summary` opens the training data alone
 if BUILD_LOADERS

@@ -1208,9 +1208,9 @@ int64_t kiln_generator_classes(const struct kiln_generator *g);
  * tokenizer's vocabulary with gaps among its ids: the ids it lacks are
  * never drawn), besides the bound of kiln_generator_classes and of
  * kiln_sample_opts.vocab; allowed (host u8[n]) is copied.  NULL: every
- * id again.  KILN_EINVAL when no id below kiln_generator_classes is
- * allowed (nothing could be drawn; the mask is then cleared).
- * (libkiln.so.2.3) */
+ * id again.  KILN_EINVAL when n < 0 or no id below
+ * kiln_generator_classes is allowed (nothing could be drawn); on any
+ * error the earlier mask stays in force.  (libkiln.so.2.3) */
 kiln_status kiln_generator_allow(struct kiln_generator *g, const uint8_t *allowed, int64_t n);
 
 /* Feed `token` at position pos (0 <= pos < context; the steps at 0..pos-1

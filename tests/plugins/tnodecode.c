@@ -1,0 +1,43 @@
+/* tests/plugins/nodecode/kiln-tnodecode.so: the CPU device (kiln-cpu.so
+ * of this build tree, CPU_SO) under the name "tnodecode", auto score 200
+ * (auto picks it over cpu), whose has_op says no to ATTENTION_DECODE: a
+ * stand-in for the CUDA device in tests/generate_device.sh, so that the
+ * fallback and refusal of `kiln generate` run without a GPU.
+ *
+ * Not installed, not in the default search path (check_LTLIBRARIES).
+ */
+#include <kiln/plugin.h>
+#include <kiln/ops.h>
+#include <dlfcn.h>
+#include <stdio.h>
+
+static struct kiln_device_ops ops;
+static struct kiln_plugin plug;
+
+static int has_op(void *ctx, int type)
+{
+	(void)ctx;
+	return type != KILN_OP_ATTENTION_DECODE;
+}
+
+KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
+{
+	static const struct kiln_plugin *list[] = { &plug, NULL };
+	void *h = dlopen(CPU_SO, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "kiln-tnodecode: %s\n", dlerror());
+		return NULL;
+	}
+	kiln_plugin_init_fn init = (kiln_plugin_init_fn)dlsym(h, "kiln_plugin_init");
+	const struct kiln_plugin *const *l = init ? init(host) : NULL;
+	if (!l || !l[0])
+		return NULL;
+	plug = *l[0];
+	ops = *(const struct kiln_device_ops *)plug.ops;
+	ops.has_op = has_op;
+	ops.traits.auto_score = 200;
+	plug.ops = &ops;
+	plug.name = "tnodecode";
+	plug.keys = NULL;
+	return list;
+}
