@@ -59,6 +59,15 @@ train)
 	*) echo '{"test_acc": 0.851, "train_samples_per_s": 1000}' ;;
 	esac
 	;;
+generate)
+	# the refusals of tests/gpu/run.sh's generate_device (no decoding
+	# attention on cuda; auto's CPU device not in the bundle)
+	case $* in
+	*run.device=cuda*) echo "kiln: error: generation needs the CPU device: set run.device=cpu (the cuda device has no ATTENTION_DECODE)" >&2 ;;
+	*) echo "kiln: error: generation needs the CPU device, which is not here (\`kiln plugins\`): device = auto chose cuda" >&2 ;;
+	esac
+	exit 2
+	;;
 *) echo '{"test_acc": 0.79}' ;;
 esac
 EOF
