@@ -203,7 +203,9 @@ kiln_status kiln_dist_allgather_host(struct kiln_dist *d, const void *mine, void
  * whole optimizer state), "params" (the parameters' non-finite check, at
  * a log point and before a checkpoint: core/train_log.c), "sums" (the read
  * of the device's metric sums for a checkpoint's, or an early-stopped
- * epoch's, training sums: trainer_metrics_peek).  Unset in any
+ * epoch's, training sums: trainer_metrics_peek), "sync" (a checkpoint's
+ * sync of the steps queued on the device, core/train_ckpt.c), "clip"
+ * (a checkpoint's read of the clip op's counts: trainer_clip_counts).  Unset in any
  * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh). */
 int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step);
 /* Sum v[0..n) over the ranks (host values; a sync point: log only).  The

@@ -514,8 +514,11 @@ kiln_status trainer_final_test(struct trainer *t);
  * t->metrics_host for trainer_interval_meta), every rank's mean.  Every
  * rank (a collective): a rank whose read failed still takes part in the
  * sum, and every rank fails together (kiln_dist_sum_agreed; `what`
- * names the step for the message: "step 4's checkpoint"). */
-kiln_status trainer_epoch_sums(struct trainer *t, const char *what, struct kiln_ckpt_epoch *out);
+ * names the step for the message: "step 4's checkpoint"); st, the
+ * caller's own local step before it, joins the sum the same way (the read
+ * skipped when it failed). */
+kiln_status trainer_epoch_sums(struct trainer *t, kiln_status st, const char *what,
+			       struct kiln_ckpt_epoch *out);
 kiln_status trainer_checkpoint_point(struct trainer *t);
 kiln_status trainer_checkpoint_last(struct trainer *t);
 kiln_status trainer_checkpoint_stop(struct trainer *t);
@@ -536,8 +539,10 @@ struct trainer_ckpt_resume {
 	int64_t counts[2];             /* the clip op's steps skipped, clipped */
 	int64_t data_skipped;          /* bad samples replaced so far */
 };
-kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resume *r,
-				     struct kiln_ckpt_meta *meta);
+/* st: the caller's own local step before it (a failure joins the ranks'
+ * first sum, and every rank fails together) */
+kiln_status trainer_ckpt_resume_meta(struct trainer *t, kiln_status st,
+				     struct trainer_ckpt_resume *r, struct kiln_ckpt_meta *meta);
 /* train_ckpt.c: write t's state as a checkpoint in dir (every rank takes
  * part: streamed stages, ZeRO-1's gather; the outcome agreed), the path
  * written into path on rank 0 */

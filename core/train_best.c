@@ -151,7 +151,7 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	 * 35 no "epoch", "stopper" or "evaluated") */
 	/* (its time set aside as a periodic checkpoint's: not training) */
 	const double t0 = kiln_now_s();
-	if ((st = trainer_ckpt_resume_meta(t, &r, &meta)) ||
+	if ((st = trainer_ckpt_resume_meta(t, KILN_OK, &r, &meta)) ||
 	    (st = trainer_best_meta(t, i, v, &meta, &best)))
 		return st;
 	st = trainer_ckpt_write(t, dir, &meta, path, sizeof path);

@@ -15,10 +15,12 @@
 
 #include "../plugins/common/cache_file.h" /* common_mkdirs */
 
-kiln_status trainer_epoch_sums(struct trainer *t, const char *what, struct kiln_ckpt_epoch *out)
+kiln_status trainer_epoch_sums(struct trainer *t, kiln_status st, const char *what,
+			       struct kiln_ckpt_epoch *out)
 {
-	kiln_status st = trainer_metrics_peek(t);
 	double v[2] = { 0, 0 };
+	if (!st)
+		st = trainer_metrics_peek(t);
 	if (!st) {
 		v[0] = t->metrics_host[0] + t->carry_loss;
 		v[1] = t->metrics_host[1] + t->carry_correct;
@@ -137,16 +139,22 @@ static int evals_follow_last(const struct trainer *t, int64_t step)
  * after the resume alone).  Every rank: the sums are a collective; after
  * the run's last step (ckpt_end) the ones taken there, as the evaluations
  * since have used the device's sums. */
-kiln_status trainer_ckpt_resume_meta(struct trainer *t, struct trainer_ckpt_resume *r,
-				     struct kiln_ckpt_meta *meta)
+kiln_status trainer_ckpt_resume_meta(struct trainer *t, kiln_status st,
+				     struct trainer_ckpt_resume *r, struct kiln_ckpt_meta *meta)
 {
-	kiln_status st;
 	char what[48];
+	double none = 0;
 	snprintf(what, sizeof what, "step %lld's checkpoint", (long long)meta->trainer.step);
 	r->sums = t->end_sums;
-	if ((!t->ckpt_end && (st = trainer_epoch_sums(t, what, &r->sums))) ||
+	/* (st, the caller's local step, and the clip op's read of its counts
+	 * join the first sum, one of no values after the run's last step,
+	 * whose sums were taken then: before, a rank whose read failed
+	 * returned before the data's skipped count and left its peers there) */
+	if (!st)
+		st = trainer_clip_counts(t, r->counts);
+	if ((st = t->ckpt_end ? kiln_dist_sum_agreed(t->dist, st, &none, 0, what, t->compute)
+			      : trainer_epoch_sums(t, st, what, &r->sums)) ||
 	    (st = trainer_interval_meta(t, meta->trainer.step, &r->interval, &meta->interval)) ||
-	    (st = trainer_clip_counts(t, r->counts)) ||
 	    (st = trainer_data_skipped(t, &r->data_skipped)))
 		return st;
 	r->stopper = (struct kiln_ckpt_stopper){ t->stopper.best, t->stopper.bad, t->stopper.have };
@@ -168,11 +176,16 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 				       .trainer = t->pos, .eval_owed = t->eval_owed,
 				       .evaluated = evaluated };
 	/* the steps queued on the device are done first: their time is the
-	 * steps', the rest the write's, set aside (a sync point anyway) */
+	 * steps', the rest the write's, set aside (a sync point anyway); its
+	 * failure joins the ranks' first sum (before, this rank returned and
+	 * left the others waiting in it).  KILN_TEST_CKPT_FAIL's "sync" fails it */
 	kiln_status st = kiln_device_stream_sync(t->dev, t->compute);
+	if (!st && kiln_dist_ckpt_fault(t->dist, "sync"))
+		st = kiln_error(KILN_EDEVICE, "the device's queued steps: failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
+				getenv("KILN_TEST_CKPT_FAIL"));
 	const double t0 = kiln_now_s();
 	/* every rank: the sums are a collective, and so is the write */
-	if (st || (st = trainer_ckpt_resume_meta(t, &r, &meta)) ||
+	if ((st = trainer_ckpt_resume_meta(t, st, &r, &meta)) ||
 	    (st = trainer_best_meta(t, -1, 0, &meta, &best)))
 		return st;
 	t->ckpt_step = t->pos.step;
@@ -322,7 +335,7 @@ static kiln_status end_mark(struct trainer *t, int what)
 {
 	char step[48];
 	snprintf(step, sizeof step, "step %lld's checkpoint", (long long)t->step);
-	kiln_status st = trainer_epoch_sums(t, step, &t->end_sums);
+	kiln_status st = trainer_epoch_sums(t, KILN_OK, step, &t->end_sums);
 	if (!st)
 		trainer_interval_keep(t);
 	t->ckpt_end = st ? 0 : what;

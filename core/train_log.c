@@ -445,6 +445,9 @@ kiln_status trainer_clip_counts(struct trainer *t, int64_t out[2])
 	out[0] = out[1] = 0;
 	if (!t->clip)
 		return KILN_OK;
+	if (kiln_dist_ckpt_fault(t->dist, "clip"))
+		return kiln_error(KILN_EDEVICE, "reading the clip op's counts: failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
+				  getenv("KILN_TEST_CKPT_FAIL"));
 	kiln_status st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d,
 						4 * sizeof(float), KILN_COPY_D2H, t->compute);
 	if (!st)
@@ -761,7 +764,7 @@ kiln_status trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	if (t->since > 0) {
 		char what[48];
 		snprintf(what, sizeof what, "epoch %lld's end", (long long)ep + 1);
-		kiln_status st = trainer_epoch_sums(t, what, &sums);
+		kiln_status st = trainer_epoch_sums(t, KILN_OK, what, &sums);
 		if (st)
 			return st;
 	}
@@ -781,7 +784,8 @@ kiln_status trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	 * session 39 this rank's: half theirs on 2 ranks) */
 	common_snprintf_c(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
 			  (long long)ep + 1, (long long)t->tc.epochs, common_nan_plain(res->train_loss),
-			  common_nan_plain(res->train_acc), ep_s, all_ranks(t, (double)ran / steps_s));
+			  common_nan_plain(res->train_acc), ep_s,
+			  all_ranks(t, steps_s > 0 ? (double)ran / steps_s : 0));
 	return KILN_OK;
 }
 

@@ -33,7 +33,9 @@
 #     at a log point and before a checkpoint): both ranks end at once, the
 #     failed one naming its cause, the other the failed rank;
 #  5. the read of the device's metric sums for a checkpoint failing on one
-#     rank ("sums@R", the log interval open there): the same.
+#     rank ("sums@R", the log interval open there): the same;
+#  6. a checkpoint's sync of the device's queued steps failing on one rank
+#     ("sync@R"), or its read of the clip op's counts ("clip@1"): the same.
 # Every process runs under `timeout`.
 name=ckptfault needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -169,13 +171,14 @@ grep -q "resum.*ckpt-2.kiln" "$tmp/pk2.log" || { bad "pk2: did not resume from c
 # other the failed rank
 # one_rank FAULT WHAT NAME LOG_EVERY RANK WHERE: KILN_TEST_CKPT_FAIL=FAULT@RANK
 # (WHAT: its step's words) in a run of $mlp, at step 2's WHERE
-one_rank() {
+more=
+one_rank() { # (more: further overrides)
 	_f=$1 _w=$2
 	shift 2
 	rm -rf "$tmp/$1"
 	KILN_TEST_CKPT_FAIL=$_f@$3 stamped "$1" "*training state broadcast*" \
 		timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$mlp" \
-		run.out_dir="$tmp/$1" train.batch=32 train.log_every="$2"
+		run.out_dir="$tmp/$1" train.batch=32 train.log_every="$2" $more
 	ended_soon "$1" $? "training state broadcast" "the state's broadcast" \
 		"$_w failed on rank $3"
 	_o=$((1 - $3))
@@ -207,6 +210,22 @@ for _r in 1 0; do
 	one_rank sums "reading the device's metric sums" cs$_r 3 $_r checkpoint
 	[ ! -e "$tmp/cs$_r/checkpoints/ckpt-2.kiln" ] || bad "cs$_r: ckpt-2.kiln written"
 done
+# ---- 6. a checkpoint's sync of the queued steps failing on one rank --------------
+# (session 40) "sync@R" fails rank R's sync of the steps queued on the
+# device before step 2's checkpoint (the write's time starts after it):
+# the same.  Before, the failed rank returned before the epoch's sums and
+# left its peer in that sum
+for _r in 1 0; do
+	one_rank sync "the device's queued steps" cx$_r 3 $_r checkpoint
+	[ ! -e "$tmp/cx$_r/checkpoints/ckpt-2.kiln" ] || bad "cx$_r: ckpt-2.kiln written"
+done
+# "clip@1" fails rank 1's read of the clip op's counts (train.clip_norm)
+# for step 2's checkpoint: the same (before, it returned before the data's
+# skipped count, a collective)
+more=train.clip_norm=1
+one_rank clip "reading the clip op's counts" cp1 3 1 checkpoint
+more=
+[ ! -e "$tmp/cp1/checkpoints/ckpt-2.kiln" ] || bad "cp1: ckpt-2.kiln written"
 
 [ "$fail" = 0 ] && echo "ok: a failure of rank 0 anywhere in a checkpoint's write ends every rank at once, naming it; the old checkpoint intact"
 exit $fail
