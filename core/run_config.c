@@ -247,6 +247,40 @@ static const struct {
 	{ "final_div_factor", "onecycle", NULL },
 };
 
+/* A built-in optimizer's key set (file or command line) while
+ * `optimizer` is another built-in one that does not read it (momentum
+ * with adamw, eps with sgd): [train] accepts every built-in optimizer's
+ * keys (core/optim/optims.c), so it is said, not refused.  An optimizer
+ * plugin's own keys are not known here: nothing said for it. */
+static void optim_keys_warn(const struct kiln_config *cfg, const char *name)
+{
+	const struct kiln_plugin *mine = NULL;
+	for (int i = 0; kiln_builtin_optims[i]; i++)
+		if (!strcmp(kiln_builtin_optims[i]->name, name))
+			mine = kiln_builtin_optims[i];
+	for (int i = 0; mine && kiln_builtin_optims[i]; i++)
+		for (const struct kiln_key *k = kiln_builtin_optims[i]->keys; k && k->name; k++) {
+			int seen = 0;
+			for (const struct kiln_key *m = mine->keys; m && m->name; m++)
+				seen |= !strcmp(m->name, k->name);
+			for (int j = 0; j < i; j++) /* said once, at its first reader */
+				for (const struct kiln_key *m = kiln_builtin_optims[j]->keys; m && m->name; m++)
+					seen |= !strcmp(m->name, k->name);
+			const char *where = kiln_config_where(cfg, "train", k->name);
+			if (seen || !strcmp(where, "default"))
+				continue;
+			char by[96] = "";
+			size_t off = 0;
+			for (int j = i; kiln_builtin_optims[j] && off < sizeof by; j++)
+				for (const struct kiln_key *m = kiln_builtin_optims[j]->keys; m && m->name; m++)
+					if (!strcmp(m->name, k->name))
+						off += (size_t)snprintf(by + off, sizeof by - off, "%s%s",
+									off ? " or " : "", kiln_builtin_optims[j]->name);
+			kiln_log(KILN_LOG_WARN, "train", "%s: [train] %s is read by optimizer = %s, not by optimizer = %s: ignored",
+				 where, k->name, by, name);
+		}
+}
+
 void kiln_train_cfg_warn_unread(const struct kiln_config *cfg, const struct kiln_train_cfg *tc)
 {
 	const char *sched = tc->schedule ? tc->schedule : "constant";
@@ -258,6 +292,7 @@ void kiln_train_cfg_warn_unread(const struct kiln_config *cfg, const struct kiln
 		kiln_log(KILN_LOG_WARN, "train", "%s: [train] %s is read by schedule = %s%s%s, not by schedule = %s: ignored",
 			 where, schedule_keys[i].key, by, or_by ? " or " : "", or_by ? or_by : "", sched);
 	}
+	optim_keys_warn(cfg, tc->optimizer ? tc->optimizer : "sgd");
 	const char *where = kiln_config_where(cfg, "train", "base_batch");
 	if (strcmp(where, "default") && (!tc->lr_scale || !strcmp(tc->lr_scale, "none")))
 		kiln_log(KILN_LOG_WARN, "train", "%s: [train] base_batch is read by lr_scale = linear or sqrt, not by lr_scale = none: lr = %g is used as written",

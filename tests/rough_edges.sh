@@ -284,6 +284,14 @@ stderr_has "command line 'train.warmup=1': [train] warmup = 1 with schedule = on
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=2 train.base_batch=8 train.lr_scale=linear \
 	train.warmup=1 train.schedule=cosine train.lr_min=0.01
 ! grep -q "base_batch is read\|warmup = \|anneals upward" "$err" || fail "a schedule warning for a schedule as meant: $(cat "$err")"
+# another built-in optimizer's keys: said, not silently ignored (session
+# 40: sgd took eps and beta1 without a word); the optimizer's own not
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.eps=0 train.beta1=0.5
+stderr_has "command line 'train.eps=0': [train] eps is read by optimizer = adamw or lamb, not by optimizer = sgd: ignored"
+stderr_has "command line 'train.beta1=0.5': [train] beta1 is read by optimizer = adamw or lamb, not by optimizer = sgd: ignored"
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.optimizer=adamw train.eps=1e-6 train.momentum=0.5
+stderr_has "command line 'train.momentum=0.5': [train] momentum is read by optimizer = sgd, not by optimizer = adamw: ignored"
+! grep -q "eps is read by" "$err" || fail "adamw's own eps warned of: $(grep 'eps is read' "$err")"
 # a loss layer's key in [train]: the layer type named
 kiln 2 train "$ini" data.path="$data" run.out_dir= train.label_smoothing=0.1
 stderr_has "command line 'train.label_smoothing=0.1': unknown key 'label_smoothing' in [train]; 'label_smoothing' is a key of a [layer.NAME] of type softmax_xent"

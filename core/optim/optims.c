@@ -15,7 +15,8 @@ const struct kiln_plugin *const kiln_builtin_optims[] = {
 /* The row of `key` in any built-in optimizer's keys, or NULL: [train]
  * accepts (and checks) these whatever the optimizer, as it did when they
  * were all [train] keys, so a config may keep `momentum` beside
- * `optimizer = adamw` (an unused key, as before). */
+ * `optimizer = adamw` (an unused key, as before; warned of since session
+ * 40: run_config.c optim_keys_warn). */
 const struct kiln_key *kiln_optim_any_key(const char *key)
 {
 	for (int i = 0; kiln_builtin_optims[i]; i++)
