@@ -247,6 +247,15 @@ static const struct {
 	{ "final_div_factor", "onecycle", NULL },
 };
 
+/* Does built-in optimizer o read key? */
+static int optim_reads(const struct kiln_plugin *o, const char *key)
+{
+	for (const struct kiln_key *k = o->keys; k && k->name; k++)
+		if (!strcmp(k->name, key))
+			return 1;
+	return 0;
+}
+
 /* A built-in optimizer's key set (file or command line) while
  * `optimizer` is another built-in one that does not read it (momentum
  * with adamw, eps with sgd): [train] accepts every built-in optimizer's
@@ -260,22 +269,18 @@ static void optim_keys_warn(const struct kiln_config *cfg, const char *name)
 			mine = kiln_builtin_optims[i];
 	for (int i = 0; mine && kiln_builtin_optims[i]; i++)
 		for (const struct kiln_key *k = kiln_builtin_optims[i]->keys; k && k->name; k++) {
-			int seen = 0;
-			for (const struct kiln_key *m = mine->keys; m && m->name; m++)
-				seen |= !strcmp(m->name, k->name);
-			for (int j = 0; j < i; j++) /* said once, at its first reader */
-				for (const struct kiln_key *m = kiln_builtin_optims[j]->keys; m && m->name; m++)
-					seen |= !strcmp(m->name, k->name);
 			const char *where = kiln_config_where(cfg, "train", k->name);
-			if (seen || !strcmp(where, "default"))
+			int first = 0; /* (said once, at its first reader) */
+			while (!optim_reads(kiln_builtin_optims[first], k->name))
+				first++;
+			if (first != i || optim_reads(mine, k->name) || !strcmp(where, "default"))
 				continue;
 			char by[96] = "";
 			size_t off = 0;
 			for (int j = i; kiln_builtin_optims[j] && off < sizeof by; j++)
-				for (const struct kiln_key *m = kiln_builtin_optims[j]->keys; m && m->name; m++)
-					if (!strcmp(m->name, k->name))
-						off += (size_t)snprintf(by + off, sizeof by - off, "%s%s",
-									off ? " or " : "", kiln_builtin_optims[j]->name);
+				if (optim_reads(kiln_builtin_optims[j], k->name))
+					off += (size_t)snprintf(by + off, sizeof by - off, "%s%s",
+								off ? " or " : "", kiln_builtin_optims[j]->name);
 			kiln_log(KILN_LOG_WARN, "train", "%s: [train] %s is read by optimizer = %s, not by optimizer = %s: ignored",
 				 where, k->name, by, name);
 		}
