@@ -58,18 +58,10 @@ EOF
 # dtypes, shapes, bytes); their metadata (the config's hash) aside
 st_same() {
 	"$py" - "$1" "$2" <<'PY'
-import json, struct, sys
-def tensors(path):
-    b = open(path, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    head = json.loads(b[8:8 + n])
-    head.pop('__metadata__', None)
-    return {k: (v['dtype'], v['shape'], b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]])
-            for k, v in head.items()}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-bad = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-print('%d tensors, %d differ %s' % (len(a), len(bad), bad))
-sys.exit(1 if bad or not a else 0)
+import st, sys
+bad = st.differ(sys.argv[1], sys.argv[2])
+print('%d tensors, %d differ %s' % (len(st.tensors(sys.argv[1])), len(bad), bad))
+sys.exit(1 if bad or not st.tensors(sys.argv[1]) else 0)
 PY
 }
 

@@ -194,13 +194,12 @@ stderr_has "[model] init_from $tmp/lstm.safetensors gives 0 of the model's 28 pa
 # position, nothing drawn (before session 40 the sampler printed id 255)
 if command -v python3 >/dev/null; then
 	python3 - "$tmp/w.safetensors" "$tmp/big.safetensors" <<'EOF' || fail "writing big.safetensors"
-import json, struct, sys
-b = bytearray(open(sys.argv[1], "rb").read())
-n = struct.unpack("<Q", b[:8])[0]
-h = json.loads(b[8:8 + n])
+import st, struct, sys
+f = st.load(sys.argv[1])
+b = bytearray(f.raw)
 for name in ("ln_f.weight", "ln_f.bias"):
-	lo, hi = h[name]["data_offsets"]
-	b[8 + n + lo:8 + n + hi] = struct.pack("<f", 3.4e38) * ((hi - lo) // 4)
+	lo, hi = f.span(name)
+	b[lo:hi] = struct.pack("<f", 3.4e38) * ((hi - lo) // 4)
 open(sys.argv[2], "wb").write(b)
 EOF
 	for t in 0 0.8; do

@@ -34,49 +34,21 @@ fi
 need_source idx
 refs="$srcdir/tests/data/grad_overflow_refs.safetensors"
 
-# st_read PATH: {name: [floats or ints]} of a safetensors file (stdlib only)
-reader='
-import json, struct
-def st_read(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in h.items():
-        if k == "__metadata__":
-            continue
-        lo, hi = v["data_offsets"]
-        raw = b[8 + n + lo:8 + n + hi]
-        fmt = {"F32": "f", "U8": "B", "I64": "q"}[v["dtype"]]
-        out[k] = list(struct.unpack("<%d%s" % (len(raw) // struct.calcsize(fmt), fmt), raw))
-    return out
-'
-
 # the data and the initial weights, from the reference file
 python3 - "$refs" "$tmp" <<EOF || fail "python3 could not write the data"
-import sys
-$reader
-r = st_read(sys.argv[1])
+import st, struct, sys
+r = st.values(sys.argv[1])
 d = sys.argv[2]
 with open(d + "/img.idx", "wb") as f:
     f.write(struct.pack(">IIII", 0x803, 2, 1, 2) + bytes(r["images"]))
 with open(d + "/lab.idx", "wb") as f:
     f.write(struct.pack(">II", 0x801, 2) + bytes(r["labels"]))
-def st_write(path, tensors):
-    hdr, blob = {}, b""
-    for k, (shape, vals) in tensors.items():
-        v = struct.pack("<%df" % len(vals), *vals)
-        hdr[k] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(v)]}
-        blob += v
-    h = json.dumps(hdr).encode()
-    h += b" " * (-len(h) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + blob)
 shapes = {"fc1.weight": [2, 2], "fc1.bias": [2], "fc2.weight": [3, 2], "fc2.bias": [3]}
-st_write(d + "/init.safetensors", {k: (s, r["init." + k]) for k, s in shapes.items()})
+st.write(d + "/init.safetensors", {k: (s, r["init." + k]) for k, s in shapes.items()})
 # for 6: fc1 of one unit, fc2.weight 3e38: the first sample's fc1
 # gradients overflow f32 (inf and NaN, as PyTorch's), its loss finite
-st_write(d + "/inf.safetensors", {"fc1.weight": ([1, 2], [1e-38, 2e-38]), "fc1.bias": ([1], [0]),
-                                  "fc2.weight": ([3, 1], [3e38, -3e38, 3e38]), "fc2.bias": ([3], [0, 0, 0])})
+st.write(d + "/inf.safetensors", {"fc1.weight": ([1, 2], [1e-38, 2e-38]), "fc1.bias": ([1], [0]),
+                                 "fc2.weight": ([3, 1], [3e38, -3e38, 3e38]), "fc2.bias": ([3], [0, 0, 0])})
 EOF
 cat > "$tmp/m.ini" <<EOF
 [run]
@@ -118,9 +90,8 @@ EOF
 check() {
 	kiln 0 export "$tmp/m.ini" --safetensors "$tmp/$2.safetensors" "run.out_dir=$tmp/$2"
 	python3 - "$refs" "$tmp/$2.safetensors" "$1" "$3" <<EOF || fail "$2: the weights are not PyTorch's ($1)"
-import sys
-$reader
-r, got, case, tol = st_read(sys.argv[1]), st_read(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+import st, sys
+r, got, case, tol = st.values(sys.argv[1]), st.values(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 bad = 0
 for k in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"):
     for i, (g, w, w0) in enumerate(zip(got[k], r[case + "." + k], r["init." + k])):
@@ -141,9 +112,8 @@ run=plain
 kiln 0 train "$tmp/m.ini" run.out_dir="$tmp/$run"
 [ "$(metric skipped)" = 0 ] || fail "$run: skipped $(metric skipped), the gradients are finite"
 python3 - "$refs" "$(metric grad_norm)" <<EOF || fail "$run: grad_norm $(metric grad_norm) is not the true norm"
-import sys
-$reader
-want, got = st_read(sys.argv[1])["true_norm"][0], float(sys.argv[2])
+import st, sys
+want, got = st.values(sys.argv[1])["true_norm"][0], float(sys.argv[2])
 print("grad_norm %g, the true norm %g" % (got, want))
 sys.exit(not abs(got - want) <= 1e-6 * want)
 EOF

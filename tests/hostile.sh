@@ -273,26 +273,22 @@ kiln 0 eval "$ini" "$d" run.out_dir= --quantized "$tmp/q.safetensors"
 # qmut WHAT MESSAGE: q.safetensors with one thing changed, refused with MESSAGE
 qmut() {
 	python3 - "$tmp/q.safetensors" "$tmp/q-$1.safetensors" "$1" <<'EOF' || fail "python3 could not rewrite the file"
-import json, struct, sys
+import st, struct, sys
 src, dst, what = sys.argv[1:4]
-b = open(src, "rb").read()
-n = struct.unpack("<Q", b[:8])[0]
-h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
-# a file of a kiln before session 40 (no CRC32Cs), so that the checks
-# after them are reached (tests/int8_crc.sh: with them, refused first)
-del h["__metadata__"]["kiln.crc32c"]
-def put(name, v):
-    a = h[name]["data_offsets"][0]
-    data[a:a + 4] = struct.pack("<f", v)
-if what == "nan": put("fc1.input_scale", float("nan"))
-elif what == "zero": put("fc1.input_scale", 0.0)
-elif what == "neg": put("fc1.weight_scale", -1.0)
-elif what == "kind": h["__metadata__"]["fc1.input"] = "x8"
-elif what == "shape": h["conv1.bias"]["shape"] = [4, 1]
-elif what == "bias": put("conv1.bias", float("inf"))
-j = json.dumps(h).encode()
-j += b" " * (-len(j) % 8)
-open(dst, "wb").write(struct.pack("<Q", len(j)) + j + bytes(data))
+def edit(h, meta, data):
+    # a file of a kiln before session 40 (no CRC32Cs), so that the checks
+    # after them are reached (tests/int8_crc.sh: with them, refused first)
+    del meta["kiln.crc32c"]
+    def put(name, v):
+        a = h[name]["data_offsets"][0]
+        data[a:a + 4] = struct.pack("<f", v)
+    if what == "nan": put("fc1.input_scale", float("nan"))
+    elif what == "zero": put("fc1.input_scale", 0.0)
+    elif what == "neg": put("fc1.weight_scale", -1.0)
+    elif what == "kind": meta["fc1.input"] = "x8"
+    elif what == "shape": h["conv1.bias"]["shape"] = [4, 1]
+    elif what == "bias": put("conv1.bias", float("inf"))
+st.rewrite(src, dst, edit)
 EOF
 	kiln 3 eval "$ini" "$d" run.out_dir= --quantized "$tmp/q-$1.safetensors"
 	stderr_has "$tmp/q-$1.safetensors: $2"

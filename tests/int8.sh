@@ -112,15 +112,11 @@ echo "ok: the INT8 file as a checkpoint, an empty name, bf16 with INT8: refused 
 # a file without the config (an older kiln's): a warning, and a tensor the
 # model does not take is an error naming it
 /usr/bin/python3 - "$tmp/mlp.int8" "$tmp/mlp_old.int8" <<'EOF'
-import json, struct, sys
-b = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", b[:8])[0]
-h = json.loads(b[8:8 + n])
-for k in ("kiln.config", "kiln.weights_keys", "kiln.crc32c"):
-    del h["__metadata__"][k]
-t = json.dumps(h).encode()
-t += b" " * (-len(t) % 8)
-open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+import st, sys
+def edit(h, meta, data):
+    for k in ("kiln.config", "kiln.weights_keys", "kiln.crc32c"):
+        del meta[k]
+st.rewrite(sys.argv[1], sys.argv[2], edit)
 EOF
 kiln 3 eval "$mlp" $mrun $ev --quantized "$tmp/mlp_old.int8" layer.fc2.bias=0
 stderr_has "mlp_old.int8 records no config"

@@ -32,41 +32,34 @@ cp "$out" "$tmp/whole.predict"
 # holding one CRC less), old (the key removed), oldflip TENSOR (both)
 mut() {
 	/usr/bin/python3 - "$q" "$@" <<'EOF' || fail "python3 could not rewrite the file"
-import json, struct, sys
+import st, sys
 src, dst, what = sys.argv[1:4]
 arg = sys.argv[4] if len(sys.argv) > 4 else None
-b = open(src, "rb").read()
-n = struct.unpack("<Q", b[:8])[0]
-h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
-m = h["__metadata__"]
-def flip(name):
-    a, e = h[name]["data_offsets"]
-    data[min(a + 5, e - 1)] ^= 0x01
-if what == "flip":
-    flip(arg)
-elif what == "header":
-    m["kiln.config"] = m["kiln.config"].replace("[layer.", "[layer/", 1)
-elif what == "input":
-    assert m["fc1.input"] == "u8"
-    m["fc1.input"] = "s8"
-elif what == "crcs":
-    m["kiln.crc32c"] = m["kiln.crc32c"].rsplit(" ", 1)[0]
-elif what in ("old", "oldflip"):
-    del m["kiln.crc32c"]
-    if what == "oldflip":
+def edit(h, m, data):
+    def flip(name):
+        a, e = h[name]["data_offsets"]
+        data[min(a + 5, e - 1)] ^= 0x01
+    if what == "flip":
         flip(arg)
-t = json.dumps(h).encode()
-t += b" " * (-len(t) % 8)
-open(dst, "wb").write(struct.pack("<Q", len(t)) + t + bytes(data))
+    elif what == "header":
+        m["kiln.config"] = m["kiln.config"].replace("[layer.", "[layer/", 1)
+    elif what == "input":
+        assert m["fc1.input"] == "u8"
+        m["fc1.input"] = "s8"
+    elif what == "crcs":
+        m["kiln.crc32c"] = m["kiln.crc32c"].rsplit(" ", 1)[0]
+    elif what in ("old", "oldflip"):
+        del m["kiln.crc32c"]
+        if what == "oldflip":
+            flip(arg)
+st.rewrite(src, dst, edit)
 EOF
 }
 
 # ---- 1. a flipped bit in each tensor --------------------------------------
 tensors=$(/usr/bin/python3 -c '
-import json, struct, sys
-b = open(sys.argv[1], "rb").read()
-h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
-print(" ".join(sorted(k for k in h if k != "__metadata__")))' "$q")
+import st, sys
+print(" ".join(sorted(st.load(sys.argv[1]).header)))' "$q")
 [ "$(echo "$tensors" | wc -w)" -ge 5 ] || fail "the INT8 file holds the tensors: $tensors"
 for t in $tensors; do
 	mut "$tmp/f.int8" flip "$t"

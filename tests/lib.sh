@@ -8,9 +8,10 @@
 # srcdir: the source tree, absolute under `make check`, which exports them
 # through tests/local.mk); $kiln, the built CLI; no KILN_PLUGIN_PATH of the
 # caller's; XDG_CACHE_HOME in the build tree's tests/cache (ccache's
-# cache the caller's, not one there); no Python
-# bytecode written (PYTHONDONTWRITEBYTECODE); a scratch directory $tmp,
-# removed on exit unless KEEP is set;
+# cache the caller's, not one there); no Python bytecode written
+# (PYTHONDONTWRITEBYTECODE); tests/ on PYTHONPATH (tests/st.py, the
+# safetensors reader and writer); a scratch directory $tmp, removed on
+# exit unless KEEP is set;
 # and the helpers below.
 set -u
 
@@ -39,6 +40,10 @@ export XDG_CACHE_HOME
 # and no Python bytecode beside the sources (tests/local.mk)
 PYTHONDONTWRITEBYTECODE=1
 export PYTHONDONTWRITEBYTECODE
+# tests/st.py (safetensors files, the standard library only) importable as
+# `import st` by a test's Python
+PYTHONPATH="$srcdir/tests${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-$name.XXXXXX") || exit 99
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT

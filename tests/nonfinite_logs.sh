@@ -32,15 +32,13 @@ need_source idx
 
 # ---- 1. a NaN training and evaluation loss in the logs --------------------
 python3 - "$data/tr_cnn_images.idx" "$tmp/bright.idx" "$tmp/e37.st" "$tmp/e30.st" <<'EOF' || fail "python3 could not write the files"
-import json, struct, sys
+import st, sys
 b = bytearray(open(sys.argv[1], "rb").read())
 for i in range(48):
     b[16 + 64 * i:16 + 64 * (i + 1)] = bytes([255 if i == 20 else 0]) * 64
 open(sys.argv[2], "wb").write(b)
 def weights(path, w):
-    h = json.dumps({"fc1.weight": {"dtype": "F32", "shape": [5, 64], "data_offsets": [0, 1280]}}).encode()
-    h += b" " * (-len(h) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<320f", *w))
+    st.write(path, {"fc1.weight": ([5, 64], w)})
 weights(sys.argv[3], [1e37] * 320)
 weights(sys.argv[4], [1e30 * ((k * 37 % 101) - 50) / 400 for k in range(320)])
 EOF

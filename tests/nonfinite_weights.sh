@@ -84,10 +84,9 @@ stderr_has "checkpoint $tmp/res/checkpoints/ckpt-1.kiln: tensor 'fc1.weight' f32
 # 4: the clean checkpoint's weights as safetensors, fc1.weight[0, 0] NaN
 kiln 0 export "$ini" --checkpoint "$(ck big 1)" --safetensors "$tmp/w.st"
 python3 - "$tmp/w.st" <<'EOF' || fail "python3 could not rewrite the file"
-import json, struct, sys
-b = bytearray(open(sys.argv[1], "rb").read())
-n = struct.unpack("<Q", b[:8])[0]
-at = 8 + n + json.loads(b[8:8 + n])["fc1.weight"]["data_offsets"][0]
+import st, struct, sys
+f = st.load(sys.argv[1])
+b, at = bytearray(f.raw), f.span("fc1.weight")[0]
 b[at:at + 4] = struct.pack("<f", float("nan"))
 open(sys.argv[1], "wb").write(b)
 EOF
@@ -102,14 +101,12 @@ stderr_has "$refused"
 # checkpoint names them, exit 3 (before: the run went on, its checkpoints
 # and every evaluation after step 3 holding inf and NaN statistics)
 python3 - "$data/tr_cnn_images.idx" "$tmp/bright.idx" "$tmp/big.st" <<'EOF' || fail "python3 could not write the files"
-import json, struct, sys
+import st, sys
 b = bytearray(open(sys.argv[1], "rb").read())
 for i in range(48):
     b[16 + 64 * i:16 + 64 * (i + 1)] = bytes([255 if i == 20 else 0]) * 64
 open(sys.argv[2], "wb").write(b)
-h = json.dumps({"fc1.weight": {"dtype": "F32", "shape": [8, 64], "data_offsets": [0, 2048]}}).encode()
-h += b" " * (-len(h) % 8)
-open(sys.argv[3], "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<f", 1e37) * 512)
+st.write(sys.argv[3], {"fc1.weight": ([8, 64], [1e37] * 512)})
 EOF
 sed 's/^\[layer.relu1\]$/[layer.bn1]\ntype = batchnorm\n&/' "$ini" > "$tmp/bn.ini"
 grep -q '^type = batchnorm$' "$tmp/bn.ini" || fail "no batchnorm in $tmp/bn.ini"
@@ -155,10 +152,9 @@ kiln 3 train "$tmp/bn1.ini" train.max_steps=2 "run.out_dir=$tmp/negres" --resume
 stderr_has "checkpoint $tmp/negres/checkpoints/ckpt-1.kiln: $refused"
 kiln 0 export "$tmp/bn1.ini" --checkpoint "$(ck neg 1)" --safetensors "$tmp/neg.st"
 python3 - "$tmp/neg.st" <<'EOF' || fail "python3 could not rewrite the file"
-import json, struct, sys
-b = bytearray(open(sys.argv[1], "rb").read())
-n = struct.unpack("<Q", b[:8])[0]
-at = 8 + n + json.loads(b[8:8 + n])["bn1.running_var"]["data_offsets"][0]
+import st, struct, sys
+f = st.load(sys.argv[1])
+b, at = bytearray(f.raw), f.span("bn1.running_var")[0]
 b[at + 8:at + 12] = struct.pack("<f", -1.0)
 open(sys.argv[1], "wb").write(b)
 EOF

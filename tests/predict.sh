@@ -339,18 +339,16 @@ echo "ok: bad inputs fail naming the file"
 # NaN logits come from finite weights that overflow (every tensor 3e38:
 # inf - inf on the way to the logits)
 "$py" - "$tmp/w.safetensors" "$tmp/nan.safetensors" "$tmp/bad/ok.png" "$tmp/names" <<'EOF' || exit 99
-import json, os, struct, sys
-raw = bytearray(open(sys.argv[1], "rb").read())
-n = struct.unpack("<Q", raw[:8])[0]
-meta = json.loads(raw[8:8 + n])
-nanb, big = bytearray(raw), bytearray(raw)
-a, b = meta["fc1.bias"]["data_offsets"]
-nanb[8 + n + a:8 + n + b] = struct.pack("<f", float("nan")) * ((b - a) // 4)
+import os, st, struct, sys
+f = st.load(sys.argv[1])
+nanb, big = bytearray(f.raw), bytearray(f.raw)
+a, b = f.span("fc1.bias")
+nanb[a:b] = struct.pack("<f", float("nan")) * ((b - a) // 4)
 open(sys.argv[2], "wb").write(nanb)
-for k, t in meta.items():
-    if k != "__metadata__" and t["dtype"] == "F32":
-        a, b = t["data_offsets"]
-        big[8 + n + a:8 + n + b] = struct.pack("<f", 3e38) * ((b - a) // 4)
+for k, t in f.header.items():
+    if t["dtype"] == "F32":
+        a, b = f.span(k)
+        big[a:b] = struct.pack("<f", 3e38) * ((b - a) // 4)
 open(sys.argv[2] + ".big", "wb").write(big)
 os.mkdir(sys.argv[4])
 png = open(sys.argv[3], "rb").read()

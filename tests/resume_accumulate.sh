@@ -59,19 +59,12 @@ same_run() {
 	export_w "$2" 128
 	/usr/bin/python3 - "$tmp/$1.safetensors" "$tmp/$2.safetensors" \
 		"$tmp/$1/metrics.jsonl" "$tmp/$2/metrics.jsonl" <<'EOF' || bad "$2: differs from $1"
-import json, struct, sys
+import json, st, sys
 def tensors(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in h.items():
-        if k == "__metadata__":
-            continue
+    f = st.load(p)
+    for k, v in f.header.items():
         assert v["dtype"] == "F32", (k, v["dtype"])
-        s, e = v["data_offsets"]
-        out[k] = struct.unpack("<%df" % ((e - s) // 4), b[8 + n + s:8 + n + e])
-    return out
+    return {k: f.values(k) for k in f.header}
 def lrs(p):
     rows = {}
     for line in open(p):

@@ -121,32 +121,22 @@ kiln 0 train "$ini" $common train.max_steps=1 "run.out_dir=$tmp/run" --overwrite
 # were ignored without a word, an i32 one too)
 tracked() { # file dtype value: tr_cnn_init.safetensors with bn1's counter so
 	"$py" - "$data/tr_cnn_init.safetensors" "$@" <<'PY'
-import json, struct, sys
+import st, struct, sys
 src, dst, dtype, value = sys.argv[1:]
-raw = open(src, "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n])
-body, meta = raw[8 + n:], head.pop("__metadata__", None)
-parts, out = [], {}
-for k, v in sorted(head.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-    b = body[v["data_offsets"][0]:v["data_offsets"][1]]
+f = st.load(src)
+out = {}
+for k, v in sorted(f.header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    t = (v["dtype"], v["shape"], f.data(k))
     if k.endswith(".num_batches_tracked"):
         fmt = {"I64": "<q", "I32": "<i", "F32": "<f"}[dtype]
-        b, v = struct.pack(fmt, float(value) if dtype == "F32" else int(value)), {"dtype": dtype, "shape": []}
-    off = sum(len(p) for p in parts)
-    out[k] = dict(v, data_offsets=[off, off + len(b)])
-    parts.append(b)
-if meta is not None:
-    out["__metadata__"] = meta
-h = json.dumps(out).encode()
-open(dst, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(parts))
+        t = (dtype, [], struct.pack(fmt, float(value) if dtype == "F32" else int(value)))
+    out[k] = t
+st.write(dst, out, meta=f.meta or None)
 PY
 }
 counted() { # export: the exported file's num_batches_tracked
-	"$py" -c 'import json, struct, sys
-raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
-h = json.loads(raw[8:8 + n]); v = [t for k, t in h.items() if k.endswith(".num_batches_tracked")][0]
-print(struct.unpack("<q", raw[8 + n + v["data_offsets"][0]:][:8])[0])' "$1"
+	"$py" -c 'import st, sys
+print([v for k, v in st.values(sys.argv[1]).items() if k.endswith(".num_batches_tracked")][0][0])' "$1"
 }
 for c in "I32 7 7" "F32 7 0" "I64 -4 0"; do
 	set -- $c
