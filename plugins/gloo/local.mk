@@ -9,6 +9,9 @@ plugins_kiln_gloo_la_SOURCES = plugins/gloo/gloo.cc plugins/gloo/gloo_jobs.cc \
 	$(PLUGIN_COMM_COMMON)
 plugins_kiln_gloo_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 plugins_kiln_gloo_la_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter -pthread $(PLUGIN_CFLAGS)
-plugins_kiln_gloo_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+# the C++ link: its exports by a version script of its own (exports.ver)
+plugins_kiln_gloo_la_LDFLAGS = $(PLUGIN_LDFLAGS) -Wl,--version-script=$(srcdir)/plugins/gloo/exports.ver
+EXTRA_plugins_kiln_gloo_la_DEPENDENCIES = plugins/gloo/exports.ver
 plugins_kiln_gloo_la_LIBADD = $(GLOO_LIBS)
 endif
+EXTRA_DIST += plugins/gloo/exports.ver
