@@ -44,8 +44,9 @@ static void usage(FILE *f)
 		"  report RUN_DIR [-o FILE]             an HTML page of a run: curves, config, summary, memory\n"
 		"  generate FILE --prompt T --tokens N  sample text from the trained model (key/value cached)\n"
 		"\n"
-		"`kiln <command> --help` describes one command.  Exit codes: 0 ok, 1 failure,\n"
-		"2 usage or config error, 3 data error.\n");
+		"`kiln <command> --help` describes one command; `kiln --version` prints kiln's\n"
+		"version.  Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error,\n"
+		"4 a training run stopped because its run directory was removed (kiln train).\n");
 }
 
 int cli_fail(kiln_status st)

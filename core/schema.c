@@ -46,7 +46,7 @@ static const struct kiln_key run_keys[] = {
 
 static const struct kiln_key data_keys[] = {
 	{ "source", KILN_KEY_STR, "idx", NOLIM, NULL,
-	  "Data source plugin: `idx` (MNIST-format files), `records` (kiln's packed shards, from `kiln pack`), `folder` (ImageFolder of JPEG/PNG), `tar` (WebDataset shards), `lmdb`, `synthetic`, `tokens` (token shards in llm.c's format, from `kiln pack --format tokens`); its own keys are listed under its name below." },
+	  "Data source plugin: `idx` (MNIST-format files), `records` (kiln's packed shards, from `kiln pack`), `folder` (ImageFolder of JPEG/PNG), `tar` (WebDataset shards), `lmdb`, `synthetic`, `tokens` (token shards in llm.c's format, from `kiln pack --format tokens`), `seq2seq` (digit-string tasks kiln makes itself: docs/rnn.md); its own keys are listed under its name below." },
 	{ "limit", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Use only the first N samples of the source; 0 = all (so does an N above the source's count, logged)." },
 	{ "workers", KILN_KEY_INT, "1", 0, 256, "auto",
