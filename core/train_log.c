@@ -70,11 +70,11 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 
 kiln_status trainer_metrics_peek(struct trainer *t)
 {
-	if (kiln_dist_ckpt_fault(t->dist, "sums"))
-		return kiln_error(KILN_EDEVICE, "reading the device's metric sums: failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
-				  getenv("KILN_TEST_CKPT_FAIL"));
-	kiln_status st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev,
-						3 * sizeof(float), KILN_COPY_D2H, t->compute);
+	kiln_status st = kiln_dist_ckpt_fault_at(t->dist, "sums", "reading the device's metric sums");
+	if (st)
+		return st;
+	st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 3 * sizeof(float),
+				    KILN_COPY_D2H, t->compute);
 	return st ? st : kiln_device_stream_sync(t->dev, t->compute);
 }
 
@@ -229,10 +229,9 @@ static kiln_status params_check_issue(struct trainer *t)
 {
 	const struct kiln_model *m = t->m;
 	size_t lo = 0, hi = m->n_elems;
-	kiln_status st;
-	if (kiln_dist_ckpt_fault(t->dist, "params"))
-		return kiln_error(KILN_EDEVICE, "the parameters' check: failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
-				  getenv("KILN_TEST_CKPT_FAIL"));
+	kiln_status st = kiln_dist_ckpt_fault_at(t->dist, "params", "the parameters' check");
+	if (st)
+		return st;
 	kiln_dist_pipe_held(t->dist, &lo, &hi);
 	if (hi <= lo && !buffers_checked(t))
 		return KILN_OK;
@@ -445,11 +444,11 @@ kiln_status trainer_clip_counts(struct trainer *t, int64_t out[2])
 	out[0] = out[1] = 0;
 	if (!t->clip)
 		return KILN_OK;
-	if (kiln_dist_ckpt_fault(t->dist, "clip"))
-		return kiln_error(KILN_EDEVICE, "reading the clip op's counts: failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
-				  getenv("KILN_TEST_CKPT_FAIL"));
-	kiln_status st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d,
-						4 * sizeof(float), KILN_COPY_D2H, t->compute);
+	kiln_status st = kiln_dist_ckpt_fault_at(t->dist, "clip", "reading the clip op's counts");
+	if (st)
+		return st;
+	st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d, 4 * sizeof(float),
+				    KILN_COPY_D2H, t->compute);
 	if (!st)
 		st = kiln_device_stream_sync(t->dev, t->compute);
 	if (st)
