@@ -526,11 +526,19 @@ static kiln_status check_interval(struct trainer *t, double ls)
 	const int64_t steps = t->step - t->interval_start;
 	/* every forward so far on the initial weights: it overflowed there */
 	const int first = params_initial(t, t->step, 1);
-	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= steps))
+	/* a loss that is not finite passes only where the gate skipped some
+	 * of the interval's steps for it (their losses are in the sum) and
+	 * took others: with none skipped, its gradients were finite and every
+	 * step was taken on a loss sum past f32 (per-sample losses above
+	 * 1e37: before session 41 such a run exited 0 with "loss inf" at
+	 * every log point, where skip_nonfinite = 0 failed it) */
+	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips < 1 || new_skips >= steps))
 		return kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): %s%s; %s",
 				  common_nan_plain(ls), (long long)t->step, (long long)t->ep + 1,
 				  first ? "the forward pass overflowed on the initial weights, which no optimizer step has changed" : "training diverged",
-				  t->m->step_ok_d ? " (every step of the interval had non-finite gradients and was skipped)" : "",
+				  !t->m->step_ok_d ? ""
+				  : new_skips < 1 ? " (no step of the interval was skipped: its gradients were finite, the loss sum past f32's range)"
+						  : " (every step of the interval had non-finite gradients and was skipped)",
 				  diverged_hint(t, first));
 	const int initial = params_initial(t, t->step, 0) && !t->scaler_host;
 	char hint[400];
