@@ -846,7 +846,11 @@ static void memory_line(struct trainer *t)
  * training set's in the batches the loader handed out, not the ones its
  * workers read ahead: a checkpoint's count is what a run resumed from it
  * reaches again, and the run's count at a stop does not depend on how far
- * the workers got.  Every rank's call (a collective). */
+ * the workers got.  Every rank's call (a collective), a plain sum: at a
+ * checkpoint nothing between the ranks' first sum and it fails on one
+ * rank alone (the interval's allgather is a collective), and at the run's
+ * end a rank that failed before (its final test) never reaches it, so
+ * an agreement here could not hold it (session 41). */
 kiln_status trainer_data_skipped(struct trainer *t, int64_t *out)
 {
 	int64_t n = t->train.loader ? kiln_loader_skipped(t->train.loader)
