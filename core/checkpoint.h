@@ -285,7 +285,11 @@ kiln_status kiln_ckpt_check_sample(struct kiln_ckpt *ck, const struct kiln_model
 kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer *out);
 
 /* The "epoch" section; KILN_ENOTFOUND when the checkpoint has none (written
- * by an older kiln). */
+ * by an older kiln), KILN_EDATA naming the file and the section for values
+ * no run trains (the "interval" section's rules for the sums before its
+ * interval, session 41: a rank's samples past the "trainer" section's
+ * epoch, a correct count not finite, negative or past the samples, a loss
+ * sum not finite with no step skipped by the "clip_counts" section). */
 kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *out);
 /* The "interval" section into *out, its entries malloc'd into out->rank
  * (the caller frees; NULL when it fails).  KILN_ENOTFOUND when the

@@ -587,12 +587,11 @@ static kiln_status interval_head(const struct kiln_ckpt *ck, const uint8_t *b, u
 	memcpy(&out->correct, b + 48, 8);
 	if (closed > 1 || start > (uint64_t)ck->step || samples < 1 || samples > lim ||
 	    rows > lim || skipped > (uint64_t)ck->step || ep_n > lim || P < 1 || ranks < 1 ||
-	    ranks % P || !isfinite(out->correct) || out->correct < 0 ||
-	    (n - KILN_CKPT_INTERVAL_BYTES) / KILN_CKPT_INTERVAL_RANK_BYTES != ranks)
-		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval' out of range (closed %llu, start step %llu of a checkpoint at step %lld, %llu samples, %llu rows, %llu skipped, correct %g of %llu samples, %llu stages, %llu ranks in %llu bytes)",
+	    ranks % P || (n - KILN_CKPT_INTERVAL_BYTES) / KILN_CKPT_INTERVAL_RANK_BYTES != ranks)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval' out of range (closed %llu, start step %llu of a checkpoint at step %lld, %llu samples, %llu rows, %llu skipped, %llu samples before it, %llu stages, %llu ranks in %llu bytes)",
 				  ck->path, (unsigned long long)closed, (unsigned long long)start,
 				  (long long)ck->step, (unsigned long long)samples,
-				  (unsigned long long)rows, (unsigned long long)skipped, out->correct,
+				  (unsigned long long)rows, (unsigned long long)skipped,
 				  (unsigned long long)ep_n, (unsigned long long)P,
 				  (unsigned long long)ranks, (unsigned long long)n);
 	out->closed = (int64_t)closed;
@@ -611,21 +610,68 @@ static kiln_status interval_head(const struct kiln_ckpt *ck, const uint8_t *b, u
  * fractions); 2^-10 more is far past that, and far below a forged one. */
 #define COUNT_SLACK (1.0 + 1.0 / 1024)
 
-/* The interval's values against what its run could have trained (the CRCs
- * prove a file whole, not sane): a rank's samples no more than the epoch
- * holds (the "trainer" section's), the device's rows no more than the
- * samples, each correct count no more than the samples it counts, every
- * rank's together no more than the interval's samples on every rank; a
- * loss sum not finite only where the clip op skipped a step for
- * non-finite gradients (its "clip_counts" section): in the interval (its
- * count past the interval's `skipped`) for the ranks' sums, before it
- * (`skipped` > 0) for the epoch's. */
+/* An epoch's training sums so far as a checkpoint holds them: the
+ * "epoch" section's, or the "interval" section's before its interval
+ * (after: its samples a rank, 0 for the epoch's). */
+struct epoch_sums {
+	const char *section, *what; /* the section, the sums in it (messages) */
+	double loss, correct;
+	uint64_t samples;            /* a rank's */
+	int64_t after;               /* the samples a rank the epoch holds after them */
+};
+
+/* The trainer section's epoch and the clip op's skipped steps (0 without
+ * its "clip_counts" section) of ck: what its run could have trained. */
+static kiln_status trained_bounds(struct kiln_ckpt *ck, struct kiln_ckpt_trainer *tr,
+				  int64_t clip[2])
+{
+	kiln_status st = kiln_ckpt_trainer_get(ck, tr);
+	if (st || ((st = kiln_ckpt_clip_counts_get(ck, clip)) && st != KILN_ENOTFOUND))
+		return st;
+	return KILN_OK;
+}
+
+/* e's values against what its run could have trained (the CRCs prove a
+ * file whole, not sane; the "trainer" section's tr, `skipped` steps the
+ * clip op skipped for non-finite gradients by then): a rank's samples and
+ * those after them no more than the epoch holds, the correct count finite,
+ * >= 0 and no more than the samples it counts, the loss sum not finite
+ * only where a step was skipped.  One rule for both sections (the epoch's
+ * before session 41 took a NaN loss and any correct count up to 2^62). */
+static kiln_status epoch_sums_sane(const struct kiln_ckpt *ck, const struct epoch_sums *e,
+				   const struct kiln_ckpt_trainer *tr, int64_t skipped,
+				   const char *by)
+{
+	const uint64_t room = tr->samples > e->after ? (uint64_t)(tr->samples - e->after) : 0;
+	if (e->samples > room || !isfinite(e->correct) || e->correct < 0 ||
+	    e->correct > (double)e->samples * COUNT_SLACK)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section '%s': %s out of range: correct %g of %llu samples a rank (finite, >= 0, at most the samples); %llu + %lld samples a rank in an epoch of %lld",
+				  ck->path, e->section, e->what, e->correct,
+				  (unsigned long long)e->samples, (unsigned long long)e->samples,
+				  (long long)e->after, (long long)tr->samples);
+	if (!isfinite(e->loss) && skipped < 1)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section '%s': %s: a loss sum that is not finite (%g) with no step skipped for non-finite gradients there (0 skipped by %s)",
+				  ck->path, e->section, e->what, e->loss, by);
+	return KILN_OK;
+}
+
+/* The interval's values against what its run could have trained: the
+ * device's rows no more than the samples, each correct count no more
+ * than the samples it counts, every rank's together no more than the
+ * interval's samples on every rank; a loss sum not finite only where the
+ * clip op skipped a step for non-finite gradients (its "clip_counts"
+ * section) in the interval (its count past the interval's `skipped`) for
+ * the ranks' sums; the epoch's sums before it epoch_sums_sane's, a step
+ * skipped before it (`skipped` > 0) allowing a loss not finite. */
 static kiln_status interval_sane(struct kiln_ckpt *ck, const struct kiln_ckpt_interval *iv)
 {
 	struct kiln_ckpt_trainer tr;
 	int64_t clip[2];
-	kiln_status st = kiln_ckpt_trainer_get(ck, &tr);
-	if (st || ((st = kiln_ckpt_clip_counts_get(ck, clip)) && st != KILN_ENOTFOUND))
+	kiln_status st = trained_bounds(ck, &tr, clip);
+	const struct epoch_sums before = { "interval", "the epoch's sums before the interval",
+					   iv->loss, iv->correct, (uint64_t)iv->epoch_samples,
+					   iv->samples };
+	if (st || (st = epoch_sums_sane(ck, &before, &tr, iv->skipped, "its start")))
 		return st;
 	const double all = (double)iv->samples * (double)iv->ranks * COUNT_SLACK;
 	double correct = 0;
@@ -639,18 +685,13 @@ static kiln_status interval_sane(struct kiln_ckpt *ck, const struct kiln_ckpt_in
 					  ck->path, (long long)r, e->sums[2], (long long)iv->samples,
 					  (long long)iv->ranks);
 	}
-	if (iv->epoch_samples > tr.samples - iv->samples || iv->rows > iv->samples ||
-	    iv->correct > (double)iv->epoch_samples * COUNT_SLACK || correct > all)
-		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval': more than its run trained (%lld + %lld samples a rank in an epoch of %lld, %lld rows of %lld samples, correct %g of %lld samples before it, %g of %lld samples on each of %lld ranks in it)",
-				  ck->path, (long long)iv->epoch_samples, (long long)iv->samples,
-				  (long long)tr.samples, (long long)iv->rows, (long long)iv->samples,
-				  iv->correct, (long long)iv->epoch_samples, correct,
+	if (iv->rows > iv->samples || correct > all)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval': more than its run trained (%lld rows of %lld samples, correct %g of %lld samples on each of %lld ranks in it)",
+				  ck->path, (long long)iv->rows, (long long)iv->samples, correct,
 				  (long long)iv->samples, (long long)iv->ranks);
-	if ((!finite && clip[0] <= iv->skipped) || (!isfinite(iv->loss) && iv->skipped < 1))
-		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval': a loss sum that is not finite (%s) with no step skipped for non-finite gradients there (%lld skipped by its start, %lld by the checkpoint's step)",
-				  ck->path,
-				  finite ? "the epoch's, before the interval" : "a rank's, in the interval",
-				  (long long)iv->skipped, (long long)clip[0]);
+	if (!finite && clip[0] <= iv->skipped)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'interval': a loss sum that is not finite (a rank's, in the interval) with no step skipped for non-finite gradients there (%lld skipped by its start, %lld by the checkpoint's step)",
+				  ck->path, (long long)iv->skipped, (long long)clip[0]);
 	return KILN_OK;
 }
 
@@ -702,22 +743,22 @@ out:
 kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *out)
 {
 	uint8_t b[KILN_CKPT_EPOCH_BYTES];
-	uint64_t n;
 	kiln_status st;
 	if (!ckpt_section(ck, "epoch"))
 		return KILN_ENOTFOUND;
 	if ((st = kiln_ckpt_read(ck, "epoch", b, sizeof b)))
 		return st;
-	memcpy(&out->loss, b, 8);
-	memcpy(&out->correct, b + 8, 8);
-	n = get_u64(b + 16);
-	if (n > (uint64_t)1 << 62)
-		return kiln_error(KILN_EDATA, "checkpoint %s: epoch sample count out of range (%llu)",
-				  ck->path, (unsigned long long)n);
-	out->samples = (int64_t)n;
-	if (!isfinite(out->correct) || out->correct < 0)
-		return kiln_error(KILN_EDATA, "checkpoint %s: section 'epoch': the correct count %g is out of range (finite, >= 0)",
-				  ck->path, out->correct);
+	struct epoch_sums e = { "epoch", "the epoch's sums", 0, 0, get_u64(b + 16), 0 };
+	struct kiln_ckpt_trainer tr;
+	int64_t clip[2];
+	memcpy(&e.loss, b, 8);
+	memcpy(&e.correct, b + 8, 8);
+	/* (a loss not finite: a step skipped by the checkpoint's, as a log
+	 * point would have let it through) */
+	if ((st = trained_bounds(ck, &tr, clip)) ||
+	    (st = epoch_sums_sane(ck, &e, &tr, clip[0], "the checkpoint's step")))
+		return st;
+	*out = (struct kiln_ckpt_epoch){ e.loss, e.correct, (int64_t)e.samples };
 	return KILN_OK;
 }
 

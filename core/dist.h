@@ -205,9 +205,18 @@ kiln_status kiln_dist_allgather_host(struct kiln_dist *d, const void *mine, void
  * of the device's metric sums for a checkpoint's, or an early-stopped
  * epoch's, training sums: trainer_metrics_peek), "sync" (a checkpoint's
  * sync of the steps queued on the device, core/train_ckpt.c), "clip"
- * (a checkpoint's read of the clip op's counts: trainer_clip_counts).  Unset in any
- * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh). */
+ * (a checkpoint's read of the clip op's counts: trainer_clip_counts),
+ * "best" (keep_best's list for a checkpoint: trainer_best_meta), "resume"
+ * (the buffer of rank 0's resume message, every rank's: trainer_resume),
+ * "resume_iv" (a rank's buffer of the log interval rank 0 resumed with;
+ * rank 0 holds it already, and fails as if: resume_interval).  Unset in any
+ * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh,
+ * tests/agreed_fault.sh). */
 int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step);
+/* kiln_dist_ckpt_fault's fault as a status: KILN_OK where `step` is not
+ * the one injected (or on another rank), else KILN_EDEVICE "WHAT: failed
+ * (the tests' fault: KILN_TEST_CKPT_FAIL=...)". */
+kiln_status kiln_dist_ckpt_fault_at(const struct kiln_dist *d, const char *step, const char *what);
 /* Sum v[0..n) over the ranks (host values; a sync point: log only).  The
  * sum is an f32 allreduce: exact for integers only up to 2^24. */
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute);

@@ -81,6 +81,11 @@ static kiln_status fault(const char *what)
 			  getenv("KILN_TEST_CKPT_FAIL"));
 }
 
+kiln_status kiln_dist_ckpt_fault_at(const struct kiln_dist *d, const char *step, const char *what)
+{
+	return kiln_dist_ckpt_fault(d, step) ? fault(what) : KILN_OK;
+}
+
 /* The section's slot (-1: "params", -2: neither). */
 static int slot_of(const struct kiln_model *m, const char *tag)
 {

@@ -553,7 +553,9 @@ kiln_status trainer_ckpt_write(struct trainer *t, const char *dir,
  * KILN_TEST_CKPT_DELAY_MS: each checkpoint's write) */
 void trainer_test_delay(const char *var);
 /* train_best.c: keep_best's list into meta (entry i, -1: none, taken by
- * value v of this step), malloc'd into *out; the temporaries a killed
+ * value v of this step), malloc'd into *out (NULL after a failure, which
+ * the caller joins into the ranks' first sum: trainer_ckpt_resume_meta's
+ * st, taken after it); the temporaries a killed
  * best write left in ckdir/best removed (rank 0); the list and its files
  * restored from a resumed checkpoint */
 kiln_status trainer_best_meta(const struct trainer *t, int i, double v,

@@ -35,8 +35,11 @@ kiln_status trainer_best_meta(const struct trainer *t, int i, double v,
 	*out = NULL;
 	if (!t->tc.keep_best)
 		return KILN_OK;
+	kiln_status st = kiln_dist_ckpt_fault_at(t->dist, "best", "keep_best's list");
+	if (st)
+		return st;
 	if (!(*out = calloc((size_t)t->tc.keep_best, sizeof **out)))
-		return kiln_error(KILN_ENOMEM, "out of memory");
+		return kiln_error(KILN_ENOMEM, "keep_best's list: out of memory");
 	for (int j = 0; j < t->n_best; j++)
 		(*out)[j] = (struct kiln_ckpt_best){ t->best[j].v, t->best[j].step };
 	if (i >= 0)
@@ -151,9 +154,13 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	 * 35 no "epoch", "stopper" or "evaluated") */
 	/* (its time set aside as a periodic checkpoint's: not training) */
 	const double t0 = kiln_now_s();
-	if ((st = trainer_ckpt_resume_meta(t, KILN_OK, &r, &meta)) ||
-	    (st = trainer_best_meta(t, i, v, &meta, &best)))
+	/* (the list first: its allocation's failure joins the ranks' first
+	 * sum, as a periodic checkpoint's) */
+	st = trainer_best_meta(t, i, v, &meta, &best);
+	if ((st = trainer_ckpt_resume_meta(t, st, &r, &meta))) {
+		free(best);
 		return st;
+	}
 	st = trainer_ckpt_write(t, dir, &meta, path, sizeof path);
 	free(best);
 	trainer_set_aside(t, t0);

@@ -43,20 +43,49 @@ static kiln_status parse_milestones(const struct trainer *t, struct kiln_op *op)
  * (NaN: PyTorch's OneCycleLR raises ZeroDivisionError there).  The step
  * count is known only now (the schedule's length: schedule_length), so
  * the config check cannot see it; the expression is the device's
- * (scalar_ops.h).  Only the step right after the warmup computes that
- * 0/0: a resumed run past it (a resume that changed the global batch, so
- * the length, after its rise) computes none and runs (before session 40
- * it was refused). */
-static kiln_status check_onecycle(const struct trainer *t, int64_t total)
+ * (scalar_ops.h).  Only the optimizer step right after the warmup
+ * computes that 0/0: a resumed run whose optimizer-step counter (`first`,
+ * the op's first step: what it reads) is past it (a resume that changed
+ * the global batch, so the length, after its rise) computes none and runs
+ * (before session 40 it was refused).  The counter, not the trainer's
+ * step: steps skipped for non-finite gradients (fp16's loss scale backing
+ * off) advance the trainer's step alone, and a resume past the warmup by
+ * trainer steps but not by optimizer steps still computes the 0/0 (before
+ * session 41 it ran, its lr NaN). */
+static kiln_status check_onecycle(const struct trainer *t, int64_t total, int64_t first)
 {
 	const double pct = t->tc.pct_start;
 	const int64_t U = total - t->tc.warmup > 1 ? total - t->tc.warmup : 1;
-	if (pct * (double)U - 1 != 0 || t->step0 > t->tc.warmup)
+	char skipped[200] = "";
+	if (pct * (double)U - 1 != 0 || first > t->tc.warmup)
 		return KILN_OK;
+	if (t->step0 > first)
+		snprintf(skipped, sizeof skipped, " (the resumed checkpoint's %lld step(s) took %lld optimizer step(s), the others skipped for non-finite gradients: the rise is still ahead)",
+			 (long long)t->step0, (long long)first);
 	/* (any other pct_start works; 1.5 / U rises over one step) */
-	return kiln_error(KILN_ECONFIG, "%s: [train] pct_start = %g with schedule = onecycle over %lld step(s)%s: pct_start x steps = 1 leaves the rise to lr no step (OneCycleLR divides by zero there): use another pct_start, e.g. %g, or another number of steps",
+	return kiln_error(KILN_ECONFIG, "%s: [train] pct_start = %g with schedule = onecycle over %lld step(s)%s: pct_start x steps = 1 leaves the rise to lr no step (OneCycleLR divides by zero there)%s: use another pct_start, e.g. %g, or another number of steps",
 			  kiln_config_where(t->cfg, "train", "pct_start"), pct, (long long)U,
-			  t->tc.warmup > 0 ? " after the warmup" : "", 1.5 / (double)U);
+			  t->tc.warmup > 0 ? " after the warmup" : "", skipped, 1.5 / (double)U);
+}
+
+/* The optimizer steps taken so far, the device's counter (a resumed run's
+ * from its checkpoint's "optim.step"; 0 at a fresh start): a sync, at
+ * start-up only. */
+static kiln_status opt_steps_taken(const struct trainer *t, int64_t *out)
+{
+	int64_t *host;
+	kiln_status st;
+	*out = 0;
+	if (!t->resumed)
+		return KILN_OK;
+	if ((st = kiln_device_host_alloc(t->dev, sizeof *host, (void **)&host)))
+		return st;
+	if (!(st = kiln_device_copy_async(t->dev, host, t->m->opt_step_d, sizeof *host,
+					  KILN_COPY_D2H, t->compute)) &&
+	    !(st = kiln_device_stream_sync(t->dev, t->compute)))
+		*out = *host;
+	kiln_device_host_free(t->dev, host);
+	return st;
 }
 
 /* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
@@ -151,11 +180,12 @@ kiln_status prep_schedule(struct trainer *t)
 	op.f[4] = tc->pct_start;
 	if (op.i[0] == KILN_SCHED_ONECYCLE) {
 		op.f[2] = tc->div_factor;
-		op.i[4] = t->step0; /* (its first step: check_onecycle) */
+		/* its first step: the optimizer-step counter it reads
+		 * (check_onecycle) */
+		if ((st = opt_steps_taken(t, &op.i[4])) || (st = check_onecycle(t, total, op.i[4])))
+			return st;
 	}
 	if (op.i[0] == KILN_SCHED_MULTISTEP && (st = parse_milestones(t, &op)))
-		return st;
-	if (op.i[0] == KILN_SCHED_ONECYCLE && (st = check_onecycle(t, total)))
 		return st;
 	if (!t->rank)
 		schedule_warn(t, lr, total);

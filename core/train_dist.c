@@ -28,17 +28,33 @@ struct resume_msg {
 	char file[1024]; /* per stage, or ZeRO-1's shards: the checkpoint (t->resume_file) */
 };
 
+/* A rank's own step `st` before a broadcast of rank 0's `what`, agreed
+ * on first: a rank whose buffer could not be allocated still takes part,
+ * and every rank fails together (kiln_dist_sum_agreed; before session 41
+ * it returned and left the others in the broadcast until [dist] timeout
+ * or its exit).  A sum of no values, at a resume only. */
+static kiln_status resume_agree(struct trainer *t, kiln_status st, const char *what)
+{
+	double none = 0;
+	return kiln_dist_sum_agreed(t->dist, st, &none, 0, what, t->compute);
+}
+
 /* After rank 0's resume message: the entries of the log interval its
  * checkpoint holds (t->iv0, whose count every rank has from it). */
 static kiln_status resume_interval(struct trainer *t)
 {
 	struct kiln_ckpt_interval *iv = &t->iv0;
 	const size_t bytes = sizeof *iv->rank * (size_t)iv->ranks;
+	kiln_status st;
 	if (!iv->ranks)
 		return KILN_OK;
 	if (!iv->rank && !(iv->rank = malloc(bytes)))
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	kiln_status st = kiln_dist_broadcast_host(t->dist, iv->rank, bytes, t->compute);
+		st = kiln_error(KILN_ENOMEM, "its entries' buffer: out of memory");
+	else
+		st = kiln_dist_ckpt_fault_at(t->dist, "resume_iv", "its entries' buffer");
+	if ((st = resume_agree(t, st, "rank 0's log interval")))
+		return st;
+	st = kiln_dist_broadcast_host(t->dist, iv->rank, bytes, t->compute);
 	return st ? kiln_error_wrap(st, "rank %d of %d: receiving rank 0's log interval", t->rank,
 				    t->world)
 		  : KILN_OK;
@@ -55,7 +71,13 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 	if (t->world == 1)
 		return trainer_resume_read(t, found);
 	if (!(msg = calloc(1, sizeof *msg)))
-		return kiln_error(KILN_ENOMEM, "out of memory");
+		st = kiln_error(KILN_ENOMEM, "the message's buffer: out of memory");
+	else
+		st = kiln_dist_ckpt_fault_at(t->dist, "resume", "the message's buffer");
+	if ((st = resume_agree(t, st, "rank 0's resume"))) {
+		free(msg);
+		return st;
+	}
 	if (!t->rank) {
 		msg->status = trainer_resume_read(t, found);
 		msg->found = *found;

@@ -458,15 +458,17 @@ END_TEST
  * rank's or the epoch's before it, more samples than the epoch (40) holds,
  * more rows than samples, a NaN loss sum with no step skipped for
  * non-finite gradients (accepted where the clip op's count says one was:
- * in the interval for a rank's sum, before it for the epoch's). */
-static void interval_save(struct rig *r, const char *dir, const struct kiln_ckpt_interval *iv,
-			  const int64_t *clip, char *path, size_t n)
+ * in the interval for a rank's sum, before it for the epoch's).  Saved
+ * with iv and ep (the "epoch" section; NULL: none) at step 2 of an epoch
+ * of 40 samples. */
+static void sums_save(struct rig *r, const char *dir, const struct kiln_ckpt_interval *iv,
+		      const struct kiln_ckpt_epoch *ep, const int64_t *clip, char *path, size_t n)
 {
 	char *config = kiln_ckpt_config_text(r->cfg, reg), *versions = kiln_ckpt_versions(reg, r->dev);
 	ck_assert(config && versions);
 	struct kiln_ckpt_meta meta = { .config = config, .versions = versions,
-				       .trainer = { 1, 2, 8, 7, 2, RB, 40 }, .interval = iv,
-				       .clip_counts = clip };
+				       .trainer = { 1, 2, 8, 7, 2, RB, 40 }, .epoch = ep,
+				       .interval = iv, .clip_counts = clip };
 	ck_assert_msg(kiln_ckpt_save(dir, &meta, r->m, r->stream, path, n) == 0, "%s",
 		      kiln_last_error());
 	free(config);
@@ -481,7 +483,7 @@ static void interval_refused(struct rig *r, const char *dir, const struct kiln_c
 	char path[4200], want[4400];
 	struct kiln_ckpt *ck;
 	struct kiln_ckpt_interval got;
-	interval_save(r, dir, iv, clip, path, sizeof path);
+	sums_save(r, dir, iv, NULL, clip, path, sizeof path);
 	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
 	ck_assert_int_eq(kiln_ckpt_interval_get(ck, &got), KILN_EDATA);
 	snprintf(want, sizeof want, "checkpoint %s: section 'interval'", path);
@@ -498,7 +500,7 @@ static void interval_accepted(struct rig *r, const char *dir, const struct kiln_
 	char path[4200];
 	struct kiln_ckpt *ck;
 	struct kiln_ckpt_interval got;
-	interval_save(r, dir, iv, clip, path, sizeof path);
+	sums_save(r, dir, iv, NULL, clip, path, sizeof path);
 	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
 	ck_assert_msg(kiln_ckpt_interval_get(ck, &got) == 0, "%s", kiln_last_error());
 	free(got.rank);
@@ -519,7 +521,7 @@ START_TEST(test_interval_section)
 	scratch_dir(dir, sizeof dir);
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 2);
-	interval_save(&a, dir, &iv, NULL, path, sizeof path);
+	sums_save(&a, dir, &iv, NULL, NULL, path, sizeof path);
 	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
 	ck_assert_int_eq(kiln_ckpt_find(ck, "interval", &bytes), 0);
 	ck_assert_uint_eq(bytes, KILN_CKPT_INTERVAL_BYTES + 2 * KILN_CKPT_INTERVAL_RANK_BYTES);
@@ -544,7 +546,7 @@ START_TEST(test_interval_section)
 	iv.start = 1;
 	/* a correct count no run trains: a rank's (8 samples on 2 ranks) ... */
 	e[1].sums[1] = 1e30f;
-	interval_refused(&a, dir, &iv, NULL, "more than its run trained (8 + 4 samples a rank in an epoch of 40, 4 rows of 4 samples, correct 5 of 8 samples before it, 1e+30 of 4 samples on each of 2 ranks in it)");
+	interval_refused(&a, dir, &iv, NULL, "more than its run trained (4 rows of 4 samples, correct 1e+30 of 4 samples on each of 2 ranks in it)");
 	e[1].sums[1] = 0;
 	e[1].carry[1] = 3.005; /* (8.005 of 8: within f32 rounding's slack, 2^-10) */
 	interval_accepted(&a, dir, &iv, NULL);
@@ -556,7 +558,7 @@ START_TEST(test_interval_section)
 	e[1].sums[2] = 1e-30f;
 	/* ... the epoch's before the interval (1e30 of 8 samples) */
 	iv.correct = 1e30;
-	interval_refused(&a, dir, &iv, NULL, "correct 1e+30 of 8 samples before it");
+	interval_refused(&a, dir, &iv, NULL, "the epoch's sums before the interval out of range: correct 1e+30 of 8 samples a rank (finite, >= 0, at most the samples); 8 + 4 samples a rank in an epoch of 40");
 	iv.correct = 5;
 	/* more samples than the epoch holds; more rows than samples */
 	iv.epoch_samples = 37;
@@ -582,7 +584,78 @@ START_TEST(test_interval_section)
 	iv.loss = NAN;
 	interval_accepted(&a, dir, &iv, one);
 	iv.skipped = 0;
-	interval_refused(&a, dir, &iv, one, "(the epoch's, before the interval) with no step skipped for non-finite gradients there (0 skipped by its start");
+	interval_refused(&a, dir, &iv, one, "the epoch's sums before the interval: a loss sum that is not finite (nan) with no step skipped for non-finite gradients there (0 skipped by its start)");
+	rig_close(&a);
+}
+END_TEST
+
+/* The "epoch" section (the epoch's training sums so far, a rank's: loss,
+ * correct, samples) reads back as written; values no run trains are
+ * refused naming the file and the section (session 41, by the interval's
+ * rules for the sums before it: one helper): a correct count past the
+ * samples (2^-10 slack), negative or NaN, more samples than the epoch
+ * holds (40), a NaN loss with no step skipped for non-finite gradients by
+ * the checkpoint's step (accepted with one).  Before, it took the NaN
+ * loss and any correct count up to the sample count's 2^62. */
+static void epoch_check(struct rig *r, const char *dir, const struct kiln_ckpt_epoch *ep,
+			const int64_t *clip, const char *why)
+{
+	char path[4200], want[4400];
+	struct kiln_ckpt *ck;
+	struct kiln_ckpt_epoch got = { -1, -1, -1 };
+	sums_save(r, dir, NULL, ep, clip, path, sizeof path);
+	ck_assert_int_eq(kiln_ckpt_open(path, &ck), 0);
+	const kiln_status st = kiln_ckpt_epoch_get(ck, &got);
+	if (!why) {
+		ck_assert_msg(st == 0, "%s", kiln_last_error());
+		ck_assert(!memcmp(&got.loss, &ep->loss, 8) && !memcmp(&got.correct, &ep->correct, 8) &&
+			  got.samples == ep->samples);
+	} else {
+		ck_assert_int_eq(st, KILN_EDATA);
+		snprintf(want, sizeof want, "checkpoint %s: section 'epoch': the epoch's sums", path);
+		ck_assert_msg(strstr(kiln_last_error(), want) && strstr(kiln_last_error(), why), "%s",
+			      kiln_last_error());
+	}
+	kiln_ckpt_close(ck);
+}
+
+START_TEST(test_epoch_section)
+{
+	char dir[1024];
+	struct rig a;
+	struct kiln_ckpt_epoch ep = { 0.3, 5, 8 };
+	const int64_t one[2] = { 1, 0 };
+	scratch_dir(dir, sizeof dir);
+	rig_open(&a, small_ini, 7);
+	rig_train(&a, 2);
+	epoch_check(&a, dir, &ep, NULL, NULL);
+	/* the correct count: past the samples, within the slack, negative, NaN */
+	ep.correct = 9;
+	epoch_check(&a, dir, &ep, NULL, "out of range: correct 9 of 8 samples a rank (finite, >= 0, at most the samples); 8 + 0 samples a rank in an epoch of 40");
+	ep.correct = 8.005;
+	epoch_check(&a, dir, &ep, NULL, NULL);
+	ep.correct = -1;
+	epoch_check(&a, dir, &ep, NULL, "correct -1 of 8 samples");
+	ep.correct = NAN;
+	epoch_check(&a, dir, &ep, NULL, "correct nan of 8 samples");
+	ep.correct = 1e30;
+	epoch_check(&a, dir, &ep, NULL, "correct 1e+30 of 8 samples");
+	ep.correct = 5;
+	/* more samples than the epoch's 40 */
+	ep.samples = 41;
+	epoch_check(&a, dir, &ep, NULL, "41 + 0 samples a rank in an epoch of 40");
+	ep.samples = 40;
+	epoch_check(&a, dir, &ep, NULL, NULL);
+	ep.samples = 8;
+	/* a NaN or infinite loss: refused with no step skipped, accepted with one */
+	ep.loss = NAN;
+	epoch_check(&a, dir, &ep, NULL, "a loss sum that is not finite (nan) with no step skipped for non-finite gradients there (0 skipped by the checkpoint's step)");
+	const int64_t none[2] = { 0, 2 };
+	epoch_check(&a, dir, &ep, none, "(0 skipped by the checkpoint's step)");
+	epoch_check(&a, dir, &ep, one, NULL);
+	ep.loss = INFINITY;
+	epoch_check(&a, dir, &ep, NULL, "a loss sum that is not finite (inf)");
+	epoch_check(&a, dir, &ep, one, NULL);
 	rig_close(&a);
 }
 END_TEST
@@ -2302,7 +2375,7 @@ static Suite *make_ckpt_suite(void)
 		test_config_check_types, test_config_check_missing_derived,
 		test_config_check_plugin_layer,
 		test_counter_range, test_tracked_range,
-		test_trainer_range, test_interval_section, test_pwrite_interrupted, NULL });
+		test_trainer_range, test_interval_section, test_epoch_section, test_pwrite_interrupted, NULL });
 	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_resume_exact, test_keep_best, test_deterministic, test_stop_request,
 		test_fallback, test_needs_out_dir, test_team_flip, NULL });

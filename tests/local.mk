@@ -1030,6 +1030,10 @@ TESTS += tests/ddp_ckpt_fail.sh
 EXTRA_DIST += tests/ddp_ckpt_fail.sh
 TESTS += tests/ckpt_fault.sh
 EXTRA_DIST += tests/ckpt_fault.sh
+TESTS += tests/agreed_fault.sh
+EXTRA_DIST += tests/agreed_fault.sh
+TESTS += tests/dist_early_stop.sh
+EXTRA_DIST += tests/dist_early_stop.sh
 # the split examples follow their unsplit originals (issue 21, docs/pipeline.md)
 TESTS += tests/pipeline_examples.sh
 EXTRA_DIST += tests/pipeline_examples.sh

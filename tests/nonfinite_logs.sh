@@ -24,6 +24,18 @@
 #     first evaluation; ckpt_tool nan makes one): accepted, and the first
 #     finite evaluations displace the NaN (before: the resume was refused,
 #     "section 'best': entry 0 out of range").
+#  4. fc1's weights +-2e37 (no sample overflows the forward, the logits
+#     finite): each log interval's loss sum passes f32's range (inf) while
+#     every gradient is finite and no step is skipped: the run fails at
+#     its first log point, exit 3, "loss is inf at step 2 ... training
+#     diverged (no step of the interval was skipped ...)" (before session
+#     41 it exited 0 with "loss inf" at every log point and a null
+#     train_loss, where skip_nonfinite = 0 failed it);
+#  5. a checkpoint's "epoch" section with a NaN loss sum (ckpt_tool nan64)
+#     and no step skipped by its step: a resume is refused naming the file
+#     and the section, exit 3 (before session 41 accepted: the resumed
+#     epoch's train loss NaN); the first run's own NaN epoch (step 3
+#     skipped) still resumes.
 name=nonfinite_logs
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -31,7 +43,7 @@ data="$srcdir/tests/data"
 need_source idx
 
 # ---- 1. a NaN training and evaluation loss in the logs --------------------
-python3 - "$data/tr_cnn_images.idx" "$tmp/bright.idx" "$tmp/e37.st" "$tmp/e30.st" <<'EOF' || fail "python3 could not write the files"
+python3 - "$data/tr_cnn_images.idx" "$tmp/bright.idx" "$tmp/e37.st" "$tmp/e30.st" "$tmp/big.st" <<'EOF' || fail "python3 could not write the files"
 import st, sys
 b = bytearray(open(sys.argv[1], "rb").read())
 for i in range(48):
@@ -41,6 +53,7 @@ def weights(path, w):
     st.write(path, {"fc1.weight": ([5, 64], w)})
 weights(sys.argv[3], [1e37] * 320)
 weights(sys.argv[4], [1e30 * ((k * 37 % 101) - 50) / 400 for k in range(320)])
+weights(sys.argv[5], [2e37 * ((k * 37 % 101) - 50) / 50 for k in range(320)])
 EOF
 {
 	ini run threads=1
@@ -149,4 +162,21 @@ kiln 0 train "$tmp/mlp.ini" train.epochs=2 train.max_steps=7 train.checkpoint_ev
 	"$tmp/kb/best.old/ckpt-7.kiln" params best stopper ||
 	fail "the resumed run's best/ckpt-7.kiln differs from the uninterrupted run's"
 echo "ok: a NaN keep_best entry and early stopping best resumed, displaced"
+
+# ---- 4. a loss sum past f32 with finite gradients ---------------------------
+kiln 3 train "$tmp/mlp.ini" "model.init_from=$tmp/big.st" model.init_strict=0 "run.out_dir=$tmp/big"
+stderr_has "loss is inf at step 2 (epoch 1): training diverged (no step of the interval was skipped: its gradients were finite, the loss sum past f32's range)"
+! grep -q "step 2/6 loss" "$err" || fail "the interval's line was shown: $(grep "step 2/6" "$err")"
+echo "ok: an infinite loss sum with no step skipped fails the run"
+
+# ---- 5. a NaN loss in a checkpoint's epoch sums -----------------------------
+kiln 0 train "$tmp/mlp.ini" train.max_steps=2 "run.out_dir=$tmp/ep"
+"$top_builddir/tests/ckpt_tool" nan64 "$(ck ep 2)" epoch 0 || fail "ckpt_tool nan64 epoch failed"
+kiln 3 train "$tmp/mlp.ini" train.max_steps=4 "run.out_dir=$tmp/ep" --resume
+stderr_has "checkpoint $(ck ep 2): section 'epoch': the epoch's sums: a loss sum that is not finite (nan) with no step skipped for non-finite gradients there (0 skipped by the checkpoint's step)"
+# (section 1's run: its epoch's loss NaN, step 3 skipped; no step left)
+kiln 0 train "$tmp/mlp.ini" "data.images=$tmp/bright.idx" "data.eval.images=$tmp/bright.idx" \
+	"model.init_from=$tmp/e37.st" model.init_strict=0 log.csv=1 "run.out_dir=$tmp/nan" --resume
+stdout_has '"resumed_step": 6'
+echo "ok: a NaN epoch loss resumes only where a step was skipped"
 echo "PASS: $checks runs"

@@ -22,6 +22,15 @@
 # 4. onecycle's pct_start check counts the same 12 steps: pct_start = 1/9
 #    resumes; pct_start = 1/12 (a rise of no step in 12) resumes past its
 #    rise (session 40: refused before) and refuses a fresh 12-step run.
+# 5. the check counts the optimizer steps the schedule op reads, not the
+#    trainer's (session 41): fp16 with [plugin.amp] init_scale = 1e9 skips
+#    steps 1-11 while its scale backs off, so the step-6 checkpoint has
+#    taken no optimizer step; resumed in batch 16 with pct_start = 1/12
+#    its first optimizer step would compute the rise's 0/0: refused, exit
+#    2, saying so (before: accepted as past the rise by its 6 trainer
+#    steps, the lr NaN at steps 7-10, and at step 11 "parameter
+#    'conv1.weight' holds 36 non-finite value(s) ...: training diverged;
+#    lower [train] lr", exit 3).
 # An unchanged global batch keeps epochs x steps per epoch (or max_steps):
 # tests/resume_*.sh resume bit for bit as before.
 name=resume_batch_schedule
@@ -120,4 +129,13 @@ lrs "$tmp/p12r" | awk 'BEGIN { pi = atan2(0, -1) }
 kiln 2 train "$ini" $base $p12 train.max_steps=12 "run.out_dir=$tmp/p12f"
 stderr_has "with schedule = onecycle over 12 step(s): pct_start x steps = 1 leaves the rise to lr no step"
 echo "ok: pct_start checked against the run's 12 steps where it computes the rise"
+
+# 5: steps skipped for non-finite gradients before the checkpoint
+fp="run.precision=fp16 plugin.amp.init_scale=1e9"
+kiln 0 train "$ini" $base $p12 $fp "run.out_dir=$tmp/fp"
+grep -q '"event":"train","epoch":1,"step":6,.*"skipped":6,' "$tmp/fp/metrics.jsonl" ||
+	fail "fp16 from init_scale 1e9: steps 1-6 were not all skipped: $(grep '"step":6,' "$tmp/fp/metrics.jsonl")"
+resume_from 2 fp 6 "$tmp/fpr" $p12 $fp train.batch=16
+stderr_has "with schedule = onecycle over 12 step(s): pct_start x steps = 1 leaves the rise to lr no step (OneCycleLR divides by zero there) (the resumed checkpoint's 6 step(s) took 0 optimizer step(s), the others skipped for non-finite gradients: the rise is still ahead)"
+echo "ok: pct_start checked against the optimizer steps taken, not the steps skipped"
 echo "$checks checks passed"

@@ -122,7 +122,7 @@ refused() { # refused NAME INDEX VALUE WHY
 	[ "$run_rc" = 3 ] && grep -q "checkpoint $(ck "$1" 40): section 'interval': $4" "$tmp/$1.log" ||
 		{ bad "$1: an interval section with $3 at element $2: exit $run_rc"; tail -3 "$tmp/$1.log"; }
 }
-refused forged 21 1e30 "more than its run trained (192 + 320 samples a rank in an epoch of 2048, [0-9]* rows of 320 samples, correct [0-9.e+]* of 192 samples before it, 1e+30 of 320 samples on each of 1 ranks in it)"
+refused forged 21 1e30 "more than its run trained ([0-9]* rows of 320 samples, correct 1e+30 of 320 samples on each of 1 ranks in it)"
 refused nanloss 20 nan "a loss sum that is not finite (a rank's, in the interval) with no step skipped for non-finite gradients there (0 skipped by its start, 0 by the checkpoint's step)"
 echo "ok: one: crafted interval values refused"
 cuts two 1 2 32

@@ -276,9 +276,12 @@ enum kiln_op_type {
 	 *             = 1 (a rise of 0 steps, whose first rate OneCycleLR
 	 *             divides 0 by 0 for, at t = W) is refused at prepare
 	 *             (KILN_EINVAL) unless i[4], the first step the op will be
-	 *             run at, is past it (i[4] > W: a run resumed after its
-	 *             rise, whose length changed with its global batch; core
-	 *             checks it, since session 40; 0 before)
+	 *             run at (in0's value then: the optimizer-step counter's
+	 *             at a resume, since session 41; the trainer's step, ahead
+	 *             of it by the skipped steps, in session 40), is past it
+	 *             (i[4] > W: a run resumed after its rise, whose length
+	 *             changed with its global batch; core checks it, since
+	 *             session 40; 0 before)
 	 * where u = t - W counts the steps after the warmup.  Every rule reads
 	 * only the device counter, so a replayed graph stays correct. */
 	KILN_OP_LR_SCHEDULE = 30,
