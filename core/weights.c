@@ -17,6 +17,11 @@
  * [model] init_format = gpt2) keeps these names and stores the blocks'
  * Conv1D weights [in, out]; llm.c's model files load through the same
  * loader (core/weights_gpt2.c).
+ *
+ * An export records the [layer.*] sections it was made from (metadata
+ * kiln.layers, since session 41), which a load compares with its model's
+ * before reading a tensor (check_exported): the same shapes can compute
+ * another function (attention heads, an activation, a norm's eps).
  */
 #include "checkpoint.h"
 #include "config_diff.h" /* struct kiln_config_delta */
@@ -610,7 +615,9 @@ static kiln_status check_exported(const struct kiln_model *m, const struct kiln_
 	else if (!st && differs)
 		kiln_log(KILN_LOG_WARN, "core", "%s was exported from another model: [%s] %s is %s in the [layer.*] sections it records (metadata kiln.layers) but %s here; loaded all the same (%s), its weights may compute another function here",
 			 path, d.section, d.key, d.a, d.b, anyway);
-	if (!st && !saved && hash && (config_hash(current, ours), strcmp(hash, ours)))
+	if (!st && !saved && hash)
+		config_hash(current, ours);
+	if (!st && !saved && hash && strcmp(hash, ours))
 		kiln_log(KILN_LOG_WARN, "core", "%s: its config_hash %s is not this config's %s: the [layer.*] sections it was exported from differ from these (or were hashed by a kiln before session 36); where a key that changes what the weights compute differs (attention heads, an activation, a norm's eps), they compute another function here.  A kiln before session 41 wrote it, which did not record the sections: export it again to have them checked",
 			 path, hash, ours);
 	free(current);
