@@ -43,8 +43,8 @@ static void export_usage(FILE *f)
 		   "The weights: those of checkpoint CKPT (--checkpoint; or a weights file, safetensors\n"
 		   "or llm.c's, read as [model] init_from reads one), else of the newest usable\n"
 		   "checkpoint in [run] out_dir/checkpoints (verified whole first; its layer keys\n"
-		   "must be CONFIG's; [model] init_from is not read), else, with a warning, the\n"
-		   "initial ones `kiln train` starts from ([run] seed, then [model] init_from).\n"
+		   "must be CONFIG's; [model] init_from is not read), else those of [model]\n"
+		   "init_from, else, with a warning, the initial ones of [run] seed.\n"
 		   "FILE must not be CONFIG, CKPT, Q, [model] init_from or any kiln checkpoint\n"
 		   "(exit 2, nothing written); it is written whole or not at all.\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n", export_usage_lines);

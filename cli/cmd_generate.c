@@ -148,6 +148,40 @@ static kiln_status allow_tokenizer(struct kiln_generator *g, const struct tokeni
 	return st;
 }
 
+/* The byte-level tokenizer (no --vocab) on a model of more than 256
+ * classes: most likely one trained on GPT-2's byte-pair tokens, whose
+ * ids below 256 are its single bytes: the text would be drawn from 256
+ * of its outputs and read as bytes, silently (before session 41). */
+static void bytes_warn(const struct kiln_generator *g)
+{
+	const int64_t classes = kiln_generator_classes(g);
+	if (classes > 256)
+		kiln_log(KILN_LOG_WARN, "generate", "the model has %lld classes, the byte-level tokenizer 256 (no --vocab): a model trained on byte-pair tokens (`kiln pack --format tokens --vocab`) decodes as bytes here, not as its text; give the --vocab and --merges it was packed with (for a byte-level model with a padded output, set [layer.loss] classes = 256)",
+			 (long long)classes);
+}
+
+/* Every prompt id below the classes the model was trained on: one past
+ * them (a byte >= [layer.loss] classes) reads an embedding row training
+ * never taught (before session 41 it was fed, silently).  The first
+ * such token, by its position and text, is KILN_EUSAGE. */
+static kiln_status prompt_in_classes(const struct token_ids *ids, const struct tokenizer *tk,
+				     int64_t classes)
+{
+	for (size_t i = 0; i < ids->n; i++) {
+		if (ids->v[i] < classes)
+			continue;
+		size_t n;
+		const char *piece = tokenizer_piece(tk, ids->v[i], &n);
+		int shown = piece && n < 40;
+		for (size_t k = 0; shown && k < n; k++)
+			shown = piece[k] >= 0x20 && piece[k] < 0x7f;
+		return kiln_error(KILN_EUSAGE, "--prompt: token %zu%s%.*s%s is id %d, not below the model's %lld classes ([layer.loss] classes): no training taught it (the ids a model reads and draws are those below its classes); leave it out of the prompt",
+				  i, shown ? " ('" : "", shown ? (int)n : 0, shown ? piece : "",
+				  shown ? "')" : "", ids->v[i], (long long)classes);
+	}
+	return KILN_OK;
+}
+
 static kiln_status generate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			    struct gen_opts *o)
 {
@@ -180,7 +214,10 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 		st = kiln_error(KILN_EUSAGE, "--prompt is empty: generation starts from at least one token");
 		goto out;
 	}
-	if ((st = allow_tokenizer(g, tk)))
+	if (!o->vocab)
+		bytes_warn(g);
+	if ((st = prompt_in_classes(&ids, tk, kiln_generator_classes(g))) ||
+	    (st = allow_tokenizer(g, tk)))
 		goto out;
 	if (!(out = malloc(sizeof *out * (size_t)(o->tokens + 1)))) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");

@@ -26,8 +26,8 @@ const char cmd_predict_usage[] =
 const char cmd_predict_about[] =
 	"Classify images with the model CONFIG describes and the weights of F (a kiln\n"
 	"checkpoint or a safetensors file; default: the newest usable checkpoint in\n"
-	"[run] out_dir/checkpoints, as `kiln eval`; with none, the initial weights with\n"
-	"a warning, as `kiln export`).  INPUT: image files (JPEG, PNG) or\n"
+	"[run] out_dir/checkpoints, as `kiln eval`; with none, [model] init_from's, else\n"
+	"the initial weights with a warning, as `kiln export`).  INPUT: image files (JPEG, PNG) or\n"
 	"folders (every .jpg/.jpeg/.png below them, sorted; a link back to a folder\n"
 	"above is not followed), each decoded and\n"
 	"transformed exactly as [data.eval] says, then run in batches on [run] device.\n"

@@ -417,6 +417,13 @@ kiln_status kiln_ckpt_load_slot(struct kiln_ckpt *ck, struct kiln_model *m, cons
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
 				   const char *weights_keys, const char *defaults,
 				   const struct kiln_config *cfg);
+/* kiln_ckpt_config_check's comparison alone: *differs, and the first key
+ * that differs into *d (config_diff.h), for a caller that words its own
+ * message (core/weights.c: a weights file's [layer.*] sections). */
+struct kiln_config_delta;
+kiln_status kiln_ckpt_config_delta(const char *saved, const char *current, const char *wkeys,
+				   const char *defaults, const struct kiln_config *cfg,
+				   int *differs, struct kiln_config_delta *d);
 /* The "section key" lines of the keys of a resolved config text that shape
  * the stored tensors: every key of [model] and the [layer.*] sections but
  * those that only say how to compute or where the first values come from

@@ -122,11 +122,11 @@ kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registr
 	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
 }
 
-kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f)
+kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f, int defaults)
 {
 	for (int i = 0; i < cfg->n; i++)
 		if (is_prefixed(cfg->s[i].name, "layer."))
 			write_section_as(f, cfg, (struct kiln_registry *)cfg->reg, cfg->s[i].name,
-					 WRITE_CANON);
+					 defaults ? WRITE_DEFAULTS : WRITE_CANON);
 	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
 }

@@ -157,8 +157,8 @@ kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln
 		return st;
 	/* [run] precision's compute dtype, as `kiln eval` and `kiln predict`
 	 * run it (kiln_infer_prepare; before session 40 generation ran f32
-	 * whatever it said) */
-	if ((st = kiln_model_precision_open(t.m, reg, t.stream))) {
+	 * whatever it said); no loss scaler: nothing is trained */
+	if ((st = kiln_model_compute_open(t.m, reg))) {
 		kiln_trained_close(&t);
 		return st;
 	}
@@ -376,6 +376,12 @@ kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64
 		return kiln_error(KILN_EINVAL, "%lld prompt tokens + %lld new ones exceed the model's context of %lld tokens (ask for at most %lld)",
 				  (long long)n_prompt, (long long)n_new, (long long)g->context,
 				  (long long)(g->context > n_prompt ? g->context - n_prompt : 0));
+	/* ids past the classes: embedding rows training never taught (a
+	 * padded vocabulary's), as never drawn (before session 41 fed) */
+	for (int64_t t = 0; t < n_prompt; t++)
+		if (prompt[t] >= g->classes)
+			return kiln_error(KILN_EINVAL, "prompt token %lld is id %d, not below the model's %lld classes (the loss layer's: no training taught it)",
+					  (long long)t, prompt[t], (long long)g->classes);
 	for (int64_t t = 0; t < n_prompt; t++) /* the prompt fills the caches */
 		if ((st = kiln_generator_step(g, t, prompt[t], &logits)))
 			return st;

@@ -166,9 +166,12 @@ unsigned kiln_device_abi_minor(const struct kiln_device *dev);
  * (with the defaults of the registry cfg was validated with) but each
  * value in its canonical text (kiln_config_value_canon: `kernel = 5,5`
  * is written `kernel = 5`, `p = 0.10` `p = 0.1`): the model's
- * architecture, which core/weights.c hashes into exported files, one
- * text for configs that differ in formatting alone. */
-kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f);
+ * architecture, which core/weights.c hashes into exported files and
+ * records in them, one text for configs that differ in formatting alone.
+ * defaults: every key of those sections at its default instead
+ * (kiln_config_write_defaults's: what a key absent from an older text
+ * meant). */
+kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f, int defaults);
 /* A copy of cfg into *out (new; kiln_config_free): every section and key
  * with its value and where, the unset notes, the registry it was validated
  * with.  For a change one caller needs that the owner of cfg, read-only

@@ -18,26 +18,60 @@
 
 #include <stdio.h>
 
+/* [run] precision's policy opened into m (m->prec_ops, prec_ctx) and its
+ * compute dtype set; *p: the policy's plugin, NULL for fp32 without the
+ * amp plugin (no policy at all). */
+static kiln_status policy_open(struct kiln_model *m, const struct kiln_registry *reg,
+			       const struct kiln_plugin **p, const char **name)
+{
+	const struct kiln_config *cfg = m->cfg;
+	kiln_status st;
+	*name = kiln_config_get(cfg, "run", "precision");
+	if (!*name)
+		*name = "fp32";
+	if (kiln_registry_find(reg, KILN_PLUGIN_PRECISION, "amp", p)) {
+		*p = NULL;
+		if (!strcmp(*name, "fp32"))
+			return KILN_OK; /* nothing to decide */
+		return kiln_error(KILN_ECONFIG, "%s: [run] precision = %s needs the amp plugin (kiln-amp.so), which is not here (`kiln plugins`; configure --enable-amp)",
+				  kiln_config_where(cfg, "run", "precision"), *name);
+	}
+	const struct kiln_precision_ops *ops = (*p)->ops;
+	if ((st = ops->open(kiln_host_table(), cfg, *name, &m->prec_ctx)))
+		return st;
+	m->prec_ops = ops;
+	const int dt = ops->compute_dtype(m->prec_ctx);
+	if (dt != KILN_F32 && dt != KILN_BF16 && dt != KILN_F16)
+		return kiln_error(KILN_ENOTSUP, "%s: [run] precision = %s (%s): compute dtype %s is not supported (f32, bf16, f16)",
+				  kiln_config_where(cfg, "run", "precision"), *name,
+				  ops->version >= 2 && ops->describe ? ops->describe(m->prec_ctx) : *name,
+				  kiln_dtype_name(dt));
+	if ((st = kiln_model_set_compute_dtype(m, dt)))
+		return kiln_error_wrap(st, "%s: [run] precision = %s",
+				       kiln_config_where(cfg, "run", "precision"), *name);
+	return KILN_OK;
+}
+
+kiln_status kiln_model_compute_open(struct kiln_model *m, const struct kiln_registry *reg)
+{
+	const struct kiln_plugin *p;
+	const char *name;
+	kiln_status st = policy_open(m, reg, &p, &name);
+	if (!st && p)
+		kiln_log(KILN_LOG_INFO, "amp", "precision = %s: %s compute, no loss scaling (nothing is trained)",
+			 name, kiln_dtype_name(m->cdtype));
+	return st;
+}
+
 kiln_status kiln_model_precision_open(struct kiln_model *m, const struct kiln_registry *reg,
 				      void *stream)
 {
-	const struct kiln_config *cfg = m->cfg;
-	const char *name = kiln_config_get(cfg, "run", "precision");
-	const struct kiln_plugin *p = NULL;
-	const struct kiln_precision_ops *ops;
-	kiln_status st;
-	if (!name)
-		name = "fp32";
-	if (kiln_registry_find(reg, KILN_PLUGIN_PRECISION, "amp", &p)) {
-		if (!strcmp(name, "fp32"))
-			return KILN_OK; /* nothing to decide */
-		return kiln_error(KILN_ECONFIG, "%s: [run] precision = %s needs the amp plugin (kiln-amp.so), which is not here (`kiln plugins`; configure --enable-amp)",
-				  kiln_config_where(cfg, "run", "precision"), name);
-	}
-	ops = p->ops;
-	if ((st = ops->open(kiln_host_table(), cfg, name, &m->prec_ctx)))
+	const struct kiln_plugin *p;
+	const char *name;
+	kiln_status st = policy_open(m, reg, &p, &name);
+	if (st || !p)
 		return st;
-	m->prec_ops = ops;
+	const struct kiln_precision_ops *ops = m->prec_ops;
 	struct kiln_scaler_config *sc = &m->scaler;
 	memset(sc, 0, sizeof *sc);
 	if (ops->version >= 2 && ops->scaler) {
@@ -56,15 +90,7 @@ kiln_status kiln_model_precision_open(struct kiln_model *m, const struct kiln_re
 		sc->dynamic = growth != 1 || backoff != 1;
 		sc->enabled = sc->dynamic || init != 1;
 	}
-	const int dt = ops->compute_dtype(m->prec_ctx);
 	const char *what = ops->version >= 2 && ops->describe ? ops->describe(m->prec_ctx) : name;
-	if (dt != KILN_F32 && dt != KILN_BF16 && dt != KILN_F16)
-		return kiln_error(KILN_ENOTSUP, "%s: [run] precision = %s (%s): compute dtype %s is not supported (f32, bf16, f16)",
-				  kiln_config_where(cfg, "run", "precision"), name, what,
-				  kiln_dtype_name(dt));
-	if ((st = kiln_model_set_compute_dtype(m, dt)))
-		return kiln_error_wrap(st, "%s: [run] precision = %s",
-				       kiln_config_where(cfg, "run", "precision"), name);
 	kiln_log(KILN_LOG_INFO, "amp", "precision = %s: %s", name, what);
 	if (!sc->enabled)
 		return KILN_OK;

@@ -347,29 +347,32 @@ char *kiln_ckpt_weights_keys(const char *config_text)
 	return text;
 }
 
+kiln_status kiln_ckpt_config_delta(const char *saved, const char *current, const char *wkeys,
+				   const char *defaults, const struct kiln_config *cfg,
+				   int *differs, struct kiln_config_delta *d)
+{
+	struct ckpt_rules r = { cfg, wkeys, NULL, NULL, 0, 0, NULL, 0 };
+	kiln_status st;
+	if (!(defaults && (st = kiln_kv_parse(defaults, &r.d, &r.nd))) &&
+	    !(st = kiln_kv_parse(current, &r.cur, &r.ncur)) &&
+	    !(st = kiln_kv_parse(saved, &r.saved, &r.nsaved)))
+		st = kiln_config_diff(saved, current, ckpt_wanted, ckpt_default, ckpt_same, &r, 0,
+				      differs, d);
+	free(r.d);
+	free(r.cur);
+	free(r.saved);
+	return st;
+}
+
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
 				   const char *wkeys, const char *defaults,
 				   const struct kiln_config *cfg)
 {
-	struct ckpt_rules r = { cfg, wkeys, NULL, NULL, 0, 0, NULL, 0 };
 	struct kiln_config_delta d;
 	int differs;
-	kiln_status st;
-	if ((defaults && (st = kiln_kv_parse(defaults, &r.d, &r.nd))) ||
-	    (st = kiln_kv_parse(current, &r.cur, &r.ncur)) ||
-	    (st = kiln_kv_parse(saved, &r.saved, &r.nsaved)) ||
-	    (st = kiln_config_diff(saved, current, ckpt_wanted, ckpt_default, ckpt_same, &r, 0,
-				   &differs, &d))) {
-		free(r.d);
-		free(r.cur);
-		free(r.saved);
+	kiln_status st = kiln_ckpt_config_delta(saved, current, wkeys, defaults, cfg, &differs, &d);
+	if (st || !differs)
 		return st;
-	}
-	free(r.d);
-	free(r.cur);
-	free(r.saved);
-	if (!differs)
-		return KILN_OK;
 	if (wkeys)
 		return kiln_error(KILN_ECONFIG,
 				  "%s holds another model: [%s] %s is %s in its config but %s here (the model's keys must be equal, all but the few docs/checkpoints.md lists under \"Weights keys\")",

@@ -68,11 +68,14 @@ void kiln_given_close(struct kiln_given *g)
 
 kiln_status kiln_given_load(struct kiln_model *m, const struct kiln_given *g, void *stream)
 {
-	kiln_status st = kiln_weights_load_fd(m, &g->file, stream);
-	if (st == KILN_EUSAGE) /* what it is instead (an INT8 model: kiln_weights_load_fd) */
+	int told;
+	kiln_status st = kiln_weights_load_fd(m, &g->file, 1, &told, stream);
+	/* a file known to be a weights file (a safetensors header that
+	 * parsed, llm.c's magic): that format's error alone (before session
+	 * 41 a tensor that did not fit was "not a kiln checkpoint, and as a
+	 * weights file ...: tensor ...", though the file's kind was known) */
+	if (!st || told)
 		return st;
-	if (!st)
-		return KILN_OK;
 	/* the reader's message names the file first: once is enough */
 	const char *e = kiln_last_error();
 	const size_t n = strlen(g->path);
@@ -195,13 +198,17 @@ kiln_status kiln_trained_open_given(const struct kiln_config *cfg,
 	else if (need_trained && !has_init)
 		return kiln_error(KILN_ECONFIG, "%s%s: no trained weights (give --checkpoint CKPT or [model] init_from, or train first)",
 				  *dir ? "no checkpoint in " : "[run] out_dir is empty", dir);
-	else if (need_trained)
-		kiln_log(KILN_LOG_INFO, "core", "%s%s: %s the weights of [model] init_from %s",
-			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb, init);
+	/* init_from's weights are what the user gave: a note, not a warning
+	 * (before session 41 `kiln export` and `kiln predict` warned of
+	 * "the initial weights ([run] seed, then [model] init_from), not
+	 * trained ones", which read as an error) */
+	else if (has_init)
+		kiln_log(KILN_LOG_INFO, "core", "%s%s: %s the weights of [model] init_from %s%s",
+			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb, init,
+			 need_trained ? "" : " (a run's trained weights: --checkpoint CKPT, or train first)");
 	else
-		kiln_log(KILN_LOG_WARN, "core", "%s%s: %s the initial weights ([run] seed%s), not trained ones (give --checkpoint CKPT, or train first)",
-			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb,
-			 has_init ? ", then [model] init_from" : "");
+		kiln_log(KILN_LOG_WARN, "core", "%s%s: %s the initial weights ([run] seed), not trained ones (give --checkpoint CKPT, or train first)",
+			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb);
 	if ((st = kiln_device_open(reg, cfg, g->device ? g->device : run.device, 0, &t->dev)))
 		goto out;
 	if ((st = trained_sample(cfg, reg, ck, g->qf, &t->sample)))

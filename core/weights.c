@@ -17,8 +17,14 @@
  * [model] init_format = gpt2) keeps these names and stores the blocks'
  * Conv1D weights [in, out]; llm.c's model files load through the same
  * loader (core/weights_gpt2.c).
+ *
+ * An export records the [layer.*] sections it was made from (metadata
+ * kiln.layers, since session 41), which a load compares with its model's
+ * before reading a tensor (check_exported): the same shapes can compute
+ * another function (attention heads, an activation, a norm's eps).
  */
 #include "checkpoint.h"
+#include "config_diff.h" /* struct kiln_config_delta */
 #include "weights.h"
 #include "graph.h"
 #include "quant.h" /* kiln_quant_is_model */
@@ -44,25 +50,33 @@ static int tracks_batches(const struct kiln_model *m, int i)
 	return 0;
 }
 
-/* FNV-1a 64 of the resolved [layer.*] sections, each value in its
- * canonical text (kiln_config_write_layers): equal for configs that build
- * the same model, however their values are written (`kernel = 5` and
- * `5,5`, `p = 0.10` and `0.1`; before session 36 the bytes were hashed, so
- * such configs had two hashes).  Provenance only: no kiln reads it back,
- * so files written before keep loading whatever their hash. */
-static void config_hash(const struct kiln_model *m, char out[17])
+/* The model's resolved [layer.*] sections, each value in its canonical
+ * text (kiln_config_write_layers; defaults: every key at its default):
+ * malloc'd, NULL with KILN_ENOMEM set. */
+static char *layers_text(const struct kiln_config *cfg, int defaults)
 {
 	char *text = NULL;
 	size_t len = 0;
-	uint64_t h = 0xcbf29ce484222325ull;
 	FILE *f = open_memstream(&text, &len);
-	if (f) {
-		kiln_config_write_layers(m->cfg, f);
-		fclose(f);
+	kiln_status st = f ? kiln_config_write_layers(cfg, f, defaults) : KILN_ENOMEM;
+	if ((f && fclose(f)) || st) {
+		free(text);
+		kiln_error(KILN_ENOMEM, "out of memory");
+		return NULL;
 	}
-	for (size_t i = 0; text && i < len; i++)
+	return text;
+}
+
+/* FNV-1a 64 of layers_text: equal for configs that build the same model,
+ * however their values are written (`kernel = 5` and `5,5`, `p = 0.10`
+ * and `0.1`; before session 36 the bytes were hashed, so such configs had
+ * two hashes).  Read back only where a file records no kiln.layers (a
+ * kiln before session 41: check_exported). */
+static void config_hash(const char *text, char out[17])
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; text && text[i]; i++)
 		h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
-	free(text);
 	snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
@@ -92,6 +106,7 @@ kiln_status kiln_model_save_safetensors_as(struct kiln_model *m, const char *pat
 {
 	const size_t np = m->n_elems, nb = m->n_buf_elems;
 	float *host = NULL, *gpt2 = NULL;
+	char *layers = NULL;
 	struct kiln_safetensors_writer *w = NULL;
 	kiln_status st;
 	/* [params | buffers | the i64 step counter] */
@@ -135,13 +150,21 @@ kiln_status kiln_model_save_safetensors_as(struct kiln_model *m, const char *pat
 			goto out;
 	}
 	char hash[17];
-	config_hash(m, hash);
+	if (!(layers = layers_text(m->cfg, 0))) {
+		st = KILN_ENOMEM;
+		goto out;
+	}
+	config_hash(layers, hash);
+	/* the model's sections themselves (since session 41): what a load
+	 * compares with its model's (check_exported) */
 	if ((st = kiln_safetensors_writer_meta(w, "format", "pt")) ||
 	    (st = kiln_safetensors_writer_meta(w, "kiln_version", kiln_version())) ||
-	    (st = kiln_safetensors_writer_meta(w, "config_hash", hash)))
+	    (st = kiln_safetensors_writer_meta(w, "config_hash", hash)) ||
+	    (st = kiln_safetensors_writer_meta(w, "kiln.layers", layers)))
 		goto out;
 	st = kiln_safetensors_writer_write(w, path);
 out:
+	free(layers);
 	kiln_safetensors_writer_free(w);
 	kiln_device_host_free(m->dev, host);
 	free(gpt2);
@@ -558,6 +581,50 @@ out:
 	return st;
 }
 
+/* ---- the model a file of kiln's was exported from ------------------------ */
+
+/* The [layer.*] sections the file f (named path) records against the
+ * model m's, before a tensor is read: the same shapes may compute
+ * another function (attention heads, an activation, a norm's eps), which
+ * no tensor shows.  kiln.layers (kiln export since session 41): compared
+ * key by key as a checkpoint's weights keys are (kiln_ckpt_config_check:
+ * by meaning, every key of [layer.*] but those that shape nothing, the
+ * dropout rates, inplace, recompute, stage, the int8 keys); a key that
+ * differs is KILN_ECONFIG where `anyway` is NULL (the weights a command
+ * names, with [model] init_strict = 1), else a warning saying why the
+ * file loads all the same (anyway).  config_hash alone (a kiln
+ * before session 41): a hash that differs is warned of (it covers every
+ * key, those that shape nothing too, and kilns before session 36 hashed
+ * the text's bytes: it cannot tell which key, nor whether it matters).
+ * Neither (PyTorch's files, the GPT-2 release's): nothing to check. */
+static kiln_status check_exported(const struct kiln_model *m, const struct kiln_safetensors *f,
+				  const char *path, const char *anyway)
+{
+	const char *saved = kiln_safetensors_meta(f, "kiln.layers");
+	const char *hash = kiln_safetensors_meta(f, "config_hash");
+	char *current = layers_text(m->cfg, 0), *defaults = current ? layers_text(m->cfg, 1) : NULL;
+	kiln_status st = defaults ? KILN_OK : KILN_ENOMEM;
+	struct kiln_config_delta d;
+	int differs = 0;
+	char ours[17];
+	if (!st && saved)
+		st = kiln_ckpt_config_delta(saved, current, "", defaults, m->cfg, &differs, &d);
+	if (!st && differs && !anyway)
+		st = kiln_error(KILN_ECONFIG, "%s was exported from another model: [%s] %s is %s in the [layer.*] sections it records (metadata kiln.layers) but %s here (a key that keeps every shape, as attention heads, an activation or a norm's eps do, still changes what the weights compute); run it with the config it was exported from, or set [model] init_strict = 0 to load what fits all the same",
+				path, d.section, d.key, d.a, d.b);
+	else if (!st && differs)
+		kiln_log(KILN_LOG_WARN, "core", "%s was exported from another model: [%s] %s is %s in the [layer.*] sections it records (metadata kiln.layers) but %s here; loaded all the same (%s), its weights may compute another function here",
+			 path, d.section, d.key, d.a, d.b, anyway);
+	if (!st && !saved && hash)
+		config_hash(current, ours);
+	if (!st && !saved && hash && strcmp(hash, ours))
+		kiln_log(KILN_LOG_WARN, "core", "%s: its config_hash %s is not this config's %s: the [layer.*] sections it was exported from differ from these (or were hashed by a kiln before session 36); where a key that changes what the weights compute differs (attention heads, an activation, a norm's eps), they compute another function here.  A kiln before session 41 wrote it, which did not record the sections: export it again to have them checked",
+			 path, hash, ours);
+	free(current);
+	free(defaults);
+	return st;
+}
+
 /* The KILN_WF_* flags of a file format. */
 static int format_flags(int format)
 {
@@ -650,11 +717,13 @@ kiln_status kiln_weights_open_fd(int fd, const char *path, struct kiln_weights_f
 }
 
 kiln_status kiln_weights_load_fd(struct kiln_model *m, const struct kiln_weights_file *w,
-				 void *stream)
+				 int named, int *told, void *stream)
 {
 	int strict = 1;
 	const char *format = kiln_config_get(m->cfg, "model", "init_format");
 	kiln_config_get_bool(m->cfg, "model", "init_strict", &strict);
+	/* a checkpoint's and llm.c's file by their magic */
+	*told = w->kind != KILN_WEIGHTS_IS_SAFETENSORS;
 	if (w->kind == KILN_WEIGHTS_IS_CHECKPOINT)
 		return init_from_checkpoint(m, w->path, w->fd, stream);
 	if (w->kind == KILN_WEIGHTS_IS_LLMC)
@@ -663,11 +732,16 @@ kiln_status kiln_weights_load_fd(struct kiln_model *m, const struct kiln_weights
 	kiln_status st = kiln_safetensors_open_fd(w->path, w->fd, &w->seen, &f);
 	if (st)
 		return st;
+	*told = 1; /* a safetensors file: its header parsed */
 	/* its I8 weights would be refused one by one, naming no cause */
-	st = kiln_quant_is_model(f)
-		     ? kiln_error(KILN_EUSAGE, "%s is an INT8 model of `kiln quantize` (metadata kiln.format = kiln-int8/1), not a checkpoint or weights file: pass it with --quantized (kiln eval, predict, export --onnx; the C API: kiln_infer_opts.quantized), and to kiln quantize the fp32 checkpoint it was made from",
-				  w->path)
-		     : load_safetensors(m, f, w->path, kiln_weights_format(format), strict, stream);
+	if (kiln_quant_is_model(f))
+		st = kiln_error(KILN_EUSAGE, "%s is an INT8 model of `kiln quantize` (metadata kiln.format = kiln-int8/1), not a checkpoint or weights file: pass it with --quantized (kiln eval, predict, export --onnx; the C API: kiln_infer_opts.quantized), and to kiln quantize the fp32 checkpoint it was made from",
+				w->path);
+	else if (!(st = check_exported(m, f, w->path,
+				       !named	 ? "[model] init_from"
+				       : !strict ? "[model] init_strict = 0"
+						 : NULL)))
+		st = load_safetensors(m, f, w->path, kiln_weights_format(format), strict, stream);
 	kiln_safetensors_close(f);
 	return st;
 }
@@ -690,9 +764,10 @@ static kiln_status load_weights_file(struct kiln_model *m, const char *path, voi
 		return KILN_EIO;
 	if (fd < 0)
 		return kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
+	int told;
 	kiln_status st = kiln_weights_open_fd(fd, path, &w);
 	if (!st)
-		st = kiln_weights_load_fd(m, &w, stream);
+		st = kiln_weights_load_fd(m, &w, 0, &told, stream);
 	close(fd);
 	return st;
 }

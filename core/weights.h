@@ -50,10 +50,18 @@ int kiln_weights_kind_fd(int fd);
  * kind now.  KILN_OK, or KILN_EIO when fstat() fails. */
 kiln_status kiln_weights_open_fd(int fd, const char *path, struct kiln_weights_file *out);
 /* The weights of w into m, as [model] init_format and init_strict say:
- * [model] init_from's file, or one a command names (core/trained.c,
- * kiln_given_load).  A checkpoint gives its weights alone. */
+ * [model] init_from's file (named 0), or the trained weights a command
+ * names (named 1: --checkpoint F, core/trained.c kiln_given_load).  A
+ * checkpoint gives its weights alone.  A safetensors file that records
+ * the [layer.*] sections it was exported from (kiln export since session
+ * 41, metadata kiln.layers) is compared with m's first: a key that
+ * differs is KILN_ECONFIG for named weights with init_strict = 1, else a
+ * warning (docs/safetensors.md, "The model a file was exported from").
+ * *told: 1 once the file is known to be of its kind (a checkpoint's or
+ * llm.c's magic, a safetensors header that parsed), so that an error is
+ * that format's alone; 0 for a file that is none of them. */
 kiln_status kiln_weights_load_fd(struct kiln_model *m, const struct kiln_weights_file *w,
-				 void *stream);
+				 int named, int *told, void *stream);
 
 /* Is parameter i stored [in, out] in GPT-2's files (a Conv1D weight)? */
 int kiln_gpt2_conv1d(const struct kiln_model *m, int i);

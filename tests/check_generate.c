@@ -389,7 +389,7 @@ END_TEST
  * uniform): from nothing outside out of the ids ok[0..V) lets through. */
 static void draws_within(struct kiln_generator *g, const int *ok, const char *what)
 {
-	const int32_t prompt[2] = { 4, 9 };
+	const int32_t prompt[2] = { 4, 6 }; /* below every case's classes */
 	int32_t out[T - 2];
 	int seen[V] = { 0 };
 	struct kiln_sample_opts s = { .temperature = 50 };
@@ -409,7 +409,8 @@ static void draws_within(struct kiln_generator *g, const int *ok, const char *wh
 /* The draws stay below the loss layer's classes (the columns past it are
  * a padded vocabulary's, never trained: before session 40 they were
  * drawn) and among the ids kiln_generator_allow lets through (a
- * tokenizer's vocabulary with gaps); greedy too. */
+ * tokenizer's vocabulary with gaps); greedy too.  A prompt id past the
+ * classes is refused (session 41). */
 START_TEST(test_draw_bounds)
 {
 	struct rig r;
@@ -440,7 +441,7 @@ START_TEST(test_draw_bounds)
 		ok[v] = v == 0 || v == 2 || v == 5;
 	draws_within(g, ok, "ids 0, 2, 5");
 	/* greedy: the largest of the allowed logits */
-	const int32_t prompt[2] = { 4, 9 };
+	const int32_t prompt[2] = { 4, 6 };
 	const float *lg;
 	int32_t out;
 	ck_assert(kiln_generator_step(g, 0, prompt[0], &lg) == 0);
@@ -449,6 +450,16 @@ START_TEST(test_draw_bounds)
 	ck_assert(kiln_generate(g, prompt, 2, 1, &(struct kiln_sample_opts){ .temperature = 0 }, &out,
 				NULL, NULL) == 0);
 	ck_assert_int_eq(out, want);
+	/* a prompt id past the classes (an embedding row no training
+	 * taught): refused naming its position (before session 41 fed) */
+	const int32_t past[3] = { 4, 6, 9 };
+	out = -5;
+	ck_assert_int_eq(kiln_generate(g, past, 3, 1, &(struct kiln_sample_opts){ .temperature = 0 },
+				       &out, NULL, NULL),
+			 KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "prompt token 2 is id 9, not below the model's 7 classes"),
+		      "%s", kiln_last_error());
+	ck_assert_int_eq(out, -5);
 	/* nothing allowed below the classes, or n < 0: refused, and the
 	 * earlier mask (0, 2, 5) stays in force (before the fix a failed
 	 * call dropped it and every id below the classes was drawn) */

@@ -19,6 +19,10 @@
 #  trained weights, without a warning about initial ones (but for what an
 #  init_strict = 0 file leaves out); a model whose logits are not finite
 #  is a data error naming the new token and its position.
+#  Session 41: fp16 sets up no loss scaler; an export's recorded
+#  [layer.*] sections against other heads (refused; init_strict = 0
+#  warns); a prompt byte past [layer.loss] classes refused; a BPE model
+#  without --vocab warned of.
 # The decode logits themselves are checked against the full forward in
 # tests/check_generate.c.
 name=generate
@@ -99,6 +103,35 @@ cmp -s "$out" "$tmp/a.txt" || fail "the weights as [model] init_from printed oth
 # whatever it said; tests/check_generate compares the logits)
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 run.precision=bf16
 stderr_has "[amp] precision = bf16: bf16 compute"
+# fp16: f16 compute and no loss scaler, which nothing would read (before
+# session 41 one was allocated: "[amp] dynamic loss scale: 65536, ...")
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 run.precision=fp16
+stderr_has "[amp] precision = fp16: f16 compute, no loss scaling (nothing is trained)"
+! grep -q "loss scale" "$err" || fail "generate set up a loss scaler: $(grep "loss scale" "$err")"
+# the byte-level tokenizer on a byte model (256 classes): no warning of it
+! grep -q "byte-level tokenizer" "$err" || fail "a warning of the byte-level tokenizer on a byte model"
+# the file records the [layer.*] sections it was exported from (metadata
+# kiln.layers, session 41): another head count (the same shapes, another
+# function) is refused, exit 2, nothing printed (before: other text, exit 0)
+kiln 2 generate "$ini" --checkpoint "$tmp/w.safetensors" --prompt "the quick" --tokens 14 \
+	layer.h0.sdpa.heads=4
+stderr_has "kiln: error: $tmp/w.safetensors was exported from another model: [layer.h0.sdpa] heads is '2' in the [layer.*] sections it records (metadata kiln.layers) but '4' here"
+[ ! -s "$out" ] || fail "a refused generate printed text"
+kiln 0 generate "$ini" --checkpoint "$tmp/w.safetensors" --prompt "the quick" --tokens 14 \
+	layer.h0.sdpa.heads=4 model.init_strict=0
+stderr_has "[core] warning: $tmp/w.safetensors was exported from another model: [layer.h0.sdpa] heads is '2' in the [layer.*] sections it records (metadata kiln.layers) but '4' here; loaded all the same ([model] init_strict = 0)"
+# the same weights under [layer.loss] classes = 100 (another loss: the
+# export records it, so that the runs below have their own model's file)
+kiln 0 export "$ini" --checkpoint "$tmp/w.safetensors" layer.loss.classes=100 model.init_strict=0 \
+	--safetensors "$tmp/w100.safetensors"
+stderr_has "[layer.loss] classes is '0' in the [layer.*] sections it records (metadata kiln.layers) but '100' here; loaded all the same ([model] init_strict = 0)"
+# a prompt byte past [layer.loss] classes (an embedding row no training
+# taught): refused naming its position, exit 2, nothing printed (before
+# session 41 fed, silently)
+kiln 2 generate "$ini" --checkpoint "$tmp/w100.safetensors" layer.loss.classes=100 --prompt "A B z" \
+	--tokens 3
+stderr_has "kiln: error: --prompt: token 4 ('z') is id 122, not below the model's 100 classes ([layer.loss] classes)"
+[ ! -s "$out" ] || fail "a refused prompt printed text"
 # high_bytes: the bytes >= 100 that generate printed after a 3-byte prompt
 high_bytes() { tail -c +4 "$out" | od -An -v -tu1 | awk '{ for (i = 1; i <= NF; i++) n += $i >= 100 } END { print n + 0 }'; }
 # the draws stay below [layer.loss] classes: at temperature 20 (about
@@ -107,8 +140,9 @@ high_bytes() { tail -c +4 "$out" | od -An -v -tu1 | awk '{ for (i = 1; i <= NF; 
 # trains, were drawn)
 kiln 0 generate "$ini" --checkpoint "$tmp/w.safetensors" --prompt "the" --tokens 20 --temperature 20
 [ "$(high_bytes)" -gt 0 ] || fail "temperature 20 drew no byte >= 100: the classes check below proves nothing"
+# (a prompt of bytes below 100: one past the classes is refused, below)
 for s in 1 2 3 4 5 6; do
-	kiln 0 generate "$ini" --checkpoint "$tmp/w.safetensors" layer.loss.classes=100 --prompt "the" \
+	kiln 0 generate "$ini" --checkpoint "$tmp/w100.safetensors" layer.loss.classes=100 --prompt "THE" \
 		--tokens 20 --temperature 20 --seed $s
 	[ "$(high_bytes)" -eq 0 ] || fail "seed $s: $(high_bytes) bytes >= [layer.loss] classes = 100"
 done
@@ -263,6 +297,11 @@ kiln 0 train "$ini" "run.out_dir=$tmp/bpe"
 kiln 0 generate "$ini" "run.out_dir=$tmp/bpe" --prompt "the" --tokens 10 --seed 2 \
 	--vocab "$tmp/vocab.json" --merges "$tmp/merges.txt"
 stdout_matches '^the'
+! grep -q "byte-level tokenizer" "$err" || fail "a warning of the byte-level tokenizer with --vocab"
+# the same model without --vocab: its ids read as bytes, warned of (before
+# session 41 the garbage came silently)
+kiln 0 generate "$ini" "run.out_dir=$tmp/bpe" --prompt "the" --tokens 10 --seed 2
+stderr_has "[generate] warning: the model has 304 classes, the byte-level tokenizer 256 (no --vocab): a model trained on byte-pair tokens"
 # the same pieces with <|endoftext|> at 300: ids 259..299 are none of the
 # tokenizer's, and at temperature 20 none is drawn (before session 40 one
 # was, and printing it failed midway: "token 283 is not in the

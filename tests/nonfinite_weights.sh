@@ -92,7 +92,10 @@ open(sys.argv[1], "wb").write(b)
 EOF
 refused="tensor 'fc1.weight' f32[8, 64] holds a non-finite value (nan at element 0): refused"
 kiln 3 eval "$ini" --checkpoint "$tmp/w.st"
-stderr_has "$tmp/w.st: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file): $refused"
+# (a safetensors file, its header parsed: that format's error alone; before
+# session 41 "not a kiln checkpoint, and as a weights file (...): $refused")
+stderr_has "kiln: error: $tmp/w.st: $refused"
+! grep -q "not a kiln checkpoint" "$err" || fail "a safetensors file was said to be no kiln checkpoint: $(grep error "$err")"
 kiln 3 train "$ini" "model.init_from=$tmp/w.st" run.fuse=auto "run.out_dir=$tmp/init"
 stderr_has "$refused"
 # 5: a batch whose forward overflows (sample 20 bright, fc1's weights 1e37:
@@ -159,7 +162,7 @@ b[at + 8:at + 12] = struct.pack("<f", -1.0)
 open(sys.argv[1], "wb").write(b)
 EOF
 kiln 3 eval "$tmp/bn1.ini" --checkpoint "$tmp/neg.st"
-stderr_has "$tmp/neg.st: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file): $refused"
+stderr_has "kiln: error: $tmp/neg.st: $refused"
 kiln 3 train "$tmp/bn1.ini" "model.init_from=$tmp/neg.st" "run.out_dir=$tmp/neginit"
 stderr_has "$tmp/neg.st: $refused"
 

@@ -108,7 +108,11 @@ stderr_has "kiln: error: command line 'run.out_dir=$tmp/none': [run] out_dir: $t
 kiln 2 eval "$ini" "data.path=$data" "run.out_dir=$tmp/nodir"
 stderr_has "kiln: error: command line 'run.out_dir=$tmp/nodir': [run] out_dir: $tmp/nodir/checkpoints: no checkpoint to evaluate"
 kiln 0 export "$ini" --safetensors "$tmp/init.safetensors" $common "run.out_dir=$tmp/none"
-grep -q "exporting the initial weights" "$err" || fail "export of initial weights does not warn"
+# (the weights of [model] init_from: a note saying so, not a warning;
+# before session 41 "warning: ... exporting the initial weights ([run]
+# seed, then [model] init_from), not trained ones")
+stderr_has "[core] no checkpoint in $tmp/none/checkpoints: exporting the weights of [model] init_from $data/tr_cnn_init.safetensors (a run's trained weights: --checkpoint CKPT, or train first)"
+! grep -q "warning" "$err" || fail "export of [model] init_from warned: $(grep warning "$err")"
 # a fresh run into an out_dir with checkpoints is refused (they would mix)
 kiln 2 train "$ini" $common train.max_steps=1 "run.out_dir=$tmp/run"
 stderr_has "out_dir '$tmp/run' holds an earlier run"

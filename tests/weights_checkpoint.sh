@@ -13,6 +13,12 @@
 # image size) trains 2 steps on 16x16 synthetic images; its weights exported
 # to safetensors evaluate, fold, export and predict exactly as the
 # checkpoint's.  (kiln generate: tests/generate.sh.)
+#
+# Session 41: W's recorded [layer.*] sections against another config (a
+# batchnorm eps: refused, or warned of with init_strict = 0 and init_from;
+# an older kiln's config_hash warned of; PyTorch's file as before); a
+# safetensors file's own error, not "not a kiln checkpoint"; the export of
+# [model] init_from a note, not a warning.
 name=wckpt
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -60,6 +66,76 @@ kiln 3 eval "$ini" --checkpoint "$tmp/junk.kiln"
 stderr_has "$tmp/junk.kiln: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file): "
 kiln 3 export "$ini" --checkpoint "$tmp/junk.kiln" --onnx "$tmp/j.onnx"
 stderr_has "$tmp/junk.kiln: not a kiln checkpoint, and as a weights file"
+
+# ---- the model a weights file was exported from (session 41) ----------------
+# W records the [layer.*] sections it was exported from (metadata
+# kiln.layers).  A key that keeps every shape but changes what the weights
+# compute (batchnorm's eps here; attention heads, an activation) is
+# refused for --checkpoint W, exit 2; before, the file loaded and
+# evaluated to another loss, exit 0.  init_strict = 0 loads it all the same
+# with a warning (that other loss), as [model] init_from does.
+kiln 2 eval "$ini" --checkpoint "$w" layer.b1.eps=0.1
+stderr_has "kiln: error: $w was exported from another model: [layer.b1] eps is '1e-05' in the [layer.*] sections it records (metadata kiln.layers) but '0.1' here"
+kiln 2 predict "$ini" --checkpoint "$w" --eval-set layer.b1.eps=0.1
+stderr_has "$w was exported from another model: [layer.b1] eps is '1e-05'"
+kiln 0 eval "$ini" --checkpoint "$w" layer.b1.eps=0.1 model.init_strict=0
+stderr_has "[core] warning: $w was exported from another model: [layer.b1] eps is '1e-05' in the [layer.*] sections it records (metadata kiln.layers) but '0.1' here; loaded all the same ([model] init_strict = 0)"
+eloss=$(field test_loss "$out")
+[ "$eloss" != "$loss" ] || fail "eps = 0.1 evaluated to the file's own loss $loss: the refusal above proves nothing"
+echo "ok: eps = 0.1 evaluates W to $eloss, its own config to $loss"
+kiln 0 predict "$ini" --eval-set "run.out_dir=$tmp/none" "model.init_from=$w" layer.b1.eps=0.1
+stderr_has "[core] warning: $w was exported from another model: [layer.b1] eps is '1e-05' in the [layer.*] sections it records (metadata kiln.layers) but '0.1' here; loaded all the same ([model] init_from)"
+# keys compared by meaning; keys that shape nothing (relu's inplace) not
+kiln 0 eval "$ini" --checkpoint "$w" layer.b1.eps=0.00001 layer.r.inplace=0
+stdout_has "\"test_loss\": $loss,"
+! grep -q "warning" "$err" || fail "a warning for an equal eps or relu's inplace: $(grep warning "$err")"
+# a safetensors file whose header parsed: its error alone (before session
+# 41 "not a kiln checkpoint, and as a weights file (safetensors, llm.c's
+# model file): 2 tensor(s) do not fit ...", though its kind was known)
+kiln 2 eval "$ini" --checkpoint "$w" layer.fc.out=5 model.init_strict=0
+stderr_has "kiln: error: $w: 2 tensor(s) do not fit the model: fc.weight is [4, 4] in the file but [5, 4] in the model, fc.bias is [4] in the file but [5] in the model"
+! grep -q "not a kiln checkpoint" "$err" || fail "a safetensors file was said to be no kiln checkpoint: $(grep error "$err")"
+if command -v python3 >/dev/null; then
+	# W as a kiln before session 41 wrote it (config_hash, no kiln.layers):
+	# a hash that differs is warned of; and as PyTorch writes it (no
+	# metadata): loaded as before, nothing to compare
+	python3 - "$w" "$tmp/old.safetensors" "$tmp/pt.safetensors" <<'EOF' || fail "python3 could not rewrite W"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+def write(path, h):
+	t = json.dumps(h).encode()
+	t += b" " * (-len(t) % 8)
+	open(path, "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+del h["__metadata__"]["kiln.layers"]
+write(sys.argv[2], h)
+del h["__metadata__"]
+write(sys.argv[3], h)
+EOF
+	kiln 0 eval "$ini" --checkpoint "$tmp/old.safetensors"
+	stdout_has "\"test_loss\": $loss,"
+	! grep -q "warning" "$err" || fail "a warning for the config W was exported from: $(grep warning "$err")"
+	kiln 0 eval "$ini" --checkpoint "$tmp/old.safetensors" layer.b1.eps=0.1
+	stderr_has "[core] warning: $tmp/old.safetensors: its config_hash "
+	stderr_has "A kiln before session 41 wrote it, which did not record the sections: export it again to have them checked"
+	kiln 0 eval "$ini" --checkpoint "$tmp/pt.safetensors" layer.b1.eps=0.1
+	stdout_has "\"test_loss\": $eloss,"
+	! grep -q "warning" "$err" || fail "a warning for a file without kiln's metadata: $(grep warning "$err")"
+else
+	echo "skip: no python3 to write W as an older kiln and PyTorch would"
+fi
+
+# [model] init_from exported without a checkpoint: a note saying what is
+# exported and how to export trained weights (before session 41 a warning,
+# "exporting the initial weights ([run] seed, then [model] init_from), not
+# trained ones"); its weights are W's, byte for byte
+kiln 0 export "$ini" "run.out_dir=$tmp/none" "model.init_from=$w" --safetensors "$tmp/w3.safetensors"
+stderr_has "[core] no checkpoint in $tmp/none/checkpoints: exporting the weights of [model] init_from $w (a run's trained weights: --checkpoint CKPT, or train first)"
+! grep -q "warning" "$err" || fail "export of [model] init_from warned: $(grep warning "$err")"
+cmp -s "$w" "$tmp/w3.safetensors" || fail "export of [model] init_from W differs from W"
+kiln 0 export "$ini" "run.out_dir=$tmp/none" --safetensors "$tmp/w4.safetensors"
+stderr_has "[core] warning: no checkpoint in $tmp/none/checkpoints: exporting the initial weights ([run] seed), not trained ones (give --checkpoint CKPT, or train first)"
 
 # another image size than the checkpoint's: the checkpoint's is used;
 # [data] is not opened to compare (since session 38: before, export,

@@ -860,8 +860,12 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
  * (i64 scalar: the batches tracked when loaded plus the model's micro-steps
  * since), so that torch's load_state_dict(strict=True) accepts the file.
  * Metadata: format = pt, kiln_version, config_hash (of the resolved
- * [layer.*] sections, each value by meaning: docs/safetensors.md;
- * provenance only, never read back).  Waits for `stream`. */
+ * [layer.*] sections, each value by meaning: docs/safetensors.md) and,
+ * since session 41, kiln.layers (those sections themselves), which `kiln
+ * eval`, `predict`, `generate`, `export` with --checkpoint FILE and
+ * [model] init_from compare with their model's (the weights a command
+ * names refused where a key differs; kiln_model_load_safetensors does not
+ * compare).  Waits for `stream`. */
 kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, void *stream);
 
 /* The names and layouts of a weights file (docs/safetensors.md). */
@@ -1241,7 +1245,10 @@ typedef kiln_status (*kiln_token_fn)(void *user, int32_t token);
  * kiln_generator_allow let through), feeding each back; a draw's error
  * names the new token and its position.  prompt + new tokens must fit the context: KILN_EINVAL naming the
  * most that fit otherwise (no sliding window: the positions of a learned
- * positional embedding would shift, and the caches with them). */
+ * positional embedding would shift, and the caches with them).  A prompt
+ * id at or past kiln_generator_classes (an embedding row no training
+ * taught, of a padded vocabulary) is KILN_EINVAL naming its position,
+ * nothing fed (since session 41: before, it was fed). */
 kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
 			  int64_t n_new, const struct kiln_sample_opts *o, int32_t *out,
 			  kiln_token_fn fn, void *user);
