@@ -2,7 +2,8 @@
  * load CONFIG's model with its trained weights, encode the prompt with the
  * byte-level tokenizer (or GPT-2's BPE with --vocab and --merges), draw N
  * tokens with the key/value-cached decoder (core/generate.c) and print the
- * text, prompt included, to stdout as the tokens come (docs/generate.md). */
+ * text, prompt included, to stdout as the tokens come (docs/generate.md);
+ * --num-samples N: N texts decoded at once, each after a header line. */
 #include "build-config.h"
 #include "cli.h"
 #include "tokenizer.h"

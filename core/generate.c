@@ -1,10 +1,11 @@
 /* core/generate.c - text generation (`kiln generate`, docs/generate.md):
- * a decode plan of the model at batch 1 (core/plan.c, kiln_plan_opts.decode)
- * fed one token per step, the attention layers' keys and values of the
- * earlier positions kept in the plan's caches, so no step recomputes the
- * prefix; the next token drawn from the logits with temperature and top-k
- * by the core's counter-based RNG (core/rng.c), so a seed gives the same
- * text on any machine and thread count.
+ * a decode plan of the model (core/plan.c, kiln_plan_opts.decode) at one
+ * row, or at N for N samples of one prompt, fed one token per row and
+ * step, the attention layers' keys and values of the earlier positions
+ * kept in the plan's caches, so no step recomputes the prefix; the next
+ * token drawn from the logits with temperature, top-k and top-p by the
+ * core's counter-based RNG (core/rng.c), sample i on stream i, so a seed
+ * gives the same text on any machine and thread count.
  */
 #include "graph.h"
 #include "run_config.h" /* kiln_run_cfg_read: [run] device */
@@ -399,7 +400,7 @@ static double weight(const struct cand *c, float mx, double temperature)
  * TopPLogitsWarper): c sorted by logit (larger first, ties the lower id:
  * top-k's order, which sorting again keeps), the smallest leading set
  * whose probabilities sum to top_p or more of the candidates' whole;
- * returns its size, >= 1 (the largest alone holds more than top_p). */
+ * returns its size, at least 1. */
 static int64_t nucleus(struct cand *c, int64_t n, float mx, double temperature, double top_p)
 {
 	double total = 0, acc = 0;
@@ -449,6 +450,16 @@ static kiln_status draw_set(const float *logits, int64_t V, const uint8_t *allow
 	return KILN_OK;
 }
 
+/* The sum of the weights of s's candidates (not greedy). */
+static double draw_total(const struct draw_set *s, double temperature)
+{
+	const float mx = s->c[s->best].logit;
+	double total = 0;
+	for (int64_t k = 0; k < s->n; k++)
+		total += weight(&s->c[k], mx, temperature);
+	return total;
+}
+
 /* kiln_sample_token_ex among the ids allowed (NULL: all below V). */
 static kiln_status sample(const float *logits, int64_t V, const uint8_t *allowed,
 			  const struct kiln_sample_opts *o, double top_p, uint64_t draw,
@@ -465,9 +476,7 @@ static kiln_status sample(const float *logits, int64_t V, const uint8_t *allowed
 		free(s.c);
 		return KILN_OK;
 	}
-	double total = 0;
-	for (int64_t k = 0; k < s.n; k++)
-		total += weight(&c[k], mx, o->temperature);
+	const double total = draw_total(&s, o->temperature);
 	/* u in [0, 1) from (seed, the sampling stream, draw, the sample's
 	 * stream): the inverse of the cumulative distribution, in the
 	 * candidates' order; where rounding leaves u past the last sum, the
@@ -516,16 +525,15 @@ kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_
 	kiln_status st = sample_args("kiln_sample_probs", logits, o, top_p, probs, "probs");
 	if (st || (st = draw_set(logits, V, NULL, o, top_p, &s)))
 		return st;
-	const float mx = s.c[s.best].logit;
-	double total = 0;
 	for (int64_t i = 0; i < V; i++)
 		probs[i] = 0;
-	for (int64_t k = 0; k < s.n && !s.greedy; k++)
-		total += weight(&s.c[k], mx, o->temperature);
-	for (int64_t k = 0; k < s.n && !s.greedy; k++)
-		probs[s.c[k].id] = weight(&s.c[k], mx, o->temperature) / total;
-	if (s.greedy)
+	if (s.greedy) {
 		probs[s.c[s.best].id] = 1;
+	} else {
+		const double total = draw_total(&s, o->temperature);
+		for (int64_t k = 0; k < s.n; k++)
+			probs[s.c[k].id] = weight(&s.c[k], s.c[s.best].logit, o->temperature) / total;
+	}
 	free(s.c);
 	return KILN_OK;
 }
