@@ -2,7 +2,8 @@
  * load CONFIG's model with its trained weights, encode the prompt with the
  * byte-level tokenizer (or GPT-2's BPE with --vocab and --merges), draw N
  * tokens with the key/value-cached decoder (core/generate.c) and print the
- * text, prompt included, to stdout as the tokens come (docs/generate.md). */
+ * text, prompt included, to stdout as the tokens come (docs/generate.md);
+ * --num-samples N: N texts decoded at once, each after a header line. */
 #include "build-config.h"
 #include "cli.h"
 #include "tokenizer.h"
@@ -13,7 +14,8 @@
 
 const char cmd_generate_usage[] =
 	"usage: kiln generate CONFIG --prompt TEXT --tokens N [--checkpoint CKPT]\n"
-	"                     [--temperature T] [--top-k K] [--seed S]\n"
+	"                     [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+	"                     [--num-samples N]\n"
 	"                     [--vocab vocab.json --merges merges.txt] [section.key=value ...]\n";
 const char cmd_generate_about[] =
 	"Load the model CONFIG describes (a model on token sequences, [data] source =\n"
@@ -26,7 +28,12 @@ const char cmd_generate_about[] =
 	"prefix is never recomputed).  Prints the prompt and the new text to stdout.\n"
 	"  --temperature T  softmax(logits / T); 0 = greedy, the most likely token (default 1)\n"
 	"  --top-k K        draw among the K most likely tokens only (default 0: all)\n"
+	"  --top-p P        draw among the fewest most likely tokens (after --top-k) whose\n"
+	"                   probabilities sum to P or more, 0 < P <= 1 (default 1: all)\n"
 	"  --seed S         the draws' seed (default 1): the same seed, the same text\n"
+	"  --num-samples N  N continuations of the prompt, decoded at once, each after a\n"
+	"                   line '--- sample I ---' (I from 0) when N > 1; sample 0 is the\n"
+	"                   text of N = 1 (default 1; docs/generate.md)\n"
 	"  --vocab, --merges  GPT-2's vocab.json and merges.txt, as given to `kiln pack\n"
 	"                   --format tokens`: byte-pair encoding; without: bytes (vocab 256)\n"
 	"The prompt and the N new tokens must fit the context (the [data] context the\n"
@@ -36,17 +43,20 @@ const char cmd_generate_about[] =
 
 struct gen_opts {
 	const char *prompt, *ckpt, *vocab, *merges;
-	long long tokens;
+	long long tokens, samples;
+	double top_p;
 	struct kiln_sample_opts s;
 };
 
-/* A number option's value: 0 when it parses whole and lies in [lo, hi]. */
-static int num_arg(const char *name, const char *v, double lo, double hi, double *out)
+/* A number option's value: 0 when it parses whole and lies in [lo, hi]
+ * ((lo, hi] when open_lo). */
+static int num_arg(const char *name, const char *v, double lo, double hi, int open_lo, double *out)
 {
 	char *end;
 	*out = strtod(v, &end);
-	if (end == v || *end || !(*out >= lo && *out <= hi)) {
-		fprintf(stderr, "kiln: error: %s '%s': expected a number in [%g, %g]\n", name, v, lo, hi);
+	if (end == v || *end || !((open_lo ? *out > lo : *out >= lo) && *out <= hi)) {
+		fprintf(stderr, "kiln: error: %s '%s': expected a number in %c%g, %g]\n", name, v,
+			open_lo ? '(' : '[', lo, hi);
 		return -1;
 	}
 	return 0;
@@ -57,9 +67,11 @@ static int gen_args(int argc, char **argv, struct gen_opts *o, char **over, int 
 {
 	long long top_k = 0, seed = 1;
 	o->s.temperature = 1.0;
+	o->top_p = 1.0;
+	o->samples = 1;
 	o->tokens = -1;
 	for (int i = 2; i < argc; i++) {
-		const char *temp = NULL;
+		const char *temp = NULL, *top_p = NULL;
 		int r;
 		if ((r = cli_opt(argc, argv, &i, "--prompt", &o->prompt)) ||
 		    (r = cli_opt(argc, argv, &i, "--checkpoint", &o->ckpt)) ||
@@ -68,8 +80,11 @@ static int gen_args(int argc, char **argv, struct gen_opts *o, char **over, int 
 		    (r = cli_opt_int(argc, argv, &i, "--tokens", 0, 1000000000, &o->tokens)) ||
 		    (r = cli_opt(argc, argv, &i, "--temperature", &temp)) ||
 		    (r = cli_opt_int(argc, argv, &i, "--top-k", 0, 1000000000, &top_k)) ||
+		    (r = cli_opt(argc, argv, &i, "--top-p", &top_p)) ||
+		    (r = cli_opt_int(argc, argv, &i, "--num-samples", 1, 1000000, &o->samples)) ||
 		    (r = cli_opt_int(argc, argv, &i, "--seed", 0, 9007199254740992LL, &seed))) {
-			if (r < 0 || (temp && num_arg("--temperature", temp, 0, 1e6, &o->s.temperature)))
+			if (r < 0 || (temp && num_arg("--temperature", temp, 0, 1e6, 0, &o->s.temperature)) ||
+			    (top_p && num_arg("--top-p", top_p, 0, 1, 1, &o->top_p)))
 				return -1;
 		} else if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
 			cli_bad_arg_usage(argc, argv, i, cmd_generate_usage);
@@ -91,37 +106,74 @@ static int gen_args(int argc, char **argv, struct gen_opts *o, char **over, int 
 	return 0;
 }
 
-/* What is printed: the prompt before the first new token (so a failure
- * before it prints nothing), then each token as it is drawn. */
+/* What is printed: sample 0's prompt before its first new token (so a
+ * failure before it prints nothing), then each of its tokens as it is
+ * drawn; with several samples each after a line "--- sample I ---", the
+ * others (drawn at the same time) once all are drawn (print_samples). */
 struct printer {
 	const struct tokenizer *tk;
 	const char *prompt;
+	long long samples;
 	int started;
 	long long drawn; /* new tokens printed */
 };
 
+/* Sample i's header line (several samples) and prompt. */
+static void print_start(const struct printer *pr, long long i)
+{
+	if (pr->samples > 1)
+		printf("--- sample %lld ---\n", i);
+	fputs(pr->prompt, stdout);
+}
+
 static void print_prompt(struct printer *pr)
 {
 	if (!pr->started)
-		fputs(pr->prompt, stdout);
+		print_start(pr, 0);
 	pr->started = 1;
 }
 
-static kiln_status print_token(void *user, int32_t id)
+static kiln_status print_piece(const struct printer *pr, int32_t id)
 {
-	struct printer *pr = user;
 	size_t n;
-	print_prompt(pr);
 	const char *piece = tokenizer_piece(pr->tk, id, &n);
 	if (!piece)
 		return kiln_error(KILN_EDATA, "token %d is not in the tokenizer's vocabulary", id);
 	fwrite(piece, 1, n, stdout);
+	return KILN_OK;
+}
+
+static kiln_status print_token(void *user, int64_t sample, int32_t id)
+{
+	struct printer *pr = user;
+	kiln_status st;
+	if (sample) /* printed whole when all are drawn */
+		return KILN_OK;
+	print_prompt(pr);
+	if ((st = print_piece(pr, id)))
+		return st;
 	pr->drawn++;
 	/* the reader gone (`| head -c 100`): stop drawing (cmd_generate
 	 * exits 1, check_stdout says why; before session 36 every token was
 	 * drawn into the closed pipe) */
 	if (cli_stdout_lost())
 		return kiln_error(KILN_EIO, "standard output cannot be written: stopped after %lld new tokens", pr->drawn);
+	return KILN_OK;
+}
+
+/* Samples 1.. of out[sample * n_new + k], after sample 0 and its newline. */
+static kiln_status print_samples(const struct printer *pr, const int32_t *out, long long n_new)
+{
+	kiln_status st;
+	for (long long i = 1; i < pr->samples; i++) {
+		print_start(pr, i);
+		for (long long k = 0; k < n_new; k++)
+			if ((st = print_piece(pr, out[i * n_new + k])))
+				return st;
+		fputc('\n', stdout);
+		if (cli_stdout_lost())
+			return kiln_error(KILN_EIO, "standard output cannot be written: stopped at sample %lld of %lld", i, pr->samples);
+	}
 	return KILN_OK;
 }
 
@@ -217,18 +269,21 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 	if (!o->vocab)
 		bytes_warn(g);
 	if ((st = prompt_in_classes(&ids, tk, kiln_generator_classes(g))) ||
-	    (st = allow_tokenizer(g, tk)))
+	    (st = allow_tokenizer(g, tk)) || (st = kiln_generator_top_p(g, o->top_p)))
 		goto out;
-	if (!(out = malloc(sizeof *out * (size_t)(o->tokens + 1)))) {
+	if (!(out = malloc(sizeof *out * (size_t)(o->tokens * o->samples + 1)))) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;
 	}
-	struct printer pr = { tk, o->prompt, 0, 0 };
-	st = kiln_generate(g, ids.v, (int64_t)ids.n, o->tokens, &o->s, out, print_token, &pr);
+	struct printer pr = { tk, o->prompt, o->samples, 0, 0 };
+	st = kiln_generate_samples(g, ids.v, (int64_t)ids.n, o->tokens, o->samples, &o->s, out,
+				   print_token, &pr);
 	if (!st)
 		print_prompt(&pr);
 	if (pr.started)
 		fputc('\n', stdout);
+	if (!st)
+		st = print_samples(&pr, out, o->tokens);
 out:
 	kiln_generator_close(g);
 	tokenizer_close(tk);

@@ -1,10 +1,11 @@
 /* core/generate.c - text generation (`kiln generate`, docs/generate.md):
- * a decode plan of the model at batch 1 (core/plan.c, kiln_plan_opts.decode)
- * fed one token per step, the attention layers' keys and values of the
- * earlier positions kept in the plan's caches, so no step recomputes the
- * prefix; the next token drawn from the logits with temperature and top-k
- * by the core's counter-based RNG (core/rng.c), so a seed gives the same
- * text on any machine and thread count.
+ * a decode plan of the model (core/plan.c, kiln_plan_opts.decode) at one
+ * row, or at N for N samples of one prompt, fed one token per row and
+ * step, the attention layers' keys and values of the earlier positions
+ * kept in the plan's caches, so no step recomputes the prefix; the next
+ * token drawn from the logits with temperature, top-k and top-p by the
+ * core's counter-based RNG (core/rng.c), sample i on stream i, so a seed
+ * gives the same text on any machine and thread count.
  */
 #include "graph.h"
 #include "run_config.h" /* kiln_run_cfg_read: [run] device */
@@ -16,39 +17,61 @@ struct kiln_generator {
 	struct kiln_trained t;  /* what kiln_generator_open loaded (t.m NULL: borrowed) */
 	struct kiln_model *m;
 	void *stream;
-	struct kiln_plan *p;
 	int64_t context, vocab;
 	int64_t classes;        /* the ids drawn: below the loss's classes (<= vocab) */
 	uint8_t *allowed;       /* host u8[classes], kiln_generator_allow's, or NULL: all */
-	int32_t *io_d;          /* device i32[2]: the token, its position */
-	void *logits_d;         /* the plan's logits [1, 1, V] */
+	double top_p;           /* kiln_generator_top_p's nucleus; 1: every id */
+	/* the decode plan, of `rows` sequences at once (decode_plan: 1 for
+	 * kiln_generate and kiln_generator_step, N for kiln_generate_samples'
+	 * N; NULL after a plan that failed) and what a step needs of it */
+	struct kiln_plan *p;
+	int64_t rows;
+	int32_t *io;            /* host i32[rows + 1]: the rows' tokens, the position */
+	int32_t *io_d;          /* ... on the device */
+	void *logits_d;         /* the plan's logits [rows, 1, V] */
 	float *logits32_d;      /* ... widened to f32 (low-precision compute), or NULL */
 	void *cast;             /* that CAST, or NULL */
-	float *logits;          /* host f32[V] */
+	float *logits;          /* host f32[rows, V] */
 };
 
-kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t context,
-			       struct kiln_generator **out)
+/* Free the decode plan and its buffers (the model stays). */
+static void decode_free(struct kiln_generator *g)
 {
-	struct kiln_generator *g = calloc(1, sizeof *g);
-	struct kiln_plan_opts o = { .decode = context };
+	struct kiln_device *dev = g->m->dev;
+	if (g->stream)
+		kiln_device_stream_sync(dev, g->stream);
+	kiln_plan_free(g->p);
+	if (g->cast)
+		kiln_device_plan_free(dev, g->cast);
+	kiln_device_free(dev, g->logits32_d);
+	kiln_device_free(dev, g->io_d);
+	free(g->logits);
+	free(g->io);
+	g->p = NULL;
+	g->cast = NULL;
+	g->logits32_d = NULL;
+	g->io_d = NULL;
+	g->logits = NULL;
+	g->io = NULL;
+	g->rows = 0;
+}
+
+/* The decode plan of `rows` sequences (kiln_plan_opts.decode = the
+ * context; each row its own key/value caches), made anew when the last
+ * one had other rows: its caches start empty. */
+static kiln_status decode_plan(struct kiln_generator *g, int64_t rows)
+{
+	struct kiln_device *dev = g->m->dev;
+	struct kiln_plan_opts o = { .decode = g->context };
 	struct kiln_tensor_desc d;
 	kiln_status st;
-	*out = NULL;
-	if (!g)
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	g->m = m;
-	g->stream = stream;
-	g->context = context;
-	if ((st = kiln_model_plan_ex(m, 1, &o, &g->p)) || (st = kiln_plan_logits(g->p, &g->logits_d, &d)) ||
-	    (st = kiln_device_alloc(m->dev, 2 * sizeof(int32_t), (void **)&g->io_d)))
+	if (g->p && g->rows == rows)
+		return KILN_OK;
+	decode_free(g);
+	if ((st = kiln_model_plan_ex(g->m, rows, &o, &g->p)) || (st = kiln_plan_logits(g->p, &g->logits_d, &d)) ||
+	    (st = kiln_device_alloc(dev, sizeof(int32_t) * (size_t)(rows + 1), (void **)&g->io_d)))
 		goto fail;
 	g->vocab = d.dims[d.ndim - 1];
-	/* the columns past the loss's classes are a padded vocabulary's,
-	 * which training never taught (llm.c samples below V, not Vp) */
-	g->classes = kiln_model_loss_classes(m);
-	if (g->classes <= 0 || g->classes > g->vocab)
-		g->classes = g->vocab;
 	if (d.dtype != KILN_F32) { /* widen low-precision logits on the device */
 		struct kiln_op op;
 		memset(&op, 0, sizeof op);
@@ -57,16 +80,43 @@ kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t conte
 		op.in[0] = d;
 		op.out[0] = d;
 		op.out[0].dtype = KILN_F32;
-		if ((st = kiln_device_prepare(m->dev, &op, &g->cast, NULL)) ||
-		    (st = kiln_device_alloc(m->dev, sizeof(float) * (size_t)g->vocab,
+		if ((st = kiln_device_prepare(dev, &op, &g->cast, NULL)) ||
+		    (st = kiln_device_alloc(dev, sizeof(float) * (size_t)(rows * g->vocab),
 					    (void **)&g->logits32_d)))
 			goto fail;
 	}
-	g->logits = malloc(sizeof(float) * (size_t)g->vocab);
-	if (!g->logits) {
+	g->logits = malloc(sizeof(float) * (size_t)(rows * g->vocab));
+	g->io = malloc(sizeof(int32_t) * (size_t)(rows + 1));
+	if (!g->logits || !g->io) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto fail;
 	}
+	g->rows = rows;
+	return KILN_OK;
+fail:
+	decode_free(g);
+	return st;
+}
+
+kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t context,
+			       struct kiln_generator **out)
+{
+	struct kiln_generator *g = calloc(1, sizeof *g);
+	kiln_status st;
+	*out = NULL;
+	if (!g)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	g->m = m;
+	g->stream = stream;
+	g->context = context;
+	g->top_p = 1;
+	if ((st = decode_plan(g, 1)))
+		goto fail;
+	/* the columns past the loss's classes are a padded vocabulary's,
+	 * which training never taught (llm.c samples below V, not Vp) */
+	g->classes = kiln_model_loss_classes(m);
+	if (g->classes <= 0 || g->classes > g->vocab)
+		g->classes = g->vocab;
 	*out = g;
 	return KILN_OK;
 fail:
@@ -182,15 +232,7 @@ void kiln_generator_close(struct kiln_generator *g)
 {
 	if (!g)
 		return;
-	struct kiln_device *dev = g->m->dev;
-	if (g->stream)
-		kiln_device_stream_sync(dev, g->stream);
-	kiln_plan_free(g->p);
-	if (g->cast)
-		kiln_device_plan_free(dev, g->cast);
-	kiln_device_free(dev, g->logits32_d);
-	kiln_device_free(dev, g->io_d);
-	free(g->logits);
+	decode_free(g);
 	free(g->allowed);
 	if (g->t.m)
 		kiln_trained_close(&g->t);
@@ -229,20 +271,46 @@ kiln_status kiln_generator_allow(struct kiln_generator *g, const uint8_t *allowe
 	return KILN_OK;
 }
 
-kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t token,
-				const float **logits)
+/* A nucleus (top-p) bound fn may take: a probability in (0, 1]. */
+static kiln_status top_p_check(const char *fn, double top_p)
+{
+	if (!(top_p > 0 && top_p <= 1))
+		return kiln_error(KILN_EINVAL, "%s: top_p = %g: the probability mass to draw from, in (0, 1] (1: every id)",
+				  fn, top_p);
+	return KILN_OK;
+}
+
+kiln_status kiln_generator_top_p(struct kiln_generator *g, double top_p)
+{
+	if (!g)
+		return kiln_null_arg("kiln_generator_top_p", "g");
+	kiln_status st = top_p_check("kiln_generator_top_p", top_p);
+	if (!st)
+		g->top_p = top_p;
+	return st;
+}
+
+/* Feed tokens[0..rows) at position pos, one to each row of the decode
+ * plan, and wait for the rows' logits: *logits, host f32[rows, V]. */
+static kiln_status decode_step(struct kiln_generator *g, int64_t pos, const int32_t *tokens,
+			       const float **logits)
 {
 	struct kiln_device *dev = g->m->dev;
-	const int32_t io[2] = { token, (int32_t)pos };
+	const int64_t rows = g->rows;
 	kiln_status st;
 	if (pos < 0 || pos >= g->context)
 		return kiln_error(KILN_EINVAL, "position %lld outside the model's context of %lld tokens",
 				  (long long)pos, (long long)g->context);
-	if (token < 0)
-		return kiln_error(KILN_EINVAL, "token id %d at position %lld is negative", token,
-				  (long long)pos);
-	if ((st = kiln_device_copy_async(dev, g->io_d, io, sizeof io, KILN_COPY_H2D, g->stream)) ||
-	    (st = kiln_plan_decode(g->p, g->io_d, g->io_d + 1, g->stream)))
+	for (int64_t r = 0; r < rows; r++) {
+		if (tokens[r] < 0)
+			return kiln_error(KILN_EINVAL, "token id %d at position %lld is negative", tokens[r],
+					  (long long)pos);
+		g->io[r] = tokens[r];
+	}
+	g->io[rows] = (int32_t)pos;
+	if ((st = kiln_device_copy_async(dev, g->io_d, g->io, sizeof(int32_t) * (size_t)(rows + 1),
+					 KILN_COPY_H2D, g->stream)) ||
+	    (st = kiln_plan_decode(g->p, g->io_d, g->io_d + rows, g->stream)))
 		return kiln_error_wrap(st, "decoding position %lld", (long long)pos);
 	const void *src = g->logits_d;
 	if (g->cast) {
@@ -251,12 +319,19 @@ kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t t
 			return st;
 		src = g->logits32_d;
 	}
-	if ((st = kiln_device_copy_async(dev, g->logits, src, sizeof(float) * (size_t)g->vocab,
+	if ((st = kiln_device_copy_async(dev, g->logits, src, sizeof(float) * (size_t)(rows * g->vocab),
 					 KILN_COPY_D2H, g->stream)) ||
 	    (st = kiln_device_stream_sync(dev, g->stream)))
 		return kiln_error_wrap(st, "decoding position %lld", (long long)pos);
 	*logits = g->logits;
 	return KILN_OK;
+}
+
+kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t token,
+				const float **logits)
+{
+	kiln_status st = decode_plan(g, 1);
+	return st ? st : decode_step(g, pos, &token, logits);
 }
 
 /* ---- sampling ------------------------------------------------------------ */
@@ -313,62 +388,163 @@ static int64_t candidates(const float *logits, int64_t V, const uint8_t *allowed
 	return top_k;
 }
 
-/* kiln_sample_token among the ids allowed (NULL: all below V). */
-static kiln_status sample(const float *logits, int64_t V, const uint8_t *allowed,
-			  const struct kiln_sample_opts *o, uint64_t draw, int32_t *token)
+/* A candidate's weight, its probability times the candidates' total:
+ * exp((logit - max) / temperature) (the difference in f32, as it always
+ * was: the draws of a seed stay the same). */
+static double weight(const struct cand *c, float mx, double temperature)
+{
+	return exp((double)(c->logit - mx) / temperature);
+}
+
+/* The nucleus of candidates c[0..n) (top-p, as HuggingFace's
+ * TopPLogitsWarper): c sorted by logit (larger first, ties the lower id:
+ * top-k's order, which sorting again keeps), the smallest leading set
+ * whose probabilities sum to top_p or more of the candidates' whole;
+ * returns its size, at least 1. */
+static int64_t nucleus(struct cand *c, int64_t n, float mx, double temperature, double top_p)
+{
+	double total = 0, acc = 0;
+	qsort(c, (size_t)n, sizeof *c, by_logit);
+	for (int64_t k = 0; k < n; k++)
+		total += weight(&c[k], mx, temperature);
+	for (int64_t k = 0; k < n; k++) {
+		acc += weight(&c[k], mx, temperature);
+		if (acc >= top_p * total)
+			return k + 1;
+	}
+	return n; /* (not reached: acc ends at total, and top_p < 1) */
+}
+
+/* The ids a draw chooses among: c[0..n) (malloc'd, the caller frees),
+ * the first largest c[best] (greedy's choice); the ids below V (below
+ * o->vocab when less) that allowed lets through (NULL: all), the top_k
+ * largest of those (ties: the lower id), and of those the nucleus of
+ * top_p (1: all).  Greedy (temperature 0 or top_k 1): every candidate,
+ * c[best] the one drawn. */
+struct draw_set {
+	struct cand *c;
+	int64_t n, best;
+	int greedy;
+};
+
+static kiln_status draw_set(const float *logits, int64_t V, const uint8_t *allowed,
+			    const struct kiln_sample_opts *o, double top_p, struct draw_set *s)
 {
 	if (o->vocab > 0 && o->vocab < V)
 		V = o->vocab;
 	kiln_status st = logits_check(logits, V, allowed);
 	if (st)
 		return st;
-	struct cand *c = malloc(sizeof *c * (size_t)V);
-	if (!c)
+	if (!(s->c = malloc(sizeof *s->c * (size_t)V)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	const int greedy = !(o->temperature > 0) || o->top_k == 1;
-	const int64_t n = candidates(logits, V, allowed, greedy ? 0 : o->top_k, c);
-	int64_t best = 0; /* the first largest (in id order, or top-k order) */
-	for (int64_t k = 1; k < n; k++)
-		if (c[k].logit > c[best].logit)
-			best = k;
-	const float mx = c[best].logit;
-	*token = c[best].id;
-	if (greedy) {
-		free(c);
+	s->greedy = !(o->temperature > 0) || o->top_k == 1;
+	s->n = candidates(logits, V, allowed, s->greedy ? 0 : o->top_k, s->c);
+	s->best = 0; /* the first largest (in id order, or top-k order) */
+	for (int64_t k = 1; k < s->n; k++)
+		if (s->c[k].logit > s->c[s->best].logit)
+			s->best = k;
+	if (!s->greedy && top_p < 1) {
+		s->n = nucleus(s->c, s->n, s->c[s->best].logit, o->temperature, top_p);
+		s->best = 0;
+	}
+	return KILN_OK;
+}
+
+/* The sum of the weights of s's candidates (not greedy). */
+static double draw_total(const struct draw_set *s, double temperature)
+{
+	const float mx = s->c[s->best].logit;
+	double total = 0;
+	for (int64_t k = 0; k < s->n; k++)
+		total += weight(&s->c[k], mx, temperature);
+	return total;
+}
+
+/* kiln_sample_token_ex among the ids allowed (NULL: all below V). */
+static kiln_status sample(const float *logits, int64_t V, const uint8_t *allowed,
+			  const struct kiln_sample_opts *o, double top_p, uint64_t draw,
+			  uint32_t stream, int32_t *token)
+{
+	struct draw_set s;
+	kiln_status st = draw_set(logits, V, allowed, o, top_p, &s);
+	if (st)
+		return st;
+	const struct cand *c = s.c;
+	const float mx = c[s.best].logit;
+	*token = c[s.best].id;
+	if (s.greedy) {
+		free(s.c);
 		return KILN_OK;
 	}
-	double total = 0;
-	for (int64_t k = 0; k < n; k++)
-		total += exp((double)(c[k].logit - mx) / o->temperature);
-	/* u in [0, 1) from (seed, the sampling stream, draw): the inverse of
-	 * the cumulative distribution, in the candidates' order; where
-	 * rounding leaves u past the last sum, the last candidate with a
-	 * probability */
-	const double u = (double)kiln_rng_uniform(o->seed, KILN_RNG_SAMPLE, draw, 0) * total;
+	const double total = draw_total(&s, o->temperature);
+	/* u in [0, 1) from (seed, the sampling stream, draw, the sample's
+	 * stream): the inverse of the cumulative distribution, in the
+	 * candidates' order; where rounding leaves u past the last sum, the
+	 * last candidate with a probability */
+	const double u = (double)kiln_rng_uniform(o->seed, KILN_RNG_SAMPLE, draw, stream) * total;
 	double acc = 0;
-	for (int64_t k = 0; k < n; k++) {
-		const double w = exp((double)(c[k].logit - mx) / o->temperature);
+	for (int64_t k = 0; k < s.n; k++) {
+		const double w = weight(&c[k], mx, o->temperature);
 		acc += w;
 		if (w > 0)
 			*token = c[k].id;
 		if (u < acc)
 			break;
 	}
-	free(c);
+	free(s.c);
 	return KILN_OK;
 }
 
 kiln_status kiln_sample_token(const float *logits, int64_t V, const struct kiln_sample_opts *o,
 			      uint64_t draw, int32_t *token)
 {
-	return sample(logits, V, NULL, o, draw, token);
+	return sample(logits, V, NULL, o, 1, draw, 0, token);
 }
 
-kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
-			  int64_t n_new, const struct kiln_sample_opts *o, int32_t *out,
-			  kiln_token_fn fn, void *user)
+/* The NULL and top_p checks of the sampling call fn, whose result goes
+ * to the argument out_name. */
+static kiln_status sample_args(const char *fn, const float *logits, const struct kiln_sample_opts *o,
+			       double top_p, const void *out, const char *out_name)
+{
+	if (!logits || !o || !out)
+		return kiln_null_arg(fn, !logits ? "logits" : !o ? "o" : out_name);
+	return top_p_check(fn, top_p);
+}
+
+kiln_status kiln_sample_token_ex(const float *logits, int64_t V, const struct kiln_sample_opts *o,
+				 double top_p, uint64_t draw, uint32_t sample_stream, int32_t *token)
+{
+	kiln_status st = sample_args("kiln_sample_token_ex", logits, o, top_p, token, "token");
+	return st ? st : sample(logits, V, NULL, o, top_p, draw, sample_stream, token);
+}
+
+kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_sample_opts *o,
+			      double top_p, double *probs)
+{
+	struct draw_set s;
+	kiln_status st = sample_args("kiln_sample_probs", logits, o, top_p, probs, "probs");
+	if (st || (st = draw_set(logits, V, NULL, o, top_p, &s)))
+		return st;
+	for (int64_t i = 0; i < V; i++)
+		probs[i] = 0;
+	if (s.greedy) {
+		probs[s.c[s.best].id] = 1;
+	} else {
+		const double total = draw_total(&s, o->temperature);
+		for (int64_t k = 0; k < s.n; k++)
+			probs[s.c[k].id] = weight(&s.c[k], s.c[s.best].logit, o->temperature) / total;
+	}
+	free(s.c);
+	return KILN_OK;
+}
+
+/* kiln_generate_samples' work: kiln_generate is its one row. */
+static kiln_status generate_rows(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
+				 int64_t n_new, int64_t rows, const struct kiln_sample_opts *o,
+				 int32_t *out, kiln_samples_fn fn, void *user)
 {
 	const float *logits = NULL;
+	int32_t *col; /* the token each row is fed */
 	kiln_status st;
 	if (n_prompt < 1)
 		return kiln_error(KILN_EINVAL, "the prompt is empty: generation starts from at least one token");
@@ -382,19 +558,65 @@ kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64
 		if (prompt[t] >= g->classes)
 			return kiln_error(KILN_EINVAL, "prompt token %lld is id %d, not below the model's %lld classes (the loss layer's: no training taught it)",
 					  (long long)t, prompt[t], (long long)g->classes);
-	for (int64_t t = 0; t < n_prompt; t++) /* the prompt fills the caches */
-		if ((st = kiln_generator_step(g, t, prompt[t], &logits)))
-			return st;
-	for (int64_t k = 0; k < n_new; k++) {
-		int32_t next;
-		if ((st = sample(logits, g->classes, g->allowed, o, (uint64_t)k, &next)))
-			return kiln_error_wrap(st, "drawing new token %lld (position %lld)", (long long)k,
-					       (long long)(n_prompt + k));
-		out[k] = next;
-		if (fn && (st = fn(user, next)))
-			return st;
-		if (k + 1 < n_new && (st = kiln_generator_step(g, n_prompt + k, next, &logits)))
-			return st;
+	if ((st = decode_plan(g, rows)))
+		return st;
+	if (!(col = malloc(sizeof *col * (size_t)rows)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int64_t t = 0; t < n_prompt && !st; t++) { /* the prompt fills the caches */
+		for (int64_t r = 0; r < rows; r++)
+			col[r] = prompt[t];
+		st = decode_step(g, t, col, &logits);
 	}
-	return KILN_OK;
+	for (int64_t k = 0; k < n_new && !st; k++) {
+		for (int64_t r = 0; r < rows && !st; r++) {
+			if ((st = sample(logits + r * g->vocab, g->classes, g->allowed, o, g->top_p,
+					 (uint64_t)k, (uint32_t)r, &col[r]))) {
+				st = rows == 1 ? kiln_error_wrap(st, "drawing new token %lld (position %lld)", (long long)k,
+								 (long long)(n_prompt + k))
+					       : kiln_error_wrap(st, "drawing new token %lld (position %lld) of sample %lld",
+								 (long long)k, (long long)(n_prompt + k), (long long)r);
+				break;
+			}
+			out[r * n_new + k] = col[r];
+			if (fn)
+				st = fn(user, r, col[r]);
+		}
+		if (!st && k + 1 < n_new)
+			st = decode_step(g, n_prompt + k, col, &logits);
+	}
+	free(col);
+	return st;
+}
+
+kiln_status kiln_generate_samples(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
+				  int64_t n_new, int64_t n_samples, const struct kiln_sample_opts *o,
+				  int32_t *out, kiln_samples_fn fn, void *user)
+{
+	if (!g || !prompt || !o || !out)
+		return kiln_null_arg("kiln_generate_samples", !g ? "g" : !prompt ? "prompt" : !o ? "o" : "out");
+	if (n_samples < 1 || n_samples > INT32_MAX)
+		return kiln_error(KILN_EINVAL, "kiln_generate_samples: n_samples = %lld: 1 to %d continuations",
+				  (long long)n_samples, INT32_MAX);
+	return generate_rows(g, prompt, n_prompt, n_new, n_samples, o, out, fn, user);
+}
+
+/* kiln_generate's callback, called for its one row. */
+struct one_row {
+	kiln_token_fn fn;
+	void *user;
+};
+
+static kiln_status one_row_token(void *user, int64_t row, int32_t token)
+{
+	const struct one_row *f = user;
+	(void)row;
+	return f->fn(f->user, token);
+}
+
+kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
+			  int64_t n_new, const struct kiln_sample_opts *o, int32_t *out,
+			  kiln_token_fn fn, void *user)
+{
+	struct one_row f = { fn, user };
+	return generate_rows(g, prompt, n_prompt, n_new, 1, o, out, fn ? one_row_token : NULL, &f);
 }

@@ -163,6 +163,24 @@ START_TEST(runner_nulls)
 	ck_assert_int_eq(kiln_generator_vocab(NULL), 0);
 	ck_assert_int_eq(kiln_generator_classes(NULL), 0);
 	assert_null_arg(kiln_generator_allow(NULL, NULL, 0), "kiln_generator_allow", "g");
+	/* session 41's: top-p and several samples */
+	{
+		const struct kiln_sample_opts so = { .temperature = 1 };
+		const float lg[2] = { 0, 1 };
+		const int32_t tok = 1;
+		int32_t id, outs[2];
+		double probs[2];
+		assert_null_arg(kiln_generator_top_p(NULL, 0.5), "kiln_generator_top_p", "g");
+		assert_null_arg(kiln_generate_samples(NULL, &tok, 1, 1, 2, &so, outs, NULL, NULL),
+				"kiln_generate_samples", "g");
+		assert_null_arg(kiln_sample_token_ex(NULL, 2, &so, 1, 0, 0, &id), "kiln_sample_token_ex",
+				"logits");
+		assert_null_arg(kiln_sample_token_ex(lg, 2, NULL, 1, 0, 0, &id), "kiln_sample_token_ex", "o");
+		assert_null_arg(kiln_sample_token_ex(lg, 2, &so, 1, 0, 0, NULL), "kiln_sample_token_ex",
+				"token");
+		assert_null_arg(kiln_sample_probs(lg, 2, &so, 1, NULL), "kiln_sample_probs", "probs");
+		assert_null_arg(kiln_sample_probs(lg, 2, NULL, 1, probs), "kiln_sample_probs", "o");
+	}
 	kiln_registry_close(r);
 	kiln_config_free(c);
 }

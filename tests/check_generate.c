@@ -3,7 +3,14 @@
  * equal the full-sequence forward's at every position (f32; batch 1 and 3;
  * bf16 within its rounding); greedy generation continues with the argmax
  * of the full forward; sampling's draws are deterministic for a seed and
- * follow softmax(logits / temperature) over the top k; the error cases.
+ * follow softmax(logits / temperature) over the top k; top-p: the kept
+ * ids and renormalised probabilities equal HuggingFace's TopPLogitsWarper
+ * (tests/data/top_p_refs.txt, tests/data/gen_top_p_refs.py), the draws
+ * invert them at Philox's u (Random123 here, an independent reference of
+ * the draw), top-p 1 draws as before it existed, and only the nucleus is
+ * ever drawn; several samples decoded at once are each a one-row
+ * decode's draws on their own stream, sample 0 kiln_generate's; the
+ * error cases.
  *
  * Model: a 2-block GPT (GPT-2's wiring, tied lm_head) with V = 11, C = 16,
  * 2 heads, context T = 9 (odd, not a multiple of any block size).
@@ -12,6 +19,7 @@
 #include "check_main.h"
 #include "test_util.h"
 #include <kiln/kiln.h>
+#include <Random123/philox.h> /* the reference of the draws' u */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -380,6 +388,11 @@ START_TEST(test_sample_not_finite)
 	ck_assert_int_eq(kiln_generate(g, prompt, 3, 2, &modes[0], out, NULL, NULL), KILN_EDATA);
 	ck_assert_msg(strstr(kiln_last_error(), "drawing new token 0 (position 3): the logit of id 0 is NaN"),
 		      "%s", kiln_last_error());
+	/* ... and with several samples, the sample */
+	int32_t out2[4];
+	ck_assert_int_eq(kiln_generate_samples(g, prompt, 3, 2, 2, &modes[1], out2, NULL, NULL), KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "drawing new token 0 (position 3) of sample 0: the logit of id 0 is NaN"),
+		      "%s", kiln_last_error());
 	kiln_generator_close(g);
 	rig_close(&r);
 }
@@ -485,6 +498,345 @@ START_TEST(test_draw_bounds)
 }
 END_TEST
 
+/* ---- top-p and several samples ------------------------------------------ */
+
+/* u of draw `draw` on sample stream `b` under seed: Philox4x32-10 of
+ * counter (draw, b, generation's stream 6) and key seed, its first word's
+ * top 24 bits (core/rng.c's layout, computed here with Random123 itself:
+ * the reference the draws are held to). */
+static double ref_u(uint64_t seed, uint64_t draw, uint32_t b)
+{
+	philox4x32_ctr_t c = { { (uint32_t)draw, (uint32_t)(draw >> 32), b, 6 } };
+	philox4x32_key_t k = { { (uint32_t)seed, (uint32_t)(seed >> 32) } };
+	return (double)(philox4x32(c, k).v[0] >> 8) * (1.0 / 16777216.0);
+}
+
+/* The id a draw at u takes from distribution p[0..V): the inverse of the
+ * cumulative distribution over the ids in order[0..n) with a probability. */
+static int32_t ref_draw(const double *p, int n, const int *order, double u)
+{
+	double acc = 0;
+	int32_t id = -1;
+	for (int k = 0; k < n; k++) {
+		if (p[order[k]] <= 0)
+			continue;
+		acc += p[order[k]];
+		id = order[k];
+		if (u < acc)
+			break;
+	}
+	return id;
+}
+
+static const float *sort_logits; /* by_prob's */
+
+/* qsort order of ids: larger logit first, ties the lower id. */
+static int by_prob(const void *a, const void *b)
+{
+	const int x = *(const int *)a, y = *(const int *)b;
+	if (sort_logits[x] != sort_logits[y])
+		return sort_logits[x] > sort_logits[y] ? -1 : 1;
+	return x - y;
+}
+
+enum { REF_VMAX = 512 };
+
+/* One case of tests/data/top_p_refs.txt. */
+struct top_p_case {
+	char name[64];
+	int V;
+	int64_t top_k;
+	double temperature, top_p;
+	float logits[REF_VMAX];
+	double probs[REF_VMAX];
+};
+
+/* The next case of f into c; 0 at the end. */
+static int top_p_case_read(FILE *f, struct top_p_case *c)
+{
+	static char line[1 << 16];
+	while (fgets(line, sizeof line, f)) {
+		if (line[0] == '#')
+			continue;
+		char *p = line, *end;
+		int n;
+		long long k;
+		ck_assert(sscanf(p, "%63s %d %lf %lld %lf ;%n", c->name, &c->V, &c->temperature, &k,
+				 &c->top_p, &n) == 5);
+		ck_assert(c->V > 0 && c->V <= REF_VMAX);
+		c->top_k = k;
+		p += n;
+		for (int i = 0; i < c->V; i++, p = end)
+			c->logits[i] = strtof(p, &end);
+		ck_assert_msg(strncmp(p, " ;", 2) == 0, "%s: no ';' after %d logits", c->name, c->V);
+		p += 2;
+		for (int i = 0; i < c->V; i++, p = end) {
+			c->probs[i] = strtod(p, &end);
+			ck_assert(end != p);
+		}
+		return 1;
+	}
+	return 0;
+}
+
+/* kiln_sample_probs equals HuggingFace's temperature, top-k (kiln's: k
+ * ids, ties to the lower) and TopPLogitsWarper, then softmax: the same
+ * ids kept, the same renormalised probabilities; the draws of
+ * kiln_sample_token_ex on three streams invert that distribution at
+ * Philox's u, over the ids by probability (larger first, ties the lower
+ * id), or in id order when neither top-k nor top-p cuts (the order of
+ * every draw before top-p: kiln_sample_token's, which top_p 1 on stream
+ * 0 equals). */
+START_TEST(test_top_p_vs_reference)
+{
+	char path[1024];
+	snprintf(path, sizeof path, "%s/tests/data/top_p_refs.txt", SRCDIR);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	static struct top_p_case c;
+	int cases = 0, cut = 0;
+	while (top_p_case_read(f, &c)) {
+		const struct kiln_sample_opts o = { .temperature = c.temperature, .top_k = c.top_k,
+						    .seed = 1000 + (uint64_t)cases };
+		double got[REF_VMAX], sum = 0;
+		int order[REF_VMAX], kept = 0, ref_kept = 0;
+		ck_assert_msg(kiln_sample_probs(c.logits, c.V, &o, c.top_p, got) == 0, "%s: %s", c.name,
+			      kiln_last_error());
+		for (int i = 0; i < c.V; i++) {
+			ck_assert_msg((got[i] > 0) == (c.probs[i] > 0),
+				      "%s: id %d %s by kiln (p %.17g), %s by the reference (p %.17g)", c.name, i,
+				      got[i] > 0 ? "kept" : "cut", got[i], c.probs[i] > 0 ? "kept" : "cut",
+				      c.probs[i]);
+			ck_assert_msg(fabs(got[i] - c.probs[i]) <= 1e-12,
+				      "%s: id %d probability %.17g, the reference's %.17g", c.name, i, got[i],
+				      c.probs[i]);
+			sum += got[i];
+			kept += got[i] > 0;
+			order[i] = i;
+		}
+		ck_assert_msg(fabs(sum - 1) <= 1e-12, "%s: the kept probabilities sum to %.17g", c.name, sum);
+		for (int i = 0; i < c.V; i++)
+			ref_kept += c.logits[i] > -INFINITY;
+		if (c.top_k && c.top_k < ref_kept)
+			ref_kept = (int)c.top_k;
+		cut += kept < ref_kept; /* the nucleus left some out */
+		const int sorted = c.top_p < 1 || (c.top_k > 0 && c.top_k < c.V);
+		sort_logits = c.logits;
+		if (sorted)
+			qsort(order, (size_t)c.V, sizeof *order, by_prob);
+		const uint32_t streams[3] = { 0, 1, 7 };
+		for (int s = 0; s < 3; s++)
+			for (uint64_t d = 0; d < 400; d++) {
+				int32_t id = -1, id0 = -1;
+				ck_assert(kiln_sample_token_ex(c.logits, c.V, &o, c.top_p, d, streams[s], &id) == 0);
+				const int32_t want = ref_draw(c.probs, c.V, order, ref_u(o.seed, d, streams[s]));
+				ck_assert_msg(id == want, "%s: draw %d on stream %u gave id %d, the inverse of the reference's distribution %d",
+					      c.name, (int)d, streams[s], id, want);
+				if (c.top_p == 1 && streams[s] == 0) {
+					ck_assert(kiln_sample_token(c.logits, c.V, &o, d, &id0) == 0);
+					ck_assert_int_eq(id0, id);
+				}
+			}
+		cases++;
+	}
+	fclose(f);
+	ck_assert_int_eq(cases, 18);
+	ck_assert_msg(cut >= 14, "only %d cases where the nucleus cut ids", cut);
+}
+END_TEST
+
+/* With top-p 0.5 on probabilities 0.3, 0.25, 0.2, 0.15, 0.1 the nucleus
+ * is ids 0 and 1 (0.3 < 0.5 <= 0.55): over 40,000 draws on 4 streams
+ * no other id appears, and the two follow 0.3 / 0.55 and 0.25 / 0.55
+ * within 5 standard deviations; at top-p 0.9, 0.95 and 1 the nucleus
+ * grows (0.9: 0, 1, 2, 3; 0.95 and 1: all) and every id of it is drawn. */
+START_TEST(test_top_p_draws)
+{
+	const double p[5] = { 0.3, 0.25, 0.2, 0.15, 0.1 };
+	float logits[5];
+	enum { N = 40000 };
+	for (int i = 0; i < 5; i++)
+		logits[i] = (float)log(p[i]);
+	const double tops[4] = { 0.5, 0.9, 0.95, 1 };
+	const int in[4] = { 2, 4, 5, 5 }; /* the nucleus: the first in[] ids */
+	for (int t = 0; t < 4; t++) {
+		const struct kiln_sample_opts o = { .temperature = 1, .seed = 99 };
+		int counts[5] = { 0 };
+		double z = 0;
+		for (int i = 0; i < N; i++) {
+			int32_t id;
+			ck_assert(kiln_sample_token_ex(logits, 5, &o, tops[t], (uint64_t)(i / 4), (uint32_t)(i % 4),
+						       &id) == 0);
+			ck_assert_msg(id >= 0 && id < in[t], "top-p %g: draw %d gave id %d, outside the nucleus of ids 0..%d",
+				      tops[t], i, id, in[t] - 1);
+			counts[id]++;
+		}
+		for (int i = 0; i < in[t]; i++)
+			z += p[i];
+		for (int i = 0; i < in[t]; i++) {
+			const double q = p[i] / z, fr = (double)counts[i] / N, sd = sqrt(q * (1 - q) / N);
+			ck_assert_msg(fabs(fr - q) <= 5 * sd, "top-p %g id %d: frequency %.4f, probability %.4f",
+				      tops[t], i, fr, q);
+		}
+	}
+	/* the bound: (0, 1] */
+	const struct kiln_sample_opts o = { .temperature = 1 };
+	const double bad[4] = { 0, -0.5, 1.5, NAN };
+	double probs[5];
+	int32_t id;
+	for (int b = 0; b < 4; b++) {
+		ck_assert_int_eq(kiln_sample_token_ex(logits, 5, &o, bad[b], 0, 0, &id), KILN_EINVAL);
+		ck_assert_msg(strstr(kiln_last_error(), "in (0, 1]"), "%s", kiln_last_error());
+		ck_assert_int_eq(kiln_sample_probs(logits, 5, &o, bad[b], probs), KILN_EINVAL);
+	}
+	/* greedy ignores it: the first largest, probability 1 */
+	const struct kiln_sample_opts g = { .temperature = 0 };
+	ck_assert(kiln_sample_probs(logits, 5, &g, 0.5, probs) == 0);
+	ck_assert(probs[0] == 1 && probs[1] == 0 && probs[4] == 0);
+}
+END_TEST
+
+/* What kiln_generate_samples' callback saw. */
+struct seen {
+	int64_t order[4 * T];
+	int n;
+};
+
+static kiln_status record(void *user, int64_t sample, int32_t token)
+{
+	struct seen *s = user;
+	(void)token;
+	s->order[s->n++] = sample;
+	return KILN_OK;
+}
+
+/* Four samples of one prompt decoded at once (a plan of 4 rows): each
+ * sample's tokens are those a one-row decode of its own sequence draws
+ * with kiln_sample_token_ex on its stream (its logits are a one-row
+ * plan's, to the bit), sample 0 is kiln_generate's text, the samples
+ * differ, a second call repeats them; top-p and its errors; greedy
+ * samples are all the greedy text. */
+START_TEST(test_samples)
+{
+	enum { NS = 4, NEW = T - 3 };
+	struct rig r;
+	struct kiln_generator *g;
+	const int32_t prompt[3] = { 4, 1, 7 };
+	int32_t out[NS * NEW], again[NS * NEW], one[NEW];
+	const float *lg;
+	struct seen seen = { .n = 0 };
+	struct kiln_sample_opts s = { .temperature = 1.5, .seed = 11 };
+	rig_open(&r, "", "", KILN_F32);
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	ck_assert_msg(kiln_generator_top_p(g, 0.9) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_generate_samples(g, prompt, 3, NEW, NS, &s, out, record, &seen) == 0, "%s",
+		      kiln_last_error());
+	ck_assert_int_eq(seen.n, NS * NEW);
+	for (int i = 0; i < NS * NEW; i++)
+		ck_assert_int_eq(seen.order[i], i % NS); /* token k of every sample, then k + 1 */
+	for (int smp = 0; smp < NS; smp++) {
+		for (int t = 0; t < 3; t++)
+			ck_assert(kiln_generator_step(g, t, prompt[t], &lg) == 0);
+		for (int k = 0; k < NEW; k++) {
+			int32_t want;
+			ck_assert(kiln_sample_token_ex(lg, V, &s, 0.9, (uint64_t)k, (uint32_t)smp, &want) == 0);
+			ck_assert_msg(out[smp * NEW + k] == want, "sample %d token %d: %d decoded with the others, %d alone",
+				      smp, k, out[smp * NEW + k], want);
+			if (k + 1 < NEW)
+				ck_assert(kiln_generator_step(g, 3 + k, want, &lg) == 0);
+		}
+	}
+	ck_assert(kiln_generate(g, prompt, 3, NEW, &s, one, NULL, NULL) == 0);
+	ck_assert_mem_eq(one, out, sizeof one);
+	int distinct = 0;
+	for (int a = 1; a < NS; a++)
+		distinct += memcmp(out, out + a * NEW, sizeof one) != 0;
+	ck_assert_msg(distinct == NS - 1, "only %d of the samples 1..3 differ from sample 0", distinct);
+	ck_assert(kiln_generate_samples(g, prompt, 3, NEW, NS, &s, again, NULL, NULL) == 0);
+	ck_assert_mem_eq(again, out, sizeof out);
+	/* a bad top_p is refused and 0.9 stays */
+	const double bad[4] = { 0, 1.5, NAN, -1 };
+	for (int b = 0; b < 4; b++) {
+		ck_assert_int_eq(kiln_generator_top_p(g, bad[b]), KILN_EINVAL);
+		ck_assert_msg(strstr(kiln_last_error(), "kiln_generator_top_p: top_p = "), "%s", kiln_last_error());
+	}
+	ck_assert(kiln_generate_samples(g, prompt, 3, NEW, NS, &s, again, NULL, NULL) == 0);
+	ck_assert_mem_eq(again, out, sizeof out);
+	/* at 1 the draws are those of a generator without top-p */
+	struct kiln_generator *plain;
+	int32_t p1[NEW];
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &plain) == 0);
+	ck_assert(kiln_generate(plain, prompt, 3, NEW, &s, one, NULL, NULL) == 0);
+	ck_assert(kiln_generator_top_p(g, 1) == 0);
+	ck_assert(kiln_generate(g, prompt, 3, NEW, &s, p1, NULL, NULL) == 0);
+	ck_assert_mem_eq(p1, one, sizeof one);
+	kiln_generator_close(plain);
+	/* greedy: every sample the greedy text */
+	const struct kiln_sample_opts greedy = { .temperature = 0 };
+	ck_assert(kiln_generate(g, prompt, 3, NEW, &greedy, one, NULL, NULL) == 0);
+	ck_assert(kiln_generate_samples(g, prompt, 3, NEW, 3, &greedy, out, NULL, NULL) == 0);
+	for (int smp = 0; smp < 3; smp++)
+		ck_assert_mem_eq(out + smp * NEW, one, sizeof one);
+	/* errors */
+	ck_assert_int_eq(kiln_generate_samples(g, prompt, 3, NEW, 0, &s, out, NULL, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "n_samples = 0"), "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_generate_samples(g, prompt, 3, T - 2, 2, &s, out, NULL, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "(ask for at most 6)"), "%s", kiln_last_error());
+	kiln_generator_close(g);
+	rig_close(&r);
+}
+END_TEST
+
+/* Top-p composes with the loss's classes (7), an allow mask (0, 2, 5
+ * and 9, past the classes), top-k and temperature, with several samples:
+ * each token of 3 samples of 8 seeds is the draw of kiln_sample_token_ex
+ * on its stream from the one-row logits with every id the bounds leave
+ * out at -inf (a probability of 0), and one of 0, 2 and 5. */
+START_TEST(test_top_p_bounds)
+{
+	enum { NS = 3, NEW = T - 2 };
+	struct rig r;
+	struct kiln_generator *g;
+	const int32_t prompt[2] = { 4, 9 };
+	int32_t out[NS * NEW];
+	uint8_t allow[V] = { 0 };
+	const float *lg;
+	int seen[V] = { 0 };
+	allow[0] = allow[2] = allow[5] = allow[9] = 1;
+	rig_open(&r, "", "classes = 7\n", KILN_F32);
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	ck_assert(kiln_generator_allow(g, allow, V) == 0);
+	ck_assert(kiln_generator_top_p(g, 0.7) == 0);
+	for (uint64_t seed = 1; seed <= 8; seed++) {
+		const struct kiln_sample_opts o = { .temperature = 3, .top_k = 2, .seed = seed };
+		ck_assert_msg(kiln_generate_samples(g, prompt, 2, NEW, NS, &o, out, NULL, NULL) == 0, "%s",
+			      kiln_last_error());
+		for (int smp = 0; smp < NS; smp++) {
+			ck_assert(kiln_generator_step(g, 0, prompt[0], &lg) == 0);
+			ck_assert(kiln_generator_step(g, 1, prompt[1], &lg) == 0);
+			for (int k = 0; k < NEW; k++) {
+				float masked[V];
+				int32_t want;
+				for (int v = 0; v < V; v++)
+					masked[v] = v < 7 && allow[v] ? lg[v] : -INFINITY;
+				ck_assert(kiln_sample_token_ex(masked, V, &o, 0.7, (uint64_t)k, (uint32_t)smp, &want) == 0);
+				const int32_t id = out[smp * NEW + k];
+				ck_assert_msg(id == want, "seed %d sample %d token %d: %d, the masked reference's %d",
+					      (int)seed, smp, k, id, want);
+				ck_assert(id == 0 || id == 2 || id == 5);
+				seen[id]++;
+				if (k + 1 < NEW)
+					ck_assert(kiln_generator_step(g, 2 + k, id, &lg) == 0);
+			}
+		}
+	}
+	ck_assert_msg(seen[0] + seen[2] + seen[5] == 8 * NS * NEW && (!!seen[0] + !!seen[2] + !!seen[5]) >= 2,
+		      "drawn: id 0 %d times, 2 %d, 5 %d", seen[0], seen[2], seen[5]);
+	kiln_generator_close(g);
+	rig_close(&r);
+}
+END_TEST
+
 /* A shard of tokens in llm.c's format at path: magic, version and count
  * in a 1024-byte header, then n uint16 tokens (each < V). */
 static void write_shard(const char *path, int n)
@@ -571,7 +923,7 @@ static Suite *make_generate_suite(void)
 	check_add_case(s, "decode", 120, NULL, NULL, (const TTest *[]){
 		test_decode_equals_full, test_decode_bf16, test_greedy_is_full_argmax,
 		test_sampling, test_errors, test_sample_not_finite, test_draw_bounds,
-		test_open_precision, NULL });
+		test_open_precision, test_top_p_vs_reference, test_top_p_draws, test_samples, test_top_p_bounds, NULL });
 	return s;
 }
 

@@ -23,6 +23,11 @@
 #  [layer.*] sections against other heads (refused; init_strict = 0
 #  warns); a prompt byte past [layer.loss] classes refused; a BPE model
 #  without --vocab warned of.
+#  Also session 41: --top-p 1 and --num-samples 1 print the text without them;
+#  --top-p 0.001 keeps the most likely token alone (greedy); --num-samples
+#  3 prints three samples, each after its header line, sample 0 the text
+#  of one, the others other text, the same bytes again for the same seed;
+#  bad --top-p and --num-samples values: exit 2.
 # The decode logits themselves are checked against the full forward in
 # tests/check_generate.c.
 name=generate
@@ -157,6 +162,37 @@ kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 0
 cp "$out" "$tmp/greedy.txt"
 kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 5 --top-k 1 --seed 3
 cmp -s "$out" "$tmp/greedy.txt" || fail "--top-k 1 differs from greedy"
+# top-p (session 41): 1 keeps every token (the text without it); a
+# nucleus below the most likely token's probability (>= 1/256 here) is
+# that token alone: greedy decoding, in every sample
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 --top-p 1
+cmp -s "$out" "$tmp/a.txt" || fail "--top-p 1 changed the text"
+kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --top-p 0.001 --seed 3
+cmp -s "$out" "$tmp/greedy.txt" || fail "--top-p 0.001 differs from greedy"
+kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --top-p 0.001 --seed 3 --num-samples 2
+{ echo "--- sample 0 ---"; cat "$tmp/greedy.txt"; echo "--- sample 1 ---"; cat "$tmp/greedy.txt"; } |
+	cmp -s - "$out" || fail "two samples at --top-p 0.001 are not twice the greedy text after their headers"
+# several samples (session 41): one is the text without the option; of
+# three, each after "--- sample I ---" (17 bytes), sample 0 is that text
+# (the byte tokenizer: 24 bytes each), 1 and 2 other text; the same seed
+# prints the same bytes again
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 --num-samples 1
+cmp -s "$out" "$tmp/a.txt" || fail "--num-samples 1 changed the text"
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 --num-samples 3
+cp "$out" "$tmp/three.txt"
+[ "$(wc -c <"$out")" -eq $((3 * (17 + 24))) ] || fail "3 samples of 17 + 24 bytes: $(wc -c <"$out") bytes"
+for s in 0 1 2; do
+	tail -c +$((s * 41 + 1)) "$out" | head -c 17 >"$tmp/head.txt"
+	echo "--- sample $s ---" | cmp -s - "$tmp/head.txt" || fail "sample $s: header '$(cat "$tmp/head.txt")'"
+	tail -c +$((s * 41 + 18)) "$out" | head -c 24 >"$tmp/s$s.txt"
+	head -c 9 "$tmp/s$s.txt" | grep -qx "the quick" || fail "sample $s does not start with the prompt"
+done
+cmp -s "$tmp/s0.txt" "$tmp/a.txt" || fail "sample 0 of 3 is not the text of one"
+! cmp -s "$tmp/s1.txt" "$tmp/s0.txt" || fail "sample 1 is sample 0's text"
+! cmp -s "$tmp/s2.txt" "$tmp/s0.txt" || fail "sample 2 is sample 0's text"
+! cmp -s "$tmp/s2.txt" "$tmp/s1.txt" || fail "sample 2 is sample 1's text"
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 --num-samples 3
+cmp -s "$out" "$tmp/three.txt" || fail "the same seed printed other samples"
 # a reader that is gone (a pipe whose reading end closed before kiln
 # started): the first token is the last drawn, exit 1 without an error
 # (before session 36 every token was drawn into the closed pipe)
@@ -258,6 +294,15 @@ kiln 2 generate "$ini" --prompt "x" --tokens 3 --vocab "$tmp/vocab.json"
 stderr_has "--vocab and --merges go together"
 kiln 2 generate "$ini" --prompt "x" --tokens -1
 kiln 2 generate "$ini" --prompt "x" --tokens 3 --temperature abc
+for v in 0 1.5 nan x -0.2; do
+	kiln 2 generate "$ini" --prompt "x" --tokens 3 --top-p "$v"
+	stderr_has "kiln: error: --top-p '$v': expected a number in (0, 1]"
+	[ ! -s "$out" ] || fail "--top-p $v printed text"
+done
+for v in 0 -1 x; do
+	kiln 2 generate "$ini" --prompt "x" --tokens 3 --num-samples "$v"
+	stderr_has "kiln: error: --num-samples '$v': expected an integer in [1, 1000000]"
+done
 kiln 2 generate "$ini" --tokens 3
 # a checkpoint that is not there: a usage error (exit 1 before session 36)
 kiln 2 generate "$ini" --prompt "x" --tokens 3 --checkpoint "$tmp/none.kiln"

@@ -486,13 +486,17 @@ TESTS += tests/check_attention
 tests_check_attention_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_attention_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
-# generation: the decode plan's logits against the full forward, sampling
+# generation: the decode plan's logits against the full forward, sampling,
+# top-p, several samples at once
 if HAVE_CHECK
 check_PROGRAMS += tests/check_generate
 TESTS += tests/check_generate
+tests_check_generate_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
 tests_check_generate_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_generate_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# top-p against HuggingFace's TopPLogitsWarper (torch 1.13)
+EXTRA_DIST += tests/data/gen_top_p_refs.py tests/data/top_p_refs.txt
 
 # ---- training and checkpoints: the trainer, optimizers and schedules
 # against PyTorch, mixed precision, the profiler, safetensors, checkpoints

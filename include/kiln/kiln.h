@@ -1174,7 +1174,9 @@ kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln
  * at its position and gives the next token's logits, the attention layers
  * keeping the keys and values of the earlier positions, so the prefix is
  * never recomputed.  Sampling draws from the core's counter-based RNG
- * keyed by (seed, the draw's index): the same seed gives the same tokens.
+ * keyed by (seed, the draw's index, the sample's index): the same seed
+ * gives the same tokens.  kiln_generate_samples decodes N continuations
+ * of one prompt at once, in a plan of N rows (each its own caches).
  * Threads: one thread per generator. */
 struct kiln_generator;
 
@@ -1216,6 +1218,18 @@ int64_t kiln_generator_classes(const struct kiln_generator *g);
  * kiln_generator_classes is allowed (nothing could be drawn); on any
  * error the earlier mask stays in force.  (libkiln.so.2.3) */
 kiln_status kiln_generator_allow(struct kiln_generator *g, const uint8_t *allowed, int64_t n);
+/* Let kiln_generate and kiln_generate_samples draw from the nucleus of
+ * top_p only (top-p sampling, HuggingFace's TopPLogitsWarper): of the ids
+ * kiln_generator_classes and kiln_generator_allow let through, after
+ * top_k, sorted by probability under softmax(logits / temperature) (ties:
+ * the lower id first), the smallest leading set whose probabilities sum
+ * to top_p or more, at least one id; the draw renormalises over it.
+ * 0 < top_p <= 1; 1 (a new generator's) keeps every id: the draws are
+ * those of a generator before this function, to the bit.  Greedy
+ * decoding (temperature 0, top_k 1) ignores it.  KILN_EINVAL for any
+ * other value (0, > 1, NaN), and the earlier one stays in force.
+ * (libkiln.so.2.4) */
+kiln_status kiln_generator_top_p(struct kiln_generator *g, double top_p);
 
 /* Feed `token` at position pos (0 <= pos < context; the steps at 0..pos-1
  * of this sequence came before, pos = 0 starts a new one) and wait for
@@ -1234,6 +1248,23 @@ kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t t
  * session 40 the draw gave id V - 1). */
 kiln_status kiln_sample_token(const float *logits, int64_t V, const struct kiln_sample_opts *o,
 			      uint64_t draw, int32_t *token);
+/* kiln_sample_token with a nucleus and a stream: from the top_p nucleus
+ * (kiln_generator_top_p's rule; 1: all) of the top_k largest, by
+ * inverting the cumulative distribution at u = kiln_rng_uniform(seed,
+ * sampling stream, draw, sample_stream), the stream of one of several
+ * samples of a seed (kiln_generate_samples' sample s is stream s).
+ * kiln_sample_token is top_p 1 on stream 0.  KILN_EINVAL for a top_p
+ * outside (0, 1] and a NULL logits, o or token; the rest as
+ * kiln_sample_token.  (libkiln.so.2.4) */
+kiln_status kiln_sample_token_ex(const float *logits, int64_t V, const struct kiln_sample_opts *o,
+				 double top_p, uint64_t draw, uint32_t sample_stream, int32_t *token);
+/* The distribution kiln_sample_token_ex draws from into probs[0..V) (the
+ * caller's, host): each id's probability, 0 outside the top_k and the
+ * nucleus of top_p (renormalised: the kept ids' sum to 1); greedy
+ * decoding's id 1.  Errors as kiln_sample_token_ex's (probs then not
+ * written).  (libkiln.so.2.4) */
+kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_sample_opts *o,
+			      double top_p, double *probs);
 
 /* Called with each new token as it is drawn; nonzero stops generation
  * with that status. */
@@ -1252,6 +1283,31 @@ typedef kiln_status (*kiln_token_fn)(void *user, int32_t token);
 kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
 			  int64_t n_new, const struct kiln_sample_opts *o, int32_t *out,
 			  kiln_token_fn fn, void *user);
+
+/* Called with each new token of sample `sample` as it is drawn: new
+ * token k of samples 0..N-1 in turn, then token k + 1.  Nonzero stops
+ * generation with that status. */
+typedef kiln_status (*kiln_samples_fn)(void *user, int64_t sample, int32_t token);
+
+/* n_samples continuations of one prompt (HuggingFace's
+ * num_return_sequences), decoded at once: a decode plan of n_samples
+ * rows, each row its own key/value caches (memory: n_samples times one
+ * sequence's), the prompt fed to every row, then n_new tokens drawn for
+ * each into out[s * n_new + k] (the caller's, n_samples * n_new): new
+ * token k of sample s by kiln_sample_token_ex at draw k on stream s, so
+ * sample 0 is kiln_generate's draws, and the others differ from it and
+ * from one another as other seeds do.  kiln_generator_classes,
+ * kiln_generator_allow and kiln_generator_top_p apply as to
+ * kiln_generate.  A row's logits do not depend on the other rows (on the
+ * CPU device they are a one-row plan's to the bit: docs/generate.md).
+ * The generator keeps the plan of n_samples rows until a call with other
+ * rows (kiln_generate and kiln_generator_step use one) makes another,
+ * its caches empty.  1 <= n_samples <= INT32_MAX, else KILN_EINVAL;
+ * NULL g, prompt, o or out: KILN_EINVAL; a draw's error names the sample
+ * too; the other errors as kiln_generate's.  (libkiln.so.2.4) */
+kiln_status kiln_generate_samples(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
+				  int64_t n_new, int64_t n_samples, const struct kiln_sample_opts *o,
+				  int32_t *out, kiln_samples_fn fn, void *user);
 
 /* ---- the loader alone (`kiln bench data`) ---- */
 
