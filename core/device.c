@@ -558,6 +558,12 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_RELU_BWD && op->n_out == 2 && dev->plugin->abi_minor < 9)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before RELU_BWD's bias gradient",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and a recurrent layer's final hidden state (RNN's i[4], 2.25):
+	 * an older device would write the whole [B,T,H] sequence into y */
+	if ((op->type == KILN_OP_RNN || op->type == KILN_OP_RNN_BWD) && op->i[4] &&
+	    dev->plugin->abi_minor < 25)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a recurrent layer's final hidden state (`last`, 2.25): rebuild it against this kiln's headers",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st || dev->layout_only)
 		return st ? st : layout_token(dev, op, plan);

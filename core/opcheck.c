@@ -592,7 +592,8 @@ static kiln_status check_layernorm(const char *who, const struct kiln_op *op)
 }
 
 /* RNN (x, w_ih, w_hh, b_ih, b_hh [, ids] -> y [, saved]) and RNN_BWD (x,
- * dy, w_ih, w_hh, saved -> dx, dw_ih, dw_hh, db[2, G*H]). */
+ * dy, w_ih, w_hh, saved -> dx, dw_ih, dw_hh, db[2, G*H]); y, dy [B,H]
+ * with i[4] (last). */
 static kiln_status check_rnn(const char *who, const struct kiln_op *op)
 {
 	const int bwd = op->type == KILN_OP_RNN_BWD;
@@ -605,9 +606,13 @@ static kiln_status check_rnn(const char *who, const struct kiln_op *op)
 	const int64_t G = op->i[0] ? 3 : 4;
 	const struct kiln_tensor_desc *x = &op->in[0], *y = bwd ? &op->in[1] : &op->out[0];
 	const struct kiln_tensor_desc *wi = &op->in[bwd ? 2 : 1], *wh = &op->in[bwd ? 3 : 2];
-	const int64_t H = y->ndim == 3 ? y->dims[2] : 0, I = x->ndim == 3 ? x->dims[2] : 0;
-	int ok = x->dtype == KILN_F32 && y->dtype == KILN_F32 && x->ndim == 3 && y->ndim == 3 &&
-		 H > 0 && I > 0 && y->dims[0] == x->dims[0] && y->dims[1] == x->dims[1] &&
+	/* i[4] (last): y and dy [B,H], the final hidden state */
+	const int last = op->i[4] != 0, yn = last ? 2 : 3;
+	if (op->i[4] != 0 && op->i[4] != 1)
+		BAD(KILN_EINVAL, "last i[4] must be 0 or 1");
+	const int64_t H = y->ndim == yn ? y->dims[yn - 1] : 0, I = x->ndim == 3 ? x->dims[2] : 0;
+	int ok = x->dtype == KILN_F32 && y->dtype == KILN_F32 && x->ndim == 3 && y->ndim == yn &&
+		 H > 0 && I > 0 && y->dims[0] == x->dims[0] && (last || y->dims[1] == x->dims[1]) &&
 		 wi->dtype == KILN_F32 && numel(wi) == G * H * I && wh->dtype == KILN_F32 &&
 		 numel(wh) == G * H * H;
 	for (int k = 3; !bwd && k < 5 && ok; k++)
@@ -619,7 +624,7 @@ static kiln_status check_rnn(const char *who, const struct kiln_op *op)
 		     numel(&op->out[2]) == numel(wh) && op->out[3].dtype == KILN_F32 &&
 		     numel(&op->out[3]) == 2 * G * H;
 	if (!ok)
-		BAD(KILN_EINVAL, "wants f32 x [B,T,I], y and dy [B,T,H], w_ih [G*H,I], w_hh [G*H,H], biases [G*H] (G = 4 LSTM, 3 GRU), i32 ids [B,T], db [2,G*H]");
+		BAD(KILN_EINVAL, "wants f32 x [B,T,I], y and dy [B,T,H] ([B,H] with i[4]), w_ih [G*H,I], w_hh [G*H,H], biases [G*H] (G = 4 LSTM, 3 GRU), i32 ids [B,T], db [2,G*H]");
 	return KILN_OK;
 }
 

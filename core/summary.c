@@ -57,7 +57,8 @@ static double op_flops(const struct kiln_op *op)
 	case KILN_OP_RNN: {
 		/* the input and recurrent GEMMs of every step: 2 B T G H (I + H) */
 		const struct kiln_tensor_desc *x = &op->in[0];
-		const double G = op->i[0] ? 3 : 4, H = (double)op->out[0].dims[2];
+		const struct kiln_tensor_desc *yd = &op->out[0]; /* [B,T,H], or [B,H] (last) */
+		const double G = op->i[0] ? 3 : 4, H = (double)yd->dims[yd->ndim - 1];
 		return 2 * numel(x) / (double)x->dims[2] * G * H * ((double)x->dims[2] + H);
 	}
 	case KILN_OP_BN_TRAIN:

@@ -3,7 +3,8 @@
  * $KILN_TEST_DEVICE: tests/gpu/run.sh runs it on cuda) against
  * PyTorch's nn.LSTM / nn.GRU: the loss, every parameter gradient and the
  * input gradient of a training pass, for 1 and 2 layers, one and two
- * directions, with and without masking by a pad id
+ * directions, with and without masking by a pad id, the whole sequence
+ * or the final hidden state (`last = 1`, PyTorch's h_n)
  * (tests/data/rnn_refs.safetensors, written by tests/data/gen_rnn_refs.py);
  * the parameter gradients against central differences of the loss; the
  * configuration errors.
@@ -153,11 +154,17 @@ static void check_against(struct rig *r, const char *what, const void *dptr, int
 
 /* ..._b1t1: one row of one step, weight_hh's gradient 0 (h0 = 0), where
  * oneDNN 2.6 took h1 for h0 (plugins/cpu/rnn.c, "the initial state");
- * lstm_l1_b1t2 and gru_l1_b1t1 are their controls */
+ * lstm_l1_b1t2 and gru_l1_b1t1 are their controls.  ..._last: the top
+ * layer's final hidden state into the classifier, PyTorch's h_n (at each
+ * row's length - 1 forward, t = 0 reverse; before session 41 there was
+ * no way to take it) */
 static const char *const cases[] = { "lstm_l1",      "gru_l1",      "lstm_l2_bi",
 				     "gru_l2_bi",    "lstm_l1_mask", "gru_l1_mask",
 				     "lstm_l2_bi_mask", "gru_l2_bi_mask", "lstm_l1_b1t1",
-				     "lstm_l2_bi_b1t1", "gru_l1_b1t1", "lstm_l1_b1t2" };
+				     "lstm_l2_bi_b1t1", "gru_l1_b1t1", "lstm_l1_b1t2",
+				     "lstm_l1_last", "gru_l1_last", "lstm_l2_bi_last",
+				     "gru_l2_bi_last", "lstm_l1_last_mask", "gru_l1_last_mask",
+				     "lstm_l2_bi_last_mask", "gru_l2_bi_last_mask" };
 
 START_TEST(test_torch)
 {
@@ -241,6 +248,9 @@ END_TEST
 START_TEST(test_fd_gru_masked) { fd_case("gru_l2_bi_mask"); }
 END_TEST
 
+START_TEST(test_fd_lstm_last_masked) { fd_case("lstm_l2_bi_last_mask"); }
+END_TEST
+
 /* A model that must not build: the message names the layer and the cause. */
 START_TEST(test_config_errors)
 {
@@ -280,7 +290,8 @@ static Suite *make_rnn_suite(void)
 	tcase_add_loop_test(tc, test_torch, 0, (int)(sizeof cases / sizeof cases[0]));
 	suite_add_tcase(s, tc);
 	check_add_case(s, "layer", 120, NULL, NULL, (const TTest *[]){
-		test_fd_lstm, test_fd_gru_masked, test_config_errors, NULL });
+		test_fd_lstm, test_fd_gru_masked, test_fd_lstm_last_masked, test_config_errors,
+		NULL });
 	return s;
 }
 

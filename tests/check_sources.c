@@ -1457,6 +1457,46 @@ START_TEST(test_seq2seq)
 }
 END_TEST
 
+/* task = sum: one class per string (a scalar label), the digit sum mod 10,
+ * the strings those of task = reverse (session 41: a sequence classifier's
+ * data, examples/seq_classify.ini) */
+START_TEST(test_seq2seq_sum)
+{
+	enum { N = 300, T = 7 };
+	int32_t y[T], xr[T], yr[T];
+	const char *keys[] = { "data.samples=300", "data.length=7", "data.min_length=1" };
+	ck_assert_int_eq(open_src("seq2seq", "data", "train", keys[0], keys[1], keys[2],
+				  "data.task=sum", NULL), KILN_OK);
+	struct kiln_source_info info;
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.classes, 10);
+	ck_assert(info.label.dtype == KILN_I32 && info.label.ndim == 0 && info.sample.ndim == 1 &&
+		  info.sample.dims[0] == T);
+	static int32_t xs[N][T];
+	int seen[10] = { 0 };
+	for (int i = 0; i < N; i++) {
+		y[1] = -7; /* one label only: the rest of the buffer untouched */
+		ck_assert_int_eq(ops->read(ctx, i, xs[i], y), KILN_OK);
+		ck_assert_int_eq(y[1], -7);
+		int sum = 0;
+		for (int t = 0; t < T && xs[i][t]; t++)
+			sum += xs[i][t] - 1;
+		ck_assert_msg(y[0] == sum % 10, "sample %d: label %d, digit sum %d", i, y[0], sum);
+		seen[y[0]]++;
+	}
+	for (int k = 0; k < 10; k++)
+		ck_assert_msg(seen[k] > 5, "class %d: %d strings of %d", k, seen[k], N);
+	close_src();
+	ck_assert_int_eq(open_src("seq2seq", "data", "train", keys[0], keys[1], keys[2],
+				  "data.task=reverse", NULL), KILN_OK);
+	for (int i = 0; i < N; i++) {
+		s2s_read_checked(i, T, 0, xr, yr);
+		ck_assert(!memcmp(xr, xs[i], sizeof xr));
+	}
+	close_src();
+}
+END_TEST
+
 static Suite *make_sources_suite(void)
 {
 	Suite *s = suite_create("sources");
@@ -1477,7 +1517,8 @@ static Suite *make_sources_suite(void)
 	check_add_case(s, "synthetic", 0, setup, teardown, (const TTest *[]){
 		test_synthetic, test_synthetic_bad_keys, test_keys_validated, NULL });
 
-	check_add_case(s, "seq2seq", 60, setup, teardown, (const TTest *[]){ test_seq2seq, NULL });
+	check_add_case(s, "seq2seq", 60, setup, teardown, (const TTest *[]){
+		test_seq2seq, test_seq2seq_sum, NULL });
 	return s;
 }
 

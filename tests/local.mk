@@ -354,6 +354,12 @@ if BUILD_LOADERS
 TESTS += tests/rnn_config.sh
 endif
 EXTRA_DIST += tests/rnn_config.sh
+# a sequence classifier on lstm's final hidden state (last = 1): learns,
+# kiln eval agrees, the summary's [B, H]
+if BUILD_LOADERS
+TESTS += tests/rnn_last.sh
+endif
+EXTRA_DIST += tests/rnn_last.sh
 
 # ---- device: the conformance suites, one per op family around one fixture
 # (tests/device_fixture.c), each op against reference loops; the same

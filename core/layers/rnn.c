@@ -1,9 +1,10 @@
 /* core/layers/rnn.c - recurrent layers: `lstm` and `gru`, one direction of
  * one layer of nn.LSTM / nn.GRU (batch_first, zero initial state).
  *
- * x: [B, T, I]; y: [B, T, H], every step's hidden state (the full
- * sequence: a model that wants the last step reads y[:, T-1] through a
- * layer of its own).  Parameters, PyTorch's names and gate order (LSTM
+ * x: [B, T, I]; y: [B, T, H], every step's hidden state (PyTorch's
+ * `output`), or with `last = 1` y: [B, H], each row's final hidden state
+ * (PyTorch's h_n of this direction: the step at the row's length - 1, or
+ * t = 0 for the reverse direction; KILN_OP_RNN's i[4]).  Parameters, PyTorch's names and gate order (LSTM
  * i, f, g, o; GRU r, z, n), all U(-1/sqrt(H), 1/sqrt(H)) as PyTorch draws
  * them: weight_ih_l{k} [G*H, I], weight_hh_l{k} [G*H, H], bias_ih_l{k},
  * bias_hh_l{k} [G*H], with the suffix `_reverse` for the direction that
@@ -28,7 +29,7 @@
 
 struct rnn {
 	struct layer_plans plans;
-	int gru, reverse, ids;
+	int gru, reverse, ids, last;
 	int64_t H, index, pad_id, G;
 	char names[4][40];
 	/* from the config, for infer's messages: where the section's type
@@ -49,6 +50,8 @@ static const struct kiln_key rnn_keys[] = {
 	  "k of the parameter names `weight_ih_l{k}`...: which layer of a PyTorch stack this is." },
 	{ "pad_id", KILN_KEY_INT, "0", -2147483648.0, 2147483647.0, NULL,
 	  "With a second input (token ids i32 [B, T]): a row ends at its first `pad_id`; later steps are not run and give 0. Set on a layer of one input: a config error (exit 2) naming it (before session 38 it was ignored, nothing masked)." },
+	{ "last", KILN_KEY_BOOL, "0", 0, 0, NULL,
+	  "Output each row's final hidden state [B, H] (PyTorch's h_n of this direction: the step at the row's length - 1, t = 0 with `reverse = 1`) instead of every step's [B, T, H]; the gradient flows into that step only (docs/rnn.md, \"The final hidden state\")." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -68,6 +71,8 @@ static kiln_status rnn_configure(const struct kiln_host *h, struct kiln_layer *l
 		st = h->config_get_int(cfg, sec, "index", &s->index);
 	if (!st || st == KILN_ENOTFOUND)
 		st = h->config_get_int(cfg, sec, "pad_id", &s->pad_id);
+	if (!st || st == KILN_ENOTFOUND)
+		st = h->config_get_bool(cfg, sec, "last", &s->last);
 	snprintf(s->at, sizeof s->at, "%s", h->config_where(cfg, sec, "type"));
 	const char *pad_at = h->config_where(cfg, sec, "pad_id");
 	snprintf(s->pad_at, sizeof s->pad_at, "%s", strcmp(pad_at, "default") ? pad_at : "");
@@ -123,7 +128,10 @@ static kiln_status rnn_infer(const struct kiln_host *h, struct kiln_layer *l)
 	if (l->decode_len > 0)
 		return h->error(KILN_ENOTSUP, "layer '%s' (%s): no step-by-step decoding yet",
 				l->name, l->type);
-	f32_desc(&l->out, x->dims[0], x->dims[1], s->H);
+	if (s->last)
+		f32_desc(&l->out, x->dims[0], s->H, 0);
+	else
+		f32_desc(&l->out, x->dims[0], x->dims[1], s->H);
 	const int64_t GH = s->G * s->H, I = x->dims[2];
 	static const char *const base[] = { "weight_ih", "weight_hh", "bias_ih", "bias_hh" };
 	l->n_params = 4;
@@ -153,7 +161,7 @@ static kiln_status rnn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.out[0] = l->out;
 	f32_desc(&op.out[1], 1, 0, 0); /* the device says the bytes (aux_bytes) */
 	op.out[1].dtype = KILN_U8;
-	op.i[0] = s->gru, op.i[1] = s->reverse, op.i[2] = s->pad_id;
+	op.i[0] = s->gru, op.i[1] = s->reverse, op.i[2] = s->pad_id, op.i[4] = s->last;
 	if ((st = prep(h, l, dev, &op, &s->fwd, &w)))
 		return st;
 	s->aux = ALIGN64(h->device_aux_bytes(dev, s->fwd));
@@ -178,7 +186,7 @@ static kiln_status rnn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.out[0] = l->in[0];
 	op.out[1] = l->params[0].desc, op.out[2] = l->params[1].desc;
 	f32_desc(&op.out[3], 2, s->G * s->H, 0);
-	op.i[0] = s->gru, op.i[1] = s->reverse;
+	op.i[0] = s->gru, op.i[1] = s->reverse, op.i[4] = s->last;
 	for (int dw = 0; dw < 2; dw++) {
 		op.i[3] = dw;
 		if ((st = prep_pair(h, l, dev, &op, s->bwd[dw], &w)))

@@ -501,13 +501,23 @@ enum kiln_op_type {
 	 * y is 0 there, the reverse direction starts at t = len - 1.  Without
 	 * in5 every row has length T.  out0 y [B,T,H] (every step's h);
 	 * out1 (training, n_out = 2) u8[aux_bytes]: what the backward reads
-	 * (the device's aux_bytes for the plan; inference n_out = 1). */
+	 * (the device's aux_bytes for the plan; inference n_out = 1).
+	 * ABI 2.25: i[4] = 1 ("last"): out0 is y [B,H] instead, each row's
+	 * final hidden state, PyTorch's h_n of this direction: h at t = len-1
+	 * (forward) or at t = 0 (reverse), the last step the row ran; 0 for
+	 * a row of length 0.  (A bidirectional nn.LSTM's
+	 * torch.cat([h_n[-2], h_n[-1]], 1) is the two directions' [B,H]
+	 * joined.)  The core asks no device built before 2.25 for it. */
 	KILN_OP_RNN = 48,
 	/* Its backward: in0 x, in1 dy [B,T,H], in2 w_ih, in3 w_hh, in4 the
 	 * forward's out1 (same i[], same shapes); out0 dx [B,T,I] (=|+= with
 	 * KILN_OPF_ACCUMULATE), out1 dw_ih, out2 dw_hh, out3 f32[2, G*H]: the
 	 * gradients of b_ih, then b_hh (written); out1 and out2 written, or
-	 * added into when i[3] = 1.  Padded steps give dx = 0 and add nothing. */
+	 * added into when i[3] = 1.  Padded steps give dx = 0 and add nothing.
+	 * With i[4] = 1 (ABI 2.25) in1 is dy [B,H], the gradient of the final
+	 * hidden state alone: the backward of the sequence whose dy is that
+	 * row at the row's last step run (t = len-1, or t = 0 reverse) and 0
+	 * at every other step. */
 	KILN_OP_RNN_BWD = 49,
 	/* ABI 2.6, INT8 inference (docs/inference.md "INT8"; kiln quantize).
 	 * CONV's operands, geometry (i[0..6]) and fused activation, with the

@@ -143,9 +143,12 @@ extern "C" {
  * 2.24: source ops version 5: peek (what info() would say of the images,
  *      told from a header or the config without opening the set: `kiln
  *      predict` of image files; NULL in a source built before, which is
- *      opened as before; docs/plugins.md "ABI 2.24"). */
+ *      opened as before; docs/plugins.md "ABI 2.24").
+ * 2.25: KILN_OP_RNN / RNN_BWD's i[4] ("last"): y and dy [B,H], each row's
+ *      final hidden state (PyTorch's h_n; kiln/ops.h); the core asks no
+ *      device built before (docs/plugins.md "ABI 2.25"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 24
+#define KILN_ABI_MINOR 25
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

@@ -30,6 +30,11 @@
  * it, it took h1 for h0 and gave weight_hh a gradient of dgates x h1,
  * where PyTorch's is 0 (tests/check_rnn.c, lstm_l1_b1t1).
  *
+ * The final hidden state (i[4], `last`): each row's last step run is at
+ * len - 1 of the sequence in reading order, for either direction, so the
+ * forward picks it from there (rnn_last) and the backward puts dy there,
+ * zeros at every other step, before oneDNN's backward (rnn_last_dy).
+ *
  * aux (the forward's out1, the backward's in4): oneDNN's workspace, the
  * sequence oneDNN produced (f32 [B,T,H] in its reading order) and the rows'
  * lengths (i32 [B]).
@@ -100,6 +105,29 @@ static void rnn_gather(float *dst, const float *src, int64_t B, int64_t T, int64
 				for (int64_t c = 0; c < C; c++)
 					d[c] += x[c];
 		}
+}
+
+/* The final hidden state: y[b] = seq[b, len[b] - 1] of the sequence in
+ * reading order ([B,T,H]), 0 for a row of length 0 (its zero h0). */
+static void rnn_last(float *y, const float *seq, int64_t B, int64_t T, int64_t H,
+		     const int32_t *len)
+{
+	for (int64_t b = 0; b < B; b++)
+		if (len[b] > 0)
+			memcpy(y + b * H, seq + (b * T + len[b] - 1) * H, (size_t)H * sizeof *y);
+		else
+			memset(y + b * H, 0, (size_t)H * sizeof *y);
+}
+
+/* Its backward: dseq [B,T,H] in reading order, dy [B,H] at each row's
+ * step len[b] - 1 and 0 at every other step. */
+static void rnn_last_dy(float *dseq, const float *dy, int64_t B, int64_t T, int64_t H,
+			const int32_t *len)
+{
+	memset(dseq, 0, (size_t)(B * T * H) * sizeof *dseq);
+	for (int64_t b = 0; b < B; b++)
+		if (len[b] > 0)
+			memcpy(dseq + (b * T + len[b] - 1) * H, dy + b * H, (size_t)H * sizeof *dy);
 }
 
 /* Whether the rows need the gather: a reverse direction, or a row shorter
@@ -182,8 +210,10 @@ static kiln_status rnn_forward(const struct cpu_plan *p, const struct kiln_op_ar
 	int32_t *len = (int32_t *)(aux ? aux + v[R_A_LEN] : ws + v[R_O_DDST]);
 	float *bias = aux ? (float *)(aux + v[R_A_B]) : (float *)(ws + v[R_O_DB]);
 	rnn_lengths(p, a, len);
-	const int gather = rnn_needs_gather(len, B, T, (int)p->op.i[1]);
-	float *dst = aux ? (float *)(aux + v[R_A_DST]) : gather ? (float *)(ws + v[R_O_DST]) : a->out[0];
+	const int gather = rnn_needs_gather(len, B, T, (int)p->op.i[1]), last = p->op.i[4] != 0;
+	float *dst = aux		 ? (float *)(aux + v[R_A_DST])
+		     : gather || last ? (float *)(ws + v[R_O_DST])
+				      : a->out[0];
 	struct kiln_op_args b = { .in = { dst, aux, bias }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
 	rnn_weights_in(p, a->in[1], a->in[2], a->in[3], a->in[4], ws, bias, &b);
@@ -191,7 +221,9 @@ static kiln_status rnn_forward(const struct cpu_plan *p, const struct kiln_op_ar
 	if (gather)
 		rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)p->op.i[1], 0);
 	kiln_status st = cpu_dnn_run(p, &b, e);
-	if (!st && dst != a->out[0])
+	if (!st && last)
+		rnn_last(a->out[0], dst, B, T, v[R_H], len);
+	else if (!st && dst != a->out[0])
 		rnn_gather(a->out[0], dst, B, T, v[R_H], len, (int)p->op.i[1], 0);
 	return st;
 }
@@ -203,7 +235,7 @@ static kiln_status rnn_backward(const struct cpu_plan *p, const struct kiln_op_a
 	const int64_t B = v[R_B], T = v[R_T], rev = p->op.i[1];
 	char *ws = a->workspace, *aux = (char *)a->in[4];
 	const int32_t *len = (const int32_t *)(aux + v[R_A_LEN]);
-	const int gather = rnn_needs_gather(len, B, T, (int)rev);
+	const int gather = rnn_needs_gather(len, B, T, (int)rev), last = p->op.i[4] != 0;
 	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
 	struct kiln_op_args b = { .in = { aux + v[R_A_DST], aux, aux + v[R_A_B] }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
@@ -211,14 +243,16 @@ static kiln_status rnn_backward(const struct cpu_plan *p, const struct kiln_op_a
 	/* out[0] of b: dy as oneDNN reads it, out[1]: where it writes dx,
 	 * out[2], out[3]: the weight gradients' (rnn_dw_direct) */
 	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
-	b.out[0] = gather ? ws + v[R_O_DDST] : (void *)a->in[1];
+	b.out[0] = gather || last ? ws + v[R_O_DDST] : (void *)a->in[1];
 	b.out[1] = gather || acc ? ws + v[R_O_DST] : a->out[0];
 	b.out[2] = a->out[1];
 	b.out[3] = a->out[2];
-	if (gather) {
+	if (gather)
 		rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)rev, 0);
+	if (last)
+		rnn_last_dy((float *)(ws + v[R_O_DDST]), a->in[1], B, T, v[R_H], len);
+	else if (gather)
 		rnn_gather((float *)(ws + v[R_O_DDST]), a->in[1], B, T, v[R_H], len, (int)rev, 0);
-	}
 	/* oneDNN adds into its weight and bias gradients: start them at zero */
 	memset(ws + v[R_O_DWLP], 0, (size_t)(v[R_O_DWL] - v[R_O_DWLP]));
 	kiln_status st = cpu_dnn_run(p, &b, e);
@@ -408,11 +442,12 @@ kiln_status cpu_rnn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	if ((st = cpu_dnn_new(c, p)))
 		return st;
 	int64_t *v = p->dnn->sz;
-	v[R_B] = x->dims[0], v[R_T] = x->dims[1], v[R_I] = x->dims[2], v[R_H] = y->dims[2];
+	v[R_B] = x->dims[0], v[R_T] = x->dims[1], v[R_I] = x->dims[2];
+	v[R_H] = y->dims[y->ndim - 1]; /* y [B,T,H], or [B,H] (i[4], last) */
 	v[R_G] = gru ? 3 : 4, v[R_GB] = 4;
-	snprintf(geom, sizeof geom, "%s%s x [%lld,%lld,%lld] hidden %lld", gru ? "GRU" : "LSTM",
+	snprintf(geom, sizeof geom, "%s%s x [%lld,%lld,%lld] hidden %lld%s", gru ? "GRU" : "LSTM",
 		 op->i[1] ? " reverse" : "", (long long)v[R_B], (long long)v[R_T],
-		 (long long)v[R_I], (long long)v[R_H]);
+		 (long long)v[R_I], (long long)v[R_H], op->i[4] ? " last" : "");
 	enum { SRC, WL, WI, B, DST, DSRC, DWL, DWI, DB, DDST, H0, N_MD };
 	/* oneDNN's descriptors on the heap: over 16 KiB of an application
 	 * thread's stack (the frame cap, docs/design-notes.md); a plan's

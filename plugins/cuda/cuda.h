@@ -282,6 +282,13 @@ cudaError_t cuda_rnn_lengths(const int32_t *ids, int32_t pad, int64_t B, int64_t
  * nothing when acc): reverse reads len[b]-1-t; its own inverse */
 cudaError_t cuda_rnn_gather(float *dst, const float *src, int64_t B, int64_t T, int64_t C,
 			    const int32_t *len, int reverse, int acc, int grid, cudaStream_t s);
+/* the final hidden state (i[4], last): y[b] = seq[b, len[b]-1] of the
+ * sequence in reading order [B,T,H] (0 when len[b] = 0) */
+cudaError_t cuda_rnn_last(float *y, const float *seq, int64_t B, int64_t T, int64_t H,
+			  const int32_t *len, int grid, cudaStream_t s);
+/* its backward: dseq[b,t] = dy[b] at t = len[b]-1, else 0 */
+cudaError_t cuda_rnn_last_dy(float *dseq, const float *dy, int64_t B, int64_t T, int64_t H,
+			     const int32_t *len, int grid, cudaStream_t s);
 /* dst[k] (=|+=) src[k] for k < n: the weight gradients out of cuDNN's */
 cudaError_t cuda_rnn_put(float *dst, const float *src, int64_t n, int acc, int grid, cudaStream_t s);
 

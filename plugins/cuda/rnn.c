@@ -27,6 +27,11 @@
  *     cuDNN's data descriptors (host lengths) are fixed at prepare: every
  *     sequence T long.
  *
+ * The final hidden state (i[4], `last`): each row's last step run is at
+ * len - 1 of the sequence in reading order, for either direction: the
+ * forward picks it from cuDNN's y (cuda_rnn_last) and the backward builds
+ * cuDNN's dy from it, zeros at every other step (cuda_rnn_last_dy).
+ *
  * aux (the forward's out1, the backward's in4): cuDNN's reserve space, the
  * sequence cuDNN produced (f32 [B,T,H] in reading order) and the rows'
  * lengths (i32 [B]).  Workspace (the caller's): cuDNN's work space, the
@@ -170,6 +175,8 @@ static cudaError_t rnn_forward(const struct cuda_plan *p, const struct kiln_op_a
 	pthread_mutex_unlock(r->lock);
 	if (st)
 		return rnn_run_fail(r, st, "cudnnRNNForward");
+	if (p->op.i[4])
+		return cuda_rnn_last(a->out[0], yc, B, T, r->H, len, p->grid, s);
 	return cuda_rnn_gather(a->out[0], yc, B, T, r->H, len, (int)rev, 0, p->grid, s);
 }
 
@@ -211,7 +218,8 @@ static cudaError_t rnn_backward(const struct cuda_plan *p, const struct kiln_op_
 	if (e == cudaSuccess)
 		e = cuda_rnn_gather(xg, a->in[0], B, T, r->I, len, (int)rev, 0, p->grid, s);
 	if (e == cudaSuccess)
-		e = cuda_rnn_gather(dyg, a->in[1], B, T, r->H, len, (int)rev, 0, p->grid, s);
+		e = p->op.i[4] ? cuda_rnn_last_dy(dyg, a->in[1], B, T, r->H, len, p->grid, s)
+			       : cuda_rnn_gather(dyg, a->in[1], B, T, r->H, len, (int)rev, 0, p->grid, s);
 	/* cuDNN adds into the weight gradients (CUDNN_WGRAD_MODE_ADD) */
 	if (e == cudaSuccess)
 		e = cudaMemsetAsync(sc + r->s_dw, 0, r->wspace, s);
@@ -346,19 +354,21 @@ kiln_status cuda_rnn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		    !(bwd && k == 4))
 			return cuda_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
 	const struct kiln_tensor_desc *x = &op->in[0], *y = bwd ? &op->in[1] : &op->out[0];
+	const int64_t H = y->dims[y->ndim - 1]; /* y [B,T,H], or [B,H] (i[4], last) */
 	if (x->dims[0] > INT32_MAX / 4 || x->dims[1] > INT32_MAX / 4 || x->dims[2] > INT32_MAX / 4 ||
-	    y->dims[2] > INT32_MAX / 4 || x->dims[0] * y->dims[2] > INT32_MAX)
+	    H > INT32_MAX / 4 || x->dims[0] * H > INT32_MAX)
 		return cuda_bad(c, op, KILN_ENOTSUP, "sizes past cuDNN's int");
 	struct cuda_rnn *r = calloc(1, sizeof *r);
 	if (!r)
 		return c->host->error(KILN_ENOMEM, "cuda: out of memory for an RNN plan");
 	p->rnn = r; /* the caller frees it on failure */
 	r->host = c->host;
-	r->B = x->dims[0], r->T = x->dims[1], r->I = x->dims[2], r->H = y->dims[2];
+	r->B = x->dims[0], r->T = x->dims[1], r->I = x->dims[2], r->H = H;
 	r->G = gru ? 3 : 4;
-	snprintf(r->what, sizeof r->what, "%s %s%s x [%lld,%lld,%lld] hidden %lld",
+	snprintf(r->what, sizeof r->what, "%s %s%s x [%lld,%lld,%lld] hidden %lld%s",
 		 cuda_op_name(op->type), gru ? "GRU" : "LSTM", op->i[1] ? " reverse" : "",
-		 (long long)r->B, (long long)r->T, (long long)r->I, (long long)r->H);
+		 (long long)r->B, (long long)r->T, (long long)r->I, (long long)r->H,
+		 op->i[4] ? " last" : "");
 	void *h = NULL;
 	kiln_status st = cuda_dnn_handle(c, &h, &r->lock);
 	if (st)

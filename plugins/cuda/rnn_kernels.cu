@@ -1,6 +1,8 @@
 /* plugins/cuda/rnn_kernels.cu - the RNN ops' own kernels (rnn.c): the
  * rows' lengths from the pad id, the gather into cuDNN's reading order
- * (and back), and copying the weight gradients out of cuDNN's buffer.
+ * (and back), the final hidden state (i[4]: picked from that order, and
+ * its gradient put back), and copying the weight gradients out of
+ * cuDNN's buffer.
  * What each computes is the CPU device's (plugins/cpu/rnn.c). */
 #include "cuda.h"
 
@@ -48,6 +50,43 @@ cudaError_t cuda_rnn_gather(float *dst, const float *src, int64_t B, int64_t T, 
 			    const int32_t *len, int reverse, int acc, int grid, cudaStream_t s)
 {
 	rnn_gather_kernel<<<grid, CUDA_THREADS, 0, s>>>(dst, src, B, T, C, len, reverse, acc);
+	return cudaGetLastError();
+}
+
+/* y[b,h] = seq[b, len[b]-1, h] (0 when len[b] = 0): plugins/cpu/rnn.c's
+ * rnn_last */
+__global__ void rnn_last_kernel(float *y, const float *seq, int64_t B, int64_t T, int64_t H,
+				const int32_t *len)
+{
+	for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < B * H;
+	     e += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t b = e / H, h = e % H;
+		y[e] = len[b] > 0 ? seq[(b * T + len[b] - 1) * H + h] : 0.0f;
+	}
+}
+
+cudaError_t cuda_rnn_last(float *y, const float *seq, int64_t B, int64_t T, int64_t H,
+			  const int32_t *len, int grid, cudaStream_t s)
+{
+	rnn_last_kernel<<<grid, CUDA_THREADS, 0, s>>>(y, seq, B, T, H, len);
+	return cudaGetLastError();
+}
+
+/* dseq[b,t,h] = t == len[b]-1 ? dy[b,h] : 0: rnn_last_dy's */
+__global__ void rnn_last_dy_kernel(float *dseq, const float *dy, int64_t B, int64_t T, int64_t H,
+				   const int32_t *len)
+{
+	for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < B * T * H;
+	     e += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t h = e % H, t = (e / H) % T, b = e / (H * T);
+		dseq[e] = t == len[b] - 1 ? dy[b * H + h] : 0.0f;
+	}
+}
+
+cudaError_t cuda_rnn_last_dy(float *dseq, const float *dy, int64_t B, int64_t T, int64_t H,
+			     const int32_t *len, int grid, cudaStream_t s)
+{
+	rnn_last_dy_kernel<<<grid, CUDA_THREADS, 0, s>>>(dseq, dy, B, T, H, len);
 	return cudaGetLastError();
 }
 

@@ -1,12 +1,15 @@
 /* plugins/loaders/seq2seq.c - the `seq2seq` data source: digit strings and
  * their reversal (or sorted order), for sequence-to-sequence models whose
- * data kiln makes itself (examples/seq2seq.ini, docs/rnn.md).
+ * data kiln makes itself (examples/seq2seq.ini, docs/rnn.md); or their
+ * digit sum mod 10, one class per string, for sequence classifiers
+ * (examples/seq_classify.ini).
  *
  * Sample i is a string of n digits, min_length <= n <= length, as token ids
  * i32 [length]: digit d is d + 1, the positions after the string are the pad
  * id 0.  Its label is i32 [length]: the target string (the digits reversed,
  * or sorted ascending) in the same ids, then 0 where the input is padded
- * (a loss with ignore_index = 0 leaves those out).
+ * (a loss with ignore_index = 0 leaves those out).  With task = sum the
+ * label is one class, i32 (a scalar): the sum of the digits mod 10.
  *
  * The string is a pure function of (index, split): draws of a splitmix64
  * hash of the index, the attempt and the split's salt.  The splits are
@@ -22,10 +25,13 @@
 
 #define S2S_MAX_LEN 4096
 
+enum { S2S_REVERSE, S2S_SORT, S2S_SUM };
+static const char *const s2s_tasks[] = { "reverse", "sort", "sum" };
+
 struct s2s_ctx {
 	struct loaders_source src; /* first: host, who, n, classes */
 	int64_t len, min_len;
-	int sort;     /* task: 0 reverse, 1 sort */
+	int task;     /* S2S_REVERSE, S2S_SORT, S2S_SUM */
 	int held_out; /* this split reads the validation strings */
 	uint64_t salt;
 };
@@ -36,8 +42,8 @@ static const struct kiln_key s2s_keys[] = {
 	  "T: the longest string, and the sample and label length (tokens)." },
 	{ "min_length", KILN_KEY_INT, "0", 0, S2S_MAX_LEN, NULL,
 	  "The shortest string (0: `length`, every string full); shorter strings are padded with id 0." },
-	{ "task", KILN_KEY_ENUM, "reverse", 0, 0, "reverse|sort",
-	  "The label: the digits reversed, or sorted ascending." },
+	{ "task", KILN_KEY_ENUM, "reverse", 0, 0, "reverse|sort|sum",
+	  "The label: the digits reversed, or sorted ascending (i32 [length]); or `sum`: one class, the sum of the digits mod 10 (i32, 10 classes: a sequence classifier's label)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -104,8 +110,11 @@ static kiln_status s2s_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ECONFIG, "%s: [%s] length = %" PRId64 ", min_length = %" PRId64 ": need 1 <= length <= %d and min_length <= length",
 				   host->config_where(cfg, section, "length"), section, len, min_len,
 				   S2S_MAX_LEN);
-	if (task && strcmp(task, "reverse") && strcmp(task, "sort"))
-		return host->error(KILN_ECONFIG, "%s: [%s] task = '%s': reverse or sort",
+	int kind = S2S_REVERSE;
+	while (task && kind <= S2S_SUM && strcmp(task, s2s_tasks[kind]))
+		kind++;
+	if (kind > S2S_SUM)
+		return host->error(KILN_ECONFIG, "%s: [%s] task = '%s': reverse, sort or sum",
 				   host->config_where(cfg, section, "task"), section, task);
 	struct s2s_ctx *c = calloc(1, sizeof *c);
 	if (!c)
@@ -113,10 +122,10 @@ static kiln_status s2s_open(const struct kiln_host *host, const struct kiln_conf
 	c->src.host = host;
 	c->src.who = "seq2seq";
 	c->src.n = n;
-	c->src.classes = 11; /* pad + ten digits */
+	c->src.classes = kind == S2S_SUM ? 10 : 11; /* the sums; or pad + ten digits */
 	c->len = len;
 	c->min_len = min_len ? min_len : len;
-	c->sort = task && !strcmp(task, "sort");
+	c->task = kind;
 	c->held_out = split && strcmp(split, "train");
 	if (!s2s_split_has(c->min_len, len, c->held_out)) {
 		free(c);
@@ -128,7 +137,7 @@ static kiln_status s2s_open(const struct kiln_host *host, const struct kiln_conf
 	for (const char *p = split ? split : "train"; *p; p++)
 		c->salt = s2s_mix(c->salt ^ (uint8_t)*p);
 	host->log(KILN_LOG_INFO, "seq2seq", "[%s] %" PRId64 " %s strings of %" PRId64 "..%" PRId64 " digits (%s split)",
-		  section, n, c->sort ? "sort" : "reverse", c->min_len, len,
+		  section, n, s2s_tasks[c->task], c->min_len, len,
 		  c->held_out ? "held-out" : "training");
 	*out = c;
 	return KILN_OK;
@@ -138,6 +147,8 @@ static kiln_status s2s_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct s2s_ctx *c = vctx;
 	loaders_sequence_info(&c->src, c->len, info);
+	if (c->task == S2S_SUM)
+		info->label.ndim = 0; /* one class */
 	return KILN_OK;
 }
 
@@ -166,13 +177,19 @@ static kiln_status s2s_read(void *vctx, int64_t index, void *sample, void *label
 		if (s2s_held_out(x, n) == c->held_out)
 			break;
 	}
-	int counts[11] = { 0 };
-	for (int64_t t = 0; t < n; t++)
+	int counts[11] = { 0 }, sum = 0;
+	for (int64_t t = 0; t < n; t++) {
 		counts[x[t]]++;
+		sum += x[t] - 1; /* digit d is id d + 1 */
+	}
+	if (c->task == S2S_SUM) {
+		y[0] = sum % 10;
+		return KILN_OK;
+	}
 	for (int64_t t = 0, d = 1; t < c->len; t++) {
 		if (t >= n) {
 			y[t] = 0;
-		} else if (!c->sort) {
+		} else if (c->task == S2S_REVERSE) {
 			y[t] = x[n - 1 - t];
 		} else {
 			while (!counts[d])
@@ -185,5 +202,5 @@ static kiln_status s2s_read(void *vctx, int64_t index, void *sample, void *label
 }
 
 LOADERS_SOURCE(seq2seq, "seq2seq",
-	       "Generated digit strings and their reversal or sorted order (token ids, pad 0)",
+	       "Generated digit strings and their reversal, sorted order or digit sum (token ids, pad 0)",
 	       s2s_keys, s2s_open, s2s_close, s2s_info, s2s_read, NULL);

@@ -16,6 +16,12 @@ ids as the rnn layers' second input (`pad_id = 0`); PyTorch runs them
 through pack_padded_sequence / pad_packed_sequence(total_length = T).
 fc is linear(5), loss softmax_xent (mean over the batch).
 
+A "last" case ends the stack in its final hidden state instead: the top
+layer's kiln layers have `last = 1` ([B, H] each, joined by the concat on
+the last dimension when bidirectional) and feed fc directly; PyTorch's
+model takes h_n of the top layer, torch.cat([h_n[-2], h_n[-1]], 1) when
+bidirectional (h_n[-1] when not), into fc = Linear(H * D, K).
+
 The shape [B, T, I] is the metadata "shape", or "<case>.shape" for a case
 of its own batch and length (one row of one step).
 
@@ -42,8 +48,9 @@ from safetensors_io import read_safetensors, write_safetensors
 B, T, I, H, K, V = 3, 5, 4, 6, 5, 7
 LENGTHS = [5, 3, 1]
 
-# name, cell, layers, directions, masked (, batch, time: B, T unless given;
-# masked cases take B, T and LENGTHS)
+# name, cell, layers, directions, masked (, options: "bt" (batch, time):
+# B, T unless given, masked cases take B, T and LENGTHS; "last": the top
+# layer's final hidden state into fc)
 CASES = [
     ("lstm_l1", "lstm", 1, 1, 0),
     ("gru_l1", "gru", 1, 1, 0),
@@ -55,14 +62,24 @@ CASES = [
     ("gru_l2_bi_mask", "gru", 2, 2, 1),
     # one row of one step: weight_hh's gradient is 0 (h0 = 0); oneDNN 2.6
     # multiplied the gates' gradient by h1 there (plugins/cpu/rnn.c)
-    ("lstm_l1_b1t1", "lstm", 1, 1, 0, 1, 1),
-    ("lstm_l2_bi_b1t1", "lstm", 2, 2, 0, 1, 1),
-    ("gru_l1_b1t1", "gru", 1, 1, 0, 1, 1),
-    ("lstm_l1_b1t2", "lstm", 1, 1, 0, 1, 2),
+    ("lstm_l1_b1t1", "lstm", 1, 1, 0, {"bt": (1, 1)}),
+    ("lstm_l2_bi_b1t1", "lstm", 2, 2, 0, {"bt": (1, 1)}),
+    ("gru_l1_b1t1", "gru", 1, 1, 0, {"bt": (1, 1)}),
+    ("lstm_l1_b1t2", "lstm", 1, 1, 0, {"bt": (1, 2)}),
+    # h_n: the forward direction's at each row's length - 1 (not T - 1
+    # when the row is padded), the reverse direction's at t = 0
+    ("lstm_l1_last", "lstm", 1, 1, 0, {"last": 1}),
+    ("gru_l1_last", "gru", 1, 1, 0, {"last": 1}),
+    ("lstm_l2_bi_last", "lstm", 2, 2, 0, {"last": 1}),
+    ("gru_l2_bi_last", "gru", 2, 2, 0, {"last": 1}),
+    ("lstm_l1_last_mask", "lstm", 1, 1, 1, {"last": 1}),
+    ("gru_l1_last_mask", "gru", 1, 1, 1, {"last": 1}),
+    ("lstm_l2_bi_last_mask", "lstm", 2, 2, 1, {"last": 1}),
+    ("gru_l2_bi_last_mask", "gru", 2, 2, 1, {"last": 1}),
 ]
 
 
-def ini_text(cell, L, D, masked):
+def ini_text(cell, L, D, masked, last):
     out = []
     prev = "data"
     if masked:
@@ -73,15 +90,17 @@ def ini_text(cell, L, D, masked):
         for d, n in enumerate(names):
             inputs = "%s, data" % prev if masked else prev
             out.append("[layer.%s]\ntype = %s\nhidden = %d\nindex = %d\nreverse = %d\n"
-                       "inputs = %s\n%s" % (n, cell, H, k, d, inputs,
-                                            "pad_id = 0\n" if masked else ""))
+                       "inputs = %s\n%s%s" % (n, cell, H, k, d, inputs,
+                                              "pad_id = 0\n" if masked else "",
+                                              "last = 1\n" if last and k == L - 1 else ""))
         if D == 2:
             out.append("[layer.c%d]\ntype = concat\ninputs = %s\ndim = -1\n" % (k, ", ".join(names)))
             prev = "c%d" % k
         else:
             prev = names[0]
-    out.append("[layer.flat]\ntype = flatten\ninput = %s\n" % prev)
-    out.append("[layer.fc]\ntype = linear\nout = %d\n" % K)
+    if not last:
+        out.append("[layer.flat]\ntype = flatten\ninput = %s\n" % prev)
+    out.append("[layer.fc]\ntype = linear\nout = %d\ninput = %s\n" % (K, "flat" if not last else prev))
     out.append("[layer.loss]\ntype = softmax_xent\n")
     return "".join(out)
 
@@ -93,15 +112,21 @@ def kiln_name(torch_name):
     return "r%s%s.%s" % (k, "r" if base.endswith("_reverse") else "", base)
 
 
-def build(cell, L, D, T):
+def build(cell, L, D, T, last):
     mod = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
     m = torch.nn.Module()
     m.rnn = mod(I, H, num_layers=L, bidirectional=D == 2, batch_first=True)
-    m.fc = torch.nn.Linear(T * H * D, K)
+    m.fc = torch.nn.Linear((1 if last else T) * H * D, K)
     return m
 
 
-def run(m, masked, inp, labels, dtype, emb, B, T):
+def final_hidden(h, D):
+    """The top layer's h_n [B, H * D] of nn.LSTM's (h_n, c_n) or nn.GRU's h_n."""
+    hn = h[0] if isinstance(h, tuple) else h
+    return torch.cat([hn[-2], hn[-1]], 1) if D == 2 else hn[-1]
+
+
+def run(m, masked, inp, labels, dtype, emb, B, T, last, D):
     m = m.to(dtype)
     for p in m.parameters():
         p.grad = None
@@ -110,13 +135,13 @@ def run(m, masked, inp, labels, dtype, emb, B, T):
         x = F.embedding(inp, e)
         packed = pack_padded_sequence(x, torch.tensor(LENGTHS), batch_first=True,
                                       enforce_sorted=False)
-        y, _ = m.rnn(packed)
+        y, h = m.rnn(packed)
         y, _ = pad_packed_sequence(y, batch_first=True, total_length=T)
     else:
         e = None
         x = inp.to(dtype).clone().requires_grad_(True)
-        y, _ = m.rnn(x)
-    logits = m.fc(y.reshape(B, -1))
+        y, h = m.rnn(x)
+    logits = m.fc(final_hidden(h, D) if last else y.reshape(B, -1))
     loss = F.cross_entropy(logits, labels)
     loss.backward()
     grads = {"emb.weight": e.grad} if masked else {"dx": x.grad}
@@ -133,10 +158,12 @@ def close(a, b):
 def main(path):
     torch.set_num_threads(1)
     tensors, names, meta = [], [], {}
-    for name, cell, L, D, masked, *bt in CASES:
+    for name, cell, L, D, masked, *opts in CASES:
+        opts = opts[0] if opts else {}
+        bt, last = opts.get("bt"), opts.get("last", 0)
         b_, t_ = bt if bt else (B, T)
         torch.manual_seed(zlib.crc32(name.encode()))
-        m = build(cell, L, D, t_)
+        m = build(cell, L, D, t_, last)
         emb = torch.randn(V, I)
         if masked:
             inp = torch.randint(1, V, (B, T), dtype=torch.int32)
@@ -147,12 +174,13 @@ def main(path):
             inp = inp_t = torch.randn(b_, t_, I)
         labels = torch.randint(0, K, (b_,), dtype=torch.int32)
         start = {n: p.detach().clone() for n, p in m.named_parameters()}
-        loss, grads = run(m, masked, inp_t, labels.long(), torch.float32, emb, b_, t_)
-        m64 = build(cell, L, D, t_)
+        loss, grads = run(m, masked, inp_t, labels.long(), torch.float32, emb, b_, t_, last, D)
+        m64 = build(cell, L, D, t_, last)
         with torch.no_grad():
             for n, p in m64.named_parameters():
                 p.copy_(start[n])
-        loss64, grads64 = run(m64, masked, inp_t, labels.long(), torch.float64, emb, b_, t_)
+        loss64, grads64 = run(m64, masked, inp_t, labels.long(), torch.float64, emb, b_, t_,
+                              last, D)
         assert close(loss, loss64), name + ": loss"
         for k in grads:
             assert close(grads[k], grads64[k]), "%s: %s float32 is off float64" % (name, k)
@@ -167,7 +195,7 @@ def main(path):
         for n, g in grads.items():
             where = "dx" if n == "dx" else "grad/" + key(n)
             tensors.append(("%s/%s" % (name, where), g.float().contiguous().numpy()))
-        meta[name + ".ini"] = ini_text(cell, L, D, masked)
+        meta[name + ".ini"] = ini_text(cell, L, D, masked, last)
         meta[name + ".masked"] = str(masked)
         if bt:
             meta[name + ".shape"] = "%d,%d,%d" % (b_, t_, I)

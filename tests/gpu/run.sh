@@ -450,10 +450,12 @@ attention_cases() {
 }
 
 # the recurrent layers through cuDNN's RNN API (rnn.c): tests/check_rnn on
-# cuda, its 8 PyTorch reference cases (LSTM and GRU, 1-2 layers, 1-2
-# directions, masked or not: the loss within 1e-5 relative, every gradient
-# within 1e-4 of max(0.1, max |reference|)), then its layer case (central
-# differences, configuration errors)
+# cuda, its 20 PyTorch reference cases (LSTM and GRU, 1-2 layers, 1-2
+# directions, masked or not, the whole sequence or the final hidden state
+# h_n (`last = 1`, session 41: rnn_kernels.cu's rnn_last, never run on a
+# GPU before): the loss within 1e-5 relative, every gradient within 1e-4
+# of max(0.1, max |reference|)), then its layer case (central
+# differences, h_n's among them, configuration errors)
 rnn() {
 	for case in torch layer; do
 		if ! to=$(fit 20 10); then
@@ -684,7 +686,7 @@ stage1() {
 	grad_overflow
 	say "-- fused attention on cuda: cuDNN's SDPA graph (KILN_CUDA_ATTN=cudnn) and kiln's kernels (=kiln), bf16/f16, odd T, head dims 64 and 128"
 	attention_cases attn_lowp_shapes
-	say "-- lstm/gru on cuda (tests/check_rnn: PyTorch references, loss 1e-5 rel, gradients 1e-4 x max(0.1, |ref|))"
+	say "-- lstm/gru on cuda (tests/check_rnn: PyTorch references, the sequence and h_n, loss 1e-5 rel, gradients 1e-4 x max(0.1, |ref|))"
 	rnn
 	say "-- kiln-nccl on one GPU (tests/check_nccl_one: a communicator of one rank, every collective, barrier, split)"
 	nccl_one
