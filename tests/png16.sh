@@ -7,7 +7,7 @@
 # libpng's simplified API read 16-bit samples as linear light and mapped
 # them through the sRGB curve (3 * 257 -> 33, 89 * 257 -> 158), so the
 # logits differed by up to 1.5.  Since session 36 no gAMA or sRGB chunk
-# changes the samples of any PNG (tests/check_png has a 16-bit gAMA 1.0
+# changes the samples of any PNG (tests/check_image has a 16-bit gAMA 1.0
 # file).  Only python3's standard library.
 name=png16
 . "$(dirname "$0")/lib.sh"

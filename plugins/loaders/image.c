@@ -1,14 +1,16 @@
-/* plugins/loaders/image.c - JPEG (TurboJPEG) and PNG (libpng) in memory;
- * see image.h. */
+/* plugins/loaders/image.c - JPEG (libjpeg-turbo: libjpeg's API to decode,
+ * TurboJPEG's to encode) and PNG (libpng) in memory; see image.h. */
 #include "image.h"
 
 #include <png.h>
 #include <setjmp.h>
-#include <stdio.h>
+#include <stdio.h>   /* jpeglib.h needs FILE */
+#include <jpeglib.h> /* the JPEG decoder */
+#include <jerror.h>  /* JWRN_JPEG_EOF */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <turbojpeg.h>
+#include <turbojpeg.h> /* the JPEG encoder */
 
 int img_sniff(const void *buf, size_t n)
 {
@@ -59,48 +61,97 @@ static kiln_status check_dims(const struct kiln_host *host, const char *what, in
 	return KILN_OK;
 }
 
+/* ---- JPEG: libjpeg's API ----------------------------------------------
+ *
+ * Not TurboJPEG's decoder, which reports a libjpeg warning only as a
+ * string (the first one's) and either stops at it or goes on past every
+ * kind.  PIL ignores libjpeg's warnings (corrupt data: extraneous bytes
+ * before a marker, an unknown JFIF revision, a bad Huffman code) and
+ * decodes what is there, but refuses a file whose data ends before its
+ * EOI marker ("image file is truncated").  Here a warning is told apart by
+ * its code: JWRN_JPEG_EOF (libjpeg's "Premature end of JPEG file", the
+ * memory source running out) stops the decode as bad data, every other
+ * warning is let pass, so the pixels are PIL's.  libjpeg's defaults are
+ * PIL's and TurboJPEG's: accurate integer IDCT, fancy upsampling. */
+
+/* libjpeg's error manager: errors (and running out of data) longjmp back
+ * to decode_jpeg with the message; other warnings are dropped. */
+struct jpeg_src_err {
+	struct jpeg_error_mgr mgr; /* first: libjpeg's cinfo->err points here */
+	jmp_buf jmp;
+	char msg[JMSG_LENGTH_MAX];
+};
+
+static void jpeg_src_error(j_common_ptr cinfo)
+{
+	struct jpeg_src_err *e = (struct jpeg_src_err *)cinfo->err;
+	cinfo->err->format_message(cinfo, e->msg);
+	longjmp(e->jmp, 1);
+}
+
+/* msg_level < 0: a warning; >= 0: trace output (never asked for) */
+static void jpeg_src_warning(j_common_ptr cinfo, int msg_level)
+{
+	if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+		jpeg_src_error(cinfo);
+}
+
+/* After jpeg_read_header: the pixels into *img (8-bit, 1 or 3 channels),
+ * then the rest of the file read up to its EOI marker. */
+static kiln_status jpeg_read_pixels(const struct kiln_host *host, struct jpeg_decompress_struct *ci,
+				    const char *what, int64_t max_pixels, struct kiln_image *img)
+{
+	kiln_status st = check_dims(host, what, ci->image_width, ci->image_height, max_pixels);
+	if (st)
+		return st;
+	if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK)
+		return host->error(KILN_EDATA, "%s: CMYK JPEGs are not supported (convert to RGB)", what);
+	const int c = ci->jpeg_color_space == JCS_GRAYSCALE ? 1 : 3;
+	ci->out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+	const size_t row = (size_t)ci->image_width * c;
+	if ((st = img_reserve(host, img, row * ci->image_height)))
+		return st;
+	jpeg_start_decompress(ci);
+	if (ci->output_components != c || ci->output_width != ci->image_width ||
+	    ci->output_height != ci->image_height)
+		return host->error(KILN_EINTERNAL, "%s: libjpeg gave %ux%u pixels of %d channels for %ux%u of %d",
+				   what, ci->output_width, ci->output_height, ci->output_components,
+				   ci->image_width, ci->image_height, c);
+	while (ci->output_scanline < ci->output_height) {
+		JSAMPROW rows[16];
+		JDIMENSION k = 0, y = ci->output_scanline;
+		for (; k < 16 && y + k < ci->output_height; k++)
+			rows[k] = img->data + (size_t)(y + k) * row;
+		jpeg_read_scanlines(ci, rows, k);
+	}
+	jpeg_finish_decompress(ci); /* reads up to EOI: a file cut after its scan ran out */
+	img->h = (int32_t)ci->image_height;
+	img->w = (int32_t)ci->image_width;
+	img->c = c;
+	return KILN_OK;
+}
+
 static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf, size_t n,
 			       const char *what, int64_t max_pixels, struct kiln_image *img)
 {
-	kiln_status st = KILN_OK;
-	tjhandle tj = tjInitDecompress();
-	if (!tj)
-		return host->error(KILN_ENOMEM, "%s: cannot start the JPEG decoder: %s", what,
-				   tjGetErrorStr2(NULL));
-	/* TurboJPEG returns success without setting these for a stream that
-	 * ends before its frame header (a "tables-only" JPEG): start at 0 */
-	int w = 0, h = 0, sub = 0, cs = 0;
-	if (tjDecompressHeader3(tj, buf, (unsigned long)n, &w, &h, &sub, &cs)) {
-		st = host->error(KILN_EDATA, "%s: undecodable JPEG: %s", what, tjGetErrorStr2(tj));
-		goto out;
+	struct jpeg_decompress_struct ci;
+	struct jpeg_src_err err;
+	ci.err = jpeg_std_error(&err.mgr);
+	err.mgr.error_exit = jpeg_src_error;
+	err.mgr.emit_message = jpeg_src_warning;
+	/* libjpeg's errors longjmp here; this function changes nothing between
+	 * setjmp and a longjmp */
+	kiln_status st;
+	if (setjmp(err.jmp)) {
+		st = host->error(KILN_EDATA, "%s: undecodable JPEG: %s%s", what, err.msg,
+				 err.mgr.msg_code == JWRN_JPEG_EOF ? " (the file is truncated)" : "");
+	} else {
+		jpeg_create_decompress(&ci);
+		jpeg_mem_src(&ci, buf, (unsigned long)n);
+		jpeg_read_header(&ci, TRUE);
+		st = jpeg_read_pixels(host, &ci, what, max_pixels, img);
 	}
-	if (w == 0 || h == 0) {
-		st = host->error(KILN_EDATA, "%s: undecodable JPEG: no frame header (SOF) before the end of the data",
-				 what);
-		goto out;
-	}
-	if ((st = check_dims(host, what, w, h, max_pixels)))
-		goto out;
-	if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
-		st = host->error(KILN_EDATA, "%s: CMYK JPEGs are not supported (convert to RGB)", what);
-		goto out;
-	}
-	int c = cs == TJCS_GRAY ? 1 : 3;
-	if ((st = img_reserve(host, img, (size_t)w * h * c)))
-		goto out;
-	/* accurate DCT and fancy upsampling are TurboJPEG's defaults, and
-	 * PIL's: the same pixels as torchvision.  A warning (truncated data,
-	 * corrupt segment) stops the decode: a damaged image is an error. */
-	if (tjDecompress2(tj, buf, (unsigned long)n, img->data, w, w * c, h,
-			  c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_STOPONWARNING)) {
-		st = host->error(KILN_EDATA, "%s: undecodable JPEG: %s", what, tjGetErrorStr2(tj));
-		goto out;
-	}
-	img->h = h;
-	img->w = w;
-	img->c = c;
-out:
-	tjDestroy(tj);
+	jpeg_destroy_decompress(&ci);
 	return st;
 }
 

@@ -2,9 +2,10 @@
  * by every source of kiln-loaders.so that stores encoded images (folder,
  * tar, lmdb, records with JPEG storage) and by `kiln pack`.
  *
- * JPEG goes through libjpeg-turbo's TurboJPEG API with the settings PIL
- * uses (accurate integer IDCT, fancy upsampling), so pixels equal what
- * torchvision's PIL path decodes; PNG through libpng's low-level reader,
+ * JPEG goes through libjpeg-turbo (libjpeg's API) with the settings PIL
+ * uses (accurate integer IDCT, fancy upsampling), and past libjpeg's
+ * warnings as PIL, refusing only a file whose data ends before its EOI, so
+ * pixels equal what torchvision's PIL path decodes; PNG through libpng's low-level reader,
  * to the stored samples as PIL returns them (no gAMA, sRGB or ICC
  * conversion).  Decoded pixels are 8-bit HWC: gray stays 1 channel (a
  * gray+alpha PNG too), everything else (RGB, palette, RGBA) becomes

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""tests/data/gen_png_refs.py - the PNG fixtures of tests/check_png and the
+"""tests/data/gen_png_refs.py - the PNG fixtures of tests/check_image and the
 pixels kiln must decode from them (tests/data/png/refs.txt).
 
 Run from the source root with Debian's python3 (Pillow 9.4, numpy):

@@ -1,0 +1,192 @@
+/* tests/check_image.c - the pixels kiln decodes from PNG and JPEG files:
+ * PIL's (so torchvision's).
+ *
+ * The fixtures are the files of tests/data/png/ and tests/data/jpeg/, with
+ * the expected pixels in refs.txt beside them, written by
+ * tests/data/gen_png_refs.py and tests/data/gen_jpeg_refs.py.
+ *
+ * PNG: the stored samples, whatever gAMA or sRGB says (alpha composited
+ * onto black in the stored values, round(v * a / 255); 16 bits round(v *
+ * 255 / 65535)).  Before session 36 libpng's simplified API moved the
+ * samples of a file whose gamma is not ~1/2.2 through that gamma (gAMA
+ * 1.0: 4..7 -> 39 43 46 50) and composited alpha in linear light (gray 200
+ * at alpha 64 -> 106, not 50).
+ *
+ * JPEG: files PIL decodes past a libjpeg warning (extraneous bytes before a
+ * marker, JFIF revision 2.01) decode to the clean file's pixels, and a file
+ * whose data ends before its EOI marker is bad data naming the file, as
+ * PIL refuses it.  Before session 41 every warning was an error (exit 3).
+ * CK_RUN_CASE=png_pixels (png_errors, jpeg_pixels, jpeg_truncated) runs one.
+ */
+#include <kiln/kiln.h>
+#include <kiln/plugin.h>
+
+#include "../plugins/loaders/image.h"
+
+#include <check.h>
+#include "check_main.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* $srcdir/tests/data/<dir>/<name> into a malloc()ed buffer. */
+static uint8_t *read_fixture(const char *dir, const char *name, size_t *n)
+{
+	char path[1024];
+	const char *srcdir = getenv("srcdir");
+	snprintf(path, sizeof path, "%s/tests/data/%s/%s", srcdir ? srcdir : ".", dir, name);
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+	long size = ftell(f);
+	rewind(f);
+	uint8_t *buf = malloc(size > 0 ? (size_t)size : 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(fread(buf, 1, (size_t)size, f), (size_t)size);
+	fclose(f);
+	*n = (size_t)size;
+	return buf;
+}
+
+static int hexval(char ch)
+{
+	return ch <= '9' ? ch - '0' : ch - 'a' + 10;
+}
+
+/* One refs.txt line of tests/data/<dir>: the file decodes to exactly its
+ * pixels. */
+static void check_ref_line(const char *dir, char *line, struct kiln_image *img)
+{
+	char name[128];
+	int h, w, c, at = 0;
+	ck_assert_int_eq(sscanf(line, "%127s %d %d %d %n", name, &h, &w, &c, &at), 4);
+	const char *hex = line + at;
+	ck_assert_uint_eq(strcspn(hex, "\n"), (size_t)h * w * c * 2);
+	size_t n;
+	uint8_t *buf = read_fixture(dir, name, &n);
+	kiln_status st = img_decode(kiln_host_table(), buf, n, name, IMG_MAX_PIXELS, img);
+	ck_assert_msg(st == KILN_OK, "%s: %s", name, kiln_last_error());
+	ck_assert_msg(img->h == h && img->w == w && img->c == c, "%s: %dx%dx%d, want %dx%dx%d",
+		      name, img->h, img->w, img->c, h, w, c);
+	for (int i = 0; i < h * w * c; i++) {
+		int want = hexval(hex[2 * i]) * 16 + hexval(hex[2 * i + 1]);
+		ck_assert_msg(img->data[i] == want, "%s: pixel (%d, %d) channel %d is %d, PIL's %d", name,
+			      i / c / w, i / c % w, i % c, img->data[i], want);
+	}
+	free(buf);
+}
+
+/* Every line of tests/data/<dir>/refs.txt, `files` of them. */
+static void check_refs(const char *dir, int files)
+{
+	char path[1024], line[16384];
+	const char *srcdir = getenv("srcdir");
+	snprintf(path, sizeof path, "%s/tests/data/%s/refs.txt", srcdir ? srcdir : ".", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	struct kiln_image img = { 0 };
+	int seen = 0;
+	while (fgets(line, sizeof line, f)) {
+		if (line[0] == '#')
+			continue;
+		check_ref_line(dir, line, &img);
+		seen++;
+	}
+	fclose(f);
+	free(img.data);
+	ck_assert_int_eq(seen, files);
+}
+
+START_TEST(test_png_pixels)
+{
+	check_refs("png", 12);
+}
+END_TEST
+
+/* Damaged files are bad data naming the file, never a crash: cut
+ * anywhere (interlaced too), or with the image data's CRC broken. */
+START_TEST(test_png_errors)
+{
+	static const char *names[] = { "rgb_interlaced.png", "palette_trns.png", "rgba16.png" };
+	struct kiln_image img = { 0 };
+	for (int k = 0; k < 3; k++) {
+		size_t n;
+		uint8_t *buf = read_fixture("png", names[k], &n);
+		for (size_t cut = 8; cut < n - 12; cut += 7) { /* IEND (12 bytes) is not read */
+			kiln_status st = img_decode(kiln_host_table(), buf, cut, names[k], IMG_MAX_PIXELS,
+						    &img);
+			ck_assert_msg(st == KILN_EDATA, "%s cut at %zu: status %d", names[k], cut, st);
+			ck_assert_msg(strstr(kiln_last_error(), names[k]) &&
+					      strstr(kiln_last_error(), "undecodable PNG"),
+				      "%s", kiln_last_error());
+		}
+		buf[n - 13] ^= 1; /* the last IDAT's CRC */
+		ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, names[k], IMG_MAX_PIXELS, &img),
+				 KILN_EDATA);
+		ck_assert_msg(strstr(kiln_last_error(), "CRC"), "%s", kiln_last_error());
+		buf[n - 13] ^= 1;
+		/* the pixel limit, before anything is decoded */
+		ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, names[k], 100, &img), KILN_EDATA);
+		ck_assert_msg(strstr(kiln_last_error(), "max_image_pixels"), "%s", kiln_last_error());
+		free(buf);
+	}
+	free(img.data);
+}
+END_TEST
+
+/* PIL's pixels past libjpeg's warnings: extraneous bytes before the EOI
+ * or the SOS marker, JFIF 2.01 (each the clean file's pixels, which
+ * gen_jpeg_refs.py checked for PIL). */
+START_TEST(test_jpeg_pixels)
+{
+	check_refs("jpeg", 4);
+}
+END_TEST
+
+/* A JPEG cut anywhere (every cut of the two files, the one with a warning
+ * before its scan too: the first warning must not hide the truncation)
+ * is bad data naming the file; from the scan on, "truncated", as PIL
+ * refuses it ("image file is truncated"). */
+START_TEST(test_jpeg_truncated)
+{
+	static const char *names[] = { "clean.jpg", "extra_sos.jpg" };
+	struct kiln_image img = { 0 };
+	for (int k = 0; k < 2; k++) {
+		size_t n;
+		uint8_t *buf = read_fixture("jpeg", names[k], &n);
+		size_t sos = 0;
+		while (sos + 1 < n && !(buf[sos] == 0xff && buf[sos + 1] == 0xda))
+			sos++;
+		ck_assert_uint_lt(sos + 1, n);
+		for (size_t cut = 3; cut < n; cut++) {
+			kiln_status st = img_decode(kiln_host_table(), buf, cut, names[k], IMG_MAX_PIXELS,
+						    &img);
+			ck_assert_msg(st == KILN_EDATA, "%s cut at %zu of %zu: status %d", names[k], cut, n,
+				      st);
+			ck_assert_msg(strstr(kiln_last_error(), names[k]) &&
+					      strstr(kiln_last_error(), "undecodable JPEG"),
+				      "%s", kiln_last_error());
+			if (cut > sos)
+				ck_assert_msg(strstr(kiln_last_error(), "Premature end of JPEG file (the file is truncated)"),
+					      "%s cut at %zu: %s", names[k], cut, kiln_last_error());
+		}
+		ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, names[k], IMG_MAX_PIXELS, &img),
+				 KILN_OK);
+		free(buf);
+	}
+	free(img.data);
+}
+END_TEST
+
+static Suite *make_image_suite(void)
+{
+	Suite *s = suite_create("image");
+	check_add_case(s, "png_pixels", 0, NULL, NULL, (const TTest *[]){ test_png_pixels, NULL });
+	check_add_case(s, "png_errors", 0, NULL, NULL, (const TTest *[]){ test_png_errors, NULL });
+	check_add_case(s, "jpeg_pixels", 0, NULL, NULL, (const TTest *[]){ test_jpeg_pixels, NULL });
+	check_add_case(s, "jpeg_truncated", 0, NULL, NULL,
+		       (const TTest *[]){ test_jpeg_truncated, NULL });
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_image_suite };
