@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h> /* crc32: a PNG chunk's */
 
 /* $srcdir/tests/data/<dir>/<name> into a malloc()ed buffer. */
 static uint8_t *read_fixture(const char *dir, const char *name, size_t *n)
@@ -125,8 +126,9 @@ START_TEST(test_png_errors)
 				 KILN_EDATA);
 		ck_assert_msg(strstr(kiln_last_error(), "CRC"), "%s", kiln_last_error());
 		buf[n - 13] ^= 1;
-		/* the pixel limit, before anything is decoded */
-		ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, names[k], 100, &img), KILN_EDATA);
+		/* the pixel limit (twice max_pixels: all are 143 pixels or more),
+		 * before anything is decoded */
+		ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, names[k], 71, &img), KILN_EDATA);
 		ck_assert_msg(strstr(kiln_last_error(), "max_image_pixels"), "%s", kiln_last_error());
 		free(buf);
 	}
@@ -178,6 +180,72 @@ START_TEST(test_jpeg_truncated)
 }
 END_TEST
 
+/* The warnings logged whose text holds `want`, counted. */
+struct log_count {
+	const char *want;
+	int n;
+};
+
+static void count_warnings(void *user, int level, const char *who, const char *msg)
+{
+	struct log_count *c = user;
+	(void)who;
+	if (level == KILN_LOG_WARN && strstr(msg, c->want))
+		c->n++;
+}
+
+/* PIL's decompression bomb rule (Image._decompression_bomb_check) for
+ * max_pixels m: w x h <= m decodes silently, up to 2m decodes with a
+ * warning naming the file (the first one of the process only), above 2m
+ * is refused naming the limit; 2^28 pixels at most, whatever m.  Before
+ * session 41 an image was refused above m itself. */
+START_TEST(test_pixel_limit)
+{
+	static const struct {
+		const char *dir, *name;
+		int pixels; /* w x h */
+	} f[] = { { "png", "palette_trns.png", 256 }, { "jpeg", "clean.jpg", 480 } };
+	struct kiln_image img = { 0 };
+	struct log_count warned = { .want = "is larger than [data] max_image_pixels" };
+	kiln_log_set_sink(count_warnings, &warned);
+	for (int k = 0; k < 2; k++) {
+		size_t n;
+		uint8_t *buf = read_fixture(f[k].dir, f[k].name, &n);
+		const int half = f[k].pixels / 2;
+		ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, f[k].name, f[k].pixels, &img),
+				 KILN_OK);
+		ck_assert_int_eq(warned.n, k > 0); /* none at max_pixels itself */
+		ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, f[k].name, half, &img), KILN_OK);
+		ck_assert_int_eq(img.h * img.w, f[k].pixels);
+		ck_assert_int_eq(warned.n, 1); /* the second file's is not said */
+		ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, f[k].name, half - 1, &img),
+				 KILN_EDATA);
+		char want[200];
+		snprintf(want, sizeof want, "%s: image of %dx%d pixels (%d) is larger than the limit of %d pixels (twice [data] max_image_pixels, as PIL refuses",
+			 f[k].name, img.w, img.h, f[k].pixels, 2 * (half - 1));
+		ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+		free(buf);
+	}
+	kiln_log_set_sink(NULL, NULL);
+	/* a header of 2^14 x 2^14 + 1 rows (then an IDAT's length and type,
+	 * where libpng's png_read_info stops): above 2^28, refused even with
+	 * max_pixels 2^27 + 1 */
+	static const uint8_t ihdr[] = { 0x49, 0x48, 0x44, 0x52, 0, 0, 0x40, 0, 0, 0, 0x40, 1, 8, 0, 0, 0, 0 };
+	uint8_t png[8 + 4 + sizeof ihdr + 4 + 12] = "\x89PNG\r\n\x1a\n\0\0\0\x0d";
+	memcpy(png + 12, ihdr, sizeof ihdr);
+	const uint32_t crc = (uint32_t)crc32(0, ihdr, sizeof ihdr);
+	for (int b = 0; b < 4; b++)
+		png[12 + sizeof ihdr + b] = (uint8_t)(crc >> (24 - 8 * b));
+	memcpy(png + 12 + sizeof ihdr + 4 + 4, "IDAT", 4);
+	ck_assert_int_eq(img_decode(kiln_host_table(), png, sizeof png, "big.png", ((int64_t)1 << 27) + 1,
+				    &img),
+			 KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "big.png: image of 16384x16385 pixels (268451840) is larger than the limit of 268435456 pixels (2^28, the most kiln decodes"),
+		      "%s", kiln_last_error());
+	free(img.data);
+}
+END_TEST
+
 static Suite *make_image_suite(void)
 {
 	Suite *s = suite_create("image");
@@ -186,6 +254,7 @@ static Suite *make_image_suite(void)
 	check_add_case(s, "jpeg_pixels", 0, NULL, NULL, (const TTest *[]){ test_jpeg_pixels, NULL });
 	check_add_case(s, "jpeg_truncated", 0, NULL, NULL,
 		       (const TTest *[]){ test_jpeg_truncated, NULL });
+	check_add_case(s, "pixel_limit", 0, NULL, NULL, (const TTest *[]){ test_pixel_limit, NULL });
 	return s;
 }
 

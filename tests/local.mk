@@ -227,8 +227,8 @@ tests_check_sources_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIB
 check_PROGRAMS += tests/check_image
 TESTS += tests/check_image
 tests_check_image_SOURCES = tests/check_image.c plugins/loaders/image.c
-tests_check_image_CFLAGS = $(CHECK_SUITE_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
-tests_check_image_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS)
+tests_check_image_CFLAGS = $(CHECK_SUITE_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS) $(ZLIB_CFLAGS)
+tests_check_image_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(ZLIB_LIBS)
 endif
 endif
 if BUILD_LOADERS

@@ -4,7 +4,8 @@
 
 #include <png.h>
 #include <setjmp.h>
-#include <stdio.h>   /* jpeglib.h needs FILE */
+#include <stdatomic.h> /* atomic_exchange: the warning given once */
+#include <stdio.h>     /* jpeglib.h needs FILE */
 #include <jpeglib.h> /* the JPEG decoder */
 #include <jerror.h>  /* JWRN_JPEG_EOF */
 #include <stdlib.h>
@@ -46,6 +47,14 @@ kiln_status img_reserve(const struct kiln_host *host, struct kiln_image *img, si
 	return KILN_OK;
 }
 
+/* Whether an image above max_pixels has been warned of: once a process,
+ * as Python's default filter shows PIL's DecompressionBombWarning. */
+static atomic_int img_big_warned;
+
+/* PIL's decompression bomb check (Image._decompression_bomb_check): an
+ * image of more than max_pixels (Image.MAX_IMAGE_PIXELS) is decoded with a
+ * warning, one of more than twice that refused; and never more than
+ * IMG_MAX_PIXELS. */
 static kiln_status check_dims(const struct kiln_host *host, const char *what, int64_t w,
 			      int64_t h, int64_t max_pixels)
 {
@@ -54,10 +63,15 @@ static kiln_status check_dims(const struct kiln_host *host, const char *what, in
 				   (long long)h);
 	if (max_pixels > IMG_MAX_PIXELS)
 		max_pixels = IMG_MAX_PIXELS;
-	if (w * h > max_pixels)
-		return host->error(KILN_EDATA, "%s: image of %lldx%lld pixels (%lld) is larger than the limit of %lld pixels ([data] max_image_pixels; a decompression bomb?)",
-				   what, (long long)w, (long long)h, (long long)(w * h),
-				   (long long)max_pixels);
+	const int64_t refuse = 2 * max_pixels < IMG_MAX_PIXELS ? 2 * max_pixels : IMG_MAX_PIXELS;
+	if (w * h > refuse)
+		return host->error(KILN_EDATA, "%s: image of %lldx%lld pixels (%lld) is larger than the limit of %lld pixels (%s; a decompression bomb?)",
+				   what, (long long)w, (long long)h, (long long)(w * h), (long long)refuse,
+				   refuse == 2 * max_pixels ? "twice [data] max_image_pixels, as PIL refuses"
+							    : "2^28, the most kiln decodes");
+	if (w * h > max_pixels && !atomic_exchange(&img_big_warned, 1))
+		host->log(KILN_LOG_WARN, "image", "%s: image of %lldx%lld pixels (%lld) is larger than [data] max_image_pixels = %lld: decoded, as PIL decodes up to twice that with a DecompressionBombWarning (said once: other such images are decoded silently)",
+			  what, (long long)w, (long long)h, (long long)(w * h), (long long)max_pixels);
 	return KILN_OK;
 }
 

@@ -12,7 +12,8 @@
  * 3-channel RGB; alpha (a channel or tRNS) is composited onto black in the
  * stored values, round(v * a / 255); 16-bit PNG samples become
  * round(v * 255 / 65535); CMYK JPEGs are refused (KILN_EDATA).
- * Thread-safe: no shared state.
+ * Thread-safe: the one shared state is an atomic flag (the warning of an
+ * image above max_pixels is given once a process).
  */
 #ifndef KILN_LOADERS_IMAGE_H
 #define KILN_LOADERS_IMAGE_H
@@ -32,10 +33,12 @@ int img_sniff(const void *buf, size_t n);
 int img_format_of_name(const char *name);
 
 /* Decode buf[0..n) (JPEG or PNG, told apart by signature) into *img,
- * growing img->data with realloc() as struct kiln_image says.  Images
- * whose header declares more than max_pixels (width x height; at most
- * IMG_MAX_PIXELS) are refused before anything is decoded or allocated
- * ([data] max_image_pixels, PIL's decompression bomb guard).  `what`
+ * growing img->data with realloc() as struct kiln_image says.  As PIL's
+ * decompression bomb guard ([data] max_image_pixels its MAX_IMAGE_PIXELS):
+ * an image whose header declares more than max_pixels (width x height) is
+ * decoded with a warning (the first in the process only), one of more
+ * than twice max_pixels, or more than IMG_MAX_PIXELS, refused before
+ * anything is decoded or allocated.  `what`
  * names the file (and member) in messages: "photos/cat/1.jpg: not a JPEG
  * or PNG image".  KILN_EDATA for undecodable input, KILN_ENOMEM. */
 #define IMG_MAX_PIXELS ((int64_t)1 << 28)
