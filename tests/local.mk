@@ -239,6 +239,7 @@ EXTRA_DIST += tests/data/gen_png_refs.py tests/data/png/refs.txt \
 	tests/data/png/rgb_srgb.png tests/data/png/gray_alpha.png tests/data/png/rgba.png \
 	tests/data/png/palette_trns.png tests/data/png/gray2_trns.png tests/data/png/rgb_trns.png \
 	tests/data/png/gray16_gamma10.png tests/data/png/rgba16.png tests/data/png/rgb_interlaced.png \
+	tests/data/png/rgb16.png \
 	tests/data/gen_jpeg_refs.py tests/data/jpeg/refs.txt tests/data/jpeg/clean.jpg \
 	tests/data/jpeg/extra3.jpg tests/data/jpeg/extra_sos.jpg tests/data/jpeg/jfif201.jpg
 EXTRA_DIST += tests/pack.sh

@@ -178,8 +178,11 @@ static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf,
  * returns the stored samples whatever the gAMA, sRGB, cHRM or iCCP chunks
  * say.  Here no gamma transform is ever set: the stored samples are what
  * comes out, expanded to 8 bits (palette -> RGB, 1/2/4-bit gray -> 8 bits
- * as PIL scales them, tRNS -> alpha, 16 bits -> v * 255 / 65535 rounded),
- * then alpha composited onto black in those stored values. */
+ * as PIL scales them, tRNS -> alpha, 16 bits -> the high byte, v >> 8, as
+ * PIL keeps it), then alpha composited onto black in those stored values.
+ * A 16-bit gray PNG is the one kind PIL reads otherwise: mode I;16, whose
+ * convert("L") or ("RGB") clips v at 255 (32000 -> 255); kiln keeps the
+ * high byte there too (32000 -> 125), as for every other 16-bit PNG. */
 
 /* The compressed file and how far libpng has read it. */
 struct png_src {
@@ -223,7 +226,7 @@ static int png_set_transforms(png_structp png, png_infop info)
 	if (png_get_valid(png, info, PNG_INFO_tRNS))
 		png_set_tRNS_to_alpha(png);
 	if (depth == 16)
-		png_set_scale_16(png); /* (v * 255 + 32767) / 65535 exactly, not v >> 8 */
+		png_set_strip_16(png); /* v >> 8, as PIL's RGB;16B, RGBA;16B, LA;16B */
 	int passes = png_set_interlace_handling(png);
 	png_read_update_info(png, info);
 	return passes;

@@ -10,8 +10,9 @@
  * conversion).  Decoded pixels are 8-bit HWC: gray stays 1 channel (a
  * gray+alpha PNG too), everything else (RGB, palette, RGBA) becomes
  * 3-channel RGB; alpha (a channel or tRNS) is composited onto black in the
- * stored values, round(v * a / 255); 16-bit PNG samples become
- * round(v * 255 / 65535); CMYK JPEGs are refused (KILN_EDATA).
+ * stored values, round(v * a / 255); 16-bit PNG samples become their high
+ * byte, v >> 8 (PIL's, but for 16-bit gray, which PIL clips at 255); CMYK
+ * JPEGs are refused (KILN_EDATA).
  * Thread-safe: the one shared state is an atomic flag (the warning of an
  * image above max_pixels is given once a process).
  */
