@@ -18,7 +18,10 @@
  * marker, JFIF revision 2.01) decode to the clean file's pixels, and a file
  * whose data ends before its EOI marker is bad data naming the file, as
  * PIL refuses it.  Before session 41 every warning was an error (exit 3).
- * CK_RUN_CASE=png_pixels (png_errors, jpeg_pixels, jpeg_truncated) runs one.
+ * CMYK and YCCK JPEGs decode to RGB as PIL converts them (refused before
+ * session 41).
+ * CK_RUN_CASE=png_pixels (png_errors, jpeg_pixels, jpeg_truncated,
+ * pixel_limit, file_kinds) runs one.
  */
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
@@ -140,10 +143,11 @@ END_TEST
 
 /* PIL's pixels past libjpeg's warnings: extraneous bytes before the EOI
  * or the SOS marker, JFIF 2.01 (each the clean file's pixels, which
- * gen_jpeg_refs.py checked for PIL). */
+ * gen_jpeg_refs.py checked for PIL); and of a CMYK and a YCCK file, as
+ * PIL's convert("RGB") (refused before session 41). */
 START_TEST(test_jpeg_pixels)
 {
-	check_refs("jpeg", 4);
+	check_refs("jpeg", 6);
 }
 END_TEST
 
@@ -177,6 +181,44 @@ START_TEST(test_jpeg_truncated)
 		ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, names[k], IMG_MAX_PIXELS, &img),
 				 KILN_OK);
 		free(buf);
+	}
+	free(img.data);
+}
+END_TEST
+
+/* What the messages say of a file: a CMYK JPEG's channels (decoded to 3),
+ * and a GIF or WebP named .jpg refused naming what it is (before session
+ * 41 "not a JPEG or PNG image (N bytes)" alone). */
+START_TEST(test_file_kinds)
+{
+	size_t n;
+	uint8_t *buf = read_fixture("jpeg", "cmyk.jpg", &n);
+	const char *note = img_channels_note(buf, n);
+	ck_assert_msg(note && strstr(note, "CMYK JPEG (4 channels), decoded to RGB (3)"), "%s",
+		      note ? note : "(none)");
+	free(buf);
+	buf = read_fixture("jpeg", "clean.jpg", &n);
+	ck_assert_ptr_null(img_channels_note(buf, n));
+	free(buf);
+	static const struct {
+		const char *bytes, *is;
+		size_t n;
+	} other[] = {
+		{ "GIF89a\x01\0\x01\0\0\0\0", "a GIF", 13 },
+		{ "RIFF\x1a\0\0\0WEBPVP8 ", "a WebP", 16 },
+		{ "RIFF\x1a\0\0\0AVI LIST", NULL, 16 },
+		{ "<!DOCTYPE html>", NULL, 15 },
+	};
+	struct kiln_image img = { 0 };
+	for (int k = 0; k < 4; k++) {
+		ck_assert_int_eq(img_decode(kiln_host_table(), other[k].bytes, other[k].n, "x.jpg",
+					    IMG_MAX_PIXELS, &img),
+				 KILN_EDATA);
+		char want[200];
+		snprintf(want, sizeof want, "x.jpg: not a JPEG or PNG image (%zu bytes%s%s%s)", other[k].n,
+			 other[k].is ? "; it begins with the signature of " : "",
+			 other[k].is ? other[k].is : "", other[k].is ? ": convert it to JPEG or PNG" : "");
+		ck_assert_str_eq(kiln_last_error(), want);
 	}
 	free(img.data);
 }
@@ -257,6 +299,7 @@ static Suite *make_image_suite(void)
 	check_add_case(s, "jpeg_truncated", 0, NULL, NULL,
 		       (const TTest *[]){ test_jpeg_truncated, NULL });
 	check_add_case(s, "pixel_limit", 0, NULL, NULL, (const TTest *[]){ test_pixel_limit, NULL });
+	check_add_case(s, "file_kinds", 0, NULL, NULL, (const TTest *[]){ test_file_kinds, NULL });
 	return s;
 }
 

@@ -241,7 +241,8 @@ EXTRA_DIST += tests/data/gen_png_refs.py tests/data/png/refs.txt \
 	tests/data/png/gray16_gamma10.png tests/data/png/rgba16.png tests/data/png/rgb_interlaced.png \
 	tests/data/png/rgb16.png \
 	tests/data/gen_jpeg_refs.py tests/data/jpeg/refs.txt tests/data/jpeg/clean.jpg \
-	tests/data/jpeg/extra3.jpg tests/data/jpeg/extra_sos.jpg tests/data/jpeg/jfif201.jpg
+	tests/data/jpeg/extra3.jpg tests/data/jpeg/extra_sos.jpg tests/data/jpeg/jfif201.jpg \
+	tests/data/jpeg/cmyk.jpg tests/data/jpeg/ycck.jpg
 EXTRA_DIST += tests/pack.sh
 # kiln launch's and kiln pack's options by the parser every command shares
 TESTS += tests/launch_pack_opts.sh

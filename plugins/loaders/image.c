@@ -23,6 +23,32 @@ int img_sniff(const void *buf, size_t n)
 	return IMG_UNKNOWN;
 }
 
+/* What buf[0..n) is, by the signatures of the formats PIL reads and kiln
+ * does not (a GIF or WebP named .jpg), for the message refusing it; NULL
+ * when none matches. */
+static const char *img_sniff_other(const uint8_t *p, size_t n)
+{
+	static const struct {
+		size_t at, len;
+		const char *sig, *name;
+	} sigs[] = {
+		{ 0, 6, "GIF87a", "a GIF" },
+		{ 0, 6, "GIF89a", "a GIF" },
+		{ 8, 4, "WEBP", "a WebP" }, /* after "RIFF" and a length */
+		{ 0, 4, "II*\0", "a TIFF" },
+		{ 0, 4, "MM\0*", "a TIFF" },
+		{ 4, 8, "ftypavif", "an AVIF" },
+		{ 4, 8, "ftypheic", "a HEIC" },
+		{ 0, 12, "\0\0\0\x0cjP  \r\n\x87\n", "a JPEG 2000" },
+	};
+	for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++)
+		if (n >= sigs[k].at + sigs[k].len &&
+		    !memcmp(p + sigs[k].at, sigs[k].sig, sigs[k].len) &&
+		    (sigs[k].at != 8 || !memcmp(p, "RIFF", 4)))
+			return sigs[k].name;
+	return NULL;
+}
+
 int img_format_of_name(const char *name)
 {
 	const char *dot = strrchr(name, '.');
@@ -110,27 +136,52 @@ static void jpeg_src_warning(j_common_ptr cinfo, int msg_level)
 		jpeg_src_error(cinfo);
 }
 
-/* After jpeg_read_header: the pixels into *img (8-bit, 1 or 3 channels),
- * then the rest of the file read up to its EOI marker. */
+/* The CMYK rows of a started decode into h x w RGB pixels at rgb, as PIL
+ * converts them.  PIL reads every CMYK JPEG as Adobe's (inverted: libjpeg's
+ * samples are 255 - ink; its "CMYK;I") and convert("RGB") gives
+ * R = nk - nk * c' / 255 rounded, c' = 255 - C the ink, nk = K (Convert.c
+ * cmyk2rgb), which is round(C * K / 255) of libjpeg's samples (never a half:
+ * 255 is odd); G and B from M and Y alike.  A YCCK file is CMYK by then
+ * (libjpeg converts it). */
+static void jpeg_read_cmyk(struct jpeg_decompress_struct *ci, uint8_t *rgb)
+{
+	/* one row of w x 4, libjpeg's: freed with the decoder, even on a longjmp */
+	JSAMPARRAY row = ci->mem->alloc_sarray((j_common_ptr)ci, JPOOL_IMAGE,
+					       ci->output_width * 4, 1);
+	while (ci->output_scanline < ci->output_height) {
+		uint8_t *out = rgb + (size_t)ci->output_scanline * ci->output_width * 3;
+		jpeg_read_scanlines(ci, row, 1);
+		for (JDIMENSION x = 0; x < ci->output_width; x++) {
+			const JSAMPLE *cmyk = row[0] + 4 * (size_t)x;
+			for (int j = 0; j < 3; j++)
+				out[3 * (size_t)x + j] = (uint8_t)((cmyk[j] * cmyk[3] + 127) / 255);
+		}
+	}
+}
+
+/* After jpeg_read_header: the pixels into *img (8-bit; gray 1 channel,
+ * colour and CMYK 3), then the rest of the file read up to its EOI
+ * marker. */
 static kiln_status jpeg_read_pixels(const struct kiln_host *host, struct jpeg_decompress_struct *ci,
 				    const char *what, int64_t max_pixels, struct kiln_image *img)
 {
 	kiln_status st = check_dims(host, what, ci->image_width, ci->image_height, max_pixels);
 	if (st)
 		return st;
-	if (ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK)
-		return host->error(KILN_EDATA, "%s: CMYK JPEGs are not supported (convert to RGB)", what);
-	const int c = ci->jpeg_color_space == JCS_GRAYSCALE ? 1 : 3;
-	ci->out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+	const int cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
+	const int c = ci->jpeg_color_space == JCS_GRAYSCALE ? 1 : 3, decoded = cmyk ? 4 : c;
+	ci->out_color_space = c == 1 ? JCS_GRAYSCALE : cmyk ? JCS_CMYK : JCS_RGB;
 	const size_t row = (size_t)ci->image_width * c;
 	if ((st = img_reserve(host, img, row * ci->image_height)))
 		return st;
 	jpeg_start_decompress(ci);
-	if (ci->output_components != c || ci->output_width != ci->image_width ||
+	if (ci->output_components != decoded || ci->output_width != ci->image_width ||
 	    ci->output_height != ci->image_height)
 		return host->error(KILN_EINTERNAL, "%s: libjpeg gave %ux%u pixels of %d channels for %ux%u of %d",
 				   what, ci->output_width, ci->output_height, ci->output_components,
-				   ci->image_width, ci->image_height, c);
+				   ci->image_width, ci->image_height, decoded);
+	if (cmyk)
+		jpeg_read_cmyk(ci, img->data);
 	while (ci->output_scanline < ci->output_height) {
 		JSAMPROW rows[16];
 		JDIMENSION k = 0, y = ci->output_scanline;
@@ -145,14 +196,20 @@ static kiln_status jpeg_read_pixels(const struct kiln_host *host, struct jpeg_de
 	return KILN_OK;
 }
 
+/* ci's error manager err, before jpeg_create_decompress (after a setjmp). */
+static void jpeg_src_init(struct jpeg_decompress_struct *ci, struct jpeg_src_err *err)
+{
+	ci->err = jpeg_std_error(&err->mgr);
+	err->mgr.error_exit = jpeg_src_error;
+	err->mgr.emit_message = jpeg_src_warning;
+}
+
 static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf, size_t n,
 			       const char *what, int64_t max_pixels, struct kiln_image *img)
 {
 	struct jpeg_decompress_struct ci;
 	struct jpeg_src_err err;
-	ci.err = jpeg_std_error(&err.mgr);
-	err.mgr.error_exit = jpeg_src_error;
-	err.mgr.emit_message = jpeg_src_warning;
+	jpeg_src_init(&ci, &err);
 	/* libjpeg's errors longjmp here; this function changes nothing between
 	 * setjmp and a longjmp */
 	kiln_status st;
@@ -167,6 +224,24 @@ static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf,
 	}
 	jpeg_destroy_decompress(&ci);
 	return st;
+}
+
+/* Whether buf[0..n) is a JPEG whose header says CMYK or YCCK (0 when the
+ * header cannot be read). */
+static int jpeg_is_cmyk(const uint8_t *buf, size_t n)
+{
+	struct jpeg_decompress_struct ci;
+	struct jpeg_src_err err;
+	volatile int cmyk = 0;
+	jpeg_src_init(&ci, &err);
+	if (!setjmp(err.jmp)) {
+		jpeg_create_decompress(&ci);
+		jpeg_mem_src(&ci, buf, (unsigned long)n);
+		jpeg_read_header(&ci, TRUE);
+		cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
+	}
+	jpeg_destroy_decompress(&ci);
+	return cmyk;
 }
 
 /* ---- PNG: libpng's low-level reader ------------------------------------
@@ -306,8 +381,10 @@ static kiln_status decode_png(const struct kiln_host *host, const uint8_t *buf, 
 const char *img_channels_note(const void *buf, size_t n)
 {
 	png_image pi;
+	if (img_sniff(buf, n) == IMG_JPEG && jpeg_is_cmyk(buf, n))
+		return "the file is a CMYK JPEG (4 channels), decoded to RGB (3) as PIL converts it";
 	if (img_sniff(buf, n) != IMG_PNG)
-		return NULL; /* (a JPEG is decoded with its own channels; CMYK is refused) */
+		return NULL; /* (a JPEG's other channels, gray or colour, are its own) */
 	memset(&pi, 0, sizeof pi);
 	pi.version = PNG_IMAGE_VERSION;
 	if (!png_image_begin_read_from_memory(&pi, buf, n))
@@ -338,8 +415,12 @@ kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
 		return decode_jpeg(host, buf, n, what, max_pixels, img);
 	case IMG_PNG:
 		return decode_png(host, buf, n, what, max_pixels, img);
-	default:
-		return host->error(KILN_EDATA, "%s: not a JPEG or PNG image (%zu bytes)", what, n);
+	default: {
+		const char *like = img_sniff_other(buf, n);
+		return host->error(KILN_EDATA, "%s: not a JPEG or PNG image (%zu bytes%s%s%s)", what, n,
+				   like ? "; it begins with the signature of " : "", like ? like : "",
+				   like ? ": convert it to JPEG or PNG" : "");
+	}
 	}
 }
 

@@ -8,11 +8,11 @@
  * pixels equal what torchvision's PIL path decodes; PNG through libpng's low-level reader,
  * to the stored samples as PIL returns them (no gAMA, sRGB or ICC
  * conversion).  Decoded pixels are 8-bit HWC: gray stays 1 channel (a
- * gray+alpha PNG too), everything else (RGB, palette, RGBA) becomes
- * 3-channel RGB; alpha (a channel or tRNS) is composited onto black in the
- * stored values, round(v * a / 255); 16-bit PNG samples become their high
- * byte, v >> 8 (PIL's, but for 16-bit gray, which PIL clips at 255); CMYK
- * JPEGs are refused (KILN_EDATA).
+ * gray+alpha PNG too), everything else (RGB, palette, RGBA, CMYK and
+ * YCCK JPEGs) becomes 3-channel RGB (CMYK as PIL's convert("RGB")); alpha
+ * (a channel or tRNS) is composited onto black in the stored values,
+ * round(v * a / 255); 16-bit PNG samples become their high byte, v >> 8
+ * (PIL's, but for 16-bit gray, which PIL clips at 255).
  * Thread-safe: the one shared state is an atomic flag (the warning of an
  * image above max_pixels is given once a process).
  */
@@ -52,8 +52,9 @@ kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
 /* What img_decode does to the channels of the image in buf[0..n), for
  * messages that count the decoded ones: a static sentence ("the file is
  * RGBA (4 channels), decoded to RGB (3) with its alpha composited onto
- * black"; also gray with alpha, palette PNGs), NULL when the decoded
- * channels are the file's (gray, RGB) or buf is no readable PNG. */
+ * black"; also gray with alpha, palette PNGs, CMYK JPEGs), NULL when the
+ * decoded channels are the file's (gray, RGB) or buf is no readable PNG or
+ * JPEG. */
 const char *img_channels_note(const void *buf, size_t n);
 
 /* Encode h x w x c (c = 1 or 3) 8-bit pixels as a baseline JPEG of the

@@ -18,14 +18,37 @@ Run from the source root with a Python that has Pillow and numpy (session
 PIL ignores libjpeg's warnings: each of these decodes to clean.jpg's
 pixels (checked here).  PIL refuses every cut of extra_sos.jpg inside or
 after its scan ("image file is truncated"; checked here too).
+- cmyk.jpg: PIL's CMYK JPEG (Adobe APP14, transform 0: CMYK stored as is,
+  inverted, as PIL writes and reads every CMYK JPEG) of a 16x20 image;
+- ycck.jpg: TurboJPEG's (libturbojpeg.so.0 through ctypes) of the same
+  CMYK samples, stored as YCCK (APP14 transform 2), as Photoshop writes
+  them.  Their refs are PIL's convert("RGB") (Convert.c cmyk2rgb).
 
 refs.txt: one line per file, `name h w c hex`, hex the h*w*c bytes (HWC).
 """
-import io, os
+import ctypes, io, os
 import numpy as np
 from PIL import Image
 
 OUT = "tests/data/jpeg"
+
+
+def tj_cmyk(px):
+    """TurboJPEG's JPEG of h x w x 4 CMYK samples: YCCK, 4:2:0, quality 90."""
+    tj = ctypes.CDLL("libturbojpeg.so.0")
+    tj.tjInitCompress.restype = ctypes.c_void_p
+    handle = ctypes.c_void_p(tj.tjInitCompress())
+    out, size = ctypes.POINTER(ctypes.c_ubyte)(), ctypes.c_ulong(0)
+    TJPF_CMYK, TJSAMP_420, TJFLAG_ACCURATEDCT = 11, 2, 4096
+    src = np.ascontiguousarray(px)
+    r = tj.tjCompress2(handle, src.ctypes.data_as(ctypes.c_void_p), src.shape[1], 0,
+                       src.shape[0], TJPF_CMYK, ctypes.byref(out), ctypes.byref(size),
+                       TJSAMP_420, 90, TJFLAG_ACCURATEDCT)
+    assert r == 0, "tjCompress2 failed"
+    data = ctypes.string_at(out, size.value)
+    tj.tjFree(out)
+    tj.tjDestroy(handle)
+    return data
 
 
 def main():
@@ -70,6 +93,19 @@ def main():
         except OSError:
             continue
         raise AssertionError("PIL decoded extra_sos.jpg cut at %d" % cut)
+
+    # CMYK: every ink level against every K across the image
+    y, x = np.mgrid[0:16, 0:20]
+    cmyk = np.stack([x * 13, y * 17, (x * y * 5) % 256, 255 - ((x + y) * 8) % 256],
+                    -1).astype(np.uint8)
+    b = io.BytesIO()
+    Image.fromarray(cmyk, "CMYK").save(b, "JPEG", quality=90)
+    write("cmyk.jpg", b.getvalue())
+    assert Image.open(os.path.join(OUT, "cmyk.jpg")).info.get("adobe_transform") == 0
+    ref("cmyk.jpg")
+    write("ycck.jpg", tj_cmyk(cmyk))
+    assert Image.open(os.path.join(OUT, "ycck.jpg")).info.get("adobe_transform") == 2
+    ref("ycck.jpg")
 
     with open(os.path.join(OUT, "refs.txt"), "w") as f:
         f.write("# written by tests/data/gen_jpeg_refs.py: name h w c pixels (HWC hex)\n")
