@@ -115,7 +115,8 @@ static kiln_status check_dims(const struct kiln_host *host, const char *what, in
  * PIL's and TurboJPEG's: accurate integer IDCT, fancy upsampling. */
 
 /* libjpeg's error manager: errors (and running out of data) longjmp back
- * to decode_jpeg with the message; other warnings are dropped. */
+ * to the caller's setjmp (decode_jpeg, jpeg_is_cmyk) with the message;
+ * other warnings are dropped. */
 struct jpeg_src_err {
 	struct jpeg_error_mgr mgr; /* first: libjpeg's cinfo->err points here */
 	jmp_buf jmp;
