@@ -412,14 +412,14 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 		return st;
 	char old[512];
 	int nold = o->folder ? 0 : existing_shards(o, REC_SUFFIX, old, sizeof old, -1);
-	uint8_t *made = NULL; /* --format folder: class directories created */
+	uint8_t *seen = NULL; /* --format folder: the classes a sample had */
 	if (o->folder) {
 		if (info.classes <= 0 || info.classes > 1000000)
 			return kiln_error(KILN_EDATA, "[%s] source '%s' reports %lld classes: --format folder needs a classifier's labels",
 					  o->section, kiln_source_name(src), (long long)info.classes);
-		if ((st = pack_folder_prepare(o)))
+		if ((st = pack_folder_prepare(o, info.classes)))
 			return st;
-		if (!(made = calloc((size_t)info.classes, 1)))
+		if (!(seen = calloc((size_t)info.classes, 1)))
 			return kiln_error(KILN_ENOMEM, "out of memory");
 	}
 	if (nold && !o->force)
@@ -474,7 +474,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 				break;
 			}
 			for (int64_t k = 0; k < j->count && !st; k++)
-				st = o->folder ? folder_add(o, info.classes, j->first + k, &j->items[k], made)
+				st = o->folder ? folder_add(o, info.classes, j->first + k, &j->items[k], seen)
 					       : shards_add(&sh, &j->items[k], o->store);
 		}
 		for (int64_t k = 0; k < round; k++) {
@@ -492,7 +492,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 		}
 	}
 	if (o->folder) {
-		if ((st = pack_folder_done(o)))
+		if ((st = pack_folder_done(o, info.classes, seen)))
 			goto out;
 		double dt = now_s() - t0;
 		if (tty)
@@ -534,7 +534,7 @@ out:
 		kiln_xform_scratch_free(&jobs[t].xs);
 	}
 	free(jobs);
-	free(made);
+	free(seen);
 	free(items);
 	free(th);
 	free(running);

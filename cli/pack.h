@@ -71,13 +71,15 @@ kiln_status shards_place(const struct pack_opts *o, const struct shards *sh, cha
 			 size_t old_size);
 
 /* pack_folder.c.  Write sample `index` as DIR/<split>/<class>/<index>.ext
- * (made: the class directories created so far, classes of them). */
+ * (seen: classes flags, the label's set). */
 kiln_status folder_add(const struct pack_opts *o, int64_t classes, int64_t index,
-		       const struct item *it, uint8_t *made);
+		       const struct item *it, uint8_t *seen);
 /* Before the first image: DIR/<split> empty (or --force: the earlier
- * pack's images removed), DIR/<split>.folder-partial created; after the
- * last: the tree synced and the marker removed. */
-kiln_status pack_folder_prepare(const struct pack_opts *o);
-kiln_status pack_folder_done(const struct pack_opts *o);
+ * pack's images removed), DIR/<split>.folder-partial created, the
+ * directories of all `classes` made; after the last: the classes no
+ * sample had (seen[k] == 0) warned of, the tree synced and the marker
+ * removed. */
+kiln_status pack_folder_prepare(const struct pack_opts *o, int64_t classes);
+kiln_status pack_folder_done(const struct pack_opts *o, int64_t classes, const uint8_t *seen);
 
 #endif

@@ -17,25 +17,29 @@
 #include <unistd.h>   /* rmdir, syncfs, close */
 
 
-/* DIR/<split>/<class>/<index>.<ext>: class directories named by the label,
+/* DIR/<split>/<class> into path: class directories named by the label,
  * zero-padded so that their sorted order is the label order (what the
  * folder source and torchvision's ImageFolder number classes by). */
+static void folder_class_path(char *path, size_t size, const struct pack_opts *o,
+			      int64_t classes, int64_t label)
+{
+	int digits = 1; /* of classes - 1, at most 7 (pack allows 10^6 classes) */
+	for (int64_t c = classes - 1; c >= 10 && digits < 7; c /= 10)
+		digits++;
+	snprintf(path, size, "%s/%s/%0*d", o->out, o->split, digits, (int)label);
+}
+
+/* DIR/<split>/<class>/<index>.<ext>, its class directory made by
+ * pack_folder_prepare; seen[label] set. */
 kiln_status folder_add(const struct pack_opts *o, int64_t classes, int64_t index,
-		       const struct item *it, uint8_t *made)
+		       const struct item *it, uint8_t *seen)
 {
 	char path[4200];
-	int digits = 1;
-	for (int64_t c = classes - 1; c >= 10; c /= 10)
-		digits++;
-	if (it->label >= classes)
+	if (it->label < 0 || it->label >= classes)
 		return kiln_error(KILN_EDATA, "sample %lld: label %d outside [0, %lld)",
 				  (long long)index, it->label, (long long)classes);
-	snprintf(path, sizeof path, "%s/%s/%0*d", o->out, o->split, digits, it->label);
-	if (!made[it->label]) {
-		if (mkdir(path, 0777) && errno != EEXIST)
-			return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
-		made[it->label] = 1;
-	}
+	folder_class_path(path, sizeof path, o, classes, it->label);
+	seen[it->label] = 1;
 	size_t n = strlen(path);
 	snprintf(path + n, sizeof path - n, "/%08lld.%s", (long long)index,
 		 o->store == REC_JPEG ? "jpg" : "png");
@@ -93,8 +97,13 @@ static int folder_remove_old(const char *dir, int *kept)
 
 /* Check DIR/<split> is empty or --force given, create the marker
  * DIR/<split>.folder-partial, remove an earlier pack's images (--force) and
- * create DIR/<split>.  pack_folder_done removes the marker. */
-kiln_status pack_folder_prepare(const struct pack_opts *o)
+ * create DIR/<split> and every class directory, 0 .. classes - 1: a class
+ * with no sample keeps its directory, empty, so that a reader numbering the
+ * sorted directories gives every later class its label (before session 41
+ * a directory was made with its class's first image: an empty middle class
+ * shifted the later ones down by one).  pack_folder_done removes the
+ * marker. */
+kiln_status pack_folder_prepare(const struct pack_opts *o, int64_t classes)
 {
 	char path[4200];
 	int used = 0;
@@ -127,15 +136,46 @@ kiln_status pack_folder_prepare(const struct pack_opts *o)
 	}
 	if (mkdir(path, 0777) && errno != EEXIST)
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
+	for (int64_t k = 0; k < classes; k++) {
+		folder_class_path(path, sizeof path, o, classes, k);
+		if (mkdir(path, 0777) && errno != EEXIST)
+			return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
+	}
 	return KILN_OK;
+}
+
+/* A warning naming the classes no sample had (seen[k] == 0): their
+ * directories are empty, which torchvision's ImageFolder refuses unless
+ * given allow_empty=True (the folder source reads them, with a warning). */
+static void folder_warn_empty(const struct pack_opts *o, int64_t classes, const uint8_t *seen)
+{
+	char list[200] = "";
+	int64_t empty = 0, named = 0;
+	for (int64_t k = 0; k < classes; k++) {
+		if (seen[k])
+			continue;
+		size_t at = strlen(list);
+		if (named < 10 && at + 24 < sizeof list) {
+			snprintf(list + at, sizeof list - at, "%s%lld", at ? ", " : "", (long long)k);
+			named++;
+		}
+		empty++;
+	}
+	if (!empty)
+		return;
+	fprintf(stderr, "kiln pack: warning: %lld of %lld classes have no images (label %s%s): their directories in %s/%s are empty, so that every class keeps its label; torchvision's ImageFolder reads the tree with allow_empty=True only\n",
+		(long long)empty, (long long)classes, list, empty > named ? ", ..." : "", o->out,
+		o->split);
 }
 
 /* Every image is written: have them on disk (one syncfs for the whole
  * tree, where fsyncing each image and class directory would cost a sync
  * per file), then remove DIR/<split>.folder-partial, so that a power cut
- * cannot leave a marker-less tree missing images. */
-kiln_status pack_folder_done(const struct pack_opts *o)
+ * cannot leave a marker-less tree missing images; warn of the classes
+ * seen[] says had no sample. */
+kiln_status pack_folder_done(const struct pack_opts *o, int64_t classes, const uint8_t *seen)
 {
+	folder_warn_empty(o, classes, seen);
 	int fd = open(o->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 || syncfs(fd)) {
 		kiln_status st = kiln_error(KILN_EIO, "%s: cannot sync the images written: %s",

@@ -15,8 +15,9 @@
 #  6. a log write that fails (metrics.jsonl on /dev/full; a full tmpfs) ends
 #     the run non-zero naming the file, and the earlier run's config.ini
 #     and checkpoint stay intact;
-#  7. resource bombs: a PNG declaring more than [data] max_image_pixels
-#     (PIL's 89,478,485 by default) is refused from its header; an idx.gz
+#  7. resource bombs: a PNG declaring more than twice [data] max_image_pixels
+#     (PIL's 89,478,485 by default) is refused from its header, one of
+#     9500 x 9500 decoded with a warning, as PIL does; an idx.gz
 #     whose header claims 6.5 GB fails at once naming what the file can
 #     hold; an idx file with trailing bytes is refused; a FIFO given as an
 #     image or as [model] init_from is refused instead of blocking open();
@@ -213,10 +214,10 @@ import gzip, struct, sys, zlib
 t = sys.argv[1]
 with gzip.open(t + "/bomb-images.idx.gz", "wb") as f:
     f.write(struct.pack(">IIII", 0x803, 8290000, 28, 28) + bytes(1 << 20))
-def png(path, w, h):
+def png(path, w, h, rows=None):  # rows: how many of the h are written
     row = b"\0" + bytes(w)  # filter byte, gray pixels
     z = zlib.compressobj(9)
-    body = b"".join(z.compress(row) for _ in range(h)) + z.flush()
+    body = b"".join(z.compress(row) for _ in range(h if rows is None else rows)) + z.flush()
     def chunk(k, v):
         return struct.pack(">I", len(v)) + k + v + struct.pack(">I", zlib.crc32(k + v))
     open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
@@ -227,7 +228,10 @@ png(t + "/imgs/a/0.png", 8, 8)
 png(t + "/imgs/b/0.png", 8, 8)
 os.makedirs(t + "/bomb/a"); os.makedirs(t + "/bomb/b")
 png(t + "/bomb/a/0.png", 8, 8)
-png(t + "/bomb/b/0.png", 10000, 10000)
+png(t + "/bomb/b/0.png", 13400, 13400, 1)  # 179,560,000: refused from the header
+os.makedirs(t + "/big/a"); os.makedirs(t + "/big/b")
+png(t + "/big/a/0.png", 8, 8)
+png(t + "/big/b/0.png", 9500, 9500)  # 90,250,000: PIL warns and decodes it
 EOF
 kiln 3 train "$ini" "$d" "data.images=$tmp/bomb-images.idx.gz" run.out_dir=
 stderr_has "the header of the image file promises 6499360000 bytes (dims 8290000 x 28 x 28)"
@@ -245,10 +249,17 @@ if "$kiln" plugins 2>/dev/null | grep -q "^source  *folder .*available"; then
 	printf '[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 2\n[layer.loss]\ntype = softmax_xent\n' >>"$fini"
 	printf '[train]\nbatch = 2\nepochs = 1\nmax_steps = 1\neval = 0\n' >>"$fini"
 	kiln 0 train "$fini" "data.path=$tmp/imgs"
+	# PIL's rule (before session 41 an image was refused above the
+	# limit, 9500 x 9500 too): more than 89,478,485 pixels decodes with a
+	# warning, more than twice that is refused
 	kiln 3 train "$fini" "data.path=$tmp/bomb"
-	stderr_has "0.png: image of 10000x10000 pixels (100000000) is larger than the limit of 89478485 pixels ([data] max_image_pixels"
-	kiln 3 train "$fini" "data.path=$tmp/imgs" data.max_image_pixels=63
-	stderr_has "image of 8x8 pixels (64) is larger than the limit of 63 pixels"
+	stderr_has "0.png: image of 13400x13400 pixels (179560000) is larger than the limit of 178956970 pixels (twice [data] max_image_pixels, as PIL refuses"
+	kiln 0 train "$fini" "data.path=$tmp/big"
+	stderr_has "$tmp/big/b/0.png: image of 9500x9500 pixels (90250000) is larger than [data] max_image_pixels = 89478485: decoded, as PIL decodes up to twice that"
+	kiln 3 train "$fini" "data.path=$tmp/imgs" data.max_image_pixels=31
+	stderr_has "image of 8x8 pixels (64) is larger than the limit of 62 pixels"
+	kiln 0 train "$fini" "data.path=$tmp/imgs" data.max_image_pixels=32
+	stderr_has "image of 8x8 pixels (64) is larger than [data] max_image_pixels = 32: decoded"
 	mkfifo "$tmp/imgs/b/1.png"
 	# bad data (exit 3), as in kiln predict, so on_error = skip skips it
 	# (before session 33 it was an I/O error, exit 1, and never skipped)

@@ -222,12 +222,13 @@ tests_check_records_LDADD = libkiln-internal.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) 
 tests_check_sources_SOURCES = tests/check_sources.c plugins/loaders/image.c
 tests_check_sources_CFLAGS = $(CHECK_SUITE_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
 tests_check_sources_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(LMDB_LIBS)
-# PNG pixels against PIL's: tests/data/gen_png_refs.py wrote the fixtures
-check_PROGRAMS += tests/check_png
-TESTS += tests/check_png
-tests_check_png_SOURCES = tests/check_png.c plugins/loaders/image.c
-tests_check_png_CFLAGS = $(CHECK_SUITE_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
-tests_check_png_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS)
+# PNG and JPEG pixels against PIL's: tests/data/gen_png_refs.py and
+# gen_jpeg_refs.py wrote the fixtures
+check_PROGRAMS += tests/check_image
+TESTS += tests/check_image
+tests_check_image_SOURCES = tests/check_image.c plugins/loaders/image.c
+tests_check_image_CFLAGS = $(CHECK_SUITE_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS) $(ZLIB_CFLAGS)
+tests_check_image_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(ZLIB_LIBS)
 endif
 endif
 if BUILD_LOADERS
@@ -237,7 +238,11 @@ EXTRA_DIST += tests/data/gen_png_refs.py tests/data/png/refs.txt \
 	tests/data/png/gray_gamma10.png tests/data/png/gray_gamma055.png tests/data/png/rgb_gamma10.png \
 	tests/data/png/rgb_srgb.png tests/data/png/gray_alpha.png tests/data/png/rgba.png \
 	tests/data/png/palette_trns.png tests/data/png/gray2_trns.png tests/data/png/rgb_trns.png \
-	tests/data/png/gray16_gamma10.png tests/data/png/rgba16.png tests/data/png/rgb_interlaced.png
+	tests/data/png/gray16_gamma10.png tests/data/png/rgba16.png tests/data/png/rgb_interlaced.png \
+	tests/data/png/rgb16.png \
+	tests/data/gen_jpeg_refs.py tests/data/jpeg/refs.txt tests/data/jpeg/clean.jpg \
+	tests/data/jpeg/extra3.jpg tests/data/jpeg/extra_sos.jpg tests/data/jpeg/jfif201.jpg \
+	tests/data/jpeg/cmyk.jpg tests/data/jpeg/ycck.jpg
 EXTRA_DIST += tests/pack.sh
 # kiln launch's and kiln pack's options by the parser every command shares
 TESTS += tests/launch_pack_opts.sh

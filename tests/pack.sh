@@ -208,7 +208,28 @@ stderr_has "$tmp/fo/train keeps 2 file(s) or directories kiln pack did not write
 [ "$(find "$tmp/fo/train" -name '*.png' | wc -l)" = 3 ] ||
 	fail "folder --force: $(find "$tmp/fo/train" -name '*.png' | wc -l) images, want 3"
 [ -f "$tmp/fo/train/notes.txt" ] && [ -f "$tmp/fo/train/1/mine.txt" ] || fail "folder --force removed a user's file"
-[ ! -e "$tmp/fo/train/9" ] || fail "folder --force left class 9's directory (no image of it now)"
+[ -d "$tmp/fo/train/9" ] && [ -z "$(ls -A "$tmp/fo/train/9")" ] ||
+	fail "folder --force: class 9's directory (no image of it now) is not there, empty"
+
+# every class has its directory, an empty one too: labels 3 1 4 1 5 9 of 10
+# classes read back as 1 1 3 4 5 9 (class by class) of 10, where before
+# session 41 classes 0, 2, 6, 7 and 8 had no directory and the folder
+# source (or torchvision's ImageFolder) read 0 0 1 2 3 4 of 5
+# (the header's classes, then each record's label, through the index)
+labels_of() {
+	n=$(u32 "$1" 16) ix=$(u32 "$1" 24) i=0
+	printf '%s:' "$(u32 "$1" 44)"
+	while [ "$i" -lt "$n" ]; do
+		printf ' %s' "$(u32 "$1" "$(u32 "$1" $((ix + 16 * i)))")"
+		i=$((i + 1))
+	done
+}
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/fc" --format folder --store png
+stderr_has "kiln pack: warning: 5 of 10 classes have no images (label 0, 2, 6, 7, 8): their directories in $tmp/fc/train are empty, so that every class keeps its label; torchvision's ImageFolder reads the tree with allow_empty=True only"
+printf '[data]\nsource = folder\npath = %s\nchannels = 1\n' "$tmp/fc" > "$tmp/fc.ini"
+kiln 0 pack "$tmp/fc.ini" --out "$tmp/fcr"
+[ "$(labels_of "$tmp/fcr/train-00000.krec")" = "10: 1 1 3 4 5 9" ] ||
+	fail "folder pack read back: classes: labels $(labels_of "$tmp/fcr/train-00000.krec"), want 10: 1 1 3 4 5 9"
 
 # a --format folder pack that fails part way leaves DIR/<split>.folder-partial
 # and the folder source refuses the tree (before session 32 nothing marked it:

@@ -1,14 +1,17 @@
-/* plugins/loaders/image.c - JPEG (TurboJPEG) and PNG (libpng) in memory;
- * see image.h. */
+/* plugins/loaders/image.c - JPEG (libjpeg-turbo: libjpeg's API to decode,
+ * TurboJPEG's to encode) and PNG (libpng) in memory; see image.h. */
 #include "image.h"
 
 #include <png.h>
 #include <setjmp.h>
-#include <stdio.h>
+#include <stdatomic.h> /* atomic_exchange: the warning given once */
+#include <stdio.h>     /* jpeglib.h needs FILE */
+#include <jpeglib.h> /* the JPEG decoder */
+#include <jerror.h>  /* JWRN_JPEG_EOF */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <turbojpeg.h>
+#include <turbojpeg.h> /* the JPEG encoder */
 
 int img_sniff(const void *buf, size_t n)
 {
@@ -18,6 +21,32 @@ int img_sniff(const void *buf, size_t n)
 	if (n >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8))
 		return IMG_PNG;
 	return IMG_UNKNOWN;
+}
+
+/* What buf[0..n) is, by the signatures of the formats PIL reads and kiln
+ * does not (a GIF or WebP named .jpg), for the message refusing it; NULL
+ * when none matches. */
+static const char *img_sniff_other(const uint8_t *p, size_t n)
+{
+	static const struct {
+		size_t at, len;
+		const char *sig, *name;
+	} sigs[] = {
+		{ 0, 6, "GIF87a", "a GIF" },
+		{ 0, 6, "GIF89a", "a GIF" },
+		{ 8, 4, "WEBP", "a WebP" }, /* after "RIFF" and a length */
+		{ 0, 4, "II*\0", "a TIFF" },
+		{ 0, 4, "MM\0*", "a TIFF" },
+		{ 4, 8, "ftypavif", "an AVIF" },
+		{ 4, 8, "ftypheic", "a HEIC" },
+		{ 0, 12, "\0\0\0\x0cjP  \r\n\x87\n", "a JPEG 2000" },
+	};
+	for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++)
+		if (n >= sigs[k].at + sigs[k].len &&
+		    !memcmp(p + sigs[k].at, sigs[k].sig, sigs[k].len) &&
+		    (sigs[k].at != 8 || !memcmp(p, "RIFF", 4)))
+			return sigs[k].name;
+	return NULL;
 }
 
 int img_format_of_name(const char *name)
@@ -44,6 +73,14 @@ kiln_status img_reserve(const struct kiln_host *host, struct kiln_image *img, si
 	return KILN_OK;
 }
 
+/* Whether an image above max_pixels has been warned of: once a process,
+ * as Python's default filter shows PIL's DecompressionBombWarning. */
+static atomic_int img_big_warned;
+
+/* PIL's decompression bomb check (Image._decompression_bomb_check): an
+ * image of more than max_pixels (Image.MAX_IMAGE_PIXELS) is decoded with a
+ * warning, one of more than twice that refused; and never more than
+ * IMG_MAX_PIXELS. */
 static kiln_status check_dims(const struct kiln_host *host, const char *what, int64_t w,
 			      int64_t h, int64_t max_pixels)
 {
@@ -52,56 +89,160 @@ static kiln_status check_dims(const struct kiln_host *host, const char *what, in
 				   (long long)h);
 	if (max_pixels > IMG_MAX_PIXELS)
 		max_pixels = IMG_MAX_PIXELS;
-	if (w * h > max_pixels)
-		return host->error(KILN_EDATA, "%s: image of %lldx%lld pixels (%lld) is larger than the limit of %lld pixels ([data] max_image_pixels; a decompression bomb?)",
-				   what, (long long)w, (long long)h, (long long)(w * h),
-				   (long long)max_pixels);
+	const int64_t refuse = 2 * max_pixels < IMG_MAX_PIXELS ? 2 * max_pixels : IMG_MAX_PIXELS;
+	if (w * h > refuse)
+		return host->error(KILN_EDATA, "%s: image of %lldx%lld pixels (%lld) is larger than the limit of %lld pixels (%s; a decompression bomb?)",
+				   what, (long long)w, (long long)h, (long long)(w * h), (long long)refuse,
+				   refuse == 2 * max_pixels ? "twice [data] max_image_pixels, as PIL refuses"
+							    : "2^28, the most kiln decodes");
+	if (w * h > max_pixels && !atomic_exchange(&img_big_warned, 1))
+		host->log(KILN_LOG_WARN, "image", "%s: image of %lldx%lld pixels (%lld) is larger than [data] max_image_pixels = %lld: decoded, as PIL decodes up to twice that with a DecompressionBombWarning (said once: other such images are decoded silently)",
+			  what, (long long)w, (long long)h, (long long)(w * h), (long long)max_pixels);
 	return KILN_OK;
+}
+
+/* ---- JPEG: libjpeg's API ----------------------------------------------
+ *
+ * Not TurboJPEG's decoder, which reports a libjpeg warning only as a
+ * string (the first one's) and either stops at it or goes on past every
+ * kind.  PIL ignores libjpeg's warnings (corrupt data: extraneous bytes
+ * before a marker, an unknown JFIF revision, a bad Huffman code) and
+ * decodes what is there, but refuses a file whose data ends before its
+ * EOI marker ("image file is truncated").  Here a warning is told apart by
+ * its code: JWRN_JPEG_EOF (libjpeg's "Premature end of JPEG file", the
+ * memory source running out) stops the decode as bad data, every other
+ * warning is let pass, so the pixels are PIL's.  libjpeg's defaults are
+ * PIL's and TurboJPEG's: accurate integer IDCT, fancy upsampling. */
+
+/* libjpeg's error manager: errors (and running out of data) longjmp back
+ * to the caller's setjmp (decode_jpeg, jpeg_is_cmyk) with the message;
+ * other warnings are dropped. */
+struct jpeg_src_err {
+	struct jpeg_error_mgr mgr; /* first: libjpeg's cinfo->err points here */
+	jmp_buf jmp;
+	char msg[JMSG_LENGTH_MAX];
+};
+
+static void jpeg_src_error(j_common_ptr cinfo)
+{
+	struct jpeg_src_err *e = (struct jpeg_src_err *)cinfo->err;
+	cinfo->err->format_message(cinfo, e->msg);
+	longjmp(e->jmp, 1);
+}
+
+/* msg_level < 0: a warning; >= 0: trace output (never asked for) */
+static void jpeg_src_warning(j_common_ptr cinfo, int msg_level)
+{
+	if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+		jpeg_src_error(cinfo);
+}
+
+/* The CMYK rows of a started decode into h x w RGB pixels at rgb, as PIL
+ * converts them.  PIL reads every CMYK JPEG as Adobe's (inverted: libjpeg's
+ * samples are 255 - ink; its "CMYK;I") and convert("RGB") gives
+ * R = nk - nk * c' / 255 rounded, c' = 255 - C the ink, nk = K (Convert.c
+ * cmyk2rgb), which is round(C * K / 255) of libjpeg's samples (never a half:
+ * 255 is odd); G and B from M and Y alike.  A YCCK file is CMYK by then
+ * (libjpeg converts it). */
+static void jpeg_read_cmyk(struct jpeg_decompress_struct *ci, uint8_t *rgb)
+{
+	/* one row of w x 4, libjpeg's: freed with the decoder, even on a longjmp */
+	JSAMPARRAY row = ci->mem->alloc_sarray((j_common_ptr)ci, JPOOL_IMAGE,
+					       ci->output_width * 4, 1);
+	while (ci->output_scanline < ci->output_height) {
+		uint8_t *out = rgb + (size_t)ci->output_scanline * ci->output_width * 3;
+		jpeg_read_scanlines(ci, row, 1);
+		for (JDIMENSION x = 0; x < ci->output_width; x++) {
+			const JSAMPLE *cmyk = row[0] + 4 * (size_t)x;
+			for (int j = 0; j < 3; j++)
+				out[3 * (size_t)x + j] = (uint8_t)((cmyk[j] * cmyk[3] + 127) / 255);
+		}
+	}
+}
+
+/* After jpeg_read_header: the pixels into *img (8-bit; gray 1 channel,
+ * colour and CMYK 3), then the rest of the file read up to its EOI
+ * marker. */
+static kiln_status jpeg_read_pixels(const struct kiln_host *host, struct jpeg_decompress_struct *ci,
+				    const char *what, int64_t max_pixels, struct kiln_image *img)
+{
+	kiln_status st = check_dims(host, what, ci->image_width, ci->image_height, max_pixels);
+	if (st)
+		return st;
+	const int cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
+	const int c = ci->jpeg_color_space == JCS_GRAYSCALE ? 1 : 3, decoded = cmyk ? 4 : c;
+	ci->out_color_space = c == 1 ? JCS_GRAYSCALE : cmyk ? JCS_CMYK : JCS_RGB;
+	const size_t row = (size_t)ci->image_width * c;
+	if ((st = img_reserve(host, img, row * ci->image_height)))
+		return st;
+	jpeg_start_decompress(ci);
+	if (ci->output_components != decoded || ci->output_width != ci->image_width ||
+	    ci->output_height != ci->image_height)
+		return host->error(KILN_EINTERNAL, "%s: libjpeg gave %ux%u pixels of %d channels for %ux%u of %d",
+				   what, ci->output_width, ci->output_height, ci->output_components,
+				   ci->image_width, ci->image_height, decoded);
+	if (cmyk)
+		jpeg_read_cmyk(ci, img->data);
+	while (ci->output_scanline < ci->output_height) {
+		JSAMPROW rows[16];
+		JDIMENSION k = 0, y = ci->output_scanline;
+		for (; k < 16 && y + k < ci->output_height; k++)
+			rows[k] = img->data + (size_t)(y + k) * row;
+		jpeg_read_scanlines(ci, rows, k);
+	}
+	jpeg_finish_decompress(ci); /* reads up to EOI: a file cut after its scan ran out */
+	img->h = (int32_t)ci->image_height;
+	img->w = (int32_t)ci->image_width;
+	img->c = c;
+	return KILN_OK;
+}
+
+/* ci's error manager err, before jpeg_create_decompress (after a setjmp). */
+static void jpeg_src_init(struct jpeg_decompress_struct *ci, struct jpeg_src_err *err)
+{
+	ci->err = jpeg_std_error(&err->mgr);
+	err->mgr.error_exit = jpeg_src_error;
+	err->mgr.emit_message = jpeg_src_warning;
 }
 
 static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf, size_t n,
 			       const char *what, int64_t max_pixels, struct kiln_image *img)
 {
-	kiln_status st = KILN_OK;
-	tjhandle tj = tjInitDecompress();
-	if (!tj)
-		return host->error(KILN_ENOMEM, "%s: cannot start the JPEG decoder: %s", what,
-				   tjGetErrorStr2(NULL));
-	/* TurboJPEG returns success without setting these for a stream that
-	 * ends before its frame header (a "tables-only" JPEG): start at 0 */
-	int w = 0, h = 0, sub = 0, cs = 0;
-	if (tjDecompressHeader3(tj, buf, (unsigned long)n, &w, &h, &sub, &cs)) {
-		st = host->error(KILN_EDATA, "%s: undecodable JPEG: %s", what, tjGetErrorStr2(tj));
-		goto out;
+	struct jpeg_decompress_struct ci;
+	struct jpeg_src_err err;
+	jpeg_src_init(&ci, &err);
+	/* libjpeg's errors longjmp here; this function changes nothing between
+	 * setjmp and a longjmp */
+	kiln_status st;
+	if (setjmp(err.jmp)) {
+		st = host->error(KILN_EDATA, "%s: undecodable JPEG: %s%s", what, err.msg,
+				 err.mgr.msg_code == JWRN_JPEG_EOF ? " (the file is truncated)" : "");
+	} else {
+		jpeg_create_decompress(&ci);
+		jpeg_mem_src(&ci, buf, (unsigned long)n);
+		jpeg_read_header(&ci, TRUE);
+		st = jpeg_read_pixels(host, &ci, what, max_pixels, img);
 	}
-	if (w == 0 || h == 0) {
-		st = host->error(KILN_EDATA, "%s: undecodable JPEG: no frame header (SOF) before the end of the data",
-				 what);
-		goto out;
-	}
-	if ((st = check_dims(host, what, w, h, max_pixels)))
-		goto out;
-	if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
-		st = host->error(KILN_EDATA, "%s: CMYK JPEGs are not supported (convert to RGB)", what);
-		goto out;
-	}
-	int c = cs == TJCS_GRAY ? 1 : 3;
-	if ((st = img_reserve(host, img, (size_t)w * h * c)))
-		goto out;
-	/* accurate DCT and fancy upsampling are TurboJPEG's defaults, and
-	 * PIL's: the same pixels as torchvision.  A warning (truncated data,
-	 * corrupt segment) stops the decode: a damaged image is an error. */
-	if (tjDecompress2(tj, buf, (unsigned long)n, img->data, w, w * c, h,
-			  c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_STOPONWARNING)) {
-		st = host->error(KILN_EDATA, "%s: undecodable JPEG: %s", what, tjGetErrorStr2(tj));
-		goto out;
-	}
-	img->h = h;
-	img->w = w;
-	img->c = c;
-out:
-	tjDestroy(tj);
+	jpeg_destroy_decompress(&ci);
 	return st;
+}
+
+/* Whether buf[0..n) is a JPEG whose header says CMYK or YCCK (0 when the
+ * header cannot be read). */
+static int jpeg_is_cmyk(const uint8_t *buf, size_t n)
+{
+	struct jpeg_decompress_struct ci;
+	struct jpeg_src_err err;
+	volatile int cmyk = 0;
+	jpeg_src_init(&ci, &err);
+	if (!setjmp(err.jmp)) {
+		jpeg_create_decompress(&ci);
+		jpeg_mem_src(&ci, buf, (unsigned long)n);
+		jpeg_read_header(&ci, TRUE);
+		cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
+	}
+	jpeg_destroy_decompress(&ci);
+	return cmyk;
 }
 
 /* ---- PNG: libpng's low-level reader ------------------------------------
@@ -113,8 +254,11 @@ out:
  * returns the stored samples whatever the gAMA, sRGB, cHRM or iCCP chunks
  * say.  Here no gamma transform is ever set: the stored samples are what
  * comes out, expanded to 8 bits (palette -> RGB, 1/2/4-bit gray -> 8 bits
- * as PIL scales them, tRNS -> alpha, 16 bits -> v * 255 / 65535 rounded),
- * then alpha composited onto black in those stored values. */
+ * as PIL scales them, tRNS -> alpha, 16 bits -> the high byte, v >> 8, as
+ * PIL keeps it), then alpha composited onto black in those stored values.
+ * A 16-bit gray PNG is the one kind PIL reads otherwise: mode I;16, whose
+ * convert("L") or ("RGB") clips v at 255 (32000 -> 255); kiln keeps the
+ * high byte there too (32000 -> 125), as for every other 16-bit PNG. */
 
 /* The compressed file and how far libpng has read it. */
 struct png_src {
@@ -158,7 +302,7 @@ static int png_set_transforms(png_structp png, png_infop info)
 	if (png_get_valid(png, info, PNG_INFO_tRNS))
 		png_set_tRNS_to_alpha(png);
 	if (depth == 16)
-		png_set_scale_16(png); /* (v * 255 + 32767) / 65535 exactly, not v >> 8 */
+		png_set_strip_16(png); /* v >> 8, as PIL's RGB;16B, RGBA;16B, LA;16B */
 	int passes = png_set_interlace_handling(png);
 	png_read_update_info(png, info);
 	return passes;
@@ -238,8 +382,10 @@ static kiln_status decode_png(const struct kiln_host *host, const uint8_t *buf, 
 const char *img_channels_note(const void *buf, size_t n)
 {
 	png_image pi;
+	if (img_sniff(buf, n) == IMG_JPEG && jpeg_is_cmyk(buf, n))
+		return "the file is a CMYK JPEG (4 channels), decoded to RGB (3) as PIL converts it";
 	if (img_sniff(buf, n) != IMG_PNG)
-		return NULL; /* (a JPEG is decoded with its own channels; CMYK is refused) */
+		return NULL; /* (a JPEG's other channels, gray or colour, are its own) */
 	memset(&pi, 0, sizeof pi);
 	pi.version = PNG_IMAGE_VERSION;
 	if (!png_image_begin_read_from_memory(&pi, buf, n))
@@ -270,8 +416,12 @@ kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
 		return decode_jpeg(host, buf, n, what, max_pixels, img);
 	case IMG_PNG:
 		return decode_png(host, buf, n, what, max_pixels, img);
-	default:
-		return host->error(KILN_EDATA, "%s: not a JPEG or PNG image (%zu bytes)", what, n);
+	default: {
+		const char *like = img_sniff_other(buf, n);
+		return host->error(KILN_EDATA, "%s: not a JPEG or PNG image (%zu bytes%s%s%s)", what, n,
+				   like ? "; it begins with the signature of " : "", like ? like : "",
+				   like ? ": convert it to JPEG or PNG" : "");
+	}
 	}
 }
 

@@ -2,16 +2,19 @@
  * by every source of kiln-loaders.so that stores encoded images (folder,
  * tar, lmdb, records with JPEG storage) and by `kiln pack`.
  *
- * JPEG goes through libjpeg-turbo's TurboJPEG API with the settings PIL
- * uses (accurate integer IDCT, fancy upsampling), so pixels equal what
- * torchvision's PIL path decodes; PNG through libpng's low-level reader,
+ * JPEG goes through libjpeg-turbo (libjpeg's API) with the settings PIL
+ * uses (accurate integer IDCT, fancy upsampling), and past libjpeg's
+ * warnings as PIL, refusing only a file whose data ends before its EOI, so
+ * pixels equal what torchvision's PIL path decodes; PNG through libpng's low-level reader,
  * to the stored samples as PIL returns them (no gAMA, sRGB or ICC
  * conversion).  Decoded pixels are 8-bit HWC: gray stays 1 channel (a
- * gray+alpha PNG too), everything else (RGB, palette, RGBA) becomes
- * 3-channel RGB; alpha (a channel or tRNS) is composited onto black in the
- * stored values, round(v * a / 255); 16-bit PNG samples become
- * round(v * 255 / 65535); CMYK JPEGs are refused (KILN_EDATA).
- * Thread-safe: no shared state.
+ * gray+alpha PNG too), everything else (RGB, palette, RGBA, CMYK and
+ * YCCK JPEGs) becomes 3-channel RGB (CMYK as PIL's convert("RGB")); alpha
+ * (a channel or tRNS) is composited onto black in the stored values,
+ * round(v * a / 255); 16-bit PNG samples become their high byte, v >> 8
+ * (PIL's, but for 16-bit gray, which PIL clips at 255).
+ * Thread-safe: the one shared state is an atomic flag (the warning of an
+ * image above max_pixels is given once a process).
  */
 #ifndef KILN_LOADERS_IMAGE_H
 #define KILN_LOADERS_IMAGE_H
@@ -31,10 +34,12 @@ int img_sniff(const void *buf, size_t n);
 int img_format_of_name(const char *name);
 
 /* Decode buf[0..n) (JPEG or PNG, told apart by signature) into *img,
- * growing img->data with realloc() as struct kiln_image says.  Images
- * whose header declares more than max_pixels (width x height; at most
- * IMG_MAX_PIXELS) are refused before anything is decoded or allocated
- * ([data] max_image_pixels, PIL's decompression bomb guard).  `what`
+ * growing img->data with realloc() as struct kiln_image says.  As PIL's
+ * decompression bomb guard ([data] max_image_pixels its MAX_IMAGE_PIXELS):
+ * an image whose header declares more than max_pixels (width x height) is
+ * decoded with a warning (the first in the process only), one of more
+ * than twice max_pixels, or more than IMG_MAX_PIXELS, refused before
+ * anything is decoded or allocated.  `what`
  * names the file (and member) in messages: "photos/cat/1.jpg: not a JPEG
  * or PNG image".  KILN_EDATA for undecodable input, KILN_ENOMEM. */
 #define IMG_MAX_PIXELS ((int64_t)1 << 28)
@@ -47,8 +52,9 @@ kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
 /* What img_decode does to the channels of the image in buf[0..n), for
  * messages that count the decoded ones: a static sentence ("the file is
  * RGBA (4 channels), decoded to RGB (3) with its alpha composited onto
- * black"; also gray with alpha, palette PNGs), NULL when the decoded
- * channels are the file's (gray, RGB) or buf is no readable PNG. */
+ * black"; also gray with alpha, palette PNGs, CMYK JPEGs), NULL when the
+ * decoded channels are the file's (gray, RGB) or buf is no readable PNG or
+ * JPEG. */
 const char *img_channels_note(const void *buf, size_t n);
 
 /* Encode h x w x c (c = 1 or 3) 8-bit pixels as a baseline JPEG of the

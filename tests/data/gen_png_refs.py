@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""tests/data/gen_png_refs.py - the PNG fixtures of tests/check_png and the
+"""tests/data/gen_png_refs.py - the PNG fixtures of tests/check_image and the
 pixels kiln must decode from them (tests/data/png/refs.txt).
 
 Run from the source root with Debian's python3 (Pillow 9.4, numpy):
@@ -12,11 +12,13 @@ The expected pixels are PIL's (what torchvision's loader sees): the stored
 samples, whatever gAMA or sRGB says.  Where the file has alpha (an alpha
 channel or tRNS), kiln composites onto black in the stored values,
 round(v * a / 255), with v and a PIL's RGBA/LA values (docs/data.md: PIL's
-convert("RGB") drops alpha instead).  16-bit files follow kiln's documented
-rule, round(v * 255 / 65535) for every sample (alpha too, before the
-compositing): PIL cannot be the reference there (Pillow 9.4 opens 16-bit
-gray as mode I and convert("L") clips it to 255).  The script checks that
-PIL's values are the samples it wrote.
+convert("RGB") drops alpha instead).  16-bit colour files (RGB, RGBA) are
+PIL's: the high byte of every sample, v >> 8 (alpha too, before the
+compositing; before session 41 kiln rounded v * 255 / 65535, which differs
+by 1 for about a quarter of the values).  16-bit gray follows kiln's
+documented rule, v >> 8, not PIL's: Pillow opens it as mode I;16, and
+convert("L") clips it at 255 (checked here).  The script checks that PIL's
+values are the samples it wrote.
 
 refs.txt: one line per file, `name h w c hex`, hex the h*w*c bytes (HWC).
 """
@@ -61,8 +63,8 @@ def over_black(px):  # (h, w, c+1) 8-bit -> (h, w, c): round(v * a / 255)
     return ((v * a + 127) // 255).astype(np.uint8)
 
 
-def scale16(v):  # round(v * 255 / 65535), never a half
-    return ((v.astype(np.int64) * 255 + 32767) // 65535).astype(np.uint8)
+def high16(v):  # the high byte, v >> 8
+    return (v.astype(np.int64) >> 8).astype(np.uint8)
 
 
 def main():
@@ -127,13 +129,19 @@ def main():
     png("rgb_trns.png", from_array(c), 4, 4, 8, 2, chunk(b"tRNS", struct.pack(">HHH", 10, 20, 30)))
     ref("rgb_trns.png", over_black(pil("rgb_trns.png", "RGBA")))
 
-    # 16 bits: 257 k + 128 -> k and 257 k + 129 -> k + 1 (the rounding's edges)
+    # 16 bits: 257 k + 128 and 257 k + 129 (k < 128), where round(v * 255 /
+    # 65535) gives k and k + 1, the high byte k twice
     v16 = np.array([[257 * k + 128, 257 * k + 129] for k in range(128)], ">u2").reshape(16, 16)
     png("gray16_gamma10.png", from_array(v16), 16, 16, 16, 0, gama(100000))
-    ref("gray16_gamma10.png", scale16(v16))
+    ref("gray16_gamma10.png", high16(v16))
+    assert np.array_equal(pil("gray16_gamma10.png", "L"), np.minimum(v16, 255))  # PIL clips
     rgba16 = np.stack([v16, v16[::-1], v16.T, 65535 - v16.T], -1).astype(">u2")
     png("rgba16.png", from_array(rgba16), 16, 16, 16, 6)
-    ref("rgba16.png", over_black(scale16(rgba16)))
+    assert np.array_equal(pil("rgba16.png", "RGBA"), high16(rgba16))
+    ref("rgba16.png", over_black(pil("rgba16.png", "RGBA")))
+    rgb16 = rgba16[..., :3]
+    png("rgb16.png", from_array(rgb16), 16, 16, 16, 2)
+    ref("rgb16.png", high16(rgb16), pil("rgb16.png", "RGB"))
 
     # Adam7, an odd size (every pass partial)
     il = rgb[:11, :13].copy()
