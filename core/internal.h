@@ -395,6 +395,11 @@ kiln_status kiln_device_workload(struct kiln_device *dev, const struct kiln_work
  * ABI 2.15); tell it that frozen ops' weights were written. */
 int kiln_device_takes_frozen(struct kiln_device *dev);
 void kiln_device_weights_changed(struct kiln_device *dev);
+/* The same for the weights in the n ranges [ptr[i], ptr[i] + bytes[i])
+ * alone (NULL or empty ones skipped): KILN_PROC_WEIGHTS_WRITTEN of each,
+ * or KILN_PROC_WEIGHTS_CHANGED once where the device has not that. */
+void kiln_device_weights_written(struct kiln_device *dev, const void *const *ptr,
+				 const size_t *bytes, int n);
 /* acc not NULL: runs and copies on dev do nothing but add a noted plan's
  * FLOPs to *acc (a plan not noted adds 0); NULL: back to running, the
  * notes forgotten.  One thread, nothing else running on dev. */

@@ -19,10 +19,16 @@
  *    plan's run makes one entry and one fill per kept weight, the other
  *    sizes none (the debug log; before session 40 each f32 plan made its
  *    own copy, and each INT8 plan an entry at prepare);
+ *  - one model's load makes no other model's kept weights again (the
+ *    core tells the device which memory it wrote: KILN_PROC_WEIGHTS_WRITTEN;
+ *    before session 41 one count served the device, so B's first run made
+ *    A's again on A's next run, and a model made later all of them);
  *  - model A freed: its entries are unlisted and freed with its weights'
  *    memory (the free hook), B's plans still give B's bits, and a model
  *    made afterwards with A's seed gives A's bits with entries of its
- *    own. */
+ *    own;
+ *  - B's weights written anew (A's seed's): B's kept weights are made
+ *    again, once, and its plans give A's bits; the other model's stay. */
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
@@ -211,13 +217,16 @@ START_TEST(test_two_models)
 	ck_assert_msg(seen.fills == 2 * kept && seen.entries == 2 * kept,
 		      "model B's plans of 4 sizes: %d kept weights made in all, in %d entries, %d expected",
 		      seen.fills, seen.entries, 2 * kept);
-	/* both in turn (B's load made A's stale: the device's count of
-	 * weight writes is one for the context): the same bits, no entry */
+	/* both in turn: the same bits, nothing made again (B's load told the
+	 * device of B's memory alone) */
 	for (int k = NSIZE - 1; k >= 0; k--) {
 		run_all(&r, pa, ref_a, "model A beside B");
 		run_all(&r, pb, ref_b, "model B beside A");
 	}
 	ck_assert_int_eq(seen.entries, 2 * kept);
+	ck_assert_msg(seen.fills == 2 * kept,
+		      "models A and B in turn: %d kept weights made, %d expected (B's load made A's again)",
+		      seen.fills, 2 * kept);
 
 	/* A freed: its entries with its weights' memory; B unchanged */
 	kiln_device_stream_sync(r.dev, r.stream);
@@ -233,12 +242,26 @@ START_TEST(test_two_models)
 	struct kiln_model *c = model_new(&r, seed_a);
 	for (int k = 0; k < NSIZE; k++)
 		pa[k] = plan_new(c, sizes[k]);
-	const int before = seen.entries;
+	const int before = seen.entries, fills = seen.fills;
 	run_all(&r, pa, ref_a, "a model of A's seed made after A was freed");
 	run_all(&r, pb, ref_b, "model B beside it");
 	ck_assert_int_eq(seen.entries - before, kept);
-	printf("cpu_wshare: %d kept weights a model, made once for its plans of 4 sizes; "
-	       "its entries freed with it; the bits of nothing kept\n", kept);
+	ck_assert_msg(seen.fills - fills == kept,
+		      "a model made beside B: %d kept weights made, %d expected (its own; B's stay)",
+		      seen.fills - fills, kept);
+	/* B's weights written anew, with A's seed's: B's made again, once,
+	 * from the new values; the other model's stay */
+	ck_assert(kiln_model_init_params(b, seed_a, r.stream) == 0);
+	const int refill = seen.fills;
+	run_all(&r, pb, ref_a, "model B with A's seed's weights");
+	run_all(&r, pa, ref_a, "the model of A's seed beside it");
+	ck_assert_msg(seen.fills - refill == kept,
+		      "model B's weights written: %d kept weights made, %d expected (B's alone, once)",
+		      seen.fills - refill, kept);
+	ck_assert_int_eq(seen.entries - before, kept);
+	printf("cpu_wshare: %d kept weights a model, made once for its plans of 4 sizes and again "
+	       "only when its own weights are written; its entries freed with it; the bits of "
+	       "nothing kept\n", kept);
 	fflush(stdout);
 
 	kiln_device_stream_sync(r.dev, r.stream);

@@ -710,12 +710,20 @@ static const char *cpu_describe(void)
 	return cpu_dnn_isa(buf, sizeof buf);
 }
 
-/* KILN_PROC_WEIGHTS_CHANGED (ABI 2.15): the frozen convolutions' kept
- * weights (conv.c, dnn.c) are made again on their next run. */
+/* KILN_PROC_WEIGHTS_CHANGED (ABI 2.15): every frozen op's kept weights
+ * (wshare.c) are made again on their next run. */
 static void cpu_weights_changed(void *ctx)
 {
 	struct cpu_ctx *c = ctx;
-	__atomic_add_fetch(&c->wgen, 1, __ATOMIC_RELEASE);
+	cpu_wshare_written(&c->wshare, NULL, 0);
+}
+
+/* KILN_PROC_WEIGHTS_WRITTEN: those made from [ptr, ptr + bytes) alone
+ * (a model's: another model's stay). */
+static void cpu_weights_written(void *ctx, const void *ptr, size_t bytes)
+{
+	struct cpu_ctx *c = ctx;
+	cpu_wshare_written(&c->wshare, ptr, bytes);
 }
 
 static void *cpu_get_proc_address(void *ctx, const char *name)
@@ -729,6 +737,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 		return (void *)cpu_workload;
 	if (!strcmp(name, KILN_PROC_WEIGHTS_CHANGED))
 		return (void *)cpu_weights_changed;
+	if (!strcmp(name, KILN_PROC_WEIGHTS_WRITTEN))
+		return (void *)cpu_weights_written;
 	return NULL;
 }
 

@@ -73,21 +73,44 @@ struct cpu_async_watch {
  * the same weights (INT8 quantized, qweights.c; oneDNN's reordered,
  * conv.c; Winograd's transformed, wino.c) ---- */
 struct cpu_wkept;
-/* A context's entries listed by the weights they are made from. */
+/* A range of memory the core said it wrote weights into
+ * (KILN_PROC_WEIGHTS_WRITTEN: a model's parameters, buffers, compute
+ * copy), and the notice that said it last. */
+struct cpu_wrange {
+	uintptr_t lo, hi;
+	uint64_t stamp;
+};
+/* A context's entries listed by the weights they are made from, and the
+ * notices of new weights (wshare.c, "Notices"). */
 struct cpu_wshare {
 	pthread_mutex_t lock;
 	struct cpu_wkept *head;
 	const struct kiln_host *host;
+	/* under lock: the notices so far (each one's stamp is the count
+	 * then), the last that said every weight changed
+	 * (KILN_PROC_WEIGHTS_CHANGED), and each range's last
+	 * (KILN_PROC_WEIGHTS_WRITTEN) */
+	uint64_t seq, all;
+	struct cpu_wrange *ranges;
+	int n_ranges, cap_ranges;
 };
 void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host);
 void cpu_wshare_destroy(struct cpu_wshare *sh); /* after every plan is freed */
 /* The memory at ptr (a cpu_alloc's, or tune_time.c's scratch tensors) is
  * freed: entries made from weights inside it are listed no more (its
- * holders keep them; one without is freed). */
+ * holders keep them; one without is freed), and the notices of ranges
+ * inside it are forgotten. */
 void cpu_wshare_freed(struct cpu_wshare *sh, void *ptr);
-/* The calling thread runs an inner plan on converted weights (on = 1;
- * lowp.c) or no more (0): what it keeps meanwhile is not shared. */
-void cpu_wshare_private(int on);
+/* The core wrote new weights into [ptr, ptr + bytes) (ptr NULL: anywhere,
+ * KILN_PROC_WEIGHTS_CHANGED): the frozen entries made from them are made
+ * again on their next run; others keep their values. */
+void cpu_wshare_written(struct cpu_wshare *sh, const void *ptr, size_t bytes);
+/* The calling thread runs an inner plan on converted weights (lowp.c;
+ * src: the outer op's weights, whose notices the inner plan's kept
+ * weights follow) until cpu_wshare_private_end: what it keeps meanwhile
+ * is not shared. */
+void cpu_wshare_private_begin(const void *src);
+void cpu_wshare_private_end(void);
 
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
@@ -158,9 +181,6 @@ struct cpu_ctx {
 	 * (wino.c), a QCONV or QLINEAR its quantized ones with no compare
 	 * (qconv.c): in wshare below */
 	int keep_weights;
-	/* KILN_PROC_WEIGHTS_CHANGED calls (atomic): a kept copy made before
-	 * the last one is stale (dnn.c) */
-	uint64_t wgen;
 	/* [plugin.cpu] keep_widened: the f32 copies of bf16/f16 weights that
 	 * lowp.c's GEMMs and convolutions read, kept between runs (wcache.c);
 	 * NULL: off, or oneDNN has bf16 kernels here */
