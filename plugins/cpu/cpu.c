@@ -327,6 +327,7 @@ static void cpu_close(void *ctx)
 		cpu_plan_free(c, c->plans);
 	cpu_tune_cache_save(c);
 	cpu_tune_free(c);
+	cpu_variants_forget(c);
 	cpu_wc_close(c->wc, c->host);
 	/* the shared kept weights (the INT8 ones' reorders and memories)
 	 * before their engine, as the plans' (review of session 39) */

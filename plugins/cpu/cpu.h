@@ -32,6 +32,7 @@ struct cpu_event;
 struct cpu_gemm;
 struct cpu_dnn;
 struct cpu_choice;
+struct cpu_team_verdict;
 struct cpu_variants;
 struct cpu_split_pool;
 struct cpu_wsplit;
@@ -146,6 +147,8 @@ struct cpu_ctx {
 			     * CPU_GEMM_RULE (fftconv.c, wino.c, tune.c) */
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
+	/* what dnnteam.c's probes found, by op and team (under lock) */
+	struct cpu_team_verdict *verdicts;
 	/* [plugin.cpu] tune_cache: the file the choices are kept in between
 	 * runs ("": none), and how many of them it gave (tune_cache.c) */
 	char tune_path[4096];
@@ -571,6 +574,10 @@ kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p);
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
+/* op with its unused slots and reserved fields zeroed, whole otherwise:
+ * two ops of one key are the same op (memcmp); tune.c's choice key is
+ * this less the flags a timing does not depend on. */
+void cpu_op_key(const struct kiln_op *op, struct kiln_op *key);
 /* One kept choice, as the persistent cache stores it: the candidate, and
  * whether it was timed under contention (provisional: re-timed by a later
  * context that finds the machine quiet, never written over a confident
@@ -649,6 +656,8 @@ void cpu_tune_time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, do
  * primitives their table of versions.  ENOMEM on failure. */
 kiln_status cpu_variants_attach(struct cpu_ctx *c, struct cpu_plan *p);
 void cpu_variants_free(struct cpu_variants *v);
+/* Forget the probes' outcomes kept for the context (close()). */
+void cpu_variants_forget(struct cpu_ctx *c);
 /* The plan to run for p at oneDNN's team now (p itself, or its version
  * for that team when it gives the same bytes, made on first use), with
  * the calling thread's OpenMP count set to that plan's team.  gemm.c's
