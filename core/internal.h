@@ -145,7 +145,9 @@ kiln_status kiln_safetensors_open_fd(const char *path, int fd, const struct kiln
 void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
 			       struct kiln_safetensors_tensor *out);
 /* CRC32Cs of a file's contents in its metadata (core/safetensors.c,
- * docs/formats.md "INT8 model"; kiln quantize's files since session 40):
+ * docs/formats.md "INT8 model"; kiln quantize's files since session 40,
+ * kiln export's and kiln_model_save_safetensors' since 41, both in key
+ * KILN_ST_CRC_KEY):
  * w computes them when it writes the file, into metadata `key` (the
  * header's meaning, then each tensor's bytes).  check: f against them,
  * the tensors read once: KILN_OK when they match or f has no `key` (*had
@@ -153,6 +155,7 @@ void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
  * tensor (or the header). */
 kiln_status kiln_safetensors_writer_crc(struct kiln_safetensors_writer *w, const char *key);
 kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had);
+#define KILN_ST_CRC_KEY "kiln.crc32c"
 
 /* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
  * by the trainer: what a wait before training (the rendezvous) checks. */

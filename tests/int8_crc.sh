@@ -26,39 +26,10 @@ kiln 0 quantize "$ini" $c --checkpoint "$data/tr_cnn_trained.safetensors" --cali
 kiln 0 predict "$ini" $c --quantized "$q" --eval-set
 cp "$out" "$tmp/whole.predict"
 
-# mut FILE WHAT [ARG]: $q with one thing changed, into FILE: flip TENSOR
-# (a bit of its 6th byte, or its last where it is shorter), header (a bit
-# of the config's text), input (fc1's input u8 -> s8), crcs (the key
-# holding one CRC less), old (the key removed), oldflip TENSOR (both)
+# mut FILE WHAT [ARG]: $q with one thing changed, into FILE (tests/st_mut.py:
+# flip TENSOR, header, input, crcs, old, oldflip TENSOR)
 mut() {
-	/usr/bin/python3 - "$q" "$@" <<'EOF' || fail "python3 could not rewrite the file"
-import json, struct, sys
-src, dst, what = sys.argv[1:4]
-arg = sys.argv[4] if len(sys.argv) > 4 else None
-b = open(src, "rb").read()
-n = struct.unpack("<Q", b[:8])[0]
-h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
-m = h["__metadata__"]
-def flip(name):
-    a, e = h[name]["data_offsets"]
-    data[min(a + 5, e - 1)] ^= 0x01
-if what == "flip":
-    flip(arg)
-elif what == "header":
-    m["kiln.config"] = m["kiln.config"].replace("[layer.", "[layer/", 1)
-elif what == "input":
-    assert m["fc1.input"] == "u8"
-    m["fc1.input"] = "s8"
-elif what == "crcs":
-    m["kiln.crc32c"] = m["kiln.crc32c"].rsplit(" ", 1)[0]
-elif what in ("old", "oldflip"):
-    del m["kiln.crc32c"]
-    if what == "oldflip":
-        flip(arg)
-t = json.dumps(h).encode()
-t += b" " * (-len(t) % 8)
-open(dst, "wb").write(struct.pack("<Q", len(t)) + t + bytes(data))
-EOF
+	/usr/bin/python3 "$srcdir/tests/st_mut.py" "$q" "$@" || fail "python3 could not rewrite the file"
 }
 
 # ---- 1. a flipped bit in each tensor --------------------------------------
