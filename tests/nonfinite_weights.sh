@@ -85,7 +85,7 @@ stderr_has "checkpoint $tmp/res/checkpoints/ckpt-1.kiln: tensor 'fc1.weight' f32
 # (rewritten without kiln.crc32c, as a tool that changes kiln's file must:
 # the CRCs would refuse it first; tests/st_mut.py)
 kiln 0 export "$ini" --checkpoint "$(ck big 1)" --safetensors "$tmp/w.st"
-python3 "$srcdir/tests/st_mut.py" "$tmp/w.st" "$tmp/w.st" old || fail "python3 could not rewrite the file"
+st_mut "$tmp/w.st" "$tmp/w.st" old
 python3 - "$tmp/w.st" <<'EOF' || fail "python3 could not rewrite the file"
 import json, struct, sys
 b = bytearray(open(sys.argv[1], "rb").read())
@@ -157,7 +157,7 @@ cp "$tmp/negvar.kiln" "$tmp/negres/checkpoints/ckpt-1.kiln"
 kiln 3 train "$tmp/bn1.ini" train.max_steps=2 "run.out_dir=$tmp/negres" --resume
 stderr_has "checkpoint $tmp/negres/checkpoints/ckpt-1.kiln: $refused"
 kiln 0 export "$tmp/bn1.ini" --checkpoint "$(ck neg 1)" --safetensors "$tmp/neg.st"
-python3 "$srcdir/tests/st_mut.py" "$tmp/neg.st" "$tmp/neg.st" old || fail "python3 could not rewrite the file"
+st_mut "$tmp/neg.st" "$tmp/neg.st" old
 python3 - "$tmp/neg.st" <<'EOF' || fail "python3 could not rewrite the file"
 import json, struct, sys
 b = bytearray(open(sys.argv[1], "rb").read())

@@ -8,13 +8,20 @@
 #   crcs            kiln.crc32c holding one CRC less
 #   old             kiln.crc32c removed (a file of a kiln before it)
 #   oldflip TENSOR  both
-import json, struct, sys
+#   tensors         (DST unused) print the tensor names in byte order; exit
+#                   1 unless kiln.crc32c holds 1 + one CRC32C a tensor
+import json, re, struct, sys
 src, dst, what = sys.argv[1:4]
 arg = sys.argv[4] if len(sys.argv) > 4 else None
 b = open(src, "rb").read()
 n = struct.unpack("<Q", b[:8])[0]
 h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
 m = h["__metadata__"]
+if what == "tensors":
+    t = sorted(k for k in h if k != "__metadata__")
+    ok = re.fullmatch("[0-9a-f]{8}( [0-9a-f]{8}){%d}" % len(t), m.get("kiln.crc32c", ""))
+    print(" ".join(t))
+    sys.exit(0 if ok else 1)
 def flip(name):
     a, e = h[name]["data_offsets"]
     data[min(a + 5, e - 1)] ^= 0x01
