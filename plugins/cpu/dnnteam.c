@@ -31,8 +31,8 @@
  * frees the last one's, so before session 41 each call of a size seen
  * before probed every oneDNN op of the model again while the team was
  * shrunk: the ResNet example called with 1, 2, ..., 15 rows in turn at 2
- * threads took 12-16 ms a call against 2.5-3 at 1 thread, the probes'
- * runs on the opening team meeting a descheduled thread each
+ * threads took 11 ms a call against 2.6 at 1 thread (now 2.4), the
+ * probes' runs on the opening team meeting a descheduled thread each
  * (docs/PERFORMANCE.md, "Session 41: a new size's plan").
  *
  * The ops whose split differs are the small ones (a sum over K shared by
