@@ -22,19 +22,20 @@
  * says its weights changed (below, "Notices"); the core tells the device
  * of a write before the next run of any frozen plan of the model, a plan
  * made after the write included (kiln_plan_frozen_sync), so the values
- * another plan made are never older than the weights.  A listed entry stays after its last plan is
- * freed (kiln_infer frees the plan of the last size when another comes)
- * until the memory its weights lie in is freed (cpu_wshare_freed, from
- * cpu_free: a new allocation at that address is other weights) or the
- * context closes: memory, one copy per weight tensor, kind and key, as
- * one plan kept before.
+ * another plan made are never older than the weights.  A listed entry
+ * stays after its last plan is freed (kiln_infer frees the plan of the
+ * last size when another comes) until the memory its weights lie in is
+ * freed (cpu_wshare_freed, from cpu_free: a new allocation at that
+ * address is other weights) or the context closes: memory, one copy per
+ * weight tensor, kind and key, as one plan kept before.
  *
  * Not shared: a plan that is not frozen (an evaluation plan of a training
  * run: INT8 only, whose entry keeps a copy of the f32 weights and makes
  * the values again when they differ, one memcmp a run), and a frozen
- * plan run inside cpu_wshare_private_begin (lowp.c's inner f32 plan of a bf16 or
- * f16 op: its weights are a conversion in the workspace, whose address
- * other layers' conversions share): its own entry, never listed.
+ * plan run inside cpu_wshare_private_begin (lowp.c's inner f32 plan of a
+ * bf16 or f16 op: its weights are a conversion in the workspace, whose
+ * address other layers' conversions share): its own entry, never listed,
+ * following the notices of the outer op's weights.
  *
  * Notices: the core tells the device of new weights with
  * KILN_PROC_WEIGHTS_WRITTEN, the range written (each of a model's
@@ -50,9 +51,9 @@
  * model's entries again on their next run.
  *
  * Locks: the list's (struct cpu_wshare) for the list, the holders, the
- * addresses and the notices; each entry's read-write lock for its values, held to
- * read by a run and to write by the run that makes them, so the plans
- * sharing an entry run side by side and wait only while it is made.
+ * addresses and the notices; each entry's read-write lock for its values,
+ * held to read by a run and to write by the run that makes them, so the
+ * plans sharing an entry run side by side and wait only while it is made.
  * Order: a plan's own lock, then the list's or the entry's.
  */
 #include "wshare.h"
