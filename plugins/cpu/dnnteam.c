@@ -124,6 +124,10 @@ struct cpu_team_verdict {
 	int same;                 /* 1: it gives the opening team's bytes */
 };
 
+/* The bytes of a verdict that key it: key .. busy */
+#define VERDICT_FROM offsetof(struct cpu_team_verdict, key)
+#define VERDICT_LEN (offsetof(struct cpu_team_verdict, same) - VERDICT_FROM)
+
 static void verdict_key(const struct cpu_plan *p, int n, int busy, struct cpu_team_verdict *k)
 {
 	memset(k, 0, sizeof *k);
@@ -133,16 +137,16 @@ static void verdict_key(const struct cpu_plan *p, int n, int busy, struct cpu_te
 	k->n = n;
 	k->busy = busy;
 	uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
-	const unsigned char *b = (const unsigned char *)&k->key;
-	for (size_t i = offsetof(struct cpu_team_verdict, key); i < offsetof(struct cpu_team_verdict, same); i++)
-		h = (h ^ b[i - offsetof(struct cpu_team_verdict, key)]) * 1099511628211ull;
+	const unsigned char *b = (const unsigned char *)k + VERDICT_FROM;
+	for (size_t i = 0; i < VERDICT_LEN; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
 	k->hash = h;
 }
 
 static int verdict_match(const struct cpu_team_verdict *a, const struct cpu_team_verdict *b)
 {
-	const size_t from = offsetof(struct cpu_team_verdict, key), to = offsetof(struct cpu_team_verdict, same);
-	return a->hash == b->hash && !memcmp((const char *)a + from, (const char *)b + from, to - from);
+	return a->hash == b->hash &&
+	       !memcmp((const char *)a + VERDICT_FROM, (const char *)b + VERDICT_FROM, VERDICT_LEN);
 }
 
 /* What a probe of k found: 1 the same bytes, 0 other bytes (or no
