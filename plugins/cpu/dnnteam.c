@@ -168,7 +168,7 @@ static void verdict_keep(struct cpu_ctx *c, const struct cpu_team_verdict *k, in
 	struct cpu_team_verdict *x = malloc(sizeof *x);
 	if (!x)
 		return;
-	*x = *k;
+	memcpy(x, k, sizeof *x); /* padding too: verdict_match compares bytes */
 	x->same = same;
 	pthread_mutex_lock(c->lock);
 	x->next = c->verdicts;
