@@ -7,7 +7,9 @@
  *   1..15 cycle:      rows 1, 2, ..., 15, 1, ... (a server passing each
  *                     request's own count).
  * (At another B: B / 3 rows; B / 3 and one more; 1 .. B - 1.)
- * Prints ms a call and the peak resident set (VmHWM) after each.
+ * Prints ms a call (wall time), the process's CPU ms a call (all its
+ * threads: what a call costs whatever else the machine runs; since session
+ * 41) and the peak resident set (VmHWM) after each.
  * Usage: bench/infer_sizes CONFIG WEIGHTS|- [QUANTIZED] [ITERS] [B]
  *   (WEIGHTS "-": the newest checkpoint of [run] out_dir; QUANTIZED: an
  *   INT8 model of kiln quantize, with WEIGHTS "-"). */
@@ -31,10 +33,10 @@ static long peak_kib(void)
 	return v;
 }
 
-static double now_s(void)
+static double clock_s(clockid_t k)
 {
 	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
+	clock_gettime(k, &t);
 	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -71,7 +73,7 @@ int main(int argc, char **argv)
 	for (int k = 0; k < 3; k++) {
 		for (int i = 0; i < warm; i++)
 			kiln_infer(m, x, rows(k, i, b), y);
-		const double t0 = now_s();
+		const double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
 		for (int i = 0; i < iters; i++)
 			if (kiln_infer(m, x, rows(k, i, b), y))
 				return 1;
@@ -81,7 +83,9 @@ int main(int argc, char **argv)
 				 k == 1 ? "," : "..", (long long)(k == 1 ? rows(k, 1, b) : b - 1));
 		else
 			snprintf(what, sizeof what, "%s %lld", names[k], (long long)rows(k, 0, b));
-		printf("%-18s %.3f ms/call, peak rss %ld KiB\n", what, (now_s() - t0) * 1e3 / iters, peak_kib());
+		const double t1 = clock_s(CLOCK_MONOTONIC), c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+		printf("%-18s %.3f ms/call, cpu %.3f ms/call, peak rss %ld KiB\n", what, (t1 - t0) * 1e3 / iters,
+		       (c1 - c0) * 1e3 / iters, peak_kib());
 	}
 	kiln_infer_free(m);
 	free(x);

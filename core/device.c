@@ -664,6 +664,22 @@ void kiln_device_weights_changed(struct kiln_device *dev)
 		f(dev->ctx);
 }
 
+typedef void (*weights_written_t)(void *, const void *, size_t);
+void kiln_device_weights_written(struct kiln_device *dev, const void *const *ptr,
+				 const size_t *bytes, int n)
+{
+	weights_written_t f = weights_changed(dev)
+				      ? (weights_written_t)kiln_device_proc(dev, KILN_PROC_WEIGHTS_WRITTEN)
+				      : NULL;
+	if (!f) {
+		kiln_device_weights_changed(dev);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		if (ptr[i] && bytes[i])
+			f(dev->ctx, ptr[i], bytes[i]);
+}
+
 size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan)
 {
 	return plan && !is_token(plan) && HAS(dev, aux_bytes) ? dev->ops->aux_bytes(dev->ctx, plan) : 0;

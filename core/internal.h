@@ -145,7 +145,9 @@ kiln_status kiln_safetensors_open_fd(const char *path, int fd, const struct kiln
 void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
 			       struct kiln_safetensors_tensor *out);
 /* CRC32Cs of a file's contents in its metadata (core/safetensors.c,
- * docs/formats.md "INT8 model"; kiln quantize's files since session 40):
+ * docs/formats.md "INT8 model"; kiln quantize's files since session 40,
+ * kiln export's and kiln_model_save_safetensors' since 41, both in key
+ * KILN_ST_CRC_KEY):
  * w computes them when it writes the file, into metadata `key` (the
  * header's meaning, then each tensor's bytes).  check: f against them,
  * the tensors read once: KILN_OK when they match or f has no `key` (*had
@@ -153,6 +155,7 @@ void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
  * tensor (or the header). */
 kiln_status kiln_safetensors_writer_crc(struct kiln_safetensors_writer *w, const char *key);
 kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had);
+#define KILN_ST_CRC_KEY "kiln.crc32c"
 
 /* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
  * by the trainer: what a wait before training (the rendezvous) checks. */
@@ -398,6 +401,11 @@ kiln_status kiln_device_workload(struct kiln_device *dev, const struct kiln_work
  * ABI 2.15); tell it that frozen ops' weights were written. */
 int kiln_device_takes_frozen(struct kiln_device *dev);
 void kiln_device_weights_changed(struct kiln_device *dev);
+/* The same for the weights in the n ranges [ptr[i], ptr[i] + bytes[i])
+ * alone (NULL or empty ones skipped): KILN_PROC_WEIGHTS_WRITTEN of each,
+ * or KILN_PROC_WEIGHTS_CHANGED once where the device has not that. */
+void kiln_device_weights_written(struct kiln_device *dev, const void *const *ptr,
+				 const size_t *bytes, int n);
 /* acc not NULL: runs and copies on dev do nothing but add a noted plan's
  * FLOPs to *acc (a plan not noted adds 0); NULL: back to running, the
  * notes forgotten.  One thread, nothing else running on dev. */

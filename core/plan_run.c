@@ -174,10 +174,11 @@ static kiln_status run_events(struct kiln_plan *p, int from, int to, const void 
 /* A frozen plan (kiln_plan_opts.frozen) whose model's weights were
  * written since its last run, or since the device was last told when the
  * plan is new: its device's frozen ops take them again
- * (KILN_PROC_WEIGHTS_CHANGED; the write was enqueued before, on this
+ * (KILN_PROC_WEIGHTS_WRITTEN of the model's memory, else
+ * KILN_PROC_WEIGHTS_CHANGED; the write was enqueued before, on this
  * stream or synchronised).  The device is told once per write, by the
  * first frozen plan of the model that runs after it: the others' ops see
- * the device's count move on.  A plan made after the write tells it too
+ * that their weights changed.  A plan made after the write tells it too
  * when no plan did: a device may keep what it made of the weights for the
  * plans made later (plugins/cpu/qweights.c). */
 void kiln_plan_frozen_sync(struct kiln_plan *p)
@@ -186,7 +187,13 @@ void kiln_plan_frozen_sync(struct kiln_plan *p)
 	if (!p->frozen || p->wgen == m->wgen)
 		return;
 	if (m->wgen_told != m->wgen + 1) {
-		kiln_device_weights_changed(m->dev);
+		/* the model's memory alone (KILN_PROC_WEIGHTS_WRITTEN): another
+		 * model's copies on the device stay (before session 41 each
+		 * load made every model's again) */
+		const void *at[3] = { m->params_d, m->buffers_d, m->params_c };
+		const size_t bytes[3] = { m->n_elems * sizeof(float), m->n_buf_elems * sizeof(float),
+					  m->params_c ? m->n_elems * kiln_dtype_size(m->cdtype) : 0 };
+		kiln_device_weights_written(m->dev, at, bytes, 3);
 		m->wgen_told = m->wgen + 1;
 	}
 	p->wgen = m->wgen;

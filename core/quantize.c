@@ -16,7 +16,6 @@
 
 #define QUANT_FORMAT "kiln-int8/1" /* the file's metadata kiln.format */
 /* its CRC32Cs (since session 40; a file without them loads unchecked) */
-#define QUANT_CRC "kiln.crc32c"
 
 struct kiln_quant_calib {
 	int n;
@@ -293,7 +292,7 @@ kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln
 	if (!st)
 		st = add_sample(w, &m->sample);
 	if (!st && !(st = add_meta(w, method, q->batches, step, config)) &&
-	    !(st = kiln_safetensors_writer_crc(w, QUANT_CRC)))
+	    !(st = kiln_safetensors_writer_crc(w, KILN_ST_CRC_KEY)))
 		st = kiln_safetensors_writer_write(w, path);
 out:
 	kiln_safetensors_writer_free(w);
@@ -337,7 +336,7 @@ kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out)
 	 * copy, a disk) is refused here, before anything is read from it;
 	 * a file of a kiln before session 40 has none and loads as before */
 	int had;
-	if (!st && (st = kiln_safetensors_check_crc(*out, QUANT_CRC, &had))) {
+	if (!st && (st = kiln_safetensors_check_crc(*out, KILN_ST_CRC_KEY, &had))) {
 		kiln_safetensors_close(*out);
 		*out = NULL;
 	}

@@ -156,11 +156,14 @@ kiln_status kiln_model_save_safetensors_as(struct kiln_model *m, const char *pat
 	}
 	config_hash(layers, hash);
 	/* the model's sections themselves (since session 41): what a load
-	 * compares with its model's (check_exported) */
+	 * compares with its model's (check_exported); and the CRC32Cs of the
+	 * header and of each tensor, which the loaders check (since session
+	 * 41; kiln quantize's files since 40) */
 	if ((st = kiln_safetensors_writer_meta(w, "format", "pt")) ||
 	    (st = kiln_safetensors_writer_meta(w, "kiln_version", kiln_version())) ||
 	    (st = kiln_safetensors_writer_meta(w, "config_hash", hash)) ||
-	    (st = kiln_safetensors_writer_meta(w, "kiln.layers", layers)))
+	    (st = kiln_safetensors_writer_meta(w, "kiln.layers", layers)) ||
+	    (st = kiln_safetensors_writer_crc(w, KILN_ST_CRC_KEY)))
 		goto out;
 	st = kiln_safetensors_writer_write(w, path);
 out:
@@ -638,10 +641,17 @@ static kiln_status st_read(const struct kiln_weights_in *in, int j, void *dst)
 	return kiln_safetensors_read(in->ctx, j, dst, in->t[j].bytes);
 }
 
-/* The weights of the open safetensors file f (named path) into m. */
+/* The weights of the open safetensors file f (named path) into m: its
+ * CRC32Cs checked first where it has them (kiln's since session 41: a
+ * byte changed since kiln wrote it is refused, naming the tensor; another
+ * writer's file, or an older kiln's, loads unchecked). */
 static kiln_status load_safetensors(struct kiln_model *m, struct kiln_safetensors *f,
 				    const char *path, int format, int strict, void *stream)
 {
+	int had;
+	kiln_status st = kiln_safetensors_check_crc(f, KILN_ST_CRC_KEY, &had);
+	if (st)
+		return st;
 	int n = kiln_safetensors_count(f);
 	struct kiln_safetensors_tensor *t = calloc((size_t)n + 1, sizeof *t);
 	if (!t)
@@ -649,7 +659,7 @@ static kiln_status load_safetensors(struct kiln_model *m, struct kiln_safetensor
 	for (int j = 0; j < n; j++)
 		kiln_safetensors_describe(f, j, &t[j]);
 	struct kiln_weights_in in = { path, n, t, format_flags(format), st_read, f };
-	kiln_status st = kiln_weights_load(m, &in, strict, stream);
+	st = kiln_weights_load(m, &in, strict, stream);
 	free(t);
 	return st;
 }

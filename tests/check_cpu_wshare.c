@@ -4,9 +4,9 @@
  * tensor and key, listed under the weights' address and freed with their
  * memory (cpu_free's hook, cpu_wshare_freed).
  *
- * The model (NHWC, 8 x 12 x 12 samples): an 8 -> 16 3x3 conv (oneDNN,
+ * The model (NHWC, 8 x 24 x 24 samples): an 8 -> 32 3x3 conv (oneDNN,
  * its weights reordered into a blocked layout: conv.c/dnn.c's kind), a
- * 16 -> 16 3x3 conv (Winograd on AVX-512: wino.c's kind; else oneDNN's),
+ * 32 -> 32 3x3 conv (Winograd on AVX-512: wino.c's kind; else oneDNN's),
  * a 1x1 conv (oneDNN), max pooling and an INT8 linear (int8_scale: a
  * QLINEAR, qweights.c's kind).
  *
@@ -19,14 +19,34 @@
  *    plan's run makes one entry and one fill per kept weight, the other
  *    sizes none (the debug log; before session 40 each f32 plan made its
  *    own copy, and each INT8 plan an entry at prepare);
+ *  - one model's load makes no other model's kept weights again (the
+ *    core tells the device which memory it wrote: KILN_PROC_WEIGHTS_WRITTEN;
+ *    before session 41 one count served the device, so B's first run made
+ *    A's again on A's next run, and a model made later all of them);
  *  - model A freed: its entries are unlisted and freed with its weights'
  *    memory (the free hook), B's plans still give B's bits, and a model
  *    made afterwards with A's seed gives A's bits with entries of its
- *    own. */
+ *    own;
+ *  - B's weights written anew (A's seed's): B's kept weights are made
+ *    again, once, and its plans give A's bits; the other model's stay.
+ *
+ * team_sizes: the adaptive team shrunk every other op
+ * ($KILN_CPU_TEAM_FLIP=1), plans of every size made, run and freed in
+ * turn as kiln_infer makes them, three rounds: every call's logits are
+ * those of a fixed team of the same size with nothing kept, and each
+ * oneDNN op's version for the small team is probed (both run on scratch
+ * tensors: plugins/cpu/dnnteam.c) in the first round alone; the plans of
+ * the later rounds, of sizes seen before, take what the probes found
+ * (before session 41 every new plan probed again). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_getaffinity_np */
+#endif
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
 #include <kiln/kiln.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,17 +54,17 @@
 static struct kiln_registry *reg;
 
 #define C_IN 8
-#define HW 12
+#define HW 24
 #define ROWS 4       /* the largest plan */
 #define CLASSES 10
 #define SAMPLE (C_IN * HW * HW)
 
 static const char model_ini[] =
-	"[run]\ndevice = cpu\nseed = 3\nthreads = 2\n[data]\nsource = synthetic\n"
+	"[run]\ndevice = cpu\nseed = 3\nthreads = %d\n[data]\nsource = synthetic\n"
 	"[model]\nlayout = nhwc\n"
-	"[plugin.cpu]\nconv_impl = first\nkeep_weights = %d\n"
-	"[layer.c1]\ntype = conv\nout = 16\nkernel = 3\npadding = 1\n[layer.r1]\ntype = relu\n"
-	"[layer.c2]\ntype = conv\nout = 16\nkernel = 3\npadding = 1\n[layer.r2]\ntype = relu\n"
+	"[plugin.cpu]\nconv_impl = first\nkeep_weights = %d\nadaptive = %d\n"
+	"[layer.c1]\ntype = conv\nout = 32\nkernel = 3\npadding = 1\n[layer.r1]\ntype = relu\n"
+	"[layer.c2]\ntype = conv\nout = 32\nkernel = 3\npadding = 1\n[layer.r2]\ntype = relu\n"
 	"[layer.c3]\ntype = conv\nout = 32\nkernel = 1\n[layer.r3]\ntype = relu\n"
 	"[layer.pool]\ntype = maxpool\nkernel = 2\n[layer.flat]\ntype = flatten\n"
 	"[layer.fc]\ntype = linear\nout = 10\nint8_scale = 0.05\n"
@@ -56,7 +76,27 @@ static struct {
 	int fills;   /* kept weights made (reordered, transformed, quantized) */
 	int entries; /* kept entries made */
 	int unlisted, freed; /* by the free hook */
+	/* dnnteam.c's versions of an op for a team (its debug line), those
+	 * whose bytes an earlier probe told, and the distinct ops and teams
+	 * (the line up to " (probed") */
+	int versions, probed_before, n_ops;
+	char ops[64][256];
 } seen;
+
+/* A version's line: counted, and its op and team listed once. */
+static void count_version(const char *msg)
+{
+	seen.versions++;
+	if (strstr(msg, "(probed before)"))
+		seen.probed_before++;
+	const char *end = strstr(msg, " (probed");
+	const size_t n = end ? (size_t)(end - msg) : strlen(msg);
+	for (int i = 0; i < seen.n_ops; i++)
+		if (strlen(seen.ops[i]) == n && !strncmp(seen.ops[i], msg, n))
+			return;
+	if (seen.n_ops < 64 && n < sizeof seen.ops[0])
+		memcpy(seen.ops[seen.n_ops], msg, n), seen.ops[seen.n_ops++][n] = 0;
+}
 
 static void count_sink(void *user, int level, const char *who, const char *msg)
 {
@@ -66,6 +106,8 @@ static void count_sink(void *user, int level, const char *who, const char *msg)
 		seen.fills++;
 	if (strstr(msg, "kept weights: a new entry of"))
 		seen.entries++;
+	if (strstr(msg, " threads: the same bytes") || strstr(msg, " threads: other bytes"))
+		count_version(msg);
 	int u, f;
 	if (sscanf(msg, "kept weights: %d entries made from freed memory listed no more, %d of them freed",
 		   &u, &f) == 2)
@@ -89,11 +131,13 @@ static float noise(uint32_t i)
 	return (float)(h % 20001) / 10000.0f - 1.0f;
 }
 
-static void rig_open(struct rig *r, int keep)
+/* keep: [plugin.cpu] keep_weights; adapt: [plugin.cpu] adaptive, with
+ * [run] threads unset (1) or 2 (0: adaptive or not, the count unset). */
+static void rig_open_team(struct rig *r, int keep, int adapt, int threads)
 {
 	char ini[sizeof model_ini + 16];
-	float h[ROWS * SAMPLE];
-	snprintf(ini, sizeof ini, model_ini, keep);
+	static float h[ROWS * SAMPLE];
+	snprintf(ini, sizeof ini, model_ini, threads, keep, adapt);
 	memset(r, 0, sizeof *r);
 	r->cfg = test_config(reg, ini);
 	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s", kiln_last_error());
@@ -103,6 +147,8 @@ static void rig_open(struct rig *r, int keep)
 		h[i] = noise(i);
 	TEST_H2D(r, r->x, h, sizeof h);
 }
+
+static void rig_open(struct rig *r, int keep) { rig_open_team(r, keep, 0, 2); }
 
 static void rig_close(struct rig *r)
 {
@@ -142,11 +188,12 @@ static void run(struct rig *r, struct kiln_plan *p, int64_t rows, float *out)
 }
 
 /* The logits of `rows` rows of a fresh device and model of seed, one
- * plan, nothing kept (keep_weights = 0). */
-static void reference(uint64_t seed, int64_t rows, float *out)
+ * plan, nothing kept (keep_weights = 0), on a fixed team of `threads`
+ * (0: the count the adaptive team opens with). */
+static void reference_team(uint64_t seed, int64_t rows, int threads, float *out)
 {
 	struct rig r;
-	rig_open(&r, 0);
+	rig_open_team(&r, 0, 0, threads);
 	struct kiln_model *m = model_new(&r, seed);
 	struct kiln_plan *p = plan_new(m, rows);
 	run(&r, p, rows, out);
@@ -156,7 +203,9 @@ static void reference(uint64_t seed, int64_t rows, float *out)
 	rig_close(&r);
 }
 
-/* ---- the case ---------------------------------------------------------- */
+static void reference(uint64_t seed, int64_t rows, float *out) { reference_team(seed, rows, 2, out); }
+
+/* ---- the cases --------------------------------------------------------- */
 
 #define NSIZE 4
 static const int64_t sizes[NSIZE] = { 4, 3, 2, 1 };
@@ -211,13 +260,16 @@ START_TEST(test_two_models)
 	ck_assert_msg(seen.fills == 2 * kept && seen.entries == 2 * kept,
 		      "model B's plans of 4 sizes: %d kept weights made in all, in %d entries, %d expected",
 		      seen.fills, seen.entries, 2 * kept);
-	/* both in turn (B's load made A's stale: the device's count of
-	 * weight writes is one for the context): the same bits, no entry */
+	/* both in turn: the same bits, nothing made again (B's load told the
+	 * device of B's memory alone) */
 	for (int k = NSIZE - 1; k >= 0; k--) {
 		run_all(&r, pa, ref_a, "model A beside B");
 		run_all(&r, pb, ref_b, "model B beside A");
 	}
 	ck_assert_int_eq(seen.entries, 2 * kept);
+	ck_assert_msg(seen.fills == 2 * kept,
+		      "models A and B in turn: %d kept weights made, %d expected (B's load made A's again)",
+		      seen.fills, 2 * kept);
 
 	/* A freed: its entries with its weights' memory; B unchanged */
 	kiln_device_stream_sync(r.dev, r.stream);
@@ -233,12 +285,26 @@ START_TEST(test_two_models)
 	struct kiln_model *c = model_new(&r, seed_a);
 	for (int k = 0; k < NSIZE; k++)
 		pa[k] = plan_new(c, sizes[k]);
-	const int before = seen.entries;
+	const int before = seen.entries, fills = seen.fills;
 	run_all(&r, pa, ref_a, "a model of A's seed made after A was freed");
 	run_all(&r, pb, ref_b, "model B beside it");
 	ck_assert_int_eq(seen.entries - before, kept);
-	printf("cpu_wshare: %d kept weights a model, made once for its plans of 4 sizes; "
-	       "its entries freed with it; the bits of nothing kept\n", kept);
+	ck_assert_msg(seen.fills - fills == kept,
+		      "a model made beside B: %d kept weights made, %d expected (its own; B's stay)",
+		      seen.fills - fills, kept);
+	/* B's weights written anew, with A's seed's: B's made again, once,
+	 * from the new values; the other model's stay */
+	ck_assert(kiln_model_init_params(b, seed_a, r.stream) == 0);
+	const int refill = seen.fills;
+	run_all(&r, pb, ref_a, "model B with A's seed's weights");
+	run_all(&r, pa, ref_a, "the model of A's seed beside it");
+	ck_assert_msg(seen.fills - refill == kept,
+		      "model B's weights written: %d kept weights made, %d expected (B's alone, once)",
+		      seen.fills - refill, kept);
+	ck_assert_int_eq(seen.entries - before, kept);
+	printf("cpu_wshare: %d kept weights a model, made once for its plans of 4 sizes and again "
+	       "only when its own weights are written; its entries freed with it; the bits of "
+	       "nothing kept\n", kept);
 	fflush(stdout);
 
 	kiln_device_stream_sync(r.dev, r.stream);
@@ -251,12 +317,65 @@ START_TEST(test_two_models)
 }
 END_TEST
 
+START_TEST(test_team_sizes)
+{
+	cpu_set_t all;
+	ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof all, &all), 0);
+	if (CPU_COUNT(&all) < 2) { /* the team opens with one thread: it never shrinks */
+		fprintf(stderr, "%s: skipped: fewer than 2 CPUs to run on: no adaptive team\n", __func__);
+		return;
+	}
+	static float ref[NSIZE][ROWS * CLASSES];
+	for (int k = 0; k < NSIZE; k++)
+		reference_team(seed_a, sizes[k], 0, ref[k]);
+
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	kiln_log_set_sink(count_sink, NULL);
+	setenv("KILN_CPU_TEAM_FLIP", "1", 1); /* read as the device opens */
+	struct rig r;
+	rig_open_team(&r, 1, 1, 0);
+	unsetenv("KILN_CPU_TEAM_FLIP");
+	struct kiln_model *m = model_new(&r, seed_a);
+	float got[ROWS * CLASSES];
+	for (int round = 0; round < 3; round++) {
+		for (int k = 0; k < NSIZE; k++) { /* kiln_infer's remainder plans */
+			struct kiln_plan *p = plan_new(m, sizes[k]);
+			run(&r, p, sizes[k], got);
+			ck_assert_msg(!memcmp(got, ref[k], sizeof(float) * (size_t)(sizes[k] * CLASSES)),
+				      "round %d, %lld rows on a team flipping between %d threads and 1: the logits differ from a fixed team's",
+				      round, (long long)sizes[k], CPU_COUNT(&all));
+			kiln_device_stream_sync(r.dev, r.stream);
+			kiln_plan_free(p);
+		}
+	}
+	/* each op and team probed once: the versions of the later plans of
+	 * that op (a size seen before) are told by it */
+	const int probed = seen.versions - seen.probed_before;
+	ck_assert_msg(seen.versions > seen.n_ops,
+		      "%d versions of %d ops for the small team: no op's version made twice, no test",
+		      seen.versions, seen.n_ops);
+	ck_assert_msg(probed == seen.n_ops,
+		      "%d versions of oneDNN ops for the small team in 12 plans, of %d ops and teams: %d probed (ran on both teams), %d expected (one probe each)",
+		      seen.versions, seen.n_ops, probed, seen.n_ops);
+	printf("cpu_wshare: %d versions of %d oneDNN ops for the small team in 12 plans of 4 sizes, one probe an op; the bits of a fixed team\n",
+	       seen.versions, seen.n_ops);
+	fflush(stdout);
+	kiln_model_free(m);
+	rig_close(&r);
+	kiln_log_set_sink(NULL, NULL);
+}
+END_TEST
+
 static Suite *make_cpu_wshare_suite(void)
 {
 	Suite *s = suite_create("cpu_wshare");
 	TCase *t = tcase_create("two_models");
 	tcase_set_timeout(t, 120);
 	tcase_add_test(t, test_two_models);
+	suite_add_tcase(s, t);
+	t = tcase_create("team_sizes");
+	tcase_set_timeout(t, 120);
+	tcase_add_test(t, test_team_sizes);
 	suite_add_tcase(s, t);
 	return s;
 }

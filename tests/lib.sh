@@ -126,6 +126,31 @@ stderr_has() { grep -qF -- "$1" "$err" || fail "stderr lacks: $1"; }
 # stdout_matches REGEX (extended)
 stdout_matches() { grep -qE -- "$1" "$out" || fail "stdout does not match: $1"; }
 
+# st_mut SRC DST WHAT [ARG]: a safetensors file with one thing changed
+# (tests/st_mut.py says what)
+st_mut() {
+	/usr/bin/python3 "$srcdir/tests/st_mut.py" "$@" || fail "python3 could not rewrite $1"
+}
+
+# crc_flips FILE FLAG CMD [ARGS...]: FILE, a safetensors file kiln wrote with
+# its CRC32Cs (kiln.crc32c), with a bit of one tensor flipped, each tensor in
+# turn (tests/st_mut.py), into $flipped: `kiln CMD ARGS FLAG $flipped` exits
+# 3 naming the file, the tensor and the CRCs.  Sets $tensors (all of them)
+# and $t (the last: $flipped has its bit flipped).
+crc_flips() {
+	_src=$1 _flag=$2
+	shift 2
+	tensors=$(/usr/bin/python3 "$srcdir/tests/st_mut.py" "$_src" - tensors) ||
+		fail "$_src: no kiln.crc32c of 1 + one CRC32C a tensor (tensors: $tensors)"
+	flipped="$tmp/flipped.st"
+	for t in $tensors; do
+		st_mut "$_src" "$flipped" flip "$t"
+		kiln 3 "$@" "$_flag" "$flipped"
+		grep -qE "^kiln: error: $flipped: (.*: )?tensor '$t' does not match its CRC32C \([0-9a-f]{8}, the file records [0-9a-f]{8} in metadata kiln.crc32c\): the file is damaged, changed since it was written\$" "$err" ||
+			fail "a bit of '$t' flipped: no error naming the file, the tensor and the CRCs"
+	done
+}
+
 # ck NAME STEP: the checkpoint at STEP of the run whose out_dir is $tmp/NAME
 ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
 # newest_ck NAME: that run's checkpoint of the highest step, by number (name

@@ -385,6 +385,21 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
  *   every row count).  Optional: the core sets KILN_OPF_FROZEN only on a
  *   device that has it. */
 #define KILN_PROC_WEIGHTS_CHANGED "kiln.weights_changed"
+/* KILN_PROC_WEIGHTS_WRITTEN  void (*)(void *ctx, const void *ptr, size_t
+ *   bytes) (since session 41; looked up by name, so no ABI minor: a core
+ *   before it never asks, a device without it gets
+ *   KILN_PROC_WEIGHTS_CHANGED as before): KILN_PROC_WEIGHTS_CHANGED for
+ *   the weights in [ptr, ptr + bytes) alone.  Where the device has it, the
+ *   core calls it instead, when and from where it would call that, once
+ *   for each range of device memory the model's frozen ops read weights
+ *   from (its parameters, its buffers, its compute copy when there is
+ *   one), and never KILN_PROC_WEIGHTS_CHANGED for the model.  Ops whose
+ *   in1 lies in none of those ranges take it again as they do after
+ *   KILN_PROC_WEIGHTS_CHANGED; ops of another model (other ranges) may keep
+ *   their copies: one model's load makes no other model's copies again.
+ *   A later call for a range that overlaps an earlier one's replaces it.
+ *   Optional: requires KILN_PROC_WEIGHTS_CHANGED. */
+#define KILN_PROC_WEIGHTS_WRITTEN "kiln.weights_written"
 #define KILN_WORKLOAD_VERSION 1
 struct kiln_workload {
 	uint32_t version;     /* KILN_WORKLOAD_VERSION of the core */

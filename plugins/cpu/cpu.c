@@ -327,6 +327,7 @@ static void cpu_close(void *ctx)
 		cpu_plan_free(c, c->plans);
 	cpu_tune_cache_save(c);
 	cpu_tune_free(c);
+	cpu_variants_forget(c);
 	cpu_wc_close(c->wc, c->host);
 	/* the shared kept weights (the INT8 ones' reorders and memories)
 	 * before their engine, as the plans' (review of session 39) */
@@ -710,12 +711,20 @@ static const char *cpu_describe(void)
 	return cpu_dnn_isa(buf, sizeof buf);
 }
 
-/* KILN_PROC_WEIGHTS_CHANGED (ABI 2.15): the frozen convolutions' kept
- * weights (conv.c, dnn.c) are made again on their next run. */
+/* KILN_PROC_WEIGHTS_CHANGED (ABI 2.15): every frozen op's kept weights
+ * (wshare.c) are made again on their next run. */
 static void cpu_weights_changed(void *ctx)
 {
 	struct cpu_ctx *c = ctx;
-	__atomic_add_fetch(&c->wgen, 1, __ATOMIC_RELEASE);
+	cpu_wshare_written(&c->wshare, NULL, 0);
+}
+
+/* KILN_PROC_WEIGHTS_WRITTEN: those made from [ptr, ptr + bytes) alone
+ * (a model's: another model's stay). */
+static void cpu_weights_written(void *ctx, const void *ptr, size_t bytes)
+{
+	struct cpu_ctx *c = ctx;
+	cpu_wshare_written(&c->wshare, ptr, bytes);
 }
 
 static void *cpu_get_proc_address(void *ctx, const char *name)
@@ -729,6 +738,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 		return (void *)cpu_workload;
 	if (!strcmp(name, KILN_PROC_WEIGHTS_CHANGED))
 		return (void *)cpu_weights_changed;
+	if (!strcmp(name, KILN_PROC_WEIGHTS_WRITTEN))
+		return (void *)cpu_weights_written;
 	return NULL;
 }
 
@@ -902,7 +913,8 @@ static const struct kiln_key cpu_keys[] = {
 	  "A convolution of an inference plan (frozen weights, KILN_OPF_FROZEN: `kiln "
 	  "predict`, the C API of kiln/infer.h) whose kernel wants its weights in another "
 	  "(blocked) layout keeps the reordered copy and reorders again only "
-	  "after the core says the weights changed (KILN_PROC_WEIGHTS_CHANGED), with "
+	  "after the core says its model's weights changed (KILN_PROC_WEIGHTS_WRITTEN; "
+	  "another model's load leaves it, since session 41), with "
 	  "nothing compared per run: a call reorders each weight once instead of on every "
 	  "run of a batch block (docs/inference.md, batch blocking; docs/PERFORMANCE.md, "
 	  "\"Session 14: frozen weights\"); a Winograd convolution's transformed weights "

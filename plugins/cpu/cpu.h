@@ -32,6 +32,7 @@ struct cpu_event;
 struct cpu_gemm;
 struct cpu_dnn;
 struct cpu_choice;
+struct cpu_team_verdict;
 struct cpu_variants;
 struct cpu_split_pool;
 struct cpu_wsplit;
@@ -73,21 +74,44 @@ struct cpu_async_watch {
  * the same weights (INT8 quantized, qweights.c; oneDNN's reordered,
  * conv.c; Winograd's transformed, wino.c) ---- */
 struct cpu_wkept;
-/* A context's entries listed by the weights they are made from. */
+/* A range of memory the core said it wrote weights into
+ * (KILN_PROC_WEIGHTS_WRITTEN: a model's parameters, buffers, compute
+ * copy), and the notice that said it last. */
+struct cpu_wrange {
+	uintptr_t lo, hi;
+	uint64_t stamp;
+};
+/* A context's entries listed by the weights they are made from, and the
+ * notices of new weights (wshare.c, "Notices"). */
 struct cpu_wshare {
 	pthread_mutex_t lock;
 	struct cpu_wkept *head;
 	const struct kiln_host *host;
+	/* under lock: the notices so far (each one's stamp is the count
+	 * then), the last that said every weight changed
+	 * (KILN_PROC_WEIGHTS_CHANGED), and each range's last
+	 * (KILN_PROC_WEIGHTS_WRITTEN) */
+	uint64_t seq, all;
+	struct cpu_wrange *ranges;
+	int n_ranges, cap_ranges;
 };
 void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host);
 void cpu_wshare_destroy(struct cpu_wshare *sh); /* after every plan is freed */
 /* The memory at ptr (a cpu_alloc's, or tune_time.c's scratch tensors) is
  * freed: entries made from weights inside it are listed no more (its
- * holders keep them; one without is freed). */
+ * holders keep them; one without is freed), and the notices of ranges
+ * inside it are forgotten. */
 void cpu_wshare_freed(struct cpu_wshare *sh, void *ptr);
-/* The calling thread runs an inner plan on converted weights (on = 1;
- * lowp.c) or no more (0): what it keeps meanwhile is not shared. */
-void cpu_wshare_private(int on);
+/* The core wrote new weights into [ptr, ptr + bytes) (ptr NULL: anywhere,
+ * KILN_PROC_WEIGHTS_CHANGED): the frozen entries made from them are made
+ * again on their next run; others keep their values. */
+void cpu_wshare_written(struct cpu_wshare *sh, const void *ptr, size_t bytes);
+/* The calling thread runs an inner plan on converted weights (lowp.c;
+ * src: the outer op's weights, whose notices the inner plan's kept
+ * weights follow) until cpu_wshare_private_end: what it keeps meanwhile
+ * is not shared. */
+void cpu_wshare_private_begin(const void *src);
+void cpu_wshare_private_end(void);
 
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
@@ -123,6 +147,8 @@ struct cpu_ctx {
 			     * CPU_GEMM_RULE (fftconv.c, wino.c, tune.c) */
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
+	/* what dnnteam.c's probes found, by op and team (under lock) */
+	struct cpu_team_verdict *verdicts;
 	/* [plugin.cpu] tune_cache: the file the choices are kept in between
 	 * runs ("": none), and how many of them it gave (tune_cache.c) */
 	char tune_path[4096];
@@ -158,9 +184,6 @@ struct cpu_ctx {
 	 * (wino.c), a QCONV or QLINEAR its quantized ones with no compare
 	 * (qconv.c): in wshare below */
 	int keep_weights;
-	/* KILN_PROC_WEIGHTS_CHANGED calls (atomic): a kept copy made before
-	 * the last one is stale (dnn.c) */
-	uint64_t wgen;
 	/* [plugin.cpu] keep_widened: the f32 copies of bf16/f16 weights that
 	 * lowp.c's GEMMs and convolutions read, kept between runs (wcache.c);
 	 * NULL: off, or oneDNN has bf16 kernels here */
@@ -551,6 +574,10 @@ kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p);
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
+/* op with its unused slots and reserved fields zeroed, whole otherwise:
+ * two ops of one key are the same op (memcmp); tune.c's choice key is
+ * this less the flags a timing does not depend on. */
+void cpu_op_key(const struct kiln_op *op, struct kiln_op *key);
 /* One kept choice, as the persistent cache stores it: the candidate, and
  * whether it was timed under contention (provisional: re-timed by a later
  * context that finds the machine quiet, never written over a confident
@@ -629,6 +656,8 @@ void cpu_tune_time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, do
  * primitives their table of versions.  ENOMEM on failure. */
 kiln_status cpu_variants_attach(struct cpu_ctx *c, struct cpu_plan *p);
 void cpu_variants_free(struct cpu_variants *v);
+/* Forget the probes' outcomes kept for the context (close()). */
+void cpu_variants_forget(struct cpu_ctx *c);
 /* The plan to run for p at oneDNN's team now (p itself, or its version
  * for that team when it gives the same bytes, made on first use), with
  * the calling thread's OpenMP count set to that plan's team.  gemm.c's

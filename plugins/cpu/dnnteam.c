@@ -21,6 +21,20 @@
  * history: a run and its resume, or two runs on a machine busy at different
  * times, give the same bytes.  The versions live as long as the plan.
  *
+ * What a probe found is kept for the context (struct cpu_team_verdict:
+ * the op, the plan's kernel and implementation, the team), so another
+ * plan of the same op prepares its version for n threads without running
+ * either one again, or keeps the opening team without preparing one: the
+ * outcome is a function of those alone (the kernel oneDNN lists at that
+ * index for the op and team, its split of the op; the same scratch
+ * values).  kiln_infer makes a plan for each new remainder size and
+ * frees the last one's, so before session 41 each call of a size seen
+ * before probed every oneDNN op of the model again while the team was
+ * shrunk: the ResNet example called with 1, 2, ..., 15 rows in turn at 2
+ * threads took 11 ms a call against 2.6 at 1 thread (now 2.4), the
+ * probes' runs on the opening team meeting a descheduled thread each
+ * (docs/PERFORMANCE.md, "Session 41: a new size's plan").
+ *
  * The ops whose split differs are the small ones (a sum over K shared by
  * two threads because M x N is too small to share out), and a plan that
  * stays on the opening team makes every step meet a descheduled thread on
@@ -98,6 +112,81 @@ void cpu_variants_free(struct cpu_variants *v)
 	free(v);
 }
 
+/* ---- what the probes found, kept for the context ------------------------ */
+
+/* The outcome of version_for's probe for a plan's op, kernel and team. */
+struct cpu_team_verdict {
+	struct cpu_team_verdict *next;
+	uint64_t hash;            /* of the fields below (a quick reject) */
+	struct kiln_op key;       /* cpu_op_key of the op */
+	int kern_f32, conv_impl;  /* the plan's kernel: its version's too */
+	int n, busy;              /* the version's team; a GEMM's busy split */
+	int same;                 /* 1: it gives the opening team's bytes */
+};
+
+/* The bytes of a verdict that key it: key .. busy */
+#define VERDICT_FROM offsetof(struct cpu_team_verdict, key)
+#define VERDICT_LEN (offsetof(struct cpu_team_verdict, same) - VERDICT_FROM)
+
+static void verdict_key(const struct cpu_plan *p, int n, int busy, struct cpu_team_verdict *k)
+{
+	memset(k, 0, sizeof *k);
+	cpu_op_key(&p->op, &k->key);
+	k->kern_f32 = p->kern_f32;
+	k->conv_impl = p->conv_impl;
+	k->n = n;
+	k->busy = busy;
+	uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
+	const unsigned char *b = (const unsigned char *)k + VERDICT_FROM;
+	for (size_t i = 0; i < VERDICT_LEN; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	k->hash = h;
+}
+
+static int verdict_match(const struct cpu_team_verdict *a, const struct cpu_team_verdict *b)
+{
+	return a->hash == b->hash &&
+	       !memcmp((const char *)a + VERDICT_FROM, (const char *)b + VERDICT_FROM, VERDICT_LEN);
+}
+
+/* What a probe of k found: 1 the same bytes, 0 other bytes (or no
+ * version), -1 never probed. */
+static int verdict_find(struct cpu_ctx *c, const struct cpu_team_verdict *k)
+{
+	int same = -1;
+	pthread_mutex_lock(c->lock);
+	for (const struct cpu_team_verdict *x = c->verdicts; x && same < 0; x = x->next)
+		if (verdict_match(x, k))
+			same = x->same;
+	pthread_mutex_unlock(c->lock);
+	return same;
+}
+
+/* Keep what the probe of k found (out of memory: the next plan probes). */
+static void verdict_keep(struct cpu_ctx *c, const struct cpu_team_verdict *k, int same)
+{
+	struct cpu_team_verdict *x = malloc(sizeof *x);
+	if (!x)
+		return;
+	memcpy(x, k, sizeof *x); /* padding too: verdict_match compares bytes */
+	x->same = same;
+	pthread_mutex_lock(c->lock);
+	x->next = c->verdicts;
+	c->verdicts = x;
+	pthread_mutex_unlock(c->lock);
+}
+
+void cpu_variants_forget(struct cpu_ctx *c)
+{
+	while (c->verdicts) {
+		struct cpu_team_verdict *x = c->verdicts;
+		c->verdicts = x->next;
+		free(x);
+	}
+}
+
+/* ---- a plan's versions -------------------------------------------------- */
+
 /* The family that prepares op type t. */
 static kiln_status prepare_family(struct cpu_ctx *c, struct cpu_plan *q)
 {
@@ -158,11 +247,19 @@ out:
 
 /* A version of p's op for n threads (busy: the busy split of its GEMM),
  * when it fits p's workspace, leaves p's aux and gives p's bytes; else
- * NULL.  Under v->lock. */
+ * NULL.  Whether it gives them: what an earlier plan's probe of the same
+ * op, kernel and team found, else probed now and kept (*known: 1 when
+ * found, 0 when probed).  Under v->lock. */
 static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_plan *p, int n,
-				    int busy)
+				    int busy, int *known)
 {
 	struct cpu_ctx *c = v->c;
+	struct cpu_team_verdict k;
+	verdict_key(p, n, busy, &k);
+	const int found = verdict_find(c, &k);
+	*known = found >= 0;
+	if (!found)
+		return NULL; /* other bytes: no version prepared */
 	struct cpu_plan *q = calloc(1, sizeof *q);
 	char *ref = NULL;
 	size_t nref = 0;
@@ -173,8 +270,11 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
 		q->conv_impl = p->conv_impl;
 		omp_set_num_threads(n);
 		const kiln_status st = busy ? cpu_gemm_prepare_busy(c, q) : prepare_family(c, q);
-		if (st == KILN_OK && q->workspace <= p->workspace && q->aux == p->aux &&
-		    q->n_in == p->n_in && q->n_out == p->n_out) {
+		const int fits = st == KILN_OK && q->workspace <= p->workspace && q->aux == p->aux &&
+				 q->n_in == p->n_in && q->n_out == p->n_out;
+		if (fits && found > 0) {
+			same = 1; /* probed before: no run */
+		} else if (fits) {
 			/* p itself, without the versions; its list links and
 			 * refs (which the issuing thread writes meanwhile under
 			 * the device's lock: prepares, frees, cpu_push) not read */
@@ -190,6 +290,8 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
 			       probe_run(c, q, p->workspace, n, &ref, &nref);
 		}
 	}
+	if (found < 0 && q) /* (a plan struct out of memory: probed again) */
+		verdict_keep(c, &k, same);
 	free(ref);
 	if (!same && q) {
 		cpu_plan_release(q);
@@ -203,12 +305,14 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
  * bytes (v->alt[n]), else mark n (v->bad[n]).  Under v->lock. */
 static void make_version(struct cpu_variants *v, const struct cpu_plan *p, int n)
 {
-	struct cpu_plan *q = version_for(v, p, n, 0);
+	int known;
+	struct cpu_plan *q = version_for(v, p, n, 0, &known);
 	char s0[96];
-	v->c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s on %d threads: %s", cpu_op_name(p->op.type),
+	v->c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s on %d threads: %s%s", cpu_op_name(p->op.type),
 			cpu_desc_str(&p->op.in[0], s0, sizeof s0), n,
 			q ? "the same bytes, prepared for that team"
-			  : "other bytes (or no version): stays on the opening team");
+			  : "other bytes (or no version): stays on the opening team",
+			known ? " (probed before)" : " (probed)");
 	if (q)
 		__atomic_store_n(&v->alt[n], q, __ATOMIC_RELEASE);
 	else
@@ -225,14 +329,16 @@ static const struct cpu_plan *busy_version(struct cpu_variants *v, const struct 
 	pthread_mutex_lock(&v->lock);
 	if (!v->busy && !v->busy_none) {
 		const int n = omp_get_max_threads(), split = cpu_gemm_split_busy(&p->op, v->max) > 0;
-		struct cpu_plan *b = split ? version_for(v, p, v->max, 1) : NULL;
+		int known = 0;
+		struct cpu_plan *b = split ? version_for(v, p, v->max, 1, &known) : NULL;
 		omp_set_num_threads(n);
 		if (split) {
 			char s0[96];
-			v->c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM %s split for a busy team: %s",
+			v->c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM %s split for a busy team: %s%s",
 					cpu_desc_str(&p->op.in[0], s0, sizeof s0),
 					b ? "the same bytes, runs while the team is shrunk"
-					  : "other bytes (or no version): not split");
+					  : "other bytes (or no version): not split",
+					known ? " (probed before)" : " (probed)");
 		}
 		if (b)
 			__atomic_store_n(&v->busy, b, __ATOMIC_RELEASE);

@@ -213,10 +213,11 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 		if (ticket[i])
 			cpu_wc_filled(p->wc, b.in[i], ticket[i]);
 	/* the inner plan's weights are conversions (in the workspace, or
-	 * wcache.c's copies): what it keeps of them is its own (wshare.c) */
-	cpu_wshare_private(1);
+	 * wcache.c's copies): what it keeps of them is its own, made again
+	 * when the core says in1 changed (wshare.c) */
+	cpu_wshare_private_begin(op->n_in > 1 ? a->in[1] : NULL);
 	kiln_status st = q->kernel(q, &b, e);
-	cpu_wshare_private(0);
+	cpu_wshare_private_end();
 	for (int i = 0; i < op->n_in; i++)
 		cpu_wc_done(p->wc, held[i]);
 	if (st)

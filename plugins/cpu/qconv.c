@@ -8,9 +8,10 @@
  * What a plan reads (struct cpu_qweights, qweights.c), made on the first
  * run and again only when the weights may have changed: with
  * KILN_OPF_FROZEN (an inference plan, ABI 2.15; [plugin.cpu]
- * keep_weights) after the core's KILN_PROC_WEIGHTS_CHANGED (the device's
- * count of them, cpu_ctx.wgen, moved on since they were made; nothing is
- * compared per run), and then shared by every frozen plan of the context
+ * keep_weights) after the core said these weights changed
+ * (KILN_PROC_WEIGHTS_WRITTEN of their model's memory, or
+ * KILN_PROC_WEIGHTS_CHANGED: wshare.c, "Notices"; nothing is compared
+ * per run), and then shared by every frozen plan of the context
  * that reads the same weights (a model's plans for other row counts take
  * them as they are); without it when the f32 weights or bias differ from a
  * copy of the ones they were made from (one memcmp a run):

@@ -146,9 +146,17 @@ static void desc_key(const struct kiln_tensor_desc *d, struct kiln_tensor_desc *
  * bf16 forward keeps nothing) share one timing. */
 static void tune_key(const struct kiln_op *op, struct kiln_op *key)
 {
+	cpu_op_key(op, key);
+	key->flags = op->flags & ~(uint32_t)(KILN_OPF_ACCUMULATE | KILN_OPF_ACT);
+	key->i[KILN_OPI_ACT] = 0;
+	key->f[KILN_OPF_ACT_ALPHA] = 0;
+}
+
+void cpu_op_key(const struct kiln_op *op, struct kiln_op *key)
+{
 	memset(key, 0, sizeof *key);
 	key->type = op->type;
-	key->flags = op->flags & ~(uint32_t)(KILN_OPF_ACCUMULATE | KILN_OPF_ACT);
+	key->flags = op->flags;
 	key->n_in = op->n_in;
 	key->n_out = op->n_out;
 	for (int k = 0; k < op->n_in && k < KILN_OP_MAX_IN; k++)
@@ -157,8 +165,6 @@ static void tune_key(const struct kiln_op *op, struct kiln_op *key)
 		desc_key(&op->out[k], &key->out[k]);
 	memcpy(key->i, op->i, sizeof key->i);
 	memcpy(key->f, op->f, sizeof key->f);
-	key->i[KILN_OPI_ACT] = 0;
-	key->f[KILN_OPF_ACT_ALPHA] = 0;
 }
 
 /* Whether a timing under w is provisional (tune_choose): the process's

@@ -66,9 +66,9 @@ struct wg_geom {
 };
 
 /* What a frozen plan keeps (KILN_OPF_FROZEN and [plugin.cpu]
- * keep_weights): U, made on a run and again only after the core's
- * KILN_PROC_WEIGHTS_CHANGED (the device's count of them, cpu_ctx.wgen,
- * moved on since U was made; nothing compared per run, as qconv.c's),
+ * keep_weights): U, made on a run and again only after the core said
+ * these weights changed (wshare.c, "Notices"; nothing compared per run,
+ * as qconv.c's),
  * one per weight tensor and key, shared by the plans that read it
  * (wshare.c: a model's plans of every row count; before session 40 each
  * plan made and kept its own).  Without it U is made into the workspace

@@ -18,29 +18,42 @@
  * batch of each size makes a plan for it, and before session 39 (INT8)
  * and 40 (f32) each such plan quantized, reordered or transformed every
  * weight on its first run and kept its own copy (docs/inference.md, "What
- * is kept across sizes").  A frozen entry's values stay while the
- * device's count of KILN_PROC_WEIGHTS_CHANGED calls is the one it was
- * made at; the core tells the device of a write before the next run of
- * any frozen plan of the model, a plan made after the write included
- * (kiln_plan_frozen_sync), so the values another plan made are never
- * older than the weights.  A listed entry stays after its last plan is
- * freed (kiln_infer frees the plan of the last size when another comes)
- * until the memory its weights lie in is freed (cpu_wshare_freed, from
- * cpu_free: a new allocation at that address is other weights) or the
- * context closes: memory, one copy per weight tensor, kind and key, as
- * one plan kept before.
+ * is kept across sizes").  A frozen entry's values stay until the core
+ * says its weights changed (below, "Notices"); the core tells the device
+ * of a write before the next run of any frozen plan of the model, a plan
+ * made after the write included (kiln_plan_frozen_sync), so the values
+ * another plan made are never older than the weights.  A listed entry
+ * stays after its last plan is freed (kiln_infer frees the plan of the
+ * last size when another comes) until the memory its weights lie in is
+ * freed (cpu_wshare_freed, from cpu_free: a new allocation at that
+ * address is other weights) or the context closes: memory, one copy per
+ * weight tensor, kind and key, as one plan kept before.
  *
  * Not shared: a plan that is not frozen (an evaluation plan of a training
  * run: INT8 only, whose entry keeps a copy of the f32 weights and makes
  * the values again when they differ, one memcmp a run), and a frozen
- * plan run inside cpu_wshare_private (lowp.c's inner f32 plan of a bf16 or
- * f16 op: its weights are a conversion in the workspace, whose address
- * other layers' conversions share): its own entry, never listed.
+ * plan run inside cpu_wshare_private_begin (lowp.c's inner f32 plan of a
+ * bf16 or f16 op: its weights are a conversion in the workspace, whose
+ * address other layers' conversions share): its own entry, never listed,
+ * following the notices of the outer op's weights.
  *
- * Locks: the list's (struct cpu_wshare) for the list, the holders and
- * the addresses; each entry's read-write lock for its values, held to
- * read by a run and to write by the run that makes them, so the plans
- * sharing an entry run side by side and wait only while it is made.
+ * Notices: the core tells the device of new weights with
+ * KILN_PROC_WEIGHTS_WRITTEN, the range written (each of a model's
+ * parameters, buffers and compute copy), or KILN_PROC_WEIGHTS_CHANGED,
+ * every weight.  Each notice gets a stamp (1, 2, ...: the list's count),
+ * kept for its range.  A frozen entry records, when made, the stamp of
+ * the last notice that covers its weights (wk_stamp: its range's, or a
+ * later one of every weight; for weights in no range told, the last of
+ * any notice), and holds their values while that stays the stamp.  So a
+ * model's load makes its own entries again and no other model's: before
+ * session 41 one count served the device, and a second model's load (or
+ * a plan of it made later, which tells the device once) made every
+ * model's entries again on their next run.
+ *
+ * Locks: the list's (struct cpu_wshare) for the list, the holders, the
+ * addresses and the notices; each entry's read-write lock for its values,
+ * held to read by a run and to write by the run that makes them, so the
+ * plans sharing an entry run side by side and wait only while it is made.
  * Order: a plan's own lock, then the list's or the entry's.
  */
 #include "wshare.h"
@@ -66,7 +79,6 @@ static struct cpu_wkept *wk_new(const struct cpu_wref *r, const char *how, int *
 	e->w_src = e->b_src = NULL;
 	e->kind = r->kind;
 	e->frozen = r->frozen;
-	e->gen = r->gen;
 	pthread_rwlock_init(&e->lock, NULL);
 	e->valid = 0;
 	e->made = e->filling = e->ver = 0;
@@ -173,7 +185,7 @@ static kiln_status wk_attach(struct cpu_wref *r, const void *w, const void *b, i
 	return KILN_OK;
 }
 
-/* r's own entry, never listed (cpu_wshare_private): kept while it is
+/* r's own entry, never listed (cpu_wshare_private_begin): kept while it is
  * r's alone and unlisted, else a new one. */
 static kiln_status wk_private(struct cpu_wref *r, const void *w, const void *b, int *lib)
 {
@@ -189,17 +201,79 @@ static kiln_status wk_private(struct cpu_wref *r, const void *w, const void *b, 
 	return KILN_OK;
 }
 
+/* ---- notices of new weights ------------------------------------------ */
+
+/* The stamp of the last notice that covers the weights at w: their
+ * range's, or a later one of every weight; in no range told (weights
+ * that are no model's parameters: a layer's own memory), the last notice
+ * of any. */
+static uint64_t wk_stamp(struct cpu_wshare *sh, const void *w)
+{
+	const uintptr_t a = (uintptr_t)w;
+	pthread_mutex_lock(&sh->lock);
+	uint64_t s = sh->seq;
+	for (int i = 0; i < sh->n_ranges; i++)
+		if (a >= sh->ranges[i].lo && a < sh->ranges[i].hi) {
+			s = sh->ranges[i].stamp > sh->all ? sh->ranges[i].stamp : sh->all;
+			break;
+		}
+	pthread_mutex_unlock(&sh->lock);
+	return s;
+}
+
+/* Under sh->lock: the ranges that overlap [lo, hi) forgotten (their
+ * weights fall back to the last notice of any, as late or later). */
+static void wk_ranges_drop(struct cpu_wshare *sh, uintptr_t lo, uintptr_t hi)
+{
+	int k = 0;
+	for (int i = 0; i < sh->n_ranges; i++)
+		if (sh->ranges[i].hi <= lo || sh->ranges[i].lo >= hi)
+			sh->ranges[k++] = sh->ranges[i];
+	sh->n_ranges = k;
+}
+
+void cpu_wshare_written(struct cpu_wshare *sh, const void *ptr, size_t bytes)
+{
+	const uintptr_t lo = (uintptr_t)ptr, hi = lo + bytes;
+	pthread_mutex_lock(&sh->lock);
+	const uint64_t s = ++sh->seq;
+	if (!ptr) {
+		sh->all = s;
+	} else if (bytes) {
+		wk_ranges_drop(sh, lo, hi);
+		if (sh->n_ranges == sh->cap_ranges) {
+			const int cap = sh->cap_ranges ? 2 * sh->cap_ranges : 8;
+			struct cpu_wrange *g = realloc(sh->ranges, sizeof *g * (size_t)cap);
+			if (g)
+				sh->ranges = g, sh->cap_ranges = cap;
+			else /* out of memory: as a notice of every weight */
+				sh->all = s;
+		}
+		if (sh->n_ranges < sh->cap_ranges)
+			sh->ranges[sh->n_ranges++] = (struct cpu_wrange){ lo, hi, s };
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
 /* ---- a plan's reference ----------------------------------------------- */
 
-static __thread int wk_private_run; /* cpu_wshare_private sections open */
+/* cpu_wshare_private sections open, and the outer op's weights */
+static __thread int wk_private_run;
+static __thread const void *wk_private_src;
 
-void cpu_wshare_private(int on) { wk_private_run += on ? 1 : -1; }
+void cpu_wshare_private_begin(const void *src)
+{
+	wk_private_run++;
+	wk_private_src = src;
+}
+
+void cpu_wshare_private_end(void) { wk_private_run--; }
 
 kiln_status cpu_wref_init(struct cpu_wref *r, struct cpu_ctx *c, const struct cpu_wkind *kind,
 			  const void *key, int frozen, int *lib)
 {
 	*r = (struct cpu_wref){ .sh = &c->wshare, .kind = kind, .key = key, .frozen = frozen,
-				.gen = &c->wgen, .host = c->host };
+				.host = c->host };
 	*lib = 0;
 	if (frozen)
 		return KILN_OK; /* taken on the first run (cpu_wref_acquire) */
@@ -227,8 +301,9 @@ void cpu_wref_detach(struct cpu_wref *r)
 }
 
 /* 1 when e holds w and b: frozen, made since the device last heard of
- * new weights (no look at w: the flag says its values stay); else made
- * from these values (compared).  gen: the count now.  Under e->lock. */
+ * new weights there (no look at w: the flag says its values stay); else
+ * made from these values (compared).  gen: the stamp of the weights'
+ * last notice (wk_stamp).  Under e->lock. */
 static int wk_current(const struct cpu_wkept *e, const void *w, const void *b, uint64_t gen)
 {
 	if (!e->valid)
@@ -249,7 +324,7 @@ kiln_status cpu_wref_acquire(struct cpu_wref *r, const void *w, const void *b, i
 		return st;
 	struct cpu_wkept *e = r->e;
 	/* read before the weights: a change after it makes the next run's */
-	const uint64_t gen = __atomic_load_n(r->gen, __ATOMIC_ACQUIRE);
+	const uint64_t gen = r->frozen ? wk_stamp(r->sh, wk_private_run ? wk_private_src : w) : 0;
 	pthread_rwlock_rdlock(&e->lock);
 	if (wk_current(e, w, b, gen))
 		return KILN_OK;
@@ -279,6 +354,9 @@ void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host)
 	pthread_mutex_init(&sh->lock, NULL);
 	sh->head = NULL;
 	sh->host = host;
+	sh->seq = sh->all = 0;
+	sh->ranges = NULL;
+	sh->n_ranges = sh->cap_ranges = 0;
 }
 
 void cpu_wshare_destroy(struct cpu_wshare *sh)
@@ -288,6 +366,7 @@ void cpu_wshare_destroy(struct cpu_wshare *sh)
 		sh->head = e->next;
 		wk_free(e);
 	}
+	free(sh->ranges);
 	pthread_mutex_destroy(&sh->lock);
 }
 
@@ -310,6 +389,7 @@ void cpu_wshare_freed(struct cpu_wshare *sh, void *ptr)
 			}
 		}
 	}
+	wk_ranges_drop(sh, lo, hi);
 	pthread_mutex_unlock(&sh->lock);
 	if (unlisted) /* (tests/check_cpu_wshare counts it) */
 		sh->host->log(KILN_LOG_DEBUG, "cpu", "kept weights: %d entries made from freed memory listed no more, %d of them freed (no plan holds them)",

@@ -35,14 +35,15 @@ struct cpu_wkept {
 	const void *w_src, *b_src;  /* the weights and bias it is made from */
 	/* fixed when made */
 	const struct cpu_wkind *kind;
-	int frozen;                 /* valid while *gen is made (no compare) */
-	const uint64_t *gen;        /* the device's KILN_PROC_WEIGHTS_CHANGED count */
+	int frozen;                 /* valid while no notice of new weights
+				     * came for its source (no compare) */
 	/* under lock: a run holds it to read, the run that makes the values
 	 * to write (cpu_wref_acquire) */
 	pthread_rwlock_t lock;
 	int valid;
-	uint64_t made;    /* frozen: *gen when made */
-	uint64_t filling; /* *gen as the fill under way began */
+	uint64_t made;    /* frozen: the stamp of its weights' last notice
+			   * when made (wshare.c, "Notices") */
+	uint64_t filling; /* that stamp as the fill under way began */
 	uint64_t ver;     /* fills so far (a plan remakes what depends on the values) */
 };
 
@@ -53,7 +54,6 @@ struct cpu_wref {
 	const struct cpu_wkind *kind;
 	const void *key;            /* the plan's key (the kind's struct, in the plan) */
 	int frozen;                 /* KILN_OPF_FROZEN and [plugin.cpu] keep_weights */
-	const uint64_t *gen;        /* &cpu_ctx.wgen */
 	const struct kiln_host *host;
 	struct cpu_wkept *e;        /* NULL until made (frozen: the first run) */
 	const void *w_at, *b_at;    /* the weights e was taken for */
@@ -79,9 +79,10 @@ void cpu_wref_detach(struct cpu_wref *r);
  * the caller makes them now (locked to write), then cpu_wref_filled.
  * Release with cpu_wref_release either way.  On failure not locked:
  * KILN_ENOMEM, or KILN_EDEVICE with *lib the library's status.  Inside a
- * cpu_wshare_private section (lowp.c's inner plans, whose w is a
+ * cpu_wshare_private_begin section (lowp.c's inner plans, whose w is a
  * conversion in the workspace) a frozen r's entry is its own, never
- * listed, as before session 40. */
+ * listed, as before session 40, its notices those of the outer op's
+ * weights. */
 kiln_status cpu_wref_acquire(struct cpu_wref *r, const void *w, const void *b, int *fill, int *lib);
 /* The caller of an acquire that said fill made the values. */
 void cpu_wref_filled(struct cpu_wref *r);
