@@ -116,6 +116,14 @@ stderr_has "[amp] precision = fp16: f16 compute, no loss scaling (nothing is tra
 kiln 0 generate "$ini" --checkpoint "$tmp/w.safetensors" --prompt "the quick" --tokens 14 \
 	layer.h0.sdpa.heads=4
 stderr_has "[core] warning: $tmp/w.safetensors: [layer.h0.sdpa] heads is '2' in the file but '4' here"
+# eleven keys: the first 8 named, one line each, then how many more
+kiln 0 generate "$ini" --checkpoint "$tmp/w.safetensors" --prompt "the quick" --tokens 3 \
+	layer.h0.sdpa.heads=4 layer.h1.sdpa.heads=4 layer.ln_f.eps=0.1 layer.h0.gelu.approximate=none \
+	layer.h1.gelu.approximate=none layer.h0.ln_1.eps=0.1 layer.h0.ln_2.eps=0.1 \
+	layer.h1.ln_1.eps=0.1 layer.h1.ln_2.eps=0.1 layer.h0.sdpa.scale=0.5 layer.h1.sdpa.scale=0.5
+[ "$(grep -c "warning: $tmp/w.safetensors: \[layer" "$err")" -eq 8 ] ||
+	fail "not 8 keys named: $(grep warning "$err")"
+stderr_has "[core] warning: $tmp/w.safetensors: and 3 more"
 # [layer.loss] classes narrowed at generate time (the file's 0, every
 # logit, to 100): warned of, and it generates (the first form of session
 # 41 refused it, exit 2)
