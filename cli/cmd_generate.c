@@ -208,7 +208,7 @@ static void bytes_warn(const struct kiln_generator *g)
 {
 	const int64_t classes = kiln_generator_classes(g);
 	if (classes > 256)
-		kiln_log(KILN_LOG_WARN, "generate", "the model has %lld classes, the byte-level tokenizer 256 (no --vocab): a model trained on byte-pair tokens (`kiln pack --format tokens --vocab`) decodes as bytes here, not as its text; give the --vocab and --merges it was packed with (for a byte-level model with a padded output, set [layer.loss] classes = 256)",
+		kiln_log(KILN_LOG_WARN, "generate", "the model has %lld classes, the byte-level tokenizer 256 (no --vocab): a model trained on byte-pair tokens (`kiln pack --format tokens --vocab`) decodes as bytes here, not as its text; give the --vocab and --merges it was packed with (a byte-level model with a padded output: set [layer.loss] classes = 256 where it trains, or generate from its exported weights, `kiln export --safetensors W` then --checkpoint W, with classes = 256)",
 			 (long long)classes);
 }
 

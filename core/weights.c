@@ -586,46 +586,204 @@ out:
 
 /* ---- the model a file of kiln's was exported from ------------------------ */
 
-/* The [layer.*] sections the file f (named path) records against the
- * model m's, before a tensor is read: the same shapes may compute
- * another function (attention heads, an activation, a norm's eps), which
- * no tensor shows.  kiln.layers (kiln export since session 41): compared
- * key by key as a checkpoint's weights keys are (kiln_ckpt_config_check:
- * by meaning, every key of [layer.*] but those that shape nothing, the
- * dropout rates, inplace, recompute, stage, the int8 keys); a key that
- * differs is KILN_ECONFIG where `anyway` is NULL (the weights a command
- * names, with [model] init_strict = 1), else a warning saying why the
- * file loads all the same (anyway).  config_hash alone (a kiln
- * before session 41): a hash that differs is warned of (it covers every
- * key, those that shape nothing too, and kilns before session 36 hashed
- * the text's bytes: it cannot tell which key, nor whether it matters).
- * Neither (PyTorch's files, the GPT-2 release's): nothing to check. */
-static kiln_status check_exported(const struct kiln_model *m, const struct kiln_safetensors *f,
-				  const char *path, const char *anyway)
+/* The width of the logits the loss layer reads, where its producer's
+ * first parameter is a [classes, in] matrix (linear, a tied lm_head),
+ * else 0: what [layer.loss] classes = 0 reads as. */
+static int64_t logits_width(const struct kiln_model *m)
 {
-	const char *saved = kiln_safetensors_meta(f, "kiln.layers");
-	const char *hash = kiln_safetensors_meta(f, "config_hash");
+	const struct model_layer *loss = &m->layers[m->loss_layer];
+	const int prod = loss->n_in ? loss->in[0] : -1;
+	if (prod < 0 || !m->layers[prod].n_params)
+		return 0;
+	const struct model_param *p = &m->params[m->layers[prod].pidx[0]];
+	return p->desc.ndim == 2 ? p->desc.dims[0] : 0;
+}
+
+/* The entry of [sec] key (sec_n bytes) in v[0..n), or NULL. */
+static const struct kiln_kv *kv_find(const struct kiln_kv *v, int n, const char *sec, int sec_n,
+				     const char *key)
+{
+	char s[160];
+	snprintf(s, sizeof s, "%.*s", sec_n, sec);
+	return kiln_kv_lookup(v, n, s, key);
+}
+
+static int kv_is(const struct kiln_kv *e, const char *val)
+{
+	return e && e->val && (size_t)e->val_n == strlen(val) && !memcmp(e->val, val, strlen(val));
+}
+
+/* Is [sec] a dropout layer in v, or absent from other: left out of the
+ * comparison (identity at inference, so often left out of an inference
+ * config).  Only its type and wiring are compared where both have it. */
+static int dropout_only_here(const struct kiln_kv *v, int n, const struct kiln_kv *other,
+			     int nother, const struct kiln_kv *e)
+{
+	return kv_is(kv_find(v, n, e->sec, e->sec_n, "type"), "dropout") &&
+	       !kv_find(other, nother, e->sec, e->sec_n, "type");
+}
+
+/* Keys no inference result reads (training alone: trainable, batchnorm's
+ * momentum, the loss's label_smoothing and ignore_index), besides those
+ * the weights comparison leaves out (core/resume.c weightless_keys:
+ * dropout's rate, inplace, recompute, ...). */
+static int inference_blind(const char *key)
+{
+	static const char *const keys[] = { "trainable", "momentum", "label_smoothing",
+					    "ignore_index" };
+	for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
+		if (!strcmp(key, keys[i]))
+			return 1;
+	return 0;
+}
+
+/* Has [sec] key (e's section) been reported already (skip: "sec key\n"
+ * lines)? */
+static int reported(const char *skip, const struct kiln_kv *e)
+{
+	char line[300];
+	snprintf(line, sizeof line, "%.*s %.*s\n", e->sec_n, e->sec, e->key_n, e->key);
+	return skip && strstr(skip, line) && (strstr(skip, line) == skip || strstr(skip, line)[-1] == '\n');
+}
+
+/* The [layer.*] text v as inference reads it, beside the other side's:
+ * the sections and keys no inference result reads left out (above), a
+ * dropout layer the other side lacks dropped and what reads it wired to
+ * its input, each computed default where the other side sets the key
+ * written as its value: an unset input is the layer before, classes = 0
+ * the logits' width (width), an unset bias (on either side) left to the
+ * tensor comparison, which ran first.  malloc'd; NULL on KILN_ENOMEM. */
+static char *inference_text(const struct kiln_kv *v, int n, const struct kiln_kv *o, int no,
+			    int64_t width, const char *skip)
+{
+	char *text = NULL, prev[160] = "", sec[160] = "";
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f)
+		return NULL;
+	for (int i = 0; i < n; i++) {
+		const struct kiln_kv *e = &v[i];
+		char key[128], val[300];
+		snprintf(key, sizeof key, "%.*s", e->key_n, e->key);
+		const int dropped = dropout_only_here(v, n, o, no, e);
+		const int dropout = kv_is(kv_find(v, n, e->sec, e->sec_n, "type"), "dropout");
+		if (strncmp(sec, e->sec, (size_t)e->sec_n) || sec[e->sec_n]) {
+			/* the layer before this one (a dropped one's before it) */
+			const struct kiln_kv *t = *sec ? kv_find(v, n, sec, (int)strlen(sec), "type") : NULL;
+			if (t && !dropout_only_here(v, n, o, no, t))
+				snprintf(prev, sizeof prev, "%s", sec + 6);
+			snprintf(sec, sizeof sec, "%.*s", e->sec_n, e->sec);
+			if (!dropped)
+				fprintf(f, "[%s]\n", sec);
+		}
+		if (dropped || reported(skip, e) || inference_blind(key) ||
+		    (dropout && strcmp(key, "type") && strcmp(key, "input") && strcmp(key, "inputs")))
+			continue;
+		const struct kiln_kv *theirs = kv_find(o, no, e->sec, e->sec_n, key);
+		if (!strcmp(key, "bias") && (!e->val || (theirs && !theirs->val)))
+			continue;
+		if (e->val)
+			snprintf(val, sizeof val, "%.*s", e->val_n, e->val);
+		if (!strcmp(key, "classes") && width > 0 && kv_is(e, "0"))
+			snprintf(val, sizeof val, "%lld", (long long)width);
+		const struct kiln_kv *many = kv_find(v, n, e->sec, e->sec_n, "inputs");
+		if (!strcmp(key, "input") && !e->val && *prev && !(many && many->val))
+			snprintf(val, sizeof val, "%s", prev);
+		else if (!e->val) {
+			fprintf(f, "; %s = (unset)\n", key);
+			continue;
+		}
+		fprintf(f, "%s = %s\n", key, val);
+	}
+	return fclose(f) ? (free(text), NULL) : text;
+}
+/* At most this many keys that differ are named, then "and N more". */
+#define DIFFS_SHOWN 8
+
+/* The keys of the [layer.*] sections saved (a file's kiln.layers) that
+ * differ from the model m's by meaning, as inference reads them
+ * (inference_text; compared as a checkpoint's weights keys are:
+ * kiln_ckpt_config_delta), each warned of on a line of its own. */
+static kiln_status warn_layers(const struct kiln_model *m, const char *path, const char *saved)
+{
 	char *current = layers_text(m->cfg, 0), *defaults = current ? layers_text(m->cfg, 1) : NULL;
-	kiln_status st = defaults ? KILN_OK : KILN_ENOMEM;
-	struct kiln_config_delta d;
-	int differs = 0;
-	char ours[17];
-	if (!st && saved)
-		st = kiln_ckpt_config_delta(saved, current, "", defaults, m->cfg, &differs, &d);
-	if (!st && differs && !anyway)
-		st = kiln_error(KILN_ECONFIG, "%s was exported from another model: [%s] %s is %s in the [layer.*] sections it records (metadata kiln.layers) but %s here (a key that keeps every shape, as attention heads, an activation or a norm's eps do, still changes what the weights compute); run it with the config it was exported from, or set [model] init_strict = 0 to load what fits all the same",
-				path, d.section, d.key, d.a, d.b);
-	else if (!st && differs)
-		kiln_log(KILN_LOG_WARN, "core", "%s was exported from another model: [%s] %s is %s in the [layer.*] sections it records (metadata kiln.layers) but %s here; loaded all the same (%s), its weights may compute another function here",
-			 path, d.section, d.key, d.a, d.b, anyway);
-	if (!st && !saved && hash)
-		config_hash(current, ours);
-	if (!st && !saved && hash && strcmp(hash, ours))
-		kiln_log(KILN_LOG_WARN, "core", "%s: its config_hash %s is not this config's %s: the [layer.*] sections it was exported from differ from these (or were hashed by a kiln before session 36); where a key that changes what the weights compute differs (attention heads, an activation, a norm's eps), they compute another function here.  A kiln before session 41 wrote it, which did not record the sections: export it again to have them checked",
-			 path, hash, ours);
+	char *skip = NULL, *a = NULL, *b = NULL;
+	size_t skip_len = 0;
+	struct kiln_kv *sv = NULL, *cv = NULL;
+	int ns = 0, nc = 0, shown = 0, differs = 1;
+	FILE *sk = defaults ? open_memstream(&skip, &skip_len) : NULL;
+	kiln_status st = sk ? KILN_OK : KILN_ENOMEM;
+	if (!st && !(st = kiln_kv_parse(saved, &sv, &ns)))
+		st = kiln_kv_parse(current, &cv, &nc);
+	const int64_t width = logits_width(m);
+	/* one key at a time: each found is left out of the next comparison */
+	while (!st && differs) {
+		struct kiln_config_delta d;
+		fflush(sk);
+		free(a);
+		free(b);
+		a = inference_text(sv, ns, cv, nc, width, skip);
+		b = a ? inference_text(cv, nc, sv, ns, width, skip) : NULL;
+		if (!b)
+			st = KILN_ENOMEM;
+		else
+			st = kiln_ckpt_config_delta(a, b, "", defaults, m->cfg, &differs, &d);
+		if (st || !differs)
+			break;
+		if (!shown)
+			kiln_log(KILN_LOG_WARN, "core", "%s was exported from another model (metadata kiln.layers records its [layer.*] sections): its weights loaded, but may compute another function here (an attention head count, an activation or a norm's eps keeps every shape); the keys that differ:",
+				 path);
+		if (shown < DIFFS_SHOWN)
+			kiln_log(KILN_LOG_WARN, "core", "%s: [%s] %s is %s in the file but %s here", path,
+				 d.section, d.key, d.a, d.b);
+		shown++;
+		fprintf(sk, "%s %s\n", d.section, d.key);
+	}
+	if (!st && shown > DIFFS_SHOWN)
+		kiln_log(KILN_LOG_WARN, "core", "%s: and %d more", path, shown - DIFFS_SHOWN);
+	if (st == KILN_ENOMEM)
+		kiln_error(KILN_ENOMEM, "out of memory");
+	if (sk)
+		fclose(sk);
+	free(skip);
+	free(a);
+	free(b);
+	free(sv);
+	free(cv);
 	free(current);
 	free(defaults);
 	return st;
+}
+
+/* The [layer.*] sections the file f (named path) records against the
+ * model m's, after its tensors loaded (a shape that differs was the
+ * clearer error): the same shapes may compute another function
+ * (attention heads, an activation, a norm's eps), which no tensor shows.
+ * kiln.layers (kiln export since session 41): each key that differs is
+ * warned of (warn_layers), never refused: many keys change nothing an
+ * inference computes.  config_hash alone (a kiln before session 41): a
+ * hash that differs is warned of (it covers every key, those that change
+ * nothing at inference too, and kilns before session 36 hashed the
+ * text's bytes: it cannot tell which key, nor whether it matters).
+ * Neither (PyTorch's files, the GPT-2 release's): nothing to check. */
+static kiln_status check_exported(const struct kiln_model *m, const struct kiln_safetensors *f,
+				  const char *path)
+{
+	const char *saved = kiln_safetensors_meta(f, "kiln.layers");
+	const char *hash = kiln_safetensors_meta(f, "config_hash");
+	if (saved)
+		return warn_layers(m, path, saved);
+	if (!hash)
+		return KILN_OK;
+	char ours[17], *current = layers_text(m->cfg, 0);
+	if (!current)
+		return KILN_ENOMEM;
+	config_hash(current, ours);
+	if (strcmp(hash, ours))
+		kiln_log(KILN_LOG_WARN, "core", "%s: its config_hash %s is not this config's %s: the [layer.*] sections it was exported from differ from these (or were hashed by a kiln before session 36); where a key that changes what the weights compute differs (attention heads, an activation, a norm's eps), they compute another function here.  A kiln before session 41 wrote it, which did not record the sections: export it again to have them checked",
+			 path, hash, ours);
+	free(current);
+	return KILN_OK;
 }
 
 /* The KILN_WF_* flags of a file format. */
@@ -747,11 +905,10 @@ kiln_status kiln_weights_load_fd(struct kiln_model *m, const struct kiln_weights
 	if (kiln_quant_is_model(f))
 		st = kiln_error(KILN_EUSAGE, "%s is an INT8 model of `kiln quantize` (metadata kiln.format = kiln-int8/1), not a checkpoint or weights file: pass it with --quantized (kiln eval, predict, export --onnx; the C API: kiln_infer_opts.quantized), and to kiln quantize the fp32 checkpoint it was made from",
 				w->path);
-	else if (!(st = check_exported(m, f, w->path,
-				       !named	 ? "[model] init_from"
-				       : !strict ? "[model] init_strict = 0"
-						 : NULL)))
-		st = load_safetensors(m, f, w->path, kiln_weights_format(format), strict, stream);
+	/* the tensors' shapes first: a key that shapes them (an fc's out) is
+	 * their clearer error; then the keys that keep every shape */
+	else if (!(st = load_safetensors(m, f, w->path, kiln_weights_format(format), strict, stream)))
+		st = check_exported(m, f, w->path);
 	kiln_safetensors_close(f);
 	return st;
 }

@@ -863,8 +863,8 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
  * [layer.*] sections, each value by meaning: docs/safetensors.md) and,
  * since session 41, kiln.layers (those sections themselves), which `kiln
  * eval`, `predict`, `generate`, `export` with --checkpoint FILE and
- * [model] init_from compare with their model's (the weights a command
- * names refused where a key differs; kiln_model_load_safetensors does not
+ * [model] init_from compare with their model's (a key that differs
+ * warned of, never refused; kiln_model_load_safetensors does not
  * compare).  Waits for `stream`. */
 kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, void *stream);
 
