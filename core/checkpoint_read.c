@@ -642,8 +642,11 @@ static kiln_status epoch_sums_sane(const struct kiln_ckpt *ck, const struct epoc
 				   const struct kiln_ckpt_trainer *tr, int64_t skipped,
 				   const char *by)
 {
-	const uint64_t room = tr->samples > e->after ? (uint64_t)(tr->samples - e->after) : 0;
-	if (e->samples > room || !isfinite(e->correct) || e->correct < 0 ||
+	/* (the samples after them past the epoch refused on their own: a room
+	 * clamped to 0 took epoch_samples 0 with any interval up to 2^62) */
+	const int past = e->after < 0 || e->after > tr->samples;
+	const uint64_t room = past ? 0 : (uint64_t)(tr->samples - e->after);
+	if (past || e->samples > room || !isfinite(e->correct) || e->correct < 0 ||
 	    e->correct > (double)e->samples * COUNT_SLACK)
 		return kiln_error(KILN_EDATA, "checkpoint %s: section '%s': %s out of range: correct %g of %llu samples a rank (finite, >= 0, at most the samples); %llu + %lld samples a rank in an epoch of %lld",
 				  ck->path, e->section, e->what, e->correct,

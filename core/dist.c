@@ -911,15 +911,23 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute)
  * point): buf[off, off + n) to the device, then rank 0's broadcast of
  * buf[0, total) (gather 0: off 0, n total) or the allgather of every
  * rank's n bytes at its offset (gather 1: off = rank x n), and the whole
- * back into buf. */
-static kiln_status host_staged(struct kiln_dist *d, void *buf, size_t total, size_t off,
-			       size_t n, int gather, void *compute)
+ * back into buf.  The caller's own step `mine` and this rank's buffers
+ * (a device buffer and pinned host memory, either of which one rank can
+ * fail alone) are agreed on first: every rank fails together, before the
+ * collective (kiln_dist_sum_agreed; before session 41 a rank whose
+ * allocation failed returned and its peers learnt of it only from its
+ * exit, "Connection closed by peer"). */
+static kiln_status host_staged(struct kiln_dist *d, kiln_status mine, const char *what, void *buf,
+			       size_t total, size_t off, size_t n, int gather, void *compute)
 {
 	void *dev_buf = NULL, *host = NULL;
-	kiln_status st;
-	if ((st = kiln_dist_zero_settle(d, compute)) ||
-	    (st = kiln_device_alloc(d->dev, total, &dev_buf)) ||
-	    (st = kiln_device_host_alloc(d->dev, total, &host)))
+	kiln_status st = mine;
+	double none = 0;
+	if (!st && !(st = kiln_dist_zero_settle(d, compute)) &&
+	    !(st = kiln_device_alloc(d->dev, total, &dev_buf)) &&
+	    !(st = kiln_device_host_alloc(d->dev, total, &host)))
+		st = kiln_dist_ckpt_fault_at(d, "staged", "the staged collective's buffers");
+	if ((st = kiln_dist_sum_agreed(d, st, &none, 0, what, compute)))
 		goto out;
 	memcpy((char *)host + off, (char *)buf + off, n);
 	char *dev = (char *)dev_buf + off;
@@ -929,7 +937,8 @@ static kiln_status host_staged(struct kiln_dist *d, void *buf, size_t total, siz
 			 : d->ops->broadcast(d->ctx, dev_buf, total, KILN_U8, 0, compute, NULL)) ||
 	    (st = kiln_device_copy_async(d->dev, host, dev_buf, total, KILN_COPY_D2H, compute)) ||
 	    (st = kiln_device_stream_sync(d->dev, compute))) {
-		st = kiln_dist_explain(d, st);
+		st = kiln_error_wrap(kiln_dist_explain(d, st), "rank %d of %d: %s", d->env.rank,
+				     d->env.world, what);
 		goto out;
 	}
 	memcpy(buf, host, total);
@@ -939,22 +948,27 @@ out:
 	return st;
 }
 
-kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute)
+kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, kiln_status mine, const char *what,
+				     void *buf, size_t bytes, void *compute)
 {
-	return host_staged(d, buf, bytes, 0, bytes, 0, compute);
+	if (!d)
+		return mine;
+	return host_staged(d, mine, what, buf, bytes, 0, bytes, 0, compute);
 }
 
-kiln_status kiln_dist_allgather_host(struct kiln_dist *d, const void *mine, void *all,
-				     size_t bytes, void *compute)
+kiln_status kiln_dist_allgather_host(struct kiln_dist *d, kiln_status mine, const char *what,
+				     const void *v, void *all, size_t bytes, void *compute)
 {
 	const size_t off = d ? bytes * (size_t)d->env.rank : 0;
-	memcpy((char *)all + off, mine, bytes);
+	if (!mine)
+		memcpy((char *)all + off, v, bytes);
 	if (!d)
-		return KILN_OK;
+		return mine;
 	if (!d->ops->allgather)
 		return kiln_error(KILN_EPLUGIN, "rank %d of %d: comm plugin '%s' has no allgather",
 				  d->env.rank, d->env.world, kiln_dist_comm_name(d));
-	return host_staged(d, all, bytes * (size_t)d->env.world, off, bytes, 1, compute);
+	return host_staged(d, mine, what, all, bytes * (size_t)d->env.world, off, bytes, 1,
+			   compute);
 }
 
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute)

@@ -185,14 +185,21 @@ kiln_status kiln_dist_zero_save(struct kiln_dist *d, kiln_status st, const char 
  * a sync of the compute stream.  Zeros without timing (or ZeRO). */
 void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, int64_t *steps);
 /* Copy rank 0's host bytes buf[0..bytes) to every rank's buf (through a
- * temporary device buffer; a sync point: start-up only). */
-kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute);
-/* Every rank's host bytes mine[0..bytes) into all[world * bytes], in rank
+ * temporary device buffer; a sync point: start-up only).  `mine` is this
+ * rank's own step before it (KILN_OK when none): it and the temporary
+ * buffers are agreed on before the broadcast (kiln_dist_sum_agreed, `what`
+ * naming the exchange), so a rank that failed alone fails every rank
+ * together; a failed collective reads "rank R of W: WHAT: ...".  `mine`
+ * itself for NULL d. */
+kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, kiln_status mine, const char *what,
+				     void *buf, size_t bytes, void *compute);
+/* Every rank's host bytes v[0..bytes) into all[world * bytes], in rank
  * order (the communicator's allgather over every rank, bytes as they are:
  * exact where kiln_dist_sum_host's f32 sum is not; a sync point:
- * checkpoints only).  all = mine for NULL d. */
-kiln_status kiln_dist_allgather_host(struct kiln_dist *d, const void *mine, void *all,
-				     size_t bytes, void *compute);
+ * checkpoints only), agreed on first as kiln_dist_broadcast_host.
+ * all = v (and `mine` returned) for NULL d. */
+kiln_status kiln_dist_allgather_host(struct kiln_dist *d, kiln_status mine, const char *what,
+				     const void *v, void *all, size_t bytes, void *compute);
 /* The tests' fault injection, test-only (core/dist_pipe_ckpt.c): 1 on
  * rank 0 (rank R for "STEP@R") when the environment's KILN_TEST_CKPT_FAIL
  * names `step`, a step of a checkpoint's write or of the checks around it
@@ -209,7 +216,10 @@ kiln_status kiln_dist_allgather_host(struct kiln_dist *d, const void *mine, void
  * "best" (keep_best's list for a checkpoint: trainer_best_meta), "resume"
  * (the buffer of rank 0's resume message, every rank's: trainer_resume),
  * "resume_iv" (a rank's buffer of the log interval rank 0 resumed with;
- * rank 0 holds it already, and fails as if: resume_interval).  Unset in any
+ * rank 0 holds it already, and fails as if: resume_interval), "staged"
+ * (the device and pinned host buffers of a host-staged collective,
+ * kiln_dist_broadcast_host and kiln_dist_allgather_host: at a resume
+ * first rank 0's message).  Unset in any
  * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh,
  * tests/agreed_fault.sh). */
 int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step);

@@ -130,7 +130,8 @@ struct trainer {
 	size_t x_bytes, sample_bytes;
 	size_t label_bytes;        /* one sample's labels: 4 (a class) or 4 T (tokens) */
 	float *lr_dev, *metrics_dev;
-	float *metrics_host;       /* f32[16]: [0..2] the metric sums, [3] the lr */
+	float *metrics_host;       /* f32[16]: [0..2] the metric sums, [3] the lr,
+				    * [8..9] an int64 (opt_steps_taken) */
 	void *fill_metrics, *sched;
 	/* the samples the device's metric sums have counted since they were
 	 * last read and reset: kept at most TRAINER_METRIC_ROWS (exact f32

@@ -70,21 +70,20 @@ static kiln_status check_onecycle(const struct trainer *t, int64_t total, int64_
 
 /* The optimizer steps taken so far, the device's counter (a resumed run's
  * from its checkpoint's "optim.step"; 0 at a fresh start): a sync, at
- * start-up only. */
+ * start-up only, read through t->metrics_host's bytes 32..39, which
+ * nothing else uses (its floats [0..3] are the sums and the lr): no
+ * allocation of its own that one rank could fail alone. */
 static kiln_status opt_steps_taken(const struct trainer *t, int64_t *out)
 {
-	int64_t *host;
+	int64_t *host = (int64_t *)(t->metrics_host + 8);
 	kiln_status st;
 	*out = 0;
 	if (!t->resumed)
 		return KILN_OK;
-	if ((st = kiln_device_host_alloc(t->dev, sizeof *host, (void **)&host)))
-		return st;
 	if (!(st = kiln_device_copy_async(t->dev, host, t->m->opt_step_d, sizeof *host,
 					  KILN_COPY_D2H, t->compute)) &&
 	    !(st = kiln_device_stream_sync(t->dev, t->compute)))
 		*out = *host;
-	kiln_device_host_free(t->dev, host);
 	return st;
 }
 

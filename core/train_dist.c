@@ -28,17 +28,6 @@ struct resume_msg {
 	char file[1024]; /* per stage, or ZeRO-1's shards: the checkpoint (t->resume_file) */
 };
 
-/* A rank's own step `st` before a broadcast of rank 0's `what`, agreed
- * on first: a rank whose buffer could not be allocated still takes part,
- * and every rank fails together (kiln_dist_sum_agreed; before session 41
- * it returned and left the others in the broadcast until [dist] timeout
- * or its exit).  A sum of no values, at a resume only. */
-static kiln_status resume_agree(struct trainer *t, kiln_status st, const char *what)
-{
-	double none = 0;
-	return kiln_dist_sum_agreed(t->dist, st, &none, 0, what, t->compute);
-}
-
 /* After rank 0's resume message: the entries of the log interval its
  * checkpoint holds (t->iv0, whose count every rank has from it). */
 static kiln_status resume_interval(struct trainer *t)
@@ -52,12 +41,10 @@ static kiln_status resume_interval(struct trainer *t)
 		st = kiln_error(KILN_ENOMEM, "its entries' buffer: out of memory");
 	else
 		st = kiln_dist_ckpt_fault_at(t->dist, "resume_iv", "its entries' buffer");
-	if ((st = resume_agree(t, st, "rank 0's log interval")))
-		return st;
-	st = kiln_dist_broadcast_host(t->dist, iv->rank, bytes, t->compute);
-	return st ? kiln_error_wrap(st, "rank %d of %d: receiving rank 0's log interval", t->rank,
-				    t->world)
-		  : KILN_OK;
+	/* (a rank whose buffer could not be allocated still takes part in
+	 * the broadcast's agreement: every rank fails together) */
+	return kiln_dist_broadcast_host(t->dist, st, "rank 0's log interval", iv->rank, bytes,
+					t->compute);
 }
 
 /* [train] resume: restore the newest usable checkpoint of ckdir into t->m
@@ -74,11 +61,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		st = kiln_error(KILN_ENOMEM, "the message's buffer: out of memory");
 	else
 		st = kiln_dist_ckpt_fault_at(t->dist, "resume", "the message's buffer");
-	if ((st = resume_agree(t, st, "rank 0's resume"))) {
-		free(msg);
-		return st;
-	}
-	if (!t->rank) {
+	if (!st && !t->rank) {
 		msg->status = trainer_resume_read(t, found);
 		msg->found = *found;
 		msg->tr = t->pos;
@@ -95,10 +78,12 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
 		memcpy(msg->file, t->resume_file, sizeof msg->file);
 	}
-	if ((st = kiln_dist_broadcast_host(t->dist, msg, sizeof *msg, t->compute))) {
+	/* (a rank whose buffer could not be allocated still takes part in
+	 * the broadcast's agreement: every rank fails together) */
+	if ((st = kiln_dist_broadcast_host(t->dist, st, "rank 0's resume", msg, sizeof *msg,
+					   t->compute))) {
 		free(msg);
-		return kiln_error_wrap(st, "rank %d of %d: receiving rank 0's resume", t->rank,
-				       t->world);
+		return st;
 	}
 	st = msg->status;
 	if (st) {

@@ -242,9 +242,9 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	 * choice, trainer_keep_best) */
 	if (t->dist && t->tc.early_stop_patience) {
 		int32_t stop = t->stop_early;
-		if ((st = kiln_dist_broadcast_host(t->dist, &stop, sizeof stop, t->compute)))
-			return kiln_error_wrap(st, "rank %d of %d: agreeing on early stopping", t->rank,
-					       t->world);
+		if ((st = kiln_dist_broadcast_host(t->dist, KILN_OK, "agreeing on early stopping",
+						   &stop, sizeof stop, t->compute)))
+			return st;
 		t->stop_early = stop != 0;
 	}
 	if ((st = trainer_keep_best(t, *e->loss, *e->acc)))

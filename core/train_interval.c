@@ -148,9 +148,12 @@ kiln_status trainer_interval_meta(struct trainer *t, int64_t step, struct kiln_c
 	} else {
 		return KILN_OK;
 	}
-	if ((st = kiln_dist_allgather_host(t->dist, &mine, t->iv_all, sizeof mine, t->compute)))
-		return kiln_error_wrap(st, "rank %d: the log interval's sums for step %lld's checkpoint",
-				       t->rank, (long long)step);
+	char what[96];
+	snprintf(what, sizeof what, "the log interval's sums for step %lld's checkpoint",
+		 (long long)step);
+	if ((st = kiln_dist_allgather_host(t->dist, KILN_OK, what, &mine, t->iv_all, sizeof mine,
+					   t->compute)))
+		return st;
 	iv->rank = t->iv_all;
 	*out = iv;
 	return KILN_OK;

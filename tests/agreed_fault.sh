@@ -14,7 +14,12 @@
 #  3. "resume_iv@1": rank 1's buffer of the log interval rank 0 resumed
 #     with (resume_interval: the checkpoint of step 2 holds one open,
 #     log_every 3; before, rank 1 returned and left rank 0 in its
-#     broadcast).
+#     broadcast);
+#  4. "staged@R": the device and pinned host buffers of a host-staged
+#     collective (core/dist.c host_staged, every rank's; at a resume first
+#     rank 0's message; before, allocated after the agreement: the failed
+#     rank returned and its peer learnt only as the connection closed,
+#     "gloo: ... Connection closed by peer").
 # Each: every rank exits non-zero within 30 s of the stamped line ([dist]
 # timeout and heartbeat 60, `kiln launch --grace 60`), the failed rank
 # saying "rank R of 2: WHAT: CAUSE: failed (the tests' fault: ...)", the
@@ -73,6 +78,12 @@ rm -rf "$tmp/iv1"
 cp -r "$tmp/iv" "$tmp/iv1"
 agreed iv1 resume_iv@1 "activation arena" "rank 0's log interval" "its entries' buffer" train.resume=1
 grep -q "rank 1: resuming from rank 0's checkpoint" "$tmp/iv1.log" || bad "iv1: rank 1 did not resume"
+
+# ---- 4. a host-staged collective's buffers ---------------------------------------
+for _r in 1 0; do
+	agreed st$_r staged@$_r "activation arena" "rank 0's resume" "the staged collective's buffers" \
+		train.resume=1
+done
 
 [ "$fail" = 0 ] && echo "ok: a rank's failed allocation before a collective ends every rank at once, naming it"
 exit $fail

@@ -567,6 +567,11 @@ START_TEST(test_interval_section)
 	iv.rows = 5;
 	interval_refused(&a, dir, &iv, NULL, "5 rows of 4 samples");
 	iv.rows = 4;
+	/* an interval longer than the epoch, no sums before it (before, the
+	 * room left for them clamped to 0 took it) */
+	iv.samples = 1000, iv.epoch_samples = 0, iv.correct = 0;
+	interval_refused(&a, dir, &iv, NULL, "0 + 1000 samples a rank in an epoch of 40");
+	iv.samples = 4, iv.epoch_samples = 8, iv.correct = 5;
 	/* a NaN loss sum: a rank's, with no step skipped in the interval (the
 	 * clip op's count at its start, 1, as at the checkpoint's step) or
 	 * without the clip op; with one skipped, accepted */
