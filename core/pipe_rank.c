@@ -33,14 +33,20 @@
  * 7): where the executor's next hand-offs of a stage are a send to a
  * stage and a recv from that same stage, with no work between (1f1b's
  * steady state: an activation forward, then the gradient back from the
- * same stage), both go as one sendrecv on the stage's stream, from the
- * tensor itself: the stream waits there for the recv anyway, and the two
- * halves progress together, so neither waits for the other (NCCL: one
- * group).  No copy into the slot, no send stream in between.  The pair's
- * send must not pass an earlier message to that stage still on the send
- * stream: the stage's stream first waits for the event recorded on the
- * send stream after the last one (`last`), long passed in the steady
- * state.  On the CPU the send stream's thread is still woken once a pair,
+ * same stage), and that stage pairs the same two messages the other way
+ * (core/pipe_run.c, pipe_pairs_plan), both go as one sendrecv on the
+ * stage's stream, from the tensor itself: the stream waits there for the
+ * recv anyway, and the two halves progress together, so neither waits for
+ * the other (NCCL: one group).  No copy into the slot, no send stream in
+ * between.  The pair's send must not pass an earlier message to that
+ * stage still on the send stream: the stage's stream first waits for the
+ * event recorded on the send stream after the last one (`last`), long
+ * passed in the steady state.  That wait ends: the peer receives those
+ * messages before its mirror pair, each alone (a message the send stream
+ * sent is in no pair of the peer's).  Where the peer did not mirror the
+ * pair (two crossing tensors each way: this pair's recv of gradient e0
+ * and the peer's pair's recv of activation e0 after its send of
+ * gradient e1), the two waits held each other until [dist] timeout.  On the CPU the send stream's thread is still woken once a pair,
  * as an unpaired send wakes it (pair_wake: the stage's passes keep their
  * core under load with it, not without).
  *
@@ -125,8 +131,8 @@ struct kiln_pipe_rank {
 	unsigned char direct[KILN_PIPE_MAX_STAGES];
 };
 
-/* A message's place in the step, for errors, from its tag (pipe_run.c's
- * tag_of: micro-batch, crossing tensor, direction): "micro-batch 1,
+/* A message's place in the step, for errors, from its tag (pipe_impl.h's
+ * pipe_tag: micro-batch, crossing tensor, direction): "micro-batch 1,
  * crossing tensor 0 (its gradient)". */
 static const char *tag_name(uint64_t tag, char *buf, size_t n)
 {
@@ -441,7 +447,7 @@ static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *bu
 }
 
 /* The staged evaluation's message tag: crossing tensor e in micro-batch
- * 0's forward slot (pipe_run.c's tag_of), which must exist: a slot that
+ * 0's forward slot (pipe_impl.h's pipe_tag), which must exist: a slot that
  * does not would leave the receive unmarked, unexplained. */
 static kiln_status eval_tag(struct kiln_pipe_rank *R, const char *what, int e, long long batch,
 			    uint64_t *tag)
@@ -534,7 +540,8 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 	if (!rank_slot(R, stag))
 		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d (rank %d) sends message %llx to stage %d (rank %d) out of range",
 				  me, R->world_of[me], (unsigned long long)stag, peer, R->world_of[peer]);
-	/* after the earlier messages to peer that the send stream sends */
+	/* after the earlier messages to peer that the send stream sends
+	 * (which the peer receives alone, before its half of this pair) */
 	if (R->last[peer] &&
 	    (st = kiln_device_stream_wait(R->dev, stream, R->msg[R->last[peer] - 1].sent)))
 		return send_failed(R, st, me, peer, stag, 0);

@@ -1013,6 +1013,10 @@ EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
 # [dist] pipeline: stages on ranks (gloo, mpi), P x D, resume on 1, a killed stage
 TESTS += tests/pipeline_dist.sh
 EXTRA_DIST += tests/pipeline_dist.sh
+# [pipeline] sendrecv with a skip across the cut (gloo TCP, mpi messages):
+# no pair that deadlocks the step (core/pipe_pairs.c)
+TESTS += tests/pipeline_pairs.sh
+EXTRA_DIST += tests/pipeline_pairs.sh
 # [model] init_from of llm.c's file on 2 stages on 2 ranks: each rank its
 # stage alone, the file opened once a rank (an LD_PRELOAD shim)
 if BUILD_LOADERS
