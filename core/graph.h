@@ -197,6 +197,8 @@ struct kiln_model {
 	double *stage_cost;
 	double stage_fpb;    /* [model] stages_flops_per_byte they counted */
 	int stage_said;      /* the auto cut has been logged */
+	int recompute_said;  /* [layer.X] recompute = 1 that recomputes nothing
+			      * has been said (plan.c) */
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
 	/* set while the trainer makes its training plan with [train]
 	 * accumulate > 1, or a pipeline its plans (pipe_open.c): device

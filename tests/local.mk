@@ -350,10 +350,17 @@ TESTS += tests/shard_truncate.sh
 endif
 EXTRA_DIST += tests/shard_truncate.sh
 # lstm/gru config errors a plan meets: pad_id with one input, bf16 compute
+# (and bf16's multiple-of-8 warning: the head's weight alone)
 if BUILD_LOADERS
 TESTS += tests/rnn_config.sh
 endif
 EXTRA_DIST += tests/rnn_config.sh
+# [layer.X] recompute = 1 on lstm/gru feeding a concat: their saved state
+# recomputed, the same bytes; where the key frees nothing, a warning
+if BUILD_LOADERS
+TESTS += tests/rnn_recompute.sh
+endif
+EXTRA_DIST += tests/rnn_recompute.sh
 
 # ---- device: the conformance suites, one per op family around one fixture
 # (tests/device_fixture.c), each op against reference loops; the same
