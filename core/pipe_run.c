@@ -7,9 +7,6 @@
 #include "pipe_impl.h"
 #include "profile.h"
 
-/* ---- the step ------------------------------------------------------------ */
-
-
 /* ---- the hand-offs, paired where the transport can ----------------------
  * A stage's send is held (not yet enqueued) until its next hand-off or
  * work: a recv from the stage it sends to goes with it as one sendrecv
@@ -17,10 +14,10 @@
  * gradient from it; on stage s + 1 the gradient back, then the next
  * activation) where the plan of the step's pairs has it (pipe_pairs_plan,
  * core/pipe_pairs.c: no pair that could deadlock the step); anything else
- * sends it first.  The order of each stage's messages to each other
- * stage is unchanged.  (A micro-batch's
- * entry, enter: a copy of its step counter into a free plan, may go
- * between: it touches nothing the send reads, and is no pass.) */
+ * sends it first.  The order of each stage's messages to each other stage
+ * is unchanged.  (A micro-batch's entry, enter: a copy of its step counter
+ * into a free plan, may go between: it touches nothing the send reads,
+ * and is no pass.) */
 
 static int pair_slot(const struct kiln_pipe *pp, uint64_t tag)
 {
