@@ -99,7 +99,7 @@ struct kiln_pipe {
 		size_t bytes;
 		void *stream;
 	} held;
-	/* which sends go paired (pipe_pairs_plan): pair_with[slot of a send's
+	/* which sends go paired (kiln_pipe_pairs_plan): pair_with[slot of a send's
 	 * tag] = 1 + the slot of the recv it pairs with, 0 alone; n_pair_slots
 	 * slots of n_pair_msgs crossing tensors (the ties' included), as the
 	 * rank transport's (kiln_pipe_tag_slot).  NULL: nothing pairs. */
@@ -131,6 +131,6 @@ int pipe_tie_user(const struct kiln_pipe *pp, int n, int *su, int *so);
  * the same on every rank: those whose step cannot deadlock
  * (core/pipe_pairs.c); n_tie: the tied tensors crossing ranks
  * (pipe_tie_user).  This rank's sends left alone for that are logged. */
-kiln_status pipe_pairs_plan(struct kiln_pipe *pp, int n_tie);
+kiln_status kiln_pipe_pairs_plan(struct kiln_pipe *pp, int n_tie);
 
 #endif

@@ -469,7 +469,7 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d: sendrecv = auto: hand-offs %s on %s",
 			 mine, pp->pair ? "paired" : "not paired", name ? name : "this communicator");
 	}
-	return pipe_pairs_plan(pp, n_tie);
+	return kiln_pipe_pairs_plan(pp, n_tie);
 }
 
 int kiln_pipe_hookable(const struct kiln_pipe *pp)

@@ -34,7 +34,7 @@
  * stage and a recv from that same stage, with no work between (1f1b's
  * steady state: an activation forward, then the gradient back from the
  * same stage), and that stage pairs the same two messages the other way
- * (core/pipe_run.c, pipe_pairs_plan), both go as one sendrecv on the
+ * (core/pipe_run.c, kiln_pipe_pairs_plan), both go as one sendrecv on the
  * stage's stream, from the tensor itself: the stream waits there for the
  * recv anyway, and the two halves progress together, so neither waits for
  * the other (NCCL: one group).  No copy into the slot, no send stream in
@@ -523,8 +523,8 @@ static kiln_status pair_wake(struct kiln_pipe_rank *R, struct rank_msg *g, void 
 }
 
 /* A send to stage peer and the recv from it after, as one sendrecv on the
- * stage's stream (the head comment, "Paired"); without the communicator's
- * sendrecv, rank_send and then rank_recv. */
+ * stage's stream (the head comment, "Paired"); only with the
+ * communicator's sendrecv (R->pairs: rank_ops, not rank_alone_ops). */
 static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, const void *sbuf,
 				 size_t sbytes, uint64_t rtag, void *rbuf, size_t rbytes,
 				 void *stream)
@@ -532,11 +532,6 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 	struct kiln_pipe_rank *R = ctx;
 	kiln_status st;
 	char sw[96], rw[96];
-	if (!R->pairs) {
-		if ((st = rank_send(ctx, me, peer, stag, sbuf, sbytes, stream)))
-			return st;
-		return rank_recv(ctx, peer, me, rtag, rbuf, rbytes, stream);
-	}
 	if (!rank_slot(R, stag))
 		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d (rank %d) sends message %llx to stage %d (rank %d) out of range",
 				  me, R->world_of[me], (unsigned long long)stag, peer, R->world_of[peer]);
@@ -569,6 +564,9 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 }
 
 static const struct kiln_stage_transport_ops rank_ops = { rank_send, rank_recv, rank_sendrecv };
+/* A communicator without sendrecv (comm ops version < 7): nothing pairs,
+ * so the executor holds no send and the pairs' plan has none to make. */
+static const struct kiln_stage_transport_ops rank_alone_ops = { rank_send, rank_recv, NULL };
 
 /* [pipeline] sendrecv = auto, the one place of its rule: pair on kiln-mpi
  * (1.19-1.68x the samples/s of unpaired hand-offs on a quiet machine,
@@ -637,7 +635,7 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 		    (st = kiln_device_event_create(dev, &R->msg[i].sent)))
 			return kiln_error_wrap(st, "pipeline: stage %d (rank %d): event %d of the %d of its messages (%d micro-batches x %d crossing tensors x 2 directions)",
 					       mine, world_of[mine], i, R->n, M, n_xfer);
-	*tr = (struct kiln_stage_transport){ &rank_ops, R };
+	*tr = (struct kiln_stage_transport){ R->pairs ? &rank_ops : &rank_alone_ops, R };
 	return KILN_OK;
 }
 

@@ -12,7 +12,7 @@
  * work: a recv from the stage it sends to goes with it as one sendrecv
  * (1f1b's steady state on ranks: the activation to stage s + 1, then the
  * gradient from it; on stage s + 1 the gradient back, then the next
- * activation) where the plan of the step's pairs has it (pipe_pairs_plan,
+ * activation) where the plan of the step's pairs has it (kiln_pipe_pairs_plan,
  * core/pipe_pairs.c: no pair that could deadlock the step); anything else
  * sends it first.  The order of each stage's messages to each other stage
  * is unchanged.  (A micro-batch's entry, enter: a copy of its step counter

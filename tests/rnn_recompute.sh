@@ -13,7 +13,9 @@
 #  3. a layer that keeps nothing and whose output no backward reads (a
 #     linear layer feeding a concat), a loss layer and a flatten of the
 #     data (a view) with the key: one warning each, naming the line and
-#     why, said once in a run with evaluations (before: nothing).
+#     why, said once in a run with evaluations (before: nothing);
+#  4. a batchnorm feeding a separate relu with the key (the rule is not the
+#     recurrent layers'): replayed, the same bytes as without.
 name=rnn_recompute
 . "$(dirname "$0")/lib.sh"
 tool="$abs_top_builddir/tests/ckpt_tool"
@@ -123,4 +125,45 @@ stderr_has "[core] warning: $tmp/w.ini:20: [layer.fc1] recompute = 1 recomputes 
 stderr_has "[core] warning: $tmp/w.ini:29: [layer.loss] recompute = 1 recomputes nothing: a loss layer stores no output"
 [ "$(grep -c "recomputes nothing" "$err")" = 3 ] ||
 	fail "the warnings are not said once each: $(grep -c "recomputes nothing" "$err") lines"
+
+# ---- 4. not only recurrent layers: a batchnorm feeding a separate relu -------
+# (its output no backward reads, its forward keeps its statistics): replayed
+# before its backward, the training the same bytes as without the key
+cat >"$tmp/bn.ini" <<EOF2
+[run]
+threads = 1
+seed = 1
+[data]
+source = synthetic
+samples = 64
+image_size = 6
+classes = 5
+[train]
+optimizer = adamw
+lr = 0.01
+batch = 16
+max_steps = 3
+eval = 0
+[layer.conv]
+type = conv
+out = 4
+kernel = 3
+[layer.bn]
+type = batchnorm
+[layer.act]
+type = relu
+[layer.flat]
+type = flatten
+[layer.head]
+type = linear
+out = 5
+[layer.loss]
+type = softmax_xent
+EOF2
+kiln 0 train "$tmp/bn.ini" "run.out_dir=$tmp/bnplain"
+kiln 0 train "$tmp/bn.ini" "run.out_dir=$tmp/bnrec" layer.bn.recompute=1
+grep -q "recomputes nothing" "$err" && fail "the batchnorm said to recompute nothing"
+stderr_has "[core] recompute: 0 segments, 1 layers' outputs recomputed in the backward"
+"$tool" same "$(ck bnplain 3)" "$(ck bnrec 3)" params optim.exp_avg optim.exp_avg_sq ||
+	fail "recomputing the batchnorm changes the training"
 echo "PASS: $checks checks"
