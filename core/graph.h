@@ -197,6 +197,8 @@ struct kiln_model {
 	double *stage_cost;
 	double stage_fpb;    /* [model] stages_flops_per_byte they counted */
 	int stage_said;      /* the auto cut has been logged */
+	int recompute_said;  /* [layer.X] recompute = 1 that recomputes nothing
+			      * has been said (plan.c) */
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
 	/* set while the trainer makes its training plan with [train]
 	 * accumulate > 1, or a pipeline its plans (pipe_open.c): device
@@ -455,6 +457,17 @@ struct plan_node {
 	int planned;
 	size_t ws;   /* the workspace the layer's plan asked (plan_layers) */
 };
+
+/* Whether a layer computes in the model's low-precision compute dtype
+ * cdtype (bf16, f16): it reads or writes activations of it (a linear
+ * layer on f32 converts its input and writes cdtype; an lstm and a gru,
+ * f32 only, and an embedding, a lookup writing f32, neither).  Such a
+ * layer's matrix products run in cdtype, from the compute copy of its
+ * weights (plan_run.c; the multiple-of-8 warning, graph_params.c). */
+static inline int kiln_node_low_precision(const struct plan_node *nd, int cdtype)
+{
+	return cdtype != KILN_F32 && (nd->l.in[0].dtype == cdtype || nd->l.out.dtype == cdtype);
+}
 
 /* The compute copy of the parameters (see struct kiln_model): enqueue its
  * refresh when it is stale. */

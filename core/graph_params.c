@@ -10,6 +10,43 @@
 int kiln_model_param_count(const struct kiln_model *m) { return m ? m->n_params : 0; }
 int kiln_model_compute_dtype(const struct kiln_model *m) { return m->cdtype; }
 
+/* The speed guides' rule: tensor-core (and AVX512-BF16) GEMMs and
+ * convolutions want dimensions that are multiples of 8.  Said for the
+ * weights the layers that compute in dtype read (kiln_node_low_precision,
+ * the layers inferred with it at batch 1; a tied weight by the layer that
+ * multiplies by it: GPT's lm_head reading the embedding's), each once,
+ * not for an lstm's, a gru's (f32 only) or an embedding's (a lookup):
+ * before session 41 every parameter of 2 or more dimensions was named.
+ * A model that does not infer says nothing here: its plan names the
+ * error. */
+static void warn_dims(struct kiln_model *m, int dtype)
+{
+	struct plan_node *nodes = calloc((size_t)m->n_layers, sizeof *nodes);
+	unsigned char *said = calloc((size_t)m->n_params + 1, 1);
+	struct kiln_tensor_desc data;
+	kiln_model_data_desc(m, 1, &data);
+	const int ok = nodes && said && !kiln_model_infer(m, &data, 0, KILN_FUSE_NONE, nodes);
+	for (int i = 0; ok && i < m->n_layers; i++)
+		for (int j = 0; kiln_node_low_precision(&nodes[i], dtype) && j < m->layers[i].n_params; j++) {
+			const struct model_param *pm = &m->params[m->layers[i].pidx[j]];
+			int64_t k = 1;
+			for (int d = 1; d < pm->desc.ndim; d++)
+				k *= pm->desc.dims[d];
+			if (pm->buffer || pm->desc.ndim < 2 || said[m->layers[i].pidx[j]] ||
+			    (pm->desc.dims[0] % 8 == 0 && k % 8 == 0))
+				continue;
+			said[m->layers[i].pidx[j]] = 1;
+			kiln_log(KILN_LOG_WARN, "core",
+				 "%s: %s compute with %s [%lld outputs, %lld inputs per output]: not multiples of 8, so the low-precision matrix kernels run below their best",
+				 m->layers[i].name, kiln_dtype_name(dtype), pm->name,
+				 (long long)pm->desc.dims[0], (long long)k);
+		}
+	for (int i = 0; nodes && i < m->n_layers; i++)
+		kiln_plan_node_free(&nodes[i], NULL);
+	free(nodes);
+	free(said);
+}
+
 kiln_status kiln_model_set_compute_dtype(struct kiln_model *m, int dtype)
 {
 	kiln_status st;
@@ -36,21 +73,7 @@ kiln_status kiln_model_set_compute_dtype(struct kiln_model *m, int dtype)
 		return kiln_error_wrap(st, "the %s compute copy of the parameters",
 				       kiln_dtype_name(dtype));
 	kiln_model_weights_written(m);
-	/* the speed guides' rule: tensor-core (and AVX512-BF16) GEMMs and
-	 * convolutions want dimensions that are multiples of 8 */
-	for (int i = 0; i < m->n_params; i++) {
-		const struct model_param *pm = &m->params[i];
-		if (pm->buffer || pm->desc.ndim < 2)
-			continue;
-		int64_t k = 1;
-		for (int d = 1; d < pm->desc.ndim; d++)
-			k *= pm->desc.dims[d];
-		if (pm->desc.dims[0] % 8 || k % 8)
-			kiln_log(KILN_LOG_WARN, "core",
-				 "%s: %s compute with %s [%lld outputs, %lld inputs per output]: not multiples of 8, so the low-precision matrix kernels run below their best",
-				 m->layers[pm->layer].name, kiln_dtype_name(dtype), pm->name,
-				 (long long)pm->desc.dims[0], (long long)k);
-	}
+	warn_dims(m, dtype);
 	return KILN_OK;
 }
 

@@ -99,7 +99,20 @@ struct kiln_pipe {
 		size_t bytes;
 		void *stream;
 	} held;
+	/* which sends go paired (kiln_pipe_pairs_plan): pair_with[slot of a send's
+	 * tag] = 1 + the slot of the recv it pairs with, 0 alone; n_pair_slots
+	 * slots of n_pair_msgs crossing tensors (the ties' included), as the
+	 * rank transport's (kiln_pipe_tag_slot).  NULL: nothing pairs. */
+	int *pair_with;
+	int n_pair_msgs, n_pair_slots;
 };
+
+/* A message's tag: micro-batch mb, crossing tensor e (the ties' after
+ * training's), back 1 for its gradient (kiln_pipe_tag_slot's inverse). */
+static inline uint64_t pipe_tag(int mb, int e, int back)
+{
+	return (uint64_t)mb << 32 | (uint64_t)e << 1 | (uint64_t)back;
+}
 
 /* Stage s's device: its own ([run] devices) or the model's. */
 static inline struct kiln_device *sdev(const struct kiln_pipe *pp, int s)
@@ -111,5 +124,13 @@ static inline struct kiln_device *sdev(const struct kiln_pipe *pp, int s)
  * its layer, or -1 past the last; *su, *so its stage and the owner's
  * (core/pipe_run.c). */
 int pipe_tie_user(const struct kiln_pipe *pp, int n, int *su, int *so);
+
+/* Stages on ranks with [pipeline] sendrecv on a transport with sendrecv:
+ * which of every stage's sends pair with the recv after them
+ * (pp->pair_with), from the schedule and the crossing tensors alone, so
+ * the same on every rank: those whose step cannot deadlock
+ * (core/pipe_pairs.c); n_tie: the tied tensors crossing ranks
+ * (pipe_tie_user).  This rank's sends left alone for that are logged. */
+kiln_status kiln_pipe_pairs_plan(struct kiln_pipe *pp, int n_tie);
 
 #endif

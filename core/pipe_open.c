@@ -469,7 +469,7 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d: sendrecv = auto: hand-offs %s on %s",
 			 mine, pp->pair ? "paired" : "not paired", name ? name : "this communicator");
 	}
-	return KILN_OK;
+	return kiln_pipe_pairs_plan(pp, n_tie);
 }
 
 int kiln_pipe_hookable(const struct kiln_pipe *pp)
@@ -495,6 +495,7 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 			kiln_device_plan_free(sdev(pp, pp->plan[0]->xfer[e].from), pp->xadd[e]);
 	kiln_pipe_rank_free(pp->rk);
 	free(pp->shared);
+	free(pp->pair_with);
 	kiln_device_free(pp->dev, pp->seed_d);
 	kiln_device_plan_free(pp->dev, pp->seed_op);
 	for (int k = 0; pp->plan && k < pp->K; k++)

@@ -33,14 +33,20 @@
  * 7): where the executor's next hand-offs of a stage are a send to a
  * stage and a recv from that same stage, with no work between (1f1b's
  * steady state: an activation forward, then the gradient back from the
- * same stage), both go as one sendrecv on the stage's stream, from the
- * tensor itself: the stream waits there for the recv anyway, and the two
- * halves progress together, so neither waits for the other (NCCL: one
- * group).  No copy into the slot, no send stream in between.  The pair's
- * send must not pass an earlier message to that stage still on the send
- * stream: the stage's stream first waits for the event recorded on the
- * send stream after the last one (`last`), long passed in the steady
- * state.  On the CPU the send stream's thread is still woken once a pair,
+ * same stage), and that stage pairs the same two messages the other way
+ * (core/pipe_run.c, kiln_pipe_pairs_plan), both go as one sendrecv on the
+ * stage's stream, from the tensor itself: the stream waits there for the
+ * recv anyway, and the two halves progress together, so neither waits for
+ * the other (NCCL: one group).  No copy into the slot, no send stream in
+ * between.  The pair's send must not pass an earlier message to that
+ * stage still on the send stream: the stage's stream first waits for the
+ * event recorded on the send stream after the last one (`last`), long
+ * passed in the steady state.  That wait ends: the peer receives those
+ * messages before its mirror pair, each alone (a message the send stream
+ * sent is in no pair of the peer's).  Where the peer did not mirror the
+ * pair (two crossing tensors each way: this pair's recv of gradient e0
+ * and the peer's pair's recv of activation e0 after its send of
+ * gradient e1), the two waits held each other until [dist] timeout.  On the CPU the send stream's thread is still woken once a pair,
  * as an unpaired send wakes it (pair_wake: the stage's passes keep their
  * core under load with it, not without).
  *
@@ -125,8 +131,8 @@ struct kiln_pipe_rank {
 	unsigned char direct[KILN_PIPE_MAX_STAGES];
 };
 
-/* A message's place in the step, for errors, from its tag (pipe_run.c's
- * tag_of: micro-batch, crossing tensor, direction): "micro-batch 1,
+/* A message's place in the step, for errors, from its tag (pipe_impl.h's
+ * pipe_tag: micro-batch, crossing tensor, direction): "micro-batch 1,
  * crossing tensor 0 (its gradient)". */
 static const char *tag_name(uint64_t tag, char *buf, size_t n)
 {
@@ -441,7 +447,7 @@ static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *bu
 }
 
 /* The staged evaluation's message tag: crossing tensor e in micro-batch
- * 0's forward slot (pipe_run.c's tag_of), which must exist: a slot that
+ * 0's forward slot (pipe_impl.h's pipe_tag), which must exist: a slot that
  * does not would leave the receive unmarked, unexplained. */
 static kiln_status eval_tag(struct kiln_pipe_rank *R, const char *what, int e, long long batch,
 			    uint64_t *tag)
@@ -517,8 +523,8 @@ static kiln_status pair_wake(struct kiln_pipe_rank *R, struct rank_msg *g, void 
 }
 
 /* A send to stage peer and the recv from it after, as one sendrecv on the
- * stage's stream (the head comment, "Paired"); without the communicator's
- * sendrecv, rank_send and then rank_recv. */
+ * stage's stream (the head comment, "Paired"); only with the
+ * communicator's sendrecv (R->pairs: rank_ops, not rank_alone_ops). */
 static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, const void *sbuf,
 				 size_t sbytes, uint64_t rtag, void *rbuf, size_t rbytes,
 				 void *stream)
@@ -526,15 +532,11 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 	struct kiln_pipe_rank *R = ctx;
 	kiln_status st;
 	char sw[96], rw[96];
-	if (!R->pairs) {
-		if ((st = rank_send(ctx, me, peer, stag, sbuf, sbytes, stream)))
-			return st;
-		return rank_recv(ctx, peer, me, rtag, rbuf, rbytes, stream);
-	}
 	if (!rank_slot(R, stag))
 		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d (rank %d) sends message %llx to stage %d (rank %d) out of range",
 				  me, R->world_of[me], (unsigned long long)stag, peer, R->world_of[peer]);
-	/* after the earlier messages to peer that the send stream sends */
+	/* after the earlier messages to peer that the send stream sends
+	 * (which the peer receives alone, before its half of this pair) */
 	if (R->last[peer] &&
 	    (st = kiln_device_stream_wait(R->dev, stream, R->msg[R->last[peer] - 1].sent)))
 		return send_failed(R, st, me, peer, stag, 0);
@@ -562,6 +564,9 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 }
 
 static const struct kiln_stage_transport_ops rank_ops = { rank_send, rank_recv, rank_sendrecv };
+/* A communicator without sendrecv (comm ops version < 7): nothing pairs,
+ * so the executor holds no send and the pairs' plan has none to make. */
+static const struct kiln_stage_transport_ops rank_alone_ops = { rank_send, rank_recv, NULL };
 
 /* [pipeline] sendrecv = auto, the one place of its rule: pair on kiln-mpi
  * (1.19-1.68x the samples/s of unpaired hand-offs on a quiet machine,
@@ -630,7 +635,7 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 		    (st = kiln_device_event_create(dev, &R->msg[i].sent)))
 			return kiln_error_wrap(st, "pipeline: stage %d (rank %d): event %d of the %d of its messages (%d micro-batches x %d crossing tensors x 2 directions)",
 					       mine, world_of[mine], i, R->n, M, n_xfer);
-	*tr = (struct kiln_stage_transport){ &rank_ops, R };
+	*tr = (struct kiln_stage_transport){ R->pairs ? &rank_ops : &rank_alone_ops, R };
 	return KILN_OK;
 }
 

@@ -7,22 +7,22 @@
 #include "pipe_impl.h"
 #include "profile.h"
 
-/* ---- the step ------------------------------------------------------------ */
-
-static uint64_t tag_of(int mb, int e, int back)
-{
-	return (uint64_t)mb << 32 | (uint64_t)e << 1 | (uint64_t)back;
-}
-
 /* ---- the hand-offs, paired where the transport can ----------------------
  * A stage's send is held (not yet enqueued) until its next hand-off or
  * work: a recv from the stage it sends to goes with it as one sendrecv
  * (1f1b's steady state on ranks: the activation to stage s + 1, then the
  * gradient from it; on stage s + 1 the gradient back, then the next
- * activation); anything else sends it first.  The order of each stage's
- * messages to each other stage is unchanged.  (A micro-batch's entry,
- * enter: a copy of its step counter into a free plan, may go between:
- * it touches nothing the send reads, and is no pass.) */
+ * activation) where the plan of the step's pairs has it (kiln_pipe_pairs_plan,
+ * core/pipe_pairs.c: no pair that could deadlock the step); anything else
+ * sends it first.  The order of each stage's messages to each other stage
+ * is unchanged.  (A micro-batch's entry, enter: a copy of its step counter
+ * into a free plan, may go between: it touches nothing the send reads,
+ * and is no pass.) */
+
+static int pair_slot(const struct kiln_pipe *pp, uint64_t tag)
+{
+	return kiln_pipe_tag_slot(tag, pp->n_pair_msgs, pp->n_pair_slots);
+}
 
 /* The held send, if any, enqueued alone: before the stage's work. */
 static kiln_status xflush(struct kiln_pipe *pp)
@@ -30,6 +30,12 @@ static kiln_status xflush(struct kiln_pipe *pp)
 	if (!pp->held.on)
 		return KILN_OK;
 	pp->held.on = 0;
+	/* (a send the plan pairs, sent alone: the executor and the plan's
+	 * walk of its hand-offs parted, and the peer may wait in its half
+	 * of a pair for a recv posted after it; said, not hung) */
+	if (pp->pair_with && pp->pair_with[pair_slot(pp, pp->held.tag)])
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d: message %llx to stage %d, which the pairing plan pairs with a recv, sent alone",
+				  pp->held.from, (unsigned long long)pp->held.tag, pp->held.to);
 	return pp->tr.ops->send(pp->tr.ctx, pp->held.from, pp->held.to, pp->held.tag, pp->held.buf,
 				pp->held.bytes, pp->held.stream);
 }
@@ -38,7 +44,7 @@ static kiln_status xsend(struct kiln_pipe *pp, int from, int to, uint64_t tag, c
 			 size_t bytes, void *stream)
 {
 	kiln_status st = xflush(pp);
-	if (st || !pp->tr.ops->sendrecv || !pp->pair)
+	if (st || !pp->pair_with)
 		return st ? st : pp->tr.ops->send(pp->tr.ctx, from, to, tag, buf, bytes, stream);
 	pp->held.on = 1;
 	pp->held.from = from, pp->held.to = to, pp->held.tag = tag;
@@ -50,7 +56,8 @@ static kiln_status xrecv(struct kiln_pipe *pp, int from, int to, uint64_t tag, v
 			 size_t bytes, void *stream)
 {
 	if (pp->held.on && pp->held.to == from && pp->held.from == to &&
-	    pp->held.stream == stream) {
+	    pp->held.stream == stream &&
+	    pp->pair_with[pair_slot(pp, pp->held.tag)] == 1 + pair_slot(pp, tag)) {
 		pp->held.on = 0;
 		return pp->tr.ops->sendrecv(pp->tr.ctx, to, from, pp->held.tag, pp->held.buf,
 					    pp->held.bytes, tag, buf, bytes, stream);
@@ -109,11 +116,11 @@ static kiln_status tie_weights(struct kiln_pipe *pp)
 		    (st = m->fwd_hook(m->fwd_user, m->n_layers, pp->sst[so])))
 			return st;
 		if (pp->mine == so &&
-		    (st = pp->tr.ops->send(pp->tr.ctx, so, su, tag_of(0, n_xfer + t, 0), w, bytes,
+		    (st = pp->tr.ops->send(pp->tr.ctx, so, su, pipe_tag(0, n_xfer + t, 0), w, bytes,
 					   pp->sst[so])))
 			return st;
 		if (pp->mine == su &&
-		    (st = pp->tr.ops->recv(pp->tr.ctx, so, su, tag_of(0, n_xfer + t, 0), w, bytes,
+		    (st = pp->tr.ops->recv(pp->tr.ctx, so, su, pipe_tag(0, n_xfer + t, 0), w, bytes,
 					   pp->sst[su])))
 			return st;
 	}
@@ -147,10 +154,10 @@ static kiln_status tie_grads(struct kiln_pipe *pp, int s, int j, int after)
 		float *g = pp->tie[pp->slot[j]] + pp->m->layers[i].tie_grad;
 		const size_t bytes = (size_t)tied_param(pp, i)->numel * sizeof(float);
 		if (after && s == su &&
-		    (st = xsend(pp, su, so, tag_of(j, n_xfer + t, 1), g, bytes, pp->sst[su])))
+		    (st = xsend(pp, su, so, pipe_tag(j, n_xfer + t, 1), g, bytes, pp->sst[su])))
 			return st;
 		if (!after && s == so &&
-		    (st = xrecv(pp, su, so, tag_of(j, n_xfer + t, 1), g, bytes, pp->sst[so])))
+		    (st = xrecv(pp, su, so, pipe_tag(j, n_xfer + t, 1), g, bytes, pp->sst[so])))
 			return st;
 	}
 	return KILN_OK;
@@ -183,7 +190,7 @@ static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int 
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		if (xf->to == s &&
-		    (st = xrecv(pp, xf->from, s, tag_of(j, e, 0), kiln_plan_store_ptr(p, xf->recv, x),
+		    (st = xrecv(pp, xf->from, s, pipe_tag(j, e, 0), kiln_plan_store_ptr(p, xf->recv, x),
 				xf->bytes, ss)))
 			return st;
 	}
@@ -200,7 +207,7 @@ static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int 
 		const void *src = kiln_plan_store_ptr(p, xf->src, x);
 		if (xf->from == s && xf->src < 0 && pp->xdata && (st = data_stable(pp, e, &src, xf->bytes, s)))
 			return st;
-		if (xf->from == s && (st = xsend(pp, s, xf->to, tag_of(j, e, 0), src, xf->bytes, ss)))
+		if (xf->from == s && (st = xsend(pp, s, xf->to, pipe_tag(j, e, 0), src, xf->bytes, ss)))
 			return st;
 	}
 	return KILN_OK;
@@ -219,7 +226,7 @@ static kiln_status receive_grads(struct kiln_pipe *pp, struct kiln_plan *p, int 
 				continue;
 			void *g = kiln_plan_store_ptr(p, xf->gsrc, x);
 			void *dst = xf->gadd ? kiln_plan_store_ptr(p, xf->gtmp, x) : g;
-			if ((st = xrecv(pp, to, s, tag_of(j, e, 1), dst, xf->bytes, pp->sst[s])))
+			if ((st = xrecv(pp, to, s, pipe_tag(j, e, 1), dst, xf->bytes, pp->sst[s])))
 				return st;
 			if (xf->gadd) {
 				struct kiln_op_args a = { .in = { g, dst }, .out = { g } };
@@ -275,7 +282,7 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		if (xf->to == s && xf->grecv >= 0 &&
-		    (st = xsend(pp, s, xf->from, tag_of(j, e, 1), kiln_plan_store_ptr(p, xf->grecv, x),
+		    (st = xsend(pp, s, xf->from, pipe_tag(j, e, 1), kiln_plan_store_ptr(p, xf->grecv, x),
 				xf->bytes, ss)))
 			return st;
 	}

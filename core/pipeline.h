@@ -168,7 +168,7 @@ struct kiln_stage_transport {
 };
 
 /* A message's slot among n = 2 M n_xfer (micro-batch, tensor, direction)
- * from its tag (pipe_run.c's tag_of), or -1 out of range: the transports
+ * from its tag (pipe_impl.h's pipe_tag), or -1 out of range: the transports
  * keep what a message needs there, since a tag recurs only a step later. */
 static inline int kiln_pipe_tag_slot(uint64_t tag, int n_xfer, int n)
 {

@@ -26,6 +26,53 @@ static void log_recompute(const struct kiln_plan *p, int S)
 		 S, p->n_recomputed, per, (double)p->arena_bytes / 1048576.0);
 }
 
+/* Why layer i's `[layer.X] recompute = 1` recomputes nothing in training
+ * plan p, into why[n]. */
+static void recompute_why_not(const struct kiln_plan *p, int i, char *why, size_t n)
+{
+	const struct kiln_model *m = p->m;
+	const struct plan_node *N = p->nodes;
+	const int r = kiln_plan_root_y(N, m, i);
+	int later = -1;
+	for (int j = i + 1; p->staged && j < m->n_layers; j++)
+		for (int k = 0; k < m->layers[j].n_in; k++)
+			if (kiln_plan_root_y(N, m, m->layers[j].in[k]) == r && m->stage[j] != m->stage[i])
+				later = m->stage[j];
+	if (N[i].l.is_loss)
+		snprintf(why, n, "a loss layer stores no output");
+	else if (N[i].l.is_view && r < 0)
+		snprintf(why, n, "its output is a view of the data input, which is kept");
+	else if (N[i].l.is_view)
+		snprintf(why, n, "its output is a view of layer '%s''s bytes: set recompute there",
+			 m->layers[r].name);
+	else if (later >= 0)
+		snprintf(why, n, "its output is read on pipeline stage %d, which it is sent to, so it is kept (a stage recomputes what its own layers read)",
+			 later);
+	else
+		snprintf(why, n, "no backward reads its output and its forward keeps nothing for its backward, so the output is freed after its last forward reader already");
+}
+
+/* `[layer.X] recompute = 1` that a training plan recomputes nothing of,
+ * said once a model (before session 41 silently). */
+static void say_recompute_unused(const struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	char why[256];
+	if (!p->training || m->recompute_said)
+		return;
+	m->recompute_said = 1;
+	for (int i = 0; i < m->n_layers; i++) {
+		int own = 0;
+		kiln_config_get_bool(m->cfg, m->layers[i].section, "recompute", &own);
+		if (!own || p->nodes[i].trig >= 0)
+			continue;
+		recompute_why_not(p, i, why, sizeof why);
+		kiln_log(KILN_LOG_WARN, "core", "%s: [%s] recompute = 1 recomputes nothing: %s",
+			 kiln_config_where(m->cfg, m->layers[i].section, "recompute"),
+			 m->layers[i].section, why);
+	}
+}
+
 /* [train] recompute: "none" (0 segments), "auto" (-1: the planner
  * searches) or a segment count. */
 static kiln_status recompute_segments(const struct kiln_model *m, int *segs)
@@ -474,6 +521,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 		goto fail;
 	if (p->n_recomputed)
 		log_recompute(p, S);
+	say_recompute_unused(p);
 	if (S > n) /* segments of a layer or less: none holds an output and a reader */
 		kiln_log(KILN_LOG_INFO, "core",
 			 "%s: [train] recompute = %d is more segments than the model's %d layers can use (an output is recomputed only when the layers that read it share its segment): %d layers' outputs recomputed; recompute = auto picks the count that needs the least memory",

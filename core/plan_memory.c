@@ -97,10 +97,15 @@ kiln_status kiln_plan_new_store(struct kiln_plan *p, size_t bytes, int start, in
  * the schedule.  With S segments (balanced by output bytes) an output is
  * recomputed when it lies in any segment but the last and only layers of
  * its own segment read it; `[layer.X] recompute = 1` asks for one layer's
- * output alone.  A recomputed output is computed again just before the
- * first backward (or recomputation) that reads it, so the recomputations
- * of a segment run in layer order right before its first backward needs
- * them.  Sets nodes[].trig, pos_r, pos_b and p->sched. */
+ * output alone, and for what its forward keeps for its backward (saved
+ * state).  A recomputed output is computed again just before the first
+ * backward (or recomputation) that reads it, or for saved state asked
+ * for by the key, before the layer's own backward, so the
+ * recomputations of a segment run in layer order right before its first
+ * backward needs them.  (Before session 41 the key was silently a no-op
+ * on a layer whose output no backward reads: an lstm feeding a concat
+ * kept its 2.75 MiB of saved state in examples/seq2seq.ini.)  Sets
+ * nodes[].trig, pos_r, pos_b and p->sched. */
 static kiln_status plan_schedule(struct kiln_plan *p, int S)
 {
 	struct kiln_model *m = p->m;
@@ -138,15 +143,17 @@ static kiln_status plan_schedule(struct kiln_plan *p, int S)
 					 * sent there, and kept */
 					staged = staged && (!p->staged || m->stage[j] == m->stage[i]);
 				}
-		rec[i] = (inside || own) && staged;
+		rec[i] = !staged ? 0 : own ? 2 : inside; /* 2: asked for by the key */
 	}
 	/* triggers, last layer first: a recomputed output is needed by its
-	 * own backward (needs_output), by readers' backwards (needs_input)
-	 * and by readers' recomputations */
+	 * own backward (needs_output, or its saved state where the key asks
+	 * for it: segments recompute outputs), by readers' backwards
+	 * (needs_input) and by readers' recomputations */
 	for (int i = 0; i < n; i++)
 		N[i].trig = -1;
 	for (int j = n - 1; j >= 0; j--) {
-		if (rec[j] && N[j].l.needs_output && j > N[j].trig)
+		if (rec[j] && (N[j].l.needs_output || (rec[j] == 2 && N[j].l.saved_bytes)) &&
+		    j > N[j].trig)
 			N[j].trig = j;
 		for (int k = 0; k < m->layers[j].n_in; k++) {
 			int r = kiln_plan_root_y(N, m, m->layers[j].in[k]);

@@ -53,8 +53,7 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 		 * reads or writes activations in it (plugin.h: NULL with f32
 		 * compute, e.g. a layer norm of the f32 residual stream; a
 		 * linear layer on it converts x and writes the compute dtype) */
-		if (m->params_c && !pm->buffer &&
-		    (nd->l.in[0].dtype == m->cdtype || nd->l.out.dtype == m->cdtype))
+		if (m->params_c && !pm->buffer && kiln_node_low_precision(nd, m->cdtype))
 			r->wc[k] = (char *)m->params_c + pm->off * kiln_dtype_size(m->cdtype);
 		r->dw[k] = p->training ? kiln_model_grad_dst(m, m->grad_out_d ? m->grad_out_d
 									       : m->grads_d, i, k)

@@ -245,7 +245,7 @@ const struct kiln_key kiln_layer_common_keys[] = {
 	{ "stage", KILN_KEY_INT, NULL, 0, 63, NULL,
 	  "Pipeline stage of this layer (docs/pipeline.md); default: the previous layer's stage (0 for the first). Stages follow the file order (each next stage one more); every tensor read on a later stage than its producer's (a skip connection too) is sent to it, and its gradient sent back. `[model] stages` is the other way to say it." },
 	{ "recompute", KILN_KEY_BOOL, "0", NOLIM, NULL,
-	  "1: gradient checkpointing for this layer alone: its output (and what its forward keeps for the backward) is freed after the forward and computed again just before the backward needs it, whatever [train] recompute says. Gradients are the same bit for bit." },
+	  "1: gradient checkpointing for this layer alone: its output (and what its forward keeps for the backward) is freed after the forward and computed again just before the backward needs it, whatever [train] recompute says. Gradients are the same bit for bit. Where nothing can be freed (a loss, a view, an output sent to a later pipeline stage, a layer that keeps nothing and whose output no backward reads) a warning says so." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

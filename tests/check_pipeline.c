@@ -16,6 +16,8 @@
 #include "dist.h" /* kiln_device_host_fn */
 #include "graph.h"
 #include "pipeline.h"
+#include "pipe_impl.h" /* kiln_pipe_pairs_plan */
+#include <time.h>
 
 static struct kiln_registry *reg;
 
@@ -711,15 +713,18 @@ static kiln_status pair_sendrecv(void *ctx, const void *sbuf, size_t scount, int
  * comm ops `version` whose plugin is named `comm`, with [pipeline]
  * sendrecv = `pair` (NULL: not set, the default): the calls it made in
  * one step. */
-static void pair_run(int version, int mine, const char *pair, const char *comm, char *out)
+static const char pair_mlp[] = "[layer.fc]\ntype = linear\nout = 4\n"
+			       "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+			       "[layer.loss]\ntype = softmax_xent\n";
+
+static void pair_run_layers(const char *layers, int version, int mine, const char *pair,
+			    const char *comm, char *out)
 {
 	struct seed_rig r;
 	char key[64] = "";
 	if (pair)
 		snprintf(key, sizeof key, "sendrecv = %s\n", pair);
-	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
-			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
-			 "[layer.loss]\ntype = softmax_xent\n", key);
+	seed_open_layers(&r, layers, key);
 	struct kiln_comm_ops ops = { .version = (uint32_t)version, .send = pair_send,
 				     .recv = pair_recv,
 				     .sendrecv = version >= 7 ? pair_sendrecv : NULL };
@@ -741,6 +746,11 @@ static void pair_run(int version, int mine, const char *pair, const char *comm, 
 	strcpy(out, plog.ops);
 	kiln_pipe_free(pp);
 	seed_close(&r);
+}
+
+static void pair_run(int version, int mine, const char *pair, const char *comm, char *out)
+{
+	pair_run_layers(pair_mlp, version, mine, pair, comm, out);
 }
 
 /* 1f1b on 2 stages, 4 micro-batches, [pipeline] sendrecv = 1: stage 0
@@ -783,6 +793,120 @@ START_TEST(test_pair_handoffs)
 	ck_assert_int_eq(kiln_pipe_pair_auto("nccl"), 1);
 	ck_assert_int_eq(kiln_pipe_pair_auto("gloo"), 0);
 	ck_assert_int_eq(kiln_pipe_pair_auto(NULL), 0);
+}
+END_TEST
+
+/* Two crossing tensors each way (a skip connection across the cut: fc's
+ * output and its ReLU's, concatenated on stage 1): 1f1b on 2 stages, 4
+ * micro-batches, sendrecv = 1.  Paired as in the test above, stage 0's
+ * pair of activation e1 of j + 1 and gradient e0 of j and stage 1's of
+ * gradient e1 of j and activation e0 of j + 1 each first wait for the
+ * send stream's earlier send to the peer (activation e0 of j + 1;
+ * gradient e0 of j), which the peer receives in its pair, after its own
+ * wait: where a send waits for its recv the step hung until [dist]
+ * timeout (tests/pipeline_dist.sh).  The plan of the pairs
+ * (core/pipe_pairs.c) leaves stage 0's alone and keeps stage 1's; before
+ * session 41 stage 0 issued "sssxrsxrsxrrr". */
+struct alone_log {
+	int n;
+};
+
+static void alone_sink(void *user, int level, const char *who, const char *msg)
+{
+	(void)level;
+	if (!strcmp(who, "pipeline") && strstr(msg, " go alone, not paired "))
+		((struct alone_log *)user)->n++;
+}
+
+START_TEST(test_pair_skip_alone)
+{
+	static const char skip[] = "[layer.fc]\ntype = linear\nout = 4\n"
+				   "[layer.r]\ntype = relu\n"
+				   "[layer.cat]\ntype = concat\ninputs = fc, r\nstage = 1\n"
+				   "[layer.fc2]\ntype = linear\nout = 4\n"
+				   "[layer.loss]\ntype = softmax_xent\n";
+	char got[64];
+	pair_run_layers(skip, 7, 0, "1", "mpi", got);
+	ck_assert_str_eq(got, "ssssrrssrrssrrrr");
+	pair_run_layers(skip, 7, 1, "1", "mpi", got);
+	ck_assert_str_eq(got, "rrsxrsxrsxrss");
+	/* without the communicator's sendrecv nothing pairs, and no line says
+	 * that sends go alone for fear of a wait (before session 41 stage 0
+	 * played the step and said so) */
+	struct alone_log l = { 0 };
+	kiln_log_set_sink(alone_sink, &l);
+	pair_run_layers(skip, 6, 0, "1", "mpi", got);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_str_eq(got, "ssssrrssrrssrrrr");
+	ck_assert_int_eq(l.n, 0);
+	kiln_log_set_sink(alone_sink, &l);
+	pair_run_layers(skip, 7, 0, "1", "mpi", got);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_int_eq(l.n, 1);
+}
+END_TEST
+
+/* The plan of the pairs at M = 256, P = 8 (1f1b) with two crossing
+ * tensors each way at every cut (a skip connection across each): it
+ * completes (each deadlocking play once unpaired one pair and replayed
+ * the whole step: about M^2 P^3, 0.38 s here; a play per stuck front
+ * since session 41), and what it keeps pairs. */
+static kiln_status big_sendrecv(void *ctx, int me, int peer, uint64_t stag, const void *sbuf,
+				size_t sbytes, uint64_t rtag, void *rbuf, size_t rbytes, void *stream)
+{
+	(void)ctx, (void)me, (void)peer, (void)stag, (void)sbuf, (void)sbytes, (void)rtag;
+	(void)rbuf, (void)rbytes, (void)stream;
+	return KILN_OK;
+}
+
+START_TEST(test_pair_plan_large)
+{
+	enum { P = 8, M = 256, X = 2 * (P - 1) };
+	static const struct kiln_stage_transport_ops ops = { NULL, NULL, big_sendrecv };
+	struct kiln_pipe_action *a = calloc(2 * P * M, sizeof *a);
+	int ticks, live[P];
+	ck_assert(a != NULL);
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, P, M, 0, a, &ticks, live) == KILN_OK);
+	struct plan_xfer x[X];
+	for (int e = 0; e < X; e++)
+		x[e] = (struct plan_xfer){ .from = e / 2, .to = e / 2 + 1, .grecv = 0 };
+	struct kiln_plan plan = { .xfer = x, .n_xfer = X };
+	struct kiln_plan *plans[1] = { &plan };
+	struct kiln_pipe pp = { .P = P, .M = M, .K = 1, .plan = plans, .act = a, .pair = 1,
+				.tr = { &ops, NULL }, .mine = 0 };
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	OK(kiln_pipe_pairs_plan(&pp, 0));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	int paired = 0;
+	for (int i = 0; i < pp.n_pair_slots; i++)
+		paired += pp.pair_with[i] != 0;
+	fprintf(stderr, "pair plan M = %d, P = %d, 2 tensors each way: %d sends paired, %.1f ms\n",
+		M, P, paired, 1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec));
+	ck_assert_int_gt(paired, 0);
+	free(pp.pair_with);
+	free(a);
+}
+END_TEST
+
+/* A step that waits for ever with every send alone (stage 0 runs its
+ * backward, the recv of gradient 0, before the forward whose activation
+ * stage 1 waits for): the plan of the pairs says so, naming the stage and
+ * the message; before session 41 it left every send alone and went on. */
+START_TEST(test_pair_plan_stuck)
+{
+	static const struct kiln_stage_transport_ops ops = { NULL, NULL, big_sendrecv };
+	struct kiln_pipe_action a[4] = { { KILN_PIPE_BWD, 0, 0, 0 }, { KILN_PIPE_FWD, 0, 0, 1 },
+					 { KILN_PIPE_FWD, 1, 0, 2 }, { KILN_PIPE_BWD, 1, 0, 3 } };
+	struct plan_xfer x = { .from = 0, .to = 1, .grecv = 0 };
+	struct kiln_plan plan = { .xfer = &x, .n_xfer = 1 };
+	struct kiln_plan *plans[1] = { &plan };
+	struct kiln_pipe pp = { .P = 2, .M = 1, .K = 1, .plan = plans, .act = a, .pair = 1,
+				.tr = { &ops, NULL }, .mine = 0 };
+	ck_assert_int_eq(kiln_pipe_pairs_plan(&pp, 0), KILN_EINTERNAL);
+	ck_assert_msg(strstr(kiln_last_error(), "stage 0's hand-offs wait for ever with every send alone, at its recv of micro-batch 0's gradient 0") != NULL,
+		      "%s", kiln_last_error());
+	ck_assert_ptr_null(pp.pair_with);
 }
 END_TEST
 
@@ -1578,7 +1702,8 @@ static Suite *make_pipeline_suite(void)
 					  NULL });
 	check_add_case(s, "balance", 30, NULL, NULL, (const TTest *[]){ test_balance, test_balance_tie, test_balance_bytes, NULL });
 	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, test_loss_alone, NULL });
-	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
+	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, test_pair_skip_alone, test_pair_plan_large,
+								 test_pair_plan_stuck, NULL });
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, test_report_whole, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });

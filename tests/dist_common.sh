@@ -37,6 +37,10 @@
 #   ended_soon NAME RC PATTERN WHEN WHAT
 #                              NAME's exit RC non-zero, within 30 s of its
 #                              first stamped line matching PATTERN
+#   paired NAME "STAGE PAIRED SENT"...
+#                              in $tmp/NAME.log, STAGE's rank logged PAIRED
+#                              of its SENT crossing tensors sent paired with
+#                              a recv ([pipeline] sendrecv), once
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
 kiln="$abs_top_builddir/kiln"
@@ -79,6 +83,16 @@ run() {
 	fi
 	_rc=$?
 	[ $_rc = 0 ] || { bad "$_name exited $_rc"; tail -20 "$tmp/$_name.log"; }
+}
+
+paired() {
+	_l=$1
+	shift
+	for _r in "$@"; do
+		set -- $_r
+		[ "$(grep -c "stage $1 (this rank): $2 of $3 crossing tensors sent paired with the recv from the same stage after them, in one sendrecv" "$tmp/$_l.log")" = 1 ] ||
+			{ bad "$_l: stage $1's rank did not pair $2 of its $3 sends with a recv"; grep "sent paired" "$tmp/$_l.log"; }
+	done
 }
 
 # rates NAME D: in $tmp/NAME.log, every rank's final metrics line (rank

@@ -361,6 +361,7 @@ TESTS += tests/shard_truncate.sh
 endif
 EXTRA_DIST += tests/shard_truncate.sh
 # lstm/gru config errors a plan meets: pad_id with one input, bf16 compute
+# (and bf16's multiple-of-8 warning: the head's weight alone)
 if BUILD_LOADERS
 TESTS += tests/rnn_config.sh
 endif
@@ -371,6 +372,12 @@ if BUILD_LOADERS
 TESTS += tests/rnn_last.sh
 endif
 EXTRA_DIST += tests/rnn_last.sh
+# [layer.X] recompute = 1 on lstm/gru feeding a concat: their saved state
+# recomputed, the same bytes; where the key frees nothing, a warning
+if BUILD_LOADERS
+TESTS += tests/rnn_recompute.sh
+endif
+EXTRA_DIST += tests/rnn_recompute.sh
 
 # ---- device: the conformance suites, one per op family around one fixture
 # (tests/device_fixture.c), each op against reference loops; the same
@@ -1034,6 +1041,10 @@ EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
 # [dist] pipeline: stages on ranks (gloo, mpi), P x D, resume on 1, a killed stage
 TESTS += tests/pipeline_dist.sh
 EXTRA_DIST += tests/pipeline_dist.sh
+# [pipeline] sendrecv with a skip across the cut (gloo TCP, mpi messages):
+# no pair that deadlocks the step (core/pipe_pairs.c)
+TESTS += tests/pipeline_pairs.sh
+EXTRA_DIST += tests/pipeline_pairs.sh
 # [model] init_from of llm.c's file on 2 stages on 2 ranks: each rank its
 # stage alone, the file opened once a rank (an LD_PRELOAD shim)
 if BUILD_LOADERS

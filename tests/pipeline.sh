@@ -31,8 +31,9 @@
 #     multiple of micro_batches (and of 8);
 #  7. [train] recompute with stages (before session 9: refused): each stage
 #     recomputes its own layers' outputs (an output read on a later stage
-#     is kept), on one device and on device instances of their own, per
-#     layer and by segments: the bytes of the run without recomputation.
+#     is kept, and its `[layer.X] recompute = 1` says so: session 41), on
+#     one device and on device instances of their own, per layer and by
+#     segments: the bytes of the run without recomputation.
 name=pipeline
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -328,6 +329,9 @@ rcl="layer.fc1.recompute=1 layer.fc2.recompute=1 layer.fc3.recompute=1"
 kiln 0 train "$m" run.out_dir="$tmp/rc0" "$@"
 kiln 0 train "$m" run.out_dir="$tmp/rc1" "$@" $rcl
 stderr_has "2 layers' outputs recomputed in the backward (by stage: 1, 1)"
+# (fc2's key said to do nothing, once: before session 41 silently)
+stderr_has "[core] warning: command line 'layer.fc2.recompute=1': [layer.fc2] recompute = 1 recomputes nothing: its output is read on pipeline stage 1, which it is sent to, so it is kept (a stage recomputes what its own layers read)"
+[ "$(grep -c "recomputes nothing" "$err")" = 1 ] || fail "rc1: not one warning of a key that recomputes nothing"
 kiln 0 train "$m" run.out_dir="$tmp/rc2" "$@" $rcl run.devices=cpu:0,cpu:1 run.threads=2
 stderr_has "2 layers' outputs recomputed in the backward (by stage: 1, 1)"
 kiln 0 train "$m" run.out_dir="$tmp/rc3" "$@" $rcl pipeline.schedule=gpipe

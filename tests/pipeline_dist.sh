@@ -240,15 +240,6 @@ done
 # 3 a step on both of 2 stages; on 4 stages 1, 3, 5 and 3 a step of 4, 8,
 # 8 and 4 (stage s: M - (P - 1 - s) pairs with s + 1, as many less one
 # with s - 1); each rank's line names its stage
-paired() { # paired LOG "STAGE PAIRED SENT"...: STAGE's rank logged PAIRED of SENT
-	_l=$1
-	shift
-	for _r in "$@"; do
-		set -- $_r
-		[ "$(grep -c "stage $1 (this rank): $2 of $3 crossing tensors sent paired with the recv from the same stage after them, in one sendrecv" "$tmp/$_l.log")" = 1 ] ||
-			{ bad "$_l: stage $1's rank did not pair $2 of its $3 sends with a recv"; grep "sent paired" "$tmp/$_l.log"; }
-	done
-}
 paired g2 "0 18 24" "1 18 24"
 paired g2t "0 0 24" "1 0 24"
 [ "$(grep -c "\[pipeline\] stage [01]: sendrecv = auto: hand-offs not paired on gloo" "$tmp/g2t.log")" = 2 ] ||
