@@ -122,18 +122,14 @@ if command -v python3 >/dev/null; then
 	# a hash that differs is warned of; and as PyTorch writes it (no
 	# metadata): loaded as before, nothing to compare
 	python3 - "$w" "$tmp/old.safetensors" "$tmp/pt.safetensors" <<'EOF' || fail "python3 could not rewrite W"
-import json, struct, sys
-b = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", b[:8])[0]
-h = json.loads(b[8:8 + n])
-def write(path, h):
-	t = json.dumps(h).encode()
-	t += b" " * (-len(t) % 8)
-	open(path, "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
-del h["__metadata__"]["kiln.layers"]
-write(sys.argv[2], h)
-del h["__metadata__"]
-write(sys.argv[3], h)
+import st, sys
+def older(h, meta, data):
+    # a kiln before session 41 wrote neither kiln.layers nor kiln.crc32c
+    del meta["kiln.layers"], meta["kiln.crc32c"]
+def pytorch(h, meta, data):
+    meta.clear()
+st.rewrite(sys.argv[1], sys.argv[2], older)
+st.rewrite(sys.argv[1], sys.argv[3], pytorch)
 EOF
 	kiln 0 eval "$ini" --checkpoint "$tmp/old.safetensors"
 	stdout_has "\"test_loss\": $loss,"
