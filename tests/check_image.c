@@ -21,7 +21,7 @@
  * CMYK and YCCK JPEGs decode to RGB as PIL converts them (refused before
  * session 41).
  * CK_RUN_CASE=png_pixels (png_errors, jpeg_pixels, jpeg_truncated,
- * pixel_limit, file_kinds) runs one.
+ * jpeg_scans, pixel_limit, file_kinds) runs one.
  */
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <turbojpeg.h> /* tjCompress2: a progressive JPEG */
 #include <zlib.h> /* crc32: a PNG chunk's */
 
 /* $srcdir/tests/data/<dir>/<name> into a malloc()ed buffer. */
@@ -141,13 +142,42 @@ START_TEST(test_png_errors)
 }
 END_TEST
 
+/* The warnings logged whose text holds `want`, counted; the first one's
+ * "[who] text" kept. */
+struct log_count {
+	const char *want;
+	int n;
+	char first[512];
+};
+
+static void count_warnings(void *user, int level, const char *who, const char *msg)
+{
+	struct log_count *c = user;
+	if (level == KILN_LOG_WARN && strstr(msg, c->want) && c->n++ == 0)
+		snprintf(c->first, sizeof c->first, "[%s] %s", who, msg);
+}
+
 /* PIL's pixels past libjpeg's warnings: extraneous bytes before the EOI
  * or the SOS marker, JFIF 2.01 (each the clean file's pixels, which
  * gen_jpeg_refs.py checked for PIL); and of a CMYK and a YCCK file, as
- * PIL's convert("RGB") (refused before session 41). */
+ * PIL's convert("RGB") (refused before session 41).  The first file
+ * decoded past a warning is named in a warning with libjpeg's message,
+ * the others (and a second decode of it) are not (silent before). */
 START_TEST(test_jpeg_pixels)
 {
+	struct log_count warned = { .want = "decoded despite libjpeg's warning" };
+	kiln_log_set_sink(count_warnings, &warned);
 	check_refs("jpeg", 6);
+	size_t n;
+	uint8_t *buf = read_fixture("jpeg", "extra3.jpg", &n);
+	struct kiln_image img = { 0 };
+	ck_assert_int_eq(img_decode(kiln_host_table(), buf, n, "extra3.jpg", IMG_MAX_PIXELS, &img),
+			 KILN_OK);
+	kiln_log_set_sink(NULL, NULL);
+	free(img.data);
+	free(buf);
+	ck_assert_int_eq(warned.n, 1);
+	ck_assert_str_eq(warned.first, "[data] extra3.jpg: decoded despite libjpeg's warning 'Corrupt JPEG data: 1 extraneous bytes before marker 0xd9' (as PIL does; later such files are not named)");
 }
 END_TEST
 
@@ -183,6 +213,66 @@ START_TEST(test_jpeg_truncated)
 		free(buf);
 	}
 	free(img.data);
+}
+END_TEST
+
+/* The end of the entropy-coded data that begins at buf[i]: the next
+ * marker but a stuffed 0xff00 or a restart marker. */
+static size_t scan_end(const uint8_t *buf, size_t n, size_t i)
+{
+	while (i + 1 < n && !(buf[i] == 0xff && buf[i + 1] && (buf[i + 1] & 0xf8) != 0xd0))
+		i++;
+	return i;
+}
+
+/* A progressive JPEG of more than 500 scans is bad data naming the file,
+ * as TurboJPEG limits them (TJFLAG_LIMITSCANS; decoded whatever their number before,
+ * each scan a pass over the image): a 16x16 gray progressive file with its
+ * first (DC) scan repeated to 500 scans in all decodes (past libjpeg's
+ * bogus-progression warnings), to 501 is refused. */
+START_TEST(test_jpeg_scans)
+{
+	uint8_t px[16 * 16];
+	for (int i = 0; i < 16 * 16; i++)
+		px[i] = (uint8_t)(i * 7);
+	tjhandle tj = tjInitCompress();
+	ck_assert_ptr_nonnull(tj);
+	unsigned char *jpg = NULL;
+	unsigned long n = 0;
+	ck_assert_int_eq(tjCompress2(tj, px, 16, 16, 16, TJPF_GRAY, &jpg, &n, TJSAMP_GRAY, 90,
+				     TJFLAG_PROGRESSIVE),
+			 0);
+	int scans = 0;
+	size_t sos = 0, end = 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		if (jpg[i] == 0xff && jpg[i + 1] == 0xda && scans++ == 0)
+			sos = i;
+	ck_assert_int_gt(scans, 1);
+	ck_assert_int_lt(scans, 500);
+	end = scan_end(jpg, n, sos + 2 + ((size_t)jpg[sos + 2] << 8 | jpg[sos + 3]));
+	const size_t seg = end - sos;
+	struct kiln_image img = { 0 };
+	for (int total = 500; total <= 501; total++) {
+		const size_t copies = (size_t)(total - scans), m = n + copies * seg;
+		uint8_t *buf = malloc(m);
+		ck_assert_ptr_nonnull(buf);
+		memcpy(buf, jpg, end);
+		for (size_t k = 0; k < copies; k++)
+			memcpy(buf + end + k * seg, jpg + sos, seg);
+		memcpy(buf + end + copies * seg, jpg + end, n - end);
+		kiln_status st = img_decode(kiln_host_table(), buf, m, "scans.jpg", IMG_MAX_PIXELS, &img);
+		if (total == 500) {
+			ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+			ck_assert_int_eq(img.h * img.w * img.c, 16 * 16);
+		} else {
+			ck_assert_int_eq(st, KILN_EDATA);
+			ck_assert_str_eq(kiln_last_error(), "scans.jpg: undecodable JPEG: more than 500 scans (a progressive JPEG built to be slow to decode?)");
+		}
+		free(buf);
+	}
+	free(img.data);
+	tjFree(jpg);
+	tjDestroy(tj);
 }
 END_TEST
 
@@ -223,20 +313,6 @@ START_TEST(test_file_kinds)
 	free(img.data);
 }
 END_TEST
-
-/* The warnings logged whose text holds `want`, counted. */
-struct log_count {
-	const char *want;
-	int n;
-};
-
-static void count_warnings(void *user, int level, const char *who, const char *msg)
-{
-	struct log_count *c = user;
-	(void)who;
-	if (level == KILN_LOG_WARN && strstr(msg, c->want))
-		c->n++;
-}
 
 /* PIL's decompression bomb rule (Image._decompression_bomb_check) for
  * max_pixels m: w x h <= m decodes silently, up to 2m decodes with a
@@ -298,6 +374,7 @@ static Suite *make_image_suite(void)
 	check_add_case(s, "jpeg_pixels", 0, NULL, NULL, (const TTest *[]){ test_jpeg_pixels, NULL });
 	check_add_case(s, "jpeg_truncated", 0, NULL, NULL,
 		       (const TTest *[]){ test_jpeg_truncated, NULL });
+	check_add_case(s, "jpeg_scans", 0, NULL, NULL, (const TTest *[]){ test_jpeg_scans, NULL });
 	check_add_case(s, "pixel_limit", 0, NULL, NULL, (const TTest *[]){ test_pixel_limit, NULL });
 	check_add_case(s, "file_kinds", 0, NULL, NULL, (const TTest *[]){ test_file_kinds, NULL });
 	return s;

@@ -116,12 +116,24 @@ static kiln_status check_dims(const struct kiln_host *host, const char *what, in
 
 /* libjpeg's error manager: errors (and running out of data) longjmp back
  * to the caller's setjmp (decode_jpeg, jpeg_is_cmyk) with the message;
- * other warnings are dropped. */
+ * other warnings are counted, the first one's message kept (decode_jpeg
+ * logs it once a process). */
 struct jpeg_src_err {
 	struct jpeg_error_mgr mgr; /* first: libjpeg's cinfo->err points here */
 	jmp_buf jmp;
 	char msg[JMSG_LENGTH_MAX];
+	int warnings;
+	char warning[JMSG_LENGTH_MAX]; /* the first one's */
 };
+
+/* Whether a JPEG decoded past a warning has been named: once a process,
+ * as check_dims warns. */
+static atomic_int jpeg_warning_said;
+
+/* The most scans a JPEG may have: TurboJPEG's TJFLAG_LIMITSCANS, its guard
+ * against a progressive file of many tiny scans, each of which costs a pass
+ * over the whole image ("Two Issues with the JPEG Standard"). */
+#define JPEG_MAX_SCANS 500
 
 static void jpeg_src_error(j_common_ptr cinfo)
 {
@@ -133,8 +145,27 @@ static void jpeg_src_error(j_common_ptr cinfo)
 /* msg_level < 0: a warning; >= 0: trace output (never asked for) */
 static void jpeg_src_warning(j_common_ptr cinfo, int msg_level)
 {
-	if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+	struct jpeg_src_err *e = (struct jpeg_src_err *)cinfo->err;
+	if (msg_level >= 0)
+		return;
+	if (cinfo->err->msg_code == JWRN_JPEG_EOF)
 		jpeg_src_error(cinfo);
+	if (e->warnings++ == 0)
+		cinfo->err->format_message(cinfo, e->warning);
+}
+
+/* libjpeg's progress hook (called between the scans it absorbs): more than
+ * JPEG_MAX_SCANS scans is an error, as TurboJPEG's limit. */
+static void jpeg_src_progress(j_common_ptr cinfo)
+{
+	struct jpeg_src_err *e = (struct jpeg_src_err *)cinfo->err;
+	if (cinfo->is_decompressor &&
+	    ((j_decompress_ptr)cinfo)->input_scan_number > JPEG_MAX_SCANS) {
+		snprintf(e->msg, sizeof e->msg, "more than %d scans (a progressive JPEG built to be slow to decode?)",
+			 JPEG_MAX_SCANS);
+		cinfo->err->msg_code = 0;
+		longjmp(e->jmp, 1);
+	}
 }
 
 /* The CMYK rows of a started decode into h x w RGB pixels at rgb, as PIL
@@ -203,6 +234,7 @@ static void jpeg_src_init(struct jpeg_decompress_struct *ci, struct jpeg_src_err
 	ci->err = jpeg_std_error(&err->mgr);
 	err->mgr.error_exit = jpeg_src_error;
 	err->mgr.emit_message = jpeg_src_warning;
+	err->warnings = 0;
 }
 
 static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf, size_t n,
@@ -210,6 +242,7 @@ static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf,
 {
 	struct jpeg_decompress_struct ci;
 	struct jpeg_src_err err;
+	struct jpeg_progress_mgr progress = { .progress_monitor = jpeg_src_progress };
 	jpeg_src_init(&ci, &err);
 	/* libjpeg's errors longjmp here; this function changes nothing between
 	 * setjmp and a longjmp */
@@ -219,11 +252,15 @@ static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf,
 				 err.mgr.msg_code == JWRN_JPEG_EOF ? " (the file is truncated)" : "");
 	} else {
 		jpeg_create_decompress(&ci);
+		ci.progress = &progress;
 		jpeg_mem_src(&ci, buf, (unsigned long)n);
 		jpeg_read_header(&ci, TRUE);
 		st = jpeg_read_pixels(host, &ci, what, max_pixels, img);
 	}
 	jpeg_destroy_decompress(&ci);
+	if (st == KILN_OK && err.warnings && !atomic_exchange(&jpeg_warning_said, 1))
+		host->log(KILN_LOG_WARN, "data", "%s: decoded despite libjpeg's warning '%s' (as PIL does; later such files are not named)",
+			  what, err.warning);
 	return st;
 }
 

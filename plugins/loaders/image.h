@@ -5,7 +5,11 @@
  * JPEG goes through libjpeg-turbo (libjpeg's API) with the settings PIL
  * uses (accurate integer IDCT, fancy upsampling), and past libjpeg's
  * warnings as PIL, refusing only a file whose data ends before its EOI, so
- * pixels equal what torchvision's PIL path decodes; PNG through libpng's low-level reader,
+ * pixels equal what torchvision's PIL path decodes (and a file whose false
+ * marker sends jpeg_finish_decompress past the end after every row is
+ * decoded, which PIL returns: rare, the safe direction; and one of more
+ * than 500 scans, TurboJPEG's limit); the first file of a process decoded
+ * past a warning is named in a logged warning.  PNG through libpng's low-level reader,
  * to the stored samples as PIL returns them (no gAMA, sRGB or ICC
  * conversion).  Decoded pixels are 8-bit HWC: gray stays 1 channel (a
  * gray+alpha PNG too), everything else (RGB, palette, RGBA, CMYK and
@@ -13,8 +17,9 @@
  * (a channel or tRNS) is composited onto black in the stored values,
  * round(v * a / 255); 16-bit PNG samples become their high byte, v >> 8
  * (PIL's, but for 16-bit gray, which PIL clips at 255).
- * Thread-safe: the one shared state is an atomic flag (the warning of an
- * image above max_pixels is given once a process).
+ * Thread-safe: the shared state is two atomic flags (the warnings of an
+ * image above max_pixels and of a JPEG decoded past libjpeg's warning are
+ * each given once a process).
  */
 #ifndef KILN_LOADERS_IMAGE_H
 #define KILN_LOADERS_IMAGE_H
