@@ -774,6 +774,10 @@ out:
 	return st;
 }
 
+/* A CRC mismatch's cause, after "(..., in metadata KEY)": its argument is
+ * the key again, for a file changed on purpose. */
+#define CRC_WHY ": the file is damaged, changed since it was written; a tool that changes a kiln file must drop metadata %s"
+
 /* The CRC32C of tensor i's bytes, read from the file (kiln_read_at: a
  * file cut short names the tensor) through buf of cap bytes. */
 static kiln_status crc_tensor(const struct kiln_safetensors *f, int i, char *buf, size_t cap,
@@ -843,16 +847,16 @@ kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const c
 	}
 	h = crc_meta(h, kv, f->n_meta, key);
 	if (h != want[0]) {
-		st = kiln_error(KILN_EDATA, "%s: the header (tensor names, dtypes, shapes, metadata) does not match its CRC32C (%08x, the file records %08x in metadata %s): the file is damaged, changed since it was written",
-				f->path, h, want[0], key);
+		st = kiln_error(KILN_EDATA, "%s: the header (tensor names, dtypes, shapes, metadata) does not match its CRC32C (%08x, the file records %08x in metadata %s)" CRC_WHY,
+				f->path, h, want[0], key, key);
 		goto out;
 	}
 	for (int i = 0; i < f->n && !st; i++) {
 		uint32_t c;
 		const struct st_entry *e = &f->t[order[i]];
 		if (!(st = crc_tensor(f, order[i], buf, cap, &c)) && c != want[i + 1])
-			st = kiln_error(KILN_EDATA, "%s: tensor '%s' does not match its CRC32C (%08x, the file records %08x in metadata %s): the file is damaged, changed since it was written",
-					f->path, e->name, c, want[i + 1], key);
+			st = kiln_error(KILN_EDATA, "%s: tensor '%s' does not match its CRC32C (%08x, the file records %08x in metadata %s)" CRC_WHY,
+					f->path, e->name, c, want[i + 1], key, key);
 	}
 out:
 	free(want);

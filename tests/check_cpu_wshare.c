@@ -78,7 +78,8 @@ static struct {
 	int unlisted, freed; /* by the free hook */
 	/* dnnteam.c's versions of an op for a team (its debug line), those
 	 * whose bytes an earlier probe told, and the distinct ops and teams
-	 * (the line up to " (probed") */
+	 * (the line up to " (probed": the op, its input's and its weights'
+	 * shapes, the team; c2 and c3 share their input) */
 	int versions, probed_before, n_ops;
 	char ops[64][256];
 } seen;

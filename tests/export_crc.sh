@@ -42,6 +42,7 @@ echo "ok: a bit flipped in any of $(echo "$tensors" | wc -w) tensors is refused:
 st_mut "$w" "$tmp/h.st" meta config_hash
 kiln 3 predict "$ini" $c --checkpoint "$tmp/h.st" --eval-set
 stderr_has "the header (tensor names, dtypes, shapes, metadata) does not match its CRC32C"
+stderr_has "written; a tool that changes a kiln file must drop metadata kiln.crc32c"
 
 # ---- 4. an older file: no CRC, unchecked ----------------------------------
 st_mut "$w" "$tmp/old.st" old

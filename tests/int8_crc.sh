@@ -38,6 +38,7 @@ for w in header input; do
 	st_mut "$q" "$tmp/h.int8" $w
 	kiln 3 predict "$ini" $c --quantized "$tmp/h.int8" --eval-set
 	stderr_has "$tmp/h.int8: the header (tensor names, dtypes, shapes, metadata) does not match its CRC32C"
+	stderr_has "written; a tool that changes a kiln file must drop metadata kiln.crc32c"
 done
 
 # ---- 3. a kiln.crc32c that is not the file's --------------------------------

@@ -307,9 +307,13 @@ static void make_version(struct cpu_variants *v, const struct cpu_plan *p, int n
 {
 	int known;
 	struct cpu_plan *q = version_for(v, p, n, 0, &known);
-	char s0[96];
-	v->c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s on %d threads: %s%s", cpu_op_name(p->op.type),
-			cpu_desc_str(&p->op.in[0], s0, sizeof s0), n,
+	char s0[96], s1[96] = "";
+	/* the second argument (weights, GEMM's B) too: two ops of one input
+	 * (a 3x3 and a 1x1 convolution) are told apart */
+	if (p->op.n_in > 1)
+		cpu_desc_str(&p->op.in[1], s1, sizeof s1);
+	v->c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s%s%s on %d threads: %s%s", cpu_op_name(p->op.type),
+			cpu_desc_str(&p->op.in[0], s0, sizeof s0), *s1 ? " by " : "", s1, n,
 			q ? "the same bytes, prepared for that team"
 			  : "other bytes (or no version): stays on the opening team",
 			known ? " (probed before)" : " (probed)");
