@@ -579,8 +579,11 @@ static void io_bytes(const struct mem_setup *s, int64_t B, int64_t EB, size_t sh
 		     (m->offsets_d ? (size_t)(m->n_tensors + 1) * sizeof(int64_t) : 0) +
 		     m->optim_ws_bytes + (s->tc.accumulate > 1 ? 8 : 7) * 64;
 	/* the trainer's two device input slots (samples and labels), and the
-	 * f32 input the device widens u8/bf16 samples into */
-	int64_t rows = EB > B ? EB : B;
+	 * f32 input the device widens u8/bf16 samples into: rows of the
+	 * larger batch that will run (core/train_buffers.c alloc_buffers;
+	 * eval_batch only with [train] eval on: before session 41 counted
+	 * with eval = 0 too, which over-counted kiln memory and batch = auto) */
+	int64_t rows = do_eval && EB > B ? EB : B;
 	out->inputs = 2 * (size_t)rows * (ds->sample_bytes + ds->label_bytes);
 	if (kiln_dataset_widened(ds))
 		out->inputs += (size_t)rows * kiln_tensor_bytes(&s->input);
@@ -643,8 +646,12 @@ static kiln_status print_report(const struct mem_setup *s, const struct kiln_pla
 		fprintf(f, "  %-22s %10s      %d segments, %d layers' outputs recomputed in the backward\n",
 			"  recompute", "", out->recompute_segments, out->recomputed);
 	fprintf(f, "  %-22s %10.2f MiB\n", "workspace", mib(out->workspace));
-	fprintf(f, "  %-22s %10.2f MiB  batch %lld, no backward\n", "evaluation plan",
-		mib(out->eval), (long long)EB);
+	if (s->tc.eval)
+		fprintf(f, "  %-22s %10.2f MiB  batch %lld, no backward\n", "evaluation plan",
+			mib(out->eval), (long long)EB);
+	else
+		fprintf(f, "  %-22s %10.2f MiB  none: [train] eval = 0\n", "evaluation plan",
+			mib(out->eval));
 	fprintf(f, "  %-22s %10.2f MiB  2 slots of samples and labels\n", "input buffers",
 		mib(out->inputs));
 	fprintf(f, "  %-22s %10.2f MiB  optimizer extras, counters, lr, metrics\n", "other",

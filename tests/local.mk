@@ -561,6 +561,10 @@ EXTRA_DIST += tests/memory_infer.sh
 # chosen trains (docs/memory.md, "Under ulimit -v")
 TESTS += tests/memory_rlimit.sh
 EXTRA_DIST += tests/memory_rlimit.sh
+# kiln memory counts the input slots of the batches that will run
+# ([train] eval = 0: not eval_batch's)
+TESTS += tests/memory_eval_off.sh
+EXTRA_DIST += tests/memory_eval_off.sh
 EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
 	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors \
 	tests/profile.sh tests/memory.sh tests/resume_kill.sh
