@@ -565,6 +565,10 @@ EXTRA_DIST += tests/memory_rlimit.sh
 # ([train] eval = 0: not eval_batch's)
 TESTS += tests/memory_eval_off.sh
 EXTRA_DIST += tests/memory_eval_off.sh
+# OpenBLAS left out where ulimit -v is below what it maps as it loads:
+# a run and a line saying so, not a hang (plugins/cpu/openblas.c)
+TESTS += tests/openblas_rlimit.sh
+EXTRA_DIST += tests/openblas_rlimit.sh
 EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
 	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors \
 	tests/profile.sh tests/memory.sh tests/resume_kill.sh

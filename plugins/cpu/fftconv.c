@@ -88,9 +88,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if HAVE_OPENBLAS
-#include <cblas.h>
-#endif
 
 /* the transform sizes, each a product of 2, 3 and 5 FFTW runs fast
  * (18 x 18 took 2.4x 20 x 20's time here: left out) */
@@ -400,10 +397,10 @@ static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b,
 		const int64_t lda = 2 * M, ldb = 2 * K;
 #if HAVE_OPENBLAS
 		if (f->openblas) {
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, a,
-				    (int)lda, b, (int)ldb, 0.0f, o, (int)N);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)M, (int)N, (int)K, -1.0f,
-				    a + M, (int)lda, b + K, (int)ldb, 1.0f, o, (int)N);
+			cpu_openblas_sgemm(1, 1, (int)M, (int)N, (int)K, 1.0f, a, (int)lda, b, (int)ldb,
+					   0.0f, o, (int)N);
+			cpu_openblas_sgemm(1, 1, (int)M, (int)N, (int)K, -1.0f, a + M, (int)lda, b + K,
+					   (int)ldb, 1.0f, o, (int)N);
 			return;
 		}
 #endif
@@ -413,8 +410,8 @@ static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b,
 	}
 #if HAVE_OPENBLAS
 	if (f->openblas) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
-			    (int)K, b, (int)N, 0.0f, o, (int)N);
+		cpu_openblas_sgemm(0, 0, (int)M, (int)N, (int)K, 1.0f, a, (int)K, b, (int)N, 0.0f, o,
+				   (int)N);
 		return;
 	}
 #endif
