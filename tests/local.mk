@@ -565,6 +565,10 @@ EXTRA_DIST += tests/memory_rlimit.sh
 # ([train] eval = 0: not eval_batch's)
 TESTS += tests/memory_eval_off.sh
 EXTRA_DIST += tests/memory_eval_off.sh
+# the FFT convolution's oneDNN GEMMs and FFTW plans under ulimit -v: an
+# error, never a signal (plugins/cpu/fftconv.c fc_plans)
+TESTS += tests/memory_rlimit_fft.sh
+EXTRA_DIST += tests/memory_rlimit_fft.sh
 # OpenBLAS left out where ulimit -v is below what it maps as it loads:
 # a run and a line saying so, not a hang (plugins/cpu/openblas.c)
 TESTS += tests/openblas_rlimit.sh

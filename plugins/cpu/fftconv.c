@@ -581,9 +581,25 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	return KILN_OK;
 }
 
-/* The FFTW plans for n1 x n2 (FFTW_ESTIMATE: no timing), under the lock. */
+/* The FFTW plans for n1 x n2 (FFTW_ESTIMATE: no timing), under the lock;
+ * and where the GEMMs are oneDNN's, dnnl_sgemm's kernels made now.  Both
+ * only with the address space kept free under RLIMIT_AS (cpu_as_short):
+ * FFTW's planner aborts when an allocation fails (SIGABRT in
+ * fftwf_plan_dft_r2c), and dnnl_sgemm made its kernels at its first call,
+ * in the first step, writing them through NULL where the limit refused
+ * their mapping (SIGSEGV in fc_gemm, one run in three under ulimit -v
+ * 246 MB with the pthread OpenBLAS: session 41). */
 static kiln_status fc_plans(struct cpu_ctx *c, struct cpu_fftconv *f, const char *what)
 {
+	char why[256];
+	if (cpu_as_short("FFTW's planner, which aborts when an allocation fails", why, sizeof why))
+		return c->host->error(KILN_ENOMEM, "cpu: %s: %s", what, why);
+	if (!f->openblas) {
+		const dnnl_status_t s = cpu_dnn_warm_sgemm();
+		if (s != dnnl_success)
+			return c->host->error(KILN_ENOMEM, "cpu: %s: %s:%d: cpu_dnn_warm_sgemm: %s", what,
+					      __FILE__, __LINE__, cpu_dnnl_str(s));
+	}
 	float *re = fftwf_malloc((size_t)f->n1 * f->n2 * sizeof *re);
 	fftwf_complex *sp = fftwf_malloc((size_t)f->nf * sizeof *sp);
 	if (re && sp) {
