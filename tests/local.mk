@@ -573,6 +573,10 @@ EXTRA_DIST += tests/memory_rlimit_fft.sh
 # a run and a line saying so, not a hang (plugins/cpu/openblas.c)
 TESTS += tests/openblas_rlimit.sh
 EXTRA_DIST += tests/openblas_rlimit.sh
+# batch = auto with a memory_limit above what ulimit -v leaves: the
+# smaller bounds it
+TESTS += tests/memory_limit_rlimit.sh
+EXTRA_DIST += tests/memory_limit_rlimit.sh
 EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
 	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors \
 	tests/profile.sh tests/memory.sh tests/resume_kill.sh
