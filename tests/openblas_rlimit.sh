@@ -19,6 +19,9 @@
 #     the need, n x 128 MiB + 64 MiB for the n CPUs; with OMP_NUM_THREADS=1
 #     it is 1 x 128 + 64; `gemm_impl = openblas` exits 2 saying so.
 #  3. Under V + the need + 24 MiB, OpenBLAS loads (the device line names it).
+#  4. Under V / 2, where kiln-cpu.so's own libraries do not map: exit 1,
+#     the file's dlopen error and the limit said, with and without a
+#     [plugin.cpu] section (core/registry.c).
 name=openblas_rlimit
 . "$(dirname "$0")/lib.sh"
 unset OMP_NUM_THREADS
@@ -119,4 +122,26 @@ stderr_has "device cpu: oneDNN"
 grep -q "device cpu: .*OpenBLAS" "$err" || fail "under ulimit -v $((lim / 1024)) MiB OpenBLAS was not loaded"
 ! grep -q "OpenBLAS not loaded" "$err" || fail "under ulimit -v $((lim / 1024)) MiB: 'not loaded' said"
 echo "ok: under ulimit -v $((lim / 1024)) MiB OpenBLAS loads"
+
+# 4. below what the plugin's own libraries map (oneDNN's): an error naming
+# the file and the limit, exit 1 (before session 41, with a [plugin.cpu]
+# section, "no device, comm, precision or optim plugin named 'cpu'", exit
+# 2, where the hang did not come first)
+lim=$((V / 2 * 1024))
+[ $lim -ge 24576 ] || lim=24576
+printf '[plugin.cpu]\nadaptive = 0\n' >>"$cfg"
+st=0
+under $lim train "$cfg" || st=$?
+[ $st = 1 ] || fail "exit $st, want 1"
+stderr_has "[plugin.cpu]: "
+stderr_has "kiln-cpu.so: dlopen failed: "
+stderr_has "(out of address space: RLIMIT_AS, ulimit -v, is $((lim / 1024)).0 MiB, "
+sed -i '/^\[plugin.cpu\]/,$d' "$cfg"
+st=0
+under $lim train "$cfg" || st=$?
+[ $st = 1 ] || fail "exit $st, want 1"
+stderr_has "out of memory loading plugin file "
+stderr_has "kiln-cpu.so (looking for device plugin 'cpu'): dlopen failed: "
+stderr_has "(out of address space: RLIMIT_AS, ulimit -v, is $((lim / 1024)).0 MiB, "
+echo "ok: under ulimit -v $((lim / 1024)) MiB the plugin's libraries do not map: said, exit 1"
 echo "PASS: $name"
