@@ -18,7 +18,10 @@
 #     `kiln plugins` (its probe children) and `kiln train` exit 0 and say
 #     the need, n x 128 MiB + 64 MiB for the n CPUs; with OMP_NUM_THREADS=1
 #     it is 1 x 128 + 64; `gemm_impl = openblas` exits 2 saying so.
-#  3. Under V + the need + 24 MiB, OpenBLAS loads (the device line names it).
+#  3. Under V + the need + 24 MiB, OpenBLAS loads (the device line names it);
+#     an FFT convolution's GEMMs there run on oneDNN, the 128 MiB buffer of
+#     OpenBLAS's first GEMM on a thread not fitting (a hang in the first
+#     step before), and on OpenBLAS 128 + 40 MiB higher.
 #  4. Under V / 2, where kiln-cpu.so's own libraries do not map: exit 1,
 #     the file's dlopen error and the limit said, with and without a
 #     [plugin.cpu] section (core/registry.c).
@@ -122,6 +125,60 @@ stderr_has "device cpu: oneDNN"
 grep -q "device cpu: .*OpenBLAS" "$err" || fail "under ulimit -v $((lim / 1024)) MiB OpenBLAS was not loaded"
 ! grep -q "OpenBLAS not loaded" "$err" || fail "under ulimit -v $((lim / 1024)) MiB: 'not loaded' said"
 echo "ok: under ulimit -v $((lim / 1024)) MiB OpenBLAS loads"
+
+# 3b. an FFT convolution's GEMMs (OpenBLAS's, where it is loaded) each map
+# a buffer of OpenBLAS's pool at a thread's first GEMM: under the same
+# limit, 24 MiB above what loading takes, that one does not fit; before
+# session 41 the first step hung there (ulimit -v 392000-450000 KiB
+# here); now the plan maps it at prepare or runs its GEMMs on oneDNN
+fft="$tmp/fft.ini"
+cat >"$fft" <<EOF
+[run]
+device = cpu
+threads = 1
+out_dir =
+[data]
+source = synthetic
+samples = 64
+image_size = 14 14
+image_channels = 3
+classes = 10
+workers = 0
+[layer.conv1]
+type = conv
+out = 16
+kernel = 5
+padding = 2
+[layer.gap]
+type = global_avgpool
+[layer.flat]
+type = flatten
+[layer.loss]
+type = softmax_xent
+[train]
+batch = 8
+eval = 0
+max_steps = 2
+epochs = 1
+[plugin.cpu]
+conv_algo = fft
+EOF
+if "$kiln" train "$fft" >/dev/null 2>&1; then
+	st=0
+	KILN_LOG_LEVEL=debug under $lim train "$fft" || st=$?
+	[ $st = 0 ] || fail "the FFT model under ulimit -v $((lim / 1024)) MiB: exit $st (137: a hang)"
+	grep -q "CONV x .*: FFT 16x16.*(oneDNN)" "$err" || fail "the FFT's GEMMs are not oneDNN's"
+	stderr_has "[cpu] OpenBLAS's GEMM buffers for the team's 1 threads (128 MiB each, 0 mapped) do not fit the "
+	echo "ok: the FFT model under ulimit -v $((lim / 1024)) MiB: its GEMMs on oneDNN"
+	lim2=$(((V + need + 128 + 40) * 1024))
+	st=0
+	KILN_LOG_LEVEL=debug under $lim2 train "$fft" || st=$?
+	[ $st = 0 ] || fail "the FFT model under ulimit -v $((lim2 / 1024)) MiB: exit $st (137: a hang)"
+	grep -q "CONV x .*: FFT 16x16.*(OpenBLAS)" "$err" || fail "the FFT's GEMMs are not OpenBLAS's"
+	echo "ok: the FFT model under ulimit -v $((lim2 / 1024)) MiB: its GEMMs on OpenBLAS"
+else
+	echo "(no FFT convolution in this build: 3b skipped)"
+fi
 
 # 4. below what the plugin's own libraries map (oneDNN's): an error naming
 # the file and the limit, exit 1 (before session 41, with a [plugin.cpu]

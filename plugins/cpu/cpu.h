@@ -399,6 +399,12 @@ int cpu_gemm_openblas_rule(const struct kiln_op *op);
  * loaded, and not its pthread build), else why not (under RLIMIT_AS: not
  * loaded where the limit leaves less than it maps as it loads) */
 const char *cpu_openblas_check(void);
+/* NULL where a plan may run its GEMMs on OpenBLAS on `threads` threads
+ * at once: cpu_openblas_check's, and under RLIMIT_AS the buffers its pool
+ * maps for them (128 MiB each) mapped now, at prepare, where the limit
+ * leaves room for them (c->host told once where not); else why not
+ * (oneDNN runs them) */
+const char *cpu_openblas_ready(struct cpu_ctx *c, int threads);
 /* host told (once a process, at INFO) where OpenBLAS was left unloaded
  * for RLIMIT_AS's sake, so its GEMMs run on oneDNN */
 void cpu_openblas_said(const struct kiln_host *host);

@@ -717,7 +717,7 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	f->nf = f->n1 * f->nh;
 	f->sh1 = t == KILN_OP_CONV_BWD_DATA ? ph : -ph;
 	f->sh2 = t == KILN_OP_CONV_BWD_DATA ? pw : -pw;
-	f->openblas = HAVE_OPENBLAS && !cpu_openblas_check();
+	f->openblas = HAVE_OPENBLAS && !cpu_openblas_ready(c, c->threads);
 	/* KILN_CPU_FFT_FFTW: FFTW's per-plane transforms at 16 x 16 too (the
 	 * tests' and benchmarks' A/B hook) */
 	f->v16 = f->n1 == 16 && f->n2 == 16 && fc_v16_cpu();

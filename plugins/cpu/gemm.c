@@ -614,8 +614,8 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 		 * OpenBLAS: its threads meet in spinning sched_yield loops, and
 		 * on a loaded machine (load 8.5, 2 cores) the MLP at 2 threads
 		 * took 8% more CPU time with it than with oneDNN's GEMMs. */
-		if (!cpu_gemm_openblas_ok(op) || cpu_openblas_check() ||
-		    (!len && omp_get_max_threads() > 1))
+		if (!cpu_gemm_openblas_ok(op) || (!len && omp_get_max_threads() > 1) ||
+		    cpu_openblas_ready(c, len ? c->threads : 1))
 			return KILN_ENOTSUP;
 		g->openblas = 1;
 		st = len ? gemm_openblas_parts(c, op, g, len, cols) : KILN_OK;

@@ -12,6 +12,10 @@
  * limit leaves less than the library takes as it loads, plus the room
  * oneDNN's JIT code keeps (cpu_as_short), it is not loaded and its GEMMs
  * run on oneDNN (`gemm_impl = openblas` is then an error saying so).
+ * Each thread's first OpenBLAS GEMM maps a buffer more (its pool's): under
+ * RLIMIT_AS the plans that call it map the team's at prepare
+ * (cpu_openblas_ready), else their GEMMs run on oneDNN too: before session
+ * 41 an FFT convolution that found less in its first step hung there.
  *
  * The library is found as the linked one was: libopenblas.so.0 through
  * LD_LIBRARY_PATH, then the plugin's run path (configure's OpenMP build
@@ -49,8 +53,16 @@ static struct {
 	__typeof__(cblas_sgemm) *sgemm;
 	__typeof__(openblas_get_parallel) *get_parallel;
 	__typeof__(openblas_get_corename) *get_corename;
+	/* its buffer pool (driver/others/memory.c, exported): a free buffer,
+	 * mapped where none is; given back, kept for the next */
+	void *(*mem_alloc)(int procpos);
+	void (*mem_free)(void *buffer);
 } ob;
 #endif
+/* under RLIMIT_AS: the buffers in OpenBLAS's pool, free between GEMMs,
+ * that cpu_openblas_ready has mapped (under ob_pool_lock) */
+static int ob_pool;
+static pthread_mutex_t ob_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *ob_why; /* NULL: loaded and usable */
 static char ob_text[640];  /* ob_why's text when it is made here */
 static int ob_by_limit;    /* not loaded for RLIMIT_AS's sake (said once: cpu_openblas_said) */
@@ -103,6 +115,8 @@ static void ob_load(void)
 		*(void **)&ob.sgemm = dlsym(h, "cblas_sgemm");
 		*(void **)&ob.get_parallel = dlsym(h, "openblas_get_parallel");
 		*(void **)&ob.get_corename = dlsym(h, "openblas_get_corename");
+		*(void **)&ob.mem_alloc = dlsym(h, "blas_memory_alloc");
+		*(void **)&ob.mem_free = dlsym(h, "blas_memory_free");
 	}
 	if (!h || !ob.sgemm || !ob.get_parallel || !ob.get_corename) {
 		const char *e = dlerror();
@@ -136,6 +150,57 @@ void cpu_openblas_said(const struct kiln_host *host)
 	static int said;
 	if (cpu_openblas_check() && ob_by_limit && !__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
 		host->log(KILN_LOG_INFO, "cpu", "OpenBLAS %s; its GEMMs run on oneDNN", ob_why);
+}
+
+/* Under RLIMIT_AS, OpenBLAS's pool holds `threads` free buffers, mapped
+ * now: 0; or 1 with why (n bytes) where the limit leaves less than the
+ * buffers still to map and OB_KEEP.  (Without a limit, or without the
+ * pool's entry points, 0: the buffers are mapped at the first GEMMs.) */
+static int ob_pool_fill(int threads, char *why, size_t n)
+{
+#if HAVE_OPENBLAS
+	if (cpu_as_room() == ULLONG_MAX || !ob.mem_alloc || !ob.mem_free || threads > 256)
+		return 0;
+	pthread_mutex_lock(&ob_pool_lock);
+	int st = 0;
+	if (threads > ob_pool) {
+		const unsigned long long room = cpu_as_room();
+		const unsigned long long need = (unsigned long long)(threads - ob_pool) * OB_BUFFER + OB_KEEP;
+		if (room < need) {
+			snprintf(why, n,
+				 "OpenBLAS's GEMM buffers for the team's %d threads (128 MiB each, %d mapped) do not fit the %.0f MiB of address space RLIMIT_AS (ulimit -v) leaves with the %llu MiB kept for oneDNN's JIT code; where the limit refuses one in a step, OpenBLAS 0.3.21 retries forever",
+				 threads, ob_pool, (double)room / 1048576.0, OB_KEEP >> 20);
+			st = 1;
+		} else {
+			void *b[256];
+			for (int k = 0; k < threads; k++)
+				b[k] = ob.mem_alloc(0);
+			for (int k = 0; k < threads; k++)
+				ob.mem_free(b[k]);
+			ob_pool = threads;
+		}
+	}
+	pthread_mutex_unlock(&ob_pool_lock);
+	return st;
+#else
+	(void)threads, (void)why, (void)n;
+	return 0;
+#endif
+}
+
+const char *cpu_openblas_ready(struct cpu_ctx *c, int threads)
+{
+	static __thread char why[400];
+	static int said;
+	const char *no = cpu_openblas_check();
+	if (no)
+		return no;
+	if (!ob_pool_fill(threads, why, sizeof why))
+		return NULL;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+		c->host->log(KILN_LOG_INFO, "cpu", "%s: the GEMMs that would run on OpenBLAS run on oneDNN",
+			     why);
+	return why;
 }
 
 void cpu_openblas_str(char *buf, size_t n)
