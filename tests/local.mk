@@ -568,7 +568,7 @@ EXTRA_DIST += tests/memory_eval_off.sh
 # the FFT convolution's oneDNN GEMMs and FFTW plans under ulimit -v: an
 # error, never a signal (plugins/cpu/fftconv.c fc_plans)
 TESTS += tests/memory_rlimit_fft.sh
-EXTRA_DIST += tests/memory_rlimit_fft.sh
+EXTRA_DIST += tests/memory_rlimit_fft.sh tests/data/fft_convs.ini
 # OpenBLAS left out where ulimit -v is below what it maps as it loads:
 # a run and a line saying so, not a hang (plugins/cpu/openblas.c)
 TESTS += tests/openblas_rlimit.sh

@@ -28,51 +28,12 @@ name=memory_rlimit_fft
 "$kiln" plugins 2>/dev/null | grep -q "^device  *cpu .*available" ||
 	{ echo "SKIP: no cpu device"; exit 77; }
 
-# a model of convolutions alone (no linear layer, whose plans would make
-# dnnl_sgemm's kernels at prepare anyway: gemm.c's adding GEMM), both
-# 5x5 on 14x14 (FFT 16x16), three loader workers whose stacks are mapped
-# after the plans
-cfg="$tmp/fft.ini"
-cat >"$cfg" <<EOF
-[run]
-device = cpu
-threads = 1
-seed = 1
-out_dir =
-[data]
-source = synthetic
-samples = 256
-image_size = 14 14
-image_channels = 3
-classes = 10
-workers = 3
-[layer.conv1]
-type = conv
-out = 16
-kernel = 5
-padding = 2
-[layer.relu1]
-type = relu
-[layer.conv2]
-type = conv
-out = 10
-kernel = 5
-padding = 2
-[layer.gap]
-type = global_avgpool
-[layer.flat]
-type = flatten
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 32
-eval = 0
-max_steps = 2
-epochs = 1
-[plugin.cpu]
-conv_algo = fft
-EOF
-if ! "$kiln" train "$cfg" >"$out" 2>"$err"; then
+# tests/data/fft_convs.ini: convolutions alone (no linear layer, whose
+# plans would make dnnl_sgemm's kernels at prepare anyway: gemm.c's adding
+# GEMM), both 5x5 on 14x14 (FFT 16x16), with three loader workers whose
+# stacks are mapped after the plans
+cfg="$srcdir/tests/data/fft_convs.ini"
+if ! "$kiln" train "$cfg" data.workers=3 train.batch=32 >"$out" 2>"$err"; then
 	grep -q "no FFTW" "$err" && { echo "SKIP: this build has no FFTW (configure --with-fftw)"; exit 77; }
 	cat "$err"
 	fail "the FFT model does not train without a limit"
@@ -84,7 +45,7 @@ run_under() {
 	(
 		ulimit -v "$1" || exit 98
 		exec timeout -s KILL 60 env KILN_LOG_LEVEL=debug "$kiln" train "$cfg" \
-			>"$tmp/r.out" 2>"$tmp/r.err"
+			data.workers=3 train.batch=32 >"$tmp/r.out" 2>"$tmp/r.err"
 	)
 }
 

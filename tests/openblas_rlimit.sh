@@ -131,38 +131,7 @@ echo "ok: under ulimit -v $((lim / 1024)) MiB OpenBLAS loads"
 # limit, 24 MiB above what loading takes, that one does not fit; before
 # session 41 the first step hung there (ulimit -v 392000-450000 KiB
 # here); now the plan maps it at prepare or runs its GEMMs on oneDNN
-fft="$tmp/fft.ini"
-cat >"$fft" <<EOF
-[run]
-device = cpu
-threads = 1
-out_dir =
-[data]
-source = synthetic
-samples = 64
-image_size = 14 14
-image_channels = 3
-classes = 10
-workers = 0
-[layer.conv1]
-type = conv
-out = 16
-kernel = 5
-padding = 2
-[layer.gap]
-type = global_avgpool
-[layer.flat]
-type = flatten
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 8
-eval = 0
-max_steps = 2
-epochs = 1
-[plugin.cpu]
-conv_algo = fft
-EOF
+fft="$srcdir/tests/data/fft_convs.ini"
 if "$kiln" train "$fft" >/dev/null 2>&1; then
 	st=0
 	KILN_LOG_LEVEL=debug under $lim train "$fft" || st=$?
