@@ -316,22 +316,29 @@ kiln_status kiln_model_fuse(const struct kiln_config *cfg, int cpu, int *out)
 	return st == KILN_ENOTFOUND ? KILN_OK : st;
 }
 
-/* A failed allocation of the parameters' buffers, said in the model's
- * terms: how many floats, and the largest tensor (a shape typed wrong,
- * `out = 1000000000`, shows there). */
-static kiln_status params_too_big(const struct kiln_model *m, kiln_status st, const char *what,
-				  size_t bytes)
+kiln_status kiln_model_alloc_failed(const struct kiln_model *m, kiln_status st, const char *what,
+				    size_t bytes, size_t floats)
 {
 	const struct model_param *big = NULL;
-	char d[160] = "";
+	char d[160] = "", size[48];
 	for (int i = 0; i < m->n_params; i++)
 		if (!big || m->params[i].numel > big->numel)
 			big = &m->params[i];
 	if (big)
 		kiln_tensor_desc_str(&big->desc, d, sizeof d);
-	return kiln_error_wrap(st, "the model's %s (%.2f GiB, %zu floats; the largest tensor '%s' %s)",
-			       what, (double)bytes / (1024.0 * 1024 * 1024), m->n_elems,
-			       big ? big->name : "-", d);
+	if (bytes >= (size_t)1 << 30)
+		snprintf(size, sizeof size, "%.2f GiB", (double)bytes / (1024.0 * 1024 * 1024));
+	else
+		snprintf(size, sizeof size, "%zu bytes", bytes);
+	return kiln_error_wrap(st, "the model's %s (%s, %zu floats; the largest tensor '%s' %s)", what,
+			       size, floats, big ? big->name : "-", d);
+}
+
+/* (the whole parameters' buffers: m->n_elems floats each) */
+static kiln_status params_too_big(const struct kiln_model *m, kiln_status st, const char *what,
+				  size_t bytes)
+{
+	return kiln_model_alloc_failed(m, st, what, bytes, m->n_elems);
 }
 
 kiln_status kiln_model_alloc_whole(struct kiln_model *m)

@@ -347,6 +347,13 @@ kiln_status kiln_model_create_infer(const struct kiln_config *cfg, const struct 
 /* A bare model's whole buffers, as kiln_model_create allocates them
  * (the optimizer state's but where m->state_sharded). */
 kiln_status kiln_model_alloc_whole(struct kiln_model *m);
+/* A failed allocation (st) for the model's parameters, said in the
+ * model's terms: `the model's WHAT (BYTES, FLOATS floats; the largest
+ * tensor 'NAME' SHAPE)` (BYTES in GiB from 1 GiB up, else in bytes; a
+ * shape typed wrong, `out = 1000000000`, shows as the largest tensor).
+ * Returns st, the message wrapped around the device's. */
+kiln_status kiln_model_alloc_failed(const struct kiln_model *m, kiln_status st, const char *what,
+				    size_t bytes, size_t floats);
 void kiln_model_optim_free(struct kiln_model *m);
 /* core/graph.c: a weights-only model's parameters and buffers freed on its
  * device (after stream is waited for), its layers and parameter table

@@ -261,8 +261,9 @@ kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *st
 	if (n < 16)
 		n = 16; /* the step counters' 64 bytes go through this buffer too */
 	kiln_status st = kiln_device_host_alloc(m->dev, n * sizeof(float), (void **)&host);
-	if (st)
-		return st;
+	if (st) /* (it said "cpu: alloc of N bytes failed" alone before session 41) */
+		return kiln_model_alloc_failed(m, st, "host buffer for drawing its initial weights",
+					       n * sizeof(float), n);
 	for (int i = 0; i < m->n_params; i++) /* (a held slice: its tensors) */
 		drawn += !m->params[i].given &&
 			 (m->params[i].buffer || (m->params[i].off >= lo && m->params[i].off < hi));

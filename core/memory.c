@@ -263,7 +263,8 @@ static int64_t auto_batch_step(int64_t M)
 struct auto_room {
 	size_t limit; /* [run] memory_limit, or what the device reports free */
 	size_t rss0;  /* VmRSS then */
-	/* under RLIMIT_AS, where auto_counts_host: the address space the
+	/* under RLIMIT_AS, on a device whose memory is the host's (with or
+	 * without a memory_limit): the address space the
 	 * limit leaves then (SIZE_MAX: no such limit), VmSize then, the
 	 * limit, and the stacks of the threads a run starts after its plans
 	 * (auto_as_stacks) */
@@ -303,9 +304,19 @@ static kiln_status auto_room_read(struct mem_setup *s, struct auto_room *r)
 	kiln_rss(&r->rss0, NULL, 0);
 	kiln_vm(&r->vm0, &r->as_limit);
 	r->as_room = SIZE_MAX;
-	if (auto_counts_host(s) && r->as_limit != SIZE_MAX) {
+	/* the address space on a device whose memory is the host's, with a
+	 * memory_limit too (before session 41 not: under ulimit -v 800000 a
+	 * memory_limit of 2G chose the wide CNN's batch 4560, whose 1.97 GiB
+	 * of activations then failed to allocate) */
+	if ((kiln_device_traits(s->dev)->caps & KILN_DEVICE_HOST_MEMORY) &&
+	    r->as_limit != SIZE_MAX) {
 		r->as_room = r->as_limit > r->vm0 ? r->as_limit - r->vm0 : 0;
 		r->stacks = auto_as_stacks(s);
+		if (s->run.memory_limit_bytes && r->as_room < r->limit)
+			kiln_log(KILN_LOG_WARN, "train",
+				 "%s: [run] memory_limit = %s (%.1f MiB) is more than the %.1f MiB of address space RLIMIT_AS (ulimit -v) leaves: [train] batch = auto fits the smaller (docs/memory.md, \"Under ulimit -v\")",
+				 kiln_config_where(s->cfg, "run", "memory_limit"), s->run.memory_limit,
+				 (double)r->limit / 1048576.0, (double)r->as_room / 1048576.0);
 	}
 	return KILN_OK;
 }
@@ -579,8 +590,11 @@ static void io_bytes(const struct mem_setup *s, int64_t B, int64_t EB, size_t sh
 		     (m->offsets_d ? (size_t)(m->n_tensors + 1) * sizeof(int64_t) : 0) +
 		     m->optim_ws_bytes + (s->tc.accumulate > 1 ? 8 : 7) * 64;
 	/* the trainer's two device input slots (samples and labels), and the
-	 * f32 input the device widens u8/bf16 samples into */
-	int64_t rows = EB > B ? EB : B;
+	 * f32 input the device widens u8/bf16 samples into: rows of the
+	 * larger batch that will run (core/train_buffers.c alloc_buffers;
+	 * eval_batch only with [train] eval on: before session 41 counted
+	 * with eval = 0 too, which over-counted kiln memory and batch = auto) */
+	int64_t rows = do_eval && EB > B ? EB : B;
 	out->inputs = 2 * (size_t)rows * (ds->sample_bytes + ds->label_bytes);
 	if (kiln_dataset_widened(ds))
 		out->inputs += (size_t)rows * kiln_tensor_bytes(&s->input);
@@ -643,8 +657,12 @@ static kiln_status print_report(const struct mem_setup *s, const struct kiln_pla
 		fprintf(f, "  %-22s %10s      %d segments, %d layers' outputs recomputed in the backward\n",
 			"  recompute", "", out->recompute_segments, out->recomputed);
 	fprintf(f, "  %-22s %10.2f MiB\n", "workspace", mib(out->workspace));
-	fprintf(f, "  %-22s %10.2f MiB  batch %lld, no backward\n", "evaluation plan",
-		mib(out->eval), (long long)EB);
+	if (s->tc.eval)
+		fprintf(f, "  %-22s %10.2f MiB  batch %lld, no backward\n", "evaluation plan",
+			mib(out->eval), (long long)EB);
+	else
+		fprintf(f, "  %-22s %10.2f MiB  none: [train] eval = 0\n", "evaluation plan",
+			mib(out->eval));
 	fprintf(f, "  %-22s %10.2f MiB  2 slots of samples and labels\n", "input buffers",
 		mib(out->inputs));
 	fprintf(f, "  %-22s %10.2f MiB  optimizer extras, counters, lr, metrics\n", "other",

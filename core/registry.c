@@ -283,9 +283,20 @@ static kiln_status load_file(struct kiln_registry *reg, int idx)
 		f->oom = err == ENOMEM || says_oom(e, path);
 		/* a missing symbol is not a missing library: ldd lists every
 		 * library found and says nothing of it */
+		size_t vm, as;
+		kiln_vm(&vm, &as);
+		/* ld.so's mmap of a library refused by RLIMIT_AS (errno is not
+		 * kept: the words are) */
+		if (as != SIZE_MAX && e && strstr(e, "failed to map segment"))
+			f->oom = 1;
 		if (e && strstr(e, "undefined symbol"))
 			file_error(f, reg_dupf("dlopen failed: %s (the plugin needs a symbol no loaded "
 					       "library provides: built against another kiln?)", e));
+		else if (f->oom && as != SIZE_MAX) /* (a missing library is not the cause) */
+			file_error(f, reg_dupf("dlopen failed: %s (out of address space: RLIMIT_AS, "
+					       "ulimit -v, is %.1f MiB, %.1f MiB of it mapped)",
+					       e ? e : "unknown error", (double)as / 1048576.0,
+					       (double)vm / 1048576.0));
 		else
 			file_error(f, reg_dupf("dlopen failed: %s (check `ldd %s` for missing libraries)",
 					       e ? e : "unknown error", path));
@@ -618,6 +629,20 @@ static void failed_files(const struct kiln_registry *reg, char *buf, size_t n)
 						reg->files[i].path, reg->files[i].error);
 }
 
+/* The file kiln-NAME.so that failed to load (its error set): its index
+ * in reg->files, or -1. */
+static int named_file_failed(const struct kiln_registry *reg, const char *name)
+{
+	char want[300];
+	snprintf(want, sizeof want, "kiln-%s.so", name);
+	for (int i = 0; i < reg->n_files; i++) {
+		const char *s = strrchr(reg->files[i].path, '/');
+		if (reg->files[i].error && !strcmp(s ? s + 1 : reg->files[i].path, want))
+			return i;
+	}
+	return -1;
+}
+
 /* No plugin of kind called name (the others of the kind: names, NULL for
  * none), after every file was tried: why.  A file that failed for lack of
  * memory may have held it (KILN_ENOMEM: before session 37 that was "no
@@ -631,17 +656,14 @@ static kiln_status not_found(const struct kiln_registry *reg, int kind, const ch
 {
 	for (int i = 0; i < reg->n_files; i++)
 		if (reg->files[i].oom && !reg->files[i].n_plugins)
-			return kiln_error(KILN_ENOMEM, "out of memory loading plugin file %s (looking for %s plugin '%s')",
-					  reg->files[i].path, kiln_plugin_kind_name(kind), name);
-	char want[300];
-	snprintf(want, sizeof want, "kiln-%s.so", name);
-	for (int i = 0; i < reg->n_files; i++) {
-		const char *s = strrchr(reg->files[i].path, '/');
-		if (reg->files[i].error && !strcmp(s ? s + 1 : reg->files[i].path, want))
-			return kiln_error(KILN_EPLUGIN, "%s plugin '%s': %s: %s",
-					  kiln_plugin_kind_name(kind), name, reg->files[i].path,
-					  reg->files[i].error);
-	}
+			return kiln_error(KILN_ENOMEM, "out of memory loading plugin file %s (looking for %s plugin '%s')%s%s",
+					  reg->files[i].path, kiln_plugin_kind_name(kind), name,
+					  reg->files[i].error ? ": " : "",
+					  reg->files[i].error ? reg->files[i].error : "");
+	const int i = named_file_failed(reg, name);
+	if (i >= 0)
+		return kiln_error(KILN_EPLUGIN, "%s plugin '%s': %s: %s", kiln_plugin_kind_name(kind),
+				  name, reg->files[i].path, reg->files[i].error);
 	char sug[100], failed[1500];
 	failed_files(reg, failed, sizeof failed);
 	return kiln_error(KILN_ENOTFOUND, "no %s plugin named '%s'%s (available: %s; run `kiln plugins`)%s",
@@ -744,6 +766,14 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 					p = reg->plugins[j].p;
 					break;
 				}
+		/* kiln-NAME.so that failed to load says why (kiln-cpu.so's
+		 * libraries unmapped under a small ulimit -v: before session 41
+		 * "no ... plugin named 'cpu'", a config error) */
+		const int f = p ? -1 : named_file_failed(reg, name);
+		if (f >= 0)
+			return kiln_error(reg->files[f].oom ? KILN_ENOMEM : KILN_EPLUGIN, "%s: [%s]: %s: %s",
+					  kiln_config_where(cfg, section, NULL), section,
+					  reg->files[f].path, reg->files[f].error);
 		if (!p)
 			return kiln_error(KILN_ECONFIG,
 					  "%s: [%s]: no device, comm, precision or optim plugin named '%s' (run `kiln plugins`)",

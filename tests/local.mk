@@ -589,6 +589,22 @@ EXTRA_DIST += tests/memory_infer.sh
 # chosen trains (docs/memory.md, "Under ulimit -v")
 TESTS += tests/memory_rlimit.sh
 EXTRA_DIST += tests/memory_rlimit.sh
+# kiln memory counts the input slots of the batches that will run
+# ([train] eval = 0: not eval_batch's)
+TESTS += tests/memory_eval_off.sh
+EXTRA_DIST += tests/memory_eval_off.sh
+# the FFT convolution's oneDNN GEMMs and FFTW plans under ulimit -v: an
+# error, never a signal (plugins/cpu/fftconv.c fc_plans)
+TESTS += tests/memory_rlimit_fft.sh
+EXTRA_DIST += tests/memory_rlimit_fft.sh tests/data/fft_convs.ini
+# OpenBLAS left out where ulimit -v is below what it maps as it loads:
+# a run and a line saying so, not a hang (plugins/cpu/openblas.c)
+TESTS += tests/openblas_rlimit.sh
+EXTRA_DIST += tests/openblas_rlimit.sh
+# batch = auto with a memory_limit above what ulimit -v leaves: the
+# smaller bounds it
+TESTS += tests/memory_limit_rlimit.sh
+EXTRA_DIST += tests/memory_limit_rlimit.sh
 EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
 	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors \
 	tests/profile.sh tests/memory.sh tests/resume_kill.sh

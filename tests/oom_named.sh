@@ -6,7 +6,8 @@
 #  1. the sample orders, an int64 a sample (docs/memory.md): a training set
 #     of 3e9 samples under `ulimit -v` 8 GB, with workers 0, 1 and auto;
 #  2. the trainer's host and device input slots, the loader's staging
-#     slots, the checkpoint's staging buffer, and kiln predict's folding of
+#     slots, the model's optimizer state and the host buffer of its initial
+#     weights, the checkpoint's staging buffer, and kiln predict's folding of
 #     the weights: an LD_PRELOAD shim built here fails the Nth allocation
 #     of one size asked for by one library (kiln's CPU plugin or libkiln),
 #     the only way to hit a buffer of a few KB at the same point on every
@@ -72,6 +73,14 @@ slots 2
 stderr_has "kiln: error: the trainer's device input slot 1 of 2 (a batch of 13 samples and labels, 3380 bytes; [train] batch): cpu: alloc of 3328 bytes failed"
 slots 5
 stderr_has "kiln: error: the loader's staging slot 1 of 3 (a batch of 13 samples and labels, 3380 bytes; the ring of [data] workers + prefetch slots 10140 bytes): cpu: alloc of 3328 bytes failed"
+# the model's buffers of its 416 floats (1664 bytes each, the parameters'
+# region being the larger): the parameters, their gradients, the momentum,
+# then the host buffer its initial weights are drawn in (before session 41
+# "cpu: alloc of 1664 bytes failed" alone)
+shimmed /kiln-cpu.so 1664 3 1 train "$ini" data.path="$data" run.out_dir= run.device=cpu
+stderr_has "kiln: error: the model's optimizer state (1664 bytes, 416 floats; the largest tensor 'fc1.weight' f32[5, 64]): cpu: alloc of 1664 bytes failed"
+shimmed /kiln-cpu.so 1664 4 1 train "$ini" data.path="$data" run.out_dir= run.device=cpu
+stderr_has "kiln: error: the model's host buffer for drawing its initial weights (1664 bytes, 416 floats; the largest tensor 'fc1.weight' f32[5, 64]): cpu: alloc of 1664 bytes failed"
 # the checkpoint after the last step: its 256 KiB staging buffer
 shimmed /kiln-cpu.so 262144 1 1 train "$ini" data.path="$data" run.out_dir="$tmp/ck" run.device=cpu
 stderr_has "kiln: error: $tmp/ck/checkpoints/ckpt-5.kiln.tmp: the checkpoint's staging buffer (256 KiB): cpu: alloc of 262144 bytes failed"

@@ -300,6 +300,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return st;
 	}
 	cpu_tune_cache_load(c);
+	cpu_openblas_said(host);
 	/* (no omp_set_num_threads here: the count is set where kiln's work
 	 * runs, cpu_prepare and cpu_exec, and the caller's is left as it is;
 	 * cpu.h, cpu_omp_enter) */
@@ -799,7 +800,8 @@ static const struct kiln_key cpu_keys[] = {
 	  "layer's data and weight gradients) on one thread (a team of one, a small op, or "
 	  "each part of a split GEMM; oneDNN threads the others): `onednn` oneDNN's; "
 	  "`openblas` OpenBLAS's cblas_sgemm (an error where the plugin was built without "
-	  "OpenBLAS or the libopenblas.so.0 loaded is its pthread build); `rule` OpenBLAS "
+	  "OpenBLAS, the libopenblas.so.0 loaded is its pthread build, or `ulimit -v` leaves "
+	  "less than it maps as it loads: docs/memory.md); `rule` OpenBLAS "
 	  "for the shapes where oneDNN 2.6's AVX2 sgemm runs at half its rate (no "
 	  "transposes, 32-256 rows, K and N 128 or more, below AVX-512), oneDNN elsewhere: "
 	  "a fixed rule, so the result does not depend on a timing; `auto` times both once "

@@ -416,9 +416,25 @@ int cpu_gemm_is_split(const struct cpu_gemm *g);
 int cpu_gemm_openblas_ok(const struct kiln_op *op);
 /* 1 for the GEMMs the fixed rule gives OpenBLAS (gemm_impl = rule) */
 int cpu_gemm_openblas_rule(const struct kiln_op *op);
-/* NULL when the OpenBLAS gemm.c calls is usable (built in, and the
- * library loaded is not its pthread build), else why not */
+/* ---- OpenBLAS (openblas.c), loaded at the first call of
+ * cpu_openblas_check, not with the plugin ---- */
+/* NULL when the OpenBLAS gemm.c and fftconv.c call is usable (built in,
+ * loaded, and not its pthread build), else why not (under RLIMIT_AS: not
+ * loaded where the limit leaves less than it maps as it loads) */
 const char *cpu_openblas_check(void);
+/* NULL where a plan may run its GEMMs on OpenBLAS on `threads` threads
+ * at once: cpu_openblas_check's, and under RLIMIT_AS the buffers its pool
+ * maps for them (128 MiB each) mapped now, at prepare, where the limit
+ * leaves room for them (c->host told once where not); else why not
+ * (oneDNN runs them) */
+const char *cpu_openblas_ready(struct cpu_ctx *c, int threads);
+/* host told (once a process, at INFO) where OpenBLAS was left unloaded
+ * for RLIMIT_AS's sake, so its GEMMs run on oneDNN */
+void cpu_openblas_said(const struct kiln_host *host);
+/* cblas_sgemm, row-major, op(a) transposed where ta, op(b) where tb; only
+ * where cpu_openblas_check() is NULL */
+void cpu_openblas_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
+			const float *b, int ldb, float beta, float *c, int ldc);
 /* ", OpenBLAS 0.3.21 (OpenMP, Zen)" where it is usable, else "": the
  * device line's and the tune cache's stamp's tail (cpu_dnn_isa) */
 void cpu_openblas_str(char *buf, size_t n);

@@ -31,19 +31,25 @@
  * cpu_dnnl_str; empty when it was */
 static __thread char jit_short[256];
 
+int cpu_as_short(const char *whose, char *why, size_t n)
+{
+	const unsigned long long room = cpu_as_room();
+	if (room >= CPU_JIT_ROOM) {
+		if (n)
+			why[0] = 0;
+		return 0;
+	}
+	snprintf(why, n,
+		 "out of address space: %.1f MiB left under RLIMIT_AS (ulimit -v), less than the %llu MiB kept free for %s (raise the limit, or lower [train] batch)",
+		 (double)room / 1048576.0, CPU_JIT_ROOM >> 20, whose);
+	return 1;
+}
+
 /* Whether the address space has CPU_JIT_ROOM left (always, without an
  * RLIMIT_AS); if not, the reason in jit_short. */
 static int jit_room(void)
 {
-	const unsigned long long room = cpu_as_room();
-	if (room >= CPU_JIT_ROOM) {
-		jit_short[0] = 0;
-		return 1;
-	}
-	snprintf(jit_short, sizeof jit_short,
-		 "out of address space: %.1f MiB left under RLIMIT_AS (ulimit -v), less than the %llu MiB kept free for oneDNN's JIT code (raise the limit, or lower [train] batch)",
-		 (double)room / 1048576.0, CPU_JIT_ROOM >> 20);
-	return 0;
+	return !cpu_as_short("oneDNN's JIT code", jit_short, sizeof jit_short);
 }
 
 const char *cpu_dnnl_str(dnnl_status_t s)

@@ -88,8 +88,17 @@ dnnl_status_t cpu_dnn_primitive(dnnl_primitive_t *prim, const_dnnl_primitive_des
  * oneDNN's primitive cache off (dnn.c, cache_off_under_rlimit). */
 void cpu_dnn_cache_config(const struct kiln_host *host);
 /* The GEMM's kernels for a plan that calls dnnl_sgemm itself (the adding
- * GEMM, plugins/cpu/gemm.c): once per process, with the same check. */
+ * GEMM, plugins/cpu/gemm.c; the FFT convolution's per-frequency GEMMs,
+ * fftconv.c): once per process, with the same check.  dnnl_sgemm makes
+ * every kernel it has at its first call, whatever the shape and
+ * transposes (~5.4 MiB of code in 3 mappings on AVX-512, session 41). */
 dnnl_status_t cpu_dnn_warm_sgemm(void);
+/* 1 where RLIMIT_AS (ulimit -v) leaves less than CPU_JIT_ROOM (16 MiB) of
+ * address space, why (n bytes) saying so, naming whose need the room is
+ * kept for ("oneDNN's JIT code"); else 0 (why empty).  For the libraries
+ * that do not survive a refused mapping: oneDNN 2.6's JIT writes through
+ * NULL (SIGSEGV), FFTW's planner aborts (fftwf_malloc_plain's assertion). */
+int cpu_as_short(const char *whose, char *why, size_t n);
 /* Append the op's fused activation (KILN_OPF_ACT: kind i[KILN_OPI_ACT],
  * alpha f[KILN_OPF_ACT_ALPHA]) to po as an eltwise post-op. */
 dnnl_status_t cpu_dnn_post_act(dnnl_post_ops_t po, const struct kiln_op *op);

@@ -88,9 +88,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if HAVE_OPENBLAS
-#include <cblas.h>
-#endif
 
 /* the transform sizes, each a product of 2, 3 and 5 FFTW runs fast
  * (18 x 18 took 2.4x 20 x 20's time here: left out) */
@@ -400,10 +397,10 @@ static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b,
 		const int64_t lda = 2 * M, ldb = 2 * K;
 #if HAVE_OPENBLAS
 		if (f->openblas) {
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, a,
-				    (int)lda, b, (int)ldb, 0.0f, o, (int)N);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)M, (int)N, (int)K, -1.0f,
-				    a + M, (int)lda, b + K, (int)ldb, 1.0f, o, (int)N);
+			cpu_openblas_sgemm(1, 1, (int)M, (int)N, (int)K, 1.0f, a, (int)lda, b, (int)ldb,
+					   0.0f, o, (int)N);
+			cpu_openblas_sgemm(1, 1, (int)M, (int)N, (int)K, -1.0f, a + M, (int)lda, b + K,
+					   (int)ldb, 1.0f, o, (int)N);
 			return;
 		}
 #endif
@@ -413,8 +410,8 @@ static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b,
 	}
 #if HAVE_OPENBLAS
 	if (f->openblas) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
-			    (int)K, b, (int)N, 0.0f, o, (int)N);
+		cpu_openblas_sgemm(0, 0, (int)M, (int)N, (int)K, 1.0f, a, (int)K, b, (int)N, 0.0f, o,
+				   (int)N);
 		return;
 	}
 #endif
@@ -584,9 +581,25 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	return KILN_OK;
 }
 
-/* The FFTW plans for n1 x n2 (FFTW_ESTIMATE: no timing), under the lock. */
+/* The FFTW plans for n1 x n2 (FFTW_ESTIMATE: no timing), under the lock;
+ * and where the GEMMs are oneDNN's, dnnl_sgemm's kernels made now.  Both
+ * only with the address space kept free under RLIMIT_AS (cpu_as_short):
+ * FFTW's planner aborts when an allocation fails (SIGABRT in
+ * fftwf_plan_dft_r2c), and dnnl_sgemm made its kernels at its first call,
+ * in the first step, writing them through NULL where the limit refused
+ * their mapping (SIGSEGV in fc_gemm, one run in three under ulimit -v
+ * 246 MB with the pthread OpenBLAS: session 41). */
 static kiln_status fc_plans(struct cpu_ctx *c, struct cpu_fftconv *f, const char *what)
 {
+	char why[256];
+	if (cpu_as_short("FFTW's planner, which aborts when an allocation fails", why, sizeof why))
+		return c->host->error(KILN_ENOMEM, "cpu: %s: %s", what, why);
+	if (!f->openblas) {
+		const dnnl_status_t s = cpu_dnn_warm_sgemm();
+		if (s != dnnl_success)
+			return c->host->error(KILN_ENOMEM, "cpu: %s: %s:%d: cpu_dnn_warm_sgemm: %s", what,
+					      __FILE__, __LINE__, cpu_dnnl_str(s));
+	}
 	float *re = fftwf_malloc((size_t)f->n1 * f->n2 * sizeof *re);
 	fftwf_complex *sp = fftwf_malloc((size_t)f->nf * sizeof *sp);
 	if (re && sp) {
@@ -704,7 +717,7 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	f->nf = f->n1 * f->nh;
 	f->sh1 = t == KILN_OP_CONV_BWD_DATA ? ph : -ph;
 	f->sh2 = t == KILN_OP_CONV_BWD_DATA ? pw : -pw;
-	f->openblas = HAVE_OPENBLAS && !cpu_openblas_check();
+	f->openblas = HAVE_OPENBLAS && !cpu_openblas_ready(c, c->threads);
 	/* KILN_CPU_FFT_FFTW: FFTW's per-plane transforms at 16 x 16 too (the
 	 * tests' and benchmarks' A/B hook) */
 	f->v16 = f->n1 == 16 && f->n2 == 16 && fc_v16_cpu();

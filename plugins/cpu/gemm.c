@@ -41,15 +41,13 @@
  * OpenMP build reads omp_get_max_threads() at each call: 1 here (a team
  * of one, or a part), so it never starts threads of its own; its pthread
  * build (a pool of its own that would fight the team) is refused when the
- * device opens (cpu_openblas_check).
+ * device opens (cpu_openblas_check; the library is loaded then, not with
+ * the plugin: openblas.c).
  */
 #include "cpu.h"
 #include "dnn.h" /* cpu_dnn_primitive, cpu_dnn_warm_sgemm, cpu_dnnl_str, cpu_dnn_post_act */
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
-#if HAVE_OPENBLAS
-#include <cblas.h> /* cblas_sgemm, openblas_get_parallel */
-#endif
 #include <omp.h>
 #include <stdio.h> /* snprintf */
 #include <stdlib.h>
@@ -344,38 +342,6 @@ int cpu_gemm_openblas_rule(const struct kiln_op *op)
 	       N >= 128 && K >= 128 && !cpu_dnn_bf16_native();
 }
 
-const char *cpu_openblas_check(void)
-{
-#if HAVE_OPENBLAS
-	/* 0 sequential, 1 pthreads, 2 OpenMP: the library ld.so found (the
-	 * Debian alternatives may point libopenblas.so.0 at another flavour
-	 * than configure linked against) */
-	if (openblas_get_parallel() == 1)
-		return "the OpenBLAS loaded is its pthread build (a thread pool of its own beside "
-		       "kiln's OpenMP team): install libopenblas0-openmp, or "
-		       "update-alternatives --config libopenblas.so.0-x86_64-linux-gnu";
-	return NULL;
-#else
-	return "this build has no OpenBLAS (configure --with-openblas; apt-get install "
-	       "libopenblas-openmp-dev)";
-#endif
-}
-
-void cpu_openblas_str(char *buf, size_t n)
-{
-#if HAVE_OPENBLAS
-	if (!cpu_openblas_check()) {
-		const char *v = OPENBLAS_VERSION; /* " OpenBLAS 0.3.21 " */
-		while (*v == ' ')
-			v++;
-		snprintf(buf, n, ", %s(OpenMP, %s)", v, openblas_get_corename());
-		return;
-	}
-#endif
-	if (n)
-		*buf = 0;
-}
-
 /* c = alpha op(a) op(b) (+ c: KILN_OPF_ACCUMULATE) by OpenBLAS, on the
  * calling thread's OpenMP count: op's M, N, K (a part's: gemm_run_parts),
  * the leading dimensions of whole's operands. */
@@ -385,9 +351,8 @@ static dnnl_status_t gemm_openblas_ld(const struct kiln_op *op, const void *a, c
 #if HAVE_OPENBLAS
 	const int ta = (int)op->i[0], tb = (int)op->i[1], M = (int)op->i[2], N = (int)op->i[3],
 		  K = (int)op->i[4], WM = (int)whole->i[2], WN = (int)whole->i[3];
-	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-		    M, N, K, (float)op->f[0], a, ta ? WM : K, b, tb ? K : WN,
-		    (op->flags & KILN_OPF_ACCUMULATE) ? 1.0f : 0.0f, c, WN);
+	cpu_openblas_sgemm(ta, tb, M, N, K, (float)op->f[0], a, ta ? WM : K, b, tb ? K : WN,
+			   (op->flags & KILN_OPF_ACCUMULATE) ? 1.0f : 0.0f, c, WN);
 	return dnnl_success;
 #else
 	(void)op, (void)a, (void)b, (void)c, (void)whole;
@@ -649,8 +614,8 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 		 * OpenBLAS: its threads meet in spinning sched_yield loops, and
 		 * on a loaded machine (load 8.5, 2 cores) the MLP at 2 threads
 		 * took 8% more CPU time with it than with oneDNN's GEMMs. */
-		if (!cpu_gemm_openblas_ok(op) || cpu_openblas_check() ||
-		    (!len && omp_get_max_threads() > 1))
+		if (!cpu_gemm_openblas_ok(op) || (!len && omp_get_max_threads() > 1) ||
+		    cpu_openblas_ready(c, len ? c->threads : 1))
 			return KILN_ENOTSUP;
 		g->openblas = 1;
 		st = len ? gemm_openblas_parts(c, op, g, len, cols) : KILN_OK;

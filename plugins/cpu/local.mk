@@ -5,7 +5,7 @@ if BUILD_CPU
 pkglib_LTLIBRARIES += plugins/kiln-cpu.la
 plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/cpu.h plugins/cpu/stream.c \
 	plugins/cpu/graph.c plugins/cpu/ops.c plugins/cpu/optim.c plugins/cpu/lowp.c plugins/cpu/wcache.c \
-	plugins/cpu/async_auto.c plugins/cpu/tune.c plugins/cpu/tune_time.c plugins/cpu/tune_cache.c plugins/cpu/gemm.c plugins/cpu/dnn.c plugins/cpu/dnn.h \
+	plugins/cpu/async_auto.c plugins/cpu/tune.c plugins/cpu/tune_time.c plugins/cpu/tune_cache.c plugins/cpu/gemm.c plugins/cpu/openblas.c plugins/cpu/dnn.c plugins/cpu/dnn.h \
 	plugins/cpu/conv.c plugins/cpu/pool.c plugins/cpu/bn.c plugins/cpu/act.c \
 	plugins/cpu/layout.c plugins/cpu/embedding.c plugins/cpu/layernorm.c plugins/cpu/rnn.c \
 	plugins/cpu/dnnteam.c plugins/cpu/split.c plugins/cpu/threads.c plugins/cpu/threads.h plugins/cpu/teamstart.c plugins/cpu/teamstart.h plugins/cpu/pin.c plugins/cpu/pin.h plugins/cpu/philox.h plugins/cpu/vexp.h plugins/cpu/ops_rows.h $(PLUGIN_COMMON_H)
@@ -13,7 +13,9 @@ plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/cpu.h plugins/cpu/st
 # need not set errno; no kernel reads errno, and results are unchanged
 plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS) $(OPENBLAS_CFLAGS) $(FFTW_CFLAGS) -fno-math-errno
 plugins_kiln_cpu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-plugins_kiln_cpu_la_LIBADD = plugins/cpu/libattn.la $(DNNL_LIBS) $(OPENBLAS_LIBS) $(FFTW_LIBS) $(OPENMP_CFLAGS) -lm
+# OpenBLAS is not linked: plugins/cpu/openblas.c loads it when a device
+# opens (its run path, OPENBLAS_RPATH, names configure's OpenMP build)
+plugins_kiln_cpu_la_LIBADD = plugins/cpu/libattn.la $(DNNL_LIBS) $(OPENBLAS_RPATH) $(FFTW_LIBS) $(OPENMP_CFLAGS) -lm -ldl
 # The fused attention alone may contract a*b+c into an FMA (configure.ac
 # turns contraction off everywhere else): its register-tiled products are
 # compute-bound, and the avx512f clone without FMA took 1.22-1.36x the CPU

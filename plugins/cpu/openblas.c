@@ -1,0 +1,231 @@
+/* plugins/cpu/openblas.c - OpenBLAS (its OpenMP build), the f32 GEMMs'
+ * second library (gemm.c; fftconv.c's per-frequency GEMMs), loaded with
+ * dlopen when the first CPU device opens, not with the plugin.
+ *
+ * Why not linked: OpenBLAS 0.3.21 maps a 128 MiB buffer for each thread
+ * it counts as it loads (its constructor, gotoblas_init: the CPUs of the
+ * affinity mask, or OMP_NUM_THREADS), and where RLIMIT_AS (ulimit -v)
+ * refuses one it retries forever (blas_memory_alloc's loop).  Linked, that
+ * was a hang inside the dlopen of kiln-cpu.so below about 350 MB on 2
+ * CPUs (the probe child's and then kiln's own), before any kiln code could
+ * say why.  Loaded here, the address space is looked at first: where the
+ * limit leaves less than the library takes as it loads, plus the room
+ * oneDNN's JIT code keeps (cpu_as_short), it is not loaded and its GEMMs
+ * run on oneDNN (`gemm_impl = openblas` is then an error saying so).
+ * Each thread's first OpenBLAS GEMM maps a buffer more (its pool's): under
+ * RLIMIT_AS the plans that call it map the team's at prepare
+ * (cpu_openblas_ready), else their GEMMs run on oneDNN too: before session
+ * 41 an FFT convolution that found less in its first step hung there.
+ *
+ * The library is found as the linked one was: libopenblas.so.0 through
+ * LD_LIBRARY_PATH, then the plugin's run path (configure's OpenMP build
+ * directory), then ld.so's cache.
+ */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include "cpu.h"
+
+#include <limits.h> /* ULLONG_MAX */
+#include <pthread.h>
+#include <sched.h>  /* sched_getaffinity, CPU_COUNT */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h> /* sysconf */
+#if HAVE_OPENBLAS
+#include <cblas.h> /* cblas_sgemm's and openblas_*'s prototypes, OPENBLAS_VERSION */
+#include <dlfcn.h>
+#endif
+
+/* What OpenBLAS 0.3.21 maps for each thread's buffer as it loads: a
+ * malloc of BUFFER_SIZE (128 MiB on x86-64) plus GEMM_OFFSET_A's 4 KiB,
+ * which glibc maps with its own page of header: 134225920 bytes (gdb,
+ * session 41). */
+#define OB_BUFFER ((unsigned long long)134225920)
+/* and its own mappings beside them (text, data, libgfortran): VmSize grew
+ * by 39.2 MiB more than its two buffers as it loaded here (session 41) */
+#define OB_LIBRARY ((unsigned long long)48 << 20)
+/* left after it: the room the device keeps free for oneDNN's JIT code
+ * (dnn.c, CPU_JIT_ROOM), without which no primitive is made */
+#define OB_KEEP ((unsigned long long)16 << 20)
+
+#if HAVE_OPENBLAS
+static struct {
+	__typeof__(cblas_sgemm) *sgemm;
+	__typeof__(openblas_get_parallel) *get_parallel;
+	__typeof__(openblas_get_corename) *get_corename;
+	/* its buffer pool (driver/others/memory.c, exported): a free buffer,
+	 * mapped where none is; given back, kept for the next */
+	void *(*mem_alloc)(int procpos);
+	void (*mem_free)(void *buffer);
+} ob;
+#endif
+/* under RLIMIT_AS: the buffers in OpenBLAS's pool, free between GEMMs,
+ * that cpu_openblas_ready has mapped (under ob_pool_lock) */
+static int ob_pool;
+static pthread_mutex_t ob_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *ob_why; /* NULL: loaded and usable */
+static char ob_text[640];  /* ob_why's text when it is made here */
+static int ob_by_limit;    /* not loaded for RLIMIT_AS's sake (said once: cpu_openblas_said) */
+
+/* The threads OpenBLAS's OpenMP build allocates a buffer for as it loads
+ * (its blas_get_cpu_number): OMP_NUM_THREADS's leading number where that
+ * is positive, else every CPU, at most the CPUs of the affinity mask. */
+static long ob_load_threads(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_CONF);
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 &&
+	    CPU_COUNT(&set) < cpus)
+		cpus = CPU_COUNT(&set);
+	cpus = cpus > 0 ? cpus : 1;
+	const char *e = getenv("OMP_NUM_THREADS");
+	const long n = e ? atol(e) : 0;
+	return n > 0 && n < cpus ? n : cpus;
+}
+
+/* 1 where RLIMIT_AS leaves less than OpenBLAS takes as it loads and the
+ * room oneDNN keeps (ob_text saying so), else 0 */
+static int ob_short(void)
+{
+	const unsigned long long room = cpu_as_room();
+	const long n = ob_load_threads();
+	const unsigned long long need = (unsigned long long)n * OB_BUFFER + OB_LIBRARY + OB_KEEP;
+	if (room == ULLONG_MAX || room >= need)
+		return 0;
+	snprintf(ob_text, sizeof ob_text,
+		 "not loaded: the address space limit (RLIMIT_AS, ulimit -v) leaves %.0f MiB, below the %.0f MiB "
+		 "the cpu plugin's BLAS (OpenBLAS) needs: 128 MiB for each of the %ld threads it counts "
+		 "as it loads (the CPUs, or OMP_NUM_THREADS), %llu MiB of library and %llu MiB kept for "
+		 "oneDNN's JIT code; where the limit refuses a buffer, OpenBLAS 0.3.21 retries forever "
+		 "(docs/memory.md, \"Under ulimit -v\")",
+		 (double)room / 1048576.0, (double)need / 1048576.0, n, OB_LIBRARY >> 20, OB_KEEP >> 20);
+	return 1;
+}
+
+static void ob_load(void)
+{
+#if HAVE_OPENBLAS
+	if (ob_short()) {
+		ob_why = ob_text;
+		ob_by_limit = 1;
+		return;
+	}
+	void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+	if (h) {
+		*(void **)&ob.sgemm = dlsym(h, "cblas_sgemm");
+		*(void **)&ob.get_parallel = dlsym(h, "openblas_get_parallel");
+		*(void **)&ob.get_corename = dlsym(h, "openblas_get_corename");
+		*(void **)&ob.mem_alloc = dlsym(h, "blas_memory_alloc");
+		*(void **)&ob.mem_free = dlsym(h, "blas_memory_free");
+	}
+	if (!h || !ob.sgemm || !ob.get_parallel || !ob.get_corename) {
+		const char *e = dlerror();
+		snprintf(ob_text, sizeof ob_text, "libopenblas.so.0 did not load: %s",
+			 e ? e : "cblas_sgemm, openblas_get_parallel or openblas_get_corename missing");
+		ob_why = ob_text;
+		return; /* (h, if any, stays: nothing of it runs) */
+	}
+	/* 0 sequential, 1 pthreads, 2 OpenMP: the library ld.so found (the
+	 * Debian alternatives may point libopenblas.so.0 at another flavour
+	 * than configure found) */
+	if (ob.get_parallel() == 1)
+		ob_why = "the OpenBLAS loaded is its pthread build (a thread pool of its own beside "
+			 "kiln's OpenMP team): install libopenblas0-openmp, or "
+			 "update-alternatives --config libopenblas.so.0-x86_64-linux-gnu";
+#else
+	ob_why = "this build has no OpenBLAS (configure --with-openblas; apt-get install "
+		 "libopenblas-openmp-dev)";
+#endif
+}
+
+const char *cpu_openblas_check(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, ob_load);
+	return ob_why;
+}
+
+void cpu_openblas_said(const struct kiln_host *host)
+{
+	static int said;
+	if (cpu_openblas_check() && ob_by_limit && !__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+		host->log(KILN_LOG_INFO, "cpu", "OpenBLAS %s; its GEMMs run on oneDNN", ob_why);
+}
+
+/* Under RLIMIT_AS, OpenBLAS's pool holds `threads` free buffers, mapped
+ * now: 0; or 1 with why (n bytes) where the limit leaves less than the
+ * buffers still to map and OB_KEEP.  (Without a limit, or without the
+ * pool's entry points, 0: the buffers are mapped at the first GEMMs.) */
+static int ob_pool_fill(int threads, char *why, size_t n)
+{
+#if HAVE_OPENBLAS
+	if (cpu_as_room() == ULLONG_MAX || !ob.mem_alloc || !ob.mem_free || threads > 256)
+		return 0;
+	pthread_mutex_lock(&ob_pool_lock);
+	int st = 0;
+	if (threads > ob_pool) {
+		const unsigned long long room = cpu_as_room();
+		const unsigned long long need = (unsigned long long)(threads - ob_pool) * OB_BUFFER + OB_KEEP;
+		if (room < need) {
+			snprintf(why, n,
+				 "OpenBLAS's GEMM buffers for the team's %d threads (128 MiB each, %d mapped) do not fit the %.0f MiB of address space RLIMIT_AS (ulimit -v) leaves with the %llu MiB kept for oneDNN's JIT code; where the limit refuses one in a step, OpenBLAS 0.3.21 retries forever",
+				 threads, ob_pool, (double)room / 1048576.0, OB_KEEP >> 20);
+			st = 1;
+		} else {
+			void *b[256];
+			for (int k = 0; k < threads; k++)
+				b[k] = ob.mem_alloc(0);
+			for (int k = 0; k < threads; k++)
+				ob.mem_free(b[k]);
+			ob_pool = threads;
+		}
+	}
+	pthread_mutex_unlock(&ob_pool_lock);
+	return st;
+#else
+	(void)threads, (void)why, (void)n;
+	return 0;
+#endif
+}
+
+const char *cpu_openblas_ready(struct cpu_ctx *c, int threads)
+{
+	static __thread char why[400];
+	static int said;
+	const char *no = cpu_openblas_check();
+	if (no)
+		return no;
+	if (!ob_pool_fill(threads, why, sizeof why))
+		return NULL;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+		c->host->log(KILN_LOG_INFO, "cpu", "%s: the GEMMs that would run on OpenBLAS run on oneDNN",
+			     why);
+	return why;
+}
+
+void cpu_openblas_str(char *buf, size_t n)
+{
+#if HAVE_OPENBLAS
+	if (!cpu_openblas_check()) {
+		const char *v = OPENBLAS_VERSION; /* " OpenBLAS 0.3.21 " */
+		while (*v == ' ')
+			v++;
+		snprintf(buf, n, ", %s(OpenMP, %s)", v, ob.get_corename());
+		return;
+	}
+#endif
+	if (n)
+		*buf = 0;
+}
+
+void cpu_openblas_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda,
+			const float *b, int ldb, float beta, float *c, int ldc)
+{
+#if HAVE_OPENBLAS
+	ob.sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+		 K, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+	(void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)a, (void)lda, (void)b;
+	(void)ldb, (void)beta, (void)c, (void)ldc;
+#endif
+}
