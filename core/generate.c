@@ -396,23 +396,76 @@ static double weight(const struct cand *c, float mx, double temperature)
 	return exp((double)(c->logit - mx) / temperature);
 }
 
+/* Whether candidate a comes before b in by_logit's order. */
+static int before(const struct cand *a, const struct cand *b)
+{
+	return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static void cand_swap(struct cand *c, int64_t i, int64_t j)
+{
+	const struct cand t = c[i];
+	c[i] = c[j];
+	c[j] = t;
+}
+
+/* Move the first k of c[0..n) in by_logit's order (a strict order: the
+ * ids differ) into c[0..k), in no order (quickselect, the pivot the
+ * median of three: O(n) on average); 0 < k <= n. */
+static void select_first(struct cand *c, int64_t n, int64_t k)
+{
+	int64_t lo = 0, hi = n; /* c[k - 1]'s place lies in c[lo..hi) */
+	while (hi - lo > 1) {
+		const int64_t mid = lo + (hi - lo) / 2;
+		if (before(&c[mid], &c[lo]))
+			cand_swap(c, mid, lo);
+		if (before(&c[hi - 1], &c[lo]))
+			cand_swap(c, hi - 1, lo);
+		if (before(&c[mid], &c[hi - 1]))
+			cand_swap(c, mid, hi - 1); /* the median of the three at hi - 1 */
+		const struct cand p = c[hi - 1];
+		int64_t s = lo;
+		for (int64_t i = lo; i < hi - 1; i++)
+			if (before(&c[i], &p))
+				cand_swap(c, i, s++);
+		cand_swap(c, s, hi - 1); /* c[lo..s) before p, c(s..hi) after */
+		if (s == k - 1)
+			return;
+		if (s > k - 1)
+			hi = s;
+		else
+			lo = s + 1;
+	}
+}
+
 /* The nucleus of candidates c[0..n) (top-p, as HuggingFace's
- * TopPLogitsWarper): c sorted by logit (larger first, ties the lower id:
- * top-k's order, which sorting again keeps), the smallest leading set
- * whose probabilities sum to top_p or more of the candidates' whole;
- * returns its size, at least 1. */
+ * TopPLogitsWarper): the smallest leading set, in by_logit's order
+ * (larger first, ties the lower id: top-k's order), whose probabilities
+ * sum to top_p or more of the candidates' whole, moved to c's front in
+ * that order; returns its size, at least 1.  Only the leading m are
+ * sorted: selected from the rest, m = 64 first and doubled until their
+ * sum reaches top_p (GPT-2's 50,257 logits: docs/generate.md).  The
+ * whole's sum is added in c's order (a full sort added it largest first:
+ * the last bits may differ, which moves the cut only where a prefix's
+ * sum lies that close to top_p times the whole). */
 static int64_t nucleus(struct cand *c, int64_t n, float mx, double temperature, double top_p)
 {
 	double total = 0, acc = 0;
-	qsort(c, (size_t)n, sizeof *c, by_logit);
 	for (int64_t k = 0; k < n; k++)
 		total += weight(&c[k], mx, temperature);
-	for (int64_t k = 0; k < n; k++) {
-		acc += weight(&c[k], mx, temperature);
-		if (acc >= top_p * total)
-			return k + 1;
+	int64_t k = 0; /* c[0..k) sorted, the first k, their sum acc */
+	for (int64_t m = 64; k < n; m *= 2) {
+		const int64_t end = m < n ? m : n;
+		if (end < n)
+			select_first(c + k, n - k, end - k);
+		qsort(c + k, (size_t)(end - k), sizeof *c, by_logit);
+		for (; k < end; k++) {
+			acc += weight(&c[k], mx, temperature);
+			if (acc >= top_p * total)
+				return k + 1;
+		}
 	}
-	return n; /* (not reached: acc ends at total, and top_p < 1) */
+	return n; /* (not reached: acc ends near total, and top_p < 1) */
 }
 
 /* The ids a draw chooses among: c[0..n) (malloc'd, the caller frees),

@@ -1272,9 +1272,10 @@ typedef kiln_status (*kiln_token_fn)(void *user, int32_t token);
 
 /* Feed prompt[0..n_prompt) (n_prompt >= 1) from position 0, then draw
  * n_new tokens into out[] (draw k is the k-th new token, by
- * kiln_sample_token over the ids kiln_generator_classes and
- * kiln_generator_allow let through), feeding each back; a draw's error
- * names the new token and its position.  prompt + new tokens must fit the context: KILN_EINVAL naming the
+ * kiln_sample_token_ex with kiln_generator_top_p's nucleus on stream 0,
+ * over the ids kiln_generator_classes and kiln_generator_allow let
+ * through; top_p 1, the default, is kiln_sample_token's draw), feeding
+ * each back; a draw's error names the new token and its position.  prompt + new tokens must fit the context: KILN_EINVAL naming the
  * most that fit otherwise (no sliding window: the positions of a learned
  * positional embedding would shift, and the caches with them).  A prompt
  * id at or past kiln_generator_classes (an embedding row no training
@@ -1303,8 +1304,9 @@ typedef kiln_status (*kiln_samples_fn)(void *user, int64_t sample, int32_t token
  * The generator keeps the plan of n_samples rows until a call with other
  * rows (kiln_generate and kiln_generator_step use one) makes another,
  * its caches empty.  1 <= n_samples <= INT32_MAX, else KILN_EINVAL;
- * NULL g, prompt, o or out: KILN_EINVAL; a draw's error names the sample
- * too; the other errors as kiln_generate's.  (libkiln.so.2.4) */
+ * NULL g, prompt, o or out: KILN_EINVAL; with n_samples > 1 a draw's
+ * error names the sample too (with 1, as kiln_generate's); the other
+ * errors as kiln_generate's.  (libkiln.so.2.4) */
 kiln_status kiln_generate_samples(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
 				  int64_t n_new, int64_t n_samples, const struct kiln_sample_opts *o,
 				  int32_t *out, kiln_samples_fn fn, void *user);
