@@ -575,10 +575,15 @@ done
 # rank 2's error names where it stood: a hand-off (the micro-batch, the
 # tensor, stage 1's world rank 3), or, when the kill lands after the step's
 # hand-offs, the pipe's gradient-norm exchange with world rank 3 (a fresh-clone
-# CI round, session 36: "the pipe's gradient norms: ... recv from world rank 3")
+# CI round, session 36: "the pipe's gradient norms: ... recv from world rank 3"),
+# or, when it lands at the log point, the world's shared-memory allreduce of
+# the metrics, rank 2 still waiting for rank 3 in it after rank 0 printed the
+# line (a fresh-clone CI round, session 41: "... while this rank waited for
+# rank 3 in the shared-memory allreduce")
 grep -q "pipeline: stage 0 (rank 2) \(receiving\|sending\) micro-batch [01], crossing tensor [0-9]* ([a-z ,]*)\( ([0-9]* bytes)\)* \(from\|to\) stage 1 (rank 3): " "$tmp/w3dead2.log" ||
 	grep -q "the pipe's gradient norms: .*world rank 3" "$tmp/w3dead2.log" ||
-	{ bad "rank 2's error names neither the hand-off (micro-batch, tensor, stage 1's world rank 3) nor the gradient-norm exchange with world rank 3"; grep -v '^\[' "$tmp/w3dead2.log" | tail -3; }
+	grep -q "rank 3 is gone (its process ended) while this rank waited for rank 3 in the shared-memory allreduce" "$tmp/w3dead2.log" ||
+	{ bad "rank 2's error names neither the hand-off (micro-batch, tensor, stage 1's world rank 3), the gradient-norm exchange nor an allreduce with world rank 3"; grep -v '^\[' "$tmp/w3dead2.log" | tail -3; }
 # every stage a pipeline message names, by its world rank: pipe 0's stages
 # are ranks 0 and 1, pipe 1's ranks 2 and 3
 for r in 0 1 2; do
