@@ -314,7 +314,7 @@ for v in 0 -1 x; do
 	stderr_has "kiln: error: --num-samples '$v': expected an integer in [1, 1000000]"
 done
 # more samples than the memory holds (here under ulimit -v 1500000: a
-# million samples' caches alone are 6 GiB): exit 2 before anything is
+# million samples' decode plan is 6.7 GiB): exit 2 before anything is
 # printed, naming them and the bytes (before session 42: exit 1 from the
 # allocation, naming "the evaluation plan")
 (ulimit -v 1500000 && kiln 2 generate "$ini" --prompt "x" --tokens 3 --num-samples 1000000) ||
