@@ -1,11 +1,12 @@
 /* core/generate.c - text generation (`kiln generate`, docs/generate.md):
  * a decode plan of the model (core/plan.c, kiln_plan_opts.decode) at one
- * row, or at N for N samples of one prompt, fed one token per row and
- * step, the attention layers' keys and values of the earlier positions
- * kept in the plan's caches, so no step recomputes the prefix; the next
- * token drawn from the logits with temperature, top-k and top-p by the
- * core's counter-based RNG (core/rng.c), sample i on stream i, so a seed
- * gives the same text on any machine and thread count.
+ * row, or at N for N samples of one prompt (the prompt fed once, to the
+ * one-row plan, whose caches are copied into the N rows), fed one token
+ * per row and step, the attention layers' keys and values of the earlier
+ * positions kept in the plan's caches, so no step recomputes the prefix;
+ * the next token drawn from the logits with temperature, top-k and
+ * top-p by the core's counter-based RNG (core/rng.c), sample i on stream
+ * i, so a seed gives the same text on any machine and thread count.
  */
 #include "graph.h"
 #include "run_config.h" /* kiln_run_cfg_read: [run] device */
