@@ -33,7 +33,9 @@ const char cmd_generate_about[] =
 	"  --seed S         the draws' seed (default 1): the same seed, the same text\n"
 	"  --num-samples N  N continuations of the prompt, decoded at once, each after a\n"
 	"                   line '--- sample I ---' (I from 0) when N > 1; sample 0 is the\n"
-	"                   text of N = 1 (default 1; docs/generate.md)\n"
+	"                   text of N = 1 (default 1; docs/generate.md); the prompt is fed\n"
+	"                   once; more than the device's memory holds: exit 2, naming the\n"
+	"                   bytes they need and about how many fit\n"
 	"  --vocab, --merges  GPT-2's vocab.json and merges.txt, as given to `kiln pack\n"
 	"                   --format tokens`: byte-pair encoding; without: bytes (vocab 256)\n"
 	"The prompt and the N new tokens must fit the context (the [data] context the\n"
@@ -278,6 +280,8 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 	struct printer pr = { tk, o->prompt, o->samples, 0, 0 };
 	st = kiln_generate_samples(g, ids.v, (int64_t)ids.n, o->tokens, o->samples, &o->s, out,
 				   print_token, &pr);
+	if (st == KILN_EUSAGE) /* a plan of that many rows does not fit: exit 2 */
+		kiln_error_wrap(st, "--num-samples %lld", o->samples);
 	if (!st)
 		print_prompt(&pr);
 	if (pr.started)

@@ -1,17 +1,33 @@
 /* core/generate.c - text generation (`kiln generate`, docs/generate.md):
  * a decode plan of the model (core/plan.c, kiln_plan_opts.decode) at one
- * row, or at N for N samples of one prompt, fed one token per row and
- * step, the attention layers' keys and values of the earlier positions
- * kept in the plan's caches, so no step recomputes the prefix; the next
- * token drawn from the logits with temperature, top-k and top-p by the
- * core's counter-based RNG (core/rng.c), sample i on stream i, so a seed
- * gives the same text on any machine and thread count.
+ * row, or at N for N samples of one prompt (the prompt fed once, to the
+ * one-row plan, whose caches are copied into the N rows), fed one token
+ * per row and step, the attention layers' keys and values of the earlier
+ * positions kept in the plan's caches, so no step recomputes the prefix;
+ * the next token drawn from the logits with temperature, top-k and
+ * top-p by the core's counter-based RNG (core/rng.c), sample i on stream
+ * i, so a seed gives the same text on any machine and thread count.
  */
 #include "graph.h"
 #include "run_config.h" /* kiln_run_cfg_read: [run] device */
 
 #include <math.h>
 #include <stdio.h>
+
+/* A decode plan of `rows` sequences at once (kiln_plan_opts.decode = the
+ * context; each row its own key/value caches) and what a step needs of it. */
+struct decoder {
+	struct kiln_plan *p;    /* NULL: none yet (or one that failed) */
+	int64_t rows;
+	int64_t filled;         /* positions 0..filled-1 of the rows' caches hold
+				 * the sequences fed since the last position 0 */
+	int32_t *io;            /* host i32[rows + 1]: the rows' tokens, the position */
+	int32_t *io_d;          /* ... on the device */
+	void *logits_d;         /* the plan's logits [rows, 1, V] */
+	float *logits32_d;      /* ... widened to f32 (low-precision compute), or NULL */
+	void *cast;             /* that CAST, or NULL */
+	float *logits;          /* host f32[rows, V] */
+};
 
 struct kiln_generator {
 	struct kiln_trained t;  /* what kiln_generator_open loaded (t.m NULL: borrowed) */
@@ -21,96 +37,144 @@ struct kiln_generator {
 	int64_t classes;        /* the ids drawn: below the loss's classes (<= vocab) */
 	uint8_t *allowed;       /* host u8[classes], kiln_generator_allow's, or NULL: all */
 	double top_p;           /* kiln_generator_top_p's nucleus; 1: every id */
-	/* the decode plan, of `rows` sequences at once (decode_plan: 1 for
-	 * kiln_generate and kiln_generator_step, N for kiln_generate_samples'
-	 * N; NULL after a plan that failed) and what a step needs of it */
-	struct kiln_plan *p;
-	int64_t rows;
-	int32_t *io;            /* host i32[rows + 1]: the rows' tokens, the position */
-	int32_t *io_d;          /* ... on the device */
-	void *logits_d;         /* the plan's logits [rows, 1, V] */
-	float *logits32_d;      /* ... widened to f32 (low-precision compute), or NULL */
-	void *cast;             /* that CAST, or NULL */
-	float *logits;          /* host f32[rows, V] */
+	/* one row: kiln_generate, kiln_generator_step, and the prompt of
+	 * kiln_generate_samples (fed once, then copied to its rows); many:
+	 * kiln_generate_samples' N > 1 rows, kept until another N */
+	struct decoder one, many;
 };
 
-/* Free the decode plan and its buffers (the model stays). */
-static void decode_free(struct kiln_generator *g)
+/* Free decode plan d and its buffers (the model stays). */
+static void decode_free(struct kiln_generator *g, struct decoder *d)
 {
 	struct kiln_device *dev = g->m->dev;
-	if (g->stream)
+	if (g->stream && d->p)
 		kiln_device_stream_sync(dev, g->stream);
-	kiln_plan_free(g->p);
-	if (g->cast)
-		kiln_device_plan_free(dev, g->cast);
-	kiln_device_free(dev, g->logits32_d);
-	kiln_device_free(dev, g->io_d);
-	free(g->logits);
-	free(g->io);
-	g->p = NULL;
-	g->cast = NULL;
-	g->logits32_d = NULL;
-	g->io_d = NULL;
-	g->logits = NULL;
-	g->io = NULL;
-	g->rows = 0;
+	kiln_plan_free(d->p);
+	if (d->cast)
+		kiln_device_plan_free(dev, d->cast);
+	kiln_device_free(dev, d->logits32_d);
+	kiln_device_free(dev, d->io_d);
+	free(d->logits);
+	free(d->io);
+	memset(d, 0, sizeof *d);
 }
 
-/* The decode plan of `rows` sequences (kiln_plan_opts.decode = the
- * context; each row its own key/value caches), made anew when the last
- * one had other rows: its caches start empty. */
-static kiln_status decode_plan(struct kiln_generator *g, int64_t rows)
+/* A decode plan of `rows` > 1 that does not fit the device: KILN_EUSAGE
+ * naming the rows, the bytes they need (a sample's too) and why (`why`,
+ * then the device's name; free_bytes: its free memory, 0 unknown;
+ * cause: the allocation's error, or NULL). */
+static kiln_status rows_too_many(const struct kiln_generator *g, int64_t rows, size_t need,
+				 const char *why, size_t free_bytes, const char *cause)
+{
+	const double per = (double)need / (double)rows;
+	const double fit = (double)free_bytes / per;
+	char room[96] = "";
+	if (free_bytes)
+		snprintf(room, sizeof room, " (%.2f GiB free: about %lld fit)", (double)free_bytes / (1 << 30),
+			 (long long)(fit < 1 ? 1 : fit));
+	return kiln_error(KILN_EUSAGE, "%lld samples decoded at once need a decode plan of %zu bytes (%.2f GiB, %.1f KiB a sample: each its own key/value caches and activations), %s %s device%s: ask for fewer samples%s%s",
+			  (long long)rows, need, (double)need / (1 << 30), per / 1024, why,
+			  kiln_device_name(g->m->dev), room, cause ? ": " : "", cause ? cause : "");
+}
+
+/* The device bytes of a decode plan of `rows` (> 1) into *need: its
+ * memory laid out with the device preparing nothing (no primitive is made
+ * for a batch that may not fit), the arena and `extra` bytes besides;
+ * rows_too_many when that is more than the device has free (a device
+ * that cannot tell: the allocation will).  Before session 42 such a plan
+ * failed at its allocation, exit 1, naming "the evaluation plan" alone. */
+static kiln_status rows_fit(struct kiln_generator *g, int64_t rows, size_t extra, size_t *need)
+{
+	struct kiln_plan_opts o = { .decode = g->context, .dry = 1 };
+	struct kiln_plan *p = NULL;
+	size_t free_bytes, total;
+	kiln_device_layout_only(g->m->dev, 1);
+	kiln_status st = kiln_model_plan_ex(g->m, rows, &o, &p);
+	kiln_device_layout_only(g->m->dev, 0);
+	if (!st)
+		*need = kiln_plan_arena_bytes(p) + extra;
+	kiln_plan_free(p);
+	if (st)
+		return kiln_error_wrap(st, "planning %lld samples decoded at once", (long long)rows);
+	if (kiln_device_mem_info(g->m->dev, &free_bytes, &total) || *need <= free_bytes)
+		return KILN_OK;
+	return rows_too_many(g, rows, *need, "more than the free memory of the", free_bytes, NULL);
+}
+
+/* The decode plan d of `rows` sequences, made anew when it had other
+ * rows: its caches start empty.  More rows than fit the device are
+ * rows_too_many, refused before any allocation where the device tells
+ * its free memory. */
+static kiln_status decode_plan(struct kiln_generator *g, struct decoder *d, int64_t rows)
 {
 	struct kiln_device *dev = g->m->dev;
 	struct kiln_plan_opts o = { .decode = g->context };
-	struct kiln_tensor_desc d;
+	struct kiln_tensor_desc ld;
 	kiln_status st;
-	if (g->p && g->rows == rows)
+	size_t need = 0;
+	if (d->p && d->rows == rows)
 		return KILN_OK;
-	decode_free(g);
-	if ((st = kiln_model_plan_ex(g->m, rows, &o, &g->p)) || (st = kiln_plan_logits(g->p, &g->logits_d, &d)) ||
-	    (st = kiln_device_alloc(dev, sizeof(int32_t) * (size_t)(rows + 1), (void **)&g->io_d)))
+	decode_free(g, d);
+	/* (besides the plan: the logits widened to f32 on the device, and on
+	 * the host, which is the device's memory on the CPU) */
+	if (rows > 1 && (st = rows_fit(g, rows, 2 * sizeof(float) * (size_t)rows * (size_t)g->vocab, &need)))
+		return st;
+	if ((st = kiln_model_plan_ex(g->m, rows, &o, &d->p))) {
+		if (rows > 1 && st == KILN_ENOMEM) {
+			char cause[1024];
+			snprintf(cause, sizeof cause, "%s", kiln_last_error());
+			return rows_too_many(g, rows, need, "which could not be allocated on the", 0, cause);
+		}
 		goto fail;
-	g->vocab = d.dims[d.ndim - 1];
-	if (d.dtype != KILN_F32) { /* widen low-precision logits on the device */
+	}
+	if ((st = kiln_plan_logits(d->p, &d->logits_d, &ld)) ||
+	    (st = kiln_device_alloc(dev, sizeof(int32_t) * (size_t)(rows + 1), (void **)&d->io_d)))
+		goto fail;
+	g->vocab = ld.dims[ld.ndim - 1];
+	if (ld.dtype != KILN_F32) { /* widen low-precision logits on the device */
 		struct kiln_op op;
 		memset(&op, 0, sizeof op);
 		op.type = KILN_OP_CAST;
 		op.n_in = op.n_out = 1;
-		op.in[0] = d;
-		op.out[0] = d;
+		op.in[0] = ld;
+		op.out[0] = ld;
 		op.out[0].dtype = KILN_F32;
-		if ((st = kiln_device_prepare(dev, &op, &g->cast, NULL)) ||
+		if ((st = kiln_device_prepare(dev, &op, &d->cast, NULL)) ||
 		    (st = kiln_device_alloc(dev, sizeof(float) * (size_t)(rows * g->vocab),
-					    (void **)&g->logits32_d)))
+					    (void **)&d->logits32_d)))
 			goto fail;
 	}
-	g->logits = malloc(sizeof(float) * (size_t)(rows * g->vocab));
-	g->io = malloc(sizeof(int32_t) * (size_t)(rows + 1));
-	if (!g->logits || !g->io) {
+	d->logits = malloc(sizeof(float) * (size_t)(rows * g->vocab));
+	d->io = malloc(sizeof(int32_t) * (size_t)(rows + 1));
+	if (!d->logits || !d->io) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto fail;
 	}
-	g->rows = rows;
+	d->rows = rows;
 	return KILN_OK;
 fail:
-	decode_free(g);
+	decode_free(g, d);
 	return st;
 }
 
 kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t context,
 			       struct kiln_generator **out)
 {
+	if (!m || !stream || !out)
+		return kiln_null_arg("kiln_generator_new", !m ? "m" : !stream ? "stream" : "out");
+	*out = NULL;
+	if (context < 1)
+		return kiln_error(KILN_EINVAL, "kiln_generator_new: context = %lld: the most positions a sequence may have, at least 1",
+				  (long long)context);
 	struct kiln_generator *g = calloc(1, sizeof *g);
 	kiln_status st;
-	*out = NULL;
 	if (!g)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	g->m = m;
 	g->stream = stream;
 	g->context = context;
 	g->top_p = 1;
-	if ((st = decode_plan(g, 1)))
+	if ((st = decode_plan(g, &g->one, 1)))
 		goto fail;
 	/* the columns past the loss's classes are a padded vocabulary's,
 	 * which training never taught (llm.c samples below V, not Vp) */
@@ -232,7 +296,8 @@ void kiln_generator_close(struct kiln_generator *g)
 {
 	if (!g)
 		return;
-	decode_free(g);
+	decode_free(g, &g->many);
+	decode_free(g, &g->one);
 	free(g->allowed);
 	if (g->t.m)
 		kiln_trained_close(&g->t);
@@ -290,48 +355,59 @@ kiln_status kiln_generator_top_p(struct kiln_generator *g, double top_p)
 	return st;
 }
 
-/* Feed tokens[0..rows) at position pos, one to each row of the decode
- * plan, and wait for the rows' logits: *logits, host f32[rows, V]. */
-static kiln_status decode_step(struct kiln_generator *g, int64_t pos, const int32_t *tokens,
-			       const float **logits)
+/* Feed tokens[0..rows) at position pos, one to each row of decode plan d,
+ * and wait for the rows' logits: *logits, host f32[rows, V].  A position
+ * past those the caches hold (d->filled) is refused: its attention would
+ * read caches no step wrote (before session 42 it did, silently). */
+static kiln_status decode_step(struct kiln_generator *g, struct decoder *d, int64_t pos,
+			       const int32_t *tokens, const float **logits)
 {
 	struct kiln_device *dev = g->m->dev;
-	const int64_t rows = g->rows;
+	const int64_t rows = d->rows;
 	kiln_status st;
 	if (pos < 0 || pos >= g->context)
 		return kiln_error(KILN_EINVAL, "position %lld outside the model's context of %lld tokens",
 				  (long long)pos, (long long)g->context);
+	if (pos > d->filled)
+		return d->filled ? kiln_error(KILN_EINVAL, "position %lld, but the caches hold positions 0..%lld of the sequence only: feed position %lld first (or 0, to start a new sequence)",
+					      (long long)pos, (long long)(d->filled - 1), (long long)d->filled)
+				 : kiln_error(KILN_EINVAL, "position %lld of no sequence: the caches hold no position (a new generator, or a step at position 0 that failed): feed position 0 first",
+					      (long long)pos);
 	for (int64_t r = 0; r < rows; r++) {
 		if (tokens[r] < 0)
 			return kiln_error(KILN_EINVAL, "token id %d at position %lld is negative", tokens[r],
 					  (long long)pos);
-		g->io[r] = tokens[r];
+		d->io[r] = tokens[r];
 	}
-	g->io[rows] = (int32_t)pos;
-	if ((st = kiln_device_copy_async(dev, g->io_d, g->io, sizeof(int32_t) * (size_t)(rows + 1),
+	d->io[rows] = (int32_t)pos;
+	d->filled = pos; /* 0..pos-1 stay; pos counts once the step ran */
+	if ((st = kiln_device_copy_async(dev, d->io_d, d->io, sizeof(int32_t) * (size_t)(rows + 1),
 					 KILN_COPY_H2D, g->stream)) ||
-	    (st = kiln_plan_decode(g->p, g->io_d, g->io_d + rows, g->stream)))
+	    (st = kiln_plan_decode(d->p, d->io_d, d->io_d + rows, g->stream)))
 		return kiln_error_wrap(st, "decoding position %lld", (long long)pos);
-	const void *src = g->logits_d;
-	if (g->cast) {
-		struct kiln_op_args a = { .in = { g->logits_d }, .out = { g->logits32_d } };
-		if ((st = kiln_device_run(dev, g->cast, &a, g->stream)))
+	const void *src = d->logits_d;
+	if (d->cast) {
+		struct kiln_op_args a = { .in = { d->logits_d }, .out = { d->logits32_d } };
+		if ((st = kiln_device_run(dev, d->cast, &a, g->stream)))
 			return st;
-		src = g->logits32_d;
+		src = d->logits32_d;
 	}
-	if ((st = kiln_device_copy_async(dev, g->logits, src, sizeof(float) * (size_t)(rows * g->vocab),
+	if ((st = kiln_device_copy_async(dev, d->logits, src, sizeof(float) * (size_t)(rows * g->vocab),
 					 KILN_COPY_D2H, g->stream)) ||
 	    (st = kiln_device_stream_sync(dev, g->stream)))
 		return kiln_error_wrap(st, "decoding position %lld", (long long)pos);
-	*logits = g->logits;
+	d->filled = pos + 1;
+	*logits = d->logits;
 	return KILN_OK;
 }
 
 kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t token,
 				const float **logits)
 {
-	kiln_status st = decode_plan(g, 1);
-	return st ? st : decode_step(g, pos, &token, logits);
+	if (!g || !logits)
+		return kiln_null_arg("kiln_generator_step", !g ? "g" : "logits");
+	kiln_status st = decode_plan(g, &g->one, 1);
+	return st ? st : decode_step(g, &g->one, pos, &token, logits);
 }
 
 /* ---- sampling ------------------------------------------------------------ */
@@ -548,12 +624,6 @@ static kiln_status sample(const float *logits, int64_t V, const uint8_t *allowed
 	return KILN_OK;
 }
 
-kiln_status kiln_sample_token(const float *logits, int64_t V, const struct kiln_sample_opts *o,
-			      uint64_t draw, int32_t *token)
-{
-	return sample(logits, V, NULL, o, 1, draw, 0, token);
-}
-
 /* The NULL and top_p checks of the sampling call fn, whose result goes
  * to the argument out_name. */
 static kiln_status sample_args(const char *fn, const float *logits, const struct kiln_sample_opts *o,
@@ -562,6 +632,13 @@ static kiln_status sample_args(const char *fn, const float *logits, const struct
 	if (!logits || !o || !out)
 		return kiln_null_arg(fn, !logits ? "logits" : !o ? "o" : out_name);
 	return top_p_check(fn, top_p);
+}
+
+kiln_status kiln_sample_token(const float *logits, int64_t V, const struct kiln_sample_opts *o,
+			      uint64_t draw, int32_t *token)
+{
+	kiln_status st = sample_args("kiln_sample_token", logits, o, 1, token, "token");
+	return st ? st : sample(logits, V, NULL, o, 1, draw, 0, token);
 }
 
 kiln_status kiln_sample_token_ex(const float *logits, int64_t V, const struct kiln_sample_opts *o,
@@ -591,11 +668,42 @@ kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_
 	return KILN_OK;
 }
 
+/* Feed prompt[0..n_prompt) to every row of decode plan d, leaving the
+ * logits after its last token in *logits.  With several rows the prompt
+ * is fed once: its first n_prompt - 1 tokens to the one-row plan, whose
+ * caches are then copied into every row of d, then the last token to
+ * every row (its logits d's own, as before); a model with a layer whose
+ * caches are not laid out by row (kiln_layer.decode_caches) is fed the
+ * whole prompt in every row (before session 42, every model: N rows of
+ * compute a prompt token). */
+static kiln_status prompt_feed(struct kiln_generator *g, struct decoder *d, const int32_t *prompt,
+			       int64_t n_prompt, int32_t *col, const float **logits)
+{
+	kiln_status st = KILN_OK;
+	int64_t t = 0;
+	if (d != &g->one && n_prompt > 1 && g->one.p && kiln_plan_decode_rows_copyable(d->p) &&
+	    kiln_plan_decode_rows_copyable(g->one.p)) {
+		for (; t < n_prompt - 1; t++)
+			if ((st = decode_step(g, &g->one, t, &prompt[t], logits)))
+				return st;
+		if ((st = kiln_plan_decode_copy_rows(d->p, g->one.p, g->stream)))
+			return st;
+		d->filled = t;
+	}
+	for (; t < n_prompt && !st; t++) {
+		for (int64_t r = 0; r < d->rows; r++)
+			col[r] = prompt[t];
+		st = decode_step(g, d, t, col, logits);
+	}
+	return st;
+}
+
 /* kiln_generate_samples' work: kiln_generate is its one row. */
 static kiln_status generate_rows(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
 				 int64_t n_new, int64_t rows, const struct kiln_sample_opts *o,
 				 int32_t *out, kiln_samples_fn fn, void *user)
 {
+	struct decoder *d = rows == 1 ? &g->one : &g->many;
 	const float *logits = NULL;
 	int32_t *col; /* the token each row is fed */
 	kiln_status st;
@@ -611,15 +719,11 @@ static kiln_status generate_rows(struct kiln_generator *g, const int32_t *prompt
 		if (prompt[t] >= g->classes)
 			return kiln_error(KILN_EINVAL, "prompt token %lld is id %d, not below the model's %lld classes (the loss layer's: no training taught it)",
 					  (long long)t, prompt[t], (long long)g->classes);
-	if ((st = decode_plan(g, rows)))
+	if ((st = decode_plan(g, d, rows)))
 		return st;
 	if (!(col = malloc(sizeof *col * (size_t)rows)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	for (int64_t t = 0; t < n_prompt && !st; t++) { /* the prompt fills the caches */
-		for (int64_t r = 0; r < rows; r++)
-			col[r] = prompt[t];
-		st = decode_step(g, t, col, &logits);
-	}
+	st = prompt_feed(g, d, prompt, n_prompt, col, &logits);
 	for (int64_t k = 0; k < n_new && !st; k++) {
 		for (int64_t r = 0; r < rows && !st; r++) {
 			if ((st = sample(logits + r * g->vocab, g->classes, g->allowed, o, g->top_p,
@@ -635,7 +739,7 @@ static kiln_status generate_rows(struct kiln_generator *g, const int32_t *prompt
 				st = fn(user, r, col[r]);
 		}
 		if (!st && k + 1 < n_new)
-			st = decode_step(g, n_prompt + k, col, &logits);
+			st = decode_step(g, d, n_prompt + k, col, &logits);
 	}
 	free(col);
 	return st;
@@ -670,6 +774,8 @@ kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64
 			  int64_t n_new, const struct kiln_sample_opts *o, int32_t *out,
 			  kiln_token_fn fn, void *user)
 {
+	if (!g || !prompt || !o || !out)
+		return kiln_null_arg("kiln_generate", !g ? "g" : !prompt ? "prompt" : !o ? "o" : "out");
 	struct one_row f = { fn, user };
 	return generate_rows(g, prompt, n_prompt, n_new, 1, o, out, fn ? one_row_token : NULL, &f);
 }

@@ -530,13 +530,13 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 	 * failed" alone) */
 	if (!opts->dry && (st = kiln_device_alloc(m->dev, p->arena_bytes, &p->arena))) {
 		kiln_error_wrap(st, "the %s plan's activations at batch %lld (%.2f GiB; `kiln memory` gives the run's whole need)",
-				training ? "training" : "evaluation", (long long)batch,
+				training ? "training" : opts->decode ? "decode" : "evaluation", (long long)batch,
 				(double)p->arena_bytes / (1 << 30));
 		goto fail;
 	}
 	if (!opts->dry && (st = kiln_device_alloc(m->dev, kiln_align_up(p->ws_bytes), &p->ws))) {
 		kiln_error_wrap(st, "the %s plan's workspace at batch %lld (%.2f GiB; `kiln memory` gives the run's whole need)",
-				training ? "training" : "evaluation", (long long)batch,
+				training ? "training" : opts->decode ? "decode" : "evaluation", (long long)batch,
 				(double)p->ws_bytes / (1 << 30));
 		goto fail;
 	}

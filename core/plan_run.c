@@ -290,6 +290,75 @@ kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void
 	return st;
 }
 
+/* Whether node n of a decode plan keeps no state, or lays it out by row
+ * (kiln_layer.decode_caches) within its saved memory. */
+static int rows_copyable(const struct plan_node *n)
+{
+	const struct kiln_layer *l = &n->l;
+	if (n->sstore < 0)
+		return 1;
+	if (l->decode_caches <= 0 || !l->decode_row_bytes || l->n_in < 1)
+		return 0;
+	const size_t rows = (size_t)l->in[0].dims[0];
+	return rows && l->decode_row_bytes <= SIZE_MAX / rows &&
+	       (size_t)l->decode_caches * kiln_align_up(rows * l->decode_row_bytes) <= l->saved_bytes;
+}
+
+int kiln_plan_decode_rows_copyable(const struct kiln_plan *p)
+{
+	if (!p->decode)
+		return 0;
+	for (int i = 0; i < p->m->n_layers; i++)
+		if (!rows_copyable(&p->nodes[i]))
+			return 0;
+	return 1;
+}
+
+/* Row 0 of node s's caches (of plan src) into every row of node d's (of
+ * dst): the first row copied across, then rows [0, k) into [k, 2k), so
+ * that B rows take 1 + log2(B) copies a cache. */
+static kiln_status copy_rows(struct kiln_device *dev, const struct kiln_plan *dst,
+			     const struct plan_node *d, const struct kiln_plan *src,
+			     const struct plan_node *s, void *stream)
+{
+	const size_t rb = d->l.decode_row_bytes;
+	const int64_t B = d->l.in[0].dims[0], sB = s->l.in[0].dims[0];
+	char *dp = kiln_plan_store_ptr(dst, d->sstore, NULL);
+	const char *sp = kiln_plan_store_ptr(src, s->sstore, NULL);
+	kiln_status st = KILN_OK;
+	for (int c = 0; c < d->l.decode_caches && !st; c++) {
+		char *dc = dp + (size_t)c * kiln_align_up((size_t)B * rb);
+		const char *sc = sp + (size_t)c * kiln_align_up((size_t)sB * rb);
+		st = kiln_device_copy_async(dev, dc, sc, rb, KILN_COPY_D2D, stream);
+		for (int64_t k = 1; k < B && !st; k *= 2)
+			st = kiln_device_copy_async(dev, dc + (size_t)k * rb, dc,
+						    rb * (size_t)(B - k < k ? B - k : k), KILN_COPY_D2D, stream);
+	}
+	return st;
+}
+
+kiln_status kiln_plan_decode_copy_rows(struct kiln_plan *dst, const struct kiln_plan *src,
+				       void *stream)
+{
+	if (!dst->decode || src->decode != dst->decode || src->m != dst->m)
+		return kiln_error(KILN_EINTERNAL, "kiln_plan_decode_copy_rows: two decode plans of one model and length");
+	if (!kiln_plan_decode_rows_copyable(dst) || !kiln_plan_decode_rows_copyable(src))
+		return kiln_error(KILN_ENOTSUP, "a layer of the model keeps decoding state it does not lay out by row (kiln_layer.decode_caches, ABI 2.26)");
+	for (int i = 0; i < dst->m->n_layers; i++) {
+		const struct plan_node *d = &dst->nodes[i], *s = &src->nodes[i];
+		if (d->sstore < 0 && s->sstore < 0)
+			continue;
+		if (d->sstore < 0 || s->sstore < 0 || d->l.decode_caches != s->l.decode_caches ||
+		    d->l.decode_row_bytes != s->l.decode_row_bytes)
+			return kiln_error(KILN_EINTERNAL, "layer '%s' lays out its decoding caches differently at %lld and %lld rows",
+					  dst->m->layers[i].name, (long long)dst->batch, (long long)src->batch);
+		kiln_status st = copy_rows(kiln_plan_dev(dst, i), dst, d, src, s, stream);
+		if (st)
+			return kiln_error_wrap(st, "copying the decoding caches of layer '%s'", dst->m->layers[i].name);
+	}
+	return KILN_OK;
+}
+
 kiln_status kiln_plan_logits(const struct kiln_plan *p, void **ptr, struct kiln_tensor_desc *desc)
 {
 	if (!p->decode && !p->logits)

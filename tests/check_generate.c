@@ -10,7 +10,13 @@
  * the draw), top-p 1 draws as before it existed, and only the nucleus is
  * ever drawn; several samples decoded at once are each a one-row
  * decode's draws on their own stream, sample 0 kiln_generate's; the
- * error cases.
+ * error cases.  Session 42: several samples feed their prompt once (the
+ * one-row decode's caches copied into every row) and draw the tokens of
+ * a plan of N rows fed it in every row (the way before), f32 and bf16;
+ * a step past the positions the caches hold is refused, and after
+ * several samples the one-row decode holds the prompt; a plan of more
+ * samples than the device's memory holds is KILN_EUSAGE naming them and
+ * the bytes; NULL arguments are refused.
  *
  * Model: a 2-block GPT (GPT-2's wiring, tied lm_head) with V = 11, C = 16,
  * 2 heads, context T = 9 (odd, not a multiple of any block size).
@@ -24,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h> /* setrlimit: a device of little free memory */
 
 static struct kiln_registry *reg;
 
@@ -837,6 +844,247 @@ START_TEST(test_top_p_bounds)
 }
 END_TEST
 
+/* ---- session 42: the caches' positions, the prompt fed once ------------- */
+
+/* Refused with KILN_EINVAL and a message holding `text`. */
+#define REFUSED(call, text)                                                              \
+	do {                                                                             \
+		ck_assert_int_eq((call), KILN_EINVAL);                                   \
+		ck_assert_msg(strstr(kiln_last_error(), (text)), "%s", kiln_last_error()); \
+	} while (0)
+
+/* The logits of a one-row decode of tokens[0..n) from position 0, at
+ * its last position, into lg[V]. */
+static void step_through(struct kiln_generator *g, const int32_t *tokens, int n, float *lg)
+{
+	const float *p = NULL;
+	for (int t = 0; t < n; t++)
+		ck_assert_msg(kiln_generator_step(g, t, tokens[t], &p) == 0, "%s", kiln_last_error());
+	memcpy(lg, p, sizeof(float) * V);
+}
+
+/* kiln_generator_step at a position past those its caches hold is
+ * refused, nothing fed (before session 42 it ran on caches no step
+ * wrote): a new generator's position 1; past a sequence; after
+ * kiln_generate (which leaves the prompt and every new token but the
+ * last: the next step continues it, its logits the fresh decode's of
+ * that text); after kiln_generate_samples (the prompt's first n - 1
+ * positions, fed once: a step at n - 1 gives the prompt's logits; before
+ * session 42 the one-row plan was made anew, its caches empty); a failed
+ * step keeps the positions before it. */
+START_TEST(test_step_positions)
+{
+	enum { NS = 3, NEW = 4 };
+	struct rig r;
+	struct kiln_generator *g;
+	const int32_t prompt[3] = { 4, 1, 7 };
+	int32_t seq[3 + NEW], outs[NS * NEW];
+	const float *lg;
+	float ref[V], got[V];
+	const struct kiln_sample_opts s = { .temperature = 1.5, .seed = 11 };
+	rig_open(&r, "", "", KILN_F32);
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	REFUSED(kiln_generator_step(g, 1, 4, &lg), "position 1 of no sequence: the caches hold no position");
+	step_through(g, prompt, 3, ref);
+	REFUSED(kiln_generator_step(g, 4, 1, &lg), "position 4, but the caches hold positions 0..2 of the sequence only: feed position 3 first");
+	/* the refusal fed nothing: position 3 still continues the prompt */
+	ck_assert(kiln_generator_step(g, 3, 1, &lg) == 0);
+	/* kiln_generate: its text continues at n_prompt + NEW - 1 */
+	ck_assert(kiln_generate(g, prompt, 3, NEW, &s, seq + 3, NULL, NULL) == 0);
+	memcpy(seq, prompt, sizeof prompt);
+	ck_assert(kiln_generator_step(g, 3 + NEW - 1, seq[3 + NEW - 1], &lg) == 0);
+	memcpy(got, lg, sizeof got);
+	REFUSED(kiln_generator_step(g, 3 + NEW + 1, 0, &lg), "feed position 7 first");
+	step_through(g, seq, 3 + NEW, ref);
+	ck_assert_mem_eq(got, ref, sizeof ref);
+	/* kiln_generate_samples: the prompt's first two positions */
+	ck_assert(kiln_generate_samples(g, prompt, 3, NEW, NS, &s, outs, NULL, NULL) == 0);
+	REFUSED(kiln_generator_step(g, 3, 0, &lg), "position 3, but the caches hold positions 0..1 of the sequence only: feed position 2 first");
+	ck_assert(kiln_generator_step(g, 2, prompt[2], &lg) == 0);
+	memcpy(got, lg, sizeof got);
+	step_through(g, prompt, 3, ref);
+	ck_assert_mem_eq(got, ref, sizeof ref);
+	/* a step that fails (a token past the vocabulary: the embedding's
+	 * data error) keeps 0..pos-1; a negative token is refused first */
+	REFUSED(kiln_generator_step(g, 3, -1, &lg), "token id -1 at position 3 is negative");
+	ck_assert_int_eq(kiln_generator_step(g, 3, V, &lg), KILN_EDATA);
+	REFUSED(kiln_generator_step(g, 4, 1, &lg), "the caches hold positions 0..2 of the sequence only");
+	ck_assert(kiln_generator_step(g, 3, 1, &lg) == 0);
+	kiln_generator_close(g);
+	rig_close(&r);
+}
+END_TEST
+
+/* The way before session 42: a decode plan of B rows fed the prompt in
+ * every row, then each row's draw (kiln_sample_token_ex on its stream,
+ * top-p 1) fed back; the tokens into ref[b * n_new + k]. */
+static void rows_reference(struct rig *r, int B, const int32_t *prompt, int n_prompt, int n_new,
+			   const struct kiln_sample_opts *s, int32_t *ref)
+{
+	enum { BREF = 4 };
+	struct kiln_plan *p;
+	struct kiln_plan_opts o = { .decode = T };
+	void *y;
+	struct kiln_tensor_desc d;
+	char host[sizeof(float) * BREF * V];
+	float lg[BREF * V];
+	int32_t col[BREF];
+	ck_assert(B <= BREF && B <= BMAX * T);
+	ck_assert_msg(kiln_model_plan_ex(r->m, B, &o, &p) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_plan_logits(p, &y, &d) == 0);
+	for (int32_t t = 0; t < n_prompt + n_new - 1; t++) {
+		for (int b = 0; b < B; b++)
+			col[b] = t < n_prompt ? prompt[t] : ref[b * n_new + t - n_prompt];
+		TEST_H2D(r, r->tok, col, sizeof(int32_t) * (size_t)B);
+		TEST_H2D(r, r->pos, &t, sizeof t);
+		ck_assert_msg(kiln_plan_decode(p, r->tok, r->pos, r->stream) == 0, "%s", kiln_last_error());
+		if (t < n_prompt - 1)
+			continue;
+		TEST_D2H(r, host, y, kiln_tensor_bytes(&d));
+		widen(lg, host, d.dtype, (size_t)(B * V));
+		for (int b = 0; b < B; b++)
+			ck_assert(kiln_sample_token_ex(lg + b * V, V, s, 1, (uint64_t)(t - n_prompt + 1),
+						       (uint32_t)b, &ref[b * n_new + t - n_prompt + 1]) == 0);
+	}
+	kiln_plan_free(p);
+}
+
+/* Several samples feed their prompt once (session 42: its first n - 1
+ * tokens to the one-row decode, whose caches are copied into every row)
+ * and draw, for 1 and 4 samples and three seeds, f32 and bf16 compute,
+ * the tokens of the way before (rows_reference): the copied caches are
+ * those the rows computed, to the bit. */
+START_TEST(test_samples_prompt_once)
+{
+	enum { NP = 5, NEW = T - NP };
+	const int32_t prompt[NP] = { 4, 1, 7, 7, 2 };
+	int32_t out[4 * NEW], ref[4 * NEW];
+	for (int bf = 0; bf < 2; bf++) {
+		struct rig r;
+		struct kiln_generator *g;
+		rig_open(&r, "", "", bf ? KILN_BF16 : KILN_F32);
+		ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+		for (int B = 1; B <= 4; B += 3)
+			for (uint64_t seed = 1; seed <= 3; seed++) {
+				const struct kiln_sample_opts s = { .temperature = 1.2, .seed = seed };
+				ck_assert_msg(kiln_generate_samples(g, prompt, NP, NEW, B, &s, out, NULL, NULL) == 0,
+					      "%s", kiln_last_error());
+				rows_reference(&r, B, prompt, NP, NEW, &s, ref);
+				for (int i = 0; i < B * NEW; i++)
+					ck_assert_msg(out[i] == ref[i], "%s, %d samples, seed %d: sample %d token %d is %d, %d fed in every row",
+						      bf ? "bf16" : "f32", B, (int)seed, i / NEW, i % NEW, out[i], ref[i]);
+			}
+		kiln_generator_close(g);
+		rig_close(&r);
+	}
+}
+END_TEST
+
+/* A plan of more samples than the device's memory holds (here under an
+ * RLIMIT_AS 512 MiB above what the process uses: a million rows need
+ * some GiB) is KILN_EUSAGE naming the samples, the bytes and about how
+ * many fit, before any allocation (before session 42: KILN_ENOMEM from
+ * the allocation, naming "the evaluation plan"); the generator works on. */
+START_TEST(test_samples_too_many)
+{
+	struct rig r;
+	struct kiln_generator *g;
+	const int32_t prompt[3] = { 4, 1, 7 };
+	int32_t out[2 * 2], one[2];
+	const struct kiln_sample_opts s = { .temperature = 1, .seed = 3 };
+	char line[256];
+	long vm_kib = 0;
+	rig_open(&r, "", "", KILN_F32);
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	FILE *st = fopen("/proc/self/status", "r");
+	ck_assert_ptr_nonnull(st);
+	while (fgets(line, sizeof line, st))
+		sscanf(line, "VmSize: %ld kB", &vm_kib);
+	fclose(st);
+	ck_assert_int_gt(vm_kib, 0);
+	struct rlimit old, lim;
+	ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
+	lim = old;
+	lim.rlim_cur = ((rlim_t)vm_kib << 10) + ((rlim_t)512 << 20);
+	ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+	int32_t *many = malloc(sizeof(int32_t) * 2 * 1000000);
+	ck_assert_ptr_nonnull(many);
+	const kiln_status got = kiln_generate_samples(g, prompt, 3, 2, 1000000, &s, many, NULL, NULL);
+	char msg[1024];
+	snprintf(msg, sizeof msg, "%s", kiln_last_error());
+	free(many);
+	setrlimit(RLIMIT_AS, &old);
+	ck_assert_msg(got == KILN_EUSAGE, "%s: %s", kiln_status_name(got), msg);
+	ck_assert_msg(strstr(msg, "1000000 samples decoded at once need a decode plan of "), "%s", msg);
+	ck_assert_msg(strstr(msg, "more than the free memory of the cpu device"), "%s", msg);
+	/* the bytes: at least a million rows' key/value caches (2 layers,
+	 * keys and values, 2 heads x 9 positions x 8 floats) */
+	unsigned long long need = 0;
+	long long fit = 0;
+	const char *b = strstr(msg, "need a decode plan of ");
+	ck_assert(b && sscanf(b, "need a decode plan of %llu bytes", &need) == 1);
+	ck_assert_msg(need >= 1000000ull * 2 * 2 * 2 * T * 8 * 4, "%s", msg);
+	const char *f = strstr(msg, "GiB free: about ");
+	ck_assert_msg(f && sscanf(f, "GiB free: about %lld fit", &fit) == 1, "%s", msg);
+	ck_assert_msg(fit >= 1 && fit < 1000000, "%s", msg);
+	/* the generator works on: two samples, one */
+	ck_assert_msg(kiln_generate_samples(g, prompt, 3, 2, 2, &s, out, NULL, NULL) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_generate(g, prompt, 3, 2, &s, one, NULL, NULL) == 0);
+	ck_assert_mem_eq(one, out, sizeof one);
+	kiln_generator_close(g);
+	rig_close(&r);
+}
+END_TEST
+
+/* Every public generation function refuses a NULL pointer argument with
+ * KILN_EINVAL naming it (before session 42 kiln_generate,
+ * kiln_generator_step, kiln_generator_new and kiln_sample_token
+ * dereferenced it), and a context below 1. */
+START_TEST(test_null_args)
+{
+	struct rig r;
+	struct kiln_generator *g, *none = NULL;
+	const int32_t prompt[2] = { 4, 6 };
+	int32_t out[2], id;
+	const float *lg;
+	const float logits[3] = { 0.5f, 2.0f, 1.0f };
+	double probs[3];
+	const struct kiln_sample_opts o = { .temperature = 0 };
+	rig_open(&r, "", "", KILN_F32);
+	REFUSED(kiln_generator_new(NULL, r.stream, T, &none), "kiln_generator_new: m is NULL");
+	REFUSED(kiln_generator_new(r.m, NULL, T, &none), "kiln_generator_new: stream is NULL");
+	REFUSED(kiln_generator_new(r.m, r.stream, T, NULL), "kiln_generator_new: out is NULL");
+	REFUSED(kiln_generator_new(r.m, r.stream, 0, &none), "kiln_generator_new: context = 0");
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	REFUSED(kiln_generate(NULL, prompt, 2, 1, &o, out, NULL, NULL), "kiln_generate: g is NULL");
+	REFUSED(kiln_generate(g, NULL, 2, 1, &o, out, NULL, NULL), "kiln_generate: prompt is NULL");
+	REFUSED(kiln_generate(g, prompt, 2, 1, NULL, out, NULL, NULL), "kiln_generate: o is NULL");
+	REFUSED(kiln_generate(g, prompt, 2, 1, &o, NULL, NULL, NULL), "kiln_generate: out is NULL");
+	REFUSED(kiln_generate_samples(NULL, prompt, 2, 1, 2, &o, out, NULL, NULL), "kiln_generate_samples: g is NULL");
+	REFUSED(kiln_generator_step(NULL, 0, 4, &lg), "kiln_generator_step: g is NULL");
+	REFUSED(kiln_generator_step(g, 0, 4, NULL), "kiln_generator_step: logits is NULL");
+	REFUSED(kiln_sample_token(NULL, 3, &o, 0, &id), "kiln_sample_token: logits is NULL");
+	REFUSED(kiln_sample_token(logits, 3, NULL, 0, &id), "kiln_sample_token: o is NULL");
+	REFUSED(kiln_sample_token(logits, 3, &o, 0, NULL), "kiln_sample_token: token is NULL");
+	REFUSED(kiln_sample_token_ex(logits, 3, &o, 1, 0, 0, NULL), "kiln_sample_token_ex: token is NULL");
+	REFUSED(kiln_sample_probs(logits, 3, &o, 1, NULL), "kiln_sample_probs: probs is NULL");
+	REFUSED(kiln_generator_allow(NULL, NULL, 0), "kiln_generator_allow: g is NULL");
+	REFUSED(kiln_generator_top_p(NULL, 1), "kiln_generator_top_p: g is NULL");
+	REFUSED(kiln_generator_open(NULL, reg, NULL, &none), "kiln_generator_open: cfg is NULL");
+	ck_assert_int_eq(kiln_generator_context(NULL), 0);
+	ck_assert_int_eq(kiln_generator_vocab(NULL), 0);
+	ck_assert_int_eq(kiln_generator_classes(NULL), 0);
+	kiln_generator_close(NULL);
+	ck_assert_ptr_null(none);
+	/* nothing refused was fed or drawn: the generator works on */
+	ck_assert(kiln_generate(g, prompt, 2, 2, &o, out, NULL, NULL) == 0);
+	ck_assert(kiln_sample_token(logits, 3, &o, 0, &id) == 0 && id == 1);
+	ck_assert(kiln_sample_probs(logits, 3, &o, 1, probs) == 0 && probs[1] == 1);
+	kiln_generator_close(g);
+	rig_close(&r);
+}
+END_TEST
+
 /* A shard of tokens in llm.c's format at path: magic, version and count
  * in a 1024-byte header, then n uint16 tokens (each < V). */
 static void write_shard(const char *path, int n)
@@ -923,7 +1171,8 @@ static Suite *make_generate_suite(void)
 	check_add_case(s, "decode", 120, NULL, NULL, (const TTest *[]){
 		test_decode_equals_full, test_decode_bf16, test_greedy_is_full_argmax,
 		test_sampling, test_errors, test_sample_not_finite, test_draw_bounds,
-		test_open_precision, test_top_p_vs_reference, test_top_p_draws, test_samples, test_top_p_bounds, NULL });
+		test_open_precision, test_top_p_vs_reference, test_top_p_draws, test_samples, test_top_p_bounds,
+		test_step_positions, test_samples_prompt_once, test_samples_too_many, test_null_args, NULL });
 	return s;
 }
 

@@ -28,6 +28,8 @@
 #  3 prints three samples, each after its header line, sample 0 the text
 #  of one, the others other text, the same bytes again for the same seed;
 #  bad --top-p and --num-samples values: exit 2.
+#  Session 42: more --num-samples than the memory holds: exit 2 naming them
+#  and the bytes, nothing printed.
 # The decode logits themselves are checked against the full forward in
 # tests/check_generate.c.
 name=generate
@@ -311,6 +313,16 @@ for v in 0 -1 x; do
 	kiln 2 generate "$ini" --prompt "x" --tokens 3 --num-samples "$v"
 	stderr_has "kiln: error: --num-samples '$v': expected an integer in [1, 1000000]"
 done
+# more samples than the memory holds (here under ulimit -v 1500000: a
+# million samples' decode plan is 6.7 GiB): exit 2 before anything is
+# printed, naming them and the bytes (before session 42: exit 1 from the
+# allocation, naming "the evaluation plan")
+(ulimit -v 1500000 && kiln 2 generate "$ini" --prompt "x" --tokens 3 --num-samples 1000000) ||
+	fail "--num-samples 1000000 under ulimit -v: $(tail -2 "$err")"
+stderr_has "kiln: error: --num-samples 1000000: 1000000 samples decoded at once need a decode plan of "
+stderr_has "more than the free memory of the cpu device ("
+stderr_has "fit): ask for fewer samples"
+[ ! -s "$out" ] || fail "--num-samples 1000000 printed text"
 kiln 2 generate "$ini" --tokens 3
 # a checkpoint that is not there: a usage error (exit 1 before session 36)
 kiln 2 generate "$ini" --prompt "x" --tokens 3 --checkpoint "$tmp/none.kiln"

@@ -414,7 +414,10 @@ kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const
  * at positions 0..pos-1 of the same sequences ran on this plan (the
  * caches hold what they wrote; a step at position 0 starts new
  * sequences).  Loss layers do not run.  A position outside [0, decode)
- * fails the run (KILN_EDATA). */
+ * fails the run (KILN_EDATA).  The plan cannot tell a position past those
+ * its caches hold (pos is device memory, read by the device): such a step
+ * attends over cache rows no step wrote; kiln_generator_step, which knows
+ * them, refuses it. */
 kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void *pos,
 			     void *stream);
 /* A decode or inference plan's output after a run has completed: the
@@ -1177,7 +1180,12 @@ kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln
  * keyed by (seed, the draw's index, the sample's index): the same seed
  * gives the same tokens.  kiln_generate_samples decodes N continuations
  * of one prompt at once, in a plan of N rows (each its own caches).
- * Threads: one thread per generator. */
+ * Threads: one thread per generator.  Every function here refuses a NULL
+ * pointer argument it reads or writes with KILN_EINVAL naming it (before
+ * session 42 kiln_generate, kiln_generator_step, kiln_generator_new and
+ * kiln_sample_token dereferenced it), but where a NULL is documented
+ * (kiln_generator_open's checkpoint, kiln_generator_allow's mask, the
+ * callbacks, kiln_generator_close). */
 struct kiln_generator;
 
 struct kiln_sample_opts {
@@ -1199,11 +1207,13 @@ struct kiln_sample_opts {
  * read ("generation needs the CPU device: set run.device=cpu"). */
 kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				const char *checkpoint, struct kiln_generator **out);
-/* A generator of model m (borrowed: it outlives the generator) on stream,
- * for sequences of up to `context` tokens. */
+/* A generator of model m (borrowed: it outlives the generator) on stream
+ * (borrowed, of m's device), for sequences of up to `context` tokens (>= 1,
+ * else KILN_EINVAL). */
 kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t context,
 			       struct kiln_generator **out);
 void kiln_generator_close(struct kiln_generator *g);
+/* (These three: 0 for a NULL g.) */
 int64_t kiln_generator_context(const struct kiln_generator *g);
 int64_t kiln_generator_vocab(const struct kiln_generator *g); /* the logits' V */
 /* The ids kiln_generate draws from: below the loss layer's `classes`
@@ -1234,7 +1244,16 @@ kiln_status kiln_generator_top_p(struct kiln_generator *g, double top_p);
 /* Feed `token` at position pos (0 <= pos < context; the steps at 0..pos-1
  * of this sequence came before, pos = 0 starts a new one) and wait for
  * the logits of the next token: *logits, host f32[V], valid until the
- * next call. */
+ * next call.  The generator's one-row decode holds the positions fed
+ * since its last position 0: those of the caller's steps, else of
+ * kiln_generate (the prompt and every new token but the last: the next
+ * step is at n_prompt + n_new - 1) or of kiln_generate_samples with
+ * n_samples > 1 (the prompt but its last token, n_prompt - 1 positions;
+ * for a model fed in every row, below, what it held before).  A pos past
+ * them (a new generator's 1 and on) is KILN_EINVAL naming the positions
+ * held, nothing fed (before session 42 the step ran on caches no step
+ * wrote: after kiln_generate_samples, empty ones).  A step that fails
+ * keeps positions 0..pos-1.  NULL g or logits: KILN_EINVAL. */
 kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t token,
 				const float **logits);
 
@@ -1247,7 +1266,7 @@ kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t t
  * drawn: torch.multinomial refuses such a distribution too; before
  * session 40 the draw gave id V - 1). */
 kiln_status kiln_sample_token(const float *logits, int64_t V, const struct kiln_sample_opts *o,
-			      uint64_t draw, int32_t *token);
+			      uint64_t draw, int32_t *token); /* NULL logits, o, token: KILN_EINVAL */
 /* kiln_sample_token with a nucleus and a stream: from the top_p nucleus
  * (kiln_generator_top_p's rule; 1: all) of the top_k largest, by
  * inverting the cumulative distribution at u = kiln_rng_uniform(seed,
@@ -1280,7 +1299,8 @@ typedef kiln_status (*kiln_token_fn)(void *user, int32_t token);
  * positional embedding would shift, and the caches with them).  A prompt
  * id at or past kiln_generator_classes (an embedding row no training
  * taught, of a padded vocabulary) is KILN_EINVAL naming its position,
- * nothing fed (since session 41: before, it was fed). */
+ * nothing fed (since session 41: before, it was fed).  NULL g, prompt, o
+ * or out: KILN_EINVAL. */
 kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
 			  int64_t n_new, const struct kiln_sample_opts *o, int32_t *out,
 			  kiln_token_fn fn, void *user);
@@ -1293,17 +1313,30 @@ typedef kiln_status (*kiln_samples_fn)(void *user, int64_t sample, int32_t token
 /* n_samples continuations of one prompt (HuggingFace's
  * num_return_sequences), decoded at once: a decode plan of n_samples
  * rows, each row its own key/value caches (memory: n_samples times one
- * sequence's), the prompt fed to every row, then n_new tokens drawn for
- * each into out[s * n_new + k] (the caller's, n_samples * n_new): new
- * token k of sample s by kiln_sample_token_ex at draw k on stream s, so
+ * sequence's, besides the generator's one-row plan), the prompt fed once
+ * (its first n_prompt - 1 tokens to the one-row decode, whose caches are
+ * copied into every row, then its last token to every row: the same
+ * logits as feeding it to every row, one row's compute instead of
+ * n_samples'; a model with a layer that does not lay its caches out by
+ * row, kiln_layer.decode_caches of a plugin built before ABI 2.26, is fed
+ * it in every row, as every model before session 42), then n_new tokens
+ * drawn for each into out[s * n_new + k] (the caller's, n_samples *
+ * n_new): new token k of sample s by kiln_sample_token_ex at draw k on
+ * stream s, so
  * sample 0 is kiln_generate's draws, and the others differ from it and
  * from one another as other seeds do.  kiln_generator_classes,
  * kiln_generator_allow and kiln_generator_top_p apply as to
  * kiln_generate.  A row's logits do not depend on the other rows (on the
  * CPU device they are a one-row plan's to the bit: docs/generate.md).
- * The generator keeps the plan of n_samples rows until a call with other
- * rows (kiln_generate and kiln_generator_step use one) makes another,
- * its caches empty.  1 <= n_samples <= INT32_MAX, else KILN_EINVAL;
+ * The generator keeps the plan of n_samples > 1 rows until a call with
+ * another n_samples > 1 makes another, its caches empty, or
+ * kiln_generator_close.  1 <= n_samples <= INT32_MAX, else KILN_EINVAL;
+ * a plan of n_samples > 1 rows that does not fit the device's memory is
+ * KILN_EUSAGE (exit 2, as for a bad argument) naming n_samples, the bytes
+ * the plan needs and a sample's share, and where the device tells its
+ * free memory (kiln_device_mem_info) about how many fit, refused before
+ * any allocation when it needs more than that (before session 42: the
+ * allocation's KILN_ENOMEM, naming "the evaluation plan");
  * NULL g, prompt, o or out: KILN_EINVAL; with n_samples > 1 a draw's
  * error names the sample too (with 1, as kiln_generate's); the other
  * errors as kiln_generate's.  (libkiln.so.2.4) */

@@ -146,9 +146,14 @@ extern "C" {
  *      opened as before; docs/plugins.md "ABI 2.24").
  * 2.25: KILN_OP_RNN / RNN_BWD's i[4] ("last"): y and dy [B,H], each row's
  *      final hidden state (PyTorch's h_n; kiln/ops.h); the core asks no
- *      device built before (docs/plugins.md "ABI 2.25"). */
+ *      device built before (docs/plugins.md "ABI 2.25").
+ * 2.26: kiln_layer.decode_caches and decode_row_bytes (a decode plan's
+ *      caches laid out by row, which the core may copy from one row to
+ *      others: a prompt fed once for several samples); 0 in a layer
+ *      built before, whose rows are each fed (docs/plugins.md "ABI
+ *      2.26"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 25
+#define KILN_ABI_MINOR 26
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -1232,6 +1237,23 @@ struct kiln_layer {
 			      * core tells the device (KILN_PROC_WEIGHTS_CHANGED).
 			      * A layer may then set KILN_OPF_FROZEN on the ops
 			      * that read its weights (kiln/ops.h). */
+	/* ---- ABI 2.26 ---- */
+	int decode_caches;   /* set by plan in a decode plan (decode_len > 0):
+			      * > 0 when the saved memory (saved_bytes) begins
+			      * with that many caches of one layout, cache c
+			      * at byte c * S, S = B * decode_row_bytes rounded
+			      * up to a multiple of 64 (B = in[0].dims[0], the
+			      * rows), and row b of a cache at byte b *
+			      * decode_row_bytes of it, everything the layer
+			      * keeps of row b (every position) in those
+			      * bytes.  The core may then give rows the state
+			      * of another row, of this plan or of the same
+			      * layer's one-row decode plan, by copying those
+			      * bytes (kiln_generate_samples feeds its prompt
+			      * once, in one row, docs/generate.md); 0 (the
+			      * default; a layer built before ABI 2.26): it
+			      * does not, and feeds every row instead */
+	size_t decode_row_bytes; /* ... the bytes of one row of one cache */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
