@@ -601,6 +601,10 @@ EXTRA_DIST += tests/memory_rlimit_fft.sh tests/data/fft_convs.ini
 # a run and a line saying so, not a hang (plugins/cpu/openblas.c)
 TESTS += tests/openblas_rlimit.sh
 EXTRA_DIST += tests/openblas_rlimit.sh
+# OpenBLAS's kernels on a CPU with AVX-512 or AVX2 are not Prescott's,
+# where OpenBLAS does not know the CPU (plugins/cpu/openblas.c)
+TESTS += tests/openblas_core.sh
+EXTRA_DIST += tests/openblas_core.sh
 # batch = auto with a memory_limit above what ulimit -v leaves: the
 # smaller bounds it
 TESTS += tests/memory_limit_rlimit.sh

@@ -429,7 +429,8 @@ const char *cpu_openblas_check(void);
  * (oneDNN runs them) */
 const char *cpu_openblas_ready(struct cpu_ctx *c, int threads);
 /* host told (once a process, at INFO) where OpenBLAS was left unloaded
- * for RLIMIT_AS's sake, so its GEMMs run on oneDNN */
+ * for RLIMIT_AS's sake, so its GEMMs run on oneDNN, or where kiln chose
+ * its kernels for a CPU it does not know (openblas.c, ob_core_pick) */
 void cpu_openblas_said(const struct kiln_host *host);
 /* cblas_sgemm, row-major, op(a) transposed where ta, op(b) where tb; only
  * where cpu_openblas_check() is NULL */

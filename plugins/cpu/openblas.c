@@ -19,7 +19,18 @@
  *
  * The library is found as the linked one was: libopenblas.so.0 through
  * LD_LIBRARY_PATH, then the plugin's run path (configure's OpenMP build
- * directory), then ld.so's cache.
+ * directory; glibc's dlopen searches the DT_RUNPATH of the object that
+ * calls it, this one), then ld.so's cache.
+ *
+ * Its kernels: OpenBLAS's DYNAMIC_ARCH build (Debian's) picks them as it
+ * loads from the CPU's family and model, and one it does not know gets
+ * its most generic, Prescott's (SSE3): 0.3.21 on an Emerald Rapids
+ * (family 6, model 207) ran the FFT convolution's per-frequency GEMMs
+ * there.  Where it reports Prescott on a CPU whose CPUID says AVX-512 or
+ * AVX2 and FMA, and OPENBLAS_CORETYPE is not set, ob_core_pick has it
+ * choose again as that variable makes it choose at load (SkylakeX or
+ * Haswell), and the device's opening says so once (cpu_openblas_said).
+ * A CPU it knows keeps its choice, and its kernels' bits.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "cpu.h"
@@ -58,15 +69,17 @@ static struct {
 	void *(*mem_alloc)(int procpos);
 	void (*mem_free)(void *buffer);
 } ob;
-#endif
 /* under RLIMIT_AS: the buffers in OpenBLAS's pool, free between GEMMs,
  * that cpu_openblas_ready has mapped (under ob_pool_lock) */
 static int ob_pool;
 static pthread_mutex_t ob_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static const char *ob_why; /* NULL: loaded and usable */
 static char ob_text[640];  /* ob_why's text when it is made here */
+static char ob_core[400];  /* the kernels chosen for OpenBLAS, where not its own choice (said once) */
+#endif
+static const char *ob_why; /* NULL: loaded and usable */
 static int ob_by_limit;    /* not loaded for RLIMIT_AS's sake (said once: cpu_openblas_said) */
 
+#if HAVE_OPENBLAS
 /* The threads OpenBLAS's OpenMP build allocates a buffer for as it loads
  * (its blas_get_cpu_number): OMP_NUM_THREADS's leading number where that
  * is positive, else every CPU, at most the CPUs of the affinity mask. */
@@ -102,6 +115,54 @@ static int ob_short(void)
 	return 1;
 }
 
+/* The kernels OpenBLAS's DYNAMIC_ARCH build should take on this CPU by
+ * its CPUID where OpenBLAS did not know it: SkylakeX's (AVX-512 F, BW,
+ * DQ, VL: what they use), Haswell's (AVX2, FMA), else NULL */
+static const char *ob_core_for_cpu(void)
+{
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+		return "SkylakeX";
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return "Haswell";
+	return NULL;
+}
+
+/* Where OpenBLAS (h) took its Prescott kernels, as 0.3.21 does on a CPU
+ * it does not know, though this one has AVX-512 or AVX2, and the user
+ * did not choose (OPENBLAS_CORETYPE unset): its core chosen again
+ * (gotoblas_dynamic_quit, then gotoblas_dynamic_init, which reads
+ * OPENBLAS_CORETYPE as its constructor does; set for that call only, so
+ * that children and later readers see the environment as it was), and
+ * ob_core saying so.  Called once, before any GEMM, by ob_load alone. */
+static void ob_core_pick(void *h)
+{
+	const char *want = ob_core_for_cpu();
+	if (strcmp(ob.get_corename(), "Prescott") || getenv("OPENBLAS_CORETYPE") || !want)
+		return;
+	void (*quit)(void), (*init)(void);
+	*(void **)&quit = dlsym(h, "gotoblas_dynamic_quit");
+	*(void **)&init = dlsym(h, "gotoblas_dynamic_init");
+	if (!quit || !init) {
+		snprintf(ob_core, sizeof ob_core,
+			 "OpenBLAS runs its Prescott (SSE3) kernels on this CPU, which has %s: this "
+			 "OpenBLAS cannot choose again (no gotoblas_dynamic_init); OPENBLAS_CORETYPE=%s "
+			 "makes it choose as it loads (docs/plugins.md)",
+			 strcmp(want, "SkylakeX") ? "AVX2 and FMA" : "AVX-512", want);
+		return;
+	}
+	setenv("OPENBLAS_CORETYPE", want, 1);
+	quit();
+	init();
+	unsetenv("OPENBLAS_CORETYPE");
+	snprintf(ob_core, sizeof ob_core,
+		 "OpenBLAS took its Prescott (SSE3) kernels on this CPU, which it does not know; the "
+		 "CPU has %s, so kiln had it choose %s: it runs %s's kernels (OPENBLAS_CORETYPE, where "
+		 "set, chooses instead: docs/plugins.md)",
+		 strcmp(want, "SkylakeX") ? "AVX2 and FMA" : "AVX-512", want, ob.get_corename());
+}
+#endif
+
 static void ob_load(void)
 {
 #if HAVE_OPENBLAS
@@ -128,10 +189,23 @@ static void ob_load(void)
 	/* 0 sequential, 1 pthreads, 2 OpenMP: the library ld.so found (the
 	 * Debian alternatives may point libopenblas.so.0 at another flavour
 	 * than configure found) */
-	if (ob.get_parallel() == 1)
+	if (ob.get_parallel() == 1) {
 		ob_why = "the OpenBLAS loaded is its pthread build (a thread pool of its own beside "
 			 "kiln's OpenMP team): install libopenblas0-openmp, or "
 			 "update-alternatives --config libopenblas.so.0-x86_64-linux-gnu";
+		/* its pool, started as it loaded: each thread maps its 128 MiB
+		 * buffer when it first runs, after dlopen returned (VmSize 49 ->
+		 * 177 MiB in 300 ms here), and under RLIMIT_AS that mapping in
+		 * the middle of oneDNN's JIT crashed it (6 of 14 runs, session
+		 * 41).  Stopped now (joined: what they map is mapped when this
+		 * returns), so no thread of it runs beside kiln's */
+		int (*stop)(void);
+		*(void **)&stop = dlsym(h, "blas_thread_shutdown_");
+		if (stop)
+			stop();
+	} else {
+		ob_core_pick(h);
+	}
 #else
 	ob_why = "this build has no OpenBLAS (configure --with-openblas; apt-get install "
 		 "libopenblas-openmp-dev)";
@@ -148,7 +222,18 @@ const char *cpu_openblas_check(void)
 void cpu_openblas_said(const struct kiln_host *host)
 {
 	static int said;
-	if (cpu_openblas_check() && ob_by_limit && !__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+	const char *no = cpu_openblas_check();
+	const char *core = NULL; /* the kernels kiln chose for it (ob_core_pick) */
+#if HAVE_OPENBLAS
+	core = !no && ob_core[0] ? ob_core : NULL;
+#endif
+	if (!(no && ob_by_limit) && !core)
+		return;
+	if (__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+		return;
+	if (core)
+		host->log(KILN_LOG_INFO, "cpu", "%s", core);
+	else
 		host->log(KILN_LOG_INFO, "cpu", "OpenBLAS %s; its GEMMs run on oneDNN", ob_why);
 }
 
