@@ -146,9 +146,14 @@ extern "C" {
  *      opened as before; docs/plugins.md "ABI 2.24").
  * 2.25: KILN_OP_RNN / RNN_BWD's i[4] ("last"): y and dy [B,H], each row's
  *      final hidden state (PyTorch's h_n; kiln/ops.h); the core asks no
- *      device built before (docs/plugins.md "ABI 2.25"). */
+ *      device built before (docs/plugins.md "ABI 2.25").
+ * 2.26: kiln_layer.eval_sums: in the trainer's evaluation plans a loss
+ *      layer adds plain sums over the rows it counts and [3] their count,
+ *      so an evaluation is one mean over every row of the set; a loss
+ *      layer built before is divided by samples, as before
+ *      (docs/plugins.md "ABI 2.26"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 25
+#define KILN_ABI_MINOR 26
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -1232,6 +1237,23 @@ struct kiln_layer {
 			      * core tells the device (KILN_PROC_WEIGHTS_CHANGED).
 			      * A layer may then set KILN_OPF_FROZEN on the ops
 			      * that read its weights (kiln/ops.h). */
+	/* ---- ABI 2.26 ---- */
+	int eval_sums;       /* set by the core before plan, read by loss
+			      * layers: 1 in the trainer's evaluation plans
+			      * (`kiln train`'s evaluations and final test,
+			      * `kiln eval`, `kiln quantize`'s calibration):
+			      * r->metrics is f32[4] and the forward adds
+			      * { sum of the rows' losses, correct count, top-5
+			      * count, rows counted } over the rows it counts
+			      * (a token row, a sample; ignore_index's rows
+			      * left out): KILN_OP_SOFTMAX_XENT with i[4] = 0
+			      * and a fourth metric.  The trainer divides the
+			      * set's sums by the set's count: one mean over
+			      * every row, whatever [train] eval_batch.  0 (a
+			      * training plan, the API's plans): f32[3], the
+			      * loss layer's own per-sample sums, which the
+			      * caller divides by samples.  The trainer reads
+			      * a loss layer built before 2.26 as the latter. */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
@@ -1254,8 +1276,9 @@ struct kiln_layer_run {
 	int dw_accum;
 	void *workspace;
 	size_t workspace_bytes;
-	/* Loss layers: labels (i32[batch]), metric sums (f32[2]: loss sum,
-	 * correct count; always accumulated) and the gradient scale. */
+	/* Loss layers: labels (i32[batch]), metric sums (f32[3]: loss sum,
+	 * correct count, top-5 count; f32[4], [3] the rows counted, where
+	 * l->eval_sums is set; always accumulated) and the gradient scale. */
 	const void *labels;
 	void *metrics;
 	float grad_scale;
