@@ -14,7 +14,8 @@
  * plans have training's crossing tensors (kiln_pipe_eval_check, at
  * set-up), so each receive has a slot of the transport to be marked in.
  * The loss layer, on the last stage, adds the batch's loss and correct
- * counts to the metric sums; after the set they are summed over the pipe,
+ * sums and the rows it counted to the metric sums (kiln_layer.eval_sums);
+ * after the set they are summed over the pipe,
  * so every rank reads the last stage's (the others' are zero: each sum
  * equals one process's). */
 #include "dist_impl.h"

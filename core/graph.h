@@ -200,6 +200,10 @@ struct kiln_model {
 	int recompute_said;  /* [layer.X] recompute = 1 that recomputes nothing
 			      * has been said (plan.c) */
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
+	/* set by the trainer on its model: its plans that do not train are
+	 * evaluations, whose loss layer adds sums and the rows it counted
+	 * (kiln_layer.eval_sums, ABI 2.27; kiln_model_eval_counts) */
+	int eval_counted;
 	/* set while the trainer makes its training plan with [train]
 	 * accumulate > 1, or a pipeline its plans (pipe_open.c): device
 	 * f32[1], the loss scale / (micro-batches x accumulate)
@@ -593,6 +597,12 @@ int kiln_model_find_layer(const struct kiln_model *m, int upto, const char *name
  * vocabulary's columns the loss never trains), 0 when it sets none (every
  * logit a class). */
 int64_t kiln_model_loss_classes(const struct kiln_model *m);
+/* core/graph.c.  1 when m's plans that do not train (m->eval_counted)
+ * have a loss layer that adds the rows it counted, metrics[3]
+ * (kiln_layer.eval_sums): a built-in, or a plugin's built for ABI 2.27 or
+ * later; 0 otherwise (an evaluation then divides by its samples, as
+ * before 2.27). */
+int kiln_model_eval_counts(const struct kiln_model *m);
 /* The data input as layers see it: [batch, sample...], 4-d inputs in the
  * model's layout, the compute dtype. */
 void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln_tensor_desc *d);

@@ -469,8 +469,11 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 	p->frozen = opts->frozen && !p->staged &&
 		    kiln_device_takes_frozen(m->dev);
 	p->wgen = m->wgen - 1; /* its first run asks (kiln_plan_frozen_sync) */
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		N[i].l.frozen = p->frozen;
+		/* the trainer's evaluations: sums and the rows counted */
+		N[i].l.eval_sums = !training && !p->logits && !p->decode && m->eval_counted;
+	}
 	for (int i = 0; i < n; i++)
 		if (N[i].l.n_params != m->layers[i].n_params) {
 			st = kiln_error(KILN_EINTERNAL, "layer '%s' changed its parameters with the batch size",

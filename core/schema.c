@@ -112,7 +112,7 @@ static const struct kiln_key train_keys[] = {
 	{ "batch", KILN_KEY_INT, "128", 1, 1e9, "auto",
 	  "Samples per step (per rank), or `auto`: the largest multiple of 8 and of `[pipeline] micro_batches` (their least common multiple: 24 for 3; at most the training set) whose predicted memory (`kiln memory`: parameters, gradients, optimizer state, activations, workspace, evaluation and inputs) fits in [run] memory_limit; the choice and its prediction are logged, and `lr_scale` applies to it." },
 	{ "eval_batch", KILN_KEY_INT, "0", 0, 1e9, NULL,
-	  "Samples per evaluation step; 0 = same as `batch`. The last partial batch is evaluated too." },
+	  "Samples per evaluation step; 0 = same as `batch`. The last partial batch is evaluated too; the loss and accuracy are one sum over the set divided by its samples (or tokens not ignored), the same for any eval_batch (docs/training.md, \"Losses and metrics\")." },
 	{ "recompute", KILN_KEY_INT, "none", 1, 1024, "none|auto", /* KILN_MAX_LAYERS segments */
 	  "Gradient checkpointing: `none`; `N`, the layers split into N segments of about equal activation bytes, and every output read only inside its own segment (all but the last) freed after the forward and recomputed during the backward; `auto`, N = the square root of the layer count. Less activation memory for one more forward's work; gradients, running statistics and dropout masks are the same bit for bit. `kiln memory` shows the effect." },
 	{ "accumulate", KILN_KEY_INT, "1", 1, 65536, NULL,

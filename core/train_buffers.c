@@ -71,7 +71,8 @@ static kiln_status check_onecycle(const struct trainer *t, int64_t total, int64_
 /* The optimizer steps taken so far, the device's counter (a resumed run's
  * from its checkpoint's "optim.step"; 0 at a fresh start): a sync, at
  * start-up only, read through t->metrics_host's bytes 32..39, which
- * nothing else uses (its floats [0..3] are the sums and the lr): no
+ * nothing else uses (its floats [0..3] are the sums and the lr, [4] an
+ * evaluation's rows counted): no
  * allocation of its own that one rank could fail alone. */
 static kiln_status opt_steps_taken(const struct trainer *t, int64_t *out)
 {
@@ -354,7 +355,9 @@ kiln_status alloc_buffers(struct trainer *t)
 	if ((t->training && (st = kiln_device_alloc(t->dev, 64, (void **)&t->lr_dev))) ||
 	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
 	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
-	    (st = prep_fill(t->dev, 3, 0.0, &t->fill_metrics)) ||
+	    /* the sums (loss, correct, top-5) and an evaluation's rows
+	     * counted (core/train_eval.c) */
+	    (st = prep_fill(t->dev, 4, 0.0, &t->fill_metrics)) ||
 	    (t->training && (st = prep_accumulate(t))))
 		return st;
 	struct kiln_op_args a = { .out = { t->metrics_dev } };

@@ -74,17 +74,39 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 }
 
 /* The evaluation's sums on the device (every stage's, [dist] pipeline
- * per stage) read and reset, added into sums[3] (loss, correct, top-5). */
-static kiln_status eval_sums_take(struct trainer *t, double sums[3])
+ * per stage: the loss layer's, on the last stage, the others' zero) read
+ * and reset, added into sums[4] (loss, correct, top-5, rows counted: the
+ * loss layer's metrics[3], kiln_layer.eval_sums; copied to the host's
+ * float 4, which nothing else uses, as trainer_read_metrics copies the
+ * others and then resets all four). */
+static kiln_status eval_sums_take(struct trainer *t, double sums[4])
 {
 	double ls = 0, c = 0, c5 = 0;
 	kiln_status st = KILN_OK;
 	if ((t->eval_staged &&
-	     (st = kiln_dist_pipe_eval_sums(t->dist, t->metrics_dev, 3, t->compute))) ||
+	     (st = kiln_dist_pipe_eval_sums(t->dist, t->metrics_dev, 4, t->compute))) ||
+	    (st = kiln_device_copy_async(t->dev, t->metrics_host + 4, t->metrics_dev + 3,
+					 sizeof(float), KILN_COPY_D2H, t->compute)) ||
 	    (st = trainer_read_metrics(t, &ls, &c, &c5)))
 		return st;
-	sums[0] += ls, sums[1] += c, sums[2] += c5;
+	sums[0] += ls, sums[1] += c, sums[2] += c5, sums[3] += t->metrics_host[4];
 	return KILN_OK;
+}
+
+/* e's results from the set's sums[4] over its len samples: each sum over
+ * the rows counted (a sample, or a token row; ignore_index's left out),
+ * divided by their count, as PyTorch's CrossEntropyLoss(reduction =
+ * 'sum') summed over the loader and divided by the targets not ignored
+ * (0 / 0, NaN, when every target is ignored).  A loss layer built before
+ * ABI 2.27 counts nothing: its sums (per sample) are divided by len. */
+static void eval_results(struct trainer *t, const struct eval_target *e, const double sums[4],
+			 int64_t len)
+{
+	const double n = kiln_model_eval_counts(t->m) ? sums[3] : (double)len;
+	*e->loss = sums[0] / n;
+	*e->acc = sums[1] / n;
+	*e->acc5 = sums[2] / n;
+	*e->samples = len;
 }
 
 /* One pass over e->set (or the first cal->max_rows of it, through
@@ -98,7 +120,7 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 	const int64_t len = cal && cal->max_rows < d->len ? cal->max_rows : d->len;
 	kiln_status st;
 	int64_t *idx = malloc(sizeof(int64_t) * (size_t)eb);
-	double ls, c, sums[3] = { 0, 0, 0 };
+	double ls, c, sums[4] = { 0, 0, 0, 0 };
 	if (!idx)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	trainer_phase(t, KILN_PHASE_EVAL, 1);
@@ -129,13 +151,14 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		}
 		for (int64_t i = 0; i < rows; i++)
 			idx[i] = off + i;
-		/* a set of more than 2^24 samples is summed in parts, each
-		 * exact (before session 37 its accuracy went past 100%, or
-		 * stopped at 2^24 correct) */
-		if (t->metric_rows > 0 && t->metric_rows + rows > TRAINER_METRIC_ROWS &&
+		/* a set of more than 2^24 rows counted (samples, or token
+		 * rows) is summed in parts, each count exact (before session
+		 * 37 its accuracy went past 100%, or stopped at 2^24 correct) */
+		const int64_t counted = rows * d->ds.label_elems;
+		if (t->metric_rows > 0 && t->metric_rows + counted > TRAINER_METRIC_ROWS &&
 		    (st = eval_sums_take(t, sums)))
 			goto out;
-		t->metric_rows += rows;
+		t->metric_rows += counted;
 		if ((st = trainer_load_batch(t, d, idx, rows, &s, &xd)))
 			goto out;
 		struct kiln_plan *p = rows < eb ? e->rem : cal ? cal->full : t->peval;
@@ -151,10 +174,7 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 	}
 	if ((st = eval_sums_take(t, sums)))
 		goto out;
-	*e->loss = sums[0] / (double)len;
-	*e->acc = sums[1] / (double)len;
-	*e->acc5 = sums[2] / (double)len;
-	*e->samples = len;
+	eval_results(t, e, sums, len);
 out:
 	trainer_phase(t, KILN_PHASE_EVAL, 0);
 	free(idx);

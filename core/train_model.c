@@ -278,6 +278,9 @@ kiln_status build_model(struct trainer *t)
 					       : kiln_model_create)(t->cfg, t->reg, t->dev,
 								    &first->input, &t->m)))
 		return st;
+	/* its plans that do not train are evaluations: the loss layer adds
+	 * the rows it counted, by which core/train_eval.c divides */
+	t->m->eval_counted = 1;
 	/* (and with stages: each rank makes its shard of its stage's state,
 	 * kiln_dist_zero_init; before session 30 the whole model's state was
 	 * made at start-up, the shard cut from it) */

@@ -784,6 +784,10 @@ EXTRA_DIST += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh tests/
 # line, eval.csv; [data.val]'s), once across resumes, kept by nothing
 TESTS += tests/eval_every_last.sh
 EXTRA_DIST += tests/eval_every_last.sh
+# an evaluation's loss and accuracy: one mean over the set's tokens not
+# ignored, the same at eval_batch 7, 64 and 1000 and equal to Python's
+TESTS += tests/eval_token_mean.sh
+EXTRA_DIST += tests/eval_token_mean.sh
 # a Latin-1 out_dir's checkpoint, best and out_dir_lost records (U+FFFD
 # for its byte)
 TESTS += tests/jsonl_paths.sh

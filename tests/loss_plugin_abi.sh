@@ -13,7 +13,12 @@
 #  2. the same layer built for this ABI (kiln-tloss.so, honours loss_scale
 #     whenever l->loss_scaled is set): batch 8 x accumulate 4 and 2 stages
 #     of 4 micro-batches of 8 end within 1e-6 of batch 32, whose parameters
-#     equal the built-in softmax_xent's (1e-6).
+#     equal the built-in softmax_xent's (1e-6);
+#  3. evaluations (ABI 2.27, kiln_layer.eval_sums): the 2.22 layer counts
+#     no rows, and the trainer divides its sums by the samples, as before;
+#     the layer built for this ABI adds the rows it counted, which the
+#     trainer divides by: at eval_batch 60 (4 batches and one of 16) both
+#     evaluate the model of batch 32 as the built-in does (1e-6).
 name=loss_plugin_abi
 . "$(dirname "$0")/lib.sh"
 . "$srcdir/tests/config_lib.sh"
@@ -55,15 +60,27 @@ stderr_has "rebuild it against this kiln's headers (ABI $abi, docs/plugins.md \"
 train old_pipe tloss22 2 32 1 layer.fc3.stage=1 pipeline.micro_batches=4
 stderr_has "$refused"
 # neither: its seed is 1 (no loss_scale), as before ABI 2.23
-train old_one tloss22 0 32 1
+train old_one tloss22 0 32 1 train.eval=1 train.eval_batch=60
 [ -e "$(ck old_one 6)" ] || fail "the 2.22 loss layer at accumulate = 1 wrote no checkpoint"
+cp "$out" "$tmp/old_one.out"
 
 # ---- 2. the layer built for this ABI: the mean, as the built-in's ---------------
-train b32 tloss 0 32 1
-train builtin softmax_xent 0 32 1
+train b32 tloss 0 32 1 train.eval=1 train.eval_batch=60
+cp "$out" "$tmp/b32.out"
+train builtin softmax_xent 0 32 1 train.eval=1 train.eval_batch=60
+cp "$out" "$tmp/builtin.out"
 near "$(ck builtin 6)" "$(ck b32 6)" 1e-6 params
 train b8x4 tloss 0 8 4
 near "$(ck b32 6)" "$(ck b8x4 6)" 1e-6 params
 train pipe tloss 0 32 1 layer.fc3.stage=1 pipeline.micro_batches=4
 near "$(ck b32 6)" "$(ck pipe 6)" 1e-6 params
+
+# ---- 3. their evaluations: divided by the samples (2.22) and by the rows -------
+for f in old_one b32; do
+	for k in test_loss test_acc; do
+		a=$(field $k "$tmp/$f.out") b=$(field $k "$tmp/builtin.out")
+		[ -n "$a" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= 1e-6 * (b > 1 ? b : 1)) }' ||
+			fail "$f: $k '$a', the built-in softmax_xent's $b"
+	done
+done
 echo "PASS: $checks runs"

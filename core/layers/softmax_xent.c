@@ -10,10 +10,14 @@
  * top-5 correct}.  Tokens: logits [B, T, V] and labels i32 [B, T] are B*T
  * rows of V classes; rows labelled ignore_index are left out (zero gradient,
  * not counted) and the gradient is the mean over the rows counted
- * (nn.CrossEntropyLoss(ignore_index)); the metrics add B times the batch's
- * token means, so the trainer's mean over samples is the mean of the
- * batches' mean token loss (and token accuracy).  Over 2-d logits the same
- * rule (PyTorch's default ignore_index -100 applies there too); with no row
+ * (nn.CrossEntropyLoss(ignore_index)); in training the metrics add B times
+ * the batch's token means, so the trainer's mean over samples is the mean
+ * of the micro-batches' mean token loss (and token accuracy), as a PyTorch
+ * loop logs.  In the trainer's evaluation plans (l->eval_sums, ABI 2.27)
+ * they are plain sums over the rows counted and f32[4]'s [3] adds that
+ * count: the evaluation is (sum of the token losses) / (tokens counted)
+ * over the whole set, whatever eval_batch.  Over 2-d logits the same rule
+ * (PyTorch's default ignore_index -100 applies there too); with no row
  * ignored the gradient and metrics are bit for bit what they were before.
  */
 #include "util.h"
@@ -99,7 +103,8 @@ static kiln_status loss_plan(const struct kiln_host *h, struct kiln_layer *l,
 	if (l->loss_scaled) /* fp16's loss scale and/or the step's mean share */
 		f32_desc(&op.in[2], 1, 0, 0);
 	f32_desc(&op.out[0], s->B, s->C, 0);
-	f32_desc(&op.out[1], 3, 0, 0); /* loss, correct, top-5 */
+	/* loss, correct, top-5 (, rows counted: an evaluation's) */
+	f32_desc(&op.out[1], l->eval_sums ? 4 : 3, 0, 0);
 	/* logits and their gradient in the compute dtype; the loss in f32 */
 	op.in[0].dtype = op.out[0].dtype = l->in[0].dtype;
 	op.i[0] = s->B;
@@ -108,7 +113,9 @@ static kiln_status loss_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.f[1] = s->smoothing;
 	op.i[2] = s->ignore;
 	op.i[3] = s->ignore_index;
-	op.i[4] = s->ignore ? s->samples : 0; /* means over the rows counted, B of them */
+	/* training: B times the means over the rows counted; an evaluation:
+	 * sums, divided by the set's count */
+	op.i[4] = s->ignore && !l->eval_sums ? s->samples : 0;
 	op.i[5] = s->classes;
 	size_t w = 0;
 	kiln_status st = prep(h, l, dev, &op, &s->op, &w);

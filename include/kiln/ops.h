@@ -96,7 +96,10 @@ enum kiln_op_type {
 	 * over B samples of T tokens sets M = B, so a mean over samples
 	 * (the trainer's) is the mean of the batches' token means, the
 	 * number a PyTorch loop over CrossEntropyLoss(reduction = 'mean')
-	 * reports.  i[4] = 0: plain sums.  ABI 2.4: out0 may be in0 (the
+	 * reports in training.  i[4] = 0: plain sums (the trainer's
+	 * evaluations, ABI 2.27 kiln_layer.eval_sums, with the fourth
+	 * metric: the set's sums over its count, one mean over every row of
+	 * the set).  ABI 2.4: out0 may be in0 (the
 	 * gradient written over the logits; a device reads every logit of
 	 * a row before it writes any of that row's gradient); i[5] = K in
 	 * (0, C]: only the first K columns are classes (a padded vocabulary):

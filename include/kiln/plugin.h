@@ -151,9 +151,14 @@ extern "C" {
  *      caches laid out by row, which the core may copy from one row to
  *      others: a prompt fed once for several samples); 0 in a layer
  *      built before, whose rows are each fed (docs/plugins.md "ABI
- *      2.26"). */
+ *      2.26").
+ * 2.27: kiln_layer.eval_sums: in the trainer's evaluation plans a loss
+ *      layer adds plain sums over the rows it counts and [3] their count,
+ *      so an evaluation is one mean over every row of the set; a loss
+ *      layer built before is divided by samples, as before
+ *      (docs/plugins.md "ABI 2.27"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 26
+#define KILN_ABI_MINOR 27
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -1254,6 +1259,23 @@ struct kiln_layer {
 			      * default; a layer built before ABI 2.26): it
 			      * does not, and feeds every row instead */
 	size_t decode_row_bytes; /* ... the bytes of one row of one cache */
+	/* ---- ABI 2.27 ---- */
+	int eval_sums;       /* set by the core before plan, read by loss
+			      * layers: 1 in the trainer's evaluation plans
+			      * (`kiln train`'s evaluations and final test,
+			      * `kiln eval`, `kiln quantize`'s calibration):
+			      * r->metrics is f32[4] and the forward adds
+			      * { sum of the rows' losses, correct count, top-5
+			      * count, rows counted } over the rows it counts
+			      * (a token row, a sample; ignore_index's rows
+			      * left out): KILN_OP_SOFTMAX_XENT with i[4] = 0
+			      * and a fourth metric.  The trainer divides the
+			      * set's sums by the set's count: one mean over
+			      * every row, whatever [train] eval_batch.  0 (a
+			      * training plan, the API's plans): f32[3], the
+			      * loss layer's own per-sample sums, which the
+			      * caller divides by samples.  The trainer reads
+			      * a loss layer built before 2.27 as the latter. */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
@@ -1276,8 +1298,9 @@ struct kiln_layer_run {
 	int dw_accum;
 	void *workspace;
 	size_t workspace_bytes;
-	/* Loss layers: labels (i32[batch]), metric sums (f32[2]: loss sum,
-	 * correct count; always accumulated) and the gradient scale. */
+	/* Loss layers: labels (i32[batch]), metric sums (f32[3]: loss sum,
+	 * correct count, top-5 count; f32[4], [3] the rows counted, where
+	 * l->eval_sums is set; always accumulated) and the gradient scale. */
 	const void *labels;
 	void *metrics;
 	float grad_scale;

@@ -4,7 +4,8 @@
  * Built twice from this file:
  *  - kiln-tloss.so (layer type "tloss"), for this kiln's ABI: its backward
  *    multiplies the gradient by *loss_scale whenever l->loss_scaled is set
- *    (ABI 2.23: fp16's scale and the step's mean over micro-batches);
+ *    (ABI 2.23: fp16's scale and the step's mean over micro-batches), and
+ *    its evaluations add the rows counted when l->eval_sums is (2.27);
  *  - kiln-tloss22.so (TLOSS_ABI22, layer type "tloss22"), a plugin written
  *    for ABI 2.22's docs by an author who does not use fp16: it never reads
  *    loss_scale, and the core must refuse it where the seed is a mean.
@@ -20,10 +21,12 @@
 #define TLOSS_NAME "tloss22"
 #define TLOSS_MINOR 22
 #define TLOSS_SCALED(l) 0 /* what a 2.22 f32-only plugin did: never */
+#define TLOSS_COUNTS(l) 0 /* 2.27's eval_sums: unknown, f32[3] */
 #else
 #define TLOSS_NAME "tloss"
 #define TLOSS_MINOR KILN_ABI_MINOR
 #define TLOSS_SCALED(l) ((l)->loss_scaled)
+#define TLOSS_COUNTS(l) ((l)->eval_sums) /* ABI 2.27: [3] the rows counted */
 #endif
 
 /* a row-major f32/i32 descriptor (a plugin calls no kiln_* function) */
@@ -65,7 +68,8 @@ static kiln_status tloss_infer(const struct kiln_host *host, struct kiln_layer *
 }
 
 /* [B, C] logits, i32[B] labels (and f32[1] loss_scale) -> the logits'
- * gradient (mean over the batch) and f32[3] metrics */
+ * gradient (mean over the batch) and f32[3] metrics (f32[4], the rows
+ * counted too, in an evaluation: ABI 2.27) */
 static kiln_status tloss_plan(const struct kiln_host *host, struct kiln_layer *l,
 			      struct kiln_device *dev, size_t *workspace)
 {
@@ -80,7 +84,7 @@ static kiln_status tloss_plan(const struct kiln_host *host, struct kiln_layer *l
 	if (TLOSS_SCALED(l))
 		tloss_desc(&op.in[2], KILN_F32, 1, 1, 0);
 	op.out[0] = op.in[0];
-	tloss_desc(&op.out[1], KILN_F32, 1, 3, 0);
+	tloss_desc(&op.out[1], KILN_F32, 1, TLOSS_COUNTS(l) ? 4 : 3, 0);
 	op.i[0] = s->B;
 	op.i[1] = KILN_LOSS_XENT;
 	op.f[0] = 1.0 / (double)s->B;

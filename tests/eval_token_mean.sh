@@ -1,0 +1,133 @@
+#!/bin/sh
+# tests/eval_token_mean.sh - an evaluation is one mean over the set's
+# counted rows, whatever [train] eval_batch (session 42): on token data
+# with padding (ignore_index), the loss is (sum of the token losses) /
+# (tokens not ignored) and the accuracy (tokens right) / (tokens not
+# ignored) over the whole set, as PyTorch's CrossEntropyLoss(reduction =
+# 'sum') summed over the loader and divided by the targets counted.
+# Before, each batch added `batch` times its own token mean, so the set's
+# number was a sample-weighted mean of the batches' means and moved with
+# eval_batch (session 41: 2.315752 / 2.315757 / 2.315703 at 7 / 64 / 1000
+# on examples/seq2seq.ini).
+#
+# The model is an embedding whose rows are the logits (vocab 11, dim 11)
+# under softmax_xent with ignore_index = 0, its weights a safetensors file
+# this test writes, on a token shard it writes: 1000 windows of 8 tokens,
+# each window's share of pads (0) drawn from 0, 10%, 50% and 90%, so the
+# batches' token means differ.  The reference is computed here in Python
+# (the standard library, double): per token logsumexp(W[x]) - W[x][y],
+# the first arg max for the accuracy.  `kiln eval` at eval_batch 7 (142
+# full batches and one of 6), 64 (15 and one of 40) and 1000 (one batch)
+# gives it within 1e-6 (the loss, relative; the accuracy, absolute: the
+# JSON line's 6 decimals), and the three agree within 1e-6 of each other;
+# `kiln train` on 2 data-parallel ranks and on 2 pipeline stages on 2
+# ranks (at lr 0) evaluates it too.  Before this session 7 and 64 were off
+# by about 1e-3.
+name=eval_token_mean
+. "$(dirname "$0")/lib.sh"
+py=/usr/bin/python3
+[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_source tokens
+
+"$py" - "$tmp" >"$tmp/ref" <<'PY' || exit 99
+import math, random, struct, sys
+import st
+V, T, N = 11, 8, 1000
+rng = random.Random(42)
+toks = []
+for w in range(N):
+    p = rng.choice([0.0, 0.1, 0.5, 0.9])
+    toks += [0 if rng.random() < p else rng.randrange(1, V) for _ in range(T)]
+toks.append(rng.randrange(1, V))
+hdr = [20240520, 1, len(toks)] + [0] * 253
+open(sys.argv[1] + "/tok.bin", "wb").write(struct.pack("<256i", *hdr) +
+                                          struct.pack("<%dH" % len(toks), *toks))
+# f32 weights: the values kiln reads
+W = list(struct.unpack("<%df" % (V * V), struct.pack("<%df" % (V * V),
+                       *[rng.uniform(-3, 3) for _ in range(V * V)])))
+st.write(sys.argv[1] + "/w.safetensors", {"emb.weight": ([V, V], W)})
+loss = 0.0
+n = right = 0
+for w in range(N):
+    for t in range(T):
+        x, y = toks[w * T + t], toks[w * T + t + 1]
+        if y == 0:
+            continue
+        row = W[x * V:(x + 1) * V]
+        m = max(row)
+        loss += m + math.log(sum(math.exp(v - m) for v in row)) - row[y]
+        right += row.index(m) == y
+        n += 1
+print("%.9f %.9f %d" % (loss / n, right / n, n))
+PY
+read ref_loss ref_acc ref_n <"$tmp/ref"
+echo "reference (Python, double): loss $ref_loss acc $ref_acc over $ref_n tokens"
+
+ini="$tmp/t.ini"
+cat >"$ini" <<EOF2
+[run]
+threads = 1
+out_dir =
+
+[data]
+source = tokens
+path = $tmp/tok.bin
+context = 8
+vocab = 11
+shuffle = 0
+workers = 0
+
+[data.eval]
+path = $tmp/tok.bin
+
+[layer.emb]
+type = embedding
+vocab = 11
+dim = 11
+
+[layer.loss]
+type = softmax_xent
+ignore_index = 0
+EOF2
+
+for eb in 7 64 1000; do
+	kiln 0 eval "$ini" --checkpoint "$tmp/w.safetensors" train.eval_batch=$eb
+	l=$(field test_loss "$out") a=$(field test_acc "$out")
+	echo "eval_batch $eb: loss $l acc $a"
+	[ "$(field test_samples "$out")" = 1000 ] || fail "eval_batch $eb: test_samples is not 1000"
+	r=$(rel "$l" "$ref_loss")
+	awk -v r="$r" 'BEGIN { exit !(r <= 1e-6) }' ||
+		fail "eval_batch $eb: loss $l, the token mean is $ref_loss (relative $r)"
+	awk -v a="$a" -v b="$ref_acc" 'BEGIN { d = a - b; exit !(d <= 1e-6 && -d <= 1e-6) }' ||
+		fail "eval_batch $eb: accuracy $a, the token accuracy is $ref_acc"
+	eval "loss_$eb=\$l"
+done
+for eb in 7 64; do
+	eval "l=\$loss_$eb"
+	r=$(rel "$l" "$loss_1000")
+	awk -v r="$r" 'BEGIN { exit !(r <= 1e-6) }' ||
+		fail "eval_batch $eb: loss $l, one batch of the set: $loss_1000 (relative $r)"
+done
+
+# the same through [dist] after 2 steps at lr 0 (the file's weights):
+# 2 data-parallel ranks (each evaluates the whole set), and 2 pipeline
+# stages on 2 ranks, the loss alone on stage 1's, which evaluate per stage
+# (core/dist_pipe_eval.c: the sums and the count summed over the pipe)
+if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
+	for how in ddp pipe; do
+		if [ $how = pipe ]; then set -- dist.pipeline=2 "model.stages=emb|loss"; else set --; fi
+		KILN_MASTER_PORT=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+		export KILN_MASTER_PORT
+		kiln 0 launch -n 2 -- "$abs_top_builddir/kiln" train "$ini" \
+			"model.init_from=$tmp/w.safetensors" run.comm=gloo dist.timeout=60 \
+			train.optimizer=sgd train.lr=0 train.batch=8 train.max_steps=2 train.eval_batch=7 "$@"
+		l=$(field test_loss "$out")
+		echo "$how, 2 ranks, eval_batch 7: loss $l"
+		r=$(rel "$l" "$ref_loss")
+		awk -v r="$r" 'BEGIN { exit !(r <= 1e-6) }' ||
+			fail "$how on 2 ranks: loss $l, the token mean is $ref_loss (relative $r)"
+	done
+else
+	echo "(no gloo plugin: the 2-rank runs skipped)"
+fi
+echo "PASS: $checks checks"
