@@ -98,13 +98,25 @@ void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_i
 		return;
 	}
 	const struct model_param *p = &m->params[i];
-	/* the caller may write the parameters: refresh the compute copy */
+	/* the caller may write the parameters now or after any run: a write
+	 * now, and one before every forward until kiln_model_params_written
+	 * (the compute copy cast again, frozen plans' kept weights made
+	 * again: struct kiln_model.params_open) */
 	kiln_model_weights_written((struct kiln_model *)m);
+	((struct kiln_model *)m)->params_open = 1;
 	o->name = p->name;
 	o->desc = p->desc;
 	o->param = (p->buffer ? m->buffers_d : m->params_d) + p->off;
 	o->grad = p->trainable && m->grads_d ? m->grads_d + p->off : NULL;
 	o->trainable = p->trainable;
+}
+
+void kiln_model_params_written(struct kiln_model *m)
+{
+	if (!m)
+		return;
+	kiln_model_weights_written(m);
+	m->params_open = 0;
 }
 
 kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,

@@ -54,6 +54,8 @@ core_libkiln_core_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # 6:0:4 since session 41 (libkiln.so.2.4.0): kiln_generator_top_p,
 # kiln_generate_samples, kiln_sample_token_ex and kiln_sample_probs added
 # (top-p sampling and several samples, docs/generate.md).
+# 7:0:5 since session 42 (libkiln.so.2.5.0): kiln_model_params_written
+# added (the end of writes through kiln_model_param_get's pointers).
 # Session 40 hid the 490 internal kiln_* functions (core/libkiln.sym)
 # with no interface change counted: none was declared in an installed
 # header, so none was the interface these numbers describe (a program
@@ -65,7 +67,7 @@ core_libkiln_core_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES =
 libkiln_la_LIBADD = core/libkiln_core.la
-libkiln_la_LDFLAGS = -version-info 6:0:4 -export-symbols $(srcdir)/core/libkiln.sym
+libkiln_la_LDFLAGS = -version-info 7:0:5 -export-symbols $(srcdir)/core/libkiln.sym
 EXTRA_libkiln_la_DEPENDENCIES = core/libkiln.sym
 EXTRA_DIST += core/libkiln.sym
 noinst_LTLIBRARIES += libkiln-internal.la

@@ -30,6 +30,10 @@
  *  - B's weights written anew (A's seed's): B's kept weights are made
  *    again, once, and its plans give A's bits; the other model's stay.
  *
+ * param_write: get, run, write through the pointers, run: the written
+ * weights' logits (session 42; see the case), kept weights made again
+ * every run until kiln_model_params_written, then once.
+ *
  * team_sizes: the adaptive team shrunk every other op
  * ($KILN_CPU_TEAM_FLIP=1), plans of every size made, run and freed in
  * turn as kiln_infer makes them, three rounds: every call's logits are
@@ -318,6 +322,101 @@ START_TEST(test_two_models)
 }
 END_TEST
 
+#define MAX_PARAMS 16
+
+/* src's parameters and buffers written through dst[], the pointers
+ * kiln_model_param_get handed out for another model of the same config
+ * earlier (the caller's writes of an embedding program). */
+static void write_through(struct rig *r, const struct kiln_param_info *dst, struct kiln_model *src)
+{
+	for (int i = 0; i < kiln_model_param_count(src); i++) {
+		struct kiln_param_info ps;
+		kiln_model_param_get(src, i, &ps);
+		const size_t bytes = sizeof(float) * (size_t)kiln_tensor_numel(&ps.desc);
+		float *h = malloc(bytes);
+		ck_assert_str_eq(dst[i].name, ps.name);
+		ck_assert(h != NULL);
+		TEST_D2H(r, h, ps.param, bytes);
+		TEST_H2D(r, dst[i].param, h, bytes);
+		free(h);
+	}
+}
+
+/* param_write: an embedding program gets the pointers of a model's
+ * weights (kiln_model_param_get), runs a frozen plan, then writes other
+ * weights through them and runs again: the logits are a fresh model's
+ * with the written weights (before session 42 get counted one write when
+ * it handed the pointers out, so the second run used the kept weights the
+ * first made: the old weights' logits).  While the pointers are open each
+ * run makes the kept weights again; after kiln_model_params_written the
+ * next run makes them once and later runs keep them. */
+START_TEST(test_param_write)
+{
+	float ref_a[ROWS * CLASSES], ref_b[ROWS * CLASSES], got[ROWS * CLASSES];
+	reference(seed_a, ROWS, ref_a);
+	reference(seed_b, ROWS, ref_b);
+	ck_assert_msg(memcmp(ref_a, ref_b, sizeof ref_a), "two seeds, the same logits: no test");
+
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	kiln_log_set_sink(count_sink, NULL);
+	struct rig r;
+	rig_open(&r, 1);
+	struct kiln_model *a = model_new(&r, seed_a), *b = model_new(&r, seed_b),
+			  *c = model_new(&r, seed_a);
+	struct kiln_param_info pa[MAX_PARAMS]; /* the program's pointers, got once */
+	ck_assert_int_le(kiln_model_param_count(a), MAX_PARAMS);
+	for (int i = 0; i < kiln_model_param_count(a); i++)
+		kiln_model_param_get(a, i, &pa[i]);
+	struct kiln_plan *p = plan_new(a, ROWS);
+	const int fills0 = seen.fills;
+	run(&r, p, ROWS, got);
+	ck_assert_msg(!memcmp(got, ref_a, sizeof got), "before the write: not the weights' logits");
+	const int kept = seen.fills - fills0;
+	ck_assert_msg(kept >= 3, "%d kept weights made: the model has 3 convolutions and an INT8 linear", kept);
+
+	/* get, run, write, run: the written weights' logits */
+	write_through(&r, pa, b);
+	run(&r, p, ROWS, got);
+	ck_assert_msg(!memcmp(got, ref_b, sizeof got),
+		      "weights written through kiln_model_param_get's pointers after a run: the next run's logits are %s",
+		      !memcmp(got, ref_a, sizeof got) ? "the old weights' (kept weights made before the write)"
+						       : "neither the old nor the new weights'");
+	/* and again: A's seed's weights back */
+	write_through(&r, pa, c);
+	run(&r, p, ROWS, got);
+	ck_assert_msg(!memcmp(got, ref_a, sizeof got), "the second write: not its weights' logits");
+	/* open pointers: every run takes the weights again */
+	const int open_fills = seen.fills;
+	run(&r, p, ROWS, got);
+	ck_assert_msg(!memcmp(got, ref_a, sizeof got), "a run while the pointers are open");
+	ck_assert_msg(seen.fills - open_fills == kept,
+		      "a run while the pointers are open made %d kept weights, %d expected (each again)",
+		      seen.fills - open_fills, kept);
+	/* done writing: the next run makes them once, later runs keep them */
+	kiln_model_params_written(a);
+	const int closed = seen.fills;
+	for (int k = 0; k < 3; k++) {
+		run(&r, p, ROWS, got);
+		ck_assert_msg(!memcmp(got, ref_a, sizeof got), "run %d after kiln_model_params_written", k);
+	}
+	ck_assert_msg(seen.fills - closed == kept,
+		      "3 runs after kiln_model_params_written made %d kept weights, %d expected (once)",
+		      seen.fills - closed, kept);
+	printf("cpu_wshare: weights written through kiln_model_param_get's pointers after a run give "
+	       "the written weights' logits; %d kept weights made again each run until "
+	       "kiln_model_params_written, then once\n", kept);
+	fflush(stdout);
+
+	kiln_device_stream_sync(r.dev, r.stream);
+	kiln_plan_free(p);
+	kiln_model_free(c);
+	kiln_model_free(b);
+	kiln_model_free(a);
+	rig_close(&r);
+	kiln_log_set_sink(NULL, NULL);
+}
+END_TEST
+
 START_TEST(test_team_sizes)
 {
 	cpu_set_t all;
@@ -373,6 +472,10 @@ static Suite *make_cpu_wshare_suite(void)
 	TCase *t = tcase_create("two_models");
 	tcase_set_timeout(t, 120);
 	tcase_add_test(t, test_two_models);
+	suite_add_tcase(s, t);
+	t = tcase_create("param_write");
+	tcase_set_timeout(t, 120);
+	tcase_add_test(t, test_param_write);
 	suite_add_tcase(s, t);
 	t = tcase_create("team_sizes");
 	tcase_set_timeout(t, 120);

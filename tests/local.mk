@@ -928,6 +928,16 @@ tests_check_cpu_wcache_SOURCES = tests/check_cpu_wcache.c plugins/cpu/wcache.c
 tests_check_cpu_wcache_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_wcache_LDADD = libkiln.la $(CHECK_LIBS) -lpthread -lm
 endif
+# ---- the kept outcomes of the CPU device's probes of oneDNN versions for
+# a smaller team (plugins/cpu/team_verdicts.c compiled in): capped, the
+# oldest forgotten, a probe that could not run not kept
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_team_verdicts
+TESTS += tests/check_cpu_team_verdicts
+tests_check_cpu_team_verdicts_SOURCES = tests/check_cpu_team_verdicts.c plugins/cpu/team_verdicts.c
+tests_check_cpu_team_verdicts_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_team_verdicts_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
+endif
 # ---- the CPU device's team size: cgroup quota parsers, the adaptive
 # controller's decisions on synthetic intervals (plugins/cpu/threads.c
 # compiled in; no clock, no /proc)
@@ -1211,7 +1221,8 @@ tests_check_cpu_wino_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 # the kept weights of inference plans shared between the plans that read
 # them (plugins/cpu/wshare.c): two models on one device, several sizes,
-# one freed (its entries with its weights), the bits of nothing kept
+# one freed (its entries with its weights), the bits of nothing kept;
+# weights written through kiln_model_param_get's pointers after a run
 if HAVE_CHECK
 check_PROGRAMS += tests/check_cpu_wshare
 TESTS += tests/check_cpu_wshare

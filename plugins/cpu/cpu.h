@@ -32,7 +32,6 @@ struct cpu_event;
 struct cpu_gemm;
 struct cpu_dnn;
 struct cpu_choice;
-struct cpu_team_verdict;
 struct cpu_variants;
 struct cpu_split_pool;
 struct cpu_wsplit;
@@ -94,6 +93,10 @@ struct cpu_wshare {
 	uint64_t seq, all;
 	struct cpu_wrange *ranges;
 	int n_ranges, cap_ranges;
+	/* changes whenever a stamp may (a notice; a range forgotten with
+	 * its memory): written under lock, read without it (atomic) by a
+	 * run whose plan read a stamp before (cpu_wref_acquire's fast path) */
+	uint64_t epoch;
 };
 void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host);
 void cpu_wshare_destroy(struct cpu_wshare *sh); /* after every plan is freed */
@@ -112,6 +115,41 @@ void cpu_wshare_written(struct cpu_wshare *sh, const void *ptr, size_t bytes);
  * is not shared. */
 void cpu_wshare_private_begin(const void *src);
 void cpu_wshare_private_end(void);
+
+/* ---- team_verdicts.c: what dnnteam.c's probes found, kept ---- */
+/* The outcome of a probe of an op's version for a smaller team: the op,
+ * the plan's kernel and implementation, the team (the key: key .. busy,
+ * compared as bytes, so zeroed first) and whether it gives the opening
+ * team's bytes. */
+struct cpu_team_verdict {
+	struct cpu_team_verdict *next;  /* in its hash chain */
+	struct cpu_team_verdict *newer; /* the one kept after it */
+	uint64_t hash;                  /* of the key's bytes (cpu_team_verdict_hash) */
+	struct kiln_op key;             /* cpu_op_key of the op */
+	int kern_f32, conv_impl;        /* the plan's kernel: its version's too */
+	int n, busy;                    /* the version's team; a GEMM's busy split */
+	int same;                       /* 1: it gives the opening team's bytes */
+};
+/* At most this many kept (about 1 KB each), the oldest dropped first */
+#define CPU_TEAM_VERDICTS 1024
+#define CPU_TEAM_VERDICT_BUCKETS 256
+/* A context's verdicts (zeroed: none), by the hash of their keys, and in
+ * the order they were kept. */
+struct cpu_team_verdicts {
+	struct cpu_team_verdict *bucket[CPU_TEAM_VERDICT_BUCKETS];
+	struct cpu_team_verdict *oldest, *newest;
+	int n;
+};
+/* k->hash set from k's key bytes. */
+void cpu_team_verdict_hash(struct cpu_team_verdict *k);
+/* What the probe of k (hashed) found: 1 the same bytes, 0 other bytes,
+ * -1 none kept. */
+int cpu_team_verdict_find(struct cpu_team_verdicts *vs, const struct cpu_team_verdict *k);
+/* Keep same (1 or 0) for k (copied), dropping the oldest at the cap;
+ * same < 0 (the probe could not run: a later one may) keeps nothing. */
+void cpu_team_verdict_keep(struct cpu_team_verdicts *vs, const struct cpu_team_verdict *k,
+			   int same);
+void cpu_team_verdicts_clear(struct cpu_team_verdicts *vs);
 
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
@@ -147,8 +185,9 @@ struct cpu_ctx {
 			     * CPU_GEMM_RULE (fftconv.c, wino.c, tune.c) */
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
-	/* what dnnteam.c's probes found, by op and team (under lock) */
-	struct cpu_team_verdict *verdicts;
+	/* what dnnteam.c's probes found, by op and team (under lock;
+	 * team_verdicts.c) */
+	struct cpu_team_verdicts verdicts;
 	/* [plugin.cpu] tune_cache: the file the choices are kept in between
 	 * runs ("": none), and how many of them it gave (tune_cache.c) */
 	char tune_path[4096];

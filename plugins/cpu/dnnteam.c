@@ -33,7 +33,9 @@
  * shrunk: the ResNet example called with 1, 2, ..., 15 rows in turn at 2
  * threads took 11 ms a call against 2.6 at 1 thread (now 2.4), the
  * probes' runs on the opening team meeting a descheduled thread each
- * (docs/PERFORMANCE.md, "Session 41: a new size's plan").
+ * (docs/PERFORMANCE.md, "Session 41: a new size's plan").  The verdicts
+ * are kept in team_verdicts.c: a hash of their keys, at most
+ * CPU_TEAM_VERDICTS of them, and none of a probe that could not run.
  *
  * The ops whose split differs are the small ones (a sum over K shared by
  * two threads because M x N is too small to share out), and a plan that
@@ -112,21 +114,7 @@ void cpu_variants_free(struct cpu_variants *v)
 	free(v);
 }
 
-/* ---- what the probes found, kept for the context ------------------------ */
-
-/* The outcome of version_for's probe for a plan's op, kernel and team. */
-struct cpu_team_verdict {
-	struct cpu_team_verdict *next;
-	uint64_t hash;            /* of the fields below (a quick reject) */
-	struct kiln_op key;       /* cpu_op_key of the op */
-	int kern_f32, conv_impl;  /* the plan's kernel: its version's too */
-	int n, busy;              /* the version's team; a GEMM's busy split */
-	int same;                 /* 1: it gives the opening team's bytes */
-};
-
-/* The bytes of a verdict that key it: key .. busy */
-#define VERDICT_FROM offsetof(struct cpu_team_verdict, key)
-#define VERDICT_LEN (offsetof(struct cpu_team_verdict, same) - VERDICT_FROM)
+/* ---- what the probes found, kept for the context (team_verdicts.c) ----- */
 
 static void verdict_key(const struct cpu_plan *p, int n, int busy, struct cpu_team_verdict *k)
 {
@@ -136,54 +124,29 @@ static void verdict_key(const struct cpu_plan *p, int n, int busy, struct cpu_te
 	k->conv_impl = p->conv_impl;
 	k->n = n;
 	k->busy = busy;
-	uint64_t h = 1469598103934665603ull; /* FNV-1a 64 */
-	const unsigned char *b = (const unsigned char *)k + VERDICT_FROM;
-	for (size_t i = 0; i < VERDICT_LEN; i++)
-		h = (h ^ b[i]) * 1099511628211ull;
-	k->hash = h;
-}
-
-static int verdict_match(const struct cpu_team_verdict *a, const struct cpu_team_verdict *b)
-{
-	return a->hash == b->hash &&
-	       !memcmp((const char *)a + VERDICT_FROM, (const char *)b + VERDICT_FROM, VERDICT_LEN);
+	cpu_team_verdict_hash(k);
 }
 
 /* What a probe of k found: 1 the same bytes, 0 other bytes (or no
- * version), -1 never probed. */
+ * version), -1 never probed (or forgotten: team_verdicts.c). */
 static int verdict_find(struct cpu_ctx *c, const struct cpu_team_verdict *k)
 {
-	int same = -1;
 	pthread_mutex_lock(c->lock);
-	for (const struct cpu_team_verdict *x = c->verdicts; x && same < 0; x = x->next)
-		if (verdict_match(x, k))
-			same = x->same;
+	const int same = cpu_team_verdict_find(&c->verdicts, k);
 	pthread_mutex_unlock(c->lock);
 	return same;
 }
 
-/* Keep what the probe of k found (out of memory: the next plan probes). */
+/* Keep what the probe of k found (same < 0: it could not run, kept not;
+ * out of memory: the next plan probes). */
 static void verdict_keep(struct cpu_ctx *c, const struct cpu_team_verdict *k, int same)
 {
-	struct cpu_team_verdict *x = malloc(sizeof *x);
-	if (!x)
-		return;
-	memcpy(x, k, sizeof *x); /* padding too: verdict_match compares bytes */
-	x->same = same;
 	pthread_mutex_lock(c->lock);
-	x->next = c->verdicts;
-	c->verdicts = x;
+	cpu_team_verdict_keep(&c->verdicts, k, same);
 	pthread_mutex_unlock(c->lock);
 }
 
-void cpu_variants_forget(struct cpu_ctx *c)
-{
-	while (c->verdicts) {
-		struct cpu_team_verdict *x = c->verdicts;
-		c->verdicts = x->next;
-		free(x);
-	}
-}
+void cpu_variants_forget(struct cpu_ctx *c) { cpu_team_verdicts_clear(&c->verdicts); }
 
 /* ---- a plan's versions -------------------------------------------------- */
 
@@ -203,7 +166,8 @@ static kiln_status prepare_family(struct cpu_ctx *c, struct cpu_plan *q)
 
 /* Run plan x on `threads` threads over scratch tensors of its op's shapes
  * (pseudo-random values, the same for every call); the outputs' bytes are
- * copied to out (size *n, set), or compared with it: 1 when equal. */
+ * copied to out (size *n, set), or compared with it: 1 when equal, 0
+ * when not, -1 when it could not run (out of memory, the kernel failed). */
 static int probe_run(struct cpu_ctx *c, const struct cpu_plan *x, size_t ws, int threads,
 		     char **out, size_t *n)
 {
@@ -211,9 +175,9 @@ static int probe_run(struct cpu_ctx *c, const struct cpu_plan *x, size_t ws, int
 	size_t bytes[KILN_OP_MAX_OUT], total = 0;
 	char *buf = cpu_scratch_args(x, ws, 1, &a, bytes);
 	struct cpu_err e;
-	int same = 0;
+	int same = -1;
 	if (!buf)
-		return 0;
+		return -1;
 	omp_set_num_threads(threads);
 	/* scratch weights: a frozen conv's kept copy stays as it is */
 	if (cpu_dnn_w_probe(x->dnn, 1) != KILN_OK)
@@ -249,7 +213,9 @@ out:
  * when it fits p's workspace, leaves p's aux and gives p's bytes; else
  * NULL.  Whether it gives them: what an earlier plan's probe of the same
  * op, kernel and team found, else probed now and kept (*known: 1 when
- * found, 0 when probed).  Under v->lock. */
+ * found, 0 when probed), unless the probe could not run (no memory for
+ * the version or the scratch tensors, a kernel's failure): the next
+ * plan of the op probes again.  Under v->lock. */
 static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_plan *p, int n,
 				    int busy, int *known)
 {
@@ -263,7 +229,7 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
 	struct cpu_plan *q = calloc(1, sizeof *q);
 	char *ref = NULL;
 	size_t nref = 0;
-	int same = 0;
+	int same = -1; /* 1 the same bytes, 0 other bytes or no fit, -1 no probe */
 	if (q) {
 		q->op = p->op;
 		q->kern_f32 = p->kern_f32;
@@ -274,7 +240,9 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
 				 q->n_in == p->n_in && q->n_out == p->n_out;
 		if (fits && found > 0) {
 			same = 1; /* probed before: no run */
-		} else if (fits) {
+		} else if (!fits) {
+			same = st == KILN_ENOMEM ? -1 : 0;
+		} else {
 			/* p itself, without the versions; its list links and
 			 * refs (which the issuing thread writes meanwhile under
 			 * the device's lock: prepares, frees, cpu_push) not read */
@@ -286,14 +254,15 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
 			base.prev = base.next = NULL;
 			base.refs = 1;
 			base.variants = NULL;
-			same = probe_run(c, &base, p->workspace, v->max, &ref, &nref) &&
-			       probe_run(c, q, p->workspace, n, &ref, &nref);
+			same = probe_run(c, &base, p->workspace, v->max, &ref, &nref);
+			if (same > 0)
+				same = probe_run(c, q, p->workspace, n, &ref, &nref);
 		}
 	}
-	if (found < 0 && q) /* (a plan struct out of memory: probed again) */
+	if (found < 0) /* (same < 0 is not kept) */
 		verdict_keep(c, &k, same);
 	free(ref);
-	if (!same && q) {
+	if (same <= 0 && q) {
 		cpu_plan_release(q);
 		free(q);
 		q = NULL;

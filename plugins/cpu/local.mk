@@ -8,7 +8,7 @@ plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/cpu.h plugins/cpu/st
 	plugins/cpu/async_auto.c plugins/cpu/tune.c plugins/cpu/tune_time.c plugins/cpu/tune_cache.c plugins/cpu/gemm.c plugins/cpu/openblas.c plugins/cpu/dnn.c plugins/cpu/dnn.h \
 	plugins/cpu/conv.c plugins/cpu/pool.c plugins/cpu/bn.c plugins/cpu/act.c \
 	plugins/cpu/layout.c plugins/cpu/embedding.c plugins/cpu/layernorm.c plugins/cpu/rnn.c \
-	plugins/cpu/dnnteam.c plugins/cpu/split.c plugins/cpu/threads.c plugins/cpu/threads.h plugins/cpu/teamstart.c plugins/cpu/teamstart.h plugins/cpu/pin.c plugins/cpu/pin.h plugins/cpu/philox.h plugins/cpu/vexp.h plugins/cpu/ops_rows.h $(PLUGIN_COMMON_H)
+	plugins/cpu/dnnteam.c plugins/cpu/team_verdicts.c plugins/cpu/split.c plugins/cpu/threads.c plugins/cpu/threads.h plugins/cpu/teamstart.c plugins/cpu/teamstart.h plugins/cpu/pin.c plugins/cpu/pin.h plugins/cpu/philox.h plugins/cpu/vexp.h plugins/cpu/ops_rows.h $(PLUGIN_COMMON_H)
 # -fno-math-errno: sqrtf in a loop (Adam, LAMB) vectorises only when it
 # need not set errno; no kernel reads errno, and results are unchanged
 plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS) $(OPENBLAS_CFLAGS) $(FFTW_CFLAGS) -fno-math-errno

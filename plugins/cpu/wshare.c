@@ -50,6 +50,11 @@
  * a plan of it made later, which tells the device once) made every
  * model's entries again on their next run.
  *
+ * A run asks for its weights' stamp without the list's lock while
+ * nothing changed: the list's epoch moves with every notice and every
+ * range forgotten, and a plan keeps the stamp it read with the epoch it
+ * read it at (struct cpu_wref.st_*; wk_stamp_of).
+ *
  * Locks: the list's (struct cpu_wshare) for the list, the holders, the
  * addresses and the notices; each entry's read-write lock for its values,
  * held to read by a run and to write by the run that makes them, so the
@@ -206,8 +211,8 @@ static kiln_status wk_private(struct cpu_wref *r, const void *w, const void *b, 
 /* The stamp of the last notice that covers the weights at w: their
  * range's, or a later one of every weight; in no range told (weights
  * that are no model's parameters: a layer's own memory), the last notice
- * of any. */
-static uint64_t wk_stamp(struct cpu_wshare *sh, const void *w)
+ * of any.  *epoch: the list's epoch it holds for. */
+static uint64_t wk_stamp(struct cpu_wshare *sh, const void *w, uint64_t *epoch)
 {
 	const uintptr_t a = (uintptr_t)w;
 	pthread_mutex_lock(&sh->lock);
@@ -217,8 +222,29 @@ static uint64_t wk_stamp(struct cpu_wshare *sh, const void *w)
 			s = sh->ranges[i].stamp > sh->all ? sh->ranges[i].stamp : sh->all;
 			break;
 		}
+	*epoch = sh->epoch;
 	pthread_mutex_unlock(&sh->lock);
 	return s;
+}
+
+/* r's stamp of the weights at src: the one it read before while no
+ * notice came and no range was forgotten since (one atomic load: every
+ * run of a frozen plan asks, and before session 42 each took the list's
+ * lock and searched the ranges), else wk_stamp's, kept. */
+static uint64_t wk_stamp_of(struct cpu_wref *r, const void *src)
+{
+	const uint64_t ep = __atomic_load_n(&r->sh->epoch, __ATOMIC_ACQUIRE);
+	if (src && r->st_src == src && r->st_epoch == ep)
+		return r->st_gen;
+	r->st_gen = wk_stamp(r->sh, src, &r->st_epoch);
+	r->st_src = src;
+	return r->st_gen;
+}
+
+/* Under sh->lock: a stamp may have changed (wk_stamp_of reads again). */
+static void wk_epoch_next(struct cpu_wshare *sh)
+{
+	__atomic_store_n(&sh->epoch, sh->epoch + 1, __ATOMIC_RELEASE);
 }
 
 /* Under sh->lock: the ranges that overlap [lo, hi) forgotten (their
@@ -229,6 +255,8 @@ static void wk_ranges_drop(struct cpu_wshare *sh, uintptr_t lo, uintptr_t hi)
 	for (int i = 0; i < sh->n_ranges; i++)
 		if (sh->ranges[i].hi <= lo || sh->ranges[i].lo >= hi)
 			sh->ranges[k++] = sh->ranges[i];
+	if (k != sh->n_ranges)
+		wk_epoch_next(sh);
 	sh->n_ranges = k;
 }
 
@@ -237,6 +265,7 @@ void cpu_wshare_written(struct cpu_wshare *sh, const void *ptr, size_t bytes)
 	const uintptr_t lo = (uintptr_t)ptr, hi = lo + bytes;
 	pthread_mutex_lock(&sh->lock);
 	const uint64_t s = ++sh->seq;
+	wk_epoch_next(sh);
 	if (!ptr) {
 		sh->all = s;
 	} else if (bytes) {
@@ -324,7 +353,7 @@ kiln_status cpu_wref_acquire(struct cpu_wref *r, const void *w, const void *b, i
 		return st;
 	struct cpu_wkept *e = r->e;
 	/* read before the weights: a change after it makes the next run's */
-	const uint64_t gen = r->frozen ? wk_stamp(r->sh, wk_private_run ? wk_private_src : w) : 0;
+	const uint64_t gen = r->frozen ? wk_stamp_of(r, wk_private_run ? wk_private_src : w) : 0;
 	pthread_rwlock_rdlock(&e->lock);
 	if (wk_current(e, w, b, gen))
 		return KILN_OK;
@@ -354,7 +383,7 @@ void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host)
 	pthread_mutex_init(&sh->lock, NULL);
 	sh->head = NULL;
 	sh->host = host;
-	sh->seq = sh->all = 0;
+	sh->seq = sh->all = sh->epoch = 0;
 	sh->ranges = NULL;
 	sh->n_ranges = sh->cap_ranges = 0;
 }

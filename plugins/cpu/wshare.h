@@ -61,6 +61,11 @@ struct cpu_wref {
 				     * objects point into e points them anew when
 				     * this moved on (a new e may lie where a
 				     * freed one did) */
+	/* the stamp of the weights at st_src as the list's epoch was
+	 * st_epoch (st_src NULL: none read yet): while the epoch stays, a run
+	 * takes it without the list's lock */
+	const void *st_src;
+	uint64_t st_epoch, st_gen;
 };
 
 /* r for a plan (no entry yet).  Not frozen: r's own entry, made now
