@@ -47,7 +47,8 @@ static kiln_status prepare_training(struct trainer *t)
 	     * by an open of its own before the load opened it again) */
 	    (t->m->bare && (st = kiln_dist_pipe_hold(t->dist, t->m, t->world > 1, t->compute))) ||
 	    (t->m->scaler_d &&
-	     (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->scaler_host))) ||
+	     (st = kiln_device_host_alloc_named(t->dev, 64, (void **)&t->scaler_host,
+						"the loss scaler's state, its host copy"))) ||
 	    /* init_from first: kiln_model_init_params draws only what it lacks */
 	    (st = kiln_model_init_from(t->m, t->compute)) ||
 	    (st = kiln_model_init_params(t->m, (uint64_t)t->run.seed, t->compute)) ||
