@@ -317,10 +317,11 @@ kiln_status build_model(struct trainer *t)
 			return st;
 	}
 	/* evaluation alone: [run] precision's compute dtype, as training's
-	 * evaluation has it (the weights, loaded later, are cast then); the
-	 * caller (eval_open) loads every weight after trainer_open: none is
-	 * drawn */
-	if (!t->training && ((st = kiln_model_precision_open(t->m, t->reg, t->compute)) ||
+	 * evaluation has it (the weights, loaded later, are cast then), and
+	 * no loss scaler, which nothing would read (before session 42 fp16
+	 * allocated one and logged its scale); the caller (eval_open) loads
+	 * every weight after trainer_open: none is drawn */
+	if (!t->training && ((st = kiln_model_compute_open(t->m, t->reg)) ||
 			     (st = kiln_model_init_loaded(t->m, t->compute))))
 		return st;
 	if (do_eval) {

@@ -15,7 +15,8 @@
 #  3. the device scalars of 64 bytes (step counters, learning rate, metric
 #     sums, loss scaler, clipping and check states; session 42): the shim
 #     fails each 64-byte allocation of the CPU plugin in turn, and every
-#     one that fails names its buffer.
+#     one that fails names its buffer; kiln eval and predict under fp16
+#     allocate no loss scaler.
 name=oom_named
 . "$(dirname "$0")/lib.sh"
 need_source idx
@@ -141,4 +142,15 @@ named "the loss scaler's state"
 named "the loss gradient's seed (the mean over micro-batches)"
 named "the gradients' clipping state (norm, finite, skipped, clipped)"
 named "the parameters' non-finite check's state"
+# kiln eval and kiln predict under fp16 compute in f16 and make no loss
+# scaler, which nothing would read (before session 42 both allocated its
+# state, 64 bytes, and logged its scale): none of their 64-byte
+# allocations is it (tests/config_amp.sh: their results are fp16's)
+scalars eval "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu run.precision=fp16
+named "the trainer's metric sums"
+! grep -q "loss scaler" "$tmp/names" || fail "kiln eval under fp16 allocated $(grep "loss scaler" "$tmp/names")"
+scalars predict "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu run.precision=fp16 \
+	--eval-set --logits "$tmp/p16.npy"
+named "the model's step and dropout counters"
+! grep -q "loss scaler" "$tmp/names" || fail "kiln predict under fp16 allocated $(grep "loss scaler" "$tmp/names")"
 echo "PASS: every failed allocation named with its size"
