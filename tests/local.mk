@@ -591,7 +591,7 @@ EXTRA_DIST += tests/memory_infer.sh
 # batch = auto and set batches under ulimit -v: no SIGSEGV, the batch
 # chosen trains (docs/memory.md, "Under ulimit -v")
 TESTS += tests/memory_rlimit.sh
-EXTRA_DIST += tests/memory_rlimit.sh
+EXTRA_DIST += tests/memory_rlimit.sh tests/rlimit_lib.sh tests/data/wide_conv.ini
 # kiln memory counts the input slots of the batches that will run
 # ([train] eval = 0: not eval_batch's)
 TESTS += tests/memory_eval_off.sh
