@@ -355,7 +355,7 @@ static void *pack_worker(void *arg)
 
 /* ---- packing ------------------------------------------------------------- */
 
-static double now_s(void)
+double pack_now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -417,7 +417,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 		if (info.classes <= 0 || info.classes > 1000000)
 			return kiln_error(KILN_EDATA, "[%s] source '%s' reports %lld classes: --format folder needs a classifier's labels",
 					  o->section, kiln_source_name(src), (long long)info.classes);
-		if ((st = pack_folder_prepare(o, info.classes)))
+		if ((st = pack_folder_prepare(o)))
 			return st;
 		if (!(seen = calloc((size_t)info.classes, 1)))
 			return kiln_error(KILN_ENOMEM, "out of memory");
@@ -483,20 +483,22 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 		}
 		if (st)
 			goto out;
-		double t = now_s();
+		double t = pack_now_s();
 		if (tty && t - last_print > 0.5) {
 			int64_t done = base + round < info.len ? base + round : info.len;
-			fprintf(stderr, "\r\033[Kpacked %lld/%lld samples, %d shard(s)", (long long)done,
-				(long long)info.len, sh.n);
+			if (o->folder) /* (no shards: the images' directory) */
+				fprintf(stderr, "\r\033[Kpacked %lld/%lld samples into %s/%s/<class>/",
+					(long long)done, (long long)info.len, o->out, o->split);
+			else
+				fprintf(stderr, "\r\033[Kpacked %lld/%lld samples, %d shard(s)",
+					(long long)done, (long long)info.len, sh.n);
 			last_print = t;
 		}
 	}
 	if (o->folder) {
-		if ((st = pack_folder_done(o, info.classes, seen)))
+		if ((st = pack_folder_done(o, info.classes, seen, tty)))
 			goto out;
-		double dt = now_s() - t0;
-		if (tty)
-			fprintf(stderr, "\r\033[K");
+		double dt = pack_now_s() - t0;
 		printf("wrote %lld %s images into %s/%s/<class>/, in %.2f s: %.0f samples/s\n",
 		       (long long)info.len, rec_encoding_name(o->store), o->out, o->split, dt,
 		       dt > 0 ? info.len / dt : 0.0);
@@ -509,7 +511,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 		goto out;
 	if (tty)
 		fprintf(stderr, "\r\033[K");
-	double dt = now_s() - t0;
+	double dt = pack_now_s() - t0;
 	char first[4200], last[4200];
 	shard_name(o, 0, 0, first, sizeof first);
 	shard_name(o, sh.n - 1, 0, last, sizeof last);
@@ -553,7 +555,7 @@ static int pack_source(int argc, char **argv)
 	struct kiln_registry *reg = NULL;
 	struct kiln_source *src = NULL;
 	kiln_status st = cli_load(o.config, o.nover, o.over, 0, &cfg, &reg);
-	double t0 = now_s();
+	double t0 = pack_now_s();
 	if (!st)
 		st = kiln_source_open(cfg, reg, o.section, o.split, &src);
 	if (!st)

@@ -70,16 +70,20 @@ int existing_shards(const struct pack_opts *o, const char *suffix, char *first, 
 kiln_status shards_place(const struct pack_opts *o, const struct shards *sh, char *old,
 			 size_t old_size);
 
+/* cmd_pack.c.  Seconds of CLOCK_MONOTONIC: the progress lines' clock. */
+double pack_now_s(void);
+
 /* pack_folder.c.  Write sample `index` as DIR/<split>/<class>/<index>.ext
- * (seen: classes flags, the label's set). */
+ * (seen: classes flags; the label's 0: its directory made first; set). */
 kiln_status folder_add(const struct pack_opts *o, int64_t classes, int64_t index,
 		       const struct item *it, uint8_t *seen);
 /* Before the first image: DIR/<split> empty (or --force: the earlier
- * pack's images removed), DIR/<split>.folder-partial created, the
- * directories of all `classes` made; after the last: the classes no
- * sample had (seen[k] == 0) warned of, the tree synced and the marker
- * removed. */
-kiln_status pack_folder_prepare(const struct pack_opts *o, int64_t classes);
-kiln_status pack_folder_done(const struct pack_opts *o, int64_t classes, const uint8_t *seen);
+ * pack's images removed), DIR/<split>.folder-partial created, DIR/<split>
+ * made; after the last: the directories of the classes no sample had
+ * (seen[k] == 0) made (tty: with a progress line on stderr) and warned
+ * of, the tree synced and the marker removed. */
+kiln_status pack_folder_prepare(const struct pack_opts *o);
+kiln_status pack_folder_done(const struct pack_opts *o, int64_t classes, const uint8_t *seen,
+			     int tty);
 
 #endif

@@ -1,8 +1,10 @@
 /* cli/pack_folder.c - kiln pack --format folder: the images of an
  * ImageFolder tree DIR/<split>/<class>/<index>.png|jpg, written between
  * creating DIR/<split>.folder-partial and removing it (FOLDER_PARTIAL);
- * with --force, the images an earlier pack wrote there removed first.
- * Samples are read and encoded in cli/cmd_pack.c.
+ * with --force, the images an earlier pack wrote there removed first.  A
+ * class's directory is made with its first image, those of the classes
+ * no sample had after the last image.  Samples are read and encoded in
+ * cli/cmd_pack.c.
  */
 #include "build-config.h"
 #include "pack.h"
@@ -29,16 +31,30 @@ static void folder_class_path(char *path, size_t size, const struct pack_opts *o
 	snprintf(path, size, "%s/%s/%0*d", o->out, o->split, digits, (int)label);
 }
 
-/* DIR/<split>/<class>/<index>.<ext>, its class directory made by
- * pack_folder_prepare; seen[label] set. */
+/* Make directory path (there already: fine, an earlier pack's kept by
+ * --force, or a file, which the image's fopen then names). */
+static kiln_status folder_mkdir(const char *path)
+{
+	if (mkdir(path, 0777) && errno != EEXIST)
+		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
+	return KILN_OK;
+}
+
+/* DIR/<split>/<class>/<index>.<ext>; the class's directory made first
+ * when seen[label] is 0 (its first image), and seen[label] set.  (Before
+ * session 42 pack_folder_prepare made every class's directory before
+ * the first image: 10^6 classes took about 150 s, with no progress.) */
 kiln_status folder_add(const struct pack_opts *o, int64_t classes, int64_t index,
 		       const struct item *it, uint8_t *seen)
 {
 	char path[4200];
+	kiln_status st;
 	if (it->label < 0 || it->label >= classes)
 		return kiln_error(KILN_EDATA, "sample %lld: label %d outside [0, %lld)",
 				  (long long)index, it->label, (long long)classes);
 	folder_class_path(path, sizeof path, o, classes, it->label);
+	if (!seen[it->label] && (st = folder_mkdir(path)))
+		return st;
 	seen[it->label] = 1;
 	size_t n = strlen(path);
 	snprintf(path + n, sizeof path - n, "/%08lld.%s", (long long)index,
@@ -97,13 +113,10 @@ static int folder_remove_old(const char *dir, int *kept)
 
 /* Check DIR/<split> is empty or --force given, create the marker
  * DIR/<split>.folder-partial, remove an earlier pack's images (--force) and
- * create DIR/<split> and every class directory, 0 .. classes - 1: a class
- * with no sample keeps its directory, empty, so that a reader numbering the
- * sorted directories gives every later class its label (before session 41
- * a directory was made with its class's first image: an empty middle class
- * shifted the later ones down by one).  pack_folder_done removes the
- * marker. */
-kiln_status pack_folder_prepare(const struct pack_opts *o, int64_t classes)
+ * create DIR/<split>; the class directories come with their first images
+ * (folder_add) and, for the classes with none, at the end
+ * (pack_folder_done), which removes the marker. */
+kiln_status pack_folder_prepare(const struct pack_opts *o)
 {
 	char path[4200];
 	int used = 0;
@@ -134,14 +147,7 @@ kiln_status pack_folder_prepare(const struct pack_opts *o, int64_t classes)
 			fprintf(stderr, "kiln pack: warning: %s keeps %d file(s) or directories kiln pack did not write (a reader of the folder may take them)\n",
 				path, kept);
 	}
-	if (mkdir(path, 0777) && errno != EEXIST)
-		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
-	for (int64_t k = 0; k < classes; k++) {
-		folder_class_path(path, sizeof path, o, classes, k);
-		if (mkdir(path, 0777) && errno != EEXIST)
-			return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
-	}
-	return KILN_OK;
+	return folder_mkdir(path);
 }
 
 /* A warning naming the classes no sample had (seen[k] == 0): their
@@ -168,18 +174,56 @@ static void folder_warn_empty(const struct pack_opts *o, int64_t classes, const 
 		o->split);
 }
 
-/* Every image is written: have them on disk (one syncfs for the whole
- * tree, where fsyncing each image and class directory would cost a sync
- * per file), then remove DIR/<split>.folder-partial, so that a power cut
- * cannot leave a marker-less tree missing images; warn of the classes
- * seen[] says had no sample. */
-kiln_status pack_folder_done(const struct pack_opts *o, int64_t classes, const uint8_t *seen)
+/* The directory of every class no sample had (seen[k] == 0), empty: a
+ * reader numbering the sorted directories then gives every later class
+ * its label (before session 41 none was made: an empty middle class
+ * shifted the later ones down by one).  On a terminal, a line of
+ * progress at the first and every half second after, as the images'
+ * (cli/cmd_pack.c): 10^6 of them take minutes. */
+static kiln_status folder_make_empty(const struct pack_opts *o, int64_t classes,
+				     const uint8_t *seen, int tty)
 {
+	char path[4200];
+	int64_t empty = 0, made = 0;
+	kiln_status st = KILN_OK;
+	for (int64_t k = 0; k < classes; k++)
+		empty += !seen[k];
+	double last_print = pack_now_s();
+	for (int64_t k = 0; k < classes && !st; k++) {
+		if (seen[k])
+			continue;
+		folder_class_path(path, sizeof path, o, classes, k);
+		st = folder_mkdir(path);
+		made++;
+		const double t = pack_now_s();
+		if (tty && (made == 1 || t - last_print > 0.5)) {
+			fprintf(stderr, "\r\033[Kmade %lld/%lld directories of the classes with no images",
+				(long long)made, (long long)empty);
+			last_print = t;
+		}
+	}
+	if (tty) /* (the images' line too: the warning starts its own) */
+		fprintf(stderr, "\r\033[K");
+	return st;
+}
+
+/* Every image is written: make the directories of the classes seen[]
+ * says had no sample, and warn of them; have everything on disk (one
+ * syncfs for the whole tree, where fsyncing each image and class
+ * directory would cost a sync per file), then remove
+ * DIR/<split>.folder-partial, so that a power cut cannot leave a
+ * marker-less tree missing images. */
+kiln_status pack_folder_done(const struct pack_opts *o, int64_t classes, const uint8_t *seen,
+			     int tty)
+{
+	kiln_status st = folder_make_empty(o, classes, seen, tty);
+	if (st)
+		return st;
 	folder_warn_empty(o, classes, seen);
 	int fd = open(o->out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 || syncfs(fd)) {
-		kiln_status st = kiln_error(KILN_EIO, "%s: cannot sync the images written: %s",
-					    o->out, strerror(errno));
+		st = kiln_error(KILN_EIO, "%s: cannot sync the images written: %s", o->out,
+				strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return st;

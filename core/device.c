@@ -274,6 +274,20 @@ kiln_status kiln_device_alloc(struct kiln_device *dev, size_t bytes, void **ptr)
 	return st;
 }
 
+kiln_status kiln_device_alloc_named(struct kiln_device *dev, size_t bytes, void **ptr,
+				    const char *what)
+{
+	kiln_status st = kiln_device_alloc(dev, bytes, ptr);
+	return st ? kiln_error_wrap(st, "%s", what) : KILN_OK;
+}
+
+kiln_status kiln_device_host_alloc_named(struct kiln_device *dev, size_t bytes, void **ptr,
+					 const char *what)
+{
+	kiln_status st = kiln_device_host_alloc(dev, bytes, ptr);
+	return st ? kiln_error_wrap(st, "%s", what) : KILN_OK;
+}
+
 void kiln_device_free(struct kiln_device *dev, void *ptr)
 {
 	if (ptr) {

@@ -261,10 +261,14 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	if ((st = kiln_device_stream_create(dev, &d->comm_stream)) ||
 	    (st = kiln_device_event_create(dev, &d->ready)) ||
 	    (st = kiln_device_event_create(dev, &d->sync_done)) ||
-	    (st = kiln_device_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_d)) ||
-	    (st = kiln_device_host_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_h)) ||
-	    (st = kiln_device_alloc(dev, DIST_TOKEN_BYTES, &d->tok_d)) ||
-	    (st = kiln_device_host_alloc(dev, DIST_TOKEN_BYTES, &d->tok_h)))
+	    (st = kiln_device_alloc_named(dev, 64 * sizeof(float), (void **)&d->scratch_d,
+					  "the communicator's scratch sums")) ||
+	    (st = kiln_device_host_alloc_named(dev, 64 * sizeof(float), (void **)&d->scratch_h,
+					       "the communicator's scratch sums, their host copy")) ||
+	    (st = kiln_device_alloc_named(dev, DIST_TOKEN_BYTES, &d->tok_d,
+					  "the communicator's checkpoint token")) ||
+	    (st = kiln_device_host_alloc_named(dev, DIST_TOKEN_BYTES, &d->tok_h,
+					       "the communicator's checkpoint token, its host copy")))
 		goto fail;
 	{
 		const char *desc = d->ops->version >= 2 && d->ops->describe ? d->ops->describe(d->ctx) : NULL;

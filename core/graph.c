@@ -526,8 +526,10 @@ static kiln_status model_create(const struct kiln_config *cfg, const struct kiln
 	if ((st = kiln_model_optim_configure(m, reg)))
 		goto fail;
 	/* (the optimizer's buffers but its state: kiln_model_alloc_whole's) */
-	if ((st = kiln_device_alloc(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d)) ||
-	    (st = kiln_device_alloc(dev, 64, (void **)&m->step_d)) ||
+	if ((st = kiln_device_alloc_named(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d,
+					  "the model's buffers (running statistics)")) ||
+	    (st = kiln_device_alloc_named(dev, 64, (void **)&m->step_d,
+					  "the model's step and dropout counters")) ||
 	    (st = kiln_model_optim_alloc(m)) ||
 	    (mode == MODEL_WHOLE && (st = kiln_model_alloc_whole(m))) ||
 	    (mode == MODEL_WEIGHTS && (st = alloc_weights(m))) ||

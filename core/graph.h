@@ -280,9 +280,10 @@ int kiln_model_grad_accum_ok(const struct kiln_model *m);
 kiln_status kiln_model_precision_open(struct kiln_model *m, const struct kiln_registry *reg,
 				      void *stream);
 /* [run] precision's compute dtype alone, for a model that is never
- * trained (generation): the policy opened and the dtype set as
- * kiln_model_precision_open does, no loss scaler (before session 41
- * `kiln generate` under fp16 allocated one and logged its scale, which
+ * trained (generation, `kiln eval`, `kiln predict` and the inference API):
+ * the policy opened and the dtype set as kiln_model_precision_open does,
+ * no loss scaler (before session 41 `kiln generate`, before session 42
+ * eval and predict, under fp16 allocated one and logged its scale, which
  * nothing read).  Freed by kiln_model_precision_close. */
 kiln_status kiln_model_compute_open(struct kiln_model *m, const struct kiln_registry *reg);
 /* The unscale op (KILN_OP_UNSCALE over the trainable gradients, clipping

@@ -280,9 +280,11 @@ kiln_status kiln_infer_prepare(struct kiln_infer *m)
 		return KILN_OK;
 	m->in_bytes = kiln_tensor_bytes(&m->t.sample);
 	/* [run] precision's compute dtype, as `kiln eval` runs it (the
-	 * weights are cast before the first forward) */
+	 * weights are cast before the first forward); no loss scaler, as
+	 * nothing is trained (before session 42 fp16 allocated one and
+	 * logged its scale) */
 	if ((!m->no_fold && (st = infer_fold(m))) ||
-	    (st = kiln_model_precision_open(m->t.m, m->reg, m->t.stream)))
+	    (st = kiln_model_compute_open(m->t.m, m->reg)))
 		return st;
 	/* the block's rows decided first: only the plan that runs is
 	 * prepared */

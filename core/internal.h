@@ -367,6 +367,16 @@ kiln_status kiln_device_open_peer(const struct kiln_registry *reg, const struct 
 				  const char *name, int ordinal, int threads, int peers,
 				  struct kiln_device **out);
 
+/* core/device.c: kiln_device_alloc and kiln_device_host_alloc whose
+ * failure names the buffer: `what` ("the trainer's learning rate") before
+ * the device's own message, as every allocation kiln makes is named
+ * (docs/memory.md; before session 42 the small device scalars said "cpu:
+ * alloc of 64 bytes failed" alone). */
+kiln_status kiln_device_alloc_named(struct kiln_device *dev, size_t bytes, void **ptr,
+				    const char *what);
+kiln_status kiln_device_host_alloc_named(struct kiln_device *dev, size_t bytes, void **ptr,
+					 const char *what);
+
 /* core/device.c: 1 when dev implements op `type` (enum kiln_op_type; the
  * device table's has_op, every op where it has none), 0 when it does not
  * yet (kiln_device_prepare is then KILN_ENOTSUP naming the op). */

@@ -269,7 +269,8 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	pp->busy = calloc((size_t)pp->K, 1);
 	if (!pp->plan || !pp->busy)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	if ((st = kiln_device_alloc(pp->dev, (size_t)pp->K * 64, (void **)&pp->steps_d)))
+	if ((st = kiln_device_alloc_named(pp->dev, (size_t)pp->K * 64, (void **)&pp->steps_d,
+					  "the pipeline's step counters")))
 		return st;
 	pp->m->plan_staged = 1;
 	pp->m->seed_d = pp->seed_d;

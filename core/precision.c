@@ -102,8 +102,10 @@ kiln_status kiln_model_precision_open(struct kiln_model *m, const struct kiln_re
 				  p->name, sc->init_scale, sc->growth_factor, sc->backoff_factor,
 				  (long long)sc->growth_interval, (long long)sc->hysteresis);
 	float *host = NULL;
-	if ((st = kiln_device_alloc(m->dev, 64, (void **)&m->scaler_d)) ||
-	    (st = kiln_device_host_alloc(m->dev, 64, (void **)&host)))
+	if ((st = kiln_device_alloc_named(m->dev, 64, (void **)&m->scaler_d,
+					  "the loss scaler's state")) ||
+	    (st = kiln_device_host_alloc_named(m->dev, 64, (void **)&host,
+					       "the loss scaler's initial state, on the host")))
 		return st;
 	host[0] = (float)sc->init_scale;
 	host[1] = 0;
@@ -183,7 +185,8 @@ kiln_status kiln_model_seed_open(struct kiln_model *m, int64_t n, void *stream, 
 	*plan = NULL;
 	if (n <= 1)
 		return KILN_OK;
-	if ((st = kiln_device_alloc(m->dev, 64, (void **)seed)))
+	if ((st = kiln_device_alloc_named(m->dev, 64, (void **)seed,
+					  "the loss gradient's seed (the mean over micro-batches)")))
 		return st;
 	if (!m->scaler_d) { /* 1 / n, once: PyTorch's grad_output of loss / n */
 		const float mean = (float)(1.0 / (double)n);

@@ -282,8 +282,11 @@ kiln_status prep_clip(struct trainer *t)
 		st = kiln_model_precision_prepare(t->m, norm, value, &t->clip);
 	else
 		st = trainer_clip_over(t, t->m->n_trainable);
-	if (st || (st = kiln_device_alloc(t->dev, 64, (void **)&t->clip_d)) ||
-	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->clip_host)) ||
+	if (st ||
+	    (st = kiln_device_alloc_named(t->dev, 64, (void **)&t->clip_d,
+					  "the gradients' clipping state (norm, finite, skipped, clipped)")) ||
+	    (st = kiln_device_host_alloc_named(t->dev, 64, (void **)&t->clip_host,
+					       "the gradients' clipping state, its host copy")) ||
 	    (st = prep_fill(t->dev, 2, 0.0, &t->fill_counts)))
 		return st;
 	memset(t->clip_host, 0, 4 * sizeof(float));
@@ -352,9 +355,12 @@ kiln_status alloc_buffers(struct trainer *t)
 					       t->x_bytes + y_bytes,
 					       rows == t->B ? "[train] batch" : "[train] eval_batch");
 	}
-	if ((t->training && (st = kiln_device_alloc(t->dev, 64, (void **)&t->lr_dev))) ||
-	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
-	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
+	if ((t->training && (st = kiln_device_alloc_named(t->dev, 64, (void **)&t->lr_dev,
+							  "the trainer's learning rate"))) ||
+	    (st = kiln_device_alloc_named(t->dev, 64, (void **)&t->metrics_dev,
+					  "the trainer's metric sums")) ||
+	    (st = kiln_device_host_alloc_named(t->dev, 64, (void **)&t->metrics_host,
+					       "the trainer's metric sums, their host copy")) ||
 	    /* the sums (loss, correct, top-5) and an evaluation's rows
 	     * counted (core/train_eval.c) */
 	    (st = prep_fill(t->dev, 4, 0.0, &t->fill_metrics)) ||

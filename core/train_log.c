@@ -236,8 +236,10 @@ static kiln_status params_check_issue(struct trainer *t)
 	if (hi <= lo && !buffers_checked(t))
 		return KILN_OK;
 	if (!t->finite_d) { /* the state zeroed once (its counters are not read) */
-		if ((st = kiln_device_alloc(t->dev, 64, (void **)&t->finite_d)) ||
-		    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->finite_host)))
+		if ((st = kiln_device_alloc_named(t->dev, 64, (void **)&t->finite_d,
+						  "the parameters' non-finite check's state")) ||
+		    (st = kiln_device_host_alloc_named(t->dev, 64, (void **)&t->finite_host,
+						       "the parameters' non-finite check's state, its host copy")))
 			return st;
 		memset(t->finite_host, 0, 8 * sizeof(float));
 		if ((st = kiln_device_copy_async(t->dev, t->finite_d, t->finite_host,

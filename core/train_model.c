@@ -47,7 +47,8 @@ static kiln_status prepare_training(struct trainer *t)
 	     * by an open of its own before the load opened it again) */
 	    (t->m->bare && (st = kiln_dist_pipe_hold(t->dist, t->m, t->world > 1, t->compute))) ||
 	    (t->m->scaler_d &&
-	     (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->scaler_host))) ||
+	     (st = kiln_device_host_alloc_named(t->dev, 64, (void **)&t->scaler_host,
+						"the loss scaler's state, its host copy"))) ||
 	    /* init_from first: kiln_model_init_params draws only what it lacks */
 	    (st = kiln_model_init_from(t->m, t->compute)) ||
 	    (st = kiln_model_init_params(t->m, (uint64_t)t->run.seed, t->compute)) ||
@@ -319,10 +320,11 @@ kiln_status build_model(struct trainer *t)
 			return st;
 	}
 	/* evaluation alone: [run] precision's compute dtype, as training's
-	 * evaluation has it (the weights, loaded later, are cast then); the
-	 * caller (eval_open) loads every weight after trainer_open: none is
-	 * drawn */
-	if (!t->training && ((st = kiln_model_precision_open(t->m, t->reg, t->compute)) ||
+	 * evaluation has it (the weights, loaded later, are cast then), and
+	 * no loss scaler, which nothing would read (before session 42 fp16
+	 * allocated one and logged its scale); the caller (eval_open) loads
+	 * every weight after trainer_open: none is drawn */
+	if (!t->training && ((st = kiln_model_compute_open(t->m, t->reg)) ||
 			     (st = kiln_model_init_loaded(t->m, t->compute))))
 		return st;
 	if (do_eval) {

@@ -43,7 +43,28 @@ kiln 0 train "$ini" $run "run.out_dir=$tmp/r" --resume
 stdout_has '"resumed_step": 3'
 stdout_has '"steps": 12'
 grep -q "^\[plugin.amp\]$" "$tmp/r/config.ini" || fail "the resumed run's config.ini has no [plugin.amp]"
-# ... and evaluates (its step-3 weights: the test loss it was written with)
+# ... and evaluates (its step-3 weights: the test loss it was written with),
+# in f16 with no loss scaler, which nothing would read (before session 42
+# eval and predict allocated one and logged "[amp] dynamic loss scale:
+# 65536, ..."; tests/oom_named.sh checks no allocation of it is made)
 kiln 0 eval "$ini" data.path=tests/data run.precision=fp16 --checkpoint "$old"
 stdout_has '"step": 3, "test_loss": 1.599887, "test_acc": 0.208333'
+stderr_has "[amp] precision = fp16: f16 compute, no loss scaling (nothing is trained)"
+! grep -q "loss scale" "$err" || fail "kiln eval set up a loss scaler: $(grep "loss scale" "$err")"
+# and kiln predict, unfolded (eval's graph): each sample's probability of its
+# label gives eval's loss
+kiln 0 predict "$ini" data.path=tests/data run.precision=fp16 --checkpoint "$old" --eval-set \
+	--no-fold --top-k 5
+stderr_has "[amp] precision = fp16: f16 compute, no loss scaling (nothing is trained)"
+! grep -q "loss scale" "$err" || fail "kiln predict set up a loss scaler: $(grep "loss scale" "$err")"
+loss=$(awk '{
+	if (!match($0, /"label": *[0-9]+/)) exit 1
+	l = substr($0, RSTART, RLENGTH); sub(/.*: */, "", l)
+	if (!match($0, "\"index\": *" l ", [^}]*\"prob\": *[0-9.e-]+")) exit 1
+	p = substr($0, RSTART, RLENGTH); sub(/.*: */, "", p)
+	s -= log(p); n++
+} END { if (!n) exit 1; printf "%.6f", s / n }' "$out") || fail "kiln predict's lines: no label or its probability"
+awk -v a="$loss" 'BEGIN { d = a - 1.599887; exit !(d < 2e-4 && d > -2e-4) }' ||
+	fail "kiln predict under fp16: the labels' loss $loss, eval's 1.599887"
+echo "ok: eval and predict under fp16: no loss scaler, eval's loss (predict $loss)"
 echo "PASS: config_amp"

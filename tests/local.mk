@@ -233,6 +233,9 @@ endif
 endif
 if BUILD_LOADERS
 TESTS += tests/pack.sh
+# --format folder: a class's directory made with its first image, the
+# empty classes' at the end with a progress line (cli/pack_folder.c)
+TESTS += tests/pack_folder_classes.sh
 endif
 EXTRA_DIST += tests/data/gen_png_refs.py tests/data/png/refs.txt \
 	tests/data/png/gray_gamma10.png tests/data/png/gray_gamma055.png tests/data/png/rgb_gamma10.png \
@@ -243,7 +246,7 @@ EXTRA_DIST += tests/data/gen_png_refs.py tests/data/png/refs.txt \
 	tests/data/gen_jpeg_refs.py tests/data/jpeg/refs.txt tests/data/jpeg/clean.jpg \
 	tests/data/jpeg/extra3.jpg tests/data/jpeg/extra_sos.jpg tests/data/jpeg/jfif201.jpg \
 	tests/data/jpeg/cmyk.jpg tests/data/jpeg/ycck.jpg
-EXTRA_DIST += tests/pack.sh
+EXTRA_DIST += tests/pack.sh tests/pack_folder_classes.sh
 # kiln launch's and kiln pack's options by the parser every command shares
 TESTS += tests/launch_pack_opts.sh
 EXTRA_DIST += tests/launch_pack_opts.sh
@@ -588,7 +591,7 @@ EXTRA_DIST += tests/memory_infer.sh
 # batch = auto and set batches under ulimit -v: no SIGSEGV, the batch
 # chosen trains (docs/memory.md, "Under ulimit -v")
 TESTS += tests/memory_rlimit.sh
-EXTRA_DIST += tests/memory_rlimit.sh
+EXTRA_DIST += tests/memory_rlimit.sh tests/rlimit_lib.sh tests/data/wide_conv.ini
 # kiln memory counts the input slots of the batches that will run
 # ([train] eval = 0: not eval_batch's)
 TESTS += tests/memory_eval_off.sh

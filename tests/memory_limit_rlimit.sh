@@ -20,65 +20,15 @@
 name=memory_limit_rlimit
 . "$(dirname "$0")/lib.sh"
 
-cfg="$tmp/wide.ini"
-cat >"$cfg" <<EOF
-[run]
-device = cpu
-seed = 1
-threads = 2
-out_dir = $tmp/run
-[data]
-source = synthetic
-samples = 8192
-image_size = 28 28
-image_channels = 1
-classes = 10
-workers = 1
-[layer.conv1]
-type = conv
-out = 64
-kernel = 3
-padding = 1
-[layer.relu1]
-type = relu
-[layer.pool1]
-type = maxpool
-kernel = 2
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-lr = 0.01
-eval = 0
-max_steps = 2
-overwrite = 1
-EOF
-
-# train_under KIB ARGS...: kiln train batch = auto under ulimit -v KIB,
-# output in $out and $err; its exit status
-train_under() {
-	_lim=$1
-	shift
-	last="train $cfg train.batch=auto $* (under ulimit -v $_lim)"
-	(
-		ulimit -v "$_lim" || exit 98
-		exec timeout -s KILL 120 "$kiln" train "$cfg" train.batch=auto plugin.cpu.adaptive=0 "$@" \
-			>"$out" 2>"$err"
-	)
-}
-# the batch batch = auto logged in $err
-auto_batch() { sed -n 's/.*batch = auto: \([0-9]*\), predicted.*/\1/p' "$err" | tail -1; }
+# tests/data/wide_conv.ini (tests/rlimit_lib.sh's), on synthetic samples
+rl_data="data.source=synthetic data.samples=8192 data.image_size=28x28 data.image_channels=1 data.classes=10"
+. "$(dirname "$0")/rlimit_lib.sh"
 # the room the warning gives in $err (MiB, one decimal)
 warned_room() { sed -n 's/.*is more than the \([0-9.]*\) MiB of address space RLIMIT_AS.*/\1/p' "$err" | head -1; }
 
 # 1. V
 st=0
-train_under 2097152 run.memory_limit=4G || st=$?
+train_under 2097152 train.batch=auto run.memory_limit=4G || st=$?
 [ $st = 0 ] || fail "exit $st"
 r=$(warned_room)
 [ -n "$r" ] || fail "memory_limit = 4G under ulimit -v 2 GiB: no warning giving the room"
@@ -88,11 +38,11 @@ echo "the search starts at about $V MiB of address space"
 # 2. a memory_limit of 2G under V + 300 MiB
 lim=$(((V + 300) * 1024))
 st=0
-train_under $lim || st=$?
+train_under $lim train.batch=auto || st=$?
 [ $st = 0 ] || fail "no memory_limit: exit $st"
 b0=$(auto_batch)
 st=0
-train_under $lim run.memory_limit=2G || st=$?
+train_under $lim train.batch=auto run.memory_limit=2G || st=$?
 [ $st = 0 ] || fail "memory_limit = 2G under ulimit -v $lim: exit $st (before session 41: the batch of 2G, whose allocation failed)"
 r=$(warned_room)
 [ -n "$r" ] || fail "memory_limit = 2G under ulimit -v $lim: no warning"
@@ -108,7 +58,7 @@ echo "ok: under ulimit -v $((lim / 1024)) MiB, memory_limit = 2G: batch $b (as w
 
 # 3. the smaller memory_limit
 st=0
-train_under $lim run.memory_limit=64M || st=$?
+train_under $lim train.batch=auto run.memory_limit=64M || st=$?
 [ $st = 0 ] || fail "memory_limit = 64M: exit $st"
 ! grep -q "is more than the" "$err" || fail "memory_limit = 64M: warned, though it is the smaller"
 grep -q "batch = auto: [0-9]*, predicted to need [0-9.]* MiB of the 64.0 MiB \[run\] memory_limit" "$err" ||

@@ -22,78 +22,23 @@ name=memory_rlimit
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
 
-# a convolution whose activations grow with the batch (0.46 MiB a sample),
-# so that the batch, not the fixed cost, decides what fits
-cfg="$tmp/wide.ini"
-cat >"$cfg" <<EOF
-[run]
-device = cpu
-seed = 1
-threads = 2
-out_dir = $tmp/run
-
-[data]
-source = idx
-path = $FM
-limit = 8192
-workers = 1
-mean = 0.286
-std = 0.353
-
-[layer.conv1]
-type = conv
-out = 64
-kernel = 3
-padding = 1
-
-[layer.relu1]
-type = relu
-
-[layer.pool1]
-type = maxpool
-kernel = 2
-
-[layer.flat]
-type = flatten
-
-[layer.fc1]
-type = linear
-out = 10
-
-[layer.loss]
-type = softmax_xent
-
-[train]
-epochs = 1
-lr = 0.01
-eval = 0
-max_steps = 2
-overwrite = 1
-EOF
-
-# train_under KIB BATCH: kiln train under ulimit -v KIB (KiB), the batch
-# BATCH (a number or auto), output in $tmp/r.out and $tmp/r.err; the
-# exit status (a signal: 128 + its number; a hang: 124)
-train_under() {
-	(
-		ulimit -v "$1" || exit 98
-		exec timeout 120 "$kiln" train "$cfg" "train.batch=$2" plugin.cpu.adaptive=0 \
-			>"$tmp/r.out" 2>"$tmp/r.err"
-	)
-}
-# the batch batch = auto logged in $tmp/r.err (empty if none)
-auto_batch() { sed -n 's/.*batch = auto: \([0-9]*\), predicted.*/\1/p' "$tmp/r.err" | tail -1; }
+# tests/data/wide_conv.ini (tests/rlimit_lib.sh's): a convolution whose
+# activations grow with the batch (0.46 MiB a sample), so that the batch,
+# not the fixed cost, decides what fits; here on Fashion-MNIST
+rl_data="data.source=idx data.path=$FM data.limit=8192 data.mean=0.286 data.std=0.353"
+. "$(dirname "$0")/rlimit_lib.sh"
 
 # 1. V0: under a limit U that leaves more than the search needs (doubled
 # until the run trains), kiln logs the room the limit leaves it, X MiB
 U=1048576
-while ! train_under $U auto; do
-	[ $U -lt 33554432 ] || { cat "$tmp/r.err"; fail "batch = auto fails even under ulimit -v $U"; }
+while ! train_under $U train.batch=auto; do
+	[ $U -lt 33554432 ] || fail "batch = auto fails even under ulimit -v $U"
 	U=$((U * 2))
 done
-X=$(sed -n 's/.*batch = auto: [0-9]*, predicted to need [0-9.]* MiB.* of the \([0-9.]*\) MiB.*/\1/p' "$tmp/r.err")
-[ -n "$X" ] || { cat "$tmp/r.err"; fail "batch = auto under ulimit -v $U: no room logged"; }
-"$kiln" memory "$cfg" train.batch=auto >/dev/null 2>"$tmp/free.err" || { cat "$tmp/free.err"; fail "kiln memory"; }
+X=$(sed -n 's/.*batch = auto: [0-9]*, predicted to need [0-9.]* MiB.* of the \([0-9.]*\) MiB.*/\1/p' "$err")
+[ -n "$X" ] || fail "batch = auto under ulimit -v $U: no room logged"
+# shellcheck disable=SC2086
+"$kiln" memory "$cfg" $rl_data run.out_dir="$tmp/run" train.batch=auto >/dev/null 2>"$tmp/free.err" || { cat "$tmp/free.err"; fail "kiln memory"; }
 free=$(sed -n 's/.* of the \([0-9.]*\) MiB.*/\1/p' "$tmp/free.err")
 # the room must be the limit's, not less free memory's
 awk -v x="$X" -v f="$free" 'BEGIN { exit !(x < f * 0.9) }' ||
@@ -104,8 +49,8 @@ lo=$V0 hi=$U
 while [ $((hi - lo)) -gt 2048 ]; do
 	mid=$(((lo + hi) / 2))
 	st=0
-	train_under $mid 64 || st=$?
-	[ $st -lt 124 ] || { cat "$tmp/r.err"; fail "batch 64 under ulimit -v $mid: exit $st (a signal or a hang)"; }
+	train_under $mid train.batch=64 || st=$?
+	[ $st -lt 124 ] || fail "batch 64 under ulimit -v $mid: exit $st (a signal or a hang)"
 	if [ $st = 0 ]; then hi=$mid; else lo=$mid; fi
 done
 need=$((hi - V0))
@@ -114,10 +59,10 @@ echo "baseline: V0 $((V0 / 1024)) MiB when the search starts, batch 64 trains fr
 # 2. batch = auto under 1.5 x that need trains at the batch it logs
 lim=$((V0 + need * 3 / 2))
 st=0
-train_under $lim auto || st=$?
-[ $st = 0 ] || { cat "$tmp/r.err"; fail "batch = auto under ulimit -v $lim (V0 + 1.5 x the batch-64 need): exit $st"; }
+train_under $lim train.batch=auto || st=$?
+[ $st = 0 ] || fail "batch = auto under ulimit -v $lim (V0 + 1.5 x the batch-64 need): exit $st"
 b=$(auto_batch)
-[ -n "$b" ] || { cat "$tmp/r.err"; fail "batch = auto under ulimit -v $lim: no choice logged"; }
+[ -n "$b" ] || fail "batch = auto under ulimit -v $lim: no choice logged"
 [ $((b % 8)) = 0 ] && [ "$b" -ge 32 ] ||
 	fail "batch = auto under ulimit -v $lim chose $b: not a multiple of 8 of at least 32"
 cb=$(sed -n 's/^batch = //p' "$tmp/run/config.ini")
@@ -137,14 +82,14 @@ while [ $off -le $((need / 2)) ]; do
 	lim=$((V0 + off))
 	for bb in auto 512; do
 		st=0
-		train_under $lim $bb || st=$?
+		train_under $lim train.batch=$bb || st=$?
 		case $st in
 		0) [ $bb != auto ] || [ "$(auto_batch)" = "$(sed -n 's/^batch = //p' "$tmp/run/config.ini")" ] ||
 			   fail "batch = auto under ulimit -v $lim: the run's batch is not the one logged" ;;
-		1) grep -q "error: " "$tmp/r.err" || { cat "$tmp/r.err"; fail "batch $bb under ulimit -v $lim: exit 1 without an error"; } ;;
-		*) cat "$tmp/r.err"; fail "batch $bb under ulimit -v $lim (V0 + $((off / 1024)) MiB): exit $st" ;;
+		1) grep -q "error: " "$err" || fail "batch $bb under ulimit -v $lim: exit 1 without an error" ;;
+		*) fail "batch $bb under ulimit -v $lim (V0 + $((off / 1024)) MiB): exit $st" ;;
 		esac
-		echo "ok: batch $bb under ulimit -v V0 + $((off / 1024)) MiB: exit $st $(grep -o 'error: .*' "$tmp/r.err" | cut -c1-100)"
+		echo "ok: batch $bb under ulimit -v V0 + $((off / 1024)) MiB: exit $st $(grep -o 'error: .*' "$err" | cut -c1-100)"
 	done
 	off=$((off + 4096))
 done

@@ -11,7 +11,12 @@
 #     the weights: an LD_PRELOAD shim built here fails the Nth allocation
 #     of one size asked for by one library (kiln's CPU plugin or libkiln),
 #     the only way to hit a buffer of a few KB at the same point on every
-#     machine (a `ulimit -v` that does lands elsewhere on the next build).
+#     machine (a `ulimit -v` that does lands elsewhere on the next build);
+#  3. the device scalars of 64 bytes (step counters, learning rate, metric
+#     sums, loss scaler, clipping and check states; session 42): the shim
+#     fails each 64-byte allocation of the CPU plugin in turn, and every
+#     one that fails names its buffer; kiln eval and predict under fp16
+#     allocate no loss scaler.
 name=oom_named
 . "$(dirname "$0")/lib.sh"
 need_source idx
@@ -92,4 +97,60 @@ kiln 0 train "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu
 shimmed /libkiln.so 1668 1 1 predict "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu --eval-set --logits "$tmp/x.npy"
 stderr_has "kiln: error: folding the model for inference: a host copy of its weights (1800 bytes): out of memory"
 [ ! -e "$tmp/x.npy" ] || fail "a failed predict wrote its logits"
+
+# ---- 3: the device scalars (64 bytes each), failed one after the other ----
+# (before session 42 the step counters, the learning rate, the metric sums,
+# the loss scaler, the clipping and check states said "kiln: error: cpu:
+# alloc of 64 bytes failed" alone)
+# scalars ARGS...: kiln ARGS with the 1st, 2nd, ... allocation of 64 bytes
+# the CPU plugin makes on the main thread failing, until one is not
+# reached: each run exits 0 or 1, and a failed device allocation names its
+# buffer; the names in $tmp/names, one a line
+scalars() {
+	: >"$tmp/names"
+	_n=1
+	while [ $_n -le 200 ]; do
+		rm -f "$tmp/hit"
+		last="$* (allocation $_n of 64 bytes failing)"
+		_rc=0
+		(export LD_PRELOAD="$shim" SHIM_ALLOC_FROM=/kiln-cpu.so SHIM_ALLOC_BYTES=64 \
+			SHIM_ALLOC_MAIN=1 SHIM_ALLOC_NTH=$_n SHIM_ALLOC_HIT="$tmp/hit"
+		 exec timeout -k 5 60 "$kiln" "$@" >"$out" 2>"$err") || _rc=$?
+		[ -e "$tmp/hit" ] || break
+		case $_rc in
+		0|1) ;;
+		*) fail "exit $_rc (a failed allocation must be exit 1)" ;;
+		esac
+		! grep -q "^kiln: error: cpu: alloc of 64 bytes failed" "$err" ||
+			fail "a failed allocation of 64 bytes not named"
+		sed -n 's/^kiln: error: \(.*\): cpu: alloc of 64 bytes failed$/\1/p' "$err" >>"$tmp/names"
+		_n=$((_n + 1))
+	done
+	[ $_n -gt 1 ] || fail "kiln $*: no allocation of 64 bytes: the sweep tested nothing"
+	echo "ok: kiln $1 with each of $((_n - 1)) allocations of 64 bytes failing: $(wc -l <"$tmp/names") named"
+}
+# named WHAT: the sweep's names hold WHAT
+named() { grep -qxF "$1" "$tmp/names" || fail "no failed allocation named '$1': $(cat "$tmp/names")"; }
+scalars train "$ini" data.path="$data" run.out_dir= run.device=cpu run.precision=fp16 \
+	train.max_steps=2 train.accumulate=2 train.clip_norm=1
+named "the model's step and dropout counters"
+named "the optimizer's step count"
+named "the trainer's learning rate"
+named "the trainer's metric sums"
+named "the trainer's metric sums, their host copy"
+named "the loss scaler's state"
+named "the loss gradient's seed (the mean over micro-batches)"
+named "the gradients' clipping state (norm, finite, skipped, clipped)"
+named "the parameters' non-finite check's state"
+# kiln eval and kiln predict under fp16 compute in f16 and make no loss
+# scaler, which nothing would read (before session 42 both allocated its
+# state, 64 bytes, and logged its scale): none of their 64-byte
+# allocations is it (tests/config_amp.sh: their results are fp16's)
+scalars eval "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu run.precision=fp16
+named "the trainer's metric sums"
+! grep -q "loss scaler" "$tmp/names" || fail "kiln eval under fp16 allocated $(grep "loss scaler" "$tmp/names")"
+scalars predict "$ini" data.path="$data" run.out_dir="$tmp/run" run.device=cpu run.precision=fp16 \
+	--eval-set --logits "$tmp/p16.npy"
+named "the model's step and dropout counters"
+! grep -q "loss scaler" "$tmp/names" || fail "kiln predict under fp16 allocated $(grep "loss scaler" "$tmp/names")"
 echo "PASS: every failed allocation named with its size"

@@ -136,15 +136,16 @@ kiln_status kiln_model_optim_alloc(struct kiln_model *m)
 {
 	const size_t n = m->n_trainable;
 	kiln_status st;
-	if ((st = kiln_device_alloc(m->dev, 64, (void **)&m->opt_step_d)))
+	if ((st = kiln_device_alloc_named(m->dev, 64, (void **)&m->opt_step_d,
+					  "the optimizer's step count")))
 		return st;
 	if (!n)
 		return KILN_OK; /* nothing to train: no state */
 	/* (the state comes with the parameters: kiln_model_alloc_whole, or a
 	 * stage's alone, kiln_dist_pipe_hold) */
 	if (m->optim_info.needs_offsets &&
-	    (st = kiln_device_alloc(m->dev, (size_t)(m->n_tensors + 1) * sizeof(int64_t),
-				    (void **)&m->offsets_d)))
+	    (st = kiln_device_alloc_named(m->dev, (size_t)(m->n_tensors + 1) * sizeof(int64_t),
+					  (void **)&m->offsets_d, "the optimizer's tensor offsets")))
 		return st;
 	/* (the no_decay multiplier: kiln_model_optim_prepare, the stage's
 	 * alone on a rank holding its stage) */
@@ -251,7 +252,8 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 		hb = n * sizeof(float);
 	if (m->offsets_d && (size_t)(m->n_tensors + 1) * sizeof(int64_t) > hb)
 		hb = (size_t)(m->n_tensors + 1) * sizeof(int64_t);
-	if ((st = kiln_device_host_alloc(m->dev, hb, (void **)&host)))
+	if ((st = kiln_device_host_alloc_named(m->dev, hb, (void **)&host,
+					       "the optimizer's host staging (its step count, multipliers, offsets)")))
 		return st;
 	if (m->wd_mult_d) {
 		const size_t lo = m->held ? m->held_lo : 0, hi = m->held ? m->held_hi : n;
