@@ -11,6 +11,11 @@ noinst_PROGRAMS += bench/xform
 noinst_PROGRAMS += bench/infer_sizes
 bench_infer_sizes_SOURCES = bench/infer_sizes.c
 bench_infer_sizes_LDADD = libkiln.la
+# kiln_model_load_safetensors of a large file, its CRC32Cs checked as read
+# (docs/PERFORMANCE.md, session 42)
+noinst_PROGRAMS += bench/weights_load
+bench_weights_load_SOURCES = bench/weights_load.c
+bench_weights_load_LDADD = libkiln.la
 # the same fixed work on each core, step by step: the floor under the
 # pipeline's per-step spread (docs/PERFORMANCE.md, session 19)
 noinst_PROGRAMS += bench/core_spread

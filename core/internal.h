@@ -155,6 +155,16 @@ void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
  * tensor (or the header). */
 kiln_status kiln_safetensors_writer_crc(struct kiln_safetensors_writer *w, const char *key);
 kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had);
+/* The same check in the pass that loads (since session 42: before, a
+ * load read every byte twice, and a pipeline stage's rank the whole file
+ * for its stage's tensors): f's header against metadata `key` now
+ * (KILN_EDATA naming it; *had 0 and KILN_OK where f has no `key`), then
+ * each tensor against its own as kiln_safetensors_read reads it, piece
+ * by piece (KILN_EDATA naming the file and the tensor: the caller's
+ * buffer then holds bytes it must not use).  A tensor never read is
+ * never checked; nor are the bytes of the mapping (`data`).  Call it
+ * before any read, from the thread that opened f. */
+kiln_status kiln_safetensors_crc_reads(struct kiln_safetensors *f, const char *key, int *had);
 #define KILN_ST_CRC_KEY "kiln.crc32c"
 
 /* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
@@ -169,12 +179,25 @@ unsigned kiln_device_abi_minor(const struct kiln_device *dev);
  * (with the defaults of the registry cfg was validated with) but each
  * value in its canonical text (kiln_config_value_canon: `kernel = 5,5`
  * is written `kernel = 5`, `p = 0.10` `p = 0.1`): the model's
- * architecture, which core/weights.c hashes into exported files and
- * records in them, one text for configs that differ in formatting alone.
- * defaults: every key of those sections at its default instead
- * (kiln_config_write_defaults's: what a key absent from an older text
- * meant). */
-kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f, int defaults);
+ * architecture, which core/weights.c hashes into exported files
+ * (config_hash), one text for configs that differ in formatting alone.
+ * how: KILN_LAYERS_CANON, that; KILN_LAYERS_SET, that without the
+ * "; key = (unset)" lines, what an export records (kiln.layers since
+ * session 42: before, GPT-2 small's held 8.4 KB of them, of 26.4);
+ * KILN_LAYERS_DEFAULTS, every key of those sections at its default
+ * instead (kiln_config_write_defaults's: what a key absent from an
+ * older text meant). */
+enum { KILN_LAYERS_CANON = 0, KILN_LAYERS_DEFAULTS = 1, KILN_LAYERS_SET = 2 };
+kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f, int how);
+/* The [layer.*] sections of a resolved config text (a checkpoint's
+ * config, an export's kiln.layers) in its order, each with the keys its
+ * layer type has with no default and it lacks written back unset ("; key
+ * = (unset)") in their schema places (the type's keys as cfg's registry,
+ * else the built-in layers, have them): the text kiln_config_write
+ * writes, whether or not the unset keys were left out (KILN_LAYERS_SET),
+ * which the weights comparison reads (core/weights.c).  malloc'd; NULL
+ * with KILN_ENOMEM set. */
+char *kiln_config_layers_of(const struct kiln_config *cfg, const char *text);
 /* A copy of cfg into *out (new; kiln_config_free): every section and key
  * with its value and where, the unset notes, the registry it was validated
  * with.  For a change one caller needs that the owner of cfg, read-only

@@ -26,7 +26,10 @@
  * ("cannot map") and the next ask tries again.  The writer orders
  * tensors as the reference does (alignment descending, then name) and
  * pads the header to a multiple of 8, so every tensor starts aligned to
- * its element size.
+ * its element size.  The CRC32Cs kiln records (metadata kiln.crc32c) are
+ * checked by kiln_safetensors_check_crc, the whole file at once, or,
+ * since session 42, by kiln_safetensors_read as it reads each tensor
+ * (kiln_safetensors_crc_reads: a load reads each byte once).
  */
 #include "internal.h"
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
@@ -101,6 +104,11 @@ struct kiln_safetensors {
 	struct st_entry *t;        /* sorted by begin */
 	int n_meta;
 	char **meta;               /* key, value, key, value, ... */
+	/* kiln_safetensors_crc_reads: each tensor's recorded CRC32C by index,
+	 * which kiln_safetensors_read checks as it reads (NULL: unchecked),
+	 * and the metadata key they came from; set before any read */
+	uint32_t *crc;
+	char *crc_key;
 };
 
 static int by_offset(const void *a, const void *b)
@@ -430,6 +438,8 @@ void kiln_safetensors_close(struct kiln_safetensors *f)
 	if (f->meta)
 		free(f->meta[2 * f->n_meta]); /* a half-stored pair */
 	free(f->meta);
+	free(f->crc);
+	free(f->crc_key);
 	free(f->path);
 	free(f);
 }
@@ -468,6 +478,8 @@ void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
 		(void)tensor_mapped(f, i, o); /* data NULL and the last error set where it fails */
 }
 
+static kiln_status read_checked(const struct kiln_safetensors *f, int i, void *dst);
+
 kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void *dst,
 				  size_t dst_bytes)
 {
@@ -481,6 +493,8 @@ kiln_status kiln_safetensors_read(const struct kiln_safetensors *f, int i, void 
 	if (dst_bytes < bytes)
 		return kiln_error(KILN_EINVAL, "%s: tensor '%s' is %zu bytes, the buffer holds %zu",
 				  f->path, e->name, bytes, dst_bytes);
+	if (f->crc) /* its CRC32C checked in the same pass (crc_reads) */
+		return read_checked(f, i, dst);
 	snprintf(what, sizeof what, "tensor '%s'", e->name);
 	return kiln_read_at(f->fd, f->path, &f->seen, what, dst, bytes, f->data_off + e->begin);
 }
@@ -778,9 +792,17 @@ out:
  * the key again, for a file changed on purpose. */
 #define CRC_WHY ": the file is damaged, changed since it was written; a tool that changes a kiln file must drop metadata %s"
 
+/* The piece of a tensor read and CRC'd at a time: small enough to be
+ * in the cache still when the CRC reads what pread just wrote. */
+#define CRC_PIECE ((size_t)1 << 18)
+
 /* The CRC32C of tensor i's bytes, read from the file (kiln_read_at: a
- * file cut short names the tensor) through buf of cap bytes. */
-static kiln_status crc_tensor(const struct kiln_safetensors *f, int i, char *buf, size_t cap,
+ * file cut short names the tensor) CRC_PIECE bytes at a time into buf:
+ * each piece into its place (whole: buf holds the tensor after, the
+ * bytes a load reads, CRC'd in the same pass), or each into the start of
+ * buf (!whole: buf holds CRC_PIECE bytes, the bytes read to be checked
+ * alone). */
+static kiln_status crc_tensor(const struct kiln_safetensors *f, int i, char *buf, int whole,
 			      uint32_t *crc)
 {
 	const struct st_entry *e = &f->t[i];
@@ -788,15 +810,37 @@ static kiln_status crc_tensor(const struct kiln_safetensors *f, int i, char *buf
 	uint32_t c = 0;
 	snprintf(what, sizeof what, "tensor '%s'", e->name);
 	for (uint64_t at = e->begin; at < e->end;) {
-		const size_t k = e->end - at < cap ? (size_t)(e->end - at) : cap;
-		kiln_status st = kiln_read_at(f->fd, f->path, &f->seen, what, buf, k, f->data_off + at);
+		const size_t k = e->end - at < CRC_PIECE ? (size_t)(e->end - at) : CRC_PIECE;
+		char *to = whole ? buf + (at - e->begin) : buf;
+		kiln_status st = kiln_read_at(f->fd, f->path, &f->seen, what, to, k, f->data_off + at);
 		if (st)
 			return st;
-		c = kiln_crc32c(c, buf, k);
+		c = kiln_crc32c(c, to, k);
 		at += k;
 	}
 	*crc = c;
 	return KILN_OK;
+}
+
+/* Tensor i's bytes do not match the CRC32C `want` its file records in
+ * metadata key (c: theirs). */
+static kiln_status crc_mismatch(const struct kiln_safetensors *f, int i, uint32_t c, uint32_t want,
+				const char *key)
+{
+	return kiln_error(KILN_EDATA, "%s: tensor '%s' does not match its CRC32C (%08x, the file records %08x in metadata %s)" CRC_WHY,
+			  f->path, f->t[i].name, c, want, key, key);
+}
+
+/* kiln_safetensors_read of a file whose CRC32Cs are checked
+ * (kiln_safetensors_crc_reads): tensor i read into dst and CRC'd piece by
+ * piece, one pass; KILN_EDATA naming the tensor where they differ. */
+static kiln_status read_checked(const struct kiln_safetensors *f, int i, void *dst)
+{
+	uint32_t c;
+	kiln_status st = crc_tensor(f, i, dst, 1, &c);
+	if (!st && c != f->crc[i])
+		st = crc_mismatch(f, i, c, f->crc[i], f->crc_key);
+	return st;
 }
 
 /* The value of metadata key (the CRCs) parsed into want[0..n]: 0, or -1
@@ -817,22 +861,17 @@ static int crc_parse(const char *v, uint32_t *want, int n)
 	return *v ? -1 : 0;
 }
 
-kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had)
+/* The CRC32Cs of metadata key (its value v) parsed into want[0..n] (the
+ * header's, then the tensors' in byte order of their names: order, the
+ * tensors' indices in that order), and the header checked against
+ * want[0]. */
+static kiln_status crc_header(const struct kiln_safetensors *f, const char *key, const char *v,
+			      uint32_t *want, const int *order)
 {
-	const char *v = kiln_safetensors_meta(f, key);
-	*had = v != NULL;
-	if (!v)
-		return KILN_OK;
-	const size_t cap = (size_t)1 << 20;
-	uint32_t *want = malloc(sizeof *want * (size_t)(f->n + 1));
 	const char **kv = calloc(2 * (size_t)f->n_meta + 1, sizeof *kv);
-	int *order = name_order(f->n, f_name, f);
-	char *buf = malloc(cap);
+	if (!kv)
+		return kiln_error(KILN_ENOMEM, "out of memory");
 	kiln_status st = KILN_OK;
-	if (!want || !kv || !order || !buf) {
-		st = kiln_error(KILN_ENOMEM, "out of memory");
-		goto out;
-	}
 	if (crc_parse(v, want, f->n)) {
 		st = kiln_error(KILN_EDATA, "%s: metadata %s is not %d CRC32Cs of 8 hex digits (the header's, then one per tensor): the file is damaged",
 				f->path, key, f->n + 1);
@@ -846,23 +885,62 @@ kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const c
 		h = crc_entry(h, e->name, e->dt, e->ndim, e->dims);
 	}
 	h = crc_meta(h, kv, f->n_meta, key);
-	if (h != want[0]) {
+	if (h != want[0])
 		st = kiln_error(KILN_EDATA, "%s: the header (tensor names, dtypes, shapes, metadata) does not match its CRC32C (%08x, the file records %08x in metadata %s)" CRC_WHY,
 				f->path, h, want[0], key, key);
-		goto out;
-	}
+out:
+	free(kv);
+	return st;
+}
+
+kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had)
+{
+	const char *v = kiln_safetensors_meta(f, key);
+	*had = v != NULL;
+	if (!v)
+		return KILN_OK;
+	uint32_t *want = malloc(sizeof *want * (size_t)(f->n + 1));
+	int *order = name_order(f->n, f_name, f);
+	char *buf = malloc(CRC_PIECE);
+	kiln_status st = want && order && buf ? crc_header(f, key, v, want, order)
+					      : kiln_error(KILN_ENOMEM, "out of memory");
 	for (int i = 0; i < f->n && !st; i++) {
 		uint32_t c;
-		const struct st_entry *e = &f->t[order[i]];
-		if (!(st = crc_tensor(f, order[i], buf, cap, &c)) && c != want[i + 1])
-			st = kiln_error(KILN_EDATA, "%s: tensor '%s' does not match its CRC32C (%08x, the file records %08x in metadata %s)" CRC_WHY,
-					f->path, e->name, c, want[i + 1], key, key);
+		if (!(st = crc_tensor(f, order[i], buf, 0, &c)) && c != want[i + 1])
+			st = crc_mismatch(f, order[i], c, want[i + 1], key);
 	}
-out:
 	free(want);
-	free(kv);
 	free(order);
 	free(buf);
+	return st;
+}
+
+kiln_status kiln_safetensors_crc_reads(struct kiln_safetensors *f, const char *key, int *had)
+{
+	const char *v = kiln_safetensors_meta(f, key);
+	*had = v != NULL;
+	if (!v)
+		return KILN_OK;
+	uint32_t *want = malloc(sizeof *want * (size_t)(f->n + 1));
+	int *order = name_order(f->n, f_name, f);
+	uint32_t *crc = malloc(sizeof *crc * (size_t)(f->n + 1));
+	char *k = kiln_strdup(key);
+	kiln_status st = want && order && crc && k ? crc_header(f, key, v, want, order)
+						   : kiln_error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; !st && i < f->n; i++)
+		crc[order[i]] = want[i + 1];
+	if (!st) {
+		free(f->crc);
+		free(f->crc_key);
+		f->crc = crc;
+		f->crc_key = k;
+		crc = NULL;
+		k = NULL;
+	}
+	free(want);
+	free(order);
+	free(crc);
+	free(k);
 	return st;
 }
 

@@ -51,14 +51,15 @@ static int tracks_batches(const struct kiln_model *m, int i)
 }
 
 /* The model's resolved [layer.*] sections, each value in its canonical
- * text (kiln_config_write_layers; defaults: every key at its default):
- * malloc'd, NULL with KILN_ENOMEM set. */
-static char *layers_text(const struct kiln_config *cfg, int defaults)
+ * text (kiln_config_write_layers `how`: KILN_LAYERS_CANON, _SET without
+ * the unset keys, _DEFAULTS every key at its default): malloc'd, NULL
+ * with KILN_ENOMEM set. */
+static char *layers_text(const struct kiln_config *cfg, int how)
 {
 	char *text = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&text, &len);
-	kiln_status st = f ? kiln_config_write_layers(cfg, f, defaults) : KILN_ENOMEM;
+	kiln_status st = f ? kiln_config_write_layers(cfg, f, how) : KILN_ENOMEM;
 	if ((f && fclose(f)) || st) {
 		free(text);
 		kiln_error(KILN_ENOMEM, "out of memory");
@@ -106,7 +107,7 @@ kiln_status kiln_model_save_safetensors_as(struct kiln_model *m, const char *pat
 {
 	const size_t np = m->n_elems, nb = m->n_buf_elems;
 	float *host = NULL, *gpt2 = NULL;
-	char *layers = NULL;
+	char *hashed = NULL, *layers = NULL;
 	struct kiln_safetensors_writer *w = NULL;
 	kiln_status st;
 	/* [params | buffers | the i64 step counter] */
@@ -150,15 +151,18 @@ kiln_status kiln_model_save_safetensors_as(struct kiln_model *m, const char *pat
 			goto out;
 	}
 	char hash[17];
-	if (!(layers = layers_text(m->cfg, 0))) {
+	if (!(hashed = layers_text(m->cfg, KILN_LAYERS_CANON)) ||
+	    !(layers = layers_text(m->cfg, KILN_LAYERS_SET))) {
 		st = KILN_ENOMEM;
 		goto out;
 	}
-	config_hash(layers, hash);
+	config_hash(hashed, hash);
 	/* the model's sections themselves (since session 41): what a load
-	 * compares with its model's (check_exported); and the CRC32Cs of the
-	 * header and of each tensor, which the loaders check (since session
-	 * 41; kiln quantize's files since 40) */
+	 * compares with its model's (check_exported), their unset keys left
+	 * out (since session 42: "; key = (unset)" lines, 8.4 KB of GPT-2
+	 * small's 26.4; the hash is of the text with them, as before); and the
+	 * CRC32Cs of the header and of each tensor, which the loaders check
+	 * (since session 41; kiln quantize's files since 40) */
 	if ((st = kiln_safetensors_writer_meta(w, "format", "pt")) ||
 	    (st = kiln_safetensors_writer_meta(w, "kiln_version", kiln_version())) ||
 	    (st = kiln_safetensors_writer_meta(w, "config_hash", hash)) ||
@@ -167,6 +171,7 @@ kiln_status kiln_model_save_safetensors_as(struct kiln_model *m, const char *pat
 		goto out;
 	st = kiln_safetensors_writer_write(w, path);
 out:
+	free(hashed);
 	free(layers);
 	kiln_safetensors_writer_free(w);
 	kiln_device_host_free(m->dev, host);
@@ -700,18 +705,25 @@ static char *inference_text(const struct kiln_kv *v, int n, const struct kiln_kv
 /* At most this many keys that differ are named, then "and N more". */
 #define DIFFS_SHOWN 8
 
-/* The keys of the [layer.*] sections saved (a file's kiln.layers) that
- * differ from the model m's by meaning, as inference reads them
- * (inference_text; compared as a checkpoint's weights keys are:
- * kiln_ckpt_config_delta), each warned of on a line of its own. */
-static kiln_status warn_layers(const struct kiln_model *m, const char *path, const char *saved)
+/* The keys of the [layer.*] sections a file records (`recorded`: an
+ * export's kiln.layers, a checkpoint's config) that differ from the
+ * model m's by meaning, as inference reads them (inference_text;
+ * compared as a checkpoint's weights keys are: kiln_ckpt_config_delta),
+ * each warned of on a line of its own after one saying the file (path)
+ * `whence`.  A key the text lacks that is unset in its layer type's
+ * schema reads as unset (kiln_config_layers_of: kiln.layers leaves them
+ * out since session 42). */
+static kiln_status warn_layers(const struct kiln_model *m, const char *path, const char *recorded,
+			       const char *whence)
 {
-	char *current = layers_text(m->cfg, 0), *defaults = current ? layers_text(m->cfg, 1) : NULL;
+	char *current = layers_text(m->cfg, KILN_LAYERS_CANON);
+	char *defaults = current ? layers_text(m->cfg, KILN_LAYERS_DEFAULTS) : NULL;
+	char *saved = defaults ? kiln_config_layers_of(m->cfg, recorded) : NULL;
 	char *skip = NULL, *a = NULL, *b = NULL;
 	size_t skip_len = 0;
 	struct kiln_kv *sv = NULL, *cv = NULL;
 	int ns = 0, nc = 0, shown = 0, differs = 1;
-	FILE *sk = defaults ? open_memstream(&skip, &skip_len) : NULL;
+	FILE *sk = saved ? open_memstream(&skip, &skip_len) : NULL;
 	kiln_status st = sk ? KILN_OK : KILN_ENOMEM;
 	if (!st && !(st = kiln_kv_parse(saved, &sv, &ns)))
 		st = kiln_kv_parse(current, &cv, &nc);
@@ -731,8 +743,8 @@ static kiln_status warn_layers(const struct kiln_model *m, const char *path, con
 		if (st || !differs)
 			break;
 		if (!shown)
-			kiln_log(KILN_LOG_WARN, "core", "%s was exported from another model (metadata kiln.layers records its [layer.*] sections): its weights loaded, but may compute another function here (an attention head count, an activation or a norm's eps keeps every shape); the keys that differ:",
-				 path);
+			kiln_log(KILN_LOG_WARN, "core", "%s %s: its weights loaded, but may compute another function here (an attention head count, an activation or a norm's eps keeps every shape); the keys that differ:",
+				 path, whence);
 		if (shown < DIFFS_SHOWN)
 			kiln_log(KILN_LOG_WARN, "core", "%s: [%s] %s is %s in the file but %s here", path,
 				 d.section, d.key, d.a, d.b);
@@ -750,6 +762,7 @@ static kiln_status warn_layers(const struct kiln_model *m, const char *path, con
 	free(b);
 	free(sv);
 	free(cv);
+	free(saved);
 	free(current);
 	free(defaults);
 	return st;
@@ -772,10 +785,11 @@ static kiln_status check_exported(const struct kiln_model *m, const struct kiln_
 	const char *saved = kiln_safetensors_meta(f, "kiln.layers");
 	const char *hash = kiln_safetensors_meta(f, "config_hash");
 	if (saved)
-		return warn_layers(m, path, saved);
+		return warn_layers(m, path, saved,
+				   "was exported from another model (metadata kiln.layers records its [layer.*] sections)");
 	if (!hash)
 		return KILN_OK;
-	char ours[17], *current = layers_text(m->cfg, 0);
+	char ours[17], *current = layers_text(m->cfg, KILN_LAYERS_CANON);
 	if (!current)
 		return KILN_ENOMEM;
 	config_hash(current, ours);
@@ -800,14 +814,18 @@ static kiln_status st_read(const struct kiln_weights_in *in, int j, void *dst)
 }
 
 /* The weights of the open safetensors file f (named path) into m: its
- * CRC32Cs checked first where it has them (kiln's since session 41: a
- * byte changed since kiln wrote it is refused, naming the tensor; another
- * writer's file, or an older kiln's, loads unchecked). */
+ * CRC32Cs checked where it has them (kiln's since session 41: a byte
+ * changed since kiln wrote it is refused, naming the tensor; another
+ * writer's file, or an older kiln's, loads unchecked), the header's
+ * first, each tensor's as it is read (kiln_safetensors_crc_reads), before
+ * its values are used: one pass over the bytes a rank loads (before
+ * session 42 a check read the whole file first, then the load read it
+ * again, and a pipeline stage's rank checked every stage's tensors). */
 static kiln_status load_safetensors(struct kiln_model *m, struct kiln_safetensors *f,
 				    const char *path, int format, int strict, void *stream)
 {
 	int had;
-	kiln_status st = kiln_safetensors_check_crc(f, KILN_ST_CRC_KEY, &had);
+	kiln_status st = kiln_safetensors_crc_reads(f, KILN_ST_CRC_KEY, &had);
 	if (st)
 		return st;
 	int n = kiln_safetensors_count(f);
@@ -840,9 +858,28 @@ kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, 
 	return kiln_model_load_safetensors_as(m, path, KILN_WEIGHTS_PYTORCH, strict, stream);
 }
 
+/* The [layer.*] sections of the config checkpoint ck was trained with
+ * against the model m's once its weights loaded, as an export's
+ * (warn_layers: a key that differs is warned of, never refused; before
+ * session 42 a checkpoint's were never compared, and one trained with 2
+ * attention heads loaded into 4 without a word).  A checkpoint without
+ * its config: nothing to compare. */
+static kiln_status check_trained(const struct kiln_model *m, struct kiln_ckpt *ck,
+				 const char *path)
+{
+	char *config = NULL;
+	if (kiln_ckpt_read_text(ck, "config", &config))
+		return KILN_OK;
+	kiln_status st = warn_layers(m, path, config,
+				     "was trained with another model (its config records its [layer.*] sections)");
+	free(config);
+	return st;
+}
+
 /* [model] init_from names a kiln checkpoint, open on fd: its weights alone
  * (params and buffers), for a new run with its own optimizer and
- * schedule. */
+ * schedule; its model's [layer.*] sections compared with m's
+ * (check_trained). */
 static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, int fd,
 					void *stream)
 {
@@ -862,6 +899,7 @@ static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, 
 		kiln_log(KILN_LOG_INFO, "core", "%s: loaded the weights of step %lld (weights only: optimizer state, step counts and schedule start anew)%s",
 			 path, (long long)kiln_ckpt_step(ck),
 			 m->held ? "; this rank's stage's parameters alone" : "");
+		st = check_trained(m, ck, path);
 	}
 	kiln_ckpt_close(ck);
 	return st;

@@ -54,10 +54,12 @@ kiln_status kiln_weights_open_fd(int fd, const char *path, struct kiln_weights_f
  * names (named 1: --checkpoint F, core/trained.c kiln_given_load).  A
  * checkpoint gives its weights alone.  A safetensors file that records
  * the [layer.*] sections it was exported from (kiln export since session
- * 41, metadata kiln.layers) is compared with m's once its tensors
- * loaded (a shape's error first): a key that differs is a warning, named
- * or not, never an error (docs/safetensors.md, "The model a file was
- * exported from").
+ * 41, metadata kiln.layers), and a checkpoint (its config's, since
+ * session 42), is compared with m's once its tensors loaded (a shape's
+ * error first): a key that differs is a warning, named or not, never an
+ * error (docs/safetensors.md, "The model a file was exported from").  A
+ * safetensors file's CRC32Cs (kiln.crc32c) are checked as its tensors
+ * are read, those this rank loads alone (since session 42).
  * *told: 1 once the file is known to be of its kind (a checkpoint's or
  * llm.c's magic, a safetensors header that parsed), so that an error is
  * that format's alone; 0 for a file that is none of them. */

@@ -19,6 +19,8 @@
 #  trained weights, without a warning about initial ones (but for what an
 #  init_strict = 0 file leaves out); a model whose logits are not finite
 #  is a data error naming the new token and its position.
+#  Session 42: the checkpoint as [model] init_from, its [layer.*]
+#  sections against other heads (warned of, generate and train).
 #  Session 41: fp16 sets up no loss scaler; an export's recorded
 #  [layer.*] sections against other heads or classes (warned of); a
 #  prompt byte past [layer.loss] classes refused; a BPE model without
@@ -106,6 +108,21 @@ kiln 0 generate "$ini" "run.out_dir=$tmp/none" "model.init_from=$tmp/w.safetenso
 stderr_has "generating with the weights of [model] init_from $tmp/w.safetensors"
 ! grep -q "warning" "$err" || fail "generate from [model] init_from warned: $(grep warning "$err")"
 cmp -s "$out" "$tmp/a.txt" || fail "the weights as [model] init_from printed other text"
+# ... and the checkpoint itself as [model] init_from: the same text, no
+# warning; its config's [layer.*] sections are compared as an export's
+# (session 42: before, a checkpoint trained with 2 heads loaded into 4
+# without a word, in generate and in a fine-tuning run alike)
+kiln 0 generate "$ini" "run.out_dir=$tmp/none" "model.init_from=$ck" \
+	--prompt "the quick" --tokens 14 --seed 5 --temperature 0.8
+! grep -q "warning" "$err" || fail "generate from the checkpoint as [model] init_from warned: $(grep warning "$err")"
+cmp -s "$out" "$tmp/a.txt" || fail "the checkpoint as [model] init_from printed other text"
+kiln 0 generate "$ini" "run.out_dir=$tmp/none" "model.init_from=$ck" --prompt "the quick" \
+	--tokens 14 --seed 5 --temperature 0.8 layer.h0.sdpa.heads=4
+stderr_has "[core] warning: $ck was trained with another model (its config records its [layer.*] sections): its weights loaded, but may compute another function here"
+stderr_has "[core] warning: $ck: [layer.h0.sdpa] heads is '2' in the file but '4' here"
+[ "$(grep -c "warning: $ck: \[layer" "$err")" -eq 1 ] || fail "not one key named: $(grep warning "$err")"
+kiln 0 train "$ini" "run.out_dir=$tmp/ft" "model.init_from=$ck" train.max_steps=1 layer.h1.sdpa.heads=4
+stderr_has "[core] warning: $ck: [layer.h1.sdpa] heads is '2' in the file but '4' here"
 # [run] precision = bf16 is taken (before session 40 generation ran f32
 # whatever it said; tests/check_generate compares the logits)
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 run.precision=bf16

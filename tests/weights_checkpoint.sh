@@ -14,6 +14,10 @@
 # to safetensors evaluate, fold, export and predict exactly as the
 # checkpoint's.  (kiln generate: tests/generate.sh.)
 #
+# Session 42: the same for a checkpoint as [model] init_from (its
+# config's sections); kiln.layers as session 41 wrote it (with its unset
+# keys, since left out) compared as before.
+#
 # Session 41: W's recorded [layer.*] sections against another config (a
 # batchnorm eps, an activation: warned of, key by key, never refused;
 # keys no inference reads and a dropout layer not; a shape's error first;
@@ -85,6 +89,18 @@ eloss=$(field test_loss "$out")
 echo "ok: eps = 0.1 evaluates W to $eloss, its own config to $loss"
 kiln 0 predict "$ini" --eval-set "run.out_dir=$tmp/none" "model.init_from=$w" layer.b1.eps=0.1
 stderr_has "[core] warning: $w: [layer.b1] eps is '1e-05' in the file but '0.1' here"
+# the checkpoint itself as [model] init_from: its config's [layer.*]
+# sections compared as W's (session 42: before, never), no warning for
+# its own config nor for the keys no inference reads
+for k in "" layer.b1.momentum=0.2 layer.b1.input=c1 layer.c1.bias=0 layer.r.inplace=0; do
+	kiln 0 predict "$ini" --eval-set "run.out_dir=$tmp/none" "model.init_from=$ck" $k
+	cmp -s "$out" "$tmp/ck.pred" || fail "$k: predict with init_from CK differs from --checkpoint CK"
+	! grep -q "warning" "$err" || fail "$k: init_from CK warned: $(grep warning "$err")"
+done
+kiln 0 predict "$ini" --eval-set "run.out_dir=$tmp/none" "model.init_from=$ck" layer.b1.eps=0.1
+stderr_has "[core] warning: $ck was trained with another model (its config records its [layer.*] sections): its weights loaded"
+stderr_has "[core] warning: $ck: [layer.b1] eps is '"
+stderr_has "' in the file but '0.1' here"
 # several keys: one line each (an activation too)
 kiln 0 eval "$ini" --checkpoint "$w" layer.b1.eps=0.1 layer.r.type=tanh
 stderr_has "[core] warning: $w: [layer.b1] eps is '1e-05' in the file but '0.1' here"
@@ -140,6 +156,32 @@ EOF
 	kiln 0 eval "$ini" --checkpoint "$tmp/pt.safetensors" layer.b1.eps=0.1
 	stdout_has "\"test_loss\": $eloss,"
 	! grep -q "warning" "$err" || fail "a warning for a file without kiln's metadata: $(grep warning "$err")"
+	# W as session 41 wrote it: kiln.layers with a "; key = (unset)" line
+	# for each key left unset (since session 42 left out, a key the text
+	# lacks read as unset), here the sections as `kiln config` prints
+	# them: compared as before, no warning for its own config nor for a
+	# key set to the value its unset default computes, eps = 0.1 named
+	kiln 0 config "$ini"
+	awk '/^\[/ { p = /^\[layer\./ } p' "$out" >"$tmp/s41.layers"
+	grep -q "^; .* = (unset)$" "$tmp/s41.layers" || fail "kiln config printed no unset key: $(cat "$tmp/s41.layers")"
+	python3 - "$w" "$tmp/s41.safetensors" "$tmp/s41.layers" <<'EOF' || fail "python3 could not rewrite W"
+import st, sys
+text = open(sys.argv[3]).read()
+def s41(h, meta, data):
+    assert "(unset)" not in meta["kiln.layers"], "kiln.layers holds unset keys"
+    meta["kiln.layers"] = text
+    del meta["kiln.crc32c"]
+st.rewrite(sys.argv[1], sys.argv[2], s41)
+EOF
+	for k in "" layer.b1.input=c1 layer.c1.bias=0 layer.loss.classes=4; do
+		kiln 0 eval "$ini" --checkpoint "$tmp/s41.safetensors" $k
+		stdout_has "\"test_loss\": $loss,"
+		! grep -q "warning" "$err" || fail "$k: a warning for session 41's kiln.layers: $(grep warning "$err")"
+	done
+	kiln 0 eval "$ini" --checkpoint "$tmp/s41.safetensors" layer.b1.eps=0.1
+	stderr_has "[core] warning: $tmp/s41.safetensors: [layer.b1] eps is '"
+	[ "$(grep -c "warning: $tmp/s41.safetensors: \[layer" "$err")" -eq 1 ] ||
+		fail "not one key named: $(grep warning "$err")"
 else
 	echo "skip: no python3 to write W as an older kiln and PyTorch would"
 fi

@@ -885,11 +885,13 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
  * since), so that torch's load_state_dict(strict=True) accepts the file.
  * Metadata: format = pt, kiln_version, config_hash (of the resolved
  * [layer.*] sections, each value by meaning: docs/safetensors.md) and,
- * since session 41, kiln.layers (those sections themselves), which `kiln
- * eval`, `predict`, `generate`, `export` with --checkpoint FILE and
- * [model] init_from compare with their model's (a key that differs
- * warned of, never refused; kiln_model_load_safetensors does not
- * compare).  Waits for `stream`. */
+ * since session 41, kiln.layers (those sections themselves, since
+ * session 42 without the keys left unset), which `kiln eval`,
+ * `predict`, `generate`, `export` with --checkpoint FILE and [model]
+ * init_from compare with their model's (a key that differs warned of,
+ * never refused; kiln_model_load_safetensors does not compare), and
+ * kiln.crc32c (CRC32Cs of the header and of each tensor, which every
+ * loader checks as it reads the tensor).  Waits for `stream`. */
 kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, void *stream);
 
 /* The names and layouts of a weights file (docs/safetensors.md). */
@@ -916,7 +918,14 @@ kiln_status kiln_model_save_safetensors_as(struct kiln_model *m, const char *pat
  * and the file must hold nothing else but "*.num_batches_tracked";
  * otherwise the matching tensors are loaded, the rest keep their values and
  * what was skipped is logged.  Mismatches are KILN_ECONFIG with the first
- * missing, unexpected and mismatched names; nothing is loaded then. */
+ * missing, unexpected and mismatched names; nothing is loaded then.  A
+ * file with kiln's CRC32Cs (metadata kiln.crc32c) has each tensor checked
+ * as it is read, before it is copied: one that does not match is
+ * KILN_EDATA naming the file and the tensor (a header that does not,
+ * before any tensor is read).  After such a failure, a read that failed,
+ * or a value that is not finite, the tensors before it are m's already:
+ * m's weights are then part the file's, part its own, and not to be used
+ * (kiln's commands exit 3). */
 kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, int strict,
 					void *stream);
 /* kiln_model_load_safetensors from a file in `format` (enum kiln_weights_format). */
@@ -930,7 +939,11 @@ kiln_status kiln_model_load_safetensors_as(struct kiln_model *m, const char *pat
  * may be a safetensors file (in [model] init_format), a kiln checkpoint or
  * llm.c's model file (both told apart by their magic bytes): a checkpoint
  * gives its parameters and buffers alone, which must be exactly the
- * model's; llm.c's file GPT-2's parameters, under GPT-2's names. */
+ * model's; llm.c's file GPT-2's parameters, under GPT-2's names.  The
+ * [layer.*] sections a kiln export records (kiln.layers) or a checkpoint
+ * was trained with (its config, since session 42) are compared with the
+ * model's: each key that differs is logged as a warning, never refused
+ * (docs/safetensors.md). */
 kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
 
 /* Whether `out`, a file about to be written, may be: KILN_OK, or
