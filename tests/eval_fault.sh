@@ -51,26 +51,16 @@ two="$tmp/two.ini"
 	ini pipeline micro_batches=2
 	ini dist timeout=60 heartbeat=60 pipeline=2
 } > "$two"
-inj="failed (the tests' fault: KILN_TEST_CKPT_FAIL"
-
 # failed NAME INI FAULT@R WHEN WHAT LINE OVERRIDES...: a run of INI on 2
 # ranks in $tmp/NAME with KILN_TEST_CKPT_FAIL=FAULT@R, stamped from the
-# first line containing WHEN; WHAT names the evaluation in the messages,
-# LINE begins the line of its numbers (which no rank may log)
+# first line containing WHEN, agreed (tests/dist_common.sh agreed_run:
+# WHAT names the evaluation in the messages, the cause "loading batch 0"),
+# and no line beginning LINE, the evaluation's numbers, logged
 failed() {
-	_n=$1 _i=$2 _f=$3 _w=$4 _what=$5 _line=$6
+	_fn=$1 _fi=$2 _ff=$3 _fw=$4 _fwhat=$5 _fl=$6
 	shift 6
-	_r=${_f#*@}
-	_o=$((1 - _r))
-	KILN_TEST_CKPT_FAIL=$_f stamped "$_n" "*$_w*" \
-		timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$_i" \
-		run.out_dir="$tmp/$_n" train.batch=32 "$@"
-	ended_soon "$_n" $? "$_w" "'$_w'" "the evaluation failed on rank $_r"
-	grep -qxF "kiln: error: rank $_r of 2: $_what: loading batch 0: $inj=$_f)" "$tmp/$_n.log" ||
-		{ bad "$_n: rank $_r does not name its cause"; grep -i "error" "$tmp/$_n.log"; }
-	grep -qxF "kiln: error: rank $_o of 2: $_what: rank $_r failed (its message says why)" "$tmp/$_n.log" ||
-		{ bad "$_n: rank $_o does not name rank $_r"; grep -i "error" "$tmp/$_n.log"; }
-	! grep -F "$_line" "$tmp/$_n.log" || bad "$_n: the evaluation's numbers logged"
+	agreed_run "$_fn" "$_fi" "$_ff" "$_fw" "$_fwhat" "loading batch 0" "$@"
+	! grep -F "$_fl" "$tmp/$_fn.log" || bad "$_fn: the evaluation's numbers logged"
 }
 
 # ---- 1. data-parallel, shared memory ------------------------------------------------
