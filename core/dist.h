@@ -219,9 +219,11 @@ kiln_status kiln_dist_allgather_host(struct kiln_dist *d, kiln_status mine, cons
  * rank 0 holds it already, and fails as if: resume_interval), "staged"
  * (the device and pinned host buffers of a host-staged collective,
  * kiln_dist_broadcast_host and kiln_dist_allgather_host: at a resume
- * first rank 0's message).  Unset in any
+ * first rank 0's message), "eval" (the load of an evaluation's batch 0
+ * during training, core/train_eval.c eval_batch), "test" (the same of
+ * [data.val]'s final test).  Unset in any
  * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh,
- * tests/agreed_fault.sh). */
+ * tests/agreed_fault.sh, tests/eval_fault.sh). */
 int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step);
 /* kiln_dist_ckpt_fault's fault as a status: KILN_OK where `step` is not
  * the one injected (or on another rank), else KILN_EDEVICE "WHAT: failed
@@ -396,11 +398,16 @@ int kiln_dist_pipe_eval_staged(const struct kiln_dist *d);
  * transport, kiln_pipe_eval_recv: marked, so that kiln_pipe_explain
  * names one that fails on the stream's worker), the ones later stages
  * read sent (kiln_pipe_eval_send), all on the compute stream; the last
- * stage's loss layer adds to metrics. */
+ * stage's loss layer adds to metrics.  *own: the rank's own failure in
+ * the evaluation, the layers' here or an earlier step's (set on entry:
+ * the layers are not run); the hand-offs are made either way, of
+ * whatever the buffers hold, so that no peer waits for this rank (the
+ * evaluation's outcome agreed at its end: core/train_eval.c).  The
+ * return: a hand-off's failure (the transport's). */
 struct kiln_pipe;
 kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_pipe *pp, struct kiln_plan *p,
 				   long long batch, const void *x, const void *labels,
-				   void *metrics, void *compute);
+				   void *metrics, void *compute, kiln_status *own);
 /* After an evaluation's batches: the n metric sums (device f32) summed
  * over the pipe, so every rank reads the last stage's. */
 kiln_status kiln_dist_pipe_eval_sums(struct kiln_dist *d, float *metrics, int n, void *compute);

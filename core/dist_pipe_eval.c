@@ -74,7 +74,7 @@ static kiln_status hand_off(struct kiln_dist *d, struct kiln_pipe *pp, struct ki
 
 kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_pipe *pp, struct kiln_plan *p,
 				   long long batch, const void *x, const void *labels,
-				   void *metrics, void *compute)
+				   void *metrics, void *compute, kiln_status *own)
 {
 	const int s = d->pipe_stage;
 	int lo, hi;
@@ -82,8 +82,10 @@ kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_pipe *pp, st
 	stage_layers(p->m, s, &lo, &hi);
 	if ((st = after_comm(d, compute)) || (st = hand_off(d, pp, p, x, batch, 0, compute)))
 		return st;
-	if (lo < hi && (st = kiln_plan_forward_range(p, lo, hi, x, labels, metrics, compute)))
-		return kiln_error_wrap(st, "pipeline stage %d, evaluating batch %lld", s, batch);
+	/* (failed, now or before: the sends still go, of what the buffers
+	 * hold, so that no later stage waits for them) */
+	if (!*own && lo < hi && (*own = kiln_plan_forward_range(p, lo, hi, x, labels, metrics, compute)))
+		*own = kiln_error_wrap(*own, "pipeline stage %d, evaluating batch %lld", s, batch);
 	return hand_off(d, pp, p, x, batch, 1, compute);
 }
 

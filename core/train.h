@@ -271,6 +271,11 @@ struct trainer {
 				    * (kiln_train_progress_steps; trainer_last_step) */
 	int stopping, stop_early;
 	int eval_cut;              /* a stop cut the last evaluation short (eval_stop) */
+	/* the last evaluation failed in a collective (eval_stop's sum, agreed
+	 * there or beyond agreeing; a pipeline's hand-offs, its sums over the
+	 * pipe, the gather of the stages' parameters): returned as it is,
+	 * not agreed on again after the pass (train_eval.c eval_agree) */
+	int eval_no_agree;
 	/* the eval_every evaluation after step t->step is owed: a stop cut it
 	 * short; the stop's checkpoint says so ("eval_owed") and the resumed
 	 * run runs it before its first step (trainer.c eval_owed_run) */
@@ -528,7 +533,13 @@ kiln_status trainer_checkpoint_resumed(struct trainer *t);
 /* Whether out_dir/metrics.jsonl (its last MiB) holds the "checkpoint"
  * event of step: a resumed run's first write of its step logs none then. */
 int trainer_checkpoint_logged(const char *out_dir, int64_t step);
-kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
+/* train_best.c: keep_best's choice for an evaluation of (loss, acc): the
+ * entry of its list the evaluation's checkpoint takes, -1 none (or no
+ * keep_best, no out_dir); rank 0's is every rank's (train_eval.c
+ * eval_agree carries it).  trainer_keep_best writes that checkpoint,
+ * entry i (-1: nothing), on every rank. */
+int trainer_best_choice(const struct trainer *t, double loss, double acc);
+kiln_status trainer_keep_best(struct trainer *t, double loss, double acc, int i);
 /* train_ckpt.c: what every checkpoint holds for a resume besides the
  * state, the position and the lists (the periodic, final and keep_best
  * ones alike: a run resumed from a best/ file goes on as from any), in

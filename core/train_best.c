@@ -82,13 +82,20 @@ static int best_entry(const struct trainer *t, double v)
 	return trainer_metric_beats(v, t->best[worst].v) ? worst : -1;
 }
 
-/* keep_best's choice for an evaluation of value v: best_entry's, none
+/* keep_best's choice for an evaluation: best_entry's for its value, none
  * for a value that is not finite (a diverged evaluation's NaN loss is
  * never among the best; before session 39 it took the first entry and,
- * as nothing compares above NaN, kept it for good).  Every rank computes
- * it (the ranks evaluate alike); trainer_keep_best takes rank 0's. */
-static int best_choice(const struct trainer *t, double v)
+ * as nothing compares above NaN, kept it for good).  Rank 0's goes to
+ * every rank in the sum that agrees on the evaluation's outcome
+ * (train_eval.c eval_agree: the values agree, but a last bit of
+ * difference must not split the ranks, as the write is a collective;
+ * before session 42 a sum of its own here, which a rank whose
+ * evaluation had failed never joined). */
+int trainer_best_choice(const struct trainer *t, double loss, double acc)
 {
+	const double v = t->tc.best_on_loss ? -loss : acc;
+	if (!t->tc.keep_best || !*t->ckdir)
+		return -1;
 	return isfinite(v) ? best_entry(t, v) : -1;
 }
 
@@ -114,13 +121,14 @@ static void best_done(struct trainer *t, int i, double v, const char *path)
 		      trainer_json_text(path));
 }
 
-/* keep_best: after an evaluation, checkpoint the state if it is among the
- * K best by best_metric so far (ckdir/best/ckpt-<step>.kiln), deleting the
- * one it displaces.  Every rank (the write is trainer_ckpt_write's: streamed per
+/* keep_best: after an evaluation, checkpoint the state as entry i of the
+ * K best by best_metric so far (ckdir/best/ckpt-<step>.kiln; rank 0's
+ * trainer_best_choice, -1: not among them), deleting the one it
+ * displaces.  Every rank (the write is trainer_ckpt_write's: streamed per
  * stage on a pipeline's ranks, as the periodic checkpoints). */
-kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
+kiln_status trainer_keep_best(struct trainer *t, double loss, double acc, int i)
 {
-	if (!t->tc.keep_best || !*t->ckdir)
+	if (!t->tc.keep_best || !*t->ckdir || i < 0)
 		return KILN_OK;
 	const double v = t->tc.best_on_loss ? -loss : acc;
 	char dir[4300], path[4200] = "";
@@ -137,14 +145,6 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 	struct kiln_ckpt_best *best;
 	struct trainer_ckpt_resume r;
 	kiln_status st;
-	/* rank 0's choice on every rank, as the write is a collective (the
-	 * values agree, but a last bit of difference must not split them) */
-	double e = t->rank ? 0 : best_choice(t, v) + 1;
-	if ((st = kiln_dist_sum_host(t->dist, &e, 1, t->compute)))
-		return st;
-	const int i = (int)e - 1;
-	if (i < 0)
-		return KILN_OK;
 	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
 	/* the epoch's sums, early stopping's state (after this evaluation:
 	 * trainer_evaluate updates it first) and the clip op's counts as of

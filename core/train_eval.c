@@ -1,7 +1,8 @@
 /* core/train_eval.c - evaluation: one pass over a set with the trainer's
- * pipeline (loader workers, remainder plan, device normalisation);
- * trainer_evaluate, the one place an evaluation during training is
- * recorded, kept (keep_best) and watched (early stopping); and
+ * pipeline (loader workers, remainder plan, device normalisation), its
+ * outcome agreed by the ranks (eval_agree); trainer_evaluate, the one
+ * place an evaluation during training is recorded, kept (keep_best) and
+ * watched (early stopping); and
  * kiln_evaluate (`kiln eval`), which opens the same trainer for a
  * checkpoint's weights.  See train.h. */
 #include "train.h"
@@ -25,6 +26,14 @@ struct eval_calib {
  * an evaluation: a host allreduce of one number each time. */
 #define EVAL_STOP_EVERY 16
 
+/* The values of an evaluation's sums over the ranks: eval_stop's (a stop
+ * requested, its cause posted) and eval_agree's (rank 0's early-stopping
+ * decision and keep_best choice), as many in both, so that a rank whose
+ * pass failed, which goes straight to eval_agree, meets its peers in
+ * whichever of them they reach next (kiln_dist_sum_agreed: the failure
+ * flag, then every rank fails together). */
+#define EVAL_SUM_N 2
+
 /* e's numbers for a line of the log, after `before`: "<before>NAME loss
  * L acc A top-5 T", a NaN as nan (common_nan_plain; "-nan" before
  * session 40). */
@@ -44,8 +53,12 @@ static void eval_text(char *buf, size_t n, const char *before, const struct eval
  * Data-parallel ranks (each evaluates the whole set, so all reach batch b)
  * agree every EVAL_STOP_EVERY batches, a stop on any rank stopping all
  * (t->dist_stop, as at log points); with [dist] pipeline stages on ranks
- * the evaluation runs to its end (the stages' groups would not agree). */
-static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int64_t b, int *stop)
+ * the evaluation runs to its end (the stages' groups would not agree).
+ * The sum is agreed (`what` names the evaluation): a peer whose pass
+ * failed joins it from eval_agree, and every rank fails here naming it;
+ * its failure is final (t->eval_no_agree). */
+static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int64_t b,
+			     const char *what, int *stop)
 {
 	*stop = 0;
 	if (!t->training || e != &t->ev)
@@ -58,15 +71,15 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 		return KILN_OK;
 	/* (agreed at the log point before this evaluation: every rank's) */
 	if (!t->dist_stop && b % EVAL_STOP_EVERY == 0) {
-		double any[2] = { kiln_stop_pending(), 0 };
+		double any[EVAL_SUM_N] = { kiln_stop_pending(), 0 };
 		kiln_status st = trainer_dist_stop_cause_post(t, any[0] > 0, &any[1]);
-		st = kiln_dist_sum_agreed(t->dist, st, any, 2, "agreeing on a stop during the evaluation",
-					  t->compute);
-		if (!st)
-			st = trainer_dist_stop_cause_read(t, any[1]);
-		if (st)
-			return kiln_error_wrap(st, "rank %d of %d: agreeing on a stop during the evaluation",
-					       t->rank, t->world);
+		if ((st = kiln_dist_sum_agreed(t->dist, st, any, EVAL_SUM_N, what, t->compute))) {
+			t->eval_no_agree = 1;
+			return st;
+		}
+		if ((st = trainer_dist_stop_cause_read(t, any[1])))
+			return kiln_error_wrap(st, "rank %d of %d: %s: agreeing on a stop", t->rank,
+					       t->world, what);
 		t->dist_stop = any[0] > 0;
 	}
 	*stop = t->dist_stop;
@@ -78,17 +91,25 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
  * and reset, added into sums[4] (loss, correct, top-5, rows counted: the
  * loss layer's metrics[3], kiln_layer.eval_sums; copied to the host's
  * float 4, which nothing else uses, as trainer_read_metrics copies the
- * others and then resets all four). */
-static kiln_status eval_sums_take(struct trainer *t, double sums[4])
+ * others and then resets all four).  A rank whose pass failed (*own)
+ * still joins the stages' sum over the pipe (its peers wait in it) and
+ * reads nothing.  The return: a failure of that sum, or per stage of the
+ * read (the sync also reports the transport's failures on the stream),
+ * which no agreement follows; a failed read elsewhere is the rank's own
+ * (*own). */
+static kiln_status eval_sums_take(struct trainer *t, double sums[4], kiln_status *own)
 {
 	double ls = 0, c = 0, c5 = 0;
-	kiln_status st = KILN_OK;
-	if ((t->eval_staged &&
-	     (st = kiln_dist_pipe_eval_sums(t->dist, t->metrics_dev, 4, t->compute))) ||
-	    (st = kiln_device_copy_async(t->dev, t->metrics_host + 4, t->metrics_dev + 3,
+	kiln_status st;
+	if (t->eval_staged &&
+	    (st = kiln_dist_pipe_eval_sums(t->dist, t->metrics_dev, 4, t->compute)))
+		return st;
+	if (*own)
+		return KILN_OK;
+	if ((st = kiln_device_copy_async(t->dev, t->metrics_host + 4, t->metrics_dev + 3,
 					 sizeof(float), KILN_COPY_D2H, t->compute)) ||
 	    (st = trainer_read_metrics(t, &ls, &c, &c5)))
-		return st;
+		return t->eval_staged ? st : (*own = st, KILN_OK);
 	sums[0] += ls, sums[1] += c, sums[2] += c5, sums[3] += t->metrics_host[4];
 	return KILN_OK;
 }
@@ -109,16 +130,58 @@ static void eval_results(struct trainer *t, const struct eval_target *e, const d
 	*e->samples = len;
 }
 
+/* Batch b of the pass (rows rows: the samples idx) loaded and through its
+ * plan's forward (cal's full plan and call, when calibrating).  A failure
+ * of the rank's own step (the tests' fault, the load, the forward, the
+ * call) is *own; with [dist] pipeline per stage (t->eval_staged) the rank
+ * then still makes the batch's hand-offs, and those of every later batch
+ * (*own set on entry: no load, no layer run; x the first input slot,
+ * whatever it holds), so that no stage waits for it in a receive: the
+ * tensors it hands on mean nothing, and the evaluation fails on every
+ * rank at its end (eval_agree).  The return: a failure of the hand-offs
+ * (the pipeline's transport), which no agreement follows.  The tests'
+ * fault (KILN_TEST_CKPT_FAIL, core/dist.h): "eval" fails batch 0's load of
+ * an evaluation during training, "test" the final test's. */
+static kiln_status eval_batch(struct trainer *t, const struct eval_target *e,
+			      const struct eval_calib *cal, const int64_t *idx, int64_t rows,
+			      int64_t b, kiln_status *own)
+{
+	struct kiln_plan *p = rows < t->EB ? e->rem : cal ? cal->full : t->peval;
+	void *xd = t->x_dev[0];
+	kiln_status st = KILN_OK;
+	int s = 0;
+	if (!*own && !b)
+		*own = kiln_dist_ckpt_fault_at(t->dist, e == &t->ev ? "eval" : "test",
+					       "loading batch 0");
+	if (!*own)
+		*own = trainer_load_batch(t, e->set, idx, rows, &s, &xd);
+	if (t->eval_staged)
+		st = kiln_dist_pipe_forward(t->dist, t->pipe, p, (long long)b, xd, t->y_dev[s],
+					    t->metrics_dev, t->compute, own);
+	else if (!*own)
+		*own = kiln_plan_forward(p, xd, t->y_dev[s], t->metrics_dev, t->compute);
+	if (!st && !*own && cal)
+		*own = cal->each(cal->user, p, xd, rows, t->compute);
+	if (!st && !*own)
+		*own = kiln_device_event_record(t->dev, t->compute_done[s], t->compute);
+	return st;
+}
+
 /* One pass over e->set (or the first cal->max_rows of it, through
  * cal->full, calling cal->each; cal NULL: the whole set, no call): loss,
- * accuracy and top-5 into e's results. */
+ * accuracy and top-5 into e's results.  `what` names the evaluation in
+ * the ranks' messages (eval_stop).  A failure of this rank's own step
+ * ends the pass (per stage: after its hand-offs, eval_batch) and is
+ * returned for the ranks to agree on (eval_agree); one in a collective
+ * is returned as it is (t->eval_no_agree). */
 static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
-				 const struct eval_calib *cal)
+				 const struct eval_calib *cal, const char *what)
 {
 	struct train_set *d = e->set;
 	const int64_t eb = t->EB;
 	const int64_t len = cal && cal->max_rows < d->len ? cal->max_rows : d->len;
-	kiln_status st;
+	kiln_status st = KILN_OK, own;
+	char *own_msg = NULL;
 	int64_t *idx = malloc(sizeof(int64_t) * (size_t)eb);
 	double ls, c, sums[4] = { 0, 0, 0, 0 };
 	if (!idx)
@@ -128,21 +191,20 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 	 * the next log point (before session 28 they were dropped while its
 	 * samples still counted: an eval_every off the log points lowered
 	 * the logged loss and accuracy) */
-	if ((st = trainer_read_metrics(t, &ls, &c, NULL)))
-		goto out;
-	t->carry_loss += ls, t->carry_correct += c;
+	if (!(own = trainer_read_metrics(t, &ls, &c, NULL)))
+		t->carry_loss += ls, t->carry_correct += c;
 	t->epoch = 0; /* evaluation has no random transforms */
-	if (d->loader && (st = kiln_loader_start(d->loader, 0, t->eval_order, len, eb, 1)))
-		goto out;
-	for (int64_t off = 0; off < len; off += eb) {
+	if (!own && d->loader)
+		own = kiln_loader_start(d->loader, 0, t->eval_order, len, eb, 1);
+	/* (per stage a failed rank goes on with its hand-offs alone) */
+	for (int64_t off = 0; off < len && (!own || t->eval_staged); off += eb) {
 		int64_t rows = len - off < eb ? len - off : eb;
-		int s, stop;
-		void *xd;
-		if ((st = eval_stop(t, e, off / eb, &stop)))
-			goto out;
+		int stop = 0;
+		if (!own && (own = eval_stop(t, e, off / eb, what, &stop)))
+			break;
 		if (stop) {
 			/* the partial sums dropped: the checkpoint's epoch sums
-			 * read the metrics next */
+			 * read the metrics next (every rank cut: no agreement) */
 			st = trainer_read_metrics(t, &ls, &c, NULL);
 			t->eval_cut = 1;
 			kiln_log(KILN_LOG_INFO, "train", "stop requested: the %s evaluation after step %lld ends after %lld of its %lld samples, not recorded",
@@ -156,47 +218,77 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		 * 37 its accuracy went past 100%, or stopped at 2^24 correct) */
 		const int64_t counted = rows * d->ds.label_elems;
 		if (t->metric_rows > 0 && t->metric_rows + counted > TRAINER_METRIC_ROWS &&
-		    (st = eval_sums_take(t, sums)))
+		    (st = eval_sums_take(t, sums, &own)))
 			goto out;
 		t->metric_rows += counted;
-		if ((st = trainer_load_batch(t, d, idx, rows, &s, &xd)))
+		if ((st = eval_batch(t, e, cal, idx, rows, off / eb, &own)))
 			goto out;
-		struct kiln_plan *p = rows < eb ? e->rem : cal ? cal->full : t->peval;
-		if ((st = t->eval_staged ? kiln_dist_pipe_forward(t->dist, t->pipe, p,
-								  (long long)(off / eb), xd,
-								  t->y_dev[s], t->metrics_dev,
-								  t->compute)
-					 : kiln_plan_forward(p, xd, t->y_dev[s], t->metrics_dev,
-							     t->compute)) ||
-		    (cal && (st = cal->each(cal->user, p, xd, rows, t->compute))) ||
-		    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
-			goto out;
+		/* (its message kept whole past the hand-offs that follow) */
+		if (own && !own_msg)
+			own_msg = kiln_strdup(kiln_last_error());
 	}
-	if ((st = eval_sums_take(t, sums)))
+	if ((!own || t->eval_staged) && (st = eval_sums_take(t, sums, &own)))
 		goto out;
-	eval_results(t, e, sums, len);
+	if (!own)
+		eval_results(t, e, sums, len);
 out:
 	trainer_phase(t, KILN_PHASE_EVAL, 0);
 	free(idx);
+	if (st)
+		t->eval_no_agree = 1;
+	else if (own && own_msg)
+		st = kiln_error(own, "%s", own_msg);
+	else
+		st = own;
+	free(own_msg);
 	return st;
 }
 
-static kiln_status eval_pass(struct trainer *t, const struct eval_target *e)
+static kiln_status eval_pass(struct trainer *t, const struct eval_target *e, const char *what)
 {
-	return eval_pass_cal(t, e, NULL);
+	return eval_pass_cal(t, e, NULL, what);
 }
 
 /* ... during training: [dist] pipeline, every stage's current parameters
- * on every rank first (gathered, released after), unless it runs per
- * stage (core/dist_pipe_eval.c). */
-static kiln_status eval_now(struct trainer *t, const struct eval_target *e)
+ * on every rank first (gathered, released after; a failed gather, a
+ * collective, is not agreed on again: t->eval_no_agree), unless it runs
+ * per stage (core/dist_pipe_eval.c). */
+static kiln_status eval_now(struct trainer *t, const struct eval_target *e, const char *what)
 {
 	kiln_status st = t->eval_staged ? KILN_OK : kiln_dist_pipe_gather(t->dist, t->compute);
+	t->eval_no_agree = st != KILN_OK;
 	if (!st)
-		st = eval_pass(t, e);
+		st = eval_pass(t, e, what);
 	if (!st) /* (held per stage again) */
 		st = kiln_dist_pipe_release(t->dist, t->compute);
 	return st;
+}
+
+/* After an evaluation's pass (st: its outcome on this rank), every rank
+ * with a communicator: the outcome agreed, so that a rank whose pass
+ * failed alone (a bad sample in its copy of the set, its device, the
+ * tests' "eval@R") fails every rank together, the failed one naming its
+ * cause, the others "rank R of W: WHAT: rank F failed (its message says
+ * why)" (kiln_dist_sum_agreed); before session 42 it returned, and its
+ * peers waited in their next collective until [dist] timeout, or learnt
+ * of it from its process's exit ("rank 1 is gone").  The same sum takes
+ * rank 0's early-stopping decision *stop and keep_best choice *best (-1:
+ * none) to every rank, as a broadcast and a sum of their own did after
+ * the record before (no collective more where either is on; one of
+ * EVAL_SUM_N values per evaluation where neither is).  A failure in a
+ * collective of the pass (t->eval_no_agree: agreed there, or its peers
+ * beyond agreeing) is returned as it is. */
+static kiln_status eval_agree(struct trainer *t, kiln_status st, const char *what, int *stop,
+			      int *best)
+{
+	double v[EVAL_SUM_N] = { t->rank ? 0 : *stop, t->rank ? 0 : *best + 1.0 };
+	if (!t->dist || t->eval_no_agree)
+		return st;
+	if ((st = kiln_dist_sum_agreed(t->dist, st, v, EVAL_SUM_N, what, t->compute)))
+		return st;
+	*stop = v[0] > 0;
+	*best = (int)v[1] - 1;
+	return KILN_OK;
 }
 
 /* Early stopping: after an evaluation, 1 when the run should stop.  A
@@ -231,8 +323,27 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 {
 	const struct eval_target *e = &t->ev;
 	double t0 = kiln_now_s();
-	kiln_status st = eval_now(t, e);
-	if (st || t->eval_cut)
+	char what[48];
+	int stop = 0, best = -1;
+	snprintf(what, sizeof what, "step %lld's evaluation", (long long)t->step);
+	kiln_status st = eval_now(t, e, what);
+	if (t->eval_cut) /* (every rank cut it at the same batch: eval_stop) */
+		return st;
+	/* early stopping's count before keep_best's write: a best/ file
+	 * holds the state after its evaluation, as the periodic checkpoint
+	 * of an eval_every step does (before session 35 keep_best came
+	 * first); both before the record, for the ranks' agreement (neither
+	 * logs: the record's lines come as they did) */
+	if (!st && record == TRAINER_EVAL_POINT) {
+		stop = stopper_update(t, *e->loss, *e->acc);
+		best = trainer_best_choice(t, *e->loss, *e->acc);
+	}
+	/* rank 0's decisions on every rank: their evaluations may differ in a
+	 * last bit, or more (batchnorm's running statistics are each rank's
+	 * without sync_bn), and a rank that stopped alone, or wrote a best/
+	 * file alone, left the others waiting in a collective until [dist]
+	 * timeout */
+	if ((st = eval_agree(t, st, what, &stop, &best)))
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / trainer_set_aside(t, t0);
 	t->evals++;
@@ -251,23 +362,8 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	t->pos.epoch = t->ep;
 	t->pos.step = t->step;
 	t->pos.offset = offset;
-	/* early stopping's count before keep_best's write: a best/ file
-	 * holds the state after its evaluation, as the periodic checkpoint
-	 * of an eval_every step does (before session 35 keep_best came first) */
-	t->stop_early = stopper_update(t, *e->loss, *e->acc);
-	/* rank 0's decision on every rank: their evaluations may differ in a
-	 * last bit, or more (batchnorm's running statistics are each rank's
-	 * without sync_bn), and a rank that stopped alone left the others
-	 * waiting in a collective until [dist] timeout (as keep_best's
-	 * choice, trainer_keep_best) */
-	if (t->dist && t->tc.early_stop_patience) {
-		int32_t stop = t->stop_early;
-		if ((st = kiln_dist_broadcast_host(t->dist, KILN_OK, "agreeing on early stopping",
-						   &stop, sizeof stop, t->compute)))
-			return st;
-		t->stop_early = stop != 0;
-	}
-	if ((st = trainer_keep_best(t, *e->loss, *e->acc)))
+	t->stop_early = stop;
+	if ((st = trainer_keep_best(t, *e->loss, *e->acc, best)))
 		return st;
 	/* a checkpoint of this step written before it (checkpoint_every's at
 	 * an epoch's last step, before the epoch's evaluation) holds the
@@ -371,7 +467,10 @@ kiln_status trainer_final_test(struct trainer *t)
 		res->test_acc5 = t->done.test_acc5, res->test_samples = t->done.test_samples;
 		return KILN_OK;
 	}
-	if ((st = eval_now(t, &e)))
+	/* (a rank whose test failed alone fails every rank: eval_agree; no
+	 * collective follows the test in every run to carry it) */
+	int stop = 0, best = -1;
+	if ((st = eval_agree(t, eval_now(t, &e, "the final test"), "the final test", &stop, &best)))
 		return st;
 	char line[200];
 	eval_text(line, sizeof line, "final ", &e);
@@ -551,7 +650,7 @@ static kiln_status evaluate(const struct kiln_config *cfg, const struct kiln_reg
 	const struct eval_target e = { &t->test, t->prem, &res->test_loss, &res->test_acc,
 				       &res->test_acc5, &res->test_samples, "test" };
 	double t0 = kiln_now_s();
-	if ((st = eval_pass(t, &e)))
+	if ((st = eval_pass(t, &e, "the evaluation")))
 		goto out;
 	res->wall_s = kiln_now_s() - t0;
 	res->eval_samples_per_s = (double)t->test.len / res->wall_s;
@@ -610,7 +709,7 @@ static kiln_status calibrate(struct trainer *t, const struct kiln_quantize_opts 
 	const struct eval_target e = { &t->test, NULL, &loss, &acc, &acc5, &n, "calibration" };
 	const struct eval_calib cal = { full, rows, calib_each, q };
 	if (!st)
-		st = eval_pass_cal(t, &e, &cal);
+		st = eval_pass_cal(t, &e, &cal, "the calibration");
 	if (!st)
 		kiln_log(KILN_LOG_INFO, "quantize", "calibrated on %lld batches, %lld samples (fp32 folded: loss %.4f acc %.4f)",
 			 (long long)(rows / t->EB), (long long)n, common_nan_plain(loss),

@@ -38,24 +38,13 @@ mlp="$tmp/mlp.ini"
 	ini_sgd_steps 6 log_every=3 eval=0 checkpoint_every=2 checkpoint_last=0
 	ini dist timeout=60 heartbeat=60
 } > "$mlp"
-inj="failed (the tests' fault: KILN_TEST_CKPT_FAIL"
-
 # agreed NAME FAULT@R WHEN WHAT CAUSE OVERRIDES...: a run of $mlp on 2
 # ranks in $tmp/NAME with KILN_TEST_CKPT_FAIL=FAULT@R, stamped from the
-# first line containing WHEN
+# first line containing WHEN (tests/dist_common.sh agreed_run)
 agreed() {
-	_n=$1 _f=$2 _w=$3 _what=$4 _why=$5
-	shift 5
-	_r=${_f#*@}
-	_o=$((1 - _r))
-	KILN_TEST_CKPT_FAIL=$_f stamped "$_n" "*$_w*" \
-		timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$mlp" \
-		run.out_dir="$tmp/$_n" train.batch=32 "$@"
-	ended_soon "$_n" $? "$_w" "'$_w'" "$_why failed on rank $_r"
-	grep -qF "kiln: error: rank $_r of 2: $_what: $_why: $inj=$_f)" "$tmp/$_n.log" ||
-		{ bad "$_n: rank $_r does not name its cause"; grep -i "error" "$tmp/$_n.log"; }
-	grep -qxF "kiln: error: rank $_o of 2: $_what: rank $_r failed (its message says why)" "$tmp/$_n.log" ||
-		{ bad "$_n: rank $_o does not name rank $_r"; grep -i "error" "$tmp/$_n.log"; }
+	_an=$1
+	shift
+	agreed_run "$_an" "$mlp" "$@"
 }
 
 # ---- 1. keep_best's list -----------------------------------------------------------

@@ -37,6 +37,10 @@
 #   ended_soon NAME RC PATTERN WHEN WHAT
 #                              NAME's exit RC non-zero, within 30 s of its
 #                              first stamped line matching PATTERN
+#   agreed_run NAME INI FAULT@R WHEN WHAT WHY OVERRIDES...
+#                              INI on 2 ranks failing at KILN_TEST_CKPT_FAIL's
+#                              FAULT@R: every rank ended soon after the line
+#                              WHEN, agreed (below)
 #   paired NAME "STAGE PAIRED SENT"...
 #                              in $tmp/NAME.log, STAGE's rank logged PAIRED
 #                              of its SENT crossing tensors sent paired with
@@ -161,6 +165,28 @@ ended_soon() {
 	[ "$2" != 0 ] && [ "$2" != 124 ] || bad "$1: exit $2"
 	[ "$_es" -ge 0 ] && [ "$_es" -le 30000 ] ||
 		bad "$1: the ranks ended $_es ms after $4 ([dist] timeout and heartbeat 60 s)"
+}
+
+# agreed_run NAME INI FAULT@R WHEN WHAT WHY OVERRIDES...: a run of INI on 2
+# ranks (batch 32) in $tmp/NAME with KILN_TEST_CKPT_FAIL=FAULT@R, stamped
+# from the first line containing WHEN: every rank exits non-zero within
+# 30 s of it (ended_soon), rank R saying "rank R of 2: WHAT: WHY: failed
+# (the tests' fault: ...)", the other "rank O of 2: WHAT: rank R failed
+# (its message says why)" (kiln_dist_sum_agreed; tests/agreed_fault.sh,
+# tests/eval_fault.sh)
+agreed_run() {
+	_n=$1 _i=$2 _f=$3 _w=$4 _what=$5 _why=$6
+	shift 6
+	_r=${_f#*@}
+	_o=$((1 - _r))
+	KILN_TEST_CKPT_FAIL=$_f stamped "$_n" "*$_w*" \
+		timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$_i" \
+		run.out_dir="$tmp/$_n" train.batch=32 "$@"
+	ended_soon "$_n" $? "$_w" "'$_w'" "$_why failed on rank $_r"
+	grep -qxF "kiln: error: rank $_r of 2: $_what: $_why: failed (the tests' fault: KILN_TEST_CKPT_FAIL=$_f)" "$tmp/$_n.log" ||
+		{ bad "$_n: rank $_r does not name its cause"; grep -i "error" "$tmp/$_n.log"; }
+	grep -qxF "kiln: error: rank $_o of 2: $_what: rank $_r failed (its message says why)" "$tmp/$_n.log" ||
+		{ bad "$_n: rank $_o does not name rank $_r"; grep -i "error" "$tmp/$_n.log"; }
 }
 
 # ckpt_fault_run NAME FROM WHO0 WHO1 LINK WHY CMD...: copy FROM's out_dir

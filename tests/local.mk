@@ -1101,6 +1101,8 @@ TESTS += tests/ckpt_fault.sh
 EXTRA_DIST += tests/ckpt_fault.sh
 TESTS += tests/agreed_fault.sh
 EXTRA_DIST += tests/agreed_fault.sh
+TESTS += tests/eval_fault.sh
+EXTRA_DIST += tests/eval_fault.sh
 TESTS += tests/dist_early_stop.sh
 EXTRA_DIST += tests/dist_early_stop.sh
 # the split examples follow their unsplit originals (issue 21, docs/pipeline.md)
