@@ -146,9 +146,13 @@ extern "C" {
  *      opened as before; docs/plugins.md "ABI 2.24").
  * 2.25: KILN_OP_RNN / RNN_BWD's i[4] ("last"): y and dy [B,H], each row's
  *      final hidden state (PyTorch's h_n; kiln/ops.h); the core asks no
- *      device built before (docs/plugins.md "ABI 2.25"). */
+ *      device built before (docs/plugins.md "ABI 2.25").
+ * 2.26: KILN_OP_ADAMW's f[4], an L2 weight decay added to the gradient
+ *      before the moments (torch.optim.Adam's weight_decay; `optimizer =
+ *      adam`); the core asks no device built before for f[4] != 0
+ *      (docs/plugins.md "ABI 2.26"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 25
+#define KILN_ABI_MINOR 26
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
