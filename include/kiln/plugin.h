@@ -1010,8 +1010,8 @@ struct kiln_source_ops {
 
 /* ======================================================================
  * Optimizer (ops version 2).  `[train] optimizer = NAME` selects one by
- * name, built-in or plugin alike: the built-ins (core/optim/sgd.c, adamw.c,
- * lamb.c) are this same table.  An optimizer steps over the flat trainable
+ * name, built-in or plugin alike: the built-ins (core/optim/sgd.c, adamw.c
+ * with adam, lamb.c) are this same table.  An optimizer steps over the flat trainable
  * buffers (or, under ZeRO-1, over a slice of them) and composes device ops
  * through host->device_prepare/run, so it runs on any device.  Its
  * hyper-parameters are the `keys` of its descriptor: [train] keys, checked
