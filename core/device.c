@@ -578,6 +578,11 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	    dev->plugin->abi_minor < 25)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a recurrent layer's final hidden state (`last`, 2.25): rebuild it against this kiln's headers",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and Adam's L2 weight decay in ADAMW (f[4], 2.28): an older
+	 * device would ignore it and step as Adam without weight decay */
+	if (op->type == KILN_OP_ADAMW && op->f[4] != 0.0 && dev->plugin->abi_minor < 28)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADAMW's L2 weight decay (`optimizer = adam` with weight_decay, 2.28): rebuild it against this kiln's headers",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st || dev->layout_only)
 		return st ? st : layout_token(dev, op, plan);

@@ -236,7 +236,7 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, co
 	size_t lo0, hi0;
 	zero_span(d, &lo0, &hi0);
 	if (m->optim_info.shard == KILN_OPTIM_SHARD_NONE)
-		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [train] optimizer = %s: its update reads whole tensors (LAMB's trust ratio), and ZeRO-1's shards cut tensors; use an optimizer that shards (sgd, adamw), or zero = 0",
+		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [train] optimizer = %s: its update reads whole tensors (LAMB's trust ratio), and ZeRO-1's shards cut tensors; use an optimizer that shards (sgd, adam, adamw), or zero = 0",
 				  kiln_config_where(m->cfg, "dist", "zero"), m->optim_name);
 	if (!d->ops->reduce_scatter || !d->ops->allgather)
 		return kiln_error(KILN_EPLUGIN, "%s: [dist] zero = 1: comm plugin '%s' has no reduce_scatter or allgather",

@@ -1,5 +1,6 @@
 /* tests/check_device_optim.c - device conformance:
- * the optimizer ops: SGD, LAMB, GRAD_CLIP and the mixed-precision
+ * the optimizer ops: SGD, ADAMW (AdamW's decoupled and Adam's L2 weight
+ * decay), LAMB, GRAD_CLIP and the mixed-precision
  * UNSCALE and SCALER_UPDATE.
  *
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
@@ -213,6 +214,28 @@ START_TEST(test_grad_clip)
 		NEAR(got[i], g[i] * scale, fabs(g[i]) + 1e-3, 1e-6, "clipped g[%d] = %g, want %g", i,
 		     got[i], g[i] * scale);
 	kiln_device_plan_free(f.dev, plan);
+
+	/* a norm equal to max_norm: clip_grad_norm_ multiplies by
+	 * min(1, max_norm / (norm + 1e-6)) = 5 / 5.000001 all the same:
+	 * torch 1.13 [3, 4] -> [2.99999928, 3.99999905] (its factor in f32),
+	 * kiln [2.99999952, 3.99999928] (the factor in double, rounded once);
+	 * before session 42 kiln scaled only a norm above max_norm: [3, 4] */
+	{
+		const float g34[2] = { 3, 4 }, s0[4] = { 0, 1, 0, 0 };
+		float c34[2];
+		struct kiln_op o2 = op;
+		o2.in[0] = o2.out[0] = td(KILN_F32, 1, 2, 0);
+		o2.i[0] = 2, o2.f[0] = 5;
+		void *d34 = dput(&f, g34, 8), *ds = dput(&f, s0, 16);
+		OK(run_op(&f, &o2, (const void *const[]){ d34 }, (void *const[]){ d34, ds }));
+		dget(&f, c34, d34, 8);
+		dget(&f, st, ds, 16);
+		const float k = (float)(5.0 / (5.0 + 1e-6));
+		ck_assert_msg(c34[0] == 3 * k && c34[1] == 4 * k && st[3] == 1.0f,
+			      "norm = max_norm 5: got %.9g %.9g (clipped %g), want %.9g %.9g (1)", c34[0],
+			      c34[1], st[3], 3 * k, 4 * k);
+		DFREE(&f, d34, ds);
+	}
 
 	/* value clamping only */
 	op.f[0] = 0;
@@ -718,5 +741,69 @@ START_TEST(test_lamb)
 }
 END_TEST
 
+/* ---- ADAMW: AdamW's decoupled and Adam's L2 weight decay --------------- */
+
+/* ADAMW over n elements, three steps with new gradients and lrs, against
+ * a double loop of kiln/ops.h's formula: (wd, l2) = (0.01, 0), AdamW
+ * (f[3]), and (0, 0.01), Adam (f[4], ABI 2.28: g + l2*d*p before the
+ * moments), each with and without the weight-decay multiplier d. */
+START_TEST(test_adam)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ADAMW);
+	const int64_t n = 20000;
+	const double b1 = 0.9, b2 = 0.99, eps = 1e-6;
+	const float lrs[3] = { 0.01f, 0.005f, 0.02f };
+	float *dm = malloc(4 * n), *got = malloc(4 * n), *z = calloc(n, 4);
+	double *rp = malloc(8 * n), *rm = malloc(8 * n), *rv = malloc(8 * n);
+	for (int64_t i = 0; i < n; i++)
+		dm[i] = (i % 3) ? 1.0f : 0.0f;
+	for (int c = 0; c < 4; c++) {
+		const double wd = c < 2 ? 0.01 : 0, l2 = c < 2 ? 0 : 0.01;
+		const int has_d = c % 2;
+		float *p = frandv(n);
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ADAMW, op.n_in = 3 + has_d, op.n_out = 3;
+		op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
+		op.in[2] = td(KILN_I64, 1, 1, 0), op.in[3] = op.in[0];
+		op.out[0] = op.out[1] = op.out[2] = op.in[0];
+		op.i[0] = n, op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd, op.f[4] = l2;
+		void *dp = dput(&f, p, 4 * n), *dmm = dput(&f, z, 4 * n), *dv = dput(&f, z, 4 * n),
+		     *dd = dput(&f, dm, 4 * n), *dg = dput(&f, NULL, 4 * n), *dl = dput(&f, NULL, 4),
+		     *dt = dput(&f, NULL, 8);
+		for (int64_t i = 0; i < n; i++)
+			rp[i] = p[i], rm[i] = rv[i] = 0;
+		for (int64_t t = 1; t <= 3; t++) {
+			float *g = frandv(n);
+			const float lr = lrs[t - 1];
+			OK(kiln_device_copy_async(f.dev, dt, &t, 8, KILN_COPY_H2D, f.s));
+			OK(kiln_device_copy_async(f.dev, dl, &lr, 4, KILN_COPY_H2D, f.s));
+			OK(kiln_device_copy_async(f.dev, dg, g, 4 * n, KILN_COPY_H2D, f.s));
+			OK(run_op(&f, &op, (const void *const[]){ dg, dl, dt, dd },
+				  (void *const[]){ dp, dmm, dv }));
+			const double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);
+			for (int64_t i = 0; i < n; i++) {
+				const double d = has_d ? dm[i] : 1, gi = g[i] + l2 * d * rp[i];
+				rm[i] = b1 * rm[i] + (1 - b1) * gi;
+				rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+				rp[i] = rp[i] * (1 - lr * wd * d) -
+					(lr / c1) * rm[i] / (sqrt(rv[i]) / sqrt(c2) + eps);
+			}
+			free(g);
+		}
+		dget(&f, got, dp, 4 * n);
+		for (int64_t i = 0; i < n; i++)
+			NEAR(got[i], rp[i], fabs(rp[i]), 1e-5, "case %d (wd %g, l2 %g, d %d): p[%lld] = %g, reference %g",
+			     c, wd, l2, has_d, (long long)i, got[i], rp[i]);
+		DFREE(&f, dp, dmm, dv, dd, dg, dl, dt);
+		free(p);
+	}
+	free(dm), free(got), free(z), free(rp), free(rm), free(rv);
+	fx_close(&f);
+}
+END_TEST
+
 DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
-	     DFX_CASE(lamb));
+	     DFX_CASE(adam), DFX_CASE(lamb));

@@ -1,4 +1,5 @@
-/* tests/check_optim.c - the fused optimizers (KILN_OP_SGD, _ADAMW, _LAMB):
+/* tests/check_optim.c - the fused optimizers (KILN_OP_SGD, _ADAMW, _LAMB;
+ * adam is _ADAMW with its L2 weight decay f[4]):
  * 5 steps of every [train] optimizer variant through the model API against
  * PyTorch (tests/data/optim_refs.safetensors, gen_optim_refs.py), LAMB's
  * per-tensor norms over a large buffer against a double-precision loop and
@@ -104,7 +105,7 @@ static void rig_close(struct rig *r)
 
 /* ---- against PyTorch ---------------------------------------------------- */
 
-#define N_CASES 7 /* gen_optim_refs.py's CASES */
+#define N_CASES 9 /* gen_optim_refs.py's CASES */
 
 /* Case _i / 2 of the reference, on the sync (even) or async (odd) device:
  * set the parameters, then per step write the gradients and the lr into
@@ -338,6 +339,8 @@ START_TEST(test_state_buffers)
 		{ "optimizer = sgd\nmomentum = 0\n", "params,buffers,step,optim.step" },
 		{ "optimizer = sgd\n", "params,buffers,optim.momentum,step,optim.step" },
 		{ "optimizer = adamw\n", "params,buffers,optim.exp_avg,optim.exp_avg_sq,step,optim.step" },
+		{ "optimizer = adam\nweight_decay = 0.01\n",
+		  "params,buffers,optim.exp_avg,optim.exp_avg_sq,step,optim.step" },
 		{ "optimizer = lamb\nno_decay = *.bias, bn*\n",
 		  "params,buffers,optim.exp_avg,optim.exp_avg_sq,step,optim.step" },
 	};
@@ -388,6 +391,7 @@ START_TEST(test_config_errors)
 		{ "optimizer = adamw\nbeta1 = 1\n", "beta1" },
 		{ "optimizer = lamb\nbeta2 = 1.0\n", "beta2" },
 		{ "optimizer = adamw\nweight_decay_mode = l2\n", "applies to sgd only" },
+		{ "optimizer = adam\nweight_decay_mode = decoupled\n", "is `optimizer = adamw`" },
 	};
 	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
 		char ini[512];
@@ -407,12 +411,13 @@ START_TEST(test_config_errors)
 		kiln_device_close(dev);
 		kiln_config_free(cfg);
 	}
-	/* an unknown optimizer is a config error naming the choices */
+	/* an unknown optimizer is a config error naming the choices, adam
+	 * and adamw both (one name inside the other) */
 	struct kiln_config *cfg;
-	ck_assert(kiln_config_load_string("[layer.fc]\ntype = linear\nout = 4\n[train]\noptimizer = adam\n",
+	ck_assert(kiln_config_load_string("[layer.fc]\ntype = linear\nout = 4\n[train]\noptimizer = adamax\n",
 					  "test.ini", &cfg) == KILN_OK);
 	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
-	ck_assert_msg(strstr(kiln_last_error(), "adamw"), "%s", kiln_last_error());
+	ck_assert_msg(strstr(kiln_last_error(), "sgd, adam, adamw, lamb"), "%s", kiln_last_error());
 	kiln_config_free(cfg);
 }
 END_TEST

@@ -144,8 +144,8 @@ kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" layer.fc1.type=lnear
 stderr_has "no layer plugin named 'lnear'; did you mean 'linear'? (available: "
 kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" data.source=tsrcc
 stderr_has "no source plugin named 'tsrcc'; did you mean 'tsrc'? (available: "
-kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" train.optimizer=adamm
-stderr_has "[train] optimizer = adamm: one of "
+kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" train.optimizer=adamww
+stderr_has "[train] optimizer = adamww: one of "
 stderr_has "; did you mean 'adamw'?"
 kiln 2 config "$tmp/l.ini" "run.plugin_path=$plugdir" run.precision=bf61
 stderr_has "'precision' = 'bf61' is not one of fp32|bf16|fp16|fp16_static; did you mean 'bf16'?"
@@ -383,8 +383,8 @@ stdout_has "search path:"
 stdout_has "  $plugdir"
 stdout_has "$plugdir/kiln-tgood.so: 3 plugin(s)"
 stdout_has "$plugdir/kiln-tbadabi.so: NOT LOADED: "
-stdout_has "ABI 3.0, this kiln is ABI 2.27"
-stdout_has "$plugdir/kiln-tnewer.so: NOT LOADED: plugin 'tnewer' was built for ABI 2.28, newer than this kiln's ABI 2.27"
+stdout_has "ABI 3.0, this kiln is ABI 2.28"
+stdout_has "$plugdir/kiln-tnewer.so: NOT LOADED: plugin 'tnewer' was built for ABI 2.29, newer than this kiln's ABI 2.28"
 stdout_has "$plugdir/kiln-tnosym.so: NOT LOADED: "
 stdout_has "no exported symbol kiln_plugin_init"
 stdout_has "$plugdir/kiln-tdlfail.so: NOT LOADED: "

@@ -21,7 +21,8 @@
 #  2. AdamW with the default skip_nonfinite = 1 (the averaged shards are
 #     gathered back for the finite check) and [train] no_decay groups:
 #     zero = 1 equals DDP and one process in params, exp_avg, exp_avg_sq;
-#     and (session 30) with Gloo taken for a communicator without
+#     Adam (optimizer = adam, L2 weight decay; session 42) the same, and
+#     not AdamW's steps; and (session 30) with Gloo taken for a communicator without
 #     reduce_scatter_in_place (KILN_TEST_RS_SEPARATE), the pieces in a
 #     buffer of their own, SGD and AdamW equal DDP;
 #  3. a ZeRO-1 checkpoint written by 2 ranks at step 20 (the state
@@ -100,6 +101,15 @@ for other in adam_ddp adam1; do
 	close "$(ck $other 64)" "$(ck adam_zero 64)" "adamw: ZeRO-1 vs $other" params optim.exp_avg optim.exp_avg_sq
 done
 grep "ZeRO-1: rank 0" "$tmp/adam_zero.log" | grep -q "gathered whole" || bad "adamw: no gather for the finite check"
+# Adam's L2 weight decay (optimizer = adam, session 42): AdamW's op and
+# state with the decay added to the gradient, sharded alike; its steps are
+# not AdamW's
+adaml="train.optimizer=adam train.lr=0.002 train.weight_decay=0.05 train.no_decay=*.bias"
+run adaml_ddp 2 32 $adaml
+run adaml_zero 2 32 $adaml dist.zero=1
+close "$(ck adaml_ddp 64)" "$(ck adaml_zero 64)" "adam: ZeRO-1 vs DDP" params optim.exp_avg optim.exp_avg_sq
+"$tool" close "$(ck adam_ddp 64)" "$(ck adaml_ddp 64)" 1e-3 params >/dev/null 2>&1 &&
+	bad "adam (L2 weight decay) took adamw's steps"
 # a communicator without reduce_scatter_in_place (comm ops before version
 # 9): the pieces reduce-scattered into a buffer of their own, which the
 # update reads (SGD) and the gather back for the finite check reads

@@ -287,8 +287,8 @@ kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=2 train.base_
 # another built-in optimizer's keys: said, not silently ignored (session
 # 40: sgd took eps and beta1 without a word); the optimizer's own not
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.eps=0 train.beta1=0.5
-stderr_has "command line 'train.eps=0': [train] eps is read by optimizer = adamw or lamb, not by optimizer = sgd: ignored"
-stderr_has "command line 'train.beta1=0.5': [train] beta1 is read by optimizer = adamw or lamb, not by optimizer = sgd: ignored"
+stderr_has "command line 'train.eps=0': [train] eps is read by optimizer = adam or adamw or lamb, not by optimizer = sgd: ignored"
+stderr_has "command line 'train.beta1=0.5': [train] beta1 is read by optimizer = adam or adamw or lamb, not by optimizer = sgd: ignored"
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.optimizer=adamw train.eps=1e-6 train.momentum=0.5
 stderr_has "command line 'train.momentum=0.5': [train] momentum is read by optimizer = sgd, not by optimizer = adamw: ignored"
 ! grep -q "eps is read by" "$err" || fail "adamw's own eps warned of: $(grep 'eps is read' "$err")"

@@ -1,14 +1,16 @@
-/* core/optim/adamw.c - AdamW exactly as torch.optim.AdamW (amsgrad off):
- * KILN_OP_ADAMW.  Its keys and open() serve LAMB too (lamb.c). */
+/* core/optim/adamw.c - AdamW exactly as torch.optim.AdamW and Adam as
+ * torch.optim.Adam (amsgrad off): both KILN_OP_ADAMW, AdamW's weight decay
+ * decoupled (f[3]), Adam's added to the gradient (f[4], L2).  The keys and
+ * open() serve LAMB too (lamb.c). */
 #include "optim.h"
 
 const struct kiln_key optim_adam_keys[] = {
 	{ "beta1", KILN_KEY_FLOAT, "0.9", 0, 1, NULL,
-	  "adamw, lamb: decay of the first moment (below 1)." },
+	  "adam, adamw, lamb: decay of the first moment (below 1)." },
 	{ "beta2", KILN_KEY_FLOAT, "0.999", 0, 1, NULL,
-	  "adamw, lamb: decay of the second moment (below 1)." },
+	  "adam, adamw, lamb: decay of the second moment (below 1)." },
 	{ "eps", KILN_KEY_FLOAT, "1e-8", 0, 1, NULL,
-	  "adamw, lamb: added to the bias-corrected root of the second moment." },
+	  "adam, adamw, lamb: added to the bias-corrected root of the second moment." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -49,8 +51,35 @@ static kiln_status adamw_open(const struct kiln_host *h, const struct kiln_confi
 	return optim_adam_open(h, cfg, KILN_OP_ADAMW, info, ctx);
 }
 
+/* Adam: the same op and state as AdamW, its weight decay moved from the
+ * decoupled constant f[3] to the L2 one f[4] (kiln/ops.h, ABI 2.28).  It
+ * reads weight_decay_mode (decay_modes) only to refuse `decoupled`, which
+ * is adamw. */
+static kiln_status adam_open(const struct kiln_host *h, const struct kiln_config *cfg,
+			     struct kiln_optim_info *info, void **ctx)
+{
+	const char *mode = h->config_get(cfg, "train", "weight_decay_mode");
+	const char *where = h->config_where(cfg, "train", "weight_decay_mode");
+	if (mode && !strcmp(mode, "decoupled") && strcmp(where, "default"))
+		return h->error(KILN_ECONFIG, "%s: [train] weight_decay_mode = decoupled with optimizer = adam: Adam's weight decay is L2, added to the gradient (torch.optim.Adam); decoupled weight decay is `optimizer = adamw`",
+				where);
+	kiln_status st = optim_adam_open(h, cfg, KILN_OP_ADAMW, info, ctx);
+	if (st)
+		return st;
+	struct fused_optim *f = *ctx;
+	f->op.f[4] = f->op.f[3];
+	f->op.f[3] = 0;
+	f->info.decay_modes = 1;
+	*info = f->info;
+	return KILN_OK;
+}
+
 static const struct kiln_optim_ops adamw_ops = FUSED_OPTIM_OPS(adamw_open);
+static const struct kiln_optim_ops adam_ops = FUSED_OPTIM_OPS(adam_open);
 
 OPTIM_DESCRIPTOR(kiln_optim_adamw, "adamw",
 		 "AdamW with decoupled weight decay (torch.optim.AdamW)", adamw_ops,
+		 optim_adam_keys);
+OPTIM_DESCRIPTOR(kiln_optim_adam, "adam",
+		 "Adam with L2 (coupled) weight decay (torch.optim.Adam)", adam_ops,
 		 optim_adam_keys);

@@ -66,7 +66,18 @@ static const char *no_decay_list(const struct kiln_config *cfg)
 	return NULL;
 }
 
-/* The registry's optimizers as "sgd, adamw, lamb, ..." into buf. */
+/* Whether the list "a, b, c" holds `name` as a whole item ("adam" is
+ * not in "sgd, adamw"). */
+static int list_has(const char *list, const char *name)
+{
+	const size_t len = strlen(name);
+	for (const char *c = list; (c = strstr(c, name)); c++)
+		if ((c == list || c[-1] == ' ') && (c[len] == ',' || !c[len]))
+			return 1;
+	return 0;
+}
+
+/* The registry's optimizers as "sgd, adam, adamw, lamb, ..." into buf. */
 static const char *optim_names(const struct kiln_registry *reg, char *buf, size_t n)
 {
 	size_t k = 0;
@@ -74,7 +85,7 @@ static const char *optim_names(const struct kiln_registry *reg, char *buf, size_
 	for (int i = 0; i < kiln_registry_plugin_count(reg) && k < n; i++) {
 		struct kiln_plugin_info pi = KILN_PLUGIN_INFO_INIT;
 		kiln_registry_plugin_get(reg, i, &pi);
-		if (pi.kind == KILN_PLUGIN_OPTIM && !strstr(buf, pi.name))
+		if (pi.kind == KILN_PLUGIN_OPTIM && !list_has(buf, pi.name))
 			k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", pi.name);
 	}
 	return buf;

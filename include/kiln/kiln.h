@@ -466,9 +466,9 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *labels,
 			       void *metrics, void *stream);
 
-/* Prepare the fused optimizer step of [train] optimizer (sgd, adamw, lamb
- * and their keys; kiln_model_create already checked them and allocated the
- * state) and reset the optimizer: zero its state (momentum, or Adam's
+/* Prepare the fused optimizer step of [train] optimizer (sgd, adam, adamw,
+ * lamb and their keys; kiln_model_create already checked them and allocated
+ * the state) and reset the optimizer: zero its state (momentum, or Adam's
  * moments), its step count and the gradients, and copy the [train]
  * no_decay weight-decay multiplier to the device.  Waits for the stream.
  * A second call replaces the plan and resets again. */

@@ -306,7 +306,11 @@ enum kiln_op_type {
 	/* AdamW exactly as torch.optim.AdamW (amsgrad off): in0 grads [n],
 	 * in1 lr f32[1], in2 t i64[1], in3 (optional) d [n]; out0 params [n],
 	 * out1 m [n], out2 v [n].
-	 *   p = p*(1 - lr*wd*d) - (lr/c1) * m / vh */
+	 *   p = p*(1 - lr*wd*d) - (lr/c1) * m / vh
+	 * f[4] (ABI 2.28) l2, torch.optim.Adam's (coupled) weight_decay: the
+	 * moments above read g + l2*d*p in place of g (kiln's `optimizer =
+	 * adam` sets f[3] = 0, f[4] = wd).  0 (every use before 2.28): g as
+	 * it is.  The core asks no device built before 2.28 for l2 != 0. */
 	KILN_OP_ADAMW = 31,
 	/* LAMB (You et al. 2019, Algorithm 2, with the trust ratio on every
 	 * tensor, as NVIDIA apex FusedLAMB with use_nvlamb; no gradient
@@ -331,7 +335,8 @@ enum kiln_op_type {
 	 * overflow f32 are finite), [2] skipped steps so far (+1 on a skip),
 	 * [3] clipped steps so far.  When finite, with f[0] > 0 (PyTorch's
 	 * clip_grad_norm_, [3] += 1 when it scales): the gradients are
-	 * scaled by f[0] / (norm + 1e-6) when norm > f[0], and by 0 when the
+	 * scaled by min(1, f[0] / (norm + 1e-6)) (so also a norm up to 1e-6
+	 * below f[0]; before session 42 only norm > f[0]), and by 0 when the
 	 * sum of squares exceeds FLT_MAX (norm above ~1.8e19, whatever f[0]:
 	 * clip_grad_norm_'s f32 norm is inf there, and it multiplies by
 	 * f[0] / (inf + 1e-6) = 0; torch 1.13 and 2.x).  Then with f[1] > 0

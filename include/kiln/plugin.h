@@ -156,9 +156,13 @@ extern "C" {
  *      layer adds plain sums over the rows it counts and [3] their count,
  *      so an evaluation is one mean over every row of the set; a loss
  *      layer built before is divided by samples, as before
- *      (docs/plugins.md "ABI 2.27"). */
+ *      (docs/plugins.md "ABI 2.27").
+ * 2.28: KILN_OP_ADAMW's f[4], an L2 weight decay added to the gradient
+ *      before the moments (torch.optim.Adam's weight_decay; `optimizer =
+ *      adam`); the core asks no device built before for f[4] != 0
+ *      (docs/plugins.md "ABI 2.28"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 27
+#define KILN_ABI_MINOR 28
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -1016,8 +1020,8 @@ struct kiln_source_ops {
 
 /* ======================================================================
  * Optimizer (ops version 2).  `[train] optimizer = NAME` selects one by
- * name, built-in or plugin alike: the built-ins (core/optim/sgd.c, adamw.c,
- * lamb.c) are this same table.  An optimizer steps over the flat trainable
+ * name, built-in or plugin alike: the built-ins (core/optim/sgd.c, adamw.c
+ * with adam, lamb.c) are this same table.  An optimizer steps over the flat trainable
  * buffers (or, under ZeRO-1, over a slice of them) and composes device ops
  * through host->device_prepare/run, so it runs on any device.  Its
  * hyper-parameters are the `keys` of its descriptor: [train] keys, checked

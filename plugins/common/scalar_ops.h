@@ -105,8 +105,9 @@ static inline COMMON_HD void common_scaler_update(float *st, const float *gate, 
  * double: finite whenever every element is, its squares no longer
  * overflowing f32 first): state f32[4] (norm, finite flag, non-finite
  * count, clip count) updated; *factor = the clip factor times inv = 1/s,
- * rounded once.  The clip factor is max_norm / (norm + 1e-6) when norm >
- * max_norm > 0, and 0 when max_norm > 0 and ss exceeds FLT_MAX (a norm
+ * rounded once.  The clip factor is max_norm / (norm + 1e-6) when that is
+ * below 1 and max_norm > 0 (clip_grad_norm_'s min(1, ...): a norm within
+ * 1e-6 under max_norm is scaled too), and 0 when max_norm > 0 and ss exceeds FLT_MAX (a norm
  * above ~1.8e19): PyTorch's clip_grad_norm_ takes the norm in f32, where
  * that sum of squares is inf, and multiplies by max_norm / (inf + 1e-6) =
  * 0 (torch 1.13 and 2.x alike); else 1.  The norm recorded saturates at
@@ -128,8 +129,12 @@ static inline COMMON_HD int common_clip_factor(float *state, double ss, double m
 	state[1] = 1.0f;
 	float scale = 1.0f;
 	const int f32_inf = ss > FLT_MAX;
-	if (max_norm > 0 && (f32_inf || norm > max_norm)) {
-		scale = f32_inf ? 0.0f : (float)(max_norm / (norm + 1e-6));
+	/* clip_grad_norm_'s min(1, max_norm / (norm + 1e-6)): below 1 also
+	 * for a norm up to 1e-6 under max_norm (before session 42 only
+	 * norm > max_norm scaled) */
+	const double coef = max_norm / (norm + 1e-6);
+	if (max_norm > 0 && (f32_inf || coef < 1.0)) {
+		scale = f32_inf ? 0.0f : (float)coef;
 		state[3] += 1.0f;
 	}
 	*factor = scale * inv;

@@ -132,12 +132,13 @@ static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *
 struct adam_k {
 	float b1, b2, omb1, omb2; /* beta1, beta2, 1 - beta1, 1 - beta2 */
 	float eps, wd;
+	float l2;                 /* ADAMW's L2 weight decay f[4] (Adam's) */
 	float inv_c1;             /* 1 / (1 - beta1^t) */
 	float inv_sqrt_c2;        /* 1 / sqrt(1 - beta2^t) */
 };
 
 /* The constants of step t = in[2] (i64, 1-based) of an Adam-family op
- * (f: beta1, beta2, eps, wd); KILN_EINVAL naming `name` when t < 1. */
+ * (f: beta1, beta2, eps, wd, l2); KILN_EINVAL naming `name` when t < 1. */
 static kiln_status adam_scalars(const struct cpu_plan *p, const struct kiln_op_args *a,
 				const char *name, struct adam_k *k, struct cpu_err *e)
 {
@@ -153,16 +154,18 @@ static kiln_status adam_scalars(const struct cpu_plan *p, const struct kiln_op_a
 	k->omb2 = (float)(1.0 - b2);
 	k->eps = (float)op->f[2];
 	k->wd = (float)op->f[3];
+	k->l2 = (float)op->f[4];
 	/* in double, as PyTorch computes them on the host */
 	k->inv_c1 = (float)(1.0 / (1.0 - pow(b1, (double)t)));
 	k->inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow(b2, (double)t)));
 	return KILN_OK;
 }
 
-/* Moments of one element: m, v updated in place; returns m/c1 / vh. */
-#define ADAM_DIR(i)                                                                      \
+/* Moments of one element with gradient `gi`: m, v updated in place;
+ * returns m/c1 / vh. */
+#define ADAM_DIR(i, gi)                                                                  \
 	({                                                                               \
-		const float gi_ = g[i];                                                  \
+		const float gi_ = (gi);                                                  \
 		const float mi_ = k.b1 * m[i] + k.omb1 * gi_;                            \
 		const float vi_ = k.b2 * v[i] + k.omb2 * gi_ * gi_;                      \
 		m[i] = mi_;                                                              \
@@ -172,12 +175,15 @@ static kiln_status adam_scalars(const struct cpu_plan *p, const struct kiln_op_a
 
 /* ---- AdamW ------------------------------------------------------------ */
 
-#define ADAMW_LOOP(HAS_D)                                                                \
+/* HAS_L2: Adam's L2 term added to the gradient before the moments (a
+ * separate loop, so that AdamW's arithmetic is unchanged) */
+#define ADAMW_LOOP(HAS_D, HAS_L2)                                                        \
 	do {                                                                             \
 		_Pragma("omp simd")                                                      \
 		for (int64_t i = 0; i < n; i++) {                                        \
 			const float di = (HAS_D) ? d[i] : 1.0f;                          \
-			const float dir = ADAM_DIR(i);                                   \
+			const float dir = ADAM_DIR(i, (HAS_L2) ? g[i] + k.l2 * di * w[i] \
+							       : g[i]);                  \
 			w[i] = w[i] * (1.0f - lrwd * di) - lr * dir;                     \
 		}                                                                        \
 	} while (0)
@@ -187,14 +193,19 @@ CPU_CLONES static void adamw_span(float *restrict w, float *restrict m, float *r
 				  float lr, struct adam_k k)
 {
 	const float lrwd = lr * k.wd;
-	if (d)
-		ADAMW_LOOP(1);
+	if (k.l2 != 0.0f && d)
+		ADAMW_LOOP(1, 1);
+	else if (k.l2 != 0.0f)
+		ADAMW_LOOP(0, 1);
+	else if (d)
+		ADAMW_LOOP(1, 0);
 	else
-		ADAMW_LOOP(0);
+		ADAMW_LOOP(0, 0);
 }
 
 /* AdamW over n elements: g (n), lr [1], t [1] (i64, 1-based), d (n) or
- * absent; w (n) params, m (n), v (n) moments.  torch.optim.AdamW:
+ * absent; w (n) params, m (n), v (n) moments.  torch.optim.AdamW, and
+ * with l2 = f[4] torch.optim.Adam's weight_decay (g += l2*d*w first):
  *   w *= 1 - lr*wd*d;  m, v updated;  w -= lr * (m/c1) / (sqrt(v)/sqrt(c2) + eps) */
 static kiln_status cpu_adamw(const struct cpu_plan *p, const struct kiln_op_args *a,
 			     struct cpu_err *e)
@@ -242,7 +253,7 @@ static int64_t lamb_max_pieces(int64_t n, int64_t T)
 		_Pragma("omp simd reduction(+ : pp, uu)")                                \
 		for (int64_t i = 0; i < n; i++) {                                        \
 			const float di = (HAS_D) ? d[i] : 1.0f;                          \
-			const float u = ADAM_DIR(i) + k.wd * di * w[i];                  \
+			const float u = ADAM_DIR(i, g[i]) + k.wd * di * w[i];                  \
 			pp += (double)w[i] * (double)w[i];                               \
 			uu += (double)u * (double)u;                                     \
 		}                                                                        \

@@ -818,13 +818,14 @@ extern "C" cudaError_t cuda_launch_sgd(const struct cuda_plan *p, const struct k
 	return cudaGetLastError();
 }
 
-/* AdamW as torch.optim.AdamW (plugin.h): g (n), lr [1], t [1] i64 1-based,
- * d (n) or NULL, gate or NULL; w, m, v (n).  The bias corrections come
+/* AdamW as torch.optim.AdamW (kiln/ops.h): g (n), lr [1], t [1] i64 1-based,
+ * d (n) or NULL, gate or NULL; w, m, v (n).  l2 (f[4], ABI 2.28) != 0:
+ * torch.optim.Adam's weight_decay, g + l2*d*w into the moments.  The bias corrections come
  * from the device's t, in double as PyTorch computes them on the host. */
 __global__ void k_adamw(float *w, float *m, float *v, void *cp, int cdt, const float *g,
 			const float *lrp, const int64_t *tp, const float *d, const float *gate,
 			int64_t n, float b1, float b2, float omb1, float omb2, float eps, float wd,
-			struct cuda_err_rec *err)
+			float l2, struct cuda_err_rec *err)
 {
 	if (gate && *gate == 0.0f)
 		return;
@@ -844,7 +845,7 @@ __global__ void k_adamw(float *w, float *m, float *v, void *cp, int cdt, const f
 	FOR_N(i, n)
 	{
 		const float di = d ? d[i] : 1.0f;
-		const float gi = g[i];
+		const float gi = l2 != 0.0f ? g[i] + l2 * di * w[i] : g[i];
 		const float mi = b1 * m[i] + omb1 * gi;
 		const float vi = b2 * v[i] + omb2 * gi * gi;
 		m[i] = mi;
@@ -869,7 +870,7 @@ extern "C" cudaError_t cuda_launch_adamw(const struct cuda_plan *p, const struct
 		/* 1 - beta rounded from double, not 1.0f - (float)beta: for
 		 * beta2 = 0.999 the two differ by 1.3e-5 relative */
 		(float)(1.0 - p->op.f[0]), (float)(1.0 - p->op.f[1]), (float)p->op.f[2],
-		(float)p->op.f[3], p->err);
+		(float)p->op.f[3], (float)p->op.f[4], p->err);
 	return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Generate tests/data/optim_refs.safetensors: PyTorch references for kiln's
-fused optimizers (KILN_OP_SGD, KILN_OP_ADAMW, KILN_OP_LAMB).
+fused optimizers (KILN_OP_SGD, KILN_OP_ADAMW, KILN_OP_LAMB; kiln's adam is
+KILN_OP_ADAMW with its L2 weight decay f[4]).
 
 Three parameter tensors, named as kiln names the model of metadata
 `model.ini` (fc1.weight [4,6], fc1.bias [4], fc2.weight [3,4]), start from the
@@ -18,6 +19,11 @@ Cases (metadata `cases`; `<case>.ini` is the kiln [train] section):
   adamw_nodecay the same with fc1.bias in a group of weight_decay=0
   lamb          LAMB, the reference below, weight_decay=0.01
   lamb_nodecay  the same with no weight decay on fc1.bias
+  adam          torch.optim.Adam(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+                coupled (L2) weight decay, g + wd*p before the moments
+  adam_nodecay  the same with fc1.bias in a group of weight_decay=0
+(adam and adam_nodecay came in session 42, appended: the draws and every
+earlier case's tensors are the same bytes as before.)
 
 LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning",
 Algorithm 2, phi = identity; the trust ratio is applied to every tensor, as
@@ -63,6 +69,8 @@ CASES = {
     "adamw_nodecay": ("adamw", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", True),
     "lamb": ("lamb", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", False),
     "lamb_nodecay": ("lamb", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", True),
+    "adam": ("adam", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", False),
+    "adam_nodecay": ("adam", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", True),
 }
 
 
@@ -120,6 +128,9 @@ def make_optimizer(name, params):
     if kind == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8,
                                  weight_decay=WD), pre
+    if kind == "adam":
+        return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                                weight_decay=WD), pre
     if kind == "lamb":
         return Lamb(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=WD), pre
     raise ValueError(kind)
