@@ -608,6 +608,13 @@ EXTRA_DIST += tests/openblas_rlimit.sh
 # where OpenBLAS does not know the CPU (plugins/cpu/openblas.c)
 TESTS += tests/openblas_core.sh
 EXTRA_DIST += tests/openblas_core.sh
+# a program that loaded OpenBLAS before kiln keeps its core, its pthread
+# pool and its GEMMs' numbers (plugins/cpu/openblas.c)
+check_PROGRAMS += tests/openblas_host
+tests_openblas_host_SOURCES = tests/openblas_host.c
+tests_openblas_host_LDADD = libkiln.la -ldl -lm
+TESTS += tests/openblas_host.sh
+EXTRA_DIST += tests/openblas_host.sh
 # batch = auto with a memory_limit above what ulimit -v leaves: the
 # smaller bounds it
 TESTS += tests/memory_limit_rlimit.sh

@@ -459,7 +459,10 @@ int cpu_gemm_openblas_rule(const struct kiln_op *op);
  * cpu_openblas_check, not with the plugin ---- */
 /* NULL when the OpenBLAS gemm.c and fftconv.c call is usable (built in,
  * loaded, and not its pthread build), else why not (under RLIMIT_AS: not
- * loaded where the limit leaves less than it maps as it loads) */
+ * loaded where the limit leaves less than it maps as it loads).  Its
+ * first call may set OPENBLAS_CORETYPE in the environment for a moment
+ * (openblas.c, ob_core_pick: only where OpenBLAS reports Prescott, the
+ * variable is unset and the program had not loaded the library) */
 const char *cpu_openblas_check(void);
 /* NULL where a plan may run its GEMMs on OpenBLAS on `threads` threads
  * at once: cpu_openblas_check's, and under RLIMIT_AS the buffers its pool
@@ -469,7 +472,8 @@ const char *cpu_openblas_check(void);
 const char *cpu_openblas_ready(struct cpu_ctx *c, int threads);
 /* host told (once a process, at INFO) where OpenBLAS was left unloaded
  * for RLIMIT_AS's sake, so its GEMMs run on oneDNN, or where kiln chose
- * its kernels for a CPU it does not know (openblas.c, ob_core_pick) */
+ * its kernels for a CPU it does not know, or advises how to where it
+ * cannot (openblas.c, ob_core_pick) */
 void cpu_openblas_said(const struct kiln_host *host);
 /* cblas_sgemm, row-major, op(a) transposed where ta, op(b) where tb; only
  * where cpu_openblas_check() is NULL */

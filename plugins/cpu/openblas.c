@@ -30,7 +30,18 @@
  * AVX2 and FMA, and OPENBLAS_CORETYPE is not set, ob_core_pick has it
  * choose again as that variable makes it choose at load (SkylakeX or
  * Haswell), and the device's opening says so once (cpu_openblas_said).
- * A CPU it knows keeps its choice, and its kernels' bits.
+ * A CPU it knows keeps its choice, and its kernels' bits.  To choose,
+ * the first CPU device's opening sets OPENBLAS_CORETYPE in the process's
+ * environment for the moment OpenBLAS reads it, and unsets it again:
+ * only where OpenBLAS reports Prescott, the variable is unset and the
+ * library was not loaded before; an embedding program that sets
+ * OPENBLAS_CORETYPE itself keeps its environment untouched.
+ *
+ * Where the program had already loaded libopenblas.so.0 (one linking
+ * Debian's libblas.so.3 or liblapack.so.3, or -lopenblas), dlopen gives
+ * that copy back: then nothing of it is changed (no core chosen again,
+ * under the program's own GEMMs; no pthread pool stopped), and the
+ * opening advises OPENBLAS_CORETYPE instead (ob_core_pick).
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "cpu.h"
@@ -41,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h> /* strcasecmp */
 #include <unistd.h> /* sysconf */
 #if HAVE_OPENBLAS
 #include <cblas.h> /* cblas_sgemm's and openblas_*'s prototypes, OPENBLAS_VERSION */
@@ -74,7 +86,8 @@ static struct {
 static int ob_pool;
 static pthread_mutex_t ob_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static char ob_text[640];  /* ob_why's text when it is made here */
-static char ob_core[400];  /* the kernels chosen for OpenBLAS, where not its own choice (said once) */
+static char ob_core[640];  /* the kernels chosen for OpenBLAS, where not its own choice, or the
+			    * advice where kiln cannot choose (said once) */
 #endif
 static const char *ob_why; /* NULL: loaded and usable */
 static int ob_by_limit;    /* not loaded for RLIMIT_AS's sake (said once: cpu_openblas_said) */
@@ -134,21 +147,37 @@ static const char *ob_core_for_cpu(void)
  * (gotoblas_dynamic_quit, then gotoblas_dynamic_init, which reads
  * OPENBLAS_CORETYPE as its constructor does; set for that call only, so
  * that children and later readers see the environment as it was), and
- * ob_core saying so.  Called once, before any GEMM, by ob_load alone. */
-static void ob_core_pick(void *h)
+ * ob_core saying so.  Where the program loaded it before kiln (`theirs`),
+ * or it is not a DYNAMIC_ARCH build (no gotoblas_dynamic_init; it names
+ * its one core in capitals, "PRESCOTT", and ignores OPENBLAS_CORETYPE),
+ * nothing is changed and ob_core says what would choose.  Called once,
+ * before any GEMM of kiln's, by ob_load alone. */
+static void ob_core_pick(void *h, int theirs)
 {
 	const char *want = ob_core_for_cpu();
-	if (strcmp(ob.get_corename(), "Prescott") || getenv("OPENBLAS_CORETYPE") || !want)
+	if (strcasecmp(ob.get_corename(), "Prescott") || getenv("OPENBLAS_CORETYPE") || !want)
 		return;
+	const char *isa = strcmp(want, "SkylakeX") ? "AVX2 and FMA" : "AVX-512";
 	void (*quit)(void), (*init)(void);
 	*(void **)&quit = dlsym(h, "gotoblas_dynamic_quit");
 	*(void **)&init = dlsym(h, "gotoblas_dynamic_init");
 	if (!quit || !init) {
 		snprintf(ob_core, sizeof ob_core,
 			 "OpenBLAS runs its Prescott (SSE3) kernels on this CPU, which has %s: this "
-			 "OpenBLAS cannot choose again (no gotoblas_dynamic_init); OPENBLAS_CORETYPE=%s "
-			 "makes it choose as it loads (docs/plugins.md)",
-			 strcmp(want, "SkylakeX") ? "AVX2 and FMA" : "AVX-512", want);
+			 "OpenBLAS is not a DYNAMIC_ARCH build (no gotoblas_dynamic_init), so neither "
+			 "kiln nor OPENBLAS_CORETYPE can choose others; one built with DYNAMIC_ARCH=1 "
+			 "(Debian's libopenblas0-openmp) or for this CPU (TARGET=%s) has them "
+			 "(docs/plugins.md)",
+			 isa, strcmp(want, "SkylakeX") ? "HASWELL" : "SKYLAKEX");
+		return;
+	}
+	if (theirs) {
+		snprintf(ob_core, sizeof ob_core,
+			 "OpenBLAS runs its Prescott (SSE3) kernels on this CPU, which has %s: the "
+			 "program loaded it before kiln, so kiln leaves its kernels as they are (they "
+			 "serve the program's own GEMMs too); OPENBLAS_CORETYPE=%s set before the "
+			 "program starts makes it choose %s's as it loads (docs/plugins.md)",
+			 isa, want, want);
 		return;
 	}
 	setenv("OPENBLAS_CORETYPE", want, 1);
@@ -159,7 +188,7 @@ static void ob_core_pick(void *h)
 		 "OpenBLAS took its Prescott (SSE3) kernels on this CPU, which it does not know; the "
 		 "CPU has %s, so kiln had it choose %s: it runs %s's kernels (OPENBLAS_CORETYPE, where "
 		 "set, chooses instead: docs/plugins.md)",
-		 strcmp(want, "SkylakeX") ? "AVX2 and FMA" : "AVX-512", want, ob.get_corename());
+		 isa, want, ob.get_corename());
 }
 #endif
 
@@ -171,7 +200,12 @@ static void ob_load(void)
 		ob_by_limit = 1;
 		return;
 	}
-	void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+	/* the program's own copy, where it loaded one before (linked, or
+	 * through libblas.so.3): kiln shares it and changes nothing of it */
+	void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD);
+	const int theirs = h != NULL;
+	if (!h)
+		h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
 	if (h) {
 		*(void **)&ob.sgemm = dlsym(h, "cblas_sgemm");
 		*(void **)&ob.get_parallel = dlsym(h, "openblas_get_parallel");
@@ -198,13 +232,18 @@ static void ob_load(void)
 		 * 177 MiB in 300 ms here), and under RLIMIT_AS that mapping in
 		 * the middle of oneDNN's JIT crashed it (6 of 14 runs, session
 		 * 41).  Stopped now (joined: what they map is mapped when this
-		 * returns), so no thread of it runs beside kiln's */
+		 * returns), so no thread of it runs beside kiln's.  The join
+		 * waits for each thread's first mapping: under an RLIMIT_AS
+		 * that ob_short passed but that refuses one (a limit tighter
+		 * than its estimate, OB_BUFFER and OB_LIBRARY), OpenBLAS
+		 * retries that mapping forever, and this hangs.  A pool the
+		 * program started (theirs) is its own: left running */
 		int (*stop)(void);
 		*(void **)&stop = dlsym(h, "blas_thread_shutdown_");
-		if (stop)
+		if (stop && !theirs)
 			stop();
 	} else {
-		ob_core_pick(h);
+		ob_core_pick(h, theirs);
 	}
 #else
 	ob_why = "this build has no OpenBLAS (configure --with-openblas; apt-get install "

@@ -1,0 +1,156 @@
+/* tests/openblas_host.c - `openblas_host LIB`: a program that loaded
+ * OpenBLAS (LIB, as a program linking libblas.so.3 has) before it opens a
+ * kiln CPU device keeps that OpenBLAS as it was (plugins/cpu/openblas.c:
+ * dlopen gives the cpu plugin the program's copy back).
+ *
+ * LIB is loaded with OPENBLAS_CORETYPE=Prescott (the kernels 0.3.21 takes
+ * on a CPU it does not know), the variable then unset, as a program that
+ * met an unknown CPU would be.  After kiln_device_open:
+ *  - openblas_get_corename() names the core it named before (kiln did not
+ *    choose again under the program's GEMMs), and, on the OpenMP build,
+ *    the log advises OPENBLAS_CORETYPE=SkylakeX or Haswell;
+ *  - the threads OpenBLAS's pthread build started as it loaded still run
+ *    (kiln did not stop the program's pool);
+ *  - a 3x4 by 4x2 cblas_sgemm of the program's gives the reference loop's
+ *    numbers.
+ * Exit 0 when all hold, 1 otherwise (with the reason), 77 where LIB does
+ * not load or the CPU has neither AVX-512 nor AVX2 with FMA. */
+#define _GNU_SOURCE
+#include <kiln/kiln.h>
+
+#include <dirent.h> /* /proc/self/task */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h> /* getpid */
+
+static char logged[16384]; /* the "cpu" lines logged, one a line */
+
+static void sink(void *user, int level, const char *who, const char *msg)
+{
+	(void)user, (void)level;
+	if (!strcmp(who, "cpu") && strlen(logged) + strlen(msg) + 2 < sizeof logged)
+		strcat(strcat(logged, msg), "\n");
+}
+
+/* the ids of this process's threads but the first, into t (at most n): their count */
+static int threads(long *t, int n)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int k = 0;
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.' && atol(e->d_name) != (long)getpid() && k < n)
+			t[k++] = atol(e->d_name);
+	if (d)
+		closedir(d);
+	return k;
+}
+
+static int fail(const char *lib, const char *what)
+{
+	fprintf(stderr, "openblas_host %s: %s\n", lib, what);
+	fprintf(stderr, "the cpu log:\n%s", logged);
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: openblas_host LIBOPENBLAS\n");
+		return 2;
+	}
+	const char *lib = argv[1];
+	const char *want = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+					   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
+				   ? "SkylakeX"
+			   : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell"
+											      : NULL;
+	if (!want) {
+		printf("SKIP: this CPU has neither AVX-512 nor AVX2 with FMA\n");
+		return 77;
+	}
+	setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+	void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+	unsetenv("OPENBLAS_CORETYPE");
+	if (!h) {
+		printf("SKIP: %s\n", dlerror());
+		return 77;
+	}
+	char *(*corename)(void);
+	int (*parallel)(void);
+	void (*sgemm)(int, int, int, int, int, int, float, const float *, int, const float *, int,
+		      float, float *, int);
+	*(void **)&corename = dlsym(h, "openblas_get_corename");
+	*(void **)&parallel = dlsym(h, "openblas_get_parallel");
+	*(void **)&sgemm = dlsym(h, "cblas_sgemm");
+	if (!corename || !parallel || !sgemm)
+		return fail(lib, "no openblas_get_corename, openblas_get_parallel or cblas_sgemm");
+	char before[64];
+	snprintf(before, sizeof before, "%s", corename());
+	long pool[256];
+	const int n_pool = threads(pool, 256); /* OpenBLAS's alone: kiln has started none */
+
+	kiln_log_set_sink(sink, NULL);
+	kiln_log_set_level(KILN_LOG_INFO);
+	struct kiln_registry *reg;
+	struct kiln_device *dev;
+	if (kiln_registry_open(NULL, &reg) || kiln_device_open(reg, NULL, "cpu", 0, &dev)) {
+		fprintf(stderr, "openblas_host: %s\n", kiln_last_error());
+		return 1;
+	}
+
+	char what[512];
+	if (strcmp(corename(), before)) {
+		snprintf(what, sizeof what,
+			 "OpenBLAS's core was %s before the CPU device opened, %s after: kiln chose "
+			 "again under the program's own GEMMs",
+			 before, corename());
+		return fail(lib, what);
+	}
+	char advice[64];
+	snprintf(advice, sizeof advice, "OPENBLAS_CORETYPE=%s set before the program starts", want);
+	if (parallel() != 1 && !strcmp(before, "Prescott") && !strstr(logged, advice)) {
+		snprintf(what, sizeof what, "the log does not advise \"%s\"", advice);
+		return fail(lib, what);
+	}
+	for (int k = 0; k < n_pool; k++) {
+		char p[64];
+		struct stat st;
+		snprintf(p, sizeof p, "/proc/self/task/%ld", pool[k]);
+		if (stat(p, &st)) {
+			snprintf(what, sizeof what,
+				 "thread %ld, one of the %d OpenBLAS started as it loaded, is gone "
+				 "after the CPU device opened: kiln stopped the program's pool",
+				 pool[k], n_pool);
+			return fail(lib, what);
+		}
+	}
+	/* the program's GEMM: C (3x2) = A (3x4) B (4x2), row-major (101, 111: CblasRowMajor, CblasNoTrans) */
+	float a[12], b[8], c[6], r[6];
+	for (int i = 0; i < 12; i++)
+		a[i] = (float)(i % 5) - 1.5f;
+	for (int i = 0; i < 8; i++)
+		b[i] = 0.25f * (float)i - 0.5f;
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 2; j++) {
+			r[i * 2 + j] = 0;
+			for (int k = 0; k < 4; k++)
+				r[i * 2 + j] += a[i * 4 + k] * b[k * 2 + j];
+		}
+	sgemm(101, 111, 111, 3, 2, 4, 1.0f, a, 4, b, 2, 0.0f, c, 2);
+	for (int i = 0; i < 6; i++)
+		if (fabsf(c[i] - r[i]) > 1e-5f) {
+			snprintf(what, sizeof what, "the program's sgemm: C[%d] = %g, the loop's %g", i,
+				 c[i], r[i]);
+			return fail(lib, what);
+		}
+	kiln_device_close(dev);
+	kiln_registry_close(reg);
+	printf("openblas_host %s: core %s kept, %d pool thread(s) kept, sgemm right%s\n", lib, before,
+	       n_pool, parallel() != 1 && !strcmp(before, "Prescott") ? ", advice logged" : "");
+	return 0;
+}
