@@ -39,7 +39,9 @@ struct kiln_generator {
 	double top_p;           /* kiln_generator_top_p's nucleus; 1: every id */
 	/* one row: kiln_generate, kiln_generator_step, and the prompt of
 	 * kiln_generate_samples (fed once, then copied to its rows); many:
-	 * kiln_generate_samples' N > 1 rows, kept until another N */
+	 * kiln_generate_samples' N > 1 rows, kept until a call of another N
+	 * or a one-row call (kiln_generate, kiln_generator_step, N = 1),
+	 * which frees it */
 	struct decoder one, many;
 };
 
@@ -70,8 +72,8 @@ static kiln_status rows_too_many(const struct kiln_generator *g, int64_t rows, s
 	const double fit = (double)free_bytes / per;
 	char room[96] = "";
 	if (free_bytes)
-		snprintf(room, sizeof room, " (%.2f GiB free: about %lld fit)", (double)free_bytes / (1 << 30),
-			 (long long)(fit < 1 ? 1 : fit));
+		snprintf(room, sizeof room, fit < 1 ? " (%.2f GiB free: not one fits)" : " (%.2f GiB free: about %lld fit)",
+			 (double)free_bytes / (1 << 30), (long long)fit);
 	return kiln_error(KILN_EUSAGE, "%lld samples decoded at once need a decode plan of %zu bytes (%.2f GiB, %.1f KiB a sample: each its own key/value caches and activations), %s %s device%s: ask for fewer samples%s%s",
 			  (long long)rows, need, (double)need / (1 << 30), per / 1024, why,
 			  kiln_device_name(g->m->dev), room, cause ? ": " : "", cause ? cause : "");
@@ -79,11 +81,14 @@ static kiln_status rows_too_many(const struct kiln_generator *g, int64_t rows, s
 
 /* The device bytes of a decode plan of `rows` (> 1) into *need: its
  * memory laid out with the device preparing nothing (no primitive is made
- * for a batch that may not fit), the arena and `extra` bytes besides;
- * rows_too_many when that is more than the device has free (a device
- * that cannot tell: the allocation will).  Before session 42 such a plan
- * failed at its allocation, exit 1, naming "the evaluation plan" alone. */
-static kiln_status rows_fit(struct kiln_generator *g, int64_t rows, size_t extra, size_t *need)
+ * for a batch that may not fit): the arena, the workspace (where that
+ * layout gives one), the logits in f32 on the host (the device's memory
+ * on the CPU) and, where the plan's logits are not f32, their f32 copy
+ * on the device (decode_plan's logits32_d); rows_too_many when that is
+ * more than the device has free (a device that cannot tell: the
+ * allocation will).  Before session 42 such a plan failed at its
+ * allocation, exit 1, naming "the evaluation plan" alone. */
+static kiln_status rows_fit(struct kiln_generator *g, int64_t rows, size_t *need)
 {
 	struct kiln_plan_opts o = { .decode = g->context, .dry = 1 };
 	struct kiln_plan *p = NULL;
@@ -91,8 +96,12 @@ static kiln_status rows_fit(struct kiln_generator *g, int64_t rows, size_t extra
 	kiln_device_layout_only(g->m->dev, 1);
 	kiln_status st = kiln_model_plan_ex(g->m, rows, &o, &p);
 	kiln_device_layout_only(g->m->dev, 0);
-	if (!st)
-		*need = kiln_plan_arena_bytes(p) + extra;
+	if (!st) {
+		const struct kiln_tensor_desc *ld = &p->nodes[p->logits_layer].l.out;
+		const size_t f32 = sizeof(float) * (size_t)rows * (size_t)ld->dims[ld->ndim - 1];
+		*need = kiln_plan_arena_bytes(p) + kiln_align_up(p->ws_bytes) + f32 +
+			(ld->dtype != KILN_F32 ? f32 : 0);
+	}
 	kiln_plan_free(p);
 	if (st)
 		return kiln_error_wrap(st, "planning %lld samples decoded at once", (long long)rows);
@@ -115,9 +124,7 @@ static kiln_status decode_plan(struct kiln_generator *g, struct decoder *d, int6
 	if (d->p && d->rows == rows)
 		return KILN_OK;
 	decode_free(g, d);
-	/* (besides the plan: the logits widened to f32 on the device, and on
-	 * the host, which is the device's memory on the CPU) */
-	if (rows > 1 && (st = rows_fit(g, rows, 2 * sizeof(float) * (size_t)rows * (size_t)g->vocab, &need)))
+	if (rows > 1 && (st = rows_fit(g, rows, &need)))
 		return st;
 	if ((st = kiln_model_plan_ex(g->m, rows, &o, &d->p))) {
 		if (rows > 1 && st == KILN_ENOMEM) {
@@ -406,6 +413,7 @@ kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t t
 {
 	if (!g || !logits)
 		return kiln_null_arg("kiln_generator_step", !g ? "g" : "logits");
+	decode_free(g, &g->many); /* a one-row call: kiln_generate_samples' N rows go */
 	kiln_status st = decode_plan(g, &g->one, 1);
 	return st ? st : decode_step(g, &g->one, pos, &token, logits);
 }
@@ -671,11 +679,12 @@ kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_
 /* Feed prompt[0..n_prompt) to every row of decode plan d, leaving the
  * logits after its last token in *logits.  With several rows the prompt
  * is fed once: its first n_prompt - 1 tokens to the one-row plan, whose
- * caches are then copied into every row of d, then the last token to
- * every row (its logits d's own, as before); a model with a layer whose
- * caches are not laid out by row (kiln_layer.decode_caches) is fed the
- * whole prompt in every row (before session 42, every model: N rows of
- * compute a prompt token). */
+ * caches' positions 0..n_prompt-2 are then copied into every row of d
+ * (logged at debug level with the bytes), then the last token to every
+ * row (its logits d's own, as before); a model with a layer whose caches
+ * are not laid out by row (kiln_layer.decode_caches) is fed the whole
+ * prompt in every row (before session 42, every model: N rows of compute
+ * a prompt token). */
 static kiln_status prompt_feed(struct kiln_generator *g, struct decoder *d, const int32_t *prompt,
 			       int64_t n_prompt, int32_t *col, const float **logits)
 {
@@ -686,9 +695,12 @@ static kiln_status prompt_feed(struct kiln_generator *g, struct decoder *d, cons
 		for (; t < n_prompt - 1; t++)
 			if ((st = decode_step(g, &g->one, t, &prompt[t], logits)))
 				return st;
-		if ((st = kiln_plan_decode_copy_rows(d->p, g->one.p, g->stream)))
+		size_t bytes;
+		if ((st = kiln_plan_decode_copy_rows(d->p, g->one.p, t, g->stream, &bytes)))
 			return st;
 		d->filled = t;
+		kiln_log(KILN_LOG_DEBUG, "generate", "prompt fed once: its %lld positions copied into %lld rows (%zu bytes)",
+			 (long long)t, (long long)d->rows, bytes);
 	}
 	for (; t < n_prompt && !st; t++) {
 		for (int64_t r = 0; r < d->rows; r++)
@@ -719,6 +731,8 @@ static kiln_status generate_rows(struct kiln_generator *g, const int32_t *prompt
 		if (prompt[t] >= g->classes)
 			return kiln_error(KILN_EINVAL, "prompt token %lld is id %d, not below the model's %lld classes (the loss layer's: no training taught it)",
 					  (long long)t, prompt[t], (long long)g->classes);
+	if (rows == 1)
+		decode_free(g, &g->many); /* a one-row call: kiln_generate_samples' N rows go */
 	if ((st = decode_plan(g, d, rows)))
 		return st;
 	if (!(col = malloc(sizeof *col * (size_t)rows)))

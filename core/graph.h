@@ -702,13 +702,15 @@ void *kiln_plan_store_ptr(const struct kiln_plan *p, int store, const void *x);
  * lays it out by row (kiln_layer.decode_caches, ABI 2.26), so that
  * kiln_plan_decode_copy_rows can fill its rows. */
 int kiln_plan_decode_rows_copyable(const struct kiln_plan *p);
-/* Enqueue on stream the copy of row 0 of decode plan src's caches (src of
- * one row or more, of the same model and decode length as dst) into
- * every row of dst: each row of dst then holds the positions src's row 0
- * held (kiln_generate_samples' prompt, fed once).  KILN_ENOTSUP when a
- * layer does not lay its caches out by row (nothing copied). */
-kiln_status kiln_plan_decode_copy_rows(struct kiln_plan *dst, const struct kiln_plan *src,
-				       void *stream);
+/* Enqueue on stream the copy of positions 0..n-1 of row 0 of decode plan
+ * src's caches (src of one row or more, of the same model and decode
+ * length as dst; 1 <= n <= that length) into every row of dst: each row
+ * of dst then holds the positions src's row 0 held (kiln_generate_samples'
+ * prompt, fed once); *bytes: the bytes written (a layer that gives no
+ * kiln_layer.decode_pos_bytes has its rows copied whole).  KILN_ENOTSUP
+ * when a layer does not lay its caches out by row (nothing copied). */
+kiln_status kiln_plan_decode_copy_rows(struct kiln_plan *dst, const struct kiln_plan *src, int64_t n,
+				       void *stream, size_t *bytes);
 /* A pipeline stage's passes (core/pipe_run.c): the forwards of layers
  * lo..hi-1 (lo = 0: after the compute copy's refresh and the input
  * conversion), and their backwards, each after the recomputations it

@@ -292,7 +292,9 @@ kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void
 }
 
 /* Whether node n of a decode plan keeps no state, or lays it out by row
- * (kiln_layer.decode_caches) within its saved memory. */
+ * (kiln_layer.decode_caches) within its saved memory, each row whole
+ * runs of decode_len positions where it says how long a position is
+ * (decode_pos_bytes). */
 static int rows_copyable(const struct plan_node *n)
 {
 	const struct kiln_layer *l = &n->l;
@@ -301,6 +303,10 @@ static int rows_copyable(const struct plan_node *n)
 	if (l->decode_caches <= 0 || !l->decode_row_bytes || l->n_in < 1)
 		return 0;
 	const size_t rows = (size_t)l->in[0].dims[0];
+	const size_t run = (size_t)l->decode_len * l->decode_pos_bytes;
+	if (l->decode_pos_bytes && (l->decode_len < 1 || run / (size_t)l->decode_len != l->decode_pos_bytes ||
+				    l->decode_row_bytes % run))
+		return 0;
 	return rows && l->decode_row_bytes <= SIZE_MAX / rows &&
 	       (size_t)l->decode_caches * kiln_align_up(rows * l->decode_row_bytes) <= l->saved_bytes;
 }
@@ -315,34 +321,51 @@ int kiln_plan_decode_rows_copyable(const struct kiln_plan *p)
 	return 1;
 }
 
-/* Row 0 of node s's caches (of plan src) into every row of node d's (of
- * dst): the first row copied across, then rows [0, k) into [k, 2k), so
- * that B rows take 1 + log2(B) copies a cache. */
+/* Positions 0..n-1 of row 0 of node s's caches (of plan src) into every
+ * row of node d's (of dst), adding the bytes written to *bytes.  A row of
+ * runs of decode_len positions (kiln_layer.decode_pos_bytes) has each
+ * run's first n positions copied, a copy a run and row; a row copied
+ * whole (decode_pos_bytes 0, or n = decode_len) is copied to row 0, then
+ * rows [0, k) into [k, 2k), so that B rows take 1 + log2(B) copies. */
 static kiln_status copy_rows(struct kiln_device *dev, const struct kiln_plan *dst,
 			     const struct plan_node *d, const struct kiln_plan *src,
-			     const struct plan_node *s, void *stream)
+			     const struct plan_node *s, int64_t n, void *stream, size_t *bytes)
 {
-	const size_t rb = d->l.decode_row_bytes;
-	const int64_t B = d->l.in[0].dims[0], sB = s->l.in[0].dims[0];
+	const struct kiln_layer *l = &d->l;
+	const size_t rb = l->decode_row_bytes;
+	const size_t run = l->decode_pos_bytes ? (size_t)l->decode_len * l->decode_pos_bytes : rb;
+	const size_t len = l->decode_pos_bytes ? (size_t)n * l->decode_pos_bytes : rb;
+	const int64_t B = l->in[0].dims[0], sB = s->l.in[0].dims[0];
 	char *dp = kiln_plan_store_ptr(dst, d->sstore, NULL);
 	const char *sp = kiln_plan_store_ptr(src, s->sstore, NULL);
 	kiln_status st = KILN_OK;
-	for (int c = 0; c < d->l.decode_caches && !st; c++) {
+	for (int c = 0; c < l->decode_caches && !st; c++) {
 		char *dc = dp + (size_t)c * kiln_align_up((size_t)B * rb);
 		const char *sc = sp + (size_t)c * kiln_align_up((size_t)sB * rb);
+		if (len < run) { /* each run's filled positions, row by row */
+			for (int64_t b = 0; b < B && !st; b++)
+				for (size_t r = 0; r < rb / run && !st; r++)
+					st = kiln_device_copy_async(dev, dc + (size_t)b * rb + r * run, sc + r * run, len,
+								    KILN_COPY_D2D, stream);
+			*bytes += (size_t)B * (rb / run) * len;
+			continue;
+		}
 		st = kiln_device_copy_async(dev, dc, sc, rb, KILN_COPY_D2D, stream);
 		for (int64_t k = 1; k < B && !st; k *= 2)
 			st = kiln_device_copy_async(dev, dc + (size_t)k * rb, dc,
 						    rb * (size_t)(B - k < k ? B - k : k), KILN_COPY_D2D, stream);
+		*bytes += (size_t)B * rb;
 	}
 	return st;
 }
 
-kiln_status kiln_plan_decode_copy_rows(struct kiln_plan *dst, const struct kiln_plan *src,
-				       void *stream)
+kiln_status kiln_plan_decode_copy_rows(struct kiln_plan *dst, const struct kiln_plan *src, int64_t n,
+				       void *stream, size_t *bytes)
 {
-	if (!dst->decode || src->decode != dst->decode || src->m != dst->m)
-		return kiln_error(KILN_EINTERNAL, "kiln_plan_decode_copy_rows: two decode plans of one model and length");
+	*bytes = 0;
+	if (!dst->decode || src->decode != dst->decode || src->m != dst->m || n < 1 || n > dst->decode)
+		return kiln_error(KILN_EINTERNAL, "kiln_plan_decode_copy_rows: two decode plans of one model and length, 1 to %lld positions (%lld given)",
+				  (long long)dst->decode, (long long)n);
 	if (!kiln_plan_decode_rows_copyable(dst) || !kiln_plan_decode_rows_copyable(src))
 		return kiln_error(KILN_ENOTSUP, "a layer of the model keeps decoding state it does not lay out by row (kiln_layer.decode_caches, ABI 2.26)");
 	for (int i = 0; i < dst->m->n_layers; i++) {
@@ -350,10 +373,11 @@ kiln_status kiln_plan_decode_copy_rows(struct kiln_plan *dst, const struct kiln_
 		if (d->sstore < 0 && s->sstore < 0)
 			continue;
 		if (d->sstore < 0 || s->sstore < 0 || d->l.decode_caches != s->l.decode_caches ||
-		    d->l.decode_row_bytes != s->l.decode_row_bytes)
+		    d->l.decode_row_bytes != s->l.decode_row_bytes ||
+		    d->l.decode_pos_bytes != s->l.decode_pos_bytes)
 			return kiln_error(KILN_EINTERNAL, "layer '%s' lays out its decoding caches differently at %lld and %lld rows",
 					  dst->m->layers[i].name, (long long)dst->batch, (long long)src->batch);
-		kiln_status st = copy_rows(kiln_plan_dev(dst, i), dst, d, src, s, stream);
+		kiln_status st = copy_rows(kiln_plan_dev(dst, i), dst, d, src, s, n, stream, bytes);
 		if (st)
 			return kiln_error_wrap(st, "copying the decoding caches of layer '%s'", dst->m->layers[i].name);
 	}

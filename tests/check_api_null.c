@@ -5,7 +5,9 @@
  * NULL, &c), kiln_config_override(c, NULL), kiln_config_get(c, NULL, k),
  * kiln_registry_open(p, NULL), kiln_parse_size(NULL, ..),
  * kiln_safetensors_open(NULL, ..) and kiln_train / kiln_evaluate /
- * kiln_memory_report with a NULL config crashed the caller.  The rules:
+ * kiln_memory_report with a NULL config crashed the caller (and before
+ * session 42, kiln_generate, kiln_generator_step, kiln_generator_new and
+ * kiln_sample_token dereferenced theirs).  The rules:
  * include/kiln/kiln.h, "NULL arguments".
  */
 #include <kiln/kiln.h>
@@ -180,6 +182,40 @@ START_TEST(runner_nulls)
 				"token");
 		assert_null_arg(kiln_sample_probs(lg, 2, &so, 1, NULL), "kiln_sample_probs", "probs");
 		assert_null_arg(kiln_sample_probs(lg, 2, NULL, 1, probs), "kiln_sample_probs", "o");
+	}
+	/* session 42's (before, kiln_generate, kiln_generator_step,
+	 * kiln_generator_new and kiln_sample_token dereferenced them): a
+	 * pointer to `fake` stands for a generator, model and stream, never
+	 * read, since the NULL checks come first */
+	{
+		const struct kiln_sample_opts so = { .temperature = 0 };
+		const float lg[2] = { 0, 1 };
+		const float *lgp;
+		const int32_t tok[2] = { 1, 0 };
+		int32_t id, outs[2];
+		long fake = 0;
+		struct kiln_generator *fg = (struct kiln_generator *)&fake, *none = NULL;
+		struct kiln_model *fm = (struct kiln_model *)&fake;
+		assert_null_arg(kiln_generator_new(NULL, &fake, 9, &none), "kiln_generator_new", "m");
+		assert_null_arg(kiln_generator_new(fm, NULL, 9, &none), "kiln_generator_new", "stream");
+		assert_null_arg(kiln_generator_new(fm, &fake, 9, NULL), "kiln_generator_new", "out");
+		ck_assert_ptr_null(none);
+		assert_null_arg(kiln_generate(NULL, tok, 2, 1, &so, outs, NULL, NULL), "kiln_generate", "g");
+		assert_null_arg(kiln_generate(fg, NULL, 2, 1, &so, outs, NULL, NULL), "kiln_generate", "prompt");
+		assert_null_arg(kiln_generate(fg, tok, 2, 1, NULL, outs, NULL, NULL), "kiln_generate", "o");
+		assert_null_arg(kiln_generate(fg, tok, 2, 1, &so, NULL, NULL, NULL), "kiln_generate", "out");
+		assert_null_arg(kiln_generate_samples(fg, NULL, 2, 1, 2, &so, outs, NULL, NULL),
+				"kiln_generate_samples", "prompt");
+		assert_null_arg(kiln_generate_samples(fg, tok, 2, 1, 2, NULL, outs, NULL, NULL),
+				"kiln_generate_samples", "o");
+		assert_null_arg(kiln_generate_samples(fg, tok, 2, 1, 2, &so, NULL, NULL, NULL),
+				"kiln_generate_samples", "out");
+		assert_null_arg(kiln_generator_step(NULL, 0, 1, &lgp), "kiln_generator_step", "g");
+		assert_null_arg(kiln_generator_step(fg, 0, 1, NULL), "kiln_generator_step", "logits");
+		assert_null_arg(kiln_sample_token(NULL, 2, &so, 0, &id), "kiln_sample_token", "logits");
+		assert_null_arg(kiln_sample_token(lg, 2, NULL, 0, &id), "kiln_sample_token", "o");
+		assert_null_arg(kiln_sample_token(lg, 2, &so, 0, NULL), "kiln_sample_token", "token");
+		ck_assert_int_eq(kiln_generator_context(NULL), 0);
 	}
 	kiln_registry_close(r);
 	kiln_config_free(c);

@@ -518,9 +518,9 @@ endif
 if HAVE_CHECK
 check_PROGRAMS += tests/check_generate
 TESTS += tests/check_generate
-tests_check_generate_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
+tests_check_generate_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core -DSRCDIR='"$(abs_top_srcdir)"'
 tests_check_generate_CFLAGS = $(CHECK_SUITE_CFLAGS)
-tests_check_generate_LDADD = libkiln.la $(CHECK_LIBS) -lm
+tests_check_generate_LDADD = libkiln-internal.la $(CHECK_LIBS) -lm
 endif
 # top-p against HuggingFace's TopPLogitsWarper (torch 1.13)
 EXTRA_DIST += tests/data/gen_top_p_refs.py tests/data/top_p_refs.txt

@@ -130,10 +130,12 @@ static kiln_status attention_plan(const struct kiln_host *h, struct kiln_layer *
 		op.f[0] = s->scale;
 		l->saved_bytes = 2 * ALIGN64(kiln_tensor_bytes(&s->cache));
 		/* the key cache, then the value cache, each [B, H, Tmax, D]:
-		 * a row's keys (values) at every position in one run of
-		 * bytes (ABI 2.26: a prompt fed once is copied to the rows) */
+		 * a row's keys (values) in one run of bytes, H runs of Tmax
+		 * positions of D floats (ABI 2.26: the positions of a prompt
+		 * fed once are copied to the rows) */
 		l->decode_caches = 2;
 		l->decode_row_bytes = kiln_tensor_bytes(&s->cache) / (size_t)s->cache.dims[0];
+		l->decode_pos_bytes = sizeof(float) * (size_t)s->cache.dims[3];
 		return prep(h, l, dev, &op, &s->decode, ws);
 	}
 	/* an evaluation plan runs the eval form alone (attention_forward) */

@@ -1348,8 +1348,9 @@ typedef kiln_status (*kiln_samples_fn)(void *user, int64_t sample, int32_t token
  * num_return_sequences), decoded at once: a decode plan of n_samples
  * rows, each row its own key/value caches (memory: n_samples times one
  * sequence's, besides the generator's one-row plan), the prompt fed once
- * (its first n_prompt - 1 tokens to the one-row decode, whose caches are
- * copied into every row, then its last token to every row: the same
+ * (its first n_prompt - 1 tokens to the one-row decode, whose caches'
+ * positions of those tokens are copied into every row, then its last
+ * token to every row: the same
  * logits as feeding it to every row, one row's compute instead of
  * n_samples'; a model with a layer that does not lay its caches out by
  * row, kiln_layer.decode_caches of a plugin built before ABI 2.26, is fed
@@ -1363,12 +1364,14 @@ typedef kiln_status (*kiln_samples_fn)(void *user, int64_t sample, int32_t token
  * kiln_generate.  A row's logits do not depend on the other rows (on the
  * CPU device they are a one-row plan's to the bit: docs/generate.md).
  * The generator keeps the plan of n_samples > 1 rows until a call with
- * another n_samples > 1 makes another, its caches empty, or
+ * another n_samples > 1 makes another, its caches empty, a one-row call
+ * (kiln_generate, kiln_generator_step, n_samples = 1) frees it, or
  * kiln_generator_close.  1 <= n_samples <= INT32_MAX, else KILN_EINVAL;
  * a plan of n_samples > 1 rows that does not fit the device's memory is
  * KILN_EUSAGE (exit 2, as for a bad argument) naming n_samples, the bytes
  * the plan needs and a sample's share, and where the device tells its
- * free memory (kiln_device_mem_info) about how many fit, refused before
+ * free memory (kiln_device_mem_info) about how many fit (or that not one
+ * does), refused before
  * any allocation when it needs more than that (before session 42: the
  * allocation's KILN_ENOMEM, naming "the evaluation plan");
  * NULL g, prompt, o or out: KILN_EINVAL; with n_samples > 1 a draw's

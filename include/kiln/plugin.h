@@ -147,11 +147,11 @@ extern "C" {
  * 2.25: KILN_OP_RNN / RNN_BWD's i[4] ("last"): y and dy [B,H], each row's
  *      final hidden state (PyTorch's h_n; kiln/ops.h); the core asks no
  *      device built before (docs/plugins.md "ABI 2.25").
- * 2.26: kiln_layer.decode_caches and decode_row_bytes (a decode plan's
- *      caches laid out by row, which the core may copy from one row to
- *      others: a prompt fed once for several samples); 0 in a layer
- *      built before, whose rows are each fed (docs/plugins.md "ABI
- *      2.26").
+ * 2.26: kiln_layer.decode_caches, decode_row_bytes and decode_pos_bytes
+ *      (a decode plan's caches laid out by row and position, whose
+ *      filled positions the core may copy from one row to others: a
+ *      prompt fed once for several samples); 0 in a layer built before,
+ *      whose rows are each fed (docs/plugins.md "ABI 2.26").
  * 2.27: kiln_layer.eval_sums: in the trainer's evaluation plans a loss
  *      layer adds plain sums over the rows it counts and [3] their count,
  *      so an evaluation is one mean over every row of the set; a loss
@@ -1263,6 +1263,14 @@ struct kiln_layer {
 			      * default; a layer built before ABI 2.26): it
 			      * does not, and feeds every row instead */
 	size_t decode_row_bytes; /* ... the bytes of one row of one cache */
+	size_t decode_pos_bytes; /* ... > 0: the bytes of one position of a
+				  * run of decode_len positions, a row being
+				  * decode_row_bytes / (decode_len *
+				  * decode_pos_bytes) such runs one after the
+				  * other (attention: one a head, D * 4 bytes
+				  * a position): the core copies only a run's
+				  * first positions, those fed; 0: the row is
+				  * copied whole */
 	/* ---- ABI 2.27 ---- */
 	int eval_sums;       /* set by the core before plan, read by loss
 			      * layers: 1 in the trainer's evaluation plans
