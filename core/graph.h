@@ -175,14 +175,6 @@ struct kiln_model {
 	 * plan (kiln_plan_opts.frozen) tells its device when it changed since
 	 * the plan's last run (KILN_PROC_WEIGHTS_CHANGED). */
 	uint64_t wgen;
-	/* Pointers into the parameters or buffers that kiln_model_param_get
-	 * handed out since the last kiln_model_params_written: the caller
-	 * may write through them at any time, so every forward counts a
-	 * write before it runs (kiln_model_params_open_run): before session
-	 * 42 get counted one write when it handed the pointer out, and a
-	 * write after a run (get, run, write, run) was not seen by the
-	 * compute copy nor by the device's kept weights of frozen plans. */
-	int params_open;
 	/* wgen + 1 when a frozen plan last told the device (0: never): once
 	 * per write for all the model's plans, a plan made after the write
 	 * included, since a device may share what it made of the weights
@@ -504,15 +496,6 @@ static inline void kiln_model_weights_written(struct kiln_model *m)
 {
 	m->pcopy_stale = 1;
 	m->wgen++;
-}
-
-/* Before a forward: pointers kiln_model_param_get handed out are still
- * open (struct kiln_model.params_open), so the caller may have written
- * through them since the last run: counted as a write. */
-static inline void kiln_model_params_open_run(struct kiln_model *m)
-{
-	if (m->params_open)
-		kiln_model_weights_written(m);
 }
 
 struct storage {

@@ -98,12 +98,11 @@ void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_i
 		return;
 	}
 	const struct model_param *p = &m->params[i];
-	/* the caller may write the parameters now or after any run: a write
-	 * now, and one before every forward until kiln_model_params_written
-	 * (the compute copy cast again, frozen plans' kept weights made
-	 * again: struct kiln_model.params_open) */
+	/* the caller may write the parameters before the next run: one write
+	 * counted now (the compute copy cast again, frozen plans' kept
+	 * weights made again, once).  A write through the pointer after a
+	 * run is the caller's to tell: kiln_model_params_written (kiln.h) */
 	kiln_model_weights_written((struct kiln_model *)m);
-	((struct kiln_model *)m)->params_open = 1;
 	o->name = p->name;
 	o->desc = p->desc;
 	o->param = (p->buffer ? m->buffers_d : m->params_d) + p->off;
@@ -116,7 +115,6 @@ void kiln_model_params_written(struct kiln_model *m)
 	if (!m)
 		return;
 	kiln_model_weights_written(m);
-	m->params_open = 0;
 }
 
 kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,

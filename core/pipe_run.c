@@ -136,7 +136,6 @@ static kiln_status refresh_copy(struct kiln_pipe *pp)
 	int su, so;
 	if (pp->mine <= 0 || !pp->m->params_c)
 		return KILN_OK;
-	kiln_model_params_open_run(pp->m);
 	for (int t = 0; pipe_tie_user(pp, t, &su, &so) >= 0; t++)
 		if (su == pp->mine)
 			kiln_model_weights_written(pp->m);

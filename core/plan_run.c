@@ -206,7 +206,6 @@ kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const v
 	kiln_status st;
 	if (lo > 0)
 		return run_events(p, lo, hi, x, labels, metrics, stream);
-	kiln_model_params_open_run(m);
 	/* the compute copy's refresh reads every parameter */
 	if (m->fwd_hook && m->pcopy_stale && m->pcast_plan &&
 	    (st = m->fwd_hook(m->fwd_user, n, stream)))

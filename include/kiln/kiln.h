@@ -320,9 +320,10 @@ struct kiln_param_info {
 	const char *name;              /* "fc1.weight" (PyTorch names and layouts) */
 	struct kiln_tensor_desc desc;
 	float *param;                  /* device pointer into the flat buffer (f32):
-					* the caller may write through it, and
-					* every forward after the write sees it,
-					* until kiln_model_params_written (below) */
+					* the caller may write through it before
+					* the next run; a write after a run is
+					* seen once kiln_model_params_written
+					* (below) is called */
 	float *grad;                   /* device pointer, NULL when frozen */
 	int trainable;
 };
@@ -344,26 +345,23 @@ int kiln_model_compute_dtype(const struct kiln_model *m);
 
 int kiln_model_param_count(const struct kiln_model *m);
 /* Parameter (or buffer) i: its name, shape and device pointers.  The
- * caller may write the values through the pointer before or after any
- * run (on the stream the runs go to, or synchronised): from this call on, every
- * forward of every plan of m takes the weights as they are then (the
- * compute copy of low-precision compute is cast again, and a device's own
- * converted copy of a frozen plan's weights, kiln_plan_opts.frozen, made
- * again), until kiln_model_params_written.  So get, run, write, run gives
- * the new weights' outputs (before session 42 only a write made before the
- * first run after the get was seen: the copies made then were used on). */
+ * call counts one write of m's weights: the caller may write the values
+ * through the pointer (on the stream the runs go to, or synchronised)
+ * before the next run, which takes them (the compute copy of
+ * low-precision compute is cast again, and a device's own converted copy
+ * of a frozen plan's weights, kiln_plan_opts.frozen, made again, once).
+ * Runs after that keep those copies, so a get that only reads costs one
+ * conversion, not one per run.  A write through the pointer after a run
+ * must be followed by kiln_model_params_written (below) before the next
+ * run, or that run may use the weights as they were (get, run, write,
+ * params_written, run gives the new weights' outputs). */
 void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_info *out);
-/* The caller has written what it meant to through the pointers of
- * kiln_model_param_get and kiln_model_param_find: the next forward takes
- * the weights as they are now, and later ones may use the copies made
- * then (a frozen plan's device keeps its converted weights from run to
- * run again; the compute copy is cast only after the next write the core
- * sees).  Call it after writing the weights and before running a frozen
- * plan many times: until it is called each forward converts the weights
- * again (as [plugin.cpu] keep_weights = 0 does).  A write through such a
- * pointer after this call and before the next get is not seen by a
- * frozen plan nor by the compute copy: get the pointer again, or call
- * this again after the write.  NULL: nothing.  (libkiln.so.2.5) */
+/* The caller has written m's weights through pointers of
+ * kiln_model_param_get or kiln_model_param_find after a run: counts one
+ * write, so the next forward of every plan of m takes the weights as they
+ * are now (the compute copy cast again, a frozen plan's kept weights made
+ * again, once); later runs keep the copies made then.  Call it after each
+ * such write, before the next run.  NULL: nothing.  (libkiln.so.2.5) */
 void kiln_model_params_written(struct kiln_model *m);
 /* KILN_ENOTFOUND if no parameter has that name. */
 kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,
@@ -413,8 +411,8 @@ struct kiln_plan_opts {
 			 * train the model while the plan exists, so its
 			 * weights change only where the core sees it (loading
 			 * a checkpoint or safetensors file, init, quantize,
-			 * writes through kiln_model_param_get's pointers until
-			 * kiln_model_params_written), and the device may keep its
+			 * kiln_model_param_get, kiln_model_params_written
+			 * after a write through its pointers), and the device may keep its
 			 * own converted copy of the weights from run to run
 			 * (KILN_OPF_FROZEN, docs/plugins.md "ABI 2.15"); the
 			 * next run after such a write takes the new weights */

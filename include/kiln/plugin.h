@@ -386,7 +386,8 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
 /* KILN_PROC_WEIGHTS_CHANGED  void (*)(void *ctx) (ABI 2.15): the core has
  *   written new bytes into weights that ops prepared with KILN_OPF_FROZEN
  *   read (a checkpoint or safetensors file loaded into a model that has
- *   inference plans, kiln_model_param_get's pointer handed out, ...).
+ *   inference plans, kiln_model_param_get's pointer handed out,
+ *   kiln_model_params_written, ...).
  *   Every such op of this device takes its weights from in1 again on its
  *   next run (whatever copy it made of them is stale).  The core calls it
  *   from the thread that runs the plans, after it enqueued the write and

@@ -150,6 +150,14 @@ int cpu_team_verdict_find(struct cpu_team_verdicts *vs, const struct cpu_team_ve
 void cpu_team_verdict_keep(struct cpu_team_verdicts *vs, const struct cpu_team_verdict *k,
 			   int same);
 void cpu_team_verdicts_clear(struct cpu_team_verdicts *vs);
+/* The outcome of a probe that failed with st (a version's prepare, the
+ * scratch weights, a kernel): -1 (not kept: a later plan probes again)
+ * for KILN_ENOMEM, which a later probe may not meet; else 0, a verdict
+ * (the version is not used), kept, since a kernel that fails on the op's
+ * shapes fails again (before session 42's review every failure gave -1,
+ * and an op whose probe always failed was probed again by each new plan,
+ * ~11 ms a plan). */
+int cpu_team_probe_failed(kiln_status st);
 
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {

@@ -167,7 +167,8 @@ static kiln_status prepare_family(struct cpu_ctx *c, struct cpu_plan *q)
 /* Run plan x on `threads` threads over scratch tensors of its op's shapes
  * (pseudo-random values, the same for every call); the outputs' bytes are
  * copied to out (size *n, set), or compared with it: 1 when equal, 0
- * when not, -1 when it could not run (out of memory, the kernel failed). */
+ * when not or when the kernel failed (a verdict), -1 when it could not run
+ * for want of memory (cpu_team_probe_failed). */
 static int probe_run(struct cpu_ctx *c, const struct cpu_plan *x, size_t ws, int threads,
 		     char **out, size_t *n)
 {
@@ -176,16 +177,21 @@ static int probe_run(struct cpu_ctx *c, const struct cpu_plan *x, size_t ws, int
 	char *buf = cpu_scratch_args(x, ws, 1, &a, bytes);
 	struct cpu_err e;
 	int same = -1;
+	kiln_status st;
 	if (!buf)
 		return -1;
 	omp_set_num_threads(threads);
 	/* scratch weights: a frozen conv's kept copy stays as it is */
-	if (cpu_dnn_w_probe(x->dnn, 1) != KILN_OK)
+	if ((st = cpu_dnn_w_probe(x->dnn, 1)) != KILN_OK) {
+		same = cpu_team_probe_failed(st);
 		goto out;
-	const kiln_status st = x->kernel(x, &a, &e);
+	}
+	st = x->kernel(x, &a, &e);
 	cpu_dnn_w_probe(x->dnn, 0);
-	if (st != KILN_OK)
+	if (st != KILN_OK) {
+		same = cpu_team_probe_failed(st);
 		goto out;
+	}
 	for (int i = 0; i < x->op.n_out; i++)
 		total += bytes[i];
 	if (!*out && !(*out = malloc(total ? total : 1)))
@@ -213,9 +219,10 @@ out:
  * when it fits p's workspace, leaves p's aux and gives p's bytes; else
  * NULL.  Whether it gives them: what an earlier plan's probe of the same
  * op, kernel and team found, else probed now and kept (*known: 1 when
- * found, 0 when probed), unless the probe could not run (no memory for
- * the version or the scratch tensors, a kernel's failure): the next
- * plan of the op probes again.  Under v->lock. */
+ * found, 0 when probed), unless the probe could not run for want of
+ * memory (the version, the scratch tensors): the next plan of the op
+ * probes again.  A version that fails to prepare or to run is a verdict,
+ * kept (cpu_team_probe_failed).  Under v->lock. */
 static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_plan *p, int n,
 				    int busy, int *known)
 {
@@ -241,7 +248,7 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
 		if (fits && found > 0) {
 			same = 1; /* probed before: no run */
 		} else if (!fits) {
-			same = st == KILN_ENOMEM ? -1 : 0;
+			same = st ? cpu_team_probe_failed(st) : 0;
 		} else {
 			/* p itself, without the versions; its list links and
 			 * refs (which the issuing thread writes meanwhile under

@@ -9,10 +9,11 @@
  * had no cap, was searched from its head under the context's lock on
  * every new plan's version, and grew by each op, row count and team a
  * process met (a server passing each request's own row count: one key a
- * size).  A probe that could not run (out of memory, a kernel's failure)
- * is kept not at all: before, it was kept as "other bytes", and every
- * later plan of the op stayed on the opening team without a probe that
- * might have succeeded.
+ * size).  A probe that could not run for want of memory is kept not at
+ * all: before, it was kept as "other bytes", and every later plan of the
+ * op stayed on the opening team without a probe that might have
+ * succeeded.  A kernel's own failure is a verdict, "other bytes", kept
+ * (cpu_team_probe_failed): it would fail again on every new plan.
  *
  * The caller holds the context's lock around each call (dnnteam.c).
  */
@@ -25,6 +26,8 @@
 /* The bytes of a verdict that key it: key .. busy */
 #define VERDICT_FROM offsetof(struct cpu_team_verdict, key)
 #define VERDICT_LEN (offsetof(struct cpu_team_verdict, same) - VERDICT_FROM)
+
+int cpu_team_probe_failed(kiln_status st) { return st == KILN_ENOMEM ? -1 : 0; }
 
 void cpu_team_verdict_hash(struct cpu_team_verdict *k)
 {

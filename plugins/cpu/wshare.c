@@ -230,7 +230,10 @@ static uint64_t wk_stamp(struct cpu_wshare *sh, const void *w, uint64_t *epoch)
 /* r's stamp of the weights at src: the one it read before while no
  * notice came and no range was forgotten since (one atomic load: every
  * run of a frozen plan asks, and before session 42 each took the list's
- * lock and searched the ranges), else wk_stamp's, kept. */
+ * lock and searched the ranges), else wk_stamp's, kept.  Measured
+ * performance-neutral (docs/PERFORMANCE.md, session 42), kept as it is
+ * simple; every change to sh->ranges or sh->all must bump the epoch
+ * (wk_epoch_next), or a run keeps a stale stamp. */
 static uint64_t wk_stamp_of(struct cpu_wref *r, const void *src)
 {
 	const uint64_t ep = __atomic_load_n(&r->sh->epoch, __ATOMIC_ACQUIRE);
