@@ -18,12 +18,16 @@
 #     no rows, and the trainer divides its sums by the samples, as before;
 #     the layer built for this ABI adds the rows it counted, which the
 #     trainer divides by: at eval_batch 60 (4 batches and one of 16) both
-#     evaluate the model of batch 32 as the built-in does (1e-6).
+#     evaluate the model of batch 32 as the built-in does (1e-6); so does
+#     the layer written for 2.25 and rebuilt unchanged against this kiln's
+#     headers (kiln-tloss25.so: this minor, never sets
+#     kiln_layer.eval_counted, writes f32[3]): divided by the samples
+#     (before: its ABI number alone said it counted, every evaluation inf).
 name=loss_plugin_abi
 . "$(dirname "$0")/lib.sh"
 . "$srcdir/tests/config_lib.sh"
 plugdir="$abs_top_builddir/tests/plugins/.libs"
-[ -f "$plugdir/kiln-tloss.so" ] && [ -f "$plugdir/kiln-tloss22.so" ] ||
+[ -f "$plugdir/kiln-tloss.so" ] && [ -f "$plugdir/kiln-tloss22.so" ] && [ -f "$plugdir/kiln-tloss25.so" ] ||
 	{ echo "FAIL: test plugins not built in $plugdir (make check builds them)"; exit 99; }
 abi=$("$kiln" --version | sed -n 's/.*plugin ABI \([0-9]*\.[0-9]*\).*/\1/p')
 [ -n "$abi" ] || fail "kiln --version names no plugin ABI"
@@ -40,6 +44,7 @@ mlp() {
 	} >"$tmp/$1.ini"
 }
 mlp tloss22
+mlp tloss25
 mlp tloss
 mlp softmax_xent
 # train NAME LOSS_TYPE EXIT BATCH ACCUMULATE [KEY=VALUE...]
@@ -75,8 +80,12 @@ near "$(ck b32 6)" "$(ck b8x4 6)" 1e-6 params
 train pipe tloss 0 32 1 layer.fc3.stage=1 pipeline.micro_batches=4
 near "$(ck b32 6)" "$(ck pipe 6)" 1e-6 params
 
-# ---- 3. their evaluations: divided by the samples (2.22) and by the rows -------
-for f in old_one b32; do
+# ---- 3. their evaluations: divided by the samples (2.22, 2.25 rebuilt) and by
+# the rows
+train rebuilt tloss25 0 32 1 train.eval=1 train.eval_batch=60
+cp "$out" "$tmp/rebuilt.out"
+near "$(ck builtin 6)" "$(ck rebuilt 6)" 1e-6 params
+for f in old_one rebuilt b32; do
 	for k in test_loss test_acc; do
 		a=$(field $k "$tmp/$f.out") b=$(field $k "$tmp/builtin.out")
 		[ -n "$a" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= 1e-6 * (b > 1 ? b : 1)) }' ||

@@ -5,10 +5,16 @@
  *  - kiln-tloss.so (layer type "tloss"), for this kiln's ABI: its backward
  *    multiplies the gradient by *loss_scale whenever l->loss_scaled is set
  *    (ABI 2.23: fp16's scale and the step's mean over micro-batches), and
- *    its evaluations add the rows counted when l->eval_sums is (2.27);
+ *    its evaluations add the rows counted, and it sets l->eval_counted,
+ *    when l->eval_sums is set (2.27);
  *  - kiln-tloss22.so (TLOSS_ABI22, layer type "tloss22"), a plugin written
  *    for ABI 2.22's docs by an author who does not use fp16: it never reads
- *    loss_scale, and the core must refuse it where the seed is a mean.
+ *    loss_scale, and the core must refuse it where the seed is a mean;
+ *  - kiln-tloss25.so (TLOSS_ABI25, layer type "tloss25"), a plugin written
+ *    for ABI 2.25's docs and rebuilt unchanged against this kiln's headers
+ *    (it reports this minor): it reads loss_scale but never sets
+ *    l->eval_counted, and writes f32[3], which the trainer divides by
+ *    samples.
  *
  * Not installed, not in the default search path (check_LTLIBRARIES).
  */
@@ -21,12 +27,17 @@
 #define TLOSS_NAME "tloss22"
 #define TLOSS_MINOR 22
 #define TLOSS_SCALED(l) 0 /* what a 2.22 f32-only plugin did: never */
-#define TLOSS_COUNTS(l) 0 /* 2.27's eval_sums: unknown, f32[3] */
+#define TLOSS_COUNTED(l) 0 /* 2.27's eval_counted: unknown, f32[3] */
+#elif defined TLOSS_ABI25
+#define TLOSS_NAME "tloss25"
+#define TLOSS_MINOR KILN_ABI_MINOR /* rebuilt against this kiln's headers */
+#define TLOSS_SCALED(l) ((l)->loss_scaled)
+#define TLOSS_COUNTED(l) 0 /* written for 2.25: never sets eval_counted */
 #else
 #define TLOSS_NAME "tloss"
 #define TLOSS_MINOR KILN_ABI_MINOR
 #define TLOSS_SCALED(l) ((l)->loss_scaled)
-#define TLOSS_COUNTS(l) ((l)->eval_sums) /* ABI 2.27: [3] the rows counted */
+#define TLOSS_COUNTED(l) ((l)->eval_sums) /* ABI 2.27: it adds [3], the rows counted */
 #endif
 
 /* a row-major f32/i32 descriptor (a plugin calls no kiln_* function) */
@@ -84,7 +95,9 @@ static kiln_status tloss_plan(const struct kiln_host *host, struct kiln_layer *l
 	if (TLOSS_SCALED(l))
 		tloss_desc(&op.in[2], KILN_F32, 1, 1, 0);
 	op.out[0] = op.in[0];
-	tloss_desc(&op.out[1], KILN_F32, 1, TLOSS_COUNTS(l) ? 4 : 3, 0);
+	if (TLOSS_COUNTED(l))
+		l->eval_counted = 1; /* ABI 2.27: f32[4], [3] the rows counted */
+	tloss_desc(&op.out[1], KILN_F32, 1, TLOSS_COUNTED(l) ? 4 : 3, 0);
 	op.i[0] = s->B;
 	op.i[1] = KILN_LOSS_XENT;
 	op.f[0] = 1.0 / (double)s->B;
