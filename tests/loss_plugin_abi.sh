@@ -95,19 +95,34 @@ done
 # ... and on token logits with pads (label 0, ignored: kiln-tloss.so's token
 # rule, the built-in's ignore_index = 0), where a mean over the tokens
 # counted and the old mean over samples of batch token means differ: the
-# layer built for this ABI evaluates as the built-in (1e-6); the rebuilt
-# 2.25 layer, divided by samples, is the old mean (apart by more than 1e-5)
+# layer built for this ABI evaluates the file's weights (lr 0) as Python's
+# token mean and the built-in do (1e-6); the rebuilt 2.25 layer, divided by
+# samples, is the old mean (apart by more than 1e-5)
 if "$kiln" plugins 2>/dev/null | grep -q "^source  *tokens .*available"; then
-	python3 - "$tmp" <<'EOF' || fail "python3 could not write the token file"
-import random, struct, sys
+	python3 - "$tmp" >"$tmp/tok_ref" <<'EOF' || fail "python3 could not write the token files"
+import math, random, struct, sys
+import st
+V = 11
 r = random.Random(7)
 t = []
 for w in range(200):
     p = r.choice([0.0, 0.1, 0.5, 0.9])
-    t += [0 if r.random() < p else r.randrange(1, 11) for _ in range(8)]
+    t += [0 if r.random() < p else r.randrange(1, V) for _ in range(8)]
 t.append(1)
 open(sys.argv[1] + "/tok.bin", "wb").write(struct.pack("<256i", *([20240520, 1, len(t)] + [0] * 253)) +
                                           struct.pack("<%dH" % len(t), *t))
+W = list(struct.unpack("<%df" % (V * V), struct.pack("<%df" % (V * V),
+                       *[r.uniform(-3, 3) for _ in range(V * V)])))
+st.write(sys.argv[1] + "/w.safetensors", {"emb.weight": ([V, V], W)})
+loss, n = 0.0, 0
+for i in range(200 * 8):
+    x, y = t[i], t[i + 1]
+    if y:
+        row = W[x * V:(x + 1) * V]
+        m = max(row)
+        loss += m + math.log(sum(math.exp(v - m) for v in row)) - row[y]
+        n += 1
+print("%.9f" % (loss / n))
 EOF
 	for l in tloss tloss25 softmax_xent; do
 		cat >"$tmp/tok_$l.ini" <<EOF2
@@ -123,6 +138,8 @@ vocab = 11
 workers = 0
 [data.eval]
 path = $tmp/tok.bin
+[model]
+init_from = $tmp/w.safetensors
 [layer.emb]
 type = embedding
 vocab = 11
@@ -132,14 +149,18 @@ type = $l
 $([ $l = softmax_xent ] && echo "ignore_index = 0")
 [train]
 optimizer = sgd
-lr = 0.5
+lr = 0
 batch = 8
-max_steps = 3
+max_steps = 1
 eval_batch = 7
 EOF2
 		kiln 0 train "$tmp/tok_$l.ini" "run.plugin_path=$plugdir"
 		cp "$out" "$tmp/tok_$l.out"
 	done
+	# (lr 0: the file's weights, whose token mean Python computed)
+	a=$(field test_loss "$tmp/tok_tloss.out") ref=$(cat "$tmp/tok_ref")
+	awk -v a="$a" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * b) }' ||
+		fail "tokens: tloss's test_loss '$a', the token mean is $ref (Python)"
 	for k in test_loss test_acc; do
 		a=$(field $k "$tmp/tok_tloss.out") o=$(field $k "$tmp/tok_tloss25.out")
 		b=$(field $k "$tmp/tok_softmax_xent.out")
