@@ -89,11 +89,11 @@ int cmd_eval(int argc, char **argv)
 		printf("}\n");
 		if (r.steps >= 0)
 			fprintf(stderr, "test loss %.4f acc %.2f%% (%lld samples; checkpoint of step %lld)\n",
-				common_nan_plain(r.test_loss), 100 * r.test_acc, (long long)r.test_samples,
+				common_nan_plain(r.test_loss), common_nan_plain(100 * r.test_acc), (long long)r.test_samples,
 				(long long)r.steps);
 		else /* a weights file, or a quantized one without its step */
 			fprintf(stderr, "test loss %.4f acc %.2f%% (%lld samples; the weights of %s)\n",
-				common_nan_plain(r.test_loss), 100 * r.test_acc, (long long)r.test_samples,
+				common_nan_plain(r.test_loss), common_nan_plain(100 * r.test_acc), (long long)r.test_samples,
 				r.checkpoint);
 	}
 	kiln_registry_close(reg);

@@ -9,6 +9,7 @@
 #include "build-config.h"
 #include "cli.h"
 #include "launch.h" /* LAUNCH_STOPPED_LINE */
+#include "../plugins/common/c_locale.h" /* common_nan_plain: "nan", not "-nan" */
 #include <kiln/dist.h>
 
 #include <errno.h>
@@ -608,9 +609,9 @@ static int say_end(const struct kiln_train_result *r, int tty, const char *confi
 	else if (r->stopped)
 		fprintf(stderr, "kiln: stopped at step %lld: no checkpoint written ([run] out_dir is empty)\n",
 			(long long)r->steps);
-	else if (r->test_acc >= 0)
-		fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r->test_acc,
-			(long long)r->test_samples);
+	else if (r->test_acc >= 0 || isnan(r->test_acc)) /* nan: every target ignored */
+		fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n",
+			common_nan_plain(100 * r->test_acc), (long long)r->test_samples);
 	if (r->stopped && !r->stop_cause[0]) {
 		char line[64];
 		snprintf(line, sizeof line, LAUNCH_STOPPED_LINE "%d", stop_rank());

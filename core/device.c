@@ -534,6 +534,12 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_SOFTMAX_XENT && op->i[5] && dev->plugin->abi_minor < 4)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a loss's classes",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and its fourth metric, the rows counted (2.1): an older device
+	 * leaves it unwritten, an evaluation's count (kiln_layer.eval_counted) */
+	if (op->type == KILN_OP_SOFTMAX_XENT && op->n_out >= 2 && op->out[1].dims[0] >= 4 &&
+	    dev->plugin->abi_minor < 1)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a loss's fourth metric (the rows counted, 2.1)",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	/* the INT8 ops came with ABI 2.6 */
 	if ((op->type == KILN_OP_QCONV || op->type == KILN_OP_QLINEAR) && dev->plugin->abi_minor < 6)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the INT8 ops",

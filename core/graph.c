@@ -31,12 +31,6 @@ int64_t kiln_model_loss_classes(const struct kiln_model *m)
 	return lc;
 }
 
-int kiln_model_eval_counts(const struct kiln_model *m)
-{
-	const struct model_layer *L = &m->layers[m->loss_layer];
-	return m->eval_counted && (!L->file || L->type->abi_minor >= 27);
-}
-
 static char *trim(char *s)
 {
 	while (*s == ' ' || *s == '\t')

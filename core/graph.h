@@ -202,7 +202,7 @@ struct kiln_model {
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
 	/* set by the trainer on its model: its plans that do not train are
 	 * evaluations, whose loss layer adds sums and the rows it counted
-	 * (kiln_layer.eval_sums, ABI 2.27; kiln_model_eval_counts) */
+	 * (kiln_layer.eval_sums, ABI 2.27; kiln_plan_eval_counts) */
 	int eval_counted;
 	/* set while the trainer makes its training plan with [train]
 	 * accumulate > 1, or a pipeline its plans (pipe_open.c): device
@@ -598,12 +598,6 @@ int kiln_model_find_layer(const struct kiln_model *m, int upto, const char *name
  * vocabulary's columns the loss never trains), 0 when it sets none (every
  * logit a class). */
 int64_t kiln_model_loss_classes(const struct kiln_model *m);
-/* core/graph.c.  1 when m's plans that do not train (m->eval_counted)
- * have a loss layer that adds the rows it counted, metrics[3]
- * (kiln_layer.eval_sums): a built-in, or a plugin's built for ABI 2.27 or
- * later; 0 otherwise (an evaluation then divides by its samples, as
- * before 2.27). */
-int kiln_model_eval_counts(const struct kiln_model *m);
 /* The data input as layers see it: [batch, sample...], 4-d inputs in the
  * model's layout, the compute dtype. */
 void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln_tensor_desc *d);
@@ -681,6 +675,13 @@ static inline int kiln_plan_late_store(const struct kiln_plan *p, int i)
 /* core/plan_run.c.  The address of storage `store` of plan p (-1: the
  * data input x, other negatives: NULL). */
 void *kiln_plan_store_ptr(const struct kiln_plan *p, int store, const void *x);
+/* core/plan.c.  1 when evaluation plan p's loss layer adds the rows it
+ * counted, metrics[3]: the trainer asked it to (kiln_layer.eval_sums, on
+ * m->eval_counted's plans that do not train) and its plan said it does
+ * (kiln_layer.eval_counted, ABI 2.27: the built-in softmax_xent, or a
+ * plugin's that sets it); 0 otherwise (an evaluation then divides its
+ * per-sample sums by its samples, as before 2.27). */
+int kiln_plan_eval_counts(const struct kiln_plan *p);
 /* Whether every layer of decode plan p that keeps state from step to step
  * lays it out by row (kiln_layer.decode_caches, ABI 2.26), so that
  * kiln_plan_decode_copy_rows can fill its rows. */

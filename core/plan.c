@@ -473,6 +473,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 		N[i].l.frozen = p->frozen;
 		/* the trainer's evaluations: sums and the rows counted */
 		N[i].l.eval_sums = !training && !p->logits && !p->decode && m->eval_counted;
+		N[i].l.eval_counted = 0; /* the loss layer's plan sets it */
 	}
 	for (int i = 0; i < n; i++)
 		if (N[i].l.n_params != m->layers[i].n_params) {
@@ -597,6 +598,12 @@ void kiln_plan_free(struct kiln_plan *p)
 
 size_t kiln_plan_arena_bytes(const struct kiln_plan *p) { return p->arena_bytes; }
 int kiln_plan_recomputed(const struct kiln_plan *p) { return p->n_recomputed; }
+
+int kiln_plan_eval_counts(const struct kiln_plan *p)
+{
+	const struct kiln_layer *l = &p->nodes[p->m->loss_layer].l;
+	return l->eval_sums && l->eval_counted;
+}
 
 size_t kiln_plan_naive_bytes(const struct kiln_plan *p)
 {

@@ -114,20 +114,34 @@ static kiln_status eval_sums_take(struct trainer *t, double sums[4], kiln_status
 	return KILN_OK;
 }
 
-/* e's results from the set's sums[4] over its len samples: each sum over
- * the rows counted (a sample, or a token row; ignore_index's left out),
- * divided by their count, as PyTorch's CrossEntropyLoss(reduction =
- * 'sum') summed over the loader and divided by the targets not ignored
- * (0 / 0, NaN, when every target is ignored).  A loss layer built before
- * ABI 2.27 counts nothing: its sums (per sample) are divided by len. */
-static void eval_results(struct trainer *t, const struct eval_target *e, const double sums[4],
-			 int64_t len)
+/* e's results from the set's sums[4] over its len samples, evaluated
+ * through plan p: each sum over the rows counted (a sample, or a token
+ * row; ignore_index's left out), divided by their count, as PyTorch's
+ * CrossEntropyLoss(reduction = 'sum') summed over the loader and divided
+ * by the targets not ignored (0 / 0, NaN, when every target is ignored:
+ * said once per evaluation).  A loss layer that does not say it counts
+ * (kiln_layer.eval_counted: one built before ABI 2.27, or rebuilt
+ * unchanged) writes per-sample sums, divided by len.  A count of 0 under
+ * nonzero sums is the layer's error (it said it counts and did not). */
+static kiln_status eval_results(struct trainer *t, const struct eval_target *e,
+				const struct kiln_plan *p, const double sums[4], int64_t len)
 {
-	const double n = kiln_model_eval_counts(t->m) ? sums[3] : (double)len;
+	const int counts = kiln_plan_eval_counts(p);
+	const double n = counts ? sums[3] : (double)len;
+	const char *sec = !strcmp(e->name, "val") ? "data.val" : "data.eval";
+	const struct model_layer *L = &t->m->layers[t->m->loss_layer];
+	if (counts && n == 0 && (sums[0] != 0 || sums[1] != 0))
+		return kiln_error(KILN_EINVAL, "loss layer '%s' (type %s%s%s) said it counts the rows of an evaluation (kiln_layer.eval_counted) but counted none of [%s]'s %lld samples while its loss sum is %g and its correct count %g",
+				  L->name, L->type->name, L->file ? ", from " : "", L->file ? L->file : "",
+				  sec, (long long)len, sums[0], sums[1]);
+	if (counts && n == 0 && len > 0)
+		kiln_log(KILN_LOG_WARN, "train", "every target of [%s] is ignore_index: its %lld samples count no target, so the %s evaluation's loss and accuracy are nan",
+			 sec, (long long)len, e->name);
 	*e->loss = sums[0] / n;
 	*e->acc = sums[1] / n;
 	*e->acc5 = sums[2] / n;
 	*e->samples = len;
+	return KILN_OK;
 }
 
 /* Batch b of the pass (rows rows: the samples idx) loaded and through its
@@ -230,7 +244,7 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 	if ((!own || t->eval_staged) && (st = eval_sums_take(t, sums, &own)))
 		goto out;
 	if (!own)
-		eval_results(t, e, sums, len);
+		own = eval_results(t, e, cal ? cal->full : t->peval, sums, len);
 out:
 	trainer_phase(t, KILN_PHASE_EVAL, 0);
 	free(idx);

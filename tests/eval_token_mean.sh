@@ -21,8 +21,9 @@
 # gives it within 1e-6 (the loss, relative; the accuracy, absolute: the
 # JSON line's 6 decimals), and the three agree within 1e-6 of each other;
 # `kiln train` on 2 data-parallel ranks and on 2 pipeline stages on 2
-# ranks (at lr 0) evaluates it too.  Before this session 7 and 64 were off
-# by about 1e-3.
+# ranks (at lr 0, each rank holding its stage's parameters alone, so the
+# evaluation runs per stage) evaluates it too, loss and accuracy.  Before
+# this session 7 and 64 were off by about 1e-3.
 name=eval_token_mean
 . "$(dirname "$0")/lib.sh"
 py=/usr/bin/python3
@@ -121,11 +122,18 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 		kiln 0 launch -n 2 -- "$abs_top_builddir/kiln" train "$ini" \
 			"model.init_from=$tmp/w.safetensors" run.comm=gloo dist.timeout=60 \
 			train.optimizer=sgd train.lr=0 train.batch=8 train.max_steps=2 train.eval_batch=7 "$@"
-		l=$(field test_loss "$out")
-		echo "$how, 2 ranks, eval_batch 7: loss $l"
+		l=$(field test_loss "$out") a=$(field test_acc "$out")
+		echo "$how, 2 ranks, eval_batch 7: loss $l acc $a"
 		r=$(rel "$l" "$ref_loss")
 		awk -v r="$r" 'BEGIN { exit !(r <= 1e-6) }' ||
 			fail "$how on 2 ranks: loss $l, the token mean is $ref_loss (relative $r)"
+		awk -v a="$a" -v b="$ref_acc" 'BEGIN { d = a - b; exit !(d <= 1e-6 && -d <= 1e-6) }' ||
+			fail "$how on 2 ranks: accuracy $a, the token accuracy is $ref_acc"
+		# (per stage: each rank holds its stage's parameters alone,
+		# kiln_dist_pipe_eval_staged, and gathers nothing to evaluate)
+		[ $how = ddp ] || for s in 0 1; do
+			stderr_has "rank $s (pipeline stage $s): holds the stage's parameters and gradients alone"
+		done
 	done
 else
 	echo "(no gloo plugin: the 2-rank runs skipped)"

@@ -72,7 +72,7 @@ check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
 	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
 	tests/plugins/shadow/kiln-tgood.la tests/plugins/kiln-tcommfail.la \
 	tests/plugins/exit/kiln-texit.la tests/plugins/kiln-tlayer.la \
-	tests/plugins/kiln-tloss.la tests/plugins/kiln-tloss22.la \
+	tests/plugins/kiln-tloss.la tests/plugins/kiln-tloss22.la tests/plugins/kiln-tloss25.la \
 	tests/plugins/nodecode/kiln-tnodecode.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
 tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
@@ -114,6 +114,10 @@ tests_plugins_kiln_tloss22_la_SOURCES = tests/plugins/tloss.c
 tests_plugins_kiln_tloss22_la_CPPFLAGS = $(AM_CPPFLAGS) -DTLOSS_ABI22
 tests_plugins_kiln_tloss22_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tloss22_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tloss25_la_SOURCES = tests/plugins/tloss.c
+tests_plugins_kiln_tloss25_la_CPPFLAGS = $(AM_CPPFLAGS) -DTLOSS_ABI25
+tests_plugins_kiln_tloss25_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tloss25_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 # the CPU device without ATTENTION_DECODE (tests/generate_device.sh)
 tests_plugins_nodecode_kiln_tnodecode_la_SOURCES = tests/plugins/tnodecode.c
 tests_plugins_nodecode_kiln_tnodecode_la_CPPFLAGS = $(AM_CPPFLAGS) \

@@ -18,12 +18,16 @@
 #     no rows, and the trainer divides its sums by the samples, as before;
 #     the layer built for this ABI adds the rows it counted, which the
 #     trainer divides by: at eval_batch 60 (4 batches and one of 16) both
-#     evaluate the model of batch 32 as the built-in does (1e-6).
+#     evaluate the model of batch 32 as the built-in does (1e-6); so does
+#     the layer written for 2.25 and rebuilt unchanged against this kiln's
+#     headers (kiln-tloss25.so: this minor, never sets
+#     kiln_layer.eval_counted, writes f32[3]): divided by the samples
+#     (before: its ABI number alone said it counted, every evaluation inf).
 name=loss_plugin_abi
 . "$(dirname "$0")/lib.sh"
 . "$srcdir/tests/config_lib.sh"
 plugdir="$abs_top_builddir/tests/plugins/.libs"
-[ -f "$plugdir/kiln-tloss.so" ] && [ -f "$plugdir/kiln-tloss22.so" ] ||
+[ -f "$plugdir/kiln-tloss.so" ] && [ -f "$plugdir/kiln-tloss22.so" ] && [ -f "$plugdir/kiln-tloss25.so" ] ||
 	{ echo "FAIL: test plugins not built in $plugdir (make check builds them)"; exit 99; }
 abi=$("$kiln" --version | sed -n 's/.*plugin ABI \([0-9]*\.[0-9]*\).*/\1/p')
 [ -n "$abi" ] || fail "kiln --version names no plugin ABI"
@@ -40,6 +44,7 @@ mlp() {
 	} >"$tmp/$1.ini"
 }
 mlp tloss22
+mlp tloss25
 mlp tloss
 mlp softmax_xent
 # train NAME LOSS_TYPE EXIT BATCH ACCUMULATE [KEY=VALUE...]
@@ -75,12 +80,95 @@ near "$(ck b32 6)" "$(ck b8x4 6)" 1e-6 params
 train pipe tloss 0 32 1 layer.fc3.stage=1 pipeline.micro_batches=4
 near "$(ck b32 6)" "$(ck pipe 6)" 1e-6 params
 
-# ---- 3. their evaluations: divided by the samples (2.22) and by the rows -------
-for f in old_one b32; do
+# ---- 3. their evaluations: divided by the samples (2.22, 2.25 rebuilt) and by
+# the rows
+train rebuilt tloss25 0 32 1 train.eval=1 train.eval_batch=60
+cp "$out" "$tmp/rebuilt.out"
+near "$(ck builtin 6)" "$(ck rebuilt 6)" 1e-6 params
+for f in old_one rebuilt b32; do
 	for k in test_loss test_acc; do
 		a=$(field $k "$tmp/$f.out") b=$(field $k "$tmp/builtin.out")
 		[ -n "$a" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= 1e-6 * (b > 1 ? b : 1)) }' ||
 			fail "$f: $k '$a', the built-in softmax_xent's $b"
 	done
 done
+# ... and on token logits with pads (label 0, ignored: kiln-tloss.so's token
+# rule, the built-in's ignore_index = 0), where a mean over the tokens
+# counted and the old mean over samples of batch token means differ: the
+# layer built for this ABI evaluates the file's weights (lr 0) as Python's
+# token mean and the built-in do (1e-6); the rebuilt 2.25 layer, divided by
+# samples, is the old mean (apart by more than 1e-5)
+if "$kiln" plugins 2>/dev/null | grep -q "^source  *tokens .*available"; then
+	python3 - "$tmp" >"$tmp/tok_ref" <<'EOF' || fail "python3 could not write the token files"
+import math, random, struct, sys
+import st
+V = 11
+r = random.Random(7)
+t = []
+for w in range(200):
+    p = r.choice([0.0, 0.1, 0.5, 0.9])
+    t += [0 if r.random() < p else r.randrange(1, V) for _ in range(8)]
+t.append(1)
+open(sys.argv[1] + "/tok.bin", "wb").write(struct.pack("<256i", *([20240520, 1, len(t)] + [0] * 253)) +
+                                          struct.pack("<%dH" % len(t), *t))
+W = list(struct.unpack("<%df" % (V * V), struct.pack("<%df" % (V * V),
+                       *[r.uniform(-3, 3) for _ in range(V * V)])))
+st.write(sys.argv[1] + "/w.safetensors", {"emb.weight": ([V, V], W)})
+loss, n = 0.0, 0
+for i in range(200 * 8):
+    x, y = t[i], t[i + 1]
+    if y:
+        row = W[x * V:(x + 1) * V]
+        m = max(row)
+        loss += m + math.log(sum(math.exp(v - m) for v in row)) - row[y]
+        n += 1
+print("%.9f" % (loss / n))
+EOF
+	for l in tloss tloss25 softmax_xent; do
+		cat >"$tmp/tok_$l.ini" <<EOF2
+[run]
+seed = 5
+threads = 1
+out_dir = $tmp/tok_$l
+[data]
+source = tokens
+path = $tmp/tok.bin
+context = 8
+vocab = 11
+workers = 0
+[data.eval]
+path = $tmp/tok.bin
+[model]
+init_from = $tmp/w.safetensors
+[layer.emb]
+type = embedding
+vocab = 11
+dim = 11
+[layer.loss]
+type = $l
+$([ $l = softmax_xent ] && echo "ignore_index = 0")
+[train]
+optimizer = sgd
+lr = 0
+batch = 8
+max_steps = 1
+eval_batch = 7
+EOF2
+		kiln 0 train "$tmp/tok_$l.ini" "run.plugin_path=$plugdir"
+		cp "$out" "$tmp/tok_$l.out"
+	done
+	# (lr 0: the file's weights, whose token mean Python computed)
+	a=$(field test_loss "$tmp/tok_tloss.out") ref=$(cat "$tmp/tok_ref")
+	awk -v a="$a" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * b) }' ||
+		fail "tokens: tloss's test_loss '$a', the token mean is $ref (Python)"
+	for k in test_loss test_acc; do
+		a=$(field $k "$tmp/tok_tloss.out") o=$(field $k "$tmp/tok_tloss25.out")
+		b=$(field $k "$tmp/tok_softmax_xent.out")
+		echo "tokens with pads, $k: tloss $a, tloss25 (per sample) $o, built-in $b"
+		[ -n "$a" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * (b > 1 ? b : 1)) }' ||
+			fail "tokens: tloss's $k '$a', the built-in softmax_xent's $b"
+		awk -v a="$o" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d > 1e-5) }' ||
+			fail "tokens: the per-sample $k '$o' is the per-token $b: the data tells them not apart"
+	done
+fi
 echo "PASS: $checks runs"

@@ -36,6 +36,12 @@
 #     and the section, exit 3 (before session 41 accepted: the resumed
 #     epoch's train loss NaN); the first run's own NaN epoch (step 3
 #     skipped) still resumes.
+#  6. an evaluation set whose every target is ignore_index (a token set of
+#     pads): its loss and accuracy are 0 / 0, NaN.  kiln train warns once
+#     per evaluation ("every target of [data.eval] is ignore_index") and
+#     prints "final test accuracy: nan%" (before session 42: no line, as
+#     the check was test_acc >= 0); kiln eval prints "acc nan%" (before:
+#     "acc -nan%").
 name=nonfinite_logs
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -179,4 +185,51 @@ kiln 0 train "$tmp/mlp.ini" "data.images=$tmp/bright.idx" "data.eval.images=$tmp
 	"model.init_from=$tmp/e37.st" model.init_strict=0 log.csv=1 "run.out_dir=$tmp/nan" --resume
 stdout_has '"resumed_step": 6'
 echo "ok: a NaN epoch loss resumes only where a step was skipped"
+
+# ---- 6. an evaluation set whose every target is ignored ---------------------
+if "$kiln" plugins 2>/dev/null | grep -q "^source  *tokens .*available"; then
+	python3 - "$tmp" <<'EOF' || fail "python3 could not write the token files"
+import random, struct, sys
+hdr = lambda n: struct.pack("<256i", *([20240520, 1, n] + [0] * 253))
+r = random.Random(3)
+t = [r.randrange(1, 11) for _ in range(201)]
+open(sys.argv[1] + "/tok.bin", "wb").write(hdr(len(t)) + struct.pack("<%dH" % len(t), *t))
+open(sys.argv[1] + "/pad.bin", "wb").write(hdr(81) + struct.pack("<81H", *[0] * 81))
+EOF
+	cat >"$tmp/pad.ini" <<EOF2
+[run]
+threads = 1
+out_dir = $tmp/pad
+[data]
+source = tokens
+path = $tmp/tok.bin
+context = 8
+vocab = 11
+workers = 0
+[data.eval]
+path = $tmp/pad.bin
+[layer.emb]
+type = embedding
+vocab = 11
+dim = 11
+[layer.loss]
+type = softmax_xent
+ignore_index = 0
+[train]
+batch = 5
+max_steps = 2
+eval_every = 1
+EOF2
+	kiln 0 train "$tmp/pad.ini"
+	stderr_has "final test accuracy: nan% (10 samples)"
+	n=$(grep -c "every target of \[data.eval\] is ignore_index: its 10 samples count no target" "$err")
+	[ "$n" = 2 ] || fail "$n warnings of an all-ignored [data.eval], not 2 (one per evaluation; the final test is step 2's)"
+	! grep -q -- "-nan" "$err" || fail "kiln train prints -nan"
+	kiln 0 eval "$tmp/pad.ini" --checkpoint "$(ck pad 2)"
+	stderr_has "test loss nan acc nan% (10 samples"
+	! grep -q -- "-nan" "$err" || fail "kiln eval prints -nan"
+	echo "ok: an all-ignored evaluation set says nan, once per evaluation"
+else
+	echo "(no tokens source: section 6 skipped)"
+fi
 echo "PASS: $checks runs"

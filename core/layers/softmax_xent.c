@@ -104,7 +104,8 @@ static kiln_status loss_plan(const struct kiln_host *h, struct kiln_layer *l,
 		f32_desc(&op.in[2], 1, 0, 0);
 	f32_desc(&op.out[0], s->B, s->C, 0);
 	/* loss, correct, top-5 (, rows counted: an evaluation's) */
-	f32_desc(&op.out[1], l->eval_sums ? 4 : 3, 0, 0);
+	l->eval_counted = l->eval_sums; /* (the trainer reads it, ABI 2.27) */
+	f32_desc(&op.out[1], l->eval_counted ? 4 : 3, 0, 0);
 	/* logits and their gradient in the compute dtype; the loss in f32 */
 	op.in[0].dtype = op.out[0].dtype = l->in[0].dtype;
 	op.i[0] = s->B;
@@ -115,7 +116,7 @@ static kiln_status loss_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.i[3] = s->ignore_index;
 	/* training: B times the means over the rows counted; an evaluation:
 	 * sums, divided by the set's count */
-	op.i[4] = s->ignore && !l->eval_sums ? s->samples : 0;
+	op.i[4] = s->ignore && !l->eval_counted ? s->samples : 0;
 	op.i[5] = s->classes;
 	size_t w = 0;
 	kiln_status st = prep(h, l, dev, &op, &s->op, &w);

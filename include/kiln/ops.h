@@ -97,7 +97,7 @@ enum kiln_op_type {
 	 * (the trainer's) is the mean of the batches' token means, the
 	 * number a PyTorch loop over CrossEntropyLoss(reduction = 'mean')
 	 * reports in training.  i[4] = 0: plain sums (the trainer's
-	 * evaluations, ABI 2.27 kiln_layer.eval_sums, with the fourth
+	 * evaluations, ABI 2.27 kiln_layer.eval_counted, with the fourth
 	 * metric: the set's sums over its count, one mean over every row of
 	 * the set).  ABI 2.4: out0 may be in0 (the
 	 * gradient written over the logits; a device reads every logit of

@@ -152,11 +152,12 @@ extern "C" {
  *      filled positions the core may copy from one row to others: a
  *      prompt fed once for several samples); 0 in a layer built before,
  *      whose rows are each fed (docs/plugins.md "ABI 2.26").
- * 2.27: kiln_layer.eval_sums: in the trainer's evaluation plans a loss
- *      layer adds plain sums over the rows it counts and [3] their count,
- *      so an evaluation is one mean over every row of the set; a loss
- *      layer built before is divided by samples, as before
- *      (docs/plugins.md "ABI 2.27").
+ * 2.27: kiln_layer.eval_sums and eval_counted: in the trainer's
+ *      evaluation plans a loss layer that sets eval_counted in its plan
+ *      adds plain sums over the rows it counts and [3] their count, so an
+ *      evaluation is one mean over every row of the set; a loss layer
+ *      that does not (one built before, or rebuilt unchanged) is divided
+ *      by samples, as before (docs/plugins.md "ABI 2.27").
  * 2.28: KILN_OP_ADAMW's f[4], an L2 weight decay added to the gradient
  *      before the moments (torch.optim.Adam's weight_decay; `optimizer =
  *      adam`); the core asks no device built before for f[4] != 0
@@ -1276,19 +1277,25 @@ struct kiln_layer {
 	int eval_sums;       /* set by the core before plan, read by loss
 			      * layers: 1 in the trainer's evaluation plans
 			      * (`kiln train`'s evaluations and final test,
-			      * `kiln eval`, `kiln quantize`'s calibration):
-			      * r->metrics is f32[4] and the forward adds
-			      * { sum of the rows' losses, correct count, top-5
-			      * count, rows counted } over the rows it counts
-			      * (a token row, a sample; ignore_index's rows
-			      * left out): KILN_OP_SOFTMAX_XENT with i[4] = 0
-			      * and a fourth metric.  The trainer divides the
+			      * `kiln eval`, `kiln quantize`'s calibration),
+			      * where a loss layer may count rows (below); 0
+			      * (a training plan, the API's plans): f32[3],
+			      * the loss layer's own per-sample sums, which
+			      * the caller divides by samples. */
+	int eval_counted;    /* set by a loss layer's plan, where eval_sums
+			      * is set, to say that r->metrics is f32[4] and
+			      * its forward adds { sum of the rows' losses,
+			      * correct count, top-5 count, rows counted }
+			      * over the rows it counts (a token row, a
+			      * sample; ignore_index's rows left out):
+			      * KILN_OP_SOFTMAX_XENT with i[4] = 0 and a
+			      * fourth metric.  The trainer then divides the
 			      * set's sums by the set's count: one mean over
-			      * every row, whatever [train] eval_batch.  0 (a
-			      * training plan, the API's plans): f32[3], the
-			      * loss layer's own per-sample sums, which the
-			      * caller divides by samples.  The trainer reads
-			      * a loss layer built before 2.27 as the latter. */
+			      * every row, whatever [train] eval_batch.  Left
+			      * 0 (the core clears it before plan; a layer
+			      * built before 2.27, or rebuilt unchanged): the
+			      * layer writes its f32[3] per-sample sums and
+			      * the trainer divides them by samples. */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
@@ -1313,7 +1320,8 @@ struct kiln_layer_run {
 	size_t workspace_bytes;
 	/* Loss layers: labels (i32[batch]), metric sums (f32[3]: loss sum,
 	 * correct count, top-5 count; f32[4], [3] the rows counted, where
-	 * l->eval_sums is set; always accumulated) and the gradient scale. */
+	 * l->eval_sums is set (the layer adds [3] only where it sets
+	 * l->eval_counted); always accumulated) and the gradient scale. */
 	const void *labels;
 	void *metrics;
 	float grad_scale;

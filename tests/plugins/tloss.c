@@ -1,14 +1,22 @@
 /* tests/plugins/kiln-tloss.so and kiln-tloss22.so: a loss layer plugin,
  * softmax cross-entropy over [B, C] logits (the mean over the batch, as
- * the built-in softmax_xent without its keys), for tests/loss_plugin_abi.sh.
+ * the built-in softmax_xent without its keys), or token logits [B, T, V]
+ * whose label 0 is a pad (softmax_xent's ignore_index = 0), for
+ * tests/loss_plugin_abi.sh.
  * Built twice from this file:
  *  - kiln-tloss.so (layer type "tloss"), for this kiln's ABI: its backward
  *    multiplies the gradient by *loss_scale whenever l->loss_scaled is set
  *    (ABI 2.23: fp16's scale and the step's mean over micro-batches), and
- *    its evaluations add the rows counted when l->eval_sums is (2.27);
+ *    its evaluations add the rows counted, and it sets l->eval_counted,
+ *    when l->eval_sums is set (2.27);
  *  - kiln-tloss22.so (TLOSS_ABI22, layer type "tloss22"), a plugin written
  *    for ABI 2.22's docs by an author who does not use fp16: it never reads
- *    loss_scale, and the core must refuse it where the seed is a mean.
+ *    loss_scale, and the core must refuse it where the seed is a mean;
+ *  - kiln-tloss25.so (TLOSS_ABI25, layer type "tloss25"), a plugin written
+ *    for ABI 2.25's docs and rebuilt unchanged against this kiln's headers
+ *    (it reports this minor): it reads loss_scale but never sets
+ *    l->eval_counted, and writes f32[3], which the trainer divides by
+ *    samples.
  *
  * Not installed, not in the default search path (check_LTLIBRARIES).
  */
@@ -21,12 +29,17 @@
 #define TLOSS_NAME "tloss22"
 #define TLOSS_MINOR 22
 #define TLOSS_SCALED(l) 0 /* what a 2.22 f32-only plugin did: never */
-#define TLOSS_COUNTS(l) 0 /* 2.27's eval_sums: unknown, f32[3] */
+#define TLOSS_COUNTED(l) 0 /* 2.27's eval_counted: unknown, f32[3] */
+#elif defined TLOSS_ABI25
+#define TLOSS_NAME "tloss25"
+#define TLOSS_MINOR KILN_ABI_MINOR /* rebuilt against this kiln's headers */
+#define TLOSS_SCALED(l) ((l)->loss_scaled)
+#define TLOSS_COUNTED(l) 0 /* written for 2.25: never sets eval_counted */
 #else
 #define TLOSS_NAME "tloss"
 #define TLOSS_MINOR KILN_ABI_MINOR
 #define TLOSS_SCALED(l) ((l)->loss_scaled)
-#define TLOSS_COUNTS(l) ((l)->eval_sums) /* ABI 2.27: [3] the rows counted */
+#define TLOSS_COUNTED(l) ((l)->eval_sums) /* ABI 2.27: it adds [3], the rows counted */
 #endif
 
 /* a row-major f32/i32 descriptor (a plugin calls no kiln_* function) */
@@ -42,7 +55,9 @@ static void tloss_desc(struct kiln_tensor_desc *d, int dtype, int ndim, int64_t 
 
 struct tloss {
 	void *op;
-	int64_t B, C;
+	int64_t B, C;     /* rows ([B, C], or B x T token rows) and classes */
+	int64_t samples;  /* the batch's samples */
+	int tokens;       /* [B, T, V] logits: label 0 is a pad, ignored */
 };
 
 static kiln_status tloss_configure(const struct kiln_host *host, struct kiln_layer *l,
@@ -58,16 +73,20 @@ static kiln_status tloss_infer(const struct kiln_host *host, struct kiln_layer *
 	if (!l->priv && !(l->priv = calloc(1, sizeof(struct tloss))))
 		return host->error(KILN_ENOMEM, "tloss: out of memory");
 	struct tloss *s = l->priv;
-	if (l->in[0].ndim != 2 || l->in[0].dtype != KILN_F32)
-		return host->error(KILN_EINVAL, "tloss: takes f32 [B, C] logits");
-	s->B = l->in[0].dims[0];
-	s->C = l->in[0].dims[1];
+	const int nd = l->in[0].ndim;
+	if ((nd != 2 && nd != 3) || l->in[0].dtype != KILN_F32)
+		return host->error(KILN_EINVAL, "tloss: takes f32 [B, C] or [B, T, V] logits");
+	s->tokens = nd == 3;
+	s->samples = l->in[0].dims[0];
+	s->B = s->tokens ? l->in[0].dims[0] * l->in[0].dims[1] : l->in[0].dims[0];
+	s->C = l->in[0].dims[nd - 1];
 	tloss_desc(&l->out, KILN_F32, 1, 2, 0);
 	l->needs_input = 1;
 	return KILN_OK;
 }
 
-/* [B, C] logits, i32[B] labels (and f32[1] loss_scale) -> the logits'
+/* [B, C] logits (or [B, T, V]: B x T rows), i32 labels of the rows (and
+ * f32[1] loss_scale) -> the logits'
  * gradient (mean over the batch) and f32[3] metrics (f32[4], the rows
  * counted too, in an evaluation: ABI 2.27) */
 static kiln_status tloss_plan(const struct kiln_host *host, struct kiln_layer *l,
@@ -84,10 +103,18 @@ static kiln_status tloss_plan(const struct kiln_host *host, struct kiln_layer *l
 	if (TLOSS_SCALED(l))
 		tloss_desc(&op.in[2], KILN_F32, 1, 1, 0);
 	op.out[0] = op.in[0];
-	tloss_desc(&op.out[1], KILN_F32, 1, TLOSS_COUNTS(l) ? 4 : 3, 0);
+	if (TLOSS_COUNTED(l))
+		l->eval_counted = 1; /* ABI 2.27: f32[4], [3] the rows counted */
+	tloss_desc(&op.out[1], KILN_F32, 1, TLOSS_COUNTED(l) ? 4 : 3, 0);
 	op.i[0] = s->B;
 	op.i[1] = KILN_LOSS_XENT;
 	op.f[0] = 1.0 / (double)s->B;
+	/* token logits: label 0 (the pad) ignored, as softmax_xent's
+	 * ignore_index = 0; training's metrics B times the token means,
+	 * an evaluation's that counts plain sums */
+	op.i[2] = s->tokens;
+	op.i[3] = 0;
+	op.i[4] = s->tokens && !TLOSS_COUNTED(l) ? s->samples : 0;
 	*workspace = (size_t)(s->B * s->C) * sizeof(float) + 64;
 	return host->device_prepare(dev, &op, &s->op, NULL);
 }
