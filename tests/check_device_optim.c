@@ -1,6 +1,6 @@
 /* tests/check_device_optim.c - device conformance:
- * the optimizer ops: SGD, ADAMW (AdamW's decoupled and Adam's L2 weight
- * decay), LAMB, GRAD_CLIP and the mixed-precision
+ * the optimizer ops: SGD (and its dampening), ADAMW (AdamW's decoupled and
+ * Adam's L2 weight decay, amsgrad), LAMB, GRAD_CLIP and the mixed-precision
  * UNSCALE and SCALER_UPDATE.
  *
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
@@ -83,6 +83,95 @@ START_TEST(test_sgd)
 	sgd_case(&f, 1000, 0.9f, 1e-4f, 1, 1);
 	sgd_case(&f, 70001, 0.5f, 0.01f, 1, 1);
 	sgd_case(&f, 33, 0.0f, 0.0f, 0, 0);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- SGD's dampening (ABI 2.29) ------------------------------------------ */
+
+/* SGD with a dampening f[3] over n elements, the step count t as in2 and
+ * the multiplier d (has_d) as in3, five steps from step t0 (t0 = 1: a
+ * fresh momentum buffer, zero; t0 > 1: a resumed one, v0 random) against
+ * a double loop of kiln/ops.h's formula: at t = 1 the buffer is the
+ * gradient, undamped (torch.optim.SGD's clone), after that mu*v +
+ * (1 - dampening)*g.  A kernel that damped the first step, or took the
+ * first step from v == 0 rather than from t, or read the step count as
+ * the multiplier, fails. */
+static void sgd_damp_case(struct fx *f, int n, float mu, float damp, int nesterov, int has_d,
+			  int64_t t0)
+{
+	enum { STEPS = 5 };
+	const size_t b = (size_t)n * 4;
+	const float lrs[STEPS] = { 0.1f, 0.05f, 0.2f, 0.01f, 0.08f };
+	const double l2 = 0.01;
+	float *w = frandv((size_t)n), *v = t0 > 1 ? frandv((size_t)n) : calloc((size_t)n, 4);
+	float *dm = malloc(b), *got = malloc(b);
+	double *rw = malloc(8 * (size_t)n), *rv = malloc(8 * (size_t)n);
+	for (int i = 0; i < n; i++) {
+		dm[i] = (i % 3) ? 1.0f : 0.0f;
+		rw[i] = w[i], rv[i] = v[i];
+	}
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SGD;
+	op.n_in = 3 + has_d, op.n_out = 2;
+	op.in[0] = op.out[0] = op.out[1] = op.in[3] = td(KILN_F32, 1, n, 0);
+	op.in[1] = td(KILN_F32, 1, 1, 0);
+	op.in[2] = td(KILN_I64, 1, 1, 0);
+	op.i[0] = n, op.i[1] = nesterov;
+	op.f[0] = mu, op.f[1] = l2, op.f[3] = damp;
+	void *dw = dput(f, w, b), *dv = dput(f, v, b), *dd = dput(f, dm, b), *dg = dput(f, NULL, b),
+	     *dl = dput(f, NULL, 4), *dt = dput(f, NULL, 8);
+	for (int s = 0; s < STEPS; s++) {
+		const int64_t t = t0 + s;
+		float *g = frandv((size_t)n);
+		OK(kiln_device_copy_async(f->dev, dt, &t, 8, KILN_COPY_H2D, f->s));
+		OK(kiln_device_copy_async(f->dev, dl, &lrs[s], 4, KILN_COPY_H2D, f->s));
+		OK(kiln_device_copy_async(f->dev, dg, g, b, KILN_COPY_H2D, f->s));
+		OK(run_op(f, &op, (const void *const[]){ dg, dl, dt, dd }, (void *const[]){ dw, dv }));
+		for (int i = 0; i < n; i++) {
+			const double d = has_d ? dm[i] : 1, gi = g[i] + l2 * d * rw[i];
+			rv[i] = t == 1 ? gi : mu * rv[i] + (1.0 - damp) * gi;
+			rw[i] -= lrs[s] * (nesterov ? gi + mu * rv[i] : rv[i]);
+		}
+		free(g);
+	}
+	dget(f, got, dw, b);
+	for (int i = 0; i < n; i++)
+		NEAR(got[i], rw[i], fabs(rw[i]) + 1.0, 1e-6, "SGD dampening %g mu %g nesterov %d d %d from t %lld: w[%d] = %.8g, want %.8g",
+		     damp, mu, nesterov, has_d, (long long)t0, i, got[i], rw[i]);
+	dget(f, got, dv, b);
+	for (int i = 0; i < n; i++)
+		NEAR(got[i], rv[i], fabs(rv[i]) + 1.0, 1e-6, "SGD dampening %g from t %lld: v[%d] = %.8g, want %.8g",
+		     damp, (long long)t0, i, got[i], rv[i]);
+	DFREE(f, dw, dv, dd, dg, dl, dt);
+	free(w), free(v), free(dm), free(got), free(rw), free(rv);
+}
+
+START_TEST(test_sgd_dampening)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	sgd_damp_case(&f, 1000, 0.9f, 0.5f, 0, 0, 1);
+	sgd_damp_case(&f, 70001, 0.9f, 0.1f, 0, 1, 1);
+	sgd_damp_case(&f, 1000, 0.5f, 0.3f, 1, 1, 1);
+	sgd_damp_case(&f, 1000, 0.9f, 0.5f, 0, 1, 3); /* resumed: v0 != 0, t > 1 */
+	/* a step count below 1 is refused (the count is 1-based) */
+	{
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SGD, op.n_in = 3, op.n_out = 2;
+		op.in[0] = op.out[0] = op.out[1] = td(KILN_F32, 1, 8, 0);
+		op.in[1] = td(KILN_F32, 1, 1, 0), op.in[2] = td(KILN_I64, 1, 1, 0);
+		op.i[0] = 8, op.f[0] = 0.9, op.f[3] = 0.5;
+		const int64_t zero = 0;
+		void *dw = dput(&f, NULL, 32), *dv = dput(&f, NULL, 32), *dg = dput(&f, NULL, 32),
+		     *dl = dput(&f, NULL, 4), *dt = dput(&f, &zero, 8);
+		ck_assert_int_eq(run_op(&f, &op, (const void *const[]){ dg, dl, dt }, (void *const[]){ dw, dv }),
+				 KILN_EINVAL);
+		ck_assert_msg(strstr(kiln_last_error(), "step count 0"), "%s", kiln_last_error());
+		DFREE(&f, dw, dv, dg, dl, dt);
+	}
 	fx_close(&f);
 }
 END_TEST
@@ -805,5 +894,111 @@ START_TEST(test_adam)
 }
 END_TEST
 
-DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
-	     DFX_CASE(adam), DFX_CASE(lamb));
+/* ---- ADAMW's amsgrad (ABI 2.29) ------------------------------------------ */
+
+/* ADAMW with amsgrad (i[1] = 1, out3 vmax) over n elements, six steps whose
+ * gradients shrink (x0.2 a step, so the second moment falls below its
+ * running maximum), against a double loop of kiln/ops.h's formula:
+ * vmax = max(vmax, v) of the raw moments, vh = sqrt(vmax)/sqrt(c2) + eps.
+ * Cases: AdamW (wd) and Adam (l2), with and without the multiplier d.
+ * The reference without amsgrad ends elsewhere (checked: the case can
+ * fail), and the op refuses a compute copy beside vmax. */
+START_TEST(test_amsgrad)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ADAMW);
+	enum { STEPS = 6 };
+	const int64_t n = 20000;
+	/* beta2 0.9: the second moment follows the shrinking gradients down
+	 * within the six steps, well below its maximum */
+	const double b1 = 0.9, b2 = 0.9, eps = 1e-6;
+	const float lrs[STEPS] = { 0.01f, 0.005f, 0.02f, 0.01f, 0.015f, 0.01f };
+	float *dm = malloc(4 * n), *got = malloc(4 * n), *z = calloc(n, 4);
+	double *rp = malloc(8 * n), *rm = malloc(8 * n), *rv = malloc(8 * n), *rx = malloc(8 * n);
+	double *qp = malloc(8 * n), *qm = malloc(8 * n), *qv = malloc(8 * n);
+	for (int64_t i = 0; i < n; i++)
+		dm[i] = (i % 3) ? 1.0f : 0.0f;
+	for (int c = 0; c < 4; c++) {
+		const double wd = c < 2 ? 0.01 : 0, l2 = c < 2 ? 0 : 0.01;
+		const int has_d = c % 2;
+		float *p = frandv(n);
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ADAMW, op.n_in = 3 + has_d, op.n_out = 4;
+		op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
+		op.in[2] = td(KILN_I64, 1, 1, 0), op.in[3] = op.in[0];
+		op.out[0] = op.out[1] = op.out[2] = op.out[3] = op.in[0];
+		op.i[0] = n, op.i[1] = 1;
+		op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd, op.f[4] = l2;
+		void *dp = dput(&f, p, 4 * n), *dmm = dput(&f, z, 4 * n), *dv = dput(&f, z, 4 * n),
+		     *dx = dput(&f, z, 4 * n), *dd = dput(&f, dm, 4 * n), *dg = dput(&f, NULL, 4 * n),
+		     *dl = dput(&f, NULL, 4), *dt = dput(&f, NULL, 8);
+		for (int64_t i = 0; i < n; i++)
+			rp[i] = qp[i] = p[i], rm[i] = rv[i] = rx[i] = qm[i] = qv[i] = 0;
+		double scale = 1;
+		for (int64_t t = 1; t <= STEPS; t++, scale *= 0.2) {
+			float *g = frandv(n);
+			for (int64_t i = 0; i < n; i++)
+				g[i] *= (float)scale;
+			const float lr = lrs[t - 1];
+			OK(kiln_device_copy_async(f.dev, dt, &t, 8, KILN_COPY_H2D, f.s));
+			OK(kiln_device_copy_async(f.dev, dl, &lr, 4, KILN_COPY_H2D, f.s));
+			OK(kiln_device_copy_async(f.dev, dg, g, 4 * n, KILN_COPY_H2D, f.s));
+			OK(run_op(&f, &op, (const void *const[]){ dg, dl, dt, dd },
+				  (void *const[]){ dp, dmm, dv, dx }));
+			const double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);
+			for (int64_t i = 0; i < n; i++) {
+				const double d = has_d ? dm[i] : 1;
+				double gi = g[i] + l2 * d * rp[i];
+				rm[i] = b1 * rm[i] + (1 - b1) * gi;
+				rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+				rx[i] = rx[i] > rv[i] ? rx[i] : rv[i];
+				rp[i] = rp[i] * (1 - lr * wd * d) -
+					(lr / c1) * rm[i] / (sqrt(rx[i]) / sqrt(c2) + eps);
+				/* the same without amsgrad */
+				gi = g[i] + l2 * d * qp[i];
+				qm[i] = b1 * qm[i] + (1 - b1) * gi;
+				qv[i] = b2 * qv[i] + (1 - b2) * gi * gi;
+				qp[i] = qp[i] * (1 - lr * wd * d) -
+					(lr / c1) * qm[i] / (sqrt(qv[i]) / sqrt(c2) + eps);
+			}
+			free(g);
+		}
+		dget(&f, got, dp, 4 * n);
+		int64_t apart = 0;
+		for (int64_t i = 0; i < n; i++) {
+			NEAR(got[i], rp[i], fabs(rp[i]), 1e-5, "amsgrad case %d (wd %g, l2 %g, d %d): p[%lld] = %.8g, reference %.8g",
+			     c, wd, l2, has_d, (long long)i, got[i], rp[i]);
+			apart += fabs(qp[i] - rp[i]) > 1e-3 * (fabs(rp[i]) + 1e-3);
+		}
+		ck_assert_msg(apart > n / 10, "amsgrad case %d: only %lld of %lld elements away from Adam's", c,
+			      (long long)apart, (long long)n);
+		dget(&f, got, dx, 4 * n);
+		for (int64_t i = 0; i < n; i++)
+			NEAR(got[i], rx[i], fabs(rx[i]), 1e-5, "amsgrad case %d: vmax[%lld] = %.8g, reference %.8g", c,
+			     (long long)i, got[i], rx[i]);
+		DFREE(&f, dp, dmm, dv, dx, dd, dg, dl, dt);
+		free(p);
+	}
+	/* vmax fills the outputs: a compute copy beside it is refused */
+	{
+		struct kiln_op op;
+		void *plan = NULL;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ADAMW, op.n_in = 3, op.n_out = 4;
+		op.in[0] = op.out[0] = op.out[1] = op.out[2] = td(KILN_F32, 1, 16, 0);
+		op.in[1] = td(KILN_F32, 1, 1, 0), op.in[2] = td(KILN_I64, 1, 1, 0);
+		op.out[3] = td(KILN_BF16, 1, 16, 0);
+		op.i[0] = 16, op.i[1] = 1, op.f[0] = 0.9, op.f[1] = 0.999;
+		ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+		ck_assert_msg(strstr(kiln_last_error(), "no compute copy"), "%s", kiln_last_error());
+	}
+	free(dm), free(got), free(z), free(rp), free(rm), free(rv), free(rx), free(qp), free(qm),
+		free(qv);
+	fx_close(&f);
+}
+END_TEST
+
+DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_dampening), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
+	     DFX_CASE(adam), DFX_CASE(amsgrad), DFX_CASE(lamb));
