@@ -832,6 +832,40 @@ END_TEST
 
 /* ---- ADAMW: AdamW's decoupled and Adam's L2 weight decay --------------- */
 
+/* ADAMW over n f32 elements: inputs g, lr, t and (has_d) d; outputs p, m,
+ * v and (amsgrad, ABI 2.29) vmax. */
+static struct kiln_op adamw_op(int64_t n, int has_d, int amsgrad, double b1, double b2,
+			       double eps, double wd, double l2)
+{
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ADAMW, op.n_in = 3 + has_d, op.n_out = 3 + amsgrad;
+	op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
+	op.in[2] = td(KILN_I64, 1, 1, 0), op.in[3] = op.in[0];
+	op.out[0] = op.out[1] = op.out[2] = op.out[3] = op.in[0];
+	op.i[0] = n, op.i[1] = amsgrad;
+	op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd, op.f[4] = l2;
+	return op;
+}
+
+/* One step t of kiln/ops.h's ADAMW in double over n elements: p, m, v
+ * and vx (amsgrad's largest v, or NULL) updated from g, d (NULL: 1), lr
+ * and the op's constants f[]. */
+static void adamw_ref(double *p, double *m, double *v, double *vx, const float *g,
+		      const float *d, int64_t n, double lr, int64_t t, const double *f)
+{
+	const double b1 = f[0], b2 = f[1], eps = f[2], wd = f[3], l2 = f[4];
+	const double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);
+	for (int64_t i = 0; i < n; i++) {
+		const double di = d ? d[i] : 1, gi = g[i] + l2 * di * p[i];
+		m[i] = b1 * m[i] + (1 - b1) * gi;
+		v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+		if (vx)
+			vx[i] = vx[i] > v[i] ? vx[i] : v[i];
+		p[i] = p[i] * (1 - lr * wd * di) - (lr / c1) * m[i] / (sqrt(vx ? vx[i] : v[i]) / sqrt(c2) + eps);
+	}
+}
+
 /* ADAMW over n elements, three steps with new gradients and lrs, against
  * a double loop of kiln/ops.h's formula: (wd, l2) = (0.01, 0), AdamW
  * (f[3]), and (0, 0.01), Adam (f[4], ABI 2.28: g + l2*d*p before the
@@ -852,13 +886,7 @@ START_TEST(test_adam)
 		const double wd = c < 2 ? 0.01 : 0, l2 = c < 2 ? 0 : 0.01;
 		const int has_d = c % 2;
 		float *p = frandv(n);
-		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_ADAMW, op.n_in = 3 + has_d, op.n_out = 3;
-		op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
-		op.in[2] = td(KILN_I64, 1, 1, 0), op.in[3] = op.in[0];
-		op.out[0] = op.out[1] = op.out[2] = op.in[0];
-		op.i[0] = n, op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd, op.f[4] = l2;
+		const struct kiln_op op = adamw_op(n, has_d, 0, b1, b2, eps, wd, l2);
 		void *dp = dput(&f, p, 4 * n), *dmm = dput(&f, z, 4 * n), *dv = dput(&f, z, 4 * n),
 		     *dd = dput(&f, dm, 4 * n), *dg = dput(&f, NULL, 4 * n), *dl = dput(&f, NULL, 4),
 		     *dt = dput(&f, NULL, 8);
@@ -872,14 +900,7 @@ START_TEST(test_adam)
 			OK(kiln_device_copy_async(f.dev, dg, g, 4 * n, KILN_COPY_H2D, f.s));
 			OK(run_op(&f, &op, (const void *const[]){ dg, dl, dt, dd },
 				  (void *const[]){ dp, dmm, dv }));
-			const double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);
-			for (int64_t i = 0; i < n; i++) {
-				const double d = has_d ? dm[i] : 1, gi = g[i] + l2 * d * rp[i];
-				rm[i] = b1 * rm[i] + (1 - b1) * gi;
-				rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
-				rp[i] = rp[i] * (1 - lr * wd * d) -
-					(lr / c1) * rm[i] / (sqrt(rv[i]) / sqrt(c2) + eps);
-			}
+			adamw_ref(rp, rm, rv, NULL, g, has_d ? dm : NULL, n, lr, t, op.f);
 			free(g);
 		}
 		dget(&f, got, dp, 4 * n);
@@ -923,14 +944,7 @@ START_TEST(test_amsgrad)
 		const double wd = c < 2 ? 0.01 : 0, l2 = c < 2 ? 0 : 0.01;
 		const int has_d = c % 2;
 		float *p = frandv(n);
-		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_ADAMW, op.n_in = 3 + has_d, op.n_out = 4;
-		op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
-		op.in[2] = td(KILN_I64, 1, 1, 0), op.in[3] = op.in[0];
-		op.out[0] = op.out[1] = op.out[2] = op.out[3] = op.in[0];
-		op.i[0] = n, op.i[1] = 1;
-		op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd, op.f[4] = l2;
+		const struct kiln_op op = adamw_op(n, has_d, 1, b1, b2, eps, wd, l2);
 		void *dp = dput(&f, p, 4 * n), *dmm = dput(&f, z, 4 * n), *dv = dput(&f, z, 4 * n),
 		     *dx = dput(&f, z, 4 * n), *dd = dput(&f, dm, 4 * n), *dg = dput(&f, NULL, 4 * n),
 		     *dl = dput(&f, NULL, 4), *dt = dput(&f, NULL, 8);
@@ -947,22 +961,9 @@ START_TEST(test_amsgrad)
 			OK(kiln_device_copy_async(f.dev, dg, g, 4 * n, KILN_COPY_H2D, f.s));
 			OK(run_op(&f, &op, (const void *const[]){ dg, dl, dt, dd },
 				  (void *const[]){ dp, dmm, dv, dx }));
-			const double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);
-			for (int64_t i = 0; i < n; i++) {
-				const double d = has_d ? dm[i] : 1;
-				double gi = g[i] + l2 * d * rp[i];
-				rm[i] = b1 * rm[i] + (1 - b1) * gi;
-				rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
-				rx[i] = rx[i] > rv[i] ? rx[i] : rv[i];
-				rp[i] = rp[i] * (1 - lr * wd * d) -
-					(lr / c1) * rm[i] / (sqrt(rx[i]) / sqrt(c2) + eps);
-				/* the same without amsgrad */
-				gi = g[i] + l2 * d * qp[i];
-				qm[i] = b1 * qm[i] + (1 - b1) * gi;
-				qv[i] = b2 * qv[i] + (1 - b2) * gi * gi;
-				qp[i] = qp[i] * (1 - lr * wd * d) -
-					(lr / c1) * qm[i] / (sqrt(qv[i]) / sqrt(c2) + eps);
-			}
+			adamw_ref(rp, rm, rv, rx, g, has_d ? dm : NULL, n, lr, t, op.f);
+			/* the same without amsgrad */
+			adamw_ref(qp, qm, qv, NULL, g, has_d ? dm : NULL, n, lr, t, op.f);
 			free(g);
 		}
 		dget(&f, got, dp, 4 * n);
@@ -983,14 +984,9 @@ START_TEST(test_amsgrad)
 	}
 	/* vmax fills the outputs: a compute copy beside it is refused */
 	{
-		struct kiln_op op;
+		struct kiln_op op = adamw_op(16, 0, 1, 0.9, 0.999, 1e-8, 0, 0);
 		void *plan = NULL;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_ADAMW, op.n_in = 3, op.n_out = 4;
-		op.in[0] = op.out[0] = op.out[1] = op.out[2] = td(KILN_F32, 1, 16, 0);
-		op.in[1] = td(KILN_F32, 1, 1, 0), op.in[2] = td(KILN_I64, 1, 1, 0);
 		op.out[3] = td(KILN_BF16, 1, 16, 0);
-		op.i[0] = 16, op.i[1] = 1, op.f[0] = 0.9, op.f[1] = 0.999;
 		ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
 		ck_assert_msg(strstr(kiln_last_error(), "no compute copy"), "%s", kiln_last_error());
 	}
