@@ -589,6 +589,15 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_ADAMW && op->f[4] != 0.0 && dev->plugin->abi_minor < 28)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADAMW's L2 weight decay (`optimizer = adam` with weight_decay, 2.28): rebuild it against this kiln's headers",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and SGD's dampening (f[3], with the step count as in2) and
+	 * ADAMW's amsgrad (i[1], a fourth output), 2.29: an older device would
+	 * step without them (or read the step count as the multiplier) */
+	if (op->type == KILN_OP_SGD && op->f[3] != 0.0 && dev->plugin->abi_minor < 29)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before SGD's dampening (`dampening` with momentum, 2.29): rebuild it against this kiln's headers",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	if (op->type == KILN_OP_ADAMW && op->i[1] != 0 && dev->plugin->abi_minor < 29)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADAMW's amsgrad (`amsgrad = 1`, 2.29): rebuild it against this kiln's headers",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st || dev->layout_only)
 		return st ? st : layout_token(dev, op, plan);

@@ -466,28 +466,38 @@ static kiln_status check_layout(const char *who, const struct kiln_op *op)
 }
 
 /* SGD, AdamW, LAMB (plugin.h): grads, params, lr, [step], [offsets],
- * [weight-decay multiplier], [gate]; outputs params, state..., [copy]. */
+ * [weight-decay multiplier], [gate]; outputs params, state..., [copy].
+ * SGD reads the step (in2) with a dampening f[3] != 0; ADAMW with amsgrad
+ * (i[1]) writes a fourth state output and no copy (ABI 2.29). */
 static kiln_status check_optim(const char *who, const struct kiln_op *op)
 {
 	const int lamb = op->type == KILN_OP_LAMB, sgd = op->type == KILN_OP_SGD;
+	const int amsgrad = op->type == KILN_OP_ADAMW && op->i[1] != 0;
+	const int step = !sgd || op->f[3] != 0.0; /* in2 is the step count */
 	const int gated = (op->flags & KILN_OPF_GATED) != 0;
 	const int copy = op->n_out > 1 && (op->out[op->n_out - 1].dtype == KILN_BF16 ||
 					   op->out[op->n_out - 1].dtype == KILN_F16);
-	const int in_min = sgd ? 2 : lamb ? 4 : 3;
+	const int in_min = sgd ? 2 + step : lamb ? 4 : 3;
 	/* plain SGD (momentum 0) keeps no momentum buffer */
-	const int out_n = sgd ? (op->f[0] == 0.0 && op->n_out - copy == 1 ? 1 : 2) : 3;
+	const int out_n = sgd ? (op->f[0] == 0.0 && op->n_out - copy == 1 ? 1 : 2) : 3 + amsgrad;
 	const int n_in = op->n_in - gated;
 	const int64_t n = op->i[0];
+	if (op->type == KILN_OP_ADAMW && op->i[1] != 0 && op->i[1] != 1)
+		BAD(KILN_EINVAL, "amsgrad i[1] = %lld is not 0 or 1", (long long)op->i[1]);
+	if (sgd && !(op->f[3] >= 0 && op->f[3] <= 1))
+		BAD(KILN_EINVAL, "wants a dampening f[3] in [0, 1], got %g", op->f[3]);
 	if (gated && (op->n_in < 1 || op->in[op->n_in - 1].dtype != KILN_F32 ||
 		      numel(&op->in[op->n_in - 1]) != 1))
 		BAD(KILN_EINVAL, "the gate (last input, KILN_OPF_GATED) must be f32[1]");
+	if (amsgrad && copy)
+		BAD(KILN_EINVAL, "with amsgrad (i[1]) the outputs are params, m, v, vmax and no compute copy (KILN_OP_MAX_OUT): cast the params after the step");
 	if ((n_in != in_min && n_in != in_min + 1) || op->n_out != out_n + copy)
 		BAD(KILN_EINVAL, "takes %d or %d inputs (the last: the weight-decay multiplier) and %d outputs (and the bf16/f16 copy), got %d and %d",
 		    in_min, in_min + 1, out_n, n_in, op->n_out);
 	if (copy && numel(&op->out[op->n_out - 1]) != n)
 		BAD(KILN_EINVAL, "the compute copy (last output) must have n = i[0] elements");
 	for (int i = 0; i < n_in; i++) {
-		const int want = (i == 2 && !sgd) || (i == 3 && lamb) ? KILN_I64 : KILN_F32;
+		const int want = (i == 2 && step) || (i == 3 && lamb) ? KILN_I64 : KILN_F32;
 		if (op->in[i].dtype != want)
 			BAD(KILN_EINVAL, "input %d must be %s", i, want == KILN_I64 ? "i64" : "f32");
 	}
@@ -497,13 +507,13 @@ static kiln_status check_optim(const char *who, const struct kiln_op *op)
 	int ok = n > 0 && numel(&op->in[0]) == n && numel(&op->in[1]) == 1;
 	for (int i = 0; i < out_n; i++)
 		ok = ok && numel(&op->out[i]) == n;
-	if (!sgd)
+	if (step)
 		ok = ok && numel(&op->in[2]) == 1;
 	if (n_in == in_min + 1)
 		ok = ok && numel(&op->in[in_min]) == n;
 	if (!ok)
 		BAD(KILN_EINVAL, "n = i[0] = %lld must be the size of grads, params, state and multiplier; lr%s [1]",
-		    (long long)n, sgd ? "" : " and step");
+		    (long long)n, step ? " and step" : "");
 	if (!sgd && (!(op->f[0] >= 0 && op->f[0] < 1) || !(op->f[1] >= 0 && op->f[1] < 1) ||
 		     !(op->f[2] >= 0) || !isfinite(op->f[3])))
 		BAD(KILN_EINVAL, "wants 0 <= beta1, beta2 < 1, eps >= 0, finite weight decay");

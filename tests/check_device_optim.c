@@ -1,6 +1,6 @@
 /* tests/check_device_optim.c - device conformance:
- * the optimizer ops: SGD, ADAMW (AdamW's decoupled and Adam's L2 weight
- * decay), LAMB, GRAD_CLIP and the mixed-precision
+ * the optimizer ops: SGD (and its dampening), ADAMW (AdamW's decoupled and
+ * Adam's L2 weight decay, amsgrad), LAMB, GRAD_CLIP and the mixed-precision
  * UNSCALE and SCALER_UPDATE.
  *
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
@@ -83,6 +83,95 @@ START_TEST(test_sgd)
 	sgd_case(&f, 1000, 0.9f, 1e-4f, 1, 1);
 	sgd_case(&f, 70001, 0.5f, 0.01f, 1, 1);
 	sgd_case(&f, 33, 0.0f, 0.0f, 0, 0);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- SGD's dampening (ABI 2.29) ------------------------------------------ */
+
+/* SGD with a dampening f[3] over n elements, the step count t as in2 and
+ * the multiplier d (has_d) as in3, five steps from step t0 (t0 = 1: a
+ * fresh momentum buffer, zero; t0 > 1: a resumed one, v0 random) against
+ * a double loop of kiln/ops.h's formula: at t = 1 the buffer is the
+ * gradient, undamped (torch.optim.SGD's clone), after that mu*v +
+ * (1 - dampening)*g.  A kernel that damped the first step, or took the
+ * first step from v == 0 rather than from t, or read the step count as
+ * the multiplier, fails. */
+static void sgd_damp_case(struct fx *f, int n, float mu, float damp, int nesterov, int has_d,
+			  int64_t t0)
+{
+	enum { STEPS = 5 };
+	const size_t b = (size_t)n * 4;
+	const float lrs[STEPS] = { 0.1f, 0.05f, 0.2f, 0.01f, 0.08f };
+	const double l2 = 0.01;
+	float *w = frandv((size_t)n), *v = t0 > 1 ? frandv((size_t)n) : calloc((size_t)n, 4);
+	float *dm = malloc(b), *got = malloc(b);
+	double *rw = malloc(8 * (size_t)n), *rv = malloc(8 * (size_t)n);
+	for (int i = 0; i < n; i++) {
+		dm[i] = (i % 3) ? 1.0f : 0.0f;
+		rw[i] = w[i], rv[i] = v[i];
+	}
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SGD;
+	op.n_in = 3 + has_d, op.n_out = 2;
+	op.in[0] = op.out[0] = op.out[1] = op.in[3] = td(KILN_F32, 1, n, 0);
+	op.in[1] = td(KILN_F32, 1, 1, 0);
+	op.in[2] = td(KILN_I64, 1, 1, 0);
+	op.i[0] = n, op.i[1] = nesterov;
+	op.f[0] = mu, op.f[1] = l2, op.f[3] = damp;
+	void *dw = dput(f, w, b), *dv = dput(f, v, b), *dd = dput(f, dm, b), *dg = dput(f, NULL, b),
+	     *dl = dput(f, NULL, 4), *dt = dput(f, NULL, 8);
+	for (int s = 0; s < STEPS; s++) {
+		const int64_t t = t0 + s;
+		float *g = frandv((size_t)n);
+		OK(kiln_device_copy_async(f->dev, dt, &t, 8, KILN_COPY_H2D, f->s));
+		OK(kiln_device_copy_async(f->dev, dl, &lrs[s], 4, KILN_COPY_H2D, f->s));
+		OK(kiln_device_copy_async(f->dev, dg, g, b, KILN_COPY_H2D, f->s));
+		OK(run_op(f, &op, (const void *const[]){ dg, dl, dt, dd }, (void *const[]){ dw, dv }));
+		for (int i = 0; i < n; i++) {
+			const double d = has_d ? dm[i] : 1, gi = g[i] + l2 * d * rw[i];
+			rv[i] = t == 1 ? gi : mu * rv[i] + (1.0 - damp) * gi;
+			rw[i] -= lrs[s] * (nesterov ? gi + mu * rv[i] : rv[i]);
+		}
+		free(g);
+	}
+	dget(f, got, dw, b);
+	for (int i = 0; i < n; i++)
+		NEAR(got[i], rw[i], fabs(rw[i]) + 1.0, 1e-6, "SGD dampening %g mu %g nesterov %d d %d from t %lld: w[%d] = %.8g, want %.8g",
+		     damp, mu, nesterov, has_d, (long long)t0, i, got[i], rw[i]);
+	dget(f, got, dv, b);
+	for (int i = 0; i < n; i++)
+		NEAR(got[i], rv[i], fabs(rv[i]) + 1.0, 1e-6, "SGD dampening %g from t %lld: v[%d] = %.8g, want %.8g",
+		     damp, (long long)t0, i, got[i], rv[i]);
+	DFREE(f, dw, dv, dd, dg, dl, dt);
+	free(w), free(v), free(dm), free(got), free(rw), free(rv);
+}
+
+START_TEST(test_sgd_dampening)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	sgd_damp_case(&f, 1000, 0.9f, 0.5f, 0, 0, 1);
+	sgd_damp_case(&f, 70001, 0.9f, 0.1f, 0, 1, 1);
+	sgd_damp_case(&f, 1000, 0.5f, 0.3f, 1, 1, 1);
+	sgd_damp_case(&f, 1000, 0.9f, 0.5f, 0, 1, 3); /* resumed: v0 != 0, t > 1 */
+	/* a step count below 1 is refused (the count is 1-based) */
+	{
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SGD, op.n_in = 3, op.n_out = 2;
+		op.in[0] = op.out[0] = op.out[1] = td(KILN_F32, 1, 8, 0);
+		op.in[1] = td(KILN_F32, 1, 1, 0), op.in[2] = td(KILN_I64, 1, 1, 0);
+		op.i[0] = 8, op.f[0] = 0.9, op.f[3] = 0.5;
+		const int64_t zero = 0;
+		void *dw = dput(&f, NULL, 32), *dv = dput(&f, NULL, 32), *dg = dput(&f, NULL, 32),
+		     *dl = dput(&f, NULL, 4), *dt = dput(&f, &zero, 8);
+		ck_assert_int_eq(run_op(&f, &op, (const void *const[]){ dg, dl, dt }, (void *const[]){ dw, dv }),
+				 KILN_EINVAL);
+		ck_assert_msg(strstr(kiln_last_error(), "step count 0"), "%s", kiln_last_error());
+		DFREE(&f, dw, dv, dg, dl, dt);
+	}
 	fx_close(&f);
 }
 END_TEST
@@ -743,67 +832,137 @@ END_TEST
 
 /* ---- ADAMW: AdamW's decoupled and Adam's L2 weight decay --------------- */
 
-/* ADAMW over n elements, three steps with new gradients and lrs, against
- * a double loop of kiln/ops.h's formula: (wd, l2) = (0.01, 0), AdamW
- * (f[3]), and (0, 0.01), Adam (f[4], ABI 2.28: g + l2*d*p before the
- * moments), each with and without the weight-decay multiplier d. */
-START_TEST(test_adam)
+/* ADAMW over n f32 elements: inputs g, lr, t and (has_d) d; outputs p, m,
+ * v and (amsgrad, ABI 2.29) vmax. */
+static struct kiln_op adamw_op(int64_t n, int has_d, int amsgrad, double b1, double b2,
+			       double eps, double wd, double l2)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	SKIP_UNSUPPORTED(&f, KILN_OP_ADAMW);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ADAMW, op.n_in = 3 + has_d, op.n_out = 3 + amsgrad;
+	op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
+	op.in[2] = td(KILN_I64, 1, 1, 0), op.in[3] = op.in[0];
+	op.out[0] = op.out[1] = op.out[2] = op.out[3] = op.in[0];
+	op.i[0] = n, op.i[1] = amsgrad;
+	op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd, op.f[4] = l2;
+	return op;
+}
+
+/* One step t of kiln/ops.h's ADAMW in double over n elements: p, m, v
+ * and vx (amsgrad's largest v, or NULL) updated from g, d (NULL: 1), lr
+ * and the op's constants f[]. */
+static void adamw_ref(double *p, double *m, double *v, double *vx, const float *g,
+		      const float *d, int64_t n, double lr, int64_t t, const double *f)
+{
+	const double b1 = f[0], b2 = f[1], eps = f[2], wd = f[3], l2 = f[4];
+	const double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);
+	for (int64_t i = 0; i < n; i++) {
+		const double di = d ? d[i] : 1, gi = g[i] + l2 * di * p[i];
+		m[i] = b1 * m[i] + (1 - b1) * gi;
+		v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+		if (vx)
+			vx[i] = vx[i] > v[i] ? vx[i] : v[i];
+		p[i] = p[i] * (1 - lr * wd * di) - (lr / c1) * m[i] / (sqrt(vx ? vx[i] : v[i]) / sqrt(c2) + eps);
+	}
+}
+
+/* ADAMW over n elements against a double loop of kiln/ops.h's formula
+ * (adamw_ref), in four cases: (wd, l2) = (0.01, 0), AdamW (f[3]), and (0,
+ * 0.01), Adam (f[4], ABI 2.28: g + l2*d*p before the moments), each with
+ * and without the weight-decay multiplier d.  Without amsgrad: three steps
+ * with new gradients and lrs, beta2 0.99.  With amsgrad (i[1] = 1, out3
+ * vmax, ABI 2.29): six steps whose gradients shrink (x0.2 a step) and
+ * beta2 0.9, so the second moment falls well below its running maximum;
+ * vmax is checked too, and the same steps without amsgrad end elsewhere
+ * (the case can fail). */
+static void adam_cases(struct fx *f, int amsgrad)
+{
+	enum { MAX_STEPS = 6 };
+	const int steps = amsgrad ? 6 : 3;
 	const int64_t n = 20000;
-	const double b1 = 0.9, b2 = 0.99, eps = 1e-6;
-	const float lrs[3] = { 0.01f, 0.005f, 0.02f };
+	const double b1 = 0.9, b2 = amsgrad ? 0.9 : 0.99, eps = 1e-6, shrink = amsgrad ? 0.2 : 1;
+	const float lrs[MAX_STEPS] = { 0.01f, 0.005f, 0.02f, 0.01f, 0.015f, 0.01f };
 	float *dm = malloc(4 * n), *got = malloc(4 * n), *z = calloc(n, 4);
-	double *rp = malloc(8 * n), *rm = malloc(8 * n), *rv = malloc(8 * n);
+	double *rp = malloc(8 * n), *rm = malloc(8 * n), *rv = malloc(8 * n), *rx = malloc(8 * n);
+	double *qp = malloc(8 * n), *qm = malloc(8 * n), *qv = malloc(8 * n);
 	for (int64_t i = 0; i < n; i++)
 		dm[i] = (i % 3) ? 1.0f : 0.0f;
 	for (int c = 0; c < 4; c++) {
 		const double wd = c < 2 ? 0.01 : 0, l2 = c < 2 ? 0 : 0.01;
 		const int has_d = c % 2;
 		float *p = frandv(n);
-		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_ADAMW, op.n_in = 3 + has_d, op.n_out = 3;
-		op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
-		op.in[2] = td(KILN_I64, 1, 1, 0), op.in[3] = op.in[0];
-		op.out[0] = op.out[1] = op.out[2] = op.in[0];
-		op.i[0] = n, op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd, op.f[4] = l2;
-		void *dp = dput(&f, p, 4 * n), *dmm = dput(&f, z, 4 * n), *dv = dput(&f, z, 4 * n),
-		     *dd = dput(&f, dm, 4 * n), *dg = dput(&f, NULL, 4 * n), *dl = dput(&f, NULL, 4),
-		     *dt = dput(&f, NULL, 8);
+		const struct kiln_op op = adamw_op(n, has_d, amsgrad, b1, b2, eps, wd, l2);
+		void *dp = dput(f, p, 4 * n), *dmm = dput(f, z, 4 * n), *dv = dput(f, z, 4 * n),
+		     *dx = dput(f, z, 4 * n), *dd = dput(f, dm, 4 * n), *dg = dput(f, NULL, 4 * n),
+		     *dl = dput(f, NULL, 4), *dt = dput(f, NULL, 8);
 		for (int64_t i = 0; i < n; i++)
-			rp[i] = p[i], rm[i] = rv[i] = 0;
-		for (int64_t t = 1; t <= 3; t++) {
+			rp[i] = qp[i] = p[i], rm[i] = rv[i] = rx[i] = qm[i] = qv[i] = 0;
+		double scale = 1;
+		for (int64_t t = 1; t <= steps; t++, scale *= shrink) {
 			float *g = frandv(n);
+			for (int64_t i = 0; i < n; i++)
+				g[i] *= (float)scale;
 			const float lr = lrs[t - 1];
-			OK(kiln_device_copy_async(f.dev, dt, &t, 8, KILN_COPY_H2D, f.s));
-			OK(kiln_device_copy_async(f.dev, dl, &lr, 4, KILN_COPY_H2D, f.s));
-			OK(kiln_device_copy_async(f.dev, dg, g, 4 * n, KILN_COPY_H2D, f.s));
-			OK(run_op(&f, &op, (const void *const[]){ dg, dl, dt, dd },
-				  (void *const[]){ dp, dmm, dv }));
-			const double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);
-			for (int64_t i = 0; i < n; i++) {
-				const double d = has_d ? dm[i] : 1, gi = g[i] + l2 * d * rp[i];
-				rm[i] = b1 * rm[i] + (1 - b1) * gi;
-				rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
-				rp[i] = rp[i] * (1 - lr * wd * d) -
-					(lr / c1) * rm[i] / (sqrt(rv[i]) / sqrt(c2) + eps);
-			}
+			OK(kiln_device_copy_async(f->dev, dt, &t, 8, KILN_COPY_H2D, f->s));
+			OK(kiln_device_copy_async(f->dev, dl, &lr, 4, KILN_COPY_H2D, f->s));
+			OK(kiln_device_copy_async(f->dev, dg, g, 4 * n, KILN_COPY_H2D, f->s));
+			OK(run_op(f, &op, (const void *const[]){ dg, dl, dt, dd },
+				  (void *const[]){ dp, dmm, dv, dx }));
+			adamw_ref(rp, rm, rv, amsgrad ? rx : NULL, g, has_d ? dm : NULL, n, lr, t, op.f);
+			/* the same without amsgrad */
+			adamw_ref(qp, qm, qv, NULL, g, has_d ? dm : NULL, n, lr, t, op.f);
 			free(g);
 		}
-		dget(&f, got, dp, 4 * n);
-		for (int64_t i = 0; i < n; i++)
-			NEAR(got[i], rp[i], fabs(rp[i]), 1e-5, "case %d (wd %g, l2 %g, d %d): p[%lld] = %g, reference %g",
-			     c, wd, l2, has_d, (long long)i, got[i], rp[i]);
-		DFREE(&f, dp, dmm, dv, dd, dg, dl, dt);
+		dget(f, got, dp, 4 * n);
+		int64_t apart = 0;
+		for (int64_t i = 0; i < n; i++) {
+			NEAR(got[i], rp[i], fabs(rp[i]), 1e-5, "amsgrad %d case %d (wd %g, l2 %g, d %d): p[%lld] = %.8g, reference %.8g",
+			     amsgrad, c, wd, l2, has_d, (long long)i, got[i], rp[i]);
+			apart += fabs(qp[i] - rp[i]) > 1e-3 * (fabs(rp[i]) + 1e-3);
+		}
+		if (amsgrad) {
+			ck_assert_msg(apart > n / 10, "amsgrad case %d: only %lld of %lld elements away from Adam's", c,
+				      (long long)apart, (long long)n);
+			dget(f, got, dx, 4 * n);
+			for (int64_t i = 0; i < n; i++)
+				NEAR(got[i], rx[i], fabs(rx[i]), 1e-5, "amsgrad case %d: vmax[%lld] = %.8g, reference %.8g",
+				     c, (long long)i, got[i], rx[i]);
+		}
+		DFREE(f, dp, dmm, dv, dx, dd, dg, dl, dt);
 		free(p);
 	}
-	free(dm), free(got), free(z), free(rp), free(rm), free(rv);
+	free(dm), free(got), free(z), free(rp), free(rm), free(rv), free(rx), free(qp), free(qm),
+		free(qv);
+}
+
+START_TEST(test_adam)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ADAMW);
+	adam_cases(&f, 0);
 	fx_close(&f);
 }
 END_TEST
 
-DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
-	     DFX_CASE(adam), DFX_CASE(lamb));
+/* ---- ADAMW's amsgrad (ABI 2.29) ------------------------------------------ */
+
+/* adam_cases with amsgrad; and vmax fills the op's outputs: a compute copy
+ * beside it is refused. */
+START_TEST(test_amsgrad)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ADAMW);
+	adam_cases(&f, 1);
+	struct kiln_op op = adamw_op(16, 0, 1, 0.9, 0.999, 1e-8, 0, 0);
+	void *plan = NULL;
+	op.out[3] = td(KILN_BF16, 1, 16, 0);
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "no compute copy"), "%s", kiln_last_error());
+	fx_close(&f);
+}
+END_TEST
+
+DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_dampening), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
+	     DFX_CASE(adam), DFX_CASE(amsgrad), DFX_CASE(lamb));

@@ -1,7 +1,9 @@
 /* tests/check_optim.c - the fused optimizers (KILN_OP_SGD, _ADAMW, _LAMB;
  * adam is _ADAMW with its L2 weight decay f[4]):
- * 5 steps of every [train] optimizer variant through the model API against
- * PyTorch (tests/data/optim_refs.safetensors, gen_optim_refs.py), LAMB's
+ * 5 steps of every [train] optimizer variant (20 of SGD's dampening and
+ * of amsgrad) through the model API against
+ * PyTorch (tests/data/optim_refs.safetensors, gen_optim_refs.py), amsgrad's
+ * compute copy (a CAST after the op) under bf16, LAMB's
  * per-tensor norms over a large buffer against a double-precision loop and
  * across thread counts, the training-state accessor, config errors, and an
  * MLP trained with adamw and with lamb on Fashion-MNIST. */
@@ -10,6 +12,7 @@
 #include "test_util.h"
 #include <kiln/kiln.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +108,7 @@ static void rig_close(struct rig *r)
 
 /* ---- against PyTorch ---------------------------------------------------- */
 
-#define N_CASES 9 /* gen_optim_refs.py's CASES */
+#define N_CASES 13 /* gen_optim_refs.py's CASES */
 
 /* Case _i / 2 of the reference, on the sync (even) or async (odd) device:
  * set the parameters, then per step write the gradients and the lr into
@@ -127,7 +130,9 @@ START_TEST(test_pytorch)
 	for (char *t = strtok_r(names, ",", &save); t && np < 8; t = strtok_r(NULL, ",", &save))
 		ps[np++] = t;
 	const char *c = cs[_i / 2];
-	const int async = _i % 2, steps = atoi(st_meta(&f, "steps"));
+	const int async = _i % 2;
+	snprintf(key, sizeof key, "%s.steps", c);
+	const int steps = atoi(st_meta(&f, key));
 	snprintf(key, sizeof key, "%s.ini", c);
 	snprintf(ini, sizeof ini, "%s%s[plugin.cpu]\nasync = %d\n", st_meta(&f, "model.ini"),
 		 st_meta(&f, key), async);
@@ -343,6 +348,13 @@ START_TEST(test_state_buffers)
 		  "params,buffers,optim.exp_avg,optim.exp_avg_sq,step,optim.step" },
 		{ "optimizer = lamb\nno_decay = *.bias, bn*\n",
 		  "params,buffers,optim.exp_avg,optim.exp_avg_sq,step,optim.step" },
+		/* session 43: amsgrad's third slot under PyTorch's name; a
+		 * dampening keeps the one momentum buffer */
+		{ "optimizer = adamw\namsgrad = 1\n",
+		  "params,buffers,optim.exp_avg,optim.exp_avg_sq,optim.max_exp_avg_sq,step,optim.step" },
+		{ "optimizer = adam\namsgrad = 1\nweight_decay = 0.01\n",
+		  "params,buffers,optim.exp_avg,optim.exp_avg_sq,optim.max_exp_avg_sq,step,optim.step" },
+		{ "optimizer = sgd\ndampening = 0.5\n", "params,buffers,optim.momentum,step,optim.step" },
 	};
 	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
 		char ini[1024], got[512] = "";
@@ -392,6 +404,9 @@ START_TEST(test_config_errors)
 		{ "optimizer = lamb\nbeta2 = 1.0\n", "beta2" },
 		{ "optimizer = adamw\nweight_decay_mode = l2\n", "applies to sgd only" },
 		{ "optimizer = adam\nweight_decay_mode = decoupled\n", "is `optimizer = adamw`" },
+		{ "optimizer = lamb\namsgrad = 1\n", "amsgrad = 1 applies to adam and adamw only" },
+		{ "optimizer = sgd\nnesterov = 1\ndampening = 0.1\n",
+		  "Nesterov momentum needs dampening 0" },
 	};
 	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
 		char ini[512];
@@ -419,6 +434,64 @@ START_TEST(test_config_errors)
 	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "sgd, adam, adamw, lamb"), "%s", kiln_last_error());
 	kiln_config_free(cfg);
+}
+END_TEST
+
+/* ---- amsgrad's compute copy ---------------------------------------------- */
+
+/* f32 -> bf16, nearest even (finite values) */
+static uint16_t bf16_of(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* Adam (_i = 0) and AdamW (_i = 1) with amsgrad under bf16 compute: the
+ * op's outputs (params, m, v, vmax) leave no room for the compute copy,
+ * which a CAST after it writes (core/optim/fused.c).  After every step
+ * the copy is the params rounded to bf16 (without the CAST it would keep
+ * the values it was first cast from). */
+START_TEST(test_amsgrad_copy)
+{
+	char ini[1024];
+	snprintf(ini, sizeof ini,
+		 "[layer.fc1]\ntype = linear\nout = 8\n[layer.r]\ntype = relu\n"
+		 "[layer.fc2]\ntype = linear\nout = 3\n[layer.loss]\ntype = softmax_xent\n"
+		 "[train]\noptimizer = %s\namsgrad = 1\nweight_decay = 0.01\nlr = 0.01\n",
+		 _i ? "adamw" : "adam");
+	struct rig r;
+	memset(&r, 0, sizeof r);
+	r.cfg = test_config(reg, ini);
+	OK(kiln_device_open(reg, r.cfg, "cpu", 0, &r.dev));
+	struct kiln_tensor_desc sample;
+	int64_t in = 6;
+	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
+	OK(kiln_model_create(r.cfg, reg, r.dev, &sample, &r.m));
+	OK(kiln_model_set_compute_dtype(r.m, KILN_BF16));
+	OK(kiln_device_stream_create(r.dev, &r.stream));
+	OK(kiln_model_init_params(r.m, 1, r.stream));
+	OK(kiln_model_optim_prepare(r.m, r.stream));
+	OK(kiln_device_alloc(r.dev, 64, (void **)&r.lr));
+	const float lr = 0.01f;
+	TEST_H2D(&r, r.lr, &lr, sizeof lr);
+	const size_t n = r.m->n_trainable;
+	float *w = malloc(n * 4), *g = malloc(n * 4);
+	uint16_t *c = malloc(n * 2);
+	ck_assert_ptr_nonnull(r.m->params_c);
+	for (int step = 0; step < 4; step++) {
+		for (size_t i = 0; i < n; i++)
+			g[i] = 0.1f * (float)sin(0.7 * (double)(i + 13 * step));
+		TEST_H2D(&r, r.m->grads_d, g, n * 4);
+		OK(kiln_model_optim_step(r.m, r.lr, r.stream));
+		TEST_D2H(&r, w, r.m->params_d, n * 4);
+		TEST_D2H(&r, c, r.m->params_c, n * 2);
+		for (size_t i = 0; i < n; i++)
+			ck_assert_msg(c[i] == bf16_of(w[i]), "step %d: copy[%zu] = 0x%04x, params %.9g round to 0x%04x",
+				      step, i, c[i], w[i], bf16_of(w[i]));
+	}
+	free(w), free(g), free(c);
+	rig_close(&r);
 }
 END_TEST
 
@@ -467,6 +540,7 @@ static Suite *make_optim_suite(void)
 	tcase_add_test(tc, test_lamb_large);
 	tcase_add_test(tc, test_state_buffers);
 	tcase_add_test(tc, test_config_errors);
+	tcase_add_loop_test(tc, test_amsgrad_copy, 0, 2);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("e2e");
 	tcase_set_timeout(tc, 300);

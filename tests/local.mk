@@ -742,6 +742,10 @@ TESTS += tests/ddp_torch.sh
 EXTRA_DIST += tests/ddp_torch.sh
 TESTS += tests/dist_zero.sh
 EXTRA_DIST += tests/dist_zero.sh
+# amsgrad's and SGD's dampening's state: resumed bit for bit, under ZeRO-1,
+# an adam checkpoint of before amsgrad (session 43)
+TESTS += tests/optim_state.sh
+EXTRA_DIST += tests/optim_state.sh tests/data/tr_cnn_adam_s42.kiln
 TESTS += tests/dist_syncbn.sh
 EXTRA_DIST += tests/dist_syncbn.sh
 TESTS += tests/dist_accum.sh

@@ -6,7 +6,10 @@
  * (needs_step), the tensor offsets i64[T+1] (needs_offsets), the weight-
  * decay multiplier [n] (decay_mult), the gate f32[1] (gated, with
  * KILN_OPF_GATED); its outputs: params [n], the state slots [n] each, the
- * compute copy [n] (copy_dtype). */
+ * compute copy [n] (copy_dtype).  Where the slots leave no room for the
+ * copy (ADAMW with amsgrad: params and three slots fill KILN_OP_MAX_OUT),
+ * a CAST of the params after the op writes it: the same rounding, one more
+ * pass over the parameters. */
 #include "optim.h"
 #include "../../plugins/common/c_locale.h" /* common_strtod */
 
@@ -61,10 +64,35 @@ kiln_status optim_get_bool(const struct kiln_host *h, const struct kiln_config *
 	return optim_get(h, cfg, keys, key, NULL, v);
 }
 
-kiln_status fused_optim_plan(void *ctx, struct kiln_device *dev, const struct kiln_optim_shape *s,
-			     void **plan, size_t *workspace)
+/* A plan: the fused op's, and the CAST's that writes the compute copy
+ * when the op's outputs have no room for it (else NULL). */
+struct fused_plan {
+	void *op, *cast;
+};
+
+/* Whether the op writes the compute copy itself: one output after the
+ * params and the state slots. */
+static int copy_in_op(const struct fused_optim *f)
 {
-	const struct fused_optim *f = ctx;
+	return 2 + f->info.state_slots <= KILN_OP_MAX_OUT;
+}
+
+/* The CAST of n f32 params into the compute copy of dtype cdt. */
+static kiln_status cast_plan(const struct fused_optim *f, struct kiln_device *dev, int64_t n,
+			     int cdt, void **plan)
+{
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CAST;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+	kiln_tensor_desc_init(&op.out[0], cdt, 1, &n);
+	return f->h->device_prepare(dev, &op, plan, NULL);
+}
+
+static kiln_status fused_op_plan(const struct fused_optim *f, struct kiln_device *dev,
+				 const struct kiln_optim_shape *s, void **plan, size_t *workspace)
+{
 	struct kiln_op op = f->op;
 	int64_t n = s->n, one = 1, t1 = s->n_tensors + 1;
 	op.i[0] = n;
@@ -82,15 +110,34 @@ kiln_status fused_optim_plan(void *ctx, struct kiln_device *dev, const struct ki
 	}
 	for (op.n_out = 0; op.n_out < 1 + f->info.state_slots; op.n_out++)
 		op.out[op.n_out] = op.in[0];
-	if (s->copy_dtype)
+	if (s->copy_dtype && copy_in_op(f))
 		kiln_tensor_desc_init(&op.out[op.n_out++], s->copy_dtype, 1, &n);
 	return f->h->device_prepare(dev, &op, plan, workspace);
+}
+
+kiln_status fused_optim_plan(void *ctx, struct kiln_device *dev, const struct kiln_optim_shape *s,
+			     void **plan, size_t *workspace)
+{
+	const struct fused_optim *f = ctx;
+	struct fused_plan *p = calloc(1, sizeof *p);
+	if (!p)
+		return f->h->error(KILN_ENOMEM, "out of memory");
+	kiln_status st = fused_op_plan(f, dev, s, &p->op, workspace);
+	if (!st && s->copy_dtype && !copy_in_op(f))
+		st = cast_plan(f, dev, s->n, s->copy_dtype, &p->cast);
+	if (st) {
+		fused_optim_plan_free(ctx, dev, p);
+		return st;
+	}
+	*plan = p;
+	return KILN_OK;
 }
 
 kiln_status fused_optim_step(void *ctx, struct kiln_device *dev, void *plan,
 			     const struct kiln_optim_args *a, void *stream)
 {
 	const struct fused_optim *f = ctx;
+	const struct fused_plan *p = plan;
 	struct kiln_op_args o;
 	int k = 0;
 	memset(&o, 0, sizeof o);
@@ -107,17 +154,28 @@ kiln_status fused_optim_step(void *ctx, struct kiln_device *dev, void *plan,
 	o.out[0] = a->params;
 	for (k = 0; k < f->info.state_slots; k++)
 		o.out[1 + k] = a->state[k];
-	if (a->copy)
+	if (a->copy && copy_in_op(f))
 		o.out[1 + k] = a->copy;
 	o.workspace = a->workspace;
 	o.workspace_bytes = a->workspace_bytes;
-	return f->h->device_run(dev, plan, &o, stream);
+	kiln_status st = f->h->device_run(dev, p->op, &o, stream);
+	if (st || !p->cast || !a->copy)
+		return st;
+	/* (a skipped step left the params as they were: the copy is cast
+	 * again, the same bytes) */
+	struct kiln_op_args c = { .in = { a->params }, .out = { a->copy } };
+	return f->h->device_run(dev, p->cast, &c, stream);
 }
 
 void fused_optim_plan_free(void *ctx, struct kiln_device *dev, void *plan)
 {
 	const struct fused_optim *f = ctx;
-	f->h->device_plan_free(dev, plan);
+	struct fused_plan *p = plan;
+	if (!p)
+		return;
+	f->h->device_plan_free(dev, p->op);
+	f->h->device_plan_free(dev, p->cast);
+	free(p);
 }
 
 void fused_optim_close(void *ctx) { free(ctx); }

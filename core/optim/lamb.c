@@ -1,7 +1,8 @@
 /* core/optim/lamb.c - LAMB (You et al. 2019): AdamW's update scaled per
  * parameter tensor by the trust ratio norm(p) / norm(update), one fused op
  * (KILN_OP_LAMB) that reads the tensor offsets.  The norms need each tensor
- * whole, so ZeRO-1 cannot shard it. */
+ * whole, so ZeRO-1 cannot shard it.  No amsgrad (optim_adam_open refuses
+ * it). */
 #include "optim.h"
 
 static kiln_status lamb_open(const struct kiln_host *h, const struct kiln_config *cfg,
@@ -21,4 +22,4 @@ static const struct kiln_optim_ops lamb_ops = FUSED_OPTIM_OPS(lamb_open);
 
 OPTIM_DESCRIPTOR(kiln_optim_lamb, "lamb",
 		 "LAMB: AdamW's update scaled per tensor by the trust ratio (You et al. 2019)",
-		 lamb_ops, optim_adam_keys);
+		 lamb_ops, optim_lamb_keys);

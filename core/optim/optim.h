@@ -47,8 +47,10 @@ void fused_optim_close(void *ctx);
 		.keys = keysv, .probe = NULL,                                             \
 	}
 
-/* AdamW's key rows (beta1, beta2, eps) and open(), which LAMB shares */
+/* Adam's and AdamW's key rows (amsgrad, beta1, beta2, eps) and open(),
+ * which LAMB shares; LAMB's rows are the same but amsgrad, the first */
 extern const struct kiln_key optim_adam_keys[];
+#define optim_lamb_keys (&optim_adam_keys[1])
 kiln_status optim_adam_open(const struct kiln_host *h, const struct kiln_config *cfg, int type,
 			    struct kiln_optim_info *info, void **ctx);
 

@@ -43,7 +43,8 @@ extern "C" {
  * inputs.  Batchnorm's parameters and statistics, the loss metrics and
  * scale stay f32.  The optimizers (SGD, ADAMW, LAMB) take an optional last
  * output in bf16/f16 [n]: the compute copy of the parameters after the
- * step, rounded to nearest even, written in the same pass. */
+ * step, rounded to nearest even, written in the same pass (not ADAMW with
+ * amsgrad, whose outputs are full: see there). */
 enum kiln_op_type {
 	/* out0[M,N] = f[0]*op(in0)[M,K] op(in1)[K,N] + beta*out0 (+ in2[N] bias)
 	 * i[0]=transA i[1]=transB i[2]=M i[3]=N i[4]=K, f[0]=alpha,
@@ -115,7 +116,19 @@ enum kiln_op_type {
 	 * weight decay (SGDW), i[1] nesterov.  Per element, p the params before
 	 * the step:
 	 *   g = grad + f[1]*d*p;  v = mu*v + g
-	 *   p = p - lr*f[2]*d*p - lr * (nesterov ? g + mu*v : v) */
+	 *   p = p - lr*f[2]*d*p - lr * (nesterov ? g + mu*v : v)
+	 * f[3] (ABI 2.29) dampening, torch.optim.SGD's: with it non-zero the
+	 * op reads the optimizer step count t i64[1] (1-based, of the step
+	 * being taken, as ADAMW's) as in2, and the multiplier d (optional)
+	 * moves to in3; the momentum is then
+	 *   v = g                        at t = 1 (PyTorch's first buffer is a
+	 *                                clone of g, undamped)
+	 *   v = mu*v + (1 - f[3])*g      after
+	 * (nesterov reads that v too; torch.optim.SGD refuses nesterov with a
+	 * dampening, and so does kiln's `optimizer = sgd`).  f[3] = 0 (every
+	 * use before 2.29): no t, the update above.  Without momentum (f[0] =
+	 * 0) the dampening changes nothing, as in PyTorch.  The core asks no
+	 * device built before 2.29 for f[3] != 0. */
 	KILN_OP_SGD = 7,
 	/* out0 (any dtype) = f[0] */
 	KILN_OP_FILL = 8,
@@ -303,14 +316,24 @@ enum kiln_op_type {
 	 * before the first step.  Per element, p the params before the step:
 	 *   m = beta1*m + (1-beta1)*g;   v = beta2*v + (1-beta2)*g*g
 	 *   vh = sqrt(v) / sqrt(c2) + eps                (eps outside the root) */
-	/* AdamW exactly as torch.optim.AdamW (amsgrad off): in0 grads [n],
+	/* AdamW exactly as torch.optim.AdamW (amsgrad: i[1]): in0 grads [n],
 	 * in1 lr f32[1], in2 t i64[1], in3 (optional) d [n]; out0 params [n],
 	 * out1 m [n], out2 v [n].
 	 *   p = p*(1 - lr*wd*d) - (lr/c1) * m / vh
 	 * f[4] (ABI 2.28) l2, torch.optim.Adam's (coupled) weight_decay: the
 	 * moments above read g + l2*d*p in place of g (kiln's `optimizer =
 	 * adam` sets f[3] = 0, f[4] = wd).  0 (every use before 2.28): g as
-	 * it is.  The core asks no device built before 2.28 for l2 != 0. */
+	 * it is.  The core asks no device built before 2.28 for l2 != 0.
+	 * i[1] (ABI 2.29) amsgrad, torch.optim.Adam/AdamW(amsgrad=True): one
+	 * more output, out3 vmax [n] (PyTorch's max_exp_avg_sq, zero before
+	 * the first step), the largest second moment so far, taken of the raw
+	 * v after its update and bias-corrected with this step's c2:
+	 *   vmax = max(vmax, v);   vh = sqrt(vmax) / sqrt(c2) + eps
+	 * The four f32 outputs fill KILN_OP_MAX_OUT, so with i[1] = 1 the op
+	 * has no compute-copy output: the caller casts the params after it
+	 * (KILN_OP_CAST; the built-in optimizers do).  i[1] = 0 (every use
+	 * before 2.29): three outputs, vh from v.  The core asks no device
+	 * built before 2.29 for i[1] != 0. */
 	KILN_OP_ADAMW = 31,
 	/* LAMB (You et al. 2019, Algorithm 2, with the trust ratio on every
 	 * tensor, as NVIDIA apex FusedLAMB with use_nvlamb; no gradient

@@ -161,9 +161,14 @@ extern "C" {
  * 2.28: KILN_OP_ADAMW's f[4], an L2 weight decay added to the gradient
  *      before the moments (torch.optim.Adam's weight_decay; `optimizer =
  *      adam`); the core asks no device built before for f[4] != 0
- *      (docs/plugins.md "ABI 2.28"). */
+ *      (docs/plugins.md "ABI 2.28").
+ * 2.29: KILN_OP_SGD's f[3], torch.optim.SGD's dampening (with it, the
+ *      step count t as in2), and KILN_OP_ADAMW's i[1], amsgrad (a fourth
+ *      output, the largest second moment so far; kiln/ops.h); the core
+ *      asks no device built before for either (docs/plugins.md "ABI
+ *      2.29"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 28
+#define KILN_ABI_MINOR 29
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

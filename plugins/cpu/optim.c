@@ -1,6 +1,7 @@
-/* plugins/cpu/optim.c - the fused optimizer steps: SGD (momentum, Nesterov,
- * L2 or decoupled weight decay), AdamW and LAMB, each one op over the flat
- * parameter buffer (plugin.h states the exact formulas).
+/* plugins/cpu/optim.c - the fused optimizer steps: SGD (momentum with
+ * dampening, Nesterov, L2 or decoupled weight decay), AdamW (and Adam, with
+ * amsgrad) and LAMB, each one op over the flat parameter buffer (kiln/ops.h
+ * states the exact formulas).
  *
  * Every per-step scalar (lr, the step count t) is read from the op's
  * device arguments when the kernel runs, never baked into the plan.  The
@@ -45,13 +46,17 @@ static inline void opt_copy(void *cp, int dtype, const float *w, int64_t b, int6
 /* ---- SGD -------------------------------------------------------------- */
 
 /* One element of SGD; the flags are constants at every call site, so each
- * variant compiles to its own branch-free loop.  w, v, g, d, c: (n). */
-#define SGD_BODY(HAS_V, NESTEROV, HAS_D, HAS_C)                                          \
+ * variant compiles to its own branch-free loop.  w, v, g, d, c: (n).
+ * DAMP (with HAS_V): torch.optim.SGD's dampening, v = mv*v + omd*g, where
+ * (mv, omd) = (0, 1) on the first step (v = g) and (mu, 1 - dampening)
+ * after; a separate loop, so that the undamped arithmetic is unchanged. */
+#define SGD_BODY(HAS_V, NESTEROV, HAS_D, HAS_C, DAMP)                                    \
 	do {                                                                             \
 		const float di = (HAS_D) ? d[i] : 1.0f;                                  \
 		const float wi = w[i];                                                   \
 		const float gi = g[i] + l2 * di * wi;                                    \
-		const float vi = (HAS_V) ? mu * v[i] + gi : gi;                          \
+		const float vi = !(HAS_V) ? gi : (DAMP) ? mv * v[i] + omd * gi           \
+							 : mu * v[i] + gi;               \
 		if (HAS_V)                                                               \
 			v[i] = vi;                                                       \
 		const float wn = wi - lrdw * di * wi - lr * ((NESTEROV) ? gi + mu * vi : vi);   \
@@ -64,8 +69,22 @@ static inline void opt_copy(void *cp, int dtype, const float *w, int64_t b, int6
 	do {                                                                             \
 		_Pragma("omp simd")                                                      \
 		for (int64_t i = 0; i < n; i++)                                          \
-			SGD_BODY(HAS_V, NESTEROV, HAS_D, HAS_C);                         \
+			SGD_BODY(HAS_V, NESTEROV, HAS_D, HAS_C, 0);                      \
 	} while (0)
+
+#define SGD_DAMP_LOOP(NESTEROV, HAS_D, HAS_C)                                            \
+	do {                                                                             \
+		_Pragma("omp simd")                                                      \
+		for (int64_t i = 0; i < n; i++)                                          \
+			SGD_BODY(1, NESTEROV, HAS_D, HAS_C, 1);                          \
+	} while (0)
+
+/* The constants of SGD's momentum update: mu (nesterov's look-ahead),
+ * and with a dampening (damp) the update's mv and omd of SGD_BODY. */
+struct sgd_k {
+	float mu, mv, omd;
+	int damp;
+};
 
 /* The update of n elements; c (n) NULL, or the bf16 compute copy of the
  * updated w, rounded in the same loop (session 15: one pass over the
@@ -73,8 +92,22 @@ static inline void opt_copy(void *cp, int dtype, const float *w, int64_t b, int6
  * the same expressions, so the same bytes). */
 CPU_CLONES static void sgd_span(float *restrict w, float *restrict v, const float *restrict g,
 				const float *restrict d, uint16_t *restrict c, int64_t n, float lr,
-				float mu, float l2, float lrdw, int nesterov)
+				struct sgd_k k, float l2, float lrdw, int nesterov)
 {
+	const float mu = k.mu, mv = k.mv, omd = k.omd;
+	if (v && k.damp) {
+		switch ((c != NULL) * 4 + (nesterov != 0) * 2 + (d != NULL)) {
+		case 0: SGD_DAMP_LOOP(0, 0, 0); break;
+		case 1: SGD_DAMP_LOOP(0, 1, 0); break;
+		case 2: SGD_DAMP_LOOP(1, 0, 0); break;
+		case 3: SGD_DAMP_LOOP(1, 1, 0); break;
+		case 4: SGD_DAMP_LOOP(0, 0, 1); break;
+		case 5: SGD_DAMP_LOOP(0, 1, 1); break;
+		case 6: SGD_DAMP_LOOP(1, 0, 1); break;
+		default: SGD_DAMP_LOOP(1, 1, 1); break;
+		}
+		return;
+	}
 	switch ((c != NULL) * 8 + (v != NULL) * 4 + (nesterov != 0) * 2 + (d != NULL)) {
 	case 0: SGD_LOOP(0, 0, 0, 0); break;
 	case 1: SGD_LOOP(0, 0, 1, 0); break;
@@ -95,30 +128,42 @@ CPU_CLONES static void sgd_span(float *restrict w, float *restrict v, const floa
 	}
 }
 
-/* SGD over n elements: g (n) grads, lr [1] (device), d (n) weight-decay
- * multiplier or absent, w (n) params, v (n) momentum (absent when mu = 0):
+/* SGD over n elements: g (n) grads, lr [1] (device), t [1] (i64, 1-based;
+ * only with a dampening f[3] != 0), d (n) weight-decay multiplier or
+ * absent, w (n) params, v (n) momentum (absent when mu = 0):
  *   g' = g + l2*d*w;  v = mu*v + g';  w -= lr*dw*d*w + lr*(nesterov ? g' + mu*v : v)
- * with w on the right the params before the step. */
+ * with w on the right the params before the step; with a dampening, v =
+ * g' at t = 1 and mu*v + (1 - f[3])*g' after (torch.optim.SGD). */
 static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *a,
 			   struct cpu_err *e)
 {
+	const int damp = p->op.f[3] != 0.0; /* in2 is the step count */
 	const float *g = a->in[0];
 	const float lr = *(const float *)a->in[1];
-	const float *d = own_inputs(&p->op) > 2 ? a->in[2] : NULL;
+	const float *d = own_inputs(&p->op) > 2 + damp ? a->in[2 + damp] : NULL;
 	if (cpu_optim_gated_off(p, a))
 		return KILN_OK; /* a skipped step */
 	float *w = a->out[0];
 	float *v = p->n_out - (p->sz[7] != 0) > 1 ? a->out[1] : NULL;
 	void *cp = OPT_COPY(p, a);
 	const int cdt = (int)p->sz[6];
-	const float mu = (float)p->op.f[0], l2 = (float)p->op.f[1];
+	const float l2 = (float)p->op.f[1];
 	const float lrdw = lr * (float)p->op.f[2];
 	const int nesterov = p->op.i[1] != 0;
-	(void)e;
+	struct sgd_k k = { (float)p->op.f[0], (float)p->op.f[0], 1.0f, damp };
+	if (damp) {
+		const int64_t t = *(const int64_t *)a->in[2];
+		if (t < 1)
+			return cpu_fail(e, KILN_EINVAL, "cpu: SGD: step count %lld; it is 1-based (advance it before the step)",
+					(long long)t);
+		/* PyTorch's first momentum buffer is the gradient, undamped */
+		k.mv = t == 1 ? 0.0f : k.mu;
+		k.omd = t == 1 ? 1.0f : (float)(1.0 - p->op.f[3]);
+	}
 	uint16_t *cb = cdt == KILN_BF16 ? cp : NULL; /* bf16: rounded inside the update */
 	CPU_SPANS(p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
 		sgd_span(w + bb, v ? v + bb : NULL, g + bb, d ? d + bb : NULL, cb ? cb + bb : NULL,
-			 be - bb, lr, mu, l2, lrdw, nesterov);
+			 be - bb, lr, k, l2, lrdw, nesterov);
 		if (!cb)
 			opt_copy(cp, cdt, w, bb, be);
 	}));
@@ -173,40 +218,61 @@ static kiln_status adam_scalars(const struct cpu_plan *p, const struct kiln_op_a
 		(mi_ * k.inv_c1) / (sqrtf(vi_) * k.inv_sqrt_c2 + k.eps);                 \
 	})
 
+/* AMSGrad's moments of one element with gradient `gi`: m, v and the
+ * largest v so far, vx, updated in place (the max of the raw moments, NaN
+ * from v kept, as torch.maximum); returns m/c1 / vh of vx. */
+#define ADAM_DIR_AMS(i, gi)                                                              \
+	({                                                                               \
+		const float gi_ = (gi);                                                  \
+		const float mi_ = k.b1 * m[i] + k.omb1 * gi_;                            \
+		const float vi_ = k.b2 * v[i] + k.omb2 * gi_ * gi_;                      \
+		const float xi_ = vx[i] >= vi_ ? vx[i] : vi_;                            \
+		m[i] = mi_;                                                              \
+		v[i] = vi_;                                                              \
+		vx[i] = xi_;                                                             \
+		(mi_ * k.inv_c1) / (sqrtf(xi_) * k.inv_sqrt_c2 + k.eps);                 \
+	})
+
 /* ---- AdamW ------------------------------------------------------------ */
 
-/* HAS_L2: Adam's L2 term added to the gradient before the moments (a
- * separate loop, so that AdamW's arithmetic is unchanged) */
-#define ADAMW_LOOP(HAS_D, HAS_L2)                                                        \
+/* HAS_L2: Adam's L2 term added to the gradient before the moments; AMS:
+ * amsgrad (ADAM_DIR_AMS).  Separate loops, so that AdamW's arithmetic is
+ * unchanged. */
+#define ADAMW_LOOP(HAS_D, HAS_L2, AMS)                                                   \
 	do {                                                                             \
 		_Pragma("omp simd")                                                      \
 		for (int64_t i = 0; i < n; i++) {                                        \
 			const float di = (HAS_D) ? d[i] : 1.0f;                          \
-			const float dir = ADAM_DIR(i, (HAS_L2) ? g[i] + k.l2 * di * w[i] \
-							       : g[i]);                  \
+			const float gi = (HAS_L2) ? g[i] + k.l2 * di * w[i] : g[i];      \
+			const float dir = (AMS) ? ADAM_DIR_AMS(i, gi) : ADAM_DIR(i, gi); \
 			w[i] = w[i] * (1.0f - lrwd * di) - lr * dir;                     \
 		}                                                                        \
 	} while (0)
 
+/* vx (n): amsgrad's largest second moments, or NULL (amsgrad off) */
 CPU_CLONES static void adamw_span(float *restrict w, float *restrict m, float *restrict v,
-				  const float *restrict g, const float *restrict d, int64_t n,
-				  float lr, struct adam_k k)
+				  float *restrict vx, const float *restrict g,
+				  const float *restrict d, int64_t n, float lr, struct adam_k k)
 {
 	const float lrwd = lr * k.wd;
-	if (k.l2 != 0.0f && d)
-		ADAMW_LOOP(1, 1);
-	else if (k.l2 != 0.0f)
-		ADAMW_LOOP(0, 1);
-	else if (d)
-		ADAMW_LOOP(1, 0);
-	else
-		ADAMW_LOOP(0, 0);
+	switch ((vx != NULL) * 4 + (k.l2 != 0.0f) * 2 + (d != NULL)) {
+	case 0: ADAMW_LOOP(0, 0, 0); break;
+	case 1: ADAMW_LOOP(1, 0, 0); break;
+	case 2: ADAMW_LOOP(0, 1, 0); break;
+	case 3: ADAMW_LOOP(1, 1, 0); break;
+	case 4: ADAMW_LOOP(0, 0, 1); break;
+	case 5: ADAMW_LOOP(1, 0, 1); break;
+	case 6: ADAMW_LOOP(0, 1, 1); break;
+	default: ADAMW_LOOP(1, 1, 1); break;
+	}
 }
 
 /* AdamW over n elements: g (n), lr [1], t [1] (i64, 1-based), d (n) or
- * absent; w (n) params, m (n), v (n) moments.  torch.optim.AdamW, and
- * with l2 = f[4] torch.optim.Adam's weight_decay (g += l2*d*w first):
- *   w *= 1 - lr*wd*d;  m, v updated;  w -= lr * (m/c1) / (sqrt(v)/sqrt(c2) + eps) */
+ * absent; w (n) params, m (n), v (n) moments, and with amsgrad (i[1]) vx
+ * (n), the largest v so far.  torch.optim.AdamW, and with l2 = f[4]
+ * torch.optim.Adam's weight_decay (g += l2*d*w first):
+ *   w *= 1 - lr*wd*d;  m, v updated;  w -= lr * (m/c1) / (sqrt(v)/sqrt(c2) + eps)
+ * (amsgrad: vx = max(vx, v), and sqrt(vx) in place of sqrt(v)). */
 static kiln_status cpu_adamw(const struct cpu_plan *p, const struct kiln_op_args *a,
 			     struct cpu_err *e)
 {
@@ -216,6 +282,7 @@ static kiln_status cpu_adamw(const struct cpu_plan *p, const struct kiln_op_args
 	if (cpu_optim_gated_off(p, a))
 		return KILN_OK; /* a skipped step */
 	float *w = a->out[0], *m = a->out[1], *v = a->out[2];
+	float *vx = p->op.i[1] ? a->out[3] : NULL;
 	struct adam_k k;
 	kiln_status st = adam_scalars(p, a, "ADAMW", &k, e);
 	if (st)
@@ -223,7 +290,8 @@ static kiln_status cpu_adamw(const struct cpu_plan *p, const struct kiln_op_args
 	void *cp = OPT_COPY(p, a);
 	const int cdt = (int)p->sz[6];
 	CPU_SPANS(p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
-		adamw_span(w + bb, m + bb, v + bb, g + bb, d ? d + bb : NULL, be - bb, lr, k);
+		adamw_span(w + bb, m + bb, v + bb, vx ? vx + bb : NULL, g + bb, d ? d + bb : NULL,
+			   be - bb, lr, k);
 		opt_copy(cp, cdt, w, bb, be);
 	}));
 	return KILN_OK;
@@ -400,7 +468,11 @@ kiln_status cpu_optim_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		out_n = op->f[0] == 0.0 && op->n_out - copy == 1 ? 1 : 2;
 		p->kernel = cpu_sgd;
 		break;
-	case KILN_OP_ADAMW: out_n = 3; p->kernel = cpu_adamw; break;
+	case KILN_OP_ADAMW:
+		/* amsgrad (ABI 2.29): the largest second moments, a fourth */
+		out_n = 3 + (op->i[1] != 0);
+		p->kernel = cpu_adamw;
+		break;
 	case KILN_OP_LAMB: out_n = 3; p->kernel = cpu_lamb; break;
 	default:
 		return c->host->error(KILN_EINTERNAL, "cpu: op %d is not an optimizer", op->type);

@@ -256,7 +256,7 @@ KERN_HD int64_t kern_tensor_of(const int64_t *off, int64_t T, int64_t e)
  * status and a message (kern_err_message).  kind: */
 enum {
 	KERN_ERR_LABEL = 1,   /* SOFTMAX_XENT: a label outside [0, C); val = C */
-	KERN_ERR_STEP = 2,    /* ADAMW/LAMB: a step count < 1; val = the count */
+	KERN_ERR_STEP = 2,    /* ADAMW/LAMB, dampened SGD: a step count < 1; val = the count */
 	KERN_ERR_OFFSETS = 3, /* LAMB: tensor offsets not 0 .. n nondecreasing; val = the first bad index */
 	KERN_ERR_INDEX = 4    /* EMBEDDING(_BWD): an id outside [0, V) (keyed as a label); val = V */
 };

@@ -749,23 +749,46 @@ extern "C" cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p,
 
 /* ---- optimizers -------------------------------------------------------- */
 
-/* SGD over n: g (n) grads, lr [1] (device), d (n) weight-decay multiplier
- * or NULL, gate [1] or NULL (0: a skipped step); w (n) params, v (n)
- * momentum or NULL (mu = 0).  plugin.h:
- *   g' = g + l2*d*w;  v = mu*v + g';  w -= lr*dw*d*w + lr*(nesterov ? g' + mu*v : v) */
+/* A step count < 1 (the count is 1-based): the record a sync reports */
+__device__ static void err_step(struct cuda_err_rec *err, int64_t t, int op)
+{
+	const unsigned long long key = kern_err_key_other(KERN_ERR_STEP);
+	if (atomicMin(&err->key, key) > key) {
+		err->val = t;
+		err->op = op;
+		err->kind = KERN_ERR_STEP;
+	}
+}
+
+/* SGD over n: g (n) grads, lr [1] (device), t [1] i64 1-based or NULL
+ * (only with a dampening), d (n) weight-decay multiplier or NULL, gate [1]
+ * or NULL (0: a skipped step); w (n) params, v (n) momentum or NULL (mu =
+ * 0).  kiln/ops.h:
+ *   g' = g + l2*d*w;  v = mu*v + g';  w -= lr*dw*d*w + lr*(nesterov ? g' + mu*v : v)
+ * omd (1 - f[3], ABI 2.29) with tp: torch.optim.SGD's dampening, v = g'
+ * at t = 1 (PyTorch's first buffer) and mu*v + omd*g' after. */
 __global__ void k_sgd(float *w, float *v, void *cp, int cdt, const float *g, const float *lrp,
-		      const float *d, const float *gate, int64_t n, float mu, float l2, float dwd,
-		      int nesterov)
+		      const int64_t *tp, const float *d, const float *gate, int64_t n, float mu,
+		      float l2, float dwd, int nesterov, float omd, struct cuda_err_rec *err)
 {
 	if (gate && *gate == 0.0f)
 		return;
+	const int64_t t = tp ? *tp : 0;
+	if (tp && t < 1) {
+		/* as k_adamw's: the next host sync returns EINVAL */
+		if (blockIdx.x == 0 && threadIdx.x == 0)
+			err_step(err, t, KILN_OP_SGD);
+		return;
+	}
+	/* the momentum update's (mv, omd): (0, 1) on a dampened first step */
+	const float mv = tp && t == 1 ? 0.0f : mu, om = tp && t == 1 ? 1.0f : omd;
 	const float lr = *lrp, lrdw = lr * dwd;
 	FOR_N(i, n)
 	{
 		const float di = d ? d[i] : 1.0f;
 		const float wi = w[i];
 		const float gi = g[i] + l2 * di * wi;
-		const float vi = v ? mu * v[i] + gi : gi;
+		const float vi = !v ? gi : tp ? mv * v[i] + om * gi : mu * v[i] + gi;
 		if (v)
 			v[i] = vi;
 		const float wn = wi - lrdw * di * wi - lr * (nesterov ? gi + mu * vi : vi);
@@ -794,38 +817,31 @@ static void *copy_of(const struct cuda_plan *p, const struct kiln_op_args *a)
 	return p->sz[2] ? a->out[p->op.n_out - 1] : NULL;
 }
 
-/* A step count < 1 (the count is 1-based): the record a sync reports */
-__device__ static void err_step(struct cuda_err_rec *err, int64_t t, int op)
-{
-	const unsigned long long key = kern_err_key_other(KERN_ERR_STEP);
-	if (atomicMin(&err->key, key) > key) {
-		err->val = t;
-		err->op = op;
-		err->kind = KERN_ERR_STEP;
-	}
-}
-
 extern "C" cudaError_t cuda_launch_sgd(const struct cuda_plan *p, const struct kiln_op_args *a,
 				       cudaStream_t s)
 {
-	const float *d = own_inputs(&p->op) > 2 ? (const float *)a->in[2] : NULL;
+	/* a dampening (f[3], ABI 2.29): in2 is the step count, d follows */
+	const int damp = p->op.f[3] != 0.0;
+	const float *d = own_inputs(&p->op) > 2 + damp ? (const float *)a->in[2 + damp] : NULL;
 	float *v = p->n_out - (p->sz[2] != 0) > 1 ? (float *)a->out[1] : NULL;
 	k_sgd<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
 		(float *)a->out[0], v, copy_of(p, a), (int)p->sz[1], (const float *)a->in[0],
-		(const float *)a->in[1], d,
+		(const float *)a->in[1], damp ? (const int64_t *)a->in[2] : NULL, d,
 		gate_of(p, a), p->n, (float)p->op.f[0], (float)p->op.f[1], (float)p->op.f[2],
-		p->op.i[1] != 0);
+		p->op.i[1] != 0, (float)(1.0 - p->op.f[3]), p->err);
 	return cudaGetLastError();
 }
 
 /* AdamW as torch.optim.AdamW (kiln/ops.h): g (n), lr [1], t [1] i64 1-based,
  * d (n) or NULL, gate or NULL; w, m, v (n).  l2 (f[4], ABI 2.28) != 0:
- * torch.optim.Adam's weight_decay, g + l2*d*w into the moments.  The bias corrections come
+ * torch.optim.Adam's weight_decay, g + l2*d*w into the moments.  vx (n)
+ * or NULL: amsgrad (i[1], ABI 2.29), vx = max(vx, v) and sqrt(vx) in place
+ * of sqrt(v).  The bias corrections come
  * from the device's t, in double as PyTorch computes them on the host. */
-__global__ void k_adamw(float *w, float *m, float *v, void *cp, int cdt, const float *g,
-			const float *lrp, const int64_t *tp, const float *d, const float *gate,
-			int64_t n, float b1, float b2, float omb1, float omb2, float eps, float wd,
-			float l2, struct cuda_err_rec *err)
+__global__ void k_adamw(float *w, float *m, float *v, float *vx, void *cp, int cdt,
+			const float *g, const float *lrp, const int64_t *tp, const float *d,
+			const float *gate, int64_t n, float b1, float b2, float omb1, float omb2,
+			float eps, float wd, float l2, struct cuda_err_rec *err)
 {
 	if (gate && *gate == 0.0f)
 		return;
@@ -850,7 +866,11 @@ __global__ void k_adamw(float *w, float *m, float *v, void *cp, int cdt, const f
 		const float vi = b2 * v[i] + omb2 * gi * gi;
 		m[i] = mi;
 		v[i] = vi;
-		const float dir = (mi * inv_c1) / (sqrtf(vi) * inv_sqrt_c2 + eps);
+		/* amsgrad: the largest raw v so far (NaN from v kept) */
+		const float xi = vx ? (vx[i] >= vi ? vx[i] : vi) : vi;
+		if (vx)
+			vx[i] = xi;
+		const float dir = (mi * inv_c1) / (sqrtf(xi) * inv_sqrt_c2 + eps);
 		const float wn = w[i] * (1.0f - lrwd * di) - lr * dir;
 		w[i] = wn;
 		if (cp)
@@ -863,7 +883,8 @@ extern "C" cudaError_t cuda_launch_adamw(const struct cuda_plan *p, const struct
 {
 	const float *d = own_inputs(&p->op) > 3 ? (const float *)a->in[3] : NULL;
 	k_adamw<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
-		(float *)a->out[0], (float *)a->out[1], (float *)a->out[2], copy_of(p, a),
+		(float *)a->out[0], (float *)a->out[1], (float *)a->out[2],
+		p->op.i[1] ? (float *)a->out[3] : NULL, copy_of(p, a),
 		(int)p->sz[1], (const float *)a->in[0], (const float *)a->in[1],
 		(const int64_t *)a->in[2], d, gate_of(p, a), p->n,
 		(float)p->op.f[0], (float)p->op.f[1],

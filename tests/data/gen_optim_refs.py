@@ -1,12 +1,16 @@
 #!/usr/bin/python3
 """Generate tests/data/optim_refs.safetensors: PyTorch references for kiln's
 fused optimizers (KILN_OP_SGD, KILN_OP_ADAMW, KILN_OP_LAMB; kiln's adam is
-KILN_OP_ADAMW with its L2 weight decay f[4]).
+KILN_OP_ADAMW with its L2 weight decay f[4]; SGD's dampening is f[3] and
+amsgrad ADAMW's i[1], ABI 2.29).
 
 Three parameter tensors, named as kiln names the model of metadata
 `model.ini` (fc1.weight [4,6], fc1.bias [4], fc2.weight [3,4]), start from the
-same values in every case and take 5 steps with the same 5 gradients.  Each
-case stores the parameters after every step.  The learning rate changes
+same values in every case and take 5 steps (metadata `steps`; a case's own
+count is `<case>.steps`: 20 for the session-43 cases) with the same
+gradients (`grad<k>/<name>`, 20 of them: the 15 after the first 5 shrink,
+x0.85 a step, so that a second moment falls below its running maximum).
+Each case stores the parameters after every step.  The learning rate changes
 from step to step (the base lr times LR_FACTORS), so a kernel that read the
 lr once, at prepare, would fail.
 
@@ -24,6 +28,21 @@ Cases (metadata `cases`; `<case>.ini` is the kiln [train] section):
   adam_nodecay  the same with fc1.bias in a group of weight_decay=0
 (adam and adam_nodecay came in session 42, appended: the draws and every
 earlier case's tensors are the same bytes as before.)
+Session 43, 20 steps each (appended the same way: the 15 later gradients
+are drawn after the first 5, and every earlier tensor is the same bytes):
+  sgd_dampening torch.optim.SGD(momentum=0.9, dampening=0.5, weight_decay=0.01):
+                the first step's buffer is the gradient, undamped
+  sgd_dampening_nodecay  the same with fc1.bias in a group of weight_decay=0
+                (kiln's op reads the step count as in2, the multiplier as in3)
+  adam_amsgrad  torch.optim.Adam(betas=(0.9, 0.9), eps=1e-8, weight_decay=0.01,
+                amsgrad=True), fc1.bias in a group of weight_decay=0
+  adamw_amsgrad torch.optim.AdamW(betas=(0.9, 0.9), eps=1e-8, weight_decay=0.01,
+                amsgrad=True)
+beta2 = 0.9 so that the second moment falls below its maximum within the 20
+steps; the script fails unless each of these cases ends at least 1e-3
+(relative, a hundred times check_optim's tolerance) away from the same run
+with dampening 0 / amsgrad off, so a kiln that ignored the option fails
+check_optim.
 
 LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning",
 Algorithm 2, phi = identity; the trust ratio is applied to every tensor, as
@@ -52,7 +71,10 @@ import torch
 from safetensors_io import read_safetensors, write_safetensors
 
 STEPS = 5
-LR_FACTORS = (1.0, 0.5, 0.25, 0.75, 0.1)
+LONG_STEPS = 20  # the session-43 cases, and the gradients drawn
+LR_FACTORS = (1.0, 0.5, 0.25, 0.75, 0.1, 0.5, 0.9, 0.3, 1.0, 0.6, 0.2, 0.8, 0.4, 0.7, 0.15,
+              0.95, 0.35, 0.55, 0.25, 0.65)
+SHRINK = 0.85  # gradient k >= STEPS is drawn, then scaled by SHRINK^(k - STEPS + 1)
 SHAPES = (("fc1.weight", (4, 6)), ("fc1.bias", (4,)), ("fc2.weight", (3, 4)))
 MODEL_INI = ("[layer.fc1]\ntype = linear\nout = 4\n[layer.r]\ntype = relu\n"
              "[layer.fc2]\ntype = linear\nout = 3\nbias = 0\n"
@@ -71,7 +93,28 @@ CASES = {
     "lamb_nodecay": ("lamb", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", True),
     "adam": ("adam", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", False),
     "adam_nodecay": ("adam", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", True),
+    "sgd_dampening": ("sgd", 0.1, "momentum = 0.9\ndampening = 0.5\nnesterov = 0\n", False),
+    "sgd_dampening_nodecay": ("sgd", 0.1, "momentum = 0.9\ndampening = 0.5\nnesterov = 0\n",
+                              True),
+    "adam_amsgrad": ("adam", 0.01, "beta1 = 0.9\nbeta2 = 0.9\neps = 1e-8\namsgrad = 1\n", True),
+    "adamw_amsgrad": ("adamw", 0.01, "beta1 = 0.9\nbeta2 = 0.9\neps = 1e-8\namsgrad = 1\n",
+                      False),
 }
+# the session-43 cases: LONG_STEPS steps each
+LONG = ("sgd_dampening", "sgd_dampening_nodecay", "adam_amsgrad", "adamw_amsgrad")
+
+
+def case_steps(name):
+    return LONG_STEPS if name in LONG else STEPS
+
+
+def key_value(keys, key, default):
+    """The value of `key = v` in a case's kiln keys, as a float."""
+    for line in keys.splitlines():
+        k, _, v = line.partition("=")
+        if k.strip() == key:
+            return float(v)
+    return default
 
 
 class Lamb(torch.optim.Optimizer):
@@ -103,9 +146,14 @@ class Lamb(torch.optim.Optimizer):
                 p.add_(u, alpha=-group["lr"] * ratio)
 
 
-def make_optimizer(name, params):
-    """params: dict name -> tensor.  Returns (optimizer, pre-step hook)."""
+def make_optimizer(name, params, plain=False):
+    """params: dict name -> tensor.  Returns (optimizer, pre-step hook).
+    plain: without the case's dampening and amsgrad (the run the case must
+    differ from)."""
     kind, lr, keys, nodecay = CASES[name]
+    damp = 0.0 if plain else key_value(keys, "dampening", 0.0)
+    amsgrad = not plain and key_value(keys, "amsgrad", 0) == 1
+    betas = (key_value(keys, "beta1", 0.9), key_value(keys, "beta2", 0.999))
     if nodecay:
         groups = [{"params": [t for n, t in params.items() if not n.endswith(".bias")]},
                   {"params": [t for n, t in params.items() if n.endswith(".bias")],
@@ -114,7 +162,7 @@ def make_optimizer(name, params):
         groups = [{"params": list(params.values())}]
     pre = None
     if kind == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=0.9, weight_decay=WD,
+        return torch.optim.SGD(groups, lr=lr, momentum=0.9, dampening=damp, weight_decay=WD,
                                nesterov="nesterov = 1" in keys), pre
     if kind == "sgdw":
         opt = torch.optim.SGD(groups, lr=lr, momentum=0.9, weight_decay=0.0)
@@ -126,11 +174,11 @@ def make_optimizer(name, params):
                         p.mul_(1 - group["lr"] * WD)
         return opt, pre
     if kind == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8,
-                                 weight_decay=WD), pre
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8,
+                                 weight_decay=WD, amsgrad=amsgrad), pre
     if kind == "adam":
-        return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8,
-                                weight_decay=WD), pre
+        return torch.optim.Adam(groups, lr=lr, betas=betas, eps=1e-8,
+                                weight_decay=WD, amsgrad=amsgrad), pre
     if kind == "lamb":
         return Lamb(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=WD), pre
     raise ValueError(kind)
@@ -141,12 +189,12 @@ def step_lr(name, k):
     return float(np.float32(CASES[name][1] * LR_FACTORS[k]))
 
 
-def run_case(name, init, grads, dtype):
+def run_case(name, init, grads, dtype, plain=False):
     """Params after each step: list (steps) of dict name -> tensor."""
     params = {n: init[n].to(dtype).clone().requires_grad_(True) for n, _ in SHAPES}
-    opt, pre = make_optimizer(name, params)
+    opt, pre = make_optimizer(name, params, plain)
     out = []
-    for k in range(STEPS):
+    for k in range(case_steps(name)):
         for group in opt.param_groups:
             group["lr"] = step_lr(name, k)
         for n, _ in SHAPES:
@@ -165,8 +213,11 @@ def main():
     torch.set_num_threads(1)
     init = {n: torch.randn(s) * 0.5 for n, s in SHAPES}
     grads = [{n: torch.randn(s) * 0.3 for n, s in SHAPES} for _ in range(STEPS)]
+    # (drawn after the first STEPS: those and every earlier tensor unchanged)
+    grads += [{n: torch.randn(s) * (0.3 * SHRINK ** (k - STEPS + 1)) for n, s in SHAPES}
+              for k in range(STEPS, LONG_STEPS)]
     tensors = [("init/" + n, init[n].numpy()) for n, _ in SHAPES]
-    for k in range(STEPS):
+    for k in range(LONG_STEPS):
         tensors += [("grad%d/%s" % (k, n), grads[k][n].numpy()) for n, _ in SHAPES]
     meta = {"generator": "tests/data/gen_optim_refs.py", "torch": torch.__version__,
             "model.ini": MODEL_INI, "sample": str(SAMPLE), "steps": str(STEPS),
@@ -180,9 +231,19 @@ def main():
         if nodecay:
             ini += "no_decay = *.bias\n"
         meta[name + ".ini"] = ini
-        meta[name + ".lr"] = " ".join(repr(step_lr(name, k)) for k in range(STEPS))
+        steps = case_steps(name)
+        meta[name + ".steps"] = str(steps)
+        meta[name + ".lr"] = " ".join(repr(step_lr(name, k)) for k in range(steps))
+        if name in LONG:
+            # the option must matter: the plain run ends elsewhere
+            plain = run_case(name, init, grads, torch.float32, plain=True)[-1]
+            apart = max(((plain[n] - f32[-1][n]).abs().max() / f32[-1][n].abs().max()).item()
+                        for n, _ in SHAPES)
+            print("%-14s vs dampening 0 / amsgrad off: max relative %.2e" % (name, apart))
+            if apart < 1e-3:
+                sys.exit("%s: only %.2e away from the run without its option" % (name, apart))
         case_worst = 0.0
-        for k in range(STEPS):
+        for k in range(steps):
             for n, _ in SHAPES:
                 a, b = f32[k][n].double(), f64[k][n]
                 rel = ((a - b).abs().max() / b.abs().max()).item()
