@@ -98,6 +98,26 @@ kiln_status kiln_data_cfg_read(const struct kiln_config *cfg, struct kiln_data_c
 	return st;
 }
 
+/* The keys of the schedules of session 43 (linear, polynomial, onecycle's
+ * options).  LinearLR refuses a start_factor of 0 (its rate would start
+ * at 0 and, chained, stay there); the schema's range takes the end, so
+ * it is refused here, with linear only. */
+static void read_schedule_more(const struct kiln_config *cfg, struct kiln_train_cfg *o,
+			       kiln_status *st)
+{
+	const char *anneal = NULL;
+	get_float(cfg, "train", "start_factor", &o->start_factor, st);
+	get_float(cfg, "train", "end_factor", &o->end_factor, st);
+	get_int(cfg, "train", "total_iters", &o->total_iters, st);
+	get_float(cfg, "train", "power", &o->power, st);
+	get_bool(cfg, "train", "three_phase", &o->three_phase, st);
+	get_str(cfg, "train", "anneal_strategy", &anneal, st);
+	o->anneal_linear = anneal && !strcmp(anneal, "linear");
+	if (!*st && o->schedule && !strcmp(o->schedule, "linear") && o->start_factor <= 0)
+		*st = kiln_error(KILN_ECONFIG, "%s: [train] start_factor = %g with schedule = linear: the first rate is lr x start_factor, which must be above 0 and at most 1 (LinearLR's range)",
+				 kiln_config_where(cfg, "train", "start_factor"), o->start_factor);
+}
+
 /* The keys of the learning-rate schedule and the gradient clip. */
 static void read_schedule(const struct kiln_config *cfg, struct kiln_train_cfg *o, kiln_status *st)
 {
@@ -116,6 +136,7 @@ static void read_schedule(const struct kiln_config *cfg, struct kiln_train_cfg *
 	get_float(cfg, "train", "clip_norm", &o->clip_norm, st);
 	get_float(cfg, "train", "clip_value", &o->clip_value, st);
 	get_bool(cfg, "train", "skip_nonfinite", &o->skip_nonfinite, st);
+	read_schedule_more(cfg, o, st);
 	/* one-cycle's warm-up phase is a share of the run strictly inside it
 	 * (the schema's range takes the ends; the device op would refuse
 	 * them at plan time, naming no key) */
@@ -237,14 +258,24 @@ char *kiln_run_config_text(const struct kiln_config *cfg, const struct kiln_regi
 	return out;
 }
 
-/* [train] keys that one schedule reads (two: gamma), and the schedules. */
+/* [train] keys that a schedule reads, and the schedules that read them
+ * (up to 3). */
 static const struct {
-	const char *key, *by, *or_by;
+	const char *key, *by[3];
 } schedule_keys[] = {
-	{ "step_size", "step", NULL },         { "gamma", "step", "multistep" },
-	{ "milestones", "multistep", NULL },   { "lr_min", "cosine", NULL },
-	{ "pct_start", "onecycle", NULL },     { "div_factor", "onecycle", NULL },
-	{ "final_div_factor", "onecycle", NULL },
+	{ "step_size", { "step" } },
+	{ "gamma", { "step", "multistep", "exponential" } },
+	{ "milestones", { "multistep" } },
+	{ "lr_min", { "cosine" } },
+	{ "pct_start", { "onecycle" } },
+	{ "div_factor", { "onecycle" } },
+	{ "final_div_factor", { "onecycle" } },
+	{ "three_phase", { "onecycle" } },
+	{ "anneal_strategy", { "onecycle" } },
+	{ "start_factor", { "linear" } },
+	{ "end_factor", { "linear" } },
+	{ "total_iters", { "linear", "polynomial" } },
+	{ "power", { "polynomial" } },
 };
 
 /* Does built-in optimizer o read key? */
@@ -291,11 +322,19 @@ void kiln_train_cfg_warn_unread(const struct kiln_config *cfg, const struct kiln
 	const char *sched = tc->schedule ? tc->schedule : "constant";
 	for (size_t i = 0; i < KILN_ARRAY_LEN(schedule_keys); i++) {
 		const char *where = kiln_config_where(cfg, "train", schedule_keys[i].key);
-		const char *by = schedule_keys[i].by, *or_by = schedule_keys[i].or_by;
-		if (!strcmp(where, "default") || !strcmp(sched, by) || (or_by && !strcmp(sched, or_by)))
+		const char *const *by = schedule_keys[i].by;
+		int n = 0, read = 0;
+		for (; n < 3 && by[n]; n++)
+			read |= !strcmp(sched, by[n]);
+		if (!strcmp(where, "default") || read)
 			continue;
-		kiln_log(KILN_LOG_WARN, "train", "%s: [train] %s is read by schedule = %s%s%s, not by schedule = %s: ignored",
-			 where, schedule_keys[i].key, by, or_by ? " or " : "", or_by ? or_by : "", sched);
+		/* "step", "step or multistep", "step, multistep or exponential" */
+		char list[96] = "";
+		for (int k = 0, off = 0; k < n; k++)
+			off += snprintf(list + off, sizeof list - (size_t)off, "%s%s",
+					!k ? "" : k == n - 1 ? " or " : ", ", by[k]);
+		kiln_log(KILN_LOG_WARN, "train", "%s: [train] %s is read by schedule = %s, not by schedule = %s: ignored",
+			 where, schedule_keys[i].key, list, sched);
 	}
 	optim_keys_warn(cfg, tc->optimizer ? tc->optimizer : "sgd");
 	const char *where = kiln_config_where(cfg, "train", "base_batch");

@@ -663,6 +663,11 @@ EXTRA_DIST += tests/progress_tty.sh
 # (session 38)
 TESTS += tests/resume_batch_schedule.sh
 EXTRA_DIST += tests/resume_batch_schedule.sh
+# [train] schedule = exponential, linear, polynomial and onecycle's
+# three_phase and anneal_strategy through the trainer against PyTorch's
+# schedulers, resumed mid-schedule (session 43)
+TESTS += tests/sched_torch.sh
+EXTRA_DIST += tests/sched_torch.sh
 
 # ---- CLI and docs: the commands, the examples, the documents' claims -----
 TESTS += tests/cli.sh tests/docs.sh

@@ -161,9 +161,13 @@ extern "C" {
  * 2.28: KILN_OP_ADAMW's f[4], an L2 weight decay added to the gradient
  *      before the moments (torch.optim.Adam's weight_decay; `optimizer =
  *      adam`); the core asks no device built before for f[4] != 0
- *      (docs/plugins.md "ABI 2.28"). */
+ *      (docs/plugins.md "ABI 2.28").
+ * 2.29: KILN_OP_LR_SCHEDULE's schedules exponential, linear and
+ *      polynomial (KILN_SCHED_EXPONENTIAL..POLYNOMIAL) and onecycle's
+ *      i[5] three_phase and i[6] anneal_strategy; the core asks no
+ *      device built before for them (docs/plugins.md "ABI 2.29"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 28
+#define KILN_ABI_MINOR 29
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
