@@ -146,6 +146,25 @@ static void read_schedule(const struct kiln_config *cfg, struct kiln_train_cfg *
 				 kiln_config_where(cfg, "train", "pct_start"), o->pct_start);
 }
 
+/* schedule = plateau (its keys are the trainer's: core/train_plateau.c):
+ * ReduceLROnPlateau refuses a factor of 1 or more (the rate would never
+ * fall), and it reads the evaluations' loss, which eval = 0 runs none
+ * of. */
+static void check_plateau(const struct kiln_config *cfg, const struct kiln_train_cfg *o,
+			  kiln_status *st)
+{
+	double factor = 0;
+	if (*st || !o->schedule || strcmp(o->schedule, "plateau"))
+		return;
+	get_float(cfg, "train", "plateau_factor", &factor, st);
+	if (!*st && factor >= 1)
+		*st = kiln_error(KILN_ECONFIG, "%s: [train] plateau_factor = %g: the rate is multiplied by it when the loss stops improving, so it must be below 1 (ReduceLROnPlateau's factor)",
+				 kiln_config_where(cfg, "train", "plateau_factor"), factor);
+	else if (!*st && !o->eval)
+		*st = kiln_error(KILN_ECONFIG, "%s: [train] schedule = plateau reads the evaluations' loss, and [train] eval = 0 runs none: set eval = 1 (and eval_every for evaluations within an epoch)",
+				 kiln_config_where(cfg, "train", "schedule"));
+}
+
 /* Evaluation, keep_best, early stopping and checkpoints. */
 static void read_eval(const struct kiln_config *cfg, struct kiln_train_cfg *o, kiln_status *st)
 {
@@ -186,6 +205,7 @@ kiln_status kiln_train_cfg_fill(const struct kiln_config *cfg, const struct kiln
 	get_int(cfg, "train", "log_every", &out->log_every, &st);
 	read_schedule(cfg, out, &st);
 	read_eval(cfg, out, &st);
+	check_plateau(cfg, out, &st);
 	if (!st && out->batch_auto && reg)
 		st = kiln_memory_auto_batch(cfg, reg, &out->batch);
 	return st;
@@ -276,6 +296,12 @@ static const struct {
 	{ "end_factor", { "linear" } },
 	{ "total_iters", { "linear", "polynomial" } },
 	{ "power", { "polynomial" } },
+	{ "plateau_factor", { "plateau" } },
+	{ "plateau_patience", { "plateau" } },
+	{ "plateau_threshold", { "plateau" } },
+	{ "plateau_threshold_mode", { "plateau" } },
+	{ "plateau_cooldown", { "plateau" } },
+	{ "plateau_min_lr", { "plateau" } },
 };
 
 /* Does built-in optimizer o read key? */

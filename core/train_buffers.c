@@ -214,6 +214,13 @@ kiln_status prep_schedule(struct trainer *t)
 	op.f[1] = tc->lr_min;
 	if ((st = schedule_params(t, total, &op)))
 		return st;
+	/* plateau: the constant schedule of 1 gives the warm-up's factor,
+	 * which a MUL takes times the plateau's rate (train_plateau.c) */
+	if (kind && !strcmp(kind, "plateau")) {
+		op.f[0] = 1.0;
+		if ((st = trainer_plateau_prepare(t, lr)))
+			return st;
+	}
 	if (!t->rank)
 		schedule_warn(t, lr, total);
 	kiln_log(KILN_LOG_DEBUG, "train", "schedule %s over %lld steps, warmup %lld",

@@ -11,6 +11,7 @@
 #include <check.h>
 #include "check_main.h"
 #include "internal.h" /* kiln_parse_milestones */
+#include "plateau.h"  /* kiln_plateau_update: schedule = plateau's rule */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,12 +262,58 @@ START_TEST(test_multistep_milestones)
 }
 END_TEST
 
+/* schedule = plateau's rule (core/plateau.c) against torch's
+ * ReduceLROnPlateau, stepped with the same losses: every rate equal bit
+ * for bit (tests/data/plateau_refs.txt, tests/data/gen_plateau_refs.py).
+ * Cases: patience 0 and 1, rel and abs thresholds, cooldown, min_lr, a
+ * cut under eps (1e-8) not made, factor 0; NaN and inf losses. */
+START_TEST(test_plateau_vs_pytorch)
+{
+	char path[1024], line[65536];
+	snprintf(path, sizeof path, "%s/tests/data/plateau_refs.txt", SRCDIR);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	int cases = 0, cuts = 0;
+	while (fgets(line, sizeof line, f)) {
+		if (line[0] == '#')
+			continue;
+		char name[64], mode[8];
+		double lr;
+		struct kiln_plateau_cfg c;
+		struct kiln_plateau p;
+		long patience, cooldown;
+		int n;
+		ck_assert(sscanf(line, "%63s %lf %lf %ld %lf %7s %ld %lf ;%n", name, &lr, &c.factor,
+				 &patience, &c.threshold, mode, &cooldown, &c.min_lr, &n) == 8);
+		c.patience = patience, c.cooldown = cooldown, c.rel = !strcmp(mode, "rel");
+		kiln_plateau_init(&p, lr);
+		char *q = line + n, *end;
+		int k = 0;
+		for (double loss; (loss = strtod(q, &end)), end != q; k++) {
+			q = end;
+			double want = strtod(q, &end);
+			ck_assert_msg(end != q, "%s: a loss without its rate", name);
+			q = end;
+			const double was = p.lr;
+			cuts += kiln_plateau_update(&c, &p, loss);
+			ck_assert_msg(p.lr == want, "%s: after loss %d (%g): lr %.17g, ReduceLROnPlateau %.17g (was %.17g)",
+				      name, k + 1, loss, p.lr, want, was);
+		}
+		ck_assert_msg(k >= 20, "%s: %d losses", name, k);
+		cases++;
+	}
+	fclose(f);
+	ck_assert_int_ge(cases, 8);
+	ck_assert_int_ge(cuts, 20); /* (the rates do move) */
+}
+END_TEST
+
 static Suite *make_sched_suite(void)
 {
 	Suite *s = suite_create("sched");
 	check_add_case(s, "sched", 0, NULL, NULL,
 		       (const TTest *[]){ test_schedules_vs_pytorch, test_schedule_bad,
-					  test_multistep_milestones, NULL });
+					  test_multistep_milestones, test_plateau_vs_pytorch, NULL });
 	return s;
 }
 

@@ -598,7 +598,8 @@ struct kiln_train_cfg {
 	const char *optimizer;
 	double lr;
 	const char *schedule;     /* constant, cosine, step, multistep, onecycle,
-				   * exponential, linear, polynomial */
+				   * exponential, linear, polynomial, plateau
+				   * (whose plateau_* keys the trainer reads) */
 	int64_t warmup, step_size;
 	double lr_min, gamma, pct_start, div_factor, final_div_factor;
 	const char *milestones;   /* multistep: the list as written */
