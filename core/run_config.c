@@ -349,10 +349,10 @@ void kiln_train_cfg_warn_unread(const struct kiln_config *cfg, const struct kiln
 	for (size_t i = 0; i < KILN_ARRAY_LEN(schedule_keys); i++) {
 		const char *where = kiln_config_where(cfg, "train", schedule_keys[i].key);
 		const char *const *by = schedule_keys[i].by;
-		int n = 0, read = 0;
+		int n = 0, reads = 0;
 		for (; n < 3 && by[n]; n++)
-			read |= !strcmp(sched, by[n]);
-		if (!strcmp(where, "default") || read)
+			reads |= !strcmp(sched, by[n]);
+		if (!strcmp(where, "default") || reads)
 			continue;
 		/* "step", "step or multistep", "step, multistep or exponential" */
 		char list[96] = "";

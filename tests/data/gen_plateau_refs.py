@@ -10,6 +10,7 @@ MODE is threshold_mode (rel or abs); mode is 'min', eps PyTorch's 1e-8.
 Every number is printed with repr, so the file holds PyTorch's doubles
 exactly (kiln's must equal them bit for bit).  Run:
     /usr/bin/python3 tests/data/gen_plateau_refs.py > tests/data/plateau_refs.txt
+torch 2.15 (session 43, a venv's) prints the same lines.
 """
 import warnings
 

@@ -12,9 +12,9 @@ total_iters and power; THREE and ANNEAL OneCycleLR's three_phase (0/1) and
 anneal_strategy.  Each scheduler is stepped once per optimizer step, as
 kiln's.  Run with Debian's python3-torch (1.13):
     /usr/bin/python3 tests/data/gen_sched_refs.py > tests/data/sched_refs.txt
-Session 43 checked that torch 2.15 (a venv's) prints the same rates to
-within 1e-15 relative (`--compare FILE` below prints the largest
-difference from FILE's).
+Session 43 checked that torch 2.15 (a venv's) gives the same rates, bit
+for bit: `PYTHON tests/data/gen_sched_refs.py --compare tests/data/sched_refs.txt`
+prints the largest relative difference from the file's (0 there).
 """
 import sys
 import warnings
