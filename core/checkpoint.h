@@ -30,6 +30,9 @@
  *               none of them again
  *   "clip_counts" the steps skipped (non-finite gradients) and clipped so
  *               far, when the run has the clip op: a resume continues them
+ *   "plateau"   [train] schedule = plateau's state (struct kiln_plateau:
+ *               f64 lr, f64 best, i64 bad, i64 cooldown, i64 evaluations),
+ *               when the run has that schedule (session 43)
  *   "data_skipped" the bad samples replaced so far ([data] on_error =
  *               skip; u64: the batches trained on, over every rank, and the
  *               evaluations'), when on_error = skip or the count is not 0:
@@ -49,6 +52,7 @@
 #define KILN_CHECKPOINT_H
 
 #include "graph.h"
+#include "plateau.h" /* struct kiln_plateau, the "plateau" section */
 
 #define KILN_CKPT_VERSION 1
 #define KILN_CKPT_HEADER_BYTES 64
@@ -170,7 +174,10 @@ struct kiln_ckpt_meta {
 	const int64_t *clip_counts;
 	/* the bad samples replaced so far; NULL: no "data_skipped" section */
 	const int64_t *data_skipped;
+	/* schedule = plateau's state; NULL: no "plateau" section */
+	const struct kiln_plateau *plateau;
 };
+#define KILN_CKPT_PLATEAU_BYTES 40
 
 /* Write dir/ckpt-<trainer.step>.kiln: the state buffers of `m` are copied
  * device->host on `stream` (which is synchronised: a checkpoint is a host
@@ -333,6 +340,11 @@ kiln_status kiln_ckpt_clip_counts_get(struct kiln_ckpt *ck, int64_t out[2]);
  * (on_error = fail and nothing skipped, or an older kiln's), KILN_EDATA
  * naming the file when it is malformed. */
 kiln_status kiln_ckpt_data_skipped_get(struct kiln_ckpt *ck, int64_t *out);
+/* The "plateau" section: KILN_ENOTFOUND when the checkpoint has none (a
+ * run of another schedule, or a kiln's before session 43), KILN_EDATA
+ * naming the file when a value is out of range (a rate not finite or
+ * below 0, a count below 0). */
+kiln_status kiln_ckpt_plateau_get(struct kiln_ckpt *ck, struct kiln_plateau *out);
 
 /* 1 when `path` starts with a checkpoint's magic (KILNCKPT), else 0 (also
  * when it cannot be read: opening it will say why). */

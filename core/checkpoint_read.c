@@ -542,6 +542,30 @@ kiln_status kiln_ckpt_data_skipped_get(struct kiln_ckpt *ck, int64_t *out)
 	return KILN_OK;
 }
 
+kiln_status kiln_ckpt_plateau_get(struct kiln_ckpt *ck, struct kiln_plateau *out)
+{
+	uint8_t b[KILN_CKPT_PLATEAU_BYTES];
+	kiln_status st;
+	if (!ckpt_section(ck, "plateau"))
+		return KILN_ENOTFOUND;
+	if ((st = kiln_ckpt_read(ck, "plateau", b, sizeof b)))
+		return st;
+	memcpy(&out->lr, b, 8);
+	memcpy(&out->best, b + 8, 8);
+	const uint64_t bad = get_u64(b + 16), cool = get_u64(b + 24), evals = get_u64(b + 32);
+	/* (best may be inf, before a finite loss, or NaN never: a NaN is no
+	 * improvement) */
+	if (!isfinite(out->lr) || out->lr < 0 || isnan(out->best) || bad > INT64_MAX ||
+	    cool > INT64_MAX || evals > INT64_MAX)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'plateau' out of range (lr %g, best %g, %llu evaluations without improvement, cooldown %llu, %llu evaluations)",
+				  ck->path, out->lr, out->best, (unsigned long long)bad,
+				  (unsigned long long)cool, (unsigned long long)evals);
+	out->bad = (int64_t)bad;
+	out->cooldown = (int64_t)cool;
+	out->evals = (int64_t)evals;
+	return KILN_OK;
+}
+
 kiln_status kiln_ckpt_evaluated_get(struct kiln_ckpt *ck, struct kiln_ckpt_evaluated *out,
 				    int *done)
 {

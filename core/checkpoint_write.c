@@ -298,10 +298,10 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
 			       char *path, size_t path_len)
 {
-	struct wsec s[15 + 2 * KILN_MAX_STATE_BUFS];
+	struct wsec s[16 + 2 * KILN_MAX_STATE_BUFS];
 	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES],
 		sp[KILN_CKPT_STOPPER_BYTES], owed[8], done[KILN_CKPT_EVALUATED_BYTES], cc[16],
-		ds[8];
+		ds[8], pl[KILN_CKPT_PLATEAU_BYTES];
 	char final[4200], tmp[4210], sample[160];
 	kiln_status st;
 	int n = 0;
@@ -374,6 +374,14 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 	if (meta->data_skipped) {
 		put_u64(ds, (uint64_t)*meta->data_skipped);
 		host_section(&s[n++], "data_skipped", ds, sizeof ds);
+	}
+	if (meta->plateau) {
+		memcpy(pl, &meta->plateau->lr, 8);
+		memcpy(pl + 8, &meta->plateau->best, 8);
+		put_u64(pl + 16, (uint64_t)meta->plateau->bad);
+		put_u64(pl + 24, (uint64_t)meta->plateau->cooldown);
+		put_u64(pl + 32, (uint64_t)meta->plateau->evals);
+		host_section(&s[n++], "plateau", pl, sizeof pl);
 	}
 	n = state_sections(m, src, s, n);
 	snprintf(final, sizeof final, "%s/ckpt-%lld.kiln", dir, (long long)t->step);

@@ -598,6 +598,13 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_ADAMW && op->i[1] != 0 && dev->plugin->abi_minor < 29)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADAMW's amsgrad (`amsgrad = 1`, 2.29): rebuild it against this kiln's headers",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and the schedules and onecycle options of 2.30: an older
+	 * device would compute another schedule's rates */
+	if (op->type == KILN_OP_LR_SCHEDULE && dev->plugin->abi_minor < 30 &&
+	    (op->i[0] > KILN_SCHED_ONECYCLE ||
+	     (op->i[0] == KILN_SCHED_ONECYCLE && (op->i[5] || op->i[6]))))
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the exponential, linear and polynomial schedules and onecycle's three_phase and anneal_strategy (2.30): rebuild it against this kiln's headers",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st || dev->layout_only)
 		return st ? st : layout_token(dev, op, plan);

@@ -657,14 +657,23 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 		if (op->in[0].dtype != KILN_I64 || numel(&op->in[0]) != 1 ||
 		    op->out[0].dtype != KILN_F32 || numel(&op->out[0]) != 1)
 			BAD(KILN_EINVAL, "wants an i64[1] step and an f32[1] lr");
-		if (op->i[0] < KILN_SCHED_CONSTANT || op->i[0] > KILN_SCHED_ONECYCLE)
+		if (op->i[0] < KILN_SCHED_CONSTANT || op->i[0] > KILN_SCHED_POLYNOMIAL)
 			BAD(KILN_ENOTSUP, "unknown schedule i[0] = %lld", (long long)op->i[0]);
 		if ((op->i[0] == KILN_SCHED_STEP && op->i[3] < 1) ||
 		    (op->i[0] == KILN_SCHED_MULTISTEP && (op->i[3] < 0 || op->i[3] > 12)) ||
 		    (op->i[0] == KILN_SCHED_ONECYCLE &&
 		     (!(op->f[2] > 0) || !(op->f[3] > 0) || !(op->f[4] > 0 && op->f[4] < 1) ||
-		      onecycle_rise_empty(op))))
-			BAD(KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0, 0 < pct_start < 1 and pct_start x max(T - W, 1) != 1 unless the first step i[4] > W)");
+		      onecycle_rise_empty(op) || (op->i[5] & ~1) || (op->i[6] & ~1))))
+			BAD(KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0, 0 < pct_start < 1 and pct_start x max(T - W, 1) != 1 unless the first step i[4] > W, three_phase i[5] and anneal_strategy i[6] 0 or 1)");
+		/* (LinearLR and PolynomialLR divide by total_iters; LinearLR
+		 * refuses factors outside these ranges, PolynomialLR's negative
+		 * power would make its last rate 0^-p) */
+		if ((op->i[0] == KILN_SCHED_EXPONENTIAL && !(op->f[2] >= 0 && isfinite(op->f[2]))) ||
+		    (op->i[0] == KILN_SCHED_LINEAR &&
+		     (op->i[3] < 1 || !(op->f[2] > 0 && op->f[2] <= 1) || !(op->f[3] >= 0 && op->f[3] <= 1))) ||
+		    (op->i[0] == KILN_SCHED_POLYNOMIAL &&
+		     (op->i[3] < 1 || !(op->f[2] >= 0 && isfinite(op->f[2])))))
+			BAD(KILN_EINVAL, "bad schedule parameters (exponential: gamma f[2] >= 0; linear: total_iters i[3] >= 1, 0 < start_factor f[2] <= 1, 0 <= end_factor f[3] <= 1; polynomial: total_iters i[3] >= 1, power f[2] >= 0)");
 		return KILN_OK;
 	case KILN_OP_COUNTER_ADD: /* gated: in0 is the gate */
 		if ((st = counts(who, op, (op->flags & KILN_OPF_GATED) != 0, 1)))

@@ -98,6 +98,26 @@ kiln_status kiln_data_cfg_read(const struct kiln_config *cfg, struct kiln_data_c
 	return st;
 }
 
+/* The keys of the schedules of session 43 (linear, polynomial, onecycle's
+ * options).  LinearLR refuses a start_factor of 0 (its rate would start
+ * at 0 and, chained, stay there); the schema's range takes the end, so
+ * it is refused here, with linear only. */
+static void read_schedule_more(const struct kiln_config *cfg, struct kiln_train_cfg *o,
+			       kiln_status *st)
+{
+	const char *anneal = NULL;
+	get_float(cfg, "train", "start_factor", &o->start_factor, st);
+	get_float(cfg, "train", "end_factor", &o->end_factor, st);
+	get_int(cfg, "train", "total_iters", &o->total_iters, st);
+	get_float(cfg, "train", "power", &o->power, st);
+	get_bool(cfg, "train", "three_phase", &o->three_phase, st);
+	get_str(cfg, "train", "anneal_strategy", &anneal, st);
+	o->anneal_linear = anneal && !strcmp(anneal, "linear");
+	if (!*st && o->schedule && !strcmp(o->schedule, "linear") && o->start_factor <= 0)
+		*st = kiln_error(KILN_ECONFIG, "%s: [train] start_factor = %g with schedule = linear: the first rate is lr x start_factor, which must be above 0 and at most 1 (LinearLR's range)",
+				 kiln_config_where(cfg, "train", "start_factor"), o->start_factor);
+}
+
 /* The keys of the learning-rate schedule and the gradient clip. */
 static void read_schedule(const struct kiln_config *cfg, struct kiln_train_cfg *o, kiln_status *st)
 {
@@ -116,6 +136,7 @@ static void read_schedule(const struct kiln_config *cfg, struct kiln_train_cfg *
 	get_float(cfg, "train", "clip_norm", &o->clip_norm, st);
 	get_float(cfg, "train", "clip_value", &o->clip_value, st);
 	get_bool(cfg, "train", "skip_nonfinite", &o->skip_nonfinite, st);
+	read_schedule_more(cfg, o, st);
 	/* one-cycle's warm-up phase is a share of the run strictly inside it
 	 * (the schema's range takes the ends; the device op would refuse
 	 * them at plan time, naming no key) */
@@ -123,6 +144,25 @@ static void read_schedule(const struct kiln_config *cfg, struct kiln_train_cfg *
 	    (o->pct_start <= 0 || o->pct_start >= 1))
 		*st = kiln_error(KILN_ECONFIG, "%s: [train] pct_start = %g with schedule = onecycle: the share of the run that raises the lr must be strictly between 0 and 1",
 				 kiln_config_where(cfg, "train", "pct_start"), o->pct_start);
+}
+
+/* schedule = plateau (its keys are the trainer's: core/train_plateau.c):
+ * ReduceLROnPlateau refuses a factor of 1 or more (the rate would never
+ * fall), and it reads the evaluations' loss, which eval = 0 runs none
+ * of. */
+static void check_plateau(const struct kiln_config *cfg, const struct kiln_train_cfg *o,
+			  kiln_status *st)
+{
+	double factor = 0;
+	if (*st || !o->schedule || strcmp(o->schedule, "plateau"))
+		return;
+	get_float(cfg, "train", "plateau_factor", &factor, st);
+	if (!*st && factor >= 1)
+		*st = kiln_error(KILN_ECONFIG, "%s: [train] plateau_factor = %g: the rate is multiplied by it when the loss stops improving, so it must be below 1 (ReduceLROnPlateau's factor)",
+				 kiln_config_where(cfg, "train", "plateau_factor"), factor);
+	else if (!*st && !o->eval)
+		*st = kiln_error(KILN_ECONFIG, "%s: [train] schedule = plateau reads the evaluations' loss, and [train] eval = 0 runs none: set eval = 1 (and eval_every for evaluations within an epoch)",
+				 kiln_config_where(cfg, "train", "schedule"));
 }
 
 /* Evaluation, keep_best, early stopping and checkpoints. */
@@ -165,6 +205,7 @@ kiln_status kiln_train_cfg_fill(const struct kiln_config *cfg, const struct kiln
 	get_int(cfg, "train", "log_every", &out->log_every, &st);
 	read_schedule(cfg, out, &st);
 	read_eval(cfg, out, &st);
+	check_plateau(cfg, out, &st);
 	if (!st && out->batch_auto && reg)
 		st = kiln_memory_auto_batch(cfg, reg, &out->batch);
 	return st;
@@ -237,14 +278,30 @@ char *kiln_run_config_text(const struct kiln_config *cfg, const struct kiln_regi
 	return out;
 }
 
-/* [train] keys that one schedule reads (two: gamma), and the schedules. */
+/* [train] keys that a schedule reads, and the schedules that read them
+ * (up to 3). */
 static const struct {
-	const char *key, *by, *or_by;
+	const char *key, *by[3];
 } schedule_keys[] = {
-	{ "step_size", "step", NULL },         { "gamma", "step", "multistep" },
-	{ "milestones", "multistep", NULL },   { "lr_min", "cosine", NULL },
-	{ "pct_start", "onecycle", NULL },     { "div_factor", "onecycle", NULL },
-	{ "final_div_factor", "onecycle", NULL },
+	{ "step_size", { "step" } },
+	{ "gamma", { "step", "multistep", "exponential" } },
+	{ "milestones", { "multistep" } },
+	{ "lr_min", { "cosine" } },
+	{ "pct_start", { "onecycle" } },
+	{ "div_factor", { "onecycle" } },
+	{ "final_div_factor", { "onecycle" } },
+	{ "three_phase", { "onecycle" } },
+	{ "anneal_strategy", { "onecycle" } },
+	{ "start_factor", { "linear" } },
+	{ "end_factor", { "linear" } },
+	{ "total_iters", { "linear", "polynomial" } },
+	{ "power", { "polynomial" } },
+	{ "plateau_factor", { "plateau" } },
+	{ "plateau_patience", { "plateau" } },
+	{ "plateau_threshold", { "plateau" } },
+	{ "plateau_threshold_mode", { "plateau" } },
+	{ "plateau_cooldown", { "plateau" } },
+	{ "plateau_min_lr", { "plateau" } },
 };
 
 /* Does built-in optimizer o read key? */
@@ -291,11 +348,19 @@ void kiln_train_cfg_warn_unread(const struct kiln_config *cfg, const struct kiln
 	const char *sched = tc->schedule ? tc->schedule : "constant";
 	for (size_t i = 0; i < KILN_ARRAY_LEN(schedule_keys); i++) {
 		const char *where = kiln_config_where(cfg, "train", schedule_keys[i].key);
-		const char *by = schedule_keys[i].by, *or_by = schedule_keys[i].or_by;
-		if (!strcmp(where, "default") || !strcmp(sched, by) || (or_by && !strcmp(sched, or_by)))
+		const char *const *by = schedule_keys[i].by;
+		int n = 0, reads = 0;
+		for (; n < 3 && by[n]; n++)
+			reads |= !strcmp(sched, by[n]);
+		if (!strcmp(where, "default") || reads)
 			continue;
-		kiln_log(KILN_LOG_WARN, "train", "%s: [train] %s is read by schedule = %s%s%s, not by schedule = %s: ignored",
-			 where, schedule_keys[i].key, by, or_by ? " or " : "", or_by ? or_by : "", sched);
+		/* "step", "step or multistep", "step, multistep or exponential" */
+		char list[96] = "";
+		for (int k = 0, off = 0; k < n; k++)
+			off += snprintf(list + off, sizeof list - (size_t)off, "%s%s",
+					!k ? "" : k == n - 1 ? " or " : ", ", by[k]);
+		kiln_log(KILN_LOG_WARN, "train", "%s: [train] %s is read by schedule = %s, not by schedule = %s: ignored",
+			 where, schedule_keys[i].key, list, sched);
 	}
 	optim_keys_warn(cfg, tc->optimizer ? tc->optimizer : "sgd");
 	const char *where = kiln_config_where(cfg, "train", "base_batch");

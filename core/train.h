@@ -46,6 +46,7 @@
 #include "run_config.h"
 #include "logger.h"
 #include "pipeline.h"
+#include "plateau.h"
 
 #include <jansson.h>
 #include <math.h> /* isfinite */
@@ -133,6 +134,15 @@ struct trainer {
 	float *metrics_host;       /* f32[16]: [0..2] the metric sums, [3] the lr,
 				    * [8..9] an int64 (opt_steps_taken) */
 	void *fill_metrics, *sched;
+	/* [train] schedule = plateau (train_plateau.c): ReduceLROnPlateau's
+	 * arguments and state (plateau_have: restored from the checkpoint),
+	 * the device's f32 rate [0] and warm-up factor [1], their host copy,
+	 * the MUL of the two into lr_dev; NULL plateau_mul: another schedule */
+	struct kiln_plateau_cfg plateau_cfg;
+	struct kiln_plateau plateau;
+	int plateau_have;
+	float *plateau_d, *plateau_host;
+	void *plateau_mul;
 	/* the samples the device's metric sums have counted since they were
 	 * last read and reset: kept at most TRAINER_METRIC_ROWS (exact f32
 	 * counts; trainer_metrics_room) */
@@ -540,6 +550,16 @@ int trainer_checkpoint_logged(const char *out_dir, int64_t step);
  * entry i (-1: nothing), on every rank. */
 int trainer_best_choice(const struct trainer *t, double loss, double acc);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc, int i);
+/* train_plateau.c: [train] schedule = plateau.  _cfg reads its keys;
+ * _prepare (prep_schedule) its state at lr (or the checkpoint's), the
+ * device's rate and the MUL; _run, after the schedule op in a step, lr =
+ * warm-up factor x rate; _eval, at an evaluation point, ReduceLROnPlateau's
+ * step on rank 0's loss; _free at close. */
+kiln_status trainer_plateau_cfg(const struct kiln_config *cfg, struct kiln_plateau_cfg *c);
+kiln_status trainer_plateau_prepare(struct trainer *t, double lr);
+kiln_status trainer_plateau_run(struct trainer *t);
+kiln_status trainer_plateau_eval(struct trainer *t, double loss);
+void trainer_plateau_free(struct trainer *t);
 /* train_ckpt.c: what every checkpoint holds for a resume besides the
  * state, the position and the lists (the periodic, final and keep_best
  * ones alike: a run resumed from a best/ file goes on as from any), in
@@ -548,6 +568,7 @@ struct trainer_ckpt_resume {
 	struct kiln_ckpt_epoch sums;   /* the epoch's training sums so far */
 	struct kiln_ckpt_interval interval; /* the log interval open, if any */
 	struct kiln_ckpt_stopper stopper; /* early stopping's best and count */
+	struct kiln_plateau plateau;   /* schedule = plateau's state */
 	int64_t counts[2];             /* the clip op's steps skipped, clipped */
 	int64_t data_skipped;          /* bad samples replaced so far */
 };

@@ -102,8 +102,9 @@ static double scaled_lr(const struct trainer *t, int64_t global)
 	return lr * s;
 }
 
-/* The schedule's length T (cosine and onecycle read it; constant, step
- * and multistep do not): the step the run ends at, t->last_step
+/* The schedule's length T (cosine and onecycle read it; constant, step,
+ * multistep, exponential, linear and polynomial do not): the step the run
+ * ends at, t->last_step
  * (trainer_last_step: the checkpoint's step, the rest of its epoch and
  * the epochs left in this run's global batch G, or max_steps when that
  * comes first).  For a run whose G never changed that is epochs x steps
@@ -147,13 +148,50 @@ static void schedule_warn(const struct trainer *t, double lr, int64_t total)
 			 lr != tc->lr ? "; lr_scale scales lr, not lr_min" : "");
 }
 
+/* The schedule's own parameters into op's i[3..] and f[2..]
+ * (KILN_OP_LR_SCHEDULE in kiln/ops.h says where each goes). */
+static kiln_status schedule_params(struct trainer *t, int64_t total, struct kiln_op *op)
+{
+	const struct kiln_train_cfg *tc = &t->tc;
+	kiln_status st;
+	op->i[3] = tc->step_size;
+	op->f[2] = tc->gamma;
+	op->f[3] = tc->final_div_factor;
+	op->f[4] = tc->pct_start;
+	switch (op->i[0]) {
+	case KILN_SCHED_ONECYCLE:
+		op->f[2] = tc->div_factor;
+		op->i[5] = tc->three_phase;
+		op->i[6] = tc->anneal_linear;
+		/* its first step: the optimizer-step counter it reads
+		 * (check_onecycle) */
+		if ((st = opt_steps_taken(t, &op->i[4])) || (st = check_onecycle(t, total, op->i[4])))
+			return st;
+		return KILN_OK;
+	case KILN_SCHED_MULTISTEP:
+		return parse_milestones(t, op);
+	case KILN_SCHED_LINEAR:
+		op->i[3] = tc->total_iters;
+		op->f[2] = tc->start_factor;
+		op->f[3] = tc->end_factor;
+		return KILN_OK;
+	case KILN_SCHED_POLYNOMIAL:
+		op->i[3] = tc->total_iters;
+		op->f[2] = tc->power;
+		return KILN_OK;
+	}
+	return KILN_OK;
+}
+
 /* The learning-rate schedule: a device op computing the step's lr from the
  * model's step counter, so no per-step scalar crosses from the host.
  * Prepared once the run's position is known (open_loop): its length
- * depends on the checkpoint's step and offset. */
+ * depends on the checkpoint's position. */
 kiln_status prep_schedule(struct trainer *t)
 {
-	static const char *const kinds[] = { "constant", "cosine", "step", "multistep", "onecycle" };
+	/* [train] schedule's choices, in KILN_SCHED_* order */
+	static const char *const kinds[] = { "constant", "cosine",      "step",   "multistep",
+					     "onecycle", "exponential", "linear", "polynomial" };
 	const struct kiln_train_cfg *tc = &t->tc;
 	const char *kind = tc->schedule;
 	const double lr = scaled_lr(t, t->G);
@@ -167,26 +205,22 @@ kiln_status prep_schedule(struct trainer *t)
 	kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
 	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
 	op.i[0] = KILN_SCHED_CONSTANT;
-	for (int k = 0; kind && k < 5; k++)
+	for (int k = 0; kind && k < (int)KILN_ARRAY_LEN(kinds); k++)
 		if (!strcmp(kind, kinds[k]))
 			op.i[0] = k;
 	op.i[1] = total;
 	op.i[2] = tc->warmup;
-	op.i[3] = tc->step_size;
 	op.f[0] = lr;
 	op.f[1] = tc->lr_min;
-	op.f[2] = tc->gamma;
-	op.f[3] = tc->final_div_factor;
-	op.f[4] = tc->pct_start;
-	if (op.i[0] == KILN_SCHED_ONECYCLE) {
-		op.f[2] = tc->div_factor;
-		/* its first step: the optimizer-step counter it reads
-		 * (check_onecycle) */
-		if ((st = opt_steps_taken(t, &op.i[4])) || (st = check_onecycle(t, total, op.i[4])))
+	if ((st = schedule_params(t, total, &op)))
+		return st;
+	/* plateau: the constant schedule of 1 gives the warm-up's factor,
+	 * which a MUL takes times the plateau's rate (train_plateau.c) */
+	if (kind && !strcmp(kind, "plateau")) {
+		op.f[0] = 1.0;
+		if ((st = trainer_plateau_prepare(t, lr)))
 			return st;
 	}
-	if (op.i[0] == KILN_SCHED_MULTISTEP && (st = parse_milestones(t, &op)))
-		return st;
 	if (!t->rank)
 		schedule_warn(t, lr, total);
 	kiln_log(KILN_LOG_DEBUG, "train", "schedule %s over %lld steps, warmup %lld",

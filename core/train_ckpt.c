@@ -160,6 +160,8 @@ kiln_status trainer_ckpt_resume_meta(struct trainer *t, kiln_status st,
 	r->stopper = (struct kiln_ckpt_stopper){ t->stopper.best, t->stopper.bad, t->stopper.have };
 	meta->epoch = &r->sums;
 	meta->stopper = t->tc.early_stop_patience ? &r->stopper : NULL;
+	r->plateau = t->plateau;
+	meta->plateau = t->plateau_mul ? &r->plateau : NULL;
 	meta->clip_counts = t->clip ? r->counts : NULL;
 	meta->data_skipped = t->train.ds.on_error == KILN_ON_ERROR_SKIP || r->data_skipped
 				     ? &r->data_skipped
@@ -513,7 +515,15 @@ static kiln_status evals_restore(struct trainer *t, struct kiln_ckpt *ck)
 {
 	struct kiln_ckpt_stopper sp;
 	memset(&t->stopper, 0, sizeof t->stopper);
-	kiln_status st = kiln_ckpt_eval_owed_get(ck, &t->eval_owed);
+	/* schedule = plateau's state (session 43; a checkpoint without it, of
+	 * another schedule or an older kiln, starts it afresh at lr) */
+	t->plateau_have = 0;
+	kiln_status st = kiln_ckpt_plateau_get(ck, &t->plateau);
+	if (!st)
+		t->plateau_have = 1;
+	else if (st != KILN_ENOTFOUND)
+		return st;
+	st = kiln_ckpt_eval_owed_get(ck, &t->eval_owed);
 	if (!st)
 		st = kiln_ckpt_evaluated_get(ck, &t->done, &t->evaluated);
 	if (st)

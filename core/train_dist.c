@@ -18,6 +18,8 @@ struct resume_msg {
 	struct kiln_ckpt_epoch sums; /* the resumed epoch's training sums */
 	struct kiln_ckpt_interval iv; /* the log interval open (its entries follow) */
 	struct stopper stopper;      /* early stopping's state */
+	struct kiln_plateau plateau; /* schedule = plateau's (plateau_have) */
+	int32_t plateau_have;
 	int32_t eval_owed;           /* the checkpoint's step's evaluation is owed */
 	int32_t evaluated;           /* ... or done, with these numbers */
 	struct kiln_ckpt_evaluated done;
@@ -68,6 +70,8 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		msg->sums = t->ep0_sums;
 		msg->iv = t->iv0;
 		msg->stopper = t->stopper;
+		msg->plateau = t->plateau;
+		msg->plateau_have = t->plateau_have;
 		msg->eval_owed = t->eval_owed;
 		msg->evaluated = t->evaluated;
 		msg->done = t->done;
@@ -108,6 +112,8 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		t->iv0 = msg->iv;
 		t->iv0.rank = NULL;
 		t->stopper = msg->stopper;
+		t->plateau = msg->plateau;
+		t->plateau_have = msg->plateau_have;
 		t->eval_owed = msg->eval_owed;
 		t->evaluated = msg->evaluated;
 		t->done = msg->done;

@@ -31,8 +31,9 @@ struct eval_calib {
  * decision and keep_best choice), as many in both, so that a rank whose
  * pass failed, which goes straight to eval_agree, meets its peers in
  * whichever of them they reach next (kiln_dist_sum_agreed: the failure
- * flag, then every rank fails together). */
-#define EVAL_SUM_N 2
+ * flag, then every rank fails together).  The third: rank 0's loss, for
+ * schedule = plateau (session 43). */
+#define EVAL_SUM_N 3
 
 /* e's numbers for a line of the log, after `before`: "<before>NAME loss
  * L acc A top-5 T", a NaN as nan (common_nan_plain; "-nan" before
@@ -71,7 +72,7 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 		return KILN_OK;
 	/* (agreed at the log point before this evaluation: every rank's) */
 	if (!t->dist_stop && b % EVAL_STOP_EVERY == 0) {
-		double any[EVAL_SUM_N] = { kiln_stop_pending(), 0 };
+		double any[EVAL_SUM_N] = { kiln_stop_pending(), 0, 0 };
 		kiln_status st = trainer_dist_stop_cause_post(t, any[0] > 0, &any[1]);
 		if ((st = kiln_dist_sum_agreed(t->dist, st, any, EVAL_SUM_N, what, t->compute))) {
 			t->eval_no_agree = 1;
@@ -293,15 +294,16 @@ static kiln_status eval_now(struct trainer *t, const struct eval_target *e, cons
  * collective of the pass (t->eval_no_agree: agreed there, or its peers
  * beyond agreeing) is returned as it is. */
 static kiln_status eval_agree(struct trainer *t, kiln_status st, const char *what, int *stop,
-			      int *best)
+			      int *best, double *loss)
 {
-	double v[EVAL_SUM_N] = { t->rank ? 0 : *stop, t->rank ? 0 : *best + 1.0 };
+	double v[EVAL_SUM_N] = { t->rank ? 0 : *stop, t->rank ? 0 : *best + 1.0, t->rank ? 0 : *loss };
 	if (!t->dist || t->eval_no_agree)
 		return st;
 	if ((st = kiln_dist_sum_agreed(t->dist, st, v, EVAL_SUM_N, what, t->compute)))
 		return st;
 	*stop = v[0] > 0;
 	*best = (int)v[1] - 1;
+	*loss = v[2];
 	return KILN_OK;
 }
 
@@ -357,7 +359,12 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	 * without sync_bn), and a rank that stopped alone, or wrote a best/
 	 * file alone, left the others waiting in a collective until [dist]
 	 * timeout */
-	if ((st = eval_agree(t, st, what, &stop, &best)))
+	double loss0 = *e->loss;
+	if ((st = eval_agree(t, st, what, &stop, &best, &loss0)))
+		return st;
+	/* schedule = plateau's step, on rank 0's loss (every rank's rate
+	 * alike), before keep_best's write as early stopping's count */
+	if (record == TRAINER_EVAL_POINT && (st = trainer_plateau_eval(t, loss0)))
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / trainer_set_aside(t, t0);
 	t->evals++;
@@ -484,7 +491,9 @@ kiln_status trainer_final_test(struct trainer *t)
 	/* (a rank whose test failed alone fails every rank: eval_agree; no
 	 * collective follows the test in every run to carry it) */
 	int stop = 0, best = -1;
-	if ((st = eval_agree(t, eval_now(t, &e, "the final test"), "the final test", &stop, &best)))
+	double loss0 = 0;
+	if ((st = eval_agree(t, eval_now(t, &e, "the final test"), "the final test", &stop, &best,
+			     &loss0)))
 		return st;
 	char line[200];
 	eval_text(line, sizeof line, "final ", &e);

@@ -547,6 +547,7 @@ static void free_device(struct trainer *t)
 	kiln_device_host_free(t->dev, t->metrics_host);
 	kiln_device_plan_free(t->dev, t->fill_metrics);
 	kiln_device_plan_free(t->dev, t->sched);
+	trainer_plateau_free(t);
 	kiln_device_free(t->dev, t->x_norm);
 	kiln_device_free(t->dev, t->grads_more);
 	kiln_device_plan_free(t->dev, t->grads_add);

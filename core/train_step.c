@@ -259,10 +259,14 @@ static kiln_status optim_ops(struct trainer *t)
 		trainer_label(t, NULL, 0);
 	}
 	if (!st) {
-		/* this step's lr from the device's optimizer-step counter */
-		struct kiln_op_args a = { .in = { t->m->opt_step_d }, .out = { t->lr_dev } };
+		/* this step's lr from the device's optimizer-step counter
+		 * (plateau: its warm-up factor, times the plateau's rate) */
+		struct kiln_op_args a = { .in = { t->m->opt_step_d },
+					  .out = { t->plateau_mul ? t->plateau_d + 1 : t->lr_dev } };
 		trainer_label(t, "schedule", KILN_PHASE_OPTIMIZER);
 		st = kiln_device_run(t->dev, t->sched, &a, t->compute);
+		if (!st && t->plateau_mul)
+			st = trainer_plateau_run(t);
 	}
 	trainer_label(t, "optimizer", KILN_PHASE_OPTIMIZER);
 	if (!st && kiln_dist_zero(t->dist)) /* this rank's shard, then allgather */

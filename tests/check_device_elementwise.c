@@ -46,38 +46,68 @@ START_TEST(test_small_ops)
 	/* COUNTER_ADD and LR_SCHEDULE against the formulas of plugin.h */
 	int64_t zero = 0, one = 1;
 	void *step = dput(&f, &zero, 8), *lr = dput(&f, NULL, 4);
-	void *inc, *sched[2];
+	/* constant, cosine and (ABI 2.30) exponential, linear, polynomial
+	 * and onecycle with three_phase and linear annealing */
+	enum { NSCHED = 6 };
+	void *inc, *sched[NSCHED];
 	memset(&op, 0, sizeof op);
 	op.type = KILN_OP_COUNTER_ADD;
 	op.n_out = 1;
 	kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
 	op.i[0] = 1;
 	OK(kiln_device_prepare(f.dev, &op, &inc, &wsb));
-	for (int k = 0; k < 2; k++) {
+	static const int kinds[NSCHED] = { KILN_SCHED_CONSTANT,    KILN_SCHED_COSINE,
+					   KILN_SCHED_EXPONENTIAL, KILN_SCHED_LINEAR,
+					   KILN_SCHED_POLYNOMIAL,  KILN_SCHED_ONECYCLE };
+	for (int k = 0; k < NSCHED; k++) {
 		memset(&op, 0, sizeof op);
 		op.type = KILN_OP_LR_SCHEDULE;
 		op.n_in = op.n_out = 1;
 		kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
 		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
-		op.i[0] = k ? KILN_SCHED_COSINE : KILN_SCHED_CONSTANT;
+		op.i[0] = kinds[k];
 		op.i[1] = 100, op.i[2] = 10;
 		op.f[0] = 0.1, op.f[1] = 0.001;
+		if (kinds[k] == KILN_SCHED_EXPONENTIAL)
+			op.f[2] = 0.97;
+		if (kinds[k] == KILN_SCHED_LINEAR)
+			op.i[3] = 40, op.f[2] = 0.25, op.f[3] = 0.75;
+		if (kinds[k] == KILN_SCHED_POLYNOMIAL)
+			op.i[3] = 50, op.f[2] = 2;
+		if (kinds[k] == KILN_SCHED_ONECYCLE)
+			op.f[2] = 25, op.f[3] = 1e4, op.f[4] = 0.25, op.i[5] = 1, op.i[6] = 1;
 		OK(kiln_device_prepare(f.dev, &op, &sched[k], &wsb));
 	}
 	for (int t = 0; t < 105; t++) {
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < NSCHED; k++) {
 			struct kiln_op_args args = { .in = { step }, .out = { lr } };
 			float v;
 			OK(kiln_device_run(f.dev, sched[k], &args, f.s));
 			dget(&f, &v, lr, 4);
 			double want = 0.1;
+			/* u after the warm-up, U = 90 steps of it (the length) */
+			const int u = t - 10, uc = u < 90 ? u : 90;
+			const double init = 0.1 / 25, fin = init / 1e4;
 			if (t < 10)
 				want = 0.1 * (t + 1) / 10.0;
-			else if (k) {
-				int u = t - 10 < 90 ? t - 10 : 90;
-				want = 0.001 + (0.1 - 0.001) * (1 + cos(M_PI * u / 90.0)) / 2;
-			}
-			NEAR(v, want, want, 1e-6, "schedule %d step %d: lr %g, want %g", k, t, v, want);
+			else if (kinds[k] == KILN_SCHED_COSINE)
+				want = 0.001 + (0.1 - 0.001) * (1 + cos(M_PI * uc / 90.0)) / 2;
+			else if (kinds[k] == KILN_SCHED_EXPONENTIAL)
+				want = 0.1 * pow(0.97, u);
+			else if (kinds[k] == KILN_SCHED_LINEAR)
+				want = 0.1 * (0.25 + 0.5 * (u < 40 ? u : 40) / 40.0);
+			else if (kinds[k] == KILN_SCHED_POLYNOMIAL)
+				want = 0.1 * pow(1 - (u < 50 ? u : 50) / 50.0, 2);
+			else if (kinds[k] == KILN_SCHED_ONECYCLE)
+				/* OneCycleLR(three_phase, linear): up to lr by step
+				 * 0.25 x 90 - 1 = 21.5, down to lr / 25 by 43, then
+				 * to the final rate at 89 (the same line past it,
+				 * where the trainer never runs it: down to < 0) */
+				want = u <= 21.5 ? init + (0.1 - init) * u / 21.5
+				       : u <= 43 ? 0.1 + (init - 0.1) * (u - 21.5) / 21.5
+						 : init + (fin - init) * (u - 43) / 46.0;
+			NEAR(v, want, fabs(want), 1e-6, "schedule %d step %d: lr %g, want %g", kinds[k], t,
+			     v, want);
 		}
 		struct kiln_op_args args = { .out = { step } };
 		OK(kiln_device_run(f.dev, inc, &args, f.s));
@@ -109,8 +139,8 @@ START_TEST(test_small_ops)
 		kiln_device_free(f.dev, gate);
 	}
 	kiln_device_plan_free(f.dev, inc);
-	kiln_device_plan_free(f.dev, sched[0]);
-	kiln_device_plan_free(f.dev, sched[1]);
+	for (int k = 0; k < NSCHED; k++)
+		kiln_device_plan_free(f.dev, sched[k]);
 	DFREE(&f, step, lr, da, db, dy);
 	free(a), free(b), free(got);
 	fx_close(&f);

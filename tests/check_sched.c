@@ -2,13 +2,16 @@
  * (KILN_OP_LR_SCHEDULE) against PyTorch's schedulers, step by step:
  * tests/data/sched_refs.txt holds the rates torch 1.13's LinearLR +
  * SequentialLR warmup, CosineAnnealingLR, StepLR, MultiStepLR and OneCycleLR
- * give (tests/data/gen_sched_refs.py).  Also the trainer's lr_scale. */
+ * give, and since session 43 ExponentialLR, LinearLR, PolynomialLR and
+ * OneCycleLR's three_phase and anneal_strategy = 'linear'
+ * (tests/data/gen_sched_refs.py).  Also the trainer's lr_scale. */
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
 
 #include <check.h>
 #include "check_main.h"
 #include "internal.h" /* kiln_parse_milestones */
+#include "plateau.h"  /* kiln_plateau_update: schedule = plateau's rule */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +19,9 @@
 
 static struct kiln_registry *reg;
 
-static const char *const kinds[] = { "constant", "cosine", "step", "multistep", "onecycle" };
+/* kiln's [train] schedule names, in KILN_SCHED_* order */
+static const char *const kinds[] = { "constant", "cosine",      "step",   "multistep",
+				     "onecycle", "exponential", "linear", "polynomial" };
 
 START_TEST(test_schedules_vs_pytorch)
 {
@@ -38,12 +43,13 @@ START_TEST(test_schedules_vs_pytorch)
 	while (fgets(line, sizeof line, f)) {
 		if (line[0] == '#')
 			continue;
-		char name[64], kind[32];
-		int T, W, n;
-		double base, lr_min, gamma, pct, div, fdiv;
-		long step_size;
-		ck_assert(sscanf(line, "%63s %31s %d %d %lf %lf %ld %lf %lf %lf %lf%n", name, kind, &T,
-				 &W, &base, &lr_min, &step_size, &gamma, &pct, &div, &fdiv, &n) == 11);
+		char name[64], kind[32], anneal[16];
+		int T, W, n, three;
+		double base, lr_min, gamma, pct, div, fdiv, start, end, power;
+		long step_size, iters;
+		ck_assert(sscanf(line, "%63s %31s %d %d %lf %lf %ld %lf %lf %lf %lf %lf %lf %ld %lf %d %15s%n",
+				 name, kind, &T, &W, &base, &lr_min, &step_size, &gamma, &pct, &div,
+				 &fdiv, &start, &end, &iters, &power, &three, anneal, &n) == 17);
 		struct kiln_op op;
 		int64_t one = 1;
 		memset(&op, 0, sizeof op);
@@ -52,14 +58,21 @@ START_TEST(test_schedules_vs_pytorch)
 		kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
 		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
 		op.i[0] = -1;
-		for (int k = 0; k < 5; k++)
+		for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++)
 			if (!strcmp(kind, kinds[k]))
 				op.i[0] = k;
-		ck_assert_int_ge(op.i[0], 0);
+		ck_assert_msg(op.i[0] >= 0, "%s: schedule %s unknown", name, kind);
 		op.i[1] = T, op.i[2] = W, op.i[3] = step_size;
 		op.f[0] = base, op.f[1] = lr_min, op.f[2] = gamma, op.f[3] = fdiv, op.f[4] = pct;
-		if (op.i[0] == KILN_SCHED_ONECYCLE)
+		if (op.i[0] == KILN_SCHED_ONECYCLE) {
 			op.f[2] = div;
+			op.i[5] = three;
+			op.i[6] = !strcmp(anneal, "linear");
+		} else if (op.i[0] == KILN_SCHED_LINEAR) {
+			op.i[3] = iters, op.f[2] = start, op.f[3] = end;
+		} else if (op.i[0] == KILN_SCHED_POLYNOMIAL) {
+			op.i[3] = iters, op.f[2] = power;
+		}
 		char *p = line + n;
 		if (op.i[0] == KILN_SCHED_MULTISTEP) {
 			op.i[3] = 0;
@@ -95,7 +108,7 @@ START_TEST(test_schedules_vs_pytorch)
 		cases++;
 	}
 	fclose(f);
-	ck_assert_int_ge(cases, 9);
+	ck_assert_int_ge(cases, 24);
 	kiln_device_free(dev, step_d);
 	kiln_device_free(dev, lr_d);
 	kiln_device_stream_destroy(dev, stream);
@@ -141,7 +154,41 @@ START_TEST(test_schedule_bad)
 	op.i[1] = 13; /* 0.1 x 11: a rise of 0.1 step, its first rate lr / div_factor */
 	ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
 	kiln_device_plan_free(dev, plan);
+	/* onecycle's three_phase and anneal_strategy are 0 or 1 */
+	op.i[5] = 2;
+	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_EINVAL);
+	op.i[5] = 1, op.i[6] = -1;
+	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_EINVAL);
+	op.i[5] = op.i[6] = 0;
+	/* session 43's: LinearLR's and PolynomialLR's total_iters >= 1 (they
+	 * divide by it), LinearLR's factors in its ranges, a power >= 0 */
+	static const struct {
+		int kind;
+		int64_t iters;
+		double f2, f3;
+		int ok;
+	} sc[] = {
+		{ KILN_SCHED_LINEAR, 5, 1.0 / 3, 1, 1 },   { KILN_SCHED_LINEAR, 0, 1.0 / 3, 1, 0 },
+		{ KILN_SCHED_LINEAR, 5, 0, 1, 0 },         { KILN_SCHED_LINEAR, 5, 1.5, 1, 0 },
+		{ KILN_SCHED_LINEAR, 5, 0.5, -0.1, 0 },    { KILN_SCHED_LINEAR, 5, 0.5, 1.1, 0 },
+		{ KILN_SCHED_LINEAR, 5, 1, 0, 1 },         { KILN_SCHED_POLYNOMIAL, 5, 1, 0, 1 },
+		{ KILN_SCHED_POLYNOMIAL, 0, 1, 0, 0 },     { KILN_SCHED_POLYNOMIAL, 5, -1, 0, 0 },
+		{ KILN_SCHED_POLYNOMIAL, 5, NAN, 0, 0 },   { KILN_SCHED_EXPONENTIAL, 0, 0.9, 0, 1 },
+		{ KILN_SCHED_EXPONENTIAL, 0, -0.5, 0, 0 }, { KILN_SCHED_EXPONENTIAL, 0, INFINITY, 0, 0 },
+	};
+	for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++) {
+		op.i[0] = sc[k].kind, op.i[3] = sc[k].iters, op.f[2] = sc[k].f2, op.f[3] = sc[k].f3;
+		kiln_status st = kiln_device_prepare(dev, &op, &plan, NULL);
+		ck_assert_msg(st == (sc[k].ok ? KILN_OK : KILN_EINVAL),
+			      "case %zu: schedule %d, i[3] %lld, f[2] %g, f[3] %g: status %d (%s)", k,
+			      sc[k].kind, (long long)sc[k].iters, sc[k].f2, sc[k].f3, st,
+			      kiln_last_error());
+		if (!st)
+			kiln_device_plan_free(dev, plan);
+	}
 	op.i[0] = 9;
+	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_ENOTSUP);
+	op.i[0] = 8;
 	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_ENOTSUP);
 	kiln_device_close(dev);
 	kiln_config_free(cfg);
@@ -215,12 +262,58 @@ START_TEST(test_multistep_milestones)
 }
 END_TEST
 
+/* schedule = plateau's rule (core/plateau.c) against torch's
+ * ReduceLROnPlateau, stepped with the same losses: every rate equal bit
+ * for bit (tests/data/plateau_refs.txt, tests/data/gen_plateau_refs.py).
+ * Cases: patience 0 and 1, rel and abs thresholds, cooldown, min_lr, a
+ * cut under eps (1e-8) not made, factor 0; NaN and inf losses. */
+START_TEST(test_plateau_vs_pytorch)
+{
+	char path[1024], line[65536];
+	snprintf(path, sizeof path, "%s/tests/data/plateau_refs.txt", SRCDIR);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	int cases = 0, cuts = 0;
+	while (fgets(line, sizeof line, f)) {
+		if (line[0] == '#')
+			continue;
+		char name[64], mode[8];
+		double lr;
+		struct kiln_plateau_cfg c;
+		struct kiln_plateau p;
+		long patience, cooldown;
+		int n;
+		ck_assert(sscanf(line, "%63s %lf %lf %ld %lf %7s %ld %lf ;%n", name, &lr, &c.factor,
+				 &patience, &c.threshold, mode, &cooldown, &c.min_lr, &n) == 8);
+		c.patience = patience, c.cooldown = cooldown, c.rel = !strcmp(mode, "rel");
+		kiln_plateau_init(&p, lr);
+		char *q = line + n, *end;
+		int k = 0;
+		for (double loss; (loss = strtod(q, &end)), end != q; k++) {
+			q = end;
+			double want = strtod(q, &end);
+			ck_assert_msg(end != q, "%s: a loss without its rate", name);
+			q = end;
+			const double was = p.lr;
+			cuts += kiln_plateau_update(&c, &p, loss);
+			ck_assert_msg(p.lr == want, "%s: after loss %d (%g): lr %.17g, ReduceLROnPlateau %.17g (was %.17g)",
+				      name, k + 1, loss, p.lr, want, was);
+		}
+		ck_assert_msg(k >= 20, "%s: %d losses", name, k);
+		cases++;
+	}
+	fclose(f);
+	ck_assert_int_ge(cases, 8);
+	ck_assert_int_ge(cuts, 20); /* (the rates do move) */
+}
+END_TEST
+
 static Suite *make_sched_suite(void)
 {
 	Suite *s = suite_create("sched");
 	check_add_case(s, "sched", 0, NULL, NULL,
 		       (const TTest *[]){ test_schedules_vs_pytorch, test_schedule_bad,
-					  test_multistep_milestones, NULL });
+					  test_multistep_milestones, test_plateau_vs_pytorch, NULL });
 	return s;
 }
 

@@ -580,7 +580,7 @@ tests_check_resume_best_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_resume_best_LDADD = libkiln-internal.la $(CHECK_LIBS)
 endif
 EXTRA_DIST += tests/data/mlp_ref.safetensors tests/data/gen_mlp_ref.py tests/data/README.md \
-	tests/data/safetensors_io.py tests/data/gen_sched_refs.py tests/data/sched_refs.txt \
+	tests/data/safetensors_io.py tests/data/gen_sched_refs.py tests/data/sched_refs.txt tests/data/gen_plateau_refs.py tests/data/plateau_refs.txt \
 	tests/data/gen_optim_refs.py tests/data/optim_refs.safetensors
 # PyTorch loads kiln's export (skipped without /usr/bin/python3 + torch);
 # the checkpoint tool of the kill/resume and distributed scripts
@@ -663,6 +663,15 @@ EXTRA_DIST += tests/progress_tty.sh
 # (session 38)
 TESTS += tests/resume_batch_schedule.sh
 EXTRA_DIST += tests/resume_batch_schedule.sh
+# [train] schedule = exponential, linear, polynomial and onecycle's
+# three_phase and anneal_strategy through the trainer against PyTorch's
+# schedulers, resumed mid-schedule (session 43)
+TESTS += tests/sched_torch.sh
+EXTRA_DIST += tests/sched_torch.sh
+# [train] schedule = plateau through the trainer; its state across resumes
+# and a SIGKILL (session 43)
+TESTS += tests/sched_plateau.sh
+EXTRA_DIST += tests/sched_plateau.sh
 
 # ---- CLI and docs: the commands, the examples, the documents' claims -----
 TESTS += tests/cli.sh tests/docs.sh

@@ -265,7 +265,7 @@ stderr_has "[train] eval = 0 runs no evaluation, which keep_best and early_stop_
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.milestones=3,6 \
 	train.gamma=0.5 train.pct_start=0.4 train.eval=0 train.eval_every=1
 stderr_has "command line 'train.milestones=3,6': [train] milestones is read by schedule = multistep, not by schedule = constant: ignored"
-stderr_has "command line 'train.gamma=0.5': [train] gamma is read by schedule = step or multistep, not by schedule = constant: ignored"
+stderr_has "command line 'train.gamma=0.5': [train] gamma is read by schedule = step, multistep or exponential, not by schedule = constant: ignored"
 stderr_has "command line 'train.pct_start=0.4': [train] pct_start is read by schedule = onecycle, not by schedule = constant: ignored"
 stderr_has "command line 'train.eval_every=1': [train] eval_every needs eval = 1 ([train] eval = 0 runs no evaluation): ignored"
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.schedule=multistep \

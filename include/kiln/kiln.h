@@ -597,7 +597,9 @@ struct kiln_train_cfg {
 	int64_t max_steps;        /* 0: no limit */
 	const char *optimizer;
 	double lr;
-	const char *schedule;     /* constant, cosine, step, multistep, onecycle */
+	const char *schedule;     /* constant, cosine, step, multistep, onecycle,
+				   * exponential, linear, polynomial, plateau
+				   * (whose plateau_* keys the trainer reads) */
 	int64_t warmup, step_size;
 	double lr_min, gamma, pct_start, div_factor, final_div_factor;
 	const char *milestones;   /* multistep: the list as written */
@@ -620,9 +622,15 @@ struct kiln_train_cfg {
 	int reserved0;            /* 0; what was 4 bytes of tail padding, so that
 				   * the next member grows sizeof (session 35;
 				   * "Structs the library fills") */
+	/* session 43: the schedules linear and polynomial, onecycle's options */
+	double start_factor, end_factor; /* linear */
+	int64_t total_iters;      /* linear, polynomial */
+	double power;             /* polynomial */
+	int three_phase;          /* onecycle: three_phase = 1 */
+	int anneal_linear;        /* onecycle: anneal_strategy = linear (else cos) */
 	/* (new members go here, at the end: see `size`) */
 };
-KILN_ENDS_UNPADDED(kiln_train_cfg, reserved0);
+KILN_ENDS_UNPADDED(kiln_train_cfg, anneal_linear);
 
 /* A struct ready for kiln_train_cfg_read: its size set, the rest 0. */
 #define KILN_TRAIN_CFG_INIT { .size = sizeof(struct kiln_train_cfg) }

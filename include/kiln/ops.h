@@ -297,9 +297,21 @@ enum kiln_op_type {
 	 *             of it by the skipped steps, in session 40), is past it
 	 *             (i[4] > W: a run resumed after its rise, whose length
 	 *             changed with its global batch; core checks it, since
-	 *             session 40; 0 before)
+	 *             session 40; 0 before).  ABI 2.30: i[5] three_phase
+	 *             (1: OneCycleLR's three_phase = True, back down to
+	 *             base / f[2] by step 2 x f[4] x U - 2, then to the final
+	 *             rate), i[6] anneal_strategy (0 cos, 1 linear); 0 and 0
+	 *             (every onecycle op before 2.30) is the rule above
+	 *   exponential (2.30): lr = base * f[2]^u        (ExponentialLR: gamma)
+	 *   linear (2.30): lr = base * (f[2] + (f[3] - f[2]) * min(u, i[3]) /
+	 *             i[3])  (LinearLR: start_factor f[2] in (0, 1],
+	 *             end_factor f[3] in [0, 1], total_iters i[3] >= 1)
+	 *   polynomial (2.30): lr = base * (1 - min(u, i[3]) / i[3])^f[2]
+	 *             (PolynomialLR: total_iters i[3] >= 1, power f[2] >= 0)
 	 * where u = t - W counts the steps after the warmup.  Every rule reads
-	 * only the device counter, so a replayed graph stays correct. */
+	 * only the device counter, so a replayed graph stays correct.  The
+	 * core asks no device built before 2.30 for a schedule or an onecycle
+	 * option of 2.30 (core/device.c). */
 	KILN_OP_LR_SCHEDULE = 30,
 	/* ---- fused adaptive optimizers --------------------------------------
 	 * Both run over flat buffers of n = i[0] f32 elements and read every
@@ -606,7 +618,9 @@ enum kiln_act {
 
 enum kiln_loss { KILN_LOSS_XENT = 0, KILN_LOSS_MSE = 1, KILN_LOSS_BCE = 2 };
 enum kiln_sched { KILN_SCHED_CONSTANT = 0, KILN_SCHED_COSINE = 1, KILN_SCHED_STEP = 2,
-		  KILN_SCHED_MULTISTEP = 3, KILN_SCHED_ONECYCLE = 4 };
+		  KILN_SCHED_MULTISTEP = 3, KILN_SCHED_ONECYCLE = 4,
+		  /* ABI 2.30 */
+		  KILN_SCHED_EXPONENTIAL = 5, KILN_SCHED_LINEAR = 6, KILN_SCHED_POLYNOMIAL = 7 };
 
 enum kiln_op_flags {
 	KILN_OPF_ACCUMULATE = 1, /* add into out0 (beta = 1) instead of overwriting */

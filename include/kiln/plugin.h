@@ -166,9 +166,13 @@ extern "C" {
  *      step count t as in2), and KILN_OP_ADAMW's i[1], amsgrad (a fourth
  *      output, the largest second moment so far; kiln/ops.h); the core
  *      asks no device built before for either (docs/plugins.md "ABI
- *      2.29"). */
+ *      2.29").
+ * 2.30: KILN_OP_LR_SCHEDULE's schedules exponential, linear and
+ *      polynomial (KILN_SCHED_EXPONENTIAL..POLYNOMIAL) and onecycle's
+ *      i[5] three_phase and i[6] anneal_strategy; the core asks no
+ *      device built before for them (docs/plugins.md "ABI 2.30"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 29
+#define KILN_ABI_MINOR 30
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

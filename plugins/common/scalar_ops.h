@@ -22,9 +22,36 @@
 #define COMMON_HD
 #endif
 
+/* torch.optim.lr_scheduler.OneCycleLR at step u of its U (after the
+ * warm-up), max_lr base: its phases' last steps e[k] and the rates r[k]
+ * to r[k + 1] they anneal between, in PyTorch's arithmetic (the phase a
+ * step falls in: the first whose end it does not pass; the last takes the
+ * rest).  Two phases, init -> base -> final; three_phase (i[5]), init ->
+ * base -> init -> final, the second as long as the first.  anneal_strategy
+ * i[6]: 0 cos, 1 linear. */
+static inline COMMON_HD double common_onecycle(int64_t u, int64_t U, double base,
+					       const int64_t *i, const double *f)
+{
+	const double init = base / f[2], fin = init / f[3];
+	const double e1 = f[4] * (double)U - 1, last = (double)U - 1;
+	const int three = i[5] != 0;
+	const double e[3] = { e1, three ? 2.0 * f[4] * (double)U - 2 : last, last };
+	const double r[4] = { init, base, three ? init : fin, fin };
+	const int n = three ? 3 : 2;
+	double start = 0;
+	int k = 0;
+	while (k < n - 1 && (double)u > e[k])
+		start = e[k], k++;
+	const double pct = ((double)u - start) / (e[k] - start), from = r[k], to = r[k + 1];
+	if (i[6])
+		return (to - from) * pct + from;
+	return to + (from - to) / 2.0 * (1.0 + cos(M_PI * pct));
+}
+
 /* KILN_OP_LR_SCHEDULE: the learning rate at step t (i64), in double, from
  * the op's i[16] (kind, total steps, warm-up steps, ...) and f[8] (base,
- * final, gamma, ...). */
+ * final, gamma, ...): each schedule the closed form of its PyTorch
+ * scheduler (plugin.h). */
 static inline COMMON_HD double common_lr_schedule(int64_t t, const int64_t *i, const double *f)
 {
 	const int64_t T = i[1], W = i[2];
@@ -44,16 +71,15 @@ static inline COMMON_HD double common_lr_schedule(int64_t t, const int64_t *i, c
 			m += i[4 + j] <= u;
 		lr = base * pow(f[2], (double)m);
 	} else if (i[0] == KILN_SCHED_ONECYCLE) {
-		/* torch.optim.lr_scheduler.OneCycleLR, two phases, cosine */
-		const double init = base / f[2], end = init / f[3];
-		const double e1 = f[4] * (double)U - 1, e2 = (double)U - 1;
-		double from, to, pct;
-		if ((double)u <= e1) {
-			from = init, to = base, pct = (double)u / e1;
-		} else {
-			from = base, to = end, pct = ((double)u - e1) / (e2 - e1);
-		}
-		lr = to + (from - to) / 2.0 * (1.0 + cos(M_PI * pct));
+		lr = common_onecycle(u, U, base, i, f);
+	} else if (i[0] == KILN_SCHED_EXPONENTIAL) {
+		lr = base * pow(f[2], (double)u);
+	} else if (i[0] == KILN_SCHED_LINEAR) {
+		const int64_t m = u < i[3] ? u : i[3];
+		lr = base * (f[2] + (f[3] - f[2]) * (double)m / (double)i[3]);
+	} else if (i[0] == KILN_SCHED_POLYNOMIAL) {
+		const int64_t m = u < i[3] ? u : i[3];
+		lr = base * pow(1.0 - (double)m / (double)i[3], f[2]);
 	}
 	return lr;
 }
