@@ -44,7 +44,9 @@
  * Debian's libblas.so.3 or liblapack.so.3, or -lopenblas), dlopen gives
  * that copy back: then nothing of it is changed (no core chosen again,
  * under the program's own GEMMs; no pthread pool stopped), and the
- * opening advises OPENBLAS_CORETYPE instead (ob_core_pick).
+ * opening advises OPENBLAS_CORETYPE instead (ob_core_pick).  Its buffers
+ * are mapped already, so RLIMIT_AS does not keep kiln from it (ob_short
+ * is for a copy kiln loads).
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "cpu.h"
@@ -200,15 +202,18 @@ static void ob_core_pick(void *h, int theirs)
 static void ob_load(void)
 {
 #if HAVE_OPENBLAS
-	if (ob_short()) {
-		ob_why = ob_text;
-		ob_by_limit = 1;
-		return;
-	}
 	/* the program's own copy, where it loaded one before (linked, or
 	 * through libblas.so.3): kiln shares it and changes nothing of it */
 	void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD);
 	const int theirs = h != NULL;
+	/* a copy to load: only where RLIMIT_AS leaves it room (the program's
+	 * mapped its buffers as it loaded: before session 43 it was refused
+	 * too where the limit left less than a load takes) */
+	if (!h && ob_short()) {
+		ob_why = ob_text;
+		ob_by_limit = 1;
+		return;
+	}
 	if (!h)
 		h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
 	if (h) {
