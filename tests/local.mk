@@ -274,9 +274,9 @@ EXTRA_DIST += tests/shim_fault.c
 # a failed allocation names its buffer and size: the sample orders of 3e9
 # samples under ulimit -v, small buffers through an LD_PRELOAD shim
 if BUILD_LOADERS
-TESTS += tests/oom_named.sh
+TESTS += tests/oom_named.sh tests/oom_named_dist.sh
 endif
-EXTRA_DIST += tests/oom_named.sh
+EXTRA_DIST += tests/oom_named.sh tests/oom_named_dist.sh
 # a failed allocation (an LD_PRELOAD shim) is "out of memory", exit 1: the
 # config's where strings, the layers' names
 if BUILD_LOADERS
