@@ -149,6 +149,9 @@ int main(int argc, char **argv)
 		return fail(lib, "no openblas_get_corename, openblas_get_parallel or cblas_sgemm");
 	char before[64];
 	snprintf(before, sizeof before, "%s", corename());
+	/* (measured first: the pthread build's pool is stopped and started
+	 * anew around a fork, its pthread_atfork handlers) */
+	const unsigned long long grow = limited ? open_growth() : 0;
 	long pool[256];
 	const int n_pool = threads(pool, 256); /* OpenBLAS's alone: kiln has started none */
 
@@ -157,7 +160,6 @@ int main(int argc, char **argv)
 	getrlimit(RLIMIT_AS, &was);
 	unsigned long long room = 0;
 	if (limited) {
-		const unsigned long long grow = open_growth();
 		if (!grow)
 			return fail(lib, "--rlimit: a child could not open the CPU device");
 		room = grow + (48ULL << 20);
