@@ -630,25 +630,37 @@ static const char api_ini[] = "[run]\ndevice = cpu\nseed = 3\nthreads = 1\n"
 			      "[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
 			      "[layer.loss]\ntype = softmax_xent\n";
 
+/* An INT8 model of a linear layer `fc` of O x I at `path`: weights wq
+ * (O x I), their scales sw (O), bias b (O), an s8 input of scale sx; with
+ * kiln quantize's CRC32Cs (kiln.crc32c) where crc. */
+static void write_int8_fc(const char *path, int64_t O, int64_t I, const int8_t *wq,
+			  const float *sw, const float *b, float sx, int crc)
+{
+	const int64_t wd[2] = { O, I }, one = 1;
+	struct kiln_safetensors_writer *w;
+	ck_assert_int_eq(kiln_safetensors_writer_new(&w), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight", KILN_I8, 2, wd, wq), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight_scale", KILN_F32, 1, &O, sw), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.bias", KILN_F32, 1, &O, b), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.input_scale", KILN_F32, 1, &one, &sx), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "kiln.format", "kiln-int8/1"), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "fc.input", "s8"), 0);
+	if (crc)
+		ck_assert_int_eq(kiln_safetensors_writer_crc(w, KILN_ST_CRC_KEY), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_write(w, path), 0);
+	kiln_safetensors_writer_free(w);
+}
+
+/* api_ini's (above) */
 static void write_int8(const char *path, int8_t w00, float sx)
 {
 	int8_t wq[10 * 64];
 	float sw[10], b[10];
-	const int64_t wd[2] = { 10, 64 }, od = 10, one = 1;
-	struct kiln_safetensors_writer *w;
 	memset(wq, 5, sizeof wq);
 	wq[0] = w00;
 	for (int o = 0; o < 10; o++)
 		sw[o] = 0.01f, b[o] = 0.1f;
-	ck_assert_int_eq(kiln_safetensors_writer_new(&w), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight", KILN_I8, 2, wd, wq), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight_scale", KILN_F32, 1, &od, sw), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.bias", KILN_F32, 1, &od, b), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.input_scale", KILN_F32, 1, &one, &sx), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "kiln.format", "kiln-int8/1"), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "fc.input", "s8"), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_write(w, path), 0);
-	kiln_safetensors_writer_free(w);
+	write_int8_fc(path, 10, 64, wq, sw, b, sx, 0);
 }
 
 /* The C API with INT8 files (session 39): one that runs, and beside it,
@@ -720,24 +732,13 @@ static void write_int8_crc(const char *path, long long *data)
 {
 	enum { O = 256, I = 4096 };
 	int8_t *wq = malloc((size_t)O * I);
-	float sw[O], b[O], sx = 0.02f;
-	const int64_t wd[2] = { O, I }, od = O, one = 1;
-	struct kiln_safetensors_writer *w;
+	float sw[O], b[O];
 	ck_assert_ptr_nonnull(wq);
 	for (int i = 0; i < O * I; i++)
 		wq[i] = (int8_t)(i % 127 - 63);
 	for (int o = 0; o < O; o++)
 		sw[o] = 0.01f, b[o] = 0.1f + (float)o / 1000;
-	ck_assert_int_eq(kiln_safetensors_writer_new(&w), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight", KILN_I8, 2, wd, wq), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight_scale", KILN_F32, 1, &od, sw), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.bias", KILN_F32, 1, &od, b), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.input_scale", KILN_F32, 1, &one, &sx), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "kiln.format", "kiln-int8/1"), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "fc.input", "s8"), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_crc(w, KILN_ST_CRC_KEY), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_write(w, path), 0);
-	kiln_safetensors_writer_free(w);
+	write_int8_fc(path, O, I, wq, sw, b, 0.02f, 1);
 	free(wq);
 	*data = (long long)O * I + 2 * O * 4 + 4; /* the weights, their scales, the bias, the input scale */
 }

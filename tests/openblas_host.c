@@ -24,6 +24,7 @@
  * not load or the CPU has neither AVX-512 nor AVX2 with FMA. */
 #define _GNU_SOURCE
 #include <kiln/kiln.h>
+#include "proc_io.h" /* proc_value */
 
 #include <dirent.h> /* /proc/self/task */
 #include <dlfcn.h>
@@ -63,15 +64,8 @@ static int threads(long *t, int n)
 /* this process's address space, bytes (/proc/self/status VmSize) */
 static unsigned long long vm_size(void)
 {
-	FILE *f = fopen("/proc/self/status", "r");
-	char l[128];
-	unsigned long long kb = 0;
-	while (f && fgets(l, sizeof l, f))
-		if (!strncmp(l, "VmSize:", 7))
-			kb = strtoull(l + 7, NULL, 10);
-	if (f)
-		fclose(f);
-	return kb << 10;
+	const long long kb = proc_value("/proc/self/status", "VmSize:");
+	return kb > 0 ? (unsigned long long)kb << 10 : 0;
 }
 
 /* The address space a CPU device's opening adds to this process, as a
