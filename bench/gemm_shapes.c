@@ -16,7 +16,9 @@
  *   cnn    the CNN's fc1 (bench/cnn_bench.ini): batch 128, 3136 -> 1024;
  *   fft    the GEMM at each frequency of the CNN's conv2 by FFT
  *          (plugins/cpu/fftconv.c, 144 a pass; each on one thread: run
- *          with --threads 1): forward, weight and data gradient.
+ *          with --threads 1): forward, weight and data gradient, with
+ *          the leading dimensions fc_gemm passes (the data gradient's
+ *          A and B rows twice its M and K: "lda", "ldb" in the JSON).
  * Per shape, R rounds; each round times every candidate once (about 10 ms
  * of repeated calls) in turn, so that a neighbour's load falls on all of
  * them alike; one JSON line per shape and candidate with the median
@@ -44,7 +46,12 @@ enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 struct shape {
 	const char *name;
 	int ta, tb, m, n, k;
+	int lda, ldb; /* the leading dimensions where the code's are not compact (0: compact) */
 };
+
+/* sh's leading dimensions: its own, or those of A and B stored compact */
+static int shape_lda(const struct shape *sh) { return sh->lda ? sh->lda : sh->ta ? sh->m : sh->k; }
+static int shape_ldb(const struct shape *sh) { return sh->ldb ? sh->ldb : sh->tb ? sh->k : sh->n; }
 
 struct cand {
 	const char *name;
@@ -71,8 +78,9 @@ static void md2(dnnl_memory_desc_t *md, int d0, int d1, int s0, int s1)
 static int matmul_make(struct cand *c, const struct shape *sh, float *a, float *b, float *out)
 {
 	dnnl_memory_desc_t ma, mb, mc, mbany;
-	md2(&ma, sh->m, sh->k, sh->ta ? 1 : sh->k, sh->ta ? sh->m : 1);
-	md2(&mb, sh->k, sh->n, sh->tb ? 1 : sh->n, sh->tb ? sh->k : 1);
+	const int lda = shape_lda(sh), ldb = shape_ldb(sh);
+	md2(&ma, sh->m, sh->k, sh->ta ? 1 : lda, sh->ta ? lda : 1);
+	md2(&mb, sh->k, sh->n, sh->tb ? 1 : ldb, sh->tb ? ldb : 1);
 	md2(&mc, sh->m, sh->n, sh->n, 1);
 	dnnl_dims_t db = { sh->k, sh->n };
 	dnnl_memory_desc_init_by_tag(&mbany, 2, db, dnnl_f32, dnnl_format_tag_any);
@@ -126,7 +134,7 @@ static int matmul_make(struct cand *c, const struct shape *sh, float *a, float *
 static void run(struct cand *c, const struct shape *sh, const float *a, const float *b,
 		float *out)
 {
-	const int lda = sh->ta ? sh->m : sh->k, ldb = sh->tb ? sh->k : sh->n;
+	const int lda = shape_lda(sh), ldb = shape_ldb(sh);
 	if (c->sgemm) {
 		c->sgemm(ROW_MAJOR, sh->ta ? TRANS : NO_TRANS, sh->tb ? TRANS : NO_TRANS, sh->m,
 			 sh->n, sh->k, 1.0f, a, lda, b, ldb, 0.0f, out, sh->n);
@@ -180,31 +188,39 @@ int main(int argc, char **argv)
 	dnnl_engine_create(&eng, dnnl_cpu, 0);
 	dnnl_stream_create(&strm, eng, dnnl_stream_default_flags);
 	struct shape shapes[] = {
-		{ "mlp fc1 fwd", 0, 1, 128, 512, 784 },  { "mlp fc1 dW", 1, 0, 512, 784, 128 },
-		{ "mlp fc2 fwd", 0, 1, 128, 256, 512 },  { "mlp fc2 dX", 0, 0, 128, 512, 256 },
-		{ "mlp fc2 dW", 1, 0, 256, 512, 128 },   { "mlp fc3 fwd", 0, 1, 128, 10, 256 },
-		{ "mlp fc3 dX", 0, 0, 128, 256, 10 },    { "mlp fc3 dW", 1, 0, 10, 256, 128 },
-		{ "blk128 fwd", 0, 1, 128, 1024, 1024 }, { "blk128 dX", 0, 0, 128, 1024, 1024 },
-		{ "blk128 dW", 1, 0, 1024, 1024, 128 },  { "blk256 fwd", 0, 1, 256, 1024, 1024 },
-		{ "blk256 dX", 0, 0, 256, 1024, 1024 },  { "blk256 dW", 1, 0, 1024, 1024, 256 },
-		{ "blk512 fwd", 0, 1, 512, 1024, 1024 }, { "blk512 dX", 0, 0, 512, 1024, 1024 },
-		{ "blk512 dW", 1, 0, 1024, 1024, 512 },
-		{ "cnn fc1 fwd", 0, 1, 128, 1024, 3136 }, { "cnn fc1 dX", 0, 0, 128, 3136, 1024 },
-		{ "cnn fc1 dW", 1, 0, 1024, 3136, 128 },
-		{ "fft fwd", 0, 0, 128, 128, 64 },         { "fft dW", 0, 0, 64, 64, 256 },
-		{ "fft dX", 1, 1, 128, 64, 64 },
+		{ "mlp fc1 fwd", 0, 1, 128, 512, 784, 0, 0 },  { "mlp fc1 dW", 1, 0, 512, 784, 128, 0, 0 },
+		{ "mlp fc2 fwd", 0, 1, 128, 256, 512, 0, 0 },  { "mlp fc2 dX", 0, 0, 128, 512, 256, 0, 0 },
+		{ "mlp fc2 dW", 1, 0, 256, 512, 128, 0, 0 },   { "mlp fc3 fwd", 0, 1, 128, 10, 256, 0, 0 },
+		{ "mlp fc3 dX", 0, 0, 128, 256, 10, 0, 0 },    { "mlp fc3 dW", 1, 0, 10, 256, 128, 0, 0 },
+		{ "blk128 fwd", 0, 1, 128, 1024, 1024, 0, 0 }, { "blk128 dX", 0, 0, 128, 1024, 1024, 0, 0 },
+		{ "blk128 dW", 1, 0, 1024, 1024, 128, 0, 0 },  { "blk256 fwd", 0, 1, 256, 1024, 1024, 0, 0 },
+		{ "blk256 dX", 0, 0, 256, 1024, 1024, 0, 0 },  { "blk256 dW", 1, 0, 1024, 1024, 256, 0, 0 },
+		{ "blk512 fwd", 0, 1, 512, 1024, 1024, 0, 0 }, { "blk512 dX", 0, 0, 512, 1024, 1024, 0, 0 },
+		{ "blk512 dW", 1, 0, 1024, 1024, 512, 0, 0 },
+		{ "cnn fc1 fwd", 0, 1, 128, 1024, 3136, 0, 0 }, { "cnn fc1 dX", 0, 0, 128, 3136, 1024, 0, 0 },
+		{ "cnn fc1 dW", 1, 0, 1024, 3136, 128, 0, 0 },
+		{ "fft fwd", 0, 0, 128, 128, 64, 0, 0 },         { "fft dW", 0, 0, 64, 64, 256, 0, 0 },
+		/* fftconv.c's fc_gemm: [DXr DXi] (B x 2C) from [P | Q] (O x 2B)
+		 * and the forward's B (2C x 2O), both transposed, A's rows 2B
+		 * long (lda = 2M) and B's 2O (ldb = 2K); two such GEMMs a
+		 * frequency, the second at Q and B's last O columns (before
+		 * session 43 the bench ran it with A and B compact) */
+		{ "fft dX", 1, 1, 128, 64, 64, 2 * 128, 2 * 64 },
 	};
 	for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
 		const struct shape *sh = &shapes[s];
 		/* a set runs the shapes whose names begin with its first 3 letters */
 		if (strcmp(set, "all") && strncmp(sh->name, set, 3))
 			continue;
-		float *a = aligned_alloc(64, (size_t)sh->m * sh->k * 4 + 64);
-		float *b = aligned_alloc(64, (size_t)sh->k * sh->n * 4 + 64);
+		/* A: (ta ? K : M) rows of lda, B: (tb ? N : K) rows of ldb */
+		const long na = (long)(sh->ta ? sh->k : sh->m) * shape_lda(sh);
+		const long nb = (long)(sh->tb ? sh->n : sh->k) * shape_ldb(sh);
+		float *a = aligned_alloc(64, (size_t)na * 4 + 64);
+		float *b = aligned_alloc(64, (size_t)nb * 4 + 64);
 		float *out = aligned_alloc(64, (size_t)sh->m * sh->n * 4 + 64);
-		for (long i = 0; i < (long)sh->m * sh->k; i++)
+		for (long i = 0; i < na; i++)
 			a[i] = (float)(i % 7) * 0.1f;
-		for (long i = 0; i < (long)sh->k * sh->n; i++)
+		for (long i = 0; i < nb; i++)
 			b[i] = (float)(i % 5) * 0.1f;
 		int nc = 0;
 		memset(cand, 0, sizeof cand);
@@ -235,9 +251,11 @@ int main(int argc, char **argv)
 			qsort(&t[i * reps], (size_t)reps, sizeof *t, cmp_double);
 			qsort(&tc[i * reps], (size_t)reps, sizeof *tc, cmp_double);
 			printf("{\"shape\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"ta\": %d, \"tb\": %d, "
+			       "\"lda\": %d, \"ldb\": %d, "
 			       "\"threads\": %d, \"gemm\": \"%s\", \"gflops\": %.1f, \"gflops_per_cpu_s\": %.1f, "
 			       "\"us\": %.1f}\n",
-			       sh->name, sh->m, sh->n, sh->k, sh->ta, sh->tb, threads, cand[i].name,
+			       sh->name, sh->m, sh->n, sh->k, sh->ta, sh->tb, shape_lda(sh), shape_ldb(sh),
+			       threads, cand[i].name,
 			       flop / t[i * reps + reps / 2] / 1e9,
 			       flop * threads / tc[i * reps + reps / 2] / 1e9, 1e6 * t[i * reps + reps / 2]);
 			if (cand[i].prim) {

@@ -19,25 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_time.h"      /* now, cpu_now */
+#include "../tests/proc_io.h" /* proc_value */
 
+/* the peak resident set, KiB (VmHWM) */
 static long peak_kib(void)
 {
-	FILE *f = fopen("/proc/self/status", "r");
-	char l[256];
-	long v = 0;
-	while (f && fgets(l, sizeof l, f))
-		if (!strncmp(l, "VmHWM:", 6))
-			v = atol(l + 6);
-	if (f)
-		fclose(f);
-	return v;
-}
-
-static double clock_s(clockid_t k)
-{
-	struct timespec t;
-	clock_gettime(k, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+	return (long)proc_value("/proc/self/status", "VmHWM:");
 }
 
 /* the rows of call i of pattern k at batch b */
@@ -73,7 +61,7 @@ int main(int argc, char **argv)
 	for (int k = 0; k < 3; k++) {
 		for (int i = 0; i < warm; i++)
 			kiln_infer(m, x, rows(k, i, b), y);
-		const double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+		const double t0 = now(), c0 = cpu_now();
 		for (int i = 0; i < iters; i++)
 			if (kiln_infer(m, x, rows(k, i, b), y))
 				return 1;
@@ -83,7 +71,7 @@ int main(int argc, char **argv)
 				 k == 1 ? "," : "..", (long long)(k == 1 ? rows(k, 1, b) : b - 1));
 		else
 			snprintf(what, sizeof what, "%s %lld", names[k], (long long)rows(k, 0, b));
-		const double t1 = clock_s(CLOCK_MONOTONIC), c1 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+		const double t1 = now(), c1 = cpu_now();
 		printf("%-18s %.3f ms/call, cpu %.3f ms/call, peak rss %ld KiB\n", what, (t1 - t0) * 1e3 / iters,
 		       (c1 - c0) * 1e3 / iters, peak_kib());
 	}

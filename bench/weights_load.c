@@ -22,28 +22,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double clock_s(clockid_t k)
-{
-	struct timespec t;
-	clock_gettime(k, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* The bytes this process has read so far (/proc/self/io rchar), -1 where
- * the kernel does not say. */
-static long long bytes_read(void)
-{
-	FILE *f = fopen("/proc/self/io", "r");
-	char l[128];
-	long long v = -1;
-	while (f && fgets(l, sizeof l, f))
-		if (!strncmp(l, "rchar:", 6))
-			v = atoll(l + 6);
-	if (f)
-		fclose(f);
-	return v;
-}
+#include "bench_time.h"      /* now, cpu_now, cmp_double */
+#include "../tests/proc_io.h" /* proc_bytes_read */
 
 /* path's pages out of the page cache (written back first). */
 static void drop_cached(const char *path)
@@ -54,12 +34,6 @@ static void drop_cached(const char *path)
 	fdatasync(fd);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	close(fd);
-}
-
-static int by_value(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
 }
 
 /* "i32:1024" or "f32:3,224,224" into *d; -1 when it is neither. */
@@ -112,18 +86,18 @@ int main(int argc, char **argv)
 	for (int i = 0; i < iters; i++) {
 		if (cold)
 			drop_cached(argv[2]);
-		const long long r0 = bytes_read();
-		const double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+		const long long r0 = proc_bytes_read();
+		const double t0 = now(), c0 = cpu_now();
 		if (kiln_model_load_safetensors(m, argv[2], 1, s)) {
 			fprintf(stderr, "bench/weights_load: %s\n", kiln_last_error());
 			return 1;
 		}
-		t[i] = 1e3 * (clock_s(CLOCK_MONOTONIC) - t0);
+		t[i] = 1e3 * (now() - t0);
 		printf("load %d: %.1f ms wall, %.1f ms cpu, %.1f MB read\n", i, t[i],
-		       1e3 * (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0),
-		       (double)(bytes_read() - r0) / 1e6);
+		       1e3 * (cpu_now() - c0),
+		       (double)(proc_bytes_read() - r0) / 1e6);
 	}
-	qsort(t, (size_t)iters, sizeof *t, by_value);
+	qsort(t, (size_t)iters, sizeof *t, cmp_double);
 	printf("%s: min %.1f ms, median %.1f ms over %d loads (%s)\n", argv[2], t[0], t[iters / 2],
 	       iters, cold ? "cold: its pages dropped before each" : "warm after the first");
 	free(t);

@@ -7,6 +7,8 @@
 
 /* Print "kiln: error: <last error>" and return the exit code for st. */
 int cli_fail(kiln_status st);
+/* Seconds of CLOCK_MONOTONIC: progress lines, timings, deadlines. */
+double cli_now_s(void);
 /* ulimit -n back to what kiln was started with (kiln.c raises the soft
  * limit to the hard one for the shards it keeps open): before running
  * another program.  Async-signal-safe (one setrlimit). */

@@ -29,13 +29,6 @@
 #define MAX_SIZES 16
 #define MAX_RUNS 15
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -108,12 +101,12 @@ static int rank_main(const char *tool, size_t max)
 		for (int i = 0; i < iters; i++) {
 			if ((st = ops->barrier(ctx)))
 				return cli_fail(st);
-			double t0 = now_s();
+			double t0 = cli_now_s();
 			if ((st = ops->allreduce(ctx, buf, bytes / 4, KILN_F32, KILN_REDUCE_SUM, stream,
 						 NULL)) ||
 			    (st = kiln_device_stream_sync(dev, stream)))
 				return cli_fail(st);
-			t[i] = now_s() - t0;
+			t[i] = cli_now_s() - t0;
 		}
 		qsort(t, (size_t)iters, sizeof *t, cmp_double);
 		double med = t[iters / 2];

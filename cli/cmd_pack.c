@@ -355,13 +355,6 @@ static void *pack_worker(void *arg)
 
 /* ---- packing ------------------------------------------------------------- */
 
-double pack_now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* mkdir -p --out, and hold its lock; an error when it is there but not a
  * directory, or another pack holds it */
 static kiln_status make_out_dir(const struct pack_opts *o)
@@ -483,7 +476,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 		}
 		if (st)
 			goto out;
-		double t = pack_now_s();
+		double t = cli_now_s();
 		if (tty && t - last_print > 0.5) {
 			int64_t done = base + round < info.len ? base + round : info.len;
 			if (o->folder) /* (no shards: the images' directory) */
@@ -498,7 +491,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 	if (o->folder) {
 		if ((st = pack_folder_done(o, info.classes, seen, tty)))
 			goto out;
-		double dt = pack_now_s() - t0;
+		double dt = cli_now_s() - t0;
 		printf("wrote %lld %s images into %s/%s/<class>/, in %.2f s: %.0f samples/s\n",
 		       (long long)info.len, rec_encoding_name(o->store), o->out, o->split, dt,
 		       dt > 0 ? info.len / dt : 0.0);
@@ -511,7 +504,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 		goto out;
 	if (tty)
 		fprintf(stderr, "\r\033[K");
-	double dt = pack_now_s() - t0;
+	double dt = cli_now_s() - t0;
 	char first[4200], last[4200];
 	shard_name(o, 0, 0, first, sizeof first);
 	shard_name(o, sh.n - 1, 0, last, sizeof last);
@@ -555,7 +548,7 @@ static int pack_source(int argc, char **argv)
 	struct kiln_registry *reg = NULL;
 	struct kiln_source *src = NULL;
 	kiln_status st = cli_load(o.config, o.nover, o.over, 0, &cfg, &reg);
-	double t0 = pack_now_s();
+	double t0 = cli_now_s();
 	if (!st)
 		st = kiln_source_open(cfg, reg, o.section, o.split, &src);
 	if (!st)

@@ -361,13 +361,6 @@ static kiln_status eval_rows(void *user, int64_t first, int64_t rows, const floa
 	return out_rows(user, NULL, first, rows, logits, labels, label_elems);
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Threads decoding a batch's images: the loader's ([data] workers, `auto`:
  * every CPU) or, when more, [run] threads (0: every CPU), which sit idle
  * while a batch is decoded. */
@@ -415,7 +408,7 @@ static kiln_status predict(struct kiln_infer *m, const struct kiln_config *cfg,
 			 : files ? images_for_tokens(m, files->v[0]) : KILN_OK;
 	if (!st)
 		st = out_open(&po, o, cfg, m, !files);
-	const double t0 = now_s();
+	const double t0 = cli_now_s();
 	if (!st && !files)
 		st = kiln_infer_eval_set(m, eval_rows, &po);
 	for (int64_t off = 0; files && off < (int64_t)files->n && !st; off += batch) {
@@ -425,7 +418,7 @@ static kiln_status predict(struct kiln_infer *m, const struct kiln_config *cfg,
 		if (!st && !(st = kiln_infer(m, x, rows, logits)))
 			st = out_rows(&po, (const char *const *)files->v + off, off, rows, logits, NULL, 0);
 	}
-	const double wall = now_s() - t0;
+	const double wall = cli_now_s() - t0;
 	if (!st && files)
 		kiln_log(KILN_LOG_INFO, "predict", "%zu images in %.3f s: %.1f images/s, %.4f ms per image (batch %lld; read, decode, transform, run)",
 			 files->n, wall, (double)files->n / wall, 1e3 * wall / (double)files->n,

@@ -17,6 +17,7 @@
 #include <sys/random.h>
 #include <sys/resource.h> /* getrlimit, setrlimit(RLIMIT_STACK, RLIMIT_NOFILE) */
 #include <sys/stat.h>     /* stat: cli_named_file */
+#include <time.h>         /* clock_gettime: cli_now_s */
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -47,6 +48,13 @@ static void usage(FILE *f)
 		"`kiln <command> --help` describes one command; `kiln --version` prints kiln's\n"
 		"version.  Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error,\n"
 		"4 a training run stopped because its run directory was removed (kiln train).\n");
+}
+
+double cli_now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 int cli_fail(kiln_status st)

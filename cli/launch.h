@@ -64,8 +64,6 @@ struct launch_opts {
 extern volatile sig_atomic_t launch_got_signal;
 extern volatile sig_atomic_t launch_got_tstp;
 
-/* CLOCK_MONOTONIC in seconds */
-double launch_mono(void);
 /* a wait status in words ("exit status 3", "signal 15 (Terminated)") */
 void launch_describe_status(int ws, char *buf, size_t n);
 /* signal a rank: its process group, else its pid alone */

@@ -7,6 +7,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "cli.h"    /* cli_now_s */
 #include "launch.h"
 #include "../plugins/common/shm_stale.h" /* shm_stale_sweep: a dead rank 0's kiln-gloo object */
 
@@ -19,13 +20,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-double launch_mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void launch_describe_status(int ws, char *buf, size_t n)
 {
@@ -123,7 +117,7 @@ static void launch_forward(struct launch_opts *o, struct launch_state *s)
 {
 	int sig = launch_got_signal;
 	launch_got_signal = 0;
-	double now = launch_mono();
+	double now = cli_now_s();
 	const int window = o->grace > LAUNCH_TRAINER_REPEAT_S ? o->grace : LAUNCH_TRAINER_REPEAT_S;
 	if (s->fwd_at && now - s->fwd_at < window) {
 		fprintf(stderr, "kiln launch: %s again within %d s: already passed on, ignored\n",
@@ -189,7 +183,7 @@ static void launch_sleep(double deadline, const sigset_t *open)
 {
 	struct timespec ts, *tp = NULL;
 	if (deadline) {
-		double left = deadline - launch_mono();
+		double left = deadline - cli_now_s();
 		if (left <= 0)
 			return;
 		ts.tv_sec = (time_t)left;
@@ -337,7 +331,7 @@ static void launch_fail(const struct launch_opts *o, struct launch_state *s, pid
 	for (int k = 0; k < o->nproc && term; k++)
 		if (s->pgid[k])
 			launch_rank_kill(s->pgid[k], SIGTERM);
-	s->kill_at = launch_mono() + o->grace;
+	s->kill_at = cli_now_s() + o->grace;
 }
 
 /* Child p of status ws ended, of process group g: a rank's command
@@ -363,7 +357,7 @@ static void launch_ended(const struct launch_opts *o, struct launch_state *s, pi
 				e->by_stop = 1;
 				e->leader_ws = ws;
 				e->leader_cut = s->forwards > 1;
-				e->stop_at = launch_mono();
+				e->stop_at = cli_now_s();
 				fprintf(stderr, "kiln launch: rank %d's command (pid %d) ended by %s, which this launcher passed on: waiting for the rest of its process group (a trainer below it stops with its checkpoint where the ranks agree on the stop)\n",
 					o->node_rank * o->nproc + l, (int)p, strsignal(WTERMSIG(ws)));
 			} else if (!ok) {
@@ -518,7 +512,7 @@ static void launch_group_hint(const struct launch_opts *o, struct rank_end *e, i
 static int launch_groups_left(const struct launch_opts *o, struct launch_state *s, pid_t *pids)
 {
 	int left = 0, due = 0, due_stop = 0;
-	const double now = launch_mono();
+	const double now = cli_now_s();
 	for (int l = 0; l < o->nproc; l++) {
 		struct rank_end *e = &s->end[l];
 		if (!s->pgid[l])
@@ -634,7 +628,7 @@ int launch_wait(struct launch_opts *o, pid_t *pids)
 			launch_ended(o, &s, pids, p, ws, g);
 			continue;
 		}
-		if (s.kill_at && launch_mono() >= s.kill_at) {
+		if (s.kill_at && cli_now_s() >= s.kill_at) {
 			fprintf(stderr, "kiln launch: the other ranks did not exit within %d s: killing them\n",
 				o->grace);
 			for (int l = 0; l < nproc; l++)
@@ -647,8 +641,8 @@ int launch_wait(struct launch_opts *o, pid_t *pids)
 		/* groups: a look every 50 ms (their processes' ends need
 		 * not reach this one as SIGCHLD) */
 		double until = s.kill_at;
-		if (!s.alive && (!until || until > launch_mono() + 0.05))
-			until = launch_mono() + 0.05;
+		if (!s.alive && (!until || until > cli_now_s() + 0.05))
+			until = cli_now_s() + 0.05;
 		launch_sleep(until, &open);
 	}
 	sigprocmask(SIG_SETMASK, &open, NULL);

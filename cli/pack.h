@@ -70,9 +70,6 @@ int existing_shards(const struct pack_opts *o, const char *suffix, char *first, 
 kiln_status shards_place(const struct pack_opts *o, const struct shards *sh, char *old,
 			 size_t old_size);
 
-/* cmd_pack.c.  Seconds of CLOCK_MONOTONIC: the progress lines' clock. */
-double pack_now_s(void);
-
 /* pack_folder.c.  Write sample `index` as DIR/<split>/<class>/<index>.ext
  * (seen: classes flags; the label's 0: its directory made first; set). */
 kiln_status folder_add(const struct pack_opts *o, int64_t classes, int64_t index,

@@ -188,14 +188,14 @@ static kiln_status folder_make_empty(const struct pack_opts *o, int64_t classes,
 	kiln_status st = KILN_OK;
 	for (int64_t k = 0; k < classes; k++)
 		empty += !seen[k];
-	double last_print = pack_now_s();
+	double last_print = cli_now_s();
 	for (int64_t k = 0; k < classes && !st; k++) {
 		if (seen[k])
 			continue;
 		folder_class_path(path, sizeof path, o, classes, k);
 		st = folder_mkdir(path);
 		made++;
-		const double t = pack_now_s();
+		const double t = cli_now_s();
 		if (tty && (made == 1 || t - last_print > 0.5)) {
 			fprintf(stderr, "\r\033[Kmade %lld/%lld directories of the classes with no images",
 				(long long)made, (long long)empty);

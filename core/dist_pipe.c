@@ -18,8 +18,9 @@ static kiln_status prepare_norms(struct kiln_dist *d)
 	const int s = d->pipe_stage;
 	const int64_t n = (int64_t)(d->pipe_hi[s] - d->pipe_lo[s]);
 	kiln_status st;
-	if ((st = kiln_device_alloc(d->dev, (2 * KILN_PIPE_MAX_STAGES + 4) * sizeof(float),
-				    (void **)&d->pipe_norms)))
+	if ((st = kiln_device_alloc_named(d->dev, (2 * KILN_PIPE_MAX_STAGES + 4) * sizeof(float),
+					  (void **)&d->pipe_norms,
+					  "the pipeline's gradient norms (one a stage)")))
 		return st;
 	d->pipe_norms_new = 1;
 	if (n <= 0)

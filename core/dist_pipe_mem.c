@@ -103,7 +103,8 @@ static kiln_status alloc_grads(struct kiln_dist *d, struct kiln_model *m, int sh
 		return KILN_OK;
 	}
 	if ((st = kiln_device_alloc(m->dev, floats * sizeof(float), &mem)))
-		return st;
+		return kiln_model_alloc_failed(m, st, "gradients for this pipeline stage alone",
+					       floats * sizeof(float), floats);
 	*out = mem;
 	return KILN_OK;
 }
@@ -169,11 +170,15 @@ kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, int s
 	int foreign = 0;
 	if ((st = alloc_grads(d, m, share, (size_t)P + n, &g, &foreign)))
 		return st;
-	if ((!foreign && (st = zero_floats(m->dev, g, (size_t)P + n, compute))) ||
-	    (st = kiln_device_alloc(d->dev, (n ? n : 1) * sizeof(float), (void **)&p))) {
+	if (!foreign && (st = zero_floats(m->dev, g, (size_t)P + n, compute))) {
+		kiln_device_free(m->dev, g);
+		return st;
+	}
+	if ((st = kiln_device_alloc(d->dev, (n ? n : 1) * sizeof(float), (void **)&p))) {
 		if (!foreign)
 			kiln_device_free(m->dev, g);
-		return st;
+		return kiln_model_alloc_failed(m, st, "parameters for this pipeline stage alone",
+					       (n ? n : 1) * sizeof(float), n);
 	}
 	d->m = m;
 	d->pipe_gbuf = g;
@@ -235,14 +240,16 @@ kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, 
 }
 
 /* *out: `floats` new floats, n of them from src copied in at `at` on the
- * compute stream (freed again on failure). */
+ * compute stream (freed again on failure); `what` the model's buffer they
+ * are, for the message where they cannot be allocated. */
 static kiln_status alloc_copy(struct kiln_dist *d, size_t floats, size_t at, const float *src,
-			      size_t n, void *compute, float **out)
+			      size_t n, void *compute, const char *what, float **out)
 {
 	float *p = NULL;
 	kiln_status st = kiln_device_alloc(d->dev, (floats ? floats : 1) * sizeof(float), (void **)&p);
 	if (st)
-		return st;
+		return kiln_model_alloc_failed(d->m, st, what, (floats ? floats : 1) * sizeof(float),
+					       floats);
 	if (n && (st = kiln_device_copy_async(d->dev, p + at, src, n * sizeof(float), KILN_COPY_D2D,
 					      compute))) {
 		kiln_device_free(d->dev, p);
@@ -268,7 +275,8 @@ kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute)
 			 (n + (size_t)d->pipe_P) * sizeof(float), m->n_elems, why);
 		return KILN_OK;
 	}
-	if ((st = alloc_copy(d, n, 0, m->params_d + lo, n, compute, &p)))
+	if ((st = alloc_copy(d, n, 0, m->params_d + lo, n, compute,
+			     "parameters for this pipeline stage alone", &p)))
 		return st;
 	if ((st = kiln_device_stream_sync(d->dev, compute))) {
 		kiln_device_free(d->dev, p);
@@ -289,7 +297,8 @@ kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute)
 	if (!d->pipe_pbuf || d->pipe_pwhole)
 		return KILN_OK;
 	/* the other stages' parameters are overwritten by the gather */
-	if ((st = alloc_copy(d, d->m->n_elems, lo, d->pipe_pbuf, n, compute, &d->pipe_pwhole)))
+	if ((st = alloc_copy(d, d->m->n_elems, lo, d->pipe_pbuf, n, compute,
+			     "whole parameters gathered from the pipeline's stages", &d->pipe_pwhole)))
 		return st;
 	d->m->params_d = d->pipe_pwhole;
 	return KILN_OK;

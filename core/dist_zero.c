@@ -248,10 +248,13 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, co
 	/* (the averaged pieces in place in the gradients where the
 	 * communicator can: dist_zero_piece) */
 	const int in_place = dist_rs_in_place(d->ops);
-	if ((slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate))) ||
-	    (d->zc && !in_place &&
-	     (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
-		return st;
+	if (slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate)))
+		return kiln_model_alloc_failed(m, st, "optimizer state for this rank's ZeRO-1 shard",
+					       slots * L * sizeof(float), slots * L);
+	if (d->zc && !in_place &&
+	    (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad)))
+		return kiln_model_alloc_failed(m, st, "averaged gradients for this rank's ZeRO-1 shard",
+					       d->zc * sizeof(float), d->zc);
 	/* this rank's pieces: of the (broadcast) whole state, which is then
 	 * freed ([dist] pipeline's model holds it), or made here */
 	for (size_t s = 0; s < slots && m->state_d && L; s++)

@@ -135,7 +135,8 @@ static kiln_status decode_plan(struct kiln_generator *g, struct decoder *d, int6
 		goto fail;
 	}
 	if ((st = kiln_plan_logits(d->p, &d->logits_d, &ld)) ||
-	    (st = kiln_device_alloc(dev, sizeof(int32_t) * (size_t)(rows + 1), (void **)&d->io_d)))
+	    (st = kiln_device_alloc_named(dev, sizeof(int32_t) * (size_t)(rows + 1), (void **)&d->io_d,
+					  "the decoder's token ids (one a row, and the step)")))
 		goto fail;
 	g->vocab = ld.dims[ld.ndim - 1];
 	if (ld.dtype != KILN_F32) { /* widen low-precision logits on the device */
@@ -147,8 +148,9 @@ static kiln_status decode_plan(struct kiln_generator *g, struct decoder *d, int6
 		op.out[0] = ld;
 		op.out[0].dtype = KILN_F32;
 		if ((st = kiln_device_prepare(dev, &op, &d->cast, NULL)) ||
-		    (st = kiln_device_alloc(dev, sizeof(float) * (size_t)(rows * g->vocab),
-					    (void **)&d->logits32_d)))
+		    (st = kiln_device_alloc_named(dev, sizeof(float) * (size_t)(rows * g->vocab),
+						  (void **)&d->logits32_d,
+						  "the decoder's logits widened to f32 (rows x vocab)")))
 			goto fail;
 	}
 	d->logits = malloc(sizeof(float) * (size_t)(rows * g->vocab));

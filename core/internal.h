@@ -149,15 +149,12 @@ void kiln_safetensors_describe(const struct kiln_safetensors *f, int i,
  * kiln export's and kiln_model_save_safetensors' since 41, both in key
  * KILN_ST_CRC_KEY):
  * w computes them when it writes the file, into metadata `key` (the
- * header's meaning, then each tensor's bytes).  check: f against them,
- * the tensors read once: KILN_OK when they match or f has no `key` (*had
- * 0: an older file, unchecked), else KILN_EDATA naming the file and the
- * tensor (or the header). */
+ * header's meaning, then each tensor's bytes). */
 kiln_status kiln_safetensors_writer_crc(struct kiln_safetensors_writer *w, const char *key);
-kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had);
-/* The same check in the pass that loads (since session 42: before, a
- * load read every byte twice, and a pipeline stage's rank the whole file
- * for its stage's tensors): f's header against metadata `key` now
+/* f checked against them in the pass that loads (since session 42; an
+ * INT8 model since 43: before, a load read every byte twice, and a
+ * pipeline stage's rank the whole file for its stage's tensors): f's
+ * header against metadata `key` now
  * (KILN_EDATA naming it; *had 0 and KILN_OK where f has no `key`), then
  * each tensor against its own as kiln_safetensors_read reads it, piece
  * by piece (KILN_EDATA naming the file and the tensor: the caller's

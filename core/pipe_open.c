@@ -325,8 +325,10 @@ static kiln_status drop_rows(struct kiln_pipe *pp)
 	const int64_t n = (int64_t)pp->A * pp->M, B = pp->mb * pp->M;
 	const size_t bytes = (size_t)(8 * pp->K > n ? 8 * pp->K : n) * sizeof(int64_t);
 	int64_t *host;
-	kiln_status st = kiln_device_alloc(pp->dev, (size_t)n * sizeof(int64_t), (void **)&pp->rows_d);
-	if (st || (st = kiln_device_host_alloc(pp->dev, bytes, (void **)&host)))
+	kiln_status st = kiln_device_alloc_named(pp->dev, (size_t)n * sizeof(int64_t), (void **)&pp->rows_d,
+					      "the pipeline's dropout rows (one a micro-batch)");
+	if (st || (st = kiln_device_host_alloc_named(pp->dev, bytes, (void **)&host,
+						     "the pipeline's dropout rows, their host staging")))
 		return st;
 	memset(host, 0, bytes);
 	for (int k = 0; k < pp->K; k++)

@@ -106,7 +106,10 @@ kiln_status kiln_quant_no_weights(const char *quantized, const char *weights);
 /* Open the INT8 model `path` (`kiln quantize`'s safetensors file) into
  * *out (the caller closes it), opened once: KILN_EUSAGE naming it when it
  * is a kiln checkpoint (before session 31 the safetensors reader said only
- * "header length ... exceeds ..."), else kiln_safetensors_open's errors. */
+ * "header length ... exceeds ..."), else kiln_safetensors_open's errors,
+ * or KILN_EDATA where the header does not match its CRC32C; each tensor's
+ * is checked as kiln_safetensors_read reads it (kiln_safetensors_crc_reads:
+ * read from the opening thread, each tensor before its values are used). */
 kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out);
 /* The keys of cfg (the unfolded config) that shape the tensors, and the
  * layers' types, against those f was quantized with (its "kiln.config";

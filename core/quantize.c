@@ -333,10 +333,14 @@ kiln_status kiln_quant_open(const char *path, struct kiln_safetensors **out)
 			: kiln_safetensors_open_fd(path, fd, &seen, out);
 	close(fd);
 	/* its CRC32Cs: a byte changed since kiln quantize wrote it (a bad
-	 * copy, a disk) is refused here, before anything is read from it;
-	 * a file of a kiln before session 40 has none and loads as before */
+	 * copy, a disk) is refused, the header's now, each tensor's as it is
+	 * read (kiln_safetensors_read), before its values are used: one pass
+	 * over the bytes (before session 43 the whole file was read here to
+	 * check it, then again to load it, as safetensors files were before
+	 * session 42); a file of a kiln before session 40 has none and loads
+	 * as before */
 	int had;
-	if (!st && (st = kiln_safetensors_check_crc(*out, KILN_ST_CRC_KEY, &had))) {
+	if (!st && (st = kiln_safetensors_crc_reads(*out, KILN_ST_CRC_KEY, &had))) {
 		kiln_safetensors_close(*out);
 		*out = NULL;
 	}

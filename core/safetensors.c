@@ -27,9 +27,10 @@
  * tensors as the reference does (alignment descending, then name) and
  * pads the header to a multiple of 8, so every tensor starts aligned to
  * its element size.  The CRC32Cs kiln records (metadata kiln.crc32c) are
- * checked by kiln_safetensors_check_crc, the whole file at once, or,
- * since session 42, by kiln_safetensors_read as it reads each tensor
- * (kiln_safetensors_crc_reads: a load reads each byte once).
+ * checked by kiln_safetensors_read as it reads each tensor
+ * (kiln_safetensors_crc_reads: a load reads each byte once; since session
+ * 42 for weights files, 43 for INT8 models, which were checked whole
+ * before they were read, kiln_safetensors_check_crc, now gone).
  */
 #include "internal.h"
 #include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
@@ -797,13 +798,10 @@ out:
 #define CRC_PIECE ((size_t)1 << 18)
 
 /* The CRC32C of tensor i's bytes, read from the file (kiln_read_at: a
- * file cut short names the tensor) CRC_PIECE bytes at a time into buf:
- * each piece into its place (whole: buf holds the tensor after, the
- * bytes a load reads, CRC'd in the same pass), or each into the start of
- * buf (!whole: buf holds CRC_PIECE bytes, the bytes read to be checked
- * alone). */
-static kiln_status crc_tensor(const struct kiln_safetensors *f, int i, char *buf, int whole,
-			      uint32_t *crc)
+ * file cut short names the tensor) CRC_PIECE bytes at a time, each piece
+ * into its place in buf (which holds the tensor after: the bytes a load
+ * reads, CRC'd in the same pass). */
+static kiln_status crc_tensor(const struct kiln_safetensors *f, int i, char *buf, uint32_t *crc)
 {
 	const struct st_entry *e = &f->t[i];
 	char what[300];
@@ -811,7 +809,7 @@ static kiln_status crc_tensor(const struct kiln_safetensors *f, int i, char *buf
 	snprintf(what, sizeof what, "tensor '%s'", e->name);
 	for (uint64_t at = e->begin; at < e->end;) {
 		const size_t k = e->end - at < CRC_PIECE ? (size_t)(e->end - at) : CRC_PIECE;
-		char *to = whole ? buf + (at - e->begin) : buf;
+		char *to = buf + (at - e->begin);
 		kiln_status st = kiln_read_at(f->fd, f->path, &f->seen, what, to, k, f->data_off + at);
 		if (st)
 			return st;
@@ -837,7 +835,7 @@ static kiln_status crc_mismatch(const struct kiln_safetensors *f, int i, uint32_
 static kiln_status read_checked(const struct kiln_safetensors *f, int i, void *dst)
 {
 	uint32_t c;
-	kiln_status st = crc_tensor(f, i, dst, 1, &c);
+	kiln_status st = crc_tensor(f, i, dst, &c);
 	if (!st && c != f->crc[i])
 		st = crc_mismatch(f, i, c, f->crc[i], f->crc_key);
 	return st;
@@ -890,28 +888,6 @@ static kiln_status crc_header(const struct kiln_safetensors *f, const char *key,
 				f->path, h, want[0], key, key);
 out:
 	free(kv);
-	return st;
-}
-
-kiln_status kiln_safetensors_check_crc(const struct kiln_safetensors *f, const char *key, int *had)
-{
-	const char *v = kiln_safetensors_meta(f, key);
-	*had = v != NULL;
-	if (!v)
-		return KILN_OK;
-	uint32_t *want = malloc(sizeof *want * (size_t)(f->n + 1));
-	int *order = name_order(f->n, f_name, f);
-	char *buf = malloc(CRC_PIECE);
-	kiln_status st = want && order && buf ? crc_header(f, key, v, want, order)
-					      : kiln_error(KILN_ENOMEM, "out of memory");
-	for (int i = 0; i < f->n && !st; i++) {
-		uint32_t c;
-		if (!(st = crc_tensor(f, order[i], buf, 0, &c)) && c != want[i + 1])
-			st = crc_mismatch(f, order[i], c, want[i + 1], key);
-	}
-	free(want);
-	free(order);
-	free(buf);
 	return st;
 }
 

@@ -143,9 +143,9 @@ kiln_status kiln_model_tie_prepare(struct kiln_model *m)
 	kiln_status st;
 	if (!m->n_tie_elems)
 		return KILN_OK;
-	if ((st = kiln_device_alloc(m->dev, m->n_tie_elems * sizeof(float),
-				    (void **)&m->tie_grads_d)))
-		return kiln_error_wrap(st, "the tied weights' gradients");
+	if ((st = kiln_device_alloc_named(m->dev, m->n_tie_elems * sizeof(float),
+					  (void **)&m->tie_grads_d, "the tied weights' gradients")))
+		return st;
 	for (int i = 0; i < m->n_layers; i++) {
 		struct model_layer *L = &m->layers[i];
 		if (L->tie_grad < 0)

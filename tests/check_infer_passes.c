@@ -16,11 +16,14 @@
  * nhwc) keeps the folded model in the layout it trained in.
  * And the C API's refusals of NULL arguments and of an image without its
  * pixels (KILN_EINVAL with a message, not a crash), and of bad INT8 files
- * and arguments (api_int8_files). */
+ * and arguments (api_int8_files); an INT8 model's bytes read once
+ * (api_int8_read_once). */
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
+#include "proc_io.h" /* proc_bytes_read */
 #include "infer_passes.h"
+#include "internal.h" /* kiln_safetensors_writer_crc */
 #include <kiln/infer.h>
 #include <math.h>
 #include <stdio.h>
@@ -627,25 +630,37 @@ static const char api_ini[] = "[run]\ndevice = cpu\nseed = 3\nthreads = 1\n"
 			      "[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
 			      "[layer.loss]\ntype = softmax_xent\n";
 
+/* An INT8 model of a linear layer `fc` of O x I at `path`: weights wq
+ * (O x I), their scales sw (O), bias b (O), an s8 input of scale sx; with
+ * kiln quantize's CRC32Cs (kiln.crc32c) where crc. */
+static void write_int8_fc(const char *path, int64_t O, int64_t I, const int8_t *wq,
+			  const float *sw, const float *b, float sx, int crc)
+{
+	const int64_t wd[2] = { O, I }, one = 1;
+	struct kiln_safetensors_writer *w;
+	ck_assert_int_eq(kiln_safetensors_writer_new(&w), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight", KILN_I8, 2, wd, wq), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight_scale", KILN_F32, 1, &O, sw), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.bias", KILN_F32, 1, &O, b), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.input_scale", KILN_F32, 1, &one, &sx), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "kiln.format", "kiln-int8/1"), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "fc.input", "s8"), 0);
+	if (crc)
+		ck_assert_int_eq(kiln_safetensors_writer_crc(w, KILN_ST_CRC_KEY), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_write(w, path), 0);
+	kiln_safetensors_writer_free(w);
+}
+
+/* api_ini's (above) */
 static void write_int8(const char *path, int8_t w00, float sx)
 {
 	int8_t wq[10 * 64];
 	float sw[10], b[10];
-	const int64_t wd[2] = { 10, 64 }, od = 10, one = 1;
-	struct kiln_safetensors_writer *w;
 	memset(wq, 5, sizeof wq);
 	wq[0] = w00;
 	for (int o = 0; o < 10; o++)
 		sw[o] = 0.01f, b[o] = 0.1f;
-	ck_assert_int_eq(kiln_safetensors_writer_new(&w), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight", KILN_I8, 2, wd, wq), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.weight_scale", KILN_F32, 1, &od, sw), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.bias", KILN_F32, 1, &od, b), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_add(w, "fc.input_scale", KILN_F32, 1, &one, &sx), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "kiln.format", "kiln-int8/1"), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_meta(w, "fc.input", "s8"), 0);
-	ck_assert_int_eq(kiln_safetensors_writer_write(w, path), 0);
-	kiln_safetensors_writer_free(w);
+	write_int8_fc(path, 10, 64, wq, sw, b, sx, 0);
 }
 
 /* The C API with INT8 files (session 39): one that runs, and beside it,
@@ -700,6 +715,71 @@ START_TEST(api_int8_files)
 	free(err);
 	ck_assert_ptr_null(m);
 	unlink(good), unlink(big_w), unlink(big_s);
+}
+END_TEST
+
+/* An INT8 model of 256 x 4096 I8 weights (1 MiB) with its CRC32Cs
+ * (kiln.crc32c, as kiln quantize writes them) at `path`: weights
+ * (i % 127) - 63, scales 0.01, input scale 0.02, bias 0.1 at row o + o /
+ * 1000; its data's bytes into *data. */
+static const char big_ini[] = "[run]\ndevice = cpu\nseed = 3\nthreads = 1\n"
+			      "out_dir = /nonexistent/kiln-check-infer-passes\n"
+			      "[data]\nsource = synthetic\nimage_size = 64\n"
+			      "[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 256\n"
+			      "[layer.loss]\ntype = softmax_xent\n";
+
+static void write_int8_crc(const char *path, long long *data)
+{
+	enum { O = 256, I = 4096 };
+	int8_t *wq = malloc((size_t)O * I);
+	float sw[O], b[O];
+	ck_assert_ptr_nonnull(wq);
+	for (int i = 0; i < O * I; i++)
+		wq[i] = (int8_t)(i % 127 - 63);
+	for (int o = 0; o < O; o++)
+		sw[o] = 0.01f, b[o] = 0.1f + (float)o / 1000;
+	write_int8_fc(path, O, I, wq, sw, b, 0.02f, 1);
+	free(wq);
+	*data = (long long)O * I + 2 * O * 4 + 4; /* the weights, their scales, the bias, the input scale */
+}
+
+/* An INT8 model's bytes are read once (since session 43): its CRC32Cs
+ * checked as each tensor is read, the header's at the open.  Before, the
+ * open read the whole file to check it, and the load read it again (the
+ * data twice).  The bytes a kiln_model_load reads (a second one: the
+ * first loads the plugins) are the file's and little more; the logits
+ * of a zero input are the bias. */
+START_TEST(api_int8_read_once)
+{
+	const char *t = getenv("TMPDIR");
+	char path[512];
+	long long data;
+	snprintf(path, sizeof path, "%s/kiln-check-int8-once-%d.st", t && *t ? t : "/tmp", (int)getpid());
+	write_int8_crc(path, &data);
+	struct stat sb;
+	ck_assert_int_eq(stat(path, &sb), 0);
+	struct kiln_infer_opts o = { .config_is_text = 1, .quantized = path };
+	struct kiln_infer *m = NULL;
+	char *err = NULL;
+	ck_assert_msg(kiln_model_load(big_ini, NULL, &o, &m, &err) == 0, "%s", err);
+	kiln_infer_free(m);
+	const long long r0 = proc_bytes_read();
+	ck_assert_msg(r0 >= 0, "no rchar in /proc/self/io");
+	ck_assert_msg(kiln_model_load(big_ini, NULL, &o, &m, &err) == 0, "%s", err);
+	const long long got = proc_bytes_read() - r0;
+	fprintf(stderr, "api_int8_read_once: a %lld-byte INT8 model (%lld of data) loaded with %lld bytes read\n",
+		(long long)sb.st_size, data, got);
+	ck_assert_msg(got >= data && got < (long long)sb.st_size + data / 2,
+		      "%lld bytes read to load a %lld-byte INT8 model (%lld of data)", got,
+		      (long long)sb.st_size, data);
+	float *x = calloc(1, kiln_infer_input_bytes(m)), out[256];
+	ck_assert_int_eq(kiln_infer_output_elems(m), 256);
+	ck_assert_msg(kiln_infer(m, x, 1, out) == 0, "%s", kiln_last_error());
+	for (int k = 0; k < 256; k++) /* x = 0: the bias */
+		ck_assert_float_eq_tol(out[k], 0.1f + (float)k / 1000, 1e-6f);
+	kiln_infer_free(m);
+	free(x);
+	unlink(path);
 }
 END_TEST
 
@@ -782,6 +862,7 @@ static Suite *make_infer_passes_suite(void)
 	tcase_add_test(api, api_refuses_bad_arguments);
 	tcase_add_test(api, api_token_model_no_image);
 	tcase_add_test(api, api_int8_files);
+	tcase_add_test(api, api_int8_read_once);
 	suite_add_tcase(s, api);
 	return s;
 }

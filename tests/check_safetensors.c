@@ -20,6 +20,7 @@
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
+#include "proc_io.h" /* proc_bytes_read */
 #include <kiln/kiln.h>
 #include <math.h>
 #include <stdarg.h>
@@ -852,18 +853,11 @@ START_TEST(test_save_load)
 }
 END_TEST
 
-/* The bytes this process has read (read, pread: /proc/self/io's
- * rchar). */
+/* The bytes this process has read (tests/proc_io.h), where the kernel
+ * says. */
 static long long bytes_read(void)
 {
-	FILE *f = fopen("/proc/self/io", "r");
-	char l[128];
-	long long v = -1;
-	while (f && fgets(l, sizeof l, f))
-		if (!strncmp(l, "rchar:", 6))
-			v = atoll(l + 6);
-	if (f)
-		fclose(f);
+	const long long v = proc_bytes_read();
 	ck_assert_msg(v >= 0, "no rchar in /proc/self/io");
 	return v;
 }

@@ -16,44 +16,19 @@
 #     export's bytes those of the file as written.
 name=ckpt_frozen
 . "$(dirname "$0")/lib.sh"
+. "$srcdir/tests/config_lib.sh"
 tool="$top_builddir/tests/ckpt_tool"
 py=/usr/bin/python3
 [ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
 need_source synthetic
 
 ini="$tmp/frozen.ini"
-cat > "$ini" <<EOF
-[run]
-seed = 3
-threads = 1
-[data]
-source = synthetic
-samples = 256
-image_size = 8
-classes = 10
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 1100
-[layer.bn]
-type = batchnorm
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-batch = 32
-optimizer = adamw
-lr = 0.01
-log_every = 2
-eval = 0
-checkpoint_every = 1000
-EOF
+{
+	ini run seed=3 threads=1
+	ini_synthetic 256 8 10
+	mlp10_layers 1100 bn:batchnorm
+	ini train epochs=1 batch=32 optimizer=adamw lr=0.01 log_every=2 eval=0 checkpoint_every=1000
+} >"$ini"
 # st_same A B: the safetensors files A and B hold the same tensors (names,
 # dtypes, shapes, bytes); their metadata (the config's hash) aside
 st_same() {

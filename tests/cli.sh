@@ -394,10 +394,10 @@ stdout_has "tnull: refusing to initialise (test)"
 stdout_matches "^optim +tgood +2\.[0-9]+ +available "
 stdout_matches "^source +tsrc +2\.[0-9]+ +available "
 stdout_matches "^source +tprobe +2\.[0-9]+ +unavailable: no test accelerator on this machine \(tprobe\)"
-# (on a CPU OpenBLAS does not know, the device's opening says once which
-# kernels kiln had it take: plugins/cpu/openblas.c, tests/openblas_core.sh)
-! grep -v "^\[cpu\] OpenBLAS took its Prescott (SSE3) kernels on this CPU" "$err" | grep -q . ||
-	fail "stderr not empty"
+# (nothing on stderr: before session 43, on a CPU OpenBLAS does not know,
+# the CPU device's opening said at INFO which kernels kiln had it take,
+# now a debug line: plugins/cpu/openblas.c, tests/openblas_core.sh)
+[ ! -s "$err" ] || fail "stderr not empty: $(head -3 "$err")"
 
 kiln 2 plugins --bogus
 stderr_has "kiln: error: unknown option '--bogus' (kiln plugins takes --path)"

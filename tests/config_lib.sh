@@ -67,6 +67,17 @@ mlp_synthetic_layers() {
 		fc3:linear:out=16 loss:softmax_xent
 }
 
+# mlp10_layers HIDDEN [NAME:TYPE[:KEY=VALUE...]...]: flatten, a linear
+# layer of HIDDEN outputs (fc1), the layers given, a ReLU (r1), a linear
+# layer of 10 (fc2), softmax cross-entropy: the one-hidden-layer classifier
+# of 10 classes (tests/ckpt_frozen.sh with a batchnorm after fc1,
+# tests/data_skip_count.sh, tests/openblas_rlimit.sh)
+mlp10_layers() {
+	_h=$1
+	shift
+	ini_layers flat:flatten fc1:linear:out="$_h" "$@" r1:relu fc2:linear:out=10 loss:softmax_xent
+}
+
 # ini_sgd_steps STEPS [KEY=VALUE...]: [train] of the short SGD runs the
 # pipeline tests compare: one epoch, at most STEPS steps, momentum 0.9,
 # lr 0.05, no evaluation

@@ -13,6 +13,7 @@
 # 16 steps of 32.
 name=data_skip_count
 . "$(dirname "$0")/lib.sh"
+. "$srcdir/tests/config_lib.sh"
 need_source records
 need_fashion_mnist
 cat > "$tmp/pack.ini" <<EOF2
@@ -33,33 +34,12 @@ with open(sys.argv[1], "r+b") as f:
         f.seek(at)
         f.write(bytes([b[0] ^ 0xFF]))
 PY
-cat > "$tmp/mlp.ini" <<EOF2
-[run]
-seed = 5
-threads = 1
-[data]
-source = records
-path = $tmp/rec
-on_error = skip
-shuffle = 1
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 32
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-batch = 32
-lr = 0.05
-eval = 0
-EOF2
+{
+	ini run seed=5 threads=1
+	ini data source=records path="$tmp/rec" on_error=skip shuffle=1
+	mlp10_layers 32
+	ini train epochs=1 batch=32 lr=0.05 eval=0
+} >"$tmp/mlp.ini"
 # count NAME: the run's reported count ("" when none)
 count() { sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced (on_error = skip)$/\1/p' "$tmp/$1.log"; }
 train() {

@@ -11,12 +11,12 @@
 # on examples/seq2seq.ini).
 #
 # The model is an embedding whose rows are the logits (vocab 11, dim 11)
-# under softmax_xent with ignore_index = 0, its weights a safetensors file
-# this test writes, on a token shard it writes: 1000 windows of 8 tokens,
-# each window's share of pads (0) drawn from 0, 10%, 50% and 90%, so the
-# batches' token means differ.  The reference is computed here in Python
-# (the standard library, double): per token logsumexp(W[x]) - W[x][y],
-# the first arg max for the accuracy.  `kiln eval` at eval_batch 7 (142
+# under softmax_xent with ignore_index = 0, on a token shard of 1000
+# windows of 8 tokens, each window's share of pads (0) drawn from 0, 10%,
+# 50% and 90%, so the batches' token means differ: tests/tok_pads.py
+# writes them, the config and the weights (a safetensors file), and
+# computes the reference in Python (the standard library, double): per
+# token logsumexp(W[x]) - W[x][y], the first arg max for the accuracy.  `kiln eval` at eval_batch 7 (142
 # full batches and one of 6), 64 (15 and one of 40) and 1000 (one batch)
 # gives it within 1e-6 (the loss, relative; the accuracy, absolute: the
 # JSON line's 6 decimals), and the three agree within 1e-6 of each other;
@@ -30,66 +30,11 @@ py=/usr/bin/python3
 [ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
 need_source tokens
 
-"$py" - "$tmp" >"$tmp/ref" <<'PY' || exit 99
-import math, random, struct, sys
-import st
-V, T, N = 11, 8, 1000
-rng = random.Random(42)
-toks = []
-for w in range(N):
-    p = rng.choice([0.0, 0.1, 0.5, 0.9])
-    toks += [0 if rng.random() < p else rng.randrange(1, V) for _ in range(T)]
-toks.append(rng.randrange(1, V))
-hdr = [20240520, 1, len(toks)] + [0] * 253
-open(sys.argv[1] + "/tok.bin", "wb").write(struct.pack("<256i", *hdr) +
-                                          struct.pack("<%dH" % len(toks), *toks))
-# f32 weights: the values kiln reads
-W = list(struct.unpack("<%df" % (V * V), struct.pack("<%df" % (V * V),
-                       *[rng.uniform(-3, 3) for _ in range(V * V)])))
-st.write(sys.argv[1] + "/w.safetensors", {"emb.weight": ([V, V], W)})
-loss = 0.0
-n = right = 0
-for w in range(N):
-    for t in range(T):
-        x, y = toks[w * T + t], toks[w * T + t + 1]
-        if y == 0:
-            continue
-        row = W[x * V:(x + 1) * V]
-        m = max(row)
-        loss += m + math.log(sum(math.exp(v - m) for v in row)) - row[y]
-        right += row.index(m) == y
-        n += 1
-print("%.9f %.9f %d" % (loss / n, right / n, n))
-PY
+"$py" "$srcdir/tests/tok_pads.py" "$tmp" 1000 42 >"$tmp/ref" || exit 99
 read ref_loss ref_acc ref_n <"$tmp/ref"
 echo "reference (Python, double): loss $ref_loss acc $ref_acc over $ref_n tokens"
 
-ini="$tmp/t.ini"
-cat >"$ini" <<EOF2
-[run]
-threads = 1
-out_dir =
-
-[data]
-source = tokens
-path = $tmp/tok.bin
-context = 8
-vocab = 11
-shuffle = 0
-workers = 0
-
-[data.eval]
-path = $tmp/tok.bin
-
-[layer.emb]
-type = embedding
-vocab = 11
-dim = 11
-
-[layer.loss]
-type = softmax_xent
-ignore_index = 0
-EOF2
+ini="$tmp/softmax_xent.ini"
 
 for eb in 7 64 1000; do
 	kiln 0 eval "$ini" --checkpoint "$tmp/w.safetensors" train.eval_batch=$eb

@@ -34,7 +34,7 @@ AM_TESTS_ENVIRONMENT += PYTHONDONTWRITEBYTECODE=1; export PYTHONDONTWRITEBYTECOD
 AM_TESTS_ENVIRONMENT += KILN_CPU_TUNEWAIT=0; export KILN_CPU_TUNEWAIT;
 clean-local:
 	-rm -rf tests/cache
-EXTRA_DIST += tests/check_main.h tests/test_util.h tests/conv_ref.h tests/test_scratch.h tests/source_fixture.h tests/lib.sh tests/st.py tests/resume_rig.h tests/cnn_rig.h \
+EXTRA_DIST += tests/check_main.h tests/test_util.h tests/proc_io.h tests/conv_ref.h tests/test_scratch.h tests/source_fixture.h tests/lib.sh tests/st.py tests/tok_pads.py tests/resume_rig.h tests/cnn_rig.h \
 	tests/plugins/test_plugin.h
 CHECK_SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 
@@ -274,9 +274,9 @@ EXTRA_DIST += tests/shim_fault.c
 # a failed allocation names its buffer and size: the sample orders of 3e9
 # samples under ulimit -v, small buffers through an LD_PRELOAD shim
 if BUILD_LOADERS
-TESTS += tests/oom_named.sh
+TESTS += tests/oom_named.sh tests/oom_named_dist.sh
 endif
-EXTRA_DIST += tests/oom_named.sh
+EXTRA_DIST += tests/oom_named.sh tests/oom_named_dist.sh
 # a failed allocation (an LD_PRELOAD shim) is "out of memory", exit 1: the
 # config's where strings, the layers' names
 if BUILD_LOADERS

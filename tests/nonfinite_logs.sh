@@ -188,44 +188,17 @@ echo "ok: a NaN epoch loss resumes only where a step was skipped"
 
 # ---- 6. an evaluation set whose every target is ignored ---------------------
 if "$kiln" plugins 2>/dev/null | grep -q "^source  *tokens .*available"; then
-	python3 - "$tmp" <<'EOF' || fail "python3 could not write the token files"
-import random, struct, sys
-hdr = lambda n: struct.pack("<256i", *([20240520, 1, n] + [0] * 253))
-r = random.Random(3)
-t = [r.randrange(1, 11) for _ in range(201)]
-open(sys.argv[1] + "/tok.bin", "wb").write(hdr(len(t)) + struct.pack("<%dH" % len(t), *t))
-open(sys.argv[1] + "/pad.bin", "wb").write(hdr(81) + struct.pack("<81H", *[0] * 81))
-EOF
-	cat >"$tmp/pad.ini" <<EOF2
-[run]
-threads = 1
-out_dir = $tmp/pad
-[data]
-source = tokens
-path = $tmp/tok.bin
-context = 8
-vocab = 11
-workers = 0
-[data.eval]
-path = $tmp/pad.bin
-[layer.emb]
-type = embedding
-vocab = 11
-dim = 11
-[layer.loss]
-type = softmax_xent
-ignore_index = 0
-[train]
-batch = 5
-max_steps = 2
-eval_every = 1
-EOF2
-	kiln 0 train "$tmp/pad.ini"
+	# (tests/tok_pads.py: 25 windows with pads to train on, [data.eval] its
+	# pad.bin, 81 pads)
+	python3 "$srcdir/tests/tok_pads.py" "$tmp/tp" 25 3 softmax_xent pad.bin >/dev/null ||
+		fail "python3 could not write the token files"
+	kiln 0 train "$tmp/tp/softmax_xent.ini" "run.out_dir=$tmp/pad" train.batch=5 train.max_steps=2 \
+		train.eval_every=1
 	stderr_has "final test accuracy: nan% (10 samples)"
 	n=$(grep -c "every target of \[data.eval\] is ignore_index: its 10 samples count no target" "$err")
 	[ "$n" = 2 ] || fail "$n warnings of an all-ignored [data.eval], not 2 (one per evaluation; the final test is step 2's)"
 	! grep -q -- "-nan" "$err" || fail "kiln train prints -nan"
-	kiln 0 eval "$tmp/pad.ini" --checkpoint "$(ck pad 2)"
+	kiln 0 eval "$tmp/tp/softmax_xent.ini" --checkpoint "$(ck pad 2)"
 	stderr_has "test loss nan acc nan% (10 samples"
 	! grep -q -- "-nan" "$err" || fail "kiln eval prints -nan"
 	echo "ok: an all-ignored evaluation set says nan, once per evaluation"

@@ -1,4 +1,4 @@
-/* tests/openblas_host.c - `openblas_host LIB`: a program that loaded
+/* tests/openblas_host.c - `openblas_host LIB [--rlimit]`: a program that loaded
  * OpenBLAS (LIB, as a program linking libblas.so.3 has) before it opens a
  * kiln CPU device keeps that OpenBLAS as it was (plugins/cpu/openblas.c:
  * dlopen gives the cpu plugin the program's copy back).
@@ -13,19 +13,30 @@
  *    (kiln did not stop the program's pool);
  *  - a 3x4 by 4x2 cblas_sgemm of the program's gives the reference loop's
  *    numbers.
+ * With --rlimit the device opens under an RLIMIT_AS that leaves it the
+ * room its opening took in a child (forked after LIB loaded) and 48 MiB,
+ * less than a load of OpenBLAS takes: kiln takes the program's copy, whose
+ * buffers are mapped, all the same (the device line, at debug level, names
+ * it on the OpenMP build; nothing says "not loaded: the address space
+ * limit").  Before session 43 the limit was looked at before the program's
+ * copy, and that copy was refused.
  * Exit 0 when all hold, 1 otherwise (with the reason), 77 where LIB does
  * not load or the CPU has neither AVX-512 nor AVX2 with FMA. */
 #define _GNU_SOURCE
 #include <kiln/kiln.h>
+#include "proc_io.h" /* proc_value */
 
 #include <dirent.h> /* /proc/self/task */
 #include <dlfcn.h>
+#include <malloc.h> /* mallopt: one arena */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h> /* setrlimit */
 #include <sys/stat.h>
-#include <unistd.h> /* getpid */
+#include <sys/wait.h>
+#include <unistd.h> /* getpid, fork, pipe */
 
 static char logged[16384]; /* the "cpu" lines logged, one a line */
 
@@ -50,6 +61,43 @@ static int threads(long *t, int n)
 	return k;
 }
 
+/* this process's address space, bytes (/proc/self/status VmSize) */
+static unsigned long long vm_size(void)
+{
+	const long long kb = proc_value("/proc/self/status", "VmSize:");
+	return kb > 0 ? (unsigned long long)kb << 10 : 0;
+}
+
+/* The address space a CPU device's opening adds to this process, as a
+ * child forked now measures it (OpenBLAS shared, as it is here): 0 where
+ * the child could not tell. */
+static unsigned long long open_growth(void)
+{
+	int fd[2];
+	unsigned long long d = 0;
+	if (pipe(fd))
+		return 0;
+	const pid_t pid = fork();
+	if (pid == 0) {
+		struct kiln_registry *reg;
+		struct kiln_device *dev;
+		kiln_log_set_level(KILN_LOG_ERROR); /* (the parent's opening says it) */
+		const unsigned long long v0 = vm_size();
+		unsigned long long g = 0;
+		if (!kiln_registry_open(NULL, &reg) && !kiln_device_open(reg, NULL, "cpu", 0, &dev))
+			g = vm_size() - v0;
+		(void)!write(fd[1], &g, sizeof g);
+		_exit(0);
+	}
+	close(fd[1]);
+	if (pid < 0 || read(fd[0], &d, sizeof d) != (ssize_t)sizeof d)
+		d = 0;
+	close(fd[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	return d;
+}
+
 static int fail(const char *lib, const char *what)
 {
 	fprintf(stderr, "openblas_host %s: %s\n", lib, what);
@@ -59,11 +107,15 @@ static int fail(const char *lib, const char *what)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: openblas_host LIBOPENBLAS\n");
+	if (argc != 2 && (argc != 3 || strcmp(argv[2], "--rlimit"))) {
+		fprintf(stderr, "usage: openblas_host LIBOPENBLAS [--rlimit]\n");
 		return 2;
 	}
 	const char *lib = argv[1];
+	const int limited = argc == 3;
+	/* (one malloc arena: the threads' own 64 MiB reservations would make
+	 * the room the opening needs under the limit a matter of timing) */
+	mallopt(M_ARENA_MAX, 1);
 	const char *want = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 					   __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
 				   ? "SkylakeX"
@@ -91,19 +143,50 @@ int main(int argc, char **argv)
 		return fail(lib, "no openblas_get_corename, openblas_get_parallel or cblas_sgemm");
 	char before[64];
 	snprintf(before, sizeof before, "%s", corename());
+	/* (measured first: the pthread build's pool is stopped and started
+	 * anew around a fork, its pthread_atfork handlers) */
+	const unsigned long long grow = limited ? open_growth() : 0;
 	long pool[256];
 	const int n_pool = threads(pool, 256); /* OpenBLAS's alone: kiln has started none */
 
+	char what[512];
+	struct rlimit was, lim;
+	getrlimit(RLIMIT_AS, &was);
+	unsigned long long room = 0;
+	if (limited) {
+		if (!grow)
+			return fail(lib, "--rlimit: a child could not open the CPU device");
+		room = grow + (48ULL << 20);
+		lim = was;
+		lim.rlim_cur = vm_size() + room;
+		if (setrlimit(RLIMIT_AS, &lim))
+			return fail(lib, "--rlimit: setrlimit(RLIMIT_AS) failed");
+	}
 	kiln_log_set_sink(sink, NULL);
-	kiln_log_set_level(KILN_LOG_INFO);
+	kiln_log_set_level(limited ? KILN_LOG_DEBUG : KILN_LOG_INFO);
 	struct kiln_registry *reg;
 	struct kiln_device *dev;
 	if (kiln_registry_open(NULL, &reg) || kiln_device_open(reg, NULL, "cpu", 0, &dev)) {
 		fprintf(stderr, "openblas_host: %s\n", kiln_last_error());
 		return 1;
 	}
-
-	char what[512];
+	if (limited) {
+		setrlimit(RLIMIT_AS, &was);
+		if (strstr(logged, "address space limit")) {
+			snprintf(what, sizeof what,
+				 "under RLIMIT_AS %.0f MiB above the address space (what the device's "
+				 "opening took, and 48), kiln refused the program's OpenBLAS for the "
+				 "room a load of its own would take",
+				 (double)room / 1048576.0);
+			return fail(lib, what);
+		}
+		if (parallel() != 1 && !strstr(logged, "(OpenMP, ")) {
+			snprintf(what, sizeof what,
+				 "under RLIMIT_AS %.0f MiB above the address space, the device line "
+				 "names no OpenBLAS", (double)room / 1048576.0);
+			return fail(lib, what);
+		}
+	}
 	if (strcmp(corename(), before)) {
 		snprintf(what, sizeof what,
 			 "OpenBLAS's core was %s before the CPU device opened, %s after: kiln chose "
@@ -150,7 +233,10 @@ int main(int argc, char **argv)
 		}
 	kiln_device_close(dev);
 	kiln_registry_close(reg);
-	printf("openblas_host %s: core %s kept, %d pool thread(s) kept, sgemm right%s\n", lib, before,
+	printf("openblas_host %s: core %s kept, %d pool thread(s) kept, sgemm right%s", lib, before,
 	       n_pool, parallel() != 1 && !strcmp(before, "Prescott") ? ", advice logged" : "");
+	if (limited)
+		printf("; under RLIMIT_AS %.0f MiB above the address space, shared", (double)room / 1048576.0);
+	printf("\n");
 	return 0;
 }

@@ -27,6 +27,7 @@
 #     [plugin.cpu] section (core/registry.c).
 name=openblas_rlimit
 . "$(dirname "$0")/lib.sh"
+. "$srcdir/tests/config_lib.sh"
 unset OMP_NUM_THREADS
 
 "$kiln" plugins >"$out" 2>"$err" || fail "kiln plugins"
@@ -34,36 +35,12 @@ grep -q "^device cpu: .*OpenBLAS" "$out" ||
 	{ echo "SKIP: the cpu device has no OpenBLAS here (configure --with-openblas)"; exit 77; }
 
 cfg="$tmp/mlp.ini"
-cat >"$cfg" <<EOF
-[run]
-device = cpu
-threads = 1
-out_dir =
-[data]
-source = synthetic
-samples = 256
-image_size = 8 8
-image_channels = 1
-classes = 10
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 64
-[layer.relu1]
-type = relu
-[layer.fc2]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 32
-eval = 0
-max_steps = 2
-epochs = 1
-EOF
+{
+	ini run device=cpu threads=1 out_dir=
+	ini_synthetic 256 "8 8" 10 image_channels=1 workers=0
+	mlp10_layers 64
+	ini train batch=32 eval=0 max_steps=2 epochs=1
+} >"$cfg"
 
 # under KIB CMD...: CMD (a kiln command) under ulimit -v KIB, output in
 # $out and $err; its exit status (a hang: 137 after 60 s)

@@ -478,10 +478,10 @@ const char *cpu_openblas_check(void);
  * leaves room for them (c->host told once where not); else why not
  * (oneDNN runs them) */
 const char *cpu_openblas_ready(struct cpu_ctx *c, int threads);
-/* host told (once a process, at INFO) where OpenBLAS was left unloaded
- * for RLIMIT_AS's sake, so its GEMMs run on oneDNN, or where kiln chose
- * its kernels for a CPU it does not know, or advises how to where it
- * cannot (openblas.c, ob_core_pick) */
+/* host told (once a process) where OpenBLAS was left unloaded for
+ * RLIMIT_AS's sake, so its GEMMs run on oneDNN (INFO), or where kiln
+ * chose its kernels for a CPU it does not know (debug), or advises how
+ * to where it cannot (INFO) (openblas.c, ob_core_pick) */
 void cpu_openblas_said(const struct kiln_host *host);
 /* cblas_sgemm, row-major, op(a) transposed where ta, op(b) where tb; only
  * where cpu_openblas_check() is NULL */

@@ -29,8 +29,11 @@
  * there.  Where it reports Prescott on a CPU whose CPUID says AVX-512 or
  * AVX2 and FMA, and OPENBLAS_CORETYPE is not set, ob_core_pick has it
  * choose again as that variable makes it choose at load (SkylakeX or
- * Haswell), and the device's opening says so once (cpu_openblas_said).
- * A CPU it knows keeps its choice, and its kernels' bits.  To choose,
+ * Haswell), and the device's opening says so once, at debug level
+ * (cpu_openblas_said; the device line names the core at that level too:
+ * before session 43 it was an INFO line on the stderr of every command
+ * that opened a CPU device, `kiln plugins` included).  A CPU it knows
+ * keeps its choice, and its kernels' bits.  To choose,
  * the first CPU device's opening sets OPENBLAS_CORETYPE in the process's
  * environment for the moment OpenBLAS reads it, and unsets it again:
  * only where OpenBLAS reports Prescott, the variable is unset and the
@@ -41,7 +44,9 @@
  * Debian's libblas.so.3 or liblapack.so.3, or -lopenblas), dlopen gives
  * that copy back: then nothing of it is changed (no core chosen again,
  * under the program's own GEMMs; no pthread pool stopped), and the
- * opening advises OPENBLAS_CORETYPE instead (ob_core_pick).
+ * opening advises OPENBLAS_CORETYPE instead (ob_core_pick).  Its buffers
+ * are mapped already, so RLIMIT_AS does not keep kiln from it (ob_short
+ * is for a copy kiln loads).
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "cpu.h"
@@ -88,6 +93,7 @@ static pthread_mutex_t ob_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static char ob_text[640];  /* ob_why's text when it is made here */
 static char ob_core[640];  /* the kernels chosen for OpenBLAS, where not its own choice, or the
 			    * advice where kiln cannot choose (said once) */
+static int ob_chose;       /* ob_core says what kiln chose (a debug line), not advice (INFO) */
 #endif
 static const char *ob_why; /* NULL: loaded and usable */
 static int ob_by_limit;    /* not loaded for RLIMIT_AS's sake (said once: cpu_openblas_said) */
@@ -184,6 +190,7 @@ static void ob_core_pick(void *h, int theirs)
 	quit();
 	init();
 	unsetenv("OPENBLAS_CORETYPE");
+	ob_chose = 1;
 	snprintf(ob_core, sizeof ob_core,
 		 "OpenBLAS took its Prescott (SSE3) kernels on this CPU, which it does not know; the "
 		 "CPU has %s, so kiln had it choose %s: it runs %s's kernels (OPENBLAS_CORETYPE, where "
@@ -195,15 +202,18 @@ static void ob_core_pick(void *h, int theirs)
 static void ob_load(void)
 {
 #if HAVE_OPENBLAS
-	if (ob_short()) {
-		ob_why = ob_text;
-		ob_by_limit = 1;
-		return;
-	}
 	/* the program's own copy, where it loaded one before (linked, or
 	 * through libblas.so.3): kiln shares it and changes nothing of it */
 	void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD);
 	const int theirs = h != NULL;
+	/* a copy to load: only where RLIMIT_AS leaves it room (the program's
+	 * mapped its buffers as it loaded: before session 43 it was refused
+	 * too where the limit left less than a load takes) */
+	if (!h && ob_short()) {
+		ob_why = ob_text;
+		ob_by_limit = 1;
+		return;
+	}
 	if (!h)
 		h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
 	if (h) {
@@ -262,16 +272,22 @@ void cpu_openblas_said(const struct kiln_host *host)
 {
 	static int said;
 	const char *no = cpu_openblas_check();
-	const char *core = NULL; /* the kernels kiln chose for it (ob_core_pick) */
+	const char *core = NULL; /* the kernels kiln chose for it, or advice (ob_core_pick) */
+	int level = KILN_LOG_INFO;
 #if HAVE_OPENBLAS
 	core = !no && ob_core[0] ? ob_core : NULL;
+	/* kiln's own choice is no news to act on: debug, beside the device
+	 * line that names the core; advice (a program's own OpenBLAS, a build
+	 * without DYNAMIC_ARCH) is for the user: INFO */
+	if (core && ob_chose)
+		level = KILN_LOG_DEBUG;
 #endif
 	if (!(no && ob_by_limit) && !core)
 		return;
 	if (__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
 		return;
 	if (core)
-		host->log(KILN_LOG_INFO, "cpu", "%s", core);
+		host->log(level, "cpu", "%s", core);
 	else
 		host->log(KILN_LOG_INFO, "cpu", "OpenBLAS %s; its GEMMs run on oneDNN", ob_why);
 }
