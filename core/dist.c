@@ -911,6 +911,26 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute)
 	return KILN_OK;
 }
 
+kiln_status kiln_dist_eval_buffers(struct kiln_dist *d, void *compute)
+{
+	const struct kiln_model *m = d ? d->m : NULL;
+	const int P = d && d->pipe_P > 1 ? d->pipe_P : 1;
+	const int staged = kiln_dist_pipe_eval_staged(d);
+	kiln_status st;
+	if (!m || !m->n_buf_elems || d->sync_bn || d->env.world / P < 2 || (P > 1 && !staged))
+		return KILN_OK;
+	/* (after the comm stream's work, as every collective on compute) */
+	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
+			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
+		return st;
+	if ((st = kiln_dist_zero_settle(d, compute)) ||
+	    (st = d->ops->broadcast(staged ? d->gctx : d->ctx, m->buffers_d,
+				    m->n_buf_elems * sizeof(float), KILN_U8, 0, compute, NULL)))
+		return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d of %d: rank 0's batchnorm running statistics for the evaluation",
+							    d->env.rank, d->env.world));
+	return KILN_OK;
+}
+
 /* A collective over host bytes staged through device memory (a sync
  * point): buf[off, off + n) to the device, then rank 0's broadcast of
  * buf[0, total) (gather 0: off 0, n total) or the allgather of every

@@ -109,6 +109,21 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 /* Copy rank 0's training state (every kiln_model_state_buffers entry) to
  * all ranks; waits for it. */
 kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute);
+/* Before an evaluation during training: rank 0's non-trained buffers
+ * (batchnorm running statistics) on every data-parallel rank, which then
+ * evaluates its share of the set with the model rank 0 checkpoints, as
+ * PyTorch's DDP (broadcast_buffers) copies rank 0's buffers to the others
+ * before a forward; without it the shares' batchnorm statistics would be
+ * each rank's (its own batches'), and the set's result a mix.  Over the
+ * stage group, from pipe 0's rank, where a [dist] pipeline evaluates per
+ * stage (kiln_dist_pipe_eval_staged); nothing where the gather
+ * (kiln_dist_pipe_gather) gave every rank pipe 0's, under [dist] sync_bn
+ * (the same on every rank), without buffers or with one data-parallel
+ * rank.  The other ranks keep rank 0's statistics and update them from
+ * their own batches as before (training's forward normalises by the
+ * batch's statistics: no gradient nor parameter changes).  A collective
+ * on the compute stream; a failure is the collective's.  OK for NULL d. */
+kiln_status kiln_dist_eval_buffers(struct kiln_dist *d, void *compute);
 /* Whether the coming backward is the one whose gradients are final (the
  * last micro-step, its layers' ops adding into the gradients: not with a
  * second buffer added after it): buckets then start during it, each
@@ -219,9 +234,12 @@ kiln_status kiln_dist_allgather_host(struct kiln_dist *d, kiln_status mine, cons
  * rank 0 holds it already, and fails as if: resume_interval), "staged"
  * (the device and pinned host buffers of a host-staged collective,
  * kiln_dist_broadcast_host and kiln_dist_allgather_host: at a resume
- * first rank 0's message), "eval" (the load of an evaluation's batch 0
+ * first rank 0's message), "eval" (the load of the first batch of the rank's share of an evaluation
  * during training, core/train_eval.c eval_batch), "test" (the same of
- * [data.val]'s final test).  Unset in any
+ * [data.val]'s final test), "cut" (the read of the metric sums after a
+ * stop cut an evaluation short, core/train_eval.c eval_pass_cal), "whole"
+ * (the whole parameter buffer of a [dist] pipeline's gather,
+ * kiln_dist_pipe_whole_agreed).  Unset in any
  * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh,
  * tests/agreed_fault.sh, tests/eval_fault.sh). */
 int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step);
@@ -428,6 +446,12 @@ kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute);
  * slice on `compute`: the caller first orders it after the comm stream's
  * work (ZeRO-1's parameter allgathers). */
 kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute);
+/* Every rank, before a gather's collectives: this rank's step st (its
+ * kiln_dist_pipe_whole, or KILN_OK where it makes nothing whole) agreed
+ * on (kiln_dist_sum_agreed, "gathering the stages' parameters"), so that
+ * an allocation that failed on one rank fails every rank together (the
+ * tests' fault "whole", kiln_dist_ckpt_fault, stands for it). */
+kiln_status kiln_dist_pipe_whole_agreed(struct kiln_dist *d, kiln_status st, void *compute);
 kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute);
 /* For a checkpoint, which rank 0 alone writes, on ranks holding their
  * stage's alone since start-up: every stage's parameters and layer buffers

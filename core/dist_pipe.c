@@ -243,8 +243,11 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
 			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
 		return st;
-	/* (a rank holding its stage's parameters alone: a whole buffer) */
-	if ((st = kiln_dist_pipe_whole(d, compute)))
+	/* (a rank holding its stage's parameters alone: a whole buffer,
+	 * agreed on before the collectives: a rank whose allocation failed
+	 * fails every rank, where before it returned and left its peers in
+	 * their receives of its stage; session 43) */
+	if ((st = kiln_dist_pipe_whole_agreed(d, kiln_dist_pipe_whole(d, compute), compute)))
 		return st;
 	for (int s = 0; s < d->pipe_P; s++) {
 		const size_t n = hi[s] - lo[s];

@@ -304,6 +304,14 @@ kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute)
 	return KILN_OK;
 }
 
+kiln_status kiln_dist_pipe_whole_agreed(struct kiln_dist *d, kiln_status st, void *compute)
+{
+	double none = 0;
+	if (!st)
+		st = kiln_dist_ckpt_fault_at(d, "whole", "the whole parameter buffer of the gather");
+	return kiln_dist_sum_agreed(d, st, &none, 0, "gathering the stages' parameters", compute);
+}
+
 /* Stage s's parameters and layer buffers from world rank s (its rank in
  * pipe 0) to rank 0's whole buffers, point-to-point; nothing on the other
  * ranks. */
@@ -338,8 +346,11 @@ kiln_status kiln_dist_pipe_gather_to0(struct kiln_dist *d, void *compute)
 	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
 			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
 		return st;
-	/* (rank 0: a whole buffer, its own stage's slice copied in) */
-	if (!d->env.rank && (st = kiln_dist_pipe_whole(d, compute)))
+	/* (rank 0: a whole buffer, its own stage's slice copied in; agreed
+	 * on before the sends, which otherwise waited for rank 0's receives
+	 * after its allocation failed; session 43) */
+	if ((st = kiln_dist_pipe_whole_agreed(d, d->env.rank ? KILN_OK : kiln_dist_pipe_whole(d, compute),
+					      compute)))
 		return st;
 	for (int s = 1; s < d->pipe_P; s++)
 		if ((st = slice_to_rank0(d, s, compute)))

@@ -112,7 +112,7 @@ static const struct kiln_key train_keys[] = {
 	{ "batch", KILN_KEY_INT, "128", 1, 1e9, "auto",
 	  "Samples per step (per rank), or `auto`: the largest multiple of 8 and of `[pipeline] micro_batches` (their least common multiple: 24 for 3; at most the training set) whose predicted memory (`kiln memory`: parameters, gradients, optimizer state, activations, workspace, evaluation and inputs) fits in [run] memory_limit; the choice and its prediction are logged, and `lr_scale` applies to it." },
 	{ "eval_batch", KILN_KEY_INT, "0", 0, 1e9, NULL,
-	  "Samples per evaluation step; 0 = same as `batch`. The last partial batch is evaluated too; the loss and accuracy are one sum over the set divided by its samples (or tokens not ignored), the same for any eval_batch (docs/training.md, \"Losses and metrics\")." },
+	  "Samples per evaluation step; 0 = same as `batch`. The last partial batch is evaluated too; the loss and accuracy are one sum over the set divided by its samples (or tokens not ignored), the same for any eval_batch (docs/training.md, \"Losses and metrics\"). With data-parallel ranks each rank evaluates its share of the set's batches (contiguous runs, every sample once, no padding) and the shares' sums are added, so every rank has the whole set's numbers, a 1-rank evaluation's up to f32 rounding (docs/distributed.md, item 8)." },
 	{ "recompute", KILN_KEY_INT, "none", 1, 1024, "none|auto", /* KILN_MAX_LAYERS segments */
 	  "Gradient checkpointing: `none`; `N`, the layers split into N segments of about equal activation bytes, and every output read only inside its own segment (all but the last) freed after the forward and recomputed during the backward; `auto`, N = the square root of the layer count. Less activation memory for one more forward's work; gradients, running statistics and dropout masks are the same bit for bit. `kiln memory` shows the effect." },
 	{ "accumulate", KILN_KEY_INT, "1", 1, 65536, NULL,
@@ -181,7 +181,7 @@ static const struct kiln_key train_keys[] = {
 	  "Skip, on the device, an optimizer step with a NaN or infinite gradient element (parameters, optimizer state and the optimizer's step count untouched, as PyTorch's GradScaler's found_inf skips optimizer.step(); finite gradients whose squares overflow f32 are finite), count it and report it; a log interval in which every step was skipped stops the run as diverged." },
 	{ "log_every", KILN_KEY_INT, "100", 1, 1e9, NULL,
 	  "Steps between reads of the device-side metric sums (the only host syncs of a step)." },
-	{ "eval", KILN_KEY_BOOL, "1", NOLIM, NULL, "Evaluate on [data.eval] (after every epoch, or every `eval_every` steps)." },
+	{ "eval", KILN_KEY_BOOL, "1", NOLIM, NULL, "Evaluate on [data.eval] (after every epoch, or every `eval_every` steps), on data-parallel ranks each its share of the set (docs/distributed.md, item 8)." },
 	{ "eval_every", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Evaluate every N optimizer steps (and after the last); 0 = after every epoch. Evaluation plans keep no activations for backward." },
 	{ "keep_best", KILN_KEY_INT, "0", 0, 1000, NULL,

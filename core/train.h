@@ -281,10 +281,12 @@ struct trainer {
 				    * (kiln_train_progress_steps; trainer_last_step) */
 	int stopping, stop_early;
 	int eval_cut;              /* a stop cut the last evaluation short (eval_stop) */
-	/* the last evaluation failed in a collective (eval_stop's sum, agreed
-	 * there or beyond agreeing; a pipeline's hand-offs, its sums over the
-	 * pipe, the gather of the stages' parameters): returned as it is,
-	 * not agreed on again after the pass (train_eval.c eval_agree) */
+	/* the last evaluation's failure is final: agreed (the sum of the
+	 * ranks' shares after the pass, eval_shares_sum, or eval_stop's), or
+	 * in a collective (a pipeline's hand-offs, its sums over the pipe,
+	 * the gather of the stages' parameters, the broadcast of rank 0's
+	 * batchnorm statistics): returned as it is, not agreed on again
+	 * (train_eval.c eval_agree) */
 	int eval_no_agree;
 	/* the eval_every evaluation after step t->step is owed: a stop cut it
 	 * short; the stop's checkpoint says so ("eval_owed") and the resumed

@@ -1,6 +1,8 @@
 /* core/train_eval.c - evaluation: one pass over a set with the trainer's
- * pipeline (loader workers, remainder plan, device normalisation), its
- * outcome agreed by the ranks (eval_agree); trainer_evaluate, the one
+ * pipeline (loader workers, remainder plan, device normalisation), each
+ * data-parallel rank's share of the set (eval_share), the shares' sums
+ * added and the outcome agreed by the ranks (eval_shares_sum); rank 0's
+ * decisions taken to every rank (eval_agree); trainer_evaluate, the one
  * place an evaluation during training is recorded, kept (keep_best) and
  * watched (early stopping); and
  * kiln_evaluate (`kiln eval`), which opens the same trainer for a
@@ -26,14 +28,15 @@ struct eval_calib {
  * an evaluation: a host allreduce of one number each time. */
 #define EVAL_STOP_EVERY 16
 
-/* The values of an evaluation's sums over the ranks: eval_stop's (a stop
- * requested, its cause posted) and eval_agree's (rank 0's early-stopping
- * decision and keep_best choice), as many in both, so that a rank whose
- * pass failed, which goes straight to eval_agree, meets its peers in
- * whichever of them they reach next (kiln_dist_sum_agreed: the failure
- * flag, then every rank fails together).  The third: rank 0's loss, for
- * schedule = plateau (session 43). */
-#define EVAL_SUM_N 3
+/* The values of an evaluation's sums over the ranks during its pass:
+ * eval_stop's (a stop requested, its cause posted) and eval_shares_sum's
+ * (the ranks' shares of the set's sums, EVAL_SHARE_N of them), as many in
+ * both, so that a rank whose pass failed, which goes straight to
+ * eval_shares_sum, meets its peers in whichever of them they reach next
+ * (kiln_dist_sum_agreed: the failure flag, then every rank fails
+ * together). */
+#define EVAL_SHARE_N (4 * (KILN_COUNT_LIMBS + 1))
+#define EVAL_SUM_N (2 + EVAL_SHARE_N)
 
 /* e's numbers for a line of the log, after `before`: "<before>NAME loss
  * L acc A top-5 T", a NaN as nan (common_nan_plain; "-nan" before
@@ -51,12 +54,14 @@ static void eval_text(char *buf, size_t n, const char *before, const struct eval
  * The evaluations during training (t->ev) only: the final test comes
  * after the last step's checkpoint (written at the step, and again after
  * the test with its numbers), and a stop then lets the run finish.
- * Data-parallel ranks (each evaluates the whole set, so all reach batch b)
- * agree every EVAL_STOP_EVERY batches, a stop on any rank stopping all
- * (t->dist_stop, as at log points); with [dist] pipeline stages on ranks
- * the evaluation runs to its end (the stages' groups would not agree).
+ * Data-parallel ranks (each evaluates its share of the set, eval_share,
+ * but every rank goes through as many batches as the largest share has,
+ * so all reach batch b of their pass) agree every EVAL_STOP_EVERY batches,
+ * a stop on any rank stopping all (t->dist_stop, as at log points); with
+ * [dist] pipeline stages on ranks the evaluation runs to its end (the
+ * stages' groups would not agree).
  * The sum is agreed (`what` names the evaluation): a peer whose pass
- * failed joins it from eval_agree, and every rank fails here naming it;
+ * failed joins it from eval_shares_sum, and every rank fails here naming it;
  * its failure is final (t->eval_no_agree). */
 static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int64_t b,
 			     const char *what, int *stop)
@@ -72,7 +77,7 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 		return KILN_OK;
 	/* (agreed at the log point before this evaluation: every rank's) */
 	if (!t->dist_stop && b % EVAL_STOP_EVERY == 0) {
-		double any[EVAL_SUM_N] = { kiln_stop_pending(), 0, 0 };
+		double any[EVAL_SUM_N] = { kiln_stop_pending(), 0 }; /* (no share's sums) */
 		kiln_status st = trainer_dist_stop_cause_post(t, any[0] > 0, &any[1]);
 		if ((st = kiln_dist_sum_agreed(t->dist, st, any, EVAL_SUM_N, what, t->compute))) {
 			t->eval_no_agree = 1;
@@ -115,6 +120,79 @@ static kiln_status eval_sums_take(struct trainer *t, double sums[4], kiln_status
 	return KILN_OK;
 }
 
+/* The samples [*lo, *hi) of a set of len samples that this rank
+ * evaluates in batches of eb, and the most batches of any rank's share
+ * (*nb, which every rank's pass goes through: eval_stop).  With
+ * data-parallel ranks (t->world > 1; [dist] pipeline: the D pipes, each
+ * pipe's stages sharing its share) the set's batches are dealt out in
+ * contiguous runs, rank r (t->drank) taking batches [nb r / D,
+ * nb (r + 1) / D) of the nb = ceil(len / eb): every sample once, no
+ * padding nor repeat (PyTorch's DistributedSampler pads a set to a
+ * multiple of the ranks), the last rank's run holding the set's last,
+ * partial batch (the remainder plan's rows), a run of none where the set
+ * has fewer batches than ranks.  Before session 43 every rank evaluated
+ * the whole set, D times the work.  Calibrating (cal): the whole set. */
+static void eval_share(const struct trainer *t, int64_t len, int64_t eb, int sharded,
+		       int64_t *lo, int64_t *hi, int64_t *nb)
+{
+	const int64_t all = (len + eb - 1) / eb, D = sharded ? t->world : 1;
+	const int64_t r = sharded ? t->drank : 0;
+	const int64_t b0 = all * r / D, b1 = all * (r + 1) / D;
+	*lo = b0 * eb;
+	*hi = b1 * eb < len ? b1 * eb : len;
+	*nb = (all + D - 1) / D;
+}
+
+/* The set's sums[4] (loss, correct, top-5, rows counted) as values of the
+ * ranks' sum (an f32 allreduce, kiln_dist_sum_host), v[EVAL_SHARE_N]:
+ * each as the 8-bit limbs of its whole part, exact for any total below
+ * 2^48 (kiln_count_limbs: the counts, and the correct counts, stay exact
+ * integers past f32's 2^24, as one rank's sums, session 37, are), and
+ * its fraction (an f32 sum of fractions below 1: off by at most ranks x
+ * 2^-24 of the total's units); a sum that is negative, not finite or from
+ * 2^48 on goes whole in the fraction's place (f32's rounding; a NaN
+ * stays NaN). */
+static void share_encode(const double sums[4], double *v)
+{
+	for (int i = 0; i < 4; i++) {
+		double *l = v + i * (KILN_COUNT_LIMBS + 1);
+		const int whole = isfinite(sums[i]) && sums[i] >= 0 && sums[i] < 0x1p48;
+		const int64_t w = whole ? (int64_t)sums[i] : 0;
+		kiln_count_limbs(&w, 1, l);
+		l[KILN_COUNT_LIMBS] = whole ? sums[i] - (double)w : sums[i];
+	}
+}
+
+static void share_decode(const double *v, double sums[4])
+{
+	for (int i = 0; i < 4; i++) {
+		const double *l = v + i * (KILN_COUNT_LIMBS + 1);
+		int64_t w;
+		kiln_count_join(l, 1, &w);
+		sums[i] = (double)w + l[KILN_COUNT_LIMBS];
+	}
+}
+
+/* After this rank's share of the pass (own: its outcome, its message the
+ * last error), with a communicator: the shares' sums[4] summed over the
+ * ranks into sums, every rank's, in the one sum that agrees on the
+ * outcome (kiln_dist_sum_agreed: a rank that failed fails every rank, and
+ * is final, t->eval_no_agree).  Under [dist] pipeline every rank of a
+ * pipe holds the pipe's sums (summed over the pipe, or evaluated whole
+ * on the gathered model): stage 0's rank gives them, the others zeros.
+ * The values are EVAL_SUM_N as eval_stop's, which a peer may be in. */
+static kiln_status eval_shares_sum(struct trainer *t, kiln_status own, double sums[4],
+				   const char *what)
+{
+	double v[EVAL_SUM_N] = { 0 };
+	const double none[4] = { 0, 0, 0, 0 };
+	share_encode(t->pipe_P > 1 && t->rank % t->pipe_P ? none : sums, v + 2);
+	kiln_status st = kiln_dist_sum_agreed(t->dist, own, v, EVAL_SUM_N, what, t->compute);
+	if (!st)
+		share_decode(v + 2, sums);
+	return st;
+}
+
 /* e's results from the set's sums[4] over its len samples, evaluated
  * through plan p: each sum over the rows counted (a sample, or a token
  * row; ignore_index's left out), divided by their count, as PyTorch's
@@ -145,7 +223,8 @@ static kiln_status eval_results(struct trainer *t, const struct eval_target *e,
 	return KILN_OK;
 }
 
-/* Batch b of the pass (rows rows: the samples idx) loaded and through its
+/* Batch b of the set (rows rows: the samples idx; first: the first of
+ * this rank's share) loaded and through its
  * plan's forward (cal's full plan and call, when calibrating).  A failure
  * of the rank's own step (the tests' fault, the load, the forward, the
  * call) is *own; with [dist] pipeline per stage (t->eval_staged) the rank
@@ -153,19 +232,20 @@ static kiln_status eval_results(struct trainer *t, const struct eval_target *e,
  * (*own set on entry: no load, no layer run; x the first input slot,
  * whatever it holds), so that no stage waits for it in a receive: the
  * tensors it hands on mean nothing, and the evaluation fails on every
- * rank at its end (eval_agree).  The return: a failure of the hand-offs
+ * rank at its end (eval_shares_sum).  The return: a failure of the hand-offs
  * (the pipeline's transport), which no agreement follows.  The tests'
- * fault (KILN_TEST_CKPT_FAIL, core/dist.h): "eval" fails batch 0's load of
- * an evaluation during training, "test" the final test's. */
+ * fault (KILN_TEST_CKPT_FAIL, core/dist.h): "eval" fails the load of the
+ * first batch of the rank's share of an evaluation during training,
+ * "test" the final test's. */
 static kiln_status eval_batch(struct trainer *t, const struct eval_target *e,
 			      const struct eval_calib *cal, const int64_t *idx, int64_t rows,
-			      int64_t b, kiln_status *own)
+			      int64_t b, int first, kiln_status *own)
 {
 	struct kiln_plan *p = rows < t->EB ? e->rem : cal ? cal->full : t->peval;
 	void *xd = t->x_dev[0];
 	kiln_status st = KILN_OK;
 	int s = 0;
-	if (!*own && !b)
+	if (!*own && first)
 		*own = kiln_dist_ckpt_fault_at(t->dist, e == &t->ev ? "eval" : "test",
 					       "loading batch 0");
 	if (!*own)
@@ -184,49 +264,71 @@ static kiln_status eval_batch(struct trainer *t, const struct eval_target *e,
 
 /* One pass over e->set (or the first cal->max_rows of it, through
  * cal->full, calling cal->each; cal NULL: the whole set, no call): loss,
- * accuracy and top-5 into e's results.  `what` names the evaluation in
- * the ranks' messages (eval_stop).  A failure of this rank's own step
- * ends the pass (per stage: after its hand-offs, eval_batch) and is
- * returned for the ranks to agree on (eval_agree); one in a collective
- * is returned as it is (t->eval_no_agree). */
+ * accuracy and top-5 into e's results.  With data-parallel ranks each
+ * evaluates its share (eval_share) and the shares' sums are summed over
+ * the ranks (eval_shares_sum), so that every rank has the whole set's
+ * results.  `what` names the evaluation in the ranks' messages
+ * (eval_stop).  A failure of this rank's own step ends its pass (per
+ * stage: after its hand-offs, eval_batch) and meets its peers in that
+ * sum, which fails every rank together; that, and a failure in a
+ * collective, is final (t->eval_no_agree).  Without a communicator the
+ * failure is returned as it is. */
 static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 				 const struct eval_calib *cal, const char *what)
 {
 	struct train_set *d = e->set;
 	const int64_t eb = t->EB;
 	const int64_t len = cal && cal->max_rows < d->len ? cal->max_rows : d->len;
-	kiln_status st = KILN_OK, own;
+	kiln_status st = KILN_OK, own = KILN_OK;
+	int agreed = 0;
 	char *own_msg = NULL;
-	int64_t *idx = malloc(sizeof(int64_t) * (size_t)eb);
+	int64_t *idx = malloc(sizeof(int64_t) * (size_t)eb), lo, hi, nb;
 	double ls, c, sums[4] = { 0, 0, 0, 0 };
-	if (!idx)
-		return kiln_error(KILN_ENOMEM, "out of memory");
+	eval_share(t, len, eb, t->dist && !cal, &lo, &hi, &nb);
 	trainer_phase(t, KILN_PHASE_EVAL, 1);
+	if (!idx)
+		own = kiln_error(KILN_ENOMEM, "rank %d: the evaluation's batch indices: out of memory",
+				 t->rank);
 	/* the metrics may hold a partial training interval: kept aside for
 	 * the next log point (before session 28 they were dropped while its
 	 * samples still counted: an eval_every off the log points lowered
 	 * the logged loss and accuracy) */
-	if (!(own = trainer_read_metrics(t, &ls, &c, NULL)))
+	if (!own && !(own = trainer_read_metrics(t, &ls, &c, NULL)))
 		t->carry_loss += ls, t->carry_correct += c;
 	t->epoch = 0; /* evaluation has no random transforms */
-	if (!own && d->loader)
-		own = kiln_loader_start(d->loader, 0, t->eval_order, len, eb, 1);
-	/* (per stage a failed rank goes on with its hand-offs alone) */
-	for (int64_t off = 0; off < len && (!own || t->eval_staged); off += eb) {
-		int64_t rows = len - off < eb ? len - off : eb;
+	if (!own && d->loader && hi > lo)
+		own = kiln_loader_start(d->loader, 0, t->eval_order + lo, hi - lo, eb, 1);
+	/* (per stage a failed rank goes on with its hand-offs alone; every
+	 * rank through nb batches, its own share's first: eval_stop) */
+	for (int64_t b = 0; b < nb && (!own || t->eval_staged); b++) {
+		const int64_t off = lo + b * eb;
+		const int64_t rows = off >= hi ? 0 : hi - off < eb ? hi - off : eb;
 		int stop = 0;
-		if (!own && (own = eval_stop(t, e, off / eb, what, &stop)))
+		if (!own && (own = eval_stop(t, e, b, what, &stop)))
 			break;
 		if (stop) {
 			/* the partial sums dropped: the checkpoint's epoch sums
-			 * read the metrics next (every rank cut: no agreement) */
-			st = trainer_read_metrics(t, &ls, &c, NULL);
+			 * read the metrics next (every rank cut: agreed on
+			 * here, since session 43; a failed read before left its
+			 * peers to go on to the stop's checkpoint) */
+			own = kiln_dist_ckpt_fault_at(t->dist, "cut", "reading the metric sums after a stop cut the evaluation");
+			if (!own)
+				own = trainer_read_metrics(t, &ls, &c, NULL);
 			t->eval_cut = 1;
-			kiln_log(KILN_LOG_INFO, "train", "stop requested: the %s evaluation after step %lld ends after %lld of its %lld samples, not recorded",
-				 e->name, (long long)t->step, (long long)off, (long long)len);
+			if (!own)
+				kiln_log(KILN_LOG_INFO, "train", "stop requested: the %s evaluation after step %lld ends after %lld of its %lld samples, not recorded%s",
+					 e->name, (long long)t->step,
+					 (long long)(b * eb < hi - lo ? b * eb : hi - lo), (long long)(hi - lo),
+					 hi - lo < len ? " (this rank's share of the set's)" : "");
+			double v[EVAL_SUM_N] = { 0 };
+			st = t->dist ? kiln_dist_sum_agreed(t->dist, own, v, EVAL_SUM_N, what, t->compute)
+				     : own;
+			own = KILN_OK;
 			goto out;
 		}
-		for (int64_t i = 0; i < rows; i++)
+		if (!rows)
+			continue;
+		for (int64_t i = 0; idx && i < rows; i++)
 			idx[i] = off + i;
 		/* a set of more than 2^24 rows counted (samples, or token
 		 * rows) is summed in parts, each count exact (before session
@@ -236,7 +338,7 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		    (st = eval_sums_take(t, sums, &own)))
 			goto out;
 		t->metric_rows += counted;
-		if ((st = eval_batch(t, e, cal, idx, rows, off / eb, &own)))
+		if ((st = eval_batch(t, e, cal, idx, rows, off / eb, !b, &own)))
 			goto out;
 		/* (its message kept whole past the hand-offs that follow) */
 		if (own && !own_msg)
@@ -244,12 +346,24 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 	}
 	if ((!own || t->eval_staged) && (st = eval_sums_take(t, sums, &own)))
 		goto out;
+	if (own && own_msg) /* (the agreement's message: this rank's cause) */
+		own = kiln_error(own, "%s", own_msg);
+	if (t->dist && !t->eval_no_agree) {
+		/* the outcome agreed (every rank's, final; not after
+		 * eval_stop's sum failed, agreed there) */
+		st = eval_shares_sum(t, own, sums, what);
+		own = KILN_OK;
+		agreed = 1;
+		if (st)
+			goto out;
+	}
 	if (!own)
 		own = eval_results(t, e, cal ? cal->full : t->peval, sums, len);
 out:
 	trainer_phase(t, KILN_PHASE_EVAL, 0);
 	free(idx);
-	if (st)
+	/* (eval_results' failure after the sum: the same on every rank) */
+	if (st || (own && agreed))
 		t->eval_no_agree = 1;
 	else if (own && own_msg)
 		st = kiln_error(own, "%s", own_msg);
@@ -265,12 +379,17 @@ static kiln_status eval_pass(struct trainer *t, const struct eval_target *e, con
 }
 
 /* ... during training: [dist] pipeline, every stage's current parameters
- * on every rank first (gathered, released after; a failed gather, a
- * collective, is not agreed on again: t->eval_no_agree), unless it runs
- * per stage (core/dist_pipe_eval.c). */
+ * on every rank first (gathered, released after), unless it runs per
+ * stage (core/dist_pipe_eval.c); and rank 0's batchnorm running
+ * statistics on every data-parallel rank (kiln_dist_eval_buffers: each
+ * rank's share is evaluated with the model rank 0 checkpoints).  A failed
+ * gather or broadcast, a collective, is not agreed on again
+ * (t->eval_no_agree). */
 static kiln_status eval_now(struct trainer *t, const struct eval_target *e, const char *what)
 {
 	kiln_status st = t->eval_staged ? KILN_OK : kiln_dist_pipe_gather(t->dist, t->compute);
+	if (!st)
+		st = kiln_dist_eval_buffers(t->dist, t->compute);
 	t->eval_no_agree = st != KILN_OK;
 	if (!st)
 		st = eval_pass(t, e, what);
@@ -279,27 +398,31 @@ static kiln_status eval_now(struct trainer *t, const struct eval_target *e, cons
 	return st;
 }
 
-/* After an evaluation's pass (st: its outcome on this rank), every rank
- * with a communicator: the outcome agreed, so that a rank whose pass
- * failed alone (a bad sample in its copy of the set, its device, the
- * tests' "eval@R") fails every rank together, the failed one naming its
- * cause, the others "rank R of W: WHAT: rank F failed (its message says
- * why)" (kiln_dist_sum_agreed); before session 42 it returned, and its
- * peers waited in their next collective until [dist] timeout, or learnt
- * of it from its process's exit ("rank 1 is gone").  The same sum takes
- * rank 0's early-stopping decision *stop and keep_best choice *best (-1:
- * none) to every rank, as a broadcast and a sum of their own did after
- * the record before (no collective more where either is on; one of
- * EVAL_SUM_N values per evaluation where neither is).  A failure in a
- * collective of the pass (t->eval_no_agree: agreed there, or its peers
- * beyond agreeing) is returned as it is. */
+/* After an evaluation (st: its outcome on this rank), every rank with a
+ * communicator: the pass's outcome was agreed in its sum of the ranks'
+ * shares (eval_shares_sum), so that a rank whose pass failed alone (a bad
+ * sample in its share of the set, its device, the tests' "eval@R") fails
+ * every rank together, the failed one naming its cause, the others "rank
+ * R of W: WHAT: rank F failed (its message says why)"
+ * (kiln_dist_sum_agreed; before session 42 it returned, and its peers
+ * waited in their next collective until [dist] timeout, or learnt of it
+ * from its process's exit, "rank 1 is gone"): such a failure, or one in
+ * a collective (t->eval_no_agree), is returned as it is.  After a pass
+ * that succeeded, one sum of three values takes rank 0's early-stopping
+ * decision *stop, keep_best choice *best (-1: none) and loss *loss (for
+ * schedule = plateau; every rank's is the same sum of the shares) to every rank
+ * (every rank has the same results, but keep_best's list is rank 0's
+ * alone), with the outcome of what followed the pass (the release of a
+ * gathered pipeline model).  Before session 43 both rode on the one sum
+ * after the pass, which now must come before the decisions: it makes the
+ * results they are made from. */
 static kiln_status eval_agree(struct trainer *t, kiln_status st, const char *what, int *stop,
 			      int *best, double *loss)
 {
-	double v[EVAL_SUM_N] = { t->rank ? 0 : *stop, t->rank ? 0 : *best + 1.0, t->rank ? 0 : *loss };
+	double v[3] = { t->rank ? 0 : *stop, t->rank ? 0 : *best + 1.0, t->rank ? 0 : *loss };
 	if (!t->dist || t->eval_no_agree)
 		return st;
-	if ((st = kiln_dist_sum_agreed(t->dist, st, v, EVAL_SUM_N, what, t->compute)))
+	if ((st = kiln_dist_sum_agreed(t->dist, st, v, 3, what, t->compute)))
 		return st;
 	*stop = v[0] > 0;
 	*best = (int)v[1] - 1;
@@ -354,8 +477,9 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 		stop = stopper_update(t, *e->loss, *e->acc);
 		best = trainer_best_choice(t, *e->loss, *e->acc);
 	}
-	/* rank 0's decisions on every rank: their evaluations may differ in a
-	 * last bit, or more (batchnorm's running statistics are each rank's
+	/* rank 0's decisions on every rank: keep_best's list is rank 0's
+	 * alone (and before session 43 their evaluations could differ in a
+	 * last bit, or more: batchnorm's running statistics are each rank's
 	 * without sync_bn), and a rank that stopped alone, or wrote a best/
 	 * file alone, left the others waiting in a collective until [dist]
 	 * timeout */
@@ -488,8 +612,9 @@ kiln_status trainer_final_test(struct trainer *t)
 		res->test_acc5 = t->done.test_acc5, res->test_samples = t->done.test_samples;
 		return KILN_OK;
 	}
-	/* (a rank whose test failed alone fails every rank: eval_agree; no
-	 * collective follows the test in every run to carry it) */
+	/* (a rank whose test failed alone fails every rank: the pass's sum,
+	 * eval_shares_sum; no collective follows the test in every run to
+	 * carry it) */
 	int stop = 0, best = -1;
 	double loss0 = 0;
 	if ((st = eval_agree(t, eval_now(t, &e, "the final test"), "the final test", &stop, &best,

@@ -9,18 +9,21 @@
 # a bad sample in one rank's copy of the set or its device failing:
 #  1. data-parallel, kiln-gloo's shared-memory collectives (its default on
 #     one machine): the evaluation after step 2 failing on rank 1, then
-#     rank 0 (the ranks' agreement after the pass); with eval_batch 8 (32
-#     batches: the peer is in eval_stop's sum of batch 16 when the failed
-#     rank reaches the agreement, which it meets there); with keep_best
-#     and early stopping (their rank-0 decisions ride on the same sum,
-#     which replaced early stopping's broadcast and keep_best's sum);
+#     rank 0 (the ranks' agreement after the pass, since session 43 the
+#     sum of the ranks' shares); with eval_batch 4 (64 batches, 32 in a
+#     rank's share: the peer is in eval_stop's sum of its batch 16 when
+#     the failed rank reaches the agreement, which it meets there); with
+#     keep_best and early stopping (their rank-0 decisions ride on a sum
+#     after the pass's, which replaced early stopping's broadcast and
+#     keep_best's sum);
 #  2. the same on Gloo's TCP collectives (plugin.gloo.shm = 0);
 #  3. [data.val]'s final test failing on rank 1;
 #  4. [dist] pipeline = 2, a stage on each rank: the evaluation per stage
 #     (each rank holds its stage's parameters alone), failing on stage 1's
 #     rank (it still receives stage 0's tensors, batch by batch, before the
 #     agreement) and on stage 0's (it still sends); and on a gathered whole
-#     model (fc1 frozen: every rank evaluates alone).
+#     model (fc1 frozen: every rank evaluates alone); and the gather's
+#     whole parameter buffer failing on rank 1, then rank 0 ("whole@R").
 # Each: every rank exits non-zero within 30 s of the stamped line before
 # the evaluation ([dist] timeout and heartbeat 60, `kiln launch --grace
 # 60`), the failed rank saying "rank R of 2: WHAT: loading batch 0: failed
@@ -67,7 +70,7 @@ failed() {
 for _r in 1 0; do
 	failed ev$_r "$mlp" eval@$_r "step 2/" "step 2's evaluation" "step 2: test loss"
 done
-failed es1 "$mlp" eval@1 "step 2/" "step 2's evaluation" "step 2: test loss" train.eval_batch=8
+failed es1 "$mlp" eval@1 "step 2/" "step 2's evaluation" "step 2: test loss" train.eval_batch=4
 failed kb0 "$mlp" eval@0 "step 2/" "step 2's evaluation" "step 2: test loss" train.keep_best=2 \
 	train.early_stop_patience=2
 [ ! -e "$tmp/kb0/checkpoints/best" ] || [ -z "$(ls "$tmp/kb0/checkpoints/best")" ] ||
@@ -90,6 +93,15 @@ failed pw1 "$two" eval@1 "step 2/" "step 2's evaluation" "step 2: test loss" \
 	layer.fc1.trainable=0
 grep -q "holds the stage's parameters and gradients alone" "$tmp/pw1.log" &&
 	bad "pw1: the evaluation ran per stage, not on the gathered model"
+# the gathered model's whole parameter buffer failing on one rank
+# (KILN_TEST_CKPT_FAIL=whole@R: its allocation): agreed before the
+# gather's collectives, every rank fails (session 43; before, the failed
+# rank returned and left its peers in the gather's receives)
+for _r in 1 0; do
+	agreed_run pg$_r "$two" whole@$_r "step 2/" "gathering the stages' parameters" \
+		"the whole parameter buffer of the gather" layer.fc1.trainable=0
+	! grep -F "step 2: test loss" "$tmp/pg$_r.log" || bad "pg$_r: the evaluation's numbers logged"
+done
 
 [ "$fail" = 0 ] && echo "ok: an evaluation that fails on one rank ends every rank at once, naming it"
 exit $fail

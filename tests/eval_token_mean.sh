@@ -20,7 +20,8 @@
 # full batches and one of 6), 64 (15 and one of 40) and 1000 (one batch)
 # gives it within 1e-6 (the loss, relative; the accuracy, absolute: the
 # JSON line's 6 decimals), and the three agree within 1e-6 of each other;
-# `kiln train` on 2 data-parallel ranks and on 2 pipeline stages on 2
+# `kiln train` on 2 data-parallel ranks (each its share of the set) and
+# on 2 pipeline stages on 2
 # ranks (at lr 0, each rank holding its stage's parameters alone, so the
 # evaluation runs per stage) evaluates it too, loss and accuracy.  Before
 # this session 7 and 64 were off by about 1e-3.
@@ -56,7 +57,9 @@ for eb in 7 64; do
 done
 
 # the same through [dist] after 2 steps at lr 0 (the file's weights):
-# 2 data-parallel ranks (each evaluates the whole set), and 2 pipeline
+# 2 data-parallel ranks (each evaluates its share, since session 43: 143
+# batches of 7, 71 and 72, the last of 6 rows; the shares' sums added),
+# and 2 pipeline
 # stages on 2 ranks, the loss alone on stage 1's, which evaluate per stage
 # (core/dist_pipe_eval.c: the sums and the count summed over the pipe)
 if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then

@@ -1127,6 +1127,8 @@ TESTS += tests/agreed_fault.sh
 EXTRA_DIST += tests/agreed_fault.sh
 TESTS += tests/eval_fault.sh
 EXTRA_DIST += tests/eval_fault.sh
+TESTS += tests/dist_eval_shard.sh
+EXTRA_DIST += tests/dist_eval_shard.sh
 TESTS += tests/dist_early_stop.sh
 EXTRA_DIST += tests/dist_early_stop.sh
 # the split examples follow their unsplit originals (issue 21, docs/pipeline.md)

@@ -75,6 +75,21 @@ stop_in_eval() {
 	echo "$c: SIGTERM during the evaluation after step $step: stopped within $((n / 10)) s"
 }
 
+# term_in NAME FILE PATTERN CMD...: CMD in the background (its output in
+# $tmp/NAME.out and $tmp/NAME.err), SIGTERM a second after FILE has a line
+# matching PATTERN; its exit status in $rc
+term_in() {
+	_tn=$1 _tf=$2 _tp=$3
+	shift 3
+	"$@" > "$tmp/$_tn.out" 2> "$tmp/$_tn.err" &
+	pid=$!
+	wait_line "$pid" "$_tf" "$_tp" "$_tn" "$tmp/$_tn.err"
+	sleep 1
+	kill -TERM "$pid"
+	wait "$pid"
+	rc=$?
+}
+
 # resume CASE STEPS OVERRIDE...: --resume from the stop's checkpoint
 # (without evaluation) to step STEPS
 resume() {
@@ -131,6 +146,21 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 	! grep -q "out_dir is empty" "$tmp/ddp.err" || fail "ddp: a rank says out_dir is empty"
 	resume ddp 3 train.eval_every=2 data.eval.samples=400000
 	echo "ddp: resumed from 2 ranks' step 2 on 1 process to step 3"
+	# the read of the metric sums after the cut failing on rank 1
+	# (KILN_TEST_CKPT_FAIL=cut@1): agreed, every rank fails, rank 0 naming
+	# rank 1, neither writing the stop's checkpoint (session 43; before,
+	# rank 0 went on to it and learnt of rank 1 from its process's exit)
+	o="$tmp/cut"
+	term_in cut "$o/metrics.jsonl" '"event":"train","epoch":1,"step":2,' env KILN_TEST_CKPT_FAIL=cut@1 \
+		timeout --preserve-status 600 "$kiln" launch -n 2 -- "$kiln" train "$tmp/run.ini" \
+		run.out_dir="$o" run.comm=gloo train.eval_every=2 data.eval.samples=400000
+	[ $rc -ne 0 ] || fail "cut: exit 0 with rank 1's read failing after the cut"
+	grep -q "rank 1 of 2: step 2's evaluation: reading the metric sums after a stop cut the evaluation: failed (the tests' fault" "$tmp/cut.err" ||
+		fail "cut: rank 1 did not name its failed read: $(grep -i "fail\|error" "$tmp/cut.err" | head -4)"
+	grep -q "rank 0 of 2: step 2's evaluation: rank 1 failed (its message says why)" "$tmp/cut.err" ||
+		fail "cut: rank 0 did not learn of rank 1's failed read in the agreement: $(grep -i "fail\|error\|stopped" "$tmp/cut.err" | head -6)"
+	[ ! -f "$o/checkpoints/ckpt-2.kiln" ] || fail "cut: rank 0 wrote the stop's checkpoint"
+	echo "cut: rank 1's failed read after the cut ends both ranks, agreed"
 else
 	echo "(no kiln-gloo: the data-parallel case skipped)"
 fi
@@ -138,14 +168,8 @@ fi
 # the final test: SIGTERM once the epoch's line (after its evaluation on
 # [data.val]) is out
 o="$tmp/final"
-"$kiln" train "$tmp/run.ini" run.out_dir="$o" train.epochs=1 data.val.samples=64 \
-	data.eval.samples=200000 > "$tmp/final.out" 2> "$tmp/final.err" &
-pid=$!
-wait_line "$pid" "$tmp/final.err" "epoch 1/1: train loss" final "$tmp/final.err"
-sleep 1
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
+term_in final "$tmp/final.err" "epoch 1/1: train loss" "$kiln" train "$tmp/run.ini" \
+	run.out_dir="$o" train.epochs=1 data.val.samples=64 data.eval.samples=200000
 [ $rc -eq 0 ] || fail "final: exit $rc after SIGTERM, expected 0: $(tail -3 "$tmp/final.err")"
 ! grep -q "ends after\|stopped at step" "$tmp/final.err" || fail "final: the stop cut the final test: $(tail -3 "$tmp/final.err")"
 grep -q '"test_samples": 200000,' "$tmp/final.out" || fail "final: not the whole test set: $(cat "$tmp/final.out")"
