@@ -348,7 +348,7 @@ stderr_has "fit): ask for fewer samples"
 # a million samples of 23 tokens (92 MB of tokens) are the same exit 2
 # naming them (before, the tokens were allocated first: "out of memory",
 # exit 1)
-lo=100000 hi=4000000
+lo=16384 hi=4000000
 while [ $((hi - lo)) -gt 4096 ]; do
 	mid=$(((lo + hi) / 2))
 	if (ulimit -v $mid && export MALLOC_ARENA_MAX=1 &&
