@@ -23,9 +23,10 @@ const char cmd_generate_about[] =
 	"opened, else from [data]) with the weights of checkpoint CKPT (or of a weights file,\n"
 	"safetensors or llm.c's, read as [model] init_from reads one), else of the\n"
 	"newest usable checkpoint in [run] out_dir/checkpoints, else of\n"
-	"[model] init_from (none of them: an error), feed the prompt's tokens and draw N\n"
-	"more, one at a time, with the attention layers' keys and values cached (the\n"
-	"prefix is never recomputed).  Prints the prompt and the new text to stdout.\n"
+	"[model] init_from (none of them: an error), feed the prompt's tokens (prefilled:\n"
+	"up to 256 positions a run of the model) and draw N more, one at a time, with the\n"
+	"attention layers' keys and values cached (the prefix is never recomputed).\n"
+	"Prints the prompt and the new text to stdout.\n"
 	"  --temperature T  softmax(logits / T); 0 = greedy, the most likely token (default 1)\n"
 	"  --top-k K        draw among the K most likely tokens only (default 0: all)\n"
 	"  --top-p P        draw among the fewest most likely tokens (after --top-k) whose\n"
@@ -273,15 +274,23 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 	if ((st = prompt_in_classes(&ids, tk, kiln_generator_classes(g))) ||
 	    (st = allow_tokenizer(g, tk)) || (st = kiln_generator_top_p(g, o->top_p)))
 		goto out;
+	/* the plan of that many rows first: one that does not fit is exit 2
+	 * naming them, before their tokens are allocated (before session 43
+	 * the tokens came first: a count whose tokens did not fit was "out
+	 * of memory", exit 1) */
+	if ((st = kiln_generator_plan_samples(g, o->samples))) {
+		if (st == KILN_EUSAGE)
+			kiln_error_wrap(st, "--num-samples %lld", o->samples);
+		goto out;
+	}
 	if (!(out = malloc(sizeof *out * (size_t)(o->tokens * o->samples + 1)))) {
-		st = kiln_error(KILN_ENOMEM, "out of memory");
+		st = kiln_error(KILN_ENOMEM, "out of memory: %lld samples of %lld tokens",
+				o->samples, o->tokens);
 		goto out;
 	}
 	struct printer pr = { tk, o->prompt, o->samples, 0, 0 };
 	st = kiln_generate_samples(g, ids.v, (int64_t)ids.n, o->tokens, o->samples, &o->s, out,
 				   print_token, &pr);
-	if (st == KILN_EUSAGE) /* a plan of that many rows does not fit: exit 2 */
-		kiln_error_wrap(st, "--num-samples %lld", o->samples);
 	if (!st)
 		print_prompt(&pr);
 	if (pr.started)

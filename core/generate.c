@@ -4,6 +4,11 @@
  * one-row plan, whose caches are copied into the N rows), fed one token
  * per row and step, the attention layers' keys and values of the earlier
  * positions kept in the plan's caches, so no step recomputes the prefix;
+ * a prompt's positions but its last prefilled, up to PREFILL_MAX a run,
+ * by a plan of one row that takes them at once (kiln_model_plan_prefill:
+ * the causal forward over them, writing the caches), its caches copied
+ * into the one-row plan's, where the device and every layer can (ABI
+ * 2.31), else fed a step each;
  * the next token drawn from the logits with temperature, top-k and
  * top-p by the core's counter-based RNG (core/rng.c), sample i on stream
  * i, so a seed gives the same text on any machine and thread count.
@@ -29,6 +34,24 @@ struct decoder {
 	float *logits;          /* host f32[rows, V] */
 };
 
+/* Most positions a prefill run takes: a longer prompt is fed in runs of
+ * this many.  The run's memory grows with it (its logits [T, V] are
+ * planned, though never computed), and past a few hundred rows its GEMMs
+ * gain little (docs/generate.md, "Prefill"). */
+enum { PREFILL_MAX = 256 };
+
+/* A prompt's prefill: a decode plan of one row whose runs take `chunk`
+ * positions at once and write their keys and values into its caches,
+ * which are then copied into the one-row plan's; its logits are never
+ * computed nor read. */
+struct prefill {
+	struct kiln_plan *p;    /* NULL: none yet (or refused) */
+	int refused;            /* the device or a layer cannot: steps feed prompts */
+	int64_t chunk;          /* T, the positions a run */
+	int32_t *io;            /* host i32[2 * chunk]: the run's tokens, then positions */
+	int32_t *io_d;          /* ... on the device */
+};
+
 struct kiln_generator {
 	struct kiln_trained t;  /* what kiln_generator_open loaded (t.m NULL: borrowed) */
 	struct kiln_model *m;
@@ -43,6 +66,8 @@ struct kiln_generator {
 	 * or a one-row call (kiln_generate, kiln_generator_step, N = 1),
 	 * which frees it */
 	struct decoder one, many;
+	struct prefill pre;     /* made at the first prompt of 3 tokens or more */
+	int64_t prefill_max;    /* PREFILL_MAX (tests: kiln_generator_prefill_max) */
 };
 
 /* Free decode plan d and its buffers (the model stays). */
@@ -183,6 +208,7 @@ kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t conte
 	g->stream = stream;
 	g->context = context;
 	g->top_p = 1;
+	g->prefill_max = PREFILL_MAX;
 	if ((st = decode_plan(g, &g->one, 1)))
 		goto fail;
 	/* the columns past the loss's classes are a padded vocabulary's,
@@ -301,16 +327,35 @@ kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln
 	return KILN_OK;
 }
 
+/* Free the prefill plan and its buffers (what it refused stays known). */
+static void prefill_free(struct kiln_generator *g)
+{
+	struct kiln_device *dev = g->m->dev;
+	struct prefill *f = &g->pre;
+	if (g->stream && f->p)
+		kiln_device_stream_sync(dev, g->stream);
+	kiln_plan_free(f->p);
+	kiln_device_free(dev, f->io_d);
+	free(f->io);
+	*f = (struct prefill){ .refused = f->refused };
+}
+
 void kiln_generator_close(struct kiln_generator *g)
 {
 	if (!g)
 		return;
+	prefill_free(g);
 	decode_free(g, &g->many);
 	decode_free(g, &g->one);
 	free(g->allowed);
 	if (g->t.m)
 		kiln_trained_close(&g->t);
 	free(g);
+}
+
+void kiln_generator_prefill_max(struct kiln_generator *g, int64_t n)
+{
+	g->prefill_max = n;
 }
 
 int64_t kiln_generator_context(const struct kiln_generator *g) { return g ? g->context : 0; }
@@ -678,31 +723,133 @@ kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_
 	return KILN_OK;
 }
 
+/* The prefill plan for a prompt of m >= 2 positions before its last:
+ * chunk = the least power of two >= m, at most PREFILL_MAX and the
+ * context (a plan of another chunk is made anew).  *ok = 0 where the
+ * prompt is to be fed a step a position, as before session 43: the plan
+ * could not be made (KILN_ENOTSUP: an ATTENTION_DECODE of T > 1 on a
+ * device built before ABI 2.31 or that refuses it, a layer built before
+ * 2.31; or a layer's own refusal of T > 1), or its caches are not laid
+ * out by row (kiln_layer.decode_caches), each said once at info level and
+ * never tried again; or its memory could not be allocated (KILN_ENOMEM:
+ * tried again at the next prompt). */
+static kiln_status prefill_plan(struct kiln_generator *g, int64_t m, int *ok)
+{
+	struct prefill *f = &g->pre;
+	int64_t chunk = 2;
+	while (chunk < m && chunk * 2 <= g->prefill_max)
+		chunk *= 2;
+	if (chunk > g->context)
+		chunk = g->context;
+	*ok = !f->refused && f->p && f->chunk == chunk;
+	if (*ok || f->refused)
+		return KILN_OK;
+	prefill_free(g);
+	kiln_status st = kiln_model_plan_prefill(g->m, g->context, chunk, &f->p);
+	const int by_row = !st && kiln_plan_decode_rows_copyable(f->p);
+	if (st || !by_row) {
+		kiln_log(KILN_LOG_INFO, "generate", "the prompt is fed a position a step, not prefilled: %s",
+			 st ? kiln_last_error() : "a layer does not lay its decoding caches out by row (kiln_layer.decode_caches, ABI 2.26)");
+		f->refused = st != KILN_ENOMEM;
+		prefill_free(g);
+		return KILN_OK;
+	}
+	if ((st = kiln_device_alloc(g->m->dev, sizeof(int32_t) * (size_t)(2 * chunk), (void **)&f->io_d)))
+		st = kiln_error_wrap(st, "the prefill's tokens");
+	else if (!(f->io = malloc(sizeof(int32_t) * (size_t)(2 * chunk))))
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+	if (st) {
+		prefill_free(g);
+		return st;
+	}
+	f->chunk = chunk;
+	*ok = 1;
+	return KILN_OK;
+}
+
+/* Feed prompt[0..m) to the prefill plan in runs of its chunk positions
+ * (the last run of a longer prompt ends at m, overlapping the one before:
+ * its positions are computed again and rewritten; the run of a shorter
+ * one is padded with id 0 at positions m.., which are never copied),
+ * then copy positions 0..m-1 of its caches into the one-row plan's,
+ * which holds them then (g->one.filled = m; 0 on an error). */
+static kiln_status prefill_feed(struct kiln_generator *g, const int32_t *prompt, int64_t m)
+{
+	struct prefill *f = &g->pre;
+	struct kiln_device *dev = g->m->dev;
+	const int64_t T = f->chunk;
+	kiln_status st;
+	size_t bytes;
+	g->one.filled = 0; /* its caches are written anew */
+	for (int64_t t = 0; t < m; t++)
+		if (prompt[t] < 0)
+			return kiln_error(KILN_EINVAL, "token id %d at position %lld is negative", prompt[t],
+					  (long long)t);
+	for (int64_t s = 0; s < m; s += T) {
+		const int64_t at = s + T > m && m > T ? m - T : s;
+		for (int64_t i = 0; i < T; i++) {
+			f->io[i] = at + i < m ? prompt[at + i] : 0;
+			f->io[T + i] = (int32_t)(at + i);
+		}
+		/* (synchronised: f->io is written again by the next run) */
+		if ((st = kiln_device_copy_async(dev, f->io_d, f->io, sizeof(int32_t) * (size_t)(2 * T),
+						 KILN_COPY_H2D, g->stream)) ||
+		    (st = kiln_plan_decode_state(f->p, f->io_d, f->io_d + T, g->stream)) ||
+		    (st = kiln_device_stream_sync(dev, g->stream)))
+			return kiln_error_wrap(st, "prefilling positions %lld..%lld of the prompt", (long long)at,
+					       (long long)((at + T < m ? at + T : m) - 1));
+	}
+	if ((st = kiln_plan_decode_copy_rows(g->one.p, f->p, m, g->stream, &bytes)))
+		return st;
+	g->one.filled = m;
+	return KILN_OK;
+}
+
+/* Feed prompt[0..m) to the one-row plan from position 0: prefilled
+ * (m >= 2, where prefill_plan says it can), else a step a position (its
+ * logits into *logits), as before session 43. */
+static kiln_status one_feed(struct kiln_generator *g, const int32_t *prompt, int64_t m,
+			    const float **logits)
+{
+	int ok = 0;
+	kiln_status st = m > 1 && g->prefill_max > 1 ? prefill_plan(g, m, &ok) : KILN_OK;
+	if (st || ok)
+		return st ? st : prefill_feed(g, prompt, m);
+	for (int64_t t = 0; t < m; t++)
+		if ((st = decode_step(g, &g->one, t, &prompt[t], logits)))
+			return st;
+	return KILN_OK;
+}
+
 /* Feed prompt[0..n_prompt) to every row of decode plan d, leaving the
- * logits after its last token in *logits.  With several rows the prompt
- * is fed once: its first n_prompt - 1 tokens to the one-row plan, whose
- * caches' positions 0..n_prompt-2 are then copied into every row of d
- * (logged at debug level with the bytes), then the last token to every
- * row (its logits d's own, as before); a model with a layer whose caches
- * are not laid out by row (kiln_layer.decode_caches) is fed the whole
- * prompt in every row (before session 42, every model: N rows of compute
- * a prompt token). */
+ * logits after its last token in *logits.  Its first n_prompt - 1 tokens
+ * go to the one-row plan (one_feed: prefilled where it can be, so the
+ * prompt costs a few runs and one copy of logits to the host, not a step
+ * and a copy a token), whose caches' positions 0..n_prompt-2 are, with
+ * several rows, then copied into every row of d (logged at debug level
+ * with the bytes); then the last token to every row (its logits d's own,
+ * as before).  A model with a layer whose caches are not laid out by row
+ * (kiln_layer.decode_caches) is fed the whole prompt in every row, a
+ * step a position (before session 42, every model: N rows of compute a
+ * prompt token). */
 static kiln_status prompt_feed(struct kiln_generator *g, struct decoder *d, const int32_t *prompt,
 			       int64_t n_prompt, int32_t *col, const float **logits)
 {
 	kiln_status st = KILN_OK;
 	int64_t t = 0;
-	if (d != &g->one && n_prompt > 1 && g->one.p && kiln_plan_decode_rows_copyable(d->p) &&
-	    kiln_plan_decode_rows_copyable(g->one.p)) {
-		for (; t < n_prompt - 1; t++)
-			if ((st = decode_step(g, &g->one, t, &prompt[t], logits)))
-				return st;
-		size_t bytes;
-		if ((st = kiln_plan_decode_copy_rows(d->p, g->one.p, t, g->stream, &bytes)))
+	if (n_prompt > 1 && g->one.p && kiln_plan_decode_rows_copyable(g->one.p) &&
+	    (d == &g->one || kiln_plan_decode_rows_copyable(d->p))) {
+		t = n_prompt - 1;
+		if ((st = one_feed(g, prompt, t, logits)))
 			return st;
-		d->filled = t;
-		kiln_log(KILN_LOG_DEBUG, "generate", "prompt fed once: its %lld positions copied into %lld rows (%zu bytes)",
-			 (long long)t, (long long)d->rows, bytes);
+		if (d != &g->one) {
+			size_t bytes;
+			if ((st = kiln_plan_decode_copy_rows(d->p, g->one.p, t, g->stream, &bytes)))
+				return st;
+			d->filled = t;
+			kiln_log(KILN_LOG_DEBUG, "generate", "prompt fed once: its %lld positions copied into %lld rows (%zu bytes)",
+				 (long long)t, (long long)d->rows, bytes);
+		}
 	}
 	for (; t < n_prompt && !st; t++) {
 		for (int64_t r = 0; r < d->rows; r++)
@@ -710,6 +857,15 @@ static kiln_status prompt_feed(struct kiln_generator *g, struct decoder *d, cons
 		st = decode_step(g, d, t, col, logits);
 	}
 	return st;
+}
+
+/* The decode plan of `rows`: the one-row plan (a one-row call:
+ * kiln_generate_samples' N rows go), or that of N > 1 rows. */
+static kiln_status rows_plan(struct kiln_generator *g, int64_t rows)
+{
+	if (rows == 1)
+		decode_free(g, &g->many);
+	return decode_plan(g, rows == 1 ? &g->one : &g->many, rows);
 }
 
 /* kiln_generate_samples' work: kiln_generate is its one row. */
@@ -733,9 +889,7 @@ static kiln_status generate_rows(struct kiln_generator *g, const int32_t *prompt
 		if (prompt[t] >= g->classes)
 			return kiln_error(KILN_EINVAL, "prompt token %lld is id %d, not below the model's %lld classes (the loss layer's: no training taught it)",
 					  (long long)t, prompt[t], (long long)g->classes);
-	if (rows == 1)
-		decode_free(g, &g->many); /* a one-row call: kiln_generate_samples' N rows go */
-	if ((st = decode_plan(g, d, rows)))
+	if ((st = rows_plan(g, rows)))
 		return st;
 	if (!(col = malloc(sizeof *col * (size_t)rows)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -771,6 +925,16 @@ kiln_status kiln_generate_samples(struct kiln_generator *g, const int32_t *promp
 		return kiln_error(KILN_EINVAL, "kiln_generate_samples: n_samples = %lld: 1 to %d continuations",
 				  (long long)n_samples, INT32_MAX);
 	return generate_rows(g, prompt, n_prompt, n_new, n_samples, o, out, fn, user);
+}
+
+kiln_status kiln_generator_plan_samples(struct kiln_generator *g, int64_t n_samples)
+{
+	if (!g)
+		return kiln_null_arg("kiln_generator_plan_samples", "g");
+	if (n_samples < 1 || n_samples > INT32_MAX)
+		return kiln_error(KILN_EINVAL, "kiln_generator_plan_samples: n_samples = %lld: 1 to %d continuations",
+				  (long long)n_samples, INT32_MAX);
+	return rows_plan(g, n_samples);
 }
 
 /* kiln_generate's callback, called for its one row. */

@@ -695,6 +695,28 @@ int kiln_plan_decode_rows_copyable(const struct kiln_plan *p);
  * when a layer does not lay its caches out by row (nothing copied). */
 kiln_status kiln_plan_decode_copy_rows(struct kiln_plan *dst, const struct kiln_plan *src, int64_t n,
 				       void *stream, size_t *bytes);
+/* core/plan.c.  A decode plan of one row (`decode` positions in all, as
+ * kiln_plan_opts.decode) whose runs take `positions` tokens at once, T =
+ * positions (a prompt's prefill, core/generate.c; its logits [1, T, V]).
+ * KILN_ENOTSUP where a layer was built before ABI 2.31, or the device
+ * refuses an op of several positions (ATTENTION_DECODE's T > 1): the
+ * caller feeds the positions a step each. */
+kiln_status kiln_model_plan_prefill(struct kiln_model *m, int64_t decode, int64_t positions,
+				    struct kiln_plan **out);
+/* core/generate.c.  The most positions generator g prefills a run
+ * (PREFILL_MAX unless set; a prompt longer is fed in runs of the largest
+ * power of two at most n): tests set a few to check the runs of a long
+ * prompt on a short context, and 1 (or 0) to feed prompts a step a
+ * position, the way before session 43. */
+void kiln_generator_prefill_max(struct kiln_generator *g, int64_t n);
+/* core/plan_run.c.  Enqueue a run of decode plan p on tokens (device
+ * i32[batch, T]) at positions pos (device i32[T], pos[t] = pos[0] + t,
+ * the caches holding positions 0..pos[0]-1), as far as its state goes:
+ * the forwards up to the last layer that keeps state from run to run
+ * (the attention's caches); those after it (the logits') do not run, so
+ * the plan's output is not written. */
+kiln_status kiln_plan_decode_state(struct kiln_plan *p, const void *tokens, const void *pos,
+				   void *stream);
 /* A pipeline stage's passes (core/pipe_run.c): the forwards of layers
  * lo..hi-1 (lo = 0: after the compute copy's refresh and the input
  * conversion), and their backwards, each after the recomputations it

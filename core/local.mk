@@ -56,6 +56,9 @@ core_libkiln_core_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 # (top-p sampling and several samples, docs/generate.md).
 # 7:0:5 since session 42 (libkiln.so.2.5.0): kiln_model_params_written
 # added (the end of writes through kiln_model_param_get's pointers).
+# 8:0:6 since session 43 (libkiln.so.2.6.0): kiln_generator_plan_samples
+# added (`kiln generate --num-samples` learns that they do not fit
+# before it allocates their tokens).
 # Session 40 hid the 490 internal kiln_* functions (core/libkiln.sym)
 # with no interface change counted: none was declared in an installed
 # header, so none was the interface these numbers describe (a program
@@ -67,7 +70,7 @@ core_libkiln_core_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES =
 libkiln_la_LIBADD = core/libkiln_core.la
-libkiln_la_LDFLAGS = -version-info 7:0:5 -export-symbols $(srcdir)/core/libkiln.sym
+libkiln_la_LDFLAGS = -version-info 8:0:6 -export-symbols $(srcdir)/core/libkiln.sym
 EXTRA_libkiln_la_DEPENDENCIES = core/libkiln.sym
 EXTRA_DIST += core/libkiln.sym
 noinst_LTLIBRARIES += libkiln-internal.la

@@ -392,8 +392,8 @@ static kiln_status check_attention(const char *who, const struct kiln_op *op)
 	return KILN_OK;
 }
 
-/* ATTENTION_DECODE: qkv [B,1,3C], pos i32[1], y [B,1,C] of qkv's dtype,
- * the caches f32 [B,H,Tmax,D]. */
+/* ATTENTION_DECODE: qkv [B,T,3C], pos i32[1], y [B,T,C] of qkv's dtype,
+ * the caches f32 [B,H,Tmax,D] (T > 1: ABI 2.31, T <= Tmax). */
 static kiln_status check_attention_decode(const char *who, const struct kiln_op *op)
 {
 	kiln_status st = counts(who, op, 2, 3);
@@ -401,15 +401,15 @@ static kiln_status check_attention_decode(const char *who, const struct kiln_op 
 		return st;
 	const struct kiln_tensor_desc *qkv = &op->in[0], *y = &op->out[0];
 	const int64_t H = op->i[0];
-	if (qkv->ndim != 3 || qkv->dims[0] <= 0 || qkv->dims[1] != 1 || H <= 0 ||
+	if (qkv->ndim != 3 || qkv->dims[0] <= 0 || qkv->dims[1] <= 0 || H <= 0 ||
 	    qkv->dims[2] <= 0 || qkv->dims[2] % (3 * H) || !is_float(qkv->dtype))
-		BAD(KILN_EINVAL, "wants qkv [B,1,3C] (floating) with C a multiple of the heads i[0] = %lld",
+		BAD(KILN_EINVAL, "wants qkv [B,T,3C] (floating) with C a multiple of the heads i[0] = %lld",
 		    (long long)H);
-	const int64_t B = qkv->dims[0], C = qkv->dims[2] / 3;
-	if (y->ndim != 3 || y->dims[0] != B || y->dims[1] != 1 || y->dims[2] != C ||
+	const int64_t B = qkv->dims[0], T = qkv->dims[1], C = qkv->dims[2] / 3;
+	if (y->ndim != 3 || y->dims[0] != B || y->dims[1] != T || y->dims[2] != C ||
 	    y->dtype != qkv->dtype)
-		BAD(KILN_EINVAL, "wants y [B,1,C] = [%lld,1,%lld] of qkv's dtype", (long long)B,
-		    (long long)C);
+		BAD(KILN_EINVAL, "wants y [B,T,C] = [%lld,%lld,%lld] of qkv's dtype", (long long)B,
+		    (long long)T, (long long)C);
 	if (op->in[1].dtype != KILN_I32 || numel(&op->in[1]) != 1)
 		BAD(KILN_EINVAL, "the position (in1) must be i32[1]");
 	for (int k = 1; k < 3; k++) {
@@ -419,6 +419,9 @@ static kiln_status check_attention_decode(const char *who, const struct kiln_op 
 			BAD(KILN_EINVAL, "wants the caches (out1, out2) f32 [B,H,Tmax,D] = [%lld,%lld,Tmax,%lld]",
 			    (long long)B, (long long)H, (long long)(C / H));
 	}
+	if (T > op->out[1].dims[2])
+		BAD(KILN_EINVAL, "%lld positions (qkv's T), more than the caches' Tmax = %lld", (long long)T,
+		    (long long)op->out[1].dims[2]);
 	if (!(op->f[0] > 0) || !isfinite(op->f[0]))
 		BAD(KILN_EINVAL, "wants scale f[0] > 0");
 	return KILN_OK;

@@ -379,17 +379,29 @@ static kiln_status plan_input(struct kiln_plan *p)
 	return kiln_plan_new_store(p, kiln_tensor_bytes(&p->data_desc), 0, 0);
 }
 
-/* A decode plan (opts.decode = Tmax positions): the data input is one
- * token per row, [batch, 1] i32, of a model on token sequences; the loss
- * layer's input is the output (the logits). */
-static kiln_status decode_input(struct kiln_plan *p, int64_t tmax)
+/* A decode plan (opts.decode = Tmax positions): the data input is
+ * `positions` tokens per row, [batch, positions] i32 (1: a step; more: a
+ * prompt's prefill, kiln_model_plan_prefill), of a model on token
+ * sequences; the loss layer's input is the output (the logits).  Several
+ * positions need every layer built for ABI 2.31 or later (a layer built
+ * before may take a decode plan's input for one position): KILN_ENOTSUP
+ * naming the first that is not. */
+static kiln_status decode_input(struct kiln_plan *p, int64_t tmax, int64_t positions)
 {
 	struct kiln_model *m = p->m;
 	if (m->sample.dtype != KILN_I32 || m->sample.ndim != 1)
 		return kiln_error(KILN_ECONFIG, "a decode plan (generation) needs a model on token sequences (samples i32[T]), not %s samples",
 				  kiln_dtype_name(m->sample.dtype));
+	if (positions < 1 || positions > tmax)
+		return kiln_error(KILN_EINTERNAL, "a decode plan of %lld positions a run, of %lld in all",
+				  (long long)positions, (long long)tmax);
+	for (int i = 0; positions > 1 && i < m->n_layers; i++)
+		if (m->layers[i].type->abi_minor < 31)
+			return kiln_error(KILN_ENOTSUP, "layer '%s' (%s) was built for ABI 2.%u, before a decode plan of several positions a run (2.31): the prompt is fed a position a step",
+					  m->layers[i].name, m->layers[i].type->name,
+					  m->layers[i].type->abi_minor);
 	p->decode = tmax;
-	p->data_desc.dims[1] = 1;
+	p->data_desc.dims[1] = positions;
 	return KILN_OK;
 }
 
@@ -412,8 +424,10 @@ static int fuse_mode(const struct kiln_plan_opts *o)
 	return o->keep_all ? KILN_FUSE_NONE : o->training ? KILN_FUSE_RELU : KILN_FUSE_ALL;
 }
 
-kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
-			       const struct kiln_plan_opts *opts, struct kiln_plan **out)
+/* kiln_model_plan_ex, a decode plan's runs `positions` tokens a row
+ * (1 but for kiln_model_plan_prefill). */
+static kiln_status plan_make(struct kiln_model *m, int64_t batch, const struct kiln_plan_opts *opts,
+			     int64_t positions, struct kiln_plan **out)
 {
 	kiln_status st;
 	int n = m->n_layers;
@@ -451,7 +465,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 		st = kiln_error(KILN_EINVAL, "kiln_plan_opts.logits: an inference plan does not train");
 		goto fail;
 	}
-	if (opts->decode > 0 && ((st = decode_input(p, opts->decode)) ||
+	if (opts->decode > 0 && ((st = decode_input(p, opts->decode, positions)) ||
 				 (st = logits_output(p, "a decode plan (generation)"))))
 		goto fail;
 	p->logits = opts->logits;
@@ -498,7 +512,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			kiln_plan_free(p);
 			kiln_log(KILN_LOG_DEBUG, "core", "the device refused a max pooling from NHWC to NCHW: planned again in the model's layout");
 			kiln_model_mixed_stem(0);
-			st = kiln_model_plan_ex(m, batch, opts, out);
+			st = plan_make(m, batch, opts, positions, out);
 			kiln_model_mixed_stem(1);
 			return st;
 		}
@@ -552,6 +566,22 @@ fail:
 	free(wants_grad);
 	kiln_plan_free(p);
 	return st;
+}
+
+kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
+			       const struct kiln_plan_opts *opts, struct kiln_plan **out)
+{
+	return plan_make(m, batch, opts, 1, out);
+}
+
+kiln_status kiln_model_plan_prefill(struct kiln_model *m, int64_t decode, int64_t positions,
+				    struct kiln_plan **out)
+{
+	const struct kiln_plan_opts o = { .decode = decode };
+	*out = NULL;
+	if (decode < 1)
+		return kiln_error(KILN_EINVAL, "kiln_model_plan_prefill: decode = %lld positions", (long long)decode);
+	return plan_make(m, 1, &o, positions, out);
 }
 
 kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const char *which,

@@ -290,6 +290,23 @@ kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void
 	return st;
 }
 
+kiln_status kiln_plan_decode_state(struct kiln_plan *p, const void *tokens, const void *pos,
+				   void *stream)
+{
+	int hi = 0; /* the schedule's forwards up to the last that keeps state */
+	if (!p->decode)
+		return kiln_error(KILN_EINVAL, "kiln_plan_decode_state: not a decode plan (kiln_plan_opts.decode)");
+	for (int e = 0; e < p->m->n_layers; e++)
+		if (p->sched[e].kind == PEV_FWD && p->nodes[p->sched[e].layer].sstore >= 0)
+			hi = e + 1;
+	if (!hi)
+		return KILN_OK; /* no layer keeps state: nothing to run */
+	p->pos = pos;
+	kiln_status st = kiln_plan_forward_range(p, 0, hi, tokens, NULL, NULL, stream);
+	p->pos = NULL;
+	return st;
+}
+
 /* Whether node n of a decode plan keeps no state, or lays it out by row
  * (kiln_layer.decode_caches) within its saved memory, each row whole
  * runs of decode_len positions where it says how long a position is

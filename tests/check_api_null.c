@@ -173,6 +173,8 @@ START_TEST(runner_nulls)
 		int32_t id, outs[2];
 		double probs[2];
 		assert_null_arg(kiln_generator_top_p(NULL, 0.5), "kiln_generator_top_p", "g");
+		/* session 43's */
+		assert_null_arg(kiln_generator_plan_samples(NULL, 2), "kiln_generator_plan_samples", "g");
 		assert_null_arg(kiln_generate_samples(NULL, &tok, 1, 1, 2, &so, outs, NULL, NULL),
 				"kiln_generate_samples", "g");
 		assert_null_arg(kiln_sample_token_ex(NULL, 2, &so, 1, 0, 0, &id), "kiln_sample_token_ex",

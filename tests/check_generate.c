@@ -1263,6 +1263,230 @@ START_TEST(test_open_precision)
 }
 END_TEST
 
+/* ---- session 43: the prompt prefilled ---------------------------------- */
+
+/* A decode plan of k positions a run (kiln_model_plan_prefill: ATTENTION_
+ * DECODE of T = k queries, pos_embedding's k rows) run once at position
+ * 0 on tokens[0..k) gives at its position t the logits of the full
+ * forward's position t (f32 within 2e-5, as the steps), for k = 1 to T;
+ * then a second run of k' = T - k positions at position k, on the caches
+ * the first left, gives positions k..T-1 alike (a prompt of two runs). */
+START_TEST(test_prefill_plan_logits)
+{
+	struct rig r;
+	int32_t tok[T], pos[T];
+	float full[T * V], got[T * V];
+	void *y;
+	struct kiln_tensor_desc d;
+	rig_open(&r, "", "", KILN_F32);
+	tokens_of(tok, T, 4);
+	full_logits(&r, 1, tok, full);
+	for (int k = 1; k < T; k++) {
+		struct kiln_plan *p[2];
+		for (int run = 0; run < 2; run++) {
+			const int at = run ? k : 0, n = run ? T - k : k;
+			ck_assert_msg(kiln_model_plan_prefill(r.m, T, n, &p[run]) == 0, "%s", kiln_last_error());
+			ck_assert(kiln_plan_logits(p[run], &y, &d) == 0);
+			ck_assert_int_eq(d.dims[0], 1);
+			ck_assert_int_eq(d.dims[1], n);
+			if (run) { /* the first run's positions 0..k-1, into the second's caches */
+				size_t bytes;
+				ck_assert(kiln_plan_decode_copy_rows(p[1], p[0], k, r.stream, &bytes) == 0);
+			}
+			for (int t = 0; t < n; t++)
+				pos[t] = at + t;
+			TEST_H2D(&r, r.tok, tok + at, sizeof(int32_t) * (size_t)n);
+			TEST_H2D(&r, r.pos, pos, sizeof(int32_t) * (size_t)n);
+			ck_assert_msg(kiln_plan_decode(p[run], r.tok, r.pos, r.stream) == 0, "%s", kiln_last_error());
+			TEST_D2H(&r, got, y, kiln_tensor_bytes(&d));
+			for (int t = 0; t < n; t++)
+				for (int v = 0; v < V; v++) {
+					const double want = full[(at + t) * V + v];
+					ck_assert_msg(fabs(got[t * V + v] - want) <= 2e-5 * (1 + fabs(want)),
+						      "runs of %d and %d positions: position %d logit %d: %.7g, full forward %.7g",
+						      k, T - k, at + t, v, got[t * V + v], want);
+				}
+		}
+		kiln_plan_free(p[0]);
+		kiln_plan_free(p[1]);
+	}
+	/* positions past the caches: the op's data error, naming them */
+	struct kiln_plan *p;
+	ck_assert(kiln_model_plan_prefill(r.m, T, 4, &p) == 0);
+	for (int t = 0; t < 4; t++)
+		pos[t] = T - 2 + t;
+	TEST_H2D(&r, r.tok, tok, sizeof(int32_t) * 4);
+	TEST_H2D(&r, r.pos, pos, sizeof(int32_t) * 4);
+	ck_assert_int_eq(kiln_plan_decode(p, r.tok, r.pos, r.stream), KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "positions 7..10 outside the cache's [0, 9)"), "%s",
+		      kiln_last_error());
+	kiln_device_stream_sync(r.dev, r.stream);
+	kiln_plan_free(p);
+	ck_assert_int_eq(kiln_model_plan_prefill(r.m, T, T + 1, &p), KILN_EINTERNAL);
+	rig_close(&r);
+}
+END_TEST
+
+/* The tokens of kiln_generate_samples (n_samples 1: kiln_generate's) of
+ * a prompt prefilled (session 43: its positions but the last in runs of
+ * at most `max`, the caches copied into the one-row plan) equal those of
+ * the prompt fed a step a position (the way before: a generator with
+ * kiln_generator_prefill_max 1), under f32 and bf16 compute, for prompts
+ * of 2 to T tokens (the rest of the context drawn), runs of at most 2, 4
+ * and 256 positions (several runs, the last overlapping the one before;
+ * one run padded past the prompt), 1 and 3 samples, greedy, temperature
+ * 1.2 on two seeds, top-k 3, top-p 0.8 and both; and the one-row caches
+ * a prompt leaves give the next step's logits within 1e-5 (bf16 4e-3) of
+ * those the steps' caches give. */
+START_TEST(test_prefill_equals_steps)
+{
+	static const int64_t maxes[3] = { 2, 4, 256 };
+	static const struct kiln_sample_opts modes[5] = {
+		{ .temperature = 0 },
+		{ .temperature = 1.2, .seed = 1 },
+		{ .temperature = 1.2, .seed = 2 },
+		{ .temperature = 1.0, .top_k = 3, .seed = 4 },
+		{ .temperature = 1.0, .top_k = 3, .seed = 5 },
+	};
+	static const double top_ps[5] = { 1, 1, 0.8, 1, 0.8 };
+	for (int bf = 0; bf < 2; bf++) {
+		struct rig r;
+		struct kiln_generator *g, *steps;
+		rig_open(&r, "", "", bf ? KILN_BF16 : KILN_F32);
+		ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+		ck_assert(kiln_generator_new(r.m, r.stream, T, &steps) == 0);
+		kiln_generator_prefill_max(steps, 1);
+		for (int ns = 1; ns <= 3; ns += 2)
+			for (int mx = 0; mx < 3; mx++) {
+				kiln_generator_prefill_max(g, maxes[mx]);
+				for (int np = 2; np <= T; np++) {
+					int32_t prompt[T], a[3 * T], b[3 * T];
+					const int n_new = T - np;
+					for (int t = 0; t < np; t++)
+						prompt[t] = (int32_t)((5 * t + 3 * np + mx + ns) % V);
+					for (int md = 0; md < 5; md++) {
+						ck_assert(kiln_generator_top_p(g, top_ps[md]) == 0);
+						ck_assert(kiln_generator_top_p(steps, top_ps[md]) == 0);
+						ck_assert_msg(kiln_generate_samples(g, prompt, np, n_new, ns, &modes[md], a, NULL, NULL) == 0,
+							      "%s", kiln_last_error());
+						ck_assert(kiln_generate_samples(steps, prompt, np, n_new, ns, &modes[md], b, NULL, NULL) == 0);
+						for (int i = 0; i < ns * n_new; i++)
+							ck_assert_msg(a[i] == b[i], "%s, runs of at most %d, a %d-token prompt, %d samples, mode %d: sample %d token %d is %d prefilled, %d fed a step a position",
+								      bf ? "bf16" : "f32", (int)maxes[mx], np, ns, md,
+								      i / (n_new ? n_new : 1), i % (n_new ? n_new : 1), a[i], b[i]);
+					}
+				}
+			}
+		/* the caches: the step after a prompt (and one greedy token) */
+		const struct kiln_sample_opts greedy = { .temperature = 0 };
+		for (int mx = 0; mx < 3; mx++) {
+			kiln_generator_prefill_max(g, maxes[mx]);
+			for (int np = 2; np < T; np++) {
+				int32_t prompt[T], ta, tb;
+				const float *lg;
+				float la[V];
+				for (int t = 0; t < np; t++)
+					prompt[t] = (int32_t)((7 * t + np) % V);
+				ck_assert(kiln_generate(g, prompt, np, 1, &greedy, &ta, NULL, NULL) == 0);
+				ck_assert(kiln_generate(steps, prompt, np, 1, &greedy, &tb, NULL, NULL) == 0);
+				ck_assert_int_eq(ta, tb);
+				ck_assert(kiln_generator_step(g, np, ta, &lg) == 0);
+				memcpy(la, lg, sizeof la);
+				ck_assert(kiln_generator_step(steps, np, tb, &lg) == 0);
+				for (int v = 0; v < V; v++)
+					ck_assert_msg(fabs(la[v] - lg[v]) <= (bf ? 4e-3 : 1e-5) * (1 + fabs(lg[v])),
+						      "%s, runs of at most %d, a %d-token prompt: logit %d after it %.7g prefilled, %.7g fed a step a position",
+						      bf ? "bf16" : "f32", (int)maxes[mx], np, v, la[v], lg[v]);
+			}
+		}
+		kiln_generator_close(steps);
+		kiln_generator_close(g);
+		rig_close(&r);
+	}
+}
+END_TEST
+
+/* A prompt costs one copy of logits to the host, that of its last token,
+ * not one a token (session 43: before, each of its positions was a step
+ * whose logits were copied back, as prefill_max 1 still does):
+ * kiln_generate_samples of a 6-token prompt and n_new tokens copies
+ * n_new blocks of logits to the host, for 1 and 3 samples and 1 and 3
+ * new tokens, against 6 + n_new - 1 fed a step a position. */
+START_TEST(test_prefill_fewer_copies)
+{
+	struct rig r;
+	struct kiln_generator *g;
+	const int32_t prompt[6] = { 4, 1, 7, 2, 9, 3 };
+	int32_t out[3 * 3];
+	const struct kiln_sample_opts s = { .temperature = 1, .seed = 2 };
+	rig_open(&r, "", "", KILN_F32);
+	for (int way = 0; way < 2; way++) {
+		ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0); /* as it comes */
+		if (way)
+			kiln_generator_prefill_max(g, 1);
+		for (int ns = 1; ns <= 3; ns += 2)
+			for (int n_new = 1; n_new <= 3; n_new += 2) {
+				struct kiln_device_counters c0, c1;
+				/* (the plans made by a first call) */
+				ck_assert(kiln_generate_samples(g, prompt, 6, n_new, ns, &s, out, NULL, NULL) == 0);
+				kiln_device_counters_get(r.dev, &c0);
+				ck_assert(kiln_generate_samples(g, prompt, 6, n_new, ns, &s, out, NULL, NULL) == 0);
+				kiln_device_counters_get(r.dev, &c1);
+				const uint64_t want = way ? (uint64_t)(6 + n_new - 1) : (uint64_t)n_new;
+				ck_assert_msg(c1.d2h_copies - c0.d2h_copies == want,
+					      "%s, %d samples, %d new tokens: %llu copies of logits to the host, not %llu",
+					      way ? "a step a position" : "prefilled", ns, n_new,
+					      (unsigned long long)(c1.d2h_copies - c0.d2h_copies),
+					      (unsigned long long)want);
+			}
+		kiln_generator_close(g);
+	}
+	rig_close(&r);
+}
+END_TEST
+
+/* kiln_generator_plan_samples makes the plan kiln_generate_samples uses
+ * (a call of as many samples then makes none: no allocation), refuses
+ * what does not fit as it does (KILN_EUSAGE naming the samples, here a
+ * million under an RLIMIT_AS 512 MiB above the process), and 0 samples
+ * (KILN_EINVAL); `kiln generate` calls it before it allocates the
+ * samples' tokens (tests/generate.sh). */
+START_TEST(test_plan_samples)
+{
+	struct rig r;
+	struct kiln_generator *g;
+	const int32_t prompt[3] = { 4, 1, 7 };
+	int32_t out[4 * 2];
+	const struct kiln_sample_opts s = { .temperature = 1, .seed = 3 };
+	struct kiln_device_counters c0, c1;
+	rig_open(&r, "", "", KILN_F32);
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	ck_assert(kiln_generate_samples(g, prompt, 3, 2, 2, &s, out, NULL, NULL) == 0); /* warm */
+	ck_assert_msg(kiln_generator_plan_samples(g, 4) == 0, "%s", kiln_last_error());
+	kiln_device_counters_get(r.dev, &c0);
+	ck_assert(kiln_generate_samples(g, prompt, 3, 2, 4, &s, out, NULL, NULL) == 0);
+	kiln_device_counters_get(r.dev, &c1);
+	ck_assert_msg(c1.allocs == c0.allocs, "%llu allocations after the plan was made",
+		      (unsigned long long)(c1.allocs - c0.allocs));
+	ck_assert_int_eq(kiln_generator_plan_samples(g, 0), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "n_samples = 0"), "%s", kiln_last_error());
+	struct rlimit old, lim;
+	ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
+	lim = old;
+	lim.rlim_cur = (rlim_t)(vm_bytes() + ((size_t)512 << 20));
+	ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+	const kiln_status st = kiln_generator_plan_samples(g, 1000000);
+	char msg[1024];
+	snprintf(msg, sizeof msg, "%s", kiln_last_error());
+	setrlimit(RLIMIT_AS, &old);
+	ck_assert_int_eq(st, KILN_EUSAGE);
+	ck_assert_msg(strstr(msg, "1000000 samples decoded at once need a decode plan of "), "%s", msg);
+	ck_assert(kiln_generate(g, prompt, 3, 2, &s, out, NULL, NULL) == 0);
+	kiln_generator_close(g);
+	rig_close(&r);
+}
+END_TEST
+
 static Suite *make_generate_suite(void)
 {
 	Suite *s = suite_create("generate");
@@ -1272,6 +1496,9 @@ static Suite *make_generate_suite(void)
 		test_open_precision, test_top_p_vs_reference, test_top_p_draws, test_samples, test_top_p_bounds,
 		test_step_positions, test_samples_prompt_once, test_samples_plan_freed, test_samples_too_many,
 		test_context_refused, NULL });
+	check_add_case(s, "prefill", 240, NULL, NULL, (const TTest *[]){
+		test_prefill_plan_logits, test_prefill_equals_steps, test_prefill_fewer_copies,
+		test_plan_samples, NULL });
 	return s;
 }
 

@@ -32,6 +32,8 @@
 #  bad --top-p and --num-samples values: exit 2.
 #  Session 42: more --num-samples than the memory holds: exit 2 naming them
 #  and the bytes, nothing printed.
+#  Session 43: so under a limit their tokens (92 MB) would not fit in:
+#  the plan is made before the tokens are allocated.
 # The decode logits themselves are checked against the full forward in
 # tests/check_generate.c.
 name=generate
@@ -340,6 +342,28 @@ stderr_has "kiln: error: --num-samples 1000000: 1000000 samples decoded at once 
 stderr_has "more than the free memory of the cpu device ("
 stderr_has "fit): ask for fewer samples"
 [ ! -s "$out" ] || fail "--num-samples 1000000 printed text"
+# Session 43: the plan of that many samples is made before their tokens'
+# memory: under a limit 24 MiB above the least that --num-samples 2 runs
+# in (found here; MALLOC_ARENA_MAX=1: no thread maps an arena of its own),
+# a million samples of 23 tokens (92 MB of tokens) are the same exit 2
+# naming them (before, the tokens were allocated first: "out of memory",
+# exit 1)
+lo=16384 hi=4000000
+while [ $((hi - lo)) -gt 4096 ]; do
+	mid=$(((lo + hi) / 2))
+	if (ulimit -v $mid && export MALLOC_ARENA_MAX=1 &&
+		"$kiln" generate "$ini" --prompt x --tokens 23 --num-samples 2 >/dev/null 2>&1); then
+		hi=$mid
+	else
+		lo=$mid
+	fi
+done
+[ $hi -lt 4000000 ] || fail "--num-samples 2 did not run under ulimit -v 4000000"
+(ulimit -v $((hi + 24576)) && export MALLOC_ARENA_MAX=1 &&
+	kiln 2 generate "$ini" --prompt x --tokens 23 --num-samples 1000000) ||
+	fail "--num-samples 1000000 of 23 tokens under ulimit -v $((hi + 24576)): $(tail -2 "$err")"
+stderr_has "kiln: error: --num-samples 1000000: 1000000 samples decoded at once need a decode plan of "
+[ ! -s "$out" ] || fail "--num-samples 1000000 of 23 tokens printed text"
 kiln 2 generate "$ini" --tokens 3
 # a checkpoint that is not there: a usage error (exit 1 before session 36)
 kiln 2 generate "$ini" --prompt "x" --tokens 3 --checkpoint "$tmp/none.kiln"

@@ -8,6 +8,10 @@
 # prints), naming tnodecode is refused, exit 2.  An MLP over tokens (no
 # attention): generates on tnodecode, named or chosen by auto, the same
 # text (before the fix it was refused, and auto fell back for nothing).
+# Session 43: the CPU device prefills a prompt (no "not prefilled" line);
+# tprefill28, the CPU device under ABI 2.28 (tests/plugins/tnodecode.c),
+# is asked for no decoding attention of several positions: the prompt is
+# fed a position a step, said once at info level, the same text.
 name=generate_device
 . "$(dirname "$0")/lib.sh"
 
@@ -63,4 +67,18 @@ kiln 0 generate "$tmp/mlp.ini" run.device=auto $gen
 stderr_has "device = auto: using tnodecode"
 ! grep -qF "generating on the CPU device" "$err" || fail "auto fell back for a model without attention"
 cmp -s "$out" "$tmp/mlp.ref" || fail "auto's text differs from run.device=cpu's"
+# a device built before ABI 2.31: the prompt a position a step, the same
+# text as the CPU device's prefill
+long="--prompt thequick --tokens 8 --seed 4 --temperature 2"
+unset KILN_PLUGIN_PATH
+kiln 0 generate "$tmp/att.ini" $long
+! grep -qF "not prefilled" "$err" || fail "the CPU device fed the prompt a position a step: $(cat "$err")"
+cp "$out" "$tmp/long.ref"
+KILN_PLUGIN_PATH=$plugdir
+export KILN_PLUGIN_PATH
+kiln 0 generate "$tmp/att.ini" run.device=tprefill28 $long
+stderr_has "the prompt is fed a position a step, not prefilled: "
+stderr_has "tprefill28: built for ABI 2.28, before the decoding attention of several positions a run (2.31)"
+[ "$(grep -c "not prefilled" "$err")" = 1 ] || fail "the fallback said more than once"
+cmp -s "$out" "$tmp/long.ref" || fail "the text fed a step a position differs from the prefilled text"
 echo "generate_device: $checks checks passed"

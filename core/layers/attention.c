@@ -120,7 +120,8 @@ static kiln_status attention_plan(const struct kiln_host *h, struct kiln_layer *
 	struct kiln_op op;
 	kiln_status st;
 	size_t w = 0;
-	if (l->decode_len) { /* one token per row, the caches kept as saved memory */
+	if (l->decode_len) { /* T tokens per row (1 a step; a prompt's prefill
+			      * more, ABI 2.31), the caches kept as saved memory */
 		op_init(&op, KILN_OP_ATTENTION_DECODE, 2, 3);
 		op.in[0] = l->in[0];
 		kiln_tensor_desc_init(&op.in[1], KILN_I32, 1, (int64_t[]){ 1 });

@@ -5,8 +5,9 @@
  * first T rows of the weight are T*C contiguous values, so the add is
  * KILN_OP_BIAS_ADD of a [T*C] bias over B rows of [T*C], and its gradient
  * KILN_OP_BIAS_GRAD; rows T.. of the weight gradient are zeroed.  In a
- * decode plan (kiln_layer.decode_len > 0, T = 1) the row added is that of
- * the device position kiln_layer_run.pos: KILN_OP_EMBEDDING of it into the
+ * decode plan (kiln_layer.decode_len > 0) the rows added are those of the
+ * device positions kiln_layer_run.pos[0..T) (T = 1 a step, more a
+ * prompt's prefill, ABI 2.31): KILN_OP_EMBEDDING of them into the
  * workspace, then the same BIAS_ADD.
  */
 #include "util.h"
@@ -15,7 +16,7 @@ struct pos_embedding {
 	struct layer_plans plans;
 	int64_t max_len, B, T, C;
 	void *copy, *add, *dx[2], *dw[2], *zero_tail; /* dw: [dw_accum] */
-	void *row; /* decode plans: weight[pos] (EMBEDDING of the position) */
+	void *row; /* decode plans: weight[pos[0..T)] (EMBEDDING of the positions) */
 };
 
 static const struct kiln_key pos_embedding_keys[] = {
@@ -80,14 +81,14 @@ static kiln_status pos_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.out[0] = rows;
 	if ((st = prep(h, l, dev, &op, &s->add, ws)))
 		return st;
-	if (l->decode_len) { /* the row of position pos, into the workspace's head */
+	if (l->decode_len) { /* the rows of positions pos[0..T), into the workspace's head */
 		size_t w = 0;
 		op_init(&op, KILN_OP_EMBEDDING, 2, 1);
-		kiln_tensor_desc_init(&op.in[0], KILN_I32, 1, (int64_t[]){ 1 });
+		kiln_tensor_desc_init(&op.in[0], KILN_I32, 1, (int64_t[]){ s->T });
 		f32_desc(&op.in[1], s->max_len, s->C, 0);
-		f32_desc(&op.out[0], 1, s->C, 0);
+		f32_desc(&op.out[0], s->T, s->C, 0);
 		st = prep(h, l, dev, &op, &s->row, &w);
-		*ws = (*ws > w ? *ws : w) + ALIGN64(sizeof(float) * (size_t)s->C);
+		*ws = (*ws > w ? *ws : w) + ALIGN64(sizeof(float) * (size_t)(s->T * s->C));
 		return st;
 	}
 	if (!l->trainable || !kiln_layer_training(l))
@@ -112,8 +113,8 @@ static kiln_status pos_forward(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st;
 	if (r->y != r->x[0] && (st = run_op(h, r, s->copy, &a)))
 		return st;
-	if (s->row) { /* decoding: y += weight[pos] */
-		const size_t off = ALIGN64(sizeof(float) * (size_t)s->C);
+	if (s->row) { /* decoding: y[:, t] += weight[pos[t]] */
+		const size_t off = ALIGN64(sizeof(float) * (size_t)(s->T * s->C));
 		struct kiln_layer_run rr = *r;
 		rr.workspace = (char *)r->workspace + off;
 		rr.workspace_bytes = r->workspace_bytes - off;

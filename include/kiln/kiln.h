@@ -1216,7 +1216,11 @@ kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln
  * batch 1 (kiln_plan_opts.decode = the context): each step feeds one token
  * at its position and gives the next token's logits, the attention layers
  * keeping the keys and values of the earlier positions, so the prefix is
- * never recomputed.  Sampling draws from the core's counter-based RNG
+ * never recomputed; a prompt's positions but its last are prefilled, up
+ * to 256 a run of a plan that takes them at once (where the device and
+ * every layer can, ABI 2.31; else a step each: docs/generate.md,
+ * "Prefill"), so a prompt costs a few runs and one copy of logits to
+ * the host.  Sampling draws from the core's counter-based RNG
  * keyed by (seed, the draw's index, the sample's index): the same seed
  * gives the same tokens.  kiln_generate_samples decodes N continuations
  * of one prompt at once, in a plan of N rows (each its own caches).
@@ -1354,8 +1358,8 @@ typedef kiln_status (*kiln_samples_fn)(void *user, int64_t sample, int32_t token
  * num_return_sequences), decoded at once: a decode plan of n_samples
  * rows, each row its own key/value caches (memory: n_samples times one
  * sequence's, besides the generator's one-row plan), the prompt fed once
- * (its first n_prompt - 1 tokens to the one-row decode, whose caches'
- * positions of those tokens are copied into every row, then its last
+ * (its first n_prompt - 1 tokens to the one-row decode, prefilled there,
+ * whose caches' positions of those tokens are copied into every row, then its last
  * token to every row: the same
  * logits as feeding it to every row, one row's compute instead of
  * n_samples'; a model with a layer that does not lay its caches out by
@@ -1386,6 +1390,15 @@ typedef kiln_status (*kiln_samples_fn)(void *user, int64_t sample, int32_t token
 kiln_status kiln_generate_samples(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
 				  int64_t n_new, int64_t n_samples, const struct kiln_sample_opts *o,
 				  int32_t *out, kiln_samples_fn fn, void *user);
+/* Make now the decode plan kiln_generate_samples of n_samples would make
+ * (and keep it for that call, as it keeps its own): a caller learns that
+ * n_samples rows do not fit (KILN_EUSAGE, as kiln_generate_samples says)
+ * before it allocates their tokens (`kiln generate --num-samples`; before
+ * session 43 it allocated them first, and a count whose tokens did not
+ * fit in memory was "out of memory", exit 1).  n_samples = 1 frees the
+ * plan of several rows, as a one-row call does.  1 <= n_samples <=
+ * INT32_MAX, else KILN_EINVAL; NULL g: KILN_EINVAL.  (libkiln.so.2.6) */
+kiln_status kiln_generator_plan_samples(struct kiln_generator *g, int64_t n_samples);
 
 /* ---- the loader alone (`kiln bench data`) ---- */
 

@@ -170,9 +170,16 @@ extern "C" {
  * 2.30: KILN_OP_LR_SCHEDULE's schedules exponential, linear and
  *      polynomial (KILN_SCHED_EXPONENTIAL..POLYNOMIAL) and onecycle's
  *      i[5] three_phase and i[6] anneal_strategy; the core asks no
- *      device built before for them (docs/plugins.md "ABI 2.30"). */
+ *      device built before for them (docs/plugins.md "ABI 2.30").
+ * 2.31: a decode plan's runs may take T > 1 positions a row (a prompt's
+ *      prefill: kiln_layer.decode_len's in[] [B, T, ...] at positions
+ *      kiln_layer_run.pos[0..T)); KILN_OP_ATTENTION_DECODE with qkv
+ *      [B,T,3C] (kiln/ops.h).  The core plans no such run with a layer
+ *      built before, nor asks a device built before for that op of T > 1:
+ *      the prompt is then fed a position a step (docs/plugins.md "ABI
+ *      2.31"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 30
+#define KILN_ABI_MINOR 31
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -1209,8 +1216,10 @@ struct kiln_layer {
 	/* ---- ABI 2.2 ---- */
 	int64_t decode_len;  /* set by the core before configure: > 0 in a
 			      * decode plan (kiln_plan_opts.decode, text
-			      * generation, docs/generate.md): in[] hold one
-			      * new position per row ([B, 1, ...]), the one
+			      * generation, docs/generate.md): in[] hold T new
+			      * positions per row ([B, T, ...]; T = 1 a step,
+			      * more a prompt's prefill, only for a layer
+			      * built for ABI 2.29 or later), those
 			      * kiln_layer_run.pos says, and a layer whose
 			      * output depends on other positions keeps what
 			      * it needs of up to decode_len positions in its
@@ -1373,9 +1382,11 @@ struct kiln_layer_run {
 	 * (training plans of layers with sync_ranks > 1; NULL otherwise). */
 	void *group;
 	/* ---- ABI 2.2 ---- */
-	/* Decode plans (l->decode_len > 0): device i32[1], the position of
-	 * this step's token in its sequence, 0 <= pos < decode_len (the same
-	 * for every row); NULL otherwise. */
+	/* Decode plans (l->decode_len > 0): device i32[T], the positions of
+	 * the run's T tokens in their sequence (in[0].dims[1]; 1 a step, more
+	 * a prompt's prefill, ABI 2.29), pos[t] = pos[0] + t, 0 <= pos[t] <
+	 * decode_len (the same for every row); the positions before pos[0]
+	 * were fed by earlier runs.  NULL otherwise. */
 	const void *pos;
 };
 

@@ -1,7 +1,8 @@
 /* plugins/cpu/attn.c - fused scaled-dot-product attention, KILN_OP_ATTENTION
  * and KILN_OP_ATTENTION_BWD (the contract, with PyTorch's equivalent, is in
  * kiln/ops.h), and its decoding step with a key/value cache,
- * KILN_OP_ATTENTION_DECODE (one query row per (batch, head), plain loops).
+ * KILN_OP_ATTENTION_DECODE (one query row per (batch, head) and position,
+ * the positions in order, plain loops).
  *
  * Parallel over the B*H (batch, head) pairs with OpenMP; each pair is done
  * by one thread from start to end, so the result does not depend on the
@@ -622,17 +623,20 @@ static kiln_status cpu_attention(const struct cpu_plan *p, const struct kiln_op_
 
 /* ---- decoding with a key/value cache (ATTENTION_DECODE) ----------------- */
 
-/* One (b, h) pair of a decoding step at position t: store k and v in the
- * caches' row t, then y = softmax(scale * q K[0..t]^T) V[0..t].  s: the
- * thread's Tmax floats (rounded up to a whole vector). */
+/* One (b, h) pair of a decoding step: query i of row b (of T) at position
+ * t, after queries 0..i-1 of the row ran (ABI 2.31: T > 1, a prompt's
+ * positions at once): store its k and v in the caches' row t, then y =
+ * softmax(scale * q K[0..t]^T) V[0..t], the same loops, in the same
+ * order, as a step of one position.  s: the thread's Tmax floats
+ * (rounded up to a whole vector). */
 static void attn_decode_head(const struct attn_dims *g, int64_t Tmax, const float *qkv,
 			     float *y, float *kc, float *vc, float *s, int64_t b, int64_t h,
-			     int64_t t)
+			     int64_t i, int64_t t)
 {
 	const int64_t C = g->C, D = g->D;
-	const float *q = qkv + b * 3 * C + h * D;
+	const float *q = qkv + (b * g->T + i) * 3 * C + h * D;
 	float *K = kc + (b * g->H + h) * Tmax * D, *V = vc + (b * g->H + h) * Tmax * D;
-	float *yh = y + b * C + h * D;
+	float *yh = y + (b * g->T + i) * C + h * D;
 	memcpy(K + t * D, q + C, sizeof(float) * (size_t)D);
 	memcpy(V + t * D, q + 2 * C, sizeof(float) * (size_t)D);
 	for (int64_t j = 0; j <= t; j++)
@@ -649,14 +653,17 @@ static void attn_decode_head(const struct attn_dims *g, int64_t Tmax, const floa
 	}
 }
 
+/* qkv [B,T,3C] at positions t0..t0+T-1 of every row (T = 1: a step). */
 static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct kiln_op_args *a,
 					struct cpu_err *e)
 {
 	const struct attn_dims g = attn_dims(p);
-	const int64_t Tmax = p->sz[5], t = *(const int32_t *)a->in[1], pairs = g.B * g.H;
-	if (t < 0 || t >= Tmax)
-		return cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE: position %lld outside the cache's [0, %lld)",
-				(long long)t, (long long)Tmax);
+	const int64_t Tmax = p->sz[5], t0 = *(const int32_t *)a->in[1], pairs = g.B * g.H;
+	if (t0 < 0 || t0 + g.T > Tmax)
+		return g.T == 1 ? cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE: position %lld outside the cache's [0, %lld)",
+					   (long long)t0, (long long)Tmax)
+				: cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE: positions %lld..%lld outside the cache's [0, %lld)",
+					   (long long)t0, (long long)(t0 + g.T - 1), (long long)Tmax);
 	const int nt = attn_team(pairs, p->sz[4]);
 	int64_t next = 0; /* as cpu_attention's */
 #pragma omp parallel num_threads(cpu_team_whole(nt))
@@ -664,8 +671,9 @@ static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct k
 		const int64_t me = cpu_thread_num();
 		float *s = me < nt ? (float *)a->workspace + attn_pad(Tmax) * me : NULL;
 		for (int64_t bh; me < nt && (bh = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < pairs;)
-			attn_decode_head(&g, Tmax, a->in[0], a->out[0], a->out[1], a->out[2], s,
-					 bh / g.H, bh % g.H, t);
+			for (int64_t i = 0; i < g.T; i++) /* in order: query i reads rows <= t0 + i */
+				attn_decode_head(&g, Tmax, a->in[0], a->out[0], a->out[1], a->out[2], s,
+						 bh / g.H, bh % g.H, i, t0 + i);
 	}
 	return KILN_OK;
 }

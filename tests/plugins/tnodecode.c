@@ -2,7 +2,11 @@
  * of this build tree, CPU_SO) under the name "tnodecode", auto score 200
  * (auto picks it over cpu), whose has_op says no to ATTENTION_DECODE: a
  * stand-in for the CUDA device in tests/generate_device.sh, so that the
- * fallback and refusal of `kiln generate` run without a GPU.
+ * fallback and refusal of `kiln generate` run without a GPU.  Beside it,
+ * "tprefill28": the CPU device as it is but for its abi_minor, 28, a
+ * device built before ABI 2.31, which the core asks for no decoding
+ * attention of several positions (a prompt's prefill): `kiln generate`
+ * feeds the prompt a position a step on it.
  *
  * Not installed, not in the default search path (check_LTLIBRARIES).
  */
@@ -12,7 +16,7 @@
 #include <stdio.h>
 
 static struct kiln_device_ops ops;
-static struct kiln_plugin plug;
+static struct kiln_plugin plug, plug28;
 
 static int has_op(void *ctx, int type)
 {
@@ -22,7 +26,7 @@ static int has_op(void *ctx, int type)
 
 KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
 {
-	static const struct kiln_plugin *list[] = { &plug, NULL };
+	static const struct kiln_plugin *list[] = { &plug, &plug28, NULL };
 	void *h = dlopen(CPU_SO, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		fprintf(stderr, "kiln-tnodecode: %s\n", dlerror());
@@ -32,7 +36,10 @@ KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struc
 	const struct kiln_plugin *const *l = init ? init(host) : NULL;
 	if (!l || !l[0])
 		return NULL;
-	plug = *l[0];
+	plug = plug28 = *l[0];
+	plug28.name = "tprefill28";
+	plug28.abi_minor = 28;
+	plug28.keys = NULL;
 	ops = *(const struct kiln_device_ops *)plug.ops;
 	ops.has_op = has_op;
 	ops.traits.auto_score = 200;
