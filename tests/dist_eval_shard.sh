@@ -34,9 +34,10 @@
 #     message says why)" (tests/eval_fault.sh's agreement).  Before, both
 #     ranks read it and each named its own failure.
 #  1 also runs a [data.eval] limit of 16 (one batch: rank 1's share empty).
-#  3. on_error = skip with that PNG in rank 1's share: rank 0's count of
-#     bad samples replaced is a 1-process run's (the evaluations' skips
-#     summed over the ranks).
+#  3. on_error = skip with that PNG in rank 1's share (2 ranks; and 2
+#     pipes of 2 stages, the second pipe's): rank 0's count of bad samples
+#     replaced is a 1-process run's (the evaluations' skips summed over
+#     the ranks, a pipe's counted once).
 name=dist_eval_shard needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
 py=/usr/bin/python3
@@ -175,10 +176,17 @@ head -c 40 "$tmp/good.png" > "$_f"
 KILN_MASTER_PORT=$(free_port 5) timeout 120 "$kiln" launch -n 2 -- "$kiln" train \
 	"$tmp/share.ini" data.on_error=skip run.comm=gloo run.out_dir="$tmp/skip2" \
 	> "$tmp/skip2.out" 2> "$tmp/skip2.log" || bad "skip: the 2-rank run failed"
+# 2 pipes of 2 stages, evaluating per stage (each stage reads the pipe's share)
+KILN_MASTER_PORT=$(free_port 5) timeout 120 "$kiln" launch -n 4 -- "$kiln" train \
+	"$tmp/share.ini" data.on_error=skip run.comm=gloo run.out_dir="$tmp/skip4" \
+	dist.pipeline=2 layer.fc.stage=1 pipeline.micro_batches=2 \
+	> "$tmp/skip4.out" 2> "$tmp/skip4.log" || bad "skip: the 4-rank pipeline run failed"
 cp "$tmp/good.png" "$_f"
 s1=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced (on_error = skip)$/\1/p' "$tmp/skip1.log")
 s2=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced over every rank (on_error = skip)$/\1/p' "$tmp/skip2.log")
-echo "bad samples skipped: 1 process $s1, 2 ranks $s2"
+s4=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced over every rank (on_error = skip)$/\1/p' "$tmp/skip4.log")
+echo "bad samples skipped: 1 process $s1, 2 ranks $s2, 2 pipes of 2 stages $s4"
+[ "$s4" = "$s1" ] || bad "skip: 2 pipes of 2 stages reported '$s4' skips over every rank, a 1-process run $s1"
 [ -n "$s1" ] && [ "$s1" -gt 0 ] || bad "skip: the 1-process run reported '$s1' skips, want > 0"
 [ "$s2" = "$s1" ] || bad "skip: 2 ranks reported '$s2' skips over every rank, a 1-process run $s1"
 
