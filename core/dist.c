@@ -920,11 +920,20 @@ kiln_status kiln_dist_eval_buffers(struct kiln_dist *d, void *compute)
 	if (!m || !m->n_buf_elems || d->sync_bn || d->env.world / P < 2 || (P > 1 && !staged))
 		return KILN_OK;
 	/* (after the comm stream's work, as every collective on compute) */
-	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
-			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
+	kiln_status own = kiln_dist_ckpt_fault_at(d, "evalbuf", "waiting for the comm stream");
+	if (!own && d->comm_stream &&
+	    !(own = kiln_device_event_record(d->dev, d->ready, d->comm_stream)))
+		own = kiln_device_stream_wait(d->dev, compute, d->ready);
+	if (!own)
+		own = kiln_dist_zero_settle(d, compute);
+	/* the local steps' outcome agreed before the broadcast: a rank that
+	 * failed in them alone would leave its peers in the broadcast until
+	 * [dist] timeout (session 43's review) */
+	double none = 0;
+	if ((st = kiln_dist_sum_agreed(d, own, &none, 0, "rank 0's batchnorm running statistics for the evaluation",
+				       compute)))
 		return st;
-	if ((st = kiln_dist_zero_settle(d, compute)) ||
-	    (st = d->ops->broadcast(staged ? d->gctx : d->ctx, m->buffers_d,
+	if ((st = d->ops->broadcast(staged ? d->gctx : d->ctx, m->buffers_d,
 				    m->n_buf_elems * sizeof(float), KILN_U8, 0, compute, NULL)))
 		return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d of %d: rank 0's batchnorm running statistics for the evaluation",
 							    d->env.rank, d->env.world));

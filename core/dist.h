@@ -120,8 +120,10 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute);
  * (kiln_dist_pipe_gather) gave every rank pipe 0's, under [dist] sync_bn
  * (the same on every rank), without buffers or with one data-parallel
  * rank.  The other ranks keep rank 0's statistics and update them from
- * their own batches as before (training's forward normalises by the
- * batch's statistics: no gradient nor parameter changes).  A collective
+ * their own batches as before (core batchnorm's training forward
+ * normalises by the batch's statistics: no gradient nor parameter
+ * changes; a plugin layer's is_buffer state that its training forward
+ * reads does change the other ranks' training: docs/plugins.md).  A collective
  * on the compute stream; a failure is the collective's.  OK for NULL d. */
 kiln_status kiln_dist_eval_buffers(struct kiln_dist *d, void *compute);
 /* Whether the coming backward is the one whose gradients are final (the
@@ -239,7 +241,9 @@ kiln_status kiln_dist_allgather_host(struct kiln_dist *d, kiln_status mine, cons
  * [data.val]'s final test), "cut" (the read of the metric sums after a
  * stop cut an evaluation short, core/train_eval.c eval_pass_cal), "whole"
  * (the whole parameter buffer of a [dist] pipeline's gather,
- * kiln_dist_pipe_whole_agreed).  Unset in any
+ * kiln_dist_pipe_whole_agreed), "evalbuf" (the local steps before the
+ * broadcast of rank 0's buffers for an evaluation, kiln_dist_eval_buffers,
+ * agreed before it).  Unset in any
  * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh,
  * tests/agreed_fault.sh, tests/eval_fault.sh). */
 int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step);

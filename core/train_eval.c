@@ -150,8 +150,8 @@ static void eval_share(const struct trainer *t, int64_t len, int64_t eb, int sha
  * integers past f32's 2^24, as one rank's sums, session 37, are), and
  * its fraction (an f32 sum of fractions below 1: off by at most ranks x
  * 2^-24 of the total's units); a sum that is negative, not finite or from
- * 2^48 on goes whole in the fraction's place (f32's rounding; a NaN
- * stays NaN). */
+ * 2^48 on goes whole in the fraction's place (f32's rounding, its integer
+ * part too: docs/distributed.md says so; a NaN stays NaN). */
 static void share_encode(const double sums[4], double *v)
 {
 	for (int i = 0; i < 4; i++) {

@@ -842,28 +842,35 @@ static void memory_line(struct trainer *t)
 }
 
 /* The bad samples the run's sets replaced (on_error = skip), from its
- * start (t->skipped0: the resumed checkpoint's count): the training set's
- * summed over the data-parallel ranks (each reads its own share), the
- * evaluations' this rank's (every rank evaluates the whole set).  The
- * training set's in the batches the loader handed out, not the ones its
- * workers read ahead: a checkpoint's count is what a run resumed from it
- * reaches again, and the run's count at a stop does not depend on how far
- * the workers got.  Every rank's call (a collective), a plain sum: at a
- * checkpoint nothing between the ranks' first sum and it fails on one
- * rank alone (the interval's allgather is a collective), and at the run's
- * end a rank that failed before (its final test) never reaches it, so
- * an agreement here could not hold it (session 41). */
+ * start (t->skipped0: the resumed checkpoint's count), summed over the
+ * data-parallel ranks: the training set's (each rank reads its own
+ * share) and the evaluations' (each rank evaluates its share of the set,
+ * since session 43: before, this rank's count alone left out the other
+ * shares' skips, and the count depended on the ranks), so that the count
+ * is a 1-process run's.  The training set's in the batches the loader
+ * handed out, not the ones its workers read ahead: a checkpoint's count
+ * is what a run resumed from it reaches again, and the run's count at a
+ * stop does not depend on how far the workers got.  Every rank's call (a
+ * collective), a plain sum: at a checkpoint nothing between the ranks'
+ * first sum and it fails on one rank alone (the interval's allgather is
+ * a collective), and at the run's end a rank that failed before (its
+ * final test) never reaches it, so an agreement here could not hold it
+ * (session 41). */
 kiln_status trainer_data_skipped(struct trainer *t, int64_t *out)
 {
-	int64_t n = t->train.loader ? kiln_loader_skipped(t->train.loader)
-				    : atomic_load(&t->train.ds.skipped);
-	kiln_status st = kiln_dist_sum_counts(t->dist, &n, 1, t->compute); /* exact */
+	int64_t n[2] = {
+		t->train.loader ? kiln_loader_skipped(t->train.loader)
+				: atomic_load(&t->train.ds.skipped),
+		atomic_load(&t->test.ds.skipped) + (t->have_val ? atomic_load(&t->val.ds.skipped) : 0),
+	};
+	kiln_status st = kiln_dist_sum_counts(t->dist, n, 2, t->compute); /* exact */
 	/* [dist] pipeline = P: a pipe's P ranks read the same samples
-	 * (one data-parallel rank, drank), so each skip was counted P times */
+	 * (one data-parallel rank, drank; an evaluation's share is read by
+	 * every stage, or evaluated whole on the gathered model by each), so
+	 * each skip was counted P times */
 	if (t->pipe_P > 1)
-		n /= t->pipe_P;
-	*out = t->skipped0 + n + atomic_load(&t->test.ds.skipped) +
-	       (t->have_val ? atomic_load(&t->val.ds.skipped) : 0);
+		n[0] /= t->pipe_P, n[1] /= t->pipe_P;
+	*out = t->skipped0 + n[0] + n[1];
 	return st;
 }
 

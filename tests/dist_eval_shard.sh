@@ -33,6 +33,11 @@
 #     share's rank fails on it, naming it, the other "rank R failed (its
 #     message says why)" (tests/eval_fault.sh's agreement).  Before, both
 #     ranks read it and each named its own failure.
+#  1 also runs a [data.eval] limit of 16 (one batch: rank 1's share empty).
+#  3. on_error = skip with that PNG in rank 1's share (2 ranks; and 2
+#     pipes of 2 stages, the second pipe's): rank 0's count of bad samples
+#     replaced is a 1-process run's (the evaluations' skips summed over
+#     the ranks, a pipe's counted once).
 name=dist_eval_shard needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
 py=/usr/bin/python3
@@ -84,15 +89,16 @@ jfield() {
 }
 
 # ---- 1. the numbers -----------------------------------------------------------------
-for how in ddp zero pipe; do
-	n=2
+for how in ddp zero pipe tiny; do
+	n=2 ns=203 lim=data.eval.limit=0
 	case $how in
 	zero) set -- dist.zero=1 ;;
 	pipe) n=4; set -- dist.pipeline=2 layer.fc.stage=1 pipeline.micro_batches=2 ;;
+	tiny) ns=16 lim=data.eval.limit=16; set -- ;; # one batch: rank 1's share empty
 	*) set -- ;;
 	esac
 	KILN_MASTER_PORT=$(free_port 3) timeout 300 "$kiln" launch -n $n -- "$kiln" train "$ini" \
-		run.comm=gloo run.out_dir="$tmp/$how" "$@" > "$tmp/$how.out" 2> "$tmp/$how.log"
+		run.comm=gloo run.out_dir="$tmp/$how" $lim "$@" > "$tmp/$how.out" 2> "$tmp/$how.log"
 	rc=$?
 	[ $rc = 0 ] || { bad "$how: kiln launch exited $rc"; tail -20 "$tmp/$how.log"; continue; }
 	ck6=$(ck "$how" 6)
@@ -102,7 +108,7 @@ for how in ddp zero pipe; do
 		grep -q "holds the stage's parameters and gradients alone" "$tmp/$how.log" ||
 			bad "pipe: the evaluation did not run per stage"
 	fi
-	"$kiln" eval "$ini" --checkpoint "$ck6" > "$tmp/$how.test" 2> "$tmp/$how.test.err" ||
+	"$kiln" eval "$ini" --checkpoint "$ck6" $lim > "$tmp/$how.test" 2> "$tmp/$how.test.err" ||
 		{ bad "$how: kiln eval of ckpt-6 failed"; cat "$tmp/$how.test.err"; continue; }
 	"$kiln" eval "$ini" --checkpoint "$ck6" data.eval.images=val-img.idx data.eval.labels=val-lab.idx \
 		> "$tmp/$how.val" 2> "$tmp/$how.val.err" ||
@@ -116,7 +122,7 @@ for how in ddp zero pipe; do
 	within "$how: the final test's accuracy" "$ta" "$ea" 6e-7 abs
 	within "$how: step 6's val loss" "$vl" "$wl" 1e-5
 	within "$how: step 6's val accuracy" "$va" "$wa" 6e-7 abs
-	[ "$(field test_samples "$tmp/$how.out")" = 203 ] || bad "$how: test_samples is not 203"
+	[ "$(field test_samples "$tmp/$how.out")" = $ns ] || bad "$how: test_samples is not $ns"
 done
 
 # ---- 2. each rank reads its share ---------------------------------------------------
@@ -156,6 +162,33 @@ share() {
 }
 share 203 1 0 202
 share 2 0 1 1
+
+# ---- 3. the skipped-sample count is every rank's -------------------------------------
+# on_error = skip, the undecodable PNG in rank 1's share (sample 202): rank
+# 0's count of bad samples replaced (the run's result, its log line) is a
+# 1-process run's (each evaluation's skip counted once).  Before, rank 0
+# added its own evaluations' skips alone: none (no line, data_skipped 0).
+_f=$(sed -n 203p "$tmp/pngs")
+cp "$_f" "$tmp/good.png"
+head -c 40 "$tmp/good.png" > "$_f"
+"$kiln" train "$tmp/share.ini" data.on_error=skip run.out_dir="$tmp/skip1" \
+	> "$tmp/skip1.out" 2> "$tmp/skip1.log" || bad "skip: the 1-process run failed"
+KILN_MASTER_PORT=$(free_port 5) timeout 120 "$kiln" launch -n 2 -- "$kiln" train \
+	"$tmp/share.ini" data.on_error=skip run.comm=gloo run.out_dir="$tmp/skip2" \
+	> "$tmp/skip2.out" 2> "$tmp/skip2.log" || bad "skip: the 2-rank run failed"
+# 2 pipes of 2 stages, evaluating per stage (each stage reads the pipe's share)
+KILN_MASTER_PORT=$(free_port 5) timeout 120 "$kiln" launch -n 4 -- "$kiln" train \
+	"$tmp/share.ini" data.on_error=skip run.comm=gloo run.out_dir="$tmp/skip4" \
+	dist.pipeline=2 layer.fc.stage=1 pipeline.micro_batches=2 \
+	> "$tmp/skip4.out" 2> "$tmp/skip4.log" || bad "skip: the 4-rank pipeline run failed"
+cp "$tmp/good.png" "$_f"
+s1=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced (on_error = skip)$/\1/p' "$tmp/skip1.log")
+s2=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced over every rank (on_error = skip)$/\1/p' "$tmp/skip2.log")
+s4=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced over every rank (on_error = skip)$/\1/p' "$tmp/skip4.log")
+echo "bad samples skipped: 1 process $s1, 2 ranks $s2, 2 pipes of 2 stages $s4"
+[ "$s4" = "$s1" ] || bad "skip: 2 pipes of 2 stages reported '$s4' skips over every rank, a 1-process run $s1"
+[ -n "$s1" ] && [ "$s1" -gt 0 ] || bad "skip: the 1-process run reported '$s1' skips, want > 0"
+[ "$s2" = "$s1" ] || bad "skip: 2 ranks reported '$s2' skips over every rank, a 1-process run $s1"
 
 [ "$fail" = 0 ] && echo "ok: each rank evaluates its share; the sums are a 1-process evaluation's"
 exit $fail

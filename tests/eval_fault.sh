@@ -24,6 +24,8 @@
 #     agreement) and on stage 0's (it still sends); and on a gathered whole
 #     model (fc1 frozen: every rank evaluates alone); and the gather's
 #     whole parameter buffer failing on rank 1, then rank 0 ("whole@R").
+#  5. the local steps before rank 0's batchnorm statistics' broadcast for
+#     an evaluation failing on rank 1, then rank 0 ("evalbuf@R").
 # Each: every rank exits non-zero within 30 s of the stamped line before
 # the evaluation ([dist] timeout and heartbeat 60, `kiln launch --grace
 # 60`), the failed rank saying "rank R of 2: WHAT: loading batch 0: failed
@@ -101,6 +103,28 @@ for _r in 1 0; do
 	agreed_run pg$_r "$two" whole@$_r "step 2/" "gathering the stages' parameters" \
 		"the whole parameter buffer of the gather" layer.fc1.trainable=0
 	! grep -F "step 2: test loss" "$tmp/pg$_r.log" || bad "pg$_r: the evaluation's numbers logged"
+done
+
+# ---- 5. rank 0's buffers for the evaluation ------------------------------------------
+# a model with batchnorm: before the evaluation every rank takes rank 0's
+# running statistics (kiln_dist_eval_buffers' broadcast); the local steps
+# before it (the comm stream's wait, ZeRO-1's settle) failing on one rank
+# ("evalbuf@R") are agreed before the broadcast, every rank failing (the
+# session 43 review: before, the failed rank returned and its peers waited
+# in the broadcast)
+bn="$tmp/bn.ini"
+{
+	ini run seed=5 threads=1
+	ini_synthetic 256 8 16 workers=0
+	ini_layers conv1:conv:out=4:kernel=3:padding=1 bn1:batchnorm r1:relu flat:flatten \
+		fc:linear:out=16 loss:softmax_xent
+	ini_sgd_steps 6 log_every=2 eval=1 eval_every=2 checkpoint_every=0 checkpoint_last=0
+	ini dist timeout=60 heartbeat=60
+} > "$bn"
+for _r in 1 0; do
+	agreed_run eb$_r "$bn" evalbuf@$_r "step 2/" \
+		"rank 0's batchnorm running statistics for the evaluation" "waiting for the comm stream"
+	! grep -F "step 2: test loss" "$tmp/eb$_r.log" || bad "eb$_r: the evaluation's numbers logged"
 done
 
 [ "$fail" = 0 ] && echo "ok: an evaluation that fails on one rank ends every rank at once, naming it"
