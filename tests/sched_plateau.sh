@@ -45,7 +45,7 @@ steps() {
 # shellcheck disable=SC2086
 kiln 0 train "$ini" $base $pl "run.out_dir=$tmp/a"
 steps "$tmp/a" >"$tmp/a.steps"
-awk 'BEGIN { rate = 0.02; best = "inf" + 0; bad = 0; cool = 0; W = 2 }
+awk 'BEGIN { rate = 0.02; best = 1e308 * 10; bad = 0; cool = 0; W = 2 }
 	{ t = $1 - 1; warm = t < W ? (t + 1) / W : 1; want = warm * rate
 	  d = $2 - want; if (d < 0) d = -d
 	  if ($2 == "" || $3 == "" || d > 1e-6 * want) { printf "step %d: lr %s, want %.9g (loss %s)\n", $1, $2, want, $3; bad_lr = 1 }
