@@ -88,6 +88,17 @@ static kiln_status opt_steps_taken(const struct trainer *t, int64_t *out)
 	return st;
 }
 
+/* lr_scale's factor at a global batch: global / base_batch (linear), its
+ * square root (sqrt), 1 (none). */
+static double lr_scale_factor(const struct trainer *t, int64_t global)
+{
+	const char *how = t->tc.lr_scale;
+	if (!how || !strcmp(how, "none"))
+		return 1.0;
+	const double r = (double)global / (double)t->tc.base_batch;
+	return !strcmp(how, "sqrt") ? sqrt(r) : r;
+}
+
 /* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
 static double scaled_lr(const struct trainer *t, int64_t global)
 {
@@ -96,7 +107,7 @@ static double scaled_lr(const struct trainer *t, int64_t global)
 	const int64_t base = t->tc.base_batch;
 	if (!how || !strcmp(how, "none"))
 		return lr;
-	double r = (double)global / (double)base, s = !strcmp(how, "sqrt") ? sqrt(r) : r;
+	const double s = lr_scale_factor(t, global);
 	kiln_log(KILN_LOG_INFO, "train", "lr_scale = %s: lr %g x %s(%lld / %lld) = %g", how, lr,
 		 !strcmp(how, "sqrt") ? "sqrt" : "", (long long)global, (long long)base, lr * s);
 	return lr * s;
@@ -217,8 +228,13 @@ kiln_status prep_schedule(struct trainer *t)
 	/* plateau: the constant schedule of 1 gives the warm-up's factor,
 	 * which a MUL takes times the plateau's rate (train_plateau.c) */
 	if (kind && !strcmp(kind, "plateau")) {
+		/* a resume in another global batch: the checkpoint's rate x
+		 * lr_scale's factor's change, as the other schedules' base */
+		const double rescale = t->G_ckpt > 0 ? lr_scale_factor(t, t->G) /
+							       lr_scale_factor(t, t->G_ckpt)
+						     : 1.0;
 		op.f[0] = 1.0;
-		if ((st = trainer_plateau_prepare(t, lr)))
+		if ((st = trainer_plateau_prepare(t, lr, rescale)))
 			return st;
 	}
 	if (!t->rank)
