@@ -153,6 +153,13 @@ static void schedule_warn(const struct trainer *t, double lr, int64_t total)
 			 (long long)total, (long long)total, (long long)tc->warmup,
 			 lr * (double)total / (double)tc->warmup, lr,
 			 tc->schedule ? tc->schedule : "constant");
+	/* gamma's default, 0.1, is StepLR's and MultiStepLR's; ExponentialLR
+	 * has none, and x 0.1 a step leaves no rate to speak of within a few
+	 * steps: a gamma left unset is likely one forgotten */
+	if (tc->schedule && !strcmp(tc->schedule, "exponential") &&
+	    !strcmp(kiln_config_where(t->cfg, "train", "gamma"), "default"))
+		kiln_log(KILN_LOG_WARN, "train", "schedule = exponential with [train] gamma at its default %g: the rate x %g every step (lr %g after 10 steps); set gamma (0.95 to 0.9999 are usual)",
+			 tc->gamma, tc->gamma, lr * pow(tc->gamma, 10));
 	if (tc->schedule && !strcmp(tc->schedule, "cosine") && lr < tc->lr_min)
 		kiln_log(KILN_LOG_WARN, "train", "%s: schedule = cosine anneals upward, from lr = %g to lr_min = %g (lr_min is the final rate%s): lower lr_min",
 			 kiln_config_where(t->cfg, "train", "lr_min"), lr, tc->lr_min,
