@@ -254,12 +254,8 @@ START_TEST(test_multistep_milestones)
 	op.f[0] = 0.3, op.f[2] = 0.5;
 	ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
 	for (int64_t t = 0; t < 20; t++) {
-		float got, want = t < 5 ? 0.3f : t < 12 ? 0.075f : 0.0375f;
-		struct kiln_op_args a = { .in = { step_d }, .out = { lr_d } };
-		ck_assert(kiln_device_copy_async(dev, step_d, &t, 8, KILN_COPY_H2D, stream) == 0);
-		ck_assert(kiln_device_run(dev, plan, &a, stream) == 0);
-		ck_assert(kiln_device_copy_async(dev, &got, lr_d, 4, KILN_COPY_D2H, stream) == 0);
-		ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+		const float want = t < 5 ? 0.3f : t < 12 ? 0.075f : 0.0375f;
+		const float got = sched_at(dev, stream, plan, t, step_d, lr_d);
 		ck_assert_msg(got == want, "step %lld: lr %.9g, MultiStepLR %.9g", (long long)t, got, want);
 	}
 	kiln_device_plan_free(dev, plan);
