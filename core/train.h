@@ -274,6 +274,8 @@ struct trainer {
 	/* the loop: an optimizer step takes G samples over all ranks */
 	int64_t *perm, *order;     /* the epoch's permutation, this rank's share */
 	int64_t G, steps_per_epoch;
+	int64_t G_ckpt;            /* a resume's checkpoint's global batch (0: none):
+				    * schedule = plateau's rate follows lr_scale from it to G */
 	int64_t ep0, off0;         /* where the run starts: epoch, global sample offset */
 	int64_t ep, k, k0;         /* epoch, step of the epoch, the epoch's first */
 	int64_t step, step0, interval_start; /* optimizer steps done: now, at the start, at the last log */
@@ -558,7 +560,7 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc, int i)
  * warm-up factor x rate; _eval, at an evaluation point, ReduceLROnPlateau's
  * step on rank 0's loss; _free at close. */
 kiln_status trainer_plateau_cfg(const struct kiln_config *cfg, struct kiln_plateau_cfg *c);
-kiln_status trainer_plateau_prepare(struct trainer *t, double lr);
+kiln_status trainer_plateau_prepare(struct trainer *t, double lr, double rescale);
 kiln_status trainer_plateau_run(struct trainer *t);
 kiln_status trainer_plateau_eval(struct trainer *t, double loss);
 void trainer_plateau_free(struct trainer *t);

@@ -88,6 +88,17 @@ static kiln_status opt_steps_taken(const struct trainer *t, int64_t *out)
 	return st;
 }
 
+/* lr_scale's factor at a global batch: global / base_batch (linear), its
+ * square root (sqrt), 1 (none). */
+static double lr_scale_factor(const struct trainer *t, int64_t global)
+{
+	const char *how = t->tc.lr_scale;
+	if (!how || !strcmp(how, "none"))
+		return 1.0;
+	const double r = (double)global / (double)t->tc.base_batch;
+	return !strcmp(how, "sqrt") ? sqrt(r) : r;
+}
+
 /* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
 static double scaled_lr(const struct trainer *t, int64_t global)
 {
@@ -96,7 +107,7 @@ static double scaled_lr(const struct trainer *t, int64_t global)
 	const int64_t base = t->tc.base_batch;
 	if (!how || !strcmp(how, "none"))
 		return lr;
-	double r = (double)global / (double)base, s = !strcmp(how, "sqrt") ? sqrt(r) : r;
+	const double s = lr_scale_factor(t, global);
 	kiln_log(KILN_LOG_INFO, "train", "lr_scale = %s: lr %g x %s(%lld / %lld) = %g", how, lr,
 		 !strcmp(how, "sqrt") ? "sqrt" : "", (long long)global, (long long)base, lr * s);
 	return lr * s;
@@ -142,6 +153,13 @@ static void schedule_warn(const struct trainer *t, double lr, int64_t total)
 			 (long long)total, (long long)total, (long long)tc->warmup,
 			 lr * (double)total / (double)tc->warmup, lr,
 			 tc->schedule ? tc->schedule : "constant");
+	/* gamma's default, 0.1, is StepLR's and MultiStepLR's; ExponentialLR
+	 * has none, and x 0.1 a step leaves no rate to speak of within a few
+	 * steps: a gamma left unset is likely one forgotten */
+	if (tc->schedule && !strcmp(tc->schedule, "exponential") &&
+	    !strcmp(kiln_config_where(t->cfg, "train", "gamma"), "default"))
+		kiln_log(KILN_LOG_WARN, "train", "schedule = exponential with [train] gamma at its default %g: the rate x %g every step (lr %g after 10 steps); set gamma (0.95 to 0.9999 are usual)",
+			 tc->gamma, tc->gamma, lr * pow(tc->gamma, 10));
 	if (tc->schedule && !strcmp(tc->schedule, "cosine") && lr < tc->lr_min)
 		kiln_log(KILN_LOG_WARN, "train", "%s: schedule = cosine anneals upward, from lr = %g to lr_min = %g (lr_min is the final rate%s): lower lr_min",
 			 kiln_config_where(t->cfg, "train", "lr_min"), lr, tc->lr_min,
@@ -217,8 +235,13 @@ kiln_status prep_schedule(struct trainer *t)
 	/* plateau: the constant schedule of 1 gives the warm-up's factor,
 	 * which a MUL takes times the plateau's rate (train_plateau.c) */
 	if (kind && !strcmp(kind, "plateau")) {
+		/* a resume in another global batch: the checkpoint's rate x
+		 * lr_scale's factor's change, as the other schedules' base */
+		const double rescale = t->G_ckpt > 0 ? lr_scale_factor(t, t->G) /
+							       lr_scale_factor(t, t->G_ckpt)
+						     : 1.0;
 		op.f[0] = 1.0;
-		if ((st = trainer_plateau_prepare(t, lr)))
+		if ((st = trainer_plateau_prepare(t, lr, rescale)))
 			return st;
 	}
 	if (!t->rank)

@@ -20,6 +20,7 @@ struct resume_msg {
 	struct stopper stopper;      /* early stopping's state */
 	struct kiln_plateau plateau; /* schedule = plateau's (plateau_have) */
 	int32_t plateau_have;
+	int64_t G_ckpt;              /* the checkpoint's global batch (its rate's lr_scale) */
 	int32_t eval_owed;           /* the checkpoint's step's evaluation is owed */
 	int32_t evaluated;           /* ... or done, with these numbers */
 	struct kiln_ckpt_evaluated done;
@@ -72,6 +73,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		msg->stopper = t->stopper;
 		msg->plateau = t->plateau;
 		msg->plateau_have = t->plateau_have;
+		msg->G_ckpt = t->G_ckpt;
 		msg->eval_owed = t->eval_owed;
 		msg->evaluated = t->evaluated;
 		msg->done = t->done;
@@ -114,6 +116,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		t->stopper = msg->stopper;
 		t->plateau = msg->plateau;
 		t->plateau_have = msg->plateau_have;
+		t->G_ckpt = msg->G_ckpt;
 		t->eval_owed = msg->eval_owed;
 		t->evaluated = msg->evaluated;
 		t->done = msg->done;

@@ -44,14 +44,27 @@ static kiln_status plateau_upload(struct trainer *t)
 
 /* From prep_schedule, with schedule = plateau: its keys, its state (the
  * checkpoint's, t->plateau_have, or a fresh one at lr: [train] lr as
- * lr_scale scales it), the device's rate and the MUL that applies it. */
-kiln_status trainer_plateau_prepare(struct trainer *t, double lr)
+ * lr_scale scales it), the device's rate and the MUL that applies it.
+ * rescale: lr_scale's factor in this run's global batch over the
+ * checkpoint's (1 unless a resume changed the global batch with lr_scale
+ * set): the checkpoint's rate is scaled by it, as every other schedule's
+ * base follows the new global batch (min_lr, as written, is not scaled,
+ * nor does the rescaled rate stop at it: ReduceLROnPlateau applies
+ * min_lr at a cut only). */
+kiln_status trainer_plateau_prepare(struct trainer *t, double lr, double rescale)
 {
 	struct kiln_op op;
 	int64_t one = 1;
 	kiln_status st;
 	if ((st = trainer_plateau_cfg(t->cfg, &t->plateau_cfg)))
 		return st;
+	if (t->plateau_have && rescale != 1.0) {
+		if (!t->rank)
+			kiln_log(KILN_LOG_INFO, "train", "resume: schedule = plateau: the global batch changes from %lld to %lld with lr_scale = %s: the checkpoint's lr %.9g x %.9g = %.9g",
+				 (long long)t->G_ckpt, (long long)t->G, t->tc.lr_scale,
+				 t->plateau.lr, rescale, t->plateau.lr * rescale);
+		t->plateau.lr *= rescale;
+	}
 	if (!t->plateau_have)
 		kiln_plateau_init(&t->plateau, lr);
 	else if (!t->rank)

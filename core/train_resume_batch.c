@@ -143,5 +143,6 @@ kiln_status trainer_resume_batch(struct trainer *t, const char *path, const char
 		kiln_log(KILN_LOG_INFO, "train", "resume: the checkpoint was written by %lld rank(s), this run has %d; the data continue at global sample %lld",
 			 (long long)tr->world, t->world, (long long)tr->offset);
 	global_batch_note(t, &s, G0, G, micro_batch_warn(t, &s));
+	t->G_ckpt = G0;
 	return KILN_OK;
 }

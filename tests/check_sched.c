@@ -23,6 +23,20 @@ static struct kiln_registry *reg;
 static const char *const kinds[] = { "constant", "cosine",      "step",   "multistep",
 				     "onecycle", "exponential", "linear", "polynomial" };
 
+/* The schedule op's rate at step t (plan prepared on dev; step_d, lr_d
+ * its device buffers) */
+static float sched_at(struct kiln_device *dev, void *stream, void *plan, int64_t t,
+		      int64_t *step_d, float *lr_d)
+{
+	struct kiln_op_args a = { .in = { step_d }, .out = { lr_d } };
+	float got;
+	ck_assert(kiln_device_copy_async(dev, step_d, &t, 8, KILN_COPY_H2D, stream) == 0);
+	ck_assert(kiln_device_run(dev, plan, &a, stream) == 0);
+	ck_assert(kiln_device_copy_async(dev, &got, lr_d, 4, KILN_COPY_D2H, stream) == 0);
+	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	return got;
+}
+
 START_TEST(test_schedules_vs_pytorch)
 {
 	char path[1024], line[65536];
@@ -92,12 +106,7 @@ START_TEST(test_schedules_vs_pytorch)
 			double want = strtod(p, &end);
 			ck_assert_msg(end != p, "%s: %d rates expected", name, T);
 			p = end;
-			float got;
-			struct kiln_op_args a = { .in = { step_d }, .out = { lr_d } };
-			ck_assert(kiln_device_copy_async(dev, step_d, &t, 8, KILN_COPY_H2D, stream) == 0);
-			ck_assert(kiln_device_run(dev, plan, &a, stream) == 0);
-			ck_assert(kiln_device_copy_async(dev, &got, lr_d, 4, KILN_COPY_D2H, stream) == 0);
-			ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+			const float got = sched_at(dev, stream, plan, t, step_d, lr_d);
 			double rel = fabs(got - want) / fmax(fabs(want), 1e-12);
 			worst = fmax(worst, rel);
 			ck_assert_msg(rel < 2e-6, "%s step %lld: lr %.9g, PyTorch %.9g", name, (long long)t,
@@ -245,12 +254,8 @@ START_TEST(test_multistep_milestones)
 	op.f[0] = 0.3, op.f[2] = 0.5;
 	ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
 	for (int64_t t = 0; t < 20; t++) {
-		float got, want = t < 5 ? 0.3f : t < 12 ? 0.075f : 0.0375f;
-		struct kiln_op_args a = { .in = { step_d }, .out = { lr_d } };
-		ck_assert(kiln_device_copy_async(dev, step_d, &t, 8, KILN_COPY_H2D, stream) == 0);
-		ck_assert(kiln_device_run(dev, plan, &a, stream) == 0);
-		ck_assert(kiln_device_copy_async(dev, &got, lr_d, 4, KILN_COPY_D2H, stream) == 0);
-		ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+		const float want = t < 5 ? 0.3f : t < 12 ? 0.075f : 0.0375f;
+		const float got = sched_at(dev, stream, plan, t, step_d, lr_d);
 		ck_assert_msg(got == want, "step %lld: lr %.9g, MultiStepLR %.9g", (long long)t, got, want);
 	}
 	kiln_device_plan_free(dev, plan);
@@ -308,12 +313,68 @@ START_TEST(test_plateau_vs_pytorch)
 }
 END_TEST
 
+/* LinearLR's end: never below 0, and from total_iters on exactly base x
+ * end_factor.  Session 43's closed form f2 + (f3 - f2) x m / i3 rounded
+ * below 0 at m = i3 with end_factor 0 (start 0.1, 101 iterations: lr
+ * -1.39e-17 from step 101 on; PyTorch's +1.4e-17), which the relative
+ * comparison against PyTorch (over fmax(|want|, 1e-12)) let pass. */
+START_TEST(test_linear_end)
+{
+	static const struct {
+		double base, start, end;
+		int64_t iters, W;
+	} sc[] = {
+		{ 1.0, 0.1, 0, 101, 0 },  { 0.02, 0.1, 0, 101, 3 }, { 0.3, 1.0 / 3, 0, 7, 0 },
+		{ 1.0, 0.7, 0, 299, 0 },  { 0.5, 0.9, 0.05, 25, 2 }, { 1.0, 0.3, 0.1, 3, 0 },
+	};
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	void *stream;
+	int64_t *step_d;
+	float *lr_d;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
+	ck_assert(kiln_device_alloc(dev, 64, (void **)&step_d) == 0);
+	ck_assert(kiln_device_alloc(dev, 64, (void **)&lr_d) == 0);
+	for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++) {
+		struct kiln_op op;
+		int64_t one = 1, W = sc[k].W, I = sc[k].iters, T = W + I + 5;
+		void *plan;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_LR_SCHEDULE;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
+		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+		op.i[0] = KILN_SCHED_LINEAR, op.i[1] = T, op.i[2] = W, op.i[3] = I;
+		op.f[0] = sc[k].base, op.f[2] = sc[k].start, op.f[3] = sc[k].end;
+		ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
+		for (int64_t t = 0; t < T; t++) {
+			const float got = sched_at(dev, stream, plan, t, step_d, lr_d);
+			ck_assert_msg(got >= 0, "case %zu step %lld: lr %.9g < 0", k, (long long)t,
+				      got);
+			if (t - W >= I)
+				ck_assert_msg(got == (float)(sc[k].base * sc[k].end),
+					      "case %zu step %lld: lr %.9g, want base x end_factor %.9g",
+					      k, (long long)t, got, sc[k].base * sc[k].end);
+		}
+		kiln_device_plan_free(dev, plan);
+	}
+	kiln_device_free(dev, step_d);
+	kiln_device_free(dev, lr_d);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 static Suite *make_sched_suite(void)
 {
 	Suite *s = suite_create("sched");
 	check_add_case(s, "sched", 0, NULL, NULL,
 		       (const TTest *[]){ test_schedules_vs_pytorch, test_schedule_bad,
-					  test_multistep_milestones, test_plateau_vs_pytorch, NULL });
+					  test_multistep_milestones, test_plateau_vs_pytorch,
+					  test_linear_end, NULL });
 	return s;
 }
 

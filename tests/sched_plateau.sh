@@ -45,7 +45,7 @@ steps() {
 # shellcheck disable=SC2086
 kiln 0 train "$ini" $base $pl "run.out_dir=$tmp/a"
 steps "$tmp/a" >"$tmp/a.steps"
-awk 'BEGIN { rate = 0.02; best = "inf" + 0; bad = 0; cool = 0; W = 2 }
+awk 'BEGIN { rate = 0.02; best = 1e308 * 10; bad = 0; cool = 0; W = 2 }
 	{ t = $1 - 1; warm = t < W ? (t + 1) / W : 1; want = warm * rate
 	  d = $2 - want; if (d < 0) d = -d
 	  if ($2 == "" || $3 == "" || d > 1e-6 * want) { printf "step %d: lr %s, want %.9g (loss %s)\n", $1, $2, want, $3; bad_lr = 1 }
@@ -79,6 +79,28 @@ for k in 3 6 9 13; do
 	echo "ok: resumed at step $k: ckpt-18 the uninterrupted run's"
 done
 grep -q "resume: schedule = plateau at lr" "$err" || fail "the resume logged no plateau state"
+
+# 2b: lr_scale = linear (base_batch 8: the same rates as a), resumed from
+# ckpt-12 (epoch 2 complete) in batches of 16: the checkpoint's rate x
+# 16 / 8, as every other schedule's base follows the new global batch
+# (before, the checkpoint's absolute rate: step 13 at s's)
+sc="train.lr_scale=linear train.base_batch=8"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $base $pl $sc "run.out_dir=$tmp/s"
+rm -rf "$tmp/s16"
+mkdir -p "$tmp/s16/checkpoints"
+cp "$(ck s 12)" "$tmp/s16/checkpoints/"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $base $pl $sc train.batch=16 "run.out_dir=$tmp/s16" --resume
+stdout_has '"resumed_step": 12'
+stderr_has "resume: schedule = plateau: the global batch changes from 8 to 16 with lr_scale = linear"
+steps "$tmp/s" >"$tmp/s.steps"
+steps "$tmp/s16" >"$tmp/s16.steps"
+r=$(awk '$1 == 13 { print $2 }' "$tmp/s.steps")
+r16=$(awk '$1 == 13 { print $2 }' "$tmp/s16.steps")
+awk -v r="$r" -v g="$r16" 'BEGIN { d = g - 2 * r; if (d < 0) d = -d; exit !(r > 0 && d <= 1e-6 * 2 * r) }' ||
+	fail "resumed at batch 16 with lr_scale = linear: step 13 at lr $r16, want 2 x $r (batch 8's)"
+echo "ok: resumed in batch 16 with lr_scale = linear: step 13 at $r16 = 2 x $r"
 
 # 3: SIGKILL at ckpt-10's rename (the 10th checkpoint rename; the run's
 # first rename is its config.ini's)

@@ -114,4 +114,12 @@ stderr_has "command line 'train.gamma=0.5': [train] gamma is read by schedule = 
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.schedule=polynomial \
 	train.total_iters=3 train.power=2
 ! grep -q "is read by schedule" "$err" || fail "a warning for keys the run reads: $(cat "$err")"
+# schedule = exponential with gamma unset: step's and multistep's default
+# 0.1 (ExponentialLR has none), warned of; a gamma written, even 0.1, not
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.schedule=exponential
+stderr_has "schedule = exponential with [train] gamma at its default 0.1: the rate x 0.1 every step (lr 1e-11 after 10 steps)"
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.schedule=exponential \
+	train.gamma=0.1
+! grep -q "gamma at its default" "$err" || fail "gamma = 0.1 written, still warned: $(cat "$err")"
+echo "ok: schedule = exponential warns of gamma left at its default"
 echo "$checks checks passed"

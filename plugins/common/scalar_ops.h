@@ -75,8 +75,11 @@ static inline COMMON_HD double common_lr_schedule(int64_t t, const int64_t *i, c
 	} else if (i[0] == KILN_SCHED_EXPONENTIAL) {
 		lr = base * pow(f[2], (double)u);
 	} else if (i[0] == KILN_SCHED_LINEAR) {
-		const int64_t m = u < i[3] ? u : i[3];
-		lr = base * (f[2] + (f[3] - f[2]) * (double)m / (double)i[3]);
+		/* the factors weighted, not f2 + (f3 - f2) x m / i3: that
+		 * rounds below 0 at m = i3 with f3 = 0 (f2 0.1, i3 101:
+		 * -1.39e-17); from i3 on exactly f3 */
+		const int64_t m = u, n = i[3];
+		lr = base * (m >= n ? f[3] : (f[2] * (double)(n - m) + f[3] * (double)m) / (double)n);
 	} else if (i[0] == KILN_SCHED_POLYNOMIAL) {
 		const int64_t m = u < i[3] ? u : i[3];
 		lr = base * pow(1.0 - (double)m / (double)i[3], f[2]);
