@@ -33,8 +33,9 @@ same() { # A B WHAT SECTIONS...
 train() { # NAME OVERRIDES...: tr_cnn into $tmp/NAME, its output in $tmp/NAME.log
 	_tn=$1
 	shift
-	"$kiln" train $cnn run.out_dir="$tmp/$_tn" "$@" >"$tmp/$_tn.log" 2>&1 ||
-		{ tail -5 "$tmp/$_tn.log"; fail "$_tn exited $?"; }
+	"$kiln" train $cnn run.out_dir="$tmp/$_tn" "$@" >"$tmp/$_tn.log" 2>&1
+	_rc=$?
+	[ $_rc = 0 ] || { tail -5 "$tmp/$_tn.log"; fail "$_tn exited $_rc"; }
 }
 resume() { # FROM STEP NAME OVERRIDES...: NAME resumes FROM's step-STEP checkpoint
 	_rf=$1 _rs=$2 _rn=$3
