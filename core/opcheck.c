@@ -471,7 +471,8 @@ static kiln_status check_layout(const char *who, const struct kiln_op *op)
 /* SGD, AdamW, LAMB (plugin.h): grads, params, lr, [step], [offsets],
  * [weight-decay multiplier], [gate]; outputs params, state..., [copy].
  * SGD reads the step (in2) with a dampening f[3] != 0; ADAMW with amsgrad
- * (i[1]) writes a fourth state output and no copy (ABI 2.29). */
+ * (i[1]) writes a fourth state output and no copy (ABI 2.29); LAMB has no
+ * amsgrad, its i[1] is 0. */
 static kiln_status check_optim(const char *who, const struct kiln_op *op)
 {
 	const int lamb = op->type == KILN_OP_LAMB, sgd = op->type == KILN_OP_SGD;
@@ -487,6 +488,8 @@ static kiln_status check_optim(const char *who, const struct kiln_op *op)
 	const int64_t n = op->i[0];
 	if (op->type == KILN_OP_ADAMW && op->i[1] != 0 && op->i[1] != 1)
 		BAD(KILN_EINVAL, "amsgrad i[1] = %lld is not 0 or 1", (long long)op->i[1]);
+	if (lamb && op->i[1] != 0)
+		BAD(KILN_EINVAL, "has no amsgrad: i[1] = %lld, must be 0", (long long)op->i[1]);
 	if (sgd && !(op->f[3] >= 0 && op->f[3] <= 1))
 		BAD(KILN_EINVAL, "wants a dampening f[3] in [0, 1], got %g", op->f[3]);
 	if (gated && (op->n_in < 1 || op->in[op->n_in - 1].dtype != KILN_F32 ||

@@ -269,6 +269,14 @@ START_TEST(test_op_checks)
 	o->in[0] = o->out[0] = o->out[1] = o->out[2] = td(KILN_F32, 1, 8, 0);
 	o->in[1] = td(KILN_F32, 1, 1, 0), o->in[2] = td(KILN_I64, 1, 1, 0);
 	o->in[3] = td(KILN_I64, 1, 1, 0);
+	/* a well-formed LAMB asking for amsgrad (ADAMW's i[1]) is refused,
+	 * not run as plain LAMB (session 43) */
+	o = CASE(KILN_EINVAL, "has no amsgrad: i[1] = 1");
+	o->type = KILN_OP_LAMB, o->n_in = 4, o->n_out = 3, o->i[0] = 8, o->i[1] = 1;
+	o->f[0] = 0.9, o->f[1] = 0.999, o->f[2] = 1e-6;
+	o->in[0] = o->out[0] = o->out[1] = o->out[2] = td(KILN_F32, 1, 8, 0);
+	o->in[1] = td(KILN_F32, 1, 1, 0), o->in[2] = td(KILN_I64, 1, 1, 0);
+	o->in[3] = td(KILN_I64, 1, 2, 0);
 	o = CASE(KILN_ENOTSUP, "unknown loss");
 	o->type = KILN_OP_SOFTMAX_XENT, o->n_in = 2, o->n_out = 2, o->i[0] = 4, o->i[1] = 99;
 	o->in[0] = o->out[0] = td(KILN_F32, 2, 4, 10), o->in[1] = td(KILN_I32, 1, 4, 0);

@@ -355,6 +355,9 @@ START_TEST(test_state_buffers)
 		{ "optimizer = adam\namsgrad = 1\nweight_decay = 0.01\n",
 		  "params,buffers,optim.exp_avg,optim.exp_avg_sq,optim.max_exp_avg_sq,step,optim.step" },
 		{ "optimizer = sgd\ndampening = 0.5\n", "params,buffers,optim.momentum,step,optim.step" },
+		/* lamb never reads amsgrad (warned ignored): two slots */
+		{ "optimizer = lamb\namsgrad = 1\n",
+		  "params,buffers,optim.exp_avg,optim.exp_avg_sq,step,optim.step" },
 	};
 	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
 		char ini[1024], got[512] = "";
@@ -404,7 +407,6 @@ START_TEST(test_config_errors)
 		{ "optimizer = lamb\nbeta2 = 1.0\n", "beta2" },
 		{ "optimizer = adamw\nweight_decay_mode = l2\n", "applies to sgd only" },
 		{ "optimizer = adam\nweight_decay_mode = decoupled\n", "is `optimizer = adamw`" },
-		{ "optimizer = lamb\namsgrad = 1\n", "amsgrad = 1 applies to adam and adamw only" },
 		{ "optimizer = sgd\nnesterov = 1\ndampening = 0.1\n",
 		  "Nesterov momentum needs dampening 0" },
 	};
@@ -447,19 +449,38 @@ static uint16_t bf16_of(float x)
 	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
-/* Adam (_i = 0) and AdamW (_i = 1) with amsgrad under bf16 compute: the
- * op's outputs (params, m, v, vmax) leave no room for the compute copy,
- * which a CAST after it writes (core/optim/fused.c).  After every step
- * the copy is the params rounded to bf16 (without the CAST it would keep
- * the values it was first cast from). */
+/* f32 -> f16, nearest even (finite values below 65520) */
+static uint16_t f16_of(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+	const float a = fabsf(x);
+	if (a < 6.103515625e-05f) /* subnormal: whole units of 2^-24 */
+		return (uint16_t)(sign | (uint16_t)lrintf(a * 16777216.0f));
+	memcpy(&u, &a, 4);
+	u = (u + 0xfffu + ((u >> 13) & 1)) >> 13; /* the carry may raise the exponent */
+	return (uint16_t)(sign | (uint16_t)(u - (112u << 10)));
+}
+
+/* Adam (_i & 1 = 0) and AdamW (1) with amsgrad under bf16 (_i & 2 = 0)
+ * and f16 compute: the op's outputs (params, m, v, vmax) leave no room
+ * for the compute copy, which a CAST after it writes
+ * (core/optim/fused.c).  After every step the copy is the params rounded
+ * to the compute type (without the CAST it would keep the values it was
+ * first cast from).  The steps are gated by a finite flag, as a trainer
+ * with skip_nonfinite gates them: step 2 has an infinite gradient and a
+ * flag of 0, and leaves the params, the four state tensors and the copy
+ * as they were. */
 START_TEST(test_amsgrad_copy)
 {
+	const int f16 = (_i & 2) != 0;
 	char ini[1024];
 	snprintf(ini, sizeof ini,
 		 "[layer.fc1]\ntype = linear\nout = 8\n[layer.r]\ntype = relu\n"
 		 "[layer.fc2]\ntype = linear\nout = 3\n[layer.loss]\ntype = softmax_xent\n"
 		 "[train]\noptimizer = %s\namsgrad = 1\nweight_decay = 0.01\nlr = 0.01\n",
-		 _i ? "adamw" : "adam");
+		 _i & 1 ? "adamw" : "adam");
 	struct rig r;
 	memset(&r, 0, sizeof r);
 	r.cfg = test_config(reg, ini);
@@ -468,29 +489,50 @@ START_TEST(test_amsgrad_copy)
 	int64_t in = 6;
 	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
 	OK(kiln_model_create(r.cfg, reg, r.dev, &sample, &r.m));
-	OK(kiln_model_set_compute_dtype(r.m, KILN_BF16));
+	OK(kiln_model_set_compute_dtype(r.m, f16 ? KILN_F16 : KILN_BF16));
 	OK(kiln_device_stream_create(r.dev, &r.stream));
 	OK(kiln_model_init_params(r.m, 1, r.stream));
+	float *gate;
+	OK(kiln_device_alloc(r.dev, 64, (void **)&gate));
+	r.m->step_ok_d = gate; /* (before the plans, which read it) */
 	OK(kiln_model_optim_prepare(r.m, r.stream));
 	OK(kiln_device_alloc(r.dev, 64, (void **)&r.lr));
 	const float lr = 0.01f;
 	TEST_H2D(&r, r.lr, &lr, sizeof lr);
-	const size_t n = r.m->n_trainable;
-	float *w = malloc(n * 4), *g = malloc(n * 4);
-	uint16_t *c = malloc(n * 2);
+	const size_t n = r.m->n_trainable, sb = 4 * n * 4;
+	float *w = malloc(n * 4), *g = malloc(n * 4), *w0 = malloc(n * 4);
+	float *st = malloc(sb), *st0 = malloc(sb);
+	uint16_t *c = malloc(n * 2), *c0 = malloc(n * 2);
 	ck_assert_ptr_nonnull(r.m->params_c);
-	for (int step = 0; step < 4; step++) {
+	ck_assert_int_eq(r.m->state_slots, 3);
+	for (int step = 0; step < 5; step++) {
+		const float ok = step != 2;
 		for (size_t i = 0; i < n; i++)
 			g[i] = 0.1f * (float)sin(0.7 * (double)(i + 13 * step));
+		if (!ok)
+			g[n / 2] = INFINITY;
 		TEST_H2D(&r, r.m->grads_d, g, n * 4);
+		TEST_H2D(&r, gate, &ok, sizeof ok);
 		OK(kiln_model_optim_step(r.m, r.lr, r.stream));
 		TEST_D2H(&r, w, r.m->params_d, n * 4);
 		TEST_D2H(&r, c, r.m->params_c, n * 2);
-		for (size_t i = 0; i < n; i++)
-			ck_assert_msg(c[i] == bf16_of(w[i]), "step %d: copy[%zu] = 0x%04x, params %.9g round to 0x%04x",
-				      step, i, c[i], w[i], bf16_of(w[i]));
+		TEST_D2H(&r, st, r.m->state_d, 3 * n * 4);
+		for (size_t i = 0; i < n; i++) {
+			const uint16_t want = f16 ? f16_of(w[i]) : bf16_of(w[i]);
+			ck_assert_msg(c[i] == want, "%s, step %d: copy[%zu] = 0x%04x, params %.9g round to 0x%04x",
+				      f16 ? "f16" : "bf16", step, i, c[i], w[i], want);
+		}
+		if (!ok) {
+			ck_assert_msg(!memcmp(w, w0, n * 4), "the gated-off step moved the params");
+			ck_assert_msg(!memcmp(st, st0, 3 * n * 4), "the gated-off step moved the state");
+			ck_assert_msg(!memcmp(c, c0, n * 2), "the gated-off step moved the copy");
+		} else {
+			ck_assert_msg(memcmp(w, w0, n * 4), "step %d left the params", step);
+		}
+		memcpy(w0, w, n * 4), memcpy(st0, st, 3 * n * 4), memcpy(c0, c, n * 2);
 	}
-	free(w), free(g), free(c);
+	free(w), free(g), free(w0), free(st), free(st0), free(c), free(c0);
+	kiln_device_free(r.dev, gate);
 	rig_close(&r);
 }
 END_TEST
@@ -540,7 +582,7 @@ static Suite *make_optim_suite(void)
 	tcase_add_test(tc, test_lamb_large);
 	tcase_add_test(tc, test_state_buffers);
 	tcase_add_test(tc, test_config_errors);
-	tcase_add_loop_test(tc, test_amsgrad_copy, 0, 2);
+	tcase_add_loop_test(tc, test_amsgrad_copy, 0, 4);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("e2e");
 	tcase_set_timeout(tc, 300);

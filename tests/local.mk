@@ -752,9 +752,10 @@ EXTRA_DIST += tests/ddp_torch.sh
 TESTS += tests/dist_zero.sh
 EXTRA_DIST += tests/dist_zero.sh
 # amsgrad's and SGD's dampening's state: resumed bit for bit, under ZeRO-1,
-# an adam checkpoint of before amsgrad (session 43)
-TESTS += tests/optim_state.sh
-EXTRA_DIST += tests/optim_state.sh tests/data/tr_cnn_adam_s42.kiln
+# an adam checkpoint of before amsgrad (session 43; optim_resume.sh: one
+# process on tests/data, where gloo or Fashion-MNIST is missing)
+TESTS += tests/optim_state.sh tests/optim_resume.sh
+EXTRA_DIST += tests/optim_state.sh tests/optim_resume.sh tests/data/tr_cnn_adam_s42.kiln
 TESTS += tests/dist_syncbn.sh
 EXTRA_DIST += tests/dist_syncbn.sh
 TESTS += tests/dist_accum.sh

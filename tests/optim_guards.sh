@@ -22,6 +22,9 @@
 # 5. AdamW and LAMB with eps = 0 and an input that is always 0: the NaN
 #    update (0/0, PyTorch's too) is blamed on eps, not on the lr (session
 #    40).
+# 6. amsgrad with optimizer = lamb, which has no AMSGrad: warned ignored,
+#    as any key another optimizer reads, and the run trains (session 43;
+#    before, the warning was followed by a config error, exit 2).
 name=optim_guards
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -162,5 +165,9 @@ KILN_NAN_VALUE=inf KILN_NAN_INDEX=1124 KILN_PLUGIN_PATH="$abs_top_builddir/plugi
 rc=$?
 [ $rc = 1 ] || fail "train_nan with an inf gradient, SGD, eps = 0: exit $rc, expected 1"
 stderr_has "train_nan: step 3 (epoch 1): parameter 'fc2.bias' holds 1 non-finite value(s) (NaN or inf): training diverged; lower [train] lr"
+
+# 6
+kiln 0 train "$ini" "$d" run.out_dir= train.optimizer=lamb train.amsgrad=1 train.max_steps=2
+stderr_has "command line 'train.amsgrad=1': [train] amsgrad is read by optimizer = adam or adamw, not by optimizer = lamb: ignored"
 
 echo "PASS: $checks kiln runs"

@@ -2,14 +2,15 @@
  * torch.optim.Adam: both KILN_OP_ADAMW, AdamW's weight decay decoupled
  * (f[3]), Adam's added to the gradient (f[4], L2), either with amsgrad
  * (i[1], a third state slot: PyTorch's max_exp_avg_sq).  The keys and
- * open() serve LAMB too (lamb.c), which refuses amsgrad. */
+ * open() serve LAMB too (lamb.c), which has no amsgrad row and never reads
+ * the key (run_config.c warns that it is ignored). */
 #include "optim.h"
 
 /* adam's and adamw's rows; LAMB's are the same after the first
  * (optim_lamb_keys: no amsgrad) */
 const struct kiln_key optim_adam_keys[] = {
 	{ "amsgrad", KILN_KEY_BOOL, "0", 0, 0, NULL,
-	  "adam, adamw: AMSGrad, torch.optim.Adam/AdamW(amsgrad=True): the step divides by the root of the largest second moment so far (max over the steps of the raw moment, then bias-corrected with this step's 1 - beta2^t, as PyTorch), kept as a third state tensor, `optim.max_exp_avg_sq` in checkpoints (4 more bytes per parameter; ZeRO-1 shards it). A checkpoint written without it resumes only with amsgrad = 0 (a resume compares the config). lamb refuses it." },
+	  "adam, adamw: AMSGrad, torch.optim.Adam/AdamW(amsgrad=True): the step divides by the root of the largest second moment so far (max over the steps of the raw moment, then bias-corrected with this step's 1 - beta2^t, as PyTorch), kept as a third state tensor, `optim.max_exp_avg_sq` in checkpoints (4 more bytes per parameter; ZeRO-1 shards it). A checkpoint written without it resumes only with amsgrad = 0 (a resume compares the config). lamb ignores it (a warning)." },
 	{ "beta1", KILN_KEY_FLOAT, "0.9", 0, 1, NULL,
 	  "adam, adamw, lamb: decay of the first moment (below 1)." },
 	{ "beta2", KILN_KEY_FLOAT, "0.999", 0, 1, NULL,
@@ -23,21 +24,19 @@ kiln_status optim_adam_open(const struct kiln_host *h, const struct kiln_config 
 			    struct kiln_optim_info *info, void **ctx)
 {
 	double b1, b2, eps, wd;
-	int amsgrad;
+	int amsgrad = 0;
 	kiln_status st;
 	if ((st = optim_get_float(h, cfg, optim_adam_keys, "beta1", &b1)) ||
 	    (st = optim_get_float(h, cfg, optim_adam_keys, "beta2", &b2)) ||
 	    (st = optim_get_float(h, cfg, optim_adam_keys, "eps", &eps)) ||
 	    (st = optim_get_float(h, cfg, optim_adam_keys, "weight_decay", &wd)) ||
-	    (st = optim_get_bool(h, cfg, optim_adam_keys, "amsgrad", &amsgrad)))
+	    (type == KILN_OP_ADAMW &&
+	     (st = optim_get_bool(h, cfg, optim_adam_keys, "amsgrad", &amsgrad))))
 		return st;
 	if (!(b1 < 1) || !(b2 < 1))
 		return h->error(KILN_ECONFIG, "%s: [train] beta%d = %g: betas must be below 1 (the bias correction divides by 1 - beta^t)",
 				h->config_where(cfg, "train", b1 < 1 ? "beta2" : "beta1"),
 				b1 < 1 ? 2 : 1, b1 < 1 ? b2 : b1);
-	if (amsgrad && type != KILN_OP_ADAMW)
-		return h->error(KILN_ECONFIG, "%s: [train] amsgrad = 1 applies to adam and adamw only (LAMB has no AMSGrad variant here)",
-				h->config_where(cfg, "train", "amsgrad"));
 	struct fused_optim *f = fused_optim_new(h, type);
 	if (!f)
 		return KILN_ENOMEM;

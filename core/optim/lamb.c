@@ -1,8 +1,9 @@
 /* core/optim/lamb.c - LAMB (You et al. 2019): AdamW's update scaled per
  * parameter tensor by the trust ratio norm(p) / norm(update), one fused op
  * (KILN_OP_LAMB) that reads the tensor offsets.  The norms need each tensor
- * whole, so ZeRO-1 cannot shard it.  No amsgrad (optim_adam_open refuses
- * it). */
+ * whole, so ZeRO-1 cannot shard it.  No amsgrad: optim_adam_open reads
+ * the key for KILN_OP_ADAMW only, and an amsgrad set with lamb is warned
+ * ignored (run_config.c). */
 #include "optim.h"
 
 static kiln_status lamb_open(const struct kiln_host *h, const struct kiln_config *cfg,

@@ -358,7 +358,9 @@ enum kiln_op_type {
 	 *   per tensor k: r = ||p_k|| / ||u_k|| (2-norms over the tensor, p
 	 *                 before the step), r = 1 when either norm is 0
 	 *   p = p - lr * r * u
-	 * One launch: a reduction pass over the tensors, then the update. */
+	 * One launch: a reduction pass over the tensors, then the update.
+	 * No amsgrad: i[1] must be 0 (the core refuses any other value since
+	 * ABI 2.29, where ADAMW's i[1] became amsgrad). */
 	KILN_OP_LAMB = 32,
 	/* Gradient clipping and the non-finite check before an optimizer
 	 * step, over the flat gradients: in0 grads f32[n] (n = i[0]), out0
