@@ -589,11 +589,9 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_ADAMW && op->f[4] != 0.0 && dev->plugin->abi_minor < 28)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADAMW's L2 weight decay (`optimizer = adam` with weight_decay, 2.28): rebuild it against this kiln's headers",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
-	/* ... and a decoding attention of several positions a run (a prompt's
-	 * prefill, ATTENTION_DECODE's T > 1, 2.29): an older device would
-	 * read the first alone */
-	if (op->type == KILN_OP_ATTENTION_DECODE && op->n_in >= 1 && op->in[0].ndim == 3 &&
-	    op->in[0].dims[1] > 1 && dev->plugin->abi_minor < 29)
+	/* ... nor a decoding attention of several positions a run (a
+	 * prompt's prefill, 2.29): a type it may not know */
+	if (op->type == KILN_OP_ATTENTION_DECODE_RUN && dev->plugin->abi_minor < 29)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the decoding attention of several positions a run (2.29): a prompt is fed a position a step",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
