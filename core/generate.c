@@ -67,7 +67,7 @@ struct kiln_generator {
 	 * or a one-row call (kiln_generate, kiln_generator_step, N = 1),
 	 * which frees it */
 	struct decoder one, many;
-	struct prefill pre;     /* made at the first prompt of 3 tokens or more */
+	struct prefill pre;     /* made for a prompt of 3 tokens or more, freed after it */
 	int64_t prefill_max;    /* PREFILL_MAX (tests: kiln_generator_prefill_max) */
 };
 

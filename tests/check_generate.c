@@ -1471,6 +1471,36 @@ START_TEST(test_prefill_fewer_copies)
 }
 END_TEST
 
+/* The prefill plan (a second copy of the full-context caches) is not
+ * held between prompts: a warm generator allocates again at each
+ * prefilled prompt (before: made once and kept for the generator's
+ * life, no allocation) and not at all fed a step a position. */
+START_TEST(test_prefill_freed)
+{
+	struct rig r;
+	const int32_t prompt[6] = { 4, 1, 7, 2, 9, 3 };
+	int32_t out[2];
+	const struct kiln_sample_opts s = { .temperature = 0 };
+	rig_open(&r, "", "", KILN_F32);
+	for (int way = 0; way < 2; way++) {
+		struct kiln_generator *g;
+		struct kiln_device_counters c0, c1;
+		ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+		if (way)
+			kiln_generator_prefill_max(g, 1);
+		ck_assert(kiln_generate(g, prompt, 6, 2, &s, out, NULL, NULL) == 0); /* warm */
+		kiln_device_counters_get(r.dev, &c0);
+		ck_assert(kiln_generate(g, prompt, 6, 2, &s, out, NULL, NULL) == 0);
+		kiln_device_counters_get(r.dev, &c1);
+		ck_assert_msg(way ? c1.allocs == c0.allocs : c1.allocs > c0.allocs,
+			      "%s: %llu allocations at a warm generator's prompt",
+			      way ? "a step a position" : "prefilled", (unsigned long long)(c1.allocs - c0.allocs));
+		kiln_generator_close(g);
+	}
+	rig_close(&r);
+}
+END_TEST
+
 /* kiln_generator_plan_samples makes the plan kiln_generate_samples uses
  * (a call of as many samples then makes none: no allocation), refuses
  * what does not fit as it does (KILN_EUSAGE naming the samples, here a
@@ -1528,6 +1558,7 @@ static Suite *make_generate_suite(void)
 		test_context_refused, NULL });
 	check_add_case(s, "prefill", 240, NULL, NULL, (const TTest *[]){
 		test_prefill_plan_logits, test_prefill_equals_steps, test_prefill_fewer_copies,
+		test_prefill_freed,
 		test_plan_samples, NULL });
 	return s;
 }
