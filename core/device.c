@@ -605,11 +605,9 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	     (op->i[0] == KILN_SCHED_ONECYCLE && (op->i[5] || op->i[6]))))
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the exponential, linear and polynomial schedules and onecycle's three_phase and anneal_strategy (2.30): rebuild it against this kiln's headers",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
-	/* ... and a decoding attention of several positions a run (a prompt's
-	 * prefill, ATTENTION_DECODE's T > 1, 2.31): an older device would
-	 * read the first alone */
-	if (op->type == KILN_OP_ATTENTION_DECODE && op->n_in >= 1 && op->in[0].ndim == 3 &&
-	    op->in[0].dims[1] > 1 && dev->plugin->abi_minor < 31)
+	/* ... nor a decoding attention of several positions a run (a
+	 * prompt's prefill, 2.31): a type it may not know */
+	if (op->type == KILN_OP_ATTENTION_DECODE_RUN && dev->plugin->abi_minor < 31)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the decoding attention of several positions a run (2.31): a prompt is fed a position a step",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);

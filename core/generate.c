@@ -47,6 +47,7 @@ enum { PREFILL_MAX = 256 };
 struct prefill {
 	struct kiln_plan *p;    /* NULL: none yet (or refused) */
 	int refused;            /* the device or a layer cannot: steps feed prompts */
+	int said;               /* its want of memory logged (once) */
 	int64_t chunk;          /* T, the positions a run */
 	int32_t *io;            /* host i32[2 * chunk]: the run's tokens, then positions */
 	int32_t *io_d;          /* ... on the device */
@@ -66,7 +67,7 @@ struct kiln_generator {
 	 * or a one-row call (kiln_generate, kiln_generator_step, N = 1),
 	 * which frees it */
 	struct decoder one, many;
-	struct prefill pre;     /* made at the first prompt of 3 tokens or more */
+	struct prefill pre;     /* made for a prompt of 3 tokens or more, freed after it */
 	int64_t prefill_max;    /* PREFILL_MAX (tests: kiln_generator_prefill_max) */
 };
 
@@ -337,7 +338,7 @@ static void prefill_free(struct kiln_generator *g)
 	kiln_plan_free(f->p);
 	kiln_device_free(dev, f->io_d);
 	free(f->io);
-	*f = (struct prefill){ .refused = f->refused };
+	*f = (struct prefill){ .refused = f->refused, .said = f->said };
 }
 
 void kiln_generator_close(struct kiln_generator *g)
@@ -725,14 +726,16 @@ kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_
 
 /* The prefill plan for a prompt of m >= 2 positions before its last:
  * chunk = the least power of two >= m, at most PREFILL_MAX and the
- * context (a plan of another chunk is made anew).  *ok = 0 where the
- * prompt is to be fed a step a position, as before session 43: the plan
- * could not be made (KILN_ENOTSUP: an ATTENTION_DECODE of T > 1 on a
- * device built before ABI 2.31 or that refuses it, a layer built before
- * 2.31; or a layer's own refusal of T > 1), or its caches are not laid
- * out by row (kiln_layer.decode_caches), each said once at info level and
- * never tried again; or its memory could not be allocated (KILN_ENOMEM:
- * tried again at the next prompt). */
+ * context; made for the prompt and freed after it (one_feed).  *ok = 0
+ * where the prompt is to be fed a step a position, as before session 43:
+ * the plan could not be made (KILN_ENOTSUP: a device that refuses
+ * ATTENTION_DECODE_RUN, one built before ABI 2.31 or rebuilt unchanged;
+ * a layer that keeps state or is not built in and did not set
+ * kiln_layer.decode_runs), or its caches are not laid out by row
+ * (kiln_layer.decode_caches) or a position apiece (decode_pos_bytes),
+ * each said once at info level and never tried again; or its memory
+ * could not be allocated (KILN_ENOMEM: said once, tried again at the
+ * next prompt). */
 static kiln_status prefill_plan(struct kiln_generator *g, int64_t m, int *ok)
 {
 	struct prefill *f = &g->pre;
@@ -747,20 +750,26 @@ static kiln_status prefill_plan(struct kiln_generator *g, int64_t m, int *ok)
 	prefill_free(g);
 	kiln_status st = kiln_model_plan_prefill(g->m, g->context, chunk, &f->p);
 	const int by_row = !st && kiln_plan_decode_rows_copyable(f->p);
-	if (st || !by_row) {
-		kiln_log(KILN_LOG_INFO, "generate", "the prompt is fed a position a step, not prefilled: %s",
-			 st ? kiln_last_error() : "a layer does not lay its decoding caches out by row (kiln_layer.decode_caches, ABI 2.26)");
+	const int by_pos = by_row && kiln_plan_decode_by_position(f->p);
+	if (st || !by_pos) {
+		if (st != KILN_ENOMEM || !f->said)
+			kiln_log(KILN_LOG_INFO, "generate", "the prompt is fed a position a step, not prefilled: %s",
+				 st ? kiln_last_error()
+				 : !by_row ? "a layer does not lay its decoding caches out by row (kiln_layer.decode_caches, ABI 2.26)"
+					   : "a layer keeps a running state, not a position apiece (kiln_layer.decode_pos_bytes 0): a prefill's padded and repeated positions would enter it");
 		f->refused = st != KILN_ENOMEM;
+		f->said |= st == KILN_ENOMEM;
 		prefill_free(g);
 		return KILN_OK;
 	}
-	if ((st = kiln_device_alloc(g->m->dev, sizeof(int32_t) * (size_t)(2 * chunk), (void **)&f->io_d)))
-		st = kiln_error_wrap(st, "the prefill's tokens");
-	else if (!(f->io = malloc(sizeof(int32_t) * (size_t)(2 * chunk))))
-		st = kiln_error(KILN_ENOMEM, "out of memory");
-	if (st) {
+	if (kiln_device_alloc(g->m->dev, sizeof(int32_t) * (size_t)(2 * chunk), (void **)&f->io_d) ||
+	    !(f->io = malloc(sizeof(int32_t) * (size_t)(2 * chunk)))) {
+		if (!f->said) /* as the plan's memory: steps, this prompt */
+			kiln_log(KILN_LOG_INFO, "generate", "the prompt is fed a position a step, not prefilled: no memory for the prefill's %lld tokens",
+				 (long long)chunk);
+		f->said = 1;
 		prefill_free(g);
-		return st;
+		return KILN_OK;
 	}
 	f->chunk = chunk;
 	*ok = 1;
@@ -813,8 +822,11 @@ static kiln_status one_feed(struct kiln_generator *g, const int32_t *prompt, int
 {
 	int ok = 0;
 	kiln_status st = m > 1 && g->prefill_max > 1 ? prefill_plan(g, m, &ok) : KILN_OK;
-	if (st || ok)
-		return st ? st : prefill_feed(g, prompt, m);
+	if (st || ok) {
+		st = st ? st : prefill_feed(g, prompt, m);
+		prefill_free(g); /* its caches and logits: not held between prompts */
+		return st;
+	}
 	for (int64_t t = 0; t < m; t++)
 		if ((st = decode_step(g, &g->one, t, &prompt[t], logits)))
 			return st;

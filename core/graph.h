@@ -686,6 +686,13 @@ int kiln_plan_eval_counts(const struct kiln_plan *p);
  * lays it out by row (kiln_layer.decode_caches, ABI 2.26), so that
  * kiln_plan_decode_copy_rows can fill its rows. */
 int kiln_plan_decode_rows_copyable(const struct kiln_plan *p);
+/* Whether every layer of decode plan p that keeps state keeps it a
+ * position apiece (kiln_layer.decode_pos_bytes > 0), so that a position
+ * fed again is rewritten and positions past those copied are left behind:
+ * a prompt's prefill, whose runs may be padded and repeat positions, is
+ * made only then (a running state, decode_pos_bytes 0, would take the
+ * pads and repeats in). */
+int kiln_plan_decode_by_position(const struct kiln_plan *p);
 /* Enqueue on stream the copy of positions 0..n-1 of row 0 of decode plan
  * src's caches (src of one row or more, of the same model and decode
  * length as dst; 1 <= n <= that length) into every row of dst: each row
@@ -698,9 +705,9 @@ kiln_status kiln_plan_decode_copy_rows(struct kiln_plan *dst, const struct kiln_
 /* core/plan.c.  A decode plan of one row (`decode` positions in all, as
  * kiln_plan_opts.decode) whose runs take `positions` tokens at once, T =
  * positions (a prompt's prefill, core/generate.c; its logits [1, T, V]).
- * KILN_ENOTSUP where a layer was built before ABI 2.31, or the device
- * refuses an op of several positions (ATTENTION_DECODE's T > 1): the
- * caller feeds the positions a step each. */
+ * KILN_ENOTSUP where a layer that keeps state or is not built in did not
+ * set kiln_layer.decode_runs (ABI 2.31), or the device refuses
+ * ATTENTION_DECODE_RUN: the caller feeds the positions a step each. */
 kiln_status kiln_model_plan_prefill(struct kiln_model *m, int64_t decode, int64_t positions,
 				    struct kiln_plan **out);
 /* core/generate.c.  The most positions generator g prefills a run

@@ -392,8 +392,9 @@ static kiln_status check_attention(const char *who, const struct kiln_op *op)
 	return KILN_OK;
 }
 
-/* ATTENTION_DECODE: qkv [B,T,3C], pos i32[1], y [B,T,C] of qkv's dtype,
- * the caches f32 [B,H,Tmax,D] (T > 1: ABI 2.31, T <= Tmax). */
+/* ATTENTION_DECODE: qkv [B,1,3C], pos i32[1], y [B,1,C] of qkv's dtype,
+ * the caches f32 [B,H,Tmax,D]; ATTENTION_DECODE_RUN (ABI 2.31) the same
+ * of T positions, qkv [B,T,3C] and y [B,T,C], T <= Tmax. */
 static kiln_status check_attention_decode(const char *who, const struct kiln_op *op)
 {
 	kiln_status st = counts(who, op, 2, 3);
@@ -401,10 +402,11 @@ static kiln_status check_attention_decode(const char *who, const struct kiln_op 
 		return st;
 	const struct kiln_tensor_desc *qkv = &op->in[0], *y = &op->out[0];
 	const int64_t H = op->i[0];
-	if (qkv->ndim != 3 || qkv->dims[0] <= 0 || qkv->dims[1] <= 0 || H <= 0 ||
-	    qkv->dims[2] <= 0 || qkv->dims[2] % (3 * H) || !is_float(qkv->dtype))
-		BAD(KILN_EINVAL, "wants qkv [B,T,3C] (floating) with C a multiple of the heads i[0] = %lld",
-		    (long long)H);
+	const int run = op->type == KILN_OP_ATTENTION_DECODE_RUN;
+	if (qkv->ndim != 3 || qkv->dims[0] <= 0 || qkv->dims[1] <= 0 || (!run && qkv->dims[1] != 1) ||
+	    H <= 0 || qkv->dims[2] <= 0 || qkv->dims[2] % (3 * H) || !is_float(qkv->dtype))
+		BAD(KILN_EINVAL, "wants qkv [B,%s,3C] (floating) with C a multiple of the heads i[0] = %lld",
+		    run ? "T" : "1", (long long)H);
 	const int64_t B = qkv->dims[0], T = qkv->dims[1], C = qkv->dims[2] / 3;
 	if (y->ndim != 3 || y->dims[0] != B || y->dims[1] != T || y->dims[2] != C ||
 	    y->dtype != qkv->dtype)
@@ -901,6 +903,7 @@ static const struct {
 	[KILN_OP_RNN_BWD] = { "RNN_BWD", check_rnn },
 	[KILN_OP_QCONV] = { "QCONV", check_qconv },
 	[KILN_OP_QLINEAR] = { "QLINEAR", check_qlinear },
+	[KILN_OP_ATTENTION_DECODE_RUN] = { "ATTENTION_DECODE_RUN", check_attention_decode },
 };
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in op_rows (name and check)");

@@ -311,6 +311,22 @@ static int dx_shared(const struct kiln_plan *p, const int *wants_grad, const int
 	return bits;
 }
 
+/* A decode plan of several positions a run (ABI 2.31): every layer that
+ * keeps decoding state (saved memory) or is not built in must have set
+ * kiln_layer.decode_runs in its plan (one built before 2.31, or rebuilt
+ * unchanged, reads the first position alone): KILN_ENOTSUP naming the
+ * first that did not (the prompt is then fed a position a step). */
+static kiln_status decode_runs_agreed(const struct kiln_plan *p)
+{
+	const struct kiln_model *m = p->m;
+	for (int i = 0; p->decode && p->data_desc.dims[1] > 1 && i < m->n_layers; i++)
+		if (!p->nodes[i].l.decode_runs &&
+		    (p->nodes[i].l.saved_bytes || !builtin_layer(m->layers[i].type)))
+			return kiln_error(KILN_ENOTSUP, "layer '%s' (%s) does not take several positions a run (kiln_layer.decode_runs, ABI 2.31): the prompt is fed a position a step",
+					  m->layers[i].name, m->layers[i].type->name);
+	return KILN_OK;
+}
+
 /* Prepare every layer's device ops (sets saved_bytes); one shared
  * workspace.  A built-in layer skips the ops of input gradients no
  * backward asks for (kiln_layer_dx_unused). */
@@ -325,6 +341,7 @@ static kiln_status plan_layers(struct kiln_plan *p, const int *wants_grad)
 	for (int i = 0; i < m->n_layers && !st; i++) {
 		size_t ws = 0;
 		N[i].l.saved_bytes = 0;
+		N[i].l.decode_runs = 0;
 		if (N[i].ops->plan) {
 			N[i].planned = 1;
 			planning = &N[i].l;
@@ -383,9 +400,7 @@ static kiln_status plan_input(struct kiln_plan *p)
  * `positions` tokens per row, [batch, positions] i32 (1: a step; more: a
  * prompt's prefill, kiln_model_plan_prefill), of a model on token
  * sequences; the loss layer's input is the output (the logits).  Several
- * positions need every layer built for ABI 2.31 or later (a layer built
- * before may take a decode plan's input for one position): KILN_ENOTSUP
- * naming the first that is not. */
+ * positions need the layers' consent (decode_runs_agreed). */
 static kiln_status decode_input(struct kiln_plan *p, int64_t tmax, int64_t positions)
 {
 	struct kiln_model *m = p->m;
@@ -395,11 +410,6 @@ static kiln_status decode_input(struct kiln_plan *p, int64_t tmax, int64_t posit
 	if (positions < 1 || positions > tmax)
 		return kiln_error(KILN_EINTERNAL, "a decode plan of %lld positions a run, of %lld in all",
 				  (long long)positions, (long long)tmax);
-	for (int i = 0; positions > 1 && i < m->n_layers; i++)
-		if (m->layers[i].type->abi_minor < 31)
-			return kiln_error(KILN_ENOTSUP, "layer '%s' (%s) was built for ABI 2.%u, before a decode plan of several positions a run (2.31): the prompt is fed a position a step",
-					  m->layers[i].name, m->layers[i].type->name,
-					  m->layers[i].type->abi_minor);
 	p->decode = tmax;
 	p->data_desc.dims[1] = positions;
 	return KILN_OK;
@@ -506,7 +516,8 @@ static kiln_status plan_make(struct kiln_model *m, int64_t batch, const struct k
 				w = 1;
 		wants_grad[i] = w;
 	}
-	if ((st = plan_layers(p, wants_grad)) || (st = plan_input(p))) {
+	if ((st = plan_layers(p, wants_grad)) || (st = decode_runs_agreed(p)) ||
+	    (st = plan_input(p))) {
 		if (st == KILN_ENOTSUP && has_mixed_stem(p)) { /* today's layouts, then */
 			free(wants_grad);
 			kiln_plan_free(p);

@@ -337,6 +337,16 @@ int kiln_plan_decode_rows_copyable(const struct kiln_plan *p)
 	return 1;
 }
 
+int kiln_plan_decode_by_position(const struct kiln_plan *p)
+{
+	if (!p->decode)
+		return 0;
+	for (int i = 0; i < p->m->n_layers; i++)
+		if (p->nodes[i].sstore >= 0 && !p->nodes[i].l.decode_pos_bytes)
+			return 0;
+	return 1;
+}
+
 /* Positions 0..n-1 of row 0 of node s's caches (of plan src) into every
  * row of node d's (of dst), adding the bytes written to *bytes.  A row of
  * runs of decode_len positions (kiln_layer.decode_pos_bytes) has each

@@ -1335,9 +1335,11 @@ END_TEST
  * of 2 to T tokens (the rest of the context drawn), runs of at most 2, 4
  * and 256 positions (several runs, the last overlapping the one before;
  * one run padded past the prompt), 1 and 3 samples, greedy, temperature
- * 1.2 on two seeds, top-k 3, top-p 0.8 and both; and the one-row caches
- * a prompt leaves give the next step's logits within 1e-5 (bf16 4e-3) of
- * those the steps' caches give. */
+ * 1.2 on two seeds, top-k 3, top-p 0.8 and both (bf16: the greedy tokens
+ * alone); that each prompt of 3 tokens or more was prefilled (np - 1
+ * fewer copies of logits to the host than the steps make); and the
+ * one-row caches a prompt leaves give the next step's logits within 1e-5
+ * (bf16 4e-3) of those the steps' caches give. */
 START_TEST(test_prefill_equals_steps)
 {
 	static const int64_t maxes[3] = { 2, 4, 256 };
@@ -1365,12 +1367,28 @@ START_TEST(test_prefill_equals_steps)
 					for (int t = 0; t < np; t++)
 						prompt[t] = (int32_t)((5 * t + 3 * np + mx + ns) % V);
 					for (int md = 0; md < 5; md++) {
+						struct kiln_device_counters c0, c1, c2;
 						ck_assert(kiln_generator_top_p(g, top_ps[md]) == 0);
 						ck_assert(kiln_generator_top_p(steps, top_ps[md]) == 0);
+						kiln_device_counters_get(r.dev, &c0);
 						ck_assert_msg(kiln_generate_samples(g, prompt, np, n_new, ns, &modes[md], a, NULL, NULL) == 0,
 							      "%s", kiln_last_error());
+						kiln_device_counters_get(r.dev, &c1);
 						ck_assert(kiln_generate_samples(steps, prompt, np, n_new, ns, &modes[md], b, NULL, NULL) == 0);
-						for (int i = 0; i < ns * n_new; i++)
+						kiln_device_counters_get(r.dev, &c2);
+						/* prefilled: the prompt's first np - 1
+						 * positions copy no logits to the host (one
+						 * position, np = 2, is a step either way) */
+						const uint64_t saved = np > 2 ? (uint64_t)(np - 1) : 0;
+						ck_assert_msg((c2.d2h_copies - c1.d2h_copies) - (c1.d2h_copies - c0.d2h_copies) == saved,
+							      "%s, runs of at most %d, a %d-token prompt, %d samples, mode %d: %llu copies of logits to the host prefilled, %llu a step a position (not prefilled?)",
+							      bf ? "bf16" : "f32", (int)maxes[mx], np, ns, md,
+							      (unsigned long long)(c1.d2h_copies - c0.d2h_copies),
+							      (unsigned long long)(c2.d2h_copies - c1.d2h_copies));
+						/* bf16: greedy tokens alone (a drawn token
+						 * may turn on a rounding the kernels'
+						 * choice, by timing, decides) */
+						for (int i = 0; (!bf || md == 0) && i < ns * n_new; i++)
 							ck_assert_msg(a[i] == b[i], "%s, runs of at most %d, a %d-token prompt, %d samples, mode %d: sample %d token %d is %d prefilled, %d fed a step a position",
 								      bf ? "bf16" : "f32", (int)maxes[mx], np, ns, md,
 								      i / (n_new ? n_new : 1), i % (n_new ? n_new : 1), a[i], b[i]);
@@ -1387,8 +1405,16 @@ START_TEST(test_prefill_equals_steps)
 				float la[V];
 				for (int t = 0; t < np; t++)
 					prompt[t] = (int32_t)((7 * t + np) % V);
+				struct kiln_device_counters c0, c1, c2;
+				kiln_device_counters_get(r.dev, &c0);
 				ck_assert(kiln_generate(g, prompt, np, 1, &greedy, &ta, NULL, NULL) == 0);
+				kiln_device_counters_get(r.dev, &c1);
 				ck_assert(kiln_generate(steps, prompt, np, 1, &greedy, &tb, NULL, NULL) == 0);
+				kiln_device_counters_get(r.dev, &c2);
+				ck_assert_msg((c2.d2h_copies - c1.d2h_copies) - (c1.d2h_copies - c0.d2h_copies) ==
+						      (np > 2 ? (uint64_t)(np - 1) : 0),
+					      "%s, runs of at most %d, a %d-token prompt: not prefilled", bf ? "bf16" : "f32",
+					      (int)maxes[mx], np);
 				ck_assert_int_eq(ta, tb);
 				ck_assert(kiln_generator_step(g, np, ta, &lg) == 0);
 				memcpy(la, lg, sizeof la);
@@ -1445,12 +1471,43 @@ START_TEST(test_prefill_fewer_copies)
 }
 END_TEST
 
+/* The prefill plan (a second copy of the full-context caches) is not
+ * held between prompts: a warm generator allocates again at each
+ * prefilled prompt (before: made once and kept for the generator's
+ * life, no allocation) and not at all fed a step a position. */
+START_TEST(test_prefill_freed)
+{
+	struct rig r;
+	const int32_t prompt[6] = { 4, 1, 7, 2, 9, 3 };
+	int32_t out[2];
+	const struct kiln_sample_opts s = { .temperature = 0 };
+	rig_open(&r, "", "", KILN_F32);
+	for (int way = 0; way < 2; way++) {
+		struct kiln_generator *g;
+		struct kiln_device_counters c0, c1;
+		ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+		if (way)
+			kiln_generator_prefill_max(g, 1);
+		ck_assert(kiln_generate(g, prompt, 6, 2, &s, out, NULL, NULL) == 0); /* warm */
+		kiln_device_counters_get(r.dev, &c0);
+		ck_assert(kiln_generate(g, prompt, 6, 2, &s, out, NULL, NULL) == 0);
+		kiln_device_counters_get(r.dev, &c1);
+		ck_assert_msg(way ? c1.allocs == c0.allocs : c1.allocs > c0.allocs,
+			      "%s: %llu allocations at a warm generator's prompt",
+			      way ? "a step a position" : "prefilled", (unsigned long long)(c1.allocs - c0.allocs));
+		kiln_generator_close(g);
+	}
+	rig_close(&r);
+}
+END_TEST
+
 /* kiln_generator_plan_samples makes the plan kiln_generate_samples uses
  * (a call of as many samples then makes none: no allocation), refuses
  * what does not fit as it does (KILN_EUSAGE naming the samples, here a
  * million under an RLIMIT_AS 512 MiB above the process), and 0 samples
  * (KILN_EINVAL); `kiln generate` calls it before it allocates the
- * samples' tokens (tests/generate.sh). */
+ * samples' tokens (tests/generate.sh).  (The prompt is fed a step a
+ * position: a prefill plan, made and freed at every prompt, allocates.) */
 START_TEST(test_plan_samples)
 {
 	struct rig r;
@@ -1461,6 +1518,9 @@ START_TEST(test_plan_samples)
 	struct kiln_device_counters c0, c1;
 	rig_open(&r, "", "", KILN_F32);
 	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	/* (the prompt a step a position: a prefill plan is made and freed
+	 * at every prompt, docs/generate.md) */
+	kiln_generator_prefill_max(g, 1);
 	ck_assert(kiln_generate_samples(g, prompt, 3, 2, 2, &s, out, NULL, NULL) == 0); /* warm */
 	ck_assert_msg(kiln_generator_plan_samples(g, 4) == 0, "%s", kiln_last_error());
 	kiln_device_counters_get(r.dev, &c0);
@@ -1498,6 +1558,7 @@ static Suite *make_generate_suite(void)
 		test_context_refused, NULL });
 	check_add_case(s, "prefill", 240, NULL, NULL, (const TTest *[]){
 		test_prefill_plan_logits, test_prefill_equals_steps, test_prefill_fewer_copies,
+		test_prefill_freed,
 		test_plan_samples, NULL });
 	return s;
 }

@@ -11,7 +11,11 @@
 # Session 43: the CPU device prefills a prompt (no "not prefilled" line);
 # tprefill28, the CPU device under ABI 2.28 (tests/plugins/tnodecode.c),
 # is asked for no decoding attention of several positions: the prompt is
-# fed a position a step, said once at info level, the same text.
+# fed a position a step, said once at info level, the same text; so is
+# it on tnorun, the CPU device under 2.31 without the new op
+# ATTENTION_DECODE_RUN (as a device rebuilt unchanged: before, the core
+# asked ATTENTION_DECODE itself for several positions, which such a
+# device would read as one).
 name=generate_device
 . "$(dirname "$0")/lib.sh"
 
@@ -81,4 +85,9 @@ stderr_has "the prompt is fed a position a step, not prefilled: "
 stderr_has "tprefill28: built for ABI 2.28, before the decoding attention of several positions a run (2.31)"
 [ "$(grep -c "not prefilled" "$err")" = 1 ] || fail "the fallback said more than once"
 cmp -s "$out" "$tmp/long.ref" || fail "the text fed a step a position differs from the prefilled text"
+kiln 0 generate "$tmp/att.ini" run.device=tnorun $long
+stderr_has "the prompt is fed a position a step, not prefilled: "
+stderr_has "tnorun: ATTENTION_DECODE_RUN is not implemented by this device"
+[ "$(grep -c "not prefilled" "$err")" = 1 ] || fail "the fallback said more than once"
+cmp -s "$out" "$tmp/long.ref" || fail "tnorun's text fed a step a position differs from the prefilled text"
 echo "generate_device: $checks checks passed"

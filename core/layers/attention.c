@@ -120,9 +120,11 @@ static kiln_status attention_plan(const struct kiln_host *h, struct kiln_layer *
 	struct kiln_op op;
 	kiln_status st;
 	size_t w = 0;
-	if (l->decode_len) { /* T tokens per row (1 a step; a prompt's prefill
-			      * more, ABI 2.31), the caches kept as saved memory */
-		op_init(&op, KILN_OP_ATTENTION_DECODE, 2, 3);
+	if (l->decode_len) { /* T tokens per row (1 a step: ATTENTION_DECODE; a
+			      * prompt's prefill more: ATTENTION_DECODE_RUN,
+			      * ABI 2.31), the caches kept as saved memory */
+		op_init(&op, l->in[0].dims[1] > 1 ? KILN_OP_ATTENTION_DECODE_RUN : KILN_OP_ATTENTION_DECODE,
+			2, 3);
 		op.in[0] = l->in[0];
 		kiln_tensor_desc_init(&op.in[1], KILN_I32, 1, (int64_t[]){ 1 });
 		op.out[0] = l->out;
@@ -137,6 +139,7 @@ static kiln_status attention_plan(const struct kiln_host *h, struct kiln_layer *
 		l->decode_caches = 2;
 		l->decode_row_bytes = kiln_tensor_bytes(&s->cache) / (size_t)s->cache.dims[0];
 		l->decode_pos_bytes = sizeof(float) * (size_t)s->cache.dims[3];
+		l->decode_runs = 1; /* a run's positions rewrite their cache rows */
 		return prep(h, l, dev, &op, &s->decode, ws);
 	}
 	/* an evaluation plan runs the eval form alone (attention_forward) */

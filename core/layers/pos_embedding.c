@@ -88,6 +88,7 @@ static kiln_status pos_plan(const struct kiln_host *h, struct kiln_layer *l,
 		f32_desc(&op.in[1], s->max_len, s->C, 0);
 		f32_desc(&op.out[0], s->T, s->C, 0);
 		st = prep(h, l, dev, &op, &s->row, &w);
+		l->decode_runs = 1; /* a row a position, no state */
 		*ws = (*ws > w ? *ws : w) + ALIGN64(sizeof(float) * (size_t)(s->T * s->C));
 		return st;
 	}

@@ -520,22 +520,16 @@ enum kiln_op_type {
 	KILN_OP_ATTENTION_BWD = 46,
 	/* One decoding step of causal attention with a key/value cache
 	 * (text generation, docs/generate.md): every row of the batch holds
-	 * T new tokens at positions t = *in1 .. *in1 + T - 1 (the same for
-	 * every row; T = 1 before ABI 2.31).
-	 * in0 qkv [B,T,3C] (q, k, v as ATTENTION's), in1 pos i32[1] (device,
-	 * the first position); out0 y [B,T,C] (qkv's dtype); out1 kcache,
-	 * out2 vcache f32 [B,H,Tmax,D], read and written: row t + i of head h
-	 * gets the k and v of query i (converted to f32), rows < t must hold
-	 * what the steps at those positions wrote, rows >= t + T are neither
-	 * read nor written.  Then, for query i at position u = t + i,
-	 *   y[b,i,h*D:(h+1)*D] = sum_{j<=u} softmax_j(scale * q_i.K[j]) V[j]
-	 * which is ATTENTION's causal row u of the sequence fed so far: T
-	 * queries give what T steps of one position each give (a prompt's
-	 * positions in one run, its prefill).  i[0] = H, f[0] = scale.
-	 * Positions outside [0, Tmax) write nothing and fail the run with
-	 * KILN_EDATA naming them.  ABI 2.31: T > 1; the core asks no device
-	 * built before for it, and a device may refuse it with KILN_ENOTSUP
-	 * (generation then feeds a prompt one position a step). */
+	 * one new token at position t = *in1 (the same t for every row).
+	 * in0 qkv [B,1,3C] (q, k, v as ATTENTION's), in1 pos i32[1] (device);
+	 * out0 y [B,1,C] (qkv's dtype); out1 kcache, out2 vcache f32
+	 * [B,H,Tmax,D], read and written: row t of head h gets the new k and
+	 * v (converted to f32), rows < t must hold what the steps at those
+	 * positions wrote, rows > t are neither read nor written.  Then
+	 *   y[b,0,h*D:(h+1)*D] = sum_{j<=t} softmax_j(scale * q.K[j]) V[j]
+	 * which is ATTENTION's causal row t of the sequence fed so far.
+	 * i[0] = H, f[0] = scale.  A t outside [0, Tmax) writes nothing and
+	 * fails the run with KILN_EDATA naming it. */
 	KILN_OP_ATTENTION_DECODE = 47,
 	/* ---- recurrent layers (ABI 2.5) ------------------------------------
 	 * One direction of one layer of nn.LSTM / nn.GRU (batch_first, zero
@@ -608,6 +602,27 @@ enum kiln_op_type {
 	 * i[8]): y[m,n] = act(sx * sw[n] * sum_k xq[m,k] wq[n,k] + b[n]).
 	 * f32 in memory, except ABI 2.8's u8 x and u8 y (as QCONV's). */
 	KILN_OP_QLINEAR = 51,
+	/* ABI 2.31: ATTENTION_DECODE of T >= 1 positions a run (a prompt's
+	 * prefill, docs/generate.md): every row holds T new tokens at
+	 * positions t = *in1 .. *in1 + T - 1 (the same for every row).
+	 * in0 qkv [B,T,3C], in1 pos i32[1] (device, the first position); out0
+	 * y [B,T,C] (qkv's dtype); out1 kcache, out2 vcache f32 [B,H,Tmax,D]
+	 * as ATTENTION_DECODE's: row t + i of head h gets the k and v of query
+	 * i (converted to f32), rows < t must hold what the runs at those
+	 * positions wrote, rows >= t + T are neither read nor written.  For
+	 * query i at position u = t + i,
+	 *   y[b,i,h*D:(h+1)*D] = sum_{j<=u} softmax_j(scale * q_i.K[j]) V[j]
+	 * what T steps of ATTENTION_DECODE give.  A run may rewrite positions
+	 * an earlier run wrote (the core's last run of a long prompt overlaps
+	 * the one before) and may hold padding past the prompt (id 0; its
+	 * rows are written, and overwritten by the steps that follow).
+	 * i[0] = H, f[0] = scale.  Positions outside [0, Tmax) write nothing
+	 * and fail the run with KILN_EDATA naming them.  A new op, not
+	 * ATTENTION_DECODE of T > 1, so that a device written for ATTENTION_
+	 * DECODE (T = 1) and rebuilt unchanged refuses it (KILN_ENOTSUP from
+	 * prepare; the core asks no device built before 2.31): generation
+	 * then feeds a prompt a position a step. */
+	KILN_OP_ATTENTION_DECODE_RUN = 52,
 	KILN_OP_TYPE_COUNT
 };
 

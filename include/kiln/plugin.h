@@ -173,11 +173,13 @@ extern "C" {
  *      device built before for them (docs/plugins.md "ABI 2.30").
  * 2.31: a decode plan's runs may take T > 1 positions a row (a prompt's
  *      prefill: kiln_layer.decode_len's in[] [B, T, ...] at positions
- *      kiln_layer_run.pos[0..T)); KILN_OP_ATTENTION_DECODE with qkv
- *      [B,T,3C] (kiln/ops.h).  The core plans no such run with a layer
- *      built before, nor asks a device built before for that op of T > 1:
- *      the prompt is then fed a position a step (docs/plugins.md "ABI
- *      2.31"). */
+ *      kiln_layer_run.pos[0..T)), only where every layer that keeps
+ *      decoding state and every layer not built in sets
+ *      kiln_layer.decode_runs in its plan (a layer built before, or
+ *      rebuilt unchanged, leaves it 0); KILN_OP_ATTENTION_DECODE_RUN, the
+ *      decoding attention of T positions a run (kiln/ops.h), which a
+ *      device built before, or rebuilt unchanged, refuses.  Else the
+ *      prompt is fed a position a step (docs/plugins.md "ABI 2.31"). */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 31
 
@@ -1218,8 +1220,8 @@ struct kiln_layer {
 			      * decode plan (kiln_plan_opts.decode, text
 			      * generation, docs/generate.md): in[] hold T new
 			      * positions per row ([B, T, ...]; T = 1 a step,
-			      * more a prompt's prefill, only for a layer
-			      * built for ABI 2.29 or later), those
+			      * more a prompt's prefill, only where the layer
+			      * sets decode_runs, ABI 2.31), those
 			      * kiln_layer_run.pos says, and a layer whose
 			      * output depends on other positions keeps what
 			      * it needs of up to decode_len positions in its
@@ -1314,6 +1316,24 @@ struct kiln_layer {
 			      * built before 2.27, or rebuilt unchanged): the
 			      * layer writes its f32[3] per-sample sums and
 			      * the trainer divides them by samples. */
+	/* ---- ABI 2.31 ---- */
+	int decode_runs;     /* set by plan in a decode plan (decode_len > 0)
+			      * to say the layer takes runs of T > 1
+			      * positions a row (in[] [B, T, ...] at positions
+			      * kiln_layer_run.pos[0..T), a prompt's prefill):
+			      * its outputs are those of T runs of one
+			      * position, in order.  A run may be padded past
+			      * the prompt (id 0) and may repeat positions an
+			      * earlier run fed (the last run of a long
+			      * prompt overlaps the one before): a layer's
+			      * state for a position must be rewritten, not
+			      * added to, by a run that feeds it again.  Left
+			      * 0 (the core clears it before plan; a layer
+			      * built before 2.31, or rebuilt unchanged): the
+			      * core plans no run of T > 1 with the layer
+			      * where it keeps decoding state (saved_bytes)
+			      * or is not built in, and feeds a prompt a
+			      * position a step. */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
@@ -1384,7 +1404,7 @@ struct kiln_layer_run {
 	/* ---- ABI 2.2 ---- */
 	/* Decode plans (l->decode_len > 0): device i32[T], the positions of
 	 * the run's T tokens in their sequence (in[0].dims[1]; 1 a step, more
-	 * a prompt's prefill, ABI 2.29), pos[t] = pos[0] + t, 0 <= pos[t] <
+	 * a prompt's prefill, ABI 2.31), pos[t] = pos[0] + t, 0 <= pos[t] <
 	 * decode_len (the same for every row); the positions before pos[0]
 	 * were fed by earlier runs.  NULL otherwise. */
 	const void *pos;

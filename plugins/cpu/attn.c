@@ -1,8 +1,9 @@
 /* plugins/cpu/attn.c - fused scaled-dot-product attention, KILN_OP_ATTENTION
  * and KILN_OP_ATTENTION_BWD (the contract, with PyTorch's equivalent, is in
  * kiln/ops.h), and its decoding step with a key/value cache,
- * KILN_OP_ATTENTION_DECODE (one query row per (batch, head) and position,
- * the positions in order, plain loops).
+ * KILN_OP_ATTENTION_DECODE and its runs of several positions,
+ * KILN_OP_ATTENTION_DECODE_RUN (one query row per (batch, head) and
+ * position, the positions in order, plain loops).
  *
  * Parallel over the B*H (batch, head) pairs with OpenMP; each pair is done
  * by one thread from start to end, so the result does not depend on the
@@ -653,7 +654,8 @@ static void attn_decode_head(const struct attn_dims *g, int64_t Tmax, const floa
 	}
 }
 
-/* qkv [B,T,3C] at positions t0..t0+T-1 of every row (T = 1: a step). */
+/* qkv [B,T,3C] at positions t0..t0+T-1 of every row (T = 1: a step,
+ * ATTENTION_DECODE; more: ATTENTION_DECODE_RUN, ABI 2.31). */
 static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct kiln_op_args *a,
 					struct cpu_err *e)
 {
@@ -662,7 +664,7 @@ static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct k
 	if (t0 < 0 || t0 + g.T > Tmax)
 		return g.T == 1 ? cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE: position %lld outside the cache's [0, %lld)",
 					   (long long)t0, (long long)Tmax)
-				: cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE: positions %lld..%lld outside the cache's [0, %lld)",
+				: cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE_RUN: positions %lld..%lld outside the cache's [0, %lld)",
 					   (long long)t0, (long long)(t0 + g.T - 1), (long long)Tmax);
 	const int nt = attn_team(pairs, p->sz[4]);
 	int64_t next = 0; /* as cpu_attention's */
@@ -681,10 +683,11 @@ static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct k
 kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
+	const int decode = op->type == KILN_OP_ATTENTION_DECODE || op->type == KILN_OP_ATTENTION_DECODE_RUN;
 	for (int k = 0; k < op->n_in + op->n_out; k++) {
 		const struct kiln_tensor_desc *t = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
 		if (t->dtype != KILN_F32 && !(t->dtype == KILN_I64 && k == op->n_in - 1) &&
-		    !(t->dtype == KILN_I32 && op->type == KILN_OP_ATTENTION_DECODE && k == 1))
+		    !(t->dtype == KILN_I32 && decode && k == 1))
 			return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors (and the i64 step, or i32 position)");
 	}
 	const struct kiln_tensor_desc *qkv = &op->in[op->type == KILN_OP_ATTENTION_BWD ? 1 : 0];
@@ -698,7 +701,7 @@ kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_in = op->n_in;
 	p->n_out = op->n_out;
 	p->kernel = cpu_attention;
-	if (op->type == KILN_OP_ATTENTION_DECODE) { /* a row of Tmax scores per thread */
+	if (decode) { /* a row of Tmax scores per thread */
 		p->sz[5] = op->out[1].dims[2];
 		p->workspace = sizeof(float) * (size_t)(attn_pad(p->sz[5]) * p->sz[4]);
 		p->kernel = cpu_attention_decode;

@@ -251,7 +251,7 @@ static const uint8_t family[] = {
 	 * API, bf16/f16) with kiln's own f32 kernels (attn.cu) behind it: sdpa.c */
 	[KILN_OP_ATTENTION] = F_ATTN, [KILN_OP_ATTENTION_BWD] = F_ATTN,
 	/* decoding with a key/value cache (generation): the CPU's alone so far */
-	[KILN_OP_ATTENTION_DECODE] = F_NONE,
+	[KILN_OP_ATTENTION_DECODE] = F_NONE, [KILN_OP_ATTENTION_DECODE_RUN] = F_NONE,
 	/* cuDNN's RNN API (rnn.c; docs/rnn.md) */
 	[KILN_OP_RNN] = F_RNN, [KILN_OP_RNN_BWD] = F_RNN,
 	/* INT8 inference (ABI 2.6): int8 im2col + cuBLASLt (qops.c) */
