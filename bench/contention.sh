@@ -13,6 +13,9 @@
 #   busy       a competing process keeps one core busy: a shell busy loop
 #              (`while :; do :; done`), started before each run and killed
 #              after it; its measured CPU share is reported ("spin" column)
+#   jitter     a competing process busy 2 ms of every 20 ms (10% of one
+#              core, in bursts: a monitoring agent, a periodic job; python3),
+#              started and stopped as busy's loop; its share is reported
 #   core1      the run under `taskset -c 0`: one core
 #   quota      the run in a cgroup with a 1.5-CPU quota (v2 cpu.max
 #              "150000 100000", else v1 cpu.cfs_quota_us 150000); skipped,
@@ -47,7 +50,8 @@
 #   --mlp-steps N    MLP steps, 20 of them warm-up for PyTorch (default 0:
 #                    one epoch, as `kiln train ... train.epochs=1`)
 #   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc,cnn-bf16)
-#   --conditions L   comma-separated (default quiet,busy,core1,quota,quota1)
+#   --conditions L   comma-separated (default quiet,busy,core1,quota,quota1;
+#                    jitter on request)
 #   --spins LIST     comma-separated spin counts for kiln-sN rows (default none)
 #   --short          a quick look (about 15 minutes on 2 cores): --runs 1 --steps 20
 #                    --mlp-steps 300, unless those options come after it
@@ -76,6 +80,8 @@ SPINS=
 KILN=${KILN:-./kiln}
 KILN_BEFORE=${KILN_BEFORE:-}
 PYTHON=${PYTHON:-/usr/bin/python3}
+JIT_BUSY=0.002    # jitter: seconds busy of every JIT_PERIOD
+JIT_PERIOD=0.020
 HERE=$(dirname "$0")
 
 . "$HERE/common.sh"
@@ -111,7 +117,7 @@ for b in $BENCHES; do
         *) echo "contention.sh: unknown benchmark: $b" >&2; exit 2 ;; esac
 done
 for c in $CONDITIONS; do
-    case $c in quiet|busy|core1|quota|quota1) ;;
+    case $c in quiet|busy|jitter|core1|quota|quota1) ;;
         *) echo "contention.sh: unknown condition: $c" >&2; exit 2 ;; esac
 done
 [ -x "$KILN" ] || { echo "contention.sh: $KILN not found or not executable (set KILN=)" >&2; exit 1; }
@@ -186,9 +192,18 @@ in_cgroup() {
 # spin_start / spin_stop: the competing busy loop; spin_stop prints the
 # share of one CPU it got (utime + stime over its lifetime).
 spin_start() {
-    # a simple command in the background, so that $! is the loop itself
-    sh -c '[ -z "$0" ] || echo $$ > "$0/cgroup.procs"; exec sh -c "while :; do :; done"' \
-        "${CG:+$CG/run}" &
+    # a simple command in the background, so that $! is the loop itself;
+    # jitter: busy JIT_BUSY s of every JIT_PERIOD s (time.sleep for the rest)
+    if [ "${1:-busy}" = jitter ]; then
+        loop="exec python3 -c 'import time
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < $JIT_BUSY: pass
+    time.sleep($JIT_PERIOD - $JIT_BUSY)'"
+    else
+        loop='exec sh -c "while :; do :; done"'
+    fi
+    sh -c '[ -z "$0" ] || echo $$ > "$0/cgroup.procs"; eval "$1"' "${CG:+$CG/run}" "$loop" &
     SPIN_PID=$!
     SPIN_T0=$(date +%s.%N)
 }
@@ -206,7 +221,7 @@ spin_stop() {
 under() {
     cond=$1; shift
     case $cond in
-        quiet|busy) in_cgroup "${CG:+$CG/run}" "$@" ;;
+        quiet|busy|jitter) in_cgroup "${CG:+$CG/run}" "$@" ;;
         core1) in_cgroup "${CG:+$CG/run}" taskset -c 0 "$@" ;;
         quota|quota1) in_cgroup "$CG/$cond" "$@" ;;
     esac
@@ -287,10 +302,10 @@ while [ "$r" -le "$RUNS" ]; do
         printf '%s\n' "$(cut -d' ' -f1 /proc/loadavg)" >> "$TMP/load-$c"
         for b in $BENCHES; do
             for who in $CONTENDERS; do
-                [ "$c" != busy ] || spin_start
+                case $c in busy|jitter) spin_start "$c" ;; esac
                 rc=0
                 line=$(run_one "$b" "$who" "$c" 2> "$TMP/err" | json_line) || rc=$?
-                [ "$c" != busy ] || printf '%s\n' "$(spin_stop)" >> "$TMP/spin-$c"
+                case $c in busy|jitter) printf '%s\n' "$(spin_stop)" >> "$TMP/spin-$c" ;; esac
                 if [ -z "$line" ]; then
                     echo "contention.sh: $b $who $c round $r printed no JSON line (exit $rc):" >&2
                     tail -n 3 "$TMP/err" | sed 's/^/    /' >&2
