@@ -74,6 +74,16 @@ static void amsgrad_ran(int cast)
 	cpu_wc_ran(&c, &ca);
 }
 
+/* the weights set to i & 255 (element i), the cache opened */
+static struct cpu_wcache *wc_open(void)
+{
+	for (int i = 0; i < 2 * NW; i++)
+		weight[i] = half_f32_bf16((float)(i & 255));
+	struct cpu_wcache *w = cpu_wc_open();
+	ck_assert_ptr_nonnull(w);
+	return w;
+}
+
 /* the widening lowp.c does for a ticket */
 static void widen(float *y, const uint16_t *x)
 {
@@ -83,10 +93,7 @@ static void widen(float *y, const uint16_t *x)
 
 START_TEST(test_refill_waits_for_readers)
 {
-	for (int i = 0; i < 2 * NW; i++)
-		weight[i] = half_f32_bf16((float)(i & 255));
-	struct cpu_wcache *w = cpu_wc_open();
-	ck_assert_ptr_nonnull(w);
+	struct cpu_wcache *w = wc_open();
 	unsigned t = 7;
 	/* before an optimizer wrote it, nothing is a weight */
 	ck_assert_ptr_null(cpu_wc_get(w, weight, KILN_BF16, NW, &t));
@@ -150,10 +157,7 @@ END_TEST
  * every read. */
 START_TEST(test_amsgrad_copy_cast)
 {
-	for (int i = 0; i < 2 * NW; i++)
-		weight[i] = half_f32_bf16((float)(i & 255));
-	struct cpu_wcache *w = cpu_wc_open();
-	ck_assert_ptr_nonnull(w);
+	struct cpu_wcache *w = wc_open();
 	unsigned t = 7;
 	amsgrad_ran(0);
 	ck_assert_ptr_null(cpu_wc_get(w, weight, KILN_BF16, NW, &t));
@@ -235,10 +239,7 @@ static void *host_fn(void *arg)
 
 START_TEST(test_threads_never_read_a_refill)
 {
-	for (int i = 0; i < 2 * NW; i++)
-		weight[i] = half_f32_bf16((float)(i & 255));
-	struct cpu_wcache *w = cpu_wc_open();
-	ck_assert_ptr_nonnull(w);
+	struct cpu_wcache *w = wc_open();
 	optimizer_ran();
 	/* the copy's buffer made before the host function starts (it resets
 	 * the count of reads that makes one): the threads only refill it */
