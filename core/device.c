@@ -496,6 +496,23 @@ int kiln_device_has_op(const struct kiln_device *dev, int type)
 	return dev->ops->version < 3 || !dev->ops->has_op || dev->ops->has_op(dev->ctx, type);
 }
 
+/* What an LR_SCHEDULE op asks of ABI 2.30, in the [train] keys' words
+ * (kiln/ops.h): NULL when nothing (the schedules and the onecycle of
+ * before). */
+static const char *sched_2_30(const struct kiln_op *op)
+{
+	switch (op->i[0]) {
+	case KILN_SCHED_ONECYCLE:
+		return op->i[5]   ? "onecycle's `three_phase = 1`"
+		       : op->i[6] ? "onecycle's `anneal_strategy = linear`"
+				  : NULL;
+	case KILN_SCHED_EXPONENTIAL: return "`schedule = exponential`";
+	case KILN_SCHED_LINEAR: return "`schedule = linear`";
+	case KILN_SCHED_POLYNOMIAL: return "`schedule = polynomial`";
+	}
+	return op->i[0] > KILN_SCHED_ONECYCLE ? "the schedules of 2.30 and after" : NULL;
+}
+
 kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan,
 				size_t *workspace)
 {
@@ -600,11 +617,10 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	/* ... and the schedules and onecycle options of 2.30: an older
 	 * device would compute another schedule's rates */
-	if (op->type == KILN_OP_LR_SCHEDULE && dev->plugin->abi_minor < 30 &&
-	    (op->i[0] > KILN_SCHED_ONECYCLE ||
-	     (op->i[0] == KILN_SCHED_ONECYCLE && (op->i[5] || op->i[6]))))
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the exponential, linear and polynomial schedules and onecycle's three_phase and anneal_strategy (2.30): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	if (op->type == KILN_OP_LR_SCHEDULE && dev->plugin->abi_minor < 30 && sched_2_30(op))
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before %s (2.30): rebuild it against this kiln's headers",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor,
+				  sched_2_30(op));
 	/* ... nor a decoding attention of several positions a run (a
 	 * prompt's prefill, 2.31): a type it may not know */
 	if (op->type == KILN_OP_ATTENTION_DECODE_RUN && dev->plugin->abi_minor < 31)

@@ -49,6 +49,41 @@ static void optimizer_ran(void)
 	cpu_wc_ran(&p, &a);
 }
 
+/* ADAMW with amsgrad (ABI 2.29): its four f32 outputs (params, m, v,
+ * vmax) leave no room for the compute copy; when cast = 1, the CAST of its
+ * params into `weight` after it (core/optim/fused.c), else a CAST of
+ * another f32 buffer of the same size (an activation) */
+static void amsgrad_ran(int cast)
+{
+	static float master[2 * NW], m[2 * NW], v[2 * NW], vmax[2 * NW], other[2 * NW];
+	struct cpu_plan p = { 0 };
+	const struct kiln_tensor_desc f32 = { .dtype = KILN_F32, .ndim = 1, .dims = { 2 * NW } };
+	p.op.type = KILN_OP_ADAMW;
+	p.op.i[1] = 1;
+	p.op.n_in = 3, p.op.n_out = 4;
+	for (int k = 0; k < 4; k++)
+		p.op.out[k] = f32;
+	struct kiln_op_args a = { .out = { master, m, v, vmax } };
+	cpu_wc_ran(&p, &a);
+	struct cpu_plan c = { 0 };
+	c.op.type = KILN_OP_CAST;
+	c.op.n_in = c.op.n_out = 1;
+	c.op.in[0] = f32;
+	c.op.out[0] = (struct kiln_tensor_desc){ .dtype = KILN_BF16, .ndim = 1, .dims = { 2 * NW } };
+	struct kiln_op_args ca = { .in = { cast ? master : other }, .out = { weight } };
+	cpu_wc_ran(&c, &ca);
+}
+
+/* the weights set to i & 255 (element i), the cache opened */
+static struct cpu_wcache *wc_open(void)
+{
+	for (int i = 0; i < 2 * NW; i++)
+		weight[i] = half_f32_bf16((float)(i & 255));
+	struct cpu_wcache *w = cpu_wc_open();
+	ck_assert_ptr_nonnull(w);
+	return w;
+}
+
 /* the widening lowp.c does for a ticket */
 static void widen(float *y, const uint16_t *x)
 {
@@ -58,10 +93,7 @@ static void widen(float *y, const uint16_t *x)
 
 START_TEST(test_refill_waits_for_readers)
 {
-	for (int i = 0; i < 2 * NW; i++)
-		weight[i] = half_f32_bf16((float)(i & 255));
-	struct cpu_wcache *w = cpu_wc_open();
-	ck_assert_ptr_nonnull(w);
+	struct cpu_wcache *w = wc_open();
 	unsigned t = 7;
 	/* before an optimizer wrote it, nothing is a weight */
 	ck_assert_ptr_null(cpu_wc_get(w, weight, KILN_BF16, NW, &t));
@@ -116,6 +148,48 @@ START_TEST(test_refill_waits_for_readers)
 }
 END_TEST
 
+/* With amsgrad the compute copy is written by a CAST of the optimizer's
+ * params, not by the optimizer op (its last output is vmax, f32): the
+ * copy is a weight all the same, kept from its second read; a CAST into
+ * the same bytes from f32 that is no optimizer's params (an activation)
+ * makes nothing a weight.  Before session 44 neither did the params' CAST:
+ * a bf16 run with amsgrad below avx512_core widened every weight on
+ * every read. */
+START_TEST(test_amsgrad_copy_cast)
+{
+	struct cpu_wcache *w = wc_open();
+	unsigned t = 7;
+	amsgrad_ran(0);
+	ck_assert_ptr_null(cpu_wc_get(w, weight, KILN_BF16, NW, &t));
+	ck_assert_ptr_null(cpu_wc_get(w, weight, KILN_BF16, NW, &t));
+	ck_assert_uint_eq(t, 0);
+	amsgrad_ran(1);
+	ck_assert_ptr_null(cpu_wc_get(w, weight, KILN_BF16, NW, &t));
+	const float *fill = cpu_wc_get(w, weight + NW, KILN_BF16, NW, &t);
+	ck_assert_ptr_null(fill); /* (the other weight: read once) */
+	fill = cpu_wc_get(w, weight, KILN_BF16, NW, &t);
+	ck_assert_msg(fill != NULL, "the amsgrad run's compute copy, read twice, is not kept");
+	ck_assert_uint_ne(t, 0);
+	widen((float *)fill, weight);
+	cpu_wc_filled(w, fill, t);
+	cpu_wc_done(w, fill);
+	const float *r = cpu_wc_get(w, weight, KILN_BF16, NW, &t);
+	ck_assert_ptr_eq(r, fill);
+	ck_assert_uint_eq(t, 0); /* a hit */
+	ck_assert_float_eq(r[NW - 1], 255.0f);
+	cpu_wc_done(w, r);
+	/* the next step: the CAST rewrites the copy, stale until widened again */
+	amsgrad_ran(1);
+	r = cpu_wc_get(w, weight, KILN_BF16, NW, &t);
+	ck_assert_ptr_eq(r, fill);
+	ck_assert_uint_ne(t, 0);
+	widen((float *)r, weight);
+	cpu_wc_filled(w, r, t);
+	cpu_wc_done(w, r);
+	cpu_wc_close(w, &test_host);
+}
+END_TEST
+
 /* ---- threads: readers, fillers and a host function at once ---- */
 
 #define READERS 3
@@ -165,10 +239,7 @@ static void *host_fn(void *arg)
 
 START_TEST(test_threads_never_read_a_refill)
 {
-	for (int i = 0; i < 2 * NW; i++)
-		weight[i] = half_f32_bf16((float)(i & 255));
-	struct cpu_wcache *w = cpu_wc_open();
-	ck_assert_ptr_nonnull(w);
+	struct cpu_wcache *w = wc_open();
 	optimizer_ran();
 	/* the copy's buffer made before the host function starts (it resets
 	 * the count of reads that makes one): the threads only refill it */
@@ -205,7 +276,8 @@ static Suite *make_cpu_wcache_suite(void)
 {
 	Suite *s = suite_create("cpu_wcache");
 	check_add_case(s, "wcache", 60, NULL, NULL, (const TTest *[]){
-		test_refill_waits_for_readers, test_threads_never_read_a_refill, NULL });
+		test_refill_waits_for_readers, test_amsgrad_copy_cast, test_threads_never_read_a_refill,
+		NULL });
 	return s;
 }
 

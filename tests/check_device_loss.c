@@ -91,30 +91,26 @@ static void xent_case(struct fx *f, int N, int C, int valid, float spread, int K
 	free(x), free(g), free(lab);
 }
 
-START_TEST(test_softmax_xent)
+DFX_TEST(softmax_xent)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	xent_case(&f, 9, 5, 7, 3.0f, 0, 0);
-	xent_case(&f, 4, 1, 4, 1.0f, 0, 0);
-	xent_case(&f, 6, 10, 6, 200.0f, 0, 0); /* large logits: needs the max shift */
-	xent_case(&f, 300, 200, 257, 5.0f, 0, 0);
+	xent_case(f, 9, 5, 7, 3.0f, 0, 0);
+	xent_case(f, 4, 1, 4, 1.0f, 0, 0);
+	xent_case(f, 6, 10, 6, 200.0f, 0, 0); /* large logits: needs the max shift */
+	xent_case(f, 300, 200, 257, 5.0f, 0, 0);
 	/* ABI 2.4: over the logits, padded classes (their logits the largest,
 	 * so counting them would show), both */
-	xent_case(&f, 300, 200, 257, 5.0f, 0, 1);
-	xent_case(&f, 9, 40, 7, 3.0f, 33, 0);
-	xent_case(&f, 300, 200, 257, 5.0f, 150, 1);
+	xent_case(f, 300, 200, 257, 5.0f, 0, 1);
+	xent_case(f, 9, 40, 7, 3.0f, 33, 0);
+	xent_case(f, 300, 200, 257, 5.0f, 150, 1);
 	/* a vocabulary's width: the CUDA device's block-a-row kernel from 1024
 	 * classes in rows of a multiple of 8 elements; padded classes, over
 	 * the logits, more rows than its blocks (1024), and a width it leaves
 	 * to the warp-a-row kernel */
-	xent_case(&f, 37, 2056, 30, 5.0f, 0, 0);
-	xent_case(&f, 37, 2056, 30, 5.0f, 1500, 1);
-	xent_case(&f, 1100, 1024, 1090, 4.0f, 0, 1);
-	xent_case(&f, 5, 1027, 5, 5.0f, 0, 0);
-	fx_close(&f);
+	xent_case(f, 37, 2056, 30, 5.0f, 0, 0);
+	xent_case(f, 37, 2056, 30, 5.0f, 1500, 1);
+	xent_case(f, 1100, 1024, 1090, 4.0f, 0, 1);
+	xent_case(f, 5, 1027, 5, 5.0f, 0, 0);
 }
-END_TEST
 
 /* A vocabulary's width with the options: label smoothing, ignore_index
  * (i[2] = 1, its row count in m[3]), padded classes, top-5 with ties, and
@@ -196,15 +192,11 @@ static void xent_wide_case(struct fx *f, int C, int K)
 	free(x), free(g);
 }
 
-START_TEST(test_xent_wide)
+DFX_TEST(xent_wide)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	xent_wide_case(&f, 1040, 1030);
-	xent_wide_case(&f, 8200, 8195); /* more than one round of loads a thread */
-	fx_close(&f);
+	xent_wide_case(f, 1040, 1030);
+	xent_wide_case(f, 8200, 8195); /* more than one round of loads a thread */
 }
-END_TEST
 
 /* Non-finite logits, as PyTorch's cross_entropy: a NaN logit (not the
  * label's) makes its row's loss and every gradient of the row NaN (the
@@ -264,15 +256,11 @@ static void nonfinite_case(struct fx *f, int C)
 	free(x), free(g);
 }
 
-START_TEST(test_xent_nonfinite)
+DFX_TEST(xent_nonfinite)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	nonfinite_case(&f, 7);
-	nonfinite_case(&f, 1040);
-	fx_close(&f);
+	nonfinite_case(f, 7);
+	nonfinite_case(f, 1040);
 }
-END_TEST
 
 /* A label outside [0,C) is KILN_EDATA naming the row: from run() in sync
  * mode, from the next stream_sync in async mode. */
@@ -304,24 +292,16 @@ static void bad_label_case(struct fx *f, int C)
 	free(x);
 }
 
-START_TEST(test_softmax_bad_label)
+DFX_TEST(softmax_bad_label)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	bad_label_case(&f, 10);
-	fx_close(&f);
+	bad_label_case(f, 10);
 }
-END_TEST
 
 /* the same over a vocabulary's width (CUDA's block-a-row kernel) */
-START_TEST(test_softmax_bad_label_wide)
+DFX_TEST(softmax_bad_label_wide)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	bad_label_case(&f, 1032);
-	fx_close(&f);
+	bad_label_case(f, 1032);
 }
-END_TEST
 
 
 /* ---- the fused loss against PyTorch -------------------------------------- */
@@ -455,15 +435,11 @@ static void loss_scale_case(struct fx *f, int C)
 	free(x), free(g0), free(g1);
 }
 
-START_TEST(test_xent_loss_scale)
+DFX_TEST(xent_loss_scale)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	loss_scale_case(&f, 11);
-	loss_scale_case(&f, 1032); /* a vocabulary's width (CUDA's block-a-row kernel) */
-	fx_close(&f);
+	loss_scale_case(f, 11);
+	loss_scale_case(f, 1032); /* a vocabulary's width (CUDA's block-a-row kernel) */
 }
-END_TEST
 
 DEVICE_SUITE(loss, DFX_CASE(softmax_xent), DFX_CASE(xent_wide), DFX_CASE(softmax_bad_label),
 	     DFX_CASE(softmax_bad_label_wide), DFX_CASE(losses),

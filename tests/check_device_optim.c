@@ -75,17 +75,13 @@ static void sgd_case(struct fx *f, int n, float mu, float wd, int nesterov, int 
 	free(w), free(v), free(got);
 }
 
-START_TEST(test_sgd)
+DFX_TEST(sgd)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	sgd_case(&f, 1000, 0.9f, 1e-4f, 0, 1);
-	sgd_case(&f, 1000, 0.9f, 1e-4f, 1, 1);
-	sgd_case(&f, 70001, 0.5f, 0.01f, 1, 1);
-	sgd_case(&f, 33, 0.0f, 0.0f, 0, 0);
-	fx_close(&f);
+	sgd_case(f, 1000, 0.9f, 1e-4f, 0, 1);
+	sgd_case(f, 1000, 0.9f, 1e-4f, 1, 1);
+	sgd_case(f, 70001, 0.5f, 0.01f, 1, 1);
+	sgd_case(f, 33, 0.0f, 0.0f, 0, 0);
 }
-END_TEST
 
 /* ---- SGD's dampening (ABI 2.29) ------------------------------------------ */
 
@@ -148,14 +144,12 @@ static void sgd_damp_case(struct fx *f, int n, float mu, float damp, int nestero
 	free(w), free(v), free(dm), free(got), free(rw), free(rv);
 }
 
-START_TEST(test_sgd_dampening)
+DFX_TEST(sgd_dampening)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	sgd_damp_case(&f, 1000, 0.9f, 0.5f, 0, 0, 1);
-	sgd_damp_case(&f, 70001, 0.9f, 0.1f, 0, 1, 1);
-	sgd_damp_case(&f, 1000, 0.5f, 0.3f, 1, 1, 1);
-	sgd_damp_case(&f, 1000, 0.9f, 0.5f, 0, 1, 3); /* resumed: v0 != 0, t > 1 */
+	sgd_damp_case(f, 1000, 0.9f, 0.5f, 0, 0, 1);
+	sgd_damp_case(f, 70001, 0.9f, 0.1f, 0, 1, 1);
+	sgd_damp_case(f, 1000, 0.5f, 0.3f, 1, 1, 1);
+	sgd_damp_case(f, 1000, 0.9f, 0.5f, 0, 1, 3); /* resumed: v0 != 0, t > 1 */
 	/* a step count below 1 is refused (the count is 1-based) */
 	{
 		struct kiln_op op;
@@ -165,16 +159,14 @@ START_TEST(test_sgd_dampening)
 		op.in[1] = td(KILN_F32, 1, 1, 0), op.in[2] = td(KILN_I64, 1, 1, 0);
 		op.i[0] = 8, op.f[0] = 0.9, op.f[3] = 0.5;
 		const int64_t zero = 0;
-		void *dw = dput(&f, NULL, 32), *dv = dput(&f, NULL, 32), *dg = dput(&f, NULL, 32),
-		     *dl = dput(&f, NULL, 4), *dt = dput(&f, &zero, 8);
-		ck_assert_int_eq(run_op(&f, &op, (const void *const[]){ dg, dl, dt }, (void *const[]){ dw, dv }),
+		void *dw = dput(f, NULL, 32), *dv = dput(f, NULL, 32), *dg = dput(f, NULL, 32),
+		     *dl = dput(f, NULL, 4), *dt = dput(f, &zero, 8);
+		ck_assert_int_eq(run_op(f, &op, (const void *const[]){ dg, dl, dt }, (void *const[]){ dw, dv }),
 				 KILN_EINVAL);
 		ck_assert_msg(strstr(kiln_last_error(), "step count 0"), "%s", kiln_last_error());
-		DFREE(&f, dw, dv, dg, dl, dt);
+		DFREE(f, dw, dv, dg, dl, dt);
 	}
-	fx_close(&f);
 }
-END_TEST
 
 /* the scalar reference of f32 -> bf16: nearest even, a NaN made quiet */
 static uint16_t ref_bf16(float f)
@@ -248,19 +240,15 @@ static void sgd_copy_case(struct fx *f, int n, float mu, int nesterov, int with_
 
 /* tails (n below and across a vector, the 4096-element block, a thread's
  * span), momentum or not, Nesterov, a weight-decay multiplier */
-START_TEST(test_sgd_copy)
+DFX_TEST(sgd_copy)
 {
-	struct fx f;
-	fx_open(&f, _i);
 	const int ns[] = { 1, 7, 17, 100, 4095, 4097, 70001 };
 	for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
-		sgd_copy_case(&f, ns[k], 0.9f, 0, 0);
-		sgd_copy_case(&f, ns[k], 0.9f, 1, 1);
-		sgd_copy_case(&f, ns[k], 0.0f, 0, (int)(k & 1));
+		sgd_copy_case(f, ns[k], 0.9f, 0, 0);
+		sgd_copy_case(f, ns[k], 0.9f, 1, 1);
+		sgd_copy_case(f, ns[k], 0.0f, 0, (int)(k & 1));
 	}
-	fx_close(&f);
 }
-END_TEST
 
 
 /* ---- GRAD_CLIP and the skipped step ------------------------------------- */
@@ -935,34 +923,28 @@ static void adam_cases(struct fx *f, int amsgrad)
 		free(qv);
 }
 
-START_TEST(test_adam)
+DFX_TEST(adam)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	SKIP_UNSUPPORTED(&f, KILN_OP_ADAMW);
-	adam_cases(&f, 0);
-	fx_close(&f);
+	if (unsupported(f, KILN_OP_ADAMW))
+		return;
+	adam_cases(f, 0);
 }
-END_TEST
 
 /* ---- ADAMW's amsgrad (ABI 2.29) ------------------------------------------ */
 
 /* adam_cases with amsgrad; and vmax fills the op's outputs: a compute copy
  * beside it is refused. */
-START_TEST(test_amsgrad)
+DFX_TEST(amsgrad)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	SKIP_UNSUPPORTED(&f, KILN_OP_ADAMW);
-	adam_cases(&f, 1);
+	if (unsupported(f, KILN_OP_ADAMW))
+		return;
+	adam_cases(f, 1);
 	struct kiln_op op = adamw_op(16, 0, 1, 0.9, 0.999, 1e-8, 0, 0);
 	void *plan = NULL;
 	op.out[3] = td(KILN_BF16, 1, 16, 0);
-	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	ck_assert_int_eq(kiln_device_prepare(f->dev, &op, &plan, NULL), KILN_EINVAL);
 	ck_assert_msg(strstr(kiln_last_error(), "no compute copy"), "%s", kiln_last_error());
-	fx_close(&f);
 }
-END_TEST
 
 DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_dampening), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
 	     DFX_CASE(adam), DFX_CASE(amsgrad), DFX_CASE(lamb));

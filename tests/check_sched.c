@@ -23,17 +23,56 @@ static struct kiln_registry *reg;
 static const char *const kinds[] = { "constant", "cosine",      "step",   "multistep",
 				     "onecycle", "exponential", "linear", "polynomial" };
 
-/* The schedule op's rate at step t (plan prepared on dev; step_d, lr_d
- * its device buffers) */
-static float sched_at(struct kiln_device *dev, void *stream, void *plan, int64_t t,
-		      int64_t *step_d, float *lr_d)
+/* The CPU device, a stream, and the schedule op's device buffers: the
+ * step it reads, the rate it writes */
+struct sched_fixture {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	void *stream;
+	int64_t *step_d;
+	float *lr_d;
+};
+
+static void sched_fixture_open(struct sched_fixture *x)
 {
-	struct kiln_op_args a = { .in = { step_d }, .out = { lr_d } };
+	ck_assert(kiln_config_new(&x->cfg) == 0);
+	ck_assert_msg(kiln_device_open(reg, x->cfg, "cpu", 0, &x->dev) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_create(x->dev, &x->stream) == 0);
+	ck_assert(kiln_device_alloc(x->dev, 64, (void **)&x->step_d) == 0);
+	ck_assert(kiln_device_alloc(x->dev, 64, (void **)&x->lr_d) == 0);
+}
+
+static void sched_fixture_close(struct sched_fixture *x)
+{
+	kiln_device_free(x->dev, x->step_d);
+	kiln_device_free(x->dev, x->lr_d);
+	kiln_device_stream_destroy(x->dev, x->stream);
+	kiln_device_close(x->dev);
+	kiln_config_free(x->cfg);
+}
+
+/* An LR_SCHEDULE op of kind (KILN_SCHED_*): i64[1] step in, f32[1] rate
+ * out, every parameter 0 */
+static void sched_op(struct kiln_op *op, int kind)
+{
+	int64_t one = 1;
+	memset(op, 0, sizeof *op);
+	op->type = KILN_OP_LR_SCHEDULE;
+	op->n_in = op->n_out = 1;
+	kiln_tensor_desc_init(&op->in[0], KILN_I64, 1, &one);
+	kiln_tensor_desc_init(&op->out[0], KILN_F32, 1, &one);
+	op->i[0] = kind;
+}
+
+/* The schedule op's rate at step t (plan prepared on x's device) */
+static float sched_at(struct sched_fixture *x, void *plan, int64_t t)
+{
+	struct kiln_op_args a = { .in = { x->step_d }, .out = { x->lr_d } };
 	float got;
-	ck_assert(kiln_device_copy_async(dev, step_d, &t, 8, KILN_COPY_H2D, stream) == 0);
-	ck_assert(kiln_device_run(dev, plan, &a, stream) == 0);
-	ck_assert(kiln_device_copy_async(dev, &got, lr_d, 4, KILN_COPY_D2H, stream) == 0);
-	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	ck_assert(kiln_device_copy_async(x->dev, x->step_d, &t, 8, KILN_COPY_H2D, x->stream) == 0);
+	ck_assert(kiln_device_run(x->dev, plan, &a, x->stream) == 0);
+	ck_assert(kiln_device_copy_async(x->dev, &got, x->lr_d, 4, KILN_COPY_D2H, x->stream) == 0);
+	ck_assert(kiln_device_stream_sync(x->dev, x->stream) == 0);
 	return got;
 }
 
@@ -43,16 +82,8 @@ START_TEST(test_schedules_vs_pytorch)
 	snprintf(path, sizeof path, "%s/tests/data/sched_refs.txt", SRCDIR);
 	FILE *f = fopen(path, "r");
 	ck_assert_msg(f != NULL, "cannot open %s", path);
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	void *stream;
-	ck_assert(kiln_config_new(&cfg) == 0);
-	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0, "%s", kiln_last_error());
-	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
-	int64_t *step_d;
-	float *lr_d;
-	ck_assert(kiln_device_alloc(dev, 64, (void **)&step_d) == 0);
-	ck_assert(kiln_device_alloc(dev, 64, (void **)&lr_d) == 0);
+	struct sched_fixture x;
+	sched_fixture_open(&x);
 	int cases = 0;
 	while (fgets(line, sizeof line, f)) {
 		if (line[0] == '#')
@@ -65,13 +96,7 @@ START_TEST(test_schedules_vs_pytorch)
 				 name, kind, &T, &W, &base, &lr_min, &step_size, &gamma, &pct, &div,
 				 &fdiv, &start, &end, &iters, &power, &three, anneal, &n) == 17);
 		struct kiln_op op;
-		int64_t one = 1;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_LR_SCHEDULE;
-		op.n_in = op.n_out = 1;
-		kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
-		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
-		op.i[0] = -1;
+		sched_op(&op, -1);
 		for (int k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++)
 			if (!strcmp(kind, kinds[k]))
 				op.i[0] = k;
@@ -98,7 +123,7 @@ START_TEST(test_schedules_vs_pytorch)
 		ck_assert(p != NULL);
 		p++;
 		void *plan;
-		ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s: %s", name,
+		ck_assert_msg(kiln_device_prepare(x.dev, &op, &plan, NULL) == 0, "%s: %s", name,
 			      kiln_last_error());
 		double worst = 0;
 		for (int64_t t = 0; t < T; t++) {
@@ -106,42 +131,31 @@ START_TEST(test_schedules_vs_pytorch)
 			double want = strtod(p, &end);
 			ck_assert_msg(end != p, "%s: %d rates expected", name, T);
 			p = end;
-			const float got = sched_at(dev, stream, plan, t, step_d, lr_d);
+			const float got = sched_at(&x, plan, t);
 			double rel = fabs(got - want) / fmax(fabs(want), 1e-12);
 			worst = fmax(worst, rel);
 			ck_assert_msg(rel < 2e-6, "%s step %lld: lr %.9g, PyTorch %.9g", name, (long long)t,
 				      got, want);
 		}
 		printf("schedule %-15s %3d steps: max rel diff vs PyTorch %.2e\n", name, T, worst);
-		kiln_device_plan_free(dev, plan);
+		kiln_device_plan_free(x.dev, plan);
 		cases++;
 	}
 	fclose(f);
 	ck_assert_int_ge(cases, 24);
-	kiln_device_free(dev, step_d);
-	kiln_device_free(dev, lr_d);
-	kiln_device_stream_destroy(dev, stream);
-	kiln_device_close(dev);
-	kiln_config_free(cfg);
+	sched_fixture_close(&x);
 }
 END_TEST
 
 /* Bad parameters are refused at prepare. */
 START_TEST(test_schedule_bad)
 {
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	ck_assert(kiln_config_new(&cfg) == 0);
-	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+	struct sched_fixture x;
+	sched_fixture_open(&x);
+	struct kiln_device *dev = x.dev;
 	struct kiln_op op;
-	int64_t one = 1;
 	void *plan;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_LR_SCHEDULE;
-	op.n_in = op.n_out = 1;
-	kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
-	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
-	op.i[0] = KILN_SCHED_STEP; /* step_size 0 */
+	sched_op(&op, KILN_SCHED_STEP); /* step_size 0 */
 	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_EINVAL);
 	op.i[0] = KILN_SCHED_ONECYCLE; /* pct_start 0 */
 	op.f[2] = 25, op.f[3] = 1e4;
@@ -199,8 +213,7 @@ START_TEST(test_schedule_bad)
 	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_ENOTSUP);
 	op.i[0] = 8;
 	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_ENOTSUP);
-	kiln_device_close(dev);
-	kiln_config_free(cfg);
+	sched_fixture_close(&x);
 }
 END_TEST
 
@@ -233,37 +246,22 @@ START_TEST(test_multistep_milestones)
 		ck_assert_msg(kiln_parse_milestones(bad[k].v, m) == bad[k].want, "'%s': %d, expected %d",
 			      bad[k].v, kiln_parse_milestones(bad[k].v, m), bad[k].want);
 
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	void *stream, *plan;
-	int64_t *step_d, one = 1;
-	float *lr_d;
-	ck_assert(kiln_config_new(&cfg) == 0);
-	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
-	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
-	ck_assert(kiln_device_alloc(dev, 64, (void **)&step_d) == 0);
-	ck_assert(kiln_device_alloc(dev, 64, (void **)&lr_d) == 0);
+	struct sched_fixture x;
+	void *plan;
+	sched_fixture_open(&x);
 	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_LR_SCHEDULE;
-	op.n_in = op.n_out = 1;
-	kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
-	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
-	op.i[0] = KILN_SCHED_MULTISTEP, op.i[1] = 20, op.i[2] = 0;
+	sched_op(&op, KILN_SCHED_MULTISTEP);
+	op.i[1] = 20, op.i[2] = 0;
 	op.i[3] = kiln_parse_milestones("5, 5, 12", op.i + 4);
 	op.f[0] = 0.3, op.f[2] = 0.5;
-	ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_device_prepare(x.dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
 	for (int64_t t = 0; t < 20; t++) {
 		const float want = t < 5 ? 0.3f : t < 12 ? 0.075f : 0.0375f;
-		const float got = sched_at(dev, stream, plan, t, step_d, lr_d);
+		const float got = sched_at(&x, plan, t);
 		ck_assert_msg(got == want, "step %lld: lr %.9g, MultiStepLR %.9g", (long long)t, got, want);
 	}
-	kiln_device_plan_free(dev, plan);
-	kiln_device_free(dev, step_d);
-	kiln_device_free(dev, lr_d);
-	kiln_device_stream_destroy(dev, stream);
-	kiln_device_close(dev);
-	kiln_config_free(cfg);
+	kiln_device_plan_free(x.dev, plan);
+	sched_fixture_close(&x);
 }
 END_TEST
 
@@ -327,30 +325,18 @@ START_TEST(test_linear_end)
 		{ 1.0, 0.1, 0, 101, 0 },  { 0.02, 0.1, 0, 101, 3 }, { 0.3, 1.0 / 3, 0, 7, 0 },
 		{ 1.0, 0.7, 0, 299, 0 },  { 0.5, 0.9, 0.05, 25, 2 }, { 1.0, 0.3, 0.1, 3, 0 },
 	};
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	void *stream;
-	int64_t *step_d;
-	float *lr_d;
-	ck_assert(kiln_config_new(&cfg) == 0);
-	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
-	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
-	ck_assert(kiln_device_alloc(dev, 64, (void **)&step_d) == 0);
-	ck_assert(kiln_device_alloc(dev, 64, (void **)&lr_d) == 0);
+	struct sched_fixture x;
+	sched_fixture_open(&x);
 	for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++) {
 		struct kiln_op op;
-		int64_t one = 1, W = sc[k].W, I = sc[k].iters, T = W + I + 5;
+		int64_t W = sc[k].W, I = sc[k].iters, T = W + I + 5;
 		void *plan;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_LR_SCHEDULE;
-		op.n_in = op.n_out = 1;
-		kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
-		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
-		op.i[0] = KILN_SCHED_LINEAR, op.i[1] = T, op.i[2] = W, op.i[3] = I;
+		sched_op(&op, KILN_SCHED_LINEAR);
+		op.i[1] = T, op.i[2] = W, op.i[3] = I;
 		op.f[0] = sc[k].base, op.f[2] = sc[k].start, op.f[3] = sc[k].end;
-		ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
+		ck_assert_msg(kiln_device_prepare(x.dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
 		for (int64_t t = 0; t < T; t++) {
-			const float got = sched_at(dev, stream, plan, t, step_d, lr_d);
+			const float got = sched_at(&x, plan, t);
 			ck_assert_msg(got >= 0, "case %zu step %lld: lr %.9g < 0", k, (long long)t,
 				      got);
 			if (t - W >= I)
@@ -358,13 +344,9 @@ START_TEST(test_linear_end)
 					      "case %zu step %lld: lr %.9g, want base x end_factor %.9g",
 					      k, (long long)t, got, sc[k].base * sc[k].end);
 		}
-		kiln_device_plan_free(dev, plan);
+		kiln_device_plan_free(x.dev, plan);
 	}
-	kiln_device_free(dev, step_d);
-	kiln_device_free(dev, lr_d);
-	kiln_device_stream_destroy(dev, stream);
-	kiln_device_close(dev);
-	kiln_config_free(cfg);
+	sched_fixture_close(&x);
 }
 END_TEST
 

@@ -61,6 +61,28 @@ int refused(struct fx *f, const struct kiln_op *op, const char *what);
 		}                                                                         \
 	} while (0)
 
+/* A test (DFX_CASE(name) runs it in both modes) whose body, written after
+ * it as a function's, gets the fixture f (struct fx *) opened in the
+ * mode and closes nothing: the test closes f after the body returns.
+ *     DFX_TEST(xent_wide)
+ *     {
+ *             xent_wide_case(f, 1040, 1030);
+ *     }
+ * A body skips an op family the device lacks with
+ * `if (unsupported(f, type)) return;` (not SKIP_UNSUPPORTED, which
+ * closes f). */
+#define DFX_TEST(name)                                                                     \
+	static void name##_body(struct fx *f);                                             \
+	START_TEST(test_##name)                                                            \
+	{                                                                                  \
+		struct fx fx_;                                                             \
+		fx_open(&fx_, _i);                                                         \
+		name##_body(&fx_);                                                         \
+		fx_close(&fx_);                                                            \
+	}                                                                                  \
+	END_TEST                                                                           \
+	static void name##_body(struct fx *f)
+
 /* Skip (77) when the device cannot be opened here, else 0: check_main's
  * setup of every device suite (sets g_name from $KILN_TEST_DEVICE). */
 int dfx_probe(void);

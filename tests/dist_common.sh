@@ -15,6 +15,16 @@
 #                              plain process for NPROC 0; output in
 #                              $tmp/NAME.log, out_dir $tmp/NAME
 #   ck NAME STEP               the path of NAME's checkpoint at STEP (tests/lib.sh)
+#   states_close A B WHAT SECTIONS...
+#                              checkpoints A and B's SECTIONS equal to 1e-5
+#                              (relative, ckpt_tool close), else bad naming WHAT
+#   rank1_oom N BYTES FROM INI [overrides...]
+#                              INI trained on 2 ranks, rank 1's Nth
+#                              allocation of BYTES from FROM on its main
+#                              thread failing (tests/shim_fault.c, after
+#                              shim_build): output in $tmp/l.log, out_dir
+#                              $tmp/r.RANK, $tmp/hit made when it was
+#                              reached; the launch's status
 #   rates NAME D               NAME's training samples/s: each rank's final
 #                              metrics have samples_per_s = D (the
 #                              data-parallel ranks) x train_samples_per_s,
@@ -87,6 +97,21 @@ run() {
 	fi
 	_rc=$?
 	[ $_rc = 0 ] || { bad "$_name exited $_rc"; tail -20 "$tmp/$_name.log"; }
+}
+
+states_close() {
+	_ca=$1 _cb=$2 _cw=$3
+	shift 3
+	"$tool" close "$_ca" "$_cb" 1e-5 "$@" || bad "$_cw: $* differ"
+}
+
+rank1_oom() {
+	_on=$1 _ob=$2 _of=$3 _oi=$4
+	shift 4
+	rm -rf "$tmp/hit" "$tmp/r.0" "$tmp/r.1"
+	KILN_MASTER_PORT=$(free_port "$_on") timeout 120 "$kiln" launch -n 2 -- sh -c \
+		"if [ \"\$KILN_RANK\" = 1 ]; then export LD_PRELOAD=\"$shim\" SHIM_ALLOC_NTH=$_on SHIM_ALLOC_BYTES=$_ob SHIM_ALLOC_FROM=$_of SHIM_ALLOC_MAIN=1 SHIM_ALLOC_HIT=\"$tmp/hit\"; fi; exec \"$kiln\" train \"$_oi\" run.out_dir=\"$tmp/r.\$KILN_RANK\" $*" \
+		>"$tmp/l.log" 2>&1
 }
 
 paired() {

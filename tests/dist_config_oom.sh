@@ -40,10 +40,7 @@ shim_build || { bad "cannot build tests/shim_fault.c: $(cat "$tmp/shim.err")"; e
 n=1
 said=0 store=0 quoted=0
 while [ $n -le 200 ]; do
-	rm -rf "$tmp/hit" "$tmp/r.0" "$tmp/r.1"
-	KILN_MASTER_PORT=$(free_port $n) timeout 120 "$kiln" launch -n 2 -- sh -c \
-		"if [ \"\$KILN_RANK\" = 1 ]; then export LD_PRELOAD=\"$shim\" SHIM_ALLOC_NTH=$n SHIM_ALLOC_BYTES=1 SHIM_ALLOC_FROM=libkiln SHIM_ALLOC_MAIN=1 SHIM_ALLOC_HIT=\"$tmp/hit\"; fi; exec \"$kiln\" train \"$tmp/s.ini\" run.out_dir=\"$tmp/r.\$KILN_RANK\"" \
-		>"$tmp/l.log" 2>&1
+	rank1_oom $n 1 libkiln "$tmp/s.ini"
 	rc=$?
 	[ -e "$tmp/hit" ] || break
 	[ $rc != 2 ] || { bad "allocation $n failing: exit 2 (a config error): $(grep 'error' "$tmp/l.log" | head -3)"; }

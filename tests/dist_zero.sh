@@ -46,25 +46,20 @@ name=zero needs=gloo
 ini="$tmp/mlp.ini"
 mlp_ini "$ini" 5 20 gloo
 
-close() { # A B WHAT SECTIONS...
-	a=$1 b=$2 what=$3
-	shift 3
-	"$tool" close "$a" "$b" 1e-5 "$@" || bad "$what: $* differ"
-}
 
 # ---- 1. SGD with momentum, reduce-scatter only --------------------------
 sgd="train.skip_nonfinite=0"
 run sgd1 0 64 $sgd
 run sgd_ddp 2 32 $sgd
 run sgd_zero 2 32 $sgd dist.zero=1 dist.timing=1
-close "$(ck sgd_ddp 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs DDP" params optim.momentum
-close "$(ck sgd1 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs 1 process" params optim.momentum
+states_close "$(ck sgd_ddp 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs DDP" params optim.momentum
+states_close "$(ck sgd1 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs 1 process" params optim.momentum
 # the reduce-scatters overlap backward: [dist] timing counts those that
 # began before it ended (none can without overlap; some with it, counted
 # over two runs in section 3)
 early() { sed -n 's/.*rank 0: \([0-9]*\) of \([0-9]*\) bucket reduce-scatters began before the backward ended.*/\1 \2/p' "$tmp/$1.log"; }
 run sgd_zero_seq 2 32 $sgd dist.zero=1 dist.timing=1 dist.overlap=0
-close "$(ck sgd1 64)" "$(ck sgd_zero_seq 64)" "sgd: ZeRO-1 without overlap vs 1 process" params optim.momentum
+states_close "$(ck sgd1 64)" "$(ck sgd_zero_seq 64)" "sgd: ZeRO-1 without overlap vs 1 process" params optim.momentum
 set -- $(early sgd_zero_seq)
 [ "${1:-x}" = 0 ] && [ "${2:-0}" -gt 0 ] || bad "ZeRO-1 with overlap = 0: '${1:-?}' of '${2:-?}' reduce-scatters began before the backward ended, expected 0"
 grep -q "ZeRO-1: rank 0 updates 25440 floats, 1/2 of each of 4 gradient bucket(s) over \[0, 50880), and the replicated tail \[50880, 50896)" "$tmp/sgd_zero.log" &&
@@ -87,10 +82,10 @@ grep -q "captured (input slot" "$tmp/sgd_zero_graph.log" || bad "ZeRO-1 with gra
 # 4 ranks, and 3 (Gloo's halving-doubling reduce-scatter with a
 # non-power-of-two group; global batch 63)
 run sgd_zero4 4 16 $sgd dist.zero=1
-close "$(ck sgd1 64)" "$(ck sgd_zero4 64)" "sgd: ZeRO-1 on 4 ranks vs 1 process" params optim.momentum
+states_close "$(ck sgd1 64)" "$(ck sgd_zero4 64)" "sgd: ZeRO-1 on 4 ranks vs 1 process" params optim.momentum
 run sgd63 0 63 $sgd
 run sgd_zero3 3 21 $sgd dist.zero=1
-close "$(ck sgd63 64)" "$(ck sgd_zero3 64)" "sgd: ZeRO-1 on 3 ranks vs 1 process" params optim.momentum
+states_close "$(ck sgd63 64)" "$(ck sgd_zero3 64)" "sgd: ZeRO-1 on 3 ranks vs 1 process" params optim.momentum
 
 # ---- 2. AdamW, gradients gathered back for the finite check -------------
 adam="train.optimizer=adamw train.lr=0.002 train.weight_decay=0.05 train.no_decay=*.bias"
@@ -98,7 +93,7 @@ run adam1 0 64 $adam
 run adam_ddp 2 32 $adam
 run adam_zero 2 32 $adam dist.zero=1
 for other in adam_ddp adam1; do
-	close "$(ck $other 64)" "$(ck adam_zero 64)" "adamw: ZeRO-1 vs $other" params optim.exp_avg optim.exp_avg_sq
+	states_close "$(ck $other 64)" "$(ck adam_zero 64)" "adamw: ZeRO-1 vs $other" params optim.exp_avg optim.exp_avg_sq
 done
 grep "ZeRO-1: rank 0" "$tmp/adam_zero.log" | grep -q "gathered whole" || bad "adamw: no gather for the finite check"
 # Adam's L2 weight decay (optimizer = adam, session 42): AdamW's op and
@@ -107,7 +102,7 @@ grep "ZeRO-1: rank 0" "$tmp/adam_zero.log" | grep -q "gathered whole" || bad "ad
 adaml="train.optimizer=adam train.lr=0.002 train.weight_decay=0.05 train.no_decay=*.bias"
 run adaml_ddp 2 32 $adaml
 run adaml_zero 2 32 $adaml dist.zero=1
-close "$(ck adaml_ddp 64)" "$(ck adaml_zero 64)" "adam: ZeRO-1 vs DDP" params optim.exp_avg optim.exp_avg_sq
+states_close "$(ck adaml_ddp 64)" "$(ck adaml_zero 64)" "adam: ZeRO-1 vs DDP" params optim.exp_avg optim.exp_avg_sq
 "$tool" close "$(ck adam_ddp 64)" "$(ck adaml_ddp 64)" 1e-3 params >/dev/null 2>&1 &&
 	bad "adam (L2 weight decay) took adamw's steps"
 # a communicator without reduce_scatter_in_place (comm ops before version
@@ -125,8 +120,8 @@ for r in "sgd $sgd" "adam $adam"; do
 	grep "ZeRO-1: rank 1 updates" "$tmp/${o}_sep.log" | grep -q "the pieces into a buffer of their own" ||
 		{ bad "${o}_sep: the pieces not in a buffer of their own"; grep "ZeRO-1: rank" "$tmp/${o}_sep.log"; }
 done
-close "$(ck sgd_ddp 64)" "$(ck sgd_sep 64)" "sgd: ZeRO-1, pieces apart, vs DDP" params optim.momentum
-close "$(ck adam_ddp 64)" "$(ck adam_sep 64)" "adamw: ZeRO-1, pieces apart, vs DDP" params optim.exp_avg optim.exp_avg_sq
+states_close "$(ck sgd_ddp 64)" "$(ck sgd_sep 64)" "sgd: ZeRO-1, pieces apart, vs DDP" params optim.momentum
+states_close "$(ck adam_ddp 64)" "$(ck adam_sep 64)" "adamw: ZeRO-1, pieces apart, vs DDP" params optim.exp_avg optim.exp_avg_sq
 
 # ---- 3. a ZeRO-1 checkpoint resumes on 1 rank ---------------------------
 run part 2 32 $sgd dist.zero=1 train.max_steps=20
@@ -138,7 +133,7 @@ n=$(ls "$tmp/part/checkpoints" 2>/dev/null | grep -c '\.kiln$')
 cp -r "$tmp/part" "$tmp/res1"
 run res1 0 64 $sgd dist.zero=1 train.resume=1
 grep -q "written by 2 rank(s), this run has 1" "$tmp/res1.log" || bad "resume on 1 rank not logged"
-close "$(ck sgd1 64)" "$(ck res1 64)" "ZeRO-1 checkpoint resumed on 1 rank" params optim.momentum
+states_close "$(ck sgd1 64)" "$(ck res1 64)" "ZeRO-1 checkpoint resumed on 1 rank" params optim.momentum
 # checkpoints mid-run (each settles the allgathers in flight) change
 # nothing, and one resumed on 2 ranks continues bit for bit
 run ck24 2 32 $sgd dist.zero=1 train.checkpoint_every=24 dist.timing=1
@@ -180,7 +175,7 @@ grep -q "step 12: 1[01] step(s) of the last 12 skipped" "$tmp/dv_zero.log" ||
 	{ bad "ZeRO-1: the diverging run skipped no steps"; grep skipped "$tmp/dv_zero.log"; }
 "$tool" same "$(ck dv_ddp 12)" "$(ck dv_zero 12)" optim.step step ||
 	bad "ZeRO-1 counted skipped optimizer steps (optim.step differs from DDP's)"
-close "$(ck dv_ddp 12)" "$(ck dv_zero 12)" "skipped steps: ZeRO-1 vs DDP" params
+states_close "$(ck dv_ddp 12)" "$(ck dv_zero 12)" "skipped steps: ZeRO-1 vs DDP" params
 
 # ---- 6. Open MPI: 3 and 4 ranks -------------------------------------------
 if command -v mpirun > /dev/null && [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ]; then
@@ -193,7 +188,7 @@ if command -v mpirun > /dev/null && [ -f "$abs_top_builddir/plugins/.libs/kiln-m
 			-x KILN_STORE_TOKEN=kiln-tests-0123456789abcdef "$kiln" train "$ini" \
 			run.comm=mpi run.out_dir="$tmp/mpi$np" train.batch=$b $sgd dist.zero=1 dist.timing=1 \
 			> "$tmp/mpi$np.log" 2>&1 || { bad "mpirun -np $np ZeRO-1 exited $?"; tail -20 "$tmp/mpi$np.log"; }
-		close "$(ck $one 64)" "$(ck mpi$np 64)" "sgd: ZeRO-1 on $np MPI ranks vs 1 process" params optim.momentum
+		states_close "$(ck $one 64)" "$(ck mpi$np 64)" "sgd: ZeRO-1 on $np MPI ranks vs 1 process" params optim.momentum
 		set -- $(late "$tmp/mpi$np.log")
 		[ "${1:-0}" -gt 0 ] 2>/dev/null || bad "ZeRO-1 on $np MPI ranks: no parameter allgather overlapped the next forward"
 	done
@@ -205,7 +200,7 @@ fi
 for p in bf16 fp16; do
 	run ${p}_ddp 2 32 run.precision=$p
 	run ${p}_zero 2 32 run.precision=$p dist.zero=1
-	close "$(ck ${p}_ddp 64)" "$(ck ${p}_zero 64)" "$p: ZeRO-1 vs DDP" params optim.momentum
+	states_close "$(ck ${p}_ddp 64)" "$(ck ${p}_zero 64)" "$p: ZeRO-1 vs DDP" params optim.momentum
 	"$tool" same "$(ck ${p}_ddp 64)" "$(ck ${p}_zero 64)" optim.step ||
 		bad "$p: ZeRO-1's optim.step differs from DDP's"
 done

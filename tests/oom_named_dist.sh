@@ -38,10 +38,7 @@ sweep() {
 	: >"$tmp/$_l.names"
 	_n=1
 	while [ $_n -le 60 ]; do
-		rm -rf "$tmp/hit" "$tmp/r.0" "$tmp/r.1"
-		KILN_MASTER_PORT=$(free_port $_n) timeout 120 "$kiln" launch -n 2 -- sh -c \
-			"if [ \"\$KILN_RANK\" = 1 ]; then export LD_PRELOAD=\"$shim\" SHIM_ALLOC_NTH=$_n SHIM_ALLOC_BYTES=$_b SHIM_ALLOC_FROM=/kiln-cpu.so SHIM_ALLOC_MAIN=1 SHIM_ALLOC_HIT=\"$tmp/hit\"; fi; exec \"$kiln\" train \"$tmp/s.ini\" run.out_dir=\"$tmp/r.\$KILN_RANK\" $*" \
-			>"$tmp/l.log" 2>&1
+		rank1_oom $_n $_b /kiln-cpu.so "$tmp/s.ini" "$@"
 		_rc=$?
 		[ -e "$tmp/hit" ] || break
 		case $_rc in

@@ -23,11 +23,6 @@ same() { # A B WHAT SECTIONS...
 	shift 3
 	"$tool" same "$a" "$b" "$@" || bad "$what: $* differ"
 }
-close() { # A B WHAT SECTIONS...
-	a=$1 b=$2 what=$3
-	shift 3
-	"$tool" close "$a" "$b" 1e-5 "$@" || bad "$what: $* differ"
-}
 resume_from() { # FROM STEP NAME NPROC BATCH OVERRIDES...: NAME resumes FROM's checkpoint
 	_rf=$1 _rs=$2 _rn=$3
 	shift 3
@@ -51,8 +46,8 @@ same "$(ck ams1 32)" "$(ck ams_res 32)" "amsgrad resumed at step 16 vs uninterru
 # ---- 2. amsgrad under ZeRO-1 --------------------------------------------------
 run ams_ddp 2 32 $ams
 run ams_zero 2 32 $ams dist.zero=1
-close "$(ck ams_ddp 32)" "$(ck ams_zero 32)" "amsgrad: ZeRO-1 vs DDP" params $slots
+states_close "$(ck ams_ddp 32)" "$(ck ams_zero 32)" "amsgrad: ZeRO-1 vs DDP" params $slots
 resume_from ams1 16 ams_zres 2 32 $ams dist.zero=1
-close "$(ck ams1 32)" "$(ck ams_zres 32)" "amsgrad: step 16 resumed under ZeRO-1 vs 1 process" params $slots
+states_close "$(ck ams1 32)" "$(ck ams_zres 32)" "amsgrad: step 16 resumed under ZeRO-1 vs 1 process" params $slots
 
 exit $fail

@@ -608,7 +608,9 @@ void cpu_wc_filled(struct cpu_wcache *w, const float *buf, unsigned ticket);
  * kernel ran): once no run holds a stale copy, it may be refilled. */
 void cpu_wc_done(struct cpu_wcache *w, const float *buf);
 /* After p ran with a: its outputs were written (copies overlapping them
- * stale), and an optimizer's bf16/f16 last output is a compute copy. */
+ * stale), and an optimizer's bf16/f16 last output is a compute copy, or
+ * where it has none, a CAST's bf16/f16 output of its f32 params (ADAMW
+ * with amsgrad). */
 void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a);
 /* bytes at dst were written (a copy) */
 void cpu_wc_wrote(const void *dst, size_t bytes);

@@ -23,11 +23,14 @@
  *
  * What counts as a weight: an operand inside the low-precision compute
  * copy of the parameters, which the plugin learns from the optimizer ops
- * (SGD, ADAMW, LAMB) that write it as their last output (`ranges`).  An
- * operand elsewhere (activations, gradients, a loader's buffer read in
- * place) is never kept.  A weight gets a buffer only once it was read twice
- * between two writes (a first layer's weight, read by its forward alone,
- * costs no memory).
+ * (SGD, ADAMW, LAMB) that write it as their last output (`ranges`), or,
+ * where the op's outputs have no room for it (ADAMW with amsgrad: params
+ * and three state slots fill KILN_OP_MAX_OUT), from the CAST of the op's
+ * f32 params (`masters`) that writes it next (core/optim/fused.c; before
+ * session 44 such a run kept no copy).  An operand elsewhere (activations,
+ * gradients, a loader's buffer read in place) is never kept.  A weight
+ * gets a buffer only once it was read twice between two writes (a first
+ * layer's weight, read by its forward alone, costs no memory).
  *
  * When a copy is stale: every way device memory is written on this device
  * passes here (cpu_wc_wrote): each op's outputs after it ran (cpu_exec,
@@ -73,6 +76,10 @@ struct cpu_wcache {
 	pthread_mutex_t lock;
 	int n_ranges;
 	uintptr_t rlo[CPU_WC_RANGES], rhi[CPU_WC_RANGES];
+	/* the f32 params of the optimizer ops that wrote no compute copy: a
+	 * CAST of them into bf16/f16 writes it */
+	int n_masters;
+	uintptr_t mlo[CPU_WC_RANGES], mhi[CPU_WC_RANGES];
 	int n;
 	struct cpu_wc_entry e[CPU_WC_MAX];
 	/* the bytes every entry's source spans, [lo, hi) (0, 0: none): a
@@ -137,8 +144,10 @@ static void wc_stale_all(struct cpu_wcache *w, int drop)
 		w->e[i].reads = 0;
 		w->e[i].gen++;
 	}
-	if (drop)
+	if (drop) {
 		__atomic_store_n(&w->n_ranges, 0, __ATOMIC_RELEASE);
+		w->n_masters = 0;
+	}
 }
 
 void cpu_wc_wrote(const void *dst, size_t bytes)
@@ -171,6 +180,65 @@ void cpu_wc_wrote_any(int freed)
 	pthread_mutex_unlock(&w->lock);
 }
 
+/* [lo, hi) added to the n ranges of lo_[], hi_[] unless there (caller
+ * holds lock; the count stored atomically: cpu_wc_get reads n_ranges
+ * without it); full: not added */
+static void wc_range_add(uintptr_t *lo_, uintptr_t *hi_, int *n, uintptr_t lo, uintptr_t hi)
+{
+	int k = 0;
+	while (k < *n && !(lo_[k] == lo && hi_[k] == hi))
+		k++;
+	if (k == *n && k < CPU_WC_RANGES) {
+		lo_[k] = lo;
+		hi_[k] = hi;
+		__atomic_store_n(n, k + 1, __ATOMIC_RELEASE);
+	}
+}
+
+/* the end of a tensor d at p */
+static uintptr_t wc_end(const struct kiln_tensor_desc *d, const void *p)
+{
+	return (uintptr_t)p + (size_t)cpu_numel(d) * wc_esize(d->dtype);
+}
+
+/* An optimizer ran: its last output in bf16/f16 is the compute copy;
+ * without one, its f32 params (out0) are what a CAST will copy from. */
+static void wc_optimizer_ran(struct cpu_wcache *w, const struct kiln_op *op,
+			     const struct kiln_op_args *a)
+{
+	const int last = op->n_out - 1;
+	if (op->n_out >= 2 && cpu_lowp(op->out[last].dtype) && a->out[last]) {
+		pthread_mutex_lock(&w->lock);
+		wc_range_add(w->rlo, w->rhi, &w->n_ranges, (uintptr_t)a->out[last],
+			     wc_end(&op->out[last], a->out[last]));
+		pthread_mutex_unlock(&w->lock);
+	} else if (op->n_out >= 1 && op->out[0].dtype == KILN_F32 && a->out[0]) {
+		pthread_mutex_lock(&w->lock);
+		wc_range_add(w->mlo, w->mhi, &w->n_masters, (uintptr_t)a->out[0],
+			     wc_end(&op->out[0], a->out[0]));
+		pthread_mutex_unlock(&w->lock);
+	}
+}
+
+/* A CAST ran: from f32 inside an optimizer's params into bf16/f16, its
+ * output is (a slice of) the compute copy. */
+static void wc_cast_ran(struct cpu_wcache *w, const struct kiln_op *op,
+			const struct kiln_op_args *a)
+{
+	if (op->n_in != 1 || op->n_out != 1 || op->in[0].dtype != KILN_F32 ||
+	    !cpu_lowp(op->out[0].dtype) || !a->in[0] || !a->out[0])
+		return;
+	const uintptr_t lo = (uintptr_t)a->in[0], hi = wc_end(&op->in[0], a->in[0]);
+	pthread_mutex_lock(&w->lock);
+	for (int k = 0; k < w->n_masters; k++)
+		if (w->mlo[k] <= lo && hi <= w->mhi[k]) {
+			wc_range_add(w->rlo, w->rhi, &w->n_ranges, (uintptr_t)a->out[0],
+				     wc_end(&op->out[0], a->out[0]));
+			break;
+		}
+	pthread_mutex_unlock(&w->lock);
+}
+
 void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a)
 {
 	struct cpu_wcache *w = wc_now();
@@ -181,24 +249,11 @@ void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a)
 		if (a->out[i])
 			cpu_wc_wrote(a->out[i], (size_t)cpu_numel(&op->out[i]) *
 						       wc_esize(op->out[i].dtype));
-	/* the optimizers' last output in bf16/f16: the compute copy */
 	const int t = op->type;
-	const struct kiln_tensor_desc *d = &op->out[op->n_out - 1];
-	if ((t != KILN_OP_SGD && t != KILN_OP_ADAMW && t != KILN_OP_LAMB) || op->n_out < 2 ||
-	    !cpu_lowp(d->dtype) || !a->out[op->n_out - 1])
-		return;
-	const uintptr_t lo = (uintptr_t)a->out[op->n_out - 1];
-	const uintptr_t hi = lo + (size_t)cpu_numel(d) * wc_esize(d->dtype);
-	pthread_mutex_lock(&w->lock);
-	int k = 0;
-	while (k < w->n_ranges && !(w->rlo[k] == lo && w->rhi[k] == hi))
-		k++;
-	if (k == w->n_ranges && k < CPU_WC_RANGES) {
-		w->rlo[k] = lo;
-		w->rhi[k] = hi;
-		__atomic_store_n(&w->n_ranges, k + 1, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&w->lock);
+	if (t == KILN_OP_SGD || t == KILN_OP_ADAMW || t == KILN_OP_LAMB)
+		wc_optimizer_ran(w, op, a);
+	else if (t == KILN_OP_CAST)
+		wc_cast_ran(w, op, a);
 }
 
 /* The entry of (src, n, dtype) when src lies in a compute copy (caller

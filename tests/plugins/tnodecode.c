@@ -6,7 +6,9 @@
  * "tprefill28": the CPU device as it is but for its abi_minor, 28, a
  * device built before ABI 2.31, which the core asks for no decoding
  * attention of several positions (a prompt's prefill): `kiln generate`
- * feeds the prompt a position a step on it; and "tnorun": the CPU device
+ * feeds the prompt a position a step on it (tests/generate_device.sh),
+ * nor the dampening, amsgrad or schedules of 2.29 and 2.30: `kiln train`
+ * is refused them (tests/optim_old_abi.sh); and "tnorun": the CPU device
  * under ABI 2.31 whose has_op says no to ATTENTION_DECODE_RUN, as a
  * device written for ATTENTION_DECODE alone and rebuilt against 2.31's
  * headers does: the prompt is fed a position a step on it too.
