@@ -120,23 +120,43 @@ static kiln_status eval_sums_take(struct trainer *t, double sums[4], kiln_status
 	return KILN_OK;
 }
 
+/* Whether every rank evaluates the whole model on its own: [dist]
+ * pipeline = P whose stages' parameters are gathered for an evaluation
+ * (a rank that does not hold its stage's alone from start-up: ZeRO-1,
+ * loss scaling, low-precision compute, frozen parameters, a weight tied
+ * across stages, an optimizer that reads whole tensors; docs/pipeline.md
+ * "Parameters and gradients per stage"), not evaluating per stage
+ * (t->eval_staged, core/dist_pipe_eval.c).  Every rank then holds pipe
+ * 0's parameters and layer buffers (kiln_dist_pipe_gather). */
+static int eval_gathered(const struct trainer *t)
+{
+	return t->pipe_P > 1 && !t->eval_staged;
+}
+
 /* The samples [*lo, *hi) of a set of len samples that this rank
  * evaluates in batches of eb, and the most batches of any rank's share
  * (*nb, which every rank's pass goes through: eval_stop).  With
- * data-parallel ranks (t->world > 1; [dist] pipeline: the D pipes, each
- * pipe's stages sharing its share) the set's batches are dealt out in
- * contiguous runs, rank r (t->drank) taking batches [nb r / D,
- * nb (r + 1) / D) of the nb = ceil(len / eb): every sample once, no
- * padding nor repeat (PyTorch's DistributedSampler pads a set to a
- * multiple of the ranks), the last rank's run holding the set's last,
+ * data-parallel ranks (t->world > 1) the set's batches are dealt out in
+ * contiguous runs, rank r of the D evaluating ranks taking batches
+ * [nb r / D, nb (r + 1) / D) of the nb = ceil(len / eb): every sample
+ * once, no padding nor repeat (PyTorch's DistributedSampler pads a set to
+ * a multiple of the ranks), the last rank's run holding the set's last,
  * partial batch (the remainder plan's rows), a run of none where the set
- * has fewer batches than ranks.  Before session 43 every rank evaluated
- * the whole set, D times the work.  Calibrating (cal): the whole set. */
+ * has fewer batches than ranks.  The evaluating ranks: the data-parallel
+ * ones (r = t->drank); with [dist] pipeline = P per stage the D pipes,
+ * each pipe's stages sharing its share, and on the gathered model
+ * (eval_gathered) every one of the P x D ranks (r = t->rank: each holds
+ * the whole model; before session 44 the pipe's P ranks each evaluated
+ * the pipe's share, P times the work).  Before session 43 every rank
+ * evaluated the whole set, D times the work.  Calibrating (cal): the
+ * whole set. */
 static void eval_share(const struct trainer *t, int64_t len, int64_t eb, int sharded,
 		       int64_t *lo, int64_t *hi, int64_t *nb)
 {
-	const int64_t all = (len + eb - 1) / eb, D = sharded ? t->world : 1;
-	const int64_t r = sharded ? t->drank : 0;
+	const int whole = eval_gathered(t);
+	const int64_t all = (len + eb - 1) / eb;
+	const int64_t D = !sharded ? 1 : whole ? (int64_t)t->world * t->pipe_P : t->world;
+	const int64_t r = !sharded ? 0 : whole ? t->rank : t->drank;
 	const int64_t b0 = all * r / D, b1 = all * (r + 1) / D;
 	*lo = b0 * eb;
 	*hi = b1 * eb < len ? b1 * eb : len;
@@ -177,16 +197,17 @@ static void share_decode(const double *v, double sums[4])
  * last error), with a communicator: the shares' sums[4] summed over the
  * ranks into sums, every rank's, in the one sum that agrees on the
  * outcome (kiln_dist_sum_agreed: a rank that failed fails every rank, and
- * is final, t->eval_no_agree).  Under [dist] pipeline every rank of a
- * pipe holds the pipe's sums (summed over the pipe, or evaluated whole
- * on the gathered model): stage 0's rank gives them, the others zeros.
- * The values are EVAL_SUM_N as eval_stop's, which a peer may be in. */
+ * is final, t->eval_no_agree).  Under [dist] pipeline per stage every
+ * rank of a pipe holds the pipe's sums (summed over the pipe): stage 0's
+ * rank gives them, the others zeros; on the gathered model each rank
+ * gives its own share's (eval_share).  The values are EVAL_SUM_N as
+ * eval_stop's, which a peer may be in. */
 static kiln_status eval_shares_sum(struct trainer *t, kiln_status own, double sums[4],
 				   const char *what)
 {
 	double v[EVAL_SUM_N] = { 0 };
 	const double none[4] = { 0, 0, 0, 0 };
-	share_encode(t->pipe_P > 1 && t->rank % t->pipe_P ? none : sums, v + 2);
+	share_encode(t->eval_staged && t->rank % t->pipe_P ? none : sums, v + 2);
 	kiln_status st = kiln_dist_sum_agreed(t->dist, own, v, EVAL_SUM_N, what, t->compute);
 	if (!st)
 		share_decode(v + 2, sums);

@@ -865,11 +865,12 @@ kiln_status trainer_data_skipped(struct trainer *t, int64_t *out)
 	};
 	kiln_status st = kiln_dist_sum_counts(t->dist, n, 2, t->compute); /* exact */
 	/* [dist] pipeline = P: a pipe's P ranks read the same samples
-	 * (one data-parallel rank, drank; an evaluation's share is read by
-	 * every stage, or evaluated whole on the gathered model by each), so
-	 * each skip was counted P times */
+	 * (one data-parallel rank, drank; an evaluation's share per stage
+	 * is read by every stage), so each skip was counted P times; an
+	 * evaluation on the gathered model is sharded over every rank
+	 * (core/train_eval.c, eval_share: each sample read once) */
 	if (t->pipe_P > 1)
-		n[0] /= t->pipe_P, n[1] /= t->pipe_P;
+		n[0] /= t->pipe_P, n[1] /= t->eval_staged ? t->pipe_P : 1;
 	*out = t->skipped0 + n[0] + n[1];
 	return st;
 }

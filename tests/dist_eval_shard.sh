@@ -33,11 +33,22 @@
 #     share's rank fails on it, naming it, the other "rank R failed (its
 #     message says why)" (tests/eval_fault.sh's agreement).  Before, both
 #     ranks read it and each named its own failure.
-#  1 also runs a [data.eval] limit of 16 (one batch: rank 1's share empty).
-#  3. on_error = skip with that PNG in rank 1's share (2 ranks; and 2
-#     pipes of 2 stages, the second pipe's): rank 0's count of bad samples
-#     replaced is a 1-process run's (the evaluations' skips summed over
-#     the ranks, a pipe's counted once).
+#     The same with 2 stages on 2 ranks evaluating the gathered model
+#     (frozen parameters: [layer.conv1] trainable = 0 keeps the model whole,
+#     docs/pipeline.md): each of the pipe's ranks reads its own share, as
+#     two data-parallel ranks do.  Before session 44 both evaluated the
+#     pipe's share, the whole set, and both failed on either PNG.
+#  1 also runs a [data.eval] limit of 16 (one batch: rank 1's share empty),
+#     and 2 pipelines of 2 stages with ZeRO-1 (each stage's data-parallel
+#     ranks): the stages' parameters are gathered whole for an evaluation
+#     (core/train_eval.c, eval_gathered), which is then sharded over all 4
+#     ranks (since session 44).
+#  3. on_error = skip with that PNG in rank 1's share (2 ranks; 2 pipes of
+#     2 stages, the second pipe's; and 2 pipes of 2 stages with ZeRO-1,
+#     evaluating the gathered model, rank 3's share): rank 0's count of bad
+#     samples replaced is a 1-process run's (the evaluations' skips summed
+#     over the ranks, a pipe's counted once per stage, each rank's once on
+#     the gathered model).
 name=dist_eval_shard needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
 py=/usr/bin/python3
@@ -89,11 +100,12 @@ jfield() {
 }
 
 # ---- 1. the numbers -----------------------------------------------------------------
-for how in ddp zero pipe tiny; do
+for how in ddp zero pipe pipez tiny; do
 	n=2 ns=203 lim=data.eval.limit=0
 	case $how in
 	zero) set -- dist.zero=1 ;;
 	pipe) n=4; set -- dist.pipeline=2 layer.fc.stage=1 pipeline.micro_batches=2 ;;
+	pipez) n=4; set -- dist.pipeline=2 layer.fc.stage=1 pipeline.micro_batches=2 dist.zero=1 ;;
 	tiny) ns=16 lim=data.eval.limit=16; set -- ;; # one batch: rank 1's share empty
 	*) set -- ;;
 	esac
@@ -107,6 +119,10 @@ for how in ddp zero pipe tiny; do
 	if [ $how = pipe ]; then
 		grep -q "holds the stage's parameters and gradients alone" "$tmp/$how.log" ||
 			bad "pipe: the evaluation did not run per stage"
+	fi
+	if [ $how = pipez ]; then
+		[ "$(grep -c "the model is created and initialised whole at start-up: ZeRO-1" "$tmp/$how.log")" = 4 ] ||
+			bad "pipez: the ranks do not evaluate the gathered model"
 	fi
 	"$kiln" eval "$ini" --checkpoint "$ck6" $lim > "$tmp/$how.test" 2> "$tmp/$how.test.err" ||
 		{ bad "$how: kiln eval of ckpt-6 failed"; cat "$tmp/$how.test.err"; continue; }
@@ -141,27 +157,40 @@ find "$tmp/png/test" -name '*.png' | sort > "$tmp/pngs"
 	ini_sgd_steps 1 batch=16 eval_batch=16 eval_every=1 checkpoint_every=0 checkpoint_last=0
 	ini dist timeout=60 heartbeat=60
 } > "$tmp/share.ini"
-# share WHICH OWNER OTHER: PNG number WHICH (sed's line) cut to 40 bytes;
-# the run's step-1 evaluation fails on OWNER's rank alone
+# share WHICH OWNER OTHER SAMPLE [NAME OVERRIDES...]: PNG number WHICH
+# (sed's line: SAMPLE + 1) cut to 40 bytes; the run's step-1 evaluation
+# fails on OWNER's rank alone (the run $tmp/share<NAME><OWNER>)
 share() {
-	_f=$(sed -n "$1p" "$tmp/pngs")
+	_w=$1 _o=$2 _x=$3 _s=$4 _n=share${5:-}$2
+	shift 4
+	[ $# = 0 ] || shift
+	_f=$(sed -n "${_w}p" "$tmp/pngs")
 	cp "$_f" "$tmp/good.png"
 	head -c 40 "$tmp/good.png" > "$_f"
 	KILN_MASTER_PORT=$(free_port 5) timeout 120 "$kiln" launch -n 2 -- "$kiln" train \
-		"$tmp/share.ini" run.comm=gloo run.out_dir="$tmp/share$2" > "$tmp/share$2.log" 2>&1
+		"$tmp/share.ini" run.comm=gloo run.out_dir="$tmp/$_n" "$@" > "$tmp/$_n.log" 2>&1
 	_rc=$?
 	cp "$tmp/good.png" "$_f"
-	[ $_rc != 0 ] && [ $_rc -lt 124 ] || bad "share$2: exit $_rc, want a failure"
-	grep -q "rank $3 of 2: step 1's evaluation: rank $2 failed (its message says why)" "$tmp/share$2.log" ||
-		bad "share$2: rank $3 did not name rank $2's failure (rank $3 read sample $4?)"
-	grep -q "rank $2 of 2.*undecodable PNG" "$tmp/share$2.log" ||
-		bad "share$2: rank $2 did not fail on the PNG of its share"
-	! grep -q "rank $3 of 2.*undecodable PNG" "$tmp/share$2.log" ||
-		bad "share$2: rank $3 read sample $4, which is rank $2's"
-	[ "$fail" = 0 ] || grep -i "error\|fail" "$tmp/share$2.log" | head -8
+	[ $_rc != 0 ] && [ $_rc -lt 124 ] || bad "$_n: exit $_rc, want a failure"
+	grep -q "rank $_x of 2: step 1's evaluation: rank $_o failed (its message says why)" "$tmp/$_n.log" ||
+		bad "$_n: rank $_x did not name rank $_o's failure (rank $_x read sample $_s?)"
+	grep -q "rank $_o of 2.*undecodable PNG" "$tmp/$_n.log" ||
+		bad "$_n: rank $_o did not fail on the PNG of its share"
+	! grep -q "rank $_x of 2.*undecodable PNG" "$tmp/$_n.log" ||
+		bad "$_n: rank $_x read sample $_s, which is rank $_o's"
+	[ "$fail" = 0 ] || grep -i "error\|fail" "$tmp/$_n.log" | head -8
 }
 share 203 1 0 202
 share 2 0 1 1
+# 2 stages on 2 ranks, the parameters gathered whole for the evaluation
+# (frozen conv1: no rank holds its stage's alone), each rank its share
+gp="dist.pipeline=2 layer.fc.stage=1 pipeline.micro_batches=2 layer.conv1.trainable=0"
+# shellcheck disable=SC2086
+share 203 1 0 202 pipe $gp
+grep -q "the model is created and initialised whole at start-up: frozen parameters" "$tmp/sharepipe1.log" ||
+	bad "sharepipe1: the ranks do not evaluate the gathered model"
+# shellcheck disable=SC2086
+share 2 0 1 1 pipe $gp
 
 # ---- 3. the skipped-sample count is every rank's -------------------------------------
 # on_error = skip, the undecodable PNG in rank 1's share (sample 202): rank
@@ -181,11 +210,19 @@ KILN_MASTER_PORT=$(free_port 5) timeout 120 "$kiln" launch -n 4 -- "$kiln" train
 	"$tmp/share.ini" data.on_error=skip run.comm=gloo run.out_dir="$tmp/skip4" \
 	dist.pipeline=2 layer.fc.stage=1 pipeline.micro_batches=2 \
 	> "$tmp/skip4.out" 2> "$tmp/skip4.log" || bad "skip: the 4-rank pipeline run failed"
+# 2 pipes of 2 stages with ZeRO-1, evaluating the gathered model (each
+# rank its share: sample 202 is rank 3's)
+KILN_MASTER_PORT=$(free_port 5) timeout 120 "$kiln" launch -n 4 -- "$kiln" train \
+	"$tmp/share.ini" data.on_error=skip run.comm=gloo run.out_dir="$tmp/skipz" \
+	dist.pipeline=2 layer.fc.stage=1 pipeline.micro_batches=2 dist.zero=1 \
+	> "$tmp/skipz.out" 2> "$tmp/skipz.log" || bad "skip: the 4-rank ZeRO-1 pipeline run failed"
 cp "$tmp/good.png" "$_f"
 s1=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced (on_error = skip)$/\1/p' "$tmp/skip1.log")
 s2=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced over every rank (on_error = skip)$/\1/p' "$tmp/skip2.log")
 s4=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced over every rank (on_error = skip)$/\1/p' "$tmp/skip4.log")
-echo "bad samples skipped: 1 process $s1, 2 ranks $s2, 2 pipes of 2 stages $s4"
+sz=$(sed -n 's/.*warning: \([0-9]*\) bad sample(s) skipped and replaced over every rank (on_error = skip)$/\1/p' "$tmp/skipz.log")
+echo "bad samples skipped: 1 process $s1, 2 ranks $s2, 2 pipes of 2 stages $s4, with ZeRO-1 (gathered) $sz"
+[ "$sz" = "$s1" ] || bad "skip: 2 pipes of 2 stages with ZeRO-1 reported '$sz' skips over every rank, a 1-process run $s1"
 [ "$s4" = "$s1" ] || bad "skip: 2 pipes of 2 stages reported '$s4' skips over every rank, a 1-process run $s1"
 [ -n "$s1" ] && [ "$s1" -gt 0 ] || bad "skip: the 1-process run reported '$s1' skips, want > 0"
 [ "$s2" = "$s1" ] || bad "skip: 2 ranks reported '$s2' skips over every rank, a 1-process run $s1"

@@ -22,7 +22,8 @@
 #     (each rank holds its stage's parameters alone), failing on stage 1's
 #     rank (it still receives stage 0's tensors, batch by batch, before the
 #     agreement) and on stage 0's (it still sends); and on a gathered whole
-#     model (fc1 frozen: every rank evaluates alone); and the gather's
+#     model (fc1 frozen: every rank evaluates its share of the set alone,
+#     the set sharded over both ranks since session 44); and the gather's
 #     whole parameter buffer failing on rank 1, then rank 0 ("whole@R").
 #  5. the local steps before rank 0's batchnorm statistics' broadcast for
 #     an evaluation failing on rank 1, then rank 0 ("evalbuf@R").

@@ -1137,6 +1137,9 @@ TESTS += tests/eval_fault.sh
 EXTRA_DIST += tests/eval_fault.sh
 TESTS += tests/dist_eval_shard.sh
 EXTRA_DIST += tests/dist_eval_shard.sh
+# schedule = plateau on 2 ranks (DDP, ZeRO-1, 2 stages): one process's rates and weights
+TESTS += tests/dist_plateau.sh
+EXTRA_DIST += tests/dist_plateau.sh
 TESTS += tests/dist_early_stop.sh
 EXTRA_DIST += tests/dist_early_stop.sh
 # the split examples follow their unsplit originals (issue 21, docs/pipeline.md)

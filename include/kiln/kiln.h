@@ -512,14 +512,23 @@ struct kiln_train_result {
 				     * writes left out, since session 40); one
 				     * data-parallel rank's: the run's is
 				     * samples_per_s at the end */
-	double eval_samples_per_s;  /* the last evaluation's, data loading included */
+	double eval_samples_per_s;  /* the last evaluation's set, its samples over
+				     * the pass's wall time, data loading
+				     * included; under kiln launch the whole
+				     * group's rate (each rank evaluates its
+				     * share of the set since session 43; every
+				     * one of [dist] pipeline's P x D ranks on
+				     * a gathered model since session 44), not
+				     * one rank's as train_samples_per_s */
 	double wall_s;
 	int64_t test_samples;
 	struct kiln_device_counters steady; /* counters over steps 2..N between log points */
 	int64_t data_skipped;       /* bad samples replaced ([data] on_error = skip):
-				     * the training set's summed over the
-				     * data-parallel ranks, the evaluations'
-				     * this rank's */
+				     * the training set's and the evaluations'
+				     * summed over the ranks (each sample
+				     * counted once, as one process counts
+				     * it; the evaluations' this rank's alone
+				     * before session 43) */
 	size_t device_peak_bytes;   /* kiln_device_mem's peak over the run */
 	/* What the operating system saw: the process's peak resident memory
 	 * (VmHWM) minus its resident memory just before the model was built
