@@ -875,7 +875,17 @@ static void step_through(struct kiln_generator *g, const int32_t *tokens, int n,
  * that text); after kiln_generate_samples (the prompt's first n - 1
  * positions, fed once: a step at n - 1 gives the prompt's logits; before
  * session 42 the one-row plan was made anew, its caches empty); a failed
- * step keeps the positions before it. */
+ * step keeps the positions before it.  The logits after a prefilled
+ * prompt are the steps' within 1e-5, as test_prefill_equals_steps allows
+ * (to the bit before session 44, whose prefill run sums its attention
+ * scores in another order than a step). */
+static void logits_near(const float *got, const float *ref, const char *what)
+{
+	for (int v = 0; v < V; v++)
+		ck_assert_msg(fabs(got[v] - ref[v]) <= 1e-5 * (1 + fabs(ref[v])),
+			      "%s: logit %d is %.9g, %.9g fed a step a position", what, v, got[v], ref[v]);
+}
+
 START_TEST(test_step_positions)
 {
 	enum { NS = 3, NEW = 4 };
@@ -900,14 +910,14 @@ START_TEST(test_step_positions)
 	memcpy(got, lg, sizeof got);
 	REFUSED(kiln_generator_step(g, 3 + NEW + 1, 0, &lg), "feed position 7 first");
 	step_through(g, seq, 3 + NEW, ref);
-	ck_assert_mem_eq(got, ref, sizeof ref);
+	logits_near(got, ref, "after kiln_generate");
 	/* kiln_generate_samples: the prompt's first two positions */
 	ck_assert(kiln_generate_samples(g, prompt, 3, NEW, NS, &s, outs, NULL, NULL) == 0);
 	REFUSED(kiln_generator_step(g, 3, 0, &lg), "position 3, but the caches hold positions 0..1 of the sequence only: feed position 2 first");
 	ck_assert(kiln_generator_step(g, 2, prompt[2], &lg) == 0);
 	memcpy(got, lg, sizeof got);
 	step_through(g, prompt, 3, ref);
-	ck_assert_mem_eq(got, ref, sizeof ref);
+	logits_near(got, ref, "after kiln_generate_samples");
 	/* a step that fails (a token past the vocabulary: the embedding's
 	 * data error) keeps 0..pos-1; a negative token is refused first */
 	REFUSED(kiln_generator_step(g, 3, -1, &lg), "token id -1 at position 3 is negative");
@@ -999,7 +1009,11 @@ START_TEST(test_samples_prompt_once)
 					char want[160];
 					snprintf(want, sizeof want, "prompt fed once: its %d positions copied into %d rows (%d bytes)\n",
 						 np - 1, B, 2 * 2 * B * 2 * (np - 1) * 8 * 4);
-					ck_assert_msg(!strcmp(said.text, want), "%d samples: logged \"%s\", not \"%s\"", B,
+					/* (after the prefill plan's line, where it is made) */
+					const char *copied = said.text;
+					if (!strncmp(copied, "prefill plan of ", 16))
+						copied = strchr(copied, '\n') + 1;
+					ck_assert_msg(!strcmp(copied, want), "%d samples: logged \"%s\", not \"%s\"", B,
 						      said.text, want);
 					rows_reference(&r, B, prompt, np, n_new, &s, ref);
 					for (int i = 0; i < B * n_new; i++)
