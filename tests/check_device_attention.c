@@ -682,6 +682,23 @@ static float *attn_rows_of(const float *seq, int B, int Tmax, int C, int t0, int
 	return o;
 }
 
+/* kc, vc [B,H,TM,D]: the k and v of seq's positions < n (seq [B,TM,3C]),
+ * a sentinel past them (rows no run wrote). */
+static void attn_caches_of(float *kc, float *vc, const float *seq, int B, int H, int TM, int D,
+			   int n)
+{
+	const int C = H * D;
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int j = 0; j < TM; j++)
+				for (int d = 0; d < D; d++) {
+					const size_t at = (((size_t)b * H + h) * TM + j) * D + d;
+					const float *row = seq + ((size_t)b * TM + j) * 3 * C + h * D + d;
+					kc[at] = j < n ? row[C] : 1e30f;
+					vc[at] = j < n ? row[2 * C] : -1e30f;
+				}
+}
+
 START_TEST(test_attn_decode_run)
 {
 	struct fx f;
@@ -708,15 +725,7 @@ START_TEST(test_attn_decode_run)
 				const int t0 = t0s[t0i], T = Ts[ti];
 				char tag[96];
 				snprintf(tag, sizeof tag, "D %d, positions %d..%d", D, t0, t0 + T - 1);
-				for (int b = 0; b < B; b++)
-					for (int h = 0; h < H; h++)
-						for (int j = 0; j < TM; j++)
-							for (int d = 0; d < D; d++) {
-								const size_t at = (((size_t)b * H + h) * TM + j) * D + d;
-								const float *row = seq + ((size_t)b * TM + j) * 3 * C + h * D + d;
-								kc[at] = j < t0 ? row[C] : 1e30f;
-								vc[at] = j < t0 ? row[2 * C] : -1e30f;
-							}
+				attn_caches_of(kc, vc, seq, B, H, TM, D, t0);
 				/* the run */
 				float *q = attn_rows_of(seq, B, TM, C, t0, T), *y = malloc(sizeof(float) * B * T * C);
 				float *kr = malloc(ncache * 4), *vr = malloc(ncache * 4);
@@ -738,18 +747,12 @@ START_TEST(test_attn_decode_run)
 					       sizeof(double) * (size_t)T * C);
 				tol_close(tag, "y", y, w, (size_t)B * T * C, ATTN_TOL);
 				/* the caches: the run's rows its k and v, the rest as they were */
-				for (int b = 0; b < B; b++)
-					for (int h = 0; h < H; h++)
-						for (int j = 0; j < TM; j++)
-							for (int d = 0; d < D; d++) {
-								const size_t at = (((size_t)b * H + h) * TM + j) * D + d;
-								const float *row = seq + ((size_t)b * TM + j) * 3 * C + h * D + d;
-								const int in_run = j >= t0 && j < t0 + T;
-								ck_assert_msg(kr[at] == (in_run ? row[C] : kc[at]) &&
-										      vr[at] == (in_run ? row[2 * C] : vc[at]),
-									      "%s: cache row %d of (%d, %d), element %d", tag, j, b,
-									      h, d);
-							}
+				float *ke = malloc(ncache * 4), *ve = malloc(ncache * 4);
+				attn_caches_of(ke, ve, seq, B, H, TM, D, t0 + T);
+				ck_assert_msg(!memcmp(kr, ke, ncache * 4) && !memcmp(vr, ve, ncache * 4),
+					      "%s: the caches are not the k and v of positions 0..%d, the rest untouched",
+					      tag, t0 + T - 1);
+				free(ke), free(ve);
 				/* against T steps on the same caches */
 				void *sk = dput(&f, kc, ncache * 4), *sv = dput(&f, vc, ncache * 4);
 				float *ys = malloc(sizeof(float) * (size_t)B * T * C);
