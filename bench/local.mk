@@ -156,3 +156,9 @@ EXTRA_DIST += bench/stage_bytes.sh bench/stage_cut_ab.sh
 EXTRA_DIST += bench/ab_session.sh
 # (left out of `make dist` until session 36: tests/dist_files.sh)
 EXTRA_DIST += bench/fuse.sh bench/pipeline_pair.sh
+# a prompt's planning, prefill and decode in kiln_generate (docs/generate.md,
+# session 44)
+noinst_PROGRAMS += bench/generate_prefill
+bench_generate_prefill_SOURCES = bench/generate_prefill.c
+bench_generate_prefill_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+bench_generate_prefill_LDADD = libkiln-internal.la

@@ -43,7 +43,9 @@ enum { PREFILL_MAX = 256 };
 /* A prompt's prefill: a decode plan of one row whose runs take `chunk`
  * positions at once and write their keys and values into its caches,
  * which are then copied into the one-row plan's; its logits are never
- * computed nor read. */
+ * computed nor read.  Held for the next prompt of the same chunk
+ * (kiln_generator.prefill_keep; session 44: making it cost more than
+ * feeding a prompt of 64 tokens, docs/generate.md). */
 struct prefill {
 	struct kiln_plan *p;    /* NULL: none yet (or refused) */
 	int refused;            /* the device or a layer cannot: steps feed prompts */
@@ -67,8 +69,14 @@ struct kiln_generator {
 	 * or a one-row call (kiln_generate, kiln_generator_step, N = 1),
 	 * which frees it */
 	struct decoder one, many;
-	struct prefill pre;     /* made for a prompt of 3 tokens or more, freed after it */
+	struct prefill pre;     /* made for a prompt of 3 tokens or more; kept for the
+				 * next prompt of its chunk (prefill_keep), remade for
+				 * another chunk, freed by kiln_generator_close, before
+				 * an N-row plan is made, and after every prompt when
+				 * !prefill_keep */
 	int64_t prefill_max;    /* PREFILL_MAX (tests: kiln_generator_prefill_max) */
+	int prefill_keep;       /* 1; 0 under [run] memory_limit (kiln_generator_open):
+				 * no second copy of the caches held between prompts */
 };
 
 /* Free decode plan d and its buffers (the model stays). */
@@ -210,6 +218,7 @@ kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t conte
 	g->context = context;
 	g->top_p = 1;
 	g->prefill_max = PREFILL_MAX;
+	g->prefill_keep = 1;
 	if ((st = decode_plan(g, &g->one, 1)))
 		goto fail;
 	/* the columns past the loss's classes are a padded vocabulary's,
@@ -325,6 +334,11 @@ kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln
 		return st;
 	}
 	(*out)->t = t;
+	/* a bound on the device's memory: the prefill plan, a second copy
+	 * of the caches, is not held between prompts (as before session 44) */
+	struct kiln_run_cfg run;
+	if (!kiln_run_cfg_read(cfg, &run) && run.memory_limit_bytes)
+		(*out)->prefill_keep = 0;
 	return KILN_OK;
 }
 
@@ -726,7 +740,9 @@ kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_
 
 /* The prefill plan for a prompt of m >= 2 positions before its last:
  * chunk = the least power of two >= m, at most PREFILL_MAX and the
- * context; made for the prompt and freed after it (one_feed).  *ok = 0
+ * context; the plan held (g->prefill_keep) when of that chunk, else
+ * made anew (one_feed frees it after the prompt where it is not to be
+ * held; the bytes it holds are logged at debug level).  *ok = 0
  * where the prompt is to be fed a step a position, as before session 43:
  * the plan could not be made (KILN_ENOTSUP: a device that refuses
  * ATTENTION_DECODE_RUN, one built before ABI 2.31 or rebuilt unchanged;
@@ -773,6 +789,9 @@ static kiln_status prefill_plan(struct kiln_generator *g, int64_t m, int *ok)
 	}
 	f->chunk = chunk;
 	*ok = 1;
+	kiln_log(KILN_LOG_DEBUG, "generate", "prefill plan of %lld positions a run made: %zu bytes (%s)",
+		 (long long)chunk, kiln_plan_arena_bytes(f->p) + kiln_align_up(f->p->ws_bytes),
+		 g->prefill_keep ? "held for the next prompt of as many" : "freed after the prompt");
 	return KILN_OK;
 }
 
@@ -824,7 +843,8 @@ static kiln_status one_feed(struct kiln_generator *g, const int32_t *prompt, int
 	kiln_status st = m > 1 && g->prefill_max > 1 ? prefill_plan(g, m, &ok) : KILN_OK;
 	if (st || ok) {
 		st = st ? st : prefill_feed(g, prompt, m);
-		prefill_free(g); /* its caches and logits: not held between prompts */
+		if (st || !g->prefill_keep)
+			prefill_free(g); /* its caches and activations go now */
 		return st;
 	}
 	for (int64_t t = 0; t < m; t++)
@@ -877,6 +897,8 @@ static kiln_status rows_plan(struct kiln_generator *g, int64_t rows)
 {
 	if (rows == 1)
 		decode_free(g, &g->many);
+	else if (!g->many.p || g->many.rows != rows)
+		prefill_free(g); /* its memory, for the N rows' (rows_fit) */
 	return decode_plan(g, rows == 1 ? &g->one : &g->many, rows);
 }
 

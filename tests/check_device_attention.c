@@ -19,6 +19,14 @@
  *   attn_refused  malformed ops (heads not dividing C, a wrong lse, the
  *                 step's dtype, ...) are EINVAL with the op's name
  *   attn_threads  1 and 3 threads give the same bytes
+ *   attn_decode_run  ATTENTION_DECODE_RUN (a prompt's prefill, ABI 2.31)
+ *                 of T queries at positions t0.., on caches holding
+ *                 positions 0..t0-1: y against the causal loop over the
+ *                 whole sequence and against T steps of ATTENTION_DECODE,
+ *                 the caches' rows t0..t0+T-1 the run's k and v to the
+ *                 bit and the rows past them untouched; T across the
+ *                 CPU's blocks of 32 queries and 8-row tiles, head dims 8
+ *                 (packed) and 16 (read in place)
  *
  * Tolerance: max |got - want| <= 1e-5 * max(1, max |want|) per tensor.
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
@@ -644,6 +652,136 @@ START_TEST(test_attn_threads)
 }
 END_TEST
 
+/* ---- decoding: a run of T positions against the loop and the steps ------ */
+
+/* ATTENTION_DECODE (T = 1) or ATTENTION_DECODE_RUN: qkv [B,T,3C], the
+ * caches f32 [B,H,Tmax,D]. */
+static void attn_decode_op(struct kiln_op *op, int B, int T, int C, int H, int Tmax, double scale)
+{
+	const int64_t dq[3] = { B, T, 3 * C }, dy[3] = { B, T, C }, dc[4] = { B, H, Tmax, C / H };
+	const int64_t one = 1;
+	memset(op, 0, sizeof *op);
+	op->type = T > 1 ? KILN_OP_ATTENTION_DECODE_RUN : KILN_OP_ATTENTION_DECODE;
+	op->n_in = 2, op->n_out = 3;
+	kiln_tensor_desc_init(&op->in[0], KILN_F32, 3, dq);
+	kiln_tensor_desc_init(&op->in[1], KILN_I32, 1, &one);
+	kiln_tensor_desc_init(&op->out[0], KILN_F32, 3, dy);
+	kiln_tensor_desc_init(&op->out[1], KILN_F32, 4, dc);
+	op->out[2] = op->out[1];
+	op->i[0] = H;
+	op->f[0] = scale;
+}
+
+/* qkv [B, n, 3C] rows t0..t0+n-1 of seq [B, Tmax, 3C] */
+static float *attn_rows_of(const float *seq, int B, int Tmax, int C, int t0, int n)
+{
+	float *o = malloc(sizeof(float) * (size_t)B * n * 3 * C);
+	for (int b = 0; b < B; b++)
+		memcpy(o + (size_t)b * n * 3 * C, seq + ((size_t)b * Tmax + t0) * 3 * C,
+		       sizeof(float) * (size_t)n * 3 * C);
+	return o;
+}
+
+/* kc, vc [B,H,TM,D]: the k and v of seq's positions < n (seq [B,TM,3C]),
+ * a sentinel past them (rows no run wrote). */
+static void attn_caches_of(float *kc, float *vc, const float *seq, int B, int H, int TM, int D,
+			   int n)
+{
+	const int C = H * D;
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int j = 0; j < TM; j++)
+				for (int d = 0; d < D; d++) {
+					const size_t at = (((size_t)b * H + h) * TM + j) * D + d;
+					const float *row = seq + ((size_t)b * TM + j) * 3 * C + h * D + d;
+					kc[at] = j < n ? row[C] : 1e30f;
+					vc[at] = j < n ? row[2 * C] : -1e30f;
+				}
+}
+
+START_TEST(test_attn_decode_run)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ATTENTION_DECODE_RUN);
+	enum { B = 2, H = 2, TM = 80 };
+	static const int dims[2] = { 8, 16 }, t0s[3] = { 0, 5, 37 }, Ts[4] = { 2, 7, 33, 40 };
+	for (int di = 0; di < 2; di++) {
+		const int D = dims[di], C = H * D;
+		const struct attn_case whole = { .B = B, .T = TM, .C = C, .H = H, .causal = 1 };
+		const double scale = attn_scale(&whole);
+		const size_t nseq = attn_nq(&whole), ncache = (size_t)B * H * TM * D;
+		float *seq = frandv(nseq), *dy0 = calloc(attn_ny(&whole), 4);
+		for (size_t i = 0; i < nseq; i++)
+			seq[i] *= 2.0f;
+		double *want = malloc(attn_ny(&whole) * 8), *lse = malloc(attn_nl(&whole) * 8);
+		double *g = malloc(nseq * 8);
+		attn_loop(&whole, seq, dy0, NULL, want, lse, g); /* y of every position */
+		/* what the runs before t0 leave: k and v of positions < t0; a
+		 * sentinel past them */
+		float *kc = malloc(ncache * 4), *vc = malloc(ncache * 4);
+		for (int t0i = 0; t0i < 3; t0i++)
+			for (int ti = 0; ti < 4; ti++) {
+				const int t0 = t0s[t0i], T = Ts[ti];
+				char tag[96];
+				snprintf(tag, sizeof tag, "D %d, positions %d..%d", D, t0, t0 + T - 1);
+				attn_caches_of(kc, vc, seq, B, H, TM, D, t0);
+				/* the run */
+				float *q = attn_rows_of(seq, B, TM, C, t0, T), *y = malloc(sizeof(float) * B * T * C);
+				float *kr = malloc(ncache * 4), *vr = malloc(ncache * 4);
+				const int32_t pos = t0;
+				struct kiln_op op;
+				attn_decode_op(&op, B, T, C, H, TM, scale);
+				void *dq = dput(&f, q, sizeof(float) * (size_t)B * T * 3 * C), *dp = dput(&f, &pos, 4);
+				void *dy = dput(&f, NULL, sizeof(float) * (size_t)B * T * C);
+				void *dk = dput(&f, kc, ncache * 4), *dv = dput(&f, vc, ncache * 4);
+				OK(run_op(&f, &op, (const void *const[]){ dq, dp }, (void *const[]){ dy, dk, dv }));
+				dget(&f, y, dy, sizeof(float) * (size_t)B * T * C);
+				dget(&f, kr, dk, ncache * 4);
+				dget(&f, vr, dv, ncache * 4);
+				DFREE(&f, dq, dp, dy, dk, dv);
+				/* against the loop */
+				double *w = malloc(sizeof(double) * (size_t)B * T * C);
+				for (int b = 0; b < B; b++)
+					memcpy(w + (size_t)b * T * C, want + ((size_t)b * TM + t0) * C,
+					       sizeof(double) * (size_t)T * C);
+				tol_close(tag, "y", y, w, (size_t)B * T * C, ATTN_TOL);
+				/* the caches: the run's rows its k and v, the rest as they were */
+				float *ke = malloc(ncache * 4), *ve = malloc(ncache * 4);
+				attn_caches_of(ke, ve, seq, B, H, TM, D, t0 + T);
+				ck_assert_msg(!memcmp(kr, ke, ncache * 4) && !memcmp(vr, ve, ncache * 4),
+					      "%s: the caches are not the k and v of positions 0..%d, the rest untouched",
+					      tag, t0 + T - 1);
+				free(ke), free(ve);
+				/* against T steps on the same caches */
+				void *sk = dput(&f, kc, ncache * 4), *sv = dput(&f, vc, ncache * 4);
+				float *ys = malloc(sizeof(float) * (size_t)B * T * C);
+				double *yr = malloc(sizeof(double) * (size_t)B * T * C);
+				for (int i = 0; i < T; i++) {
+					float *q1 = attn_rows_of(seq, B, TM, C, t0 + i, 1), y1[B * 16 * H];
+					const int32_t p1 = t0 + i;
+					attn_decode_op(&op, B, 1, C, H, TM, scale);
+					void *d1 = dput(&f, q1, sizeof(float) * (size_t)B * 3 * C), *dp1 = dput(&f, &p1, 4);
+					void *dy1 = dput(&f, NULL, sizeof(float) * (size_t)B * C);
+					OK(run_op(&f, &op, (const void *const[]){ d1, dp1 }, (void *const[]){ dy1, sk, sv }));
+					dget(&f, y1, dy1, sizeof(float) * (size_t)B * C);
+					DFREE(&f, d1, dp1, dy1);
+					for (int b = 0; b < B; b++)
+						memcpy(ys + ((size_t)b * T + i) * C, y1 + b * C, sizeof(float) * (size_t)C);
+					free(q1);
+				}
+				DFREE(&f, sk, sv);
+				for (size_t i = 0; i < (size_t)B * T * C; i++)
+					yr[i] = ys[i];
+				tol_close(tag, "y against the steps", y, yr, (size_t)B * T * C, ATTN_TOL);
+				free(q), free(y), free(kr), free(vr), free(w), free(ys), free(yr);
+			}
+		free(seq), free(dy0), free(want), free(lse), free(g), free(kc), free(vc);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 DEVICE_SUITE(attention, DFX_CASE(attn_loops), DFX_CASE(attn_far_scores), DFX_CASE(attn_torch), DFX_CASE(attn_dropout),
 	     DFX_CASE(attn_lowp), DFX_CASE(attn_refused), DFX_ONCE(attn_threads, 60),
-	     DFX_CASE(attn_lowp_shapes));
+	     DFX_CASE(attn_lowp_shapes), DFX_CASE(attn_decode_run));

@@ -34,6 +34,8 @@
 #  and the bytes, nothing printed.
 #  Session 43: so under a limit their tokens (92 MB) would not fit in:
 #  the plan is made before the tokens are allocated.
+#  Session 44: the prefill plan held (logged at debug level), freed at
+#  each prompt under [run] memory_limit; the same text.
 # The decode logits themselves are checked against the full forward in
 # tests/check_generate.c.
 name=generate
@@ -127,6 +129,19 @@ kiln 0 train "$ini" "run.out_dir=$tmp/ft" "model.init_from=$ck" train.max_steps=
 stderr_has "[core] warning: $ck: [layer.h1.sdpa] heads is '2' in the file but '4' here"
 # [run] precision = bf16 is taken (before session 40 generation ran f32
 # whatever it said; tests/check_generate compares the logits)
+# session 44: the prefill plan (runs of 8 positions for this prompt's 8
+# before its last) is held for the next prompt of its run length, its
+# bytes logged at debug level; under [run] memory_limit it is made and
+# freed at each prompt, as in session 43; the same text either way
+export KILN_LOG_LEVEL=debug
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8
+stderr_has "[generate] debug: prefill plan of 8 positions a run made: "
+stderr_has " bytes (held for the next prompt of as many)"
+cmp -s "$out" "$tmp/a.txt" || fail "the prefill plan held: other text"
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 run.memory_limit=1G
+stderr_has " bytes (freed after the prompt)"
+cmp -s "$out" "$tmp/a.txt" || fail "the prefill plan freed under [run] memory_limit: other text"
+unset KILN_LOG_LEVEL
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 run.precision=bf16
 stderr_has "[amp] precision = bf16: bf16 compute"
 # fp16: f16 compute and no loss scaler, which nothing would read (before

@@ -612,7 +612,9 @@ enum kiln_op_type {
 	 * positions wrote, rows >= t + T are neither read nor written.  For
 	 * query i at position u = t + i,
 	 *   y[b,i,h*D:(h+1)*D] = sum_{j<=u} softmax_j(scale * q_i.K[j]) V[j]
-	 * what T steps of ATTENTION_DECODE give.  A run may rewrite positions
+	 * what T steps of ATTENTION_DECODE give, up to float rounding (the
+	 * CPU device's run, blocked over the queries since session 44, sums
+	 * a score's D terms in another order than its step).  A run may rewrite positions
 	 * an earlier run wrote (the core's last run of a long prompt overlaps
 	 * the one before) and may hold padding past the prompt (id 0; its
 	 * rows are written, and overwritten by the steps that follow).

@@ -1,9 +1,9 @@
 /* plugins/cpu/attn.c - fused scaled-dot-product attention, KILN_OP_ATTENTION
  * and KILN_OP_ATTENTION_BWD (the contract, with PyTorch's equivalent, is in
  * kiln/ops.h), and its decoding step with a key/value cache,
- * KILN_OP_ATTENTION_DECODE and its runs of several positions,
- * KILN_OP_ATTENTION_DECODE_RUN (one query row per (batch, head) and
- * position, the positions in order, plain loops).
+ * KILN_OP_ATTENTION_DECODE (one query row per (batch, head), plain
+ * loops) and its runs of several positions, KILN_OP_ATTENTION_DECODE_RUN
+ * (the forward's blocks over the caches' keys, session 44).
  *
  * Parallel over the B*H (batch, head) pairs with OpenMP; each pair is done
  * by one thread from start to end, so the result does not depend on the
@@ -80,6 +80,16 @@ static int64_t attn_thread_floats(int64_t T, int64_t D)
 {
 	const int64_t Tp = attn_pad(T), Dp = attn_pad(D);
 	return 2 * D * Tp + 2 * ATTN_BQ * Tp + (D % ATTN_VL ? 3 * T * Dp : 0);
+}
+
+/* Floats of one thread's workspace in a decoding run over Tmax cached
+ * positions (attn_decode_run_head): K^T [D, pad(Tmax)], the block S
+ * [ATTN_BQ, pad(Tmax)], and V packed [Tmax, pad(D)] when D is not a
+ * whole number of vectors. */
+static int64_t attn_run_floats(int64_t Tmax, int64_t D)
+{
+	const int64_t Tp = attn_pad(Tmax);
+	return D * Tp + ATTN_BQ * Tp + (D % ATTN_VL ? Tmax * attn_pad(D) : 0);
 }
 
 /* ---- row loops ---------------------------------------------------------- */
@@ -479,6 +489,41 @@ static int64_t attn_valid(const struct attn_dims *g, int64_t row)
 	return g->causal ? row + 1 : g->T;
 }
 
+/* The forward's blocks of one pair: its T query rows (q, 3C floats
+ * apart) at positions t0.. (0 but in a decoding run) over the keys Kt
+ * (K^T [D, keys], rows ldk floats apart) and values vb (rows ldv apart),
+ * into y (rows C apart), lse (NULL: not kept) and the dropout of d (NULL:
+ * none; e0 its P[0][0]'s logical index); S: ATTN_BQ rows of ldk floats.
+ * Causal: query i sees keys 0..t0 + i; else (t0 0) all T. */
+static void attn_fwd_blocks(const struct attn_dims *g, const float *q, int64_t t0,
+			    const float *Kt, int64_t ldk, const float *vb, int64_t ldv, float *S,
+			    float *y, float *lse, uint64_t e0, const struct drop *d)
+{
+	const int64_t T = g->T, C = g->C, D = g->D, ld = 3 * C;
+	const enum attn_part cols = g->causal ? ATTN_COLS : ATTN_ALL;
+	const enum attn_part khi = g->causal ? ATTN_KHI : ATTN_ALL;
+	for (int64_t r0 = 0; r0 < T; r0 += ATTN_BQ) {
+		const int64_t m = T - r0 < ATTN_BQ ? T - r0 : ATTN_BQ, n = t0 + attn_keys(g, r0, m);
+		/* S [m, n] = scale * q_blk [m, D] k^T [D, n] */
+		attn_mm_run(&(struct attn_mm){ .a = q + r0 * ld, .ar = ld, .ac = 1, .b = Kt,
+					       .ldb = ldk, .c = S, .ldc = ldk, .n = n,
+					       .alpha = g->scale },
+			    m, D, cols, t0 + r0);
+		for (int64_t i = 0; i < m; i++) {
+			const int64_t row = r0 + i, valid = t0 + attn_valid(g, row);
+			const float l = softmax_row(S + i * ldk, valid, n);
+			if (lse)
+				lse[row] = l;
+			if (d)
+				drop_row(S + i * ldk, valid, e0 + (uint64_t)(row * T), d);
+		}
+		/* y_blk [m, D] = P' [m, n] v [n, D] */
+		attn_mm_run(&(struct attn_mm){ .a = S, .ar = ldk, .ac = 1, .b = vb, .ldb = ldv,
+					       .c = y + r0 * C, .ldc = C, .n = D, .alpha = 1.0f },
+			    m, n, khi, t0 + r0);
+	}
+}
+
 /* Forward of one pair.  ws: the thread's workspace. */
 static void attn_fwd_head(const struct attn_dims *g, const float *qkv, float *y, float *lse,
 			  float *ws, int64_t b, int64_t h, const struct drop *d)
@@ -490,27 +535,7 @@ static void attn_fwd_head(const struct attn_dims *g, const float *qkv, float *y,
 	int64_t ldv;
 	attn_pack_t(Kt, k, ld, T, D);
 	const float *vb = attn_rows(Vp, v, ld, T, D, &ldv);
-	const enum attn_part cols = g->causal ? ATTN_COLS : ATTN_ALL;
-	const enum attn_part khi = g->causal ? ATTN_KHI : ATTN_ALL;
-	for (int64_t r0 = 0; r0 < T; r0 += ATTN_BQ) {
-		const int64_t m = T - r0 < ATTN_BQ ? T - r0 : ATTN_BQ, n = attn_keys(g, r0, m);
-		/* S [m, n] = scale * q_blk [m, D] k^T [D, n] */
-		attn_mm_run(&(struct attn_mm){ .a = q + r0 * ld, .ar = ld, .ac = 1, .b = Kt,
-					       .ldb = Tp, .c = S, .ldc = Tp, .n = n,
-					       .alpha = g->scale },
-			    m, D, cols, r0);
-		for (int64_t i = 0; i < m; i++) {
-			const int64_t row = r0 + i, valid = attn_valid(g, row);
-			lse[at.lse + row] = softmax_row(S + i * Tp, valid, n);
-			if (d)
-				drop_row(S + i * Tp, valid, at.e0 + (uint64_t)(row * T), d);
-		}
-		/* y_blk [m, D] = P' [m, n] v [n, D] */
-		attn_mm_run(&(struct attn_mm){ .a = S, .ar = Tp, .ac = 1, .b = vb, .ldb = ldv,
-					       .c = y + at.tok + r0 * C, .ldc = C, .n = D,
-					       .alpha = 1.0f },
-			    m, n, khi, r0);
-	}
+	attn_fwd_blocks(g, q, 0, Kt, Tp, vb, ldv, S, y + at.tok, lse + at.lse, at.e0, d);
 }
 
 /* Backward of one pair.  ws: the thread's workspace. */
@@ -625,10 +650,8 @@ static kiln_status cpu_attention(const struct cpu_plan *p, const struct kiln_op_
 /* ---- decoding with a key/value cache (ATTENTION_DECODE) ----------------- */
 
 /* One (b, h) pair of a decoding step: query i of row b (of T) at position
- * t, after queries 0..i-1 of the row ran (ABI 2.31: T > 1, a prompt's
- * positions at once): store its k and v in the caches' row t, then y =
- * softmax(scale * q K[0..t]^T) V[0..t], the same loops, in the same
- * order, as a step of one position.  s: the thread's Tmax floats
+ * t (a step: i = 0, T = 1): store its k and v in the caches' row t, then
+ * y = softmax(scale * q K[0..t]^T) V[0..t].  s: the thread's Tmax floats
  * (rounded up to a whole vector). */
 static void attn_decode_head(const struct attn_dims *g, int64_t Tmax, const float *qkv,
 			     float *y, float *kc, float *vc, float *s, int64_t b, int64_t h,
@@ -654,6 +677,38 @@ static void attn_decode_head(const struct attn_dims *g, int64_t Tmax, const floa
 	}
 }
 
+/* One (b, h) pair of a run of T > 1 queries at positions t0..t0+T-1
+ * (ATTENTION_DECODE_RUN, a prompt's prefill), blocked as attn_fwd_head
+ * (session 44; before, T steps of attn_decode_head): store the run's k
+ * and v in the caches' rows t0.., then over blocks of ATTN_BQ queries
+ * at t0 + r0.., S [m, n] = scale * q_blk K[0..n)^T, n = t0 + r0 + m,
+ * with the causal mask at offset t0 + r0, softmax rows of t0 + r0 + i + 1
+ * keys, y_blk = P V[0..n).  A score sums its D terms in order (one FMA
+ * each) where the step's dot_row sums them in vector lanes: the same
+ * math, another rounding (the prefill tests' 1e-5 against the steps);
+ * the softmax and P V add in the step's order.  ws: the thread's
+ * attn_run_floats(Tmax, D) floats. */
+static void attn_decode_run_head(const struct attn_dims *g, int64_t Tmax, int64_t t0,
+				 const float *qkv, float *y, float *kc, float *vc, float *ws,
+				 int64_t b, int64_t h)
+{
+	const int64_t T = g->T, C = g->C, D = g->D, ld = 3 * C, n_all = t0 + T;
+	const int64_t Tp = attn_pad(Tmax), Np = attn_pad(n_all);
+	const float *q = qkv + b * T * ld + h * D;
+	float *K = kc + (b * g->H + h) * Tmax * D, *V = vc + (b * g->H + h) * Tmax * D;
+	float *Kt = ws, *S = Kt + D * Tp, *Vp = S + ATTN_BQ * Tp;
+	int64_t ldv;
+	for (int64_t i = 0; i < T; i++) {
+		memcpy(K + (t0 + i) * D, q + i * ld + C, sizeof(float) * (size_t)D);
+		memcpy(V + (t0 + i) * D, q + i * ld + 2 * C, sizeof(float) * (size_t)D);
+	}
+	attn_pack_t(Kt, K, D, n_all, D); /* K^T [D, Np] */
+	const float *vb = attn_rows(Vp, V, D, n_all, D, &ldv);
+	struct attn_dims gc = *g; /* (a decode op's i[1] is 0: causal it is) */
+	gc.causal = 1;
+	attn_fwd_blocks(&gc, q, t0, Kt, Np, vb, ldv, S, y + b * T * C + h * D, NULL, 0, NULL);
+}
+
 /* qkv [B,T,3C] at positions t0..t0+T-1 of every row (T = 1: a step,
  * ATTENTION_DECODE; more: ATTENTION_DECODE_RUN, ABI 2.31). */
 static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct kiln_op_args *a,
@@ -667,15 +722,20 @@ static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct k
 				: cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE_RUN: positions %lld..%lld outside the cache's [0, %lld)",
 					   (long long)t0, (long long)(t0 + g.T - 1), (long long)Tmax);
 	const int nt = attn_team(pairs, p->sz[4]);
+	const int64_t per = g.T > 1 ? attn_run_floats(Tmax, g.D) : attn_pad(Tmax);
 	int64_t next = 0; /* as cpu_attention's */
 #pragma omp parallel num_threads(cpu_team_whole(nt))
 	{
 		const int64_t me = cpu_thread_num();
-		float *s = me < nt ? (float *)a->workspace + attn_pad(Tmax) * me : NULL;
-		for (int64_t bh; me < nt && (bh = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < pairs;)
-			for (int64_t i = 0; i < g.T; i++) /* in order: query i reads rows <= t0 + i */
-				attn_decode_head(&g, Tmax, a->in[0], a->out[0], a->out[1], a->out[2], s,
-						 bh / g.H, bh % g.H, i, t0 + i);
+		float *ws = me < nt ? (float *)a->workspace + per * me : NULL;
+		for (int64_t bh; me < nt && (bh = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < pairs;) {
+			if (g.T > 1)
+				attn_decode_run_head(&g, Tmax, t0, a->in[0], a->out[0], a->out[1],
+						     a->out[2], ws, bh / g.H, bh % g.H);
+			else
+				attn_decode_head(&g, Tmax, a->in[0], a->out[0], a->out[1], a->out[2], ws,
+						 bh / g.H, bh % g.H, 0, t0);
+		}
 	}
 	return KILN_OK;
 }
@@ -701,9 +761,12 @@ kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_in = op->n_in;
 	p->n_out = op->n_out;
 	p->kernel = cpu_attention;
-	if (decode) { /* a row of Tmax scores per thread */
+	if (decode) { /* a step: a row of Tmax scores per thread; a run:
+		       * attn_decode_run_head's blocks over Tmax keys */
 		p->sz[5] = op->out[1].dims[2];
-		p->workspace = sizeof(float) * (size_t)(attn_pad(p->sz[5]) * p->sz[4]);
+		const int64_t per = p->sz[1] > 1 ? attn_run_floats(p->sz[5], p->sz[2] / p->sz[3])
+						 : attn_pad(p->sz[5]);
+		p->workspace = sizeof(float) * (size_t)(per * p->sz[4]);
 		p->kernel = cpu_attention_decode;
 	}
 	return KILN_OK;
