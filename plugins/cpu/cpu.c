@@ -278,7 +278,8 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->host = host;
 	cpu_async_put(c, async > 0); /* -1: no config */
 	c->async_auto = async_rule;
-	c->spin_ns = cpu_async_get(c) && opts->version >= 3 && opts->peers > 1 ? (int64_t)spin_us * 1000 : 0;
+	c->beside = cpu_async_get(c) && opts->version >= 3 && opts->peers > 1;
+	c->spin_ns = c->beside ? (int64_t)spin_us * 1000 : 0;
 	c->graph = graph;
 	c->keep_weights = keep_weights;
 	c->bf16_conv = kk.kern[0];

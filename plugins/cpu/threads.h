@@ -229,4 +229,33 @@ static inline int cpu_spin_on(int64_t spun_ns, int64_t turn_ns, int64_t limit_ns
 	return spun_ns < limit_ns && turn_ns < CPU_WAIT_TURN_NS;
 }
 
+/* How a stage's wait for an event not yet complete ended (stream.c's
+ * spin_wait): the event seen while spinning, or a sleep after a late turn
+ * or at stage_spin_us; NONE: no spin (0, or done at the first look). */
+enum { CPU_WAIT_SEEN, CPU_WAIT_LATE, CPU_WAIT_LIMIT, CPU_WAIT_NONE };
+/* A context's stage waits by how they ended (under the context's lock):
+ * how many, how long after the event's record the stream went on (the
+ * hand-off's latency in the device), and for LATE the late turns' length.
+ * Logged when the context closes (cpu_wait_tally_log), so that a
+ * hand-off's latency is told apart: a spinner's look, or a sleeper's
+ * wake-up (docs/pipeline.md, "Hand-offs between stage threads"). */
+struct cpu_wait_tally {
+	int64_t n[3];
+	int64_t after_ns[3], after_max_ns[3];
+	int64_t turn_ns; /* the late turns' sum */
+	int64_t lock_ns; /* the spins' retaking of the lock, summed */
+};
+static inline void cpu_wait_tally_add(struct cpu_wait_tally *w, int how, int64_t after_ns, int64_t turn_ns)
+{
+	if (how < 0 || how > CPU_WAIT_LIMIT)
+		return;
+	after_ns = after_ns > 0 ? after_ns : 0;
+	w->n[how]++;
+	w->after_ns[how] += after_ns;
+	if (after_ns > w->after_max_ns[how])
+		w->after_max_ns[how] = after_ns;
+	if (how == CPU_WAIT_LATE)
+		w->turn_ns += turn_ns;
+}
+
 #endif
