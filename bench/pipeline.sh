@@ -88,9 +88,10 @@
 #   w_n      the stage threads' waits for the other stage's event, a step
 #            (the CPU device's "stage waits" lines, both stages; a build
 #            before session 44 prints -); w_slept the share of them that
-#            slept (after a late turn or at stage_spin_us) rather than saw
-#            the event while spinning; w_seen_us, w_wake_us how long after
-#            the event's record a spinner, a sleeper went on (means)
+#            did not see the event on a prompt turn of their spin (a late
+#            turn, asleep at stage_spin_us, asleep at once as the spin
+#            backs off); w_seen_us, w_wake_us how long after the event's
+#            record the prompt spinners, the others went on (means)
 # Medians of RUNS interleaved runs.  Needs 2 idle cores to mean anything.
 # Usage: bench/pipeline.sh [--short] [RUNS]   (from the top of the build tree)
 #   KILN=/work/main/kiln KILN_PLUGIN_PATH=/work/main/plugins/.libs: another build
@@ -191,9 +192,9 @@ busy() { sed -n "s/.*pipeline busy ms\/step: stage 0 \([0-9.]*\), stage 1 \([0-9
 # contexts, of 1 thread each; the run's own device has 2): 1 their count a
 # step, 2 the share that slept, 3 a spinner's mean latency (us), 4 a sleeper's
 waits() {
-	sed -n "s/.*stage waits (threads 1) for another context's event: \([0-9]*\); seen spinning \([0-9]*\) (a mean \([0-9.]*\) us after.*slept after a late turn \([0-9]*\) (woke \([0-9.]*\) us after.*slept at stage_spin_us \([0-9]*\) (woke \([0-9.]*\) us after.*/\1 \2 \3 \4 \5 \6 \7/p" "$1.err" |
+	sed -n "s/.*stage waits (threads 1) for another context's event: \([0-9]*\); seen spinning \([0-9]*\) (a mean \([0-9.]*\) us after.*a late turn \([0-9]*\) (went on \([0-9.]*\) us after.*slept at stage_spin_us \([0-9]*\) (woke \([0-9.]*\) us after.*backing off \([0-9]*\) (woke \([0-9.]*\) us after.*/\1 \2 \3 \4 \5 \6 \7 \8 \9/p" "$1.err" |
 		awk -v k="$2" -v steps="$STEPS" '
-		{ n += $1; s += $2; sa += $2 * $3; l += $4 + $6; la += $4 * $5 + $6 * $7 }
+		{ n += $1; s += $2; sa += $2 * $3; l += $4 + $6 + $8; la += $4 * $5 + $6 * $7 + $8 * $9 }
 		END { if (!n) exit
 			v = k == 1 ? n / steps : k == 2 ? (n ? l / n : 0) : k == 3 ? (s ? sa / s : 0) : (l ? la / l : 0)
 			print v }'

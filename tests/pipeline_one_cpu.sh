@@ -56,24 +56,24 @@ cp "$err" "$tmp/s0.err"
 echo "ok: 2 stages sharing one CPU end where one device does, with and without the spin"
 
 # ---- 2. the waits' tally ------------------------------------------------------
-# tally FILE: each stage's "stage waits" line as "n seen late limit" (a
+# tally FILE: each stage's "stage waits" line as "n seen late limit backoff" (a
 # stage's context has 1 thread of run.threads = 2; the run's own device, 2)
 tally() {
-	sed -n "s/.*stage waits (threads 1) for another context's event: \([0-9]*\); seen spinning \([0-9]*\) (.*slept after a late turn \([0-9]*\) (.*slept at stage_spin_us \([0-9]*\) (.*/\1 \2 \3 \4/p" "$1"
+	sed -n "s/.*stage waits (threads 1) for another context's event: \([0-9]*\); seen spinning \([0-9]*\) (.*a late turn \([0-9]*\) (.*slept at stage_spin_us \([0-9]*\) (.*backing off \([0-9]*\) (.*/\1 \2 \3 \4 \5/p" "$1"
 }
 # check_tally FILE WHAT: two lines (a context a stage), each adding up, waits > 0
 check_tally() {
 	[ "$(tally "$1" | wc -l)" -eq 2 ] || fail "$2: not a \"stage waits\" line for each of the 2 stages: $(grep 'stage waits' "$1")"
-	tally "$1" | while read -r n s l t; do
-		[ "$n" -gt 0 ] && [ $((s + l + t)) -eq "$n" ] ||
-			{ echo "FAIL: $2: the waits do not add up: $n = $s + $l + $t"; exit 1; }
+	tally "$1" | while read -r n s l t b; do
+		[ "$n" -gt 0 ] && [ $((s + l + t + b)) -eq "$n" ] ||
+			{ echo "FAIL: $2: the waits do not add up: $n = $s + $l + $t + $b"; exit 1; }
 	done || exit 1
 }
 check_tally "$tmp/c0.err" "one CPU"
 check_tally "$tmp/s0.err" "stage_spin_us = 0"
-tally "$tmp/s0.err" | while read -r n s l t; do
-	[ "$s" -eq 0 ] && [ "$l" -eq 0 ] && [ "$t" -eq "$n" ] ||
-		{ echo "FAIL: stage_spin_us = 0: $s waits seen spinning, $l after a late turn, $t at the limit of $n"; exit 1; }
+tally "$tmp/s0.err" | while read -r n s l t b; do
+	[ "$s" -eq 0 ] && [ "$l" -eq 0 ] && [ "$b" -eq 0 ] && [ "$t" -eq "$n" ] ||
+		{ echo "FAIL: stage_spin_us = 0: $s waits seen spinning, $l after a late turn, $b backing off, $t at the limit of $n"; exit 1; }
 done || exit 1
 kiln 0 train "$m" run.out_dir="$tmp/c2" pipeline.micro_batches=8 layer.fc2.stage=1 "$dev" run.threads=2
 check_tally "$err" "the machine's CPUs"

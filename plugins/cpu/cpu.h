@@ -181,6 +181,7 @@ struct cpu_ctx {
 	int beside;         /* opened beside peers with its own workers: its
 			     * waits are tallied (even with stage_spin_us 0) */
 	struct cpu_wait_tally waits; /* those waits, by how they ended (under lock) */
+	struct cpu_spin_backoff backoff; /* their spin's back-off (under lock) */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	struct cpu_pin pin; /* a stage device's CPUs for its stream workers
 			     * ([run] bind_stages; pin.c), n = 0: none */

@@ -101,16 +101,20 @@ static int64_t mono_ns(void)
 
 /* Before sleeping on event ev (caller holds the lock): with c->spin_ns,
  * watch it reach generation gen, unlocked, yielding the core between
- * looks, for as long as cpu_spin_on says.  Returns how the watch ended:
+ * looks, for as long as cpu_spin_on says, unless the spin backs off
+ * (cpu_spin_backoff: a recent late turn).  Returns how the watch ended:
  * CPU_WAIT_NONE (no wait: not beside peers, or the event was done),
- * CPU_WAIT_SEEN (the event completed while spinning), CPU_WAIT_LATE (a
- * turn came back late, *late_ns long), CPU_WAIT_LIMIT (stage_spin_us). */
+ * CPU_WAIT_SEEN (seen while every turn came back at once), CPU_WAIT_LATE
+ * (the last turn came back late, *late_ns long: seen then or not),
+ * CPU_WAIT_LIMIT (stage_spin_us), CPU_WAIT_BACKOFF (no spin). */
 static int spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen, int64_t *late_ns)
 {
 	if (!c->beside || __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen)
 		return CPU_WAIT_NONE;
 	if (!c->spin_ns)
 		return CPU_WAIT_LIMIT; /* stage_spin_us = 0: asleep at once */
+	if (cpu_spin_skip(&c->backoff))
+		return CPU_WAIT_BACKOFF;
 	pthread_mutex_unlock(c->lock);
 	const int64_t t0 = mono_ns();
 	int64_t t = t0, turn = 0;
@@ -124,7 +128,9 @@ static int spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen
 	pthread_mutex_lock(c->lock);
 	c->waits.lock_ns += mono_ns() - t;
 	*late_ns = turn;
-	return seen ? CPU_WAIT_SEEN : t - t0 < c->spin_ns ? CPU_WAIT_LATE : CPU_WAIT_LIMIT;
+	const int how = turn >= CPU_WAIT_TURN_NS ? CPU_WAIT_LATE : seen ? CPU_WAIT_SEEN : CPU_WAIT_LIMIT;
+	cpu_spin_backoff(&c->backoff, how);
+	return how;
 }
 
 /* Sleep until event ev reaches generation gen (caller holds the lock),
@@ -672,19 +678,19 @@ void cpu_plan_wait_idle(struct cpu_ctx *c, struct cpu_plan *p)
 static void wait_tally_log(const struct cpu_ctx *c)
 {
 	const struct cpu_wait_tally *w = &c->waits;
-	const int64_t n = w->n[0] + w->n[1] + w->n[2];
+	const int64_t n = w->n[0] + w->n[1] + w->n[2] + w->n[3];
 	if (!n)
 		return;
-	double mean[3];
-	for (int k = 0; k < 3; k++)
+	double mean[4];
+	for (int k = 0; k < 4; k++)
 		mean[k] = w->n[k] ? (double)w->after_ns[k] / 1e3 / (double)w->n[k] : 0;
 	c->host->log(KILN_LOG_INFO, "cpu",
-		     "stage waits (threads %d) for another context's event: %lld; seen spinning %lld (a mean %.1f us after the record, max %.0f; the lock retaken in %.2f us), slept after a late turn %lld (woke %.1f us after, max %.0f; the late turns %.1f us), slept at stage_spin_us %lld (woke %.1f us after, max %.0f)",
+		     "stage waits (threads %d) for another context's event: %lld; seen spinning %lld (a mean %.1f us after the record, max %.0f; the lock retaken in %.2f us), a late turn %lld (went on %.1f us after, max %.0f; the late turns %.1f us), slept at stage_spin_us %lld (woke %.1f us after, max %.0f), slept at once backing off %lld (woke %.1f us after, max %.0f)",
 		     c->threads, (long long)n, (long long)w->n[0], mean[0], (double)w->after_max_ns[0] / 1e3,
 		     (double)w->lock_ns / 1e3 / (double)n,
 		     (long long)w->n[1], mean[1], (double)w->after_max_ns[1] / 1e3,
 		     w->n[1] ? (double)w->turn_ns / 1e3 / (double)w->n[1] : 0, (long long)w->n[2], mean[2],
-		     (double)w->after_max_ns[2] / 1e3);
+		     (double)w->after_max_ns[2] / 1e3, (long long)w->n[3], mean[3], (double)w->after_max_ns[3] / 1e3);
 }
 
 void cpu_streams_destroy_all(struct cpu_ctx *c)
