@@ -242,10 +242,10 @@ for M in ${MS:-4 8 16}; do
 		-v e1="$e1" -v e2="$e2" -v e3="$e3" -v e4="$e4" -v e5="$e5" -v u0="$u0" -v u1="$u1" \
 		-v w1="$w1" -v w2="$w2" -v w3="$w3" -v w4="$w4" '
 		function f3(v) { return v == "" ? "-" : sprintf("%.3f", v) }
-		function f(fmt, v) { return v == "" ? "-" : sprintf(fmt, v) }
+		function fv(fmt, v) { return v == "" ? "-" : sprintf(fmt, v) }
 		BEGIN {
 		t = 1 / (M + 1); d = b - t; if (d < 0) d = -d; e = x1 - t; if (e < 0) e = -e
 		printf "%4d %7.3f %7.3f %4.0f%% %5.2f %7.3f %7.3f %5.3f %7.3f %4.0f%% %6.3f %6s %6s %6s %6s %6s %8.3f %6.3f %6.3f %6.3f %7.1f %6.0f %6.3f %5s %7s %9s %9s %9.0f %9.0f %7.2f %8.2f %8.2f\n",
-			M, b, t, 100 * d / t, b / t, u0, u1, u1 > 0 ? u0 / u1 : 0, x1, 100 * e / t, x2, f3(e1), f3(e2), f3(e4), f3(e5), f3(e3), i, c, x3, x4, h1, h3, h2,
-			f("%.1f", w1), f("%.3f", w2), f("%.1f", w3), f("%.1f", w4), p, s, p / s, g, f }'
+			M, b, t, 100 * d / t, b / t, u0, u1, (u1 > 0 ? u0 / u1 : 0), x1, 100 * e / t, x2, f3(e1), f3(e2), f3(e4), f3(e5), f3(e3), i, c, x3, x4, h1, h3, h2,
+			fv("%.1f", w1), fv("%.3f", w2), fv("%.1f", w3), fv("%.1f", w4), p, s, p / s, g, f }'
 done
