@@ -427,6 +427,64 @@ START_TEST(test_stage_spin)
 }
 END_TEST
 
+/* A stage's waits tallied by how they ended (cpu_wait_tally_add; stream.c
+ * logs them as the "stage waits" line bench/pipeline.sh reads): counts,
+ * the latencies' sums and maxima per ending, the late turns' length only
+ * for LATE, a negative latency (a record stamped on another CPU's clock
+ * after the look) as 0, NONE not counted. */
+START_TEST(test_wait_tally)
+{
+	struct cpu_wait_tally w = { 0 };
+	cpu_wait_tally_add(&w, CPU_WAIT_SEEN, 3000, 0);
+	cpu_wait_tally_add(&w, CPU_WAIT_SEEN, 5000, 0);
+	cpu_wait_tally_add(&w, CPU_WAIT_LATE, 70000, 120000);
+	cpu_wait_tally_add(&w, CPU_WAIT_LIMIT, 40000, 999);
+	cpu_wait_tally_add(&w, CPU_WAIT_SEEN, -200, 0);
+	cpu_wait_tally_add(&w, CPU_WAIT_NONE, 1000000, 0);
+	ck_assert_int_eq(w.n[CPU_WAIT_SEEN], 3);
+	ck_assert_int_eq(w.n[CPU_WAIT_LATE], 1);
+	ck_assert_int_eq(w.n[CPU_WAIT_LIMIT], 1);
+	ck_assert_int_eq(w.after_ns[CPU_WAIT_SEEN], 8000);
+	ck_assert_int_eq(w.after_max_ns[CPU_WAIT_SEEN], 5000);
+	ck_assert_int_eq(w.after_ns[CPU_WAIT_LATE], 70000);
+	ck_assert_int_eq(w.after_ns[CPU_WAIT_LIMIT], 40000);
+	ck_assert_int_eq(w.turn_ns, 120000);
+}
+END_TEST
+
+/* The spin's back-off (cpu_spin_backoff): none until a late turn; then the
+ * next 1, 2, 4, ... waits (up to CPU_SPIN_BACKOFF_MAX) sleep at once, the
+ * doubling kept through a spin that reached stage_spin_us, reset by a spin
+ * whose turns all came back at once. */
+START_TEST(test_spin_backoff)
+{
+	struct cpu_spin_backoff b = { 0 };
+	ck_assert(!cpu_spin_skip(&b));
+	cpu_spin_backoff(&b, CPU_WAIT_SEEN);
+	ck_assert(!cpu_spin_skip(&b));
+	cpu_spin_backoff(&b, CPU_WAIT_LATE);
+	ck_assert(cpu_spin_skip(&b));
+	ck_assert(!cpu_spin_skip(&b));
+	cpu_spin_backoff(&b, CPU_WAIT_LATE);
+	ck_assert(cpu_spin_skip(&b) && cpu_spin_skip(&b));
+	ck_assert(!cpu_spin_skip(&b));
+	cpu_spin_backoff(&b, CPU_WAIT_LIMIT); /* a long wait on a core of its own */
+	ck_assert(!cpu_spin_skip(&b));
+	cpu_spin_backoff(&b, CPU_WAIT_LATE);
+	int n = 0;
+	while (cpu_spin_skip(&b))
+		n++;
+	ck_assert_int_eq(n, 4);
+	for (int k = 0; k < 10; k++)
+		cpu_spin_backoff(&b, CPU_WAIT_LATE);
+	ck_assert_int_eq(b.skip, CPU_SPIN_BACKOFF_MAX);
+	cpu_spin_backoff(&b, CPU_WAIT_SEEN); /* the core is the stage's again */
+	b.skip = 0;
+	cpu_spin_backoff(&b, CPU_WAIT_LATE);
+	ck_assert_int_eq(b.skip, 1);
+}
+END_TEST
+
 /* Which weight gradients run in blocks of the minibatch (cpu_conv_wsplit):
  * the CNN's two at batch 128 in 8, a batch of 100 in 5, batches with no
  * divisor 2..8 in min(8, N / 2) unequal blocks (127: 8, 13: 6, 11: 5), bf16
@@ -487,7 +545,7 @@ static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
-		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, test_conv_wsplit, NULL });
+		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, test_wait_tally, test_spin_backoff, test_conv_wsplit, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });

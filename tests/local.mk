@@ -870,6 +870,11 @@ tests_check_plan_LDADD = libkiln-internal.la $(CHECK_LIBS) -lm
 endif
 TESTS += tests/pipeline.sh
 EXTRA_DIST += tests/pipeline.sh
+# pipeline stages on devices of their own sharing one CPU (taskset -c 0): the
+# stage threads' waits give the core up, the run ends byte for byte; the waits'
+# tally; bench/pipeline.sh's models in one short round
+TESTS += tests/pipeline_one_cpu.sh
+EXTRA_DIST += tests/pipeline_one_cpu.sh
 # a loss layer plugin built before ABI 2.23 where the loss seed is a mean
 TESTS += tests/loss_plugin_abi.sh
 EXTRA_DIST += tests/loss_plugin_abi.sh

@@ -278,7 +278,8 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->host = host;
 	cpu_async_put(c, async > 0); /* -1: no config */
 	c->async_auto = async_rule;
-	c->spin_ns = cpu_async_get(c) && opts->version >= 3 && opts->peers > 1 ? (int64_t)spin_us * 1000 : 0;
+	c->beside = cpu_async_get(c) && opts->version >= 3 && opts->peers > 1;
+	c->spin_ns = c->beside ? (int64_t)spin_us * 1000 : 0;
 	c->graph = graph;
 	c->keep_weights = keep_weights;
 	c->bf16_conv = kk.kern[0];
@@ -905,7 +906,11 @@ static const struct kiln_key cpu_keys[] = {
 	  "sooner than a yielding watcher gets its turn back.  A sleeper's wake-up costs "
 	  "tens to hundreds of microseconds, more on a virtual machine whose idle CPU "
 	  "halts, and each micro-batch crosses twice (docs/PERFORMANCE.md, issue 21, "
-	  "session 10).  0: sleep at once; 100: the length of the poll before this key." },
+	  "session 10).  After a turn that came back late the device's next waits sleep "
+	  "at once, 1, 2, 4, ... up to 64 of them, until a spin's turns all come back at "
+	  "once again (since session 44: a late turn costs the other thread's slice even "
+	  "when the pass is then done; docs/pipeline.md).  0: sleep at once; 100: the "
+	  "length of the poll before this key." },
 	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Capture the training step after a warm-up step and replay it, as [plugin.cuda] "
 	  "graph = 1 does on the GPU: here the step's tasks are recorded once and issued "

@@ -178,6 +178,10 @@ struct cpu_ctx {
 			     * stream's wait for an event spins up to this
 			     * long before sleeping ([plugin.cpu] stage_spin_us,
 			     * cpu_spin_on; stream.c), 0: it sleeps at once */
+	int beside;         /* opened beside peers with its own workers: its
+			     * waits are tallied (even with stage_spin_us 0) */
+	struct cpu_wait_tally waits; /* those waits, by how they ended (under lock) */
+	struct cpu_spin_backoff backoff; /* their spin's back-off (under lock) */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	struct cpu_pin pin; /* a stage device's CPUs for its stream workers
 			     * ([run] bind_stages; pin.c), n = 0: none */

@@ -73,6 +73,8 @@ struct cpu_event {
 	struct cpu_event *prev, *next;
 	uint64_t target; /* generation of the latest record */
 	uint64_t done;   /* highest generation whose marker was reached */
+	int64_t done_ns; /* the clock (mono_ns) when `done` last moved: a
+			  * stage's wait tallies how late it went on (cpu_wait_tally) */
 	int refs;        /* queued tasks that point at this event */
 	int waiters;     /* threads asleep until it completes (event_sleep) */
 	struct cpu_err err; /* the recording stream's error when `done` was set */
@@ -99,11 +101,20 @@ static int64_t mono_ns(void)
 
 /* Before sleeping on event ev (caller holds the lock): with c->spin_ns,
  * watch it reach generation gen, unlocked, yielding the core between
- * looks, for as long as cpu_spin_on says. */
-static void spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen)
+ * looks, for as long as cpu_spin_on says, unless the spin backs off
+ * (cpu_spin_backoff: a recent late turn).  Returns how the watch ended:
+ * CPU_WAIT_NONE (no wait: not beside peers, or the event was done),
+ * CPU_WAIT_SEEN (seen while every turn came back at once), CPU_WAIT_LATE
+ * (the last turn came back late, *late_ns long: seen then or not),
+ * CPU_WAIT_LIMIT (stage_spin_us), CPU_WAIT_BACKOFF (no spin). */
+static int spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen, int64_t *late_ns)
 {
-	if (!c->spin_ns || __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen)
-		return;
+	if (!c->beside || __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen)
+		return CPU_WAIT_NONE;
+	if (!c->spin_ns)
+		return CPU_WAIT_LIMIT; /* stage_spin_us = 0: asleep at once */
+	if (cpu_spin_skip(&c->backoff))
+		return CPU_WAIT_BACKOFF;
 	pthread_mutex_unlock(c->lock);
 	const int64_t t0 = mono_ns();
 	int64_t t = t0, turn = 0;
@@ -113,7 +124,13 @@ static void spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t ge
 		turn = now - t;
 		t = now;
 	}
+	const int seen = __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen;
 	pthread_mutex_lock(c->lock);
+	c->waits.lock_ns += mono_ns() - t;
+	*late_ns = turn;
+	const int how = turn >= CPU_WAIT_TURN_NS ? CPU_WAIT_LATE : seen ? CPU_WAIT_SEEN : CPU_WAIT_LIMIT;
+	cpu_spin_backoff(&c->backoff, how);
+	return how;
 }
 
 /* Sleep until event ev reaches generation gen (caller holds the lock),
@@ -168,14 +185,18 @@ static void *cpu_worker(void *arg)
 			 * (move) the ring meanwhile: keep what we need, not t. */
 			struct cpu_event *ev = t->ev;
 			const uint64_t gen = t->gen;
-			spin_wait(c, ev, gen);
+			int64_t late = 0;
+			const int how = spin_wait(c, ev, gen, &late);
 			event_sleep(c, ev, gen);
+			if (how != CPU_WAIT_NONE)
+				cpu_wait_tally_add(&c->waits, how, mono_ns() - ev->done_ns, late);
 			if (ev->err.st && !s->err.st)
 				s->err = ev->err;
 			break;
 		}
 		case CPU_T_RECORD:
 			if (t->ev->done < t->gen) {
+				t->ev->done_ns = mono_ns();
 				__atomic_store_n(&t->ev->done, t->gen, __ATOMIC_RELEASE);
 				/* (the message only with a failure: 2 KiB) */
 				if (s->err.st)
@@ -651,10 +672,32 @@ void cpu_plan_wait_idle(struct cpu_ctx *c, struct cpu_plan *p)
 	c->plan_waiters--;
 }
 
+/* A pipeline stage's waits for its neighbours (cpu_wait_tally), logged
+ * once its streams' workers are gone (a context that spun: a stage beside
+ * peers, [run] devices): bench/pipeline.sh reads the line. */
+static void wait_tally_log(const struct cpu_ctx *c)
+{
+	const struct cpu_wait_tally *w = &c->waits;
+	const int64_t n = w->n[0] + w->n[1] + w->n[2] + w->n[3];
+	if (!n)
+		return;
+	double mean[4];
+	for (int k = 0; k < 4; k++)
+		mean[k] = w->n[k] ? (double)w->after_ns[k] / 1e3 / (double)w->n[k] : 0;
+	c->host->log(KILN_LOG_INFO, "cpu",
+		     "stage waits (threads %d) for another context's event: %lld; seen spinning %lld (a mean %.1f us after the record, max %.0f; the lock retaken in %.2f us), a late turn %lld (went on %.1f us after, max %.0f; the late turns %.1f us), slept at stage_spin_us %lld (woke %.1f us after, max %.0f), slept at once backing off %lld (woke %.1f us after, max %.0f)",
+		     c->threads, (long long)n, (long long)w->n[0], mean[0], (double)w->after_max_ns[0] / 1e3,
+		     (double)w->lock_ns / 1e3 / (double)n,
+		     (long long)w->n[1], mean[1], (double)w->after_max_ns[1] / 1e3,
+		     w->n[1] ? (double)w->turn_ns / 1e3 / (double)w->n[1] : 0, (long long)w->n[2], mean[2],
+		     (double)w->after_max_ns[2] / 1e3, (long long)w->n[3], mean[3], (double)w->after_max_ns[3] / 1e3);
+}
+
 void cpu_streams_destroy_all(struct cpu_ctx *c)
 {
 	while (c->streams)
 		cpu_stream_destroy(c, c->streams);
+	wait_tally_log(c);
 	while (c->events)
 		cpu_event_destroy(c, c->events);
 }

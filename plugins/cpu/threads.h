@@ -229,4 +229,70 @@ static inline int cpu_spin_on(int64_t spun_ns, int64_t turn_ns, int64_t limit_ns
 	return spun_ns < limit_ns && turn_ns < CPU_WAIT_TURN_NS;
 }
 
+/* How a stage's wait for an event not yet complete ended (stream.c's
+ * spin_wait): the event seen while every turn came back at once; a turn
+ * that came back late (the core went to another thread: the event seen
+ * then, or a sleep after it); a sleep at stage_spin_us; a sleep at once,
+ * the spin backing off (cpu_spin_backoff); NONE: no wait. */
+enum { CPU_WAIT_SEEN, CPU_WAIT_LATE, CPU_WAIT_LIMIT, CPU_WAIT_BACKOFF, CPU_WAIT_NONE };
+/* A context's stage waits by how they ended (under the context's lock):
+ * how many, how long after the event's record the stream went on (the
+ * hand-off's latency in the device), and for LATE the late turns' length.
+ * Logged when the context closes (cpu_wait_tally_log), so that a
+ * hand-off's latency is told apart: a spinner's look, or a sleeper's
+ * wake-up (docs/pipeline.md, "Hand-offs between stage threads"). */
+struct cpu_wait_tally {
+	int64_t n[4];
+	int64_t after_ns[4], after_max_ns[4];
+	int64_t turn_ns; /* the late turns' sum */
+	int64_t lock_ns; /* the spins' retaking of the lock, summed */
+};
+/* The spin's back-off where the core is not the stage's alone: a turn
+ * that came back late cost the waiter another thread's slice (ms on a busy
+ * machine) even when the event was then done, where a sleeper is woken
+ * with a preemption (at load 8 on 2 cores the waits that spun went on
+ * 3.4-6.1 ms after the record, the sleepers 0.26-2.4 ms: docs/PERFORMANCE.md,
+ * session 44).  So after a late turn the context's next `skip` waits sleep
+ * at once, skip doubling with each late turn (1, 2, 4, ... up to
+ * CPU_SPIN_BACKOFF_MAX) and back to 0 at a spin whose turns all came back
+ * at once: a stage with a core of its own keeps spinning; one that shares
+ * its core (or a busy machine) mostly sleeps, trying a spin again now and
+ * then.  (Under the context's lock.) */
+#define CPU_SPIN_BACKOFF_MAX 64
+struct cpu_spin_backoff {
+	int next; /* the skip the next late turn sets */
+	int skip; /* waits left to sleep at once */
+};
+/* Whether this wait sleeps at once (and counts it off). */
+static inline int cpu_spin_skip(struct cpu_spin_backoff *b)
+{
+	if (b->skip <= 0)
+		return 0;
+	b->skip--;
+	return 1;
+}
+/* A spin ended how (CPU_WAIT_*): the next waits' back-off. */
+static inline void cpu_spin_backoff(struct cpu_spin_backoff *b, int how)
+{
+	if (how == CPU_WAIT_LATE) {
+		b->next = b->next ? (2 * b->next < CPU_SPIN_BACKOFF_MAX ? 2 * b->next : CPU_SPIN_BACKOFF_MAX) : 1;
+		b->skip = b->next;
+	} else if (how == CPU_WAIT_SEEN) {
+		b->next = 0;
+	}
+}
+
+static inline void cpu_wait_tally_add(struct cpu_wait_tally *w, int how, int64_t after_ns, int64_t turn_ns)
+{
+	if (how < 0 || how > CPU_WAIT_BACKOFF)
+		return;
+	after_ns = after_ns > 0 ? after_ns : 0;
+	w->n[how]++;
+	w->after_ns[how] += after_ns;
+	if (after_ns > w->after_max_ns[how])
+		w->after_max_ns[how] = after_ns;
+	if (how == CPU_WAIT_LATE)
+		w->turn_ns += turn_ns;
+}
+
 #endif

@@ -1,0 +1,99 @@
+#!/bin/sh
+# tests/pipeline_one_cpu.sh - pipeline stages on device instances of their
+# own ([run] devices) whose threads all share one CPU (taskset -c 0): a
+# stage thread's wait for the other stage's event (plugins/cpu/stream.c:
+# a bounded spin that yields at each turn and sleeps at its first late
+# turn, docs/pipeline.md "Hand-offs between stage threads") must give the
+# core to the stage it waits for, never hold it.  Checks:
+#  1. on one CPU, the run ends (within the timeout) with the parameters and
+#     momentum of the same 2-stage pipeline on one device, byte for byte;
+#     so does stage_spin_us = 0 (a wait sleeps at once);
+#  2. each stage's context tallies its waits (the "stage waits" line, which
+#     bench/pipeline.sh reads), the counts adding up, on one CPU and on the
+#     machine's CPUs; with stage_spin_us = 0 every wait sleeps at the
+#     limit, none is seen spinning;
+#  3. bench/pipeline.sh's models: MODEL=mirror (the issue-21 figure's) and
+#     MODEL=blocks in one short round at M = 4 print their rows (bubble,
+#     theory, ratio, each stage's busy time, the waits).
+name=pipeline_one_cpu
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
+need_source synthetic
+command -v taskset >/dev/null || { echo "SKIP: no taskset (util-linux)"; exit 77; }
+taskset -c 0 true 2>/dev/null || { echo "SKIP: taskset -c 0 not allowed here"; exit 77; }
+
+{
+	ini run seed=5 threads=1
+	ini_synthetic 512 8 16 workers=0
+	mlp_synthetic_layers
+	ini_sgd_steps 6 batch=64 log_every=3 eval=0
+} > "$tmp/mlp.ini"
+m="$tmp/mlp.ini"
+dev="run.devices=cpu:0, cpu:1"
+# ---- 1. one CPU: ends, byte for byte the one-device pipeline -----------------
+kiln 0 train "$m" run.out_dir="$tmp/one" pipeline.micro_batches=8 layer.fc2.stage=1
+# one_cpu OUT ARGS...: the 2 stages on 2 devices, every thread on CPU 0
+one_cpu() {
+	_o=$1
+	shift
+	last="taskset -c 0 train $m $*"
+	timeout 120 taskset -c 0 "$kiln" train "$m" run.out_dir="$tmp/$_o" pipeline.micro_batches=8 \
+		layer.fc2.stage=1 "$dev" run.threads=2 "$@" >"$out" 2>"$err"
+	rc=$?
+	[ "$rc" -ne 124 ] || fail "2 stages on one CPU did not end within 120 s"
+	[ "$rc" -eq 0 ] || fail "2 stages on one CPU: exit code $rc"
+	echo "ok: taskset -c 0 kiln train ... $* (exit 0)"
+}
+one_cpu c0
+stderr_has "stage 1 on cpu:1, 1 of 2 threads"
+cp "$err" "$tmp/c0.err"
+"$top_builddir/tests/ckpt_tool" same "$(ck one 6)" "$(ck c0 6)" params optim.momentum step ||
+	fail "2 stages on 2 devices sharing one CPU differ from one device"
+one_cpu s0 plugin.cpu.stage_spin_us=0
+cp "$err" "$tmp/s0.err"
+"$top_builddir/tests/ckpt_tool" same "$(ck one 6)" "$(ck s0 6)" params optim.momentum step ||
+	fail "2 stages on one CPU with stage_spin_us = 0 differ from one device"
+echo "ok: 2 stages sharing one CPU end where one device does, with and without the spin"
+
+# ---- 2. the waits' tally ------------------------------------------------------
+# tally FILE: each stage's "stage waits" line as "n seen late limit backoff" (a
+# stage's context has 1 thread of run.threads = 2; the run's own device, 2)
+tally() {
+	sed -n "s/.*stage waits (threads 1) for another context's event: \([0-9]*\); seen spinning \([0-9]*\) (.*a late turn \([0-9]*\) (.*slept at stage_spin_us \([0-9]*\) (.*backing off \([0-9]*\) (.*/\1 \2 \3 \4 \5/p" "$1"
+}
+# check_tally FILE WHAT: two lines (a context a stage), each adding up, waits > 0
+check_tally() {
+	[ "$(tally "$1" | wc -l)" -eq 2 ] || fail "$2: not a \"stage waits\" line for each of the 2 stages: $(grep 'stage waits' "$1")"
+	tally "$1" | while read -r n s l t b; do
+		[ "$n" -gt 0 ] && [ $((s + l + t + b)) -eq "$n" ] ||
+			{ echo "FAIL: $2: the waits do not add up: $n = $s + $l + $t + $b"; exit 1; }
+	done || exit 1
+}
+check_tally "$tmp/c0.err" "one CPU"
+check_tally "$tmp/s0.err" "stage_spin_us = 0"
+tally "$tmp/s0.err" | while read -r n s l t b; do
+	[ "$s" -eq 0 ] && [ "$l" -eq 0 ] && [ "$b" -eq 0 ] && [ "$t" -eq "$n" ] ||
+		{ echo "FAIL: stage_spin_us = 0: $s waits seen spinning, $l after a late turn, $b backing off, $t at the limit of $n"; exit 1; }
+done || exit 1
+kiln 0 train "$m" run.out_dir="$tmp/c2" pipeline.micro_batches=8 layer.fc2.stage=1 "$dev" run.threads=2
+check_tally "$err" "the machine's CPUs"
+"$top_builddir/tests/ckpt_tool" same "$(ck one 6)" "$(ck c2 6)" params optim.momentum step ||
+	fail "2 stages on 2 devices differ from one device"
+echo "ok: each stage's waits are tallied, and add up"
+
+# ---- 3. bench/pipeline.sh's models, one short round at M = 4 ------------------
+for model in mirror blocks; do
+	MODEL=$model MS=4 KILN="$kiln" sh "$srcdir/bench/pipeline.sh" --short >"$tmp/bench.out" 2>"$tmp/bench.err" ||
+		{ cat "$tmp/bench.out" "$tmp/bench.err"; fail "MODEL=$model sh bench/pipeline.sh --short failed"; }
+	# the row of M = 4: bubble, theory 0.200, ratio, busy0, busy1 (ms, > 0)
+	awk '$1 == "M" { for (i = 1; i <= NF; i++) col[$i] = i }
+		$1 == "4" { ok = $col["theory"] == "0.200" && $col["busy0"] > 0 && $col["busy1"] > 0 &&
+			$col["ratio"] > 0 && $col["w_n"] > 0 && $col["bubble"] != "" }
+		END { exit !ok }' "$tmp/bench.out" ||
+		{ cat "$tmp/bench.out" "$tmp/bench.err"; fail "MODEL=$model: no row for M = 4 with theory, ratio, busy0, busy1, w_n"; }
+	echo "ok: MODEL=$model sh bench/pipeline.sh --short (M = 4)"
+done
+MODEL=nope MS=4 KILN="$kiln" sh "$srcdir/bench/pipeline.sh" --short >"$tmp/bench.out" 2>"$tmp/bench.err"
+[ $? -eq 2 ] && grep -q "MODEL=nope: mirror, blocks or mlp" "$tmp/bench.err" ||
+	fail "MODEL=nope: not refused with exit 2 naming the models"
+echo "ok: pipeline_one_cpu"
