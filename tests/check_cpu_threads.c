@@ -104,6 +104,7 @@ START_TEST(test_shrinks_and_holds)
 	struct cpu_team t;
 	cpu_team_init(&t, 2);
 	ck_assert_int_eq(feed(&t, 0.05), 2); /* quiet: nothing to do at the top */
+	ck_assert_int_eq(feed(&t, 0.67), 2); /* one busy interval: not yet */
 	ck_assert_int_eq(feed(&t, 0.67), 1);
 	ck_assert_int_eq(feed(&t, 0.9), 1); /* never below one */
 	/* between the thresholds: no change, and the calm count restarts */
@@ -117,12 +118,43 @@ START_TEST(test_shrinks_and_holds)
 }
 END_TEST
 
+/* One busy interval alone (the context's start-up, a burst of another
+ * process) leaves the team as it is; CPU_TEAM_SHRINK_HOT in a row step it
+ * down, and a calm or in-between interval restarts the count.  Before
+ * session 44 the first reading above CPU_TEAM_SHRINK stepped down: under
+ * a process busy 2 ms of every 20 ms the MLP read 0.33-0.51 once, early,
+ * and ran its whole epoch on one thread (the probe waits 1 s). */
+START_TEST(test_one_busy_interval_holds)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	ck_assert_int_eq(feed(&t, 0.51), 2);
+	ck_assert_int_eq(t.hot, 1);
+	ck_assert_int_eq(feed(&t, 0.15), 2); /* between the thresholds */
+	ck_assert_int_eq(t.hot, 0);
+	ck_assert_int_eq(feed(&t, 0.45), 2);
+	ck_assert_int_eq(feed(&t, 0.02), 2); /* calm */
+	ck_assert_int_eq(feed(&t, 0.45), 2);
+	ck_assert_int_eq(t.n, 2);
+	ck_assert_int_eq(t.dnn, 2);
+	ck_assert_int_eq(CPU_TEAM_SHRINK_HOT, 2); /* the second in a row: */
+	ck_assert_int_eq(feed(&t, 0.45), 1);
+	ck_assert_int_eq(t.dnn, 1);
+	/* a probe back up that meets the waiting again steps down at once */
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN; i++)
+		feed(&t, 0);
+	ck_assert_int_eq(t.n, 2);
+	ck_assert_int_eq(feed(&t, 0.45), 1);
+}
+END_TEST
+
 /* Each failed probe doubles the calm wait before the next, up to the cap;
  * a probe that holds resets it. */
 START_TEST(test_probe_backoff)
 {
 	struct cpu_team t;
 	cpu_team_init(&t, 2);
+	ck_assert_int_eq(feed(&t, 0.7), 2);
 	ck_assert_int_eq(feed(&t, 0.7), 1);
 	int wait = CPU_TEAM_PROBE_MIN;
 	for (int round = 0; round < 6; round++) {
@@ -149,6 +181,7 @@ START_TEST(test_steps_and_bounds)
 {
 	struct cpu_team t;
 	cpu_team_init(&t, 4);
+	ck_assert_int_eq(feed(&t, 2.0), 4);
 	ck_assert_int_eq(feed(&t, 2.0), 3);
 	ck_assert_int_eq(feed(&t, 1.5), 2);
 	ck_assert_int_eq(feed(&t, 0.5), 1);
@@ -179,9 +212,11 @@ START_TEST(test_throttling_is_not_contention)
 	ck_assert_int_eq(cpu_team_decide(&t, &thr), 2);
 	ck_assert_int_eq(t.calm, 0); /* at the top: nothing to probe */
 	struct cpu_team_sample more = { 100 * MS, 130 * MS, 40 * MS }; /* 0.5 beyond */
+	ck_assert_int_eq(cpu_team_decide(&t, &more), 2);
 	ck_assert_int_eq(cpu_team_decide(&t, &more), 1);
 	cpu_team_init(&t, 2);
 	struct cpu_team_sample plain = { 100 * MS, 80 * MS, 0 };
+	ck_assert_int_eq(cpu_team_decide(&t, &plain), 2);
 	ck_assert_int_eq(cpu_team_decide(&t, &plain), 1);
 }
 END_TEST
@@ -196,6 +231,8 @@ START_TEST(test_dnn_follows_held_size)
 	ck_assert_int_eq(t.dnn, 2);
 	/* a step down: oneDNN follows at once (its plans on two threads are
 	 * what waits for the descheduled one) */
+	ck_assert_int_eq(feed(&t, 0.67), 2);
+	ck_assert_int_eq(t.dnn, 2);
 	ck_assert_int_eq(feed(&t, 0.67), 1);
 	ck_assert_int_eq(t.dnn, 1);
 	for (int i = 1; i <= CPU_TEAM_DNN_HOLD; i++) {
@@ -489,7 +526,7 @@ static Suite *make_cpu_threads_suite(void)
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
 		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, test_conv_wsplit, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
-		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
+		test_shrinks_and_holds, test_one_busy_interval_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });
 	return s;
 }

@@ -132,6 +132,7 @@ struct cpu_team {
 	int calm;       /* calm intervals in a row at n */
 	int probe_wait; /* calm intervals before the next step up */
 	int probing;    /* the last change was a step up not yet confirmed */
+	int hot;        /* intervals in a row above CPU_TEAM_SHRINK */
 	int held;       /* intervals in a row the team has kept its size */
 	int dnn;        /* the team oneDNN's plans run at: n at once when n
 			 * falls below it, else once n has held
@@ -140,11 +141,24 @@ struct cpu_team {
 };
 
 /* Thresholds, in threads waiting for a CPU on average over an interval
- * (delay_ns / wall_ns): above SHRINK the team loses a thread; below CALM an
+ * (delay_ns / wall_ns): above SHRINK (SHRINK_HOT intervals in a row) the
+ * team loses a thread; below CALM an
  * interval is calm.  Probe waits start at PROBE_MIN intervals and double
  * after each failed probe up to PROBE_MAX. */
 #define CPU_TEAM_SHRINK 0.30
 #define CPU_TEAM_CALM 0.10
+/* Intervals in a row above SHRINK before the team steps down (a failed
+ * probe steps down after one).  One alone is not a neighbour that stays:
+ * the first interval holds the context's start-up (plans, JIT, the
+ * loader's first batches filling beside the team), and with a process
+ * busy 2 ms of every 20 ms on one of 2 cores (bench/contention.sh jitter)
+ * the MLP's team of 2 read 0.40-0.51 there once and 0.03-0.20 in every
+ * later interval; at 1 the team stepped down on that one reading, stayed
+ * at one thread for the probe wait (1 s: the whole epoch) and ran at
+ * 37-52k samples/s against 55-72k kept at 2 (session 44, on a shared
+ * machine).  A busy loop reads above SHRINK every interval: the step down
+ * comes one interval (100 ms) later. */
+#define CPU_TEAM_SHRINK_HOT 2
 #define CPU_TEAM_PROBE_MIN 10
 #define CPU_TEAM_PROBE_MAX 80
 /* intervals a larger team size must hold before oneDNN's plans follow it */
