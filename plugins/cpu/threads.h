@@ -133,6 +133,7 @@ struct cpu_team {
 	int probe_wait; /* calm intervals before the next step up */
 	int probing;    /* the last change was a step up not yet confirmed */
 	int hot;        /* intervals in a row above CPU_TEAM_SHRINK */
+	int intervals;  /* intervals fed, up to CPU_TEAM_SETTLE */
 	int held;       /* intervals in a row the team has kept its size */
 	int dnn;        /* the team oneDNN's plans run at: n at once when n
 			 * falls below it, else once n has held
@@ -147,17 +148,20 @@ struct cpu_team {
  * after each failed probe up to PROBE_MAX. */
 #define CPU_TEAM_SHRINK 0.30
 #define CPU_TEAM_CALM 0.10
-/* Intervals in a row above SHRINK before the team steps down (a failed
- * probe steps down after one).  One alone is not a neighbour that stays:
- * the first interval holds the context's start-up (plans, JIT, the
- * loader's first batches filling beside the team), and with a process
- * busy 2 ms of every 20 ms on one of 2 cores (bench/contention.sh jitter)
- * the MLP's team of 2 read 0.40-0.51 there once and 0.03-0.20 in every
- * later interval; at 1 the team stepped down on that one reading, stayed
- * at one thread for the probe wait (1 s: the whole epoch) and ran at
- * 37-52k samples/s against 55-72k kept at 2 (session 44, on a shared
- * machine).  A busy loop reads above SHRINK every interval: the step down
- * comes one interval (100 ms) later. */
+/* The first SETTLE intervals after the context opens are measured but
+ * never step the team down, and after them SHRINK_HOT intervals in a row
+ * above SHRINK do (a failed probe steps down after one).  Before session
+ * 44 the first reading above SHRINK did, and the probe back up waits
+ * PROBE_MIN intervals (1 s, a whole MLP epoch): the MLP's first two
+ * intervals (plans, JIT, the loader's first batches filling beside the
+ * team, its first steps) read 0.30-0.79 threads waiting with or without
+ * a neighbour, and later ones 0.11-0.23 quiet, 0.16-0.29 beside a
+ * process busy 2 ms of every 20 ms (bench/contention.sh jitter), so a
+ * run's rate depended on its first 100 ms: 41-48k samples/s (one thread)
+ * or 66-79k (two), quiet or jittered alike (session 44, a shared 2-CPU
+ * machine).  A busy loop keeps the waiting above SHRINK: the team steps
+ * down 200 ms later than before. */
+#define CPU_TEAM_SETTLE 1
 #define CPU_TEAM_SHRINK_HOT 2
 #define CPU_TEAM_PROBE_MIN 10
 #define CPU_TEAM_PROBE_MAX 80
