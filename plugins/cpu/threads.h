@@ -157,10 +157,12 @@ struct cpu_team {
  * team, its first steps) read 0.30-0.79 threads waiting with or without
  * a neighbour, and later ones 0.11-0.23 quiet, 0.16-0.29 beside a
  * process busy 2 ms of every 20 ms (bench/contention.sh jitter), so a
- * run's rate depended on its first 100 ms: 41-48k samples/s (one thread)
- * or 66-79k (two), quiet or jittered alike (session 44, a shared 2-CPU
- * machine).  A busy loop keeps the waiting above SHRINK: the team steps
- * down 200 ms later than before. */
+ * run's rate depended on its first 200 ms: 41-48k samples/s (one thread)
+ * or 66-79k (two), quiet or jittered alike.  Medians of 12 interleaved
+ * runs (session 44, a shared 2-CPU machine, GOMP_SPINCOUNT=100000): quiet
+ * 47.0k -> 68.9k, jitter 48.0k -> 67.7k.  A busy loop keeps the waiting
+ * above SHRINK: the team steps down 200 ms later than before, 44.9k ->
+ * 41.7k on the MLP's 1.3 s epoch. */
 #define CPU_TEAM_SETTLE 1
 #define CPU_TEAM_SHRINK_HOT 2
 #define CPU_TEAM_PROBE_MIN 10
