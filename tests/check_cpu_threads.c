@@ -21,6 +21,16 @@ static int feed(struct cpu_team *t, double waiting)
 	return cpu_team_decide(t, &s);
 }
 
+/* A team of `max` past its start-up: the first CPU_TEAM_SETTLE intervals,
+ * busy ones here, leave it as it opened. */
+static void team_open(struct cpu_team *t, int max)
+{
+	cpu_team_init(t, max);
+	for (int i = 0; i < CPU_TEAM_SETTLE; i++)
+		ck_assert_int_eq(feed(t, 2.0), t->max);
+	ck_assert_int_eq(t->hot, 0);
+}
+
 START_TEST(test_quota_v2)
 {
 	ck_assert_double_eq(cpu_quota_v2("150000 100000\n"), 1.5);
@@ -102,8 +112,9 @@ END_TEST
 START_TEST(test_shrinks_and_holds)
 {
 	struct cpu_team t;
-	cpu_team_init(&t, 2);
+	team_open(&t, 2);
 	ck_assert_int_eq(feed(&t, 0.05), 2); /* quiet: nothing to do at the top */
+	ck_assert_int_eq(feed(&t, 0.67), 2); /* one busy interval: not yet */
 	ck_assert_int_eq(feed(&t, 0.67), 1);
 	ck_assert_int_eq(feed(&t, 0.9), 1); /* never below one */
 	/* between the thresholds: no change, and the calm count restarts */
@@ -117,12 +128,47 @@ START_TEST(test_shrinks_and_holds)
 }
 END_TEST
 
+/* The start-up's intervals, however busy, and then one busy interval
+ * alone (a burst of another process) leave the team as it is;
+ * CPU_TEAM_SHRINK_HOT in a row step it down, and a calm or in-between
+ * interval restarts the count.  Before session 44 the first reading above
+ * CPU_TEAM_SHRINK stepped down: the MLP's start-up read 0.30-0.79 threads
+ * waiting, quiet or not, and a run that stepped down there ran its whole
+ * epoch on one thread (the probe waits 1 s). */
+START_TEST(test_one_busy_interval_holds)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	ck_assert_int_eq(CPU_TEAM_SETTLE, 1);
+	ck_assert_int_eq(feed(&t, 0.79), 2); /* the start-up */
+	ck_assert_int_eq(t.hot, 0);
+	ck_assert_int_eq(feed(&t, 0.51), 2);
+	ck_assert_int_eq(t.hot, 1);
+	ck_assert_int_eq(feed(&t, 0.15), 2); /* between the thresholds */
+	ck_assert_int_eq(t.hot, 0);
+	ck_assert_int_eq(feed(&t, 0.45), 2);
+	ck_assert_int_eq(feed(&t, 0.02), 2); /* calm */
+	ck_assert_int_eq(feed(&t, 0.45), 2);
+	ck_assert_int_eq(t.n, 2);
+	ck_assert_int_eq(t.dnn, 2);
+	ck_assert_int_eq(CPU_TEAM_SHRINK_HOT, 2); /* the second in a row: */
+	ck_assert_int_eq(feed(&t, 0.45), 1);
+	ck_assert_int_eq(t.dnn, 1);
+	/* a probe back up that meets the waiting again steps down at once */
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN; i++)
+		feed(&t, 0);
+	ck_assert_int_eq(t.n, 2);
+	ck_assert_int_eq(feed(&t, 0.45), 1);
+}
+END_TEST
+
 /* Each failed probe doubles the calm wait before the next, up to the cap;
  * a probe that holds resets it. */
 START_TEST(test_probe_backoff)
 {
 	struct cpu_team t;
-	cpu_team_init(&t, 2);
+	team_open(&t, 2);
+	ck_assert_int_eq(feed(&t, 0.7), 2);
 	ck_assert_int_eq(feed(&t, 0.7), 1);
 	int wait = CPU_TEAM_PROBE_MIN;
 	for (int round = 0; round < 6; round++) {
@@ -148,7 +194,8 @@ END_TEST
 START_TEST(test_steps_and_bounds)
 {
 	struct cpu_team t;
-	cpu_team_init(&t, 4);
+	team_open(&t, 4);
+	ck_assert_int_eq(feed(&t, 2.0), 4);
 	ck_assert_int_eq(feed(&t, 2.0), 3);
 	ck_assert_int_eq(feed(&t, 1.5), 2);
 	ck_assert_int_eq(feed(&t, 0.5), 1);
@@ -174,14 +221,16 @@ END_TEST
 START_TEST(test_throttling_is_not_contention)
 {
 	struct cpu_team t;
-	cpu_team_init(&t, 2);
+	team_open(&t, 2);
 	struct cpu_team_sample thr = { 100 * MS, 80 * MS, 40 * MS };
 	ck_assert_int_eq(cpu_team_decide(&t, &thr), 2);
 	ck_assert_int_eq(t.calm, 0); /* at the top: nothing to probe */
 	struct cpu_team_sample more = { 100 * MS, 130 * MS, 40 * MS }; /* 0.5 beyond */
+	ck_assert_int_eq(cpu_team_decide(&t, &more), 2);
 	ck_assert_int_eq(cpu_team_decide(&t, &more), 1);
-	cpu_team_init(&t, 2);
+	team_open(&t, 2);
 	struct cpu_team_sample plain = { 100 * MS, 80 * MS, 0 };
+	ck_assert_int_eq(cpu_team_decide(&t, &plain), 2);
 	ck_assert_int_eq(cpu_team_decide(&t, &plain), 1);
 }
 END_TEST
@@ -192,10 +241,12 @@ END_TEST
 START_TEST(test_dnn_follows_held_size)
 {
 	struct cpu_team t;
-	cpu_team_init(&t, 2);
+	team_open(&t, 2);
 	ck_assert_int_eq(t.dnn, 2);
 	/* a step down: oneDNN follows at once (its plans on two threads are
 	 * what waits for the descheduled one) */
+	ck_assert_int_eq(feed(&t, 0.67), 2);
+	ck_assert_int_eq(t.dnn, 2);
 	ck_assert_int_eq(feed(&t, 0.67), 1);
 	ck_assert_int_eq(t.dnn, 1);
 	for (int i = 1; i <= CPU_TEAM_DNN_HOLD; i++) {
@@ -547,7 +598,7 @@ static Suite *make_cpu_threads_suite(void)
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
 		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, test_wait_tally, test_spin_backoff, test_conv_wsplit, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
-		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
+		test_shrinks_and_holds, test_one_busy_interval_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });
 	return s;
 }

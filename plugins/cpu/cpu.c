@@ -891,8 +891,10 @@ static const struct kiln_key cpu_keys[] = {
 	  "follows contention\").  The choice and a switch are logged at info level." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
-	  "CPU (another process busy on the same cores), probing back when the machine is "
-	  "calm (docs/PERFORMANCE.md, \"Steady under contention\").  Results do not "
+	  "CPU (another process busy on the same cores): by a thread after two 100 ms "
+	  "intervals in a row in which 0.3 threads or more waited on average, never on "
+	  "the first interval (the start-up's own threads compete then); probing back "
+	  "when the machine is calm (docs/PERFORMANCE.md, \"Steady under contention\").  Results do not "
 	  "depend on it: kiln's own loops sum in a fixed order for any team, and a oneDNN "
 	  "kernel moves to the smaller team only after a probe showed it gives the same "
 	  "bytes there.  0 keeps the opening team (for measuring)." },

@@ -10,8 +10,10 @@
  * that waiting: the run-queue delay of each thread (schedstat).  Over an
  * interval of about 100 ms of work, the delay summed over the process's
  * threads divided by the wall time is the number of threads that on
- * average wanted a CPU and had none.  Above CPU_TEAM_SHRINK the team loses
- * a thread; after CPU_TEAM_PROBE_MIN calm intervals it tries one more, and
+ * average wanted a CPU and had none.  The first CPU_TEAM_SETTLE intervals
+ * (the context's start-up) are not judged; then above CPU_TEAM_SHRINK for
+ * CPU_TEAM_SHRINK_HOT intervals in a row the team loses a thread (one
+ * interval a thread after that); after CPU_TEAM_PROBE_MIN calm intervals it tries one more, and
  * a probe that brings the waiting back doubles the wait before the next
  * (up to CPU_TEAM_PROBE_MAX intervals, about 8 s).
  */
@@ -348,18 +350,28 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 {
 	if (s->wall_ns <= 0 || s->delay_ns < 0)
 		return t->n; /* nothing measured */
+	if (t->intervals < CPU_TEAM_SETTLE) {
+		t->intervals++; /* the context's start-up: measured, not acted on */
+		return t->n;
+	}
 	int64_t delay = s->delay_ns - (s->throttled_ns > 0 ? t->n * s->throttled_ns : 0);
 	double load = delay > 0 ? (double)delay / (double)s->wall_ns : 0;
 	if (load > CPU_TEAM_SHRINK) {
-		if (t->probing) /* the step up brought the waiting back */
+		const int probe = t->probing;
+		if (probe) /* the step up brought the waiting back */
 			t->probe_wait = t->probe_wait * 2 > CPU_TEAM_PROBE_MAX ? CPU_TEAM_PROBE_MAX
 									: t->probe_wait * 2;
 		t->probing = 0;
 		t->calm = 0;
+		/* one busy interval is not contention yet: a probe's failure
+		 * steps down at once, else CPU_TEAM_SHRINK_HOT in a row */
+		if (++t->hot < CPU_TEAM_SHRINK_HOT && !probe)
+			return t->n;
 		if (t->n > 1)
 			t->n--;
 		return t->n;
 	}
+	t->hot = 0;
 	if (load >= CPU_TEAM_CALM) {
 		t->calm = 0; /* some waiting: hold */
 		return t->n;

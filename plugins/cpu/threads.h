@@ -132,6 +132,8 @@ struct cpu_team {
 	int calm;       /* calm intervals in a row at n */
 	int probe_wait; /* calm intervals before the next step up */
 	int probing;    /* the last change was a step up not yet confirmed */
+	int hot;        /* intervals in a row above CPU_TEAM_SHRINK */
+	int intervals;  /* intervals fed, up to CPU_TEAM_SETTLE */
 	int held;       /* intervals in a row the team has kept its size */
 	int dnn;        /* the team oneDNN's plans run at: n at once when n
 			 * falls below it, else once n has held
@@ -140,11 +142,29 @@ struct cpu_team {
 };
 
 /* Thresholds, in threads waiting for a CPU on average over an interval
- * (delay_ns / wall_ns): above SHRINK the team loses a thread; below CALM an
+ * (delay_ns / wall_ns): above SHRINK (SHRINK_HOT intervals in a row) the
+ * team loses a thread; below CALM an
  * interval is calm.  Probe waits start at PROBE_MIN intervals and double
  * after each failed probe up to PROBE_MAX. */
 #define CPU_TEAM_SHRINK 0.30
 #define CPU_TEAM_CALM 0.10
+/* The first SETTLE intervals after the context opens are measured but
+ * never step the team down, and after them SHRINK_HOT intervals in a row
+ * above SHRINK do (a failed probe steps down after one).  Before session
+ * 44 the first reading above SHRINK did, and the probe back up waits
+ * PROBE_MIN intervals (1 s, a whole MLP epoch): the MLP's first two
+ * intervals (plans, JIT, the loader's first batches filling beside the
+ * team, its first steps) read 0.30-0.79 threads waiting with or without
+ * a neighbour, and later ones 0.11-0.23 quiet, 0.16-0.29 beside a
+ * process busy 2 ms of every 20 ms (bench/contention.sh jitter), so a
+ * run's rate depended on its first 200 ms: 41-48k samples/s (one thread)
+ * or 66-79k (two), quiet or jittered alike.  Medians of 12 interleaved
+ * runs (session 44, a shared 2-CPU machine, GOMP_SPINCOUNT=100000): quiet
+ * 47.0k -> 68.9k, jitter 48.0k -> 67.7k.  A busy loop keeps the waiting
+ * above SHRINK: the team steps down 200 ms later than before, 44.9k ->
+ * 41.7k on the MLP's 1.3 s epoch. */
+#define CPU_TEAM_SETTLE 1
+#define CPU_TEAM_SHRINK_HOT 2
 #define CPU_TEAM_PROBE_MIN 10
 #define CPU_TEAM_PROBE_MAX 80
 /* intervals a larger team size must hold before oneDNN's plans follow it */
