@@ -479,6 +479,38 @@ static double sumsq_block_wide(const float *g, int64_t n, float mul)
 	return s;
 }
 
+enum { SUMSQ_BLK = 1024, SUMSQ_CHB = 64 }; /* a block's elements; a chunk's blocks */
+
+/* bp[k] for blocks [k0, k1) of g[0, n), split evenly over the team */
+static void sumsq_parts_team(const float *g, int64_t n, int64_t k0, int64_t k1, float mul,
+			     float *bp)
+{
+	const int64_t kn = k1 - k0;
+	const int64_t hi = k1 * SUMSQ_BLK < n ? k1 * SUMSQ_BLK : n;
+#pragma omp parallel if (hi - k0 * SUMSQ_BLK >= CPU_PAR_MIN)
+	{
+		const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+		sumsq_parts(g, n, k0 + kn * t / T, k0 + kn * (t + 1) / T, mul, bp);
+	}
+}
+
+/* total += the chunks of blocks [0, kn) of g[0, len), bp[k] block k's f32
+ * sum (kn a multiple of SUMSQ_CHB, or the last blocks) */
+static void sumsq_chunks_add(const float *g, int64_t len, int64_t kn, const float *bp, float mul,
+			     double *total)
+{
+	for (int64_t c = 0; c < kn; c += SUMSQ_CHB) {
+		double acc = 0;
+		for (int64_t k = c; k < kn && k < c + SUMSQ_CHB; k++)
+			acc += isfinite(bp[k]) ? bp[k]
+					       : sumsq_block_wide(g + k * SUMSQ_BLK,
+								  len - k * SUMSQ_BLK < SUMSQ_BLK ? len - k * SUMSQ_BLK
+												  : SUMSQ_BLK,
+								  mul);
+		*total += acc;
+	}
+}
+
 /* The squared norm of g * mul over n elements, in the order the tests
  * spell out (check_device_optim: cpu_norm_order): blocks of 1024 summed in
  * f32 (sumsq_span's lanes), the blocks of each 65536-element chunk added
@@ -498,8 +530,8 @@ static double sumsq_block_wide(const float *g, int64_t n, float mul)
  * (sumsq_block_wide): the result is finite exactly when every element is. */
 static double grad_sumsq(const float *g, int64_t n, float mul)
 {
-	/* a chunk: CHB blocks; RND and SMALL multiples of CHB */
-	enum { BLK = 1024, CHB = 64, RND = 8192, SMALL = 2048 };
+	/* RND and SMALL multiples of SUMSQ_CHB */
+	enum { BLK = SUMSQ_BLK, RND = 8192, SMALL = 2048 };
 	const int64_t nb = (n + BLK - 1) / BLK;
 	float small[SMALL], *big = nb > SMALL ? malloc(RND * sizeof *big) : NULL;
 	float *bp = big ? big : small;
@@ -509,22 +541,23 @@ static double grad_sumsq(const float *g, int64_t n, float mul)
 		const int64_t kn = nb - k0 < rnd ? nb - k0 : rnd;
 		const int64_t len = n - k0 * BLK < kn * BLK ? n - k0 * BLK : kn * BLK;
 		const float *gr = g + k0 * BLK;
-#pragma omp parallel if (len >= CPU_PAR_MIN)
-		{
-			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-			sumsq_parts(gr, len, kn * t / T, kn * (t + 1) / T, mul, bp);
-		}
-		for (int64_t c = 0; c < kn; c += CHB) {
-			double acc = 0;
-			for (int64_t k = c; k < kn && k < c + CHB; k++)
-				acc += isfinite(bp[k]) ? bp[k]
-						       : sumsq_block_wide(gr + k * BLK,
-									  len - k * BLK < BLK ? len - k * BLK : BLK, mul);
-			total += acc;
-		}
+		sumsq_parts_team(gr, len, 0, kn, mul, bp);
+		sumsq_chunks_add(gr, len, kn, bp, mul, &total);
 	}
 	free(big);
 	return total;
+}
+
+/* GRAD_SUMSQ (see kiln/ops.h): grad_sumsq's block sums over blocks
+ * [i[1], i[2]), the same function on the same blocks (their sums depend on
+ * the block alone), so GRAD_CLIP given them adds the same bits. */
+static kiln_status cpu_grad_sumsq(const struct cpu_plan *p, const struct kiln_op_args *a,
+				  struct cpu_err *e)
+{
+	(void)e;
+	if (p->op.i[2] > p->op.i[1])
+		sumsq_parts_team(a->in[0], p->op.i[0], p->op.i[1], p->op.i[2], 1.0f, a->out[0]);
+	return KILN_OK;
 }
 
 CPU_CLONES static void clip_span(float *y, const float *g, int64_t n, float scale, float lim)
@@ -550,7 +583,12 @@ static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_
 	const float inv = p->op.type == KILN_OP_UNSCALE ? 1.0f / *(const float *)a->in[1] : 1.0f;
 	(void)e;
 	float scale;
-	if (!common_clip_factor(state, grad_sumsq(g, n, inv), max_norm, inv, &scale))
+	double ss = 0;
+	if (p->op.type == KILN_OP_GRAD_CLIP && p->op.n_in == 2) /* GRAD_SUMSQ's block sums */
+		sumsq_chunks_add(g, n, (n + SUMSQ_BLK - 1) / SUMSQ_BLK, a->in[1], 1.0f, &ss);
+	else
+		ss = grad_sumsq(g, n, inv);
+	if (!common_clip_factor(state, ss, max_norm, inv, &scale))
 		return KILN_OK; /* not finite: the gradients stay as they are */
 	if (scale != 1.0f || lim > 0 || y != g)
 		CPU_SPANS(n, b, en, clip_span(y + b, g + b, en - b, scale, (float)lim));
@@ -875,6 +913,7 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_SOFTMAX_XENT: p->kernel = cpu_softmax_xent; break;
 	case KILN_OP_GRAD_CLIP:
 	case KILN_OP_UNSCALE: p->kernel = cpu_grad_clip; break;
+	case KILN_OP_GRAD_SUMSQ: p->kernel = cpu_grad_sumsq; break;
 	case KILN_OP_SCALER_UPDATE: p->kernel = cpu_scaler_update; break;
 	case KILN_OP_FILL: p->kernel = cpu_fill; break;
 	case KILN_OP_COUNTER_ADD: p->kernel = cpu_counter_add; break;
