@@ -626,6 +626,11 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_ATTENTION_DECODE_RUN && dev->plugin->abi_minor < 31)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the decoding attention of several positions a run (2.31): a prompt is fed a position a step",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... nor the gradients' block sums or GRAD_CLIP taking them (2.32) */
+	if ((op->type == KILN_OP_GRAD_SUMSQ || (op->type == KILN_OP_GRAD_CLIP && op->n_in > 1)) &&
+	    dev->plugin->abi_minor < 32)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the gradients' block sums (2.32): one GRAD_CLIP pass over them",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st || dev->layout_only)
 		return st ? st : layout_token(dev, op, plan);

@@ -588,7 +588,11 @@ static void io_bytes(const struct mem_setup *s, int64_t B, int64_t EB, size_t sh
 	 * loss seed: 64 bytes each) */
 	out->other = (m->wd_groups ? m->n_trainable * sizeof(float) : 0) +
 		     (m->offsets_d ? (size_t)(m->n_tensors + 1) * sizeof(int64_t) : 0) +
-		     m->optim_ws_bytes + (s->tc.accumulate > 1 ? 8 : 7) * 64;
+		     m->optim_ws_bytes + (s->tc.accumulate > 1 ? 8 : 7) * 64 +
+		     /* the gradients' block sums (core/train_gradsums.c; a few
+		      * KiB, counted wherever the check runs) */
+		     (s->tc.skip_nonfinite || s->tc.clip_norm > 0 || s->tc.clip_value > 0
+			      ? (m->n_trainable + 1023) / 1024 * sizeof(float) : 0);
 	/* the trainer's two device input slots (samples and labels), and the
 	 * f32 input the device widens u8/bf16 samples into: rows of the
 	 * larger batch that will run (core/train_buffers.c alloc_buffers;

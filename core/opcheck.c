@@ -771,7 +771,9 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 	case KILN_OP_GRAD_CLIP:
 	case KILN_OP_UNSCALE: {
 		const int unscale = op->type == KILN_OP_UNSCALE;
-		if ((st = counts(who, op, unscale ? 2 : 1, 2)))
+		/* (GRAD_CLIP's in1, ABI 2.32: the block sums GRAD_SUMSQ wrote) */
+		const int sums = !unscale && op->n_in == 2;
+		if ((st = counts(who, op, unscale || sums ? 2 : 1, 2)))
 			return st;
 		const int64_t n = op->i[0];
 		if (n <= 0 || numel(&op->in[0]) != n || numel(&op->out[0]) != n ||
@@ -779,6 +781,18 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 			BAD(KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
 		if (unscale && numel(&op->in[1]) != 4)
 			BAD(KILN_EINVAL, "wants the scaler state f32[4] as in1");
+		if (sums && numel(&op->in[1]) != (n + 1023) / 1024)
+			BAD(KILN_EINVAL, "wants the block sums f32[ceil(n / 1024)] as in1");
+		return KILN_OK;
+	}
+	case KILN_OP_GRAD_SUMSQ: {
+		if ((st = counts(who, op, 1, 1)))
+			return st;
+		const int64_t n = op->i[0], nb = (n + 1023) / 1024;
+		if (n <= 0 || numel(&op->in[0]) != n || numel(&op->out[0]) != nb ||
+		    op->i[1] < 0 || op->i[1] > op->i[2] || op->i[2] > nb)
+			BAD(KILN_EINVAL, "wants grads [n = i[0]], sums [ceil(n / 1024)] and blocks 0 <= i[1] <= i[2] <= ceil(n / 1024) (got %lld, %lld)",
+			    (long long)op->i[1], (long long)op->i[2]);
 		return KILN_OK;
 	}
 	case KILN_OP_SCALER_UPDATE:
@@ -904,6 +918,7 @@ static const struct {
 	[KILN_OP_QCONV] = { "QCONV", check_qconv },
 	[KILN_OP_QLINEAR] = { "QLINEAR", check_qlinear },
 	[KILN_OP_ATTENTION_DECODE_RUN] = { "ATTENTION_DECODE_RUN", check_attention_decode },
+	[KILN_OP_GRAD_SUMSQ] = { "GRAD_SUMSQ", check_small },
 };
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in op_rows (name and check)");

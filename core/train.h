@@ -162,6 +162,14 @@ struct trainer {
 	float *seed_d;
 	void *seed_op;
 	void *clip;                /* KILN_OP_GRAD_CLIP, or NULL */
+	/* the same taking the gradients' block sums, summed in the backward
+	 * where their layers complete them (core/train_gradsums.c): the
+	 * ranges, each a KILN_OP_GRAD_SUMSQ, those run this step, the sums
+	 * f32[ceil(n_trainable / 1024)]; NULL / 0 where not */
+	void *clip_sums;
+	struct grad_sums_range *sums;
+	int n_sums, sums_run;
+	float *sums_d;
 	float *clip_d;             /* its state f32[4]: norm, finite, skipped, clipped */
 	float *clip_host;
 	/* the steps skipped and clipped so far, exact: clip_d[2..3] are
@@ -647,6 +655,15 @@ kiln_status trainer_pipe_ranks(struct trainer *t);
 /* t->clip as GRAD_CLIP over n floats ([train] clip_norm, clip_value; the
  * previous plan freed): the trainables, or a stage's cut gradients. */
 kiln_status trainer_clip_over(struct trainer *t, size_t n);
+/* core/train_gradsums.c: after the training plan (one process, no
+ * pipeline), the gradients' block sums taken in the backward where they
+ * can be (t->clip_sums, the model's backward hook); nothing else
+ * changes.  trainer_sums_taken: whether this step's backward summed every
+ * block (then t->clip_sums with t->sums_d replaces t->clip), and the
+ * count starts again.  trainer_sums_free: all of it, the hook removed. */
+kiln_status trainer_sums_open(struct trainer *t);
+int trainer_sums_taken(struct trainer *t);
+void trainer_sums_free(struct trainer *t);
 /* ... and once the buckets are laid: a stage's buckets start during its
  * last micro-batch's backward where its gradients are final there */
 kiln_status trainer_pipe_overlap(struct trainer *t);

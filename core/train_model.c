@@ -313,7 +313,10 @@ kiln_status build_model(struct trainer *t)
 			st = kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d, but the model has one stage: place layers with [layer.X] stage or [model] stages",
 					kiln_config_where(t->cfg, "dist", "pipeline"), t->pipe_P);
 		} else if (!pipe) {
+			/* (the gradients' check in the backward: a plan's) */
 			st = plan_train(t);
+			if (!st)
+				st = trainer_sums_open(t);
 		}
 		kiln_device_flops_record(t->dev, 0);
 		if (st)

@@ -554,6 +554,7 @@ static void free_device(struct trainer *t)
 	kiln_device_free(t->dev, t->seed_d);
 	kiln_device_plan_free(t->dev, t->seed_op);
 	kiln_device_plan_free(t->dev, t->clip);
+	trainer_sums_free(t);
 	kiln_device_free(t->dev, t->clip_d);
 	kiln_device_host_free(t->dev, t->clip_host);
 	kiln_device_plan_free(t->dev, t->fill_counts);

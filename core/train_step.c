@@ -193,6 +193,7 @@ static kiln_status micro_ops(struct trainer *t, void *xd, void *yd, int64_t j)
 	 * then) write beside them and add */
 	t->m->grad_out_d = j ? t->grads_more : NULL;
 	t->m->grad_accum = j && !t->grads_more;
+	t->sums_run = 0; /* (the gradients' block sums this backward takes) */
 	trainer_phase(t, KILN_PHASE_FORWARD, 1);
 	/* the step's loss seed, scale / acc, from the scale the last
 	 * optimizer step (or a resume) left: each micro-step's gradients
@@ -249,11 +250,15 @@ static kiln_status optim_ops(struct trainer *t)
 		size_t gn;
 		kiln_dist_pipe_grad_span(t->dist, &g, &gn); /* (a stage's alone) */
 		struct kiln_op_args a = { .in = { g, t->m->scaler_d }, .out = { g, t->clip_d } };
+		/* the block sums the backward took (core/train_gradsums.c) */
+		const int sums = trainer_sums_taken(t);
+		if (sums)
+			a.in[1] = t->sums_d;
 		trainer_label(t, "clip", KILN_PHASE_OPTIMIZER);
 		/* stages on ranks: the norm and the skip are the pipe's */
 		st = kiln_dist_pipe_norms(t->dist, t->compute);
 		if (!st)
-			st = kiln_device_run(t->dev, t->clip, &a, t->compute);
+			st = kiln_device_run(t->dev, sums ? t->clip_sums : t->clip, &a, t->compute);
 		if (!st)
 			st = kiln_dist_pipe_norms_done(t->dist, t->compute);
 		trainer_label(t, NULL, 0);

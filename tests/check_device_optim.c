@@ -1,7 +1,7 @@
 /* tests/check_device_optim.c - device conformance:
  * the optimizer ops: SGD (and its dampening), ADAMW (AdamW's decoupled and
- * Adam's L2 weight decay, amsgrad), LAMB, GRAD_CLIP and the mixed-precision
- * UNSCALE and SCALER_UPDATE.
+ * Adam's L2 weight decay, amsgrad), LAMB, GRAD_CLIP (and its block sums,
+ * GRAD_SUMSQ) and the mixed-precision UNSCALE and SCALER_UPDATE.
  *
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
  */
@@ -621,6 +621,167 @@ START_TEST(test_grad_clip_big)
 }
 END_TEST
 
+/* ---- the gradients' check where backward makes them (ABI 2.32) ------- */
+
+/* GRAD_CLIP over g[0, n) (f[0] clip, f[1] value): out grads and state.
+ * With blocks (cuts[0] = 0 < ... < cuts[nc] = nb, the ranges of the
+ * layers as the trainer lays them), GRAD_SUMSQ over each range, the last
+ * first (as backward completes them), into block sums first filled with
+ * NaN (a block no range wrote skips the step), then GRAD_CLIP given them;
+ * without (cuts NULL), GRAD_CLIP's one pass. */
+static void clip_sums_run(struct fx *f, int n, const float *g, const int64_t *cuts, int nc,
+			  double clip, double value, float *got, float st[4])
+{
+	const int64_t nb = (n + 1023) / 1024;
+	const float st0[4] = { 0, 1, 0, 0 };
+	const size_t b = (size_t)n * 4;
+	float *nan = malloc((size_t)nb * 4);
+	for (int64_t k = 0; k < nb; k++)
+		nan[k] = NAN;
+	void *dg = dput(f, g, b), *dst = dput(f, st0, 16), *ds = dput(f, nan, (size_t)nb * 4);
+	struct kiln_op op;
+	for (int r = cuts ? nc - 1 : -1; r >= 0; r--) {
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_GRAD_SUMSQ;
+		op.n_in = op.n_out = 1;
+		op.in[0] = td(KILN_F32, 1, n, 0);
+		op.out[0] = td(KILN_F32, 1, nb, 0);
+		op.i[0] = n, op.i[1] = cuts[r], op.i[2] = cuts[r + 1];
+		OK(run_op(f, &op, (const void *const[]){ dg }, (void *const[]){ ds }));
+	}
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GRAD_CLIP;
+	op.n_in = cuts ? 2 : 1, op.n_out = 2;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	op.in[1] = td(KILN_F32, 1, nb, 0);
+	op.out[1] = td(KILN_F32, 1, 4, 0);
+	op.i[0] = n;
+	op.f[0] = clip, op.f[1] = value;
+	OK(run_op(f, &op, (const void *const[]){ dg, ds }, (void *const[]){ dg, dst }));
+	dget(f, got, dg, b);
+	dget(f, st, dst, 16);
+	DFREE(f, dg, dst, ds);
+	free(nan);
+}
+
+/* g's GRAD_CLIP given GRAD_SUMSQ's block sums against its one pass: the
+ * same gradients and state, bit for bit; returns the state. */
+static void clip_sums_same(struct fx *f, int n, const float *g, const int64_t *cuts, int nc,
+			   double clip, double value, const char *what, float st[4])
+{
+	const size_t b = (size_t)n * 4;
+	float *got = malloc(b), *want = malloc(b), wst[4];
+	clip_sums_run(f, n, g, NULL, 0, clip, value, want, wst);
+	clip_sums_run(f, n, g, cuts, nc, clip, value, got, st);
+	ck_assert_msg(!memcmp(st, wst, 16),
+		      "%s (clip %g, value %g): state %a %g %g %g given the sums, %a %g %g %g without",
+		      what, clip, value, (double)st[0], st[1], st[2], st[3], (double)wst[0], wst[1],
+		      wst[2], wst[3]);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(!memcmp(&got[i], &want[i], 4), "%s (clip %g, value %g): g[%d] %a, want %a",
+			      what, clip, value, i, (double)got[i], (double)want[i]);
+	free(got), free(want);
+}
+
+/* The Fashion-MNIST MLP's 535,818 gradients (784-512-256-10, no padding
+ * between its tensors), its three layers' block ranges as the trainer
+ * lays them (core/train_gradsums.c: a block two layers share goes with
+ * the lower one, whose backward ends later): fc1 blocks [0, 393), fc2
+ * [393, 521), fc3 [521, 524) (the last block 266 elements).  GRAD_CLIP
+ * given the sums is GRAD_CLIP: finite gradients with every clipping mode;
+ * a NaN, +inf or -inf at each layer's first and last element (flag 0,
+ * skipped 1, the gradients left as they are); finite elements of 3e19,
+ * whose squares overflow f32 (flag 1: finite; clip_norm 1 zeroes them),
+ * at the same places. */
+START_TEST(test_grad_sumsq)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_GRAD_SUMSQ);
+	const int n = 535818;
+	const int64_t cuts[] = { 0, 393, 521, 524 };
+	/* fc1.weight, fc1.bias, fc2.weight, fc2.bias, fc3.weight, fc3.bias */
+	const int ends[][2] = { { 0, 401919 }, { 401920, 533247 }, { 533248, n - 1 } };
+	float *g = frandv((size_t)n), *h = malloc((size_t)n * 4), st[4];
+	for (int k = 0; k < n; k++)
+		g[k] *= (float)(1 + k % 13) * 0.37f; /* magnitudes apart: the order shows */
+	double ss = 0;
+	for (int k = 0; k < n; k++)
+		ss += (double)g[k] * g[k];
+	const double clips[][2] = { { 0, 0 }, { sqrt(ss) / 4, 0 }, { 0, 0.25 }, { sqrt(ss) / 4, 0.25 } };
+	for (size_t c = 0; c < sizeof clips / sizeof *clips; c++) {
+		clip_sums_same(&f, n, g, cuts, 3, clips[c][0], clips[c][1], "finite", st);
+		ck_assert(st[1] == 1.0f && st[2] == 0.0f);
+	}
+	static const float bad[] = { NAN, INFINITY, -INFINITY, 3e19f };
+	for (int l = 0; l < 3; l++)
+		for (int e = 0; e < 2; e++)
+			for (size_t v = 0; v < sizeof bad / sizeof *bad; v++) {
+				char what[96];
+				const int at = ends[l][e];
+				memcpy(h, g, (size_t)n * 4);
+				h[at] = bad[v];
+				snprintf(what, sizeof what, "fc%d's %s element (g[%d]) %g", l + 1,
+					 e ? "last" : "first", at, (double)bad[v]);
+				clip_sums_same(&f, n, h, cuts, 3, 0, 0, what, st);
+				const int finite = isfinite(bad[v]);
+				ck_assert_msg(st[1] == (float)finite && st[2] == (float)!finite,
+					      "%s: flag %g skipped %g", what, st[1], st[2]);
+				if (finite) /* clip_grad_norm_'s f32 norm inf: zeroed */
+					clip_sums_same(&f, n, h, cuts, 3, 1.0, 0, what, st);
+			}
+	free(g), free(h);
+	fx_close(&f);
+}
+END_TEST
+
+/* GRAD_SUMSQ writes its blocks alone (a short last block too), as
+ * GRAD_CLIP sums them: a block's sum on its own is the norm's square of
+ * that block (GRAD_CLIP over the block's elements alone); the blocks
+ * past i[2] and before i[1] keep what they held.  Ranges outside the
+ * blocks are refused. */
+START_TEST(test_grad_sumsq_range)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_GRAD_SUMSQ);
+	const int n = 5000, nb = 5; /* 4 whole blocks, one of 904 */
+	float *g = frandv((size_t)n), sums[5], st[4];
+	const float keep = 12345.0f;
+	for (int k = 0; k < nb; k++)
+		sums[k] = keep;
+	void *dg = dput(&f, g, (size_t)n * 4), *ds = dput(&f, sums, sizeof sums);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GRAD_SUMSQ;
+	op.n_in = op.n_out = 1;
+	op.in[0] = td(KILN_F32, 1, n, 0);
+	op.out[0] = td(KILN_F32, 1, nb, 0);
+	op.i[0] = n, op.i[1] = 2, op.i[2] = 5;
+	OK(run_op(&f, &op, (const void *const[]){ dg }, (void *const[]){ ds }));
+	dget(&f, sums, ds, sizeof sums);
+	ck_assert(sums[0] == keep && sums[1] == keep);
+	for (int k = 2; k < nb; k++) {
+		const int len = k == 4 ? n - 4096 : 1024;
+		float *got = malloc((size_t)len * 4);
+		clip_sums_run(&f, len, g + k * 1024, NULL, 0, 0, 0, got, st);
+		const float want = st[0] * st[0];
+		/* (the norm is the root of the sum, rounded: compare within it) */
+		ck_assert_msg(fabsf(sums[k] - want) <= want * 1e-6f, "block %d: sum %g, want %g", k,
+			      (double)sums[k], (double)want);
+		free(got);
+	}
+	void *plan = NULL;
+	op.i[1] = 3, op.i[2] = 6;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	op.i[1] = 3, op.i[2] = 2;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	DFREE(&f, dg, ds);
+	free(g);
+	fx_close(&f);
+}
+END_TEST
+
 /* The reference of KILN_OP_SCALER_UPDATE (plugin.h), one step. */
 static void scaler_ref(float st[4], int finite, double growth, double backoff, double lo,
 		       double hi, int interval, int hyst)
@@ -946,5 +1107,5 @@ DFX_TEST(amsgrad)
 	ck_assert_msg(strstr(kiln_last_error(), "no compute copy"), "%s", kiln_last_error());
 }
 
-DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_dampening), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
+DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_dampening), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(grad_sumsq), DFX_CASE(grad_sumsq_range), DFX_CASE(scaler_update),
 	     DFX_CASE(adam), DFX_CASE(amsgrad), DFX_CASE(lamb));

@@ -658,6 +658,10 @@ EXTRA_DIST += tests/nonfinite_weights.sh
 # (session 39)
 TESTS += tests/nonfinite_logs.sh
 EXTRA_DIST += tests/nonfinite_logs.sh
+# the gradients' check where the backward makes them: the one pass's bits
+# (session 44)
+TESTS += tests/grad_sums.sh
+EXTRA_DIST += tests/grad_sums.sh
 # finite gradients whose squares overflow f32: stepped as PyTorch's (session 39)
 TESTS += tests/grad_overflow.sh
 EXTRA_DIST += tests/grad_overflow.sh tests/data/gen_grad_overflow_refs.py \

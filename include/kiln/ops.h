@@ -377,7 +377,14 @@ enum kiln_op_type {
 	 * sum of squares exceeds FLT_MAX (norm above ~1.8e19, whatever f[0]:
 	 * clip_grad_norm_'s f32 norm is inf there, and it multiplies by
 	 * f[0] / (inf + 1e-6) = 0; torch 1.13 and 2.x).  Then with f[1] > 0
-	 * each is clamped to [-f[1], f[1]] (clip_grad_value_). */
+	 * each is clamped to [-f[1], f[1]] (clip_grad_value_).
+	 * ABI 2.32: GRAD_CLIP may take in1, f32[nb] (nb = ceil(n / 1024)),
+	 * the block sums KILN_OP_GRAD_SUMSQ wrote over every block of these
+	 * gradients as they are now (while the backward made them, hot in the
+	 * cache): the op then reads the gradients only to clip or scale them,
+	 * or to sum again a block whose sum is not finite, and its results are
+	 * those it gives without in1, bit for bit.  The core asks no device
+	 * built before 2.32 for in1. */
 	KILN_OP_GRAD_CLIP = 33,
 	/* out0 = in0 converted elementwise between f32 and bf16 or f16 (either
 	 * way; same element count; to bf16/f16 rounds to nearest even, NaN
@@ -625,6 +632,18 @@ enum kiln_op_type {
 	 * prepare; the core asks no device built before 2.31): generation
 	 * then feeds a prompt a position a step. */
 	KILN_OP_ATTENTION_DECODE_RUN = 52,
+	/* ---- the gradients' non-finite check where they are made (ABI 2.32)
+	 * GRAD_CLIP's first pass over a range of blocks, run as soon as
+	 * their gradients are final (after the weight- and bias-gradient ops
+	 * of the layer that completes them): in0 grads f32[n] (n = i[0], the
+	 * whole flat gradient GRAD_CLIP takes), out0 f32[nb] block sums (nb =
+	 * ceil(n / 1024)).  Block k is elements [1024 k, min(1024 (k + 1), n));
+	 * for k in [i[1], i[2]) (0 <= i[1] <= i[2] <= nb) out0[k] = the f32
+	 * sum of squares of block k exactly as the device's GRAD_CLIP sums it
+	 * (NaN or inf where an element is, or where finite squares overflow:
+	 * GRAD_CLIP sums such a block again); the other elements of out0 are
+	 * not touched.  What GRAD_CLIP's in1 reads. */
+	KILN_OP_GRAD_SUMSQ = 53,
 	KILN_OP_TYPE_COUNT
 };
 

@@ -179,9 +179,15 @@ extern "C" {
  *      rebuilt unchanged, leaves it 0); KILN_OP_ATTENTION_DECODE_RUN, the
  *      decoding attention of T positions a run (kiln/ops.h), which a
  *      device built before, or rebuilt unchanged, refuses.  Else the
- *      prompt is fed a position a step (docs/plugins.md "ABI 2.31"). */
+ *      prompt is fed a position a step (docs/plugins.md "ABI 2.31").
+ * 2.32: KILN_OP_GRAD_SUMSQ, GRAD_CLIP's block sums over a range of
+ *      blocks, run by the core where the backward completes them, and
+ *      GRAD_CLIP's in1 taking those sums (kiln/ops.h); the core asks no
+ *      device built before for either, and where a device refuses them
+ *      (KILN_ENOTSUP) GRAD_CLIP makes its one pass as before
+ *      (docs/plugins.md "ABI 2.32"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 31
+#define KILN_ABI_MINOR 32
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

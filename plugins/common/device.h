@@ -89,7 +89,8 @@ static inline void common_op_extent(const struct kiln_op *op, int64_t *rows, int
 	case KILN_OP_CAST:
 	case KILN_OP_NORMALIZE_U8: *n = common_numel(&op->out[0]); break;
 	case KILN_OP_GRAD_CLIP:
-	case KILN_OP_UNSCALE: *n = op->i[0]; break;
+	case KILN_OP_UNSCALE:
+	case KILN_OP_GRAD_SUMSQ: *n = op->i[0]; break;
 	default: break;
 	}
 }

@@ -451,6 +451,7 @@ static const struct {
 	[KILN_OP_QCONV] = { cpu_qconv_prepare, 1 },
 	[KILN_OP_QLINEAR] = { cpu_qconv_prepare, 1 },
 	[KILN_OP_ATTENTION_DECODE_RUN] = { cpu_attn_prepare, 0 },
+	[KILN_OP_GRAD_SUMSQ] = { cpu_ops_prepare, 0 },
 };
 _Static_assert(sizeof cpu_families / sizeof cpu_families[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in cpu_families");

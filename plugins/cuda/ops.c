@@ -256,6 +256,9 @@ static const uint8_t family[] = {
 	[KILN_OP_RNN] = F_RNN, [KILN_OP_RNN_BWD] = F_RNN,
 	/* INT8 inference (ABI 2.6): int8 im2col + cuBLASLt (qops.c) */
 	[KILN_OP_QCONV] = F_QUANT, [KILN_OP_QLINEAR] = F_QUANT,
+	/* the gradients' block sums where backward makes them (ABI 2.32):
+	 * the CPU's alone so far (GRAD_CLIP makes its own pass here) */
+	[KILN_OP_GRAD_SUMSQ] = F_NONE,
 };
 _Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");
@@ -358,6 +361,8 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	 * the scaler's and the clipping's state stay f32 */
 	if (!cuda_all_float(op))
 		return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 tensors only");
+	if (op->type == KILN_OP_GRAD_CLIP && op->n_in > 1)
+		return cuda_bad(c, op, KILN_ENOTSUP, "no block sums given (GRAD_SUMSQ): one pass over the gradients");
 	if ((op->type == KILN_OP_GRAD_CLIP || op->type == KILN_OP_UNSCALE) &&
 	    (op->out[1].dtype != KILN_F32 || (op->type == KILN_OP_UNSCALE && op->in[1].dtype != KILN_F32)))
 		return cuda_bad(c, op, KILN_ENOTSUP, "the gate and scaler states are f32");

@@ -1,0 +1,129 @@
+#!/bin/sh
+# tests/grad_sums.sh - the gradients' non-finite check taken where the
+# backward makes them (session 44, core/train_gradsums.c): the benchmark's
+# MLP (784-512-256-10, bench/mlp_bench.ini) with skip_nonfinite = 1 (the
+# default), one process, fp32, on random pixels:
+#  1. `kiln train` sums each layer's gradient blocks right after its
+#     backward (the profile lists GRAD_SUMSQ under fc1, fc2 and fc3's
+#     backward) and the check before the optimizer reads no gradient
+#     again;
+#  2. the same run through tests/train_nan with a step it never reaches
+#     (its gradient hook installed, which writes nothing, keeps the one
+#     GRAD_CLIP pass of before): every step's loss and grad_norm in
+#     metrics.jsonl and the weights after the run (`kiln export`) are the
+#     same bits, also with clip_norm (a quarter of the first norm, every
+#     step scaled) and with clip_value and two threads; and on a device
+#     built before ABI 2.32, which is never asked (the one pass).
+# The skips themselves through this path: tests/grad_overflow.sh (inf and
+# NaN gradients at step 1, finite ones whose squares overflow),
+# tests/nonfinite_logs.sh; the op against GRAD_CLIP's one pass, NaN and
+# inf at each layer's first and last element:
+# tests/check_device_optim (test_grad_sumsq).
+name=grad_sums
+. "$(dirname "$0")/lib.sh"
+need_source idx
+
+python3 - "$tmp" <<'EOF' || fail "python3 could not write the data"
+import random, struct, sys
+d, n = sys.argv[1], 512
+r = random.Random(44)
+with open(d + "/img.idx", "wb") as f:
+    f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes(r.randrange(256) for _ in range(n * 784)))
+with open(d + "/lab.idx", "wb") as f:
+    f.write(struct.pack(">II", 0x801, n) + bytes(r.randrange(10) for _ in range(n)))
+EOF
+ini="$tmp/m.ini"
+cat > "$ini" <<EOF
+[run]
+device = cpu
+threads = 1
+seed = 1
+[data]
+source = idx
+images = $tmp/img.idx
+labels = $tmp/lab.idx
+workers = 0
+[layer.fc1]
+type = linear
+out = 512
+[layer.relu1]
+type = relu
+[layer.fc2]
+type = linear
+out = 256
+[layer.relu2]
+type = relu
+[layer.fc3]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 1
+batch = 64
+lr = 0.1
+momentum = 0.9
+log_every = 1
+eval = 0
+EOF
+nan="$abs_top_builddir/tests/train_nan"
+
+# the train lines' step, loss, skipped, clipped and grad_norm
+steps() { grep '"event": *"train"' "$1/metrics.jsonl" |
+	sed 's/.*"step": *\([0-9]*\).*"loss": *\([^,]*\),.*"skipped": *\([0-9]*\).*"clipped": *\([0-9]*\).*"grad_norm": *\([^,}]*\).*/\1 \2 \3 \4 \5/'; }
+
+# same WHAT OVERRIDES...: kiln train and train_nan (the one pass) agree
+same() {
+	what=$1
+	shift
+	kiln 0 train "$ini" run.out_dir="$tmp/a" train.overwrite=1 "$@"
+	KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" "$nan" 1000000 "$ini" \
+		run.out_dir="$tmp/b" train.overwrite=1 "$@" > "$tmp/nan.out" 2>&1 ||
+		{ cat "$tmp/nan.out"; fail "$what: train_nan: exit $?"; }
+	steps "$tmp/a" > "$tmp/a.steps"
+	steps "$tmp/b" > "$tmp/b.steps"
+	[ "$(wc -l < "$tmp/a.steps")" -eq 8 ] || fail "$what: $(wc -l < "$tmp/a.steps") train lines, expected 8"
+	cmp -s "$tmp/a.steps" "$tmp/b.steps" ||
+		{ diff "$tmp/a.steps" "$tmp/b.steps"; fail "$what: the steps' loss, skips, clips or grad_norm differ from the one pass's"; }
+	for r in a b; do
+		kiln 0 export "$ini" --checkpoint "$tmp/$r/checkpoints/ckpt-8.kiln" \
+			--safetensors "$tmp/$r.st" run.out_dir="$tmp/none"
+	done
+	cmp -s "$tmp/a.st" "$tmp/b.st" || fail "$what: the weights after 8 steps differ from the one pass's"
+	echo "ok: $what: 8 steps, the same bits ($(sed -n '8p' "$tmp/a.steps"))"
+}
+
+# 1: the sums run in the backward
+kiln 0 train "$ini" run.out_dir="$tmp/p" run.profile=1 train.max_steps=3
+prof="$tmp/p/profile.txt"
+[ -f "$prof" ] || fail "no profile at $prof"
+for l in fc1 fc2 fc3; do
+	grep -qE "(^|[[:space:]])$l[[:space:]]+grad_sumsq[[:space:]]+backward[[:space:]]+2[[:space:]]" "$prof" ||
+		{ cat "$prof"; fail "the profile has no grad_sumsq in $l's backward (one a step)"; }
+done
+# ... and the clip reads the sums alone: its op still one a step
+grep -qE "(^|[[:space:]])clip[[:space:]]+grad_clip[[:space:]]+optimizer[[:space:]]+2[[:space:]]" "$prof" ||
+	{ cat "$prof"; fail "the profile has no clip op a step"; }
+
+# 1b: a device built before ABI 2.32 is never asked (tprefill28: the CPU
+# device as it is but for its abi_minor, 28; tests/plugins/tnodecode.c):
+# its one pass gives the same steps, and its profile has no grad_sumsq
+plugdir="$abs_top_builddir/tests/plugins/nodecode/.libs"
+[ -f "$plugdir/kiln-tnodecode.so" ] || fail "no $plugdir/kiln-tnodecode.so (make check builds it)"
+KILN_PLUGIN_PATH=$plugdir
+export KILN_PLUGIN_PATH
+kiln 0 train "$ini" run.device=tprefill28 run.out_dir="$tmp/q" run.profile=1 train.max_steps=3
+unset KILN_PLUGIN_PATH
+! grep -q grad_sumsq "$tmp/q/profile.txt" || { cat "$tmp/q/profile.txt"; fail "grad_sumsq on a device of ABI 2.28"; }
+steps "$tmp/p" > "$tmp/p.steps"
+steps "$tmp/q" > "$tmp/q.steps"
+[ "$(wc -l < "$tmp/p.steps")" -eq 3 ] && cmp -s "$tmp/p.steps" "$tmp/q.steps" ||
+	{ diff "$tmp/p.steps" "$tmp/q.steps"; fail "ABI 2.28's one pass: other steps"; }
+
+# 2: the same bits as the one pass
+same "skip_nonfinite"
+first=$(sed -n '1s/.* //p' "$tmp/a.steps")
+same "clip_norm $first / 4" train.clip_norm="$(awk -v n="$first" 'BEGIN { print n / 4 }')"
+grep -q ' 0 8 ' "$tmp/a.steps" || fail "clip_norm: not every step clipped: $(tail -1 "$tmp/a.steps")"
+same "clip_value 0.001, 2 threads" train.clip_value=0.001 run.threads=2
+echo "PASS: $name ($checks kiln runs)"
