@@ -202,7 +202,11 @@ static uintptr_t wc_end(const struct kiln_tensor_desc *d, const void *p)
 }
 
 /* An optimizer ran: its last output in bf16/f16 is the compute copy;
- * without one, its f32 params (out0) are what a CAST will copy from. */
+ * without one (AdamW with amsgrad, i[1]: its four outputs are f32 and
+ * core/optim/fused.c CASTs the copy after it), its f32 params (out0) are
+ * what that CAST copies from.  Only that case records the params: a CAST
+ * of f32 weights elsewhere (a layer's into its workspace, which no write
+ * marks stale) must not count as a compute copy. */
 static void wc_optimizer_ran(struct cpu_wcache *w, const struct kiln_op *op,
 			     const struct kiln_op_args *a)
 {
@@ -212,7 +216,8 @@ static void wc_optimizer_ran(struct cpu_wcache *w, const struct kiln_op *op,
 		wc_range_add(w->rlo, w->rhi, &w->n_ranges, (uintptr_t)a->out[last],
 			     wc_end(&op->out[last], a->out[last]));
 		pthread_mutex_unlock(&w->lock);
-	} else if (op->n_out >= 1 && op->out[0].dtype == KILN_F32 && a->out[0]) {
+	} else if (op->type == KILN_OP_ADAMW && op->i[1] && op->n_out >= 1 &&
+		   op->out[0].dtype == KILN_F32 && a->out[0]) {
 		pthread_mutex_lock(&w->lock);
 		wc_range_add(w->mlo, w->mhi, &w->n_masters, (uintptr_t)a->out[0],
 			     wc_end(&op->out[0], a->out[0]));
