@@ -755,7 +755,10 @@ kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->sz[1] = qkv->dims[1];
 	p->sz[2] = qkv->dims[2] / 3;
 	p->sz[3] = op->i[0];
-	p->sz[4] = c->threads; /* workspace slots */
+	/* workspace slots: a thread's for each of at most B * H threads
+	 * (attn_team runs no more; session 44's run slot is ~100x a step's,
+	 * held by the generator's prefill plan between prompts) */
+	p->sz[4] = c->threads < p->sz[0] * p->sz[3] ? c->threads : p->sz[0] * p->sz[3];
 	p->n = cpu_numel(qkv);
 	p->workspace = sizeof(float) * (size_t)(attn_thread_floats(p->sz[1], p->sz[2] / p->sz[3]) * p->sz[4]);
 	p->n_in = op->n_in;
