@@ -686,8 +686,9 @@ static void attn_decode_head(const struct attn_dims *g, int64_t Tmax, const floa
  * keys, y_blk = P V[0..n).  A score sums its D terms in order (one FMA
  * each) where the step's dot_row sums them in vector lanes: the same
  * math, another rounding (the prefill tests' 1e-5 against the steps);
- * the softmax and P V add in the step's order.  ws: the thread's
- * attn_run_floats(Tmax, D) floats. */
+ * P V adds in the step's order but with FMA tiles (attn_mm_run: rounded
+ * once) where the step multiplies then adds: another rounding again.
+ * ws: the thread's attn_run_floats(Tmax, D) floats. */
 static void attn_decode_run_head(const struct attn_dims *g, int64_t Tmax, int64_t t0,
 				 const float *qkv, float *y, float *kc, float *vc, float *ws,
 				 int64_t b, int64_t h)
