@@ -621,6 +621,20 @@ END_TEST
 
 /* ---- thread counts ------------------------------------------------------ */
 
+/* The device under test with [run] threads = n (fx_close closes it). */
+static void fx_threads(struct fx *f, int n)
+{
+	char kv[32];
+	snprintf(kv, sizeof kv, "run.threads=%d", n);
+	memset(f, 0, sizeof *f);
+	OK(kiln_registry_open(NULL, &f->reg));
+	OK(kiln_config_new(&f->cfg));
+	OK(kiln_config_override(f->cfg, kv));
+	OK(kiln_config_validate(f->cfg, f->reg));
+	OK(kiln_device_open(f->reg, f->cfg, g_name, 0, &f->dev));
+	OK(kiln_device_stream_create(f->dev, &f->s));
+}
+
 START_TEST(test_attn_threads)
 {
 	const struct attn_case c = { .B = 2, .T = 50, .C = 32, .H = 4, .causal = 1, .p = 0.1,
@@ -630,13 +644,7 @@ START_TEST(test_attn_threads)
 	struct attn_out o[2];
 	for (int t = 0; t < 2; t++) {
 		struct fx f;
-		memset(&f, 0, sizeof f);
-		OK(kiln_registry_open(NULL, &f.reg));
-		OK(kiln_config_new(&f.cfg));
-		OK(kiln_config_override(f.cfg, t ? "run.threads=3" : "run.threads=1"));
-		OK(kiln_config_validate(f.cfg, f.reg));
-		OK(kiln_device_open(f.reg, f.cfg, g_name, 0, &f.dev));
-		OK(kiln_device_stream_create(f.dev, &f.s));
+		fx_threads(&f, t ? 3 : 1);
 		if (unsupported(&f, KILN_OP_ATTENTION)) {
 			fx_close(&f);
 			free(qkv), free(dy);
@@ -799,13 +807,7 @@ START_TEST(test_attn_decode_slots)
 	float *q = frandv(NQ), *kc = frandv(NC), *vc = frandv(NC), *y[2], *kr[2];
 	for (int t = 0; t < 2; t++) {
 		struct fx f;
-		memset(&f, 0, sizeof f);
-		OK(kiln_registry_open(NULL, &f.reg));
-		OK(kiln_config_new(&f.cfg));
-		OK(kiln_config_override(f.cfg, t ? "run.threads=3" : "run.threads=1"));
-		OK(kiln_config_validate(f.cfg, f.reg));
-		OK(kiln_device_open(f.reg, f.cfg, g_name, 0, &f.dev));
-		OK(kiln_device_stream_create(f.dev, &f.s));
+		fx_threads(&f, t ? 3 : 1);
 		for (int k = 0; k < 2; k++) {
 			struct kiln_op op;
 			void *plan = NULL;
