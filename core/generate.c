@@ -373,6 +373,11 @@ void kiln_generator_prefill_max(struct kiln_generator *g, int64_t n)
 	g->prefill_max = n;
 }
 
+void kiln_generator_prefill_keep(struct kiln_generator *g, int keep)
+{
+	g->prefill_keep = keep;
+}
+
 int64_t kiln_generator_context(const struct kiln_generator *g) { return g ? g->context : 0; }
 int64_t kiln_generator_vocab(const struct kiln_generator *g) { return g ? g->vocab : 0; }
 int64_t kiln_generator_classes(const struct kiln_generator *g) { return g ? g->classes : 0; }

@@ -716,6 +716,11 @@ kiln_status kiln_model_plan_prefill(struct kiln_model *m, int64_t decode, int64_
  * prompt on a short context, and 1 (or 0) to feed prompts a step a
  * position, the way before session 43. */
 void kiln_generator_prefill_max(struct kiln_generator *g, int64_t n);
+/* core/generate.c.  Whether generator g holds its prefill plan for the
+ * next prompt of its run length (1, kiln_generator_new's) or frees it
+ * after every prompt (0: kiln_generator_open's under [run] memory_limit;
+ * tests set it to check that path without a config). */
+void kiln_generator_prefill_keep(struct kiln_generator *g, int keep);
 /* core/plan_run.c.  Enqueue a run of decode plan p on tokens (device
  * i32[batch, T]) at positions pos (device i32[T], pos[t] = pos[0] + t,
  * the caches holding positions 0..pos[0]-1), as far as its state goes:

@@ -27,6 +27,8 @@
  *                 bit and the rows past them untouched; T across the
  *                 CPU's blocks of 32 queries and 8-row tiles, head dims 8
  *                 (packed) and 16 (read in place)
+ *   attn_decode_slots  the CPU's run workspace: a slot for each of at
+ *                 most B * H threads
  *
  * Tolerance: max |got - want| <= 1e-5 * max(1, max |want|) per tensor.
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
@@ -619,6 +621,20 @@ END_TEST
 
 /* ---- thread counts ------------------------------------------------------ */
 
+/* The device under test with [run] threads = n (fx_close closes it). */
+static void fx_threads(struct fx *f, int n)
+{
+	char kv[32];
+	snprintf(kv, sizeof kv, "run.threads=%d", n);
+	memset(f, 0, sizeof *f);
+	OK(kiln_registry_open(NULL, &f->reg));
+	OK(kiln_config_new(&f->cfg));
+	OK(kiln_config_override(f->cfg, kv));
+	OK(kiln_config_validate(f->cfg, f->reg));
+	OK(kiln_device_open(f->reg, f->cfg, g_name, 0, &f->dev));
+	OK(kiln_device_stream_create(f->dev, &f->s));
+}
+
 START_TEST(test_attn_threads)
 {
 	const struct attn_case c = { .B = 2, .T = 50, .C = 32, .H = 4, .causal = 1, .p = 0.1,
@@ -628,13 +644,7 @@ START_TEST(test_attn_threads)
 	struct attn_out o[2];
 	for (int t = 0; t < 2; t++) {
 		struct fx f;
-		memset(&f, 0, sizeof f);
-		OK(kiln_registry_open(NULL, &f.reg));
-		OK(kiln_config_new(&f.cfg));
-		OK(kiln_config_override(f.cfg, t ? "run.threads=3" : "run.threads=1"));
-		OK(kiln_config_validate(f.cfg, f.reg));
-		OK(kiln_device_open(f.reg, f.cfg, g_name, 0, &f.dev));
-		OK(kiln_device_stream_create(f.dev, &f.s));
+		fx_threads(&f, t ? 3 : 1);
 		if (unsupported(&f, KILN_OP_ATTENTION)) {
 			fx_close(&f);
 			free(qkv), free(dy);
@@ -782,6 +792,53 @@ START_TEST(test_attn_decode_run)
 }
 END_TEST
 
+/* The CPU's workspace for ATTENTION_DECODE_RUN (the prefill plan holds
+ * it between prompts): a slot a thread for at most B * H threads, the
+ * most attn_team runs: 3 threads on 2 pairs ask for 2 slots, on 8 pairs
+ * for 3 (before, a slot for every thread of [run] threads); the run on 2
+ * pairs gives the same bytes on 1 and 3 threads. */
+START_TEST(test_attn_decode_slots)
+{
+	if (strcmp(g_name, "cpu"))
+		return; /* (the slots are the CPU plugin's) */
+	enum { T = 5, C = 2 * 64, TM = 256, NQ = T * 3 * C, NC = 2 * TM * 64 };
+	static const int Bs[2] = { 1, 4 };
+	size_t ws[2][2];
+	float *q = frandv(NQ), *kc = frandv(NC), *vc = frandv(NC), *y[2], *kr[2];
+	for (int t = 0; t < 2; t++) {
+		struct fx f;
+		fx_threads(&f, t ? 3 : 1);
+		for (int k = 0; k < 2; k++) {
+			struct kiln_op op;
+			void *plan = NULL;
+			attn_decode_op(&op, Bs[k], T, C, 2, TM, 0.125);
+			OK(kiln_device_prepare(f.dev, &op, &plan, &ws[t][k]));
+			kiln_device_plan_free(f.dev, plan);
+		}
+		/* the run at positions 3..7 of one row on the fewer slots */
+		struct kiln_op op;
+		const int32_t pos = 3;
+		attn_decode_op(&op, 1, T, C, 2, TM, 0.125);
+		void *dq = dput(&f, q, NQ * 4), *dp = dput(&f, &pos, 4), *dy = dput(&f, NULL, T * C * 4);
+		void *dk = dput(&f, kc, NC * 4), *dv = dput(&f, vc, NC * 4);
+		OK(run_op(&f, &op, (const void *const[]){ dq, dp }, (void *const[]){ dy, dk, dv }));
+		y[t] = malloc(T * C * 4), kr[t] = malloc(NC * 4);
+		dget(&f, y[t], dy, T * C * 4);
+		dget(&f, kr[t], dk, NC * 4);
+		DFREE(&f, dq, dp, dy, dk, dv);
+		fx_close(&f);
+	}
+	ck_assert_msg(!memcmp(y[0], y[1], T * C * 4) && !memcmp(kr[0], kr[1], NC * 4),
+		      "the run on 1 and 3 threads: not the same bytes");
+	free(q), free(kc), free(vc), free(y[0]), free(y[1]), free(kr[0]), free(kr[1]);
+	ck_assert_msg(ws[0][0] > 0 && ws[0][0] == ws[0][1], "1 thread: %zu and %zu bytes", ws[0][0], ws[0][1]);
+	ck_assert_msg(ws[1][0] == 2 * ws[0][0], "3 threads, 2 pairs: %zu bytes, not 2 slots of %zu", ws[1][0],
+		      ws[0][0]);
+	ck_assert_msg(ws[1][1] == 3 * ws[0][0], "3 threads, 8 pairs: %zu bytes, not 3 slots of %zu", ws[1][1],
+		      ws[0][0]);
+}
+END_TEST
+
 DEVICE_SUITE(attention, DFX_CASE(attn_loops), DFX_CASE(attn_far_scores), DFX_CASE(attn_torch), DFX_CASE(attn_dropout),
 	     DFX_CASE(attn_lowp), DFX_CASE(attn_refused), DFX_ONCE(attn_threads, 60),
-	     DFX_CASE(attn_lowp_shapes), DFX_CASE(attn_decode_run));
+	     DFX_CASE(attn_lowp_shapes), DFX_CASE(attn_decode_run), DFX_ONCE(attn_decode_slots, 60));

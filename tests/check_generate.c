@@ -1542,6 +1542,38 @@ START_TEST(test_prefill_held)
 }
 END_TEST
 
+/* Not held (kiln_generator_prefill_keep 0: [run] memory_limit, which
+ * kiln_generator_open reads, tests/generate.sh): the prefill plan, a
+ * second copy of the caches, is freed after every prompt, so each repeat
+ * of a prompt on a warm generator allocates it again (session 43's
+ * test_prefill_freed); held, a repeat allocates nothing. */
+START_TEST(test_prefill_freed)
+{
+	struct rig r;
+	const int32_t prompt[6] = { 4, 1, 7, 2, 9, 3 };
+	int32_t out[2];
+	const struct kiln_sample_opts s = { .temperature = 0 };
+	rig_open(&r, "", "", KILN_F32);
+	for (int keep = 0; keep < 2; keep++) {
+		struct kiln_generator *g;
+		ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+		kiln_generator_prefill_keep(g, keep);
+		ck_assert(kiln_generate(g, prompt, 6, 2, &s, out, NULL, NULL) == 0); /* warm */
+		for (int rep = 0; rep < 3; rep++) {
+			struct kiln_device_counters c0, c1;
+			kiln_device_counters_get(r.dev, &c0);
+			ck_assert(kiln_generate(g, prompt, 6, 2, &s, out, NULL, NULL) == 0);
+			kiln_device_counters_get(r.dev, &c1);
+			ck_assert_msg(keep ? c1.allocs == c0.allocs : c1.allocs > c0.allocs,
+				      "plan %s: %llu allocations at repeat %d of the prompt", keep ? "held" : "not held",
+				      (unsigned long long)(c1.allocs - c0.allocs), rep + 1);
+		}
+		kiln_generator_close(g);
+	}
+	rig_close(&r);
+}
+END_TEST
+
 /* kiln_generator_plan_samples makes the plan kiln_generate_samples uses
  * (a call of as many samples then makes none: no allocation), refuses
  * what does not fit as it does (KILN_EUSAGE naming the samples, here a
@@ -1600,7 +1632,7 @@ static Suite *make_generate_suite(void)
 		test_context_refused, NULL });
 	check_add_case(s, "prefill", 240, NULL, NULL, (const TTest *[]){
 		test_prefill_plan_logits, test_prefill_equals_steps, test_prefill_fewer_copies,
-		test_prefill_held,
+		test_prefill_held, test_prefill_freed,
 		test_plan_samples, NULL });
 	return s;
 }

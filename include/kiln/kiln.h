@@ -1368,7 +1368,9 @@ typedef kiln_status (*kiln_samples_fn)(void *user, int64_t sample, int32_t token
 /* n_samples continuations of one prompt (HuggingFace's
  * num_return_sequences), decoded at once: a decode plan of n_samples
  * rows, each row its own key/value caches (memory: n_samples times one
- * sequence's, besides the generator's one-row plan), the prompt fed once
+ * sequence's, besides the generator's one-row plan and, held between
+ * prompts unless [run] memory_limit is set, its prefill plan: another
+ * copy of the full-context caches, docs/generate.md), the prompt fed once
  * (its first n_prompt - 1 tokens to the one-row decode, prefilled there,
  * whose caches' positions of those tokens are copied into every row, then its last
  * token to every row: the same

@@ -686,8 +686,9 @@ static void attn_decode_head(const struct attn_dims *g, int64_t Tmax, const floa
  * keys, y_blk = P V[0..n).  A score sums its D terms in order (one FMA
  * each) where the step's dot_row sums them in vector lanes: the same
  * math, another rounding (the prefill tests' 1e-5 against the steps);
- * the softmax and P V add in the step's order.  ws: the thread's
- * attn_run_floats(Tmax, D) floats. */
+ * P V adds in the step's order but with FMA tiles (attn_mm_run: rounded
+ * once) where the step multiplies then adds: another rounding again.
+ * ws: the thread's attn_run_floats(Tmax, D) floats. */
 static void attn_decode_run_head(const struct attn_dims *g, int64_t Tmax, int64_t t0,
 				 const float *qkv, float *y, float *kc, float *vc, float *ws,
 				 int64_t b, int64_t h)
@@ -755,7 +756,10 @@ kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->sz[1] = qkv->dims[1];
 	p->sz[2] = qkv->dims[2] / 3;
 	p->sz[3] = op->i[0];
-	p->sz[4] = c->threads; /* workspace slots */
+	/* workspace slots: a thread's for each of at most B * H threads
+	 * (attn_team runs no more; session 44's run slot is ~100x a step's,
+	 * held by the generator's prefill plan between prompts) */
+	p->sz[4] = c->threads < p->sz[0] * p->sz[3] ? c->threads : p->sz[0] * p->sz[3];
 	p->n = cpu_numel(qkv);
 	p->workspace = sizeof(float) * (size_t)(attn_thread_floats(p->sz[1], p->sz[2] / p->sz[3]) * p->sz[4]);
 	p->n_in = op->n_in;
