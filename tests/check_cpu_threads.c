@@ -9,6 +9,7 @@
 #include <kiln/plugin.h>
 
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include "check_main.h"
 
@@ -481,8 +482,10 @@ END_TEST
 /* A stage's waits tallied by how they ended (cpu_wait_tally_add; stream.c
  * logs them as the "stage waits" line bench/pipeline.sh reads): counts,
  * the latencies' sums and maxima per ending, the late turns' length only
- * for LATE, a negative latency (a record stamped on another CPU's clock
- * after the look) as 0, NONE not counted. */
+ * for LATE, a negative latency as 0 (the event recorded again, a later
+ * generation's record overwriting done_ns, before the waiter's look),
+ * NONE not counted; the lock's retaking averaged over the waits that
+ * spun (cpu_wait_tally_spun), not over every wait. */
 START_TEST(test_wait_tally)
 {
 	struct cpu_wait_tally w = { 0 };
@@ -500,13 +503,22 @@ START_TEST(test_wait_tally)
 	ck_assert_int_eq(w.after_ns[CPU_WAIT_LATE], 70000);
 	ck_assert_int_eq(w.after_ns[CPU_WAIT_LIMIT], 40000);
 	ck_assert_int_eq(w.turn_ns, 120000);
+	ck_assert(cpu_wait_tally_lock_us(&w) == 0);
+	cpu_wait_tally_spun(&w, 300);
+	cpu_wait_tally_spun(&w, 100);
+	cpu_wait_tally_add(&w, CPU_WAIT_BACKOFF, 9000, 0); /* no spin, no lock's retaking */
+	ck_assert_int_eq(w.n[CPU_WAIT_BACKOFF], 1);
+	ck_assert_int_eq(w.spins, 2);
+	ck_assert_msg(fabs(cpu_wait_tally_lock_us(&w) - 0.2) < 1e-12, "lock retaken in %g us, want 0.2",
+		      cpu_wait_tally_lock_us(&w));
 }
 END_TEST
 
 /* The spin's back-off (cpu_spin_backoff): none until a late turn; then the
  * next 1, 2, 4, ... waits (up to CPU_SPIN_BACKOFF_MAX) sleep at once, the
- * doubling kept through a spin that reached stage_spin_us, reset by a spin
- * whose turns all came back at once. */
+ * doubling kept through a spin that reached stage_spin_us, reset only by a
+ * spin that saw the event with every turn back at once (SEEN); off
+ * (stage_backoff = 0): never a skip. */
 START_TEST(test_spin_backoff)
 {
 	struct cpu_spin_backoff b = { 0 };
@@ -533,6 +545,12 @@ START_TEST(test_spin_backoff)
 	b.skip = 0;
 	cpu_spin_backoff(&b, CPU_WAIT_LATE);
 	ck_assert_int_eq(b.skip, 1);
+	/* [plugin.cpu] stage_backoff = 0: no late turn makes a wait skip */
+	struct cpu_spin_backoff off = { .off = 1 };
+	for (int k = 0; k < 3; k++) {
+		cpu_spin_backoff(&off, CPU_WAIT_LATE);
+		ck_assert(!cpu_spin_skip(&off));
+	}
 }
 END_TEST
 

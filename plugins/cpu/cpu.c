@@ -218,6 +218,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	int keep_weights = 1; /* [plugin.cpu] keep_weights, unset (no config) */
 	int keep_widened = 1; /* [plugin.cpu] keep_widened, unset (no config) */
 	int64_t spin_us = 5000; /* [plugin.cpu] stage_spin_us, unset (no config) */
+	int backoff = 1; /* [plugin.cpu] stage_backoff, unset (no config) */
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
@@ -227,6 +228,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		if ((st = cpu_async_choice(host, cfg, opts, &async, &async_rule)))
 			return st;
 		st = host->config_get_int(cfg, "plugin.cpu", "stage_spin_us", &spin_us);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
+		st = host->config_get_bool(cfg, "plugin.cpu", "stage_backoff", &backoff);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		st = host->config_get_bool(cfg, "plugin.cpu", "graph", &graph);
@@ -280,6 +284,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->async_auto = async_rule;
 	c->beside = cpu_async_get(c) && opts->version >= 3 && opts->peers > 1;
 	c->spin_ns = c->beside ? (int64_t)spin_us * 1000 : 0;
+	c->backoff.off = !backoff;
 	c->graph = graph;
 	c->keep_weights = keep_weights;
 	c->bf16_conv = kk.kern[0];
@@ -909,11 +914,20 @@ static const struct kiln_key cpu_keys[] = {
 	  "sooner than a yielding watcher gets its turn back.  A sleeper's wake-up costs "
 	  "tens to hundreds of microseconds, more on a virtual machine whose idle CPU "
 	  "halts, and each micro-batch crosses twice (docs/PERFORMANCE.md, issue 21, "
-	  "session 10).  After a turn that came back late the device's next waits sleep "
-	  "at once, 1, 2, 4, ... up to 64 of them, until a spin's turns all come back at "
-	  "once again (since session 44: a late turn costs the other thread's slice even "
-	  "when the pass is then done; docs/pipeline.md).  0: sleep at once; 100: the "
-	  "length of the poll before this key." },
+	  "session 10).  With stage_backoff = 1, after a turn that came back late the "
+	  "device's next waits sleep at once: 1 after the first late turn, then 2, 4, ... "
+	  "up to 64 after each further one, the doubling starting again from 1 only after "
+	  "a spin that saw the pass with every turn back at once (a spin that reaches "
+	  "stage_spin_us leaves it as it was).  0: sleep at once; 100: the length of the "
+	  "poll before this key." },
+	{ "stage_backoff", KILN_KEY_BOOL, "1", 0, 0, NULL,
+	  "With `[run] devices` and stage_spin_us > 0: after a turn of a stage's spin that "
+	  "came back late, that device's next waits sleep at once instead of spinning "
+	  "(1, 2, 4, ... up to 64; see stage_spin_us), since session 44: a late turn has "
+	  "already cost the waiter the other thread's slice even when the pass is then "
+	  "done, where a sleeper is woken with a preemption (docs/pipeline.md).  0: every "
+	  "wait spins up to stage_spin_us, as before session 44 (for measuring).  Results "
+	  "do not depend on it." },
 	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Capture the training step after a warm-up step and replay it, as [plugin.cuda] "
 	  "graph = 1 does on the GPU: here the step's tasks are recorded once and issued "

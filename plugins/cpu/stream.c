@@ -28,7 +28,9 @@
  * bubble counted.  It spins up to [plugin.cpu] stage_spin_us while each
  * turn gets the core straight back (cpu_spin_on, threads.h): a stage with
  * a core of its own waits through the fill and drain without sleeping,
- * one that shares its core sleeps at its first late turn.
+ * one that shares its core sleeps at its first late turn, and after it
+ * its next waits sleep at once, backing off (cpu_spin_backoff; [plugin.cpu]
+ * stage_backoff = 0: no back-off).
  *
  * Errors are sticky: the first kernel failure on a stream is kept, later
  * kernels and copies on that stream are skipped (their inputs are
@@ -73,8 +75,9 @@ struct cpu_event {
 	struct cpu_event *prev, *next;
 	uint64_t target; /* generation of the latest record */
 	uint64_t done;   /* highest generation whose marker was reached */
-	int64_t done_ns; /* the clock (mono_ns) when `done` last moved: a
-			  * stage's wait tallies how late it went on (cpu_wait_tally) */
+	int64_t done_ns; /* the clock (mono_ns) when `done` last moved, in a
+			  * context beside peers (c->beside): a stage's wait
+			  * tallies how late it went on (cpu_wait_tally) */
 	int refs;        /* queued tasks that point at this event */
 	int waiters;     /* threads asleep until it completes (event_sleep) */
 	struct cpu_err err; /* the recording stream's error when `done` was set */
@@ -102,8 +105,8 @@ static int64_t mono_ns(void)
 /* Before sleeping on event ev (caller holds the lock): with c->spin_ns,
  * watch it reach generation gen, unlocked, yielding the core between
  * looks, for as long as cpu_spin_on says, unless the spin backs off
- * (cpu_spin_backoff: a recent late turn).  Returns how the watch ended:
- * CPU_WAIT_NONE (no wait: not beside peers, or the event was done),
+ * (cpu_spin_backoff: a recent late turn, with stage_backoff).  Returns
+ * how the watch ended: CPU_WAIT_NONE (no wait: not beside peers, or the event was done),
  * CPU_WAIT_SEEN (seen while every turn came back at once), CPU_WAIT_LATE
  * (the last turn came back late, *late_ns long: seen then or not),
  * CPU_WAIT_LIMIT (stage_spin_us), CPU_WAIT_BACKOFF (no spin). */
@@ -126,7 +129,7 @@ static int spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen
 	}
 	const int seen = __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen;
 	pthread_mutex_lock(c->lock);
-	c->waits.lock_ns += mono_ns() - t;
+	cpu_wait_tally_spun(&c->waits, mono_ns() - t);
 	*late_ns = turn;
 	const int how = turn >= CPU_WAIT_TURN_NS ? CPU_WAIT_LATE : seen ? CPU_WAIT_SEEN : CPU_WAIT_LIMIT;
 	cpu_spin_backoff(&c->backoff, how);
@@ -196,7 +199,11 @@ static void *cpu_worker(void *arg)
 		}
 		case CPU_T_RECORD:
 			if (t->ev->done < t->gen) {
-				t->ev->done_ns = mono_ns();
+				/* only a context beside peers tallies its waits,
+				 * and only peers (all beside, or none: one
+				 * config, one peer count) wait on its events */
+				if (c->beside)
+					t->ev->done_ns = mono_ns();
 				__atomic_store_n(&t->ev->done, t->gen, __ATOMIC_RELEASE);
 				/* (the message only with a failure: 2 KiB) */
 				if (s->err.st)
@@ -687,7 +694,7 @@ static void wait_tally_log(const struct cpu_ctx *c)
 	c->host->log(KILN_LOG_INFO, "cpu",
 		     "stage waits (threads %d) for another context's event: %lld; seen spinning %lld (a mean %.1f us after the record, max %.0f; the lock retaken in %.2f us), a late turn %lld (went on %.1f us after, max %.0f; the late turns %.1f us), slept at stage_spin_us %lld (woke %.1f us after, max %.0f), slept at once backing off %lld (woke %.1f us after, max %.0f)",
 		     c->threads, (long long)n, (long long)w->n[0], mean[0], (double)w->after_max_ns[0] / 1e3,
-		     (double)w->lock_ns / 1e3 / (double)n,
+		     cpu_wait_tally_lock_us(w),
 		     (long long)w->n[1], mean[1], (double)w->after_max_ns[1] / 1e3,
 		     w->n[1] ? (double)w->turn_ns / 1e3 / (double)w->n[1] : 0, (long long)w->n[2], mean[2],
 		     (double)w->after_max_ns[2] / 1e3, (long long)w->n[3], mean[3], (double)w->after_max_ns[3] / 1e3);

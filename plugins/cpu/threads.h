@@ -258,28 +258,32 @@ enum { CPU_WAIT_SEEN, CPU_WAIT_LATE, CPU_WAIT_LIMIT, CPU_WAIT_BACKOFF, CPU_WAIT_
 /* A context's stage waits by how they ended (under the context's lock):
  * how many, how long after the event's record the stream went on (the
  * hand-off's latency in the device), and for LATE the late turns' length.
- * Logged when the context closes (cpu_wait_tally_log), so that a
+ * Logged when the context closes (stream.c's wait_tally_log), so that a
  * hand-off's latency is told apart: a spinner's look, or a sleeper's
  * wake-up (docs/pipeline.md, "Hand-offs between stage threads"). */
 struct cpu_wait_tally {
 	int64_t n[4];
 	int64_t after_ns[4], after_max_ns[4];
 	int64_t turn_ns; /* the late turns' sum */
-	int64_t lock_ns; /* the spins' retaking of the lock, summed */
+	int64_t spins;   /* the waits that spun (SEEN, LATE, LIMIT after a spin) */
+	int64_t lock_ns; /* those spins' retaking of the lock, summed */
 };
 /* The spin's back-off where the core is not the stage's alone: a turn
  * that came back late cost the waiter another thread's slice (ms on a busy
  * machine) even when the event was then done, where a sleeper is woken
- * with a preemption (at load 8 on 2 cores the waits that spun went on
- * 3.4-6.1 ms after the record, the sleepers 0.26-2.4 ms: docs/PERFORMANCE.md,
+ * with a preemption (at load 6-8 on 2 cores the waits that spun went on
+ * 3.0-6.1 ms after the record, the sleepers 0.26-2.4 ms: docs/PERFORMANCE.md,
  * session 44).  So after a late turn the context's next `skip` waits sleep
  * at once, skip doubling with each late turn (1, 2, 4, ... up to
- * CPU_SPIN_BACKOFF_MAX) and back to 0 at a spin whose turns all came back
- * at once: a stage with a core of its own keeps spinning; one that shares
- * its core (or a busy machine) mostly sleeps, trying a spin again now and
- * then.  (Under the context's lock.) */
+ * CPU_SPIN_BACKOFF_MAX).  Only a SEEN spin (the event seen with every turn
+ * back at once) starts the doubling again from 1; a spin that reached
+ * stage_spin_us (LIMIT) leaves it as it was.  A stage with a core of its
+ * own keeps spinning; one that shares its core (or a busy machine) mostly
+ * sleeps, trying a spin again now and then.  off ([plugin.cpu]
+ * stage_backoff = 0): never, every wait spins.  (Under the context's lock.) */
 #define CPU_SPIN_BACKOFF_MAX 64
 struct cpu_spin_backoff {
+	int off;  /* stage_backoff = 0: no wait ever skips its spin */
 	int next; /* the skip the next late turn sets */
 	int skip; /* waits left to sleep at once */
 };
@@ -294,6 +298,8 @@ static inline int cpu_spin_skip(struct cpu_spin_backoff *b)
 /* A spin ended how (CPU_WAIT_*): the next waits' back-off. */
 static inline void cpu_spin_backoff(struct cpu_spin_backoff *b, int how)
 {
+	if (b->off)
+		return;
 	if (how == CPU_WAIT_LATE) {
 		b->next = b->next ? (2 * b->next < CPU_SPIN_BACKOFF_MAX ? 2 * b->next : CPU_SPIN_BACKOFF_MAX) : 1;
 		b->skip = b->next;
@@ -313,6 +319,17 @@ static inline void cpu_wait_tally_add(struct cpu_wait_tally *w, int how, int64_t
 		w->after_max_ns[how] = after_ns;
 	if (how == CPU_WAIT_LATE)
 		w->turn_ns += turn_ns;
+}
+/* A wait that spun: its retaking of the lock, lock_ns long. */
+static inline void cpu_wait_tally_spun(struct cpu_wait_tally *w, int64_t lock_ns)
+{
+	w->spins++;
+	w->lock_ns += lock_ns;
+}
+/* The mean retaking of the lock after a spin, in microseconds (0: none). */
+static inline double cpu_wait_tally_lock_us(const struct cpu_wait_tally *w)
+{
+	return w->spins ? (double)w->lock_ns / 1e3 / (double)w->spins : 0;
 }
 
 #endif
