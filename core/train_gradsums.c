@@ -198,10 +198,5 @@ int trainer_sums_taken(struct trainer *t)
 	const int taken = t->clip_sums && t->n_sums && t->sums_run == t->n_sums &&
 			  t->m->bwd_hook == sums_hook && !trainer_grad_fn;
 	t->sums_run = 0;
-	if (taken && !t->sums_said) {
-		kiln_log(KILN_LOG_DEBUG, "train", "non-finite check from per-layer sums (step %lld)",
-			 (long long)t->step + 1);
-		t->sums_said = 1;
-	}
 	return taken;
 }
