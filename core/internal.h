@@ -402,6 +402,15 @@ kiln_status kiln_device_host_alloc_named(struct kiln_device *dev, size_t bytes, 
  * yet (kiln_device_prepare is then KILN_ENOTSUP naming the op). */
 int kiln_device_has_op(const struct kiln_device *dev, int type);
 
+/* core/train_gradsums.c: why the gradients' block sums cannot be taken
+ * in m's backward (the trainer does not open them, `kiln memory` does not
+ * count their buffer), NULL where they can: shared, gradients averaged
+ * or cut after the backward (DDP, ZeRO-1: ranks > 1 or a communicator;
+ * pipe: the model's stages); acc, [train] accumulate; and m's loss
+ * scaler, backward hook, the gradient hook (kiln_set_grad_hook) and
+ * whether m's device has KILN_OP_GRAD_SUMSQ. */
+const char *kiln_grad_sums_why_not(const struct kiln_model *m, int shared, int pipe, int64_t acc);
+
 /* core/device.c: the plan of out0 = in0 + in1 over n f32 (in place:
  * out0 may be in0), for gradient sums. */
 kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **plan);

@@ -573,6 +573,24 @@ static void plan_bytes(const struct kiln_plan *ptrain, const struct kiln_plan *p
 	}
 }
 
+/* The gradients' block sums (core/train_gradsums.c; a few KiB) where
+ * the trainer takes them: the check runs and kiln_grad_sums_why_not has
+ * no objection (before session 44's review counted wherever the check
+ * ran: fp16, accumulate, DDP, ZeRO-1, pipeline and CUDA too). */
+static size_t grad_sums_bytes(const struct mem_setup *s)
+{
+	int pipe = 0;
+	if (!(s->tc.skip_nonfinite || s->tc.clip_norm > 0 || s->tc.clip_value > 0))
+		return 0;
+	if (kiln_pipe_wanted(s->cfg, s->m, &pipe)) { /* (said by the pipeline's print) */
+		kiln_clear_error();
+		return 0;
+	}
+	if (kiln_grad_sums_why_not(s->m, s->world > 1, pipe, s->tc.accumulate))
+		return 0;
+	return (s->m->n_trainable + 1023) / 1024 * sizeof(float);
+}
+
 /* The optimizer's extras, the device input slots, and the host side:
  * the loaders' staging rings and the trainer's host slots and orders
  * (and the shared gradients). */
@@ -588,11 +606,7 @@ static void io_bytes(const struct mem_setup *s, int64_t B, int64_t EB, size_t sh
 	 * loss seed: 64 bytes each) */
 	out->other = (m->wd_groups ? m->n_trainable * sizeof(float) : 0) +
 		     (m->offsets_d ? (size_t)(m->n_tensors + 1) * sizeof(int64_t) : 0) +
-		     m->optim_ws_bytes + (s->tc.accumulate > 1 ? 8 : 7) * 64 +
-		     /* the gradients' block sums (core/train_gradsums.c; a few
-		      * KiB, counted wherever the check runs) */
-		     (s->tc.skip_nonfinite || s->tc.clip_norm > 0 || s->tc.clip_value > 0
-			      ? (m->n_trainable + 1023) / 1024 * sizeof(float) : 0);
+		     m->optim_ws_bytes + (s->tc.accumulate > 1 ? 8 : 7) * 64 + grad_sums_bytes(s);
 	/* the trainer's two device input slots (samples and labels), and the
 	 * f32 input the device widens u8/bf16 samples into: rows of the
 	 * larger batch that will run (core/train_buffers.c alloc_buffers;

@@ -781,7 +781,7 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 			BAD(KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
 		if (unscale && numel(&op->in[1]) != 4)
 			BAD(KILN_EINVAL, "wants the scaler state f32[4] as in1");
-		if (sums && numel(&op->in[1]) != (n + 1023) / 1024)
+		if (sums && (numel(&op->in[1]) != (n + 1023) / 1024 || op->in[1].dtype != KILN_F32))
 			BAD(KILN_EINVAL, "wants the block sums f32[ceil(n / 1024)] as in1");
 		return KILN_OK;
 	}
@@ -790,8 +790,8 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 			return st;
 		const int64_t n = op->i[0], nb = (n + 1023) / 1024;
 		if (n <= 0 || numel(&op->in[0]) != n || numel(&op->out[0]) != nb ||
-		    op->i[1] < 0 || op->i[1] > op->i[2] || op->i[2] > nb)
-			BAD(KILN_EINVAL, "wants grads [n = i[0]], sums [ceil(n / 1024)] and blocks 0 <= i[1] <= i[2] <= ceil(n / 1024) (got %lld, %lld)",
+		    op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32 || op->i[1] < 0 || op->i[1] > op->i[2] || op->i[2] > nb)
+			BAD(KILN_EINVAL, "wants f32 grads [n = i[0]], f32 sums [ceil(n / 1024)] and blocks 0 <= i[1] <= i[2] <= ceil(n / 1024) (got %lld, %lld)",
 			    (long long)op->i[1], (long long)op->i[2]);
 		return KILN_OK;
 	}

@@ -169,6 +169,7 @@ struct trainer {
 	void *clip_sums;
 	struct grad_sums_range *sums;
 	int n_sums, sums_run;
+	int sums_said; /* the first step taking them logged (debug) */
 	float *sums_d;
 	float *clip_d;             /* its state f32[4]: norm, finite, skipped, clipped */
 	float *clip_host;

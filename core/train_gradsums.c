@@ -141,17 +141,24 @@ void trainer_sums_free(struct trainer *t)
 	}
 }
 
+const char *kiln_grad_sums_why_not(const struct kiln_model *m, int shared, int pipe, int64_t acc)
+{
+	return shared || pipe ? "the gradients are averaged or cut after the backward"
+	       : acc > 1      ? "[train] accumulate > 1"
+	       : m->scaler_d  ? "loss scaling (the gradients are unscaled first)"
+	       : m->bwd_hook  ? "another backward hook"
+	       : trainer_grad_fn ? "a gradient hook is installed (kiln_set_grad_hook)"
+	       : !kiln_device_has_op(m->dev, KILN_OP_GRAD_SUMSQ) ? "the device has no GRAD_SUMSQ"
+							  : NULL;
+}
+
 kiln_status trainer_sums_open(struct trainer *t)
 {
 	struct kiln_model *m = t->m;
 	const int64_t n = (int64_t)m->n_trainable, nb = (n + SUMS_BLK - 1) / SUMS_BLK;
-	const char *why = t->dist || t->pipe ? "the gradients are averaged or cut after the backward"
-			  : t->acc > 1	       ? "[train] accumulate > 1"
-			  : m->scaler_d	       ? "loss scaling (the gradients are unscaled first)"
-			  : m->bwd_hook	       ? "another backward hook"
-					       : NULL;
 	if (!t->clip || !nb)
 		return KILN_OK;
+	const char *why = kiln_grad_sums_why_not(m, t->dist != NULL, t->pipe != NULL, t->acc);
 	if (why) {
 		kiln_log(KILN_LOG_DEBUG, "train", "the gradients' check is one pass before the optimizer: %s", why);
 		return KILN_OK;
@@ -164,9 +171,13 @@ kiln_status trainer_sums_open(struct trainer *t)
 	free(ready);
 	if (!st)
 		st = sums_clip(t, n, nb);
-	if (st == KILN_ENOTSUP) {
+	/* a device that refuses either op (an outside 2.32 device without
+	 * has_op may answer KILN_EINVAL or KILN_EINTERNAL, not KILN_ENOTSUP)
+	 * keeps the one pass; out of memory stops the run, as elsewhere */
+	if (st && st != KILN_ENOMEM) {
 		kiln_log(KILN_LOG_DEBUG, "train", "the gradients' check is one pass before the optimizer: %s",
 			 kiln_last_error());
+		kiln_clear_error();
 		trainer_sums_free(t);
 		return KILN_OK;
 	}

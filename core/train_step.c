@@ -254,6 +254,10 @@ static kiln_status optim_ops(struct trainer *t)
 		const int sums = trainer_sums_taken(t);
 		if (sums)
 			a.in[1] = t->sums_d;
+		if (sums && !t->sums_said) /* (once: tests/grad_sums.sh) */
+			kiln_log(KILN_LOG_DEBUG, "train", "non-finite check from per-layer sums (step %lld)",
+				 (long long)t->step + 1);
+		t->sums_said |= sums;
 		trainer_label(t, "clip", KILN_PHASE_OPTIMIZER);
 		/* stages on ranks: the norm and the skip are the pipe's */
 		st = kiln_dist_pipe_norms(t->dist, t->compute);

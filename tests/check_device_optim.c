@@ -739,7 +739,7 @@ END_TEST
  * GRAD_CLIP sums them: a block's sum on its own is the norm's square of
  * that block (GRAD_CLIP over the block's elements alone); the blocks
  * past i[2] and before i[1] keep what they held.  Ranges outside the
- * blocks are refused. */
+ * blocks are refused, and sums or gradients not f32 (GRAD_CLIP's too). */
 START_TEST(test_grad_sumsq_range)
 {
 	struct fx f;
@@ -776,6 +776,21 @@ START_TEST(test_grad_sumsq_range)
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
 	op.i[1] = 3, op.i[2] = 2;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	/* f32 gradients and sums alone (core/opcheck.c), as GRAD_CLIP's sums */
+	op.i[1] = 2, op.i[2] = 5;
+	op.out[0].dtype = KILN_BF16;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	op.out[0].dtype = KILN_F32, op.in[0].dtype = KILN_BF16;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GRAD_CLIP;
+	op.n_in = 2, op.n_out = 2;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	op.in[1] = td(KILN_BF16, 1, nb, 0);
+	op.out[1] = td(KILN_F32, 1, 4, 0);
+	op.i[0] = n;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	kiln_clear_error();
 	DFREE(&f, dg, ds);
 	free(g);
 	fx_close(&f);

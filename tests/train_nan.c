@@ -12,7 +12,8 @@
  * one process).  The last element may be alignment padding after the head
  * bias, in no parameter: the norm sees it, the optimizer does not (and
  * backward never rewrites it: every later step's norm is NaN too).
- * Plugins come from KILN_PLUGIN_PATH.  Exit 0 when the training
+ * Plugins come from KILN_PLUGIN_PATH; KILN_LOG_LEVEL=debug logs at debug
+ * level, as `kiln` does (tests/grad_sums.sh).  Exit 0 when the training
  * succeeded, 1 with kiln's error otherwise. */
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
@@ -63,6 +64,8 @@ int main(int argc, char **argv)
 	kiln_status st;
 	if (index)
 		in.index = strtoll(index, NULL, 10);
+	if (getenv("KILN_LOG_LEVEL") && !strcmp(getenv("KILN_LOG_LEVEL"), "debug"))
+		kiln_log_set_level(KILN_LOG_DEBUG);
 	if (argc >= 3) {
 		in.step = in.last = strtoll(argv[1], &end, 10);
 		if (*end == '-')

@@ -380,7 +380,8 @@ CPU_CLONES static double sumsq_span(const float *g, int64_t n, float mul)
  * side by side are the same sums with four additions in flight
  * (tests/check_device_optim: test_grad_clip_order).  x * 1.0f is x, so
  * one loop serves GRAD_CLIP's mul = 1 and UNSCALE's 1/s.  No FMA: the
- * avx2 clone has none to contract into.  AVX-512 machines: the avx512f
+ * avx2 target has none, and -ffp-contract=off (configure.ac) fuses no
+ * multiply-add in any clone.  AVX-512 machines: the avx512f
  * version below (session 44). */
 __attribute__((target("avx2"))) static inline float sumsq_lanes_avx2(__m256 v)
 {
@@ -452,7 +453,8 @@ __attribute__((target("avx2"))) static void sumsq_parts_x4(const float *g, int64
  * sum per block (lane l the block's elements l, l + 16, ...; a short
  * block's len % 16 last elements, or all of a block under 16, into lane 0
  * in order), each element squared rounded and then added (vmulps, vaddps:
- * the clone has no FMA), the lanes added 0..15 in f32 from 0: one chain
+ * avx512f has FMA, but the plugin is built with -ffp-contract=off,
+ * configure.ac, so neither the clone nor this fuses one), the lanes added 0..15 in f32 from 0: one chain
  * of vaddps (4 cycles) a block, 16 bytes a cycle, so GRAD_CLIP's pass ran
  * at 36 GB/s from the core's own cache (44 us of the MLP's fc1
  * gradients).  Four blocks' chains side by side are the same sums

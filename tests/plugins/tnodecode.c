@@ -11,7 +11,11 @@
  * is refused them (tests/optim_old_abi.sh); and "tnorun": the CPU device
  * under ABI 2.31 whose has_op says no to ATTENTION_DECODE_RUN, as a
  * device written for ATTENTION_DECODE alone and rebuilt against 2.31's
- * headers does: the prompt is fed a position a step on it too.
+ * headers does: the prompt is fed a position a step on it too; and
+ * "tnosums": the CPU device under ABI 2.32 whose prepare answers
+ * KILN_EINVAL for GRAD_SUMSQ, as an outside 2.32 device without the op
+ * and without has_op may: `kiln train` keeps GRAD_CLIP's one pass on it
+ * (tests/grad_sums.sh).
  *
  * Not installed, not in the default search path (check_LTLIBRARIES).
  */
@@ -20,8 +24,10 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-static struct kiln_device_ops ops, ops_norun;
-static struct kiln_plugin plug, plug28, plug_norun;
+static struct kiln_device_ops ops, ops_norun, ops_nosums;
+static struct kiln_plugin plug, plug28, plug_norun, plug_nosums;
+static const struct kiln_host *host0;
+static kiln_status (*cpu_prepare)(void *, const struct kiln_op *, void **, size_t *);
 
 static int has_op(void *ctx, int type)
 {
@@ -35,9 +41,17 @@ static int has_op_norun(void *ctx, int type)
 	return type != KILN_OP_ATTENTION_DECODE_RUN;
 }
 
+static kiln_status prepare_nosums(void *ctx, const struct kiln_op *op, void **plan, size_t *ws)
+{
+	if (op->type == KILN_OP_GRAD_SUMSQ) {
+		return host0->error(KILN_EINVAL, "tnosums: GRAD_SUMSQ: bad op");
+	}
+	return cpu_prepare(ctx, op, plan, ws);
+}
+
 KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
 {
-	static const struct kiln_plugin *list[] = { &plug, &plug28, &plug_norun, NULL };
+	static const struct kiln_plugin *list[] = { &plug, &plug28, &plug_norun, &plug_nosums, NULL };
 	void *h = dlopen(CPU_SO, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		fprintf(stderr, "kiln-tnodecode: %s\n", dlerror());
@@ -47,11 +61,18 @@ KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struc
 	const struct kiln_plugin *const *l = init ? init(host) : NULL;
 	if (!l || !l[0])
 		return NULL;
-	plug = plug28 = plug_norun = *l[0];
+	host0 = host;
+	plug = plug28 = plug_norun = plug_nosums = *l[0];
 	plug28.name = "tprefill28";
 	plug28.abi_minor = 28;
 	plug28.keys = NULL;
-	ops = ops_norun = *(const struct kiln_device_ops *)plug.ops;
+	ops = ops_norun = ops_nosums = *(const struct kiln_device_ops *)plug.ops;
+	cpu_prepare = ops_nosums.prepare;
+	ops_nosums.prepare = prepare_nosums;
+	ops_nosums.has_op = NULL;
+	plug_nosums.ops = &ops_nosums;
+	plug_nosums.name = "tnosums";
+	plug_nosums.keys = NULL;
 	ops_norun.has_op = has_op_norun;
 	plug_norun.ops = &ops_norun;
 	plug_norun.name = "tnorun";
