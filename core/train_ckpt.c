@@ -201,6 +201,8 @@ static kiln_status checkpoint(struct trainer *t, const struct kiln_ckpt_evaluate
 	const double secs = trainer_set_aside(t, t0);
 	if (!st)
 		t->named_step = t->pos.step;
+	if (t->rank) /* (rank 0 names the checkpoints it writes) */
+		path[0] = 0;
 	if (st || t->rank)
 		return st;
 	/* (the run's last checkpoint written again with the numbers of the
@@ -732,9 +734,15 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	*found = 1;
 	/* the run's newest checkpoint until it writes one: what a resume that
 	 * has nothing left to do (past its last epoch, or early-stopped)
-	 * reports as its "checkpoint" */
-	snprintf(t->res->checkpoint, sizeof t->res->checkpoint, "%s", path);
-	t->named_step = tr.step;
+	 * reports as its "checkpoint".  Rank 0's alone, as the checkpoints
+	 * it writes: a stage's rank reading its own (kiln_dist_pipe_resumes)
+	 * names none, as the ranks rank 0 broadcast to (trainer_resume; before
+	 * session 44 it kept this name past later checkpoints, named_step
+	 * following them, and printed it as its "trained weights") */
+	if (!t->rank) {
+		snprintf(t->res->checkpoint, sizeof t->res->checkpoint, "%s", path);
+		t->named_step = tr.step;
+	}
 	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
 		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);
 	if (*t->resume_file) { /* (kept for the per-stage or sharded load) */

@@ -18,16 +18,20 @@
 #   zero  2 ranks, batch 4, [dist] zero = 1
 #   pipe  2 stages on 2 ranks ([dist] pipeline = 2, D = 1), batch 8 in 2
 #         micro-batches, fc2 and the loss on stage 1
+#   pipez the same with [dist] zero = 1: each evaluation on the gathered
+#         model, sharded over both ranks (core/train_eval.c, eval_gathered)
 # Each equals the 1-process run (batch 8): every step's logged lr
 # (metrics.jsonl, log_every = 1) within 1e-6 relative, every evaluation's
 # loss within 1e-5 relative, and ckpt-24.kiln's params and momentum
 # within 1e-5 (ckpt_tool close, as tests/dist_zero.sh); and the rate is
 # cut at least once (each run's rank 0 logs "lr 0.5 -> 0.25", and the
-# last step's lr is below 0.5).  ddp and pipe resumed from their
+# last step's lr is below 0.5).  Each resumed from its
 # ckpt-12.kiln (after 2 cuts: the checkpoint's "plateau" section, read by
-# rank 0 and broadcast, or read by each stage's rank) resume at step 13's
-# rate and end with the uninterrupted run's ckpt-24.kiln, its params,
-# momentum and plateau state byte for byte.
+# rank 0 and broadcast, or by each stage's rank in pipe) resumes at step 13's
+# rate and ends with the uninterrupted run's ckpt-24.kiln, its params,
+# momentum and plateau state byte for byte; and its "trained weights"
+# lines are the uninterrupted run's: rank 0's ckpt-24.kiln alone (before
+# session 44 pipe's rank 1, which read ckpt-12.kiln itself, named it).
 name=dist_plateau needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
 need_source idx
@@ -74,12 +78,13 @@ losses "$tmp/one" | LC_ALL=C sort > "$tmp/one.loss"
 [ "$(wc -l < "$tmp/one.lr")" = 24 ] || bad "one: $(wc -l < "$tmp/one.lr") train events with an lr, want 24"
 r13=$(awk '$1 == 13 { print $2 }' "$tmp/one.lr")
 
-for how in ddp zero pipe; do
+for how in ddp zero pipe pipez; do
 	n=2
 	case $how in
 	ddp) set -- train.batch=4 ;;
 	zero) set -- train.batch=4 dist.zero=1 ;;
 	pipe) set -- dist.pipeline=2 layer.fc2.stage=1 pipeline.micro_batches=2 ;;
+	pipez) set -- dist.pipeline=2 layer.fc2.stage=1 pipeline.micro_batches=2 dist.zero=1 ;;
 	esac
 	KILN_MASTER_PORT=$(free_port 5) timeout 120 "$kiln" launch -n $n -- "$kiln" train "$ini" \
 		run.comm=gloo run.out_dir="$tmp/$how" "$@" > "$tmp/$how.log" 2>&1 ||
@@ -93,7 +98,8 @@ for how in ddp zero pipe; do
 	grep -q "schedule = plateau: test loss .* lr 0.5 -> 0.25" "$tmp/$how.log" ||
 		bad "$how: no cut of the rate from 0.5 to 0.25 logged"
 	echo "$how: lr by step $(sort -n "$tmp/$how.lr" | awk '{ printf "%s ", $2 }')"
-	[ $how != zero ] || continue
+	[ $how != pipez ] || [ "$(grep -c "the model is created and initialised whole at start-up: ZeRO-1" "$tmp/$how.log")" = 2 ] ||
+		bad "pipez: the ranks do not evaluate the gathered model"
 	rm -rf "$tmp/${how}r"
 	mkdir -p "$tmp/${how}r/checkpoints"
 	cp "$(ck "$how" 12)" "$tmp/${how}r/checkpoints/"
@@ -105,6 +111,14 @@ for how in ddp zero pipe; do
 		bad "${how}r: resumed at lr '$r', not step 13's $r13"
 	"$tool" same "$(ck "$how" 24)" "$(ck "${how}r" 24)" params optim.momentum plateau ||
 		bad "${how}r: resumed at step 12, ckpt-24.kiln differs from the uninterrupted run's"
+	# the ranks name the final weights as the uninterrupted run's do:
+	# rank 0 ckpt-24.kiln, the others none (before session 44 a stage's
+	# rank that read ckpt-12.kiln itself named it)
+	grep "^trained weights: " "$tmp/$how.log" | sed "s|$tmp/$how/|OUT/|" | sort > "$tmp/$how.named"
+	grep "^trained weights: " "$tmp/${how}r.log" | sed "s|$tmp/${how}r/|OUT/|" | sort > "$tmp/${how}r.named"
+	{ [ "$(wc -l < "$tmp/$how.named")" = 1 ] && grep -q "^trained weights: OUT/checkpoints/ckpt-24.kiln " "$tmp/$how.named" &&
+		cmp -s "$tmp/$how.named" "$tmp/${how}r.named"; } ||
+		{ bad "${how}r: the ranks' \"trained weights\" are not the uninterrupted run's (rank 0's ckpt-24.kiln alone)"; cat "$tmp/$how.named" "$tmp/${how}r.named"; }
 done
 grep -q "schedule = plateau: test loss .* lr 0.5 -> 0.25" "$tmp/one.log" ||
 	bad "one: no cut of the rate from 0.5 to 0.25 logged"
@@ -113,5 +127,5 @@ awk -v l="$last" 'BEGIN { exit !(l != "" && l < 0.5 * (1 - 1e-6)) }' ||
 	bad "one: the last step's lr is '$last': the rate was never cut"
 echo "one: lr by step $(sort -n "$tmp/one.lr" | awk '{ printf "%s ", $2 }')"
 
-[ "$fail" = 0 ] && echo "ok: schedule = plateau on 2 ranks (DDP, ZeRO-1, 2 stages) is one process's"
+[ "$fail" = 0 ] && echo "ok: schedule = plateau on 2 ranks (DDP, ZeRO-1, 2 stages, 2 ZeRO-1 stages) is one process's"
 exit $fail
