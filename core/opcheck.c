@@ -655,6 +655,38 @@ static int onecycle_rise_empty(const struct kiln_op *op)
 	return op->f[4] * (double)U - 1 == 0 && op->i[4] <= op->i[2];
 }
 
+/* The gradient passes' checks: GRAD_CLIP and UNSCALE (grads in and out,
+ * the state [4]; GRAD_CLIP's in1 since ABI 2.32 the block sums GRAD_SUMSQ
+ * wrote), and GRAD_SUMSQ (a range of blocks' sums of squares). */
+static kiln_status check_grad_pass(const char *who, const struct kiln_op *op)
+{
+	kiln_status st;
+	if (op->type == KILN_OP_GRAD_SUMSQ) {
+		if ((st = counts(who, op, 1, 1)))
+			return st;
+		const int64_t n = op->i[0], nb = (n + 1023) / 1024;
+		if (n <= 0 || numel(&op->in[0]) != n || numel(&op->out[0]) != nb ||
+		    op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32 || op->i[1] < 0 || op->i[1] > op->i[2] || op->i[2] > nb)
+			BAD(KILN_EINVAL, "wants f32 grads [n = i[0]], f32 sums [ceil(n / 1024)] and blocks 0 <= i[1] <= i[2] <= ceil(n / 1024) (got %lld, %lld)",
+			    (long long)op->i[1], (long long)op->i[2]);
+		return KILN_OK;
+	}
+	const int unscale = op->type == KILN_OP_UNSCALE;
+	/* (GRAD_CLIP's in1, ABI 2.32: the block sums GRAD_SUMSQ wrote) */
+	const int sums = !unscale && op->n_in == 2;
+	if ((st = counts(who, op, unscale || sums ? 2 : 1, 2)))
+		return st;
+	const int64_t n = op->i[0];
+	if (n <= 0 || numel(&op->in[0]) != n || numel(&op->out[0]) != n ||
+	    numel(&op->out[1]) != 4 || !(op->f[0] >= 0) || !(op->f[1] >= 0))
+		BAD(KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
+	if (unscale && numel(&op->in[1]) != 4)
+		BAD(KILN_EINVAL, "wants the scaler state f32[4] as in1");
+	if (sums && (numel(&op->in[1]) != (n + 1023) / 1024 || op->in[1].dtype != KILN_F32))
+		BAD(KILN_EINVAL, "wants the block sums f32[ceil(n / 1024)] as in1");
+	return KILN_OK;
+}
+
 static kiln_status check_small(const char *who, const struct kiln_op *op)
 {
 	kiln_status st;
@@ -768,33 +800,6 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 			BAD(KILN_EINVAL, "a u8 output is ADD's alone, with f32 inputs, no accumulate and its scale f[0] > 0 (got %g)",
 			    op->f[0]);
 		return KILN_OK;
-	case KILN_OP_GRAD_CLIP:
-	case KILN_OP_UNSCALE: {
-		const int unscale = op->type == KILN_OP_UNSCALE;
-		/* (GRAD_CLIP's in1, ABI 2.32: the block sums GRAD_SUMSQ wrote) */
-		const int sums = !unscale && op->n_in == 2;
-		if ((st = counts(who, op, unscale || sums ? 2 : 1, 2)))
-			return st;
-		const int64_t n = op->i[0];
-		if (n <= 0 || numel(&op->in[0]) != n || numel(&op->out[0]) != n ||
-		    numel(&op->out[1]) != 4 || !(op->f[0] >= 0) || !(op->f[1] >= 0))
-			BAD(KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
-		if (unscale && numel(&op->in[1]) != 4)
-			BAD(KILN_EINVAL, "wants the scaler state f32[4] as in1");
-		if (sums && (numel(&op->in[1]) != (n + 1023) / 1024 || op->in[1].dtype != KILN_F32))
-			BAD(KILN_EINVAL, "wants the block sums f32[ceil(n / 1024)] as in1");
-		return KILN_OK;
-	}
-	case KILN_OP_GRAD_SUMSQ: {
-		if ((st = counts(who, op, 1, 1)))
-			return st;
-		const int64_t n = op->i[0], nb = (n + 1023) / 1024;
-		if (n <= 0 || numel(&op->in[0]) != n || numel(&op->out[0]) != nb ||
-		    op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32 || op->i[1] < 0 || op->i[1] > op->i[2] || op->i[2] > nb)
-			BAD(KILN_EINVAL, "wants f32 grads [n = i[0]], f32 sums [ceil(n / 1024)] and blocks 0 <= i[1] <= i[2] <= ceil(n / 1024) (got %lld, %lld)",
-			    (long long)op->i[1], (long long)op->i[2]);
-		return KILN_OK;
-	}
 	case KILN_OP_SCALER_UPDATE:
 		if ((st = counts(who, op, 1, 1)))
 			return st;
@@ -898,9 +903,9 @@ static const struct {
 	[KILN_OP_LR_SCHEDULE] = { "LR_SCHEDULE", check_small },
 	[KILN_OP_ADAMW] = { "ADAMW", check_optim },
 	[KILN_OP_LAMB] = { "LAMB", check_optim },
-	[KILN_OP_GRAD_CLIP] = { "GRAD_CLIP", check_small },
+	[KILN_OP_GRAD_CLIP] = { "GRAD_CLIP", check_grad_pass },
 	[KILN_OP_CAST] = { "CAST", check_small },
-	[KILN_OP_UNSCALE] = { "UNSCALE", check_small },
+	[KILN_OP_UNSCALE] = { "UNSCALE", check_grad_pass },
 	[KILN_OP_SCALER_UPDATE] = { "SCALER_UPDATE", check_small },
 	[KILN_OP_BN_STATS] = { "BN_STATS", check_bn_sync },
 	[KILN_OP_BN_APPLY] = { "BN_APPLY", check_bn_sync },
@@ -918,7 +923,7 @@ static const struct {
 	[KILN_OP_QCONV] = { "QCONV", check_qconv },
 	[KILN_OP_QLINEAR] = { "QLINEAR", check_qlinear },
 	[KILN_OP_ATTENTION_DECODE_RUN] = { "ATTENTION_DECODE_RUN", check_attention_decode },
-	[KILN_OP_GRAD_SUMSQ] = { "GRAD_SUMSQ", check_small },
+	[KILN_OP_GRAD_SUMSQ] = { "GRAD_SUMSQ", check_grad_pass },
 };
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in op_rows (name and check)");
