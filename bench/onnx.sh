@@ -61,7 +61,15 @@ VENV=${KILN_VENV:-/work/scratch/venv}
 PYTHON=$VENV/bin/python
 . "$(dirname "$0")/common.sh"
 bench_tmpdir onnx-bench
-[ -x tests/onnx_tool ] || make -s tests/onnx_tool || exit 1
+# failed WHAT LOG: a step failed; say which and show its log's end
+failed() {
+	echo "bench/onnx.sh: $1 failed; the end of its log:" >&2
+	tail -n 5 "$2" >&2
+	exit 1
+}
+# make decides: a tool left from an older build would fail to link at run
+# time against today's libkiln (a missing symbol) and end the bench
+make -s tests/onnx_tool || { echo "bench/onnx.sh: cannot build tests/onnx_tool" >&2; exit 1; }
 "$PYTHON" -c 'import onnxruntime' || { echo "bench/onnx.sh: no onnxruntime in $PYTHON" >&2; exit 1; }
 echo "# bench/onnx.sh --runs $RUNS --threads \"$THREADS\" --batch $BATCH --iters $ITERS --models \"$MODELS\"$TOOL_FLAGS$OVERRIDES"
 echo "# loadavg before: $(cut -d' ' -f1-3 /proc/loadavg); onnxruntime $("$PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)'), $(nproc) CPUs"
@@ -86,9 +94,11 @@ for model in $MODELS; do
 		set -- run.out_dir="$TMP/run_$model" run.threads="$th" $OVERRIDES
 		# the seeded initial weights, as a weights file kiln_infer loads
 		[ -e "$TMP/$model.safetensors" ] ||
-			./kiln export "$ini" --safetensors "$TMP/$model.safetensors" "$@" 2>/dev/null || exit 1
+			./kiln export "$ini" --safetensors "$TMP/$model.safetensors" "$@" 2>"$TMP/$model.elog" ||
+				failed "kiln export --safetensors" "$TMP/$model.elog"
 		set -- "$@" model.init_from="$TMP/$model.safetensors"
-		./kiln export "$ini" --onnx "$TMP/$model.onnx" "$@" 2>/dev/null || exit 1
+		./kiln export "$ini" --onnx "$TMP/$model.onnx" "$@" 2>"$TMP/$model.elog" ||
+			failed "kiln export --onnx" "$TMP/$model.elog"
 		: >"$TMP/$model.kiln"
 		: >"$TMP/$model.ort"
 		: >"$TMP/$model.kcpu"
@@ -99,7 +109,8 @@ for model in $MODELS; do
 			# round_choices reads (it does not read KILN_LOG_LEVEL)
 			# shellcheck disable=SC2086 # the flags are words
 			tests/onnx_tool logits "$ini" "$BATCH" "$TMP/$model" --time "$ITERS" \
-				$TOOL_FLAGS "$@" >"$TMP/$model.kout" 2>"$TMP/$model.klog" || exit 1
+				$TOOL_FLAGS "$@" >"$TMP/$model.kout" 2>"$TMP/$model.klog" ||
+				failed "tests/onnx_tool logits ($model, $th threads)" "$TMP/$model.klog"
 			sed -n 's/^kiln_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kiln"
 			round_choices "$model" "$th" "$r"
 			sed -n 's/^kiln_cpu_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kcpu"
