@@ -493,6 +493,11 @@ void kiln_device_flops_count(struct kiln_device *dev, double *acc)
 
 int kiln_device_has_op(const struct kiln_device *dev, int type)
 {
+	/* an op added after the device's ABI minor is one it never knew: its
+	 * has_op is not asked (a table sized by its KILN_OP_TYPE_COUNT would
+	 * be read past its end), and it has none */
+	if (dev->plugin->abi_minor < kiln_op_abi_minor(type))
+		return 0;
 	return dev->ops->version < 3 || !dev->ops->has_op || dev->ops->has_op(dev->ctx, type);
 }
 
@@ -520,10 +525,6 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	*plan = NULL;
 	if (workspace)
 		*workspace = 0;
-	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT && !kiln_device_has_op(dev, op->type))
-		return kiln_error(KILN_ENOTSUP,
-				  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
-				  dev->plugin->name, kiln_op_name(op->type));
 	/* a device built before ABI 2.3 would ignore the epilogue: the
 	 * caller falls back to the op and an ACT (kiln/ops.h) */
 	if ((op->flags & KILN_OPF_ACT) && dev->plugin->abi_minor < 3)
@@ -631,6 +632,13 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	    dev->plugin->abi_minor < 32)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the gradients' block sums (2.32): one GRAD_CLIP pass over them",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* after the ABI's refusals above (an op newer than the device's ABI
+	 * is never asked of its has_op: kiln_device_has_op), before the op's
+	 * checks: a family the device lacks is refused whatever its operands */
+	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT && !kiln_device_has_op(dev, op->type))
+		return kiln_error(KILN_ENOTSUP,
+				  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
+				  dev->plugin->name, kiln_op_name(op->type));
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st || dev->layout_only)
 		return st ? st : layout_token(dev, op, plan);

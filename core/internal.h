@@ -422,6 +422,9 @@ void kiln_op_grad_clip(struct kiln_op *op, int64_t n);
 
 /* ---- op names (core/device.c), also host->op_name ---- */
 const char *kiln_op_name(int type);
+/* core/opcheck.c: the minor of ABI 2 that added op `type` (0 for 2.0's
+ * ops), UINT_MAX for a type kiln/ops.h does not have */
+unsigned kiln_op_abi_minor(int type);
 /* core/opcheck.c: the device-independent checks of an op (counts, shapes,
  * parameters; plugin.h's contract), run by kiln_device_prepare before the
  * device's prepare.  `who` (the device's name) starts the message.
