@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h> /* snprintf */
 
 struct kiln_device {
 	const struct kiln_plugin *plugin;
@@ -518,6 +519,18 @@ static const char *sched_2_30(const struct kiln_op *op)
 	return op->i[0] > KILN_SCHED_ONECYCLE ? "the schedules of 2.30 and after" : NULL;
 }
 
+/* A device built before the ABI minor that gave an op what the config
+ * asks of it (`what`: the addition and its minor, in the config's words):
+ * refused before the run starts, nothing falls back, so a config error
+ * (exit 2, as a loss layer plugin's of ABI 2.23, core/graph_infer.c):
+ * the same config runs on a device rebuilt against these headers, or on
+ * another device.  Exit 1 (KILN_ENOTSUP) before session 45. */
+static kiln_status too_old(const struct kiln_device *dev, const char *what)
+{
+	return kiln_error(KILN_ECONFIG, "%s: built for ABI %u.%u, before %s: rebuild it against this kiln's headers",
+			  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor, what);
+}
+
 kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan,
 				size_t *workspace)
 {
@@ -540,8 +553,7 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	     ((op->type == KILN_OP_ATTENTION || op->type == KILN_OP_ATTENTION_BWD) &&
 	      op->f[1] != 0.0)) &&
 	    dev->plugin->abi_minor < 20)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before dropout's global-batch counter (2.20): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "dropout's global-batch counter (2.20)");
 	/* ... nor pool NHWC into NCHW (ABI 2.17) */
 	if ((op->type == KILN_OP_POOL || op->type == KILN_OP_POOL_BWD) && dev->plugin->abi_minor < 17 &&
 	    op->n_out >= 1 && op->n_in >= 1 &&
@@ -600,28 +612,25 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	 * an older device would write the whole [B,T,H] sequence into y */
 	if ((op->type == KILN_OP_RNN || op->type == KILN_OP_RNN_BWD) && op->i[4] &&
 	    dev->plugin->abi_minor < 25)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a recurrent layer's final hidden state (`last`, 2.25): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "a recurrent layer's final hidden state (`last`, 2.25)");
 	/* ... and Adam's L2 weight decay in ADAMW (f[4], 2.28): an older
 	 * device would ignore it and step as Adam without weight decay */
 	if (op->type == KILN_OP_ADAMW && op->f[4] != 0.0 && dev->plugin->abi_minor < 28)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADAMW's L2 weight decay (`optimizer = adam` with weight_decay, 2.28): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "ADAMW's L2 weight decay (`optimizer = adam` with weight_decay, 2.28)");
 	/* ... and SGD's dampening (f[3], with the step count as in2) and
 	 * ADAMW's amsgrad (i[1], a fourth output), 2.29: an older device would
 	 * step without them (or read the step count as the multiplier) */
 	if (op->type == KILN_OP_SGD && op->f[3] != 0.0 && dev->plugin->abi_minor < 29)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before SGD's dampening (`dampening` with momentum, 2.29): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "SGD's dampening (`dampening` with momentum, 2.29)");
 	if (op->type == KILN_OP_ADAMW && op->i[1] != 0 && dev->plugin->abi_minor < 29)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADAMW's amsgrad (`amsgrad = 1`, 2.29): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "ADAMW's amsgrad (`amsgrad = 1`, 2.29)");
 	/* ... and the schedules and onecycle options of 2.30: an older
 	 * device would compute another schedule's rates */
-	if (op->type == KILN_OP_LR_SCHEDULE && dev->plugin->abi_minor < 30 && sched_2_30(op))
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before %s (2.30): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor,
-				  sched_2_30(op));
+	if (op->type == KILN_OP_LR_SCHEDULE && dev->plugin->abi_minor < 30 && sched_2_30(op)) {
+		char what[96];
+		snprintf(what, sizeof what, "%s (2.30)", sched_2_30(op));
+		return too_old(dev, what);
+	}
 	/* ... nor a decoding attention of several positions a run (a
 	 * prompt's prefill, 2.31): a type it may not know */
 	if (op->type == KILN_OP_ATTENTION_DECODE_RUN && dev->plugin->abi_minor < 31)
