@@ -677,6 +677,19 @@ void kiln_op_grad_clip(struct kiln_op *op, int64_t n)
 	op->i[0] = n;
 }
 
+void kiln_op_grad_sumsq(struct kiln_op *op, int64_t n, int64_t k0, int64_t k1)
+{
+	const int64_t nb = (n + 1023) / 1024;
+	memset(op, 0, sizeof *op);
+	op->type = KILN_OP_GRAD_SUMSQ;
+	op->n_in = op->n_out = 1;
+	kiln_tensor_desc_init(&op->in[0], KILN_F32, 1, &n);
+	kiln_tensor_desc_init(&op->out[0], KILN_F32, 1, &nb);
+	op->i[0] = n;
+	op->i[1] = k0;
+	op->i[2] = k1;
+}
+
 kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **plan)
 {
 	struct kiln_op op;

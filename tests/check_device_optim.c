@@ -6,6 +6,7 @@
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
  */
 #include "device_fixture.h"
+#include "internal.h" /* kiln_op_grad_clip, kiln_op_grad_sumsq */
 #include "check_main.h"
 
 #include <float.h> /* FLT_MAX */
@@ -641,21 +642,12 @@ static void clip_sums_run(struct fx *f, int n, const float *g, const int64_t *cu
 	void *dg = dput(f, g, b), *dst = dput(f, st0, 16), *ds = dput(f, nan, (size_t)nb * 4);
 	struct kiln_op op;
 	for (int r = cuts ? nc - 1 : -1; r >= 0; r--) {
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_GRAD_SUMSQ;
-		op.n_in = op.n_out = 1;
-		op.in[0] = td(KILN_F32, 1, n, 0);
-		op.out[0] = td(KILN_F32, 1, nb, 0);
-		op.i[0] = n, op.i[1] = cuts[r], op.i[2] = cuts[r + 1];
+		kiln_op_grad_sumsq(&op, n, cuts[r], cuts[r + 1]);
 		OK(run_op(f, &op, (const void *const[]){ dg }, (void *const[]){ ds }));
 	}
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GRAD_CLIP;
-	op.n_in = cuts ? 2 : 1, op.n_out = 2;
-	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	kiln_op_grad_clip(&op, n);
+	op.n_in = cuts ? 2 : 1;
 	op.in[1] = td(KILN_F32, 1, nb, 0);
-	op.out[1] = td(KILN_F32, 1, 4, 0);
-	op.i[0] = n;
 	op.f[0] = clip, op.f[1] = value;
 	OK(run_op(f, &op, (const void *const[]){ dg, ds }, (void *const[]){ dg, dst }));
 	dget(f, got, dg, b);
@@ -752,12 +744,7 @@ START_TEST(test_grad_sumsq_range)
 		sums[k] = keep;
 	void *dg = dput(&f, g, (size_t)n * 4), *ds = dput(&f, sums, sizeof sums);
 	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GRAD_SUMSQ;
-	op.n_in = op.n_out = 1;
-	op.in[0] = td(KILN_F32, 1, n, 0);
-	op.out[0] = td(KILN_F32, 1, nb, 0);
-	op.i[0] = n, op.i[1] = 2, op.i[2] = 5;
+	kiln_op_grad_sumsq(&op, n, 2, 5);
 	OK(run_op(&f, &op, (const void *const[]){ dg }, (void *const[]){ ds }));
 	dget(&f, sums, ds, sizeof sums);
 	ck_assert(sums[0] == keep && sums[1] == keep);
@@ -782,13 +769,9 @@ START_TEST(test_grad_sumsq_range)
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
 	op.out[0].dtype = KILN_F32, op.in[0].dtype = KILN_BF16;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GRAD_CLIP;
-	op.n_in = 2, op.n_out = 2;
-	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	kiln_op_grad_clip(&op, n);
+	op.n_in = 2;
 	op.in[1] = td(KILN_BF16, 1, nb, 0);
-	op.out[1] = td(KILN_F32, 1, 4, 0);
-	op.i[0] = n;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
 	kiln_clear_error();
 	DFREE(&f, dg, ds);
