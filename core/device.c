@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h> /* snprintf */
 
 struct kiln_device {
 	const struct kiln_plugin *plugin;
@@ -493,6 +494,11 @@ void kiln_device_flops_count(struct kiln_device *dev, double *acc)
 
 int kiln_device_has_op(const struct kiln_device *dev, int type)
 {
+	/* an op added after the device's ABI minor is one it never knew: its
+	 * has_op is not asked (a table sized by its KILN_OP_TYPE_COUNT would
+	 * be read past its end), and it has none */
+	if (dev->plugin->abi_minor < kiln_op_abi_minor(type))
+		return 0;
 	return dev->ops->version < 3 || !dev->ops->has_op || dev->ops->has_op(dev->ctx, type);
 }
 
@@ -513,6 +519,18 @@ static const char *sched_2_30(const struct kiln_op *op)
 	return op->i[0] > KILN_SCHED_ONECYCLE ? "the schedules of 2.30 and after" : NULL;
 }
 
+/* A device built before the ABI minor that gave an op what the config
+ * asks of it (`what`: the addition and its minor, in the config's words):
+ * refused before the run starts, nothing falls back, so a config error
+ * (exit 2, as a loss layer plugin's of ABI 2.23, core/graph_infer.c):
+ * the same config runs on a device rebuilt against these headers, or on
+ * another device.  Exit 1 (KILN_ENOTSUP) before session 45. */
+static kiln_status too_old(const struct kiln_device *dev, const char *what)
+{
+	return kiln_error(KILN_ECONFIG, "%s: built for ABI %u.%u, before %s: rebuild it against this kiln's headers",
+			  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor, what);
+}
+
 kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan,
 				size_t *workspace)
 {
@@ -520,10 +538,6 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	*plan = NULL;
 	if (workspace)
 		*workspace = 0;
-	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT && !kiln_device_has_op(dev, op->type))
-		return kiln_error(KILN_ENOTSUP,
-				  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
-				  dev->plugin->name, kiln_op_name(op->type));
 	/* a device built before ABI 2.3 would ignore the epilogue: the
 	 * caller falls back to the op and an ACT (kiln/ops.h) */
 	if ((op->flags & KILN_OPF_ACT) && dev->plugin->abi_minor < 3)
@@ -539,8 +553,7 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	     ((op->type == KILN_OP_ATTENTION || op->type == KILN_OP_ATTENTION_BWD) &&
 	      op->f[1] != 0.0)) &&
 	    dev->plugin->abi_minor < 20)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before dropout's global-batch counter (2.20): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "dropout's global-batch counter (2.20)");
 	/* ... nor pool NHWC into NCHW (ABI 2.17) */
 	if ((op->type == KILN_OP_POOL || op->type == KILN_OP_POOL_BWD) && dev->plugin->abi_minor < 17 &&
 	    op->n_out >= 1 && op->n_in >= 1 &&
@@ -599,28 +612,25 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	 * an older device would write the whole [B,T,H] sequence into y */
 	if ((op->type == KILN_OP_RNN || op->type == KILN_OP_RNN_BWD) && op->i[4] &&
 	    dev->plugin->abi_minor < 25)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a recurrent layer's final hidden state (`last`, 2.25): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "a recurrent layer's final hidden state (`last`, 2.25)");
 	/* ... and Adam's L2 weight decay in ADAMW (f[4], 2.28): an older
 	 * device would ignore it and step as Adam without weight decay */
 	if (op->type == KILN_OP_ADAMW && op->f[4] != 0.0 && dev->plugin->abi_minor < 28)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADAMW's L2 weight decay (`optimizer = adam` with weight_decay, 2.28): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "ADAMW's L2 weight decay (`optimizer = adam` with weight_decay, 2.28)");
 	/* ... and SGD's dampening (f[3], with the step count as in2) and
 	 * ADAMW's amsgrad (i[1], a fourth output), 2.29: an older device would
 	 * step without them (or read the step count as the multiplier) */
 	if (op->type == KILN_OP_SGD && op->f[3] != 0.0 && dev->plugin->abi_minor < 29)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before SGD's dampening (`dampening` with momentum, 2.29): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "SGD's dampening (`dampening` with momentum, 2.29)");
 	if (op->type == KILN_OP_ADAMW && op->i[1] != 0 && dev->plugin->abi_minor < 29)
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADAMW's amsgrad (`amsgrad = 1`, 2.29): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+		return too_old(dev, "ADAMW's amsgrad (`amsgrad = 1`, 2.29)");
 	/* ... and the schedules and onecycle options of 2.30: an older
 	 * device would compute another schedule's rates */
-	if (op->type == KILN_OP_LR_SCHEDULE && dev->plugin->abi_minor < 30 && sched_2_30(op))
-		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before %s (2.30): rebuild it against this kiln's headers",
-				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor,
-				  sched_2_30(op));
+	if (op->type == KILN_OP_LR_SCHEDULE && dev->plugin->abi_minor < 30 && sched_2_30(op)) {
+		char what[96];
+		snprintf(what, sizeof what, "%s (2.30)", sched_2_30(op));
+		return too_old(dev, what);
+	}
 	/* ... nor a decoding attention of several positions a run (a
 	 * prompt's prefill, 2.31): a type it may not know */
 	if (op->type == KILN_OP_ATTENTION_DECODE_RUN && dev->plugin->abi_minor < 31)
@@ -631,6 +641,13 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	    dev->plugin->abi_minor < 32)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the gradients' block sums (2.32): one GRAD_CLIP pass over them",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* after the ABI's refusals above (an op newer than the device's ABI
+	 * is never asked of its has_op: kiln_device_has_op), before the op's
+	 * checks: a family the device lacks is refused whatever its operands */
+	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT && !kiln_device_has_op(dev, op->type))
+		return kiln_error(KILN_ENOTSUP,
+				  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
+				  dev->plugin->name, kiln_op_name(op->type));
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st || dev->layout_only)
 		return st ? st : layout_token(dev, op, plan);
@@ -658,6 +675,19 @@ void kiln_op_grad_clip(struct kiln_op *op, int64_t n)
 	op->out[0] = op->in[0];
 	kiln_tensor_desc_init(&op->out[1], KILN_F32, 1, &four);
 	op->i[0] = n;
+}
+
+void kiln_op_grad_sumsq(struct kiln_op *op, int64_t n, int64_t k0, int64_t k1)
+{
+	const int64_t nb = (n + 1023) / 1024;
+	memset(op, 0, sizeof *op);
+	op->type = KILN_OP_GRAD_SUMSQ;
+	op->n_in = op->n_out = 1;
+	kiln_tensor_desc_init(&op->in[0], KILN_F32, 1, &n);
+	kiln_tensor_desc_init(&op->out[0], KILN_F32, 1, &nb);
+	op->i[0] = n;
+	op->i[1] = k0;
+	op->i[2] = k1;
 }
 
 kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **plan)

@@ -420,8 +420,16 @@ kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **p
  * f[1] (max value), zero (off) here. */
 void kiln_op_grad_clip(struct kiln_op *op, int64_t n);
 
+/* core/device.c: fill op as GRAD_SUMSQ over the same gradient: the f32
+ * sums of squares of its blocks [k0, k1) of 1024 (kiln/ops.h) into
+ * f32[ceil(n / 1024)], GRAD_CLIP's in1. */
+void kiln_op_grad_sumsq(struct kiln_op *op, int64_t n, int64_t k0, int64_t k1);
+
 /* ---- op names (core/device.c), also host->op_name ---- */
 const char *kiln_op_name(int type);
+/* core/opcheck.c: the minor of ABI 2 that added op `type` (0 for 2.0's
+ * ops), UINT_MAX for a type kiln/ops.h does not have */
+unsigned kiln_op_abi_minor(int type);
 /* core/opcheck.c: the device-independent checks of an op (counts, shapes,
  * parameters; plugin.h's contract), run by kiln_device_prepare before the
  * device's prepare.  `who` (the device's name) starts the message.

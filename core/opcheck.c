@@ -25,6 +25,7 @@
 #include "../plugins/common/describe.h" /* common_op_tensors */
 #include "../plugins/common/c_locale.h" /* common_vsnprintf_c */
 
+#include <limits.h> /* UINT_MAX */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -861,15 +862,20 @@ static kiln_status check_qlinear(const char *who, const struct kiln_op *op)
 
 /* ---- the op table ------------------------------------------------------
  * One row per op type of kiln/ops.h: its name (messages, the profiler's
- * table) and its check.  Sized by the rows and tied to the enum below, so
- * an op appended to kiln/ops.h without a row here does not compile (a row
- * missing in the middle is refused at run time as "has no row"). */
+ * table), its check and the ABI 2 minor that added it (0: 2.0's ops, all
+ * of 1.x; docs/plugins.md's "ABI 2.N" entries): a device built before it
+ * never knew the type, so the core neither asks its has_op about it nor
+ * prepares it (kiln_device_has_op).  Sized by the rows and tied to the
+ * enum below, so an op appended to kiln/ops.h without a row here does not
+ * compile (a row missing in the middle is refused at run time as "has no
+ * row"). */
 
 typedef kiln_status (*op_check_fn)(const char *who, const struct kiln_op *op);
 
 static const struct {
 	const char *name;
 	op_check_fn check;
+	unsigned minor; /* KILN_ABI_MINOR of ABI 2 that added the op */
 } op_rows[] = {
 	[KILN_OP_GEMM] = { "GEMM", check_gemm },
 	[KILN_OP_BIAS_ADD] = { "BIAS_ADD", check_small },
@@ -911,19 +917,19 @@ static const struct {
 	[KILN_OP_BN_APPLY] = { "BN_APPLY", check_bn_sync },
 	[KILN_OP_BN_BWD_REDUCE] = { "BN_BWD_REDUCE", check_bn_sync },
 	[KILN_OP_BN_BWD_APPLY] = { "BN_BWD_APPLY", check_bn_sync },
-	[KILN_OP_EMBEDDING] = { "EMBEDDING", check_embedding },
-	[KILN_OP_EMBEDDING_BWD] = { "EMBEDDING_BWD", check_embedding },
-	[KILN_OP_LAYERNORM] = { "LAYERNORM", check_layernorm },
-	[KILN_OP_LAYERNORM_BWD] = { "LAYERNORM_BWD", check_layernorm },
-	[KILN_OP_ATTENTION] = { "ATTENTION", check_attention },
-	[KILN_OP_ATTENTION_BWD] = { "ATTENTION_BWD", check_attention },
-	[KILN_OP_ATTENTION_DECODE] = { "ATTENTION_DECODE", check_attention_decode },
-	[KILN_OP_RNN] = { "RNN", check_rnn },
-	[KILN_OP_RNN_BWD] = { "RNN_BWD", check_rnn },
-	[KILN_OP_QCONV] = { "QCONV", check_qconv },
-	[KILN_OP_QLINEAR] = { "QLINEAR", check_qlinear },
-	[KILN_OP_ATTENTION_DECODE_RUN] = { "ATTENTION_DECODE_RUN", check_attention_decode },
-	[KILN_OP_GRAD_SUMSQ] = { "GRAD_SUMSQ", check_grad_pass },
+	[KILN_OP_EMBEDDING] = { "EMBEDDING", check_embedding, 1 },
+	[KILN_OP_EMBEDDING_BWD] = { "EMBEDDING_BWD", check_embedding, 1 },
+	[KILN_OP_LAYERNORM] = { "LAYERNORM", check_layernorm, 1 },
+	[KILN_OP_LAYERNORM_BWD] = { "LAYERNORM_BWD", check_layernorm, 1 },
+	[KILN_OP_ATTENTION] = { "ATTENTION", check_attention, 1 },
+	[KILN_OP_ATTENTION_BWD] = { "ATTENTION_BWD", check_attention, 1 },
+	[KILN_OP_ATTENTION_DECODE] = { "ATTENTION_DECODE", check_attention_decode, 2 },
+	[KILN_OP_RNN] = { "RNN", check_rnn, 5 },
+	[KILN_OP_RNN_BWD] = { "RNN_BWD", check_rnn, 5 },
+	[KILN_OP_QCONV] = { "QCONV", check_qconv, 6 },
+	[KILN_OP_QLINEAR] = { "QLINEAR", check_qlinear, 6 },
+	[KILN_OP_ATTENTION_DECODE_RUN] = { "ATTENTION_DECODE_RUN", check_attention_decode, 31 },
+	[KILN_OP_GRAD_SUMSQ] = { "GRAD_SUMSQ", check_grad_pass, 32 },
 };
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in op_rows (name and check)");
@@ -933,6 +939,11 @@ const char *kiln_op_name(int type)
 	if (type > 0 && type < KILN_OP_TYPE_COUNT && op_rows[type].name)
 		return op_rows[type].name;
 	return "unknown op";
+}
+
+unsigned kiln_op_abi_minor(int type)
+{
+	return type > 0 && type < KILN_OP_TYPE_COUNT ? op_rows[type].minor : UINT_MAX;
 }
 
 /* KILN_OPF_ACT (kiln/ops.h): only on the ops that take an epilogue, a

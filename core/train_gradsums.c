@@ -20,7 +20,6 @@
 
 #include <limits.h> /* INT_MAX */
 #include <stdlib.h> /* calloc, free */
-#include <string.h> /* memset */
 
 enum { SUMS_BLK = 1024 }; /* kiln/ops.h: GRAD_SUMSQ's blocks */
 
@@ -97,14 +96,7 @@ static kiln_status sums_ranges(struct trainer *t, int64_t n, int64_t nb, const i
 	}
 	for (int r = 0; r < t->n_sums; r++) {
 		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_GRAD_SUMSQ;
-		op.n_in = op.n_out = 1;
-		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
-		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &nb);
-		op.i[0] = n;
-		op.i[1] = t->sums[r].k0;
-		op.i[2] = t->sums[r].k1;
+		kiln_op_grad_sumsq(&op, n, t->sums[r].k0, t->sums[r].k1);
 		kiln_status st = kiln_device_prepare(t->dev, &op, &t->sums[r].plan, NULL);
 		if (st)
 			return st;

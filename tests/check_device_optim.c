@@ -6,6 +6,7 @@
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
  */
 #include "device_fixture.h"
+#include "internal.h" /* kiln_op_grad_clip, kiln_op_grad_sumsq */
 #include "check_main.h"
 
 #include <float.h> /* FLT_MAX */
@@ -562,35 +563,46 @@ static int norm_lanes(void)
 	return __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") ? 8 : 0;
 }
 
+/* n gradients of magnitudes apart (each a frandv value times 0.37 to
+ * 4.81 by its index mod 13): a sum in another order shows in the bits */
+static float *apart_grads(int n)
+{
+	float *g = frandv((size_t)n);
+	for (int k = 0; k < n; k++)
+		g[k] *= (float)(1 + k % 13) * 0.37f;
+	return g;
+}
+
+/* The norm type (GRAD_CLIP at s = 1, UNSCALE at s) gives over g[0, n) on
+ * f: cpu_norm_order's in L lanes, bit for bit; got receives the
+ * gradients after the op. */
+static void norm_order_same(struct fx *f, int type, int n, const float *g, float s, int L, float *got)
+{
+	float st[4];
+	unscale_run(f, type, n, g, s, 0, got, st);
+	const float want = (float)cpu_norm_order(g, n, 1.0f / s, L);
+	ck_assert_msg(!memcmp(&st[0], &want, 4), "%s n %d, s %g (%d lanes): norm %a, want %a",
+		      kiln_op_name(type), n, (double)s, L, (double)st[0], (double)want);
+}
+
 /* The cpu device's GRAD_CLIP and UNSCALE norm, bit for bit, in the order
  * its AVX2 (8 lanes) or AVX-512 (16 lanes; first run on a Zen 4 in session
  * 21) loops take: lengths with whole and short blocks and chunks (535040:
  * the Fashion-MNIST MLP's parameters), s = 1 and 3.  A
  * dropped, doubled or misplaced block or tail moves the f32 norm. */
-START_TEST(test_grad_clip_order)
+DFX_TEST(grad_clip_order)
 {
 	const int L = norm_lanes();
 	if (!L)
 		return;
-	struct fx f;
-	fx_open(&f, _i);
 	static const int ns[] = { 7, 1000, 4096, 4100, 9000, 65536 + 5000, 100003, 535040 };
-	float *g = frandv(535040), *got = malloc(535040 * 4), st[4];
-	for (int k = 0; k < 535040; k++)
-		g[k] *= (float)(1 + k % 13) * 0.37f; /* magnitudes apart: the order shows */
-	for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
-		for (int sc = 0; sc < 2; sc++) {
-			const int n = ns[k];
-			const float s = sc ? 3.0f : 1.0f;
-			unscale_run(&f, sc ? KILN_OP_UNSCALE : KILN_OP_GRAD_CLIP, n, g, s, 0, got, st);
-			const float want = (float)cpu_norm_order(g, n, 1.0f / s, L);
-			ck_assert_msg(!memcmp(&st[0], &want, 4), "n %d, s %g (%d lanes): norm %a, want %a", n,
-				      (double)s, L, (double)st[0], (double)want);
-		}
+	float *g = apart_grads(535040), *got = malloc(535040 * 4);
+	for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+		norm_order_same(f, KILN_OP_GRAD_CLIP, ns[k], g, 1.0f, L, got);
+		norm_order_same(f, KILN_OP_UNSCALE, ns[k], g, 3.0f, L, got);
+	}
 	free(g), free(got);
-	fx_close(&f);
 }
-END_TEST
 
 /* Above 64M elements (2^26 + 5 blocks: 1025 chunks of 65536, past the
  * 1024 chunk sums the kernel kept before session 21, which then took
@@ -600,26 +612,17 @@ END_TEST
  * vectors, so the lanes' tail rule plays no part; AVX-512's clone adds
  * unfused (-ffp-contract=off).  The old chunks moved only the double
  * total's last bits: the f32 norm here came out the same on that code. */
-START_TEST(test_grad_clip_big)
+DFX_TEST(grad_clip_big)
 {
 	const int L = norm_lanes();
 	if (!L)
 		return;
-	struct fx f;
-	fx_open(&f, _i);
 	const int n = (1 << 26) + 5 * 1024;
-	float *g = frandv((size_t)n), *got = malloc((size_t)n * 4), st[4];
-	for (int k = 0; k < n; k++)
-		g[k] *= (float)(1 + k % 13) * 0.37f;
-	unscale_run(&f, KILN_OP_GRAD_CLIP, n, g, 1.0f, 0, got, st);
-	const float want = (float)cpu_norm_order(g, n, 1.0f, L);
-	ck_assert_msg(!memcmp(&st[0], &want, 4), "n %d: norm %a, want %a", n, (double)st[0],
-		      (double)want);
+	float *g = apart_grads(n), *got = malloc((size_t)n * 4);
+	norm_order_same(f, KILN_OP_GRAD_CLIP, n, g, 1.0f, L, got);
 	ck_assert(!memcmp(got, g, (size_t)n * 4));
 	free(g), free(got);
-	fx_close(&f);
 }
-END_TEST
 
 /* ---- the gradients' check where backward makes them (ABI 2.32) ------- */
 
@@ -641,21 +644,12 @@ static void clip_sums_run(struct fx *f, int n, const float *g, const int64_t *cu
 	void *dg = dput(f, g, b), *dst = dput(f, st0, 16), *ds = dput(f, nan, (size_t)nb * 4);
 	struct kiln_op op;
 	for (int r = cuts ? nc - 1 : -1; r >= 0; r--) {
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_GRAD_SUMSQ;
-		op.n_in = op.n_out = 1;
-		op.in[0] = td(KILN_F32, 1, n, 0);
-		op.out[0] = td(KILN_F32, 1, nb, 0);
-		op.i[0] = n, op.i[1] = cuts[r], op.i[2] = cuts[r + 1];
+		kiln_op_grad_sumsq(&op, n, cuts[r], cuts[r + 1]);
 		OK(run_op(f, &op, (const void *const[]){ dg }, (void *const[]){ ds }));
 	}
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GRAD_CLIP;
-	op.n_in = cuts ? 2 : 1, op.n_out = 2;
-	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	kiln_op_grad_clip(&op, n);
+	op.n_in = cuts ? 2 : 1;
 	op.in[1] = td(KILN_F32, 1, nb, 0);
-	op.out[1] = td(KILN_F32, 1, 4, 0);
-	op.i[0] = n;
 	op.f[0] = clip, op.f[1] = value;
 	OK(run_op(f, &op, (const void *const[]){ dg, ds }, (void *const[]){ dg, dst }));
 	dget(f, got, dg, b);
@@ -702,9 +696,7 @@ START_TEST(test_grad_sumsq)
 	const int64_t cuts[] = { 0, 393, 521, 524 };
 	/* fc1.weight, fc1.bias, fc2.weight, fc2.bias, fc3.weight, fc3.bias */
 	const int ends[][2] = { { 0, 401919 }, { 401920, 533247 }, { 533248, n - 1 } };
-	float *g = frandv((size_t)n), *h = malloc((size_t)n * 4), st[4];
-	for (int k = 0; k < n; k++)
-		g[k] *= (float)(1 + k % 13) * 0.37f; /* magnitudes apart: the order shows */
+	float *g = apart_grads(n), *h = malloc((size_t)n * 4), st[4];
 	double ss = 0;
 	for (int k = 0; k < n; k++)
 		ss += (double)g[k] * g[k];
@@ -752,12 +744,7 @@ START_TEST(test_grad_sumsq_range)
 		sums[k] = keep;
 	void *dg = dput(&f, g, (size_t)n * 4), *ds = dput(&f, sums, sizeof sums);
 	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GRAD_SUMSQ;
-	op.n_in = op.n_out = 1;
-	op.in[0] = td(KILN_F32, 1, n, 0);
-	op.out[0] = td(KILN_F32, 1, nb, 0);
-	op.i[0] = n, op.i[1] = 2, op.i[2] = 5;
+	kiln_op_grad_sumsq(&op, n, 2, 5);
 	OK(run_op(&f, &op, (const void *const[]){ dg }, (void *const[]){ ds }));
 	dget(&f, sums, ds, sizeof sums);
 	ck_assert(sums[0] == keep && sums[1] == keep);
@@ -782,13 +769,9 @@ START_TEST(test_grad_sumsq_range)
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
 	op.out[0].dtype = KILN_F32, op.in[0].dtype = KILN_BF16;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GRAD_CLIP;
-	op.n_in = 2, op.n_out = 2;
-	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	kiln_op_grad_clip(&op, n);
+	op.n_in = 2;
 	op.in[1] = td(KILN_BF16, 1, nb, 0);
-	op.out[1] = td(KILN_F32, 1, 4, 0);
-	op.i[0] = n;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
 	kiln_clear_error();
 	DFREE(&f, dg, ds);

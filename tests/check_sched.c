@@ -115,8 +115,8 @@ START_TEST(test_schedules_vs_pytorch)
 		char *p = line + n;
 		if (op.i[0] == KILN_SCHED_MULTISTEP) {
 			op.i[3] = 0;
-			char *end;
-			for (long m; (m = strtol(p, &end, 10)), end != p; p = end)
+			char *q;
+			for (long m; (m = strtol(p, &q, 10)), q != p; p = q)
 				op.i[4 + op.i[3]++] = m;
 		}
 		p = strchr(p, ';');
@@ -127,10 +127,10 @@ START_TEST(test_schedules_vs_pytorch)
 			      kiln_last_error());
 		double worst = 0;
 		for (int64_t t = 0; t < T; t++) {
-			char *end;
-			double want = strtod(p, &end);
-			ck_assert_msg(end != p, "%s: %d rates expected", name, T);
-			p = end;
+			char *q;
+			double want = strtod(p, &q);
+			ck_assert_msg(q != p, "%s: %d rates expected", name, T);
+			p = q;
 			const float got = sched_at(&x, plan, t);
 			double rel = fabs(got - want) / fmax(fabs(want), 1e-12);
 			worst = fmax(worst, rel);

@@ -87,6 +87,21 @@ ini_sgd_steps() {
 	ini train epochs=1 max_steps="$_n" optimizer=sgd momentum=0.9 lr=0.05 "$@"
 }
 
+# ini_pipeline_mlp SAMPLES [KEY=VALUE...]: the config of the MLP the
+# pipeline tests cut (tests/pipeline.sh, tests/pipeline_one_cpu.sh,
+# tests/pipeline_dist.sh): seed 5, one thread, SAMPLES synthetic 8x8
+# images of 16 classes read in the trainer's thread, mlp_synthetic_layers,
+# and ini_sgd_steps 6 with the [train] keys given, logged every 3 steps,
+# no evaluation
+ini_pipeline_mlp() {
+	_s=$1
+	shift
+	ini run seed=5 threads=1
+	ini_synthetic "$_s" 8 16 workers=0
+	mlp_synthetic_layers
+	ini_sgd_steps 6 "$@" log_every=3 eval=0
+}
+
 # ini_tr_cnn_mlp DIR [HIDDEN]: [data] and [data.eval] of the 48 tr_cnn
 # images in DIR (tests/data), unshuffled and read in the trainer's thread
 # (workers = 0), the same images evaluated, and a small MLP on them:

@@ -11,6 +11,8 @@
 #     without has_op whose prepare answers KILN_EINVAL for GRAD_SUMSQ
 #     (tnosums, tests/plugins/tnodecode.c: before session 44's review
 #     `kiln train` stopped at setup) the one pass gives the same steps;
+#     so does a 2.31 device with has_op (tknown31), which is asked about
+#     no op after 2.31's (before session 45: about GRAD_SUMSQ, 53);
 #  2. the same run through tests/train_nan with a step it never reaches
 #     (its gradient hook installed, which writes nothing, keeps the one
 #     GRAD_CLIP pass of before): every step's loss and grad_norm in
@@ -128,9 +130,10 @@ plugdir="$abs_top_builddir/tests/plugins/nodecode/.libs"
 KILN_PLUGIN_PATH=$plugdir
 export KILN_PLUGIN_PATH
 steps "$tmp/p" > "$tmp/p.steps"
-for d in tprefill28 tnosums; do
+for d in tprefill28 tknown31 tnosums; do
 	KILN_LOG_LEVEL=debug kiln 0 train "$ini" run.device=$d run.out_dir="$tmp/q" train.overwrite=1 \
 		run.profile=1 train.max_steps=3
+	! grep -q "which ABI 2.31 does not have" "$err" || fail "$d: $(grep "does not have" "$err" | head -1)"
 	! grep -q grad_sumsq "$tmp/q/profile.txt" || { cat "$tmp/q/profile.txt"; fail "$d: grad_sumsq"; }
 	! grep -q "per-layer sums" "$err" || fail "$d: a step took the per-layer sums"
 	steps "$tmp/q" > "$tmp/q.steps"

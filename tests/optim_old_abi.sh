@@ -6,7 +6,8 @@
 # schedules exponential, linear and polynomial and onecycle's three_phase
 # and anneal_strategy (LR_SCHEDULE's i[0] 5..7, i[5], i[6]).  Such a
 # device would ignore them (or read the step count as SGD's multiplier):
-# the run is refused before its first step, exit 1, the message naming
+# the run is refused before its first step, exit 2 (a config error, as
+# kiln's exit codes say: exit 1 before session 45), the message naming
 # the device, its ABI, the key and the ABI that has it.  Every config that
 # needs none of them trains on it, the same losses as on the CPU device;
 # a model trained with them evaluates on it (`kiln eval` steps no
@@ -38,14 +39,14 @@ losses() {
 		"$tmp/$1/metrics.jsonl" 2>/dev/null
 }
 
-# refused WHAT OVERRIDES...: on tprefill28, exit 1 before the first step,
+# refused WHAT OVERRIDES...: on tprefill28, exit 2 before the first step,
 # the message "tprefill28: built for ABI 2.28, before WHAT: rebuild ..."
 refused() {
 	_what=$1
 	shift
 	rm -rf "$tmp/refused"
 	# shellcheck disable=SC2086
-	on_old 1 train $cnn run.out_dir="$tmp/refused" run.device=tprefill28 "$@"
+	on_old 2 train $cnn run.out_dir="$tmp/refused" run.device=tprefill28 "$@"
 	stderr_has "$old $_what: rebuild it against this kiln's headers"
 	[ -z "$(losses refused)" ] || fail "$*: refused after training began: $(losses refused)"
 }

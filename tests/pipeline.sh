@@ -41,12 +41,7 @@ tool="$top_builddir/tests/ckpt_tool"
 need_source synthetic
 need_source tokens
 
-{
-	ini run seed=5 threads=1
-	ini_synthetic 256 8 16 workers=0
-	mlp_synthetic_layers
-	ini_sgd_steps 6 batch=32 log_every=3 eval=0
-} > "$tmp/mlp.ini"
+ini_pipeline_mlp 256 batch=32 > "$tmp/mlp.ini"
 m="$tmp/mlp.ini"
 # ---- 1. MLP ------------------------------------------------------------------
 kiln 0 train "$m" run.out_dir="$tmp/b32"

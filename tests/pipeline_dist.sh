@@ -118,10 +118,7 @@ name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/config_lib.sh"
 ini="$tmp/mlp.ini"
 {
-	ini run seed=5 threads=1
-	ini_synthetic 256 8 16 workers=0
-	mlp_synthetic_layers
-	ini_sgd_steps 6 log_every=3 eval=0
+	ini_pipeline_mlp 256
 	ini pipeline micro_batches=4
 	ini dist timeout=20
 } > "$ini"

@@ -30,12 +30,7 @@ need_source synthetic
 command -v taskset >/dev/null || { echo "SKIP: no taskset (util-linux)"; exit 77; }
 taskset -c 0 true 2>/dev/null || { echo "SKIP: taskset -c 0 not allowed here"; exit 77; }
 
-{
-	ini run seed=5 threads=1
-	ini_synthetic 512 8 16 workers=0
-	mlp_synthetic_layers
-	ini_sgd_steps 6 batch=64 log_every=3 eval=0
-} > "$tmp/mlp.ini"
+ini_pipeline_mlp 512 batch=64 > "$tmp/mlp.ini"
 m="$tmp/mlp.ini"
 dev="run.devices=cpu:0, cpu:1"
 # ---- 1. one CPU: ends, byte for byte the one-device pipeline -----------------

@@ -8,7 +8,9 @@
  *
  * Adding an op: append it before KILN_OP_TYPE_COUNT (values never change),
  * write its contract beside it, then give it a row in the core's op table
- * (core/opcheck.c: name and check) and in every device's dispatch table;
+ * (core/opcheck.c: name, check and the ABI minor that adds it: the core
+ * asks no device built before that minor about it, has_op included) and
+ * in every device's dispatch table;
  * those tables are sized by the enum and _Static_assert'ed against
  * KILN_OP_TYPE_COUNT, so an op without a row does not compile.  A new op is
  * an ABI minor bump: devices that lack it say so through has_op.

@@ -651,7 +651,10 @@ struct kiln_device_ops {
 	 * it does not implement it yet.  The core asks before it checks an
 	 * op, so an op family a device lacks is KILN_ENOTSUP naming the op
 	 * whatever its operands; a device that implements every op leaves it
-	 * NULL.  Thread-safe, no side effects.  (optional: every op)
+	 * NULL.  The core asks only about the types of the plugin's abi_minor:
+	 * an op a later minor added is one the device lacks, never asked
+	 * (before session 45 a 2.31 device was asked about GRAD_SUMSQ, 53).
+	 * Thread-safe, no side effects.  (optional: every op)
 	 *
 	 * Op checks: the core checks every op before prepare (core/opcheck.c:
 	 * operand counts, shapes and layouts that fit together, parameters in

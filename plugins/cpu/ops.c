@@ -371,155 +371,97 @@ CPU_CLONES static double sumsq_span(const float *g, int64_t n, float mul)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SUMSQ_X4 1
-/* sumsq_span's avx2 clone, bit for bit, four blocks at a time (session
- * 20).  That clone keeps one 8-lane f32 sum per 1024-element block (lane
- * l takes the block's elements l, l + 8, ...; a short last block's n % 8
- * go into lane 0 in order), adds the lanes 0..7 in f32 and the blocks in
- * double: one chain of vaddps (3 cycles each) a block, so a core read
- * the gradients at about half what the cache gives.  Four blocks' chains
- * side by side are the same sums with four additions in flight
- * (tests/check_device_optim: test_grad_clip_order).  x * 1.0f is x, so
- * one loop serves GRAD_CLIP's mul = 1 and UNSCALE's 1/s.  No FMA: the
- * avx2 target has none, and -ffp-contract=off (configure.ac) fuses no
- * multiply-add in any clone.  AVX-512 machines: the avx512f
- * version below (session 44). */
-__attribute__((target("avx2"))) static inline float sumsq_lanes_avx2(__m256 v)
-{
-	float l[8], part = 0;
-	_mm256_storeu_ps(l, v);
-	for (int k = 0; k < 8; k++)
-		part += l[k];
-	return part;
-}
-
-/* the f32 sums of the four whole blocks at g, g + 1024, g + 2048, g + 3072 */
-__attribute__((target("avx2"))) static inline void sumsq_block4_avx2(const float *g, float mul,
-								     float out[4])
-{
-	const __m256 m = _mm256_set1_ps(mul);
-	__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-	for (int64_t i = 0; i < 1024; i += 8) {
-		const __m256 v0 = _mm256_mul_ps(_mm256_loadu_ps(g + i), m);
-		const __m256 v1 = _mm256_mul_ps(_mm256_loadu_ps(g + i + 1024), m);
-		const __m256 v2 = _mm256_mul_ps(_mm256_loadu_ps(g + i + 2048), m);
-		const __m256 v3 = _mm256_mul_ps(_mm256_loadu_ps(g + i + 3072), m);
-		s0 = _mm256_add_ps(s0, _mm256_mul_ps(v0, v0));
-		s1 = _mm256_add_ps(s1, _mm256_mul_ps(v1, v1));
-		s2 = _mm256_add_ps(s2, _mm256_mul_ps(v2, v2));
-		s3 = _mm256_add_ps(s3, _mm256_mul_ps(v3, v3));
+/* sumsq_span's avx2 and avx512f clones, bit for bit, four blocks at a
+ * time.  A clone keeps one W-lane f32 sum per 1024-element block (W = 8
+ * on AVX2, 16 on AVX-512; lane l takes the block's elements l, l + W,
+ * ...; a short last block's len % W last elements, or all of a block
+ * under W, go into lane 0 in order), each element squared rounded and
+ * then added (vmulps, vaddps), adds the lanes 0..W-1 in f32 from 0 and
+ * the blocks in double: one chain of vaddps (3 cycles on AVX2, 4 on
+ * AVX-512) a block, so a core read the gradients at about half what the
+ * cache gives (AVX-512: 16 bytes a cycle, GRAD_CLIP's pass at 36 GB/s
+ * from the core's own cache, 44 us of the MLP's fc1 gradients).  Four
+ * blocks' chains side by side are the same sums with four additions in
+ * flight (tests/check_device_optim: test_grad_clip_order, 8 and 16
+ * lanes).  x * 1.0f is x, so one loop serves GRAD_CLIP's mul = 1 and
+ * UNSCALE's 1/s.  No FMA: the avx2 target has none, and avx512f's is
+ * never used: -ffp-contract=off (configure.ac) fuses no multiply-add in
+ * any clone or here.  AVX2 since session 20, AVX-512 since session 44;
+ * one macro writes both since session 45 (the same code at B = 256, 512
+ * bits: _mm256_* / _mm512_* and __m256 / __m512).
+ *
+ * SUMSQ_X4_ISA(B, isa) defines, for target `isa` with B-bit vectors:
+ *   sumsq_lanes_<isa>(v): v's B / 32 lanes added 0.. in f32;
+ *   sumsq_block4_<isa>(g, mul, out): out[j] = the f32 sum of the whole
+ *     block at g + 1024 j, j = 0..3;
+ *   sumsq_block1_<isa>(g, len, mul): the f32 sum of one block of len <=
+ *     1024 (a short one's len % W last elements into lane 0);
+ *   sumsq_parts_x4_<isa>(g, n, k0, k1, mul, bp): bp[k] = block k's f32
+ *     sum, blocks [k0, k1) of g[0, n). */
+#define SUMSQ_X4_ISA(B, isa)                                                                       \
+	__attribute__((target(#isa))) static inline float sumsq_lanes_##isa(__m##B v)              \
+	{                                                                                          \
+		float l[B / 32], part = 0;                                                         \
+		_mm##B##_storeu_ps(l, v);                                                          \
+		for (int k = 0; k < B / 32; k++)                                                   \
+			part += l[k];                                                              \
+		return part;                                                                       \
+	}                                                                                          \
+                                                                                                   \
+	__attribute__((target(#isa))) static inline void sumsq_block4_##isa(const float *g,        \
+									   float mul, float out[4])  \
+	{                                                                                          \
+		const __m##B m = _mm##B##_set1_ps(mul);                                            \
+		__m##B s0 = _mm##B##_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                      \
+		for (int64_t i = 0; i < 1024; i += B / 32) {                                       \
+			const __m##B v0 = _mm##B##_mul_ps(_mm##B##_loadu_ps(g + i), m);            \
+			const __m##B v1 = _mm##B##_mul_ps(_mm##B##_loadu_ps(g + i + 1024), m);     \
+			const __m##B v2 = _mm##B##_mul_ps(_mm##B##_loadu_ps(g + i + 2048), m);     \
+			const __m##B v3 = _mm##B##_mul_ps(_mm##B##_loadu_ps(g + i + 3072), m);     \
+			s0 = _mm##B##_add_ps(s0, _mm##B##_mul_ps(v0, v0));                         \
+			s1 = _mm##B##_add_ps(s1, _mm##B##_mul_ps(v1, v1));                         \
+			s2 = _mm##B##_add_ps(s2, _mm##B##_mul_ps(v2, v2));                         \
+			s3 = _mm##B##_add_ps(s3, _mm##B##_mul_ps(v3, v3));                         \
+		}                                                                                  \
+		out[0] = sumsq_lanes_##isa(s0);                                                    \
+		out[1] = sumsq_lanes_##isa(s1);                                                    \
+		out[2] = sumsq_lanes_##isa(s2);                                                    \
+		out[3] = sumsq_lanes_##isa(s3);                                                    \
+	}                                                                                          \
+                                                                                                   \
+	__attribute__((target(#isa))) static inline float sumsq_block1_##isa(const float *g,       \
+									    int64_t len, float mul) \
+	{                                                                                          \
+		const __m##B m = _mm##B##_set1_ps(mul);                                            \
+		__m##B s = _mm##B##_setzero_ps();                                                  \
+		int64_t i = 0;                                                                     \
+		for (; i + B / 32 <= len; i += B / 32) {                                           \
+			const __m##B v = _mm##B##_mul_ps(_mm##B##_loadu_ps(g + i), m);             \
+			s = _mm##B##_add_ps(s, _mm##B##_mul_ps(v, v));                             \
+		}                                                                                  \
+		float l[B / 32], part = 0;                                                         \
+		_mm##B##_storeu_ps(l, s);                                                          \
+		for (; i < len; i++) {                                                             \
+			const float v = g[i] * mul;                                                \
+			l[0] += v * v;                                                             \
+		}                                                                                  \
+		for (int k = 0; k < B / 32; k++)                                                   \
+			part += l[k];                                                              \
+		return part;                                                                       \
+	}                                                                                          \
+                                                                                                   \
+	__attribute__((target(#isa))) static void sumsq_parts_x4_##isa(                            \
+		const float *g, int64_t n, int64_t k0, int64_t k1, float mul, float *bp)           \
+	{                                                                                          \
+		int64_t k = k0;                                                                    \
+		for (; k + 4 <= k1 && (k + 4) * 1024 <= n; k += 4)                                 \
+			sumsq_block4_##isa(g + k * 1024, mul, bp + k);                             \
+		for (; k < k1; k++)                                                                \
+			bp[k] = sumsq_block1_##isa(g + k * 1024,                                   \
+						   (k + 1) * 1024 < n ? 1024 : n - k * 1024, mul); \
 	}
-	out[0] = sumsq_lanes_avx2(s0);
-	out[1] = sumsq_lanes_avx2(s1);
-	out[2] = sumsq_lanes_avx2(s2);
-	out[3] = sumsq_lanes_avx2(s3);
-}
-
-/* the f32 sum of one block of len <= 1024 (a short one's len % 8 last
- * elements into lane 0) */
-__attribute__((target("avx2"))) static inline float sumsq_block1_avx2(const float *g, int64_t len,
-								      float mul)
-{
-	const __m256 m = _mm256_set1_ps(mul);
-	__m256 s = _mm256_setzero_ps();
-	int64_t i = 0;
-	for (; i + 8 <= len; i += 8) {
-		const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(g + i), m);
-		s = _mm256_add_ps(s, _mm256_mul_ps(v, v));
-	}
-	float l[8], part = 0;
-	_mm256_storeu_ps(l, s);
-	for (; i < len; i++) {
-		const float v = g[i] * mul;
-		l[0] += v * v;
-	}
-	for (int k = 0; k < 8; k++)
-		part += l[k];
-	return part;
-}
-
-/* bp[k] = block k's f32 sum, blocks [k0, k1) of g[0, n) */
-__attribute__((target("avx2"))) static void sumsq_parts_x4(const float *g, int64_t n, int64_t k0,
-							   int64_t k1, float mul, float *bp)
-{
-	int64_t k = k0;
-	for (; k + 4 <= k1 && (k + 4) * 1024 <= n; k += 4)
-		sumsq_block4_avx2(g + k * 1024, mul, bp + k);
-	for (; k < k1; k++)
-		bp[k] = sumsq_block1_avx2(g + k * 1024, (k + 1) * 1024 < n ? 1024 : n - k * 1024, mul);
-}
-
-
-/* The same for sumsq_span's avx512f clone (session 44): one 16-lane f32
- * sum per block (lane l the block's elements l, l + 16, ...; a short
- * block's len % 16 last elements, or all of a block under 16, into lane 0
- * in order), each element squared rounded and then added (vmulps, vaddps:
- * avx512f has FMA, but the plugin is built with -ffp-contract=off,
- * configure.ac, so neither the clone nor this fuses one), the lanes added 0..15 in f32 from 0: one chain
- * of vaddps (4 cycles) a block, 16 bytes a cycle, so GRAD_CLIP's pass ran
- * at 36 GB/s from the core's own cache (44 us of the MLP's fc1
- * gradients).  Four blocks' chains side by side are the same sums
- * (tests/check_device_optim: test_grad_clip_order, 16 lanes). */
-__attribute__((target("avx512f"))) static inline float sumsq_lanes_avx512(__m512 v)
-{
-	float l[16], part = 0;
-	_mm512_storeu_ps(l, v);
-	for (int k = 0; k < 16; k++)
-		part += l[k];
-	return part;
-}
-
-__attribute__((target("avx512f"))) static inline void sumsq_block4_avx512(const float *g, float mul,
-									 float out[4])
-{
-	const __m512 m = _mm512_set1_ps(mul);
-	__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-	for (int64_t i = 0; i < 1024; i += 16) {
-		const __m512 v0 = _mm512_mul_ps(_mm512_loadu_ps(g + i), m);
-		const __m512 v1 = _mm512_mul_ps(_mm512_loadu_ps(g + i + 1024), m);
-		const __m512 v2 = _mm512_mul_ps(_mm512_loadu_ps(g + i + 2048), m);
-		const __m512 v3 = _mm512_mul_ps(_mm512_loadu_ps(g + i + 3072), m);
-		s0 = _mm512_add_ps(s0, _mm512_mul_ps(v0, v0));
-		s1 = _mm512_add_ps(s1, _mm512_mul_ps(v1, v1));
-		s2 = _mm512_add_ps(s2, _mm512_mul_ps(v2, v2));
-		s3 = _mm512_add_ps(s3, _mm512_mul_ps(v3, v3));
-	}
-	out[0] = sumsq_lanes_avx512(s0);
-	out[1] = sumsq_lanes_avx512(s1);
-	out[2] = sumsq_lanes_avx512(s2);
-	out[3] = sumsq_lanes_avx512(s3);
-}
-
-__attribute__((target("avx512f"))) static inline float sumsq_block1_avx512(const float *g,
-									  int64_t len, float mul)
-{
-	const __m512 m = _mm512_set1_ps(mul);
-	__m512 s = _mm512_setzero_ps();
-	int64_t i = 0;
-	for (; i + 16 <= len; i += 16) {
-		const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(g + i), m);
-		s = _mm512_add_ps(s, _mm512_mul_ps(v, v));
-	}
-	float l[16], part = 0;
-	_mm512_storeu_ps(l, s);
-	for (; i < len; i++) {
-		const float v = g[i] * mul;
-		l[0] += v * v;
-	}
-	for (int k = 0; k < 16; k++)
-		part += l[k];
-	return part;
-}
-
-__attribute__((target("avx512f"))) static void sumsq_parts_x4_avx512(const float *g, int64_t n,
-								     int64_t k0, int64_t k1, float mul,
-								     float *bp)
-{
-	int64_t k = k0;
-	for (; k + 4 <= k1 && (k + 4) * 1024 <= n; k += 4)
-		sumsq_block4_avx512(g + k * 1024, mul, bp + k);
-	for (; k < k1; k++)
-		bp[k] = sumsq_block1_avx512(g + k * 1024, (k + 1) * 1024 < n ? 1024 : n - k * 1024, mul);
-}
+SUMSQ_X4_ISA(256, avx2)
+SUMSQ_X4_ISA(512, avx512f)
 #endif
 
 /* bp[k] = the f32 sum sumsq_span adds for block k (elements 1024 k to
@@ -528,11 +470,11 @@ static void sumsq_parts(const float *g, int64_t n, int64_t k0, int64_t k1, float
 {
 #ifdef SUMSQ_X4
 	if (__builtin_cpu_supports("avx512f")) {
-		sumsq_parts_x4_avx512(g, n, k0, k1, mul, bp);
+		sumsq_parts_x4_avx512f(g, n, k0, k1, mul, bp);
 		return;
 	}
 	if (__builtin_cpu_supports("avx2")) {
-		sumsq_parts_x4(g, n, k0, k1, mul, bp);
+		sumsq_parts_x4_avx2(g, n, k0, k1, mul, bp);
 		return;
 	}
 #endif

@@ -15,7 +15,12 @@
  * "tnosums": the CPU device under ABI 2.32 whose prepare answers
  * KILN_EINVAL for GRAD_SUMSQ, as an outside 2.32 device without the op
  * and without has_op may: `kiln train` keeps GRAD_CLIP's one pass on it
- * (tests/grad_sums.sh).
+ * (tests/grad_sums.sh); and "tknown31": the CPU device under ABI 2.31
+ * with a has_op that knows 2.31's op types (KILN_OP_TYPE_COUNT was 53)
+ * and says on stderr when it is asked about another, as a has_op that
+ * indexes a table by its own count would read past it: the core asks it
+ * about no op after 2.31's (before session 45 `kiln train` asked it about
+ * GRAD_SUMSQ, 53; tests/grad_sums.sh).
  *
  * Not installed, not in the default search path (check_LTLIBRARIES).
  */
@@ -24,8 +29,8 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-static struct kiln_device_ops ops, ops_norun, ops_nosums;
-static struct kiln_plugin plug, plug28, plug_norun, plug_nosums;
+static struct kiln_device_ops ops, ops_norun, ops_nosums, ops_known31;
+static struct kiln_plugin plug, plug28, plug_norun, plug_nosums, plug_known31;
 static const struct kiln_host *host0;
 static kiln_status (*cpu_prepare)(void *, const struct kiln_op *, void **, size_t *);
 
@@ -41,6 +46,18 @@ static int has_op_norun(void *ctx, int type)
 	return type != KILN_OP_ATTENTION_DECODE_RUN;
 }
 
+/* 2.31's op types, KILN_OP_GEMM .. KILN_OP_ATTENTION_DECODE_RUN (52) */
+static int has_op_known31(void *ctx, int type)
+{
+	(void)ctx;
+	if (type <= 0 || type > KILN_OP_ATTENTION_DECODE_RUN) {
+		fprintf(stderr, "tknown31: has_op asked about op type %d, which ABI 2.31 does not have\n",
+			type);
+		return 0;
+	}
+	return 1;
+}
+
 static kiln_status prepare_nosums(void *ctx, const struct kiln_op *op, void **plan, size_t *ws)
 {
 	if (op->type == KILN_OP_GRAD_SUMSQ) {
@@ -51,7 +68,8 @@ static kiln_status prepare_nosums(void *ctx, const struct kiln_op *op, void **pl
 
 KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
 {
-	static const struct kiln_plugin *list[] = { &plug, &plug28, &plug_norun, &plug_nosums, NULL };
+	static const struct kiln_plugin *list[] = { &plug, &plug28, &plug_norun, &plug_nosums,
+						    &plug_known31, NULL };
 	void *h = dlopen(CPU_SO, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		fprintf(stderr, "kiln-tnodecode: %s\n", dlerror());
@@ -62,11 +80,16 @@ KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struc
 	if (!l || !l[0])
 		return NULL;
 	host0 = host;
-	plug = plug28 = plug_norun = plug_nosums = *l[0];
+	plug = plug28 = plug_norun = plug_nosums = plug_known31 = *l[0];
 	plug28.name = "tprefill28";
 	plug28.abi_minor = 28;
 	plug28.keys = NULL;
-	ops = ops_norun = ops_nosums = *(const struct kiln_device_ops *)plug.ops;
+	ops = ops_norun = ops_nosums = ops_known31 = *(const struct kiln_device_ops *)plug.ops;
+	ops_known31.has_op = has_op_known31;
+	plug_known31.ops = &ops_known31;
+	plug_known31.name = "tknown31";
+	plug_known31.abi_minor = 31;
+	plug_known31.keys = NULL;
 	cpu_prepare = ops_nosums.prepare;
 	ops_nosums.prepare = prepare_nosums;
 	ops_nosums.has_op = NULL;
