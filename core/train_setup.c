@@ -44,8 +44,9 @@ static kiln_status open_set(struct trainer *t, const char *section, const char *
 	return KILN_OK;
 }
 
-static void close_set(struct train_set *d)
+static void close_set(struct train_set *d, const char *what)
 {
+	kiln_loader_log_stats(d->loader, what);
 	kiln_loader_close(d->loader);
 	d->loader = NULL;
 	kiln_dataset_close(&d->ds);
@@ -630,9 +631,9 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	kiln_device_close(t->dev);
 	kiln_profile_free(t->prof);
 	t->prof = NULL;
-	close_set(&t->train);
-	close_set(&t->test);
-	close_set(&t->val);
+	close_set(&t->train, "train");
+	close_set(&t->test, "test");
+	close_set(&t->val, "val");
 	free(t->eval_order);
 	kiln_data_scratch_free(&t->scratch);
 	free(t->config_text);
