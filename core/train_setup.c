@@ -44,9 +44,8 @@ static kiln_status open_set(struct trainer *t, const char *section, const char *
 	return KILN_OK;
 }
 
-static void close_set(struct train_set *d, const char *what)
+static void close_set(struct train_set *d)
 {
-	kiln_loader_log_stats(d->loader, what);
 	kiln_loader_close(d->loader);
 	d->loader = NULL;
 	kiln_dataset_close(&d->ds);
@@ -529,6 +528,9 @@ static void free_device(struct trainer *t)
 		kiln_device_graph_free(t->dev, t->graph[s]);
 		t->graph[s] = NULL;
 	}
+	kiln_loader_log_stats(t->train.loader, "train");
+	kiln_loader_log_stats(t->test.loader, "test");
+	kiln_loader_log_stats(t->val.loader, "val");
 	kiln_loader_close(t->train.loader);
 	kiln_loader_close(t->test.loader);
 	kiln_loader_close(t->val.loader);
@@ -631,9 +633,9 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	kiln_device_close(t->dev);
 	kiln_profile_free(t->prof);
 	t->prof = NULL;
-	close_set(&t->train, "train");
-	close_set(&t->test, "test");
-	close_set(&t->val, "val");
+	close_set(&t->train);
+	close_set(&t->test);
+	close_set(&t->val);
 	free(t->eval_order);
 	kiln_data_scratch_free(&t->scratch);
 	free(t->config_text);
