@@ -16,8 +16,8 @@
  * records in the page cache, cache = ram), kiln_loader_next fills the
  * batches itself from then on, on the consumer's thread, with the same
  * bytes (the same read of the same order), and the workers sleep.  The
- * fill counts as data wait (kiln_loader_wait_s).  docs/data.md, "The
- * loader's workers".
+ * fill counts as data wait (kiln_loader_wait_s).  docs/data.md, "How a
+ * batch is made", Workers.
  */
 #ifndef KILN_LOADER_H
 #define KILN_LOADER_H
