@@ -172,6 +172,11 @@ int kiln_stop_pending(void);
  * the planner may ask of its ops. */
 unsigned kiln_device_abi_minor(const struct kiln_device *dev);
 
+/* The compute threads the device was opened with ([run] threads, or a
+ * pipeline stage's share): 0 for one per CPU of the affinity mask.  The
+ * loader engine reads it to know whether a CPU is left for its workers. */
+int kiln_device_threads(const struct kiln_device *dev);
+
 /* The resolved [layer.*] sections alone, as kiln_config_write writes them
  * (with the defaults of the registry cfg was validated with) but each
  * value in its canonical text (kiln_config_value_canon: `kernel = 5,5`

@@ -8,10 +8,19 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
+#include <sys/resource.h> /* getrusage(RUSAGE_THREAD): whether a fill blocked */
 #include <time.h>
 #include <unistd.h>
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN };
+
+/* The consumer-fill rule (loader.h, kiln_loader_stats): watched over the
+ * batches handed out from the RULE_FROM-th (the first ones read a cold
+ * data set) to RULE_FROM + RULE_BATCHES, a worker's fill must cost at most
+ * RULE_SHARE of the time between two batches in CPU and never block. */
+#define RULE_FROM 4
+#define RULE_BATCHES 16
+#define RULE_SHARE 0.10
 
 struct slot {
 	int state;
@@ -35,10 +44,20 @@ struct kiln_loader {
 	pthread_t *threads;
 	int started;            /* threads created */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
+	pthread_cond_t work;    /* workers wait on it: a slot to fill, or stop */
+	pthread_cond_t ready;   /* the consumer waits on it: a batch filled */
 	int stop;
 	double wait_s;          /* consumer time in kiln_loader_next */
 	int64_t skipped;        /* the taken batches' slot->skipped, summed */
+	/* the consumer-fill rule: may_inline is set at open (a device of host
+	 * memory and no CPU left for a worker), inline_fill once the rule's
+	 * window measured a fill cheap; mark_* is that window's account */
+	int may_inline, inline_fill;
+	struct kiln_data_scratch scr; /* the consumer's, for its own fills */
+	double mark_t;
+	int64_t mark_fills, mark_blocked;
+	double mark_cpu_s;
+	struct kiln_loader_stats stats;
 	/* the epoch */
 	int64_t epoch;
 	const int64_t *order;
@@ -46,11 +65,91 @@ struct kiln_loader {
 	int64_t next_claim, next_take;
 };
 
-static kiln_status fill(struct kiln_loader *L, struct slot *s, int64_t b,
-			struct kiln_data_scratch *scr)
+static long probe_cpus(void);
+
+/* Whether the consumer-fill rule may apply: on a device of host memory
+ * (the CPU) whose compute threads take every CPU of the affinity mask
+ * ([run] threads = 0, or as many), a worker has no CPU of its own: each
+ * wake-up preempts a compute thread, and the team waits for it at its next
+ * barrier (0.10-0.14 ms a step of the MLP's 1.6 ms, `perf sched`; at
+ * times a whole 3 ms slice).  With a CPU to spare the workers cost the step
+ * nothing and keep it. */
+static int may_fill_inline(const struct kiln_device *dev)
 {
-	return kiln_dataset_read_rows(L->d, L->epoch, L->order + b * L->batch, s->rows, s->x, s->y,
-				      scr);
+	if (!(kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY))
+		return 0;
+	const int threads = kiln_device_threads(dev);
+	return threads <= 0 || threads >= probe_cpus();
+}
+
+/* Claim batch b into its free slot s (the lock held): whether a copy out
+ * of the slot is still to be waited for. */
+static int claim(struct kiln_loader *L, struct slot *s, int64_t b)
+{
+	L->next_claim++;
+	s->state = SLOT_FILLING;
+	s->batch = b;
+	s->rows = L->n - b * L->batch < L->batch ? L->n - b * L->batch : L->batch;
+	const int pending = s->copy_pending;
+	s->copy_pending = 0;
+	return pending;
+}
+
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The times this thread blocked (it gave up its CPU: a lock, a read from
+ * disk) or waited for a page from disk. */
+static long thread_blocks(void)
+{
+	struct rusage ru;
+	return getrusage(RUSAGE_THREAD, &ru) ? 0 : ru.ru_nvcsw + ru.ru_majflt;
+}
+
+/* A worker's fill, measured for the consumer-fill rule: its CPU time and
+ * whether it blocked. */
+struct fill_cost {
+	double cpu_s;
+	long blocks;
+};
+
+/* Fill claimed slot s with batch b (the lock not held; a worker's or the
+ * consumer's scratch; cost NULL or measured): its status, and the
+ * failure's message in s->msg. */
+static kiln_status fill(struct kiln_loader *L, struct slot *s, int64_t b, int pending,
+			struct kiln_data_scratch *scr, struct fill_cost *cost)
+{
+	/* the previous copy out of this slot must have finished (an
+	 * event on the copy stream), or on a device of host memory the
+	 * step that read the slot in place (on compute: train_step.c) */
+	kiln_status st = pending ? kiln_device_staging_wait(L->dev, s->copied) : KILN_OK;
+	const int64_t skipped0 = scr->skipped;
+	if (!st) {
+		const double c0 = cost ? thread_cpu_s() : 0;
+		const long k0 = cost ? thread_blocks() : 0;
+		st = kiln_dataset_read_rows(L->d, L->epoch, L->order + b * L->batch, s->rows, s->x,
+					    s->y, scr);
+		if (cost) {
+			cost->cpu_s = thread_cpu_s() - c0;
+			cost->blocks = thread_blocks() - k0;
+		}
+	}
+	if (st)
+		snprintf(s->msg, sizeof s->msg, "%s", kiln_last_error());
+	s->skipped = scr->skipped - skipped0;
+	return st;
+}
+
+/* Slot s filled with status st (the lock held): ready for the consumer. */
+static void filled(struct kiln_loader *L, struct slot *s, kiln_status st)
+{
+	s->st = st;
+	s->state = SLOT_READY;
+	pthread_cond_broadcast(&L->ready);
 }
 
 static void *worker(void *arg)
@@ -64,40 +163,31 @@ static void *worker(void *arg)
 		struct slot *s = NULL;
 		int64_t b = 0;
 		while (!L->stop) {
-			if (L->next_claim < L->n_batches) {
+			if (!L->inline_fill && L->next_claim < L->n_batches) {
 				b = L->next_claim;
 				s = &L->slots[b % L->n_slots];
 				if (s->state == SLOT_FREE)
 					break;
 			}
 			s = NULL;
-			pthread_cond_wait(&L->cond, &L->lock);
+			pthread_cond_wait(&L->work, &L->lock);
+			L->stats.wakeups++;
 		}
 		if (L->stop)
 			break;
-		L->next_claim++;
-		s->state = SLOT_FILLING;
-		s->batch = b;
-		s->rows = L->n - b * L->batch < L->batch ? L->n - b * L->batch : L->batch;
-		int pending = s->copy_pending;
-		s->copy_pending = 0;
+		const int pending = claim(L, s, b);
 		pthread_mutex_unlock(&L->lock);
 
-		/* the previous copy out of this slot must have finished (an
-		 * event on the copy stream), or on a device of host memory the
-		 * step that read the slot in place (on compute: train_step.c) */
-		kiln_status st = pending ? kiln_device_staging_wait(L->dev, s->copied) : KILN_OK;
-		const int64_t skipped0 = scr.skipped;
-		if (!st)
-			st = fill(L, s, b, &scr);
-		if (st)
-			snprintf(s->msg, sizeof s->msg, "%s", kiln_last_error());
+		struct fill_cost cost = { 0, 0 };
+		const kiln_status st = fill(L, s, b, pending, &scr, &cost);
 
 		pthread_mutex_lock(&L->lock);
-		s->st = st;
-		s->skipped = scr.skipped - skipped0;
-		s->state = SLOT_READY;
-		pthread_cond_broadcast(&L->cond);
+		L->stats.worker_fills++;
+		L->stats.fill_cpu_s += cost.cpu_s;
+		L->mark_fills++;
+		L->mark_cpu_s += cost.cpu_s;
+		L->mark_blocked += cost.blocks > 0;
+		filled(L, s, st);
 	}
 	pthread_mutex_unlock(&L->lock);
 	kiln_data_scratch_free(&scr);
@@ -120,7 +210,9 @@ kiln_status kiln_loader_open(struct kiln_device *dev, struct kiln_dataset *d, in
 	/* every worker busy on one batch, `prefetch` more ready ahead */
 	L->n_slots = L->n_workers + (prefetch < 1 ? 1 : prefetch);
 	pthread_mutex_init(&L->lock, NULL);
-	pthread_cond_init(&L->cond, NULL);
+	pthread_cond_init(&L->work, NULL);
+	pthread_cond_init(&L->ready, NULL);
+	L->may_inline = may_fill_inline(dev);
 	L->slots = calloc((size_t)L->n_slots, sizeof *L->slots);
 	L->threads = calloc((size_t)L->n_workers, sizeof *L->threads);
 	if (!L->slots || !L->threads) {
@@ -174,9 +266,42 @@ kiln_status kiln_loader_start(struct kiln_loader *L, int64_t epoch, const int64_
 	L->batch = batch;
 	L->n_batches = keep_last ? (n + batch - 1) / batch : n / batch;
 	L->next_claim = L->next_take = 0;
-	pthread_cond_broadcast(&L->cond);
+	if (!L->inline_fill)
+		pthread_cond_broadcast(&L->work);
 	pthread_mutex_unlock(&L->lock);
 	return KILN_OK;
+}
+
+/* The consumer-fill rule, at each batch handed out (the lock held): over
+ * the window of batches RULE_FROM .. RULE_FROM + RULE_BATCHES, the
+ * workers' fills against the time between two batches. */
+static void rule_note_take(struct kiln_loader *L)
+{
+	const int64_t k = ++L->stats.taken;
+	if (!L->may_inline || L->inline_fill)
+		return;
+	if (k == RULE_FROM) {
+		L->mark_t = kiln_now_s();
+		L->mark_fills = L->mark_blocked = 0;
+		L->mark_cpu_s = 0;
+		return;
+	}
+	if (k != RULE_FROM + RULE_BATCHES)
+		return;
+	const double gap = (kiln_now_s() - L->mark_t) / RULE_BATCHES;
+	const double cpu = L->mark_fills ? L->mark_cpu_s / (double)L->mark_fills : 0;
+	L->stats.rule_fill_s = cpu;
+	L->stats.rule_gap_s = gap;
+	L->inline_fill = L->mark_fills >= RULE_BATCHES / 2 && !L->mark_blocked &&
+			 cpu <= RULE_SHARE * gap;
+	if (L->inline_fill)
+		L->stats.inline_from = k;
+	kiln_log(KILN_LOG_DEBUG, "data",
+		 "loader: a batch's fill took %.1f us of a worker's CPU (%lld of %lld fills blocked), %.1f%% of the %.1f us between batches: %s",
+		 1e6 * cpu, (long long)L->mark_blocked, (long long)L->mark_fills,
+		 gap > 0 ? 100 * cpu / gap : 0, 1e6 * gap,
+		 L->inline_fill ? "the training thread fills the batches from now on"
+				: "the workers go on");
 }
 
 kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_t **y,
@@ -191,14 +316,27 @@ kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_
 	struct slot *s = &L->slots[b % L->n_slots];
 	if (!(s->state == SLOT_READY && s->batch == b)) {
 		double t0 = kiln_now_s();
-		while (!(s->state == SLOT_READY && s->batch == b))
-			pthread_cond_wait(&L->cond, &L->lock);
+		while (!(s->state == SLOT_READY && s->batch == b)) {
+			if (L->inline_fill && L->next_claim == b && s->state == SLOT_FREE) {
+				/* the rule's choice: fill it here, with no
+				 * worker to wake (counted as data wait) */
+				const int pending = claim(L, s, b);
+				pthread_mutex_unlock(&L->lock);
+				const kiln_status fst = fill(L, s, b, pending, &L->scr, NULL);
+				pthread_mutex_lock(&L->lock);
+				L->stats.inline_fills++;
+				filled(L, s, fst);
+				break;
+			}
+			pthread_cond_wait(&L->ready, &L->lock);
+		}
 		L->wait_s += kiln_now_s() - t0;
 	}
 	kiln_status st = s->st;
 	s->state = SLOT_TAKEN;
 	L->next_take++;
 	L->skipped += s->skipped;
+	rule_note_take(L);
 	pthread_mutex_unlock(&L->lock);
 	if (st)
 		return kiln_error(st, "%s", s->msg);
@@ -218,9 +356,34 @@ kiln_status kiln_loader_release(struct kiln_loader *L, int slot, void *stream)
 	pthread_mutex_lock(&L->lock);
 	s->copy_pending = st == KILN_OK;
 	s->state = SLOT_FREE;
-	pthread_cond_broadcast(&L->cond);
+	/* one slot more to fill: one worker (none once the consumer fills) */
+	if (!L->inline_fill)
+		pthread_cond_signal(&L->work);
 	pthread_mutex_unlock(&L->lock);
 	return st;
+}
+
+void kiln_loader_stats(struct kiln_loader *L, struct kiln_loader_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!L)
+		return;
+	pthread_mutex_lock(&L->lock);
+	*out = L->stats;
+	pthread_mutex_unlock(&L->lock);
+}
+
+void kiln_loader_log_stats(struct kiln_loader *L, const char *what)
+{
+	struct kiln_loader_stats k;
+	if (!L)
+		return;
+	kiln_loader_stats(L, &k);
+	kiln_log(KILN_LOG_DEBUG, "data",
+		 "loader (%s): %lld batches handed out; %lld filled by the workers (%lld wake-ups, %.1f us of CPU a fill), %lld by the training thread",
+		 what, (long long)k.taken, (long long)k.worker_fills, (long long)k.wakeups,
+		 k.worker_fills ? 1e6 * k.fill_cpu_s / (double)k.worker_fills : 0.0,
+		 (long long)k.inline_fills);
 }
 
 double kiln_loader_wait_s(const struct kiln_loader *L)
@@ -367,7 +530,7 @@ void kiln_loader_close(struct kiln_loader *L)
 		return;
 	pthread_mutex_lock(&L->lock);
 	L->stop = 1;
-	pthread_cond_broadcast(&L->cond);
+	pthread_cond_broadcast(&L->work);
 	pthread_mutex_unlock(&L->lock);
 	for (int i = 0; i < L->started; i++)
 		pthread_join(L->threads[i], NULL);
@@ -379,7 +542,9 @@ void kiln_loader_close(struct kiln_loader *L)
 		kiln_device_host_free(L->dev, s->y);
 		kiln_device_event_destroy(L->dev, s->copied);
 	}
-	pthread_cond_destroy(&L->cond);
+	pthread_cond_destroy(&L->work);
+	pthread_cond_destroy(&L->ready);
+	kiln_data_scratch_free(&L->scr);
 	pthread_mutex_destroy(&L->lock);
 	free(L->slots);
 	free(L->threads);

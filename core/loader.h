@@ -7,6 +7,17 @@
  * on the order, never on which worker filled it or when: results are the
  * same for any worker count.  A slot is refilled only after the device copy
  * out of it has completed (an event the consumer records).
+ *
+ * The consumer-fill rule: on a device of host memory whose compute
+ * threads take every CPU (a worker has no CPU of its own and each of its
+ * wake-ups preempts a compute thread), the loader watches batches 4..20
+ * handed out: when a worker's fill cost at most 10% of the time between
+ * two batches in CPU and never blocked (a resident data set: idx,
+ * records in the page cache, cache = ram), kiln_loader_next fills the
+ * batches itself from then on, on the consumer's thread, with the same
+ * bytes (the same read of the same order), and the workers sleep.  The
+ * fill counts as data wait (kiln_loader_wait_s).  docs/data.md, "How a
+ * batch is made", Workers.
  */
 #ifndef KILN_LOADER_H
 #define KILN_LOADER_H
@@ -61,6 +72,24 @@ int kiln_loader_auto_max(void);
  * counted: d->skipped is as before the probe. */
 kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, int64_t B,
 			      int prefetch, void *copy_stream, int *best);
+
+/* What the loader did, for tests and the debug log.  The consumer's thread
+ * (the counts are read under the loader's lock). */
+struct kiln_loader_stats {
+	int64_t taken;        /* batches kiln_loader_next handed out */
+	int64_t worker_fills; /* batches the workers filled */
+	int64_t inline_fills; /* batches kiln_loader_next filled itself */
+	int64_t wakeups;      /* the workers' returns from a wait for work */
+	int64_t inline_from;  /* the batch handed out when the rule chose the
+			       * consumer (0: it did not) */
+	double fill_cpu_s;    /* the workers' CPU time in their fills */
+	double rule_fill_s;   /* the rule's window: a fill's CPU time, */
+	double rule_gap_s;    /* and the time between two batches (0: not run) */
+};
+void kiln_loader_stats(struct kiln_loader *L, struct kiln_loader_stats *out);
+
+/* The stats in one debug line, `what` naming the loader ("train"). */
+void kiln_loader_log_stats(struct kiln_loader *L, const char *what);
 
 /* Stop the workers (waiting for the batch each is filling) and free. */
 void kiln_loader_close(struct kiln_loader *L);

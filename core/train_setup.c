@@ -528,6 +528,9 @@ static void free_device(struct trainer *t)
 		kiln_device_graph_free(t->dev, t->graph[s]);
 		t->graph[s] = NULL;
 	}
+	kiln_loader_log_stats(t->train.loader, "train");
+	kiln_loader_log_stats(t->test.loader, "test");
+	kiln_loader_log_stats(t->val.loader, "val");
 	kiln_loader_close(t->train.loader);
 	kiln_loader_close(t->test.loader);
 	kiln_loader_close(t->val.loader);

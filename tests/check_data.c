@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <pthread.h>
 #include <sched.h>
+#include <dirent.h> /* /proc/self/task: the loader thread's context switches */
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -991,6 +992,127 @@ START_TEST(test_uniform_run_equals_scalar)
 }
 END_TEST
 
+/* The voluntary context switches (sleeps) of this process's one thread
+ * named "kiln-loader" (/proc/self/task/TID/status), or -1 */
+static long loader_thread_sleeps(void)
+{
+	DIR *dir = opendir("/proc/self/task");
+	long n = -1;
+	if (!dir)
+		return -1;
+	for (struct dirent *de; n < 0 && (de = readdir(dir));) {
+		char path[300], line[128];
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+		FILE *f = fopen(path, "r");
+		int mine = f && fgets(line, sizeof line, f) && !strcmp(line, "kiln-loader\n");
+		if (f)
+			fclose(f);
+		snprintf(path, sizeof path, "/proc/self/task/%s/status", de->d_name);
+		if (!mine || !(f = fopen(path, "r")))
+			continue;
+		while (fgets(line, sizeof line, f))
+			if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
+				break;
+		fclose(f);
+	}
+	closedir(dir);
+	return n;
+}
+
+/* Batches nb of B from an idx set's epoch-0 order through a loader of one
+ * worker, the consumer pausing `step_us` after each (a training step),
+ * each batch compared byte for byte with a read on this thread; the
+ * worker thread's sleeps over batches 40..nb in *sleeps, the stats in *k. */
+static void consume_batches(struct rig *r, int64_t B, int64_t nb, int step_us, long *sleeps,
+			    struct kiln_loader_stats *k)
+{
+	int64_t *perm = malloc(sizeof(int64_t) * (size_t)r->d.len);
+	uint8_t *want = malloc((size_t)B * r->d.sample_bytes);
+	int32_t *wy = malloc(sizeof(int32_t) * (size_t)B);
+	struct kiln_data_scratch scr;
+	struct kiln_loader *L = NULL;
+	long s0 = -1;
+	memset(&scr, 0, sizeof scr);
+	ck_assert(perm && want && wy && nb * B <= r->d.len && nb > 40);
+	kiln_rng_permutation(r->d.seed, 0, perm, r->d.len);
+	ck_assert(kiln_loader_open(r->dev, &r->d, B, 1, 2, &L) == 0);
+	ck_assert(kiln_loader_start(L, 0, perm, nb * B, B, 0) == 0);
+	for (int64_t b = 0; b < nb; b++) {
+		const void *bx;
+		const int32_t *by;
+		int64_t rows;
+		int slot;
+		ck_assert_msg(kiln_loader_next(L, &bx, &by, &rows, &slot) == 0, "%s",
+			      kiln_last_error());
+		ck_assert(kiln_dataset_read_rows(&r->d, 0, perm + b * B, B, want, wy, &scr) == 0);
+		ck_assert_int_eq(rows, B);
+		ck_assert_msg(!memcmp(bx, want, (size_t)B * r->d.sample_bytes) &&
+				      !memcmp(by, wy, sizeof(int32_t) * (size_t)B),
+			      "batch %lld differs from a read on this thread", (long long)b);
+		ck_assert(kiln_loader_release(L, slot, r->copy) == 0);
+		if (b == 39)
+			s0 = loader_thread_sleeps();
+		if (step_us)
+			usleep((useconds_t)step_us);
+	}
+	const long s1 = loader_thread_sleeps();
+	ck_assert_msg(s0 >= 0 && s1 >= s0, "no thread named kiln-loader (%ld, %ld)", s0, s1);
+	*sleeps = s1 - s0;
+	kiln_loader_stats(L, k);
+	ck_assert_int_eq(k->taken, nb);
+	ck_assert_int_eq(k->worker_fills + k->inline_fills, nb);
+	kiln_loader_close(L);
+	kiln_data_scratch_free(&scr);
+	free(wy);
+	free(want);
+	free(perm);
+}
+
+/* The MLP's quiet step (issue 22, session 45): on the cpu device with
+ * every CPU for compute ([run] threads = 0), the worker woke for each
+ * batch, preempting a compute thread (0.10-0.14 ms of a 1.6 ms step,
+ * `perf sched`).  Now a cheap resident batch (32 idx images, ~10 us)
+ * against a 1 ms step is filled on the consumer's thread once the rule has
+ * watched batches 4..20: the worker sleeps through batches 40..120 (it
+ * slept once a batch, 80 times, before), and every batch is the bytes a
+ * read on this thread gives.  A run that leaves a CPU to the workers keeps
+ * them. */
+START_TEST(test_loader_consumer_fills)
+{
+	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
+	struct kiln_loader_stats k;
+	long sleeps;
+	struct rig r;
+	ck_assert(rig_open(&r, ini) == 0);
+	consume_batches(&r, 32, 120, 1000, &sleeps, &k);
+	ck_assert_msg(sleeps <= 2, "the loader worker slept %ld times over 80 batches", sleeps);
+	ck_assert_int_eq(k.inline_from, 20);
+	ck_assert_msg(k.rule_fill_s > 0 && k.rule_fill_s <= 0.1 * k.rule_gap_s,
+		      "fill %g s, gap %g s", k.rule_fill_s, k.rule_gap_s);
+	/* the 20 the rule watched and at most the 3 slots read ahead */
+	ck_assert_int_le(k.worker_fills, 23);
+	ck_assert_int_le(k.wakeups, 23);
+	rig_close(&r);
+
+	/* a CPU left to the worker: [run] threads below the mask's CPUs */
+	cpu_set_t set;
+	ck_assert(sched_getaffinity(0, sizeof set, &set) == 0);
+	if (CPU_COUNT(&set) > 1) {
+		char spare[256];
+		snprintf(spare, sizeof spare, "[run]\nthreads = %d\n%s", CPU_COUNT(&set) - 1, ini);
+		ck_assert(rig_open(&r, spare) == 0);
+		consume_batches(&r, 32, 120, 1000, &sleeps, &k);
+		/* (the count above can see a sleep a batch) */
+		ck_assert_msg(sleeps >= 40, "%ld sleeps over 80 batches", sleeps);
+		ck_assert_int_eq(k.inline_fills, 0);
+		ck_assert_int_eq(k.worker_fills, 120);
+		rig_close(&r);
+	}
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("data");
@@ -1004,7 +1126,7 @@ static Suite *make_suite(void)
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
 		test_workers_auto_cold, test_workers_auto_huge, test_probe_skips_uncounted, test_loader_skipped_taken,
 		test_workers_auto_mask,
-		test_resume_position, test_prefetch_hints, NULL });
+		test_resume_position, test_prefetch_hints, test_loader_consumer_fills, NULL });
 	return s;
 }
 

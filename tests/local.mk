@@ -930,9 +930,10 @@ EXTRA_DIST += tests/launch_group.sh tests/store_blip.sh
 # a link cut while Gloo connects its TCP mesh (netns, root)
 TESTS += tests/gloo_mesh_cut.sh
 EXTRA_DIST += tests/gloo_mesh_cut.sh
-TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh
+TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh \
+	tests/loader_consumer.sh
 EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh tests/stop_setup.sh tests/loader_start.sh \
-	tests/plugin_lazy.sh
+	tests/plugin_lazy.sh tests/loader_consumer.sh
 # GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
 # A stop during an evaluation ends it within a batch, with the stop's
 # checkpoint (one that resumes).  A failure during the evaluations after
