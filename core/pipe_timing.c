@@ -64,6 +64,8 @@ struct kiln_pipe_timing {
 	double share_ns, total_ns;
 	double spread, cpu_spread; /* per step: (max - min) / mean of the stages' busy */
 	double *sm;              /* per action: a smoothed duration */
+	double *act_cpu;         /* per action: its CPU ns summed over the counted
+				  * steps (the debug line of the passes' means) */
 	struct kiln_profile *prof;
 	/* stages on ranks: the last KEEP_STEPS counted steps' stamps of this
 	 * rank's stage, per step 4 per action (start, end, CPU start, CPU
@@ -270,6 +272,7 @@ static struct kiln_pipe_timing *timing_new(int P, const struct kiln_pipe_action 
 	    !(t->dur = malloc((size_t)n_act * sizeof *t->dur)) ||
 	    !(t->ideal = malloc((size_t)n_act * sizeof *t->ideal)) ||
 	    !(t->sm = malloc((size_t)n_act * sizeof *t->sm)) ||
+	    !(t->act_cpu = calloc((size_t)n_act, sizeof *t->act_cpu)) ||
 	    !(t->ho_hist = calloc(GAP_BINS, sizeof *t->ho_hist))) {
 		kiln_pipe_timing_free(t);
 		return NULL;
@@ -429,6 +432,7 @@ static kiln_status fold(void *arg)
 		if (count) {
 			t->busy_ns[x->stage] += (double)(b - a);
 			t->cpu_ns[x->stage] += (double)(t->c[2 * i + 1] - t->c[2 * i]);
+			t->act_cpu[i] += (double)(t->c[2 * i + 1] - t->c[2 * i]);
 		}
 		lo = a < lo ? a : lo;
 		hi = b > hi ? b : hi;
@@ -619,6 +623,13 @@ static void report_passes(const struct kiln_pipe_timing *t, int s, FILE *m)
 		if (t->act[i].stage == s)
 			fprintf(m, " %s%d %.2f", t->act[i].kind == KILN_PIPE_FWD ? "F" : "B",
 				t->act[i].mb, (double)(t->c[2 * i + 1] - t->c[2 * i]) / 1e6);
+	/* and every counted step's, on average: one step's figures move with
+	 * the machine's load, a pass that is longer at every step does not */
+	fprintf(m, "; over the %lld counted steps, mean CPU ms:", (long long)t->counted);
+	for (int i = 0; i < t->n_act && t->counted; i++)
+		if (t->act[i].stage == s)
+			fprintf(m, " %s%d %.3f", t->act[i].kind == KILN_PIPE_FWD ? "F" : "B",
+				t->act[i].mb, t->act_cpu[i] / 1e6 / (double)t->counted);
 }
 
 /* A report line, written by one of the report_ functions above into a
@@ -815,6 +826,7 @@ void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
 	free(t->dur);
 	free(t->ideal);
 	free(t->sm);
+	free(t->act_cpu);
 	free(t->ho_hist);
 	free(t->keep);
 	free(t);

@@ -554,6 +554,21 @@ START_TEST(test_spin_backoff)
 }
 END_TEST
 
+/* Which stage waits the back-off learns from and applies to
+ * (cpu_spin_learns): a wait on an event of a context no wider than the
+ * waiter's (a neighbour stage's, 1 thread each of [run] threads = 2; or
+ * 2 of 4), not one on the run's own device's (all of [run] threads: the
+ * step's start, which spans its optimizer on every core). */
+START_TEST(test_spin_learns)
+{
+	ck_assert(cpu_spin_learns(1, 1));
+	ck_assert(cpu_spin_learns(2, 2));
+	ck_assert(cpu_spin_learns(1, 2));
+	ck_assert(!cpu_spin_learns(2, 1));
+	ck_assert(!cpu_spin_learns(4, 2));
+}
+END_TEST
+
 /* Which weight gradients run in blocks of the minibatch (cpu_conv_wsplit):
  * the CNN's two at batch 128 in 8, a batch of 100 in 5, batches with no
  * divisor 2..8 in min(8, N / 2) unequal blocks (127: 8, 13: 6, 11: 5), bf16
@@ -614,7 +629,7 @@ static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
-		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, test_wait_tally, test_spin_backoff, test_conv_wsplit, NULL });
+		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, test_wait_tally, test_spin_backoff, test_spin_learns, test_conv_wsplit, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_one_busy_interval_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });

@@ -221,6 +221,104 @@ START_TEST(test_gemm_dw_accum)
 }
 END_TEST
 
+/* The written weight gradient (linear's dW of a step's first micro-batch:
+ * dy[R,N]^T x[R,K], beta = 0).  On the cpu device dnnl_sgemm with beta = 0
+ * up to 384 rows (plugins/cpu/gemm.c, CPU_SGEMM_WRITE_K; session 45: the
+ * brgemm matmul's stores to a result the optimizer had read last made the
+ * pipeline's first backward of a step its stage's longest): bit for bit
+ * the matmul it ran before (KILN_CPU_GEMM_WRITE_MATMUL), at 1 to 384 rows
+ * and the mirror model's widths (bench/pipeline.sh); NaN in the output
+ * before the run is not read (beta = 0).  prepare says which kernel ran
+ * (its debug line): sgemm to 384 rows, the matmul from 385 (where sgemm's
+ * K blocks round differently), and on every device the result is the sum
+ * in double. */
+struct gemm_said {
+	char text[4096];
+};
+
+static void gemm_said_sink(void *user, int level, const char *who, const char *msg)
+{
+	struct gemm_said *l = user;
+	(void)level;
+	if (!strcmp(who, "cpu") && !strncmp(msg, "GEMM M=", 7))
+		snprintf(l->text, sizeof l->text, "%s", msg); /* the latest */
+}
+
+/* dW written (R rows) with every output element NaN before; the
+ * prepare's GEMM line in said (cpu) */
+static float *dw_write(struct fx *f, int N, int K, int R, const float *dy, const float *x,
+		       struct gemm_said *said)
+{
+	const size_t n = (size_t)N * K;
+	float *dw = malloc(n * sizeof *dw);
+	for (size_t i = 0; i < n; i++)
+		dw[i] = NAN;
+	void *dW = dput(f, dw, n * 4), *dY = dput(f, dy, (size_t)R * N * 4),
+	     *dX = dput(f, x, (size_t)R * K * 4);
+	struct kiln_op op;
+	gemm_f32(&op, N, K, R, 1, 0, 1.0f, 0, 0);
+	const void *in[2] = { dY, dX };
+	void *out[1] = { dW };
+	const int level = kiln_log_get_level();
+	said->text[0] = 0;
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	kiln_log_set_sink(gemm_said_sink, said);
+	const kiln_status st = run_op(f, &op, in, out);
+	kiln_log_set_sink(NULL, NULL);
+	kiln_log_set_level(level);
+	OK(st);
+	dget(f, dw, dW, n * 4);
+	DFREE(f, dW, dY, dX);
+	return dw;
+}
+
+START_TEST(test_gemm_dw_write)
+{
+	/* N (the layer's outputs), K (its inputs), R (rows) */
+	static const int shape[][3] = { { 1024, 1024, 16 }, { 16, 1024, 16 }, { 1024, 16, 16 },
+					{ 1024, 1024, 64 }, { 129, 1587, 32 }, { 7, 33, 1 },
+					{ 300, 77, 384 }, { 300, 77, 385 }, { 64, 96, 1000 } };
+	struct fx f;
+	fx_open(&f, _i);
+	const int cpu = !strcmp(g_name, "cpu");
+	for (size_t c = 0; c < sizeof shape / sizeof *shape; c++) {
+		const int N = shape[c][0], K = shape[c][1], R = shape[c][2];
+		float *dy = frandv((size_t)R * N), *x = frandv((size_t)R * K), *mm = NULL;
+		struct gemm_said said, said_mm;
+		float *got = dw_write(&f, N, K, R, dy, x, &said);
+		if (cpu) {
+			setenv("KILN_CPU_GEMM_WRITE_MATMUL", "1", 1);
+			mm = dw_write(&f, N, K, R, dy, x, &said_mm);
+			unsetenv("KILN_CPU_GEMM_WRITE_MATMUL");
+			const int sgemm = R <= 384;
+			ck_assert_msg(!sgemm == !strstr(said.text, "(sgemm, beta = 0)"),
+				      "dW %dx%d of %d rows: %s, want %s", N, K, R, said.text,
+				      sgemm ? "sgemm" : "the matmul");
+			ck_assert_msg(!strstr(said_mm.text, "sgemm"),
+				      "dW %dx%d of %d rows with KILN_CPU_GEMM_WRITE_MATMUL: %s", N, K, R,
+				      said_mm.text);
+		}
+		for (int n = 0; n < N; n++)
+			for (int k = 0; k < K; k++) {
+				double want = 0, mag = 0;
+				for (int r = 0; r < R; r++) {
+					const double p = (double)dy[(size_t)r * N + n] * x[(size_t)r * K + k];
+					want += p;
+					mag += fabs(p);
+				}
+				const float g = got[(size_t)n * K + k];
+				NEAR(g, want, mag, 1e-5, "dW %dx%d of %d rows written: [%d,%d] = %.7g, want %.7g",
+				     N, K, R, n, k, g, want);
+			}
+		if (mm && R <= 384)
+			ck_assert_msg(!memcmp(got, mm, (size_t)N * K * sizeof *got),
+				      "dW %dx%d of %d rows: sgemm's bits are not the matmul's", N, K, R);
+		free(dy), free(x), free(got), free(mm);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 /* The core's op checks (core/opcheck.c), the same for every device: one
  * malformed op per family, each refused before the device sees it, with
  * the status and a message naming the device, the op and the fault.  A
@@ -548,4 +646,4 @@ START_TEST(test_relu)
 END_TEST
 
 DEVICE_SUITE(gemm, DFX_CASE(gemm), DFX_CASE(gemm_act), DFX_CASE(gemm_errors), DFX_CASE(op_checks), DFX_CASE(bias),
-	     DFX_CASE(relu), DFX_CASE(gemm_dw_accum));
+	     DFX_CASE(relu), DFX_CASE(gemm_dw_accum), DFX_CASE(gemm_dw_write));

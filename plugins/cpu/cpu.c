@@ -925,7 +925,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "came back late, that device's next waits sleep at once instead of spinning "
 	  "(1, 2, 4, ... up to 64; see stage_spin_us), since session 44: a late turn has "
 	  "already cost the waiter the other thread's slice even when the pass is then "
-	  "done, where a sleeper is woken with a preemption (docs/pipeline.md).  0: every "
+	  "done, where a sleeper is woken with a preemption (docs/pipeline.md).  A wait for "
+	  "the run's own device's event (the step's start, after its optimizer on every "
+	  "core) neither sets nor takes those skips (since session 45).  0: every "
 	  "wait spins up to stage_spin_us, as before session 44 (for measuring).  Results "
 	  "do not depend on it." },
 	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,

@@ -22,6 +22,20 @@
  * session 9).  No primitive, no scratchpad; oneDNN's GEMM reads the
  * calling thread's OpenMP count when it runs, as the matmul's does.
  *
+ * The written weight gradient (a step's first micro-batch: A transposed,
+ * beta = 0, f32, no bias or activation) runs dnnl_sgemm too, with beta = 0,
+ * where its sums are the matmul's bit for bit: K (the rows) up to
+ * CPU_SGEMM_WRITE_K, one of sgemm's K blocks on AVX-512 (from 385 rows on
+ * the two round differently).  The brgemm matmul's stores, like its loads
+ * above, go to a result no longer in cache (the optimizer read the
+ * gradients last) tile by tile without prefetch: the pipeline's first
+ * backward of a step, which writes the gradients, was its stage's longest
+ * (mirror at M = 16, mean CPU ms over 11 steps at load 10: 2.35-3.00
+ * against 1.79-2.09 for the adding ones; with sgemm writing 1.56-1.59
+ * against 1.65-1.79: docs/PERFORMANCE.md, "Session 45: the first
+ * backward").  KILN_CPU_GEMM_WRITE_MATMUL set keeps the matmul for it
+ * (the A/B hook; tests/check_device_gemm compares the two bit for bit).
+ *
  * Bias: oneDNN adds the matmul bias *before* the output scale
  * (dst = alpha * (AB + bias)), but kiln's bias is not scaled.  With
  * alpha == 1 the two agree and the native bias argument is used; otherwise
@@ -81,7 +95,7 @@ struct cpu_gemm {
 	size_t out_bytes, part_ws; /* the output's and a part's scratchpad bytes */
 	dnnl_primitive_t part_prim[2];
 	struct cpu_gemm_objs *obj;
-	int blas; /* run by dnnl_sgemm with beta = 1 (gemm_blas_ok); prim is NULL */
+	int blas; /* run by dnnl_sgemm (gemm_blas_ok); prim is NULL */
 	int impl; /* oneDNN's impl-th distinct implementation (plan's conv_impl; tune.c) */
 	int openblas; /* run by OpenBLAS's cblas_sgemm (gemm_openblas_ok); prim is NULL */
 };
@@ -301,23 +315,38 @@ static int gemm_run_parts(const struct cpu_plan *p, const struct kiln_op_args *a
 	return bad;
 }
 
-/* An adding f32 GEMM without bias or activation, whole (not split): the
- * form gemm_blas runs.  KILN_CPU_GEMM_SUM set in the environment keeps
- * the matmul's sum post-op (the A/B hook of one binary). */
+/* The most rows (K) of a written weight gradient that gemm_blas runs:
+ * sgemm sums K in blocks of 384 on AVX-512 (oneDNN 2.6), the brgemm matmul
+ * in one pass, so up to here the two agree bit for bit (checked at 1 to
+ * 384 rows, and not from 385 on: tests/check_device_gemm). */
+#define CPU_SGEMM_WRITE_K 384
+
+/* An f32 GEMM without bias or activation, whole (not split), that
+ * gemm_blas runs: an adding one, or a written weight gradient (A
+ * transposed: dY^T X) of at most CPU_SGEMM_WRITE_K rows.  The
+ * environment's A/B hooks of one binary keep the matmul:
+ * KILN_CPU_GEMM_SUM its sum post-op for the adding ones,
+ * KILN_CPU_GEMM_WRITE_MATMUL the written ones. */
 static int gemm_blas_ok(const struct kiln_op *op)
 {
-	return (op->flags & KILN_OPF_ACCUMULATE) && !(op->flags & KILN_OPF_ACT) &&
-	       op->n_in == 2 && op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_F32 &&
-	       op->out[0].dtype == KILN_F32 && getenv("KILN_CPU_GEMM_SUM") == NULL;
+	if ((op->flags & KILN_OPF_ACT) || op->n_in != 2 || op->in[0].dtype != KILN_F32 ||
+	    op->in[1].dtype != KILN_F32 || op->out[0].dtype != KILN_F32)
+		return 0;
+	if (op->flags & KILN_OPF_ACCUMULATE)
+		return getenv("KILN_CPU_GEMM_SUM") == NULL;
+	return op->i[0] && !op->i[1] && op->i[4] <= CPU_SGEMM_WRITE_K &&
+	       getenv("KILN_CPU_GEMM_WRITE_MATMUL") == NULL;
 }
 
-/* out0 += alpha op(in0) op(in1), row-major: A is [M,K] (lda K) or stored
- * [K,M] (lda M), B [K,N] (ldb N) or stored [N,K] (ldb K). */
+/* out0 (+)= alpha op(in0) op(in1) (beta = 1 with KILN_OPF_ACCUMULATE, else
+ * 0: out0 is not read), row-major: A is [M,K] (lda K) or stored [K,M] (lda
+ * M), B [K,N] (ldb N) or stored [N,K] (ldb K). */
 static dnnl_status_t gemm_blas(const struct kiln_op *op, const struct kiln_op_args *a)
 {
 	const int64_t ta = op->i[0], tb = op->i[1], M = op->i[2], N = op->i[3], K = op->i[4];
+	const float beta = (op->flags & KILN_OPF_ACCUMULATE) ? 1.0f : 0.0f;
 	return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, (float)op->f[0], a->in[0],
-			  ta ? M : K, a->in[1], tb ? K : N, 1.0f, a->out[0], N);
+			  ta ? M : K, a->in[1], tb ? K : N, beta, a->out[0], N);
 }
 
 int cpu_gemm_openblas_ok(const struct kiln_op *op)
@@ -653,7 +682,10 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld tA=%lld tB=%lld%s: scratchpad %zu bytes, %d parts of %lld %s",
 		     (long long)op->i[2], (long long)op->i[3], (long long)op->i[4],
 		     (long long)op->i[0], (long long)op->i[1],
-		     g->openblas ? " (OpenBLAS)" : g->blas ? " (sgemm, beta = 1)" : "",
+		     g->openblas			? " (OpenBLAS)"
+		     : !g->blas				? ""
+		     : (op->flags & KILN_OPF_ACCUMULATE) ? " (sgemm, beta = 1)"
+							 : " (sgemm, beta = 0)",
 		     g->scratch_bytes, g->n_part, (long long)g->len, g->cols ? "columns" : "rows");
 	return KILN_OK;
 }
