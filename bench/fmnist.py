@@ -51,7 +51,9 @@ def train_loop(model, opt, loss_fn, x, y, batch, total_steps, warmup_steps, amp,
     (torch.randperm each epoch, the last partial batch dropped), the forward
     and loss under amp(); a batch in memory format fmt when given.  The first
     warmup_steps are not timed; their seconds go to stats["warmup_s"] when
-    stats is a dict.  Returns (timed samples, their seconds, the last loss)."""
+    stats is a dict, and each epoch's timed samples/s (the first from the
+    end of the warmup) to stats["epoch_samples_per_s"].  Returns (timed
+    samples, their seconds, the last loss)."""
     import torch  # here: the data helpers above serve scripts without torch too
     n = x.shape[0]
     steps_per_epoch = n // batch
@@ -60,8 +62,10 @@ def train_loop(model, opt, loss_fn, x, y, batch, total_steps, warmup_steps, amp,
     timed_samples = 0
     last_loss = float("nan")
     t_start = time.perf_counter()
+    epoch_rates = []
     while step < total_steps:
         perm = torch.randperm(n)
+        e_start, e_samples = time.perf_counter(), 0
         for i in range(steps_per_epoch):
             if step >= total_steps:
                 break
@@ -81,6 +85,11 @@ def train_loop(model, opt, loss_fn, x, y, batch, total_steps, warmup_steps, amp,
             opt.step()
             if step >= warmup_steps:
                 timed_samples += xb.shape[0]
+                e_samples += xb.shape[0]
             step += 1
         last_loss = loss.item()
+        if e_samples:
+            epoch_rates.append(e_samples / (time.perf_counter() - max(e_start, t0)))
+    if stats is not None:
+        stats["epoch_samples_per_s"] = epoch_rates
     return timed_samples, time.perf_counter() - t0, last_loss

@@ -8,6 +8,11 @@ with no DataLoader. Each epoch is shuffled with torch.randperm. The first
 
 Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_mlp.py [options];
 with PyTorch 2.x also --mode compile, compile-max or lightning (torch_modes.py).
+--flush-denormal: torch.set_flush_denormal(True) (x86 FTZ+DAZ on the threads
+PyTorch computes on): the momentum of dead ReLU units decays into the f32
+subnormal range after ~800 steps, where every operation takes a microcode
+assist, so from the third epoch on PyTorch at its best sets it (kiln stores
+optimizer state below FLT_MIN as zero, docs/training.md).
 """
 import argparse
 import json
@@ -57,12 +62,16 @@ def main():
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: forward and loss under torch.autocast('cpu', bfloat16), "
                          "f32 master weights (PyTorch's CPU mixed precision)")
+    ap.add_argument("--flush-denormal", action="store_true",
+                    help="torch.set_flush_denormal(True): subnormals read and written as zero")
     ap.add_argument("--data", default=DEFAULT_DATA)
     add_mode_arg(ap)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    # False where the CPU has no FTZ/DAZ (the run is then PyTorch's IEEE one)
+    flush = torch.set_flush_denormal(True) if args.flush_denormal else False
 
     x_train, y_train = load_split(args.data, "train")
     x_test, y_test = load_split(args.data, "t10k")
@@ -95,6 +104,7 @@ def main():
             args.batch, total_steps, args.warmup_steps, amp, stats=stats)
         extra["compile_s"] = compile_seconds(stats["warmup_s"], args.warmup_steps, elapsed,
                                              total_steps - args.warmup_steps)
+        extra["epoch_samples_per_s"] = stats["epoch_samples_per_s"]
 
     model.eval()
     correct = 0
@@ -115,6 +125,7 @@ def main():
         "timed_steps": timed_samples // args.batch,
         "train_s": elapsed,
         "final_loss": last_loss,
+        "flush_denormal": flush,
         "env": {k: os.environ.get(k) for k in
                 ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE")},
         "blas": loaded_blas(),

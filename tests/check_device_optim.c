@@ -1105,5 +1105,198 @@ DFX_TEST(amsgrad)
 	ck_assert_msg(strstr(kiln_last_error(), "no compute copy"), "%s", kiln_last_error());
 }
 
+/* ---- optimizer state below FLT_MIN (session 45) ------------------------ */
+
+/* The ops whose state the rule covers (kiln/ops.h, "Optimizer state below
+ * FLT_MIN"): SGD (plain, Nesterov, with a dampening), ADAMW (and
+ * amsgrad's vmax), LAMB. */
+enum sub_kind { SUB_SGD, SUB_NESTEROV, SUB_DAMP, SUB_ADAMW, SUB_AMSGRAD, SUB_LAMB, SUB_KINDS };
+static const char *const sub_name[SUB_KINDS] = { "SGD", "SGD nesterov", "SGD dampening",
+						 "ADAMW", "ADAMW amsgrad", "LAMB" };
+
+/* x as the cpu device stores new state: a zero of its sign below FLT_MIN */
+static float sub_flush(float x)
+{
+	return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x;
+}
+
+/* The op of `kind` over n elements, every weight decay 0 (so a gradient
+ * g = +0 leaves g' = +0 and an element whose state is zero keeps its
+ * weight); the number of state outputs in *ns. */
+static struct kiln_op sub_op(int kind, int64_t n, int *ns)
+{
+	struct kiln_op op;
+	if (kind >= SUB_ADAMW && kind <= SUB_AMSGRAD) {
+		*ns = 2 + (kind == SUB_AMSGRAD);
+		return adamw_op(n, 0, kind == SUB_AMSGRAD, 0.9, 0.999, 1e-8, 0, 0);
+	}
+	memset(&op, 0, sizeof op);
+	op.in[0] = op.out[0] = op.out[1] = op.out[2] = td(KILN_F32, 1, n, 0);
+	op.in[1] = td(KILN_F32, 1, 1, 0), op.in[2] = td(KILN_I64, 1, 1, 0);
+	op.i[0] = n;
+	if (kind == SUB_LAMB) {
+		*ns = 2;
+		op.type = KILN_OP_LAMB, op.n_in = 4, op.n_out = 3;
+		op.in[3] = td(KILN_I64, 1, 3, 0); /* two tensors */
+		op.f[0] = 0.9, op.f[1] = 0.999, op.f[2] = 1e-8;
+		return op;
+	}
+	*ns = 1;
+	op.type = KILN_OP_SGD, op.n_in = kind == SUB_DAMP ? 3 : 2, op.n_out = 2;
+	op.i[1] = kind == SUB_NESTEROV;
+	op.f[0] = 0.9, op.f[3] = kind == SUB_DAMP ? 0.5 : 0;
+	return op;
+}
+
+/* The new state of element i in f32, in the cpu kernels' order of
+ * operations (plugins/cpu/optim.c, no contraction on either side), from
+ * the stored state s[k][i] and g = g[i] (+0 or not zero, so that the
+ * weight-decay terms, 0 * p, leave it as it is): the IEEE results r[k],
+ * before any flush.  amsgrad's vmax takes the stored (flushed) v. */
+static void sub_ref(int kind, float *const *s, const float *g, int64_t i, float r[3])
+{
+	if (kind <= SUB_DAMP) {
+		/* SGD: mu*v + g, or with a dampening (t > 1) mu*v + (1 - 0.5)*g */
+		const float mu = (float)0.9, omd = (float)(1.0 - 0.5);
+		r[0] = kind == SUB_DAMP ? mu * s[0][i] + omd * g[i] : mu * s[0][i] + g[i];
+		return;
+	}
+	const float b1 = (float)0.9, b2 = (float)0.999, omb1 = (float)(1.0 - 0.9),
+		    omb2 = (float)(1.0 - 0.999);
+	r[0] = b1 * s[0][i] + omb1 * g[i];
+	r[1] = b2 * s[1][i] + omb2 * g[i] * g[i];
+	if (kind == SUB_AMSGRAD) {
+		const float v = sub_flush(r[1]);
+		r[2] = s[2][i] >= v ? s[2][i] : v;
+	}
+}
+
+/* Starting state and gradients in four classes of elements (i % 4):
+ *   0  g = +0 (a dead unit), state 1..40 x FLT_MIN: decays into the
+ *      subnormal range over the steps (v, beta2 0.999: 1..1.02 x FLT_MIN);
+ *      the weight tiny (~1e-33), so a subnormal step would move it;
+ *   1  g ~ 1e-20 (g*g subnormal), state 0: Adam's v subnormal at once;
+ *   2  g and state ordinary (|x| up to 1): the IEEE result, bit for bit;
+ *   3  g = +0, state already subnormal (a checkpoint of an older kiln),
+ *      the weight tiny. */
+static void sub_init(int64_t n, int ns, float *w, float *const *s, float *g)
+{
+	for (int64_t i = 0; i < n; i++) {
+		const int c = (int)(i % 4);
+		const float sg = frand() < 0 ? -1.0f : 1.0f;
+		const float u = fabsf(frand());
+		w[i] = c == 0 || c == 3 ? sg * (1 + u) * 1e-33f : frand();
+		g[i] = c == 1 ? frand() * 1e-20f : c == 2 ? frand() : 0.0f;
+		for (int k = 0; k < ns; k++) {
+			/* a second moment (and vmax) is never negative */
+			const float sk = k > 0 ? 1.0f : sg;
+			s[k][i] = c == 0   ? sk * FLT_MIN * (k > 0 ? 1 + 0.02f * u : 1 + 39 * u)
+				  : c == 1 ? 0.0f
+				  : c == 2 ? (k > 0 ? fabsf(frand()) : frand())
+					   : sk * FLT_MIN * u * 0.5f;
+		}
+	}
+}
+
+/* STEPS steps of `kind` over n elements; after each one every stored state
+ * element is checked against sub_ref's r: on the cpu device exactly
+ * sub_flush(r) (a zero of r's sign where |r| < FLT_MIN, r elsewhere); on
+ * another device, which may keep subnormals, that or r within rounding.
+ * On cpu an element whose state is all zero and whose g is +0 keeps its
+ * weight bit for bit: the update read the stored zeros.  The IEEE loop's
+ * subnormal results are counted: the case fails when too few were made
+ * for it to tell the rule. */
+static void subnormal_case(struct fx *f, int kind, int64_t n)
+{
+	enum { STEPS = 30 };
+	const int cpu = !strcmp(g_name, "cpu");
+	int ns;
+	const struct kiln_op op = sub_op(kind, n, &ns);
+	const size_t b = (size_t)n * 4;
+	const int64_t t = 5, off[3] = { 0, n / 3, n };
+	const float lr = 0.1f;
+	float *w = malloc(b), *w0 = malloc(b), *g = malloc(b), *s[3], *got[3];
+	void *dw, *dg, *ds[3] = { NULL, NULL, NULL };
+	int64_t made = 0, kept = 0;
+	for (int k = 0; k < 3; k++)
+		s[k] = calloc((size_t)n, 4), got[k] = malloc(b);
+	sub_init(n, ns, w, s, g);
+	dw = dput(f, w, b), dg = dput(f, g, b);
+	for (int k = 0; k < ns; k++)
+		ds[k] = dput(f, s[k], b);
+	void *dl = dput(f, &lr, 4), *dt = dput(f, &t, 8), *doff = dput(f, off, sizeof off);
+	const void *in[4] = { dg, dl, dt, doff };
+	void *out[4] = { dw, ds[0], ds[1], ds[2] };
+	for (int step = 0; step < STEPS; step++) {
+		memcpy(w0, w, b);
+		OK(run_op(f, &op, in, out));
+		dget(f, w, dw, b);
+		for (int k = 0; k < ns; k++)
+			dget(f, got[k], ds[k], b);
+		for (int64_t i = 0; i < n; i++) {
+			float r[3];
+			sub_ref(kind, s, g, i, r);
+			for (int k = 0; k < ns; k++) {
+				const float want = sub_flush(r[k]), have = got[k][i];
+				made += want != r[k];
+				/* (ck_abort only on a failure: a passing ck_assert
+				 * writes to Check's pipe, millions of times here) */
+				if (cpu && memcmp(&have, &want, 4))
+					ck_abort_msg("%s n %lld step %d: state %d [%lld] (class %d) stored %a, want %a (the IEEE result %a)",
+						     sub_name[kind], (long long)n, step + 1, k, (long long)i,
+						     (int)(i % 4), (double)have, (double)want, (double)r[k]);
+				if (!cpu && have != want &&
+				    !(fabs((double)have - r[k]) <= 1e-6 * fabs(r[k]) + 1e-44))
+					ck_abort_msg("%s step %d: state %d [%lld] %a, want %a or about %a",
+						     sub_name[kind], step + 1, k, (long long)i, (double)have,
+						     (double)want, (double)r[k]);
+			}
+		}
+		/* the next step's reference starts from the stored state */
+		for (int k = 0; k < ns; k++)
+			memcpy(s[k], got[k], b);
+		for (int64_t i = 0; cpu && i < n; i++) {
+			int zero = g[i] == 0.0f;
+			for (int k = 0; k < ns; k++)
+				zero &= s[k][i] == 0.0f;
+			if (!zero)
+				continue;
+			kept++;
+			if (memcmp(&w[i], &w0[i], 4))
+				ck_abort_msg("%s step %d: w[%lld] %a moved to %a with its state 0",
+					     sub_name[kind], step + 1, (long long)i, (double)w0[i], (double)w[i]);
+		}
+	}
+	ck_assert_msg(made > n / 4, "%s: only %lld subnormal results in %d steps of %lld elements",
+		      sub_name[kind], (long long)made, STEPS, (long long)n);
+	ck_assert_msg(!cpu || kept > n / 8, "%s: only %lld element-steps with state 0 and g 0",
+		      sub_name[kind], (long long)kept);
+	for (int k = 0; k < ns; k++)
+		kiln_device_free(f->dev, ds[k]);
+	DFREE(f, dw, dg, dl, dt, doff);
+	free(w), free(w0), free(g);
+	for (int k = 0; k < 3; k++)
+		free(s[k]), free(got[k]);
+}
+
+/* Every optimizer op, n across a vector's and a 4096-element block's tail
+ * (4099) and over the parallel threshold (70001: a span per thread). */
+DFX_TEST(subnormal_state)
+{
+	/* which clone the cpu plugin's resolvers took (the CPU they see:
+	 * tests/optim_subnormal_avx2.sh runs this under valgrind's, AVX2) */
+	__builtin_cpu_init();
+	printf("subnormal_state: the cpu clone %s\n", __builtin_cpu_supports("avx512f") ? "avx512f"
+						      : __builtin_cpu_supports("avx2")  ? "avx2"
+											 : "default");
+	fflush(stdout);
+	for (int kind = 0; kind < SUB_KINDS; kind++) {
+		if (kind >= SUB_ADAMW && unsupported(f, kind == SUB_LAMB ? KILN_OP_LAMB : KILN_OP_ADAMW))
+			continue;
+		subnormal_case(f, kind, 4099);
+		subnormal_case(f, kind, 70001);
+	}
+}
+
 DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_dampening), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_overflow), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(grad_sumsq), DFX_CASE(grad_sumsq_range), DFX_CASE(scaler_update),
-	     DFX_CASE(adam), DFX_CASE(amsgrad), DFX_CASE(lamb));
+	     DFX_CASE(adam), DFX_CASE(amsgrad), DFX_CASE(lamb), DFX_CASE(subnormal_state));

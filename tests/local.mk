@@ -768,6 +768,12 @@ EXTRA_DIST += tests/dist_zero.sh
 # process on tests/data, where gloo or Fashion-MNIST is missing)
 TESTS += tests/optim_state.sh tests/optim_resume.sh
 EXTRA_DIST += tests/optim_state.sh tests/optim_resume.sh tests/data/tr_cnn_adam_s42.kiln
+# the optimizer state below FLT_MIN stored as zero on the AVX2 clone of the
+# cpu kernels too (check_device_optim's subnormal_state under valgrind's CPU)
+if HAVE_CHECK
+TESTS += tests/optim_subnormal_avx2.sh
+endif
+EXTRA_DIST += tests/optim_subnormal_avx2.sh
 TESTS += tests/dist_syncbn.sh
 EXTRA_DIST += tests/dist_syncbn.sh
 TESTS += tests/dist_accum.sh

@@ -130,7 +130,18 @@ enum kiln_op_type {
 	 * dampening, and so does kiln's `optimizer = sgd`).  f[3] = 0 (every
 	 * use before 2.29): no t, the update above.  Without momentum (f[0] =
 	 * 0) the dampening changes nothing, as in PyTorch.  The core asks no
-	 * device built before 2.29 for f[3] != 0. */
+	 * device built before 2.29 for f[3] != 0.
+	 * Optimizer state below FLT_MIN (SGD's v; ADAMW's and LAMB's m, v
+	 * and vmax; session 45): a device may store a new state element whose
+	 * magnitude is below FLT_MIN (an f32 subnormal) as a zero of its
+	 * sign, and the update then reads that zero; every other element is
+	 * the IEEE result of the formulas.  The cpu device does, on every ISA
+	 * (x86 takes a microcode assist for each subnormal operand or result:
+	 * the momentum of a dead ReLU unit decays into that range and slowed
+	 * whole epochs by a quarter), without touching the caller's MXCSR;
+	 * the cuda device keeps subnormals (GPUs handle them at full rate).
+	 * The params come out as the IEEE update's unless |p| < ~1e-22 or
+	 * Adam's eps < ~1e-10 (docs/training.md, "Subnormal state"). */
 	KILN_OP_SGD = 7,
 	/* out0 (any dtype) = f[0] */
 	KILN_OP_FILL = 8,
@@ -329,7 +340,9 @@ enum kiln_op_type {
 	 * first and second moments (PyTorch's exp_avg, exp_avg_sq), zero
 	 * before the first step.  Per element, p the params before the step:
 	 *   m = beta1*m + (1-beta1)*g;   v = beta2*v + (1-beta2)*g*g
-	 *   vh = sqrt(v) / sqrt(c2) + eps                (eps outside the root) */
+	 *   vh = sqrt(v) / sqrt(c2) + eps                (eps outside the root)
+	 * m, v (and ADAMW's vmax) below FLT_MIN may be stored as zeros: see
+	 * "Optimizer state below FLT_MIN" at KILN_OP_SGD. */
 	/* AdamW exactly as torch.optim.AdamW (amsgrad: i[1]): in0 grads [n],
 	 * in1 lr f32[1], in2 t i64[1], in3 (optional) d [n]; out0 params [n],
 	 * out1 m [n], out2 v [n].
