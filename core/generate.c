@@ -45,7 +45,7 @@ enum { PREFILL_MAX = 256 };
  * which are then copied into the one-row plan's; a plan of the caches'
  * state alone (kiln_model_plan_prefill, logits 0: no layer after the
  * last attention is planned, so no [chunk, V] logits).  Held for the
- * next prompt that fits it (kiln_generator.prefill_keep, prefill_fits;
+ * next prompt of the same chunk (kiln_generator.prefill_keep, prefill_fits;
  * session 44: making it cost more than feeding a prompt of 64 tokens,
  * docs/generate.md). */
 struct prefill {
@@ -72,8 +72,8 @@ struct kiln_generator {
 	 * which frees it */
 	struct decoder one, many;
 	struct prefill pre;     /* made for a prompt of 3 tokens or more; kept for the
-				 * next prompts that fit it (prefill_keep, prefill_fits),
-				 * remade for others, freed by kiln_generator_close,
+				 * next prompt of its chunk (prefill_keep, prefill_fits),
+				 * remade for another chunk, freed by kiln_generator_close,
 				 * before an N-row plan is made, and after every prompt
 				 * when !prefill_keep */
 	int64_t prefill_max;    /* PREFILL_MAX (tests: kiln_generator_prefill_max) */
@@ -746,23 +746,22 @@ kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_
 }
 
 /* Whether the held prefill plan of `held` positions a run takes a prompt
- * whose own run length is `chunk` (session 45): one of as many, or of
- * fewer but more than half as many, its run padded past the prompt (the
- * padding's positions are computed, and never copied).  A run of more
- * than twice the positions is not: its padding would cost more than the
- * plan it saves (docs/generate.md, "Prefill": making a plan of 16 or 64
- * positions cost about as much as a run of 64 of the char GPT, and a
- * run of 256 more than three of 64; a wider model's positions cost
- * more, its plan's making little more), so such a prompt makes its own
- * plan, as before. */
+ * whose own run length is `chunk`: one of as many.  A shorter prompt
+ * could run in it padded (prefill_feed pads a short run), but its
+ * padding's positions are computed: measured in session 45
+ * (bench/generate_prefill's padded column, docs/generate.md "Prefill"),
+ * the held plan of twice the run beat making the prompt's own only on
+ * the char GPT (width 128) up to runs of 32; at 64 there, and on a model
+ * of GPT-2's width (768), whose positions cost far more than making a
+ * plan, it lost.  So no padded reuse. */
 static int prefill_fits(int64_t held, int64_t chunk)
 {
-	return chunk <= held && held <= 2 * chunk;
+	return chunk == held;
 }
 
 /* The prefill plan for a prompt of m >= 2 positions before its last:
  * chunk = the least power of two >= m, at most PREFILL_MAX and the
- * context; the plan held (g->prefill_keep) when it fits that chunk
+ * context; the plan held (g->prefill_keep) when of that chunk
  * (prefill_fits), else made anew (one_feed frees it after the prompt
  * where it is not to be held; the bytes it holds are logged at debug
  * level).  *ok = 0
@@ -814,7 +813,7 @@ static kiln_status prefill_plan(struct kiln_generator *g, int64_t m, int *ok)
 	*ok = 1;
 	kiln_log(KILN_LOG_DEBUG, "generate", "prefill plan of %lld positions a run made: %zu bytes (%s)",
 		 (long long)chunk, kiln_plan_arena_bytes(f->p) + kiln_align_up(f->p->ws_bytes),
-		 g->prefill_keep ? "held for the next prompts it fits" : "freed after the prompt");
+		 g->prefill_keep ? "held for the next prompt of as many" : "freed after the prompt");
 	return KILN_OK;
 }
 

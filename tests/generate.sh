@@ -37,9 +37,9 @@
 #  Session 44: the prefill plan held (logged at debug level), freed at
 #  each prompt under [run] memory_limit; the same text.
 #  Session 45: several prompts in one run (--prompt repeated, --prompts
-#  FILE) print the text of separate runs, the held prefill plan fitting a
-#  prompt of half its run; an empty line of FILE and a prompt past the
-#  context refused (exit 2) before any text.
+#  FILE) print the text of separate runs, the prefill plan held between
+#  them; an empty line of FILE and a prompt past the context refused
+#  (exit 2) before any text.
 # The decode logits themselves are checked against the full forward in
 # tests/check_generate.c.
 name=generate
@@ -140,32 +140,31 @@ stderr_has "[core] warning: $ck: [layer.h1.sdpa] heads is '2' in the file but '4
 export KILN_LOG_LEVEL=debug
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8
 stderr_has "[generate] debug: prefill plan of 8 positions a run made: "
-stderr_has " bytes (held for the next prompts it fits)"
+stderr_has " bytes (held for the next prompt of as many)"
 cmp -s "$out" "$tmp/a.txt" || fail "the prefill plan held: other text"
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 run.memory_limit=1G
 stderr_has " bytes (freed after the prompt)"
 cmp -s "$out" "$tmp/a.txt" || fail "the prefill plan freed under [run] memory_limit: other text"
 # session 45: several prompts in one run (--prompt repeated, and
 # --prompts FILE's lines after them), each after "--- prompt J ---", print
-# what separate runs print, the held prefill plan made for prompts of
-# runs of 8 and 16 positions and 2 (the 9-, 16- and 3-byte prompts, their
-# positions but the last), not for the 8-byte one (runs of 8, padded in
-# the held plan of 16: before, a plan of 8 made again)
-printf 'the lazy\nthe\n' >"$tmp/prompts.txt"
+# what separate runs print, one loaded model's prefill plan made for
+# the runs of 8, 16 and 2 positions of the 9-, 16- and 3-byte prompts
+# (their positions but the last) and held for the 8-byte one's run of 8
+printf 'a stitch in time\nthe\n' >"$tmp/prompts.txt"
 gen="--tokens 8 --seed 5 --temperature 0.8"
 : >"$tmp/sep.txt"
 j=0
-for p in "the quick" "a stitch in time" "the lazy" "the"; do
+for p in "the quick" "the lazy" "a stitch in time" "the"; do
 	kiln 0 generate "$ini" --prompt "$p" $gen
 	echo "--- prompt $j ---" >>"$tmp/sep.txt"
 	cat "$out" >>"$tmp/sep.txt"
 	j=$((j + 1))
 done
-kiln 0 generate "$ini" --prompt "the quick" --prompt "a stitch in time" --prompts "$tmp/prompts.txt" $gen
+kiln 0 generate "$ini" --prompt "the quick" --prompt "the lazy" --prompts "$tmp/prompts.txt" $gen
 cmp -s "$out" "$tmp/sep.txt" || fail "4 prompts in one run printed other text than 4 runs: $(diff "$out" "$tmp/sep.txt")"
 made=$(grep "prefill plan of" "$err" | sed 's/.*prefill plan of \([0-9]*\) positions.*/\1/' | tr '\n' ' ')
 [ "$made" = "8 16 2 " ] || fail "prefill plans made for 4 prompts: $made, not 8 16 2"
-kiln 0 generate "$ini" --prompt "the quick" --prompt "a stitch in time" --prompts "$tmp/prompts.txt" $gen run.memory_limit=1G
+kiln 0 generate "$ini" --prompt "the quick" --prompt "the lazy" --prompts "$tmp/prompts.txt" $gen run.memory_limit=1G
 cmp -s "$out" "$tmp/sep.txt" || fail "4 prompts in one run under [run] memory_limit printed other text than 4 runs"
 printf 'the lazy\n\nthe\n' >"$tmp/gap.txt"
 kiln 2 generate "$ini" --prompts "$tmp/gap.txt" $gen

@@ -1229,9 +1229,9 @@ kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln
  * to 256 a run of a plan that takes them at once (where the device and
  * every layer can, ABI 2.31; else a step each: docs/generate.md,
  * "Prefill"), so a prompt costs a few runs and one copy of logits to
- * the host; that plan is held for the next prompts of its run length or
- * half of it (a second copy of the caches, no logits: docs/generate.md;
- * not under [run] memory_limit) until kiln_generator_close.  Sampling draws from the core's counter-based RNG
+ * the host; that plan is held for the next prompt of its run length (a
+ * second copy of the caches, no logits: docs/generate.md; not under [run]
+ * memory_limit) until kiln_generator_close.  Sampling draws from the core's counter-based RNG
  * keyed by (seed, the draw's index, the sample's index): the same seed
  * gives the same tokens.  kiln_generate_samples decodes N continuations
  * of one prompt at once, in a plan of N rows (each its own caches).
