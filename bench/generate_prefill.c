@@ -7,10 +7,6 @@
  *            another run length (warm_len: the prefill plan made, as at
  *            every prompt before session 44)
  *   again    the same prompt once more (the plan held, session 44)
- *   padded   the same just after a prompt of twice its run length (the
- *            held plan of twice the positions fits it, padded: session
- *            45's prefill_fits), where that run is at most 256 positions
- *            and the context holds it (else not measured, "-")
  *   steps    the same fed a step a position (kiln_generator_prefill_max 1)
  *   decode   (the prompt and 33 new tokens - the prompt and 1) / 32: one
  *            new token's step
@@ -53,22 +49,11 @@ static double least(double a, double b) { return a < b ? a : b; }
 
 enum { MAX_LENS = 16, MAX_LEN = 4096 };
 
-/* The prefill run length of a prompt of n tokens (core/generate.c's
- * prefill_plan: the least power of two >= n - 1, at least 2, at most
- * 256; the context aside). */
-static int64_t run_of(int64_t n)
-{
-	int64_t c = 2;
-	while (c < n - 1 && c * 2 <= 256)
-		c *= 2;
-	return c;
-}
-
-/* A prompt's length whose held prefill plan does not fit a prompt of n
- * tokens (core/generate.c's prefill_fits: a run shorter, or more than
- * twice as long): 3 tokens (a run of 2) before a prompt of 4 or more,
- * else 9 (a run of 8). */
-static int64_t warm_len(int64_t n) { return n - 1 > 2 ? 3 : 9; }
+/* A prompt's length whose prefill run length (core/generate.c's
+ * prefill_plan: the least power of two >= its length - 1, at least 2)
+ * is not that of a prompt of n tokens: 3 tokens (a run of 2) before a
+ * prompt of 4 or more, else 5 (a run of 4). */
+static int64_t warm_len(int64_t n) { return n - 1 > 2 ? 3 : 5; }
 
 int main(int argc, char **argv)
 {
@@ -113,22 +98,14 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < MAX_LEN; i++)
 		prompt[i] = (unsigned char)text[i % (sizeof text - 1)];
-	printf("%6s %9s %9s %9s %9s %9s %9s %11s %11s %11s\n", "length", "first_ms", "again_ms", "padded_ms",
-	       "steps_ms", "decode_ms", "plan_ms", "tok/s_first", "tok/s_again", "tok/s_steps");
-	const int64_t ctx = kiln_generator_context(g);
+	printf("%6s %9s %9s %9s %9s %9s %11s %11s %11s\n", "length", "first_ms", "again_ms", "steps_ms",
+	       "decode_ms", "plan_ms", "tok/s_first", "tok/s_again", "tok/s_steps");
 	for (int k = 0; k < n_len; k++) {
-		const int64_t n = lens[k], twice = 2 * run_of(n) + 1; /* a prompt of twice the run */
-		const int pad = twice - 1 <= 256 && twice + 1 <= ctx;
-		double first = 1e9, again = 1e9, padded = 1e9, steps = 1e9, one = 1e9, many = 1e9;
+		const int64_t n = lens[k];
+		double first = 1e9, again = 1e9, steps = 1e9, one = 1e9, many = 1e9;
 		for (int r = 0; r < reps; r++) {
 			kiln_generator_prefill_max(g, 256);
-			if (pad) { /* the held plan of twice the positions, padded (made
-				    * after one of a run of 2, which no run of 4 or more fits) */
-				gen_time(g, prompt, 3, 1);
-				gen_time(g, prompt, twice, 1);
-				padded = least(padded, gen_time(g, prompt, n, 1));
-			}
-			gen_time(g, prompt, warm_len(n), 1); /* one the held plan does not fit */
+			gen_time(g, prompt, warm_len(n), 1); /* another run length */
 			first = least(first, gen_time(g, prompt, n, 1));
 			again = least(again, gen_time(g, prompt, n, 1));
 			one = least(one, gen_time(g, prompt, n, 1));
@@ -137,11 +114,8 @@ int main(int argc, char **argv)
 			steps = least(steps, gen_time(g, prompt, n, 1));
 		}
 		const double step = (many - one) / 32;
-		char pd[16] = "-";
-		if (pad)
-			snprintf(pd, sizeof pd, "%.2f", 1e3 * padded);
-		printf("%6lld %9.2f %9.2f %9s %9.2f %9.3f %9.2f %11.0f %11.0f %11.0f\n", (long long)n, 1e3 * first,
-		       1e3 * again, pd, 1e3 * steps, 1e3 * step, 1e3 * (first - again), (double)(n - 1) / (first - step),
+		printf("%6lld %9.2f %9.2f %9.2f %9.3f %9.2f %11.0f %11.0f %11.0f\n", (long long)n, 1e3 * first,
+		       1e3 * again, 1e3 * steps, 1e3 * step, 1e3 * (first - again), (double)(n - 1) / (first - step),
 		       (double)(n - 1) / (again - step), (double)(n - 1) / (steps - step));
 	}
 	kiln_generator_close(g);

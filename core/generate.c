@@ -748,9 +748,9 @@ kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_
 /* Whether the held prefill plan of `held` positions a run takes a prompt
  * whose own run length is `chunk`: one of as many.  A shorter prompt
  * could run in it padded (prefill_feed pads a short run), but its
- * padding's positions are computed: measured in session 45
- * (bench/generate_prefill's padded column, docs/generate.md "Prefill"),
- * the held plan of twice the run beat making the prompt's own only on
+ * padding's positions are computed: measured in session 45 (commit
+ * 781e665b, which took a prompt of half the held run; docs/generate.md
+ * "Prefill"), the held plan of twice the run beat making the prompt's own only on
  * the char GPT (width 128) up to runs of 32; at 64 there, and on a model
  * of GPT-2's width (768), whose positions cost far more than making a
  * plan, it lost.  So no padded reuse. */
