@@ -141,6 +141,9 @@ int cli_args_ok(int argc, char **argv, const char *usage);
  * other messages name the one given.  Every command's parser, kiln
  * launch's and kiln pack's included (their own loops before session 33). */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **val);
+/* As cli_opt for an option that may be given several times, each its own
+ * value (`kiln generate --prompt A --prompt B`): never "given twice". */
+int cli_opt_repeat(int argc, char **argv, int *i, const char *name, const char **val);
 /* A flag, an option without a value (`--force`): 1 when argv[i] is
  * `name` (aliases as cli_opt's), 0 when it is not, -1 after "kiln: error:
  * NAME takes no value ('ARG')" for `name=...`.  A flag given twice is

@@ -3,17 +3,21 @@
  * byte-level tokenizer (or GPT-2's BPE with --vocab and --merges), draw N
  * tokens with the key/value-cached decoder (core/generate.c) and print the
  * text, prompt included, to stdout as the tokens come (docs/generate.md);
- * --num-samples N: N texts decoded at once, each after a header line. */
+ * --num-samples N: N texts decoded at once, each after a header line;
+ * several prompts (--prompt repeated, --prompts FILE: session 45) one
+ * after another on the one generator, each after a header line. */
 #include "build-config.h"
 #include "cli.h"
 #include "tokenizer.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 const char cmd_generate_usage[] =
-	"usage: kiln generate CONFIG --prompt TEXT --tokens N [--checkpoint CKPT]\n"
+	"usage: kiln generate CONFIG --prompt TEXT... | --prompts FILE --tokens N\n"
+	"                     [--checkpoint CKPT]\n"
 	"                     [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
 	"                     [--num-samples N]\n"
 	"                     [--vocab vocab.json --merges merges.txt] [section.key=value ...]\n";
@@ -27,6 +31,12 @@ const char cmd_generate_about[] =
 	"up to 256 positions a run of the model) and draw N more, one at a time, with the\n"
 	"attention layers' keys and values cached (the prefix is never recomputed).\n"
 	"Prints the prompt and the new text to stdout.\n"
+	"  --prompt TEXT    a prompt; given several times, each is generated from in\n"
+	"                   turn by the one loaded model, each's text after a line\n"
+	"                   '--- prompt J ---' (J from 0), the text a run of that prompt\n"
+	"                   alone prints (the same seed for each)\n"
+	"  --prompts FILE   the prompts FILE's lines hold, one a line (after those of\n"
+	"                   --prompt); an empty line is an error naming it\n"
 	"  --temperature T  softmax(logits / T); 0 = greedy, the most likely token (default 1)\n"
 	"  --top-k K        draw among the K most likely tokens only (default 0: all)\n"
 	"  --top-p P        draw among the fewest most likely tokens (after --top-k) whose\n"
@@ -45,7 +55,10 @@ const char cmd_generate_about[] =
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
 
 struct gen_opts {
-	const char *prompt, *ckpt, *vocab, *merges;
+	const char **prompts;   /* n_prompts of them: --prompt's, then --prompts' lines */
+	int n_prompts;
+	const char *prompts_file, *ckpt, *vocab, *merges;
+	char *file_text;        /* --prompts' file, its lines cut in place */
 	long long tokens, samples;
 	double top_p;
 	struct kiln_sample_opts s;
@@ -74,9 +87,10 @@ static int gen_args(int argc, char **argv, struct gen_opts *o, char **over, int 
 	o->samples = 1;
 	o->tokens = -1;
 	for (int i = 2; i < argc; i++) {
-		const char *temp = NULL, *top_p = NULL;
+		const char *temp = NULL, *top_p = NULL, *prompt = NULL;
 		int r;
-		if ((r = cli_opt(argc, argv, &i, "--prompt", &o->prompt)) ||
+		if ((r = cli_opt_repeat(argc, argv, &i, "--prompt", &prompt)) ||
+		    (r = cli_opt(argc, argv, &i, "--prompts", &o->prompts_file)) ||
 		    (r = cli_opt(argc, argv, &i, "--checkpoint", &o->ckpt)) ||
 		    (r = cli_opt(argc, argv, &i, "--vocab", &o->vocab)) ||
 		    (r = cli_opt(argc, argv, &i, "--merges", &o->merges)) ||
@@ -89,6 +103,8 @@ static int gen_args(int argc, char **argv, struct gen_opts *o, char **over, int 
 			if (r < 0 || (temp && num_arg("--temperature", temp, 0, 1e6, 0, &o->s.temperature)) ||
 			    (top_p && num_arg("--top-p", top_p, 0, 1, 1, &o->top_p)))
 				return -1;
+			if (prompt) /* (o->prompts holds argc) */
+				o->prompts[o->n_prompts++] = prompt;
 		} else if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
 			cli_bad_arg_usage(argc, argv, i, cmd_generate_usage);
 			return -1;
@@ -98,8 +114,8 @@ static int gen_args(int argc, char **argv, struct gen_opts *o, char **over, int 
 	}
 	o->s.top_k = top_k;
 	o->s.seed = (uint64_t)seed;
-	if (!o->prompt || o->tokens < 0) {
-		fprintf(stderr, "kiln: error: --prompt TEXT and --tokens N are required\n");
+	if ((!o->n_prompts && !o->prompts_file) || o->tokens < 0) {
+		fprintf(stderr, "kiln: error: --prompt TEXT (or --prompts FILE) and --tokens N are required\n");
 		return -1;
 	}
 	if (!o->vocab != !o->merges) {
@@ -237,42 +253,82 @@ static kiln_status prompt_in_classes(const struct token_ids *ids, const struct t
 	return KILN_OK;
 }
 
+/* The checks of one prompt's token ids: it fits the context with the new
+ * tokens (no sliding window) and is not empty (classes: then its ids are
+ * below the model's classes, prompt_in_classes, too). */
+static kiln_status prompt_check(const struct kiln_generator *g, const struct tokenizer *tk,
+				const struct token_ids *ids, long long tokens, int classes)
+{
+	if (classes)
+		return prompt_in_classes(ids, tk, kiln_generator_classes(g));
+	const int64_t ctx = kiln_generator_context(g);
+	if ((int64_t)ids->n > ctx)
+		return kiln_error(KILN_EUSAGE, "the prompt is %zu tokens, longer than the model's context of %lld",
+				  ids->n, (long long)ctx);
+	if ((int64_t)ids->n + tokens > ctx)
+		return kiln_error(KILN_EUSAGE, "--tokens %lld: the prompt's %zu tokens and %lld new ones exceed the model's context of %lld (at most --tokens %lld)",
+				  tokens, ids->n, tokens, (long long)ctx, (long long)(ctx - (int64_t)ids->n));
+	if (!ids->n)
+		return kiln_error(KILN_EUSAGE, "--prompt is empty: generation starts from at least one token");
+	return KILN_OK;
+}
+
+/* Prompt j's text (its tokens ids), its header line first when there are
+ * several prompts: what a run of it alone prints after it. */
+static kiln_status generate_one(struct kiln_generator *g, const struct tokenizer *tk,
+				const struct gen_opts *o, int j, const struct token_ids *ids, int32_t *out)
+{
+	struct printer pr = { tk, o->prompts[j], o->samples, 0, 0 };
+	if (o->n_prompts > 1) {
+		printf("--- prompt %d ---\n", j);
+		if (cli_stdout_lost())
+			return kiln_error(KILN_EIO, "standard output cannot be written: stopped at prompt %d of %d", j,
+					  o->n_prompts);
+	}
+	kiln_status st = kiln_generate_samples(g, ids->v, (int64_t)ids->n, o->tokens, o->samples, &o->s,
+					       out, print_token, &pr);
+	if (!st)
+		print_prompt(&pr);
+	if (pr.started)
+		fputc('\n', stdout);
+	if (!st)
+		st = print_samples(&pr, out, o->tokens);
+	return st;
+}
+
 static kiln_status generate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			    struct gen_opts *o)
 {
 	struct tokenizer *tk = NULL;
 	struct kiln_generator *g = NULL;
-	struct token_ids ids = { 0 };
+	struct token_ids *ids = calloc((size_t)o->n_prompts, sizeof *ids);
 	int32_t *out = NULL;
-	kiln_status st = o->vocab ? tokenizer_open_bpe(o->vocab, o->merges, &tk)
+	kiln_status st = !ids ? kiln_error(KILN_ENOMEM, "out of memory")
+		       : o->vocab ? tokenizer_open_bpe(o->vocab, o->merges, &tk)
 				  : tokenizer_open_bytes(&tk);
-	if (st || (st = tokenizer_encode(tk, o->prompt, strlen(o->prompt), &ids)) ||
-	    (st = kiln_generator_open(cfg, reg, o->ckpt, &g)))
+	for (int j = 0; !st && j < o->n_prompts; j++)
+		st = tokenizer_encode(tk, o->prompts[j], strlen(o->prompts[j]), &ids[j]);
+	if (st || (st = kiln_generator_open(cfg, reg, o->ckpt, &g)))
 		goto out;
-	const int64_t V = kiln_generator_vocab(g), ctx = kiln_generator_context(g);
+	const int64_t V = kiln_generator_vocab(g);
 	if (tokenizer_vocab(tk) > V) {
 		st = kiln_error(KILN_ECONFIG, "the tokenizer has %d ids, more than the model's %lld outputs",
 				tokenizer_vocab(tk), (long long)V);
 		goto out;
 	}
-	/* no sliding window: the whole text must fit the context */
-	if ((int64_t)ids.n > ctx || (int64_t)ids.n + o->tokens > ctx) {
-		st = (int64_t)ids.n > ctx
-			     ? kiln_error(KILN_EUSAGE, "the prompt is %zu tokens, longer than the model's context of %lld",
-					  ids.n, (long long)ctx)
-			     : kiln_error(KILN_EUSAGE, "--tokens %lld: the prompt's %zu tokens and %lld new ones exceed the model's context of %lld (at most --tokens %lld)",
-					  o->tokens, ids.n, o->tokens, (long long)ctx,
-					  (long long)(ctx - (int64_t)ids.n));
-		goto out;
+	/* every prompt checked before any is generated from: the lengths,
+	 * the tokenizer's warning, the classes (in that order, as with one) */
+	for (int c = 0; c < 2; c++) {
+		if (c && !o->vocab)
+			bytes_warn(g);
+		for (int j = 0; j < o->n_prompts; j++)
+			if ((st = prompt_check(g, tk, &ids[j], o->tokens, c))) {
+				if (o->n_prompts > 1)
+					kiln_error_wrap(st, "prompt %d of %d", j, o->n_prompts);
+				goto out;
+			}
 	}
-	if (!ids.n) {
-		st = kiln_error(KILN_EUSAGE, "--prompt is empty: generation starts from at least one token");
-		goto out;
-	}
-	if (!o->vocab)
-		bytes_warn(g);
-	if ((st = prompt_in_classes(&ids, tk, kiln_generator_classes(g))) ||
-	    (st = allow_tokenizer(g, tk)) || (st = kiln_generator_top_p(g, o->top_p)))
+	if ((st = allow_tokenizer(g, tk)) || (st = kiln_generator_top_p(g, o->top_p)))
 		goto out;
 	/* the plan of that many rows first: one that does not fit is exit 2
 	 * naming them, before their tokens are allocated (before session 43
@@ -288,21 +344,73 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 				o->samples, o->tokens);
 		goto out;
 	}
-	struct printer pr = { tk, o->prompt, o->samples, 0, 0 };
-	st = kiln_generate_samples(g, ids.v, (int64_t)ids.n, o->tokens, o->samples, &o->s, out,
-				   print_token, &pr);
-	if (!st)
-		print_prompt(&pr);
-	if (pr.started)
-		fputc('\n', stdout);
-	if (!st)
-		st = print_samples(&pr, out, o->tokens);
+	for (int j = 0; !st && j < o->n_prompts; j++)
+		st = generate_one(g, tk, o, j, &ids[j], out);
 out:
 	kiln_generator_close(g);
 	tokenizer_close(tk);
-	free(ids.v);
+	for (int j = 0; ids && j < o->n_prompts; j++)
+		free(ids[j].v);
+	free(ids);
 	free(out);
 	return st;
+}
+
+/* --prompts FILE's lines after o->prompts' (a final line without its
+ * newline counts; "\r\n" ends a line as "\n" does): an empty line is
+ * KILN_EUSAGE naming FILE:LINE, an unreadable file KILN_EIO. */
+static kiln_status prompts_read(struct gen_opts *o)
+{
+	const char *path = o->prompts_file;
+	FILE *f = fopen(path, "rb");
+	size_t len = 0, cap = 0, lines = 0;
+	char *text = NULL;
+	if (!f)
+		return kiln_error(KILN_EIO, "--prompts %s: %s", path, strerror(errno));
+	for (;;) {
+		if (len + 4096 + 1 > cap) {
+			char *t = realloc(text, cap = 2 * cap + 4096 + 1);
+			if (!t) {
+				free(text);
+				fclose(f);
+				return kiln_error(KILN_ENOMEM, "--prompts %s: out of memory", path);
+			}
+			text = t;
+		}
+		const size_t n = fread(text + len, 1, 4096, f);
+		len += n;
+		if (n < 4096)
+			break;
+	}
+	const int bad = ferror(f);
+	fclose(f);
+	if (bad) {
+		free(text);
+		return kiln_error(KILN_EIO, "--prompts %s: cannot be read", path);
+	}
+	text[len] = 0;
+	o->file_text = text;
+	for (size_t i = 0; i < len; i++)
+		lines += text[i] == '\n';
+	lines += len && text[len - 1] != '\n';
+	const char **all = realloc(o->prompts, sizeof *all * ((size_t)o->n_prompts + lines + 1));
+	if (!all)
+		return kiln_error(KILN_ENOMEM, "--prompts %s: out of memory", path);
+	o->prompts = all;
+	for (size_t i = 0, line = 1; i < len; line++) {
+		char *nl = memchr(text + i, '\n', len - i), *end = nl ? nl : text + len;
+		if (end > text + i && end[-1] == '\r')
+			end--;
+		if (end == text + i)
+			return kiln_error(KILN_EUSAGE, "%s:%zu: an empty line: each line is a prompt of at least one token",
+					  path, line);
+		*end = 0;
+		o->prompts[o->n_prompts++] = text + i;
+		i = nl ? (size_t)(nl - text) + 1 : len;
+	}
+	if (!lines)
+		return kiln_error(KILN_EUSAGE, "--prompts %s: the file is empty: no prompt", path);
+	return KILN_OK;
 }
 
 int cmd_generate(int argc, char **argv)
@@ -316,17 +424,26 @@ int cmd_generate(int argc, char **argv)
 	struct gen_opts o = { 0 };
 	char **over = calloc((size_t)argc, sizeof *over); /* the overrides alone */
 	int n_over = 0;
-	if (!over)
+	o.prompts = calloc((size_t)argc, sizeof *o.prompts);
+	if (!over || !o.prompts) {
+		free(over);
+		free(o.prompts);
 		return 1;
+	}
 	if (gen_args(argc, argv, &o, over, &n_over)) {
 		fputs(cmd_generate_usage, stderr);
 		free(over);
+		free(o.prompts);
 		return 2;
 	}
 	struct kiln_config *cfg = NULL;
 	struct kiln_registry *reg = NULL;
 	/* option values (the prompt) may contain '=': pass only the overrides */
 	kiln_status st = cli_named_file("checkpoint", o.ckpt);
+	if (!st)
+		st = cli_named_file("--prompts", o.prompts_file);
+	if (!st && o.prompts_file)
+		st = prompts_read(&o);
 	if (!st)
 		st = cli_named_file("--vocab", o.vocab);
 	if (!st)
@@ -343,5 +460,7 @@ int cmd_generate(int argc, char **argv)
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);
 	free(over);
+	free(o.prompts);
+	free(o.file_text);
 	return rc;
 }

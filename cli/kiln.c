@@ -269,7 +269,8 @@ static size_t opt_match(const char *arg, const char *names)
 	return 0;
 }
 
-int cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
+/* cli_opt, and cli_opt_repeat where `repeat`. */
+static int opt_value(int argc, char **argv, int *i, const char *name, int repeat, const char **val)
 {
 	const size_t n = opt_match(argv[*i], name);
 	const size_t first = strcspn(name, "|"); /* the name messages and cli_opt_seen use */
@@ -278,7 +279,7 @@ int cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
 		return 0;
 	snprintf(canon, sizeof canon, "%.*s", (int)first, name);
 	/* the last one silently won before session 31 (two --checkpoint) */
-	if (cli_opt_seen(argv, *i, canon)) {
+	if (!repeat && cli_opt_seen(argv, *i, canon)) {
 		fprintf(stderr, "kiln: error: %s given twice: give it once\n", canon);
 		return -1;
 	}
@@ -292,6 +293,16 @@ int cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
 	}
 	*val = argv[++*i];
 	return 1;
+}
+
+int cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
+{
+	return opt_value(argc, argv, i, name, 0, val);
+}
+
+int cli_opt_repeat(int argc, char **argv, int *i, const char *name, const char **val)
+{
+	return opt_value(argc, argv, i, name, 1, val);
 }
 
 int cli_flag(char **argv, int i, const char *name)

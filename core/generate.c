@@ -35,17 +35,19 @@ struct decoder {
 };
 
 /* Most positions a prefill run takes: a longer prompt is fed in runs of
- * this many.  The run's memory grows with it (its logits [T, V] are
- * planned, though never computed), and past a few hundred rows its GEMMs
- * gain little (docs/generate.md, "Prefill"). */
+ * this many.  The run's memory grows with it (its activations of T rows;
+ * since session 45 no [T, V] logits, which it never computes), and past
+ * a few hundred rows its GEMMs gain little (docs/generate.md, "Prefill"). */
 enum { PREFILL_MAX = 256 };
 
 /* A prompt's prefill: a decode plan of one row whose runs take `chunk`
  * positions at once and write their keys and values into its caches,
- * which are then copied into the one-row plan's; its logits are never
- * computed nor read.  Held for the next prompt of the same chunk
- * (kiln_generator.prefill_keep; session 44: making it cost more than
- * feeding a prompt of 64 tokens, docs/generate.md). */
+ * which are then copied into the one-row plan's; a plan of the caches'
+ * state alone (kiln_model_plan_prefill, logits 0: no layer after the
+ * last attention is planned, so no [chunk, V] logits).  Held for the
+ * next prompt of the same chunk (kiln_generator.prefill_keep, prefill_fits;
+ * session 44: making it cost more than feeding a prompt of 64 tokens,
+ * docs/generate.md). */
 struct prefill {
 	struct kiln_plan *p;    /* NULL: none yet (or refused) */
 	int refused;            /* the device or a layer cannot: steps feed prompts */
@@ -70,10 +72,10 @@ struct kiln_generator {
 	 * which frees it */
 	struct decoder one, many;
 	struct prefill pre;     /* made for a prompt of 3 tokens or more; kept for the
-				 * next prompt of its chunk (prefill_keep), remade for
-				 * another chunk, freed by kiln_generator_close, before
-				 * an N-row plan is made, and after every prompt when
-				 * !prefill_keep */
+				 * next prompt of its chunk (prefill_keep, prefill_fits),
+				 * remade for another chunk, freed by kiln_generator_close,
+				 * before an N-row plan is made, and after every prompt
+				 * when !prefill_keep */
 	int64_t prefill_max;    /* PREFILL_MAX (tests: kiln_generator_prefill_max) */
 	int prefill_keep;       /* 1; 0 under [run] memory_limit (kiln_generator_open):
 				 * no second copy of the caches held between prompts */
@@ -743,11 +745,26 @@ kiln_status kiln_sample_probs(const float *logits, int64_t V, const struct kiln_
 	return KILN_OK;
 }
 
+/* Whether the held prefill plan of `held` positions a run takes a prompt
+ * whose own run length is `chunk`: one of as many.  A shorter prompt
+ * could run in it padded (prefill_feed pads a short run), but its
+ * padding's positions are computed: measured in session 45 (commit
+ * 781e665b, which took a prompt of half the held run; docs/generate.md
+ * "Prefill"), the held plan of twice the run beat making the prompt's own only on
+ * the char GPT (width 128) up to runs of 32; at 64 there, and on a model
+ * of GPT-2's width (768), whose positions cost far more than making a
+ * plan, it lost.  So no padded reuse. */
+static int prefill_fits(int64_t held, int64_t chunk)
+{
+	return chunk == held;
+}
+
 /* The prefill plan for a prompt of m >= 2 positions before its last:
  * chunk = the least power of two >= m, at most PREFILL_MAX and the
- * context; the plan held (g->prefill_keep) when of that chunk, else
- * made anew (one_feed frees it after the prompt where it is not to be
- * held; the bytes it holds are logged at debug level).  *ok = 0
+ * context; the plan held (g->prefill_keep) when of that chunk
+ * (prefill_fits), else made anew (one_feed frees it after the prompt
+ * where it is not to be held; the bytes it holds are logged at debug
+ * level).  *ok = 0
  * where the prompt is to be fed a step a position, as before session 43:
  * the plan could not be made (KILN_ENOTSUP: a device that refuses
  * ATTENTION_DECODE_RUN, one built before ABI 2.31 or rebuilt unchanged;
@@ -765,11 +782,11 @@ static kiln_status prefill_plan(struct kiln_generator *g, int64_t m, int *ok)
 		chunk *= 2;
 	if (chunk > g->context)
 		chunk = g->context;
-	*ok = !f->refused && f->p && f->chunk == chunk;
+	*ok = !f->refused && f->p && prefill_fits(f->chunk, chunk);
 	if (*ok || f->refused)
 		return KILN_OK;
 	prefill_free(g);
-	kiln_status st = kiln_model_plan_prefill(g->m, g->context, chunk, &f->p);
+	kiln_status st = kiln_model_plan_prefill(g->m, g->context, chunk, 0, &f->p);
 	const int by_row = !st && kiln_plan_decode_rows_copyable(f->p);
 	const int by_pos = by_row && kiln_plan_decode_by_position(f->p);
 	if (st || !by_pos) {

@@ -562,6 +562,12 @@ struct kiln_plan {
 	uint64_t wgen;
 	int logits_layer;
 	const void *pos;
+	/* the layers whose forwards run: all (m->n_layers), or those up to
+	 * the last that keeps state in a prefill plan of its state alone
+	 * (kiln_model_plan_prefill, logits 0): the others have no storage
+	 * nor workspace (their [T, V] logits were planned, never computed,
+	 * before session 45) */
+	int runs;
 	/* pipelines (core/pipe_xfer.c, pipe_run.c): the crossing tensors;
 	 * the dropout counter this plan's layers read (NULL: m->drop_d) */
 	int staged;          /* cut at the model's stages (m->plan_staged) */
@@ -704,12 +710,17 @@ kiln_status kiln_plan_decode_copy_rows(struct kiln_plan *dst, const struct kiln_
 				       void *stream, size_t *bytes);
 /* core/plan.c.  A decode plan of one row (`decode` positions in all, as
  * kiln_plan_opts.decode) whose runs take `positions` tokens at once, T =
- * positions (a prompt's prefill, core/generate.c; its logits [1, T, V]).
- * KILN_ENOTSUP where a layer that keeps state or is not built in did not
- * set kiln_layer.decode_runs (ABI 2.31), or the device refuses
+ * positions (a prompt's prefill, core/generate.c).  logits 1: run by
+ * kiln_plan_decode, its logits [1, T, V] (kiln_plan_logits; the tests);
+ * 0: run by kiln_plan_decode_state alone, which ends at the last layer
+ * that keeps state: the layers after it (the final layer norm, the
+ * lm_head) get no storage nor workspace, so the plan holds no [T, V]
+ * logits (kiln_plan_decode and kiln_plan_logits refuse it, KILN_EINVAL).
+ * KILN_ENOTSUP where a layer that keeps state, or one not built in that
+ * runs, did not set kiln_layer.decode_runs (ABI 2.31), or the device refuses
  * ATTENTION_DECODE_RUN: the caller feeds the positions a step each. */
 kiln_status kiln_model_plan_prefill(struct kiln_model *m, int64_t decode, int64_t positions,
-				    struct kiln_plan **out);
+				    int logits, struct kiln_plan **out);
 /* core/generate.c.  The most positions generator g prefills a run
  * (PREFILL_MAX unless set; a prompt longer is fed in runs of the largest
  * power of two at most n): tests set a few to check the runs of a long

@@ -319,12 +319,33 @@ static int dx_shared(const struct kiln_plan *p, const int *wants_grad, const int
 static kiln_status decode_runs_agreed(const struct kiln_plan *p)
 {
 	const struct kiln_model *m = p->m;
-	for (int i = 0; p->decode && p->data_desc.dims[1] > 1 && i < m->n_layers; i++)
+	for (int i = 0; p->decode && p->data_desc.dims[1] > 1 && i < p->runs; i++)
 		if (!p->nodes[i].l.decode_runs &&
 		    (p->nodes[i].l.saved_bytes || !builtin_layer(m->layers[i].type)))
 			return kiln_error(KILN_ENOTSUP, "layer '%s' (%s) does not take several positions a run (kiln_layer.decode_runs, ABI 2.31): the prompt is fed a position a step",
 					  m->layers[i].name, m->layers[i].type->name);
 	return KILN_OK;
+}
+
+/* A prefill plan of its state alone (state_only: kiln_model_plan_prefill,
+ * logits 0): p->runs, the layers up to the last that keeps state (saved
+ * memory), the only ones kiln_plan_decode_state runs; the workspace the
+ * largest of theirs (the lm_head's of T rows is not needed).  Otherwise
+ * every layer runs. */
+static void plan_state_cut(struct kiln_plan *p, int state_only)
+{
+	const struct plan_node *N = p->nodes;
+	p->runs = p->m->n_layers;
+	if (!state_only || !p->decode || p->staged)
+		return;
+	p->runs = 0;
+	p->ws_bytes = 0;
+	for (int i = 0; i < p->m->n_layers; i++)
+		if (N[i].l.saved_bytes)
+			p->runs = i + 1;
+	for (int i = 0; i < p->runs; i++)
+		if (N[i].ws > p->ws_bytes)
+			p->ws_bytes = N[i].ws;
 }
 
 /* Prepare every layer's device ops (sets saved_bytes); one shared
@@ -435,9 +456,10 @@ static int fuse_mode(const struct kiln_plan_opts *o)
 }
 
 /* kiln_model_plan_ex, a decode plan's runs `positions` tokens a row
- * (1 but for kiln_model_plan_prefill). */
+ * (1 but for kiln_model_plan_prefill; state_only: its plan of the
+ * caches' state alone, plan_state_cut). */
 static kiln_status plan_make(struct kiln_model *m, int64_t batch, const struct kiln_plan_opts *opts,
-			     int64_t positions, struct kiln_plan **out)
+			     int64_t positions, int state_only, struct kiln_plan **out)
 {
 	kiln_status st;
 	int n = m->n_layers;
@@ -516,14 +538,15 @@ static kiln_status plan_make(struct kiln_model *m, int64_t batch, const struct k
 				w = 1;
 		wants_grad[i] = w;
 	}
-	if ((st = plan_layers(p, wants_grad)) || (st = decode_runs_agreed(p)) ||
-	    (st = plan_input(p))) {
+	if (!(st = plan_layers(p, wants_grad)))
+		plan_state_cut(p, state_only);
+	if (st || (st = decode_runs_agreed(p)) || (st = plan_input(p))) {
 		if (st == KILN_ENOTSUP && has_mixed_stem(p)) { /* today's layouts, then */
 			free(wants_grad);
 			kiln_plan_free(p);
 			kiln_log(KILN_LOG_DEBUG, "core", "the device refused a max pooling from NHWC to NCHW: planned again in the model's layout");
 			kiln_model_mixed_stem(0);
-			st = plan_make(m, batch, opts, positions, out);
+			st = plan_make(m, batch, opts, positions, state_only, out);
 			kiln_model_mixed_stem(1);
 			return st;
 		}
@@ -582,17 +605,17 @@ fail:
 kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			       const struct kiln_plan_opts *opts, struct kiln_plan **out)
 {
-	return plan_make(m, batch, opts, 1, out);
+	return plan_make(m, batch, opts, 1, 0, out);
 }
 
 kiln_status kiln_model_plan_prefill(struct kiln_model *m, int64_t decode, int64_t positions,
-				    struct kiln_plan **out)
+				    int logits, struct kiln_plan **out)
 {
 	const struct kiln_plan_opts o = { .decode = decode };
 	*out = NULL;
 	if (decode < 1)
 		return kiln_error(KILN_EINVAL, "kiln_model_plan_prefill: decode = %lld positions", (long long)decode);
-	return plan_make(m, 1, &o, positions, out);
+	return plan_make(m, 1, &o, positions, !logits, out);
 }
 
 kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const char *which,

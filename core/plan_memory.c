@@ -269,6 +269,10 @@ static kiln_status plan_output_stores(struct kiln_plan *p)
 		int r = kiln_plan_root_y(N, m, i);
 		const int rec = N[i].trig >= 0;
 		N[i].rstore = N[i].rsstore = -2;
+		if (i >= p->runs) { /* never run (plan_state_cut): no storage */
+			N[i].ystore = N[i].sstore = -2;
+			continue;
+		}
 		if (N[i].l.is_loss) {
 			N[i].ystore = -2;
 		} else if (r == i) {
@@ -313,7 +317,7 @@ static void plan_output_lifetimes(struct kiln_plan *p)
 	struct kiln_model *m = p->m;
 	struct plan_node *N = p->nodes;
 	const int training = p->training;
-	for (int j = 0; j < m->n_layers; j++) {
+	for (int j = 0; j < p->runs; j++) { /* (the layers that run read) */
 		struct model_layer *L = &m->layers[j];
 		int ls = kiln_plan_late_store(p, j);
 		if (training && N[j].l.needs_output && ls >= 0)
@@ -357,7 +361,7 @@ static void plan_in_place(struct kiln_plan *p)
 {
 	struct kiln_model *m = p->m;
 	struct plan_node *N = p->nodes;
-	for (int i = 0; i < m->n_layers; i++) {
+	for (int i = 0; i < p->runs; i++) {
 		int allow = 1, fwd = 0, late = N[i].rstore < 0;
 		kiln_config_get_bool(m->cfg, m->layers[i].section, "inplace", &allow);
 		if (!allow || !N[i].l.inplace_ok || N[i].l.is_view || kiln_plan_root_y(N, m, i) != i)
@@ -612,8 +616,9 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 	if ((st = plan_schedule(p, S)) || (st = plan_output_stores(p)))
 		return st;
 	plan_output_lifetimes(p);
-	if (p->decode || p->logits) /* the logits are read after the run */
-		extend(&p->store[kiln_plan_fwd_store(p, p->logits_layer)], p->n_pos);
+	const int ls = kiln_plan_fwd_store(p, p->logits_layer);
+	if ((p->decode || p->logits) && ls >= 0) /* the logits are read after the run */
+		extend(&p->store[ls], p->n_pos);
 	plan_in_place(p);
 	if (p->staged && (st = kiln_pipe_plan_xfers(p)))
 		return st;

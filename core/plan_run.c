@@ -284,6 +284,8 @@ kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void
 {
 	if (!p->decode)
 		return kiln_error(KILN_EINVAL, "kiln_plan_decode: not a decode plan (kiln_plan_opts.decode)");
+	if (p->runs < p->m->n_layers)
+		return kiln_error(KILN_EINVAL, "kiln_plan_decode: a prefill plan of the caches' state alone (kiln_model_plan_prefill, logits 0): run it with kiln_plan_decode_state");
 	p->pos = pos;
 	kiln_status st = kiln_plan_forward(p, tokens, NULL, NULL, stream);
 	p->pos = NULL;
@@ -414,6 +416,8 @@ kiln_status kiln_plan_logits(const struct kiln_plan *p, void **ptr, struct kiln_
 {
 	if (!p->decode && !p->logits)
 		return kiln_error(KILN_EINVAL, "kiln_plan_logits: not a decode or inference plan (kiln_plan_opts.decode, .logits)");
+	if (kiln_plan_fwd_store(p, p->logits_layer) < 0)
+		return kiln_error(KILN_EINVAL, "kiln_plan_logits: a prefill plan of the caches' state alone (kiln_model_plan_prefill, logits 0) computes no logits");
 	*desc = p->nodes[p->logits_layer].l.out;
 	*ptr = kiln_plan_store_ptr((struct kiln_plan *)p, kiln_plan_fwd_store(p, p->logits_layer), NULL);
 	return KILN_OK;

@@ -57,9 +57,13 @@ static void eval_text(char *buf, size_t n, const char *before, const struct eval
  * Data-parallel ranks (each evaluates its share of the set, eval_share,
  * but every rank goes through as many batches as the largest share has,
  * so all reach batch b of their pass) agree every EVAL_STOP_EVERY batches,
- * a stop on any rank stopping all (t->dist_stop, as at log points); with
- * [dist] pipeline stages on ranks the evaluation runs to its end (the
- * stages' groups would not agree).
+ * a stop on any rank stopping all (t->dist_stop, as at log points); so
+ * do the P x D ranks of [dist] pipeline evaluating the gathered model
+ * (eval_gathered: each its own share, as data-parallel ranks; session
+ * 45, before which such an evaluation ran to its end).  Evaluating per
+ * stage (t->eval_staged) it runs to its end: a stage's rank may stop
+ * mid-pass only where its pipe's other stages stop at the same batch,
+ * and their hand-offs are not cut (not done).
  * The sum is agreed (`what` names the evaluation): a peer whose pass
  * failed joins it from eval_shares_sum, and every rank fails here naming it;
  * its failure is final (t->eval_no_agree). */
@@ -73,7 +77,7 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 		*stop = kiln_stop_pending();
 		return KILN_OK;
 	}
-	if (t->eval_staged || t->pipe_P > 1)
+	if (t->eval_staged)
 		return KILN_OK;
 	/* (agreed at the log point before this evaluation: every rank's) */
 	if (!t->dist_stop && b % EVAL_STOP_EVERY == 0) {

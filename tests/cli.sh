@@ -233,8 +233,10 @@ kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" $conv "layer.c1.padding=1,
 c="$cfgdir/cli.ini"
 kiln 2 predict "$c" --checkpoint a.kiln --checkpoint=b.kiln --eval-set
 stderr_has "kiln: error: --checkpoint given twice: give it once"
-kiln 2 generate "$c" --prompt a --tokens 2 --prompt b
-stderr_has "kiln: error: --prompt given twice: give it once"
+kiln 2 generate "$c" --prompt a --tokens 2 --tokens=3
+stderr_has "kiln: error: --tokens given twice: give it once"
+# (--prompt may be given several times since session 45: a prompt each,
+# tests/generate.sh)
 kiln 2 export "$c" --safetensors a.st --safetensors b.st
 stderr_has "kiln: error: --safetensors given twice: give it once"
 kiln 2 pack "$c" --out "$tmp/p2" --split a --split=b
@@ -244,7 +246,7 @@ stderr_has "--out given twice: give it once"
 # a value that spells an option is a value, not the option again (the
 # first check rescanned argv: "--checkpoint given twice")
 kiln 2 generate "$c" --prompt --checkpoint --checkpoint "$tmp/none.kiln"
-stderr_has "kiln: error: --prompt TEXT and --tokens N are required"
+stderr_has "kiln: error: --prompt TEXT (or --prompts FILE) and --tokens N are required"
 ! grep -q "given twice" "$err" || fail "a value spelling an option was taken for the option: $(cat "$err")"
 kiln 2 export "$c" --format gpt2 --onnx "$tmp/m.onnx"
 stderr_has "kiln: error: --format names the tensors of --safetensors FILE: --onnx ignores it"

@@ -36,6 +36,10 @@
 #  the plan is made before the tokens are allocated.
 #  Session 44: the prefill plan held (logged at debug level), freed at
 #  each prompt under [run] memory_limit; the same text.
+#  Session 45: several prompts in one run (--prompt repeated, --prompts
+#  FILE) print the text of separate runs, the prefill plan held between
+#  them; an empty line of FILE and a prompt past the context refused
+#  (exit 2) before any text.
 # The decode logits themselves are checked against the full forward in
 # tests/check_generate.c.
 name=generate
@@ -141,6 +145,33 @@ cmp -s "$out" "$tmp/a.txt" || fail "the prefill plan held: other text"
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 run.memory_limit=1G
 stderr_has " bytes (freed after the prompt)"
 cmp -s "$out" "$tmp/a.txt" || fail "the prefill plan freed under [run] memory_limit: other text"
+# session 45: several prompts in one run (--prompt repeated, and
+# --prompts FILE's lines after them), each after "--- prompt J ---", print
+# what separate runs print, one loaded model's prefill plan made for
+# the runs of 8, 16 and 2 positions of the 9-, 16- and 3-byte prompts
+# (their positions but the last) and held for the 8-byte one's run of 8
+printf 'a stitch in time\nthe\n' >"$tmp/prompts.txt"
+gen="--tokens 8 --seed 5 --temperature 0.8"
+: >"$tmp/sep.txt"
+j=0
+for p in "the quick" "the lazy" "a stitch in time" "the"; do
+	kiln 0 generate "$ini" --prompt "$p" $gen
+	echo "--- prompt $j ---" >>"$tmp/sep.txt"
+	cat "$out" >>"$tmp/sep.txt"
+	j=$((j + 1))
+done
+kiln 0 generate "$ini" --prompt "the quick" --prompt "the lazy" --prompts "$tmp/prompts.txt" $gen
+cmp -s "$out" "$tmp/sep.txt" || fail "4 prompts in one run printed other text than 4 runs: $(diff "$out" "$tmp/sep.txt")"
+made=$(grep "prefill plan of" "$err" | sed 's/.*prefill plan of \([0-9]*\) positions.*/\1/' | tr '\n' ' ')
+[ "$made" = "8 16 2 " ] || fail "prefill plans made for 4 prompts: $made, not 8 16 2"
+kiln 0 generate "$ini" --prompt "the quick" --prompt "the lazy" --prompts "$tmp/prompts.txt" $gen run.memory_limit=1G
+cmp -s "$out" "$tmp/sep.txt" || fail "4 prompts in one run under [run] memory_limit printed other text than 4 runs"
+printf 'the lazy\n\nthe\n' >"$tmp/gap.txt"
+kiln 2 generate "$ini" --prompts "$tmp/gap.txt" $gen
+stderr_has "$tmp/gap.txt:2: an empty line: each line is a prompt of at least one token"
+kiln 2 generate "$ini" --prompt "the quick" --prompt "$(printf 'x%.0s' $(seq 30))" $gen
+stderr_has "prompt 1 of 2: the prompt is 30 tokens, longer than the model's context of 24"
+[ ! -s "$out" ] || fail "a refused prompt: the others' text printed"
 unset KILN_LOG_LEVEL
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 run.precision=bf16
 stderr_has "[amp] precision = bf16: bf16 compute"

@@ -15,7 +15,8 @@
 # after its 4 steps (eval_every = 0), whose resumed run gives epoch 1 its
 # line.  Under `kiln launch -n 2` (with kiln-gloo) the ranks agree every 16
 # evaluation batches: SIGTERM to the launcher stops both within 20 s too,
-# and 1 process resumes rank 0's checkpoint.  A stop during a resumed
+# and 1 process resumes rank 0's checkpoint; so do 2 pipeline stages on
+# the 2 ranks evaluating the gathered model (session 45).  A stop during a resumed
 # run's owed evaluation (its first work) is one after work: a checkpoint,
 # not "nothing to checkpoint; the process ends within 5 s".  A stop during the final test ([data.val] set: the test set once
 # after training, 200,000 samples here) is not taken: the run finishes,
@@ -64,7 +65,7 @@ stop_in_eval() {
 	wait "$pid"
 	rc=$?
 	[ $rc -eq 0 ] || fail "$c: exit $rc after SIGTERM, expected 0: $(tail -3 "$tmp/$c.err")"
-	grep -q "stop requested: the test evaluation after step $step ends after [0-9]* of its [0-9]*000 samples, not recorded" "$tmp/$c.err" ||
+	grep -q "stop requested: the test evaluation after step $step ends after [0-9]* of its [0-9]* samples, not recorded" "$tmp/$c.err" ||
 		fail "$c: no 'evaluation ... ends after' line: $(tail -4 "$tmp/$c.err")"
 	grep -q "kiln: stopped at step $step: checkpoint written to $o/checkpoints/ckpt-$step.kiln" "$tmp/$c.err" ||
 		fail "$c: not stopped at step $step with its checkpoint: $(tail -3 "$tmp/$c.err")"
@@ -161,6 +162,18 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 		fail "cut: rank 0 did not learn of rank 1's failed read in the agreement: $(grep -i "fail\|error\|stopped" "$tmp/cut.err" | head -6)"
 	[ ! -f "$o/checkpoints/ckpt-2.kiln" ] || fail "cut: rank 0 wrote the stop's checkpoint"
 	echo "cut: rank 1's failed read after the cut ends both ranks, agreed"
+	# [dist] pipeline = 2 stages on the 2 ranks evaluating the gathered
+	# model (fc1 frozen keeps it whole: docs/pipeline.md), each rank its
+	# share of the set (7812 and 7813 of its 15625 batches of 64, about
+	# 50 s): the ranks agree every 16 batches as data-parallel ones do
+	# (session 45; before, such an evaluation ran to its end, and the stop
+	# came after it)
+	stop_in_eval pipe 2 launch -n 2 run.comm=gloo train.eval_every=2 dist.pipeline=2 \
+		layer.fc2.stage=1 pipeline.micro_batches=2 layer.fc1.trainable=0
+	for share in 499968 500032; do
+		grep -q "stop requested: the test evaluation after step 2 ends after [0-9]* of its $share samples, not recorded (this rank's share of the set's)" "$tmp/pipe.err" ||
+			fail "pipe: the rank of $share samples did not cut its share of the gathered evaluation: $(grep "ends after" "$tmp/pipe.err")"
+	done
 else
 	echo "(no kiln-gloo: the data-parallel case skipped)"
 fi

@@ -1230,7 +1230,7 @@ kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln
  * every layer can, ABI 2.31; else a step each: docs/generate.md,
  * "Prefill"), so a prompt costs a few runs and one copy of logits to
  * the host; that plan is held for the next prompt of its run length (a
- * second copy of the caches: docs/generate.md; not under [run]
+ * second copy of the caches, no logits: docs/generate.md; not under [run]
  * memory_limit) until kiln_generator_close.  Sampling draws from the core's counter-based RNG
  * keyed by (seed, the draw's index, the sample's index): the same seed
  * gives the same tokens.  kiln_generate_samples decodes N continuations
