@@ -174,11 +174,15 @@ struct cpu_team {
  * medians of 12 interleaved runs) at the price of stepping down 200 ms
  * later beside a busy loop (44.9k -> 41.7k on the MLP's 1.3 s epoch).
  * The other processes' CPU time tells them apart (session 45,
- * docs/PERFORMANCE.md "Session 45"): a busy loop takes 0.6-1.0 CPUs
- * (0.67 against a team of two, all of a core against one), the jitter
- * process 0.1, a quiet machine 0-0.1 (/proc/stat counts whole 10 ms
- * ticks: +-0.1 over an interval), while the start-up's waiting is the
- * process's own and not in it.  OTHERS lies between. */
+ * docs/PERFORMANCE.md "Session 45"): a busy loop read 0.87-1.15 CPUs an
+ * interval (beside a team of one; 1.00-1.05 in the first two intervals
+ * beside two threads), where the jitter process takes 0.1 of a core and
+ * the start-up's waiting is the process's own, not in it (/proc/stat
+ * counts whole 10 ms ticks: +-0.1 over an interval).  OTHERS lies
+ * between.  Measured on a 2-CPU machine other sessions' builds loaded
+ * (load 6-15): those read 0.3-1.3 CPUs themselves, so there the team
+ * also steps down at the first interval beside them; a quiet machine's
+ * reading is not measured yet. */
 #define CPU_TEAM_OTHERS 0.50
 #define CPU_TEAM_SETTLE 1
 #define CPU_TEAM_SHRINK_HOT 2
