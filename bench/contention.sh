@@ -3,7 +3,16 @@
 # each benchmark under each condition.
 #
 # Benchmarks (--benches):
-#   mlp        bench/mlp_bench.ini, one epoch (bench/pytorch_mlp.py --steps 0)
+#   mlp        bench/mlp_bench.ini, one epoch (bench/pytorch_mlp.py --steps 0),
+#              or E epochs with --mlp-epochs E: the start-up and the steady
+#              state told apart.  What each side's rate leaves out: kiln's
+#              (train_samples_per_s) is over the whole epoch with one epoch,
+#              and over epochs 2..E with more (kiln times from epoch 2 once
+#              a second epoch ran: the first epoch's plans, JIT, loader
+#              start and the CPU team's first intervals excluded), in both
+#              cases without evaluation and checkpoint writes; PyTorch's is
+#              over every step but its first 20 (--warmup-steps), of all E
+#              epochs
 #   cnn-nchw   bench/cnn_bench.ini, WARMUP+STEPS steps (as bench/cnn.sh)
 #   cnn-nhwc   the same, channels-last
 #   cnn-bf16   the same, nchw, bf16 (kiln run.precision=bf16; PyTorch under
@@ -48,7 +57,9 @@
 #   --runs N         rounds (default 3; medians over them)
 #   --steps N        CNN timed steps after 20 warm-up steps (default 100)
 #   --mlp-steps N    MLP steps, 20 of them warm-up for PyTorch (default 0:
-#                    one epoch, as `kiln train ... train.epochs=1`)
+#                    the epochs of --mlp-epochs, as `kiln train ... train.epochs=1`)
+#   --mlp-epochs E   MLP epochs (default 1): kiln train.epochs=E, PyTorch
+#                    --epochs E (see mlp above for what each rate excludes)
 #   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc,cnn-bf16)
 #   --conditions L   comma-separated (default quiet,busy,core1,quota,quota1;
 #                    jitter on request)
@@ -71,6 +82,7 @@ set -eu
 RUNS=3
 STEPS=100
 MLP_STEPS=0
+MLP_EPOCHS=1
 WARMUP=20
 BATCH=128
 BENCHES=mlp,cnn-nchw,cnn-nhwc,cnn-bf16
@@ -99,12 +111,14 @@ while [ $# -gt 0 ]; do
         --short) RUNS=1; STEPS=20; MLP_STEPS=300; shift ;;
         --mlp-steps) [ $# -ge 2 ] || usage; MLP_STEPS=$2; shift 2 ;;
         --mlp-steps=*) MLP_STEPS=${1#*=}; shift ;;
+        --mlp-epochs) [ $# -ge 2 ] || usage; MLP_EPOCHS=$2; shift 2 ;;
+        --mlp-epochs=*) MLP_EPOCHS=${1#*=}; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "contention.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
     esac
 done
-for v in "runs:$RUNS" "steps:$STEPS"; do
+for v in "runs:$RUNS" "steps:$STEPS" "mlp-epochs:$MLP_EPOCHS"; do
     case ${v#*:} in
         ''|*[!0-9]*|0) echo "contention.sh: --${v%%:*} must be a positive integer" >&2; exit 2 ;;
     esac
@@ -248,7 +262,7 @@ run_one() {
             probe_cache "$bin"
             if [ "$bench" = mlp ]; then
                 under "$cond" env $BLAS_ENV $spin "$bin" train "$HERE/mlp_bench.ini" \
-                    train.epochs=1 train.max_steps="$MLP_STEPS" run.threads=0 "$ad"
+                    train.epochs="$MLP_EPOCHS" train.max_steps="$MLP_STEPS" run.threads=0 "$ad"
             else
                 # run.precision=fp32 is the default: the same command line
                 under "$cond" env $BLAS_ENV $spin "$bin" train "$HERE/cnn_bench.ini" \
@@ -265,7 +279,8 @@ run_one() {
             nt=$1; shift
             if [ "$bench" = mlp ]; then
                 under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS $BLAS_ENV \
-                    "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --threads "$nt" --steps "$MLP_STEPS"
+                    "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --threads "$nt" --steps "$MLP_STEPS" \
+                    --epochs "$MLP_EPOCHS"
             else
                 under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS $BLAS_ENV \
                     "$@" "$PYTHON" "$HERE/pytorch_cnn.py" --layout "$layout" --threads "$nt" \
@@ -333,7 +348,9 @@ ratio() {
 
 for b in $BENCHES; do
     echo
-    echo "$b: median samples/s of $RUNS interleaved rounds ($PYTHON)"
+    what=
+    [ "$b" != mlp ] || [ "$MLP_EPOCHS" = 1 ] || what=", $MLP_EPOCHS epochs (kiln: epochs 2..$MLP_EPOCHS)"
+    echo "$b: median samples/s of $RUNS interleaved rounds ($PYTHON)$what"
     printf '%-6s %5s %5s' cond load spin
     for who in $CONTENDERS; do printf ' %12s' "$who"; done
     printf ' %11s %9s %9s\n' pt-best kiln/best kiln/quiet

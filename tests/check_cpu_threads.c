@@ -11,14 +11,24 @@
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "check_main.h"
 
 #define MS 1000000LL
 
-/* One interval of 100 ms in which `waiting` threads on average had no CPU. */
+/* One interval of 100 ms in which `waiting` threads on average had no CPU
+ * (what other processes took not known: the waiting alone steers). */
 static int feed(struct cpu_team *t, double waiting)
 {
-	struct cpu_team_sample s = { 100 * MS, (int64_t)(waiting * 100 * MS), 0 };
+	struct cpu_team_sample s = { 100 * MS, (int64_t)(waiting * 100 * MS), 0, -1 };
+	return cpu_team_decide(t, &s);
+}
+
+/* The same while other processes took `others` CPUs of the process's. */
+static int feed_beside(struct cpu_team *t, double waiting, double others)
+{
+	struct cpu_team_sample s = { 100 * MS, (int64_t)(waiting * 100 * MS), 0,
+				     (int64_t)(others * 100 * MS) };
 	return cpu_team_decide(t, &s);
 }
 
@@ -207,7 +217,7 @@ START_TEST(test_steps_and_bounds)
 	}
 	for (int i = 0; i < 3 * CPU_TEAM_PROBE_MAX; i++)
 		ck_assert_int_eq(feed(&t, 0), 4);
-	struct cpu_team_sample none = { 0, 5 * MS, 0 }, unknown = { 100 * MS, -1, 0 };
+	struct cpu_team_sample none = { 0, 5 * MS, 0, -1 }, unknown = { 100 * MS, -1, 0, -1 };
 	ck_assert_int_eq(cpu_team_decide(&t, &none), 4);
 	ck_assert_int_eq(cpu_team_decide(&t, &unknown), 4);
 	cpu_team_init(&t, 0);
@@ -223,14 +233,19 @@ START_TEST(test_throttling_is_not_contention)
 {
 	struct cpu_team t;
 	team_open(&t, 2);
-	struct cpu_team_sample thr = { 100 * MS, 80 * MS, 40 * MS };
+	struct cpu_team_sample thr = { 100 * MS, 80 * MS, 40 * MS, -1 };
 	ck_assert_int_eq(cpu_team_decide(&t, &thr), 2);
 	ck_assert_int_eq(t.calm, 0); /* at the top: nothing to probe */
-	struct cpu_team_sample more = { 100 * MS, 130 * MS, 40 * MS }; /* 0.5 beyond */
+	/* other processes ran on the CPUs the throttled team left idle: the
+	 * waiting is still the quota's */
+	struct cpu_team_sample filled = { 100 * MS, 80 * MS, 40 * MS, 90 * MS };
+	ck_assert_int_eq(cpu_team_decide(&t, &filled), 2);
+	ck_assert_int_eq(cpu_team_decide(&t, &filled), 2);
+	struct cpu_team_sample more = { 100 * MS, 130 * MS, 40 * MS, -1 }; /* 0.5 beyond */
 	ck_assert_int_eq(cpu_team_decide(&t, &more), 2);
 	ck_assert_int_eq(cpu_team_decide(&t, &more), 1);
 	team_open(&t, 2);
-	struct cpu_team_sample plain = { 100 * MS, 80 * MS, 0 };
+	struct cpu_team_sample plain = { 100 * MS, 80 * MS, 0, -1 };
 	ck_assert_int_eq(cpu_team_decide(&t, &plain), 2);
 	ck_assert_int_eq(cpu_team_decide(&t, &plain), 1);
 }
@@ -271,6 +286,137 @@ START_TEST(test_dnn_follows_held_size)
 	}
 	ck_assert_int_eq(feed(&t, 0), 2);
 	ck_assert_int_eq(t.dnn, 2);
+}
+END_TEST
+
+/* A busy loop beside the team (session 45's measurements: 0.44-0.97
+ * threads waiting with the loop taking 0.6-1.0 CPUs) steps it down at the
+ * context's first interval, start-up or not, and one thread an interval
+ * on a larger team; the rule of session 44 waited for two busy intervals
+ * after the first (the MLP's busy epoch ran 200 ms longer on two threads:
+ * -9%).  A probe back up beside the loop fails at once, as before. */
+START_TEST(test_crowded_steps_down_at_once)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.91), 1); /* the first interval */
+	ck_assert_int_eq(t.dnn, 1);
+	ck_assert_int_eq(feed_beside(&t, 0.01, 0.98), 1); /* one thread + the loop fit */
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 2; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.99), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.99), 2); /* the probe */
+	ck_assert_int_eq(feed_beside(&t, 0.55, 0.70), 1);
+	ck_assert_int_eq(t.probe_wait, 2 * CPU_TEAM_PROBE_MIN);
+	/* a team of 4 beside two busy loops: a thread an interval */
+	cpu_team_init(&t, 4);
+	ck_assert_int_eq(feed_beside(&t, 1.4, 1.9), 3);
+	ck_assert_int_eq(feed_beside(&t, 0.9, 1.9), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 1.95), 2);
+	/* past the start-up too: the first crowded interval, not the second */
+	team_open(&t, 2);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.0), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.45, 0.8), 1);
+}
+END_TEST
+
+/* What is not a neighbour holds the team as session 44's rule did: the
+ * start-up's own waiting (0.30-0.79 threads, the other processes' CPU
+ * time 0-0.1: /proc/stat's 10 ms ticks), a process busy in bursts (2 ms
+ * of every 20 ms: 0.16-0.29 waiting, 0.1 CPUs, a burst up to 0.45), a
+ * measurement of others that is unknown (-1: no /proc/stat), and others
+ * below CPU_TEAM_OTHERS; waiting alone for CPU_TEAM_SHRINK_HOT intervals
+ * in a row still steps down (a quota, the process's own threads). */
+START_TEST(test_own_and_burst_waiting_holds)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	ck_assert_int_eq(feed_beside(&t, 0.79, 0.08), 2); /* quiet start-up */
+	ck_assert_int_eq(feed_beside(&t, 0.35, 0.0), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.21, 0.1), 2);
+	for (int i = 0; i < 20; i++) { /* jitter, its bursts now and then */
+		ck_assert_int_eq(feed_beside(&t, i % 5 ? 0.22 : 0.45, 0.11), 2);
+	}
+	ck_assert_int_eq(feed_beside(&t, 0.6, -1), 2); /* others unknown */
+	ck_assert_int_eq(feed_beside(&t, 0.2, -1), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.6, CPU_TEAM_OTHERS - 0.05), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.1, 0.1), 2);
+	/* the start-up crowded only by the process's own threads, at its
+	 * first interval: not judged */
+	cpu_team_init(&t, 2);
+	ck_assert_int_eq(feed_beside(&t, 0.79, 0.3), 2);
+	ck_assert_int_eq(t.hot, 0);
+	/* the waiting alone, two intervals in a row */
+	ck_assert_int_eq(feed_beside(&t, 0.5, 0.1), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.5, 0.1), 1);
+	/* crowded but nobody waits (the team already fits): hold */
+	cpu_team_init(&t, 2);
+	ck_assert_int_eq(feed_beside(&t, 0.2, 0.9), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.9), 2);
+}
+END_TEST
+
+/* /proc/stat's per-CPU lines: user nice system idle iowait irq softirq
+ * steal guest guest_nice; the busy ticks of the CPUs asked for. */
+START_TEST(test_stat_busy)
+{
+	const char *text = "cpu  600 7 300 9000 50 4 6 30 0 0\n"
+			   "cpu0 100 2 50 4000 20 1 2 10 5 0\n"
+			   "cpu1 200 0 100 3000 10 1 1 0 0 0\n"
+			   "cpu3 300 5 150 2000 20 2 3 20 0 0\n"
+			   "intr 123456 1 2 3\n"
+			   "ctxt 999\n"
+			   "cpu9 1 1 1 1 1 1 1 1 0 0\n";
+	unsigned char in[8] = { 0 };
+	ck_assert_int_eq(cpu_stat_busy(text, in, 8), -1); /* none asked for */
+	in[0] = 1;
+	/* 100 + 2 + 50 + 1 + 2 + 10: idle, iowait and guest (within user) not */
+	ck_assert_int_eq(cpu_stat_busy(text, in, 8), 165);
+	in[1] = 1;
+	ck_assert_int_eq(cpu_stat_busy(text, in, 8), 165 + 302);
+	in[2] = 1; /* offline: no line */
+	ck_assert_int_eq(cpu_stat_busy(text, in, 8), 165 + 302);
+	in[0] = in[1] = in[2] = 0, in[3] = 1;
+	ck_assert_int_eq(cpu_stat_busy(text, in, 8), 480);
+	ck_assert_int_eq(cpu_stat_busy(text, in, 3), -1); /* CPU 3 beyond n */
+	/* the total's line is not CPU 600 nor any other, and only the "cpu"
+	 * lines at the top count (not cpu9 after intr): a set of all */
+	unsigned char all[1024];
+	memset(all, 1, sizeof all);
+	ck_assert_int_eq(cpu_stat_busy(text, all, 1024), 165 + 302 + 480);
+	/* a kernel without steal's column; a line cut short is not read */
+	ck_assert_int_eq(cpu_stat_busy("cpu  1 1 1 1 1 1 1\ncpu0 10 1 5 90 3 2 1\n", all, 1024), 19);
+	ck_assert_int_eq(cpu_stat_busy("cpu  1 1 1 1 1 1 1 1\ncpu0 10 1 5 90 3 2 1 4\ncpu1 10 1 5 9", all,
+				       1024),
+			 23);
+	ck_assert_int_eq(cpu_stat_busy("cpu0 10 1 5\n", all, 1024), -1); /* too few columns */
+	ck_assert_int_eq(cpu_stat_busy("", all, 1024), -1);
+	ck_assert_int_eq(cpu_stat_busy("intr 1\ncpu0 10 1 5 90 3 2 1 4\n", all, 1024), -1);
+}
+END_TEST
+
+/* A fixed team of 2 or more is watched for the hint (cpu.c logs it once
+ * when the adaptive rule would have stepped down); an adaptive one adapts
+ * instead, a team of one has nothing to wait for.  Where schedstat cannot
+ * be read nothing is watched: that the rule says so is checked too. */
+START_TEST(test_fixed_team_watched)
+{
+	const int steer = cpu_run_delay_ns() >= 0;
+	struct cpu_team_live l;
+	cpu_team_live_init(&l, 2, 0, 0, "");
+	ck_assert_int_eq(l.watch, steer);
+	ck_assert_int_eq(l.adapt, 0);
+	ck_assert_int_eq(cpu_team_busy(&l), 0);
+	struct cpu_team_news news;
+	ck_assert_int_eq(cpu_team_tick(&l, &news), 2);
+	ck_assert_int_eq(news.from, 0);
+	cpu_team_live_destroy(&l);
+	cpu_team_live_init(&l, 2, 1, 0, "");
+	ck_assert_int_eq(l.watch, 0);
+	ck_assert_int_eq(l.adapt, steer);
+	cpu_team_live_destroy(&l);
+	cpu_team_live_init(&l, 1, 0, 0, "");
+	ck_assert_int_eq(l.watch, 0);
+	cpu_team_live_destroy(&l);
 }
 END_TEST
 
@@ -425,9 +571,8 @@ START_TEST(test_gemm_split_busy)
 	cpu_team_live_init(&l, 2, 1, 1, "");
 	if (l.adapt) { /* schedstat readable: the flip swaps every op */
 		for (int k = 0; k < 6; k++) {
-			int from;
-			double load;
-			const int n = cpu_team_tick(&l, &from, &load);
+			struct cpu_team_news news;
+			const int n = cpu_team_tick(&l, &news);
 			ck_assert_int_eq(n, k % 2 ? 1 : 2);
 			ck_assert_int_eq(cpu_team_busy(&l), k % 2);
 		}
@@ -632,7 +777,8 @@ static Suite *make_cpu_threads_suite(void)
 		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, test_wait_tally, test_spin_backoff, test_spin_learns, test_conv_wsplit, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_one_busy_interval_holds, test_probe_backoff, test_steps_and_bounds,
-		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });
+		test_throttling_is_not_contention, test_dnn_follows_held_size, test_crowded_steps_down_at_once,
+		test_own_and_burst_waiting_holds, test_stat_busy, test_fixed_team_watched, NULL });
 	return s;
 }
 

@@ -757,6 +757,9 @@ EXTRA_DIST += tests/data_id_short_reads.sh
 # [plugin.cpu] async = auto: off for one process, on for each rank
 TESTS += tests/cpu_async.sh
 EXTRA_DIST += tests/cpu_async.sh
+# a fixed CPU team whose threads keep waiting for a CPU says so once
+TESTS += tests/cpu_team_hint.sh
+EXTRA_DIST += tests/cpu_team_hint.sh
 # 2-rank DDP against PyTorch 2.x's DDP, loss for loss (skips without
 # $KILN_VENV's torch 2)
 TESTS += tests/ddp_torch.sh

@@ -72,6 +72,37 @@ const char *cpu_op_name(int type)
 	return common_op_name(cpu_host, type);
 }
 
+/* What the team's tick saw, logged: the adaptive team's change of size
+ * (debug), or once, a fixed team whose threads waited for a CPU where the
+ * adaptive team would have stepped down (info: the user chose that team
+ * and can change it; threads.h, struct cpu_team_live). */
+static void team_news_log(struct cpu_ctx *c, int n, const struct cpu_team_news *w)
+{
+	char others[64] = "";
+	if (w->others >= 0)
+		snprintf(others, sizeof others, "; other processes took %.2f CPUs", w->others);
+	if (w->from) {
+		/* Only kiln's own loops follow the team: oneDNN's kernels open
+		 * their regions with the team they were created for.  Forcing
+		 * those onto one thread (max-active-levels 0) hung the JIT
+		 * batchnorm, whose threads meet at barriers sized at creation. */
+		c->host->log(KILN_LOG_DEBUG, "cpu",
+			     "team of %d -> %d threads at interval %lld (%.2f waited for a CPU%s)", w->from,
+			     n, (long long)w->interval, w->load, others);
+		return;
+	}
+	c->host->log(KILN_LOG_INFO, "cpu",
+		     "the fixed team of %d threads (%s) waits for a CPU (%.2f threads on average over "
+		     "interval %lld%s): each parallel region waits for a descheduled thread.  %s "
+		     "(docs/PERFORMANCE.md, \"Steady under contention\")",
+		     c->threads, c->threads_set ? "[run] threads is set" : "[plugin.cpu] adaptive = 0",
+		     w->load, (long long)w->interval, others,
+		     c->threads_set ? "Leave [run] threads unset (0) to let the team shrink while the "
+				      "CPUs are busy, or set it to 1"
+				    : "Set [plugin.cpu] adaptive = 1 to let the team shrink while the CPUs "
+				      "are busy");
+}
+
 kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct kiln_op_args *a,
 		     struct cpu_err *e)
 {
@@ -84,17 +115,10 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 	 * (teamstart.h) */
 	if (cpu_team_start(c->threads, NULL, e->msg, sizeof e->msg))
 		return e->st = KILN_EDEVICE;
-	int from;
-	double load;
-	int n = cpu_team_tick(&c->team, &from, &load);
-	if (from) {
-		/* Only kiln's own loops follow the team: oneDNN's kernels open
-		 * their regions with the team they were created for.  Forcing
-		 * those onto one thread (max-active-levels 0) hung the JIT
-		 * batchnorm, whose threads meet at barriers sized at creation. */
-		c->host->log(KILN_LOG_DEBUG, "cpu", "team of %d -> %d threads (%.2f waited for a CPU)",
-			     from, n, load);
-	}
+	struct cpu_team_news news;
+	const int n = cpu_team_tick(&c->team, &news);
+	if (news.from || news.fixed_waits)
+		team_news_log(c, n, &news);
 	if (omp_get_max_threads() != n)
 		omp_set_num_threads(n);
 	e->st = KILN_OK;
@@ -293,6 +317,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->gemm_impl = kk.gemm_impl;
 	c->conv_algo = kk.conv_algo;
 	c->threads = (int)threads;
+	c->threads_set = opts->threads > 0;
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
 	pthread_mutex_init(&c->switch_lock, NULL);
@@ -897,9 +922,11 @@ static const struct kiln_key cpu_keys[] = {
 	  "follows contention\").  The choice and a switch are logged at info level." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
-	  "CPU (another process busy on the same cores): by a thread after two 100 ms "
-	  "intervals in a row in which 0.3 threads or more waited on average, never on "
-	  "the first interval (the start-up's own threads compete then); probing back "
+	  "CPU (another process busy on the same cores): by a thread in a 100 ms interval "
+	  "in which 0.3 threads or more waited on average while other processes took half "
+	  "a CPU or more of this process's CPUs (/proc/stat), the first interval included; "
+	  "on the waiting alone only after two such intervals in a row and never on the "
+	  "first (the start-up's own threads compete then); probing back "
 	  "when the machine is calm (docs/PERFORMANCE.md, \"Steady under contention\").  Results do not "
 	  "depend on it: kiln's own loops sum in a fixed order for any team, and a oneDNN "
 	  "kernel moves to the smaller team only after a probe showed it gives the same "

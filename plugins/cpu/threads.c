@@ -10,12 +10,17 @@
  * that waiting: the run-queue delay of each thread (schedstat).  Over an
  * interval of about 100 ms of work, the delay summed over the process's
  * threads divided by the wall time is the number of threads that on
- * average wanted a CPU and had none.  The first CPU_TEAM_SETTLE intervals
- * (the context's start-up) are not judged; then above CPU_TEAM_SHRINK for
- * CPU_TEAM_SHRINK_HOT intervals in a row the team loses a thread (one
- * interval a thread after that); after CPU_TEAM_PROBE_MIN calm intervals it tries one more, and
- * a probe that brings the waiting back doubles the wait before the next
- * (up to CPU_TEAM_PROBE_MAX intervals, about 8 s).
+ * average wanted a CPU and had none.  That counts the process's own
+ * threads competing too (the start-up's), so a second measurement says
+ * whether another process is there: the CPU time the affinity mask's CPUs
+ * were busy (/proc/stat) less the process's own.  Waiting above
+ * CPU_TEAM_SHRINK while others took CPU_TEAM_OTHERS CPUs steps the team
+ * down at once; waiting alone is judged only after the first
+ * CPU_TEAM_SETTLE intervals (the context's start-up), and for
+ * CPU_TEAM_SHRINK_HOT intervals in a row (one interval a thread after
+ * that).  After CPU_TEAM_PROBE_MIN calm intervals the team tries one
+ * thread more, and a probe that brings the waiting back doubles the wait
+ * before the next (up to CPU_TEAM_PROBE_MAX intervals, about 8 s).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -28,8 +33,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>  /* sched_getaffinity */
 #include <string.h>
 #include <time.h>
+#include <unistd.h> /* sysconf */
 
 /* ---- parsers --------------------------------------------------------------- */
 
@@ -350,12 +357,17 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 {
 	if (s->wall_ns <= 0 || s->delay_ns < 0)
 		return t->n; /* nothing measured */
-	if (t->intervals < CPU_TEAM_SETTLE) {
-		t->intervals++; /* the context's start-up: measured, not acted on */
-		return t->n;
-	}
 	int64_t delay = s->delay_ns - (s->throttled_ns > 0 ? t->n * s->throttled_ns : 0);
 	double load = delay > 0 ? (double)delay / (double)s->wall_ns : 0;
+	/* the team waited while other processes took CPUs of ours: a
+	 * neighbour, not the process's own start-up (threads.h) */
+	const int crowded = load > CPU_TEAM_SHRINK && s->others_ns > 0 &&
+			    (double)s->others_ns / (double)s->wall_ns >= CPU_TEAM_OTHERS;
+	if (t->intervals < CPU_TEAM_SETTLE) {
+		t->intervals++; /* the context's start-up: judged only when crowded */
+		if (!crowded)
+			return t->n;
+	}
 	if (load > CPU_TEAM_SHRINK) {
 		const int probe = t->probing;
 		if (probe) /* the step up brought the waiting back */
@@ -363,9 +375,10 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 									: t->probe_wait * 2;
 		t->probing = 0;
 		t->calm = 0;
-		/* one busy interval is not contention yet: a probe's failure
-		 * steps down at once, else CPU_TEAM_SHRINK_HOT in a row */
-		if (++t->hot < CPU_TEAM_SHRINK_HOT && !probe)
+		/* one busy interval alone is not contention yet: a crowded one
+		 * or a probe's failure steps down at once, else
+		 * CPU_TEAM_SHRINK_HOT in a row */
+		if (++t->hot < CPU_TEAM_SHRINK_HOT && !probe && !crowded)
 			return t->n;
 		if (t->n > 1)
 			t->n--;
@@ -439,11 +452,78 @@ int64_t cpu_self_delay_ns(void)
 	return wait;
 }
 
-static int64_t now_ns(void)
+int64_t cpu_stat_busy(const char *text, const unsigned char *cpus, int n)
+{
+	int64_t sum = 0;
+	int any = 0;
+	/* "cpu  ..." (all CPUs), then "cpuC user nice system idle iowait
+	 * irq softirq steal guest guest_nice", then intr, ctxt, ... */
+	for (const char *l = text; l && !strncmp(l, "cpu", 3);) {
+		const char *end = strchr(l, '\n');
+		if (!end)
+			break; /* cut short: a line may have lost its digits */
+		int c;
+		long long v[8] = { 0 };
+		/* (the total's line has no number after "cpu": %d would
+		 * skip the blanks and read its user time) */
+		if (l[3] >= '0' && l[3] <= '9' &&
+		    sscanf(l, "cpu%d %lld %lld %lld %lld %lld %lld %lld %lld", &c, &v[0], &v[1], &v[2],
+			   &v[3], &v[4], &v[5], &v[6], &v[7]) >= 8 &&
+		    c >= 0 && c < n && cpus[c]) {
+			sum += v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+			any = 1;
+		}
+		l = end + 1;
+	}
+	return any ? sum : -1;
+}
+
+static int64_t clock_ns(clockid_t id)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t now_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+/* The busy ticks of the live controller's CPUs now (-1: unknown): one
+ * read of /proc/stat, its "cpu" lines up to the mask's last CPU. */
+static int64_t stat_busy_read(struct cpu_team_live *l)
+{
+	if (!l->stat_text)
+		return -1;
+	FILE *f = fopen("/proc/stat", "re");
+	if (!f)
+		return -1;
+	size_t got = fread(l->stat_text, 1, l->stat_size - 1, f);
+	fclose(f);
+	l->stat_text[got] = 0;
+	return cpu_stat_busy(l->stat_text, l->cpus, CPU_STAT_CPUS);
+}
+
+/* The affinity mask into l->cpus and a buffer for /proc/stat's lines up
+ * to its last CPU (none: others_ns unknown, the waiting alone steers). */
+static void stat_open(struct cpu_team_live *l)
+{
+	cpu_set_t set;
+	int last = -1;
+	const long hz = sysconf(_SC_CLK_TCK);
+	if (hz <= 0 || sched_getaffinity(0, sizeof set, &set))
+		return;
+	for (int c = 0; c < CPU_STAT_CPUS && c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set))
+			l->cpus[c] = 1, last = c;
+	if (last < 0)
+		return;
+	l->tick_ns = 1000000000 / hz;
+	l->stat_size = (size_t)(last + 3) * 256; /* the total's line, cpu0..last, a margin */
+	l->stat_text = malloc(l->stat_size);
+	l->start_busy = stat_busy_read(l);
+	l->start_cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 /* The throttled time of the quota's cgroup (0 without one or unreadable). */
@@ -470,23 +550,62 @@ void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int fli
 	l->size = l->dnn_size = l->team.n;
 	snprintf(l->stat, sizeof l->stat, "%s", stat ? stat : "");
 	l->start_throttled = throttled_ns(l->stat);
+	l->start_busy = -1;
 	/* without schedstat there is nothing to steer by */
-	l->adapt = adapt && threads > 1 && (l->start_delay = cpu_run_delay_ns()) >= 0;
+	const int steer = threads > 1 && (l->start_delay = cpu_run_delay_ns()) >= 0;
+	l->adapt = adapt && steer;
+	l->watch = !adapt && steer; /* a fixed team: the hint (threads.h) */
 	l->flip = l->adapt && flip > 0 ? flip : 0;
+	if (steer && !l->flip)
+		stat_open(l);
 	l->start_ns = now_ns();
 	pthread_mutex_init(&l->lock, NULL);
 }
 
 void cpu_team_live_destroy(struct cpu_team_live *l)
 {
+	free(l->stat_text);
+	l->stat_text = NULL;
 	pthread_mutex_destroy(&l->lock);
 }
 
-int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
+/* The interval ending at t (under lock): its sample into *s, and the next
+ * one's starting readings. */
+static void team_sample(struct cpu_team_live *l, int64_t t, struct cpu_team_sample *s)
 {
-	*from = 0;
-	if (!l->adapt)
-		return l->size;
+	const int64_t delay = cpu_run_delay_ns(), thr = throttled_ns(l->stat);
+	const int64_t busy = stat_busy_read(l), cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+	s->wall_ns = t - l->start_ns;
+	/* a thread that exited took its delay with it: clamp */
+	s->delay_ns = delay < l->start_delay ? 0 : delay - l->start_delay;
+	s->throttled_ns = thr < l->start_throttled ? 0 : thr - l->start_throttled;
+	s->others_ns = -1;
+	if (busy >= 0 && l->start_busy >= 0) {
+		const int64_t others = (busy - l->start_busy) * l->tick_ns - (cpu - l->start_cpu);
+		s->others_ns = others > 0 ? others : 0;
+	}
+	l->start_delay = delay;
+	l->start_throttled = thr;
+	l->start_busy = busy;
+	l->start_cpu = cpu;
+	l->intervals++;
+}
+
+/* The adaptive team's decision n applied (under lock), the change told in *news. */
+static void team_apply(struct cpu_team_live *l, int n, struct cpu_team_news *news)
+{
+	if (__atomic_exchange_n(&l->dnn_size, l->team.dnn, __ATOMIC_RELAXED) != l->team.dnn ||
+	    n != l->size)
+		__atomic_add_fetch(&l->changes, 1, __ATOMIC_RELAXED);
+	if (n != l->size) {
+		news->from = l->size;
+		__atomic_store_n(&l->size, n, __ATOMIC_RELAXED);
+	}
+}
+
+int cpu_team_tick(struct cpu_team_live *l, struct cpu_team_news *news)
+{
+	memset(news, 0, sizeof *news);
 	if (l->flip) { /* the test hook: both teams swap every `flip` ops */
 		const int64_t k = __atomic_fetch_add(&l->ticks, 1, __ATOMIC_RELAXED);
 		const int n = (k / l->flip) % 2 ? 1 : l->team.max;
@@ -496,30 +615,28 @@ int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
 			__atomic_add_fetch(&l->changes, 1, __ATOMIC_RELAXED);
 		return n;
 	}
+	if (!l->adapt && !__atomic_load_n(&l->watch, __ATOMIC_RELAXED))
+		return l->size;
 	int64_t t = now_ns();
 	if (t - __atomic_load_n(&l->start_ns, __ATOMIC_RELAXED) < CPU_TEAM_INTERVAL_NS ||
 	    pthread_mutex_trylock(&l->lock))
 		return __atomic_load_n(&l->size, __ATOMIC_RELAXED);
-	int n = l->size;
-	if (t - l->start_ns >= CPU_TEAM_INTERVAL_NS) { /* not taken by another thread meanwhile */
-		int64_t delay = cpu_run_delay_ns(), thr = throttled_ns(l->stat);
-		/* a thread that exited took its delay with it: clamp */
-		struct cpu_team_sample s = { t - l->start_ns,
-					     delay < l->start_delay ? 0 : delay - l->start_delay,
-					     thr < l->start_throttled ? 0 : thr - l->start_throttled };
-		n = cpu_team_decide(&l->team, &s);
-		if (__atomic_exchange_n(&l->dnn_size, l->team.dnn, __ATOMIC_RELAXED) != l->team.dnn ||
-		    n != l->size)
-			__atomic_add_fetch(&l->changes, 1, __ATOMIC_RELAXED);
-		if (n != l->size) {
-			*from = l->size;
-			*load = (double)s.delay_ns / (double)s.wall_ns;
-			__atomic_store_n(&l->size, n, __ATOMIC_RELAXED);
+	if (t - l->start_ns >= CPU_TEAM_INTERVAL_NS &&
+	    (l->adapt || l->watch)) { /* not taken by another thread meanwhile */
+		struct cpu_team_sample s;
+		team_sample(l, t, &s);
+		const int n = cpu_team_decide(&l->team, &s);
+		news->interval = l->intervals;
+		news->load = (double)s.delay_ns / (double)s.wall_ns;
+		news->others = s.others_ns >= 0 ? (double)s.others_ns / (double)s.wall_ns : -1;
+		if (l->adapt) {
+			team_apply(l, n, news);
+		} else if (n < l->team.max) { /* the fixed team: told once */
+			news->fixed_waits = 1;
+			__atomic_store_n(&l->watch, 0, __ATOMIC_RELAXED);
 		}
-		l->start_delay = delay;
-		l->start_throttled = thr;
 		__atomic_store_n(&l->start_ns, now_ns(), __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&l->lock);
-	return n;
+	return __atomic_load_n(&l->size, __ATOMIC_RELAXED);
 }

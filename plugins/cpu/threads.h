@@ -4,9 +4,9 @@
  * CPU (another process is busy on the same cores) and probes back up.
  *
  * The parsers and the controller's decision are pure functions of their
- * inputs (tests/check_cpu_threads.c); cpu_quota_read and cpu_run_delay_ns
- * read /proc and /sys.  Nothing here calls OpenMP: cpu.c applies the size
- * (docs/PERFORMANCE.md, "Steady under contention").
+ * inputs (tests/check_cpu_threads.c); cpu_quota_read, cpu_run_delay_ns and
+ * the live controller read /proc and /sys.  Nothing here calls OpenMP:
+ * cpu.c applies the size (docs/PERFORMANCE.md, "Steady under contention").
  */
 #ifndef KILN_PLUGINS_CPU_THREADS_H
 #define KILN_PLUGINS_CPU_THREADS_H
@@ -114,14 +114,21 @@ int cpu_conv_wsplit(const struct kiln_op *op, int threads);
 /* ---- the adaptive team ----------------------------------------------------- */
 
 /* One interval's measurement: wall time, the run-queue delay summed over
- * the process's threads (time runnable but not running: descheduled), and
- * the time the process's cgroup was throttled by its CPU quota.  A
- * throttled cgroup stops every thread at once, which stalls no barrier:
- * the team's share of the delay it adds (n x throttled) is not counted. */
+ * the process's threads (time runnable but not running: descheduled), the
+ * time the process's cgroup was throttled by its CPU quota, and the CPU
+ * time other processes (and the hypervisor: steal) took on the CPUs of the
+ * process's affinity mask.  A throttled cgroup stops every thread at once,
+ * which stalls no barrier: the team's share of the delay it adds
+ * (n x throttled) is not counted.  others_ns is the mask's CPUs' busy time
+ * in /proc/stat (user, nice, system, irq, softirq, steal) less this
+ * process's own CPU time (CLOCK_PROCESS_CPUTIME_ID); -1 (or 0) when not
+ * known.  The delay counts the process's own threads competing too (the
+ * loader's beside the team, the JIT at start-up); others_ns does not. */
 struct cpu_team_sample {
 	int64_t wall_ns;
 	int64_t delay_ns;
 	int64_t throttled_ns;
+	int64_t others_ns;
 };
 
 /* The controller's state.  `max` is the team the device opened with (oneDNN
@@ -142,27 +149,41 @@ struct cpu_team {
 };
 
 /* Thresholds, in threads waiting for a CPU on average over an interval
- * (delay_ns / wall_ns): above SHRINK (SHRINK_HOT intervals in a row) the
- * team loses a thread; below CALM an
- * interval is calm.  Probe waits start at PROBE_MIN intervals and double
- * after each failed probe up to PROBE_MAX. */
+ * (delay_ns / wall_ns): above SHRINK the team may lose a thread; below
+ * CALM an interval is calm.  Probe waits start at PROBE_MIN intervals and
+ * double after each failed probe up to PROBE_MAX. */
 #define CPU_TEAM_SHRINK 0.30
 #define CPU_TEAM_CALM 0.10
-/* The first SETTLE intervals after the context opens are measured but
- * never step the team down, and after them SHRINK_HOT intervals in a row
- * above SHRINK do (a failed probe steps down after one).  Before session
- * 44 the first reading above SHRINK did, and the probe back up waits
- * PROBE_MIN intervals (1 s, a whole MLP epoch): the MLP's first two
- * intervals (plans, JIT, the loader's first batches filling beside the
- * team, its first steps) read 0.30-0.79 threads waiting with or without
- * a neighbour, and later ones 0.11-0.23 quiet, 0.16-0.29 beside a
- * process busy 2 ms of every 20 ms (bench/contention.sh jitter), so a
- * run's rate depended on its first 200 ms: 41-48k samples/s (one thread)
- * or 66-79k (two), quiet or jittered alike.  Medians of 12 interleaved
- * runs (session 44, a shared 2-CPU machine, GOMP_SPINCOUNT=100000): quiet
- * 47.0k -> 68.9k, jitter 48.0k -> 67.7k.  A busy loop keeps the waiting
- * above SHRINK: the team steps down 200 ms later than before, 44.9k ->
- * 41.7k on the MLP's 1.3 s epoch. */
+/* When the team steps down.  Waiting above SHRINK while other processes
+ * took CPU_TEAM_OTHERS CPUs or more of the affinity mask's (others_ns /
+ * wall_ns) is contention at once, from the context's first interval on:
+ * the team loses a thread that interval.  Waiting above SHRINK without
+ * that (our own threads competing, a competitor in short bursts, or no
+ * /proc/stat) steps down only after the first SETTLE intervals and then
+ * SHRINK_HOT intervals in a row (a failed probe steps down after one).
+ *
+ * Why two signals: the waiting alone cannot tell a neighbour from the
+ * process's own start-up.  The MLP's first two intervals (plans, JIT, the
+ * loader's first batches filling beside the team) read 0.30-0.79 threads
+ * waiting with or without a neighbour, later ones 0.11-0.23 quiet,
+ * 0.16-0.29 beside a process busy 2 ms of every 20 ms (bench/contention.sh
+ * jitter); a step down on the first reading above SHRINK made a run's
+ * rate depend on its first 200 ms (41-48k samples/s on one thread against
+ * 66-79k on two, quiet or jittered alike), which session 44 fixed with
+ * SETTLE and SHRINK_HOT (quiet 47.0k -> 68.9k, jitter 48.0k -> 67.7k,
+ * medians of 12 interleaved runs) at the price of stepping down 200 ms
+ * later beside a busy loop (44.9k -> 41.7k on the MLP's 1.3 s epoch).
+ * The other processes' CPU time tells them apart (session 45,
+ * docs/PERFORMANCE.md "Session 45"): a busy loop read 0.87-1.15 CPUs an
+ * interval (beside a team of one; 1.00-1.05 in the first two intervals
+ * beside two threads), where the jitter process takes 0.1 of a core and
+ * the start-up's waiting is the process's own, not in it (/proc/stat
+ * counts whole 10 ms ticks: +-0.1 over an interval).  OTHERS lies
+ * between.  Measured on a 2-CPU machine other sessions' builds loaded
+ * (load 6-15): those read 0.3-1.3 CPUs themselves, so there the team
+ * also steps down at the first interval beside them; a quiet machine's
+ * reading is not measured yet. */
+#define CPU_TEAM_OTHERS 0.50
 #define CPU_TEAM_SETTLE 1
 #define CPU_TEAM_SHRINK_HOT 2
 #define CPU_TEAM_PROBE_MIN 10
@@ -183,13 +204,28 @@ int64_t cpu_run_delay_ns(void);
 /* The same of the calling thread alone (/proc/thread-self/schedstat). */
 int64_t cpu_self_delay_ns(void);
 
+/* The busy time, in clock ticks (sysconf(_SC_CLK_TCK) a second), of the
+ * CPUs c < n with cpus[c] set, from the text of /proc/stat: user + nice +
+ * system + irq + softirq + steal of each "cpuC" line (guest time is within
+ * user; idle and iowait are not busy; a kernel without steal's column
+ * counts it 0).  Reads the "cpu" lines at the top and stops at the first
+ * other line or an incomplete one (text cut short).  -1 when no line of a
+ * CPU in the set was read. */
+int64_t cpu_stat_busy(const char *proc_stat, const unsigned char *cpus, int n);
+#define CPU_STAT_CPUS 1024 /* CPUs the live controller counts, as cpu_set_t */
+
 /* ---- the live controller (one per device context) ------------------------ */
 
 /* Kernels may start on several threads (the caller, stream workers): each
  * reads `size`; the thread that finds an interval over takes `lock` (try
- * only: the others go on) to sample and decide. */
+ * only: the others go on) to sample and decide.  A fixed team (`adapt` 0:
+ * [run] threads set, or [plugin.cpu] adaptive = 0) of 2 or more is watched
+ * the same way (`watch`) with `team` as a shadow that never applies, until
+ * the adaptive rule would have stepped down once: cpu_team_tick says so
+ * (cpu.c logs it at info level) and the watch ends. */
 struct cpu_team_live {
 	int adapt;            /* 0: `size` stays the opening team ([run] threads set) */
+	int watch;            /* a fixed team watched for the hint (see above) */
 	int size;             /* the team kiln's own loops use now (atomic) */
 	int dnn_size;         /* the team oneDNN's plans use now (atomic, dnnteam.c) */
 	int flip;             /* test hook $KILN_CPU_TEAM_FLIP: every `flip` ops
@@ -201,6 +237,13 @@ struct cpu_team_live {
 	int64_t start_ns;     /* the interval's start, CLOCK_MONOTONIC (atomic) */
 	int64_t start_delay;  /* cpu_run_delay_ns() then (under lock) */
 	int64_t start_throttled; /* the quota cgroup's throttled time then */
+	int64_t start_busy;   /* the mask's CPUs' busy ticks then (-1: unknown) */
+	int64_t start_cpu;    /* this process's CPU time then, ns */
+	int64_t tick_ns;      /* a clock tick of /proc/stat, ns */
+	int64_t intervals;    /* intervals sampled (under lock) */
+	char *stat_text;      /* a buffer for /proc/stat's "cpu" lines */
+	size_t stat_size;     /* its size: 256 bytes a line up to the mask's last CPU */
+	unsigned char cpus[CPU_STAT_CPUS]; /* the affinity mask at open */
 	char stat[4200];      /* that cgroup's cpu.stat, "" without a quota */
 	struct cpu_team team; /* under lock */
 	pthread_mutex_t lock;
@@ -210,10 +253,21 @@ struct cpu_team_live {
 void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int flip,
 			const char *stat);
 void cpu_team_live_destroy(struct cpu_team_live *l);
+/* What an op's tick saw: the adaptive team's change of size (from: the old
+ * size, 0 for none), or a fixed team's first interval on which the
+ * adaptive rule would have stepped down (fixed_waits); with either, the
+ * interval's number since the context opened (1 = the first), its threads
+ * waiting for a CPU and the CPUs other processes took (-1: unknown). */
+struct cpu_team_news {
+	int from;
+	int fixed_waits;
+	int64_t interval;
+	double load;
+	double others;
+};
 /* The team for the op about to run: one clock read, and once an interval
- * is over, a sample and a decision.  When the team changed, *from is the
- * old size (else 0) and *load the interval's threads waiting for a CPU. */
-int cpu_team_tick(struct cpu_team_live *l, int *from, double *load);
+ * is over, a sample and a decision, reported in *news. */
+int cpu_team_tick(struct cpu_team_live *l, struct cpu_team_news *news);
 /* 1 while the adaptive team is below its opening size: its threads waited
  * for a CPU (or the flip hook says so); a GEMM then runs its busy split
  * when there is one (cpu_gemm_split_busy, dnnteam.c). */
