@@ -1122,13 +1122,14 @@ static float sub_flush(float x)
 
 /* The op of `kind` over n elements, every weight decay 0 (so a gradient
  * g = +0 leaves g' = +0 and an element whose state is zero keeps its
- * weight); the number of state outputs in *ns. */
-static struct kiln_op sub_op(int kind, int64_t n, int *ns)
+ * weight), the Adam family's eps `eps`; the number of state outputs in
+ * *ns. */
+static struct kiln_op sub_op(int kind, int64_t n, double eps, int *ns)
 {
 	struct kiln_op op;
 	if (kind >= SUB_ADAMW && kind <= SUB_AMSGRAD) {
 		*ns = 2 + (kind == SUB_AMSGRAD);
-		return adamw_op(n, 0, kind == SUB_AMSGRAD, 0.9, 0.999, 1e-8, 0, 0);
+		return adamw_op(n, 0, kind == SUB_AMSGRAD, 0.9, 0.999, eps, 0, 0);
 	}
 	memset(&op, 0, sizeof op);
 	op.in[0] = op.out[0] = op.out[1] = op.out[2] = td(KILN_F32, 1, n, 0);
@@ -1138,7 +1139,7 @@ static struct kiln_op sub_op(int kind, int64_t n, int *ns)
 		*ns = 2;
 		op.type = KILN_OP_LAMB, op.n_in = 4, op.n_out = 3;
 		op.in[3] = td(KILN_I64, 1, 3, 0); /* two tensors */
-		op.f[0] = 0.9, op.f[1] = 0.999, op.f[2] = 1e-8;
+		op.f[0] = 0.9, op.f[1] = 0.999, op.f[2] = eps;
 		return op;
 	}
 	*ns = 1;
@@ -1152,8 +1153,9 @@ static struct kiln_op sub_op(int kind, int64_t n, int *ns)
  * operations (plugins/cpu/optim.c, no contraction on either side), from
  * the stored state s[k][i] and g = g[i] (+0 or not zero, so that the
  * weight-decay terms, 0 * p, leave it as it is): the IEEE results r[k],
- * before any flush.  amsgrad's vmax takes the stored (flushed) v. */
-static void sub_ref(int kind, float *const *s, const float *g, int64_t i, float r[3])
+ * before any flush.  amsgrad's vmax takes the stored v (flushed with
+ * `flush`). */
+static void sub_ref(int kind, int flush, float *const *s, const float *g, int64_t i, float r[3])
 {
 	if (kind <= SUB_DAMP) {
 		/* SGD: mu*v + g, or with a dampening (t > 1) mu*v + (1 - 0.5)*g */
@@ -1166,7 +1168,7 @@ static void sub_ref(int kind, float *const *s, const float *g, int64_t i, float 
 	r[0] = b1 * s[0][i] + omb1 * g[i];
 	r[1] = b2 * s[1][i] + omb2 * g[i] * g[i];
 	if (kind == SUB_AMSGRAD) {
-		const float v = sub_flush(r[1]);
+		const float v = flush ? sub_flush(r[1]) : r[1];
 		r[2] = s[2][i] >= v ? s[2][i] : v;
 	}
 }
@@ -1175,10 +1177,12 @@ static void sub_ref(int kind, float *const *s, const float *g, int64_t i, float 
  *   0  g = +0 (a dead unit), state 1..40 x FLT_MIN: decays into the
  *      subnormal range over the steps (v, beta2 0.999: 1..1.02 x FLT_MIN);
  *      the weight tiny (~1e-33), so a subnormal step would move it;
- *   1  g ~ 1e-20 (g*g subnormal), state 0: Adam's v subnormal at once;
+ *   1  |g| 0.5..1.5e-20 (g*g subnormal, (1-beta2)*g*g not 0), state 0:
+ *      Adam's v subnormal at once;
  *   2  g and state ordinary (|x| up to 1): the IEEE result, bit for bit;
- *   3  g = +0, state already subnormal (a checkpoint of an older kiln),
- *      the weight tiny. */
+ *   3  g = +0, state already subnormal, 0.005..0.5 x FLT_MIN (a
+ *      checkpoint of an older kiln), the weight tiny.
+ * (With eps = 0 the IEEE update of each class is finite.) */
 static void sub_init(int64_t n, int ns, float *w, float *const *s, float *g)
 {
 	for (int64_t i = 0; i < n; i++) {
@@ -1186,14 +1190,14 @@ static void sub_init(int64_t n, int ns, float *w, float *const *s, float *g)
 		const float sg = frand() < 0 ? -1.0f : 1.0f;
 		const float u = fabsf(frand());
 		w[i] = c == 0 || c == 3 ? sg * (1 + u) * 1e-33f : frand();
-		g[i] = c == 1 ? frand() * 1e-20f : c == 2 ? frand() : 0.0f;
+		g[i] = c == 1 ? sg * (0.5f + u) * 1e-20f : c == 2 ? frand() : 0.0f;
 		for (int k = 0; k < ns; k++) {
 			/* a second moment (and vmax) is never negative */
 			const float sk = k > 0 ? 1.0f : sg;
 			s[k][i] = c == 0   ? sk * FLT_MIN * (k > 0 ? 1 + 0.02f * u : 1 + 39 * u)
 				  : c == 1 ? 0.0f
 				  : c == 2 ? (k > 0 ? fabsf(frand()) : frand())
-					   : sk * FLT_MIN * u * 0.5f;
+					   : sk * FLT_MIN * (0.01f + u) * 0.5f;
 		}
 	}
 }
@@ -1205,13 +1209,15 @@ static void sub_init(int64_t n, int ns, float *w, float *const *s, float *g)
  * On cpu an element whose state is all zero and whose g is +0 keeps its
  * weight bit for bit: the update read the stored zeros.  The IEEE loop's
  * subnormal results are counted: the case fails when too few were made
- * for it to tell the rule. */
-static void subnormal_case(struct fx *f, int kind, int64_t n)
+ * for it to tell the rule.  eps0 (the Adam family): eps = 0, below
+ * which no device may flush (kiln/ops.h: a flushed v would divide by 0),
+ * so the state is r itself, bit for bit on cpu, and every weight finite. */
+static void subnormal_case(struct fx *f, int kind, int64_t n, int eps0)
 {
 	enum { STEPS = 30 };
 	const int cpu = !strcmp(g_name, "cpu");
 	int ns;
-	const struct kiln_op op = sub_op(kind, n, &ns);
+	const struct kiln_op op = sub_op(kind, n, eps0 ? 0.0 : 1e-8, &ns);
 	const size_t b = (size_t)n * 4;
 	const int64_t t = 5, off[3] = { 0, n / 3, n };
 	const float lr = 0.1f;
@@ -1235,15 +1241,19 @@ static void subnormal_case(struct fx *f, int kind, int64_t n)
 			dget(f, got[k], ds[k], b);
 		for (int64_t i = 0; i < n; i++) {
 			float r[3];
-			sub_ref(kind, s, g, i, r);
+			sub_ref(kind, !eps0, s, g, i, r);
+			if (eps0 && !isfinite(w[i]))
+				ck_abort_msg("%s eps 0 n %lld step %d: w[%lld] (class %d, g %a) %a",
+					     sub_name[kind], (long long)n, step + 1, (long long)i,
+					     (int)(i % 4), (double)g[i], (double)w[i]);
 			for (int k = 0; k < ns; k++) {
-				const float want = sub_flush(r[k]), have = got[k][i];
-				made += want != r[k];
+				const float want = eps0 ? r[k] : sub_flush(r[k]), have = got[k][i];
+				made += sub_flush(r[k]) != r[k];
 				/* (ck_abort only on a failure: a passing ck_assert
 				 * writes to Check's pipe, millions of times here) */
 				if (cpu && memcmp(&have, &want, 4))
-					ck_abort_msg("%s n %lld step %d: state %d [%lld] (class %d) stored %a, want %a (the IEEE result %a)",
-						     sub_name[kind], (long long)n, step + 1, k, (long long)i,
+					ck_abort_msg("%s eps %g n %lld step %d: state %d [%lld] (class %d) stored %a, want %a (the IEEE result %a)",
+						     sub_name[kind], eps0 ? 0.0 : 1e-8, (long long)n, step + 1, k, (long long)i,
 						     (int)(i % 4), (double)have, (double)want, (double)r[k]);
 				if (!cpu && have != want &&
 				    !(fabs((double)have - r[k]) <= 1e-6 * fabs(r[k]) + 1e-44))
@@ -1269,7 +1279,7 @@ static void subnormal_case(struct fx *f, int kind, int64_t n)
 	}
 	ck_assert_msg(made > n / 4, "%s: only %lld subnormal results in %d steps of %lld elements",
 		      sub_name[kind], (long long)made, STEPS, (long long)n);
-	ck_assert_msg(!cpu || kept > n / 8, "%s: only %lld element-steps with state 0 and g 0",
+	ck_assert_msg(!cpu || eps0 || kept > n / 8, "%s: only %lld element-steps with state 0 and g 0",
 		      sub_name[kind], (long long)kept);
 	for (int k = 0; k < ns; k++)
 		kiln_device_free(f->dev, ds[k]);
@@ -1293,8 +1303,12 @@ DFX_TEST(subnormal_state)
 	for (int kind = 0; kind < SUB_KINDS; kind++) {
 		if (kind >= SUB_ADAMW && unsupported(f, kind == SUB_LAMB ? KILN_OP_LAMB : KILN_OP_ADAMW))
 			continue;
-		subnormal_case(f, kind, 4099);
-		subnormal_case(f, kind, 70001);
+		subnormal_case(f, kind, 4099, 0);
+		subnormal_case(f, kind, 70001, 0);
+		if (kind >= SUB_ADAMW) { /* eps = 0: the state kept IEEE */
+			subnormal_case(f, kind, 4099, 1);
+			subnormal_case(f, kind, 70001, 1);
+		}
 	}
 }
 

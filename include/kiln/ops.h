@@ -135,13 +135,16 @@ enum kiln_op_type {
 	 * and vmax; session 45): a device may store a new state element whose
 	 * magnitude is below FLT_MIN (an f32 subnormal) as a zero of its
 	 * sign, and the update then reads that zero; every other element is
-	 * the IEEE result of the formulas.  The cpu device does, on every ISA
+	 * the IEEE result of the formulas.  ADAMW and LAMB may do so only
+	 * when their eps (f[2]) >= 1e-10; below it (eps = 0: a flushed v
+	 * would give m/0 = inf, flushed m and v 0/0 = NaN) their state is
+	 * IEEE.  The cpu device flushes wherever this allows, on every ISA
 	 * (x86 takes a microcode assist for each subnormal operand or result:
 	 * the momentum of a dead ReLU unit decays into that range and slowed
 	 * whole epochs by a quarter), without touching the caller's MXCSR;
 	 * the cuda device keeps subnormals (GPUs handle them at full rate).
-	 * The params come out as the IEEE update's unless |p| < ~1e-22 or
-	 * Adam's eps < ~1e-10 (docs/training.md, "Subnormal state"). */
+	 * The params come out as the IEEE update's unless |p| < ~1e-22
+	 * (docs/training.md, "Subnormal optimizer state"). */
 	KILN_OP_SGD = 7,
 	/* out0 (any dtype) = f[0] */
 	KILN_OP_FILL = 8,

@@ -29,7 +29,8 @@
  * samples/s against 80-86k).  Flushing the state here, with a compare and
  * a mask in each clone's vectors, leaves the caller's floating-point
  * environment (MXCSR) alone: kiln is also a library (kiln_infer).  The
- * update reads the state as stored, so LAMB's two passes agree.
+ * update reads the state as stored, so LAMB's two passes agree.  The Adam
+ * family flushes only with eps >= 1e-10 (ADAM_FLUSH_EPS).
  */
 #include "cpu.h"
 
@@ -65,6 +66,14 @@ static inline float opt_state(float x)
 {
 	return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x;
 }
+
+/* The Adam family flushes its state only when eps >= ADAM_FLUSH_EPS
+ * (kiln/ops.h): sqrt(v) of a subnormal v is below 1.1e-19, negligible
+ * beside such an eps, while with eps = 0 a flushed v divides m by 0 (inf)
+ * and flushed m and v give 0/0 (NaN) where IEEE stayed finite.  Below it
+ * the state is IEEE (a separate loop: ADAM_STATE's FL = 0). */
+#define ADAM_FLUSH_EPS 1e-10
+#define ADAM_STATE(FL, x) ((FL) ? opt_state(x) : (x))
 
 /* ---- SGD -------------------------------------------------------------- */
 
@@ -204,6 +213,7 @@ struct adam_k {
 	float l2;                 /* ADAMW's L2 weight decay f[4] (Adam's) */
 	float inv_c1;             /* 1 / (1 - beta1^t) */
 	float inv_sqrt_c2;        /* 1 / sqrt(1 - beta2^t) */
+	int flush;                /* eps >= ADAM_FLUSH_EPS: state through opt_state */
 };
 
 /* The constants of step t = in[2] (i64, 1-based) of an Adam-family op
@@ -224,19 +234,20 @@ static kiln_status adam_scalars(const struct cpu_plan *p, const struct kiln_op_a
 	k->eps = (float)op->f[2];
 	k->wd = (float)op->f[3];
 	k->l2 = (float)op->f[4];
+	k->flush = op->f[2] >= ADAM_FLUSH_EPS;
 	/* in double, as PyTorch computes them on the host */
 	k->inv_c1 = (float)(1.0 / (1.0 - pow(b1, (double)t)));
 	k->inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow(b2, (double)t)));
 	return KILN_OK;
 }
 
-/* Moments of one element with gradient `gi`: m, v updated in place (as
- * opt_state stores them); returns m/c1 / vh of the stored moments. */
-#define ADAM_DIR(i, gi)                                                                  \
+/* Moments of one element with gradient `gi`: m, v updated in place (with
+ * FL, as opt_state stores them); returns m/c1 / vh of the stored moments. */
+#define ADAM_DIR(i, gi, FL)                                                              \
 	({                                                                               \
 		const float gi_ = (gi);                                                  \
-		const float mi_ = opt_state(k.b1 * m[i] + k.omb1 * gi_);                 \
-		const float vi_ = opt_state(k.b2 * v[i] + k.omb2 * gi_ * gi_);           \
+		const float mi_ = ADAM_STATE(FL, k.b1 * m[i] + k.omb1 * gi_);            \
+		const float vi_ = ADAM_STATE(FL, k.b2 * v[i] + k.omb2 * gi_ * gi_);      \
 		m[i] = mi_;                                                              \
 		v[i] = vi_;                                                              \
 		(mi_ * k.inv_c1) / (sqrtf(vi_) * k.inv_sqrt_c2 + k.eps);                 \
@@ -244,15 +255,15 @@ static kiln_status adam_scalars(const struct cpu_plan *p, const struct kiln_op_a
 
 /* AMSGrad's moments of one element with gradient `gi`: m, v and the
  * largest v so far, vx, updated in place (the max of the stored moments,
- * NaN from v kept, as torch.maximum; vx through opt_state too, for a
- * subnormal vx of a checkpoint written before session 45); returns m/c1 /
- * vh of vx. */
-#define ADAM_DIR_AMS(i, gi)                                                              \
+ * NaN from v kept, as torch.maximum; with FL vx through opt_state too, for
+ * a subnormal vx of a checkpoint written before session 45); returns
+ * m/c1 / vh of vx. */
+#define ADAM_DIR_AMS(i, gi, FL)                                                          \
 	({                                                                               \
 		const float gi_ = (gi);                                                  \
-		const float mi_ = opt_state(k.b1 * m[i] + k.omb1 * gi_);                 \
-		const float vi_ = opt_state(k.b2 * v[i] + k.omb2 * gi_ * gi_);           \
-		const float xi_ = opt_state(vx[i] >= vi_ ? vx[i] : vi_);                 \
+		const float mi_ = ADAM_STATE(FL, k.b1 * m[i] + k.omb1 * gi_);            \
+		const float vi_ = ADAM_STATE(FL, k.b2 * v[i] + k.omb2 * gi_ * gi_);      \
+		const float xi_ = ADAM_STATE(FL, vx[i] >= vi_ ? vx[i] : vi_);            \
 		m[i] = mi_;                                                              \
 		v[i] = vi_;                                                              \
 		vx[i] = xi_;                                                             \
@@ -262,15 +273,16 @@ static kiln_status adam_scalars(const struct cpu_plan *p, const struct kiln_op_a
 /* ---- AdamW ------------------------------------------------------------ */
 
 /* HAS_L2: Adam's L2 term added to the gradient before the moments; AMS:
- * amsgrad (ADAM_DIR_AMS).  Separate loops, so that AdamW's arithmetic is
- * unchanged. */
-#define ADAMW_LOOP(HAS_D, HAS_L2, AMS)                                                   \
+ * amsgrad (ADAM_DIR_AMS); FL: the state flushed (ADAM_STATE).  Separate
+ * loops, so that AdamW's arithmetic is unchanged. */
+#define ADAMW_LOOP(HAS_D, HAS_L2, AMS, FL)                                               \
 	do {                                                                             \
 		_Pragma("omp simd")                                                      \
 		for (int64_t i = 0; i < n; i++) {                                        \
 			const float di = (HAS_D) ? d[i] : 1.0f;                          \
 			const float gi = (HAS_L2) ? g[i] + k.l2 * di * w[i] : g[i];      \
-			const float dir = (AMS) ? ADAM_DIR_AMS(i, gi) : ADAM_DIR(i, gi); \
+			const float dir = (AMS) ? ADAM_DIR_AMS(i, gi, FL)                \
+						: ADAM_DIR(i, gi, FL);                   \
 			w[i] = w[i] * (1.0f - lrwd * di) - lr * dir;                     \
 		}                                                                        \
 	} while (0)
@@ -281,15 +293,23 @@ CPU_CLONES static void adamw_span(float *restrict w, float *restrict m, float *r
 				  const float *restrict d, int64_t n, float lr, struct adam_k k)
 {
 	const float lrwd = lr * k.wd;
-	switch ((vx != NULL) * 4 + (k.l2 != 0.0f) * 2 + (d != NULL)) {
-	case 0: ADAMW_LOOP(0, 0, 0); break;
-	case 1: ADAMW_LOOP(1, 0, 0); break;
-	case 2: ADAMW_LOOP(0, 1, 0); break;
-	case 3: ADAMW_LOOP(1, 1, 0); break;
-	case 4: ADAMW_LOOP(0, 0, 1); break;
-	case 5: ADAMW_LOOP(1, 0, 1); break;
-	case 6: ADAMW_LOOP(0, 1, 1); break;
-	default: ADAMW_LOOP(1, 1, 1); break;
+	switch ((k.flush != 0) * 8 + (vx != NULL) * 4 + (k.l2 != 0.0f) * 2 + (d != NULL)) {
+	case 0: ADAMW_LOOP(0, 0, 0, 0); break;
+	case 1: ADAMW_LOOP(1, 0, 0, 0); break;
+	case 2: ADAMW_LOOP(0, 1, 0, 0); break;
+	case 3: ADAMW_LOOP(1, 1, 0, 0); break;
+	case 4: ADAMW_LOOP(0, 0, 1, 0); break;
+	case 5: ADAMW_LOOP(1, 0, 1, 0); break;
+	case 6: ADAMW_LOOP(0, 1, 1, 0); break;
+	case 7: ADAMW_LOOP(1, 1, 1, 0); break;
+	case 8: ADAMW_LOOP(0, 0, 0, 1); break;
+	case 9: ADAMW_LOOP(1, 0, 0, 1); break;
+	case 10: ADAMW_LOOP(0, 1, 0, 1); break;
+	case 11: ADAMW_LOOP(1, 1, 0, 1); break;
+	case 12: ADAMW_LOOP(0, 0, 1, 1); break;
+	case 13: ADAMW_LOOP(1, 0, 1, 1); break;
+	case 14: ADAMW_LOOP(0, 1, 1, 1); break;
+	default: ADAMW_LOOP(1, 1, 1, 1); break;
 	}
 }
 
@@ -342,12 +362,12 @@ static int64_t lamb_max_pieces(int64_t n, int64_t T)
 	return (n + LAMB_CHUNK - 1) / LAMB_CHUNK + T;
 }
 
-#define LAMB_DIR_LOOP(HAS_D)                                                             \
+#define LAMB_DIR_LOOP(HAS_D, FL)                                                         \
 	do {                                                                             \
 		_Pragma("omp simd reduction(+ : pp, uu)")                                \
 		for (int64_t i = 0; i < n; i++) {                                        \
 			const float di = (HAS_D) ? d[i] : 1.0f;                          \
-			const float u = ADAM_DIR(i, g[i]) + k.wd * di * w[i];                  \
+			const float u = ADAM_DIR(i, g[i], FL) + k.wd * di * w[i];        \
 			pp += (double)w[i] * (double)w[i];                               \
 			uu += (double)u * (double)u;                                     \
 		}                                                                        \
@@ -360,10 +380,12 @@ CPU_CLONES static void lamb_moments_span(const float *restrict w, float *restric
 					 double *pp_out, double *uu_out)
 {
 	double pp = 0, uu = 0;
-	if (d)
-		LAMB_DIR_LOOP(1);
-	else
-		LAMB_DIR_LOOP(0);
+	switch ((k.flush != 0) * 2 + (d != NULL)) {
+	case 0: LAMB_DIR_LOOP(0, 0); break;
+	case 1: LAMB_DIR_LOOP(1, 0); break;
+	case 2: LAMB_DIR_LOOP(0, 1); break;
+	default: LAMB_DIR_LOOP(1, 1); break;
+	}
 	*pp_out = pp;
 	*uu_out = uu;
 }
