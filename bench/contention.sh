@@ -45,7 +45,11 @@
 #   pt-default, pt-passive, pt-omp1
 #                 PyTorch ($PYTHON) with 2 threads; with OMP_WAIT_POLICY=
 #                 PASSIVE; with OMP_NUM_THREADS=1 (and 1 thread), all with
-#                 common.sh's BLAS_ENV, as bench/mlp.sh and cnn.sh
+#                 common.sh's BLAS_ENV, as bench/mlp.sh and cnn.sh; the
+#                 MLP's with --flush-denormal (torch.set_flush_denormal:
+#                 PyTorch at its best from the third epoch on, when SGD's
+#                 momentum of dead units goes subnormal; kiln's CPU
+#                 optimizers store such state as zero, docs/training.md)
 # Output: each run's JSON line on stderr; then per benchmark a table of
 # medians (samples/s) by condition, "pt-best" (the fastest PyTorch setting
 # in that condition), kiln / pt-best (the issue asks >= 1.2 under
@@ -280,7 +284,7 @@ run_one() {
             if [ "$bench" = mlp ]; then
                 under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS $BLAS_ENV \
                     "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --threads "$nt" --steps "$MLP_STEPS" \
-                    --epochs "$MLP_EPOCHS"
+                    --epochs "$MLP_EPOCHS" --flush-denormal
             else
                 under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS $BLAS_ENV \
                     "$@" "$PYTHON" "$HERE/pytorch_cnn.py" --layout "$layout" --threads "$nt" \
