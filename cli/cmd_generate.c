@@ -16,7 +16,7 @@
 #include <string.h>
 
 const char cmd_generate_usage[] =
-	"usage: kiln generate CONFIG --prompt TEXT... | --prompts FILE --tokens N\n"
+	"usage: kiln generate CONFIG [--prompt TEXT]... [--prompts FILE] --tokens N\n"
 	"                     [--checkpoint CKPT]\n"
 	"                     [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
 	"                     [--num-samples N]\n"
@@ -36,7 +36,9 @@ const char cmd_generate_about[] =
 	"                   '--- prompt J ---' (J from 0), the text a run of that prompt\n"
 	"                   alone prints (the same seed for each)\n"
 	"  --prompts FILE   the prompts FILE's lines hold, one a line (after those of\n"
-	"                   --prompt); an empty line is an error naming it\n"
+	"                   --prompt; at least one of the two; a leading UTF-8 BOM is\n"
+	"                   skipped); an empty line or a NUL byte is an error naming\n"
+	"                   FILE:LINE\n"
 	"  --temperature T  softmax(logits / T); 0 = greedy, the most likely token (default 1)\n"
 	"  --top-k K        draw among the K most likely tokens only (default 0: all)\n"
 	"  --top-p P        draw among the fewest most likely tokens (after --top-k) whose\n"
@@ -56,6 +58,7 @@ const char cmd_generate_about[] =
 
 struct gen_opts {
 	const char **prompts;   /* n_prompts of them: --prompt's, then --prompts' lines */
+	size_t *lines;          /* each prompt's line in prompts_file, 0: a --prompt's */
 	int n_prompts;
 	const char *prompts_file, *ckpt, *vocab, *merges;
 	char *file_text;        /* --prompts' file, its lines cut in place */
@@ -273,6 +276,45 @@ static kiln_status prompt_check(const struct kiln_generator *g, const struct tok
 	return KILN_OK;
 }
 
+/* Prompt j's origin before the error st says: FILE:LINE for a line of
+ * --prompts, "prompt J of N" (J from 1) for one of several --prompt's. */
+static void prompt_where(kiln_status st, const struct gen_opts *o, int j)
+{
+	if (o->lines[j])
+		kiln_error_wrap(st, "%s:%zu", o->prompts_file, o->lines[j]);
+	else if (o->n_prompts > 1)
+		kiln_error_wrap(st, "prompt %d of %d", j + 1, o->n_prompts);
+}
+
+/* The bytes of the tokenizer's longest token. */
+static size_t longest_piece(const struct tokenizer *tk)
+{
+	size_t most = 1, n;
+	for (int32_t i = 0; i < tokenizer_vocab(tk); i++)
+		if (tokenizer_piece(tk, i, &n) && n > most)
+			most = n;
+	return most;
+}
+
+/* The ids of a prompt, refused before it is encoded when it has more bytes
+ * than the context's tokens of the longest token's bytes (longest) hold:
+ * a long line of --prompts is not byte-pair encoded to be refused after
+ * (the byte-level tokenizer: a byte a token, prompt_check's message). */
+static kiln_status prompt_encode(const struct kiln_generator *g, const struct tokenizer *tk,
+				 const char *text, size_t longest, struct token_ids *ids)
+{
+	const size_t n = strlen(text);
+	const long long ctx = (long long)kiln_generator_context(g);
+	if ((unsigned long long)n > (unsigned long long)ctx * longest) {
+		if (longest == 1)
+			return kiln_error(KILN_EUSAGE, "the prompt is %zu tokens, longer than the model's context of %lld",
+					  n, ctx);
+		return kiln_error(KILN_EUSAGE, "the prompt is %zu bytes, more than the model's context of %lld tokens can hold (%zu bytes at most a token, the tokenizer's longest)",
+				  n, ctx, longest);
+	}
+	return tokenizer_encode(tk, text, n, ids);
+}
+
 /* Prompt j's text (its tokens ids), its header line first when there are
  * several prompts: what a run of it alone prints after it. */
 static kiln_status generate_one(struct kiln_generator *g, const struct tokenizer *tk,
@@ -282,7 +324,7 @@ static kiln_status generate_one(struct kiln_generator *g, const struct tokenizer
 	if (o->n_prompts > 1) {
 		printf("--- prompt %d ---\n", j);
 		if (cli_stdout_lost())
-			return kiln_error(KILN_EIO, "standard output cannot be written: stopped at prompt %d of %d", j,
+			return kiln_error(KILN_EIO, "standard output cannot be written: stopped at prompt %d of %d", j + 1,
 					  o->n_prompts);
 	}
 	kiln_status st = kiln_generate_samples(g, ids->v, (int64_t)ids->n, o->tokens, o->samples, &o->s,
@@ -306,8 +348,6 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 	kiln_status st = !ids ? kiln_error(KILN_ENOMEM, "out of memory")
 		       : o->vocab ? tokenizer_open_bpe(o->vocab, o->merges, &tk)
 				  : tokenizer_open_bytes(&tk);
-	for (int j = 0; !st && j < o->n_prompts; j++)
-		st = tokenizer_encode(tk, o->prompts[j], strlen(o->prompts[j]), &ids[j]);
 	if (st || (st = kiln_generator_open(cfg, reg, o->ckpt, &g)))
 		goto out;
 	const int64_t V = kiln_generator_vocab(g);
@@ -316,6 +356,12 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 				tokenizer_vocab(tk), (long long)V);
 		goto out;
 	}
+	const size_t longest = longest_piece(tk);
+	for (int j = 0; j < o->n_prompts; j++)
+		if ((st = prompt_encode(g, tk, o->prompts[j], longest, &ids[j]))) {
+			prompt_where(st, o, j);
+			goto out;
+		}
 	/* every prompt checked before any is generated from: the lengths,
 	 * the tokenizer's warning, the classes (in that order, as with one) */
 	for (int c = 0; c < 2; c++) {
@@ -323,8 +369,7 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 			bytes_warn(g);
 		for (int j = 0; j < o->n_prompts; j++)
 			if ((st = prompt_check(g, tk, &ids[j], o->tokens, c))) {
-				if (o->n_prompts > 1)
-					kiln_error_wrap(st, "prompt %d of %d", j, o->n_prompts);
+				prompt_where(st, o, j);
 				goto out;
 			}
 	}
@@ -357,8 +402,10 @@ out:
 }
 
 /* --prompts FILE's lines after o->prompts' (a final line without its
- * newline counts; "\r\n" ends a line as "\n" does): an empty line is
- * KILN_EUSAGE naming FILE:LINE, an unreadable file KILN_EIO. */
+ * newline counts; "\r\n" ends a line as "\n" does; a UTF-8 BOM before
+ * the first is skipped), each's line number in o->lines: an empty line or
+ * one holding a NUL byte (which would cut it short unseen) is KILN_EUSAGE
+ * naming FILE:LINE, an unreadable file KILN_EIO. */
 static kiln_status prompts_read(struct gen_opts *o)
 {
 	const char *path = o->prompts_file;
@@ -390,21 +437,31 @@ static kiln_status prompts_read(struct gen_opts *o)
 	}
 	text[len] = 0;
 	o->file_text = text;
-	for (size_t i = 0; i < len; i++)
+	const size_t bom = len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3) ? 3 : 0;
+	for (size_t i = bom; i < len; i++)
 		lines += text[i] == '\n';
-	lines += len && text[len - 1] != '\n';
-	const char **all = realloc(o->prompts, sizeof *all * ((size_t)o->n_prompts + lines + 1));
-	if (!all)
+	lines += len > bom && text[len - 1] != '\n';
+	const size_t n_all = (size_t)o->n_prompts + lines + 1;
+	const char **all = realloc(o->prompts, sizeof *all * n_all);
+	if (all)
+		o->prompts = all;
+	size_t *at = all ? realloc(o->lines, sizeof *at * n_all) : NULL;
+	if (!at)
 		return kiln_error(KILN_ENOMEM, "--prompts %s: out of memory", path);
-	o->prompts = all;
-	for (size_t i = 0, line = 1; i < len; line++) {
+	o->lines = at;
+	for (size_t i = bom, line = 1; i < len; line++) {
 		char *nl = memchr(text + i, '\n', len - i), *end = nl ? nl : text + len;
 		if (end > text + i && end[-1] == '\r')
 			end--;
 		if (end == text + i)
 			return kiln_error(KILN_EUSAGE, "%s:%zu: an empty line: each line is a prompt of at least one token",
 					  path, line);
+		const char *nul = memchr(text + i, 0, (size_t)(end - (text + i)));
+		if (nul)
+			return kiln_error(KILN_EUSAGE, "%s:%zu: a NUL byte (byte %zu of the line): a prompt is text",
+					  path, line, (size_t)(nul - (text + i)) + 1);
 		*end = 0;
+		o->lines[o->n_prompts] = line;
 		o->prompts[o->n_prompts++] = text + i;
 		i = nl ? (size_t)(nl - text) + 1 : len;
 	}
@@ -425,15 +482,18 @@ int cmd_generate(int argc, char **argv)
 	char **over = calloc((size_t)argc, sizeof *over); /* the overrides alone */
 	int n_over = 0;
 	o.prompts = calloc((size_t)argc, sizeof *o.prompts);
-	if (!over || !o.prompts) {
+	o.lines = calloc((size_t)argc, sizeof *o.lines);
+	if (!over || !o.prompts || !o.lines) {
 		free(over);
 		free(o.prompts);
+		free(o.lines);
 		return 1;
 	}
 	if (gen_args(argc, argv, &o, over, &n_over)) {
 		fputs(cmd_generate_usage, stderr);
 		free(over);
 		free(o.prompts);
+		free(o.lines);
 		return 2;
 	}
 	struct kiln_config *cfg = NULL;
@@ -461,6 +521,7 @@ int cmd_generate(int argc, char **argv)
 	kiln_registry_close(reg);
 	free(over);
 	free(o.prompts);
+	free(o.lines);
 	free(o.file_text);
 	return rc;
 }

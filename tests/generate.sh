@@ -39,7 +39,12 @@
 #  Session 45: several prompts in one run (--prompt repeated, --prompts
 #  FILE) print the text of separate runs, the prefill plan held between
 #  them; an empty line of FILE and a prompt past the context refused
-#  (exit 2) before any text.
+#  (exit 2) before any text.  A NUL byte in a line of FILE is refused
+#  naming FILE:LINE (it cut the prompt short, silently), a leading UTF-8
+#  BOM skipped (it was the first prompt's first bytes), a line past the
+#  context named by FILE:LINE ("prompt J of N", J from 0, before), and
+#  with BPE one of more bytes than the context's tokens of the longest
+#  token's bytes hold refused before it is encoded.
 # The decode logits themselves are checked against the full forward in
 # tests/check_generate.c.
 name=generate
@@ -170,8 +175,22 @@ printf 'the lazy\n\nthe\n' >"$tmp/gap.txt"
 kiln 2 generate "$ini" --prompts "$tmp/gap.txt" $gen
 stderr_has "$tmp/gap.txt:2: an empty line: each line is a prompt of at least one token"
 kiln 2 generate "$ini" --prompt "the quick" --prompt "$(printf 'x%.0s' $(seq 30))" $gen
-stderr_has "prompt 1 of 2: the prompt is 30 tokens, longer than the model's context of 24"
+stderr_has "prompt 2 of 2: the prompt is 30 tokens, longer than the model's context of 24"
 [ ! -s "$out" ] || fail "a refused prompt: the others' text printed"
+printf 'the lazy\n%s\n' "$(printf 'x%.0s' $(seq 30))" >"$tmp/long.txt"
+kiln 2 generate "$ini" --prompt "the quick" --prompts "$tmp/long.txt" $gen
+stderr_has "kiln: error: $tmp/long.txt:2: the prompt is 30 tokens, longer than the model's context of 24"
+[ ! -s "$out" ] || fail "a refused line of --prompts: the others' text printed"
+printf 'the lazy\nab\000c\n' >"$tmp/nul.txt"
+kiln 2 generate "$ini" --prompts "$tmp/nul.txt" $gen
+stderr_has "kiln: error: $tmp/nul.txt:2: a NUL byte (byte 3 of the line): a prompt is text"
+[ ! -s "$out" ] || fail "a line with a NUL byte: text printed"
+# a BOM (as Windows editors write) before the first line: the lines' text
+printf '\357\273\277the lazy\r\nthe\r\n' >"$tmp/bom.txt"
+kiln 0 generate "$ini" --prompt "the lazy" --prompt "the" $gen
+cp "$out" "$tmp/bom.ref"
+kiln 0 generate "$ini" --prompts "$tmp/bom.txt" $gen
+cmp -s "$out" "$tmp/bom.ref" || fail "a BOM before the prompts changed the text: $(diff "$out" "$tmp/bom.ref")"
 unset KILN_LOG_LEVEL
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 run.precision=bf16
 stderr_has "[amp] precision = bf16: bf16 compute"
@@ -450,6 +469,17 @@ kiln 0 generate "$ini" "run.out_dir=$tmp/bpe" --prompt "the" --tokens 10 --seed 
 	--vocab "$tmp/vocab.json" --merges "$tmp/merges.txt"
 stdout_matches '^the'
 ! grep -q "byte-level tokenizer" "$err" || fail "a warning of the byte-level tokenizer with --vocab"
+# a line of more bytes than 24 tokens of at most 13 bytes (<|endoftext|>,
+# the longest) hold: refused before it is encoded, naming FILE:LINE; one of
+# 312 bytes is encoded (312 tokens: refused after, by its tokens)
+printf '%s\n' "$(printf 'x%.0s' $(seq 313))" >"$tmp/long.txt"
+kiln 2 generate "$ini" "run.out_dir=$tmp/bpe" --prompts "$tmp/long.txt" --tokens 1 \
+	--vocab "$tmp/vocab.json" --merges "$tmp/merges.txt"
+stderr_has "kiln: error: $tmp/long.txt:1: the prompt is 313 bytes, more than the model's context of 24 tokens can hold (13 bytes at most a token, the tokenizer's longest)"
+printf '%s\n' "$(printf 'x%.0s' $(seq 312))" >"$tmp/long.txt"
+kiln 2 generate "$ini" "run.out_dir=$tmp/bpe" --prompts "$tmp/long.txt" --tokens 1 \
+	--vocab "$tmp/vocab.json" --merges "$tmp/merges.txt"
+stderr_has "kiln: error: $tmp/long.txt:1: the prompt is 312 tokens, longer than the model's context of 24"
 # the same model without --vocab: its ids read as bytes, warned of (before
 # session 41 the garbage came silently)
 kiln 0 generate "$ini" "run.out_dir=$tmp/bpe" --prompt "the" --tokens 10 --seed 2

@@ -19,8 +19,9 @@
 # the 2 ranks evaluating the gathered model (session 45).  A stop during a resumed
 # run's owed evaluation (its first work) is one after work: a checkpoint,
 # not "nothing to checkpoint; the process ends within 5 s".  A stop during the final test ([data.val] set: the test set once
-# after training, 200,000 samples here) is not taken: the run finishes,
-# the whole test set evaluated.
+# after training, 20,000 samples here, a few seconds) is not taken: the
+# run finishes, the whole test set evaluated, the signal's line before
+# the test's results (it came during the test, not after it).
 name=stopeval
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -164,13 +165,14 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 	echo "cut: rank 1's failed read after the cut ends both ranks, agreed"
 	# [dist] pipeline = 2 stages on the 2 ranks evaluating the gathered
 	# model (fc1 frozen keeps it whole: docs/pipeline.md), each rank its
-	# share of the set (7812 and 7813 of its 15625 batches of 64, about
-	# 50 s): the ranks agree every 16 batches as data-parallel ones do
-	# (session 45; before, such an evaluation ran to its end, and the stop
-	# came after it)
+	# share of the set of 199,990 (1562 and 1563 of its 3125 batches of
+	# 64, the last of 54 rows: shares of 99968 and 100022 samples, uneven):
+	# the ranks agree every 16 batches as data-parallel ones do (session
+	# 45; before, such an evaluation ran to its end, and the stop came
+	# after it)
 	stop_in_eval pipe 2 launch -n 2 run.comm=gloo train.eval_every=2 dist.pipeline=2 \
-		layer.fc2.stage=1 pipeline.micro_batches=2 layer.fc1.trainable=0
-	for share in 499968 500032; do
+		layer.fc2.stage=1 pipeline.micro_batches=2 layer.fc1.trainable=0 data.eval.samples=199990
+	for share in 99968 100022; do
 		grep -q "stop requested: the test evaluation after step 2 ends after [0-9]* of its $share samples, not recorded (this rank's share of the set's)" "$tmp/pipe.err" ||
 			fail "pipe: the rank of $share samples did not cut its share of the gathered evaluation: $(grep "ends after" "$tmp/pipe.err")"
 	done
@@ -179,13 +181,19 @@ else
 fi
 
 # the final test: SIGTERM once the epoch's line (after its evaluation on
-# [data.val]) is out
+# [data.val]) is out, a second into the test of 20,000 samples (a few
+# seconds): the signal's line must come before the test's results, or
+# the test was over before it (the case would pass whatever a stop did)
 o="$tmp/final"
 term_in final "$tmp/final.err" "epoch 1/1: train loss" "$kiln" train "$tmp/run.ini" \
-	run.out_dir="$o" train.epochs=1 data.val.samples=64 data.eval.samples=200000
+	run.out_dir="$o" train.epochs=1 data.val.samples=64 data.eval.samples=20000
 [ $rc -eq 0 ] || fail "final: exit $rc after SIGTERM, expected 0: $(tail -3 "$tmp/final.err")"
+sig=$(grep -n "^kiln: stop requested" "$tmp/final.err" | head -1 | cut -d: -f1)
+res=$(grep -n "final test loss" "$tmp/final.err" | head -1 | cut -d: -f1)
+[ -n "$sig" ] && [ -n "$res" ] && [ "$sig" -lt "$res" ] ||
+	fail "final: the signal (line ${sig:-none}) did not come before the final test's results (line ${res:-none}): $(tail -4 "$tmp/final.err")"
 ! grep -q "ends after\|stopped at step" "$tmp/final.err" || fail "final: the stop cut the final test: $(tail -3 "$tmp/final.err")"
-grep -q '"test_samples": 200000,' "$tmp/final.out" || fail "final: not the whole test set: $(cat "$tmp/final.out")"
+grep -q '"test_samples": 20000,' "$tmp/final.out" || fail "final: not the whole test set: $(cat "$tmp/final.out")"
 ! grep -q '"stopped"' "$tmp/final.out" || fail "final: the run says it stopped"
 # [data.val]'s evaluation is in the JSON line too (docs/training.md)
 grep -q '"val_loss": [0-9.]*, "val_acc": [0-9.]*' "$tmp/final.out" || fail "final: no val_loss/val_acc: $(cat "$tmp/final.out")"
