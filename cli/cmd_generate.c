@@ -33,7 +33,7 @@ const char cmd_generate_about[] =
 	"Prints the prompt and the new text to stdout.\n"
 	"  --prompt TEXT    a prompt; given several times, each is generated from in\n"
 	"                   turn by the one loaded model, each's text after a line\n"
-	"                   '--- prompt J ---' (J from 0), the text a run of that prompt\n"
+	"                   '--- prompt J ---' (J from 1), the text a run of that prompt\n"
 	"                   alone prints (the same seed for each)\n"
 	"  --prompts FILE   the prompts FILE's lines hold, one a line (after those of\n"
 	"                   --prompt; at least one of the two; a leading UTF-8 BOM is\n"
@@ -322,7 +322,7 @@ static kiln_status generate_one(struct kiln_generator *g, const struct tokenizer
 {
 	struct printer pr = { tk, o->prompts[j], o->samples, 0, 0 };
 	if (o->n_prompts > 1) {
-		printf("--- prompt %d ---\n", j);
+		printf("--- prompt %d ---\n", j + 1);
 		if (cli_stdout_lost())
 			return kiln_error(KILN_EIO, "standard output cannot be written: stopped at prompt %d of %d", j + 1,
 					  o->n_prompts);

@@ -158,7 +158,7 @@ cmp -s "$out" "$tmp/a.txt" || fail "the prefill plan freed under [run] memory_li
 printf 'a stitch in time\nthe\n' >"$tmp/prompts.txt"
 gen="--tokens 8 --seed 5 --temperature 0.8"
 : >"$tmp/sep.txt"
-j=0
+j=1
 for p in "the quick" "the lazy" "a stitch in time" "the"; do
 	kiln 0 generate "$ini" --prompt "$p" $gen
 	echo "--- prompt $j ---" >>"$tmp/sep.txt"
