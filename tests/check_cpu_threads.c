@@ -299,6 +299,14 @@ START_TEST(test_crowded_steps_down_at_once)
 {
 	struct cpu_team t;
 	cpu_team_init(&t, 2);
+	if (cpu_team_others_min(1) > 1.95) {
+		/* CPU_TEAM_OTHERS above these readings turns the crowded rule
+		 * off: the start-up is not judged, then two busy intervals */
+		ck_assert_int_eq(feed_beside(&t, 0.62, 0.91), 2);
+		ck_assert_int_eq(feed_beside(&t, 0.62, 0.91), 2);
+		ck_assert_int_eq(feed_beside(&t, 0.62, 0.91), 1);
+		return;
+	}
 	ck_assert_int_eq(feed_beside(&t, 0.62, 0.91), 1); /* the first interval */
 	ck_assert_int_eq(t.dnn, 1);
 	ck_assert_int_eq(feed_beside(&t, 0.01, 0.98), 1); /* one thread + the loop fit */
@@ -394,6 +402,161 @@ START_TEST(test_stat_busy)
 }
 END_TEST
 
+/* Per-CPU deltas of /proc/stat's busy ticks: each clamped to [0, wall]
+ * (a CPU is busy at most the interval: no tick-boundary spike, no
+ * negative), a CPU whose line vanishes or appears (hotplug) counts 0 for
+ * that interval, never its since-boot total. */
+START_TEST(test_stat_busy_delta)
+{
+	int64_t prev[8];
+	for (int c = 0; c < 8; c++)
+		prev[c] = -1;
+	unsigned char in[8] = { 1, 1, 0, 1 };
+	const char *t0 = "cpu  600 7 300 9000 50 4 6 30 0 0\n"
+			 "cpu0 100 2 50 4000 20 1 2 10 5 0\n"
+			 "cpu1 200 0 100 3000 10 1 1 0 0 0\n"
+			 "cpu2 900 0 100 3000 10 1 1 0 0 0\n"
+			 "cpu3 300 5 150 2000 20 2 3 20 0 0\n"
+			 "intr 1\n";
+	ck_assert_int_eq(cpu_stat_busy_delta(t0, in, 8, prev, 10), 0); /* no previous reading */
+	ck_assert_int_eq(prev[0], 165);
+	ck_assert_int_eq(prev[2], -1); /* not in the set */
+	/* cpu0 +4 (user 3, steal 1), cpu1 +30 clamped to the wall's 10,
+	 * cpu3 -2 (a counter that went back) clamped to 0, cpu2 not asked */
+	const char *t1 = "cpu  600 7 300 9000 50 4 6 30 0 0\n"
+			 "cpu0 103 2 50 4000 20 1 2 11 5 0\n"
+			 "cpu1 230 0 100 3000 10 1 1 0 0 0\n"
+			 "cpu2 999 0 100 3000 10 1 1 0 0 0\n"
+			 "cpu3 298 5 150 2000 20 2 3 20 0 0\n";
+	ck_assert_int_eq(cpu_stat_busy_delta(t1, in, 8, prev, 10), 4 + 10 + 0);
+	/* cpu1 goes offline: its line is gone, cpu0 +2 */
+	const char *t2 = "cpu  600 7 300 9000 50 4 6 30 0 0\n"
+			 "cpu0 105 2 50 4000 20 1 2 11 5 0\n"
+			 "cpu3 298 5 150 2000 20 2 3 20 0 0\n";
+	ck_assert_int_eq(cpu_stat_busy_delta(t2, in, 8, prev, 10), 2);
+	ck_assert_int_eq(prev[1], -1);
+	/* it comes back with a since-boot total far above: 0 this interval */
+	const char *t3 = "cpu  600 7 300 9000 50 4 6 30 0 0\n"
+			 "cpu0 106 2 50 4000 20 1 2 11 5 0\n"
+			 "cpu1 90000 0 100 3000 10 1 1 0 0 0\n"
+			 "cpu3 299 5 150 2000 20 2 3 20 0 0\n";
+	ck_assert_int_eq(cpu_stat_busy_delta(t3, in, 8, prev, 1000000), 1 + 0 + 1);
+	/* and counts from there on */
+	const char *t4 = "cpu  600 7 300 9000 50 4 6 30 0 0\n"
+			 "cpu0 106 2 50 4000 20 1 2 11 5 0\n"
+			 "cpu1 90007 0 100 3000 10 1 1 0 0 0\n"
+			 "cpu3 299 5 150 2000 20 2 3 20 0 0\n";
+	ck_assert_int_eq(cpu_stat_busy_delta(t4, in, 8, prev, 10), 7);
+	ck_assert_int_eq(cpu_stat_busy_delta("intr 1\n", in, 8, prev, 10), -1); /* none read */
+	ck_assert_int_eq(prev[0], -1);
+}
+END_TEST
+
+/* The others' threshold grows with the mask: /proc/stat's tick noise is
+ * about 0.06 sqrt(K) CPUs an interval for K CPUs (threads.h), so on 64
+ * CPUs a reading of 1.0 (one busy loop) is within 3 standard deviations
+ * of the noise and is not crowded; on 2 CPUs it is (with the crowded
+ * rule on: CPU_TEAM_OTHERS below 1). */
+START_TEST(test_others_scale_with_mask)
+{
+	ck_assert(cpu_team_others_min(0) == cpu_team_others_min(1));
+	ck_assert(cpu_team_others_min(2) >= CPU_TEAM_OTHERS);
+	ck_assert(cpu_team_others_min(64) >= CPU_TEAM_OTHERS_NOISE * 8 - 1e-9);
+	ck_assert(cpu_team_others_min(64) >= cpu_team_others_min(2));
+	ck_assert(fabs(cpu_team_others_min(64) - 1.44) < 1e-9 || CPU_TEAM_OTHERS > 1.44);
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	t.cpus = 64;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 1.0), 2); /* noise on 64 CPUs: start-up, held */
+	ck_assert_int_eq(feed_beside(&t, 0.62, 1.0), 2); /* the first busy interval */
+	ck_assert_int_eq(feed_beside(&t, 0.62, 1.0), 1); /* the second: waiting alone */
+	ck_assert_int_eq(feed_beside(&t, 0.62, 1.5), 1);
+	cpu_team_init(&t, 2);
+	t.cpus = 64;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 1.5), CPU_TEAM_OTHERS <= 1.5 ? 1 : 2);
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 1.0), CPU_TEAM_OTHERS <= 1.0 ? 1 : 2);
+}
+END_TEST
+
+/* The hint's advice names a key the user can change: with deterministic
+ * = 1 (which needs a fixed [run] threads) never "unset". */
+START_TEST(test_hint_advice)
+{
+	ck_assert_ptr_nonnull(strstr(cpu_team_hint_advice(1, 0), "Leave [run] threads unset (0)"));
+	const char *det = cpu_team_hint_advice(1, 1);
+	ck_assert_ptr_null(strstr(det, "unset"));
+	ck_assert_ptr_null(strstr(det, "(0)"));
+	ck_assert_ptr_nonnull(strstr(det, "[run] threads"));
+	ck_assert_ptr_nonnull(strstr(det, "1"));
+	ck_assert_ptr_nonnull(strstr(cpu_team_hint_advice(0, 0), "[plugin.cpu] adaptive = 1"));
+	ck_assert_ptr_nonnull(strstr(cpu_team_hint_advice(0, 1), "[plugin.cpu] adaptive = 1"));
+}
+END_TEST
+
+/* A watched fixed team fed samples (cpu_team_feed): the hint fires on the
+ * interval the adaptive rule would have stepped down, once; the watch
+ * ends; the team's size (kiln's and oneDNN's) never changes. */
+static void fixed_feed(double waiting, double others, int want_first)
+{
+	struct cpu_team_live l;
+	cpu_team_live_init(&l, 2, 0, 1, 0, "");
+	l.watch = 1; /* as where schedstat is readable: the feed is pure */
+	l.team.cpus = 2;
+	int fired = 0, first = 0;
+	for (int i = 1; i <= 30; i++) {
+		struct cpu_team_sample s = { 100 * MS, (int64_t)(waiting * 100 * MS), 0,
+					     (int64_t)(others * 100 * MS) };
+		struct cpu_team_news news;
+		memset(&news, 0, sizeof news);
+		cpu_team_feed(&l, &s, i, &news);
+		ck_assert_int_eq(news.from, 0);
+		if (news.fixed_waits) {
+			fired++;
+			if (!first)
+				first = i;
+			ck_assert_int_eq(news.interval, i);
+			ck_assert(fabs(news.load - waiting) < 1e-9);
+		}
+		ck_assert_int_eq(l.size, 2);
+		ck_assert_int_eq(cpu_team_dnn(&l), 2);
+		ck_assert_int_eq(cpu_team_busy(&l), 0);
+		ck_assert_int_eq(cpu_team_changes(&l), 0);
+	}
+	ck_assert_int_eq(fired, want_first ? 1 : 0);
+	ck_assert_int_eq(first, want_first);
+	ck_assert_int_eq(l.watch, !want_first);
+	cpu_team_live_destroy(&l);
+}
+
+START_TEST(test_fixed_team_hint)
+{
+	/* beside a busy loop: the first interval with the crowded rule on,
+	 * else after the start-up and two busy intervals */
+	fixed_feed(0.6, 1.0, cpu_team_others_min(2) <= 1.0 ? 1 : CPU_TEAM_SETTLE + CPU_TEAM_SHRINK_HOT);
+	/* waiting alone: after the start-up and two busy intervals */
+	fixed_feed(0.6, -1, CPU_TEAM_SETTLE + CPU_TEAM_SHRINK_HOT);
+	fixed_feed(0.6, 0.1, CPU_TEAM_SETTLE + CPU_TEAM_SHRINK_HOT);
+	/* quiet or jittered: never */
+	fixed_feed(0.05, 0.0, 0);
+	fixed_feed(0.22, 0.1, 0);
+	/* an unwatched fixed team (a pipeline stage's) is never judged */
+	struct cpu_team_live l;
+	cpu_team_live_init(&l, 2, 0, 0, 0, "");
+	ck_assert_int_eq(l.watch, 0);
+	struct cpu_team_sample s = { 100 * MS, 100 * MS, 0, 100 * MS };
+	for (int i = 1; i <= 5; i++) {
+		struct cpu_team_news news;
+		memset(&news, 0, sizeof news);
+		cpu_team_feed(&l, &s, i, &news);
+		ck_assert_int_eq(news.fixed_waits, 0);
+	}
+	ck_assert_int_eq(l.team.intervals, 0); /* not fed */
+	cpu_team_live_destroy(&l);
+}
+END_TEST
+
 /* A fixed team of 2 or more is watched for the hint (cpu.c logs it once
  * when the adaptive rule would have stepped down); an adaptive one adapts
  * instead, a team of one has nothing to wait for.  Where schedstat cannot
@@ -402,7 +565,7 @@ START_TEST(test_fixed_team_watched)
 {
 	const int steer = cpu_run_delay_ns() >= 0;
 	struct cpu_team_live l;
-	cpu_team_live_init(&l, 2, 0, 0, "");
+	cpu_team_live_init(&l, 2, 0, 1, 0, "");
 	ck_assert_int_eq(l.watch, steer);
 	ck_assert_int_eq(l.adapt, 0);
 	ck_assert_int_eq(cpu_team_busy(&l), 0);
@@ -410,11 +573,11 @@ START_TEST(test_fixed_team_watched)
 	ck_assert_int_eq(cpu_team_tick(&l, &news), 2);
 	ck_assert_int_eq(news.from, 0);
 	cpu_team_live_destroy(&l);
-	cpu_team_live_init(&l, 2, 1, 0, "");
+	cpu_team_live_init(&l, 2, 1, 1, 0, "");
 	ck_assert_int_eq(l.watch, 0);
 	ck_assert_int_eq(l.adapt, steer);
 	cpu_team_live_destroy(&l);
-	cpu_team_live_init(&l, 1, 0, 0, "");
+	cpu_team_live_init(&l, 1, 0, 1, 0, "");
 	ck_assert_int_eq(l.watch, 0);
 	cpu_team_live_destroy(&l);
 }
@@ -568,7 +731,7 @@ START_TEST(test_gemm_split_busy)
 	ck_assert_int_eq(cpu_gemm_split_busy(&g, 2), 0);
 
 	struct cpu_team_live l;
-	cpu_team_live_init(&l, 2, 1, 1, "");
+	cpu_team_live_init(&l, 2, 1, 1, 1, "");
 	if (l.adapt) { /* schedstat readable: the flip swaps every op */
 		for (int k = 0; k < 6; k++) {
 			struct cpu_team_news news;
@@ -578,7 +741,7 @@ START_TEST(test_gemm_split_busy)
 		}
 	}
 	cpu_team_live_destroy(&l);
-	cpu_team_live_init(&l, 2, 0, 0, ""); /* a team the user set is never busy */
+	cpu_team_live_init(&l, 2, 0, 1, 0, ""); /* a team the user set is never busy */
 	ck_assert_int_eq(cpu_team_busy(&l), 0);
 	cpu_team_live_destroy(&l);
 }
@@ -778,7 +941,8 @@ static Suite *make_cpu_threads_suite(void)
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_one_busy_interval_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, test_crowded_steps_down_at_once,
-		test_own_and_burst_waiting_holds, test_stat_busy, test_fixed_team_watched, NULL });
+		test_own_and_burst_waiting_holds, test_stat_busy, test_fixed_team_watched,
+		test_stat_busy_delta, test_others_scale_with_mask, test_hint_advice, test_fixed_team_hint, NULL });
 	return s;
 }
 

@@ -97,10 +97,7 @@ static void team_news_log(struct cpu_ctx *c, int n, const struct cpu_team_news *
 		     "(docs/PERFORMANCE.md, \"Steady under contention\")",
 		     c->threads, c->threads_set ? "[run] threads is set" : "[plugin.cpu] adaptive = 0",
 		     w->load, (long long)w->interval, others,
-		     c->threads_set ? "Leave [run] threads unset (0) to let the team shrink while the "
-				      "CPUs are busy, or set it to 1"
-				    : "Set [plugin.cpu] adaptive = 1 to let the team shrink while the CPUs "
-				      "are busy");
+		     cpu_team_hint_advice(c->threads_set, c->deterministic));
 }
 
 kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct kiln_op_args *a,
@@ -318,6 +315,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->conv_algo = kk.conv_algo;
 	c->threads = (int)threads;
 	c->threads_set = opts->threads > 0;
+	c->deterministic = deterministic;
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
 	pthread_mutex_init(&c->switch_lock, NULL);
@@ -336,7 +334,11 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	 * runs, cpu_prepare and cpu_exec, and the caller's is left as it is;
 	 * cpu.h, cpu_omp_enter) */
 	c->wc = keep_widened ? cpu_wc_open() : NULL;
-	cpu_team_live_init(&c->team, c->threads, adapt, flip ? atoi(flip) : 0, stat);
+	/* a pipeline stage's team is its share of [run] threads (set by the
+	 * core, pipe_devices.c, whether the user set threads or not): not
+	 * watched for the hint, which would name a key the user did not set */
+	const int stage = opts->version >= 3 && opts->peers > 1;
+	cpu_team_live_init(&c->team, c->threads, adapt, !stage, flip ? atoi(flip) : 0, stat);
 	char isa[160];
 	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads%s, %s streams", ordinal,
 		  cpu_dnn_isa(isa, sizeof isa), c->threads, c->team.adapt ? " (adaptive)" : "",

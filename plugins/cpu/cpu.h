@@ -184,6 +184,7 @@ struct cpu_ctx {
 	struct cpu_spin_backoff backoff; /* their spin's back-off (under lock) */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	int threads_set;    /* [run] threads was set: a fixed team */
+	int deterministic;  /* [run] deterministic = 1 (the hint's advice) */
 	struct cpu_pin pin; /* a stage device's CPUs for its stream workers
 			     * ([run] bind_stages; pin.c), n = 0: none */
 	struct cpu_team_live team; /* the team now, at most `threads` (threads.c) */

@@ -352,6 +352,12 @@ void cpu_team_init(struct cpu_team *t, int max)
 	t->probe_wait = CPU_TEAM_PROBE_MIN;
 }
 
+double cpu_team_others_min(int cpus)
+{
+	const double noise = CPU_TEAM_OTHERS_NOISE * sqrt(cpus > 1 ? (double)cpus : 1.0);
+	return noise > CPU_TEAM_OTHERS ? noise : CPU_TEAM_OTHERS;
+}
+
 /* The size for the next interval (t->n), from this one's waiting. */
 static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 {
@@ -362,7 +368,7 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 	/* the team waited while other processes took CPUs of ours: a
 	 * neighbour, not the process's own start-up (threads.h) */
 	const int crowded = load > CPU_TEAM_SHRINK && s->others_ns > 0 &&
-			    (double)s->others_ns / (double)s->wall_ns >= CPU_TEAM_OTHERS;
+			    (double)s->others_ns / (double)s->wall_ns >= cpu_team_others_min(t->cpus);
 	if (t->intervals < CPU_TEAM_SETTLE) {
 		t->intervals++; /* the context's start-up: judged only when crowded */
 		if (!crowded)
@@ -452,9 +458,27 @@ int64_t cpu_self_delay_ns(void)
 	return wait;
 }
 
-int64_t cpu_stat_busy(const char *text, const unsigned char *cpus, int n)
+/* The "cpuC" line at l, complete up to end: its CPU into *c and busy
+ * ticks into *busy; 0, or -1 for another line (the total's, one with too
+ * few columns). */
+static int stat_line(const char *l, int *c, int64_t *busy)
 {
-	int64_t sum = 0;
+	long long v[8] = { 0 };
+	/* (the total's line has no number after "cpu": %d would skip the
+	 * blanks and read its user time) */
+	if (l[3] < '0' || l[3] > '9' ||
+	    sscanf(l, "cpu%d %lld %lld %lld %lld %lld %lld %lld %lld", c, &v[0], &v[1], &v[2], &v[3],
+		   &v[4], &v[5], &v[6], &v[7]) < 8)
+		return -1;
+	*busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+	return 0;
+}
+
+/* Each "cpuC" line at the top of /proc/stat's text of a CPU c < n with
+ * cpus[c] set, to fn (its CPU and busy ticks); the number of lines given. */
+static int stat_each(const char *text, const unsigned char *cpus, int n,
+		     void (*fn)(void *, int, int64_t), void *arg)
+{
 	int any = 0;
 	/* "cpu  ..." (all CPUs), then "cpuC user nice system idle iowait
 	 * irq softirq steal guest guest_nice", then intr, ctxt, ... */
@@ -463,19 +487,55 @@ int64_t cpu_stat_busy(const char *text, const unsigned char *cpus, int n)
 		if (!end)
 			break; /* cut short: a line may have lost its digits */
 		int c;
-		long long v[8] = { 0 };
-		/* (the total's line has no number after "cpu": %d would
-		 * skip the blanks and read its user time) */
-		if (l[3] >= '0' && l[3] <= '9' &&
-		    sscanf(l, "cpu%d %lld %lld %lld %lld %lld %lld %lld %lld", &c, &v[0], &v[1], &v[2],
-			   &v[3], &v[4], &v[5], &v[6], &v[7]) >= 8 &&
-		    c >= 0 && c < n && cpus[c]) {
-			sum += v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-			any = 1;
+		int64_t busy;
+		if (!stat_line(l, &c, &busy) && c >= 0 && c < n && cpus[c]) {
+			fn(arg, c, busy);
+			any++;
 		}
 		l = end + 1;
 	}
-	return any ? sum : -1;
+	return any;
+}
+
+static void add_busy(void *arg, int c, int64_t busy)
+{
+	(void)c;
+	*(int64_t *)arg += busy;
+}
+
+int64_t cpu_stat_busy(const char *text, const unsigned char *cpus, int n)
+{
+	int64_t sum = 0;
+	return stat_each(text, cpus, n, add_busy, &sum) ? sum : -1;
+}
+
+struct busy_delta {
+	int64_t *prev, wall, sum;
+	unsigned char seen[CPU_STAT_CPUS];
+};
+
+static void add_delta(void *arg, int c, int64_t busy)
+{
+	struct busy_delta *b = arg;
+	if (b->prev[c] >= 0) {
+		const int64_t d = busy - b->prev[c];
+		b->sum += d < 0 ? 0 : d > b->wall ? b->wall : d;
+	}
+	b->prev[c] = busy;
+	b->seen[c] = 1;
+}
+
+int64_t cpu_stat_busy_delta(const char *text, const unsigned char *cpus, int n, int64_t *prev,
+			    int64_t wall_ticks)
+{
+	if (n > CPU_STAT_CPUS)
+		n = CPU_STAT_CPUS;
+	struct busy_delta b = { .prev = prev, .wall = wall_ticks };
+	const int any = stat_each(text, cpus, n, add_delta, &b);
+	for (int c = 0; c < n; c++)
+		if (cpus[c] && !b.seen[c])
+			prev[c] = -1; /* gone: its next reading starts afresh */
+	return any ? b.sum : -1;
 }
 
 static int64_t clock_ns(clockid_t id)
@@ -490,11 +550,12 @@ static int64_t now_ns(void)
 	return clock_ns(CLOCK_MONOTONIC);
 }
 
-/* The busy ticks of the live controller's CPUs now (-1: unknown): one
- * read of /proc/stat, its "cpu" lines up to the mask's last CPU. */
-static int64_t stat_busy_read(struct cpu_team_live *l)
+/* The busy ticks of the live controller's CPUs since the last read, over
+ * an interval of wall_ns (-1: unknown): one read of /proc/stat, its "cpu"
+ * lines up to the mask's last CPU. */
+static int64_t stat_busy_read(struct cpu_team_live *l, int64_t wall_ns)
 {
-	if (!l->stat_text)
+	if (!l->stat_text || !l->busy_prev)
 		return -1;
 	FILE *f = fopen("/proc/stat", "re");
 	if (!f)
@@ -502,7 +563,9 @@ static int64_t stat_busy_read(struct cpu_team_live *l)
 	size_t got = fread(l->stat_text, 1, l->stat_size - 1, f);
 	fclose(f);
 	l->stat_text[got] = 0;
-	return cpu_stat_busy(l->stat_text, l->cpus, CPU_STAT_CPUS);
+	/* a tick more than the wall: a tick begun before the interval */
+	return cpu_stat_busy_delta(l->stat_text, l->cpus, CPU_STAT_CPUS, l->busy_prev,
+				   wall_ns / l->tick_ns + 1);
 }
 
 /* The affinity mask into l->cpus and a buffer for /proc/stat's lines up
@@ -516,13 +579,18 @@ static void stat_open(struct cpu_team_live *l)
 		return;
 	for (int c = 0; c < CPU_STAT_CPUS && c < CPU_SETSIZE; c++)
 		if (CPU_ISSET(c, &set))
-			l->cpus[c] = 1, last = c;
+			l->cpus[c] = 1, last = c, l->team.cpus++;
 	if (last < 0)
 		return;
 	l->tick_ns = 1000000000 / hz;
 	l->stat_size = (size_t)(last + 3) * 256; /* the total's line, cpu0..last, a margin */
 	l->stat_text = malloc(l->stat_size);
-	l->start_busy = stat_busy_read(l);
+	l->busy_prev = malloc(CPU_STAT_CPUS * sizeof *l->busy_prev);
+	if (!l->stat_text || !l->busy_prev)
+		return;
+	for (int c = 0; c < CPU_STAT_CPUS; c++)
+		l->busy_prev[c] = -1;
+	l->start_busy = stat_busy_read(l, 0) >= 0 ? 0 : -1;
 	l->start_cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 }
 
@@ -542,7 +610,7 @@ static int64_t throttled_ns(const char *stat)
 	return v > 0 ? v : 0;
 }
 
-void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int flip,
+void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int watch, int flip,
 			const char *stat)
 {
 	memset(l, 0, sizeof *l);
@@ -554,7 +622,7 @@ void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int fli
 	/* without schedstat there is nothing to steer by */
 	const int steer = threads > 1 && (l->start_delay = cpu_run_delay_ns()) >= 0;
 	l->adapt = adapt && steer;
-	l->watch = !adapt && steer; /* a fixed team: the hint (threads.h) */
+	l->watch = !adapt && watch && steer; /* a fixed team: the hint (threads.h) */
 	l->flip = l->adapt && flip > 0 ? flip : 0;
 	if (steer && !l->flip)
 		stat_open(l);
@@ -565,7 +633,9 @@ void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int fli
 void cpu_team_live_destroy(struct cpu_team_live *l)
 {
 	free(l->stat_text);
+	free(l->busy_prev);
 	l->stat_text = NULL;
+	l->busy_prev = NULL;
 	pthread_mutex_destroy(&l->lock);
 }
 
@@ -574,19 +644,19 @@ void cpu_team_live_destroy(struct cpu_team_live *l)
 static void team_sample(struct cpu_team_live *l, int64_t t, struct cpu_team_sample *s)
 {
 	const int64_t delay = cpu_run_delay_ns(), thr = throttled_ns(l->stat);
-	const int64_t busy = stat_busy_read(l), cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 	s->wall_ns = t - l->start_ns;
+	const int64_t busy = l->start_busy >= 0 ? stat_busy_read(l, s->wall_ns) : -1;
+	const int64_t cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 	/* a thread that exited took its delay with it: clamp */
 	s->delay_ns = delay < l->start_delay ? 0 : delay - l->start_delay;
 	s->throttled_ns = thr < l->start_throttled ? 0 : thr - l->start_throttled;
 	s->others_ns = -1;
-	if (busy >= 0 && l->start_busy >= 0) {
-		const int64_t others = (busy - l->start_busy) * l->tick_ns - (cpu - l->start_cpu);
+	if (busy >= 0) {
+		const int64_t others = busy * l->tick_ns - (cpu - l->start_cpu);
 		s->others_ns = others > 0 ? others : 0;
 	}
 	l->start_delay = delay;
 	l->start_throttled = thr;
-	l->start_busy = busy;
 	l->start_cpu = cpu;
 	l->intervals++;
 }
@@ -601,6 +671,36 @@ static void team_apply(struct cpu_team_live *l, int n, struct cpu_team_news *new
 		news->from = l->size;
 		__atomic_store_n(&l->size, n, __ATOMIC_RELAXED);
 	}
+}
+
+void cpu_team_feed(struct cpu_team_live *l, const struct cpu_team_sample *s, int64_t interval,
+		   struct cpu_team_news *news)
+{
+	if (!l->adapt && !__atomic_load_n(&l->watch, __ATOMIC_RELAXED))
+		return; /* a fixed team not (or no longer) watched */
+	const int n = cpu_team_decide(&l->team, s);
+	news->interval = interval;
+	news->load = s->wall_ns > 0 ? (double)s->delay_ns / (double)s->wall_ns : 0;
+	news->others = s->others_ns >= 0 && s->wall_ns > 0
+			       ? (double)s->others_ns / (double)s->wall_ns
+			       : -1;
+	if (l->adapt) {
+		team_apply(l, n, news);
+	} else if (n < l->team.max) { /* the fixed team: told once, its size kept */
+		news->fixed_waits = 1;
+		__atomic_store_n(&l->watch, 0, __ATOMIC_RELAXED);
+	}
+}
+
+const char *cpu_team_hint_advice(int threads_set, int deterministic)
+{
+	if (!threads_set)
+		return "Set [plugin.cpu] adaptive = 1 to let the team shrink while the CPUs are busy";
+	if (deterministic) /* deterministic = 1 needs a fixed [run] threads */
+		return "Set [run] threads to fewer threads (1 waits for no other) while the CPUs are "
+		       "busy";
+	return "Leave [run] threads unset (0) to let the team shrink while the CPUs are busy, or "
+	       "set it to 1";
 }
 
 int cpu_team_tick(struct cpu_team_live *l, struct cpu_team_news *news)
@@ -625,16 +725,7 @@ int cpu_team_tick(struct cpu_team_live *l, struct cpu_team_news *news)
 	    (l->adapt || l->watch)) { /* not taken by another thread meanwhile */
 		struct cpu_team_sample s;
 		team_sample(l, t, &s);
-		const int n = cpu_team_decide(&l->team, &s);
-		news->interval = l->intervals;
-		news->load = (double)s.delay_ns / (double)s.wall_ns;
-		news->others = s.others_ns >= 0 ? (double)s.others_ns / (double)s.wall_ns : -1;
-		if (l->adapt) {
-			team_apply(l, n, news);
-		} else if (n < l->team.max) { /* the fixed team: told once */
-			news->fixed_waits = 1;
-			__atomic_store_n(&l->watch, 0, __ATOMIC_RELAXED);
-		}
+		cpu_team_feed(l, &s, l->intervals, news);
 		__atomic_store_n(&l->start_ns, now_ns(), __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&l->lock);

@@ -146,6 +146,8 @@ struct cpu_team {
 			 * falls below it, else once n has held
 			 * CPU_TEAM_DNN_HOLD intervals (re-preparing them for a
 			 * new size costs a JIT and a probe, dnnteam.c) */
+	int cpus;       /* CPUs of the affinity mask others_ns counts (0: 1),
+			 * for the threshold cpu_team_others_min */
 };
 
 /* Thresholds, in threads waiting for a CPU on average over an interval
@@ -177,13 +179,28 @@ struct cpu_team {
  * docs/PERFORMANCE.md "Session 45"): a busy loop read 0.87-1.15 CPUs an
  * interval (beside a team of one; 1.00-1.05 in the first two intervals
  * beside two threads), where the jitter process takes 0.1 of a core and
- * the start-up's waiting is the process's own, not in it (/proc/stat
- * counts whole 10 ms ticks: +-0.1 over an interval).  OTHERS lies
- * between.  Measured on a 2-CPU machine other sessions' builds loaded
- * (load 6-15): those read 0.3-1.3 CPUs themselves, so there the team
+ * the start-up's waiting is the process's own, not in it.  OTHERS lies
+ * between.  /proc/stat counts whole 10 ms ticks a CPU: each CPU's
+ * reading over a 100 ms interval is off by up to +-0.1 (standard
+ * deviation about 0.06), so the mask's sum is off by about 0.06 sqrt(K)
+ * for K CPUs: +-0.1 holds for 1-2 CPUs only, about 0.46 is one
+ * standard deviation at K = 64.  The threshold is therefore
+ * cpu_team_others_min(K) = max(OTHERS, OTHERS_NOISE sqrt(K)), three
+ * standard deviations of that noise: OTHERS up to K = 7 (where it was
+ * measured), 1.44 at K = 64 (there one busy loop alone no longer counts
+ * as crowded: the waiting-alone rule steps down 200 ms later).  A value
+ * of OTHERS above any reading (1e9) turns the crowded rule off: every
+ * step down then waits for SETTLE and SHRINK_HOT.  Each CPU's delta is
+ * clamped to the interval and a CPU going on- or offline counts nothing
+ * that interval (cpu_stat_busy_delta).  Measured on a 2-CPU machine other
+ * sessions' builds loaded (load 6-15): those read 0.3-1.3 CPUs themselves, so there the team
  * also steps down at the first interval beside them; a quiet machine's
  * reading is not measured yet. */
 #define CPU_TEAM_OTHERS 0.50
+#define CPU_TEAM_OTHERS_NOISE 0.18 /* 3 x 0.06 CPUs a sqrt(CPU) */
+/* The CPUs others must take for an interval to count as crowded, for a
+ * mask of `cpus` CPUs (above). */
+double cpu_team_others_min(int cpus);
 #define CPU_TEAM_SETTLE 1
 #define CPU_TEAM_SHRINK_HOT 2
 #define CPU_TEAM_PROBE_MIN 10
@@ -213,6 +230,16 @@ int64_t cpu_self_delay_ns(void);
  * CPU in the set was read. */
 int64_t cpu_stat_busy(const char *proc_stat, const unsigned char *cpus, int n);
 #define CPU_STAT_CPUS 1024 /* CPUs the live controller counts, as cpu_set_t */
+/* The busy ticks of the CPUs c < n with cpus[c] set since the last call,
+ * from the text of /proc/stat: each CPU's own delta from prev[c], clamped
+ * to [0, wall_ticks] (a CPU is busy at most the interval), summed; prev
+ * gets the new readings.  A CPU with no previous reading (prev[c] < 0:
+ * the first call, or its line appeared: hotplug) counts 0 this interval,
+ * and a CPU of the set whose line is missing gets prev[c] = -1, so no
+ * since-boot total ever enters a sum.  -1 when no line of a CPU in the
+ * set was read.  Lines are read as cpu_stat_busy's. */
+int64_t cpu_stat_busy_delta(const char *proc_stat, const unsigned char *cpus, int n, int64_t *prev,
+			    int64_t wall_ticks);
 
 /* ---- the live controller (one per device context) ------------------------ */
 
@@ -237,7 +264,8 @@ struct cpu_team_live {
 	int64_t start_ns;     /* the interval's start, CLOCK_MONOTONIC (atomic) */
 	int64_t start_delay;  /* cpu_run_delay_ns() then (under lock) */
 	int64_t start_throttled; /* the quota cgroup's throttled time then */
-	int64_t start_busy;   /* the mask's CPUs' busy ticks then (-1: unknown) */
+	int64_t start_busy;   /* 0: the mask's CPUs' busy ticks were read then (-1: unknown) */
+	int64_t *busy_prev;   /* each CPU's busy ticks then (cpu_stat_busy_delta) */
 	int64_t start_cpu;    /* this process's CPU time then, ns */
 	int64_t tick_ns;      /* a clock tick of /proc/stat, ns */
 	int64_t intervals;    /* intervals sampled (under lock) */
@@ -249,8 +277,10 @@ struct cpu_team_live {
 	pthread_mutex_t lock;
 };
 
-/* flip: the test hook (0: off), only with adapt. */
-void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int flip,
+/* flip: the test hook (0: off), only with adapt.  watch: watch a fixed
+ * team for the hint (0 for a pipeline stage, whose share the user did
+ * not set). */
+void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int watch, int flip,
 			const char *stat);
 void cpu_team_live_destroy(struct cpu_team_live *l);
 /* What an op's tick saw: the adaptive team's change of size (from: the old
@@ -266,8 +296,20 @@ struct cpu_team_news {
 	double others;
 };
 /* The team for the op about to run: one clock read, and once an interval
- * is over, a sample and a decision, reported in *news. */
+ * is over, a sample and a decision (cpu_team_feed), reported in *news. */
 int cpu_team_tick(struct cpu_team_live *l, struct cpu_team_news *news);
+/* One interval's sample fed to the live controller (under its lock; pure
+ * but for l): the adaptive team's decision applied, or a watched fixed
+ * team's shadow decided, whose first step down sets news->fixed_waits and
+ * ends the watch; a fixed team's `size` never changes.  news gets the
+ * interval's numbers (s is interval number `interval`). */
+void cpu_team_feed(struct cpu_team_live *l, const struct cpu_team_sample *s, int64_t interval,
+		   struct cpu_team_news *news);
+/* The advice the fixed team's hint gives: for a team set by [run] threads
+ * (threads_set) a smaller count, or unset (0) unless deterministic (which
+ * needs a fixed [run] threads: then 1 or fewer threads); else
+ * [plugin.cpu] adaptive = 1. */
+const char *cpu_team_hint_advice(int threads_set, int deterministic);
 /* 1 while the adaptive team is below its opening size: its threads waited
  * for a CPU (or the flip hook says so); a GEMM then runs its busy split
  * when there is one (cpu_gemm_split_busy, dnnteam.c). */
