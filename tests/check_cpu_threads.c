@@ -310,11 +310,21 @@ START_TEST(test_crowded_steps_down_at_once)
 	ck_assert_int_eq(feed_beside(&t, 0.62, 0.91), 1); /* the first interval */
 	ck_assert_int_eq(t.dnn, 1);
 	ck_assert_int_eq(feed_beside(&t, 0.01, 0.98), 1); /* one thread + the loop fit */
-	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 2; i++)
+	/* no probe while the loop holds the other CPU (cpus_taken): 3 s */
+	for (int i = 0; i < 3 * CPU_TEAM_PROBE_MIN; i++)
 		ck_assert_int_eq(feed_beside(&t, 0.02, 0.99), 1);
-	ck_assert_int_eq(feed_beside(&t, 0.02, 0.99), 2); /* the probe */
+	ck_assert_int_eq(feed_beside(&t, 0.02, 1.0 - CPU_TEAM_FREE + 0.05), 1);
+	/* the neighbour leaves half a CPU free: the probe at once */
+	ck_assert_int_eq(feed_beside(&t, 0.02, 1.0 - CPU_TEAM_FREE - 0.05), 2);
 	ck_assert_int_eq(feed_beside(&t, 0.55, 0.70), 1);
 	ck_assert_int_eq(t.probe_wait, 2 * CPU_TEAM_PROBE_MIN);
+	/* a team of 2 of a 4-CPU mask: a third thread needs 1 CPU of the 2 */
+	team_open(&t, 4);
+	t.n = 2;
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 1.6), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 1.6), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 1.4), 3);
 	/* a team of 4 beside two busy loops: a thread an interval */
 	cpu_team_init(&t, 4);
 	ck_assert_int_eq(feed_beside(&t, 1.4, 1.9), 3);

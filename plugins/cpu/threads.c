@@ -359,6 +359,16 @@ double cpu_team_others_min(int cpus)
 }
 
 /* The size for the next interval (t->n), from this one's waiting. */
+/* Did other processes take the CPUs a larger team would run on?  Their
+ * CPUs (others_ns / wall_ns) above the mask's CPUs the team leaves free,
+ * less CPU_TEAM_FREE; never when others_ns is not known. */
+static int cpus_taken(const struct cpu_team *t, const struct cpu_team_sample *s)
+{
+	const int cpus = t->cpus > 0 ? t->cpus : t->max;
+	return s->others_ns > 0 &&
+	       (double)s->others_ns / (double)s->wall_ns > (double)(cpus - t->n) - CPU_TEAM_FREE;
+}
+
 static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 {
 	if (s->wall_ns <= 0 || s->delay_ns < 0)
@@ -399,7 +409,11 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 		t->probing = 0;
 		t->probe_wait = CPU_TEAM_PROBE_MIN;
 	}
-	if (t->n < t->max && ++t->calm >= t->probe_wait) {
+	/* no step up while other processes hold the CPUs it would need:
+	 * beside a busy loop the probe came back every 1-8 s and stepped
+	 * down the next interval (session 45); the calm intervals still
+	 * count, so it comes the interval the CPUs are free again */
+	if (t->n < t->max && ++t->calm >= t->probe_wait && !cpus_taken(t, s)) {
 		t->n++;
 		t->probing = 1;
 		t->calm = 0;

@@ -201,6 +201,11 @@ struct cpu_team {
 /* The CPUs others must take for an interval to count as crowded, for a
  * mask of `cpus` CPUs (above). */
 double cpu_team_others_min(int cpus);
+/* A step up waits while other processes took more than the mask's CPUs
+ * the team leaves free, less FREE (cpus - n - FREE CPUs: beside a busy
+ * loop on 2 CPUs a team of 1 reads 0.85-1.00 and holds; a neighbour
+ * taking 0.3 of a CPU does not stop the probe). */
+#define CPU_TEAM_FREE 0.5
 #define CPU_TEAM_SETTLE 1
 #define CPU_TEAM_SHRINK_HOT 2
 #define CPU_TEAM_PROBE_MIN 10
