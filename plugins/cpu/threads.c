@@ -19,7 +19,8 @@
  * CPU_TEAM_SETTLE intervals (the context's start-up), and for
  * CPU_TEAM_SHRINK_HOT intervals in a row (one interval a thread after
  * that).  After CPU_TEAM_PROBE_MIN calm intervals the team tries one
- * thread more, and a probe that brings the waiting back doubles the wait
+ * thread more (not while other processes hold the CPUs it would run on:
+ * cpus_taken), and a probe that brings the waiting back doubles the wait
  * before the next (up to CPU_TEAM_PROBE_MAX intervals, about 8 s).
  */
 #ifndef _GNU_SOURCE
