@@ -86,10 +86,13 @@ static long probe_cpus(void);
  * wake-up preempts a compute thread, and the team waits for it at its next
  * barrier (0.10-0.14 ms a step of the MLP's 1.6 ms, `perf sched`; at
  * times a whole 3 ms slice).  With a CPU to spare the workers cost the step
- * nothing and keep it. */
+ * nothing and keep it.  Nor where the training thread is not a compute
+ * thread: a data-parallel rank or a [run] devices pipeline, whose CPU
+ * streams are async by default (kiln_device_alone; an explicit
+ * [plugin.cpu] async = 1 in a single process is not seen). */
 static int may_fill_inline(const struct kiln_device *dev)
 {
-	if (!(kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY))
+	if (!(kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY) || !kiln_device_alone(dev))
 		return 0;
 	const int threads = kiln_device_threads(dev);
 	return threads <= 0 || threads >= probe_cpus();

@@ -1079,7 +1079,7 @@ static void consume_batches(struct rig *r, int64_t B, int64_t nb, int step_us, i
  * watched batches 4..20: the worker sleeps through batches 40..120 (it
  * slept once a batch, 80 times, before), and every batch is the bytes a
  * read on this thread gives.  A run that leaves a CPU to the workers keeps
- * them. */
+ * them, and so does a device opened as a [run] devices stage. */
 START_TEST(test_loader_consumer_fills)
 {
 	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
@@ -1111,6 +1111,19 @@ START_TEST(test_loader_consumer_fills)
 		ck_assert_int_eq(k.worker_fills, 120);
 		rig_close(&r);
 	}
+
+	/* the device opened as one of two [run] devices stages (peers 2:
+	 * its streams async, the training thread no compute thread) */
+	ck_assert(rig_open(&r, ini) == 0);
+	kiln_device_stream_destroy(r.dev, r.copy);
+	kiln_device_close(r.dev);
+	ck_assert_msg(kiln_device_open_peer(reg, r.cfg, "cpu", 0, -1, 2, &r.dev) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(r.dev, &r.copy) == 0);
+	consume_batches(&r, 32, 120, 1000, 120, &sleeps, &k);
+	ck_assert_int_eq(k.inline_fills, 0);
+	ck_assert_int_eq(k.worker_fills, 120);
+	rig_close(&r);
 }
 END_TEST
 
