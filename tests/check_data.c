@@ -1127,6 +1127,38 @@ START_TEST(test_loader_consumer_fills)
 }
 END_TEST
 
+/* `starts` starts of nb batches of 32 from an idx set through a loader of
+ * one worker, the consumer waiting on data (no step) but for a pause of
+ * pause_us after batch pause_at of each start: the stats in *k. */
+static void rule_pauses(int starts, int nb, int pause_at, int pause_us, struct kiln_loader_stats *k)
+{
+	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
+	struct rig r;
+	struct kiln_loader *L = NULL;
+	ck_assert(rig_open(&r, ini) == 0);
+	int64_t *perm = malloc(sizeof(int64_t) * (size_t)r.d.len);
+	ck_assert(perm && nb * 32 <= r.d.len);
+	kiln_rng_permutation(r.d.seed, 0, perm, r.d.len);
+	ck_assert(kiln_loader_open(r.dev, &r.d, 32, 1, 2, &L) == 0);
+	for (int e = 0; e < starts; e++) {
+		ck_assert(kiln_loader_start(L, 0, perm, nb * 32, 32, 0) == 0);
+		for (int b = 0; b < nb; b++) {
+			const void *bx;
+			const int32_t *by;
+			int64_t rows;
+			int slot;
+			ck_assert(kiln_loader_next(L, &bx, &by, &rows, &slot) == 0);
+			ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
+			if (b == pause_at)
+				usleep((useconds_t)pause_us);
+		}
+	}
+	kiln_loader_stats(L, k);
+	kiln_loader_close(L);
+	free(perm);
+	rig_close(&r);
+}
+
 /* An evaluation loader (session 45's review): started for 8 batches at a
  * time, 100 ms of training apart, the consumer waiting on data (no step):
  * the rule counted batches over the loader's life and its window's mean
@@ -1136,35 +1168,12 @@ END_TEST
  * it, and the workers keep every batch. */
 START_TEST(test_loader_rule_per_start)
 {
-	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
-	struct rig r;
-	struct kiln_loader *L = NULL;
 	struct kiln_loader_stats k;
-	ck_assert(rig_open(&r, ini) == 0);
-	int64_t *perm = malloc(sizeof(int64_t) * (size_t)r.d.len);
-	ck_assert(perm);
-	kiln_rng_permutation(r.d.seed, 0, perm, r.d.len);
-	ck_assert(kiln_loader_open(r.dev, &r.d, 32, 1, 2, &L) == 0);
-	for (int e = 0; e < 6; e++) {
-		ck_assert(kiln_loader_start(L, 0, perm, 8 * 32, 32, 0) == 0);
-		for (int b = 0; b < 8; b++) {
-			const void *bx;
-			const int32_t *by;
-			int64_t rows;
-			int slot;
-			ck_assert(kiln_loader_next(L, &bx, &by, &rows, &slot) == 0);
-			ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
-		}
-		usleep(100000);
-	}
-	kiln_loader_stats(L, &k);
+	rule_pauses(6, 8, 7, 100000, &k);
 	ck_assert_msg(k.inline_fills == 0 && k.worker_fills == 48,
 		      "%lld batches filled on the consumer's thread (from %lld: fill %.1f us, gap %.1f us)",
 		      (long long)k.inline_fills, (long long)k.inline_from, 1e6 * k.rule_fill_s,
 		      1e6 * k.rule_gap_s);
-	kiln_loader_close(L);
-	free(perm);
-	rig_close(&r);
 }
 END_TEST
 
@@ -1174,35 +1183,13 @@ END_TEST
  * batch's (the worker's fill, ~20 us): the workers go on. */
 START_TEST(test_loader_rule_median)
 {
-	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
-	struct rig r;
-	struct kiln_loader *L = NULL;
 	struct kiln_loader_stats k;
-	ck_assert(rig_open(&r, ini) == 0);
-	int64_t *perm = malloc(sizeof(int64_t) * (size_t)r.d.len);
-	ck_assert(perm);
-	kiln_rng_permutation(r.d.seed, 0, perm, r.d.len);
-	ck_assert(kiln_loader_open(r.dev, &r.d, 32, 1, 2, &L) == 0);
-	ck_assert(kiln_loader_start(L, 0, perm, 40 * 32, 32, 0) == 0);
-	for (int b = 0; b < 40; b++) {
-		const void *bx;
-		const int32_t *by;
-		int64_t rows;
-		int slot;
-		ck_assert(kiln_loader_next(L, &bx, &by, &rows, &slot) == 0);
-		ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
-		if (b == 10)
-			usleep(200000);
-	}
-	kiln_loader_stats(L, &k);
+	rule_pauses(1, 40, 10, 200000, &k);
 	ck_assert_msg(k.rule_gap_s > 0 && k.rule_gap_s < 0.005,
 		      "the rule's gap %.1f us (the pause's mean: 12,500)", 1e6 * k.rule_gap_s);
 	ck_assert_msg(k.inline_fills == 0 && k.worker_fills == 40,
 		      "%lld batches filled on the consumer's thread (fill %.1f us, gap %.1f us)",
 		      (long long)k.inline_fills, 1e6 * k.rule_fill_s, 1e6 * k.rule_gap_s);
-	kiln_loader_close(L);
-	free(perm);
-	rig_close(&r);
 }
 END_TEST
 
