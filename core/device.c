@@ -33,6 +33,7 @@ struct kiln_device {
 	int layout_only; /* kiln_device_layout_only: prepare nothing */
 	uintptr_t tokens; /* the layout-only plans handed out (layout_token) */
 	int threads; /* [run] threads as opened (0: one per CPU of the mask) */
+	int alone;   /* one process (ranks 1) and one instance (peers 1) */
 };
 
 static size_t mem_hash(const void *p, size_t cap)
@@ -212,6 +213,7 @@ kiln_status kiln_device_open_peer(const struct kiln_registry *reg, const struct 
 	dev->plugin = p;
 	dev->ops = ops;
 	dev->threads = opts.threads;
+	dev->alone = opts.ranks <= 1 && opts.peers <= 1;
 	pthread_mutex_init(&dev->mem_lock, NULL);
 	if ((st = ops->open(kiln_host_table(), cfg, ordinal, &opts, &dev->ctx))) {
 		pthread_mutex_destroy(&dev->mem_lock);
@@ -242,6 +244,8 @@ void kiln_device_close(struct kiln_device *dev)
 const char *kiln_device_name(const struct kiln_device *dev) { return dev ? dev->plugin->name : NULL; }
 
 int kiln_device_threads(const struct kiln_device *dev) { return dev ? dev->threads : 0; }
+
+int kiln_device_alone(const struct kiln_device *dev) { return dev ? dev->alone : 1; }
 
 unsigned kiln_device_abi_minor(const struct kiln_device *dev) { return dev->plugin->abi_minor; }
 

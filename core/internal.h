@@ -177,6 +177,13 @@ unsigned kiln_device_abi_minor(const struct kiln_device *dev);
  * loader engine reads it to know whether a CPU is left for its workers. */
 int kiln_device_threads(const struct kiln_device *dev);
 
+/* Whether the device was opened for one process of one instance (the
+ * options' ranks and peers 1): then the CPU device's streams are sync by
+ * default ([plugin.cpu] async = auto) and the training thread is one of
+ * its compute threads; with several ranks or [run] devices' stages they
+ * run beside it.  The loader's consumer-fill rule reads it. */
+int kiln_device_alone(const struct kiln_device *dev);
+
 /* The resolved [layer.*] sections alone, as kiln_config_write writes them
  * (with the defaults of the registry cfg was validated with) but each
  * value in its canonical text (kiln_config_value_canon: `kernel = 5,5`

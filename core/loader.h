@@ -11,13 +11,15 @@
  * The consumer-fill rule: on a device of host memory whose compute
  * threads take every CPU (a worker has no CPU of its own and each of its
  * wake-ups preempts a compute thread), the loader watches batches 4..20
- * handed out: when a worker's fill cost at most 10% of the time between
- * two batches in CPU and never blocked (a resident data set: idx,
- * records in the page cache, cache = ram), kiln_loader_next fills the
- * batches itself from then on, on the consumer's thread, with the same
- * bytes (the same read of the same order), and the workers sleep.  The
- * fill counts as data wait (kiln_loader_wait_s).  docs/data.md, "How a
- * batch is made", Workers.
+ * handed out after a kiln_loader_start: when a worker's fill cost at most
+ * 10% of the median time between two batches in CPU and never blocked (a
+ * resident data set: idx, records in the page cache, cache = ram),
+ * kiln_loader_next fills the batches itself, on the consumer's thread,
+ * with the same bytes (the same read of the same order), and the workers
+ * sleep.  Its fills are measured the same way over each 16 batches after,
+ * and the workers take over again, for good, when one blocked or they cost
+ * more than that share.  The fill counts as data wait
+ * (kiln_loader_wait_s).  docs/data.md, "How a batch is made", Workers.
  */
 #ifndef KILN_LOADER_H
 #define KILN_LOADER_H
@@ -82,9 +84,12 @@ struct kiln_loader_stats {
 	int64_t wakeups;      /* the workers' returns from a wait for work */
 	int64_t inline_from;  /* the batch handed out when the rule chose the
 			       * consumer (0: it did not) */
+	int64_t workers_from; /* the batch handed out when it went back to
+			       * the workers (0: it did not) */
 	double fill_cpu_s;    /* the workers' CPU time in their fills */
 	double rule_fill_s;   /* the rule's window: a fill's CPU time, */
-	double rule_gap_s;    /* and the time between two batches (0: not run) */
+	double rule_gap_s;    /* and the median time between two batches (0:
+			       * not run); the last window's */
 };
 void kiln_loader_stats(struct kiln_loader *L, struct kiln_loader_stats *out);
 

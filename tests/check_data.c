@@ -1022,11 +1022,12 @@ static long loader_thread_sleeps(void)
 }
 
 /* Batches nb of B from an idx set's epoch-0 order through a loader of one
- * worker, the consumer pausing `step_us` after each (a training step),
+ * worker, the consumer pausing `step_us` after each before batch busy_to
+ * (a training step) and not after (waiting on data),
  * each batch compared byte for byte with a read on this thread; the
  * worker thread's sleeps over batches 40..nb in *sleeps, the stats in *k. */
-static void consume_batches(struct rig *r, int64_t B, int64_t nb, int step_us, long *sleeps,
-			    struct kiln_loader_stats *k)
+static void consume_batches(struct rig *r, int64_t B, int64_t nb, int step_us, int64_t busy_to,
+			    long *sleeps, struct kiln_loader_stats *k)
 {
 	int64_t *perm = malloc(sizeof(int64_t) * (size_t)r->d.len);
 	uint8_t *want = malloc((size_t)B * r->d.sample_bytes);
@@ -1054,7 +1055,7 @@ static void consume_batches(struct rig *r, int64_t B, int64_t nb, int step_us, l
 		ck_assert(kiln_loader_release(L, slot, r->copy) == 0);
 		if (b == 39)
 			s0 = loader_thread_sleeps();
-		if (step_us)
+		if (step_us && b < busy_to)
 			usleep((useconds_t)step_us);
 	}
 	const long s1 = loader_thread_sleeps();
@@ -1078,7 +1079,7 @@ static void consume_batches(struct rig *r, int64_t B, int64_t nb, int step_us, l
  * watched batches 4..20: the worker sleeps through batches 40..120 (it
  * slept once a batch, 80 times, before), and every batch is the bytes a
  * read on this thread gives.  A run that leaves a CPU to the workers keeps
- * them. */
+ * them, and so does a device opened as a [run] devices stage. */
 START_TEST(test_loader_consumer_fills)
 {
 	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
@@ -1086,7 +1087,7 @@ START_TEST(test_loader_consumer_fills)
 	long sleeps;
 	struct rig r;
 	ck_assert(rig_open(&r, ini) == 0);
-	consume_batches(&r, 32, 120, 1000, &sleeps, &k);
+	consume_batches(&r, 32, 120, 1000, 120, &sleeps, &k);
 	ck_assert_msg(sleeps <= 2, "the loader worker slept %ld times over 80 batches", sleeps);
 	ck_assert_int_eq(k.inline_from, 20);
 	ck_assert_msg(k.rule_fill_s > 0 && k.rule_fill_s <= 0.1 * k.rule_gap_s,
@@ -1103,13 +1104,218 @@ START_TEST(test_loader_consumer_fills)
 		char spare[256];
 		snprintf(spare, sizeof spare, "[run]\nthreads = %d\n%s", CPU_COUNT(&set) - 1, ini);
 		ck_assert(rig_open(&r, spare) == 0);
-		consume_batches(&r, 32, 120, 1000, &sleeps, &k);
+		consume_batches(&r, 32, 120, 1000, 120, &sleeps, &k);
 		/* (the count above can see a sleep a batch) */
 		ck_assert_msg(sleeps >= 40, "%ld sleeps over 80 batches", sleeps);
 		ck_assert_int_eq(k.inline_fills, 0);
 		ck_assert_int_eq(k.worker_fills, 120);
 		rig_close(&r);
 	}
+
+	/* the device opened as one of two [run] devices stages (peers 2:
+	 * its streams async, the training thread no compute thread) */
+	ck_assert(rig_open(&r, ini) == 0);
+	kiln_device_stream_destroy(r.dev, r.copy);
+	kiln_device_close(r.dev);
+	ck_assert_msg(kiln_device_open_peer(reg, r.cfg, "cpu", 0, -1, 2, &r.dev) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(r.dev, &r.copy) == 0);
+	consume_batches(&r, 32, 120, 1000, 120, &sleeps, &k);
+	ck_assert_int_eq(k.inline_fills, 0);
+	ck_assert_int_eq(k.worker_fills, 120);
+	rig_close(&r);
+}
+END_TEST
+
+/* `starts` starts of nb batches of 32 from an idx set through a loader of
+ * one worker, the consumer waiting on data (no step) but for a pause of
+ * pause_us after batch pause_at of each start: the stats in *k. */
+static void rule_pauses(int starts, int nb, int pause_at, int pause_us, struct kiln_loader_stats *k)
+{
+	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
+	struct rig r;
+	struct kiln_loader *L = NULL;
+	ck_assert(rig_open(&r, ini) == 0);
+	int64_t *perm = malloc(sizeof(int64_t) * (size_t)r.d.len);
+	ck_assert(perm && nb * 32 <= r.d.len);
+	kiln_rng_permutation(r.d.seed, 0, perm, r.d.len);
+	ck_assert(kiln_loader_open(r.dev, &r.d, 32, 1, 2, &L) == 0);
+	for (int e = 0; e < starts; e++) {
+		ck_assert(kiln_loader_start(L, 0, perm, nb * 32, 32, 0) == 0);
+		for (int b = 0; b < nb; b++) {
+			const void *bx;
+			const int32_t *by;
+			int64_t rows;
+			int slot;
+			ck_assert(kiln_loader_next(L, &bx, &by, &rows, &slot) == 0);
+			ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
+			if (b == pause_at)
+				usleep((useconds_t)pause_us);
+		}
+	}
+	kiln_loader_stats(L, k);
+	kiln_loader_close(L);
+	free(perm);
+	rig_close(&r);
+}
+
+/* An evaluation loader (session 45's review): started for 8 batches at a
+ * time, 100 ms of training apart, the consumer waiting on data (no step):
+ * the rule counted batches over the loader's life and its window's mean
+ * gap held two pauses (12.5 ms against a fill of ~20 us): the training
+ * thread filled, though the consumer waited ~21 us a batch for the
+ * workers.  Each start now begins the window again: 8 batches never fill
+ * it, and the workers keep every batch. */
+START_TEST(test_loader_rule_per_start)
+{
+	struct kiln_loader_stats k;
+	rule_pauses(6, 8, 7, 100000, &k);
+	ck_assert_msg(k.inline_fills == 0 && k.worker_fills == 48,
+		      "%lld batches filled on the consumer's thread (from %lld: fill %.1f us, gap %.1f us)",
+		      (long long)k.inline_fills, (long long)k.inline_from, 1e6 * k.rule_fill_s,
+		      1e6 * k.rule_gap_s);
+}
+END_TEST
+
+/* A pause inside the rule's window (a checkpoint of 200 ms after batch
+ * 10), the consumer otherwise waiting on data: the mean gap was the pause
+ * over 16 (12.5 ms) and chose the training thread; the median is a
+ * batch's (the worker's fill, ~20 us): the workers go on. */
+START_TEST(test_loader_rule_median)
+{
+	struct kiln_loader_stats k;
+	rule_pauses(1, 40, 10, 200000, &k);
+	ck_assert_msg(k.rule_gap_s > 0 && k.rule_gap_s < 0.005,
+		      "the rule's gap %.1f us (the pause's mean: 12,500)", 1e6 * k.rule_gap_s);
+	ck_assert_msg(k.inline_fills == 0 && k.worker_fills == 40,
+		      "%lld batches filled on the consumer's thread (fill %.1f us, gap %.1f us)",
+		      (long long)k.inline_fills, 1e6 * k.rule_fill_s, 1e6 * k.rule_gap_s);
+}
+END_TEST
+
+/* The switch back (session 45's review): the rule chose the training
+ * thread at batch 20 (a 1 ms step), and from batch 60 the consumer waits
+ * on data (no step; each batch checked against a read on this thread, as
+ * costly as the fill): its own fills, measured over each 16 batches, now
+ * cost half the gap, and the workers fill again from the first window of
+ * those alone (batch 84; before, the training thread filled to the end). */
+START_TEST(test_loader_rule_back)
+{
+	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
+	struct kiln_loader_stats k;
+	long sleeps;
+	struct rig r;
+	ck_assert(rig_open(&r, ini) == 0);
+	consume_batches(&r, 32, 120, 1000, 60, &sleeps, &k);
+	ck_assert_int_eq(k.inline_from, 20);
+	ck_assert_msg(k.workers_from >= 68 && k.workers_from <= 100,
+		      "back to the workers at batch %lld (fill %.1f us, gap %.1f us)",
+		      (long long)k.workers_from, 1e6 * k.rule_fill_s, 1e6 * k.rule_gap_s);
+	/* the 20 watched, and every batch from the switch back */
+	ck_assert_int_ge(k.worker_fills, 20 + 120 - k.workers_from);
+	ck_assert_msg(k.rule_fill_s > 0.1 * k.rule_gap_s, "fill %.1f us, gap %.1f us",
+		      1e6 * k.rule_fill_s, 1e6 * k.rule_gap_s);
+	rig_close(&r);
+}
+END_TEST
+
+/* The consumer-fill rule with 4 workers (slots they claimed when the
+ * consumer took over), random crops and flips, 3 epochs of 60 batches
+ * (the boundaries after the switch at batch 20), a 3 ms step: each batch
+ * is the bytes of a read on this thread (session 45's review). */
+START_TEST(test_loader_switch_multi)
+{
+	const char *ini = "[run]\nseed = 5\n"
+			  "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 1920\n"
+			  "crop = random\npad = 4\nflip = 1\nmean = 0.286\nstd = 0.353\n";
+	struct rig r;
+	struct kiln_loader *L = NULL;
+	struct kiln_loader_stats k;
+	struct kiln_data_scratch scr;
+	memset(&scr, 0, sizeof scr);
+	ck_assert(rig_open(&r, ini) == 0);
+	const int64_t B = 32, nb = r.d.len / B;
+	int64_t *perm = malloc(sizeof(int64_t) * (size_t)r.d.len);
+	uint8_t *want = malloc((size_t)B * r.d.sample_bytes);
+	int32_t wy[32];
+	ck_assert(kiln_loader_open(r.dev, &r.d, B, 4, 2, &L) == 0);
+	int64_t total = 0;
+	for (int ep = 0; ep < 3; ep++) {
+		kiln_rng_permutation(r.d.seed, (uint64_t)ep, perm, r.d.len);
+		ck_assert(kiln_loader_start(L, ep, perm, nb * B, B, 0) == 0);
+		for (int64_t b = 0; b < nb; b++, total++) {
+			const void *bx;
+			const int32_t *by;
+			int64_t rows;
+			int slot;
+			ck_assert_msg(kiln_loader_next(L, &bx, &by, &rows, &slot) == 0, "%s", kiln_last_error());
+			ck_assert(kiln_dataset_read_rows(&r.d, ep, perm + b * B, B, want, wy, &scr) == 0);
+			ck_assert_msg(!memcmp(bx, want, (size_t)B * r.d.sample_bytes) && !memcmp(by, wy, sizeof wy),
+				      "epoch %d batch %lld differs", ep, (long long)b);
+			ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
+			usleep(3000);
+		}
+	}
+	kiln_loader_stats(L, &k);
+	ck_assert_int_eq(k.taken, total);
+	ck_assert_int_eq(k.worker_fills + k.inline_fills, total);
+	ck_assert_msg(k.inline_from == 20 && k.inline_fills > 100,
+		      "the consumer filled %lld batches from %lld (fill %.1f us, gap %.1f us)",
+		      (long long)k.inline_fills, (long long)k.inline_from, 1e6 * k.rule_fill_s,
+		      1e6 * k.rule_gap_s);
+	kiln_loader_close(L);
+	kiln_data_scratch_free(&scr);
+	free(want);
+	free(perm);
+	rig_close(&r);
+}
+END_TEST
+
+/* A fill error after the switch (sample 999 of an unshuffled order, batch
+ * 249 of 4): its status, its message in msg, the stats in *k. */
+static kiln_status fill_error_at_249(const char *ini, char *msg, size_t cap, struct kiln_loader_stats *k)
+{
+	struct rig r;
+	struct kiln_loader *L = NULL;
+	ck_assert(rig_open(&r, ini) == 0);
+	int64_t *ord = malloc(sizeof(int64_t) * 1000);
+	for (int i = 0; i < 1000; i++)
+		ord[i] = i;
+	ck_assert(kiln_loader_open(r.dev, &r.d, 4, 1, 2, &L) == 0);
+	ck_assert(kiln_loader_start(L, 0, ord, 1000, 4, 0) == 0);
+	kiln_status st = KILN_OK;
+	for (int b = 0; b < 250 && !st; b++) {
+		const void *bx;
+		const int32_t *by;
+		int64_t rows;
+		int slot;
+		if ((st = kiln_loader_next(L, &bx, &by, &rows, &slot)))
+			break;
+		ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
+		usleep(300);
+	}
+	snprintf(msg, cap, "st %d: %s", (int)st, kiln_last_error());
+	kiln_loader_stats(L, k);
+	kiln_loader_close(L);
+	free(ord);
+	rig_close(&r);
+	return st;
+}
+
+/* An error in the training thread's fill is reported as a worker's is
+ * ([run] threads = 1 leaves the worker a CPU: no switch) (session 45's
+ * review). */
+START_TEST(test_loader_inline_error)
+{
+	char a[600], b[600];
+	struct kiln_loader_stats ka, kb;
+	ck_assert(fill_error_at_249("[data]\nsource = tsrc\ncount = 1000\nbad_every = 500\n", a,
+				    sizeof a, &ka) != KILN_OK);
+	fill_error_at_249("[run]\nthreads = 1\n[data]\nsource = tsrc\ncount = 1000\nbad_every = 500\n", b, sizeof b, &kb);
+	ck_assert_msg(ka.inline_from > 0 && ka.inline_fills > 0 && kb.inline_fills == 0,
+		      "inline from %lld, %lld and %lld fills", (long long)ka.inline_from,
+		      (long long)ka.inline_fills, (long long)kb.inline_fills);
+	ck_assert_str_eq(a, b);
 }
 END_TEST
 
@@ -1126,7 +1332,9 @@ static Suite *make_suite(void)
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
 		test_workers_auto_cold, test_workers_auto_huge, test_probe_skips_uncounted, test_loader_skipped_taken,
 		test_workers_auto_mask,
-		test_resume_position, test_prefetch_hints, test_loader_consumer_fills, NULL });
+		test_resume_position, test_prefetch_hints, test_loader_consumer_fills,
+		test_loader_rule_per_start, test_loader_rule_median, test_loader_rule_back,
+		test_loader_switch_multi, test_loader_inline_error, NULL });
 	return s;
 }
 
