@@ -539,6 +539,15 @@ static kiln_status too_old(const struct kiln_device *dev, const char *what)
 			  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor, what);
 }
 
+/* An op family dev lacks (kiln_device_has_op): KILN_ENOTSUP naming it,
+ * whatever its operands. */
+static kiln_status not_implemented(const struct kiln_device *dev, int type)
+{
+	return kiln_error(KILN_ENOTSUP,
+			  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
+			  dev->plugin->name, kiln_op_name(type));
+}
+
 kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan,
 				size_t *workspace)
 {
@@ -546,6 +555,14 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	*plan = NULL;
 	if (workspace)
 		*workspace = 0;
+	/* first, an op family the device lacks, whatever the operands: asked
+	 * of has_op for the types of the device's ABI minor (a 2.24 device
+	 * without RNN is refused RNN, never told to rebuild for `last`); a
+	 * type added later is left to the ABI refusals below, which say what
+	 * the device was built before, and to the end of them */
+	if (kiln_op_abi_minor(op->type) <= dev->plugin->abi_minor &&
+	    !kiln_device_has_op(dev, op->type))
+		return not_implemented(dev, op->type);
 	/* a device built before ABI 2.3 would ignore the epilogue: the
 	 * caller falls back to the op and an ACT (kiln/ops.h) */
 	if ((op->flags & KILN_OPF_ACT) && dev->plugin->abi_minor < 3)
@@ -649,13 +666,11 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	    dev->plugin->abi_minor < 32)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the gradients' block sums (2.32): one GRAD_CLIP pass over them",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
-	/* after the ABI's refusals above (an op newer than the device's ABI
-	 * is never asked of its has_op: kiln_device_has_op), before the op's
-	 * checks: a family the device lacks is refused whatever its operands */
-	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT && !kiln_device_has_op(dev, op->type))
-		return kiln_error(KILN_ENOTSUP,
-				  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
-				  dev->plugin->name, kiln_op_name(op->type));
+	/* ... and an op newer than the device's ABI without a refusal of its
+	 * own above: one the device lacks (never asked of its has_op) */
+	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT &&
+	    kiln_op_abi_minor(op->type) > dev->plugin->abi_minor)
+		return not_implemented(dev, op->type);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st || dev->layout_only)
 		return st ? st : layout_token(dev, op, plan);

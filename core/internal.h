@@ -411,7 +411,10 @@ kiln_status kiln_device_host_alloc_named(struct kiln_device *dev, size_t bytes, 
 
 /* core/device.c: 1 when dev implements op `type` (enum kiln_op_type; the
  * device table's has_op, every op where it has none), 0 when it does not
- * yet (kiln_device_prepare is then KILN_ENOTSUP naming the op). */
+ * yet (kiln_device_prepare is then KILN_ENOTSUP naming the op), and 0,
+ * without asking has_op, for an op newer than the plugin's abi_minor
+ * (kiln_op_abi_minor: a type the device never knew; kiln_device_prepare
+ * refuses it with the ABI refusal of its own, where it has one). */
 int kiln_device_has_op(const struct kiln_device *dev, int type);
 
 /* core/train_gradsums.c: why the gradients' block sums cannot be taken

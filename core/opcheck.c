@@ -868,71 +868,77 @@ static kiln_status check_qlinear(const char *who, const struct kiln_op *op)
  * prepares it (kiln_device_has_op).  Sized by the rows and tied to the
  * enum below, so an op appended to kiln/ops.h without a row here does not
  * compile (a row missing in the middle is refused at run time as "has no
- * row"). */
+ * row").  ROW names all three, so a row without its minor does not compile
+ * either (a row written as the ones before ABI 2.32's column would get
+ * minor 0, and the core would ask an old device's has_op about a new op);
+ * tests/check_device_gemm's op_abi_minors checks the minors' order. */
 
 typedef kiln_status (*op_check_fn)(const char *who, const struct kiln_op *op);
+
+#define ROW(op, check, minor) [KILN_OP_##op] = { #op, check, minor }
 
 static const struct {
 	const char *name;
 	op_check_fn check;
 	unsigned minor; /* KILN_ABI_MINOR of ABI 2 that added the op */
 } op_rows[] = {
-	[KILN_OP_GEMM] = { "GEMM", check_gemm },
-	[KILN_OP_BIAS_ADD] = { "BIAS_ADD", check_small },
-	[KILN_OP_BIAS_GRAD] = { "BIAS_GRAD", check_small },
-	[KILN_OP_RELU] = { "RELU", check_small },
-	[KILN_OP_RELU_BWD] = { "RELU_BWD", check_small },
-	[KILN_OP_SOFTMAX_XENT] = { "SOFTMAX_XENT", check_xent },
-	[KILN_OP_SGD] = { "SGD", check_optim },
-	[KILN_OP_FILL] = { "FILL", check_small },
-	[KILN_OP_REDUCE_SUM] = { "REDUCE_SUM", check_small },
-	[KILN_OP_SCALE] = { "SCALE", check_small },
-	[KILN_OP_ADD] = { "ADD", check_small },
-	[KILN_OP_NORMALIZE_U8] = { "NORMALIZE_U8", check_small },
-	[KILN_OP_CONV] = { "CONV", check_conv },
-	[KILN_OP_CONV_BWD_DATA] = { "CONV_BWD_DATA", check_conv },
-	[KILN_OP_CONV_BWD_WEIGHTS] = { "CONV_BWD_WEIGHTS", check_conv },
-	[KILN_OP_BN_TRAIN] = { "BN_TRAIN", check_bn },
-	[KILN_OP_BN_INFER] = { "BN_INFER", check_bn },
-	[KILN_OP_BN_BWD] = { "BN_BWD", check_bn },
-	[KILN_OP_POOL] = { "POOL", check_pool },
-	[KILN_OP_POOL_BWD] = { "POOL_BWD", check_pool },
-	[KILN_OP_ACT] = { "ACT", check_act },
-	[KILN_OP_ACT_BWD] = { "ACT_BWD", check_act },
-	[KILN_OP_DROPOUT] = { "DROPOUT", check_dropout },
-	[KILN_OP_DROPOUT_BWD] = { "DROPOUT_BWD", check_dropout },
-	[KILN_OP_CONCAT] = { "CONCAT", check_layout },
-	[KILN_OP_SPLIT] = { "SPLIT", check_layout },
-	[KILN_OP_REORDER] = { "REORDER", check_layout },
-	[KILN_OP_COUNTER_ADD] = { "COUNTER_ADD", check_small },
-	[KILN_OP_MUL] = { "MUL", check_small },
-	[KILN_OP_LR_SCHEDULE] = { "LR_SCHEDULE", check_small },
-	[KILN_OP_ADAMW] = { "ADAMW", check_optim },
-	[KILN_OP_LAMB] = { "LAMB", check_optim },
-	[KILN_OP_GRAD_CLIP] = { "GRAD_CLIP", check_grad_pass },
-	[KILN_OP_CAST] = { "CAST", check_small },
-	[KILN_OP_UNSCALE] = { "UNSCALE", check_grad_pass },
-	[KILN_OP_SCALER_UPDATE] = { "SCALER_UPDATE", check_small },
-	[KILN_OP_BN_STATS] = { "BN_STATS", check_bn_sync },
-	[KILN_OP_BN_APPLY] = { "BN_APPLY", check_bn_sync },
-	[KILN_OP_BN_BWD_REDUCE] = { "BN_BWD_REDUCE", check_bn_sync },
-	[KILN_OP_BN_BWD_APPLY] = { "BN_BWD_APPLY", check_bn_sync },
-	[KILN_OP_EMBEDDING] = { "EMBEDDING", check_embedding, 1 },
-	[KILN_OP_EMBEDDING_BWD] = { "EMBEDDING_BWD", check_embedding, 1 },
-	[KILN_OP_LAYERNORM] = { "LAYERNORM", check_layernorm, 1 },
-	[KILN_OP_LAYERNORM_BWD] = { "LAYERNORM_BWD", check_layernorm, 1 },
-	[KILN_OP_ATTENTION] = { "ATTENTION", check_attention, 1 },
-	[KILN_OP_ATTENTION_BWD] = { "ATTENTION_BWD", check_attention, 1 },
-	[KILN_OP_ATTENTION_DECODE] = { "ATTENTION_DECODE", check_attention_decode, 2 },
-	[KILN_OP_RNN] = { "RNN", check_rnn, 5 },
-	[KILN_OP_RNN_BWD] = { "RNN_BWD", check_rnn, 5 },
-	[KILN_OP_QCONV] = { "QCONV", check_qconv, 6 },
-	[KILN_OP_QLINEAR] = { "QLINEAR", check_qlinear, 6 },
-	[KILN_OP_ATTENTION_DECODE_RUN] = { "ATTENTION_DECODE_RUN", check_attention_decode, 31 },
-	[KILN_OP_GRAD_SUMSQ] = { "GRAD_SUMSQ", check_grad_pass, 32 },
+	ROW(GEMM, check_gemm, 0),
+	ROW(BIAS_ADD, check_small, 0),
+	ROW(BIAS_GRAD, check_small, 0),
+	ROW(RELU, check_small, 0),
+	ROW(RELU_BWD, check_small, 0),
+	ROW(SOFTMAX_XENT, check_xent, 0),
+	ROW(SGD, check_optim, 0),
+	ROW(FILL, check_small, 0),
+	ROW(REDUCE_SUM, check_small, 0),
+	ROW(SCALE, check_small, 0),
+	ROW(ADD, check_small, 0),
+	ROW(NORMALIZE_U8, check_small, 0),
+	ROW(CONV, check_conv, 0),
+	ROW(CONV_BWD_DATA, check_conv, 0),
+	ROW(CONV_BWD_WEIGHTS, check_conv, 0),
+	ROW(BN_TRAIN, check_bn, 0),
+	ROW(BN_INFER, check_bn, 0),
+	ROW(BN_BWD, check_bn, 0),
+	ROW(POOL, check_pool, 0),
+	ROW(POOL_BWD, check_pool, 0),
+	ROW(ACT, check_act, 0),
+	ROW(ACT_BWD, check_act, 0),
+	ROW(DROPOUT, check_dropout, 0),
+	ROW(DROPOUT_BWD, check_dropout, 0),
+	ROW(CONCAT, check_layout, 0),
+	ROW(SPLIT, check_layout, 0),
+	ROW(REORDER, check_layout, 0),
+	ROW(COUNTER_ADD, check_small, 0),
+	ROW(MUL, check_small, 0),
+	ROW(LR_SCHEDULE, check_small, 0),
+	ROW(ADAMW, check_optim, 0),
+	ROW(LAMB, check_optim, 0),
+	ROW(GRAD_CLIP, check_grad_pass, 0),
+	ROW(CAST, check_small, 0),
+	ROW(UNSCALE, check_grad_pass, 0),
+	ROW(SCALER_UPDATE, check_small, 0),
+	ROW(BN_STATS, check_bn_sync, 0),
+	ROW(BN_APPLY, check_bn_sync, 0),
+	ROW(BN_BWD_REDUCE, check_bn_sync, 0),
+	ROW(BN_BWD_APPLY, check_bn_sync, 0),
+	ROW(EMBEDDING, check_embedding, 1),
+	ROW(EMBEDDING_BWD, check_embedding, 1),
+	ROW(LAYERNORM, check_layernorm, 1),
+	ROW(LAYERNORM_BWD, check_layernorm, 1),
+	ROW(ATTENTION, check_attention, 1),
+	ROW(ATTENTION_BWD, check_attention, 1),
+	ROW(ATTENTION_DECODE, check_attention_decode, 2),
+	ROW(RNN, check_rnn, 5),
+	ROW(RNN_BWD, check_rnn, 5),
+	ROW(QCONV, check_qconv, 6),
+	ROW(QLINEAR, check_qlinear, 6),
+	ROW(ATTENTION_DECODE_RUN, check_attention_decode, 31),
+	ROW(GRAD_SUMSQ, check_grad_pass, 32),
 };
+#undef ROW
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
-	       "every op of kiln/ops.h needs a row in op_rows (name and check)");
+	       "every op of kiln/ops.h needs a row in op_rows (name, check and minor)");
 
 const char *kiln_op_name(int type)
 {

@@ -5,8 +5,11 @@
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
  */
 #include "device_fixture.h"
+#include "internal.h" /* kiln_op_abi_minor */
 #include "check_main.h"
 
+#include <kiln/plugin.h> /* KILN_ABI_MINOR */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -319,11 +322,38 @@ START_TEST(test_gemm_dw_write)
 }
 END_TEST
 
+/* The core's op table (core/opcheck.c op_rows): every type of kiln/ops.h
+ * has a name and the ABI 2 minor that added it, the minors never decrease
+ * by type (ops are appended), none is newer than this ABI, and every op
+ * after BN_BWD_APPLY, the last of 2.0, came with a later minor: a row with
+ * minor 0 there would have the core ask an old device's has_op about an op
+ * it never knew (kiln_device_has_op). */
+START_TEST(test_op_abi_minors)
+{
+	unsigned prev = 0;
+	for (int t = 1; t < KILN_OP_TYPE_COUNT; t++) {
+		const unsigned m = kiln_op_abi_minor(t);
+		ck_assert_msg(strcmp(kiln_op_name(t), "unknown op") != 0, "op %d has no name", t);
+		ck_assert_msg(m >= prev && m <= KILN_ABI_MINOR,
+			      "%s (%d): minor %u after %u, ABI minor %u", kiln_op_name(t), t, m, prev,
+			      (unsigned)KILN_ABI_MINOR);
+		ck_assert_msg(t <= KILN_OP_BN_BWD_APPLY || m > 0, "%s (%d): minor 0, after 2.0's ops",
+			      kiln_op_name(t), t);
+		prev = m;
+	}
+	ck_assert_uint_eq(kiln_op_abi_minor(KILN_OP_BN_BWD_APPLY), 0);
+	ck_assert_uint_eq(kiln_op_abi_minor(KILN_OP_EMBEDDING), 1);
+	ck_assert_uint_eq(kiln_op_abi_minor(KILN_OP_RNN), 5);
+	ck_assert_uint_eq(kiln_op_abi_minor(KILN_OP_GRAD_SUMSQ), 32);
+	ck_assert_uint_eq(kiln_op_abi_minor(0), UINT_MAX);
+	ck_assert_uint_eq(kiln_op_abi_minor(KILN_OP_TYPE_COUNT), UINT_MAX);
+}
+END_TEST
+
 /* The core's op checks (core/opcheck.c), the same for every device: one
  * malformed op per family, each refused before the device sees it, with
  * the status and a message naming the device, the op and the fault.  A
  * device that does not implement a family yet says KILN_ENOTSUP instead. */
-
 START_TEST(test_op_checks)
 {
 	struct fx f;
@@ -645,5 +675,6 @@ START_TEST(test_relu)
 }
 END_TEST
 
-DEVICE_SUITE(gemm, DFX_CASE(gemm), DFX_CASE(gemm_act), DFX_CASE(gemm_errors), DFX_CASE(op_checks), DFX_CASE(bias),
-	     DFX_CASE(relu), DFX_CASE(gemm_dw_accum), DFX_CASE(gemm_dw_write));
+DEVICE_SUITE(gemm, DFX_CASE(gemm), DFX_CASE(gemm_act), DFX_CASE(gemm_errors), DFX_CASE(op_checks),
+	     DFX_ONCE(op_abi_minors, 10), DFX_CASE(bias), DFX_CASE(relu), DFX_CASE(gemm_dw_accum),
+	     DFX_CASE(gemm_dw_write));

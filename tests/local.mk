@@ -413,6 +413,7 @@ DEVICE_SUITE_INTERNAL_LDADD = tests/libdevice_fixture.la libkiln-internal.la $(C
 check_PROGRAMS += $(DEVICE_SUITES)
 TESTS += $(DEVICE_SUITES)
 tests_check_device_gemm_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_gemm_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_device_gemm_LDADD = $(DEVICE_SUITE_INTERNAL_LDADD)
 tests_check_device_loss_CPPFLAGS = $(DEVICE_SUITE_CPPFLAGS)
 tests_check_device_loss_CFLAGS = $(CHECK_SUITE_CFLAGS)

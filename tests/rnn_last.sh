@@ -8,6 +8,11 @@
 # 3, docs/rnn.md); `kiln eval` of its checkpoint gives the same numbers;
 # the summary shows the layers' [B, H] outputs.
 # (tests/check_rnn checks the numbers against PyTorch's h_n.)
+# On tnornn24 (tests/plugins/tnodecode.c: the CPU device under ABI 2.24,
+# before `last`, whose has_op says no to RNN) the model is refused as RNN
+# not implemented by the device, exit 1 (KILN_ENOTSUP: rebuilding it would
+# not help), not as built before 2.25 (exit 2, "rebuild it", before the
+# fix of session 45; docs/plugins.md, has_op).
 name=rnn_last
 . "$(dirname "$0")/lib.sh"
 need_source seq2seq
@@ -23,4 +28,12 @@ kiln 0 eval "$ini" run.out_dir="$tmp/sc" train.epochs=3
 kiln 0 summary "$ini"
 stdout_matches "^fwd \(lstm\) +\[1, 64\] "
 stdout_matches "^h_n \(concat\) +\[1, 128\] "
+plugdir="$abs_top_builddir/tests/plugins/nodecode/.libs"
+[ -f "$plugdir/kiln-tnodecode.so" ] || fail "no $plugdir/kiln-tnodecode.so (make check builds it)"
+KILN_PLUGIN_PATH=$plugdir
+export KILN_PLUGIN_PATH
+kiln 1 train "$ini" run.out_dir="$tmp/nornn" run.device=tnornn24 train.max_steps=2
+unset KILN_PLUGIN_PATH
+stderr_has "tnornn24: RNN is not implemented by this device yet"
+! grep -q "rebuild" "$err" || fail "tnornn24 told to rebuild: $(grep rebuild "$err")"
 echo "PASS: $checks checks"

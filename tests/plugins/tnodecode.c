@@ -20,7 +20,11 @@
  * and says on stderr when it is asked about another, as a has_op that
  * indexes a table by its own count would read past it: the core asks it
  * about no op after 2.31's (before session 45 `kiln train` asked it about
- * GRAD_SUMSQ, 53; tests/grad_sums.sh).
+ * GRAD_SUMSQ, 53; tests/grad_sums.sh); and "tnornn24": the CPU device
+ * under ABI 2.24 whose has_op says no to RNN and RNN_BWD, as a device
+ * without the recurrent ops: a recurrent layer with `last = 1` (2.25) is
+ * refused as RNN not implemented, not as built before 2.25 (before the
+ * fix of session 45 it was; tests/rnn_last.sh).
  *
  * Not installed, not in the default search path (check_LTLIBRARIES).
  */
@@ -29,8 +33,8 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-static struct kiln_device_ops ops, ops_norun, ops_nosums, ops_known31;
-static struct kiln_plugin plug, plug28, plug_norun, plug_nosums, plug_known31;
+static struct kiln_device_ops ops, ops_norun, ops_nosums, ops_known31, ops_nornn;
+static struct kiln_plugin plug, plug28, plug_norun, plug_nosums, plug_known31, plug_nornn;
 static const struct kiln_host *host0;
 static kiln_status (*cpu_prepare)(void *, const struct kiln_op *, void **, size_t *);
 
@@ -44,6 +48,12 @@ static int has_op_norun(void *ctx, int type)
 {
 	(void)ctx;
 	return type != KILN_OP_ATTENTION_DECODE_RUN;
+}
+
+static int has_op_nornn(void *ctx, int type)
+{
+	(void)ctx;
+	return type != KILN_OP_RNN && type != KILN_OP_RNN_BWD;
 }
 
 /* 2.31's op types, KILN_OP_GEMM .. KILN_OP_ATTENTION_DECODE_RUN (52) */
@@ -69,7 +79,7 @@ static kiln_status prepare_nosums(void *ctx, const struct kiln_op *op, void **pl
 KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
 {
 	static const struct kiln_plugin *list[] = { &plug, &plug28, &plug_norun, &plug_nosums,
-						    &plug_known31, NULL };
+						    &plug_known31, &plug_nornn, NULL };
 	void *h = dlopen(CPU_SO, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		fprintf(stderr, "kiln-tnodecode: %s\n", dlerror());
@@ -80,11 +90,17 @@ KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struc
 	if (!l || !l[0])
 		return NULL;
 	host0 = host;
-	plug = plug28 = plug_norun = plug_nosums = plug_known31 = *l[0];
+	plug = plug28 = plug_norun = plug_nosums = plug_known31 = plug_nornn = *l[0];
 	plug28.name = "tprefill28";
 	plug28.abi_minor = 28;
 	plug28.keys = NULL;
-	ops = ops_norun = ops_nosums = ops_known31 = *(const struct kiln_device_ops *)plug.ops;
+	ops = *(const struct kiln_device_ops *)plug.ops;
+	ops_norun = ops_nosums = ops_known31 = ops_nornn = ops;
+	ops_nornn.has_op = has_op_nornn;
+	plug_nornn.ops = &ops_nornn;
+	plug_nornn.name = "tnornn24";
+	plug_nornn.abi_minor = 24;
+	plug_nornn.keys = NULL;
 	ops_known31.has_op = has_op_known31;
 	plug_known31.ops = &ops_known31;
 	plug_known31.name = "tknown31";
