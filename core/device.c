@@ -201,6 +201,7 @@ kiln_status kiln_device_open_peer(const struct kiln_registry *reg, const struct 
 	if (threads >= 0)
 		opts.threads = threads;
 	opts.peers = peers;
+	opts.stage = threads >= 0 && peers > 1;
 	name = p->name;
 	const struct kiln_device_ops *ops = p->ops;
 	if (!ops->open || !ops->alloc || !ops->free || !ops->stream_create || !ops->copy_async ||

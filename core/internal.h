@@ -394,7 +394,10 @@ kiln_status kiln_output_same_check(const struct stat *o, const char *path, const
 /* core/device.c: kiln_device_open with [run] threads replaced by
  * `threads` (>= 0; -1 keeps the config's) and the options' peers set:
  * one of `peers` instances that run at once in this process ([run]
- * devices, one per pipeline stage: core/pipe_devices.c). */
+ * devices, one per pipeline stage: core/pipe_devices.c).  With threads
+ * >= 0 and peers > 1 the instance is a pipeline stage's (the options'
+ * stage = 1); with -1 the run's own device, opened beside its stages
+ * (core/train_setup.c). */
 kiln_status kiln_device_open_peer(const struct kiln_registry *reg, const struct kiln_config *cfg,
 				  const char *name, int ordinal, int threads, int peers,
 				  struct kiln_device **out);

@@ -13,6 +13,7 @@
 
 #include <check.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include "check_main.h"
@@ -237,12 +238,69 @@ START_TEST(test_worker_named)
 }
 END_TEST
 
+/* The device's debug lines, concatenated (cpu only) */
+struct opened_said {
+	char text[4096];
+};
+
+static void opened_sink(void *user, int level, const char *who, const char *msg)
+{
+	struct opened_said *l = user;
+	size_t n = strlen(l->text);
+	(void)level;
+	if (!strcmp(who, "cpu") && !strncmp(msg, "opened ordinal", 14))
+		snprintf(l->text + n, sizeof l->text - n, "%s\n", msg);
+}
+
+/* How the core tells an instance what it is (kiln_device_options.stage,
+ * version 4): as kiln train opens them with [run] threads = 3 on 2 stages
+ * (core/train_setup.c, then core/pipe_devices.c): the run's own device
+ * (threads -1, its 3) is not a stage, the stages (2 and 1 threads) are,
+ * whatever their sizes; a device alone is neither.  The CPU device marks
+ * each event by it: a stage's wait on the run's own device's event alone
+ * is exempt from the spin back-off (cpu_spin_learns; before this review
+ * the rule went by width, exempting stage 1's waits on stage 0). */
+START_TEST(test_stage_marked)
+{
+	static const struct {
+		int threads, peers;
+		const char *want;
+	} dev[] = { { -1, 2, "; the run's own device, beside its stages" },
+		    { 2, 2, "; a pipeline stage" },
+		    { 1, 2, "; a pipeline stage" },
+		    { -1, 1, "async streams\n" } };
+	struct kiln_config *cfg;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.async=1") == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=none") == 0);
+	ck_assert(kiln_config_override(cfg, "run.threads=3") == 0);
+	const int level = kiln_log_get_level();
+	for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) {
+		struct opened_said said = { "" };
+		struct kiln_device *d;
+		kiln_log_set_level(KILN_LOG_DEBUG);
+		kiln_log_set_sink(opened_sink, &said);
+		const kiln_status st = kiln_device_open_peer(reg, cfg, "cpu", 0, dev[i].threads, dev[i].peers, &d);
+		kiln_log_set_sink(NULL, NULL);
+		kiln_log_set_level(level);
+		ck_assert_msg(st == 0, "%s", kiln_last_error());
+		char threads[32];
+		snprintf(threads, sizeof threads, "; %d threads", dev[i].threads < 0 ? 3 : dev[i].threads);
+		ck_assert_msg(strstr(said.text, threads) && strstr(said.text, dev[i].want),
+			      "opened with threads %d, peers %d: '%s', want '%s' and '%s'", dev[i].threads,
+			      dev[i].peers, said.text, threads, dev[i].want);
+		kiln_device_close(d);
+	}
+	kiln_config_free(cfg);
+}
+END_TEST
+
 static Suite *make_cpu_pin_suite(void)
 {
 	Suite *s = suite_create("cpu_pin");
 	check_add_case(s, "pin", 60, NULL, NULL, (const TTest *[]){
 		test_plan, test_stage_workers_pinned, test_mode, test_bad_value, test_not_pinned,
-		test_worker_named, NULL });
+		test_worker_named, test_stage_marked, NULL });
 	return s;
 }
 

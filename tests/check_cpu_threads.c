@@ -873,17 +873,14 @@ START_TEST(test_spin_backoff)
 END_TEST
 
 /* Which stage waits the back-off learns from and applies to
- * (cpu_spin_learns): a wait on an event of a context no wider than the
- * waiter's (a neighbour stage's, 1 thread each of [run] threads = 2; or
- * 2 of 4), not one on the run's own device's (all of [run] threads: the
- * step's start, which spans its optimizer on every core). */
+ * (cpu_spin_learns): a wait on a peer stage's event (run_own = 0), not one
+ * on the run's own device's (the step's start, which spans its optimizer
+ * on every core); which events are which, through the core and the
+ * plugin: tests/check_cpu_pin test_stage_marked. */
 START_TEST(test_spin_learns)
 {
-	ck_assert(cpu_spin_learns(1, 1));
-	ck_assert(cpu_spin_learns(2, 2));
-	ck_assert(cpu_spin_learns(1, 2));
-	ck_assert(!cpu_spin_learns(2, 1));
-	ck_assert(!cpu_spin_learns(4, 2));
+	ck_assert(cpu_spin_learns(0));
+	ck_assert(!cpu_spin_learns(1));
 }
 END_TEST
 

@@ -226,15 +226,16 @@ END_TEST
 
 /* The written weight gradient (linear's dW of a step's first micro-batch:
  * dy[R,N]^T x[R,K], beta = 0).  On the cpu device dnnl_sgemm with beta = 0
- * up to 384 rows (plugins/cpu/gemm.c, CPU_SGEMM_WRITE_K; session 45: the
+ * up to 383 rows (plugins/cpu/gemm.c, CPU_SGEMM_WRITE_K; session 45: the
  * brgemm matmul's stores to a result the optimizer had read last made the
  * pipeline's first backward of a step its stage's longest): bit for bit
- * the matmul it ran before (KILN_CPU_GEMM_WRITE_MATMUL), at 1 to 384 rows
- * and the mirror model's widths (bench/pipeline.sh); NaN in the output
- * before the run is not read (beta = 0).  prepare says which kernel ran
- * (its debug line): sgemm to 384 rows, the matmul from 385 (where sgemm's
- * K blocks round differently), and on every device the result is the sum
- * in double. */
+ * the matmul it ran before (KILN_CPU_GEMM_WRITE_MATMUL), at 1 to 383 rows
+ * and the mirror model's widths (bench/pipeline.sh), on the fixture's
+ * team and on one of 8 threads; NaN in the output before the run is not
+ * read (beta = 0).  prepare says which kernel ran (its debug line): sgemm
+ * to 383 rows, the matmul from 384 (where sgemm splits K between 8 threads
+ * or more: 128x128 and 64x255 differ; from 385 its K blocks round
+ * differently), and on every device the result is the sum in double. */
 struct gemm_said {
 	char text[4096];
 };
@@ -275,49 +276,72 @@ static float *dw_write(struct fx *f, int N, int K, int R, const float *dy, const
 	return dw;
 }
 
+/* One written dW of R rows on f: the kernel its prepare names (cpu), the
+ * sum in double, and (cpu, sgemm) the matmul's bits. */
+static void dw_write_check(struct fx *f, int N, int K, int R, const char *team)
+{
+	const int cpu = !strcmp(g_name, "cpu"), sgemm = R <= 383;
+	float *dy = frandv((size_t)R * N), *x = frandv((size_t)R * K), *mm = NULL;
+	struct gemm_said said, said_mm;
+	float *got = dw_write(f, N, K, R, dy, x, &said);
+	if (cpu) {
+		setenv("KILN_CPU_GEMM_WRITE_MATMUL", "1", 1);
+		mm = dw_write(f, N, K, R, dy, x, &said_mm);
+		unsetenv("KILN_CPU_GEMM_WRITE_MATMUL");
+		ck_assert_msg(!sgemm == !strstr(said.text, "(sgemm, beta = 0)"),
+			      "dW %dx%d of %d rows (%s): %s, want %s", N, K, R, team, said.text,
+			      sgemm ? "sgemm" : "the matmul");
+		ck_assert_msg(!strstr(said_mm.text, "sgemm"),
+			      "dW %dx%d of %d rows (%s) with KILN_CPU_GEMM_WRITE_MATMUL: %s", N, K, R,
+			      team, said_mm.text);
+	}
+	for (int n = 0; n < N; n++)
+		for (int k = 0; k < K; k++) {
+			double want = 0, mag = 0;
+			for (int r = 0; r < R; r++) {
+				const double p = (double)dy[(size_t)r * N + n] * x[(size_t)r * K + k];
+				want += p;
+				mag += fabs(p);
+			}
+			const float g = got[(size_t)n * K + k];
+			NEAR(g, want, mag, 1e-5, "dW %dx%d of %d rows (%s) written: [%d,%d] = %.7g, want %.7g",
+			     N, K, R, team, n, k, g, want);
+		}
+	if (mm)
+		ck_assert_msg(!memcmp(got, mm, (size_t)N * K * sizeof *got),
+			      "dW %dx%d of %d rows (%s): %s's bits are not the matmul's", N, K, R, team,
+			      sgemm ? "sgemm" : "the matmul (KILN_CPU_GEMM_WRITE_MATMUL)");
+	free(dy), free(x), free(got), free(mm);
+}
+
 START_TEST(test_gemm_dw_write)
 {
 	/* N (the layer's outputs), K (its inputs), R (rows) */
 	static const int shape[][3] = { { 1024, 1024, 16 }, { 16, 1024, 16 }, { 1024, 16, 16 },
 					{ 1024, 1024, 64 }, { 129, 1587, 32 }, { 7, 33, 1 },
-					{ 300, 77, 384 }, { 300, 77, 385 }, { 64, 96, 1000 } };
+					{ 300, 77, 383 }, { 300, 77, 384 }, { 300, 77, 385 },
+					{ 128, 128, 383 }, { 128, 128, 384 }, { 64, 255, 384 },
+					{ 64, 96, 1000 } };
+	/* at 384 rows sgemm splits K between 8 threads or more: a team of 8
+	 * (on any machine: the threads may share cores) */
+	static const int wide[][3] = { { 128, 128, 383 }, { 64, 255, 383 }, { 128, 128, 384 },
+				       { 64, 255, 384 }, { 48, 128, 384 }, { 64, 64, 384 } };
+	/* the environment's A/B hook keeps the matmul for every written dW:
+	 * nothing here to compare */
+	if (!strcmp(g_name, "cpu") && getenv("KILN_CPU_GEMM_WRITE_MATMUL")) {
+		printf("test_gemm_dw_write: skipped, KILN_CPU_GEMM_WRITE_MATMUL is set\n");
+		return;
+	}
 	struct fx f;
 	fx_open(&f, _i);
-	const int cpu = !strcmp(g_name, "cpu");
-	for (size_t c = 0; c < sizeof shape / sizeof *shape; c++) {
-		const int N = shape[c][0], K = shape[c][1], R = shape[c][2];
-		float *dy = frandv((size_t)R * N), *x = frandv((size_t)R * K), *mm = NULL;
-		struct gemm_said said, said_mm;
-		float *got = dw_write(&f, N, K, R, dy, x, &said);
-		if (cpu) {
-			setenv("KILN_CPU_GEMM_WRITE_MATMUL", "1", 1);
-			mm = dw_write(&f, N, K, R, dy, x, &said_mm);
-			unsetenv("KILN_CPU_GEMM_WRITE_MATMUL");
-			const int sgemm = R <= 384;
-			ck_assert_msg(!sgemm == !strstr(said.text, "(sgemm, beta = 0)"),
-				      "dW %dx%d of %d rows: %s, want %s", N, K, R, said.text,
-				      sgemm ? "sgemm" : "the matmul");
-			ck_assert_msg(!strstr(said_mm.text, "sgemm"),
-				      "dW %dx%d of %d rows with KILN_CPU_GEMM_WRITE_MATMUL: %s", N, K, R,
-				      said_mm.text);
-		}
-		for (int n = 0; n < N; n++)
-			for (int k = 0; k < K; k++) {
-				double want = 0, mag = 0;
-				for (int r = 0; r < R; r++) {
-					const double p = (double)dy[(size_t)r * N + n] * x[(size_t)r * K + k];
-					want += p;
-					mag += fabs(p);
-				}
-				const float g = got[(size_t)n * K + k];
-				NEAR(g, want, mag, 1e-5, "dW %dx%d of %d rows written: [%d,%d] = %.7g, want %.7g",
-				     N, K, R, n, k, g, want);
-			}
-		if (mm && R <= 384)
-			ck_assert_msg(!memcmp(got, mm, (size_t)N * K * sizeof *got),
-				      "dW %dx%d of %d rows: sgemm's bits are not the matmul's", N, K, R);
-		free(dy), free(x), free(got), free(mm);
-	}
+	for (size_t c = 0; c < sizeof shape / sizeof *shape; c++)
+		dw_write_check(&f, shape[c][0], shape[c][1], shape[c][2], "the fixture's team");
+	fx_close(&f);
+	if (_i || strcmp(g_name, "cpu"))
+		return;
+	OK(fx_try_open_with(&f, 0, "run.threads=8"));
+	for (size_t c = 0; c < sizeof wide / sizeof *wide; c++)
+		dw_write_check(&f, wide[c][0], wide[c][1], wide[c][2], "8 threads");
 	fx_close(&f);
 }
 END_TEST

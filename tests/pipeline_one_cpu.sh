@@ -16,10 +16,9 @@
 #     late turns with b <= 64 l (each late turn sets at most 64 skips) and
 #     b >= l - w - 1 (a spin after a late turn only once its skips ran out: a
 #     stage's context has one stream, core/pipe_open.c, so its waits come
-#     one at a time), w the late turns on a wider context's event (the run's
-#     own device's: the wait for the step's start, which spans the
-#     optimizer on every core), which set no skips (cpu_spin_learns; since
-#     session 45), w <= l;
+#     one at a time), w the late turns on the run's own device's event (the
+#     wait for the step's start, which spans the optimizer on every core),
+#     which set no skips (cpu_spin_learns; since session 45), w <= l;
 #     on one CPU the turns come back late, l + b > 0 over the run; with
 #     stage_spin_us = 0 every wait sleeps at the limit, none is seen
 #     spinning; with stage_backoff = 0 none backs off;
@@ -70,7 +69,7 @@ echo "ok: 2 stages sharing one CPU end where one device does, with and without t
 # wide" (a stage's context has 1 thread of run.threads = 2; the run's own
 # device, 2)
 tally() {
-	sed -n "s/.*stage waits (threads 1) for another context's event: \([0-9]*\); seen spinning \([0-9]*\) (.*a late turn \([0-9]*\) (.*slept at stage_spin_us \([0-9]*\) (.*backing off \([0-9]*\) (.*wider context's event, not backed off from: \([0-9]*\)$/\1 \2 \3 \4 \5 \6/p" "$1"
+	sed -n "s/.*stage waits (threads 1) for another context's event: \([0-9]*\); seen spinning \([0-9]*\) (.*a late turn \([0-9]*\) (.*slept at stage_spin_us \([0-9]*\) (.*backing off \([0-9]*\) (.*run's own device's event, not backed off from: \([0-9]*\)$/\1 \2 \3 \4 \5 \6/p" "$1"
 }
 # check_tally FILE WHAT [nb]: two lines (a context a stage), waits > 0,
 # every latency's maximum below 30 s, b <= 64 l (b == 0 || l > 0), and but
@@ -79,8 +78,8 @@ check_tally() {
 	[ "$(tally "$1" | wc -l)" -eq 2 ] || fail "$2: not a \"stage waits\" line for each of the 2 stages: $(grep 'stage waits' "$1")"
 	tally "$1" | while read -r n s l t b w; do
 		[ "$n" -gt 0 ] || { echo "FAIL: $2: no stage waits"; exit 1; }
-		[ "$w" -le "$l" ] || { echo "FAIL: $2: $w late turns on a wider context's event of $l"; exit 1; }
-		[ "$b" -eq 0 ] || [ "$l" -gt "$w" ] || { echo "FAIL: $2: $b waits backed off with no late turn that sets skips ($l late, $w on a wider context's event)"; exit 1; }
+		[ "$w" -le "$l" ] || { echo "FAIL: $2: $w late turns on the run's own device's event of $l"; exit 1; }
+		[ "$b" -eq 0 ] || [ "$l" -gt "$w" ] || { echo "FAIL: $2: $b waits backed off with no late turn that sets skips ($l late, $w on the run's own device's event)"; exit 1; }
 		[ "$b" -le $((64 * (l - w))) ] || { echo "FAIL: $2: $b waits backed off, over 64 for each of $((l - w)) late turns"; exit 1; }
 		[ "${3:-}" = nb ] || [ "$b" -ge $((l - w - 1)) ] || { echo "FAIL: $2: $((l - w)) late turns that set skips but $b waits backed off (at least $((l - w - 1)))"; exit 1; }
 	done || exit 1

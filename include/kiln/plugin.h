@@ -492,7 +492,7 @@ struct kiln_device_traits {
 	const char *comm;
 };
 
-#define KILN_DEVICE_OPTIONS_VERSION 3
+#define KILN_DEVICE_OPTIONS_VERSION 4
 
 /* The [run] keys a device acts on, read once by the core (core/device.c)
  * from the config, where the schema holds their defaults, and handed to
@@ -526,6 +526,15 @@ struct kiln_device_options {
 	 * events of instances of one device plugin in a process may wait on
 	 * each other (a stage's stream waits for its neighbour's event). */
 	int32_t peers;
+	/* ---- version 4 ---- */
+	/* 1: this instance runs one pipeline stage ([run] devices, with its
+	 * share of [run] threads: core/pipe_devices.c), beside the run's own
+	 * device ([run] device), whose events the stages wait on too (the
+	 * step's start); 0: the run's own device, or a device alone.  What an
+	 * event's recorder is, whatever the teams' sizes (the CPU device's
+	 * spin back-off learns from a stage's waits on a peer stage's events
+	 * only, cpu_spin_learns). */
+	int32_t stage;
 };
 
 #define KILN_DEVICE_OPS_VERSION 3

@@ -305,6 +305,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->async_auto = async_rule;
 	c->beside = cpu_async_get(c) && opts->version >= 3 && opts->peers > 1;
 	c->spin_ns = c->beside ? (int64_t)spin_us * 1000 : 0;
+	c->stage = opts->version >= 4 && opts->stage;
 	c->backoff.off = !backoff;
 	c->graph = graph;
 	c->keep_weights = keep_weights;
@@ -340,9 +341,10 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	const int stage = opts->version >= 3 && opts->peers > 1;
 	cpu_team_live_init(&c->team, c->threads, adapt, !stage, flip ? atoi(flip) : 0, stat);
 	char isa[160];
-	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads%s, %s streams", ordinal,
+	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads%s, %s streams%s", ordinal,
 		  cpu_dnn_isa(isa, sizeof isa), c->threads, c->team.adapt ? " (adaptive)" : "",
-		  cpu_async_get(c) ? "async" : "sync");
+		  cpu_async_get(c) ? "async" : "sync",
+		  c->stage ? "; a pipeline stage" : opts->version >= 3 && opts->peers > 1 ? "; the run's own device, beside its stages" : "");
 	*out = c;
 	return KILN_OK;
 }
@@ -955,8 +957,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "(1, 2, 4, ... up to 64; see stage_spin_us), since session 44: a late turn has "
 	  "already cost the waiter the other thread's slice even when the pass is then "
 	  "done, where a sleeper is woken with a preemption (docs/pipeline.md).  A wait for "
-	  "the run's own device's event (the step's start, after its optimizer on every "
-	  "core) neither sets nor takes those skips (since session 45).  0: every "
+	  "an event of the run's own device (the step's start, after its optimizer on every "
+	  "core), unlike one for a peer stage's whatever its thread count, neither sets nor "
+	  "takes those skips (since session 45).  0: every "
 	  "wait spins up to stage_spin_us, as before session 44 (for measuring).  Results "
 	  "do not depend on it." },
 	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,

@@ -180,6 +180,9 @@ struct cpu_ctx {
 			     * cpu_spin_on; stream.c), 0: it sleeps at once */
 	int beside;         /* opened beside peers with its own workers: its
 			     * waits are tallied (even with stage_spin_us 0) */
+	int stage;          /* a pipeline stage's instance (options version 4:
+			     * stage), not the run's own device: its events'
+			     * waits feed the back-off (cpu_spin_learns) */
 	struct cpu_wait_tally waits; /* those waits, by how they ended (under lock) */
 	struct cpu_spin_backoff backoff; /* their spin's back-off (under lock) */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */

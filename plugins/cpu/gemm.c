@@ -25,8 +25,9 @@
  * The written weight gradient (a step's first micro-batch: A transposed,
  * beta = 0, f32, no bias or activation) runs dnnl_sgemm too, with beta = 0,
  * where its sums are the matmul's bit for bit: K (the rows) up to
- * CPU_SGEMM_WRITE_K, one of sgemm's K blocks on AVX-512 (from 385 rows on
- * the two round differently).  The brgemm matmul's stores, like its loads
+ * CPU_SGEMM_WRITE_K = 383, under one of sgemm's K blocks on AVX-512 (at
+ * 384 rows with 8 threads or more sgemm splits K between its threads, and
+ * from 385 rows on it sums in two blocks: the two round differently).  The brgemm matmul's stores, like its loads
  * above, go to a result no longer in cache (the optimizer read the
  * gradients last) tile by tile without prefetch: the pipeline's first
  * backward of a step, which writes the gradients, was its stage's longest
@@ -317,9 +318,12 @@ static int gemm_run_parts(const struct cpu_plan *p, const struct kiln_op_args *a
 
 /* The most rows (K) of a written weight gradient that gemm_blas runs:
  * sgemm sums K in blocks of 384 on AVX-512 (oneDNN 2.6), the brgemm matmul
- * in one pass, so up to here the two agree bit for bit (checked at 1 to
- * 384 rows, and not from 385 on: tests/check_device_gemm). */
-#define CPU_SGEMM_WRITE_K 384
+ * in one pass; below a whole block the two agree bit for bit (checked at
+ * 1 to 383 rows with 1-16, 32 and 64 threads).  At 384 rows with 8 threads
+ * or more sgemm splits K between threads (48x128, 64x64, 128x128, 100x64
+ * to 255 ...), and from 385 on it sums in two blocks: neither is the
+ * matmul's bits (tests/check_device_gemm). */
+#define CPU_SGEMM_WRITE_K 383
 
 /* An f32 GEMM without bias or activation, whole (not split), that
  * gemm_blas runs: an adding one, or a written weight gradient (A

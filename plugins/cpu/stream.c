@@ -80,8 +80,8 @@ struct cpu_event {
 			  * tallies how late it went on (cpu_wait_tally) */
 	int refs;        /* queued tasks that point at this event */
 	int waiters;     /* threads asleep until it completes (event_sleep) */
-	int owner_threads; /* its creating context's team ([run] threads for
-			    * the run's own device; cpu_spin_learns) */
+	int run_own;     /* created by the run's own device, not by a
+			  * pipeline stage's (!c->stage; cpu_spin_learns) */
 	struct cpu_err err; /* the recording stream's error when `done` was set */
 	/* graph.c: the capture its latest record belongs to (0: none, a real
 	 * record), the stream and that stream's recorded-task count then */
@@ -118,7 +118,7 @@ static int spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen
 		return CPU_WAIT_NONE;
 	if (!c->spin_ns)
 		return CPU_WAIT_LIMIT; /* stage_spin_us = 0: asleep at once */
-	const int learns = cpu_spin_learns(ev->owner_threads, c->threads);
+	const int learns = cpu_spin_learns(ev->run_own);
 	if (learns && cpu_spin_skip(&c->backoff))
 		return CPU_WAIT_BACKOFF;
 	pthread_mutex_unlock(c->lock);
@@ -138,7 +138,7 @@ static int spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen
 	if (learns)
 		cpu_spin_backoff(&c->backoff, how);
 	else if (how == CPU_WAIT_LATE)
-		c->waits.wide_late++;
+		c->waits.own_late++;
 	return how;
 }
 
@@ -572,7 +572,7 @@ kiln_status cpu_event_create(void *ctx, void **out)
 	*out = NULL;
 	if (!ev)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for an event");
-	ev->owner_threads = c->threads;
+	ev->run_own = !c->stage;
 	pthread_mutex_lock(c->lock);
 	COMMON_LIST_PUSH(c->events, ev);
 	pthread_mutex_unlock(c->lock);
@@ -699,13 +699,13 @@ static void wait_tally_log(const struct cpu_ctx *c)
 	for (int k = 0; k < 4; k++)
 		mean[k] = w->n[k] ? (double)w->after_ns[k] / 1e3 / (double)w->n[k] : 0;
 	c->host->log(KILN_LOG_INFO, "cpu",
-		     "stage waits (threads %d) for another context's event: %lld; seen spinning %lld (a mean %.1f us after the record, max %.0f; the lock retaken in %.2f us), a late turn %lld (went on %.1f us after, max %.0f; the late turns %.1f us), slept at stage_spin_us %lld (woke %.1f us after, max %.0f), slept at once backing off %lld (woke %.1f us after, max %.0f); late turns on a wider context's event, not backed off from: %lld",
+		     "stage waits (threads %d) for another context's event: %lld; seen spinning %lld (a mean %.1f us after the record, max %.0f; the lock retaken in %.2f us), a late turn %lld (went on %.1f us after, max %.0f; the late turns %.1f us), slept at stage_spin_us %lld (woke %.1f us after, max %.0f), slept at once backing off %lld (woke %.1f us after, max %.0f); late turns on the run's own device's event, not backed off from: %lld",
 		     c->threads, (long long)n, (long long)w->n[0], mean[0], (double)w->after_max_ns[0] / 1e3,
 		     cpu_wait_tally_lock_us(w),
 		     (long long)w->n[1], mean[1], (double)w->after_max_ns[1] / 1e3,
 		     w->n[1] ? (double)w->turn_ns / 1e3 / (double)w->n[1] : 0, (long long)w->n[2], mean[2],
 		     (double)w->after_max_ns[2] / 1e3, (long long)w->n[3], mean[3], (double)w->after_max_ns[3] / 1e3,
-		     (long long)w->wide_late);
+		     (long long)w->own_late);
 }
 
 void cpu_streams_destroy_all(struct cpu_ctx *c)

@@ -367,8 +367,8 @@ struct cpu_wait_tally {
 	int64_t after_ns[4], after_max_ns[4];
 	int64_t turn_ns; /* the late turns' sum */
 	int64_t spins;   /* the waits that spun (SEEN, LATE, LIMIT after a spin) */
-	int64_t wide_late; /* LATE waits on a wider context's event, which the
-			    * back-off did not learn from (cpu_spin_learns) */
+	int64_t own_late; /* LATE waits on the run's own device's event, which
+			   * the back-off did not learn from (cpu_spin_learns) */
 	int64_t lock_ns; /* those spins' retaking of the lock, summed */
 };
 /* The spin's back-off where the core is not the stage's alone: a turn
@@ -390,17 +390,19 @@ struct cpu_spin_backoff {
 	int next; /* the skip the next late turn sets */
 	int skip; /* waits left to sleep at once */
 };
-/* Whether a stage's wait on an event recorded by a context of
- * `owner_threads` feeds and follows the back-off of a waiter of `threads`:
- * not when the recorder's team is the wider.  That is the run's own device
- * (all of [run] threads, each stage a share): the stages' wait for the
- * step's start spans its optimizer, whose team takes every core, so that
- * wait's turn comes back late whether or not the stage shares its core,
- * and the back-off made the step's first hand-off a sleeper's wake-up
- * (docs/PERFORMANCE.md, sessions 44 and 45). */
-static inline int cpu_spin_learns(int owner_threads, int threads)
+/* Whether a stage's wait on an event feeds and follows the back-off: not
+ * when the event is the run's own device's (`run_own`: created by a
+ * context that is no pipeline stage, kiln_device_options.stage = 0), a
+ * peer stage's always, whatever either team's size (with [run] threads =
+ * 3 on 2 stages the first has 2 threads, the second 1: the second's waits
+ * on the first are ordinary hand-offs).  The stages' wait for the step's
+ * start spans the run's own device's optimizer, whose team takes every
+ * core, so that wait's turn comes back late whether or not the stage
+ * shares its core, and the back-off made the step's first hand-off a
+ * sleeper's wake-up (docs/PERFORMANCE.md, sessions 44 and 45). */
+static inline int cpu_spin_learns(int run_own)
 {
-	return owner_threads <= threads;
+	return !run_own;
 }
 /* Whether this wait sleeps at once (and counts it off). */
 static inline int cpu_spin_skip(struct cpu_spin_backoff *b)
