@@ -10,8 +10,8 @@
 #     so do stage_spin_us = 0 (a wait sleeps at once) and stage_backoff = 0
 #     (every wait spins, as before session 44);
 #  2. each stage's context tallies its waits (the "stage waits" line, which
-#     bench/pipeline.sh reads), on one CPU and on the machine's CPUs: waits
-#     > 0, latencies below 30 s (the record stamps the clock), and the
+#     bench/pipeline.sh reads; logged even with none), on one CPU and on
+#     the machine's CPUs: waits > 0 over the two stages, latencies below 30 s (the record stamps the clock), and the
 #     back-off's bounds (cpu_spin_backoff, threads.h): b backing off and l
 #     late turns with b <= 64 l (each late turn sets at most 64 skips) and
 #     b >= l - w - 1 (a spin after a late turn only once its skips ran out: a
@@ -71,13 +71,17 @@ echo "ok: 2 stages sharing one CPU end where one device does, with and without t
 tally() {
 	sed -n "s/.*stage waits (threads 1) for another context's event: \([0-9]*\); seen spinning \([0-9]*\) (.*a late turn \([0-9]*\) (.*slept at stage_spin_us \([0-9]*\) (.*backing off \([0-9]*\) (.*run's own device's event, not backed off from: \([0-9]*\)$/\1 \2 \3 \4 \5 \6/p" "$1"
 }
-# check_tally FILE WHAT [nb]: two lines (a context a stage), waits > 0,
-# every latency's maximum below 30 s, b <= 64 l (b == 0 || l > 0), and but
-# with nb (stage_backoff = 0) b >= l - 1
+# check_tally FILE WHAT [nb]: two lines (a context a stage, logged even
+# with no wait), waits > 0 over the two (one stage alone may find every
+# event of the other already recorded: on one CPU with stage_spin_us = 0
+# it happened in CI, session 45), every latency's maximum below 30 s,
+# b <= 64 l (b == 0 || l > 0), and but with nb (stage_backoff = 0)
+# b >= l - 1
 check_tally() {
 	[ "$(tally "$1" | wc -l)" -eq 2 ] || fail "$2: not a \"stage waits\" line for each of the 2 stages: $(grep 'stage waits' "$1")"
+	[ "$(tally "$1" | awk '{ n += $1 } END { print n + 0 }')" -gt 0 ] || fail "$2: no stage waits: $(grep 'stage waits' "$1")"
 	tally "$1" | while read -r n s l t b w; do
-		[ "$n" -gt 0 ] || { echo "FAIL: $2: no stage waits"; exit 1; }
+		[ "$n" -ge 0 ] || { echo "FAIL: $2: a negative count of stage waits"; exit 1; }
 		[ "$w" -le "$l" ] || { echo "FAIL: $2: $w late turns on the run's own device's event of $l"; exit 1; }
 		[ "$b" -eq 0 ] || [ "$l" -gt "$w" ] || { echo "FAIL: $2: $b waits backed off with no late turn that sets skips ($l late, $w on the run's own device's event)"; exit 1; }
 		[ "$b" -le $((64 * (l - w))) ] || { echo "FAIL: $2: $b waits backed off, over 64 for each of $((l - w)) late turns"; exit 1; }

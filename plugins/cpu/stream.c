@@ -688,12 +688,15 @@ void cpu_plan_wait_idle(struct cpu_ctx *c, struct cpu_plan *p)
 
 /* A pipeline stage's waits for its neighbours (cpu_wait_tally), logged
  * once its streams' workers are gone (a context that spun: a stage beside
- * peers, [run] devices): bench/pipeline.sh reads the line. */
+ * peers, [run] devices): bench/pipeline.sh reads the line.  A stage's
+ * context logs it even with no wait (on one CPU a stage can find every
+ * event of its neighbour already recorded); the run's own device only
+ * when it waited. */
 static void wait_tally_log(const struct cpu_ctx *c)
 {
 	const struct cpu_wait_tally *w = &c->waits;
 	const int64_t n = w->n[0] + w->n[1] + w->n[2] + w->n[3];
-	if (!n)
+	if (!n && !(c->stage && c->beside))
 		return;
 	double mean[4];
 	for (int k = 0; k < 4; k++)
