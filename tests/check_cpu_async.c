@@ -13,12 +13,6 @@
  * $KILN_CPU_LOADAVG, high and ignored); `async = 0` set is not changed by
  * any workload.  A stream created on another thread while a workload
  * switches the streams async gets its worker too.
- *
- * Wake-ups (session 46): a thread asleep until an event completes, or
- * until a stream goes idle, is woken by that progress only, not by every
- * other stream's records and idles (a pipeline's stages made about 100
- * such wake-ups a step of the run's own workers, the loader and the
- * training thread).
  */
 #include "../core/internal.h" /* first: build-config.h's _GNU_SOURCE (CPU_SET) */
 #include <kiln/kiln.h>
@@ -30,7 +24,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h> /* getrusage(RUSAGE_THREAD): a thread's own context switches */
 #include <unistd.h>
 #include "check_main.h"
 #include "../core/dist.h"
@@ -300,83 +293,6 @@ START_TEST(test_long_message_kept)
 }
 END_TEST
 
-/* ---- wake-ups ---------------------------------------------------------- */
-
-static kiln_status gate_fn(void *arg) /* holds its stream until *arg is set */
-{
-	while (!__atomic_load_n((const int *)arg, __ATOMIC_ACQUIRE))
-		usleep(1000);
-	return KILN_OK;
-}
-
-struct sleeper {
-	struct kiln_device *dev;
-	void *ev, *stream; /* event_sync on ev, else stream_sync on stream */
-	int ready;         /* set just before it goes to sleep */
-	long switches;     /* its voluntary context switches while asleep */
-	kiln_status st;
-};
-
-static void *sleeper_fn(void *arg)
-{
-	struct sleeper *z = arg;
-	struct rusage r0, r1;
-	getrusage(RUSAGE_THREAD, &r0);
-	__atomic_store_n(&z->ready, 1, __ATOMIC_RELEASE);
-	z->st = z->ev ? kiln_device_event_sync(z->dev, z->ev) : kiln_device_stream_sync(z->dev, z->stream);
-	getrusage(RUSAGE_THREAD, &r1);
-	z->switches = r1.ru_nvcsw - r0.ru_nvcsw;
-	return NULL;
-}
-
-/* Two threads asleep, one until an event of stream A completes, one until
- * A goes idle, while A waits on a gate; meanwhile stream B records its
- * own event and goes idle 300 times.  Each sleeper must wake for A's
- * progress only: a few voluntary context switches (its sleep, the lock),
- * where one condition for every wait made each of B's records and idles
- * wake both (hundreds of switches each before session 46). */
-START_TEST(test_sleepers_woken_by_their_progress)
-{
-	setenv("KILN_CPU_PROBEWAIT", "0", 1);
-	struct kiln_device *dev = open_rank("plugin.cpu.async=1");
-	void *a, *b, *eva, *evb;
-	int gate = 0;
-	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
-	ck_assert_int_eq(kiln_device_stream_create(dev, &b), KILN_OK);
-	ck_assert_int_eq(kiln_device_event_create(dev, &eva), KILN_OK);
-	ck_assert_int_eq(kiln_device_event_create(dev, &evb), KILN_OK);
-	ck_assert_msg(!runs_here(dev, a), "async = 1: the host function ran on this thread");
-	ck_assert_int_eq(kiln_device_host_fn(dev, a, gate_fn, &gate), KILN_OK);
-	ck_assert_int_eq(kiln_device_event_record(dev, eva, a), KILN_OK);
-	struct sleeper z[2] = { { .dev = dev, .ev = eva }, { .dev = dev, .stream = a } };
-	pthread_t th[2];
-	for (int k = 0; k < 2; k++) {
-		ck_assert_int_eq(pthread_create(&th[k], NULL, sleeper_fn, &z[k]), 0);
-		while (!__atomic_load_n(&z[k].ready, __ATOMIC_ACQUIRE))
-			usleep(1000);
-	}
-	usleep(50000); /* both asleep */
-	const int n = 300;
-	for (int i = 0; i < n; i++) {
-		ck_assert_int_eq(kiln_device_event_record(dev, evb, b), KILN_OK);
-		ck_assert_int_eq(kiln_device_stream_sync(dev, b), KILN_OK);
-	}
-	__atomic_store_n(&gate, 1, __ATOMIC_RELEASE);
-	for (int k = 0; k < 2; k++) {
-		ck_assert_int_eq(pthread_join(th[k], NULL), 0);
-		ck_assert_int_eq(z[k].st, KILN_OK);
-		ck_assert_msg(z[k].switches <= 8,
-			      "the thread in %s slept through %ld voluntary context switches while stream B recorded and went idle %d times: woken by others' progress",
-			      k ? "stream_sync(A)" : "event_sync(A's event)", z[k].switches, n);
-	}
-	kiln_device_event_destroy(dev, eva);
-	kiln_device_event_destroy(dev, evb);
-	kiln_device_stream_destroy(dev, a);
-	kiln_device_stream_destroy(dev, b);
-	close_rank(dev);
-}
-END_TEST
-
 static Suite *make_cpu_async_suite(void)
 {
 	Suite *s = suite_create("cpu_async");
@@ -388,10 +304,6 @@ static Suite *make_cpu_async_suite(void)
 	tcase_add_test(tc, test_create_during_switch);
 	tcase_add_test(tc, test_long_message_kept);
 	suite_add_tcase(s, tc);
-	TCase *tw = tcase_create("wakeups");
-	tcase_set_timeout(tw, 60);
-	tcase_add_test(tw, test_sleepers_woken_by_their_progress);
-	suite_add_tcase(s, tw);
 	return s;
 }
 

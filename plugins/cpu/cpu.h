@@ -224,11 +224,11 @@ struct cpu_ctx {
 	 * stages each have one and wait on each other's events: cpu.c's
 	 * cpu_sync); wake-ups are targeted (stream.c). */
 	pthread_mutex_t *lock;
-	pthread_cond_t *cond;  /* a plan's last queued use passed (when
-				* its `freeing`); an event's sleepers sleep on
-				* its own condition, a stream_sync on its
-				* stream's `idle`, idle workers on their
-				* stream's `wake` (stream.c) */
+	pthread_cond_t *cond;  /* progress: an event completed, a stream went
+				* idle, an event's or (when plan_waiters) a
+				* plan's last queued use passed; idle workers
+				* sleep on their stream's own `wake` instead */
+	int plan_waiters;      /* threads in cpu_plan_wait_idle */
 	struct cpu_stream *streams; /* live objects, so close() can free them */
 	struct cpu_event *events;
 	struct cpu_plan *plans;
@@ -315,9 +315,6 @@ struct cpu_plan {
 	/* Queued async runs of this plan (under cpu_ctx.lock): plan_free
 	 * waits for them instead of freeing a plan a worker will run. */
 	int refs;
-	int freeing; /* plan_free waits (on cpu_ctx.cond) for refs to reach 0:
-		      * the last queued run broadcasts, whichever context's
-		      * stream ran it */
 };
 
 /* ---- embedding.c ---- */

@@ -250,19 +250,16 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
 		} else if (!fits) {
 			same = st ? cpu_team_probe_failed(st) : 0;
 		} else {
-			/* p itself, without the versions; its list links, refs
-			 * and freeing (which the issuing thread writes meanwhile
-			 * under the device's lock: prepares, frees, cpu_push;
-			 * freeing follows refs in the struct) not read */
+			/* p itself, without the versions; its list links and
+			 * refs (which the issuing thread writes meanwhile under
+			 * the device's lock: prepares, frees, cpu_push) not read */
 			struct cpu_plan base;
 			const size_t from = offsetof(struct cpu_plan, op);
-			const size_t at = offsetof(struct cpu_plan, refs);
-			const size_t past = offsetof(struct cpu_plan, freeing) + sizeof p->freeing;
+			const size_t at = offsetof(struct cpu_plan, refs), past = at + sizeof p->refs;
 			memcpy((char *)&base + from, (const char *)p + from, at - from);
 			memcpy((char *)&base + past, (const char *)p + past, sizeof base - past);
 			base.prev = base.next = NULL;
 			base.refs = 1;
-			base.freeing = 0;
 			base.variants = NULL;
 			same = probe_run(c, &base, p->workspace, v->max, &ref, &nref);
 			if (same > 0)

@@ -10,22 +10,13 @@
  * the event again later does not move a wait that is already queued.
  *
  * Wake-ups are targeted: an idle worker sleeps on its own stream's
- * condition, which only a push to that stream signals; a thread waiting
- * for an event sleeps on that event's condition, which only its marker
- * (when it has sleepers) or, while it is being destroyed, its last queued
- * use broadcasts; a stream_sync sleeps on its stream's `idle` condition,
- * broadcast when the stream goes idle with a sync waiting; the shared
- * condition is left to a plan's last queued use while a plan is being
- * freed.  A broadcast per task to every thread made the workers and the
- * training thread of a busy process spend their time waking up (measured
- * with 2 Gloo ranks on 2 cores: the training thread at ~65% CPU, in futex
- * waits and wakes); until session 46 one shared condition still took
- * every event's marker with sleepers, every event's last queued use and
- * every stream going idle, and each woke every sleeper of the process:
- * with pipeline stages ([run] devices) about 100 wake-ups a step of the
- * run's own device's workers, the loader and the training thread at 16
- * micro-batches, each taking a stage's core for a moment
- * (docs/pipeline.md, "Targeted wake-ups").
+ * condition, which only a push to that stream signals; the context's
+ * condition is broadcast only on progress someone can wait for (the
+ * marker of an event that has sleepers, a stream going idle, the last
+ * queued use of an event or of a plan being freed).  A broadcast per task to every thread made the
+ * workers and the training thread of a busy process spend their time
+ * waking up (measured with 2 Gloo ranks on 2 cores: the training thread
+ * at ~65% CPU, in futex waits and wakes).
  *
  * A pipeline stage's stream (a context opened beside peers, [run]
  * devices) that reaches a wait for an event not yet complete spins on it,
@@ -76,8 +67,6 @@ struct cpu_stream {
 	size_t pushed; /* tasks enqueued since the last stream_sync */
 	int quit;
 	pthread_cond_t wake; /* the worker: a task was pushed, or quit */
-	pthread_cond_t idle; /* stream_sync: the stream went idle */
-	int syncers;         /* threads in stream_sync on it */
 	char name[16];       /* its worker's: kiln-stream-N, the process's N-th */
 	struct cpu_err err; /* sticky: first failure */
 };
@@ -91,10 +80,6 @@ struct cpu_event {
 			  * tallies how late it went on (cpu_wait_tally) */
 	int refs;        /* queued tasks that point at this event */
 	int waiters;     /* threads asleep until it completes (event_sleep) */
-	int destroying;  /* event_destroy waits for its queued uses to pass */
-	pthread_cond_t cond; /* its sleepers' and its destroyer's (under the
-			      * shared lock): its marker with waiters, its last
-			      * queued use while destroying */
 	int run_own;     /* created by the run's own device, not by a
 			  * pipeline stage's (!c->stage; cpu_spin_learns) */
 	struct cpu_err err; /* the recording stream's error when `done` was set */
@@ -158,39 +143,35 @@ static int spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen
 }
 
 /* Sleep until event ev reaches generation gen (caller holds the lock),
- * on the event's own condition, counted in ev->waiters, so that its
- * record wakes its sleepers only, and only when there are some
- * (cpu_task_done). */
+ * counted in ev->waiters, so that its record wakes the sleepers only when
+ * there are some (cpu_task_done). */
 static void event_sleep(struct cpu_ctx *c, struct cpu_event *ev, uint64_t gen)
 {
 	if (ev->done >= gen)
 		return;
 	ev->waiters++;
 	while (ev->done < gen)
-		pthread_cond_wait(&ev->cond, c->lock);
+		pthread_cond_wait(c->cond, c->lock);
 	ev->waiters--;
 }
 
-/* The task at the head of s done (caller holds the lock): each wake-up
- * goes to the threads that wait for this progress only (the header). */
 static void cpu_task_done(struct cpu_stream *s)
 {
 	struct cpu_task *t = &s->q[s->head];
-	struct cpu_event *ev = t->ev;
 	/* an event completed that someone sleeps on: a broadcast per record
 	 * woke every sleeper of the process (the training thread in its
 	 * step's sync, the compute stream's wait for the stages) some 130
 	 * times a pipeline step at 16 micro-batches */
-	int wake = ev && t->kind == CPU_T_RECORD && ev->waiters;
-	if (ev && !--ev->refs && ev->destroying)
+	int wake = t->kind == CPU_T_RECORD && t->ev->waiters;
+	if (t->ev && !--t->ev->refs)
 		wake = 1; /* event_destroy waits for this */
-	if (wake)
-		pthread_cond_broadcast(&ev->cond);
-	if (t->plan && !--((struct cpu_plan *)t->plan)->refs && ((struct cpu_plan *)t->plan)->freeing)
-		pthread_cond_broadcast(s->c->cond); /* cpu_plan_wait_idle */
+	if (t->plan && !--((struct cpu_plan *)t->plan)->refs && s->c->plan_waiters)
+		wake = 1;
 	s->head = (s->head + 1) % s->cap;
-	if (!--s->count && s->syncers)
-		pthread_cond_broadcast(&s->idle); /* stream_sync waits for this */
+	if (!--s->count)
+		wake = 1; /* stream_sync waits for this */
+	if (wake)
+		pthread_cond_broadcast(s->c->cond);
 }
 
 static void *cpu_worker(void *arg)
@@ -411,7 +392,6 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a stream");
 	s->c = c;
 	pthread_cond_init(&s->wake, NULL);
-	pthread_cond_init(&s->idle, NULL);
 	kiln_status st;
 	/* the mode read, the worker started and the stream listed as one
 	 * step against a switch (cpu_streams_set_async) */
@@ -419,7 +399,6 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 	if (cpu_async_get(c) && (st = stream_start(c, s))) {
 		pthread_mutex_unlock(&c->switch_lock);
 		pthread_cond_destroy(&s->wake);
-		pthread_cond_destroy(&s->idle);
 		free(s);
 		return st;
 	}
@@ -445,7 +424,6 @@ void cpu_stream_destroy(void *ctx, void *stream)
 	pthread_mutex_unlock(c->lock);
 	pthread_mutex_unlock(&c->switch_lock);
 	pthread_cond_destroy(&s->wake);
-	pthread_cond_destroy(&s->idle);
 	free(s->q);
 	free(s);
 }
@@ -503,10 +481,8 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 	if (!cpu_async_get(c))
 		return KILN_OK;
 	pthread_mutex_lock(c->lock);
-	s->syncers++;
 	while (s->count)
-		pthread_cond_wait(&s->idle, c->lock);
-	s->syncers--;
+		pthread_cond_wait(c->cond, c->lock);
 	s->pushed = 0;
 	struct cpu_err e;
 	err_get(&e, &s->err);
@@ -597,7 +573,6 @@ kiln_status cpu_event_create(void *ctx, void **out)
 	if (!ev)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for an event");
 	ev->run_own = !c->stage;
-	pthread_cond_init(&ev->cond, NULL);
 	pthread_mutex_lock(c->lock);
 	COMMON_LIST_PUSH(c->events, ev);
 	pthread_mutex_unlock(c->lock);
@@ -613,12 +588,10 @@ void cpu_event_destroy(void *ctx, void *event)
 		return;
 	pthread_mutex_lock(c->lock);
 	/* Queued markers and waits still point at it: let them pass. */
-	ev->destroying = 1;
 	while (ev->refs)
-		pthread_cond_wait(&ev->cond, c->lock);
+		pthread_cond_wait(c->cond, c->lock);
 	COMMON_LIST_UNLINK(c->events, ev);
 	pthread_mutex_unlock(c->lock);
-	pthread_cond_destroy(&ev->cond);
 	free(ev);
 }
 
@@ -642,8 +615,6 @@ static kiln_status record_raw(struct cpu_ctx *c, struct cpu_event *ev, struct cp
 	ev->cap_id = 0; /* a real record */
 	if (!cpu_async_get(c)) {
 		__atomic_store_n(&ev->done, ++ev->target, __ATOMIC_RELEASE);
-		if (ev->waiters) /* (a peer's sleeper waits on its own condition) */
-			pthread_cond_broadcast(&ev->cond);
 	} else {
 		struct cpu_task t = { .kind = CPU_T_RECORD, .ev = ev, .gen = ev->target + 1 };
 		if (!(st = cpu_push(s, &t)))
@@ -709,10 +680,10 @@ kiln_status cpu_event_sync(void *ctx, void *event)
 
 void cpu_plan_wait_idle(struct cpu_ctx *c, struct cpu_plan *p)
 {
-	p->freeing = 1;
+	c->plan_waiters++;
 	while (p->refs)
 		pthread_cond_wait(c->cond, c->lock);
-	p->freeing = 0;
+	c->plan_waiters--;
 }
 
 /* A pipeline stage's waits for its neighbours (cpu_wait_tally), logged
