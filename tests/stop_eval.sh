@@ -16,7 +16,8 @@
 # line.  Under `kiln launch -n 2` (with kiln-gloo) the ranks agree every 16
 # evaluation batches: SIGTERM to the launcher stops both within 20 s too,
 # and 1 process resumes rank 0's checkpoint; so do 2 pipeline stages on
-# the 2 ranks evaluating the gathered model (session 45).  A stop during a resumed
+# the 2 ranks evaluating the gathered model (session 45), and evaluating
+# per stage (session 46).  A stop during a resumed
 # run's owed evaluation (its first work) is one after work: a checkpoint,
 # not "nothing to checkpoint; the process ends within 5 s".  A stop during the final test ([data.val] set: the test set once
 # after training, 20,000 samples here, a few seconds) is not taken: the
@@ -176,6 +177,18 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 		grep -q "stop requested: the test evaluation after step 2 ends after [0-9]* of its $share samples, not recorded (this rank's share of the set's)" "$tmp/pipe.err" ||
 			fail "pipe: the rank of $share samples did not cut its share of the gathered evaluation: $(grep "ends after" "$tmp/pipe.err")"
 	done
+	# the same 2 stages evaluating per stage (every parameter trainable:
+	# each rank holds its stage's alone, and both go through the whole
+	# set's batches, stage 0 handing each to stage 1): cut at the same
+	# batch on both ranks, agreed every 16 batches (session 46; before,
+	# the evaluation ran to its end)
+	stop_in_eval staged 2 launch -n 2 run.comm=gloo train.eval_every=2 dist.pipeline=2 \
+		layer.fc2.stage=1 pipeline.micro_batches=2 data.eval.samples=199990
+	grep -q "holds the stage's parameters and gradients alone" "$tmp/staged.err" ||
+		fail "staged: the evaluation did not run per stage: $(grep -i "pipeline" "$tmp/staged.err" | head -3)"
+	cut=$(sed -n 's/.*stop requested: the test evaluation after step 2 ends after \([0-9]*\) of its 199990 samples, not recorded$/\1/p' "$tmp/staged.err")
+	[ "$(echo "$cut" | wc -l)" = 2 ] && [ "$(echo "$cut" | sort -u | wc -l)" = 1 ] ||
+		fail "staged: not both stages cut the evaluation at the same batch: $(grep "ends after" "$tmp/staged.err")"
 else
 	echo "(no kiln-gloo: the data-parallel case skipped)"
 fi
