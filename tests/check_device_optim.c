@@ -1109,14 +1109,10 @@ DFX_TEST(amsgrad)
 
 /* The ops whose state the rule covers (kiln/ops.h, "Optimizer state below
  * FLT_MIN"): SGD (plain, Nesterov, with a dampening), ADAMW (and
- * amsgrad's vmax), LAMB; and SGD as examples/plugins/lion.c keeps Lion's
- * momentum (session 46): momentum = dampening = beta2, lr 0, its "params"
- * a scratch (beta2 0.9 here: lion-pytorch's 0.99 decays too few of
- * sub_init's class 0 into the subnormal range in 30 steps). */
-enum sub_kind { SUB_SGD, SUB_NESTEROV, SUB_DAMP, SUB_LION, SUB_ADAMW, SUB_AMSGRAD, SUB_LAMB, SUB_KINDS };
+ * amsgrad's vmax), LAMB. */
+enum sub_kind { SUB_SGD, SUB_NESTEROV, SUB_DAMP, SUB_ADAMW, SUB_AMSGRAD, SUB_LAMB, SUB_KINDS };
 static const char *const sub_name[SUB_KINDS] = { "SGD", "SGD nesterov", "SGD dampening",
-						 "SGD as Lion's momentum", "ADAMW", "ADAMW amsgrad",
-						 "LAMB" };
+						 "ADAMW", "ADAMW amsgrad", "LAMB" };
 
 /* x as the cpu device stores new state: a zero of its sign below FLT_MIN */
 static float sub_flush(float x)
@@ -1147,9 +1143,9 @@ static struct kiln_op sub_op(int kind, int64_t n, double eps, int *ns)
 		return op;
 	}
 	*ns = 1;
-	op.type = KILN_OP_SGD, op.n_in = kind == SUB_DAMP || kind == SUB_LION ? 3 : 2, op.n_out = 2;
+	op.type = KILN_OP_SGD, op.n_in = kind == SUB_DAMP ? 3 : 2, op.n_out = 2;
 	op.i[1] = kind == SUB_NESTEROV;
-	op.f[0] = 0.9, op.f[3] = kind == SUB_DAMP ? 0.5 : kind == SUB_LION ? 0.9 : 0;
+	op.f[0] = 0.9, op.f[3] = kind == SUB_DAMP ? 0.5 : 0;
 	return op;
 }
 
@@ -1161,11 +1157,10 @@ static struct kiln_op sub_op(int kind, int64_t n, double eps, int *ns)
  * `flush`). */
 static void sub_ref(int kind, int flush, float *const *s, const float *g, int64_t i, float r[3])
 {
-	if (kind <= SUB_LION) {
-		/* SGD: mu*v + g, or with a dampening (t > 1) mu*v + (1 - 0.5)*g;
-		 * Lion's momentum beta2*m + (1 - beta2)*g, beta2 0.9 */
-		const float mu = (float)0.9, omd = (float)(1.0 - (kind == SUB_LION ? 0.9 : 0.5));
-		r[0] = kind >= SUB_DAMP ? mu * s[0][i] + omd * g[i] : mu * s[0][i] + g[i];
+	if (kind <= SUB_DAMP) {
+		/* SGD: mu*v + g, or with a dampening (t > 1) mu*v + (1 - 0.5)*g */
+		const float mu = (float)0.9, omd = (float)(1.0 - 0.5);
+		r[0] = kind == SUB_DAMP ? mu * s[0][i] + omd * g[i] : mu * s[0][i] + g[i];
 		return;
 	}
 	const float b1 = (float)0.9, b2 = (float)0.999, omb1 = (float)(1.0 - 0.9),
@@ -1225,7 +1220,7 @@ static void subnormal_case(struct fx *f, int kind, int64_t n, int eps0)
 	const struct kiln_op op = sub_op(kind, n, eps0 ? 0.0 : 1e-8, &ns);
 	const size_t b = (size_t)n * 4;
 	const int64_t t = 5, off[3] = { 0, n / 3, n };
-	const float lr = kind == SUB_LION ? 0.0f : 0.1f; /* (Lion's momentum op: lr 0) */
+	const float lr = 0.1f;
 	float *w = malloc(b), *w0 = malloc(b), *g = malloc(b), *s[3], *got[3];
 	void *dw, *dg, *ds[3] = { NULL, NULL, NULL };
 	int64_t made = 0, kept = 0;

@@ -7,8 +7,7 @@
 # subnormal_state case runs only this machine's clone.  Under valgrind
 # (--tool=none: no checking, just its CPU), whose CPU has AVX2 and never
 # AVX-512, the same case runs the AVX2 clone on an AVX-512 machine: every
-# optimizer's state against the IEEE reference loop, bit for bit (the SGD
-# op that keeps examples/plugins/lion.c's momentum too, session 46).  The
+# optimizer's state against the IEEE reference loop, bit for bit.  The
 # case prints the clone the resolvers saw, and this test asserts it was
 # AVX2.  SKIP (77): without valgrind; when the plugin has no AVX2 clone
 # (a sanitizer build or another compiler: its symbols name none); when the

@@ -10,25 +10,9 @@
  *
  * Composed from the device's generic ops, so it runs on any device:
  * SCALE, RELU_BWD (sign(c) = (c > 0) - (-c > 0), exact), FILL, CAST, and
- * KILN_OP_SGD twice: with momentum 0 as the gated "p = p - lr*wd*d*p -
- * lr*x" (the one op that reads the device lr, the no_decay multiplier d
- * and the finite-flag gate, so a skipped step changes nothing), and for m
- * with momentum = dampening = beta2, whose momentum buffer is
- * m = beta2*m + (1 - beta2)*g (lion-pytorch's mul_ and add_).
- *
- * m is therefore stored as the device stores SGD's momentum: the cpu
- * device stores a value below FLT_MIN as a zero of its sign (kiln/ops.h,
- * "Optimizer state below FLT_MIN"; session 46).  This changes the update
- * where the other optimizers' does not move: a unit whose gradient is 0
- * (a dead ReLU's) keeps m decaying, and sign(beta1*m) is +-1 for any m
- * other than zero, subnormal included.  In IEEE arithmetic such an m never
- * reaches zero (beta2*m rounds back to m a few ulps above 0: 50 ulps of
- * 2^-149 at beta2 0.99), so the weight moves by lr every step for ever,
- * on the sign of a 7e-44; with m flushed, sign(beta1*0 + 0) = 0 and it
- * stops once m falls below FLT_MIN (8,003 steps after an m of 1e-3 at
- * beta2 0.99), its decoupled weight decay still applied.  docs/training.md ("Subnormal optimizer state") says why
- * that is kept: the sign is then of a rounding residue, and every step
- * on such state costs x86 a microcode assist per element.
+ * KILN_OP_SGD with momentum 0 as the gated "p = p - lr*wd*d*p - lr*x" (the
+ * one op that reads the device lr, the no_decay multiplier d and the
+ * finite-flag gate, so a skipped step changes nothing).
  *
  * Build against an installed kiln:
  *   cc -shared -fPIC -fvisibility=hidden $(pkg-config --cflags kiln) \
@@ -57,12 +41,10 @@ struct lion {
 };
 
 /* One step's prepared ops over n elements; the workspace holds c, t and
- * ones (n floats each, 64-byte aligned), then the momentum op's lr 0
- * (f32) and step count 2 (i64, 8 bytes on). */
+ * ones (n floats each, 64-byte aligned) and the scalar beta2 - 1. */
 struct lion_plan {
-	void *ones, *zero, *two, *c_g, *c_m, *t_neg, *c_pos, *t_pos, *c_sign, *upd, *mom, *cast;
+	void *ones, *scal, *c_g, *c_m, *t_neg, *c_pos, *t_pos, *c_sign, *upd, *mom, *cast;
 	size_t stride; /* bytes of one n-float piece of the workspace */
-	int damp;      /* beta2 > 0: the momentum op reads the step count */
 };
 
 static kiln_status lion_get(const struct kiln_host *h, const struct kiln_config *cfg,
@@ -129,35 +111,6 @@ static void axpy_op(struct kiln_op *op, int64_t n, double wd, int decay_mult, in
 	}
 }
 
-/* Lion's momentum as KILN_OP_SGD's (ABI 2.29): momentum mu = beta2 and
- * dampening beta2, so that its buffer (out1, m) becomes
- *   m = beta2*m + (1 - beta2)*g
- * over a scratch "params" out0 with lr 0 (left as it is: the flags' t,
- * 0 or 1, finite).  Its step count in2 is 2 (torch.optim.SGD's first step
- * would copy g undamped); with beta2 = 0 there is no dampening, no count,
- * and m = g.  Gated like the update. */
-static void mom_op(struct kiln_op *op, int64_t n, double beta2, int gated)
-{
-	vec_op(op, KILN_OP_SGD, 2, n);
-	op->in[1].dims[0] = 1;
-	op->i[0] = n;
-	op->f[0] = beta2;
-	op->f[3] = beta2;
-	if (beta2 != 0.0) {
-		op->in[2] = op->in[1];
-		op->in[2].dtype = KILN_I64;
-		op->n_in = 3;
-	}
-	op->out[1] = op->out[0];
-	op->n_out = 2;
-	if (gated) {
-		op->flags = KILN_OPF_GATED;
-		op->in[op->n_in] = op->in[1];
-		op->in[op->n_in].dtype = KILN_F32;
-		op->n_in++;
-	}
-}
-
 static kiln_status prep(struct lion *o, struct kiln_device *dev, struct kiln_op *op, void **plan)
 {
 	return o->h->device_prepare(dev, op, plan, NULL);
@@ -175,13 +128,8 @@ static kiln_status plan_ops(struct lion *o, struct kiln_device *dev,
 	if ((st = prep(o, dev, &op, &p->ones)))
 		return st;
 	vec_op(&op, KILN_OP_FILL, 0, 1);
-	op.f[0] = 0.0;
-	if ((st = prep(o, dev, &op, &p->zero)))
-		return st;
-	p->damp = o->beta2 != 0.0;
-	op.out[0].dtype = KILN_I64;
-	op.f[0] = 2.0;
-	if (p->damp && (st = prep(o, dev, &op, &p->two)))
+	op.f[0] = o->beta2 - 1.0;
+	if ((st = prep(o, dev, &op, &p->scal)))
 		return st;
 	/* c = (1 - beta1)*g, then c += beta1*m */
 	vec_op(&op, KILN_OP_SCALE, 1, n);
@@ -207,8 +155,8 @@ static kiln_status plan_ops(struct lion *o, struct kiln_device *dev,
 	axpy_op(&op, n, o->wd, s->decay_mult, s->gated);
 	if ((st = prep(o, dev, &op, &p->upd)))
 		return st;
-	/* m = beta2*m + (1 - beta2)*g, SGD's momentum buffer */
-	mom_op(&op, n, o->beta2, s->gated);
+	/* m = m - (beta2 - 1)*(-1)*m - (beta2 - 1)*g = beta2*m + (1 - beta2)*g */
+	axpy_op(&op, n, -1.0, 0, s->gated);
 	if ((st = prep(o, dev, &op, &p->mom)))
 		return st;
 	/* low-precision compute: the compute copy of the new parameters */
@@ -241,21 +189,14 @@ static kiln_status lion_plan(void *ctx, struct kiln_device *dev, const struct ki
 	return KILN_OK;
 }
 
-static kiln_status run2(struct lion *o, struct kiln_device *dev, void *plan, void *stream,
-			const void *in0, const void *in1, const void *in2, const void *in3,
-			void *out, void *out1)
+static kiln_status run(struct lion *o, struct kiln_device *dev, void *plan, void *stream,
+		       const void *in0, const void *in1, const void *in2, const void *in3, void *out)
 {
 	struct kiln_op_args a;
 	memset(&a, 0, sizeof a);
 	a.in[0] = in0, a.in[1] = in1, a.in[2] = in2, a.in[3] = in3;
-	a.out[0] = out, a.out[1] = out1;
+	a.out[0] = out;
 	return o->h->device_run(dev, plan, &a, stream);
-}
-
-static kiln_status run(struct lion *o, struct kiln_device *dev, void *plan, void *stream,
-		       const void *in0, const void *in1, const void *in2, const void *in3, void *out)
-{
-	return run2(o, dev, plan, stream, in0, in1, in2, in3, out, NULL);
 }
 
 static kiln_status lion_step(void *ctx, struct kiln_device *dev, void *plan,
@@ -266,17 +207,13 @@ static kiln_status lion_step(void *ctx, struct kiln_device *dev, void *plan,
 	float *c = a->workspace;
 	float *t = (float *)((char *)a->workspace + p->stride);
 	float *ones = (float *)((char *)a->workspace + 2 * p->stride);
-	float *zero = (float *)((char *)a->workspace + 3 * p->stride);
-	int64_t *two = (int64_t *)((char *)a->workspace + 3 * p->stride + 8);
-	/* the gated ops' inputs: [d,] [gate] after x and lr; [t,] [gate] */
+	float *scal = (float *)((char *)a->workspace + 3 * p->stride);
+	/* the gated ops' inputs: [d,] [gate] after x and lr */
 	const void *upd2 = a->decay_mult ? (const void *)a->decay_mult : (const void *)a->gate;
 	const void *upd3 = a->decay_mult ? (const void *)a->gate : NULL;
-	const void *mom2 = p->damp ? (const void *)two : (const void *)a->gate;
-	const void *mom3 = p->damp ? (const void *)a->gate : NULL;
 	kiln_status st;
 	if ((st = run(o, dev, p->ones, stream, NULL, NULL, NULL, NULL, ones)) ||
-	    (st = run(o, dev, p->zero, stream, NULL, NULL, NULL, NULL, zero)) ||
-	    (p->damp && (st = run(o, dev, p->two, stream, NULL, NULL, NULL, NULL, two))) ||
+	    (st = run(o, dev, p->scal, stream, NULL, NULL, NULL, NULL, scal)) ||
 	    (st = run(o, dev, p->c_g, stream, a->grads, NULL, NULL, NULL, c)) ||
 	    (st = run(o, dev, p->c_m, stream, a->state[0], NULL, NULL, NULL, c)) ||
 	    (st = run(o, dev, p->t_neg, stream, c, NULL, NULL, NULL, t)) ||
@@ -284,7 +221,7 @@ static kiln_status lion_step(void *ctx, struct kiln_device *dev, void *plan,
 	    (st = run(o, dev, p->t_pos, stream, t, ones, NULL, NULL, t)) ||
 	    (st = run(o, dev, p->c_sign, stream, t, NULL, NULL, NULL, c)) ||
 	    (st = run(o, dev, p->upd, stream, c, a->lr, upd2, upd3, a->params)) ||
-	    (st = run2(o, dev, p->mom, stream, a->grads, zero, mom2, mom3, t, a->state[0])))
+	    (st = run(o, dev, p->mom, stream, a->grads, scal, a->gate, NULL, a->state[0])))
 		return st;
 	if (p->cast)
 		return run(o, dev, p->cast, stream, a->params, NULL, NULL, NULL, a->copy);
@@ -295,7 +232,7 @@ static void lion_plan_free(void *ctx, struct kiln_device *dev, void *plan)
 {
 	struct lion *o = ctx;
 	struct lion_plan *p = plan;
-	void *all[] = { p->ones, p->zero, p->two, p->c_g, p->c_m, p->t_neg, p->c_pos, p->t_pos,
+	void *all[] = { p->ones, p->scal, p->c_g, p->c_m, p->t_neg, p->c_pos, p->t_pos,
 			p->c_sign, p->upd, p->mom, p->cast };
 	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
 		if (all[i])

@@ -144,9 +144,7 @@ enum kiln_op_type {
 	 * whole epochs by a quarter), without touching the caller's MXCSR;
 	 * the cuda device keeps subnormals (GPUs handle them at full rate).
 	 * The params come out as the IEEE update's unless |p| < ~1e-22
-	 * (docs/training.md, "Subnormal optimizer state").  An optimizer
-	 * plugin whose state is v gets the rule too (examples/plugins/lion.c
-	 * keeps Lion's momentum as v, with mu = dampening = beta2). */
+	 * (docs/training.md, "Subnormal optimizer state"). */
 	KILN_OP_SGD = 7,
 	/* out0 (any dtype) = f[0] */
 	KILN_OP_FILL = 8,

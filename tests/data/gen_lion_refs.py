@@ -11,14 +11,6 @@ gradient g and momentum m (zero at first):
   p = p * (1 - lr*wd)
   p = p - lr * sign(beta1*m + (1-beta1)*g)
   m = beta2*m + (1-beta2)*g
-with m stored as kiln's cpu device stores optimizer state: a value below
-FLT_MIN (1.18e-38) as a zero of its sign (kiln/ops.h, "Optimizer state
-below FLT_MIN"; docs/training.md, "Subnormal optimizer state": for Lion the
-sign of the update then changes, 0 where IEEE arithmetic gives +-1).
-Three elements see it (DEAD): a gradient of about 1e-36 at the first step
-and 0 after, so that m = 0.01 g is at once subnormal (flushed: the weight
-moves at step 1 and then only by its decay; IEEE: by lr every step), or
-just above FLT_MIN and normal for the 5 steps (moving every step).
 
 Cases (metadata `cases`; `<case>.ini` is the kiln [train] section):
   lion          beta1 0.9, beta2 0.99 (lion-pytorch's defaults), wd 0.01
@@ -34,15 +26,6 @@ import gen_optim_refs as ref
 
 LR = 0.01
 CASES = {"lion": False, "lion_nodecay": True}
-FLT_MIN = 1.1754943508222875e-38
-# (parameter, element): the first step's gradient, 0 after it
-DEAD = {("fc1.bias", (1,)): 1e-36, ("fc1.weight", (0, 0)): -1e-36,
-        ("fc2.weight", (2, 3)): -1.5e-36}
-
-
-def flush(m):
-    """m as kiln's cpu device stores it: |m| < FLT_MIN a zero of its sign."""
-    m.copy_(torch.where(m.abs() < FLT_MIN, m * 0, m))
 
 
 class Lion(torch.optim.Optimizer):
@@ -62,7 +45,6 @@ class Lion(torch.optim.Optimizer):
                 update = m.clone().mul_(beta1).add(p.grad, alpha=1 - beta1).sign_()
                 p.add_(update, alpha=-lr)
                 m.mul_(beta2).add_(p.grad, alpha=1 - beta2)
-                flush(m)
 
 
 def run_case(nodecay, init, grads, dtype):
@@ -89,9 +71,6 @@ def main():
     torch.set_num_threads(1)
     init = {n: torch.randn(s) * 0.5 for n, s in ref.SHAPES}
     grads = [{n: torch.randn(s) * 0.3 for n, s in ref.SHAPES} for _ in range(ref.STEPS)]
-    for (n, i), g in DEAD.items():
-        for k in range(ref.STEPS):
-            grads[k][n][i] = g if k == 0 else 0.0
     tensors = [("init/" + n, init[n].numpy()) for n, _ in ref.SHAPES]
     for k in range(ref.STEPS):
         tensors += [("grad%d/%s" % (k, n), grads[k][n].numpy()) for n, _ in ref.SHAPES]
