@@ -91,10 +91,16 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 			t->eval_no_agree = 1;
 			return st;
 		}
+		/* (the stop agreed before the cause's read, which can fail on
+		 * one rank alone: a rank failing it takes the stop with its
+		 * peers, and per stage meets them in the cut's sum with its
+		 * failure instead of going on to batch b's hand-offs, which
+		 * held them there until [dist] timeout) */
+		t->dist_stop = any[0] > 0;
+		*stop = t->dist_stop;
 		if ((st = trainer_dist_stop_cause_read(t, any[1])))
 			return kiln_error_wrap(st, "rank %d of %d: %s: agreeing on a stop", t->rank,
-					       t->world, what);
-		t->dist_stop = any[0] > 0;
+					       kiln_dist_world(t->dist), what);
 	}
 	*stop = t->dist_stop;
 	return KILN_OK;
