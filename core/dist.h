@@ -243,7 +243,8 @@ kiln_status kiln_dist_allgather_host(struct kiln_dist *d, kiln_status mine, cons
  * (the whole parameter buffer of a [dist] pipeline's gather,
  * kiln_dist_pipe_whole_agreed), "evalbuf" (the local steps before the
  * broadcast of rank 0's buffers for an evaluation, kiln_dist_eval_buffers,
- * agreed before it).  Unset in any
+ * agreed before it), "cause" (a rank's read of the cause of a stop that
+ * another rank posted, trainer_dist_stop_cause_read).  Unset in any
  * real run (docs/checkpoints.md "A failed write"; tests/ckpt_fault.sh,
  * tests/agreed_fault.sh, tests/eval_fault.sh). */
 int kiln_dist_ckpt_fault(const struct kiln_dist *d, const char *step);

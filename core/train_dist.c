@@ -154,7 +154,10 @@ kiln_status trainer_dist_stop_cause_read(struct trainer *t, double posted)
 {
 	if (posted <= 0 || t->res->stop_cause[0])
 		return KILN_OK;
-	return kiln_dist_stop_cause_read(t->dist, t->res->stop_cause, sizeof t->res->stop_cause);
+	/* (KILN_TEST_CKPT_FAIL=cause@R: rank R's read failing alone) */
+	kiln_status st = kiln_dist_ckpt_fault_at(t->dist, "cause", "reading the stop's cause");
+	return st ? st
+		  : kiln_dist_stop_cause_read(t->dist, t->res->stop_cause, sizeof t->res->stop_cause);
 }
 
 kiln_status trainer_dist_ckpt_stop(struct trainer *t, int lost)

@@ -60,15 +60,20 @@ static void eval_text(char *buf, size_t n, const char *before, const struct eval
  * a stop on any rank stopping all (t->dist_stop, as at log points); so
  * do the P x D ranks of [dist] pipeline evaluating the gathered model
  * (eval_gathered: each its own share, as data-parallel ranks; session
- * 45, before which such an evaluation ran to its end).  Evaluating per
- * stage (t->eval_staged) it runs to its end: a stage's rank may stop
- * mid-pass only where its pipe's other stages stop at the same batch,
- * and their hand-offs are not cut (not done).
+ * 45, before which such an evaluation ran to its end), and those
+ * evaluating per stage (t->eval_staged; session 46, before which it ran
+ * to its end): each pipe's stages go through the nb batches of the
+ * pipe's share together, and a batch's hand-offs are a chain from stage
+ * 0 to the last within kiln_dist_pipe_forward, so every rank stopping
+ * before the same batch b cuts none.
  * The sum is agreed (`what` names the evaluation): a peer whose pass
  * failed joins it from eval_shares_sum, and every rank fails here naming it;
- * its failure is final (t->eval_no_agree). */
+ * its failure is final (t->eval_no_agree).  Per stage a failed rank goes
+ * on with its hand-offs (eval_batch) and joins these sums with its
+ * failure `own` (a peer waiting here for it while it waited in a hand-off
+ * would hang both), which ends every rank's pass at b. */
 static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int64_t b,
-			     const char *what, int *stop)
+			     const char *what, kiln_status own, int *stop)
 {
 	*stop = 0;
 	if (!t->training || e != &t->ev)
@@ -77,20 +82,25 @@ static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int
 		*stop = kiln_stop_pending();
 		return KILN_OK;
 	}
-	if (t->eval_staged)
-		return KILN_OK;
 	/* (agreed at the log point before this evaluation: every rank's) */
 	if (!t->dist_stop && b % EVAL_STOP_EVERY == 0) {
 		double any[EVAL_SUM_N] = { kiln_stop_pending(), 0 }; /* (no share's sums) */
 		kiln_status st = trainer_dist_stop_cause_post(t, any[0] > 0, &any[1]);
-		if ((st = kiln_dist_sum_agreed(t->dist, st, any, EVAL_SUM_N, what, t->compute))) {
+		if ((st = kiln_dist_sum_agreed(t->dist, st ? st : own, any, EVAL_SUM_N, what,
+					       t->compute))) {
 			t->eval_no_agree = 1;
 			return st;
 		}
+		/* (the stop agreed before the cause's read, which can fail on
+		 * one rank alone: a rank failing it takes the stop with its
+		 * peers, and per stage meets them in the cut's sum with its
+		 * failure instead of going on to batch b's hand-offs, which
+		 * held them there until [dist] timeout) */
+		t->dist_stop = any[0] > 0;
+		*stop = t->dist_stop;
 		if ((st = trainer_dist_stop_cause_read(t, any[1])))
 			return kiln_error_wrap(st, "rank %d of %d: %s: agreeing on a stop", t->rank,
-					       t->world, what);
-		t->dist_stop = any[0] > 0;
+					       kiln_dist_world(t->dist), what);
 	}
 	*stop = t->dist_stop;
 	return KILN_OK;
@@ -329,14 +339,30 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		const int64_t off = lo + b * eb;
 		const int64_t rows = off >= hi ? 0 : hi - off < eb ? hi - off : eb;
 		int stop = 0;
-		if (!own && (own = eval_stop(t, e, b, what, &stop)))
-			break;
+		/* (per stage also a rank whose pass failed, its cause the
+		 * message of the agreement: eval_stop) */
+		if (own && own_msg)
+			own = kiln_error(own, "%s", own_msg);
+		if (!own || t->eval_staged) {
+			const kiln_status sst = eval_stop(t, e, b, what, own, &stop);
+			if (sst && t->eval_no_agree) { /* agreed: every rank's pass ends here */
+				st = sst;
+				own = KILN_OK;
+				goto out;
+			}
+			if (sst) /* (its own: per stage its hand-offs go on) */
+				own = sst;
+			if (own && !t->eval_staged)
+				break;
+		}
 		if (stop) {
 			/* the partial sums dropped: the checkpoint's epoch sums
 			 * read the metrics next (every rank cut: agreed on
 			 * here, since session 43; a failed read before left its
-			 * peers to go on to the stop's checkpoint) */
-			own = kiln_dist_ckpt_fault_at(t->dist, "cut", "reading the metric sums after a stop cut the evaluation");
+			 * peers to go on to the stop's checkpoint); a failed
+			 * rank (per stage) fails every rank in that sum */
+			if (!own)
+				own = kiln_dist_ckpt_fault_at(t->dist, "cut", "reading the metric sums after a stop cut the evaluation");
 			if (!own)
 				own = trainer_read_metrics(t, &ls, &c, NULL);
 			t->eval_cut = 1;

@@ -20,7 +20,13 @@
 #     a host function; fc2 widened so that each slice holds a whole
 #     weight), where the gloo plugin is built: as oneDNN is here,
 #     and on an AVX-512 machine capped at AVX2 as well (before session 45
-#     not capped: there the slices' kept copies were never checked).
+#     not capped: there the slices' kept copies were never checked);
+#   - the MLP as it is on 2 ranks with ZeRO-1, capped at AVX2 where oneDNN
+#     has bf16 kernels: fc1's 401,408 weights lie across the slices' end
+#     (rank 0's slice ends at element 267,904), and each rank keeps them
+#     too, 1.6 MB of the 2.1 MB of the MLP's weights (session 46; before,
+#     no weight outside a rank's slice was kept: rank 0 kept nothing, rank
+#     1 fc2's and fc3's, 0.5 MB).
 # On AVX2 the kept copies must have been read (the debug line at close,
 # one from each rank); where oneDNN has bf16 kernels (AVX-512) nothing is kept
 # (no line), and the runs still agree.
@@ -138,25 +144,34 @@ if [ ! -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 fi
 port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
 	echo $(( 20000 + $$ % 20000 )))
-# zero LABEL PORT: the MLP on 2 ranks with ZeRO-1, keep_widened 0 and 1
-# (LABEL0, LABEL1 on ports PORT and PORT + 1): the same bits.  fc2 2048
-# wide, so that each rank's slice of the compute copy holds a whole weight
-# (a rank keeps only the weights inside the slice its optimizer writes):
-# rank 0 fc1's, rank 1 fc3's, a debug line each.  (The MLP as it is, 535,824
-# parameters, has fc1's 401,408 weights across both halves: rank 0 kept
-# nothing, wrote no line, and the one line of rank 1 passed for both.)
+# zero LABEL PORT OVERRIDE...: the MLP on 2 ranks with ZeRO-1,
+# keep_widened 0 and 1 (LABEL0, LABEL1 on ports PORT and PORT + 1): the
+# same bits, and a debug line from each rank with reads of kept copies
 zero() {
+	_zl=$1 _zp=$2
+	shift 2
 	for k in 0 1; do
 		# shellcheck disable=SC2086
-		KILN_LOG_LEVEL=debug KILN_MASTER_PORT=$(($2 + k)) kiln 0 launch -n 2 -- "$abs_top_builddir/kiln" \
-			train "$mlp" $common $mlp_args train.eval=0 dist.zero=1 layer.fc2.out=2048 "plugin.cpu.keep_widened=$k" \
-			"run.out_dir=$tmp/$1$k"
-		cp "$err" "$tmp/$1$k.err"
-		cat "$out" >> "$tmp/$1$k.err"
+		KILN_LOG_LEVEL=debug KILN_MASTER_PORT=$((_zp + k)) kiln 0 launch -n 2 -- "$abs_top_builddir/kiln" \
+			train "$mlp" $common $mlp_args train.eval=0 dist.zero=1 "plugin.cpu.keep_widened=$k" \
+			"run.out_dir=$tmp/$_zl$k" "$@"
+		cp "$err" "$tmp/$_zl$k.err"
+		cat "$out" >> "$tmp/$_zl$k.err"
 	done
-	kept "${1}1" 2
-	same "${1}0" "${1}1" 4
+	kept "${_zl}1" 2
+	same "${_zl}0" "${_zl}1" 4
 }
-zero zero "$port"
-[ -z "$native" ] || on_avx2 zero zavx "$((port + 2))"
+# fc2 2048 wide: each rank's slice of the compute copy holds a whole
+# weight (rank 0 fc1's, rank 1 fc3's), which each rank kept before
+# session 46 too
+zero zero "$port" layer.fc2.out=2048
+[ -z "$native" ] || on_avx2 zero zavx "$((port + 2))" layer.fc2.out=2048
+# the MLP as it is (535,824 parameters: rank 0's slice is [0, 267904),
+# fc1's weights [0, 401408)): fc1's copy kept on both ranks, 1.6 MB each
+# (the debug line's MB: every weight read twice between two writes)
+if [ -n "$native" ]; then on_avx2 zero zcross "$((port + 4))"; else zero zcross "$((port + 4))"; fi
+_mb=$(sed -n 's/.*widened weights: [0-9]* kept, \([0-9.]*\) MB,.*/\1/p' "$tmp/zcross1.err")
+[ "$(echo "$_mb" | awk '$1 >= 1.6 { n++ } END { print n + 0 }')" = 2 ] ||
+	fail "zcross: not both ranks kept fc1's widened weights (1.6 MB, across the slices' end): $(grep "widened weights:" "$tmp/zcross1.err")"
+echo "ok: zcross: both ranks kept fc1's weights across the ZeRO-1 slices' end ($(echo $_mb) MB)"
 echo "PASS: $checks runs"

@@ -21,7 +21,9 @@
 #  4. [dist] pipeline = 2, a stage on each rank: the evaluation per stage
 #     (each rank holds its stage's parameters alone), failing on stage 1's
 #     rank (it still receives stage 0's tensors, batch by batch, before the
-#     agreement) and on stage 0's (it still sends); and on a gathered whole
+#     agreement) and on stage 0's (it still sends), also with eval_batch 4
+#     (the failure agreed at an agreement of eval_stop, every 16 batches,
+#     session 46); and on a gathered whole
 #     model (fc1 frozen: every rank evaluates its share of the set alone,
 #     the set sharded over both ranks since session 44); and the gather's
 #     whole parameter buffer failing on rank 1, then rank 0 ("whole@R").
@@ -91,6 +93,13 @@ for _r in 1 0; do
 	failed ps$_r "$two" eval@$_r "step 2/" "step 2's evaluation" "step 2: test loss"
 	grep -q "holds the stage's parameters and gradients alone" "$tmp/ps$_r.log" ||
 		bad "ps$_r: the evaluation did not run per stage"
+	# eval_batch 4: 64 batches, every rank going through all of them per
+	# stage: the failure is agreed in eval_stop's sum of batch 16, not at
+	# the set's end (session 46)
+	failed pb$_r "$two" eval@$_r "step 2/" "step 2's evaluation" "step 2: test loss" \
+		train.eval_batch=4
+	grep -q "holds the stage's parameters and gradients alone" "$tmp/pb$_r.log" ||
+		bad "pb$_r: the evaluation did not run per stage"
 done
 failed pw1 "$two" eval@1 "step 2/" "step 2's evaluation" "step 2: test loss" \
 	layer.fc1.trainable=0

@@ -16,7 +16,10 @@
 # line.  Under `kiln launch -n 2` (with kiln-gloo) the ranks agree every 16
 # evaluation batches: SIGTERM to the launcher stops both within 20 s too,
 # and 1 process resumes rank 0's checkpoint; so do 2 pipeline stages on
-# the 2 ranks evaluating the gathered model (session 45).  A stop during a resumed
+# the 2 ranks evaluating the gathered model (session 45), and evaluating
+# per stage (session 46), also when one rank's read of a stop's cause
+# fails (both fail together).  A failed case kills its launcher and ranks
+# too (job_kill).  A stop during a resumed
 # run's owed evaluation (its first work) is one after work: a checkpoint,
 # not "nothing to checkpoint; the process ends within 5 s".  A stop during the final test ([data.val] set: the test set once
 # after training, 20,000 samples here, a few seconds) is not taken: the
@@ -32,6 +35,17 @@ name=stopeval
 	ini_layers flat:flatten fc1:linear:out=1024 r1:relu fc2:linear:out=4 loss:softmax_xent
 	ini train epochs=2 batch=16 eval_batch=64 log_every=2 lr=0.01
 } > "$tmp/run.ini"
+
+# job_kill PID: SIGKILL PID (`timeout`) and every process under it, the
+# launcher and its ranks, which lead process groups of their own (killing
+# `timeout` alone left them running after a failed case)
+job_tree() {
+	echo "$1"
+	for _c in $(pgrep -P "$1"); do job_tree "$_c"; done
+}
+job_kill() {
+	kill -9 $(job_tree "$1") 2>/dev/null
+}
 
 # stop_in_eval CASE STEP [launch -n N --] OVERRIDE...: train (under kiln
 # launch when the words up to -- say so) until the log point of step STEP
@@ -58,7 +72,7 @@ stop_in_eval() {
 		if [ $n -gt 200 ]; then
 			kill -TERM "$pid" # a repeat after 5 s ends the process at once
 			sleep 1
-			kill -9 "$pid"
+			job_kill "$pid"
 			fail "$c: still running 20 s after SIGTERM during the evaluation: $(tail -2 "$tmp/$c.err")"
 		fi
 		sleep 0.1
@@ -176,6 +190,56 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 		grep -q "stop requested: the test evaluation after step 2 ends after [0-9]* of its $share samples, not recorded (this rank's share of the set's)" "$tmp/pipe.err" ||
 			fail "pipe: the rank of $share samples did not cut its share of the gathered evaluation: $(grep "ends after" "$tmp/pipe.err")"
 	done
+	# the same 2 stages evaluating per stage (every parameter trainable:
+	# each rank holds its stage's alone, and both go through the whole
+	# set's batches, stage 0 handing each to stage 1): cut at the same
+	# batch on both ranks, agreed every 16 batches (session 46; before,
+	# the evaluation ran to its end)
+	stop_in_eval staged 2 launch -n 2 run.comm=gloo train.eval_every=2 dist.pipeline=2 \
+		layer.fc2.stage=1 pipeline.micro_batches=2 data.eval.samples=199990
+	grep -q "holds the stage's parameters and gradients alone" "$tmp/staged.err" ||
+		fail "staged: the evaluation did not run per stage: $(grep -i "pipeline" "$tmp/staged.err" | head -3)"
+	cut=$(sed -n 's/.*stop requested: the test evaluation after step 2 ends after \([0-9]*\) of its 199990 samples, not recorded$/\1/p' "$tmp/staged.err")
+	[ "$(echo "$cut" | wc -l)" = 2 ] && [ "$(echo "$cut" | sort -u | wc -l)" = 1 ] ||
+		fail "staged: not both stages cut the evaluation at the same batch: $(grep "ends after" "$tmp/staged.err")"
+	# the same, SIGHUP to rank 0 alone (a stop not the user's: its cause
+	# posted at the evaluation's next agreement, every 16 batches, for
+	# the others to read) and rank 1's read of that cause failing
+	# (KILN_TEST_CKPT_FAIL=cause@1): both ranks take the stop and fail
+	# together in the cut's sum, rank 0 naming rank 1, within 20 s.
+	# Before, rank 1 returned from the agreement without the stop and
+	# went on to the batch's hand-offs while rank 0 waited in the cut's
+	# sum: both held until [dist] timeout
+	o="$tmp/cause"
+	KILN_TEST_CKPT_FAIL=cause@1 timeout --preserve-status 600 "$kiln" launch -n 2 -- \
+		sh -c 'echo $$ > "$0.pid$KILN_RANK"; exec "$@"' "$o" "$kiln" train "$tmp/run.ini" \
+		run.out_dir="$o" run.comm=gloo train.eval_every=2 dist.pipeline=2 layer.fc2.stage=1 \
+		pipeline.micro_batches=2 data.eval.samples=199990 dist.timeout=120 \
+		> "$tmp/cause.out" 2> "$tmp/cause.err" &
+	pid=$!
+	wait_line "$pid" "$o/metrics.jsonl" '"event":"train","epoch":1,"step":2,' cause "$tmp/cause.err"
+	sleep 1
+	kill -HUP "$(cat "$o.pid0")"
+	n=0
+	while kill -0 "$pid" 2>/dev/null; do
+		n=$((n + 1))
+		if [ $n -gt 200 ]; then
+			job_kill "$pid"
+			fail "cause: still running 20 s after SIGHUP to rank 0 with rank 1's read of the cause failing: $(tail -3 "$tmp/cause.err")"
+		fi
+		sleep 0.1
+	done
+	wait "$pid"
+	rc=$?
+	[ $rc -ne 0 ] || fail "cause: exit 0 with rank 1's read of the stop's cause failing"
+	grep -q "holds the stage's parameters and gradients alone" "$tmp/cause.err" ||
+		fail "cause: the evaluation did not run per stage"
+	grep -q "rank 1 of 2: step 2's evaluation: agreeing on a stop: reading the stop's cause: failed (the tests' fault" "$tmp/cause.err" ||
+		fail "cause: rank 1 did not name its failed read: $(grep -i "fail\|error" "$tmp/cause.err" | head -4)"
+	grep -q "rank 0 of 2: step 2's evaluation: rank 1 failed (its message says why)" "$tmp/cause.err" ||
+		fail "cause: rank 0 did not learn of rank 1's failure in the cut's sum: $(grep -i "fail\|error" "$tmp/cause.err" | head -6)"
+	[ ! -f "$o/checkpoints/ckpt-2.kiln" ] || fail "cause: rank 0 wrote the stop's checkpoint"
+	echo "cause: rank 1's failed read of the stop's cause ends both stages within $((n / 10)) s"
 else
 	echo "(no kiln-gloo: the data-parallel case skipped)"
 fi

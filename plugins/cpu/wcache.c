@@ -27,10 +27,18 @@
  * where the op's outputs have no room for it (ADAMW with amsgrad: params
  * and three state slots fill KILN_OP_MAX_OUT), from the CAST of the op's
  * f32 params (`masters`) that writes it next (core/optim/fused.c; before
- * session 44 such a run kept no copy).  An operand elsewhere (activations,
- * gradients, a loader's buffer read in place) is never kept.  A weight
- * gets a buffer only once it was read twice between two writes (a first
- * layer's weight, read by its forward alone, costs no memory).
+ * session 44 such a run kept no copy).  Under ZeRO-1 an optimizer op
+ * writes only this rank's pieces of the copy (one per gradient bucket,
+ * cut without regard to tensors; the communicator's allgather writes the
+ * rest): the whole copy is learnt from the CAST that fills it from the
+ * whole f32 params (kiln_model_params_sync, before the first forward and
+ * after a load), which the pieces identify (`casts`, `pieces`,
+ * wc_covers; before session 46 a weight across a piece's end, or in
+ * another rank's piece, was widened on every op).  An operand elsewhere
+ * (activations, gradients, a loader's buffer read in place) is never
+ * kept.  A weight gets a buffer only once it was read twice between two
+ * writes (a first layer's weight, read by its forward alone, costs no
+ * memory).
  *
  * When a copy is stale: every way device memory is written on this device
  * passes here (cpu_wc_wrote): each op's outputs after it ran (cpu_exec,
@@ -56,7 +64,17 @@
 #include <stdlib.h>
 
 #define CPU_WC_MAX 256  /* weights kept (more: widened per call, as before) */
-#define CPU_WC_RANGES 8 /* compute copies (one per model, ZeRO's slice) */
+#define CPU_WC_RANGES 8 /* compute copies (one per model, ZeRO's pieces) */
+#define CPU_WC_CASTS 8  /* f32 -> bf16/f16 CASTs remembered (the largest kept) */
+
+/* A conversion of n f32 elements at in into the elements of cs bytes at
+ * out: a CAST that ran, or an optimizer's params piece and its compute
+ * copy. */
+struct cpu_wc_map {
+	uintptr_t in, out;
+	int64_t n;
+	size_t cs;
+};
 
 struct cpu_wc_entry {
 	const void *src; /* the weight in the compute copy */
@@ -80,6 +98,11 @@ struct cpu_wcache {
 	 * CAST of them into bf16/f16 writes it */
 	int n_masters;
 	uintptr_t mlo[CPU_WC_RANGES], mhi[CPU_WC_RANGES];
+	/* the optimizer ops' params pieces with their compute copy, and the
+	 * CASTs from f32 into bf16/f16 seen: a CAST whose input holds a
+	 * piece, converted to that piece's copy, wrote the whole copy */
+	int n_pieces, n_casts;
+	struct cpu_wc_map pieces[CPU_WC_RANGES], casts[CPU_WC_CASTS];
 	int n;
 	struct cpu_wc_entry e[CPU_WC_MAX];
 	/* the bytes every entry's source spans, [lo, hi) (0, 0: none): a
@@ -147,6 +170,7 @@ static void wc_stale_all(struct cpu_wcache *w, int drop)
 	if (drop) {
 		__atomic_store_n(&w->n_ranges, 0, __ATOMIC_RELEASE);
 		w->n_masters = 0;
+		w->n_pieces = w->n_casts = 0;
 	}
 }
 
@@ -180,19 +204,77 @@ void cpu_wc_wrote_any(int freed)
 	pthread_mutex_unlock(&w->lock);
 }
 
-/* [lo, hi) added to the n ranges of lo_[], hi_[] unless there (caller
- * holds lock; the count stored atomically: cpu_wc_get reads n_ranges
- * without it); full: not added */
+/* [lo, hi) added to the n ranges of lo_[], hi_[] unless inside one of
+ * them, the ones inside it dropped (a ZeRO-1 rank's pieces once the whole
+ * copy is known) (caller holds lock; the count stored atomically, never
+ * 0 between: cpu_wc_get reads n_ranges without it); full: not added */
 static void wc_range_add(uintptr_t *lo_, uintptr_t *hi_, int *n, uintptr_t lo, uintptr_t hi)
 {
-	int k = 0;
-	while (k < *n && !(lo_[k] == lo && hi_[k] == hi))
-		k++;
-	if (k == *n && k < CPU_WC_RANGES) {
-		lo_[k] = lo;
-		hi_[k] = hi;
-		__atomic_store_n(n, k + 1, __ATOMIC_RELEASE);
+	int k = 0, m = 0;
+	for (k = 0; k < *n; k++)
+		if (lo_[k] <= lo && hi <= hi_[k])
+			return;
+	for (k = 0; k < *n; k++)
+		if (!(lo <= lo_[k] && hi_[k] <= hi))
+			lo_[m] = lo_[k], hi_[m] = hi_[k], m++;
+	if (m < CPU_WC_RANGES) {
+		lo_[m] = lo;
+		hi_[m] = hi;
+		m++;
 	}
+	__atomic_store_n(n, m, __ATOMIC_RELEASE);
+}
+
+/* Whether the CAST c wrote the compute copy of the optimizer's params
+ * piece p: p's f32 elements inside c's input, and c's output at their
+ * element p's copy.  Then c's output is the copy of the tensor that
+ * holds p (an op's operand lies in one allocation: the f32 params), and
+ * all of it lies in the copy's allocation, whose every write the hooks
+ * see as they do the pieces'. */
+static int wc_covers(const struct cpu_wc_map *c, const struct cpu_wc_map *p)
+{
+	if (c->cs != p->cs || p->in < c->in || (p->in - c->in) % 4 ||
+	    p->in + (size_t)p->n * 4 > c->in + (size_t)c->n * 4)
+		return 0;
+	return c->out + (p->in - c->in) / 4 * c->cs == p->out;
+}
+
+/* m added to the n maps of a[] (cap of them) unless there; full: in place
+ * of the smallest if m is larger (the whole copy's CAST outlives a
+ * batch's) (caller holds lock) */
+static void wc_map_add(struct cpu_wc_map *a, int *n, int cap, const struct cpu_wc_map *m)
+{
+	int k, small = 0;
+	for (k = 0; k < *n; k++)
+		if (a[k].in == m->in && a[k].out == m->out && a[k].n == m->n && a[k].cs == m->cs)
+			return;
+	if (*n < cap) {
+		a[(*n)++] = *m;
+		return;
+	}
+	for (k = 1; k < cap; k++)
+		if (a[k].n < a[small].n)
+			small = k;
+	if (a[small].n < m->n)
+		a[small] = *m;
+}
+
+/* the output of map c as a compute copy's range (caller holds lock) */
+static void wc_map_copy(struct cpu_wcache *w, const struct cpu_wc_map *c)
+{
+	wc_range_add(w->rlo, w->rhi, &w->n_ranges, c->out, c->out + (size_t)c->n * c->cs);
+}
+
+/* pc, params and their compute copy written (by an optimizer, or the CAST
+ * after it): its copy a range, and the whole copy's where a CAST seen
+ * covers it (caller holds lock) */
+static void wc_piece(struct cpu_wcache *w, const struct cpu_wc_map *pc)
+{
+	wc_map_copy(w, pc);
+	wc_map_add(w->pieces, &w->n_pieces, CPU_WC_RANGES, pc);
+	for (int k = 0; k < w->n_casts; k++)
+		if (wc_covers(&w->casts[k], pc))
+			wc_map_copy(w, &w->casts[k]);
 }
 
 /* the end of a tensor d at p */
@@ -212,9 +294,14 @@ static void wc_optimizer_ran(struct cpu_wcache *w, const struct kiln_op *op,
 {
 	const int last = op->n_out - 1;
 	if (op->n_out >= 2 && cpu_lowp(op->out[last].dtype) && a->out[last]) {
+		const struct cpu_wc_map pc = { (uintptr_t)a->out[0], (uintptr_t)a->out[last],
+					       cpu_numel(&op->out[last]),
+					       wc_esize(op->out[last].dtype) };
 		pthread_mutex_lock(&w->lock);
-		wc_range_add(w->rlo, w->rhi, &w->n_ranges, (uintptr_t)a->out[last],
-			     wc_end(&op->out[last], a->out[last]));
+		if (a->out[0] && op->out[0].dtype == KILN_F32)
+			wc_piece(w, &pc);
+		else
+			wc_map_copy(w, &pc);
 		pthread_mutex_unlock(&w->lock);
 	} else if (op->type == KILN_OP_ADAMW && op->i[1] && op->n_out >= 1 &&
 		   op->out[0].dtype == KILN_F32 && a->out[0]) {
@@ -226,7 +313,9 @@ static void wc_optimizer_ran(struct cpu_wcache *w, const struct kiln_op *op,
 }
 
 /* A CAST ran: from f32 inside an optimizer's params into bf16/f16, its
- * output is (a slice of) the compute copy. */
+ * output is (a slice of) the compute copy; one that covers an optimizer's
+ * piece and its copy (wc_covers) is the whole copy.  Remembered, for the
+ * pieces of optimizer runs to come. */
 static void wc_cast_ran(struct cpu_wcache *w, const struct kiln_op *op,
 			const struct kiln_op_args *a)
 {
@@ -234,13 +323,22 @@ static void wc_cast_ran(struct cpu_wcache *w, const struct kiln_op *op,
 	    !cpu_lowp(op->out[0].dtype) || !a->in[0] || !a->out[0])
 		return;
 	const uintptr_t lo = (uintptr_t)a->in[0], hi = wc_end(&op->in[0], a->in[0]);
+	const struct cpu_wc_map c = { lo, (uintptr_t)a->out[0], cpu_numel(&op->in[0]),
+				      wc_esize(op->out[0].dtype) };
+	int k = 0;
 	pthread_mutex_lock(&w->lock);
-	for (int k = 0; k < w->n_masters; k++)
-		if (w->mlo[k] <= lo && hi <= w->mhi[k]) {
-			wc_range_add(w->rlo, w->rhi, &w->n_ranges, (uintptr_t)a->out[0],
-				     wc_end(&op->out[0], a->out[0]));
-			break;
-		}
+	while (k < w->n_masters && !(w->mlo[k] <= lo && hi <= w->mhi[k]))
+		k++;
+	if (k < w->n_masters) { /* (amsgrad's copy, a piece of it under ZeRO-1) */
+		wc_piece(w, &c);
+	} else {
+		for (k = 0; k < w->n_pieces; k++)
+			if (wc_covers(&c, &w->pieces[k])) {
+				wc_map_copy(w, &c);
+				break;
+			}
+	}
+	wc_map_add(w->casts, &w->n_casts, CPU_WC_CASTS, &c);
 	pthread_mutex_unlock(&w->lock);
 }
 
