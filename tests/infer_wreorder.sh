@@ -20,7 +20,12 @@
 #     plugins/cpu/wshare.c, cpu_wref_seen); keep_weights = 0: every
 #     matmul does, none reorders; and a call of one run (--batch 48,
 #     infer_block = 0) keeps no GEMM weights: one matmul on [out, in],
-#     no reorder of them (before: one, and the copy held);
+#     no reorder of them (before: one, and the copy held); and with the
+#     Fashion-MNIST CNN example (one image, initial weights) on an
+#     adaptive team flipping between 2 threads and 1 (KILN_CPU_TEAM_FLIP),
+#     where dnnteam.c probes fc1's version for the small team on scratch
+#     tensors, that probe too runs the matmul on [out, in] (before: 2
+#     reorders, the probe's into a scratch copy of the weights' size);
 #  2. training with evaluations every 2 steps logs the same losses with
 #     and without kept weights;
 #  3. training plans and the evaluation plans inside training keep no
@@ -125,6 +130,20 @@ predict 1 --batch 48 run.infer_block=0
 [ "$gemms" -eq 1 ] && [ "$plain" -eq 1 ] && [ "$wreorders" -eq 0 ] ||
 	fail "keep_weights = 1, one run: $gemms matmuls, $plain reading fc1's weights as [out, in], $wreorders reorders of them (1, 1, 0 expected: a single run keeps no GEMM weights)"
 cmp "$tmp/l1blocks.npy" "$tmp/l1.npy" || fail "the logits differ in one run"
+# the same on an adaptive team flipping between 2 threads and 1: the
+# Fashion-MNIST CNN example's fc1 (3136 -> 1024, big enough to be threaded)
+# for one image, initial weights
+if [ $brgemm = 1 ] && [ "$(nproc)" -ge 2 ]; then
+	export KILN_CPU_TEAM_FLIP=1
+	ONEDNN_VERBOSE=1 kiln 0 predict "$srcdir/examples/fashion_mnist_cnn.ini" "$data/png/gray2_trns.png" \
+		--batch 1 data.eval.resize=28 run.threads=0 plugin.cpu.adaptive=1 "run.out_dir=$tmp/pflip"
+	unset KILN_CPU_TEAM_FLIP
+	gemms=$(grep -c '^onednn_verbose,exec,cpu,matmul' "$out")
+	wreorders=$(grep '^onednn_verbose,exec,cpu,reorder' "$out" | grep -c ',src_f32::blocked:ba:')
+	echo "one image, a flipping team: $gemms matmuls, $wreorders reorders of their weights"
+	[ "$gemms" -ge 3 ] && [ "$wreorders" -eq 0 ] ||
+		fail "one image on a flipping team: $gemms matmuls, $wreorders reorders of their weights (3 or more, with fc1's probe, and 0 expected: neither the run nor the probe copies them)"
+fi
 
 # ---- 2. training: weights that change between evaluations ---------------------
 for k in 0 1; do
