@@ -702,12 +702,16 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
  * block of rows of each thread; with B in the layout it asks for (format
  * `any`) it reads them as they are.  So such a GEMM is a cpu_dnn plan
  * (dnn.c), as a frozen convolution is: the reorder of in1 into the kept
- * copy, run on the first run and again only after the core says the
- * weights changed, then the matmul on the copy (the bias and the fused
- * activation in its epilogue, as gemm_prim makes them).  The copy is
- * shared by the model's plans of every row count and by a plan's versions
- * for smaller teams (wshare.c); dnnteam.c's probes and tune_time.c's
- * timings leave it alone (cpu_dnn_w_probe, cpu_dnn_w_forget).  Off with
+ * copy, run once and again only after the core says the weights changed,
+ * then the matmul on the copy (the bias and the fused activation in its
+ * epilogue, as gemm_prim makes them).  Unlike a convolution's, the copy
+ * is made on the second run that reads the same weights: the first runs
+ * the matmul on in1 as it is, which costs a one-run call (`kiln predict`
+ * of one image) no copy of the weights' size (gemm_frozen_prepare).  The
+ * copy is shared by the model's plans of every row count and by a plan's
+ * versions for smaller teams (wshare.c); dnnteam.c's probes run the
+ * matmul on in1 as it is, and tune_time.c's timings leave the copy alone
+ * (cpu_dnn_w_forget).  Off with
  * [plugin.cpu] keep_weights = 0 (the plain GEMM below, copying B every
  * run): docs/PERFORMANCE.md, "Session 46: the MLP's inference". */
 static int gemm_frozen_ok(const struct cpu_ctx *c, const struct cpu_plan *p)
