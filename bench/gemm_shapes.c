@@ -6,7 +6,7 @@
  * with RTLD_LOCAL | RTLD_DEEPBIND, so that several coexist; the OpenMP
  * builds take the OpenMP team the bench sets).
  *
- *   gemm_shapes [--threads T] [--reps R] [--set mlp|blocks|cnn|fft|all]
+ *   gemm_shapes [--threads T] [--reps R] [--set mlp|blocks|cnn|infer|fft|all]
  *               [--lib NAME=/path/libX.so]...
  *
  * Shapes (row-major, kiln's Linear: W is [out, in]):
@@ -14,6 +14,9 @@
  *          fwd Y = X W^T, dX = dY W (not the first layer's), dW = dY^T X;
  *   blocks 1024 x 1024 at 128, 256, 512 rows (bench/pipeline_pair.sh);
  *   cnn    the CNN's fc1 (bench/cnn_bench.ini): batch 128, 3136 -> 1024;
+ *   infer  the MLP's forward GEMMs at bench/onnx.sh's batch of 1000 rows
+ *          (kiln_infer's plan: Y = X W^T, W [out, in] as kiln keeps it;
+ *          the plan's bias and ReLU are not here);
  *   fft    the GEMM at each frequency of the CNN's conv2 by FFT
  *          (plugins/cpu/fftconv.c, 144 a pass; each on one thread: run
  *          with --threads 1): forward, weight and data gradient, with
@@ -199,6 +202,8 @@ int main(int argc, char **argv)
 		{ "blk512 dW", 1, 0, 1024, 1024, 512, 0, 0 },
 		{ "cnn fc1 fwd", 0, 1, 128, 1024, 3136, 0, 0 }, { "cnn fc1 dX", 0, 0, 128, 3136, 1024, 0, 0 },
 		{ "cnn fc1 dW", 1, 0, 1024, 3136, 128, 0, 0 },
+		{ "infer fc1", 0, 1, 1000, 512, 784, 0, 0 },   { "infer fc2", 0, 1, 1000, 256, 512, 0, 0 },
+		{ "infer fc3", 0, 1, 1000, 10, 256, 0, 0 },
 		{ "fft fwd", 0, 0, 128, 128, 64, 0, 0 },         { "fft dW", 0, 0, 64, 64, 256, 0, 0 },
 		/* fftconv.c's fc_gemm: [DXr DXi] (B x 2C) from [P | Q] (O x 2B)
 		 * and the forward's B (2C x 2O), both transposed, A's rows 2B

@@ -1004,9 +1004,13 @@ kiln_status kiln_op_check(const struct kiln_op *op, const char *who)
 		return kiln_error(KILN_EINVAL, "%s: %s: KILN_OPF_KEEP is for the three convolution ops",
 				  who, kiln_op_name(op->type));
 	if ((op->flags & KILN_OPF_FROZEN) &&
-	    ((op->type != KILN_OP_CONV && op->type != KILN_OP_QCONV && op->type != KILN_OP_QLINEAR) ||
-	     (op->flags & KILN_OPF_KEEP)))
-		return kiln_error(KILN_EINVAL, "%s: %s: KILN_OPF_FROZEN is for CONV (without KILN_OPF_KEEP), QCONV and QLINEAR",
+	    ((op->type != KILN_OP_CONV && op->type != KILN_OP_QCONV && op->type != KILN_OP_QLINEAR &&
+	      op->type != KILN_OP_GEMM) ||
+	     (op->flags & KILN_OPF_KEEP) ||
+	     (op->type == KILN_OP_GEMM &&
+	      ((op->flags & KILN_OPF_ACCUMULATE) || op->in[0].dtype != KILN_F32 ||
+	       op->in[1].dtype != KILN_F32 || op->out[0].dtype != KILN_F32))))
+		return kiln_error(KILN_EINVAL, "%s: %s: KILN_OPF_FROZEN is for CONV (without KILN_OPF_KEEP), QCONV, QLINEAR and an f32 GEMM (without KILN_OPF_ACCUMULATE)",
 				  who, kiln_op_name(op->type));
 	return op_rows[op->type].check(who, op);
 }

@@ -144,6 +144,90 @@ START_TEST(test_gemm_act)
 }
 END_TEST
 
+/* A frozen GEMM (KILN_OPF_FROZEN: a linear layer's forward in an
+ * inference plan; the CPU device keeps its weights in the matmul's
+ * blocked layout from the second run that reads them, with the bias and
+ * the activation in the matmul's epilogue: plugins/cpu/gemm.c) gives the
+ * bytes of the same GEMM without the flag, on each of four runs (the
+ * first on the weights as they are, the second reorders and keeps them,
+ * the others read the copy), then, after new weights written in place
+ * and told (kiln_device_weights_written), the new weights' bytes: for
+ * either transpose, with and without bias and fused ReLU. */
+static void gemm_frozen_case(struct fx *f, int M, int N, int K, int ta, int tb, int bias, int act)
+{
+	float *A = frandv((size_t)M * K), *B = frandv((size_t)K * N), *B2 = frandv((size_t)K * N);
+	float *Bi = frandv((size_t)N), *want = calloc((size_t)M * N, 4), *got = calloc((size_t)M * N, 4);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GEMM;
+	op.flags = act ? KILN_OPF_ACT : 0;
+	op.n_in = bias ? 3 : 2;
+	op.n_out = 1;
+	op.in[0] = ta ? td(KILN_F32, 2, K, M) : td(KILN_F32, 2, M, K);
+	op.in[1] = tb ? td(KILN_F32, 2, N, K) : td(KILN_F32, 2, K, N);
+	op.in[2] = td(KILN_F32, 1, N, 0);
+	op.out[0] = td(KILN_F32, 2, M, N);
+	op.i[0] = ta, op.i[1] = tb, op.i[2] = M, op.i[3] = N, op.i[4] = K;
+	op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+	op.f[0] = 1;
+	struct kiln_op fop = op;
+	fop.flags |= KILN_OPF_FROZEN;
+	const size_t bb = (size_t)K * N * 4, cb = (size_t)M * N * 4;
+	void *dA = dput(f, A, (size_t)M * K * 4), *dB = dput(f, B, bb), *dBi = dput(f, Bi, (size_t)N * 4);
+	void *dC = dput(f, NULL, cb), *dF = dput(f, NULL, cb), *ws = NULL, *fws = NULL;
+	void *plan = NULL, *fplan = NULL;
+	size_t wsb = 0, fwsb = 0;
+	OK(kiln_device_prepare(f->dev, &op, &plan, &wsb));
+	OK(kiln_device_prepare(f->dev, &fop, &fplan, &fwsb));
+	if (wsb)
+		OK(kiln_device_alloc(f->dev, wsb, &ws));
+	if (fwsb)
+		OK(kiln_device_alloc(f->dev, fwsb, &fws));
+	const struct kiln_op_args a = { .in = { dA, dB, dBi }, .out = { dC }, .workspace = ws,
+					.workspace_bytes = wsb };
+	const struct kiln_op_args fa = { .in = { dA, dB, dBi }, .out = { dF }, .workspace = fws,
+					 .workspace_bytes = fwsb };
+	for (int w = 0; w < 2; w++) {
+		if (w) { /* new weights in place, told as the core tells */
+			OK(kiln_device_copy_async(f->dev, dB, B2, bb, KILN_COPY_H2D, f->s));
+			OK(kiln_device_stream_sync(f->dev, f->s));
+			kiln_device_weights_written(f->dev, (const void *const[]){ dB }, &bb, 1);
+		}
+		OK(kiln_device_run(f->dev, plan, &a, f->s));
+		dget(f, want, dC, cb);
+		for (int r = 0; r < 4; r++) {
+			OK(kiln_device_run(f->dev, fplan, &fa, f->s));
+			dget(f, got, dF, cb);
+			ck_assert_msg(!memcmp(got, want, cb),
+				      "frozen GEMM M=%d N=%d K=%d tA=%d tB=%d bias=%d relu=%d, weights %d, run %d: other bytes than the GEMM without the flag (C[0] %.9g, want %.9g)",
+				      M, N, K, ta, tb, bias, act, w + 1, r + 1, got[0], want[0]);
+		}
+	}
+	/* and the new weights' values (the plain GEMM's, checked above) */
+	ck_assert_msg(memcmp(B, B2, bb), "B and B2 equal: no test");
+	kiln_device_plan_free(f->dev, plan);
+	kiln_device_plan_free(f->dev, fplan);
+	DFREE(f, dA, dB, dBi, dC, dF, ws, fws);
+	free(A), free(B), free(B2), free(Bi), free(want), free(got);
+}
+
+START_TEST(test_gemm_frozen)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	if (!kiln_device_takes_frozen(f.dev)) {
+		fx_close(&f);
+		return;
+	}
+	static const int rows[] = { 1, 7, 129 };
+	for (int mi = 0; mi < 3; mi++)
+		for (int t = 0; t < 4; t++)
+			for (int ba = 0; ba < 4; ba++)
+				gemm_frozen_case(&f, rows[mi], 96, 70, t & 1, t >> 1, ba & 1, ba >> 1);
+	fx_close(&f);
+}
+END_TEST
+
 START_TEST(test_gemm)
 {
 	static const int sz[] = { 1, 7, 129 };
@@ -699,6 +783,6 @@ START_TEST(test_relu)
 }
 END_TEST
 
-DEVICE_SUITE(gemm, DFX_CASE(gemm), DFX_CASE(gemm_act), DFX_CASE(gemm_errors), DFX_CASE(op_checks),
+DEVICE_SUITE(gemm, DFX_CASE(gemm), DFX_CASE(gemm_act), DFX_CASE(gemm_frozen), DFX_CASE(gemm_errors), DFX_CASE(op_checks),
 	     DFX_ONCE(op_abi_minors, 10), DFX_CASE(bias), DFX_CASE(relu), DFX_CASE(gemm_dw_accum),
 	     DFX_CASE(gemm_dw_write));

@@ -319,11 +319,37 @@ START_TEST(test_qlinear_frozen)
 	kiln_device_plan_free(f.dev, plan2);
 	DFREE(&f, dx2, dy2, ws2);
 	kiln_device_plan_free(f.dev, plan);
-	/* the flag on another op (here the f32 GEMM) is refused */
-	void *bad = NULL;
+	/* an f32 GEMM takes the flag since session 46 (a linear layer's
+	 * forward; its runs: check_device_gemm's frozen cases) ... */
+	void *gp = NULL, *bad = NULL;
 	op.type = KILN_OP_GEMM;
+	op.f[0] = 1;
+	OK(kiln_device_prepare(f.dev, &op, &gp, NULL));
+	ck_assert_ptr_nonnull(gp);
+	kiln_device_plan_free(f.dev, gp);
+	/* ... but not with KILN_OPF_ACCUMULATE, nor in bf16 */
+	static const char gemm_msg[] =
+		"KILN_OPF_FROZEN is for CONV (without KILN_OPF_KEEP), QCONV, QLINEAR and an f32 GEMM (without KILN_OPF_ACCUMULATE)";
+	op.flags = KILN_OPF_FROZEN | KILN_OPF_ACCUMULATE;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &bad, NULL), KILN_EINVAL);
-	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "KILN_OPF_FROZEN is for CONV (without KILN_OPF_KEEP), QCONV and QLINEAR"));
+	ck_assert_ptr_null(bad);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), gemm_msg));
+	struct kiln_op lp = op;
+	lp.flags = KILN_OPF_FROZEN;
+	lp.in[0].dtype = lp.in[1].dtype = KILN_BF16;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &lp, &bad, NULL), KILN_EINVAL);
+	ck_assert_ptr_null(bad);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), gemm_msg));
+	/* nor an op outside the list (a ReLU) */
+	struct kiln_op r;
+	memset(&r, 0, sizeof r);
+	r.type = KILN_OP_RELU;
+	r.n_in = 1, r.n_out = 1;
+	r.in[0] = td(KILN_F32, 2, 1, 4), r.out[0] = td(KILN_F32, 2, 1, 4);
+	r.flags = KILN_OPF_FROZEN;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &r, &bad, NULL), KILN_EINVAL);
+	ck_assert_ptr_null(bad);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), gemm_msg));
 	DFREE(&f, dx, dw, dy, ws);
 	fx_close(&f);
 }

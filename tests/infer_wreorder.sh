@@ -11,7 +11,21 @@
 # ONEDNN_VERBOSE's exec lines:
 #  1. keep_weights = 0 reorders the weights on every run (a reorder per
 #     convolution); the default reorders them once in the whole call, and
-#     its logits are the same bytes;
+#     its logits are the same bytes; on AVX-512 (oneDNN's brgemm matmul)
+#     fc1's f32 GEMM keeps its weights too (session 46: before, each run's
+#     matmul read them as [out, in], "wei_f32::blocked:ba", and copied them
+#     into its blocked layout): one reorder of them in the call, and only
+#     the first block's matmul reads them in the caller's layout (a GEMM
+#     keeps its weights from the second run that reads them on:
+#     plugins/cpu/wshare.c, cpu_wref_seen); keep_weights = 0: every
+#     matmul does, none reorders; and a call of one run (--batch 48,
+#     infer_block = 0) keeps no GEMM weights: one matmul on [out, in],
+#     no reorder of them (before: one, and the copy held); and with the
+#     Fashion-MNIST CNN example (one image, initial weights) on an
+#     adaptive team flipping between 2 threads and 1 (KILN_CPU_TEAM_FLIP),
+#     where dnnteam.c probes fc1's version for the small team on scratch
+#     tensors, that probe too runs the matmul on [out, in] (before: 2
+#     reorders, the probe's into a scratch copy of the weights' size);
 #  2. training with evaluations every 2 steps logs the same losses with
 #     and without kept weights;
 #  3. training plans and the evaluation plans inside training keep no
@@ -55,7 +69,12 @@
 #     rows: made again, in the same entries;
 #     and INT8's frozen plans make no entry at prepare (before: one per
 #     plan, dropped on its first run for the shared one): one per layer
-#     and model.
+#     and model; on AVX-512 fc1's GEMM keeps its weights alike (session
+#     46), but from the second run that reads the same weights (of any
+#     size's plan): each fresh model's single call and the first call
+#     after a load run the matmul on the weights as they are (0), the
+#     next call reorders them (1), and the entry is made once per model
+#     (phases 4 and 5: fresh B's second call, A's 6 rows).
 name=infer_wreorder
 . "$(dirname "$0")/lib.sh"
 need_source idx
@@ -69,24 +88,62 @@ ini="$data/tr_cnn.ini"
 common="data.path=$data model.init_from=$data/tr_cnn_init.safetensors plugin.cpu.tune_cache=$tmp/tune.bin"
 
 # predict KEEP: the logits into $tmp/lKEEP.npy, oneDNN's exec lines counted
-# into $reorders and $convs (run.out_dir in $tmp: a runs/latest where the
-# suite runs holds a checkpoint predict would take before init_from)
+# into $reorders (of the conv's 4-d weights), $wreorders (of fc1's
+# [5, 64] weights, read as [64, 5] transposed: "ba"), $convs, $gemms and
+# $plain (the matmuls that read their weights as the caller has them,
+# "ba") (run.out_dir in
+# $tmp: a runs/latest where the suite runs holds a checkpoint predict
+# would take before init_from)
+# (more arguments: passed on, after infer_block = 4)
 predict() {
-	ONEDNN_VERBOSE=1 kiln 0 predict "$ini" --eval-set --logits "$tmp/l$1.npy" $common \
-		run.infer_block=4 model.layout=nhwc "plugin.cpu.keep_weights=$1" "run.out_dir=$tmp/p$1"
-	reorders=$(grep -c '^onednn_verbose,exec,cpu,reorder' "$out")
+	k=$1
+	shift
+	ONEDNN_VERBOSE=1 kiln 0 predict "$ini" --eval-set --logits "$tmp/l$k.npy" $common \
+		run.infer_block=4 model.layout=nhwc "plugin.cpu.keep_weights=$k" "run.out_dir=$tmp/p$k" "$@"
+	reorders=$(grep '^onednn_verbose,exec,cpu,reorder' "$out" | grep -vc ',src_f32::blocked:ba:')
+	wreorders=$(grep '^onednn_verbose,exec,cpu,reorder' "$out" | grep -c ',src_f32::blocked:ba:')
 	convs=$(grep -c '^onednn_verbose,exec,cpu,convolution' "$out")
-	echo "keep_weights = $1: $convs convolutions, $reorders reorders"
+	gemms=$(grep -c '^onednn_verbose,exec,cpu,matmul' "$out")
+	plain=$(grep '^onednn_verbose,exec,cpu,matmul' "$out" | grep -c ' wei_f32::blocked:ba:')
+	echo "keep_weights = $k $*: $convs convolutions, $reorders reorders; $gemms matmuls, $plain reading [out, in], $wreorders reorders of their weights"
 }
+brgemm=0 # oneDNN's matmul is its brgemm one (AVX-512): the frozen GEMM keeps its weights
+grep -q avx512bw /proc/cpuinfo 2>/dev/null && grep -q avx512vl /proc/cpuinfo && brgemm=1
 
 # ---- 1. reordered once, the same logits ---------------------------------------
 predict 0
 [ "$convs" -ge 12 ] || fail "keep_weights = 0: $convs convolutions (ONEDNN_VERBOSE honoured? 12 blocks expected)"
 [ "$reorders" -eq "$convs" ] || fail "keep_weights = 0: $reorders weight reorders for $convs convolutions"
+[ "$gemms" -ge 12 ] && [ "$plain" -eq "$gemms" ] && [ "$wreorders" -eq 0 ] ||
+	fail "keep_weights = 0: $plain of $gemms matmuls read fc1's weights as [out, in], $wreorders reorders of them (12 or more matmuls, all, none expected)"
 predict 1
 [ "$convs" -ge 12 ] || fail "keep_weights = 1: $convs convolutions, 12 blocks expected"
 [ "$reorders" -eq 1 ] || fail "keep_weights = 1: $reorders weight reorders in $convs convolutions, 1 expected"
+[ "$gemms" -ge 12 ] || fail "keep_weights = 1: $gemms matmuls, 12 blocks expected"
+if [ $brgemm = 1 ]; then
+	[ "$wreorders" -eq 1 ] && [ "$plain" -eq 1 ] ||
+		fail "keep_weights = 1: fc1's weights reordered $wreorders times, $plain of $gemms matmuls read them as [out, in] (1 and 1 expected: the first run as they are, then kept in the matmul's layout)"
+fi
 cmp "$tmp/l0.npy" "$tmp/l1.npy" || fail "the logits differ with kept weights"
+cp "$tmp/l1.npy" "$tmp/l1blocks.npy"
+predict 1 --batch 48 run.infer_block=0
+[ "$gemms" -eq 1 ] && [ "$plain" -eq 1 ] && [ "$wreorders" -eq 0 ] ||
+	fail "keep_weights = 1, one run: $gemms matmuls, $plain reading fc1's weights as [out, in], $wreorders reorders of them (1, 1, 0 expected: a single run keeps no GEMM weights)"
+cmp "$tmp/l1blocks.npy" "$tmp/l1.npy" || fail "the logits differ in one run"
+# the same on an adaptive team flipping between 2 threads and 1: the
+# Fashion-MNIST CNN example's fc1 (3136 -> 1024, big enough to be threaded)
+# for one image, initial weights
+if [ $brgemm = 1 ] && [ "$(nproc)" -ge 2 ]; then
+	export KILN_CPU_TEAM_FLIP=1
+	ONEDNN_VERBOSE=1 kiln 0 predict "$srcdir/examples/fashion_mnist_cnn.ini" "$data/png/gray2_trns.png" \
+		--batch 1 data.eval.resize=28 run.threads=0 plugin.cpu.adaptive=1 "run.out_dir=$tmp/pflip"
+	unset KILN_CPU_TEAM_FLIP
+	gemms=$(grep -c '^onednn_verbose,exec,cpu,matmul' "$out")
+	wreorders=$(grep '^onednn_verbose,exec,cpu,reorder' "$out" | grep -c ',src_f32::blocked:ba:')
+	echo "one image, a flipping team: $gemms matmuls, $wreorders reorders of their weights"
+	[ "$gemms" -ge 3 ] && [ "$wreorders" -eq 0 ] ||
+		fail "one image on a flipping team: $gemms matmuls, $wreorders reorders of their weights (3 or more, with fc1's probe, and 0 expected: neither the run nor the probe copies them)"
+fi
 
 # ---- 2. training: weights that change between evaluations ---------------------
 for k in 0 1; do
@@ -187,17 +244,20 @@ done
 printf 'conv_impl = first\n' | cat "$tmp/wr1.ini" - >"$tmp/ws.ini"
 KILN_LOG_LEVEL=debug "$top_builddir/tests/infer_reload" --sizes "$tmp/ws.ini" "$tmp/w1.safetensors" \
 	"$tmp/w2.safetensors" 2>"$tmp/wserr" || fail "tests/infer_reload --sizes (f32): $(grep -v debug: "$tmp/wserr" | tail -3)"
-reord=$(per_phase "$tmp/wserr" 'weights reordered into the kernel')
+reord=$(per_phase "$tmp/wserr" 'CONV: weights reordered into the kernel')
+greord=$(per_phase "$tmp/wserr" 'GEMM: weights reordered into the kernel')
 wino=$(per_phase "$tmp/wserr" 'Winograd-transformed weights made')
 entries=$(per_phase "$tmp/wserr" 'kept weights: a new entry of')
-echo "f32, calls of other sizes: per phase: $reord reorders, $wino Winograd transforms, $entries kept entries"
+echo "f32, calls of other sizes: per phase: $reord conv reorders, $greord GEMM reorders, $wino Winograd transforms, $entries kept entries"
 [ "$reord" = "1 1 1 0 1 1 0" ] ||
 	fail "f32, calls of other sizes: conv1's weights reordered $reord per phase, 1 1 1 0 1 1 0 expected (once per model and load, whatever the plans)"
 if grep -q avx512bw /proc/cpuinfo 2>/dev/null && grep -q avx512vl /proc/cpuinfo; then
 	[ "$wino" = "1 1 1 0 1 1 0" ] ||
 		fail "f32, calls of other sizes: conv2's weights transformed $wino per phase, 1 1 1 0 1 1 0 expected"
-	[ "$entries" = "2 2 2 0 2 0 0" ] ||
-		fail "f32, calls of other sizes: kept entries made per phase $entries, 2 2 2 0 2 0 0 expected (one per kept weight and model)"
+	[ "$greord" = "0 0 0 1 1 0 1" ] ||
+		fail "f32, calls of other sizes: fc1's weights reordered $greord per phase, 0 0 0 1 1 0 1 expected (on the second call that reads them, once per model and load, whatever the plans)"
+	[ "$entries" = "2 2 2 1 3 0 0" ] ||
+		fail "f32, calls of other sizes: kept entries made per phase $entries, 2 2 2 1 3 0 0 expected (one per kept weight and model: conv1, conv2, and fc1 once read twice)"
 else
 	[ "$entries" = "1 1 1 0 1 0 0" ] ||
 		fail "f32, calls of other sizes: kept entries made per phase $entries, 1 1 1 0 1 0 0 expected (one per kept weight and model)"

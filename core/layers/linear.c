@@ -152,6 +152,10 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	/* an evaluation plan (kiln_layer_training 0) prepares the forward
 	 * alone: no ReLU mask, no gradients, no dx buffer */
 	const int train = kiln_layer_training(l);
+	/* an inference plan's f32 weights stay: the device may keep them in
+	 * its kernel's layout (KILN_OPF_FROZEN on a GEMM, session 46) */
+	if (l->frozen && dt == KILN_F32 && !s->cast)
+		op.flags |= KILN_OPF_FROZEN;
 	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, ws)) ||
 	    (train && (st = prep_act_bwd_db(h, l, dev, &l->out, l->trainable && s->bias ? N : 0,
 					    &s->mask, &s->mask_db, &s->front, ws))))

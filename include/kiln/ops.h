@@ -732,6 +732,9 @@ enum kiln_op_flags {
 	KILN_OPF_RESIDUAL = 16,
 	/* ABI 2.15, frozen weights (inference): on CONV (not with
 	 * KILN_OPF_KEEP), QCONV and QLINEAR (there in1 and the bias in2),
+	 * and since session 46 an f32 GEMM (not with KILN_OPF_ACCUMULATE: a
+	 * linear layer's forward, in1 its [out, in] weights; no ABI minor,
+	 * since a device that ignores the flag on a GEMM computes the same),
 	 * in1, the weights, holds the same values on every
 	 * run of the plan until the core calls the device's
 	 * KILN_PROC_WEIGHTS_CHANGED (kiln/plugin.h); in1's pointer may change

@@ -105,6 +105,7 @@ extern "C" {
  *      default left to `auto` can follow the model (the CPU's async
  *      streams; docs/plugins.md "ABI 2.14").
  * 2.15: frozen weights: KILN_OPF_FROZEN on CONV, QCONV and QLINEAR
+ *      (and, since session 46 without a minor, a linear layer's f32 GEMM)
  *      (kiln/ops.h), set by the core in inference plans only on a device
  *      that exports
  *      KILN_PROC_WEIGHTS_CHANGED, which the core calls when it wrote new

@@ -97,6 +97,13 @@ struct cpu_wshare {
 	 * its memory): written under lock, read without it (atomic) by a
 	 * run whose plan read a stamp before (cpu_wref_acquire's fast path) */
 	uint64_t epoch;
+	/* under lock: the weights a frozen GEMM read without keeping them,
+	 * and their stamp then (cpu_wref_seen) */
+	struct cpu_wseen {
+		const void *w;
+		uint64_t stamp;
+	} *seen;
+	int n_seen, cap_seen;
 };
 void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host);
 void cpu_wshare_destroy(struct cpu_wshare *sh); /* after every plan is freed */

@@ -326,8 +326,8 @@ kiln_status cpu_dnn_w_probe(struct cpu_dnn *d, int begin)
 		return KILN_OK;
 	pthread_mutex_lock(&d->lock);
 	kiln_status st = KILN_OK;
-	if (begin) {
-		if (!d->w_tmp && !(d->w_tmp = aligned_alloc(64, d->w_kern_bytes)))
+	if (begin) { /* (a frozen GEMM's probe runs its plain matmul: no w_tmp) */
+		if (!d->w_plain && !d->w_tmp && !(d->w_tmp = aligned_alloc(64, d->w_kern_bytes)))
 			st = KILN_ENOMEM;
 		else
 			d->w_probe++;
@@ -392,13 +392,23 @@ kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 	for (int i = 0; i < d->n_mem; i++)
 		if (d->bind[i].kind != CPU_BIND_FIXED)
 			dnnl_memory_set_data_handle(d->mem[i], cpu_dnn_handle(d, i, a));
-	const kiln_status ws = w_take(p, a, &skip, &fill, &held, e);
+	/* a frozen GEMM's weights read for the first time, or a probe's
+	 * scratch weights: its matmul on them as they are, alone (gemm.c);
+	 * kept from the next run on */
+	const void *w = d->w_plain ? cpu_dnn_handle(d, d->w_user, a) : NULL;
+	const int plain = d->w_plain && (d->w_probe || (!(d->w_ref.e && d->w_ref.w_at == w) &&
+							!cpu_wref_seen(&d->w_ref, w)));
+	kiln_status ws = KILN_OK;
+	if (plain)
+		skip = fill = held = 0;
+	else
+		ws = w_take(p, a, &skip, &fill, &held, e);
 	if (ws) {
 		pthread_mutex_unlock(&d->lock);
 		return ws;
 	}
 	for (int k = 0; k < d->n_step && s == dnnl_success; k++) {
-		if (k == skip)
+		if (plain ? k != d->w_plain : k == skip || (d->w_plain && k == d->w_plain))
 			continue;
 		const struct cpu_dnn_step *st = &d->step[k];
 		for (int i = 0; i < st->n_arg; i++)

@@ -47,6 +47,11 @@ struct cpu_dnn {
 	 * w_probe (dnnteam.c's probe runs on scratch tensors) runs reorder
 	 * into w_tmp and leave the kept copy alone. */
 	int w_on, w_step, w_user, w_mem, w_probe;
+	/* gemm.c's frozen GEMM: step w_plain (0: none; never the first
+	 * step) is the matmul on in[1] as it is, run alone where the
+	 * weights were not read before (cpu_wref_seen: no copy made), else
+	 * every step but that one */
+	int w_plain;
 	size_t w_kern_bytes;
 	struct cpu_dnn_wkey {
 		dnnl_memory_desc_t user, kern; /* the caller's layout, the kernel's */

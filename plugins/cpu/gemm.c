@@ -694,11 +694,192 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	return KILN_OK;
 }
 
+/* ---- frozen weights in the kernel's layout (KILN_OPF_FROZEN) ----------
+ * A linear layer's f32 forward in an inference plan (`kiln predict`,
+ * kiln/infer.h) reads weights that stay.  With them in the caller's layout
+ * ([N, K], B transposed) oneDNN's brgemm matmul copies B into its blocked
+ * layout on every run (its copy_B routine, into the scratchpad), once per
+ * block of rows of each thread; with B in the layout it asks for (format
+ * `any`) it reads them as they are.  So such a GEMM is a cpu_dnn plan
+ * (dnn.c), as a frozen convolution is: the reorder of in1 into the kept
+ * copy, run once and again only after the core says the weights changed,
+ * then the matmul on the copy (the bias and the fused activation in its
+ * epilogue, as gemm_prim makes them).  Unlike a convolution's, the copy
+ * is made on the second run that reads the same weights: the first runs
+ * the matmul on in1 as it is, which costs a one-run call (`kiln predict`
+ * of one image) no copy of the weights' size (gemm_frozen_prepare).  The
+ * copy is shared by the model's plans of every row count and by a plan's
+ * versions for smaller teams (wshare.c); dnnteam.c's probes run the
+ * matmul on in1 as it is, and tune_time.c's timings leave the copy alone
+ * (cpu_dnn_w_forget).  Off with
+ * [plugin.cpu] keep_weights = 0 (the plain GEMM below, copying B every
+ * run): docs/PERFORMANCE.md, "Session 46: the MLP's inference". */
+static int gemm_frozen_ok(const struct cpu_ctx *c, const struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	return (op->flags & KILN_OPF_FROZEN) && c->keep_weights && !p->conv_impl &&
+	       !(op->flags & KILN_OPF_ACCUMULATE) && op->f[0] == 1.0 &&
+	       op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_F32 &&
+	       op->out[0].dtype == KILN_F32 && (op->n_in == 2 || op->in[2].dtype == KILN_F32);
+}
+
+/* The frozen GEMM's matmuls, both with a user scratchpad and the fused
+ * activation after the bias: *pd on B in format `any` (the kernel's
+ * layout) and *plain on B in the caller's layout (*w), run until the plan
+ * keeps the copy (below).  KILN_ENOTSUP with no message recorded when
+ * oneDNN has no such matmul, or the kernel reads B in the caller's layout
+ * anyway (no copy to keep), or is not the brgemm matmul (AVX-512 and up:
+ * "brg:"; below it oneDNN 2.6's matmul is its sgemm, "gemm:jit", which
+ * packs both operands on every call whatever their layout, and nothing
+ * was measured there): the plain GEMM serves.  Another failure records
+ * its message. */
+static kiln_status gemm_frozen_pd(struct cpu_ctx *c, const struct kiln_op *op,
+				  dnnl_memory_desc_t *a, dnnl_memory_desc_t *w, dnnl_memory_desc_t *y,
+				  dnnl_memory_desc_t *bias, dnnl_primitive_desc_t *pd,
+				  dnnl_primitive_desc_t *plain)
+{
+	const int64_t ta = op->i[0], tb = op->i[1], M = op->i[2], N = op->i[3], K = op->i[4];
+	kiln_status st = KILN_OK;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t po = NULL;
+	dnnl_memory_desc_t wany;
+	dnnl_matmul_desc_t desc, pdesc;
+	dnnl_status_t s;
+	const dnnl_dims_t wd = { K, N };
+	*pd = *plain = NULL;
+	CPU_DNNL(cpu_md2(a, M, K, ta ? 1 : K, ta ? M : 1, KILN_F32));
+	CPU_DNNL(cpu_md2(w, K, N, tb ? 1 : N, tb ? K : 1, KILN_F32));
+	CPU_DNNL(cpu_md2(y, M, N, N, 1, KILN_F32));
+	CPU_DNNL(cpu_md2(bias, 1, N, N, 1, KILN_F32));
+	CPU_DNNL(dnnl_memory_desc_init_by_tag(&wany, 2, wd, dnnl_f32, dnnl_format_tag_any));
+	CPU_DNNL(dnnl_matmul_desc_init(&desc, a, &wany, op->n_in == 3 ? bias : NULL, y));
+	CPU_DNNL(dnnl_matmul_desc_init(&pdesc, a, w, op->n_in == 3 ? bias : NULL, y));
+	CPU_DNNL(dnnl_primitive_attr_create(&attr));
+	CPU_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+	if (op->flags & KILN_OPF_ACT) { /* the epilogue, after the bias */
+		CPU_DNNL(dnnl_post_ops_create(&po));
+		CPU_DNNL(cpu_dnn_post_act(po, op));
+		CPU_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+	}
+	if ((s = dnnl_primitive_desc_create(pd, &desc, attr, c->engine, NULL)) == dnnl_unimplemented ||
+	    (!s && (strncmp(cpu_dnn_impl(*pd), "brg", 3) ||
+		    dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(*pd, dnnl_query_weights_md, 0), w)))) {
+		st = KILN_ENOTSUP;
+		goto out;
+	}
+	CPU_DNNL(s);
+	if ((s = dnnl_primitive_desc_create(plain, &pdesc, attr, c->engine, NULL)) == dnnl_unimplemented) {
+		st = KILN_ENOTSUP;
+		goto out;
+	}
+	CPU_DNNL(s);
+out: /* oneDNN's destroy functions take NULL */
+	if (st) {
+		dnnl_primitive_desc_destroy(*pd);
+		dnnl_primitive_desc_destroy(*plain);
+		*pd = *plain = NULL;
+	}
+	dnnl_post_ops_destroy(po);
+	dnnl_primitive_attr_destroy(attr);
+	return st;
+}
+
+/* p as a cpu_dnn plan of three steps: in1 reordered into the kept copy
+ * (skipped while it holds the weights), the matmul reading the copy, and
+ * the matmul on in1 as it is, which runs alone the first time the
+ * context's frozen GEMMs read these weights (and after a notice of new
+ * ones: cpu_wref_seen): a call of one run (`kiln predict` of one batch)
+ * keeps no copy, and the second run with the same weights, of this plan
+ * or another size's, reorders and keeps it (cpu_dnn.w_plain).
+ * KILN_ENOTSUP (p left as it was): the plain GEMM serves. */
+static kiln_status gemm_frozen_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	const int64_t M = op->i[2], N = op->i[3], K = op->i[4];
+	dnnl_memory_desc_t a, w, y, bias;
+	dnnl_primitive_desc_t pd = NULL, ppd = NULL, rpd = NULL;
+	dnnl_primitive_attr_t rattr = NULL;
+	kiln_status st = gemm_frozen_pd(c, op, &a, &w, &y, &bias, &pd, &ppd);
+	if (st)
+		return st;
+	const dnnl_memory_desc_t *kern = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+	if ((st = cpu_dnn_new(c, p)))
+		goto out;
+	struct cpu_dnn *d = p->dnn;
+	int m_a, m_w, m_k, m_y, m_b = -1, m_sp = -1, m_rsp = -1, m_psp = -1;
+	/* the reorder's scratchpad in the workspace too, as conv.c's */
+	CPU_DNNL(dnnl_primitive_attr_create(&rattr));
+	CPU_DNNL(dnnl_primitive_attr_set_scratchpad_mode(rattr, dnnl_scratchpad_mode_user));
+	CPU_DNNL(dnnl_reorder_primitive_desc_create(&rpd, &w, c->engine, kern, c->engine, rattr));
+	CPU_DNNL(cpu_dnn_mem(c, d, &a, CPU_BIND_IN, 0, 0, &m_a));
+	CPU_DNNL(cpu_dnn_mem(c, d, &w, CPU_BIND_IN, 1, 0, &m_w));
+	CPU_DNNL(cpu_dnn_mem(c, d, kern, CPU_BIND_FIXED, 0, 0, &m_k));
+	CPU_DNNL(cpu_dnn_mem(c, d, &y, CPU_BIND_OUT, 0, 0, &m_y));
+	if (op->n_in == 3)
+		CPU_DNNL(cpu_dnn_mem(c, d, &bias, CPU_BIND_IN, 2, 0, &m_b));
+	/* the steps run one after the other: every scratchpad at 0 */
+	if (cpu_dnn_scratch(pd))
+		CPU_DNNL(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
+				     CPU_BIND_WS, 0, 0, &m_sp));
+	if (cpu_dnn_scratch(rpd))
+		CPU_DNNL(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0),
+				     CPU_BIND_WS, 0, 0, &m_rsp));
+	if (cpu_dnn_scratch(ppd))
+		CPU_DNNL(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(ppd, dnnl_query_scratchpad_md, 0),
+				     CPU_BIND_WS, 0, 0, &m_psp));
+	int arg[5], mem[5], n = 0;
+	arg[n] = DNNL_ARG_FROM, mem[n++] = m_w;
+	arg[n] = DNNL_ARG_TO, mem[n++] = m_k;
+	if (m_rsp >= 0)
+		arg[n] = DNNL_ARG_SCRATCHPAD, mem[n++] = m_rsp;
+	d->w_step = d->n_step; /* cpu_dnn_exec skips it while the copy holds */
+	CPU_DNNL(cpu_dnn_step(d, rpd, n, arg, mem));
+	for (int plain = 0; plain < 2; plain++) { /* on the copy, then on in1 */
+		n = 0;
+		arg[n] = DNNL_ARG_SRC, mem[n++] = m_a;
+		arg[n] = DNNL_ARG_WEIGHTS, mem[n++] = plain ? m_w : m_k;
+		arg[n] = DNNL_ARG_DST, mem[n++] = m_y;
+		if (m_b >= 0)
+			arg[n] = DNNL_ARG_BIAS, mem[n++] = m_b;
+		if ((plain ? m_psp : m_sp) >= 0)
+			arg[n] = DNNL_ARG_SCRATCHPAD, mem[n++] = plain ? m_psp : m_sp;
+		if (plain)
+			d->w_plain = d->n_step;
+		CPU_DNNL(cpu_dnn_step(d, plain ? ppd : pd, n, arg, mem));
+	}
+	cpu_dnn_w_keep(c, d, &w, kern, m_w, m_k);
+	size_t ws = cpu_dnn_scratch(pd);
+	if (cpu_dnn_scratch(rpd) > ws)
+		ws = cpu_dnn_scratch(rpd);
+	if (cpu_dnn_scratch(ppd) > ws)
+		ws = cpu_dnn_scratch(ppd);
+	p->workspace = ws;
+	p->n_in = op->n_in;
+	p->n_out = 1;
+	p->kernel = cpu_dnn_run;
+	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld (frozen, %s): B kept in the kernel's layout from the second run (%zu bytes), scratchpad %zu bytes",
+		     (long long)M, (long long)N, (long long)K, cpu_dnn_impl(pd),
+		     (dnnl_memory_desc_get_size(kern) + 63) & ~(size_t)63, p->workspace);
+out:
+	dnnl_primitive_attr_destroy(rattr);
+	dnnl_primitive_desc_destroy(rpd);
+	dnnl_primitive_desc_destroy(ppd);
+	dnnl_primitive_desc_destroy(pd);
+	return st;
+}
+
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	int cols = 0;
 	const int64_t len =
 		cpu_op_one_thread(&p->op) ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
+	if (!len && gemm_frozen_ok(c, p)) {
+		const kiln_status fs = gemm_frozen_prepare(c, p);
+		if (fs != KILN_ENOTSUP)
+			return fs; /* (on failure the caller frees p->dnn) */
+		cpu_dnn_free(p->dnn);
+		p->dnn = NULL;
+	}
 	const kiln_status st = gemm_new(c, p);
 	return st ? st : gemm_prepare_as(c, p, len, cols);
 }

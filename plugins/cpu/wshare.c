@@ -370,6 +370,33 @@ kiln_status cpu_wref_acquire(struct cpu_wref *r, const void *w, const void *b, i
 	return KILN_OK;
 }
 
+int cpu_wref_seen(struct cpu_wref *r, const void *w)
+{
+	struct cpu_wshare *sh = r->sh;
+	const uint64_t gen = wk_stamp_of(r, w);
+	int seen = 0, i;
+	pthread_mutex_lock(&sh->lock);
+	for (i = 0; i < sh->n_seen && sh->seen[i].w != w; i++)
+		;
+	if (i < sh->n_seen) {
+		seen = sh->seen[i].stamp == gen;
+		sh->seen[i].stamp = gen;
+	} else {
+		if (sh->n_seen == sh->cap_seen) {
+			const int cap = sh->cap_seen ? 2 * sh->cap_seen : 16;
+			struct cpu_wseen *g = realloc(sh->seen, sizeof *g * (size_t)cap);
+			if (g)
+				sh->seen = g, sh->cap_seen = cap;
+		}
+		if (sh->n_seen < sh->cap_seen) /* (out of memory: seen, kept now) */
+			sh->seen[sh->n_seen++] = (struct cpu_wseen){ w, gen };
+		else
+			seen = 1;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return seen;
+}
+
 void cpu_wref_filled(struct cpu_wref *r)
 {
 	r->e->made = r->e->filling;
@@ -389,6 +416,8 @@ void cpu_wshare_init(struct cpu_wshare *sh, const struct kiln_host *host)
 	sh->seq = sh->all = sh->epoch = 0;
 	sh->ranges = NULL;
 	sh->n_ranges = sh->cap_ranges = 0;
+	sh->seen = NULL;
+	sh->n_seen = sh->cap_seen = 0;
 }
 
 void cpu_wshare_destroy(struct cpu_wshare *sh)
@@ -399,6 +428,7 @@ void cpu_wshare_destroy(struct cpu_wshare *sh)
 		wk_free(e);
 	}
 	free(sh->ranges);
+	free(sh->seen);
 	pthread_mutex_destroy(&sh->lock);
 }
 
@@ -422,6 +452,11 @@ void cpu_wshare_freed(struct cpu_wshare *sh, void *ptr)
 		}
 	}
 	wk_ranges_drop(sh, lo, hi);
+	int k = 0; /* other weights may come at these addresses */
+	for (int i = 0; i < sh->n_seen; i++)
+		if ((uintptr_t)sh->seen[i].w < lo || (uintptr_t)sh->seen[i].w >= hi)
+			sh->seen[k++] = sh->seen[i];
+	sh->n_seen = k;
 	pthread_mutex_unlock(&sh->lock);
 	if (unlisted) /* (tests/check_cpu_wshare counts it) */
 		sh->host->log(KILN_LOG_DEBUG, "cpu", "kept weights: %d entries made from freed memory listed no more, %d of them freed (no plan holds them)",

@@ -89,6 +89,12 @@ void cpu_wref_detach(struct cpu_wref *r);
  * listed, as before session 40, its notices those of the outer op's
  * weights. */
 kiln_status cpu_wref_acquire(struct cpu_wref *r, const void *w, const void *b, int *fill, int *lib);
+/* A frozen r that keeps its entry only for weights read before (gemm.c's
+ * GEMM: the copy costs memory that a single run does not pay back): 1
+ * when a run of such a plan (any of the context's) read the weights at w
+ * before, with no notice of new weights there since; else 0, recorded
+ * (the next run's answer is 1).  Forgotten with w's memory. */
+int cpu_wref_seen(struct cpu_wref *r, const void *w);
 /* The caller of an acquire that said fill made the values. */
 void cpu_wref_filled(struct cpu_wref *r);
 void cpu_wref_release(struct cpu_wref *r);
