@@ -141,8 +141,12 @@ if [ $brgemm = 1 ] && [ "$(nproc)" -ge 2 ]; then
 	gemms=$(grep -c '^onednn_verbose,exec,cpu,matmul' "$out")
 	wreorders=$(grep '^onednn_verbose,exec,cpu,reorder' "$out" | grep -c ',src_f32::blocked:ba:')
 	echo "one image, a flipping team: $gemms matmuls, $wreorders reorders of their weights"
-	[ "$gemms" -ge 3 ] && [ "$wreorders" -eq 0 ] ||
-		fail "one image on a flipping team: $gemms matmuls, $wreorders reorders of their weights (3 or more, with fc1's probe, and 0 expected: neither the run nor the probe copies them)"
+	# fc1's probe runs 1 or 2 more matmuls when the team probes: 3 of 4
+	# runs here (session 46); a loaded machine can leave it out (2
+	# matmuls, seen once in a merge's check), so the count is not asked,
+	# only that no run and no probe copies the weights
+	[ "$gemms" -ge 2 ] && [ "$wreorders" -eq 0 ] ||
+		fail "one image on a flipping team: $gemms matmuls, $wreorders reorders of their weights (2 or more, 3 or more with fc1's probe, and 0 expected: neither the run nor the probe copies them)"
 fi
 
 # ---- 2. training: weights that change between evaluations ---------------------
