@@ -373,6 +373,125 @@ START_TEST(test_own_and_burst_waiting_holds)
 }
 END_TEST
 
+/* A neighbour that came and went in the context's first interval (a
+ * process's start-up: python3's ~50 ms of a CPU read 0.5-0.9 CPUs beside
+ * the MLP's start-up) steps the team down at once, and the probe comes
+ * as soon as the others read below CPU_TEAM_GONE x cpu_team_others_min
+ * for CPU_TEAM_GONE_RUN intervals in a row: back on two threads after
+ * interval 3.  Session 45's rule waited CPU_TEAM_PROBE_MIN calm intervals
+ * (1 s of the MLP's 1.3 s epoch on one thread).  A reading above the
+ * threshold, or none, starts the run again. */
+START_TEST(test_gone_neighbour_probes_soon)
+{
+	struct cpu_team t;
+	ck_assert(cpu_team_others_min(2) < 0.7); /* a start-up's reading is crowded */
+	ck_assert_int_eq(CPU_TEAM_GONE_RUN, 2);
+	const double low = CPU_TEAM_GONE * cpu_team_others_min(2) - 0.05; /* 0.20 */
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1); /* interval 1: crowded */
+	ck_assert_int_eq(t.crowd_down, 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.0), 2); /* interval 3: the probe */
+	ck_assert_int_eq(t.probing, 1);
+	ck_assert_int_eq(t.crowd_down, 0);
+	ck_assert_int_eq(t.dnn, 1); /* oneDNN follows once the size held */
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.1), 2); /* calm: it held */
+	ck_assert_int_eq(t.probing, 0);
+	ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN);
+	/* the run of low readings restarts on a higher one or an unknown one */
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, CPU_TEAM_GONE * cpu_team_others_min(2) + 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, -1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 2);
+	/* a team of 4 stepped down twice by crowding probes one thread at a
+	 * time: the first as soon as the others left, the next after the
+	 * calm wait (the quick probe is the first after the step down) */
+	cpu_team_init(&t, 4);
+	t.cpus = 4;
+	ck_assert_int_eq(feed_beside(&t, 1.4, 1.9), 3);
+	ck_assert_int_eq(feed_beside(&t, 0.9, 1.9), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 3);
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.1), 3);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.1), 4);
+}
+END_TEST
+
+/* What does not bring the quick probe: a neighbour that stays (a busy
+ * loop reads 0.85-1.0 CPUs beside one thread: cpus_taken and not gone,
+ * so no probe at all, as in session 45), one whose readings alternate
+ * around the threshold (a burst every other interval: never two low in a
+ * row; the calm wait's probe comes as before), and a step down by the
+ * waiting alone (the process's own threads, a quota: no neighbour to
+ * leave), which keeps the calm wait. */
+START_TEST(test_steady_neighbour_no_flap)
+{
+	struct cpu_team t;
+	ck_assert(cpu_team_others_min(2) < 0.7);
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 1.0), 1);
+	for (int i = 0; i < 5 * CPU_TEAM_PROBE_MIN; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, i % 3 ? 0.95 : 0.85), 1);
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.9), 1);
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, i % 2 ? 0.45 : 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.45), 2); /* the calm wait's probe */
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.5, 0.1), 2); /* the start-up */
+	ck_assert_int_eq(feed_beside(&t, 0.5, 0.1), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.5, 0.1), 1); /* waiting alone */
+	ck_assert_int_eq(t.crowd_down, 0);
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.0), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.0), 2);
+}
+END_TEST
+
+/* A quick probe that brings the waiting back steps down at once and
+ * doubles the calm wait, as any failed probe: the next probe comes after
+ * 2 x CPU_TEAM_PROBE_MIN calm intervals, not when the others read low
+ * again; once a probe holds, the next crowded step down probes soon
+ * again. */
+START_TEST(test_quick_probe_fails_backs_off)
+{
+	struct cpu_team t;
+	ck_assert(cpu_team_others_min(2) < 0.7);
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.6, 0.8), 1); /* the neighbour is back */
+	ck_assert_int_eq(t.probe_wait, 2 * CPU_TEAM_PROBE_MIN);
+	ck_assert_int_eq(t.crowd_down, 0);
+	for (int i = 0; i < 2 * CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.6, 0.8), 1); /* failed again: 4 x */
+	ck_assert_int_eq(t.probe_wait, 4 * CPU_TEAM_PROBE_MIN);
+	for (int i = 0; i < 4 * CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2); /* held */
+	ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN);
+	ck_assert_int_eq(feed_beside(&t, 0.6, 0.8), 1);
+	ck_assert_int_eq(t.crowd_down, 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+}
+END_TEST
+
 /* /proc/stat's per-CPU lines: user nice system idle iowait irq softirq
  * steal guest guest_nice; the busy ticks of the CPUs asked for. */
 START_TEST(test_stat_busy)
@@ -948,7 +1067,8 @@ static Suite *make_cpu_threads_suite(void)
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_one_busy_interval_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, test_crowded_steps_down_at_once,
-		test_own_and_burst_waiting_holds, test_stat_busy, test_fixed_team_watched,
+		test_own_and_burst_waiting_holds, test_gone_neighbour_probes_soon,
+		test_steady_neighbour_no_flap, test_quick_probe_fails_backs_off, test_stat_busy, test_fixed_team_watched,
 		test_stat_busy_delta, test_others_scale_with_mask, test_hint_advice, test_fixed_team_hint, NULL });
 	return s;
 }

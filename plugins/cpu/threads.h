@@ -148,6 +148,10 @@ struct cpu_team {
 			 * new size costs a JIT and a probe, dnnteam.c) */
 	int cpus;       /* CPUs of the affinity mask others_ns counts (0: 1),
 			 * for the threshold cpu_team_others_min */
+	int crowd_down; /* the last step down was the crowded rule's, with no
+			 * failed probe since: the probe waits for the others
+			 * to leave (CPU_TEAM_GONE), not for probe_wait */
+	int gone;       /* intervals in a row the others read below that */
 };
 
 /* Thresholds, in threads waiting for a CPU on average over an interval
@@ -206,6 +210,18 @@ double cpu_team_others_min(int cpus);
  * loop on 2 CPUs a team of 1 reads 0.85-1.00 and holds; a neighbour
  * taking 0.3 of a CPU does not stop the probe). */
 #define CPU_TEAM_FREE 0.5
+/* After a step down the crowded rule made (and no failed probe since:
+ * probe_wait is still PROBE_MIN), the team probes one thread more once
+ * other processes took less than GONE x cpu_team_others_min CPUs (0.25
+ * up to 7 CPUs) for GONE_RUN intervals in a row, calm or not, rather than
+ * after PROBE_MIN calm intervals: a neighbour that came and went in the
+ * first interval (a process's start-up, python3's ~50 ms of a CPU) cost
+ * the MLP's 1.3 s epoch most of it on one thread (session 45: 48k
+ * samples/s against 61-71k).  Never while cpus_taken holds, and a probe
+ * that fails falls back to the calm wait, doubled (session 46,
+ * docs/PERFORMANCE.md). */
+#define CPU_TEAM_GONE 0.5
+#define CPU_TEAM_GONE_RUN 2
 #define CPU_TEAM_SETTLE 1
 #define CPU_TEAM_SHRINK_HOT 2
 #define CPU_TEAM_PROBE_MIN 10
