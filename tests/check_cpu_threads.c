@@ -390,7 +390,6 @@ START_TEST(test_gone_neighbour_probes_soon)
 	cpu_team_init(&t, 2);
 	t.cpus = 2;
 	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1); /* interval 1: crowded */
-	ck_assert_int_eq(t.crowd_down, 1);
 	ck_assert_int_eq(feed_beside(&t, 0.05, low), 1);
 	ck_assert_int_eq(feed_beside(&t, 0.05, 0.0), 2); /* interval 3: the probe */
 	ck_assert_int_eq(t.probing, 1);
