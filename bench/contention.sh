@@ -172,6 +172,11 @@ cleanup() {
     bench_cache_rm
 }
 trap cleanup EXIT
+# dash runs no EXIT trap on a signal it does not trap: a script stopped by
+# SIGTERM left its busy loop running for everyone (session 46)
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 # ---- conditions -------------------------------------------------------------
 
