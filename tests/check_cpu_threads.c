@@ -484,10 +484,51 @@ START_TEST(test_quick_probe_fails_backs_off)
 	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
 	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2); /* held */
 	ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN);
+	/* a crowded step down inside the probe's first PROBE_MIN intervals
+	 * brings no quick probe; once one held that long it does */
+	ck_assert_int_eq(feed_beside(&t, 0.6, 0.8), 1);
+	ck_assert_int_eq(t.crowd_down, 0);
+	ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN); /* a calm wait's probe: no x 2 */
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
 	ck_assert_int_eq(feed_beside(&t, 0.6, 0.8), 1);
 	ck_assert_int_eq(t.crowd_down, 1);
 	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 1);
 	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+}
+END_TEST
+
+/* A neighbour busy 0.9 CPU one interval in every 4: the quick probe comes
+ * 2 intervals after the step down, and its step down an interval later is
+ * its failure (inside its first CPU_TEAM_PROBE_MIN intervals): the calm
+ * wait doubles and no quick probe follows until a probe held that long.
+ * 40 intervals change the size at most 8 times (main's calm wait alone:
+ * 7; a quick probe after every step down: 20, 1,1,2,2,...). */
+START_TEST(test_periodic_neighbour_no_flap)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	int n = 2, changes = 0;
+	for (int k = 0; k < 40; k++) {
+		const int on = k % 4 == 0;
+		const double waiting = n == 2 ? (on ? 0.6 : 0.02) : 0.03;
+		const int m = feed_beside(&t, waiting, on ? 0.9 : 0.03);
+		changes += m != n;
+		n = m;
+		if (k == 3) /* the quick probe came and held a calm interval */
+			ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN);
+		if (k == 4) { /* back: its failure */
+			ck_assert_int_eq(n, 1);
+			ck_assert_int_eq(t.probe_wait, 2 * CPU_TEAM_PROBE_MIN);
+			ck_assert_int_eq(t.crowd_down, 0);
+		}
+	}
+	ck_assert_int_le(changes, 8);
+	ck_assert_int_ge(changes, 4); /* the probes still come */
 }
 END_TEST
 
@@ -1067,7 +1108,7 @@ static Suite *make_cpu_threads_suite(void)
 		test_shrinks_and_holds, test_one_busy_interval_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, test_crowded_steps_down_at_once,
 		test_own_and_burst_waiting_holds, test_gone_neighbour_probes_soon,
-		test_steady_neighbour_no_flap, test_quick_probe_fails_backs_off, test_stat_busy, test_fixed_team_watched,
+		test_steady_neighbour_no_flap, test_quick_probe_fails_backs_off, test_periodic_neighbour_no_flap, test_stat_busy, test_fixed_team_watched,
 		test_stat_busy_delta, test_others_scale_with_mask, test_hint_advice, test_fixed_team_hint, NULL });
 	return s;
 }

@@ -372,10 +372,13 @@ static int cpus_taken(const struct cpu_team *t, const struct cpu_team_sample *s)
 	       (double)s->others_ns / (double)s->wall_ns > (double)(cpus - t->n) - CPU_TEAM_FREE;
 }
 
-/* The probe: one thread more, confirmed or undone by the next interval. */
-static int step_up(struct cpu_team *t)
+/* The probe: one thread more, confirmed or undone by the next interval;
+ * its trial (CPU_TEAM_PROBE_MIN intervals) gates the quick probe. */
+static int step_up(struct cpu_team *t, int quick)
 {
 	t->n++;
+	t->trial = CPU_TEAM_PROBE_MIN;
+	t->quick = quick;
 	t->probing = 1;
 	t->calm = 0;
 	t->crowd_down = 0;
@@ -393,14 +396,20 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 	 * neighbour, not the process's own start-up (threads.h) */
 	const int crowded = load > CPU_TEAM_SHRINK && s->others_ns > 0 &&
 			    (double)s->others_ns / (double)s->wall_ns >= cpu_team_others_min(t->cpus);
+	const int trial = t->trial > 0; /* inside the last step up's trial */
+	if (trial)
+		t->trial--;
 	if (t->intervals < CPU_TEAM_SETTLE) {
 		t->intervals++; /* the context's start-up: judged only when crowded */
 		if (!crowded)
 			return t->n;
 	}
 	if (load > CPU_TEAM_SHRINK) {
-		const int probe = t->probing;
-		if (probe) /* the step up brought the waiting back */
+		/* the step up brought the waiting back, or a quick probe's
+		 * trial saw a step down: the probe failed */
+		const int probe = t->probing || (trial && t->quick && t->n > 1 &&
+						 (t->hot + 1 >= CPU_TEAM_SHRINK_HOT || crowded));
+		if (probe)
 			t->probe_wait = t->probe_wait * 2 > CPU_TEAM_PROBE_MAX ? CPU_TEAM_PROBE_MAX
 									: t->probe_wait * 2;
 		t->probing = 0;
@@ -414,8 +423,10 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 		if (t->n > 1) {
 			t->n--;
 			/* the neighbour's leaving brings the probe, unless a
-			 * probe failed: then the back-off's calm wait */
-			t->crowd_down = crowded && t->probe_wait == CPU_TEAM_PROBE_MIN;
+			 * probe failed or the last one had not held
+			 * CPU_TEAM_PROBE_MIN intervals: the calm wait */
+			t->crowd_down = crowded && t->probe_wait == CPU_TEAM_PROBE_MIN && !trial;
+			t->quick = 0;
 		}
 		return t->n;
 	}
@@ -427,7 +438,7 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 							     CPU_TEAM_GONE * cpu_team_others_min(t->cpus);
 		t->gone = low ? t->gone + 1 : 0;
 		if (t->gone >= CPU_TEAM_GONE_RUN && !cpus_taken(t, s))
-			return step_up(t);
+			return step_up(t, 1);
 	}
 	if (load >= CPU_TEAM_CALM) {
 		t->calm = 0; /* some waiting: hold */
@@ -442,7 +453,7 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 	 * down the next interval (session 45); the calm intervals still
 	 * count, so it comes the interval the CPUs are free again */
 	if (t->n < t->max && ++t->calm >= t->probe_wait && !cpus_taken(t, s))
-		return step_up(t);
+		return step_up(t, 0);
 	return t->n;
 }
 

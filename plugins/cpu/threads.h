@@ -152,6 +152,11 @@ struct cpu_team {
 			 * failed probe since: the probe waits for the others
 			 * to leave (CPU_TEAM_GONE), not for probe_wait */
 	int gone;       /* intervals in a row the others read below that */
+	int trial;      /* intervals left of the last step up's trial
+			 * (CPU_TEAM_PROBE_MIN from the step up): a crowded
+			 * step down inside it brings no quick probe */
+	int quick;      /* that step up was the quick probe: a step down
+			 * inside its trial is its failure (probe_wait x 2) */
 };
 
 /* Thresholds, in threads waiting for a CPU on average over an interval
@@ -217,9 +222,12 @@ double cpu_team_others_min(int cpus);
  * after PROBE_MIN calm intervals: a neighbour that came and went in the
  * first interval (a process's start-up, python3's ~50 ms of a CPU) cost
  * the MLP's 1.3 s epoch most of it on one thread (session 45: 48k
- * samples/s against 61-71k).  Never while cpus_taken holds, and a probe
- * that fails falls back to the calm wait, doubled (session 46,
- * docs/PERFORMANCE.md). */
+ * samples/s against 61-71k).  Never while cpus_taken holds, nor after a
+ * step down inside the last step up's first PROBE_MIN intervals (the
+ * probe had not held): a quick probe's step down there, crowded or not,
+ * is its failure and doubles the calm wait, so a neighbour that comes
+ * back every few intervals (busy one interval in 4) does not flap the
+ * team every 2 intervals (session 46, docs/PERFORMANCE.md). */
 #define CPU_TEAM_GONE 0.5
 #define CPU_TEAM_GONE_RUN 2
 #define CPU_TEAM_SETTLE 1
