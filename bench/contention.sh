@@ -171,12 +171,7 @@ cleanup() {
     rm -rf "$TMP"
     bench_cache_rm
 }
-trap cleanup EXIT
-# dash runs no EXIT trap on a signal it does not trap: a script stopped by
-# SIGTERM left its busy loop running for everyone (session 46)
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+trap cleanup EXIT   # INT, TERM, HUP exit through it (bench_tmpdir's traps)
 
 # ---- conditions -------------------------------------------------------------
 
@@ -222,7 +217,9 @@ in_cgroup() {
 
 # spin_start COND / spin_stop: the competing process of COND (busy,
 # jitter, busy0, jitter0); spin_stop prints the share of one CPU it got
-# (utime + stime over its lifetime).
+# (utime + stime over its lifetime).  Both run in this shell, never in
+# $(...): SPIN_PID is what cleanup kills, and a subshell's SPIN_PID= (or
+# wait) never reached it (a stale PID, possibly reused, after a round).
 spin_start() {
     # a simple command in the background, so that $! is the loop itself;
     # jitter: busy JIT_BUSY s of every JIT_PERIOD s (time.sleep for the rest)
@@ -344,7 +341,7 @@ while [ "$r" -le "$RUNS" ]; do
                 case $c in busy|jitter|busy0|jitter0) spin_start "$c" ;; esac
                 rc=0
                 line=$(run_one "$b" "$who" "$c" 2> "$TMP/err" | json_line) || rc=$?
-                case $c in busy|jitter|busy0|jitter0) printf '%s\n' "$(spin_stop)" >> "$TMP/spin-$c" ;; esac
+                case $c in busy|jitter|busy0|jitter0) spin_stop >> "$TMP/spin-$c" ;; esac
                 if [ -z "$line" ]; then
                     echo "contention.sh: $b $who $c round $r printed no JSON line (exit $rc):" >&2
                     tail -n 3 "$TMP/err" | sed 's/^/    /' >&2
