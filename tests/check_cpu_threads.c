@@ -532,6 +532,41 @@ START_TEST(test_periodic_neighbour_no_flap)
 }
 END_TEST
 
+/* The quick probe's edges: it comes with some waiting (0.10-0.30: not
+ * calm, not hot), a hot interval between two low readings starts the
+ * run again, and on a mask large enough that the others' "gone" reading
+ * (below 0.72 CPUs on 64) can still take the CPU a larger team needs
+ * (cpus_taken: above 64 - 63 - 0.5), the probe waits for that too (a
+ * guard that cannot hold below ~31 CPUs, where GONE x others_min is
+ * under 0.5). */
+START_TEST(test_quick_probe_edges)
+{
+	struct cpu_team t;
+	ck_assert(CPU_TEAM_CALM < 0.2 && 0.2 < CPU_TEAM_SHRINK);
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.2, 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.2, 0.1), 2); /* calm or not */
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.8, 0.1), 1); /* hot: the run restarts */
+	ck_assert_int_eq(t.gone, 0);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 2);
+	ck_assert(CPU_TEAM_GONE * cpu_team_others_min(64) > 0.6);
+	cpu_team_init(&t, 64);
+	t.cpus = 64;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 2.0), 63);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.6), 63);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.6), 63); /* gone, but taken */
+	ck_assert_int_eq(t.gone, 2);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.3), 64);
+}
+END_TEST
+
 /* /proc/stat's per-CPU lines: user nice system idle iowait irq softirq
  * steal guest guest_nice; the busy ticks of the CPUs asked for. */
 START_TEST(test_stat_busy)
@@ -1108,7 +1143,8 @@ static Suite *make_cpu_threads_suite(void)
 		test_shrinks_and_holds, test_one_busy_interval_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, test_crowded_steps_down_at_once,
 		test_own_and_burst_waiting_holds, test_gone_neighbour_probes_soon,
-		test_steady_neighbour_no_flap, test_quick_probe_fails_backs_off, test_periodic_neighbour_no_flap, test_stat_busy, test_fixed_team_watched,
+		test_steady_neighbour_no_flap, test_quick_probe_fails_backs_off, test_periodic_neighbour_no_flap,
+		test_quick_probe_edges, test_stat_busy, test_fixed_team_watched,
 		test_stat_busy_delta, test_others_scale_with_mask, test_hint_advice, test_fixed_team_hint, NULL });
 	return s;
 }

@@ -432,7 +432,9 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 	}
 	t->hot = 0;
 	/* after a crowded step down: the others gone for GONE_RUN intervals
-	 * (threads.h) */
+	 * (threads.h), calm or not.  cpus_taken can hold on a "gone" reading
+	 * only from ~31 CPUs (below, GONE x others_min < 0.5 <= the free
+	 * CPUs' threshold): a guard for large masks (test_quick_probe_edges) */
 	if (t->crowd_down) {
 		const int low = s->others_ns >= 0 && (double)s->others_ns / (double)s->wall_ns <
 							     CPU_TEAM_GONE * cpu_team_others_min(t->cpus);
