@@ -121,8 +121,8 @@ int cpu_conv_wsplit(const struct kiln_op *op, int threads);
  * which stalls no barrier: the team's share of the delay it adds
  * (n x throttled) is not counted.  others_ns is the mask's CPUs' busy time
  * in /proc/stat (user, nice, system, irq, softirq, steal) less this
- * process's own CPU time (CLOCK_PROCESS_CPUTIME_ID); -1 (or 0) when not
- * known.  The delay counts the process's own threads competing too (the
+ * process's own CPU time (CLOCK_PROCESS_CPUTIME_ID), 0 when that difference
+ * is negative (a reading, not an unknown); -1 when not known.  The delay counts the process's own threads competing too (the
  * loader's beside the team, the JIT at start-up); others_ns does not. */
 struct cpu_team_sample {
 	int64_t wall_ns;
