@@ -460,8 +460,8 @@ END_TEST
 /* A quick probe that brings the waiting back steps down at once and
  * doubles the calm wait, as any failed probe: the next probe comes after
  * 2 x CPU_TEAM_PROBE_MIN calm intervals, not when the others read low
- * again; once a probe holds, the next crowded step down probes soon
- * again. */
+ * again; once a probe held CPU_TEAM_PROBE_MIN intervals, the next crowded
+ * step down probes soon again. */
 START_TEST(test_quick_probe_fails_backs_off)
 {
 	struct cpu_team t;
