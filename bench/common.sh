@@ -3,7 +3,9 @@
 # after setting PYTHON (for median_field).  Gives:
 #   usage                  the script's header comment as help; exit 2
 #   bench_tmpdir NAME      TMP, a scratch directory kiln-NAME.XXXXXX removed
-#                          on exit (and on INT / TERM, with 130 / 143)
+#                          on exit (and on INT / TERM / HUP, with 130 / 143 /
+#                          129: dash runs no EXIT trap on a signal it leaves
+#                          untrapped)
 #   XDG_CACHE_HOME         set on sourcing, unless the caller set it: kiln's
 #                          caches (the CPU tune cache, inflated IDX data, the
 #                          plugin probe) in BENCH_CACHE, a directory of this
@@ -95,6 +97,7 @@ bench_tmpdir() {
     trap 'rm -rf "$TMP"; bench_cache_rm' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
+    trap 'exit 129' HUP
 }
 
 json_line() {

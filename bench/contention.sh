@@ -25,6 +25,14 @@
 #   jitter     a competing process busy 2 ms of every 20 ms (10% of one
 #              core, in bursts: a monitoring agent, a periodic job; python3),
 #              started and stopped as busy's loop; its share is reported
+#              busy's and jitter's competitor starts 0.3 s before the run
+#              (a steady neighbour: its own start-up is over)
+#   busy0, jitter0
+#              the same competitor started with the run, not before it:
+#              its start-up (python3's is ~50 ms of a CPU) falls in the
+#              run's first 100 ms, the neighbour that comes and goes that
+#              kiln's adaptive team must not keep one thread for (session
+#              46, docs/PERFORMANCE.md)
 #   core1      the run under `taskset -c 0`: one core
 #   quota      the run in a cgroup with a 1.5-CPU quota (v2 cpu.max
 #              "150000 100000", else v1 cpu.cfs_quota_us 150000); skipped,
@@ -66,7 +74,7 @@
 #                    --epochs E (see mlp above for what each rate excludes)
 #   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc,cnn-bf16)
 #   --conditions L   comma-separated (default quiet,busy,core1,quota,quota1;
-#                    jitter on request)
+#                    jitter, busy0, jitter0 on request)
 #   --spins LIST     comma-separated spin counts for kiln-sN rows (default none)
 #   --short          a quick look (about 15 minutes on 2 cores): --runs 1 --steps 20
 #                    --mlp-steps 300, unless those options come after it
@@ -135,7 +143,7 @@ for b in $BENCHES; do
         *) echo "contention.sh: unknown benchmark: $b" >&2; exit 2 ;; esac
 done
 for c in $CONDITIONS; do
-    case $c in quiet|busy|jitter|core1|quota|quota1) ;;
+    case $c in quiet|busy|jitter|busy0|jitter0|core1|quota|quota1) ;;
         *) echo "contention.sh: unknown condition: $c" >&2; exit 2 ;; esac
 done
 [ -x "$KILN" ] || { echo "contention.sh: $KILN not found or not executable (set KILN=)" >&2; exit 1; }
@@ -163,7 +171,7 @@ cleanup() {
     rm -rf "$TMP"
     bench_cache_rm
 }
-trap cleanup EXIT
+trap cleanup EXIT   # INT, TERM, HUP exit through it (bench_tmpdir's traps)
 
 # ---- conditions -------------------------------------------------------------
 
@@ -207,12 +215,15 @@ in_cgroup() {
     sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$@"
 }
 
-# spin_start / spin_stop: the competing busy loop; spin_stop prints the
-# share of one CPU it got (utime + stime over its lifetime).
+# spin_start COND / spin_stop: the competing process of COND (busy,
+# jitter, busy0, jitter0); spin_stop prints the share of one CPU it got
+# (utime + stime over its lifetime).  Both run in this shell, never in
+# $(...): SPIN_PID is what cleanup kills, and a subshell's SPIN_PID= (or
+# wait) never reached it (a stale PID, possibly reused, after a round).
 spin_start() {
     # a simple command in the background, so that $! is the loop itself;
     # jitter: busy JIT_BUSY s of every JIT_PERIOD s (time.sleep for the rest)
-    if [ "${1:-busy}" = jitter ]; then
+    if [ "${1%0}" = jitter ]; then
         loop="exec python3 -c 'import time
 while True:
     t = time.perf_counter()
@@ -224,12 +235,12 @@ while True:
     sh -c '[ -z "$0" ] || echo $$ > "$0/cgroup.procs"; eval "$1"' "${CG:+$CG/run}" "$loop" &
     SPIN_PID=$!
     SPIN_T0=$(date +%s.%N)
-    # the competitor settles before the run starts: the conditions are a
-    # steady neighbour, not one starting beside the run (python3's own
-    # start-up is ~50 ms of a CPU: within kiln's first 100 ms interval it
-    # reads as a neighbour, and the team steps down for ~1 s; session 45,
-    # docs/PERFORMANCE.md)
-    sleep 0.3
+    # busy and jitter: the competitor settles before the run starts, a
+    # steady neighbour (python3's own start-up is ~50 ms of a CPU: within
+    # kiln's first 100 ms interval it reads as a neighbour, and session 45's
+    # team stepped down for ~1 s, docs/PERFORMANCE.md); busy0 and jitter0
+    # measure that start-up beside the run
+    case $1 in *0) ;; *) sleep 0.3 ;; esac
 }
 spin_stop() {
     # fields 14, 15 of /proc/PID/stat: utime, stime in clock ticks
@@ -245,7 +256,7 @@ spin_stop() {
 under() {
     cond=$1; shift
     case $cond in
-        quiet|busy|jitter) in_cgroup "${CG:+$CG/run}" "$@" ;;
+        quiet|busy|jitter|busy0|jitter0) in_cgroup "${CG:+$CG/run}" "$@" ;;
         core1) in_cgroup "${CG:+$CG/run}" taskset -c 0 "$@" ;;
         quota|quota1) in_cgroup "$CG/$cond" "$@" ;;
     esac
@@ -327,10 +338,10 @@ while [ "$r" -le "$RUNS" ]; do
         printf '%s\n' "$(cut -d' ' -f1 /proc/loadavg)" >> "$TMP/load-$c"
         for b in $BENCHES; do
             for who in $CONTENDERS; do
-                case $c in busy|jitter) spin_start "$c" ;; esac
+                case $c in busy|jitter|busy0|jitter0) spin_start "$c" ;; esac
                 rc=0
                 line=$(run_one "$b" "$who" "$c" 2> "$TMP/err" | json_line) || rc=$?
-                case $c in busy|jitter) printf '%s\n' "$(spin_stop)" >> "$TMP/spin-$c" ;; esac
+                case $c in busy|jitter|busy0|jitter0) spin_stop >> "$TMP/spin-$c" ;; esac
                 if [ -z "$line" ]; then
                     echo "contention.sh: $b $who $c round $r printed no JSON line (exit $rc):" >&2
                     tail -n 3 "$TMP/err" | sed 's/^/    /' >&2
@@ -361,7 +372,7 @@ for b in $BENCHES; do
     what=
     [ "$b" != mlp ] || [ "$MLP_EPOCHS" = 1 ] || what=", $MLP_EPOCHS epochs (kiln: epochs 2..$MLP_EPOCHS)"
     echo "$b: median samples/s of $RUNS interleaved rounds ($PYTHON)$what"
-    printf '%-6s %5s %5s' cond load spin
+    printf '%-7s %5s %5s' cond load spin
     for who in $CONTENDERS; do printf ' %12s' "$who"; done
     printf ' %11s %9s %9s\n' pt-best kiln/best kiln/quiet
     quiet=$(med "$TMP/$b-kiln-quiet.jsonl")
@@ -369,7 +380,7 @@ for b in $BENCHES; do
         load=$(median < "$TMP/load-$c")
         spin=-
         [ ! -s "$TMP/spin-$c" ] || spin=$(median < "$TMP/spin-$c")
-        printf '%-6s %5s %5s' "$c" "$load" "$spin"
+        printf '%-7s %5s %5s' "$c" "$load" "$spin"
         best=0
         for who in $CONTENDERS; do
             m=$(med "$TMP/$b-$who-$c.jsonl")

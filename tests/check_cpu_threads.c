@@ -373,6 +373,200 @@ START_TEST(test_own_and_burst_waiting_holds)
 }
 END_TEST
 
+/* A neighbour that came and went in the context's first interval (a
+ * process's start-up: python3's ~50 ms of a CPU read 0.5-0.9 CPUs beside
+ * the MLP's start-up) steps the team down at once, and the probe comes
+ * as soon as the others read below CPU_TEAM_GONE x cpu_team_others_min
+ * for CPU_TEAM_GONE_RUN intervals in a row: back on two threads after
+ * interval 3.  Session 45's rule waited CPU_TEAM_PROBE_MIN calm intervals
+ * (1 s of the MLP's 1.3 s epoch on one thread).  A reading above the
+ * threshold, or none, starts the run again. */
+START_TEST(test_gone_neighbour_probes_soon)
+{
+	struct cpu_team t;
+	ck_assert(cpu_team_others_min(2) < 0.7); /* a start-up's reading is crowded */
+	ck_assert_int_eq(CPU_TEAM_GONE_RUN, 2);
+	const double low = CPU_TEAM_GONE * cpu_team_others_min(2) - 0.05; /* 0.20 */
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1); /* interval 1: crowded */
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.0), 2); /* interval 3: the probe */
+	ck_assert_int_eq(t.probing, 1);
+	ck_assert_int_eq(t.crowd_down, 0);
+	ck_assert_int_eq(t.dnn, 1); /* oneDNN follows once the size held */
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.1), 2); /* calm: it held */
+	ck_assert_int_eq(t.probing, 0);
+	ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN);
+	/* the run of low readings restarts on a higher one or an unknown one */
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, CPU_TEAM_GONE * cpu_team_others_min(2) + 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, -1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, low), 2);
+	/* a team of 4 stepped down twice by crowding probes one thread at a
+	 * time: the first as soon as the others left, the next after the
+	 * calm wait (the quick probe is the first after the step down) */
+	cpu_team_init(&t, 4);
+	t.cpus = 4;
+	ck_assert_int_eq(feed_beside(&t, 1.4, 1.9), 3);
+	ck_assert_int_eq(feed_beside(&t, 0.9, 1.9), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 3);
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.1), 3);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.1), 4);
+}
+END_TEST
+
+/* What does not bring the quick probe: a neighbour that stays (a busy
+ * loop reads 0.85-1.0 CPUs beside one thread: cpus_taken and not gone,
+ * so no probe at all, as in session 45), one whose readings alternate
+ * around the threshold (a burst every other interval: never two low in a
+ * row; the calm wait's probe comes as before), and a step down by the
+ * waiting alone (the process's own threads, a quota: no neighbour to
+ * leave), which keeps the calm wait. */
+START_TEST(test_steady_neighbour_no_flap)
+{
+	struct cpu_team t;
+	ck_assert(cpu_team_others_min(2) < 0.7);
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 1.0), 1);
+	for (int i = 0; i < 5 * CPU_TEAM_PROBE_MIN; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, i % 3 ? 0.95 : 0.85), 1);
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.9), 1);
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, i % 2 ? 0.45 : 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.45), 2); /* the calm wait's probe */
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.5, 0.1), 2); /* the start-up */
+	ck_assert_int_eq(feed_beside(&t, 0.5, 0.1), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.5, 0.1), 1); /* waiting alone */
+	ck_assert_int_eq(t.crowd_down, 0);
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.0), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.0), 2);
+}
+END_TEST
+
+/* A quick probe that brings the waiting back steps down at once and
+ * doubles the calm wait, as any failed probe: the next probe comes after
+ * 2 x CPU_TEAM_PROBE_MIN calm intervals, not when the others read low
+ * again; once a probe held CPU_TEAM_PROBE_MIN intervals, the next crowded
+ * step down probes soon again. */
+START_TEST(test_quick_probe_fails_backs_off)
+{
+	struct cpu_team t;
+	ck_assert(cpu_team_others_min(2) < 0.7);
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.6, 0.8), 1); /* the neighbour is back */
+	ck_assert_int_eq(t.probe_wait, 2 * CPU_TEAM_PROBE_MIN);
+	ck_assert_int_eq(t.crowd_down, 0);
+	for (int i = 0; i < 2 * CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.6, 0.8), 1); /* failed again: 4 x */
+	ck_assert_int_eq(t.probe_wait, 4 * CPU_TEAM_PROBE_MIN);
+	for (int i = 0; i < 4 * CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2); /* held */
+	ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN);
+	/* a crowded step down inside the probe's first PROBE_MIN intervals
+	 * brings no quick probe; once one held that long it does */
+	ck_assert_int_eq(feed_beside(&t, 0.6, 0.8), 1);
+	ck_assert_int_eq(t.crowd_down, 0);
+	ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN); /* a calm wait's probe: no x 2 */
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN; i++)
+		ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+	ck_assert_int_eq(feed_beside(&t, 0.6, 0.8), 1);
+	ck_assert_int_eq(t.crowd_down, 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.02, 0.05), 2);
+}
+END_TEST
+
+/* A neighbour busy 0.9 CPU one interval in every 4: the quick probe comes
+ * 2 intervals after the step down, and its step down an interval later is
+ * its failure (inside its first CPU_TEAM_PROBE_MIN intervals): the calm
+ * wait doubles and no quick probe follows until a probe held that long.
+ * 40 intervals change the size at most 8 times (main's calm wait alone:
+ * 7; a quick probe after every step down: 20, 1,1,2,2,...). */
+START_TEST(test_periodic_neighbour_no_flap)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	int n = 2, changes = 0;
+	for (int k = 0; k < 40; k++) {
+		const int on = k % 4 == 0;
+		const double waiting = n == 2 ? (on ? 0.6 : 0.02) : 0.03;
+		const int m = feed_beside(&t, waiting, on ? 0.9 : 0.03);
+		changes += m != n;
+		n = m;
+		if (k == 3) /* the quick probe came and held a calm interval */
+			ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN);
+		if (k == 4) { /* back: its failure */
+			ck_assert_int_eq(n, 1);
+			ck_assert_int_eq(t.probe_wait, 2 * CPU_TEAM_PROBE_MIN);
+			ck_assert_int_eq(t.crowd_down, 0);
+		}
+	}
+	ck_assert_int_le(changes, 8);
+	ck_assert_int_ge(changes, 4); /* the probes still come */
+}
+END_TEST
+
+/* The quick probe's edges: it comes with some waiting (0.10-0.30: not
+ * calm, not hot), a hot interval between two low readings starts the
+ * run again, and on a mask large enough that the others' "gone" reading
+ * (below 0.72 CPUs on 64) can still take the CPU a larger team needs
+ * (cpus_taken: above 64 - 63 - 0.5), the probe waits for that too (a
+ * guard that cannot hold below ~31 CPUs, where GONE x others_min is
+ * under 0.5). */
+START_TEST(test_quick_probe_edges)
+{
+	struct cpu_team t;
+	ck_assert(CPU_TEAM_CALM < 0.2 && 0.2 < CPU_TEAM_SHRINK);
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.2, 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.2, 0.1), 2); /* calm or not */
+	cpu_team_init(&t, 2);
+	t.cpus = 2;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 0.7), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.8, 0.1), 1); /* hot: the run restarts */
+	ck_assert_int_eq(t.gone, 0);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 1);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.1), 2);
+	ck_assert(CPU_TEAM_GONE * cpu_team_others_min(64) > 0.6);
+	cpu_team_init(&t, 64);
+	t.cpus = 64;
+	ck_assert_int_eq(feed_beside(&t, 0.62, 2.0), 63);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.6), 63);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.6), 63); /* gone, but taken */
+	ck_assert_int_eq(t.gone, 2);
+	ck_assert_int_eq(feed_beside(&t, 0.05, 0.3), 64);
+}
+END_TEST
+
 /* /proc/stat's per-CPU lines: user nice system idle iowait irq softirq
  * steal guest guest_nice; the busy ticks of the CPUs asked for. */
 START_TEST(test_stat_busy)
@@ -948,7 +1142,9 @@ static Suite *make_cpu_threads_suite(void)
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_one_busy_interval_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, test_crowded_steps_down_at_once,
-		test_own_and_burst_waiting_holds, test_stat_busy, test_fixed_team_watched,
+		test_own_and_burst_waiting_holds, test_gone_neighbour_probes_soon,
+		test_steady_neighbour_no_flap, test_quick_probe_fails_backs_off, test_periodic_neighbour_no_flap,
+		test_quick_probe_edges, test_stat_busy, test_fixed_team_watched,
 		test_stat_busy_delta, test_others_scale_with_mask, test_hint_advice, test_fixed_team_hint, NULL });
 	return s;
 }

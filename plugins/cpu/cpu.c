@@ -931,7 +931,11 @@ static const struct kiln_key cpu_keys[] = {
 	  "a CPU or more of this process's CPUs (/proc/stat), the first interval included; "
 	  "on the waiting alone only after two such intervals in a row and never on the "
 	  "first (the start-up's own threads compete then); probing back "
-	  "when the machine is calm (docs/PERFORMANCE.md, \"Steady under contention\").  Results do not "
+	  "when the machine is calm, or after a step down for other processes, unless a "
+	  "probe failed since or the last one had held under 10 intervals, as soon as they "
+	  "read below half the crowded threshold (a quarter CPU up to 7 CPUs, more on "
+	  "larger masks) for two intervals (docs/PERFORMANCE.md, "
+	  "\"Steady under contention\").  Results do not "
 	  "depend on it: kiln's own loops sum in a fixed order for any team, and a oneDNN "
 	  "kernel moves to the smaller team only after a probe showed it gives the same "
 	  "bytes there.  0 keeps the opening team (for measuring)." },

@@ -20,8 +20,10 @@
  * CPU_TEAM_SHRINK_HOT intervals in a row (one interval a thread after
  * that).  After CPU_TEAM_PROBE_MIN calm intervals the team tries one
  * thread more (not while other processes hold the CPUs it would run on:
- * cpus_taken), and a probe that brings the waiting back doubles the wait
- * before the next (up to CPU_TEAM_PROBE_MAX intervals, about 8 s).
+ * cpus_taken), after a crowded step down as soon as the others' reading
+ * has stayed low (CPU_TEAM_GONE), and a probe that brings the waiting
+ * back doubles the calm wait before the next (up to CPU_TEAM_PROBE_MAX
+ * intervals, about 8 s).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -370,6 +372,20 @@ static int cpus_taken(const struct cpu_team *t, const struct cpu_team_sample *s)
 	       (double)s->others_ns / (double)s->wall_ns > (double)(cpus - t->n) - CPU_TEAM_FREE;
 }
 
+/* The probe: one thread more, confirmed or undone by the next interval;
+ * its trial (CPU_TEAM_PROBE_MIN intervals) gates the quick probe. */
+static int step_up(struct cpu_team *t, int quick)
+{
+	t->n++;
+	t->trial = CPU_TEAM_PROBE_MIN;
+	t->quick = quick;
+	t->probing = 1;
+	t->calm = 0;
+	t->crowd_down = 0;
+	t->gone = 0;
+	return t->n;
+}
+
 static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 {
 	if (s->wall_ns <= 0 || s->delay_ns < 0)
@@ -380,28 +396,52 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 	 * neighbour, not the process's own start-up (threads.h) */
 	const int crowded = load > CPU_TEAM_SHRINK && s->others_ns > 0 &&
 			    (double)s->others_ns / (double)s->wall_ns >= cpu_team_others_min(t->cpus);
+	const int trial = t->trial > 0; /* inside the last step up's trial */
+	if (trial)
+		t->trial--;
 	if (t->intervals < CPU_TEAM_SETTLE) {
 		t->intervals++; /* the context's start-up: judged only when crowded */
 		if (!crowded)
 			return t->n;
 	}
 	if (load > CPU_TEAM_SHRINK) {
-		const int probe = t->probing;
-		if (probe) /* the step up brought the waiting back */
+		/* the step up brought the waiting back, or a quick probe's
+		 * trial saw a step down: the probe failed */
+		const int probe = t->probing || (trial && t->quick && t->n > 1 &&
+						 (t->hot + 1 >= CPU_TEAM_SHRINK_HOT || crowded));
+		if (probe)
 			t->probe_wait = t->probe_wait * 2 > CPU_TEAM_PROBE_MAX ? CPU_TEAM_PROBE_MAX
 									: t->probe_wait * 2;
 		t->probing = 0;
 		t->calm = 0;
+		t->gone = 0;
 		/* one busy interval alone is not contention yet: a crowded one
 		 * or a probe's failure steps down at once, else
 		 * CPU_TEAM_SHRINK_HOT in a row */
 		if (++t->hot < CPU_TEAM_SHRINK_HOT && !probe && !crowded)
 			return t->n;
-		if (t->n > 1)
+		if (t->n > 1) {
 			t->n--;
+			/* the neighbour's leaving brings the probe, unless a
+			 * probe failed or the last one had not held
+			 * CPU_TEAM_PROBE_MIN intervals: the calm wait */
+			t->crowd_down = crowded && t->probe_wait == CPU_TEAM_PROBE_MIN && !trial;
+			t->quick = 0;
+		}
 		return t->n;
 	}
 	t->hot = 0;
+	/* after a crowded step down: the others gone for GONE_RUN intervals
+	 * (threads.h), calm or not.  cpus_taken can hold on a "gone" reading
+	 * only from ~31 CPUs (below, GONE x others_min < 0.5 <= the free
+	 * CPUs' threshold): a guard for large masks (test_quick_probe_edges) */
+	if (t->crowd_down) {
+		const int low = s->others_ns >= 0 && (double)s->others_ns / (double)s->wall_ns <
+							     CPU_TEAM_GONE * cpu_team_others_min(t->cpus);
+		t->gone = low ? t->gone + 1 : 0;
+		if (t->gone >= CPU_TEAM_GONE_RUN && !cpus_taken(t, s))
+			return step_up(t, 1);
+	}
 	if (load >= CPU_TEAM_CALM) {
 		t->calm = 0; /* some waiting: hold */
 		return t->n;
@@ -414,11 +454,8 @@ static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 	 * beside a busy loop the probe came back every 1-8 s and stepped
 	 * down the next interval (session 45); the calm intervals still
 	 * count, so it comes the interval the CPUs are free again */
-	if (t->n < t->max && ++t->calm >= t->probe_wait && !cpus_taken(t, s)) {
-		t->n++;
-		t->probing = 1;
-		t->calm = 0;
-	}
+	if (t->n < t->max && ++t->calm >= t->probe_wait && !cpus_taken(t, s))
+		return step_up(t, 0);
 	return t->n;
 }
 

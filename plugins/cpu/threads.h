@@ -121,8 +121,8 @@ int cpu_conv_wsplit(const struct kiln_op *op, int threads);
  * which stalls no barrier: the team's share of the delay it adds
  * (n x throttled) is not counted.  others_ns is the mask's CPUs' busy time
  * in /proc/stat (user, nice, system, irq, softirq, steal) less this
- * process's own CPU time (CLOCK_PROCESS_CPUTIME_ID); -1 (or 0) when not
- * known.  The delay counts the process's own threads competing too (the
+ * process's own CPU time (CLOCK_PROCESS_CPUTIME_ID), 0 when that difference
+ * is negative (a reading, not an unknown); -1 when not known.  The delay counts the process's own threads competing too (the
  * loader's beside the team, the JIT at start-up); others_ns does not. */
 struct cpu_team_sample {
 	int64_t wall_ns;
@@ -148,6 +148,15 @@ struct cpu_team {
 			 * new size costs a JIT and a probe, dnnteam.c) */
 	int cpus;       /* CPUs of the affinity mask others_ns counts (0: 1),
 			 * for the threshold cpu_team_others_min */
+	int crowd_down; /* the last step down was the crowded rule's, with no
+			 * failed probe since: the probe waits for the others
+			 * to leave (CPU_TEAM_GONE), not for probe_wait */
+	int gone;       /* intervals in a row the others read below that */
+	int trial;      /* intervals left of the last step up's trial
+			 * (CPU_TEAM_PROBE_MIN from the step up): a crowded
+			 * step down inside it brings no quick probe */
+	int quick;      /* that step up was the quick probe: a step down
+			 * inside its trial is its failure (probe_wait x 2) */
 };
 
 /* Thresholds, in threads waiting for a CPU on average over an interval
@@ -206,6 +215,21 @@ double cpu_team_others_min(int cpus);
  * loop on 2 CPUs a team of 1 reads 0.85-1.00 and holds; a neighbour
  * taking 0.3 of a CPU does not stop the probe). */
 #define CPU_TEAM_FREE 0.5
+/* After a step down the crowded rule made (and no failed probe since:
+ * probe_wait is still PROBE_MIN), the team probes one thread more once
+ * other processes took less than GONE x cpu_team_others_min CPUs (0.25
+ * up to 7 CPUs) for GONE_RUN intervals in a row, calm or not, rather than
+ * after PROBE_MIN calm intervals: a neighbour that came and went in the
+ * first interval (a process's start-up, python3's ~50 ms of a CPU) cost
+ * the MLP's 1.3 s epoch most of it on one thread (session 45: 48k
+ * samples/s against 61-71k).  Never while cpus_taken holds, nor after a
+ * step down inside the last step up's first PROBE_MIN intervals (the
+ * probe had not held): a quick probe's step down there, crowded or not,
+ * is its failure and doubles the calm wait, so a neighbour that comes
+ * back every few intervals (busy one interval in 4) does not flap the
+ * team every 2 intervals (session 46, docs/PERFORMANCE.md). */
+#define CPU_TEAM_GONE 0.5
+#define CPU_TEAM_GONE_RUN 2
 #define CPU_TEAM_SETTLE 1
 #define CPU_TEAM_SHRINK_HOT 2
 #define CPU_TEAM_PROBE_MIN 10
