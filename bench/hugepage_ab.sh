@@ -38,18 +38,6 @@ PYTHON=${PYTHON:-python3}
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
 bench_tmpdir hugepage-ab
 
-# BINARY -> the words that run it (libtool's wrapper's real binary, with
-# its build's libraries): env execs it, so $! is kiln's own pid
-run_words() {
-	_d=$(cd "$(dirname "$1")" && pwd)
-	_b=$(basename "$1")
-	if [ -x "$_d/.libs/$_b" ]; then
-		echo "env LD_LIBRARY_PATH=$_d/.libs $_d/.libs/$_b"
-	else
-		echo "env $1"
-	fi
-}
-
 args() { # MODEL -> its config and overrides
 	case $1 in
 	mlp) echo "bench/mlp_bench.ini train.epochs=1" ;;
