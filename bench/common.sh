@@ -44,6 +44,13 @@
 #                          unless the caller set KILN_PROBE_CACHE or
 #                          XDG_CACHE_HOME; scripts that alternate two kilns
 #                          call it before each run
+#   run_words BIN          the words that run BIN: libtool's wrapper's real
+#                          binary (DIR/.libs/BIN) with its own build's
+#                          libraries, else BIN, after `env` (which execs it,
+#                          so $! is kiln's own pid); for scripts that run two
+#                          builds in turn, where real_kiln's one KILN and
+#                          exported LD_LIBRARY_PATH do not fit.  Unquoted:
+#                          paths without spaces
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
@@ -189,4 +196,14 @@ real_kiln() {
         KILN="$_rk_abs/.libs/$_rk_base"
     fi
     probe_cache "$KILN"
+}
+
+run_words() {
+    _rw_dir=$(cd "$(dirname "$1")" && pwd)
+    _rw_base=$(basename "$1")
+    if [ -x "$_rw_dir/.libs/$_rw_base" ]; then
+        echo "env LD_LIBRARY_PATH=$_rw_dir/.libs $_rw_dir/.libs/$_rw_base"
+    else
+        echo "env $1"
+    fi
 }

@@ -162,3 +162,5 @@ noinst_PROGRAMS += bench/generate_prefill
 bench_generate_prefill_SOURCES = bench/generate_prefill.c
 bench_generate_prefill_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 bench_generate_prefill_LDADD = libkiln-internal.la
+# session 46: two builds A/B with the huge pages each run held (plugins/cpu/hugepage.c)
+EXTRA_DIST += bench/hugepage_ab.sh

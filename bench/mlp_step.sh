@@ -42,18 +42,6 @@ bench_tmpdir mlp-step
 variants="fuse0 fuse1"
 [ -z "${KILN_BASE:-}" ] || variants="$variants base-fuse0 base-fuse1"
 
-# BINARY -> the words that run it: libtool's wrapper's real binary with its
-# own build's libraries (common.sh's real_kiln sets KILN, for one binary)
-run_words() {
-	_d=$(cd "$(dirname "$1")" && pwd)
-	_b=$(basename "$1")
-	if [ -x "$_d/.libs/$_b" ]; then
-		echo "env LD_LIBRARY_PATH=$_d/.libs $_d/.libs/$_b"
-	else
-		echo "$1"
-	fi
-}
-
 timed() { # BINARY STEPS FUSE -> "cpu seconds" (user + sys)
 	# shellcheck disable=SC2046 # run_words's words: env, its variable, the path
 	/usr/bin/time -f '%U %S' -o "$TMP/t" $(run_words "$1") train "$HERE/mlp_bench.ini" \

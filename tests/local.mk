@@ -1189,6 +1189,15 @@ TESTS += tests/check_cpu_async
 tests_check_cpu_async_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_async_LDADD = libkiln-internal.la $(CHECK_LIBS) -lm
 endif
+# the CPU device's buffers of 2 MiB and more on transparent huge pages:
+# advised (VmFlags hg), and allocated where the advice is refused
+# (plugins/cpu/hugepage.c, session 46)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_hugepage
+TESTS += tests/check_cpu_hugepage
+tests_check_cpu_hugepage_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_hugepage_LDADD = libkiln.la $(CHECK_LIBS)
+endif
 # the CPU plugin's kernel choices timed under contention: provisional in
 # the tune cache, re-timed quiet, never over a confident one (plugins/cpu/tune.c)
 if HAVE_CHECK

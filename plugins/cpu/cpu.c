@@ -19,7 +19,7 @@
 #include <stdarg.h>
 #include <sched.h>
 #include <stdio.h>    /* vsnprintf, snprintf */
-#include <stdlib.h>   /* posix_memalign, free, calloc */
+#include <stdlib.h>   /* free, calloc */
 #include <string.h>
 #include <unistd.h>   /* sysconf */
 #include <limits.h>   /* ULLONG_MAX */
@@ -379,13 +379,14 @@ static void cpu_close(void *ctx)
 static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 {
 	struct cpu_ctx *c = ctx;
-	/* Round up so vector loops over the last block stay inside it. */
+	/* Round up so vector loops over the last block stay inside it.
+	 * From 2 MiB up on transparent huge pages (hugepage.c). */
 	size_t n = bytes ? (bytes + CPU_ALIGN - 1) & ~(size_t)(CPU_ALIGN - 1) : CPU_ALIGN;
 	kiln_status st;
 	*ptr = NULL;
 	if (c->graph && (st = cpu_capture_check_sync(c, NULL, NULL, "alloc")))
 		return st;
-	if (n < bytes || posix_memalign(ptr, CPU_ALIGN, n)) {
+	if (n < bytes || !(*ptr = cpu_huge_alloc(CPU_ALIGN, n))) {
 		*ptr = NULL;
 		return c->host->error(KILN_ENOMEM, "cpu: alloc of %zu bytes failed", bytes);
 	}
@@ -416,7 +417,7 @@ static void cpu_free(void *ctx, void *ptr)
 	cpu_split_quiesce(c); /* a late helper may still read it */
 	cpu_wc_wrote_any(1);
 	cpu_wshare_freed(&c->wshare, ptr);
-	free(ptr);
+	cpu_huge_free(ptr);
 }
 
 /* ---- prepare / run ---------------------------------------------------- */

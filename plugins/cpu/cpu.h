@@ -337,6 +337,19 @@ void cpu_wino_free(struct cpu_wino *w);
  * after runs on scratch weights (tune_time.c's timing) */
 void cpu_wino_forget(struct cpu_wino *w);
 
+/* ---- hugepage.c: the device's large buffers on transparent huge pages ---- */
+#define CPU_HUGE ((size_t)2 << 20) /* x86-64's huge page: the advice's unit */
+/* A buffer of `bytes` aligned to `align` (a power of two, at least
+ * sizeof(void *)), or NULL.  From CPU_HUGE bytes up (align at most
+ * CPU_HUGE) its own mapping, aligned to CPU_HUGE and advised with
+ * MADV_HUGEPAGE (advice that fails is ignored); smaller, posix_memalign's.
+ * Not zeroed.  Freed with cpu_huge_free only. */
+void *cpu_huge_alloc(size_t align, size_t bytes);
+void cpu_huge_free(void *p);
+/* The bytes usable at p (cpu_huge_alloc's, or NULL: 0): at least those
+ * asked for (malloc_usable_size for the heap's) */
+size_t cpu_huge_usable(void *p);
+
 /* ---- cpu.c ---- */
 const char *cpu_op_name(int type);
 /* the shared helpers (plugins/common/describe.h) under the names the

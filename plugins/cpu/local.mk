@@ -4,7 +4,7 @@
 if BUILD_CPU
 pkglib_LTLIBRARIES += plugins/kiln-cpu.la
 plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/cpu.h plugins/cpu/stream.c \
-	plugins/cpu/graph.c plugins/cpu/ops.c plugins/cpu/optim.c plugins/cpu/lowp.c plugins/cpu/wcache.c \
+	plugins/cpu/graph.c plugins/cpu/ops.c plugins/cpu/optim.c plugins/cpu/lowp.c plugins/cpu/wcache.c plugins/cpu/hugepage.c \
 	plugins/cpu/async_auto.c plugins/cpu/tune.c plugins/cpu/tune_time.c plugins/cpu/tune_cache.c plugins/cpu/gemm.c plugins/cpu/openblas.c plugins/cpu/dnn.c plugins/cpu/dnn.h \
 	plugins/cpu/conv.c plugins/cpu/pool.c plugins/cpu/bn.c plugins/cpu/act.c \
 	plugins/cpu/layout.c plugins/cpu/embedding.c plugins/cpu/layernorm.c plugins/cpu/rnn.c \

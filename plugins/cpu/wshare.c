@@ -63,7 +63,6 @@
  */
 #include "wshare.h"
 
-#include <malloc.h> /* malloc_usable_size */
 #include <stdlib.h>
 
 /* ---- entries ---------------------------------------------------------- */
@@ -436,7 +435,7 @@ void cpu_wshare_freed(struct cpu_wshare *sh, void *ptr)
 {
 	if (!ptr)
 		return;
-	const uintptr_t lo = (uintptr_t)ptr, hi = lo + malloc_usable_size(ptr);
+	const uintptr_t lo = (uintptr_t)ptr, hi = lo + cpu_huge_usable(ptr);
 	int unlisted = 0, freed = 0;
 	pthread_mutex_lock(&sh->lock);
 	for (struct cpu_wkept *e = sh->head, *nx; e; e = nx) {
