@@ -39,6 +39,12 @@
 #  7. bf16 and fp16 (loss scaling) compute: the sharded step writes its
 #     pieces' compute copy and the copy is allgathered too: ZeRO-1 equals
 #     DDP (params, momentum; optim.step and amp.scaler the same bytes).
+#  8. (session 46) many buckets: bucket_mb = 0.001 cuts the MLP into 199,
+#     and each step enqueues 199 reduce-scatters and 398 allgathers faster
+#     than the comm stream runs them, past a communicator's pool of 256
+#     jobs (before, "256 collectives are in flight": the run failed; now
+#     the enqueue waits for a slot): Gloo and (where built) MPI on 2 ranks
+#     equal DDP.
 # Every process runs under `timeout`, so a hang fails the test.
 name=zero needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -205,4 +211,20 @@ for p in bf16 fp16; do
 		bad "$p: ZeRO-1's optim.step differs from DDP's"
 done
 "$tool" same "$(ck fp16_ddp 64)" "$(ck fp16_zero 64)" amp.scaler || bad "fp16: ZeRO-1's loss scaler differs from DDP's"
+
+# ---- 8. many buckets, more collectives than a communicator's jobs ---------
+many() {
+	grep -q "of each of 199 gradient bucket(s)" "$tmp/$1.log" || bad "$1: not 199 buckets"
+	states_close "$(ck sgd_ddp 64)" "$(ck $1 64)" "sgd: ZeRO-1 of 199 buckets ($1) vs DDP" params optim.momentum
+}
+run many 2 32 $sgd dist.zero=1 dist.bucket_mb=0.001
+many many
+if command -v mpirun > /dev/null && [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ]; then
+	timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+		-x KILN_MASTER_PORT=$(free_port 2) -x OMP_NUM_THREADS=1 \
+		-x KILN_STORE_TOKEN=kiln-tests-0123456789abcdef "$kiln" train "$ini" \
+		run.comm=mpi run.out_dir="$tmp/many_mpi" train.batch=32 $sgd dist.zero=1 dist.bucket_mb=0.001 \
+		> "$tmp/many_mpi.log" 2>&1 || { bad "mpirun -np 2 ZeRO-1 of 199 buckets exited $?"; tail -20 "$tmp/many_mpi.log"; }
+	many many_mpi
+fi
 exit $fail

@@ -116,7 +116,7 @@ kiln_status submit(void *ctx, Kind kind, const void *send, void *buf, size_t cou
 	Comm *c = static_cast<Comm *>(ctx);
 	Job *j = job_get(c, kind);
 	if (!j)
-		return KILN_EINTERNAL;
+		return H->version >= 6 && H->device_capturing(c->dev) ? KILN_ENOMEM : KILN_ETIMEOUT;
 	j->send = send;
 	j->buf = buf;
 	j->count = count;
@@ -193,7 +193,7 @@ kiln_status gloo_sendrecv(void *ctx, const void *send_buf, size_t send_count, in
 				c->rank, c->world, dst, src);
 	Job *j = job_get(c, K_SENDRECV);
 	if (!j)
-		return KILN_EINTERNAL;
+		return H->version >= 6 && H->device_capturing(c->dev) ? KILN_ENOMEM : KILN_ETIMEOUT;
 	j->send = send_buf;
 	j->count = send_count;
 	j->root = dst;

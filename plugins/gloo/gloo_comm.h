@@ -331,6 +331,10 @@ struct Comm {
 	int zero_copy = 1;       /* [plugin.gloo] zero_copy */
 	Job jobs[kJobs];
 	int next_job = 0;
+	/* a job's end, told to an enqueuing thread that found every slot
+	 * busy (job_get waits for one: the streams may be far behind) */
+	std::mutex job_lock;
+	std::condition_variable job_freed;
 	/* jobs of collectives recorded in captured steps: replays run them
 	 * through the captured pointer, so they are never reused (host table
 	 * version 6); freed with the communicator */

@@ -239,8 +239,14 @@ kiln_status world_named(const Job *j, kiln_status st)
 kiln_status run_job(void *arg)
 {
 	Job *j = static_cast<Job *>(arg);
+	Comm *c = j->c;
 	kiln_status st = run_job_now(j);
-	j->busy.store(0, std::memory_order_release);
+	{
+		/* (under the lock: job_get's check and wait cannot miss it) */
+		std::lock_guard<std::mutex> g(c->job_lock);
+		j->busy.store(0, std::memory_order_release);
+	}
+	c->job_freed.notify_one();
 	return st;
 }
 
@@ -495,6 +501,25 @@ Job *job_fill(Job *j, Comm *c, Kind kind)
 	return j;
 }
 
+/* A free slot of c->jobs after next_job, or NULL */
+Job *job_free(Comm *c)
+{
+	for (int k = 0; k < kJobs; k++) {
+		Job *j = &c->jobs[(c->next_job + k) % kJobs];
+		if (!j->busy.load(std::memory_order_acquire)) {
+			c->next_job = (c->next_job + k + 1) % kJobs;
+			return j;
+		}
+	}
+	return nullptr;
+}
+
+/* A slot for a collective of kind: a captured one's own, else one of
+ * c->jobs.  With every slot busy the streams are behind this thread (the
+ * host runs steps ahead of the device: ZeRO-1 enqueues 3-4 collectives
+ * a bucket a step, 13 buckets of 5 steps passed 256): it waits for the
+ * oldest to end, as a full queue would, up to [dist] timeout (a job ends
+ * by then, its collective done or failed, unless the stream stopped). */
 Job *job_get(Comm *c, Kind kind)
 {
 	if (H->version >= 6 && H->device_capturing(c->dev)) {
@@ -507,15 +532,16 @@ Job *job_get(Comm *c, Kind kind)
 		}
 		return job_fill(c->kept.back().get(), c, kind);
 	}
-	for (int k = 0; k < kJobs; k++) {
-		Job *j = &c->jobs[(c->next_job + k) % kJobs];
-		if (!j->busy.load(std::memory_order_acquire)) {
-			c->next_job = (c->next_job + k + 1) % kJobs;
-			return job_fill(j, c, kind);
-		}
+	Job *j = job_free(c);
+	if (!j) {
+		std::unique_lock<std::mutex> g(c->job_lock);
+		c->job_freed.wait_for(g, std::chrono::milliseconds(c->timeout_ms),
+				      [c, &j] { return (j = job_free(c)) != nullptr; });
 	}
-	H->error(KILN_EINTERNAL, "gloo: rank %d of %d: %d collectives are in flight, the most a communicator holds: %s not enqueued",
-		 c->rank, c->world, kJobs, kind_name(kind));
+	if (j)
+		return job_fill(j, c, kind);
+	H->error(KILN_ETIMEOUT, "gloo: rank %d of %d: %d collectives are in flight, the most a communicator holds, and none ended in %d ms ([dist] timeout): %s not enqueued",
+		 c->rank, c->world, kJobs, c->timeout_ms, kind_name(kind));
 	return nullptr;
 }
 
