@@ -37,8 +37,8 @@
  *
  * The hot path allocates nothing.  Jobs come from a per-communicator pool
  * of kJobs slots (a slot is free again when its host function has run;
- * more than kJobs collectives in flight is an error naming the rank, never
- * an allocation).  An allreduce (f32, f16, bf16) runs an
+ * with kJobs collectives in flight the next enqueue waits for one to end,
+ * up to [dist] timeout, then fails naming the rank: never an allocation).  An allreduce (f32, f16, bf16) runs an
  * AllreduceHalvingDoubling bound to its buffer, made on the buffer's first allreduce and kept (kBound buffers: the
  * gradient buckets and the few small buffers a training step reduces have
  * fixed addresses); past kBound buffers an allreduce is copied piece by
