@@ -114,9 +114,10 @@ kiln_status submit(void *ctx, Kind kind, const void *send, void *buf, size_t cou
 		   int op, int root, void *stream, void *done)
 {
 	Comm *c = static_cast<Comm *>(ctx);
-	Job *j = job_get(c, kind);
+	kiln_status st;
+	Job *j = job_get(c, kind, stream, &st);
 	if (!j)
-		return H->version >= 6 && H->device_capturing(c->dev) ? KILN_ENOMEM : KILN_ETIMEOUT;
+		return st;
 	j->send = send;
 	j->buf = buf;
 	j->count = count;
@@ -191,9 +192,10 @@ kiln_status gloo_sendrecv(void *ctx, const void *send_buf, size_t send_count, in
 	if ((send_count && dst >= c->world) || (recv_count && src >= c->world))
 		return H->error(KILN_EINVAL, "gloo: rank %d of %d: sendrecv to rank %d, from rank %d: no such peer",
 				c->rank, c->world, dst, src);
-	Job *j = job_get(c, K_SENDRECV);
+	kiln_status st;
+	Job *j = job_get(c, K_SENDRECV, stream, &st);
 	if (!j)
-		return H->version >= 6 && H->device_capturing(c->dev) ? KILN_ENOMEM : KILN_ETIMEOUT;
+		return st;
 	j->send = send_buf;
 	j->count = send_count;
 	j->root = dst;

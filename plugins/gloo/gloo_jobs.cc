@@ -514,33 +514,52 @@ Job *job_free(Comm *c)
 	return nullptr;
 }
 
+/* A host function that does nothing: job_get's look at a stream's health */
+static kiln_status probe_noop(void *)
+{
+	return KILN_OK;
+}
+
 /* A slot for a collective of kind: a captured one's own, else one of
  * c->jobs.  With every slot busy the streams are behind this thread (the
  * host runs steps ahead of the device: ZeRO-1 enqueues 3-4 collectives
  * a bucket a step, 13 buckets of 5 steps passed 256): it waits for the
  * oldest to end, as a full queue would, up to [dist] timeout (a job ends
- * by then, its collective done or failed, unless the stream stopped). */
-Job *job_get(Comm *c, Kind kind)
+ * by then, its collective done or failed, unless the stream stopped).
+ * Every kProbe it queues a no-op on the stream: a failed stream skips its
+ * queued jobs (their slots stay busy) and refuses the no-op with its
+ * sticky error, which ends the wait at once. */
+Job *job_get(Comm *c, Kind kind, void *stream, kiln_status *st)
 {
 	if (H->version >= 6 && H->device_capturing(c->dev)) {
 		try {
 			c->kept.push_back(std::make_unique<Job>());
 		} catch (const std::bad_alloc &) {
-			H->error(KILN_ENOMEM, "gloo: rank %d of %d: out of memory for a captured %s",
-				 c->rank, c->world, kind_name(kind));
+			*st = H->error(KILN_ENOMEM, "gloo: rank %d of %d: out of memory for a captured %s",
+				       c->rank, c->world, kind_name(kind));
 			return nullptr;
 		}
 		return job_fill(c->kept.back().get(), c, kind);
 	}
 	Job *j = job_free(c);
-	if (!j) {
-		std::unique_lock<std::mutex> g(c->job_lock);
-		c->job_freed.wait_for(g, std::chrono::milliseconds(c->timeout_ms),
-				      [c, &j] { return (j = job_free(c)) != nullptr; });
+	const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(c->timeout_ms);
+	while (!j) {
+		{
+			std::unique_lock<std::mutex> g(c->job_lock);
+			const auto slice = std::min(end, std::chrono::steady_clock::now() + kProbe);
+			c->job_freed.wait_until(g, slice, [c, &j] { return (j = job_free(c)) != nullptr; });
+		}
+		if (j || std::chrono::steady_clock::now() >= end)
+			break;
+		const kiln_status ps = H->device_host_fn(c->dev, stream, probe_noop, nullptr);
+		if (ps) {
+			*st = ps;
+			return nullptr;
+		}
 	}
 	if (j)
 		return job_fill(j, c, kind);
-	H->error(KILN_ETIMEOUT, "gloo: rank %d of %d: %d collectives are in flight, the most a communicator holds, and none ended in %d ms ([dist] timeout): %s not enqueued",
+	*st = H->error(KILN_ETIMEOUT, "gloo: rank %d of %d: %d collectives are in flight, the most a communicator holds, and none ended in %d ms ([dist] timeout): %s not enqueued",
 		 c->rank, c->world, kJobs, c->timeout_ms, kind_name(kind));
 	return nullptr;
 }
