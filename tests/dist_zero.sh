@@ -39,6 +39,17 @@
 #  7. bf16 and fp16 (loss scaling) compute: the sharded step writes its
 #     pieces' compute copy and the copy is allgathered too: ZeRO-1 equals
 #     DDP (params, momentum; optim.step and amp.scaler the same bytes).
+#  8. (session 46) many buckets: bucket_mb = 0.001 cuts the MLP into 199,
+#     and each step enqueues 199 reduce-scatters and 398 allgathers faster
+#     than the comm stream runs them, past a communicator's pool of 256
+#     jobs (before, "256 collectives are in flight": the run failed; now
+#     the enqueue waits for a slot): Gloo and (where built) MPI on 2 ranks
+#     equal DDP.
+#  9. (session 46) a peer killed while the pool is full: the comm stream
+#     fails, skips its queued jobs and their slots stay busy; the enqueue
+#     waiting for a slot looks at the stream every 50 ms and fails with
+#     its error (before, it slept the whole [dist] timeout, 60 s here):
+#     rank 0 exits non-zero within 10 s of rank 1's SIGKILL, 3 times.
 # Every process runs under `timeout`, so a hang fails the test.
 name=zero needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -205,4 +216,46 @@ for p in bf16 fp16; do
 		bad "$p: ZeRO-1's optim.step differs from DDP's"
 done
 "$tool" same "$(ck fp16_ddp 64)" "$(ck fp16_zero 64)" amp.scaler || bad "fp16: ZeRO-1's loss scaler differs from DDP's"
+
+# ---- 8. many buckets, more collectives than a communicator's jobs ---------
+many() {
+	grep -q "of each of 199 gradient bucket(s)" "$tmp/$1.log" || bad "$1: not 199 buckets"
+	states_close "$(ck sgd_ddp 64)" "$(ck $1 64)" "sgd: ZeRO-1 of 199 buckets ($1) vs DDP" params optim.momentum
+}
+run many 2 32 $sgd dist.zero=1 dist.bucket_mb=0.001
+many many
+if command -v mpirun > /dev/null && [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ]; then
+	timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+		-x KILN_MASTER_PORT=$(free_port 2) -x OMP_NUM_THREADS=1 \
+		-x KILN_STORE_TOKEN=kiln-tests-0123456789abcdef "$kiln" train "$ini" \
+		run.comm=mpi run.out_dir="$tmp/many_mpi" train.batch=32 $sgd dist.zero=1 dist.bucket_mb=0.001 \
+		> "$tmp/many_mpi.log" 2>&1 || { bad "mpirun -np 2 ZeRO-1 of 199 buckets exited $?"; tail -20 "$tmp/many_mpi.log"; }
+	many many_mpi
+fi
+
+# ---- 9. a peer killed with the job pool full ------------------------------
+kini="$tmp/kill.ini"
+mlp_ini "$kini" 5 60 gloo
+for k in 1 2 3; do
+	kport=$(free_port 9$k)
+	kargs="run.out_dir=$tmp/kill$k train.batch=32 train.epochs=60 dist.zero=1 dist.bucket_mb=0.001 dist.heartbeat=0 train.skip_nonfinite=0"
+	KILN_MASTER_ADDR=127.0.0.1 KILN_MASTER_PORT=$kport KILN_WORLD_SIZE=2 KILN_STORE_TOKEN=kiln-tests-0123456789abcdef \
+		KILN_RANK=0 timeout 100 "$kiln" train "$kini" $kargs > "$tmp/kill${k}_r0.log" 2>&1 &
+	k0=$!
+	KILN_MASTER_ADDR=127.0.0.1 KILN_MASTER_PORT=$kport KILN_WORLD_SIZE=2 KILN_STORE_TOKEN=kiln-tests-0123456789abcdef \
+		KILN_RANK=1 timeout 100 "$kiln" train "$kini" $kargs > "$tmp/kill${k}_r1.log" 2>&1 &
+	k1=$!
+	sleep 1.4
+	# both still training (a rank that failed at once proves nothing)
+	kill -0 $k0 && kp=$(pgrep -P $k1) || bad "kill $k: a rank ended before the kill"
+	kill -9 $kp
+	ks=$(date +%s%N)
+	wait $k0
+	krc=$?
+	kms=$(( ($(date +%s%N) - ks) / 1000000 ))
+	wait $k1
+	echo "kill $k: rank 0 exited $krc, $kms ms after rank 1's SIGKILL"
+	[ $krc -ne 0 ] && [ $krc -ne 124 ] || { bad "kill $k: rank 0 exited $krc"; tail -5 "$tmp/kill${k}_r0.log"; }
+	[ $kms -lt 10000 ] || { bad "kill $k: rank 0 exited $kms ms after the kill (> 10 s; [dist] timeout 60 s)"; tail -5 "$tmp/kill${k}_r0.log"; }
+done
 exit $fail

@@ -37,8 +37,8 @@
  *
  * The hot path allocates nothing.  Jobs come from a per-communicator pool
  * of kJobs slots (a slot is free again when its host function has run;
- * more than kJobs collectives in flight is an error naming the rank, never
- * an allocation).  An allreduce (f32, f16, bf16) runs an
+ * with kJobs collectives in flight the next enqueue waits for one to end,
+ * up to [dist] timeout, then fails naming the rank: never an allocation).  An allreduce (f32, f16, bf16) runs an
  * AllreduceHalvingDoubling bound to its buffer, made on the buffer's first allreduce and kept (kBound buffers: the
  * gradient buckets and the few small buffers a training step reduces have
  * fixed addresses); past kBound buffers an allreduce is copied piece by
@@ -114,9 +114,10 @@ kiln_status submit(void *ctx, Kind kind, const void *send, void *buf, size_t cou
 		   int op, int root, void *stream, void *done)
 {
 	Comm *c = static_cast<Comm *>(ctx);
-	Job *j = job_get(c, kind);
+	kiln_status st;
+	Job *j = job_get(c, kind, stream, &st);
 	if (!j)
-		return KILN_EINTERNAL;
+		return st;
 	j->send = send;
 	j->buf = buf;
 	j->count = count;
@@ -191,9 +192,10 @@ kiln_status gloo_sendrecv(void *ctx, const void *send_buf, size_t send_count, in
 	if ((send_count && dst >= c->world) || (recv_count && src >= c->world))
 		return H->error(KILN_EINVAL, "gloo: rank %d of %d: sendrecv to rank %d, from rank %d: no such peer",
 				c->rank, c->world, dst, src);
-	Job *j = job_get(c, K_SENDRECV);
+	kiln_status st;
+	Job *j = job_get(c, K_SENDRECV, stream, &st);
 	if (!j)
-		return KILN_EINTERNAL;
+		return st;
 	j->send = send_buf;
 	j->count = send_count;
 	j->root = dst;

@@ -203,6 +203,8 @@ struct Job {
 };
 
 constexpr int kJobs = 256;  /* collectives in flight per communicator */
+/* job_get's slice of its wait for a slot, between looks at the stream */
+constexpr std::chrono::milliseconds kProbe{50};
 constexpr int kBound = 128; /* allreduce buffers with an algorithm bound to them */
 /* The staging area of unbound collectives holds kPiece bytes per rank.
  * (Bound allreduces are one algorithm each: cut into 1 MiB or 256 KiB
@@ -331,6 +333,10 @@ struct Comm {
 	int zero_copy = 1;       /* [plugin.gloo] zero_copy */
 	Job jobs[kJobs];
 	int next_job = 0;
+	/* a job's end, told to an enqueuing thread that found every slot
+	 * busy (job_get waits for one: the streams may be far behind) */
+	std::mutex job_lock;
+	std::condition_variable job_freed;
 	/* jobs of collectives recorded in captured steps: replays run them
 	 * through the captured pointer, so they are never reused (host table
 	 * version 6); freed with the communicator */
@@ -378,7 +384,9 @@ kiln_status world_named(const Job *j, kiln_status st);
 kiln_status run_job(void *arg);
 kiln_status run_job_now(Job *j);
 Job *job_fill(Job *j, Comm *c, Kind kind);
-Job *job_get(Comm *c, Kind kind);
+/* A slot for `kind` on `stream`, or nullptr with *st the failure (a full
+ * pool waits up to [dist] timeout, failing at once if the stream failed) */
+Job *job_get(Comm *c, Kind kind, void *stream, kiln_status *st);
 kiln_status enqueue(Comm *c, Job *j, void *stream, void *done);
 
 /* ---- gloo_mesh.cc ---- */

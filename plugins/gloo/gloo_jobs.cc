@@ -239,8 +239,14 @@ kiln_status world_named(const Job *j, kiln_status st)
 kiln_status run_job(void *arg)
 {
 	Job *j = static_cast<Job *>(arg);
+	Comm *c = j->c;
 	kiln_status st = run_job_now(j);
-	j->busy.store(0, std::memory_order_release);
+	{
+		/* (under the lock: job_get's check and wait cannot miss it) */
+		std::lock_guard<std::mutex> g(c->job_lock);
+		j->busy.store(0, std::memory_order_release);
+	}
+	c->job_freed.notify_one();
 	return st;
 }
 
@@ -495,27 +501,66 @@ Job *job_fill(Job *j, Comm *c, Kind kind)
 	return j;
 }
 
-Job *job_get(Comm *c, Kind kind)
+/* A free slot of c->jobs after next_job, or NULL */
+Job *job_free(Comm *c)
+{
+	for (int k = 0; k < kJobs; k++) {
+		Job *j = &c->jobs[(c->next_job + k) % kJobs];
+		if (!j->busy.load(std::memory_order_acquire)) {
+			c->next_job = (c->next_job + k + 1) % kJobs;
+			return j;
+		}
+	}
+	return nullptr;
+}
+
+/* A host function that does nothing: job_get's look at a stream's health */
+static kiln_status probe_noop(void *)
+{
+	return KILN_OK;
+}
+
+/* A slot for a collective of kind: a captured one's own, else one of
+ * c->jobs.  With every slot busy the streams are behind this thread (the
+ * host runs steps ahead of the device: ZeRO-1 enqueues 3-4 collectives
+ * a bucket a step, 13 buckets of 5 steps passed 256): it waits for the
+ * oldest to end, as a full queue would, up to [dist] timeout (a job ends
+ * by then, its collective done or failed, unless the stream stopped).
+ * Every kProbe it queues a no-op on the stream: a failed stream skips its
+ * queued jobs (their slots stay busy) and refuses the no-op with its
+ * sticky error, which ends the wait at once. */
+Job *job_get(Comm *c, Kind kind, void *stream, kiln_status *st)
 {
 	if (H->version >= 6 && H->device_capturing(c->dev)) {
 		try {
 			c->kept.push_back(std::make_unique<Job>());
 		} catch (const std::bad_alloc &) {
-			H->error(KILN_ENOMEM, "gloo: rank %d of %d: out of memory for a captured %s",
-				 c->rank, c->world, kind_name(kind));
+			*st = H->error(KILN_ENOMEM, "gloo: rank %d of %d: out of memory for a captured %s",
+				       c->rank, c->world, kind_name(kind));
 			return nullptr;
 		}
 		return job_fill(c->kept.back().get(), c, kind);
 	}
-	for (int k = 0; k < kJobs; k++) {
-		Job *j = &c->jobs[(c->next_job + k) % kJobs];
-		if (!j->busy.load(std::memory_order_acquire)) {
-			c->next_job = (c->next_job + k + 1) % kJobs;
-			return job_fill(j, c, kind);
+	Job *j = job_free(c);
+	const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(c->timeout_ms);
+	while (!j) {
+		{
+			std::unique_lock<std::mutex> g(c->job_lock);
+			const auto slice = std::min(end, std::chrono::steady_clock::now() + kProbe);
+			c->job_freed.wait_until(g, slice, [c, &j] { return (j = job_free(c)) != nullptr; });
+		}
+		if (j || std::chrono::steady_clock::now() >= end)
+			break;
+		const kiln_status ps = H->device_host_fn(c->dev, stream, probe_noop, nullptr);
+		if (ps) {
+			*st = ps;
+			return nullptr;
 		}
 	}
-	H->error(KILN_EINTERNAL, "gloo: rank %d of %d: %d collectives are in flight, the most a communicator holds: %s not enqueued",
-		 c->rank, c->world, kJobs, kind_name(kind));
+	if (j)
+		return job_fill(j, c, kind);
+	*st = H->error(KILN_ETIMEOUT, "gloo: rank %d of %d: %d collectives are in flight, the most a communicator holds, and none ended in %d ms ([dist] timeout): %s not enqueued",
+		 c->rank, c->world, kJobs, c->timeout_ms, kind_name(kind));
 	return nullptr;
 }
 

@@ -33,8 +33,8 @@ extern const struct kiln_host *H;
 
 /* One enqueued collective: a slot of the communicator's pool, taken by the
  * thread that enqueues and given back by the host function that runs it
- * (nothing is allocated per collective; more than JOBS in flight is an
- * error). */
+ * (nothing is allocated per collective; with JOBS in flight the next
+ * waits for a slot, mpi_jobs.c's job_get). */
 struct mpi_comm;
 
 struct job {

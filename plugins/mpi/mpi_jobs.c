@@ -295,30 +295,73 @@ static struct job *job_keep(struct mpi_comm *c, struct job want)
 	return j;
 }
 
-static struct job *job_get(struct mpi_comm *c, struct job want)
+/* A free slot after next_job, filled for `want`, or NULL */
+static struct job *job_free(struct mpi_comm *c, const struct job *want)
 {
 	for (int k = 0; k < JOBS; k++) {
 		struct job *j = &c->jobs[(c->next_job + k) % JOBS];
 		if (!atomic_load_explicit(&j->busy, memory_order_acquire)) {
 			c->next_job = (c->next_job + k + 1) % JOBS;
-			job_fill(j, c, &want);
+			job_fill(j, c, want);
 			return j;
 		}
 	}
+	return NULL;
+}
+
+/* A host function that does nothing: job_get's look at a stream's health */
+static kiln_status probe_noop(void *arg)
+{
+	(void)arg;
+	return KILN_OK;
+}
+
+/* A slot for `want` on `stream`, or NULL with *st the failure.  With every
+ * slot busy the streams are behind this thread (the host runs steps ahead
+ * of the device: ZeRO-1 enqueues 3-4 collectives a bucket a step): it
+ * waits for the oldest to end, napping 100 us between looks, up to [dist]
+ * timeout (a job ends by then, its collective done or failed, unless the
+ * stream stopped).  Every 50 ms it queues a no-op on the stream: a failed
+ * stream skips its queued jobs (their slots stay busy) and refuses the
+ * no-op with its sticky error, which ends the wait at once. */
+static struct job *job_get(struct mpi_comm *c, struct job want, void *stream, kiln_status *st)
+{
+	struct job *j = job_free(c, &want);
+	struct timespec t0, now;
+	const struct timespec nap = { 0, 100000 };
+	long probed = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (!j) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		const long ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+		if (ms >= c->timeout_ms)
+			break;
+		if (ms - probed >= 50) {
+			probed = ms;
+			*st = H->device_host_fn(c->dev, stream, probe_noop, NULL);
+			if (*st)
+				return NULL;
+		}
+		nanosleep(&nap, NULL);
+		j = job_free(c, &want);
+	}
+	if (j)
+		return j;
 	char me[96];
-	H->error(KILN_EINTERNAL, "mpi: %s: %d collectives are in flight, the most a communicator holds: %s not enqueued",
-		 mpi_me_name(c, me, sizeof me), JOBS, mpi_kind_names[want.kind]);
+	*st = H->error(KILN_ETIMEOUT, "mpi: %s: %d collectives are in flight, the most a communicator holds, and none ended in %d ms ([dist] timeout): %s not enqueued",
+		       mpi_me_name(c, me, sizeof me), JOBS, c->timeout_ms, mpi_kind_names[want.kind]);
 	return NULL;
 }
 
 kiln_status mpi_enqueue(struct mpi_comm *c, struct job want, void *stream, void *done)
 {
 	const int captured = H->version >= 6 && H->device_capturing(c->dev);
-	struct job *j = captured ? job_keep(c, want) : job_get(c, want);
+	kiln_status st = KILN_ENOMEM;
+	struct job *j = captured ? job_keep(c, want) : job_get(c, want, stream, &st);
 	if (!j)
-		return captured ? KILN_ENOMEM : KILN_EINTERNAL;
+		return st;
 	running_inline = 1;
-	kiln_status st = H->device_host_fn(c->dev, stream, mpi_run_job, j);
+	st = H->device_host_fn(c->dev, stream, mpi_run_job, j);
 	running_inline = 0;
 	if (st) {
 		/* a device that ran it at once gave the slot back; one that
