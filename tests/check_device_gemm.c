@@ -83,17 +83,15 @@ static double act_ref(int kind, double x)
 	}
 }
 
-/* GEMM with a fused activation (KILN_OPF_ACT, ABI 2.3): out0 =
- * act(op(A) op(B) + bias).  ReLU must fuse on every device; another kind a
- * device may refuse (KILN_ENOTSUP: the layer then runs an ACT after it). */
-static void gemm_act_case(struct fx *f, int M, int N, int K, int ta, int tb, int bias, int kind)
+/* An f32 GEMM C[M,N] = op(A) op(B) (+ bias) with an activation `kind`
+ * applied when flags has KILN_OPF_ACT: the op both fused-epilogue cases
+ * below run. */
+static struct kiln_op gemm_act_op(int M, int N, int K, int ta, int tb, int bias, int32_t flags, int kind)
 {
-	float *A = frandv((size_t)M * K), *B = frandv((size_t)K * N), *Bi = frandv((size_t)N);
-	float *C = calloc((size_t)M * N, sizeof *C);
 	struct kiln_op op;
 	memset(&op, 0, sizeof op);
 	op.type = KILN_OP_GEMM;
-	op.flags = KILN_OPF_ACT;
+	op.flags = flags;
 	op.n_in = bias ? 3 : 2;
 	op.n_out = 1;
 	op.in[0] = ta ? td(KILN_F32, 2, K, M) : td(KILN_F32, 2, M, K);
@@ -103,6 +101,17 @@ static void gemm_act_case(struct fx *f, int M, int N, int K, int ta, int tb, int
 	op.i[0] = ta, op.i[1] = tb, op.i[2] = M, op.i[3] = N, op.i[4] = K;
 	op.i[KILN_OPI_ACT] = kind;
 	op.f[0] = 1;
+	return op;
+}
+
+/* GEMM with a fused activation (KILN_OPF_ACT, ABI 2.3): out0 =
+ * act(op(A) op(B) + bias).  ReLU must fuse on every device; another kind a
+ * device may refuse (KILN_ENOTSUP: the layer then runs an ACT after it). */
+static void gemm_act_case(struct fx *f, int M, int N, int K, int ta, int tb, int bias, int kind)
+{
+	float *A = frandv((size_t)M * K), *B = frandv((size_t)K * N), *Bi = frandv((size_t)N);
+	float *C = calloc((size_t)M * N, sizeof *C);
+	struct kiln_op op = gemm_act_op(M, N, K, ta, tb, bias, KILN_OPF_ACT, kind);
 	op.f[KILN_OPF_ACT_ALPHA] = 0.1;
 	void *dA = dput(f, A, (size_t)M * K * 4), *dB = dput(f, B, (size_t)K * N * 4);
 	void *dBi = dput(f, Bi, (size_t)N * 4), *dC = dput(f, C, (size_t)M * N * 4);
@@ -157,19 +166,7 @@ static void gemm_frozen_case(struct fx *f, int M, int N, int K, int ta, int tb, 
 {
 	float *A = frandv((size_t)M * K), *B = frandv((size_t)K * N), *B2 = frandv((size_t)K * N);
 	float *Bi = frandv((size_t)N), *want = calloc((size_t)M * N, 4), *got = calloc((size_t)M * N, 4);
-	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GEMM;
-	op.flags = act ? KILN_OPF_ACT : 0;
-	op.n_in = bias ? 3 : 2;
-	op.n_out = 1;
-	op.in[0] = ta ? td(KILN_F32, 2, K, M) : td(KILN_F32, 2, M, K);
-	op.in[1] = tb ? td(KILN_F32, 2, N, K) : td(KILN_F32, 2, K, N);
-	op.in[2] = td(KILN_F32, 1, N, 0);
-	op.out[0] = td(KILN_F32, 2, M, N);
-	op.i[0] = ta, op.i[1] = tb, op.i[2] = M, op.i[3] = N, op.i[4] = K;
-	op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
-	op.f[0] = 1;
+	struct kiln_op op = gemm_act_op(M, N, K, ta, tb, bias, act ? KILN_OPF_ACT : 0, KILN_ACT_RELU);
 	struct kiln_op fop = op;
 	fop.flags |= KILN_OPF_FROZEN;
 	const size_t bb = (size_t)K * N * 4, cb = (size_t)M * N * 4;
