@@ -291,18 +291,11 @@ echo "rank 1's failure to rank 0's exit: $d0 ms"
 
 # ---- 3. a rank dies: the others fail, naming it --------------------------
 port=$(free_port 0)
-for r in 0 1 2; do
-	KILN_RANK=$r KILN_WORLD_SIZE=3 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$tmp/mlp.ini" \
-		run.out_dir="$tmp/dead$r" train.batch=8 train.epochs=1000 train.log_every=1 \
-		dist.timeout=10 > "$tmp/dead$r.log" 2>&1 &
-	eval "pid$r=\$!"
-done
+hand_ranks dead 3 60 "$tmp/mlp.ini" train.batch=8 train.epochs=1000 train.log_every=1 dist.timeout=10
 # wait until rank 1 trains, then kill it
-i=0
-while [ $i -lt 300 ] && ! grep -q "step " "$tmp/dead1.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+await_line "$tmp/dead1.log" "step " 300
 t0=$(date +%s)
-pkill -KILL -P "$pid1" 2>/dev/null
-kill -KILL "$pid1" 2>/dev/null
+rank_kill "$pid1"
 wait "$pid0"; rc0=$?
 wait "$pid2"; rc2=$?
 dt=$(( $(date +%s) - t0 ))

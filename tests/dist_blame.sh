@@ -40,17 +40,10 @@ mlp_ini "$ini" 5 20 gloo
 
 # ---- 1. the store's rank dies -----------------------------------------------
 port=$(free_port 0)
-for r in 0 1 2; do
-	KILN_RANK=$r KILN_WORLD_SIZE=3 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
-		run.out_dir="$tmp/z$r" train.batch=8 train.epochs=1000 train.log_every=1 \
-		dist.timeout=10 dist.heartbeat=0 > "$tmp/z$r.log" 2>&1 &
-	eval "pid$r=\$!"
-done
-i=0
-while [ $i -lt 300 ] && ! grep -q "step " "$tmp/z0.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+hand_ranks z 3 60 "$ini" train.batch=8 train.epochs=1000 train.log_every=1 dist.timeout=10 dist.heartbeat=0
+await_line "$tmp/z0.log" "step " 300
 t0=$(date +%s)
-pkill -KILL -P "$pid0" 2>/dev/null
-kill -KILL "$pid0" 2>/dev/null
+rank_kill "$pid0"
 wait "$pid1"; rc1=$?
 wait "$pid2"; rc2=$?
 dt=$(( $(date +%s) - t0 ))
@@ -68,21 +61,14 @@ done
 
 # ---- 2. a stuck peer ----------------------------------------------------------
 port=$(free_port 1)
-for r in 0 1; do
-	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
-		run.out_dir="$tmp/s$r" train.batch=8 train.epochs=1000 train.log_every=1 \
-		dist.timeout=8 dist.heartbeat=0 > "$tmp/s$r.log" 2>&1 &
-	eval "pid$r=\$!"
-done
-i=0
-while [ $i -lt 300 ] && ! grep -q "step " "$tmp/s1.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+hand_ranks s 2 60 "$ini" train.batch=8 train.epochs=1000 train.log_every=1 dist.timeout=8 dist.heartbeat=0
+await_line "$tmp/s1.log" "step " 300
 t0=$(date +%s%N)
 pkill -STOP -P "$pid1" 2>/dev/null
 wait "$pid0"; rc0=$?
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 dt=$(( ms / 1000 ))
-pkill -KILL -P "$pid1" 2>/dev/null
-kill -KILL "$pid1" 2>/dev/null
+rank_kill "$pid1"
 wait "$pid1" 2>/dev/null
 echo "after rank 1 was stopped: rank 0 exited $rc0 after $ms ms"
 [ "$rc0" != 0 ] && [ "$rc0" != 124 ] || bad "rank 0 exited $rc0 after rank 1 stopped"
@@ -97,21 +83,15 @@ grep "kiln: error: " "$tmp/s0.log" | grep -q "no heartbeat to tell which (\[dist
 
 # ---- 3. a stuck rank behind a healthy one (Gloo's TCP, the heartbeat) -------
 port=$(free_port 2)
-for r in 0 1 2 3; do
-	KILN_RANK=$r KILN_WORLD_SIZE=4 KILN_MASTER_PORT=$port timeout 90 "$kiln" train "$ini" \
-		run.out_dir="$tmp/h$r" train.batch=8 train.epochs=1000 train.log_every=1 \
-		plugin.gloo.shm=0 dist.timeout=8 dist.heartbeat=12 > "$tmp/h$r.log" 2>&1 &
-	eval "pid$r=\$!"
-done
-i=0
-while [ $i -lt 600 ] && ! grep -q "step " "$tmp/h3.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+hand_ranks h 4 90 "$ini" train.batch=8 train.epochs=1000 train.log_every=1 \
+	plugin.gloo.shm=0 dist.timeout=8 dist.heartbeat=12
+await_line "$tmp/h3.log" "step " 600
 pkill -STOP -P "$pid3" 2>/dev/null
 for r in 0 1 2; do
 	wait "$(eval echo \$pid$r)"
 	eval "rc$r=\$?"
 done
-pkill -KILL -P "$pid3" 2>/dev/null
-kill -KILL "$pid3" 2>/dev/null
+rank_kill "$pid3"
 wait "$pid3" 2>/dev/null
 echo "after rank 3 of 4 was stopped (Gloo TCP, heartbeat 12 s, timeout 8 s): ranks 0, 1, 2 exited $rc0 $rc1 $rc2"
 host=$(hostname)
@@ -140,22 +120,15 @@ grep -q "rank 0 of 4: .*rank 3 (host $host) sent no heartbeat" "$tmp/h0.log" ||
 
 # ---- 4. a stuck peer while this rank stood still a moment ---------------------
 port=$(free_port 3)
-for r in 0 1; do
-	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
-		run.out_dir="$tmp/q$r" train.batch=8 train.epochs=1000 train.log_every=1 \
-		dist.timeout=8 dist.heartbeat=12 > "$tmp/q$r.log" 2>&1 &
-	eval "pid$r=\$!"
-done
-i=0
-while [ $i -lt 300 ] && ! grep -q "step " "$tmp/q1.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+hand_ranks q 2 60 "$ini" train.batch=8 train.epochs=1000 train.log_every=1 dist.timeout=8 dist.heartbeat=12
+await_line "$tmp/q1.log" "step " 300
 pkill -STOP -P "$pid1" 2>/dev/null
 sleep 1
 pkill -STOP -P "$pid0" 2>/dev/null
 sleep 2.5
 pkill -CONT -P "$pid0" 2>/dev/null
 wait "$pid0"; rc0=$?
-pkill -KILL -P "$pid1" 2>/dev/null
-kill -KILL "$pid1" 2>/dev/null
+rank_kill "$pid1"
 wait "$pid1" 2>/dev/null
 echo "after rank 1 was stopped and rank 0 stood still 2.5 s: rank 0 exited $rc0"
 e=$(grep "kiln: error: " "$tmp/q0.log")
@@ -177,16 +150,10 @@ echo "$e" | grep -q "stood still for" && bad "rank 0 blames its own stall, rank 
 	ini dist pipeline=2 timeout=10
 } > "$tmp/pipe.ini"
 port=$(free_port 4)
-for r in 0 1; do
-	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$tmp/pipe.ini" \
-		run.out_dir="$tmp/p$r" "model.stages=flat,r1|fc2,loss" > "$tmp/p$r.log" 2>&1 &
-	eval "pid$r=\$!"
-done
-i=0
-while [ $i -lt 600 ] && ! grep -q "step 50/" "$tmp/p0.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+hand_ranks p 2 60 "$tmp/pipe.ini" "model.stages=flat,r1|fc2,loss"
+await_line "$tmp/p0.log" "step 50/" 600
 sleep 0.3
-pkill -KILL -P "$pid0" 2>/dev/null
-kill -KILL "$pid0" 2>/dev/null
+rank_kill "$pid0"
 wait "$pid1"; rc1=$?
 wait "$pid0" 2>/dev/null
 echo "after stage 0's rank (the store's) was killed: stage 1's rank exited $rc1"

@@ -81,8 +81,7 @@ while [ $n -le 4 ] && [ $good -lt 2 ]; do
 		sleep 0.1
 		i=$((i + 1))
 	done
-	pkill -KILL -P "$pid1" 2>/dev/null
-	kill -KILL "$pid1" 2>/dev/null
+	rank_kill "$pid1"
 	ranks_end
 	# (the fault elsewhere, its connect not tried again: another case)
 	if [ -e "$tmp/hit" ] && grep -q "store .*: connecting again until" "$tmp/c$n.0" &&

@@ -55,6 +55,17 @@
 #                              in $tmp/NAME.log, STAGE's rank logged PAIRED
 #                              of its SENT crossing tensors sent paired with
 #                              a recv ([pipeline] sendrecv), once
+#   hand_ranks NAME N TIMEOUT INI OVERRIDES...
+#                              N ranks of INI started by hand (no launcher)
+#                              on $port, in the background, each under
+#                              `timeout TIMEOUT`: rank R's out_dir $tmp/NAMER,
+#                              output $tmp/NAMER.log, pid $pidR
+#   await_line FILE PATTERN TENTHS
+#                              until FILE has a line matching PATTERN (grep),
+#                              at most TENTHS tenths of a second; never fails
+#                              (what the caller checks next does)
+#   rank_kill PID              SIGKILL to the processes below PID, then PID
+#                              (a hand rank's `timeout` and its trainer)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
 kiln="$abs_top_builddir/kiln"
@@ -258,4 +269,26 @@ ckpt_fail_run() {
 	shift 4
 	ckpt_fault_run "$_n" "$_from" "$_w0" "$_w1" /dev/full \
 		"$tmp/$_n/checkpoints/ckpt-4.kiln.tmp: write failed: No space left on device" "$@"
+}
+
+hand_ranks() {
+	_hn=$1 _hw=$2 _ht=$3 _hi=$4
+	shift 4
+	_hr=0
+	while [ $_hr -lt "$_hw" ]; do
+		KILN_RANK=$_hr KILN_WORLD_SIZE=$_hw KILN_MASTER_PORT=$port timeout "$_ht" "$kiln" train "$_hi" \
+			run.out_dir="$tmp/$_hn$_hr" "$@" > "$tmp/$_hn$_hr.log" 2>&1 &
+		eval "pid$_hr=\$!"
+		_hr=$((_hr + 1))
+	done
+}
+
+await_line() {
+	_ai=0
+	while [ $_ai -lt "$3" ] && ! grep -q -- "$2" "$1" 2>/dev/null; do sleep 0.1; _ai=$((_ai + 1)); done
+}
+
+rank_kill() {
+	pkill -KILL -P "$1" 2>/dev/null
+	kill -KILL "$1" 2>/dev/null
 }

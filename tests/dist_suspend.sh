@@ -76,12 +76,7 @@ grep -q "stuck\|stood still" "$tmp/tcp.log" && bad "the suspended job on Gloo's 
 # and at load 10 won it, its message not the collective's, session 35's CI)
 port=$(free_port 3)
 export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}" # (as kiln launch's)
-for r in 0 1; do
-	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
-		run.out_dir="$tmp/one$r" train.batch=16 plugin.gloo.shm=0 "$@" dist.heartbeat=8 \
-		> "$tmp/one$r.log" 2>&1 &
-	eval "pid$r=\$!"
-done
+hand_ranks one 2 60 "$ini" train.batch=16 plugin.gloo.shm=0 "$@" dist.heartbeat=8
 i=0
 while [ $i -lt 600 ] && [ "$(cat "$tmp/one1.log" 2>/dev/null | grep -c "step ")" -lt 100 ]; do
 	sleep 0.1
@@ -92,8 +87,7 @@ pkill -STOP -P "$pid1" 2>/dev/null
 wait "$pid0"
 rc0=$?
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-pkill -KILL -P "$pid1" 2>/dev/null
-kill -KILL "$pid1" 2>/dev/null
+rank_kill "$pid1"
 wait "$pid1" 2>/dev/null
 e=$(grep "kiln: error: " "$tmp/one0.log")
 echo "rank 1 alone stopped on Gloo's TCP: rank 0 exited $rc0 after $ms ms"
