@@ -66,6 +66,10 @@
 #                              (what the caller checks next does)
 #   rank_kill PID              SIGKILL to the processes below PID, then PID
 #                              (a hand rank's `timeout` and its trainer)
+#   below PID                  every process below PID, one a line
+#   await_train NAME PID       until NAME's metrics.jsonl has a train event,
+#                              at most 60 s; then PID is killed, and bad
+#                              says training did not start (status 1)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
 kiln="$abs_top_builddir/kiln"
@@ -291,4 +295,20 @@ await_line() {
 rank_kill() {
 	pkill -KILL -P "$1" 2>/dev/null
 	kill -KILL "$1" 2>/dev/null
+}
+
+below() {
+	for _c in $(cat "/proc/$1/task/$1/children" 2> /dev/null); do
+		echo "$_c"
+		below "$_c"
+	done
+}
+
+await_train() {
+	_ti=0
+	until grep -q '"event":"train"' "$tmp/$1/metrics.jsonl" 2> /dev/null; do
+		_ti=$((_ti + 1))
+		[ $_ti -le 600 ] || { kill -KILL "$2"; bad "$1: training did not start"; return 1; }
+		sleep 0.1
+	done
 }

@@ -17,14 +17,6 @@ needs=gloo
 mlp_ini "$tmp/mlp.ini" 3 30
 long="train.epochs=100000 train.log_every=1000 train.checkpoint_every=0 data.limit=8192 layer.fc1.out=512"
 
-# below PID: every process below PID
-below() {
-	for _c in $(cat "/proc/$1/task/$1/children" 2> /dev/null); do
-		echo "$_c"
-		below "$_c"
-	done
-}
-
 # wrapped NAME SIG: a 2-rank launch of wrapped trainers, SIG to the
 # launcher once it trains; exit 0 within 60 s, each trainer stopped with
 # its checkpoint
@@ -32,12 +24,7 @@ wrapped() {
 	"$kiln" launch -n 2 -- sh -c 'trap "echo wrapper: $0" TERM INT HUP; "$@"; echo "wrapper: trainer exited $?"' \
 		"$2 trapped" "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$1" $long > "$tmp/$1.log" 2>&1 &
 	_l=$!
-	_i=0
-	until grep -q '"event":"train"' "$tmp/$1/metrics.jsonl" 2> /dev/null; do
-		_i=$((_i + 1))
-		[ $_i -le 600 ] || { bad "$1: training did not start"; break; }
-		sleep 0.1
-	done
+	await_train "$1" $_l
 	_procs=$(below $_l)
 	kill -"$2" $_l
 	_t0=$(date +%s)

@@ -59,24 +59,6 @@ mlp_ini "$tmp/mlp.ini" 3 30
 # epochs of 16 steps (each a log point): a stop is taken within one
 long="train.epochs=100000 train.log_every=1000 train.checkpoint_every=0 data.limit=2048"
 
-# below PID: every process below PID
-below() {
-	for _c in $(cat "/proc/$1/task/$1/children" 2> /dev/null); do
-		echo "$_c"
-		below "$_c"
-	done
-}
-
-# started NAME PID: wait (up to 60 s) until NAME's rank 0 trains
-started() {
-	_i=0
-	until grep -q '"event":"train"' "$tmp/$1/metrics.jsonl" 2> /dev/null; do
-		_i=$((_i + 1))
-		[ $_i -le 600 ] || { kill -KILL "$2"; bad "$1: training did not start"; return 1; }
-		sleep 0.1
-	done
-}
-
 # checkpointed NAME: a stop checkpoint written, metrics.jsonl ending with
 # the stopped event
 checkpointed() {
@@ -112,7 +94,7 @@ stopped() {
 
 # ---- 1. a wrapper that dies of the SIGTERM passed on ----------------------
 wrapped term "" '"$@"; exit $?' $long
-started term "$lpid" && kill -TERM "$lpid"
+await_train term "$lpid" && kill -TERM "$lpid"
 wait "$lpid"
 rc=$?
 echo "term: SIGTERM to the launcher of 2 wrapped trainers: exit $rc"
@@ -128,7 +110,7 @@ checkpointed term
 # the stop sent after epoch 1's line is taken at epoch 2's end
 slow="train.epochs=100000 train.log_every=100000 train.checkpoint_every=0 data.limit=16384 layer.fc1.out=4096"
 wrapped far 1 '"$@"; exit $?' $slow
-started far "$lpid" && kill -TERM "$lpid"
+await_train far "$lpid" && kill -TERM "$lpid"
 wait "$lpid"
 rc=$?
 echo "far: SIGTERM to the launcher of 2 wrapped trainers, the stop point ~2 s away, --grace 1: exit $rc"
@@ -139,7 +121,7 @@ stopped far 'failed with|killing them'
 # the SIGTERM, which the launcher passed on: no failure)
 wrapped helper 1 \
 	'(trap "sleep 0.5; echo helper: exit 0; exit 0" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' $slow
-started helper "$lpid" && kill -TERM "$lpid"
+await_train helper "$lpid" && kill -TERM "$lpid"
 wait "$lpid"
 rc=$?
 echo "helper: SIGTERM to the launcher of 2 wrapped trainers with a helper exiting 0 first, --grace 1: exit $rc"
@@ -148,7 +130,7 @@ stopped helper 'failed with|killing them'
 
 # ---- 1d. a process of the group ignores the signal -------------------------
 wrapped deaf 2 'sleep 120 & "$@"; exit $?' $long
-started deaf "$lpid" && kill -INT "$lpid"
+await_train deaf "$lpid" && kill -INT "$lpid"
 sleep 6
 procs=$(below $lpid)
 kill -INT "$lpid"
@@ -183,7 +165,7 @@ checkpointed deaf
 # its rank then reported stopped; 1 run in 3 at session 35's merge)
 wrapped hfail 1 \
 	'(trap "sleep 0.5; echo helper: exit 1; exit 1" TERM; while :; do sleep 0.1; done) & "$@"; exit $?' $slow
-started hfail "$lpid" && kill -TERM "$lpid"
+await_train hfail "$lpid" && kill -TERM "$lpid"
 wait "$lpid"
 rc=$?
 echo "hfail: SIGTERM to the launcher of 2 wrapped trainers with a helper exiting 1 on it, --grace 1: exit $rc"
@@ -202,7 +184,7 @@ checkpointed hfail
 # (epochs of ~3 s: the stop after epoch 1's line is taken at epoch 2's end,
 # seconds after the repeat plus --grace)
 wrapped again 1 '"$@"; exit $?' $slow data.limit=24000
-started again "$lpid" && kill -TERM "$lpid"
+await_train again "$lpid" && kill -TERM "$lpid"
 sleep 1.2
 kill -TERM "$lpid"
 wait "$lpid"
@@ -241,7 +223,7 @@ grep -q 'kiln launch: rank [01] stopped' "$tmp/cut.log" && bad "cut: a rank whos
 killed() {
 	wrapped "$1" "" "$2" $long
 	_l=$lpid
-	started "$1" "$_l" || return
+	await_train "$1" "$_l" || return
 	_procs=$(below $_l)
 	# (the trainers: `kiln train`, $kiln or the binary its libtool
 	# wrapper runs; the wrappers' own arguments say it too)

@@ -38,16 +38,6 @@ mlp_ini "$tmp/mlp.ini" 3 30
 # of a wider MLP keep them running while the second signal comes
 long="train.epochs=100000 train.log_every=1000 train.checkpoint_every=0 data.limit=8192 layer.fc1.out=512"
 
-# started NAME PID: wait (up to 60 s) until NAME's rank 0 trains
-started() {
-	_i=0
-	until grep -q '"event":"train"' "$tmp/$1/metrics.jsonl" 2>/dev/null; do
-		_i=$((_i + 1))
-		[ $_i -le 600 ] || { kill -KILL "$2"; bad "$1: training did not start"; return 1; }
-		sleep 0.1
-	done
-}
-
 # stopped NAME RC: launch exited 0, a checkpoint written, no rank killed
 stopped() {
 	[ "$2" = 0 ] || bad "$1: kiln launch exited $2, expected 0"
@@ -75,7 +65,7 @@ handled() {
 "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/all" $long \
 	> "$tmp/all.log" 2>&1 &
 lpid=$!
-if started all "$lpid"; then
+if await_train all "$lpid"; then
 	ranks=$(cat "/proc/$lpid/task/$lpid/children")
 	[ "$(echo $ranks | wc -w)" = 2 ] || bad "expected 2 ranks under the launcher, found '$ranks'"
 	kill -TERM $ranks
@@ -90,7 +80,7 @@ stopped all $?
 "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/twice" $long \
 	> "$tmp/twice.log" 2>&1 &
 lpid=$!
-if started twice "$lpid"; then
+if await_train twice "$lpid"; then
 	kill -TERM "$lpid"
 	sleep 0.1
 	kill -TERM "$lpid" 2>/dev/null
@@ -116,7 +106,7 @@ fi
 KILN_MASTER_PORT=$(free_port 3) "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/one" $long \
 	> "$tmp/one.log" 2>&1 &
 pid=$!
-if started one "$pid"; then
+if await_train one "$pid"; then
 	kill -TERM "$pid"
 	# the second once the first is handled (two pending signals merge)
 	i=0
@@ -132,7 +122,7 @@ grep -q 'checkpoint written to' "$tmp/one.log" || bad "one process: no stop chec
 "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/int" $long \
 	> "$tmp/int.log" 2>&1 &
 lpid=$!
-started int "$lpid" && kill -INT "$lpid"
+await_train int "$lpid" && kill -INT "$lpid"
 wait "$lpid"
 stopped int $?
 
