@@ -18,6 +18,7 @@
 
 #include <check.h>
 #include "check_main.h"
+#include "ckpt_rig.h" /* same_sections */
 #include "cnn_rig.h"
 #include "test_util.h"
 #include <dlfcn.h> /* RTLD_NEXT (_GNU_SOURCE: build-config.h) */
@@ -1649,39 +1650,21 @@ static kiln_status train_run(const char *dir, const char *schedule, const char *
 			     struct kiln_train_result *res)
 {
 	char ini[4096];
-	struct kiln_config *cfg;
 	snprintf(ini, sizeof ini, cnn_ini, dir, schedule);
-	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == 0);
-	for (; ov && *ov; ov++)
-		ck_assert_msg(kiln_config_override(cfg, *ov) == 0, "%s", kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == 0, "%s", kiln_last_error());
-	kiln_status st = kiln_train(cfg, reg, NULL, NULL, res);
-	kiln_config_free(cfg);
-	return st;
+	return test_train_text(reg, ini, ov, NULL, res);
 }
 
 static const char *const state_tags[] = { "params", "buffers", "optim.exp_avg",
 					  "optim.exp_avg_sq", "step", "optim.step", NULL };
 
-/* The state sections of two checkpoint files are byte-identical. */
+/* The state sections of two checkpoint files are byte-identical, and so
+ * are their trainer sections' values. */
 static void same_state(const char *a, const char *b)
 {
 	struct kiln_ckpt *ca, *cb;
+	same_sections(a, b, state_tags, 0);
 	ck_assert_msg(kiln_ckpt_open(a, &ca) == 0, "%s", kiln_last_error());
 	ck_assert_msg(kiln_ckpt_open(b, &cb) == 0, "%s", kiln_last_error());
-	for (int i = 0; state_tags[i]; i++) {
-		uint64_t na, nb;
-		ck_assert(kiln_ckpt_find(ca, state_tags[i], &na) == 0);
-		ck_assert(kiln_ckpt_find(cb, state_tags[i], &nb) == 0);
-		ck_assert_uint_eq(na, nb);
-		char *x = malloc(na + 1), *y = malloc(nb + 1);
-		ck_assert(kiln_ckpt_read(ca, state_tags[i], x, na) == 0);
-		ck_assert(kiln_ckpt_read(cb, state_tags[i], y, nb) == 0);
-		ck_assert_msg(memcmp(x, y, na) == 0, "section '%s' differs between %s and %s",
-			      state_tags[i], a, b);
-		free(x);
-		free(y);
-	}
 	struct kiln_ckpt_trainer ta, tb;
 	ck_assert(kiln_ckpt_trainer_get(ca, &ta) == 0 && kiln_ckpt_trainer_get(cb, &tb) == 0);
 	ck_assert(memcmp(&ta, &tb, sizeof ta) == 0);

@@ -33,6 +33,7 @@ static struct kiln_registry *reg;
 /* run directories: kiln-count-* in $TMPDIR, removed after a passing test */
 #define SCRATCH_TAG "count"
 #include "test_scratch.h"
+#include "ckpt_rig.h" /* patch_u64 */
 
 #define P24 ((int64_t)1 << 24)
 
@@ -49,15 +50,8 @@ static kiln_status tiny_train(const char *dir, int classes, int samples, int bat
 			      const char *const *ov, struct kiln_train_result *res)
 {
 	char ini[2048];
-	struct kiln_config *cfg;
 	snprintf(ini, sizeof ini, tiny_ini, dir, classes, samples, classes, batch);
-	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == 0);
-	for (; ov && *ov; ov++)
-		ck_assert_msg(kiln_config_override(cfg, *ov) == 0, "%s", kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == 0, "%s", kiln_last_error());
-	kiln_status st = kiln_train(cfg, reg, NULL, NULL, res);
-	kiln_config_free(cfg);
-	return st;
+	return test_train_text(reg, ini, ov, NULL, res);
 }
 
 /* One class: every prediction is right, so the accuracy is 1 whatever
@@ -77,58 +71,6 @@ START_TEST(test_eval_past_2p24)
 	ck_assert_msg(r.test_loss == 0.0, "test_loss %.9g", r.test_loss);
 }
 END_TEST
-
-/* In the file at path: the u64 at byte `at` of section `tag` (its CRCs
- * set again), or of the header (tag NULL: its CRC at byte 60). */
-static void patch_u64(const char *path, const char *tag, size_t at, uint64_t v)
-{
-	size_t n;
-	uint8_t *d = (uint8_t *)test_read_file(path, &n);
-	uint32_t count, crc;
-	uint64_t off = KILN_CKPT_HEADER_BYTES, len;
-	int found = 0;
-	if (!tag) {
-		memcpy(d + at, &v, 8);
-		crc = kiln_crc32c(0, d, 60);
-		memcpy(d + 60, &crc, 4);
-		found = 1;
-	}
-	memcpy(&count, d + 24, 4);
-	for (uint32_t i = 0; tag && i < count; i++, off += KILN_CKPT_SECTION_BYTES + len) {
-		memcpy(&len, d + off + 32, 8);
-		if (strcmp((const char *)d + off, tag))
-			continue;
-		ck_assert_uint_le(at + 8, len);
-		memcpy(d + off + KILN_CKPT_SECTION_BYTES + at, &v, 8);
-		crc = kiln_crc32c(0, d + off + KILN_CKPT_SECTION_BYTES, len);
-		memcpy(d + off + 40, &crc, 4);
-		crc = kiln_crc32c(0, d + off, 44);
-		memcpy(d + off + 44, &crc, 4);
-		found = 1;
-	}
-	ck_assert_msg(found, "%s: no section '%s'", path, tag);
-	FILE *f = fopen(path, "wb");
-	ck_assert(f && fwrite(d, 1, n, f) == n && fclose(f) == 0);
-	free(d);
-}
-
-/* metrics.jsonl's last train line's field `name` (an integer) */
-static long long last_field(const char *dir, const char *name)
-{
-	char path[300], line[2048], want[64];
-	long long v = -1;
-	snprintf(want, sizeof want, "\"%s\":", name);
-	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s", path);
-	while (fgets(line, sizeof line, f)) {
-		const char *p = strstr(line, want);
-		if (!strncmp(line, "{\"event\":\"train\",", 17) && p)
-			v = atoll(p + strlen(want));
-	}
-	fclose(f);
-	return v;
-}
 
 /* dir's ckpt-2.kiln, of a run of one step an epoch, made the checkpoint
  * of that run at step 2^24 (ckpt-16777216.kiln): its header's and trainer
@@ -171,7 +113,7 @@ START_TEST(test_clipped_past_2p24)
 	ck_assert_int_eq(r2.resumed_step, P24);
 	ck_assert_int_eq(r2.steps, P24 + 20);
 	ck_assert_int_eq(r2.steps_clipped, P24 + 20);
-	ck_assert_int_eq(last_field(d, "clipped"), P24 + 20);
+	ck_assert_int_eq(test_last_train_field(d, "clipped"), P24 + 20);
 }
 END_TEST
 
@@ -203,7 +145,7 @@ START_TEST(test_skipped_past_2p24)
 	ck_assert_int_eq(r2.resumed_step, P24);
 	ck_assert_int_eq(r2.steps_skipped, P24 + 20);
 	ck_assert_int_eq(r2.overflows, P24 + 20);
-	ck_assert_int_eq(last_field(d, "skipped"), P24 + 20);
+	ck_assert_int_eq(test_last_train_field(d, "skipped"), P24 + 20);
 	ck_assert_int_eq(check_log_count("1 step(s) of the last 1 skipped", NULL), 20);
 }
 END_TEST

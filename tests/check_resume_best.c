@@ -248,14 +248,6 @@ static Suite *make_resume_best_suite(void)
 	return s;
 }
 
-static int need_fashion(void)
-{
-	if (test_have_fashion())
-		return 0;
-	fprintf(stderr, "Fashion-MNIST missing: run scripts/install-deps\n");
-	return 77;
-}
-
 static const struct check_main check_suite = { .suite = make_resume_best_suite, .reg = &reg,
 					       .need_cpu = 1, .omp_passive = 1,
-					       .setup = need_fashion };
+					       .setup = test_need_fashion };

@@ -86,8 +86,6 @@ static void same_state(const char *a, const char *b)
 	same_sections(a, b, state_tags, 0);
 }
 
-uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n); /* core/internal.h */
-
 /* Checkpoint src copied to dst with `step` in its header (the header's
  * CRC made again; the trainer section keeps src's): the file a write of
  * that step leaves, as far as its header shows (since session 39 a file
@@ -201,36 +199,6 @@ static void strip_section(const char *path, const char *tag)
 	ck_assert(f && fwrite(o, 1, size, f) == size && fclose(f) == 0);
 	free(d);
 	free(o);
-}
-
-/* Checkpoint `path` with the u64 at byte `at` of its section `tag` set to
- * v, the section's CRCs made good again (docs/checkpoints.md: a section's
- * 48-byte header, its tag, length, data CRC and header CRC, then its
- * data), as an older kiln wrote it. */
-static void patch_u64(const char *path, const char *tag, size_t at, uint64_t v)
-{
-	size_t n;
-	uint8_t *d = (uint8_t *)test_read_file(path, &n);
-	uint32_t count, crc;
-	uint64_t off = 64, len;
-	int found = 0;
-	memcpy(&count, d + 24, 4);
-	for (uint32_t i = 0; i < count; i++, off += 48 + len) {
-		memcpy(&len, d + off + 32, 8);
-		if (strcmp((const char *)d + off, tag))
-			continue;
-		ck_assert_uint_le(at + 8, len);
-		memcpy(d + off + 48 + at, &v, 8);
-		crc = kiln_crc32c(0, d + off + 48, len);
-		memcpy(d + off + 40, &crc, 4);
-		crc = kiln_crc32c(0, d + off, 44);
-		memcpy(d + off + 44, &crc, 4);
-		found = 1;
-	}
-	ck_assert_msg(found, "%s: no section '%s'", path, tag);
-	FILE *f = fopen(path, "wb");
-	ck_assert(f && fwrite(d, 1, n, f) == n && fclose(f) == 0);
-	free(d);
 }
 
 /* A checkpoint without the list (an older kiln's, here the cut run's with
@@ -605,25 +573,6 @@ START_TEST(test_early_stop_epoch_checkpoint)
 }
 END_TEST
 
-/* The value of the last "train" event's field `key` (an integer) in
- * dir/metrics.jsonl; -1 when none. */
-static long long last_train_field(const char *dir, const char *key)
-{
-	char path[300], line[2048], want[64];
-	long long v = -1;
-	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-	snprintf(want, sizeof want, "\"%s\":", key);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s", path);
-	while (fgets(line, sizeof line, f)) {
-		const char *p = strstr(line, want);
-		if (!strncmp(line, "{\"event\":\"train\",", 17) && p)
-			v = atoll(p + strlen(want));
-	}
-	fclose(f);
-	return v;
-}
-
 /* fp16 with a loss scale that overflows at first (init_scale 1e8, growth
  * every 3 steps): some steps are skipped before and after a cut at step
  * 4.  The resumed run's counts go on from the checkpoint's ("clip_counts"):
@@ -653,8 +602,8 @@ START_TEST(test_skipped_counts)
 	ck_assert_int_eq(r2.resumed_step, 4);
 	ck_assert_int_eq(r2.steps_skipped, ra.steps_skipped);
 	ck_assert_int_eq(r2.steps_clipped, ra.steps_clipped);
-	ck_assert_int_eq(last_train_field(b, "skipped"), last_train_field(a, "skipped"));
-	ck_assert_int_eq(last_train_field(b, "skipped"), ra.steps_skipped);
+	ck_assert_int_eq(test_last_train_field(b, "skipped"), test_last_train_field(a, "skipped"));
+	ck_assert_int_eq(test_last_train_field(b, "skipped"), ra.steps_skipped);
 }
 END_TEST
 
@@ -680,13 +629,13 @@ START_TEST(test_clipped_counts)
 	ck_assert_msg(train_run(a, full, &ra) == 0, "%s", kiln_last_error());
 	ck_assert_msg(train_run(b, cut, &r1) == 0, "%s", kiln_last_error());
 	ck_assert_int_gt(r1.steps_clipped, 0);
-	ck_assert_int_eq(last_train_field(b, "clipped"), r1.steps_clipped);
+	ck_assert_int_eq(test_last_train_field(b, "clipped"), r1.steps_clipped);
 	ck_assert_int_gt(ra.steps_clipped, r1.steps_clipped);
-	ck_assert_int_eq(last_train_field(a, "clipped"), ra.steps_clipped);
+	ck_assert_int_eq(test_last_train_field(a, "clipped"), ra.steps_clipped);
 	ck_assert_msg(train_run(b, rest, &r2) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(r2.resumed_step, 4);
 	ck_assert_int_eq(r2.steps_clipped, ra.steps_clipped);
-	ck_assert_int_eq(last_train_field(b, "clipped"), ra.steps_clipped);
+	ck_assert_int_eq(test_last_train_field(b, "clipped"), ra.steps_clipped);
 }
 END_TEST
 
@@ -902,14 +851,6 @@ static Suite *make_resume_evals_suite(void)
 	return s;
 }
 
-static int need_fashion(void)
-{
-	if (test_have_fashion())
-		return 0;
-	fprintf(stderr, "Fashion-MNIST missing: run scripts/install-deps\n");
-	return 77;
-}
-
 static const struct check_main check_suite = { .suite = make_resume_evals_suite, .reg = &reg,
 					       .need_cpu = 1, .omp_passive = 1,
-					       .setup = need_fashion };
+					       .setup = test_need_fashion };

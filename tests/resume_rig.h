@@ -8,6 +8,7 @@
 #define KILN_TESTS_RESUME_RIG_H
 
 #include "checkpoint.h"
+#include "ckpt_rig.h" /* same_sections, patch_u64 */
 #include "cnn_rig.h"
 #include "test_util.h"
 
@@ -26,15 +27,8 @@ static kiln_status cnn_train(const char *dir, const char *const *ov, kiln_progre
 			     struct kiln_train_result *res)
 {
 	char ini[4096];
-	struct kiln_config *cfg;
 	snprintf(ini, sizeof ini, cnn_ini, dir);
-	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == 0);
-	for (; ov && *ov; ov++)
-		ck_assert_msg(kiln_config_override(cfg, *ov) == 0, "%s", kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == 0, "%s", kiln_last_error());
-	kiln_status st = kiln_train(cfg, reg, progress, NULL, res);
-	kiln_config_free(cfg);
-	return st;
+	return test_train_text(reg, ini, ov, progress, res);
 }
 
 /* The steps of dir/metrics.jsonl's events `event` after its last resume
@@ -71,35 +65,6 @@ static void ckpt_files(const char *dir, char *out, size_t n)
 		size_t len = strlen(out);
 		snprintf(out + len, n - len, "%s%d", len ? " " : "", s);
 	}
-}
-
-/* The sections `tags` (NULL-terminated) of two checkpoint files are
- * byte-identical; a section absent from both counts as equal where
- * absent_ok, else fails. */
-static void same_sections(const char *a, const char *b, const char *const *tags, int absent_ok)
-{
-	struct kiln_ckpt *ca, *cb;
-	ck_assert_msg(kiln_ckpt_open(a, &ca) == 0, "%s", kiln_last_error());
-	ck_assert_msg(kiln_ckpt_open(b, &cb) == 0, "%s", kiln_last_error());
-	for (int i = 0; tags[i]; i++) {
-		uint64_t na = 0, nb = 0;
-		const int fa = kiln_ckpt_find(ca, tags[i], &na) == 0;
-		const int fb = kiln_ckpt_find(cb, tags[i], &nb) == 0;
-		ck_assert_msg(fa == fb, "section '%s' is in %s alone", tags[i], fa ? a : b);
-		ck_assert_msg(fa || absent_ok, "section '%s' is in neither %s nor %s", tags[i], a, b);
-		if (!fa)
-			continue;
-		ck_assert_uint_eq(na, nb);
-		char *x = malloc(na), *y = malloc(nb);
-		ck_assert(kiln_ckpt_read(ca, tags[i], x, na) == 0);
-		ck_assert(kiln_ckpt_read(cb, tags[i], y, nb) == 0);
-		ck_assert_msg(memcmp(x, y, na) == 0, "section '%s' differs between %s and %s",
-			      tags[i], a, b);
-		free(x);
-		free(y);
-	}
-	kiln_ckpt_close(ca);
-	kiln_ckpt_close(cb);
 }
 
 #endif

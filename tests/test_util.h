@@ -1,6 +1,7 @@
 /* tests/test_util.h - small fixtures the Check suites share: where the test
- * data lives, scratch directories, files, a config from text, a tensor
- * description, the warnings logged.
+ * data lives, scratch directories, files, a config from text (and a
+ * training run of it), metrics.jsonl's fields, a tensor description, the
+ * warnings logged.
  */
 #ifndef KILN_TESTS_TEST_UTIL_H
 #define KILN_TESTS_TEST_UTIL_H
@@ -94,15 +95,56 @@ static inline char *test_read_file(const char *path, size_t *len)
 	return buf;
 }
 
-/* TEXT loaded as the config "test.ini" and validated against reg: a
- * failure fails the test, with kiln's message. */
-static inline struct kiln_config *test_config(struct kiln_registry *reg, const char *text)
+/* TEXT loaded as the config "test.ini", the overrides ov applied
+ * (NULL-terminated; NULL: none), and validated against registry: a failure
+ * fails the test, with kiln's message.  The caller frees the config. */
+static inline struct kiln_config *test_config_ov(struct kiln_registry *registry, const char *text,
+						 const char *const *ov)
 {
 	struct kiln_config *cfg;
 	ck_assert_msg(kiln_config_load_string(text, "test.ini", &cfg) == KILN_OK, "%s",
 		      kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	for (; ov && *ov; ov++)
+		ck_assert_msg(kiln_config_override(cfg, *ov) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_config_validate(cfg, registry) == KILN_OK, "%s", kiln_last_error());
 	return cfg;
+}
+
+/* test_config_ov with no overrides. */
+static inline struct kiln_config *test_config(struct kiln_registry *registry, const char *text)
+{
+	return test_config_ov(registry, text, NULL);
+}
+
+/* kiln_train of test_config_ov(registry, text, ov), progress (may be NULL) its
+ * callback: kiln_train's status, its result in *res. */
+static inline kiln_status test_train_text(struct kiln_registry *registry, const char *text,
+					  const char *const *ov, kiln_progress_fn progress,
+					  struct kiln_train_result *res)
+{
+	struct kiln_config *cfg = test_config_ov(registry, text, ov);
+	kiln_status st = kiln_train(cfg, registry, progress, NULL, res);
+	kiln_config_free(cfg);
+	return st;
+}
+
+/* The integer field `key` of the last "train" event in dir/metrics.jsonl;
+ * -1 when none has it. */
+static inline long long test_last_train_field(const char *dir, const char *key)
+{
+	char path[300], line[2048], want[64];
+	long long v = -1;
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	snprintf(want, sizeof want, "\"%s\":", key);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s", path);
+	while (fgets(line, sizeof line, f)) {
+		const char *p = strstr(line, want);
+		if (!strncmp(line, "{\"event\":\"train\",", 17) && p)
+			v = atoll(p + strlen(want));
+	}
+	fclose(f);
+	return v;
 }
 
 /* A pseudo-random value in [-1, 1] in steps of 0.001 for element i of
@@ -130,6 +172,16 @@ static inline struct kiln_tensor_desc test_desc4(int dt, int64_t a, int64_t b, i
 static inline int test_have_fashion(void)
 {
 	return access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0;
+}
+
+/* A suite's check_main setup for suites that all train on Fashion-MNIST:
+ * 0, or 77 (skip the suite) saying how to fix it. */
+static inline int test_need_fashion(void)
+{
+	if (test_have_fashion())
+		return 0;
+	fprintf(stderr, "Fashion-MNIST missing: run scripts/install-deps\n");
+	return 77;
 }
 
 /* Fails the test, saying how to fix it, when Fashion-MNIST is missing. */
