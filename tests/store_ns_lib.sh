@@ -7,10 +7,15 @@
 #   key KEY      the store's value of KEY, asked from host 0
 #   rank NAME H R  rank R of 3 on host H (host name kiln-hH) in the
 #                background ($rank_pid), 4 steps
+#   claimed R    until the store holds rank R's claim (kiln/joined/R), at
+#                most 30 s, else the test fails
+#   released R TENTHS
+#                until the store holds it no more, at most TENTHS tenths of
+#                a second (the caller checks): $t0, now at the start, and
+#                $d, the seconds it took (one decimal)
 [ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
 command -v ip > /dev/null && command -v unshare > /dev/null || { echo "SKIP: no iproute2 or unshare"; exit 77; }
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no python3"; exit 77; }
+need_python3
 ip netns add "$ns-probe" 2> /dev/null || { echo "SKIP: ip netns add is not permitted here"; exit 77; }
 ip netns del "$ns-probe"
 . "$srcdir/tests/netns_lib.sh"
@@ -28,4 +33,18 @@ rank() {
 		timeout 120 "$kiln" train "$ini" run.out_dir="$tmp/$1" train.max_steps=4 \
 		plugin.gloo.iface=eth0 dist.timeout="$rank_timeout" > "$tmp/$1.log" 2>&1 &
 	rank_pid=$!
+}
+claimed() {
+	_ci=0
+	while [ "$(key kiln/joined/$1)" = "(absent)" ] || [ "$(key kiln/joined/$1)" = "(no store)" ]; do
+		_ci=$((_ci + 1))
+		[ $_ci -le 300 ] || { bad "rank $1 did not reach the rendezvous"; exit 1; }
+		sleep 0.1
+	done
+}
+released() {
+	t0=$(now)
+	_ri=0
+	while [ "$(key kiln/joined/$1)" != "(absent)" ] && [ $_ri -lt "$2" ]; do sleep 0.1; _ri=$((_ri + 1)); done
+	d=$(echo "$(now) $t0" | awk '{ printf "%.1f", $1 - $2 }')
 }
