@@ -18,15 +18,11 @@
 # The comparison needs only python3's standard library.
 name=bf16_offset
 . "$(dirname "$0")/lib.sh"
-py=/usr/bin/python3
 data="$srcdir/tests/data"
 ini="$data/bf16_offset.ini"
 gen="$data/gen_bf16_offset_refs.py"
 
-if ! [ -x "$py" ]; then
-	echo "SKIP: no $py to read the safetensors files"
-	exit 77
-fi
+need_python3 "to read the safetensors files"
 need_source tokens
 
 # step OFFSET LABEL [SETTING...]: one SGD step from the offset's weights,

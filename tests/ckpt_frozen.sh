@@ -18,8 +18,7 @@ name=ckpt_frozen
 . "$(dirname "$0")/lib.sh"
 . "$srcdir/tests/config_lib.sh"
 tool="$top_builddir/tests/ckpt_tool"
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_python3
 need_source synthetic
 
 ini="$tmp/frozen.ini"

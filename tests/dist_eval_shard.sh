@@ -51,8 +51,7 @@
 #     the gathered model).
 name=dist_eval_shard needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_python3
 need_source idx
 
 "$py" - "$tmp" <<'PY' || exit 99

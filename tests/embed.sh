@@ -11,11 +11,10 @@ name=embed
 . "$(dirname "$0")/lib.sh"
 MAKE=${MAKE:-make}
 CC=${CC:-cc}
-py=/usr/bin/python3
 : "${kiln_pkgconfigdir:?set by tests/local.mk}"
 unset CPATH C_INCLUDE_PATH LIBRARY_PATH
 command -v pkg-config >/dev/null 2>&1 || { echo "SKIP: no pkg-config"; exit 77; }
-[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_python3
 need_source idx
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 dest="$tmp/dest"

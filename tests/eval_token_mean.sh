@@ -27,8 +27,7 @@
 # this session 7 and 64 were off by about 1e-3.
 name=eval_token_mean
 . "$(dirname "$0")/lib.sh"
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_python3
 need_source tokens
 
 "$py" "$srcdir/tests/tok_pads.py" "$tmp" 1000 42 >"$tmp/ref" || exit 99

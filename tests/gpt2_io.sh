@@ -20,15 +20,11 @@
 #     other heads, truncated or with a bad version: exit 2 or 3.
 name=gpt2_io
 . "$(dirname "$0")/lib.sh"
-py=/usr/bin/python3
 data="$srcdir/tests/data"
 ini="$data/gpt_tiny.ini"
 gen="$data/gen_gpt2_io_refs.py"
 
-if ! [ -x "$py" ]; then
-	echo "SKIP: no $py to read the safetensors files"
-	exit 77
-fi
+need_python3 "to read the safetensors files"
 need_source tokens
 common="data.path=$data/gpt_tokens.bin run.out_dir=$tmp/none"
 hf="model.init_from=$data/gpt2_hf.safetensors model.init_format=gpt2"

@@ -31,15 +31,11 @@
 # The comparison needs only python3's standard library.
 name=gpt_steps
 . "$(dirname "$0")/lib.sh"
-py=/usr/bin/python3
 data="$srcdir/tests/data"
 ini="$data/gpt_tiny.ini"
 gen="$data/gen_gpt_refs.py"
 
-if ! [ -x "$py" ]; then
-	echo "SKIP: no $py to read the safetensors files"
-	exit 77
-fi
+need_python3 "to read the safetensors files"
 need_source tokens
 common="data.path=$data/gpt_tokens.bin model.init_from=$data/gpt_init.safetensors"
 

@@ -185,6 +185,14 @@ need_fashion_mnist() {
 	[ -d "$FM" ] || { echo "FAIL: $FM missing: run scripts/install-deps"; exit 1; }
 }
 
+# need_python3 [WHY]: $py, the system's python3 (the standard library
+# only: tests/st.py, the reference scripts' checks); skip (exit 77),
+# saying WHY it is needed, without it
+need_python3() {
+	py=/usr/bin/python3
+	[ -x "$py" ] || { echo "SKIP: no $py${1:+ $1}"; exit 77; }
+}
+
 # data_folder_ini ROOT IN OUT: config IN written to OUT with [data] the
 # folder source at ROOT (size 8, 1 channel: tests/data/tr_cnn.ini's images)
 # in place of its source, images and labels keys

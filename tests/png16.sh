@@ -15,8 +15,7 @@
 # library.
 name=png16
 . "$(dirname "$0")/lib.sh"
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_python3
 need_source idx
 data="$srcdir/tests/data"
 ini="$data/tr_cnn.ini"

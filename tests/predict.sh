@@ -40,8 +40,7 @@
 # The checks need only python3's standard library.
 name=predict
 . "$(dirname "$0")/lib.sh"
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_python3
 need_source idx
 need_source folder
 data="$srcdir/tests/data"

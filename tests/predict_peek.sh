@@ -31,8 +31,7 @@
 # fields of the jsonl output of the same run.
 name=predict_peek
 . "$(dirname "$0")/lib.sh"
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_python3
 for s in idx records folder tar; do need_source $s; done
 data="$srcdir/tests/data"
 ini="$data/tr_cnn.ini"

@@ -24,8 +24,7 @@
 name=store_abuse
 needs=gloo
 . "$(dirname "$0")/dist_common.sh"
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no python3"; exit 77; }
+need_python3
 client="$srcdir/tests/store_client.py"
 
 mlp_ini "$tmp/mlp.ini" 5 20

@@ -16,8 +16,7 @@
 # Every process runs under `timeout`; the waits poll the store's keys.
 name=store_claims needs=gloo
 . "$(dirname "$0")/dist_common.sh"
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no python3"; exit 77; }
+need_python3
 client="$srcdir/tests/store_client.py"
 export KILN_STORE_TOKEN="${KILN_STORE_TOKEN:-kiln-tests-0123456789abcdef}"
 ini="$tmp/mlp.ini"

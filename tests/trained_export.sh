@@ -29,15 +29,11 @@
 # The comparison needs only python3's standard library.
 name=trained
 . "$(dirname "$0")/lib.sh"
-py=/usr/bin/python3
 data="$srcdir/tests/data"
 ini="$data/tr_cnn.ini"
 gen="$data/gen_trained_refs.py"
 
-if ! [ -x "$py" ]; then
-	echo "SKIP: no $py to read the safetensors files"
-	exit 77
-fi
+need_python3 "to read the safetensors files"
 need_source idx
 common="data.path=$data model.init_from=$data/tr_cnn_init.safetensors"
 
