@@ -179,6 +179,41 @@ static struct kiln_xform plain(int oh, int ow, int oc, int crop)
 	return x;
 }
 
+/* The cases of `op`, each fn(case, &diff), reported as `what`: at most
+ * `bound`/255 from the reference. */
+static void compare(const char *op, void (*fn)(const char *c, void *u), const char *what, int bound)
+{
+	struct diff d = { 0 };
+	each_case(op, fn, &d);
+	report(what, &d, bound);
+}
+
+/* x applied to img (sample 0, no randomness) compared with case c's
+ * reference t into d. */
+static void apply_diff(struct diff *d, const char *c, const struct kiln_xform *x,
+		       const struct kiln_image *img, const struct ref_tensor *t)
+{
+	struct kiln_xform_scratch s = { 0 };
+	uint8_t *out = malloc(kiln_xform_out_bytes(x));
+	ck_assert_int_eq(kiln_xform_apply(x, img, 1, 0, 0, out, &s), KILN_OK);
+	diff_u8(d, c, out, t);
+	free(out);
+	kiln_xform_scratch_free(&s);
+}
+
+/* img's box (x0, y0, x1, y1) resized to oh x ow compared with case c's
+ * reference t into d. */
+static void resize_diff(struct diff *d, const char *c, const struct kiln_image *img,
+			const int *box, int oh, int ow, const struct ref_tensor *t)
+{
+	struct kiln_xform_scratch s = { 0 };
+	uint8_t *out = malloc((size_t)t->numel);
+	ck_assert_int_eq(kiln_xform_resize_box(img, box, oh, ow, out, &s), KILN_OK);
+	diff_u8(d, c, out, t);
+	free(out);
+	kiln_xform_scratch_free(&s);
+}
+
 static struct kiln_config *config(const char *text)
 {
 	struct kiln_config *cfg;
@@ -212,28 +247,19 @@ static void resize_case(const char *c, void *u)
 	}
 	ck_assert_int_eq(t.dims[0], a[0]);
 	ck_assert_int_eq(t.dims[1], a[1]);
-	struct kiln_xform_scratch s = { 0 };
-	uint8_t *out = malloc((size_t)t.numel);
-	ck_assert_int_eq(kiln_xform_resize_box(&img, box, a[0], a[1], out, &s), KILN_OK);
-	diff_u8(d, c, out, &t);
-	free(out);
-	kiln_xform_scratch_free(&s);
+	resize_diff(d, c, &img, box, a[0], a[1], &t);
 	free(img.data);
 }
 
 START_TEST(resize_vs_pil)
 {
-	struct diff d = { 0 };
-	each_case("resize", resize_case, &d);
-	report("resize", &d, 1);
+	compare("resize", resize_case, "resize", 1);
 }
 END_TEST
 
 START_TEST(resized_crop_vs_pil)
 {
-	struct diff d = { 0 };
-	each_case("resized_crop", resize_case, &d);
-	report("resized_crop", &d, 1);
+	compare("resized_crop", resize_case, "resized_crop", 1);
 }
 END_TEST
 
@@ -256,21 +282,14 @@ static void resize_short_case(const char *c, void *u)
 	ck_assert_int_eq(x.out_w, t.dims[1]);
 	x.out_dtype = KILN_U8;
 	x.nhwc = 1;
-	struct kiln_xform_scratch s = { 0 };
-	uint8_t *out = malloc(kiln_xform_out_bytes(&x));
-	ck_assert_int_eq(kiln_xform_apply(&x, &img, 1, 0, 0, out, &s), KILN_OK);
-	diff_u8(d, c, out, &t);
-	free(out);
-	kiln_xform_scratch_free(&s);
+	apply_diff(d, c, &x, &img, &t);
 	kiln_config_free(cfg);
 	free(img.data);
 }
 
 START_TEST(resize_short_vs_torchvision)
 {
-	struct diff d = { 0 };
-	each_case("resize_short", resize_short_case, &d);
-	report("Resize(int)", &d, 1);
+	compare("resize_short", resize_short_case, "Resize(int)", 1);
 }
 END_TEST
 
@@ -283,24 +302,15 @@ static void gray_case(const char *c, void *u)
 	ref_get(c, &t);
 	int rgb = !strcmp(meta(c, "op"), "rgb");
 	struct kiln_xform x = plain((int)t.dims[0], (int)t.dims[1], rgb ? 3 : 1, KILN_CROP_NONE);
-	struct kiln_xform_scratch s = { 0 };
-	uint8_t *out = malloc(kiln_xform_out_bytes(&x));
 	ck_assert_int_eq(t.dims[2], x.out_c);
-	ck_assert_int_eq(kiln_xform_apply(&x, &img, 1, 0, 0, out, &s), KILN_OK);
-	diff_u8(d, c, out, &t);
-	free(out);
-	kiln_xform_scratch_free(&s);
+	apply_diff(d, c, &x, &img, &t);
 	free(img.data);
 }
 
 START_TEST(channels_vs_pil)
 {
-	struct diff d = { 0 };
-	each_case("gray", gray_case, &d);
-	report("resize + convert('L')", &d, 1);
-	struct diff e = { 0 };
-	each_case("rgb", gray_case, &e);
-	report("convert('RGB')", &e, 0);
+	compare("gray", gray_case, "resize + convert('L')", 1);
+	compare("rgb", gray_case, "convert('RGB')", 0);
 }
 END_TEST
 
@@ -313,20 +323,13 @@ static void center_case(const char *c, void *u)
 	struct ref_tensor t;
 	ref_get(c, &t);
 	struct kiln_xform x = plain((int)t.dims[0], (int)t.dims[1], img.c, KILN_CROP_CENTER);
-	struct kiln_xform_scratch s = { 0 };
-	uint8_t *out = malloc(kiln_xform_out_bytes(&x));
-	ck_assert_int_eq(kiln_xform_apply(&x, &img, 1, 0, 0, out, &s), KILN_OK);
-	diff_u8(d, c, out, &t);
-	free(out);
-	kiln_xform_scratch_free(&s);
+	apply_diff(d, c, &x, &img, &t);
 	free(img.data);
 }
 
 START_TEST(center_crop_vs_torchvision)
 {
-	struct diff d = { 0 };
-	each_case("center_crop", center_case, &d);
-	report("center_crop", &d, 0);
+	compare("center_crop", center_case, "center_crop", 0);
 }
 END_TEST
 
@@ -517,23 +520,15 @@ static void jpeg_case(const char *c, void *u)
 	} else {
 		int a[2], box[4] = { 0, 0, img.w, img.h };
 		ck_assert_int_eq(args(c, a, 2), 2);
-		struct kiln_xform_scratch s = { 0 };
-		uint8_t *out = malloc((size_t)t.numel);
-		ck_assert_int_eq(kiln_xform_resize_box(&img, box, a[0], a[1], out, &s), KILN_OK);
-		diff_u8(d, c, out, &t);
-		free(out);
-		kiln_xform_scratch_free(&s);
+		resize_diff(d, c, &img, box, a[0], a[1], &t);
 	}
 	free(img.data);
 }
 
 START_TEST(jpeg_vs_pil)
 {
-	struct diff d = { 0 }, e = { 0 };
-	each_case("jpeg_decode", jpeg_case, &d);
-	report("JPEG decode", &d, 2);
-	each_case("jpeg_resize", jpeg_case, &e);
-	report("JPEG decode + resize", &e, 2);
+	compare("jpeg_decode", jpeg_case, "JPEG decode", 2);
+	compare("jpeg_resize", jpeg_case, "JPEG decode + resize", 2);
 }
 END_TEST
 #endif
