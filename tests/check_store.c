@@ -772,6 +772,20 @@ static int raw_read(int fd, void *buf, size_t n)
 	return 0;
 }
 
+/* A TCP listener on a free port of 127.0.0.1 (*port), its accept queue
+ * `backlog` long. */
+static int loopback_listener(int backlog, int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(lfd, backlog), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	*port = ntohs(a.sin_port);
+	return lfd;
+}
+
 START_TEST(test_token_refused)
 {
 	struct kiln_store *s0, *s1;
@@ -884,18 +898,13 @@ static void *mute_store(void *arg)
 
 START_TEST(test_timeout_honoured)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof a;
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
-	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-	ck_assert_int_eq(listen(lfd, 4), 0);
-	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	int port, lfd = loopback_listener(4, &port);
 	pthread_t th;
 	pthread_create(&th, NULL, mute_store, &lfd);
 	struct kiln_store *s;
 	/* [dist] timeout = 0.3 s: a set, a check and an add the store never
 	 * answers end with KILN_ETIMEOUT naming 300 ms (they waited 60 s) */
-	ck_assert_int_eq(kiln_store_open("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 300, &s), KILN_OK);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 300, &s), KILN_OK);
 	ck_assert_int_eq(kiln_store_set(s, "k", "v", 1), KILN_ETIMEOUT);
 	ck_assert_msg(strstr(kiln_last_error(), "within 300 ms"), "%s", kiln_last_error());
 	kiln_store_close(s);
@@ -912,20 +921,15 @@ END_TEST
  * protocol is "not a kiln store (of this version)" at once. */
 START_TEST(test_old_protocol)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof a;
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
-	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-	ck_assert_int_eq(listen(lfd, 4), 0);
-	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	int port, lfd = loopback_listener(4, &port);
 	mute_magic = "KILNST1\n";
 	pthread_t th;
 	pthread_create(&th, NULL, mute_store, &lfd);
 	struct kiln_store *s = NULL;
-	ck_assert_int_eq(kiln_store_open("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 2000, &s), KILN_EIO);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 2000, &s), KILN_EIO);
 	char want[160];
 	snprintf(want, sizeof want, "store 127.0.0.1:%d: what answers there is not a kiln store (of this version)",
-		 ntohs(a.sin_port));
+		 port);
 	ck_assert_msg(strstr(kiln_last_error(), want), "%s", kiln_last_error());
 	pthread_join(th, NULL);
 	close(lfd);
@@ -1138,14 +1142,9 @@ START_TEST(test_accept_emfile)
 
 	/* a listener that never accepts: the heartbeat's connection names
 	 * [dist] heartbeat */
-	socklen_t al = sizeof a;
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
-	a.sin_port = 0;
-	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-	ck_assert_int_eq(listen(lfd, 4), 0);
-	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	int lport, lfd = loopback_listener(4, &lport);
 	struct kiln_store *s;
-	ck_assert_int_eq(kiln_store_open_for("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 300,
+	ck_assert_int_eq(kiln_store_open_for("127.0.0.1", lport, 0, 1, 2, 300,
 					     "[dist] heartbeat", "heartbeat", &s), KILN_ETIMEOUT);
 	ck_assert_msg(strstr(kiln_last_error(), "no answer for '(greeting)' within 300 ms ([dist] heartbeat): the store did not take the connection"),
 		      "%s", kiln_last_error());
@@ -1153,7 +1152,7 @@ START_TEST(test_accept_emfile)
 	/* nothing there: named as rank 1's heartbeat connection, within its
 	 * limit (before session 36 "rank -1 of 2"; its warning while the
 	 * handshake breaks says "until [dist] heartbeat", not [dist] timeout) */
-	ck_assert_int_eq(kiln_store_open_for("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 300,
+	ck_assert_int_eq(kiln_store_open_for("127.0.0.1", lport, 0, 1, 2, 300,
 					     "[dist] heartbeat", "heartbeat", &s), KILN_ETIMEOUT);
 	ck_assert_msg(strstr(kiln_last_error(), "rank 1's heartbeat connection: cannot reach the rendezvous store at 127.0.0.1:") &&
 		      strstr(kiln_last_error(), " within 0.3 s ("),
@@ -1169,13 +1168,7 @@ END_TEST
  * timeout naming the address and its error, and a stop ends it at once. */
 static int full_listener(int *port, int *filler)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof a;
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
-	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-	ck_assert_int_eq(listen(lfd, 0), 0); /* a queue of one */
-	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
-	*port = ntohs(a.sin_port);
+	int lfd = loopback_listener(0, port); /* a queue of one */
 	*filler = raw_connect(*port); /* never accepted: later SYNs are dropped */
 	return lfd;
 }
@@ -1326,15 +1319,9 @@ static void *relay_main(void *arg)
 
 static void relay_start(struct relay *r, int to, pthread_t *th)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof a;
 	*r = (struct relay){ .to = to };
 	pthread_mutex_init(&r->mu, NULL);
-	r->lfd = socket(AF_INET, SOCK_STREAM, 0);
-	ck_assert_int_eq(bind(r->lfd, (struct sockaddr *)&a, sizeof a), 0);
-	ck_assert_int_eq(listen(r->lfd, 8), 0);
-	ck_assert_int_eq(getsockname(r->lfd, (struct sockaddr *)&a, &al), 0);
-	r->port = ntohs(a.sin_port);
+	r->lfd = loopback_listener(8, &r->port);
 	pthread_create(th, NULL, relay_main, r);
 }
 
@@ -1590,17 +1577,12 @@ static void *closing_store(void *arg)
 
 START_TEST(test_auth_old_store)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof a;
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
-	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-	ck_assert_int_eq(listen(lfd, 4), 0);
-	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	int port, lfd = loopback_listener(4, &port);
 	pthread_t th;
 	pthread_create(&th, NULL, closing_store, &lfd);
 	struct kiln_store *s = NULL;
 	const double t0 = now();
-	ck_assert_int_eq(kiln_store_open("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 1500, &s), KILN_EIO);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 1500, &s), KILN_EIO);
 	const double dt = now() - t0;
 	__atomic_store_n(&closer_stop, 1, __ATOMIC_SEQ_CST);
 	pthread_join(th, NULL);
