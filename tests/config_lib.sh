@@ -67,6 +67,14 @@ mlp_synthetic_layers() {
 		fc3:linear:out=16 loss:softmax_xent
 }
 
+# linear_layers OUT: flatten, one linear layer (fc) of OUT outputs,
+# softmax cross-entropy: the linear classifier of the tests that need a
+# model but test something else (tests/oom_named.sh, tests/st_vmem.sh,
+# tests/resume_config.sh, ini_bench_data below)
+linear_layers() {
+	ini_layers flat:flatten fc:linear:out="$1" loss:softmax_xent
+}
+
 # mlp10_layers HIDDEN [NAME:TYPE[:KEY=VALUE...]...]: flatten, a linear
 # layer of HIDDEN outputs (fc1), the layers given, a ReLU (r1), a linear
 # layer of 10 (fc2), softmax cross-entropy: the one-hidden-layer classifier
@@ -127,6 +135,6 @@ ini_tr_cnn_mlp() {
 ini_bench_data() {
 	ini run device=cpu
 	ini data source=synthetic "$@"
-	ini_layers flat:flatten fc:linear:out=10 loss:softmax_xent
+	linear_layers 10
 	ini train batch=8
 }

@@ -19,31 +19,18 @@
 #     allocate no loss scaler.
 name=oom_named
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 need_source idx
 data="$srcdir/tests/data"
 ini="$srcdir/tests/data/tr_cnn.ini"
 
 # ---- 1: 3e9 samples (45 GB of sample order) under an 8 GB address space ----
-cat >"$tmp/huge.ini" <<EOF2
-[run]
-threads = 1
-device = cpu
-[data]
-source = synthetic
-image_size = 1 1
-classes = 2
-samples = 3000000000
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 2
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 4
-max_steps = 1
-EOF2
+{
+	ini run threads=1 device=cpu
+	ini data source=synthetic image_size="1 1" classes=2 samples=3000000000
+	linear_layers 2
+	ini train batch=4 max_steps=1
+} >"$tmp/huge.ini"
 (ulimit -v 8000000 && kiln 1 train "$tmp/huge.ini" run.out_dir= data.workers=0) || exit 1
 stderr_has "kiln: error: the epoch's sample order for 3000000000 training samples (44.70 GiB, 16 bytes a sample): out of memory; set [data] limit to train on fewer (docs/memory.md)"
 (ulimit -v 8000000 && kiln 1 train "$tmp/huge.ini" run.out_dir= data.workers=1) || exit 1

@@ -27,6 +27,7 @@
 #    before, the warning was followed by a config error, exit 2).
 name=optim_guards
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 data="$srcdir/tests/data"
 ini="$data/tr_cnn.ini"
 d="data.path=$data"
@@ -65,35 +66,12 @@ stderr_has "step 6: 1 step(s) of the last 1 skipped"
 # last of the MLP's 1125 parameters, reaches the optimizer infinite and the
 # parameters check stops the run; the log point does not call it skipped
 mlp="$tmp/mlp.ini"
-cat > "$mlp" <<'INI'
-[run]
-threads = 1
-[data]
-source = idx
-images = tr_cnn_images.idx
-labels = tr_cnn_labels.idx
-shuffle = 0
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 16
-[layer.r]
-type = relu
-[layer.fc2]
-type = linear
-out = 5
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 8
-max_steps = 5
-lr = 0.1
-momentum = 0.9
-log_every = 1
-eval = 0
-INI
+{
+	ini run threads=1
+	ini data source=idx images=tr_cnn_images.idx labels=tr_cnn_labels.idx shuffle=0 workers=0
+	ini_layers flat:flatten fc1:linear:out=16 r:relu fc2:linear:out=5 loss:softmax_xent
+	ini train batch=8 max_steps=5 lr=0.1 momentum=0.9 log_every=1 eval=0
+} > "$mlp"
 KILN_NAN_VALUE=inf KILN_NAN_INDEX=1124 KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" \
 	"$nan" 3 "$mlp" "$d" run.out_dir= train.skip_nonfinite=0 train.clip_value=1 > "$out" 2> "$err"
 rc=$?
@@ -129,30 +107,12 @@ open(sys.argv[1] + "/dead_images.idx", "wb").write(struct.pack(">IIII", 0x803, n
 open(sys.argv[1] + "/dead_labels.idx", "wb").write(struct.pack(">II", 0x801, n) + bytes(i % 2 for i in range(n)))
 PY
 dead="$tmp/dead.ini"
-cat > "$dead" <<'INI'
-[run]
-threads = 1
-[data]
-source = idx
-images = dead_images.idx
-labels = dead_labels.idx
-shuffle = 0
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 2
-[layer.loss]
-type = softmax_xent
-[train]
-optimizer = adamw
-batch = 8
-max_steps = 3
-lr = 0.01
-log_every = 1
-eval = 0
-INI
+{
+	ini run threads=1
+	ini data source=idx images=dead_images.idx labels=dead_labels.idx shuffle=0 workers=0
+	linear_layers 2
+	ini train optimizer=adamw batch=8 max_steps=3 lr=0.01 log_every=1 eval=0
+} > "$dead"
 for o in adamw lamb; do
 	kiln 3 train "$dead" data.path="$tmp" run.out_dir= train.optimizer=$o train.eps=0
 	stderr_has "error: step 1 (epoch 1): parameter 'fc.weight' holds 2 non-finite value(s) (NaN or inf): training diverged; [train] eps = 0: the update divides 0 by 0 where a gradient and its running square are 0 (a unit that never fires, an input that is always 0), which is NaN, as in PyTorch: set eps > 0 (PyTorch's default is 1e-8)"

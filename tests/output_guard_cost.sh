@@ -11,6 +11,7 @@
 #  2. W there (and not an input): still W a few times, not once per image.
 name=output_guard_cost
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 need_source idx
 need_source folder
 command -v strace >/dev/null 2>&1 || { echo "SKIP: no strace"; exit 77; }
@@ -27,29 +28,12 @@ for c in a b; do
 	i=0
 	while [ $i -lt $n ]; do cp "$png" "$tmp/fold/train/$c/$i.png"; i=$((i + 1)); done
 done
-cat >"$tmp/fold.ini" <<INI
-[run]
-threads = 1
-out_dir = $tmp/run
-[data]
-source = folder
-path = $tmp/fold
-size = 8
-channels = 1
-workers = 0
-shuffle = 0
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 2
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 2
-max_steps = 1
-eval = 0
-INI
+{
+	ini run threads=1 out_dir="$tmp/run"
+	ini data source=folder path="$tmp/fold" size=8 channels=1 workers=0 shuffle=0
+	linear_layers 2
+	ini train batch=2 max_steps=1 eval=0
+} >"$tmp/fold.ini"
 kiln 0 train "$tmp/fold.ini"
 w="$tmp/w.safetensors"
 

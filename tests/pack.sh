@@ -6,6 +6,7 @@
 # `make check` (tests/local.mk exports top_builddir).
 name=pack
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 LC_ALL=C
 export LC_ALL
 
@@ -319,23 +320,11 @@ mkdir -p "$long"
 cp "$tmp/bad-00000.krec" "$tmp/bad-00001.krec" "$long/"
 kiln 3 pack "$tmp/rec.ini" --out "$tmp/g" --shard-size 4K data.path="$long" data.split=bad
 stderr_has "$long/bad-00001.krec: record 1 (sample 5): CRC32C mismatch"
-cat > "$tmp/long.ini" <<EOF
-[data]
-source = records
-path = $long
-split = bad
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-batch = 2
-eval = 0
-EOF
+{
+	ini data source=records path="$long" split=bad
+	linear_layers 10
+	ini train epochs=1 batch=2 eval=0
+} > "$tmp/long.ini"
 kiln 3 train "$tmp/long.ini" run.out_dir=
 stderr_has "$long/bad-00001.krec: record 1 (sample 5): CRC32C mismatch"
 head -c 3000 "$tmp/img.idx" > "$tmp/short.idx"

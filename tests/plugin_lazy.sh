@@ -14,6 +14,7 @@
 # Its compiler's ccache cache is the caller's (tests/lib.sh), not the tree's.
 name=plugin_lazy
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 CC=${CC:-cc}
 need_source synthetic
 # a ccache compiler uses the caller's cache (tests/lib.sh), never a second
@@ -57,28 +58,12 @@ plugin crash crash 'raise(SIGSEGV);'
 plugin twobad abi ''
 plugin evil evil "FILE *f = fopen(\"$tmp/evil-ran\", \"w\"); if (f) fclose(f);"
 
-cat > "$tmp/run.ini" <<EOF
-[run]
-seed = 1
-threads = 1
-[data]
-source = synthetic
-samples = 64
-image_size = 4
-classes = 4
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 4
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-batch = 16
-lr = 0.1
-eval = 0
-EOF
+{
+	ini run seed=1 threads=1
+	ini_synthetic 64 4 4
+	linear_layers 4
+	ini train epochs=1 batch=16 lr=0.1 eval=0
+} > "$tmp/run.ini"
 
 # ---- 1. a crashing plugin nobody named -----------------------------------
 export KILN_PLUGIN_PATH="$tmp/crash"

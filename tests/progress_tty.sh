@@ -37,30 +37,12 @@ echo "ok: 3 checkpoint lines on their own lines under the bar"
 # 1000-step epochs: "ETA 877192:59" for a run of a second) in an int of
 # minutes (past 2^31 s: "ETA 50050050:-8"); the bar of the epoch that
 # max_steps ends now runs to that step (500/500, not 500/1000).
-cat >"$tmp/eta.ini" <<EOF2
-[run]
-threads = 1
-out_dir = $tmp/eta
-[data]
-source = synthetic
-image_size = 1 1
-classes = 2
-samples = 4000
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 2
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1000000000
-batch = 4
-max_steps = 2500
-log_every = 1000
-checkpoint_last = 0
-EOF2
+{
+	ini run threads=1 out_dir="$tmp/eta"
+	ini data source=synthetic image_size="1 1" classes=2 samples=4000 workers=0
+	linear_layers 2
+	ini train epochs=1000000000 batch=4 max_steps=2500 log_every=1000 checkpoint_last=0
+} >"$tmp/eta.ini"
 TERM=xterm script -qec "\"$kiln\" train \"$tmp/eta.ini\"" /dev/null >"$tmp/eta.out" 2>&1 </dev/null ||
 	fail "kiln train under script(1) failed: $(tail -5 "$tmp/eta.out")"
 tr '\r\033' 'RE' <"$tmp/eta.out" | grep -o 'RE\[Kepoch [^R]*' >"$tmp/eta.bars"

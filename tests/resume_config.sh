@@ -7,34 +7,16 @@
 # config.ini of the run it would have resumed.
 name=resume_config
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 need_source synthetic
 
-cat >"$tmp/m.ini" <<'INI'
-[run]
-device = cpu
-seed = 1
-threads = 1
-[data]
-source = synthetic
-samples = 64
-image_size = 4
-classes = 4
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 4
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 2
-batch = 16
-lr = 0.1
-eval = 0
-checkpoint_every = 4
-[log]
-csv = 1
-INI
+{
+	ini run device=cpu seed=1 threads=1
+	ini_synthetic 64 4 4
+	linear_layers 4
+	ini train epochs=2 batch=16 lr=0.1 eval=0 checkpoint_every=4
+	ini log csv=1
+} >"$tmp/m.ini"
 o="$tmp/o"
 kiln 0 train "$tmp/m.ini" "run.out_dir=$o" train.max_steps=4
 grep -qx "epochs = 2" "$o/config.ini" || fail "the first run's config.ini lacks epochs = 2"

@@ -15,30 +15,17 @@
 # seed is not the export's: initial weights would give another loss.
 name=st_vmem
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 need_source synthetic
 limit=2000000 # KiB
 
 ini="$tmp/v.ini"
-cat > "$ini" <<EOF
-[run]
-seed = 9
-threads = 1
-[data]
-source = synthetic
-samples = 64
-image_size = 8
-classes = 10
-workers = 1
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-batch = 16
-EOF
+{
+	ini run seed=9 threads=1
+	ini_synthetic 64 8 10 workers=1
+	linear_layers 10
+	ini train batch=16
+} > "$ini"
 small="$tmp/small.safetensors"
 kiln 0 export "$ini" --safetensors "$small" run.seed=3 run.out_dir="$tmp/none"
 
