@@ -479,12 +479,14 @@ static int team_can_shrink(const char *fn, int *cpus)
 }
 
 /* The model of config fmt and seed_a on an adaptive team flipping
- * between its opening size (cpus) and 1 every op ($KILN_CPU_TEAM_FLIP=1),
+ * between its opening size (cpus) and 1 every `flip` ops
+ * ($KILN_CPU_TEAM_FLIP: oneDNN's team is the small one at the ops k
+ * whose k / flip is odd and no multiple of 3, k counted over all runs),
  * kept weights on: its plans of every size made, run `runs` times and
  * freed in turn as kiln_infer makes them, three rounds, every call's
  * logits a fixed team's with nothing kept; after round 0, *fills0 =
  * seen.gemm_fills (the debug lines counted from the start). */
-static void team_rounds(const char *fmt, int cpus, int runs, int *fills0)
+static void team_rounds(const char *fmt, const char *flip, int cpus, int runs, int *fills0)
 {
 	static float ref[NSIZE][ROWS * CLASSES];
 	for (int k = 0; k < NSIZE; k++)
@@ -493,7 +495,7 @@ static void team_rounds(const char *fmt, int cpus, int runs, int *fills0)
 	memset(&seen, 0, sizeof seen);
 	kiln_log_set_level(KILN_LOG_DEBUG);
 	kiln_log_set_sink(count_sink, NULL);
-	setenv("KILN_CPU_TEAM_FLIP", "1", 1); /* read as the device opens */
+	setenv("KILN_CPU_TEAM_FLIP", flip, 1); /* read as the device opens */
 	struct rig r;
 	rig_open_team(&r, fmt, 1, 1, 0);
 	unsetenv("KILN_CPU_TEAM_FLIP");
@@ -505,8 +507,8 @@ static void team_rounds(const char *fmt, int cpus, int runs, int *fills0)
 			for (int i = 0; i < runs; i++) {
 				run(&r, p, sizes[k], got);
 				ck_assert_msg(!memcmp(got, ref[k], sizeof(float) * (size_t)(sizes[k] * CLASSES)),
-					      "round %d, %lld rows, run %d on a team flipping between %d threads and 1: the logits differ from a fixed team's with nothing kept",
-					      round, (long long)sizes[k], i, cpus);
+					      "round %d, %lld rows, run %d on a team flipping between %d threads and 1 every %s ops: the logits differ from a fixed team's with nothing kept",
+					      round, (long long)sizes[k], i, cpus, flip);
 			}
 			kiln_device_stream_sync(r.dev, r.stream);
 			kiln_plan_free(p);
@@ -524,7 +526,7 @@ START_TEST(test_team_sizes)
 	int cpus, fills0;
 	if (!team_can_shrink(__func__, &cpus))
 		return;
-	team_rounds(model_ini, cpus, 1, &fills0);
+	team_rounds(model_ini, "1", cpus, 1, &fills0);
 	/* each op and team probed once: the versions of the later plans of
 	 * that op (a size seen before) are told by it */
 	const int probed = seen.versions - seen.probed_before;
@@ -559,8 +561,10 @@ START_TEST(test_team_linear)
 	if (!team_can_shrink(__func__, &cpus))
 		return;
 	/* 3 runs a plan: a frozen GEMM's first run with new weights reads
-	 * them as they are, the next reorders and keeps them */
-	team_rounds(mlp_ini, cpus, 3, &fills0);
+	 * them as they are, the next reorders and keeps them.  The team
+	 * flips every 2 ops: a run is 2 GEMMs, so with a flip every op fc1
+	 * would always be op k even, on the opening team */
+	team_rounds(mlp_ini, "2", cpus, 3, &fills0);
 	ck_assert_msg(seen.gemm_small >= 1,
 		      "fc1's GEMM has no version for a team of 1 with the same bytes (%d versions of %d ops): the frozen GEMM never ran on the small team, no test",
 		      seen.versions, seen.n_ops);
