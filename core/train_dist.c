@@ -99,9 +99,15 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		double one = 1;
 		(void)kiln_dist_sum_host(t->dist, &one, 1, t->compute);
 	}
-	if (t->rank && st)
-		st = kiln_error(st, "rank %d of %d: rank 0 could not resume: %s", t->rank, t->world,
-				msg->error);
+	if (t->rank && st) {
+		/* the whole world and, with [dist] pipeline, this rank's stage
+		 * (t->world is the data-parallel world: "rank 3 of 2" before) */
+		char stage[48] = "";
+		if (t->pipe_P > 1)
+			snprintf(stage, sizeof stage, " (pipeline stage %d)", t->rank % t->pipe_P);
+		st = kiln_error(st, "rank %d of %d%s: rank 0 could not resume: %s", t->rank,
+				kiln_dist_world(t->dist), stage, msg->error);
+	}
 	else if (!t->rank && st)
 		kiln_error(st, "%s", msg->error); /* rank 0's own message, kept */
 	else if (t->rank && msg->found) {

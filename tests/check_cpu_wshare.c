@@ -42,7 +42,18 @@
  * oneDNN op's version for the small team is probed (both run on scratch
  * tensors: plugins/cpu/dnnteam.c) in the first round alone; the plans of
  * the later rounds, of sizes seen before, take what the probes found
- * (before session 41 every new plan probed again). */
+ * (before session 41 every new plan probed again).
+ *
+ * team_linear: the same on a model of f32 linear layers (flatten, a
+ * 4608 -> 512 linear, ReLU, 512 -> 10): an inference plan's f32 GEMM is
+ * frozen (KILN_OPF_FROZEN, plugins/cpu/gemm.c, session 46) and on
+ * AVX-512 keeps its weights reordered into the matmul's layout from
+ * their second run on, shared by the plans of every size and by their
+ * versions for the small team.  Every call's logits on the flipping team
+ * are those of a fixed team with nothing kept (keep_weights = 0: the
+ * plain GEMM on [out, in]), the GEMMs' kept weights made in the first
+ * round alone, and the 4608 -> 512 GEMM (above CPU_ONE_THREAD_FLOP at one
+ * row) has a version for the small team. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_getaffinity_np */
 #endif
@@ -64,6 +75,7 @@ static struct kiln_registry *reg;
 #define CLASSES 10
 #define SAMPLE (C_IN * HW * HW)
 
+/* the model's config: [run] threads, [plugin.cpu] keep_weights, adaptive */
 static const char model_ini[] =
 	"[run]\ndevice = cpu\nseed = 3\nthreads = %d\n[data]\nsource = synthetic\n"
 	"[model]\nlayout = nhwc\n"
@@ -73,6 +85,16 @@ static const char model_ini[] =
 	"[layer.c3]\ntype = conv\nout = 32\nkernel = 1\n[layer.r3]\ntype = relu\n"
 	"[layer.pool]\ntype = maxpool\nkernel = 2\n[layer.flat]\ntype = flatten\n"
 	"[layer.fc]\ntype = linear\nout = 10\nint8_scale = 0.05\n"
+	"[layer.loss]\ntype = softmax_xent\n";
+
+/* team_linear's model, its config as model_ini's: f32 linear layers; fc1
+ * is 2 x 4608 x 512 flop a row, a team's even at one row */
+#define MLP_HIDDEN 512
+static const char mlp_ini[] =
+	"[run]\ndevice = cpu\nseed = 3\nthreads = %d\n[data]\nsource = synthetic\n"
+	"[plugin.cpu]\nkeep_weights = %d\nadaptive = %d\n"
+	"[layer.flat]\ntype = flatten\n[layer.fc1]\ntype = linear\nout = 512\n"
+	"[layer.r1]\ntype = relu\n[layer.fc2]\ntype = linear\nout = 10\n"
 	"[layer.loss]\ntype = softmax_xent\n";
 
 /* ---- the device's debug lines, counted -------------------------------- */
@@ -87,6 +109,10 @@ static struct {
 	 * shapes, the team; c2 and c3 share their input) */
 	int versions, probed_before, n_ops;
 	char ops[64][256];
+	/* frozen GEMMs (gemm.c): plans that keep their weights, the kept
+	 * weights made, and the versions for a team of 1 with the same bytes
+	 * of fc1's GEMM (B of MLP_HIDDEN rows) */
+	int gemm_frozen, gemm_fills, gemm_small;
 } seen;
 
 /* A version's line: counted, and its op and team listed once. */
@@ -114,6 +140,15 @@ static void count_sink(void *user, int level, const char *who, const char *msg)
 		seen.entries++;
 	if (strstr(msg, " threads: the same bytes") || strstr(msg, " threads: other bytes"))
 		count_version(msg);
+	if (!strncmp(msg, "GEMM M=", 7) && strstr(msg, " (frozen, "))
+		seen.gemm_frozen++;
+	if (!strncmp(msg, "GEMM: weights reordered into the kernel's layout", 48))
+		seen.gemm_fills++;
+	char by[40];
+	snprintf(by, sizeof by, " by f32[%d,", MLP_HIDDEN);
+	if (!strncmp(msg, "GEMM ", 5) && strstr(msg, by) &&
+	    strstr(msg, " on 1 threads: the same bytes"))
+		seen.gemm_small++;
 	int u, f;
 	if (sscanf(msg, "kept weights: %d entries made from freed memory listed no more, %d of them freed",
 		   &u, &f) == 2)
@@ -137,13 +172,14 @@ static float noise(uint32_t i)
 	return (float)(h % 20001) / 10000.0f - 1.0f;
 }
 
-/* keep: [plugin.cpu] keep_weights; adapt: [plugin.cpu] adaptive, with
- * [run] threads unset (1) or 2 (0: adaptive or not, the count unset). */
-static void rig_open_team(struct rig *r, int keep, int adapt, int threads)
+/* The model of config fmt (model_ini or mlp_ini); keep: [plugin.cpu]
+ * keep_weights; adapt: [plugin.cpu] adaptive, with [run] threads unset
+ * (1) or 2 (0: adaptive or not, the count unset). */
+static void rig_open_team(struct rig *r, const char *fmt, int keep, int adapt, int threads)
 {
-	char ini[sizeof model_ini + 16];
+	char ini[1024];
 	static float h[ROWS * SAMPLE];
-	snprintf(ini, sizeof ini, model_ini, threads, keep, adapt);
+	ck_assert((size_t)snprintf(ini, sizeof ini, fmt, threads, keep, adapt) < sizeof ini);
 	memset(r, 0, sizeof *r);
 	r->cfg = test_config(reg, ini);
 	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s", kiln_last_error());
@@ -154,7 +190,7 @@ static void rig_open_team(struct rig *r, int keep, int adapt, int threads)
 	TEST_H2D(r, r->x, h, sizeof h);
 }
 
-static void rig_open(struct rig *r, int keep) { rig_open_team(r, keep, 0, 2); }
+static void rig_open(struct rig *r, int keep) { rig_open_team(r, model_ini, keep, 0, 2); }
 
 static void rig_close(struct rig *r)
 {
@@ -193,13 +229,13 @@ static void run(struct rig *r, struct kiln_plan *p, int64_t rows, float *out)
 	TEST_D2H(r, out, logits, sizeof(float) * (size_t)(rows * CLASSES));
 }
 
-/* The logits of `rows` rows of a fresh device and model of seed, one
- * plan, nothing kept (keep_weights = 0), on a fixed team of `threads`
- * (0: the count the adaptive team opens with). */
-static void reference_team(uint64_t seed, int64_t rows, int threads, float *out)
+/* The logits of `rows` rows of a fresh device and model (config fmt) of
+ * seed, one plan, nothing kept (keep_weights = 0), on a fixed team of
+ * `threads` (0: the count the adaptive team opens with). */
+static void reference_team(const char *fmt, uint64_t seed, int64_t rows, int threads, float *out)
 {
 	struct rig r;
-	rig_open_team(&r, 0, 0, threads);
+	rig_open_team(&r, fmt, 0, 0, threads);
 	struct kiln_model *m = model_new(&r, seed);
 	struct kiln_plan *p = plan_new(m, rows);
 	run(&r, p, rows, out);
@@ -209,7 +245,10 @@ static void reference_team(uint64_t seed, int64_t rows, int threads, float *out)
 	rig_close(&r);
 }
 
-static void reference(uint64_t seed, int64_t rows, float *out) { reference_team(seed, rows, 2, out); }
+static void reference(uint64_t seed, int64_t rows, float *out)
+{
+	reference_team(model_ini, seed, rows, 2, out);
+}
 
 /* ---- the cases --------------------------------------------------------- */
 
@@ -427,37 +466,67 @@ START_TEST(test_param_write)
 }
 END_TEST
 
-START_TEST(test_team_sizes)
+/* 1 when the adaptive team can shrink here (2 CPUs or more to run on),
+ * else says why the case is skipped */
+static int team_can_shrink(const char *fn, int *cpus)
 {
 	cpu_set_t all;
 	ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof all, &all), 0);
-	if (CPU_COUNT(&all) < 2) { /* the team opens with one thread: it never shrinks */
-		fprintf(stderr, "%s: skipped: fewer than 2 CPUs to run on: no adaptive team\n", __func__);
-		return;
-	}
+	*cpus = CPU_COUNT(&all);
+	if (*cpus < 2) /* the team opens with one thread: it never shrinks */
+		fprintf(stderr, "%s: skipped: fewer than 2 CPUs to run on: no adaptive team\n", fn);
+	return *cpus >= 2;
+}
+
+/* The model of config fmt and seed_a on an adaptive team flipping
+ * between its opening size (cpus) and 1 every `flip` ops
+ * ($KILN_CPU_TEAM_FLIP: oneDNN's team is the small one at the ops k
+ * whose k / flip is odd and no multiple of 3, k counted over all runs),
+ * kept weights on: its plans of every size made, run `runs` times and
+ * freed in turn as kiln_infer makes them, three rounds, every call's
+ * logits a fixed team's with nothing kept; after round 0, *fills0 =
+ * seen.gemm_fills (the debug lines counted from the start). */
+static void team_rounds(const char *fmt, const char *flip, int cpus, int runs, int *fills0)
+{
 	static float ref[NSIZE][ROWS * CLASSES];
 	for (int k = 0; k < NSIZE; k++)
-		reference_team(seed_a, sizes[k], 0, ref[k]);
+		reference_team(fmt, seed_a, sizes[k], 0, ref[k]);
 
+	memset(&seen, 0, sizeof seen);
 	kiln_log_set_level(KILN_LOG_DEBUG);
 	kiln_log_set_sink(count_sink, NULL);
-	setenv("KILN_CPU_TEAM_FLIP", "1", 1); /* read as the device opens */
+	setenv("KILN_CPU_TEAM_FLIP", flip, 1); /* read as the device opens */
 	struct rig r;
-	rig_open_team(&r, 1, 1, 0);
+	rig_open_team(&r, fmt, 1, 1, 0);
 	unsetenv("KILN_CPU_TEAM_FLIP");
 	struct kiln_model *m = model_new(&r, seed_a);
 	float got[ROWS * CLASSES];
 	for (int round = 0; round < 3; round++) {
 		for (int k = 0; k < NSIZE; k++) { /* kiln_infer's remainder plans */
 			struct kiln_plan *p = plan_new(m, sizes[k]);
-			run(&r, p, sizes[k], got);
-			ck_assert_msg(!memcmp(got, ref[k], sizeof(float) * (size_t)(sizes[k] * CLASSES)),
-				      "round %d, %lld rows on a team flipping between %d threads and 1: the logits differ from a fixed team's",
-				      round, (long long)sizes[k], CPU_COUNT(&all));
+			for (int i = 0; i < runs; i++) {
+				run(&r, p, sizes[k], got);
+				ck_assert_msg(!memcmp(got, ref[k], sizeof(float) * (size_t)(sizes[k] * CLASSES)),
+					      "round %d, %lld rows, run %d on a team flipping between %d threads and 1 every %s ops: the logits differ from a fixed team's with nothing kept",
+					      round, (long long)sizes[k], i, cpus, flip);
+			}
 			kiln_device_stream_sync(r.dev, r.stream);
 			kiln_plan_free(p);
 		}
+		if (!round)
+			*fills0 = seen.gemm_fills;
 	}
+	kiln_model_free(m);
+	rig_close(&r);
+	kiln_log_set_sink(NULL, NULL);
+}
+
+START_TEST(test_team_sizes)
+{
+	int cpus, fills0;
+	if (!team_can_shrink(__func__, &cpus))
+		return;
+	team_rounds(model_ini, "1", cpus, 1, &fills0);
 	/* each op and team probed once: the versions of the later plans of
 	 * that op (a size seen before) are told by it */
 	const int probed = seen.versions - seen.probed_before;
@@ -470,9 +539,49 @@ START_TEST(test_team_sizes)
 	printf("cpu_wshare: %d versions of %d oneDNN ops for the small team in 12 plans of 4 sizes, one probe an op; the bits of a fixed team\n",
 	       seen.versions, seen.n_ops);
 	fflush(stdout);
-	kiln_model_free(m);
-	rig_close(&r);
-	kiln_log_set_sink(NULL, NULL);
+}
+END_TEST
+
+/* oneDNN's matmul is its brgemm one (AVX-512 with BW and VL, as
+ * tests/infer_wreorder.sh asks /proc/cpuinfo): a frozen f32 GEMM keeps
+ * its weights there alone (gemm.c, gemm_frozen_pd) */
+static int cpu_brgemm(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#else
+	return 0;
+#endif
+}
+
+START_TEST(test_team_linear)
+{
+	int cpus, fills0;
+	if (!team_can_shrink(__func__, &cpus))
+		return;
+	/* 3 runs a plan: a frozen GEMM's first run with new weights reads
+	 * them as they are, the next reorders and keeps them.  The team
+	 * flips every 2 ops: a run is 2 GEMMs, so with a flip every op fc1
+	 * would always be op k even, on the opening team */
+	team_rounds(mlp_ini, "2", cpus, 3, &fills0);
+	ck_assert_msg(seen.gemm_small >= 1,
+		      "fc1's GEMM has no version for a team of 1 with the same bytes (%d versions of %d ops): the frozen GEMM never ran on the small team, no test",
+		      seen.versions, seen.n_ops);
+	if (cpu_brgemm()) {
+		ck_assert_msg(seen.gemm_frozen >= 1 && fills0 >= 1,
+			      "AVX-512: %d frozen GEMM plans, %d kept weights made in round 0: fc1's GEMM does not keep its weights",
+			      seen.gemm_frozen, fills0);
+		ck_assert_msg(seen.gemm_fills == fills0,
+			      "the GEMMs' kept weights made %d times in round 0, %d in rounds 1 and 2 (0 expected: the plans of every size and their versions for the small team share them)",
+			      fills0, seen.gemm_fills - fills0);
+	} else {
+		ck_assert_int_eq(seen.gemm_frozen, 0);
+		ck_assert_int_eq(seen.gemm_fills, 0);
+	}
+	printf("cpu_wshare: f32 linear layers on a team flipping between %d threads and 1, 12 plans of 4 sizes run 3 times: the bytes of a fixed team with nothing kept; %d frozen GEMM plans, their kept weights made %d times (round 0 alone), fc1's GEMM's version for 1 thread %d times\n",
+	       cpus, seen.gemm_frozen, seen.gemm_fills, seen.gemm_small);
+	fflush(stdout);
 }
 END_TEST
 
@@ -490,6 +599,10 @@ static Suite *make_cpu_wshare_suite(void)
 	t = tcase_create("team_sizes");
 	tcase_set_timeout(t, 120);
 	tcase_add_test(t, test_team_sizes);
+	suite_add_tcase(s, t);
+	t = tcase_create("team_linear");
+	tcase_set_timeout(t, 120);
+	tcase_add_test(t, test_team_linear);
 	suite_add_tcase(s, t);
 	return s;
 }

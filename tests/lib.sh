@@ -106,15 +106,36 @@ kiln() {
 	echo "ok: kiln $* (exit $rc)"
 }
 
+# job_tree PID: PID and every process under it (pgrep -P), each stopped
+# (SIGSTOP) before its children are listed, so that none starts another
+# after the walk.  job_kill PID: SIGKILL for all of them: a background
+# job's `timeout`, the `kiln launch` under it and its ranks, which lead
+# process groups of their own (so neither killing PID alone nor its
+# process group, the test script's own, reaches them); the caller, the
+# test script, is above PID and stays.
+job_tree() {
+	kill -STOP "$1" 2>/dev/null
+	echo "$1"
+	for _c in $(pgrep -P "$1"); do job_tree "$_c"; done
+}
+job_kill() {
+	kill -9 $(job_tree "$1") 2>/dev/null
+}
+
 # wait_line PID FILE PATTERN WHAT LOG: until FILE has a line matching
 # PATTERN (grep's basic regex) while process PID runs in the background,
-# polling every 0.1 s for at most 300 s; the test fails, naming WHAT (and
-# the end of LOG, PID's output), when PID ends first or the time runs out.
+# polling every 0.1 s for at most $wait_line_s s (300 unless the test
+# sets it); the test fails, naming WHAT (and the end of LOG, PID's
+# output), when PID ends first or the time runs out, then after killing
+# PID and every process under it (job_kill: before session 47 PID alone,
+# which left a launcher's ranks running).
+wait_line_s=300
 wait_line() {
 	_n=0
 	until grep -q -- "$3" "$2" 2>/dev/null; do
 		_n=$((_n + 1))
-		[ $_n -le 3000 ] || { kill -9 "$1"; fail "$4: no '$3' in $2 within 300 s"; }
+		[ $_n -le $((wait_line_s * 10)) ] ||
+			{ job_kill "$1"; fail "$4: no '$3' in $2 within $wait_line_s s"; }
 		kill -0 "$1" 2>/dev/null || fail "$4: kiln ended early: $(tail -3 "$5")"
 		sleep 0.1
 	done

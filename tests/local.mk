@@ -950,6 +950,9 @@ EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py 
 # the last step leaves the run's last checkpoint.
 TESTS += tests/stop_eval.sh tests/final_eval_fail.sh
 EXTRA_DIST += tests/stop_eval.sh tests/final_eval_fail.sh
+# tests/lib.sh's wait_line: its time out kills the job's whole tree
+TESTS += tests/lib_wait_line.sh
+EXTRA_DIST += tests/lib_wait_line.sh
 # --checkpoint F.safetensors in eval, export, predict; another sample shape
 # than the checkpoint's warned of.
 TESTS += tests/weights_checkpoint.sh

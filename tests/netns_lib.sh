@@ -35,6 +35,12 @@ net_down() {
 	wire=
 }
 
+# wire_ready H: the wire of host H said so and both its ends are there
+wire_ready() {
+	grep -qs ready "$tmp/wire.out" && ip -n "$ns-sw" link show "p$1" > /dev/null 2>&1 &&
+		ip -n "$ns-h$1" link show eth0 > /dev/null 2>&1
+}
+
 net_up() {
 	net_down
 	ip netns add "$ns-sw"
@@ -45,12 +51,22 @@ net_up() {
 		ip netns add "$ns-h$h"
 		ip -n "$ns-h$h" link set lo up
 		if [ "$h" = "${2:-}" ]; then
+			# (its own output file, gone first: a net_up after another's
+			# read the last wire's "ready" before the new process, late
+			# on a loaded machine, truncated the file, and went on with
+			# its devices not made yet: "Cannot find device p1", session
+			# 47; and its devices must be there too)
+			rm -f "$tmp/wire.out"
 			/usr/bin/python3 "$srcdir/tests/netns_wire.py" "$ns-h$h" eth0 "$ns-sw" "p$h" "${3:-20}" \
 				> "$tmp/wire.out" 2>&1 &
 			wire=$!
 			# (up to 30 s: python3 starting on a loaded machine took over 5)
-			for _ in $(seq 300); do grep -qs ready "$tmp/wire.out" && break; sleep 0.1; done
-			grep -q ready "$tmp/wire.out" || { bad "the delaying wire did not start"; cat "$tmp/wire.out"; }
+			for _ in $(seq 300); do
+				wire_ready "$h" && break
+				kill -0 "$wire" 2> /dev/null || break
+				sleep 0.1
+			done
+			wire_ready "$h" || { bad "the delaying wire did not start"; cat "$tmp/wire.out"; }
 		else
 			ip -n "$ns-sw" link add "p$h" type veth peer name eth0 netns "$ns-h$h"
 		fi

@@ -32,7 +32,11 @@
 #  4. a checkpoint written by 2 stages on 2 ranks resumes in one process
 #     (its stages in that process) and ends where one process does, and
 #     one written by one process resumes on 2 stages on 2 ranks; with
-#     AdamW too (both state slots, held per stage on the ranks);
+#     AdamW too (both state slots, held per stage on the ranks); rank 0
+#     failing to resume under P = 2 x D = 2 (a file that is no
+#     checkpoint): the other ranks name its error as "rank R of 4
+#     (pipeline stage S)" (before session 47: "of 2", the data-parallel
+#     world);
 #  5. a rank killed (SIGKILL) mid-run of P = 2 x D = 2 makes the 3 others
 #     exit non-zero within [dist] timeout, naming the dead rank and its stage;
 #     rank 3 (stage 1 of pipe 1) killed, the hand-off error of its pipe peer
@@ -501,7 +505,23 @@ run ol 0 32 train.optimizer=lamb train.lr=0.01
 run pl 2 32 dist.pipeline=2 "$two" train.optimizer=lamb train.lr=0.01
 grep -q "optimizer = lamb reads whole tensors" "$tmp/pl.log" || bad "lamb on ranks: not logged"
 "$tool" close "$(ck ol 6)" "$(ck pl 6)" 1e-5 params || bad "lamb, 2 stages on ranks: differs from one process"
-echo "ok: a checkpoint of 2 stages on 2 ranks resumes in one process, and the reverse"
+# rank 0 cannot resume (its newest checkpoint is not one) under P = 2 x
+# D = 2: every rank fails, the others naming rank 0's error as their rank
+# of the whole world of 4 and their stage (before session 47: "rank 3 of
+# 2", the data-parallel world).  Rank 0's exit may stop a rank before it
+# says so (kiln launch): every such line is checked, and at least one
+mkdir -p "$tmp/rbad/checkpoints"
+echo "not a checkpoint" > "$tmp/rbad/checkpoints/ckpt-3.kiln"
+timeout 120 "$kiln" launch -n 4 -- "$kiln" train "$ini" run.out_dir="$tmp/rbad" train.batch=16 \
+	dist.pipeline=2 "$two" pipeline.micro_batches=2 train.resume=1 > "$tmp/rbad.log" 2>&1 &&
+	bad "rbad: resumed from a checkpoint that is not one"
+grep "rank 0 could not resume" "$tmp/rbad.log" > "$tmp/rbad.lines"
+[ -s "$tmp/rbad.lines" ] || { bad "rbad: no rank named rank 0's resume failure"; tail -5 "$tmp/rbad.log"; }
+while read -r _l; do
+	echo "$_l" | grep -qE "rank ([13] of 4 \(pipeline stage 1\)|2 of 4 \(pipeline stage 0\)): rank 0 could not resume: .*rbad/checkpoints" ||
+		bad "rbad: not the rank of the world of 4 and its stage: $_l"
+done < "$tmp/rbad.lines"
+echo "ok: a checkpoint of 2 stages on 2 ranks resumes in one process, and the reverse; rank 0's failure to resume named by $(wc -l < "$tmp/rbad.lines") rank(s) of P = 2 x D = 2"
 
 # ---- 5. a stage dies ----------------------------------------------------------------
 # P = 2 x D = 2: rank 1 (stage 1 of pipe 0) killed; its pipe peer (rank 0),

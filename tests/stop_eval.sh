@@ -36,17 +36,6 @@ name=stopeval
 	ini train epochs=2 batch=16 eval_batch=64 log_every=2 lr=0.01
 } > "$tmp/run.ini"
 
-# job_kill PID: SIGKILL PID (`timeout`) and every process under it, the
-# launcher and its ranks, which lead process groups of their own (killing
-# `timeout` alone left them running after a failed case)
-job_tree() {
-	echo "$1"
-	for _c in $(pgrep -P "$1"); do job_tree "$_c"; done
-}
-job_kill() {
-	kill -9 $(job_tree "$1") 2>/dev/null
-}
-
 # stop_in_eval CASE STEP [launch -n N --] OVERRIDE...: train (under kiln
 # launch when the words up to -- say so) until the log point of step STEP
 # is in metrics.jsonl (the evaluation follows it), SIGTERM a second later;

@@ -1,0 +1,49 @@
+#!/bin/sh
+# tests/lib_wait_line.sh - tests/lib.sh's wait_line when its time runs out:
+# the background job it waits on is `timeout` over `kiln launch -n 2` whose
+# ranks never write the line (each a shell that records its PID in a file,
+# then becomes `sleep 600`).  wait_line, with wait_line_s = 1, fails the
+# test (run in a subshell here: it exits 1, not killed, as the test script
+# above the job is not) after killing the job's whole tree: `timeout`, the
+# launcher and both ranks are gone.  Before session 47 it killed `timeout`
+# alone (SIGKILL, which `timeout` cannot pass on): the launcher and its
+# ranks ran on, here for 600 s.
+name=lib_wait_line
+. "$(dirname "$0")/lib.sh"
+command -v pgrep > /dev/null || { echo "SKIP: no pgrep (procps)"; exit 77; }
+
+# gone PID: no such process, or a zombie its parent has not reaped yet
+gone() {
+	! kill -0 "$1" 2> /dev/null || [ "$(ps -o stat= -p "$1" | cut -c1)" = Z ]
+}
+
+timeout 600 "$kiln" launch -n 2 -- sh -c 'echo $$ >> "$0"; exec sleep 600' "$tmp/ranks" \
+	> "$tmp/job.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do
+	[ -f "$tmp/ranks" ] && [ "$(wc -l < "$tmp/ranks")" = 2 ] && break
+	sleep 0.1
+done
+ranks=$(cat "$tmp/ranks" 2> /dev/null)
+launcher=$(pgrep -P "$job")
+[ "$(echo $ranks | wc -w)" = 2 ] && [ -n "$launcher" ] ||
+	{ job_kill "$job"; fail "the job did not start its launcher and 2 ranks: $(cat "$tmp/job.log")"; }
+
+( wait_line_s=1; wait_line "$job" "$tmp/never" "a line" "the self-check" "$tmp/job.log" ) \
+	> "$tmp/wl.out" 2>&1
+rc=$?
+cat "$tmp/wl.out"
+[ $rc = 1 ] || fail "wait_line's time out: exit $rc, 1 expected (the test failing, not killed)"
+grep -qF "FAIL: the self-check: no 'a line' in $tmp/never within 1 s" "$tmp/wl.out" ||
+	fail "wait_line's time out: not its message"
+wait "$job"
+still=
+for p in $launcher $ranks; do
+	for _ in $(seq 50); do gone "$p" && break; sleep 0.1; done # (reaped by init)
+	gone "$p" || still="$still $p"
+done
+[ -z "$still" ] || {
+	kill -9 $still 2> /dev/null
+	fail "after wait_line's time out the job's processes$still (of launcher $launcher, ranks $(echo $ranks)) still ran"
+}
+echo "ok: wait_line's time out killed the job: timeout ($job), kiln launch ($launcher), its ranks ($(echo $ranks)); the test script ran on"
