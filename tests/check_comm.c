@@ -49,6 +49,8 @@
  * the core's emulation (a ring refused: test_sendrecv_args)
  * for a communicator without it (kiln_comm_sendrecv on a version-6
  * table) exchanges in rank order and refuses dst != src (sendrecv_main).
+ * test_gloo_failed_stream: a stream that failed with the job pool full
+ * gives its skipped jobs' slots back (see there).
  */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include <kiln/kiln.h>
@@ -1903,6 +1905,83 @@ START_TEST(test_stream_queue_no_alloc)
 }
 END_TEST
 
+/* test_gloo_failed_stream (session 47): the job slots of a stream that
+ * failed come back.  One rank (a world of one, Gloo's collectives, async
+ * streams, [dist] timeout FS_TIMEOUT_MS): a host function holds the
+ * stream until FS_POOL allreduces are queued behind it (every slot of the
+ * communicator's pool, gloo_comm.h kJobs), then fails it, and the stream
+ * skips them.  An allreduce enqueued on the failed stream is refused with
+ * its error; then FS_POOL + 44 allreduces on a new stream must be enqueued
+ * and run, their results checked, well within the timeout (before, the
+ * skipped jobs kept their slots for good: the first waited the whole
+ * timeout and failed, "256 collectives are in flight").  Closing the
+ * communicator and the failed stream after it must not hang (the case's
+ * timeout). */
+enum { FS_POOL = 256, FS_N = 64, FS_TIMEOUT_MS = 4000 };
+
+static atomic_int fs_go;
+
+static kiln_status fs_fail(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&fs_go))
+		usleep(200);
+	return kiln_host_table()->error(KILN_EIO, "the planned failure of the stream");
+}
+
+START_TEST(test_gloo_failed_stream)
+{
+	struct rank_ctx rc = { .rank = 0, .world = 1 }, *r = &rc;
+	struct rank_env e;
+	float *x = NULL;
+	void *s2 = NULL;
+	kiln_status st;
+	if (rank_open(r, &e, FS_TIMEOUT_MS))
+		goto out;
+	TRY(kiln_device_alloc(e.dev, FS_N * sizeof *x, (void **)&x));
+	for (int i = 0; i < FS_N; i++)
+		x[i] = (float)i;
+	TRY(kiln_host_table()->device_host_fn(e.dev, e.s, fs_fail, NULL));
+	for (int k = 0; k < FS_POOL; k++)
+		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL));
+	atomic_store(&fs_go, 1);
+	st = kiln_device_stream_sync(e.dev, e.s);
+	if (!st || !strstr(kiln_last_error(), "planned failure")) {
+		snprintf(r->err, sizeof r->err, "the failed stream's sync: status %d, '%s'", (int)st,
+			 st ? kiln_last_error() : "");
+		goto out;
+	}
+	st = e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL);
+	if (!st || !strstr(kiln_last_error(), "planned failure")) {
+		snprintf(r->err, sizeof r->err, "an allreduce on the failed stream: status %d, '%s'",
+			 (int)st, st ? kiln_last_error() : "");
+		goto out;
+	}
+	TRY(kiln_device_stream_create(e.dev, &s2));
+	const double t0 = now_s();
+	for (int k = 0; k < FS_POOL + 44; k++)
+		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, s2, e.done));
+	TRY(kiln_device_stream_sync(e.dev, s2));
+	const double dt = now_s() - t0;
+	printf("%d allreduces on a new stream after the failed one: %.3f s
+", FS_POOL + 44, dt);
+	for (int i = 0; i < FS_N; i++)
+		if (x[i] != (float)i) {
+			snprintf(r->err, sizeof r->err, "x[%d] = %g after the allreduces, want %d", i,
+				 (double)x[i], i);
+			goto out;
+		}
+	if (dt > FS_TIMEOUT_MS / 2000.0)
+		snprintf(r->err, sizeof r->err, "%d allreduces on a new stream took %.2f s ([dist] timeout %d ms)",
+			 FS_POOL + 44, dt, FS_TIMEOUT_MS);
+out:
+	if (s2)
+		kiln_device_stream_destroy(e.dev, s2);
+	rank_close_freeing(&e, (void *[]){ x }, 1);
+	ck_assert_msg(!*rc.err, "%s", rc.err);
+}
+END_TEST
+
 static Suite *make_comm_suite(void)
 {
 	Suite *s = suite_create("comm");
@@ -1930,6 +2009,10 @@ static Suite *make_comm_suite(void)
 	tcase_set_timeout(tn, 60);
 	tcase_add_test(tn, test_gloo_no_addr);
 	suite_add_tcase(s, tn);
+	TCase *tf = tcase_create("failed"); /* CK_RUN_CASE=failed: one rank */
+	tcase_set_timeout(tf, 60);
+	tcase_add_test(tf, test_gloo_failed_stream);
+	suite_add_tcase(s, tf);
 	TCase *tw = tcase_create("wait"); /* CK_RUN_CASE=wait */
 	tcase_set_timeout(tw, 60);
 	tcase_add_loop_test(tw, test_gloo_wait_shares_cpu, 0, 2);

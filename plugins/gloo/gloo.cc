@@ -36,7 +36,8 @@
  * event-loop thread to wake it; that mode has no unbound buffers).
  *
  * The hot path allocates nothing.  Jobs come from a per-communicator pool
- * of kJobs slots (a slot is free again when its host function has run;
+ * of kJobs slots (a slot is free again when its host function has run,
+ * or a failed stream skipped it: KILN_PROC_HOST_FN_SKIP;
  * with kJobs collectives in flight the next enqueue waits for one to end,
  * up to [dist] timeout, then fails naming the rank: never an allocation).  An allreduce (f32, f16, bf16) runs an
  * AllreduceHalvingDoubling bound to its buffer, made on the buffer's first allreduce and kept (kBound buffers: the

@@ -189,6 +189,7 @@ static kiln_status mpi_split(void *ctx, int color, int key, void **out, int *ran
 	g->comm = nc;
 	g->sub = 1;
 	g->dev = c->dev;
+	g->host_fn_skip = c->host_fn_skip;
 	g->timeout_ms = c->timeout_ms;
 	g->wait = c->wait;
 	g->spin_ns = c->spin_ns;
@@ -257,6 +258,8 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	if (!c)
 		return host->error(KILN_ENOMEM, "mpi: out of memory");
 	c->dev = dev;
+	c->host_fn_skip = (kiln_status (*)(void *, void *, kiln_status (*)(void *), void (*)(void *),
+					   void *))host->device_proc(dev, KILN_PROC_HOST_FN_SKIP);
 	c->rank = r;
 	c->world = w;
 	c->timeout_ms = timeout_ms;
