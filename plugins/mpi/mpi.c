@@ -72,11 +72,36 @@ static const char *mpi_describe(void *ctx)
  * finalizes MPI. */
 static atomic_int n_open;
 
+/* Every slot of c's pool free (within [dist] timeout, napping 1 ms): a
+ * caller that closes before the streams its collectives are queued on
+ * have drained would have their jobs run, or skipped by a failed stream,
+ * on a freed communicator.  Nothing waits where they have: the core syncs
+ * each such stream first. */
+static void jobs_drain(struct mpi_comm *c)
+{
+	const struct timespec nap = { 0, 1000000 };
+	for (int ms = 0;; ms++) {
+		int busy = 0;
+		for (int k = 0; k < JOBS && !busy; k++)
+			busy = atomic_load_explicit(&c->jobs[k].busy, memory_order_acquire);
+		if (!busy)
+			return;
+		if (ms >= c->timeout_ms) {
+			char me[96];
+			H->log(KILN_LOG_WARN, "mpi", "%s: closed with collectives still queued on a stream after %d ms ([dist] timeout)",
+			       mpi_me_name(c, me, sizeof me), c->timeout_ms);
+			return;
+		}
+		nanosleep(&nap, NULL);
+	}
+}
+
 static void mpi_close(void *ctx)
 {
 	struct mpi_comm *c = ctx;
 	if (!c)
 		return;
+	jobs_drain(c);
 	char me[96];
 	if (c->region_on)
 		H->log(KILN_LOG_INFO, "mpi", "%s: %ld allreduces of the shared gradients, copy-free",
