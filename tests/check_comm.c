@@ -1909,24 +1909,35 @@ END_TEST
  * failed come back.  One rank (a world of one, Gloo's collectives, async
  * streams, [dist] timeout FS_TIMEOUT_MS): a host function holds the
  * stream until FS_POOL allreduces are queued behind it (every slot of the
- * communicator's pool, gloo_comm.h kJobs), then fails it, and the stream
- * skips them.  An allreduce enqueued on the failed stream is refused with
- * its error; then FS_POOL + 44 allreduces on a new stream must be enqueued
- * and run, their results checked, well within the timeout (before, the
- * skipped jobs kept their slots for good: the first waited the whole
- * timeout and failed, "256 collectives are in flight").  Closing the
- * communicator and the failed stream after it must not hang (the case's
- * timeout). */
-enum { FS_POOL = 256, FS_N = 64, FS_TIMEOUT_MS = 4000 };
+ * communicator's pool, gloo_comm.h kJobs) and one more waits for a slot;
+ * a thread then lets it fail the stream (FS_HOLD_US later), which skips
+ * the jobs.  The waiting enqueue must end with the stream's error well
+ * within the timeout; another on the failed stream is refused with it.
+ * Then FS_POOL + 44 allreduces on a new stream must be enqueued and run,
+ * their results checked, well within the timeout (before, the skipped
+ * jobs kept their slots for good: the first waited the whole timeout and
+ * failed, "256 collectives are in flight").  Closing the communicator and
+ * the failed stream after it must not hang (the case's timeout). */
+enum { FS_POOL = 256, FS_N = 64, FS_TIMEOUT_MS = 4000, FS_HOLD_US = 300000 };
 
 static atomic_int fs_go;
 
+/* the stream's first task: held until fs_go, then a failure */
 static kiln_status fs_fail(void *arg)
 {
 	(void)arg;
 	while (!atomic_load(&fs_go))
 		usleep(200);
 	return kiln_host_table()->error(KILN_EIO, "the planned failure of the stream");
+}
+
+/* fs_go FS_HOLD_US after its start */
+static void *fs_release(void *arg)
+{
+	(void)arg;
+	usleep(FS_HOLD_US);
+	atomic_store(&fs_go, 1);
+	return NULL;
 }
 
 START_TEST(test_gloo_failed_stream)
@@ -1944,7 +1955,24 @@ START_TEST(test_gloo_failed_stream)
 	TRY(kiln_host_table()->device_host_fn(e.dev, e.s, fs_fail, NULL));
 	for (int k = 0; k < FS_POOL; k++)
 		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL));
-	atomic_store(&fs_go, 1);
+	pthread_t rel;
+	if (pthread_create(&rel, NULL, fs_release, NULL)) {
+		snprintf(r->err, sizeof r->err, "pthread_create failed");
+		atomic_store(&fs_go, 1);
+		goto out;
+	}
+	/* the pool is full: this one waits for a slot until the stream fails */
+	double t0 = now_s();
+	st = e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL);
+	const double waited = now_s() - t0;
+	pthread_join(rel, NULL);
+	printf("the allreduce waiting for a slot ended after %.3f s: %s\n", waited,
+	       st ? kiln_last_error() : "enqueued");
+	if (!st || !strstr(kiln_last_error(), "planned failure") || waited > FS_HOLD_US * 1e-6 + 1.5) {
+		snprintf(r->err, sizeof r->err, "the allreduce waiting for a slot on the failing stream: status %d after %.3f s, '%s' (want its error within %.1f s)",
+			 (int)st, waited, st ? kiln_last_error() : "", FS_HOLD_US * 1e-6 + 1.5);
+		goto out;
+	}
 	st = kiln_device_stream_sync(e.dev, e.s);
 	if (!st || !strstr(kiln_last_error(), "planned failure")) {
 		snprintf(r->err, sizeof r->err, "the failed stream's sync: status %d, '%s'", (int)st,
@@ -1958,13 +1986,12 @@ START_TEST(test_gloo_failed_stream)
 		goto out;
 	}
 	TRY(kiln_device_stream_create(e.dev, &s2));
-	const double t0 = now_s();
+	t0 = now_s();
 	for (int k = 0; k < FS_POOL + 44; k++)
 		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, s2, e.done));
 	TRY(kiln_device_stream_sync(e.dev, s2));
 	const double dt = now_s() - t0;
-	printf("%d allreduces on a new stream after the failed one: %.3f s
-", FS_POOL + 44, dt);
+	printf("%d allreduces on a new stream after the failed one: %.3f s\n", FS_POOL + 44, dt);
 	for (int i = 0; i < FS_N; i++)
 		if (x[i] != (float)i) {
 			snprintf(r->err, sizeof r->err, "x[%d] = %g after the allreduces, want %d", i,

@@ -38,11 +38,12 @@
  * `tests/mpi_coll --pool [KEY=VALUE...]` (async streams) runs only
  * test_pool_failed: the communicator's job pool on a stream that fails
  * (session 47; [dist] timeout POOL_TIMEOUT_MS here).  A host function
- * holds the stream POOL_HOLD_US and then fails it; POOL allreduces
- * queued behind it take every slot of the pool, and the next one waits
- * for a slot.  That wait must end with the stream's error well within the
- * timeout (the stream skips the jobs and gives their slots back; before
- * session 46 it slept the whole timeout).  Then POOL + 44 allreduces on a
+ * holds the stream; POOL allreduces queued behind it take every slot of
+ * the pool, and the next one waits for a slot while a thread lets the
+ * host function fail the stream POOL_HOLD_US later.  That wait must end
+ * with the stream's error well within the timeout (the stream skips the
+ * jobs and gives their slots back; before session 46 it slept the whole
+ * timeout).  Then POOL + 44 allreduces on a
  * new stream must run (before session 47 the skipped jobs kept their
  * slots for good: the first waited the whole timeout and failed, "256
  * collectives are in flight"), their results checked. */
@@ -53,6 +54,8 @@
 #include "../plugins/common/half.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,11 +396,24 @@ static void test_wait_cpu(float *x, int kinds)
 /* --pool (see the top): the pool's size (mpi_comm.h, JOBS) */
 enum { POOL = 256, POOL_N = 64, POOL_TIMEOUT_MS = 5000, POOL_HOLD_US = 300000 };
 
+static atomic_int pool_go;
+
+/* the stream's first task: held until pool_go, then a failure */
 static kiln_status pool_fail(void *arg)
 {
 	(void)arg;
-	usleep(POOL_HOLD_US);
+	while (!atomic_load(&pool_go))
+		usleep(200);
 	return kiln_host_table()->error(KILN_EIO, "rank %d: the planned failure of the stream", R);
+}
+
+/* pool_go POOL_HOLD_US after its start */
+static void *pool_release(void *arg)
+{
+	(void)arg;
+	usleep(POOL_HOLD_US);
+	atomic_store(&pool_go, 1);
+	return NULL;
 }
 
 static void test_pool_failed(float *x)
@@ -408,27 +424,29 @@ static void test_pool_failed(float *x)
 	for (int k = 0; k < POOL; k++)
 		TRY(ops->allreduce(comm, x, POOL_N, KILN_F32, KILN_REDUCE_AVG, stream, NULL));
 	/* the pool is full: this one waits for a slot until the stream fails */
+	pthread_t rel;
+	if (pthread_create(&rel, NULL, pool_release, NULL)) {
+		fprintf(stderr, "rank %d: pthread_create failed\n", R);
+		exit(2);
+	}
 	const double t0 = wall_now_s();
 	kiln_status st = ops->allreduce(comm, x, POOL_N, KILN_F32, KILN_REDUCE_AVG, stream, NULL);
 	const double waited = wall_now_s() - t0;
-	printf("rank %d: the allreduce waiting for a slot ended after %.3f s: %s
-", R, waited,
+	pthread_join(rel, NULL);
+	printf("rank %d: the allreduce waiting for a slot ended after %.3f s: %s\n", R, waited,
 	       st ? kiln_last_error() : "enqueued");
 	if (!st || !strstr(kiln_last_error(), "planned failure")) {
-		printf("FAIL rank %d: the enqueue on the failed stream: status %d, want the stream's error
-",
+		printf("FAIL rank %d: the enqueue on the failed stream: status %d, want the stream's error\n",
 		       R, (int)st);
 		fails++;
 	}
 	if (waited > POOL_HOLD_US * 1e-6 + 1.5) {
-		printf("FAIL rank %d: the wait for a slot on the failed stream took %.3f s ([dist] timeout %d ms; want the failure within 1.5 s)
-",
+		printf("FAIL rank %d: the wait for a slot on the failed stream took %.3f s ([dist] timeout %d ms; want the failure within 1.5 s)\n",
 		       R, waited, POOL_TIMEOUT_MS);
 		fails++;
 	}
 	if (!kiln_device_stream_sync(dev, stream)) {
-		printf("FAIL rank %d: the failed stream synced without its error
-", R);
+		printf("FAIL rank %d: the failed stream synced without its error\n", R);
 		fails++;
 	}
 	/* a new stream: every slot is free again */
@@ -437,19 +455,16 @@ static void test_pool_failed(float *x)
 	const double t1 = wall_now_s();
 	for (int k = 0; k < POOL + 44; k++)
 		if ((st = ops->allreduce(comm, x, POOL_N, KILN_F32, KILN_REDUCE_AVG, s2, NULL))) {
-			printf("FAIL rank %d: allreduce %d of %d on a new stream after the failed one: %s
-",
+			printf("FAIL rank %d: allreduce %d of %d on a new stream after the failed one: %s\n",
 			       R, k + 1, POOL + 44, kiln_last_error());
 			fails++;
 			break;
 		}
 	TRY(kiln_device_stream_sync(dev, s2));
-	printf("rank %d: %d allreduces on a new stream in %.3f s
-", R, POOL + 44, wall_now_s() - t1);
+	printf("rank %d: %d allreduces on a new stream in %.3f s\n", R, POOL + 44, wall_now_s() - t1);
 	for (int i = 0; i < POOL_N; i++)
 		if (x[i] != (float)i && fails++ < 20)
-			printf("FAIL rank %d: after the allreduces on the new stream [%d] = %g, want %d
-", R, i,
+			printf("FAIL rank %d: after the allreduces on the new stream [%d] = %g, want %d\n", R, i,
 			       (double)x[i], i);
 	kiln_device_stream_destroy(dev, s2);
 }
