@@ -50,7 +50,8 @@
  * for a communicator without it (kiln_comm_sendrecv on a version-6
  * table) exchanges in rank order and refuses dst != src (sendrecv_main).
  * test_gloo_failed_stream: a stream that failed with the job pool full
- * gives its skipped jobs' slots back (see there).
+ * gives its skipped jobs' slots back (see there); test_gloo_close_queued:
+ * closing waits for jobs still queued.
  */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include <kiln/kiln.h>
@@ -2009,6 +2010,49 @@ out:
 }
 END_TEST
 
+/* test_gloo_close_queued (session 47): a communicator closed while a
+ * stream still holds its jobs (a program that closes before it syncs)
+ * waits for their slots: the stream, held FS_HOLD_US by a host function
+ * and then failed, skips them and gives each back through the
+ * communicator, which must still be there (an ASan build reports the use
+ * after free otherwise).  The close must take about FS_HOLD_US (>= 0.2 s:
+ * it waited) and end well within the timeout; the stream then syncs with
+ * its error. */
+START_TEST(test_gloo_close_queued)
+{
+	struct rank_ctx rc = { .rank = 0, .world = 1 }, *r = &rc;
+	struct rank_env e;
+	float *x = NULL;
+	if (rank_open(r, &e, FS_TIMEOUT_MS))
+		goto out;
+	TRY(kiln_device_alloc(e.dev, FS_N * sizeof *x, (void **)&x));
+	atomic_store(&fs_go, 0);
+	TRY(kiln_host_table()->device_host_fn(e.dev, e.s, fs_fail, NULL));
+	for (int k = 0; k < 10; k++)
+		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL));
+	pthread_t rel;
+	if (pthread_create(&rel, NULL, fs_release, NULL)) {
+		snprintf(r->err, sizeof r->err, "pthread_create failed");
+		atomic_store(&fs_go, 1);
+		goto out;
+	}
+	const double t0 = now_s();
+	e.ops->close(e.comm);
+	e.comm = NULL;
+	const double dt = now_s() - t0;
+	pthread_join(rel, NULL);
+	printf("the close with 10 jobs queued on a held stream took %.3f s\n", dt);
+	if (dt < 0.2 || dt > FS_HOLD_US * 1e-6 + 1.5)
+		snprintf(r->err, sizeof r->err, "the close with jobs queued took %.3f s (want the %.1f s the stream was held, within 1.5 s)",
+			 dt, FS_HOLD_US * 1e-6);
+	else if (kiln_device_stream_sync(e.dev, e.s) != KILN_EIO)
+		snprintf(r->err, sizeof r->err, "the stream synced without its error");
+out:
+	rank_close_freeing(&e, (void *[]){ x }, 1);
+	ck_assert_msg(!*rc.err, "%s", rc.err);
+}
+END_TEST
+
 static Suite *make_comm_suite(void)
 {
 	Suite *s = suite_create("comm");
@@ -2039,6 +2083,7 @@ static Suite *make_comm_suite(void)
 	TCase *tf = tcase_create("failed"); /* CK_RUN_CASE=failed: one rank */
 	tcase_set_timeout(tf, 60);
 	tcase_add_test(tf, test_gloo_failed_stream);
+	tcase_add_test(tf, test_gloo_close_queued);
 	suite_add_tcase(s, tf);
 	TCase *tw = tcase_create("wait"); /* CK_RUN_CASE=wait */
 	tcase_set_timeout(tw, 60);
