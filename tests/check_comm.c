@@ -49,6 +49,9 @@
  * the core's emulation (a ring refused: test_sendrecv_args)
  * for a communicator without it (kiln_comm_sendrecv on a version-6
  * table) exchanges in rank order and refuses dst != src (sendrecv_main).
+ * test_gloo_failed_stream: a stream that failed with the job pool full
+ * gives its skipped jobs' slots back (see there); test_gloo_close_queued:
+ * closing waits for jobs still queued.
  */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include <kiln/kiln.h>
@@ -1903,6 +1906,153 @@ START_TEST(test_stream_queue_no_alloc)
 }
 END_TEST
 
+/* test_gloo_failed_stream (session 47): the job slots of a stream that
+ * failed come back.  One rank (a world of one, Gloo's collectives, async
+ * streams, [dist] timeout FS_TIMEOUT_MS): a host function holds the
+ * stream until FS_POOL allreduces are queued behind it (every slot of the
+ * communicator's pool, gloo_comm.h kJobs) and one more waits for a slot;
+ * a thread then lets it fail the stream (FS_HOLD_US later), which skips
+ * the jobs.  The waiting enqueue must end with the stream's error well
+ * within the timeout; another on the failed stream is refused with it.
+ * Then FS_POOL + 44 allreduces on a new stream must be enqueued and run,
+ * their results checked, well within the timeout (before, the skipped
+ * jobs kept their slots for good: the first waited the whole timeout and
+ * failed, "256 collectives are in flight").  Closing the communicator and
+ * the failed stream after it must not hang (the case's timeout). */
+enum { FS_POOL = 256, FS_N = 64, FS_TIMEOUT_MS = 4000, FS_HOLD_US = 300000 };
+
+static atomic_int fs_go;
+
+/* the stream's first task: held until fs_go, then a failure */
+static kiln_status fs_fail(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&fs_go))
+		usleep(200);
+	return kiln_host_table()->error(KILN_EIO, "the planned failure of the stream");
+}
+
+/* fs_go FS_HOLD_US after its start */
+static void *fs_release(void *arg)
+{
+	(void)arg;
+	usleep(FS_HOLD_US);
+	atomic_store(&fs_go, 1);
+	return NULL;
+}
+
+START_TEST(test_gloo_failed_stream)
+{
+	struct rank_ctx rc = { .rank = 0, .world = 1 }, *r = &rc;
+	struct rank_env e;
+	float *x = NULL;
+	void *s2 = NULL;
+	kiln_status st;
+	if (rank_open(r, &e, FS_TIMEOUT_MS))
+		goto out;
+	TRY(kiln_device_alloc(e.dev, FS_N * sizeof *x, (void **)&x));
+	for (int i = 0; i < FS_N; i++)
+		x[i] = (float)i;
+	TRY(kiln_host_table()->device_host_fn(e.dev, e.s, fs_fail, NULL));
+	for (int k = 0; k < FS_POOL; k++)
+		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL));
+	pthread_t rel;
+	if (pthread_create(&rel, NULL, fs_release, NULL)) {
+		snprintf(r->err, sizeof r->err, "pthread_create failed");
+		atomic_store(&fs_go, 1);
+		goto out;
+	}
+	/* the pool is full: this one waits for a slot until the stream fails */
+	double t0 = now_s();
+	st = e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL);
+	const double waited = now_s() - t0;
+	pthread_join(rel, NULL);
+	printf("the allreduce waiting for a slot ended after %.3f s: %s\n", waited,
+	       st ? kiln_last_error() : "enqueued");
+	if (!st || !strstr(kiln_last_error(), "planned failure") || waited > FS_HOLD_US * 1e-6 + 1.5) {
+		snprintf(r->err, sizeof r->err, "the allreduce waiting for a slot on the failing stream: status %d after %.3f s, '%s' (want its error within %.1f s)",
+			 (int)st, waited, st ? kiln_last_error() : "", FS_HOLD_US * 1e-6 + 1.5);
+		goto out;
+	}
+	st = kiln_device_stream_sync(e.dev, e.s);
+	if (!st || !strstr(kiln_last_error(), "planned failure")) {
+		snprintf(r->err, sizeof r->err, "the failed stream's sync: status %d, '%s'", (int)st,
+			 st ? kiln_last_error() : "");
+		goto out;
+	}
+	st = e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL);
+	if (!st || !strstr(kiln_last_error(), "planned failure")) {
+		snprintf(r->err, sizeof r->err, "an allreduce on the failed stream: status %d, '%s'",
+			 (int)st, st ? kiln_last_error() : "");
+		goto out;
+	}
+	TRY(kiln_device_stream_create(e.dev, &s2));
+	t0 = now_s();
+	for (int k = 0; k < FS_POOL + 44; k++)
+		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, s2, e.done));
+	TRY(kiln_device_stream_sync(e.dev, s2));
+	const double dt = now_s() - t0;
+	printf("%d allreduces on a new stream after the failed one: %.3f s\n", FS_POOL + 44, dt);
+	for (int i = 0; i < FS_N; i++)
+		if (x[i] != (float)i) {
+			snprintf(r->err, sizeof r->err, "x[%d] = %g after the allreduces, want %d", i,
+				 (double)x[i], i);
+			goto out;
+		}
+	if (dt > FS_TIMEOUT_MS / 2000.0)
+		snprintf(r->err, sizeof r->err, "%d allreduces on a new stream took %.2f s ([dist] timeout %d ms)",
+			 FS_POOL + 44, dt, FS_TIMEOUT_MS);
+out:
+	if (s2)
+		kiln_device_stream_destroy(e.dev, s2);
+	rank_close_freeing(&e, (void *[]){ x }, 1);
+	ck_assert_msg(!*rc.err, "%s", rc.err);
+}
+END_TEST
+
+/* test_gloo_close_queued (session 47): a communicator closed while a
+ * stream still holds its jobs (a program that closes before it syncs)
+ * waits for their slots: the stream, held FS_HOLD_US by a host function
+ * and then failed, skips them and gives each back through the
+ * communicator, which must still be there (an ASan build reports the use
+ * after free otherwise).  The close must take about FS_HOLD_US (>= 0.2 s:
+ * it waited) and end well within the timeout; the stream then syncs with
+ * its error. */
+START_TEST(test_gloo_close_queued)
+{
+	struct rank_ctx rc = { .rank = 0, .world = 1 }, *r = &rc;
+	struct rank_env e;
+	float *x = NULL;
+	if (rank_open(r, &e, FS_TIMEOUT_MS))
+		goto out;
+	TRY(kiln_device_alloc(e.dev, FS_N * sizeof *x, (void **)&x));
+	atomic_store(&fs_go, 0);
+	TRY(kiln_host_table()->device_host_fn(e.dev, e.s, fs_fail, NULL));
+	for (int k = 0; k < 10; k++)
+		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL));
+	pthread_t rel;
+	if (pthread_create(&rel, NULL, fs_release, NULL)) {
+		snprintf(r->err, sizeof r->err, "pthread_create failed");
+		atomic_store(&fs_go, 1);
+		goto out;
+	}
+	const double t0 = now_s();
+	e.ops->close(e.comm);
+	e.comm = NULL;
+	const double dt = now_s() - t0;
+	pthread_join(rel, NULL);
+	printf("the close with 10 jobs queued on a held stream took %.3f s\n", dt);
+	if (dt < 0.2 || dt > FS_HOLD_US * 1e-6 + 1.5)
+		snprintf(r->err, sizeof r->err, "the close with jobs queued took %.3f s (want the %.1f s the stream was held, within 1.5 s)",
+			 dt, FS_HOLD_US * 1e-6);
+	else if (kiln_device_stream_sync(e.dev, e.s) != KILN_EIO)
+		snprintf(r->err, sizeof r->err, "the stream synced without its error");
+out:
+	rank_close_freeing(&e, (void *[]){ x }, 1);
+	ck_assert_msg(!*rc.err, "%s", rc.err);
+}
+END_TEST
+
 static Suite *make_comm_suite(void)
 {
 	Suite *s = suite_create("comm");
@@ -1930,6 +2080,11 @@ static Suite *make_comm_suite(void)
 	tcase_set_timeout(tn, 60);
 	tcase_add_test(tn, test_gloo_no_addr);
 	suite_add_tcase(s, tn);
+	TCase *tf = tcase_create("failed"); /* CK_RUN_CASE=failed: one rank */
+	tcase_set_timeout(tf, 60);
+	tcase_add_test(tf, test_gloo_failed_stream);
+	tcase_add_test(tf, test_gloo_close_queued);
+	suite_add_tcase(s, tf);
 	TCase *tw = tcase_create("wait"); /* CK_RUN_CASE=wait */
 	tcase_set_timeout(tw, 60);
 	tcase_add_loop_test(tw, test_gloo_wait_shares_cpu, 0, 2);

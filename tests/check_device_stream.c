@@ -1,17 +1,25 @@
 /* tests/check_device_stream.c - device conformance:
  * the stream and event contract: ordering, the sticky error, the
- * sync counters, closing a device with live objects.
+ * sync counters, closing a device with live objects, a host function's
+ * skip on a failed stream (KILN_PROC_HOST_FN_SKIP).
  *
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
  */
 #include "device_fixture.h"
 #include "check_main.h"
 
+#include <kiln/plugin.h> /* KILN_PROC_HOST_FN_SKIP, kiln_host */
+
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+const struct kiln_host *kiln_host_table(void);
 
 /* ---- streams and events ---------------------------------------------- */
 
@@ -223,5 +231,94 @@ START_TEST(test_close_live)
 }
 END_TEST
 
+/* KILN_PROC_HOST_FN_SKIP (session 47): every call the device accepts ends
+ * in exactly one of fn and skip.  On a healthy stream fn runs; on a
+ * stream that fails (a host function held, then failing) every call
+ * queued behind the failure has skip run instead, on the stream's thread,
+ * by the time the stream's sync returns, or its destroy (not synced
+ * first); a call on the failed stream is refused and runs neither.  A
+ * device without the function (NULL) is skipped with a note; the cpu
+ * device must have it. */
+static atomic_int hs_go, hs_ran, hs_skipped, hs_skip_here;
+static pthread_t hs_caller;
+
+static kiln_status hs_fail(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&hs_go))
+		usleep(200);
+	return kiln_host_table()->error(KILN_EIO, "host_fn_skip: the planned failure");
+}
+
+static kiln_status hs_run(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&hs_ran, 1);
+	return KILN_OK;
+}
+
+static void hs_skip(void *arg)
+{
+	atomic_fetch_add(&hs_skipped, 1);
+	atomic_fetch_add((atomic_int *)arg, 1);
+	if (pthread_equal(pthread_self(), hs_caller))
+		atomic_fetch_add(&hs_skip_here, 1);
+}
+
+typedef kiln_status (*hs_fn_t)(void *, void *, kiln_status (*)(void *), void (*)(void *), void *);
+
+/* A stream held by hs_fail with n calls queued behind it, then failed */
+static void hs_fail_behind(struct fx *f, hs_fn_t hfs, void *s, int n, atomic_int *count)
+{
+	atomic_store(&hs_go, 0);
+	OK(kiln_host_table()->device_host_fn(f->dev, s, hs_fail, NULL));
+	for (int k = 0; k < n; k++)
+		OK(hfs(NULL, s, hs_run, hs_skip, count));
+	atomic_store(&hs_go, 1);
+}
+
+START_TEST(test_host_fn_skip)
+{
+	struct fx f;
+	fx_open(&f, 1);
+	hs_fn_t hfs = (hs_fn_t)kiln_device_proc(f.dev, KILN_PROC_HOST_FN_SKIP);
+	if (!hfs || !f.async) {
+		ck_assert_msg(strcmp(g_name, "cpu"), "the cpu device has no KILN_PROC_HOST_FN_SKIP");
+		printf("%s: no KILN_PROC_HOST_FN_SKIP or no worker mode: not tested\n", g_name);
+		fx_close(&f);
+		return;
+	}
+	hs_caller = pthread_self();
+	static atomic_int on_a, on_b;
+	/* healthy: fn, never skip */
+	for (int k = 0; k < 3; k++)
+		OK(hfs(NULL, f.s, hs_run, hs_skip, &on_a));
+	OK(kiln_device_stream_sync(f.dev, f.s));
+	ck_assert_int_eq(atomic_load(&hs_ran), 3);
+	ck_assert_int_eq(atomic_load(&hs_skipped), 0);
+	/* failed behind 5 calls: skip for each, by the sync */
+	hs_fail_behind(&f, hfs, f.s, 5, &on_a);
+	ck_assert_int_eq(kiln_device_stream_sync(f.dev, f.s), KILN_EIO);
+	ck_assert_int_eq(atomic_load(&hs_ran), 3);
+	ck_assert_int_eq(atomic_load(&on_a), 5);
+	ck_assert_int_eq(atomic_load(&hs_skip_here), 0);
+	/* refused on the failed stream: neither */
+	ck_assert_int_eq(hfs(NULL, f.s, hs_run, hs_skip, &on_a), KILN_EIO);
+	ck_assert_msg(strstr(kiln_last_error(), "the planned failure"), "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_device_stream_sync(f.dev, f.s), KILN_EIO);
+	ck_assert_int_eq(atomic_load(&hs_ran), 3);
+	ck_assert_int_eq(atomic_load(&on_a), 5);
+	/* destroyed without a sync: skip for each, by the destroy */
+	void *B;
+	OK(kiln_device_stream_create(f.dev, &B));
+	hs_fail_behind(&f, hfs, B, 7, &on_b);
+	kiln_device_stream_destroy(f.dev, B);
+	ck_assert_int_eq(atomic_load(&on_b), 7);
+	ck_assert_int_eq(atomic_load(&hs_ran), 3);
+	ck_assert_int_eq(atomic_load(&hs_skip_here), 0);
+	fx_close(&f);
+}
+END_TEST
+
 DEVICE_SUITE(stream, DFX_CASE(stream_order), DFX_CASE(counters), DFX_CASE(close_live),
-	     DFX_ONCE(sticky_error, 60));
+	     DFX_ONCE(sticky_error, 60), DFX_ONCE(host_fn_skip, 60));

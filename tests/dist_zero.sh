@@ -46,9 +46,10 @@
 #     the enqueue waits for a slot): Gloo and (where built) MPI on 2 ranks
 #     equal DDP.
 #  9. (session 46) a peer killed while the pool is full: the comm stream
-#     fails, skips its queued jobs and their slots stay busy; the enqueue
-#     waiting for a slot looks at the stream every 50 ms and fails with
-#     its error (before, it slept the whole [dist] timeout, 60 s here):
+#     fails and skips its queued jobs (their slots stayed busy; since
+#     session 47 the stream gives them back as it skips them); the enqueue
+#     waiting for a slot fails with the stream's error (before session 46
+#     it slept the whole [dist] timeout, 60 s here):
 #     rank 0 exits non-zero within 10 s of rank 1's SIGKILL, 3 times.
 # Every process runs under `timeout`, so a hang fails the test.
 name=zero needs=gloo

@@ -33,7 +33,20 @@
  * = yield or sleep) runs only test_wait_cpu: rank 0 waits WAIT_US for
  * rank 1 in a recv, a sendrecv and a broadcast, and must sleep rather
  * than test (or yield) the whole time; `--wait-p2p` the recv and the
- * sendrecv alone (for wait = block, whose collectives block). */
+ * sendrecv alone (for wait = block, whose collectives block).
+ *
+ * `tests/mpi_coll --pool [KEY=VALUE...]` (async streams) runs only
+ * test_pool_failed: the communicator's job pool on a stream that fails
+ * (session 47; [dist] timeout POOL_TIMEOUT_MS here).  A host function
+ * holds the stream; POOL allreduces queued behind it take every slot of
+ * the pool, and the next one waits for a slot while a thread lets the
+ * host function fail the stream POOL_HOLD_US later.  That wait must end
+ * with the stream's error well within the timeout (the stream skips the
+ * jobs and gives their slots back; before session 46 it slept the whole
+ * timeout).  Then POOL + 44 allreduces on a
+ * new stream must run (before session 47 the skipped jobs kept their
+ * slots for good: the first waited the whole timeout and failed, "256
+ * collectives are in flight"), their results checked. */
 #include <kiln/kiln.h>
 #include <kiln/dist.h>
 #include <kiln/plugin.h>
@@ -41,6 +54,8 @@
 #include "../plugins/common/half.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,6 +393,82 @@ static void test_wait_cpu(float *x, int kinds)
 		}
 }
 
+/* --pool (see the top): the pool's size (mpi_comm.h, JOBS) */
+enum { POOL = 256, POOL_N = 64, POOL_TIMEOUT_MS = 5000, POOL_HOLD_US = 300000 };
+
+static atomic_int pool_go;
+
+/* the stream's first task: held until pool_go, then a failure */
+static kiln_status pool_fail(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&pool_go))
+		usleep(200);
+	return kiln_host_table()->error(KILN_EIO, "rank %d: the planned failure of the stream", R);
+}
+
+/* pool_go POOL_HOLD_US after its start */
+static void *pool_release(void *arg)
+{
+	(void)arg;
+	usleep(POOL_HOLD_US);
+	atomic_store(&pool_go, 1);
+	return NULL;
+}
+
+static void test_pool_failed(float *x)
+{
+	for (int i = 0; i < POOL_N; i++)
+		x[i] = (float)i;
+	TRY(kiln_host_table()->device_host_fn(dev, stream, pool_fail, NULL));
+	for (int k = 0; k < POOL; k++)
+		TRY(ops->allreduce(comm, x, POOL_N, KILN_F32, KILN_REDUCE_AVG, stream, NULL));
+	/* the pool is full: this one waits for a slot until the stream fails */
+	pthread_t rel;
+	if (pthread_create(&rel, NULL, pool_release, NULL)) {
+		fprintf(stderr, "rank %d: pthread_create failed\n", R);
+		exit(2);
+	}
+	const double t0 = wall_now_s();
+	kiln_status st = ops->allreduce(comm, x, POOL_N, KILN_F32, KILN_REDUCE_AVG, stream, NULL);
+	const double waited = wall_now_s() - t0;
+	pthread_join(rel, NULL);
+	printf("rank %d: the allreduce waiting for a slot ended after %.3f s: %s\n", R, waited,
+	       st ? kiln_last_error() : "enqueued");
+	if (!st || !strstr(kiln_last_error(), "planned failure")) {
+		printf("FAIL rank %d: the enqueue on the failed stream: status %d, want the stream's error\n",
+		       R, (int)st);
+		fails++;
+	}
+	if (waited > POOL_HOLD_US * 1e-6 + 1.5) {
+		printf("FAIL rank %d: the wait for a slot on the failed stream took %.3f s ([dist] timeout %d ms; want the failure within 1.5 s)\n",
+		       R, waited, POOL_TIMEOUT_MS);
+		fails++;
+	}
+	if (!kiln_device_stream_sync(dev, stream)) {
+		printf("FAIL rank %d: the failed stream synced without its error\n", R);
+		fails++;
+	}
+	/* a new stream: every slot is free again */
+	void *s2 = NULL;
+	TRY(kiln_device_stream_create(dev, &s2));
+	const double t1 = wall_now_s();
+	for (int k = 0; k < POOL + 44; k++)
+		if ((st = ops->allreduce(comm, x, POOL_N, KILN_F32, KILN_REDUCE_AVG, s2, NULL))) {
+			printf("FAIL rank %d: allreduce %d of %d on a new stream after the failed one: %s\n",
+			       R, k + 1, POOL + 44, kiln_last_error());
+			fails++;
+			break;
+		}
+	TRY(kiln_device_stream_sync(dev, s2));
+	printf("rank %d: %d allreduces on a new stream in %.3f s\n", R, POOL + 44, wall_now_s() - t1);
+	for (int i = 0; i < POOL_N; i++)
+		if (x[i] != (float)i && fails++ < 20)
+			printf("FAIL rank %d: after the allreduces on the new stream [%d] = %g, want %d\n", R, i,
+			       (double)x[i], i);
+	kiln_device_stream_destroy(dev, s2);
+}
+
 int main(int argc, char **argv)
 {
 	struct kiln_dist_env env;
@@ -393,8 +484,9 @@ int main(int argc, char **argv)
 	/* --wait-p2p: the recv and sendrecv only (the collective blocks
 	 * under wait = block) */
 	const int p2p_only = argc > 1 && !strcmp(argv[1], "--wait-p2p");
+	const int pool_only = argc > 1 && !strcmp(argv[1], "--pool");
 	const int wait_only = p2p_only || (argc > 1 && !strcmp(argv[1], "--wait"));
-	for (int i = 1 + wait_only; i < argc; i++)
+	for (int i = 1 + (wait_only || pool_only); i < argc; i++)
 		TRY(kiln_config_override(cfg, argv[i]));
 	TRY(kiln_config_validate(cfg, reg));
 	TRY(kiln_device_open(reg, cfg, "cpu", 0, &dev));
@@ -402,7 +494,7 @@ int main(int argc, char **argv)
 	TRY(kiln_device_event_create(dev, &done));
 	TRY(kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p));
 	ops = p->ops;
-	TRY(ops->open(kiln_host_table(), cfg, NULL, dev, R, W, 30000, &comm));
+	TRY(ops->open(kiln_host_table(), cfg, NULL, dev, R, W, pool_only ? POOL_TIMEOUT_MS : 30000, &comm));
 	const char *desc = ops->describe(comm);
 	exact = strstr(desc, "kiln's shared-memory") != NULL;
 	if (R == 0)
@@ -418,6 +510,10 @@ int main(int argc, char **argv)
 	char *sh = NULL;
 	if (wait_only) {
 		test_wait_cpu(a, p2p_only ? 2 : 3);
+		goto end;
+	}
+	if (pool_only) {
+		test_pool_failed(a);
 		goto end;
 	}
 	static const int dts[] = { KILN_F32, KILN_BF16, KILN_F16 };

@@ -9,7 +9,9 @@
 # sleep; a rank waiting 0.5 s for its peer in a recv, a sendrecv and a
 # broadcast on a stream worker (wait = yield, sleep; the recv and the
 # sendrecv under the default wait too) on at most 30 ms of CPU time
-# (tests/mpi_coll --wait, --wait-p2p); `kiln bench comm --tools kiln-mpi` as a user
+# (tests/mpi_coll --wait, --wait-p2p); a stream failed with the job pool
+# full: the wait for a slot ends at once and the slots come back
+# (tests/mpi_coll --pool); `kiln bench comm --tools kiln-mpi` as a user
 # runs it (no store secret in the environment: the driver makes one)
 # measures both sizes (exit 0), and one made to fail (a short store token)
 # shows the ranks' error and exits 1, naming the tool that has no figures.  Every run is under `timeout`.
@@ -40,6 +42,10 @@ run 2 --wait plugin.cpu.async=1 plugin.mpi.wait=yield
 run 2 --wait plugin.cpu.async=1 plugin.mpi.wait=sleep
 # point to point under the default wait (auto = block) too
 run 2 --wait-p2p plugin.cpu.async=1
+# a stream that fails with the job pool full: the wait for a slot ends at
+# once, and the skipped jobs' slots come back (session 47)
+run 2 --pool plugin.cpu.async=1
+run 2 --pool plugin.cpu.async=1 plugin.mpi.shm=0
 # the description says which path ran
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" 2>&1 |
 	grep -q "kiln's shared-memory allreduce, reduce_scatter and allgather" ||

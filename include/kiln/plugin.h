@@ -395,6 +395,20 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
  *   kiln_status (*fn)(void *arg), void *arg): enqueue a host function on a
  *   stream (host->device_host_fn's contract).  The CPU device has it. */
 #define KILN_PROC_HOST_FN "kiln.host_fn"
+/* KILN_PROC_HOST_FN_SKIP  kiln_status (*)(void *ctx, void *stream,
+ *   kiln_status (*fn)(void *arg), void (*skip)(void *arg), void *arg):
+ *   KILN_PROC_HOST_FN, and where the stream passes the call without running
+ *   fn (a failed stream skips what was queued on it behind the failure),
+ *   skip(arg) runs instead, on the stream's thread, in fn's place: every call
+ *   the device accepted ends in exactly one of fn and skip, on the stream's
+ *   way through its queue (before a stream_sync of it returns, before its
+ *   destroy returns).  A call refused (a nonzero return) runs neither.  ctx
+ *   may be NULL (the stream's device's).  Looked up by name (no ABI minor:
+ *   a device before it has none, and the caller falls back on
+ *   host->device_host_fn): a comm plugin gives a collective's job slot back
+ *   there (docs/distributed.md, "No allocation per collective").  The CPU
+ *   device has it. */
+#define KILN_PROC_HOST_FN_SKIP "kiln.host_fn_skip"
 /* KILN_PROC_NATIVE_STREAM  void *(*)(void *ctx, void *stream): the
  *   library's own stream behind a kiln stream (the CUDA device: its
  *   cudaStream_t), for communicators that enqueue on it (NCCL). */

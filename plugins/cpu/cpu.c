@@ -773,6 +773,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 		return (void *)cpu_describe;
 	if (!strcmp(name, KILN_PROC_HOST_FN))
 		return (void *)cpu_host_fn;
+	if (!strcmp(name, KILN_PROC_HOST_FN_SKIP))
+		return (void *)cpu_host_fn_skip;
 	if (!strcmp(name, KILN_PROC_WORKLOAD))
 		return (void *)cpu_workload;
 	if (!strcmp(name, KILN_PROC_WEIGHTS_CHANGED))

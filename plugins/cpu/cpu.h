@@ -778,6 +778,7 @@ struct cpu_task {
 	struct cpu_event *ev;         /* RECORD, WAIT */
 	uint64_t gen;
 	kiln_status (*fn)(void *);    /* HOST: KILN_PROC_HOST_FN's function */
+	void (*skip)(void *);         /* HOST: KILN_PROC_HOST_FN_SKIP's, or NULL */
 	void *arg;
 };
 
@@ -837,6 +838,8 @@ kiln_status cpu_event_record(void *ctx, void *event, void *stream);
 kiln_status cpu_stream_wait(void *ctx, void *stream, void *event);
 kiln_status cpu_event_sync(void *ctx, void *event);
 kiln_status cpu_host_fn(void *ctx, void *stream, kiln_status (*fn)(void *), void *arg);
+kiln_status cpu_host_fn_skip(void *ctx, void *stream, kiln_status (*fn)(void *),
+			     void (*skip)(void *), void *arg);
 kiln_status cpu_stream_sync(void *ctx, void *stream);
 /* Enqueue (async) or execute (sync) one run of a checked plan. */
 kiln_status cpu_stream_run(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_plan *p,

@@ -36,7 +36,11 @@
  * kernels and copies on that stream are skipped (their inputs are
  * garbage), markers still pass so nobody waits forever, and the error
  * travels through events to streams that wait on them.  Every later
- * stream_sync/event_sync that depends on it returns it.
+ * stream_sync/event_sync that depends on it returns it.  A host function
+ * queued behind the failure is skipped too; one enqueued with a skip
+ * function (KILN_PROC_HOST_FN_SKIP) has that called in its place, so
+ * that what it would have given back (a comm plugin's job slot) is given
+ * back as the stream passes it.
  */
 #include "cpu.h"
 #include "teamstart.h" /* cpu_thread_limits */
@@ -52,7 +56,7 @@
 
 /* A stream's ring grows to hold every task enqueued since its last
  * stream_sync, up to this many, whether or not the worker has run them
- * (cpu_push): 4096 tasks of 168 bytes, 672 KiB. */
+ * (cpu_push): 4096 tasks of 176 bytes, 704 KiB. */
 #define CPU_QUEUE_EAGER 4096
 
 struct cpu_stream {
@@ -219,8 +223,18 @@ static void *cpu_worker(void *arg)
 			}
 			break;
 		case CPU_T_HOST:
-			if (s->err.st)
+			if (s->err.st) {
+				/* skipped: its skip function in its place
+				 * (unlocked: it may take the caller's locks) */
+				void (*skip)(void *) = t->skip;
+				void *sa = t->arg;
+				if (skip) {
+					pthread_mutex_unlock(c->lock);
+					skip(sa);
+					pthread_mutex_lock(c->lock);
+				}
 				break;
+			}
 			{
 				kiln_status (*fn)(void *) = t->fn;
 				void *fa = t->arg;
@@ -724,11 +738,21 @@ void cpu_streams_destroy_all(struct cpu_ctx *c)
  * failure there is returned, on a worker it fails the stream. */
 kiln_status cpu_host_fn(void *ctx, void *stream, kiln_status (*fn)(void *), void *arg)
 {
-	struct cpu_ctx *c = ctx;
+	return cpu_host_fn_skip(ctx, stream, fn, NULL, arg);
+}
+
+/* KILN_PROC_HOST_FN_SKIP: cpu_host_fn, skip(arg) in fn's place where the
+ * worker skips it (a failed stream, cpu_worker).  ctx NULL: the stream's. */
+kiln_status cpu_host_fn_skip(void *ctx, void *stream, kiln_status (*fn)(void *),
+			     void (*skip)(void *), void *arg)
+{
 	struct cpu_stream *s = stream;
+	struct cpu_ctx *c = ctx ? ctx : s ? s->c : NULL;
+	if (!c)
+		return KILN_EINVAL; /* (no context to set the message on) */
 	if (!s || !fn)
 		return c->host->error(KILN_EINVAL, "cpu: host_fn: NULL %s", !s ? "stream" : "function");
-	struct cpu_task t = { .kind = CPU_T_HOST, .fn = fn, .arg = arg };
+	struct cpu_task t = { .kind = CPU_T_HOST, .fn = fn, .skip = skip, .arg = arg };
 	/* sync mode calls fn here, and fn may run plans (cpu.h, cpu_omp_enter) */
 	const int caller = cpu_omp_enter();
 	const kiln_status st = take_or_issue(c, s, &t);

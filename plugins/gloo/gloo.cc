@@ -36,7 +36,8 @@
  * event-loop thread to wake it; that mode has no unbound buffers).
  *
  * The hot path allocates nothing.  Jobs come from a per-communicator pool
- * of kJobs slots (a slot is free again when its host function has run;
+ * of kJobs slots (a slot is free again when its host function has run,
+ * or a failed stream skipped it: KILN_PROC_HOST_FN_SKIP;
  * with kJobs collectives in flight the next enqueue waits for one to end,
  * up to [dist] timeout, then fails naming the rank: never an allocation).  An allreduce (f32, f16, bf16) runs an
  * AllreduceHalvingDoubling bound to its buffer, made on the buffer's first allreduce and kept (kBound buffers: the
@@ -96,10 +97,30 @@ size_t gloo_p2p_buffered(void *ctx, int peer)
 	return peer >= 0 && peer < c->world && peer != c->rank ? gloo_shm_p2p_buffered(c->shm) : 0;
 }
 
+/* Every slot of c's pool free (within [dist] timeout): a caller that
+ * closes before the streams its collectives are queued on have drained
+ * (their syncs are its to call) would have their jobs run, or skipped by a
+ * failed stream (job_skipped), on a freed communicator.  Nothing waits
+ * where they have: the core syncs each such stream first. */
+static void jobs_drain(Comm *c)
+{
+	std::unique_lock<std::mutex> g(c->job_lock);
+	const bool idle = c->job_freed.wait_for(g, std::chrono::milliseconds(c->timeout_ms), [c] {
+		for (const Job &j : c->jobs)
+			if (j.busy.load(std::memory_order_acquire))
+				return false;
+		return true;
+	});
+	if (!idle)
+		H->log(KILN_LOG_WARN, "gloo", "rank %d of %d: closed with collectives still queued on a stream after %d ms ([dist] timeout)",
+		       c->rank, c->world, c->timeout_ms);
+}
+
 void gloo_close(void *ctx)
 {
 	Comm *c = static_cast<Comm *>(ctx);
 	if (c) {
+		jobs_drain(c);
 		c->sender.reset(); /* its thread sends on c->shm */
 		gloo_shm_close(c->shm);
 		gloo_shm_close(c->node_shm);

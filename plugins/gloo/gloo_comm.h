@@ -333,6 +333,10 @@ struct Comm {
 	int zero_copy = 1;       /* [plugin.gloo] zero_copy */
 	Job jobs[kJobs];
 	int next_job = 0;
+	/* the device's KILN_PROC_HOST_FN_SKIP (comm_open; NULL: none): a
+	 * stream that skips a job (it failed) gives its slot back (job_skipped) */
+	kiln_status (*host_fn_skip)(void *ctx, void *stream, kiln_status (*fn)(void *),
+				    void (*skip)(void *), void *arg) = nullptr;
 	/* a job's end, told to an enqueuing thread that found every slot
 	 * busy (job_get waits for one: the streams may be far behind) */
 	std::mutex job_lock;
@@ -387,6 +391,8 @@ Job *job_fill(Job *j, Comm *c, Kind kind);
 /* A slot for `kind` on `stream`, or nullptr with *st the failure (a full
  * pool waits up to [dist] timeout, failing at once if the stream failed) */
 Job *job_get(Comm *c, Kind kind, void *stream, kiln_status *st);
+/* j on stream (its slot given back when it runs, is skipped or is
+ * refused), `done` recorded after it */
 kiln_status enqueue(Comm *c, Job *j, void *stream, void *done);
 
 /* ---- gloo_mesh.cc ---- */

@@ -236,18 +236,36 @@ kiln_status world_named(const Job *j, kiln_status st)
 	return H->error(st, "%s: %s: %s", who, what, H->last_error());
 }
 
-kiln_status run_job(void *arg)
+/* j's slot free again, told to a thread waiting for one (job_get) */
+static void job_release(Job *j)
 {
-	Job *j = static_cast<Job *>(arg);
 	Comm *c = j->c;
-	kiln_status st = run_job_now(j);
 	{
 		/* (under the lock: job_get's check and wait cannot miss it) */
 		std::lock_guard<std::mutex> g(c->job_lock);
 		j->busy.store(0, std::memory_order_release);
 	}
 	c->job_freed.notify_one();
+}
+
+/* the last job run_job ran on this thread: enqueue's, where a device ran
+ * it at once (sync mode) and gave its slot back */
+static thread_local const Job *ran_here;
+
+kiln_status run_job(void *arg)
+{
+	Job *j = static_cast<Job *>(arg);
+	ran_here = j;
+	kiln_status st = run_job_now(j);
+	job_release(j);
 	return st;
+}
+
+/* KILN_PROC_HOST_FN_SKIP's skip: the stream passed job arg without running
+ * it (it had failed): its slot back, as run_job gives it */
+static void job_skipped(void *arg)
+{
+	job_release(static_cast<Job *>(arg));
 }
 
 /* j through kiln's shared-memory collectives (one at a time: the lock is
@@ -526,8 +544,10 @@ static kiln_status probe_noop(void *)
  * a bucket a step, 13 buckets of 5 steps passed 256): it waits for the
  * oldest to end, as a full queue would, up to [dist] timeout (a job ends
  * by then, its collective done or failed, unless the stream stopped).
- * Every kProbe it queues a no-op on the stream: a failed stream skips its
- * queued jobs (their slots stay busy) and refuses the no-op with its
+ * A failed stream skips its queued jobs: where the device has
+ * KILN_PROC_HOST_FN_SKIP (the CPU device) it gives their slots back as it
+ * passes them (job_skipped), else they stay busy.  Every kProbe the wait
+ * queues a no-op on the stream: a failed stream refuses it with its
  * sticky error, which ends the wait at once. */
 Job *job_get(Comm *c, Kind kind, void *stream, kiln_status *st)
 {
@@ -566,11 +586,16 @@ Job *job_get(Comm *c, Kind kind, void *stream, kiln_status *st)
 
 kiln_status enqueue(Comm *c, Job *j, void *stream, void *done)
 {
-	kiln_status st = H->device_host_fn(c->dev, stream, run_job, j);
+	ran_here = nullptr;
+	kiln_status st = c->host_fn_skip ? c->host_fn_skip(nullptr, stream, run_job, job_skipped, j)
+					 : H->device_host_fn(c->dev, stream, run_job, j);
 	if (st) {
-		/* a device that ran it at once gave the slot back; one that
-		 * refused it (NULL arguments, which we never pass) did not */
-		j->busy.store(0, std::memory_order_release);
+		/* a device that ran it at once (sync mode) gave the slot back;
+		 * one that refused it (a failed stream: its sticky error) did
+		 * not: given back here, under the lock and told to a waiter,
+		 * as run_job does */
+		if (ran_here != j)
+			job_release(j);
 		return st;
 	}
 	return done ? H->device_event_record(c->dev, done, stream) : KILN_OK;

@@ -271,6 +271,8 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 	*out = nullptr;
 	std::unique_ptr<Comm> c(new Comm);
 	c->dev = dev;
+	c->host_fn_skip = reinterpret_cast<decltype(c->host_fn_skip)>(
+		host->device_proc(dev, KILN_PROC_HOST_FN_SKIP));
 	c->rank = rank;
 	c->world = world;
 	c->timeout_ms = timeout_ms;

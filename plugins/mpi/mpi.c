@@ -72,11 +72,36 @@ static const char *mpi_describe(void *ctx)
  * finalizes MPI. */
 static atomic_int n_open;
 
+/* Every slot of c's pool free (within [dist] timeout, napping 1 ms): a
+ * caller that closes before the streams its collectives are queued on
+ * have drained would have their jobs run, or skipped by a failed stream,
+ * on a freed communicator.  Nothing waits where they have: the core syncs
+ * each such stream first. */
+static void jobs_drain(struct mpi_comm *c)
+{
+	const struct timespec nap = { 0, 1000000 };
+	for (int ms = 0;; ms++) {
+		int busy = 0;
+		for (int k = 0; k < JOBS && !busy; k++)
+			busy = atomic_load_explicit(&c->jobs[k].busy, memory_order_acquire);
+		if (!busy)
+			return;
+		if (ms >= c->timeout_ms) {
+			char me[96];
+			H->log(KILN_LOG_WARN, "mpi", "%s: closed with collectives still queued on a stream after %d ms ([dist] timeout)",
+			       mpi_me_name(c, me, sizeof me), c->timeout_ms);
+			return;
+		}
+		nanosleep(&nap, NULL);
+	}
+}
+
 static void mpi_close(void *ctx)
 {
 	struct mpi_comm *c = ctx;
 	if (!c)
 		return;
+	jobs_drain(c);
 	char me[96];
 	if (c->region_on)
 		H->log(KILN_LOG_INFO, "mpi", "%s: %ld allreduces of the shared gradients, copy-free",
@@ -189,6 +214,7 @@ static kiln_status mpi_split(void *ctx, int color, int key, void **out, int *ran
 	g->comm = nc;
 	g->sub = 1;
 	g->dev = c->dev;
+	g->host_fn_skip = c->host_fn_skip;
 	g->timeout_ms = c->timeout_ms;
 	g->wait = c->wait;
 	g->spin_ns = c->spin_ns;
@@ -257,6 +283,8 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	if (!c)
 		return host->error(KILN_ENOMEM, "mpi: out of memory");
 	c->dev = dev;
+	c->host_fn_skip = (kiln_status (*)(void *, void *, kiln_status (*)(void *), void (*)(void *),
+					   void *))host->device_proc(dev, KILN_PROC_HOST_FN_SKIP);
 	c->rank = r;
 	c->world = w;
 	c->timeout_ms = timeout_ms;

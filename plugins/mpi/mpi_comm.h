@@ -92,6 +92,10 @@ struct mpi_comm {
 	char desc[640];
 	struct job jobs[JOBS];
 	int next_job;
+	/* the device's KILN_PROC_HOST_FN_SKIP (mpi_open; NULL: none): a stream
+	 * that skips a job (it failed) gives its slot back */
+	kiln_status (*host_fn_skip)(void *ctx, void *stream, kiln_status (*fn)(void *),
+				    void (*skip)(void *), void *arg);
 	struct job *kept; /* jobs of captured steps, replayed until close */
 	int shm_on;          /* kiln's shared-memory collectives (every rank on this node) */
 	MPI_Win shm_win;     /* their segments */

@@ -95,6 +95,8 @@ kiln_status mpi_job_fail(struct mpi_comm *c, const struct job *j, int rc, const 
  * that runs then is inline on the enqueuing thread (a synchronous stream,
  * `kiln bench comm`), not on a stream worker. */
 static _Thread_local int running_inline;
+/* the job mpi_run_job ran inline (mpi_enqueue: its slot is given back) */
+static _Thread_local const struct job *ran_inline;
 
 /* Complete *req without holding a core: MPI_Test (which is also what
  * progresses Open MPI's nonblocking collectives, libnbc) paced as
@@ -210,6 +212,8 @@ kiln_status mpi_run_job(void *arg)
 				 : (j->count > j->rcount ? j->count : j->rcount) * common_dtype_size(j->dtype);
 	kiln_status st = KILN_OK;
 	const int how = running_inline ? W_BLOCK : c->wait;
+	if (running_inline)
+		ran_inline = j;
 	const int p2p = j->kind == K_SEND || j->kind == K_RECV || j->kind == K_SENDRECV;
 	const int peer = j->kind == K_SENDRECV && !j->count ? j->src : j->root;
 	const int peer2 = j->kind == K_SENDRECV && j->count && j->rcount ? j->src : -1;
@@ -267,6 +271,14 @@ kiln_status mpi_run_job(void *arg)
 	return st;
 }
 
+/* KILN_PROC_HOST_FN_SKIP's skip: the stream passed job arg without running
+ * it (it had failed): its slot back, as mpi_run_job gives it */
+static void job_skipped(void *arg)
+{
+	struct job *j = arg;
+	atomic_store_explicit(&j->busy, 0, memory_order_release);
+}
+
 /* Take a free slot for `want` (the enqueuing thread only). */
 static void job_fill(struct job *j, struct mpi_comm *c, const struct job *want)
 {
@@ -321,9 +333,11 @@ static kiln_status probe_noop(void *arg)
  * of the device: ZeRO-1 enqueues 3-4 collectives a bucket a step): it
  * waits for the oldest to end, napping 100 us between looks, up to [dist]
  * timeout (a job ends by then, its collective done or failed, unless the
- * stream stopped).  Every 50 ms it queues a no-op on the stream: a failed
- * stream skips its queued jobs (their slots stay busy) and refuses the
- * no-op with its sticky error, which ends the wait at once. */
+ * stream stopped).  A failed stream skips its queued jobs: where the
+ * device has KILN_PROC_HOST_FN_SKIP (the CPU device) it gives their slots
+ * back as it passes them (job_skipped), else they stay busy.  Every 50 ms
+ * the wait queues a no-op on the stream: a failed stream refuses it with
+ * its sticky error, which ends the wait at once. */
 static struct job *job_get(struct mpi_comm *c, struct job want, void *stream, kiln_status *st)
 {
 	struct job *j = job_free(c, &want);
@@ -361,14 +375,17 @@ kiln_status mpi_enqueue(struct mpi_comm *c, struct job want, void *stream, void 
 	if (!j)
 		return st;
 	running_inline = 1;
-	st = H->device_host_fn(c->dev, stream, mpi_run_job, j);
+	ran_inline = NULL;
+	st = c->host_fn_skip ? c->host_fn_skip(NULL, stream, mpi_run_job, job_skipped, j)
+			     : H->device_host_fn(c->dev, stream, mpi_run_job, j);
 	running_inline = 0;
-	if (st) {
-		/* a device that ran it at once gave the slot back; one that
-		 * refused it did not */
+	if (st && ran_inline != j) {
+		/* refused (a failed stream: its sticky error): the slot back
+		 * here; a device that ran it at once gave it back */
 		atomic_store_explicit(&j->busy, 0, memory_order_release);
-		return st;
 	}
+	if (st)
+		return st;
 	return done ? H->device_event_record(c->dev, done, stream) : KILN_OK;
 }
 
