@@ -19,7 +19,8 @@
  * stride 2, 512 x 256 channels, accumulation, a kept dy (refused),
  * a 5x5 kernel, stride 2, dilation 2, padding 3, two groups, a leaky
  * ReLU, kept copies); a NaN or an inf in x reaching the outputs whose
- * window covers it, a ReLU keeping the NaN.
+ * window covers it, a ReLU keeping the NaN; a frozen plan's kept weights
+ * (wino.c's U, oneDNN's reordered copy) on huge pages, unmapped at close.
  *
  * The plan counts are checked last in each test, after every result: a
  * build or a CPU where oneDNN computes the ops still has them checked
@@ -62,6 +63,7 @@
 #include "check_main.h"
 #include "test_util.h"
 #include "conv_ref.h" /* conv_ref_run, conv_ref_err, conv_ref_at */
+#include "smaps.h"    /* smaps_hg_bytes, smaps_thp, SMAPS_ASAN_BUILD */
 #include "../plugins/common/half.h" /* half_f32_bf16, half_bf16_f32 */
 
 static struct kiln_registry *reg;
@@ -666,6 +668,83 @@ START_TEST(test_bf16_frozen)
 }
 END_TEST
 
+/* A frozen plan's kept weights, made by its first run, are
+ * plugins/cpu/hugepage.c's (session 47; before, the heap's, on 4 KiB
+ * pages): wino.c's transformed U (36 C O floats: 5.06 MiB at 192 x 192
+ * channels, two whole 2 MiB blocks) and, under KILN_CPU_WINO=0, oneDNN's
+ * copy in its kernel's layout (dnn.c: 9 C O floats, 2.25 MiB at 256 x
+ * 256, one block).  The run adds `want` bytes or more to the process's
+ * mappings advised with MADV_HUGEPAGE (VmFlags hg; every device buffer
+ * made before it), and closing the device unmaps them (the advised bytes
+ * back to what they were before it opened).  Not checked (said so)
+ * without AVX-512 (no wino plan), without THP, or in an AddressSanitizer
+ * build (no mapping of hugepage.c's own). */
+static void kept_huge(const char *what, int off, int64_t ch, size_t want)
+{
+#ifdef SMAPS_ASAN_BUILD
+	const int asan = 1;
+#else
+	const int asan = 0;
+#endif
+	if (!avx512() || !smaps_thp() || asan) {
+		printf("%s: kept weights on huge pages not checked (%s)\n", what,
+		       asan ? "an AddressSanitizer build" : !avx512() ? "no AVX-512" : "no THP");
+		return;
+	}
+	const struct shape s = { 1, ch, 8, 8, ch, 3, 3, 1, 1 };
+	const struct cop c = { .fl = F_BIAS, .s = &s, .extra = KILN_OPF_FROZEN };
+	const size_t before_open = smaps_hg_bytes();
+	struct kiln_device *dev;
+	struct kiln_config *cfg = open_dev(1, off ? NULL : WINO, off, &dev);
+	struct kiln_op op;
+	uint32_t sin[4];
+	make_op(&c, &op, sin);
+	void *plan, *stream, *ws = NULL, *din[3] = { NULL, NULL, NULL }, *dy;
+	size_t wsb = 0;
+	int plans = 0;
+	ck_assert_msg(prepare(dev, &op, &plan, &wsb, &plans) == 0, "%s", kiln_last_error());
+	ck_assert_msg(off ? plans == 0 : plans >= 1, "%s: %d wino plans", what, plans);
+	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
+	for (int k = 0; k < 3; k++) {
+		const int64_t ne = kiln_tensor_numel(&op.in[k]);
+		float *v = filled(ne, sin[k]);
+		din[k] = upload(dev, v, ne);
+		free(v);
+	}
+	ck_assert(kiln_device_alloc(dev, (size_t)kiln_tensor_numel(&op.out[0]) * 4, &dy) == 0);
+	if (wsb)
+		ck_assert(kiln_device_alloc(dev, wsb, &ws) == 0);
+	struct kiln_op_args a = { .in = { din[0], din[1], din[2] }, .out = { dy }, .workspace = ws,
+				  .workspace_bytes = wsb };
+	const size_t before_run = smaps_hg_bytes();
+	ck_assert_msg(kiln_device_run(dev, plan, &a, stream) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	const size_t after_run = smaps_hg_bytes();
+	for (int k = 0; k < 3; k++)
+		kiln_device_free(dev, din[k]);
+	kiln_device_free(dev, dy);
+	kiln_device_free(dev, ws);
+	kiln_device_plan_free(dev, plan);
+	kiln_device_stream_destroy(dev, stream);
+	close_dev(dev, cfg, off);
+	const size_t after_close = smaps_hg_bytes();
+	printf("%s: advised bytes %zu before the device, %zu before the run (workspace %zu), %zu after "
+	       "it, %zu after the close\n",
+	       what, before_open, before_run, wsb, after_run, after_close);
+	fflush(stdout);
+	ck_assert_msg(after_run >= before_run + want, "%s: the run's kept weights added %zd advised bytes, not %zu",
+		      what, (ssize_t)(after_run - before_run), want);
+	ck_assert_msg(after_close <= before_open, "%s: %zu advised bytes still mapped after the close (%zu before)",
+		      what, after_close, before_open);
+}
+
+START_TEST(test_kept_huge)
+{
+	kept_huge("wino: frozen 192 x 192, U", 0, 192, (size_t)4 << 20);
+	kept_huge("oneDNN (KILN_CPU_WINO=0): frozen 256 x 256, the kernel's layout", 1, 256, (size_t)2 << 20);
+}
+END_TEST
+
 /* CONV_BWD_DATA of shape s (x the forward's: dx [N, C, H, W] from dy [N,
  * O, OH, OW] and w): dx on a cpu device (threads; conv_algo ov, or
  * KILN_CPU_WINO=0 when off), malloc'ed, *n its elements, *plans the wino
@@ -764,7 +843,7 @@ static Suite *make_cpu_wino_suite(void)
 	Suite *s = suite_create("cpu_wino");
 	check_add_case(s, "f32", 120, NULL, NULL, (const TTest *[]){ test_forward, test_threads, test_bwd_data, NULL });
 	check_add_case(s, "choice", 60, NULL, NULL, (const TTest *[]){ test_rules, NULL });
-	check_add_case(s, "edges", 60, NULL, NULL, (const TTest *[]){ test_nan, test_bf16_frozen, NULL });
+	check_add_case(s, "edges", 60, NULL, NULL, (const TTest *[]){ test_nan, test_bf16_frozen, test_kept_huge, NULL });
 	return s;
 }
 
