@@ -206,9 +206,10 @@ static void *upload(struct kiln_device *dev, const float *vals, int64_t n)
 /* Runs f32 c on a cpu device (threads; override ov or none; off:
  * KILN_CPU_WINO=0); x: its input, or NULL for filled(.., 1).  Returns y,
  * malloc'ed, *n its element count; *plans the wino plans its prepare
- * made. */
-static float *run_op(const struct cop *c, int threads, const char *ov, int off, const float *x, int64_t *n,
-		     int *plans)
+ * made; hg (or NULL): the process's bytes advised with MADV_HUGEPAGE
+ * just before the run (every buffer made) and just after it. */
+static float *run_op_hg(const struct cop *c, int threads, const char *ov, int off, const float *x, int64_t *n,
+			int *plans, size_t hg[2])
 {
 	struct kiln_device *dev;
 	struct kiln_config *cfg = open_dev(threads, ov, off, &dev);
@@ -233,8 +234,12 @@ static float *run_op(const struct cop *c, int threads, const char *ov, int off, 
 		ck_assert(kiln_device_alloc(dev, wsb, &ws) == 0);
 	struct kiln_op_args a = { .in = { din[0], din[1], din[2], din[3] }, .out = { dy },
 				  .workspace = ws, .workspace_bytes = wsb };
+	if (hg)
+		hg[0] = smaps_hg_bytes();
 	ck_assert_msg(kiln_device_run(dev, plan, &a, stream) == 0, "%s", kiln_last_error());
 	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	if (hg)
+		hg[1] = smaps_hg_bytes();
 	float *out = malloc((size_t)*n * sizeof *out);
 	ck_assert(out);
 	memcpy(out, dy, (size_t)*n * sizeof *out);
@@ -246,6 +251,12 @@ static float *run_op(const struct cop *c, int threads, const char *ov, int off, 
 	kiln_device_stream_destroy(dev, stream);
 	close_dev(dev, cfg, off);
 	return out;
+}
+
+static float *run_op(const struct cop *c, int threads, const char *ov, int off, const float *x, int64_t *n,
+		     int *plans)
+{
+	return run_op_hg(c, threads, ov, off, x, n, plans, NULL);
 }
 
 /* The double-precision y of f32 c on run_op's inputs (x: as there),
@@ -694,44 +705,16 @@ static void kept_huge(const char *what, int off, int64_t ch, size_t want)
 	const struct shape s = { 1, ch, 8, 8, ch, 3, 3, 1, 1 };
 	const struct cop c = { .fl = F_BIAS, .s = &s, .extra = KILN_OPF_FROZEN };
 	const size_t before_open = smaps_hg_bytes();
-	struct kiln_device *dev;
-	struct kiln_config *cfg = open_dev(1, off ? NULL : WINO, off, &dev);
-	struct kiln_op op;
-	uint32_t sin[4];
-	make_op(&c, &op, sin);
-	void *plan, *stream, *ws = NULL, *din[3] = { NULL, NULL, NULL }, *dy;
-	size_t wsb = 0;
+	size_t hg[2];
+	int64_t n;
 	int plans = 0;
-	ck_assert_msg(prepare(dev, &op, &plan, &wsb, &plans) == 0, "%s", kiln_last_error());
-	ck_assert_msg(off ? plans == 0 : plans >= 1, "%s: %d wino plans", what, plans);
-	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
-	for (int k = 0; k < 3; k++) {
-		const int64_t ne = kiln_tensor_numel(&op.in[k]);
-		float *v = filled(ne, sin[k]);
-		din[k] = upload(dev, v, ne);
-		free(v);
-	}
-	ck_assert(kiln_device_alloc(dev, (size_t)kiln_tensor_numel(&op.out[0]) * 4, &dy) == 0);
-	if (wsb)
-		ck_assert(kiln_device_alloc(dev, wsb, &ws) == 0);
-	struct kiln_op_args a = { .in = { din[0], din[1], din[2] }, .out = { dy }, .workspace = ws,
-				  .workspace_bytes = wsb };
-	const size_t before_run = smaps_hg_bytes();
-	ck_assert_msg(kiln_device_run(dev, plan, &a, stream) == 0, "%s", kiln_last_error());
-	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
-	const size_t after_run = smaps_hg_bytes();
-	for (int k = 0; k < 3; k++)
-		kiln_device_free(dev, din[k]);
-	kiln_device_free(dev, dy);
-	kiln_device_free(dev, ws);
-	kiln_device_plan_free(dev, plan);
-	kiln_device_stream_destroy(dev, stream);
-	close_dev(dev, cfg, off);
-	const size_t after_close = smaps_hg_bytes();
-	printf("%s: advised bytes %zu before the device, %zu before the run (workspace %zu), %zu after "
-	       "it, %zu after the close\n",
-	       what, before_open, before_run, wsb, after_run, after_close);
+	free(run_op_hg(&c, 1, off ? NULL : WINO, off, NULL, &n, &plans, hg));
+	const size_t before_run = hg[0], after_run = hg[1], after_close = smaps_hg_bytes();
+	printf("%s: advised bytes %zu before the device, %zu before the run, %zu after it, %zu after the "
+	       "close\n",
+	       what, before_open, before_run, after_run, after_close);
 	fflush(stdout);
+	ck_assert_msg(off ? plans == 0 : plans >= 1, "%s: %d wino plans", what, plans);
 	ck_assert_msg(after_run >= before_run + want, "%s: the run's kept weights added %zd advised bytes, not %zu",
 		      what, (ssize_t)(after_run - before_run), want);
 	ck_assert_msg(after_close <= before_open, "%s: %zu advised bytes still mapped after the close (%zu before)",
