@@ -164,3 +164,5 @@ bench_generate_prefill_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 bench_generate_prefill_LDADD = libkiln-internal.la
 # session 46: two builds A/B with the huge pages each run held (plugins/cpu/hugepage.c)
 EXTRA_DIST += bench/hugepage_ab.sh
+# session 47: two builds' frozen convolutions, whose kept weights moved onto huge pages
+EXTRA_DIST += bench/kept_weights_ab.sh

@@ -33,59 +33,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check_main.h"
+#include "smaps.h" /* vma_of, smaps_has_flag */
 
 #define MIB ((size_t)1 << 20)
 
 static struct kiln_registry *reg;
-
-/* the mapping that holds address a in /proc/self/smaps: 1 and its range,
- * VmFlags line and AnonHugePages (kB); 0 when a is not mapped */
-struct vma {
-	uintptr_t lo, hi;
-	char flags[512];
-	long anon_huge_kb;
-};
-
-static int vma_of(const void *a, struct vma *v)
-{
-	FILE *f = fopen("/proc/self/smaps", "r");
-	char line[512];
-	int in = 0, found = 0;
-	memset(v, 0, sizeof *v);
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof line, f)) {
-		unsigned long lo, hi;
-		char dash;
-		/* a mapping's first line: "lo-hi perms ..." (no key starts
-		 * with hex digits and a dash) */
-		if (sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-') {
-			if (found)
-				break; /* past a's mapping */
-			in = (uintptr_t)a >= lo && (uintptr_t)a < hi;
-			if (in) {
-				found = 1;
-				v->lo = lo;
-				v->hi = hi;
-			}
-		} else if (in && !strncmp(line, "VmFlags:", 8)) {
-			snprintf(v->flags, sizeof v->flags, "%s", line + 8);
-		} else if (in && !strncmp(line, "AnonHugePages:", 14)) {
-			v->anon_huge_kb = atol(line + 14);
-		}
-	}
-	fclose(f);
-	return found;
-}
-
-/* 1 when VmFlags line `flags` holds the two-letter flag fl */
-static int has_flag(const char *flags, const char *fl)
-{
-	for (const char *p = flags; (p = strstr(p, fl)); p += 2)
-		if ((p == flags || p[-1] == ' ') && (p[2] == ' ' || p[2] == '\n' || !p[2]))
-			return 1;
-	return 0;
-}
 
 static kiln_status open_cpu(int threads, struct kiln_config **cfg, struct kiln_device **dev)
 {
@@ -128,11 +80,11 @@ START_TEST(test_large_advised)
 	ck_assert_msg(v.lo <= (uintptr_t)big && v.hi >= (uintptr_t)big + 8 * MIB,
 		      "the buffer's first 8 MiB [%p, +8 MiB) are not in one mapping [%#lx, %#lx)", big,
 		      (unsigned long)v.lo, (unsigned long)v.hi);
-	ck_assert_msg(has_flag(v.flags, "hg"), "the 9 MiB buffer's mapping is not advised: VmFlags:%s",
+	ck_assert_msg(smaps_has_flag(v.flags, "hg"), "the 9 MiB buffer's mapping is not advised: VmFlags:%s",
 		      v.flags);
 	const char *last = (const char *)big + big_n - 1;
 	ck_assert_msg(vma_of(last, &t), "the buffer's last byte %p is not mapped", (const void *)last);
-	ck_assert_msg(!has_flag(t.flags, "hg"), "the buffer's last 1 MiB was advised: VmFlags:%s",
+	ck_assert_msg(!smaps_has_flag(t.flags, "hg"), "the buffer's last 1 MiB was advised: VmFlags:%s",
 		      t.flags);
 	ck_assert_msg(all_zero(big, big_n), "the 9 MiB buffer is not zeroed");
 	printf("9 MiB buffer: mapping of %lu kB, AnonHugePages %ld kB, VmFlags:%s",
@@ -140,7 +92,7 @@ START_TEST(test_large_advised)
 
 	struct vma s;
 	ck_assert_msg(vma_of(small, &s), "the 1 MiB buffer at %p is not mapped", small);
-	ck_assert_msg(!has_flag(s.flags, "hg"), "a 1 MiB buffer was advised: VmFlags:%s", s.flags);
+	ck_assert_msg(!smaps_has_flag(s.flags, "hg"), "a 1 MiB buffer was advised: VmFlags:%s", s.flags);
 
 	/* freed: unmapped at once */
 	kiln_device_free(dev, big);
@@ -201,7 +153,7 @@ static void refused_child(char *why, size_t n)
 	else if (!vma_of(big, &v) || v.lo > (uintptr_t)big || v.hi < (uintptr_t)big + big_n)
 		snprintf(why, n, "with the advice refused, the buffer [%p, +%zu) is not one mapping", big,
 			 big_n);
-	else if (has_flag(v.flags, "hg"))
+	else if (smaps_has_flag(v.flags, "hg"))
 		snprintf(why, n, "the advice was refused, yet VmFlags:%.200s", v.flags);
 	else {
 		memset(big, 0x5a, big_n); /* writable, every byte */
@@ -242,24 +194,15 @@ START_TEST(test_refused)
 }
 END_TEST
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) /* clang's spelling */
-#define ASAN_BUILD 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) /* GCC's */
-#define ASAN_BUILD 1
-#endif
-
 /* 77 with the reason where nothing here can be checked, else 0 */
 static int hugepage_setup(void)
 {
-#ifdef ASAN_BUILD
+#ifdef SMAPS_ASAN_BUILD
 	printf("SKIP: an AddressSanitizer build: the CPU device's large buffers are "
 	       "posix_memalign's, never huge-page mappings (plugins/cpu/hugepage.c)\n");
 	return 77;
 #else
-	if (access("/sys/kernel/mm/transparent_hugepage", F_OK)) {
+	if (!smaps_thp()) {
 		printf("SKIP: this kernel has no transparent huge pages "
 		       "(/sys/kernel/mm/transparent_hugepage: %s): madvise(MADV_HUGEPAGE) "
 		       "fails, no mapping is advised\n",

@@ -7,7 +7,9 @@
  * the caller: it runs those parts itself, in about the time of the GEMM.
  * With $KILN_CPU_GEMM_SPLIT=busy, the adaptive team's GEMMs run in parts
  * of rows only while the team is shrunk, with the whole GEMM's bytes
- * ($KILN_CPU_TEAM_FLIP shrinks it every other op).
+ * ($KILN_CPU_TEAM_FLIP shrinks it every other op).  A helper's buffer of
+ * 2 MiB or more is on huge pages (plugins/cpu/hugepage.c), unmapped at
+ * the close.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -23,6 +25,7 @@
 #include <time.h>
 #include "check_main.h"
 #include "test_util.h"
+#include "smaps.h" /* smaps_hg_bytes, smaps_thp, SMAPS_ASAN_BUILD */
 
 static struct kiln_registry *reg;
 
@@ -290,12 +293,64 @@ START_TEST(test_busy_split_same_bytes)
 }
 END_TEST
 
+/* The advised (MADV_HUGEPAGE) bytes of a device buffer of b bytes: its
+ * whole 2 MiB blocks, from 2 MiB up (plugins/cpu/hugepage.c) */
+static size_t hg_whole(size_t b)
+{
+	const size_t huge = (size_t)2 << 20;
+	return b < huge ? 0 : ((b + 4095) & ~(size_t)4095) & ~(huge - 1);
+}
+
+/* The helper's buffer (split.c) is hugepage.c's (session 47; before,
+ * posix_memalign's, on 4 KiB pages): a GEMM of 2048 x 1024 in parts of
+ * 1024 rows ($KILN_CPU_GEMM_SPLIT=rows:1024) gives the helper a buffer of
+ * a part (4 MiB and the part's scratch): the prepare adds its two whole
+ * 2 MiB blocks or more to the process's advised mappings (VmFlags hg)
+ * beside the device buffers' own, the product is right, and the close
+ * unmaps it.  Not checked (said so) without THP or in an
+ * AddressSanitizer build. */
+START_TEST(test_helper_buffer_huge)
+{
+#ifdef SMAPS_ASAN_BUILD
+	const int asan = 1;
+#else
+	const int asan = 0;
+#endif
+	if (!smaps_thp() || asan) {
+		printf("split: the helper's buffer on huge pages not checked (%s)\n",
+		       asan ? "an AddressSanitizer build" : "no THP");
+		return;
+	}
+	const int64_t M = 2048, N = 1024, K = 16;
+	const size_t h0 = smaps_hg_bytes();
+	setenv("KILN_CPU_GEMM_SPLIT", "rows:1024", 1);
+	struct gemm g;
+	gemm_open(&g, 2, M, N, K, 0, 0, 0);
+	setenv("KILN_CPU_GEMM_SPLIT", "auto", 1);
+	const size_t h1 = smaps_hg_bytes();
+	const size_t dev = hg_whole((size_t)(M * K) * 4) + hg_whole((size_t)(K * N) * 4) +
+			   hg_whole((size_t)(M * N) * 4) + hg_whole(g.wsb);
+	gemm_run(&g, 1);
+	check_product(&g, 0, 0, 0);
+	gemm_close(&g);
+	const size_t h2 = smaps_hg_bytes();
+	printf("split: advised bytes %zu before, %zu with the plan (device buffers %zu of them), %zu after "
+	       "the close\n",
+	       h0, h1, dev, h2);
+	ck_assert_msg(h1 >= h0 + dev + ((size_t)4 << 20),
+		      "the helper's 4 MiB buffer is not advised: %zu advised bytes more, %zu of them the device "
+		      "buffers'",
+		      h1 - h0, dev);
+	ck_assert_msg(h2 <= h0, "%zu advised bytes still mapped after the close (%zu before)", h2, h0);
+}
+END_TEST
+
 static Suite *make_cpu_split_suite(void)
 {
 	Suite *s = suite_create("cpu_split");
 	check_add_case(s, "split", 60, NULL, NULL, (const TTest *[]){
 		test_split_product, test_split_bytes_any_team, test_late_helper,
-		test_busy_split_same_bytes, NULL });
+		test_busy_split_same_bytes, test_helper_buffer_huge, NULL });
 	return s;
 }
 

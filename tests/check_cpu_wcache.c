@@ -5,11 +5,13 @@
  * its own workspace) until every reader is done (cpu_wc_done); and, on
  * threads, readers never see a copy being rewritten.  The cache is opened
  * here on any machine (cpu_dnn_bf16_native stubbed to "no bf16 kernels").
+ * A large weight's copy is plugins/cpu/hugepage.c's (linked in too): on
+ * a 2 MiB boundary, advised with MADV_HUGEPAGE, unmapped at the close.
  * Built with -fsanitize=thread, the threaded case is the race check (from
  * the top of a built tree; session 16's scheme, which refilled a copy under
  * its readers, is reported there):
  *   gcc -g -O1 -fsanitize=thread -I. -Iinclude -Iplugins/cpu plugins/cpu/wcache.c \
- *     tests/check_cpu_wcache.c .libs/libkiln.so -Wl,-rpath,$PWD/.libs \
+ *     plugins/cpu/hugepage.c tests/check_cpu_wcache.c .libs/libkiln.so -Wl,-rpath,$PWD/.libs \
  *     $(pkg-config --cflags --libs check) -lpthread -lm -o /tmp/wc && /tmp/wc
  */
 #include "plugins/cpu/cpu.h"
@@ -21,6 +23,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include "check_main.h"
+#include "smaps.h" /* vma_of, smaps_has_flag */
 
 /* wcache.c's one dependency outside itself: AVX2, no oneDNN bf16 */
 int cpu_dnn_bf16_native(void) { return 0; }
@@ -272,12 +275,64 @@ START_TEST(test_threads_never_read_a_refill)
 }
 END_TEST
 
+/* A weight of 1.5 Mi bf16 elements: its widened copy (6 MiB of f32) is
+ * hugepage.c's (session 47; before, posix_memalign's, on 4 KiB pages): on
+ * a 2 MiB boundary, in a mapping advised with MADV_HUGEPAGE (VmFlags hg,
+ * where the kernel has THP), unmapped when the cache closes.  In an
+ * AddressSanitizer build, the heap's (hugepage.c maps nothing there). */
+#define NL ((int64_t)3 << 19)
+
+START_TEST(test_large_copy_huge)
+{
+	uint16_t *big = calloc((size_t)NL, sizeof *big);
+	float *master = calloc((size_t)NL, sizeof *master);
+	ck_assert(big && master);
+	struct cpu_wcache *w = cpu_wc_open();
+	ck_assert_ptr_nonnull(w);
+	struct cpu_plan p = { 0 };
+	p.op.type = KILN_OP_SGD;
+	p.op.n_in = 2, p.op.n_out = 2;
+	p.op.out[0] = (struct kiln_tensor_desc){ .dtype = KILN_F32, .ndim = 1, .dims = { NL } };
+	p.op.out[1] = (struct kiln_tensor_desc){ .dtype = KILN_BF16, .ndim = 1, .dims = { NL } };
+	struct kiln_op_args a = { .out = { master, big } };
+	cpu_wc_ran(&p, &a);
+	unsigned t;
+	ck_assert_ptr_null(cpu_wc_get(w, big, KILN_BF16, NL, &t));
+	float *c = (float *)cpu_wc_get(w, big, KILN_BF16, NL, &t);
+	ck_assert_ptr_nonnull(c);
+	ck_assert_uint_ne(t, 0);
+	for (int64_t i = 0; i < NL; i++) /* (every byte writable) */
+		c[i] = half_bf16_f32(big[i]);
+	struct vma v;
+	ck_assert_msg(vma_of(c, &v), "the copy at %p is not mapped", (void *)c);
+#ifndef SMAPS_ASAN_BUILD
+	ck_assert_msg((uintptr_t)c % CPU_HUGE == 0, "the 6 MiB copy at %p: not on a 2 MiB boundary",
+		      (void *)c);
+	ck_assert_msg(v.lo <= (uintptr_t)c && v.hi >= (uintptr_t)c + (size_t)NL * 4,
+		      "the copy [%p, +6 MiB) is not one mapping [%#lx, %#lx)", (void *)c,
+		      (unsigned long)v.lo, (unsigned long)v.hi);
+	if (smaps_thp())
+		ck_assert_msg(smaps_has_flag(v.flags, "hg"), "the 6 MiB copy is not advised: VmFlags:%s",
+			      v.flags);
+#endif
+	cpu_wc_filled(w, c, t);
+	cpu_wc_done(w, c);
+	cpu_wc_close(w, &test_host);
+#ifndef SMAPS_ASAN_BUILD
+	ck_assert_msg(!vma_of(c, &v), "the closed cache's copy is still mapped [%#lx, %#lx)",
+		      (unsigned long)v.lo, (unsigned long)v.hi);
+#endif
+	free(big);
+	free(master);
+}
+END_TEST
+
 static Suite *make_cpu_wcache_suite(void)
 {
 	Suite *s = suite_create("cpu_wcache");
 	check_add_case(s, "wcache", 60, NULL, NULL, (const TTest *[]){
 		test_refill_waits_for_readers, test_amsgrad_copy_cast, test_threads_never_read_a_refill,
-		NULL });
+		test_large_copy_huge, NULL });
 	return s;
 }
 

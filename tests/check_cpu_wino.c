@@ -19,7 +19,8 @@
  * stride 2, 512 x 256 channels, accumulation, a kept dy (refused),
  * a 5x5 kernel, stride 2, dilation 2, padding 3, two groups, a leaky
  * ReLU, kept copies); a NaN or an inf in x reaching the outputs whose
- * window covers it, a ReLU keeping the NaN.
+ * window covers it, a ReLU keeping the NaN; a frozen plan's kept weights
+ * (wino.c's U, oneDNN's reordered copy) on huge pages, unmapped at close.
  *
  * The plan counts are checked last in each test, after every result: a
  * build or a CPU where oneDNN computes the ops still has them checked
@@ -62,6 +63,7 @@
 #include "check_main.h"
 #include "test_util.h"
 #include "conv_ref.h" /* conv_ref_run, conv_ref_err, conv_ref_at */
+#include "smaps.h"    /* smaps_hg_bytes, smaps_thp, SMAPS_ASAN_BUILD */
 #include "../plugins/common/half.h" /* half_f32_bf16, half_bf16_f32 */
 
 static struct kiln_registry *reg;
@@ -204,9 +206,10 @@ static void *upload(struct kiln_device *dev, const float *vals, int64_t n)
 /* Runs f32 c on a cpu device (threads; override ov or none; off:
  * KILN_CPU_WINO=0); x: its input, or NULL for filled(.., 1).  Returns y,
  * malloc'ed, *n its element count; *plans the wino plans its prepare
- * made. */
-static float *run_op(const struct cop *c, int threads, const char *ov, int off, const float *x, int64_t *n,
-		     int *plans)
+ * made; hg (or NULL): the process's bytes advised with MADV_HUGEPAGE
+ * just before the run (every buffer made) and just after it. */
+static float *run_op_hg(const struct cop *c, int threads, const char *ov, int off, const float *x, int64_t *n,
+			int *plans, size_t hg[2])
 {
 	struct kiln_device *dev;
 	struct kiln_config *cfg = open_dev(threads, ov, off, &dev);
@@ -231,8 +234,12 @@ static float *run_op(const struct cop *c, int threads, const char *ov, int off, 
 		ck_assert(kiln_device_alloc(dev, wsb, &ws) == 0);
 	struct kiln_op_args a = { .in = { din[0], din[1], din[2], din[3] }, .out = { dy },
 				  .workspace = ws, .workspace_bytes = wsb };
+	if (hg)
+		hg[0] = smaps_hg_bytes();
 	ck_assert_msg(kiln_device_run(dev, plan, &a, stream) == 0, "%s", kiln_last_error());
 	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	if (hg)
+		hg[1] = smaps_hg_bytes();
 	float *out = malloc((size_t)*n * sizeof *out);
 	ck_assert(out);
 	memcpy(out, dy, (size_t)*n * sizeof *out);
@@ -244,6 +251,12 @@ static float *run_op(const struct cop *c, int threads, const char *ov, int off, 
 	kiln_device_stream_destroy(dev, stream);
 	close_dev(dev, cfg, off);
 	return out;
+}
+
+static float *run_op(const struct cop *c, int threads, const char *ov, int off, const float *x, int64_t *n,
+		     int *plans)
+{
+	return run_op_hg(c, threads, ov, off, x, n, plans, NULL);
 }
 
 /* The double-precision y of f32 c on run_op's inputs (x: as there),
@@ -666,6 +679,55 @@ START_TEST(test_bf16_frozen)
 }
 END_TEST
 
+/* A frozen plan's kept weights, made by its first run, are
+ * plugins/cpu/hugepage.c's (session 47; before, the heap's, on 4 KiB
+ * pages): wino.c's transformed U (36 C O floats: 5.06 MiB at 192 x 192
+ * channels, two whole 2 MiB blocks) and, under KILN_CPU_WINO=0, oneDNN's
+ * copy in its kernel's layout (dnn.c: 9 C O floats, 2.25 MiB at 256 x
+ * 256, one block).  The run adds `want` bytes or more to the process's
+ * mappings advised with MADV_HUGEPAGE (VmFlags hg; every device buffer
+ * made before it), and closing the device unmaps them (the advised bytes
+ * back to what they were before it opened).  Not checked (said so)
+ * without AVX-512 (no wino plan), without THP, or in an AddressSanitizer
+ * build (no mapping of hugepage.c's own). */
+static void kept_huge(const char *what, int off, int64_t ch, size_t want)
+{
+#ifdef SMAPS_ASAN_BUILD
+	const int asan = 1;
+#else
+	const int asan = 0;
+#endif
+	if (!avx512() || !smaps_thp() || asan) {
+		printf("%s: kept weights on huge pages not checked (%s)\n", what,
+		       asan ? "an AddressSanitizer build" : !avx512() ? "no AVX-512" : "no THP");
+		return;
+	}
+	const struct shape s = { 1, ch, 8, 8, ch, 3, 3, 1, 1 };
+	const struct cop c = { .fl = F_BIAS, .s = &s, .extra = KILN_OPF_FROZEN };
+	const size_t before_open = smaps_hg_bytes();
+	size_t hg[2];
+	int64_t n;
+	int plans = 0;
+	free(run_op_hg(&c, 1, off ? NULL : WINO, off, NULL, &n, &plans, hg));
+	const size_t before_run = hg[0], after_run = hg[1], after_close = smaps_hg_bytes();
+	printf("%s: advised bytes %zu before the device, %zu before the run, %zu after it, %zu after the "
+	       "close\n",
+	       what, before_open, before_run, after_run, after_close);
+	fflush(stdout);
+	ck_assert_msg(off ? plans == 0 : plans >= 1, "%s: %d wino plans", what, plans);
+	ck_assert_msg(after_run >= before_run + want, "%s: the run's kept weights added %zd advised bytes, not %zu",
+		      what, (ssize_t)(after_run - before_run), want);
+	ck_assert_msg(after_close <= before_open, "%s: %zu advised bytes still mapped after the close (%zu before)",
+		      what, after_close, before_open);
+}
+
+START_TEST(test_kept_huge)
+{
+	kept_huge("wino: frozen 192 x 192, U", 0, 192, (size_t)4 << 20);
+	kept_huge("oneDNN (KILN_CPU_WINO=0): frozen 256 x 256, the kernel's layout", 1, 256, (size_t)2 << 20);
+}
+END_TEST
+
 /* CONV_BWD_DATA of shape s (x the forward's: dx [N, C, H, W] from dy [N,
  * O, OH, OW] and w): dx on a cpu device (threads; conv_algo ov, or
  * KILN_CPU_WINO=0 when off), malloc'ed, *n its elements, *plans the wino
@@ -764,7 +826,7 @@ static Suite *make_cpu_wino_suite(void)
 	Suite *s = suite_create("cpu_wino");
 	check_add_case(s, "f32", 120, NULL, NULL, (const TTest *[]){ test_forward, test_threads, test_bwd_data, NULL });
 	check_add_case(s, "choice", 60, NULL, NULL, (const TTest *[]){ test_rules, NULL });
-	check_add_case(s, "edges", 60, NULL, NULL, (const TTest *[]){ test_nan, test_bf16_frozen, NULL });
+	check_add_case(s, "edges", 60, NULL, NULL, (const TTest *[]){ test_nan, test_bf16_frozen, test_kept_huge, NULL });
 	return s;
 }
 

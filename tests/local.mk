@@ -34,7 +34,7 @@ AM_TESTS_ENVIRONMENT += PYTHONDONTWRITEBYTECODE=1; export PYTHONDONTWRITEBYTECOD
 AM_TESTS_ENVIRONMENT += KILN_CPU_TUNEWAIT=0; export KILN_CPU_TUNEWAIT;
 clean-local:
 	-rm -rf tests/cache
-EXTRA_DIST += tests/check_main.h tests/test_util.h tests/proc_io.h tests/conv_ref.h tests/test_scratch.h tests/source_fixture.h tests/lib.sh tests/st.py tests/tok_pads.py tests/resume_rig.h tests/ckpt_rig.h tests/cnn_rig.h \
+EXTRA_DIST += tests/check_main.h tests/test_util.h tests/proc_io.h tests/conv_ref.h tests/test_scratch.h tests/source_fixture.h tests/smaps.h tests/lib.sh tests/st.py tests/tok_pads.py tests/resume_rig.h tests/ckpt_rig.h tests/cnn_rig.h \
 	tests/plugins/test_plugin.h
 CHECK_SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 
@@ -979,11 +979,12 @@ EXTRA_DIST += tests/cpu_tune_cache.sh
 TESTS += tests/cpu_widen_cache.sh
 EXTRA_DIST += tests/cpu_widen_cache.sh
 # ---- the widened-weight cache (plugins/cpu/wcache.c compiled in): a copy
-# kept until a write, never refilled while a run reads it (threads)
+# kept until a write, never refilled while a run reads it (threads); a
+# large one on huge pages (plugins/cpu/hugepage.c compiled in too)
 if HAVE_CHECK
 check_PROGRAMS += tests/check_cpu_wcache
 TESTS += tests/check_cpu_wcache
-tests_check_cpu_wcache_SOURCES = tests/check_cpu_wcache.c plugins/cpu/wcache.c
+tests_check_cpu_wcache_SOURCES = tests/check_cpu_wcache.c plugins/cpu/wcache.c plugins/cpu/hugepage.c
 tests_check_cpu_wcache_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_wcache_LDADD = libkiln.la $(CHECK_LIBS) -lpthread -lm
 endif
@@ -1200,6 +1201,17 @@ check_PROGRAMS += tests/check_cpu_hugepage
 TESTS += tests/check_cpu_hugepage
 tests_check_cpu_hugepage_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_hugepage_LDADD = libkiln.la $(CHECK_LIBS)
+endif
+# the CPU plugin's large-buffer allocator on its own (plugins/cpu/hugepage.c
+# compiled in): a child forked while another thread allocates does not
+# hang in its own allocation (the lock taken around fork); heap pointers
+# freed as the heap's (session 47)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_huge_alloc
+TESTS += tests/check_cpu_huge_alloc
+tests_check_cpu_huge_alloc_SOURCES = tests/check_cpu_huge_alloc.c plugins/cpu/hugepage.c
+tests_check_cpu_huge_alloc_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_huge_alloc_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
 endif
 # the CPU plugin's kernel choices timed under contention: provisional in
 # the tune cache, re-timed quiet, never over a confident one (plugins/cpu/tune.c)

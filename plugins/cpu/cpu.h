@@ -343,7 +343,11 @@ void cpu_wino_forget(struct cpu_wino *w);
  * sizeof(void *)), or NULL.  From CPU_HUGE bytes up (align at most
  * CPU_HUGE) its own mapping, aligned to CPU_HUGE and advised with
  * MADV_HUGEPAGE (advice that fails is ignored); smaller, posix_memalign's.
- * Not zeroed.  Freed with cpu_huge_free only. */
+ * Not zeroed.  Freed with cpu_huge_free only.  The plugin's one allocator
+ * of buffers that may be large (cpu_alloc's, kept weights' copies,
+ * scratch, the GEMM helpers'); a small one costs what the heap's does
+ * (cpu_huge_free takes no lock for a pointer off a CPU_HUGE boundary).
+ * Thread-safe, fork-safe. */
 void *cpu_huge_alloc(size_t align, size_t bytes);
 void cpu_huge_free(void *p);
 /* The bytes usable at p (cpu_huge_alloc's, or NULL: 0): at least those
@@ -731,7 +735,8 @@ void cpu_tune_summary(struct cpu_ctx *c);
  * workspace, pointed to by *a: float tensors 0.25 each (random = 0, for
  * timing) or pseudo-random values, the same on every call (random = 1);
  * other dtypes zero.  out_bytes (NULL, or op->n_out entries): each
- * output's size.  The caller frees the buffer; NULL when out of memory. */
+ * output's size.  The caller frees the buffer with cpu_huge_free; NULL when
+ * out of memory. */
 char *cpu_scratch_args(const struct cpu_plan *p, size_t ws, int random, struct kiln_op_args *a,
 		       size_t *out_bytes);
 

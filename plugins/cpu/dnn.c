@@ -98,8 +98,8 @@ void cpu_dnn_free(struct cpu_dnn *d)
 		dnnl_stream_destroy(d->stream);
 	pthread_mutex_destroy(&d->lock);
 	cpu_wref_drop(&d->w_ref);
-	free(d->w_tmp);
-	free(d->zero_state);
+	cpu_huge_free(d->w_tmp);
+	cpu_huge_free(d->zero_state);
 	free(d);
 }
 
@@ -266,7 +266,7 @@ static struct cpu_wkept *dnn_w_make(const void *key, int frozen, int *lib)
 	const size_t bytes = (dnnl_memory_desc_get_size(&k->kern) + 63) & ~(size_t)63;
 	struct cpu_dnn_wkept *x = calloc(1, sizeof *x);
 	(void)frozen, (void)lib;
-	if (x && !(x->kern = aligned_alloc(64, bytes ? bytes : 64))) {
+	if (x && !(x->kern = cpu_huge_alloc(64, bytes ? bytes : 64))) {
 		free(x);
 		return NULL;
 	}
@@ -277,7 +277,7 @@ static struct cpu_wkept *dnn_w_make(const void *key, int frozen, int *lib)
 
 static void dnn_w_free(struct cpu_wkept *e)
 {
-	free(((struct cpu_dnn_wkept *)e)->kern);
+	cpu_huge_free(((struct cpu_dnn_wkept *)e)->kern);
 	free(e);
 }
 
@@ -327,12 +327,12 @@ kiln_status cpu_dnn_w_probe(struct cpu_dnn *d, int begin)
 	pthread_mutex_lock(&d->lock);
 	kiln_status st = KILN_OK;
 	if (begin) { /* (a frozen GEMM's probe runs its plain matmul: no w_tmp) */
-		if (!d->w_plain && !d->w_tmp && !(d->w_tmp = aligned_alloc(64, d->w_kern_bytes)))
+		if (!d->w_plain && !d->w_tmp && !(d->w_tmp = cpu_huge_alloc(64, d->w_kern_bytes)))
 			st = KILN_ENOMEM;
 		else
 			d->w_probe++;
 	} else if (d->w_probe && !--d->w_probe) {
-		free(d->w_tmp);
+		cpu_huge_free(d->w_tmp);
 		d->w_tmp = NULL;
 	}
 	pthread_mutex_unlock(&d->lock);

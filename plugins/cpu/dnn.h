@@ -58,7 +58,7 @@ struct cpu_dnn {
 		const struct kiln_host *host;  /* (not compared) */
 	} w_key;
 	struct cpu_wref w_ref;
-	void *w_tmp;
+	void *w_tmp; /* (w_tmp and zero_state: cpu_huge_alloc's) */
 	/* rnn.c's zero initial state (h0, c0; CPU_BIND_FIXED), or NULL */
 	void *zero_state;
 };

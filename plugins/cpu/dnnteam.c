@@ -208,7 +208,7 @@ static int probe_run(struct cpu_ctx *c, const struct cpu_plan *x, size_t ws, int
 	*n = total;
 out:
 	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
-	free(buf);
+	cpu_huge_free(buf);
 	/* the scratch tensors are as large as the op's: hand their pages back,
 	 * or the probe would grow the resident peak kiln memory predicts */
 	malloc_trim(0);

@@ -21,6 +21,22 @@
  * The mappings are listed (address, length) so that cpu_huge_free knows
  * what to unmap and frees everything else with free(): a few dozen
  * buffers, listed and unlisted at setup and teardown, never in a step.
+ * A mapping starts on a 2 MiB boundary, so a pointer off one is the
+ * heap's: it is freed (or measured) without the lock or the list, and a
+ * small buffer costs what posix_memalign and free cost (session 47: every
+ * aligned buffer of the plugin comes from here, the kept weights'
+ * copies and the GEMM helpers' buffers too, not only cpu_alloc's).
+ *
+ * fork(): the child has only the forking thread.  Were another thread
+ * inside the list's lock at that moment, the child's lock would stay
+ * held for ever and its first large allocation or free would hang.  kiln
+ * itself forks only where no buffer of this file is touched after it
+ * (`kiln launch` before any device, the registry's probe children, which
+ * load plugin files and exit), but a program that embeds libkiln may fork
+ * with a device open and use the CPU device in the child (a data-loading
+ * worker, a test runner): the lock is taken around every fork, as
+ * core/trainer.c does for its hook lock, so the child's is free and its
+ * list (the same mappings, copied) right.
  *
  * Under AddressSanitizer every buffer is posix_memalign's, the large ones
  * too: a mapping of our own would have no redzones (an overrun past a
@@ -58,10 +74,25 @@ static pthread_mutex_t huge_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct huge_map *huge_maps; /* [huge_n], the live mappings */
 static size_t huge_n, huge_cap;
 
+static void huge_fork_prepare(void) { pthread_mutex_lock(&huge_lock); }
+static void huge_fork_parent(void) { pthread_mutex_unlock(&huge_lock); }
+/* (the forking thread took it in prepare: its copy in the child is this
+ * thread's to release) */
+static void huge_fork_child(void) { pthread_mutex_unlock(&huge_lock); }
+
+static pthread_once_t huge_fork_once = PTHREAD_ONCE_INIT;
+
+static void huge_fork_register(void)
+{
+	/* (glibc drops these when the plugin is unloaded) */
+	pthread_atfork(huge_fork_prepare, huge_fork_parent, huge_fork_child);
+}
+
 /* (p, len) listed: 0, or -1 when the list cannot grow */
 static int huge_list(void *p, size_t len)
 {
 	int rc = 0;
+	pthread_once(&huge_fork_once, huge_fork_register);
 	pthread_mutex_lock(&huge_lock);
 	if (huge_n == huge_cap) {
 		const size_t cap = huge_cap ? 2 * huge_cap : 64;
@@ -80,10 +111,14 @@ static int huge_list(void *p, size_t len)
 }
 
 /* p's mapped length, taken off the list when `take`; 0 when p is not
- * listed */
+ * listed (at once, without the lock, when p is off a 2 MiB boundary:
+ * the heap's) */
 static size_t huge_find(const void *p, int take)
 {
 	size_t len = 0;
+	if (!p || ((uintptr_t)p & (CPU_HUGE - 1)))
+		return 0;
+	pthread_once(&huge_fork_once, huge_fork_register);
 	pthread_mutex_lock(&huge_lock);
 	for (size_t i = 0; i < huge_n; i++)
 		if (huge_maps[i].p == p) {
@@ -145,7 +180,7 @@ void *cpu_huge_alloc(size_t align, size_t bytes)
 size_t cpu_huge_usable(void *p)
 {
 #ifndef CPU_HUGE_ASAN
-	const size_t len = p ? huge_find(p, 0) : 0;
+	const size_t len = huge_find(p, 0);
 	if (len)
 		return len;
 #endif
@@ -155,7 +190,7 @@ size_t cpu_huge_usable(void *p)
 void cpu_huge_free(void *p)
 {
 #ifndef CPU_HUGE_ASAN
-	const size_t len = p ? huge_find(p, 1) : 0;
+	const size_t len = huge_find(p, 1);
 	if (len) {
 		munmap(p, len);
 		return;

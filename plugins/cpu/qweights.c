@@ -159,8 +159,9 @@ static void qw_free(struct cpu_wkept *e)
 	dnnl_memory_destroy(s->mwp);
 	dnnl_memory_destroy(s->mwk);
 	if (s->wk != s->wq)
-		free(s->wk);
-	free(s->w), free(s->b), free(s->wq), free(s->sc), free(s->bq);
+		cpu_huge_free(s->wk);
+	cpu_huge_free(s->w), cpu_huge_free(s->wq);
+	free(s->b), free(s->sc), free(s->bq);
 	free(s);
 }
 
@@ -176,10 +177,10 @@ static struct cpu_wkept *qw_make(const void *key, int frozen, int *lib)
 	if (!s)
 		return NULL;
 	s->k = *k;
-	s->w = frozen ? NULL : malloc(sizeof(float) * n);
+	s->w = frozen ? NULL : cpu_huge_alloc(64, sizeof(float) * n);
 	s->b = !frozen && k->has_bias ? malloc(sizeof(float) * O) : NULL;
-	s->wq = aligned_alloc(64, al64(n));
-	s->wk = plain ? s->wq : aligned_alloc(64, al64(dnnl_memory_desc_get_size(&k->w_kern)));
+	s->wq = cpu_huge_alloc(64, al64(n));
+	s->wk = plain ? s->wq : cpu_huge_alloc(64, al64(dnnl_memory_desc_get_size(&k->w_kern)));
 	s->sc = malloc(sizeof(float) * O);
 	s->bq = calloc(O, sizeof(float));
 	if ((!frozen && (!s->w || (k->has_bias && !s->b))) || !s->wq || !s->wk || !s->sc || !s->bq)

@@ -26,7 +26,8 @@ struct cpu_qweights {
 	struct cpu_wkept base; /* the values under base.lock */
 	struct cpu_qkey k;
 	float *w, *b;   /* not frozen: the f32 weights [O][per] and bias [O] it
-			 * was made from (compared every run), else NULL */
+			 * was made from (compared every run), else NULL;
+			 * w, wq and wk cpu_huge_alloc's */
 	int8_t *wq;     /* plain [O][per] (doubled where oneDNN halves them) */
 	void *wk;       /* the kernel's layout; wq itself when that is plain */
 	float *sc;      /* output scales [O] */

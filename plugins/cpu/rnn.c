@@ -42,7 +42,7 @@
 #include "dnn.h"
 
 #include <stdio.h>
-#include <stdlib.h> /* aligned_alloc */
+#include <stdlib.h>
 #include <string.h>
 
 #define RNN_AL(n) (((size_t)(n) + 63) & ~(size_t)63)
@@ -383,7 +383,7 @@ static kiln_status rnn_steps(struct cpu_ctx *c, struct cpu_plan *p, const_dnnl_p
 	 * bytes zeroed here once (oneDNN only reads them) */
 	const size_t hb = (size_t)(v[R_B] * v[R_H]) * sizeof(float);
 	const int lstm = !p->op.i[0];
-	if (!(d->zero_state = aligned_alloc(64, RNN_AL((lstm ? 2 : 1) * hb))))
+	if (!(d->zero_state = cpu_huge_alloc(64, RNN_AL((lstm ? 2 : 1) * hb))))
 		return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory (the initial state)",
 				      cpu_op_name(p->op.type), geom);
 	memset(d->zero_state, 0, RNN_AL((lstm ? 2 : 1) * hb));

@@ -180,11 +180,11 @@ static kiln_status grow(struct cpu_ctx *c, struct cpu_split_pool *P, size_t byte
 	if (bytes > P->buf_bytes) {
 		cpu_split_quiesce(c);
 		for (int i = 0; i < P->n_help; i++) {
-			void *b = NULL;
-			if (posix_memalign(&b, 4096, bytes))
+			void *b = cpu_huge_alloc(4096, bytes);
+			if (!b)
 				return c->host->error(KILN_ENOMEM, "cpu: out of memory for the GEMM helpers (%zu bytes)",
 						      bytes);
-			free(P->buf[i]);
+			cpu_huge_free(P->buf[i]);
 			P->buf[i] = b;
 		}
 		P->buf_bytes = bytes;
@@ -192,8 +192,8 @@ static kiln_status grow(struct cpu_ctx *c, struct cpu_split_pool *P, size_t byte
 	const int want = c->threads - 1 < CPU_POOL_MAX ? c->threads - 1 : CPU_POOL_MAX;
 	while (P->n_help < want) {
 		struct helper_arg *a = malloc(sizeof *a);
-		void *b = NULL;
-		if (!a || posix_memalign(&b, 4096, P->buf_bytes ? P->buf_bytes : 4096)) {
+		void *b = a ? cpu_huge_alloc(4096, P->buf_bytes ? P->buf_bytes : 4096) : NULL;
+		if (!b) {
 			free(a);
 			return c->host->error(KILN_ENOMEM, "cpu: out of memory for the GEMM helpers");
 		}
@@ -201,7 +201,7 @@ static kiln_status grow(struct cpu_ctx *c, struct cpu_split_pool *P, size_t byte
 		*a = (struct helper_arg){ P, P->n_help + 1, __atomic_load_n(&P->gen32, __ATOMIC_ACQUIRE) };
 		if (pthread_create(&P->th[P->n_help], NULL, helper_main, a)) {
 			free(a);
-			free(b);
+			cpu_huge_free(b);
 			P->buf[P->n_help] = NULL;
 			break; /* fewer helpers: the caller runs more parts */
 		}
@@ -254,7 +254,7 @@ void cpu_split_destroy(struct cpu_ctx *c)
 	futex(&P->gen32, FUTEX_WAKE_PRIVATE, INT32_MAX);
 	for (int i = 0; i < P->n_help; i++) {
 		pthread_join(P->th[i], NULL);
-		free(P->buf[i]);
+		cpu_huge_free(P->buf[i]);
 	}
 	pthread_mutex_destroy(&P->lock);
 	free(P->state);

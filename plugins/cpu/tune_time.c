@@ -9,7 +9,7 @@
 #include "wino.h" /* cpu_wino_forget */
 #include "../common/c_locale.h" /* common_strtod, common_snprintf_c */
 
-#include <stdlib.h>  /* getenv, free, posix_memalign */
+#include <stdlib.h>  /* getenv */
 #include <string.h>  /* memset */
 #include <time.h>    /* clock_gettime */
 #include <omp.h>     /* omp_get_thread_num */
@@ -63,7 +63,7 @@ char *cpu_scratch_args(const struct cpu_plan *p, size_t ws, int random, struct k
 			out_bytes[i - op->n_in] = arg_bytes(p, i);
 		total += (arg_bytes(p, i) + 63) & ~(size_t)63;
 	}
-	if (posix_memalign((void **)&buf, 64, total + ws + 64))
+	if (!(buf = cpu_huge_alloc(64, total + ws + 64)))
 		return NULL;
 	/* timing: small exact values (0.25 in every dtype the ops take here):
 	 * no denormal or infinity slows a kernel down, accumulation stays
@@ -290,7 +290,7 @@ out:
 	 * weights: wshare.c), but from scratch weights: those entries are
 	 * listed no more, and the first real run takes the plan's anew */
 	cpu_wshare_freed(&c->wshare, buf);
-	free(buf);
+	cpu_huge_free(buf);
 	for (int k = 0; k < n; k++)
 		for (const struct cpu_plan *x = q[k]; x; x = x->inner) {
 			cpu_dnn_w_forget(x->dnn);

@@ -154,7 +154,7 @@ void cpu_wc_close(struct cpu_wcache *w, const struct kiln_host *host)
 			  w->n, (double)w->bytes / 1e6, (unsigned long long)w->fills,
 			  (unsigned long long)w->hits);
 	for (int i = 0; i < w->n; i++)
-		free(w->e[i].buf);
+		cpu_huge_free(w->e[i].buf);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 }
@@ -400,7 +400,7 @@ const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_
 		x->holders++;
 		r = x->buf;
 	} else if (x && !x->filling && !x->holders && (++x->reads >= 2 || x->buf)) {
-		if (!x->buf && !posix_memalign((void **)&x->buf, 64, (size_t)n * sizeof(float)))
+		if (!x->buf && (x->buf = cpu_huge_alloc(64, (size_t)n * sizeof(float))))
 			w->bytes += (size_t)n * sizeof(float);
 		if (x->buf) { /* the caller widens (lowp.c, one region for all) */
 			x->filling = 1;

@@ -101,7 +101,7 @@ static struct cpu_wkept *wg_kept_make(const void *key, int frozen, int *lib)
 	if (!x)
 		return NULL;
 	x->k = *k;
-	if (posix_memalign((void **)&x->U, WG_ALIGN, wg_u_len(k) * sizeof(float))) {
+	if (!(x->U = cpu_huge_alloc(WG_ALIGN, wg_u_len(k) * sizeof(float)))) {
 		free(x);
 		return NULL;
 	}
@@ -110,7 +110,7 @@ static struct cpu_wkept *wg_kept_make(const void *key, int frozen, int *lib)
 
 static void wg_kept_free(struct cpu_wkept *e)
 {
-	free(((struct wg_kept *)e)->U);
+	cpu_huge_free(((struct wg_kept *)e)->U);
 	free(e);
 }
 
