@@ -17,6 +17,7 @@
 #include "profile.h"
 #include "../plugins/common/c_locale.h" /* common_snprintf_c, common_c_numbers_begin */
 
+#include <sched.h> /* sched_getcpu */
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +39,9 @@ struct kiln_pipe_timing {
 	double theory;
 	int64_t *t;              /* 2 per action: start, end (ns) */
 	int64_t *c;              /* the same in the stamping thread's CPU time */
+	int *cpu;                /* per action: the CPU its start stamp ran on
+				  * (sched_getcpu; -1 unknown: stamps replayed
+				  * from ranks) */
 	struct stamp_arg *arg;   /* 2 per action: what the stamp writes */
 	int *prev, *dep;         /* per action: the stage's previous action, and
 				  * the other stage's it waits for (-1: none) */
@@ -266,6 +270,7 @@ static struct kiln_pipe_timing *timing_new(int P, const struct kiln_pipe_action 
 	struct kiln_pipe_timing *t = calloc(1, sizeof *t);
 	if (!t || !(t->t = calloc((size_t)n_act * 2, sizeof *t->t)) ||
 	    !(t->c = calloc((size_t)n_act * 2, sizeof *t->c)) ||
+	    !(t->cpu = malloc((size_t)n_act * sizeof *t->cpu)) ||
 	    !(t->arg = calloc((size_t)n_act * 2, sizeof *t->arg)) ||
 	    !(t->prev = malloc((size_t)n_act * sizeof *t->prev)) ||
 	    !(t->dep = malloc((size_t)n_act * sizeof *t->dep)) ||
@@ -278,6 +283,8 @@ static struct kiln_pipe_timing *timing_new(int P, const struct kiln_pipe_action 
 		return NULL;
 	}
 	link_actions(act, n_act, t->prev, t->dep);
+	for (int i = 0; i < n_act; i++)
+		t->cpu[i] = -1;
 	for (int i = 0; i < 2 * n_act; i++)
 		t->arg[i] = (struct stamp_arg){ t, i };
 	t->P = P;
@@ -311,6 +318,8 @@ static kiln_status stamp_now(void *arg)
 	const struct stamp_arg *a = arg;
 	struct timespec ts;
 	a->t->t[a->i] = kiln_now_ns();
+	if (!(a->i & 1))
+		a->t->cpu[a->i / 2] = sched_getcpu();
 	a->t->c[a->i] = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) ? 0
 			: (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 	return KILN_OK;
@@ -365,20 +374,60 @@ static double stage_spread(int P, const double *mean)
 	return sum > 0 ? (hi - lo) * P / sum : 0;
 }
 
+/* The CPUs stage s's passes of the step started on (t->cpu), written at
+ * line + k: " C" when all on one, else " C xN, D xM" (the first three by
+ * first use, then ", ..."); the new k. */
+static int log_cpus(const struct kiln_pipe_timing *t, int s, char *line, size_t size, int k)
+{
+	int id[3], n[3], used = 0, more = 0;
+	for (int i = 0; i < t->n_act; i++) {
+		if (t->act[i].stage != s || t->cpu[i] < 0)
+			continue;
+		int j = 0;
+		while (j < used && id[j] != t->cpu[i])
+			j++;
+		if (j < used)
+			n[j]++;
+		else if (used < 3)
+			id[used] = t->cpu[i], n[used++] = 1;
+		else
+			more = 1;
+	}
+	for (int j = 0; j < used && k > 0 && (size_t)k < size; j++)
+		k += used == 1 ? common_snprintf_c(line + k, size - (size_t)k, " %d", id[j])
+			       : common_snprintf_c(line + k, size - (size_t)k, "%s %d x%d", j ? "," : "",
+						   id[j], n[j]);
+	if (more && k > 0 && (size_t)k < size)
+		k += common_snprintf_c(line + k, size - (size_t)k, ", ...");
+	return k;
+}
+
 /* At debug level, one step's: when it started (its first stamp, on
  * kiln_now_ns's monotonic clock, to set beside samples of the ranks'
  * threads or CPUs taken meanwhile) and each stage's mean forward plus
  * backward, wall[s] and in CPU time (cpu: pass_means'), what the totals'
  * spread (report_shape) averages over the steps (docs/PERFORMANCE.md,
- * session 19) */
+ * session 19), and, from stamps taken in this process, the CPUs each
+ * stage's passes started on (log_cpus: whether a stage's slow steps
+ * follow a CPU; session 47) */
 static void log_step(const struct kiln_pipe_timing *t, const double *wall, const double *cpu)
 {
-	char line[64 + 40 * KILN_PIPE_MAX_STAGES];
+	char line[64 + 100 * KILN_PIPE_MAX_STAGES];
 	int k = common_snprintf_c(line, sizeof line, "step at %.3f s: the stages' pass pairs, ms (CPU):",
 			 1e-9 * (double)t->t[0]);
 	for (int s = 0; s < t->P && k > 0 && (size_t)k < sizeof line; s++)
 		k += common_snprintf_c(line + k, sizeof line - (size_t)k, " %.3f (%.3f)", 1e-6 * wall[s],
 			      1e-6 * (cpu[2 * s] + cpu[2 * s + 1]));
+	int known = 0;
+	for (int i = 0; i < t->n_act; i++)
+		known |= t->cpu[i] >= 0;
+	if (known && k > 0 && (size_t)k < sizeof line)
+		k += common_snprintf_c(line + k, sizeof line - (size_t)k, "; started on CPU:");
+	for (int s = 0; known && s < t->P && k > 0 && (size_t)k < sizeof line; s++) {
+		if (s)
+			k += common_snprintf_c(line + k, sizeof line - (size_t)k, " |");
+		k = log_cpus(t, s, line, sizeof line, k);
+	}
 	kiln_log(KILN_LOG_DEBUG, "pipeline", "%s%s", t->who, line);
 }
 
@@ -820,6 +869,7 @@ void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
 		return;
 	free(t->t);
 	free(t->c);
+	free(t->cpu);
 	free(t->arg);
 	free(t->prev);
 	free(t->dep);

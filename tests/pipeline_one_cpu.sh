@@ -24,7 +24,12 @@
 #     spinning; with stage_backoff = 0 none backs off;
 #  3. bench/pipeline.sh's models: MODEL=mirror (the issue-21 figure's) and
 #     MODEL=blocks in one short round at M = 4 print their rows (bubble,
-#     theory, ratio, each stage's busy time, the waits).
+#     theory, ratio, each stage's busy time, the waits);
+#  4. the debug level's line a step names the CPU each stage's passes started
+#     on (core/pipe_timing.c, session 47): CPU 0 for both stages under taskset
+#     -c 0, on every counted step; with CPUs 0 and 1 and [run] bind_stages =
+#     always, stage 0's on CPU 0 and stage 1's on CPU 1 (that part needs both
+#     CPUs in the mask).
 name=pipeline_one_cpu
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -126,4 +131,28 @@ done
 MODEL=nope MS=4 KILN="$kiln" sh "$srcdir/bench/pipeline.sh" --short >"$tmp/bench.out" 2>"$tmp/bench.err"
 [ $? -eq 2 ] && grep -q "MODEL=nope: mirror, blocks or mlp" "$tmp/bench.err" ||
 	fail "MODEL=nope: not refused with exit 2 naming the models"
+
+# ---- 4. the CPUs a step's passes started on (the debug line a step) -----------
+# step_cpus FILE: each counted step's "started on CPU: ..." (the line's end)
+step_cpus() { sed -n "s/.*\] debug: step at [0-9.]* s: the stages' pass pairs, ms (CPU): [0-9. ()]*; started on CPU: \(.*\)$/\1/p" "$1"; }
+KILN_LOG_LEVEL=debug timeout 120 taskset -c 0 "$kiln" train "$m" run.out_dir="$tmp/d0" \
+	pipeline.micro_batches=8 layer.fc2.stage=1 "$dev" run.threads=2 >"$out" 2>"$err" ||
+	fail "2 stages on one CPU at debug level: exit code $?"
+# 6 steps, the first not counted
+[ "$(step_cpus "$err" | wc -l)" -eq 5 ] || fail "one CPU: not 5 step lines naming their CPUs: $(grep 'step at' "$err")"
+[ "$(step_cpus "$err" | sort -u)" = "0 | 0" ] || fail "one CPU: the passes did not all start on CPU 0: $(step_cpus "$err" | sort -u)"
+echo "ok: one CPU: every step's passes started on CPU 0 (the debug line)"
+if taskset -c 0,1 true 2>/dev/null; then
+	KILN_LOG_LEVEL=debug timeout 120 taskset -c 0,1 "$kiln" train "$m" run.out_dir="$tmp/d2" \
+		pipeline.micro_batches=8 layer.fc2.stage=1 "$dev" run.threads=2 run.bind_stages=always \
+		>"$out" 2>"$err" || fail "2 stages pinned at debug level: exit code $?"
+fi
+# (pinned only where the cgroup's CPU quota lets both stages' teams fit)
+if taskset -c 0,1 true 2>/dev/null && grep -q "cpu:1 (one of 2 devices side by side): its workers on CPU 1 " "$err"; then
+	[ "$(step_cpus "$err" | wc -l)" -eq 5 ] || fail "pinned: not 5 step lines naming their CPUs: $(grep 'step at' "$err")"
+	[ "$(step_cpus "$err" | sort -u)" = "0 | 1" ] || fail "pinned to CPUs 0 and 1: the stages' passes started on $(step_cpus "$err" | sort -u)"
+	echo "ok: stages pinned to CPUs 0 and 1: every step's passes started there (the debug line)"
+else
+	echo "(part 4's pinned run needs CPUs 0 and 1 in the mask and the quota: not here)"
+fi
 echo "ok: pipeline_one_cpu"
