@@ -68,8 +68,9 @@
 #                              (a hand rank's `timeout` and its trainer)
 #   below PID                  every process below PID, one a line
 #   await_train NAME PID       until NAME's metrics.jsonl has a train event,
-#                              at most 60 s; then PID is killed, and bad
-#                              says training did not start (status 1)
+#                              at most 60 s; past that, PID and every
+#                              process below it are killed and bad says
+#                              training did not start (status 1)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
 kiln="$abs_top_builddir/kiln"
@@ -308,7 +309,11 @@ await_train() {
 	_ti=0
 	until grep -q '"event":"train"' "$tmp/$1/metrics.jsonl" 2> /dev/null; do
 		_ti=$((_ti + 1))
-		[ $_ti -le 600 ] || { kill -KILL "$2"; bad "$1: training did not start"; return 1; }
+		[ $_ti -le 600 ] || {
+			kill -KILL "$2" $(below "$2") 2> /dev/null
+			bad "$1: training did not start"
+			return 1
+		}
 		sleep 0.1
 	done
 }
