@@ -108,7 +108,8 @@ kiln() {
 
 # job_tree PID: PID and every process under it (pgrep -P), each stopped
 # (SIGSTOP) before its children are listed, so that none starts another
-# after the walk.  job_kill PID: SIGKILL for all of them: a background
+# after the walk.  (Were the test shell itself killed between the walk and
+# the SIGKILL, the tree would stay stopped: a window of milliseconds.)  job_kill PID: SIGKILL for all of them: a background
 # job's `timeout`, the `kiln launch` under it and its ranks, which lead
 # process groups of their own (so neither killing PID alone nor its
 # process group, the test script's own, reaches them); the caller, the

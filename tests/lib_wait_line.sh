@@ -2,7 +2,9 @@
 # tests/lib_wait_line.sh - tests/lib.sh's wait_line when its time runs out:
 # the background job it waits on is `timeout` over `kiln launch -n 2` whose
 # ranks never write the line (each a shell that records its PID in a file,
-# then becomes `sleep 600`).  wait_line, with wait_line_s = 1, fails the
+# then becomes `sleep 600` with SIGHUP ignored: `kiln launch` gives its
+# ranks a parent-death SIGHUP, which would end a plain sleep however the
+# launcher died, while a real rank takes it as a graceful stop and runs on).  wait_line, with wait_line_s = 1, fails the
 # test (run in a subshell here: it exits 1, not killed, as the test script
 # above the job is not) after killing the job's whole tree: `timeout`, the
 # launcher and both ranks are gone.  Before session 47 it killed `timeout`
@@ -17,7 +19,7 @@ gone() {
 	! kill -0 "$1" 2> /dev/null || [ "$(ps -o stat= -p "$1" | cut -c1)" = Z ]
 }
 
-timeout 600 "$kiln" launch -n 2 -- sh -c 'echo $$ >> "$0"; exec sleep 600' "$tmp/ranks" \
+timeout 600 "$kiln" launch -n 2 -- sh -c 'trap "" HUP; echo $$ >> "$0"; exec sleep 600' "$tmp/ranks" \
 	> "$tmp/job.log" 2>&1 &
 job=$!
 for _ in $(seq 300); do
@@ -32,8 +34,8 @@ launcher=$(pgrep -P "$job")
 ( wait_line_s=1; wait_line "$job" "$tmp/never" "a line" "the self-check" "$tmp/job.log" ) \
 	> "$tmp/wl.out" 2>&1
 rc=$?
-cat "$tmp/wl.out"
-[ $rc = 1 ] || fail "wait_line's time out: exit $rc, 1 expected (the test failing, not killed)"
+sed 's/^/wait_line said: /' "$tmp/wl.out"
+[ $rc = 1 ] || { job_kill "$job"; fail "wait_line's time out: exit $rc, 1 expected (the test failing, not killed)"; }
 grep -qF "FAIL: the self-check: no 'a line' in $tmp/never within 1 s" "$tmp/wl.out" ||
 	fail "wait_line's time out: not its message"
 wait "$job"
