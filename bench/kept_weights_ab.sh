@@ -13,7 +13,7 @@
 #            [--threads T] [--batch B] [--iters I] [--shapes C,H,O,P;...]
 #   --runs N     rounds (default 7)     --threads T  run.threads (default 1)
 #   --batch B    samples (default 1)    --iters I    runs an invocation (default 30)
-#   --shapes     default "256,7,256,1;256,14,256,1" (U 9.4 MiB, oneDNN's 2.4 MiB)
+#   --shapes     default "256,7,256,1;256,14,256,1" (U 9.0 MiB, oneDNN's 2.25 MiB)
 # A and B are built trees (their bench/wino_ops).  Run from the top of B.
 
 set -eu

@@ -25,7 +25,7 @@
 #include <time.h>
 #include "check_main.h"
 #include "test_util.h"
-#include "smaps.h" /* smaps_hg_bytes, smaps_thp, SMAPS_ASAN_BUILD */
+#include "smaps.h" /* smaps_hg_bytes, smaps_thp, SMAPS_ASAN */
 
 static struct kiln_registry *reg;
 
@@ -311,14 +311,9 @@ static size_t hg_whole(size_t b)
  * AddressSanitizer build. */
 START_TEST(test_helper_buffer_huge)
 {
-#ifdef SMAPS_ASAN_BUILD
-	const int asan = 1;
-#else
-	const int asan = 0;
-#endif
-	if (!smaps_thp() || asan) {
+	if (!smaps_thp() || SMAPS_ASAN) {
 		printf("split: the helper's buffer on huge pages not checked (%s)\n",
-		       asan ? "an AddressSanitizer build" : "no THP");
+		       SMAPS_ASAN ? "an AddressSanitizer build" : "no THP");
 		return;
 	}
 	const int64_t M = 2048, N = 1024, K = 16;

@@ -63,7 +63,7 @@
 #include "check_main.h"
 #include "test_util.h"
 #include "conv_ref.h" /* conv_ref_run, conv_ref_err, conv_ref_at */
-#include "smaps.h"    /* smaps_hg_bytes, smaps_thp, SMAPS_ASAN_BUILD */
+#include "smaps.h"    /* smaps_hg_bytes, smaps_thp, SMAPS_ASAN */
 #include "../plugins/common/half.h" /* half_f32_bf16, half_bf16_f32 */
 
 static struct kiln_registry *reg;
@@ -692,14 +692,9 @@ END_TEST
  * build (no mapping of hugepage.c's own). */
 static void kept_huge(const char *what, int off, int64_t ch, size_t want)
 {
-#ifdef SMAPS_ASAN_BUILD
-	const int asan = 1;
-#else
-	const int asan = 0;
-#endif
-	if (!avx512() || !smaps_thp() || asan) {
+	if (!avx512() || !smaps_thp() || SMAPS_ASAN) {
 		printf("%s: kept weights on huge pages not checked (%s)\n", what,
-		       asan ? "an AddressSanitizer build" : !avx512() ? "no AVX-512" : "no THP");
+		       SMAPS_ASAN ? "an AddressSanitizer build" : !avx512() ? "no AVX-512" : "no THP");
 		return;
 	}
 	const struct shape s = { 1, ch, 8, 8, ch, 3, 3, 1, 1 };

@@ -1,7 +1,8 @@
 /* tests/smaps.h - this process's mappings as /proc/self/smaps lists them,
  * for the tests of the CPU plugin's huge-page buffers
  * (plugins/cpu/hugepage.c: tests/check_cpu_hugepage.c,
- * check_cpu_huge_alloc.c, check_cpu_wcache.c, check_cpu_wino.c).
+ * check_cpu_huge_alloc.c, check_cpu_wcache.c, check_cpu_wino.c,
+ * check_cpu_split.c).
  *
  * A buffer's mapping advised with MADV_HUGEPAGE holds `hg` in its VmFlags
  * whatever the kernel's THP setting and however many huge pages are free
@@ -119,6 +120,14 @@ static inline int smaps_thp(void)
 #endif
 #if defined(__SANITIZE_ADDRESS__) /* GCC's */
 #define SMAPS_ASAN_BUILD 1
+#endif
+
+/* 1 in an AddressSanitizer build (every CPU buffer posix_memalign's there,
+ * never a huge-page mapping), 0 elsewhere: for a plain `if` */
+#ifdef SMAPS_ASAN_BUILD
+#define SMAPS_ASAN 1
+#else
+#define SMAPS_ASAN 0
 #endif
 
 #endif

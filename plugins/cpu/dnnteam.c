@@ -210,7 +210,10 @@ out:
 	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
 	cpu_huge_free(buf);
 	/* the scratch tensors are as large as the op's: hand their pages back,
-	 * or the probe would grow the resident peak kiln memory predicts */
+	 * or the probe would grow the resident peak kiln memory predicts.
+	 * Scratch of 2 MiB or more was its own mapping, unmapped just above
+	 * (with THP, a 2 MiB block of it was resident whole once touched:
+	 * docs/memory.md); this trims only the heap's, under 2 MiB. */
 	malloc_trim(0);
 	return same;
 }

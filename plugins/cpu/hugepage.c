@@ -19,8 +19,17 @@
  * 2 MiB is posix_memalign's, as every buffer was before.
  *
  * The mappings are listed (address, length) so that cpu_huge_free knows
- * what to unmap and frees everything else with free(): a few dozen
- * buffers, listed and unlisted at setup and teardown, never in a step.
+ * what to unmap and frees everything else with free().  The list holds
+ * every live mapping: cpu_alloc's large buffers and every kept weight copy
+ * of 2 MiB or more, so a large frozen model lists hundreds.  A buffer is
+ * listed when it is made: at setup, except a widened bf16 weight's copy
+ * (wcache.c, made at the weight's second read, in a step, once) and the
+ * split GEMM's helper buffers (made again larger when a larger GEMM
+ * comes, once per growth); it is unlisted when it is freed, mostly at
+ * teardown.  A free (and cpu_huge_usable) of a pointer on a 2 MiB
+ * boundary scans the list linearly under the lock: freeing n mappings
+ * costs n^2 / 2 compares, a fraction of a millisecond for hundreds; none
+ * of this is per step.
  * A mapping starts on a 2 MiB boundary, so a pointer off one is the
  * heap's: it is freed (or measured) without the lock or the list, and a
  * small buffer costs what posix_memalign and free cost (session 47: every
