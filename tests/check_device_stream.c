@@ -316,6 +316,10 @@ START_TEST(test_host_fn_skip)
 	ck_assert_int_eq(atomic_load(&on_b), 7);
 	ck_assert_int_eq(atomic_load(&hs_ran), 3);
 	ck_assert_int_eq(atomic_load(&hs_skip_here), 0);
+	/* no context and no stream: refused, with a message that says so */
+	ck_assert_int_eq(hfs(NULL, NULL, hs_run, hs_skip, &on_a), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "NULL stream"), "%s", kiln_last_error());
+	ck_assert_int_eq(atomic_load(&hs_ran), 3);
 	fx_close(&f);
 }
 END_TEST

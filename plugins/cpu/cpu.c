@@ -66,6 +66,11 @@ kiln_status cpu_fail(struct cpu_err *e, kiln_status st, const char *fmt, ...)
 
 static const struct kiln_host *cpu_host; /* from kiln_plugin_init */
 
+const struct kiln_host *cpu_plugin_host(void)
+{
+	return cpu_host;
+}
+
 const char *cpu_op_name(int type)
 {
 	/* the core's table (host version 3) */

@@ -842,6 +842,9 @@ kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, 
 kiln_status cpu_event_record(void *ctx, void *event, void *stream);
 kiln_status cpu_stream_wait(void *ctx, void *stream, void *event);
 kiln_status cpu_event_sync(void *ctx, void *event);
+/* the host table kiln_plugin_init was given (a call with no context,
+ * cpu_host_fn_skip's ctx NULL, sets its messages there) */
+const struct kiln_host *cpu_plugin_host(void);
 kiln_status cpu_host_fn(void *ctx, void *stream, kiln_status (*fn)(void *), void *arg);
 kiln_status cpu_host_fn_skip(void *ctx, void *stream, kiln_status (*fn)(void *),
 			     void (*skip)(void *), void *arg);

@@ -748,10 +748,11 @@ kiln_status cpu_host_fn_skip(void *ctx, void *stream, kiln_status (*fn)(void *),
 {
 	struct cpu_stream *s = stream;
 	struct cpu_ctx *c = ctx ? ctx : s ? s->c : NULL;
-	if (!c)
-		return KILN_EINVAL; /* (no context to set the message on) */
-	if (!s || !fn)
-		return c->host->error(KILN_EINVAL, "cpu: host_fn: NULL %s", !s ? "stream" : "function");
+	if (!s || !fn) {
+		/* (ctx and stream NULL: no context, the plugin's host table) */
+		const struct kiln_host *h = c ? c->host : cpu_plugin_host();
+		return h->error(KILN_EINVAL, "cpu: host_fn: NULL %s", !s ? "stream" : "function");
+	}
 	struct cpu_task t = { .kind = CPU_T_HOST, .fn = fn, .skip = skip, .arg = arg };
 	/* sync mode calls fn here, and fn may run plans (cpu.h, cpu_omp_enter) */
 	const int caller = cpu_omp_enter();

@@ -101,9 +101,14 @@ size_t gloo_p2p_buffered(void *ctx, int peer)
  * closes before the streams its collectives are queued on have drained
  * (their syncs are its to call) would have their jobs run, or skipped by a
  * failed stream (job_skipped), on a freed communicator.  Nothing waits
- * where they have: the core syncs each such stream first. */
+ * where they have: the core syncs each such stream first.  Only with
+ * KILN_PROC_HOST_FN_SKIP: a device without it keeps a skipped job's slot
+ * busy for ever, and the drain would wait the whole timeout after any
+ * stream failure. */
 static void jobs_drain(Comm *c)
 {
+	if (!c->host_fn_skip)
+		return;
 	std::unique_lock<std::mutex> g(c->job_lock);
 	const bool idle = c->job_freed.wait_for(g, std::chrono::milliseconds(c->timeout_ms), [c] {
 		for (const Job &j : c->jobs)

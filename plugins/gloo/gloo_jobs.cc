@@ -236,16 +236,17 @@ kiln_status world_named(const Job *j, kiln_status st)
 	return H->error(st, "%s: %s: %s", who, what, H->last_error());
 }
 
-/* j's slot free again, told to a thread waiting for one (job_get) */
+/* j's slot free again, told to the threads waiting for one (job_get) or
+ * for all (gloo_close's jobs_drain).  Both under the lock: job_get's check
+ * and wait cannot miss it, and the notify cannot follow a drain that saw
+ * the slot free, returned, and let gloo_close free c (its condition
+ * variable).  Nothing of c is touched after the unlock. */
 static void job_release(Job *j)
 {
 	Comm *c = j->c;
-	{
-		/* (under the lock: job_get's check and wait cannot miss it) */
-		std::lock_guard<std::mutex> g(c->job_lock);
-		j->busy.store(0, std::memory_order_release);
-	}
-	c->job_freed.notify_one();
+	std::lock_guard<std::mutex> g(c->job_lock);
+	j->busy.store(0, std::memory_order_release);
+	c->job_freed.notify_all();
 }
 
 /* the last job run_job ran on this thread: enqueue's, where a device ran
