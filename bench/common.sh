@@ -170,6 +170,27 @@ collect_runs() {
     done
 }
 
+# ab_rounds RUNS ITEMS ROWS FN: an interleaved A/B.  RUNS rounds, A before
+# B in odd rounds and B before A in even ones, each of ITEMS (words) in turn;
+# FN W ITEM prints one build's figures for ITEM (W is A or B), appended to
+# ROWS as "ITEM W FIGURES" and shown on stderr with its round.
+ab_rounds() {
+    _ab_runs=$1 _ab_items=$2 _ab_rows=$3 _ab_fn=$4
+    _ab_r=1
+    while [ "$_ab_r" -le "$_ab_runs" ]; do
+        _ab_order="A B"
+        [ $((_ab_r % 2)) -eq 1 ] || _ab_order="B A"
+        for _ab_it in $_ab_items; do
+            for _ab_w in $_ab_order; do
+                _ab_res=$("$_ab_fn" "$_ab_w" "$_ab_it")
+                echo "round $_ab_r $_ab_it $_ab_w: $_ab_res" >&2
+                echo "$_ab_it $_ab_w $_ab_res" >> "$_ab_rows"
+            done
+        done
+        _ab_r=$((_ab_r + 1))
+    done
+}
+
 PEAK=0
 measure_peak() {
     [ -x "$GEMM" ] || return 0

@@ -74,18 +74,10 @@ for m in $models; do
 	one "$B" "$m" >/dev/null
 done
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-for r in $(seq "$RUNS"); do
-	order="A B"
-	[ $((r % 2)) -eq 1 ] || order="B A"
-	for m in $models; do
-		for w in $order; do
-			if [ "$w" = A ]; then bin=$A; else bin=$B; fi
-			res=$(one "$bin" "$m")
-			echo "round $r $m $w: $res" >&2
-			echo "$m $w $res" >>"$TMP/rows"
-		done
-	done
-done
+build_one() { # A|B MODEL
+	if [ "$1" = A ]; then one "$A" "$2"; else one "$B" "$2"; fi
+}
+ab_rounds "$RUNS" "$models" "$TMP/rows" build_one
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo "$RUNS rounds, run.threads=$THREADS; load average before $load0, after $load1"

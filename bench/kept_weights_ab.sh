@@ -45,16 +45,10 @@ for s in $shapes; do # untimed: page cache, JIT
 	one "$B" "$s" >/dev/null
 done
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-for r in $(seq "$RUNS"); do
-	order="A B"
-	[ $((r % 2)) -eq 1 ] || order="B A"
-	for s in $shapes; do
-		for w in $order; do
-			eval "tree=\$$w"
-			echo "$s $w $(one "$tree" "$s")" >>"$TMP/rows"
-		done
-	done
-done
+build_one() { # A|B SHAPE
+	if [ "$1" = A ]; then one "$A" "$2"; else one "$B" "$2"; fi
+}
+ab_rounds "$RUNS" "$shapes" "$TMP/rows" build_one
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 
 col() { # SHAPE BUILD COLUMN -> median
