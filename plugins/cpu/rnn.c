@@ -1,7 +1,7 @@
 /* plugins/cpu/rnn.c - KILN_OP_RNN and RNN_BWD (one direction of one layer of
  * nn.LSTM / nn.GRU) through oneDNN's RNN primitives.
  *
- * oneDNN runs the sequence left to right, batch-first (ntc), from a zero
+ * oneDNN runs the sequence left to right, time-major (tnc), from a zero
  * state.  The kernel around it does what oneDNN's layout or math does not:
  *   - the gates: PyTorch's LSTM order (i, f, g, o) is oneDNN's; its GRU
  *     (r, z, n) is oneDNN's linear-before-reset GRU (lbr_gru: u, r, o, with
@@ -11,24 +11,29 @@
  *   - the weights: PyTorch's [G*H, I] is oneDNN's ldgoi (L = D = 1): the
  *     LSTM's are read where they are, the GRU's copied with two gates
  *     swapped, and reordered only when the primitive chose another layout;
- *   - the direction and the lengths: every row's first len steps are
- *     gathered in reading order (reversed for the reverse direction) into
- *     a zero-padded sequence, run left to right, and scattered back; the
- *     padded steps run after the valid ones, so they never touch a valid
- *     output, their y is zeroed, and their dy is zero in the backward (so
- *     they add nothing to any gradient): pack_padded_sequence's result.
- *     When every row has length T in the forward direction there is
- *     nothing to gather: oneDNN reads x and dy and writes dx in place.
+ *   - the layout, the direction and the lengths: every row's first len
+ *     steps are gathered in reading order (reversed for the reverse
+ *     direction) into a zero-padded time-major sequence, run left to
+ *     right, and scattered back to kiln's batch-first [B,T,C]; the padded
+ *     steps run after the valid ones, so they never touch a valid output,
+ *     their y is zeroed, and their dy is zero in the backward (so they add
+ *     nothing to any gradient): pack_padded_sequence's result.  Time-major
+ *     because oneDNN 2.6's reference RNN (rnn_utils.hpp, merge_gemm_layer
+ *     and merge_gemm_iter) runs the input GEMM and, in the backward, the
+ *     dx and both weight-gradient GEMMs as one GEMM over all T steps only
+ *     when the sequence's T stride is B rows; for a batch-first (ntc)
+ *     sequence it runs them one step (B rows) at a time (session 47).
  *
  * The initial state (h0, and c0 for the LSTM) is zero, given to oneDNN as
  * memory of zeros (src_iter, src_iter_c: the plan's own, zeroed once at
  * prepare, cpu_dnn.zero_state; their gradients written into the workspace
- * and dropped), not as no memory: oneDNN 2.6's LSTM backward
- * (and its current source) computes the weight_hh gradient of a sequence
- * whose dst is one contiguous block, which in ntc is one row of one step,
- * by one GEMM over the states that assumes src_iter was given; without
- * it, it took h1 for h0 and gave weight_hh a gradient of dgates x h1,
- * where PyTorch's is 0 (tests/check_rnn.c, lstm_l1_b1t1).
+ * and dropped), not as no memory: oneDNN 2.6's LSTM backward (and its
+ * current source) computes the weight_hh gradient of a sequence whose dst
+ * is one contiguous block (every tnc sequence; in ntc, as it was given
+ * before session 47, one row of one step) by one GEMM over the states that
+ * assumes src_iter was given; without it, it took h1 for h0 and gave
+ * weight_hh a gradient of dgates x h1, where PyTorch's is 0
+ * (tests/check_rnn.c, lstm_l1_b1t1).
  *
  * The final hidden state (i[4], `last`): each row's last step run is at
  * len - 1 of the sequence in reading order, for either direction, so the
@@ -36,7 +41,7 @@
  * zeros at every other step, before oneDNN's backward (rnn_last_dy).
  *
  * aux (the forward's out1, the backward's in4): oneDNN's workspace, the
- * sequence oneDNN produced (f32 [B,T,H] in its reading order) and the rows'
+ * sequence oneDNN produced (f32 [T,B,H] in its reading order) and the rows'
  * lengths (i32 [B]).
  */
 #include "dnn.h"
@@ -83,43 +88,48 @@ static void rnn_lengths(const struct cpu_plan *p, const struct kiln_op_args *a, 
 	}
 }
 
-/* dst[b, t] = src[b, reading order t] for t < len[b], 0 after (acc: +=);
- * the map is its own inverse. */
+/* Between kiln's batch-first [B,T,C] (user) and oneDNN's time-major
+ * [T,B,C] (seq) in reading order, seq[t, b] <-> user[b, s] with s = t, or
+ * len[b] - 1 - t for the reverse direction, for t < len[b].  to_seq: dst
+ * is seq, 0 at and after len[b]; else dst is user, its steps at and after
+ * len[b] 0 (acc: += and those steps left as they are).  oneDNN merges the
+ * GEMMs of all time steps into one only for a time-major sequence. */
 static void rnn_gather(float *dst, const float *src, int64_t B, int64_t T, int64_t C,
-		       const int32_t *len, int reverse, int acc)
+		       const int32_t *len, int reverse, int to_seq, int acc)
 {
-#pragma omp parallel for if (B * T * C >= CPU_PAR_MIN)
-	for (int64_t b = 0; b < B; b++)
-		for (int64_t t = 0; t < T; t++) {
-			float *d = dst + (b * T + t) * C;
-			const int64_t s = reverse ? len[b] - 1 - t : t;
+	const size_t row = (size_t)C * sizeof *dst;
+#pragma omp parallel for collapse(2) if (B * T * C >= CPU_PAR_MIN)
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t b = 0; b < B; b++) {
+			const int64_t q = (t * B + b) * C;
 			if (t >= len[b]) {
-				if (!acc)
-					memset(d, 0, (size_t)C * sizeof *d);
+				if (to_seq || !acc)
+					memset(dst + (to_seq ? q : (b * T + t) * C), 0, row);
 				continue;
 			}
-			const float *x = src + (b * T + s) * C;
+			const int64_t u = (b * T + (reverse ? len[b] - 1 - t : t)) * C;
+			float *d = dst + (to_seq ? q : u);
+			const float *x = src + (to_seq ? u : q);
 			if (!acc)
-				memcpy(d, x, (size_t)C * sizeof *d);
+				memcpy(d, x, row);
 			else
 				for (int64_t c = 0; c < C; c++)
 					d[c] += x[c];
 		}
 }
 
-/* The final hidden state: y[b] = seq[b, len[b] - 1] of the sequence in
- * reading order ([B,T,H]), 0 for a row of length 0 (its zero h0). */
-static void rnn_last(float *y, const float *seq, int64_t B, int64_t T, int64_t H,
-		     const int32_t *len)
+/* The final hidden state: y[b] = seq[len[b] - 1, b] of the sequence in
+ * reading order ([T,B,H]), 0 for a row of length 0 (its zero h0). */
+static void rnn_last(float *y, const float *seq, int64_t B, int64_t H, const int32_t *len)
 {
 	for (int64_t b = 0; b < B; b++)
 		if (len[b] > 0)
-			memcpy(y + b * H, seq + (b * T + len[b] - 1) * H, (size_t)H * sizeof *y);
+			memcpy(y + b * H, seq + ((len[b] - 1) * B + b) * H, (size_t)H * sizeof *y);
 		else
 			memset(y + b * H, 0, (size_t)H * sizeof *y);
 }
 
-/* Its backward: dseq [B,T,H] in reading order, dy [B,H] at each row's
+/* Its backward: dseq [T,B,H] in reading order, dy [B,H] at each row's
  * step len[b] - 1 and 0 at every other step. */
 static void rnn_last_dy(float *dseq, const float *dy, int64_t B, int64_t T, int64_t H,
 			const int32_t *len)
@@ -127,17 +137,7 @@ static void rnn_last_dy(float *dseq, const float *dy, int64_t B, int64_t T, int6
 	memset(dseq, 0, (size_t)(B * T * H) * sizeof *dseq);
 	for (int64_t b = 0; b < B; b++)
 		if (len[b] > 0)
-			memcpy(dseq + (b * T + len[b] - 1) * H, dy + b * H, (size_t)H * sizeof *dy);
-}
-
-/* Whether the rows need the gather: a reverse direction, or a row shorter
- * than T.  When not, oneDNN reads and writes kiln's tensors themselves. */
-static int rnn_needs_gather(const int32_t *len, int64_t B, int64_t T, int reverse)
-{
-	for (int64_t b = 0; b < B && !reverse; b++)
-		if (len[b] != T)
-			return 1;
-	return reverse;
+			memcpy(dseq + ((len[b] - 1) * B + b) * H, dy + b * H, (size_t)H * sizeof *dy);
 }
 
 /* PyTorch's weights and biases in oneDNN's gate order (ldgoi, ldgo): the
@@ -206,25 +206,23 @@ static kiln_status rnn_forward(const struct cpu_plan *p, const struct kiln_op_ar
 {
 	const int64_t *v = p->dnn->sz;
 	const int64_t B = v[R_B], T = v[R_T];
+	const int rev = (int)p->op.i[1];
 	char *ws = a->workspace, *aux = p->op.n_out == 2 ? a->out[1] : NULL;
 	int32_t *len = (int32_t *)(aux ? aux + v[R_A_LEN] : ws + v[R_O_DDST]);
 	float *bias = aux ? (float *)(aux + v[R_A_B]) : (float *)(ws + v[R_O_DB]);
-	rnn_lengths(p, a, len);
-	const int gather = rnn_needs_gather(len, B, T, (int)p->op.i[1]), last = p->op.i[4] != 0;
-	float *dst = aux		 ? (float *)(aux + v[R_A_DST])
-		     : gather || last ? (float *)(ws + v[R_O_DST])
-				      : a->out[0];
+	float *src = (float *)(ws + v[R_O_SRC]);
+	float *dst = (float *)(aux ? aux + v[R_A_DST] : ws + v[R_O_DST]);
 	struct kiln_op_args b = { .in = { dst, aux, bias }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
+	rnn_lengths(p, a, len);
 	rnn_weights_in(p, a->in[1], a->in[2], a->in[3], a->in[4], ws, bias, &b);
-	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
-	if (gather)
-		rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)p->op.i[1], 0);
+	b.in[5] = src;
+	rnn_gather(src, a->in[0], B, T, v[R_I], len, rev, 1, 0);
 	kiln_status st = cpu_dnn_run(p, &b, e);
-	if (!st && last)
-		rnn_last(a->out[0], dst, B, T, v[R_H], len);
-	else if (!st && dst != a->out[0])
-		rnn_gather(a->out[0], dst, B, T, v[R_H], len, (int)p->op.i[1], 0);
+	if (!st && p->op.i[4])
+		rnn_last(a->out[0], dst, B, v[R_H], len);
+	else if (!st)
+		rnn_gather(a->out[0], dst, B, T, v[R_H], len, rev, 0, 0);
 	return st;
 }
 
@@ -232,35 +230,34 @@ static kiln_status rnn_backward(const struct cpu_plan *p, const struct kiln_op_a
 				struct cpu_err *e)
 {
 	const int64_t *v = p->dnn->sz;
-	const int64_t B = v[R_B], T = v[R_T], rev = p->op.i[1];
+	const int64_t B = v[R_B], T = v[R_T];
+	const int rev = (int)p->op.i[1];
 	char *ws = a->workspace, *aux = (char *)a->in[4];
 	const int32_t *len = (const int32_t *)(aux + v[R_A_LEN]);
-	const int gather = rnn_needs_gather(len, B, T, (int)rev), last = p->op.i[4] != 0;
 	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	float *src = (float *)(ws + v[R_O_SRC]), *ddst = (float *)(ws + v[R_O_DDST]);
+	float *dsrc = (float *)(ws + v[R_O_DST]);
 	struct kiln_op_args b = { .in = { aux + v[R_A_DST], aux, aux + v[R_A_B] }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
 	rnn_weights_in(p, a->in[2], a->in[3], NULL, NULL, ws, NULL, &b);
 	/* out[0] of b: dy as oneDNN reads it, out[1]: where it writes dx,
 	 * out[2], out[3]: the weight gradients' (rnn_dw_direct) */
-	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
-	b.out[0] = gather || last ? ws + v[R_O_DDST] : (void *)a->in[1];
-	b.out[1] = gather || acc ? ws + v[R_O_DST] : a->out[0];
+	b.in[5] = src;
+	b.out[0] = ddst;
+	b.out[1] = dsrc;
 	b.out[2] = a->out[1];
 	b.out[3] = a->out[2];
-	if (gather)
-		rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)rev, 0);
-	if (last)
-		rnn_last_dy((float *)(ws + v[R_O_DDST]), a->in[1], B, T, v[R_H], len);
-	else if (gather)
-		rnn_gather((float *)(ws + v[R_O_DDST]), a->in[1], B, T, v[R_H], len, (int)rev, 0);
+	rnn_gather(src, a->in[0], B, T, v[R_I], len, rev, 1, 0);
+	if (p->op.i[4])
+		rnn_last_dy(ddst, a->in[1], B, T, v[R_H], len);
+	else
+		rnn_gather(ddst, a->in[1], B, T, v[R_H], len, rev, 1, 0);
 	/* oneDNN adds into its weight and bias gradients: start them at zero */
 	memset(ws + v[R_O_DWLP], 0, (size_t)(v[R_O_DWL] - v[R_O_DWLP]));
 	kiln_status st = cpu_dnn_run(p, &b, e);
 	if (st)
 		return st;
-	if (b.out[1] != a->out[0])
-		rnn_gather(a->out[0], (const float *)(ws + v[R_O_DST]), B, T, v[R_I], len, (int)rev,
-			   acc);
+	rnn_gather(a->out[0], dsrc, B, T, v[R_I], len, rev, 0, acc);
 	rnn_grads_out(p, ws, a);
 	return KILN_OK;
 }
@@ -469,8 +466,8 @@ kiln_status cpu_rnn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		const dnnl_dims_t wi = { 1, 1, v[R_H], v[R_G], v[R_H] };
 		const dnnl_dims_t b = { 1, 1, v[R_GB], v[R_H] };
 		const dnnl_dims_t h0 = { 1, 1, v[R_B], v[R_H] };
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[SRC], 3, src, dnnl_f32, dnnl_ntc));
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[DST], 3, dst, dnnl_f32, dnnl_ntc));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[SRC], 3, src, dnnl_f32, dnnl_tnc));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[DST], 3, dst, dnnl_f32, dnnl_tnc));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[WL], 5, wl, dnnl_f32, dnnl_format_tag_any));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[WI], 5, wi, dnnl_f32, dnnl_format_tag_any));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&md[B], 4, b, dnnl_f32, dnnl_ldgo));
