@@ -166,3 +166,5 @@ bench_generate_prefill_LDADD = libkiln-internal.la
 EXTRA_DIST += bench/hugepage_ab.sh
 # session 47: two builds' frozen convolutions, whose kept weights moved onto huge pages
 EXTRA_DIST += bench/kept_weights_ab.sh
+# session 48: two builds on bench/lstm.sh's LSTM models, interleaved (plugins/cpu/rnn.c)
+EXTRA_DIST += bench/lstm_ab.sh

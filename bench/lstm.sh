@@ -41,11 +41,13 @@
 #
 # Usage: bench/lstm.sh [--runs N] [--threads "1 2"] [--models seq2seq,lm]
 #                      [--steps N] [--lm-steps N] [--hidden H] [--short]
-#                      [--t113-lm] [--no-t113]
+#                      [--t113-lm] [--no-t113] [--ini MODEL]
 #   --short      1 round, seq2seq 60 and lm 6 timed steps: a quick look
 #   --runs N     rounds (default 3)
 #   --steps N    seq2seq's timed steps (default 200; 20 more untimed)
 #   --lm-steps N lm's timed steps (default 20; 3 more untimed)
+#   --ini MODEL  print MODEL's kiln INI (data.path and model.init_from are
+#                given on the command line) and exit (bench/lstm_ab.sh)
 # Environment: KILN (./kiln), KILN_VENV (/work/scratch/venv, else ./.venv),
 #   PYTHON113 (/usr/bin/python3).  Run from the top of a built source tree.
 
@@ -58,6 +60,7 @@ STEPS=200
 LM_STEPS=20
 HIDDEN=256
 T113=seq2seq
+PRINT_INI=
 KILN=${KILN:-./kiln}
 KILN_VENV=${KILN_VENV:-/work/scratch/venv}
 [ -x "$KILN_VENV/bin/python" ] || KILN_VENV=./.venv
@@ -79,6 +82,7 @@ while [ $# -gt 0 ]; do
         --short) RUNS=1 STEPS=60 LM_STEPS=6; shift ;;
         --t113-lm) T113=seq2seq,lm; shift ;;
         --no-t113) T113=; shift ;;
+        --ini) [ $# -ge 2 ] || usage; PRINT_INI=$2; shift 2 ;;
         -h|--help) usage ;;
         *) echo "lstm.sh: unknown argument: $1" >&2; usage ;;
     esac
@@ -187,6 +191,7 @@ torch_run() {
 ctx_of() { if [ "$1" = lm ]; then echo 64; else echo 8; fi; }
 steps_of() { if [ "$1" = lm ]; then echo "$LM_STEPS"; else echo "$STEPS"; fi; }
 warm_of() { if [ "$1" = lm ]; then echo 3; else echo 20; fi; }
+[ -z "$PRINT_INI" ] || { kiln_ini "$PRINT_INI"; exit 0; }
 
 MODELS=$(echo "$MODELS" | tr ',' ' ')
 for m in $MODELS; do
