@@ -47,6 +47,7 @@ KILN=$B sh "$HERE/lstm.sh" --ini "$MODEL" > "$TMP/m.ini"
 
 train() { # KILN THREADS STEPS -> CPU seconds; metrics in $TMP/out
 	rm -rf "$TMP/out"
+	# shellcheck disable=SC2046 # run_words's words: env, its variable, the path
 	/usr/bin/time -f '%U %S' -o "$TMP/time" $(run_words "$1") train "$TMP/m.ini" \
 		run.threads="$2" run.out_dir="$TMP/out" data.path="$TMP/m.bin" \
 		model.init_from="$TMP/m.safetensors" train.max_steps="$3" > "$TMP/log" 2>&1 ||
