@@ -807,7 +807,11 @@ size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan)
 }
 
 /* host->device_host_fn (ABI 1.3): the device's KILN_PROC_HOST_FN, or, where
- * it has none, the stream drained and fn called here. */
+ * it has none, the stream drained and fn called here.  The core's own host
+ * functions (the timing stamps of dist.c, dist_zero.c and pipe_timing.c,
+ * the rank transport's in pipe_rank.c) hold nothing that a failed stream
+ * passing them must give back, so none needs KILN_PROC_HOST_FN_SKIP's skip
+ * (pipe_rank.c, above send_try, says why for each of the transport's). */
 kiln_status kiln_device_host_fn(struct kiln_device *dev, void *stream, kiln_status (*fn)(void *),
 				void *arg)
 {
