@@ -248,6 +248,13 @@ int kiln_device_threads(const struct kiln_device *dev) { return dev ? dev->threa
 
 int kiln_device_alone(const struct kiln_device *dev) { return dev ? dev->alone : 1; }
 
+int kiln_device_streams_async(struct kiln_device *dev)
+{
+	typedef int (*streams_async_t)(void *);
+	streams_async_t f = dev ? (streams_async_t)kiln_device_proc(dev, KILN_PROC_STREAMS_ASYNC) : NULL;
+	return f ? f(dev->ctx) != 0 : -1;
+}
+
 unsigned kiln_device_abi_minor(const struct kiln_device *dev) { return dev->plugin->abi_minor; }
 
 const struct kiln_device_traits *kiln_device_traits(const struct kiln_device *dev)
