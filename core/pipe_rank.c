@@ -741,6 +741,12 @@ kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, con
 	return st;
 }
 
+void kiln_pipe_rank_drain(struct kiln_pipe_rank *R)
+{
+	if (R && R->send_stream)
+		(void)kiln_device_stream_sync(R->dev, R->send_stream);
+}
+
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R)
 {
 	if (!R)
