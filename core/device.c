@@ -248,6 +248,13 @@ int kiln_device_threads(const struct kiln_device *dev) { return dev ? dev->threa
 
 int kiln_device_alone(const struct kiln_device *dev) { return dev ? dev->alone : 1; }
 
+int kiln_device_streams_async(struct kiln_device *dev)
+{
+	typedef int (*streams_async_t)(void *);
+	streams_async_t f = dev ? (streams_async_t)kiln_device_proc(dev, KILN_PROC_STREAMS_ASYNC) : NULL;
+	return f ? f(dev->ctx) != 0 : -1;
+}
+
 unsigned kiln_device_abi_minor(const struct kiln_device *dev) { return dev->plugin->abi_minor; }
 
 const struct kiln_device_traits *kiln_device_traits(const struct kiln_device *dev)
@@ -807,7 +814,11 @@ size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan)
 }
 
 /* host->device_host_fn (ABI 1.3): the device's KILN_PROC_HOST_FN, or, where
- * it has none, the stream drained and fn called here. */
+ * it has none, the stream drained and fn called here.  The core's own host
+ * functions (the timing stamps of dist.c, dist_zero.c and pipe_timing.c,
+ * the rank transport's in pipe_rank.c) hold nothing that a failed stream
+ * passing them must give back, so none needs KILN_PROC_HOST_FN_SKIP's skip
+ * (pipe_rank.c, above send_try, says why for each of the transport's). */
 kiln_status kiln_device_host_fn(struct kiln_device *dev, void *stream, kiln_status (*fn)(void *),
 				void *arg)
 {

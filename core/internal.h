@@ -184,6 +184,11 @@ int kiln_device_threads(const struct kiln_device *dev);
  * run beside it.  The loader's consumer-fill rule reads it. */
 int kiln_device_alone(const struct kiln_device *dev);
 
+/* Whether the device's streams run their work on threads of their own now
+ * (KILN_PROC_STREAMS_ASYNC): 1 yes, 0 no (the issuing thread runs it), -1
+ * the device does not say. */
+int kiln_device_streams_async(struct kiln_device *dev);
+
 /* The resolved [layer.*] sections alone, as kiln_config_write writes them
  * (with the defaults of the registry cfg was validated with) but each
  * value in its canonical text (kiln_config_value_canon: `kernel = 5,5`

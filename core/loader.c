@@ -88,11 +88,14 @@ static long probe_cpus(void);
  * times a whole 3 ms slice).  With a CPU to spare the workers cost the step
  * nothing and keep it.  Nor where the training thread is not a compute
  * thread: a data-parallel rank or a [run] devices pipeline, whose CPU
- * streams are async by default (kiln_device_alone; an explicit
- * [plugin.cpu] async = 1 in a single process is not seen). */
-static int may_fill_inline(const struct kiln_device *dev)
+ * streams are async by default (kiln_device_alone), or a process whose
+ * streams have workers of their own for another reason (an explicit
+ * [plugin.cpu] async = 1: kiln_device_streams_async; before session 48
+ * the rule did not see it and had the training thread fill beside them). */
+static int may_fill_inline(struct kiln_device *dev)
 {
-	if (!(kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY) || !kiln_device_alone(dev))
+	if (!(kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY) || !kiln_device_alone(dev) ||
+	    kiln_device_streams_async(dev) == 1)
 		return 0;
 	const int threads = kiln_device_threads(dev);
 	return threads <= 0 || threads >= probe_cpus();

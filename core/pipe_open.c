@@ -489,6 +489,12 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 {
 	if (!pp)
 		return;
+	/* nothing freed while a stage's stream may still use it (a step that
+	 * failed half enqueued: kiln_pipe_drain); before session 48 the plan
+	 * frees' waits drained them on the CPU only by chance, and the rank
+	 * transport's receive marks after a stage's last plan ran on freed
+	 * messages */
+	kiln_pipe_drain(pp);
 	for (int s = 0; s < pp->P; s++) {
 		if (pp->gadd[s])
 			kiln_device_plan_free(sdev(pp, s), pp->gadd[s]);

@@ -224,7 +224,23 @@ static kiln_status send_failed(struct kiln_pipe_rank *R, kiln_status st, int fro
 
 /* On the stage's stream: the message out now if the transport need not
  * wait and nothing to that stage is queued before it, else into its slot
- * for the send stream (send_late). */
+ * for the send stream (send_late).
+ *
+ * The host functions here go through kiln_device_host_fn, not the
+ * device's KILN_PROC_HOST_FN_SKIP (which kiln-gloo and kiln-mpi use to
+ * give a job slot back): a failed stream that passes one of them leaves
+ * nothing that anyone waits for (checked in session 48).  send_try
+ * skipped takes nothing (queued[] is raised only when it runs); send_late
+ * skipped after a send_try that ran leaves queued[to] raised, which only
+ * makes later send_try calls leave their messages to the send stream, and
+ * that stream has failed (its error stops the step at
+ * kiln_pipe_rank_flush, and a failed stream stays failed: the run ends);
+ * send_direct and probe_ok hold nothing; recv_mark_end skipped leaves
+ * recv_open naming the receive the stream stopped at, on purpose
+ * (kiln_pipe_rank_explain).  The staging slots and events are R's, freed
+ * with it after the send stream drained (kiln_pipe_rank_free).  A skip
+ * function would be needed by a host function that hands something back
+ * (a slot, a count some thread waits on): none here does. */
 static kiln_status send_try(void *arg)
 {
 	struct rank_msg *g = arg;
@@ -723,6 +739,12 @@ kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, con
 		st = kiln_device_stream_sync(R->dev, R->send_stream);
 	kiln_device_free(R->dev, d);
 	return st;
+}
+
+void kiln_pipe_rank_drain(struct kiln_pipe_rank *R)
+{
+	if (R && R->send_stream)
+		(void)kiln_device_stream_sync(R->dev, R->send_stream);
 }
 
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R)

@@ -384,6 +384,16 @@ kiln_status kiln_pipe_sync_stages(struct kiln_pipe *pp)
 	return st;
 }
 
+void kiln_pipe_drain(struct kiln_pipe *pp)
+{
+	if (!pp)
+		return;
+	for (int s = 0; s < pp->P; s++)
+		if ((pp->mine < 0 || s == pp->mine) && pp->sst[s])
+			(void)kiln_device_stream_sync(sdev(pp, s), pp->sst[s]);
+	kiln_pipe_rank_drain(pp->rk);
+}
+
 /* Stages on ranks: every rank's kept passes to stage 0's rank, which
  * replays the whole pipe from them (kiln_pipe_timing_report_passes) */
 static kiln_status report_rank_passes(struct kiln_pipe *pp)

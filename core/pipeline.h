@@ -231,6 +231,9 @@ kiln_status kiln_pipe_rank_eval_recv(struct kiln_pipe_rank *R, int from, int e, 
 kiln_status kiln_pipe_rank_eval_send(struct kiln_pipe_rank *R, int to, int e, long long batch,
 				     const void *buf, size_t bytes, void *stream);
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
+/* The send stream drained, its status dropped (kiln_pipe_drain; R NULL:
+ * nothing). */
+void kiln_pipe_rank_drain(struct kiln_pipe_rank *R);
 /* The crossing tensors whose buffers the ranks share (pipe_window.c):
  * shared[2 e + back] (n_xfer tensors, training's; borrowed until
  * kiln_pipe_rank_free) 1 where tensor e's activation (back 0) or gradient
@@ -434,6 +437,14 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
  * compute stream, which waited for them, their work is done already (the
  * trainer's log point; see trainer_read_metrics). */
 kiln_status kiln_pipe_sync_stages(struct kiln_pipe *pp);
+/* Every stage stream this process runs, and the rank transport's send
+ * stream, drained, whatever their status (a failed stream skips its queue
+ * as it drains): after a step that failed half enqueued, the stages may
+ * still hold work that the trainer's stream never waited for, which reads
+ * the batch's buffers and writes the transport's messages.  The teardown
+ * (trainer_close's free_device, kiln_pipe_free) calls it before freeing
+ * any of that (session 48). */
+void kiln_pipe_drain(struct kiln_pipe *pp);
 /* The measured busy times and bubble, logged (and given to the profiler):
  * before the profiler's report, once the streams are drained. */
 kiln_status kiln_pipe_report(struct kiln_pipe *pp);

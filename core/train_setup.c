@@ -524,6 +524,11 @@ static void free_device(struct trainer *t)
 		kiln_device_stream_sync(t->dev, t->compute);
 	if (t->copy)
 		kiln_device_stream_sync(t->dev, t->copy);
+	/* and a pipeline's stages: after a step that failed half enqueued,
+	 * the compute stream never waited for them, and their queued passes
+	 * read the batch's buffers freed below (before session 48 they could
+	 * run on after those frees) */
+	kiln_pipe_drain(t->pipe);
 	for (int s = 0; s < SLOTS; s++) {
 		kiln_device_graph_free(t->dev, t->graph[s]);
 		t->graph[s] = NULL;

@@ -1696,6 +1696,56 @@ START_TEST(test_slot_resize_waits)
 }
 END_TEST
 
+/* ---- a pipe's stages drained at the teardown (session 48).  A step
+ * that fails on the host half enqueued (here the communicator refuses the
+ * step's last receive) returns before the step's end makes the trainer's
+ * stream wait for the stages: trainer_close's sync of that stream left
+ * the stage's stream running (held in the third receive here), and
+ * free_device then freed the batch's buffers that its queued passes read.
+ * kiln_pipe_drain, which free_device and kiln_pipe_free now call first,
+ * returns once the held stage has run its queue. */
+static int fq_n;
+static atomic_int fq_released;
+
+static kiln_status fq_slow(void *arg)
+{
+	(void)arg;
+	usleep(300 * 1000);
+	atomic_store(&fq_released, 1);
+	return KILN_OK;
+}
+
+static kiln_status fq_recv(void *ctx, void *buf, size_t count, int dtype, int peer, void *stream,
+			   void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)done;
+	if (++fq_n == 3)
+		return kiln_device_host_fn(plog.dev, stream, fq_slow, NULL);
+	if (fq_n == 4)
+		return kiln_error(KILN_EIO, "fake: recv refused");
+	return KILN_OK;
+}
+
+START_TEST(test_free_queued)
+{
+	struct seed_rig r;
+	struct kiln_comm_ops ops = { .version = 4, .send = pair_send, .recv = fq_recv };
+	struct kiln_pipe *pp = rig_pipe(&r, NULL, 0, 1);
+	rig_ranks(&r, pp, &ops, 0);
+	fq_n = 0;
+	atomic_store(&fq_released, 0);
+	ck_assert_int_eq(kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics), KILN_EIO);
+	ck_assert_int_eq(fq_n, 4);
+	/* trainer_close's first sync: the trainer's stream, done at once */
+	kiln_device_stream_sync(r.dev, r.stream);
+	ck_assert_msg(!atomic_load(&fq_released), "the stage was not held (the test's premise)");
+	kiln_pipe_drain(pp);
+	ck_assert_msg(atomic_load(&fq_released), "kiln_pipe_drain returned with the stage's queue held");
+	kiln_pipe_free(pp);
+	seed_close(&r);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -1713,6 +1763,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
 	check_add_case(s, "resize", 60, NULL, NULL, (const TTest *[]){ test_slot_resize_waits, NULL });
+	check_add_case(s, "free_queued", 60, NULL, NULL, (const TTest *[]){ test_free_queued, NULL });
 	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, test_explain_unrelated, test_explain_eval,
 								   test_eval_send, test_eval_send_after_recv, test_eval_xfers, NULL });
 	return s;

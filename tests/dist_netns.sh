@@ -39,6 +39,7 @@ name=dist_netns needs=gloo
 
 [ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
 command -v ip > /dev/null && command -v unshare > /dev/null || { echo "SKIP: no iproute2 or unshare"; exit 77; }
+need_python3 "for tests/netns_wire.py"
 ns=kn$$
 ip netns add "$ns-probe" 2> /dev/null || { echo "SKIP: ip netns add is not permitted here"; exit 77; }
 ip netns del "$ns-probe"
@@ -132,7 +133,7 @@ fi
 net_up 2 1
 # the round trip: a TCP connect to a closed port (SYN, then RST: one round
 # trip), the median of 5 after one that resolves the address (no ping here)
-rtt=$(ip netns exec "$ns-h0" /usr/bin/python3 -c '
+rtt=$(ip netns exec "$ns-h0" "$py" -c '
 import socket, time
 ts = []
 for i in range(6):

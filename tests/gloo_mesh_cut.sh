@@ -31,8 +31,7 @@ name=gloo_mesh_cut needs=gloo
 
 [ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
 command -v ip > /dev/null && command -v unshare > /dev/null || { echo "SKIP: no iproute2 or unshare"; exit 77; }
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "SKIP: no python3"; exit 77; }
+need_python3 "for tests/netns_wire.py"
 ns=kc$$
 ip netns add "$ns-probe" 2> /dev/null || { echo "SKIP: ip netns add is not permitted here"; exit 77; }
 ip netns del "$ns-probe"

@@ -108,19 +108,31 @@ kiln() {
 
 # job_tree PID: PID and every process under it (pgrep -P), each stopped
 # (SIGSTOP) before its children are listed, so that none starts another
-# after the walk.  (Were the test shell itself killed between the walk and
-# the SIGKILL, the tree would stay stopped: a window of milliseconds.)  job_kill PID: SIGKILL for all of them: a background
-# job's `timeout`, the `kiln launch` under it and its ranks, which lead
-# process groups of their own (so neither killing PID alone nor its
-# process group, the test script's own, reaches them); the caller, the
-# test script, is above PID and stays.
+# after the walk, added to $_jk_pids (in this shell: no subshell holds the
+# list).  job_kill PID: SIGKILL for all of them: a background job's
+# `timeout`, the `kiln launch` under it and its ranks, which lead process
+# groups of their own (so neither killing PID alone nor its process group,
+# the test script's own, reaches them); the caller, the test script, is
+# above PID and stays.  Were the test shell ended (SIGINT, SIGTERM,
+# SIGHUP: make's or the user's) between the walk's stops and the SIGKILL,
+# the processes stopped so far would stay stopped for good (before
+# session 48: the walk ran in a command substitution's subshell, which a
+# signal to the test shell did not end); the traps set for the walk kill
+# them first.  (No test script traps those signals itself: job_kill
+# clears them after.)
 job_tree() {
 	kill -STOP "$1" 2>/dev/null
-	echo "$1"
+	_jk_pids="$_jk_pids $1"
 	for _c in $(pgrep -P "$1"); do job_tree "$_c"; done
 }
 job_kill() {
-	kill -9 $(job_tree "$1") 2>/dev/null
+	_jk_pids=
+	trap 'kill -9 $_jk_pids 2>/dev/null; exit 129' HUP
+	trap 'kill -9 $_jk_pids 2>/dev/null; exit 130' INT
+	trap 'kill -9 $_jk_pids 2>/dev/null; exit 143' TERM
+	job_tree "$1"
+	kill -9 $_jk_pids 2>/dev/null
+	trap - HUP INT TERM
 }
 
 # wait_line PID FILE PATTERN WHAT LOG: until FILE has a line matching

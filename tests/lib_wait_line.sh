@@ -49,3 +49,37 @@ done
 	fail "after wait_line's time out the job's processes$still (of launcher $launcher, ranks $(echo $ranks)) still ran"
 }
 echo "ok: wait_line's time out killed the job: timeout ($job), kiln launch ($launcher), its ranks ($(echo $ranks)); the test script ran on"
+
+# 2. The test shell ended in the middle of job_kill's walk: a tree of a
+# shell and its `sleep`, walked by job_kill in a subshell whose pgrep is
+# slowed (1 s, a stand-in on PATH), so that a SIGTERM lands after the
+# shell was stopped and before the kill.  The stopped shell is killed (the
+# walk's trap).  Before session 48 the walk ran in a command
+# substitution's subshell, which the SIGTERM to the test shell did not
+# end: the shell stayed stopped (state T) for good.
+mkdir "$tmp/slow"
+printf '#!/bin/sh\nsleep 1\nexec %s "$@"\n' "$(command -v pgrep)" > "$tmp/slow/pgrep"
+chmod +x "$tmp/slow/pgrep"
+sh -c 'sleep 600 & echo $! > "$0"; wait' "$tmp/leaf" &
+root=$!
+for _ in $(seq 50); do [ -s "$tmp/leaf" ] && break; sleep 0.1; done
+leaf=$(cat "$tmp/leaf")
+( PATH="$tmp/slow:$PATH"; job_kill "$root" ) &
+walker=$!
+for _ in $(seq 50); do
+	[ "$(ps -o stat= -p "$root" | cut -c1)" = T ] && break
+	sleep 0.02
+done
+[ "$(ps -o stat= -p "$root" | cut -c1)" = T ] ||
+	{ kill -9 "$root" "$leaf" "$walker"; fail "job_kill's walk did not stop $root"; }
+kill -TERM "$walker"
+wait "$walker"
+sleep 1.5 # (the old walk's subshell ran on after the test shell's end)
+state=$(ps -o stat= -p "$root" | cut -c1)
+kill -9 "$leaf" 2> /dev/null
+if [ "$state" = T ]; then
+	kill -9 "$root"
+	fail "the test shell ended in job_kill's walk: process $root stayed stopped"
+fi
+gone "$root" || { kill -9 "$root"; fail "the test shell ended in job_kill's walk: $root runs on (state $state)"; }
+echo "ok: the test shell ended in job_kill's walk: the stopped $root was killed"

@@ -14,6 +14,7 @@
 # that does not block pass the rule's share (10% of the gap: a many-core
 # host's step can be under 10 fills, and the rule then rightly keeps the
 # workers); tests/check_data's test_loader_* check the share itself.
+# With [plugin.cpu] async = 1 the worker fills all 60 batches (session 48).
 name=loaderconsumer
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -48,4 +49,18 @@ set -- $(echo "$line" | sed 's/.*: \([0-9]*\) batches handed out; \([0-9]*\) fil
 [ $(($2 + $4)) = 60 ] || fail "fills $2 + $4 are not the 60 batches"
 [ "$3" -le 24 ] || fail "$3 worker wake-ups for 60 batches (at most 24: the rule's 20, the ring's 3, the start)"
 [ "$4" -ge 37 ] || fail "the training thread filled $4 of 60 batches (at least 37)"
+# an explicit [plugin.cpu] async = 1: the streams have a worker of their
+# own, the training thread only enqueues, so the rule leaves every fill to
+# the loader's worker (before session 48 the rule did not see the setting:
+# the training thread filled 37 or more of the 60 batches beside it)
+KILN_TEST_LOADER_SHARE=1000 KILN_LOG_LEVEL=debug "$kiln" train "$tmp/run.ini" data.workers=1 \
+	plugin.cpu.async=1 run.out_dir="$tmp/oa" > "$tmp/loga" 2>&1 ||
+	{ tail -3 "$tmp/loga"; fail "train, workers = 1, async = 1"; }
+line=$(grep "loader (train): " "$tmp/loga") ||
+	{ grep "data" "$tmp/loga" | tail -5; fail "no loader stats line (async = 1)"; }
+echo "async = 1: $line"
+set -- $(echo "$line" | sed 's/.*: \([0-9]*\) batches handed out; \([0-9]*\) filled by the workers (\([0-9]*\) wake-ups.*, \([0-9]*\) by the training thread.*/\1 \2 \3 \4/')
+[ $# = 4 ] || fail "cannot read the stats line (async = 1)"
+[ "$1" = 60 ] && [ "$2" = 60 ] && [ "$4" = 0 ] ||
+	fail "async = 1: $1 batches, $2 filled by the worker, $4 by the training thread (expected 60, 60, 0)"
 echo PASS

@@ -409,6 +409,15 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
  *   there (docs/distributed.md, "No allocation per collective").  The CPU
  *   device has it. */
 #define KILN_PROC_HOST_FN_SKIP "kiln.host_fn_skip"
+/* KILN_PROC_STREAMS_ASYNC  int (*)(void *ctx): 1 where the device's streams
+ *   run their work on threads of their own now (the thread that issues it
+ *   only enqueues), 0 where that thread runs it.  Looked up by name (no ABI
+ *   minor: a device without it is taken as unknown).  The core's loader
+ *   reads it at open: a batch is filled on the training thread only where
+ *   that thread is one of the compute threads (docs/data.md, the
+ *   consumer-fill rule).  The CPU device has it (session 48): [plugin.cpu]
+ *   async, as set or as its auto rule chose. */
+#define KILN_PROC_STREAMS_ASYNC "kiln.streams_async"
 /* KILN_PROC_NATIVE_STREAM  void *(*)(void *ctx, void *stream): the
  *   library's own stream behind a kiln stream (the CUDA device: its
  *   cudaStream_t), for communicators that enqueue on it (NCCL). */

@@ -771,6 +771,12 @@ static void cpu_weights_written(void *ctx, const void *ptr, size_t bytes)
 	cpu_wshare_written(&c->wshare, ptr, bytes);
 }
 
+/* KILN_PROC_STREAMS_ASYNC: whether the streams have worker threads now */
+static int cpu_streams_async(void *ctx)
+{
+	return cpu_async_get(ctx);
+}
+
 static void *cpu_get_proc_address(void *ctx, const char *name)
 {
 	(void)ctx;
@@ -782,6 +788,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 		return (void *)cpu_host_fn_skip;
 	if (!strcmp(name, KILN_PROC_WORKLOAD))
 		return (void *)cpu_workload;
+	if (!strcmp(name, KILN_PROC_STREAMS_ASYNC))
+		return (void *)cpu_streams_async;
 	if (!strcmp(name, KILN_PROC_WEIGHTS_CHANGED))
 		return (void *)cpu_weights_changed;
 	if (!strcmp(name, KILN_PROC_WEIGHTS_WRITTEN))
