@@ -85,7 +85,7 @@
 #   --inductor-cache DIR  TORCHINDUCTOR_CACHE_DIR (default: fresh, removed)
 #   --no-probe      no phase probe around the runs (above)
 #   --phase-threshold PCT  the table's phase threshold (default: PHASE_T
-#                   in bench/anchors_table.py, 15)
+#                   in bench/anchors_table.py, 20)
 # Environment: KILN (./kiln), KILN_VENV (./.venv; scripts/install-deps
 #   --bench makes it), PYTHON113 (/usr/bin/python3), GEMM (./bench/gemm_peak),
 #   GPT_DATA (data/gpt_char; made by scripts/make-gpt-char-data when missing).
