@@ -60,7 +60,7 @@
 # Usage: bench/anchors.sh [--runs N] [--bench LIST] [--threads N] [--steps N]
 #                         [--torch-env passive|default|omp1] [--out DIR]
 #                         [--rows LIST] [--inductor-cache DIR] [--short]
-#                         [--full-epoch]
+#                         [--full-epoch] [--no-probe] [--phase-threshold PCT]
 #   --short         a quick look: --runs 1 --steps 30 --mlp-steps 60 --bench
 #                   training (every row; most of its time is compiling);
 #                   options after it override it
@@ -83,12 +83,28 @@
 #   --rows LIST     only these rows (comma-separated names above; the data
 #                   benchmark's: kiln-folder, t2-dataloader, t113-dataloader)
 #   --inductor-cache DIR  TORCHINDUCTOR_CACHE_DIR (default: fresh, removed)
+#   --no-probe      no phase probe around the runs (above)
+#   --phase-threshold PCT  the table's phase threshold (default: PHASE_T
+#                   in bench/anchors_table.py, 20)
 # Environment: KILN (./kiln), KILN_VENV (./.venv; scripts/install-deps
 #   --bench makes it), PYTHON113 (/usr/bin/python3), GEMM (./bench/gemm_peak),
 #   GPT_DATA (data/gpt_char; made by scripts/make-gpt-char-data when missing).
 # A row whose Python is missing is skipped with the reason; a failed run is
 # recorded as failed and the others go on.  Prints one markdown table per
 # benchmark (bench/anchors_table.py) with the load averages.
+# The host's phase: this VM runs every CPU-bound program ~1.5x slower for
+# minutes at a time (a hyper-thread the guest cannot see), longer than a
+# repetition, so a row can land in one phase and kiln in the other.  A
+# probe, `$GEMM --threads N --n 1024` (0.5-0.9 s), runs before every run
+# and after it (the probe after one run is the one before the next); its
+# GFLOP/s a CPU-second (gflops_per_cpu_s: the guest's other processes'
+# time slices excluded, the hidden sibling's share not) goes into the run's
+# line as probe_before / probe_after (probe_wall_before / _after: its
+# wall-time GFLOP/s).  The table flags each run "slow phase" or "phase
+# changed" and adds, beside the raw ratio, kiln / row over the repetitions
+# whose two runs were in one phase, and the probe-normalised ratio
+# (bench/anchors_table.py; docs/PERFORMANCE.md, "Session 48: anchors.sh's
+# phase probe").  --no-probe: none (the runs' lines without them).
 # Run from the top of a built source tree.
 
 set -eu
@@ -102,6 +118,8 @@ OUT=
 ROWS=
 MLP_TIMED=0
 ICACHE=
+PROBE=1
+PHASE_T=
 KILN=${KILN:-./kiln}
 KILN_VENV=${KILN_VENV:-./.venv}
 PYTHON113=${PYTHON113:-/usr/bin/python3}
@@ -123,6 +141,8 @@ while [ $# -gt 0 ]; do
         --inductor-cache) [ $# -ge 2 ] || usage; ICACHE=$2; shift 2 ;;
         --short) RUNS=1 STEPS=30 MLP_TIMED=60 BENCHES=training; shift ;;
         --full-epoch) STEPS=448 MLP_TIMED=0; shift ;;
+        --no-probe) PROBE=0; shift ;;
+        --phase-threshold) [ $# -ge 2 ] || usage; PHASE_T=$2; shift 2 ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "anchors.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -133,6 +153,9 @@ for v in "runs:$RUNS" "steps:$STEPS" "threads:$THREADS"; do
         ''|*[!0-9]*|0) echo "anchors.sh: --${v%%:*} must be a positive integer" >&2; exit 2 ;;
     esac
 done
+case $PHASE_T in
+    *[!0-9.]*|.) echo "anchors.sh: --phase-threshold is a percentage, e.g. 15" >&2; exit 2 ;;
+esac
 case $TORCH_ENV in
     default) TENV= ;;
     passive) TENV=OMP_WAIT_POLICY=PASSIVE ;;
@@ -159,9 +182,24 @@ fi
 SKIP113=
 "$PYTHON113" -c 'import torch' 2>/dev/null || SKIP113="$PYTHON113 cannot import torch (python3-torch)"
 
-# one_run BENCH ROW SAMPLES CMD...: runs CMD once; its last JSON line, with
-# the row, the repetition, the process's wall time and SAMPLES (the samples
-# the whole run trains, for the whole-run rate; 0 = not known) added, goes to
+# probe: LAST_PROBE becomes the phase probe's JSON fields' values, "CPU
+# WALL" GFLOP/s ("null null" when it failed or --no-probe); an empty
+# LAST_PROBE means none taken since the last run (each benchmark starts so)
+LAST_PROBE=
+probe() {
+    LAST_PROBE="null null"
+    [ "$PROBE" = 1 ] && [ -x "$GEMM" ] || return 0
+    l=$("$GEMM" --threads "$THREADS" --n 1024 2>/dev/null | grep '^[[:space:]]*{' | head -n 1) || l=
+    c=$(printf '%s' "$l" | sed -n 's/.*"gflops_per_cpu_s": *\([0-9.e+-]*\).*/\1/p')
+    w=$(printf '%s' "$l" | sed -n 's/.*"gflops": *\([0-9.e+-]*\).*/\1/p')
+    [ -z "$c" ] || [ -z "$w" ] || LAST_PROBE="$c $w"
+}
+
+# one_run BENCH ROW SAMPLES CMD...: runs CMD once, between two phase probes
+# (probe; the one after it stays LAST_PROBE, the next run's before); its last
+# JSON line, with the row, the repetition, the process's wall time, the
+# probes and SAMPLES (the samples the whole run trains, for the whole-run
+# rate; 0 = not known) added, goes to
 # $RES/BENCH.jsonl; a run without one is recorded as failed.  A row not in
 # --rows is not run.  With STEADY set (kiln's rows: "WARM BATCH"), the
 # line's train_samples_per_s becomes the steady rate of $TMP/kout's
@@ -171,13 +209,18 @@ one_run() {
     shift 3
     case ",${ROWS:-$row}," in *",$row,"*) ;; *) return 0 ;; esac
     case $row in kiln-async*) case ",$ROWS," in *",$row,"*) ;; *) return 0 ;; esac ;; esac
+    [ -n "$LAST_PROBE" ] || probe
+    pb=$LAST_PROBE
     t0=$(date +%s.%N)
     rc=0
     "$@" > "$TMP/run.out" 2> "$TMP/run.err" || rc=$?
     t1=$(date +%s.%N)
+    probe
     line=$(grep '^[[:space:]]*{.*samples_per_s' "$TMP/run.out" | tail -n 1 || true)
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
     head="{\"row\": \"$row\", \"rep\": $rep, \"run_wall_s\": $wall, \"run_samples\": $samples, "
+    head="$head\"probe_before\": ${pb% *}, \"probe_after\": ${LAST_PROBE% *}, "
+    head="$head\"probe_wall_before\": ${pb#* }, \"probe_wall_after\": ${LAST_PROBE#* }, "
     if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
         why=$(tail -n 1 "$TMP/run.err" | tr -d '"\\' | cut -c1-200)
         echo "$b $row run $rep: FAILED (exit $rc): $why" >&2
@@ -358,6 +401,7 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 measure_peak
 for b in $BENCHES; do
     : > "$RES/$b.jsonl"
+    LAST_PROBE=
     echo "load $(cut -d' ' -f1-3 /proc/loadavg) before $b" > "$RES/$b.load"
     rep=1
     while [ "$rep" -le "$RUNS" ]; do
@@ -373,7 +417,7 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 [ -z "$SKIP113" ] || echo "anchors.sh: PyTorch 1.13 rows skipped: $SKIP113"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $THREADS threads, median of $RUNS interleaved runs"
 echo "load average before: $LOAD0, after: $LOAD1; compile rows under --torch-env $TORCH_ENV, Lightning's under $( [ "$TORCH_ENV" = omp1 ] && echo omp1 || echo "PyTorch's defaults")"
-echo "command: bench/anchors.sh --runs $RUNS --threads $THREADS --steps $STEPS --mlp-steps $MLP_TIMED --torch-env $TORCH_ENV --bench $(echo $BENCHES | tr ' ' ,)"
+echo "command: bench/anchors.sh --runs $RUNS --threads $THREADS --steps $STEPS --mlp-steps $MLP_TIMED --torch-env $TORCH_ENV --bench $(echo $BENCHES | tr ' ' ,)$( [ "$PROBE" = 1 ] || echo ' --no-probe')${PHASE_T:+ --phase-threshold $PHASE_T}"
 for b in $BENCHES; do
-    "$PYTHON113" "$HERE/anchors_table.py" "$b" "$RES/$b.jsonl" "$(cat "$RES/$b.load" | tr '\n' ';')" $PEAKS
+    "$PYTHON113" "$HERE/anchors_table.py" ${PHASE_T:+--phase-threshold "$PHASE_T"} "$b" "$RES/$b.jsonl" "$(cat "$RES/$b.load" | tr '\n' ';')" $PEAKS
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/anchors.sh's summary: one markdown table for one benchmark.
 
-  anchors_table.py BENCH FILE.jsonl LOAD_NOTE [GEMM_PEAK_GFLOPS...]
+  anchors_table.py [--phase-threshold PCT] BENCH FILE.jsonl LOAD_NOTE [GEMM_PEAK_GFLOPS...]
   anchors_table.py --steady METRICS.jsonl WARM BATCH JSON_LINE
     (kiln's line with its steady rate, see steady())
 
@@ -19,7 +19,23 @@ lower middle), whose rep the line names.  Its fit rate, set-up and rest of
 the process are that run's, so whole run = set-up + fit + rest holds in the
 figures printed; before, each was a median over the runs on its own and could
 come from different runs.  Lightning's side of both ratios is the table's
-median of its fit rate (its samples/s column), the same divisor for both."""
+median of its fit rate (its samples/s column), the same divisor for both.
+
+The host's phase (docs/PERFORMANCE.md, "Session 48: anchors.sh's phase
+probe").  A run's line may carry probe_before and probe_after: GFLOP/s a
+CPU-second of a short GEMM (bench/gemm_peak --n 1024) just before and just
+after the run.  Per run, "phase changed" when the two differ by more than
+the threshold (the larger over the smaller, less 1), else "slow phase" when
+their mean is more than the threshold below the benchmark's fastest probe,
+else "ok"; "no probe" without them.  The threshold (PHASE_T, or
+--phase-threshold) is set from the probe's own repeat noise.  Per row, beside
+the raw median ratio: the phase-matched ratio, the median over the
+repetitions whose kiln run and row run had all four probes within the
+threshold of each other (one phase, both runs steady) of kiln's rate over
+the row's in that repetition, with how many repetitions qualified; and the
+probe-normalised ratio, the median of rate / mean probe over the runs that
+are not "phase changed", kiln's over the row's, which assumes a row's rate
+scales with the probe's across phases.  The raw columns are unchanged."""
 import json
 import statistics
 import sys
@@ -54,6 +70,60 @@ LABEL = {"kiln": "**kiln**", "kiln-async0": "kiln, `plugin.cpu.async=0`",
          "kiln-folder": "**kiln** folder loader (libjpeg-turbo)",
          "t2-dataloader": "PyTorch 2.x DataLoader (torchvision ImageFolder)",
          "t113-dataloader": "PyTorch 1.13 DataLoader (torchvision ImageFolder)"}
+
+
+# a run's probes disagree, or sit below the fastest, beyond this fraction
+# (the larger over the smaller, less 1): the probe's repeat noise under
+# load 4-9 (session 48, other helpers building) was 9-12% over minutes,
+# 23-26% with a lone high probe (a pair with one is left unmatched: a pair
+# lost, no bias); the slow phase, ~1.5x, is 50%
+PHASE_T = 0.20
+
+
+def spread(v):
+    """the largest over the smallest, less 1"""
+    return max(v) / min(v) - 1
+
+
+def probes(r):
+    """a run's (before, after) probe, or None"""
+    b, a = r.get("probe_before"), r.get("probe_after")
+    return (b, a) if b and a else None
+
+
+def phase(r, top, t):
+    """a run's phase label against the fastest probe `top`"""
+    p = probes(r)
+    if not p:
+        return "no probe"
+    if spread(p) > t:
+        return "phase changed"
+    if top / statistics.mean(p) - 1 > t:
+        return "slow phase"
+    return "ok"
+
+
+def matched_pairs(kruns, runs, key, t):
+    """(kiln's rate / the row's) of each repetition whose kiln run and row
+    run both have probes, all four within t of each other; and how many
+    repetitions both ran (ok)"""
+    kby = {r.get("rep"): r for r in kruns if "failed" not in r}
+    out, both = [], 0
+    for r in runs:
+        k = kby.get(r.get("rep"))
+        if "failed" in r or not k or not r[key]:
+            continue
+        both += 1
+        pk, pr = probes(k), probes(r)
+        if pk and pr and spread(pk + pr) <= t:
+            out.append(k[key] / r[key])
+    return out, both
+
+
+def normalised(runs, key, t):
+    """the median of rate / mean probe over the runs not 'phase changed'"""
+    return median([r[key] / statistics.mean(probes(r)) for r in runs
+                   if "failed" not in r and probes(r) and spread(probes(r)) <= t])
 
 
 def median(v):
@@ -101,12 +171,38 @@ def steady(path, warm, batch, line):
     print(json.dumps(out))
 
 
+def phase_cells(name, rows, kname, key, top, t, norm):
+    """a row's probe, phase and phase ratio cells"""
+    runs = rows[name]
+    pr = ", ".join(f"{p[0]:.1f}/{p[1]:.1f}" if p else "-" for p in map(probes, runs))
+    ph = ", ".join(phase(r, top, t) for r in runs)
+    if name.startswith("kiln"):
+        return f" {pr} | {ph} |  |  |"
+    m, both = matched_pairs(rows.get(kname, []), runs, key, t)
+    mc = f"{median(m):.2f}x ({len(m)} of {both})" if m else f"none (0 of {both})"
+    nk, nr = norm.get(kname), norm.get(name)
+    nc = f"{nk / nr:.2f}x" if nk and nr else "n/a"
+    return f" {pr} | {ph} | {mc} | {nc} |"
+
+
+def phase_line(name, rows, key, t, norm):
+    """the summary's phase-matched and probe-normalised kiln / NAME"""
+    m, both = matched_pairs(rows.get("kiln", []), rows[name], key, t)
+    mc = f"**{median(m):.2f}x** ({len(m)} of {both} repetitions)" if m else f"none of {both} repetitions"
+    nk, nr = norm.get("kiln"), norm.get(name)
+    nc = f"{nk / nr:.2f}x" if nk and nr else "n/a"
+    return f"  - the same, phase-matched: {mc}; probe-normalised: {nc}"
+
+
 def main():
     if sys.argv[1] == "--steady":
         steady(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return
-    bench, path, load = sys.argv[1:4]
-    peak = max([float(p) for p in sys.argv[4:]] + [0.0]) or None
+    args, t = sys.argv[1:], PHASE_T
+    if args[0] == "--phase-threshold":
+        t, args = float(args[1]) / 100, args[2:]
+    bench, path, load = args[:3]
+    peak = max([float(p) for p in args[3:]] + [0.0]) or None
     rows = {}
     for line in open(path):
         if line.strip():
@@ -122,6 +218,9 @@ def main():
         cs = [r["compile_s"] for r in ok if "compile_s" in r]
         comp[name] = (cs[0], median(cs)) if cs else None
     kiln = med.get("kiln") or med.get("kiln-folder")
+    kname = "kiln" if med.get("kiln") else "kiln-folder"
+    top = max([p for runs in rows.values() for r in runs for p in probes(r) or ()], default=None)
+    norm = {name: normalised(runs, key, t) for name, runs in rows.items()}
     flops = FLOPS.get(bench)
     print(f"\n### {bench}\n")
     print(f"{load.strip(';').replace(';', ', ')}; GEMM peak {fmt(peak, 1)} GFLOP/s\n")
@@ -131,6 +230,8 @@ def main():
     if flops:
         head += (" direct-equivalent GFLOP/s (a) (% of GEMM peak) |" if bench in DIRECT_EQ
                  else " GFLOP/s (% of GEMM peak) |")
+    head += (" probe GFLOP/s a CPU-s, before/after | phase | kiln / row, phase-matched "
+             "(repetitions) | kiln / row, probe-normalised |")
     print(head)
     print("|---|" + "---:|" * (head.count(" |") - 1))
     for name in sorted(rows, key=lambda n: ORDER.index(n) if n in ORDER else 99):
@@ -144,13 +245,22 @@ def main():
         if flops:
             g = med[name] and med[name] * flops / 1e9
             line += f" {fmt(g, 1)}" + (f" ({100 * g / peak:.0f}%)" if g and peak else "") + " |"
-        print(line)
+        print(line + phase_cells(name, rows, kname, key, top, t, norm))
     if flops and bench in DIRECT_EQ:
         print(f"\n(a) samples/s x {flops:,} FLOPs a sample, its convolutions counted as "
               "direct ones; kiln runs conv2 by FFT (fewer operations; `[plugin.cpu] conv_algo "
               "= rule`: f32, and bf16 where oneDNN has no bf16 kernel or fft16.c runs the widened op), so its figure is the "
               "rate a direct convolution would need, not the FFT's own, and can pass the "
               "GEMM peak")
+    if top:
+        print(f"\nPhase: `bench/gemm_peak --n 1024` GFLOP/s a CPU-second before and after each "
+              f"run (the probe after a run is the probe before the next); the fastest "
+              f"{top:.1f}; threshold {100 * t:.0f}%: \"phase changed\" when a run's two "
+              f"probes differ by more, \"slow phase\" when their mean is more below the "
+              f"fastest.  Phase-matched: the median of kiln / row over the repetitions whose "
+              f"two runs' four probes agree within the threshold.  Probe-normalised: "
+              f"rate / mean probe, medians over the runs not \"phase changed\" (assumes a "
+              f"row's rate scales with the probe's)")
     for name, f in fails.items():
         for why in sorted(set(f)):
             print(f"\n{name} failed: {why}")
@@ -176,6 +286,7 @@ def main():
     if kiln and b2:
         print(f"- kiln / best of PyTorch 2.x eager and compile ({n2}): **{kiln / b2:.2f}x** "
               f"(target >= 1.3x)")
+        print(phase_line(n2, rows, key, t, norm))
     lt = med.get("t2-lightning")
     kr = median_run([r for r in rows.get("kiln", []) if "failed" not in r and r.get("run_samples")],
                     whole_rate)
@@ -204,6 +315,7 @@ def main():
         want = {"mlp": " (target >= 1.7x)", "cnn-nchw": " (target >= 2x)",
                 "cnn-nhwc": " (target >= 2x)"}.get(bench, "")
         print(f"- kiln / PyTorch 1.13 best ({n113}): **{kiln / b113:.2f}x**{want}")
+        print(phase_line(n113, rows, key, t, norm))
 
 
 if __name__ == "__main__":

@@ -1343,6 +1343,9 @@ EXTRA_DIST += tests/cpu_gemm_devices.sh
 # bench/common.sh: a plugin probe cache a build (A/B benches alternate builds)
 TESTS += tests/bench_common.sh
 EXTRA_DIST += tests/bench_common.sh
+# bench/anchors_table.py: the phase probe's flags and phase-matched ratios
+TESTS += tests/anchors_table.sh
+EXTRA_DIST += tests/anchors_table.sh
 # kiln launch asleep between events (no polling), its failure, grace and signal rules
 TESTS += tests/launch_wait.sh tests/launch_orphan.sh tests/launch_result.sh
 EXTRA_DIST += tests/launch_wait.sh tests/launch_orphan.sh tests/launch_result.sh
