@@ -216,9 +216,11 @@ FC_AVX512BW static inline __m512 fc_row16(const void *xv, int bf16, int64_t sw, 
  * session 48 the tile held planes (fc_gather_block's transposes) that each
  * block transposed again, a row of 16 planes at a time: the NHWC kept weight
  * gradient took ~1.2 CPU-ms more than the NCHW one (docs/PERFORMANCE.md,
- * "Session 48: the NHWC CNN against the NCHW one on the Zen 4"). */
-FC_AVX512BW static void fc_gather_lanes(struct fc_tile *g, const struct fc_planes *p, const float *src,
-					int64_t i, int64_t j)
+ * "Session 48: the NHWC CNN against the NCHW one on the Zen 4").  Not
+ * inlined: inlined into fc_forward_block16, the NCHW forward's blocks
+ * measured ~1.5% slower (3 of 12 interleaved rounds faster). */
+FC_AVX512BW __attribute__((noinline)) static void
+fc_gather_lanes(struct fc_tile *g, const struct fc_planes *p, const float *src, int64_t i, int64_t j)
 {
 	const int64_t i0 = i / FC_S * FC_S, j0 = j / FC_T * FC_T, lines = p->h * 16 * 16;
 	const int64_t n = p->n1 - j0 < FC_T ? p->n1 - j0 : FC_T;
