@@ -646,7 +646,10 @@ static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 	int64_t hw = 0;
 	const struct fc_side *sides[3] = { &f->a, &f->b, &f->o };
 	for (int k = 0; k < 3; k++) {
-		const int64_t n = sides[k]->pl.h * sides[k]->pl.w * (sides[k]->swap ? FC_S : 1);
+		/* (fft16.c's swapped side: a channel's h x 16 lines of FC_S
+		 * lanes, fc_gather_lanes) */
+		const int64_t w = sides[k]->swap && f->v16 ? 16 : sides[k]->pl.w;
+		const int64_t n = sides[k]->pl.h * w * (sides[k]->swap ? FC_S : 1);
 		if (fc_tiled(sides[k]) && n > hw)
 			hw = n;
 	}

@@ -77,7 +77,10 @@ struct cpu_fftconv {
  * are taken channels inner (fc_ij).  The transforms see the same values
  * and each plane's frequencies go where they did, so the bytes are those
  * without it (docs/PERFORMANCE.md, "Session 17: the FFT convolution's
- * NHWC planes": the weight gradient 5-10% faster, the others the same). */
+ * NHWC planes": the weight gradient 5-10% faster, the others the same).
+ * With fft16.c's blocks (f->v16) a swapped side's tile is instead each
+ * channel's h x 16 lines of FC_S samples' lanes, read by the transform
+ * where they lie (fftconv_planes.c fc_gather_lanes; session 48). */
 #define FC_T 16
 
 /* A swapped side's tile holds FC_S samples' FC_T channels (fc_ij). */

@@ -204,6 +204,54 @@ FC_AVX512BW static inline __m512 fc_row16(const void *xv, int bf16, int64_t sw, 
 	return _mm512_loadu_ps(t);
 }
 
+/* A swapped tiled side's tile for fft16.c's blocks (NHWC dy of the weight
+ * and data gradients): the block of FC_S samples and FC_T channels that
+ * plane (i, j) is in, as each channel's h x 16 lines of FC_S lanes (lane
+ * q sample i0 + q; columns w.. and absent samples 0): the lines
+ * cpu_fft16_r2c reads, so the tile's channels are transformed where they
+ * lie.  Each pixel's channels of a sample are one line, and the 16 lines
+ * of its samples are transposed once (fc_t16) for the FC_T blocks that
+ * read them.  The transforms see the values in the lanes
+ * fc_forward_block16's transposed rows put them: the same bytes.  Before
+ * session 48 the tile held planes (fc_gather_block's transposes) that each
+ * block transposed again, a row of 16 planes at a time: the NHWC kept weight
+ * gradient took ~1.2 CPU-ms more than the NCHW one (docs/PERFORMANCE.md,
+ * "Session 48: the NHWC CNN against the NCHW one on the Zen 4").  Not
+ * inlined: inlined into fc_forward_block16, the NCHW forward's blocks
+ * measured ~1.5% slower (3 of 12 interleaved rounds faster). */
+FC_AVX512BW __attribute__((noinline)) static void
+fc_gather_lanes(struct fc_tile *g, const struct fc_planes *p, const float *src, int64_t i, int64_t j)
+{
+	const int64_t i0 = i / FC_S * FC_S, j0 = j / FC_T * FC_T, lines = p->h * 16 * 16;
+	const int64_t n = p->n1 - j0 < FC_T ? p->n1 - j0 : FC_T;
+	const int64_t ni = p->n0 - i0 < FC_S ? p->n0 - i0 : FC_S;
+	const __mmask16 cm = (__mmask16)((1u << n) - 1);
+	const __m512 zero = _mm512_setzero_ps();
+	for (int64_t r = 0; r < p->h; r++)
+		for (int64_t q = 0; q < 16; q++) {
+			float *t = g->t + (r * 16 + q) * 16;
+			__m512 v[16];
+#pragma GCC unroll 16
+			for (int s = 0; s < 16; s++)
+				v[s] = s < ni && q < p->w
+					       ? _mm512_maskz_loadu_ps(cm, src + (i0 + s) * p->s0 + j0 +
+									   r * p->sh + q * p->sw)
+					       : zero;
+			fc_t16(v);
+#pragma GCC unroll 16
+			for (int c = 0; c < 16; c++)
+				if (c < n)
+					_mm512_store_ps(t + c * lines, v[c]);
+		}
+	g->i = i0, g->j0 = j0, g->n = n, g->ni = ni;
+}
+
+/* Whether side s's blocks read fc_gather_lanes' tile (f->v16) */
+static int fc_lanes(const struct fc_side *s, const struct fc_tile *g)
+{
+	return s->swap && !s->bf16 && g->t && fc_tiled(s);
+}
+
 /* fc_forward_block of a full or partial block by fft16.c: xl the thread's
  * FFT16_PLANE_LINES lines, sl its FFT16_SPEC_LINES. */
 FC_AVX512BW static void fc_forward_block16(const struct cpu_fftconv *f, const struct fc_side *s,
@@ -214,7 +262,11 @@ FC_AVX512BW static void fc_forward_block16(const struct cpu_fftconv *f, const st
 	const struct fc_planes *p = &s->pl;
 	const __mmask16 lanes = (__mmask16)((1u << n) - 1), wm = (__mmask16)((1u << p->w) - 1);
 	const __m512 zero = _mm512_setzero_ps();
-	if (fc_direct(s)) { /* lane c: channel c0 + c of sample row */
+	if (fc_lanes(s, g)) { /* lane c: sample c0 + c of channel row, in the tile */
+		if (!g->n || c0 != g->i || row < g->j0 || row >= g->j0 + g->n)
+			fc_gather_lanes(g, p, src, c0, row);
+		xl = g->t + (row - g->j0) * p->h * 16 * 16;
+	} else if (fc_direct(s)) { /* lane c: channel c0 + c of sample row */
 		const float *x = src + row * p->s0 + c0;
 		for (int64_t r = 0; r < p->h; r++)
 			for (int64_t q = 0; q < 16; q++)
