@@ -57,24 +57,33 @@ rank() {
 	rank_pid=$!
 }
 
-# cut_link STATES: in host 1, wait for a TCP socket in one of STATES
-# (/proc/net/tcp's: 0A listening, 02 and 03 a connection's handshake) on
-# no port of the store's (29611), then take host 1's port off the bridge;
-# prints the time of the cut (or "none" after 60 s)
+# cut_link STATES READY: in host 1, create the file READY once watching,
+# then wait for a TCP socket in one of STATES (/proc/net/tcp's: 0A
+# listening, 02 and 03 a connection's handshake) on no port of the
+# store's (29611), then take host 1's port off the bridge; prints the time
+# of the cut, or "none" after 60 s or where a connection on no port of the
+# store's is already established (01: the mesh connected before a look of
+# a loaded machine's, and a listener stays listening after it)
 cut_link() {
 	ip netns exec "$ns-h1" nice -n -10 "$py" -c '
 import subprocess, sys, time
+open(sys.argv[4], "w").close()
 end = time.time() + 60
 while time.time() < end:
+    socks = []
     for line in open("/proc/net/tcp").read().splitlines()[1:]:
         f = line.split()
         ports = [int(x.split(":")[1], 16) for x in f[1:3]]
-        if f[3] in sys.argv[3].split(",") and 29611 not in ports:
-            subprocess.run(["ip", "-n", sys.argv[1], "link", "set", sys.argv[2], "nomaster"], check=True)
-            print("%.3f" % time.time(), flush=True)
-            sys.exit(0)
+        if 29611 not in ports:
+            socks.append(f[3])
+    if "01" in socks:
+        break
+    if any(st in sys.argv[3].split(",") for st in socks):
+        subprocess.run(["ip", "-n", sys.argv[1], "link", "set", sys.argv[2], "nomaster"], check=True)
+        print("%.3f" % time.time(), flush=True)
+        sys.exit(0)
     time.sleep(0.001)
-print("none")' "$ns-sw" p1 "$1"
+print("none")' "$ns-sw" p1 "$1" "$2"
 }
 
 # case NAME STATES LIMIT MSG0 MSG1 [overrides]: both ranks started, the
@@ -85,9 +94,16 @@ case_() {
 	shift 5
 	for _try in 1 2; do
 		net_up 2 1 150
+		rm -f "$tmp/cut.ready" "$tmp/cut.t"
+		# the watcher first, so that a loaded machine's slow start of it
+		# cannot let the mesh connect before its first look
+		cut_link "$_st" "$tmp/cut.ready" > "$tmp/cut.t" & _pc=$!
+		_w=0
+		while [ ! -e "$tmp/cut.ready" ] && [ $_w -lt 300 ]; do sleep 0.1; _w=$((_w + 1)); done
 		rank "$_c" 0 "$@"; _p0=$rank_pid
 		rank "$_c" 1 "$@"; _p1=$rank_pid
-		_t=$(cut_link "$_st")
+		wait $_pc
+		_t=$(cat "$tmp/cut.t"); [ -n "$_t" ] || _t=none
 		[ "$_t" = none ] || break
 		# (the mesh connected between two looks of a loaded machine's)
 		wait $_p0 $_p1
