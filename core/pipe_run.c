@@ -391,6 +391,10 @@ void kiln_pipe_drain(struct kiln_pipe *pp)
 	for (int s = 0; s < pp->P; s++)
 		if ((pp->mine < 0 || s == pp->mine) && pp->sst[s])
 			(void)kiln_device_stream_sync(sdev(pp, s), pp->sst[s]);
+	/* the local transport's copy stream (a device other than the CPU's):
+	 * a queued hand-off copies between two stages' buffers */
+	if (pp->local.copy)
+		(void)kiln_device_stream_sync(sdev(pp, 0), pp->local.copy);
 	kiln_pipe_rank_drain(pp->rk);
 }
 

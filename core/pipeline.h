@@ -437,8 +437,9 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
  * compute stream, which waited for them, their work is done already (the
  * trainer's log point; see trainer_read_metrics). */
 kiln_status kiln_pipe_sync_stages(struct kiln_pipe *pp);
-/* Every stage stream this process runs, and the rank transport's send
- * stream, drained, whatever their status (a failed stream skips its queue
+/* Every stage stream this process runs, the local transport's copy
+ * stream (where there is one) and the rank transport's send stream,
+ * drained, whatever their status (a failed stream skips its queue
  * as it drains): after a step that failed half enqueued, the stages may
  * still hold work that the trainer's stream never waited for, which reads
  * the batch's buffers and writes the transport's messages.  The teardown

@@ -1705,11 +1705,17 @@ END_TEST
  * kiln_pipe_drain, which free_device and kiln_pipe_free now call first,
  * returns once the held stage has run its queue. */
 static int fq_n;
-static atomic_int fq_released;
+static atomic_int fq_released, fq_gate;
 
+/* The held receive: it waits for the test's gate (opened after the
+ * premise is checked: the window, whatever the test thread's delay;
+ * 20 s at most, so that a premise gone wrong fails rather than hangs),
+ * then 300 ms more, which a drain that does not wait returns within. */
 static kiln_status fq_slow(void *arg)
 {
 	(void)arg;
+	for (int i = 0; i < 20000 && !atomic_load(&fq_gate); i++)
+		usleep(1000);
 	usleep(300 * 1000);
 	atomic_store(&fq_released, 1);
 	return KILN_OK;
@@ -1734,11 +1740,13 @@ START_TEST(test_free_queued)
 	rig_ranks(&r, pp, &ops, 0);
 	fq_n = 0;
 	atomic_store(&fq_released, 0);
+	atomic_store(&fq_gate, 0);
 	ck_assert_int_eq(kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics), KILN_EIO);
 	ck_assert_int_eq(fq_n, 4);
 	/* trainer_close's first sync: the trainer's stream, done at once */
 	kiln_device_stream_sync(r.dev, r.stream);
 	ck_assert_msg(!atomic_load(&fq_released), "the stage was not held (the test's premise)");
+	atomic_store(&fq_gate, 1);
 	kiln_pipe_drain(pp);
 	ck_assert_msg(atomic_load(&fq_released), "kiln_pipe_drain returned with the stage's queue held");
 	kiln_pipe_free(pp);

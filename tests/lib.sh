@@ -118,8 +118,10 @@ kiln() {
 # the processes stopped so far would stay stopped for good (before
 # session 48: the walk ran in a command substitution's subshell, which a
 # signal to the test shell did not end); the traps set for the walk kill
-# them first.  (No test script traps those signals itself: job_kill
-# clears them after.)
+# them first.  The caller's own traps of those signals are restored
+# after (before session 48 job_kill reset them to the default): saved by
+# `trap > FILE`, which prints this shell's traps in a form `.` sets again
+# (dash has no `trap -p`, and prints none in `$(trap)`, a subshell).
 job_tree() {
 	kill -STOP "$1" 2>/dev/null
 	_jk_pids="$_jk_pids $1"
@@ -127,12 +129,14 @@ job_tree() {
 }
 job_kill() {
 	_jk_pids=
+	trap > "$tmp/.job_kill_traps" 2>/dev/null
 	trap 'kill -9 $_jk_pids 2>/dev/null; exit 129' HUP
 	trap 'kill -9 $_jk_pids 2>/dev/null; exit 130' INT
 	trap 'kill -9 $_jk_pids 2>/dev/null; exit 143' TERM
 	job_tree "$1"
 	kill -9 $_jk_pids 2>/dev/null
 	trap - HUP INT TERM
+	! [ -f "$tmp/.job_kill_traps" ] || . "$tmp/.job_kill_traps"
 }
 
 # wait_line PID FILE PATTERN WHAT LOG: until FILE has a line matching

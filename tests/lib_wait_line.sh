@@ -83,3 +83,23 @@ if [ "$state" = T ]; then
 fi
 gone "$root" || { kill -9 "$root"; fail "the test shell ended in job_kill's walk: $root runs on (state $state)"; }
 echo "ok: the test shell ended in job_kill's walk: the stopped $root was killed"
+
+# 3. job_kill restores its caller's traps of HUP, INT and TERM (a subshell
+# that traps INT and ignores HUP, its `trap` listing the same before and
+# after job_kill of a `sleep`).  Before session 48 job_kill reset all
+# three to the default after its walk.
+sleep 600 &
+victim=$!
+(
+	trap 'echo caller INT' INT
+	trap '' HUP
+	trap > "$tmp/traps.before"
+	job_kill "$victim"
+	trap > "$tmp/traps.after"
+)
+wait "$victim" 2> /dev/null
+gone "$victim" || { kill -9 "$victim"; fail "job_kill left its caller's $victim running"; }
+grep -qF "caller INT" "$tmp/traps.before" || fail "the caller's INT trap was not listed: $(cat "$tmp/traps.before")"
+cmp -s "$tmp/traps.before" "$tmp/traps.after" ||
+	fail "job_kill changed its caller's traps: before: $(cat "$tmp/traps.before"); after: $(cat "$tmp/traps.after")"
+echo "ok: job_kill kept its caller's traps: $(tr '\n' ';' < "$tmp/traps.after")"
