@@ -7,6 +7,8 @@
  * or the final hidden state (`last = 1`, PyTorch's h_n)
  * (tests/data/rnn_refs.safetensors, written by tests/data/gen_rnn_refs.py);
  * the parameter gradients against central differences of the loss; the
+ * ops alone at a size that runs the CPU kernel's gather on its OpenMP team
+ * (rows of length 0 to T against the same rows run alone); the
  * configuration errors.
  */
 #include <check.h>
@@ -14,6 +16,7 @@
 #include "test_util.h"
 #include <kiln/kiln.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +129,25 @@ static double loss_of(struct rig *r, struct kiln_plan *p)
 	return m[0] / (double)r->B;
 }
 
+/* max |got - want| (INFINITY for a NaN), the first element where it is
+ * in *at, and max(FLOOR, max |want|) in *scale. */
+static double max_error(const float *got, const float *want, int64_t n, double *scale,
+			int64_t *at)
+{
+	double err = 0;
+	*scale = FLOOR, *at = 0;
+	for (int64_t i = 0; i < n; i++)
+		*scale = fabs(want[i]) > *scale ? fabs(want[i]) : *scale;
+	for (int64_t i = 0; i < n; i++) {
+		const double e = fabs((double)got[i] - want[i]);
+		if (!(e <= err)) {
+			err = isnan(e) ? INFINITY : e;
+			*at = i;
+		}
+	}
+	return err;
+}
+
 /* Device tensor of n floats against reference `<tag>/<what>`. */
 static void check_against(struct rig *r, const char *what, const void *dptr, int64_t n)
 {
@@ -134,17 +156,9 @@ static void check_against(struct rig *r, const char *what, const void *dptr, int
 	ck_assert_msg(rn == n, "%s: %s has %lld elements, PyTorch %lld", r->tag, what,
 		      (long long)n, (long long)rn);
 	TEST_D2H(r, got, dptr, sizeof(float) * (size_t)n);
-	double scale = FLOOR, err = 0;
-	int64_t at = 0;
-	for (int64_t i = 0; i < n; i++)
-		scale = fabs(want[i]) > scale ? fabs(want[i]) : scale;
-	for (int64_t i = 0; i < n; i++) {
-		const double e = fabs((double)got[i] - want[i]);
-		if (!(e <= err)) {
-			err = isnan(e) ? INFINITY : e;
-			at = i;
-		}
-	}
+	double scale;
+	int64_t at;
+	const double err = max_error(got, want, n, &scale, &at);
 	ck_assert_msg(err <= REL * scale,
 		      "%s: %s: max |error| %g at element %lld (kiln %.8g, PyTorch %.8g); allowed %g",
 		      r->tag, what, err, (long long)at, got[at], want[at], REL * scale);
@@ -251,6 +265,249 @@ END_TEST
 START_TEST(test_fd_lstm_last_masked) { fd_case("lstm_l2_bi_last_mask"); }
 END_TEST
 
+/* ---- the parallel gather ---------------------------------------------
+ * plugins/cpu/rnn.c's rnn_gather (x and dy into the time-major copy, y
+ * and dx back) runs on the OpenMP team when B*T*C >= CPU_PAR_MIN (32768;
+ * C = I for x and dx, H for y and dy), which the cases above (B = 3,
+ * T = 5) never reach.  Here the ops alone, on a fixed team of 2 ([run]
+ * threads = 2: never adapted), B*T*I = 49152 and B*T*H = 40960, rows of
+ * length 0 to T: every row's y, dx (and h_n with `last`) against the
+ * same rows run unmasked in a batch of their own length (at most
+ * 8*32*24 = 6144 elements: the serial gather), the weight and bias
+ * gradients against those batches' sums, and every padded step's y and
+ * dx exactly 0 (the outputs start as garbage; dy is nonzero there). */
+enum { PB = 64, PT = 32, PI = 24, PH = 20, PAD = 0 };
+#define PGROUPS 8 /* rows b and b + 8k share a length, plens[b % 8] */
+static const int plens[PGROUPS] = { 0, PT, 1, 7, PT - 1, 16, 3, 25 };
+
+struct pcell {
+	int gru, rev;
+	int64_t G;
+	float *w[4]; /* w_ih [G*H, I], w_hh [G*H, H], b_ih, b_hh [G*H] */
+};
+
+struct pout {
+	float *y, *dx, *dw[3]; /* y, dx, and dw_ih, dw_hh, db [2, G*H] */
+};
+
+/* n values scale * [-1, 1] (test_hash_val, tensor number salt) */
+static float *prandv(uint32_t salt, int64_t n, float scale)
+{
+	float *v = malloc(sizeof(float) * (size_t)n);
+	for (int64_t k = 0; k < n; k++)
+		v[k] = scale * test_hash_val((uint32_t)k, salt);
+	return v;
+}
+
+/* Device buffer of `bytes` holding h, or 0xff bytes (NaN) when h is NULL. */
+static void *pput(struct rig *r, const void *h, size_t bytes)
+{
+	void *d, *fill = NULL;
+	ck_assert_msg(kiln_device_alloc(r->dev, bytes, &d) == KILN_OK, "%s", kiln_last_error());
+	if (!h)
+		h = fill = memset(malloc(bytes), 0xff, bytes);
+	TEST_H2D(r, d, h, bytes);
+	free(fill);
+	return d;
+}
+
+static void *pprep(struct rig *r, const struct kiln_op *op, size_t *ws)
+{
+	void *plan = NULL;
+	size_t w = 0;
+	ck_assert_msg(kiln_device_prepare(r->dev, op, &plan, &w) == KILN_OK, "%s",
+		      kiln_last_error());
+	*ws = w > *ws ? w : *ws;
+	return plan;
+}
+
+/* One training forward and backward of cell c over x [B,T,I] (ids [B,T]
+ * with pad id PAD, or NULL: every row of length T), dy [B,T,H] ([B,H]
+ * with last); the results in o (the caller frees them). */
+static void ppass(struct rig *r, const struct pcell *c, int last, int64_t B, int64_t T,
+		  const float *x, const int32_t *ids, const float *dy, struct pout *o)
+{
+	const int64_t GH = c->G * PH, ny = last ? B * PH : B * T * PH, nx = B * T * PI;
+	const int64_t nw[3] = { GH * PI, GH * PH, 2 * GH };
+	struct kiln_op f, b;
+	memset(&f, 0, sizeof f);
+	memset(&b, 0, sizeof b);
+	f.type = KILN_OP_RNN, f.n_in = ids ? 6 : 5, f.n_out = 2;
+	b.type = KILN_OP_RNN_BWD, b.n_in = 5, b.n_out = 4;
+	kiln_tensor_desc_init(&f.in[0], KILN_F32, 3, (const int64_t[]){ B, T, PI });
+	kiln_tensor_desc_init(&f.in[1], KILN_F32, 2, (const int64_t[]){ GH, PI });
+	kiln_tensor_desc_init(&f.in[2], KILN_F32, 2, (const int64_t[]){ GH, PH });
+	kiln_tensor_desc_init(&f.in[3], KILN_F32, 1, &GH);
+	f.in[4] = f.in[3];
+	kiln_tensor_desc_init(&f.in[5], KILN_I32, 2, (const int64_t[]){ B, T });
+	kiln_tensor_desc_init(&f.out[0], KILN_F32, last ? 2 : 3,
+			      last ? (const int64_t[]){ B, PH } : (const int64_t[]){ B, T, PH });
+	kiln_tensor_desc_init(&f.out[1], KILN_U8, 1, (const int64_t[]){ 1 });
+	f.i[0] = b.i[0] = c->gru, f.i[1] = b.i[1] = c->rev, f.i[2] = PAD, f.i[4] = b.i[4] = last;
+	b.in[0] = b.out[0] = f.in[0];
+	b.in[1] = f.out[0];
+	b.in[2] = b.out[1] = f.in[1];
+	b.in[3] = b.out[2] = f.in[2];
+	b.in[4] = f.out[1];
+	kiln_tensor_desc_init(&b.out[3], KILN_F32, 2, (const int64_t[]){ 2, GH });
+	size_t wsb = 0;
+	void *pf = pprep(r, &f, &wsb), *pb = pprep(r, &b, &wsb);
+	void *d[] = { pput(r, x, sizeof(float) * (size_t)nx),
+		      pput(r, c->w[0], sizeof(float) * (size_t)nw[0]),
+		      pput(r, c->w[1], sizeof(float) * (size_t)nw[1]),
+		      pput(r, c->w[2], sizeof(float) * (size_t)GH),
+		      pput(r, c->w[3], sizeof(float) * (size_t)GH),
+		      ids ? pput(r, ids, sizeof(int32_t) * (size_t)(B * T)) : NULL,
+		      pput(r, NULL, sizeof(float) * (size_t)ny),
+		      pput(r, NULL, kiln_device_aux_bytes(r->dev, pf)),
+		      pput(r, dy, sizeof(float) * (size_t)ny),
+		      pput(r, NULL, sizeof(float) * (size_t)nx),
+		      pput(r, NULL, sizeof(float) * (size_t)nw[0]),
+		      pput(r, NULL, sizeof(float) * (size_t)nw[1]),
+		      pput(r, NULL, sizeof(float) * (size_t)nw[2]),
+		      pput(r, NULL, wsb) };
+	struct kiln_op_args fa = { .in = { d[0], d[1], d[2], d[3], d[4], d[5] },
+				   .out = { d[6], d[7] }, .workspace = d[13],
+				   .workspace_bytes = wsb };
+	struct kiln_op_args ba = { .in = { d[0], d[8], d[1], d[2], d[7] },
+				   .out = { d[9], d[10], d[11], d[12] }, .workspace = d[13],
+				   .workspace_bytes = wsb };
+	ck_assert_msg(kiln_device_run(r->dev, pf, &fa, r->stream) == KILN_OK &&
+			      kiln_device_run(r->dev, pb, &ba, r->stream) == KILN_OK &&
+			      kiln_device_stream_sync(r->dev, r->stream) == KILN_OK,
+		      "%s", kiln_last_error());
+	o->y = malloc(sizeof(float) * (size_t)ny);
+	o->dx = malloc(sizeof(float) * (size_t)nx);
+	TEST_D2H(r, o->y, d[6], sizeof(float) * (size_t)ny);
+	TEST_D2H(r, o->dx, d[9], sizeof(float) * (size_t)nx);
+	for (int k = 0; k < 3; k++) {
+		o->dw[k] = malloc(sizeof(float) * (size_t)nw[k]);
+		TEST_D2H(r, o->dw[k], d[10 + k], sizeof(float) * (size_t)nw[k]);
+	}
+	test_rig_free_bufs(r->dev, r->stream, d, sizeof d / sizeof d[0]);
+	kiln_device_plan_free(r->dev, pf);
+	kiln_device_plan_free(r->dev, pb);
+}
+
+static void pout_free(struct pout *o)
+{
+	free(o->y);
+	free(o->dx);
+	for (int k = 0; k < 3; k++)
+		free(o->dw[k]);
+}
+
+/* pnear: max |got - want| <= REL * max(FLOOR, max |want|) */
+static void pnear(const char *what, int i, const float *got, const float *want, int64_t n)
+{
+	double scale;
+	int64_t at;
+	const double err = max_error(got, want, n, &scale, &at);
+	ck_assert_msg(err <= REL * scale,
+		      "gather case %d: %s: max |error| %g at element %lld (batch %.8g, rows alone "
+		      "%.8g); allowed %g",
+		      i, what, err, (long long)at, got[at], want[at], REL * scale);
+}
+
+/* v exactly 0 where no step ran: [B,T,C] at t >= the row's length, or
+ * (rows, [B,C]: y with last) the rows of length 0. */
+static void pzero(const char *what, int i, const float *v, int64_t C, int rows)
+{
+	for (int64_t b = 0; b < PB; b++) {
+		const int len = plens[b % PGROUPS];
+		const int64_t from = rows ? 0 : len, to = rows ? (len == 0) : PT;
+		for (int64_t t = from; t < to; t++)
+			for (int64_t k = 0; k < C; k++) {
+				const float got = v[(rows ? b : b * PT + t) * C + k];
+				ck_assert_msg(got == 0.0f,
+					      "gather case %d: %s[%lld, %lld, %lld] = %g, row length %d: "
+					      "not 0",
+					      i, what, (long long)b, (long long)t, (long long)k, got, len);
+			}
+	}
+}
+
+/* _i: bit 0 GRU, bit 1 the reverse direction, bit 2 `last` */
+START_TEST(test_par_gather)
+{
+	const int last = _i >> 2 & 1;
+	struct pcell c = { .gru = _i & 1, .rev = _i >> 1 & 1, .G = _i & 1 ? 3 : 4 };
+	const int64_t GH = c.G * PH, nw[3] = { GH * PI, GH * PH, 2 * GH }, ny = last ? PH : PT * PH;
+	struct rig r;
+	memset(&r, 0, sizeof r);
+	r.cfg = test_config(reg, "[run]\nthreads = 2\n");
+	ck_assert_msg(kiln_device_open(reg, r.cfg, check_test_device(), 0, &r.dev) == 0, "%s: %s",
+		      check_test_device(), kiln_last_error());
+	ck_assert(kiln_device_stream_create(r.dev, &r.stream) == 0);
+	const uint32_t salt = 48u * 8u + (uint32_t)_i * 8u;
+	const float k = 1.0f / sqrtf((float)PH); /* PyTorch's init range */
+	for (int w = 0; w < 4; w++)
+		c.w[w] = prandv(salt + (uint32_t)w, w < 2 ? nw[w] : GH, k);
+	float *x = prandv(salt + 4, PB * PT * PI, 1), *dy = prandv(salt + 5, PB * ny, 1);
+	int32_t *ids = malloc(sizeof(int32_t) * PB * PT);
+	for (int64_t b = 0; b < PB; b++) /* the first pad at the length, tokens after it */
+		for (int64_t t = 0; t < PT; t++)
+			ids[b * PT + t] = t == plens[b % PGROUPS] ? PAD : 1 + (int32_t)((b + t) % 9);
+	struct pout got;
+	ppass(&r, &c, last, PB, PT, x, ids, dy, &got);
+	/* what the rows run alone give, 0 where no step ran */
+	float *want_y = calloc((size_t)(PB * ny), sizeof(float));
+	float *want_dx = calloc((size_t)(PB * PT * PI), sizeof(float));
+	float *want_dw[3];
+	for (int w = 0; w < 3; w++)
+		want_dw[w] = calloc((size_t)nw[w], sizeof(float));
+	for (int g = 0; g < PGROUPS; g++) {
+		const int64_t L = plens[g], n = PB / PGROUPS, s = c.rev ? 0 : L - 1;
+		if (L == 0)
+			continue;
+		float *gx = malloc(sizeof(float) * (size_t)(n * L * PI));
+		float *gdy = calloc((size_t)(n * L * PH), sizeof(float));
+		for (int64_t j = 0; j < n; j++) {
+			const int64_t b = g + j * PGROUPS;
+			memcpy(gx + j * L * PI, x + b * PT * PI, sizeof(float) * (size_t)(L * PI));
+			if (last) /* h_n's gradient at the last step run */
+				memcpy(gdy + (j * L + s) * PH, dy + b * PH, sizeof(float) * PH);
+			else
+				memcpy(gdy + j * L * PH, dy + b * PT * PH, sizeof(float) * (size_t)(L * PH));
+		}
+		struct pout o;
+		ppass(&r, &c, 0, n, L, gx, NULL, gdy, &o);
+		for (int64_t j = 0; j < n; j++) {
+			const int64_t b = g + j * PGROUPS;
+			if (last)
+				memcpy(want_y + b * PH, o.y + (j * L + s) * PH, sizeof(float) * PH);
+			else
+				memcpy(want_y + b * PT * PH, o.y + j * L * PH, sizeof(float) * (size_t)(L * PH));
+			memcpy(want_dx + b * PT * PI, o.dx + j * L * PI, sizeof(float) * (size_t)(L * PI));
+		}
+		for (int w = 0; w < 3; w++)
+			for (int64_t e = 0; e < nw[w]; e++)
+				want_dw[w][e] += o.dw[w][e];
+		pout_free(&o);
+		free(gx);
+		free(gdy);
+	}
+	pzero("y", _i, got.y, PH, last);
+	pzero("dx", _i, got.dx, PI, 0);
+	pnear("y", _i, got.y, want_y, PB * ny);
+	pnear("dx", _i, got.dx, want_dx, PB * PT * PI);
+	pnear("dw_ih", _i, got.dw[0], want_dw[0], nw[0]);
+	pnear("dw_hh", _i, got.dw[1], want_dw[1], nw[1]);
+	pnear("db", _i, got.dw[2], want_dw[2], nw[2]);
+	pout_free(&got);
+	for (int w = 0; w < 3; w++)
+		free(want_dw[w]);
+	for (int w = 0; w < 4; w++)
+		free(c.w[w]);
+	free(want_y);
+	free(want_dx);
+	free(x);
+	free(dy);
+	free(ids);
+	test_rig_close_device(r.dev, r.stream, r.cfg);
+}
+END_TEST
+
 /* A model that must not build: the message names the layer and the cause. */
 START_TEST(test_config_errors)
 {
@@ -288,6 +545,10 @@ static Suite *make_rnn_suite(void)
 	TCase *tc = tcase_create("torch");
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_torch, 0, (int)(sizeof cases / sizeof cases[0]));
+	suite_add_tcase(s, tc);
+	tc = tcase_create("gather");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_par_gather, 0, 8);
 	suite_add_tcase(s, tc);
 	check_add_case(s, "layer", 120, NULL, NULL, (const TTest *[]){
 		test_fd_lstm, test_fd_gru_masked, test_fd_lstm_last_masked, test_config_errors,
