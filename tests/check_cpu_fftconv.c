@@ -4,8 +4,9 @@
  * against a double-precision loop and against oneDNN's direct kernels
  * (conv_algo = direct), on odd shapes (kernels 3, 5, 7 and 3x5; padding
  * 0..3, more than the kernel's reach too; several batches), NCHW and
- * NHWC; the same bytes on 1 and 2 threads; the rule's choices; the key's
- * errors; kept spectra chained over two micro-batches (test_kept_chain).
+ * NHWC; the same bytes on 1 and 2 threads, and in both layouts at
+ * 16 x 16 (test_layouts_same_bytes); the rule's choices; the key's errors;
+ * kept spectra chained over two micro-batches (test_kept_chain).
  *
  * Tolerance: the error is measured as max |got - ref| / rms(ref) over the
  * tensor.  A float FFT's error grows like eps log2(n1 n2) relative to the
@@ -327,28 +328,29 @@ START_TEST(test_bwd_weights)
 }
 END_TEST
 
-/* conv_algo = rule: the FFT for the CNN's conv2 (32 -> 64, 5x5, 14x14,
- * pad 2) on every ISA (below AVX-512 only until session 21), never for
- * its conv1 (one input channel) nor a 3x3 kernel; the unset key is rule. */
 /* At 16 x 16 by fft16.c (AVX-512) an NHWC side's planes go into the lanes
  * that the NCHW planes' rows are transposed into (the forward's x a pixel's
  * channels at once, the gradients' dy through fc_gather_lanes' tile of 16
  * samples and 16 channels): the same values give the same bytes in both
- * layouts, each op, on conv2's shape and on one whose blocks are partial
- * (shapes 7 and 9). */
+ * layouts, each op, on conv2's shape, on one whose blocks are partial
+ * (shapes 7 and 9), and on shape 9 with 19 samples: dy's tiles of samples
+ * 16 .. 18 (i0 = 16), gathered again when a row block's column block moves
+ * on.  Where the CPU has AVX-512F, BW and VL every op-shape is compared. */
 START_TEST(test_layouts_same_bytes)
 {
 	static const int types[3] = { KILN_OP_CONV, KILN_OP_CONV_BWD_DATA, KILN_OP_CONV_BWD_WEIGHTS };
 	static const int flags[3] = { F_BIAS | F_RELU, 0, F_BIAS | F_ACC };
+	const struct shape n19 = { 19, 20, 12, 13, 37, 5, 3, 2, 1 };
+	const struct shape *ss[3] = { &shapes[7], &shapes[9], &n19 };
 	int compared = 0;
 	for (int k = 0; k < 3; k++)
-		for (int si = 7; si <= 9; si += 2) {
+		for (int si = 0; si < 3; si++) {
 			int64_t n0, n1;
 			int f0, f1;
 			same_values = 1;
-			float *a = run_op(types[k], &shapes[si], 0, flags[k], "fft", 2, &n0, &f0);
+			float *a = run_op(types[k], ss[si], 0, flags[k], "fft", 2, &n0, &f0);
 			const int v16a = fft16_plans;
-			float *b = run_op(types[k], &shapes[si], 1, flags[k], "fft", 2, &n1, &f1);
+			float *b = run_op(types[k], ss[si], 1, flags[k], "fft", 2, &n1, &f1);
 			const int v16b = fft16_plans;
 			same_values = 0;
 			ck_assert(n0 == n1 && f0 == 1 && f1 == 1);
@@ -356,17 +358,26 @@ START_TEST(test_layouts_same_bytes)
 				int64_t i = 0;
 				while (i < n0 && !memcmp(&a[i], &b[i], sizeof *a))
 					i++;
-				ck_assert_msg(i == n0, "%s shape %d: NCHW and NHWC differ at element %lld of %lld (%.9g, %.9g)",
-					      op_str(types[k]), si, (long long)i, (long long)n0,
-					      i < n0 ? (double)a[i] : 0.0, i < n0 ? (double)b[i] : 0.0);
+				ck_assert_msg(i == n0, "%s %s: NCHW and NHWC differ at element %lld of %lld (%.9g, %.9g)",
+					      op_str(types[k]), si < 2 ? (si ? "shape 9" : "shape 7") : "19 samples",
+					      (long long)i, (long long)n0, i < n0 ? (double)a[i] : 0.0,
+					      i < n0 ? (double)b[i] : 0.0);
 				compared++;
 			}
 			free(a), free(b);
 		}
-	printf("fftconv: NCHW against NHWC by fft16.c: %d of 6 op-shapes compared (AVX-512 only)\n", compared);
+	printf("fftconv: NCHW against NHWC by fft16.c: %d of 9 op-shapes compared\n", compared);
+	if (conv_ref_avx512())
+		ck_assert_msg(compared == 9, "%d of 9 op-shapes planned by fft16.c on a CPU with AVX-512F, BW and VL",
+			      compared);
+	else
+		printf("fftconv: not all compared: this CPU lacks AVX-512F, BW or VL (fft16.c's blocks)\n");
 }
 END_TEST
 
+/* conv_algo = rule: the FFT for the CNN's conv2 (32 -> 64, 5x5, 14x14,
+ * pad 2) on every ISA (below AVX-512 only until session 21), never for
+ * its conv1 (one input channel) nor a 3x3 kernel; the unset key is rule. */
 START_TEST(test_rule)
 {
 	const struct shape conv2 = { 2, 32, 14, 14, 64, 5, 5, 2, 2 },

@@ -340,9 +340,9 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
  * turn, rows in turn.  A tiled swapped side (NHWC dy of the weight and
  * data gradients; rows its channels, columns its samples) takes them by
  * FC_T rows at a time, in those by column blocks, in those row by row:
- * the FC_T x FC_S planes of one tile's gather (fc_gather_block).  A
- * tiled side unswapped gathers its block's planes, a sample's FC_T
- * channels, at once. */
+ * the FC_T x FC_S planes of one tile's gather (fc_gather_block; with
+ * fft16.c's blocks fc_gather_lanes).  A tiled side unswapped gathers its
+ * block's planes, a sample's FC_T channels, at once. */
 _Static_assert(FC_S == FC_L && FC_T == FC_L, "a block's planes are one tile's");
 
 static int64_t fc_blocks(const struct fc_side *s)

@@ -88,7 +88,9 @@ struct cpu_fftconv {
 
 struct fc_tile {
 	float *t;       /* FC_T planes of h w floats (a swapped side: FC_S x FC_T,
-			 * sample-major); NULL: no tile */
+			 * sample-major; with f->v16, fc_gather_lanes': each
+			 * of FC_T channels' h x 16 lines of FC_S samples'
+			 * lanes); NULL: no tile */
 	int64_t i, j0;  /* sample i's channels j0 .. j0 + n - 1 */
 	int64_t n;      /* 0: empty */
 	int64_t ni;     /* samples i .. i + ni - 1 (1 but on a swapped side) */

@@ -174,12 +174,14 @@ FC_AVX512 static void fc_lines_get16(fftwf_complex *sp, size_t sps, int k0, cons
  * the lanes of the transforms' lines, lane c plane c0 + c of the matrix
  * row (lanes n.. zero, never stored).  A side whose planes are a
  * sample's channels (NHWC, unswapped) loads a pixel's n channels as one
- * line; other planes (rows contiguous: NCHW, the weights, a swapped NHWC
- * side's tile) are read a row of each plane at a time and transposed
- * (fc_t16).  A frequency's n real and n imaginary parts then come out as
- * lines, stored as they are: the per-plane transforms and the transposes
- * of fc_lines_put16 and fc_lines_get16 are gone (docs/PERFORMANCE.md,
- * "Session 23: the FFT's transforms 16 planes at once"). */
+ * line; a swapped NHWC side's (dy of the gradients) are read where they
+ * lie, in fc_gather_lanes' tile (session 48); other planes (rows
+ * contiguous: NCHW, the weights) are read a row of each plane at a time
+ * and transposed (fc_t16).  A frequency's n real and n imaginary parts
+ * then come out as lines, stored as they are: the per-plane transforms
+ * and the transposes of fc_lines_put16 and fc_lines_get16 are gone
+ * (docs/PERFORMANCE.md, "Session 23: the FFT's transforms 16 planes at
+ * once"). */
 static int fc_direct(const struct fc_side *s)
 {
 	return !s->swap && s->pl.s1 == 1 && s->pl.sw != 1;
