@@ -104,7 +104,8 @@
 # changed" and adds, beside the raw ratio, kiln / row over the repetitions
 # whose two runs were in one phase, and the probe-normalised ratio
 # (bench/anchors_table.py; docs/PERFORMANCE.md, "Session 48: anchors.sh's
-# phase probe").  --no-probe: none (the runs' lines without them).
+# phase probe").  --no-probe: none (the runs' lines without them; the
+# tables then as they were before the probe).
 # Run from the top of a built source tree.
 
 set -eu
@@ -142,7 +143,13 @@ while [ $# -gt 0 ]; do
         --short) RUNS=1 STEPS=30 MLP_TIMED=60 BENCHES=training; shift ;;
         --full-epoch) STEPS=448 MLP_TIMED=0; shift ;;
         --no-probe) PROBE=0; shift ;;
-        --phase-threshold) [ $# -ge 2 ] || usage; PHASE_T=$2; shift 2 ;;
+        --phase-threshold) [ $# -ge 2 ] || usage; PHASE_T=$2; shift 2
+            # (a percentage: digits, at most one point, at least one digit)
+            case $PHASE_T in
+                ''|*[!0-9.]*|*.*.*|.)
+                    echo "anchors.sh: --phase-threshold is a percentage such as 15 or 12.5, not '$PHASE_T'" >&2
+                    exit 2 ;;
+            esac ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "anchors.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -153,9 +160,6 @@ for v in "runs:$RUNS" "steps:$STEPS" "threads:$THREADS"; do
         ''|*[!0-9]*|0) echo "anchors.sh: --${v%%:*} must be a positive integer" >&2; exit 2 ;;
     esac
 done
-case $PHASE_T in
-    *[!0-9.]*|.) echo "anchors.sh: --phase-threshold is a percentage, e.g. 15" >&2; exit 2 ;;
-esac
 case $TORCH_ENV in
     default) TENV= ;;
     passive) TENV=OMP_WAIT_POLICY=PASSIVE ;;

@@ -27,7 +27,9 @@ CPU-second of a short GEMM (bench/gemm_peak --n 1024) just before and just
 after the run.  Per run, "phase changed" when the two differ by more than
 the threshold (the larger over the smaller, less 1), else "slow phase" when
 their mean is more than the threshold below the benchmark's fastest probe,
-else "ok"; "no probe" without them.  The threshold (PHASE_T, or
+else "ok"; "no probe" without them; "-" for a failed run.  Where no run has
+probes (--no-probe, older files) the table is as it was before them: none
+of the columns and lines below.  The threshold (PHASE_T, or
 --phase-threshold) is set from the probe's own repeat noise.  Per row, beside
 the raw median ratio: the phase-matched ratio, the median over the
 repetitions whose kiln run and row run had all four probes within the
@@ -92,7 +94,9 @@ def probes(r):
 
 
 def phase(r, top, t):
-    """a run's phase label against the fastest probe `top`"""
+    """a run's phase label against the fastest probe `top` ("-": failed)"""
+    if "failed" in r:
+        return "-"
     p = probes(r)
     if not p:
         return "no probe"
@@ -124,6 +128,20 @@ def normalised(runs, key, t):
     """the median of rate / mean probe over the runs not 'phase changed'"""
     return median([r[key] / statistics.mean(probes(r)) for r in runs
                    if "failed" not in r and probes(r) and spread(probes(r)) <= t])
+
+
+def threshold(pct):
+    """--phase-threshold's PCT as a fraction; a clear error (exit 2) unless
+    it is a plain non-negative number"""
+    try:
+        t = float(pct) / 100
+    except ValueError:
+        t = -1.0
+    if not 0 <= t < float("inf"):  # (nan fails too)
+        print(f"anchors_table.py: --phase-threshold is a percentage such as 15 or 12.5, not "
+              f"'{pct}'", file=sys.stderr)
+        sys.exit(2)
+    return t
 
 
 def median(v):
@@ -171,6 +189,16 @@ def steady(path, warm, batch, line):
     print(json.dumps(out))
 
 
+def phase_ratios(name, rows, kname, key, t, norm):
+    """kiln / NAME (kiln's row kname) phase-matched, "2.00x (2 of 3)" (of
+    the repetitions that ran both), and probe-normalised, "2.03x": the
+    table's cells and the summary's line"""
+    m, both = matched_pairs(rows.get(kname, []), rows[name], key, t)
+    mc = f"{median(m):.2f}x ({len(m)} of {both})" if m else f"none (0 of {both})"
+    nk, nr = norm.get(kname), norm.get(name)
+    return mc, f"{nk / nr:.2f}x" if nk and nr else "n/a"
+
+
 def phase_cells(name, rows, kname, key, top, t, norm):
     """a row's probe, phase and phase ratio cells"""
     runs = rows[name]
@@ -178,20 +206,13 @@ def phase_cells(name, rows, kname, key, top, t, norm):
     ph = ", ".join(phase(r, top, t) for r in runs)
     if name.startswith("kiln"):
         return f" {pr} | {ph} |  |  |"
-    m, both = matched_pairs(rows.get(kname, []), runs, key, t)
-    mc = f"{median(m):.2f}x ({len(m)} of {both})" if m else f"none (0 of {both})"
-    nk, nr = norm.get(kname), norm.get(name)
-    nc = f"{nk / nr:.2f}x" if nk and nr else "n/a"
-    return f" {pr} | {ph} | {mc} | {nc} |"
+    return " {} | {} | {} | {} |".format(pr, ph, *phase_ratios(name, rows, kname, key, t, norm))
 
 
-def phase_line(name, rows, key, t, norm):
+def phase_line(name, rows, kname, key, t, norm):
     """the summary's phase-matched and probe-normalised kiln / NAME"""
-    m, both = matched_pairs(rows.get("kiln", []), rows[name], key, t)
-    mc = f"**{median(m):.2f}x** ({len(m)} of {both} repetitions)" if m else f"none of {both} repetitions"
-    nk, nr = norm.get("kiln"), norm.get(name)
-    nc = f"{nk / nr:.2f}x" if nk and nr else "n/a"
-    return f"  - the same, phase-matched: {mc}; probe-normalised: {nc}"
+    return ("  - the same, phase-matched (repetitions): {}; probe-normalised: {}"
+            .format(*phase_ratios(name, rows, kname, key, t, norm)))
 
 
 def main():
@@ -200,7 +221,7 @@ def main():
         return
     args, t = sys.argv[1:], PHASE_T
     if args[0] == "--phase-threshold":
-        t, args = float(args[1]) / 100, args[2:]
+        t, args = threshold(args[1]), args[2:]
     bench, path, load = args[:3]
     peak = max([float(p) for p in args[3:]] + [0.0]) or None
     rows = {}
@@ -230,8 +251,9 @@ def main():
     if flops:
         head += (" direct-equivalent GFLOP/s (a) (% of GEMM peak) |" if bench in DIRECT_EQ
                  else " GFLOP/s (% of GEMM peak) |")
-    head += (" probe GFLOP/s a CPU-s, before/after | phase | kiln / row, phase-matched "
-             "(repetitions) | kiln / row, probe-normalised |")
+    if top:  # (no run with probes: --no-probe, older files: the table as before)
+        head += (" probe GFLOP/s a CPU-s, before/after | phase | kiln / row, phase-matched "
+                 "(repetitions) | kiln / row, probe-normalised |")
     print(head)
     print("|---|" + "---:|" * (head.count(" |") - 1))
     for name in sorted(rows, key=lambda n: ORDER.index(n) if n in ORDER else 99):
@@ -245,7 +267,7 @@ def main():
         if flops:
             g = med[name] and med[name] * flops / 1e9
             line += f" {fmt(g, 1)}" + (f" ({100 * g / peak:.0f}%)" if g and peak else "") + " |"
-        print(line + phase_cells(name, rows, kname, key, top, t, norm))
+        print(line + (phase_cells(name, rows, kname, key, top, t, norm) if top else ""))
     if flops and bench in DIRECT_EQ:
         print(f"\n(a) samples/s x {flops:,} FLOPs a sample, its convolutions counted as "
               "direct ones; kiln runs conv2 by FFT (fewer operations; `[plugin.cpu] conv_algo "
@@ -286,7 +308,8 @@ def main():
     if kiln and b2:
         print(f"- kiln / best of PyTorch 2.x eager and compile ({n2}): **{kiln / b2:.2f}x** "
               f"(target >= 1.3x)")
-        print(phase_line(n2, rows, key, t, norm))
+        if top:
+            print(phase_line(n2, rows, kname, key, t, norm))
     lt = med.get("t2-lightning")
     kr = median_run([r for r in rows.get("kiln", []) if "failed" not in r and r.get("run_samples")],
                     whole_rate)
@@ -315,7 +338,8 @@ def main():
         want = {"mlp": " (target >= 1.7x)", "cnn-nchw": " (target >= 2x)",
                 "cnn-nhwc": " (target >= 2x)"}.get(bench, "")
         print(f"- kiln / PyTorch 1.13 best ({n113}): **{kiln / b113:.2f}x**{want}")
-        print(phase_line(n113, rows, key, t, norm))
+        if top:
+            print(phase_line(n113, rows, kname, key, t, norm))
 
 
 if __name__ == "__main__":
