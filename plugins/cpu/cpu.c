@@ -940,9 +940,10 @@ static const struct kiln_key cpu_keys[] = {
 	  "the rest of the run once it waited over a quarter of the time for half a "
 	  "second (a neighbour that started after the plan; \"Session 13: async "
 	  "follows contention\").  The choice and a switch are logged at info level.  "
-	  "With the streams async at open (`1`, or `auto`'s choice then) the data "
-	  "loader's workers fill every batch: the training thread only enqueues, so "
-	  "it fills none itself (docs/data.md; session 48)." },
+	  "With the streams async at open (`1`, or `auto`'s choice then) and "
+	  "`[data] workers` > 0, the data loader's workers fill every batch: the "
+	  "training thread only enqueues, so it fills none itself (with `workers = 0` "
+	  "it reads every batch, as ever; docs/data.md; session 48)." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
 	  "CPU (another process busy on the same cores): by a thread in a 100 ms interval "
