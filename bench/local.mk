@@ -20,6 +20,11 @@ bench_weights_load_LDADD = libkiln.la
 # pipeline's per-step spread (docs/PERFORMANCE.md, session 19)
 noinst_PROGRAMS += bench/core_spread
 bench_core_spread_SOURCES = bench/core_spread.c
+# one cache line's round trip between two CPUs: how far apart the machine
+# has put them now (docs/PERFORMANCE.md, session 48)
+noinst_PROGRAMS += bench/c2c_latency
+bench_c2c_latency_SOURCES = bench/c2c_latency.c
+bench_c2c_latency_LDADD = -lpthread
 bench_xform_SOURCES = bench/xform.c
 bench_xform_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
 bench_xform_LDADD = libkiln-internal.la
