@@ -60,6 +60,7 @@
 
 #include <check.h>
 #include "check_main.h"
+#include "held_fail.h"
 #include <dirent.h>
 #include <errno.h>
 #include <execinfo.h>
@@ -1921,36 +1922,19 @@ END_TEST
  * the failed stream after it must not hang (the case's timeout). */
 enum { FS_POOL = 256, FS_N = 64, FS_TIMEOUT_MS = 4000, FS_HOLD_US = 300000 };
 
-static atomic_int fs_go;
+static struct held_fail fs_held;
 
-/* the stream's first task: held until fs_go, then a failure */
-static kiln_status fs_fail(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&fs_go))
-		usleep(200);
-	return kiln_host_table()->error(KILN_EIO, "the planned failure of the stream");
-}
-
-/* fs_go FS_HOLD_US after its start */
-static void *fs_release(void *arg)
-{
-	(void)arg;
-	usleep(FS_HOLD_US);
-	atomic_store(&fs_go, 1);
-	return NULL;
-}
-
-/* fs_release started on *rel, *t0 the time just before (so a wait that
- * ends with the release measures at least FS_HOLD_US from *t0, however
- * late the thread starts); 0, or -1 with r->err set and the stream let go */
-static int fs_release_start(struct rank_ctx *r, pthread_t *rel, double *t0)
+/* The stream's first task is held by fs_held (held_fail.h), then fails.
+ * Its release thread started (it lets the stream go FS_HOLD_US later), *t0
+ * the time just before (so a wait that ends with the release measures at
+ * least FS_HOLD_US from *t0, however late the thread starts); 0, or -1
+ * with r->err set and the stream let go */
+static int fs_release_start(struct rank_ctx *r, double *t0)
 {
 	*t0 = now_s();
-	if (!pthread_create(rel, NULL, fs_release, NULL))
+	if (!held_fail_release_after(&fs_held, FS_HOLD_US))
 		return 0;
 	snprintf(r->err, sizeof r->err, "pthread_create failed");
-	atomic_store(&fs_go, 1);
 	return -1;
 }
 
@@ -1966,18 +1950,16 @@ START_TEST(test_gloo_failed_stream)
 	TRY(kiln_device_alloc(e.dev, FS_N * sizeof *x, (void **)&x));
 	for (int i = 0; i < FS_N; i++)
 		x[i] = (float)i;
-	atomic_store(&fs_go, 0);
-	TRY(kiln_host_table()->device_host_fn(e.dev, e.s, fs_fail, NULL));
+	TRY(held_fail_hold(&fs_held, e.dev, e.s, "the planned failure of the stream"));
 	for (int k = 0; k < FS_POOL; k++)
 		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL));
-	pthread_t rel;
 	double t0;
-	if (fs_release_start(r, &rel, &t0))
+	if (fs_release_start(r, &t0))
 		goto out;
 	/* the pool is full: this one waits for a slot until the stream fails */
 	st = e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL);
 	const double waited = now_s() - t0;
-	pthread_join(rel, NULL);
+	held_fail_join(&fs_held);
 	printf("the allreduce waiting for a slot ended after %.3f s: %s\n", waited,
 	       st ? kiln_last_error() : "enqueued");
 	if (!st || !strstr(kiln_last_error(), "planned failure") || waited > FS_HOLD_US * 1e-6 + 1.5) {
@@ -2026,7 +2008,7 @@ END_TEST
  * waits for their slots: the stream, held FS_HOLD_US by a host function
  * and then failed, skips them and gives each back through the
  * communicator, which must still be there (an ASan build reports the use
- * after free otherwise).  The close must return after the stream is let go (fs_go set), about FS_HOLD_US (>= 0.2 s:
+ * after free otherwise).  The close must return after the stream is let go (fs_held released), about FS_HOLD_US (>= 0.2 s:
  * it waited) and end well within the timeout; the stream then syncs with
  * its error. */
 START_TEST(test_gloo_close_queued)
@@ -2037,19 +2019,17 @@ START_TEST(test_gloo_close_queued)
 	if (rank_open(r, &e, FS_TIMEOUT_MS))
 		goto out;
 	TRY(kiln_device_alloc(e.dev, FS_N * sizeof *x, (void **)&x));
-	atomic_store(&fs_go, 0);
-	TRY(kiln_host_table()->device_host_fn(e.dev, e.s, fs_fail, NULL));
+	TRY(held_fail_hold(&fs_held, e.dev, e.s, "the planned failure of the stream"));
 	for (int k = 0; k < 10; k++)
 		TRY(e.ops->allreduce(e.comm, x, FS_N, KILN_F32, KILN_REDUCE_AVG, e.s, NULL));
-	pthread_t rel;
 	double t0;
-	if (fs_release_start(r, &rel, &t0))
+	if (fs_release_start(r, &t0))
 		goto out;
 	e.ops->close(e.comm);
 	e.comm = NULL;
 	const double dt = now_s() - t0;
-	const int released = atomic_load(&fs_go);
-	pthread_join(rel, NULL);
+	const int released = held_fail_released(&fs_held);
+	held_fail_join(&fs_held);
 	printf("the close with 10 jobs queued on a held stream took %.3f s (from the release thread's start)\n", dt);
 	if (!released)
 		snprintf(r->err, sizeof r->err, "the close with jobs queued returned after %.3f s, before the stream was let go", dt);

@@ -7,6 +7,7 @@
  */
 #include "device_fixture.h"
 #include "check_main.h"
+#include "held_fail.h"
 
 #include <kiln/plugin.h> /* KILN_PROC_HOST_FN_SKIP, kiln_host */
 
@@ -239,16 +240,9 @@ END_TEST
  * first); a call on the failed stream is refused and runs neither.  A
  * device without the function (NULL) is skipped with a note; the cpu
  * device must have it. */
-static atomic_int hs_go, hs_ran, hs_skipped, hs_skip_here;
+static atomic_int hs_ran, hs_skipped, hs_skip_here;
 static pthread_t hs_caller;
-
-static kiln_status hs_fail(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&hs_go))
-		usleep(200);
-	return kiln_host_table()->error(KILN_EIO, "host_fn_skip: the planned failure");
-}
+static struct held_fail hs_held;
 
 static kiln_status hs_run(void *arg)
 {
@@ -267,14 +261,13 @@ static void hs_skip(void *arg)
 
 typedef kiln_status (*hs_fn_t)(void *, void *, kiln_status (*)(void *), void (*)(void *), void *);
 
-/* A stream held by hs_fail with n calls queued behind it, then failed */
+/* A stream held (held_fail.h) with n calls queued behind it, then failed */
 static void hs_fail_behind(struct fx *f, hs_fn_t hfs, void *s, int n, atomic_int *count)
 {
-	atomic_store(&hs_go, 0);
-	OK(kiln_host_table()->device_host_fn(f->dev, s, hs_fail, NULL));
+	OK(held_fail_hold(&hs_held, f->dev, s, "host_fn_skip: the planned failure"));
 	for (int k = 0; k < n; k++)
 		OK(hfs(NULL, s, hs_run, hs_skip, count));
-	atomic_store(&hs_go, 1);
+	held_fail_release(&hs_held);
 }
 
 START_TEST(test_host_fn_skip)

@@ -34,7 +34,7 @@ AM_TESTS_ENVIRONMENT += PYTHONDONTWRITEBYTECODE=1; export PYTHONDONTWRITEBYTECOD
 AM_TESTS_ENVIRONMENT += KILN_CPU_TUNEWAIT=0; export KILN_CPU_TUNEWAIT;
 clean-local:
 	-rm -rf tests/cache
-EXTRA_DIST += tests/check_main.h tests/test_util.h tests/proc_io.h tests/conv_ref.h tests/test_scratch.h tests/source_fixture.h tests/smaps.h tests/lib.sh tests/st.py tests/tok_pads.py tests/resume_rig.h tests/ckpt_rig.h tests/cnn_rig.h \
+EXTRA_DIST += tests/check_main.h tests/test_util.h tests/proc_io.h tests/held_fail.h tests/conv_ref.h tests/test_scratch.h tests/source_fixture.h tests/smaps.h tests/lib.sh tests/st.py tests/tok_pads.py tests/resume_rig.h tests/ckpt_rig.h tests/cnn_rig.h \
 	tests/plugins/test_plugin.h
 CHECK_SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 

@@ -52,6 +52,7 @@
 #include <kiln/plugin.h>
 
 #include "../plugins/common/half.h"
+#include "held_fail.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -396,43 +397,24 @@ static void test_wait_cpu(float *x, int kinds)
 /* --pool (see the top): the pool's size (mpi_comm.h, JOBS) */
 enum { POOL = 256, POOL_N = 64, POOL_TIMEOUT_MS = 5000, POOL_HOLD_US = 300000 };
 
-static atomic_int pool_go;
-
-/* the stream's first task: held until pool_go, then a failure */
-static kiln_status pool_fail(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&pool_go))
-		usleep(200);
-	return kiln_host_table()->error(KILN_EIO, "rank %d: the planned failure of the stream", R);
-}
-
-/* pool_go POOL_HOLD_US after its start */
-static void *pool_release(void *arg)
-{
-	(void)arg;
-	usleep(POOL_HOLD_US);
-	atomic_store(&pool_go, 1);
-	return NULL;
-}
+static struct held_fail pool_held; /* the stream's first task (held_fail.h) */
 
 static void test_pool_failed(float *x)
 {
 	for (int i = 0; i < POOL_N; i++)
 		x[i] = (float)i;
-	TRY(kiln_host_table()->device_host_fn(dev, stream, pool_fail, NULL));
+	TRY(held_fail_hold(&pool_held, dev, stream, "rank %d: the planned failure of the stream", R));
 	for (int k = 0; k < POOL; k++)
 		TRY(ops->allreduce(comm, x, POOL_N, KILN_F32, KILN_REDUCE_AVG, stream, NULL));
 	/* the pool is full: this one waits for a slot until the stream fails */
-	pthread_t rel;
-	if (pthread_create(&rel, NULL, pool_release, NULL)) {
+	if (held_fail_release_after(&pool_held, POOL_HOLD_US)) {
 		fprintf(stderr, "rank %d: pthread_create failed\n", R);
 		exit(2);
 	}
 	const double t0 = wall_now_s();
 	kiln_status st = ops->allreduce(comm, x, POOL_N, KILN_F32, KILN_REDUCE_AVG, stream, NULL);
 	const double waited = wall_now_s() - t0;
-	pthread_join(rel, NULL);
+	held_fail_join(&pool_held);
 	printf("rank %d: the allreduce waiting for a slot ended after %.3f s: %s\n", R, waited,
 	       st ? kiln_last_error() : "enqueued");
 	if (!st || !strstr(kiln_last_error(), "planned failure")) {
