@@ -1706,6 +1706,7 @@ END_TEST
  * returns once the held stage has run its queue. */
 static int fq_n;
 static atomic_int fq_released, fq_gate;
+static atomic_llong fq_live; /* the device's live bytes as the held receive ends */
 
 /* The held receive: it waits for the test's gate (opened after the
  * premise is checked: the window, whatever the test thread's delay;
@@ -1717,6 +1718,9 @@ static kiln_status fq_slow(void *arg)
 	for (int i = 0; i < 20000 && !atomic_load(&fq_gate); i++)
 		usleep(1000);
 	usleep(300 * 1000);
+	size_t live, peak;
+	kiln_device_mem(plog.dev, &live, &peak);
+	atomic_store(&fq_live, (long long)live);
 	atomic_store(&fq_released, 1);
 	return KILN_OK;
 }
@@ -1732,24 +1736,56 @@ static kiln_status fq_recv(void *ctx, void *buf, size_t count, int dtype, int pe
 	return KILN_OK;
 }
 
+/* The step that fails half enqueued, its stage's stream held (the gate
+ * shut), the trainer's stream synced as trainer_close does first */
+static struct kiln_pipe *fq_open(struct seed_rig *r, const struct kiln_comm_ops *ops)
+{
+	struct kiln_pipe *pp = rig_pipe(r, NULL, 0, 1);
+	rig_ranks(r, pp, ops, 0);
+	fq_n = 0;
+	atomic_store(&fq_released, 0);
+	atomic_store(&fq_gate, 0);
+	atomic_store(&fq_live, -1);
+	ck_assert_int_eq(kiln_pipe_step(pp, r->x, r->y, sizeof(int32_t), r->metrics), KILN_EIO);
+	ck_assert_int_eq(fq_n, 4);
+	kiln_device_stream_sync(r->dev, r->stream);
+	ck_assert_msg(!atomic_load(&fq_released), "the stage was not held (the test's premise)");
+	return pp;
+}
+
 START_TEST(test_free_queued)
 {
 	struct seed_rig r;
 	struct kiln_comm_ops ops = { .version = 4, .send = pair_send, .recv = fq_recv };
-	struct kiln_pipe *pp = rig_pipe(&r, NULL, 0, 1);
-	rig_ranks(&r, pp, &ops, 0);
-	fq_n = 0;
-	atomic_store(&fq_released, 0);
-	atomic_store(&fq_gate, 0);
-	ck_assert_int_eq(kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics), KILN_EIO);
-	ck_assert_int_eq(fq_n, 4);
-	/* trainer_close's first sync: the trainer's stream, done at once */
-	kiln_device_stream_sync(r.dev, r.stream);
-	ck_assert_msg(!atomic_load(&fq_released), "the stage was not held (the test's premise)");
+	struct kiln_pipe *pp = fq_open(&r, &ops);
 	atomic_store(&fq_gate, 1);
 	kiln_pipe_drain(pp);
 	ck_assert_msg(atomic_load(&fq_released), "kiln_pipe_drain returned with the stage's queue held");
 	kiln_pipe_free(pp);
+	seed_close(&r);
+}
+END_TEST
+
+/* The same through the teardown itself (session 49): kiln_pipe_free, the
+ * stage still held, frees no device memory before the held receive has
+ * ended (its stream runs the rest of its queue on the pipe's buffers and
+ * messages), and returns after it: the device's live bytes as it ends are
+ * those before the free.  Without kiln_pipe_free's drain the free went on
+ * at once (the rank transport's messages, the plans' buffers) while the
+ * stage was held. */
+START_TEST(test_free_queued_teardown)
+{
+	struct seed_rig r;
+	struct kiln_comm_ops ops = { .version = 4, .send = pair_send, .recv = fq_recv };
+	struct kiln_pipe *pp = fq_open(&r, &ops);
+	size_t before, peak;
+	kiln_device_mem(r.dev, &before, &peak);
+	atomic_store(&fq_gate, 1);
+	kiln_pipe_free(pp);
+	ck_assert_msg(atomic_load(&fq_released), "kiln_pipe_free returned with the stage's queue held");
+	ck_assert_msg(atomic_load(&fq_live) == (long long)before,
+		      "the device held %lld bytes as the held stage ended, %zu before kiln_pipe_free: it freed while the stage ran",
+		      atomic_load(&fq_live), before);
 	seed_close(&r);
 }
 END_TEST
@@ -1771,7 +1807,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
 	check_add_case(s, "resize", 60, NULL, NULL, (const TTest *[]){ test_slot_resize_waits, NULL });
-	check_add_case(s, "free_queued", 60, NULL, NULL, (const TTest *[]){ test_free_queued, NULL });
+	check_add_case(s, "free_queued", 60, NULL, NULL, (const TTest *[]){ test_free_queued, test_free_queued_teardown, NULL });
 	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, test_explain_unrelated, test_explain_eval,
 								   test_eval_send, test_eval_send_after_recv, test_eval_xfers, NULL });
 	return s;
