@@ -36,6 +36,9 @@ b=$(cd "$(dirname "$0")/.." && pwd)
 kiln="$b/kiln"
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 [ "$(id -u)" = 0 ] || { echo "bench/hier_netns.sh: needs root (ip netns)" >&2; exit 1; }
+# --delay's wire (tests/netns_lib.sh's $py, as tests/lib.sh's need_python3 sets it)
+py=/usr/bin/python3
+[ -z "$delay" ] || [ -x "$py" ] || { echo "bench/hier_netns.sh: --delay needs $py" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/kiln-hier.XXXXXX)
 ns=kh$$
 bad() { echo "bench/hier_netns.sh: $*" >&2; failed=1; }

@@ -4,6 +4,8 @@
 #   ns     the namespaces' prefix, unique to the script (e.g. kn$$)
 #   tmp    a scratch directory;  kiln: the CLI;  srcdir: the source tree
 #   ini    the config `node` trains;  bad MESSAGE: how a failure is told
+#   py     for net_up SLOW: the python3 that runs tests/netns_wire.py
+#          (tests/lib.sh's need_python3 sets it)
 # and gives:
 #   net_up N [SLOW [MS]]  hosts $ns-h0 .. h(N-1), each with 10.77.0.(h+1)/24
 #                         on its eth0, joined by the bridge of $ns-sw by veth
@@ -56,8 +58,9 @@ net_up() {
 			# on a loaded machine, truncated the file, and went on with
 			# its devices not made yet: "Cannot find device p1", session
 			# 47; and its devices must be there too)
+			: "${py:?net_up SLOW: no \$py (tests/lib.sh need_python3)}"
 			rm -f "$tmp/wire.out"
-			/usr/bin/python3 "$srcdir/tests/netns_wire.py" "$ns-h$h" eth0 "$ns-sw" "p$h" "${3:-20}" \
+			"$py" "$srcdir/tests/netns_wire.py" "$ns-h$h" eth0 "$ns-sw" "p$h" "${3:-20}" \
 				> "$tmp/wire.out" 2>&1 &
 			wire=$!
 			# (up to 30 s: python3 starting on a loaded machine took over 5)
