@@ -73,6 +73,7 @@ check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
 	tests/plugins/shadow/kiln-tgood.la tests/plugins/kiln-tcommfail.la \
 	tests/plugins/exit/kiln-texit.la tests/plugins/kiln-tlayer.la \
 	tests/plugins/kiln-tloss.la tests/plugins/kiln-tloss22.la tests/plugins/kiln-tloss25.la \
+	tests/plugins/kiln-tlossfail.la \
 	tests/plugins/nodecode/kiln-tnodecode.la
 tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
 tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
@@ -118,6 +119,10 @@ tests_plugins_kiln_tloss25_la_SOURCES = tests/plugins/tloss.c
 tests_plugins_kiln_tloss25_la_CPPFLAGS = $(AM_CPPFLAGS) -DTLOSS_ABI25
 tests_plugins_kiln_tloss25_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_kiln_tloss25_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tlossfail_la_SOURCES = tests/plugins/tloss.c
+tests_plugins_kiln_tlossfail_la_CPPFLAGS = $(AM_CPPFLAGS) -DTLOSS_FAIL
+tests_plugins_kiln_tlossfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tlossfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 # the CPU device without ATTENTION_DECODE (tests/generate_device.sh), and
 # under ABI 2.28 (there, and tests/optim_old_abi.sh)
 tests_plugins_nodecode_kiln_tnodecode_la_SOURCES = tests/plugins/tnodecode.c
@@ -893,6 +898,8 @@ EXTRA_DIST += tests/pipeline_one_cpu.sh
 # a loss layer plugin built before ABI 2.23 where the loss seed is a mean
 TESTS += tests/loss_plugin_abi.sh
 EXTRA_DIST += tests/loss_plugin_abi.sh
+TESTS += tests/pipe_close_held.sh
+EXTRA_DIST += tests/pipe_close_held.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
 # bf16 keeps a token model's residual stream f32, as autocast does: the

@@ -16,7 +16,13 @@
  *    for ABI 2.25's docs and rebuilt unchanged against this kiln's headers
  *    (it reports this minor): it reads loss_scale but never sets
  *    l->eval_counted, and writes f32[3], which the trainer divides by
- *    samples.
+ *    samples;
+ *  - kiln-tlossfail.so (TLOSS_FAIL, layer type "tlossfail", this ABI), for
+ *    tests/pipe_close_held.sh: its backward (so the run's first) fails on
+ *    the host after it queued a host function on its stage's stream that
+ *    holds the stream 300 ms and then logs "tlossfail: the held stage ran
+ *    its queue" (a pipeline step that fails half enqueued, work still
+ *    queued on a stage).
  *
  * Not installed, not in the default search path (check_LTLIBRARIES).
  */
@@ -35,6 +41,11 @@
 #define TLOSS_MINOR KILN_ABI_MINOR /* rebuilt against this kiln's headers */
 #define TLOSS_SCALED(l) ((l)->loss_scaled)
 #define TLOSS_COUNTED(l) 0 /* written for 2.25: never sets eval_counted */
+#elif defined TLOSS_FAIL
+#define TLOSS_NAME "tlossfail"
+#define TLOSS_MINOR KILN_ABI_MINOR
+#define TLOSS_SCALED(l) ((l)->loss_scaled)
+#define TLOSS_COUNTED(l) ((l)->eval_sums)
 #else
 #define TLOSS_NAME "tloss"
 #define TLOSS_MINOR KILN_ABI_MINOR
@@ -134,10 +145,28 @@ static kiln_status tloss_forward(const struct kiln_host *host, struct kiln_layer
 	return r->training ? KILN_OK : tloss_run(host, l, r, r->workspace);
 }
 
+#ifdef TLOSS_FAIL
+#include <unistd.h> /* usleep */
+
+/* the stage's stream held 300 ms, then told in the log */
+static kiln_status tlossfail_hold(void *arg)
+{
+	const struct kiln_host *host = arg;
+	usleep(300 * 1000);
+	host->log(KILN_LOG_INFO, "tlossfail", "the held stage ran its queue");
+	return KILN_OK;
+}
+#endif
+
 static kiln_status tloss_backward(const struct kiln_host *host, struct kiln_layer *l,
 				  const struct kiln_layer_run *r)
 {
+#ifdef TLOSS_FAIL
+	kiln_status st = host->device_host_fn(r->dev, r->stream, tlossfail_hold, (void *)host);
+	return st ? st : host->error(KILN_EIO, "tlossfail: the step's backward fails (test)");
+#else
 	return tloss_run(host, l, r, r->dx[0] ? r->dx[0] : r->workspace);
+#endif
 }
 
 static void tloss_destroy(const struct kiln_host *host, struct kiln_layer *l,
