@@ -1071,6 +1071,19 @@ static void consume_batches(struct rig *r, int64_t B, int64_t nb, int step_us, i
 	free(perm);
 }
 
+/* 3840 Fashion-MNIST images, resident: a batch's fill is cheap */
+static const char idx_3840[] = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
+
+/* consume_batches of 120 batches of 32 from idx_3840, a 1 ms step before
+ * batch busy_to, on the cpu device as rig_open opens it */
+static void consume_idx(int64_t busy_to, long *sleeps, struct kiln_loader_stats *k)
+{
+	struct rig r;
+	ck_assert(rig_open(&r, idx_3840) == 0);
+	consume_batches(&r, 32, 120, 1000, busy_to, sleeps, k);
+	rig_close(&r);
+}
+
 /* The MLP's quiet step (issue 22, session 45): on the cpu device with
  * every CPU for compute ([run] threads = 0), the worker woke for each
  * batch, preempting a compute thread (0.10-0.14 ms of a 1.6 ms step,
@@ -1082,12 +1095,11 @@ static void consume_batches(struct rig *r, int64_t B, int64_t nb, int step_us, i
  * them, and so does a device opened as a [run] devices stage. */
 START_TEST(test_loader_consumer_fills)
 {
-	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
+	const char *ini = idx_3840;
 	struct kiln_loader_stats k;
 	long sleeps;
 	struct rig r;
-	ck_assert(rig_open(&r, ini) == 0);
-	consume_batches(&r, 32, 120, 1000, 120, &sleeps, &k);
+	consume_idx(120, &sleeps, &k);
 	ck_assert_msg(sleeps <= 2, "the loader worker slept %ld times over 80 batches", sleeps);
 	ck_assert_int_eq(k.inline_from, 20);
 	ck_assert_msg(k.rule_fill_s > 0 && k.rule_fill_s <= 0.1 * k.rule_gap_s,
@@ -1095,7 +1107,6 @@ START_TEST(test_loader_consumer_fills)
 	/* the 20 the rule watched and at most the 3 slots read ahead */
 	ck_assert_int_le(k.worker_fills, 23);
 	ck_assert_int_le(k.wakeups, 23);
-	rig_close(&r);
 
 	/* a CPU left to the worker: [run] threads below the mask's CPUs */
 	cpu_set_t set;
@@ -1132,10 +1143,9 @@ END_TEST
  * pause_us after batch pause_at of each start: the stats in *k. */
 static void rule_pauses(int starts, int nb, int pause_at, int pause_us, struct kiln_loader_stats *k)
 {
-	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
 	struct rig r;
 	struct kiln_loader *L = NULL;
-	ck_assert(rig_open(&r, ini) == 0);
+	ck_assert(rig_open(&r, idx_3840) == 0);
 	int64_t *perm = malloc(sizeof(int64_t) * (size_t)r.d.len);
 	ck_assert(perm && nb * 32 <= r.d.len);
 	kiln_rng_permutation(r.d.seed, 0, perm, r.d.len);
@@ -1201,12 +1211,9 @@ END_TEST
  * those alone (batch 84; before, the training thread filled to the end). */
 START_TEST(test_loader_rule_back)
 {
-	const char *ini = "[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 3840\n";
 	struct kiln_loader_stats k;
 	long sleeps;
-	struct rig r;
-	ck_assert(rig_open(&r, ini) == 0);
-	consume_batches(&r, 32, 120, 1000, 60, &sleeps, &k);
+	consume_idx(60, &sleeps, &k);
 	ck_assert_int_eq(k.inline_from, 20);
 	ck_assert_msg(k.workers_from >= 68 && k.workers_from <= 100,
 		      "back to the workers at batch %lld (fill %.1f us, gap %.1f us)",
@@ -1215,7 +1222,6 @@ START_TEST(test_loader_rule_back)
 	ck_assert_int_ge(k.worker_fills, 20 + 120 - k.workers_from);
 	ck_assert_msg(k.rule_fill_s > 0.1 * k.rule_gap_s, "fill %.1f us, gap %.1f us",
 		      1e6 * k.rule_fill_s, 1e6 * k.rule_gap_s);
-	rig_close(&r);
 }
 END_TEST
 
