@@ -4,7 +4,7 @@
 # free_device, tested through it in session 49).  Two stages on devices of
 # their own (`[run] devices`: each stage stream a worker of its own); the
 # last stage's loss layer, tests/plugins/kiln-tlossfail.so, queues a host
-# function that holds its stage's stream 300 ms and then logs "the held
+# function that holds its stage's stream 1 s and then logs "the held
 # stage ran its queue", and fails the backward on the host (the run's
 # first): kiln_pipe_step returns with that work still queued, which the
 # trainer's own streams never waited for.  trainer_close -> free_device

@@ -20,7 +20,7 @@
  *  - kiln-tlossfail.so (TLOSS_FAIL, layer type "tlossfail", this ABI), for
  *    tests/pipe_close_held.sh: its backward (so the run's first) fails on
  *    the host after it queued a host function on its stage's stream that
- *    holds the stream 300 ms and then logs "tlossfail: the held stage ran
+ *    holds the stream 1 s and then logs "tlossfail: the held stage ran
  *    its queue" (a pipeline step that fails half enqueued, work still
  *    queued on a stage).
  *
@@ -148,11 +148,11 @@ static kiln_status tloss_forward(const struct kiln_host *host, struct kiln_layer
 #ifdef TLOSS_FAIL
 #include <unistd.h> /* usleep */
 
-/* the stage's stream held 300 ms, then told in the log */
+/* the stage's stream held 1 s, then told in the log */
 static kiln_status tlossfail_hold(void *arg)
 {
 	const struct kiln_host *host = arg;
-	usleep(300 * 1000);
+	usleep(1000 * 1000);
 	host->log(KILN_LOG_INFO, "tlossfail", "the held stage ran its queue");
 	return KILN_OK;
 }
