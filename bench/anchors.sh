@@ -216,7 +216,7 @@ one_run() {
             return 0
         }
     fi
-    echo "$b $row run $rep: $line" >&2
+    echo "$b $row run $rep$( [ "$PLACE_PROBE" != 1 ] || echo " ($PLACE, $C2C_BEFORE/$C2C_AFTER ns)"): $line" >&2
     printf '%s\n' "$line" | sed "s/^[[:space:]]*{/$head/" >> "$RES/$b.jsonl"
 }
 

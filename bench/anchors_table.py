@@ -83,10 +83,10 @@ def fast_median(runs, key):
     return median(fast), len(fast), len(ok)
 
 
-def fast_cell(runs, key, nd=0):
+def fast_cell(runs, key):
     """"73,554 (7 of 8 fast)": the median over the fast runs, and the count"""
     m, nf, n = fast_median(runs, key)
-    return f"{fmt(m, nd)} ({nf} of {n} fast)"
+    return f"{fmt(m)} ({nf} of {n} fast)"
 
 
 def ns(v):
@@ -94,7 +94,7 @@ def ns(v):
     return "-" if v is None else f"{v:g}"
 
 
-def place_cells(name, rows, kname, key, kfast):
+def place_cells(name, rows, key, kfast):
     """a row's probe, placement, fast-median and fast-ratio cells"""
     runs = rows[name]
     pr = ", ".join(f"{ns(r.get('c2c_before'))}/{ns(r.get('c2c_after'))}" for r in runs)
@@ -226,7 +226,7 @@ def main():
         if flops:
             g = med[name] and med[name] * flops / 1e9
             line += f" {fmt(g, 1)}" + (f" ({100 * g / peak:.0f}%)" if g and peak else "") + " |"
-        print(line + (place_cells(name, rows, kname, key, kfast) if top else ""))
+        print(line + (place_cells(name, rows, key, kfast) if top else ""))
     if flops and bench in DIRECT_EQ:
         print(f"\n(a) samples/s x {flops:,} FLOPs a sample, its convolutions counted as "
               "direct ones; kiln runs conv2 by FFT (fewer operations; `[plugin.cpu] conv_algo "

@@ -296,9 +296,12 @@ for m in dict.fromkeys(r["bench"] for r in rows):
         if top:
             fk = fmed(m, "kiln", t)
             ft2 = max(((fmed(m, n, t), n) for n in T2 if fmed(m, n, t)), default=(None, None))
-            fast = " %s (%d of %d fast) | %s (%s, %d of %d fast) | %s |" % (
+            # (no 2.x setting with a fast run: the count over all of them)
+            t2runs = runs(m, ft2[1], t) if ft2[1] else [r for n in T2 for r in runs(m, n, t)]
+            fast = " %s (%d of %d fast) | %s (%s%d of %d fast) | %s |" % (
                 f(fk), *fast_median(runs(m, "kiln", t), "train_samples_per_s")[1:],
-                f(ft2[0]), ft2[1] or "-", *fast_median(runs(m, ft2[1], t), "train_samples_per_s")[1:],
+                f(ft2[0]), ft2[1] + ", " if ft2[1] else "",
+                *fast_median(t2runs, "train_samples_per_s")[1:],
                 f(fk / ft2[0], 2) + "x" if fk and ft2[0] else "n/a")
             if ft2[0] and (fbest_all[0] is None or ft2[0] > fbest_all[0]):
                 fbest_all = (ft2[0], "%s, %d thread%s" % (ft2[1], t, "s" * (t > 1)))
