@@ -176,7 +176,15 @@ def lightning_fast_line(rows, key):
 
 
 def main():
-    if sys.argv[1] == "--steady":
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    if first == "--phase-threshold" or first.startswith("--phase-threshold="):
+        # session 48's docs ran it so on kept files
+        print("anchors_table.py: --phase-threshold was removed in session 49: the GEMM "
+              "probe's phases gave way to the placement probe (docs/PERFORMANCE.md, "
+              "\"Session 49: the anchors' placement probe\"); run it without the flag: "
+              "anchors_table.py BENCH FILE.jsonl LOAD_NOTE", file=sys.stderr)
+        sys.exit(2)
+    if first == "--steady":
         steady(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return
     args = sys.argv[1:]

@@ -16,7 +16,8 @@
  * Usage: bench/c2c_latency [--cpus A,B] [--iters N] [--rounds R]
  * Exit 1, with a message, when A or B is not in the process's affinity
  * mask (`taskset -c 0 bench/c2c_latency`) or a thread cannot be pinned or
- * started; 2 on bad arguments. */
+ * started; 2 on bad arguments (the same CPU twice included), before any
+ * affinity check. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -109,6 +110,10 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (cpu_a == cpu_b) {
+		fprintf(stderr, "c2c_latency: --cpus needs two different CPUs, not %d and %d\n", cpu_a, cpu_b);
+		return 2;
+	}
 	/* both CPUs must be in the mask the process was given (taskset, a
 	 * cpuset): pinning a thread outside it succeeds where the cpuset
 	 * allows it and would measure CPUs the caller excluded */
@@ -125,10 +130,6 @@ int main(int argc, char **argv)
 				c, CPU_COUNT(&allowed), CPU_COUNT(&allowed) == 1 ? "" : "s");
 			return 1;
 		}
-	}
-	if (cpu_a == cpu_b) {
-		fprintf(stderr, "c2c_latency: --cpus needs two different CPUs, not %d and %d\n", cpu_a, cpu_b);
-		return 2;
 	}
 	if (pin(cpu_a) != 0) {
 		fprintf(stderr, "c2c_latency: cannot pin to CPU %d\n", cpu_a);

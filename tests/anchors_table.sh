@@ -8,16 +8,20 @@
 #     ("71,000 (2 of 4 fast)"), kiln / row over fast runs only, the
 #     summary's fast-only lines (the best PyTorch 2.x row by fast runs,
 #     which need not be the best over all runs; 1.13; Lightning's); the raw
-#     columns unchanged; without any placement the table as before them.
+#     columns unchanged; without any placement the table as before them;
+#     session 48's --phase-threshold refused (exit 2, "removed in session 49").
 #  2. anchors.sh with stand-ins for kiln, PyTorch and bench/c2c_latency
 #     (printing chosen ns): a probe before each benchmark's first run and
 #     one after every run (the next run's before); "fast" only when both are
 #     under 200 ns (199.9 is, 200 is not), "slow" when neither, "mixed", a
 #     failed probe null and "no probe"; the table's fast medians from them;
 #     --no-probe runs none and prints the old table.
-#  3. the real bench/c2c_latency under `taskset -c 0` (CPU 1 not in its
-#     affinity mask): exit 1 naming the CPU; anchors.sh under it marks every
-#     run "no probe", says so once, and finishes its table.
+#  3. the real bench/c2c_latency: --cpus 0,0 (and 4096,4096, outside any
+#     mask) exit 2 before the affinity check; under `taskset -c 0` (CPU 1
+#     not in its affinity mask): exit 1 naming the CPU; anchors.sh under it
+#     marks every run "no probe", says so once, and finishes its table.
+#     Without taskset, or where `taskset -c 0` is not allowed, the taskset
+#     checks are skipped (said so; parts 1-2 have passed).
 name=anchors_table
 . "$(dirname "$0")/lib.sh"
 need_python3 "(bench/anchors_table.py)"
@@ -140,6 +144,14 @@ want='| row | samples/s | runs | kiln / row | compile s (run 1; median) | GFLOP/
 grep -q '^- kiln / PyTorch 1.13 best (t113-passive): \*\*2.00x\*\* (target >= 1.7x)$' "$tmp/out" ||
 	fail "without probes, no raw 1.13 summary line: $(cat "$tmp/out")"
 echo "ok: runs without placement, a failed run: the old table"
+# session 48's docs read kept files again with --phase-threshold, gone since
+# session 49: refused by name with exit 2, not a traceback
+"$py" "$table" --phase-threshold 10 mlp "$tmp/old.jsonl" "load;" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 2 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
+	grep -q '^anchors_table.py: --phase-threshold was removed in session 49: ' "$tmp/err" ||
+	fail "anchors_table.py --phase-threshold 10: exit $rc, $(cat "$tmp/out" "$tmp/err")"
+echo "ok: --phase-threshold: exit 2, 'removed in session 49'"
 
 # ---- 2. bench/anchors.sh with stand-ins ----------------------------------
 # kiln: its metrics.jsonl for the steady rate, steps 20 to 40 (128 a step)
@@ -240,13 +252,20 @@ echo "ok: --no-probe: no probe, the old table"
 # ---- 3. the real probe outside its CPUs ----------------------------------
 c2c="$top_builddir/bench/c2c_latency"
 [ -x "$c2c" ] || fail "$c2c not built"
+# the same CPU twice is a bad argument (exit 2) before any affinity check:
+# CPU 4096 is outside every mask (CPU_SETSIZE 1024)
+for cpus in 0,0 4096,4096; do
+	"$c2c" --cpus $cpus --rounds 1 >/dev/null 2>"$tmp/c2c.err"
+	rc=$?
+	[ "$rc" = 2 ] && grep -q 'two different CPUs' "$tmp/c2c.err" || fail "c2c_latency --cpus $cpus: exit $rc, $(cat "$tmp/c2c.err")"
+done
+echo "ok: c2c_latency --cpus 0,0 and 4096,4096: exit 2, two different CPUs"
+command -v taskset >/dev/null || { echo "skip part 3: no taskset (util-linux)"; exit 0; }
+taskset -c 0 true 2>/dev/null || { echo "skip part 3: taskset -c 0 not allowed here"; exit 0; }
 taskset -c 0 "$c2c" --rounds 1 >"$tmp/c2c.out" 2>"$tmp/c2c.err"
 rc=$?
 [ "$rc" = 1 ] && grep -q "c2c_latency: CPU 1 is not in this process's affinity mask" "$tmp/c2c.err" &&
 	[ ! -s "$tmp/c2c.out" ] || fail "taskset -c 0 c2c_latency: exit $rc, $(cat "$tmp/c2c.out" "$tmp/c2c.err")"
-"$c2c" --cpus 0,0 --rounds 1 >/dev/null 2>"$tmp/c2c.err"
-rc=$?
-[ "$rc" = 2 ] && grep -q 'two different CPUs' "$tmp/c2c.err" || fail "c2c_latency --cpus 0,0: exit $rc, $(cat "$tmp/c2c.err")"
 echo "ok: c2c_latency outside its affinity mask: exit 1 naming CPU 1"
 # anchors.sh on CPU 0 alone with the real probe: every run "no probe", the
 # reason said once, the table with its placement columns
