@@ -97,12 +97,13 @@
 # vCPUs' distance"), longer than a run and shorter than a repetition, so a
 # row can land in one placement and kiln in the other.  The probe,
 # `$C2C --rounds 1` (bench/c2c_latency, one cache line's round trip CPU 0
-# <-> 1, 0.01-0.15 s), runs before every run and after it (the probe after
-# one run is the one before the next); its ns go into the run's line as
-# c2c_before / c2c_after, with the run's placement: "fast" when both are
-# under C2C_FAST_NS (bench/common.sh, 200), "slow" when neither is, "mixed"
-# otherwise, "no probe" when one failed (c2c_latency missing, CPU 1 not in
-# the affinity mask).  The table adds each row's median over its fast runs
+# <-> 1, 0.01-0.15 s; ~1 s under heavy load), runs before every run and
+# after it (the probe after one run is the one before the next); its ns go
+# into the run's line as c2c_before / c2c_after, with the run's placement:
+# "fast" when both are under C2C_FAST_NS (bench/common.sh, 200), "slow"
+# when neither is, "mixed" otherwise, "no probe" when one failed
+# (c2c_latency missing, CPU 1 not in the affinity mask, past
+# C2C_TIMEOUT_S).  The table adds each row's median over its fast runs
 # ("73,554 (7 of 8 fast)") and kiln / row over fast runs only, beside the
 # medians over all runs (bench/anchors_table.py; docs/PERFORMANCE.md,
 # "Session 49: the anchors' placement probe").  --no-probe: none (the runs'

@@ -46,6 +46,8 @@
 #                          call it before each run
 #   C2C_FAST_NS            200: a run is "fast" when the placement probes
 #                          before and after it both read under this many ns
+#   C2C_TIMEOUT_S          10 (the caller's, if set): a placement probe that
+#                          runs longer is stopped and is no probe
 #   place_before, place_after
 #                          the placement probe around one run (below): C2C_BEFORE,
 #                          C2C_AFTER, PLACE (fast, slow, mixed or "no probe")
@@ -241,7 +243,8 @@ run_words() {
 # the 2-vCPU VM of sessions 46-49 the host runs the two vCPUs on one CCD
 # (one L3) or on two, by turns, tens of seconds at a time, and a 2-thread
 # run on two CCDs loses up to a third of its speed.  $C2C --rounds 1
-# (bench/c2c_latency: one cache line's round trip CPU 0 <-> 1, 0.01-0.15 s)
+# (bench/c2c_latency: one cache line's round trip CPU 0 <-> 1, 0.01-0.15 s;
+# ~1 s a probe under heavy load)
 # reads ~55-130 ns on one CCD and ~300-360 ns on two; C2C_FAST_NS, between
 # the two, is the one threshold of every script that classifies runs.  A
 # CPU that other processes keep busy also reads slow (a round trip waits
@@ -252,11 +255,14 @@ run_words() {
 #                  new one
 #   place_after    a new probe, C2C_AFTER; PLACE = "fast" when both are under
 #                  C2C_FAST_NS, "slow" when neither is, "mixed" otherwise,
-#                  "no probe" when either failed
+#                  "no probe" when either is not a number (failed, empty)
 # A probe is "null" when PLACE_PROBE is not 1 (a script's --no-probe), $C2C
 # is missing, or it fails (e.g. CPU 1 not in the affinity mask: `taskset -c
-# 0`); the first failure is reported on stderr, the runs go on.
+# 0`) or runs past C2C_TIMEOUT_S, 10 s (timeout(1), where it exists: a hung
+# probe cannot hang a benchmark); the first failure is reported on stderr,
+# the runs go on.
 C2C_FAST_NS=200
+C2C_TIMEOUT_S=${C2C_TIMEOUT_S:-10}
 C2C=${C2C:-./bench/c2c_latency}
 PLACE_PROBE=1
 C2C_LAST=
@@ -264,7 +270,14 @@ _place_warned=
 place_probe() {
     C2C_LAST=null
     [ "$PLACE_PROBE" = 1 ] || return 0
-    _pp_out=$("$C2C" --rounds 1 2>&1) || true
+    # at most C2C_TIMEOUT_S (a hung probe is no probe), where timeout(1) exists
+    _pp_rc=0
+    if command -v timeout >/dev/null 2>&1; then
+        _pp_out=$(timeout "$C2C_TIMEOUT_S" "$C2C" --rounds 1 2>&1) || _pp_rc=$?
+    else
+        _pp_out=$("$C2C" --rounds 1 2>&1) || _pp_rc=$?
+    fi
+    [ "$_pp_rc" != 124 ] || _pp_out="timed out after $C2C_TIMEOUT_S s"
     _pp=$(printf '%s\n' "$_pp_out" | sed -n 's/^{.*"round_trip_ns_median": *\([0-9][0-9.]*\).*/\1/p' | tail -n 1)
     if [ -n "$_pp" ]; then
         C2C_LAST=$_pp
@@ -282,7 +295,9 @@ place_after() {
     place_probe
     C2C_AFTER=$C2C_LAST
     PLACE=$(awk -v b="$C2C_BEFORE" -v a="$C2C_AFTER" -v t="$C2C_FAST_NS" 'BEGIN {
-        if (b == "null" || a == "null") { print "no probe"; exit }
+        # only numbers are classified: null, empty or anything else is no probe
+        num = "^[0-9]+([.][0-9]*)?$"
+        if (b !~ num || a !~ num) { print "no probe"; exit }
         f = (b + 0 < t) + (a + 0 < t)
         print f == 2 ? "fast" : f == 0 ? "slow" : "mixed" }')
 }
