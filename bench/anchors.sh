@@ -60,7 +60,7 @@
 # Usage: bench/anchors.sh [--runs N] [--bench LIST] [--threads N] [--steps N]
 #                         [--torch-env passive|default|omp1] [--out DIR]
 #                         [--rows LIST] [--inductor-cache DIR] [--short]
-#                         [--full-epoch] [--no-probe] [--phase-threshold PCT]
+#                         [--full-epoch] [--no-probe]
 #   --short         a quick look: --runs 1 --steps 30 --mlp-steps 60 --bench
 #                   training (every row; most of its time is compiling);
 #                   options after it override it
@@ -83,29 +83,31 @@
 #   --rows LIST     only these rows (comma-separated names above; the data
 #                   benchmark's: kiln-folder, t2-dataloader, t113-dataloader)
 #   --inductor-cache DIR  TORCHINDUCTOR_CACHE_DIR (default: fresh, removed)
-#   --no-probe      no phase probe around the runs (above)
-#   --phase-threshold PCT  the table's phase threshold (default: PHASE_T
-#                   in bench/anchors_table.py, 20)
+#   --no-probe      no placement probe around the runs (below)
 # Environment: KILN (./kiln), KILN_VENV (./.venv; scripts/install-deps
-#   --bench makes it), PYTHON113 (/usr/bin/python3), GEMM (./bench/gemm_peak),
+#   --bench makes it), PYTHON113 (/usr/bin/python3), GEMM (./bench/gemm_peak,
+#   the GEMM peak), C2C (./bench/c2c_latency, the placement probe),
 #   GPT_DATA (data/gpt_char; made by scripts/make-gpt-char-data when missing).
 # A row whose Python is missing is skipped with the reason; a failed run is
 # recorded as failed and the others go on.  Prints one markdown table per
 # benchmark (bench/anchors_table.py) with the load averages.
-# The host's phase: this VM runs every CPU-bound program ~1.5x slower for
-# minutes at a time (a hyper-thread the guest cannot see), longer than a
-# repetition, so a row can land in one phase and kiln in the other.  A
-# probe, `$GEMM --threads N --n 1024` (0.5-0.9 s), runs before every run
-# and after it (the probe after one run is the one before the next); its
-# GFLOP/s a CPU-second (gflops_per_cpu_s: the guest's other processes'
-# time slices excluded, the hidden sibling's share not) goes into the run's
-# line as probe_before / probe_after (probe_wall_before / _after: its
-# wall-time GFLOP/s).  The table flags each run "slow phase" or "phase
-# changed" and adds, beside the raw ratio, kiln / row over the repetitions
-# whose two runs were in one phase, and the probe-normalised ratio
-# (bench/anchors_table.py; docs/PERFORMANCE.md, "Session 48: anchors.sh's
-# phase probe").  --no-probe: none (the runs' lines without them; the
-# tables then as they were before the probe).
+# The vCPUs' placement: on this VM a 2-thread run is up to a third slower
+# for tens of seconds at a time, while the host has put the two vCPUs on
+# two CCDs (docs/PERFORMANCE.md, "Session 48: the VM's two speeds are the
+# vCPUs' distance"), longer than a run and shorter than a repetition, so a
+# row can land in one placement and kiln in the other.  The probe,
+# `$C2C --rounds 1` (bench/c2c_latency, one cache line's round trip CPU 0
+# <-> 1, 0.01-0.15 s; ~1 s under heavy load), runs before every run and
+# after it (the probe after one run is the one before the next); its ns go
+# into the run's line as c2c_before / c2c_after, with the run's placement:
+# "fast" when both are under C2C_FAST_NS (bench/common.sh, 200), "slow"
+# when neither is, "mixed" otherwise, "no probe" when one failed
+# (c2c_latency missing, CPU 1 not in the affinity mask, past
+# C2C_TIMEOUT_S).  The table adds each row's median over its fast runs
+# ("73,554 (7 of 8 fast)") and kiln / row over fast runs only, beside the
+# medians over all runs (bench/anchors_table.py; docs/PERFORMANCE.md,
+# "Session 49: the anchors' placement probe").  --no-probe: none (the runs'
+# lines without them; the tables then as they were before the probe).
 # Run from the top of a built source tree.
 
 set -eu
@@ -119,8 +121,6 @@ OUT=
 ROWS=
 MLP_TIMED=0
 ICACHE=
-PROBE=1
-PHASE_T=
 KILN=${KILN:-./kiln}
 KILN_VENV=${KILN_VENV:-./.venv}
 PYTHON113=${PYTHON113:-/usr/bin/python3}
@@ -142,14 +142,7 @@ while [ $# -gt 0 ]; do
         --inductor-cache) [ $# -ge 2 ] || usage; ICACHE=$2; shift 2 ;;
         --short) RUNS=1 STEPS=30 MLP_TIMED=60 BENCHES=training; shift ;;
         --full-epoch) STEPS=448 MLP_TIMED=0; shift ;;
-        --no-probe) PROBE=0; shift ;;
-        --phase-threshold) [ $# -ge 2 ] || usage; PHASE_T=$2; shift 2
-            # (a percentage: digits, at most one point, at least one digit)
-            case $PHASE_T in
-                ''|*[!0-9.]*|*.*.*|.)
-                    echo "anchors.sh: --phase-threshold is a percentage such as 15 or 12.5, not '$PHASE_T'" >&2
-                    exit 2 ;;
-            esac ;;
+        --no-probe) PLACE_PROBE=0; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "anchors.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -186,24 +179,12 @@ fi
 SKIP113=
 "$PYTHON113" -c 'import torch' 2>/dev/null || SKIP113="$PYTHON113 cannot import torch (python3-torch)"
 
-# probe: LAST_PROBE becomes the phase probe's JSON fields' values, "CPU
-# WALL" GFLOP/s ("null null" when it failed or --no-probe); an empty
-# LAST_PROBE means none taken since the last run (each benchmark starts so)
-LAST_PROBE=
-probe() {
-    LAST_PROBE="null null"
-    [ "$PROBE" = 1 ] && [ -x "$GEMM" ] || return 0
-    l=$("$GEMM" --threads "$THREADS" --n 1024 2>/dev/null | grep '^[[:space:]]*{' | head -n 1) || l=
-    c=$(printf '%s' "$l" | sed -n 's/.*"gflops_per_cpu_s": *\([0-9.e+-]*\).*/\1/p')
-    w=$(printf '%s' "$l" | sed -n 's/.*"gflops": *\([0-9.e+-]*\).*/\1/p')
-    [ -z "$c" ] || [ -z "$w" ] || LAST_PROBE="$c $w"
-}
-
-# one_run BENCH ROW SAMPLES CMD...: runs CMD once, between two phase probes
-# (probe; the one after it stays LAST_PROBE, the next run's before); its last
-# JSON line, with the row, the repetition, the process's wall time, the
-# probes and SAMPLES (the samples the whole run trains, for the whole-run
-# rate; 0 = not known) added, goes to
+# one_run BENCH ROW SAMPLES CMD...: runs CMD once, between two placement
+# probes (common.sh's place_before / place_after; the one after it is the
+# next run's before); its last JSON line, with the row, the repetition, the
+# process's wall time, the probes and placement (unless --no-probe) and
+# SAMPLES (the samples the whole run trains, for the whole-run rate; 0 = not
+# known) added, goes to
 # $RES/BENCH.jsonl; a run without one is recorded as failed.  A row not in
 # --rows is not run.  With STEADY set (kiln's rows: "WARM BATCH"), the
 # line's train_samples_per_s becomes the steady rate of $TMP/kout's
@@ -213,18 +194,16 @@ one_run() {
     shift 3
     case ",${ROWS:-$row}," in *",$row,"*) ;; *) return 0 ;; esac
     case $row in kiln-async*) case ",$ROWS," in *",$row,"*) ;; *) return 0 ;; esac ;; esac
-    [ -n "$LAST_PROBE" ] || probe
-    pb=$LAST_PROBE
+    place_before
     t0=$(date +%s.%N)
     rc=0
     "$@" > "$TMP/run.out" 2> "$TMP/run.err" || rc=$?
     t1=$(date +%s.%N)
-    probe
+    place_after
     line=$(grep '^[[:space:]]*{.*samples_per_s' "$TMP/run.out" | tail -n 1 || true)
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
     head="{\"row\": \"$row\", \"rep\": $rep, \"run_wall_s\": $wall, \"run_samples\": $samples, "
-    head="$head\"probe_before\": ${pb% *}, \"probe_after\": ${LAST_PROBE% *}, "
-    head="$head\"probe_wall_before\": ${pb#* }, \"probe_wall_after\": ${LAST_PROBE#* }, "
+    [ "$PLACE_PROBE" != 1 ] || head="$head$(place_json)"
     if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
         why=$(tail -n 1 "$TMP/run.err" | tr -d '"\\' | cut -c1-200)
         echo "$b $row run $rep: FAILED (exit $rc): $why" >&2
@@ -238,7 +217,7 @@ one_run() {
             return 0
         }
     fi
-    echo "$b $row run $rep: $line" >&2
+    echo "$b $row run $rep$( [ "$PLACE_PROBE" != 1 ] || echo " ($PLACE, $C2C_BEFORE/$C2C_AFTER ns)"): $line" >&2
     printf '%s\n' "$line" | sed "s/^[[:space:]]*{/$head/" >> "$RES/$b.jsonl"
 }
 
@@ -405,7 +384,7 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 measure_peak
 for b in $BENCHES; do
     : > "$RES/$b.jsonl"
-    LAST_PROBE=
+    place_fresh
     echo "load $(cut -d' ' -f1-3 /proc/loadavg) before $b" > "$RES/$b.load"
     rep=1
     while [ "$rep" -le "$RUNS" ]; do
@@ -421,7 +400,7 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 [ -z "$SKIP113" ] || echo "anchors.sh: PyTorch 1.13 rows skipped: $SKIP113"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $THREADS threads, median of $RUNS interleaved runs"
 echo "load average before: $LOAD0, after: $LOAD1; compile rows under --torch-env $TORCH_ENV, Lightning's under $( [ "$TORCH_ENV" = omp1 ] && echo omp1 || echo "PyTorch's defaults")"
-echo "command: bench/anchors.sh --runs $RUNS --threads $THREADS --steps $STEPS --mlp-steps $MLP_TIMED --torch-env $TORCH_ENV --bench $(echo $BENCHES | tr ' ' ,)$( [ "$PROBE" = 1 ] || echo ' --no-probe')${PHASE_T:+ --phase-threshold $PHASE_T}"
+echo "command: bench/anchors.sh --runs $RUNS --threads $THREADS --steps $STEPS --mlp-steps $MLP_TIMED --torch-env $TORCH_ENV --bench $(echo $BENCHES | tr ' ' ,)$( [ "$PLACE_PROBE" = 1 ] || echo ' --no-probe')"
 for b in $BENCHES; do
-    "$PYTHON113" "$HERE/anchors_table.py" ${PHASE_T:+--phase-threshold "$PHASE_T"} "$b" "$RES/$b.jsonl" "$(cat "$RES/$b.load" | tr '\n' ';')" $PEAKS
+    "$PYTHON113" "$HERE/anchors_table.py" "$b" "$RES/$b.jsonl" "$(cat "$RES/$b.load" | tr '\n' ';')" $PEAKS
 done

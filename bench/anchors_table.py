@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/anchors.sh's summary: one markdown table for one benchmark.
 
-  anchors_table.py [--phase-threshold PCT] BENCH FILE.jsonl LOAD_NOTE [GEMM_PEAK_GFLOPS...]
+  anchors_table.py BENCH FILE.jsonl LOAD_NOTE [GEMM_PEAK_GFLOPS...]
   anchors_table.py --steady METRICS.jsonl WARM BATCH JSON_LINE
     (kiln's line with its steady rate, see steady())
 
@@ -21,23 +21,19 @@ figures printed; before, each was a median over the runs on its own and could
 come from different runs.  Lightning's side of both ratios is the table's
 median of its fit rate (its samples/s column), the same divisor for both.
 
-The host's phase (docs/PERFORMANCE.md, "Session 48: anchors.sh's phase
-probe").  A run's line may carry probe_before and probe_after: GFLOP/s a
-CPU-second of a short GEMM (bench/gemm_peak --n 1024) just before and just
-after the run.  Per run, "phase changed" when the two differ by more than
-the threshold (the larger over the smaller, less 1), else "slow phase" when
-their mean is more than the threshold below the benchmark's fastest probe,
-else "ok"; "no probe" without them; "-" for a failed run.  Where no run has
-probes (--no-probe, older files) the table is as it was before them: none
-of the columns and lines below.  The threshold (PHASE_T, or
---phase-threshold) is set from the probe's own repeat noise.  Per row, beside
-the raw median ratio: the phase-matched ratio, the median over the
-repetitions whose kiln run and row run had all four probes within the
-threshold of each other (one phase, both runs steady) of kiln's rate over
-the row's in that repetition, with how many repetitions qualified; and the
-probe-normalised ratio, the median of rate / mean probe over the runs that
-are not "phase changed", kiln's over the row's, which assumes a row's rate
-scales with the probe's across phases.  The raw columns are unchanged."""
+The vCPUs' placement (docs/PERFORMANCE.md, "Session 49: the anchors'
+placement probe").  A run's line may carry c2c_before and c2c_after (ns of
+bench/c2c_latency --rounds 1 just before and after the run; null when the
+probe failed) and its placement: "fast" (both under c2c_fast_ns, the
+threshold bench/common.sh's C2C_FAST_NS set), "slow" (neither), "mixed",
+"no probe".  Where any run has one the table adds each run's probes and
+placement ("-" for a failed run), each row's median over its fast runs with
+how many of its runs that finished were fast ("73,554 (7 of 8 fast)"), and
+kiln / row over fast runs only (kiln's fast median over the row's); each
+summary ratio gets a fast-runs line under it.  The medians over all runs
+are unchanged; where no run has a placement (--no-probe, files from before
+it, session 48's GEMM probe) the table is as it was before: none of the
+columns and lines.  fast_median() is shared with bench/lstm.sh."""
 import json
 import statistics
 import sys
@@ -74,74 +70,46 @@ LABEL = {"kiln": "**kiln**", "kiln-async0": "kiln, `plugin.cpu.async=0`",
          "t113-dataloader": "PyTorch 1.13 DataLoader (torchvision ImageFolder)"}
 
 
-# a run's probes disagree, or sit below the fastest, beyond this fraction
-# (the larger over the smaller, less 1): the probe's repeat noise under
-# load 4-9 (session 48, other helpers building) was 9-12% over minutes,
-# 23-26% with a lone high probe (a pair with one is left unmatched: a pair
-# lost, no bias); the slow phase, ~1.5x, is 50%
-PHASE_T = 0.20
+def placed(runs):
+    """whether any run carries a placement (anchors.sh without --no-probe)"""
+    return any("placement" in r for r in runs)
 
 
-def spread(v):
-    """the largest over the smallest, less 1"""
-    return max(v) / min(v) - 1
+def fast_median(runs, key):
+    """(the median of key over the finished runs placed "fast" (None when
+    none), how many were fast, how many finished)"""
+    ok = [r for r in runs if "failed" not in r and r.get(key) is not None]
+    fast = [r[key] for r in ok if r.get("placement") == "fast"]
+    return median(fast), len(fast), len(ok)
 
 
-def probes(r):
-    """a run's (before, after) probe, or None"""
-    b, a = r.get("probe_before"), r.get("probe_after")
-    return (b, a) if b and a else None
+def fast_cell(runs, key):
+    """"73,554 (7 of 8 fast)": the median over the fast runs, and the count"""
+    m, nf, n = fast_median(runs, key)
+    return f"{fmt(m)} ({nf} of {n} fast)"
 
 
-def phase(r, top, t):
-    """a run's phase label against the fastest probe `top` ("-": failed)"""
-    if "failed" in r:
-        return "-"
-    p = probes(r)
-    if not p:
-        return "no probe"
-    if spread(p) > t:
-        return "phase changed"
-    if top / statistics.mean(p) - 1 > t:
-        return "slow phase"
-    return "ok"
+def ns(v):
+    """a probe's ns as c2c_latency printed it (one decimal, none when .0)"""
+    return "-" if v is None else f"{v:g}"
 
 
-def matched_pairs(kruns, runs, key, t):
-    """(kiln's rate / the row's) of each repetition whose kiln run and row
-    run both have probes, all four within t of each other; and how many
-    repetitions both ran (ok)"""
-    kby = {r.get("rep"): r for r in kruns if "failed" not in r}
-    out, both = [], 0
-    for r in runs:
-        k = kby.get(r.get("rep"))
-        if "failed" in r or not k or not r[key]:
-            continue
-        both += 1
-        pk, pr = probes(k), probes(r)
-        if pk and pr and spread(pk + pr) <= t:
-            out.append(k[key] / r[key])
-    return out, both
+def place_cells(name, rows, key, kfast):
+    """a row's probe, placement, fast-median and fast-ratio cells"""
+    runs = rows[name]
+    pr = ", ".join(f"{ns(r.get('c2c_before'))}/{ns(r.get('c2c_after'))}" for r in runs)
+    pl = ", ".join("-" if "failed" in r else r.get("placement", "no probe") for r in runs)
+    m = fast_median(runs, key)[0]
+    ratio = "" if name.startswith("kiln") else (f"{kfast / m:.2f}x" if kfast and m else "n/a")
+    return f" {pr} | {pl} | {fast_cell(runs, key)} | {ratio} |"
 
 
-def normalised(runs, key, t):
-    """the median of rate / mean probe over the runs not 'phase changed'"""
-    return median([r[key] / statistics.mean(probes(r)) for r in runs
-                   if "failed" not in r and probes(r) and spread(probes(r)) <= t])
-
-
-def threshold(pct):
-    """--phase-threshold's PCT as a fraction; a clear error (exit 2) unless
-    it is a plain non-negative number"""
-    try:
-        t = float(pct) / 100
-    except ValueError:
-        t = -1.0
-    if not 0 <= t < float("inf"):  # (nan fails too)
-        print(f"anchors_table.py: --phase-threshold is a percentage such as 15 or 12.5, not "
-              f"'{pct}'", file=sys.stderr)
-        sys.exit(2)
-    return t
+def fast_line(name, rows, kname, key):
+    """the summary's line under a ratio: kiln / NAME over fast runs only"""
+    k, r = fast_median(rows.get(kname, []), key)[0], fast_median(rows[name], key)[0]
+    ratio = f"**{k / r:.2f}x**" if k and r else "n/a"
+    return (f"  - fast runs only: kiln {fast_cell(rows.get(kname, []), key)} / {name} "
+            f"{fast_cell(rows[name], key)}: {ratio}")
 
 
 def median(v):
@@ -189,39 +157,37 @@ def steady(path, warm, batch, line):
     print(json.dumps(out))
 
 
-def phase_ratios(name, rows, kname, key, t, norm):
-    """kiln / NAME (kiln's row kname) phase-matched, "2.00x (2 of 3)" (of
-    the repetitions that ran both), and probe-normalised, "2.03x": the
-    table's cells and the summary's line"""
-    m, both = matched_pairs(rows.get(kname, []), rows[name], key, t)
-    mc = f"{median(m):.2f}x ({len(m)} of {both})" if m else f"none (0 of {both})"
-    nk, nr = norm.get(kname), norm.get(name)
-    return mc, f"{nk / nr:.2f}x" if nk and nr else "n/a"
-
-
-def phase_cells(name, rows, kname, key, top, t, norm):
-    """a row's probe, phase and phase ratio cells"""
-    runs = rows[name]
-    pr = ", ".join(f"{p[0]:.1f}/{p[1]:.1f}" if p else "-" for p in map(probes, runs))
-    ph = ", ".join(phase(r, top, t) for r in runs)
-    if name.startswith("kiln"):
-        return f" {pr} | {ph} |  |  |"
-    return " {} | {} | {} | {} |".format(pr, ph, *phase_ratios(name, rows, kname, key, t, norm))
-
-
-def phase_line(name, rows, kname, key, t, norm):
-    """the summary's phase-matched and probe-normalised kiln / NAME"""
-    return ("  - the same, phase-matched (repetitions): {}; probe-normalised: {}"
-            .format(*phase_ratios(name, rows, kname, key, t, norm)))
+def lightning_fast_line(rows, key):
+    """the Lightning ratios (kiln's whole run and its fit, each over
+    Lightning's fit) from fast runs only: kiln's median fast run by whole
+    rate, Lightning's median over its fast runs"""
+    kf = median_run([r for r in rows.get("kiln", []) if "failed" not in r and r.get("run_samples")
+                     and r.get("placement") == "fast"], whole_rate)
+    lt = fast_median(rows["t2-lightning"], key)[0]
+    out = (f"  - fast runs only: kiln's median fast run by whole rate "
+           f"({'run ' + str(kf.get('rep', '?')) if kf else 'none'}) / Lightning's fit "
+           f"{fast_cell(rows['t2-lightning'], key)}: ")
+    if not (kf and lt):
+        return out + "n/a"
+    out += f"whole run **{whole_rate(kf) / lt:.2f}x**"
+    if kf.get("fit_s"):
+        out += f", fit **{kf['run_samples'] / kf['fit_s'] / lt:.2f}x**"
+    return out
 
 
 def main():
-    if sys.argv[1] == "--steady":
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    if first == "--phase-threshold" or first.startswith("--phase-threshold="):
+        # session 48's docs ran it so on kept files
+        print("anchors_table.py: --phase-threshold was removed in session 49: the GEMM "
+              "probe's phases gave way to the placement probe (docs/PERFORMANCE.md, "
+              "\"Session 49: the anchors' placement probe\"); run it without the flag: "
+              "anchors_table.py BENCH FILE.jsonl LOAD_NOTE", file=sys.stderr)
+        sys.exit(2)
+    if first == "--steady":
         steady(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
         return
-    args, t = sys.argv[1:], PHASE_T
-    if args[0] == "--phase-threshold":
-        t, args = threshold(args[1]), args[2:]
+    args = sys.argv[1:]
     bench, path, load = args[:3]
     peak = max([float(p) for p in args[3:]] + [0.0]) or None
     rows = {}
@@ -240,8 +206,9 @@ def main():
         comp[name] = (cs[0], median(cs)) if cs else None
     kiln = med.get("kiln") or med.get("kiln-folder")
     kname = "kiln" if med.get("kiln") else "kiln-folder"
-    top = max([p for runs in rows.values() for r in runs for p in probes(r) or ()], default=None)
-    norm = {name: normalised(runs, key, t) for name, runs in rows.items()}
+    top = placed([r for runs in rows.values() for r in runs])
+    kfast = fast_median(rows.get(kname, []), key)[0]
+    fast_ns = max([r.get("c2c_fast_ns", 0) for runs in rows.values() for r in runs] + [0])
     flops = FLOPS.get(bench)
     print(f"\n### {bench}\n")
     print(f"{load.strip(';').replace(';', ', ')}; GEMM peak {fmt(peak, 1)} GFLOP/s\n")
@@ -251,9 +218,9 @@ def main():
     if flops:
         head += (" direct-equivalent GFLOP/s (a) (% of GEMM peak) |" if bench in DIRECT_EQ
                  else " GFLOP/s (% of GEMM peak) |")
-    if top:  # (no run with probes: --no-probe, older files: the table as before)
-        head += (" probe GFLOP/s a CPU-s, before/after | phase | kiln / row, phase-matched "
-                 "(repetitions) | kiln / row, probe-normalised |")
+    if top:  # (no run with a placement: --no-probe, older files: the table as before)
+        head += (" c2c ns before/after | placement | samples/s, fast runs | "
+                 "kiln / row, fast runs |")
     print(head)
     print("|---|" + "---:|" * (head.count(" |") - 1))
     for name in sorted(rows, key=lambda n: ORDER.index(n) if n in ORDER else 99):
@@ -267,7 +234,7 @@ def main():
         if flops:
             g = med[name] and med[name] * flops / 1e9
             line += f" {fmt(g, 1)}" + (f" ({100 * g / peak:.0f}%)" if g and peak else "") + " |"
-        print(line + (phase_cells(name, rows, kname, key, top, t, norm) if top else ""))
+        print(line + (place_cells(name, rows, key, kfast) if top else ""))
     if flops and bench in DIRECT_EQ:
         print(f"\n(a) samples/s x {flops:,} FLOPs a sample, its convolutions counted as "
               "direct ones; kiln runs conv2 by FFT (fewer operations; `[plugin.cpu] conv_algo "
@@ -275,14 +242,13 @@ def main():
               "rate a direct convolution would need, not the FFT's own, and can pass the "
               "GEMM peak")
     if top:
-        print(f"\nPhase: `bench/gemm_peak --n 1024` GFLOP/s a CPU-second before and after each "
-              f"run (the probe after a run is the probe before the next); the fastest "
-              f"{top:.1f}; threshold {100 * t:.0f}%: \"phase changed\" when a run's two "
-              f"probes differ by more, \"slow phase\" when their mean is more below the "
-              f"fastest.  Phase-matched: the median of kiln / row over the repetitions whose "
-              f"two runs' four probes agree within the threshold.  Probe-normalised: "
-              f"rate / mean probe, medians over the runs not \"phase changed\" (assumes a "
-              f"row's rate scales with the probe's)")
+        print(f"\nPlacement: `bench/c2c_latency --rounds 1`, one cache line's round trip between "
+              f"CPU 0 and CPU 1, in ns before and after each run (the probe after a run is the "
+              f"probe before the next): \"fast\" when both are under {fast_ns:g} ns (the two "
+              f"vCPUs sharing an L3), \"slow\" when neither is (on two CCDs, or a CPU "
+              f"shared with other processes), \"mixed\" otherwise, \"no probe\" when one "
+              f"failed.  Fast runs: the median over a row's fast runs (how many of its "
+              f"finished runs were fast), and kiln's fast median over the row's")
     for name, f in fails.items():
         for why in sorted(set(f)):
             print(f"\n{name} failed: {why}")
@@ -291,25 +257,34 @@ def main():
         have = [(med[n], n) for n in names if med.get(n)]
         return max(have) if have else (None, None)
 
+    def best_fast(names, other):
+        """the row of the best median over fast runs (else `other`)"""
+        have = [(fast_median(rows[n], key)[0], n) for n in names if n in rows]
+        have = [h for h in have if h[0]]
+        return max(have)[1] if have else other
+
     print()
     if bench == "data":
         for n in ("t2-dataloader", "t113-dataloader"):
             if kiln and med.get(n):
                 print(f"- kiln / {LABEL[n]}: **{kiln / med[n]:.2f}x**")
+                if top:
+                    print(fast_line(n, rows, kname, key))
         return
     if med.get("kiln-async0") and med.get("kiln-async1"):
         auto = ("sync or async by the model's size and a probe of contention at the plan, async under "
                 "contention (docs/distributed.md, item 6)") if bench.startswith("ddp-") else "off"
         print(f"- `[plugin.cpu] async` 1 / 0: **{med['kiln-async1'] / med['kiln-async0']:.2f}x** "
               f"(the default, auto, is {auto} here)")
-    b2, n2 = best(["t2-eager-default", "t2-eager-passive", "t2-eager-omp1", "t2-compile",
-                   "t2-compile-max"])
-    b113, n113 = best(["t113-default", "t113-passive", "t113-omp1"])
+    n2s = ["t2-eager-default", "t2-eager-passive", "t2-eager-omp1", "t2-compile", "t2-compile-max"]
+    n113s = ["t113-default", "t113-passive", "t113-omp1"]
+    b2, n2 = best(n2s)
+    b113, n113 = best(n113s)
     if kiln and b2:
         print(f"- kiln / best of PyTorch 2.x eager and compile ({n2}): **{kiln / b2:.2f}x** "
               f"(target >= 1.3x)")
         if top:
-            print(phase_line(n2, rows, kname, key, t, norm))
+            print(fast_line(best_fast(n2s, n2), rows, kname, key))
     lt = med.get("t2-lightning")
     kr = median_run([r for r in rows.get("kiln", []) if "failed" not in r and r.get("run_samples")],
                     whole_rate)
@@ -328,6 +303,8 @@ def main():
               f"**{fit / lt:.2f}x** (target >= 2x); that run's set-up before it (config, "
               f"device, data, model, loaders) {kr['setup_s']:.2f} s, the rest of its process "
               f"(start, plugins, exit) {rest:.2f} s")
+    if top and lt:
+        print(lightning_fast_line(rows, key))
     ref = sorted({n for n in rows if n.startswith("t113") for r in rows[n]
                   if any("/blas/libblas" in b for b in r.get("blas", []))})
     if ref:
@@ -339,7 +316,7 @@ def main():
                 "cnn-nhwc": " (target >= 2x)"}.get(bench, "")
         print(f"- kiln / PyTorch 1.13 best ({n113}): **{kiln / b113:.2f}x**{want}")
         if top:
-            print(phase_line(n113, rows, kname, key, t, norm))
+            print(fast_line(best_fast(n113s, n113), rows, kname, key))
 
 
 if __name__ == "__main__":

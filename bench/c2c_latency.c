@@ -13,7 +13,11 @@
  * (docs/PERFORMANCE.md, "Session 48: the VM's two speeds are the vCPUs'
  * distance").
  *
- * Usage: bench/c2c_latency [--cpus A,B] [--iters N] [--rounds R] */
+ * Usage: bench/c2c_latency [--cpus A,B] [--iters N] [--rounds R]
+ * Exit 1, with a message, when A or B is not in the process's affinity
+ * mask (`taskset -c 0 bench/c2c_latency`) or a thread cannot be pinned or
+ * started; 2 on bad arguments (the same CPU twice included), before any
+ * affinity check. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -37,12 +41,11 @@ static int pin(int cpu)
 	return pthread_setaffinity_np(pthread_self(), sizeof s, &s);
 }
 
-/* B's side: wait for each odd value, answer with the next even one */
+/* B's side (started on CPU B): wait for each odd value, answer with the
+ * next even one */
 static void *answer(void *arg)
 {
 	long base = *(long *)arg;
-	if (pin(cpu_b) != 0)
-		fprintf(stderr, "c2c_latency: cannot pin to CPU %d\n", cpu_b);
 	for (long i = 0; i < iters; i++) {
 		long want = base + 2 * i + 1;
 		while (atomic_load_explicit(&line, memory_order_acquire) != want)
@@ -56,9 +59,20 @@ static void *answer(void *arg)
 static double round_ns(long base)
 {
 	pthread_t t;
+	pthread_attr_t attr;
+	cpu_set_t s;
 	struct timespec t0, t1;
 	atomic_store(&line, base);
-	if (pthread_create(&t, NULL, answer, &base) != 0)
+	CPU_ZERO(&s);
+	CPU_SET(cpu_b, &s);
+	/* pinned from its start: a thread that cannot run on B is not started */
+	if (pthread_attr_init(&attr) != 0)
+		return -1;
+	int rc = pthread_attr_setaffinity_np(&attr, sizeof s, &s);
+	if (rc == 0)
+		rc = pthread_create(&t, &attr, answer, &base);
+	pthread_attr_destroy(&attr);
+	if (rc != 0)
 		return -1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (long i = 0; i < iters; i++) {
@@ -96,6 +110,27 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (cpu_a == cpu_b) {
+		fprintf(stderr, "c2c_latency: --cpus needs two different CPUs, not %d and %d\n", cpu_a, cpu_b);
+		return 2;
+	}
+	/* both CPUs must be in the mask the process was given (taskset, a
+	 * cpuset): pinning a thread outside it succeeds where the cpuset
+	 * allows it and would measure CPUs the caller excluded */
+	cpu_set_t allowed;
+	if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+		perror("c2c_latency: sched_getaffinity");
+		return 1;
+	}
+	for (int k = 0; k < 2; k++) {
+		int c = k ? cpu_b : cpu_a;
+		if (c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed)) {
+			fprintf(stderr, "c2c_latency: CPU %d is not in this process's affinity mask "
+					"(it allows %d CPU%s); choose two it allows with --cpus A,B\n",
+				c, CPU_COUNT(&allowed), CPU_COUNT(&allowed) == 1 ? "" : "s");
+			return 1;
+		}
+	}
 	if (pin(cpu_a) != 0) {
 		fprintf(stderr, "c2c_latency: cannot pin to CPU %d\n", cpu_a);
 		return 1;
@@ -103,7 +138,7 @@ int main(int argc, char **argv)
 	for (int r = 0; r < rounds; r++) {
 		ns[r] = round_ns((long)r * 2 * iters);
 		if (ns[r] < 0) {
-			fprintf(stderr, "c2c_latency: cannot start a thread\n");
+			fprintf(stderr, "c2c_latency: cannot start a thread on CPU %d\n", cpu_b);
 			return 1;
 		}
 		printf("round %d: %.1f ns a round trip, CPU %d <-> %d\n", r + 1, ns[r], cpu_a, cpu_b);

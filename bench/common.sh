@@ -44,6 +44,15 @@
 #                          unless the caller set KILN_PROBE_CACHE or
 #                          XDG_CACHE_HOME; scripts that alternate two kilns
 #                          call it before each run
+#   C2C_FAST_NS            200: a run is "fast" when the placement probes
+#                          before and after it both read under this many ns
+#   C2C_TIMEOUT_S          10 (the caller's, if set): a placement probe that
+#                          runs longer is stopped and is no probe
+#   place_before, place_after
+#                          the placement probe around one run (below): C2C_BEFORE,
+#                          C2C_AFTER, PLACE (fast, slow, mixed or "no probe")
+#   place_fresh            the next place_before probes anew
+#   place_json             the run's probes and placement as JSON members
 #   run_words BIN          the words that run BIN: libtool's wrapper's real
 #                          binary (DIR/.libs/BIN) with its own build's
 #                          libraries, else BIN, after `env` (which execs it,
@@ -227,4 +236,72 @@ run_words() {
     else
         echo "env $1"
     fi
+}
+
+# The placement probe (docs/PERFORMANCE.md, "Session 48: the VM's two speeds
+# are the vCPUs' distance", "Session 49: the anchors' placement probe").  On
+# the 2-vCPU VM of sessions 46-49 the host runs the two vCPUs on one CCD
+# (one L3) or on two, by turns, tens of seconds at a time, and a 2-thread
+# run on two CCDs loses up to a third of its speed.  $C2C --rounds 1
+# (bench/c2c_latency: one cache line's round trip CPU 0 <-> 1, 0.01-0.15 s;
+# ~1 s a probe under heavy load)
+# reads ~55-130 ns on one CCD and ~300-360 ns on two; C2C_FAST_NS, between
+# the two, is the one threshold of every script that classifies runs.  A
+# CPU that other processes keep busy also reads slow (a round trip waits
+# for the other thread's next time slice): "slow" means the run's two CPUs
+# were far apart or shared, either way not the fast case.
+#   place_before   C2C_BEFORE = the last probe taken since place_fresh (the
+#                  probe after one run is the probe before the next), else a
+#                  new one
+#   place_after    a new probe, C2C_AFTER; PLACE = "fast" when both are under
+#                  C2C_FAST_NS, "slow" when neither is, "mixed" otherwise,
+#                  "no probe" when either is not a number (failed, empty)
+# A probe is "null" when PLACE_PROBE is not 1 (a script's --no-probe), $C2C
+# is missing, or it fails (e.g. CPU 1 not in the affinity mask: `taskset -c
+# 0`) or runs past C2C_TIMEOUT_S, 10 s (timeout(1), where it exists: a hung
+# probe cannot hang a benchmark); the first failure is reported on stderr,
+# the runs go on.
+C2C_FAST_NS=200
+C2C_TIMEOUT_S=${C2C_TIMEOUT_S:-10}
+C2C=${C2C:-./bench/c2c_latency}
+PLACE_PROBE=1
+C2C_LAST=
+_place_warned=
+place_probe() {
+    C2C_LAST=null
+    [ "$PLACE_PROBE" = 1 ] || return 0
+    # at most C2C_TIMEOUT_S (a hung probe is no probe), where timeout(1) exists
+    _pp_rc=0
+    if command -v timeout >/dev/null 2>&1; then
+        _pp_out=$(timeout "$C2C_TIMEOUT_S" "$C2C" --rounds 1 2>&1) || _pp_rc=$?
+    else
+        _pp_out=$("$C2C" --rounds 1 2>&1) || _pp_rc=$?
+    fi
+    [ "$_pp_rc" != 124 ] || _pp_out="timed out after $C2C_TIMEOUT_S s"
+    _pp=$(printf '%s\n' "$_pp_out" | sed -n 's/^{.*"round_trip_ns_median": *\([0-9][0-9.]*\).*/\1/p' | tail -n 1)
+    if [ -n "$_pp" ]; then
+        C2C_LAST=$_pp
+    elif [ -z "$_place_warned" ]; then
+        _place_warned=1
+        echo "$(basename "$0"): no placement probe ($C2C: $(printf '%s\n' "$_pp_out" | tail -n 1 | cut -c1-200)); runs marked \"no probe\"" >&2
+    fi
+}
+place_fresh() { C2C_LAST=; }
+place_before() {
+    [ -n "$C2C_LAST" ] || place_probe
+    C2C_BEFORE=$C2C_LAST
+}
+place_after() {
+    place_probe
+    C2C_AFTER=$C2C_LAST
+    PLACE=$(awk -v b="$C2C_BEFORE" -v a="$C2C_AFTER" -v t="$C2C_FAST_NS" 'BEGIN {
+        # only numbers are classified: null, empty or anything else is no probe
+        num = "^[0-9]+([.][0-9]*)?$"
+        if (b !~ num || a !~ num) { print "no probe"; exit }
+        f = (b + 0 < t) + (a + 0 < t)
+        print f == 2 ? "fast" : f == 0 ? "slow" : "mixed" }')
+}
+place_json() {
+    printf '"c2c_before": %s, "c2c_after": %s, "placement": "%s", "c2c_fast_ns": %s, ' \
+        "$C2C_BEFORE" "$C2C_AFTER" "$PLACE" "$C2C_FAST_NS"
 }

@@ -38,18 +38,28 @@
 # kiln's is (CPU of its run) - (CPU of a run of the warm-up steps alone),
 # from /usr/bin/time (n/a without it), over the timed steps; PyTorch's the
 # script's process_time over its timed steps.
+# The vCPUs' placement (bench/common.sh's place_before / place_after): the
+# probe bench/c2c_latency --rounds 1 before and after every timed run (the
+# probe after one run is the one before the next; kiln's run of the warm-up
+# steps alone, between them, is not probed); each run "fast" when both are
+# under C2C_FAST_NS (200 ns: the two vCPUs on one L3), "slow", "mixed" or
+# "no probe".  The first table then adds kiln's and PyTorch 2.x's medians
+# over fast runs only ("8,320 (2 of 3 fast)") and their ratio
+# (docs/PERFORMANCE.md, "Session 49: the anchors' placement probe").
+# --no-probe: none, and the table as before.
 #
 # Usage: bench/lstm.sh [--runs N] [--threads "1 2"] [--models seq2seq,lm]
 #                      [--steps N] [--lm-steps N] [--hidden H] [--short]
-#                      [--t113-lm] [--no-t113] [--ini MODEL]
+#                      [--t113-lm] [--no-t113] [--ini MODEL] [--no-probe]
 #   --short      1 round, seq2seq 60 and lm 6 timed steps: a quick look
 #   --runs N     rounds (default 3)
 #   --steps N    seq2seq's timed steps (default 200; 20 more untimed)
 #   --lm-steps N lm's timed steps (default 20; 3 more untimed)
+#   --no-probe   no placement probe (above)
 #   --ini MODEL  print MODEL's kiln INI (data.path and model.init_from are
 #                given on the command line) and exit (bench/lstm_ab.sh)
 # Environment: KILN (./kiln), KILN_VENV (/work/scratch/venv, else ./.venv),
-#   PYTHON113 (/usr/bin/python3).  Run from the top of a built source tree.
+#   PYTHON113 (/usr/bin/python3), C2C (./bench/c2c_latency).  Run from the top of a built source tree.
 
 set -eu
 
@@ -82,6 +92,7 @@ while [ $# -gt 0 ]; do
         --short) RUNS=1 STEPS=60 LM_STEPS=6; shift ;;
         --t113-lm) T113=seq2seq,lm; shift ;;
         --no-t113) T113=; shift ;;
+        --no-probe) PLACE_PROBE=0; shift ;;
         --ini) [ $# -ge 2 ] || usage; PRINT_INI=$2; shift 2 ;;
         -h|--help) usage ;;
         *) echo "lstm.sh: unknown argument: $1" >&2; usage ;;
@@ -127,15 +138,18 @@ kiln_ini() {
     printf '[layer.loss]\ntype = softmax_xent\nignore_index = 0\n'
 }
 
-# record MODEL ROW THREADS LINE: LINE (a JSON object) with the model, row and
-# threads added, into $RES; an empty LINE is a failed run
+# record MODEL ROW THREADS LINE: LINE (a JSON object) with the model, row,
+# threads and the run's probes and placement (place_after's) added, into
+# $RES; an empty LINE is a failed run
 record() {
     if [ -z "$4" ]; then
         echo "lstm.sh: $1 $2 threads $3 round $round: FAILED" >&2
         return 0
     fi
-    echo "$1 $2 threads $3 round $round: $4" >&2
-    printf '%s\n' "$4" | sed "s/^[[:space:]]*{/{\"bench\": \"$1\", \"row\": \"$2\", \"nthreads\": $3, \"round\": $round, /" >> "$RES"
+    _pl=
+    [ "$PLACE_PROBE" != 1 ] || _pl=$(place_json)
+    echo "$1 $2 threads $3 round $round${_pl:+ ($PLACE)}: $4" >&2
+    printf '%s\n' "$4" | sed "s/^[[:space:]]*{/{\"bench\": \"$1\", \"row\": \"$2\", \"nthreads\": $3, \"round\": $round, $_pl/" >> "$RES"
 }
 
 # kiln_train MODEL THREADS STEPS: one kiln run into $TMP/kout, its output in
@@ -158,8 +172,12 @@ kiln_train() {
 kiln_run() {
     cpu_warm=
     kiln_train "$1" "$2" "$(warm_of "$1")" && [ -f "$TMP/kiln.cpu" ] && cpu_warm=$(cat "$TMP/kiln.cpu")
-    kiln_train "$1" "$2" $(($(steps_of "$1") + $(warm_of "$1"))) ||
-        { tail -3 "$TMP/kiln.out" >&2; record "$1" kiln "$2" ""; return 0; }
+    place_fresh
+    place_before
+    rc=0
+    kiln_train "$1" "$2" $(($(steps_of "$1") + $(warm_of "$1"))) || rc=$?
+    place_after
+    [ "$rc" = 0 ] || { tail -3 "$TMP/kiln.out" >&2; record "$1" kiln "$2" ""; return 0; }
     cpu_all=
     [ -f "$TMP/kiln.cpu" ] && cpu_all=$(cat "$TMP/kiln.cpu")
     record "$1" kiln "$2" "$("$PYTHON113" - "$TMP/kout/metrics.jsonl" "$(warm_of "$1")" "$cpu_warm" "$cpu_all" <<'PY'
@@ -181,10 +199,12 @@ PY
 torch_run() {
     m=$1 row=$2 nt=$3 py=$4
     shift 4
+    place_before
     line=$(env "$@" "$py" "$HERE/pytorch_lstm.py" --model "$m" \
         --hidden "$HIDDEN" --shard "$TMP/$m.bin" --threads "$nt" --warmup-steps "$(warm_of "$m")" \
         --steps "$(steps_of "$m")" 2> "$TMP/torch.err" | grep '^{' | tail -n 1) ||
         { tail -3 "$TMP/torch.err" >&2; line=; }
+    place_after
     record "$m" "$row" "$nt" "$line"
 }
 
@@ -231,22 +251,34 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), median of $RUNS interleaved rounds"
 echo "load average before: $LOAD0, after: $LOAD1"
-echo "command: bench/lstm.sh --runs $RUNS --threads \"$THREADS_LIST\" --models $(echo $MODELS | tr ' ' ,) --steps $STEPS --lm-steps $LM_STEPS --hidden $HIDDEN"
-"$PYTHON113" - "$RES" "$HIDDEN" <<'PY'
+echo "command: bench/lstm.sh --runs $RUNS --threads \"$THREADS_LIST\" --models $(echo $MODELS | tr ' ' ,) --steps $STEPS --lm-steps $LM_STEPS --hidden $HIDDEN$( [ "$PLACE_PROBE" = 1 ] || echo ' --no-probe')"
+"$PYTHON113" - "$RES" "$HIDDEN" "$HERE" <<'PY'
 import json, statistics, sys
+sys.path.insert(0, sys.argv[3])
+from anchors_table import fast_median, placed  # noqa: E402 (bench/)
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+top = placed(rows)  # (no run with a placement: --no-probe; the table as before)
 shape = {"seq2seq": "seq2seq (T 8)", "lm": "lm 2x%s (T 64)" % sys.argv[2]}
+def runs(m, row, t):
+    return [r for r in rows if (r["bench"], r["row"], r["nthreads"]) == (m, row, t)]
 def med(m, row, t, key="train_samples_per_s"):
-    v = [r[key] for r in rows if (r["bench"], r["row"], r["nthreads"]) == (m, row, t)]
+    v = [r[key] for r in runs(m, row, t)]
     return statistics.median(v) if v else None
+def fmed(m, row, t):
+    """the median over fast runs only"""
+    return fast_median(runs(m, row, t), "train_samples_per_s")[0]
+T2 = ("t2-omp1", "t2-default", "t2-passive")
 def f(v, nd=1):
     return "n/a" if v is None else "%.*f" % (nd, v)
 print()
-print("| model | threads | kiln samples/s | PyTorch 2.x best (setting) | kiln / best | PyTorch 1.13 best | loss step 1 kiln / torch | loss last kiln / torch |")
-print("|---|---|---|---|---|---|---|---|")
+print("| model | threads | kiln samples/s | PyTorch 2.x best (setting) | kiln / best | PyTorch 1.13 best | loss step 1 kiln / torch | loss last kiln / torch |"
+      + (" kiln, fast runs | PyTorch 2.x best, fast runs (setting) | kiln / best, fast runs |" if top else ""))
+print("|---|---|---|---|---|---|---|---|" + ("---|---|---|" if top else ""))
 for m in dict.fromkeys(r["bench"] for r in rows):
     best_all = (None, None)
     kiln_all = (None, None)
+    fbest_all = (None, None)
+    fkiln_all = (None, None)
     for t in sorted({r["nthreads"] for r in rows if r["bench"] == m}):
         k = med(m, "kiln", t)
         t2 = max(((med(m, n, t), n) for n in ("t2-omp1", "t2-default", "t2-passive")
@@ -260,13 +292,41 @@ for m in dict.fromkeys(r["bench"] for r in rows):
         src = t2[1] or "t2-omp1"
         loss = ["%s / %s" % (f(med(m, "kiln", t, key), 6), f(med(m, src, t, key), 6))
                 for key in ("loss_first", "loss_last")]
-        print("| %s | %d | %s | %s (%s) | %s | %s | %s | %s |" % (
+        fast = ""
+        if top:
+            fk = fmed(m, "kiln", t)
+            ft2 = max(((fmed(m, n, t), n) for n in T2 if fmed(m, n, t)), default=(None, None))
+            # (no 2.x setting with a fast run: the count over all of them)
+            t2runs = runs(m, ft2[1], t) if ft2[1] else [r for n in T2 for r in runs(m, n, t)]
+            fast = " %s (%d of %d fast) | %s (%s%d of %d fast) | %s |" % (
+                f(fk), *fast_median(runs(m, "kiln", t), "train_samples_per_s")[1:],
+                f(ft2[0]), ft2[1] + ", " if ft2[1] else "",
+                *fast_median(t2runs, "train_samples_per_s")[1:],
+                f(fk / ft2[0], 2) + "x" if fk and ft2[0] else "n/a")
+            if ft2[0] and (fbest_all[0] is None or ft2[0] > fbest_all[0]):
+                fbest_all = (ft2[0], "%s, %d thread%s" % (ft2[1], t, "s" * (t > 1)))
+            if fk and (fkiln_all[0] is None or fk > fkiln_all[0]):
+                fkiln_all = (fk, t)
+        print("| %s | %d | %s | %s (%s) | %s | %s | %s | %s |%s" % (
             shape[m], t, f(k), f(t2[0]), t2[1] or "-",
-            f(k / t2[0], 2) + "x" if k and t2[0] else "n/a", f(t1), loss[0], loss[1]))
+            f(k / t2[0], 2) + "x" if k and t2[0] else "n/a", f(t1), loss[0], loss[1], fast))
     if kiln_all[0] and best_all[0]:
-        print("| %s | best | %s (%d thread%s) | %s (%s) | **%.2fx** | | | |" % (
+        fast = ""
+        if top:
+            fast = " %s | %s | %s |" % (
+                "%s (%d thread%s)" % (f(fkiln_all[0]), fkiln_all[1], "s" * (fkiln_all[1] > 1))
+                if fkiln_all[0] else "n/a", "%s (%s)" % (f(fbest_all[0]), fbest_all[1])
+                if fbest_all[0] else "n/a",
+                "**%.2fx**" % (fkiln_all[0] / fbest_all[0]) if fkiln_all[0] and fbest_all[0] else "n/a")
+        print("| %s | best | %s (%d thread%s) | %s (%s) | **%.2fx** | | | |%s" % (
             shape[m], f(kiln_all[0]), kiln_all[1], "s" * (kiln_all[1] > 1), f(best_all[0]),
-            best_all[1], kiln_all[0] / best_all[0]))
+            best_all[1], kiln_all[0] / best_all[0], fast))
+if top:
+    print()
+    print("Fast runs: each run between two `bench/c2c_latency --rounds 1` probes (ns, CPU 0 <-> 1); "
+          "\"fast\" when both read under %g ns (the two vCPUs on one L3); the median over a "
+          "row's fast runs, and how many of its runs were fast; PyTorch 2.x's best by that median"
+          % max(r.get("c2c_fast_ns", 0) for r in rows))
 names = ["kiln", "t2-omp1", "t2-default", "t2-passive", "t113-omp1", "t113-default", "t113-passive"]
 names = [n for n in names if any(r["row"] == n and "cpu_ms_per_step" in r for r in rows)]
 if names:

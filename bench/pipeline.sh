@@ -92,6 +92,15 @@
 #            turn, asleep at stage_spin_us, asleep at once as the spin
 #            backs off); w_seen_us, w_wake_us how long after the event's
 #            record the prompt spinners, the others went on (means)
+#   fast     the vCPUs' placement (bench/common.sh's place_before /
+#            place_after): bench/c2c_latency --rounds 1 before and after
+#            each 2-stage and each serial run (the probe after one run is
+#            the one before the next), a run "fast" when both read under
+#            C2C_FAST_NS (200 ns: the two vCPUs on one L3); fast is how many
+#            of the 2-stage runs were; bubble_f, pipe_f, serial_f the
+#            medians of bubble, pipe_sps and serial_sps over fast runs only
+#            (- when none; docs/PERFORMANCE.md, "Session 49: the anchors'
+#            placement probe").  NO_PROBE=1: no probe, nor these columns
 # Medians of RUNS interleaved runs.  Needs 2 idle cores to mean anything.
 # Usage: bench/pipeline.sh [--short] [RUNS]   (from the top of the build tree)
 #   KILN=/work/main/kiln KILN_PLUGIN_PATH=/work/main/plugins/.libs: another build
@@ -104,6 +113,8 @@
 #              equal in measured CPU time (stage 0 / stage 1 0.97-1.03
 #              against 1.06-1.12 at 23; docs/PERFORMANCE.md, issue 21,
 #              session 10), where the default's cut balances FLOPs
+#   NO_PROBE=1 no placement probe (above)
+#   C2C        the probe (./bench/c2c_latency)
 #   PIPE_ARGS  more KEY=VALUE for the 2-stage runs (e.g.
 #              plugin.cpu.stage_spin_us=100, the hand-offs' old wait)
 set -eu
@@ -118,6 +129,7 @@ fi
 KILN=${KILN:-./kiln}
 . "$(dirname "$0")/common.sh" # real_kiln: time the binary, not libtool's wrapper
 real_kiln
+[ "${NO_PROBE:-0}" != 1 ] || PLACE_PROBE=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; bench_cache_rm' EXIT
 . "$(dirname "$0")/../tests/config_lib.sh"
@@ -203,18 +215,29 @@ mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
 echo "$what, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b ${PIPE_ARGS:-}; $RUNS run(s) of $STEPS steps"
-printf '%4s %7s %7s %5s %5s %7s %7s %5s %7s %5s %6s %6s %6s %6s %6s %6s %8s %6s %6s %6s %7s %6s %6s %5s %7s %9s %9s %9s %9s %7s %8s %8s\n' M bubble theory rel ratio \
+printf '%4s %7s %7s %5s %5s %7s %7s %5s %7s %5s %6s %6s %6s %6s %6s %6s %8s %6s %6s %6s %7s %6s %6s %5s %7s %9s %9s %9s %9s %7s %8s %8s' M bubble theory rel ratio \
 	busy0 busy1 s0/s1 busiest rel_b imb smooth ends e1_ms eN_ms cpu_sm handoff0 cpu0 cpu0_b cpu0_i ho_us ho_med gcpu \
 	w_n w_slept w_seen_us w_wake_us pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
+[ "$PLACE_PROBE" != 1 ] || printf '  %5s %8s %8s %8s' fast bubble_f pipe_f serial_f
+echo
 for M in ${MS:-4 8 16}; do
 	: > "$tmp/b"; : > "$tmp/p"; : > "$tmp/s"; : > "$tmp/i"; : > "$tmp/c"
 	for k in 1 2 3 4; do : > "$tmp/x$k"; done
 	for k in 1 2 3 4 5; do : > "$tmp/e$k"; done
 	: > "$tmp/h1"; : > "$tmp/h2"; : > "$tmp/h3"; : > "$tmp/u0"; : > "$tmp/u1"
 	for k in 1 2 3 4; do : > "$tmp/w$k"; done
+	: > "$tmp/bf"; : > "$tmp/pf"; : > "$tmp/sf"; nfast=0
+	place_fresh
 	for r in $(seq "$RUNS"); do
+		place_before
 		# shellcheck disable=SC2086 # PIPE_ARGS: words
 		run "$tmp/pipe" pipeline.micro_batches=$M "$split" "run.devices=cpu:0, cpu:1" run.threads=2 ${PIPE_ARGS:-}
+		place_after
+		if [ "$PLACE" = fast ]; then
+			nfast=$((nfast + 1))
+			bubble "$tmp/pipe" >> "$tmp/bf"
+			sps "$tmp/pipe" >> "$tmp/pf"
+		fi
 		bubble "$tmp/pipe" >> "$tmp/b"
 		ideal "$tmp/pipe" >> "$tmp/i"
 		cpu0 "$tmp/pipe" >> "$tmp/c"
@@ -224,7 +247,10 @@ for M in ${MS:-4 8 16}; do
 		for k in 0 1; do busy "$tmp/pipe" $k >> "$tmp/u$k"; done
 		for k in 1 2 3 4; do waits "$tmp/pipe" $k >> "$tmp/w$k"; done
 		sps "$tmp/pipe" >> "$tmp/p"
+		place_before
 		run "$tmp/serial" pipeline.micro_batches=$M
+		place_after
+		[ "$PLACE" != fast ] || sps "$tmp/serial" >> "$tmp/sf"
 		sps "$tmp/serial" >> "$tmp/s"
 	done
 	b=$(median < "$tmp/b"); p=$(median < "$tmp/p"); s=$(median < "$tmp/s")
@@ -240,12 +266,16 @@ for M in ${MS:-4 8 16}; do
 	awk -v M=$M -v b="$b" -v i="$i" -v c="$c" -v p="$p" -v s="$s" -v g="$(mib "$tmp/g")" -v f="$(mib "$tmp/f")" \
 		-v x1="$x1" -v x2="$x2" -v x3="$x3" -v x4="$x4" -v h1="$h1" -v h2="$h2" -v h3="$h3" \
 		-v e1="$e1" -v e2="$e2" -v e3="$e3" -v e4="$e4" -v e5="$e5" -v u0="$u0" -v u1="$u1" \
-		-v w1="$w1" -v w2="$w2" -v w3="$w3" -v w4="$w4" '
+		-v w1="$w1" -v w2="$w2" -v w3="$w3" -v w4="$w4" -v probe="$PLACE_PROBE" \
+		-v fast="$nfast/$RUNS" -v bf="$(median < "$tmp/bf")" -v pf="$(median < "$tmp/pf")" -v sf="$(median < "$tmp/sf")" '
 		function f3(v) { return v == "" ? "-" : sprintf("%.3f", v) }
 		function fv(fmt, v) { return v == "" ? "-" : sprintf(fmt, v) }
 		BEGIN {
 		t = 1 / (M + 1); d = b - t; if (d < 0) d = -d; e = x1 - t; if (e < 0) e = -e
-		printf "%4d %7.3f %7.3f %4.0f%% %5.2f %7.3f %7.3f %5.3f %7.3f %4.0f%% %6.3f %6s %6s %6s %6s %6s %8.3f %6.3f %6.3f %6.3f %7.1f %6.0f %6.3f %5s %7s %9s %9s %9.0f %9.0f %7.2f %8.2f %8.2f\n",
+		printf "%4d %7.3f %7.3f %4.0f%% %5.2f %7.3f %7.3f %5.3f %7.3f %4.0f%% %6.3f %6s %6s %6s %6s %6s %8.3f %6.3f %6.3f %6.3f %7.1f %6.0f %6.3f %5s %7s %9s %9s %9.0f %9.0f %7.2f %8.2f %8.2f",
 			M, b, t, 100 * d / t, b / t, u0, u1, (u1 > 0 ? u0 / u1 : 0), x1, 100 * e / t, x2, f3(e1), f3(e2), f3(e4), f3(e5), f3(e3), i, c, x3, x4, h1, h3, h2,
-			fv("%.1f", w1), fv("%.3f", w2), fv("%.1f", w3), fv("%.1f", w4), p, s, p / s, g, f }'
+			fv("%.1f", w1), fv("%.3f", w2), fv("%.1f", w3), fv("%.1f", w4), p, s, p / s, g, f
+		if (probe == 1)
+			printf "  %5s %8s %8s %8s", fast, f3(bf), fv("%.0f", pf), fv("%.0f", sf)
+		printf "\n" }'
 done

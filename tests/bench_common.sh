@@ -4,6 +4,9 @@
 # their answers (one shared file lost a build's lines whenever a build of
 # another ABI rewrote it); libtool's wrapper and the binary it runs share
 # the file; a KILN_PROBE_CACHE or XDG_CACHE_HOME of the caller's is kept.
+# The placement probe (place_before / place_after): only numbers are
+# classified (an empty probe is "no probe", not fast); a probe that hangs is
+# stopped at C2C_TIMEOUT_S and is "no probe", said once on stderr.
 name=bench_common
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -44,3 +47,25 @@ c=$(env XDG_CACHE_HOME="$tmp/xdg" HOME="$tmp/home" TMPDIR="$tmp" KILN="$abs_kiln
 	'. "$0"; real_kiln; echo "${KILN_PROBE_CACHE-unset}"' "$srcdir/bench/common.sh")
 [ "$c" = unset ] || fail "with XDG_CACHE_HOME set, KILN_PROBE_CACHE became '$c'"
 echo "ok: the caller's KILN_PROBE_CACHE and XDG_CACHE_HOME stand"
+
+# place C2C_BEFORE STUB_BODY: PLACE after place_after with the stub as $C2C
+# (C2C_TIMEOUT_S = 1), then its stderr
+place() {
+	printf '#!/bin/sh\n%s\n' "$2" >"$tmp/c2c" && chmod +x "$tmp/c2c"
+	C2C="$tmp/c2c" C2C_TIMEOUT_S=1 B="$1" sh -c '. "$0"; C2C_BEFORE=$B; place_after; echo "$PLACE"' \
+		"$srcdir/bench/common.sh" 2>&1
+}
+fast='echo "{\"round_trip_ns_median\": 50.0}"'
+[ "$(place 60.5 "$fast")" = fast ] || fail "probes 60.5 and 50.0: $(place 60.5 "$fast")"
+[ "$(place '' "$fast")" = "no probe" ] || fail "an empty probe and 50.0: $(place '' "$fast")"
+[ "$(place null "$fast")" = "no probe" ] || fail "a null probe and 50.0: $(place null "$fast")"
+if command -v timeout >/dev/null; then
+	t0=$(date +%s)
+	r=$(place 60.5 'sleep 30; echo "{\"round_trip_ns_median\": 50.0}"')
+	[ $(($(date +%s) - t0)) -lt 10 ] || fail "a hung probe was not stopped at C2C_TIMEOUT_S = 1"
+	case $r in *"no placement probe ($tmp/c2c: timed out after 1 s)"*"no probe") ;;
+	*) fail "a hung probe: $r" ;; esac
+	echo "ok: place_after: an empty probe is 'no probe'; a hung one stopped, 'timed out', 'no probe'"
+else
+	echo "ok: place_after: an empty probe is 'no probe' (no timeout(1) here: the hung probe not tried)"
+fi

@@ -1350,7 +1350,8 @@ EXTRA_DIST += tests/cpu_gemm_devices.sh
 # bench/common.sh: a plugin probe cache a build (A/B benches alternate builds)
 TESTS += tests/bench_common.sh
 EXTRA_DIST += tests/bench_common.sh
-# bench/anchors_table.py: the phase probe's flags and phase-matched ratios
+# bench/anchors.sh and anchors_table.py: the placement probe (bench/common.sh,
+# bench/c2c_latency), each run fast / slow / mixed, the fast-run medians
 TESTS += tests/anchors_table.sh
 EXTRA_DIST += tests/anchors_table.sh
 # kiln launch asleep between events (no polling), its failure, grace and signal rules

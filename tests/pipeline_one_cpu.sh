@@ -24,7 +24,8 @@
 #     spinning; with stage_backoff = 0 none backs off;
 #  3. bench/pipeline.sh's models: MODEL=mirror (the issue-21 figure's) and
 #     MODEL=blocks in one short round at M = 4 print their rows (bubble,
-#     theory, ratio, each stage's busy time, the waits);
+#     theory, ratio, each stage's busy time, the waits, the placement
+#     probe's fast count N/runs);
 #  4. the debug level's line a step names the CPU each stage's passes started
 #     on (core/pipe_timing.c, session 47): CPU 0 for both stages under taskset
 #     -c 0, on every counted step; with CPUs 0 and 1 and [run] bind_stages =
@@ -122,11 +123,16 @@ for model in mirror blocks; do
 	MODEL=$model MS=4 KILN="$kiln" sh "$srcdir/bench/pipeline.sh" --short >"$tmp/bench.out" 2>"$tmp/bench.err" ||
 		{ cat "$tmp/bench.out" "$tmp/bench.err"; fail "MODEL=$model sh bench/pipeline.sh --short failed"; }
 	# the row of M = 4: bubble, theory 0.200, ratio, busy0, busy1 (ms, > 0)
-	awk '$1 == "M" { for (i = 1; i <= NF; i++) col[$i] = i }
+	# and the placement probe's fast column, N/RUNS (RUNS from the header's
+	# "R run(s) of": N of the R 2-stage runs had both probes fast)
+	awk '/ run\(s\) of / { for (i = 2; i <= NF; i++) if ($i == "run(s)") runs = $(i - 1) }
+		$1 == "M" { for (i = 1; i <= NF; i++) col[$i] = i }
 		$1 == "4" { ok = $col["theory"] == "0.200" && $col["busy0"] > 0 && $col["busy1"] > 0 &&
-			$col["ratio"] > 0 && $col["w_n"] > 0 && $col["bubble"] != "" }
+			$col["ratio"] > 0 && $col["w_n"] > 0 && $col["bubble"] != "" &&
+			("fast" in col) && split($col["fast"], f, "/") == 2 && f[1] ~ /^[0-9]+$/ && f[2] == runs &&
+			runs ~ /^[0-9]+$/ && f[1] <= runs + 0 }
 		END { exit !ok }' "$tmp/bench.out" ||
-		{ cat "$tmp/bench.out" "$tmp/bench.err"; fail "MODEL=$model: no row for M = 4 with theory, ratio, busy0, busy1, w_n"; }
+		{ cat "$tmp/bench.out" "$tmp/bench.err"; fail "MODEL=$model: no row for M = 4 with theory, ratio, busy0, busy1, w_n, fast (N/runs)"; }
 	echo "ok: MODEL=$model sh bench/pipeline.sh --short (M = 4)"
 done
 MODEL=nope MS=4 KILN="$kiln" sh "$srcdir/bench/pipeline.sh" --short >"$tmp/bench.out" 2>"$tmp/bench.err"
