@@ -3,7 +3,7 @@
  * layers' outputs, saved state and gradients, and the receive buffers of
  * the tensors it reads from earlier stages), and how many micro-batches'
  * worth each schedule keeps alive on it. */
-#include "pipeline.h"
+#include "pipe_impl.h" /* kiln_pipe_wgrad_record */
 #include "checkpoint.h" /* KILN_CKPT_PIECE_BYTES */
 #include <stdio.h>
 
@@ -54,6 +54,30 @@ static kiln_status zero_ckpt_print(const struct kiln_model *m, FILE *f)
 	fprintf(f, "  checkpoint with [dist] zero = 1 and pipeline = %lld: rank 0 gathers the whole optimizer state (%d slot(s) x %zu floats), +%.3f MiB (%zu bytes) over its training peak while it writes; the other ranks gather through their gradients (nothing more)\n",
 		(long long)P, m->state_slots, m->n_trainable, mib(b), b);
 	return KILN_OK;
+}
+
+/* [pipeline] defer_wgrad (core/pipe_wgrad.c) with [run] devices: each
+ * stage's records of its deferred layers, M micro-batches', and a
+ * workspace of the plan's. */
+static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, int64_t M, FILE *f)
+{
+	const char *dv = kiln_config_get(m->cfg, "pipeline", "defer_wgrad");
+	int on = 1;
+	if ((dv && strcmp(dv, "auto") && kiln_config_get_bool(m->cfg, "pipeline", "defer_wgrad", &on)) ||
+	    !on)
+		return;
+	const char *devs = kiln_config_get(m->cfg, "run", "devices");
+	if (!devs || !*devs)
+		return;
+	fprintf(f, "  deferred weight gradients ([pipeline] defer_wgrad, stages on [run] devices): M = %lld micro-batches' copies of each linear layer's input and output gradient (and output, with a fused ReLU) on its stage, and a workspace of %.3f MiB a stage:",
+		(long long)M, mib(kiln_align_up(p->ws_bytes)));
+	for (int s = 0; s < m->n_stages; s++) {
+		size_t b = 0;
+		for (int i = 0; i < m->n_layers; i++)
+			if (kiln_pipe_stage(m, i) == s)
+				b += kiln_pipe_wgrad_record(m, p, i);
+		fprintf(f, " stage %d %.3f MiB%s", s, mib(b * (size_t)M), s + 1 < m->n_stages ? "," : "\n");
+	}
 }
 
 kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
@@ -109,6 +133,7 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 		m->state_slots, m->optim_name, mib(KILN_CKPT_PIECE_BYTES));
 	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, %lld more with [pipeline] early_forwards on all but the last, once stages have devices of their own; in one process every stage keeps that of stage 0 in whole-model sets today)\n",
 		(long long)early);
+	wgrad_print(m, p, M, f);
 	kiln_plan_free(p);
 	return zero_ckpt_print(m, f);
 }

@@ -293,6 +293,65 @@ START_TEST(test_long_message_kept)
 }
 END_TEST
 
+/* KILN_PROC_STREAM_SIDE (session 49, [pipeline] defer_wgrad): a side
+ * stream's work runs on its stream's worker while that waits for an event
+ * not yet complete, a group (up to an event record) at a time, in the
+ * order issued, none before the stream's work issued before it; a wait
+ * on the side's own event runs what is left; a side takes no waits. */
+START_TEST(test_side_stream)
+{
+	setenv("KILN_CPU_PROBEWAIT", "0", 1);
+	struct kiln_device *dev = open_rank("plugin.cpu.async=1");
+	void *a, *b, *side, *ev, *sev;
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_create(dev, &b), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_create(dev, &ev), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_create(dev, &sev), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_side(dev, a, &side), KILN_OK);
+	int flag = 0, flag_seen = -1, one = 1, two = 2, three = 3, dst = 0;
+	/* b: 100 ms, its event; 100 ms more, then reads dst, its event again */
+	struct probe slow1 = { .sleep_ms = 100 }, slow2 = { .sleep_ms = 100, .seen_from = &dst };
+	ck_assert_int_eq(kiln_device_host_fn(dev, b, probe_fn, &slow1), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, ev, b), KILN_OK);
+	ck_assert_int_eq(kiln_device_host_fn(dev, b, probe_fn, &slow2), KILN_OK);
+	/* a: 20 ms (the side's work below is issued by then), a wait for b's
+	 * first event, then flag = 5 */
+	struct probe busy = { .sleep_ms = 20 };
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, probe_fn, &busy), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, a, ev), KILN_OK);
+	struct probe setf = { .mark = &flag, .value = 5 };
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, probe_fn, &setf), KILN_OK);
+	/* the side, two groups: flag read and dst = 1; then dst = 2 (none of
+	 * it in a's first wait, which was issued before it) */
+	ck_assert_int_eq(kiln_device_copy_async(dev, &flag_seen, &flag, sizeof flag, KILN_COPY_D2D, side),
+			 KILN_OK);
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &one, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &two, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	/* a waits for b's second event: the side runs meanwhile */
+	ck_assert_int_eq(kiln_device_event_record(dev, ev, b), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, a, ev), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_sync(dev, a), KILN_OK);
+	ck_assert_int_eq(flag_seen, 5); /* after a's earlier work */
+	ck_assert_int_eq(slow2.seen, 2); /* both groups, in order, while a waited */
+	/* the rest, at a wait on the side's event (a has nothing else to wait for) */
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &three, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	ck_assert_int_eq(dst, 2);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, a, sev), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_sync(dev, a), KILN_OK);
+	ck_assert_int_eq(dst, 3);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, side, ev), KILN_EINVAL);
+	kiln_device_stream_destroy(dev, side);
+	kiln_device_stream_destroy(dev, a);
+	kiln_device_stream_destroy(dev, b);
+	kiln_device_event_destroy(dev, ev);
+	kiln_device_event_destroy(dev, sev);
+	close_rank(dev);
+}
+END_TEST
+
 static Suite *make_cpu_async_suite(void)
 {
 	Suite *s = suite_create("cpu_async");
@@ -303,6 +362,7 @@ static Suite *make_cpu_async_suite(void)
 	tcase_add_test(tc, test_probe_sees_busy_thread);
 	tcase_add_test(tc, test_create_during_switch);
 	tcase_add_test(tc, test_long_message_kept);
+	tcase_add_test(tc, test_side_stream);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -73,6 +73,12 @@ struct cpu_stream {
 	pthread_cond_t wake; /* the worker: a task was pushed, or quit */
 	char name[16];       /* its worker's: kiln-stream-N, the process's N-th */
 	struct cpu_err err; /* sticky: first failure */
+	/* KILN_PROC_STREAM_SIDE: a side stream (no worker) has its owner, a
+	 * stream with a side has it; seq counts the tasks ever pushed, ran
+	 * the tasks ever completed (a side task runs once its owner's ran
+	 * reaches the owner's seq at its push: cpu_task.after) */
+	struct cpu_stream *owner, *side;
+	uint64_t seq, ran;
 };
 
 struct cpu_event {
@@ -172,10 +178,69 @@ static void cpu_task_done(struct cpu_stream *s)
 	if (t->plan && !--((struct cpu_plan *)t->plan)->refs && s->c->plan_waiters)
 		wake = 1;
 	s->head = (s->head + 1) % s->cap;
+	s->ran++;
 	if (!--s->count)
 		wake = 1; /* stream_sync waits for this */
 	if (wake)
 		pthread_cond_broadcast(s->c->cond);
+}
+
+/* An event record, run or copy task t of stream s (caller holds the
+ * lock; a run or copy unlocked). */
+static void exec_task(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t)
+{
+	if (t->kind == CPU_T_RECORD) {
+		if (t->ev->done < t->gen) {
+			/* only a context beside peers tallies its waits, and
+			 * only peers (all beside, or none: one config, one
+			 * peer count) wait on its events */
+			if (c->beside)
+				t->ev->done_ns = mono_ns();
+			__atomic_store_n(&t->ev->done, t->gen, __ATOMIC_RELEASE);
+			/* (the message only with a failure: 2 KiB) */
+			if (s->err.st)
+				t->ev->err = s->err;
+			else
+				t->ev->err.st = KILN_OK;
+		}
+		return;
+	}
+	if (s->err.st)
+		return; /* skipped: an earlier task failed */
+	/* Copy out: a producer may grow (move) the ring while we run
+	 * unlocked. */
+	struct cpu_task task = *t;
+	struct cpu_err e; /* (not `= { KILN_OK, "" }`: 2 KiB zeroed per task) */
+	e.st = KILN_OK;
+	e.msg[0] = 0;
+	pthread_mutex_unlock(c->lock);
+	if (task.kind == CPU_T_RUN)
+		cpu_exec(c, task.plan, &task.args, &e);
+	else {
+		memcpy(task.dst, task.src, task.bytes);
+		cpu_wc_wrote(task.dst, task.bytes);
+	}
+	pthread_mutex_lock(c->lock);
+	if (e.st && !s->err.st)
+		s->err = e;
+}
+
+/* One group of stream s's side stream on s's worker (caller holds the
+ * lock): its tasks that are ready (s has run every task pushed before
+ * them), up to and including the next event record.  0: none was ready. */
+static int side_run(struct cpu_ctx *c, struct cpu_stream *s)
+{
+	struct cpu_stream *d = s->side;
+	int any = 0;
+	while (d->count && d->q[d->head].after <= s->ran) {
+		const int rec = d->q[d->head].kind == CPU_T_RECORD;
+		exec_task(c, d, &d->q[d->head]);
+		cpu_task_done(d);
+		any = 1;
+		if (rec)
+			break;
+	}
+	return any;
 }
 
 static void *cpu_worker(void *arg)
@@ -199,6 +264,11 @@ static void *cpu_worker(void *arg)
 			struct cpu_event *ev = t->ev;
 			const uint64_t gen = t->gen;
 			int64_t late = 0;
+			/* the side's work while the event is not complete,
+			 * a group at a time (KILN_PROC_STREAM_SIDE) */
+			while (s->side && __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen &&
+			       side_run(c, s))
+				;
 			const int how = spin_wait(c, ev, gen, &late);
 			event_sleep(c, ev, gen);
 			if (how != CPU_WAIT_NONE)
@@ -208,19 +278,9 @@ static void *cpu_worker(void *arg)
 			break;
 		}
 		case CPU_T_RECORD:
-			if (t->ev->done < t->gen) {
-				/* only a context beside peers tallies its waits,
-				 * and only peers (all beside, or none: one
-				 * config, one peer count) wait on its events */
-				if (c->beside)
-					t->ev->done_ns = mono_ns();
-				__atomic_store_n(&t->ev->done, t->gen, __ATOMIC_RELEASE);
-				/* (the message only with a failure: 2 KiB) */
-				if (s->err.st)
-					t->ev->err = s->err;
-				else
-					t->ev->err.st = KILN_OK;
-			}
+		case CPU_T_RUN:
+		case CPU_T_COPY:
+			exec_task(c, s, t);
 			break;
 		case CPU_T_HOST:
 			if (s->err.st) {
@@ -245,29 +305,6 @@ static void *cpu_worker(void *arg)
 				e.st = st;
 				if (st)
 					cpu_err_msg(&e, st, c->host->last_error());
-				pthread_mutex_lock(c->lock);
-				if (e.st && !s->err.st)
-					s->err = e;
-			}
-			break;
-		case CPU_T_RUN:
-		case CPU_T_COPY:
-			if (s->err.st)
-				break; /* skipped: an earlier task failed */
-			{
-				/* Copy out: a producer may grow (move) the ring
-				 * while we run unlocked. */
-				struct cpu_task task = *t;
-				struct cpu_err e; /* (not `= { KILN_OK, "" }`: 2 KiB zeroed per task) */
-				e.st = KILN_OK;
-				e.msg[0] = 0;
-				pthread_mutex_unlock(c->lock);
-				if (task.kind == CPU_T_RUN)
-					cpu_exec(c, task.plan, &task.args, &e);
-				else {
-					memcpy(task.dst, task.src, task.bytes);
-					cpu_wc_wrote(task.dst, task.bytes);
-				}
 				pthread_mutex_lock(c->lock);
 				if (e.st && !s->err.st)
 					s->err = e;
@@ -309,7 +346,11 @@ static kiln_status cpu_push(struct cpu_stream *s, const struct cpu_task *t)
 					s->name, ncap, s->pushed, s->count);
 		}
 	}
-	s->q[(s->head + s->count) % s->cap] = *t;
+	struct cpu_task *q = &s->q[(s->head + s->count) % s->cap];
+	*q = *t;
+	if (s->owner)
+		q->after = s->owner->seq;
+	s->seq++;
 	s->count++;
 	if (t->ev)
 		t->ev->refs++;
@@ -425,12 +466,63 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 	return KILN_OK;
 }
 
+/* KILN_PROC_STREAM_SIDE: a stream without a worker whose tasks s's
+ * worker runs while it waits (cpu_worker, side_run); in sync mode they
+ * run as issued, as any stream's. */
+kiln_status cpu_stream_side(void *ctx, void *stream, void **out)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_stream *o = stream;
+	*out = NULL;
+	if (!o || o->owner || o->side)
+		return c->host->error(KILN_EINVAL, "cpu: stream_side: %s",
+				      !o ? "NULL stream" : o->owner ? "a side stream has no side" : "the stream has a side already");
+	struct cpu_stream *s = calloc(1, sizeof *s);
+	if (s)
+		s->q = malloc(64 * sizeof *s->q);
+	if (!s || !s->q) {
+		free(s);
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a side stream");
+	}
+	s->c = o->c;
+	s->cap = 64;
+	pthread_cond_init(&s->wake, NULL);
+	snprintf(s->name, sizeof s->name, "side");
+	pthread_mutex_lock(o->c->lock);
+	s->owner = o;
+	o->side = s;
+	pthread_mutex_unlock(o->c->lock);
+	*out = s;
+	return KILN_OK;
+}
+
+/* A side stream: its tasks not run yet dropped (their events' and plans'
+ * counts given back), detached from its owner. */
+static void side_destroy(struct cpu_stream *s)
+{
+	struct cpu_ctx *c = s->c;
+	pthread_mutex_lock(c->lock);
+	while (s->count)
+		cpu_task_done(s);
+	s->owner->side = NULL;
+	pthread_mutex_unlock(c->lock);
+	pthread_cond_destroy(&s->wake);
+	free(s->q);
+	free(s);
+}
+
 void cpu_stream_destroy(void *ctx, void *stream)
 {
 	struct cpu_ctx *c = ctx;
 	struct cpu_stream *s = stream;
 	if (!s)
 		return;
+	if (s->owner) {
+		side_destroy(s);
+		return;
+	}
+	if (s->side)
+		side_destroy(s->side);
 	pthread_mutex_lock(&c->switch_lock);
 	stream_stop(c, s);
 	pthread_mutex_lock(c->lock);
@@ -487,8 +579,9 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 {
 	struct cpu_ctx *c = ctx;
 	struct cpu_stream *s = stream;
-	if (!s)
-		return c->host->error(KILN_EINVAL, "cpu: stream_sync: NULL stream");
+	if (!s || s->owner)
+		return c->host->error(KILN_EINVAL, "cpu: stream_sync: %s",
+				      s ? "a side stream (wait on an event it records)" : "NULL stream");
 	kiln_status st;
 	if (c->graph && (st = cpu_capture_check_sync(c, s, NULL, "stream_sync")))
 		return st;
@@ -530,6 +623,8 @@ static kiln_status take_or_issue(struct cpu_ctx *c, struct cpu_stream *s, const 
 	 * event of a peer context ([run] devices' stages) may be issued on it */
 	if (s && s->c)
 		c = s->c;
+	if (s && s->owner && (t->kind == CPU_T_WAIT || t->kind == CPU_T_HOST))
+		return c->host->error(KILN_EINVAL, "cpu: a side stream takes runs, copies and event records only");
 	if (c->graph) {
 		int taken = 0;
 		kiln_status st = cpu_capture_take(c, s, t, &taken);
