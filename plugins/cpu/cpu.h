@@ -191,6 +191,10 @@ struct cpu_ctx {
 			     * stage), not the run's own device: its events'
 			     * waits feed the back-off (cpu_spin_learns) */
 	struct cpu_wait_tally waits; /* those waits, by how they ended (under lock) */
+	/* side streams' groups run by their owners (KILN_PROC_STREAM_SIDE,
+	 * stream.c; under lock): [0] in a wait for another event, [1] in a
+	 * wait for a side's own record; and their time */
+	int64_t side_groups[2], side_ns[2];
 	struct cpu_spin_backoff backoff; /* their spin's back-off (under lock) */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	int threads_set;    /* [run] threads was set: a fixed team */

@@ -92,6 +92,8 @@ struct cpu_event {
 	int waiters;     /* threads asleep until it completes (event_sleep) */
 	int run_own;     /* created by the run's own device, not by a
 			  * pipeline stage's (!c->stage; cpu_spin_learns) */
+	int side_rec;    /* last recorded on a side stream (the tally of
+			  * the side's groups, cpu_worker) */
 	struct cpu_err err; /* the recording stream's error when `done` was set */
 	/* graph.c: the capture its latest record belongs to (0: none, a real
 	 * record), the stream and that stream's recorded-task count then */
@@ -266,9 +268,16 @@ static void *cpu_worker(void *arg)
 			int64_t late = 0;
 			/* the side's work while the event is not complete,
 			 * a group at a time (KILN_PROC_STREAM_SIDE) */
-			while (s->side && __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen &&
-			       side_run(c, s))
-				;
+			if (s->side && __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen) {
+				const int64_t t0 = mono_ns();
+				const int own = ev->side_rec;
+				int64_t n = 0;
+				while (__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen && side_run(c, s))
+					n++;
+				c->side_groups[own] += n;
+				if (n)
+					c->side_ns[own] += mono_ns() - t0;
+			}
 			const int how = spin_wait(c, ev, gen, &late);
 			event_sleep(c, ev, gen);
 			if (how != CPU_WAIT_NONE)
@@ -591,6 +600,8 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 	while (s->count)
 		pthread_cond_wait(c->cond, c->lock);
 	s->pushed = 0;
+	if (s->side) /* (its queue sized by what is issued between its owner's syncs) */
+		s->side->pushed = s->side->count;
 	struct cpu_err e;
 	err_get(&e, &s->err);
 	pthread_mutex_unlock(c->lock);
@@ -722,6 +733,7 @@ static kiln_status record_raw(struct cpu_ctx *c, struct cpu_event *ev, struct cp
 	kiln_status st = KILN_OK;
 	pthread_mutex_lock(c->lock);
 	ev->cap_id = 0; /* a real record */
+	ev->side_rec = s->owner != NULL;
 	if (!cpu_async_get(c)) {
 		__atomic_store_n(&ev->done, ++ev->target, __ATOMIC_RELEASE);
 	} else {
@@ -810,6 +822,11 @@ static void wait_tally_log(const struct cpu_ctx *c)
 	double mean[4];
 	for (int k = 0; k < 4; k++)
 		mean[k] = w->n[k] ? (double)w->after_ns[k] / 1e3 / (double)w->n[k] : 0;
+	if (c->side_groups[0] + c->side_groups[1])
+		c->host->log(KILN_LOG_INFO, "cpu",
+			     "side stream work (deferred, threads %d): %lld groups run while waiting for another event (%.3f ms), %lld at a wait for the side's own (%.3f ms)",
+			     c->threads, (long long)c->side_groups[0], (double)c->side_ns[0] / 1e6,
+			     (long long)c->side_groups[1], (double)c->side_ns[1] / 1e6);
 	c->host->log(KILN_LOG_INFO, "cpu",
 		     "stage waits (threads %d) for another context's event: %lld; seen spinning %lld (a mean %.1f us after the record, max %.0f; the lock retaken in %.2f us), a late turn %lld (went on %.1f us after, max %.0f; the late turns %.1f us), slept at stage_spin_us %lld (woke %.1f us after, max %.0f), slept at once backing off %lld (woke %.1f us after, max %.0f); late turns on the run's own device's event, not backed off from: %lld",
 		     c->threads, (long long)n, (long long)w->n[0], mean[0], (double)w->after_max_ns[0] / 1e3,
