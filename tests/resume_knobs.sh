@@ -7,7 +7,7 @@
 # a checkpoint whose every section but the config is byte for byte the
 # uninterrupted run's, and the same test loss; the log shows the switch
 # took effect (async streams, a captured step, samples normalised on the
-# device).  Likewise [pipeline] early_forwards, zero_copy and sendrecv on
+# device).  Likewise [pipeline] early_forwards, zero_copy, sendrecv and defer_wgrad on
 # 2 stages.  [plugin.cuda] graph stays refused: no GPU checked it.  Before session 30 each resume was refused (exit 2: "[plugin.cpu]
 # async is absent in the checkpoint but '1' here").
 name=resume_knobs
@@ -97,12 +97,12 @@ kiln 0 train "$ini" $run $pl "run.out_dir=$tmp/plw"
 kiln 0 train "$ini" $run $pl train.max_steps=3 "run.out_dir=$tmp/pl"
 # shellcheck disable=SC2086
 kiln 0 train "$ini" $run $pl "run.out_dir=$tmp/pl" --resume \
-	pipeline.early_forwards=1 pipeline.zero_copy=0 pipeline.sendrecv=0
+	pipeline.early_forwards=1 pipeline.zero_copy=0 pipeline.sendrecv=0 pipeline.defer_wgrad=0
 stdout_has '"resumed_step": 3'
 # shellcheck disable=SC2086
 "$top_builddir/tests/ckpt_tool" same "$(ck plw 12)" "$(ck pl 12)" $tags ||
-	fail "2 stages resumed with early_forwards, zero_copy and sendrecv changed: ckpt-12.kiln differs from the uninterrupted run's"
-echo "ok: 2 stages resumed with early_forwards=1 zero_copy=0 sendrecv=0: the same bytes"
+	fail "2 stages resumed with early_forwards, zero_copy, sendrecv and defer_wgrad changed: ckpt-12.kiln differs from the uninterrupted run's"
+echo "ok: 2 stages resumed with early_forwards=1 zero_copy=0 sendrecv=0 defer_wgrad=0: the same bytes"
 # [data.val] inherits [data]'s loader keys: with the section present, a
 # resume with data.workers or data.prefetch changed continues (refused
 # before session 33, exit 2: "[data.val] workers is '0' in the checkpoint
