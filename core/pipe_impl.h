@@ -146,6 +146,11 @@ kiln_status kiln_pipe_pairs_plan(struct kiln_pipe *pp, int n_tie);
 kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
 				     const void *x, const void *y, void *metrics);
 kiln_status kiln_pipe_wgrad_drain(struct kiln_pipe *pp, int s);
+/* ... after stage s's backward of micro-batch j has sent its inputs'
+ * gradients: its stream waits for the weight gradients of micro-batch
+ * j - (P - 1 - s), so that at most P - 1 - s are left to run later (the
+ * last stage none: each right after its gradients are sent) */
+kiln_status kiln_pipe_wgrad_after(struct kiln_pipe *pp, int s, int j);
 void kiln_pipe_wgrad_free(struct kiln_pipe *pp);
 size_t kiln_pipe_wgrad_bytes(const struct kiln_pipe *pp, size_t *ws);
 /* Layer i's record a micro-batch where its weight gradient can be

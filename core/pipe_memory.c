@@ -62,8 +62,8 @@ static kiln_status zero_ckpt_print(const struct kiln_model *m, FILE *f)
 static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, int64_t M, FILE *f)
 {
 	const char *dv = kiln_config_get(m->cfg, "pipeline", "defer_wgrad");
-	int on = 1;
-	if ((dv && strcmp(dv, "auto") && kiln_config_get_bool(m->cfg, "pipeline", "defer_wgrad", &on)) ||
+	int on = 0; /* auto: off */
+	if (!dv || !strcmp(dv, "auto") || kiln_config_get_bool(m->cfg, "pipeline", "defer_wgrad", &on) ||
 	    !on)
 		return;
 	const char *devs = kiln_config_get(m->cfg, "run", "devices");

@@ -286,7 +286,9 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 				xf->bytes, ss)))
 			return st;
 	}
-	return tie_grads(pp, s, j, 1);
+	if ((st = tie_grads(pp, s, j, 1)))
+		return st;
+	return kiln_pipe_wgrad_after(pp, s, j);
 }
 
 /* Micro-batch j enters the pipeline: a free plan, and its dropout counter:

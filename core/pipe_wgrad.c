@@ -7,7 +7,9 @@
  * gradients of its linear layers on the stream's side stream
  * (KILN_PROC_STREAM_SIDE), which the stage's worker runs, one
  * micro-batch's at a time and in micro-batch order, whenever it reaches a
- * wait for a peer's event that is not complete yet, and at the latest at
+ * wait for a peer's event that is not complete yet; at the latest after
+ * its backward of micro-batch j + P - 1 - s has sent its gradients (the
+ * last stage: right after j's; kiln_pipe_wgrad_after), and the rest at
  * the step's end, before the optimizer (the stage's stream waits for the
  * side's last record: kiln_pipe_wgrad_drain).  A deferred layer's input,
  * output (a fused ReLU's mask reads it) and output's gradient are copied
@@ -25,7 +27,8 @@ struct pipe_wgrad {
 	size_t rec[KILN_PIPE_MAX_STAGES];   /* a micro-batch's record on stage s */
 	char *ring[KILN_PIPE_MAX_STAGES];   /* M records */
 	void *ws[KILN_PIPE_MAX_STAGES];     /* the deferred passes' workspace */
-	void *side[KILN_PIPE_MAX_STAGES], *ev[KILN_PIPE_MAX_STAGES];
+	void *side[KILN_PIPE_MAX_STAGES];
+	void **ev[KILN_PIPE_MAX_STAGES];    /* M: micro-batch j's group done */
 	size_t ws_bytes;
 	int n[KILN_PIPE_MAX_STAGES];        /* deferred layers */
 };
@@ -78,11 +81,14 @@ static kiln_status stage_open(struct kiln_pipe *pp, struct pipe_wgrad *w, int s)
 	if (!w->n[s])
 		return KILN_OK;
 	if ((st = kiln_device_stream_side(dev, pp->sst[s], &w->side[s])) ||
-	    (st = kiln_device_event_create(dev, &w->ev[s])) ||
+	    !(w->ev[s] = calloc((size_t)pp->M, sizeof *w->ev[s])) ||
 	    (st = kiln_device_alloc_named(dev, (size_t)pp->M * w->rec[s], (void **)&w->ring[s],
 					  "the pipeline's deferred weight gradients' inputs")) ||
 	    (st = kiln_device_alloc(dev, w->ws_bytes, &w->ws[s])))
-		return st;
+		return st ? st : kiln_error(KILN_ENOMEM, "out of memory");
+	for (int j = 0; j < pp->M; j++)
+		if ((st = kiln_device_event_create(dev, &w->ev[s][j])))
+			return st;
 	return KILN_OK;
 }
 
@@ -94,7 +100,9 @@ void kiln_pipe_wgrad_free(struct kiln_pipe *pp)
 	for (int s = 0; s < pp->P; s++) {
 		struct kiln_device *dev = sdev(pp, s);
 		kiln_device_stream_destroy(dev, w->side[s]);
-		kiln_device_event_destroy(dev, w->ev[s]);
+		for (int j = 0; w->ev[s] && j < pp->M; j++)
+			kiln_device_event_destroy(dev, w->ev[s][j]);
+		free(w->ev[s]);
 		kiln_device_free(dev, w->ring[s]);
 		kiln_device_free(dev, w->ws[s]);
 	}
@@ -122,10 +130,11 @@ static kiln_status wgrad_open(struct kiln_pipe *pp)
 	const struct kiln_model *m = pp->m;
 	const char *why = why_not(pp);
 	pp->defer = -1;
+	if (!pp->defer_set)
+		return KILN_OK; /* auto: off (docs/PERFORMANCE.md, session 49) */
 	if (why) {
-		if (pp->defer_set)
-			kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: not with %s; the weight gradients run in each backward",
-				 why);
+		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: not with %s; the weight gradients run in each backward",
+			 why);
 		return KILN_OK;
 	}
 	struct pipe_wgrad *w = calloc(1, sizeof *w);
@@ -182,12 +191,20 @@ kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, 
 	if ((st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->sst[s], &df)))
 		return st;
 	/* the end of micro-batch j's group: the side runs one at a time */
-	return kiln_device_event_record(sdev(pp, s), w->ev[s], w->side[s]);
+	return kiln_device_event_record(sdev(pp, s), w->ev[s][j], w->side[s]);
 }
 
 kiln_status kiln_pipe_wgrad_drain(struct kiln_pipe *pp, int s)
 {
 	if (pp->defer <= 0 || !pp->wg->n[s])
 		return KILN_OK;
-	return kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->wg->ev[s]);
+	return kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->wg->ev[s][pp->M - 1]);
+}
+
+kiln_status kiln_pipe_wgrad_after(struct kiln_pipe *pp, int s, int j)
+{
+	const int lag = pp->P - 1 - s;
+	if (pp->defer <= 0 || !pp->wg->n[s] || j - lag < 0)
+		return KILN_OK;
+	return kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->wg->ev[s][j - lag]);
 }

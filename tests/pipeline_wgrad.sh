@@ -32,6 +32,10 @@ for run in "m2f4 4 1f1b 2 layer.fc2.stage=1" "m2f8 8 1f1b 2 layer.fc2.stage=1" \
 	kiln 0 train "$m" run.out_dir="$tmp/$1-0" pipeline.micro_batches=$2 pipeline.schedule=$3 \
 		"$5" "$d" run.threads=$4 pipeline.defer_wgrad=0
 	! grep -qF "deferred weight gradients" "$err" || fail "$1: defer_wgrad = 0 deferred"
+	if [ "$1" = m2f4 ]; then
+		kiln 0 train "$m" run.out_dir="$tmp/auto" pipeline.micro_batches=4 "$5" "$d" run.threads=2
+		! grep -qF "deferred weight gradients" "$err" || fail "defer_wgrad = auto (the default) deferred"
+	fi
 	kiln 0 train "$m" run.out_dir="$tmp/$1-1" pipeline.micro_batches=$2 pipeline.schedule=$3 \
 		"$5" "$d" run.threads=$4 pipeline.defer_wgrad=1
 	stderr_has "deferred weight gradients: 3 linear layers' (each stage runs them while it waits for a peer, and before the optimizer)"
@@ -67,9 +71,12 @@ echo "ok: defer_wgrad = 1 where the pipeline cannot defer: said, unsplit"
 
 # kiln memory: each stage's records, M of them, as the run allocates
 kiln 0 memory "$m" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2
+! grep -qF "deferred weight gradients" "$out" || fail "kiln memory: records with defer_wgrad = auto (off)"
+kiln 0 memory "$m" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2 pipeline.defer_wgrad=1
 mem=$(sed -n 's/.*deferred weight gradients (\[pipeline\] defer_wgrad.* stage 0 \([0-9.]*\) MiB, stage 1 \([0-9.]*\) MiB$/\1 \2/p' "$out")
 [ -n "$mem" ] || fail "kiln memory: no line for the deferred weight gradients"
-kiln 0 train "$m" run.out_dir="$tmp/mem" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2
+kiln 0 train "$m" run.out_dir="$tmp/mem" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2 \
+	pipeline.defer_wgrad=1
 ran=$(sed -n 's/.*deferred weight gradients: .*; \([0-9.]*\) MiB of their inputs for 8 micro-batches.*/\1/p' "$err")
 awk -v m="$mem" -v r="$ran" 'BEGIN { split(m, a, " "); d = a[1] + a[2] - r; exit !(r > 0 && d < 0.002 && d > -0.002) }' ||
 	fail "kiln memory's records ($mem MiB) are not the run's ($ran MiB)"
