@@ -94,7 +94,8 @@
 #            record the prompt spinners, the others went on (means)
 #   wg_wait, wg_end  [pipeline] defer_wgrad (session 49): the deferred
 #            weight gradients' ms a step (both stages) run while a stage
-#            waited for the other's event, and at the step's end (the CPU
+#            waited for the other's event, and where it waited for them
+#            (the bound of P - 1 - s pending, and the step's end) (the CPU
 #            device's "side stream work" lines; - where none ran).  They are
 #            outside the passes: with them the bubble column counts that
 #            work as idle, and the drain after a stage's last pass is
