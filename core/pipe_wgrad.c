@@ -69,7 +69,9 @@ static const char *why_not(const struct kiln_pipe *pp)
 	if (pp->seed_op)
 		return "loss scaling (fp16)";
 	for (int s = 0; s < pp->P; s++)
-		if (kiln_device_streams_async(sdev(pp, s)) != 1)
+		if (!kiln_device_proc(sdev(pp, s), KILN_PROC_STREAM_SIDE))
+			return "a stage's device without side streams (KILN_PROC_STREAM_SIDE)";
+		else if (kiln_device_streams_async(sdev(pp, s)) != 1)
 			return "a stage's device without stream threads ([plugin.cpu] async = 0)";
 	return NULL;
 }

@@ -67,6 +67,11 @@ kiln 0 train "$m" run.out_dir="$tmp/one" pipeline.micro_batches=4 layer.fc2.stag
 stderr_has "[pipeline] defer_wgrad = 1: not with stages on one device (no [run] devices)"
 "$tool" same "$(ck m2f4-0 6)" "$(ck one 6)" params optim.momentum step ||
 	fail "stages on one device with defer_wgrad = 1 differ"
+kiln 0 train "$m" run.out_dir="$tmp/sync" pipeline.micro_batches=4 layer.fc2.stage=1 "$two" run.threads=2 \
+	plugin.cpu.async=0 pipeline.defer_wgrad=1
+stderr_has "[pipeline] defer_wgrad = 1: not with a stage's device without stream threads ([plugin.cpu] async = 0)"
+"$tool" same "$(ck m2f4-0 6)" "$(ck sync 6)" params optim.momentum step ||
+	fail "sync streams with defer_wgrad = 1 differ"
 echo "ok: defer_wgrad = 1 where the pipeline cannot defer: said, unsplit"
 
 # kiln memory: each stage's records, M of them, as the run allocates
