@@ -32,6 +32,14 @@
  * its next waits sleep at once, backing off (cpu_spin_backoff; [plugin.cpu]
  * stage_backoff = 0: no back-off).
  *
+ * A side stream (KILN_PROC_STREAM_SIDE, session 49: the pipeline's
+ * deferred weight gradients) has no worker: its owner's worker runs its
+ * tasks, a group up to an event record at a time, when it reaches a wait
+ * for an event not yet complete, and only tasks whose owner has run
+ * every task pushed before them (cpu_task.after).  A side task eligible
+ * in a wait was therefore pushed before that wait was, so a wait never
+ * misses side work issued while it sleeps.
+ *
  * Errors are sticky: the first kernel failure on a stream is kept, later
  * kernels and copies on that stream are skipped (their inputs are
  * garbage), markers still pass so nobody waits forever, and the error
