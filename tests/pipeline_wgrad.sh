@@ -6,7 +6,8 @@
 # it waits for a peer and before the optimizer, in micro-batch order.  The
 # parameters and the optimizer's state end byte for byte those of the
 # backward unsplit: the tests' MLP in 2 stages (4 and 8 micro-batches,
-# 1f1b and gpipe) and 4 (a ReLU alone on a stage), a GPT in 4 stages (its
+# 1f1b and gpipe; with [train] accumulate 2) and 4 (a ReLU alone on a
+# stage), a GPT in 4 stages (its
 # residual stream a skip connection across each boundary, linear layers
 # over [B, T, K], f32 and bf16 with x converted in the workspace).  A
 # weight gradient run out of micro-batch order (micro-batch 0 writes, the
@@ -42,9 +43,16 @@ for run in "m2f4 4 1f1b 2 layer.fc2.stage=1" "m2f8 8 1f1b 2 layer.fc2.stage=1" \
 	"$tool" same "$(ck "$1-0" 6)" "$(ck "$1-1" 6)" params optim.momentum step ||
 		fail "$1: the deferred weight gradients differ"
 done
-# the records: 3 layers' input and output gradient (fc1: 16 -> 32 ...) per
-# micro-batch, the ReLUs fused into fc1 and fc2 keep their outputs too
+# a record per micro-batch (their size: kiln memory's, below)
 stderr_has "MiB of their inputs for 8 micro-batches"
+# [train] accumulate on top: each pipeline step's first micro-batch of an
+# optimizer step writes, the rest add
+kiln 0 train "$m" run.out_dir="$tmp/acc-0" pipeline.micro_batches=4 layer.fc2.stage=1 "$two" run.threads=2 \
+	train.accumulate=2 pipeline.defer_wgrad=0
+kiln 0 train "$m" run.out_dir="$tmp/acc-1" pipeline.micro_batches=4 layer.fc2.stage=1 "$two" run.threads=2 \
+	train.accumulate=2 pipeline.defer_wgrad=1
+"$tool" same "$(ck acc-0 4)" "$(ck acc-1 4)" params optim.momentum step ||
+	fail "accumulate 2: the deferred weight gradients differ"
 echo "ok: the MLP's parameters are the same bytes with deferred weight gradients"
 
 data="$srcdir/tests/data"
