@@ -59,6 +59,24 @@ static kiln_status probe_fn(void *arg)
 	return KILN_OK;
 }
 
+/* Poll until *flag == want, giving up after 20 s (a broken build fails,
+ * not hangs); then sleep sleep_ms.  seen: *flag at the end. */
+struct poll {
+	const int *flag;
+	int want, sleep_ms, seen;
+};
+
+static kiln_status poll_fn(void *arg)
+{
+	struct poll *p = arg;
+	for (int i = 0; i < 20000 && __atomic_load_n(p->flag, __ATOMIC_ACQUIRE) != p->want; i++)
+		usleep(1000);
+	if (p->sleep_ms)
+		usleep((useconds_t)p->sleep_ms * 1000);
+	p->seen = __atomic_load_n(p->flag, __ATOMIC_ACQUIRE);
+	return KILN_OK;
+}
+
 /* 1: stream s ran a host function on the calling thread (sync streams). */
 static int runs_here(struct kiln_device *dev, void *s)
 {
@@ -308,16 +326,19 @@ START_TEST(test_side_stream)
 	ck_assert_int_eq(kiln_device_event_create(dev, &ev), KILN_OK);
 	ck_assert_int_eq(kiln_device_event_create(dev, &sev), KILN_OK);
 	ck_assert_int_eq(kiln_device_stream_side(dev, a, &side), KILN_OK);
-	int flag = 0, flag_seen = -1, one = 1, two = 2, three = 3, dst = 0;
-	/* b: 100 ms, its event; 100 ms more, then reads dst, its event again */
-	struct probe slow1 = { .sleep_ms = 100 }, slow2 = { .sleep_ms = 100, .seen_from = &dst };
-	ck_assert_int_eq(kiln_device_host_fn(dev, b, probe_fn, &slow1), KILN_OK);
+	int go = 0, flag = 0, flag_seen = -1, one = 1, two = 2, three = 3, dst = 0;
+	/* b: once everything is issued, 100 ms (a is in its first wait by
+	 * then: the side must not run there), its event; then until the
+	 * side's second group ran (dst == 2: only a's second wait can run
+	 * it), its event again */
+	struct poll slow1 = { .flag = &go, .want = 1, .sleep_ms = 100 }, slow2 = { .flag = &dst, .want = 2 };
+	ck_assert_int_eq(kiln_device_host_fn(dev, b, poll_fn, &slow1), KILN_OK);
 	ck_assert_int_eq(kiln_device_event_record(dev, ev, b), KILN_OK);
-	ck_assert_int_eq(kiln_device_host_fn(dev, b, probe_fn, &slow2), KILN_OK);
-	/* a: 20 ms (the side's work below is issued by then), a wait for b's
-	 * first event, then flag = 5 */
-	struct probe busy = { .sleep_ms = 20 };
-	ck_assert_int_eq(kiln_device_host_fn(dev, a, probe_fn, &busy), KILN_OK);
+	ck_assert_int_eq(kiln_device_host_fn(dev, b, poll_fn, &slow2), KILN_OK);
+	/* a: once everything is issued (the side's work below is queued), a
+	 * wait for b's first event, then flag = 5 */
+	struct poll gate = { .flag = &go, .want = 1 };
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, poll_fn, &gate), KILN_OK);
 	ck_assert_int_eq(kiln_device_stream_wait(dev, a, ev), KILN_OK);
 	struct probe setf = { .mark = &flag, .value = 5 };
 	ck_assert_int_eq(kiln_device_host_fn(dev, a, probe_fn, &setf), KILN_OK);
@@ -332,9 +353,11 @@ START_TEST(test_side_stream)
 	/* a waits for b's second event: the side runs meanwhile */
 	ck_assert_int_eq(kiln_device_event_record(dev, ev, b), KILN_OK);
 	ck_assert_int_eq(kiln_device_stream_wait(dev, a, ev), KILN_OK);
+	__atomic_store_n(&go, 1, __ATOMIC_RELEASE);
 	ck_assert_int_eq(kiln_device_stream_sync(dev, a), KILN_OK);
 	ck_assert_int_eq(flag_seen, 5); /* after a's earlier work */
 	ck_assert_int_eq(slow2.seen, 2); /* both groups, in order, while a waited */
+	ck_assert_int_eq(kiln_device_stream_sync(dev, b), KILN_OK);
 	/* the rest, at a wait on the side's event (a has nothing else to wait for) */
 	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &three, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
 	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
