@@ -189,8 +189,8 @@ static void cpu_task_done(struct cpu_stream *s)
 		wake = 1;
 	s->head = (s->head + 1) % s->cap;
 	s->ran++;
-	if (!--s->count)
-		wake = 1; /* stream_sync waits for this */
+	if (!--s->count && !s->owner)
+		wake = 1; /* stream_sync waits for this (a side's: nobody) */
 	if (wake)
 		pthread_cond_broadcast(s->c->cond);
 }
