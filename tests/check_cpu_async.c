@@ -375,6 +375,43 @@ START_TEST(test_side_stream)
 }
 END_TEST
 
+/* A side stream's teardown: destroying its owner runs the owner's queued
+ * wait on the side's event first (the side's work with it), then drops
+ * the side; a side destroyed on its own completes its pending event
+ * record with an error (a wait on it fails, not hangs); the streams do
+ * not switch sync while a side is open. */
+START_TEST(test_side_teardown)
+{
+	setenv("KILN_CPU_PROBEWAIT", "0", 1);
+	struct kiln_device *dev = open_rank(NULL);
+	void *a, *side, *sev;
+	ck_assert_int_eq(kiln_device_workload(dev, &cnn), KILN_OK); /* async */
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_create(dev, &sev), KILN_OK);
+	int one = 1, two = 2, dst = 0;
+	struct probe busy = { .sleep_ms = 50 };
+	ck_assert_int_eq(kiln_device_stream_side(dev, a, &side), KILN_OK);
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, probe_fn, &busy), KILN_OK);
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &one, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, a, sev), KILN_OK);
+	kiln_device_stream_destroy(dev, a); /* (the side with it) */
+	ck_assert_int_eq(dst, 1);
+	ck_assert_int_eq(kiln_device_event_sync(dev, sev), KILN_OK);
+
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_side(dev, a, &side), KILN_OK);
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &two, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	kiln_device_stream_destroy(dev, side);
+	ck_assert_int_eq(kiln_device_event_sync(dev, sev), KILN_EINVAL);
+	ck_assert_int_eq(dst, 1);
+	kiln_device_stream_destroy(dev, a);
+	kiln_device_event_destroy(dev, sev);
+	close_rank(dev);
+}
+END_TEST
+
 static Suite *make_cpu_async_suite(void)
 {
 	Suite *s = suite_create("cpu_async");
@@ -386,6 +423,7 @@ static Suite *make_cpu_async_suite(void)
 	tcase_add_test(tc, test_create_during_switch);
 	tcase_add_test(tc, test_long_message_kept);
 	tcase_add_test(tc, test_side_stream);
+	tcase_add_test(tc, test_side_teardown);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -87,6 +87,8 @@ struct cpu_stream {
 	 * reaches the owner's seq at its push: cpu_task.after) */
 	struct cpu_stream *owner, *side;
 	uint64_t seq, ran;
+	int side_busy;    /* its worker is in its side's work (cpu_worker) */
+	int side_waiters; /* side_destroy waits for side_busy to clear */
 };
 
 struct cpu_event {
@@ -280,8 +282,12 @@ static void *cpu_worker(void *arg)
 				const int64_t t0 = mono_ns();
 				const int own = ev->side_rec;
 				int64_t n = 0;
+				s->side_busy = 1; /* the side stays (side_destroy) */
 				while (__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen && side_run(c, s))
 					n++;
+				s->side_busy = 0;
+				if (s->side_waiters)
+					pthread_cond_broadcast(c->cond);
 				c->side_groups[own] += n;
 				if (n)
 					c->side_ns[own] += mono_ns() - t0;
@@ -513,14 +519,28 @@ kiln_status cpu_stream_side(void *ctx, void *stream, void **out)
 	return KILN_OK;
 }
 
-/* A side stream: its tasks not run yet dropped (their events' and plans'
- * counts given back), detached from its owner. */
+/* A side stream, once its owner's worker is not running its work: its
+ * tasks not run yet dropped (their events' and plans' counts given
+ * back; an event record among them completes with an error, so that a
+ * wait on it fails instead of hanging), detached from its owner. */
 static void side_destroy(struct cpu_stream *s)
 {
 	struct cpu_ctx *c = s->c;
 	pthread_mutex_lock(c->lock);
-	while (s->count)
+	s->owner->side_waiters++;
+	while (s->owner->side_busy)
+		pthread_cond_wait(c->cond, c->lock);
+	s->owner->side_waiters--;
+	if (s->count && !s->err.st) {
+		s->err.st = KILN_EINVAL;
+		snprintf(s->err.msg, sizeof s->err.msg,
+			 "cpu: a side stream destroyed before its work ran (its event record completes without it)");
+	}
+	while (s->count) {
+		if (s->q[s->head].kind == CPU_T_RECORD)
+			exec_task(c, s, &s->q[s->head]); /* (a record: under the lock) */
 		cpu_task_done(s);
+	}
 	s->owner->side = NULL;
 	pthread_mutex_unlock(c->lock);
 	pthread_cond_destroy(&s->wake);
@@ -538,14 +558,16 @@ void cpu_stream_destroy(void *ctx, void *stream)
 		side_destroy(s);
 		return;
 	}
-	if (s->side)
-		side_destroy(s->side);
+	/* the worker first: its queue drains, and a wait of it on the
+	 * side's event runs the side's work (cpu_worker); then the side */
 	pthread_mutex_lock(&c->switch_lock);
 	stream_stop(c, s);
 	pthread_mutex_lock(c->lock);
 	COMMON_LIST_UNLINK(c->streams, s);
 	pthread_mutex_unlock(c->lock);
 	pthread_mutex_unlock(&c->switch_lock);
+	if (s->side)
+		side_destroy(s->side);
 	pthread_cond_destroy(&s->wake);
 	free(s->q);
 	free(s);
