@@ -401,6 +401,9 @@ START_TEST(test_side_teardown)
 
 	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
 	ck_assert_int_eq(kiln_device_stream_side(dev, a, &side), KILN_OK);
+	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "side stream"), "%s", kiln_last_error());
+	ck_assert_msg(!runs_here(dev, a), "the streams switched sync with a side open");
 	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &two, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
 	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
 	kiln_device_stream_destroy(dev, side);

@@ -580,6 +580,10 @@ static kiln_status streams_switch(struct cpu_ctx *c, int on)
 		return KILN_OK;
 	struct cpu_stream *s;
 	kiln_status st;
+	for (s = c->streams; s; s = s->next)
+		if (s->side) /* (its tasks wait for its owner's worker) */
+			return c->host->error(KILN_EINVAL, "cpu: streams cannot switch to %s with a side stream open (KILN_PROC_STREAM_SIDE); destroy it first",
+					      on ? "async" : "sync");
 	if (!on) {
 		/* each stream drained (its last error kept, sticky, as in async
 		 * mode: sync mode reports the next failure on its own) */
