@@ -425,9 +425,17 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
  *   when that stream reaches a wait for an event not yet complete (one
  *   group at a time: up to and including the side's next event record)
  *   and until the event completes or the side has nothing ready.  A wait
- *   on an event recorded on the side therefore runs the side up to it.
- *   No waits or host functions on a side; it is destroyed (its work not
- *   run yet dropped) before its stream.  Looked up by name (no ABI
+ *   of `stream` on an event recorded on the side therefore runs the side
+ *   up to it; only `stream`'s own waits run it: another stream's wait or
+ *   an event_sync on a side's event sleeps until `stream` reaches a wait
+ *   (and forever where `stream` has none left: issue one on `stream`).
+ *   No waits, host functions or syncs on a side.  Destroying `stream`
+ *   first drains it (its waits run the side), then destroys the side
+ *   (destroying the side afterwards is a double free); a side destroyed
+ *   on its own waits until `stream` is not running its work, drops its
+ *   work not run yet and completes its pending event records with an
+ *   error (a wait on one fails, not hangs).  The streams' mode (async)
+ *   does not switch while a side is open.  Looked up by name (no ABI
  *   minor); where the device's streams have no threads of their own
  *   (KILN_PROC_STREAMS_ASYNC 0) the side's work runs when issued.  The
  *   pipeline's deferred weight gradients use it ([pipeline]
