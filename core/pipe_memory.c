@@ -5,6 +5,7 @@
  * worth each schedule keeps alive on it. */
 #include "pipe_impl.h" /* kiln_pipe_wgrad_record */
 #include "checkpoint.h" /* KILN_CKPT_PIECE_BYTES */
+#include "dist.h" /* kiln_dist_env_read */
 #include <stdio.h>
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
@@ -56,9 +57,27 @@ static kiln_status zero_ckpt_print(const struct kiln_model *m, FILE *f)
 	return KILN_OK;
 }
 
-/* [pipeline] defer_wgrad (core/pipe_wgrad.c) with [run] devices: each
- * stage's records of its deferred layers, M micro-batches', and a
- * workspace of the plan's. */
+/* 1: a run of this config falls back from [pipeline] defer_wgrad = 1
+ * (core/pipe_wgrad.c, why_not: what the config tells before the run). */
+static int wgrad_falls_back(const struct kiln_model *m)
+{
+	struct kiln_dist_env env;
+	int64_t P = 1;
+	int async = 1;
+	const char *pr = kiln_config_get(m->cfg, "run", "precision");
+	const char *as = kiln_config_get(m->cfg, "plugin.cpu", "async");
+	kiln_config_get_int(m->cfg, "dist", "pipeline", &P);
+	if (as && strcmp(as, "auto") && kiln_config_get_bool(m->cfg, "plugin.cpu", "async", &async))
+		async = 1;
+	return P > 1 || (!kiln_dist_env_read(&env) && env.world > 1) || m->n_tie_elems ||
+	       (pr && !strcmp(pr, "fp16")) || !async;
+}
+
+/* [pipeline] defer_wgrad = 1 (core/pipe_wgrad.c) with [run] devices: each
+ * stage's records of its deferred layers, min(M, P - s) micro-batches'
+ * on stage s, and a workspace of the plan's on each stage that has one;
+ * nothing where the run falls back (no layer to defer, tied weights, data
+ * parallelism, ...). */
 static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, int64_t M, FILE *f)
 {
 	const char *dv = kiln_config_get(m->cfg, "pipeline", "defer_wgrad");
@@ -67,16 +86,24 @@ static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, i
 	    !on)
 		return;
 	const char *devs = kiln_config_get(m->cfg, "run", "devices");
-	if (!devs || !*devs)
+	if (!devs || !*devs || wgrad_falls_back(m))
 		return;
-	fprintf(f, "  deferred weight gradients ([pipeline] defer_wgrad, stages on [run] devices): M = %lld micro-batches' copies of each linear layer's input and output gradient (and output, with a fused ReLU) on its stage, and a workspace of %.3f MiB a stage:",
-		(long long)M, mib(kiln_align_up(p->ws_bytes)));
-	for (int s = 0; s < m->n_stages; s++) {
-		size_t b = 0;
+	const int P = m->n_stages;
+	size_t b[KILN_PIPE_MAX_STAGES] = { 0 };
+	int with = 0;
+	for (int s = 0; s < P && s < KILN_PIPE_MAX_STAGES; s++) {
 		for (int i = 0; i < m->n_layers; i++)
 			if (kiln_pipe_stage(m, i) == s)
-				b += kiln_pipe_wgrad_record(m, p, i);
-		fprintf(f, " stage %d %.3f MiB%s", s, mib(b * (size_t)M), s + 1 < m->n_stages ? "," : "\n");
+				b[s] += kiln_pipe_wgrad_record(m, p, i);
+		with += b[s] > 0;
+	}
+	if (!with)
+		return;
+	fprintf(f, "  deferred weight gradients ([pipeline] defer_wgrad, stages on [run] devices): min(M, P - s) micro-batches' copies of each linear layer's input and output gradient (and output, with a fused ReLU) on stage s, and a workspace of %.3f MiB on each of the %d stages with one:",
+		mib(kiln_align_up(p->ws_bytes)), with);
+	for (int s = 0; s < P && s < KILN_PIPE_MAX_STAGES; s++) {
+		const int64_t n = P - s < M ? P - s : M;
+		fprintf(f, " stage %d %.3f MiB%s", s, mib(b[s] * (size_t)n), s + 1 < P ? "," : "\n");
 	}
 }
 

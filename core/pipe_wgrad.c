@@ -13,7 +13,10 @@
  * the step's end, before the optimizer (the stage's stream waits for the
  * side's last record: kiln_pipe_wgrad_drain).  A deferred layer's input,
  * output (a fused ReLU's mask reads it) and output's gradient are copied
- * into the micro-batch's record of a ring of M on the stage, as the
+ * into the micro-batch's record of a ring of min(M, P - s) on stage s
+ * (record j % (P - s): by the time micro-batch j's backward writes it,
+ * the stage has waited for micro-batch j - (P - s)'s deferred pass,
+ * kiln_pipe_wgrad_after), as the
  * plan's buffers are reused before the deferred pass runs; its pass uses
  * a workspace of the stage's own, as the plan's may be in use by another
  * stage by then.  The same ops run on the same bytes in the same order of
@@ -25,7 +28,7 @@
 struct pipe_wgrad {
 	size_t *off;  /* per layer: its place in a micro-batch's record, SIZE_MAX: not deferred */
 	size_t rec[KILN_PIPE_MAX_STAGES];   /* a micro-batch's record on stage s */
-	char *ring[KILN_PIPE_MAX_STAGES];   /* M records */
+	char *ring[KILN_PIPE_MAX_STAGES];   /* nrec(s) records */
 	void *ws[KILN_PIPE_MAX_STAGES];     /* the deferred passes' workspace */
 	void *side[KILN_PIPE_MAX_STAGES];
 	void **ev[KILN_PIPE_MAX_STAGES];    /* M: micro-batch j's group done */
@@ -76,6 +79,13 @@ static const char *why_not(const struct kiln_pipe *pp)
 	return NULL;
 }
 
+/* Records on stage s: the micro-batches whose deferred pass may be
+ * pending (P - 1 - s, kiln_pipe_wgrad_after) and the one being written. */
+static int nrec(const struct kiln_pipe *pp, int s)
+{
+	return pp->P - s < pp->M ? pp->P - s : pp->M;
+}
+
 static kiln_status stage_open(struct kiln_pipe *pp, struct pipe_wgrad *w, int s)
 {
 	struct kiln_device *dev = sdev(pp, s);
@@ -84,7 +94,7 @@ static kiln_status stage_open(struct kiln_pipe *pp, struct pipe_wgrad *w, int s)
 		return KILN_OK;
 	if ((st = kiln_device_stream_side(dev, pp->sst[s], &w->side[s])) ||
 	    !(w->ev[s] = calloc((size_t)pp->M, sizeof *w->ev[s])) ||
-	    (st = kiln_device_alloc_named(dev, (size_t)pp->M * w->rec[s], (void **)&w->ring[s],
+	    (st = kiln_device_alloc_named(dev, (size_t)nrec(pp, s) * w->rec[s], (void **)&w->ring[s],
 					  "the pipeline's deferred weight gradients' inputs")) ||
 	    (st = kiln_device_alloc(dev, w->ws_bytes, &w->ws[s])))
 		return st ? st : kiln_error(KILN_ENOMEM, "out of memory");
@@ -119,7 +129,7 @@ size_t kiln_pipe_wgrad_bytes(const struct kiln_pipe *pp, size_t *ws)
 	*ws = 0;
 	for (int s = 0; pp->wg && s < pp->P; s++)
 		if (pp->wg->n[s]) {
-			t += (size_t)pp->M * pp->wg->rec[s];
+			t += (size_t)nrec(pp, s) * pp->wg->rec[s];
 			*ws += pp->wg->ws_bytes;
 		}
 	return t;
@@ -171,9 +181,9 @@ static kiln_status wgrad_open(struct kiln_pipe *pp)
 	size_t wsb, ring = kiln_pipe_wgrad_bytes(pp, &wsb);
 	if (total)
 		pp->defer = 1;
-	kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (%s); %.3f MiB of their inputs for %d micro-batches, %.3f MiB of workspace",
+	kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (%s); %.3f MiB of their inputs, min(M, P - s) = %d..%d micro-batches' on stage s (M = %d), %.3f MiB of workspace",
 		 total, total ? "each stage runs them while it waits for a peer, and before the optimizer" : "none deferrable: off",
-		 (double)ring / 1048576.0, pp->M, (double)wsb / 1048576.0);
+		 (double)ring / 1048576.0, nrec(pp, 0), nrec(pp, pp->P - 1), pp->M, (double)wsb / 1048576.0);
 	if (!total)
 		kiln_pipe_wgrad_free(pp);
 	return KILN_OK;
@@ -189,7 +199,7 @@ kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, 
 	if (pp->defer < 0 || !w->n[s])
 		return kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->sst[s], NULL);
 	const struct kiln_wdefer df = { w->side[s], w->ws[s], w->ws_bytes,
-					w->ring[s] + (size_t)j * w->rec[s], w->off };
+					w->ring[s] + (size_t)(j % nrec(pp, s)) * w->rec[s], w->off };
 	if ((st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->sst[s], &df)))
 		return st;
 	/* the end of micro-batch j's group: the side runs one at a time */

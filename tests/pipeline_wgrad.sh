@@ -43,8 +43,9 @@ for run in "m2f4 4 1f1b 2 layer.fc2.stage=1" "m2f8 8 1f1b 2 layer.fc2.stage=1" \
 	"$tool" same "$(ck "$1-0" 6)" "$(ck "$1-1" 6)" params optim.momentum step ||
 		fail "$1: the deferred weight gradients differ"
 done
-# a record per micro-batch (their size: kiln memory's, below)
-stderr_has "MiB of their inputs for 8 micro-batches"
+# a record per micro-batch that may be pending on stage s, min(M, P - s)
+# (their size: kiln memory's, below)
+stderr_has "MiB of their inputs, min(M, P - s) = 4..1 micro-batches' on stage s (M = 8)"
 # [train] accumulate on top: each pipeline step's first micro-batch of an
 # optimizer step writes, the rest add
 kiln 0 train "$m" run.out_dir="$tmp/acc-0" pipeline.micro_batches=4 layer.fc2.stage=1 "$two" run.threads=2 \
@@ -82,7 +83,8 @@ stderr_has "[pipeline] defer_wgrad = 1: not with a stage's device without stream
 	fail "sync streams with defer_wgrad = 1 differ"
 echo "ok: defer_wgrad = 1 where the pipeline cannot defer: said, unsplit"
 
-# kiln memory: each stage's records, M of them, as the run allocates
+# kiln memory: each stage's records, min(M, P - s) of them, as the run
+# allocates; none where the run falls back
 kiln 0 memory "$m" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2
 ! grep -qF "deferred weight gradients" "$out" || fail "kiln memory: records with defer_wgrad = auto (off)"
 kiln 0 memory "$m" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2 pipeline.defer_wgrad=1
@@ -90,7 +92,19 @@ mem=$(sed -n 's/.*deferred weight gradients (\[pipeline\] defer_wgrad.* stage 0 
 [ -n "$mem" ] || fail "kiln memory: no line for the deferred weight gradients"
 kiln 0 train "$m" run.out_dir="$tmp/mem" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2 \
 	pipeline.defer_wgrad=1
-ran=$(sed -n 's/.*deferred weight gradients: .*; \([0-9.]*\) MiB of their inputs for 8 micro-batches.*/\1/p' "$err")
+ran=$(sed -n 's/.*deferred weight gradients: .*; \([0-9.]*\) MiB of their inputs, min(M, P - s) = 2..1 .*/\1/p' "$err")
 awk -v m="$mem" -v r="$ran" 'BEGIN { split(m, a, " "); d = a[1] + a[2] - r; exit !(r > 0 && d < 0.002 && d > -0.002) }' ||
 	fail "kiln memory's records ($mem MiB) are not the run's ($ran MiB)"
+# M = 4 of the same micro-batches (batch 16): the same records as M = 8
+# (2 on stage 0, 1 on stage 1)
+kiln 0 memory "$m" train.batch=16 pipeline.micro_batches=4 layer.fc2.stage=1 "$two" run.threads=2 pipeline.defer_wgrad=1
+mem4=$(sed -n 's/.*deferred weight gradients (\[pipeline\] defer_wgrad.* stage 0 \([0-9.]*\) MiB, stage 1 \([0-9.]*\) MiB$/\1 \2/p' "$out")
+[ -n "$mem4" ] && [ "$mem4" = "$mem" ] || fail "kiln memory: M = 4's records ($mem4 MiB) are not M = 8's ($mem MiB)"
+kiln 0 memory "$m" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2 pipeline.defer_wgrad=1 \
+	plugin.cpu.async=0
+! grep -qF "deferred weight gradients" "$out" || fail "kiln memory: records where the run falls back (async = 0)"
+kiln 0 memory "$m" pipeline.micro_batches=8 model.stages="flat,r1|fc2|r2|fc3,loss" "$four" run.threads=4 \
+	pipeline.defer_wgrad=1
+grep -qF "on each of the 3 stages with one:" "$out" ||
+	fail "kiln memory: a workspace counted for the stage without a linear layer"
 echo "ok: kiln memory reports the records the run allocates"
