@@ -178,14 +178,15 @@ static kiln_status wgrad_open(struct kiln_pipe *pp)
 		kiln_pipe_wgrad_free(pp);
 		return kiln_error_wrap(st, "[pipeline] defer_wgrad");
 	}
-	size_t wsb, ring = kiln_pipe_wgrad_bytes(pp, &wsb);
-	if (total)
-		pp->defer = 1;
-	kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (%s); %.3f MiB of their inputs, min(M, P - s) = %d..%d micro-batches' on stage s (M = %d), %.3f MiB of workspace",
-		 total, total ? "each stage runs them while it waits for a peer, and before the optimizer" : "none deferrable: off",
-		 (double)ring / 1048576.0, nrec(pp, 0), nrec(pp, pp->P - 1), pp->M, (double)wsb / 1048576.0);
-	if (!total)
+	if (!total) {
+		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: no layer to defer (a linear layer whose parameters are all trained, not tied, not recomputed); the weight gradients run in each backward");
 		kiln_pipe_wgrad_free(pp);
+		return KILN_OK;
+	}
+	size_t wsb, ring = kiln_pipe_wgrad_bytes(pp, &wsb);
+	pp->defer = 1;
+	kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (each stage runs them while it waits for a peer, and before the optimizer); %.3f MiB of their inputs, min(M, P - s) = %d..%d micro-batches' on stage s (M = %d), %.3f MiB of workspace",
+		 total, (double)ring / 1048576.0, nrec(pp, 0), nrec(pp, pp->P - 1), pp->M, (double)wsb / 1048576.0);
 	return KILN_OK;
 }
 

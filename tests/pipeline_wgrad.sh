@@ -81,6 +81,10 @@ kiln 0 train "$m" run.out_dir="$tmp/sync" pipeline.micro_batches=4 layer.fc2.sta
 stderr_has "[pipeline] defer_wgrad = 1: not with a stage's device without stream threads ([plugin.cpu] async = 0)"
 "$tool" same "$(ck m2f4-0 6)" "$(ck sync 6)" params optim.momentum step ||
 	fail "sync streams with defer_wgrad = 1 differ"
+# no layer to defer (every linear layer frozen): said, unsplit
+kiln 0 train "$m" run.out_dir="$tmp/none" pipeline.micro_batches=4 layer.fc2.stage=1 "$two" run.threads=2 \
+	layer.fc1.trainable=0 layer.fc2.trainable=0 layer.fc3.trainable=0 pipeline.defer_wgrad=1
+stderr_has "[pipeline] defer_wgrad = 1: no layer to defer"
 echo "ok: defer_wgrad = 1 where the pipeline cannot defer: said, unsplit"
 
 # kiln memory: each stage's records, min(M, P - s) of them, as the run
