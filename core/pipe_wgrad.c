@@ -140,10 +140,10 @@ size_t kiln_pipe_wgrad_bytes(const struct kiln_pipe *pp, size_t *ws)
 static kiln_status wgrad_open(struct kiln_pipe *pp)
 {
 	const struct kiln_model *m = pp->m;
-	const char *why = why_not(pp);
 	pp->defer = -1;
 	if (!pp->defer_set)
 		return KILN_OK; /* auto: off (docs/PERFORMANCE.md, session 49) */
+	const char *why = why_not(pp);
 	if (why) {
 		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: not with %s; the weight gradients run in each backward",
 			 why);
