@@ -92,6 +92,14 @@
 #            turn, asleep at stage_spin_us, asleep at once as the spin
 #            backs off); w_seen_us, w_wake_us how long after the event's
 #            record the prompt spinners, the others went on (means)
+#   wg_wait, wg_end  [pipeline] defer_wgrad (session 49): the deferred
+#            weight gradients' ms a step (both stages) run while a stage
+#            waited for the other's event, and where it waited for them
+#            (the bound of P - 1 - s pending, and the step's end) (the CPU
+#            device's "side stream work" lines; - where none ran).  They are
+#            outside the passes: with them the bubble column counts that
+#            work as idle, and the drain after a stage's last pass is
+#            outside the span; compare pipe_sps
 #   fast     the vCPUs' placement (bench/common.sh's place_before /
 #            place_after): bench/c2c_latency --rounds 1 before and after
 #            each 2-stage and each serial run (the probe after one run is
@@ -211,13 +219,18 @@ waits() {
 			v = k == 1 ? n / steps : k == 2 ? (n ? l / n : 0) : k == 3 ? (s ? sa / s : 0) : (l ? la / l : 0)
 			print v }'
 }
+# side NAME K: the deferred weight gradients' ms a step, 1 in waits, 2 at the end
+side() {
+	sed -n "s/.*side stream work (deferred, threads 1): [0-9]* groups run while waiting for another event (\([0-9.]*\) ms), [0-9]* at a wait for the side's own (\([0-9.]*\) ms)$/\1 \2/p" "$1.err" |
+		awk -v k="$2" -v steps="$STEPS" '{ t += $k; n++ } END { if (n) print t / steps }'
+}
 mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
 echo "$what, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b ${PIPE_ARGS:-}; $RUNS run(s) of $STEPS steps"
-printf '%4s %7s %7s %5s %5s %7s %7s %5s %7s %5s %6s %6s %6s %6s %6s %6s %8s %6s %6s %6s %7s %6s %6s %5s %7s %9s %9s %9s %9s %7s %8s %8s' M bubble theory rel ratio \
+printf '%4s %7s %7s %5s %5s %7s %7s %5s %7s %5s %6s %6s %6s %6s %6s %6s %8s %6s %6s %6s %7s %6s %6s %5s %7s %9s %9s %9s %9s %7s %8s %8s %7s %6s' M bubble theory rel ratio \
 	busy0 busy1 s0/s1 busiest rel_b imb smooth ends e1_ms eN_ms cpu_sm handoff0 cpu0 cpu0_b cpu0_i ho_us ho_med gcpu \
-	w_n w_slept w_seen_us w_wake_us pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
+	w_n w_slept w_seen_us w_wake_us pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB wg_wait wg_end
 [ "$PLACE_PROBE" != 1 ] || printf '  %5s %8s %8s %8s' fast bubble_f pipe_f serial_f
 echo
 for M in ${MS:-4 8 16}; do
@@ -228,6 +241,7 @@ for M in ${MS:-4 8 16}; do
 	for k in 1 2 3 4; do : > "$tmp/w$k"; done
 	: > "$tmp/bf"; : > "$tmp/pf"; : > "$tmp/sf"; nfast=0
 	place_fresh
+	: > "$tmp/g1"; : > "$tmp/g2"
 	for r in $(seq "$RUNS"); do
 		place_before
 		# shellcheck disable=SC2086 # PIPE_ARGS: words
@@ -246,6 +260,7 @@ for M in ${MS:-4 8 16}; do
 		for k in 1 2 3 4 5; do ends "$tmp/pipe" $k >> "$tmp/e$k"; done
 		for k in 0 1; do busy "$tmp/pipe" $k >> "$tmp/u$k"; done
 		for k in 1 2 3 4; do waits "$tmp/pipe" $k >> "$tmp/w$k"; done
+		for k in 1 2; do side "$tmp/pipe" $k >> "$tmp/g$k"; done
 		sps "$tmp/pipe" >> "$tmp/p"
 		place_before
 		run "$tmp/serial" pipeline.micro_batches=$M
@@ -260,21 +275,22 @@ for M in ${MS:-4 8 16}; do
 	e1=$(median < "$tmp/e1"); e2=$(median < "$tmp/e2"); e3=$(median < "$tmp/e3")
 	e4=$(median < "$tmp/e4"); e5=$(median < "$tmp/e5")
 	u0=$(median < "$tmp/u0"); u1=$(median < "$tmp/u1")
+	g1=$(median < "$tmp/g1"); g2=$(median < "$tmp/g2")
 	w1=$(median < "$tmp/w1"); w2=$(median < "$tmp/w2"); w3=$(median < "$tmp/w3"); w4=$(median < "$tmp/w4")
 	run "$tmp/g" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=gpipe
 	run "$tmp/f" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=1f1b
 	awk -v M=$M -v b="$b" -v i="$i" -v c="$c" -v p="$p" -v s="$s" -v g="$(mib "$tmp/g")" -v f="$(mib "$tmp/f")" \
 		-v x1="$x1" -v x2="$x2" -v x3="$x3" -v x4="$x4" -v h1="$h1" -v h2="$h2" -v h3="$h3" \
 		-v e1="$e1" -v e2="$e2" -v e3="$e3" -v e4="$e4" -v e5="$e5" -v u0="$u0" -v u1="$u1" \
-		-v w1="$w1" -v w2="$w2" -v w3="$w3" -v w4="$w4" -v probe="$PLACE_PROBE" \
+		-v w1="$w1" -v w2="$w2" -v w3="$w3" -v w4="$w4" -v g1="$g1" -v g2="$g2" -v probe="$PLACE_PROBE" \
 		-v fast="$nfast/$RUNS" -v bf="$(median < "$tmp/bf")" -v pf="$(median < "$tmp/pf")" -v sf="$(median < "$tmp/sf")" '
 		function f3(v) { return v == "" ? "-" : sprintf("%.3f", v) }
 		function fv(fmt, v) { return v == "" ? "-" : sprintf(fmt, v) }
 		BEGIN {
 		t = 1 / (M + 1); d = b - t; if (d < 0) d = -d; e = x1 - t; if (e < 0) e = -e
-		printf "%4d %7.3f %7.3f %4.0f%% %5.2f %7.3f %7.3f %5.3f %7.3f %4.0f%% %6.3f %6s %6s %6s %6s %6s %8.3f %6.3f %6.3f %6.3f %7.1f %6.0f %6.3f %5s %7s %9s %9s %9.0f %9.0f %7.2f %8.2f %8.2f",
+		printf "%4d %7.3f %7.3f %4.0f%% %5.2f %7.3f %7.3f %5.3f %7.3f %4.0f%% %6.3f %6s %6s %6s %6s %6s %8.3f %6.3f %6.3f %6.3f %7.1f %6.0f %6.3f %5s %7s %9s %9s %9.0f %9.0f %7.2f %8.2f %8.2f %7s %6s",
 			M, b, t, 100 * d / t, b / t, u0, u1, (u1 > 0 ? u0 / u1 : 0), x1, 100 * e / t, x2, f3(e1), f3(e2), f3(e4), f3(e5), f3(e3), i, c, x3, x4, h1, h3, h2,
-			fv("%.1f", w1), fv("%.3f", w2), fv("%.1f", w3), fv("%.1f", w4), p, s, p / s, g, f
+			fv("%.1f", w1), fv("%.3f", w2), fv("%.1f", w3), fv("%.1f", w4), p, s, p / s, g, f, fv("%.2f", g1), fv("%.2f", g2)
 		if (probe == 1)
 			printf "  %5s %8s %8s %8s", fast, f3(bf), fv("%.0f", pf), fv("%.0f", sf)
 		printf "\n" }'

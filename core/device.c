@@ -255,6 +255,17 @@ int kiln_device_streams_async(struct kiln_device *dev)
 	return f ? f(dev->ctx) != 0 : -1;
 }
 
+kiln_status kiln_device_stream_side(struct kiln_device *dev, void *stream, void **side)
+{
+	typedef kiln_status (*side_t)(void *, void *, void **);
+	side_t f = (side_t)kiln_device_proc(dev, KILN_PROC_STREAM_SIDE);
+	*side = NULL;
+	if (!f)
+		return kiln_error(KILN_ENOTSUP, "device '%s' has no side streams (%s)", kiln_device_name(dev),
+				  KILN_PROC_STREAM_SIDE);
+	return f(dev->ctx, stream, side);
+}
+
 unsigned kiln_device_abi_minor(const struct kiln_device *dev) { return dev->plugin->abi_minor; }
 
 const struct kiln_device_traits *kiln_device_traits(const struct kiln_device *dev)

@@ -747,8 +747,22 @@ kiln_status kiln_plan_decode_state(struct kiln_plan *p, const void *tokens, cons
  * when the range's events are not one run of the schedule). */
 kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const void *x,
 				    const void *labels, void *metrics, void *stream);
+/* Deferred weight gradients ([pipeline] defer_wgrad, core/pipe_wgrad.c):
+ * layer i with off[i] != SIZE_MAX runs its backward split: the input's
+ * gradient on the stage's stream, the parameters' on `side` (the stream's
+ * KILN_PROC_STREAM_SIDE), from copies of its input, output (where the
+ * layer reads it) and output's gradient at rec + off[i], with workspace
+ * ws (plan_run.c, run_split). */
+struct kiln_wdefer {
+	void *side;
+	void *ws;
+	size_t ws_bytes;
+	char *rec;
+	const size_t *off;
+};
 kiln_status kiln_plan_backward_range(struct kiln_plan *p, int lo, int hi, const void *x,
-				     const void *labels, void *metrics, void *stream);
+				     const void *labels, void *metrics, void *stream,
+				     const struct kiln_wdefer *df);
 
 /* core/summary.c.  The summary of plan p (kiln_model_summary), whose ops
  * were prepared between kiln_device_flops_record(dev, 1) and (dev, 0);

@@ -188,6 +188,9 @@ int kiln_device_alone(const struct kiln_device *dev);
  * (KILN_PROC_STREAMS_ASYNC): 1 yes, 0 no (the issuing thread runs it), -1
  * the device does not say. */
 int kiln_device_streams_async(struct kiln_device *dev);
+/* A side stream of `stream` (KILN_PROC_STREAM_SIDE, include/kiln/plugin.h);
+ * KILN_ENOTSUP, said, where the device has none. */
+kiln_status kiln_device_stream_side(struct kiln_device *dev, void *stream, void **side);
 
 /* The resolved [layer.*] sections alone, as kiln_config_write writes them
  * (with the defaults of the registry cfg was validated with) but each

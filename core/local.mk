@@ -18,7 +18,7 @@ core_libkiln_core_la_SOURCES = core/internal.h core/status.c core/tensor.c core/
 	core/store.c core/dist_env.c core/dist.h core/dist_impl.h core/dist.c core/dist_explain.c core/dist_config.c core/dist_data.c core/dist_heartbeat.c core/run_clock.c core/dist_zero.c \
 	core/safetensors.c core/weights.c core/trained.c \
 	core/tie.c \
-	core/pipeline.h core/pipe_stages.c core/pipe_schedule.c core/pipe_xfer.c core/pipe_window.c core/pipe_impl.h core/pipe_open.c core/pipe_run.c core/pipe_pairs.c core/pipe_memory.c core/pipe_rank.c core/dist_pipe.c core/dist_pipe_mem.c core/dist_pipe_eval.c core/dist_pipe_ckpt.c core/comm_p2p.c \
+	core/pipeline.h core/pipe_stages.c core/pipe_schedule.c core/pipe_xfer.c core/pipe_window.c core/pipe_impl.h core/pipe_open.c core/pipe_run.c core/pipe_pairs.c core/pipe_memory.c core/pipe_wgrad.c core/pipe_rank.c core/dist_pipe.c core/dist_pipe_mem.c core/dist_pipe_eval.c core/dist_pipe_ckpt.c core/comm_p2p.c \
 	core/generate.c \
 	core/optim/optim.h core/optim/optim.c core/optim/fused.c core/optim/optims.c core/optim/sgd.c core/optim/adamw.c core/optim/lamb.c \
 	core/layers/util.h core/layers/layers.c core/layers/linear.c core/layers/relu.c \

@@ -105,6 +105,11 @@ struct kiln_pipe {
 	 * rank transport's (kiln_pipe_tag_slot).  NULL: nothing pairs. */
 	int *pair_with;
 	int n_pair_msgs, n_pair_slots;
+	/* [pipeline] defer_wgrad (core/pipe_wgrad.c): defer 0 until the first
+	 * step decides, 1 on, -1 off; defer_set: written 1 (a warning where
+	 * it cannot); wg: the deferred layers and their stages' rings */
+	int defer, defer_set;
+	struct pipe_wgrad *wg;
 };
 
 /* A message's tag: micro-batch mb, crossing tensor e (the ties' after
@@ -132,5 +137,24 @@ int pipe_tie_user(const struct kiln_pipe *pp, int n, int *su, int *so);
  * (core/pipe_pairs.c); n_tie: the tied tensors crossing ranks
  * (pipe_tie_user).  This rank's sends left alone for that are logged. */
 kiln_status kiln_pipe_pairs_plan(struct kiln_pipe *pp, int n_tie);
+
+/* core/pipe_wgrad.c: stage s's backward of micro-batch j, its linear
+ * layers' weight gradients deferred to its side stream where the
+ * pipeline can ([pipeline] defer_wgrad); the stage's stream waiting for
+ * all of them (at the step's end); the resources; their bytes (the
+ * inputs' records, *ws the workspaces). */
+kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
+				     const void *x, const void *y, void *metrics);
+kiln_status kiln_pipe_wgrad_drain(struct kiln_pipe *pp, int s);
+/* ... after stage s's backward of micro-batch j has sent its inputs'
+ * gradients: its stream waits for the weight gradients of micro-batch
+ * j - (P - 1 - s), so that at most P - 1 - s are left to run later (the
+ * last stage none: each right after its gradients are sent) */
+kiln_status kiln_pipe_wgrad_after(struct kiln_pipe *pp, int s, int j);
+void kiln_pipe_wgrad_free(struct kiln_pipe *pp);
+size_t kiln_pipe_wgrad_bytes(const struct kiln_pipe *pp, size_t *ws);
+/* Layer i's record a micro-batch where its weight gradient can be
+ * deferred (plan p's shapes), else 0 (core/pipe_memory.c reports them). */
+size_t kiln_pipe_wgrad_record(const struct kiln_model *m, const struct kiln_plan *p, int i);
 
 #endif

@@ -3,8 +3,9 @@
  * layers' outputs, saved state and gradients, and the receive buffers of
  * the tensors it reads from earlier stages), and how many micro-batches'
  * worth each schedule keeps alive on it. */
-#include "pipeline.h"
+#include "pipe_impl.h" /* kiln_pipe_wgrad_record */
 #include "checkpoint.h" /* KILN_CKPT_PIECE_BYTES */
+#include "dist.h" /* kiln_dist_env_read */
 #include <stdio.h>
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
@@ -54,6 +55,56 @@ static kiln_status zero_ckpt_print(const struct kiln_model *m, FILE *f)
 	fprintf(f, "  checkpoint with [dist] zero = 1 and pipeline = %lld: rank 0 gathers the whole optimizer state (%d slot(s) x %zu floats), +%.3f MiB (%zu bytes) over its training peak while it writes; the other ranks gather through their gradients (nothing more)\n",
 		(long long)P, m->state_slots, m->n_trainable, mib(b), b);
 	return KILN_OK;
+}
+
+/* 1: a run of this config falls back from [pipeline] defer_wgrad = 1
+ * (core/pipe_wgrad.c, why_not: what the config tells before the run). */
+static int wgrad_falls_back(const struct kiln_model *m)
+{
+	struct kiln_dist_env env;
+	int64_t P = 1;
+	int async = 1;
+	const char *pr = kiln_config_get(m->cfg, "run", "precision");
+	const char *as = kiln_config_get(m->cfg, "plugin.cpu", "async");
+	kiln_config_get_int(m->cfg, "dist", "pipeline", &P);
+	if (as && strcmp(as, "auto") && kiln_config_get_bool(m->cfg, "plugin.cpu", "async", &async))
+		async = 1;
+	return P > 1 || (!kiln_dist_env_read(&env) && env.world > 1) || m->n_tie_elems ||
+	       (pr && !strcmp(pr, "fp16")) || !async;
+}
+
+/* [pipeline] defer_wgrad = 1 (core/pipe_wgrad.c) with [run] devices: each
+ * stage's records of its deferred layers, min(M, P - s) micro-batches'
+ * on stage s, and a workspace of the plan's on each stage that has one;
+ * nothing where the run falls back (no layer to defer, tied weights, data
+ * parallelism, ...). */
+static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, int64_t M, FILE *f)
+{
+	const char *dv = kiln_config_get(m->cfg, "pipeline", "defer_wgrad");
+	int on = 0; /* auto: off */
+	if (!dv || !strcmp(dv, "auto") || kiln_config_get_bool(m->cfg, "pipeline", "defer_wgrad", &on) ||
+	    !on)
+		return;
+	const char *devs = kiln_config_get(m->cfg, "run", "devices");
+	if (!devs || !*devs || wgrad_falls_back(m))
+		return;
+	const int P = m->n_stages;
+	size_t b[KILN_PIPE_MAX_STAGES] = { 0 };
+	int with = 0;
+	for (int s = 0; s < P && s < KILN_PIPE_MAX_STAGES; s++) {
+		for (int i = 0; i < m->n_layers; i++)
+			if (kiln_pipe_stage(m, i) == s)
+				b[s] += kiln_pipe_wgrad_record(m, p, i);
+		with += b[s] > 0;
+	}
+	if (!with)
+		return;
+	fprintf(f, "  deferred weight gradients ([pipeline] defer_wgrad, stages on [run] devices): min(M, P - s) micro-batches' copies of each linear layer's input and output gradient (and output, with a fused ReLU) on stage s, and a workspace of %.3f MiB on each of the %d stages with one:",
+		mib(kiln_align_up(p->ws_bytes)), with);
+	for (int s = 0; s < P && s < KILN_PIPE_MAX_STAGES; s++) {
+		const int64_t n = P - s < M ? P - s : M;
+		fprintf(f, " stage %d %.3f MiB%s", s, mib(b[s] * (size_t)n), s + 1 < P ? "," : "\n");
+	}
 }
 
 kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
@@ -109,6 +160,7 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 		m->state_slots, m->optim_name, mib(KILN_CKPT_PIECE_BYTES));
 	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, %lld more with [pipeline] early_forwards on all but the last, once stages have devices of their own; in one process every stage keeps that of stage 0 in whole-model sets today)\n",
 		(long long)early);
+	wgrad_print(m, p, M, f);
 	kiln_plan_free(p);
 	return zero_ckpt_print(m, f);
 }

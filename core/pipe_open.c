@@ -357,6 +357,8 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	const char *sched = kiln_config_get(cfg, "pipeline", "schedule");
 	const char *pv = kiln_config_get(cfg, "pipeline", "sendrecv");
 	const int pair_auto = !pv || !strcmp(pv, "auto");
+	const char *dv = kiln_config_get(cfg, "pipeline", "defer_wgrad");
+	int defer = 0;
 	kiln_status st;
 	*out = NULL;
 	if (((st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M)) && st != KILN_ENOTFOUND) ||
@@ -365,7 +367,9 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	    (!pair_auto && (st = kiln_config_get_bool(cfg, "pipeline", "sendrecv", &pair)) &&
 	     st != KILN_ENOTFOUND) ||
 	    ((st = kiln_config_get_bool(cfg, "pipeline", "zero_copy", &zero_copy)) &&
-	     st != KILN_ENOTFOUND))
+	     st != KILN_ENOTFOUND) ||
+	    (dv && strcmp(dv, "auto") &&
+	     (st = kiln_config_get_bool(cfg, "pipeline", "defer_wgrad", &defer))))
 		return st;
 	if (accumulate < 1 || accumulate > INT32_MAX / M)
 		return kiln_error(KILN_ECONFIG, "%s: [train] accumulate = %lld with %lld micro-batches",
@@ -392,6 +396,9 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->early = pp->kind == KILN_PIPE_1F1B ? (int)early : 0;
 	pp->pair = pair != 0; /* auto: 0 in one process (no sendrecv there) */
 	pp->pair_auto = pair_auto;
+	/* (auto: off, core/pipe_wgrad.c) */
+	pp->defer_set = dv && strcmp(dv, "auto") && defer;
+	pp->defer = dv && strcmp(dv, "auto") && !defer ? -1 : 0;
 	/* (where ranks may share them: stages on ranks, [dist] pipeline, on a
 	 * device of host memory) */
 	int64_t on_ranks = 1;
@@ -502,6 +509,7 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 	for (int e = 0; pp->xadd && pp->plan && pp->plan[0] && e < pp->plan[0]->n_xfer; e++)
 		if (pp->xadd[e])
 			kiln_device_plan_free(sdev(pp, pp->plan[0]->xfer[e].from), pp->xadd[e]);
+	kiln_pipe_wgrad_free(pp);
 	kiln_pipe_rank_free(pp->rk);
 	free(pp->shared);
 	free(pp->pair_with);

@@ -263,7 +263,7 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	if (pp->tie)
 		m->tie_grads_d = pp->tie[k];
 	m->grad_final = pp->hook_final && j == pp->M - 1 && pp->a == pp->A - 1;
-	st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss);
+	st = kiln_pipe_wgrad_backward(pp, p, s, j, x, y, metrics);
 	m->grad_final = 0;
 	m->grad_out_d = NULL;
 	m->grad_accum = 0;
@@ -286,7 +286,9 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 				xf->bytes, ss)))
 			return st;
 	}
-	return tie_grads(pp, s, j, 1);
+	if ((st = tie_grads(pp, s, j, 1)))
+		return st;
+	return kiln_pipe_wgrad_after(pp, s, j);
 }
 
 /* Micro-batch j enters the pipeline: a free plan, and its dropout counter:
@@ -366,7 +368,8 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 		return st;
 	for (int s = 0; s < pp->P; s++)
 		if ((pp->mine < 0 || s == pp->mine) &&
-		    ((st = kiln_device_event_record(sdev(pp, s), pp->done[s], pp->sst[s])) ||
+		    ((st = kiln_pipe_wgrad_drain(pp, s)) ||
+		     (st = kiln_device_event_record(sdev(pp, s), pp->done[s], pp->sst[s])) ||
 		     (st = kiln_device_stream_wait(pp->dev, pp->stream, pp->done[s]))))
 			return st;
 	pp->a = (pp->a + 1) % pp->A;

@@ -117,10 +117,50 @@ static kiln_status run_node(struct kiln_plan *p, int i, int pass, struct kiln_la
 	return st;
 }
 
+/* Layer i's backward split (df, [pipeline] defer_wgrad): its input,
+ * output (where its backward reads it) and output's gradient copied into
+ * the micro-batch's record on the stream, the backward into its inputs'
+ * gradients (no dw) on the stream, and the one into its parameters'
+ * gradients (no dx) from the record on the side stream with the side's
+ * workspace: the same ops on the same bytes as one backward, the
+ * gradients the same bit for bit. */
+static kiln_status run_split(struct kiln_plan *p, int i, const struct kiln_layer_run *r,
+			     const struct kiln_wdefer *df, struct kiln_profile *prof)
+{
+	const struct kiln_layer *l = &p->nodes[i].l;
+	struct kiln_device *dev = r->dev;
+	const size_t xb = kiln_tensor_bytes(&l->in[0]), yb = kiln_tensor_bytes(&l->out);
+	const size_t sb = r->saved ? l->saved_bytes : 0;
+	char *rx = df->rec + df->off[i];
+	char *ry = l->needs_output ? rx + kiln_align_up(xb) : NULL;
+	char *rs = sb ? rx + kiln_align_up(xb) + (ry ? kiln_align_up(yb) : 0) : NULL;
+	char *rdy = rx + kiln_align_up(xb) + (ry ? kiln_align_up(yb) : 0) + (sb ? kiln_align_up(sb) : 0);
+	kiln_status st;
+	if ((st = kiln_device_copy_async(dev, rx, r->x[0], xb, KILN_COPY_D2D, r->stream)) ||
+	    (ry && (st = kiln_device_copy_async(dev, ry, r->y, yb, KILN_COPY_D2D, r->stream))) ||
+	    (rs && (st = kiln_device_copy_async(dev, rs, r->saved, sb, KILN_COPY_D2D, r->stream))) ||
+	    (st = kiln_device_copy_async(dev, rdy, r->dy, yb, KILN_COPY_D2D, r->stream)))
+		return st;
+	struct kiln_layer_run b = *r, w = *r;
+	for (int k = 0; k < l->n_params; k++)
+		b.dw[k] = NULL;
+	b.dw_accum = 0;
+	if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &b, prof)))
+		return st;
+	for (int k = 0; k < l->n_in; k++)
+		w.dx[k] = NULL;
+	w.x[0] = rx, w.y = ry, w.dy = rdy, w.saved = rs;
+	w.workspace = df->ws, w.workspace_bytes = df->ws_bytes;
+	w.stream = df->side;
+	return run_node(p, i, KILN_PHASE_BACKWARD, &w, prof);
+}
+
 /* Schedule positions [from, to): each layer's forward (after the forward
- * hook), recomputation, or backward (then the backward hook). */
+ * hook), recomputation, or backward (then the backward hook); df: the
+ * layers whose weight gradients are deferred (NULL: none). */
 static kiln_status run_events(struct kiln_plan *p, int from, int to, const void *x,
-			      const void *labels, void *metrics, void *stream)
+			      const void *labels, void *metrics, void *stream,
+			      const struct kiln_wdefer *df)
 {
 	struct kiln_model *m = p->m;
 	struct kiln_profile *prof = kiln_device_profile(m->dev);
@@ -148,7 +188,8 @@ static kiln_status run_events(struct kiln_plan *p, int from, int to, const void 
 		default: /* PEV_BWD */
 			if (p->nodes[i].ops->backward) {
 				fill_run(p, i, &r, x, labels, metrics, stream, 1);
-				if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
+				if ((st = df && df->off[i] != SIZE_MAX ? run_split(p, i, &r, df, prof)
+								       : run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
 					return kiln_error_wrap(st, "backward of layer '%s'", name);
 			}
 			/* a tied weight's gradient is whole after its last user's
@@ -205,7 +246,7 @@ kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const v
 	const int n = m->n_layers;
 	kiln_status st;
 	if (lo > 0)
-		return run_events(p, lo, hi, x, labels, metrics, stream);
+		return run_events(p, lo, hi, x, labels, metrics, stream, NULL);
 	/* the compute copy's refresh reads every parameter */
 	if (m->fwd_hook && m->pcopy_stale && m->pcast_plan &&
 	    (st = m->fwd_hook(m->fwd_user, n, stream)))
@@ -226,7 +267,7 @@ kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const v
 		if (st)
 			return kiln_error_wrap(st, "converting the input to the model's layout and dtype");
 	}
-	return run_events(p, 0, hi, x, labels, metrics, stream);
+	return run_events(p, 0, hi, x, labels, metrics, stream, NULL);
 }
 
 kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *labels,
@@ -242,7 +283,7 @@ kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *l
 {
 	if (!p->training)
 		return KILN_OK;
-	return run_events(p, p->m->n_layers, p->n_pos, x, labels, metrics, stream);
+	return run_events(p, p->m->n_layers, p->n_pos, x, labels, metrics, stream, NULL);
 }
 
 /* The backwards of layers hi-1 down to lo, each after the recomputations
@@ -250,7 +291,8 @@ kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *l
  * hi-1's backward to layer lo's backward.  A pipeline's plan recomputes
  * within a stage only (plan_schedule), so a stage's events are one run. */
 kiln_status kiln_plan_backward_range(struct kiln_plan *p, int lo, int hi, const void *x,
-				     const void *labels, void *metrics, void *stream)
+				     const void *labels, void *metrics, void *stream,
+				     const struct kiln_wdefer *df)
 {
 	const int n = p->m->n_layers;
 	int from = -1, to = -1;
@@ -276,7 +318,7 @@ kiln_status kiln_plan_backward_range(struct kiln_plan *p, int lo, int hi, const 
 		if (p->sched[e].layer < lo || p->sched[e].layer >= hi)
 			return kiln_error(KILN_EINTERNAL, "kiln_plan_backward_range: layer %d recomputed in layers %d..%d's backward",
 					  p->sched[e].layer, lo, hi - 1);
-	return run_events(p, from, to, x, labels, metrics, stream);
+	return run_events(p, from, to, x, labels, metrics, stream, df);
 }
 
 kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void *pos,

@@ -64,6 +64,9 @@ static const struct {
 	 * one changed was refused) */
 	{ "pipeline", "early_forwards" }, { "pipeline", "zero_copy" },
 	{ "pipeline", "sendrecv" },
+	/* when the stages' weight gradients run: the same bits (session 49,
+	 * tests/pipeline_wgrad.sh) */
+	{ "pipeline", "defer_wgrad" },
 	/* stages on ranks: checkpoints hold every stage's state, gathered */
 	{ "dist", "pipeline" },
 	/* stages on devices of one process: the same state, the same layout

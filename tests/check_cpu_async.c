@@ -59,6 +59,24 @@ static kiln_status probe_fn(void *arg)
 	return KILN_OK;
 }
 
+/* Poll until *flag == want, giving up after 20 s (a broken build fails,
+ * not hangs); then sleep sleep_ms.  seen: *flag at the end. */
+struct poll {
+	const int *flag;
+	int want, sleep_ms, seen;
+};
+
+static kiln_status poll_fn(void *arg)
+{
+	struct poll *p = arg;
+	for (int i = 0; i < 20000 && __atomic_load_n(p->flag, __ATOMIC_ACQUIRE) != p->want; i++)
+		usleep(1000);
+	if (p->sleep_ms)
+		usleep((useconds_t)p->sleep_ms * 1000);
+	p->seen = __atomic_load_n(p->flag, __ATOMIC_ACQUIRE);
+	return KILN_OK;
+}
+
 /* 1: stream s ran a host function on the calling thread (sync streams). */
 static int runs_here(struct kiln_device *dev, void *s)
 {
@@ -293,6 +311,110 @@ START_TEST(test_long_message_kept)
 }
 END_TEST
 
+/* KILN_PROC_STREAM_SIDE (session 49, [pipeline] defer_wgrad): a side
+ * stream's work runs on its stream's worker while that waits for an event
+ * not yet complete, a group (up to an event record) at a time, in the
+ * order issued, none before the stream's work issued before it; a wait
+ * on the side's own event runs what is left; a side takes no waits. */
+START_TEST(test_side_stream)
+{
+	setenv("KILN_CPU_PROBEWAIT", "0", 1);
+	struct kiln_device *dev = open_rank("plugin.cpu.async=1");
+	void *a, *b, *side, *ev, *sev;
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_create(dev, &b), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_create(dev, &ev), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_create(dev, &sev), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_side(dev, a, &side), KILN_OK);
+	int go = 0, flag = 0, flag_seen = -1, one = 1, two = 2, three = 3, dst = 0;
+	/* b: once everything is issued, 100 ms (a is in its first wait by
+	 * then: the side must not run there), its event; then until the
+	 * side's second group ran (dst == 2: only a's second wait can run
+	 * it), its event again */
+	struct poll slow1 = { .flag = &go, .want = 1, .sleep_ms = 100 }, slow2 = { .flag = &dst, .want = 2 };
+	ck_assert_int_eq(kiln_device_host_fn(dev, b, poll_fn, &slow1), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, ev, b), KILN_OK);
+	ck_assert_int_eq(kiln_device_host_fn(dev, b, poll_fn, &slow2), KILN_OK);
+	/* a: once everything is issued (the side's work below is queued), a
+	 * wait for b's first event, then flag = 5 */
+	struct poll gate = { .flag = &go, .want = 1 };
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, poll_fn, &gate), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, a, ev), KILN_OK);
+	struct probe setf = { .mark = &flag, .value = 5 };
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, probe_fn, &setf), KILN_OK);
+	/* the side, two groups: flag read and dst = 1; then dst = 2 (none of
+	 * it in a's first wait, which was issued before it) */
+	ck_assert_int_eq(kiln_device_copy_async(dev, &flag_seen, &flag, sizeof flag, KILN_COPY_D2D, side),
+			 KILN_OK);
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &one, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &two, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	/* a waits for b's second event: the side runs meanwhile */
+	ck_assert_int_eq(kiln_device_event_record(dev, ev, b), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, a, ev), KILN_OK);
+	__atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+	ck_assert_int_eq(kiln_device_stream_sync(dev, a), KILN_OK);
+	ck_assert_int_eq(flag_seen, 5); /* after a's earlier work */
+	ck_assert_int_eq(slow2.seen, 2); /* both groups, in order, while a waited */
+	ck_assert_int_eq(kiln_device_stream_sync(dev, b), KILN_OK);
+	/* the rest, at a wait on the side's event (a has nothing else to wait for) */
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &three, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	ck_assert_int_eq(dst, 2);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, a, sev), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_sync(dev, a), KILN_OK);
+	ck_assert_int_eq(dst, 3);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, side, ev), KILN_EINVAL);
+	kiln_device_stream_destroy(dev, side);
+	kiln_device_stream_destroy(dev, a);
+	kiln_device_stream_destroy(dev, b);
+	kiln_device_event_destroy(dev, ev);
+	kiln_device_event_destroy(dev, sev);
+	close_rank(dev);
+}
+END_TEST
+
+/* A side stream's teardown: destroying its owner runs the owner's queued
+ * wait on the side's event first (the side's work with it), then drops
+ * the side; a side destroyed on its own completes its pending event
+ * record with an error (a wait on it fails, not hangs); the streams do
+ * not switch sync while a side is open. */
+START_TEST(test_side_teardown)
+{
+	setenv("KILN_CPU_PROBEWAIT", "0", 1);
+	struct kiln_device *dev = open_rank(NULL);
+	void *a, *side, *sev;
+	ck_assert_int_eq(kiln_device_workload(dev, &cnn), KILN_OK); /* async */
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_create(dev, &sev), KILN_OK);
+	int one = 1, two = 2, dst = 0;
+	struct probe busy = { .sleep_ms = 50 };
+	ck_assert_int_eq(kiln_device_stream_side(dev, a, &side), KILN_OK);
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, probe_fn, &busy), KILN_OK);
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &one, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, a, sev), KILN_OK);
+	kiln_device_stream_destroy(dev, a); /* (the side with it) */
+	ck_assert_int_eq(dst, 1);
+	ck_assert_int_eq(kiln_device_event_sync(dev, sev), KILN_OK);
+
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_side(dev, a, &side), KILN_OK);
+	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "side stream"), "%s", kiln_last_error());
+	ck_assert_msg(!runs_here(dev, a), "the streams switched sync with a side open");
+	ck_assert_int_eq(kiln_device_copy_async(dev, &dst, &two, sizeof dst, KILN_COPY_D2D, side), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, sev, side), KILN_OK);
+	kiln_device_stream_destroy(dev, side);
+	ck_assert_int_eq(kiln_device_event_sync(dev, sev), KILN_EINVAL);
+	ck_assert_int_eq(dst, 1);
+	kiln_device_stream_destroy(dev, a);
+	kiln_device_event_destroy(dev, sev);
+	close_rank(dev);
+}
+END_TEST
+
 static Suite *make_cpu_async_suite(void)
 {
 	Suite *s = suite_create("cpu_async");
@@ -303,6 +425,8 @@ static Suite *make_cpu_async_suite(void)
 	tcase_add_test(tc, test_probe_sees_busy_thread);
 	tcase_add_test(tc, test_create_during_switch);
 	tcase_add_test(tc, test_long_message_kept);
+	tcase_add_test(tc, test_side_stream);
+	tcase_add_test(tc, test_side_teardown);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -895,6 +895,10 @@ EXTRA_DIST += tests/pipeline.sh
 # tally; bench/pipeline.sh's models in one short round
 TESTS += tests/pipeline_one_cpu.sh
 EXTRA_DIST += tests/pipeline_one_cpu.sh
+# [pipeline] defer_wgrad: the linear layers' weight gradients deferred to the
+# stage's side stream; parameters byte for byte those of the backward whole
+TESTS += tests/pipeline_wgrad.sh
+EXTRA_DIST += tests/pipeline_wgrad.sh
 # a loss layer plugin built before ABI 2.23 where the loss seed is a mean
 TESTS += tests/loss_plugin_abi.sh
 EXTRA_DIST += tests/loss_plugin_abi.sh

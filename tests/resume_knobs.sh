@@ -7,8 +7,8 @@
 # a checkpoint whose every section but the config is byte for byte the
 # uninterrupted run's, and the same test loss; the log shows the switch
 # took effect (async streams, a captured step, samples normalised on the
-# device).  Likewise [pipeline] early_forwards, zero_copy and sendrecv on
-# 2 stages.  [plugin.cuda] graph stays refused: no GPU checked it.  Before session 30 each resume was refused (exit 2: "[plugin.cpu]
+# device).  Likewise [pipeline] early_forwards, zero_copy, sendrecv and defer_wgrad on
+# 2 stages (defer_wgrad 0 -> 1 also on [run] devices, where it splits).  [plugin.cuda] graph stays refused: no GPU checked it.  Before session 30 each resume was refused (exit 2: "[plugin.cpu]
 # async is absent in the checkpoint but '1' here").
 name=resume_knobs
 . "$(dirname "$0")/lib.sh"
@@ -97,12 +97,28 @@ kiln 0 train "$ini" $run $pl "run.out_dir=$tmp/plw"
 kiln 0 train "$ini" $run $pl train.max_steps=3 "run.out_dir=$tmp/pl"
 # shellcheck disable=SC2086
 kiln 0 train "$ini" $run $pl "run.out_dir=$tmp/pl" --resume \
-	pipeline.early_forwards=1 pipeline.zero_copy=0 pipeline.sendrecv=0
+	pipeline.early_forwards=1 pipeline.zero_copy=0 pipeline.sendrecv=0 pipeline.defer_wgrad=0
 stdout_has '"resumed_step": 3'
 # shellcheck disable=SC2086
 "$top_builddir/tests/ckpt_tool" same "$(ck plw 12)" "$(ck pl 12)" $tags ||
-	fail "2 stages resumed with early_forwards, zero_copy and sendrecv changed: ckpt-12.kiln differs from the uninterrupted run's"
-echo "ok: 2 stages resumed with early_forwards=1 zero_copy=0 sendrecv=0: the same bytes"
+	fail "2 stages resumed with early_forwards, zero_copy, sendrecv and defer_wgrad changed: ckpt-12.kiln differs from the uninterrupted run's"
+echo "ok: 2 stages resumed with early_forwards=1 zero_copy=0 sendrecv=0 defer_wgrad=0: the same bytes"
+# the same 2 stages on devices of their own ([run] devices), where
+# defer_wgrad = 1 splits each backward: cut with it 0, resumed with it 1,
+# the uninterrupted run's bytes
+pd="$pl run.devices=cpu:0,cpu:1 run.threads=2"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run $pd "run.out_dir=$tmp/pdw" pipeline.defer_wgrad=0
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run $pd train.max_steps=3 "run.out_dir=$tmp/pd" pipeline.defer_wgrad=0
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $run $pd "run.out_dir=$tmp/pd" --resume pipeline.defer_wgrad=1
+stdout_has '"resumed_step": 3'
+stderr_has "[pipeline] deferred weight gradients: 1 linear layers'"
+# shellcheck disable=SC2086
+"$top_builddir/tests/ckpt_tool" same "$(ck pdw 12)" "$(ck pd 12)" $tags ||
+	fail "2 stages on [run] devices resumed with defer_wgrad 0 -> 1: ckpt-12.kiln differs from the uninterrupted run's"
+echo "ok: 2 stages on [run] devices resumed with defer_wgrad=1: the same bytes"
 # [data.val] inherits [data]'s loader keys: with the section present, a
 # resume with data.workers or data.prefetch changed continues (refused
 # before session 33, exit 2: "[data.val] workers is '0' in the checkpoint

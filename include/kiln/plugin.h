@@ -418,6 +418,29 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
  *   consumer-fill rule).  The CPU device has it (session 48): [plugin.cpu]
  *   async, as set or as its auto rule chose. */
 #define KILN_PROC_STREAMS_ASYNC "kiln.streams_async"
+/* KILN_PROC_STREAM_SIDE  kiln_status (*)(void *ctx, void *stream, void
+ *   **side): a side stream of `stream` (session 49): runs, copies and
+ *   event records issued on it run in their order, each no earlier than
+ *   everything issued on `stream` before it, on `stream`'s own thread
+ *   when that stream reaches a wait for an event not yet complete (one
+ *   group at a time: up to and including the side's next event record)
+ *   and until the event completes or the side has nothing ready.  A wait
+ *   of `stream` on an event recorded on the side therefore runs the side
+ *   up to it; only `stream`'s own waits run it: another stream's wait or
+ *   an event_sync on a side's event sleeps until `stream` reaches a wait
+ *   (and forever where `stream` has none left: issue one on `stream`).
+ *   No waits, host functions or syncs on a side.  Destroying `stream`
+ *   first drains it (its waits run the side), then destroys the side
+ *   (destroying the side afterwards is a double free); a side destroyed
+ *   on its own waits until `stream` is not running its work, drops its
+ *   work not run yet and completes its pending event records with an
+ *   error (a wait on one fails, not hangs).  The streams' mode (async)
+ *   does not switch while a side is open.  Looked up by name (no ABI
+ *   minor); where the device's streams have no threads of their own
+ *   (KILN_PROC_STREAMS_ASYNC 0) the side's work runs when issued.  The
+ *   pipeline's deferred weight gradients use it ([pipeline]
+ *   defer_wgrad, docs/pipeline.md); the CPU device has it. */
+#define KILN_PROC_STREAM_SIDE "kiln.stream_side"
 /* KILN_PROC_NATIVE_STREAM  void *(*)(void *ctx, void *stream): the
  *   library's own stream behind a kiln stream (the CUDA device: its
  *   cudaStream_t), for communicators that enqueue on it (NCCL). */

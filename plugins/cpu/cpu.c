@@ -794,6 +794,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 		return (void *)cpu_weights_changed;
 	if (!strcmp(name, KILN_PROC_WEIGHTS_WRITTEN))
 		return (void *)cpu_weights_written;
+	if (!strcmp(name, KILN_PROC_STREAM_SIDE))
+		return (void *)cpu_stream_side;
 	return NULL;
 }
 

@@ -191,6 +191,10 @@ struct cpu_ctx {
 			     * stage), not the run's own device: its events'
 			     * waits feed the back-off (cpu_spin_learns) */
 	struct cpu_wait_tally waits; /* those waits, by how they ended (under lock) */
+	/* side streams' groups run by their owners (KILN_PROC_STREAM_SIDE,
+	 * stream.c; under lock): [0] in a wait for another event, [1] in a
+	 * wait for a side's own record; and their time */
+	int64_t side_groups[2], side_ns[2];
 	struct cpu_spin_backoff backoff; /* their spin's back-off (under lock) */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	int threads_set;    /* [run] threads was set: a fixed team */
@@ -785,6 +789,8 @@ struct cpu_task {
 	kiln_status (*fn)(void *);    /* HOST: KILN_PROC_HOST_FN's function */
 	void (*skip)(void *);         /* HOST: KILN_PROC_HOST_FN_SKIP's, or NULL */
 	void *arg;
+	uint64_t after;               /* a side stream's task: runs once its
+				       * owner has run this many tasks */
 };
 
 /* Issue one task on stream s as run/copy_async/event_record/stream_wait/
@@ -807,6 +813,8 @@ void cpu_graph_free(void *ctx, void *graph);
 
 kiln_status cpu_stream_create(void *ctx, void **stream);
 void cpu_stream_destroy(void *ctx, void *stream);
+/* KILN_PROC_STREAM_SIDE: a side stream of `stream` (stream.c) */
+kiln_status cpu_stream_side(void *ctx, void *stream, void **side);
 kiln_status cpu_event_create(void *ctx, void **event);
 void cpu_event_destroy(void *ctx, void *event);
 /* Give every stream of c a worker thread (on = 1) or drain and stop them

@@ -32,6 +32,14 @@
  * its next waits sleep at once, backing off (cpu_spin_backoff; [plugin.cpu]
  * stage_backoff = 0: no back-off).
  *
+ * A side stream (KILN_PROC_STREAM_SIDE, session 49: the pipeline's
+ * deferred weight gradients) has no worker: its owner's worker runs its
+ * tasks, a group up to an event record at a time, when it reaches a wait
+ * for an event not yet complete, and only tasks whose owner has run
+ * every task pushed before them (cpu_task.after).  A side task eligible
+ * in a wait was therefore pushed before that wait was, so a wait never
+ * misses side work issued while it sleeps.
+ *
  * Errors are sticky: the first kernel failure on a stream is kept, later
  * kernels and copies on that stream are skipped (their inputs are
  * garbage), markers still pass so nobody waits forever, and the error
@@ -73,6 +81,14 @@ struct cpu_stream {
 	pthread_cond_t wake; /* the worker: a task was pushed, or quit */
 	char name[16];       /* its worker's: kiln-stream-N, the process's N-th */
 	struct cpu_err err; /* sticky: first failure */
+	/* KILN_PROC_STREAM_SIDE: a side stream (no worker) has its owner, a
+	 * stream with a side has it; seq counts the tasks ever pushed, ran
+	 * the tasks ever completed (a side task runs once its owner's ran
+	 * reaches the owner's seq at its push: cpu_task.after) */
+	struct cpu_stream *owner, *side;
+	uint64_t seq, ran;
+	int side_busy;    /* its worker is in its side's work (cpu_worker) */
+	int side_waiters; /* side_destroy waits for side_busy to clear */
 };
 
 struct cpu_event {
@@ -86,6 +102,8 @@ struct cpu_event {
 	int waiters;     /* threads asleep until it completes (event_sleep) */
 	int run_own;     /* created by the run's own device, not by a
 			  * pipeline stage's (!c->stage; cpu_spin_learns) */
+	int side_rec;    /* last recorded on a side stream (the tally of
+			  * the side's groups, cpu_worker) */
 	struct cpu_err err; /* the recording stream's error when `done` was set */
 	/* graph.c: the capture its latest record belongs to (0: none, a real
 	 * record), the stream and that stream's recorded-task count then */
@@ -172,10 +190,69 @@ static void cpu_task_done(struct cpu_stream *s)
 	if (t->plan && !--((struct cpu_plan *)t->plan)->refs && s->c->plan_waiters)
 		wake = 1;
 	s->head = (s->head + 1) % s->cap;
-	if (!--s->count)
-		wake = 1; /* stream_sync waits for this */
+	s->ran++;
+	if (!--s->count && !s->owner)
+		wake = 1; /* stream_sync waits for this (a side's: nobody) */
 	if (wake)
 		pthread_cond_broadcast(s->c->cond);
+}
+
+/* An event record, run or copy task t of stream s (caller holds the
+ * lock; a run or copy unlocked). */
+static void exec_task(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t)
+{
+	if (t->kind == CPU_T_RECORD) {
+		if (t->ev->done < t->gen) {
+			/* only a context beside peers tallies its waits, and
+			 * only peers (all beside, or none: one config, one
+			 * peer count) wait on its events */
+			if (c->beside)
+				t->ev->done_ns = mono_ns();
+			__atomic_store_n(&t->ev->done, t->gen, __ATOMIC_RELEASE);
+			/* (the message only with a failure: 2 KiB) */
+			if (s->err.st)
+				t->ev->err = s->err;
+			else
+				t->ev->err.st = KILN_OK;
+		}
+		return;
+	}
+	if (s->err.st)
+		return; /* skipped: an earlier task failed */
+	/* Copy out: a producer may grow (move) the ring while we run
+	 * unlocked. */
+	struct cpu_task task = *t;
+	struct cpu_err e; /* (not `= { KILN_OK, "" }`: 2 KiB zeroed per task) */
+	e.st = KILN_OK;
+	e.msg[0] = 0;
+	pthread_mutex_unlock(c->lock);
+	if (task.kind == CPU_T_RUN)
+		cpu_exec(c, task.plan, &task.args, &e);
+	else {
+		memcpy(task.dst, task.src, task.bytes);
+		cpu_wc_wrote(task.dst, task.bytes);
+	}
+	pthread_mutex_lock(c->lock);
+	if (e.st && !s->err.st)
+		s->err = e;
+}
+
+/* One group of stream s's side stream on s's worker (caller holds the
+ * lock): its tasks that are ready (s has run every task pushed before
+ * them), up to and including the next event record.  0: none was ready. */
+static int side_run(struct cpu_ctx *c, struct cpu_stream *s)
+{
+	struct cpu_stream *d = s->side;
+	int any = 0;
+	while (d->count && d->q[d->head].after <= s->ran) {
+		const int rec = d->q[d->head].kind == CPU_T_RECORD;
+		exec_task(c, d, &d->q[d->head]);
+		cpu_task_done(d);
+		any = 1;
+		if (rec)
+			break;
+	}
+	return any;
 }
 
 static void *cpu_worker(void *arg)
@@ -199,6 +276,22 @@ static void *cpu_worker(void *arg)
 			struct cpu_event *ev = t->ev;
 			const uint64_t gen = t->gen;
 			int64_t late = 0;
+			/* the side's work while the event is not complete,
+			 * a group at a time (KILN_PROC_STREAM_SIDE) */
+			if (s->side && __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen) {
+				const int64_t t0 = mono_ns();
+				const int own = ev->side_rec;
+				int64_t n = 0;
+				s->side_busy = 1; /* the side stays (side_destroy) */
+				while (__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen && side_run(c, s))
+					n++;
+				s->side_busy = 0;
+				if (s->side_waiters)
+					pthread_cond_broadcast(c->cond);
+				c->side_groups[own] += n;
+				if (n)
+					c->side_ns[own] += mono_ns() - t0;
+			}
 			const int how = spin_wait(c, ev, gen, &late);
 			event_sleep(c, ev, gen);
 			if (how != CPU_WAIT_NONE)
@@ -208,19 +301,9 @@ static void *cpu_worker(void *arg)
 			break;
 		}
 		case CPU_T_RECORD:
-			if (t->ev->done < t->gen) {
-				/* only a context beside peers tallies its waits,
-				 * and only peers (all beside, or none: one
-				 * config, one peer count) wait on its events */
-				if (c->beside)
-					t->ev->done_ns = mono_ns();
-				__atomic_store_n(&t->ev->done, t->gen, __ATOMIC_RELEASE);
-				/* (the message only with a failure: 2 KiB) */
-				if (s->err.st)
-					t->ev->err = s->err;
-				else
-					t->ev->err.st = KILN_OK;
-			}
+		case CPU_T_RUN:
+		case CPU_T_COPY:
+			exec_task(c, s, t);
 			break;
 		case CPU_T_HOST:
 			if (s->err.st) {
@@ -245,29 +328,6 @@ static void *cpu_worker(void *arg)
 				e.st = st;
 				if (st)
 					cpu_err_msg(&e, st, c->host->last_error());
-				pthread_mutex_lock(c->lock);
-				if (e.st && !s->err.st)
-					s->err = e;
-			}
-			break;
-		case CPU_T_RUN:
-		case CPU_T_COPY:
-			if (s->err.st)
-				break; /* skipped: an earlier task failed */
-			{
-				/* Copy out: a producer may grow (move) the ring
-				 * while we run unlocked. */
-				struct cpu_task task = *t;
-				struct cpu_err e; /* (not `= { KILN_OK, "" }`: 2 KiB zeroed per task) */
-				e.st = KILN_OK;
-				e.msg[0] = 0;
-				pthread_mutex_unlock(c->lock);
-				if (task.kind == CPU_T_RUN)
-					cpu_exec(c, task.plan, &task.args, &e);
-				else {
-					memcpy(task.dst, task.src, task.bytes);
-					cpu_wc_wrote(task.dst, task.bytes);
-				}
 				pthread_mutex_lock(c->lock);
 				if (e.st && !s->err.st)
 					s->err = e;
@@ -309,7 +369,11 @@ static kiln_status cpu_push(struct cpu_stream *s, const struct cpu_task *t)
 					s->name, ncap, s->pushed, s->count);
 		}
 	}
-	s->q[(s->head + s->count) % s->cap] = *t;
+	struct cpu_task *q = &s->q[(s->head + s->count) % s->cap];
+	*q = *t;
+	if (s->owner)
+		q->after = s->owner->seq;
+	s->seq++;
 	s->count++;
 	if (t->ev)
 		t->ev->refs++;
@@ -425,18 +489,85 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 	return KILN_OK;
 }
 
+/* KILN_PROC_STREAM_SIDE: a stream without a worker whose tasks s's
+ * worker runs while it waits (cpu_worker, side_run); in sync mode they
+ * run as issued, as any stream's. */
+kiln_status cpu_stream_side(void *ctx, void *stream, void **out)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_stream *o = stream;
+	*out = NULL;
+	if (!o || o->owner || o->side)
+		return c->host->error(KILN_EINVAL, "cpu: stream_side: %s",
+				      !o ? "NULL stream" : o->owner ? "a side stream has no side" : "the stream has a side already");
+	struct cpu_stream *s = calloc(1, sizeof *s);
+	if (s)
+		s->q = malloc(64 * sizeof *s->q);
+	if (!s || !s->q) {
+		free(s);
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a side stream");
+	}
+	s->c = o->c;
+	s->cap = 64;
+	pthread_cond_init(&s->wake, NULL);
+	snprintf(s->name, sizeof s->name, "side");
+	pthread_mutex_lock(o->c->lock);
+	s->owner = o;
+	o->side = s;
+	pthread_mutex_unlock(o->c->lock);
+	*out = s;
+	return KILN_OK;
+}
+
+/* A side stream, once its owner's worker is not running its work: its
+ * tasks not run yet dropped (their events' and plans' counts given
+ * back; an event record among them completes with an error, so that a
+ * wait on it fails instead of hanging), detached from its owner. */
+static void side_destroy(struct cpu_stream *s)
+{
+	struct cpu_ctx *c = s->c;
+	pthread_mutex_lock(c->lock);
+	s->owner->side_waiters++;
+	while (s->owner->side_busy)
+		pthread_cond_wait(c->cond, c->lock);
+	s->owner->side_waiters--;
+	if (s->count && !s->err.st) {
+		s->err.st = KILN_EINVAL;
+		snprintf(s->err.msg, sizeof s->err.msg,
+			 "cpu: a side stream destroyed before its work ran (its event record completes without it)");
+	}
+	while (s->count) {
+		if (s->q[s->head].kind == CPU_T_RECORD)
+			exec_task(c, s, &s->q[s->head]); /* (a record: under the lock) */
+		cpu_task_done(s);
+	}
+	s->owner->side = NULL;
+	pthread_mutex_unlock(c->lock);
+	pthread_cond_destroy(&s->wake);
+	free(s->q);
+	free(s);
+}
+
 void cpu_stream_destroy(void *ctx, void *stream)
 {
 	struct cpu_ctx *c = ctx;
 	struct cpu_stream *s = stream;
 	if (!s)
 		return;
+	if (s->owner) {
+		side_destroy(s);
+		return;
+	}
+	/* the worker first: its queue drains, and a wait of it on the
+	 * side's event runs the side's work (cpu_worker); then the side */
 	pthread_mutex_lock(&c->switch_lock);
 	stream_stop(c, s);
 	pthread_mutex_lock(c->lock);
 	COMMON_LIST_UNLINK(c->streams, s);
 	pthread_mutex_unlock(c->lock);
 	pthread_mutex_unlock(&c->switch_lock);
+	if (s->side)
+		side_destroy(s->side);
 	pthread_cond_destroy(&s->wake);
 	free(s->q);
 	free(s);
@@ -449,6 +580,10 @@ static kiln_status streams_switch(struct cpu_ctx *c, int on)
 		return KILN_OK;
 	struct cpu_stream *s;
 	kiln_status st;
+	for (s = c->streams; s; s = s->next)
+		if (s->side) /* (its tasks wait for its owner's worker) */
+			return c->host->error(KILN_EINVAL, "cpu: streams cannot switch to %s with a side stream open (KILN_PROC_STREAM_SIDE); destroy it first",
+					      on ? "async" : "sync");
 	if (!on) {
 		/* each stream drained (its last error kept, sticky, as in async
 		 * mode: sync mode reports the next failure on its own) */
@@ -487,8 +622,9 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 {
 	struct cpu_ctx *c = ctx;
 	struct cpu_stream *s = stream;
-	if (!s)
-		return c->host->error(KILN_EINVAL, "cpu: stream_sync: NULL stream");
+	if (!s || s->owner)
+		return c->host->error(KILN_EINVAL, "cpu: stream_sync: %s",
+				      s ? "a side stream (wait on an event it records)" : "NULL stream");
 	kiln_status st;
 	if (c->graph && (st = cpu_capture_check_sync(c, s, NULL, "stream_sync")))
 		return st;
@@ -498,6 +634,8 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 	while (s->count)
 		pthread_cond_wait(c->cond, c->lock);
 	s->pushed = 0;
+	if (s->side) /* (its queue sized by what is issued between its owner's syncs) */
+		s->side->pushed = s->side->count;
 	struct cpu_err e;
 	err_get(&e, &s->err);
 	pthread_mutex_unlock(c->lock);
@@ -530,6 +668,8 @@ static kiln_status take_or_issue(struct cpu_ctx *c, struct cpu_stream *s, const 
 	 * event of a peer context ([run] devices' stages) may be issued on it */
 	if (s && s->c)
 		c = s->c;
+	if (s && s->owner && (t->kind == CPU_T_WAIT || t->kind == CPU_T_HOST))
+		return c->host->error(KILN_EINVAL, "cpu: a side stream takes runs, copies and event records only");
 	if (c->graph) {
 		int taken = 0;
 		kiln_status st = cpu_capture_take(c, s, t, &taken);
@@ -627,6 +767,7 @@ static kiln_status record_raw(struct cpu_ctx *c, struct cpu_event *ev, struct cp
 	kiln_status st = KILN_OK;
 	pthread_mutex_lock(c->lock);
 	ev->cap_id = 0; /* a real record */
+	ev->side_rec = s->owner != NULL;
 	if (!cpu_async_get(c)) {
 		__atomic_store_n(&ev->done, ++ev->target, __ATOMIC_RELEASE);
 	} else {
@@ -715,6 +856,11 @@ static void wait_tally_log(const struct cpu_ctx *c)
 	double mean[4];
 	for (int k = 0; k < 4; k++)
 		mean[k] = w->n[k] ? (double)w->after_ns[k] / 1e3 / (double)w->n[k] : 0;
+	if (c->side_groups[0] + c->side_groups[1])
+		c->host->log(KILN_LOG_INFO, "cpu",
+			     "side stream work (deferred, threads %d): %lld groups run while waiting for another event (%.3f ms), %lld at a wait for the side's own (%.3f ms)",
+			     c->threads, (long long)c->side_groups[0], (double)c->side_ns[0] / 1e6,
+			     (long long)c->side_groups[1], (double)c->side_ns[1] / 1e6);
 	c->host->log(KILN_LOG_INFO, "cpu",
 		     "stage waits (threads %d) for another context's event: %lld; seen spinning %lld (a mean %.1f us after the record, max %.0f; the lock retaken in %.2f us), a late turn %lld (went on %.1f us after, max %.0f; the late turns %.1f us), slept at stage_spin_us %lld (woke %.1f us after, max %.0f), slept at once backing off %lld (woke %.1f us after, max %.0f); late turns on the run's own device's event, not backed off from: %lld",
 		     c->threads, (long long)n, (long long)w->n[0], mean[0], (double)w->after_max_ns[0] / 1e3,
