@@ -392,6 +392,21 @@ static void rule_log(const struct rule_seen *r)
 				: "the workers go on");
 }
 
+/* The batch whose samples the source is told of at a batch handed out
+ * (the lock held): the next one, when the training thread is to fill it
+ * (the consumer-fill rule chose so) and no worker has claimed it; -1 for
+ * none.  Its fill then finds the samples' lines in the cache, brought in
+ * while the step ran, instead of waiting on memory for each in turn (a
+ * hint a few samples ahead, kiln_dataset_read_rows's, is too late for
+ * that: session 49, docs/PERFORMANCE.md).  A worker's fill runs beside
+ * the step and needs none. */
+static int64_t next_hint(const struct kiln_loader *L)
+{
+	return L->inline_fill && L->next_claim == L->next_take && L->next_take < L->n_batches
+		       ? L->next_take
+		       : -1;
+}
+
 kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_t **y,
 			     int64_t *rows, int *slot)
 {
@@ -427,8 +442,13 @@ kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_
 	L->skipped += s->skipped;
 	struct rule_seen seen;
 	rule_note_take(L, &seen);
+	const int64_t ahead = next_hint(L);
 	pthread_mutex_unlock(&L->lock);
 	rule_log(&seen);
+	if (ahead >= 0)
+		kiln_dataset_hint_rows(L->d, L->order + ahead * L->batch,
+				       L->n - ahead * L->batch < L->batch ? L->n - ahead * L->batch
+									  : L->batch);
 	if (st)
 		return kiln_error(st, "%s", s->msg);
 	*x = s->x;

@@ -638,6 +638,39 @@ START_TEST(test_normalize_rule)
 END_TEST
 
 
+/* NORMALIZE_U8 over more elements than CPU_PAR_MIN (32768): the CPU
+ * device splits it by elements among its threads (session 49; by planes
+ * before, and a batch of 128 MNIST images ran on one thread), so a
+ * thread's span starts inside a plane and must still take that plane's
+ * channel; planes of 2500 end in a partial vector.  Every element by the
+ * rule, bit for bit. */
+START_TEST(test_normalize_split)
+{
+	char ini[1024];
+	struct rig d;
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	snprintf(ini, sizeof ini, aug_ini, "transform_on = device");
+	ck_assert_msg(rig_open(&d, ini) == 0, "%s", kiln_last_error());
+	static const float mean[3] = { 0.485f, 0.456f, 0.406f }, sd[3] = { 0.229f, 0.224f, 0.225f };
+	enum { N = 5, C = 3, HW = 50 * 50, ALL = N * C * HW };
+	uint8_t *u8 = malloc(ALL);
+	float *y = malloc(ALL * sizeof(float));
+	for (int i = 0; i < ALL; i++)
+		u8[i] = (uint8_t)(i * 7 + i / 251);
+	static const int64_t dims[4] = { N, C, 50, 50 };
+	normalize_on(&d, dims, mean, sd, u8, y);
+	for (int i = 0; i < ALL; i++) {
+		const int c = i / HW % C;
+		volatile float x = (float)u8[i] / 255.0f;
+		const float want = (x - mean[c]) / sd[c];
+		ck_assert_msg(y[i] == want, "element %d (plane %d, channel %d), u8 %d: %.9g, the rule %.9g",
+			      i, i / HW, c, u8[i], y[i], want);
+	}
+	free(u8), free(y);
+	rig_close(&d);
+}
+END_TEST
+
 /* u8 CHW output of an RGB image (transform_on = device): every sample is
  * the image's planes, mirrored or not, whatever path (SIMD or scalar) the
  * row took; widths around the 16-pixel SIMD block. */
@@ -1329,6 +1362,7 @@ static Suite *make_suite(void)
 		test_workers_identical, test_cache_ram, test_on_error, test_skip_never_itself,
 		test_skip_warning_names_rank,
 		test_count_sum_exact, test_normalize_on_device, test_normalize_rule,
+		test_normalize_split,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
 		test_workers_auto_cold, test_workers_auto_huge, test_probe_skips_uncounted, test_loader_skipped_taken,
 		test_workers_auto_mask,

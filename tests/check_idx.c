@@ -725,6 +725,115 @@ START_TEST(test_unzip_cache)
 }
 END_TEST
 
+/* ---- the images on huge pages (session 49) ------------------------------ */
+
+/* The /proc/self/smaps entry of a read-only anonymous mapping of len
+ * bytes (or its whole 2 MiB blocks) starting on a 2 MiB boundary
+ * (loaders_huge_copy's; the heap's are writable): 0 when there is none, 1
+ * when there is one, 2 when it is also advised MADV_HUGEPAGE (VmFlags
+ * "hg"). */
+static int huge_copy_seen(size_t len)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[1400];
+	int in = 0, seen = 0;
+	while (f && fgets(line, sizeof line, f)) {
+		unsigned long a, b;
+		char perm[8] = "", path[1100] = "";
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %1099s", &a, &b, perm, path) >= 3 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			/* (the advised whole 2 MiB blocks are an entry of their
+			 * own, the small-page tail another) */
+			in = !(a & ((2ul << 20) - 1)) && !path[0] && !strcmp(perm, "r--p") &&
+			     (b - a == len || b - a == (len & ~((2ul << 20) - 1)));
+			seen = in && !seen ? 1 : seen;
+		} else if (in && !strncmp(line, "VmFlags:", 8) && strstr(line, " hg")) {
+			seen = 2;
+		}
+	}
+	if (f)
+		fclose(f);
+	return seen;
+}
+
+/* An image file of 2 MiB or more is read from a copy on huge pages: the
+ * file's every byte, from the plain file (read into the heap) and from
+ * the mapped inflated copy of the gzip file, which the copy replaces; with
+ * KILN_TEST_LOADERS_HUGE = off (as where mmap fails) the source keeps its
+ * buffer or mapping and reads the same bytes. */
+START_TEST(test_huge_copy)
+{
+	enum { BN = 3000, BR = 28, BC = 28 }; /* 2.35 MB of random bytes */
+	const size_t data = (size_t)BN * BR * BC, bytes = 16 + data;
+	const size_t len = (data + 4095) & ~(size_t)4095;
+	uint8_t *img = malloc(bytes), lab[8 + BN];
+	ck_assert_ptr_nonnull(img);
+	put32(img, 0x803);
+	put32(img + 4, BN);
+	put32(img + 8, BR);
+	put32(img + 12, BC);
+	uint64_t x = 0x9e3779b97f4a7c15u;
+	for (size_t i = 16; i < bytes; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		img[i] = (uint8_t)(x >> 32);
+	}
+	put32(lab, 0x801);
+	put32(lab + 4, BN);
+	for (int i = 0; i < BN; i++)
+		lab[8 + i] = (uint8_t)(i % 10);
+	write_gz("big.gz", img, bytes);
+	write_tmp("big_labels", lab, sizeof lab);
+	write_tmp("big_plain", img, bytes);
+	char cache[600], file[1200], p[1100];
+	snprintf(cache, sizeof cache, "%s/cache", tmp);
+	snprintf(p, sizeof p, "data.path=%s", tmp);
+	const int thp = access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) == 0;
+
+	for (int off = 0; off <= 1; off++) {
+		if (off)
+			setenv("KILN_TEST_LOADERS_HUGE", "off", 1);
+		/* the plain file: inflated into the heap, then copied */
+		ck_assert_int_eq(huge_copy_seen(len), 0);
+		kiln_status st = open_src("data", "train", p, "data.images=big_plain",
+					  "data.labels=big_labels", NULL);
+		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+		const int seen = huge_copy_seen(len);
+		ck_assert_msg(off ? seen == 0 : seen >= (thp ? 2 : 1),
+			      "plain file, KILN_TEST_LOADERS_HUGE %s: huge copy %d", off ? "off" : "unset",
+			      seen);
+		close_src();
+		ck_assert_int_eq(huge_copy_seen(len), 0); /* unmapped at close */
+		/* the gzip file twice: the first time inflated (its copy kept),
+		 * then its copy mapped (both mapped with the copies off, the
+		 * inflated copy there from the first round) */
+		for (int pass = 0; pass < 2; pass++) {
+			open_big_check(cache, img, BN, BR, BC);
+			ck_assert_int_eq(only_file(cache, file, sizeof file), 1);
+			ck_assert_int_eq(huge_copy_seen(len) > 0, !off);
+			ck_assert_msg(mapped(file) == off,
+				      "pass %d, KILN_TEST_LOADERS_HUGE %s: cache file %s mapped", pass,
+				      off ? "off" : "unset", mapped(file) ? "still" : "not");
+			close_src();
+		}
+		/* every byte of the plain file's images, read back */
+		st = open_src("data", "train", p, "data.images=big_plain", "data.labels=big_labels",
+			      NULL);
+		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+		struct kiln_image im = { 0 };
+		int32_t y;
+		for (int i = 0; i < BN; i++) {
+			ck_assert_int_eq(ops->read_image(ctx, i, &im, &y), KILN_OK);
+			ck_assert_int_eq(memcmp(im.data, img + 16 + (size_t)i * BR * BC, BR * BC), 0);
+			ck_assert_int_eq(y, i % 10);
+		}
+		free(im.data);
+		close_src();
+	}
+	unsetenv("KILN_TEST_LOADERS_HUGE");
+	free(img);
+}
+END_TEST
+
 /* ---- the real Fashion-MNIST ------------------------------------------- */
 
 START_TEST(test_fashion_mnist)
@@ -943,7 +1052,8 @@ static Suite *make_idx_suite(void)
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 
 	check_add_case(s, "unzip_cache", 60, setup, teardown, (const TTest *[]){
-		test_unzip_cache, test_cache_write_threads, test_cache_write_leftovers, NULL });
+		test_unzip_cache, test_cache_write_threads, test_cache_write_leftovers,
+		test_huge_copy, NULL });
 
 	check_add_case(s, "fashion_mnist", 120, setup, teardown, (const TTest *[]){
 		test_fashion_mnist, NULL });

@@ -9,6 +9,7 @@
  * reproduce).
  */
 #include "cpu.h"
+#include "v16.h"  /* CPU_V16: NORMALIZE_U8's vector pass */
 #include "vexp.h" /* cpu_exp: the softmax-xent's exps, vectorised */
 #include "../common/norm_lut.h"   /* common_norm_lut: the host transforms' table */
 #include "../common/scalar_ops.h" /* LR schedule, loss scaler, clip factor: kernels.cu's code */
@@ -858,20 +859,61 @@ CPU_CLONES static void norm_u8_span(float *y, const uint8_t *x, int64_t n, const
 		y[i] = lut[x[i]];
 }
 
+#ifdef CPU_HAVE_V16
+/* norm_u8_span 16 pixels a step: the table's three f32 operations (a
+ * division, a subtraction, a division: norm_lut.h), each correctly
+ * rounded, so bit-equal to lut[u] (core/transform.c's gray row, the
+ * host's same pass).  The table walk was a load and a store a pixel,
+ * ~1 cycle each (session 49). */
+CPU_V16 static void norm_u8_v16(float *y, const uint8_t *x, int64_t n, float mean, float sd)
+{
+	const __m512 k = _mm512_set1_ps(255.0f), m = _mm512_set1_ps(mean), s = _mm512_set1_ps(sd);
+	for (int64_t i = 0; i < n; i += 16) {
+		const __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+		__m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, x + i)));
+		v = _mm512_div_ps(_mm512_sub_ps(_mm512_div_ps(v, k), m), s);
+		_mm512_mask_storeu_ps(y + i, live, v);
+	}
+}
+#endif
+
+/* Elements [b, e) of NORMALIZE_U8 with C planes of hw (NCHW; C = 1 for a
+ * one-channel NHWC): each plane's piece with its channel's table (and
+ * mean, std for the vector pass). */
+static void norm_u8_range(const struct cpu_plan *p, float *y, const uint8_t *x, int64_t b,
+			  int64_t e, float (*lut)[256])
+{
+	const int64_t C = p->sz[0], hw = p->sz[1];
+	for (int64_t i = b; i < e;) {
+		const int64_t q = i / hw, end = (q + 1) * hw < e ? (q + 1) * hw : e;
+		const int c = (int)(q % C);
+#ifdef CPU_HAVE_V16
+		if (cpu_v16_ok()) {
+			norm_u8_v16(y + i, x + i, end - i, (float)p->op.f[c], (float)p->op.f[3 + c]);
+			i = end;
+			continue;
+		}
+#endif
+		norm_u8_span(y + i, x + i, end - i, lut[c]);
+		i = end;
+	}
+}
+
 static kiln_status cpu_normalize_u8(const struct cpu_plan *p, const struct kiln_op_args *a,
 				    struct cpu_err *e)
 {
 	(void)e;
 	const uint8_t *x = a->in[0];
 	float *y = a->out[0];
-	const int64_t C = p->sz[0], hw = p->sz[1], planes = p->n / hw;
+	const int64_t C = p->sz[0];
 	const int nhwc = p->op.in[0].layout == KILN_NHWC;
 	float lut[3][256];
 	for (int c = 0; c < C; c++)
 		common_norm_lut(lut[c], (float)p->op.f[c], (float)p->op.f[3 + c]);
 	if (!nhwc || C == 1) {
-		CPU_SPANS(planes, b, en, for (int64_t q = b; q < en; q++)
-			  norm_u8_span(y + q * hw, x + q * hw, hw, lut[nhwc ? 0 : q % C]));
+		/* split by elements, not planes: a batch of 128 MNIST images
+		 * (128 planes) was under CPU_PAR_MIN and ran on one thread */
+		CPU_SPANS(p->n, b, en, norm_u8_range(p, y, x, b, en, lut));
 	} else {
 		CPU_SPANS(p->n / C, b, en, for (int64_t q = b; q < en; q++)
 			  for (int64_t c = 0; c < C; c++)
