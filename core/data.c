@@ -330,12 +330,6 @@ static void hint(const struct kiln_dataset *d, int64_t j, int64_t *ns)
 		ns[0] += kiln_now_ns() - t0;
 }
 
-void kiln_dataset_hint_rows(const struct kiln_dataset *d, const int64_t *idx, int64_t rows)
-{
-	for (int64_t i = 0; d->prefetch && i < rows; i++)
-		d->prefetch(d->ctx, idx[i]);
-}
-
 /* The sample that replaces bad[nbad - 1] at try t of on_error = skip:
  * drawn from (seed, epoch, that sample, t) among the samples not in
  * bad[0..nbad) (distinct: the sample the chain began with and the

@@ -109,14 +109,6 @@ kiln_status kiln_dataset_peek(const struct kiln_config *cfg, const struct kiln_r
 			      const char *section, const char *split, int train,
 			      struct kiln_dataset *d, int *peeked);
 
-/* The source's hint (its prefetch) for samples idx[0..rows), a batch
- * ahead of its read: the loader gives it the next batch's samples when
- * it hands a batch out and the training thread fills the next one itself
- * (loader.c), so that their lines come from memory during the step, not
- * during the fill (session 49).  Nothing without a hint, or with cache =
- * ram (the decoded copies are the core's). */
-void kiln_dataset_hint_rows(const struct kiln_dataset *d, const int64_t *idx, int64_t rows);
-
 /* Samples idx[0..rows) of `epoch` into x (rows * sample_bytes) and their
  * labels into y (rows * label_elems i32, row-major: [rows, T] for tokens).  A bad sample (KILN_EDATA from the source, a label out of
  * range) fails the call with a message naming the section, sample and

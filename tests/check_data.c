@@ -1255,7 +1255,10 @@ END_TEST
 /* The consumer-fill rule with 4 workers (slots they claimed when the
  * consumer took over), random crops and flips, 3 epochs of 60 batches
  * (the boundaries after the switch at batch 20), a 3 ms step: each batch
- * is the bytes of a read on this thread (session 45's review). */
+ * is the bytes of a read on this thread (session 45's review).  Each
+ * batch the consumer fills is in the buffer the batch before it was
+ * released from (session 49: its lines still in the caches), not its
+ * slot's own of 6 batches ago. */
 START_TEST(test_loader_switch_multi)
 {
 	const char *ini = "[run]\nseed = 5\n"
@@ -1272,7 +1275,8 @@ START_TEST(test_loader_switch_multi)
 	uint8_t *want = malloc((size_t)B * r.d.sample_bytes);
 	int32_t wy[32];
 	ck_assert(kiln_loader_open(r.dev, &r.d, B, 4, 2, &L) == 0);
-	int64_t total = 0;
+	int64_t total = 0, warm = 0;
+	const void *last = NULL;
 	for (int ep = 0; ep < 3; ep++) {
 		kiln_rng_permutation(r.d.seed, (uint64_t)ep, perm, r.d.len);
 		ck_assert(kiln_loader_start(L, ep, perm, nb * B, B, 0) == 0);
@@ -1285,6 +1289,8 @@ START_TEST(test_loader_switch_multi)
 			ck_assert(kiln_dataset_read_rows(&r.d, ep, perm + b * B, B, want, wy, &scr) == 0);
 			ck_assert_msg(!memcmp(bx, want, (size_t)B * r.d.sample_bytes) && !memcmp(by, wy, sizeof wy),
 				      "epoch %d batch %lld differs", ep, (long long)b);
+			warm += bx == last;
+			last = bx;
 			ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
 			usleep(3000);
 		}
@@ -1296,6 +1302,8 @@ START_TEST(test_loader_switch_multi)
 		      "the consumer filled %lld batches from %lld (fill %.1f us, gap %.1f us)",
 		      (long long)k.inline_fills, (long long)k.inline_from, 1e6 * k.rule_fill_s,
 		      1e6 * k.rule_gap_s);
+	ck_assert_msg(warm == k.inline_fills, "%lld of the consumer's %lld fills in the buffer just released",
+		      (long long)warm, (long long)k.inline_fills);
 	kiln_loader_close(L);
 	kiln_data_scratch_free(&scr);
 	free(want);
