@@ -655,24 +655,8 @@ static void deint3_u8(uint8_t *d0, size_t plane, const uint8_t *p, ptrdiff_t st,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* One gray row read forward (st = 1) into f32: (u/255 - mean) / std by the
- * same three f32 operations that build the table (a division, a
- * subtraction, a division: no product to contract), so bit-equal to
- * lut[u]; 16 pixels a step instead of a table load and a store each
- * (the table walk was ~1 cycle a pixel; AVX-512 gathers are slower still
- * on this EPYC: docs/PERFORMANCE.md, session 9). */
-#define XF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-XF_AVX512 static void gray_row_avx512(float *d, const uint8_t *p, int n, float mean, float sd)
-{
-	const __m512 k = _mm512_set1_ps(255.0f), m = _mm512_set1_ps(mean), s = _mm512_set1_ps(sd);
-	for (int i = 0; i < n; i += 16) {
-		const __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-		__m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, p + i)));
-		v = _mm512_div_ps(_mm512_sub_ps(_mm512_div_ps(v, k), m), s);
-		_mm512_mask_storeu_ps(d + i, live, v);
-	}
-}
-
+/* One gray row read forward (st = 1) into f32: common_norm_avx512
+ * (norm_lut.h), bit-equal to lut[u]. */
 /* The same row 8 pixels a step (session 20: AVX2 machines took the table
  * walk, one scalar store a pixel: the loader thread's stores into the
  * staging slot, lines the compute cores hold, stalled ~56% of its
@@ -715,7 +699,7 @@ static void gray_row(float *restrict d, const uint8_t *restrict p, ptrdiff_t st,
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (st == 1 && have_avx512bw()) {
-		gray_row_avx512(d, p, ow, mean, sd);
+		common_norm_avx512(d, p, ow, mean, sd);
 		return;
 	}
 	if (st == 1 && ow >= 8 && have_avx2()) {

@@ -9,9 +9,9 @@
  * reproduce).
  */
 #include "cpu.h"
-#include "v16.h"  /* CPU_V16: NORMALIZE_U8's vector pass */
+#include "v16.h"  /* cpu_v16_ok: NORMALIZE_U8's vector pass */
 #include "vexp.h" /* cpu_exp: the softmax-xent's exps, vectorised */
-#include "../common/norm_lut.h"   /* common_norm_lut: the host transforms' table */
+#include "../common/norm_lut.h"   /* common_norm_lut, common_norm_avx512: the host transforms' */
 #include "../common/scalar_ops.h" /* LR schedule, loss scaler, clip factor: kernels.cu's code */
 
 #include <math.h>     /* expf, log */
@@ -859,24 +859,6 @@ CPU_CLONES static void norm_u8_span(float *y, const uint8_t *x, int64_t n, const
 		y[i] = lut[x[i]];
 }
 
-#ifdef CPU_HAVE_V16
-/* norm_u8_span 16 pixels a step: the table's three f32 operations (a
- * division, a subtraction, a division: norm_lut.h), each correctly
- * rounded, so bit-equal to lut[u] (core/transform.c's gray row, the
- * host's same pass).  The table walk was a load and a store a pixel,
- * ~1 cycle each (session 49). */
-CPU_V16 static void norm_u8_v16(float *y, const uint8_t *x, int64_t n, float mean, float sd)
-{
-	const __m512 k = _mm512_set1_ps(255.0f), m = _mm512_set1_ps(mean), s = _mm512_set1_ps(sd);
-	for (int64_t i = 0; i < n; i += 16) {
-		const __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-		__m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, x + i)));
-		v = _mm512_div_ps(_mm512_sub_ps(_mm512_div_ps(v, k), m), s);
-		_mm512_mask_storeu_ps(y + i, live, v);
-	}
-}
-#endif
-
 /* Elements [b, e) of NORMALIZE_U8 with C planes of hw (NCHW; C = 1 for a
  * one-channel NHWC): each plane's piece with its channel's table (and
  * mean, std for the vector pass). */
@@ -887,9 +869,11 @@ static void norm_u8_range(const struct cpu_plan *p, float *y, const uint8_t *x, 
 	for (int64_t i = b; i < e;) {
 		const int64_t q = i / hw, end = (q + 1) * hw < e ? (q + 1) * hw : e;
 		const int c = (int)(q % C);
-#ifdef CPU_HAVE_V16
+#if defined(CPU_HAVE_V16) && defined(COMMON_NORM_AVX512)
 		if (cpu_v16_ok()) {
-			norm_u8_v16(y + i, x + i, end - i, (float)p->op.f[c], (float)p->op.f[3 + c]);
+			/* 16 pixels a step, bit-equal to the table (norm_lut.h) */
+			common_norm_avx512(y + i, x + i, end - i, (float)p->op.f[c],
+					   (float)p->op.f[3 + c]);
 			i = end;
 			continue;
 		}

@@ -36,19 +36,24 @@ ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off)
 #endif
 #endif
 
-void *loaders_huge_copy(const void *src, size_t n, size_t *len)
+int loaders_huge_wanted(size_t n)
 {
-	*len = 0;
 #ifdef LOADERS_HUGE_ASAN
-	(void)src;
 	(void)n;
-	return NULL;
+	return 0;
 #else
 	const char *off = getenv("KILN_TEST_LOADERS_HUGE");
+	return n >= LOADERS_HUGE && n <= SIZE_MAX / 2 && !(off && !strcmp(off, "off"));
+#endif
+}
+
+void *loaders_huge_copy(const void *src, size_t n, size_t *len, const int *stop)
+{
+	*len = 0;
+	if (!loaders_huge_wanted(n))
+		return NULL;
 	const long pg = sysconf(_SC_PAGESIZE);
 	const size_t page = pg > 0 ? (size_t)pg : 4096;
-	if (n < LOADERS_HUGE || n > SIZE_MAX / 2 || (off && !strcmp(off, "off")))
-		return NULL;
 	const size_t want = (n + page - 1) & ~(page - 1), span = want + LOADERS_HUGE;
 	char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
@@ -62,11 +67,16 @@ void *loaders_huge_copy(const void *src, size_t n, size_t *len)
 	/* whole 2 MiB blocks only (a huge page over the tail would be memory
 	 * the copy does not need); refused advice leaves small pages */
 	(void)madvise(p, want & ~(LOADERS_HUGE - 1), MADV_HUGEPAGE);
-	memcpy(p, src, n);
+	for (size_t at = 0; at < n; at += LOADERS_HUGE) {
+		if (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)) {
+			munmap(p, want);
+			return NULL;
+		}
+		memcpy(p + at, (const char *)src + at, n - at < LOADERS_HUGE ? n - at : LOADERS_HUGE);
+	}
 	(void)mprotect(p, want, PROT_READ);
 	*len = want;
 	return p;
-#endif
 }
 
 void loaders_huge_free(void *p, size_t len)

@@ -37,9 +37,10 @@
 #include <math.h>     /* isfinite */
 #include <stdio.h>    /* snprintf */
 #include <stdlib.h>   /* malloc, realloc, free */
+#include <pthread.h>  /* the copy onto huge pages: idx_huge_start */
 #include <string.h>   /* strerror, strcmp */
 #include <sys/stat.h> /* fstat */
-#include <time.h>     /* clock_gettime: idx_to_huge's debug line */
+#include <time.h>     /* clock_gettime: idx_huge_main's debug line */
 #include <unistd.h>   /* close, access */
 #include <zlib.h>     /* inflate */
 
@@ -59,14 +60,29 @@ struct idx_file {
 	int ndim;
 	uint64_t bytes;
 	struct idx_cache_map map; /* data lies in map when map.base is set */
-	void *huge;               /* data's copy on huge pages (idx_to_huge), or NULL */
-	size_t huge_len;          /* its mapped length */
+};
+
+/* The images' copy onto huge pages, made by a thread of its own
+ * (idx_huge_start). */
+struct idx_huge {
+	pthread_t thread;
+	int started;     /* the thread runs (joined at close) */
+	int stop;        /* atomic: close asks the copy to give up */
+	const struct kiln_host *host;
+	const struct idx_file *f;
+	const uint8_t **pix; /* where the copy is published (atomic) */
+	void *p;         /* the copy, once made (the thread's until joined) */
+	size_t len;      /* its mapped length */
 };
 
 struct idx_ctx {
 	struct loaders_source src; /* first: host, who, n, classes */
 	struct idx_file images; /* u8 [n, rows, cols] */
 	struct idx_file labels; /* u8 [n] */
+	/* the pixels the reads use (atomic): images.data, then its copy on
+	 * huge pages once that is made */
+	const uint8_t *pix;
+	struct idx_huge huge;
 	int64_t rows, cols;
 	float lut[256];         /* lut[u] = (u/255 - mean)/std */
 };
@@ -645,41 +661,68 @@ static kiln_status idx_resolve(const struct kiln_host *host, const struct kiln_c
 
 static void idx_file_free(struct idx_file *f)
 {
-	if (f->huge)
-		loaders_huge_free(f->huge, f->huge_len);
-	else if (f->map.base)
+	if (f->map.base)
 		idx_cache_close(&f->map);
 	else
 		free(f->data);
 	f->data = NULL;
 }
 
-/* f's data moved into a copy on huge pages (loaders_huge_copy), the
- * buffer or file mapping it was in let go; left where it is when no copy
- * can be made.  A shuffled epoch reads samples at random: on the 4 KiB
- * pages of a malloc or of the cache file's mapping each read of a
- * 784-byte image was a TLB miss and a page walk (docs/PERFORMANCE.md,
- * session 49).  The copy costs Fashion-MNIST's 47 MB about 10 ms of
- * setup. */
-static void idx_to_huge(const struct kiln_host *host, struct idx_file *f)
+/* The pixels of the images, for a read: the copy on huge pages once the
+ * thread has published it, else the buffer or mapping they were loaded
+ * into (the same bytes). */
+static const uint8_t *idx_pixels(const struct idx_ctx *c)
 {
+	return __atomic_load_n(&c->pix, __ATOMIC_ACQUIRE);
+}
+
+static void *idx_huge_main(void *arg)
+{
+	struct idx_huge *h = arg;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	size_t len;
-	void *p = loaders_huge_copy(f->data, (size_t)f->bytes, &len);
-	if (!p)
-		return;
-	if (f->map.base)
-		idx_cache_close(&f->map);
-	else
-		free(f->data);
-	f->data = p;
-	f->huge = p;
-	f->huge_len = len;
+	h->p = loaders_huge_copy(h->f->data, (size_t)h->f->bytes, &h->len, &h->stop);
+	if (!h->p)
+		return NULL;
+	__atomic_store_n(h->pix, (const uint8_t *)h->p, __ATOMIC_RELEASE);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	host->log(KILN_LOG_DEBUG, IDX_WHO, "%s: %" PRIu64 " bytes copied onto huge pages in %.1f ms",
-		  f->path, f->bytes,
-		  1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec));
+	h->host->log(KILN_LOG_DEBUG, IDX_WHO, "%s: %" PRIu64 " bytes copied onto huge pages in %.1f ms (beside the setup)",
+		     h->f->path, h->f->bytes,
+		     1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec));
+	return NULL;
+}
+
+/* Start the copy of c's images onto huge pages (loaders_huge_copy) on a
+ * thread of its own; the reads use the images where they are until it
+ * is published.  A shuffled epoch reads samples at random: on the 4 KiB
+ * pages of a malloc or of the cache file's mapping each read of a
+ * 784-byte image was a TLB miss and a page walk (docs/PERFORMANCE.md,
+ * session 49).  The copy costs Fashion-MNIST's 47 MB 10 ms to 0.2 s (new
+ * memory, which the VM's host may have to fault in), so it is not made
+ * on the opening thread: the run's setup goes on beside it.  No copy
+ * where none is wanted or no thread starts.  The buffer or mapping the
+ * images were loaded into stays until close (a read may hold it). */
+static void idx_huge_start(const struct kiln_host *host, struct idx_ctx *c)
+{
+	struct idx_huge *h = &c->huge;
+	if (!loaders_huge_wanted((size_t)c->images.bytes))
+		return;
+	h->host = host;
+	h->f = &c->images;
+	h->pix = &c->pix;
+	h->started = pthread_create(&h->thread, NULL, idx_huge_main, h) == 0;
+}
+
+/* Stop (if still copying) and join the copy's thread; unmap the copy. */
+static void idx_huge_end(struct idx_huge *h)
+{
+	if (h->started) {
+		__atomic_store_n(&h->stop, 1, __ATOMIC_RELAXED);
+		pthread_join(h->thread, NULL);
+		h->started = 0;
+	}
+	loaders_huge_free(h->p, h->len);
+	h->p = NULL;
 }
 
 static void idx_close(void *vctx)
@@ -687,6 +730,7 @@ static void idx_close(void *vctx)
 	struct idx_ctx *c = vctx;
 	if (!c)
 		return;
+	idx_huge_end(&c->huge);
 	idx_file_free(&c->images);
 	idx_file_free(&c->labels);
 	free(c);
@@ -763,11 +807,12 @@ static kiln_status idx_open_named(const struct kiln_host *host, const struct kil
 				 img, c->images.dims[0], lab, c->labels.dims[0]);
 		goto fail;
 	}
+	c->pix = c->images.data;
 	/* the training set's only: [data.eval] and [data.val] are read in
 	 * index order, where the hardware prefetchers and a TLB entry per
-	 * five images serve (the copy would cost their setup 2-7 ms) */
+	 * five images serve */
 	if (!strcmp(section, "data"))
-		idx_to_huge(host, &c->images);
+		idx_huge_start(host, c);
 	c->src.n = (int64_t)c->images.dims[0];
 	c->rows = (int64_t)c->images.dims[1];
 	c->cols = (int64_t)c->images.dims[2];
@@ -858,7 +903,7 @@ static kiln_status idx_read(void *vctx, int64_t index, void *sample, void *label
 		return st;
 	if (sample) {
 		int64_t per = c->rows * c->cols;
-		const uint8_t *src = c->images.data + index * per;
+		const uint8_t *src = idx_pixels(c) + index * per;
 		float *dst = sample;
 		for (int64_t i = 0; i < per; i++)
 			dst[i] = c->lut[src[i]];
@@ -884,7 +929,7 @@ static kiln_status idx_read_image(void *vctx, int64_t index, struct kiln_image *
 		img->data = p;
 		img->cap = per;
 	}
-	memcpy(img->data, c->images.data + (size_t)index * per, per);
+	memcpy(img->data, idx_pixels(c) + (size_t)index * per, per);
 	img->h = (int32_t)c->rows;
 	img->w = (int32_t)c->cols;
 	img->c = 1;
@@ -903,7 +948,7 @@ static void idx_prefetch(void *vctx, int64_t index)
 	if (index < 0 || index >= c->src.n)
 		return;
 	const size_t per = (size_t)(c->rows * c->cols);
-	const uint8_t *p = c->images.data + (size_t)index * per;
+	const uint8_t *p = idx_pixels(c) + (size_t)index * per;
 	for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < (uintptr_t)(p + per); a += 64)
 		__builtin_prefetch((const void *)a, 0, 3);
 	__builtin_prefetch(c->labels.data + index, 0, 3);
