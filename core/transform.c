@@ -655,12 +655,12 @@ static void deint3_u8(uint8_t *d0, size_t plane, const uint8_t *p, ptrdiff_t st,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* One gray row read forward (st = 1) into f32: common_norm_avx512
- * (norm_lut.h), bit-equal to lut[u]. */
-/* The same row 8 pixels a step (session 20: AVX2 machines took the table
- * walk, one scalar store a pixel: the loader thread's stores into the
- * staging slot, lines the compute cores hold, stalled ~56% of its
- * normalize there); the n % 8 last through the table, the same bits. */
+/* A gray row read forward (st = 1) into f32 8 pixels a step, as
+ * common_norm_avx512 (norm_lut.h) does 16 where the CPU has AVX-512
+ * (session 20: AVX2 machines took the table walk, one scalar store a
+ * pixel: the loader thread's stores into the staging slot, lines the
+ * compute cores hold, stalled ~56% of its normalize there); the n % 8
+ * last through the table, the same bits. */
 __attribute__((target("avx2"))) static void gray_row_avx2(float *d, const uint8_t *p, int n,
 							   const float *lut, float mean, float sd)
 {
