@@ -608,10 +608,37 @@ START_TEST(test_normalize_on_device)
 }
 END_TEST
 
-/* NORMALIZE_U8 computes torchvision's rule, ToTensor's x.float().div(255)
- * then Normalize's (x - mean) / std, in f32: every byte value of three
- * channels with ImageNet's mean and std, bit for bit (a table computed in
- * double and then rounded differs in 133-197 of the 256 values). */
+/* NORMALIZE_U8 on u8 [N, 3, H, W] by rig d's device against torchvision's
+ * rule, ToTensor's x.float().div(255) then Normalize's (x - mean) / std in
+ * f32, with ImageNet's mean and std: every element bit for bit. */
+static void normalize_rule_check(struct rig *d, int N, int H, int W)
+{
+	static const float mean[3] = { 0.485f, 0.456f, 0.406f }, sd[3] = { 0.229f, 0.224f, 0.225f };
+	const int C = 3, HW = H * W, all = N * C * HW;
+	uint8_t *u8 = malloc((size_t)all);
+	float *y = malloc((size_t)all * sizeof(float));
+	for (int i = 0; i < all; i++) /* every value in each plane of 256 or more */
+		u8[i] = (uint8_t)(i % HW * 7 + i / HW);
+	const int64_t dims[4] = { N, C, H, W };
+	normalize_on(d, dims, mean, sd, u8, y);
+	for (int i = 0; i < all; i++) {
+		const int c = i / HW % C;
+		volatile float x = (float)u8[i] / 255.0f; /* no contraction, no excess precision */
+		const float want = (x - mean[c]) / sd[c];
+		ck_assert_msg(y[i] == want, "%dx%dx%dx%d: element %d (plane %d, channel %d), u8 %d: %.9g, torchvision's rule %.9g",
+			      N, C, H, W, i, i / HW, c, u8[i], y[i], want);
+	}
+	free(u8), free(y);
+}
+
+/* NORMALIZE_U8 computes torchvision's rule in f32: every byte value of
+ * three channels, bit for bit (a table computed in double and then
+ * rounded differs in 133-197 of the 256 values); and over more elements
+ * than CPU_PAR_MIN (32768), which the CPU device splits by elements among
+ * its threads (session 49; by planes before, and a batch of 128 MNIST
+ * images ran on one thread), so a thread's span starts inside a plane and
+ * must still take that plane's channel (planes of 2500 end in a partial
+ * vector). */
 START_TEST(test_normalize_rule)
 {
 	char ini[1024];
@@ -619,54 +646,8 @@ START_TEST(test_normalize_rule)
 	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
 	snprintf(ini, sizeof ini, aug_ini, "transform_on = device");
 	ck_assert_msg(rig_open(&d, ini) == 0, "%s", kiln_last_error());
-	static const float mean[3] = { 0.485f, 0.456f, 0.406f }, sd[3] = { 0.229f, 0.224f, 0.225f };
-	enum { C = 3, HW = 256 };
-	uint8_t u8[C * HW];
-	float y[C * HW];
-	for (int i = 0; i < C * HW; i++)
-		u8[i] = (uint8_t)((i % HW) * 7 + i / HW); /* every value, per plane */
-	static const int64_t dims[4] = { 1, C, 16, 16 };
-	normalize_on(&d, dims, mean, sd, u8, y);
-	for (int i = 0; i < C * HW; i++) {
-		volatile float x = (float)u8[i] / 255.0f; /* no contraction, no excess precision */
-		const float want = (x - mean[i / HW]) / sd[i / HW];
-		ck_assert_msg(y[i] == want, "channel %d, u8 %d: %.9g, torchvision's rule %.9g", i / HW,
-			      u8[i], y[i], want);
-	}
-	rig_close(&d);
-}
-END_TEST
-
-
-/* NORMALIZE_U8 over more elements than CPU_PAR_MIN (32768): the CPU
- * device splits it by elements among its threads (session 49; by planes
- * before, and a batch of 128 MNIST images ran on one thread), so a
- * thread's span starts inside a plane and must still take that plane's
- * channel; planes of 2500 end in a partial vector.  Every element by the
- * rule, bit for bit. */
-START_TEST(test_normalize_split)
-{
-	char ini[1024];
-	struct rig d;
-	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
-	snprintf(ini, sizeof ini, aug_ini, "transform_on = device");
-	ck_assert_msg(rig_open(&d, ini) == 0, "%s", kiln_last_error());
-	static const float mean[3] = { 0.485f, 0.456f, 0.406f }, sd[3] = { 0.229f, 0.224f, 0.225f };
-	enum { N = 5, C = 3, HW = 50 * 50, ALL = N * C * HW };
-	uint8_t *u8 = malloc(ALL);
-	float *y = malloc(ALL * sizeof(float));
-	for (int i = 0; i < ALL; i++)
-		u8[i] = (uint8_t)(i * 7 + i / 251);
-	static const int64_t dims[4] = { N, C, 50, 50 };
-	normalize_on(&d, dims, mean, sd, u8, y);
-	for (int i = 0; i < ALL; i++) {
-		const int c = i / HW % C;
-		volatile float x = (float)u8[i] / 255.0f;
-		const float want = (x - mean[c]) / sd[c];
-		ck_assert_msg(y[i] == want, "element %d (plane %d, channel %d), u8 %d: %.9g, the rule %.9g",
-			      i, i / HW, c, u8[i], y[i], want);
-	}
-	free(u8), free(y);
+	normalize_rule_check(&d, 1, 16, 16);
+	normalize_rule_check(&d, 5, 50, 50);
 	rig_close(&d);
 }
 END_TEST
@@ -1370,7 +1351,6 @@ static Suite *make_suite(void)
 		test_workers_identical, test_cache_ram, test_on_error, test_skip_never_itself,
 		test_skip_warning_names_rank,
 		test_count_sum_exact, test_normalize_on_device, test_normalize_rule,
-		test_normalize_split,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
 		test_workers_auto_cold, test_workers_auto_huge, test_probe_skips_uncounted, test_loader_skipped_taken,
 		test_workers_auto_mask,

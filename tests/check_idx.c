@@ -591,6 +591,32 @@ static int mapped(const char *path)
 	return hit;
 }
 
+/* big.gz: n random images (xorshift from seed) of rows x cols, gzipped,
+ * and big_labels, i % 10 for image i; the IDX file's bytes (header
+ * first), which the caller frees. */
+static uint8_t *write_big(int n, int rows, int cols, uint64_t seed)
+{
+	const size_t bytes = 16 + (size_t)n * rows * cols;
+	uint8_t *img = malloc(bytes), *lab = malloc(8 + (size_t)n);
+	ck_assert(img && lab);
+	put32(img, 0x803);
+	put32(img + 4, (uint32_t)n);
+	put32(img + 8, (uint32_t)rows);
+	put32(img + 12, (uint32_t)cols);
+	for (size_t i = 16; i < bytes; i++) {
+		seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+		img[i] = (uint8_t)(seed >> 32);
+	}
+	put32(lab, 0x801);
+	put32(lab + 4, (uint32_t)n);
+	for (int i = 0; i < n; i++)
+		lab[8 + i] = (uint8_t)(i % 10);
+	write_gz("big.gz", img, bytes);
+	write_tmp("big_labels", lab, 8 + (size_t)n);
+	free(lab);
+	return img;
+}
+
 /* Open big.gz through the cache folder and compare every image with img
  * byte for byte. */
 static void open_big_check(const char *cache, const uint8_t *img, int n, int rows, int cols)
@@ -629,23 +655,7 @@ START_TEST(test_unzip_cache)
 {
 	enum { BN = 1500, BR = 28, BC = 28 }; /* random bytes: 1.1 MB gzipped */
 	size_t bytes = 16 + (size_t)BN * BR * BC;
-	uint8_t *img = malloc(bytes), lab[8 + BN];
-	ck_assert_ptr_nonnull(img);
-	put32(img, 0x803);
-	put32(img + 4, BN);
-	put32(img + 8, BR);
-	put32(img + 12, BC);
-	uint64_t x = 88172645463325252u;
-	for (size_t i = 16; i < bytes; i++) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		img[i] = (uint8_t)(x >> 32);
-	}
-	put32(lab, 0x801);
-	put32(lab + 4, BN);
-	for (int i = 0; i < BN; i++)
-		lab[8 + i] = (uint8_t)(i % 10);
-	write_gz("big.gz", img, bytes);
-	write_tmp("big_labels", lab, sizeof lab);
+	uint8_t *img = write_big(BN, BR, BC, 88172645463325252u);
 	struct stat sb;
 	ck_assert_int_eq(stat(tpath("big.gz"), &sb), 0);
 	ck_assert_int_ge(sb.st_size, 1 << 20);
@@ -801,23 +811,7 @@ START_TEST(test_huge_copy)
 	enum { BN = 3000, BR = 28, BC = 28 }; /* 2.35 MB of random bytes */
 	const size_t data = (size_t)BN * BR * BC, bytes = 16 + data;
 	const size_t len = (data + 4095) & ~(size_t)4095;
-	uint8_t *img = malloc(bytes), lab[8 + BN];
-	ck_assert_ptr_nonnull(img);
-	put32(img, 0x803);
-	put32(img + 4, BN);
-	put32(img + 8, BR);
-	put32(img + 12, BC);
-	uint64_t x = 0x9e3779b97f4a7c15u;
-	for (size_t i = 16; i < bytes; i++) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		img[i] = (uint8_t)(x >> 32);
-	}
-	put32(lab, 0x801);
-	put32(lab + 4, BN);
-	for (int i = 0; i < BN; i++)
-		lab[8 + i] = (uint8_t)(i % 10);
-	write_gz("big.gz", img, bytes);
-	write_tmp("big_labels", lab, sizeof lab);
+	uint8_t *img = write_big(BN, BR, BC, 0x9e3779b97f4a7c15u);
 	write_tmp("big_plain", img, bytes);
 	char cache[600], file[1200], p[1100];
 	snprintf(cache, sizeof cache, "%s/cache", tmp);
