@@ -617,9 +617,13 @@ static uint8_t *write_big(int n, int rows, int cols, uint64_t seed)
 	return img;
 }
 
+static int huge_copy_wait(size_t len);
+
 /* Open big.gz through the cache folder and compare every image with img
- * byte for byte. */
-static void open_big_check(const char *cache, const uint8_t *img, int n, int rows, int cols)
+ * byte for byte; with huge_len (not 0) once the source's copy of that
+ * length on huge pages is made (test_huge_copy). */
+static void open_big_check(const char *cache, const uint8_t *img, int n, int rows, int cols,
+			   size_t huge_len)
 {
 	char p[1100], c[1100];
 	snprintf(p, sizeof p, "data.path=%s", tmp);
@@ -627,6 +631,8 @@ static void open_big_check(const char *cache, const uint8_t *img, int n, int row
 	kiln_status st = open_src("data", "train", p, "data.images=big.gz",
 				  "data.labels=big_labels", c, NULL);
 	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	if (huge_len)
+		ck_assert_int_gt(huge_copy_wait(huge_len), 0);
 	struct kiln_image im = { 0 };
 	int32_t y;
 	for (int i = 0; i < n; i++) {
@@ -666,7 +672,7 @@ START_TEST(test_unzip_cache)
 	kiln_log_set_level(KILN_LOG_WARN);
 
 	/* first open: inflates and keeps the copy (header, path, raw file) */
-	open_big_check(cache, img, BN, BR, BC);
+	open_big_check(cache, img, BN, BR, BC, 0);
 	close_src();
 	ck_assert_int_eq(only_file(cache, file, sizeof file), 1);
 	ck_assert_int_eq(stat(file, &sb), 0);
@@ -675,7 +681,7 @@ START_TEST(test_unzip_cache)
 	ck_assert_str_eq(warned, "");
 
 	/* second: served from the mapped copy, the same bytes */
-	open_big_check(cache, img, BN, BR, BC);
+	open_big_check(cache, img, BN, BR, BC, 0);
 	ck_assert_msg(mapped(file), "the second open did not map %s", file);
 	close_src();
 	ck_assert_str_eq(warned, "");
@@ -688,21 +694,21 @@ START_TEST(test_unzip_cache)
 	ck_assert_int_eq(fseek(f, copy_size - 1000, SEEK_SET), 0);
 	fputc(b ^ 0x40, f);
 	ck_assert_int_eq(fclose(f), 0);
-	open_big_check(cache, img, BN, BR, BC);
+	open_big_check(cache, img, BN, BR, BC, 0);
 	ck_assert_msg(!mapped(file), "a corrupt copy was mapped");
 	close_src();
 	ck_assert_msg(strstr(warned, "corrupt: CRC32C mismatch; rebuilding it"), "%s", warned);
 	ck_assert_int_eq(stat(file, &sb), 0);
 	ck_assert_int_eq(sb.st_size, copy_size);
 	warned[0] = 0;
-	open_big_check(cache, img, BN, BR, BC); /* the rebuilt copy serves */
+	open_big_check(cache, img, BN, BR, BC, 0); /* the rebuilt copy serves */
 	ck_assert(mapped(file));
 	close_src();
 	ck_assert_str_eq(warned, "");
 
 	/* cut short: refused, warned, rebuilt */
 	ck_assert_int_eq(truncate(file, copy_size / 2), 0);
-	open_big_check(cache, img, BN, BR, BC);
+	open_big_check(cache, img, BN, BR, BC, 0);
 	close_src();
 	ck_assert_msg(strstr(warned, "truncated or padded"), "%s", warned);
 	ck_assert_int_eq(stat(file, &sb), 0);
@@ -716,18 +722,18 @@ START_TEST(test_unzip_cache)
 	struct timespec when[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
 	ck_assert_int_eq(utimensat(AT_FDCWD, tpath("big.gz"), when, 0), 0);
 	warned[0] = 0;
-	open_big_check(cache, img, BN, BR, BC);
+	open_big_check(cache, img, BN, BR, BC, 0);
 	close_src();
 	ck_assert_str_eq(warned, ""); /* stale is not a fault */
 	ck_assert_int_eq(only_file(cache, file, sizeof file), 1);
-	open_big_check(cache, img, BN, BR, BC);
+	open_big_check(cache, img, BN, BR, BC, 0);
 	ck_assert(mapped(file));
 	close_src();
 
 	/* `none`: no copy is read or written */
 	warned[0] = 0;
 	ck_assert_int_eq(unlink(file), 0);
-	open_big_check("none", img, BN, BR, BC);
+	open_big_check("none", img, BN, BR, BC, 0);
 	close_src();
 	ck_assert_int_eq(only_file(cache, file, sizeof file), 0);
 	kiln_log_set_sink(NULL, NULL);
@@ -764,30 +770,6 @@ static int huge_copy_seen(size_t len)
 	if (f)
 		fclose(f);
 	return seen;
-}
-
-static int huge_copy_wait(size_t len);
-
-/* open_big_check once the copy on huge pages is made (and then closed). */
-static void open_big_check_copied(const char *cache, const uint8_t *img, int n, int rows,
-				  int cols, size_t len)
-{
-	char p[1100], c[1100];
-	snprintf(p, sizeof p, "data.path=%s", tmp);
-	snprintf(c, sizeof c, "data.unzip_cache=%s", cache);
-	kiln_status st = open_src("data", "train", p, "data.images=big.gz",
-				  "data.labels=big_labels", c, NULL);
-	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
-	ck_assert_int_gt(huge_copy_wait(len), 0);
-	struct kiln_image im = { 0 };
-	int32_t y;
-	for (int i = 0; i < n; i++) {
-		ck_assert_int_eq(ops->read_image(ctx, i, &im, &y), KILN_OK);
-		ck_assert_int_eq(memcmp(im.data, img + 16 + (size_t)i * rows * cols,
-					(size_t)rows * cols), 0);
-	}
-	free(im.data);
-	close_src();
 }
 
 /* huge_copy_seen(len) once the source's thread has made its copy (within
@@ -837,15 +819,17 @@ START_TEST(test_huge_copy)
 		 * inflated copy there from the first round); every byte read
 		 * again once the copy is made */
 		for (int pass = 0; pass < 2; pass++) {
-			open_big_check(cache, img, BN, BR, BC);
+			open_big_check(cache, img, BN, BR, BC, 0);
 			ck_assert_int_eq(only_file(cache, file, sizeof file), 1);
 			ck_assert_int_eq((off ? huge_copy_seen(len) : huge_copy_wait(len)) > 0, !off);
 			ck_assert_msg(mapped(file) == (off || pass == 1),
 				      "pass %d, KILN_TEST_LOADERS_HUGE %s: cache file %smapped", pass,
 				      off ? "off" : "unset", mapped(file) ? "" : "not ");
 			close_src();
-			if (!off) /* read from the copy */
-				open_big_check_copied(cache, img, BN, BR, BC, len);
+			if (!off) { /* read from the copy */
+				open_big_check(cache, img, BN, BR, BC, len);
+				close_src();
+			}
 		}
 		/* every byte of the plain file's images, read back */
 		st = open_src("data", "train", p, "data.images=big_plain", "data.labels=big_labels",
