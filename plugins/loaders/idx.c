@@ -39,6 +39,7 @@
 #include <stdlib.h>   /* malloc, realloc, free */
 #include <pthread.h>  /* the copy onto huge pages: idx_huge_start */
 #include <string.h>   /* strerror, strcmp */
+#include <sys/resource.h> /* setpriority: idx_huge_main */
 #include <sys/stat.h> /* fstat */
 #include <time.h>     /* clock_gettime: idx_huge_main's debug line */
 #include <unistd.h>   /* close, access */
@@ -680,6 +681,11 @@ static void *idx_huge_main(void *arg)
 {
 	struct idx_huge *h = arg;
 	struct timespec t0, t1;
+	/* behind the run's own threads where they want the CPUs (the copy
+	 * is only worth its time when they leave one idle): nice 10, this
+	 * thread alone (Linux applies PRIO_PROCESS 0 to the calling thread);
+	 * refused, it stays at 0 */
+	(void)setpriority(PRIO_PROCESS, 0, 10);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	h->p = loaders_huge_copy(h->f->data, (size_t)h->f->bytes, &h->len, &h->stop);
 	if (!h->p)
