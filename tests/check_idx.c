@@ -591,39 +591,9 @@ static int mapped(const char *path)
 	return hit;
 }
 
-/* big.gz: n random images (xorshift from seed) of rows x cols, gzipped,
- * and big_labels, i % 10 for image i; the IDX file's bytes (header
- * first), which the caller frees. */
-static uint8_t *write_big(int n, int rows, int cols, uint64_t seed)
-{
-	const size_t bytes = 16 + (size_t)n * rows * cols;
-	uint8_t *img = malloc(bytes), *lab = malloc(8 + (size_t)n);
-	ck_assert(img && lab);
-	put32(img, 0x803);
-	put32(img + 4, (uint32_t)n);
-	put32(img + 8, (uint32_t)rows);
-	put32(img + 12, (uint32_t)cols);
-	for (size_t i = 16; i < bytes; i++) {
-		seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-		img[i] = (uint8_t)(seed >> 32);
-	}
-	put32(lab, 0x801);
-	put32(lab + 4, (uint32_t)n);
-	for (int i = 0; i < n; i++)
-		lab[8 + i] = (uint8_t)(i % 10);
-	write_gz("big.gz", img, bytes);
-	write_tmp("big_labels", lab, 8 + (size_t)n);
-	free(lab);
-	return img;
-}
-
-static int huge_copy_wait(size_t len);
-
 /* Open big.gz through the cache folder and compare every image with img
- * byte for byte; with huge_len (not 0) once the source's copy of that
- * length on huge pages is made (test_huge_copy). */
-static void open_big_check(const char *cache, const uint8_t *img, int n, int rows, int cols,
-			   size_t huge_len)
+ * byte for byte. */
+static void open_big_check(const char *cache, const uint8_t *img, int n, int rows, int cols)
 {
 	char p[1100], c[1100];
 	snprintf(p, sizeof p, "data.path=%s", tmp);
@@ -631,8 +601,6 @@ static void open_big_check(const char *cache, const uint8_t *img, int n, int row
 	kiln_status st = open_src("data", "train", p, "data.images=big.gz",
 				  "data.labels=big_labels", c, NULL);
 	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
-	if (huge_len)
-		ck_assert_int_gt(huge_copy_wait(huge_len), 0);
 	struct kiln_image im = { 0 };
 	int32_t y;
 	for (int i = 0; i < n; i++) {
@@ -661,7 +629,23 @@ START_TEST(test_unzip_cache)
 {
 	enum { BN = 1500, BR = 28, BC = 28 }; /* random bytes: 1.1 MB gzipped */
 	size_t bytes = 16 + (size_t)BN * BR * BC;
-	uint8_t *img = write_big(BN, BR, BC, 88172645463325252u);
+	uint8_t *img = malloc(bytes), lab[8 + BN];
+	ck_assert_ptr_nonnull(img);
+	put32(img, 0x803);
+	put32(img + 4, BN);
+	put32(img + 8, BR);
+	put32(img + 12, BC);
+	uint64_t x = 88172645463325252u;
+	for (size_t i = 16; i < bytes; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		img[i] = (uint8_t)(x >> 32);
+	}
+	put32(lab, 0x801);
+	put32(lab + 4, BN);
+	for (int i = 0; i < BN; i++)
+		lab[8 + i] = (uint8_t)(i % 10);
+	write_gz("big.gz", img, bytes);
+	write_tmp("big_labels", lab, sizeof lab);
 	struct stat sb;
 	ck_assert_int_eq(stat(tpath("big.gz"), &sb), 0);
 	ck_assert_int_ge(sb.st_size, 1 << 20);
@@ -672,7 +656,7 @@ START_TEST(test_unzip_cache)
 	kiln_log_set_level(KILN_LOG_WARN);
 
 	/* first open: inflates and keeps the copy (header, path, raw file) */
-	open_big_check(cache, img, BN, BR, BC, 0);
+	open_big_check(cache, img, BN, BR, BC);
 	close_src();
 	ck_assert_int_eq(only_file(cache, file, sizeof file), 1);
 	ck_assert_int_eq(stat(file, &sb), 0);
@@ -681,7 +665,7 @@ START_TEST(test_unzip_cache)
 	ck_assert_str_eq(warned, "");
 
 	/* second: served from the mapped copy, the same bytes */
-	open_big_check(cache, img, BN, BR, BC, 0);
+	open_big_check(cache, img, BN, BR, BC);
 	ck_assert_msg(mapped(file), "the second open did not map %s", file);
 	close_src();
 	ck_assert_str_eq(warned, "");
@@ -694,21 +678,21 @@ START_TEST(test_unzip_cache)
 	ck_assert_int_eq(fseek(f, copy_size - 1000, SEEK_SET), 0);
 	fputc(b ^ 0x40, f);
 	ck_assert_int_eq(fclose(f), 0);
-	open_big_check(cache, img, BN, BR, BC, 0);
+	open_big_check(cache, img, BN, BR, BC);
 	ck_assert_msg(!mapped(file), "a corrupt copy was mapped");
 	close_src();
 	ck_assert_msg(strstr(warned, "corrupt: CRC32C mismatch; rebuilding it"), "%s", warned);
 	ck_assert_int_eq(stat(file, &sb), 0);
 	ck_assert_int_eq(sb.st_size, copy_size);
 	warned[0] = 0;
-	open_big_check(cache, img, BN, BR, BC, 0); /* the rebuilt copy serves */
+	open_big_check(cache, img, BN, BR, BC); /* the rebuilt copy serves */
 	ck_assert(mapped(file));
 	close_src();
 	ck_assert_str_eq(warned, "");
 
 	/* cut short: refused, warned, rebuilt */
 	ck_assert_int_eq(truncate(file, copy_size / 2), 0);
-	open_big_check(cache, img, BN, BR, BC, 0);
+	open_big_check(cache, img, BN, BR, BC);
 	close_src();
 	ck_assert_msg(strstr(warned, "truncated or padded"), "%s", warned);
 	ck_assert_int_eq(stat(file, &sb), 0);
@@ -722,132 +706,21 @@ START_TEST(test_unzip_cache)
 	struct timespec when[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
 	ck_assert_int_eq(utimensat(AT_FDCWD, tpath("big.gz"), when, 0), 0);
 	warned[0] = 0;
-	open_big_check(cache, img, BN, BR, BC, 0);
+	open_big_check(cache, img, BN, BR, BC);
 	close_src();
 	ck_assert_str_eq(warned, ""); /* stale is not a fault */
 	ck_assert_int_eq(only_file(cache, file, sizeof file), 1);
-	open_big_check(cache, img, BN, BR, BC, 0);
+	open_big_check(cache, img, BN, BR, BC);
 	ck_assert(mapped(file));
 	close_src();
 
 	/* `none`: no copy is read or written */
 	warned[0] = 0;
 	ck_assert_int_eq(unlink(file), 0);
-	open_big_check("none", img, BN, BR, BC, 0);
+	open_big_check("none", img, BN, BR, BC);
 	close_src();
 	ck_assert_int_eq(only_file(cache, file, sizeof file), 0);
 	kiln_log_set_sink(NULL, NULL);
-	free(img);
-}
-END_TEST
-
-/* ---- the images on huge pages (session 49) ------------------------------ */
-
-/* The /proc/self/smaps entry of a read-only anonymous mapping of len
- * bytes (or its whole 2 MiB blocks) starting on a 2 MiB boundary
- * (loaders_huge_copy's; the heap's are writable): 0 when there is none, 1
- * when there is one, 2 when it is also advised MADV_HUGEPAGE (VmFlags
- * "hg"). */
-static int huge_copy_seen(size_t len)
-{
-	FILE *f = fopen("/proc/self/smaps", "r");
-	char line[1400];
-	int in = 0, seen = 0;
-	while (f && fgets(line, sizeof line, f)) {
-		unsigned long a, b;
-		char perm[8] = "", path[1100] = "";
-		if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %1099s", &a, &b, perm, path) >= 3 &&
-		    strchr(line, '-') < strchr(line, ' ')) {
-			/* (the advised whole 2 MiB blocks are an entry of their
-			 * own, the small-page tail another) */
-			in = !(a & ((2ul << 20) - 1)) && !path[0] && !strcmp(perm, "r--p") &&
-			     (b - a == len || b - a == (len & ~((2ul << 20) - 1)));
-			seen = in && !seen ? 1 : seen;
-		} else if (in && !strncmp(line, "VmFlags:", 8) && strstr(line, " hg")) {
-			seen = 2;
-		}
-	}
-	if (f)
-		fclose(f);
-	return seen;
-}
-
-/* huge_copy_seen(len) once the source's thread has made its copy (within
- * 20 s), or 0. */
-static int huge_copy_wait(size_t len)
-{
-	int seen = 0;
-	for (int i = 0; i < 2000 && !(seen = huge_copy_seen(len)); i++)
-		usleep(10000);
-	return seen;
-}
-
-/* An image file of 2 MiB or more is read from a copy on huge pages, which
- * a thread of the source makes beside the open: the file's every byte,
- * from the plain file (read into the heap) and from the mapped inflated
- * copy of the gzip file (kept mapped: a read may hold it); with
- * KILN_TEST_LOADERS_HUGE = off (as where mmap fails) the source reads its
- * buffer or mapping, the same bytes. */
-START_TEST(test_huge_copy)
-{
-	enum { BN = 3000, BR = 28, BC = 28 }; /* 2.35 MB of random bytes */
-	const size_t data = (size_t)BN * BR * BC, bytes = 16 + data;
-	const size_t len = (data + 4095) & ~(size_t)4095;
-	uint8_t *img = write_big(BN, BR, BC, 0x9e3779b97f4a7c15u);
-	write_tmp("big_plain", img, bytes);
-	char cache[600], file[1200], p[1100];
-	snprintf(cache, sizeof cache, "%s/cache", tmp);
-	snprintf(p, sizeof p, "data.path=%s", tmp);
-	const int thp = access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) == 0;
-
-	for (int off = 0; off <= 1; off++) {
-		if (off)
-			setenv("KILN_TEST_LOADERS_HUGE", "off", 1);
-		/* the plain file: inflated into the heap, then copied */
-		ck_assert_int_eq(huge_copy_seen(len), 0);
-		kiln_status st = open_src("data", "train", p, "data.images=big_plain",
-					  "data.labels=big_labels", NULL);
-		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
-		const int seen = off ? huge_copy_seen(len) : huge_copy_wait(len);
-		ck_assert_msg(off ? seen == 0 : seen >= (thp ? 2 : 1),
-			      "plain file, KILN_TEST_LOADERS_HUGE %s: huge copy %d", off ? "off" : "unset",
-			      seen);
-		close_src();
-		ck_assert_int_eq(huge_copy_seen(len), 0); /* unmapped at close */
-		/* the gzip file twice: the first time inflated (its copy kept),
-		 * then its copy mapped (both mapped with the copies off, the
-		 * inflated copy there from the first round); every byte read
-		 * again once the copy is made */
-		for (int pass = 0; pass < 2; pass++) {
-			open_big_check(cache, img, BN, BR, BC, 0);
-			ck_assert_int_eq(only_file(cache, file, sizeof file), 1);
-			ck_assert_int_eq((off ? huge_copy_seen(len) : huge_copy_wait(len)) > 0, !off);
-			ck_assert_msg(mapped(file) == (off || pass == 1),
-				      "pass %d, KILN_TEST_LOADERS_HUGE %s: cache file %smapped", pass,
-				      off ? "off" : "unset", mapped(file) ? "" : "not ");
-			close_src();
-			if (!off) { /* read from the copy */
-				open_big_check(cache, img, BN, BR, BC, len);
-				close_src();
-			}
-		}
-		/* every byte of the plain file's images, read back */
-		st = open_src("data", "train", p, "data.images=big_plain", "data.labels=big_labels",
-			      NULL);
-		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
-		if (!off)
-			ck_assert_int_gt(huge_copy_wait(len), 0);
-		struct kiln_image im = { 0 };
-		int32_t y;
-		for (int i = 0; i < BN; i++) {
-			ck_assert_int_eq(ops->read_image(ctx, i, &im, &y), KILN_OK);
-			ck_assert_int_eq(memcmp(im.data, img + 16 + (size_t)i * BR * BC, BR * BC), 0);
-			ck_assert_int_eq(y, i % 10);
-		}
-		free(im.data);
-		close_src();
-	}
-	unsetenv("KILN_TEST_LOADERS_HUGE");
 	free(img);
 }
 END_TEST
@@ -1070,8 +943,7 @@ static Suite *make_idx_suite(void)
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 
 	check_add_case(s, "unzip_cache", 60, setup, teardown, (const TTest *[]){
-		test_unzip_cache, test_cache_write_threads, test_cache_write_leftovers,
-		test_huge_copy, NULL });
+		test_unzip_cache, test_cache_write_threads, test_cache_write_leftovers, NULL });
 
 	check_add_case(s, "fashion_mnist", 120, setup, teardown, (const TTest *[]){
 		test_fashion_mnist, NULL });

@@ -1,8 +1,5 @@
 /* plugins/loaders/common.c - helpers the file-backed sources share: full
  * preads, the split-directory rule, finding shard files.  See loaders.h. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* MADV_HUGEPAGE */
-#endif
 #include "loaders.h"
 #include "image.h" /* IMG_MAX_PIXELS */
 #include "../common/read_full.h" /* common_pread_full */
@@ -19,70 +16,12 @@
 #include <stdlib.h>   /* malloc, realloc, free, qsort */
 #include <string.h>   /* memcpy, memset, strcmp, strerror, strlen */
 #include <sys/resource.h> /* getrlimit(RLIMIT_NOFILE): loaders_open_hint */
-#include <sys/mman.h> /* mmap, madvise, mprotect: loaders_huge_copy */
 #include <sys/stat.h> /* stat */
 #include <unistd.h>   /* pread, access */
 
 ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off)
 {
 	return common_pread_full(fd, buf, n, off);
-}
-
-#if defined(__SANITIZE_ADDRESS__)
-#define LOADERS_HUGE_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOADERS_HUGE_ASAN 1
-#endif
-#endif
-
-int loaders_huge_wanted(size_t n)
-{
-#ifdef LOADERS_HUGE_ASAN
-	(void)n;
-	return 0;
-#else
-	const char *off = getenv("KILN_TEST_LOADERS_HUGE");
-	return n >= LOADERS_HUGE && n <= SIZE_MAX / 2 && !(off && !strcmp(off, "off"));
-#endif
-}
-
-void *loaders_huge_copy(const void *src, size_t n, size_t *len, const int *stop)
-{
-	*len = 0;
-	if (!loaders_huge_wanted(n))
-		return NULL;
-	const long pg = sysconf(_SC_PAGESIZE);
-	const size_t page = pg > 0 ? (size_t)pg : 4096;
-	const size_t want = (n + page - 1) & ~(page - 1), span = want + LOADERS_HUGE;
-	char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED)
-		return NULL;
-	/* the range on a 2 MiB boundary; the slack on either side back at once */
-	char *p = (char *)(((uintptr_t)m + LOADERS_HUGE - 1) & ~(uintptr_t)(LOADERS_HUGE - 1));
-	if (p > m)
-		munmap(m, (size_t)(p - m));
-	if (m + span > p + want)
-		munmap(p + want, (size_t)(m + span - (p + want)));
-	/* whole 2 MiB blocks only (a huge page over the tail would be memory
-	 * the copy does not need); refused advice leaves small pages */
-	(void)madvise(p, want & ~(LOADERS_HUGE - 1), MADV_HUGEPAGE);
-	for (size_t at = 0; at < n; at += LOADERS_HUGE) {
-		if (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)) {
-			munmap(p, want);
-			return NULL;
-		}
-		memcpy(p + at, (const char *)src + at, n - at < LOADERS_HUGE ? n - at : LOADERS_HUGE);
-	}
-	(void)mprotect(p, want, PROT_READ);
-	*len = want;
-	return p;
-}
-
-void loaders_huge_free(void *p, size_t len)
-{
-	if (p && len)
-		munmap(p, len);
 }
 
 /* The words after "each shard stays open": the limit to raise, and where

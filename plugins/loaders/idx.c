@@ -37,11 +37,8 @@
 #include <math.h>     /* isfinite */
 #include <stdio.h>    /* snprintf */
 #include <stdlib.h>   /* malloc, realloc, free */
-#include <pthread.h>  /* the copy onto huge pages: idx_huge_start */
 #include <string.h>   /* strerror, strcmp */
-#include <sys/resource.h> /* setpriority: idx_huge_main */
 #include <sys/stat.h> /* fstat */
-#include <time.h>     /* clock_gettime: idx_huge_main's debug line */
 #include <unistd.h>   /* close, access */
 #include <zlib.h>     /* inflate */
 
@@ -63,27 +60,10 @@ struct idx_file {
 	struct idx_cache_map map; /* data lies in map when map.base is set */
 };
 
-/* The images' copy onto huge pages, made by a thread of its own
- * (idx_huge_start). */
-struct idx_huge {
-	pthread_t thread;
-	int started;     /* the thread runs (joined at close) */
-	int stop;        /* atomic: close asks the copy to give up */
-	const struct kiln_host *host;
-	const struct idx_file *f;
-	const uint8_t **pix; /* where the copy is published (atomic) */
-	void *p;         /* the copy, once made (the thread's until joined) */
-	size_t len;      /* its mapped length */
-};
-
 struct idx_ctx {
 	struct loaders_source src; /* first: host, who, n, classes */
 	struct idx_file images; /* u8 [n, rows, cols] */
 	struct idx_file labels; /* u8 [n] */
-	/* the pixels the reads use (atomic): images.data, then its copy on
-	 * huge pages once that is made */
-	const uint8_t *pix;
-	struct idx_huge huge;
 	int64_t rows, cols;
 	float lut[256];         /* lut[u] = (u/255 - mean)/std */
 };
@@ -669,74 +649,11 @@ static void idx_file_free(struct idx_file *f)
 	f->data = NULL;
 }
 
-/* The pixels of the images, for a read: the copy on huge pages once the
- * thread has published it, else the buffer or mapping they were loaded
- * into (the same bytes). */
-static const uint8_t *idx_pixels(const struct idx_ctx *c)
-{
-	return __atomic_load_n(&c->pix, __ATOMIC_ACQUIRE);
-}
-
-static void *idx_huge_main(void *arg)
-{
-	struct idx_huge *h = arg;
-	struct timespec t0, t1;
-	/* behind the run's own threads where they want the CPUs (the copy
-	 * is only worth its time when they leave one idle): nice 10, this
-	 * thread alone (Linux applies PRIO_PROCESS 0 to the calling thread);
-	 * refused, it stays at 0 */
-	(void)setpriority(PRIO_PROCESS, 0, 10);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	h->p = loaders_huge_copy(h->f->data, (size_t)h->f->bytes, &h->len, &h->stop);
-	if (!h->p)
-		return NULL;
-	__atomic_store_n(h->pix, (const uint8_t *)h->p, __ATOMIC_RELEASE);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	h->host->log(KILN_LOG_DEBUG, IDX_WHO, "%s: %" PRIu64 " bytes copied onto huge pages in %.1f ms (beside the setup)",
-		     h->f->path, h->f->bytes,
-		     1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec));
-	return NULL;
-}
-
-/* Start the copy of c's images onto huge pages (loaders_huge_copy) on a
- * thread of its own; the reads use the images where they are until it
- * is published.  A shuffled epoch reads samples at random: on the 4 KiB
- * pages of a malloc or of the cache file's mapping each read of a
- * 784-byte image was a TLB miss and a page walk (docs/PERFORMANCE.md,
- * session 49).  The copy costs Fashion-MNIST's 47 MB 10 ms to 0.2 s (new
- * memory, which the VM's host may have to fault in), so it is not made
- * on the opening thread: the run's setup goes on beside it.  No copy
- * where none is wanted or no thread starts.  The buffer or mapping the
- * images were loaded into stays until close (a read may hold it). */
-static void idx_huge_start(const struct kiln_host *host, struct idx_ctx *c)
-{
-	struct idx_huge *h = &c->huge;
-	if (!loaders_huge_wanted((size_t)c->images.bytes))
-		return;
-	h->host = host;
-	h->f = &c->images;
-	h->pix = &c->pix;
-	h->started = pthread_create(&h->thread, NULL, idx_huge_main, h) == 0;
-}
-
-/* Stop (if still copying) and join the copy's thread; unmap the copy. */
-static void idx_huge_end(struct idx_huge *h)
-{
-	if (h->started) {
-		__atomic_store_n(&h->stop, 1, __ATOMIC_RELAXED);
-		pthread_join(h->thread, NULL);
-		h->started = 0;
-	}
-	loaders_huge_free(h->p, h->len);
-	h->p = NULL;
-}
-
 static void idx_close(void *vctx)
 {
 	struct idx_ctx *c = vctx;
 	if (!c)
 		return;
-	idx_huge_end(&c->huge);
 	idx_file_free(&c->images);
 	idx_file_free(&c->labels);
 	free(c);
@@ -813,12 +730,6 @@ static kiln_status idx_open_named(const struct kiln_host *host, const struct kil
 				 img, c->images.dims[0], lab, c->labels.dims[0]);
 		goto fail;
 	}
-	c->pix = c->images.data;
-	/* the training set's only: [data.eval] and [data.val] are read in
-	 * index order, where the hardware prefetchers and a TLB entry per
-	 * five images serve */
-	if (!strcmp(section, "data"))
-		idx_huge_start(host, c);
 	c->src.n = (int64_t)c->images.dims[0];
 	c->rows = (int64_t)c->images.dims[1];
 	c->cols = (int64_t)c->images.dims[2];
@@ -909,7 +820,7 @@ static kiln_status idx_read(void *vctx, int64_t index, void *sample, void *label
 		return st;
 	if (sample) {
 		int64_t per = c->rows * c->cols;
-		const uint8_t *src = idx_pixels(c) + index * per;
+		const uint8_t *src = c->images.data + index * per;
 		float *dst = sample;
 		for (int64_t i = 0; i < per; i++)
 			dst[i] = c->lut[src[i]];
@@ -935,7 +846,7 @@ static kiln_status idx_read_image(void *vctx, int64_t index, struct kiln_image *
 		img->data = p;
 		img->cap = per;
 	}
-	memcpy(img->data, idx_pixels(c) + (size_t)index * per, per);
+	memcpy(img->data, c->images.data + (size_t)index * per, per);
 	img->h = (int32_t)c->rows;
 	img->w = (int32_t)c->cols;
 	img->c = 1;
@@ -954,7 +865,7 @@ static void idx_prefetch(void *vctx, int64_t index)
 	if (index < 0 || index >= c->src.n)
 		return;
 	const size_t per = (size_t)(c->rows * c->cols);
-	const uint8_t *p = idx_pixels(c) + (size_t)index * per;
+	const uint8_t *p = c->images.data + (size_t)index * per;
 	for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < (uintptr_t)(p + per); a += 64)
 		__builtin_prefetch((const void *)a, 0, 3);
 	__builtin_prefetch(c->labels.data + index, 0, 3);

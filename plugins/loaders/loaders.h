@@ -117,29 +117,6 @@ int loaders_fd_headroom(int top_fd, size_t nshards, char *buf, size_t n);
  * or -1 with errno set.  Thread-safe: uses no file position. */
 ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off);
 
-/* In-memory sample buffers on transparent huge pages (session 49).  A
- * source that holds its whole data set in memory (idx: 47 MB for
- * Fashion-MNIST's images) reads it at random offsets, one sample a few
- * lines long; on 4 KiB pages every such read is a TLB miss and a page
- * walk (under the kernel's usual THP = madvise neither malloc nor a file
- * mapping gets larger pages).  loaders_huge_copy copies the n bytes at
- * src into an anonymous mapping of its own, on a 2 MiB boundary and
- * advised MADV_HUGEPAGE, then made read-only, 2 MiB at a time, giving up
- * when *stop (atomic; NULL: never) becomes nonzero: the copy (its mapped
- * length in *len, for loaders_huge_free), or NULL when none was made,
- * the caller keeping src: stopped, mmap failed, or
- * loaders_huge_wanted(n) is 0.  The advice may be refused (THP built
- * out, no huge page free): the copy is then the same bytes on small
- * pages. */
-#define LOADERS_HUGE ((size_t)2 << 20)
-/* Whether a buffer of n bytes is to be copied: n at least 2 MiB, not an
- * AddressSanitizer build (a mapping has no redzones), and the
- * environment's KILN_TEST_LOADERS_HUGE not `off` (tests/check_idx.c's
- * fallback). */
-int loaders_huge_wanted(size_t n);
-void *loaders_huge_copy(const void *src, size_t n, size_t *len, const int *stop);
-void loaders_huge_free(void *p, size_t len);
-
 /* Read the n bytes at offset `off` of fd (a file's whole content, or a
  * member of a shard) into a buffer of its own and decode them as a JPEG or
  * PNG image into img (img_decode, at most src->max_pixels).  `what` names
