@@ -661,11 +661,11 @@ static void deint3_u8(uint8_t *d0, size_t plane, const uint8_t *p, ptrdiff_t st,
  * pixel: the loader thread's stores into the staging slot, lines the
  * compute cores hold, stalled ~56% of its normalize there); the n % 8
  * last through the table, the same bits. */
-__attribute__((target("avx2"))) static void gray_row_avx2(float *d, const uint8_t *p, int n,
+__attribute__((target("avx2"))) static void gray_row_avx2(float *d, const uint8_t *p, ptrdiff_t n,
 							   const float *lut, float mean, float sd)
 {
 	const __m256 k = _mm256_set1_ps(255.0f), m = _mm256_set1_ps(mean), s = _mm256_set1_ps(sd);
-	int i = 0;
+	ptrdiff_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		long long q;
 		memcpy(&q, p + i, 8);
@@ -692,9 +692,10 @@ static int have_avx512bw(void)
 }
 #endif
 
-/* d[i] = lut[p[i * st]]: one gray row.  mean and std are the ones lut was
+/* d[i] = lut[p[i * st]] for i < ow: one gray row (or a whole gray image
+ * read forward, emit's one pass).  mean and std are the ones lut was
  * built from. */
-static void gray_row(float *restrict d, const uint8_t *restrict p, ptrdiff_t st, int ow,
+static void gray_row(float *restrict d, const uint8_t *restrict p, ptrdiff_t st, ptrdiff_t ow,
 		     const float *restrict lut, float mean, float sd)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -709,7 +710,7 @@ static void gray_row(float *restrict d, const uint8_t *restrict p, ptrdiff_t st,
 #else
 	(void)mean, (void)sd;
 #endif
-	for (int i = 0; i < ow; i++, p += st)
+	for (ptrdiff_t i = 0; i < ow; i++, p += st)
 		d[i] = lut[p[0]];
 }
 
@@ -736,7 +737,7 @@ static void emit(const struct kiln_xform *x, const struct view *v, int top, int 
 		if (x->out_dtype == KILN_U8)
 			memcpy(out, v->p, plane);
 		else
-			gray_row(out, v->p, 1, oh * ow, lut, x->mean[0], x->std[0]);
+			gray_row(out, v->p, 1, (ptrdiff_t)plane, lut, x->mean[0], x->std[0]);
 		return;
 	}
 	for (int y = 0; y < oh; y++) {

@@ -869,7 +869,7 @@ static void norm_u8_range(const struct cpu_plan *p, float *y, const uint8_t *x, 
 	for (int64_t i = b; i < e;) {
 		const int64_t q = i / hw, end = (q + 1) * hw < e ? (q + 1) * hw : e;
 		const int c = (int)(q % C);
-#if defined(CPU_HAVE_V16) && defined(COMMON_NORM_AVX512)
+#if CPU_HAVE_V16 && defined(COMMON_NORM_AVX512)
 		if (cpu_v16_ok()) {
 			/* 16 pixels a step, bit-equal to the table (norm_lut.h) */
 			common_norm_avx512(y + i, x + i, end - i, (float)p->op.f[c],
