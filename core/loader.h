@@ -87,6 +87,7 @@ struct kiln_loader_stats {
 	int64_t workers_from; /* the batch handed out when it went back to
 			       * the workers (0: it did not) */
 	double fill_cpu_s;    /* the workers' CPU time in their fills */
+	double inline_cpu_s;  /* the training thread's CPU time in its fills */
 	double rule_fill_s;   /* the rule's window: a fill's CPU time, */
 	double rule_gap_s;    /* and the median time between two batches (0:
 			       * not run); the last window's */

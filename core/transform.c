@@ -655,33 +655,17 @@ static void deint3_u8(uint8_t *d0, size_t plane, const uint8_t *p, ptrdiff_t st,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* One gray row read forward (st = 1) into f32: (u/255 - mean) / std by the
- * same three f32 operations that build the table (a division, a
- * subtraction, a division: no product to contract), so bit-equal to
- * lut[u]; 16 pixels a step instead of a table load and a store each
- * (the table walk was ~1 cycle a pixel; AVX-512 gathers are slower still
- * on this EPYC: docs/PERFORMANCE.md, session 9). */
-#define XF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-XF_AVX512 static void gray_row_avx512(float *d, const uint8_t *p, int n, float mean, float sd)
-{
-	const __m512 k = _mm512_set1_ps(255.0f), m = _mm512_set1_ps(mean), s = _mm512_set1_ps(sd);
-	for (int i = 0; i < n; i += 16) {
-		const __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-		__m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, p + i)));
-		v = _mm512_div_ps(_mm512_sub_ps(_mm512_div_ps(v, k), m), s);
-		_mm512_mask_storeu_ps(d + i, live, v);
-	}
-}
-
-/* The same row 8 pixels a step (session 20: AVX2 machines took the table
- * walk, one scalar store a pixel: the loader thread's stores into the
- * staging slot, lines the compute cores hold, stalled ~56% of its
- * normalize there); the n % 8 last through the table, the same bits. */
-__attribute__((target("avx2"))) static void gray_row_avx2(float *d, const uint8_t *p, int n,
+/* A gray row read forward (st = 1) into f32 8 pixels a step, as
+ * common_norm_avx512 (norm_lut.h) does 16 where the CPU has AVX-512
+ * (session 20: AVX2 machines took the table walk, one scalar store a
+ * pixel: the loader thread's stores into the staging slot, lines the
+ * compute cores hold, stalled ~56% of its normalize there); the n % 8
+ * last through the table, the same bits. */
+__attribute__((target("avx2"))) static void gray_row_avx2(float *d, const uint8_t *p, ptrdiff_t n,
 							   const float *lut, float mean, float sd)
 {
 	const __m256 k = _mm256_set1_ps(255.0f), m = _mm256_set1_ps(mean), s = _mm256_set1_ps(sd);
-	int i = 0;
+	ptrdiff_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		long long q;
 		memcpy(&q, p + i, 8);
@@ -708,14 +692,15 @@ static int have_avx512bw(void)
 }
 #endif
 
-/* d[i] = lut[p[i * st]]: one gray row.  mean and std are the ones lut was
+/* d[i] = lut[p[i * st]] for i < ow: one gray row (or a whole gray image
+ * read forward, emit's one pass).  mean and std are the ones lut was
  * built from. */
-static void gray_row(float *restrict d, const uint8_t *restrict p, ptrdiff_t st, int ow,
+static void gray_row(float *restrict d, const uint8_t *restrict p, ptrdiff_t st, ptrdiff_t ow,
 		     const float *restrict lut, float mean, float sd)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (st == 1 && have_avx512bw()) {
-		gray_row_avx512(d, p, ow, mean, sd);
+		common_norm_avx512(d, p, ow, mean, sd);
 		return;
 	}
 	if (st == 1 && ow >= 8 && have_avx2()) {
@@ -725,7 +710,7 @@ static void gray_row(float *restrict d, const uint8_t *restrict p, ptrdiff_t st,
 #else
 	(void)mean, (void)sd;
 #endif
-	for (int i = 0; i < ow; i++, p += st)
+	for (ptrdiff_t i = 0; i < ow; i++, p += st)
 		d[i] = lut[p[0]];
 }
 
@@ -744,6 +729,17 @@ static void emit(const struct kiln_xform *x, const struct view *v, int top, int 
 {
 	int oh = x->out_h, ow = x->out_w, oc = x->out_c;
 	size_t plane = (size_t)oh * ow;
+	if (oc == 1 && v->c == 1 && !flip && !top && !left && v->h == oh && v->w == ow &&
+	    v->stride == (size_t)ow) {
+		/* the gray image itself, unchanged in shape (MNIST's): one pass
+		 * over its pixels, as the rows would have been, without the
+		 * per-row calls and a masked tail a row (session 49) */
+		if (x->out_dtype == KILN_U8)
+			memcpy(out, v->p, plane);
+		else
+			gray_row(out, v->p, 1, (ptrdiff_t)plane, lut, x->mean[0], x->std[0]);
+		return;
+	}
 	for (int y = 0; y < oh; y++) {
 		const uint8_t *p;
 		ptrdiff_t st;

@@ -608,10 +608,37 @@ START_TEST(test_normalize_on_device)
 }
 END_TEST
 
-/* NORMALIZE_U8 computes torchvision's rule, ToTensor's x.float().div(255)
- * then Normalize's (x - mean) / std, in f32: every byte value of three
- * channels with ImageNet's mean and std, bit for bit (a table computed in
- * double and then rounded differs in 133-197 of the 256 values). */
+/* NORMALIZE_U8 on u8 [N, 3, H, W] by rig d's device against torchvision's
+ * rule, ToTensor's x.float().div(255) then Normalize's (x - mean) / std in
+ * f32, with ImageNet's mean and std: every element bit for bit. */
+static void normalize_rule_check(struct rig *d, int N, int H, int W)
+{
+	static const float mean[3] = { 0.485f, 0.456f, 0.406f }, sd[3] = { 0.229f, 0.224f, 0.225f };
+	const int C = 3, HW = H * W, all = N * C * HW;
+	uint8_t *u8 = malloc((size_t)all);
+	float *y = malloc((size_t)all * sizeof(float));
+	for (int i = 0; i < all; i++) /* every value in each plane of 256 or more */
+		u8[i] = (uint8_t)(i % HW * 7 + i / HW);
+	const int64_t dims[4] = { N, C, H, W };
+	normalize_on(d, dims, mean, sd, u8, y);
+	for (int i = 0; i < all; i++) {
+		const int c = i / HW % C;
+		volatile float x = (float)u8[i] / 255.0f; /* no contraction, no excess precision */
+		const float want = (x - mean[c]) / sd[c];
+		ck_assert_msg(y[i] == want, "%dx%dx%dx%d: element %d (plane %d, channel %d), u8 %d: %.9g, torchvision's rule %.9g",
+			      N, C, H, W, i, i / HW, c, u8[i], y[i], want);
+	}
+	free(u8), free(y);
+}
+
+/* NORMALIZE_U8 computes torchvision's rule in f32: every byte value of
+ * three channels, bit for bit (a table computed in double and then
+ * rounded differs in 133-197 of the 256 values); and over more elements
+ * than CPU_PAR_MIN (32768), which the CPU device splits by elements among
+ * its threads (session 49; by planes before, and a batch of 128 MNIST
+ * images ran on one thread), so a thread's span starts inside a plane and
+ * must still take that plane's channel (planes of 2500 end in a partial
+ * vector). */
 START_TEST(test_normalize_rule)
 {
 	char ini[1024];
@@ -619,24 +646,11 @@ START_TEST(test_normalize_rule)
 	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
 	snprintf(ini, sizeof ini, aug_ini, "transform_on = device");
 	ck_assert_msg(rig_open(&d, ini) == 0, "%s", kiln_last_error());
-	static const float mean[3] = { 0.485f, 0.456f, 0.406f }, sd[3] = { 0.229f, 0.224f, 0.225f };
-	enum { C = 3, HW = 256 };
-	uint8_t u8[C * HW];
-	float y[C * HW];
-	for (int i = 0; i < C * HW; i++)
-		u8[i] = (uint8_t)((i % HW) * 7 + i / HW); /* every value, per plane */
-	static const int64_t dims[4] = { 1, C, 16, 16 };
-	normalize_on(&d, dims, mean, sd, u8, y);
-	for (int i = 0; i < C * HW; i++) {
-		volatile float x = (float)u8[i] / 255.0f; /* no contraction, no excess precision */
-		const float want = (x - mean[i / HW]) / sd[i / HW];
-		ck_assert_msg(y[i] == want, "channel %d, u8 %d: %.9g, torchvision's rule %.9g", i / HW,
-			      u8[i], y[i], want);
-	}
+	normalize_rule_check(&d, 1, 16, 16);
+	normalize_rule_check(&d, 5, 50, 50);
 	rig_close(&d);
 }
 END_TEST
-
 
 /* u8 CHW output of an RGB image (transform_on = device): every sample is
  * the image's planes, mirrored or not, whatever path (SIMD or scalar) the
@@ -1228,7 +1242,10 @@ END_TEST
 /* The consumer-fill rule with 4 workers (slots they claimed when the
  * consumer took over), random crops and flips, 3 epochs of 60 batches
  * (the boundaries after the switch at batch 20), a 3 ms step: each batch
- * is the bytes of a read on this thread (session 45's review). */
+ * is the bytes of a read on this thread (session 45's review).  Each
+ * batch the consumer fills is in the buffer the batch before it was
+ * released from (session 49: its lines still in the caches), not its
+ * slot's own of 6 batches ago. */
 START_TEST(test_loader_switch_multi)
 {
 	const char *ini = "[run]\nseed = 5\n"
@@ -1245,7 +1262,8 @@ START_TEST(test_loader_switch_multi)
 	uint8_t *want = malloc((size_t)B * r.d.sample_bytes);
 	int32_t wy[32];
 	ck_assert(kiln_loader_open(r.dev, &r.d, B, 4, 2, &L) == 0);
-	int64_t total = 0;
+	int64_t total = 0, warm = 0;
+	const void *last = NULL;
 	for (int ep = 0; ep < 3; ep++) {
 		kiln_rng_permutation(r.d.seed, (uint64_t)ep, perm, r.d.len);
 		ck_assert(kiln_loader_start(L, ep, perm, nb * B, B, 0) == 0);
@@ -1258,6 +1276,8 @@ START_TEST(test_loader_switch_multi)
 			ck_assert(kiln_dataset_read_rows(&r.d, ep, perm + b * B, B, want, wy, &scr) == 0);
 			ck_assert_msg(!memcmp(bx, want, (size_t)B * r.d.sample_bytes) && !memcmp(by, wy, sizeof wy),
 				      "epoch %d batch %lld differs", ep, (long long)b);
+			warm += bx == last;
+			last = bx;
 			ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
 			usleep(3000);
 		}
@@ -1269,6 +1289,8 @@ START_TEST(test_loader_switch_multi)
 		      "the consumer filled %lld batches from %lld (fill %.1f us, gap %.1f us)",
 		      (long long)k.inline_fills, (long long)k.inline_from, 1e6 * k.rule_fill_s,
 		      1e6 * k.rule_gap_s);
+	ck_assert_msg(warm == k.inline_fills, "%lld of the consumer's %lld fills in the buffer just released",
+		      (long long)warm, (long long)k.inline_fills);
 	kiln_loader_close(L);
 	kiln_data_scratch_free(&scr);
 	free(want);

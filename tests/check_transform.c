@@ -706,7 +706,9 @@ END_TEST
 /* Gray rows to f32 (the MLP's normalize, 16 pixels a step where the CPU
  * has AVX-512): every pixel value, rows of 1 to 40 pixels (the 16-lane
  * step's tails), read forward and flipped, bit-equal to the table's
- * (u/255 - mean) / std. */
+ * (u/255 - mean) / std; and unflipped to u8, the pixels unchanged.  An
+ * image kept whole and unflipped goes in one pass since session 49 (9 x w
+ * pixels, its own tail), a flipped one row by row. */
 START_TEST(gray_rows)
 {
 	static const float ms[][2] = { { 0.286f, 0.353f }, { 0.0f, 1.0f }, { 0.5f, 0.25f },
@@ -744,6 +746,15 @@ START_TEST(gray_rows)
 				}
 				ck_assert_msg(fwd || rev, "w %d, mean %g std %g, flip %d: pixel %d differs (%a)",
 					      w, x.mean[0], x.std[0], flip, bad, out[bad]);
+				if (flip)
+					continue;
+				/* u8 out (transform_on = device): the pixels as they are */
+				x.out_dtype = KILN_U8;
+				memset(out, 0xa5, (size_t)9 * w + 1);
+				ck_assert_int_eq(kiln_xform_apply(&x, &img, 3, 0, t, out, &s), KILN_OK);
+				ck_assert_msg(!memcmp(out, px, (size_t)9 * w) &&
+						      ((uint8_t *)out)[9 * w] == 0xa5,
+					      "w %d: u8 output differs", w);
 			}
 	}
 	free(px);

@@ -42,7 +42,7 @@ line=$(grep "loader (train): " "$tmp/log1") ||
 	{ grep "data" "$tmp/log1" | tail -5; fail "no loader stats line"; }
 echo "$line"
 # "loader (train): 60 batches handed out; F filled by the workers (W
-# wake-ups, ...), C by the training thread"
+# wake-ups, ...), C by the training thread (... us of CPU a fill)"
 set -- $(echo "$line" | sed 's/.*: \([0-9]*\) batches handed out; \([0-9]*\) filled by the workers (\([0-9]*\) wake-ups.*, \([0-9]*\) by the training thread.*/\1 \2 \3 \4/')
 [ $# = 4 ] || fail "cannot read the stats line"
 [ "$1" = 60 ] || fail "$1 batches, expected 60"

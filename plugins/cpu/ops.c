@@ -9,8 +9,9 @@
  * reproduce).
  */
 #include "cpu.h"
+#include "v16.h"  /* cpu_v16_ok: NORMALIZE_U8's vector pass */
 #include "vexp.h" /* cpu_exp: the softmax-xent's exps, vectorised */
-#include "../common/norm_lut.h"   /* common_norm_lut: the host transforms' table */
+#include "../common/norm_lut.h"   /* common_norm_lut, common_norm_avx512: the host transforms' */
 #include "../common/scalar_ops.h" /* LR schedule, loss scaler, clip factor: kernels.cu's code */
 
 #include <math.h>     /* expf, log */
@@ -858,20 +859,45 @@ CPU_CLONES static void norm_u8_span(float *y, const uint8_t *x, int64_t n, const
 		y[i] = lut[x[i]];
 }
 
+/* Elements [b, e) of NORMALIZE_U8 with C planes of hw (NCHW; C = 1 for a
+ * one-channel NHWC): each plane's piece with its channel's table (and
+ * mean, std for the vector pass). */
+static void norm_u8_range(const struct cpu_plan *p, float *y, const uint8_t *x, int64_t b,
+			  int64_t e, float (*lut)[256])
+{
+	const int64_t C = p->sz[0], hw = p->sz[1];
+	for (int64_t i = b; i < e;) {
+		const int64_t q = i / hw, end = (q + 1) * hw < e ? (q + 1) * hw : e;
+		const int c = (int)(q % C);
+#if CPU_HAVE_V16 && defined(COMMON_NORM_AVX512)
+		if (cpu_v16_ok()) {
+			/* 16 pixels a step, bit-equal to the table (norm_lut.h) */
+			common_norm_avx512(y + i, x + i, end - i, (float)p->op.f[c],
+					   (float)p->op.f[3 + c]);
+			i = end;
+			continue;
+		}
+#endif
+		norm_u8_span(y + i, x + i, end - i, lut[c]);
+		i = end;
+	}
+}
+
 static kiln_status cpu_normalize_u8(const struct cpu_plan *p, const struct kiln_op_args *a,
 				    struct cpu_err *e)
 {
 	(void)e;
 	const uint8_t *x = a->in[0];
 	float *y = a->out[0];
-	const int64_t C = p->sz[0], hw = p->sz[1], planes = p->n / hw;
+	const int64_t C = p->sz[0];
 	const int nhwc = p->op.in[0].layout == KILN_NHWC;
 	float lut[3][256];
 	for (int c = 0; c < C; c++)
 		common_norm_lut(lut[c], (float)p->op.f[c], (float)p->op.f[3 + c]);
 	if (!nhwc || C == 1) {
-		CPU_SPANS(planes, b, en, for (int64_t q = b; q < en; q++)
-			  norm_u8_span(y + q * hw, x + q * hw, hw, lut[nhwc ? 0 : q % C]));
+		/* split by elements, not planes: a batch of 128 MNIST images
+		 * (128 planes) was under CPU_PAR_MIN and ran on one thread */
+		CPU_SPANS(p->n, b, en, norm_u8_range(p, y, x, b, en, lut));
 	} else {
 		CPU_SPANS(p->n / C, b, en, for (int64_t q = b; q < en; q++)
 			  for (int64_t c = 0; c < C; c++)
