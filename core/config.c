@@ -74,11 +74,72 @@ int kiln_edit_distance(const char *a, const char *b)
 	return d[la % 3][lb];
 }
 
+/* PyTorch's (and Lightning's) names of what kiln names otherwise, for a
+ * user who writes `type = CrossEntropyLoss` or `schedule = CosineAnnealingLR`:
+ * kiln's name is suggested when the list of choices holds it. */
+static const struct {
+	const char *torch, *kiln;
+} torch_names[] = {
+	{ "Conv2d", "conv" },
+	{ "BatchNorm2d", "batchnorm" },
+	{ "BatchNorm1d", "batchnorm" },
+	{ "SyncBatchNorm", "batchnorm" },
+	{ "MaxPool2d", "maxpool" },
+	{ "AvgPool2d", "avgpool" },
+	{ "AdaptiveAvgPool2d", "global_avgpool" },
+	{ "LeakyReLU", "leaky_relu" },
+	{ "CrossEntropyLoss", "softmax_xent" },
+	{ "MSELoss", "mse" },
+	{ "BCEWithLogitsLoss", "bce_logits" },
+	{ "MultiheadAttention", "attention" },
+	{ "CosineAnnealingLR", "cosine" },
+	{ "StepLR", "step" },
+	{ "MultiStepLR", "multistep" },
+	{ "OneCycleLR", "onecycle" },
+	{ "ExponentialLR", "exponential" },
+	{ "LinearLR", "linear" },
+	{ "PolynomialLR", "polynomial" },
+	{ "ReduceLROnPlateau", "plateau" },
+	{ "bfloat16", "bf16" },
+	{ "bf16-mixed", "bf16" },
+	{ "float16", "fp16" },
+	{ "half", "fp16" },
+	{ "16-mixed", "fp16" },
+	{ "float32", "fp32" },
+	{ "float", "fp32" },
+	{ "32-true", "fp32" },
+	{ "ImageFolder", "folder" },
+};
+
+/* Whether `name` is one of list's names. */
+static int list_has(const char *list, const char *name)
+{
+	const size_t nl = strlen(name);
+	for (const char *p = list; p && *p;) {
+		p += strspn(p, ",| ");
+		size_t l = strcspn(p, ",| ");
+		if (!l)
+			break;
+		if (l == nl && !memcmp(p, name, l))
+			return 1;
+		p += l;
+	}
+	return 0;
+}
+
 const char *kiln_suggest_choice(const char *word, const char *list, char *out, size_t n)
 {
 	char best[65] = "";
 	int bd = 1 << 30;
 	out[0] = 0;
+	/* a module path's last part: nn.Linear, torch.bfloat16 */
+	const char *dot = strrchr(word, '.');
+	const char *w = dot && dot[1] ? dot + 1 : word;
+	for (size_t i = 0; i < KILN_ARRAY_LEN(torch_names); i++)
+		if (!strcasecmp(w, torch_names[i].torch) && list_has(list, torch_names[i].kiln)) {
+			snprintf(out, n, "; did you mean '%s'?", torch_names[i].kiln);
+			return out;
+		}
 	for (const char *p = list; p && *p;) {
 		p += strspn(p, ",| ");
 		size_t l = strcspn(p, ",| ");
@@ -88,16 +149,19 @@ const char *kiln_suggest_choice(const char *word, const char *list, char *out, s
 		if (l < sizeof name) {
 			memcpy(name, p, l);
 			name[l] = 0;
-			int d = kiln_edit_distance(word, name);
+			/* (the distance ignores case: 'Linear' is 0 from 'linear',
+			 * which before session 50 was taken for the word itself and
+			 * suggested nothing) */
+			int d = strcmp(word, name) ? kiln_edit_distance(w, name) : 1 << 30;
 			if (d < bd)
 				bd = d, memcpy(best, name, l + 1);
 		}
 		p += l;
 	}
-	int lim = (int)strlen(word) / 2;
+	int lim = (int)strlen(w) / 2;
 	if (lim < 2)
 		lim = 2;
-	if (*best && bd > 0 && bd <= lim)
+	if (*best && bd <= lim)
 		snprintf(out, n, "; did you mean '%s'?", best);
 	return out;
 }

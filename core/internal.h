@@ -38,9 +38,11 @@ int kiln_edit_distance(const char *a, const char *b);
 
 /* "; did you mean 'X'?" into out (n bytes; returned) when X, one of the
  * names of `list` (separated by ',', '|' or spaces), is within an edit
- * distance of max(2, strlen(word) / 2) of word, the closest (the first
- * of a tie), and not word itself; else "".  The one suggester of every
- * choice value: a layer type, a source, an optimizer, a device, an enum. */
+ * distance of max(2, strlen(word) / 2) of word, case ignored, the closest
+ * (the first of a tie), and not word itself; or X, kiln's name of a
+ * PyTorch name (`CrossEntropyLoss`: 'softmax_xent'; `nn.Conv2d`, a module
+ * path: its last part); else "".  The one suggester of every choice
+ * value: a layer type, a source, an optimizer, a device, an enum. */
 const char *kiln_suggest_choice(const char *word, const char *list, char *out, size_t n);
 
 /* The range of a double, for messages that refuse a number past it

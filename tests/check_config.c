@@ -981,6 +981,49 @@ START_TEST(layer_unknown_type)
 }
 END_TEST
 
+/* A PyTorch user's names: a choice that differs in case only, or
+ * PyTorch's name of it, gets kiln's suggested (before session 50 'Linear',
+ * 'ReLU', 'AdamW' and 'BF16' were distance 0 from kiln's names, taken for
+ * the word itself, and got no suggestion; nor did 'CrossEntropyLoss'). */
+START_TEST(layer_type_suggestions)
+{
+	static const char *const pairs[][2] = {
+		{ "Linear", "linear" },         { "ReLU", "relu" },
+		{ "GELU", "gelu" },             { "LSTM", "lstm" },
+		{ "nn.Conv2d", "conv" },        { "BatchNorm2d", "batchnorm" },
+		{ "CrossEntropyLoss", "softmax_xent" },
+		{ "torch.nn.AdaptiveAvgPool2d", "global_avgpool" },
+		{ "BCEWithLogitsLoss", "bce_logits" },
+	};
+	struct kiln_registry *reg;
+	ck_assert_int_eq(kiln_registry_open(NULL, &reg), KILN_OK);
+	for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+		char text[200], want[100];
+		snprintf(text, sizeof text, "[layer.fc1]\ntype = %s\n", pairs[i][0]);
+		snprintf(want, sizeof want, "no layer plugin named '%s'; did you mean '%s'?",
+			 pairs[i][0], pairs[i][1]);
+		struct kiln_config *cfg = load_ok(text);
+		ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+		assert_has(kiln_last_error(), want);
+		kiln_config_free(cfg);
+	}
+	kiln_registry_close(reg);
+	/* an enum: case, and PyTorch's or Lightning's name */
+	expect_fail("[train]\nschedule = Cosine\n", KILN_ECONFIG, "t.ini:2:",
+		    "'schedule' = 'Cosine' is not one of", "; did you mean 'cosine'?", NULL);
+	expect_fail("[train]\nschedule = CosineAnnealingLR\n", KILN_ECONFIG,
+		    "; did you mean 'cosine'?", NULL);
+	expect_fail("[train]\nschedule = ReduceLROnPlateau\n", KILN_ECONFIG,
+		    "; did you mean 'plateau'?", NULL);
+	expect_fail("[run]\nprecision = BF16\n", KILN_ECONFIG, "; did you mean 'bf16'?", NULL);
+	expect_fail("[run]\nprecision = bf16-mixed\n", KILN_ECONFIG, "; did you mean 'bf16'?",
+		    NULL);
+	/* a word near nothing still gets no suggestion */
+	check_text("[train]\nschedule = frobnicate\n");
+	assert_lacks(last_msg, "did you mean");
+}
+END_TEST
+
 START_TEST(layer_no_registry)
 {
 	struct kiln_config *cfg = load_ok("[layer.fc1]\ntype = nosuchtype\nout = 10\n"
@@ -1277,7 +1320,7 @@ Suite *make_config_suite(void)
 		write_golden, write_data_eval_inherits, write_empty, NULL });
 
 	check_add_case(s, "layer", 0, NULL, NULL, (const TTest *[]){
-		layer_unknown_type, layer_no_registry, layer_int_pairs, NULL });
+		layer_unknown_type, layer_type_suggestions, layer_no_registry, layer_int_pairs, NULL });
 
 	check_add_case(s, "size", 0, NULL, NULL, (const TTest *[]){
 		size_accepted, size_refused, NULL });
