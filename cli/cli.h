@@ -121,7 +121,9 @@ int cli_wants_help(int argc, char **argv);
  * and names nothing (ENOENT, ENOTDIR), else KILN_OK.  Before session 36 a
  * missing --checkpoint, --vocab or [model] init_from was exit 1 and a
  * missing text file of `pack --format tokens` exit 3.  "" (an empty name):
- * KILN_EUSAGE too (": cannot open" before session 39). */
+ * KILN_EUSAGE too (": cannot open" before session 39); so is a directory
+ * ("WHAT PATH: a directory, not a file", for "checkpoint" with a hint;
+ * before session 50 exit 1 or 3, after the model was built). */
 kiln_status cli_named_file(const char *what, const char *path);
 /* An output option given as "" (`--onnx=`): "kiln: error: OPT needs a
  * file name" and 1 (the caller exits 2 before any work); else 0. */

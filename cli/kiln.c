@@ -126,6 +126,11 @@ kiln_status cli_named_file(const char *what, const char *path)
 	struct stat sb;
 	if (path && !*path) /* ": cannot open" before session 39 */
 		return kiln_error(KILN_EUSAGE, "%s%s\"\": an empty name: name a file", what, *what ? " " : "");
+	if (path && !stat(path, &sb) && S_ISDIR(sb.st_mode)) /* exit 1 or 3, late, before session 50 */
+		return kiln_error(KILN_EUSAGE, "%s%s%s: a directory, not a file%s", what,
+				  *what ? " " : "", path,
+				  strcmp(what, "checkpoint") ? "" :
+				  " (name a checkpoint file, such as RUN_DIR/checkpoints/ckpt-<step>.kiln, or leave --checkpoint out for the newest usable one in [run] out_dir/checkpoints)");
 	if (!path || !stat(path, &sb) || (errno != ENOENT && errno != ENOTDIR))
 		return KILN_OK; /* there, or unreadable: the open says why (exit 1) */
 	return kiln_error(KILN_EUSAGE, "%s%s%s: no such file", what, *what ? " " : "", path);

@@ -983,6 +983,10 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
 	int missing;
 	if (!path || !*path)
 		return KILN_OK;
+	struct stat sb;
+	if (!stat(path, &sb) && S_ISDIR(sb.st_mode)) /* exit 1, "cannot open", before session 50 */
+		return kiln_error(KILN_ECONFIG, "%s: [model] init_from: %s: a directory, not a weights file (a checkpoint such as RUN_DIR/checkpoints/ckpt-<step>.kiln, or a safetensors file)",
+				  kiln_config_where(m->cfg, "model", "init_from"), path);
 	kiln_status st = load_weights_file(m, path, stream, &missing);
 	/* a file that is not there: a config error at its line (exit 2), as a
 	 * missing --checkpoint is a usage error (README.md, "Exit codes"); exit

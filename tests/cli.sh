@@ -279,6 +279,31 @@ stderr_has "kiln: error: $tmp/none.txt: no such file"
 printf 'abc\n' > "$tmp/t.txt"
 kiln 2 pack --format tokens --out "$tmp/pt" "$tmp/t.txt" data.limit=5
 stderr_has "kiln: error: data.limit=5: no such file (--format tokens takes no section.key=value overrides"
+# a directory where a file is named: a usage error too, before any work
+# (before session 50 --checkpoint DIR built the model and opened the data,
+# then failed "cannot open: a directory", exit 1; --prompts DIR said
+# "cannot be read", exit 1; a text file of pack --format tokens exit 3)
+mkdir -p "$tmp/adir/checkpoints"
+for cmd in eval export predict generate quantize; do
+	case $cmd in
+	export) extra="--onnx $tmp/m.onnx" ;;
+	predict) extra=--eval-set ;;
+	generate) extra="--prompt a --tokens 1" ;;
+	quantize) extra="--calibrate 1 --out $tmp/q.st" ;;
+	*) extra= ;;
+	esac
+	kiln 2 $cmd $lc --checkpoint "$tmp/adir/checkpoints" $extra
+	stderr_has "kiln: error: checkpoint $tmp/adir/checkpoints: a directory, not a file (name a checkpoint file, such as RUN_DIR/checkpoints/ckpt-<step>.kiln, or leave --checkpoint out"
+	! grep -q "^\[" "$err" || fail "$cmd --checkpoint DIR did work before refusing it: $(head -1 "$err")"
+done
+kiln 2 eval $lc --quantized "$tmp/adir"
+stderr_has "kiln: error: --quantized $tmp/adir: a directory, not a file"
+kiln 2 generate $lc --prompts "$tmp/adir" --tokens 1
+stderr_has "kiln: error: --prompts $tmp/adir: a directory, not a file"
+kiln 2 pack --format tokens --out "$tmp/pt" "$tmp/adir"
+stderr_has "kiln: error: $tmp/adir: a directory, not a file"
+kiln 2 train $lc model.init_from="$tmp/adir" train.batch=2 "run.out_dir=$tmp/initrun"
+stderr_has "[model] init_from: $tmp/adir: a directory, not a weights file"
 # an empty output name: refused before any work (`--onnx=` built the model,
 # then failed ": ONNX export: : cannot write", exit 1)
 kiln 2 export $lc --onnx=
