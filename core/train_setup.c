@@ -211,6 +211,11 @@ static kiln_status open_out_dir(struct trainer *t)
 	const char *out_dir = t->run.out_dir;
 	char path[4200];
 	kiln_status st;
+	/* (an unset variable, `run.out_dir=$OUT`, trained for hours and kept
+	 * nothing, without a word, before session 50) */
+	if (!*out_dir && !t->rank && t->tc.checkpoint_last)
+		kiln_log(KILN_LOG_WARN, "train", "%s: [run] out_dir is empty: nothing is written (no metrics.jsonl, no checkpoint): the trained weights end with the process",
+			 kiln_config_where(t->cfg, "run", "out_dir"));
 	if (!*out_dir || t->rank)
 		return KILN_OK;
 	if (!t->tc.resume && (st = trainer_out_dir_clear(out_dir, t->ckdir, t->tc.overwrite)))

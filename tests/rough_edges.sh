@@ -304,6 +304,13 @@ kiln 2 train "$ini" data.path="$data" run.out_dir= log.tensorboard=1
 stderr_has "command line 'log.tensorboard=1': [log] tensorboard needs [run] out_dir (its event files go to out_dir)"
 kiln 2 train "$ini" data.path="$data" run.out_dir= log.csv=1
 stderr_has "command line 'log.csv=1': [log] csv needs [run] out_dir (train.csv and eval.csv go to out_dir)"
+# an empty out_dir (`run.out_dir=$UNSET`) keeps nothing: said at the start,
+# naming where it was set (before session 50 a run trained and kept no
+# weights without a word); not when checkpoint_last = 0 says so already
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1
+stderr_has "[train] warning: command line 'run.out_dir=': [run] out_dir is empty: nothing is written (no metrics.jsonl, no checkpoint): the trained weights end with the process"
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.checkpoint_last=0
+! grep -q "out_dir is empty" "$err" || fail "checkpoint_last = 0 and out_dir empty: warned: $(grep "out_dir is empty" "$err")"
 # 14: 48 samples, steps of 5 x 2: 4 steps, 8 samples left out each epoch
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.batch=5 train.accumulate=2 train.max_steps=1
 stderr_has "an epoch is 4 step(s) of 10 samples (batch 5 x accumulate 2 x 1 rank(s)): 8 of the 48 training samples are left out of each epoch (drop_last)"
