@@ -108,7 +108,7 @@ static const struct kiln_key model_keys[] = {
 };
 
 static const struct kiln_key train_keys[] = {
-	{ "epochs", KILN_KEY_INT, "10", 0, 1e9, NULL, "Passes over the training data." },
+	{ "epochs", KILN_KEY_INT, "10", 0, 1e9, NULL, "Passes over the training data. 0 runs no step (`kiln train` warns so; nothing is trained, evaluated or checkpointed)." },
 	{ "batch", KILN_KEY_INT, "128", 1, 1e9, "auto",
 	  "Samples per step (per rank), or `auto`: the largest multiple of 8 and of `[pipeline] micro_batches` (their least common multiple: 24 for 3; at most the training set) whose predicted memory (`kiln memory`: parameters, gradients, optimizer state, activations, workspace, evaluation and inputs) fits in [run] memory_limit; the choice and its prediction are logged, and `lr_scale` applies to it." },
 	{ "eval_batch", KILN_KEY_INT, "0", 0, 1e9, NULL,

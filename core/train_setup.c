@@ -404,6 +404,11 @@ static kiln_status open_loop(struct trainer *t)
 				  kiln_config_where(t->cfg, "train", t->acc > 1 ? "accumulate" : "batch"),
 				  (long long)t->B, (long long)t->acc, t->world, (long long)t->G,
 				  (long long)t->train.len);
+	/* (a typo'd epochs = 0 ran no step and printed a line of nulls, no
+	 * word why, before session 50; Lightning says "max_epochs=0 reached") */
+	if (!t->tc.epochs && !t->tc.resume && !t->rank)
+		kiln_log(KILN_LOG_WARN, "train", "%s: [train] epochs = 0: no step is run: nothing is trained or evaluated, and no checkpoint written",
+			 kiln_config_where(t->cfg, "train", "epochs"));
 	const int64_t left_out = t->train.len - t->steps_per_epoch * t->G;
 	if (left_out && !t->rank)
 		kiln_log(KILN_LOG_INFO, "train", "an epoch is %lld step(s) of %lld samples (batch %lld x accumulate %lld x %d rank(s)): %lld of the %lld training samples are left out of each epoch (drop_last)",

@@ -311,6 +311,13 @@ kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1
 stderr_has "[train] warning: command line 'run.out_dir=': [run] out_dir is empty: nothing is written (no metrics.jsonl, no checkpoint): the trained weights end with the process"
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.max_steps=1 train.checkpoint_last=0
 ! grep -q "out_dir is empty" "$err" || fail "checkpoint_last = 0 and out_dir empty: warned: $(grep "out_dir is empty" "$err")"
+# epochs = 0 (a typo) runs no step: said, naming where it was set (before
+# session 50 a JSON line of nulls, no word why)
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.epochs=0
+stderr_has "[train] warning: command line 'train.epochs=0': [train] epochs = 0: no step is run: nothing is trained or evaluated, and no checkpoint written"
+grep -q '"steps": 0,' "$out" || fail "epochs = 0: $(tail -1 "$out")"
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.epochs=1 train.max_steps=1
+! grep -q "epochs = 0" "$err" || fail "epochs = 1 warned of epochs = 0"
 # 14: 48 samples, steps of 5 x 2: 4 steps, 8 samples left out each epoch
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.batch=5 train.accumulate=2 train.max_steps=1
 stderr_has "an epoch is 4 step(s) of 10 samples (batch 5 x accumulate 2 x 1 rank(s)): 8 of the 48 training samples are left out of each epoch (drop_last)"
