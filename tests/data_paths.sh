@@ -33,6 +33,15 @@ stderr_has "kiln: error: $tmp/t1.ini:$(line "$tmp/t1.ini" path): [data] path: $t
 kiln 2 train "$tmp/t1.ini" "run.out_dir=$tmp/run1"
 stderr_has "kiln: error: $tmp/t1.ini:$(line "$tmp/t1.ini" path): [data] path: $tmp/nodir: no such file (the tokens data)"
 
+# a relative path is the working directory's, and said so (before session
+# 50 a config run from another directory named data/x "no such file", no
+# word of where it was looked for)
+tok "$tmp/t1r.ini" "nodir"
+rc=0
+(cd "$tmp" && "$abs_top_builddir/kiln" summary t1r.ini) > "$out" 2> "$err" || rc=$?
+[ "$rc" = 2 ] || fail "summary with a relative path not there: exit $rc, expected 2"
+stderr_has "kiln: error: t1r.ini:$(line "$tmp/t1r.ini" path): [data] path: nodir: no such file (the tokens data; a relative name is read from the working directory, $(cd "$tmp" && pwd -P))"
+
 # a directory with a train shard; a listed shard that is missing
 mkdir -p "$tmp/tok"
 cp "$data/gpt_tokens.bin" "$tmp/tok/train_000.bin"

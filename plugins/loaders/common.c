@@ -174,8 +174,15 @@ void loaders_key_at(const struct kiln_host *host, const struct kiln_config *cfg,
 kiln_status loaders_no_such_file(const struct kiln_host *host, const char *at, const char *path,
 				 const char *what)
 {
-	return host->error(KILN_ENOTFOUND, "%s: %s: no such file%s%s%s", at, path,
-			   what ? " (" : "", what ? what : "", what ? ")" : "");
+	/* a relative name is the working directory's, not the config's: said
+	 * (before session 50 `kiln train examples/x.ini` run from another
+	 * directory named data/x "no such file" with no word of where) */
+	char cwd[PATH_MAX], rel[PATH_MAX + 64] = "";
+	if (path[0] != '/' && getcwd(cwd, sizeof cwd))
+		snprintf(rel, sizeof rel, "%sa relative name is read from the working directory, %s",
+			 what ? "; " : "", cwd);
+	return host->error(KILN_ENOTFOUND, "%s: %s: no such file%s%s%s%s", at, path,
+			   what || *rel ? " (" : "", what ? what : "", rel, what || *rel ? ")" : "");
 }
 
 /* Whether every name of a `shards` list is absolute: then `path`, the

@@ -196,7 +196,8 @@ void loaders_key_at(const struct kiln_host *host, const struct kiln_config *cfg,
 		    const char *section, const char *key, char *out, size_t n);
 
 /* KILN_ENOTFOUND: "AT: PATH: no such file (WHAT)", AT from loaders_key_at;
- * `what` says what the file was to be (may be NULL). */
+ * `what` says what the file was to be (may be NULL); a relative PATH adds
+ * "; a relative name is read from the working directory, CWD". */
 kiln_status loaders_no_such_file(const struct kiln_host *host, const char *at, const char *path,
 				 const char *what);
 
