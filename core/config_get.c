@@ -50,6 +50,11 @@ const char *kiln_config_where(const struct kiln_config *cfg, const char *section
 	return e ? e->where : "default";
 }
 
+const char *kiln_config_file(const struct kiln_config *cfg)
+{
+	return cfg ? cfg->file : NULL;
+}
+
 const char *kiln_config_section(const struct kiln_config *cfg, int i)
 {
 	return cfg && i >= 0 && i < cfg->n ? cfg->s[i].name : NULL;

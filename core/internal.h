@@ -33,6 +33,10 @@ static inline const char *kiln_bytes_str(char *out, size_t n, double bytes)
 	return out;
 }
 
+/* The name cfg was loaded from (kiln_config_load's path, or
+ * kiln_config_load_string's name); NULL for a NULL cfg. */
+const char *kiln_config_file(const struct kiln_config *cfg);
+
 /* Levenshtein distance, for "did you mean" suggestions. */
 int kiln_edit_distance(const char *a, const char *b);
 

@@ -19,6 +19,8 @@
 #include <fnmatch.h>
 #include <limits.h> /* PATH_MAX */
 #include <stdio.h>
+#include <stdlib.h> /* malloc */
+#include <string.h> /* memcmp */
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -158,6 +160,54 @@ static int logged_nothing(const char *out_dir, const char *ckdir)
 		return 0;
 	return !each_match(ckdir, ckpt_files, 0, NULL, first, sizeof first) &&
 	       !each_match(best, ckpt_files, 0, NULL, first, sizeof first);
+}
+
+/* Whether file `path` holds exactly `text`. */
+static int file_is_text(const char *path, const char *text)
+{
+	const size_t n = strlen(text);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat sb;
+	char *buf = NULL;
+	int same = 0;
+	if (fd >= 0 && !fstat(fd, &sb) && S_ISREG(sb.st_mode) && (size_t)sb.st_size == n &&
+	    (buf = malloc(n + 1)) && read(fd, buf, n + 1) == (ssize_t)n)
+		same = !memcmp(buf, text, n);
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	return same;
+}
+
+/* Whether config file `file` is a resolved config, as kiln writes one (a
+ * run's config.ini: every key, no comment): its own resolved text.  Writing
+ * the run's resolved config over it loses nothing the user wrote. */
+static int resolved_form(const char *file, const struct kiln_registry *reg)
+{
+	struct kiln_config *c = NULL;
+	char *text = NULL;
+	int same = 0;
+	kiln_status st = kiln_config_load(file, &c);
+	if (!st && !(st = kiln_config_validate(c, (struct kiln_registry *)reg)) &&
+	    (text = kiln_ckpt_config_text(c, reg)))
+		same = file_is_text(file, text);
+	free(text);
+	kiln_config_free(c);
+	kiln_clear_error(); /* (a failure only means "not that form") */
+	return same;
+}
+
+kiln_status trainer_config_kept(const char *out_dir, const char *ckdir,
+				const struct kiln_config *cfg, const struct kiln_registry *reg)
+{
+	const char *file = kiln_config_file(cfg);
+	struct stat in;
+	char what[4400];
+	if (!file || stat(file, &in) || !S_ISREG(in.st_mode) ||
+	    visit_run(out_dir, ckdir, 0, &in, what, sizeof what) <= 0 || resolved_form(file, reg))
+		return KILN_OK;
+	return kiln_error(KILN_EUSAGE, "%s: the config is [run] out_dir's %s, a file the run writes (its resolved config, after deleting an earlier run's): it would be replaced. Keep the config outside the run's files (rename it, or move it out of '%s'), or choose another out_dir; nothing was changed",
+			  file, what, out_dir);
 }
 
 kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite,

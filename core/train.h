@@ -390,6 +390,16 @@ kiln_status trainer_close(struct trainer *t, kiln_status st);
  * them (the same file: device and inode, whatever its path). */
 kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite,
 				  const struct kiln_config *cfg);
+/* Any run's out_dir (fresh or resumed): KILN_EUSAGE, nothing changed,
+ * when the config file cfg was loaded from is one of the files a run
+ * deletes or writes there (out_dir/config.ini: the same file, device and
+ * inode), unless that file is in resolved form itself (a run's own
+ * config.ini, run again: `kiln train runs/x/config.ini --resume` loses no
+ * word of the user's).  Before session 50 `kiln train config.ini
+ * run.out_dir=.` deleted the user's config.ini as an earlier run's and
+ * wrote the resolved config in its place. */
+kiln_status trainer_config_kept(const char *out_dir, const char *ckdir,
+				const struct kiln_config *cfg, const struct kiln_registry *reg);
 kiln_status trainer_out_dir_clear(const char *out_dir, const char *ckdir, int overwrite);
 /* A training run's out_dir, created, and locked for this process
  * (out_dir/.kiln.lock, flock, held until *fd is closed) before it is

@@ -296,6 +296,9 @@ static kiln_status open_run(struct trainer *t)
 			return KILN_EIO;
 		if (!(t->versions = kiln_ckpt_versions(t->reg, t->dev)))
 			return kiln_error(KILN_ENOMEM, "out of memory");
+		if (t->training && *t->run.out_dir &&
+		    (st = trainer_config_kept(t->run.out_dir, t->ckdir, t->cfg, t->reg)))
+			return st;
 		if (t->tc.resume && (st = trainer_resume(t, &t->resumed)))
 			return st;
 		if (t->resumed) {

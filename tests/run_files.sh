@@ -100,7 +100,10 @@ grep '"event":"checkpoint","step":200,' "$run/metrics.jsonl" >/dev/null ||
 awk 'BEGIN { for (i = 0; i < 200; i++) printf "line %d\n", i }' >"$tmp/a.txt"
 kiln 0 pack --format tokens "$tmp/a.txt" --out "$tmp/tok" --shard-tokens 500 --val-fraction 0.1
 cp -r "$tmp/tok" "$tmp/tok.before"
-mkdir "$tmp/notafile.txt"
+# (a file that fails when it is read, after a.txt is encoded: a symbolic
+# link to itself; a directory, before session 50, is refused before any
+# work now, exit 2)
+ln -s notafile.txt "$tmp/notafile.txt"
 kiln 3 pack --format tokens "$tmp/a.txt" "$tmp/notafile.txt" --out "$tmp/tok" --shard-tokens 100 --force
 stderr_has "$tmp/notafile.txt: cannot read"
 diff -r "$tmp/tok.before" "$tmp/tok" >/dev/null ||
@@ -150,6 +153,28 @@ if strace -f -o /dev/null true 2>/dev/null; then
 else
 	echo "no strace here: config.ini's fsync not traced"
 fi
+
+# ---- 5b: the config itself as out_dir's config.ini ----
+# (before session 50 `kiln train config.ini run.out_dir=.` deleted the
+# user's config.ini as "the earlier run's" file and wrote the resolved
+# config over it: its comments and layout gone, the overrides baked in)
+run="$tmp/own"
+mkdir "$run"
+cp "$ini" "$run/config.ini"
+cp "$ini" "$tmp/own.ini"
+for extra in "" --overwrite --resume; do
+	kiln 2 train "$run/config.ini" "$d" train.max_steps=1 "run.out_dir=$run" $extra
+	stderr_has "kiln: error: $run/config.ini: the config is [run] out_dir's $run/config.ini, a file the run writes"
+	stderr_has "nothing was changed"
+	cmp "$run/config.ini" "$tmp/own.ini" || fail "train $extra: the config was changed"
+	[ "$(ls "$run")" = config.ini ] || fail "train $extra: a refused run wrote: $(ls "$run")"
+done
+# a run's own config.ini (resolved form) run again: allowed, as before
+run="$tmp/self"
+kiln 0 train "$ini" "$d" train.max_steps=1 "run.out_dir=$run"
+kiln 0 train "$run/config.ini" train.max_steps=2 --resume
+stderr_has "resuming from $run/checkpoints/ckpt-1.kiln"
+grep -qx "max_steps = 2" "$run/config.ini" || fail "the resumed run's config.ini lacks max_steps = 2"
 
 # ---- 6: profile.txt and trace.json whole or not at all ----
 run="$tmp/prof"
