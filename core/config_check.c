@@ -185,6 +185,23 @@ static void other_sections(const char *section, const char *key, char *out, size
 		snprintf(out, n, "; '%s' is a key of %s", key, secs);
 		return;
 	}
+	/* else PyTorch's name of another section's key ([data] batch_size, as
+	 * DataLoader takes it, is [train] batch; no word before session 50) */
+	for (size_t a = 0; a < KILN_ARRAY_LEN(key_aliases); a++) {
+		if (strcasecmp(key, key_aliases[a].alias) ||
+		    find_key(kiln_config_schema(section), key_aliases[a].key))
+			continue;
+		for (int i = 0; (name = kiln_schema_fixed_name(i, NULL)); i++)
+			if (strcmp(name, section) && !is_prefixed(name, "data.") &&
+			    find_key(kiln_config_schema(name), key_aliases[a].key)) {
+				/* (an evaluation loader's batch is [train] eval_batch) */
+				const int ev = is_prefixed(section, "data.") &&
+					       !strcmp(key_aliases[a].key, "batch");
+				snprintf(out, n, "; '%s' is [%s] %s", key, name,
+					 ev ? "eval_batch" : key_aliases[a].key);
+				return;
+			}
+	}
 	/* else of built-in layer types ([train] label_smoothing: the loss
 	 * layer's, as PyTorch's CrossEntropyLoss takes it) */
 	for (int i = 0; !is_prefixed(section, "layer.") && kiln_builtin_layers[i] &&

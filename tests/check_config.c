@@ -400,9 +400,30 @@ START_TEST(err_unknown_key_suggests_alias)
 			 t[i].bad, t[i].section, t[i].good);
 		expect_fail(text, KILN_ECONFIG, want, NULL);
 	}
-	/* an alias whose key the section lacks is not suggested */
+	/* an alias whose key the section lacks is not suggested; the section
+	 * that has it is named (before session 50 nothing was said: PyTorch's
+	 * DataLoader takes batch_size and num_workers, the optimizer lr) */
 	expect_fail("[dist]\nlearning_rate = 1\n", KILN_ECONFIG,
-		    "t.ini:2: unknown key 'learning_rate' in [dist] (valid keys:", NULL);
+		    "t.ini:2: unknown key 'learning_rate' in [dist]; 'learning_rate' is [train] lr (valid keys:",
+		    NULL);
+	assert_lacks(last_msg, "did you mean");
+	expect_fail("[train]\nnum_workers = 4\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'num_workers' in [train]; 'num_workers' is [data] workers (valid keys:",
+		    NULL);
+	struct kiln_registry *reg;
+	ck_assert_int_eq(kiln_registry_open(NULL, &reg), KILN_OK);
+	static const char *const data[][2] = {
+		{ "[data]\nbatch_size = 64\n", "unknown key 'batch_size' in [data]; 'batch_size' is [train] batch (valid keys:" },
+		{ "[data]\nmax_epochs = 3\n", "unknown key 'max_epochs' in [data]; 'max_epochs' is [train] epochs (valid keys:" },
+		{ "[data.eval]\nbatch_size = 64\n", "unknown key 'batch_size' in [data.eval]; 'batch_size' is [train] eval_batch (valid keys:" },
+	};
+	for (size_t i = 0; i < sizeof data / sizeof data[0]; i++) {
+		struct kiln_config *cfg = load_ok(data[i][0]);
+		ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+		assert_has(kiln_last_error(), data[i][1]);
+		kiln_config_free(cfg);
+	}
+	kiln_registry_close(reg);
 }
 END_TEST
 
