@@ -250,6 +250,12 @@ static kiln_status parse(struct kiln_safetensors *f)
 		return st;
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | b8[i];
+	/* what a PyTorch user has at hand: torch.save's file (a zip archive,
+	 * or before PyTorch 1.6 a pickle; Lightning's .ckpt is one), told as
+	 * such (before session 50 "header length 5787125521... exceeds") */
+	if (n > f->size - 8 && (!memcmp(b8, "PK\3\4", 4) || (b8[0] == 0x80 && b8[1] >= 2 && b8[1] <= 5)))
+		return kiln_error(KILN_EDATA, "%s: a PyTorch file (torch.save's %s; a Lightning .ckpt is one too), not safetensors: write its state_dict as safetensors, `safetensors.torch.save_file(model.state_dict(), \"model.safetensors\")` (docs/safetensors.md)",
+				  p, b8[0] == 'P' ? "zip archive" : "pickle");
 	if (n > f->size - 8)
 		return kiln_error(KILN_EDATA, "%s: header length %llu exceeds the %zu bytes after the length field (truncated, or not a safetensors file)",
 				  p, (unsigned long long)n, f->size - 8);

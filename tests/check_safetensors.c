@@ -534,6 +534,16 @@ START_TEST(test_corrupt)
 	refused(raw_file("bad_len", "{" T("t", "F32", "[2]", 0, 8) "}", 1000000, 8),
 		KILN_EDATA, "header length 1000000 exceeds", NULL);
 	refused(raw_file("huge_len", "{}", 0x7fffffffffffffffll, 0), KILN_EDATA, "exceeds", NULL);
+	/* a PyTorch file (torch.save: a zip archive, or a pickle before 1.6;
+	 * a Lightning .ckpt) is told as one, with the conversion (before
+	 * session 50 "header length 578712552184433488 exceeds ...") */
+	static const char zip[] = "PK\3\4\0\0\10\10\0\0archive/data.pklxxxxxxxxxxxxxxxxxxxxxxxxxx";
+	write_bytes(tpath("w.pt"), zip, sizeof zip - 1);
+	refused(tpath("w.pt"), KILN_EDATA, "w.pt: a PyTorch file (torch.save's zip archive",
+		"safetensors.torch.save_file(model.state_dict()", NULL);
+	static const char pkl[] = "\x80\x02\x8a\x0alp\x9c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.xxxxxxxxxxxxxxxx";
+	write_bytes(tpath("w.pth"), pkl, sizeof pkl - 1);
+	refused(tpath("w.pth"), KILN_EDATA, "w.pth: a PyTorch file (torch.save's pickle", NULL);
 	/* a header length that cuts the JSON */
 	refused(raw_file("cut_len", "{" T("t", "F32", "[2]", 0, 8) "}", 16, 8), KILN_EDATA,
 		"not valid JSON", NULL);
