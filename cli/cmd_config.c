@@ -73,6 +73,8 @@ static int print_doc(void)
 	       "  the section is everything before the last dot (`layer.fc1.out=10`). Nothing after\n"
 	       "  the `=` unsets the key, so its default applies (`layer.conv1.bias=`), except for a\n"
 	       "  text key with a default, which takes the empty string (`run.out_dir=`: no out_dir).\n"
+	       "  A key overridden twice takes the last value, with a warning naming both (`kiln`'s\n"
+	       "  command line; the same key twice in a file is an error).\n"
 	       "- Booleans accept 0/1, true/false, yes/no, on/off; numbers are decimal (`3`, `-.5`, `1e-3`;\n"
 	       "  no hexadecimal, `inf` or `nan`), with a `.` whatever the locale of a program that\n"
 	       "  embeds libkiln (kiln.h, \"Locale\"). A number a double cannot hold (`1e400`, `1e-400`:\n"

@@ -367,6 +367,33 @@ static const char *trusted_plugin_path(const struct kiln_config *cfg)
 	return NULL;
 }
 
+/* The length of override a's "section.key" (before '=', trailing blanks
+ * dropped). */
+static size_t override_key_len(const char *a)
+{
+	size_t n = (size_t)(strchr(a, '=') - a);
+	while (n && isspace((unsigned char)a[n - 1]))
+		n--;
+	return n;
+}
+
+/* A warning when override argv[i] sets a key an earlier one set (before
+ * session 50 the last one was taken without a word, where the same key
+ * twice in a file is an error): the later one is taken, as before.  The
+ * same text twice (`--resume` with train.resume=1) changes nothing: no
+ * word. */
+static void override_repeated(int argc, char **argv, int first, int i)
+{
+	const size_t n = override_key_len(argv[i]);
+	for (int j = first; j < i && j < argc; j++)
+		if (argv[j][0] != '-' && strchr(argv[j], '=') && override_key_len(argv[j]) == n &&
+		    !strncmp(argv[j], argv[i], n) && strcmp(argv[j], argv[i])) {
+			kiln_log(KILN_LOG_WARN, "config", "command line '%s' sets %.*s again, after '%s': '%s' is taken",
+				 argv[i], (int)n, argv[i], argv[j], argv[i]);
+			return;
+		}
+}
+
 kiln_status cli_load(const char *file, int argc, char **argv, int first,
 		     struct kiln_config **cfg, struct kiln_registry **reg)
 {
@@ -380,6 +407,7 @@ kiln_status cli_load(const char *file, int argc, char **argv, int first,
 			continue;
 		if ((st = kiln_config_override(*cfg, argv[i])))
 			return st;
+		override_repeated(argc, argv, first, i);
 	}
 	/* Check the fixed sections before loading plugins, so a typo in
 	 * [run] plugin_path is reported as such. */

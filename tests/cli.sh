@@ -104,6 +104,14 @@ stderr_has "command line"
 stderr_has "did you mean 'epochs'?"
 kiln 2 config "$cfgdir/cli.ini" lr=0.1
 stderr_has "override 'lr=0.1'"
+# a key overridden twice: the last taken, as before, but said (before
+# session 50 without a word; twice in a file is an error); the same text
+# twice changes nothing and is not told
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" train.lr=0.1 train.epochs=2 train.lr=0.2
+stderr_has "[config] warning: command line 'train.lr=0.2' sets train.lr again, after 'train.lr=0.1': 'train.lr=0.2' is taken"
+stdout_has "lr = 0.2"
+kiln 0 config "$tmp/l.ini" "run.plugin_path=$plugdir" train.lr=0.1 train.lr=0.1
+! grep -q "again" "$err" || fail "the same override twice warned: $(grep again "$err")"
 kiln 2 config "$cfgdir/cli.ini" notanoverride
 stderr_has "unexpected argument 'notanoverride'"
 # missing or unreadable config
