@@ -122,10 +122,9 @@ static int default_out_dir(const char *dir)
  * `init_from = runs/latest/checkpoints/ckpt-20.kiln` in runs/latest, the
  * default out_dir, was loaded, then deleted with the run it belonged to:
  * the fine-tuned model's ckpt-20.kiln replaced the weights it started
- * from, exit 0).  The data, the config and the caches are not checked: a
- * run's files are no data (a data file that were one would fail as data),
- * the config a run writes again as its config.ini, resolved, and a cache
- * is made again. */
+ * from, exit 0).  The data and the caches are not checked: a run's files
+ * are no data (a data file that were one would fail as data), and a cache
+ * is made again; the config is, by trainer_config_kept. */
 static kiln_status init_from_kept(const char *out_dir, const char *ckdir, int overwrite, int n,
 				  const struct kiln_config *cfg)
 {
@@ -162,26 +161,54 @@ static int logged_nothing(const char *out_dir, const char *ckdir)
 	       !each_match(best, ckpt_files, 0, NULL, first, sizeof first);
 }
 
-/* Whether file `path` holds exactly `text`. */
-static int file_is_text(const char *path, const char *text)
+/* Whether each line of `have` (n bytes) is one of `text`'s, in order:
+ * `text` with lines left out, none added or changed. */
+static int lines_within(const char *have, size_t n, const char *text)
 {
-	const size_t n = strlen(text);
+	const char *end = have + n;
+	while (have < end) {
+		const char *nl = memchr(have, '\n', (size_t)(end - have));
+		const size_t l = nl ? (size_t)(nl - have) : (size_t)(end - have);
+		for (;;) {
+			const size_t tl = strcspn(text, "\n");
+			if (!*text)
+				return 0;
+			const int same = tl == l && !memcmp(text, have, l);
+			text += tl + (text[tl] == '\n');
+			if (same)
+				break;
+		}
+		have += l + 1;
+	}
+	return 1;
+}
+
+/* Whether file `path`'s lines are `text`'s, some perhaps left out
+ * (lines_within). */
+static int file_within(const char *path, const char *text)
+{
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	struct stat sb;
 	char *buf = NULL;
-	int same = 0;
-	if (fd >= 0 && !fstat(fd, &sb) && S_ISREG(sb.st_mode) && (size_t)sb.st_size == n &&
-	    (buf = malloc(n + 1)) && read(fd, buf, n + 1) == (ssize_t)n)
-		same = !memcmp(buf, text, n);
+	int within = 0;
+	if (fd >= 0 && !fstat(fd, &sb) && S_ISREG(sb.st_mode) && sb.st_size <= (off_t)strlen(text) &&
+	    (buf = malloc((size_t)sb.st_size + 1)) &&
+	    read(fd, buf, (size_t)sb.st_size + 1) == (ssize_t)sb.st_size)
+		within = lines_within(buf, (size_t)sb.st_size, text);
 	free(buf);
 	if (fd >= 0)
 		close(fd);
-	return same;
+	return within;
 }
 
 /* Whether config file `file` is a resolved config, as kiln writes one (a
- * run's config.ini: every key, no comment): its own resolved text.  Writing
- * the run's resolved config over it loses nothing the user wrote. */
+ * run's config.ini: every key, "; key = (unset)" the one comment, a blank
+ * line after each section, no header): each of its lines one of its own
+ * resolved text's, in order.  Lines may be missing (a key added to the
+ * schema since an older run wrote it: its config.ini resumes, as before
+ * session 50), none may be added (a comment, a blank line of the user's,
+ * a key written otherwise).  Writing the run's resolved config over it
+ * loses nothing the user wrote. */
 static int resolved_form(const char *file, const struct kiln_registry *reg)
 {
 	struct kiln_config *c = NULL;
@@ -190,7 +217,7 @@ static int resolved_form(const char *file, const struct kiln_registry *reg)
 	kiln_status st = kiln_config_load(file, &c);
 	if (!st && !(st = kiln_config_validate(c, (struct kiln_registry *)reg)) &&
 	    (text = kiln_ckpt_config_text(c, reg)))
-		same = file_is_text(file, text);
+		same = file_within(file, text);
 	free(text);
 	kiln_config_free(c);
 	kiln_clear_error(); /* (a failure only means "not that form") */

@@ -175,6 +175,14 @@ kiln 0 train "$ini" "$d" train.max_steps=1 "run.out_dir=$run"
 kiln 0 train "$run/config.ini" train.max_steps=2 --resume
 stderr_has "resuming from $run/checkpoints/ckpt-1.kiln"
 grep -qx "max_steps = 2" "$run/config.ini" || fail "the resumed run's config.ini lacks max_steps = 2"
+# an older run's config.ini, without a key added since (its default
+# applies): resumed too (session 50's first check wanted the text whole)
+grep -qx "label_smoothing = 0" "$run/config.ini" || fail "no label_smoothing line to drop: $(cat "$run/config.ini")"
+grep -vx "label_smoothing = 0" "$run/config.ini" >"$tmp/older.ini"
+cp "$tmp/older.ini" "$run/config.ini"
+kiln 0 train "$run/config.ini" train.max_steps=3 --resume
+stderr_has "resuming from $run/checkpoints/ckpt-2.kiln"
+grep -qx "label_smoothing = 0" "$run/config.ini" || fail "the resumed run's config.ini lacks label_smoothing"
 
 # ---- 6: profile.txt and trace.json whole or not at all ----
 run="$tmp/prof"
