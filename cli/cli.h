@@ -20,6 +20,12 @@ void cli_open_files_limit_restore(void);
 kiln_status cli_load(const char *file, int argc, char **argv, int first,
 		     struct kiln_config **cfg, struct kiln_registry **reg);
 
+/* cli_load, where only argv[first..typed) are the user's overrides, the
+ * rest the command's own (cmd_train's --resume, --overwrite, a restart's
+ * train.overwrite=0): only the user's are told when they set a key again. */
+kiln_status cli_load_typed(const char *file, int argc, char **argv, int first, int typed,
+			   struct kiln_config **cfg, struct kiln_registry **reg);
+
 int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_plugins(int argc, char **argv);

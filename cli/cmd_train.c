@@ -662,6 +662,7 @@ int cmd_train(int argc, char **argv)
 		free(args);
 		return 2;
 	}
+	const int typed = n; /* the user's arguments; kiln's own follow */
 	int restart = restarted();
 	if (want_resume || restart)
 		args[n++] = "train.resume=1";
@@ -682,7 +683,7 @@ int cmd_train(int argc, char **argv)
 	struct bar b = { .tty = cli_redraws(), .last_pct = -1 };
 	/* before the plugins, OpenMP and the loaders start threads */
 	install_stop_handlers();
-	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
+	kiln_status st = cli_load_typed(args[1], n, args, 2, typed, &cfg, &reg);
 	if (!st)
 		st = kiln_train_cfg_read(cfg, reg, &tc); /* batch = auto resolved */
 	if (!st) {

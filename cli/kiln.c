@@ -380,8 +380,8 @@ static size_t override_key_len(const char *a)
 /* A warning when override argv[i] sets a key an earlier one set (before
  * session 50 the last one was taken without a word, where the same key
  * twice in a file is an error): the later one is taken, as before.  The
- * same text twice (`--resume` with train.resume=1) changes nothing: no
- * word. */
+ * same text twice changes nothing: no word.  (cmd_train's own overrides,
+ * past cli_load_typed's `typed`, are not checked.) */
 static void override_repeated(int argc, char **argv, int first, int i)
 {
 	const size_t n = override_key_len(argv[i]);
@@ -397,6 +397,12 @@ static void override_repeated(int argc, char **argv, int first, int i)
 kiln_status cli_load(const char *file, int argc, char **argv, int first,
 		     struct kiln_config **cfg, struct kiln_registry **reg)
 {
+	return cli_load_typed(file, argc, argv, first, argc, cfg, reg);
+}
+
+kiln_status cli_load_typed(const char *file, int argc, char **argv, int first, int typed,
+			   struct kiln_config **cfg, struct kiln_registry **reg)
+{
 	kiln_status st;
 	*cfg = NULL;
 	*reg = NULL;
@@ -407,7 +413,8 @@ kiln_status cli_load(const char *file, int argc, char **argv, int first,
 			continue;
 		if ((st = kiln_config_override(*cfg, argv[i])))
 			return st;
-		override_repeated(argc, argv, first, i);
+		if (i < typed)
+			override_repeated(argc, argv, first, i);
 	}
 	/* Check the fixed sections before loading plugins, so a typo in
 	 * [run] plugin_path is reported as such. */

@@ -324,6 +324,14 @@ stderr_has "kiln: error: --safetensors needs a file name"
 kiln 2 train $lc --resume --overwrite "run.out_dir=$tmp/ro"
 stderr_has "kiln: error: --resume with --overwrite: --resume continues the run in out_dir, --overwrite deletes it: choose one"
 ! grep -q "train.overwrite=1" "$err" || fail "--resume --overwrite names an override nobody typed"
+# a restart under kiln launch of a run begun with --overwrite: kiln's own
+# overrides (train.overwrite=1, then =0) are not the user's repeats (before
+# the fix every rank warned "... sets train.overwrite again"); the user's are
+export KILN_RESTART=1
+kiln 2 train $lc --overwrite train.batch=2 train.batch=3 model.init_from="$tmp/none.st" "run.out_dir=$tmp/rs"
+unset KILN_RESTART
+stderr_has "[config] warning: command line 'train.batch=3' sets train.batch again, after 'train.batch=2'"
+[ "$(grep -c "again, after" "$err")" = 1 ] || fail "a restart warned of kiln's own overrides: $(grep "again, after" "$err")"
 # an option of another pack format says which (before session 36:
 # "unknown option")
 kiln 2 pack "$tmp/l.ini" --out "$tmp/pf" --val-fraction 0.1
