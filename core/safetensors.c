@@ -236,6 +236,22 @@ static kiln_status read_header(struct kiln_safetensors *f, uint64_t n, char **ou
 	return KILN_OK;
 }
 
+/* Whether a file's first 8 bytes are torch.save's (a PyTorch user's file
+ * at hand; Lightning's .ckpt is one): a zip archive's "PK\3\4", or before
+ * PyTorch 1.6 the pickle of its magic number 0x1950a86a20f9469cfc6c,
+ * protocol 2 or 3 (PROTO, LONG1 of 10 bytes, the number's first bytes) or
+ * 4 or 5 (PROTO, FRAME of the 13 bytes that pickle it).  Told as such
+ * (before session 50 "header length 5787125521... exceeds"); a truncated
+ * safetensors file whose length merely starts 0x80 (640) is not one. */
+static int torch_save_file(const unsigned char b8[8])
+{
+	static const unsigned char p2[] = { 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46 },
+				   p4[] = { 0x95, 0x0d, 0, 0, 0, 0 };
+	return !memcmp(b8, "PK\3\4", 4) ||
+	       (b8[0] == 0x80 && (b8[1] == 2 || b8[1] == 3) && !memcmp(b8 + 2, p2, 6)) ||
+	       (b8[0] == 0x80 && (b8[1] == 4 || b8[1] == 5) && !memcmp(b8 + 2, p4, 6));
+}
+
 static kiln_status parse(struct kiln_safetensors *f)
 {
 	const char *p = f->path;
@@ -250,10 +266,7 @@ static kiln_status parse(struct kiln_safetensors *f)
 		return st;
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | b8[i];
-	/* what a PyTorch user has at hand: torch.save's file (a zip archive,
-	 * or before PyTorch 1.6 a pickle; Lightning's .ckpt is one), told as
-	 * such (before session 50 "header length 5787125521... exceeds") */
-	if (n > f->size - 8 && (!memcmp(b8, "PK\3\4", 4) || (b8[0] == 0x80 && b8[1] >= 2 && b8[1] <= 5)))
+	if (n > f->size - 8 && torch_save_file(b8))
 		return kiln_error(KILN_EDATA, "%s: a PyTorch file (torch.save's %s; a Lightning .ckpt is one too), not safetensors: write its state_dict as safetensors, `safetensors.torch.save_file(model.state_dict(), \"model.safetensors\")` (docs/safetensors.md)",
 				  p, b8[0] == 'P' ? "zip archive" : "pickle");
 	if (n > f->size - 8)

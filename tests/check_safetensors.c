@@ -541,9 +541,17 @@ START_TEST(test_corrupt)
 	write_bytes(tpath("w.pt"), zip, sizeof zip - 1);
 	refused(tpath("w.pt"), KILN_EDATA, "w.pt: a PyTorch file (torch.save's zip archive",
 		"safetensors.torch.save_file(model.state_dict()", NULL);
-	static const char pkl[] = "\x80\x02\x8a\x0alp\x9c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.xxxxxxxxxxxxxxxx";
+	static const char pkl[] = "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.xxxxxxxxxxxxxxxx";
 	write_bytes(tpath("w.pth"), pkl, sizeof pkl - 1);
 	refused(tpath("w.pth"), KILN_EDATA, "w.pth: a PyTorch file (torch.save's pickle", NULL);
+	/* pickle_protocol=4 or 5: a FRAME of the magic number's 13 bytes */
+	static const char pkl4[] = "\x80\x04\x95\x0d\0\0\0\0\0\0\0\x8a\x0a\x6c\xfc\x9c\x46xxxxxxxxxxxx";
+	write_bytes(tpath("w4.pth"), pkl4, sizeof pkl4 - 1);
+	refused(tpath("w4.pth"), KILN_EDATA, "w4.pth: a PyTorch file (torch.save's pickle", NULL);
+	/* a truncated safetensors file whose header length's low byte is
+	 * 0x80, then 2 (640): a length, as before, not a PyTorch pickle */
+	refused(raw_file("len640", "{" T("t", "F32", "[2]", 0, 8) "}", 640, 8), KILN_EDATA,
+		"header length 640 exceeds the", NULL);
 	/* a header length that cuts the JSON */
 	refused(raw_file("cut_len", "{" T("t", "F32", "[2]", 0, 8) "}", 16, 8), KILN_EDATA,
 		"not valid JSON", NULL);
