@@ -10,7 +10,8 @@
 #            speeds, docs/PERFORMANCE.md, session 48)
 # An untimed run of each build first (the tune cache).  Prints every run,
 # then the medians of the runs whose probe read under FAST ns (default
-# 200, common.sh's C2C_FAST_NS), how many were dropped, and the load average before and after.
+# 200, common.sh's C2C_FAST_NS) and how many were dropped, the medians of
+# every run, and the load average before and after.
 #
 # Usage: A=/path/to/old/kiln B=./kiln sh bench/cnn_bf16_ab.sh [--runs N]
 #            [--threads T] [--fast NS]
@@ -67,14 +68,20 @@ echo "rows (item build steady whole cpu_s c2c_ns):"
 cat "$TMP/rows"
 echo "| build | fast runs | steady samples/s | whole-run samples/s | CPU s | c2c ns |"
 echo "|---|---:|---:|---:|---:|---:|"
+m() { awk -v k="$1" '{print $k}' "$TMP/fast" | median; }
 for w in A B; do
 	awk -v w="$w" -v f="$FAST" '$2 == w && $6 < f' "$TMP/rows" >"$TMP/fast"
 	n=$(wc -l <"$TMP/fast")
 	all=$(awk -v w="$w" '$2 == w' "$TMP/rows" | wc -l)
 	if [ "$n" -eq 0 ]; then
 		echo "| $w | 0 of $all | - | - | - | - |"
-		continue
+	else
+		echo "| $w | $n of $all | $(m 3) | $(m 4) | $(m 5) | $(m 6) |"
 	fi
-	m() { awk -v k="$1" '{print $k}' "$TMP/fast" | median; }
-	echo "| $w | $n of $all | $(m 3) | $(m 4) | $(m 5) | $(m 6) |"
+done
+# every run, fast or not (a busy machine's rates; the CPU seconds are the
+# steadier figure there)
+for w in A B; do
+	awk -v w="$w" '$2 == w' "$TMP/rows" >"$TMP/fast"
+	echo "| $w, every run | $(wc -l <"$TMP/fast") | $(m 3) | $(m 4) | $(m 5) | $(m 6) |"
 done
