@@ -21,18 +21,17 @@
 set -eu
 A=${A:?set A to the kiln of the build before}
 B=${B:-./kiln}
-RUNS=6 THREADS=2 FAST=200
+PYTHON=${PYTHON:-python3}
+HERE=$(dirname "$0")
+. "$HERE/common.sh"
+RUNS=6 THREADS=2 FAST=$C2C_FAST_NS
 while [ $# -gt 0 ]; do
+	if bench_opt "$@"; then shift "$NSHIFT"; continue; fi
 	case $1 in
-	--runs) RUNS=$2; shift 2 ;;
-	--threads) THREADS=$2; shift 2 ;;
-	--fast) FAST=$2; shift 2 ;;
-	*) sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+	--fast) [ $# -ge 2 ] || usage; FAST=$2; shift 2 ;;
+	*) usage ;;
 	esac
 done
-PYTHON=${PYTHON:-python3}
-. "$(dirname "$0")/common.sh"
-HERE=$(dirname "$0")
 C2C=$HERE/c2c_latency
 [ -x "$C2C" ] || { echo "cnn_bf16_ab.sh: build $C2C first (make bench/c2c_latency)" >&2; exit 2; }
 bench_tmpdir cnn-bf16-ab

@@ -290,6 +290,21 @@ MAX2_V16 static inline void max2_ld32(const char *r, int bf16, int64_t n, __m512
 	*hi = 2 * n > 16 ? max2_ld16(r + 16 * es, bf16, 2 * n - 16) : _mm512_setzero_ps();
 }
 
+/* MAX2_WINDOW's rule lane-wise on a window's four values m (the first,
+ * replaced by the maximum) and v[0..2]: the maximum's position 0..3 */
+MAX2_V16 static inline __m512i max2_pick16(__m512 *m, const __m512 v[3])
+{
+	__m512i k = _mm512_setzero_si512();
+#pragma GCC unroll 3
+	for (int q = 0; q < 3; q++) {
+		const __mmask16 t = _mm512_cmp_ps_mask(v[q], *m, _CMP_GT_OQ) |
+				    _mm512_cmp_ps_mask(v[q], v[q], _CMP_UNORD_Q);
+		*m = _mm512_mask_mov_ps(*m, t, v[q]);
+		k = _mm512_mask_mov_epi32(k, t, _mm512_set1_epi32(q + 1));
+	}
+	return k;
+}
+
 /* one output row of OW <= 16 windows from input rows r0, r1 (fp32 or bf16) */
 MAX2_V16 static void max2_row16(void *y, uint8_t *w, const void *r0, const void *r1, int64_t OW,
 				int relu, int bf16)
@@ -302,14 +317,7 @@ MAX2_V16 static void max2_row16(void *y, uint8_t *w, const void *r0, const void 
 	__m512 m = _mm512_permutex2var_ps(a0, even, a1);
 	const __m512 v[3] = { _mm512_permutex2var_ps(a0, odd, a1), _mm512_permutex2var_ps(b0, even, b1),
 			      _mm512_permutex2var_ps(b0, odd, b1) };
-	__m512i k = _mm512_setzero_si512();
-#pragma GCC unroll 3
-	for (int q = 0; q < 3; q++) {
-		const __mmask16 t = _mm512_cmp_ps_mask(v[q], m, _CMP_GT_OQ) |
-				    _mm512_cmp_ps_mask(v[q], v[q], _CMP_UNORD_Q);
-		m = _mm512_mask_mov_ps(m, t, v[q]);
-		k = _mm512_mask_mov_epi32(k, t, _mm512_set1_epi32(q + 1));
-	}
+	__m512i k = max2_pick16(&m, v);
 	max2_st16(y, bf16, OW, m);
 	if (w) {
 		if (relu) /* not > 0 (NaN too): MAX2_CUT */
@@ -384,14 +392,7 @@ MAX2_V16 static void max2_fwd_pairs(uint16_t *y, uint8_t *w, const uint32_t *x, 
 	const __m512 v[3] = { _mm512_castsi512_ps(_mm512_and_si512(t, top)),
 			      _mm512_castsi512_ps(_mm512_slli_epi32(b, 16)),
 			      _mm512_castsi512_ps(_mm512_and_si512(b, top)) };
-	__m512i k = _mm512_setzero_si512();
-#pragma GCC unroll 3
-	for (int q = 0; q < 3; q++) {
-		const __mmask16 c = _mm512_cmp_ps_mask(v[q], m, _CMP_GT_OQ) |
-				    _mm512_cmp_ps_mask(v[q], v[q], _CMP_UNORD_Q);
-		m = _mm512_mask_mov_ps(m, c, v[q]);
-		k = _mm512_mask_mov_epi32(k, c, _mm512_set1_epi32(q + 1));
-	}
+	__m512i k = max2_pick16(&m, v);
 	const __mmask16 all = (__mmask16)((1u << (n * OW)) - 1);
 	_mm256_mask_storeu_epi16(y, all, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(m), 16)));
 	if (w) {
