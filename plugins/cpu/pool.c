@@ -353,7 +353,8 @@ MAX2_V16 static void max2_bwd_row16(void *d0, void *d1, const void *dy, const ui
  * Where the windows tile the plane (H = 2 OH, W = 2 OW: the CNN's poolings)
  * the planes' rows follow each other without a gap, so output row r of the
  * whole tensor reads input rows 2r and 2r + 1, and each window's two
- * columns of a row are one aligned 32-bit word of two bf16: shifted left
+ * columns of a row are one 32-bit word of two bf16 (an even element of the
+ * tensor and the next; the masked moves need no alignment): shifted left
  * by 16 the word is the first column widened to f32 (exact), masked to its
  * top half the second.  A vector of 16 such words is R = 16 / OW output
  * rows (pool2's 7 windows: 2 rows, 14 lanes; pool1's 14: 1 row), each row's
