@@ -7,6 +7,8 @@
  *                 a view (docs/PERFORMANCE.md, "Session 18: the NHWC CNN")
  *   nchw          the NCHW model's POOL (for reference)
  *   nhwc          the first way's POOL alone (the reorders' share)
+ *   nchw-bf16     the NCHW POOL on bf16 tensors (the bf16 CNN's; its inputs
+ *                 the fill's floats' top halves)
  * Prints the least and the median process CPU time (user + sys, every
  * thread's) of a pass over ITERS runs, in ms.
  *
@@ -14,7 +16,7 @@
 #include "bench_ops.h"
 #include "bench_time.h"
 
-enum { MAXOPS = 2, MAXIT = 1000, NW = 4 };
+enum { MAXOPS = 2, MAXIT = 1000, NW = 5 };
 
 struct step { /* one op: its plan and buffers (in k aliases another op's by name) */
 	void *plan, *ws;
@@ -104,17 +106,22 @@ int main(int argc, char **argv)
 	const int O = H / 2;
 	const struct kiln_tensor_desc xh = bench_d4(B, C, H, H, KILN_NHWC), xc = bench_d4(B, C, H, H, KILN_NCHW),
 				      yh = bench_d4(B, C, O, O, KILN_NHWC), yc = bench_d4(B, C, O, O, KILN_NCHW);
-	/* forward and backward of each way: 0 nhwc+reorder, 1 mixed, 2 nchw, 3 nhwc */
+	/* forward and backward of each way: 0 nhwc+reorder, 1 mixed, 2 nchw, 3 nhwc, 4 nchw-bf16 */
 	struct way w[2][NW] = { { { "nhwc+reorder", 2, { { 0 } }, { 0 } }, { "mixed", 1, { { 0 } }, { 0 } },
-				  { "nchw", 1, { { 0 } }, { 0 } }, { "nhwc", 1, { { 0 } }, { 0 } } },
+				  { "nchw", 1, { { 0 } }, { 0 } }, { "nhwc", 1, { { 0 } }, { 0 } },
+				  { "nchw-bf16", 1, { { 0 } }, { 0 } } },
 				{ { "nhwc+reorder", 2, { { 0 } }, { 0 } }, { "mixed", 1, { { 0 } }, { 0 } },
-				  { "nchw", 1, { { 0 } }, { 0 } }, { "nhwc", 1, { { 0 } }, { 0 } } } };
+				  { "nchw", 1, { { 0 } }, { 0 } }, { "nhwc", 1, { { 0 } }, { 0 } },
+				  { "nchw-bf16", 1, { { 0 } }, { 0 } } } };
 	pool_pair(dev, &w[0][0].s[0], &w[1][0].s[1], xh, yh);
 	reorder(dev, &w[0][0].s[1], yh, yc, w[0][0].s[0].out[0], NULL);
 	reorder(dev, &w[1][0].s[0], yc, yh, NULL, w[1][0].s[1].in[0]);
 	pool_pair(dev, &w[0][1].s[0], &w[1][1].s[0], xh, yc);
 	pool_pair(dev, &w[0][2].s[0], &w[1][2].s[0], xc, yc);
 	w[0][3].s[0] = w[0][0].s[0], w[1][3].s[0] = w[1][0].s[1];
+	struct kiln_tensor_desc xb = xc, yb = yc;
+	xb.dtype = yb.dtype = KILN_BF16;
+	pool_pair(dev, &w[0][4].s[0], &w[1][4].s[0], xb, yb);
 	printf("max pool 2x2/2 x [%d,%d,%d,%d], ReLU folded, %d thread(s), process CPU ms of %d runs\n",
 	       B, C, H, H, threads, iters);
 	for (int it = -2; it < iters; it++) /* two warm-up runs */

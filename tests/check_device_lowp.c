@@ -382,10 +382,17 @@ static void lp_more(struct fx *f, int dt)
  * and fewer windows, NHWC pixels of 8 and of 5 channels. */
 static void lp_pool_train(struct fx *f)
 {
-	/* the last: NCHW rows of 600 values, which the CPU takes 3 output rows
-	 * at a time (pool.c, max2_run_bf16: about 2,048 floats of input rows):
-	 * blocks of 3, 3, 3 and 1; the others whole planes */
-	static const int shp[][4] = { { 2, 3, 9, 17 }, { 2, 8, 8, 8 }, { 1, 5, 6, 7 }, { 1, 2, 21, 600 } };
+	/* NCHW rows of 600 values, which the CPU takes 3 output rows at a time
+	 * (pool.c, max2_run_bf16: about 2,048 floats of input rows): blocks of
+	 * 3, 3, 3 and 1; the others whole planes.  The planes the windows tile
+	 * with rows of at most 16 windows (even H and W: [2,8,8,8] and the
+	 * last five) the CPU takes 16 / OW output rows a vector (pool.c,
+	 * max2_run_bf16_pairs): 4 rows of 4; the CNN's 2 of 7 (42 rows: 21
+	 * vectors) and 1 of 14; 3 of 5 (9 rows); 2 of 7 where 7 rows leave
+	 * the last vector one; 1 of 16 */
+	static const int shp[][4] = { { 2, 3, 9, 17 }, { 2, 8, 8, 8 },   { 1, 5, 6, 7 },  { 1, 2, 21, 600 },
+				      { 2, 3, 14, 14 }, { 1, 2, 4, 28 }, { 1, 3, 6, 10 }, { 1, 1, 14, 14 },
+				      { 1, 2, 2, 32 } };
 	for (int nhwc = 0; nhwc < 2 && !unsupported(f, KILN_OP_POOL); nhwc++)
 		for (size_t s = 0; s < sizeof shp / sizeof *shp; s++) {
 			const int N = shp[s][0], C = shp[s][1], H = shp[s][2], W = shp[s][3];

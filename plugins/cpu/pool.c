@@ -26,6 +26,7 @@
 #include <omp.h> /* omp_get_thread_num */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h> /* getenv */
 #include <string.h>
 
 /* ---- 2x2 stride-2 max pooling of plain f32, NCHW or NHWC ----------------
@@ -289,6 +290,21 @@ MAX2_V16 static inline void max2_ld32(const char *r, int bf16, int64_t n, __m512
 	*hi = 2 * n > 16 ? max2_ld16(r + 16 * es, bf16, 2 * n - 16) : _mm512_setzero_ps();
 }
 
+/* MAX2_WINDOW's rule lane-wise on a window's four values m (the first,
+ * replaced by the maximum) and v[0..2]: the maximum's position 0..3 */
+MAX2_V16 static inline __m512i max2_pick16(__m512 *m, const __m512 v[3])
+{
+	__m512i k = _mm512_setzero_si512();
+#pragma GCC unroll 3
+	for (int q = 0; q < 3; q++) {
+		const __mmask16 t = _mm512_cmp_ps_mask(v[q], *m, _CMP_GT_OQ) |
+				    _mm512_cmp_ps_mask(v[q], v[q], _CMP_UNORD_Q);
+		*m = _mm512_mask_mov_ps(*m, t, v[q]);
+		k = _mm512_mask_mov_epi32(k, t, _mm512_set1_epi32(q + 1));
+	}
+	return k;
+}
+
 /* one output row of OW <= 16 windows from input rows r0, r1 (fp32 or bf16) */
 MAX2_V16 static void max2_row16(void *y, uint8_t *w, const void *r0, const void *r1, int64_t OW,
 				int relu, int bf16)
@@ -301,14 +317,7 @@ MAX2_V16 static void max2_row16(void *y, uint8_t *w, const void *r0, const void 
 	__m512 m = _mm512_permutex2var_ps(a0, even, a1);
 	const __m512 v[3] = { _mm512_permutex2var_ps(a0, odd, a1), _mm512_permutex2var_ps(b0, even, b1),
 			      _mm512_permutex2var_ps(b0, odd, b1) };
-	__m512i k = _mm512_setzero_si512();
-#pragma GCC unroll 3
-	for (int q = 0; q < 3; q++) {
-		const __mmask16 t = _mm512_cmp_ps_mask(v[q], m, _CMP_GT_OQ) |
-				    _mm512_cmp_ps_mask(v[q], v[q], _CMP_UNORD_Q);
-		m = _mm512_mask_mov_ps(m, t, v[q]);
-		k = _mm512_mask_mov_epi32(k, t, _mm512_set1_epi32(q + 1));
-	}
+	__m512i k = max2_pick16(&m, v);
 	max2_st16(y, bf16, OW, m);
 	if (w) {
 		if (relu) /* not > 0 (NaN too): MAX2_CUT */
@@ -339,7 +348,95 @@ MAX2_V16 static void max2_bwd_row16(void *d0, void *d1, const void *dy, const ui
 		max2_st16((char *)d1 + 16 * es, bf16, n1, _mm512_permutex2var_ps(e[2], hi, e[3]));
 	}
 }
+
+/* ---- bf16 NCHW planes of whole windows: a window's two columns a lane ---
+ * Where the windows tile the plane (H = 2 OH, W = 2 OW: the CNN's poolings)
+ * the planes' rows follow each other without a gap, so output row r of the
+ * whole tensor reads input rows 2r and 2r + 1, and each window's two
+ * columns of a row are one 32-bit word of two bf16 (an even element of the
+ * tensor and the next; the masked moves need no alignment): shifted left
+ * by 16 the word is the first column widened to f32 (exact), masked to its
+ * top half the second.  A vector of 16 such words is R = 16 / OW output
+ * rows (pool2's 7 windows: 2 rows, 14 lanes; pool1's 14: 1 row), each row's
+ * words loaded into its lanes by a masked load, no permutes and no f32
+ * scratch; the backward puts dy's bits into the half of the word its
+ * window's aux names and stores the words back by the same masks.  The
+ * rule, the aux bytes and the bits are max2_row16's (a NaN wins, the first
+ * maximum in scan order, -0 and +0 as f32 compares them): only the lanes
+ * moved (tests/check_device_lowp: lp_pool_train; tests/check_device_conv:
+ * test_pool_relu_fold).  Session 50: pool1 and pool2 of the bf16 CNN took
+ * a row of max2_row16 (bf16: four widening loads, six permutes) a call. */
+static int max2_pairs_ok(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
+{
+	return C == 1 && OW >= 1 && OW <= 16 && H == 2 * OH && W == 2 * OW && cpu_v16_ok();
+}
+
+/* the lanes of row q of a vector of rows of OW windows */
+static inline __mmask16 max2_row_lanes(int64_t q, int64_t OW)
+{
+	return (__mmask16)(((1u << OW) - 1) << (q * OW));
+}
+
+/* n <= 16 / OW output rows from the 2 n input rows at x (as words of two
+ * bf16): y (n OW bf16) and w (their aux, or NULL) */
+MAX2_V16 static void max2_fwd_pairs(uint16_t *y, uint8_t *w, const uint32_t *x, int64_t OW, int64_t n,
+				    int relu)
+{
+	__m512i t = _mm512_setzero_si512(), b = t;
+	for (int64_t q = 0; q < n; q++) {
+		const __mmask16 l = max2_row_lanes(q, OW);
+		t = _mm512_mask_loadu_epi32(t, l, x + q * OW);
+		b = _mm512_mask_loadu_epi32(b, l, x + q * OW + OW);
+	}
+	const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+	__m512 m = _mm512_castsi512_ps(_mm512_slli_epi32(t, 16));
+	const __m512 v[3] = { _mm512_castsi512_ps(_mm512_and_si512(t, top)),
+			      _mm512_castsi512_ps(_mm512_slli_epi32(b, 16)),
+			      _mm512_castsi512_ps(_mm512_and_si512(b, top)) };
+	__m512i k = max2_pick16(&m, v);
+	const __mmask16 all = (__mmask16)((1u << (n * OW)) - 1);
+	_mm256_mask_storeu_epi16(y, all, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(m), 16)));
+	if (w) {
+		if (relu) /* not > 0 (NaN too): MAX2_CUT */
+			k = _mm512_mask_mov_epi32(_mm512_set1_epi32(MAX2_CUT),
+						  _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ), k);
+		_mm_mask_storeu_epi8(w, all, _mm512_cvtepi32_epi8(k));
+	}
+}
+
+/* the backward of max2_fwd_pairs: the 2 n input rows at dx (as words) from
+ * n OW values of dy and their aux w */
+MAX2_V16 static void max2_bwd_pairs(uint32_t *dx, const uint16_t *dy, const uint8_t *w, int64_t OW,
+				    int64_t n)
+{
+	const __mmask16 all = (__mmask16)((1u << (n * OW)) - 1);
+	const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(all, dy));
+	const __m512i hi = _mm512_slli_epi32(lo, 16);
+	const __m512i k = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(all, w));
+	const __m512i t = _mm512_mask_mov_epi32(_mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(k, _mm512_setzero_si512()), lo),
+						_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(1)), hi);
+	const __m512i b = _mm512_mask_mov_epi32(_mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(2)), lo),
+						_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(3)), hi);
+	for (int64_t q = 0; q < n; q++) {
+		const __mmask16 l = max2_row_lanes(q, OW);
+		_mm512_mask_storeu_epi32(dx + q * OW, l, t);
+		_mm512_mask_storeu_epi32(dx + q * OW + OW, l, b);
+	}
+}
 #else
+static int max2_pairs_ok(int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
+{
+	(void)C, (void)H, (void)W, (void)OH, (void)OW;
+	return 0;
+}
+static void max2_fwd_pairs(uint16_t *y, uint8_t *w, const uint32_t *x, int64_t OW, int64_t n, int relu)
+{
+	(void)y, (void)w, (void)x, (void)OW, (void)n, (void)relu;
+}
+static void max2_bwd_pairs(uint32_t *dx, const uint16_t *dy, const uint8_t *w, int64_t OW, int64_t n)
+{
+	(void)dx, (void)dy, (void)w, (void)OW, (void)n;
+}
 static int max2_fast16(int64_t C, int64_t OW) { (void)C, (void)OW; return 0; }
 static void max2_row16(void *y, uint8_t *w, const void *r0, const void *r1, int64_t OW, int relu, int bf16)
 {
@@ -770,6 +867,29 @@ static kiln_status max2_run_bf16_16(const struct cpu_plan *p, const struct kiln_
 	return KILN_OK;
 }
 
+/* bf16 NCHW planes the windows tile, R = 16 / OW output rows a vector
+ * (max2_fwd_pairs), the groups of R rows of the whole tensor split over the
+ * team */
+static kiln_status max2_run_bf16_pairs(const struct cpu_plan *p, const struct kiln_op_args *a,
+				       struct cpu_err *e)
+{
+	const int bwd = p->op.type == KILN_OP_POOL_BWD, relu = !!(p->op.flags & KILN_OPF_ACT);
+	const int64_t rows = p->sz[0] * p->sz[3], OW = p->sz[4], R = 16 / OW, ng = (rows + R - 1) / R;
+	(void)e;
+#pragma omp parallel for if (rows * 4 * OW >= CPU_PAR_MIN) schedule(static)
+	for (int64_t g = 0; g < ng; g++) {
+		const int64_t r = g * R, n = rows - r < R ? rows - r : R;
+		if (!bwd)
+			max2_fwd_pairs((uint16_t *)a->out[0] + r * OW,
+				       p->aux ? (uint8_t *)a->out[1] + r * OW : NULL,
+				       (const uint32_t *)a->in[0] + r * 2 * OW, OW, n, relu);
+		else
+			max2_bwd_pairs((uint32_t *)a->out[0] + r * 2 * OW, (const uint16_t *)a->in[0] + r * OW,
+				       (const uint8_t *)a->in[1] + r * OW, OW, n);
+	}
+	return KILN_OK;
+}
+
 static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
 				 struct cpu_err *e)
 {
@@ -858,13 +978,19 @@ static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const str
 		p->sz[7] = R < 1 ? 1 : R > p->sz[3] ? p->sz[3] : R;
 		p->workspace = (size_t)(p->sz[6] * p->sz[7] * (2 * W + p->sz[4] * p->sz[5])) * sizeof(float);
 		p->kernel = max2_run_bf16;
+		/* KILN_CPU_POOL_ROWS set keeps the row kernels (the A/B hook) */
+		if (max2_pairs_ok(p->sz[5], p->sz[1], p->sz[2], p->sz[3], p->sz[4]) && !getenv("KILN_CPU_POOL_ROWS")) {
+			p->workspace = 0;
+			p->kernel = max2_run_bf16_pairs;
+		}
 	}
 	p->n_in = bwd ? 2 : 1;
 	p->n_out = !bwd && p->aux ? 2 : 1;
-	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 %s x [%lld,%lld,%lld,%lld] %s: kiln's kernel, aux %zu bytes%s",
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 %s x [%lld,%lld,%lld,%lld] %s: kiln's %s, aux %zu bytes%s",
 		     cpu_op_name(p->op.type), x->dtype == KILN_BF16 ? "bf16" : "f32", (long long)x->dims[0],
 		     (long long)x->dims[1], (long long)x->dims[2], (long long)x->dims[3],
-		     mixed ? "NHWC, y NCHW" : nhwc ? "NHWC" : "NCHW", p->aux, (p->op.flags & KILN_OPF_ACT) ? ", the ReLU's mask in it" : "");
+		     mixed ? "NHWC, y NCHW" : nhwc ? "NHWC" : "NCHW",
+		     p->kernel == max2_run_bf16_pairs ? "kernel (a window's two columns a lane)" : "kernel", p->aux, (p->op.flags & KILN_OPF_ACT) ? ", the ReLU's mask in it" : "");
 	return KILN_OK;
 }
 
