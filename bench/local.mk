@@ -100,7 +100,7 @@ EXTRA_DIST += bench/pipeline_ranks.sh
 # a CNN step's oneDNN reorders and convolutions, CPU seconds a step, against another cpu plugin
 EXTRA_DIST += bench/conv_steps.sh
 EXTRA_DIST += bench/mlp_step.sh
-EXTRA_DIST += bench/mlp_fill_ab.sh
+EXTRA_DIST += bench/mlp_fill_ab.sh bench/affine_ab.sh
 # kiln's whole CNN run split into start, set-up, steps, warm-up and checkpoint
 EXTRA_DIST += bench/whole_run.sh
 # the MLP profile per op at 1 and 2 threads, fuse 0 and 1 (where the second thread gains)
