@@ -4,8 +4,10 @@
 # placement probes (bench/c2c_latency --rounds 1; docs/PERFORMANCE.md,
 # "Session 48: the VM's two speeds are the vCPUs' distance"), for the
 # thread-affine updates of session 50.  A pair is "fast" when both its
-# runs were between two fast probes, "slow" when both between two slow
-# ones, "mixed" otherwise.  It runs pairs (the order A B / B A by turns)
+# runs were between two fast probes (under 200 ns), "slow" when both were
+# between two probes of 200-500 ns (the two-CCD placement; a probe past
+# 500 ns is a busy CPU, the other thread waiting for a time slice),
+# "mixed" otherwise.  It runs pairs (the order A B / B A by turns)
 # until it has --slow N slow pairs or --max-s S seconds have passed, then
 # prints every run and, per class, the pairs, each build's median
 # samples/s and the median of B / A over the pairs.
@@ -76,7 +78,7 @@ place_fresh
 while :; do
 	r=$((r + 1))
 	if [ $((r % 2)) -eq 1 ]; then one A; one B; else one B; one A; fi
-	n=$(tail -n 2 "$ROWS" | awk '$5 == "slow"' | wc -l)
+	n=$(tail -n 2 "$ROWS" | awk '$5 == "slow" && $3 < 500 && $4 < 500' | wc -l)
 	[ "$n" -eq 2 ] && echo "slow pair" >> "$TMP/slowpairs"
 	[ "$(cat "$TMP/slowpairs" 2>/dev/null | wc -l)" -lt "$SLOW" ] || break
 	[ $(($(date +%s) - t0)) -lt "$MAXS" ] || break
@@ -87,17 +89,25 @@ rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 prof = sys.argv[2] != ""
 names = ["sgd", "fc1 fwd", "fc1 bwd", "fc1 relu_bwd", "fc2 fwd", "fc2 bwd", "fc2 relu_bwd"]
 pairs = {}
+# a slow run: both probes 200-500 ns (two CCDs); a probe past 500 ns is a
+# busy CPU (the other thread waited for a time slice), not a placement
+def ccd(r):
+    try:
+        return r[4] == "slow" and max(float(r[2]), float(r[3])) < 500
+    except ValueError:
+        return False
 for i in range(0, len(rows) - 1, 2):
     a, b = rows[i], rows[i + 1]
     if a[0] == "B":
         a, b = b, a
-    places = {a[4], b[4]}
-    cls = "fast" if places == {"fast"} else "slow" if places == {"slow"} else "mixed"
+    cls = "fast" if {a[4], b[4]} == {"fast"} else "slow" if all(ccd(r) for r in (a, b)) else "mixed"
     pairs.setdefault(cls, []).append((a, b))
 loads = [float(r[5]) for r in rows]
 print("runs %d, pairs %d, load (1 min) %.2f-%.2f" % (len(rows), len(rows) // 2, min(loads), max(loads)))
 med = lambda v: statistics.median(v) if v else float("nan")
 for cls in ("fast", "slow", "mixed"):
+    if cls == "mixed":
+        print("(slow: both runs of the pair between two probes of 200-500 ns; mixed: the rest)")
     ps = pairs.get(cls, [])
     if not ps:
         print("%-5s pairs 0" % cls)
