@@ -13,8 +13,9 @@
 # samples/s and the median of B / A over the pairs.
 # --profile runs both with `--profile` (every op synchronised: samples/s
 # is not the benchmark's then) and prints per class the median of each
-# row's "median us" for the ops the issue named: the SGD update, fc1's
-# and fc2's GEMMs and ReLU backward.
+# row's "median us" and "min us" (the least over the run's steps: on a
+# loaded machine the steps where both threads had their CPUs) for the ops
+# the issue named: the SGD update, fc1's and fc2's GEMMs and ReLU backward.
 #
 # Usage: A=/path/to/old/kiln B=./kiln sh bench/affine_ab.sh [--slow N]
 #            [--max-s S] [--profile]      (defaults: --slow 4 --max-s 600)
@@ -43,8 +44,8 @@ ROWS=$TMP/rows
 # one WHICH: a run of build WHICH between two probes, one line into ROWS:
 # "WHICH samples/s c2c_before c2c_after placement load1 [op us...]"
 one() {
-	bin=$A
-	[ "$1" = B ] && bin=$B
+	which=$1 bin=$A
+	[ "$which" = B ] && bin=$B
 	probe_cache "$bin"
 	words=$(run_words "$bin")
 	rm -rf "$TMP/o"
@@ -60,11 +61,11 @@ one() {
 			"fc1 relu_bwd backward" "fc2 gemm forward" "fc2 gemm backward" "fc2 relu_bwd backward"; do
 			# shellcheck disable=SC2086 # three words
 			set -- $k
-			v=$(awk -v l="$1" -v o="$2" -v p="$3" '$2 == l && $3 == o && $4 == p { print $9; exit }' "$TMP/out" "$TMP/err")
-			ops="$ops ${v:-0}"
+			v=$(awk -v l="$1" -v o="$2" -v p="$3" '$2 == l && $3 == o && $4 == p { print $9 "/" $10; exit }' "$TMP/out" "$TMP/err")
+			ops="$ops ${v:-0/0}"
 		done
 	fi
-	echo "$1 ${s:-0} $C2C_BEFORE $C2C_AFTER $PLACE $(cut -d' ' -f1 /proc/loadavg)$ops" | tee -a "$ROWS" >&2
+	echo "$which ${s:-0} $C2C_BEFORE $C2C_AFTER $PLACE $(cut -d' ' -f1 /proc/loadavg)$ops" | tee -a "$ROWS" >&2
 }
 
 # untimed runs of each (the tune cache, the probe cache)
@@ -119,7 +120,10 @@ for cls in ("fast", "slow", "mixed"):
           (cls, len(ps), med(sa), min(sa), max(sa), med(sb), min(sb), max(sb), med(ratio)))
     if prof:
         for k, nm in enumerate(names):
-            va = [float(a[6 + k]) for a, _ in ps]
-            vb = [float(b[6 + k]) for _, b in ps]
-            print("      %-13s median us  A %7.1f  B %7.1f" % (nm, med(va), med(vb)))
+            va = [float(a[6 + k].split("/")[0]) for a, _ in ps]
+            vb = [float(b[6 + k].split("/")[0]) for _, b in ps]
+            ma = [float(a[6 + k].split("/")[1]) for a, _ in ps]
+            mb = [float(b[6 + k].split("/")[1]) for _, b in ps]
+            print("      %-13s median us  A %7.1f  B %7.1f   min us  A %7.1f  B %7.1f" %
+                  (nm, med(va), med(vb), med(ma), med(mb)))
 PY

@@ -90,6 +90,12 @@ noinst_PROGRAMS += bench/gemm_shapes
 bench_gemm_shapes_SOURCES = bench/gemm_shapes.c
 bench_gemm_shapes_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS)
 bench_gemm_shapes_LDADD = $(DNNL_LIBS) $(OPENMP_CFLAGS) -ldl
+# the MLP's weight gradients and update split by oneDNN or by rows, in
+# blocks by turns, classified by an in-process ping-pong (session 50)
+noinst_PROGRAMS += bench/affine_split
+bench_affine_split_SOURCES = bench/affine_split.c
+bench_affine_split_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS)
+bench_affine_split_LDADD = $(DNNL_LIBS) $(OPENMP_CFLAGS)
 endif
 EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
 # the fixed cost of a run, start-up caches off and on (bench/startup.sh)
