@@ -19,6 +19,8 @@
 #
 # Usage: A=/path/to/old/kiln B=./kiln sh bench/affine_ab.sh [--slow N]
 #            [--max-s S] [--profile]      (defaults: --slow 4 --max-s 600)
+# AENV, BENV: VAR=VALUE words for A's and B's runs (one binary both ways:
+#   A=./kiln B=./kiln AENV=KILN_CPU_AFFINE=0 BENV=KILN_CPU_AFFINE=1).
 # Run from the top of the build tree (bench/c2c_latency built); the load
 # average (1 min) is printed with each run.
 
@@ -44,14 +46,14 @@ ROWS=$TMP/rows
 # one WHICH: a run of build WHICH between two probes, one line into ROWS:
 # "WHICH samples/s c2c_before c2c_after placement load1 [op us...]"
 one() {
-	which=$1 bin=$A
-	[ "$which" = B ] && bin=$B
+	which=$1 bin=$A envw=${AENV:-}
+	[ "$which" = B ] && bin=$B envw=${BENV:-}
 	probe_cache "$bin"
 	words=$(run_words "$bin")
 	rm -rf "$TMP/o"
 	place_before
 	# shellcheck disable=SC2086 # the words of run_words
-	$words train bench/mlp_bench.ini $PROF train.epochs=1 train.eval=0 run.out_dir="$TMP/o" \
+	env $envw $words train bench/mlp_bench.ini $PROF train.epochs=1 train.eval=0 run.out_dir="$TMP/o" \
 		>"$TMP/out" 2>"$TMP/err" || { cat "$TMP/err" >&2; exit 1; }
 	place_after
 	s=$(json_line <"$TMP/out" | field train_samples_per_s)

@@ -5,9 +5,9 @@
 # and SGD and AdamW give each thread the rows it wrote (CPU_AFFINE_FOR,
 # plugins/cpu/split.c).  Neither may move a bit: the benchmark's MLP
 # (784-512-256-10) for 8 steps of 64 on random pixels, with
-# $KILN_CPU_AFFINE=0 (oneDNN's threaded sgemm whole and the update in
-# halves of the flat buffer, as before) and without, gives the same loss
-# and grad_norm every step and the same weights after (`kiln export`),
+# $KILN_CPU_AFFINE=1 (on: it is off by default) and without (oneDNN's
+# threaded sgemm whole and the update in halves of the flat buffer),
+# gives the same loss and grad_norm every step and the same weights after (`kiln export`),
 # for SGD with momentum and for AdamW, on 2 threads; and the split rows
 # are those the one-thread run computes (run.threads = 1, whole sgemm).
 name=affine
@@ -43,9 +43,9 @@ same() {
 for opt in sgd adamw; do
 	o="train.optimizer=$opt"
 	[ "$opt" = adamw ] && o="$o train.lr=0.001"
-	run "$opt-off" 0 $o
-	run "$opt-on" "" $o
-	run "$opt-one" "" $o run.threads=1
+	run "$opt-off" "" $o
+	run "$opt-on" 1 $o
+	run "$opt-one" 1 $o run.threads=1
 	same "$opt: thread-affine against the old split" "$opt-off" "$opt-on"
 	same "$opt: thread-affine against one thread" "$opt-one" "$opt-on"
 done

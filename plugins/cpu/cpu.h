@@ -564,12 +564,13 @@ void cpu_split_destroy(struct cpu_ctx *c);
  * thread the same rows of every noted gradient (and of the parameters and
  * state beside them), and splits the rest (biases, small layers) evenly.
  * A hint only moves work between threads: the update is elementwise, so
- * its bytes never depend on it.  $KILN_CPU_AFFINE=0 (the A/B hook of one
- * binary) turns both off. */
+ * its bytes never depend on it.  Off unless $KILN_CPU_AFFINE is "1" (read
+ * once): measured on a loaded machine it did not show the gain a model of
+ * it showed (bench/affine_split.c, bench/affine_ab.sh). */
 #define CPU_AFFINE_T 8      /* teams up to this size note their rows */
 #define CPU_AFFINE_HINTS 64 /* hints kept (the newest) */
 #define CPU_AFFINE_SPANS (2 * CPU_AFFINE_HINTS + 2)
-/* 1 unless $KILN_CPU_AFFINE is "0" (read once). */
+/* 1 when $KILN_CPU_AFFINE is "1" (read once). */
 int cpu_affine_on(void);
 /* Thread t of T wrote elements [cut[t], cut[t + 1]) of the n f32 at `at`
  * (cut[0] = 0, cut[T] = n, nondecreasing); T <= CPU_AFFINE_T. */

@@ -353,8 +353,9 @@ static dnnl_status_t gemm_blas(const struct kiln_op *op, const struct kiln_op_ar
 			  ta ? M : K, a->in[1], tb ? K : N, beta, a->out[0], N);
 }
 
-/* The written weight gradient (A transposed, beta = 0; gemm_blas_ok) on a
- * team of T = 2..CPU_AFFINE_T threads: kiln's own split, thread t
+/* With $KILN_CPU_AFFINE=1 (cpu_affine_on; off by default), the written
+ * weight gradient (A transposed, beta = 0; gemm_blas_ok) on a team of
+ * T = 2..CPU_AFFINE_T threads: kiln's own split, thread t
  * running sgemm on one thread over rows [cut[t], cut[t + 1]) (multiples
  * of 16, a cache line of any row length), noted for the optimizer
  * (cpu_affine_note), so that the thread that wrote a row of the gradient

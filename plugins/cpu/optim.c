@@ -7,8 +7,8 @@
  * device arguments when the kernel runs, never baked into the plan.  The
  * elementwise parts are span functions cloned for AVX-512/AVX2
  * (CPU_CLONES) and run over one contiguous span per thread (CPU_SPANS);
- * SGD and AdamW give each thread the rows of each weight gradient that
- * thread wrote (CPU_AFFINE_FOR, split.c: on two CCDs a gradient the
+ * with $KILN_CPU_AFFINE=1 SGD and AdamW give each thread the rows of each
+ * weight gradient that thread wrote (CPU_AFFINE_FOR, split.c: on two CCDs a gradient the
  * other thread wrote costs the update 3-6x; docs/PERFORMANCE.md,
  * "Session 50").
  * The optional weight-decay multiplier d (parameter groups) selects a

@@ -357,7 +357,7 @@ int cpu_affine_on(void)
 	int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
 	if (v < 0) {
 		const char *s = getenv("KILN_CPU_AFFINE");
-		v = !(s && !strcmp(s, "0"));
+		v = s && !strcmp(s, "1");
 		__atomic_store_n(&on, v, __ATOMIC_RELAXED);
 	}
 	return v;
