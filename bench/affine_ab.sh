@@ -76,14 +76,14 @@ for w in A B; do
 	$(run_words "$([ $w = A ] && echo "$A" || echo "$B")") train bench/mlp_bench.ini train.max_steps=20 \
 		train.eval=0 run.out_dir="$TMP/o" >/dev/null 2>&1 || true
 done
-t0=$(date +%s) r=0
+t0=$(date +%s) r=0 slowpairs=0
 place_fresh
 while :; do
 	r=$((r + 1))
 	if [ $((r % 2)) -eq 1 ]; then one A; one B; else one B; one A; fi
 	n=$(tail -n 2 "$ROWS" | awk '$5 == "slow" && $3 < 500 && $4 < 500' | wc -l)
-	[ "$n" -eq 2 ] && echo "slow pair" >> "$TMP/slowpairs"
-	[ "$(cat "$TMP/slowpairs" 2>/dev/null | wc -l)" -lt "$SLOW" ] || break
+	[ "$n" -ne 2 ] || slowpairs=$((slowpairs + 1))
+	[ "$slowpairs" -lt "$SLOW" ] || break
 	[ $(($(date +%s) - t0)) -lt "$MAXS" ] || break
 done
 "$PYTHON" - "$ROWS" "$PROF" <<'PY'

@@ -43,8 +43,11 @@ same() {
 for opt in sgd adamw; do
 	o="train.optimizer=$opt"
 	[ "$opt" = adamw ] && o="$o train.lr=0.001"
+	# shellcheck disable=SC2086 # the overrides' words
 	run "$opt-off" "" $o
+	# shellcheck disable=SC2086
 	run "$opt-on" 1 $o
+	# shellcheck disable=SC2086
 	run "$opt-one" 1 $o run.threads=1
 	same "$opt: thread-affine against the old split" "$opt-off" "$opt-on"
 	same "$opt: thread-affine against one thread" "$opt-one" "$opt-on"
