@@ -597,7 +597,7 @@ int cpu_affine_spans(const struct cpu_affine_snap *s, int64_t n, int t, int T, i
 #define CPU_AFFINE_FOR(base, n, b, e, body)                                               \
 	do {                                                                              \
 		const int64_t n_ = (n);                                                   \
-		struct cpu_affine_snap *s_ = malloc(sizeof *s_);                          \
+		struct cpu_affine_snap *s_ = cpu_affine_on() ? malloc(sizeof *s_) : NULL; \
 		if (s_)                                                                   \
 			cpu_affine_take((base), n_, s_);                                  \
 		_Pragma("omp parallel if (n_ >= CPU_PAR_MIN)")                            \
