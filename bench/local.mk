@@ -90,6 +90,12 @@ noinst_PROGRAMS += bench/gemm_shapes
 bench_gemm_shapes_SOURCES = bench/gemm_shapes.c
 bench_gemm_shapes_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS)
 bench_gemm_shapes_LDADD = $(DNNL_LIBS) $(OPENMP_CFLAGS) -ldl
+# the MLP's weight gradients and update split by oneDNN or by rows, in
+# blocks by turns, classified by an in-process ping-pong (session 50)
+noinst_PROGRAMS += bench/affine_split
+bench_affine_split_SOURCES = bench/affine_split.c
+bench_affine_split_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS)
+bench_affine_split_LDADD = $(DNNL_LIBS) $(OPENMP_CFLAGS)
 endif
 EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
 # the fixed cost of a run, start-up caches off and on (bench/startup.sh)
@@ -102,6 +108,7 @@ EXTRA_DIST += bench/conv_steps.sh
 EXTRA_DIST += bench/mlp_step.sh
 EXTRA_DIST += bench/mlp_fill_ab.sh
 EXTRA_DIST += bench/cnn_bf16_ab.sh
+EXTRA_DIST += bench/affine_ab.sh
 # kiln's whole CNN run split into start, set-up, steps, warm-up and checkpoint
 EXTRA_DIST += bench/whole_run.sh
 # the MLP profile per op at 1 and 2 threads, fuse 0 and 1 (where the second thread gains)

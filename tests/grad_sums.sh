@@ -34,49 +34,7 @@ name=grad_sums
 . "$(dirname "$0")/lib.sh"
 need_source idx
 
-python3 - "$tmp" <<'EOF' || fail "python3 could not write the data"
-import random, struct, sys
-d, n = sys.argv[1], 512
-r = random.Random(44)
-with open(d + "/img.idx", "wb") as f:
-    f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes(r.randrange(256) for _ in range(n * 784)))
-with open(d + "/lab.idx", "wb") as f:
-    f.write(struct.pack(">II", 0x801, n) + bytes(r.randrange(10) for _ in range(n)))
-EOF
-ini="$tmp/m.ini"
-cat > "$ini" <<EOF
-[run]
-device = cpu
-threads = 1
-seed = 1
-[data]
-source = idx
-images = $tmp/img.idx
-labels = $tmp/lab.idx
-workers = 0
-[layer.fc1]
-type = linear
-out = 512
-[layer.relu1]
-type = relu
-[layer.fc2]
-type = linear
-out = 256
-[layer.relu2]
-type = relu
-[layer.fc3]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-batch = 64
-lr = 0.1
-momentum = 0.9
-log_every = 1
-eval = 0
-EOF
+mlp_fixture 44 1
 nan="$abs_top_builddir/tests/train_nan"
 
 # the train lines' step, loss, skipped, clipped and grad_norm

@@ -257,3 +257,53 @@ shim="$tmp/shim.so"
 shim_build() {
 	${CC:-cc} -shared -fPIC -o "$shim" "$srcdir/tests/shim_fault.c" -ldl 2>"$tmp/shim.err"
 }
+
+# mlp_fixture SEED THREADS: 512 random 28x28 images and labels in idx files
+# in $tmp and the benchmark's MLP (784-512-256-10, SGD momentum 0.9, batch 64,
+# a train line every step, no eval) over them on THREADS threads in $ini
+# (tests/grad_sums.sh, tests/affine.sh)
+mlp_fixture() {
+	python3 - "$tmp" "$1" <<'EOF' || fail "python3 could not write the data"
+import random, struct, sys
+d, n = sys.argv[1], 512
+r = random.Random(int(sys.argv[2]))
+with open(d + "/img.idx", "wb") as f:
+    f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes(r.randrange(256) for _ in range(n * 784)))
+with open(d + "/lab.idx", "wb") as f:
+    f.write(struct.pack(">II", 0x801, n) + bytes(r.randrange(10) for _ in range(n)))
+EOF
+	ini="$tmp/m.ini"
+	cat > "$ini" <<EOF
+[run]
+device = cpu
+threads = $2
+seed = 1
+[data]
+source = idx
+images = $tmp/img.idx
+labels = $tmp/lab.idx
+workers = 0
+[layer.fc1]
+type = linear
+out = 512
+[layer.relu1]
+type = relu
+[layer.fc2]
+type = linear
+out = 256
+[layer.relu2]
+type = relu
+[layer.fc3]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 1
+batch = 64
+lr = 0.1
+momentum = 0.9
+log_every = 1
+eval = 0
+EOF
+}

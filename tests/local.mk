@@ -669,6 +669,9 @@ EXTRA_DIST += tests/nonfinite_logs.sh
 # (session 44)
 TESTS += tests/grad_sums.sh
 EXTRA_DIST += tests/grad_sums.sh
+# thread-affine optimizer updates: the same bits as the old split (session 50)
+TESTS += tests/affine.sh
+EXTRA_DIST += tests/affine.sh
 # finite gradients whose squares overflow f32: stepped as PyTorch's (session 39)
 TESTS += tests/grad_overflow.sh
 EXTRA_DIST += tests/grad_overflow.sh tests/data/gen_grad_overflow_refs.py \

@@ -20,6 +20,7 @@
 #include <kiln/plugin.h>      /* the ABI: ops tables, kiln_op, kiln_op_args */
 #include <pthread.h>          /* worker threads, the context lock */
 #include <stdint.h>
+#include <stdlib.h>           /* malloc: CPU_AFFINE_FOR */
 #include <string.h>           /* memset: cpu_op_unkept */
 
 /* configure's --with-openblas (-DHAVE_OPENBLAS=1; gemm.c) */
@@ -553,6 +554,64 @@ int cpu_split_run(struct cpu_ctx *c, const struct cpu_job *job);
  * helper may read is freed). */
 void cpu_split_quiesce(struct cpu_ctx *c);
 void cpu_split_destroy(struct cpu_ctx *c);
+/* ---- split.c: thread-affine spans of the optimizers ----
+ * Where the two (or more) threads of a team sit on two CCDs (or sockets),
+ * every cache line one thread writes and the other reads crosses between
+ * their caches (docs/PERFORMANCE.md, "Session 50").  A written weight
+ * gradient on a team of T threads is computed by kiln's own row split
+ * (gemm.c, gemm_blas_rows): thread t writes rows [cut[t], cut[t+1]), and
+ * notes that here; an optimizer over the flat buffer then gives each
+ * thread the same rows of every noted gradient (and of the parameters and
+ * state beside them), and splits the rest (biases, small layers) evenly.
+ * A hint only moves work between threads: the update is elementwise, so
+ * its bytes never depend on it.  Off unless $KILN_CPU_AFFINE is "1" (read
+ * once): measured on a loaded machine it did not show the gain a model of
+ * it showed (bench/affine_split.c, bench/affine_ab.sh). */
+#define CPU_AFFINE_T 8      /* teams up to this size note their rows */
+#define CPU_AFFINE_HINTS 64 /* hints kept (the newest) */
+#define CPU_AFFINE_SPANS (2 * CPU_AFFINE_HINTS + 2)
+/* 1 when $KILN_CPU_AFFINE is "1" (read once). */
+int cpu_affine_on(void);
+/* Thread t of T wrote elements [cut[t], cut[t + 1]) of the n f32 at `at`
+ * (cut[0] = 0, cut[T] = n, nondecreasing); T <= CPU_AFFINE_T. */
+void cpu_affine_note(const float *at, int64_t n, int T, const int64_t *cut);
+/* The hints inside the n f32 at base, taken once for an op (every thread
+ * of its team then splits by the same ones). */
+struct cpu_affine_snap {
+	int64_t n;
+	int nh;
+	struct {
+		int64_t off, n, cut[CPU_AFFINE_T + 1];
+		int T;
+	} h[CPU_AFFINE_HINTS];
+};
+void cpu_affine_take(const float *base, int64_t n, struct cpu_affine_snap *s);
+/* Thread t of T's spans of s's buffer: b[k], e[k] (offsets from its base),
+ * k < the returned count (at most CPU_AFFINE_SPANS): its part of each hint
+ * of a team of T, and its even share (CPU_SPANS's rule) of the elements
+ * between them.  Every element is in exactly one thread's spans.  s NULL:
+ * no hints, over n elements. */
+int cpu_affine_spans(const struct cpu_affine_snap *s, int64_t n, int t, int T, int64_t *b,
+		     int64_t *e);
+/* CPU_SPANS over the thread-affine spans of the f32 buffer at base. */
+#define CPU_AFFINE_FOR(base, n, b, e, body)                                               \
+	do {                                                                              \
+		const int64_t n_ = (n);                                                   \
+		struct cpu_affine_snap *s_ = cpu_affine_on() ? malloc(sizeof *s_) : NULL; \
+		if (s_)                                                                   \
+			cpu_affine_take((base), n_, s_);                                  \
+		_Pragma("omp parallel if (n_ >= CPU_PAR_MIN)")                            \
+		{                                                                         \
+			int64_t bs_[CPU_AFFINE_SPANS], es_[CPU_AFFINE_SPANS];             \
+			const int ns_ = cpu_affine_spans(s_, n_, (int)cpu_thread_num(),     \
+							 (int)cpu_num_threads(), bs_, es_); \
+			for (int k_ = 0; k_ < ns_; k_++) {                                \
+				const int64_t b = bs_[k_], e = es_[k_];                   \
+				body;                                                     \
+			}                                                                 \
+		}                                                                         \
+		free(s_);                                                                 \
+	} while (0)
 kiln_status cpu_engine_create(struct cpu_ctx *c);
 /* dnn.c: "oneDNN 2.6.3, ISA avx512_core_bf16, bf16 AVX512-BF16" into buf. */
 const char *cpu_dnn_isa(char *buf, size_t n);

@@ -353,6 +353,62 @@ static dnnl_status_t gemm_blas(const struct kiln_op *op, const struct kiln_op_ar
 			  ta ? M : K, a->in[1], tb ? K : N, beta, a->out[0], N);
 }
 
+/* With $KILN_CPU_AFFINE=1 (cpu_affine_on; off by default), the written
+ * weight gradient (A transposed, beta = 0; gemm_blas_ok) on a team of
+ * T = 2..CPU_AFFINE_T threads: kiln's own split, thread t
+ * running sgemm on one thread over rows [cut[t], cut[t + 1]) (multiples
+ * of 16, a cache line of any row length), noted for the optimizer
+ * (cpu_affine_note), so that the thread that wrote a row of the gradient
+ * updates it.  oneDNN's own split of sgemm is not known and not stable.
+ * Each element's sum over K (one block: K <= CPU_SGEMM_WRITE_K) is the
+ * same on any rows, so the bytes are the whole sgemm's
+ * (tests/affine.sh).  0 when not taken (gemm_blas runs it whole). */
+static int gemm_blas_rows(const struct kiln_op *op, const struct kiln_op_args *a,
+			  dnnl_status_t *out)
+{
+	const int64_t M = op->i[2], N = op->i[3], K = op->i[4];
+	const int T = omp_get_max_threads();
+	if ((op->flags & KILN_OPF_ACCUMULATE) || !op->i[0] || op->i[1] || T < 2 ||
+	    T > CPU_AFFINE_T || M < 16 * (int64_t)T || !cpu_affine_on())
+		return 0;
+	int64_t cut[CPU_AFFINE_T + 1];
+	dnnl_status_t st[CPU_AFFINE_T];
+	for (int t = 0; t <= T; t++)
+		cut[t] = t == T ? M : (M * t / T) & ~(int64_t)15;
+	const float *A = a->in[0], *B = a->in[1];
+	float *C = a->out[0];
+	const float alpha = (float)op->f[0];
+	int ran = 0;
+#pragma omp parallel num_threads(T)
+	{
+		const int t = omp_get_thread_num();
+		if (t == 0)
+			ran = omp_get_num_threads();
+		if (t < T) {
+			const int64_t r0 = cut[t], r1 = cut[t + 1];
+			/* inside the region oneDNN runs it on this thread */
+			st[t] = r1 > r0 ? dnnl_sgemm('T', 'N', r1 - r0, N, K, alpha, A + r0, M, B, N,
+						     0.0f, C + r0 * N, N)
+					: dnnl_success;
+		}
+	}
+	*out = dnnl_success;
+	for (int t = 0; t < T; t++) {
+		if (t >= ran) /* a smaller team than asked for: its rows here */
+			st[t] = dnnl_sgemm('T', 'N', cut[t + 1] - cut[t], N, K, alpha, A + cut[t], M,
+					   B, N, 0.0f, C + cut[t] * N, N);
+		if (st[t] != dnnl_success)
+			*out = st[t];
+	}
+	if (ran == T) {
+		int64_t at[CPU_AFFINE_T + 1];
+		for (int t = 0; t <= T; t++)
+			at[t] = cut[t] * N;
+		cpu_affine_note(C, M * N, T, at);
+	}
+	return 1;
+}
+
 int cpu_gemm_openblas_ok(const struct kiln_op *op)
 {
 	return HAVE_OPENBLAS && op->type == KILN_OP_GEMM && op->n_in == 2 &&
@@ -408,7 +464,7 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	if (g->openblas && !g->n_part)
 		s = gemm_openblas(&p->op, a);
 	else if (g->blas)
-		s = gemm_blas(&p->op, a);
+		s = gemm_blas_rows(&p->op, a, &s) ? s : gemm_blas(&p->op, a);
 	else if (g->n_part)
 		s = gemm_run_parts(p, a) ? dnnl_runtime_error : dnnl_success;
 	else

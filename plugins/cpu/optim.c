@@ -6,7 +6,11 @@
  * Every per-step scalar (lr, the step count t) is read from the op's
  * device arguments when the kernel runs, never baked into the plan.  The
  * elementwise parts are span functions cloned for AVX-512/AVX2
- * (CPU_CLONES) and run over one contiguous span per thread (CPU_SPANS).
+ * (CPU_CLONES) and run over one contiguous span per thread (CPU_SPANS);
+ * with $KILN_CPU_AFFINE=1 SGD and AdamW give each thread the rows of each
+ * weight gradient that thread wrote (CPU_AFFINE_FOR, split.c: on two CCDs a gradient the
+ * other thread wrote costs the update 3-6x; docs/PERFORMANCE.md,
+ * "Session 50").
  * The optional weight-decay multiplier d (parameter groups) selects a
  * separate loop, so the common case (no groups) reads no extra stream.
  * The plugin is built with -fno-math-errno: otherwise sqrtf's errno keeps
@@ -194,7 +198,7 @@ static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *
 		k.omd = t == 1 ? 1.0f : (float)(1.0 - p->op.f[3]);
 	}
 	uint16_t *cb = cdt == KILN_BF16 ? cp : NULL; /* bf16: rounded inside the update */
-	CPU_SPANS(p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
+	CPU_AFFINE_FOR(g, p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
 		sgd_span(w + bb, v ? v + bb : NULL, g + bb, d ? d + bb : NULL, cb ? cb + bb : NULL,
 			 be - bb, lr, k, l2, lrdw, nesterov);
 		if (!cb)
@@ -335,7 +339,7 @@ static kiln_status cpu_adamw(const struct cpu_plan *p, const struct kiln_op_args
 		return st;
 	void *cp = OPT_COPY(p, a);
 	const int cdt = (int)p->sz[6];
-	CPU_SPANS(p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
+	CPU_AFFINE_FOR(g, p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
 		adamw_span(w + bb, m + bb, v + bb, vx ? vx + bb : NULL, g + bb, d ? d + bb : NULL,
 			   be - bb, lr, k);
 		opt_copy(cp, cdt, w, bb, be);

@@ -335,3 +335,138 @@ int cpu_split_run(struct cpu_ctx *c, const struct cpu_job *job)
 	pthread_mutex_unlock(&P->lock);
 	return bad;
 }
+
+/* ---- thread-affine spans (cpu.h) ----------------------------------------- */
+
+struct affine_hint {
+	uintptr_t at; /* 0: free */
+	int64_t n;
+	int T;
+	int64_t cut[CPU_AFFINE_T + 1];
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct affine_hint h[CPU_AFFINE_HINTS];
+	int next; /* the slot a new range takes when none is free */
+} affine = { PTHREAD_MUTEX_INITIALIZER, { { 0 } }, 0 };
+
+int cpu_affine_on(void)
+{
+	static int on = -1;
+	int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+	if (v < 0) {
+		const char *s = getenv("KILN_CPU_AFFINE");
+		v = s && !strcmp(s, "1");
+		__atomic_store_n(&on, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
+void cpu_affine_note(const float *at, int64_t n, int T, const int64_t *cut)
+{
+	const uintptr_t a = (uintptr_t)at, z = a + (uintptr_t)n * sizeof(float);
+	if (T < 2 || T > CPU_AFFINE_T || n <= 0)
+		return;
+	pthread_mutex_lock(&affine.lock);
+	int slot = -1;
+	/* the same range again (every step): refresh it; a range it overlaps
+	 * (memory reused by another tensor) is dropped */
+	for (int i = 0; i < CPU_AFFINE_HINTS; i++) {
+		struct affine_hint *h = &affine.h[i];
+		if (!h->at)
+			continue;
+		if (h->at == a && h->n == n) {
+			slot = i;
+			continue;
+		}
+		if (h->at < z && a < h->at + (uintptr_t)h->n * sizeof(float))
+			h->at = 0;
+	}
+	for (int i = 0; slot < 0 && i < CPU_AFFINE_HINTS; i++)
+		if (!affine.h[i].at)
+			slot = i;
+	if (slot < 0) {
+		slot = affine.next;
+		affine.next = (affine.next + 1) % CPU_AFFINE_HINTS;
+	}
+	struct affine_hint *h = &affine.h[slot];
+	if (h->at != a || h->n != n || h->T != T || memcmp(h->cut, cut, (size_t)(T + 1) * sizeof *cut)) {
+		h->at = a;
+		h->n = n;
+		h->T = T;
+		memcpy(h->cut, cut, (size_t)(T + 1) * sizeof *cut);
+	}
+	pthread_mutex_unlock(&affine.lock);
+}
+
+/* Thread t of T's even share of [b0, e0) (CPU_SPANS's rule, 16-element
+ * boundaries): appended to b, e at *k when not empty. */
+static void even_share(int64_t b0, int64_t e0, int t, int T, int64_t *b, int64_t *e, int *k)
+{
+	const int64_t n = e0 - b0;
+	const int64_t x = t ? b0 + ((n * t / T) & ~(int64_t)15) : b0;
+	const int64_t y = t + 1 == T ? e0 : b0 + ((n * (t + 1) / T) & ~(int64_t)15);
+	if (y > x) {
+		b[*k] = x;
+		e[*k] = y;
+		(*k)++;
+	}
+}
+
+void cpu_affine_take(const float *base, int64_t n, struct cpu_affine_snap *s)
+{
+	const uintptr_t a = (uintptr_t)base, z = a + (uintptr_t)n * sizeof(float);
+	s->n = n;
+	s->nh = 0;
+	if (!cpu_affine_on())
+		return;
+	pthread_mutex_lock(&affine.lock);
+	/* the hints inside the buffer, at whole elements from base, in
+	 * address order (the table's ranges never overlap) */
+	for (int i = 0; i < CPU_AFFINE_HINTS; i++) {
+		const struct affine_hint *h = &affine.h[i];
+		if (!h->at || h->at < a || h->at + (uintptr_t)h->n * sizeof(float) > z ||
+		    (h->at - a) % sizeof(float))
+			continue;
+		const int64_t o = (int64_t)((h->at - a) / sizeof(float));
+		int j = s->nh++;
+		for (; j > 0 && s->h[j - 1].off > o; j--)
+			s->h[j] = s->h[j - 1];
+		s->h[j].off = o;
+		s->h[j].n = h->n;
+		s->h[j].T = h->T;
+		memcpy(s->h[j].cut, h->cut, sizeof h->cut);
+	}
+	pthread_mutex_unlock(&affine.lock);
+}
+
+int cpu_affine_spans(const struct cpu_affine_snap *s, int64_t n, int t, int T, int64_t *b,
+		     int64_t *e)
+{
+	int k = 0;
+	int64_t at = 0;
+	if (!s) {
+		even_share(0, n, t, T, b, e, &k);
+		return k;
+	}
+	/* thread t's part of each hint of a team of T, and an even share of
+	 * each gap between them (the other hints' elements included) */
+	for (int j = 0; j <= s->nh; j++) {
+		if (j < s->nh && s->h[j].T != T)
+			continue;
+		const int64_t gap_end = j < s->nh ? s->h[j].off : s->n;
+		if (gap_end > at)
+			even_share(at, gap_end, t, T, b, e, &k);
+		if (j == s->nh)
+			break;
+		const int64_t x = s->h[j].off + s->h[j].cut[t], y = s->h[j].off + s->h[j].cut[t + 1];
+		if (y > x) {
+			b[k] = x;
+			e[k] = y;
+			k++;
+		}
+		at = s->h[j].off + s->h[j].n;
+	}
+	return k;
+}
