@@ -110,6 +110,14 @@ struct kiln_pipe {
 	 * it cannot); wg: the deferred layers and their stages' rings */
 	int defer, defer_set;
 	struct pipe_wgrad *wg;
+	/* defer_wgrad = auto (want): on while the process waits for a CPU,
+	 * re-checked every KILN_PIPE_WAUTO_STEPS steps (kiln_pipe_wgrad_step):
+	 * the last reading of the run-queue wait (ns) and its wall time, the
+	 * steps since, the busy / quiet readings in a row, the step count */
+	struct {
+		int want, on, steps, hot, cold;
+		int64_t wait_ns, t_ns, step;
+	} wauto;
 };
 
 /* A message's tag: micro-batch mb, crossing tensor e (the ties' after
@@ -146,6 +154,16 @@ kiln_status kiln_pipe_pairs_plan(struct kiln_pipe *pp, int n_tie);
 kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
 				     const void *x, const void *y, void *metrics);
 kiln_status kiln_pipe_wgrad_drain(struct kiln_pipe *pp, int s);
+/* At a step's start, before its first pass: the first step decides
+ * whether the pipeline can defer; with defer_wgrad = auto, every
+ * KILN_PIPE_WAUTO_STEPS steps the run-queue wait of the process's threads
+ * since the last reading (KILN_PROC_RUN_WAIT) turns it on after
+ * KILN_PIPE_WAUTO_IN_A_ROW readings in a row above KILN_PIPE_WAUTO_BUSY
+ * seconds a second, off after as many below. */
+kiln_status kiln_pipe_wgrad_step(struct kiln_pipe *pp);
+#define KILN_PIPE_WAUTO_STEPS 4
+#define KILN_PIPE_WAUTO_IN_A_ROW 2
+#define KILN_PIPE_WAUTO_BUSY 0.25
 /* ... after stage s's backward of micro-batch j has sent its inputs'
  * gradients: its stream waits for the weight gradients of micro-batch
  * j - (P - 1 - s), so that at most P - 1 - s are left to run later (the

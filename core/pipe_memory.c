@@ -73,17 +73,18 @@ static int wgrad_falls_back(const struct kiln_model *m)
 	       (pr && !strcmp(pr, "fp16")) || !async;
 }
 
-/* [pipeline] defer_wgrad = 1 (core/pipe_wgrad.c) with [run] devices: each
- * stage's records of its deferred layers, min(M, P - s) micro-batches'
- * on stage s, and a workspace of the plan's on each stage that has one;
+/* [pipeline] defer_wgrad = 1 or auto (core/pipe_wgrad.c) with [run]
+ * devices: each stage's records of its deferred layers, min(M, P - s)
+ * micro-batches' on stage s, and a workspace of the plan's on each stage
+ * that has one (auto: allocated when contention first turns it on);
  * nothing where the run falls back (no layer to defer, tied weights, data
  * parallelism, ...). */
 static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, int64_t M, FILE *f)
 {
 	const char *dv = kiln_config_get(m->cfg, "pipeline", "defer_wgrad");
-	int on = 0; /* auto: off */
-	if (!dv || !strcmp(dv, "auto") || kiln_config_get_bool(m->cfg, "pipeline", "defer_wgrad", &on) ||
-	    !on)
+	const int is_auto = !dv || !strcmp(dv, "auto");
+	int on = 1;
+	if (!is_auto && (kiln_config_get_bool(m->cfg, "pipeline", "defer_wgrad", &on) || !on))
 		return;
 	const char *devs = kiln_config_get(m->cfg, "run", "devices");
 	if (!devs || !*devs || wgrad_falls_back(m))
@@ -99,8 +100,8 @@ static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, i
 	}
 	if (!with)
 		return;
-	fprintf(f, "  deferred weight gradients ([pipeline] defer_wgrad, stages on [run] devices): min(M, P - s) micro-batches' copies of each linear layer's input and output gradient (and output, with a fused ReLU) on stage s, and a workspace of %.3f MiB on each of the %d stages with one:",
-		mib(kiln_align_up(p->ws_bytes)), with);
+	fprintf(f, "  deferred weight gradients ([pipeline] defer_wgrad%s, stages on [run] devices): min(M, P - s) micro-batches' copies of each linear layer's input and output gradient (and output, with a fused ReLU) on stage s, and a workspace of %.3f MiB on each of the %d stages with one:",
+		is_auto ? " = auto, once the CPUs' contention turns it on" : "", mib(kiln_align_up(p->ws_bytes)), with);
 	for (int s = 0; s < P && s < KILN_PIPE_MAX_STAGES; s++) {
 		const int64_t n = P - s < M ? P - s : M;
 		fprintf(f, " stage %d %.3f MiB%s", s, mib(b[s] * (size_t)n), s + 1 < P ? "," : "\n");

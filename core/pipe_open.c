@@ -396,9 +396,10 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->early = pp->kind == KILN_PIPE_1F1B ? (int)early : 0;
 	pp->pair = pair != 0; /* auto: 0 in one process (no sendrecv there) */
 	pp->pair_auto = pair_auto;
-	/* (auto: off, core/pipe_wgrad.c) */
+	/* (auto: on while the CPUs are contended, core/pipe_wgrad.c) */
 	pp->defer_set = dv && strcmp(dv, "auto") && defer;
 	pp->defer = dv && strcmp(dv, "auto") && !defer ? -1 : 0;
+	pp->wauto.want = !dv || !strcmp(dv, "auto");
 	/* (where ranks may share them: stages on ranks, [dist] pipeline, on a
 	 * device of host memory) */
 	int64_t on_ranks = 1;

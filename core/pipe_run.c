@@ -339,7 +339,7 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 		if ((st = kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->start)))
 			return st;
 	pp->held.on = 0; /* (a step that failed may have left one) */
-	if ((st = tie_weights(pp)) || (st = refresh_copy(pp)))
+	if ((st = tie_weights(pp)) || (st = refresh_copy(pp)) || (st = kiln_pipe_wgrad_step(pp)))
 		return st;
 	for (int i = 0; i < 2 * pp->P * pp->M; i++) {
 		const struct kiln_pipe_action *a = &pp->act[i];

@@ -135,22 +135,14 @@ size_t kiln_pipe_wgrad_bytes(const struct kiln_pipe *pp, size_t *ws)
 	return t;
 }
 
-/* At the first step (the hooks and the ranks are set by then): the
- * deferred layers, their records, each stage's side stream; logged. */
-static kiln_status wgrad_open(struct kiln_pipe *pp)
+/* The deferred layers, their records, each stage's side stream; logged.
+ * *none: no layer to defer (nothing made). */
+static kiln_status wgrad_build(struct kiln_pipe *pp, int *none)
 {
 	const struct kiln_model *m = pp->m;
-	pp->defer = -1;
-	if (!pp->defer_set)
-		return KILN_OK; /* auto: off (docs/PERFORMANCE.md, session 49) */
-	const char *why = why_not(pp);
-	if (why) {
-		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: not with %s; the weight gradients run in each backward",
-			 why);
-		return KILN_OK;
-	}
 	struct pipe_wgrad *w = calloc(1, sizeof *w);
 	size_t *off = malloc((size_t)m->n_layers * sizeof *off);
+	*none = 0;
 	if (!w || !off) {
 		free(w);
 		free(off);
@@ -171,6 +163,11 @@ static kiln_status wgrad_open(struct kiln_pipe *pp)
 		total++;
 	}
 	pp->wg = w;
+	if (!total) {
+		*none = 1;
+		kiln_pipe_wgrad_free(pp);
+		return KILN_OK;
+	}
 	kiln_status st = KILN_OK;
 	for (int s = 0; s < pp->P && !st; s++)
 		st = stage_open(pp, w, s);
@@ -178,16 +175,109 @@ static kiln_status wgrad_open(struct kiln_pipe *pp)
 		kiln_pipe_wgrad_free(pp);
 		return kiln_error_wrap(st, "[pipeline] defer_wgrad");
 	}
-	if (!total) {
-		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: no layer to defer (a linear layer whose parameters are all trained, not tied, not recomputed); the weight gradients run in each backward");
-		kiln_pipe_wgrad_free(pp);
-		return KILN_OK;
-	}
 	size_t wsb, ring = kiln_pipe_wgrad_bytes(pp, &wsb);
-	pp->defer = 1;
 	kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (each stage runs them while it waits for a peer, and before the optimizer); %.3f MiB of their inputs, min(M, P - s) = %d..%d micro-batches' on stage s (M = %d), %.3f MiB of workspace",
 		 total, (double)ring / 1048576.0, nrec(pp, 0), nrec(pp, pp->P - 1), pp->M, (double)wsb / 1048576.0);
 	return KILN_OK;
+}
+
+/* 1 where some layer's weight gradient can be deferred. */
+static int any_deferrable(const struct kiln_pipe *pp)
+{
+	for (int i = 0; i < pp->m->n_layers; i++)
+		if (kiln_pipe_wgrad_record(pp->m, pp->plan[0], i))
+			return 1;
+	return 0;
+}
+
+/* At the first step (the hooks and the ranks are set by then): 1 builds
+ * and defers where the pipeline can (a warning where not); auto, where
+ * it can and the device reads the run-queue wait, starts off and
+ * watches (kiln_pipe_wgrad_step). */
+static kiln_status wgrad_open(struct kiln_pipe *pp)
+{
+	pp->defer = -1;
+	if (!pp->defer_set && !pp->wauto.want)
+		return KILN_OK; /* 0 */
+	const char *why = why_not(pp);
+	if (why && pp->defer_set)
+		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: not with %s; the weight gradients run in each backward",
+			 why);
+	if (why) {
+		if (pp->wauto.want)
+			kiln_log(KILN_LOG_DEBUG, "pipeline", "[pipeline] defer_wgrad = auto: off (not with %s)", why);
+		return KILN_OK;
+	}
+	if (pp->wauto.want) {
+		const int64_t t = any_deferrable(pp) ? kiln_device_run_wait_ns(sdev(pp, 0)) : -1;
+		if (t < 0) {
+			kiln_log(KILN_LOG_DEBUG, "pipeline", "[pipeline] defer_wgrad = auto: off (%s)",
+				 any_deferrable(pp) ? "the device does not say how long its threads wait for a CPU"
+						    : "no layer to defer");
+			return KILN_OK;
+		}
+		pp->wauto.on = 1;
+		pp->wauto.wait_ns = t;
+		pp->wauto.t_ns = kiln_now_ns();
+		kiln_log(KILN_LOG_INFO, "pipeline", "[pipeline] defer_wgrad = auto: off while this process's threads wait for a CPU under %.2f s a second (read every %d steps; %d readings in a row turn it on or off)",
+			 KILN_PIPE_WAUTO_BUSY, KILN_PIPE_WAUTO_STEPS, KILN_PIPE_WAUTO_IN_A_ROW);
+		return KILN_OK;
+	}
+	int none;
+	kiln_status st = wgrad_build(pp, &none);
+	if (!st && none)
+		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: no layer to defer (a linear layer whose parameters are all trained, not tied, not recomputed); the weight gradients run in each backward");
+	if (!st && !none)
+		pp->defer = 1;
+	return st;
+}
+
+/* defer_wgrad = auto's reading: the seconds a second the process's threads
+ * waited for a CPU since the last one; on after KILN_PIPE_WAUTO_IN_A_ROW
+ * busy readings in a row (the records built the first time), off after
+ * as many quiet ones.  Between steps: the last step's deferred passes
+ * ran before its end (kiln_pipe_wgrad_drain). */
+static kiln_status wauto_read(struct kiln_pipe *pp)
+{
+	const int64_t t = kiln_now_ns(), w = kiln_device_run_wait_ns(sdev(pp, 0));
+	const double rate = w < pp->wauto.wait_ns || t <= pp->wauto.t_ns
+				    ? 0
+				    : (double)(w - pp->wauto.wait_ns) / (double)(t - pp->wauto.t_ns);
+	const int busy = rate > KILN_PIPE_WAUTO_BUSY;
+	pp->wauto.wait_ns = w, pp->wauto.t_ns = t;
+	pp->wauto.hot = busy ? pp->wauto.hot + 1 : 0;
+	pp->wauto.cold = busy ? 0 : pp->wauto.cold + 1;
+	kiln_log(KILN_LOG_DEBUG, "pipeline", "[pipeline] defer_wgrad = auto: the process's threads waited %.3f s a second for a CPU over %d steps (%s %d in a row)",
+		 rate, KILN_PIPE_WAUTO_STEPS, busy ? "busy" : "quiet", busy ? pp->wauto.hot : pp->wauto.cold);
+	const int flip = pp->defer > 0 ? pp->wauto.cold >= KILN_PIPE_WAUTO_IN_A_ROW
+				       : pp->wauto.hot >= KILN_PIPE_WAUTO_IN_A_ROW;
+	if (!flip)
+		return KILN_OK;
+	if (pp->defer < 0 && !pp->wg) {
+		int none;
+		kiln_status st = wgrad_build(pp, &none);
+		if (st || none) {
+			pp->wauto.on = 0;
+			return st;
+		}
+	}
+	pp->defer = pp->defer > 0 ? -1 : 1;
+	kiln_log(KILN_LOG_INFO, "pipeline", "[pipeline] defer_wgrad = auto: %s from pipeline step %lld (the process's threads waited %.2f s a second for a CPU, %d readings of %d steps in a row %s %.2f)",
+		 pp->defer > 0 ? "on" : "off", (long long)pp->wauto.step, rate, KILN_PIPE_WAUTO_IN_A_ROW,
+		 KILN_PIPE_WAUTO_STEPS, pp->defer > 0 ? "above" : "at most", KILN_PIPE_WAUTO_BUSY);
+	return KILN_OK;
+}
+
+kiln_status kiln_pipe_wgrad_step(struct kiln_pipe *pp)
+{
+	kiln_status st;
+	if (!pp->defer && (st = wgrad_open(pp)))
+		return st;
+	pp->wauto.step++;
+	if (!pp->wauto.on || ++pp->wauto.steps <= KILN_PIPE_WAUTO_STEPS)
+		return KILN_OK;
+	pp->wauto.steps = 1;
+	return wauto_read(pp);
 }
 
 kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,

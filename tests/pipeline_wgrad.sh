@@ -33,10 +33,6 @@ for run in "m2f4 4 1f1b 2 layer.fc2.stage=1" "m2f8 8 1f1b 2 layer.fc2.stage=1" \
 	kiln 0 train "$m" run.out_dir="$tmp/$1-0" pipeline.micro_batches=$2 pipeline.schedule=$3 \
 		"$5" "$d" run.threads=$4 pipeline.defer_wgrad=0
 	! grep -qF "deferred weight gradients" "$err" || fail "$1: defer_wgrad = 0 deferred"
-	if [ "$1" = m2f4 ]; then
-		kiln 0 train "$m" run.out_dir="$tmp/auto" pipeline.micro_batches=4 "$5" "$d" run.threads=2
-		! grep -qF "deferred weight gradients" "$err" || fail "defer_wgrad = auto (the default) deferred"
-	fi
 	kiln 0 train "$m" run.out_dir="$tmp/$1-1" pipeline.micro_batches=$2 pipeline.schedule=$3 \
 		"$5" "$d" run.threads=$4 pipeline.defer_wgrad=1
 	stderr_has "deferred weight gradients: 3 linear layers' (each stage runs them while it waits for a peer, and before the optimizer)"
@@ -55,6 +51,32 @@ kiln 0 train "$m" run.out_dir="$tmp/acc-1" pipeline.micro_batches=4 layer.fc2.st
 "$tool" same "$(ck acc-0 4)" "$(ck acc-1 4)" params optim.momentum step ||
 	fail "accumulate 2: the deferred weight gradients differ"
 echo "ok: the MLP's parameters are the same bytes with deferred weight gradients"
+
+# defer_wgrad = auto (the default): off while the process's threads wait
+# for a CPU under 0.25 s a second, read every 4 steps, 2 readings in a row
+# turning it on or off.  The signal driven by the CPU device's hook
+# (KILN_CPU_RUNWAIT, the async watch's): quiet stays off; busy turns on
+# at step 9 (readings at steps 5 and 9) and defers steps 9..12 of the
+# same bytes
+s12="train.epochs=2 train.max_steps=12 train.checkpoint_every=12"
+kiln 0 train "$m" run.out_dir="$tmp/a12-0" pipeline.micro_batches=4 layer.fc2.stage=1 "$two" run.threads=2 \
+	$s12 pipeline.defer_wgrad=0
+KILN_CPU_RUNWAIT=0 kiln 0 train "$m" run.out_dir="$tmp/quiet" pipeline.micro_batches=4 layer.fc2.stage=1 \
+	"$two" run.threads=2 $s12
+stderr_has "[pipeline] defer_wgrad = auto: off while this process's threads wait for a CPU under 0.25 s a second"
+! grep -qF "deferred weight gradients:" "$err" || fail "defer_wgrad = auto, quiet: deferred"
+! grep -qF "defer_wgrad = auto: on" "$err" || fail "defer_wgrad = auto, quiet: turned on"
+KILN_CPU_RUNWAIT=0.9 kiln 0 train "$m" run.out_dir="$tmp/busy" pipeline.micro_batches=4 layer.fc2.stage=1 \
+	"$two" run.threads=2 $s12
+stderr_has "[pipeline] defer_wgrad = auto: on from pipeline step 9 (the process's threads waited 0.90 s a second for a CPU"
+stderr_has "deferred weight gradients: 3 linear layers'"
+# 4 steps of 4 micro-batches deferred: 16 groups on each stage, 32 in all
+groups=$(sed -n 's/.*side stream work (deferred, threads 1): \([0-9]*\) groups run while waiting for another event ([0-9.]* ms), \([0-9]*\) at a wait.*/\1 \2/p' "$err" |
+	awk '{ n += $1 + $2 } END { print n + 0 }')
+[ "$groups" = 32 ] || fail "defer_wgrad = auto, busy: $groups deferred groups, not 32 (steps 9..12)"
+"$tool" same "$(ck a12-0 12)" "$(ck quiet 12)" params optim.momentum step || fail "defer_wgrad = auto, quiet: the bytes differ"
+"$tool" same "$(ck a12-0 12)" "$(ck busy 12)" params optim.momentum step || fail "defer_wgrad = auto, busy: the bytes differ"
+echo "ok: defer_wgrad = auto: off while quiet, on under contention (the hook), the same bytes"
 
 data="$srcdir/tests/data"
 grep -v '^tie = ' "$data/gpt_tiny.ini" | sed 's/^no_decay = .*/no_decay = *.bias/' > "$tmp/gpt.ini"
@@ -90,10 +112,11 @@ echo "ok: defer_wgrad = 1 where the pipeline cannot defer: said, unsplit"
 # kiln memory: each stage's records, min(M, P - s) of them, as the run
 # allocates; none where the run falls back
 kiln 0 memory "$m" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2
-! grep -qF "deferred weight gradients" "$out" || fail "kiln memory: records with defer_wgrad = auto (off)"
+auto=$(sed -n 's/.*deferred weight gradients (\[pipeline\] defer_wgrad = auto, once the CPUs. contention turns it on.* stage 0 \([0-9.]*\) MiB, stage 1 \([0-9.]*\) MiB$/\1 \2/p' "$out")
 kiln 0 memory "$m" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2 pipeline.defer_wgrad=1
 mem=$(sed -n 's/.*deferred weight gradients (\[pipeline\] defer_wgrad.* stage 0 \([0-9.]*\) MiB, stage 1 \([0-9.]*\) MiB$/\1 \2/p' "$out")
 [ -n "$mem" ] || fail "kiln memory: no line for the deferred weight gradients"
+[ "$auto" = "$mem" ] || fail "kiln memory: defer_wgrad = auto's records ($auto MiB) are not 1's ($mem MiB)"
 kiln 0 train "$m" run.out_dir="$tmp/mem" pipeline.micro_batches=8 layer.fc2.stage=1 "$two" run.threads=2 \
 	pipeline.defer_wgrad=1
 ran=$(sed -n 's/.*deferred weight gradients: .*; \([0-9.]*\) MiB of their inputs, min(M, P - s) = 2..1 .*/\1/p' "$err")
