@@ -79,6 +79,11 @@ static const char *why_not(const struct kiln_pipe *pp)
 	return NULL;
 }
 
+int kiln_pipe_wgrad_keep(const struct kiln_pipe *pp)
+{
+	return pp->defer_set && pp->P > 1 && !why_not(pp);
+}
+
 /* Records on stage s: the micro-batches whose deferred pass may be
  * pending (P - 1 - s, kiln_pipe_wgrad_after) and the one being written. */
 static int nrec(const struct kiln_pipe *pp, int s)
@@ -94,8 +99,9 @@ static kiln_status stage_open(struct kiln_pipe *pp, struct pipe_wgrad *w, int s)
 		return KILN_OK;
 	if ((st = kiln_device_stream_side(dev, pp->sst[s], &w->side[s])) ||
 	    !(w->ev[s] = calloc((size_t)pp->M, sizeof *w->ev[s])) ||
-	    (st = kiln_device_alloc_named(dev, (size_t)nrec(pp, s) * w->rec[s], (void **)&w->ring[s],
-					  "the pipeline's deferred weight gradients' inputs")) ||
+	    (!pp->wkeep &&
+	     (st = kiln_device_alloc_named(dev, (size_t)nrec(pp, s) * w->rec[s], (void **)&w->ring[s],
+					   "the pipeline's deferred weight gradients' inputs"))) ||
 	    (st = kiln_device_alloc(dev, w->ws_bytes, &w->ws[s])))
 		return st ? st : kiln_error(KILN_ENOMEM, "out of memory");
 	for (int j = 0; j < pp->M; j++)
@@ -129,7 +135,7 @@ size_t kiln_pipe_wgrad_bytes(const struct kiln_pipe *pp, size_t *ws)
 	*ws = 0;
 	for (int s = 0; pp->wg && s < pp->P; s++)
 		if (pp->wg->n[s]) {
-			t += (size_t)nrec(pp, s) * pp->wg->rec[s];
+			t += pp->wkeep ? 0 : (size_t)nrec(pp, s) * pp->wg->rec[s];
 			*ws += pp->wg->ws_bytes;
 		}
 	return t;
@@ -176,8 +182,12 @@ static kiln_status wgrad_build(struct kiln_pipe *pp, int *none)
 		return kiln_error_wrap(st, "[pipeline] defer_wgrad");
 	}
 	size_t wsb, ring = kiln_pipe_wgrad_bytes(pp, &wsb);
-	kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (each stage runs them while it waits for a peer, and before the optimizer); %.3f MiB of their inputs, min(M, P - s) = %d..%d micro-batches' on stage s (M = %d), %.3f MiB of workspace",
-		 total, (double)ring / 1048576.0, nrec(pp, 0), nrec(pp, pp->P - 1), pp->M, (double)wsb / 1048576.0);
+	if (pp->wkeep)
+		kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (each stage runs them while it waits for a peer, and before the optimizer); from the plans' own buffers, no copies (%d activation sets, each micro-batch's until stage 0's backward P - 1 later), %.3f MiB of workspace",
+			 total, pp->K, (double)wsb / 1048576.0);
+	else
+		kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (each stage runs them while it waits for a peer, and before the optimizer); %.3f MiB of their inputs, min(M, P - s) = %d..%d micro-batches' on stage s (M = %d), %.3f MiB of workspace",
+			 total, (double)ring / 1048576.0, nrec(pp, 0), nrec(pp, pp->P - 1), pp->M, (double)wsb / 1048576.0);
 	return KILN_OK;
 }
 
@@ -290,7 +300,8 @@ kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, 
 	if (pp->defer < 0 || !w->n[s])
 		return kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->sst[s], NULL);
 	const struct kiln_wdefer df = { w->side[s], w->ws[s], w->ws_bytes,
-					w->ring[s] + (size_t)(j % nrec(pp, s)) * w->rec[s], w->off };
+					pp->wkeep ? NULL : w->ring[s] + (size_t)(j % nrec(pp, s)) * w->rec[s],
+					w->off };
 	if ((st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->sst[s], &df)))
 		return st;
 	/* the end of micro-batch j's group: the side runs one at a time */
