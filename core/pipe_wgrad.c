@@ -11,17 +11,21 @@
  * its backward of micro-batch j + P - 1 - s has sent its gradients (the
  * last stage: right after j's; kiln_pipe_wgrad_after), and the rest at
  * the step's end, before the optimizer (the stage's stream waits for the
- * side's last record: kiln_pipe_wgrad_drain).  A deferred layer's input,
- * output (a fused ReLU's mask reads it) and output's gradient are copied
- * into the micro-batch's record of a ring of min(M, P - s) on stage s
- * (record j % (P - s): by the time micro-batch j's backward writes it,
- * the stage has waited for micro-batch j - (P - s)'s deferred pass,
- * kiln_pipe_wgrad_after), as the
- * plan's buffers are reused before the deferred pass runs; its pass uses
- * a workspace of the stage's own, as the plan's may be in use by another
- * stage by then.  The same ops run on the same bytes in the same order of
- * micro-batches: the gradients are bit for bit those of the schedule
- * without it (tests/pipeline_wgrad.sh). */
+ * side's last record: kiln_pipe_wgrad_drain).  With defer_wgrad = 1 the
+ * deferred pass reads the plan's own buffers: the plans keep them alive
+ * to the schedule's end (kiln_plan.wkeep) and a micro-batch's activation
+ * set is free only after stage 0's backward P - 1 micro-batches later
+ * (pipe_run.c's release).  With auto, whose plans are made before it
+ * knows, a deferred layer's input, output (a fused ReLU's mask reads it)
+ * and output's gradient are copied into the micro-batch's record of a
+ * ring of min(M, P - s) on stage s (record j % (P - s): by the time
+ * micro-batch j's backward writes it, the stage has waited for
+ * micro-batch j - (P - s)'s deferred pass, kiln_pipe_wgrad_after).  auto
+ * defers while the process's threads wait for a CPU (kiln_pipe_wgrad_step).
+ * The pass uses a workspace of the stage's own, as the plan's may be in
+ * use by another stage by then.  The same ops run on the same bytes in
+ * the same order of micro-batches: the gradients are bit for bit those of
+ * the schedule without it (tests/pipeline_wgrad.sh). */
 #include "pipe_impl.h"
 #include "graph.h"
 
