@@ -43,6 +43,13 @@ done
 # deferred passes read, micro-batch j's until stage 0's backward of
 # j + 3 (7 activation sets, 4 without)
 stderr_has "from the plans' own buffers, no copies (7 activation sets"
+# 1f1b with an early forward: one more set in flight (3), and one more for
+# the deferred passes' lag (4)
+kiln 0 train "$m" run.out_dir="$tmp/early-1" pipeline.micro_batches=4 layer.fc2.stage=1 "$two" run.threads=2 \
+	pipeline.early_forwards=1 pipeline.defer_wgrad=1
+stderr_has "from the plans' own buffers, no copies (4 activation sets"
+"$tool" same "$(ck m2f4-0 6)" "$(ck early-1 6)" params optim.momentum step ||
+	fail "early_forwards 1: the deferred weight gradients differ"
 # [train] accumulate on top: each pipeline step's first micro-batch of an
 # optimizer step writes, the rest add
 kiln 0 train "$m" run.out_dir="$tmp/acc-0" pipeline.micro_batches=4 layer.fc2.stage=1 "$two" run.threads=2 \
