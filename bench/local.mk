@@ -109,6 +109,7 @@ EXTRA_DIST += bench/mlp_step.sh
 EXTRA_DIST += bench/mlp_fill_ab.sh
 EXTRA_DIST += bench/cnn_bf16_ab.sh
 EXTRA_DIST += bench/affine_ab.sh
+EXTRA_DIST += bench/pipeline_wgrad.sh
 # kiln's whole CNN run split into start, set-up, steps, warm-up and checkpoint
 EXTRA_DIST += bench/whole_run.sh
 # the MLP profile per op at 1 and 2 threads, fuse 0 and 1 (where the second thread gains)

@@ -255,6 +255,13 @@ int kiln_device_streams_async(struct kiln_device *dev)
 	return f ? f(dev->ctx) != 0 : -1;
 }
 
+int64_t kiln_device_run_wait_ns(struct kiln_device *dev)
+{
+	typedef int64_t (*run_wait_t)(void *);
+	run_wait_t f = dev ? (run_wait_t)kiln_device_proc(dev, KILN_PROC_RUN_WAIT) : NULL;
+	return f ? f(dev->ctx) : -1;
+}
+
 kiln_status kiln_device_stream_side(struct kiln_device *dev, void *stream, void **side)
 {
 	typedef kiln_status (*side_t)(void *, void *, void **);

@@ -200,6 +200,9 @@ struct kiln_model {
 	int recompute_said;  /* [layer.X] recompute = 1 that recomputes nothing
 			      * has been said (plan.c) */
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
+	int plan_wkeep;      /* ... whose deferred weight gradients read the
+			      * plan's own buffers ([pipeline] defer_wgrad = 1,
+			      * core/pipe_wgrad.c): kiln_plan.wkeep */
 	/* set by the trainer on its model: its plans that do not train are
 	 * evaluations, whose loss layer adds sums and the rows it counted
 	 * (kiln_layer.eval_sums, ABI 2.27; kiln_plan_eval_counts) */
@@ -571,6 +574,10 @@ struct kiln_plan {
 	/* pipelines (core/pipe_xfer.c, pipe_run.c): the crossing tensors;
 	 * the dropout counter this plan's layers read (NULL: m->drop_d) */
 	int staged;          /* cut at the model's stages (m->plan_staged) */
+	int wkeep;           /* a staged training plan whose deferrable layers'
+			      * input, output, saved state and output gradient
+			      * live to the schedule's end (m->plan_wkeep;
+			      * plan_memory.c, plan_wkeep) */
 	struct plan_xfer *xfer;
 	int n_xfer, xfer_cap;
 	int64_t *step_d;

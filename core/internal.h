@@ -194,6 +194,9 @@ int kiln_device_alone(const struct kiln_device *dev);
  * (KILN_PROC_STREAMS_ASYNC): 1 yes, 0 no (the issuing thread runs it), -1
  * the device does not say. */
 int kiln_device_streams_async(struct kiln_device *dev);
+/* The process's threads' run-queue wait so far, in ns (KILN_PROC_RUN_WAIT);
+ * -1 where the device does not say. */
+int64_t kiln_device_run_wait_ns(struct kiln_device *dev);
 /* A side stream of `stream` (KILN_PROC_STREAM_SIDE, include/kiln/plugin.h);
  * KILN_ENOTSUP, said, where the device has none. */
 kiln_status kiln_device_stream_side(struct kiln_device *dev, void *stream, void **side);

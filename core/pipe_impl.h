@@ -110,6 +110,19 @@ struct kiln_pipe {
 	 * it cannot); wg: the deferred layers and their stages' rings */
 	int defer, defer_set;
 	struct pipe_wgrad *wg;
+	/* defer_wgrad = 1 where the pipeline can at open: the deferred passes
+	 * read the plans' own buffers (kiln_plan.wkeep), so a micro-batch's
+	 * plan is free for the next only after stage 0's backward of the
+	 * micro-batch P - 1 later (kiln_pipe_step), and K counts that */
+	int wkeep;
+	/* defer_wgrad = auto (want): on while the process waits for a CPU,
+	 * re-checked every KILN_PIPE_WAUTO_STEPS steps (kiln_pipe_wgrad_step):
+	 * the last reading of the run-queue wait (ns) and its wall time, the
+	 * steps since, the busy / quiet readings in a row, the step count */
+	struct {
+		int want, on, steps, hot, cold;
+		int64_t wait_ns, t_ns, step;
+	} wauto;
 };
 
 /* A message's tag: micro-batch mb, crossing tensor e (the ties' after
@@ -146,6 +159,20 @@ kiln_status kiln_pipe_pairs_plan(struct kiln_pipe *pp, int n_tie);
 kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
 				     const void *x, const void *y, void *metrics);
 kiln_status kiln_pipe_wgrad_drain(struct kiln_pipe *pp, int s);
+/* At a step's start, before its first pass: the first step decides
+ * whether the pipeline can defer; with defer_wgrad = auto, every
+ * KILN_PIPE_WAUTO_STEPS steps the run-queue wait of the process's threads
+ * since the last reading (KILN_PROC_RUN_WAIT) turns it on after
+ * KILN_PIPE_WAUTO_IN_A_ROW readings in a row above KILN_PIPE_WAUTO_BUSY
+ * seconds a second, off after as many below. */
+kiln_status kiln_pipe_wgrad_step(struct kiln_pipe *pp);
+/* At open, before the plans: 1 where defer_wgrad = 1 and nothing known
+ * yet rules the split out (the plans then keep what it reads; its
+ * ring of copies stays for auto). */
+int kiln_pipe_wgrad_keep(const struct kiln_pipe *pp);
+#define KILN_PIPE_WAUTO_STEPS 4
+#define KILN_PIPE_WAUTO_IN_A_ROW 2
+#define KILN_PIPE_WAUTO_BUSY 0.25
 /* ... after stage s's backward of micro-batch j has sent its inputs'
  * gradients: its stream waits for the weight gradients of micro-batch
  * j - (P - 1 - s), so that at most P - 1 - s are left to run later (the
@@ -153,8 +180,5 @@ kiln_status kiln_pipe_wgrad_drain(struct kiln_pipe *pp, int s);
 kiln_status kiln_pipe_wgrad_after(struct kiln_pipe *pp, int s, int j);
 void kiln_pipe_wgrad_free(struct kiln_pipe *pp);
 size_t kiln_pipe_wgrad_bytes(const struct kiln_pipe *pp, size_t *ws);
-/* Layer i's record a micro-batch where its weight gradient can be
- * deferred (plan p's shapes), else 0 (core/pipe_memory.c reports them). */
-size_t kiln_pipe_wgrad_record(const struct kiln_model *m, const struct kiln_plan *p, int i);
 
 #endif

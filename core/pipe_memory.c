@@ -73,17 +73,41 @@ static int wgrad_falls_back(const struct kiln_model *m)
 	       (pr && !strcmp(pr, "fp16")) || !async;
 }
 
-/* [pipeline] defer_wgrad = 1 (core/pipe_wgrad.c) with [run] devices: each
- * stage's records of its deferred layers, min(M, P - s) micro-batches'
- * on stage s, and a workspace of the plan's on each stage that has one;
- * nothing where the run falls back (no layer to defer, tied weights, data
- * parallelism, ...). */
-static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, int64_t M, FILE *f)
+/* defer_wgrad = 1: the activation sets of one process's schedule, as
+ * kiln_pipe_open makes them with and without the deferred passes reading
+ * the plans' own buffers (micro-batch j's set free after stage 0's
+ * backward of j + P - 1); 0 where the schedule cannot be made. */
+static int wkeep_sets(const struct kiln_model *m, int64_t M, int early, int *plain)
+{
+	const char *sched = kiln_config_get(m->cfg, "pipeline", "schedule");
+	const int kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
+	const int P = m->n_stages;
+	struct kiln_pipe_action *act = malloc(sizeof *act * 2 * (size_t)P * (size_t)M);
+	int ticks, K = 0;
+	kiln_status st = act ? kiln_pipe_schedule(kind, P, (int)M, kind == KILN_PIPE_1F1B ? early : 0,
+						   act, &ticks, plain)
+			     : KILN_ENOMEM;
+	if (!st)
+		K = kiln_pipe_sets_lagged(act, P, (int)M, P - 1, *plain);
+	free(act);
+	return K;
+}
+
+/* [pipeline] defer_wgrad = 1 or auto (core/pipe_wgrad.c) with [run]
+ * devices: 1, no copies: the plans keep what the deferred passes read
+ * (kiln_plan.wkeep) and the schedule one more activation set per stage
+ * of lag (wkeep_sets); auto (copies, a ring made when contention first
+ * turns it on): each stage's records of its deferred layers, min(M,
+ * P - s) micro-batches' on stage s.  Both: a workspace of the plan's on
+ * each stage that has a deferred layer.  Nothing where the run falls
+ * back (no layer to defer, tied weights, data parallelism, ...). */
+static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, int64_t M, int early,
+			FILE *f)
 {
 	const char *dv = kiln_config_get(m->cfg, "pipeline", "defer_wgrad");
-	int on = 0; /* auto: off */
-	if (!dv || !strcmp(dv, "auto") || kiln_config_get_bool(m->cfg, "pipeline", "defer_wgrad", &on) ||
-	    !on)
+	const int is_auto = !dv || !strcmp(dv, "auto");
+	int on = 1;
+	if (!is_auto && (kiln_config_get_bool(m->cfg, "pipeline", "defer_wgrad", &on) || !on))
 		return;
 	const char *devs = kiln_config_get(m->cfg, "run", "devices");
 	if (!devs || !*devs || wgrad_falls_back(m))
@@ -99,8 +123,14 @@ static void wgrad_print(const struct kiln_model *m, const struct kiln_plan *p, i
 	}
 	if (!with)
 		return;
-	fprintf(f, "  deferred weight gradients ([pipeline] defer_wgrad, stages on [run] devices): min(M, P - s) micro-batches' copies of each linear layer's input and output gradient (and output, with a fused ReLU) on stage s, and a workspace of %.3f MiB on each of the %d stages with one:",
-		mib(kiln_align_up(p->ws_bytes)), with);
+	int plain = 0, sets = is_auto ? 0 : wkeep_sets(m, M, early, &plain);
+	if (sets) {
+		fprintf(f, "  deferred weight gradients ([pipeline] defer_wgrad = 1, stages on [run] devices): no copies, the plans keep each deferred linear layer's input and output gradient (and output, with a fused ReLU) to the schedule's end: %d activation sets instead of %d, and a workspace of %.3f MiB on each of the %d stages with one\n",
+			sets, plain, mib(kiln_align_up(p->ws_bytes)), with);
+		return;
+	}
+	fprintf(f, "  deferred weight gradients ([pipeline] defer_wgrad%s, stages on [run] devices): min(M, P - s) micro-batches' copies of each linear layer's input and output gradient (and output, with a fused ReLU) on stage s, and a workspace of %.3f MiB on each of the %d stages with one:",
+		is_auto ? " = auto, once the CPUs' contention turns it on" : "", mib(kiln_align_up(p->ws_bytes)), with);
 	for (int s = 0; s < P && s < KILN_PIPE_MAX_STAGES; s++) {
 		const int64_t n = P - s < M ? P - s : M;
 		fprintf(f, " stage %d %.3f MiB%s", s, mib(b[s] * (size_t)n), s + 1 < P ? "," : "\n");
@@ -160,7 +190,7 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 		m->state_slots, m->optim_name, mib(KILN_CKPT_PIECE_BYTES));
 	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, %lld more with [pipeline] early_forwards on all but the last, once stages have devices of their own; in one process every stage keeps that of stage 0 in whole-model sets today)\n",
 		(long long)early);
-	wgrad_print(m, p, M, f);
+	wgrad_print(m, p, M, (int)early, f);
 	kiln_plan_free(p);
 	return zero_ckpt_print(m, f);
 }

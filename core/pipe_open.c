@@ -265,6 +265,8 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	if ((st = kiln_pipe_schedule(pp->kind, pp->P, pp->M, pp->early, pp->act, &pp->ticks,
 				      &pp->K)))
 		return st;
+	if ((pp->wkeep = kiln_pipe_wgrad_keep(pp)))
+		pp->K = kiln_pipe_sets_lagged(pp->act, pp->P, pp->M, pp->P - 1, pp->K);
 	pp->plan = calloc((size_t)pp->K, sizeof *pp->plan);
 	pp->busy = calloc((size_t)pp->K, 1);
 	if (!pp->plan || !pp->busy)
@@ -273,6 +275,7 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 					  "the pipeline's step counters")))
 		return st;
 	pp->m->plan_staged = 1;
+	pp->m->plan_wkeep = pp->wkeep;
 	pp->m->seed_d = pp->seed_d;
 	pp->m->seed_n = (int64_t)pp->M * pp->A;
 	for (int k = 0; k < pp->K && !st; k++) {
@@ -282,6 +285,7 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	}
 	pp->m->seed_d = NULL;
 	pp->m->plan_staged = 0;
+	pp->m->plan_wkeep = 0;
 	if (st)
 		return st;
 	/* a tied weight's other users (GPT's lm_head, on the last stage)
@@ -396,9 +400,10 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->early = pp->kind == KILN_PIPE_1F1B ? (int)early : 0;
 	pp->pair = pair != 0; /* auto: 0 in one process (no sendrecv there) */
 	pp->pair_auto = pair_auto;
-	/* (auto: off, core/pipe_wgrad.c) */
+	/* (auto: on while the CPUs are contended, core/pipe_wgrad.c) */
 	pp->defer_set = dv && strcmp(dv, "auto") && defer;
 	pp->defer = dv && strcmp(dv, "auto") && !defer ? -1 : 0;
+	pp->wauto.want = !dv || !strcmp(dv, "auto");
 	/* (where ranks may share them: stages on ranks, [dist] pipeline, on a
 	 * device of host memory) */
 	int64_t on_ranks = 1;

@@ -324,6 +324,20 @@ static kiln_status enter(struct kiln_pipe *pp, int j)
 	return st;
 }
 
+/* After stage 0's backward of micro-batch j: the activation set of the
+ * micro-batch done with it free for the next to enter.  Where the
+ * deferred weight gradients read the plans' own buffers (wkeep), that is
+ * micro-batch j - (P - 1): every stage s has waited for its deferred pass
+ * by its backward of j - (P - 1) + P - 1 - s (kiln_pipe_wgrad_after),
+ * which stage 0's backward of j follows on stage 0's stream (each
+ * stage's backward of j waits for the next one's). */
+static void release(struct kiln_pipe *pp, int j)
+{
+	const int done = pp->wkeep ? j - (pp->P - 1) : j;
+	if (done >= 0)
+		pp->busy[pp->slot[done]] = 0;
+}
+
 kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
 			   void *metrics)
 {
@@ -339,7 +353,7 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 		if ((st = kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->start)))
 			return st;
 	pp->held.on = 0; /* (a step that failed may have left one) */
-	if ((st = tie_weights(pp)) || (st = refresh_copy(pp)))
+	if ((st = tie_weights(pp)) || (st = refresh_copy(pp)) || (st = kiln_pipe_wgrad_step(pp)))
 		return st;
 	for (int i = 0; i < 2 * pp->P * pp->M; i++) {
 		const struct kiln_pipe_action *a = &pp->act[i];
@@ -351,7 +365,7 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 		if (pp->mine >= 0 && a->stage != pp->mine) {
 			/* another rank's: only the activation sets' bookkeeping */
 			if (a->kind == KILN_PIPE_BWD && a->stage == 0)
-				pp->busy[pp->slot[j]] = 0;
+				release(pp, j);
 			continue;
 		}
 		const char *xj = (const char *)x + (size_t)j * (size_t)pp->mb * xrow;
@@ -361,8 +375,10 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 		if (st)
 			return st;
 		if (a->kind == KILN_PIPE_BWD && a->stage == 0)
-			pp->busy[pp->slot[j]] = 0;
+			release(pp, j);
 	}
+	if (pp->wkeep) /* (the step's end waits for every deferred pass) */
+		memset(pp->busy, 0, (size_t)pp->K);
 	/* the optimizer (and the metrics' read-back) after every stage */
 	if ((st = xflush(pp)))
 		return st;

@@ -92,6 +92,18 @@ out:
 	return st;
 }
 
+int kiln_pipe_sets_lagged(const struct kiln_pipe_action *act, int P, int M, int lag, int inflight)
+{
+	int live = 0, most = inflight;
+	for (int i = 0; i < 2 * P * M; i++) {
+		if (act[i].stage)
+			continue;
+		live += act[i].kind == KILN_PIPE_FWD ? 1 : act[i].mb >= lag ? -1 : 0;
+		most = live > most ? live : most;
+	}
+	return most;
+}
+
 double kiln_pipe_bubble(int P, int M, int ticks)
 {
 	(void)P;

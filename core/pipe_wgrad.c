@@ -11,17 +11,21 @@
  * its backward of micro-batch j + P - 1 - s has sent its gradients (the
  * last stage: right after j's; kiln_pipe_wgrad_after), and the rest at
  * the step's end, before the optimizer (the stage's stream waits for the
- * side's last record: kiln_pipe_wgrad_drain).  A deferred layer's input,
- * output (a fused ReLU's mask reads it) and output's gradient are copied
- * into the micro-batch's record of a ring of min(M, P - s) on stage s
- * (record j % (P - s): by the time micro-batch j's backward writes it,
- * the stage has waited for micro-batch j - (P - s)'s deferred pass,
- * kiln_pipe_wgrad_after), as the
- * plan's buffers are reused before the deferred pass runs; its pass uses
- * a workspace of the stage's own, as the plan's may be in use by another
- * stage by then.  The same ops run on the same bytes in the same order of
- * micro-batches: the gradients are bit for bit those of the schedule
- * without it (tests/pipeline_wgrad.sh). */
+ * side's last record: kiln_pipe_wgrad_drain).  With defer_wgrad = 1 the
+ * deferred pass reads the plan's own buffers: the plans keep them alive
+ * to the schedule's end (kiln_plan.wkeep) and a micro-batch's activation
+ * set is free only after stage 0's backward P - 1 micro-batches later
+ * (pipe_run.c's release).  With auto, whose plans are made before it
+ * knows, a deferred layer's input, output (a fused ReLU's mask reads it)
+ * and output's gradient are copied into the micro-batch's record of a
+ * ring of min(M, P - s) on stage s (record j % (P - s): by the time
+ * micro-batch j's backward writes it, the stage has waited for
+ * micro-batch j - (P - s)'s deferred pass, kiln_pipe_wgrad_after).  auto
+ * defers while the process's threads wait for a CPU (kiln_pipe_wgrad_step).
+ * The pass uses a workspace of the stage's own, as the plan's may be in
+ * use by another stage by then.  The same ops run on the same bytes in
+ * the same order of micro-batches: the gradients are bit for bit those of
+ * the schedule without it (tests/pipeline_wgrad.sh). */
 #include "pipe_impl.h"
 #include "graph.h"
 
@@ -79,6 +83,11 @@ static const char *why_not(const struct kiln_pipe *pp)
 	return NULL;
 }
 
+int kiln_pipe_wgrad_keep(const struct kiln_pipe *pp)
+{
+	return pp->defer_set && pp->P > 1 && !why_not(pp);
+}
+
 /* Records on stage s: the micro-batches whose deferred pass may be
  * pending (P - 1 - s, kiln_pipe_wgrad_after) and the one being written. */
 static int nrec(const struct kiln_pipe *pp, int s)
@@ -94,8 +103,9 @@ static kiln_status stage_open(struct kiln_pipe *pp, struct pipe_wgrad *w, int s)
 		return KILN_OK;
 	if ((st = kiln_device_stream_side(dev, pp->sst[s], &w->side[s])) ||
 	    !(w->ev[s] = calloc((size_t)pp->M, sizeof *w->ev[s])) ||
-	    (st = kiln_device_alloc_named(dev, (size_t)nrec(pp, s) * w->rec[s], (void **)&w->ring[s],
-					  "the pipeline's deferred weight gradients' inputs")) ||
+	    (!pp->wkeep &&
+	     (st = kiln_device_alloc_named(dev, (size_t)nrec(pp, s) * w->rec[s], (void **)&w->ring[s],
+					   "the pipeline's deferred weight gradients' inputs"))) ||
 	    (st = kiln_device_alloc(dev, w->ws_bytes, &w->ws[s])))
 		return st ? st : kiln_error(KILN_ENOMEM, "out of memory");
 	for (int j = 0; j < pp->M; j++)
@@ -129,28 +139,20 @@ size_t kiln_pipe_wgrad_bytes(const struct kiln_pipe *pp, size_t *ws)
 	*ws = 0;
 	for (int s = 0; pp->wg && s < pp->P; s++)
 		if (pp->wg->n[s]) {
-			t += (size_t)nrec(pp, s) * pp->wg->rec[s];
+			t += pp->wkeep ? 0 : (size_t)nrec(pp, s) * pp->wg->rec[s];
 			*ws += pp->wg->ws_bytes;
 		}
 	return t;
 }
 
-/* At the first step (the hooks and the ranks are set by then): the
- * deferred layers, their records, each stage's side stream; logged. */
-static kiln_status wgrad_open(struct kiln_pipe *pp)
+/* The deferred layers, their records, each stage's side stream; logged.
+ * *none: no layer to defer (nothing made). */
+static kiln_status wgrad_build(struct kiln_pipe *pp, int *none)
 {
 	const struct kiln_model *m = pp->m;
-	pp->defer = -1;
-	if (!pp->defer_set)
-		return KILN_OK; /* auto: off (docs/PERFORMANCE.md, session 49) */
-	const char *why = why_not(pp);
-	if (why) {
-		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: not with %s; the weight gradients run in each backward",
-			 why);
-		return KILN_OK;
-	}
 	struct pipe_wgrad *w = calloc(1, sizeof *w);
 	size_t *off = malloc((size_t)m->n_layers * sizeof *off);
+	*none = 0;
 	if (!w || !off) {
 		free(w);
 		free(off);
@@ -171,6 +173,11 @@ static kiln_status wgrad_open(struct kiln_pipe *pp)
 		total++;
 	}
 	pp->wg = w;
+	if (!total) {
+		*none = 1;
+		kiln_pipe_wgrad_free(pp);
+		return KILN_OK;
+	}
 	kiln_status st = KILN_OK;
 	for (int s = 0; s < pp->P && !st; s++)
 		st = stage_open(pp, w, s);
@@ -178,16 +185,113 @@ static kiln_status wgrad_open(struct kiln_pipe *pp)
 		kiln_pipe_wgrad_free(pp);
 		return kiln_error_wrap(st, "[pipeline] defer_wgrad");
 	}
-	if (!total) {
-		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: no layer to defer (a linear layer whose parameters are all trained, not tied, not recomputed); the weight gradients run in each backward");
-		kiln_pipe_wgrad_free(pp);
+	size_t wsb, ring = kiln_pipe_wgrad_bytes(pp, &wsb);
+	if (pp->wkeep)
+		kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (each stage runs them while it waits for a peer, and before the optimizer); from the plans' own buffers, no copies (%d activation sets, each micro-batch's until stage 0's backward P - 1 later), %.3f MiB of workspace",
+			 total, pp->K, (double)wsb / 1048576.0);
+	else
+		kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (each stage runs them while it waits for a peer, and before the optimizer); %.3f MiB of their inputs, min(M, P - s) = %d..%d micro-batches' on stage s (M = %d), %.3f MiB of workspace",
+			 total, (double)ring / 1048576.0, nrec(pp, 0), nrec(pp, pp->P - 1), pp->M, (double)wsb / 1048576.0);
+	return KILN_OK;
+}
+
+/* 1 where some layer's weight gradient can be deferred. */
+static int any_deferrable(const struct kiln_pipe *pp)
+{
+	for (int i = 0; i < pp->m->n_layers; i++)
+		if (kiln_pipe_wgrad_record(pp->m, pp->plan[0], i))
+			return 1;
+	return 0;
+}
+
+/* At the first step (the hooks and the ranks are set by then): 1 builds
+ * and defers where the pipeline can (a warning where not); auto, where
+ * it can and the device reads the run-queue wait, starts off and
+ * watches (kiln_pipe_wgrad_step). */
+static kiln_status wgrad_open(struct kiln_pipe *pp)
+{
+	pp->defer = -1;
+	if (!pp->defer_set && !pp->wauto.want)
+		return KILN_OK; /* 0 */
+	const char *why = why_not(pp);
+	if (why && pp->defer_set)
+		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: not with %s; the weight gradients run in each backward",
+			 why);
+	if (why) {
+		if (pp->wauto.want)
+			kiln_log(KILN_LOG_DEBUG, "pipeline", "[pipeline] defer_wgrad = auto: off (not with %s)", why);
 		return KILN_OK;
 	}
-	size_t wsb, ring = kiln_pipe_wgrad_bytes(pp, &wsb);
-	pp->defer = 1;
-	kiln_log(KILN_LOG_INFO, "pipeline", "deferred weight gradients: %d linear layers' (each stage runs them while it waits for a peer, and before the optimizer); %.3f MiB of their inputs, min(M, P - s) = %d..%d micro-batches' on stage s (M = %d), %.3f MiB of workspace",
-		 total, (double)ring / 1048576.0, nrec(pp, 0), nrec(pp, pp->P - 1), pp->M, (double)wsb / 1048576.0);
+	if (pp->wauto.want) {
+		const int64_t t = any_deferrable(pp) ? kiln_device_run_wait_ns(sdev(pp, 0)) : -1;
+		if (t < 0) {
+			kiln_log(KILN_LOG_DEBUG, "pipeline", "[pipeline] defer_wgrad = auto: off (%s)",
+				 any_deferrable(pp) ? "the device does not say how long its threads wait for a CPU"
+						    : "no layer to defer");
+			return KILN_OK;
+		}
+		pp->wauto.on = 1;
+		pp->wauto.wait_ns = t;
+		pp->wauto.t_ns = kiln_now_ns();
+		kiln_log(KILN_LOG_INFO, "pipeline", "[pipeline] defer_wgrad = auto: off while this process's threads wait for a CPU under %.2f s a second (read every %d steps; %d readings in a row turn it on or off)",
+			 KILN_PIPE_WAUTO_BUSY, KILN_PIPE_WAUTO_STEPS, KILN_PIPE_WAUTO_IN_A_ROW);
+		return KILN_OK;
+	}
+	int none;
+	kiln_status st = wgrad_build(pp, &none);
+	if (!st && none)
+		kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = 1: no layer to defer (a linear layer whose parameters are all trained, not tied, not recomputed); the weight gradients run in each backward");
+	if (!st && !none)
+		pp->defer = 1;
+	return st;
+}
+
+/* defer_wgrad = auto's reading: the seconds a second the process's threads
+ * waited for a CPU since the last one; on after KILN_PIPE_WAUTO_IN_A_ROW
+ * busy readings in a row (the records built the first time), off after
+ * as many quiet ones.  Between steps: the last step's deferred passes
+ * ran before its end (kiln_pipe_wgrad_drain). */
+static kiln_status wauto_read(struct kiln_pipe *pp)
+{
+	const int64_t t = kiln_now_ns(), w = kiln_device_run_wait_ns(sdev(pp, 0));
+	const double rate = w < pp->wauto.wait_ns || t <= pp->wauto.t_ns
+				    ? 0
+				    : (double)(w - pp->wauto.wait_ns) / (double)(t - pp->wauto.t_ns);
+	const int busy = rate > KILN_PIPE_WAUTO_BUSY;
+	pp->wauto.wait_ns = w, pp->wauto.t_ns = t;
+	pp->wauto.hot = busy ? pp->wauto.hot + 1 : 0;
+	pp->wauto.cold = busy ? 0 : pp->wauto.cold + 1;
+	kiln_log(KILN_LOG_DEBUG, "pipeline", "[pipeline] defer_wgrad = auto: the process's threads waited %.3f s a second for a CPU over %d steps (%s %d in a row)",
+		 rate, KILN_PIPE_WAUTO_STEPS, busy ? "busy" : "quiet", busy ? pp->wauto.hot : pp->wauto.cold);
+	const int flip = pp->defer > 0 ? pp->wauto.cold >= KILN_PIPE_WAUTO_IN_A_ROW
+				       : pp->wauto.hot >= KILN_PIPE_WAUTO_IN_A_ROW;
+	if (!flip)
+		return KILN_OK;
+	if (pp->defer < 0 && !pp->wg) {
+		int none;
+		kiln_status st = wgrad_build(pp, &none);
+		if (st || none) {
+			pp->wauto.on = 0;
+			return st;
+		}
+	}
+	pp->defer = pp->defer > 0 ? -1 : 1;
+	kiln_log(KILN_LOG_INFO, "pipeline", "[pipeline] defer_wgrad = auto: %s from pipeline step %lld (the process's threads waited %.2f s a second for a CPU, %d readings of %d steps in a row %s %.2f)",
+		 pp->defer > 0 ? "on" : "off", (long long)pp->wauto.step, rate, KILN_PIPE_WAUTO_IN_A_ROW,
+		 KILN_PIPE_WAUTO_STEPS, pp->defer > 0 ? "above" : "at most", KILN_PIPE_WAUTO_BUSY);
 	return KILN_OK;
+}
+
+kiln_status kiln_pipe_wgrad_step(struct kiln_pipe *pp)
+{
+	kiln_status st;
+	if (!pp->defer && (st = wgrad_open(pp)))
+		return st;
+	pp->wauto.step++;
+	if (!pp->wauto.on || ++pp->wauto.steps <= KILN_PIPE_WAUTO_STEPS)
+		return KILN_OK;
+	pp->wauto.steps = 1;
+	return wauto_read(pp);
 }
 
 kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
@@ -200,7 +304,8 @@ kiln_status kiln_pipe_wgrad_backward(struct kiln_pipe *pp, struct kiln_plan *p, 
 	if (pp->defer < 0 || !w->n[s])
 		return kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->sst[s], NULL);
 	const struct kiln_wdefer df = { w->side[s], w->ws[s], w->ws_bytes,
-					w->ring[s] + (size_t)(j % nrec(pp, s)) * w->rec[s], w->off };
+					pp->wkeep ? NULL : w->ring[s] + (size_t)(j % nrec(pp, s)) * w->rec[s],
+					w->off };
 	if ((st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->sst[s], &df)))
 		return st;
 	/* the end of micro-batch j's group: the side runs one at a time */

@@ -101,6 +101,10 @@ struct kiln_pipe_action {
  * at once.  out: 2 P M entries, the caller's. */
 kiln_status kiln_pipe_schedule(int kind, int P, int M, int early, struct kiln_pipe_action *out,
 			       int *ticks, int *inflight);
+/* The activation sets schedule `act` (2 P M actions) needs where
+ * micro-batch j's set is free only after stage 0's backward of j + lag
+ * (the step's end past the last): at least `inflight` (lag 0). */
+int kiln_pipe_sets_lagged(const struct kiln_pipe_action *act, int P, int M, int lag, int inflight);
 /* The schedule's bubble: the fraction of stage-time idle, 1 - 2M/ticks
  * (gpipe and 1f1b: (P-1)/(M+P-1)). */
 double kiln_pipe_bubble(int P, int M, int ticks);
@@ -117,6 +121,11 @@ kiln_status kiln_pipe_plan_xfers(struct kiln_plan *p);
  * reader on the later stage writes into one there, returned to the
  * producer after that stage's backward. */
 kiln_status kiln_pipe_plan_xfer_grads(struct kiln_plan *p);
+/* Layer i's record a micro-batch where its weight gradient can be
+ * deferred ([pipeline] defer_wgrad, core/pipe_wgrad.c; plan p's shapes),
+ * else 0: core/pipe_memory.c reports them, plan_memory.c keeps what they
+ * hold alive (kiln_plan.wkeep). */
+size_t kiln_pipe_wgrad_record(const struct kiln_model *m, const struct kiln_plan *p, int i);
 /* For plan_gradients' walk (backward order; written[store]: a writer has
  * been seen): the buffer a reader of crossing tensor e writes its
  * gradient into; at the first reader, whether e's return writes the

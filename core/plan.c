@@ -476,6 +476,7 @@ static kiln_status plan_make(struct kiln_model *m, int64_t batch, const struct k
 	p->data_gstore = -2;
 	p->data_store = -1;
 	p->staged = m->stage && m->plan_staged;
+	p->wkeep = p->staged && training && m->plan_wkeep;
 	p->seed_d = m->seed_d;
 	p->nodes = calloc((size_t)n, sizeof *p->nodes);
 	int *wants_grad = calloc((size_t)n, sizeof(int));

@@ -535,6 +535,31 @@ static void plan_grad_over_input(struct kiln_plan *p)
 	}
 }
 
+/* Deferred weight gradients reading the plan's own buffers ([pipeline]
+ * defer_wgrad = 1, core/pipe_wgrad.c): a deferrable layer's weight
+ * gradient runs after its stage's later backwards, and the stages before
+ * it run theirs meanwhile, so what it reads (its input, its output where
+ * its backward reads it, saved state, its output's gradient) lives to the
+ * schedule's end: no storage of the same micro-batch shares those bytes.
+ * (The next micro-batch to take this plan enters only after every stage
+ * ran this one's: kiln_pipe_step's release.) */
+static void plan_wkeep(struct kiln_plan *p)
+{
+	const struct kiln_model *m = p->m;
+	const struct plan_node *N = p->nodes;
+	for (int i = 0; i < m->n_layers; i++) {
+		if (!kiln_pipe_wgrad_record(m, p, i))
+			continue;
+		const struct plan_xfer *xf = N[i].xfer1[0] ? &p->xfer[N[i].xfer1[0] - 1] : NULL;
+		const int keep[4] = { xf ? xf->recv : kiln_plan_late_store(p, m->layers[i].in[0]),
+				      N[i].l.needs_output ? kiln_plan_late_store(p, i) : -1,
+				      N[i].rsstore >= 0 ? N[i].rsstore : N[i].sstore, N[i].gstore };
+		for (int k = 0; k < 4; k++)
+			if (keep[k] >= 0)
+				extend(&p->store[keep[k]], p->n_pos);
+	}
+}
+
 /* plan_check's: the first reference to a storage out of range or
  * emptied by a merge */
 struct dangling {
@@ -627,6 +652,8 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 	if (p->training) {
 		plan_grad_alias(p);
 		plan_grad_over_input(p);
+		if (p->wkeep)
+			plan_wkeep(p);
 	}
 	if ((st = kiln_plan_check(p)))
 		return st;

@@ -117,11 +117,13 @@ static kiln_status run_node(struct kiln_plan *p, int i, int pass, struct kiln_la
 	return st;
 }
 
-/* Layer i's backward split (df, [pipeline] defer_wgrad): its input,
- * output (where its backward reads it) and output's gradient copied into
- * the micro-batch's record on the stream, the backward into its inputs'
- * gradients (no dw) on the stream, and the one into its parameters'
- * gradients (no dx) from the record on the side stream with the side's
+/* Layer i's backward split (df, [pipeline] defer_wgrad): with a record
+ * (df->rec, defer_wgrad = auto), its input, output (where its backward
+ * reads it) and output's gradient copied into the micro-batch's record on
+ * the stream; without (defer_wgrad = 1), the plan keeps its own alive
+ * (kiln_plan.wkeep).  The backward into its inputs' gradients (no dw) on
+ * the stream, and the one into its parameters' gradients (no dx) from the
+ * record or the plan's buffers on the side stream with the side's
  * workspace: the same ops on the same bytes as one backward, the
  * gradients the same bit for bit. */
 static kiln_status run_split(struct kiln_plan *p, int i, const struct kiln_layer_run *r,
@@ -131,15 +133,17 @@ static kiln_status run_split(struct kiln_plan *p, int i, const struct kiln_layer
 	struct kiln_device *dev = r->dev;
 	const size_t xb = kiln_tensor_bytes(&l->in[0]), yb = kiln_tensor_bytes(&l->out);
 	const size_t sb = r->saved ? l->saved_bytes : 0;
-	char *rx = df->rec + df->off[i];
-	char *ry = l->needs_output ? rx + kiln_align_up(xb) : NULL;
-	char *rs = sb ? rx + kiln_align_up(xb) + (ry ? kiln_align_up(yb) : 0) : NULL;
-	char *rdy = rx + kiln_align_up(xb) + (ry ? kiln_align_up(yb) : 0) + (sb ? kiln_align_up(sb) : 0);
+	/* (no record: the plan's own buffers, alive until then, kiln_plan.wkeep) */
+	char *rx = df->rec ? df->rec + df->off[i] : NULL;
+	char *ry = rx && l->needs_output ? rx + kiln_align_up(xb) : NULL;
+	char *rs = rx && sb ? rx + kiln_align_up(xb) + (ry ? kiln_align_up(yb) : 0) : NULL;
+	char *rdy = rx ? rx + kiln_align_up(xb) + (ry ? kiln_align_up(yb) : 0) + (sb ? kiln_align_up(sb) : 0) : NULL;
 	kiln_status st;
-	if ((st = kiln_device_copy_async(dev, rx, r->x[0], xb, KILN_COPY_D2D, r->stream)) ||
-	    (ry && (st = kiln_device_copy_async(dev, ry, r->y, yb, KILN_COPY_D2D, r->stream))) ||
-	    (rs && (st = kiln_device_copy_async(dev, rs, r->saved, sb, KILN_COPY_D2D, r->stream))) ||
-	    (st = kiln_device_copy_async(dev, rdy, r->dy, yb, KILN_COPY_D2D, r->stream)))
+	if (df->rec &&
+	    ((st = kiln_device_copy_async(dev, rx, r->x[0], xb, KILN_COPY_D2D, r->stream)) ||
+	     (ry && (st = kiln_device_copy_async(dev, ry, r->y, yb, KILN_COPY_D2D, r->stream))) ||
+	     (rs && (st = kiln_device_copy_async(dev, rs, r->saved, sb, KILN_COPY_D2D, r->stream))) ||
+	     (st = kiln_device_copy_async(dev, rdy, r->dy, yb, KILN_COPY_D2D, r->stream))))
 		return st;
 	struct kiln_layer_run b = *r, w = *r;
 	for (int k = 0; k < l->n_params; k++)
@@ -149,7 +153,8 @@ static kiln_status run_split(struct kiln_plan *p, int i, const struct kiln_layer
 		return st;
 	for (int k = 0; k < l->n_in; k++)
 		w.dx[k] = NULL;
-	w.x[0] = rx, w.y = ry, w.dy = rdy, w.saved = rs;
+	if (rx)
+		w.x[0] = rx, w.y = ry, w.dy = rdy, w.saved = rs;
 	w.workspace = df->ws, w.workspace_bytes = df->ws_bytes;
 	w.stream = df->side;
 	return run_node(p, i, KILN_PHASE_BACKWARD, &w, prof);

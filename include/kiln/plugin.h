@@ -441,6 +441,15 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
  *   pipeline's deferred weight gradients use it ([pipeline]
  *   defer_wgrad, docs/pipeline.md); the CPU device has it. */
 #define KILN_PROC_STREAM_SIDE "kiln.stream_side"
+/* KILN_PROC_RUN_WAIT  int64_t (*)(void *ctx): the nanoseconds this
+ *   process's threads have waited for a CPU (in a run queue) since some
+ *   fixed origin, summed; it only grows; < 0 where the device cannot tell.
+ *   Two readings over a wall-clock interval give the seconds a second the
+ *   process waited: the signal of contention (session 50).  Looked up by
+ *   name (no ABI minor).  The pipeline's [pipeline] defer_wgrad = auto
+ *   reads it (docs/pipeline.md); the CPU device has it (schedstat; its
+ *   tests' hook KILN_CPU_RUNWAIT=r reads r seconds a second). */
+#define KILN_PROC_RUN_WAIT "kiln.run_wait"
 /* KILN_PROC_NATIVE_STREAM  void *(*)(void *ctx, void *stream): the
  *   library's own stream behind a kiln stream (the CUDA device: its
  *   cudaStream_t), for communicators that enqueue on it (NCCL). */

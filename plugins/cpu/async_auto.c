@@ -222,3 +222,21 @@ kiln_status cpu_workload(void *ctx, const struct kiln_workload *w)
 		watch_start(c);
 	return KILN_OK;
 }
+
+/* KILN_PROC_RUN_WAIT: the process's threads' run-queue wait so far
+ * (cpu_run_delay_ns, the adaptive team's measure); KILN_CPU_RUNWAIT=r
+ * (the tests' hook, as the watch's): r seconds a second since the first
+ * call, so that two readings give r whatever the interval. */
+int64_t cpu_run_wait(void *ctx)
+{
+	static int64_t origin_ns; /* (the hook's: one per process) */
+	const char *hook = getenv("KILN_CPU_RUNWAIT");
+	(void)ctx;
+	if (!hook || !*hook)
+		return cpu_run_delay_ns();
+	const int64_t now = watch_now_ns();
+	int64_t t0 = 0;
+	if (!__atomic_compare_exchange_n(&origin_ns, &t0, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return (int64_t)(common_strtod(hook, NULL) * (double)(now - t0));
+	return 0;
+}

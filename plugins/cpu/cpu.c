@@ -796,6 +796,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 		return (void *)cpu_weights_written;
 	if (!strcmp(name, KILN_PROC_STREAM_SIDE))
 		return (void *)cpu_stream_side;
+	if (!strcmp(name, KILN_PROC_RUN_WAIT))
+		return (void *)cpu_run_wait;
 	return NULL;
 }
 

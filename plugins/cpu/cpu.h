@@ -904,6 +904,9 @@ kiln_status cpu_async_choice(const struct kiln_host *host, const struct kiln_con
 /* KILN_PROC_WORKLOAD: async = auto's rule on a data-parallel rank, then
  * the watch where it chose sync (async_auto.c). */
 kiln_status cpu_workload(void *ctx, const struct kiln_workload *w);
+/* KILN_PROC_RUN_WAIT: the process's threads' run-queue wait so far, in
+ * ns (KILN_CPU_RUNWAIT: the tests' constant rate; async_auto.c). */
+int64_t cpu_run_wait(void *ctx);
 kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
 			   void *stream);
 kiln_status cpu_event_record(void *ctx, void *event, void *stream);
