@@ -8,7 +8,9 @@
  *   nchw          the NCHW model's POOL (for reference)
  *   nhwc          the first way's POOL alone (the reorders' share)
  *   nchw-bf16     the NCHW POOL on bf16 tensors (the bf16 CNN's; its inputs
- *                 the fill's floats' top halves)
+ *                 bench_buf's float fill read as bf16: the odd elements
+ *                 the floats' top halves, the even ones their low halves,
+ *                 arbitrary bits, NaNs among them)
  * Prints the least and the median process CPU time (user + sys, every
  * thread's) of a pass over ITERS runs, in ms.
  *

@@ -389,10 +389,15 @@ static void lp_pool_train(struct fx *f)
 	 * last five) the CPU takes 16 / OW output rows a vector (pool.c,
 	 * max2_run_bf16_pairs): 4 rows of 4; the CNN's 2 of 7 (42 rows: 21
 	 * vectors) and 1 of 14; 3 of 5 (9 rows); 2 of 7 where 7 rows leave
-	 * the last vector one; 1 of 16 */
+	 * the last vector one; 1 of 16.  Then: odd H with even W (7 x 8: the
+	 * pairs kernel must refuse it, else dx[0,0,6,5] is not +0); OW 1
+	 * (16 rows a vector: 15 rows, a partial one); 4 rows of 3 (5 rows a
+	 * vector: 12 rows, a partial last one); planes enough for several
+	 * threads */
 	static const int shp[][4] = { { 2, 3, 9, 17 }, { 2, 8, 8, 8 },   { 1, 5, 6, 7 },  { 1, 2, 21, 600 },
 				      { 2, 3, 14, 14 }, { 1, 2, 4, 28 }, { 1, 3, 6, 10 }, { 1, 1, 14, 14 },
-				      { 1, 2, 2, 32 } };
+				      { 1, 2, 2, 32 },  { 1, 3, 7, 8 },  { 3, 5, 2, 2 },  { 1, 3, 8, 6 },
+				      { 8, 16, 16, 16 } };
 	for (int nhwc = 0; nhwc < 2 && !unsupported(f, KILN_OP_POOL); nhwc++)
 		for (size_t s = 0; s < sizeof shp / sizeof *shp; s++) {
 			const int N = shp[s][0], C = shp[s][1], H = shp[s][2], W = shp[s][3];

@@ -3,9 +3,12 @@
  * for `kiln` (cli/kiln.c) and the Check suites (tests/check_main.h).
  * Header-only: static inline.
  *
- * "100000" (about 10-50 us), or "0" when the machine is oversubscribed as
- * the process starts: the 1-minute load average at least the CPUs of its
- * affinity mask, and at least that many threads runnable at that moment.  Then the team's threads are rarely on cores together and
+ * "100000" (libgomp's spin of that many `pause`s: 2.6 ms, 26 ns a
+ * `pause`, measured on session 50's VM, AMD EPYC Zen 4; docs/PERFORMANCE.md,
+ * session 50), or "0" when the machine is oversubscribed as the process
+ * starts: the 1-minute load average at least the CPUs of its affinity mask,
+ * and at least that many threads runnable at that moment.  Then the team's
+ * threads are rarely on cores together and
  * each barrier spins against a descheduled partner before it sleeps: at
  * load 15 the MLP burnt 7-8x the CPU and ran 6-12x slower than with 0
  * (docs/PERFORMANCE.md, "The whole run").  libgomp reads the variable once,

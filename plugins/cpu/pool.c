@@ -413,10 +413,13 @@ MAX2_V16 static void max2_bwd_pairs(uint32_t *dx, const uint16_t *dy, const uint
 	const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(all, dy));
 	const __m512i hi = _mm512_slli_epi32(lo, 16);
 	const __m512i k = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(all, w));
-	const __m512i t = _mm512_mask_mov_epi32(_mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(k, _mm512_setzero_si512()), lo),
-						_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(1)), hi);
-	const __m512i b = _mm512_mask_mov_epi32(_mm512_maskz_mov_epi32(_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(2)), lo),
-						_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(3)), hi);
+	/* k0..k3: the lanes whose maximum is the window's element 0..3 */
+	const __mmask16 k0 = _mm512_cmpeq_epi32_mask(k, _mm512_setzero_si512()),
+			k1 = _mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(1)),
+			k2 = _mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(2)),
+			k3 = _mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(3));
+	const __m512i t = _mm512_mask_mov_epi32(_mm512_maskz_mov_epi32(k0, lo), k1, hi);
+	const __m512i b = _mm512_mask_mov_epi32(_mm512_maskz_mov_epi32(k2, lo), k3, hi);
 	for (int64_t q = 0; q < n; q++) {
 		const __mmask16 l = max2_row_lanes(q, OW);
 		_mm512_mask_storeu_epi32(dx + q * OW, l, t);
@@ -990,7 +993,8 @@ static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const str
 		     cpu_op_name(p->op.type), x->dtype == KILN_BF16 ? "bf16" : "f32", (long long)x->dims[0],
 		     (long long)x->dims[1], (long long)x->dims[2], (long long)x->dims[3],
 		     mixed ? "NHWC, y NCHW" : nhwc ? "NHWC" : "NCHW",
-		     p->kernel == max2_run_bf16_pairs ? "kernel (a window's two columns a lane)" : "kernel", p->aux, (p->op.flags & KILN_OPF_ACT) ? ", the ReLU's mask in it" : "");
+		     p->kernel == max2_run_bf16_pairs ? "kernel (a window's two columns a lane)" : "kernel", p->aux,
+		     (p->op.flags & KILN_OPF_ACT) ? ", the ReLU's mask in it" : "");
 	return KILN_OK;
 }
 
