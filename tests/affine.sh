@@ -14,7 +14,16 @@ name=affine
 . "$(dirname "$0")/lib.sh"
 need_source idx
 
+# the ops: the written dW of check_device_gemm's shapes with the knob on
+# (the fixture's team: 2 threads here, so the row split runs) has the
+# matmul's bytes; a wrong row of the split fails it
+KILN_CPU_AFFINE=1 CK_RUN_CASE=gemm_dw_write "$top_builddir/tests/check_device_gemm" \
+	> "$tmp/dw.out" 2>&1 || { cat "$tmp/dw.out"; fail "check_device_gemm gemm_dw_write with KILN_CPU_AFFINE=1"; }
+grep -q '100%: Checks: [1-9]' "$tmp/dw.out" || { cat "$tmp/dw.out"; fail "gemm_dw_write did not run"; }
+echo "ok: the row-split dW has the matmul's bytes ($(grep -o 'Checks: [0-9]*' "$tmp/dw.out"))"
+
 mlp_fixture 50 2
+runs=0
 
 # the train lines' step, loss and grad_norm
 steps() { grep '"event": *"train"' "$1/metrics.jsonl" |
@@ -25,7 +34,12 @@ run() {
 	d=$1 e=$2
 	shift 2
 	env KILN_CPU_AFFINE="$e" "$kiln" train "$ini" run.out_dir="$tmp/$d" \
-		train.overwrite=1 "$@" > "$tmp/$d.out" 2>&1 || { cat "$tmp/$d.out"; fail "$d: kiln train: exit $?"; }
+		train.overwrite=1 "$@" > "$tmp/$d.out" 2>&1 || {
+		rc=$?
+		cat "$tmp/$d.out"
+		fail "$d: kiln train: exit $rc"
+	}
+	runs=$((runs + 1))
 	steps "$tmp/$d" > "$tmp/$d.steps"
 	[ "$(wc -l < "$tmp/$d.steps")" -eq 8 ] || fail "$d: $(wc -l < "$tmp/$d.steps") train lines, expected 8"
 	kiln 0 export "$ini" --checkpoint "$tmp/$d/checkpoints/ckpt-8.kiln" --safetensors "$tmp/$d.st" \
@@ -52,4 +66,4 @@ for opt in sgd adamw; do
 	same "$opt: thread-affine against the old split" "$opt-off" "$opt-on"
 	same "$opt: thread-affine against one thread" "$opt-one" "$opt-on"
 done
-echo "PASS: $name ($checks kiln runs)"
+echo "PASS: $name ($runs kiln train runs, $checks kiln exports, check_device_gemm)"

@@ -8,9 +8,11 @@
  * elementwise parts are span functions cloned for AVX-512/AVX2
  * (CPU_CLONES) and run over one contiguous span per thread (CPU_SPANS);
  * with $KILN_CPU_AFFINE=1 SGD and AdamW give each thread the rows of each
- * weight gradient that thread wrote (CPU_AFFINE_FOR, split.c: on two CCDs a gradient the
- * other thread wrote costs the update 3-6x; docs/PERFORMANCE.md,
- * "Session 50").
+ * weight gradient that thread wrote (CPU_AFFINE_FOR, split.c: with the
+ * vCPUs on two CCDs the whole SGD update took 5-6x as long, 314-387
+ * against 62 us in session 48's profiles, and in bench/affine_split the
+ * affine split took 22-54% off the far placement's update; no gain
+ * measured in kiln's runs: docs/PERFORMANCE.md, "Session 50").
  * The optional weight-decay multiplier d (parameter groups) selects a
  * separate loop, so the common case (no groups) reads no extra stream.
  * The plugin is built with -fno-math-errno: otherwise sqrtf's errno keeps
