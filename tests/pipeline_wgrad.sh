@@ -89,7 +89,7 @@ groups=$(sed -n 's/.*side stream work (deferred, threads 1): \([0-9]*\) groups r
 [ "$groups" = 32 ] || fail "defer_wgrad = auto, busy: $groups deferred groups, not 32 (steps 9..12)"
 "$tool" same "$(ck a12-0 12)" "$(ck quiet 12)" params optim.momentum step || fail "defer_wgrad = auto, quiet: the bytes differ"
 "$tool" same "$(ck a12-0 12)" "$(ck busy 12)" params optim.momentum step || fail "defer_wgrad = auto, busy: the bytes differ"
-echo "ok: defer_wgrad = auto: off while quiet, on under contention (the hook), the same bytes"
+echo "ok: defer_wgrad = auto: off at the hook's 0, on at its 0.9 from step 9, the same bytes"
 
 data="$srcdir/tests/data"
 grep -v '^tie = ' "$data/gpt_tiny.ini" | sed 's/^no_decay = .*/no_decay = *.bias/' > "$tmp/gpt.ini"
