@@ -124,7 +124,9 @@
 #   NO_PROBE=1 no placement probe (above)
 #   C2C        the probe (./bench/c2c_latency)
 #   PIPE_ARGS  more KEY=VALUE for the 2-stage runs (e.g.
-#              plugin.cpu.stage_spin_us=100, the hand-offs' old wait)
+#              plugin.cpu.stage_spin_us=100, the hand-offs' old wait); the
+#              runs pin pipeline.defer_wgrad=0 (auto's load-driven switch
+#              off) unless PIPE_ARGS sets it
 set -eu
 STEPS=12
 if [ "${1:-}" = "--short" ]; then
@@ -244,8 +246,12 @@ for M in ${MS:-4 8 16}; do
 	: > "$tmp/g1"; : > "$tmp/g2"
 	for r in $(seq "$RUNS"); do
 		place_before
+		# defer_wgrad pinned off (auto could turn it on at step 9 under
+		# load: A/B runs against main would compare two modes); PIPE_ARGS
+		# comes after, so its pipeline.defer_wgrad wins
 		# shellcheck disable=SC2086 # PIPE_ARGS: words
-		run "$tmp/pipe" pipeline.micro_batches=$M "$split" "run.devices=cpu:0, cpu:1" run.threads=2 ${PIPE_ARGS:-}
+		run "$tmp/pipe" pipeline.micro_batches=$M "$split" "run.devices=cpu:0, cpu:1" run.threads=2 \
+			pipeline.defer_wgrad=0 ${PIPE_ARGS:-}
 		place_after
 		if [ "$PLACE" = fast ]; then
 			nfast=$((nfast + 1))

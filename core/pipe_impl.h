@@ -170,6 +170,11 @@ kiln_status kiln_pipe_wgrad_step(struct kiln_pipe *pp);
  * yet rules the split out (the plans then keep what it reads; its
  * ring of copies stays for auto). */
 int kiln_pipe_wgrad_keep(const struct kiln_pipe *pp);
+/* defer_wgrad = auto's reading: the seconds a second waited since the
+ * last good reading (*last_wait ns at *last_t ns), which W (ns waited so
+ * far) at T replaces; 0 where W < 0 (unreadable: the last kept) or W
+ * dropped (threads exited). */
+double kiln_pipe_wauto_rate(int64_t *last_wait, int64_t *last_t, int64_t w, int64_t t);
 #define KILN_PIPE_WAUTO_STEPS 4
 #define KILN_PIPE_WAUTO_IN_A_ROW 2
 #define KILN_PIPE_WAUTO_BUSY 0.25

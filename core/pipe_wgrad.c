@@ -251,14 +251,22 @@ static kiln_status wgrad_open(struct kiln_pipe *pp)
  * busy readings in a row (the records built the first time), off after
  * as many quiet ones.  Between steps: the last step's deferred passes
  * ran before its end (kiln_pipe_wgrad_drain). */
+double kiln_pipe_wauto_rate(int64_t *last_wait, int64_t *last_t, int64_t w, int64_t t)
+{
+	if (w < 0)
+		return 0; /* unreadable: quiet, the last good reading kept */
+	const double rate = w < *last_wait || t <= *last_t
+				    ? 0 /* a drop: threads exited */
+				    : (double)(w - *last_wait) / (double)(t - *last_t);
+	*last_wait = w, *last_t = t;
+	return rate;
+}
+
 static kiln_status wauto_read(struct kiln_pipe *pp)
 {
-	const int64_t t = kiln_now_ns(), w = kiln_device_run_wait_ns(sdev(pp, 0));
-	const double rate = w < pp->wauto.wait_ns || t <= pp->wauto.t_ns
-				    ? 0
-				    : (double)(w - pp->wauto.wait_ns) / (double)(t - pp->wauto.t_ns);
+	const double rate = kiln_pipe_wauto_rate(&pp->wauto.wait_ns, &pp->wauto.t_ns,
+						 kiln_device_run_wait_ns(sdev(pp, 0)), kiln_now_ns());
 	const int busy = rate > KILN_PIPE_WAUTO_BUSY;
-	pp->wauto.wait_ns = w, pp->wauto.t_ns = t;
 	pp->wauto.hot = busy ? pp->wauto.hot + 1 : 0;
 	pp->wauto.cold = busy ? 0 : pp->wauto.cold + 1;
 	kiln_log(KILN_LOG_DEBUG, "pipeline", "[pipeline] defer_wgrad = auto: the process's threads waited %.3f s a second for a CPU over %d steps (%s %d in a row)",
@@ -270,9 +278,12 @@ static kiln_status wauto_read(struct kiln_pipe *pp)
 	if (pp->defer < 0 && !pp->wg) {
 		int none;
 		kiln_status st = wgrad_build(pp, &none);
+		if (st) /* mid-run: a warning, the run goes on without */
+			kiln_log(KILN_LOG_WARN, "pipeline", "[pipeline] defer_wgrad = auto: stays off for the run: %s",
+				 kiln_last_error());
 		if (st || none) {
 			pp->wauto.on = 0;
-			return st;
+			return KILN_OK;
 		}
 	}
 	pp->defer = pp->defer > 0 ? -1 : 1;

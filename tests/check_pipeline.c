@@ -1790,6 +1790,24 @@ START_TEST(test_free_queued_teardown)
 }
 END_TEST
 
+/* defer_wgrad = auto's reading: an unreadable one (< 0) reads quiet and
+ * keeps the last good reading, so the next good one measures from it
+ * (not from -1, which read ~1.1 s a second here); a drop (threads
+ * exited) reads 0. */
+START_TEST(test_wauto_rate)
+{
+	int64_t w = 1000000000, t = 0;
+	ck_assert(kiln_pipe_wauto_rate(&w, &t, -1, 1000000000) == 0);
+	ck_assert_msg(w == 1000000000 && t == 0, "unreadable: kept %lld ns at %lld", (long long)w, (long long)t);
+	double r = kiln_pipe_wauto_rate(&w, &t, 1100000000, 2000000000);
+	ck_assert_msg(fabs(r - 0.05) < 1e-9, "after an unreadable reading: %.3f s a second, not 0.05", r);
+	ck_assert(w == 1100000000 && t == 2000000000);
+	ck_assert(kiln_pipe_wauto_rate(&w, &t, 500000000, 3000000000) == 0);
+	r = kiln_pipe_wauto_rate(&w, &t, 800000000, 4000000000);
+	ck_assert_msg(fabs(r - 0.3) < 1e-9, "after a drop: %.3f s a second, not 0.3", r);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -1804,6 +1822,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, test_pair_skip_alone, test_pair_plan_large,
 								 test_pair_plan_stuck, NULL });
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, test_report_whole, NULL });
+	check_add_case(s, "wauto", 10, NULL, NULL, (const TTest *[]){ test_wauto_rate, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
 	check_add_case(s, "resize", 60, NULL, NULL, (const TTest *[]){ test_slot_resize_waits, NULL });

@@ -40,6 +40,11 @@ export XDG_CACHE_HOME
 # and no Python bytecode beside the sources (tests/local.mk)
 PYTHONDONTWRITEBYTECODE=1
 export PYTHONDONTWRITEBYTECODE
+# the CPU device's run-queue wait hook at 0 s a second, so that no test's
+# [pipeline] defer_wgrad = auto or [plugin.cpu] async = auto follows the
+# box's load; a test sets its own (KILN_CPU_RUNWAIT=0.9 kiln ...)
+KILN_CPU_RUNWAIT=${KILN_CPU_RUNWAIT-0}
+export KILN_CPU_RUNWAIT
 # tests/st.py (safetensors files, the standard library only) importable as
 # `import st` by a test's Python
 PYTHONPATH="$srcdir/tests${PYTHONPATH:+:$PYTHONPATH}"

@@ -443,7 +443,9 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
 #define KILN_PROC_STREAM_SIDE "kiln.stream_side"
 /* KILN_PROC_RUN_WAIT  int64_t (*)(void *ctx): the nanoseconds this
  *   process's threads have waited for a CPU (in a run queue) since some
- *   fixed origin, summed; it only grows; < 0 where the device cannot tell.
+ *   fixed origin, summed over the threads alive now: it drops when a
+ *   thread exits (a reader takes a drop as no wait); < 0 where the
+ *   device cannot tell.
  *   Two readings over a wall-clock interval give the seconds a second the
  *   process waited: the signal of contention (session 50).  Looked up by
  *   name (no ABI minor).  The pipeline's [pipeline] defer_wgrad = auto
