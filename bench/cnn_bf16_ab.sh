@@ -47,6 +47,8 @@ bench_tmpdir cnn-bf16-ab
 one() { # BINARY -> "steady whole cpu_s c2c_before c2c_after place"
 	probe_cache "$1"
 	words=$(run_words "$1")
+	# one runs in a command substitution: a probe the parent kept is stale
+	place_fresh
 	place_before
 	rm -rf "$TMP/o"
 	# shellcheck disable=SC2086 # BLAS_ENV's and run_words' words
