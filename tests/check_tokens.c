@@ -981,7 +981,9 @@ START_TEST(test_pack_bytes)
 	ck_assert_int_eq(x, a[270]);
 	/* a second pack refuses to overwrite without --force (usage: exit 2);
 	 * a missing input is refused before any work (exit 2, session 36: it
-	 * was a data error, 3), an unreadable one is a data error (exit 3) */
+	 * was a data error, 3), and so is a directory (exit 2, session 50: it
+	 * was 3); one that fails as it is read is a data error (exit 3): a
+	 * symbolic link to itself */
 	int rc = system(cmd);
 	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
 	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s --out %s 2>/dev/null", KILN_BIN,
@@ -991,6 +993,11 @@ START_TEST(test_pack_bytes)
 	ck_assert_int_eq(mkdir(tpath("dir.txt"), 0777), 0);
 	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s --out %s 2>/dev/null", KILN_BIN,
 		 tpath("dir.txt"), tpath("out3"));
+	rc = system(cmd);
+	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+	ck_assert_int_eq(symlink("loop.txt", tpath("loop.txt")), 0);
+	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s --out %s 2>/dev/null", KILN_BIN,
+		 tpath("loop.txt"), tpath("out4"));
 	rc = system(cmd);
 	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 3);
 }
@@ -1158,17 +1165,18 @@ START_TEST(test_pack_killed)
 }
 END_TEST
 
-/* A pack that fails (an unreadable second input: a directory; a missing
- * one is refused before any work since session 36) removes what it wrote,
- * the shards of its first input included, and its markers. */
+/* A pack that fails (an unreadable second input: a symbolic link to
+ * itself; a missing one is refused before any work since session 36, a
+ * directory since session 50) removes what it wrote, the shards of its
+ * first input included, and its markers. */
 START_TEST(test_pack_failed_leaves_nothing)
 {
 	char a[300], cmd[4096];
 	memset(a, 'q', sizeof a);
 	write_tmp("a.txt", a, sizeof a);
-	ck_assert_int_eq(mkdir(tpath("dir.txt"), 0777), 0);
+	ck_assert_int_eq(symlink("loop.txt", tpath("loop.txt")), 0);
 	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s %s --out %s --shard-tokens 100 2>/dev/null",
-		 KILN_BIN, tpath("a.txt"), tpath("dir.txt"), tpath("out"));
+		 KILN_BIN, tpath("a.txt"), tpath("loop.txt"), tpath("out"));
 	int rc = system(cmd);
 	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 3);
 	DIR *d = opendir(tpath("out"));
